@@ -1,0 +1,212 @@
+"""Typed configuration: one dataclass, one docstring per field, turned into CLI flags.
+
+Every field of :class:`PPOConfig` is a flag of ``proxima train`` (``lr`` -> ``--lr``,
+``num_envs`` -> ``--num-envs``); the ``help`` text of the field is its docstring and its
+``--help`` line. :func:`validate` turns a config into a list of actionable errors before anything
+is created on disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+class ConfigError(ValueError):
+    """A config value a user must change; the message names the field and what to do."""
+
+
+def _f(default: Any, doc: str, **kw: Any) -> Any:
+    if isinstance(default, (list, dict, tuple)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": doc, **kw})
+    return field(default=default, metadata={"help": doc, **kw})
+
+
+@dataclass
+class PPOConfig:
+    """Everything a PPO run needs. Defaults are the classic-control settings of PPO_NOTES.md."""
+
+    # --- environment ---
+    env_id: str = _f("CartPole-v1", "Environment: a Gymnasium id (CartPole-v1) or module:ClassName of your own gymnasium.Env.")
+    backend: str = _f("auto", "Env implementation: auto (native torch env when one exists), native, or gymnasium.", choices=("auto", "native", "gymnasium"))
+    vector: str = _f("sync", "Gymnasium vectorization: sync (one process) or async (one subprocess per env).", choices=("sync", "async"))
+    num_envs: int = _f(4, "Parallel environments N (per process).")
+    # --- rollout / optimisation ---
+    total_timesteps: int = _f(500_000, "Environment steps to train for, counted over all envs and processes.")
+    num_steps: int = _f(128, "Steps T per env per rollout; the batch is T x N (x processes).")
+    lr: float = _f(2.5e-4, "Adam learning rate (eps 1e-5).")
+    anneal_lr: bool = _f(True, "Anneal the learning rate linearly to 0 over the run.")
+    gamma: float = _f(0.99, "Discount factor, in (0, 1].")
+    gae_lambda: float = _f(0.95, "GAE lambda, in [0, 1].")
+    num_minibatches: int = _f(4, "Minibatches per epoch; must divide the batch T x N.")
+    update_epochs: int = _f(4, "Epochs over each batch.")
+    norm_adv: bool = _f(True, "Normalize advantages per minibatch.")
+    clip_coef: float = _f(0.2, "PPO clip epsilon for the surrogate (and the value loss).")
+    clip_vloss: bool = _f(True, "Clip the value loss with clip_coef.")
+    ent_coef: float = _f(0.01, "Entropy bonus coefficient.")
+    vf_coef: float = _f(0.5, "Value loss coefficient.")
+    max_grad_norm: float = _f(0.5, "Global gradient-norm clip.")
+    target_kl: Optional[float] = _f(None, "Stop the epoch loop when a minibatch's approx_kl exceeds this (none = never).")
+    bootstrap_truncation: bool = _f(True, "Bootstrap truncated episodes from V(final_obs); --no-bootstrap-truncation gives ppo2's behaviour.")
+    # --- network / normalization ---
+    hidden_sizes: list = _f([64, 64], "Hidden layer widths of the actor and of the critic MLP (comma separated).")
+    activation: str = _f("tanh", "Hidden activation: tanh or relu.", choices=("tanh", "relu"))
+    norm_obs: bool = _f(False, "Running observation normalization, clipped to [-clip_obs, clip_obs].")
+    norm_reward: bool = _f(False, "Scale rewards by the std of the running discounted return, clipped to [-clip_reward, clip_reward].")
+    clip_obs: float = _f(10.0, "Clip bound of normalized observations.")
+    clip_reward: float = _f(10.0, "Clip bound of scaled rewards.")
+    # --- run ---
+    seed: int = _f(1, "Random seed (envs, network init, sampling).")
+    device: str = _f("cpu", "Torch device: cpu, cuda, cuda:1, or auto (cuda when available).")
+    threads: int = _f(1, "torch intra-op threads (small MLPs on CPU are usually fastest with 1).")
+    deterministic: bool = _f(True, "torch deterministic algorithms (bit-identical reruns on CPU).")
+    compile: bool = _f(False, "torch.compile the acting step and the update step.")
+    compile_mode: str = _f("default", "torch.compile mode.", choices=("default", "reduce-overhead", "max-autotune"))
+    cudagraphs: bool = _f(False, "Capture rollout and update steps as CUDA graphs (CUDA only).")
+    amp: str = _f("none", "Mixed precision for forward passes: none, bf16 or fp16 (fp16 uses a GradScaler, CUDA only).", choices=("none", "bf16", "fp16"))
+    run_dir: Optional[str] = _f(None, "Run directory (default runs/<env>__<seed>__<time>).")
+    checkpoint_every: int = _f(50, "Write a checkpoint every N iterations (0: only at the end).")
+    keep_checkpoints: int = _f(3, "Keep the last K periodic checkpoints.")
+    eval_episodes: int = _f(10, "Episodes of the deterministic policy evaluated at the end (0: skip).")
+    progress: bool = _f(True, "Show a progress bar.")
+    debug_checks: bool = _f(False, "Validate every action and observation against the spaces (slow).")
+    plot: bool = _f(False, "Write curve.png into the run directory at the end.")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(PPOConfig)}
+
+
+def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "config") -> PPOConfig:
+    """Build a config from a plain dict (preset YAML, config.yaml), rejecting unknown keys."""
+    cfg = dataclasses.replace(base) if base is not None else PPOConfig()
+    for key, value in values.items():
+        if key not in FIELDS:
+            close = _close(key, FIELDS)
+            raise ConfigError(f"{source}: unknown field '{key}'" + (f" (did you mean '{close}'?)" if close else ""))
+        setattr(cfg, key, coerce(key, value, source))
+    return cfg
+
+
+def _close(word: str, options) -> Optional[str]:
+    import difflib
+
+    m = difflib.get_close_matches(word, list(options), n=1)
+    return m[0] if m else None
+
+
+def coerce(name: str, value: Any, source: str = "config") -> Any:
+    """Convert a YAML/CLI value to the field's type; raise ConfigError naming the field."""
+    f = FIELDS[name]
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    try:
+        if name == "target_kl" or name == "run_dir":
+            if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "")):
+                return None
+            return float(value) if name == "target_kl" else str(value)
+        if isinstance(default, bool):
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+                return value.lower() in ("true", "1", "yes", "on")
+            raise ValueError
+        if isinstance(default, int):
+            if isinstance(value, bool):
+                raise ValueError
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            if isinstance(value, str):
+                value = float(value.replace("_", "")) if any(c in value for c in ".eE") else int(value.replace("_", ""))
+                if isinstance(value, float) and not value.is_integer():
+                    raise ValueError
+            return int(value)
+        if isinstance(default, float):
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if isinstance(default, list):
+            if isinstance(value, str):
+                value = [v for v in value.replace(" ", "").split(",") if v]
+            return [int(v) for v in value]
+        if isinstance(default, str):
+            if not isinstance(value, str):
+                raise ValueError
+            return value
+    except (TypeError, ValueError, OverflowError):
+        pass
+    raise ConfigError(f"{source}: field '{name}' got {value!r}, expected {_type_name(default)}")
+
+
+def _type_name(default: Any) -> str:
+    if isinstance(default, bool):
+        return "true or false"
+    if isinstance(default, int):
+        return "an integer"
+    if isinstance(default, float):
+        return "a number"
+    if isinstance(default, list):
+        return "a comma-separated list of integers"
+    return "a string"
+
+
+def validate(cfg: PPOConfig, world_size: int = 1) -> None:
+    """Raise ConfigError with one actionable line for the first invalid value."""
+
+    def bad(name: str, why: str) -> None:
+        raise ConfigError(f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: {why}")
+
+    for name, f in FIELDS.items():
+        choices = f.metadata.get("choices")
+        if choices and getattr(cfg, name) not in choices:
+            bad(name, f"must be one of {', '.join(choices)}")
+    for name in ("lr", "gamma", "gae_lambda", "clip_coef", "ent_coef", "vf_coef", "max_grad_norm", "clip_obs", "clip_reward"):
+        if not math.isfinite(getattr(cfg, name)):
+            bad(name, "must be a finite number")
+    if cfg.target_kl is not None and not (math.isfinite(cfg.target_kl) and cfg.target_kl > 0):
+        bad("target_kl", "must be a positive number or none")
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "threads"):
+        if getattr(cfg, name) < 1:
+            bad(name, "must be at least 1")
+    for name in ("checkpoint_every", "eval_episodes", "keep_checkpoints"):
+        if getattr(cfg, name) < 0:
+            bad(name, "must be 0 or more")
+    if cfg.keep_checkpoints < 1:
+        bad("keep_checkpoints", "must be at least 1")
+    if not 0.0 < cfg.gamma <= 1.0:
+        bad("gamma", "must be in (0, 1]")
+    if not 0.0 <= cfg.gae_lambda <= 1.0:
+        bad("gae_lambda", "must be in [0, 1]")
+    if cfg.lr <= 0:
+        bad("lr", "must be positive")
+    if cfg.clip_coef <= 0:
+        bad("clip_coef", "must be positive")
+    if cfg.max_grad_norm <= 0:
+        bad("max_grad_norm", "must be positive")
+    for name in ("ent_coef", "vf_coef"):
+        if getattr(cfg, name) < 0:
+            bad(name, "must be 0 or more")
+    if cfg.clip_obs <= 0 or cfg.clip_reward <= 0:
+        bad("clip_obs" if cfg.clip_obs <= 0 else "clip_reward", "must be positive")
+    if not cfg.hidden_sizes or any(h < 1 for h in cfg.hidden_sizes):
+        bad("hidden_sizes", "must be one or more positive widths, e.g. 64,64")
+    batch = cfg.num_envs * cfg.num_steps
+    if batch % cfg.num_minibatches:
+        bad("num_minibatches", f"must divide the batch num_envs x num_steps = {batch}")
+    if batch // cfg.num_minibatches < 2:
+        bad("num_minibatches", f"gives minibatches of {batch // cfg.num_minibatches} sample; advantage normalization needs at least 2")
+    if cfg.total_timesteps < batch * world_size:
+        bad("total_timesteps", f"is smaller than one batch ({batch * world_size} steps = num_envs x num_steps{' x processes' if world_size > 1 else ''})")
+    if not cfg.env_id:
+        bad("env_id", "must name an environment")
+
+
+def batch_size(cfg: PPOConfig) -> int:
+    return cfg.num_envs * cfg.num_steps
+
+
+def num_iterations(cfg: PPOConfig, world_size: int = 1) -> int:
+    return cfg.total_timesteps // (batch_size(cfg) * world_size)

@@ -1,0 +1,145 @@
+"""The BatchedEnv contract, and the base class of the torch-native envs.
+
+Contract (DESIGN.md): ``reset(seed=None) -> obs[N, ...]``; ``step(action[N, ...]) -> obs,
+reward[N], terminated[N], truncated[N], info`` — all torch tensors on ``env.device`` (obs and
+rewards float32, flags bool). Autoreset is *same-step*: for an env that finished, the returned obs
+is the first obs of its next episode and ``info["final_obs"]`` (N, ...) holds the last obs of the
+finished one (rows of unfinished envs equal the returned obs). ``info["episode_return"]`` and
+``info["episode_length"]`` (N,) hold the undiscounted return and length of the episodes that just
+ended (rows of unfinished envs are 0); ``done = terminated | truncated`` says which rows count.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import gymnasium as gym
+import torch
+
+
+class EnvError(RuntimeError):
+    """An environment broke the contract or cannot be built; the message says what to do."""
+
+
+class BatchedEnv:
+    """N environments stepped together; tensors in, tensors out, on one device."""
+
+    env_id: str
+    num_envs: int
+    device: torch.device
+    single_observation_space: gym.spaces.Space
+    single_action_space: gym.spaces.Space
+    #: True when state_dict() captures everything needed to continue bit-identically.
+    can_save_state: bool = False
+    backend: str = "base"
+
+    def reset(self, seed: Optional[int] = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def step(self, action: torch.Tensor):
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def render(self, index: int = 0):
+        """An rgb_array frame (H, W, 3) uint8 of env ``index``, or None when not supported."""
+        return None
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def obs_shape(self) -> tuple:
+        return tuple(self.single_observation_space.shape)
+
+    @property
+    def action_shape(self) -> tuple:
+        return tuple(self.single_action_space.shape or ())
+
+
+class NativeEnv(BatchedEnv):
+    """Base of torch-native envs: subclasses hold their state as (N, ...) tensors.
+
+    A subclass implements:
+      * ``_sample_initial_state(n) -> dict[str, Tensor]`` drawn from ``self.generator``;
+      * ``_dynamics(action) -> (reward[N] float32, terminated[N] bool)`` that advances ``self.state``;
+      * ``_observe() -> obs[N, ...] float32``;
+    and sets ``max_episode_steps``. This class does time limits, same-step autoreset, final_obs
+    and episode statistics with ``torch.where`` only: no host syncs, no per-env Python loops.
+    """
+
+    backend = "native"
+    can_save_state = True
+    max_episode_steps: int = 0
+
+    def __init__(self, num_envs: int, device: torch.device | str = "cpu", seed: Optional[int] = None):
+        self.num_envs = int(num_envs)
+        self.device = torch.device(device)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(0 if seed is None else int(seed))
+        self.state: dict[str, torch.Tensor] = {}
+        n = self.num_envs
+        self.elapsed = torch.zeros(n, dtype=torch.int64, device=self.device)
+        self.ep_return = torch.zeros(n, dtype=torch.float32, device=self.device)
+
+    # --- subclass hooks ---
+    def _sample_initial_state(self, n: int) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def _dynamics(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def _observe(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    # --- helpers for subclasses ---
+    def _uniform(self, shape, low: float, high: float) -> torch.Tensor:
+        u = torch.rand(shape, generator=self.generator, device=self.device, dtype=torch.float32)
+        return low + (high - low) * u
+
+    # --- the contract ---
+    def reset(self, seed: Optional[int] = None) -> torch.Tensor:
+        if seed is not None:
+            self.generator.manual_seed(int(seed))
+        self.state = self._sample_initial_state(self.num_envs)
+        self.elapsed.zero_()
+        self.ep_return.zero_()
+        return self._observe()
+
+    def step(self, action: torch.Tensor):
+        reward, terminated = self._dynamics(action)
+        self.elapsed += 1
+        self.ep_return += reward
+        truncated = (self.elapsed >= self.max_episode_steps) & ~terminated
+        done = terminated | truncated
+        final_obs = self._observe()
+        episode_return = torch.where(done, self.ep_return, torch.zeros_like(self.ep_return))
+        episode_length = torch.where(done, self.elapsed, torch.zeros_like(self.elapsed))
+        # same-step autoreset: draw fresh states for all rows, keep them where done
+        fresh = self._sample_initial_state(self.num_envs)
+        for key, value in self.state.items():
+            mask = done.view(-1, *([1] * (value.dim() - 1)))
+            self.state[key] = torch.where(mask, fresh[key], value)
+        self.elapsed = torch.where(done, torch.zeros_like(self.elapsed), self.elapsed)
+        self.ep_return = torch.where(done, torch.zeros_like(self.ep_return), self.ep_return)
+        obs = self._observe()
+        info = {"final_obs": final_obs, "episode_return": episode_return, "episode_length": episode_length}
+        return obs, reward, terminated, truncated, info
+
+    def state_dict(self) -> dict:
+        return {
+            "state": {k: v.clone() for k, v in self.state.items()},
+            "elapsed": self.elapsed.clone(),
+            "ep_return": self.ep_return.clone(),
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.state = {k: v.to(self.device).clone() for k, v in sd["state"].items()}
+        self.elapsed = sd["elapsed"].to(self.device).clone()
+        self.ep_return = sd["ep_return"].to(self.device).clone()
+        self.generator.set_state(sd["generator"].cpu())

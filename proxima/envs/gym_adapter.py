@@ -1,0 +1,180 @@
+"""Any Gymnasium env (registered id or ``module:ClassName``) as a BatchedEnv.
+
+Gymnasium steps on the host in numpy; this adapter is the one place where arrays cross to torch.
+It uses Gymnasium's vector envs in same-step autoreset mode, so the contract (final_obs, separate
+terminated/truncated) is the same as for the native envs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import sys
+from typing import Callable, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from .base import BatchedEnv, EnvError
+
+#: extras that provide an env family; used to say what to install when an env cannot be built.
+EXTRAS = {"box2d": ("LunarLander", "BipedalWalker", "CarRacing"), "mujoco": ("HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "Swimmer", "Reacher", "Pusher", "InvertedPendulum", "InvertedDoublePendulum")}
+
+
+def _extra_for(env_id: str) -> Optional[str]:
+    for extra, prefixes in EXTRAS.items():
+        if env_id.split("/")[-1].startswith(prefixes):
+            return extra
+    return None
+
+
+def resolve_env_fn(env_id: str, render_mode: Optional[str] = None) -> Callable[[], gym.Env]:
+    """Return a factory for one env, or raise EnvError with a one-line fix."""
+    if ":" in env_id:
+        module_name, _, attr = env_id.partition(":")
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e:
+            raise EnvError(f"cannot import module '{module_name}' for env '{env_id}': {e} (is it in the current directory or on PYTHONPATH?)") from None
+        except Exception as e:  # user code failed at import time
+            raise EnvError(f"importing '{module_name}' for env '{env_id}' raised {type(e).__name__}: {e}") from None
+        cls = getattr(module, attr, None)
+        if cls is None:
+            raise EnvError(f"module '{module_name}' has no attribute '{attr}' (env '{env_id}')")
+        if not (isinstance(cls, type) and issubclass(cls, gym.Env)) and not callable(cls):
+            raise EnvError(f"'{env_id}' is not a gymnasium.Env class")
+
+        def make_user_env() -> gym.Env:
+            try:
+                env = cls(render_mode=render_mode) if render_mode else cls()
+            except TypeError:
+                env = cls()
+            if not isinstance(env, gym.Env):
+                raise EnvError(f"'{env_id}' did not return a gymnasium.Env (got {type(env).__name__})")
+            return env
+
+        return make_user_env
+    if env_id not in gym.registry:
+        from .classic import NATIVE_ENVS
+
+        known = list(gym.registry.keys()) + list(NATIVE_ENVS)
+        close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; see `proxima presets` or gymnasium's registry"
+        raise EnvError(f"unknown env id '{env_id}'{hint}")
+
+    def make_registered() -> gym.Env:
+        return gym.make(env_id, render_mode=render_mode) if render_mode else gym.make(env_id)
+
+    return make_registered
+
+
+def _probe(env_fn: Callable[[], gym.Env], env_id: str) -> gym.Env:
+    try:
+        return env_fn()
+    except gym.error.DependencyNotInstalled as e:
+        extra = _extra_for(env_id)
+        hint = f"install it with: pip install 'proxima[{extra}]'" if extra else str(e)
+        raise EnvError(f"env '{env_id}' needs an optional dependency: {hint}") from None
+    except EnvError:
+        raise
+    except Exception as e:
+        raise EnvError(f"building env '{env_id}' raised {type(e).__name__}: {e}") from None
+
+
+def check_spaces(env_id: str, obs_space: gym.spaces.Space, act_space: gym.spaces.Space) -> None:
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise EnvError(f"env '{env_id}': not supported yet: observation space {obs_space} (Box only)")
+    if not isinstance(act_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.Box)):
+        raise EnvError(f"env '{env_id}': not supported yet: action space {act_space} (Discrete, MultiDiscrete, Box)")
+    if isinstance(act_space, gym.spaces.Box) and not (np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
+        raise EnvError(f"env '{env_id}': Box action space needs finite bounds, got {act_space}")
+
+
+class GymnasiumEnv(BatchedEnv):
+    """N copies of a Gymnasium env in a Sync/AsyncVectorEnv (same-step autoreset), as tensors."""
+
+    backend = "gymnasium"
+    can_save_state = False
+
+    def __init__(self, env_id: str, num_envs: int, device="cpu", vector: str = "sync", seed: Optional[int] = None, render_mode: Optional[str] = None):
+        self.env_id = env_id
+        self.num_envs = int(num_envs)
+        self.device = torch.device(device)
+        self._seed = seed
+        env_fn = resolve_env_fn(env_id, render_mode)
+        probe = _probe(env_fn, env_id)
+        obs_space, act_space = probe.observation_space, probe.action_space
+        probe.close()
+        check_spaces(env_id, obs_space, act_space)
+        self._raw_obs_space = obs_space
+        flat = int(np.prod(obs_space.shape))
+        self.single_observation_space = gym.spaces.Box(
+            obs_space.low.reshape(-1).astype(np.float32), obs_space.high.reshape(-1).astype(np.float32), (flat,), np.float32
+        )
+        self.single_action_space = act_space
+        cls = gym.vector.AsyncVectorEnv if vector == "async" else gym.vector.SyncVectorEnv
+        try:
+            self.envs = cls([env_fn] * self.num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        except Exception as e:
+            raise EnvError(f"building {self.num_envs} x '{env_id}' ({vector}) raised {type(e).__name__}: {e}") from None
+        self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
+        self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
+        if isinstance(act_space, gym.spaces.Box):
+            self._low, self._high = act_space.low, act_space.high
+        self._started = False
+
+    def _obs(self, obs: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(obs, dtype=np.float32).reshape(self.num_envs, -1), device=self.device)
+
+    def reset(self, seed: Optional[int] = None) -> torch.Tensor:
+        seed = self._seed if seed is None and not self._started else seed
+        self._started = True
+        obs, _ = self.envs.reset(seed=seed)
+        self._ep_return[:] = 0
+        self._ep_length[:] = 0
+        return self._obs(obs)
+
+    def step(self, action: torch.Tensor):
+        a = action.detach().cpu().numpy()
+        if isinstance(self.single_action_space, gym.spaces.Box):
+            a = np.clip(a, self._low, self._high).astype(self.single_action_space.dtype)
+        obs, reward, terminated, truncated, info = self.envs.step(a)
+        reward = np.asarray(reward, dtype=np.float64)
+        done = np.logical_or(terminated, truncated)
+        self._ep_return += reward
+        self._ep_length += 1
+        ep_ret = np.where(done, self._ep_return, 0.0)
+        ep_len = np.where(done, self._ep_length, 0)
+        self._ep_return[done] = 0
+        self._ep_length[done] = 0
+        final = np.array(obs, dtype=np.float32, copy=True).reshape(self.num_envs, -1)
+        if done.any():
+            mask = info.get("_final_obs", done)
+            for i in np.flatnonzero(mask):
+                final[i] = np.asarray(info["final_obs"][i], dtype=np.float32).reshape(-1)
+        dev = self.device
+        out_info = {
+            "final_obs": torch.as_tensor(final, device=dev),
+            "episode_return": torch.as_tensor(ep_ret, dtype=torch.float32, device=dev),
+            "episode_length": torch.as_tensor(ep_len, device=dev),
+        }
+        return (
+            self._obs(obs),
+            torch.as_tensor(reward, dtype=torch.float32, device=dev),
+            torch.as_tensor(np.asarray(terminated, dtype=bool), device=dev),
+            torch.as_tensor(np.asarray(truncated, dtype=bool), device=dev),
+            out_info,
+        )
+
+    def render(self, index: int = 0):
+        try:
+            return self.envs.envs[index].render() if hasattr(self.envs, "envs") else None
+        except Exception:
+            return None
+
+    def close(self) -> None:
+        self.envs.close()

@@ -1,0 +1,223 @@
+"""The PPO algorithm, in reading order: collect_rollout, compute_gae, ppo_loss, update.
+
+Everything here stays on ``rollout.device``: no ``.item()``, ``.cpu()`` or numpy, no per-env Python
+loops (the only loops are over time steps, epochs and minibatches). Metrics come back as tensors
+that the trainer reads once per iteration. Numbered comments cite PPO_NOTES.md "Core details".
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+from .rollout import Rollout
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Rollout: T steps x N envs, written in place (detail 1: fixed-length segments)
+# ---------------------------------------------------------------------------------------------
+@torch.no_grad()
+def collect_rollout(env, policy_step: Callable, rollout: Rollout, next_obs: torch.Tensor,
+                    obs_normalizer=None, reward_scaler=None) -> torch.Tensor:
+    """Fill ``rollout`` with T = rollout.num_steps steps of every env; return the last obs.
+
+    policy_step(obs[N, *obs_shape]) -> (action[N, *act_shape], logprob[N], value[N]); obs as the
+    network sees it (normalized when ``obs_normalizer`` is given). ``next_obs`` is the raw obs the
+    previous rollout ended on. Episode statistics are summed into ``rollout.ep_*`` tensors.
+    """
+    rollout.reset_stats()
+    obs = obs_normalizer(next_obs) if obs_normalizer is not None else next_obs
+    for t in range(rollout.num_steps):
+        action, logprob, value = policy_step(obs)
+        rollout.obs[t] = obs
+        rollout.actions[t] = action
+        rollout.logprobs[t] = logprob
+        rollout.values[t] = value
+        # the env clips Box actions to the bounds; the unclipped sample is what we store
+        raw_next, reward, terminated, truncated, info = env.step(action)
+        done = terminated | truncated
+        rollout.raw_rewards[t] = reward
+        rollout.rewards[t] = reward_scaler(reward, done) if reward_scaler is not None else reward
+        rollout.terminated[t] = terminated
+        rollout.dones[t] = done
+        # V(final_obs) bootstraps truncated episodes; evaluated in one batch after the loop
+        final = info["final_obs"]
+        obs = obs_normalizer(raw_next) if obs_normalizer is not None else raw_next
+        rollout.final_obs[t] = obs_normalizer(final, update=False) if obs_normalizer is not None else final
+        rollout.add_episode_stats(info["episode_return"], info["episode_length"], done)
+        next_obs = raw_next
+    return next_obs
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. GAE (detail 5), time-major, terminated and done kept apart
+# ---------------------------------------------------------------------------------------------
+def compute_gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor,
+                terminated: torch.Tensor, done: torch.Tensor, gamma: float, lam: float):
+    """Generalized advantage estimation.
+
+    Args (all (T, N); T may be the token axis in RLHF):
+        rewards: float reward received after step t.
+        values: V(s_t).
+        next_values: V(s_{t+1}) of the obs that followed step t (for a finished episode, the value
+            of its final obs; ignored where ``terminated``).
+        terminated: bool, the episode ended in a terminal state: no bootstrap.
+        done: bool, terminated | truncated: the GAE trace is cut after t.
+    Returns:
+        (advantages, returns), both (T, N) float32; returns = advantages + values.
+    """
+    if not (rewards.shape == values.shape == next_values.shape == terminated.shape == done.shape):
+        raise ValueError(
+            f"compute_gae: shapes differ: rewards {tuple(rewards.shape)}, values {tuple(values.shape)}, "
+            f"next_values {tuple(next_values.shape)}, terminated {tuple(terminated.shape)}, done {tuple(done.shape)}"
+        )
+    zero = torch.zeros_like(values[0])
+    # torch.where, not a multiply by (1 - terminated): a NaN/inf next value at a terminal step must not leak
+    bootstrap = torch.where(terminated, zero.expand_as(next_values), next_values)
+    deltas = rewards + gamma * bootstrap - values
+    advantages = torch.empty_like(values)
+    last = zero
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        last = deltas[t] + gamma * lam * torch.where(done[t], zero, last)
+        advantages[t] = last
+    return advantages, advantages + values
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. The loss (details 7-10, 12)
+# ---------------------------------------------------------------------------------------------
+def _check_1d(name: str, x: torch.Tensor, b: int) -> None:
+    if x.shape != (b,):
+        raise ValueError(f"ppo_loss: {name} has shape {tuple(x.shape)}, expected ({b},); "
+                         "a [B] vs [B, 1] mix would broadcast to [B, B]")
+
+
+def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor,
+             new_values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+             entropy: torch.Tensor, *, clip_coef: float, vf_coef: float, ent_coef: float,
+             clip_vloss: bool = True, norm_adv: bool = True, mask: Optional[torch.Tensor] = None,
+             vf_clip_coef: Optional[float] = None) -> dict:
+    """Clipped-surrogate PPO loss over a minibatch of B samples.
+
+    All inputs are (B,) (log-probs and entropies already summed over action dims). ``mask`` (B,)
+    bool selects valid samples (RLHF: response tokens); None means all. Returns a dict of scalar
+    tensors: loss, policy_loss, value_loss, entropy, approx_kl, clipfrac, vf_clipfrac, ratio.
+    """
+    b = new_logprob.shape[0]
+    for name, x in (("new_logprob", new_logprob), ("old_logprob", old_logprob), ("advantages", advantages),
+                    ("new_values", new_values), ("old_values", old_values), ("returns", returns), ("entropy", entropy)):
+        _check_1d(name, x, b)
+    if mask is None:
+        mean = torch.mean
+    else:
+        _check_1d("mask", mask, b)
+        w = mask.to(new_logprob.dtype)
+        denom = w.sum().clamp_min(1.0)
+
+        def mean(x):
+            return (x * w).sum() / denom
+
+    if norm_adv:  # detail 7: per-minibatch normalization
+        mu = mean(advantages)
+        var = mean((advantages - mu) ** 2) * (b / max(b - 1, 1) if mask is None else 1.0)
+        advantages = (advantages - mu) / (var.sqrt() + 1e-8)
+
+    logratio = new_logprob - old_logprob
+    ratio = logratio.exp()
+    pg_loss = torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef))  # detail 8
+
+    vclip = clip_coef if vf_clip_coef is None else vf_clip_coef
+    v_unclipped = (new_values - returns) ** 2
+    v_clipped_pred = old_values + torch.clamp(new_values - old_values, -vclip, vclip)
+    v_clipped = (v_clipped_pred - returns) ** 2
+    v_loss = 0.5 * (torch.max(v_unclipped, v_clipped) if clip_vloss else v_unclipped)  # detail 9
+
+    with torch.no_grad():
+        approx_kl = mean((ratio - 1) - logratio)  # detail 12: k3 estimator
+        clipfrac = mean(((ratio - 1.0).abs() > clip_coef).float())
+        vf_clipfrac = mean((v_clipped > v_unclipped).float()) if clip_vloss else torch.zeros_like(approx_kl)
+        ratio_mean = mean(ratio)
+    policy_loss, value_loss, ent = mean(pg_loss), mean(v_loss), mean(entropy)
+    loss = policy_loss - ent_coef * ent + vf_coef * value_loss  # detail 10
+    return {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss, "entropy": ent,
+            "approx_kl": approx_kl, "clipfrac": clipfrac, "vf_clipfrac": vf_clipfrac, "ratio": ratio_mean}
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. The update: epochs x minibatches (details 6, 11; optional target_kl stop)
+# ---------------------------------------------------------------------------------------------
+def update(agent, optimizer: torch.optim.Optimizer, batch: dict, cfg, grad_step: Optional[Callable] = None,
+           generator: Optional[torch.Generator] = None) -> dict:
+    """Run ``cfg.update_epochs`` epochs of ``cfg.num_minibatches`` minibatches over ``batch``.
+
+    batch: flat (B, ...) tensors obs, actions, logprobs, advantages, returns, values.
+    grad_step(mb) -> dict of loss terms: one optimizer step on a minibatch (``make_grad_step``; the
+    trainer may pass a compiled one). Returns the mean of each loss term over the minibatches run,
+    plus ``nonfinite`` (bool tensor: some loss or gradient was NaN/inf).
+    """
+    if grad_step is None:
+        grad_step = make_grad_step(agent, optimizer, cfg)
+    b = batch["obs"].shape[0]
+    mb_size = b // cfg.num_minibatches
+    totals: dict = {}
+    n = 0
+    for _epoch in range(cfg.update_epochs):
+        perm = torch.randperm(b, device=batch["obs"].device, generator=generator)  # detail 6, on the device
+        for start in range(0, b, mb_size):
+            mb_inds = perm[start:start + mb_size]
+            mb = {k: v[mb_inds] for k, v in batch.items()}
+            out = grad_step(mb)
+            for k, v in out.items():
+                totals[k] = totals[k] + v if k in totals else v
+            n += 1
+            # the one host sync of the update, only when target_kl is set
+            if cfg.target_kl is not None and bool(out["approx_kl"] > cfg.target_kl):
+                return {k: v / n if k != "nonfinite" else v for k, v in totals.items()}
+    return {k: (v / n if k != "nonfinite" else v) for k, v in totals.items()}
+
+
+def make_grad_step(agent, optimizer, cfg, autocast=None, scaler=None) -> Callable:
+    """One minibatch: forward, ppo_loss, backward, global grad-norm clip (detail 11), Adam step."""
+    params = [p for p in agent.parameters() if p.requires_grad]
+
+    def grad_step(mb: dict) -> dict:
+        with autocast() if autocast is not None else _nullcontext():
+            _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
+        out = ppo_loss(newlogprob.float(), mb["logprobs"], mb["advantages"], newvalue.float(), mb["values"],
+                       mb["returns"], entropy.float(), clip_coef=cfg.clip_coef, vf_coef=cfg.vf_coef,
+                       ent_coef=cfg.ent_coef, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv)
+        optimizer.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.scale(out["loss"]).backward()
+            scaler.unscale_(optimizer)
+        else:
+            out["loss"].backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+            nonfinite = ~torch.isfinite(out["loss"])  # fp16 overflow is the scaler's to handle
+        else:
+            optimizer.step()
+            nonfinite = ~(torch.isfinite(out["loss"]) & torch.isfinite(grad_norm))
+        metrics = {k: v.detach() for k, v in out.items() if k != "loss"}
+        metrics["grad_norm"] = grad_norm.detach()
+        metrics["nonfinite"] = nonfinite
+        return metrics
+
+    return grad_step
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *a):
+        return False
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
+    """1 - Var(returns - values) / Var(returns), as a tensor (NaN when Var(returns) == 0)."""
+    var_y = returns.var()
+    return 1 - (returns - values).var() / var_y
