@@ -97,6 +97,10 @@ class Agent(nn.Module):
             logprob, entropy = torch.stack(lps, -1).sum(-1), torch.stack(ents, -1).sum(-1)
         return action, logprob, entropy, self.get_value(obs)
 
+    def forward(self, obs: torch.Tensor, action: torch.Tensor | None = None):
+        """Same as get_action_and_value, so a DistributedDataParallel wrapper sees the update's forward."""
+        return self.get_action_and_value(obs, action)
+
     def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
         """The action for obs (B, obs_dim): the mode (argmax / mean) or a sample."""
         if not deterministic:

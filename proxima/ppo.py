@@ -169,7 +169,7 @@ def update(agent, optimizer: torch.optim.Optimizer, batch: dict, cfg, grad_step:
             mb = {k: v[mb_inds] for k, v in batch.items()}
             out = grad_step(mb)
             for k, v in out.items():
-                totals[k] = totals[k] + v if k in totals else v
+                totals[k] = (totals[k] | v if k == "nonfinite" else totals[k] + v) if k in totals else v
             n += 1
             # the one host sync of the update, only when target_kl is set
             if cfg.target_kl is not None and bool(out["approx_kl"] > cfg.target_kl):
@@ -183,7 +183,7 @@ def make_grad_step(agent, optimizer, cfg, autocast=None, scaler=None) -> Callabl
 
     def grad_step(mb: dict) -> dict:
         with autocast() if autocast is not None else _nullcontext():
-            _, newlogprob, entropy, newvalue = agent.get_action_and_value(mb["obs"], mb["actions"])
+            _, newlogprob, entropy, newvalue = agent(mb["obs"], mb["actions"])  # forward: DDP-friendly
         out = ppo_loss(newlogprob.float(), mb["logprobs"], mb["advantages"], newvalue.float(), mb["values"],
                        mb["returns"], entropy.float(), clip_coef=cfg.clip_coef, vf_coef=cfg.vf_coef,
                        ent_coef=cfg.ent_coef, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv)

@@ -61,7 +61,7 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None) -> Callable[[
     if env_id not in gym.registry:
         from .classic import NATIVE_ENVS
 
-        known = list(gym.registry.keys()) + list(NATIVE_ENVS)
+        known = sorted(set(gym.registry.keys()) | set(NATIVE_ENVS))
         close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else "; see `proxima presets` or gymnasium's registry"
         raise EnvError(f"unknown env id '{env_id}'{hint}")

@@ -1,0 +1,221 @@
+"""Checkpoints: the whole TrainState, written atomically, loaded without running code.
+
+A checkpoint is a dict of tensors and plain Python values (no pickled classes), saved with
+``torch.save`` and loaded with ``torch.load(weights_only=True)``: a file crafted to run code when
+unpickled is refused. Writes go to a temp file in the same folder, flushed and fsynced, then
+``os.replace``d over the target, so a crash mid-write leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import re
+import zipfile
+from pathlib import Path
+from typing import Optional, Union
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+FORMAT = "proxima-checkpoint"
+SCHEMA_VERSION = 1
+_NAME = re.compile(r"^step_(\d{12})\.pt$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used; the message names the file and the problem."""
+
+
+# ------------------------------------------------------------------------------------ writing
+def atomic_torch_save(obj, path: Union[str, Path]) -> Path:
+    """torch.save to ``path`` via temp file + fsync + os.replace (+ fsync of the folder)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        _before_replace(tmp, path)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    try:
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:  # some filesystems do not fsync folders
+        pass
+    return path
+
+
+def _before_replace(tmp: Path, path: Path) -> None:
+    """Test hook: a crash between writing the temp file and the replace is simulated by patching this."""
+
+
+def checkpoint_path(run_dir: Union[str, Path], global_step: int) -> Path:
+    return Path(run_dir) / "checkpoints" / f"step_{global_step:012d}.pt"
+
+
+def list_checkpoints(run_dir: Union[str, Path]) -> list[Path]:
+    """Checkpoints of a run, oldest first (by global step in the name)."""
+    folder = Path(run_dir) / "checkpoints"
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.iterdir() if _NAME.match(p.name)), key=lambda p: p.name)
+
+
+def prune_checkpoints(run_dir: Union[str, Path], keep: int) -> None:
+    for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
+        old.unlink(missing_ok=True)
+
+
+def save_train_state(run_dir: Union[str, Path], state: dict, keep: int) -> Path:
+    path = atomic_torch_save(state, checkpoint_path(run_dir, int(state["global_step"])))
+    prune_checkpoints(run_dir, keep)
+    return path
+
+
+# ------------------------------------------------------------------------------------ RNG
+def rng_state() -> dict:
+    """Python, numpy, torch and CUDA RNG states as weights_only-loadable values."""
+    np_state = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(_to_tuple(state["python"]))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _to_tuple(x):
+    return tuple(_to_tuple(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+
+# ------------------------------------------------------------------------------------ spaces
+def space_to_dict(space: gym.spaces.Space) -> dict:
+    if isinstance(space, gym.spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n)}
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return {"type": "MultiDiscrete", "nvec": [int(v) for v in np.asarray(space.nvec).reshape(-1)]}
+    if isinstance(space, gym.spaces.Box):
+        return {"type": "Box", "shape": list(space.shape), "low": torch.as_tensor(space.low.astype(np.float64)),
+                "high": torch.as_tensor(space.high.astype(np.float64)), "dtype": str(np.dtype(space.dtype))}
+    raise CheckpointError(f"cannot record space {space}")
+
+
+def space_from_dict(d: dict) -> gym.spaces.Space:
+    if d["type"] == "Discrete":
+        return gym.spaces.Discrete(d["n"])
+    if d["type"] == "MultiDiscrete":
+        return gym.spaces.MultiDiscrete(d["nvec"])
+    return gym.spaces.Box(d["low"].numpy().astype(d["dtype"]), d["high"].numpy().astype(d["dtype"]), tuple(d["shape"]), np.dtype(d["dtype"]))
+
+
+# ------------------------------------------------------------------------------------ reading
+def resolve_checkpoint(path: Union[str, Path]) -> Path:
+    """A checkpoint file, or the latest checkpoint of a run directory; CheckpointError otherwise."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such file or directory")
+    if path.is_dir():
+        ckpts = list_checkpoints(path)
+        if not ckpts:
+            raise CheckpointError(f"{path}: not a Proxima run directory (no checkpoints/step_*.pt inside)")
+        return ckpts[-1]
+    return path
+
+
+def load_checkpoint(path: Union[str, Path], map_location="cpu") -> dict:
+    """Load and check a checkpoint; never runs code from the file."""
+    path = resolve_checkpoint(path)
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else "unsafe content"
+        raise CheckpointError(f"{path}: refused to load: the file holds objects that would run code on load ({first[:160]})") from None
+    except (zipfile.BadZipFile, EOFError, RuntimeError, ValueError, OSError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{path}: truncated or corrupted checkpoint ({msg[:160]})") from None
+    except Exception as e:  # any other loader failure is still the file's fault
+        raise CheckpointError(f"{path}: unreadable checkpoint ({type(e).__name__})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a Proxima checkpoint")
+    version = state.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise CheckpointError(f"{path}: checkpoint schema version {version} is newer than this Proxima supports ({SCHEMA_VERSION}); upgrade proxima")
+    for key in ("config", "agent", "global_step", "spaces"):
+        if key not in state:
+            raise CheckpointError(f"{path}: incomplete checkpoint (missing '{key}')")
+    state["path"] = str(path)
+    return state
+
+
+# ------------------------------------------------------------------------------------ policy
+class Policy:
+    """A trained policy for inference: frozen obs normalizer + actor. ``act(obs)`` -> actions."""
+
+    def __init__(self, agent, obs_normalizer, config: dict, observation_space, action_space, device, path: Optional[str] = None):
+        self.agent, self.obs_normalizer = agent.eval(), obs_normalizer
+        if obs_normalizer is not None:
+            obs_normalizer.eval()
+        self.config, self.env_id = config, config["env_id"]
+        self.observation_space, self.action_space = observation_space, action_space
+        self.device, self.path = torch.device(device), path
+
+    @torch.no_grad()
+    def act(self, obs, deterministic: bool = True):
+        """obs (B, obs_dim) or (obs_dim,), numpy or tensor -> actions of the same kind."""
+        is_numpy = not isinstance(obs, torch.Tensor)
+        x = torch.as_tensor(np.asarray(obs, dtype=np.float32) if is_numpy else obs, dtype=torch.float32, device=self.device)
+        single = x.dim() == 1
+        x = x.reshape(1 if single else x.shape[0], -1)
+        if self.obs_normalizer is not None:
+            x = self.obs_normalizer(x, update=False)
+        action = self.agent.act(x, deterministic=deterministic)
+        if single:
+            action = action[0]
+        return action.cpu().numpy() if is_numpy else action
+
+
+def build_agent(state: dict, device="cpu"):
+    """Rebuild (agent, obs_normalizer, observation_space, action_space) from a loaded checkpoint."""
+    from .agent import Agent
+    from .normalize import ObsNormalizer
+
+    cfg = state["config"]
+    obs_space = space_from_dict(state["spaces"]["observation"])
+    act_space = space_from_dict(state["spaces"]["action"])
+    agent = Agent(obs_space, act_space, cfg["hidden_sizes"], cfg["activation"]).to(device)
+    try:
+        agent.load_state_dict(state["agent"])
+        obs_norm = None
+        if state.get("obs_normalizer") is not None:
+            obs_norm = ObsNormalizer(obs_space.shape, clip=cfg["clip_obs"]).to(device)
+            obs_norm.load_state_dict(state["obs_normalizer"])
+    except (RuntimeError, KeyError) as e:
+        raise CheckpointError(f"{state.get('path', 'checkpoint')}: weights do not match the recorded config ({str(e).splitlines()[0][:160]})") from None
+    return agent, obs_norm, obs_space, act_space
+
+
+def load_policy(path: Union[str, Path], device="cpu") -> Policy:
+    state = load_checkpoint(path)
+    agent, obs_norm, obs_space, act_space = build_agent(state, device)
+    return Policy(agent, obs_norm, state["config"], obs_space, act_space, device, state["path"])

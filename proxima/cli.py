@@ -1,0 +1,230 @@
+"""Command line: ``proxima train | eval | resume | presets | bench | check-env | doctor | plot | report | rlhf``.
+
+Thin by design: parse, build a config, call the library. Errors a user can act on print one line
+``proxima <cmd>: error: ...`` and exit 2; an interrupted run exits 130 (SIGINT) or 143 (SIGTERM)
+after writing its checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+from .config import FIELDS, ConfigError, coerce
+
+EXIT_USAGE = 2
+
+
+class ArgParser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage dump) and exit status 2."""
+
+    def error(self, message: str):
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        sys.exit(EXIT_USAGE)
+
+
+def _user_errors():
+    from .checkpoint import CheckpointError
+    from .envs import EnvError
+    from .trainer import NonFiniteError
+
+    return (ConfigError, EnvError, CheckpointError, NonFiniteError)
+
+
+def fail(prog: str, message: str) -> int:
+    sys.stderr.write(f"{prog}: error: {message}\n")
+    return EXIT_USAGE
+
+
+# ------------------------------------------------------------------------------------ train
+def add_config_flags(p: argparse.ArgumentParser) -> None:
+    """One flag per PPOConfig field, help from the field's docstring; default=SUPPRESS so only
+    the flags a user typed override the preset."""
+    for name, f in FIELDS.items():
+        if name == "env_id":
+            continue
+        flag = "--" + name.replace("_", "-")
+        default = f.default if f.default is not f.default_factory else None
+        help_text = f.metadata["help"]
+        shown = f.default_factory() if callable(f.default_factory) else f.default
+        if isinstance(shown, list):
+            shown = ",".join(map(str, shown))
+        if isinstance(default, bool):
+            p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                           help=f"{help_text} (default: {shown})")
+        else:
+            choices = f.metadata.get("choices")
+            metavar = "{" + ",".join(choices) + "}" if choices else name.upper()
+            p.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=metavar, help=f"{help_text} (default: {shown})")
+    p.add_argument("--learning-rate", dest="lr", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
+def config_from_args(args: argparse.Namespace, prog: str):
+    from . import presets
+    from .config import PPOConfig
+
+    cfg = presets.resolve(args.env_id, getattr(args, "preset", None), PPOConfig())
+    for name in FIELDS:
+        if name != "env_id" and name in vars(args):
+            setattr(cfg, name, coerce(name, getattr(args, name), source="flag"))
+    return cfg
+
+
+def cmd_train(args) -> int:
+    from .trainer import TrainingInterrupted, train
+
+    prog = "proxima train"
+    try:
+        if args.nproc and args.nproc > 1:
+            from .launch import launch_torchrun
+
+            return launch_torchrun(args.nproc, sys.argv[1:])
+        cfg = config_from_args(args, prog)
+        from .config import validate
+
+        validate(cfg)
+        run_dir, _ = train(cfg, resume=args.resume, argv=sys.argv, quiet=args.quiet)
+        print(f"run directory: {run_dir}")
+        return 0
+    except TrainingInterrupted as e:
+        print(f"proxima: {e}", file=sys.stderr)
+        return e.exit_code
+    except _user_errors() as e:
+        return fail(prog, str(e))
+
+
+def cmd_resume(args) -> int:
+    from .trainer import TrainingInterrupted, train
+
+    prog = "proxima resume"
+    path = Path(args.run_dir)
+    meta = path / "meta.json"
+    try:
+        if meta.is_file() and json.loads(meta.read_text()).get("kind") == "rlhf":
+            from .rlhf import resume as rlhf_resume
+
+            return rlhf_resume(path)
+        run_dir, _ = train(None, resume=path, argv=sys.argv, quiet=args.quiet)  # config comes from the checkpoint
+        print(f"run directory: {run_dir}")
+        return 0
+    except TrainingInterrupted as e:
+        print(f"proxima: {e}", file=sys.stderr)
+        return e.exit_code
+    except json.JSONDecodeError:
+        return fail(prog, f"{meta}: not valid JSON")
+    except _user_errors() as e:
+        return fail(prog, str(e))
+
+
+# ------------------------------------------------------------------------------------ eval
+def cmd_eval(args) -> int:
+    from .checkpoint import load_policy
+    from .evaluate import evaluate, format_result
+
+    prog = "proxima eval"
+    if args.episodes < 1:
+        return fail(prog, f"--episodes {args.episodes}: must be at least 1")
+    try:
+        policy = load_policy(args.path, device=args.device)
+        seed = args.seed if args.seed is not None else policy.config["seed"] + 1_000_000
+        result = evaluate(policy, episodes=args.episodes, deterministic=not args.stochastic, seed=seed,
+                          backend=args.backend or policy.config.get("backend", "auto"), video=args.video)
+    except _user_errors() as e:
+        return fail(prog, str(e))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(format_result(result))
+        if result.get("video"):
+            print(f"video: {result['video']}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------ presets
+def cmd_presets(args) -> int:
+    from .presets import all_presets
+
+    rows = []
+    for env_id, presets in sorted(all_presets().items()):
+        for name, body in sorted(presets.items()):
+            if args.env_id and env_id != args.env_id:
+                continue
+            steps = body["config"].get("total_timesteps", FIELDS["total_timesteps"].default)
+            rows.append((env_id, name, f"{steps:,}", body["description"]))
+    if args.json:
+        print(json.dumps([dict(zip(("env_id", "preset", "steps", "description"), r)) for r in rows]))
+        return 0
+    widths = [max(len(r[i]) for r in rows + [("env id", "preset", "steps", "")]) for i in range(3)]
+    print(f"{'env id':<{widths[0]}}  {'preset':<{widths[1]}}  {'steps':>{widths[2]}}  description")
+    for r in rows:
+        print(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------ parser
+#: modules that add their own subcommand with register(subparsers)
+PLUGINS = ("proxima.bench", "proxima.envs.checker", "proxima.doctor", "proxima.plot", "proxima.report", "proxima.rlhf.cli")
+
+
+def build_parser() -> ArgParser:
+    from . import __version__
+
+    parser = ArgParser(prog="proxima", description="PPO on PyTorch: train, evaluate, resume, benchmark, RLHF.")
+    parser.add_argument("--version", action="version", version=f"proxima {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgParser)
+
+    p = sub.add_parser("train", help="train PPO on an env", description="Train PPO. Flags override the env's preset, which overrides the defaults.")
+    p.add_argument("env_id", nargs="?", default="CartPole-v1", metavar="ENV_ID", help="Gymnasium id or module:ClassName (default CartPole-v1)")
+    p.add_argument("--preset", default=None, help="named preset for the env (see `proxima presets`; default: the env's 'default')")
+    p.add_argument("--resume", default=None, metavar="auto|PATH", help="continue a run: a checkpoint or run directory, or auto (the --run-dir's latest checkpoint, if any)")
+    p.add_argument("--nproc", type=int, default=0, help="launch K processes with torchrun (data-parallel, one policy)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or summary lines")
+    add_config_flags(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("eval", help="evaluate a run or checkpoint")
+    p.add_argument("path", help="run directory or checkpoint file")
+    p.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
+    p.add_argument("--stochastic", action="store_true", help="sample actions instead of the deterministic mode")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--seed", type=int, default=None, help="env seed for evaluation (default: the run's seed + 1,000,000, as in the end-of-training eval)")
+    p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--backend", default=None, choices=("auto", "native", "gymnasium"), help="env backend (default: the run's)")
+    p.add_argument("--video", default=None, metavar="FILE", help="record the first episode to FILE (.mp4, or .gif)")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("resume", help="continue a stopped run in its directory")
+    p.add_argument("run_dir", help="run directory")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser("presets", help="list the tuned presets")
+    p.add_argument("env_id", nargs="?", default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_presets)
+
+    for name in PLUGINS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name and name.startswith(e.name):
+                continue  # optional part not installed in this build
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Optional[list] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130

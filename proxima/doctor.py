@@ -1,0 +1,381 @@
+"""`proxima doctor`: what this machine can do for training, and what to fix when it can't.
+
+`collect()` probes Python, torch, CUDA/cuDNN/NCCL, GPUs, bf16, torch.compile, distributed
+backends, CPU threads and optional packages. Every probe is wrapped: on a strange machine a probe
+reports None/False and leaves a hint; `collect()` itself never raises. Nothing here allocates more
+than a few bytes on a device, so it runs in a second or two (most of it is `import torch`).
+
+    proxima doctor                 human-readable report, hints at the end
+    proxima doctor --json          one JSON object (the dict collect() returns)
+    proxima doctor --require-cuda  exit 1 with a one-line reason when CUDA is not usable
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import sys
+from typing import Any, Callable
+
+TORCH_PIN = "2.13.0"
+
+# package -> how to install it when it is missing
+OPTIONAL_PACKAGES = {
+    "gymnasium": "pip install 'gymnasium>=1.1,<2'",
+    "mujoco": "pip install 'proxima[mujoco]'",
+    "transformers": "pip install 'proxima[rlhf]'",
+    "peft": "pip install 'proxima[rlhf]'",
+    "tensorboard": "pip install 'tensorboard>=2.14'",
+}
+
+_WHAT_NEEDS = {
+    "gymnasium": "needed for Gymnasium env ids",
+    "mujoco": "needed for MuJoCo envs such as HalfCheetah-v5",
+    "transformers": "needed for `proxima rlhf`",
+    "peft": "needed for LoRA in `proxima rlhf`",
+    "tensorboard": "needed for TensorBoard logs",
+}
+
+
+def _probe(errors: dict, name: str, fn: Callable[[], Any], default: Any = None) -> Any:
+    """Run one probe; on any exception record it and return `default`."""
+    try:
+        return fn()
+    except BaseException as e:  # noqa: BLE001 - a probe must never take the report down
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        errors[name] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        return default
+
+
+def _version_str(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, (tuple, list)):
+        return ".".join(str(p) for p in v)
+    if isinstance(v, int) and v > 1000:  # cuDNN style: 90100 -> 9.1.0, 8902 -> 8.9.2
+        major = v // 10000 if v >= 10000 else v // 1000
+        rest = v % 10000 if v >= 10000 else v % 1000
+        return f"{major}.{rest // 100}.{rest % 100}"
+    return str(v)
+
+
+def _find_cxx() -> str | None:
+    cxx = os.environ.get("CXX", "").strip()
+    if cxx:
+        exe = cxx.split()[0]
+        found = shutil.which(exe) or (exe if os.path.isfile(exe) and os.access(exe, os.X_OK) else None)
+        if found:
+            return found
+    for name in ("g++", "clang++", "c++", "gcc", "clang", "cc"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _pkg_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def collect() -> dict:
+    """Probe the machine; return a JSON-serialisable dict (see module docstring). Never raises."""
+    errors: dict[str, str] = {}
+    hints: list[str] = []
+    info: dict[str, Any] = {
+        "python": _probe(errors, "python", lambda: platform.python_version()),
+        "python_implementation": _probe(errors, "python", platform.python_implementation),
+        "python_executable": sys.executable,
+        "platform": _probe(errors, "platform", platform.platform),
+        "machine": _probe(errors, "platform", platform.machine),
+        "torch": None,
+        "torch_build": None,
+        "cuda_usable": False,
+        "cuda": None,
+        "cuda_driver": None,
+        "cudnn": None,
+        "nccl": None,
+        "gpu_count": 0,
+        "gpus": [],
+        "bf16": False,
+        "compile": {"cxx": None, "triton": None, "ok": False},
+        "distributed": {"gloo": False, "nccl": False, "mpi": False},
+        "cpu_count": _probe(errors, "cpu_count", os.cpu_count),
+        "cpu_affinity": _probe(errors, "cpu_affinity", lambda: len(os.sched_getaffinity(0))),
+        "torch_threads": None,
+        "packages": {},
+        "hints": hints,
+        "errors": errors,
+    }
+
+    torch = _probe(errors, "torch", lambda: __import__("torch"))
+    if torch is None:
+        hints.append(f"torch not importable ({errors.get('torch', 'unknown error')}): pip install torch=={TORCH_PIN}")
+    else:
+        _collect_torch(torch, info, errors, hints)
+
+    compile_info = info["compile"]
+    compile_info["cxx"] = _probe(errors, "cxx", _find_cxx)
+    compile_info["triton"] = _probe(errors, "triton", lambda: _pkg_version("triton")) or _probe(
+        errors, "triton", lambda: _pkg_version("pytorch-triton")
+    )
+    if info["cuda_usable"] and compile_info["triton"] is not None:
+        # On GPU inductor generates triton kernels: make sure it really imports.
+        if _probe(errors, "triton", _import_triton) is None:
+            compile_info["triton"] = None
+    if compile_info["cxx"] is None:
+        hints.append(
+            "torch.compile unavailable: no C++ compiler found (install g++ or set CXX); train with compile off"
+        )
+    if info["cuda_usable"] and compile_info["triton"] is None:
+        hints.append("torch.compile on GPU unavailable: triton not importable; pip install triton (matching torch)")
+    compile_info["ok"] = torch is not None and compile_info["cxx"] is not None and (
+        not info["cuda_usable"] or compile_info["triton"] is not None
+    )
+
+    for name, how in OPTIONAL_PACKAGES.items():
+        version = _probe(errors, f"package:{name}", lambda n=name: _pkg_version(n))
+        info["packages"][name] = version
+        if version is None:
+            hints.append(f"{name} not installed: {how} ({_WHAT_NEEDS[name]})")
+
+    for probe, err in errors.items():
+        if probe != "torch":
+            hints.append(f"probe {probe} failed: {err}")
+    return info
+
+
+def _import_triton():
+    import triton
+
+    return str(triton.__version__)
+
+
+def _collect_torch(torch, info: dict, errors: dict, hints: list) -> None:
+    info["torch"] = str(torch.__version__)
+    info["torch_threads"] = _probe(errors, "torch_threads", torch.get_num_threads)
+    cuda_built = _probe(errors, "torch_build", lambda: torch.version.cuda)
+    hip_built = _probe(errors, "torch_build", lambda: getattr(torch.version, "hip", None))
+    if cuda_built:
+        info["torch_build"] = f"cuda {cuda_built}"
+    elif hip_built:
+        info["torch_build"] = f"rocm {hip_built}"
+    else:
+        info["torch_build"] = "cpu"
+    base = info["torch"].split("+")[0]
+    if base != TORCH_PIN:
+        hints.append(f"torch {info['torch']} differs from the pinned torch=={TORCH_PIN}: pip install torch=={TORCH_PIN}")
+
+    # --- CUDA ------------------------------------------------------------------------------------
+    available = bool(_probe(errors, "cuda", torch.cuda.is_available, False))
+    op_error = None
+    if available:
+        def tiny_op():
+            x = torch.ones(4, device="cuda")
+            y = (x * 2).sum()
+            torch.cuda.synchronize()
+            return float(y.item()) == 8.0
+
+        try:
+            info["cuda_usable"] = bool(tiny_op())
+            if not info["cuda_usable"]:
+                op_error = "wrong result"
+        except Exception as e:  # noqa: BLE001
+            op_error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+    if cuda_built:
+        info["cuda"] = str(cuda_built)
+    elif hip_built:
+        info["cuda"] = None
+    if cuda_built or hip_built:
+        info["cudnn"] = _version_str(_probe(errors, "cudnn", torch.backends.cudnn.version))
+        if cuda_built:
+            info["nccl"] = _version_str(_probe(errors, "nccl", lambda: torch.cuda.nccl.version()))
+            drv = getattr(torch._C, "_cuda_getDriverVersion", None)
+            if drv is not None and available:
+                v = _probe(errors, "cuda_driver", drv)
+                if isinstance(v, int) and v > 0:
+                    info["cuda_driver"] = f"{v // 1000}.{(v % 1000) // 10}"
+
+    if not info["cuda_usable"]:
+        if info["torch_build"] == "cpu":
+            hints.append(
+                f"CUDA not usable: this torch is a CPU build ({info['torch']}); "
+                f"install a CUDA build of torch=={TORCH_PIN} to train on GPUs"
+            )
+        elif not available:
+            hints.append(
+                f"CUDA not usable: torch is built for {info['torch_build']} but sees no GPU "
+                "(no driver, CUDA_VISIBLE_DEVICES hides them, or the container was started without --gpus); "
+                "check nvidia-smi"
+            )
+        else:
+            hints.append(
+                f"CUDA not usable: a tiny tensor op on cuda:0 failed ({op_error}); "
+                f"the driver may be too old for CUDA {cuda_built}"
+            )
+
+    # --- GPUs ------------------------------------------------------------------------------------
+    if available:
+        count = int(_probe(errors, "gpu_count", torch.cuda.device_count, 0) or 0)
+        info["gpu_count"] = count
+        for i in range(count):
+            def props(i=i):
+                p = torch.cuda.get_device_properties(i)
+                return {
+                    "index": i,
+                    "name": str(p.name),
+                    "memory_gib": round(p.total_memory / 2**30, 1),
+                    "capability": f"{p.major}.{p.minor}",
+                }
+
+            gpu = _probe(errors, f"gpu{i}", props)
+            if gpu is not None:
+                info["gpus"].append(gpu)
+
+    # --- bf16 ------------------------------------------------------------------------------------
+    if info["cuda_usable"]:
+        info["bf16"] = bool(_probe(errors, "bf16", torch.cuda.is_bf16_supported, False))
+        where = "this GPU"
+    else:
+        def cpu_bf16():
+            a = torch.ones(4, 4, dtype=torch.bfloat16)
+            return bool(torch.isfinite((a @ a).float()).all())
+
+        info["bf16"] = bool(_probe(errors, "bf16", cpu_bf16, False))
+        where = "this CPU"
+    if not info["bf16"]:
+        hints.append(f"bf16 not supported on {where}: train in fp32 (or fp16 AMP on a GPU)")
+
+    # --- distributed -----------------------------------------------------------------------------
+    dist = info["distributed"]
+    dist_available = bool(_probe(errors, "distributed", lambda: torch.distributed.is_available(), False))
+    if dist_available:
+        dist["gloo"] = bool(_probe(errors, "gloo", torch.distributed.is_gloo_available, False))
+        dist["nccl"] = bool(_probe(errors, "nccl_backend", torch.distributed.is_nccl_available, False))
+        dist["mpi"] = bool(_probe(errors, "mpi", torch.distributed.is_mpi_available, False))
+    else:
+        hints.append("torch.distributed not available in this torch build: torchrun / DDP will not work")
+    if dist_available and not dist["gloo"]:
+        hints.append("gloo backend not available: CPU torchrun runs will not work")
+    if info["cuda_usable"] and not dist["nccl"]:
+        hints.append("NCCL backend not available: multi-GPU torchrun would fall back to gloo (slow)")
+
+
+def _yn(flag: Any) -> str:
+    return "yes" if flag else "no"
+
+
+def _or_dash(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+def format_report(info: dict) -> str:
+    """Aligned human-readable lines, hints at the end."""
+    rows: list[tuple[str, str]] = []
+    py = f"{_or_dash(info.get('python'))} ({_or_dash(info.get('python_implementation'))})"
+    rows.append(("python", py))
+    rows.append(("platform", f"{_or_dash(info.get('platform'))} [{_or_dash(info.get('machine'))}]"))
+    rows.append(("torch", f"{_or_dash(info.get('torch'))} (build: {_or_dash(info.get('torch_build'))})"))
+    rows.append(("cuda usable", _yn(info.get("cuda_usable"))))
+    cuda = _or_dash(info.get("cuda"))
+    if info.get("cuda_driver"):
+        cuda += f" (driver supports {info['cuda_driver']})"
+    rows.append(("cuda", cuda))
+    rows.append(("cudnn", _or_dash(info.get("cudnn"))))
+    rows.append(("nccl", _or_dash(info.get("nccl"))))
+    rows.append(("gpus", str(info.get("gpu_count", 0))))
+    for gpu in info.get("gpus") or []:
+        rows.append(
+            (f"  gpu {gpu.get('index')}", f"{gpu.get('name')}, {gpu.get('memory_gib')} GiB, sm {gpu.get('capability')}")
+        )
+    rows.append(("bf16", _yn(info.get("bf16"))))
+    comp = info.get("compile") or {}
+    rows.append(
+        (
+            "torch.compile",
+            f"{_yn(comp.get('ok'))} (c++: {_or_dash(comp.get('cxx'))}, triton: {_or_dash(comp.get('triton'))})",
+        )
+    )
+    dist = info.get("distributed") or {}
+    rows.append(("distributed", ", ".join(f"{k} {_yn(dist.get(k))}" for k in ("gloo", "nccl", "mpi"))))
+    rows.append(
+        (
+            "cpu",
+            f"{_or_dash(info.get('cpu_count'))} cores ({_or_dash(info.get('cpu_affinity'))} usable), "
+            f"torch intra-op threads {_or_dash(info.get('torch_threads'))}",
+        )
+    )
+    for name, version in (info.get("packages") or {}).items():
+        rows.append((name, version if version else "not installed"))
+
+    width = max(len(k) for k, _ in rows)
+    lines = ["proxima doctor"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]
+    hints = info.get("hints") or []
+    if hints:
+        lines.append("hints:")
+        lines.extend(f"  - {h}" for h in hints)
+    else:
+        lines.append("hints: none, all set")
+    return "\n".join(lines)
+
+
+def cuda_reason(info: dict) -> str:
+    """One line saying why CUDA is not usable (empty when it is)."""
+    if info.get("cuda_usable"):
+        return ""
+    for h in info.get("hints") or []:
+        if h.startswith("CUDA not usable") or h.startswith("torch not importable"):
+            return h
+    return "CUDA not usable"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of `proxima doctor`; returns the exit status."""
+    info = collect()
+    if getattr(args, "json", False):
+        print(json.dumps(info, sort_keys=False))
+    else:
+        print(format_report(info))
+    if getattr(args, "require_cuda", False) and not info.get("cuda_usable"):
+        reason = cuda_reason(info)
+        if "CUDA" not in reason:
+            reason = f"CUDA not usable: {reason}"
+        print(f"proxima doctor: {reason}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    parser.add_argument(
+        "--require-cuda", action="store_true", help="exit 1 with a one-line reason when CUDA is not usable"
+    )
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add the `doctor` subcommand to an argparse subparsers object."""
+    parser = subparsers.add_parser(
+        "doctor",
+        help="report Python, torch, CUDA, GPUs, bf16, torch.compile and package support, with fixes",
+        description=__doc__.splitlines()[0],
+    )
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m proxima.doctor", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""Evaluation: run a policy for a number of episodes and report the mean and std of the return."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import torch
+
+from .envs import make_env
+
+
+@torch.no_grad()
+def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: int = 12345, backend: str = "auto",
+             max_steps: int = 1_000_000, video: Optional[str] = None) -> dict:
+    """Run ``episodes`` episodes, one per env, each env's first episode (no bias towards short ones).
+
+    The policy's observation normalizer is applied frozen (its training statistics). Returns a
+    dict with env_id, episodes, mean_return, std_return, returns, lengths, deterministic.
+    """
+    env = make_env(policy.env_id, episodes, device=policy.device, backend=backend, seed=seed,
+                   render_mode="rgb_array" if video else None)
+    try:
+        obs = env.reset(seed=seed)
+        returns = torch.zeros(episodes, dtype=torch.float64, device=env.device)
+        lengths = torch.zeros(episodes, dtype=torch.int64, device=env.device)
+        finished = torch.zeros(episodes, dtype=torch.bool, device=env.device)
+        frames = []
+        for _ in range(max_steps):
+            if video is not None:
+                frame = env.render(0)
+                if frame is not None and not bool(finished[0]):
+                    frames.append(frame)
+            action = policy.act(obs, deterministic=deterministic)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            returns += torch.where(finished, 0.0, reward.to(torch.float64))
+            lengths += (~finished).to(torch.int64)
+            finished |= terminated | truncated
+            if bool(finished.all()):
+                break
+    finally:
+        env.close()
+    r = returns.cpu().numpy()
+    result = {"env_id": policy.env_id, "episodes": int(episodes), "mean_return": float(r.mean()),
+              "std_return": float(r.std()) if episodes > 1 else 0.0, "returns": [float(x) for x in r],
+              "lengths": [int(x) for x in lengths.cpu()], "deterministic": bool(deterministic)}
+    if video is not None:
+        from .video import write_video
+
+        result["video"] = write_video(frames, video) if frames else None
+    return result
+
+
+def format_result(result: dict) -> str:
+    mode = "deterministic" if result["deterministic"] else "stochastic"
+    return f"{result['env_id']}: {result['mean_return']:.2f} +- {result['std_return']:.2f} over {result['episodes']} episodes ({mode})"

@@ -1,0 +1,55 @@
+"""Presets: tuned hyperparameters per env id, as YAML files in this folder.
+
+Format (one file per env family)::
+
+    CartPole-v1:                 # env id
+      default:                   # preset name; "default" is used when --preset is not given
+        description: one line shown by `proxima presets`
+        config:                  # any PPOConfig fields; CLI flags override them
+          num_envs: 4
+          total_timesteps: 500000
+
+Resolution: PPOConfig defaults <- the env's preset (``default`` unless ``--preset NAME``) <- flags.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from ..config import ConfigError, PPOConfig, from_dict
+
+_DIR = Path(__file__).parent
+
+
+@lru_cache(maxsize=1)
+def all_presets() -> dict:
+    """env id -> preset name -> {"description": str, "config": dict, "file": str}."""
+    out: dict = {}
+    for path in sorted(_DIR.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text()) or {}
+        for env_id, presets in data.items():
+            for name, body in presets.items():
+                out.setdefault(env_id, {})[name] = {"description": body.get("description", ""), "config": body.get("config", {}) or {}, "file": path.name}
+    return out
+
+
+def preset_names(env_id: str) -> list[str]:
+    return sorted(all_presets().get(env_id, {}))
+
+
+def resolve(env_id: str, preset: str | None = None, base: PPOConfig | None = None) -> PPOConfig:
+    """The config for ``env_id`` with its preset applied (``default`` when preset is None)."""
+    cfg = base if base is not None else PPOConfig()
+    cfg.env_id = env_id
+    presets = all_presets().get(env_id, {})
+    if preset is None:
+        if "default" in presets:
+            cfg = from_dict(presets["default"]["config"], cfg, source=f"preset {env_id}/default")
+        return cfg
+    if preset not in presets:
+        known = ", ".join(sorted(presets)) or "none"
+        raise ConfigError(f"--preset {preset!r}: no such preset for {env_id} (available: {known}; see `proxima presets`)")
+    return from_dict(presets[preset]["config"], cfg, source=f"preset {env_id}/{preset}")

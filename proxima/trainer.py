@@ -1,0 +1,403 @@
+"""The outer loop: wires env, agent, optimizer, LR schedule, normalizers, logging, checkpoints,
+signals and evaluation around the four functions of ppo.py. The algorithm itself lives there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from . import checkpoint as ckpt
+from . import ppo
+from .agent import Agent, action_dtype, action_shape
+from .config import ConfigError, PPOConfig, batch_size, from_dict, num_iterations, validate
+from .envs import BatchedEnv, EnvError, make_env
+from .normalize import ObsNormalizer, RewardScaler
+from .rollout import Rollout
+
+
+class NonFiniteError(RuntimeError):
+    """NaN/inf met in an observation, reward, loss or gradient; names the field, env and step."""
+
+
+class TrainingInterrupted(Exception):
+    """SIGINT/SIGTERM stopped the run after a checkpoint was written; ``exit_code`` is 128+signum."""
+
+    def __init__(self, signum: int, checkpoint: Optional[Path]):
+        super().__init__(f"stopped by {signal.Signals(signum).name}; checkpoint: {checkpoint}")
+        self.signum, self.checkpoint, self.exit_code = signum, checkpoint, 128 + signum
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"--device {name!r}: not a torch device (cpu, cuda, cuda:1, auto)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name!r}: CUDA is not usable here (run `proxima doctor`); use --device cpu")
+    return dev
+
+
+def versions() -> dict:
+    import platform
+
+    import gymnasium
+
+    from . import __version__
+
+    return {"proxima": __version__, "python": platform.python_version(), "torch": str(torch.__version__),
+            "gymnasium": gymnasium.__version__, "numpy": np.__version__}
+
+
+def git_commit() -> Optional[str]:
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def default_run_dir(cfg: PPOConfig) -> Path:
+    safe_env = cfg.env_id.replace("/", "_").replace(":", "_")
+    return Path("runs") / f"{safe_env}__{cfg.seed}__{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class _Stop:
+    signum: int = 0
+
+
+class _SignalGuard:
+    """First SIGINT/SIGTERM: finish the iteration, checkpoint, stop. Second SIGINT: exit at once
+    (checkpoints are written atomically, so the last one stays loadable)."""
+
+    def __init__(self):
+        self.stop = _Stop()
+        self._old = {}
+
+    def __enter__(self):
+        if threading_main():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self.stop
+
+    def _handle(self, signum, frame):
+        if self.stop.signum:
+            sys.stderr.write("\nproxima: second interrupt, exiting now (last checkpoint kept)\n")
+            os._exit(128 + signum)
+        self.stop.signum = signum
+        sys.stderr.write(f"\nproxima: {signal.Signals(signum).name} received; writing a checkpoint after this iteration "
+                         "(interrupt again to exit at once)\n")
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        return False
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+# ------------------------------------------------------------------------------------------------
+class Trainer:
+    """Owns the state of one run (TrainState of DESIGN.md) and runs its iterations."""
+
+    def __init__(self, cfg: PPOConfig, run_dir: Optional[Path] = None, resume_state: Optional[dict] = None,
+                 argv: Optional[list] = None, quiet: bool = False):
+        from . import distributed
+
+        self.dist = distributed.context()
+        validate(cfg, self.dist.world_size)
+        self.cfg, self.quiet = cfg, quiet
+        torch.set_num_threads(cfg.threads)
+        self.device = self.dist.device if self.dist.world_size > 1 else resolve_device(cfg.device)
+        if cfg.cudagraphs and self.device.type != "cuda":
+            raise ConfigError("--cudagraphs needs a CUDA device (got --device %s)" % cfg.device)
+        if cfg.amp == "fp16" and self.device.type != "cuda":
+            raise ConfigError("--amp fp16 needs a CUDA device (GradScaler); use --amp bf16 on CPU")
+        torch.use_deterministic_algorithms(cfg.deterministic, warn_only=True)
+        rank_seed = cfg.seed + 10_000 * self.dist.rank  # each rank its own envs and samples
+        seed_everything(rank_seed)
+        self.env: BatchedEnv = make_env(cfg.env_id, cfg.num_envs, self.device, cfg.backend, cfg.vector, seed=rank_seed)
+        obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
+        self.agent = Agent(obs_space, act_space, cfg.hidden_sizes, cfg.activation).to(self.device)
+        self.model = self.dist.wrap(self.agent)
+        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=cfg.lr, eps=1e-5)  # detail 3
+        self.obs_norm = ObsNormalizer(obs_space.shape, cfg.clip_obs).to(self.device) if cfg.norm_obs else None
+        self.reward_scaler = RewardScaler(cfg.num_envs, cfg.gamma, cfg.clip_reward).to(self.device) if cfg.norm_reward else None
+        self.rollout = Rollout(cfg.num_steps, cfg.num_envs, self.env.obs_shape, action_shape(act_space), action_dtype(act_space), self.device)
+        self.num_iterations = num_iterations(cfg, self.dist.world_size)
+        self.steps_per_iteration = batch_size(cfg) * self.dist.world_size
+        self.iteration, self.global_step, self.elapsed = 0, 0, 0.0
+        self.autocast, self.scaler = self._amp_setup()
+        self.policy_step = self.agent.policy_step
+        self.grad_step = ppo.make_grad_step(self.model, self.optimizer, cfg, self.autocast, self.scaler)
+        if cfg.compile or cfg.cudagraphs:
+            from .accel import accelerate
+
+            self.policy_step, self.grad_step = accelerate(self)
+        self.next_obs = self.env.reset(seed=rank_seed)
+        if resume_state is not None:
+            self._restore(resume_state)
+        self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(cfg)
+        self.argv = argv
+        self.logger = None
+
+    # --- amp -------------------------------------------------------------------------------------
+    def _amp_setup(self):
+        if self.cfg.amp == "none":
+            return None, None
+        dtype = torch.bfloat16 if self.cfg.amp == "bf16" else torch.float16
+        dev = self.device.type
+
+        def autocast():
+            return torch.autocast(device_type=dev, dtype=dtype)
+
+        scaler = torch.amp.GradScaler(dev) if self.cfg.amp == "fp16" else None
+        return autocast, scaler
+
+    # --- state -----------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The whole TrainState: everything needed to continue as if never stopped."""
+        return {
+            "format": ckpt.FORMAT, "schema_version": ckpt.SCHEMA_VERSION, "versions": versions(),
+            "config": self.cfg.to_dict(), "iteration": self.iteration, "global_step": self.global_step,
+            "elapsed": self.elapsed, "world_size": self.dist.world_size,
+            "spaces": {"observation": ckpt.space_to_dict(self.env.single_observation_space),
+                       "action": ckpt.space_to_dict(self.env.single_action_space)},
+            "agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "lr": self.optimizer.param_groups[0]["lr"] if not torch.is_tensor(self.optimizer.param_groups[0]["lr"]) else float(self.optimizer.param_groups[0]["lr"]),
+            "obs_normalizer": self.obs_norm.state_dict() if self.obs_norm is not None else None,
+            "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler is not None else None,
+            "grad_scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "env_backend": self.env.backend,
+            "env": self.env.state_dict() if self.env.can_save_state else None,
+            "next_obs": self.next_obs,
+            "rng": ckpt.rng_state(),
+        }
+
+    def _restore(self, state: dict) -> None:
+        path = state.get("path", "checkpoint")
+        try:
+            self.agent.load_state_dict(state["agent"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            if self.obs_norm is not None:
+                self.obs_norm.load_state_dict(state["obs_normalizer"])
+            if self.reward_scaler is not None:
+                self.reward_scaler.load_state_dict(state["reward_scaler"])
+            if self.scaler is not None and state.get("grad_scaler"):
+                self.scaler.load_state_dict(state["grad_scaler"])
+        except (RuntimeError, KeyError, ValueError, TypeError) as e:
+            raise ckpt.CheckpointError(f"{path}: does not match this run's config ({str(e).splitlines()[0][:160]})") from None
+        self.iteration, self.global_step, self.elapsed = state["iteration"], state["global_step"], state.get("elapsed", 0.0)
+        if state.get("world_size", 1) != self.dist.world_size:
+            raise ckpt.CheckpointError(f"{path}: written by {state.get('world_size', 1)} process(es), resumed with {self.dist.world_size}; use the same --nproc")
+        if state.get("env") is not None and self.env.can_save_state and state.get("env_backend") == self.env.backend:
+            self.env.load_state_dict(state["env"])
+            self.next_obs = state["next_obs"].to(self.device)
+            ckpt.set_rng_state(state["rng"])
+        else:
+            # Gymnasium envs cannot save their state: restart episodes (told once)
+            if self.dist.is_main:
+                print(f"proxima: note: {self.env.backend} envs cannot restore their state; resumed run restarts episodes", file=sys.stderr)
+            ckpt.set_rng_state(state["rng"])
+            self.next_obs = self.env.reset(seed=self.cfg.seed + 10_000 * self.dist.rank + self.iteration)
+        if self.dist.world_size > 1:  # rank r saved only rank 0's RNG: derive its own stream
+            torch.manual_seed(self.cfg.seed + 10_000 * self.dist.rank + self.iteration)
+
+    # --- run directory ---------------------------------------------------------------------------
+    def _open_run_dir(self, resumed: bool) -> None:
+        if not self.dist.is_main:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "checkpoints").mkdir(exist_ok=True)
+        if not resumed:
+            import yaml
+
+            with open(self.run_dir / "config.yaml", "w") as f:
+                yaml.safe_dump(self.cfg.to_dict(), f, sort_keys=False)
+            meta = {"kind": "ppo", "command": self.argv if self.argv is not None else sys.argv,
+                    "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(),
+                    "device": str(self.device), "world_size": self.dist.world_size, "git_commit": git_commit(),
+                    "env_backend": self.env.backend}
+            try:
+                from .doctor import collect
+
+                meta["machine"] = collect()
+            except Exception:  # doctor is best-effort here
+                pass
+            with open(self.run_dir / "meta.json", "w") as f:
+                json.dump(meta, f, indent=2, default=str)
+        self.logger = _make_logger(self, resumed)
+
+    def save(self) -> Optional[Path]:
+        if not self.dist.is_main:
+            return None
+        return ckpt.save_train_state(self.run_dir, self.state_dict(), self.cfg.keep_checkpoints)
+
+    # --- one iteration ---------------------------------------------------------------------------
+    def train_iteration(self) -> dict:
+        cfg, ro = self.cfg, self.rollout
+        if cfg.anneal_lr:  # detail 4
+            frac = 1.0 - self.iteration / self.num_iterations
+            self.optimizer.param_groups[0]["lr"] = frac * cfg.lr if not torch.is_tensor(self.optimizer.param_groups[0]["lr"]) else self.optimizer.param_groups[0]["lr"].fill_(frac * cfg.lr)
+        step0 = self.global_step
+        self.next_obs = ppo.collect_rollout(self.env, self.policy_step, ro, self.next_obs, self.obs_norm, self.reward_scaler)
+        self.global_step += self.steps_per_iteration
+        self._check_rollout_finite(step0)
+        with torch.no_grad():
+            next_values = self.agent.get_value(ro.final_obs.reshape(-1, *ro.final_obs.shape[2:])).reshape(ro.num_steps, ro.num_envs)
+        # ppo2 treated truncation as termination; the default bootstraps from V(final_obs)
+        terminated = ro.terminated if cfg.bootstrap_truncation else ro.dones
+        advantages, returns = ppo.compute_gae(ro.rewards, ro.values, next_values, terminated, ro.dones, cfg.gamma, cfg.gae_lambda)
+        batch = ro.flatten(advantages, returns)
+        self.model.train()
+        out = ppo.update(self.agent, self.optimizer, batch, cfg, grad_step=self.grad_step)
+        out["explained_variance"] = ppo.explained_variance(batch["values"], batch["returns"])
+        out["ep_return_sum"], out["ep_length_sum"], out["ep_count"] = ro.ep_return_sum, ro.ep_length_sum, ro.ep_count
+        self.iteration += 1
+        return out
+
+    def _check_rollout_finite(self, step0: int) -> None:
+        ro = self.rollout
+        for field, t in (("observation", ro.obs), ("reward", ro.raw_rewards), ("final observation", ro.final_obs)):
+            bad = ~torch.isfinite(t.reshape(ro.num_steps, ro.num_envs, -1)).all(-1)
+            if bool(bad.any()):  # one sync per iteration; the search below runs only on failure
+                ts, ns = torch.nonzero(bad, as_tuple=True)
+                t0, n0 = int(ts[0]), int(ns[0])
+                step = step0 + (t0 * ro.num_envs + n0) * self.dist.world_size
+                raise NonFiniteError(f"non-finite {field} from env {n0} (rank {self.dist.rank}) at global step {step}; "
+                                     f"check the env's step() (proxima check-env {self.cfg.env_id})")
+
+    # --- the loop --------------------------------------------------------------------------------
+    def run(self, resumed: bool = False) -> Path:
+        self._open_run_dir(resumed)
+        cfg = self.cfg
+        last_ckpt = None
+        try:
+            with _SignalGuard() as stop:
+                t_start = time.perf_counter() - self.elapsed
+                while self.iteration < self.num_iterations:
+                    t_iter = time.perf_counter()
+                    out = self.train_iteration()
+                    metrics = self.dist.reduce_metrics(out)
+                    if metrics["nonfinite"]:
+                        raise NonFiniteError(f"non-finite loss or gradient in the update at global step {self.global_step} "
+                                             f"(iteration {self.iteration}); last good checkpoint: {last_ckpt or 'none'}; "
+                                             "try a lower --lr or --max-grad-norm, or --norm-obs/--norm-reward")
+                    self.elapsed = time.perf_counter() - t_start
+                    sps = self.steps_per_iteration / max(time.perf_counter() - t_iter, 1e-9)
+                    if self.logger is not None:
+                        self.logger.log(self.iteration, self.global_step, _metric_row(metrics, sps, self.optimizer, self.elapsed))
+                    periodic = cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0
+                    if periodic or stop.signum or self.iteration == self.num_iterations:
+                        last_ckpt = self.save() or last_ckpt
+                    if stop.signum:
+                        raise TrainingInterrupted(stop.signum, last_ckpt)
+        finally:
+            if self.logger is not None:
+                self.logger.close()
+        return self.run_dir
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _make_logger(trainer: "Trainer", resumed: bool):
+    from .logger import RunLogger
+
+    total = trainer.num_iterations * trainer.steps_per_iteration
+    show = trainer.cfg.progress and not trainer.quiet
+    return RunLogger(trainer.run_dir, total, resume_step=trainer.global_step if resumed else None, progress=show)
+
+
+def _metric_row(m: dict, sps: float, optimizer, elapsed: float) -> dict:
+    count = m["ep_count"]
+    lr = optimizer.param_groups[0]["lr"]
+    return {
+        "time": round(elapsed, 3), "episodes": int(count),
+        "charts/episodic_return": m["ep_return_sum"] / count if count else math.nan,
+        "charts/episodic_length": m["ep_length_sum"] / count if count else math.nan,
+        "charts/SPS": sps, "charts/learning_rate": float(lr),
+        "losses/policy_loss": m["policy_loss"], "losses/value_loss": m["value_loss"], "losses/entropy": m["entropy"],
+        "losses/approx_kl": m["approx_kl"], "losses/clipfrac": m["clipfrac"], "losses/explained_variance": m["explained_variance"],
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+def train(config: PPOConfig, run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True):
+    """Train PPO. Returns (run_dir, agent).
+
+    resume: None (fresh run), a checkpoint file or run directory to continue from ("auto" resumes
+    from ``run_dir`` when it holds a checkpoint). A resumed run continues in the checkpoint's run
+    directory with the checkpoint's config.
+    """
+    state, resumed = None, False
+    if resume is not None:
+        if resume == "auto":
+            if run_dir is None and config.run_dir is None:
+                raise ConfigError("--resume auto needs --run-dir DIR (the run to continue)")
+            target = Path(run_dir or config.run_dir)
+            resume = target if ckpt.list_checkpoints(target) else None
+        if resume is not None:
+            state = ckpt.load_checkpoint(resume)
+            config = from_dict(state["config"], source=state["path"])
+            src = Path(state["path"]).resolve()
+            run_dir = src.parent.parent if src.parent.name == "checkpoints" else Path(run_dir or config.run_dir or src.parent)
+            resumed = True
+    run_dir = run_dir if run_dir is not None else (Path(config.run_dir) if config.run_dir else None)
+    trainer = Trainer(config, run_dir=run_dir, resume_state=state, argv=argv, quiet=quiet)
+    try:
+        if resumed and not quiet and trainer.dist.is_main:
+            print(f"proxima: resuming {trainer.run_dir} at global step {trainer.global_step:,} (iteration {trainer.iteration})", file=sys.stderr)
+        out_dir = trainer.run(resumed=resumed)
+    finally:
+        trainer.close()
+    if evaluate_at_end and trainer.dist.is_main:
+        finish_run(trainer, quiet)
+    return out_dir, trainer.agent
+
+
+def finish_run(trainer: Trainer, quiet: bool) -> None:
+    """Final evaluation (written to eval.json) and the optional learning-curve plot."""
+    from .evaluate import evaluate
+
+    cfg = trainer.cfg
+    if cfg.eval_episodes > 0:
+        ckpts = ckpt.list_checkpoints(trainer.run_dir)
+        policy = ckpt.load_policy(ckpts[-1], device=trainer.device)
+        result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend)
+        with open(trainer.run_dir / "eval.json", "w") as f:
+            json.dump(result, f, indent=2)
+        if not quiet:
+            print(f"eval {result['env_id']}: {result['mean_return']:.2f} +- {result['std_return']:.2f} over {result['episodes']} episodes (deterministic)")
+    if cfg.plot:
+        from .plot import plot_runs
+
+        plot_runs([trainer.run_dir], trainer.run_dir / "curve.png")

@@ -1,0 +1,140 @@
+"""``proxima check-env``: clean envs pass, each broken rule gives its violation with expected vs actual."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from proxima.envs.checker import ALL_CHECKS, Violation, check_env, format_violations, register
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def fixtures_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(FIXTURES))
+
+
+def cli(*argv: str) -> int:
+    """The CLI as `proxima` will wire it: register() on a subparsers object, then args.func(args)."""
+    parser = argparse.ArgumentParser(prog="proxima")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(list(argv))
+    return args.func(args)
+
+
+@pytest.mark.parametrize("target", ["CartPole-v1", "Pendulum-v1", "bad_envs:GoodEnv", "bad_envs:NeverEnds"])
+def test_clean_envs_pass(target, capsys):
+    assert cli("check-env", target) == 0
+    out, err = capsys.readouterr()
+    assert out.strip().splitlines() == [f"OK: {target} passes 19 checks"]
+    assert err == ""
+
+
+# (class, check, text in expected, text in actual)
+BAD = [
+    ("WrongShape", "obs shape", "shape (3,)", "shape (4,) at reset(seed=0)"),
+    ("WrongDtype", "obs dtype", "dtype float32", "dtype float64 at reset(seed=0)"),
+    ("OutOfBounds", "obs bounds", "obs[2] in [-1, 1]", "obs[2] = 1.5, above high[2] = 1, at step 3"),
+    ("NaNObs", "obs finite", "finite observation values", "obs[1] = nan at step 5"),
+    ("InfReward", "reward finite", "finite reward", "reward = inf at step 4"),
+    ("OldGymStep", "step returns", "5 values (obs, reward, terminated, truncated, info)", "4 values at step 1: the old gym API"),
+    ("NondeterministicReset", "reset determinism", "reset(seed=0) twice gives the same obs", "first ["),
+    ("DictObs", "spaces supported", "observation Box", "not supported yet: observation space Dict("),
+    ("StepRaises", "step", "step(action) returns without raising", "at step 2 raised RuntimeError: boom at step 2"),
+    ("ResetRaises", "reset", "reset(seed=0) returns (obs, info)", "reset(seed=0) raised KeyError: 'level'"),
+    ("AutoresetRaises", "autoreset", "reset() works again after an episode ends", "reset() after the episode ended at step 10 raised RuntimeError: already finished"),
+    ("ArrayReward", "reward type", "real scalar", "ndarray of shape (1,)"),
+    ("OldGymReset", "reset returns", "a tuple (obs, info)", "the old gym API returned obs alone"),
+    ("NoSpaces", "spaces declared", "gymnasium.spaces.Space", "observation_space missing (set it in __init__), action_space missing"),
+    ("UnboundedAction", "spaces supported", "Box with finite bounds", "Box action space needs finite bounds"),
+    ("MutatesAction", "action not mutated", "unchanged", "changed it in place to [-1., -1.]"),
+    ("ConstructorRaises", "build", "the constructor returns a gymnasium.Env", "ConstructorRaises() raised ValueError: missing config file"),
+    ("NotAnEnv", "build", "a gymnasium.Env instance", "did not return a gymnasium.Env (got NotAnEnv)"),
+]
+
+
+@pytest.mark.parametrize("cls, check, expected, actual", BAD, ids=[b[0] for b in BAD])
+def test_each_broken_rule_is_reported(cls, check, expected, actual):
+    violations = check_env(f"bad_envs:{cls}")
+    assert [v.check for v in violations] == [check], violations
+    v = violations[0]
+    assert expected in v.expected and actual in v.actual, v
+
+
+def test_int_flags_and_non_dict_info_are_both_reported():
+    found = {v.check: v for v in check_env("bad_envs:IntFlags")}
+    assert set(found) == {"terminated type", "info type"}
+    assert found["terminated type"].actual.startswith("int 0 at step 1")
+    assert found["info type"].actual.startswith("NoneType None at step 1")
+
+
+def test_repeated_violation_is_reported_once_with_a_count():
+    (v,) = check_env("bad_envs:NaNObs", steps=30)  # episodes of 10 steps: NaN at steps 5, 15, 25
+    assert v.actual == "obs[1] = nan at step 5 (and 2 more times)"
+
+
+def test_cli_report_for_a_bad_env(capsys):
+    assert cli("check-env", "bad_envs:WrongDtype", "--steps", "20") == 1
+    out, err = capsys.readouterr()
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("FAIL obs dtype: expected dtype float32 (observation_space.dtype); got dtype float64 at reset(seed=0)")
+    assert lines[-1] == "1 violation(s) in bad_envs:WrongDtype"
+    assert len(lines) == 2 and err == ""
+
+
+def test_user_exceptions_never_print_a_traceback(capsys):
+    for cls in ("StepRaises", "ResetRaises", "AutoresetRaises", "ConstructorRaises"):
+        assert cli("check-env", f"bad_envs:{cls}") == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+
+
+def test_unknown_id_exits_2_with_a_suggestion(capsys):
+    assert cli("check-env", "CartPol-v1") == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("proxima check-env: error: unknown env id 'CartPol-v1'; did you mean CartPole-v1")
+
+
+@pytest.mark.parametrize("target, text", [("no_such_module_xyz:Env", "cannot import module 'no_such_module_xyz'"), ("bad_envs:Missing", "has no attribute 'Missing'")])
+def test_unresolvable_target_exits_2(target, text, capsys):
+    assert cli("check-env", target) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("proxima check-env: error: ") and text in err and err.count("\n") == 1
+
+
+def test_negative_steps_exit_2(capsys):
+    assert cli("check-env", "CartPole-v1", "--steps", "-1") == 2
+    assert "--steps must be >= 0" in capsys.readouterr().err
+
+
+def test_step_budget_is_honoured():
+    import bad_envs
+
+    bad_envs.Counting.calls = 0
+    assert check_env("bad_envs:Counting", steps=25) == []
+    assert bad_envs.Counting.calls == 25  # episodes of 10: two resets inside the budget
+    bad_envs.Counting.calls = 0
+    assert check_env("bad_envs:Counting", steps=7) == []
+    assert bad_envs.Counting.calls == 8  # no episode ended: one reset() and one more step check autoreset
+    bad_envs.Counting.calls = 0
+    report = check_env("bad_envs:Counting", steps=0)
+    assert report == [] and bad_envs.Counting.calls == 0
+    assert "step" not in report.checks_run and "reset determinism" in report.checks_run
+
+
+def test_format_violations():
+    assert format_violations("X-v0", []) == f"OK: X-v0 passes {len(ALL_CHECKS)} checks"
+    vs = [Violation("obs shape", "shape (3,)", "shape (4,)\nat step 1"), Violation("step", "no raise", "raised")]
+    text = format_violations("X-v0", vs)
+    assert text.splitlines() == [
+        "FAIL obs shape: expected shape (3,); got shape (4,) at step 1",
+        "FAIL step: expected no raise; got raised",
+        "2 violation(s) in X-v0",
+    ]
+    assert [f.name for f in dataclasses.fields(Violation)] == ["check", "expected", "actual"]
