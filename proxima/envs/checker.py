@@ -336,13 +336,17 @@ class _Checker:
         ok, first = self.do_reset(env, "reset", seed=self.seed)
         if not ok:
             return
+        try:
+            first = copy.deepcopy(first)  # an env may hand back (and later overwrite) its own buffer
+        except Exception:
+            pass
         ok, again = self.do_reset(env, "reset", "(second call)", seed=self.seed)
         if not ok:
             return
         if _same(first, again):
             self.ok("reset determinism")
         else:
-            show = (lambda o: _fmt_array(o)) if isinstance(first, np.ndarray) and isinstance(again, np.ndarray) else _describe
+            show = _fmt_array if isinstance(first, np.ndarray) and isinstance(again, np.ndarray) else _describe
             self.bad("reset determinism", f"reset(seed={self.seed}) twice gives the same obs (draw randomness from self.np_random after super().reset(seed=seed))",
                      f"first {show(first)}, then {show(again)}")
         if self.steps <= 0:
