@@ -1,0 +1,130 @@
+"""Debugging aids for the hot loop: make a host sync an error instead of a silent slowdown.
+
+``forbid_host_sync()`` guards a block of code that must keep its data on the device (DESIGN.md:
+no ``.item()``, ``.cpu()``, ``.numpy()`` or Python lists inside an iteration)::
+
+    with forbid_host_sync(device):
+        next_obs = ppo.collect_rollout(env, agent.policy_step, rollout, next_obs)
+
+On CUDA it is ``torch.cuda.set_sync_debug_mode("error")``: the CUDA runtime itself reports every
+synchronizing call. On CPU nothing ever "syncs", so the guard catches the Python-side reads that
+would sync on an accelerator: it patches the ``torch.Tensor`` methods that turn a tensor value into
+a Python value or a host copy (``item``, ``__bool__``, ``__int__``, ``__float__``, ``__index__``,
+``__format__``, ``__array__``, ``tolist``, ``numpy``, ``cpu`` and ``to`` with an explicit CPU target)
+so that they raise :class:`HostSyncError`. Calls made by torch's own Python code (the optimizer
+reading its CPU step counter, for instance) are let through: whether those sync is for the CUDA
+mode to judge, and on CPU they are not a property of the code under test.
+
+The patches are process-wide while the block runs; use it in tests and debugging, not in
+production code, and not from several threads at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+from typing import Iterator, Optional
+
+import torch
+
+__all__ = ["HostSyncError", "forbid_host_sync"]
+
+#: Tensor methods that hand a tensor's value to Python (or to host memory).
+VALUE_READS = ("item", "__bool__", "__int__", "__float__", "__index__", "__format__", "__array__", "tolist", "numpy", "cpu")
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+class HostSyncError(RuntimeError):
+    """A tensor value was read on the host inside a ``forbid_host_sync()`` block."""
+
+
+def _caller_is_torch(depth: int = 2) -> bool:
+    """True when the Python frame that called the patched method is torch's own code."""
+    frame = sys._getframe(depth)
+    return frame.f_code.co_filename.startswith(_TORCH_DIR)
+
+
+def _where(depth: int = 2) -> str:
+    frame = sys._getframe(depth)
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
+def _raise(name: str) -> None:
+    raise HostSyncError(f"host sync in a forbid_host_sync() block: Tensor.{name}() at {_where(3)}; "
+                        "keep the value a tensor (torch.where, in-place ops) and read it once per iteration")
+
+
+def _guarded(name: str, original):
+    @functools.wraps(original)
+    def guarded(self, *args, **kwargs):
+        if not _caller_is_torch():
+            _raise(name)
+        return original(self, *args, **kwargs)
+
+    return guarded
+
+
+def _to_target_is_cpu(args: tuple, kwargs: dict) -> bool:
+    """Does ``Tensor.to(*args, **kwargs)`` name the CPU as its device? (``to(dtype)`` and
+    ``to(other_tensor)`` do not: they are device-agnostic.)"""
+    device = kwargs.get("device")
+    if device is None and args and isinstance(args[0], (str, torch.device, int)):
+        device = args[0]
+    if device is None:
+        return False
+    try:
+        return torch.device(device).type == "cpu"
+    except (RuntimeError, TypeError):
+        return False
+
+
+def _guarded_to(original):
+    @functools.wraps(original)
+    def guarded_to(self, *args, **kwargs):
+        if _to_target_is_cpu(args, kwargs) and not _caller_is_torch():
+            _raise("to('cpu')")
+        return original(self, *args, **kwargs)
+
+    return guarded_to
+
+
+@contextlib.contextmanager
+def _patched_tensor_methods() -> Iterator[None]:
+    cls = torch.Tensor
+    saved = {name: cls.__dict__.get(name) for name in (*VALUE_READS, "to")}
+    try:
+        for name in VALUE_READS:
+            setattr(cls, name, _guarded(name, getattr(cls, name)))
+        cls.to = _guarded_to(cls.to)
+        yield
+    finally:
+        for name, own in saved.items():
+            if own is None:  # inherited from torch._C.TensorBase: drop the patch to expose it again
+                if name in cls.__dict__:
+                    delattr(cls, name)
+            else:
+                setattr(cls, name, own)
+
+
+@contextlib.contextmanager
+def forbid_host_sync(device: Optional[torch.device | str] = None) -> Iterator[None]:
+    """Raise on any host read of a tensor value inside the block (see the module docstring).
+
+    device: where the guarded code runs (default cpu). ``cuda`` uses the CUDA sync debug mode
+    (a ``RuntimeError`` from the CUDA runtime); anything else patches ``torch.Tensor``
+    (:class:`HostSyncError`).
+    """
+    dev = torch.device(device if device is not None else "cpu")
+    if dev.type == "cuda":
+        previous = torch.cuda.get_sync_debug_mode()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+        return
+    with _patched_tensor_methods():
+        yield
