@@ -112,15 +112,21 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
         mean = torch.mean
     else:
         _check_1d("mask", mask, b)
-        w = mask.to(new_logprob.dtype)
-        denom = w.sum().clamp_min(1.0)
+        mask = mask.to(torch.bool)
+        # padded entries may hold NaN/inf: zero them with torch.where (a multiply by the mask
+        # would leak NaN into the loss and the gradients)
+        new_logprob, old_logprob, advantages, new_values, old_values, returns, entropy = (
+            torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
+            for x in (new_logprob, old_logprob, advantages, new_values, old_values, returns, entropy))
+        denom = mask.sum().clamp_min(1)
 
         def mean(x):
-            return (x * w).sum() / denom
+            return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum() / denom
 
     if norm_adv:  # detail 7: per-minibatch normalization
         mu = mean(advantages)
-        var = mean((advantages - mu) ** 2) * (b / max(b - 1, 1) if mask is None else 1.0)
+        # Bessel-corrected over the selected samples, as torch.std and rlhf.masked.masked_var
+        var = mean((advantages - mu) ** 2) * (b / max(b - 1, 1) if mask is None else denom / (denom - 1).clamp_min(1))
         advantages = (advantages - mu) / (var.sqrt() + 1e-8)
 
     logratio = new_logprob - old_logprob
