@@ -148,7 +148,10 @@ class Trainer:
         obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
         self.agent = Agent(obs_space, act_space, cfg.hidden_sizes, cfg.activation).to(self.device)
         self.model = self.dist.wrap(self.agent)
-        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=cfg.lr, eps=1e-5)  # detail 3
+        # detail 3 (eps 1e-5); the learning rate is a tensor annealed in place, so a compiled or
+        # graph-captured update step sees a new value without recompiling
+        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=torch.tensor(cfg.lr, device=self.device), eps=1e-5,
+                                          capturable=self.device.type == "cuda")
         self.obs_norm = ObsNormalizer(obs_space.shape, cfg.clip_obs).to(self.device) if cfg.norm_obs else None
         self.reward_scaler = RewardScaler(cfg.num_envs, cfg.gamma, cfg.clip_reward).to(self.device) if cfg.norm_reward else None
         self.rollout = Rollout(cfg.num_steps, cfg.num_envs, self.env.obs_shape, action_shape(act_space), action_dtype(act_space), self.device)
@@ -192,7 +195,6 @@ class Trainer:
             "spaces": {"observation": ckpt.space_to_dict(self.env.single_observation_space),
                        "action": ckpt.space_to_dict(self.env.single_action_space)},
             "agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "lr": self.optimizer.param_groups[0]["lr"] if not torch.is_tensor(self.optimizer.param_groups[0]["lr"]) else float(self.optimizer.param_groups[0]["lr"]),
             "obs_normalizer": self.obs_norm.state_dict() if self.obs_norm is not None else None,
             "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler is not None else None,
             "grad_scaler": self.scaler.state_dict() if self.scaler is not None else None,
@@ -266,7 +268,7 @@ class Trainer:
         cfg, ro = self.cfg, self.rollout
         if cfg.anneal_lr:  # detail 4
             frac = 1.0 - self.iteration / self.num_iterations
-            self.optimizer.param_groups[0]["lr"] = frac * cfg.lr if not torch.is_tensor(self.optimizer.param_groups[0]["lr"]) else self.optimizer.param_groups[0]["lr"].fill_(frac * cfg.lr)
+            self.optimizer.param_groups[0]["lr"].fill_(frac * cfg.lr)
         step0 = self.global_step
         self.next_obs = ppo.collect_rollout(self.env, self.policy_step, ro, self.next_obs, self.obs_norm, self.reward_scaler)
         self.global_step += self.steps_per_iteration

@@ -1,0 +1,45 @@
+"""Speed switches around the unchanged PPO core: ``--compile`` and ``--cudagraphs``.
+
+Both wrap the two hot functions the trainer calls, never the modules themselves, so parameters
+and state dicts keep their names (no ``_orig_mod.`` prefixes) and checkpoints move freely between
+compiled and eager runs:
+
+* the acting step ``policy_step(obs) -> action, logprob, value`` of collect_rollout;
+* the minibatch step ``grad_step(mb) -> metrics`` (forward, loss, backward, clip, Adam step).
+
+No shape changes between iterations (fixed N, T, minibatch size) and a learning rate held as a
+tensor mean the compiled code is built once. ``--cudagraphs`` uses torch.compile's
+"reduce-overhead" mode, which records CUDA graphs with static input buffers (CUDA only).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import ppo
+
+
+def compile_mode(cfg) -> str:
+    return "reduce-overhead" if cfg.cudagraphs else cfg.compile_mode
+
+
+def accelerate(trainer):
+    """Return (policy_step, grad_step) for the trainer's agent and optimizer, compiled."""
+    cfg = trainer.cfg
+    if cfg.deterministic:
+        # inductor draws random numbers from its own generator by default; fall back to torch's so a
+        # compiled run samples exactly what the eager run samples (compiled == eager, resume exact)
+        import torch._inductor.config as inductor_config
+
+        inductor_config.fallback_random = True
+    mode = compile_mode(cfg)
+    if mode == "default":
+        mode = None  # torch.compile's own default
+    policy_step = torch.compile(trainer.agent.policy_step, mode=mode, dynamic=False)
+    eager_step = ppo.make_grad_step(trainer.model, trainer.optimizer, cfg, trainer.autocast, trainer.scaler)
+    if trainer.dist.world_size > 1:
+        # DDP's gradient hooks do not trace well inside a compiled region: compile the forward only
+        trainer.model = torch.compile(trainer.model, mode=mode, dynamic=False)
+        return policy_step, ppo.make_grad_step(trainer.model, trainer.optimizer, cfg, trainer.autocast, trainer.scaler)
+    grad_step = torch.compile(eager_step, mode=mode, dynamic=False)
+    return policy_step, grad_step
