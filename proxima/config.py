@@ -86,7 +86,7 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
     cfg = dataclasses.replace(base) if base is not None else PPOConfig()
     for key, value in values.items():
         if key not in FIELDS:
-            close = _close(key, FIELDS)
+            close = _close(str(key), FIELDS)  # YAML keys may be numbers or null
             raise ConfigError(f"{source}: unknown field '{key}'" + (f" (did you mean '{close}'?)" if close else ""))
         setattr(cfg, key, coerce(key, value, source))
     return cfg
