@@ -1,0 +1,284 @@
+"""Learning curves from run directories to an image: ``proxima plot RUN_DIR... --out FILE.png``.
+
+Each run's ``metrics.csv`` (one row per iteration, written by proxima.logger) gives the metric
+(default ``charts/episodic_return``) against ``global_step`` (``--x step``) or wall time in seconds
+(``--x time``). Runs are grouped by the ``env_id`` of their ``config.yaml``: a group of one run is
+drawn as its own line; a group of several runs is drawn as the mean over runs with a spread band
+(min-max by default, or mean +- one standard deviation with ``--band std``; the legend says
+which), after interpolating every run onto a common x grid. One panel per env.
+
+Rows where a metric was not measured (an empty CSV cell, e.g. no episode finished in that
+iteration) are skipped. ``--smooth K`` applies a trailing moving average over K points per run
+before aggregating. Drawing uses matplotlib's Agg canvas directly (no pyplot, no global backend
+switch), so it works headless and inside notebooks alike. The image is written atomically: on
+any error no file is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Iterable, Optional, Sequence, Union
+
+import numpy as np
+
+DEFAULT_METRIC = "charts/episodic_return"
+X_COLUMNS = {"step": "global_step", "time": "time"}
+X_LABELS = {"step": "global step", "time": "wall time (s)"}
+BANDS = {"minmax": "min-max over runs", "std": "mean \u00b11 std over runs"}
+FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+
+PathLike = Union[str, os.PathLike]
+
+
+class PlotError(ValueError):
+    """A user-fixable problem (missing or foreign run directory, empty metrics, unknown metric)."""
+
+
+# ------------------------------------------------------------------------------------ reading
+def check_run_dir(run_dir: PathLike) -> Path:
+    """The run directory as a Path, or PlotError naming what is wrong with it."""
+    path = Path(run_dir)
+    if not path.exists():
+        raise PlotError(f"{path}: no such directory")
+    if not path.is_dir():
+        raise PlotError(f"{path}: not a directory (give a run directory, e.g. runs/CartPole-v1__1__<time>)")
+    if not (path / "metrics.csv").is_file():
+        raise PlotError(f"{path}: not a run directory (no metrics.csv)")
+    return path
+
+
+def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
+    """metrics.csv of a run as column name -> float64 array (NaN where a cell is empty or not a number).
+
+    Column order is the CSV's. Raises PlotError when the directory is not a run directory or the
+    CSV holds no rows yet.
+    """
+    path = check_run_dir(run_dir) / "metrics.csv"
+    with open(path, newline="") as f:
+        rows = [r for r in csv.reader(f) if r]
+    if not rows:
+        raise PlotError(f"{path}: empty (no header; was the run started?)")
+    header, body = rows[0], rows[1:]
+    if not body:
+        raise PlotError(f"{path}: no rows yet (the run logged no iteration)")
+    columns: dict[str, np.ndarray] = {}
+    for j, name in enumerate(header):
+        columns[name] = np.array([_to_float(r[j]) if j < len(r) else math.nan for r in body], dtype=np.float64)
+    return columns
+
+
+def _to_float(cell: str) -> float:
+    try:
+        return float(cell)
+    except ValueError:
+        return math.nan
+
+
+def run_env_id(run_dir: PathLike) -> str:
+    """env_id from the run's config.yaml (the model name for RLHF runs); 'unknown' if absent."""
+    path = Path(run_dir) / "config.yaml"
+    if path.is_file():
+        import yaml
+
+        try:
+            cfg = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError:
+            cfg = {}
+        if isinstance(cfg, dict):
+            for key in ("env_id", "model", "policy_model"):
+                if cfg.get(key):
+                    return str(cfg[key])
+    return "unknown"
+
+
+def resolve_metric(name: str, available: Sequence[str]) -> str:
+    """Exact column name, or a unique short form (``value_loss`` for ``losses/value_loss``)."""
+    if name in available:
+        return name
+    short = [c for c in available if c.rsplit("/", 1)[-1] == name]
+    if len(short) == 1:
+        return short[0]
+    raise PlotError(f"unknown metric {name!r}; available: {', '.join(available)}")
+
+
+def load_curve(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) of one run: the rows where both are finite, sorted by x, y smoothed over ``smooth`` points."""
+    if x not in X_COLUMNS:
+        raise PlotError(f"--x {x!r}: choose one of {', '.join(X_COLUMNS)}")
+    cols = read_metrics(run_dir)
+    name = resolve_metric(metric, list(cols))
+    xcol = X_COLUMNS[x]
+    if xcol not in cols:
+        raise PlotError(f"{Path(run_dir) / 'metrics.csv'}: no {xcol!r} column for --x {x}")
+    xs, ys = cols[xcol], cols[name]
+    keep = np.isfinite(xs) & np.isfinite(ys)
+    if not keep.any():
+        hint = " (no episode finished yet?)" if name == "charts/episodic_return" else ""
+        raise PlotError(f"{Path(run_dir) / 'metrics.csv'}: no values of {name}{hint}")
+    xs, ys = xs[keep], ys[keep]
+    order = np.argsort(xs, kind="stable")
+    return xs[order], moving_average(ys[order], smooth)
+
+
+def moving_average(y: np.ndarray, k: int) -> np.ndarray:
+    """Trailing moving average over ``k`` points (shorter windows at the start); same length as y."""
+    y = np.asarray(y, dtype=np.float64)
+    if k <= 1 or y.size == 0:
+        return y
+    c = np.cumsum(np.insert(y, 0, 0.0))
+    idx = np.arange(1, y.size + 1)
+    lo = np.maximum(idx - k, 0)
+    return (c[idx] - c[lo]) / (idx - lo)
+
+
+# ------------------------------------------------------------------------------------ aggregate
+def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minmax", points: int = 200) -> dict[str, np.ndarray]:
+    """Mean and spread of several (x, y) curves on a common x grid.
+
+    When every run has the same x values they are used as they are; otherwise each curve is
+    linearly interpolated onto ``points`` evenly spaced x values over the range all runs cover
+    (their overlap), so no run is extrapolated. Returns dict(x, mean, lo, hi, n): lo/hi are the
+    min and max over runs (band="minmax") or mean -+ the population std (band="std").
+    """
+    if band not in BANDS:
+        raise PlotError(f"band {band!r}: choose one of {', '.join(BANDS)}")
+    if not curves:
+        raise PlotError("no runs to aggregate")
+    xs = [np.asarray(c[0], dtype=np.float64) for c in curves]
+    ys = [np.asarray(c[1], dtype=np.float64) for c in curves]
+    if all(x.shape == xs[0].shape and np.array_equal(x, xs[0]) for x in xs):
+        grid = xs[0]
+        stack = np.stack(ys)
+    else:
+        start, stop = max(float(x[0]) for x in xs), min(float(x[-1]) for x in xs)
+        if start > stop:  # the runs do not overlap: use the union and hold the end values
+            start, stop = min(float(x[0]) for x in xs), max(float(x[-1]) for x in xs)
+        n = max(2, min(points, max(len(x) for x in xs))) if stop > start else 1
+        grid = np.linspace(start, stop, n)
+        stack = np.stack([np.interp(grid, x, y) for x, y in zip(xs, ys)])
+    mean = stack.mean(axis=0)
+    if band == "minmax":
+        lo, hi = stack.min(axis=0), stack.max(axis=0)
+    else:
+        std = stack.std(axis=0)
+        lo, hi = mean - std, mean + std
+    return {"x": grid, "mean": mean, "lo": lo, "hi": hi, "n": np.int64(len(curves))}
+
+
+def group_by_env(run_dirs: Iterable[PathLike]) -> dict[str, list[Path]]:
+    """env_id -> its run directories, in the order given."""
+    groups: dict[str, list[Path]] = {}
+    for d in run_dirs:
+        groups.setdefault(run_env_id(d), []).append(Path(d))
+    return groups
+
+
+# ------------------------------------------------------------------------------------ drawing
+def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT_METRIC, x: str = "step",
+              smooth: int = 1, band: str = "minmax", title: Optional[str] = None) -> Path:
+    """Draw ``metric`` against ``x`` ("step" or "time") for the runs; write the image to ``out``.
+
+    One panel per env_id; several runs of one env are drawn as mean + spread band. The format
+    follows the suffix (.png, .svg, .pdf). Returns the written path. Raises PlotError (nothing
+    written) for a missing or foreign run directory, empty metrics or an unknown metric.
+    """
+    if not run_dirs:
+        raise PlotError("no run directories given")
+    if smooth < 1:
+        raise PlotError(f"--smooth {smooth}: must be at least 1")
+    if band not in BANDS:
+        raise PlotError(f"--band {band!r}: choose one of {', '.join(BANDS)}")
+    out = Path(out)
+    fmt = FORMATS.get(out.suffix.lower())
+    if fmt is None:
+        raise PlotError(f"{out}: unsupported image type {out.suffix or '(no suffix)'!r}; use {', '.join(FORMATS)}")
+    # read and check everything before drawing, so an error leaves no file behind
+    groups = group_by_env(check_run_dir(d) for d in run_dirs)
+    metric_name = resolve_metric(metric, list(read_metrics(next(iter(groups.values()))[0])))
+    curves = {env: [(d, load_curve(d, metric_name, x, smooth)) for d in dirs] for env, dirs in groups.items()}
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    n = len(curves)
+    fig = Figure(figsize=(6.4 * min(n, 3), 4.2 * math.ceil(n / 3)), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(math.ceil(n / 3), min(n, 3), squeeze=False).ravel()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    for ax, (env, runs) in zip(axes, curves.items()):
+        if len(runs) == 1:
+            d, (xs, ys) = runs[0]
+            ax.plot(xs, ys, lw=1.6, label=d.name)
+        else:
+            agg = aggregate([c for _, c in runs], band=band)
+            line, = ax.plot(agg["x"], agg["mean"], lw=1.8, label=f"mean of {len(runs)} runs")
+            ax.fill_between(agg["x"], agg["lo"], agg["hi"], color=line.get_color(), alpha=0.25, lw=0,
+                            label=BANDS[band])
+        ax.set_title(env if title is None else (f"{title}: {env}" if n > 1 else title))
+        ax.set_xlabel(X_LABELS[x])
+        ax.set_ylabel(metric_name + (f" (moving average, {smooth})" if smooth > 1 else ""))
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        fig.savefig(tmp, format=fmt)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return out
+
+
+# ------------------------------------------------------------------------------------ CLI
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (several runs of one env: mean + spread band)")
+    p.add_argument("--out", default=None, metavar="FILE.png",
+                   help="image to write (.png, .svg, .pdf; default: RUN_DIR/curve.png for one run, ./curve.png for several)")
+    p.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME",
+                   help=f"any metrics.csv column, e.g. losses/value_loss (default {DEFAULT_METRIC})")
+    p.add_argument("--x", default="step", choices=tuple(X_COLUMNS), help="x axis: global step or wall time in seconds (default step)")
+    p.add_argument("--smooth", type=int, default=1, metavar="K", help="trailing moving average over K points (default 1: none)")
+    p.add_argument("--band", default="minmax", choices=tuple(BANDS), help="spread over several runs: min-max or mean +- 1 std (default minmax)")
+    p.add_argument("--title", default=None, help="plot title (default: the env id)")
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add the `plot` subcommand to an argparse subparsers object."""
+    p = subparsers.add_parser("plot", help="plot learning curves of one or several runs to an image",
+                              description=__doc__.splitlines()[0])
+    add_arguments(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    prog = "proxima plot"
+    out = args.out
+    if out is None:
+        out = Path(args.run_dirs[0]) / "curve.png" if len(args.run_dirs) == 1 else Path("curve.png")
+    try:
+        path = plot_runs(args.run_dirs, out, metric=args.metric, x=args.x, smooth=args.smooth, band=args.band, title=args.title)
+    except PlotError as e:
+        sys.stderr.write(f"{prog}: error: {e}\n")
+        return 2
+    print(f"wrote {path}")
+    return 0
+
+
+def main(argv: Optional[list] = None) -> int:
+    from .cli import ArgParser
+
+    p = ArgParser(prog="proxima plot", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

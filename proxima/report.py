@@ -1,0 +1,364 @@
+"""Markdown report of one or several runs: ``proxima report RUN_DIR... [--out FILE.md]``.
+
+Writes ``report.md`` into the run directory (one run) or to ``--out FILE`` (needed for several
+runs) with: a results summary (steps, iterations, wall time, throughput, final and best return,
+final evaluation), the learning curve (drawn by proxima.plot.plot_runs next to the report and
+embedded with a relative link), the final evaluation (``eval.json`` written at the end of
+training; without it the latest checkpoint is evaluated now for ``--episodes N`` episodes, not
+saved), the resolved config (``config.yaml``) and the versions and machine (``meta.json``).
+
+Several runs get one column each; runs of one env share a mean + spread curve. Errors a user can
+act on (missing or foreign run directory, empty metrics) are one line, exit status 2, and leave
+no file behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .plot import DEFAULT_METRIC, X_LABELS, PlotError, check_run_dir, plot_runs, read_metrics, resolve_metric, run_env_id
+
+
+class ReportError(ValueError):
+    """A user-fixable problem with the runs or the output path."""
+
+
+MISSING = "\u2014"  # em dash for "not recorded"
+
+
+# ------------------------------------------------------------------------------------ one run
+def _read_yaml(path: Path) -> dict:
+    import yaml
+
+    if not path.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ReportError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{path}: not valid JSON ({e})") from None
+    return data if isinstance(data, dict) else {}
+
+
+def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> dict:
+    """Steps, iterations, wall time, throughput, episodes, final/best value of ``metric``."""
+    def last(name):
+        col = metrics.get(name)
+        if col is None:
+            return None
+        finite = col[np.isfinite(col)]
+        return float(finite[-1]) if finite.size else None
+
+    out = {"global_step": last("global_step"), "iterations": last("iteration"), "time": last("time"),
+           "episodes": None, "final": None, "best": None, "best_step": None}
+    if "episodes" in metrics:
+        ep = metrics["episodes"]
+        out["episodes"] = int(np.nansum(ep)) if np.isfinite(ep).any() else None
+    if out["global_step"] and out["time"]:
+        out["sps"] = out["global_step"] / out["time"]
+    col = metrics.get(metric)
+    if col is not None and np.isfinite(col).any():
+        ok = np.flatnonzero(np.isfinite(col))
+        out["final"] = float(col[ok[-1]])
+        i = ok[np.argmax(col[ok])]
+        out["best"] = float(col[i])
+        if "global_step" in metrics:
+            out["best_step"] = float(metrics["global_step"][i])
+    return out
+
+
+def final_eval(run_dir: Path, config: dict, meta: dict, episodes: int, device: str = "cpu") -> dict:
+    """eval.json if the run wrote one, else a fresh evaluation of the latest checkpoint.
+
+    Returns the evaluation result (proxima.evaluate.evaluate's dict) with ``source`` added, or
+    ``{"error": "..."}`` when there is none to give (no checkpoint, RLHF run, --episodes 0).
+    """
+    saved = _read_json(run_dir / "eval.json")
+    if saved.get("mean_return") is not None:
+        return {**saved, "source": "eval.json (end of training)"}
+    if meta.get("kind") == "rlhf":
+        return {"error": "not applicable to an RLHF run"}
+    if episodes < 1:
+        return {"error": "no eval.json and --episodes 0"}
+    from .checkpoint import CheckpointError, load_policy
+    from .envs import EnvError
+    from .evaluate import evaluate
+
+    try:
+        policy = load_policy(run_dir, device=device)
+        seed = int(policy.config.get("seed", 1)) + 1_000_000  # the seed of the end-of-training eval
+        result = evaluate(policy, episodes=episodes, seed=seed, backend=policy.config.get("backend", "auto"))
+    except (CheckpointError, EnvError) as e:
+        return {"error": f"could not evaluate: {e}"}
+    return {**result, "source": f"evaluated now from {Path(policy.path).name} (no eval.json)"}
+
+
+# ------------------------------------------------------------------------------------ markdown
+def _cell(value) -> str:
+    if value is None or value == "":
+        return MISSING
+    if isinstance(value, bool):
+        text = str(value).lower()
+    elif isinstance(value, float):
+        text = repr(value) if len(repr(value)) <= 12 else f"{value:.6g}"
+    elif isinstance(value, (list, tuple)):
+        text = ", ".join(_cell(v) for v in value) if value else "[]"
+    elif isinstance(value, dict):
+        text = ", ".join(f"{k}={_cell(v)}" for k, v in value.items())
+    else:
+        text = str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_cell(c) if i else str(c) for i, c in enumerate(r)) + " |" for r in rows]
+    return lines
+
+
+def _num(x, fmt="{:,.0f}") -> Optional[str]:
+    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
+
+
+def _eval_line(ev: dict) -> str:
+    if "error" in ev:
+        return ev["error"]
+    mode = "deterministic" if ev.get("deterministic", True) else "stochastic"
+    return f"{ev['mean_return']:.2f} \u00b1 {ev.get('std_return', 0.0):.2f} over {ev.get('episodes', '?')} episodes ({mode})"
+
+
+def _versions(meta: dict) -> dict:
+    v = dict(meta.get("versions") or {})
+    for key in ("proxima", "python", "torch", "gymnasium", "numpy", "transformers", "peft"):
+        if key not in v and meta.get(key) is not None:  # RLHF runs keep them at the top level
+            v[key] = meta[key]
+    return v
+
+
+def _machine(meta: dict) -> dict:
+    m = meta.get("machine") or {}
+    gpus = [f"{g.get('name', '?')} ({g.get('memory_gib', '?')} GiB)" for g in m.get("gpus") or [] if isinstance(g, dict)]
+    command = meta.get("command")
+    return {
+        "device": meta.get("device"), "world size": meta.get("world_size"), "env backend": meta.get("env_backend"),
+        "platform": m.get("platform"), "cpu": m.get("machine"), "cpu count": m.get("cpu_count"),
+        "torch build": m.get("torch_build"), "CUDA": m.get("cuda"), "CUDA driver": m.get("cuda_driver"),
+        "cuDNN": m.get("cudnn"), "GPUs": gpus or (m.get("gpu_count") if m else None), "bf16": m.get("bf16"),
+        "git commit": meta.get("git_commit"), "started": meta.get("started") or meta.get("created"),
+        "command": " ".join(map(str, command)) if isinstance(command, list) else command,
+    }
+
+
+def _keyed_rows(dicts: Sequence[dict]) -> list[list]:
+    keys: list = []
+    for d in dicts:
+        keys += [k for k in d if k not in keys]
+    return [[k] + [d.get(k) for d in dicts] for k in keys]
+
+
+def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], metric: str, x: str) -> str:
+    """The report text. runs: dicts with dir, name, env, config, meta, summary, eval."""
+    envs = sorted({r["env"] for r in runs})
+    names = [r["name"] for r in runs]
+    title = ", ".join(envs)
+    lines = [f"# Proxima report: {title}", ""]
+    where = ", ".join(f"`{r['dir']}`" for r in runs)
+    lines += [f"Generated {datetime.now().isoformat(timespec='seconds')} by `proxima report` from {where}.", ""]
+
+    lines += ["## Results", ""]
+    rows = []
+    s = [r["summary"] for r in runs]
+    rows.append(["env"] + [r["env"] for r in runs])
+    rows.append(["steps"] + [_num(x["global_step"]) for x in s])
+    rows.append(["iterations"] + [_num(x["iterations"]) for x in s])
+    rows.append(["wall time"] + [_num(x["time"], "{:,.1f} s") for x in s])
+    rows.append(["throughput"] + [_num(x.get("sps"), "{:,.0f} steps/s") for x in s])
+    rows.append(["episodes finished"] + [_num(x["episodes"]) for x in s])
+    rows.append([f"final {metric}"] + [_num(x["final"], "{:.2f}") for x in s])
+    rows.append([f"best {metric}"] + [None if x["best"] is None else
+                                      f"{x['best']:.2f}" + (f" at step {x['best_step']:,.0f}" if x["best_step"] is not None else "")
+                                      for x in s])
+    rows.append(["final eval return"] + [_eval_line(r["eval"]) for r in runs])
+    lines += _table([""] + names, rows)
+    lines += ["", f"Final and best {metric}: mean over the episodes that finished in one iteration (metrics.csv)."]
+    if len(runs) > 1:
+        evals = [r["eval"]["mean_return"] for r in runs if "mean_return" in r["eval"]]
+        if len(evals) > 1:
+            lines += [f"Final eval over {len(evals)} runs: mean {np.mean(evals):.2f}, std {np.std(evals):.2f}, "
+                      f"min {np.min(evals):.2f}, max {np.max(evals):.2f}."]
+    lines.append("")
+
+    lines += ["## Learning curve", ""]
+    if curve is not None:
+        lines += [f"![{metric} against {X_LABELS[x]}]({curve})", ""]
+        if len(runs) > 1:
+            lines += ["Runs of one env are drawn as their mean with the min-max band over runs.", ""]
+    else:
+        lines += [f"No curve: {curve_note}", ""]
+
+    lines += ["## Final evaluation", ""]
+    for r in runs:
+        ev = r["eval"]
+        head = f"**{r['name']}**: " if len(runs) > 1 else ""
+        if "error" in ev:
+            lines += [f"- {head}{ev['error']}"]
+            continue
+        lines += [f"- {head}mean return **{ev['mean_return']:.2f}** \u00b1 {ev.get('std_return', 0.0):.2f} over "
+                  f"{ev.get('episodes', '?')} episodes, {'deterministic' if ev.get('deterministic', True) else 'stochastic'} "
+                  f"policy; source: {ev['source']}"]
+        rets = ev.get("returns") or []
+        if rets:
+            shown = ", ".join(f"{v:g}" for v in rets[:20]) + (", ..." if len(rets) > 20 else "")
+            lines += [f"  - returns: {shown}"]
+        lens = ev.get("lengths") or []
+        if lens:
+            lines += [f"  - mean episode length: {np.mean(lens):.1f}"]
+    lines.append("")
+
+    lines += ["## Config", "", "The resolved config (`config.yaml`: defaults, then preset, then flags).", ""]
+    configs = [r["config"] for r in runs]
+    cfg_rows = _keyed_rows(configs)
+    if len(runs) > 1:  # mark what differs between runs
+        cfg_rows = [[f"**{row[0]}**" if any(_cell(v) != _cell(row[1]) for v in row[2:]) else row[0]] + row[1:] for row in cfg_rows]
+    lines += _table(["field"] + (names if len(runs) > 1 else ["value"]), cfg_rows) if cfg_rows else ["No config.yaml."]
+    if len(runs) > 1:
+        lines += ["", "Fields in bold differ between runs."]
+    lines.append("")
+
+    lines += ["## Versions and machine", ""]
+    cols = names if len(runs) > 1 else ["version"]
+    vrows = _keyed_rows([_versions(r["meta"]) for r in runs])
+    lines += _table(["package"] + cols, vrows) if vrows else ["No versions recorded (no meta.json)."]
+    lines.append("")
+    mrows = [row for row in _keyed_rows([_machine(r["meta"]) for r in runs]) if any(v not in (None, "", []) for v in row[1:])]
+    if mrows:
+        lines += _table(["machine"] + (names if len(runs) > 1 else ["value"]), mrows) + [""]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ library
+def _curve_path(report: Path, run_dirs: list[Path]) -> Path:
+    if len(run_dirs) == 1 and report.parent.resolve() == run_dirs[0].resolve():
+        return report.parent / "curve.png"
+    return report.with_name(report.stem + "_curve.png")
+
+
+def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str = "cpu", metric: str = DEFAULT_METRIC,
+                 x: str = "step", smooth: int = 1, quiet: bool = True) -> Path:
+    """Write the Markdown report of the runs; return its path.
+
+    out: the report file (default RUN_DIR/report.md for one run; required for several). The curve
+    is written next to it (curve.png in the run directory, else <stem>_curve.png). Raises
+    ReportError (nothing written) for a missing or foreign run directory or empty metrics.
+    """
+    if not run_dirs:
+        raise ReportError("no run directories given")
+    try:
+        dirs = [check_run_dir(d) for d in run_dirs]
+        metrics = [read_metrics(d) for d in dirs]
+        metric = resolve_metric(metric, list(metrics[0]))
+    except PlotError as e:
+        raise ReportError(str(e)) from None
+    if out is None:
+        if len(dirs) > 1:
+            raise ReportError(f"{len(dirs)} runs: give --out FILE.md for the combined report")
+        out = dirs[0] / "report.md"
+    out = Path(out)
+    if out.exists() and out.is_dir():
+        raise ReportError(f"--out {out}: is a directory (give a file name, e.g. {out / 'report.md'})")
+    names = [d.name for d in dirs]
+    if len(set(names)) < len(names):
+        names = [str(d) for d in dirs]
+    runs = []
+    for d, name, m in zip(dirs, names, metrics):
+        config, meta = _read_yaml(d / "config.yaml"), _read_json(d / "meta.json")
+        ev = final_eval(d, config, meta, episodes, device)
+        if not quiet and "error" not in ev and not ev["source"].startswith("eval.json"):
+            print(f"evaluated {d}: {_eval_line(ev)}", file=sys.stderr)
+        runs.append({"dir": d, "name": name, "env": run_env_id(d), "config": config, "meta": meta,
+                     "summary": summarize(m, metric), "eval": ev})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    curve_file, curve_note = _curve_path(out, dirs), None
+    try:
+        plot_runs(dirs, curve_file, metric=metric, x=x, smooth=smooth)
+        curve = Path(os.path.relpath(curve_file.resolve(), out.parent.resolve())).as_posix()
+    except PlotError as e:
+        curve, curve_note = None, str(e)
+    text = render(runs, curve, curve_note, metric, x)
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return out
+
+
+# ------------------------------------------------------------------------------------ CLI
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    p.add_argument("--out", default=None, metavar="FILE.md", help="report file (default RUN_DIR/report.md; needed for several runs)")
+    p.add_argument("--episodes", type=int, default=10, metavar="N",
+                   help="episodes to evaluate when a run has no eval.json (default 10; 0: skip)")
+    p.add_argument("--device", default="cpu", help="torch device for that evaluation (default cpu)")
+    p.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME", help=f"metric for the curve and the summary (default {DEFAULT_METRIC})")
+    p.add_argument("--x", default="step", choices=tuple(X_LABELS), help="curve x axis: global step or wall time (default step)")
+    p.add_argument("--smooth", type=int, default=1, metavar="K", help="moving average over K points for the curve (default 1)")
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add the `report` subcommand to an argparse subparsers object."""
+    p = subparsers.add_parser("report", help="write a Markdown report (config, versions, eval, curves) of one or several runs",
+                              description=__doc__.splitlines()[0])
+    add_arguments(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    prog = "proxima report"
+    if args.episodes < 0:
+        sys.stderr.write(f"{prog}: error: --episodes {args.episodes}: must be 0 or more\n")
+        return 2
+    if args.smooth < 1:
+        sys.stderr.write(f"{prog}: error: --smooth {args.smooth}: must be at least 1\n")
+        return 2
+    try:
+        path = build_report(args.run_dirs, out=args.out, episodes=args.episodes, device=args.device,
+                            metric=args.metric, x=args.x, smooth=args.smooth, quiet=False)
+    except ReportError as e:
+        sys.stderr.write(f"{prog}: error: {e}\n")
+        return 2
+    print(f"wrote {path}")
+    return 0
+
+
+def main(argv: Optional[list] = None) -> int:
+    from .cli import ArgParser
+
+    p = ArgParser(prog="proxima report", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""`proxima plot` and `proxima report`: curves of one and several runs, aggregation, errors, the report."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import proxima
+from proxima import PPOConfig
+from proxima.cli import main
+from proxima.logger import CSV_COLUMNS
+from proxima.plot import PlotError, aggregate, load_curve, moving_average, plot_runs
+from proxima.report import build_report
+
+PIL = pytest.importorskip("PIL.Image")
+STEPS = 2048
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two short CartPole runs (seeds 1, 2): the first through `proxima train --plot`, the second via the library."""
+    root = tmp_path_factory.mktemp("runs")
+    first = root / "cartpole-s1"
+    rc = main(["train", "CartPole-v1", "--total-timesteps", str(STEPS), "--num-envs", "4", "--num-steps", "128",
+               "--eval-episodes", "2", "--seed", "1", "--no-progress", "--quiet", "--run-dir", str(first), "--plot"])
+    assert rc == 0
+    second, _ = proxima.train(PPOConfig(total_timesteps=STEPS, num_envs=4, num_steps=128, progress=False,
+                                        eval_episodes=2, seed=2, run_dir=str(root / "cartpole-s2")), quiet=True)
+    return [first, Path(second)]
+
+
+def _assert_png(path: Path) -> None:
+    assert path.is_file()
+    with PIL.open(path) as im:
+        assert im.format == "PNG"
+        assert im.size[0] > 0 and im.size[1] > 0
+
+
+def _fake_run(root: Path, name: str, steps, returns, env_id="Fake-v0", times=None) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text(f"env_id: {env_id}\nseed: 1\n")
+    with open(d / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        for i, (s, r) in enumerate(zip(steps, returns)):
+            t = times[i] if times is not None else 0.1 * (i + 1)
+            w.writerow({"iteration": i + 1, "global_step": s, "time": t, "episodes": 1,
+                        "charts/episodic_return": "" if r is None else r, "losses/value_loss": 1.0 / (i + 1)})
+    return d
+
+
+# ------------------------------------------------------------------------------------ plot
+def test_train_plot_flag_writes_curve(runs):
+    _assert_png(runs[0] / "curve.png")
+    assert not (runs[1] / "curve.png").exists()  # --plot is off by default
+
+
+def test_plot_one_and_several_runs(runs, tmp_path, capsys):
+    out = tmp_path / "one.png"
+    assert main(["plot", str(runs[1]), "--out", str(out)]) == 0
+    _assert_png(out)
+    both = tmp_path / "sub" / "both.png"
+    assert main(["plot", *map(str, runs), "--out", str(both), "--x", "time", "--smooth", "3", "--band", "std"]) == 0
+    _assert_png(both)
+    assert plot_runs(runs, tmp_path / "loss.png", metric="losses/value_loss") == tmp_path / "loss.png"
+    _assert_png(tmp_path / "loss.png")
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_aggregate_mean_and_band_on_synthetic_runs(tmp_path):
+    a = _fake_run(tmp_path, "a", [100, 200], [0.0, 10.0])
+    b = _fake_run(tmp_path, "b", [100, 200], [10.0, 20.0])
+    agg = aggregate([load_curve(a), load_curve(b)])
+    np.testing.assert_allclose(agg["x"], [100, 200])
+    np.testing.assert_allclose(agg["mean"], [5.0, 15.0])
+    np.testing.assert_allclose(agg["lo"], [0.0, 10.0])
+    np.testing.assert_allclose(agg["hi"], [10.0, 20.0])
+    std = aggregate([load_curve(a), load_curve(b)], band="std")
+    np.testing.assert_allclose(std["lo"], [0.0, 10.0])  # mean -+ population std (5)
+    np.testing.assert_allclose(std["hi"], [10.0, 20.0])
+
+    # different x values: interpolated onto a common grid over the overlap, empty cells skipped
+    c = _fake_run(tmp_path, "c", [0, 100, 200, 300], [0.0, None, 20.0, 30.0])
+    d = _fake_run(tmp_path, "d", [0, 150, 300], [10.0, 25.0, 40.0])
+    agg = aggregate([load_curve(c), load_curve(d)])  # as many grid points as the longest run (3 finite)
+    np.testing.assert_allclose(agg["x"], [0, 150, 300])
+    np.testing.assert_allclose(agg["mean"], [5.0, (15.0 + 25.0) / 2, 35.0])
+    np.testing.assert_allclose(agg["lo"], [0.0, 15.0, 30.0])
+
+    # wall-time axis and smoothing
+    e = _fake_run(tmp_path, "e", [1, 2, 3], [1.0, 2.0, 6.0], times=[0.5, 1.0, 1.5])
+    x, y = load_curve(e, x="time", smooth=2)
+    np.testing.assert_allclose(x, [0.5, 1.0, 1.5])
+    np.testing.assert_allclose(y, [1.0, 1.5, 4.0])
+    np.testing.assert_allclose(moving_average(np.array([3.0, 1.0]), 1), [3.0, 1.0])
+
+    # grouping by env: two envs -> two panels, still one valid PNG
+    other = _fake_run(tmp_path, "other", [100, 200], [1.0, 2.0], env_id="Other-v0")
+    _assert_png(plot_runs([a, b, other], tmp_path / "groups.png"))
+
+
+def test_plot_errors_exit_2_one_line_no_file(runs, tmp_path, capsys):
+    out = tmp_path / "never.png"
+    assert main(["plot", str(runs[0]), "--metric", "no_such_metric", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("proxima plot: error: unknown metric 'no_such_metric'") and "\n" not in err
+    assert "losses/value_loss" in err and "charts/episodic_return" in err  # lists what is available
+
+    assert main(["plot", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    (tmp_path / "notarun").mkdir()
+    assert main(["plot", str(tmp_path / "notarun"), "--out", str(out)]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "metrics.csv").write_text(",".join(CSV_COLUMNS) + "\n")
+    assert main(["plot", str(empty), "--out", str(out)]) == 2
+    assert "no rows" in capsys.readouterr().err
+    nan_only = _fake_run(tmp_path, "nan", [1, 2], [None, None])
+    assert main(["plot", str(nan_only), "--out", str(out)]) == 2
+    assert "no values of charts/episodic_return" in capsys.readouterr().err
+    assert not out.exists() and not list(tmp_path.glob("*.tmp"))
+    with pytest.raises(PlotError):
+        plot_runs([runs[0]], out, metric="nope")
+
+
+# ------------------------------------------------------------------------------------ report
+def test_report_one_run(runs, capsys):
+    run = runs[0]
+    assert main(["report", str(run)]) == 0
+    report = run / "report.md"
+    text = report.read_text()
+    cfg_values = {"env_id": "CartPole-v1", "total_timesteps": str(STEPS), "num_steps": "128", "seed": "1", "lr": "0.00025"}
+    for field, value in cfg_values.items():
+        assert re.search(rf"^\| {field} \| {re.escape(value)} \|$", text, re.M), f"config {field} missing"
+    meta = json.loads((run / "meta.json").read_text())
+    for pkg in ("proxima", "torch", "python", "gymnasium"):
+        assert re.search(rf"^\| {pkg} \| {re.escape(meta['versions'][pkg])} \|$", text, re.M)
+    ev = json.loads((run / "eval.json").read_text())
+    assert f"{ev['mean_return']:.2f}" in text and "eval.json" in text
+    assert "](curve.png)" in text
+    _assert_png(run / "curve.png")
+    assert f"| steps | {STEPS:,} |" in text
+    for section in ("## Results", "## Learning curve", "## Final evaluation", "## Config", "## Versions and machine"):
+        assert section in text
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_report_evaluates_without_eval_json_and_combines_runs(runs, tmp_path):
+    copy = tmp_path / "noeval"
+    import shutil
+
+    shutil.copytree(runs[1], copy)
+    (copy / "eval.json").unlink()
+    out = tmp_path / "reports" / "both.md"
+    assert main(["report", str(runs[0]), str(copy), "--out", str(out), "--episodes", "2"]) == 0
+    text = out.read_text()
+    assert "evaluated now from step_" in text and "over 2 episodes" in text
+    assert "](both_curve.png)" in text
+    _assert_png(out.parent / "both_curve.png")
+    assert "| **seed** | 1 | 2 |" in text  # differing config fields are marked
+    assert not (copy / "eval.json").exists()  # the report does not change the run
+
+
+def test_report_errors(runs, tmp_path, capsys):
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("proxima report: error: ") and err.count("\n") == 1
+    assert main(["report", *map(str, runs)]) == 2  # several runs need --out
+    assert "--out" in capsys.readouterr().err
+    assert main(["report", str(runs[0]), "--metric", "bogus", "--out", str(tmp_path / "r.md")]) == 2
+    assert "unknown metric 'bogus'" in capsys.readouterr().err
+    assert not (tmp_path / "r.md").exists()
+    with pytest.raises(Exception):
+        build_report([])
