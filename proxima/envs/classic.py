@@ -23,8 +23,6 @@ import torch
 from . import render as _render
 from .base import EnvError, NativeEnv
 
-_F32_MAX = np.finfo(np.float32).max
-
 
 class _ClassicEnv(NativeEnv):
     """Shared constructor (dtype) and render() plumbing of the classic-control envs."""
@@ -41,7 +39,7 @@ class _ClassicEnv(NativeEnv):
             raise EnvError(f"{self.env_id}: call reset() before render()")
         if not -self.num_envs <= int(index) < self.num_envs:
             raise IndexError(f"{self.env_id}: render index {index} out of range for {self.num_envs} envs")
-        return self.state[key][int(index)].detach().to("cpu", torch.float64).numpy()
+        return self.state[key][int(index)].detach().to("cpu").to(torch.float64).numpy()
 
     def _flat_action(self, action: torch.Tensor) -> torch.Tensor:
         """(N,) view of a (N,) or (N, 1) action tensor, on this env's device."""
@@ -67,7 +65,7 @@ class CartPole(_ClassicEnv):
 
     def __init__(self, num_envs: int, device="cpu", seed: Optional[int] = None, dtype=torch.float32):
         super().__init__(num_envs, device, seed, dtype)
-        high = np.array([self.x_threshold * 2, _F32_MAX, self.theta_threshold * 2, _F32_MAX], dtype=np.float32)
+        high = np.array([self.x_threshold * 2, np.inf, self.theta_threshold * 2, np.inf], dtype=np.float32)  # as Gymnasium 1.x
         self.single_observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
         self.single_action_space = gym.spaces.Discrete(2)
 
@@ -97,7 +95,7 @@ class CartPole(_ClassicEnv):
         return reward, terminated
 
     def _observe(self):
-        return self.state["s"].to(torch.float32)
+        return self.state["s"].to(torch.float32, copy=True)  # never alias the state
 
     def render(self, index: int = 0):
         x, _, theta, _ = self._host_row("s", index)
@@ -227,7 +225,7 @@ class MountainCar(_ClassicEnv):
         return torch.full((self.num_envs,), -1.0, dtype=torch.float32, device=self.device), terminated
 
     def _observe(self):
-        return self.state["s"].to(torch.float32)
+        return self.state["s"].to(torch.float32, copy=True)  # never alias the state
 
     def render(self, index: int = 0):
         position, _ = self._host_row("s", index)
@@ -273,7 +271,7 @@ class MountainCarContinuous(_ClassicEnv):
         return reward.to(torch.float32), terminated
 
     def _observe(self):
-        return self.state["s"].to(torch.float32)
+        return self.state["s"].to(torch.float32, copy=True)  # never alias the state
 
     def render(self, index: int = 0):
         position, _ = self._host_row("s", index)
