@@ -35,7 +35,7 @@ def accelerate(trainer):
     mode = compile_mode(cfg)
     if mode == "default":
         mode = None  # torch.compile's own default
-    policy_step = torch.compile(trainer.agent.policy_step, mode=mode, dynamic=False)
+    policy_step = torch.compile(trainer.policy_step, mode=mode, dynamic=False)  # autocast-wrapped under --amp
     eager_step = ppo.make_grad_step(trainer.model, trainer.optimizer, cfg, trainer.autocast, trainer.scaler)
     if trainer.dist.world_size > 1:
         # DDP's gradient hooks do not trace well inside a compiled region: compile the forward only

@@ -32,6 +32,10 @@ class NonFiniteError(RuntimeError):
     """NaN/inf met in an observation, reward, loss or gradient; names the field, env and step."""
 
 
+class DebugCheckError(EnvError):
+    """--debug-checks: an action or observation outside its space; names the env, the step and the value."""
+
+
 class TrainingInterrupted(Exception):
     """SIGINT/SIGTERM stopped the run after a checkpoint was written; ``exit_code`` is 128+signum."""
 
@@ -128,6 +132,159 @@ def threading_main() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def _fmt(x: torch.Tensor, limit: int = 8) -> str:
+    """A small tensor as a short one-line list (for error messages; syncs)."""
+    vals = x.detach().reshape(-1).to("cpu", torch.float64).tolist()
+    text = ", ".join(f"{v:.6g}" for v in vals[:limit]) + (", ..." if len(vals) > limit else "")
+    return f"[{text}]" if x.dim() > 0 else text
+
+
+class _EnvGuard:
+    """The env as collect_rollout steps it: ``env.step`` plus the trainer's guards.
+
+    Always, without a host sync: for each step t, which envs returned a non-finite observation or
+    final observation, recorded on the device *before* normalization (a NaN would poison the running
+    statistics and with them every env's normalized obs). Trainer._check_rollout_finite reads these
+    flags once per iteration, together with the raw rewards of the rollout.
+
+    With ``--debug-checks`` (one sync per step): each action is checked against the action space
+    before the step (Box actions for shape and finiteness only: the env clips them to the bounds,
+    PPO_NOTES.md), and the observation, final observation, reward and flags against the contract
+    after it; the first violation raises at once, naming the env index, the global step and the value.
+    """
+
+    def __init__(self, trainer: "Trainer"):
+        self.env, self.trainer = trainer.env, trainer
+        T, N = trainer.rollout.num_steps, trainer.rollout.num_envs
+        self.T, self.N, self.ws = T, N, trainer.dist.world_size
+        self.obs_ok = torch.ones((T, N), dtype=torch.bool, device=trainer.device)
+        self.final_ok = torch.ones((T, N), dtype=torch.bool, device=trainer.device)
+        self.debug = bool(trainer.cfg.debug_checks)
+        self.t, self.step0 = 0, 0
+        if self.debug:
+            import gymnasium as gym
+
+            obs_space = self.env.single_observation_space
+            self.obs_shape = tuple(obs_space.shape)
+            self.low = self.high = None
+            if isinstance(obs_space, gym.spaces.Box):
+                self.low = torch.as_tensor(np.asarray(obs_space.low, dtype=np.float64).reshape(-1), device=trainer.device)
+                self.high = torch.as_tensor(np.asarray(obs_space.high, dtype=np.float64).reshape(-1), device=trainer.device)
+
+    def __getattr__(self, name):  # everything but step() is the env's
+        if name == "env":
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    def begin(self, step0: int) -> None:
+        self.t, self.step0 = 0, step0
+        self.obs_ok.fill_(True)
+        self.final_ok.fill_(True)
+
+    def where(self, t: int, n: int) -> str:
+        """'env n at global step S (env step k)' for the transition of step t of this rollout."""
+        rank = f" (rank {self.trainer.dist.rank})" if self.ws > 1 else ""
+        step = self.step0 + (t + 1) * self.N * self.ws
+        return f"env {n}{rank} at global step {step} (env step {self.step0 // (self.N * self.ws) + t + 1})"
+
+    def step(self, action: torch.Tensor):
+        t = self.t
+        if self.debug:
+            self._check_action(action, t)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if t < self.T:
+            torch.all(torch.isfinite(obs.reshape(self.N, -1)), -1, out=self.obs_ok[t])
+            torch.all(torch.isfinite(info["final_obs"].reshape(self.N, -1)), -1, out=self.final_ok[t])
+        if self.debug:
+            self._check_result(obs, reward, terminated, truncated, info, t)
+        self.t += 1
+        return obs, reward, terminated, truncated, info
+
+    # --- --debug-checks (syncs) ---
+    def _fail(self, message: str):
+        raise DebugCheckError(f"--debug-checks: {message}")
+
+    def _check_action(self, action: torch.Tensor, t: int) -> None:
+        import gymnasium as gym
+
+        space, N = self.env.single_action_space, self.N
+        step = self.step0 + (t + 1) * N * self.ws
+        if not torch.is_tensor(action):
+            self._fail(f"actions at global step {step} are a {type(action).__name__}, expected a torch tensor")
+        if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+            if action.dtype.is_floating_point or action.dtype == torch.bool:
+                self._fail(f"actions at global step {step} have dtype {action.dtype}, expected an integer dtype for {space}")
+            if isinstance(space, gym.spaces.Discrete):
+                if tuple(action.shape) not in ((N,), (N, 1)):
+                    self._fail(f"actions at global step {step} have shape {tuple(action.shape)}, expected ({N},) for {space}")
+                a = action.reshape(N, 1)
+                low = torch.full((1,), int(space.start), device=a.device)
+                high = low + int(space.n) - 1
+            else:
+                nvec = np.asarray(space.nvec).reshape(-1)
+                if tuple(action.shape) != (N, nvec.size):
+                    self._fail(f"actions at global step {step} have shape {tuple(action.shape)}, expected ({N}, {nvec.size}) for {space}")
+                a = action
+                low = torch.as_tensor(np.asarray(getattr(space, "start", np.zeros_like(nvec))).reshape(-1), device=a.device)
+                high = low + torch.as_tensor(nvec, device=a.device) - 1
+            bad = ((a < low) | (a > high)).any(-1)
+            if bool(bad.any()):
+                n = int(torch.nonzero(bad)[0, 0])
+                value = _fmt(action[n])
+                self._fail(f"action {value} of {self.where(t, n)} is outside the action space {space}")
+        elif isinstance(space, gym.spaces.Box):
+            size = int(np.prod(space.shape))
+            if action.shape[:1] != (N,) or action.numel() != N * size:
+                self._fail(f"actions at global step {step} have shape {tuple(action.shape)}, expected ({N}, {size}) for {space}")
+            bad = ~torch.isfinite(action.reshape(N, -1).float()).all(-1)
+            if bool(bad.any()):
+                n = int(torch.nonzero(bad)[0, 0])
+                self._fail(f"action {_fmt(action[n])} of {self.where(t, n)} is not finite (the policy produced NaN/inf)")
+
+    def _check_obs(self, field: str, x: torch.Tensor, ok: Optional[torch.Tensor], t: int) -> None:
+        N = self.N
+        if not torch.is_tensor(x) or tuple(x.shape) != (N, *self.obs_shape):
+            shape = tuple(x.shape) if torch.is_tensor(x) else type(x).__name__
+            self._fail(f"{field}s at global step {self.step0 + (t + 1) * N * self.ws} have shape {shape}, expected {(N, *self.obs_shape)}")
+        if x.dtype != torch.float32:
+            self._fail(f"{field}s at global step {self.step0 + (t + 1) * N * self.ws} have dtype {x.dtype}, expected torch.float32")
+        flat = x.reshape(N, -1)
+        if ok is not None and not bool(ok.all()):
+            n = int(torch.nonzero(~ok)[0, 0])
+            raise NonFiniteError(f"non-finite {field} {_fmt(flat[n])} from {self.where(t, n)}; "
+                                 f"check the env's step() with: proxima check-env {self.trainer.cfg.env_id}")
+        if self.low is not None:
+            xd = flat.to(torch.float64)
+            below, above = xd < self.low, xd > self.high
+            bad = (below | above).any(-1)
+            if bool(bad.any()):
+                n = int(torch.nonzero(bad)[0, 0])
+                k = int(torch.nonzero(below[n] | above[n])[0, 0])
+                side = f"< low {float(self.low[k]):.6g}" if bool(below[n, k]) else f"> high {float(self.high[k]):.6g}"
+                self._fail(f"{field} {_fmt(flat[n])} of {self.where(t, n)} is outside the observation space "
+                           f"(component {k} = {float(xd[n, k]):.6g} {side})")
+
+    def _check_result(self, obs, reward, terminated, truncated, info, t: int) -> None:
+        N = self.N
+        step = self.step0 + (t + 1) * N * self.ws
+        self._check_obs("observation", obs, self.obs_ok[t] if t < self.T else None, t)
+        self._check_obs("final observation", info["final_obs"], self.final_ok[t] if t < self.T else None, t)
+        for name, x in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
+            if not torch.is_tensor(x) or tuple(x.shape) != (N,):
+                shape = tuple(x.shape) if torch.is_tensor(x) else type(x).__name__
+                self._fail(f"{name} at global step {step} has shape {shape}, expected ({N},)")
+        if reward.dtype != torch.float32:
+            self._fail(f"reward at global step {step} has dtype {reward.dtype}, expected torch.float32")
+        for name, x in (("terminated", terminated), ("truncated", truncated)):
+            if x.dtype != torch.bool:
+                self._fail(f"{name} at global step {step} has dtype {x.dtype}, expected torch.bool")
+        bad = ~torch.isfinite(reward)
+        if bool(bad.any()):
+            n = int(torch.nonzero(bad)[0, 0])
+            raise NonFiniteError(f"non-finite reward {_fmt(reward[n])} from {self.where(t, n)}; "
+                                 f"check the env's step() with: proxima check-env {self.trainer.cfg.env_id}")
+
+
 # ------------------------------------------------------------------------------------------------
 class Trainer:
     """Owns the state of one run (TrainState of DESIGN.md) and runs its iterations."""
@@ -140,7 +297,7 @@ class Trainer:
         validate(cfg, self.dist.world_size)
         self.cfg, self.quiet = cfg, quiet
         torch.set_num_threads(cfg.threads)
-        self.device = self.dist.device if self.dist.world_size > 1 else resolve_device(cfg.device)
+        self.device = self.dist.device_for(cfg.device)  # under torchrun: cuda:LOCAL_RANK or cpu
         if cfg.cudagraphs and self.device.type != "cuda":
             raise ConfigError("--cudagraphs needs a CUDA device (got --device %s)" % cfg.device)
         if cfg.amp == "fp16" and self.device.type != "cuda":
@@ -164,15 +321,20 @@ class Trainer:
         self.iteration, self.global_step, self.elapsed = 0, 0, 0.0
         self.autocast, self.scaler = self._amp_setup()
         self.policy_step = self.agent.policy_step
+        if self.autocast is not None:
+            self.policy_step = _autocast_fn(self.agent.policy_step, self.autocast)
         self.grad_step = ppo.make_grad_step(self.model, self.optimizer, cfg, self.autocast, self.scaler)
         if cfg.compile or cfg.cudagraphs:
             from .accel import accelerate
 
             self.policy_step, self.grad_step = accelerate(self)
+        if cfg.target_kl is not None:  # ranks average approx_kl, so all take the same early-stop decision
+            self.grad_step = self.dist.sync_kl(self.grad_step)
         self.next_obs = self.env.reset(seed=rank_seed)
         if resume_state is not None:
             self._restore(resume_state)
-        self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(cfg)
+        # rank 0's (time-stamped) default, the same path on every rank
+        self.run_dir = Path(self.dist.from_main(lambda: Path(run_dir) if run_dir is not None else Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)))
         self.argv = argv
         self.logger = None
 
@@ -199,6 +361,8 @@ class Trainer:
             "spaces": {"observation": ckpt.space_to_dict(self.env.single_observation_space),
                        "action": ckpt.space_to_dict(self.env.single_action_space)},
             "agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "lr_schedule": {"lr": float(self.optimizer.param_groups[0]["lr"]), "base_lr": self.cfg.lr, "anneal": self.cfg.anneal_lr,
+                            "iteration": self.iteration, "num_iterations": self.num_iterations},
             "obs_normalizer": self.obs_norm.state_dict() if self.obs_norm is not None else None,
             "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler is not None else None,
             "grad_scaler": self.scaler.state_dict() if self.scaler is not None else None,
@@ -209,19 +373,35 @@ class Trainer:
         }
 
     def _restore(self, state: dict) -> None:
+        from .distributed import local_state
+
+        state = local_state(state, self.dist.rank)  # this rank's env, RNG and normalizer pieces
         path = state.get("path", "checkpoint")
         try:
             self.agent.load_state_dict(state["agent"])
+            # keep the optimizer's own lr tensors (a compiled or graph-captured step holds them): copy the value in
+            lrs = [g["lr"] for g in self.optimizer.param_groups]
             self.optimizer.load_state_dict(state["optimizer"])
+            for group, lr in zip(self.optimizer.param_groups, lrs):
+                if torch.is_tensor(lr):
+                    lr.fill_(float(group["lr"]))
+                    group["lr"] = lr
             if self.obs_norm is not None:
                 self.obs_norm.load_state_dict(state["obs_normalizer"])
             if self.reward_scaler is not None:
                 self.reward_scaler.load_state_dict(state["reward_scaler"])
             if self.scaler is not None and state.get("grad_scaler"):
                 self.scaler.load_state_dict(state["grad_scaler"])
-        except (RuntimeError, KeyError, ValueError, TypeError) as e:
+        except KeyError as e:
+            raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing {e})") from None
+        except (RuntimeError, ValueError, TypeError) as e:
             raise ckpt.CheckpointError(f"{path}: does not match this run's config ({str(e).splitlines()[0][:160]})") from None
-        self.iteration, self.global_step, self.elapsed = state["iteration"], state["global_step"], state.get("elapsed", 0.0)
+        try:
+            self.iteration, self.global_step = int(state["iteration"]), int(state["global_step"])
+            self.elapsed, _ = float(state.get("elapsed", 0.0)), state["rng"]
+        except KeyError as e:
+            raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing {e})") from None
+        self.last_checkpoint = Path(path) if "path" in state else None
         if state.get("world_size", 1) != self.dist.world_size:
             raise ckpt.CheckpointError(f"{path}: written by {state.get('world_size', 1)} process(es), resumed with {self.dist.world_size}; use the same --nproc")
         if state.get("env") is not None and self.env.can_save_state and state.get("env_backend") == self.env.backend:
@@ -234,7 +414,7 @@ class Trainer:
                 print(f"proxima: note: {self.env.backend} envs cannot restore their state; resumed run restarts episodes", file=sys.stderr)
             ckpt.set_rng_state(state["rng"])
             self.next_obs = self.env.reset(seed=self.cfg.seed + 10_000 * self.dist.rank + self.iteration)
-        if self.dist.world_size > 1:  # rank r saved only rank 0's RNG: derive its own stream
+        if self.dist.world_size > 1 and "ranks" not in state:  # an older checkpoint held only rank 0's RNG
             torch.manual_seed(self.cfg.seed + 10_000 * self.dist.rank + self.iteration)
 
     # --- run directory ---------------------------------------------------------------------------
@@ -263,9 +443,21 @@ class Trainer:
         self.logger = _make_logger(self, resumed)
 
     def save(self) -> Optional[Path]:
-        if not self.dist.is_main:
-            return None
-        return ckpt.save_train_state(self.run_dir, self.state_dict(), self.cfg.keep_checkpoints)
+        """Write a checkpoint (rank 0); under torchrun every rank calls this at the same iteration:
+        the per-rank pieces (env, RNG, normalizers) are gathered into rank 0's checkpoint, and every
+        rank returns once it is on disk."""
+        if not self.dist.enabled:
+            return ckpt.save_train_state(self.run_dir, self.state_dict(), self.cfg.keep_checkpoints)
+        from .distributed import RANK_KEYS
+
+        state = self.state_dict()
+        pieces = self.dist.gather_to_main({k: state[k] for k in RANK_KEYS})
+
+        def write():
+            state["ranks"] = pieces
+            return ckpt.save_train_state(self.run_dir, state, self.cfg.keep_checkpoints)
+
+        return self.dist.from_main(write)
 
     # --- one iteration ---------------------------------------------------------------------------
     def train_iteration(self) -> dict:
@@ -274,7 +466,9 @@ class Trainer:
             frac = 1.0 - self.iteration / self.num_iterations
             self.optimizer.param_groups[0]["lr"].fill_(frac * cfg.lr)
         step0 = self.global_step
-        self.next_obs = ppo.collect_rollout(self.env, self.policy_step, ro, self.next_obs, self.obs_norm, self.reward_scaler)
+        guard = self._env_guard()
+        guard.begin(step0)
+        self.next_obs = ppo.collect_rollout(guard, self.policy_step, ro, self.next_obs, self.obs_norm, self.reward_scaler)
         self.global_step += self.steps_per_iteration
         self._check_rollout_finite(step0)
         with torch.no_grad():
@@ -290,42 +484,87 @@ class Trainer:
         self.iteration += 1
         return out
 
+    def _env_guard(self) -> _EnvGuard:
+        guard = getattr(self, "_guard", None)
+        if guard is None or guard.env is not self.env:
+            guard = self._guard = _EnvGuard(self)
+        return guard
+
     def _check_rollout_finite(self, step0: int) -> None:
-        ro = self.rollout
-        for field, t in (("observation", ro.obs), ("reward", ro.raw_rewards), ("final observation", ro.final_obs)):
-            bad = ~torch.isfinite(t.reshape(ro.num_steps, ro.num_envs, -1)).all(-1)
-            if bool(bad.any()):  # one sync per iteration; the search below runs only on failure
+        """NaN/inf in what the envs returned this iteration -> NonFiniteError naming the field, the env
+        index and the global step. Observations are judged raw (flags from _EnvGuard), rewards raw
+        (rollout.raw_rewards). One host sync per iteration; the search runs only on failure."""
+        ro, guard = self.rollout, self._env_guard()
+        fields = (("observation", ~guard.obs_ok), ("final observation", ~guard.final_ok), ("reward", ~torch.isfinite(ro.raw_rewards)))
+        if not bool((fields[0][1] | fields[1][1] | fields[2][1]).any()):
+            return
+        first = None  # earliest step wins; at the same step: observation, final observation, reward
+        for order, (field, bad) in enumerate(fields):
+            if bool(bad.any()):
                 ts, ns = torch.nonzero(bad, as_tuple=True)
-                t0, n0 = int(ts[0]), int(ns[0])
-                step = step0 + (t0 * ro.num_envs + n0) * self.dist.world_size
-                raise NonFiniteError(f"non-finite {field} from env {n0} (rank {self.dist.rank}) at global step {step}; "
-                                     f"check the env's step() (proxima check-env {self.cfg.env_id})")
+                key = (int(ts[0]), order)
+                if first is None or key < first[0]:
+                    first = (key, field, int(ns[0]))
+        (t, _), field, n = first
+        value = f" {_fmt(ro.raw_rewards[t, n])}" if field == "reward" else ""
+        raise NonFiniteError(f"non-finite {field}{value} from {guard.where(t, n)}; "
+                             f"check the env's step() with: proxima check-env {self.cfg.env_id}")
+
+    def _check_reset_finite(self) -> None:
+        bad = ~torch.isfinite(self.next_obs.reshape(self.next_obs.shape[0], -1)).all(-1)
+        if bool(bad.any()):
+            n = int(torch.nonzero(bad)[0, 0])
+            raise NonFiniteError(f"non-finite observation {_fmt(self.next_obs[n])} from env {n} at reset (global step {self.global_step}); "
+                                 f"check the env's reset() with: proxima check-env {self.cfg.env_id}")
+
+    def _last_good(self, last=None) -> str:
+        last = last or getattr(self, "last_checkpoint", None)
+        return f"last good checkpoint: {last}" if last else "no checkpoint was written yet (--checkpoint-every N writes one every N iterations)"
 
     # --- the loop --------------------------------------------------------------------------------
-    def run(self, resumed: bool = False) -> Path:
+    def run(self, resumed: bool = False, stop_after: Optional[int] = None) -> Path:
+        """Train until ``num_iterations``; checkpoint every ``checkpoint_every`` iterations and at the end.
+
+        SIGINT/SIGTERM: finish the iteration, checkpoint, raise TrainingInterrupted (exit 128+signum).
+        NaN/inf from an env, in the loss or in the gradients: NonFiniteError naming the last good
+        checkpoint (nothing is written for the bad iteration). ``stop_after`` (a test hook) acts as a
+        SIGINT arriving during iteration ``stop_after`` (counted from the start of the run).
+        """
         self._open_run_dir(resumed)
         cfg = self.cfg
-        last_ckpt = None
+        last_ckpt = getattr(self, "last_checkpoint", None)
         try:
             with _SignalGuard() as stop:
                 t_start = time.perf_counter() - self.elapsed
+                try:
+                    self._check_reset_finite()
+                except NonFiniteError as e:
+                    raise NonFiniteError(f"{e}; {self._last_good(last_ckpt)}") from None
                 while self.iteration < self.num_iterations:
                     t_iter = time.perf_counter()
-                    out = self.train_iteration()
+                    self.dist.check_test_failure(self.iteration)  # test hook, off unless PROXIMA_TEST_FAIL_RANK is set
+                    try:
+                        out = self.train_iteration()
+                    except (NonFiniteError, DebugCheckError) as e:
+                        raise type(e)(f"{e}; {self._last_good(last_ckpt)}") from None
+                    if stop_after is not None and self.iteration >= stop_after and not stop.signum:
+                        stop.signum = signal.SIGINT  # the test hook: as if SIGINT arrived during this iteration
                     metrics = self.dist.reduce_metrics(out)
                     if metrics["nonfinite"]:
                         raise NonFiniteError(f"non-finite loss or gradient in the update at global step {self.global_step} "
-                                             f"(iteration {self.iteration}); last good checkpoint: {last_ckpt or 'none'}; "
+                                             f"(iteration {self.iteration}); {self._last_good(last_ckpt)}; "
                                              "try a lower --lr or --max-grad-norm, or --norm-obs/--norm-reward")
                     self.elapsed = time.perf_counter() - t_start
                     sps = self.steps_per_iteration / max(time.perf_counter() - t_iter, 1e-9)
                     if self.logger is not None:
                         self.logger.log(self.iteration, self.global_step, _metric_row(metrics, sps, self.optimizer, self.elapsed))
                     periodic = cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0
-                    if periodic or stop.signum or self.iteration == self.num_iterations:
-                        last_ckpt = self.save() or last_ckpt
-                    if stop.signum:
-                        raise TrainingInterrupted(stop.signum, last_ckpt)
+                    signum = self.dist.agree_stop(stop.signum)  # all ranks stop at the same iteration
+                    if periodic or signum or self.iteration == self.num_iterations:
+                        last_ckpt = self.last_checkpoint = self.save() or last_ckpt
+                    if signum:
+                        raise TrainingInterrupted(signum, last_ckpt)
+                self.dist.dump_parameters(self.agent, self.iteration, self.global_step, self.run_dir)  # test hook (PROXIMA_DEBUG_DUMP_PARAMS)
         finally:
             if self.logger is not None:
                 self.logger.close()
@@ -333,6 +572,16 @@ class Trainer:
 
     def close(self) -> None:
         self.env.close()
+
+
+def _autocast_fn(fn, autocast):
+    """fn run under autocast (--amp); the rollout buffers store its outputs as float32."""
+
+    def wrapped(*args):
+        with autocast():
+            return fn(*args)
+
+    return wrapped
 
 
 def _make_logger(trainer: "Trainer", resumed: bool):
@@ -363,7 +612,38 @@ def train(config: PPOConfig, run_dir=None, resume=None, argv=None, quiet: bool =
     resume: None (fresh run), a checkpoint file or run directory to continue from ("auto" resumes
     from ``run_dir`` when it holds a checkpoint). A resumed run continues in the checkpoint's run
     directory with the checkpoint's config.
+
+    Under torchrun every process calls this (docs/distributed.md): rank 0 finds and loads the
+    checkpoint and sends it to the others, so all ranks restore the same one; rank 0 alone writes
+    the run directory and runs the final evaluation. A rank that fails prints
+    ``proxima: rank R failed: <error>`` before its traceback; torchrun then ends the others.
     """
+    from . import distributed
+
+    dctx = distributed.context()
+    try:
+        state, config, run_dir, resumed = dctx.from_main(lambda: _resolve_resume(config, run_dir, resume))
+        trainer = Trainer(config, run_dir=run_dir, resume_state=state, argv=argv, quiet=quiet)
+        try:
+            if resumed and not quiet and trainer.dist.is_main:
+                print(f"proxima: resuming {trainer.run_dir} at global step {trainer.global_step:,} (iteration {trainer.iteration})", file=sys.stderr)
+            out_dir = trainer.run(resumed=resumed)
+        finally:
+            trainer.close()
+    except TrainingInterrupted:
+        raise
+    except Exception as e:
+        dctx.report_failure(e)
+        raise
+    if dctx.enabled:  # the last collective was the final checkpoint; leave the process group
+        distributed.shutdown()
+    if evaluate_at_end and trainer.dist.is_main:
+        finish_run(trainer, quiet)
+    return out_dir, trainer.agent
+
+
+def _resolve_resume(config: Optional[PPOConfig], run_dir, resume):
+    """(state, config, run_dir, resumed): the checkpoint to continue from, if any (rank 0 runs this)."""
     state, resumed = None, False
     if resume is not None:
         if resume == "auto":
@@ -378,16 +658,7 @@ def train(config: PPOConfig, run_dir=None, resume=None, argv=None, quiet: bool =
             run_dir = src.parent.parent if src.parent.name == "checkpoints" else Path(run_dir or config.run_dir or src.parent)
             resumed = True
     run_dir = run_dir if run_dir is not None else (Path(config.run_dir) if config.run_dir else None)
-    trainer = Trainer(config, run_dir=run_dir, resume_state=state, argv=argv, quiet=quiet)
-    try:
-        if resumed and not quiet and trainer.dist.is_main:
-            print(f"proxima: resuming {trainer.run_dir} at global step {trainer.global_step:,} (iteration {trainer.iteration})", file=sys.stderr)
-        out_dir = trainer.run(resumed=resumed)
-    finally:
-        trainer.close()
-    if evaluate_at_end and trainer.dist.is_main:
-        finish_run(trainer, quiet)
-    return out_dir, trainer.agent
+    return state, config, run_dir, resumed
 
 
 def finish_run(trainer: Trainer, quiet: bool) -> None:
@@ -404,6 +675,9 @@ def finish_run(trainer: Trainer, quiet: bool) -> None:
         if not quiet:
             print(f"eval {result['env_id']}: {result['mean_return']:.2f} +- {result['std_return']:.2f} over {result['episodes']} episodes (deterministic)")
     if cfg.plot:
-        from .plot import plot_runs
+        from .plot import PlotError, plot_runs
 
-        plot_runs([trainer.run_dir], trainer.run_dir / "curve.png")
+        try:
+            plot_runs([trainer.run_dir], trainer.run_dir / "curve.png")
+        except PlotError as e:  # e.g. no episode finished: the run itself is fine
+            print(f"proxima: note: no curve.png: {e}", file=sys.stderr)
