@@ -1,0 +1,102 @@
+"""The Python API: train_rlhf(cfg) -> run directory, and resume(run_dir) -> exit status."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+from . import dist as D
+from . import rundir
+from .config import ConfigError, RLHFConfig, from_dict, validate
+from .models import resolve_device
+
+
+def _absolute_paths(cfg: RLHFConfig) -> RLHFConfig:
+    """Paths that exist become absolute in the saved config, so a resume works from any directory."""
+    def fix(spec: Optional[str]) -> Optional[str]:
+        if spec and os.path.exists(spec):
+            return os.path.abspath(spec)
+        if spec and ":" in spec:  # path/to/file.py:function
+            module, _, func = spec.rpartition(":")
+            if module.endswith(".py") and os.path.isfile(module):
+                return f"{os.path.abspath(module)}:{func}"
+        return spec
+
+    return dataclasses.replace(cfg, policy=fix(cfg.policy), tokenizer=fix(cfg.tokenizer), reward=fix(cfg.reward),
+                               prompts=fix(cfg.prompts))
+
+
+def train_rlhf(cfg: RLHFConfig) -> Path:
+    """Train; return the run directory. Bad input raises ConfigError before anything is written.
+
+    Under torchrun every process calls this; rank 0 writes the run directory.
+    """
+    from .trainer import RLHFTrainer
+
+    validate(cfg)
+    cfg = _absolute_paths(cfg)
+    d = D.init_distributed(resolve_device(cfg.device).type)
+    try:
+        run_dir = Path(cfg.run_dir) if cfg.run_dir else D.broadcast_object(rundir.default_run_dir(cfg.seed), d)
+        rundir.check_new_run_dir(run_dir)
+        trainer = RLHFTrainer(cfg, d)  # loads every model, file and function: the last place bad input can fail
+        if d.is_main:
+            rundir.write_run_files(run_dir, dataclasses.replace(cfg, run_dir=str(run_dir)).to_dict(), d.world_size,
+                                   str(trainer.device))
+        trainer.train(run_dir)
+        return run_dir
+    finally:
+        D.shutdown(d)
+
+
+def resume(run_dir, steps: Optional[int] = None) -> int:
+    """Continue an RLHF run from its latest checkpoint (bit-identical on CPU); ``steps`` extends it.
+
+    Returns an exit status: 0 done, 2 bad input (one line on stderr), 130 stopped by a signal.
+    """
+    from .models import quiet_transformers
+    from .trainer import RLHFTrainer
+
+    quiet_transformers()
+    path = Path(run_dir)
+    try:
+        meta = _read_meta(path)
+        if meta.get("kind") != "rlhf":
+            raise ConfigError(f"{path}: meta.json says kind {meta.get('kind')!r}, not 'rlhf'")
+        cfg = from_dict(rundir.read_config(path), source=str(path / "config.yaml"))
+        cfg.run_dir = str(path)
+        if steps is not None:
+            cfg.steps = steps
+        validate(cfg)
+        d = D.init_distributed(resolve_device(cfg.device).type)
+        try:
+            trainer = RLHFTrainer(cfg, d)
+            checkpoints = rundir.list_checkpoints(path)
+            if checkpoints:
+                trainer.load_checkpoint(checkpoints[-1])
+            if trainer.step >= cfg.steps:
+                if d.is_main:
+                    print(f"{path}: already at step {trainer.step} of {cfg.steps}; nothing to do")
+                return 0
+            if steps is not None and d.is_main:
+                rundir.write_config(path, cfg.to_dict())
+            trainer.train(path, resumed=True)
+        finally:
+            D.shutdown(d)
+    except ConfigError as e:
+        print(f"proxima resume: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _read_meta(path: Path) -> dict:
+    try:
+        return json.loads((path / "meta.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: not a run directory (cannot read meta.json: {e})") from None

@@ -1,0 +1,194 @@
+"""RLHF configuration: one dataclass, one docstring per field, every field a ``proxima rlhf`` flag.
+
+Defaults follow the RLHF section of PPO_NOTES.md (gamma 1, lambda 0.95, vf_coef 0.1, clip 0.2,
+a fixed missing-EOS penalty) and TRL's PPO where the notes are silent (temperature 0.7, 4 epochs,
+kl_coef 0.05). :func:`validate` checks everything that can be checked without loading a model,
+before anything is written to disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ..config import ConfigError
+
+__all__ = ["RLHFConfig", "ConfigError", "FIELDS", "from_dict", "coerce", "validate"]
+
+
+def _f(default: Any, doc: str, kind: type = None, optional: bool = False, choices: tuple = ()) -> Any:
+    kind = kind or type(default)
+    meta = {"help": doc, "kind": kind, "optional": optional, "choices": choices}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class RLHFConfig:
+    """Everything an RLHF run needs (per process; torchrun multiplies the batch by the process count)."""
+
+    # --- models and data ---
+    policy: str = _f("", "Policy: a local Hugging Face causal-LM directory, or a config.json (file, or directory without weights) for a fresh model.")
+    tokenizer: Optional[str] = _f(None, "Tokenizer directory (default: the policy's directory).", str, optional=True)
+    reward: str = _f("", "Reward: a local AutoModelForSequenceClassification directory, or module:function(prompts, responses) -> list[float] (module may be path/to/file.py).")
+    value_init: str = _f("policy", "Initialize the value model from the policy's backbone or the reward model's (needs the same vocabulary).", choices=("policy", "reward"))
+    prompts: str = _f("", "Prompts: a JSONL file (objects with a 'prompt' field, or strings) or a text file with one prompt per line.")
+    max_prompt_length: int = _f(128, "Keep at most this many prompt tokens (the last ones).")
+    # --- generation ---
+    max_new_tokens: int = _f(32, "Response length limit in tokens; generation stops early once every response has emitted EOS.")
+    temperature: float = _f(0.7, "Sampling temperature; the same value divides the logits before every log-prob.")
+    top_k: int = _f(0, "Sample from the k most likely tokens (0: off).")
+    top_p: float = _f(1.0, "Nucleus sampling mass (1.0: off).")
+    missing_eos_penalty: float = _f(1.0, "Subtracted from the score of a response that never emits EOS (0: off).")
+    # --- reward shaping and KL ---
+    kl_coef: float = _f(0.05, "KL penalty coefficient beta (the initial value when adaptive_kl).")
+    kl_estimator: str = _f("k1", "Per-token KL estimator: k1 (log p - log q) or k3 ((q/p - 1) - log(q/p), non-negative).", choices=("k1", "k3"))
+    adaptive_kl: bool = _f(False, "Adapt kl_coef towards kl_target (Ziegler et al. 2019) instead of keeping it fixed.")
+    kl_target: float = _f(6.0, "Adaptive KL: target KL per response (summed over its tokens).")
+    kl_horizon: int = _f(10000, "Adaptive KL: horizon in responses.")
+    whiten_rewards: bool = _f(False, "Whiten the per-token rewards under the response mask before GAE.")
+    # --- advantages ---
+    advantage: str = _f("gae", "Advantage estimator: gae (PPO with a value model), grpo (group-normalized) or rloo (leave-one-out); grpo and rloo use no critic.", choices=("gae", "grpo", "rloo"))
+    samples_per_prompt: int = _f(1, "Responses sampled per prompt (grpo and rloo need at least 2).")
+    gamma: float = _f(1.0, "Discount over response tokens.")
+    gae_lambda: float = _f(0.95, "GAE lambda over response tokens.")
+    # --- optimisation ---
+    steps: int = _f(100, "PPO iterations (one rollout of batch_size responses and its update each).")
+    batch_size: int = _f(16, "Responses per rollout per process (prompts x samples_per_prompt).")
+    num_minibatches: int = _f(1, "Minibatches per epoch; must divide batch_size.")
+    micro_batch_size: int = _f(0, "Responses per forward/backward inside a minibatch (gradient accumulation); 0: the whole minibatch.")
+    update_epochs: int = _f(4, "Epochs over each rollout.")
+    lr: float = _f(1e-5, "Policy learning rate (Adam, eps 1e-5).")
+    value_lr: Optional[float] = _f(None, "Value model learning rate (default: lr).", float, optional=True)
+    anneal_lr: bool = _f(False, "Anneal both learning rates linearly to 0 over the run.")
+    clip_coef: float = _f(0.2, "PPO clip epsilon of the policy ratio.")
+    vf_clip_coef: float = _f(0.2, "Clip range of the value prediction around its rollout value.")
+    clip_vloss: bool = _f(True, "Clip the value loss.")
+    vf_coef: float = _f(0.1, "Value loss coefficient.")
+    ent_coef: float = _f(0.0, "Entropy bonus coefficient.")
+    max_grad_norm: float = _f(1.0, "Gradient-norm clip, applied to the policy and to the value model separately.")
+    # --- efficiency switches ---
+    bf16: bool = _f(False, "bf16 autocast for all model forwards (log-probs and losses stay float32).")
+    gradient_checkpointing: bool = _f(False, "Gradient checkpointing in the policy and value model.")
+    lora: bool = _f(False, "Train LoRA adapters (peft); the reference is then the policy with its adapter switched off.")
+    lora_r: int = _f(16, "LoRA rank.")
+    lora_alpha: int = _f(32, "LoRA alpha.")
+    lora_target_modules: list = _f([], "Modules to adapt, comma separated (empty: peft's default for the architecture).", list)
+    # --- run ---
+    seed: int = _f(1, "Random seed (model init, prompt order, sampling).")
+    device: str = _f("cpu", "Torch device: cpu, cuda, cuda:1, or auto.")
+    threads: int = _f(1, "torch intra-op threads.")
+    run_dir: Optional[str] = _f(None, "Run directory (default runs/rlhf__<seed>__<time>).", str, optional=True)
+    print_every: int = _f(10, "Print a progress line every N steps (0: quiet).")
+    sample_every: int = _f(10, "Log sample generations as text every N steps (0: never).")
+    samples_logged: int = _f(4, "Number of generations in each logged sample.")
+    checkpoint_every: int = _f(50, "Write a checkpoint every N steps (0: only at the end).")
+    keep_checkpoints: int = _f(3, "Keep the last K checkpoints.")
+    plot: bool = _f(True, "Write curve.png (reward and KL) into the run directory at the end.")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(RLHFConfig)}
+
+
+def from_dict(values: dict, base: Optional[RLHFConfig] = None, source: str = "config") -> RLHFConfig:
+    """Apply a plain dict (YAML file, flags) on top of ``base``; unknown keys are errors."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{source}: expected a mapping of field: value, got {type(values).__name__}")
+    cfg = dataclasses.replace(base) if base is not None else RLHFConfig()
+    for key, value in values.items():
+        key = str(key).replace("-", "_")
+        if key not in FIELDS:
+            close = difflib.get_close_matches(key, list(FIELDS), n=1)
+            raise ConfigError(f"{source}: unknown field '{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+        setattr(cfg, key, coerce(key, value, source))
+    return cfg
+
+
+_NONE = ("none", "null", "")
+_BOOL = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
+def coerce(name: str, value: Any, source: str = "config") -> Any:
+    """Convert a YAML or flag value to the field's type; raise ConfigError naming the field."""
+    meta = FIELDS[name].metadata
+    kind = meta["kind"]
+    if meta["optional"] and (value is None or (isinstance(value, str) and value.lower() in _NONE)):
+        return None
+    try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in _BOOL:
+                return _BOOL[value.lower()]
+        elif kind is int and not isinstance(value, bool):
+            number = float(value.replace("_", "")) if isinstance(value, str) else value
+            if float(number).is_integer():
+                return int(number)
+        elif kind is float and not isinstance(value, bool):
+            return float(value)
+        elif kind is list:
+            if isinstance(value, str):
+                return [v.strip() for v in value.split(",") if v.strip()]
+            if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+                return list(value)
+        elif kind is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    expected = {bool: "true or false", int: "an integer", float: "a number", list: "a comma-separated list", str: "a string"}[kind]
+    raise ConfigError(f"{source}: field '{name}' got {value!r}, expected {expected}")
+
+
+def validate(cfg: RLHFConfig) -> None:
+    """Raise ConfigError with one actionable line for the first invalid value."""
+
+    def bad(name: str, why: str) -> None:
+        raise ConfigError(f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: {why}")
+
+    for name in ("policy", "reward", "prompts"):
+        if not getattr(cfg, name):
+            bad(name, "is required" + (" (a path or module:function)" if name == "reward" else " (a path)"))
+    for name, f in FIELDS.items():
+        choices = f.metadata["choices"]
+        if choices and getattr(cfg, name) not in choices:
+            bad(name, f"must be one of {', '.join(choices)}")
+        if f.metadata["kind"] is float and getattr(cfg, name) is not None and not math.isfinite(getattr(cfg, name)):
+            bad(name, "must be a finite number")
+    for name in ("max_prompt_length", "max_new_tokens", "steps", "batch_size", "num_minibatches", "update_epochs",
+                 "samples_per_prompt", "threads", "keep_checkpoints", "samples_logged", "lora_r", "lora_alpha", "kl_horizon"):
+        if getattr(cfg, name) < 1:
+            bad(name, "must be at least 1")
+    for name in ("micro_batch_size", "print_every", "sample_every", "checkpoint_every", "top_k", "kl_coef",
+                 "missing_eos_penalty", "vf_coef", "ent_coef"):
+        if getattr(cfg, name) < 0:
+            bad(name, "must be 0 or more")
+    for name in ("temperature", "lr", "clip_coef", "vf_clip_coef", "max_grad_norm", "kl_target"):
+        if getattr(cfg, name) <= 0:
+            bad(name, "must be positive")
+    if cfg.value_lr is not None and cfg.value_lr <= 0:
+        bad("value_lr", "must be positive")
+    if not 0.0 < cfg.top_p <= 1.0:
+        bad("top_p", "must be in (0, 1]")
+    if not 0.0 < cfg.gamma <= 1.0:
+        bad("gamma", "must be in (0, 1]")
+    if not 0.0 <= cfg.gae_lambda <= 1.0:
+        bad("gae_lambda", "must be in [0, 1]")
+    if cfg.advantage in ("grpo", "rloo") and cfg.samples_per_prompt < 2:
+        bad("samples_per_prompt", f"--advantage {cfg.advantage} compares several responses to one prompt: use 2 or more")
+    if cfg.batch_size % cfg.samples_per_prompt:
+        bad("batch_size", f"must be a multiple of samples_per_prompt ({cfg.samples_per_prompt})")
+    if cfg.batch_size % cfg.num_minibatches:
+        bad("num_minibatches", f"must divide batch_size ({cfg.batch_size})")
+    mb_size = cfg.batch_size // cfg.num_minibatches
+    if cfg.micro_batch_size and mb_size % cfg.micro_batch_size:
+        bad("micro_batch_size", f"must divide the minibatch size batch_size / num_minibatches = {mb_size}")
+    if cfg.value_init == "reward" and cfg.advantage == "gae" and not os.path.isdir(cfg.reward):
+        bad("value_init", "'reward' needs --reward to be a reward-model directory")

@@ -1,0 +1,206 @@
+"""The four roles: policy, reference, value model (and, in rewards.py, the reward).
+
+policy     any local ``AutoModelForCausalLM``: a directory with weights, or a config for a fresh model
+reference  a frozen copy of the initial policy; with LoRA, the policy itself with its adapter off
+value      a separate backbone with a scalar head, from the policy's or the reward model's backbone
+
+Every model has dropout switched off (PPO_NOTES: no dropout): with dropout the rollout and the
+update would score the same tokens differently and the ratio would not start at 1.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch import nn
+
+from .config import ConfigError
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def quiet_transformers() -> None:
+    """Command-line runs: no per-load progress bars or advisory warnings from transformers."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"--device {name!r}: not a torch device (cpu, cuda, cuda:1, auto)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name!r}: CUDA is not available here; use --device cpu")
+    return device
+
+
+def _policy_source(spec: str) -> tuple:
+    """('pretrained', dir) | ('config', config dict, dir or None); ConfigError for anything else."""
+    path = Path(spec)
+    if path.is_file() and path.suffix == ".json":
+        return "config", _read_json(path), None
+    if path.is_dir():
+        if any((path / f).exists() for f in WEIGHT_FILES):
+            return "pretrained", str(path), str(path)
+        if (path / "config.json").exists():
+            return "config", _read_json(path / "config.json"), str(path)
+        raise ConfigError(f"--policy {spec!r}: directory has neither weights nor a config.json")
+    raise ConfigError(f"--policy {spec!r}: no such directory or .json config file")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--policy: cannot read {path}: {e}") from None
+    if not isinstance(data, dict) or "model_type" not in data:
+        raise ConfigError(f"--policy: {path} is not a Hugging Face config (no 'model_type')")
+    return data
+
+
+def load_policy(spec: str, seed: int) -> tuple:
+    """(model, tokenizer_dir or None). A fresh model is initialized under ``seed``."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    kind, source, folder = _policy_source(spec)
+    try:
+        if kind == "pretrained":
+            model = AutoModelForCausalLM.from_pretrained(source)
+        else:
+            config_dict = dict(source)
+            config = AutoConfig.for_model(config_dict.pop("model_type"), **config_dict)
+            torch.manual_seed(seed)
+            model = AutoModelForCausalLM.from_config(config)
+    except (OSError, ValueError, KeyError) as e:
+        raise ConfigError(f"--policy {spec!r}: cannot load a causal LM: {str(e).splitlines()[0]}") from None
+    disable_dropout(model)
+    return model, folder
+
+
+def load_tokenizer(path: Optional[str], what: str = "--tokenizer"):
+    """A tokenizer that left-pads, with a pad token (the EOS token when the tokenizer has none)."""
+    from transformers import AutoTokenizer
+
+    if not path or not os.path.isdir(path):
+        raise ConfigError(f"{what} {path!r}: need a local tokenizer directory (pass --tokenizer DIR)")
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, TypeError) as e:
+        raise ConfigError(f"{what} {path!r}: cannot load a tokenizer: {str(e).splitlines()[0]}") from None
+    if tok.eos_token_id is None:
+        raise ConfigError(f"{what} {path!r}: the tokenizer has no EOS token; responses could never end")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def disable_dropout(model: nn.Module) -> None:
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+
+
+def make_reference(policy: nn.Module, lora: bool) -> Optional[nn.Module]:
+    """A frozen copy of the initial policy, or None under LoRA (the reference is then the adapter-off policy)."""
+    if lora:
+        return None
+    ref = copy.deepcopy(policy)
+    ref.requires_grad_(False)
+    return ref.eval()
+
+
+def apply_lora(model: nn.Module, cfg, task_type: str):
+    from peft import LoraConfig, get_peft_model
+
+    lora_cfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, bias="none", task_type=task_type,
+                          target_modules=list(cfg.lora_target_modules) or None)
+    try:
+        return get_peft_model(model, lora_cfg)
+    except ValueError as e:
+        raise ConfigError(f"--lora-target-modules {cfg.lora_target_modules!r}: {str(e).splitlines()[0]}") from None
+
+
+class ValueModel(nn.Module):
+    """A transformer backbone and a scalar head: (B, L) token ids -> (B, L) float32 values."""
+
+    def __init__(self, backbone: nn.Module, head: nn.Linear):
+        super().__init__()
+        self.backbone, self.head = backbone, head
+
+    def forward(self, input_ids, attention_mask, position_ids) -> torch.Tensor:
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                               use_cache=False).last_hidden_state
+        return self.head(hidden).squeeze(-1).float()
+
+
+def make_value_model(init: str, policy: nn.Module, reward_dir: Optional[str], seed: int) -> ValueModel:
+    """Value model from a copy of the policy's backbone (fresh head) or from the reward model (its head too)."""
+    if init == "reward":
+        from transformers import AutoModelForSequenceClassification
+
+        rm = AutoModelForSequenceClassification.from_pretrained(reward_dir, num_labels=1)
+        if rm.config.vocab_size != policy.config.vocab_size:
+            raise ConfigError(f"--value-init reward: the reward model's vocabulary ({rm.config.vocab_size}) differs "
+                              f"from the policy's ({policy.config.vocab_size}); use --value-init policy")
+        backbone = rm.base_model
+        score = getattr(rm, "score", None)
+    else:
+        backbone, score = copy.deepcopy(policy.base_model), None
+    hidden = backbone.config.hidden_size
+    torch.manual_seed(seed + 1)
+    head = nn.Linear(hidden, 1)
+    nn.init.normal_(head.weight, std=1.0 / (hidden + 1) ** 0.5)
+    nn.init.zeros_(head.bias)
+    if isinstance(score, nn.Linear) and score.out_features == 1:
+        with torch.no_grad():
+            head.weight.copy_(score.weight)
+            if score.bias is not None:
+                head.bias.copy_(score.bias)
+    disable_dropout(backbone)
+    return ValueModel(backbone, head)
+
+
+@functools.lru_cache(maxsize=None)
+def _accepts_logits_to_keep(model_class: type) -> bool:
+    return "logits_to_keep" in inspect.signature(model_class.forward).parameters
+
+
+def response_logits(model: nn.Module, input_ids, attention_mask, position_ids, num_response_tokens: int,
+                    temperature: float) -> torch.Tensor:
+    """Logits that predicted each response token, divided by the sampling temperature.
+
+    input_ids (B, P + R) = prompt then response. Returns (B, R, V) float32: position P - 1 + t predicts
+    response token t. Dividing by the temperature here is what makes these log-probs those of the
+    distribution the tokens were sampled from (PPO_NOTES: otherwise the KL goes negative).
+    """
+    r = num_response_tokens
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    kwargs = {"logits_to_keep": r + 1} if _accepts_logits_to_keep(type(base)) else {}
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                   use_cache=False, **kwargs).logits
+    return logits[:, -(r + 1):-1].float() / temperature
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[token]: (B, R, V), (B, R) -> (B, R), without materializing the log-softmax."""
+    picked = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(logits) per position: (B, R, V) -> (B, R)."""
+    probs = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(-1)

@@ -1,0 +1,217 @@
+"""The run directory: config.yaml, meta.json, TensorBoard events, metrics.csv, samples, checkpoints/,
+summary.json and curve.png. Written by rank 0 only; nothing in here is on the training hot path.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+import yaml
+
+from .config import ConfigError
+
+CHECKPOINT_RE = re.compile(r"^step_(\d+)\.pt$")
+
+
+def default_run_dir(seed: int, prefix: str = "rlhf") -> Path:
+    return Path("runs") / f"{prefix}__{seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def check_new_run_dir(path: Path) -> None:
+    """A new run may go into a missing or empty-of-runs directory, never over another run."""
+    if (path / "config.yaml").exists() or (path / "meta.json").exists():
+        raise ConfigError(f"--run-dir {str(path)!r}: already holds a run; continue it with `proxima resume {path}` or pick another directory")
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--run-dir {str(path)!r}: exists and is not a directory")
+
+
+def write_run_files(path: Path, config: dict, world_size: int, device: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "checkpoints").mkdir(exist_ok=True)
+    write_config(path, config)
+    _atomic_write(path / "meta.json", json.dumps(_meta(world_size, device), indent=2) + "\n")
+
+
+def write_config(path: Path, config: dict) -> None:
+    _atomic_write(path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+
+
+def _meta(world_size: int, device: str) -> dict:
+    import transformers
+
+    try:
+        import peft
+
+        peft_version: Optional[str] = peft.__version__
+    except ImportError:
+        peft_version = None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                                text=True, timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    from .. import __version__
+
+    return {"kind": "rlhf", "proxima": __version__, "python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "peft": peft_version, "git_commit": commit, "device": device,
+            "world_size": world_size, "command": sys.argv, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+
+
+def read_config(path: Path) -> dict:
+    try:
+        data = yaml.safe_load((path / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path}: cannot read config.yaml: {e}") from None
+    return data or {}
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class MetricsLogger:
+    """TensorBoard scalars and text, plus metrics.csv (one row per step, the columns of the first row)."""
+
+    def __init__(self, path: Path, resume_step: int = 0):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.path = path
+        self.writer = SummaryWriter(str(path), purge_step=resume_step + 1 if resume_step else None)
+        self.csv_path = path / "metrics.csv"
+        self.columns: Optional[list] = None
+        if resume_step and self.csv_path.exists():
+            self._truncate_csv(resume_step)
+
+    def _truncate_csv(self, step: int) -> None:
+        """On resume, drop rows written after the checkpoint (they will be recomputed)."""
+        with open(self.csv_path, newline="") as f:
+            rows = list(csv.reader(f))
+        if rows:
+            self.columns = rows[0][1:]
+            keep = [rows[0]] + [r for r in rows[1:] if r and int(r[0]) <= step]
+            with open(self.csv_path, "w", newline="") as f:
+                csv.writer(f).writerows(keep)
+
+    def log(self, step: int, metrics: dict) -> None:
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, value, step)
+        if self.columns is None:
+            self.columns = list(metrics)
+            with open(self.csv_path, "w", newline="") as f:
+                csv.writer(f).writerow(["step"] + self.columns)
+        with open(self.csv_path, "a", newline="") as f:
+            csv.writer(f).writerow([step] + [f"{metrics.get(k, float('nan')):.6g}" for k in self.columns])
+
+    def log_samples(self, step: int, rows: list) -> None:
+        """rows: dicts with prompt, response, score. TensorBoard text (markdown table) and samples.jsonl."""
+        def cell(text: str) -> str:
+            return text.replace("|", "\\|").replace("\n", " ")
+
+        table = "| prompt | response | score |\n|---|---|---|\n" + "".join(
+            f"| {cell(r['prompt'])} | {cell(r['response'])} | {r['score']:.3f} |\n" for r in rows)
+        self.writer.add_text("samples", table, step)
+        with open(self.path / "samples.jsonl", "a") as f:
+            for r in rows:
+                f.write(json.dumps({"step": step, **r}) + "\n")
+
+    def close(self) -> None:
+        self.writer.flush()
+        self.writer.close()
+
+
+def read_metrics(path: Path) -> dict:
+    """metrics.csv -> {column: [float, ...]} with a 'step' column."""
+    with open(path / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return {k: [float(r[k]) for r in rows] for k in (rows[0].keys() if rows else [])}
+
+
+# ---------------------------------------------------------------------------------------------
+# checkpoints: plain tensors and containers, torch.save'd atomically, loaded with weights_only=True
+# ---------------------------------------------------------------------------------------------
+def save_checkpoint(path: Path, step: int, state: dict, keep: int) -> Path:
+    folder = path / "checkpoints"
+    folder.mkdir(exist_ok=True)
+    target = folder / f"step_{step:06d}.pt"
+    tmp = folder / f".step_{step:06d}.pt.tmp"
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, target)
+    for old in list_checkpoints(path)[:-keep]:
+        old.unlink(missing_ok=True)
+    return target
+
+
+def list_checkpoints(path: Path) -> list:
+    folder = path / "checkpoints"
+    found = [(int(m.group(1)), p) for p in folder.glob("step_*.pt") if (m := CHECKPOINT_RE.match(p.name))] if folder.is_dir() else []
+    return [p for _, p in sorted(found)]
+
+
+def load_checkpoint(file: Path) -> dict:
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated, corrupted or foreign: one line naming the file
+        raise ConfigError(f"{file}: not a readable Proxima RLHF checkpoint ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    if not isinstance(state, dict) or state.get("format") != "proxima-rlhf-1":
+        raise ConfigError(f"{file}: not a Proxima RLHF checkpoint")
+    return state
+
+
+# ---------------------------------------------------------------------------------------------
+# summary and plot
+# ---------------------------------------------------------------------------------------------
+def write_summary(path: Path, seconds: float, extra: dict) -> dict:
+    """summary.json: mean score over the first and last 10% of steps, the final KL, steps, seconds."""
+    m = read_metrics(path)
+    scores, kls = m.get("objective/scores", []), m.get("objective/kl", [])
+    n = max(1, math.ceil(0.1 * len(scores)))
+
+    def mean(xs):
+        return sum(xs) / len(xs) if xs else float("nan")
+
+    summary = {"reward_first": mean(scores[:n]), "reward_last": mean(scores[-n:]), "kl_first": mean(kls[:n]),
+               "kl_last": mean(kls[-n:]), "steps": len(scores), "seconds": round(seconds, 3), **extra}
+    _atomic_write(path / "summary.json", json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def plot_curves(path: Path) -> Optional[Path]:
+    """curve.png: mean score (and RLHF reward) and KL per step, from metrics.csv."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m = read_metrics(path)
+    if not m.get("step"):
+        return None
+    fig, (ax_r, ax_k) = plt.subplots(1, 2, figsize=(10, 3.8))
+    ax_r.plot(m["step"], m["objective/scores"], label="score")
+    ax_r.plot(m["step"], m["objective/rlhf_reward"], label="score - beta * KL", alpha=0.7)
+    ax_r.set_xlabel("PPO step"), ax_r.set_title("reward"), ax_r.legend(), ax_r.grid(alpha=0.3)
+    ax_k.plot(m["step"], m["objective/kl"], color="tab:red")
+    ax_k.set_xlabel("PPO step"), ax_k.set_title("KL to the reference (per response)"), ax_k.grid(alpha=0.3)
+    fig.tight_layout()
+    out = path / "curve.png"
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

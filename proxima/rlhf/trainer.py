@@ -1,0 +1,450 @@
+"""The RLHF loop: rollout -> advantages -> update, with logging, checkpoints and data parallelism.
+
+One iteration (a "PPO step"), with B = batch_size responses per process and R response tokens:
+
+    rollout()             prompts -> generate (KV cache) -> log-probs of policy and reference, values,
+                          scores (reward model or function), EOS bookkeeping          all no_grad
+    compute_advantages()  -beta * KL per token + score at the last token -> GAE (core compute_gae)
+                          -> whitened under the response mask; or grpo / rloo from the group
+    update()              epochs x minibatches x micro-batches of the core ppo_loss, gradients
+                          accumulated per minibatch, averaged across processes, clipped per model
+
+The algorithm itself lives in algorithm.py, masked.py, kl.py and ppo.py; this file wires models,
+optimizers, processes and the run directory around it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from ..ppo import ppo_loss
+from . import dist as D
+from . import rundir
+from .algorithm import gae_advantages, group_advantages, sequence_rewards, token_rewards
+from .config import ConfigError, RLHFConfig
+from .data import PromptSampler, load_prompts
+from .generation import (SamplingSettings, decode_responses, encode_prompts, generate, pad_left,
+                         position_ids_from_mask, response_masks)
+from .kl import KLController, kl_per_token
+from .masked import masked_mean, masked_sum, masked_whiten
+from .models import (apply_lora, entropy_from_logits, load_policy, load_tokenizer, make_reference,
+                     make_value_model, resolve_device, response_logits, token_logprobs)
+from .rewards import load_reward
+
+CHECKPOINT_FORMAT = "proxima-rlhf-1"
+
+
+class RLHFTrainer:
+    """Owns the models, optimizers, KL coefficient, prompt sampler and counters of one process.
+
+    Construction loads and checks everything (a ConfigError for bad input) and writes nothing;
+    :meth:`train` writes the run directory.
+    """
+
+    def __init__(self, cfg: RLHFConfig, d: Optional[D.Dist] = None):
+        self.cfg, self.dist = cfg, d or D.Dist()
+        self.device = resolve_device(cfg.device)
+        if self.device.type == "cuda" and self.dist.enabled:
+            self.device = torch.device("cuda", self.dist.local_rank)
+        torch.set_num_threads(cfg.threads)
+        self.critic = cfg.advantage == "gae"
+
+        self.prompts = load_prompts(cfg.prompts)
+        self.reward = load_reward(cfg.reward, self.device, cfg.bf16)
+        policy, tokenizer_dir = load_policy(cfg.policy, cfg.seed)
+        self.tokenizer = load_tokenizer(cfg.tokenizer or tokenizer_dir)
+        if len(self.tokenizer) > policy.get_input_embeddings().num_embeddings:
+            raise ConfigError(f"--tokenizer: {len(self.tokenizer)} tokens but the policy embeds only "
+                              f"{policy.get_input_embeddings().num_embeddings}")
+        self.prompt_ids = encode_prompts(self.tokenizer, self.prompts, cfg.max_prompt_length)
+        self._probe_reward()
+
+        self.value = make_value_model(cfg.value_init, policy, cfg.reward, cfg.seed) if self.critic else None
+        self.ref = make_reference(policy, cfg.lora)
+        if cfg.lora:
+            policy = apply_lora(policy, cfg, "CAUSAL_LM")
+            if self.value is not None:
+                self.value.backbone = apply_lora(self.value.backbone, cfg, "FEATURE_EXTRACTION")
+        if cfg.gradient_checkpointing:
+            enable_checkpointing(policy)
+            if self.value is not None:
+                enable_checkpointing(self.value.backbone)
+        self.policy = policy.to(self.device)
+        self.ref = self.ref.to(self.device) if self.ref is not None else None
+        self.value = self.value.to(self.device) if self.value is not None else None
+
+        self.policy_params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.value_params = [p for p in self.value.parameters() if p.requires_grad] if self.critic else []
+        for m in self.trained_models():
+            D.broadcast_parameters(m, self.dist)
+        # separate optimizers: the value model may take its own learning rate, and one model's
+        # gradient norm never scales the other's step (PPO_NOTES core detail 3: Adam eps 1e-5)
+        self.opt_policy = torch.optim.Adam(self.policy_params, lr=cfg.lr, eps=1e-5)
+        self.opt_value = torch.optim.Adam(self.value_params, lr=cfg.value_lr or cfg.lr, eps=1e-5) if self.critic else None
+        self.kl_ctl = KLController(cfg.kl_coef, cfg.adaptive_kl, cfg.kl_target, cfg.kl_horizon)
+        self.sampling = SamplingSettings(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p,
+                                         self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
+        # every process draws its own prompts and samples: seed the global RNG per rank
+        torch.manual_seed(cfg.seed * 1000 + self.dist.rank)
+        self.sampler = PromptSampler(len(self.prompts), self.dist.rank, self.dist.world_size)
+        self.step, self.seconds, self.run_dir = 0, 0.0, None
+        self._stop = False
+
+    def _probe_reward(self) -> None:
+        """Call the reward once before anything is written, so that a broken one is bad input, not a crash."""
+        try:
+            scores = self.reward([self.prompts[0]], [""], [self.prompts[0]])
+            if scores.shape != (1,):
+                raise ValueError(f"returned shape {tuple(scores.shape)} for one response")
+        except ConfigError:
+            raise
+        except Exception as e:
+            raise ConfigError(f"--reward {self.cfg.reward!r}: calling it on one prompt failed: {type(e).__name__}: {e}") from None
+
+    def trained_models(self) -> list:
+        return [self.policy] + ([self.value] if self.critic else [])
+
+    def autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.cfg.bf16 else contextlib.nullcontext()
+
+    # -----------------------------------------------------------------------------------------
+    # rollout
+    # -----------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def rollout(self) -> dict:
+        """Sample B responses and score them. Returns a dict of (B, ...) tensors on the device plus
+        the texts of the first few (for the sample log)."""
+        cfg, g = self.cfg, self.cfg.samples_per_prompt
+        prompt_idx = [i for i in self.sampler.next(cfg.batch_size // g) for _ in range(g)]  # groups adjacent
+        query, query_mask = pad_left([self.prompt_ids[i] for i in prompt_idx], self.tokenizer.pad_token_id, self.device)
+        for m in self.trained_models():
+            m.eval()  # gradient checkpointing would switch the KV cache off in train mode
+        t0 = time.perf_counter()
+        with self.autocast():
+            responses = generate(self.policy, query, query_mask, self.sampling)
+        gen_seconds = time.perf_counter() - t0
+        mask, lengths, has_eos = response_masks(responses, self.sampling.eos_token_id)
+        b = {"query_responses": torch.cat([query, responses], 1), "responses": responses, "mask": mask,
+             "lengths": lengths, "has_eos": has_eos, "context_length": query.shape[1]}
+        b["attention_mask"] = torch.cat([query_mask, torch.ones_like(responses)], 1)
+        b["position_ids"] = position_ids_from_mask(b["attention_mask"])
+
+        chunk = cfg.micro_batch_size or cfg.batch_size
+        parts = [self._score_forward(b, torch.arange(s, min(s + chunk, cfg.batch_size), device=self.device))
+                 for s in range(0, cfg.batch_size, chunk)]
+        for key in parts[0]:
+            b[key] = torch.cat([p[key] for p in parts])
+
+        prompts = [self.prompts[i] for i in prompt_idx]
+        texts = decode_responses(self.tokenizer, responses, lengths, has_eos)
+        keep = (lengths - has_eos.long()).tolist()
+        full = [self.tokenizer.decode(self.prompt_ids[i] + r[:n], skip_special_tokens=True)
+                for i, r, n in zip(prompt_idx, responses.tolist(), keep)]
+        raw = self.reward(prompts, texts, full).to(self.device)
+        # PPO_NOTES: a fixed penalty for responses that never emit EOS
+        b["scores"] = raw - cfg.missing_eos_penalty * (~has_eos).float()
+        b["kl"] = kl_per_token(b["logprobs"], b["ref_logprobs"], cfg.kl_estimator)
+        b["texts"] = [{"prompt": p, "response": t, "score": float(s)} for p, t, s in
+                      zip(prompts[:cfg.samples_logged], texts, b["scores"][:cfg.samples_logged].tolist())]
+        b["gen_seconds"] = gen_seconds
+        return b
+
+    def _score_forward(self, b: dict, inds: torch.Tensor) -> dict:
+        """Rollout-time log-probs of policy and reference, and values, for rows ``inds``."""
+        qr, am, pos = b["query_responses"][inds], b["attention_mask"][inds], b["position_ids"][inds]
+        responses, r, t = b["responses"][inds], b["responses"].shape[1], self.cfg.temperature
+        out = {}
+        with self.autocast():
+            out["logprobs"] = token_logprobs(response_logits(self.policy, qr, am, pos, r, t), responses)
+            if self.ref is None:  # LoRA: the reference is the policy with its adapter off
+                with self.policy.disable_adapter():
+                    ref_logits = response_logits(self.policy, qr, am, pos, r, t)
+            else:
+                ref_logits = response_logits(self.ref, qr, am, pos, r, t)
+            out["ref_logprobs"] = token_logprobs(ref_logits, responses)
+            if self.critic:
+                out["values"] = self.value(qr, am, pos)[:, b["context_length"] - 1:-1]
+        return out
+
+    # -----------------------------------------------------------------------------------------
+    # advantages
+    # -----------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def compute_advantages(self, b: dict) -> dict:
+        """Adds rewards, advantages, returns (B, R) to the batch (and values of zeros without a critic)."""
+        cfg, mask, beta = self.cfg, b["mask"], self.kl_ctl.value
+        rewards, non_score = token_rewards(b["scores"], b["kl"], mask, b["lengths"], beta)
+        b["non_score_rewards"] = non_score
+        if self.critic:
+            if cfg.whiten_rewards:
+                rewards = masked_whiten(rewards, mask, shift_mean=False)
+            adv, returns = gae_advantages(rewards, b["values"], b["lengths"], cfg.gamma, cfg.gae_lambda)
+            adv = masked_whiten(adv, mask)  # PPO_NOTES: whitened under the response mask
+        else:
+            seq_adv = group_advantages(sequence_rewards(b["scores"], b["kl"], mask, beta), cfg.samples_per_prompt,
+                                       cfg.advantage)
+            adv = torch.where(mask, seq_adv[:, None], torch.zeros_like(b["kl"]))
+            returns = torch.zeros_like(adv)
+            b["values"] = torch.zeros_like(adv)
+        b["rewards"], b["advantages"], b["returns"] = rewards, adv, returns
+        return b
+
+    # -----------------------------------------------------------------------------------------
+    # update
+    # -----------------------------------------------------------------------------------------
+    def minibatch_loss(self, b: dict, inds: torch.Tensor) -> dict:
+        """The core ppo_loss on rows ``inds``: their response tokens flattened to (n * R,), masked."""
+        cfg, r = self.cfg, b["responses"].shape[1]
+        qr, am, pos = b["query_responses"][inds], b["attention_mask"][inds], b["position_ids"][inds]
+        with self.autocast():
+            logits = response_logits(self.policy, qr, am, pos, r, cfg.temperature)
+            new_values = self.value(qr, am, pos)[:, b["context_length"] - 1:-1] if self.critic else b["values"][inds]
+        new_logprobs = token_logprobs(logits, b["responses"][inds])
+        with torch.set_grad_enabled(torch.is_grad_enabled() and cfg.ent_coef > 0):  # no graph when unused
+            entropy = entropy_from_logits(logits)
+        return ppo_loss(new_logprobs.reshape(-1), b["logprobs"][inds].reshape(-1), b["advantages"][inds].reshape(-1),
+                        new_values.float().reshape(-1), b["values"][inds].reshape(-1), b["returns"][inds].reshape(-1),
+                        entropy.reshape(-1), clip_coef=cfg.clip_coef, vf_coef=cfg.vf_coef if self.critic else 0.0,
+                        ent_coef=cfg.ent_coef, clip_vloss=cfg.clip_vloss, norm_adv=False,
+                        mask=b["mask"][inds].reshape(-1), vf_clip_coef=cfg.vf_clip_coef)
+
+    def accumulate_gradients(self, b: dict, mb_inds: torch.Tensor) -> dict:
+        """Gradients of one minibatch, summed over its micro-batches.
+
+        Each micro-batch's loss is a mean over its own response tokens, so it is weighted by its share
+        of the minibatch's tokens: the accumulated gradient is exactly the full minibatch's.
+        """
+        for opt in (self.opt_policy, self.opt_value):
+            if opt is not None:
+                opt.zero_grad(set_to_none=True)
+        micro = self.cfg.micro_batch_size or len(mb_inds)
+        n_tokens = b["mask"][mb_inds].sum().clamp_min(1)
+        totals: dict = {}
+        for start in range(0, len(mb_inds), micro):
+            inds = mb_inds[start:start + micro]
+            weight = b["mask"][inds].sum() / n_tokens
+            out = self.minibatch_loss(b, inds)
+            (out["loss"] * weight).backward()
+            for k, v in out.items():
+                totals[k] = totals.get(k, 0.0) + v.detach() * weight
+        return totals
+
+    def update(self, b: dict) -> dict:
+        """Epochs x minibatches; returns the mean of each loss term over the minibatches (tensors)."""
+        cfg = self.cfg
+        for m in self.trained_models():
+            m.train()
+        batch = b["responses"].shape[0]
+        mb_size = batch // cfg.num_minibatches
+        totals, n = {}, 0
+        for _epoch in range(cfg.update_epochs):
+            perm = torch.randperm(batch, device=self.device)
+            for start in range(0, batch, mb_size):
+                out = self.accumulate_gradients(b, perm[start:start + mb_size])
+                out["policy_grad_norm"] = self._step(self.opt_policy, self.policy_params)
+                if self.critic:
+                    out["value_grad_norm"] = self._step(self.opt_value, self.value_params)
+                for k, v in out.items():
+                    totals[k] = totals.get(k, 0.0) + v
+                n += 1
+        return {k: v / n for k, v in totals.items()}
+
+    def _step(self, opt: torch.optim.Optimizer, params: list) -> torch.Tensor:
+        D.average_gradients(params, self.dist)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+        opt.step()
+        return grad_norm.detach()
+
+    # -----------------------------------------------------------------------------------------
+    # one iteration and the loop
+    # -----------------------------------------------------------------------------------------
+    def train_step(self) -> tuple:
+        """One PPO iteration; returns (metrics dict of floats averaged over processes, sample rows)."""
+        cfg = self.cfg
+        if cfg.anneal_lr:
+            frac = 1.0 - self.step / cfg.steps
+            self.opt_policy.param_groups[0]["lr"] = frac * cfg.lr
+            if self.opt_value is not None:
+                self.opt_value.param_groups[0]["lr"] = frac * (cfg.value_lr or cfg.lr)
+        t0 = time.perf_counter()
+        b = self.compute_advantages(self.rollout())
+        losses = self.update(b)
+        seconds = time.perf_counter() - t0
+        metrics = self._metrics(b, losses, seconds)
+        self.kl_ctl.update(metrics["objective/kl"], cfg.batch_size * self.dist.world_size)
+        self.step += 1
+        return metrics, b["texts"]
+
+    def _metrics(self, b: dict, losses: dict, seconds: float) -> dict:
+        """Per-step metrics, TRL's names where TRL has one; one host sync for all of them."""
+        mask = b["mask"]
+        kl_sum = masked_sum(b["kl"], mask, dim=1)
+        non_score = b["non_score_rewards"].sum(1)
+        tokens = mask.sum().float()
+        named = {
+            "objective/kl": kl_sum.mean(),
+            "objective/entropy": masked_sum(-b["logprobs"], mask, dim=1).mean(),
+            "objective/non_score_reward": non_score.mean(),
+            "objective/rlhf_reward": (b["scores"] + non_score).mean(),
+            "objective/scores": b["scores"].mean(),
+            "policy/approxkl": losses["approx_kl"],
+            "policy/clipfrac": losses["clipfrac"],
+            "policy/entropy": losses["entropy"],
+            "losses/policy_loss": losses["policy_loss"],
+            "losses/value_loss": losses["value_loss"],
+            "val/clipfrac": losses["vf_clipfrac"],
+            "val/ratio": losses["ratio"],
+            "val/response_length": b["lengths"].float().mean(),
+            "val/eos_rate": b["has_eos"].float().mean(),
+            "val/advantage_mean": masked_mean(b["advantages"], mask),
+            "policy/grad_norm": losses["policy_grad_norm"],
+            "charts/tokens_per_second": tokens / max(b["gen_seconds"], 1e-9),
+            "charts/seconds_per_step": torch.tensor(seconds),
+        }
+        if self.critic:
+            named["val/value_mean"] = masked_mean(b["values"], mask)
+            named["val/grad_norm"] = losses["value_grad_norm"]
+        values = D.mean_across(torch.stack([v.detach().float().to(self.device) for v in named.values()]), self.dist)
+        metrics = dict(zip(named, values.tolist()))
+        metrics["objective/kl_coef"] = self.kl_ctl.value
+        metrics["charts/learning_rate"] = self.opt_policy.param_groups[0]["lr"]
+        return metrics
+
+    def train(self, run_dir: Path, resumed: bool = False) -> dict:
+        """Run until cfg.steps; returns summary.json's content. Only rank 0 writes files."""
+        cfg, main = self.cfg, self.dist.is_main
+        self.run_dir = run_dir
+        logger = rundir.MetricsLogger(run_dir, resume_step=self.step if resumed else 0) if main else None
+        restore = self._install_signal_handlers()
+        try:
+            while self.step < cfg.steps:
+                t0 = time.perf_counter()
+                metrics, samples = self.train_step()
+                self.seconds += time.perf_counter() - t0
+                if main:
+                    logger.log(self.step, metrics)
+                    if cfg.sample_every and (self.step == 1 or self.step % cfg.sample_every == 0):
+                        logger.log_samples(self.step, samples)
+                    if cfg.print_every and (self.step == 1 or self.step % cfg.print_every == 0):
+                        print(progress_line(self.step, cfg.steps, metrics), flush=True)
+                stop = D.any_across(self._stop, self.dist, self.device)
+                if stop or self.step == cfg.steps or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):
+                    self.save_checkpoint()
+                if stop:
+                    if main:
+                        print(f"stopped at step {self.step}; continue with `proxima resume {run_dir}`", flush=True)
+                    raise KeyboardInterrupt
+            return self._finish(logger)
+        finally:
+            restore()
+            if logger is not None:
+                logger.close()
+
+    def _finish(self, logger) -> dict:
+        checksums = D.gather_objects(parameter_checksum(self.trained_models()), self.dist)
+        summary = None
+        if self.dist.is_main:
+            self.save_final_model(self.run_dir / "policy")
+            extra = {"advantage": self.cfg.advantage, "world_size": self.dist.world_size,
+                     "param_checksums": checksums, "ranks_in_sync": len(set(checksums)) == 1,
+                     "kl_coef_last": self.kl_ctl.value}
+            summary = rundir.write_summary(self.run_dir, self.seconds, extra)
+            if self.cfg.plot:
+                rundir.plot_curves(self.run_dir)
+        return summary
+
+    def _install_signal_handlers(self):
+        """SIGINT/SIGTERM finish the current step, checkpoint, and stop (never lose a run)."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+
+        def handler(signum, frame):
+            self._stop = True
+
+        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        return lambda: [signal.signal(s, h) for s, h in old.items()]
+
+    # -----------------------------------------------------------------------------------------
+    # checkpoints
+    # -----------------------------------------------------------------------------------------
+    def save_checkpoint(self) -> None:
+        ranks = D.gather_objects({"rng": torch.get_rng_state(), "sampler": self.sampler.state_dict(),
+                                  "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None},
+                                 self.dist)
+        if not self.dist.is_main:
+            return
+        state = {"format": CHECKPOINT_FORMAT, "step": self.step, "seconds": self.seconds, "ranks": ranks,
+                 "policy": trainable_state(self.policy), "opt_policy": self.opt_policy.state_dict(),
+                 "value": trainable_state(self.value) if self.critic else {},
+                 "opt_value": self.opt_value.state_dict() if self.critic else {}, "kl": self.kl_ctl.state_dict()}
+        rundir.save_checkpoint(self.run_dir, self.step, state, self.cfg.keep_checkpoints)
+
+    def load_checkpoint(self, file: Path) -> None:
+        state = rundir.load_checkpoint(file)
+        if len(state["ranks"]) != self.dist.world_size:
+            raise ConfigError(f"{file}: written by {len(state['ranks'])} processes, resumed with {self.dist.world_size}")
+        load_trainable_state(self.policy, state["policy"], file)
+        self.opt_policy.load_state_dict(state["opt_policy"])
+        if self.critic:
+            load_trainable_state(self.value, state["value"], file)
+            self.opt_value.load_state_dict(state["opt_value"])
+        self.kl_ctl.load_state_dict(state["kl"])
+        mine = state["ranks"][self.dist.rank]
+        torch.set_rng_state(mine["rng"])
+        if mine.get("cuda_rng") is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(mine["cuda_rng"], self.device)
+        self.sampler.load_state_dict(mine["sampler"])
+        self.step, self.seconds = int(state["step"]), float(state["seconds"])
+
+    def save_final_model(self, folder: Path) -> None:
+        """The trained policy in Hugging Face format (with LoRA: the adapter) and its tokenizer."""
+        self.policy.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder)
+
+
+def enable_checkpointing(model: torch.nn.Module) -> None:
+    """Gradient (activation) checkpointing, non-reentrant so that frozen inputs (LoRA) still get gradients."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x renamed it
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def trainable_state(model: torch.nn.Module) -> dict:
+    return {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters() if p.requires_grad}
+
+
+def load_trainable_state(model: torch.nn.Module, state: dict, file: Path) -> None:
+    expected = {name for name, p in model.named_parameters() if p.requires_grad}
+    if set(state) != expected:
+        raise ConfigError(f"{file}: its parameters do not match the model built from config.yaml "
+                          f"({len(set(state) ^ expected)} names differ)")
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, tensor in state.items():
+            params[name].copy_(tensor)
+
+
+def parameter_checksum(models: list) -> str:
+    """sha256 of every parameter's bytes: equal across processes iff their weights are bit-identical."""
+    h = hashlib.sha256()
+    for m in models:
+        for name, p in m.named_parameters():
+            h.update(name.encode())
+            h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def progress_line(step: int, steps: int, m: dict) -> str:
+    return (f"step {step}/{steps}  score {m['objective/scores']:+.3f}  kl {m['objective/kl']:.3f}  "
+            f"beta {m['objective/kl_coef']:.3g}  len {m['val/response_length']:.1f}  eos {m['val/eos_rate']:.2f}  "
+            f"ratio {m['val/ratio']:.3f}  {m['charts/seconds_per_step']:.3f} s/step")

@@ -1,0 +1,68 @@
+"""EOS and padding masks; left-padded prompts are scored like unpadded ones."""
+
+import torch
+
+from proxima.rlhf.generation import (SamplingSettings, generate, pad_left, position_ids_from_mask,
+                                     response_masks)
+from proxima.rlhf.models import load_policy, load_tokenizer, response_logits, token_logprobs
+
+EOS, PAD = 2, 0
+
+
+def test_response_mask_stops_at_the_first_eos_inclusive():
+    responses = torch.tensor([[5, 6, EOS, 7, EOS], [EOS, 5, 5, 5, 5], [5, 6, 7, 8, 9]])
+    mask, lengths, has_eos = response_masks(responses, EOS)
+    assert lengths.tolist() == [3, 1, 5]
+    assert has_eos.tolist() == [True, True, False]
+    assert mask.tolist() == [[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1]]
+
+
+def test_pad_equal_to_eos_needs_no_special_case():
+    responses = torch.tensor([[5, EOS, EOS, EOS]])  # GPT-2 style: padding after EOS is EOS again
+    mask, lengths, has_eos = response_masks(responses, EOS)
+    assert lengths.tolist() == [2] and has_eos.all() and mask.tolist() == [[1, 1, 0, 0]]
+
+
+def test_pad_left_and_position_ids_count_real_tokens_only():
+    ids, am = pad_left([[7, 8, 9], [5]], PAD, "cpu")
+    assert ids.tolist() == [[7, 8, 9], [PAD, PAD, 5]]
+    assert am.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert position_ids_from_mask(am).tolist() == [[0, 1, 2], [0, 0, 0]]
+
+
+def test_left_padded_prompt_scores_exactly_like_the_unpadded_prompt(assets):
+    model, _ = load_policy(str(assets / "model"), seed=0)
+    model.eval()
+    short, long_ = [10, 11], [12, 13, 14, 15, 16]
+    response = torch.tensor([[20, 21, 22]])
+    ids, am = pad_left([short, long_], PAD, "cpu")
+    full = torch.cat([ids, response.expand(2, 3)], 1)
+    full_am = torch.cat([am, torch.ones(2, 3, dtype=torch.long)], 1)
+    with torch.no_grad():
+        padded = token_logprobs(response_logits(model, full, full_am, position_ids_from_mask(full_am), 3, 0.7), response.expand(2, 3))
+        alone_ids = torch.cat([torch.tensor([short]), response], 1)
+        alone_am = torch.ones_like(alone_ids)
+        alone = token_logprobs(response_logits(model, alone_ids, alone_am, position_ids_from_mask(alone_am), 3, 0.7), response)
+    torch.testing.assert_close(padded[0], alone[0], rtol=1e-5, atol=1e-5)
+
+
+def test_generation_pads_after_eos_and_stops_when_every_row_is_done(assets):
+    model, _ = load_policy(str(assets / "model"), seed=0)
+    tok = load_tokenizer(str(assets / "model"))
+    eos = tok.eos_token_id
+    row_bias = torch.zeros(2, len(tok))
+    row_bias[0, eos], row_bias[1, eos] = 50.0, -1e9  # row 0 ends at once, row 1 never does
+
+    def bias_eos(module, inputs, logits):
+        return logits + row_bias[:, None, :]
+
+    s = SamplingSettings(max_new_tokens=7, temperature=1.0, top_k=0, top_p=1.0, eos_token_id=eos, pad_token_id=tok.pad_token_id)
+    ids, am = pad_left([[10, 11], [12]], tok.pad_token_id, "cpu")
+    handle = model.lm_head.register_forward_hook(bias_eos)
+    responses = generate(model.eval(), ids, am, s)
+    mask, lengths, has_eos = response_masks(responses, eos)
+    assert responses.shape == (2, 7) and lengths.tolist() == [1, 7] and has_eos.tolist() == [True, False]
+    assert responses[0, 0] == eos and (responses[0, 1:] == tok.pad_token_id).all()
+    row_bias[1, eos] = 50.0  # now both end at once: generation stops after one token
+    assert generate(model, ids, am, s).shape == (2, 1)
+    handle.remove()
