@@ -1,0 +1,406 @@
+"""``proxima bench ENV_ID``: steps per second of the env alone, of the rollout and of full training.
+
+For each ``--num-envs`` value and each backend (native torch env and Gymnasium adapter, side by
+side), one Trainer is built from the env's preset with ``num_envs`` overridden (no run directory,
+no logger) and three things are timed on it:
+
+  env       ``env.step`` with random actions drawn ahead of time (no policy)
+  rollout   ``ppo.collect_rollout`` with the policy: T x N steps per call
+  train     ``Trainer.train_iteration``: rollout + GAE + the update at the preset's epochs and
+            minibatches, plus the once-per-iteration read the training loop does
+
+Each measurement is warmed up, then run ``--repeats`` times for about ``--seconds`` each; the
+table shows the median and the min-max over the repeats. Results go to the console (or one JSON
+object per line with ``--json``) and to a Markdown file that describes the machine and the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Callable, Optional
+
+DEFAULT_SIZES = "1,4,64,1024,4096"
+MEASURES = ("env", "rollout", "train")
+
+
+@dataclass
+class Line:
+    """One backend at one num_envs: samples of steps/s per measure (empty when skipped)."""
+
+    backend: str
+    num_envs: int
+    samples: dict = field(default_factory=dict)
+    skipped: Optional[str] = None
+
+    def stat(self, measure: str) -> tuple:
+        """(median, min, max) steps/s of ``measure``, or (None, None, None)."""
+        xs = self.samples.get(measure)
+        if not xs:
+            return None, None, None
+        return statistics.median(xs), min(xs), max(xs)
+
+
+# ------------------------------------------------------------------------------------ timing
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(fn: Callable[[], None], steps_per_call: int, seconds: float, repeats: int, device) -> list:
+    """Warm ``fn`` up, then time ``repeats`` runs of about ``seconds`` each; steps/s per run."""
+    warm_calls, warm_start, per_call = 0, time.perf_counter(), math.inf
+    while True:  # at least 2 calls (lazy init, allocator) and 20% of the budget, unless one call is long
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        per_call = time.perf_counter() - t0
+        warm_calls += 1
+        if per_call >= seconds or (warm_calls >= 2 and time.perf_counter() - warm_start >= 0.2 * seconds):
+            break
+    calls = max(1, int(seconds / max(per_call, 1e-9)))
+    out = []
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        _sync(device)
+        out.append(calls * steps_per_call / (time.perf_counter() - t0))
+    return out
+
+
+def random_actions(space, num_envs: int, device, count: int = 16):
+    """``count`` batches of random actions (count, N, ...) for ``space``, drawn on ``device``."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+
+    if isinstance(space, gym.spaces.Discrete):
+        return torch.randint(int(space.start), int(space.start) + int(space.n), (count, num_envs), device=device)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        nvec = torch.as_tensor(np.asarray(space.nvec).reshape(-1), device=device)
+        return (torch.rand((count, num_envs, nvec.numel()), device=device) * nvec).long()
+    low = torch.as_tensor(space.low.reshape(-1), dtype=torch.float32, device=device)
+    high = torch.as_tensor(space.high.reshape(-1), dtype=torch.float32, device=device)
+    return low + (high - low) * torch.rand((count, num_envs, low.numel()), device=device)
+
+
+# ------------------------------------------------------------------------------------ one line
+def bench_config(args, backend: str, num_envs: int):
+    """The preset's PPOConfig for ``args.env_id`` with the bench's overrides."""
+    from . import presets
+    from .config import PPOConfig
+
+    cfg = presets.resolve(args.env_id, args.preset, PPOConfig())
+    cfg.backend, cfg.num_envs, cfg.device, cfg.threads = backend, num_envs, args.device, args.threads
+    if args.num_steps:
+        cfg.num_steps = args.num_steps
+    cfg.progress, cfg.checkpoint_every, cfg.eval_episodes = False, 0, 0
+    cfg.compile = bool(args.compile)
+    cfg.amp = args.amp
+    # far more steps than the bench runs, so the annealed learning rate stays near its start
+    cfg.total_timesteps = cfg.num_envs * cfg.num_steps * 1_000_000
+    return cfg
+
+
+def bench_line(args, backend: str, num_envs: int) -> tuple:
+    """Build a Trainer for (backend, num_envs) and time env, rollout and train on it."""
+    from . import ppo
+    from .trainer import Trainer
+
+    cfg = bench_config(args, backend, num_envs)
+    trainer = Trainer(cfg, quiet=True)
+    line = Line(backend, num_envs)
+    try:
+        env, device = trainer.env, trainer.device
+        actions = random_actions(env.single_action_space, num_envs, device)
+        state = {"i": 0}
+
+        def env_step() -> None:
+            i = state["i"] = (state["i"] + 1) % actions.shape[0]
+            trainer.next_obs = env.step(actions[i])[0]
+
+        def rollout() -> None:
+            trainer.next_obs = ppo.collect_rollout(env, trainer.policy_step, trainer.rollout, trainer.next_obs,
+                                                   trainer.obs_norm, trainer.reward_scaler)
+
+        def train() -> None:
+            out = trainer.train_iteration()
+            bool(out["nonfinite"])  # the once-per-iteration read of Trainer.run
+
+        batch = cfg.num_steps * num_envs
+        for name, fn, steps in (("env", env_step, num_envs), ("rollout", rollout, batch), ("train", train, batch)):
+            line.samples[name] = measure(fn, steps, args.seconds, args.repeats, device)
+    finally:
+        trainer.close()
+    return line, cfg, trainer.device
+
+
+# ------------------------------------------------------------------------------------ output
+def fmt_sps(x: Optional[float]) -> str:
+    if x is None:
+        return "-"
+    if x >= 1e6:
+        return f"{x / 1e6:.2f}M"
+    if x >= 1e3:
+        return f"{x / 1e3:.1f}k"
+    return f"{x:.0f}"
+
+
+def fmt_cell(line: Line, measure_name: str) -> str:
+    med, lo, hi = line.stat(measure_name)
+    if med is None:
+        return "-"
+    return f"{fmt_sps(med)} ({fmt_sps(lo)}-{fmt_sps(hi)})"
+
+
+def table_rows(lines: list) -> list:
+    """Rows of strings: backend, envs, env, rollout, train, native/gymnasium train ratio."""
+    gym_train = {ln.num_envs: ln.stat("train")[0] for ln in lines if ln.backend == "gymnasium"}
+    rows = []
+    for ln in lines:
+        if ln.skipped:
+            rows.append((ln.backend, f"{ln.num_envs:,}", f"skipped ({ln.skipped})", "", "", ""))
+            continue
+        ratio = ""
+        g = gym_train.get(ln.num_envs)
+        if ln.backend == "native" and g:
+            ratio = f"{ln.stat('train')[0] / g:.1f}x"
+        rows.append((ln.backend, f"{ln.num_envs:,}", *(fmt_cell(ln, m) for m in MEASURES), ratio))
+    return rows
+
+
+HEADER = ("backend", "num_envs", "env steps/s", "rollout steps/s", "train steps/s", "train native/gym")
+
+
+def format_table(lines: list) -> str:
+    rows = [HEADER] + table_rows(lines)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
+    out = []
+    for j, r in enumerate(rows):
+        out.append("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+        if j == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def markdown_table(lines: list) -> str:
+    out = ["| " + " | ".join(HEADER) + " |", "|" + "|".join(["---"] + ["---:"] * (len(HEADER) - 1)) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in table_rows(lines)]
+    return "\n".join(out)
+
+
+def json_line(line: Line, args, cfg, device) -> dict:
+    d = {"env_id": args.env_id, "device": str(device), "backend": line.backend, "num_envs": line.num_envs,
+         "num_steps": cfg.num_steps if cfg else None, "update_epochs": cfg.update_epochs if cfg else None,
+         "num_minibatches": cfg.num_minibatches if cfg else None, "threads": args.threads, "repeats": args.repeats,
+         "skipped": line.skipped}
+    for m in MEASURES:
+        med, lo, hi = line.stat(m)
+        d[f"{m}_sps"], d[f"{m}_sps_min"], d[f"{m}_sps_max"] = med, lo, hi
+    return d
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for row in f:
+                if row.lower().startswith("model name"):
+                    return row.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_lines(device, threads: int) -> list:
+    import gymnasium
+    import torch
+
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    rows = [f"- CPU: {cpu_model()}, {os.cpu_count()} logical cores ({usable} usable by this process)",
+            f"- torch {torch.__version__}, gymnasium {gymnasium.__version__}, Python {platform.python_version()}, "
+            f"{platform.system()} {platform.release()}",
+            f"- torch intra-op threads: {threads} (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})"]
+    if torch.cuda.is_available():
+        rows.append(f"- GPU: {torch.cuda.get_device_name(device if device.type == 'cuda' else 0)} "
+                    f"(CUDA {torch.version.cuda}); this run used {device}")
+    else:
+        rows.append("- GPU: none available on this machine (CUDA numbers not measured)")
+    return rows
+
+
+def command_line(args) -> str:
+    """The canonical command that reproduces this run (every option spelled out)."""
+    argv = ["proxima", "bench", args.env_id, "--num-envs", args.num_envs, "--device", args.device,
+            "--backend", args.backend, "--repeats", str(args.repeats), "--threads", str(args.threads),
+            "--seconds", f"{args.seconds:g}", "--max-gym-envs", str(args.max_gym_envs)]
+    if args.preset:
+        argv += ["--preset", args.preset]
+    if args.num_steps:
+        argv += ["--num-steps", str(args.num_steps)]
+    if args.compile:
+        argv.append("--compile")
+    if args.amp != "none":
+        argv += ["--amp", args.amp]
+    return shlex.join(argv)
+
+
+def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime, load: tuple) -> None:
+    desc = (f"preset `{args.preset or 'default'}`: T = {cfg.num_steps} steps per env per rollout, "
+            f"{cfg.update_epochs} epochs x {cfg.num_minibatches} minibatches, hidden {cfg.hidden_sizes}, "
+            f"compile {cfg.compile}, amp {cfg.amp}") if cfg else "no line was measured"
+    text = "\n".join([
+        f"# proxima bench {args.env_id} on {device}",
+        "",
+        f"Recorded {started.isoformat(timespec='seconds')} by:",
+        "",
+        "```",
+        command_line(args),
+        "```",
+        "",
+        *machine_lines(device, args.threads),
+        f"- load average (1 min) at start / end: {load[0]:.2f} / {load[1]:.2f}",
+        f"- {desc}",
+        "",
+        f"Steps per second, median (min-max) of {args.repeats} repeats of about {args.seconds:g} s each, after a warm-up. "
+        "env: `env.step` with random actions, no policy; rollout: `collect_rollout` with the policy; "
+        "train: `Trainer.train_iteration` (rollout + GAE + update). "
+        "train native/gym: ratio of the train medians at the same num_envs.",
+        "",
+        markdown_table(lines),
+        "",
+    ])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------ command
+def parse_sizes(text: str) -> list:
+    try:
+        sizes = [int(s.replace("_", "")) for s in text.split(",") if s.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or any(n < 1 for n in sizes):
+        raise ValueError(f"--num-envs {text!r}: expected a comma-separated list of positive integers, e.g. 1,4,64")
+    return sizes
+
+
+def backends_for(env_id: str, backend: str) -> list:
+    from .envs import NATIVE_ENVS
+
+    if backend == "both":
+        return ["native", "gymnasium"] if env_id in NATIVE_ENVS else ["gymnasium"]
+    return [backend]
+
+
+def accel_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("proxima.accel") is not None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``proxima bench``; returns the exit status."""
+    prog = "proxima bench"
+
+    def fail(message: str) -> int:
+        sys.stderr.write(f"{prog}: error: {message}\n")
+        return 2
+
+    try:
+        sizes = parse_sizes(args.num_envs)
+    except ValueError as e:
+        return fail(str(e))
+    for name in ("repeats", "threads"):
+        if getattr(args, name) < 1:
+            return fail(f"--{name} {getattr(args, name)}: must be at least 1")
+    if not args.seconds > 0:
+        return fail(f"--seconds {args.seconds}: must be positive")
+    if args.compile and not accel_available():
+        return fail("--compile needs proxima.accel (torch.compile / CUDA graphs), which this build does not have yet; "
+                    "run without --compile")
+
+    import torch
+
+    from .checkpoint import CheckpointError
+    from .config import ConfigError
+    from .envs import EnvError
+    from .trainer import resolve_device
+
+    torch.set_num_threads(args.threads)
+    try:
+        device = resolve_device(args.device)
+    except ConfigError as e:
+        return fail(str(e))
+    started, load0 = datetime.now(), os.getloadavg()[0]
+    lines, last_cfg = [], None
+    for n in sizes:
+        for backend in backends_for(args.env_id, args.backend):
+            if backend == "gymnasium" and n > args.max_gym_envs:
+                line, cfg = Line(backend, n, skipped=f"> --max-gym-envs {args.max_gym_envs}"), None
+            else:
+                if not args.json:
+                    print(f"{prog}: {backend} x {n:,} envs ...", file=sys.stderr, flush=True)
+                try:
+                    line, cfg, device = bench_line(args, backend, n)
+                except (ConfigError, EnvError, CheckpointError) as e:
+                    return fail(str(e))
+                except ImportError as e:  # --compile without proxima.accel, or a missing optional package
+                    return fail(f"{e}")
+                last_cfg = cfg
+            lines.append(line)
+            if args.json:
+                print(json.dumps(json_line(line, args, cfg, device)), flush=True)
+    if not args.json:
+        print(format_table(lines))
+    if not args.no_out:
+        safe_env = args.env_id.replace("/", "_").replace(":", "_")
+        out = Path(args.out) if args.out else Path("benchmarks/results") / f"bench-{safe_env}-{device.type}.md"
+        write_markdown(out, args, lines, last_cfg, device, started, (load0, os.getloadavg()[0]))
+        print(f"{prog}: wrote {out}", file=sys.stderr)
+    return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("env_id", metavar="ENV_ID", help="Gymnasium id or module:ClassName")
+    p.add_argument("--num-envs", default=DEFAULT_SIZES, metavar="N1,N2,...", help=f"env counts to measure (default {DEFAULT_SIZES})")
+    p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 or auto (default cpu)")
+    p.add_argument("--backend", default="both", choices=("native", "gymnasium", "both"),
+                   help="env backend(s); both = native and Gymnasium side by side where a native env exists (default both)")
+    p.add_argument("--preset", default=None, help="the env's preset to take the training settings from (default: its 'default')")
+    p.add_argument("--num-steps", type=int, default=0, metavar="T", help="override the preset's steps per env per rollout")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement; the table shows median and min-max (default 3)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    p.add_argument("--seconds", type=float, default=1.0, help="target time of one timed repeat (default 1.0)")
+    p.add_argument("--max-gym-envs", type=int, default=4096,
+                   help="skip the Gymnasium backend above this many envs; it steps envs one by one in Python (default 4096)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the acting and update steps (needs proxima.accel)")
+    p.add_argument("--amp", default="none", choices=("none", "bf16", "fp16"), help="mixed precision of the forward passes (default none)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per backend and num_envs instead of the table")
+    p.add_argument("--out", default=None, metavar="FILE", help="Markdown results file (default benchmarks/results/bench-<env>-<device>.md)")
+    p.add_argument("--no-out", action="store_true", help="do not write the Markdown file")
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add the ``bench`` subcommand to an argparse subparsers object."""
+    p = subparsers.add_parser("bench", help="measure env, rollout and training steps/s against num_envs",
+                              description=__doc__.splitlines()[0])
+    add_arguments(p)
+    p.set_defaults(func=run)
+    return p

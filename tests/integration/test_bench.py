@@ -1,0 +1,55 @@
+"""``proxima bench``: a tiny run prints one JSON line per backend and size and writes its table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from proxima.cli import main
+
+
+def test_tiny_bench_prints_json_for_both_backends_and_writes_the_table(tmp_path, capsys):
+    out = tmp_path / "bench.md"
+    code = main(["bench", "CartPole-v1", "--num-envs", "2,8", "--seconds", "0.05", "--repeats", "1", "--json",
+                 "--out", str(out)])
+    assert code == 0
+    lines = [json.loads(row) for row in capsys.readouterr().out.splitlines() if row.strip()]
+    assert {(d["backend"], d["num_envs"]) for d in lines} == {(b, n) for b in ("native", "gymnasium") for n in (2, 8)}
+    for d in lines:
+        assert d["skipped"] is None
+        for m in ("env", "rollout", "train"):
+            assert d[f"{m}_sps"] > 0
+            assert d[f"{m}_sps_min"] <= d[f"{m}_sps"] <= d[f"{m}_sps_max"]
+    text = out.read_text()
+    assert "proxima bench CartPole-v1 --num-envs 2,8" in text  # the command that reproduces it
+    assert "CPU:" in text and "torch" in text and "threads: 1" in text
+    assert text.count("| native |") == 2 and text.count("| gymnasium |") == 2
+
+
+def test_gymnasium_above_the_cap_is_reported_as_skipped(tmp_path, capsys):
+    code = main(["bench", "CartPole-v1", "--num-envs", "4", "--seconds", "0.02", "--repeats", "1",
+                 "--max-gym-envs", "2", "--out", str(tmp_path / "b.md")])
+    assert code == 0
+    table = capsys.readouterr().out
+    assert "skipped (> --max-gym-envs 2)" in table
+    assert "skipped" in (tmp_path / "b.md").read_text()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--num-envs", "4,x"], "--num-envs '4,x'"),
+    (["--backend", "native", "--num-envs", "2"], "no native env"),
+    (["--device", "cuda:7"], "--device"),
+])
+def test_bad_options_are_one_line_errors(argv, message, tmp_path, capsys):
+    env_id = "LunarLander-v3" if "native" in argv else "CartPole-v1"
+    if argv[0] == "--device":
+        import torch
+
+        if torch.cuda.device_count() > 7:
+            pytest.skip("this machine has a cuda:7")
+    code = main(["bench", env_id, *argv, "--seconds", "0.01", "--repeats", "1", "--out", str(tmp_path / "b.md")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and err.count("error:") == 1
+    assert not (tmp_path / "b.md").exists()
