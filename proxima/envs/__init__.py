@@ -9,6 +9,9 @@ import torch
 from .base import BatchedEnv, EnvError, NativeEnv
 from .classic import NATIVE_ENVS
 from .gym_adapter import GymnasiumEnv, check_spaces
+from .synthetic import LinearQuadratic
+
+NATIVE_ENVS.setdefault(LinearQuadratic.env_id, LinearQuadratic)  # benchmark task, no Gymnasium twin
 
 __all__ = ["BatchedEnv", "NativeEnv", "EnvError", "GymnasiumEnv", "NATIVE_ENVS", "make_env"]
 
