@@ -87,6 +87,8 @@ def cmd_train(args) -> int:
         from .config import validate
 
         validate(cfg)
+        if args.dry_run:
+            return _dry_run(cfg)
         run_dir, _ = train(cfg, resume=args.resume, argv=sys.argv, quiet=args.quiet)
         print(f"run directory: {run_dir}")
         return 0
@@ -95,6 +97,18 @@ def cmd_train(args) -> int:
         return e.exit_code
     except _user_errors() as e:
         return fail(prog, str(e))
+
+
+def _dry_run(cfg) -> int:
+    """Check the env builds, print the resolved config as YAML, train nothing, write nothing."""
+    import yaml
+
+    from .envs import make_env
+
+    env = make_env(cfg.env_id, min(cfg.num_envs, 2), "cpu", cfg.backend, cfg.vector, seed=cfg.seed)
+    env.close()
+    print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+    return 0
 
 
 def cmd_resume(args) -> int:
@@ -185,6 +199,7 @@ def build_parser() -> ArgParser:
     p.add_argument("--resume", default=None, metavar="auto|PATH", help="continue a run: a checkpoint or run directory, or auto (the --run-dir's latest checkpoint, if any)")
     p.add_argument("--nproc", type=int, default=0, help="launch K processes with torchrun (data-parallel, one policy)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary lines")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved config (defaults < preset < flags) and exit")
     add_config_flags(p)
     p.set_defaults(func=cmd_train)
 
