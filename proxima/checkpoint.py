@@ -182,7 +182,8 @@ class Policy:
 
     @torch.no_grad()
     def act(self, obs, deterministic: bool = True):
-        """obs (B, obs_dim) or (obs_dim,), numpy or tensor -> actions of the same kind."""
+        """obs (B, obs_dim) or (obs_dim,), numpy or tensor -> actions of the same kind (Box
+        actions clipped to the action space's bounds)."""
         is_numpy = not isinstance(obs, torch.Tensor)
         x = torch.as_tensor(np.asarray(obs, dtype=np.float32) if is_numpy else obs, dtype=torch.float32, device=self.device)
         single = x.dim() == 1
@@ -190,6 +191,11 @@ class Policy:
         if self.obs_normalizer is not None:
             x = self.obs_normalizer(x, update=False)
         action = self.agent.act(x, deterministic=deterministic)
+        if isinstance(self.action_space, gym.spaces.Box):
+            # as in training (collect_rollout): the env gets the action clipped to its bounds
+            low = torch.as_tensor(self.action_space.low.reshape(-1), dtype=action.dtype, device=action.device)
+            high = torch.as_tensor(self.action_space.high.reshape(-1), dtype=action.dtype, device=action.device)
+            action = torch.clamp(action, low, high)
         if single:
             action = action[0]
         return action.cpu().numpy() if is_numpy else action

@@ -7,8 +7,10 @@ that the trainer reads once per iteration. Numbered comments cite PPO_NOTES.md "
 
 from __future__ import annotations
 
+import weakref
 from typing import Callable, Optional
 
+import gymnasium as gym
 import torch
 
 from .rollout import Rollout
@@ -17,6 +19,31 @@ from .rollout import Rollout
 # ---------------------------------------------------------------------------------------------
 # 1. Rollout: T steps x N envs, written in place (detail 1: fixed-length segments)
 # ---------------------------------------------------------------------------------------------
+_BOUNDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def action_bounds(env) -> Optional[tuple]:
+    """(low, high) flat float32 tensors on ``env.device`` for a Box action space, else None.
+
+    Built once per env (a host-to-device copy) and cached, so the hot loop only clamps.
+    """
+    try:
+        return _BOUNDS[env]
+    except (KeyError, TypeError):
+        pass
+    space = getattr(env, "single_action_space", None)
+    bounds = None
+    if isinstance(space, gym.spaces.Box):
+        dev = getattr(env, "device", "cpu")
+        bounds = (torch.as_tensor(space.low.reshape(-1), dtype=torch.float32, device=dev),
+                  torch.as_tensor(space.high.reshape(-1), dtype=torch.float32, device=dev))
+    try:
+        _BOUNDS[env] = bounds
+    except TypeError:  # not weak-referenceable: rebuild next time
+        pass
+    return bounds
+
+
 @torch.no_grad()
 def collect_rollout(env, policy_step: Callable, rollout: Rollout, next_obs: torch.Tensor,
                     obs_normalizer=None, reward_scaler=None) -> torch.Tensor:
@@ -27,6 +54,7 @@ def collect_rollout(env, policy_step: Callable, rollout: Rollout, next_obs: torc
     previous rollout ended on. Episode statistics are summed into ``rollout.ep_*`` tensors.
     """
     rollout.reset_stats()
+    bounds = action_bounds(env)
     obs = obs_normalizer(next_obs) if obs_normalizer is not None else next_obs
     for t in range(rollout.num_steps):
         action, logprob, value = policy_step(obs)
@@ -34,8 +62,12 @@ def collect_rollout(env, policy_step: Callable, rollout: Rollout, next_obs: torc
         rollout.actions[t] = action
         rollout.logprobs[t] = logprob
         rollout.values[t] = value
-        # the env clips Box actions to the bounds; the unclipped sample is what we store
-        raw_next, reward, terminated, truncated, info = env.step(action)
+        # Box actions: the env gets the sample clipped to the bounds, the rollout keeps the
+        # unclipped one (its log-prob is the Normal density of what was sampled). Clipping here,
+        # not in each env: native MountainCarContinuous, like Gymnasium's, charges the action
+        # penalty on the action as given.
+        env_action = action if bounds is None else torch.clamp(action, bounds[0], bounds[1])
+        raw_next, reward, terminated, truncated, info = env.step(env_action)
         done = terminated | truncated
         rollout.raw_rewards[t] = reward
         rollout.rewards[t] = reward_scaler(reward, done) if reward_scaler is not None else reward
