@@ -3,13 +3,13 @@
 import argparse
 import sys
 
-from .cli import register
+from .cli import one_line_error, register
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="proxima")
-    sub = parser.add_subparsers(dest="command")
-    register(sub)
+    parser.error = one_line_error  # unrecognized arguments are reported by the top-level parser
+    register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["rlhf"] + list(sys.argv[1:] if argv is None else argv))
     return args.func(args)
 

@@ -27,6 +27,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE.yaml", default=None, help="YAML file of config fields (flags override it).")
     p.add_argument("--demo", action="store_true", help="Offline demo: build and pretrain a tiny GPT-2, then PPO against a "
                    "keyword-sentiment reward (or --reward module:function); writes curve.png.")
+    p.add_argument("--demo-pretrain-steps", type=int, default=200, metavar="N",
+                   help="--demo only: next-token pretraining steps before PPO.")
     for name, f in FIELDS.items():
         flag = "--" + name.replace("_", "-")
         doc = f.metadata["help"]
@@ -36,14 +38,15 @@ def register(subparsers) -> argparse.ArgumentParser:
             p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=doc)
         else:
             p.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=name.upper(), help=doc)
-
-    def error(message: str):  # argparse's own errors, in the same one-line form
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-    p.error = error
+    p.error = one_line_error  # argparse's own errors, in the same one-line form
     p.set_defaults(func=run)
     return p
+
+
+def one_line_error(message: str):
+    """argparse's error(), without the usage block: one line on stderr, exit status 2."""
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def flag_values(args: argparse.Namespace) -> dict:
@@ -82,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
             from .demo import demo_config, run_demo
 
             cfg = build_config(args, demo_config())
-            run_dir = run_demo(cfg)
+            if args.demo_pretrain_steps < 0:
+                raise ConfigError(f"--demo-pretrain-steps {args.demo_pretrain_steps}: must be 0 or more")
+            run_dir = run_demo(cfg, pretrain_steps=args.demo_pretrain_steps)
         else:
             from .api import train_rlhf
 

@@ -101,7 +101,7 @@ def build_model(tokenizer, n_layer: int = 2, n_embd: int = 64, n_head: int = 4, 
     return GPT2LMHeadModel(config)
 
 
-def pretrain(model, tokenizer, sentences: list, steps: int, batch_size: int = 64, lr: float = 3e-3, seed: int = 0) -> float:
+def pretrain(model, tokenizer, sentences: list, steps: int, batch_size: int = 32, lr: float = 5e-3, seed: int = 0) -> float:
     """Next-token training on ``sentences`` (each followed by EOS); returns the last loss."""
     g = torch.Generator().manual_seed(seed)
     encoded = [tokenizer(s, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for s in sentences]
@@ -143,7 +143,7 @@ def build_assets(folder: Path, pretrain_steps: int, seed: int, corpus_size: int 
     (folder / "prompts.txt").write_text("\n".join(prompts_list()) + "\n")
 
 
-def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 300) -> Path:
+def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
     """Build the demo's model and prompts, then train_rlhf; returns the run directory.
 
     Bad input (a config value, a --reward that does not import) fails before anything is written.

@@ -1,0 +1,117 @@
+"""`proxima rlhf` from the command line: one-line errors, the run directory, resume."""
+
+import json
+
+import pytest
+import torch
+import yaml
+
+from proxima.rlhf import RLHFConfig, resume, train_rlhf
+from proxima.rlhf.__main__ import main
+from proxima.rlhf.config import ConfigError
+from proxima.rlhf.rundir import list_checkpoints, load_checkpoint, read_metrics
+
+
+def base_args(assets, run_dir):
+    return ["--policy", str(assets / "model"), "--prompts", str(assets / "prompts.txt"),
+            "--reward", "proxima.rlhf.demo:keyword_sentiment", "--run-dir", str(run_dir),
+            "--batch-size", "4", "--max-new-tokens", "4", "--update-epochs", "1", "--print-every", "0"]
+
+
+def one_line_error(capsys, code, expected_code=2):
+    err = capsys.readouterr().err.strip()
+    assert code == expected_code, err
+    assert len(err.splitlines()) == 1 and err.startswith("proxima rlhf: error: "), err
+    return err
+
+
+@pytest.mark.parametrize("change, words", [
+    (["--prompts", "missing.txt"], "--prompts"),
+    (["--policy", "no/such/model"], "--policy"),
+    (["--lr", "fast"], "'lr'"),
+    (["--batch-size", "5", "--num-minibatches", "2"], "--num-minibatches"),
+    (["--advantage", "grpo"], "--samples-per-prompt"),
+    (["--reward", "no_such_module:score"], "--reward"),
+    (["--reward", "proxima.rlhf.demo:no_such_function"], "no_such_function"),
+    (["--kl-estimator", "k2"], "k1, k3"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(assets, tmp_path, capsys, change, words):
+    run_dir = tmp_path / "run"
+    code = main(base_args(assets, run_dir) + change)
+    assert words in one_line_error(capsys, code)
+    assert not run_dir.exists()
+
+
+def test_unknown_field_in_the_yaml_file_is_named(assets, tmp_path, capsys):
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text("lr: 0.001\nlearning_rate: 3\n")
+    code = main(base_args(assets, tmp_path / "run") + ["--config", str(cfg_file)])
+    assert "unknown field 'learning_rate'" in one_line_error(capsys, code)
+    assert not (tmp_path / "run").exists()
+
+
+def test_unknown_flag_is_one_line_too(assets, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(base_args(assets, tmp_path / "run") + ["--no-such-flag", "1"])
+    one_line_error(capsys, e.value.code)
+
+
+def test_a_run_writes_config_meta_events_metrics_checkpoints_samples_and_summary(assets, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text(yaml.safe_dump({"steps": 3, "lr": 1e-3, "checkpoint_every": 2, "sample_every": 2}))
+    assert main(base_args(assets, run_dir) + ["--config", str(cfg_file), "--steps", "4"]) == 0  # flag beats file
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["steps"] == 4 and config["lr"] == 1e-3
+    assert json.loads((run_dir / "meta.json").read_text())["kind"] == "rlhf"
+    assert [p.name for p in list_checkpoints(run_dir)] == ["step_000002.pt", "step_000004.pt"]
+    assert (run_dir / "policy" / "config.json").exists()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert {"reward_first", "reward_last", "kl_last", "steps", "seconds"} <= set(summary) and summary["steps"] == 4
+    assert len(read_metrics(run_dir)["step"]) == 4
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert {s["step"] for s in samples} == {1, 2, 4} and {"prompt", "response", "score"} <= set(samples[0])
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir), size_guidance={"tensors": 0})
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    for tag in ("objective/kl", "objective/entropy", "objective/rlhf_reward", "objective/scores", "policy/approxkl",
+                "policy/clipfrac", "val/clipfrac", "val/ratio", "val/response_length", "val/eos_rate"):
+        assert tag in tags, tag
+    assert any("samples" in t for t in events.Tags()["tensors"])
+    assert "done: 4 steps" in capsys.readouterr().out
+
+
+def test_a_run_directory_is_never_overwritten(assets, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(base_args(assets, run_dir) + ["--steps", "1"]) == 0
+    capsys.readouterr()
+    assert "resume" in one_line_error(capsys, main(base_args(assets, run_dir) + ["--steps", "1"]))
+
+
+def test_stop_and_resume_is_bit_identical_to_an_uninterrupted_run(tiny_cfg, tmp_path):
+    straight = train_rlhf(tiny_cfg(steps=4, checkpoint_every=2, run_dir=str(tmp_path / "a")))
+    halted = train_rlhf(tiny_cfg(steps=2, checkpoint_every=2, run_dir=str(tmp_path / "b")))
+    assert resume(halted, steps=4) == 0
+    a, b = load_checkpoint(list_checkpoints(straight)[-1]), load_checkpoint(list_checkpoints(halted)[-1])
+    assert a["step"] == b["step"] == 4
+    for part in ("policy", "value"):
+        assert a[part].keys() == b[part].keys()
+        assert all(torch.equal(a[part][k], b[part][k]) for k in a[part])
+    ma, mb = read_metrics(straight), read_metrics(halted)
+    assert ma["objective/scores"] == mb["objective/scores"] and ma["objective/kl"] == mb["objective/kl"]
+
+
+def test_a_damaged_checkpoint_is_reported_by_name(tmp_path):
+    bad = tmp_path / "step_000001.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(ConfigError, match="step_000001.pt"):
+        load_checkpoint(bad)
+
+
+def test_python_api_returns_the_run_directory(tiny_cfg, tmp_path):
+    run_dir = train_rlhf(tiny_cfg(steps=1, run_dir=str(tmp_path / "api")))
+    assert (run_dir / "summary.json").exists()
+    assert isinstance(RLHFConfig(), RLHFConfig)

@@ -1,0 +1,33 @@
+"""A shortened `proxima rlhf --demo`: pretrain a tiny GPT-2, then PPO must raise the reward."""
+
+import dataclasses
+import json
+
+from proxima.rlhf.demo import demo_config, keyword_sentiment, run_demo
+
+
+def test_keyword_sentiment_counts_positive_and_negative_words():
+    assert keyword_sentiment(["p"] * 4, ["great and fun .", "dull .", "good but bad", "the room"]) == [1.0, -1.0, 0.0, 0.0]
+
+
+def test_short_demo_raises_the_reward_with_bounded_kl(tmp_path):
+    cfg = dataclasses.replace(demo_config(), steps=20, run_dir=str(tmp_path / "demo"), print_every=0, sample_every=0)
+    run_dir = run_demo(cfg, pretrain_steps=100)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reward_last"] > summary["reward_first"] + 0.3, summary
+    assert summary["reward_last"] > 0.5, summary
+    assert 0.0 <= summary["kl_last"] < 5.0, summary
+    assert (run_dir / "curve.png").stat().st_size > 0
+    assert (run_dir / "demo" / "model" / "config.json").exists()
+
+
+def test_demo_takes_any_reward_function(tmp_path, capsys):
+    from proxima.rlhf.__main__ import main
+
+    module = tmp_path / "my_reward.py"
+    module.write_text("def short(prompts, responses):\n    return [-len(r.split()) for r in responses]\n")
+    code = main(["--demo", "--reward", f"{module}:short", "--steps", "2", "--run-dir", str(tmp_path / "d"),
+                 "--print-every", "0", "--demo-pretrain-steps", "5"])
+    assert code == 0, capsys.readouterr().err
+    config = (tmp_path / "d" / "config.yaml").read_text()
+    assert "my_reward.py:short" in config
