@@ -1,0 +1,288 @@
+"""Learning benchmark: train each env's default preset for a few seeds, record the eval returns.
+
+Each run is ``proxima train ENV_ID --seed S --run-dir DIR`` (the env's ``default`` preset: flags
+are only the seed, the run directory, one thread and no progress bar), one at a time, then the
+end-of-training evaluation (10 deterministic episodes, eval.json) is read back. Results are merged
+into ``benchmarks/results/learning.md`` (a JSON copy of every run is kept in an HTML comment at the
+end of that file), so envs and seeds can be run in separate invocations as compute allows:
+
+    OMP_NUM_THREADS=1 python benchmarks/learning.py --envs Pendulum-v1,Acrobot-v1 --seeds 1,2,3
+    OMP_NUM_THREADS=1 python benchmarks/learning.py --envs HalfCheetah-v5 --seeds 1
+    python benchmarks/learning.py --table-only        # rewrite the table from the recorded runs
+
+Envs never run show as "not run (compute)".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "learning.md"
+
+#: env id -> (target eval return, default number of seeds, reference from PPO_NOTES.md)
+TASKS = {
+    "CartPole-v1": (475.0, 3, "490 +- 6 (CleanRL ppo.py), 498 +- 4 (ppo2), 500k"),
+    "Acrobot-v1": (-100.0, 3, "-86 +- 1 (CleanRL), -82 +- 6 (ppo2), 500k"),
+    "Pendulum-v1": (-250.0, 3, "-1142 +- 136 default PPO at 8M; tuned about -170 to -250"),
+    "MountainCarContinuous-v0": (90.0, 3, "none in PPO_NOTES (solved means >= 90)"),
+    "LunarLander-v3": (200.0, 1, "> 200 with a tuned preset, 1M"),
+    "LunarLanderContinuous-v3": (200.0, 1, "> 200 with a tuned preset, 1M"),
+    "HalfCheetah-v5": (1443.0, 1, "1443 +- 46 (CleanRL continuous, v4), 1M"),
+    "Hopper-v5": (2383.0, 1, "2383 +- 272 (CleanRL continuous, v4), 1M"),
+    "Walker2d-v5": (None, 1, "none in PPO_NOTES"),
+}
+MARK = "<!-- learning-runs-json"
+
+
+# ------------------------------------------------------------------------------------ records
+def load_runs(path: Path) -> list:
+    if not path.exists():
+        return []
+    m = re.search(re.escape(MARK) + r"\n(.*?)\n-->", path.read_text(), re.S)
+    return json.loads(m.group(1)) if m else []
+
+
+def merge(runs: list, new: dict) -> list:
+    key = (new["env_id"], new["seed"])
+    return [r for r in runs if (r["env_id"], r["seed"]) != key] + [new]
+
+
+def load_average() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return math.nan
+
+
+def train_command(env_id: str, seed: int, run_dir: Path, threads: int, extra: list) -> list:
+    return ["proxima", "train", env_id, "--seed", str(seed), "--run-dir", str(run_dir), "--threads", str(threads),
+            "--no-progress", "--checkpoint-every", "0", *extra]
+
+
+def run_one(env_id: str, seed: int, runs_dir: Path, threads: int, extra: list, log) -> dict:
+    run_dir = runs_dir / f"{env_id}__{seed}__{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    argv = train_command(env_id, seed, run_dir, threads, extra)
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    load0 = load_average()
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "proxima", *argv[1:]], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    record = {"env_id": env_id, "seed": seed, "command": shlex.join(argv), "run_dir": str(run_dir),
+              "wall_s": round(wall, 1), "load_start": round(load0, 2), "load_end": round(load_average(), 2),
+              "finished": datetime.now().isoformat(timespec="seconds"), "returncode": proc.returncode}
+    if proc.returncode != 0:
+        record["error"] = (proc.stderr.strip().splitlines() or ["(no stderr)"])[-1][:300]
+        log(f"  FAILED ({proc.returncode}): {record['error']}")
+        return record
+    result = json.loads((run_dir / "eval.json").read_text())
+    config = _read_yaml(run_dir / "config.yaml")
+    record.update(eval_mean=result["mean_return"], eval_std=result["std_return"], episodes=result["episodes"],
+                  steps=_last_step(run_dir / "metrics.csv"), train_s=_train_time(run_dir / "metrics.csv"),
+                  final_episodic_return=_last_return(run_dir / "metrics.csv"), config=config)
+    return record
+
+
+def _read_yaml(path: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(path.read_text()) if path.exists() else {}
+
+
+def _csv_rows(path: Path) -> list:
+    import csv
+
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _last_step(path: Path):
+    rows = _csv_rows(path)
+    return int(rows[-1]["global_step"]) if rows else None
+
+
+def _train_time(path: Path):
+    rows = _csv_rows(path)
+    return round(float(rows[-1]["time"]), 1) if rows else None
+
+
+def _last_return(path: Path):
+    """Mean episodic return (training, stochastic) over the last 10 logged iterations with episodes."""
+    vals = [float(r["charts/episodic_return"]) for r in _csv_rows(path) if r.get("charts/episodic_return") not in ("", None, "nan")]
+    vals = [v for v in vals if math.isfinite(v)][-10:]
+    return round(sum(vals) / len(vals), 1) if vals else None
+
+
+# ------------------------------------------------------------------------------------ table
+def _fmt(x, nd=1):
+    return "-" if x is None else f"{x:,.{nd}f}"
+
+
+def preset_summary(env_id: str) -> str:
+    from proxima.presets import all_presets
+
+    p = all_presets().get(env_id, {}).get("default")
+    if not p:
+        return "no preset"
+    return f"{p['file']}: " + ", ".join(f"{k} {v}" for k, v in p["config"].items())
+
+
+def stale(run: dict) -> bool:
+    """True when a recorded run's config differs from the env's current default preset."""
+    from proxima.presets import all_presets
+
+    preset = all_presets().get(run["env_id"], {}).get("default", {}).get("config", {})
+    cfg = run.get("config") or {}
+    return bool(run.get("extra")) or any(k in cfg and cfg[k] != v for k, v in preset.items())
+
+
+def table(runs: list) -> list:
+    rows = ["| env | target | seeds | eval return per seed (10 det. episodes) | mean | pass | env steps | "
+            "wall time per seed (train) | reference (PPO_NOTES) |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    envs = list(TASKS) + sorted({r["env_id"] for r in runs} - set(TASKS))
+    for env_id in envs:
+        target, _, ref = TASKS.get(env_id, (None, 1, "-"))
+        done = sorted((r for r in runs if r["env_id"] == env_id and r.get("eval_mean") is not None), key=lambda r: r["seed"])
+        failed = [r for r in runs if r["env_id"] == env_id and r.get("eval_mean") is None]
+        tgt = "-" if target is None else f">= {target:g}"
+        if not done:
+            status = "failed: " + failed[-1].get("error", "?") if failed else "not run (compute)"
+            rows.append(f"| {env_id} | {tgt} | 0 | {status} | - | - | - | - | {ref} |")
+            continue
+        per = ", ".join(f"s{r['seed']}: {r['eval_mean']:.1f}" + (" (other config)" if stale(r) else "") for r in done)
+        mean = sum(r["eval_mean"] for r in done) / len(done)
+        if target is None:
+            ok = "-"
+        else:
+            n_ok = sum(r["eval_mean"] >= target for r in done)
+            ok = f"{n_ok}/{len(done)}"
+        steps = {r.get("steps") for r in done}
+        steps_s = ", ".join(f"{s:,}" for s in sorted(s for s in steps if s is not None))
+        walls = ", ".join(f"{r['wall_s']:.0f} s ({_fmt(r.get('train_s'), 0)} s)" for r in done)
+        rows.append(f"| {env_id} | {tgt} | {len(done)} | {per} | {mean:.1f} | {ok} | {steps_s} | {walls} | {ref} |")
+    return rows
+
+
+def machine_lines() -> list:
+    import gymnasium
+    import torch
+
+    from proxima.bench import cpu_model
+
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return [f"- CPU: {cpu_model()}, {os.cpu_count()} logical cores ({usable} usable by this process); training on CPU, "
+            "1 torch thread (OMP_NUM_THREADS=1, --threads 1), one run at a time",
+            f"- torch {torch.__version__}, gymnasium {gymnasium.__version__}, Python {platform.python_version()}, "
+            f"{platform.system()} {platform.release()}"]
+
+
+def write_markdown(path: Path, runs: list, invocations: list) -> None:
+    loads = [r[k] for r in runs for k in ("load_start", "load_end") if r.get(k) is not None]
+    text = [
+        "# Learning benchmark",
+        "",
+        "Each env trains its `default` preset (`proxima presets`) for the listed seeds; the score is the "
+        "end-of-training evaluation: mean return of 10 deterministic episodes (policy mean / argmax, "
+        "frozen observation statistics), eval seed = training seed + 1,000,000. "
+        "`pass` counts the seeds at or above the target. Wall time is the whole `proxima train` process "
+        "(start-up, training, evaluation); in brackets the training loop alone.",
+        "",
+        *machine_lines(),
+        f"- load average (1 min) during the runs: {min(loads):.1f} to {max(loads):.1f}" if loads else "- load average: -",
+        "- the machine was shared with other jobs (2 cores, load often above 4): wall times are inflated and only "
+        "comparable within this table",
+        "",
+        *table(runs),
+        "",
+        "## Presets (default)",
+        "",
+        *[f"- {e}: {preset_summary(e)}" for e in TASKS],
+        "",
+        "## Commands",
+        "",
+        "Benchmark invocations that produced these rows:",
+        "",
+        "```",
+        *invocations,
+        "```",
+        "",
+        "Each run:",
+        "",
+        "```",
+        *[r["command"] for r in sorted(runs, key=lambda r: (list(TASKS).index(r["env_id"]) if r["env_id"] in TASKS else 99, r["seed"]))],
+        "```",
+        "",
+        MARK,
+        json.dumps({"runs": runs, "invocations": invocations}, indent=1),
+        "-->",
+        "",
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(text))
+    os.replace(tmp, path)
+
+
+def load_state(path: Path) -> tuple:
+    raw = load_runs(path)
+    if isinstance(raw, dict):
+        return raw.get("runs", []), raw.get("invocations", [])
+    return raw, []
+
+
+# ------------------------------------------------------------------------------------ main
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--envs", default=",".join(TASKS), help="comma-separated env ids (default: all, in priority order)")
+    p.add_argument("--seeds", default=None, help="comma-separated seeds (default: 1..N, N = 3 classic, 1 LunarLander/MuJoCo)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
+    p.add_argument("--runs-dir", default="runs/learning", help="where run directories go (default runs/learning)")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="markdown table to merge the results into")
+    p.add_argument("--extra", default="", help="extra flags for every `proxima train` (quoted), e.g. '--total-timesteps 100000'")
+    p.add_argument("--table-only", action="store_true", help="rewrite the table from the recorded runs, train nothing")
+    args = p.parse_args(argv)
+
+    out = Path(args.out)
+    runs, invocations = load_state(out)
+    if args.table_only:
+        write_markdown(out, runs, invocations)
+        print(f"wrote {out}")
+        return 0
+    envs = [e.strip() for e in args.envs.split(",") if e.strip()]
+    extra = shlex.split(args.extra)
+    invocation = "OMP_NUM_THREADS=1 python benchmarks/learning.py " + shlex.join(a for a in (argv if argv is not None else sys.argv[1:]))
+    invocations = [i for i in invocations if i != invocation] + [invocation]
+    runs_dir = Path(args.runs_dir)
+    for env_id in envs:
+        n_default = TASKS.get(env_id, (None, 1, ""))[1]
+        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(range(1, n_default + 1))
+        for seed in seeds:
+            print(f"{datetime.now():%H:%M:%S} {env_id} seed {seed} ...", flush=True)
+            record = run_one(env_id, seed, runs_dir, args.threads, extra, lambda m: print(m, flush=True))
+            if extra:
+                record["extra"] = args.extra
+            runs = merge(runs, record)
+            write_markdown(out, runs, invocations)
+            if record.get("eval_mean") is not None:
+                print(f"  eval {record['eval_mean']:.1f} +- {record['eval_std']:.1f}, {record['steps']:,} steps, "
+                      f"{record['wall_s']:.0f} s", flush=True)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
