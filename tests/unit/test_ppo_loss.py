@@ -41,7 +41,7 @@ def test_ratio_one_gives_zero_kl_zero_clipfrac_and_minus_mean_normalized_advanta
 
 
 def test_normalized_advantages_have_unit_std_inside_the_loss():
-    # at ratio 1, policy_loss = -mean(a * adv_norm) / 1 for a = 1: check via a one-hot gradient instead
+    # at ratio 1 (inside the clip range) d policy_loss / d new_logprob_i = -adv_norm_i / B
     d = batch(b=6)
     new_logprob = d["old_logprob"].clone().requires_grad_(True)
     d["new_logprob"] = new_logprob

@@ -1,0 +1,42 @@
+"""Shared fixtures of the fast test tier: one intra-op thread, small configs, probe envs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+# Small MLPs on a shared CPU: one thread is fastest and keeps runs reproducible.
+torch.set_num_threads(1)
+
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:  # makes `import probe_envs` work from any test folder
+    sys.path.insert(0, str(TESTS))
+
+
+@pytest.fixture
+def small_config():
+    """A PPOConfig factory for CartPole that trains in well under a second per iteration."""
+    from proxima.config import PPOConfig
+
+    def make(**overrides) -> PPOConfig:
+        values = dict(env_id="CartPole-v1", num_envs=4, num_steps=32, total_timesteps=256, num_minibatches=4,
+                      update_epochs=2, progress=False, checkpoint_every=0, eval_episodes=0, threads=1)
+        values.update(overrides)
+        return PPOConfig(**values)
+
+    return make
+
+
+@pytest.fixture
+def probe_envs(monkeypatch):
+    """Register the probe envs of tests/probe_envs.py as native envs ('Probe1-v0' ... 'Probe5-v0')."""
+    import probe_envs as module
+
+    from proxima.envs import classic
+
+    for env_id, cls in module.PROBES.items():
+        monkeypatch.setitem(classic.NATIVE_ENVS, env_id, cls)
+    return module

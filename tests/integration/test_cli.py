@@ -1,0 +1,243 @@
+"""`proxima train` / `proxima eval` end to end: the run directory a user gets, and one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from proxima import cli
+from proxima.config import FIELDS
+from proxima.logger import CSV_COLUMNS
+
+TAGS = ["charts/episodic_return", "charts/SPS", "charts/learning_rate", "losses/policy_loss", "losses/value_loss",
+        "losses/entropy", "losses/approx_kl", "losses/clipfrac", "losses/explained_variance"]
+
+
+def proxima_cmd(*args: str, cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", "proxima", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def cartpole_run(tmp_path_factory):
+    """One real training run through the CLI, shared by the tests that read its run directory."""
+    cwd = tmp_path_factory.mktemp("cli")
+    result = proxima_cmd("train", "CartPole-v1", "--total-timesteps", "2048", "--run-dir", "D", "--no-progress", cwd=cwd)
+    return cwd / "D", result
+
+
+def test_train_exits_0_and_writes_config_and_meta(cartpole_run):
+    run_dir, result = cartpole_run
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "run directory: D" in result.stdout
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["env_id"] == "CartPole-v1" and config["total_timesteps"] == 2048 and config["progress"] is False
+    assert set(config) == set(FIELDS)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert "train" in meta["command"] and "--total-timesteps" in meta["command"]
+    assert meta["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert meta["versions"]["torch"] == str(torch.__version__)
+    assert meta["versions"]["gymnasium"]
+    assert meta["device"] == "cpu"
+    assert "git_commit" in meta
+
+
+def test_train_writes_one_csv_row_per_iteration(cartpole_run):
+    run_dir, _ = cartpole_run
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+        header = list(rows[0].keys()) if rows else []
+    assert header == CSV_COLUMNS
+    assert all(tag in header for tag in TAGS)
+    # CartPole default preset: 4 envs x 128 steps = 512 per iteration -> 4 iterations
+    assert [int(r["iteration"]) for r in rows] == [1, 2, 3, 4]
+    assert [int(r["global_step"]) for r in rows] == [512, 1024, 1536, 2048]
+    assert all(float(r["losses/value_loss"]) > 0 for r in rows)
+    assert float(rows[0]["charts/learning_rate"]) == pytest.approx(2.5e-4)  # annealed from the preset's lr
+    assert float(rows[-1]["charts/learning_rate"]) == pytest.approx(2.5e-4 / 4)
+
+
+def test_train_writes_tensorboard_tags(cartpole_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir, _ = cartpole_run
+    assert list(run_dir.glob("events.out.tfevents.*"))
+    acc = EventAccumulator(str(run_dir))
+    acc.Reload()
+    scalars = acc.Tags()["scalars"]
+    missing = [t for t in TAGS if t not in scalars]
+    assert not missing, f"missing TensorBoard tags: {missing}"
+    assert [e.step for e in acc.Scalars("losses/policy_loss")] == [512, 1024, 1536, 2048]
+    assert all(e.value > 0 for e in acc.Scalars("charts/episodic_return"))
+
+
+def test_train_writes_a_loadable_checkpoint_and_eval_json(cartpole_run):
+    run_dir, _ = cartpole_run
+    ckpts = sorted((run_dir / "checkpoints").glob("step_*.pt"))
+    assert [p.name for p in ckpts] == ["step_000000002048.pt"]
+    from proxima.checkpoint import load_checkpoint
+
+    assert load_checkpoint(ckpts[0])["global_step"] == 2048
+    result = json.loads((run_dir / "eval.json").read_text())
+    assert result["env_id"] == "CartPole-v1" and result["episodes"] == 10
+
+
+def test_eval_json_prints_one_object(cartpole_run):
+    run_dir, _ = cartpole_run
+    result = proxima_cmd("eval", str(run_dir), "--json", "--episodes", "3", cwd=run_dir.parent)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1
+    out = json.loads(lines[0])
+    assert out["env_id"] == "CartPole-v1" and out["episodes"] == 3
+    assert isinstance(out["mean_return"], float) and isinstance(out["std_return"], float)
+    assert len(out["returns"]) == 3 and out["mean_return"] == pytest.approx(sum(out["returns"]) / 3)
+    assert all(r >= 8 for r in out["returns"])  # CartPole gives at least ~8 steps of +1
+
+
+def test_help_lists_a_flag_for_every_config_field(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    missing = [name for name in FIELDS if name != "env_id" and f"--{name.replace('_', '-')}" not in text]
+    assert not missing, f"flags missing from `proxima train --help`: {missing}"
+    assert "ENV_ID" in text
+    assert "--no-anneal-lr" in text and "--no-norm-adv" in text
+
+
+# ------------------------------------------------------------------------------------ errors
+def run_main(argv: list, capsys) -> tuple[int, str, str]:
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:  # argparse reports usage errors by exiting
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code: int, err: str, *needles: str) -> None:
+    assert code == 2
+    assert "Traceback" not in err
+    lines = err.rstrip("\n").split("\n")
+    assert len(lines) == 1, err
+    assert "error:" in lines[0]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+TRAIN = ["train", "CartPole-v1", "--run-dir", "D", "--no-progress"]
+BAD_TRAIN = {
+    "unknown env": (["train", "CartPol-v1", "--run-dir", "D"], ["unknown env id 'CartPol-v1'", "CartPole-v1"]),
+    # not a prefix of a real flag: argparse accepts abbreviations (--learning-rat would mean --learning-rate)
+    "unknown flag": (TRAIN + ["--learning-rte", "1e-3"], ["unrecognized arguments: --learning-rte"]),
+    "minibatches not dividing": (TRAIN + ["--num-minibatches", "3"], ["--num-minibatches", "divide", "512"]),
+    "minibatch of one": (TRAIN + ["--num-envs", "1", "--num-steps", "4", "--num-minibatches", "4", "--total-timesteps", "8"],
+                         ["--num-minibatches", "at least 2"]),
+    "gamma 0": (TRAIN + ["--gamma", "0"], ["--gamma", "(0, 1]"]),
+    "gamma 1.5": (TRAIN + ["--gamma", "1.5"], ["--gamma", "(0, 1]"]),
+    "lambda -0.1": (TRAIN + ["--gae-lambda", "-0.1"], ["--gae-lambda", "[0, 1]"]),
+    "lambda 1.1": (TRAIN + ["--gae-lambda", "1.1"], ["--gae-lambda", "[0, 1]"]),
+    "lr 0": (TRAIN + ["--lr", "0"], ["--lr", "positive"]),
+    "lr -1": (TRAIN + ["--lr=-1"], ["--lr", "positive"]),
+    "clip 0": (TRAIN + ["--clip-coef", "0"], ["--clip-coef", "positive"]),
+    "steps below a batch": (TRAIN + ["--total-timesteps", "100"], ["--total-timesteps", "smaller than one batch (512"]),
+    "not a number": (TRAIN + ["--num-envs", "four"], ["num_envs", "'four'"]),
+    "unknown preset": (TRAIN + ["--preset", "nope"], ["--preset 'nope'", "fast"]),
+    "bad device": (TRAIN + ["--device", "meta"], ["--device 'meta'"]),
+}
+
+
+@pytest.mark.parametrize("argv, needles", BAD_TRAIN.values(), ids=list(BAD_TRAIN))
+def test_bad_train_input_exits_2_with_one_line_and_creates_nothing(argv, needles, tmp_path, monkeypatch, capsys):
+    from proxima.trainer import Trainer
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(Trainer, "run", lambda *a, **k: pytest.fail(f"bad input started training: {argv}"))
+    code, out, err = run_main(argv, capsys)
+    assert_one_line_error(code, err, *needles)
+    assert list(tmp_path.iterdir()) == [], "a failed start must not leave a run directory"
+
+
+def test_bad_input_in_a_real_process_exits_2_without_traceback(tmp_path):
+    result = proxima_cmd("train", "CartPol-v1", "--gamma", "0.5", "--run-dir", "D", cwd=tmp_path, timeout=120)
+    assert_one_line_error(result.returncode, result.stderr, "did you mean CartPole-v1")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_eval_of_a_missing_path(tmp_path, capsys):
+    code, _, err = run_main(["eval", str(tmp_path / "nowhere")], capsys)
+    assert_one_line_error(code, err, "nowhere", "no such file or directory")
+
+
+def test_eval_of_a_directory_that_is_not_a_run(tmp_path, capsys):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("hello")
+    code, _, err = run_main(["eval", str(tmp_path / "notes")], capsys)
+    assert_one_line_error(code, err, "notes", "not a Proxima run directory")
+
+
+@pytest.mark.parametrize("content", [b"not a checkpoint at all\n", b"PK\x03\x04truncated zip"], ids=["text", "truncated"])
+def test_eval_of_a_file_that_is_not_a_checkpoint(tmp_path, capsys, content):
+    path = tmp_path / "model.pt"
+    path.write_bytes(content)
+    code, _, err = run_main(["eval", str(path)], capsys)
+    assert_one_line_error(code, err, "model.pt")
+
+
+def test_eval_of_a_foreign_torch_file(tmp_path, capsys):
+    path = tmp_path / "weights.pt"
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, path)
+    code, _, err = run_main(["eval", str(path)], capsys)
+    assert_one_line_error(code, err, "weights.pt", "not a Proxima checkpoint")
+
+
+# ------------------------------------------------------------------------------------ user env
+USER_ENV = textwrap.dedent('''
+    import gymnasium as gym
+    import numpy as np
+
+
+    class Corridor(gym.Env):
+        """Five steps of +1 reward whatever the action; obs counts the steps."""
+
+        def __init__(self):
+            self.observation_space = gym.spaces.Box(0.0, 5.0, (1,), np.float32)
+            self.action_space = gym.spaces.Discrete(2)
+            self.t = 0
+
+        def reset(self, seed=None, options=None):
+            super().reset(seed=seed)
+            self.t = 0
+            return np.array([0.0], np.float32), {}
+
+        def step(self, action):
+            self.t += 1
+            return np.array([self.t], np.float32), 1.0, self.t >= 5, False, {}
+''')
+
+
+def test_user_env_module_class_trains_from_the_current_directory(tmp_path):
+    (tmp_path / "my_corridor.py").write_text(USER_ENV)
+    result = proxima_cmd("train", "my_corridor:Corridor", "--total-timesteps", "128", "--num-envs", "2", "--num-steps", "32",
+                         "--num-minibatches", "2", "--eval-episodes", "2", "--run-dir", "D", "--no-progress", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    run_dir = tmp_path / "D"
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["env_id"] == "my_corridor:Corridor"
+    assert [p.name for p in (run_dir / "checkpoints").glob("step_*.pt")] == ["step_000000000128.pt"]
+    with open(run_dir / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 and float(rows[0]["charts/episodic_return"]) == 5.0
+    result = json.loads((run_dir / "eval.json").read_text())
+    assert result["env_id"] == "my_corridor:Corridor" and result["returns"] == [5.0, 5.0]
