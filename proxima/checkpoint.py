@@ -12,6 +12,7 @@ import os
 import pickle
 import random
 import re
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Optional, Union
@@ -31,17 +32,29 @@ class CheckpointError(RuntimeError):
 
 # ------------------------------------------------------------------------------------ writing
 def atomic_torch_save(obj, path: Union[str, Path]) -> Path:
-    """torch.save to ``path`` via temp file + fsync + os.replace (+ fsync of the folder)."""
+    """torch.save to ``path`` via temp file + fsync + os.replace (+ fsync of the folder).
+
+    The temp file lives in the target's folder (same filesystem, so the replace is atomic) and is
+    removed if anything fails before the replace. An OSError (disk full, permissions) becomes a
+    CheckpointError naming the file; the previous checkpoint is untouched either way.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        crc = torch.serialization.get_crc32_options()
+        torch.serialization.set_crc32_options(True)  # load_checkpoint verifies the zip CRCs
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(obj, f)
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            torch.serialization.set_crc32_options(crc)
         _before_replace(tmp, path)
         os.replace(tmp, path)
+    except OSError as e:
+        raise CheckpointError(f"{path}: could not write checkpoint ({e.strerror or e}); the previous checkpoint is kept") from None
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -73,8 +86,14 @@ def list_checkpoints(run_dir: Union[str, Path]) -> list[Path]:
 
 
 def prune_checkpoints(run_dir: Union[str, Path], keep: int) -> None:
+    """Keep the newest ``keep`` checkpoints; also remove temp files left by a writer that was killed
+    between writing and replacing (one writer per run directory, so none is in progress here)."""
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
+    folder = Path(run_dir) / "checkpoints"
+    if folder.is_dir():
+        for stale in folder.glob(".step_*.tmp"):
+            stale.unlink(missing_ok=True)
 
 
 def save_train_state(run_dir: Union[str, Path], state: dict, keep: int) -> Path:
@@ -143,23 +162,71 @@ def resolve_checkpoint(path: Union[str, Path]) -> Path:
     return path
 
 
+def _one_line(text: str, limit: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check_archive(path: Path) -> None:
+    """Refuse, before unpickling anything, a file that is not an intact torch zip archive."""
+    size = path.stat().st_size
+    if size == 0:
+        raise CheckpointError(f"{path}: empty file (0 bytes), not a checkpoint")
+    if not zipfile.is_zipfile(path):
+        with open(path, "rb") as f:
+            head = f.read(4)
+        if head == b"PK\x03\x04":  # a zip that lost its end (central directory): cut short
+            raise CheckpointError(f"{path}: truncated checkpoint ({size} bytes, the end of the archive is missing)")
+        raise CheckpointError(f"{path}: not a Proxima checkpoint (not a torch zip archive)")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            bad = zf.testzip()  # reads every record and checks its CRC-32
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError) as e:
+        raise CheckpointError(f"{path}: corrupted checkpoint (damaged zip archive: {_one_line(e, 100)})") from None
+    if bad is not None:
+        raise CheckpointError(f"{path}: corrupted checkpoint (checksum mismatch in record '{bad}')")
+
+
+def _describe(obj) -> str:
+    if isinstance(obj, dict):
+        keys = ", ".join(repr(k) for k in list(obj)[:4]) + (", ..." if len(obj) > 4 else "")
+        return f"a dict with keys {keys}" if obj else "an empty dict"
+    return f"a {type(obj).__name__}"
+
+
 def load_checkpoint(path: Union[str, Path], map_location="cpu") -> dict:
-    """Load and check a checkpoint; never runs code from the file."""
+    """Load and check a checkpoint; never runs code from the file.
+
+    Every failure is a CheckpointError with one line naming the file and the problem: missing,
+    empty, truncated, corrupted (zip CRC mismatch), unsafe (a pickle that would run code: refused by
+    ``torch.load(weights_only=True)``), foreign (not written by Proxima), newer schema, incomplete.
+    """
     path = resolve_checkpoint(path)
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        _check_archive(path)
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read checkpoint ({e.strerror or e})") from None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # keep the error to one line
+            state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else "unsafe content"
-        raise CheckpointError(f"{path}: refused to load: the file holds objects that would run code on load ({first[:160]})") from None
-    except (zipfile.BadZipFile, EOFError, RuntimeError, ValueError, OSError) as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{path}: truncated or corrupted checkpoint ({msg[:160]})") from None
+        found = re.search(r"GLOBAL ([\w.]+)", str(e))
+        if found:
+            raise CheckpointError(f"{path}: refused to load: the file references {found.group(1)}, which would run code when "
+                                  "unpickled; Proxima checkpoints hold only tensors and plain values (do not open it with "
+                                  "weights_only=False unless you trust its source)") from None
+        raise CheckpointError(f"{path}: corrupted checkpoint (unpickling failed: {_one_line(str(e).splitlines()[-1] if str(e).strip() else e, 100)})") from None
+    except (zipfile.BadZipFile, EOFError, RuntimeError, ValueError, OSError, KeyError, IndexError, TypeError) as e:
+        raise CheckpointError(f"{path}: corrupted checkpoint ({type(e).__name__}: {_one_line(e, 120)})") from None
     except Exception as e:  # any other loader failure is still the file's fault
         raise CheckpointError(f"{path}: unreadable checkpoint ({type(e).__name__})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a Proxima checkpoint")
+        raise CheckpointError(f"{path}: not a Proxima checkpoint (a torch file holding {_describe(state)})")
     version = state.get("schema_version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise CheckpointError(f"{path}: not a Proxima checkpoint (schema version {version!r} is not an integer)")
+    if version > SCHEMA_VERSION:
         raise CheckpointError(f"{path}: checkpoint schema version {version} is newer than this Proxima supports ({SCHEMA_VERSION}); upgrade proxima")
     for key in ("config", "agent", "global_step", "spaces"):
         if key not in state:

@@ -33,8 +33,11 @@ def truncate_csv(path: Path, max_step: int) -> None:
     if not rows:
         return
     header, body = rows[0], rows[1:]
+    if "global_step" not in header:
+        return
     col = header.index("global_step")
-    kept = [r for r in body if r and int(r[col]) <= max_step]
+    # a run killed mid-write can leave a cut-off last row: keep only whole rows up to max_step
+    kept = [r for r in body if len(r) == len(header) and _int_or_none(r[col]) is not None and _int_or_none(r[col]) <= max_step]
     tmp = path.with_suffix(".csv.tmp")
     with open(tmp, "w", newline="") as f:
         w = csv.writer(f)
@@ -43,6 +46,25 @@ def truncate_csv(path: Path, max_step: int) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _int_or_none(text: str) -> Optional[int]:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _wait_for_new_second(run_dir: Path) -> None:
+    """TensorBoard reads a folder's event files in name order, and names start with the creation
+    second: a resumed run's file must not share the second of the file it continues (else the pid
+    decides the order and the purge of steps logged after the checkpoint can be applied too early)."""
+    import time
+
+    stamps = [_int_or_none(p.name.split(".")[3]) for p in run_dir.glob("events.out.tfevents.*") if p.name.count(".") >= 4]
+    newest = max((t for t in stamps if t is not None), default=None)
+    if newest is not None and int(time.time()) == newest:  # at most one second; a clock set back is left alone
+        time.sleep(max(0.0, newest + 1 - time.time()) + 0.01)
 
 
 class RunLogger:
@@ -55,6 +77,7 @@ class RunLogger:
         self.csv_path = self.run_dir / "metrics.csv"
         if resume_step is not None:
             truncate_csv(self.csv_path, resume_step)
+            _wait_for_new_second(self.run_dir)
         # purge_step drops events at steps > resume_step that a killed run logged after its checkpoint
         self.writer = SummaryWriter(str(self.run_dir), purge_step=None if resume_step is None else resume_step + 1)
         new = not self.csv_path.exists()

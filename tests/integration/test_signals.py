@@ -1,0 +1,131 @@
+"""SIGINT / SIGTERM (issue 5, item 4): a real `proxima train` process stopped by a signal writes a
+checkpoint and exits 130 / 143; `proxima resume` continues it with metrics.csv steps that neither
+repeat nor skip; a second SIGINT exits at once and leaves the last checkpoint loadable."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from proxima import checkpoint as ckpt
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+BATCH = 4 * 128  # default num_envs x num_steps of CartPole-v1
+
+
+def env() -> dict:
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+
+
+def csv_steps(run_dir: Path) -> list[int]:
+    path = run_dir / "metrics.csv"
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if len(rows) < 2:
+        return []
+    col = rows[0].index("global_step")
+    return [int(r[col]) for r in rows[1:] if len(r) == len(rows[0])]
+
+
+def wait_for_rows(proc: subprocess.Popen, run_dir: Path, more_than: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(csv_steps(run_dir)) <= more_than:
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"process ended early ({proc.returncode}): {err[-2000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("no new metrics.csv row in time")
+        time.sleep(0.05)
+
+
+def stop(proc: subprocess.Popen, signum: int) -> tuple[int, str]:
+    proc.send_signal(signum)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"the process did not exit after {signal.Signals(signum).name}")
+    return proc.returncode, err
+
+
+def test_sigint_checkpoints_and_exits_130_then_resume_continues_until_sigterm_143(tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "proxima", "train", "CartPole-v1", "--total-timesteps", "10000000",
+           "--run-dir", str(run_dir), "--no-progress", "--checkpoint-every", "1000"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_rows(proc, run_dir, more_than=0)
+    code, err = stop(proc, signal.SIGINT)
+    assert code == 130, err
+    assert "SIGINT received; writing a checkpoint after this iteration" in err
+    assert "stopped by SIGINT; checkpoint: " in err and "Traceback" not in err
+
+    # the checkpoint of the stop iteration exists, loads, and matches the last CSV row
+    first = csv_steps(run_dir)
+    assert first == [BATCH * i for i in range(1, len(first) + 1)]
+    state = ckpt.load_checkpoint(run_dir)
+    assert state["global_step"] == first[-1] and state["iteration"] == len(first)
+    assert f"checkpoint: {ckpt.checkpoint_path(run_dir, first[-1])}" in err
+
+    # `proxima resume` continues in the same directory with the saved config; SIGTERM it after one more row
+    proc = subprocess.Popen([sys.executable, "-m", "proxima", "resume", str(run_dir)], cwd=tmp_path, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_rows(proc, run_dir, more_than=len(first))
+    code, err = stop(proc, signal.SIGTERM)
+    assert code == 143, err
+    assert f"resuming {run_dir} at global step {first[-1]:,}" in err
+    assert "stopped by SIGTERM; checkpoint: " in err and "Traceback" not in err
+
+    steps = csv_steps(run_dir)
+    assert steps[: len(first)] == first and len(steps) > len(first)
+    assert steps == [BATCH * i for i in range(1, len(steps) + 1)]  # continues: no duplicate, no gap
+    state = ckpt.load_checkpoint(run_dir)
+    assert state["global_step"] == steps[-1]
+    assert [p.name for p in ckpt.list_checkpoints(run_dir)] == [f"step_{first[-1]:012d}.pt", f"step_{steps[-1]:012d}.pt"]
+
+
+SECOND_SIGINT_MID_WRITE = textwrap.dedent("""
+    import os, signal, sys
+    from proxima import checkpoint, cli
+
+    writes = []
+
+    def before_replace(tmp, path):
+        writes.append(path)
+        if len(writes) == 2:  # the second checkpoint is written to its temp file, not yet in place
+            os.kill(os.getpid(), signal.SIGINT)  # first: finish the iteration, checkpoint, stop
+            os.kill(os.getpid(), signal.SIGINT)  # second: exit at once, right here
+            print("still running after the second SIGINT", file=sys.stderr)
+
+    checkpoint._before_replace = before_replace
+    sys.exit(cli.main(sys.argv[1:]))
+""")
+
+
+def test_second_sigint_exits_at_once_and_the_last_checkpoint_stays_loadable(tmp_path):
+    run_dir = tmp_path / "run"
+    script = tmp_path / "second_sigint.py"
+    script.write_text(SECOND_SIGINT_MID_WRITE)
+    cmd = [sys.executable, str(script), "train", "CartPole-v1", "--total-timesteps", "100000", "--num-steps", "32",
+           "--run-dir", str(run_dir), "--no-progress", "--checkpoint-every", "1", "--eval-episodes", "0"]
+    out = subprocess.run(cmd, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=180)
+    assert out.returncode == 130, out.stderr
+    assert "second interrupt, exiting now (last checkpoint kept)" in out.stderr
+    assert "still running" not in out.stderr and "Traceback" not in out.stderr
+
+    # the checkpoint being written never replaced anything; the one before it loads
+    assert [p.name for p in ckpt.list_checkpoints(run_dir)] == [f"step_{128:012d}.pt"]
+    assert ckpt.load_checkpoint(run_dir)["global_step"] == 128
+    # its temp file is left (no cleanup on an immediate exit), ignored by readers, removed by the next save
+    assert [p.name for p in (run_dir / "checkpoints").glob(".step_*.tmp")]
