@@ -302,7 +302,10 @@ class Trainer:
             raise ConfigError("--cudagraphs needs a CUDA device (got --device %s)" % cfg.device)
         if cfg.amp == "fp16" and self.device.type != "cuda":
             raise ConfigError("--amp fp16 needs a CUDA device (GradScaler); use --amp bf16 on CPU")
-        torch.use_deterministic_algorithms(cfg.deterministic, warn_only=True)
+        if self.device.type == "cuda":
+            # CPU kernels used here are deterministic for a fixed thread count already (the resume and
+            # seed tests check it bit for bit); the switch itself costs seconds of imports (torch._inductor)
+            torch.use_deterministic_algorithms(cfg.deterministic, warn_only=True)
         rank_seed = cfg.seed + 10_000 * self.dist.rank  # each rank its own envs and samples
         seed_everything(rank_seed)
         self.env: BatchedEnv = make_env(cfg.env_id, cfg.num_envs, self.device, cfg.backend, cfg.vector, seed=rank_seed)
@@ -403,7 +406,9 @@ class Trainer:
             raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing {e})") from None
         self.last_checkpoint = Path(path) if "path" in state else None
         if state.get("world_size", 1) != self.dist.world_size:
-            raise ckpt.CheckpointError(f"{path}: written by {state.get('world_size', 1)} process(es), resumed with {self.dist.world_size}; use the same --nproc")
+            w = state.get("world_size", 1)
+            raise ckpt.CheckpointError(f"{path}: written by {w} process(es), resumed with {self.dist.world_size}; use the same --nproc"
+                                       + (f" (proxima train --resume RUN_DIR --nproc {w}, or torchrun --nproc-per-node {w} -m proxima resume RUN_DIR)" if w > 1 else ""))
         if state.get("env") is not None and self.env.can_save_state and state.get("env_backend") == self.env.backend:
             self.env.load_state_dict(state["env"])
             self.next_obs = state["next_obs"].to(self.device)
