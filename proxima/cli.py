@@ -20,7 +20,12 @@ EXIT_USAGE = 2
 
 
 class ArgParser(argparse.ArgumentParser):
-    """argparse with one-line errors (no usage dump) and exit status 2."""
+    """argparse with one-line errors (no usage dump), exit status 2, and no prefix matching of flags
+    (a typo like --learning-rat must be an error, not silently another flag)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
