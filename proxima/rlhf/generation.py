@@ -60,7 +60,7 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, s: Sa
 
     gen_cfg = GenerationConfig(
         do_sample=True, max_new_tokens=s.max_new_tokens, min_new_tokens=0, temperature=s.temperature,
-        top_k=s.top_k if s.top_k > 0 else None, top_p=s.top_p, eos_token_id=s.eos_token_id,
+        top_k=s.top_k, top_p=s.top_p,  # top_k=0, not None: None would fall back to transformers' top_k=50 eos_token_id=s.eos_token_id,
         pad_token_id=s.pad_token_id, use_cache=True, num_beams=1, repetition_penalty=1.0,
     )
     out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=gen_cfg)

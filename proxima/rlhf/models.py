@@ -86,7 +86,7 @@ def load_policy(spec: str, seed: int) -> tuple:
     except (OSError, ValueError, KeyError) as e:
         raise ConfigError(f"--policy {spec!r}: cannot load a causal LM: {str(e).splitlines()[0]}") from None
     disable_dropout(model)
-    return model, folder
+    return use_fused_gelu(model), folder
 
 
 def load_tokenizer(path: Optional[str], what: str = "--tokenizer"):
@@ -111,6 +111,25 @@ def disable_dropout(model: nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, nn.Dropout):
             module.p = 0.0
+
+
+class TanhGELU(nn.Module):
+    """GPT-2's "gelu_new", 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as PyTorch's single fused kernel."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.gelu(x, approximate="tanh")
+
+
+def use_fused_gelu(model: nn.Module) -> nn.Module:
+    """Swap transformers' Python NewGELUActivation (seven elementwise ops, each saved for backward) for the
+    same function in one kernel: equal to float rounding, and ~15% off a small GPT-2's forward + backward."""
+    from transformers.activations import NewGELUActivation
+
+    for parent in list(model.modules()):
+        for name, child in parent.named_children():
+            if type(child) is NewGELUActivation:
+                setattr(parent, name, TanhGELU())
+    return model
 
 
 def make_reference(policy: nn.Module, lora: bool) -> Optional[nn.Module]:
@@ -170,7 +189,7 @@ def make_value_model(init: str, policy: nn.Module, reward_dir: Optional[str], se
             if score.bias is not None:
                 head.bias.copy_(score.bias)
     disable_dropout(backbone)
-    return ValueModel(backbone, head)
+    return ValueModel(use_fused_gelu(backbone), head)
 
 
 @functools.lru_cache(maxsize=None)
@@ -200,7 +219,14 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return picked - torch.logsumexp(logits, dim=-1)
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of softmax(logits) per position: (B, R, V) -> (B, R)."""
-    probs = torch.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(-1)
+def logprobs_and_entropy(logits: torch.Tensor, tokens: torch.Tensor, entropy_grad: bool = False) -> tuple:
+    """(log-probs of ``tokens`` (B, R), entropy per position (B, R)) from one log-softmax of (B, R, V) logits.
+
+    The entropy carries a gradient only when ``entropy_grad`` (an entropy bonus is on); otherwise it is
+    a metric and costs no backward.
+    """
+    logp = torch.log_softmax(logits, dim=-1)
+    picked = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        entropy = -(logp.exp() * logp).sum(-1)
+    return picked, entropy

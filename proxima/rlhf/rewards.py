@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 from .config import ConfigError
+from .models import use_fused_gelu
 
 
 def load_reward(spec: str, device: torch.device, bf16: bool = False) -> Callable:
@@ -77,7 +78,7 @@ class RewardModel:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         try:
-            self.model = AutoModelForSequenceClassification.from_pretrained(path).to(device).eval()
+            self.model = use_fused_gelu(AutoModelForSequenceClassification.from_pretrained(path)).to(device).eval()
             self.tokenizer = AutoTokenizer.from_pretrained(path)
         except (OSError, ValueError) as e:
             raise ConfigError(f"--reward {path!r}: cannot load a sequence-classification model: {str(e).splitlines()[0]}") from None

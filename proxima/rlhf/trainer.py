@@ -35,7 +35,7 @@ from .generation import (SamplingSettings, decode_responses, encode_prompts, gen
                          position_ids_from_mask, response_masks)
 from .kl import KLController, kl_per_token
 from .masked import masked_mean, masked_sum, masked_whiten
-from .models import (apply_lora, entropy_from_logits, load_policy, load_tokenizer, make_reference,
+from .models import (apply_lora, load_policy, logprobs_and_entropy, load_tokenizer, make_reference,
                      make_value_model, resolve_device, response_logits, token_logprobs)
 from .rewards import load_reward
 
@@ -207,9 +207,7 @@ class RLHFTrainer:
         with self.autocast():
             logits = response_logits(self.policy, qr, am, pos, r, cfg.temperature)
             new_values = self.value(qr, am, pos)[:, b["context_length"] - 1:-1] if self.critic else b["values"][inds]
-        new_logprobs = token_logprobs(logits, b["responses"][inds])
-        with torch.set_grad_enabled(torch.is_grad_enabled() and cfg.ent_coef > 0):  # no graph when unused
-            entropy = entropy_from_logits(logits)
+        new_logprobs, entropy = logprobs_and_entropy(logits, b["responses"][inds], entropy_grad=cfg.ent_coef > 0)
         return ppo_loss(new_logprobs.reshape(-1), b["logprobs"][inds].reshape(-1), b["advantages"][inds].reshape(-1),
                         new_values.float().reshape(-1), b["values"][inds].reshape(-1), b["returns"][inds].reshape(-1),
                         entropy.reshape(-1), clip_coef=cfg.clip_coef, vf_coef=cfg.vf_coef if self.critic else 0.0,

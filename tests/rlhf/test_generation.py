@@ -66,3 +66,30 @@ def test_generation_pads_after_eos_and_stops_when_every_row_is_done(assets):
     row_bias[1, eos] = 50.0  # now both end at once: generation stops after one token
     assert generate(model, ids, am, s).shape == (2, 1)
     handle.remove()
+
+
+def test_top_k_zero_samples_the_whole_vocabulary_and_top_k_restricts_it(assets):
+    model, _ = load_policy(str(assets / "model"), seed=0)
+    tok = load_tokenizer(str(assets / "model"))
+    vocab = len(tok)
+    assert vocab > 60  # more than transformers' default top_k=50, which top_k=0 must not fall back to
+    nearly_uniform = -0.01 * torch.arange(vocab, dtype=torch.float32)  # distinct values: top-k has no ties to keep
+    handle = model.lm_head.register_forward_hook(lambda m, i, logits: nearly_uniform.expand_as(logits).clone())
+    ids, am = pad_left([[10, 11]] * 64, tok.pad_token_id, "cpu")
+    seen = {}
+    for k in (0, 5):
+        torch.manual_seed(0)
+        s = SamplingSettings(max_new_tokens=8, temperature=1.0, top_k=k, top_p=1.0, eos_token_id=tok.eos_token_id,
+                             pad_token_id=tok.pad_token_id)
+        seen[k] = len(set(generate(model.eval(), ids, am, s)[:, :4].flatten().tolist()) - {tok.pad_token_id})
+    handle.remove()
+    assert seen[0] > 50 and seen[5] <= 5
+
+
+def test_fused_gelu_computes_gpt2s_gelu_new():
+    from transformers.activations import NewGELUActivation
+
+    from proxima.rlhf.models import TanhGELU
+
+    x = torch.linspace(-6, 6, 1001)
+    torch.testing.assert_close(TanhGELU()(x), NewGELUActivation()(x), rtol=1e-6, atol=1e-6)

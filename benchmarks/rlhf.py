@@ -1,0 +1,235 @@
+"""RLHF PPO step time on CPU: Proxima next to TRL 1.12's PPO, at the same settings.
+
+Settings (both libraries): a 2-layer, 64-wide GPT-2 policy; a reward model and a value model of the
+same size (the value model initialized from the reward model, as in TRL's examples); a 1,024-word
+tokenizer (so that random models rarely emit EOS and responses run the full length); batch 16
+prompts of 8-16 tokens; responses of at most 32 tokens, stopped at EOS; temperature 0.7, top-k off;
+4 PPO epochs of 1 minibatch (TRL's defaults); KL coefficient 0.05; learning rate 1e-5.
+
+A "PPO step" is one full iteration: generate, score (policy, reference, value and reward forwards),
+advantages, 4 epochs of updates, metrics. Each repeat is a fresh process: 2 warm-up steps, then the
+median of --steps timed steps. Generated tokens/s counts response tokens up to and including EOS
+over the time spent in generation.
+
+    python benchmarks/rlhf.py --setup-trl           # once: TRL in its own venv (.bench-venv/trl)
+    python benchmarks/rlhf.py --repeats 3 --threads 1
+
+The TRL venv is separate because TRL pins its own dependencies; the models and tokenizer are built
+once by this script and loaded by both from a temporary directory (nothing is downloaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRL_VENV = ROOT / ".bench-venv" / "trl"
+SETTINGS = dict(batch_size=16, response_length=32, n_layer=2, n_embd=64, vocab_words=1021, epochs=4, minibatches=1,
+                temperature=0.7, kl_coef=0.05, lr=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# assets: tokenizer, policy, reward model, prompts (built once, in the main environment)
+# ---------------------------------------------------------------------------------------------
+def build_assets(folder: Path) -> None:
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2ForSequenceClassification, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    s = SETTINGS
+    words = [f"w{i}" for i in range(s["vocab_words"])]
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "[EOS]"] + words)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]")
+    tokenizer.padding_side = "left"
+    config = GPT2Config(vocab_size=len(vocab), n_positions=128, n_embd=s["n_embd"], n_layer=s["n_layer"], n_head=4,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=2, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(0)
+    for name, cls, extra in (("policy", GPT2LMHeadModel, {}), ("reward", GPT2ForSequenceClassification, {"num_labels": 1})):
+        model = cls(GPT2Config(**{**config.to_dict(), **extra}))
+        model.save_pretrained(folder / name)
+        tokenizer.save_pretrained(folder / name)
+    rng = random.Random(0)
+    prompts = [" ".join(rng.choice(words) for _ in range(rng.randint(8, 16))) for _ in range(256)]
+    (folder / "prompts.txt").write_text("\n".join(prompts) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# workers: one process per (library, repeat); print one JSON line
+# ---------------------------------------------------------------------------------------------
+def response_tokens(responses, eos_id: int) -> int:
+    """Tokens up to and including the first EOS (all of them when there is none), summed over rows."""
+    is_eos = responses == eos_id
+    first = is_eos.int().argmax(1)
+    return int(((first + 1) * is_eos.any(1) + responses.shape[1] * ~is_eos.any(1)).sum())
+
+
+def worker_proxima(assets: Path, steps: int, warmup: int) -> dict:
+    sys.path.insert(0, str(ROOT))
+    from proxima.rlhf.config import RLHFConfig
+    from proxima.rlhf.models import quiet_transformers
+    from proxima.rlhf.trainer import RLHFTrainer
+
+    quiet_transformers()
+    s = SETTINGS
+    cfg = RLHFConfig(policy=str(assets / "policy"), reward=str(assets / "reward"), value_init="reward",
+                     prompts=str(assets / "prompts.txt"), batch_size=s["batch_size"], max_new_tokens=s["response_length"],
+                     update_epochs=s["epochs"], num_minibatches=s["minibatches"], temperature=s["temperature"],
+                     kl_coef=s["kl_coef"], lr=s["lr"], threads=int(os.environ["BENCH_THREADS"]))
+    trainer = RLHFTrainer(cfg)
+    times, tps, lengths = [], [], []
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        metrics, _ = trainer.train_step()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+            tps.append(metrics["charts/tokens_per_second"])
+            lengths.append(metrics["val/response_length"])
+    return {"step_s": statistics.median(times), "tokens_per_s": statistics.median(tps), "length": statistics.mean(lengths)}
+
+
+def worker_trl(assets: Path, steps: int, warmup: int) -> dict:
+    import torch
+    import trl
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, TrainerCallback
+    from transformers.utils import logging as hf_logging
+
+    from trl.experimental.ppo import PPOConfig, PPOTrainer
+    from trl.experimental.ppo import ppo_trainer as ppo_module
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    torch.set_num_threads(int(os.environ["BENCH_THREADS"]))
+    s = SETTINGS
+    tokenizer = AutoTokenizer.from_pretrained(assets / "policy")
+    tokenizer.padding_side = "left"
+    prompts = (assets / "prompts.txt").read_text().splitlines()
+    dataset = Dataset.from_dict({"input_ids": [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]})
+    gen = {"seconds": [], "tokens": []}
+    original = ppo_module.batch_generation
+
+    def timed_generation(model, queries, *args, **kwargs):  # TRL's own generation, timed
+        t0 = time.perf_counter()
+        query_responses, logits = original(model, queries, *args, **kwargs)
+        gen["seconds"].append(time.perf_counter() - t0)
+        gen["tokens"].append(response_tokens(query_responses[:, queries.shape[1]:], tokenizer.eos_token_id))
+        return query_responses, logits
+
+    ppo_module.batch_generation = timed_generation
+    marks = []
+
+    class StepTimer(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kw):
+            marks.append(time.perf_counter())
+
+        def on_step_end(self, args, state, control, **kw):
+            marks.append(time.perf_counter())
+
+    with tempfile.TemporaryDirectory() as out:
+        args = PPOConfig(
+            output_dir=out, per_device_train_batch_size=s["batch_size"], gradient_accumulation_steps=1,
+            num_mini_batches=s["minibatches"], num_ppo_epochs=s["epochs"], response_length=s["response_length"],
+            stop_token="eos", temperature=s["temperature"], kl_coef=s["kl_coef"], learning_rate=s["lr"],
+            total_episodes=s["batch_size"] * (warmup + steps), num_sample_generations=0, report_to="none",
+            save_strategy="no", logging_steps=1, disable_tqdm=True, use_cpu=True, seed=0, bf16=False,
+            dataloader_num_workers=0,
+        )
+        trainer = PPOTrainer(
+            args=args, processing_class=tokenizer, model=AutoModelForCausalLM.from_pretrained(assets / "policy"),
+            ref_model=AutoModelForCausalLM.from_pretrained(assets / "policy"),
+            reward_model=AutoModelForSequenceClassification.from_pretrained(assets / "reward", num_labels=1),
+            value_model=AutoModelForSequenceClassification.from_pretrained(assets / "reward", num_labels=1),
+            train_dataset=dataset, callbacks=[StepTimer()],
+        )
+        trainer.train()
+    times = [b - a for a, b in zip(marks, marks[1:])][warmup:]
+    tps = [t / sec for t, sec in zip(gen["tokens"], gen["seconds"])][warmup:]
+    lengths = [t / s["batch_size"] for t in gen["tokens"]][warmup:]
+    return {"step_s": statistics.median(times), "tokens_per_s": statistics.median(tps),
+            "length": statistics.mean(lengths), "trl": trl.__version__}
+
+
+# ---------------------------------------------------------------------------------------------
+# orchestration
+# ---------------------------------------------------------------------------------------------
+def setup_trl() -> None:
+    subprocess.run([sys.executable, "-m", "venv", str(TRL_VENV)], check=True)
+    subprocess.run([str(TRL_VENV / "bin" / "pip"), "install", "trl==1.12.*", "torch==2.13.0"], check=True)
+
+
+def run_worker(python: str, library: str, assets: Path, steps: int, warmup: int, threads: int) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "BENCH_THREADS": str(threads),
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run([python, __file__, "--worker", library, "--assets", str(assets), "--steps", str(steps),
+                           "--warmup", str(warmup)], capture_output=True, text=True, env=env)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    return json.loads(lines[-1])
+
+
+def summarize(results: list) -> str:
+    ok = [r for r in results if "error" not in r]
+    if not ok:
+        return f"failed: {results[0]['error']}"
+
+    def cell(key: str, fmt: str) -> str:
+        xs = [r[key] for r in ok]
+        return f"{format(statistics.median(xs), fmt)} ({format(min(xs), fmt)}-{format(max(xs), fmt)})"
+
+    return f"{cell('step_s', '.3f')} | {cell('tokens_per_s', ',.0f')} | {statistics.mean(r['length'] for r in ok):.1f} | {len(ok)}"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=3, help="fresh processes per library (at least 3 for a range)")
+    p.add_argument("--steps", type=int, default=8, help="timed PPO steps per repeat (median taken)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed PPO steps first")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (and OMP_NUM_THREADS)")
+    p.add_argument("--libraries", default="proxima,trl", help="comma separated: proxima, trl")
+    p.add_argument("--setup-trl", action="store_true", help=f"create {TRL_VENV} with trl==1.12.* and torch==2.13.0, then exit")
+    p.add_argument("--worker", choices=("proxima", "trl"), help=argparse.SUPPRESS)
+    p.add_argument("--assets", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        fn = worker_proxima if args.worker == "proxima" else worker_trl
+        print(json.dumps(fn(Path(args.assets), args.steps, args.warmup)), flush=True)
+        return 0
+    if args.setup_trl:
+        setup_trl()
+        return 0
+    pythons = {"proxima": sys.executable, "trl": str(TRL_VENV / "bin" / "python")}
+    libraries = [name.strip() for name in args.libraries.split(",") if name.strip()]
+    results = {name: [] for name in libraries}
+    with tempfile.TemporaryDirectory() as tmp:
+        build_assets(Path(tmp))
+        for repeat in range(args.repeats):  # interleaved, so that load on the machine hits both alike
+            for name in libraries:
+                if name == "trl" and not Path(pythons["trl"]).exists():
+                    results[name].append({"error": f"{TRL_VENV} missing: run `python benchmarks/rlhf.py --setup-trl`"})
+                    continue
+                results[name].append(run_worker(pythons[name], name, Path(tmp), args.steps, args.warmup, args.threads))
+                print(f"repeat {repeat + 1} {name}: {json.dumps(results[name][-1])}", file=sys.stderr, flush=True)
+    print(f"threads {args.threads}, {args.steps} timed steps after {args.warmup} warm-up, {args.repeats} repeats; "
+          f"settings {json.dumps(SETTINGS)}\n")
+    print("| library | seconds per PPO step, median (range) | generated tokens/s, median (range) | mean response length | repeats |")
+    print("|---|---|---|---|---|")
+    for name in libraries:
+        label = "Proxima" if name == "proxima" else "TRL 1.12 (trl.experimental.ppo)"
+        print(f"| {label} | {summarize(results[name])} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
