@@ -7,9 +7,13 @@ the same prompt unpadded.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 
 import torch
+
+from .models import accepts_logits_to_keep
 
 
 def encode_prompts(tokenizer, prompts: list, max_prompt_length: int) -> list:
@@ -47,24 +51,74 @@ class SamplingSettings:
     pad_token_id: int
 
 
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Top-k then top-p (nucleus) filtering of temperature-scaled logits (B, V): removed tokens get -inf.
+
+    Top-p keeps the smallest set of most likely tokens whose probability reaches ``top_p`` (at least one).
+    The order, temperature -> top-k -> top-p, is transformers' ``generate`` order.
+    """
+    if 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        mass_before = probs.cumsum(-1) - probs  # probability of the tokens ranked above this one
+        remove_sorted = mass_before >= top_p
+        logits = logits.masked_fill(remove_sorted.scatter(-1, order, remove_sorted), float("-inf"))
+    return logits
+
+
+def sample(logits: torch.Tensor) -> torch.Tensor:
+    """One token per row from softmax(logits) (B, V) -> (B,), by inverting the cumulative distribution.
+
+    u ~ U[0, total mass) and the first token whose cumulative probability exceeds u: exact, and a tenth
+    of ``torch.multinomial``'s cost on a CPU at this size (~1 ms a call there). ``right=True`` never
+    lands on a token of probability 0, even at u = 0.
+    """
+    cdf = torch.softmax(logits, dim=-1).cumsum(-1)
+    u = torch.rand(cdf.shape[0], 1, dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_max(cdf.shape[-1] - 1)
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_argument(model_class: type) -> str:
+    """transformers 5.x names the KV-cache argument ``cache``; 4.x ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
 @torch.no_grad()
 def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, s: SamplingSettings) -> torch.Tensor:
     """Sample responses (B, R), R <= max_new_tokens, padded with ``pad_token_id`` after EOS.
 
-    Hugging Face ``generate`` with the KV cache: it stops once every row has emitted EOS and builds
-    position ids from the attention mask. A full GenerationConfig is passed so that a checkpoint's own
-    generation_config.json (repetition penalty, default top_k=50, ...) cannot change the sampling
-    distribution that the log-probs assume.
+    One prefill forward over the left-padded prompts, then one forward per token on the KV cache,
+    with position ids that count real tokens only. Stops once every row has emitted EOS. Samples from
+    exactly softmax(filter(logits / temperature)), the distribution the log-probs assume (a model's
+    generation_config.json cannot slip in a repetition penalty or a default top-k).
     """
-    from transformers import GenerationConfig
-
-    gen_cfg = GenerationConfig(
-        do_sample=True, max_new_tokens=s.max_new_tokens, min_new_tokens=0, temperature=s.temperature,
-        top_k=s.top_k, top_p=s.top_p,  # top_k=0, not None: None would fall back to transformers' top_k=50 eos_token_id=s.eos_token_id,
-        pad_token_id=s.pad_token_id, use_cache=True, num_beams=1, repetition_penalty=1.0,
-    )
-    out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=gen_cfg)
-    return out[:, input_ids.shape[1]:]
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    cache_arg = _cache_argument(type(base))
+    batch = input_ids.shape[0]
+    position_ids = position_ids_from_mask(attention_mask)
+    prefill = {"logits_to_keep": 1} if accepts_logits_to_keep(type(base)) else {}  # only the last position's logits
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, **prefill)
+    next_position = position_ids[:, -1:] + 1
+    tokens = torch.full((batch, s.max_new_tokens), s.pad_token_id, dtype=torch.long, device=input_ids.device)
+    done = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+    ones = torch.ones((batch, 1), dtype=attention_mask.dtype, device=attention_mask.device)
+    for t in range(s.max_new_tokens):
+        logits = filter_logits(out.logits[:, -1].float() / s.temperature, s.top_k, s.top_p)
+        token = torch.where(done, s.pad_token_id, sample(logits))
+        tokens[:, t] = token
+        done |= token == s.eos_token_id
+        if t == s.max_new_tokens - 1 or bool(done.all()):  # one host sync per token: negligible next to a forward
+            return tokens[:, :t + 1]
+        attention_mask = torch.cat([attention_mask, ones], dim=1)
+        cache = out.cache if cache_arg == "cache" else out.past_key_values
+        out = model(input_ids=token[:, None], attention_mask=attention_mask, position_ids=next_position,
+                    use_cache=True, **{cache_arg: cache})
+        next_position = next_position + 1
+    return tokens
 
 
 def response_masks(responses: torch.Tensor, eos_token_id: int) -> tuple:

@@ -193,7 +193,7 @@ def make_value_model(init: str, policy: nn.Module, reward_dir: Optional[str], se
 
 
 @functools.lru_cache(maxsize=None)
-def _accepts_logits_to_keep(model_class: type) -> bool:
+def accepts_logits_to_keep(model_class: type) -> bool:
     return "logits_to_keep" in inspect.signature(model_class.forward).parameters
 
 
@@ -207,7 +207,7 @@ def response_logits(model: nn.Module, input_ids, attention_mask, position_ids, n
     """
     r = num_response_tokens
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    kwargs = {"logits_to_keep": r + 1} if _accepts_logits_to_keep(type(base)) else {}
+    kwargs = {"logits_to_keep": r + 1} if accepts_logits_to_keep(type(base)) else {}
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                    use_cache=False, **kwargs).logits
     return logits[:, -(r + 1):-1].float() / temperature

@@ -87,8 +87,8 @@ class RLHFTrainer:
             D.broadcast_parameters(m, self.dist)
         # separate optimizers: the value model may take its own learning rate, and one model's
         # gradient norm never scales the other's step (PPO_NOTES core detail 3: Adam eps 1e-5)
-        self.opt_policy = torch.optim.Adam(self.policy_params, lr=cfg.lr, eps=1e-5)
-        self.opt_value = torch.optim.Adam(self.value_params, lr=cfg.value_lr or cfg.lr, eps=1e-5) if self.critic else None
+        self.opt_policy = torch.optim.Adam(self.policy_params, lr=cfg.lr, eps=1e-5, fused=True)
+        self.opt_value = torch.optim.Adam(self.value_params, lr=cfg.value_lr or cfg.lr, eps=1e-5, fused=True) if self.critic else None
         self.kl_ctl = KLController(cfg.kl_coef, cfg.adaptive_kl, cfg.kl_target, cfg.kl_horizon)
         self.sampling = SamplingSettings(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p,
                                          self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)

@@ -93,3 +93,40 @@ def test_fused_gelu_computes_gpt2s_gelu_new():
 
     x = torch.linspace(-6, 6, 1001)
     torch.testing.assert_close(TanhGELU()(x), NewGELUActivation()(x), rtol=1e-6, atol=1e-6)
+
+
+def test_top_p_keeps_the_smallest_set_that_reaches_p():
+    from proxima.rlhf.generation import filter_logits
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    kept = torch.isfinite(filter_logits(logits, 0, 0.7))
+    assert kept.tolist() == [[True, True, False, False]]  # 0.5 < 0.7 <= 0.5 + 0.3
+    assert torch.isfinite(filter_logits(logits, 0, 0.5)).tolist() == [[True, False, False, False]]
+    assert torch.isfinite(filter_logits(logits, 2, 1.0)).tolist() == [[True, True, False, False]]
+
+
+def test_sampling_follows_the_softmax_and_never_picks_a_filtered_token():
+    from proxima.rlhf.generation import sample
+
+    torch.manual_seed(0)
+    probs = torch.tensor([0.6, 0.25, 0.1, 0.05])
+    draws = sample(probs.log().expand(200_000, 4).contiguous())
+    torch.testing.assert_close(torch.bincount(draws, minlength=4) / 200_000.0, probs, atol=0.005, rtol=0)
+    filtered = torch.tensor([[float("-inf"), 0.0, float("-inf"), 0.0, float("-inf")]]).expand(50_000, 5)
+    assert set(sample(filtered.contiguous()).tolist()) == {1, 3}
+
+
+def test_cached_generation_picks_what_a_full_forward_scores_highest(assets):
+    """The KV-cache loop and the training forward see the same model: near-zero temperature makes
+    sampling an argmax, which must agree with the logits of one full forward over left-padded prompts."""
+    model, _ = load_policy(str(assets / "model"), seed=0)
+    model.eval()
+    tok = load_tokenizer(str(assets / "model"))
+    ids, am = pad_left([[10, 11, 12, 13], [14], [15, 16]], tok.pad_token_id, "cpu")
+    s = SamplingSettings(max_new_tokens=6, temperature=1e-4, top_k=0, top_p=1.0, eos_token_id=-1, pad_token_id=tok.pad_token_id)
+    responses = generate(model, ids, am, s)
+    full = torch.cat([ids, responses], 1)
+    full_am = torch.cat([am, torch.ones_like(responses)], 1)
+    with torch.no_grad():
+        logits = response_logits(model, full, full_am, position_ids_from_mask(full_am), responses.shape[1], 1.0)
+    assert torch.equal(logits.argmax(-1), responses)
