@@ -1,15 +1,38 @@
-"""torch.distributed wiring: process-group init/teardown, rank-aware logging, metric reduction.
+"""torch.distributed wiring: process-group init/teardown, rank-aware helpers, metric reduction.
 
-Single-process runs get a context with world_size 1 whose methods are no-ops, so the trainer has
-one code path.
+Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set, ``WORLD_SIZE > 1``) :func:`context` joins the
+process group; otherwise it returns a context with world_size 1 whose methods are no-ops, so the
+trainer has one code path. See docs/distributed.md.
+
+Backends: ``gloo`` on a machine without CUDA; with CUDA ``cpu:gloo,cuda:nccl``, so gradients of a
+CUDA model go through NCCL (one GPU per rank, chosen by ``LOCAL_RANK``) and the small CPU objects
+(run directory name, checkpoint pieces) through gloo. Every collective has the timeout
+``PROXIMA_DIST_TIMEOUT`` (seconds, default 300): a rank that stops answering ends the job instead of
+hanging it.
+
+Every collective here is called by all ranks at the same point of the loop, in the same order:
+that is the contract that keeps ranks from waiting on each other forever.
+
+Test hooks (read once, at init; used by tests/distributed):
+  ``PROXIMA_TEST_FAIL_RANK=R PROXIMA_TEST_FAIL_ITER=I``  rank R raises at the start of iteration I.
+  ``PROXIMA_DEBUG_DUMP_PARAMS=DIR``  every rank writes ``DIR/params-rank{R}.pt`` (agent weights,
+  iteration, global step, run directory) when training ends, so a test can check the ranks hold identical weights.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
 
 import torch
+
+#: checkpoint keys that differ per rank; the checkpoint keeps rank 0's at the top level (what
+#: ``proxima eval`` and ``load_policy`` read) and every rank's under ``"ranks"``
+RANK_KEYS = ("env", "next_obs", "rng", "obs_normalizer", "reward_scaler")
 
 
 @dataclass
@@ -18,20 +41,48 @@ class DistContext:
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    fail_at: Optional[int] = None  # test hook: raise at the start of this iteration
+    dump_params: Optional[str] = None  # test hook: folder for params-rank{R}.pt
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    # --- devices ---------------------------------------------------------------------------------
+    def device_for(self, name: str) -> torch.device:
+        """The device this rank trains on for ``--device name``: under torchrun a CUDA device means
+        ``cuda:LOCAL_RANK`` (one GPU per rank; an explicit index is overridden), cpu stays cpu."""
+        from .config import ConfigError
+        from .trainer import resolve_device
+
+        dev = resolve_device(name)
+        if not self.enabled or dev.type != "cuda":
+            return dev
+        count = torch.cuda.device_count()
+        if self.local_rank >= count:
+            raise ConfigError(f"--device {name}: rank {self.rank} has LOCAL_RANK {self.local_rank} but this machine shows "
+                              f"{count} GPU(s); start at most {count} processes per node (--nproc / --nproc-per-node)")
+        return torch.device("cuda", self.local_rank)
+
     def wrap(self, module: torch.nn.Module) -> torch.nn.Module:
-        """The module the update runs through (DDP averages gradients when world_size > 1)."""
-        if self.world_size == 1:
+        """The module the update runs through (DDP averages gradients when world_size > 1).
+
+        DDP broadcasts rank 0's parameters at construction, so all ranks start from the same
+        weights; every backward then all-reduces (averages) the gradients.
+        """
+        if not self.enabled:
             return module
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        ids = [self.device.index] if self.device.type == "cuda" else None
-        return DDP(module, device_ids=ids)
+        dev = next(module.parameters()).device
+        ids = [dev.index] if dev.type == "cuda" else None
+        return DDP(module, device_ids=ids, output_device=dev.index if dev.type == "cuda" else None)
 
+    # --- collectives (every rank calls them at the same point) ------------------------------------
     def reduce_metrics(self, metrics: dict) -> dict:
         """Tensors -> Python floats, once per iteration (the loop's one host read of metrics).
 
@@ -39,7 +90,7 @@ class DistContext:
         """
         names = list(metrics)
         vec = torch.stack([metrics[k].detach().float().reshape(()) for k in names])
-        if self.world_size > 1:
+        if self.enabled:
             import torch.distributed as dist
 
             dist.all_reduce(vec, op=dist.ReduceOp.SUM)
@@ -52,39 +103,195 @@ class DistContext:
             out["nonfinite"] = bool(out["nonfinite"])
         return out
 
+    def agree_stop(self, signum: int) -> int:
+        """The stop signal every rank acts on this iteration: the largest signal number any rank has
+        received (0: none). Ranks get a signal at slightly different times; without this one could
+        stop (and checkpoint) an iteration before another and leave it waiting in a collective."""
+        if not self.enabled:
+            return signum
+        import torch.distributed as dist
 
+        t = torch.tensor([signum], dtype=torch.int64)  # CPU tensor: gloo
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t.item())
+
+    def sync_kl(self, grad_step: Callable) -> Callable:
+        """Wrap a grad step so that its ``approx_kl`` is the mean over ranks.
+
+        ``ppo.update`` ends the epoch loop when approx_kl > target_kl; decided on per-rank values,
+        one rank could stop while another runs the next minibatch and waits forever in DDP's
+        gradient all-reduce. Averaged first, every rank makes the same decision (and the KL is
+        that of the global minibatch). Only needed, and only used, when target_kl is set.
+        """
+        if not self.enabled:
+            return grad_step
+        import torch.distributed as dist
+
+        world = self.world_size
+
+        def step(mb: dict) -> dict:
+            out = grad_step(mb)
+            kl = out["approx_kl"].detach().float().clone()
+            dist.all_reduce(kl, op=dist.ReduceOp.SUM)
+            out["approx_kl"] = kl / world
+            return out
+
+        return step
+
+    def from_main(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on rank 0 and return its result on every rank (picklable values).
+
+        An exception raised by ``fn`` on rank 0 is raised on every rank, so a bad checkpoint or an
+        unwritable run directory stops all ranks with the same message instead of leaving the others
+        waiting for a broadcast that never comes.
+        """
+        if not self.enabled:
+            return fn()
+        import torch.distributed as dist
+
+        payload: list = [None]
+        error = None
+        if self.is_main:
+            try:
+                payload = [("ok", fn())]
+            except Exception as e:  # sent to the other ranks, re-raised here with its traceback
+                error = e
+                payload = [("error", _picklable(e))]
+        dist.broadcast_object_list(payload, src=0)
+        kind, value = payload[0]
+        if kind == "error":
+            raise error if error is not None else value
+        return value
+
+    def gather_to_main(self, obj: Any) -> Optional[list]:
+        """Every rank's ``obj`` (moved to CPU) as a list indexed by rank on rank 0; None elsewhere."""
+        if not self.enabled:
+            return [obj]
+        import torch.distributed as dist
+
+        out = [None] * self.world_size if self.is_main else None
+        dist.gather_object(to_cpu(obj), out, dst=0)
+        return out
+
+    # --- failures and test hooks ------------------------------------------------------------------
+    def report_failure(self, exc: BaseException) -> None:
+        """One line naming the rank, before the traceback (torchrun then ends the other ranks)."""
+        if not self.enabled:
+            return
+        first = (str(exc).strip().splitlines() or [""])[0][:400]
+        text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+        if _is_peer_loss(exc):
+            sys.stderr.write(f"proxima: rank {self.rank} stopped: lost contact with another rank "
+                             f"(it failed or was stopped; look for 'proxima: rank ... failed' above): {text}\n")
+        else:
+            sys.stderr.write(f"proxima: rank {self.rank} failed: {text}\n")
+        sys.stderr.flush()
+
+    def check_test_failure(self, iteration: int) -> None:
+        """Test hook: PROXIMA_TEST_FAIL_RANK / PROXIMA_TEST_FAIL_ITER (see the module docstring)."""
+        if self.fail_at is not None and iteration == self.fail_at:
+            raise RuntimeError(f"test failure injected on rank {self.rank} at iteration {iteration} "
+                               "(PROXIMA_TEST_FAIL_RANK / PROXIMA_TEST_FAIL_ITER)")
+
+    def dump_parameters(self, module: torch.nn.Module, iteration: int, global_step: int, run_dir) -> None:
+        """Test hook: PROXIMA_DEBUG_DUMP_PARAMS=DIR writes DIR/params-rank{R}.pt (this rank's view)."""
+        if not self.dump_params:
+            return
+        folder = Path(self.dump_params)
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save({"rank": self.rank, "world_size": self.world_size, "iteration": iteration, "global_step": global_step,
+                    "run_dir": str(run_dir), "params": {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}},
+                   folder / f"params-rank{self.rank}.pt")
+
+
+def local_state(state: dict, rank: int) -> dict:
+    """A loaded checkpoint as rank ``rank`` restores it: its own env, RNG and normalizer pieces
+    (``state["ranks"][rank]``) over rank 0's top-level ones. Unchanged when the checkpoint has no
+    per-rank pieces (single-process runs, or a world size that does not match: the trainer then
+    reports the mismatch)."""
+    ranks = state.get("ranks")
+    if not ranks or rank >= len(ranks) or len(ranks) != state.get("world_size", 1):
+        return state
+    return {**state, **ranks[rank]}
+
+
+def to_cpu(obj: Any) -> Any:
+    """Tensors anywhere in nested dicts/lists/tuples moved to the CPU (for object collectives)."""
+    if torch.is_tensor(obj):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_cpu(v) for v in obj)
+    return obj
+
+
+def _picklable(exc: Exception) -> Exception:
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__} on rank 0: {exc}")
+
+
+def _is_peer_loss(exc: BaseException) -> bool:
+    import torch.distributed as dist
+
+    if isinstance(exc, getattr(dist, "DistNetworkError", ())) or isinstance(exc, getattr(dist, "DistBackendError", ())):
+        return True
+    text = str(exc)
+    return any(s in text for s in ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+                                   "ProcessGroupGloo", "ProcessGroupNCCL", "Timed out waiting", "NCCL error"))
+
+
+# ------------------------------------------------------------------------------------------------
 _CONTEXT: DistContext | None = None
+_OWNS_GROUP = False
 
 
 def context() -> DistContext:
     """The current process's context; initializes the process group under torchrun."""
     global _CONTEXT
     if _CONTEXT is None:
-        _CONTEXT = init() if "RANK" in os.environ and "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1 else DistContext()
+        _CONTEXT = init() if "RANK" in os.environ and "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1 else DistContext(**_test_hooks(0))
     return _CONTEXT
 
 
+def _test_hooks(rank: int) -> dict:
+    fail_at = None
+    if os.environ.get("PROXIMA_TEST_FAIL_RANK", "") != "" and int(os.environ["PROXIMA_TEST_FAIL_RANK"]) == rank:
+        fail_at = int(os.environ.get("PROXIMA_TEST_FAIL_ITER", "0"))
+    return {"fail_at": fail_at, "dump_params": os.environ.get("PROXIMA_DEBUG_DUMP_PARAMS") or None}
+
+
 def init() -> DistContext:
+    """Join the torchrun process group (env:// rendezvous: MASTER_ADDR/MASTER_PORT, set by torchrun)."""
+    global _OWNS_GROUP
     import datetime
 
     import torch.distributed as dist
 
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cpu")
+    backend = "gloo"
     if torch.cuda.is_available():
-        torch.cuda.set_device(local)
-        device, backend = torch.device("cuda", local), "nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
+        backend = "cpu:gloo,cuda:nccl"  # CPU objects through gloo, CUDA tensors through NCCL
+        if local < torch.cuda.device_count():
+            torch.cuda.set_device(local)
+            device = torch.device("cuda", local)
     timeout = datetime.timedelta(seconds=float(os.environ.get("PROXIMA_DIST_TIMEOUT", "300")))
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, timeout=timeout)
-    return DistContext(rank, world, local, device)
+        _OWNS_GROUP = True
+    return DistContext(rank, world, local, device, **_test_hooks(rank))
 
 
 def shutdown() -> None:
-    global _CONTEXT
+    """Leave the process group (only one this module created) and forget the context."""
+    global _CONTEXT, _OWNS_GROUP
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
+    if _OWNS_GROUP and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    _OWNS_GROUP = False
     _CONTEXT = None

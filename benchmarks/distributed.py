@@ -1,0 +1,188 @@
+"""Data-parallel scaling on CPU: training steps/s with 1 and with 2 processes.
+
+Each run trains native CartPole with 64 envs per process, 128 steps per rollout, one torch thread
+per process (``--threads 1``, ``OMP_NUM_THREADS=1``), for a fixed number of iterations:
+
+    1 process:   python -m proxima train CartPole-v1 --backend native --num-envs 64 ...
+    K processes: python -m torch.distributed.run --nproc-per-node K --standalone -m proxima train ...
+
+Steps/s is read from the run's metrics.csv: (global steps after the last iteration - after the
+first) / (loop time between them), so start-up and the first (warm-up) iteration are left out; global
+steps count every process's envs. Each configuration is repeated, runs one at a time; the median
+and the range are reported. Writes benchmarks/results/distributed-cpu.md (or --out):
+
+    OMP_NUM_THREADS=1 python benchmarks/distributed.py --procs 1,2 --repeats 3 --iterations 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "distributed-cpu.md"
+
+
+def train_args(num_envs: int, num_steps: int, iterations: int, procs: int, run_dir: Path) -> list:
+    total = iterations * num_envs * num_steps * procs
+    return ["train", "CartPole-v1", "--backend", "native", "--num-envs", str(num_envs), "--num-steps", str(num_steps),
+            "--total-timesteps", str(total), "--threads", "1", "--eval-episodes", "0", "--checkpoint-every", "0",
+            "--no-progress", "--quiet", "--seed", "1", "--run-dir", str(run_dir)]
+
+
+def command(procs: int, args: list) -> list:
+    if procs == 1:
+        return [sys.executable, "-m", "proxima", *args]
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(procs), "--standalone", "-m", "proxima", *args]
+
+
+def steps_per_second(metrics: Path) -> float:
+    with open(metrics, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if len(rows) < 3:
+        raise RuntimeError(f"{metrics}: {len(rows)} iterations logged; run more (--iterations)")
+    first, last = rows[0], rows[-1]
+    return (int(last["global_step"]) - int(first["global_step"])) / (float(last["time"]) - float(first["time"]))
+
+
+def loadavg() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+def run_once(procs: int, args_fn, workdir: Path, tag: str) -> dict:
+    run_dir = workdir / tag
+    cmd = command(procs, args_fn(run_dir))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    load0 = loadavg()
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if res.returncode != 0:
+        raise RuntimeError(f"{shlex.join(cmd)} exited {res.returncode}:\n{res.stderr[-3000:]}")
+    return {"procs": procs, "sps": steps_per_second(run_dir / "metrics.csv"), "wall": wall, "load": (load0 + loadavg()) / 2}
+
+
+def machine() -> dict:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": cpu, "cores": os.cpu_count(), "usable": usable, "torch": torch.__version__,
+            "python": platform.python_version(), "os": f"{platform.system()} {platform.release()}"}
+
+
+def table(results: list, procs_list: list) -> list:
+    base = None
+    lines = ["| processes | envs (total) | steps/s median | range (min - max) | vs 1 process | runs | load avg (1 min) |",
+             "|---|---|---|---|---|---|---|"]
+    for p in procs_list:
+        rs = [r for r in results if r["procs"] == p]
+        sps = [r["sps"] for r in rs]
+        med = statistics.median(sps)
+        if p == 1:
+            base = med
+        ratio = f"{med / base:.2f}x" if base else "-"
+        loads = [r["load"] for r in rs]
+        lines.append(f"| {p} | {rs[0]['envs'] * p} | {med:,.0f} | {min(sps):,.0f} - {max(sps):,.0f} | {ratio} | {len(rs)} | "
+                     f"{min(loads):.1f} - {max(loads):.1f} |")
+    return lines
+
+
+def notes(results: list, m: dict) -> list:
+    load = statistics.mean(r["load"] for r in results)
+    most = max(r["procs"] for r in results)
+    out = ["Reading the numbers:", "",
+           "- Ideal scaling is K x: each process does exactly the work of the 1-process run (its own 64 envs, its own "
+           "update), and the only extra work is the gradient all-reduce (about 9k parameters, once per minibatch: "
+           "16 times an iteration) plus one metrics all-reduce and one stop vote per iteration."]
+    if most > m["usable"] or load >= m["usable"]:
+        out.append(f"- Here {most} processes share {m['usable']} usable cores with each other, the OS and other jobs "
+                   f"(mean load average {load:.1f} on {m['usable']} cores during the runs): they compete for CPU time, so the "
+                   "measured gain is well below ideal and says little about a machine with a free core per process. The "
+                   "1-process run also leaves its idle core to the other jobs, which the ratio cannot show.")
+    out += ["- Data parallelism on CPU pays when each process gets cores of its own; across GPUs (NCCL) or nodes is "
+            "what it is for. For a small MLP on one machine, more envs in one process (see benchmarks/learning.md and "
+            "the `fast` presets) is the cheaper way to use a core.", ""]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--procs", default="1,2", help="process counts, comma separated (default 1,2)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=20, help="PPO iterations per run (the first is left out of steps/s)")
+    ap.add_argument("--num-envs", type=int, default=64, help="envs per process")
+    ap.add_argument("--num-steps", type=int, default=128)
+    ap.add_argument("--out", default=str(DEFAULT_OUT), help="markdown file to write ('-': print only)")
+    a = ap.parse_args()
+    procs_list = [int(p) for p in a.procs.split(",")]
+    results = []
+    started = datetime.now().isoformat(timespec="seconds")
+    with tempfile.TemporaryDirectory(prefix="proxima-bench-dist-") as tmp:
+        for rep in range(a.repeats):  # interleaved, so slow phases of a shared machine hit every configuration
+            for p in procs_list:
+                r = run_once(p, lambda d, p=p: train_args(a.num_envs, a.num_steps, a.iterations, p, d), Path(tmp), f"p{p}-r{rep}")
+                r["envs"] = a.num_envs
+                results.append(r)
+                print(f"procs {p} repeat {rep + 1}: {r['sps']:,.0f} steps/s (process wall {r['wall']:.1f} s, load {r['load']:.1f})", flush=True)
+    m = machine()
+    example = {p: shlex.join(["OMP_NUM_THREADS=1", *command(p, train_args(a.num_envs, a.num_steps, a.iterations, p, Path("DIR")))]).replace(sys.executable, "python")
+               for p in procs_list}
+    lines = [
+        "# Distributed (data-parallel) scaling on CPU",
+        "",
+        f"Training steps/s (env steps over all processes per second of the training loop, first iteration left out) for native CartPole-v1, "
+        f"{a.num_envs} envs per process, {a.num_steps} steps per rollout, {a.iterations} iterations per run, default PPO settings "
+        f"(4 epochs x 4 minibatches), one torch thread per process, gloo all-reduce of the gradients (DDP) with 2+ processes. "
+        f"{a.repeats} runs per configuration, interleaved, one run at a time.",
+        "",
+        "```",
+        f"OMP_NUM_THREADS=1 python benchmarks/distributed.py --procs {a.procs} --repeats {a.repeats} --iterations {a.iterations} --num-envs {a.num_envs} --num-steps {a.num_steps}",
+        "```",
+        "",
+        "Each run is:",
+        "",
+        "```",
+        *example.values(),
+        "```",
+        "",
+        f"- machine: {m['cpu']}, {m['cores']} logical cores ({m['usable']} usable), {m['os']}; torch {m['torch']}, Python {m['python']}; recorded {started}",
+        "- the machine was shared with other jobs: load average column; numbers are only comparable within this table",
+        "",
+        *table(results, procs_list),
+        "",
+        "Per run (steps/s): " + "; ".join(f"{p} proc: " + ", ".join(f"{r['sps']:,.0f}" for r in results if r["procs"] == p) for p in procs_list),
+        "",
+        *notes(results, m),
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if a.out != "-":
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(text)
+        print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,132 @@
+"""``proxima train ... --nproc K``: run the same command under torchrun with K processes.
+
+The launcher runs::
+
+    python -m torch.distributed.run --nproc-per-node K --standalone -m proxima train <args without --nproc>
+
+and waits for it. torchrun starts K ranks on this machine (``--standalone``: a local rendezvous on a
+free port), and tears all of them down when one fails. The launcher forwards SIGINT/SIGTERM to
+torchrun once (torchrun passes it on to every rank; the ranks agree on the iteration to stop at,
+rank 0 writes a checkpoint, all exit); a second signal is sent straight to the ranks, which then
+exit at once (the last checkpoint stays loadable: checkpoints are written atomically).
+
+Exit status: torchrun's, except that a run stopped by a signal the launcher forwarded exits
+128 + signum (130 for SIGINT, 143 for SIGTERM), like a single-process run. Multi-node runs call
+torchrun directly (docs/distributed.md).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+from .config import ConfigError
+
+
+def strip_nproc(argv: list) -> list:
+    """argv without ``--nproc K`` / ``--nproc=K`` (the ranks must not launch again)."""
+    out, skip = [], False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a == "--":
+            out.extend(argv[i:])
+            break
+        if a == "--nproc":
+            skip = True
+            continue
+        if a.startswith("--nproc="):
+            continue
+        out.append(a)
+    return out
+
+
+def torchrun_command(nproc: int, argv: list, python: Optional[str] = None) -> list:
+    """The torchrun command line for ``proxima <argv>`` (argv starts with the subcommand, ``train``)."""
+    return [python or sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
+            "-m", "proxima", *strip_nproc(list(argv))]
+
+
+def _check(nproc: int, argv: list) -> None:
+    """Fail fast, in this process, on what would make every rank fail the same way."""
+    if nproc < 1:
+        raise ConfigError(f"--nproc {nproc}: must be at least 1")
+    if os.environ.get("TORCHELASTIC_RUN_ID") or (os.environ.get("WORLD_SIZE") and os.environ.get("RANK")):
+        raise ConfigError("--nproc: this process already runs under torchrun; drop --nproc (torchrun sets the process count)")
+    import torch.distributed
+
+    if not torch.distributed.is_available():
+        raise ConfigError("--nproc: this torch build has no torch.distributed (run `proxima doctor`)")
+    from .cli import build_parser, config_from_args
+    from .config import validate
+
+    args = build_parser().parse_args(strip_nproc(list(argv)))
+    if getattr(args, "resume", None) is None:  # a resumed run takes its config from the checkpoint
+        validate(config_from_args(args, "proxima train"), nproc)
+
+
+def _child_pids(pid: int) -> list:
+    """Direct children of ``pid`` (Linux /proc; empty elsewhere)."""
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the launcher dies (even by SIGKILL), so no rank is orphaned."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def launch_torchrun(nproc: int, argv: list, env: Optional[dict] = None) -> int:
+    """Run ``proxima <argv>`` (without --nproc) under torchrun with ``nproc`` processes; return its exit code."""
+    _check(nproc, argv)
+    cmd = torchrun_command(nproc, argv)
+    child_env = dict(os.environ if env is None else env)
+    child_env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default too; --threads sets torch's own
+    # a session of its own: a Ctrl-C in the terminal reaches torchrun once (forwarded below), not
+    # twice (terminal + launcher), which would cut torchrun's graceful shutdown short
+    proc = subprocess.Popen(cmd, env=child_env, start_new_session=True,
+                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+    received: list = []
+
+    def forward(signum, frame):
+        received.append(signum)
+        try:
+            if len(received) == 1:
+                proc.send_signal(signum)  # torchrun passes it to every rank: checkpoint and stop
+            else:
+                for pid in _child_pids(proc.pid):  # the ranks: second signal, exit now
+                    os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    old = {}
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, forward)
+    try:
+        rc = proc.wait()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if proc.poll() is None:  # only when wait() itself was interrupted by an exception
+            proc.terminate()
+    if rc < 0:
+        rc = 128 - rc
+    if received and rc != 0:
+        return 128 + received[0]
+    return rc

@@ -1,0 +1,79 @@
+"""Helpers for the 2-process (gloo, CPU) tests: run `proxima train --nproc 2` in a subprocess.
+
+(A plain module with a unique name rather than a conftest.py: several test folders have a conftest,
+and `from conftest import ...` would pick whichever was imported first.)"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+#: 2 ranks x 8 envs x 32 steps = 512 steps an iteration; small enough for a shared 2-core machine
+SMALL = ["--num-envs", "8", "--num-steps", "32", "--num-minibatches", "4", "--update-epochs", "2",
+         "--eval-episodes", "0", "--checkpoint-every", "0", "--no-progress", "--quiet", "--threads", "1"]
+STEPS_PER_ITER = 2 * 8 * 32
+LIMIT = 240  # seconds: no test may hang the suite
+
+
+def env(**extra) -> dict:
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("PROXIMA_TEST_", "PROXIMA_DEBUG_"))}
+    e.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    e.update({k: str(v) for k, v in extra.items()})
+    return e
+
+
+def train_cmd(*args) -> list:
+    return [sys.executable, "-m", "proxima", "train", "CartPole-v1", "--nproc", "2", *args]
+
+
+def run(cmd, cwd: Path, timeout: float = LIMIT, **extra) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, env=env(**extra), capture_output=True, text=True, timeout=timeout)
+
+
+def start(cmd, cwd: Path, **extra) -> subprocess.Popen:
+    return subprocess.Popen(cmd, cwd=cwd, env=env(**extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def csv_rows(path: Path) -> int:
+    try:
+        return max(0, len(path.read_text().splitlines()) - 1)
+    except OSError:
+        return 0
+
+
+def wait_for_rows(path: Path, rows: int, proc: subprocess.Popen, timeout: float = LIMIT) -> None:
+    end = time.monotonic() + timeout
+    while csv_rows(path) < rows:
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"run ended (rc {proc.returncode}) before {rows} iterations:\n{err[-3000:]}")
+        if time.monotonic() > end:
+            proc.kill()
+            pytest.fail(f"no {rows} rows in {path} after {timeout} s")
+        time.sleep(0.2)
+
+
+def stop(proc: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 120):
+    proc.send_signal(sig)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"launcher still running {timeout} s after {sig.name}:\n{err[-3000:]}")
+    return proc.returncode, out, err
+
+
+def load_params(folder: Path, rank: int) -> dict:
+    return torch.load(folder / f"params-rank{rank}.pt", weights_only=True)
+
+
+def same_params(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -1,0 +1,127 @@
+"""The launcher and the distributed helpers, in one process (no torchrun started)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from proxima import distributed, launch
+from proxima.cli import main
+from proxima.config import ConfigError
+
+
+def test_strip_nproc():
+    argv = ["train", "CartPole-v1", "--nproc", "2", "--lr", "1e-3", "--nproc=4", "--num-envs", "8"]
+    assert launch.strip_nproc(argv) == ["train", "CartPole-v1", "--lr", "1e-3", "--num-envs", "8"]
+
+
+def test_torchrun_command():
+    cmd = launch.torchrun_command(3, ["train", "CartPole-v1", "--nproc", "3", "--seed", "7"], python="py")
+    assert cmd == ["py", "-m", "torch.distributed.run", "--nproc-per-node", "3", "--standalone",
+                   "-m", "proxima", "train", "CartPole-v1", "--seed", "7"]
+
+
+@pytest.fixture
+def no_spawn(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("the launcher started a process for a run that should fail first")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+
+
+def test_bad_config_fails_before_launching(no_spawn, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["proxima", "train", "CartPole-v1", "--nproc", "2", "--num-envs", "0"])
+    assert main(sys.argv[1:]) == 2
+    assert "--num-envs" in capsys.readouterr().err
+
+
+def test_batch_larger_than_total_counts_all_processes(no_spawn, capsys, monkeypatch):
+    argv = ["train", "CartPole-v1", "--nproc", "2", "--num-envs", "4", "--num-steps", "128", "--total-timesteps", "600"]
+    monkeypatch.setattr(sys, "argv", ["proxima", *argv])
+    assert main(argv) == 2
+    assert "x processes" in capsys.readouterr().err
+
+
+def test_nproc_under_torchrun_is_refused(no_spawn, capsys, monkeypatch):
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    monkeypatch.setattr(sys, "argv", ["proxima", "train", "CartPole-v1", "--nproc", "2"])
+    assert main(sys.argv[1:]) == 2
+    assert "already runs under torchrun" in capsys.readouterr().err
+
+
+def test_launcher_returns_child_exit_code(monkeypatch):
+    calls = {}
+
+    class Fake:
+        pid = 0
+
+        def __init__(self, cmd, **kw):
+            calls["cmd"], calls["kw"] = cmd, kw
+
+        def wait(self):
+            return 3
+
+        def poll(self):
+            return 3
+
+    monkeypatch.setattr(subprocess, "Popen", Fake)
+    assert launch.launch_torchrun(2, ["train", "CartPole-v1", "--nproc", "2"]) == 3
+    assert calls["cmd"][1:] == ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", "-m", "proxima", "train", "CartPole-v1"]
+    assert calls["kw"]["start_new_session"] is True
+    assert calls["kw"]["env"]["OMP_NUM_THREADS"]
+
+
+def test_single_process_context_is_a_no_op():
+    ctx = distributed.DistContext()
+    assert not ctx.enabled and ctx.is_main
+    m = torch.nn.Linear(2, 2)
+    assert ctx.wrap(m) is m
+    assert ctx.from_main(lambda: 41) == 41
+    assert ctx.gather_to_main({"a": 1}) == [{"a": 1}]
+    assert ctx.agree_stop(15) == 15
+
+    def step(mb):
+        return {"approx_kl": torch.tensor(0.5)}
+
+    assert ctx.sync_kl(step) is step
+    metrics = ctx.reduce_metrics({"ep_count": torch.tensor(3.0), "nonfinite": torch.tensor(False), "policy_loss": torch.tensor(0.25)})
+    assert metrics == {"ep_count": 3.0, "nonfinite": False, "policy_loss": 0.25}
+    with pytest.raises(ConfigError):
+        ctx.from_main(lambda: (_ for _ in ()).throw(ConfigError("bad")))
+
+
+def test_local_state_overlays_this_ranks_pieces():
+    state = {"world_size": 2, "agent": "A", "env": "e0", "rng": "r0",
+             "ranks": [{"env": "e0", "rng": "r0"}, {"env": "e1", "rng": "r1"}]}
+    assert distributed.local_state(state, 1)["env"] == "e1"
+    assert distributed.local_state(state, 1)["agent"] == "A"
+    assert distributed.local_state(state, 0)["rng"] == "r0"
+    # a checkpoint of another world size is left alone (the trainer reports the mismatch)
+    assert distributed.local_state({**state, "world_size": 4}, 1)["env"] == "e0"
+    assert distributed.local_state({"env": "e0"}, 1)["env"] == "e0"
+
+
+def test_failure_line_names_the_rank(capsys):
+    ctx = distributed.DistContext(rank=3, world_size=4)
+    ctx.report_failure(ValueError("boom\nsecond line"))
+    assert capsys.readouterr().err == "proxima: rank 3 failed: ValueError: boom\n"
+    ctx.report_failure(RuntimeError("[pair.cc:553] Connection closed by peer [127.0.0.1]:1"))
+    assert capsys.readouterr().err.startswith("proxima: rank 3 stopped: lost contact with another rank")
+    distributed.DistContext().report_failure(ValueError("x"))  # single process: the CLI's own message suffices
+    assert capsys.readouterr().err == ""
+
+
+def test_test_hooks_off_by_default(monkeypatch):
+    monkeypatch.delenv("PROXIMA_TEST_FAIL_RANK", raising=False)
+    monkeypatch.delenv("PROXIMA_DEBUG_DUMP_PARAMS", raising=False)
+    assert distributed._test_hooks(0) == {"fail_at": None, "dump_params": None}
+    monkeypatch.setenv("PROXIMA_TEST_FAIL_RANK", "1")
+    monkeypatch.setenv("PROXIMA_TEST_FAIL_ITER", "2")
+    assert distributed._test_hooks(0)["fail_at"] is None
+    ctx = distributed.DistContext(rank=1, world_size=2, **distributed._test_hooks(1))
+    ctx.check_test_failure(1)
+    with pytest.raises(RuntimeError, match="test failure injected on rank 1 at iteration 2"):
+        ctx.check_test_failure(2)
