@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -95,7 +96,8 @@ def cmd_train(args) -> int:
         if args.dry_run:
             return _dry_run(cfg)
         run_dir, _ = train(cfg, resume=args.resume, argv=sys.argv, quiet=args.quiet)
-        print(f"run directory: {run_dir}")
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the job
+            print(f"run directory: {run_dir}")
         return 0
     except TrainingInterrupted as e:
         print(f"proxima: {e}", file=sys.stderr)
