@@ -17,7 +17,7 @@ from proxima.rollout import Rollout
 ENV_IDS = [e for e in ("CartPole-v1", "Pendulum-v1") if e in NATIVE_ENVS]
 DEVICES = [
     "cpu",
-    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")),
+    pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]),
 ]
 #: what a CUDA sync looks like to each mode of the guard
 SYNC_ERROR = {"cpu": HostSyncError, "cuda": RuntimeError}
