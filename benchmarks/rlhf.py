@@ -8,8 +8,9 @@ prompts of 8-16 tokens; responses of at most 32 tokens, stopped at EOS; temperat
 
 A "PPO step" is one full iteration: generate, score (policy, reference, value and reward forwards),
 advantages, 4 epochs of updates, metrics. Each repeat is a fresh process: 2 warm-up steps, then the
-median of --steps timed steps. Generated tokens/s counts response tokens up to and including EOS
-over the time spent in generation.
+median of --steps timed steps, as wall-clock seconds and as CPU seconds of the process (the latter is
+less sensitive to other jobs on a shared machine). Generated tokens/s counts response tokens up to
+and including EOS over the wall-clock time spent in generation.
 
     python benchmarks/rlhf.py --setup-trl           # once: TRL in its own venv (.bench-venv/trl)
     python benchmarks/rlhf.py --repeats 3 --threads 1
@@ -87,15 +88,17 @@ def worker_proxima(assets: Path, steps: int, warmup: int) -> dict:
                      update_epochs=s["epochs"], num_minibatches=s["minibatches"], temperature=s["temperature"],
                      kl_coef=s["kl_coef"], lr=s["lr"], threads=int(os.environ["BENCH_THREADS"]))
     trainer = RLHFTrainer(cfg)
-    times, tps, lengths = [], [], []
+    times, cpu_times, tps, lengths = [], [], [], []
     for i in range(warmup + steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         metrics, _ = trainer.train_step()
         if i >= warmup:
             times.append(time.perf_counter() - t0)
+            cpu_times.append(time.process_time() - c0)
             tps.append(metrics["charts/tokens_per_second"])
             lengths.append(metrics["val/response_length"])
-    return {"step_s": statistics.median(times), "tokens_per_s": statistics.median(tps), "length": statistics.mean(lengths)}
+    return {"step_s": statistics.median(times), "cpu_s": statistics.median(cpu_times),
+            "tokens_per_s": statistics.median(tps), "length": statistics.mean(lengths)}
 
 
 def worker_trl(assets: Path, steps: int, warmup: int) -> dict:
@@ -127,14 +130,16 @@ def worker_trl(assets: Path, steps: int, warmup: int) -> dict:
         return query_responses, logits
 
     ppo_module.batch_generation = timed_generation
-    marks = []
+    marks, cpu_marks = [], []
 
     class StepTimer(TrainerCallback):
         def on_train_begin(self, args, state, control, **kw):
             marks.append(time.perf_counter())
+            cpu_marks.append(time.process_time())
 
         def on_step_end(self, args, state, control, **kw):
             marks.append(time.perf_counter())
+            cpu_marks.append(time.process_time())
 
     with tempfile.TemporaryDirectory() as out:
         args = PPOConfig(
@@ -154,10 +159,11 @@ def worker_trl(assets: Path, steps: int, warmup: int) -> dict:
         )
         trainer.train()
     times = [b - a for a, b in zip(marks, marks[1:])][warmup:]
+    cpu_times = [b - a for a, b in zip(cpu_marks, cpu_marks[1:])][warmup:]
     tps = [t / sec for t, sec in zip(gen["tokens"], gen["seconds"])][warmup:]
     lengths = [t / s["batch_size"] for t in gen["tokens"]][warmup:]
-    return {"step_s": statistics.median(times), "tokens_per_s": statistics.median(tps),
-            "length": statistics.mean(lengths), "trl": trl.__version__}
+    return {"step_s": statistics.median(times), "cpu_s": statistics.median(cpu_times),
+            "tokens_per_s": statistics.median(tps), "length": statistics.mean(lengths), "trl": trl.__version__}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,11 +174,11 @@ def setup_trl() -> None:
     subprocess.run([str(TRL_VENV / "bin" / "pip"), "install", "trl==1.12.*", "torch==2.13.0"], check=True)
 
 
-def run_worker(python: str, library: str, assets: Path, steps: int, warmup: int, threads: int) -> dict:
+def run_worker(python: str, library: str, assets: Path, steps: int, warmup: int, threads: int, epochs: int) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "BENCH_THREADS": str(threads),
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run([python, __file__, "--worker", library, "--assets", str(assets), "--steps", str(steps),
-                           "--warmup", str(warmup)], capture_output=True, text=True, env=env)
+                           "--warmup", str(warmup), "--epochs", str(epochs)], capture_output=True, text=True, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
@@ -188,7 +194,8 @@ def summarize(results: list) -> str:
         xs = [r[key] for r in ok]
         return f"{format(statistics.median(xs), fmt)} ({format(min(xs), fmt)}-{format(max(xs), fmt)})"
 
-    return f"{cell('step_s', '.3f')} | {cell('tokens_per_s', ',.0f')} | {statistics.mean(r['length'] for r in ok):.1f} | {len(ok)}"
+    return (f"{cell('step_s', '.3f')} | {cell('cpu_s', '.3f')} | {cell('tokens_per_s', ',.0f')} | "
+            f"{statistics.mean(r['length'] for r in ok):.1f} | {len(ok)}")
 
 
 def main() -> int:
@@ -197,11 +204,13 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=8, help="timed PPO steps per repeat (median taken)")
     p.add_argument("--warmup", type=int, default=2, help="untimed PPO steps first")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (and OMP_NUM_THREADS)")
+    p.add_argument("--epochs", type=int, default=4, help="PPO epochs per step (TRL's default is 4)")
     p.add_argument("--libraries", default="proxima,trl", help="comma separated: proxima, trl")
     p.add_argument("--setup-trl", action="store_true", help=f"create {TRL_VENV} with trl==1.12.* and torch==2.13.0, then exit")
     p.add_argument("--worker", choices=("proxima", "trl"), help=argparse.SUPPRESS)
     p.add_argument("--assets", help=argparse.SUPPRESS)
     args = p.parse_args()
+    SETTINGS["epochs"] = args.epochs
     if args.worker:
         fn = worker_proxima if args.worker == "proxima" else worker_trl
         print(json.dumps(fn(Path(args.assets), args.steps, args.warmup)), flush=True)
@@ -219,12 +228,14 @@ def main() -> int:
                 if name == "trl" and not Path(pythons["trl"]).exists():
                     results[name].append({"error": f"{TRL_VENV} missing: run `python benchmarks/rlhf.py --setup-trl`"})
                     continue
-                results[name].append(run_worker(pythons[name], name, Path(tmp), args.steps, args.warmup, args.threads))
+                results[name].append(run_worker(pythons[name], name, Path(tmp), args.steps, args.warmup, args.threads,
+                                                args.epochs))
                 print(f"repeat {repeat + 1} {name}: {json.dumps(results[name][-1])}", file=sys.stderr, flush=True)
     print(f"threads {args.threads}, {args.steps} timed steps after {args.warmup} warm-up, {args.repeats} repeats; "
           f"settings {json.dumps(SETTINGS)}\n")
-    print("| library | seconds per PPO step, median (range) | generated tokens/s, median (range) | mean response length | repeats |")
-    print("|---|---|---|---|---|")
+    print("| library | seconds per PPO step, median (range) | CPU seconds per step | generated tokens/s | "
+          "mean response length | repeats |")
+    print("|---|---|---|---|---|---|")
     for name in libraries:
         label = "Proxima" if name == "proxima" else "TRL 1.12 (trl.experimental.ppo)"
         print(f"| {label} | {summarize(results[name])} |")

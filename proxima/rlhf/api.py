@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import dist as D
-from . import rundir
+from . import loop, rundir
 from .config import ConfigError, RLHFConfig, from_dict, validate
 from .models import resolve_device
 
@@ -47,7 +47,7 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
         if d.is_main:
             rundir.write_run_files(run_dir, dataclasses.replace(cfg, run_dir=str(run_dir)).to_dict(), d.world_size,
                                    str(trainer.device))
-        trainer.train(run_dir)
+        loop.run(trainer, run_dir)
         return run_dir
     finally:
         D.shutdown(d)
@@ -77,14 +77,14 @@ def resume(run_dir, steps: Optional[int] = None) -> int:
             trainer = RLHFTrainer(cfg, d)
             checkpoints = rundir.list_checkpoints(path)
             if checkpoints:
-                trainer.load_checkpoint(checkpoints[-1])
+                loop.load_checkpoint(trainer, checkpoints[-1])
             if trainer.step >= cfg.steps:
                 if d.is_main:
                     print(f"{path}: already at step {trainer.step} of {cfg.steps}; nothing to do")
                 return 0
             if steps is not None and d.is_main:
                 rundir.write_config(path, cfg.to_dict())
-            trainer.train(path, resumed=True)
+            loop.run(trainer, path, resumed=True)
         finally:
             D.shutdown(d)
     except ConfigError as e:

@@ -152,6 +152,15 @@ def apply_lora(model: nn.Module, cfg, task_type: str):
         raise ConfigError(f"--lora-target-modules {cfg.lora_target_modules!r}: {str(e).splitlines()[0]}") from None
 
 
+def enable_checkpointing(model: nn.Module) -> None:
+    """Gradient (activation) checkpointing, non-reentrant so that frozen inputs (LoRA) still get gradients."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.x renamed it
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 class ValueModel(nn.Module):
     """A transformer backbone and a scalar head: (B, L) token ids -> (B, L) float32 values."""
 

@@ -171,7 +171,7 @@ def load_checkpoint(file: Path) -> dict:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated, corrupted or foreign: one line naming the file
         raise ConfigError(f"{file}: not a readable Proxima RLHF checkpoint ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-    if not isinstance(state, dict) or state.get("format") != "proxima-rlhf-1":
+    if not isinstance(state, dict) or "format" not in state:
         raise ConfigError(f"{file}: not a Proxima RLHF checkpoint")
     return state
 

@@ -16,18 +16,13 @@ optimizers, processes and the run directory around it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import signal
-import threading
 import time
-from pathlib import Path
 from typing import Optional
 
 import torch
 
 from ..ppo import ppo_loss
 from . import dist as D
-from . import rundir
 from .algorithm import gae_advantages, group_advantages, sequence_rewards, token_rewards
 from .config import ConfigError, RLHFConfig
 from .data import PromptSampler, load_prompts
@@ -35,18 +30,15 @@ from .generation import (SamplingSettings, decode_responses, encode_prompts, gen
                          position_ids_from_mask, response_masks)
 from .kl import KLController, kl_per_token
 from .masked import masked_mean, masked_sum, masked_whiten
-from .models import (apply_lora, load_policy, logprobs_and_entropy, load_tokenizer, make_reference,
-                     make_value_model, resolve_device, response_logits, token_logprobs)
+from .models import (apply_lora, enable_checkpointing, load_policy, load_tokenizer, logprobs_and_entropy,
+                     make_reference, make_value_model, resolve_device, response_logits, token_logprobs)
 from .rewards import load_reward
-
-CHECKPOINT_FORMAT = "proxima-rlhf-1"
-
 
 class RLHFTrainer:
     """Owns the models, optimizers, KL coefficient, prompt sampler and counters of one process.
 
     Construction loads and checks everything (a ConfigError for bad input) and writes nothing;
-    :meth:`train` writes the run directory.
+    loop.run(trainer, run_dir) trains and writes the run directory.
     """
 
     def __init__(self, cfg: RLHFConfig, d: Optional[D.Dist] = None):
@@ -95,8 +87,7 @@ class RLHFTrainer:
         # every process draws its own prompts and samples: seed the global RNG per rank
         torch.manual_seed(cfg.seed * 1000 + self.dist.rank)
         self.sampler = PromptSampler(len(self.prompts), self.dist.rank, self.dist.world_size)
-        self.step, self.seconds, self.run_dir = 0, 0.0, None
-        self._stop = False
+        self.step, self.seconds = 0, 0.0
 
     def _probe_reward(self) -> None:
         """Call the reward once before anything is written, so that a broken one is bad input, not a crash."""
@@ -315,134 +306,3 @@ class RLHFTrainer:
         metrics["objective/kl_coef"] = self.kl_ctl.value
         metrics["charts/learning_rate"] = self.opt_policy.param_groups[0]["lr"]
         return metrics
-
-    def train(self, run_dir: Path, resumed: bool = False) -> dict:
-        """Run until cfg.steps; returns summary.json's content. Only rank 0 writes files."""
-        cfg, main = self.cfg, self.dist.is_main
-        self.run_dir = run_dir
-        logger = rundir.MetricsLogger(run_dir, resume_step=self.step if resumed else 0) if main else None
-        restore = self._install_signal_handlers()
-        try:
-            while self.step < cfg.steps:
-                t0 = time.perf_counter()
-                metrics, samples = self.train_step()
-                self.seconds += time.perf_counter() - t0
-                if main:
-                    logger.log(self.step, metrics)
-                    if cfg.sample_every and (self.step == 1 or self.step % cfg.sample_every == 0):
-                        logger.log_samples(self.step, samples)
-                    if cfg.print_every and (self.step == 1 or self.step % cfg.print_every == 0):
-                        print(progress_line(self.step, cfg.steps, metrics), flush=True)
-                stop = D.any_across(self._stop, self.dist, self.device)
-                if stop or self.step == cfg.steps or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):
-                    self.save_checkpoint()
-                if stop:
-                    if main:
-                        print(f"stopped at step {self.step}; continue with `proxima resume {run_dir}`", flush=True)
-                    raise KeyboardInterrupt
-            return self._finish(logger)
-        finally:
-            restore()
-            if logger is not None:
-                logger.close()
-
-    def _finish(self, logger) -> dict:
-        checksums = D.gather_objects(parameter_checksum(self.trained_models()), self.dist)
-        summary = None
-        if self.dist.is_main:
-            self.save_final_model(self.run_dir / "policy")
-            extra = {"advantage": self.cfg.advantage, "world_size": self.dist.world_size,
-                     "param_checksums": checksums, "ranks_in_sync": len(set(checksums)) == 1,
-                     "kl_coef_last": self.kl_ctl.value}
-            summary = rundir.write_summary(self.run_dir, self.seconds, extra)
-            if self.cfg.plot:
-                rundir.plot_curves(self.run_dir)
-        return summary
-
-    def _install_signal_handlers(self):
-        """SIGINT/SIGTERM finish the current step, checkpoint, and stop (never lose a run)."""
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-
-        def handler(signum, frame):
-            self._stop = True
-
-        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-        return lambda: [signal.signal(s, h) for s, h in old.items()]
-
-    # -----------------------------------------------------------------------------------------
-    # checkpoints
-    # -----------------------------------------------------------------------------------------
-    def save_checkpoint(self) -> None:
-        ranks = D.gather_objects({"rng": torch.get_rng_state(), "sampler": self.sampler.state_dict(),
-                                  "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None},
-                                 self.dist)
-        if not self.dist.is_main:
-            return
-        state = {"format": CHECKPOINT_FORMAT, "step": self.step, "seconds": self.seconds, "ranks": ranks,
-                 "policy": trainable_state(self.policy), "opt_policy": self.opt_policy.state_dict(),
-                 "value": trainable_state(self.value) if self.critic else {},
-                 "opt_value": self.opt_value.state_dict() if self.critic else {}, "kl": self.kl_ctl.state_dict()}
-        rundir.save_checkpoint(self.run_dir, self.step, state, self.cfg.keep_checkpoints)
-
-    def load_checkpoint(self, file: Path) -> None:
-        state = rundir.load_checkpoint(file)
-        if len(state["ranks"]) != self.dist.world_size:
-            raise ConfigError(f"{file}: written by {len(state['ranks'])} processes, resumed with {self.dist.world_size}")
-        load_trainable_state(self.policy, state["policy"], file)
-        self.opt_policy.load_state_dict(state["opt_policy"])
-        if self.critic:
-            load_trainable_state(self.value, state["value"], file)
-            self.opt_value.load_state_dict(state["opt_value"])
-        self.kl_ctl.load_state_dict(state["kl"])
-        mine = state["ranks"][self.dist.rank]
-        torch.set_rng_state(mine["rng"])
-        if mine.get("cuda_rng") is not None and self.device.type == "cuda":
-            torch.cuda.set_rng_state(mine["cuda_rng"], self.device)
-        self.sampler.load_state_dict(mine["sampler"])
-        self.step, self.seconds = int(state["step"]), float(state["seconds"])
-
-    def save_final_model(self, folder: Path) -> None:
-        """The trained policy in Hugging Face format (with LoRA: the adapter) and its tokenizer."""
-        self.policy.save_pretrained(folder)
-        self.tokenizer.save_pretrained(folder)
-
-
-def enable_checkpointing(model: torch.nn.Module) -> None:
-    """Gradient (activation) checkpointing, non-reentrant so that frozen inputs (LoRA) still get gradients."""
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x renamed it
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-
-
-def trainable_state(model: torch.nn.Module) -> dict:
-    return {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters() if p.requires_grad}
-
-
-def load_trainable_state(model: torch.nn.Module, state: dict, file: Path) -> None:
-    expected = {name for name, p in model.named_parameters() if p.requires_grad}
-    if set(state) != expected:
-        raise ConfigError(f"{file}: its parameters do not match the model built from config.yaml "
-                          f"({len(set(state) ^ expected)} names differ)")
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, tensor in state.items():
-            params[name].copy_(tensor)
-
-
-def parameter_checksum(models: list) -> str:
-    """sha256 of every parameter's bytes: equal across processes iff their weights are bit-identical."""
-    h = hashlib.sha256()
-    for m in models:
-        for name, p in m.named_parameters():
-            h.update(name.encode())
-            h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-def progress_line(step: int, steps: int, m: dict) -> str:
-    return (f"step {step}/{steps}  score {m['objective/scores']:+.3f}  kl {m['objective/kl']:.3f}  "
-            f"beta {m['objective/kl_coef']:.3g}  len {m['val/response_length']:.1f}  eos {m['val/eos_rate']:.2f}  "
-            f"ratio {m['val/ratio']:.3f}  {m['charts/seconds_per_step']:.3f} s/step")

@@ -1,0 +1,146 @@
+"""The outer loop of an RLHF run: steps, logging, checkpoints, signals and the final summary.
+
+Everything here is once per step or rarer; the PPO step itself is ``RLHFTrainer.train_step``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+from . import dist as D
+from . import rundir
+from .config import ConfigError
+
+CHECKPOINT_FORMAT = "proxima-rlhf-1"
+
+
+def run(t, run_dir: Path, resumed: bool = False) -> dict:
+    """Train ``t`` (an RLHFTrainer) until cfg.steps; return summary.json's content. Rank 0 writes the files."""
+    cfg, main = t.cfg, t.dist.is_main
+    logger = rundir.MetricsLogger(run_dir, resume_step=t.step if resumed else 0) if main else None
+    stop = {"requested": False}
+    restore = _install_signal_handlers(stop)
+    try:
+        while t.step < cfg.steps:
+            t0 = time.perf_counter()
+            metrics, samples = t.train_step()
+            t.seconds += time.perf_counter() - t0
+            if main:
+                logger.log(t.step, metrics)
+                if cfg.sample_every and (t.step == 1 or t.step % cfg.sample_every == 0):
+                    logger.log_samples(t.step, samples)
+                if cfg.print_every and (t.step == 1 or t.step % cfg.print_every == 0):
+                    print(progress_line(t.step, cfg.steps, metrics), flush=True)
+            stopping = D.any_across(stop["requested"], t.dist, t.device)  # all processes stop at the same step
+            if stopping or t.step == cfg.steps or (cfg.checkpoint_every and t.step % cfg.checkpoint_every == 0):
+                save_checkpoint(t, run_dir)
+            if stopping:
+                if main:
+                    print(f"stopped at step {t.step}; continue with `proxima resume {run_dir}`", flush=True)
+                raise KeyboardInterrupt
+        return _finish(t, run_dir)
+    finally:
+        restore()
+        if logger is not None:
+            logger.close()
+
+
+def _finish(t, run_dir: Path) -> dict:
+    checksums = D.gather_objects(parameter_checksum(t.trained_models()), t.dist)
+    if not t.dist.is_main:
+        return {}
+    # the trained policy in Hugging Face format (with LoRA: the adapter) and its tokenizer
+    t.policy.save_pretrained(run_dir / "policy")
+    t.tokenizer.save_pretrained(run_dir / "policy")
+    extra = {"advantage": t.cfg.advantage, "world_size": t.dist.world_size, "param_checksums": checksums,
+             "ranks_in_sync": len(set(checksums)) == 1, "kl_coef_last": t.kl_ctl.value}
+    summary = rundir.write_summary(run_dir, t.seconds, extra)
+    if t.cfg.plot:
+        rundir.plot_curves(run_dir)
+    return summary
+
+
+def _install_signal_handlers(stop: dict):
+    """SIGINT/SIGTERM finish the current step, write a checkpoint and stop: a stop is never a loss."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum, frame):
+        stop["requested"] = True
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    return lambda: [signal.signal(s, h) for s, h in old.items()]
+
+
+# ---------------------------------------------------------------------------------------------
+# checkpoints: everything a resume needs to continue as if never stopped
+# ---------------------------------------------------------------------------------------------
+def save_checkpoint(t, run_dir: Path) -> None:
+    """Trainable weights, both optimizers, beta, counters, and every process's RNG and prompt order."""
+    cuda_rng = torch.cuda.get_rng_state(t.device) if t.device.type == "cuda" else None
+    ranks = D.gather_objects({"rng": torch.get_rng_state(), "cuda_rng": cuda_rng, "sampler": t.sampler.state_dict()},
+                             t.dist)
+    if not t.dist.is_main:
+        return
+    state = {"format": CHECKPOINT_FORMAT, "step": t.step, "seconds": t.seconds, "ranks": ranks,
+             "policy": trainable_state(t.policy), "opt_policy": t.opt_policy.state_dict(),
+             "value": trainable_state(t.value) if t.critic else {},
+             "opt_value": t.opt_value.state_dict() if t.critic else {}, "kl": t.kl_ctl.state_dict()}
+    rundir.save_checkpoint(run_dir, t.step, state, t.cfg.keep_checkpoints)
+
+
+def load_checkpoint(t, file: Path) -> None:
+    state = rundir.load_checkpoint(file)
+    if state.get("format") != CHECKPOINT_FORMAT:
+        raise ConfigError(f"{file}: not a Proxima RLHF checkpoint")
+    if len(state["ranks"]) != t.dist.world_size:
+        raise ConfigError(f"{file}: written by {len(state['ranks'])} processes, resumed with {t.dist.world_size}")
+    load_trainable_state(t.policy, state["policy"], file)
+    t.opt_policy.load_state_dict(state["opt_policy"])
+    if t.critic:
+        load_trainable_state(t.value, state["value"], file)
+        t.opt_value.load_state_dict(state["opt_value"])
+    t.kl_ctl.load_state_dict(state["kl"])
+    mine = state["ranks"][t.dist.rank]
+    torch.set_rng_state(mine["rng"])
+    if mine.get("cuda_rng") is not None and t.device.type == "cuda":
+        torch.cuda.set_rng_state(mine["cuda_rng"], t.device)
+    t.sampler.load_state_dict(mine["sampler"])
+    t.step, t.seconds = int(state["step"]), float(state["seconds"])
+
+
+def trainable_state(model: torch.nn.Module) -> dict:
+    return {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters() if p.requires_grad}
+
+
+def load_trainable_state(model: torch.nn.Module, state: dict, file: Path) -> None:
+    expected = {name for name, p in model.named_parameters() if p.requires_grad}
+    if set(state) != expected:
+        raise ConfigError(f"{file}: its parameters do not match the model built from config.yaml "
+                          f"({len(set(state) ^ expected)} names differ)")
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, tensor in state.items():
+            params[name].copy_(tensor)
+
+
+def parameter_checksum(models: list) -> str:
+    """sha256 of every parameter's bytes: equal across processes iff their weights are bit-identical."""
+    h = hashlib.sha256()
+    for m in models:
+        for name, p in m.named_parameters():
+            h.update(name.encode())
+            h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def progress_line(step: int, steps: int, m: dict) -> str:
+    return (f"step {step}/{steps}  score {m['objective/scores']:+.3f}  kl {m['objective/kl']:.3f}  "
+            f"beta {m['objective/kl_coef']:.3g}  len {m['val/response_length']:.1f}  eos {m['val/eos_rate']:.2f}  "
+            f"ratio {m['val/ratio']:.3f}  {m['charts/seconds_per_step']:.3f} s/step")
