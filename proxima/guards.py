@@ -1,0 +1,173 @@
+"""Guards around the env: NaN/inf in observations and rewards (always, without host syncs) and
+``--debug-checks`` (every action and observation against the spaces, one sync per step).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+from .envs import EnvError
+
+
+class NonFiniteError(RuntimeError):
+    """NaN/inf met in an observation, reward, loss or gradient; names the field, env and step."""
+
+
+class DebugCheckError(EnvError):
+    """--debug-checks: an action or observation outside its space; names the env, the step and the value."""
+
+
+def fmt_values(x: torch.Tensor, limit: int = 8) -> str:
+    """A small tensor as a short one-line list (for error messages; syncs)."""
+    vals = x.detach().reshape(-1).to("cpu", torch.float64).tolist()
+    text = ", ".join(f"{v:.6g}" for v in vals[:limit]) + (", ..." if len(vals) > limit else "")
+    return f"[{text}]" if x.dim() > 0 else text
+
+
+class EnvGuard:
+    """The env as collect_rollout steps it: ``env.step`` plus the trainer's guards.
+
+    Always, without a host sync: for each step t, which envs returned a non-finite observation or
+    final observation, recorded on the device *before* normalization (a NaN would poison the running
+    statistics and with them every env's normalized obs). Trainer._check_rollout_finite reads these
+    flags once per iteration, together with the raw rewards of the rollout.
+
+    With ``--debug-checks`` (one sync per step): each action is checked against the action space
+    before the step (Box actions for shape and finiteness only: the env clips them to the bounds,
+    PPO_NOTES.md), and the observation, final observation, reward and flags against the contract
+    after it; the first violation raises at once, naming the env index, the global step and the value.
+    """
+
+    def __init__(self, trainer):
+        self.env, self.trainer = trainer.env, trainer
+        T, N = trainer.rollout.num_steps, trainer.rollout.num_envs
+        self.T, self.N, self.ws = T, N, trainer.dist.world_size
+        self.obs_ok = torch.ones((T, N), dtype=torch.bool, device=trainer.device)
+        self.final_ok = torch.ones((T, N), dtype=torch.bool, device=trainer.device)
+        self.debug = bool(trainer.cfg.debug_checks)
+        self.t, self.step0 = 0, 0
+        if self.debug:
+            import gymnasium as gym
+
+            obs_space = self.env.single_observation_space
+            self.obs_shape = tuple(obs_space.shape)
+            self.low = self.high = None
+            if isinstance(obs_space, gym.spaces.Box):
+                self.low = torch.as_tensor(np.asarray(obs_space.low, dtype=np.float64).reshape(-1), device=trainer.device)
+                self.high = torch.as_tensor(np.asarray(obs_space.high, dtype=np.float64).reshape(-1), device=trainer.device)
+
+    def __getattr__(self, name):  # everything but step() is the env's
+        if name == "env":
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    def begin(self, step0: int) -> None:
+        self.t, self.step0 = 0, step0
+        self.obs_ok.fill_(True)
+        self.final_ok.fill_(True)
+
+    def where(self, t: int, n: int) -> str:
+        """'env n at global step S (env step k)' for the transition of step t of this rollout."""
+        rank = f" (rank {self.trainer.dist.rank})" if self.ws > 1 else ""
+        step = self.step0 + (t + 1) * self.N * self.ws
+        return f"env {n}{rank} at global step {step} (env step {self.step0 // (self.N * self.ws) + t + 1})"
+
+    def step(self, action: torch.Tensor):
+        t = self.t
+        if self.debug:
+            self._check_action(action, t)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if t < self.T:
+            torch.all(torch.isfinite(obs.reshape(self.N, -1)), -1, out=self.obs_ok[t])
+            torch.all(torch.isfinite(info["final_obs"].reshape(self.N, -1)), -1, out=self.final_ok[t])
+        if self.debug:
+            self._check_result(obs, reward, terminated, truncated, info, t)
+        self.t += 1
+        return obs, reward, terminated, truncated, info
+
+    # --- --debug-checks (syncs) ---
+    def _fail(self, message: str):
+        raise DebugCheckError(f"--debug-checks: {message}")
+
+    def _check_action(self, action: torch.Tensor, t: int) -> None:
+        import gymnasium as gym
+
+        space, N = self.env.single_action_space, self.N
+        step = self.step0 + (t + 1) * N * self.ws
+        if not torch.is_tensor(action):
+            self._fail(f"actions at global step {step} are a {type(action).__name__}, expected a torch tensor")
+        if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+            if action.dtype.is_floating_point or action.dtype == torch.bool:
+                self._fail(f"actions at global step {step} have dtype {action.dtype}, expected an integer dtype for {space}")
+            if isinstance(space, gym.spaces.Discrete):
+                if tuple(action.shape) not in ((N,), (N, 1)):
+                    self._fail(f"actions at global step {step} have shape {tuple(action.shape)}, expected ({N},) for {space}")
+                a = action.reshape(N, 1)
+                low = torch.full((1,), int(space.start), device=a.device)
+                high = low + int(space.n) - 1
+            else:
+                nvec = np.asarray(space.nvec).reshape(-1)
+                if tuple(action.shape) != (N, nvec.size):
+                    self._fail(f"actions at global step {step} have shape {tuple(action.shape)}, expected ({N}, {nvec.size}) for {space}")
+                a = action
+                low = torch.as_tensor(np.asarray(getattr(space, "start", np.zeros_like(nvec))).reshape(-1), device=a.device)
+                high = low + torch.as_tensor(nvec, device=a.device) - 1
+            bad = ((a < low) | (a > high)).any(-1)
+            if bool(bad.any()):
+                n = int(torch.nonzero(bad)[0, 0])
+                value = fmt_values(action[n])
+                self._fail(f"action {value} of {self.where(t, n)} is outside the action space {space}")
+        elif isinstance(space, gym.spaces.Box):
+            size = int(np.prod(space.shape))
+            if action.shape[:1] != (N,) or action.numel() != N * size:
+                self._fail(f"actions at global step {step} have shape {tuple(action.shape)}, expected ({N}, {size}) for {space}")
+            bad = ~torch.isfinite(action.reshape(N, -1).float()).all(-1)
+            if bool(bad.any()):
+                n = int(torch.nonzero(bad)[0, 0])
+                self._fail(f"action {fmt_values(action[n])} of {self.where(t, n)} is not finite (the policy produced NaN/inf)")
+
+    def _check_obs(self, field: str, x: torch.Tensor, ok: Optional[torch.Tensor], t: int) -> None:
+        N = self.N
+        if not torch.is_tensor(x) or tuple(x.shape) != (N, *self.obs_shape):
+            shape = tuple(x.shape) if torch.is_tensor(x) else type(x).__name__
+            self._fail(f"{field}s at global step {self.step0 + (t + 1) * N * self.ws} have shape {shape}, expected {(N, *self.obs_shape)}")
+        if x.dtype != torch.float32:
+            self._fail(f"{field}s at global step {self.step0 + (t + 1) * N * self.ws} have dtype {x.dtype}, expected torch.float32")
+        flat = x.reshape(N, -1)
+        if ok is not None and not bool(ok.all()):
+            n = int(torch.nonzero(~ok)[0, 0])
+            raise NonFiniteError(f"non-finite {field} {fmt_values(flat[n])} from {self.where(t, n)}; "
+                                 f"check the env's step() with: proxima check-env {self.trainer.cfg.env_id}")
+        if self.low is not None:
+            xd = flat.to(torch.float64)
+            below, above = xd < self.low, xd > self.high
+            bad = (below | above).any(-1)
+            if bool(bad.any()):
+                n = int(torch.nonzero(bad)[0, 0])
+                k = int(torch.nonzero(below[n] | above[n])[0, 0])
+                side = f"< low {float(self.low[k]):.6g}" if bool(below[n, k]) else f"> high {float(self.high[k]):.6g}"
+                self._fail(f"{field} {fmt_values(flat[n])} of {self.where(t, n)} is outside the observation space "
+                           f"(component {k} = {float(xd[n, k]):.6g} {side})")
+
+    def _check_result(self, obs, reward, terminated, truncated, info, t: int) -> None:
+        N = self.N
+        step = self.step0 + (t + 1) * N * self.ws
+        self._check_obs("observation", obs, self.obs_ok[t] if t < self.T else None, t)
+        self._check_obs("final observation", info["final_obs"], self.final_ok[t] if t < self.T else None, t)
+        for name, x in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
+            if not torch.is_tensor(x) or tuple(x.shape) != (N,):
+                shape = tuple(x.shape) if torch.is_tensor(x) else type(x).__name__
+                self._fail(f"{name} at global step {step} has shape {shape}, expected ({N},)")
+        if reward.dtype != torch.float32:
+            self._fail(f"reward at global step {step} has dtype {reward.dtype}, expected torch.float32")
+        for name, x in (("terminated", terminated), ("truncated", truncated)):
+            if x.dtype != torch.bool:
+                self._fail(f"{name} at global step {step} has dtype {x.dtype}, expected torch.bool")
+        bad = ~torch.isfinite(reward)
+        if bool(bad.any()):
+            n = int(torch.nonzero(bad)[0, 0])
+            raise NonFiniteError(f"non-finite reward {fmt_values(reward[n])} from {self.where(t, n)}; "
+                                 f"check the env's step() with: proxima check-env {self.trainer.cfg.env_id}")

@@ -1,0 +1,60 @@
+"""Clean stops: SIGINT/SIGTERM finish the iteration, write a checkpoint, and exit 130/143.
+
+A second SIGINT exits at once; checkpoints are written atomically (checkpoint.py), so the last one
+stays loadable whatever moment the process dies.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+
+class TrainingInterrupted(Exception):
+    """SIGINT/SIGTERM stopped the run after a checkpoint was written; ``exit_code`` is 128+signum."""
+
+    def __init__(self, signum: int, checkpoint: Optional[Path]):
+        super().__init__(f"stopped by {signal.Signals(signum).name}; checkpoint: {checkpoint}")
+        self.signum, self.checkpoint, self.exit_code = signum, checkpoint, 128 + signum
+
+
+@dataclass
+class Stop:
+    signum: int = 0
+
+
+class SignalGuard:
+    """First SIGINT/SIGTERM: finish the iteration, checkpoint, stop. Second SIGINT: exit at once
+    (checkpoints are written atomically, so the last one stays loadable)."""
+
+    def __init__(self):
+        self.stop = Stop()
+        self._old = {}
+
+    def __enter__(self):
+        if threading_main():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self.stop
+
+    def _handle(self, signum, frame):
+        if self.stop.signum:
+            sys.stderr.write("\nproxima: second interrupt, exiting now (last checkpoint kept)\n")
+            os._exit(128 + signum)
+        self.stop.signum = signum
+        sys.stderr.write(f"\nproxima: {signal.Signals(signum).name} received; writing a checkpoint after this iteration "
+                         "(interrupt again to exit at once)\n")
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        return False
+
+
+def threading_main() -> bool:
+    return threading.current_thread() is threading.main_thread()
