@@ -7,10 +7,8 @@ that the trainer reads once per iteration. Numbered comments cite PPO_NOTES.md "
 
 from __future__ import annotations
 
-import weakref
 from typing import Callable, Optional
 
-import gymnasium as gym
 import torch
 
 from .rollout import Rollout
@@ -19,31 +17,6 @@ from .rollout import Rollout
 # ---------------------------------------------------------------------------------------------
 # 1. Rollout: T steps x N envs, written in place (detail 1: fixed-length segments)
 # ---------------------------------------------------------------------------------------------
-_BOUNDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def action_bounds(env) -> Optional[tuple]:
-    """(low, high) flat float32 tensors on ``env.device`` for a Box action space, else None.
-
-    Built once per env (a host-to-device copy) and cached, so the hot loop only clamps.
-    """
-    try:
-        return _BOUNDS[env]
-    except (KeyError, TypeError):
-        pass
-    space = getattr(env, "single_action_space", None)
-    bounds = None
-    if isinstance(space, gym.spaces.Box):
-        dev = getattr(env, "device", "cpu")
-        bounds = (torch.as_tensor(space.low.reshape(-1), dtype=torch.float32, device=dev),
-                  torch.as_tensor(space.high.reshape(-1), dtype=torch.float32, device=dev))
-    try:
-        _BOUNDS[env] = bounds
-    except TypeError:  # not weak-referenceable: rebuild next time
-        pass
-    return bounds
-
-
 @torch.no_grad()
 def collect_rollout(env, policy_step: Callable, rollout: Rollout, next_obs: torch.Tensor,
                     obs_normalizer=None, reward_scaler=None) -> torch.Tensor:
@@ -54,7 +27,7 @@ def collect_rollout(env, policy_step: Callable, rollout: Rollout, next_obs: torc
     previous rollout ended on. Episode statistics are summed into ``rollout.ep_*`` tensors.
     """
     rollout.reset_stats()
-    bounds = action_bounds(env)
+    bounds = env.action_bounds  # (low, high) for Box actions, else None
     obs = obs_normalizer(next_obs) if obs_normalizer is not None else next_obs
     for t in range(rollout.num_steps):
         action, logprob, value = policy_step(obs)

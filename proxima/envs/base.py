@@ -11,7 +11,8 @@ ended (rows of unfinished envs are 0); ``done = terminated | truncated`` says wh
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from functools import cached_property
+from typing import Optional
 
 import gymnasium as gym
 import torch
@@ -51,6 +52,18 @@ class BatchedEnv:
 
     def close(self) -> None:
         pass
+
+    @cached_property
+    def action_bounds(self) -> Optional[tuple]:
+        """(low, high) flat float32 tensors on the env's device for a Box action space, else None.
+
+        Built once (a host-to-device copy), so the rollout's clamp to the bounds costs one op.
+        """
+        space = self.single_action_space
+        if not isinstance(space, gym.spaces.Box):
+            return None
+        as_t = lambda x: torch.as_tensor(x.reshape(-1), dtype=torch.float32, device=self.device)  # noqa: E731
+        return as_t(space.low), as_t(space.high)
 
     @property
     def obs_shape(self) -> tuple:

@@ -16,6 +16,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+
+from proxima.envs.base import BatchedEnv
 from torch.distributions import Normal
 
 from proxima import ppo
@@ -211,7 +213,7 @@ def test_resume_restores_the_normalizer_stats(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ Box actions
-class RecordingEnv:
+class RecordingEnv(BatchedEnv):
     """Wraps a BatchedEnv and records every action it is stepped with."""
 
     def __init__(self, env):
