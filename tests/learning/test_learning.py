@@ -20,6 +20,7 @@ TARGETS = {
     "Pendulum-v1": -250.0,
     "Acrobot-v1": -100.0,
     "CartPole-v1": 475.0,
+    "MountainCarContinuous-v0": 90.0,
 }
 
 
