@@ -48,8 +48,8 @@ def keyword_sentiment(prompts: list, responses: list) -> list:
 def demo_config() -> RLHFConfig:
     """The demo's defaults (flags and --config still override them)."""
     return RLHFConfig(
-        reward="proxima.rlhf.demo:keyword_sentiment", steps=120, batch_size=32, num_minibatches=2, update_epochs=4,
-        max_new_tokens=12, temperature=1.0, lr=5e-4, value_lr=1e-3, kl_coef=0.1, max_prompt_length=8,
+        reward="proxima.rlhf.demo:keyword_sentiment", steps=150, batch_size=32, num_minibatches=2, update_epochs=4,
+        max_new_tokens=12, temperature=1.0, lr=2e-4, value_lr=1e-3, kl_coef=0.1, max_prompt_length=8,
         sample_every=20, print_every=10, checkpoint_every=0, plot=True,
     )
 
