@@ -1,4 +1,4 @@
-"""The RLHF loop: rollout -> advantages -> update, with logging, checkpoints and data parallelism.
+"""One RLHF PPO step: rollout -> advantages -> update, for one process of a data-parallel run.
 
 One iteration (a "PPO step"), with B = batch_size responses per process and R response tokens:
 
@@ -10,7 +10,7 @@ One iteration (a "PPO step"), with B = batch_size responses per process and R re
                           accumulated per minibatch, averaged across processes, clipped per model
 
 The algorithm itself lives in algorithm.py, masked.py, kl.py and ppo.py; this file wires models,
-optimizers, processes and the run directory around it.
+optimizers and processes around it, and loop.py runs the steps, logs and writes checkpoints.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from .masked import masked_mean, masked_sum, masked_whiten
 from .models import (apply_lora, enable_checkpointing, load_policy, load_tokenizer, logprobs_and_entropy,
                      make_reference, make_value_model, resolve_device, response_logits, token_logprobs)
 from .rewards import load_reward
+
 
 class RLHFTrainer:
     """Owns the models, optimizers, KL coefficient, prompt sampler and counters of one process.
