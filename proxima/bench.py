@@ -341,7 +341,7 @@ def run(args: argparse.Namespace) -> int:
     from .checkpoint import CheckpointError
     from .config import ConfigError
     from .envs import EnvError
-    from .trainer import resolve_device
+    from .device import resolve_device
 
     torch.set_num_threads(args.threads)
     try:

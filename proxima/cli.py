@@ -150,7 +150,7 @@ def cmd_eval(args) -> int:
     if args.episodes < 1:
         return fail(prog, f"--episodes {args.episodes}: must be at least 1")
     try:
-        from .trainer import resolve_device
+        from .device import resolve_device
 
         policy = load_policy(args.path, device=resolve_device(args.device))  # one-line error for a bad --device
         seed = args.seed if args.seed is not None else policy.config["seed"] + 1_000_000

@@ -57,7 +57,7 @@ class DistContext:
         """The device this rank trains on for ``--device name``: under torchrun a CUDA device means
         ``cuda:LOCAL_RANK`` (one GPU per rank; an explicit index is overridden), cpu stays cpu."""
         from .config import ConfigError
-        from .trainer import resolve_device
+        from .device import resolve_device
 
         dev = resolve_device(name)
         if not self.enabled or dev.type != "cuda":

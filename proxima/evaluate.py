@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
-import numpy as np
 import torch
 
 from .envs import make_env

@@ -12,7 +12,7 @@ from typing import Optional
 from . import dist as D
 from . import loop, rundir
 from .config import ConfigError, RLHFConfig, from_dict, validate
-from .models import resolve_device
+from ..device import resolve_device
 
 
 def _absolute_paths(cfg: RLHFConfig) -> RLHFConfig:

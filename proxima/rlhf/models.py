@@ -34,18 +34,6 @@ def quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"--device {name!r}: not a torch device (cpu, cuda, cuda:1, auto)") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device {name!r}: CUDA is not available here; use --device cpu")
-    return device
-
-
 def _policy_source(spec: str) -> tuple:
     """('pretrained', dir) | ('config', config dict, dir or None); ConfigError for anything else."""
     path = Path(spec)

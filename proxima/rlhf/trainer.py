@@ -30,8 +30,9 @@ from .generation import (SamplingSettings, decode_responses, encode_prompts, gen
                          position_ids_from_mask, response_masks)
 from .kl import KLController, kl_per_token
 from .masked import masked_mean, masked_sum, masked_whiten
+from ..device import resolve_device
 from .models import (apply_lora, enable_checkpointing, load_policy, load_tokenizer, logprobs_and_entropy,
-                     make_reference, make_value_model, resolve_device, response_logits, token_logprobs)
+                     make_reference, make_value_model, response_logits, token_logprobs)
 from .rewards import load_reward
 
 

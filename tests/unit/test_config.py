@@ -130,12 +130,13 @@ def run_main(argv: list) -> tuple[int, str, str]:
 @pytest.fixture
 def no_training(monkeypatch, tmp_path):
     """`proxima train` runs up to the trainer, which only checks the device and records the config."""
+    import proxima.device
     import proxima.trainer
 
     seen = []
 
     def fake_train(cfg, **kwargs):
-        proxima.trainer.resolve_device(cfg.device)  # the one check Trainer does before building anything
+        proxima.device.resolve_device(cfg.device)  # the one check Trainer does before building anything
         seen.append(cfg)
         return tmp_path / "run", None
 
