@@ -26,8 +26,7 @@ def doc_commands() -> list[tuple[str, list[str]]]:
     for path in DOC_FILES:
         if not path.exists():
             continue
-        blocks = re.findall(r"```(?:bash|sh|console|shell)?\n(.*?)```", path.read_text(), flags=re.S)
-        for block in blocks:
+        for block in shell_blocks(path.read_text()):
             for line in block.replace("\\\n", " ").splitlines():
                 line = line.strip().removeprefix("$ ")
                 if line.startswith("#"):
@@ -41,6 +40,23 @@ def doc_commands() -> list[tuple[str, list[str]]]:
                 if argv is not None:
                     out.append((f"{path.relative_to(ROOT)}: {line}", argv))
     return out
+
+
+def shell_blocks(text: str) -> list[str]:
+    """Contents of the fenced code blocks tagged bash/sh/shell/console or untagged."""
+    blocks, current, lang = [], None, None
+    for line in text.splitlines():
+        fence = line.strip()
+        if fence.startswith("```"):
+            if current is None:
+                current, lang = [], fence[3:].strip()
+            else:
+                if lang in ("", "bash", "sh", "shell", "console"):
+                    blocks.append("\n".join(current) + "\n")
+                current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
 
 
 def _proxima_argv(words: list[str]):
