@@ -13,8 +13,9 @@ Measured, in this order:
 
 1. SB3 training steps/s: ``model.learn`` over whole rollouts after a warm-up, ``--repeats`` times.
 2. Proxima training steps/s: ``Trainer.train_iteration`` on the native CartPole at
-   ``--proxima-envs`` (4,096) envs, the default preset otherwise (128 steps, 4 epochs x 4
-   minibatches), ``--repeats`` times. The ratio of the medians is the headline number.
+   ``--proxima-envs`` (4,096) envs, the default preset otherwise (4 epochs x 4 minibatches),
+   ``--repeats`` times, for each rollout length in ``--proxima-steps``: 128 (SB3's n_steps, the
+   headline ratio) and 16 (the same update on 8x smaller minibatches, which stay in cache).
 3. SB3 time to solve: wall time from launching the process to the first periodic evaluation
    (deterministic policy, 10 episodes, every 10k steps) with a mean return >= 475, and the time
    of the whole run (``--sb3-total-timesteps``, CleanRL's 500k).
@@ -104,7 +105,7 @@ def sb3_worker_solve(seed: int, total_timesteps: int, eval_every: int, eval_epis
             t0 = time.perf_counter()
             mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=eval_episodes, deterministic=True)
             self.eval_seconds += time.perf_counter() - t0
-            self.history.append((self.num_timesteps, float(mean)))
+            self.history.append((self.num_timesteps, float(mean), time.time(), self.eval_seconds))
             if mean >= SOLVED and self.solved_at is None:
                 self.solved_at, self.solved_step, self.solved_eval_seconds = time.time(), self.num_timesteps, self.eval_seconds
             return True
@@ -172,8 +173,8 @@ def run_sb3(mode: str, *args: str) -> tuple:
     return json.loads(line[len("SB3RESULT "):]), launched, wall, cpu
 
 
-def proxima_train_sps(num_envs: int, repeats: int, seconds: float) -> list:
-    """Steps/s of Trainer.train_iteration on the native CartPole (default preset, num_envs overridden)."""
+def proxima_train_sps(num_envs: int, num_steps: int, repeats: int, seconds: float) -> list:
+    """Steps/s of Trainer.train_iteration on the native CartPole (default preset; num_envs, num_steps overridden)."""
     import torch
 
     from proxima.bench import measure
@@ -182,7 +183,7 @@ def proxima_train_sps(num_envs: int, repeats: int, seconds: float) -> list:
     from proxima.trainer import Trainer
 
     cfg = resolve("CartPole-v1", None, PPOConfig())
-    cfg.num_envs, cfg.backend, cfg.device, cfg.threads, cfg.progress = num_envs, "native", "cpu", 1, False
+    cfg.num_envs, cfg.num_steps, cfg.backend, cfg.device, cfg.threads, cfg.progress = num_envs, num_steps, "native", "cpu", 1, False
     cfg.total_timesteps = cfg.num_envs * cfg.num_steps * 1_000_000  # the lr stays near its start
     torch.set_num_threads(1)
     trainer = Trainer(cfg, quiet=True)
@@ -216,6 +217,17 @@ def proxima_fast_solve(seed: int, workdir: Path) -> dict:
             "eval": result["mean_return"], "command": shlex.join(["proxima", *shown, "--run-dir", "DIR", "--no-progress"])}
 
 
+def stable_solve(history: list, launched: float) -> dict:
+    """The first evaluation from which every later one stays >= 475 (a policy that stays solved)."""
+    first = None
+    for i, (step, mean, at, eval_seconds) in enumerate(history):
+        if mean >= SOLVED and all(h[1] >= SOLVED for h in history[i:]):
+            first = (step, at - launched, at - launched - eval_seconds)
+            break
+    return {"stable_step": first[0] if first else None, "stable_wall": first[1] if first else None,
+            "stable_wall_no_eval": first[2] if first else None}
+
+
 def med_range(xs: list, fmt: str = "{:,.0f}") -> str:
     return f"{fmt.format(statistics.median(xs))} ({fmt.format(min(xs))}-{fmt.format(max(xs))})"
 
@@ -231,9 +243,7 @@ def write_report(path: Path, a, res: dict, started: datetime, loads: list) -> st
 
     from proxima.bench import machine_lines
 
-    sb3_sps, px_sps = res["sb3_sps"], res["proxima_sps"]
-    ratio = statistics.median(px_sps) / statistics.median(sb3_sps)
-    lo, hi = min(px_sps) / max(sb3_sps), max(px_sps) / min(sb3_sps)
+    sb3_sps = res["sb3_sps"]
     L = [
         "# Proxima vs Stable-Baselines3: PPO on CartPole-v1",
         "",
@@ -249,24 +259,38 @@ def write_report(path: Path, a, res: dict, started: datetime, loads: list) -> st
         "| what | settings | steps/s |",
         "|---|---|---:|",
         f"| SB3 PPO | CleanRL settings: 4 envs (DummyVecEnv) x 128 steps, 4 epochs x 4 minibatches of 128, 64x64 tanh | {med_range(sb3_sps)} |",
-        f"| Proxima PPO | native CartPole, {a.proxima_envs:,} envs x 128 steps, 4 epochs x 4 minibatches, 64x64 tanh | {med_range(px_sps)} |",
-        f"| **ratio** | Proxima / SB3 (of medians; range: worst-best pairing) | **{ratio:.1f}x** ({lo:.1f}x-{hi:.1f}x); target >= 20x |",
-        "",
     ]
+    for T, px_sps in res["proxima_sps"].items():
+        ratio = statistics.median(px_sps) / statistics.median(sb3_sps)
+        lo, hi = min(px_sps) / max(sb3_sps), max(px_sps) / min(sb3_sps)
+        mb = a.proxima_envs * int(T) // 4
+        L += [f"| Proxima PPO | native CartPole, {a.proxima_envs:,} envs x {T} steps, 4 epochs x 4 minibatches of {mb:,}, 64x64 tanh | {med_range(px_sps)} |",
+              f"| **ratio** | Proxima ({T} steps) / SB3, of medians (range: worst-best pairing); target >= 20x | **{ratio:.1f}x** ({lo:.1f}x-{hi:.1f}x) |"]
+    L.append("")
     if "sb3_solve" in res:
         s = res["sb3_solve"]
         L += ["## SB3 time to solve (CleanRL settings)", "",
               "Deterministic policy evaluated on 10 episodes every 10k steps, from the launch of the process. "
-              "The evaluations themselves take time; the last column takes it out.", "",
-              "| seed | first eval >= 475 at step | wall to solve (s) | whole run (s) | wall to solve without eval time (s) |",
-              "|---:|---:|---:|---:|---:|"]
+              "The evaluations themselves take time; the columns \"without eval time\" take it out. "
+              "Deterministic CartPole evaluations often hit 500 early and fall back later, so two times are given: "
+              "the first evaluation >= 475, and the first one from which every later evaluation stays >= 475 "
+              "(comparable to Proxima's single evaluation at the end of its run).", "",
+              "| seed | first eval >= 475: step | wall (s) | without eval time (s) | stays >= 475 from: step | wall (s) | without eval time (s) | whole run (s) |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for row in s:
-            if row["solved_step"] is None:
-                L.append(f"| {row['seed']} | not solved in {a.sb3_total_timesteps:,} steps | - | {row['total']:.1f} | - |")
-            else:
-                L.append(f"| {row['seed']} | {row['solved_step']:,} | {row['to_solve']:.1f} | {row['total']:.1f} | "
-                         f"{row['to_solve'] - row['solved_eval_seconds']:.1f} |")
+            first = (f"{row['solved_step']:,} | {row['to_solve']:.1f} | {row['to_solve'] - row['solved_eval_seconds']:.1f}"
+                     if row["solved_step"] is not None else "not solved | - | -")
+            stable = (f"{row['stable_step']:,} | {row['stable_wall']:.1f} | {row['stable_wall_no_eval']:.1f}"
+                      if row.get("stable_step") is not None else "never | - | -")
+            L.append(f"| {row['seed']} | {first} | {stable} | {row['total']:.1f} |")
+        if len(s) > 1:
+            def col(key):
+                xs = [r[key] for r in s if r.get(key) is not None]
+                return med_range(xs, "{:.1f}") if len(xs) == len(s) else "-"
+            L.append(f"| median (range) | | {col('to_solve')} | | | {col('stable_wall')} | {col('stable_wall_no_eval')} | {col('total')} |")
         L.append("")
+        for row in s:
+            L += [f"Evaluations, seed {row['seed']} (step: mean return): " + ", ".join(f"{h[0] // 1000}k: {h[1]:.0f}" for h in row["history"]), ""]
     if "fast" in res:
         rows = res["fast"]
         walls = [r["wall"] for r in rows]
@@ -295,9 +319,11 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="timed repeats of each throughput measurement (default 3)")
     p.add_argument("--sb3-rollouts", type=int, default=10, help="SB3 rollouts (of 512 steps) per timed repeat (default 10)")
     p.add_argument("--proxima-envs", type=int, default=4096, help="native envs for Proxima's throughput (default 4096)")
+    p.add_argument("--proxima-steps", default="128,16",
+                   help="rollout lengths T for Proxima's throughput, one row each (default 128 = SB3's n_steps, and 16)")
     p.add_argument("--seconds", type=float, default=5.0, help="target seconds of one Proxima timed repeat (at least one iteration)")
     p.add_argument("--seeds", default="1,2,3", help="seeds of the Proxima fast-preset runs (default 1,2,3)")
-    p.add_argument("--sb3-seeds", default="1", help="seeds of the SB3 time-to-solve runs (default 1)")
+    p.add_argument("--sb3-seeds", default="1,2,3", help="seeds of the SB3 time-to-solve runs (default 1,2,3)")
     p.add_argument("--sb3-total-timesteps", type=int, default=500_000, help="SB3 time-to-solve run length (default 500k, CleanRL's)")
     p.add_argument("--skip-sb3-solve", action="store_true", help="skip the (long) SB3 time-to-solve runs")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sb3-compare.md"), help="Markdown results file")
@@ -314,9 +340,11 @@ def main(argv=None) -> int:
     out, _, _, _ = run_sb3("sps", "--repeats", str(a.repeats), "--rollouts", str(a.sb3_rollouts))
     res["sb3_sps"], res["sb3_version"], res["sb3_torch"] = out["sps"], out["sb3"], out["torch"]
     log(f"SB3: {med_range(res['sb3_sps'])} steps/s")
-    res["proxima_sps"] = proxima_train_sps(a.proxima_envs, a.repeats, a.seconds)
+    res["proxima_sps"] = {}
+    for T in (int(t) for t in a.proxima_steps.split(",")):
+        sps = res["proxima_sps"][str(T)] = proxima_train_sps(a.proxima_envs, T, a.repeats, a.seconds)
+        log(f"Proxima ({T} steps): {med_range(sps)} steps/s; ratio {statistics.median(sps) / statistics.median(res['sb3_sps']):.1f}x")
     loads.append(os.getloadavg()[0])
-    log(f"Proxima: {med_range(res['proxima_sps'])} steps/s; ratio {statistics.median(res['proxima_sps']) / statistics.median(res['sb3_sps']):.1f}x")
 
     with tempfile.TemporaryDirectory(prefix="proxima-fast-") as tmp:
         res["fast"], res["fast_preset"] = [], fast_preset_line()
@@ -334,6 +362,7 @@ def main(argv=None) -> int:
             row = {"seed": seed, "solved_step": out["solved_step"], "total": wall, "history": out["history"],
                    "solved_eval_seconds": out["solved_eval_seconds"],
                    "to_solve": (out["solved_at"] - launched) if out["solved_at"] else None}
+            row.update(stable_solve(out["history"], launched))
             log(f"SB3 seed {seed}: solved at step {row['solved_step']}, {row['to_solve']} s; whole run {wall:.1f} s")
             res["sb3_solve"].append(row)
         loads.append(os.getloadavg()[0])
