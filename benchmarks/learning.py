@@ -45,6 +45,28 @@ TASKS = {
 }
 MARK = "<!-- learning-runs-json"
 
+#: how the presets were chosen (side experiments, not rows of the table); same machine and load
+NOTES = [
+    "Pendulum-v1: the trial of the issue (32 native envs x 128 steps, 10 epochs x 16 minibatches, lr 1e-3, "
+    "gamma 0.95, ent 0, norm obs+reward) kept; 300k steps gave -166.5 (seed 1), 200k gives -179.5 / -211.5 / -142.6 "
+    "in about 100 s, so the default is 200k.",
+    "Acrobot-v1, CartPole-v1: the CleanRL presets already meet the targets (3/3 seeds each); not changed.",
+    "MountainCarContinuous-v0: the first setting tried solved it: 64 native envs x 256 steps (about 16 episodes "
+    "of 999 steps per batch, of which a random N(0, 1) policy finishes about 1.4%), gamma 0.9999 so the +100 "
+    "reaches back over the whole episode, reward scaling, ent 0; it first reaches the goal within 100k steps and "
+    "holds 93+ from about 300k (1M steps: 93.7 with ent 0, 93.4 with ent 0.01). Default: 500k.",
+    "MountainCarContinuous-v0, same preset and seed, env stepped with the unclipped sample (the behaviour before "
+    "collect_rollout clipped Box actions): 93.4, i.e. that fix changes the reward the native env reports for "
+    "out-of-bounds samples (now the same as the Gymnasium backend) but was not what made this task learnable.",
+    "LunarLander-v3 (rl-baselines3-zoo settings, 1M steps), eval per seed: with truncation bootstrapped from "
+    "V(final obs) (the library default) s1 201.5, s2 199.9; with time-outs as terminal (ppo2's way, now in the "
+    "preset) s1 187.9, s2 240.8, s3 195.8 (rows above). The stochastic policy often hovers until the 1000-step time-out "
+    "(training return about 110-130 in every variant) while the deterministic one lands in about 600 steps. "
+    "Also tried, one seed each, bootstrapping on: no value-loss clipping 171.7 (s1), constant learning rate "
+    "137.1 (s2), 2M steps 231.2 (s2). Not reliably above 200 at 1M on this evidence.",
+    "LunarLanderContinuous-v3, HalfCheetah-v5: presets run once as written (1 seed each), not tuned.",
+]
+
 
 # ------------------------------------------------------------------------------------ records
 def load_runs(path: Path) -> list:
@@ -150,9 +172,9 @@ def stale(run: dict) -> bool:
 
 
 def table(runs: list) -> list:
-    rows = ["| env | target | seeds | eval return per seed (10 det. episodes) | mean | pass | env steps | "
-            "wall time per seed (train) | reference (PPO_NOTES) |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| env | target | seeds | eval return per seed (10 det. episodes) | mean | pass | training return (stoch.) | "
+            "env steps | wall time per seed (train) | reference (PPO_NOTES) |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     envs = list(TASKS) + sorted({r["env_id"] for r in runs} - set(TASKS))
     for env_id in envs:
         target, _, ref = TASKS.get(env_id, (None, 1, "-"))
@@ -161,7 +183,7 @@ def table(runs: list) -> list:
         tgt = "-" if target is None else f">= {target:g}"
         if not done:
             status = "failed: " + failed[-1].get("error", "?") if failed else "not run (compute)"
-            rows.append(f"| {env_id} | {tgt} | 0 | {status} | - | - | - | - | {ref} |")
+            rows.append(f"| {env_id} | {tgt} | 0 | {status} | - | - | - | - | - | {ref} |")
             continue
         per = ", ".join(f"s{r['seed']}: {r['eval_mean']:.1f}" + (" (other config)" if stale(r) else "") for r in done)
         mean = sum(r["eval_mean"] for r in done) / len(done)
@@ -172,8 +194,9 @@ def table(runs: list) -> list:
             ok = f"{n_ok}/{len(done)}"
         steps = {r.get("steps") for r in done}
         steps_s = ", ".join(f"{s:,}" for s in sorted(s for s in steps if s is not None))
-        walls = ", ".join(f"{r['wall_s']:.0f} s ({_fmt(r.get('train_s'), 0)} s)" for r in done)
-        rows.append(f"| {env_id} | {tgt} | {len(done)} | {per} | {mean:.1f} | {ok} | {steps_s} | {walls} | {ref} |")
+        walls = ", ".join(f"{r['wall_s']:,.0f} s ({_fmt(r.get('train_s'), 0)} s)" for r in done)
+        train = ", ".join(_fmt(r.get("final_episodic_return")) for r in done)
+        rows.append(f"| {env_id} | {tgt} | {len(done)} | {per} | {mean:.1f} | {ok} | {train} | {steps_s} | {walls} | {ref} |")
     return rows
 
 
@@ -198,7 +221,9 @@ def write_markdown(path: Path, runs: list, invocations: list) -> None:
         "Each env trains its `default` preset (`proxima presets`) for the listed seeds; the score is the "
         "end-of-training evaluation: mean return of 10 deterministic episodes (policy mean / argmax, "
         "frozen observation statistics), eval seed = training seed + 1,000,000. "
-        "`pass` counts the seeds at or above the target. Wall time is the whole `proxima train` process "
+        "`pass` counts the seeds at or above the target. Training return: mean episodic return of the "
+        "stochastic policy over the last 10 logged iterations, per seed (the references are training returns "
+        "of this kind, mean of the last 100 episodes). Wall time is the whole `proxima train` process "
         "(start-up, training, evaluation); in brackets the training loop alone.",
         "",
         *machine_lines(),
@@ -207,6 +232,10 @@ def write_markdown(path: Path, runs: list, invocations: list) -> None:
         "comparable within this table",
         "",
         *table(runs),
+        "",
+        "## Tuning notes",
+        "",
+        *[f"- {n}" for n in NOTES],
         "",
         "## Presets (default)",
         "",
