@@ -256,7 +256,7 @@ def write_markdown(path: Path, runs: list, invocations: list) -> None:
         "```",
         "",
         MARK,
-        json.dumps({"runs": runs, "invocations": invocations}, indent=1),
+        _compact_json(runs, invocations),
         "-->",
         "",
     ]
@@ -264,6 +264,12 @@ def write_markdown(path: Path, runs: list, invocations: list) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("\n".join(text))
     os.replace(tmp, path)
+
+
+def _compact_json(runs: list, invocations: list) -> str:
+    """The records as JSON, one run per line (the comment stays readable in a diff)."""
+    body = ",\n".join(json.dumps(r, sort_keys=True) for r in runs)
+    return '{"invocations": ' + json.dumps(invocations) + ',\n"runs": [\n' + body + "\n]}"
 
 
 def load_state(path: Path) -> tuple:
