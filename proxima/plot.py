@@ -270,15 +270,3 @@ def run(args) -> int:
         return 2
     print(f"wrote {path}")
     return 0
-
-
-def main(argv: Optional[list] = None) -> int:
-    from .cli import ArgParser
-
-    p = ArgParser(prog="proxima plot", description=__doc__.splitlines()[0])
-    add_arguments(p)
-    return run(p.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

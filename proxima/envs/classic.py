@@ -270,12 +270,9 @@ class MountainCarContinuous(_ClassicEnv):
         reward = torch.where(terminated, 100.0, 0.0).to(s.dtype) - (a.to(s.dtype) ** 2) * 0.1
         return reward.to(torch.float32), terminated
 
-    def _observe(self):
-        return self.state["s"].to(torch.float32, copy=True)  # never alias the state
-
-    def render(self, index: int = 0):
-        position, _ = self._host_row("s", index)
-        return _render.render_mountain_car(float(position), self.goal_position, self.min_position, self.max_position)
+    # same state layout and picture as MountainCar
+    _observe = MountainCar._observe
+    render = MountainCar.render
 
 
 class Pendulum(_ClassicEnv):
