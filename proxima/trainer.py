@@ -91,7 +91,7 @@ class Trainer:
         self.model = self.dist.wrap(self.agent)
         # detail 3 (eps 1e-5); the learning rate is a tensor annealed in place, so a compiled or
         # graph-captured update step sees a new value without recompiling
-        # fused Adam on CPU: one kernel instead of a dozen foreach ops (0.12 vs 0.58 ms a step measured)
+        # fused Adam on CPU: one kernel per step instead of a dozen foreach ops
         on_cuda = self.device.type == "cuda"
         self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=torch.tensor(cfg.lr, device=self.device), eps=1e-5,
                                           capturable=on_cuda, fused=not on_cuda)

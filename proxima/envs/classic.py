@@ -250,9 +250,7 @@ class MountainCarContinuous(_ClassicEnv):
         self.single_action_space = gym.spaces.Box(low=self.min_action, high=self.max_action, shape=(1,), dtype=np.float32)
         self.single_observation_space = gym.spaces.Box(low=low, high=high, dtype=np.float32)
 
-    def _sample_initial_state(self, n):
-        position = self._uniform((n,), -0.6, -0.4).to(self.dtype)
-        return {"s": torch.stack((position, torch.zeros_like(position)), -1)}
+    _sample_initial_state = MountainCar._sample_initial_state  # same start distribution
 
     def _dynamics(self, action):
         s = self.state["s"]

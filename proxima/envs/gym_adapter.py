@@ -123,8 +123,6 @@ class GymnasiumEnv(BatchedEnv):
             raise EnvError(f"building {self.num_envs} x '{env_id}' ({vector}) raised {type(e).__name__}: {e}") from None
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
-        if isinstance(act_space, gym.spaces.Box):
-            self._low, self._high = act_space.low, act_space.high
         self._started = False
 
     def _obs(self, obs: np.ndarray) -> torch.Tensor:
@@ -141,7 +139,8 @@ class GymnasiumEnv(BatchedEnv):
     def step(self, action: torch.Tensor):
         a = action.detach().cpu().numpy()
         if isinstance(self.single_action_space, gym.spaces.Box):
-            a = np.clip(a, self._low, self._high).astype(self.single_action_space.dtype)
+            # the caller clips to the bounds (collect_rollout, Policy.act); here only the layout
+            a = a.reshape(self.num_envs, *self.single_action_space.shape).astype(self.single_action_space.dtype)
         obs, reward, terminated, truncated, info = self.envs.step(a)
         reward = np.asarray(reward, dtype=np.float64)
         done = np.logical_or(terminated, truncated)

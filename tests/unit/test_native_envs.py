@@ -237,7 +237,7 @@ def test_render(env_id, device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_reset_and_step_make_no_host_sync(env_id, device):
-    debug = pytest.importorskip("proxima.debug")
+    from proxima import debug
     env = NATIVE_ENVS[env_id](4, device=device, seed=0)
     gen = torch.Generator().manual_seed(0)
     actions = [random_actions(env, gen) for _ in range(20)]
