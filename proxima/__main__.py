@@ -1,3 +1,4 @@
 from .cli import main
+from .distributed import exit_process
 
-raise SystemExit(main())
+exit_process(main)

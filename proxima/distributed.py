@@ -26,7 +26,7 @@ import pickle
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NoReturn, Optional
 
 import torch
 
@@ -289,9 +289,56 @@ def init() -> DistContext:
 def shutdown() -> None:
     """Leave the process group (only one this module created) and forget the context."""
     global _CONTEXT, _OWNS_GROUP
-    import torch.distributed as dist
 
-    if _OWNS_GROUP and dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    if _OWNS_GROUP:
+        leave_process_group()
     _OWNS_GROUP = False
     _CONTEXT = None
+
+
+def leave_process_group() -> None:
+    """Tear the process group down while the interpreter is fully alive (call it on every rank).
+
+    The barrier keeps a rank from closing its connections while another still has a collective in
+    flight; the collection frees cyclic garbage (a DDP wrapper, finished work objects) that would
+    otherwise hold the process group until interpreter shutdown.
+    """
+    import gc
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        gc.collect()
+        dist.destroy_process_group()
+
+
+def exit_process(main: Callable[[], Optional[int]]) -> NoReturn:
+    """Run ``main`` and end the process with its exit status (the ``python -m`` entry points).
+
+    A torchrun rank (``WORLD_SIZE > 1``) ends with ``os._exit`` once its output is flushed: its run
+    directory is complete and closed by then, and skipping interpreter finalization avoids a race
+    in which a gloo worker thread drops the last reference to a tensor while Python shuts down,
+    which aborts the rank ("terminate called without an active exception", SIGABRT) after a run
+    that succeeded. Other processes exit the ordinary way.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+        raise SystemExit(main())
+    try:
+        code = main()
+    except SystemExit as e:
+        code = e.code
+    except BaseException:  # the traceback as Python would print it, then the same status
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code or 0)

@@ -24,7 +24,7 @@ LIMIT = 240  # seconds: no test may hang the suite
 
 def env(**extra) -> dict:
     e = {k: v for k, v in os.environ.items() if not k.startswith(("PROXIMA_TEST_", "PROXIMA_DEBUG_"))}
-    e.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    e.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")  # a rank that aborts shows where
     e.update({k: str(v) for k, v in extra.items()})
     return e
 

@@ -15,4 +15,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from ..distributed import exit_process
+
+    exit_process(main)

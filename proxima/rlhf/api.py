@@ -48,9 +48,11 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
             rundir.write_run_files(run_dir, dataclasses.replace(cfg, run_dir=str(run_dir)).to_dict(), d.world_size,
                                    str(trainer.device))
         loop.run(trainer, run_dir)
-        return run_dir
-    finally:
-        D.shutdown(d)
+    except BaseException:
+        D.shutdown(d, clean=False)
+        raise
+    D.shutdown(d)
+    return run_dir
 
 
 def resume(run_dir, steps: Optional[int] = None) -> int:
@@ -78,15 +80,16 @@ def resume(run_dir, steps: Optional[int] = None) -> int:
             checkpoints = rundir.list_checkpoints(path)
             if checkpoints:
                 loop.load_checkpoint(trainer, checkpoints[-1])
-            if trainer.step >= cfg.steps:
-                if d.is_main:
-                    print(f"{path}: already at step {trainer.step} of {cfg.steps}; nothing to do")
-                return 0
-            if steps is not None and d.is_main:
-                rundir.write_config(path, cfg.to_dict())
-            loop.run(trainer, path, resumed=True)
-        finally:
-            D.shutdown(d)
+            if trainer.step < cfg.steps:
+                if steps is not None and d.is_main:
+                    rundir.write_config(path, cfg.to_dict())
+                loop.run(trainer, path, resumed=True)
+            elif d.is_main:
+                print(f"{path}: already at step {trainer.step} of {cfg.steps}; nothing to do")
+        except BaseException:
+            D.shutdown(d, clean=False)
+            raise
+        D.shutdown(d)
     except ConfigError as e:
         print(f"proxima resume: error: {e}", file=sys.stderr)
         return 2

@@ -40,8 +40,17 @@ def init_distributed(device_type: str) -> Dist:
     return Dist(tdist.get_rank(), tdist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def shutdown(d: Dist) -> None:
-    if d.enabled and tdist.is_initialized():
+def shutdown(d: Dist, clean: bool = True) -> None:
+    """Leave the process group. ``clean``: every rank got here at the same point, after its last
+    collective (see proxima.distributed.leave_process_group); False on the way out of an error, where
+    a barrier could wait for a rank that is still in another collective."""
+    if not d.enabled:
+        return
+    if clean:
+        from ..distributed import leave_process_group
+
+        leave_process_group()
+    elif tdist.is_initialized():
         tdist.destroy_process_group()
 
 

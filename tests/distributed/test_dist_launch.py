@@ -125,3 +125,25 @@ def test_test_hooks_off_by_default(monkeypatch):
     ctx.check_test_failure(1)
     with pytest.raises(RuntimeError, match="test failure injected on rank 1 at iteration 2"):
         ctx.check_test_failure(2)
+
+
+@pytest.mark.parametrize("body,world,code,err", [
+    ("return 3", "2", 3, ""),
+    ("raise ValueError('bad rank')", "2", 1, "ValueError: bad rank"),
+    ("raise SystemExit('one line')", "2", 1, "one line"),
+    ("print('out', end=''); return None", "2", 0, ""),
+    ("return 4", "1", 4, ""),  # not a torchrun rank: the ordinary SystemExit
+])
+def test_exit_process_keeps_the_status_and_the_output(body, world, code, err, tmp_path):
+    """A torchrun rank ends with os._exit (no interpreter finalization, where gloo's worker threads
+    can abort a finished rank), but with main's status and everything it printed."""
+    script = tmp_path / "entry.py"
+    script.write_text("import atexit\nfrom proxima.distributed import exit_process\n"
+                      "atexit.register(lambda: print('finalized', end=''))\n"
+                      f"def main():\n    {body}\nexit_process(main)\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    res = subprocess.run([sys.executable, str(script)], env={**env, "WORLD_SIZE": world}, capture_output=True, text=True, timeout=60)
+    assert res.returncode == code
+    assert err in res.stderr
+    assert res.stdout.startswith("out") == ("print" in body)
+    assert res.stdout.endswith("finalized") == (world == "1")  # finalization skipped only for a rank

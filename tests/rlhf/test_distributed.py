@@ -15,7 +15,7 @@ def test_two_processes_train_data_parallel_and_stay_in_sync(assets, tmp_path):
            "update_epochs": 1, "max_new_tokens": 4, "steps": 2, "lr": 1e-3, "print_every": 0, "sample_every": 1,
            "run_dir": str(run_dir)}
     (tmp_path / "ddp.yaml").write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            "-m", "proxima.rlhf", "--config", str(tmp_path / "ddp.yaml")],
                           capture_output=True, text=True, timeout=120, env=env)
