@@ -105,7 +105,10 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, s: Sa
     next_position = position_ids[:, -1:] + 1
     tokens = torch.full((batch, s.max_new_tokens), s.pad_token_id, dtype=torch.long, device=input_ids.device)
     done = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
-    ones = torch.ones((batch, 1), dtype=attention_mask.dtype, device=attention_mask.device)
+    # the mask of prompt + every response position, allocated once: step t passes a view of its first
+    # P + t + 1 columns (a growing torch.cat per token costs more than the tiny model's attention)
+    prompt_width = attention_mask.shape[1]
+    full_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, s.max_new_tokens))], dim=1)
     for t in range(s.max_new_tokens):
         logits = filter_logits(out.logits[:, -1].float() / s.temperature, s.top_k, s.top_p)
         token = torch.where(done, s.pad_token_id, sample(logits))
@@ -113,9 +116,8 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, s: Sa
         done |= token == s.eos_token_id
         if t == s.max_new_tokens - 1 or bool(done.all()):  # one host sync per token: negligible next to a forward
             return tokens[:, :t + 1]
-        attention_mask = torch.cat([attention_mask, ones], dim=1)
         cache = out.cache if cache_arg == "cache" else out.past_key_values
-        out = model(input_ids=token[:, None], attention_mask=attention_mask, position_ids=next_position,
+        out = model(input_ids=token[:, None], attention_mask=full_mask[:, :prompt_width + t + 1], position_ids=next_position,
                     use_cache=True, **{cache_arg: cache})
         next_position = next_position + 1
     return tokens
