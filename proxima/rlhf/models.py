@@ -206,8 +206,13 @@ def response_logits(model: nn.Module, input_ids, attention_mask, position_ids, n
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     kwargs = {"logits_to_keep": r + 1} if accepts_logits_to_keep(type(base)) else {}
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                   use_cache=False, **kwargs).logits
-    return logits[:, -(r + 1):-1].float() / temperature
+                   use_cache=False, **kwargs).logits[:, -(r + 1):-1].float()
+    if temperature == 1.0:
+        return logits
+    # without autograd (the rollout's scoring) divide the (B, R, V) logits, the step's largest tensor,
+    # where they lie; with it, out of place: a model may keep its logits for the backward (a final
+    # soft-cap's tanh does)
+    return logits / temperature if torch.is_grad_enabled() else logits.div_(temperature)
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
