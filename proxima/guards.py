@@ -32,8 +32,8 @@ class EnvGuard:
 
     Always, without a host sync: for each step t, which envs returned a non-finite observation or
     final observation, recorded on the device *before* normalization (a NaN would poison the running
-    statistics and with them every env's normalized obs). Trainer._check_rollout_finite reads these
-    flags once per iteration, together with the raw rewards of the rollout.
+    statistics and with them every env's normalized obs). check_rollout reads these
+    flags once per iteration (check_rollout), together with the raw rewards of the rollout.
 
     With ``--debug-checks`` (one sync per step): each action is checked against the action space
     before the step (Box actions for shape and finiteness only: the env clips them to the bounds,
@@ -89,6 +89,25 @@ class EnvGuard:
         return obs, reward, terminated, truncated, info
 
     # --- --debug-checks (syncs) ---
+    def check_rollout(self, raw_rewards: torch.Tensor, env_id: str) -> None:
+        """NaN/inf in what the envs returned this iteration -> NonFiniteError naming the field, the env
+        index and the global step. Observations are judged raw (the flags above), rewards raw
+        (raw_rewards (T, N)). One host sync per iteration; the search runs only on failure."""
+        fields = (("observation", ~self.obs_ok), ("final observation", ~self.final_ok), ("reward", ~torch.isfinite(raw_rewards)))
+        if not bool((fields[0][1] | fields[1][1] | fields[2][1]).any()):
+            return
+        first = None  # earliest step wins; at the same step: observation, final observation, reward
+        for order, (field, bad) in enumerate(fields):
+            if bool(bad.any()):
+                ts, ns = torch.nonzero(bad, as_tuple=True)
+                key = (int(ts[0]), order)
+                if first is None or key < first[0]:
+                    first = (key, field, int(ns[0]))
+        (t, _), field, n = first
+        value = f" {fmt_values(raw_rewards[t, n])}" if field == "reward" else ""
+        raise NonFiniteError(f"non-finite {field}{value} from {self.where(t, n)}; "
+                             f"check the env's step() with: proxima check-env {env_id}")
+
     def _fail(self, message: str):
         raise DebugCheckError(f"--debug-checks: {message}")
 
@@ -171,3 +190,12 @@ class EnvGuard:
             n = int(torch.nonzero(bad)[0, 0])
             raise NonFiniteError(f"non-finite reward {fmt_values(reward[n])} from {self.where(t, n)}; "
                                  f"check the env's step() with: proxima check-env {self.trainer.cfg.env_id}")
+
+
+def check_reset(obs: torch.Tensor, global_step: int, env_id: str) -> None:
+    """NaN/inf in the observations (N, ...) of a reset -> NonFiniteError naming the env (one host sync)."""
+    bad = ~torch.isfinite(obs.reshape(obs.shape[0], -1)).all(-1)
+    if bool(bad.any()):
+        n = int(torch.nonzero(bad)[0, 0])
+        raise NonFiniteError(f"non-finite observation {fmt_values(obs[n])} from env {n} at reset (global step {global_step}); "
+                             f"check the env's reset() with: proxima check-env {env_id}")

@@ -1,5 +1,6 @@
 """The outer loop: wires env, agent, optimizer, LR schedule, normalizers, logging, checkpoints,
-signals and evaluation around the four functions of ppo.py. The algorithm itself lives there.
+signals and evaluation around the four functions of ppo.py. The algorithm itself lives there; what
+a checkpoint holds and the run directory's files live in train_state.py.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import random
 import signal
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
@@ -18,48 +18,21 @@ import numpy as np
 import torch
 
 from . import checkpoint as ckpt
-from . import ppo
+from . import ppo, train_state
 from .agent import Agent, action_dtype, action_shape
 from .config import ConfigError, PPOConfig, batch_size, from_dict, num_iterations, validate
 from .envs import BatchedEnv, make_env
 from .normalize import ObsNormalizer, RewardScaler
-from .guards import DebugCheckError, EnvGuard, NonFiniteError, fmt_values
+from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
 from .rollout import Rollout
 from .signals import SignalGuard, TrainingInterrupted
-
-
-def versions() -> dict:
-    import platform
-
-    import gymnasium
-
-    from . import __version__
-
-    return {"proxima": __version__, "python": platform.python_version(), "torch": str(torch.__version__),
-            "gymnasium": gymnasium.__version__, "numpy": np.__version__}
-
-
-def git_commit() -> Optional[str]:
-    import subprocess
-
-    here = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def default_run_dir(cfg: PPOConfig) -> Path:
-    safe_env = cfg.env_id.replace("/", "_").replace(":", "_")
-    return Path("runs") / f"{safe_env}__{cfg.seed}__{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+from .train_state import default_run_dir
 
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
 
 
 # ------------------------------------------------------------------------------------------------
@@ -133,115 +106,22 @@ class Trainer:
         scaler = torch.amp.GradScaler(dev) if self.cfg.amp == "fp16" else None
         return autocast, scaler
 
-    # --- state -----------------------------------------------------------------------------------
+    # --- state (train_state.py) ---------------------------------------------------------------
     def state_dict(self) -> dict:
-        """The whole TrainState: everything needed to continue as if never stopped."""
-        return {
-            "format": ckpt.FORMAT, "schema_version": ckpt.SCHEMA_VERSION, "versions": versions(),
-            "config": self.cfg.to_dict(), "iteration": self.iteration, "global_step": self.global_step,
-            "elapsed": self.elapsed, "world_size": self.dist.world_size,
-            "spaces": {"observation": ckpt.space_to_dict(self.env.single_observation_space),
-                       "action": ckpt.space_to_dict(self.env.single_action_space)},
-            "agent": self.agent.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "lr_schedule": {"lr": float(self.optimizer.param_groups[0]["lr"]), "base_lr": self.cfg.lr, "anneal": self.cfg.anneal_lr,
-                            "iteration": self.iteration, "num_iterations": self.num_iterations},
-            "obs_normalizer": self.obs_norm.state_dict() if self.obs_norm is not None else None,
-            "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler is not None else None,
-            "grad_scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "env_backend": self.env.backend,
-            "env": self.env.state_dict() if self.env.can_save_state else None,
-            "next_obs": self.next_obs,
-            "rng": ckpt.rng_state(),
-        }
+        """The whole TrainState (train_state.capture)."""
+        return train_state.capture(self)
 
     def _restore(self, state: dict) -> None:
-        from .distributed import local_state
-
-        state = local_state(state, self.dist.rank)  # this rank's env, RNG and normalizer pieces
-        path = state.get("path", "checkpoint")
-        try:
-            self.agent.load_state_dict(state["agent"])
-            # keep the optimizer's own lr tensors (a compiled or graph-captured step holds them): copy the value in
-            lrs = [g["lr"] for g in self.optimizer.param_groups]
-            self.optimizer.load_state_dict(state["optimizer"])
-            for group, lr in zip(self.optimizer.param_groups, lrs):
-                if torch.is_tensor(lr):
-                    lr.fill_(float(group["lr"]))
-                    group["lr"] = lr
-            if self.obs_norm is not None:
-                self.obs_norm.load_state_dict(state["obs_normalizer"])
-            if self.reward_scaler is not None:
-                self.reward_scaler.load_state_dict(state["reward_scaler"])
-            if self.scaler is not None and state.get("grad_scaler"):
-                self.scaler.load_state_dict(state["grad_scaler"])
-        except KeyError as e:
-            raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing {e})") from None
-        except (RuntimeError, ValueError, TypeError) as e:
-            raise ckpt.CheckpointError(f"{path}: does not match this run's config ({str(e).splitlines()[0][:160]})") from None
-        try:
-            self.iteration, self.global_step = int(state["iteration"]), int(state["global_step"])
-            self.elapsed, _ = float(state.get("elapsed", 0.0)), state["rng"]
-        except KeyError as e:
-            raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing {e})") from None
-        self.last_checkpoint = Path(path) if "path" in state else None
-        if state.get("world_size", 1) != self.dist.world_size:
-            w = state.get("world_size", 1)
-            raise ckpt.CheckpointError(f"{path}: written by {w} process(es), resumed with {self.dist.world_size}; use the same --nproc"
-                                       + (f" (proxima train --resume RUN_DIR --nproc {w}, or torchrun --nproc-per-node {w} -m proxima resume RUN_DIR)" if w > 1 else ""))
-        if state.get("env") is not None and self.env.can_save_state and state.get("env_backend") == self.env.backend:
-            self.env.load_state_dict(state["env"])
-            self.next_obs = state["next_obs"].to(self.device)
-            ckpt.set_rng_state(state["rng"])
-        else:
-            # Gymnasium envs cannot save their state: restart episodes (told once)
-            if self.dist.is_main:
-                print(f"proxima: note: {self.env.backend} envs cannot restore their state; resumed run restarts episodes", file=sys.stderr)
-            ckpt.set_rng_state(state["rng"])
-            self.next_obs = self.env.reset(seed=self.cfg.seed + 10_000 * self.dist.rank + self.iteration)
-        if self.dist.world_size > 1 and "ranks" not in state:  # an older checkpoint held only rank 0's RNG
-            torch.manual_seed(self.cfg.seed + 10_000 * self.dist.rank + self.iteration)
-
-    # --- run directory ---------------------------------------------------------------------------
-    def _open_run_dir(self, resumed: bool) -> None:
-        if not self.dist.is_main:
-            return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "checkpoints").mkdir(exist_ok=True)
-        if not resumed:
-            import yaml
-
-            with open(self.run_dir / "config.yaml", "w") as f:
-                yaml.safe_dump(self.cfg.to_dict(), f, sort_keys=False)
-            meta = {"kind": "ppo", "command": self.argv if self.argv is not None else sys.argv,
-                    "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(),
-                    "device": str(self.device), "world_size": self.dist.world_size, "git_commit": git_commit(),
-                    "env_backend": self.env.backend}
-            try:
-                from .doctor import collect
-
-                meta["machine"] = collect()
-            except Exception:  # doctor is best-effort here
-                pass
-            with open(self.run_dir / "meta.json", "w") as f:
-                json.dump(meta, f, indent=2, default=str)
-        self.logger = _make_logger(self, resumed)
+        train_state.restore(self, state)
 
     def save(self) -> Optional[Path]:
-        """Write a checkpoint (rank 0); under torchrun every rank calls this at the same iteration:
-        the per-rank pieces (env, RNG, normalizers) are gathered into rank 0's checkpoint, and every
-        rank returns once it is on disk."""
-        if not self.dist.enabled:
-            return ckpt.save_train_state(self.run_dir, self.state_dict(), self.cfg.keep_checkpoints)
-        from .distributed import RANK_KEYS
+        """Write a checkpoint (train_state.save; under torchrun every rank calls it at the same iteration)."""
+        return train_state.save(self)
 
-        state = self.state_dict()
-        pieces = self.dist.gather_to_main({k: state[k] for k in RANK_KEYS})
-
-        def write():
-            state["ranks"] = pieces
-            return ckpt.save_train_state(self.run_dir, state, self.cfg.keep_checkpoints)
-
-        return self.dist.from_main(write)
+    def _open_run_dir(self, resumed: bool) -> None:
+        train_state.open_run_dir(self, resumed)
+        if self.dist.is_main:
+            self.logger = _make_logger(self, resumed)
 
     # --- one iteration ---------------------------------------------------------------------------
     def train_iteration(self) -> dict:
@@ -275,31 +155,10 @@ class Trainer:
         return guard
 
     def _check_rollout_finite(self, step0: int) -> None:
-        """NaN/inf in what the envs returned this iteration -> NonFiniteError naming the field, the env
-        index and the global step. Observations are judged raw (flags from EnvGuard), rewards raw
-        (rollout.raw_rewards). One host sync per iteration; the search runs only on failure."""
-        ro, guard = self.rollout, self._env_guard()
-        fields = (("observation", ~guard.obs_ok), ("final observation", ~guard.final_ok), ("reward", ~torch.isfinite(ro.raw_rewards)))
-        if not bool((fields[0][1] | fields[1][1] | fields[2][1]).any()):
-            return
-        first = None  # earliest step wins; at the same step: observation, final observation, reward
-        for order, (field, bad) in enumerate(fields):
-            if bool(bad.any()):
-                ts, ns = torch.nonzero(bad, as_tuple=True)
-                key = (int(ts[0]), order)
-                if first is None or key < first[0]:
-                    first = (key, field, int(ns[0]))
-        (t, _), field, n = first
-        value = f" {fmt_values(ro.raw_rewards[t, n])}" if field == "reward" else ""
-        raise NonFiniteError(f"non-finite {field}{value} from {guard.where(t, n)}; "
-                             f"check the env's step() with: proxima check-env {self.cfg.env_id}")
+        self._env_guard().check_rollout(self.rollout.raw_rewards, self.cfg.env_id)
 
     def _check_reset_finite(self) -> None:
-        bad = ~torch.isfinite(self.next_obs.reshape(self.next_obs.shape[0], -1)).all(-1)
-        if bool(bad.any()):
-            n = int(torch.nonzero(bad)[0, 0])
-            raise NonFiniteError(f"non-finite observation {fmt_values(self.next_obs[n])} from env {n} at reset (global step {self.global_step}); "
-                                 f"check the env's reset() with: proxima check-env {self.cfg.env_id}")
+        check_reset(self.next_obs, self.global_step, self.cfg.env_id)
 
     def _last_good(self, last=None) -> str:
         last = last or getattr(self, "last_checkpoint", None)

@@ -1,0 +1,171 @@
+"""What a PPO run is made of on disk: the TrainState a checkpoint holds, and the run directory.
+
+``capture(trainer)`` gathers the whole TrainState of DESIGN.md (agent, optimizer, LR schedule
+position, normalizer statistics, native env state and generators, RNG states, counters, config,
+versions); ``restore(trainer, state)`` puts a loaded one back; ``save(trainer)`` writes it through
+checkpoint.py (atomic, every rank's pieces gathered under torchrun). ``open_run_dir`` writes
+``config.yaml`` and ``meta.json`` of a new run. The trainer calls these; the loop lives there.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import numpy as np
+import torch
+
+from . import checkpoint as ckpt
+from .config import PPOConfig
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
+
+
+def versions() -> dict:
+    import platform
+
+    import gymnasium
+
+    from . import __version__
+
+    return {"proxima": __version__, "python": platform.python_version(), "torch": str(torch.__version__),
+            "gymnasium": gymnasium.__version__, "numpy": np.__version__}
+
+
+def git_commit() -> Optional[str]:
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def default_run_dir(cfg: PPOConfig) -> Path:
+    safe_env = cfg.env_id.replace("/", "_").replace(":", "_")
+    return Path("runs") / f"{safe_env}__{cfg.seed}__{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+# ------------------------------------------------------------------------------------------------
+def capture(t: "Trainer") -> dict:
+    """The whole TrainState: everything needed to continue as if never stopped."""
+    return {
+        "format": ckpt.FORMAT, "schema_version": ckpt.SCHEMA_VERSION, "versions": versions(),
+        "config": t.cfg.to_dict(), "iteration": t.iteration, "global_step": t.global_step,
+        "elapsed": t.elapsed, "world_size": t.dist.world_size,
+        "spaces": {"observation": ckpt.space_to_dict(t.env.single_observation_space),
+                   "action": ckpt.space_to_dict(t.env.single_action_space)},
+        "agent": t.agent.state_dict(), "optimizer": t.optimizer.state_dict(),
+        "lr_schedule": {"lr": float(t.optimizer.param_groups[0]["lr"]), "base_lr": t.cfg.lr, "anneal": t.cfg.anneal_lr,
+                        "iteration": t.iteration, "num_iterations": t.num_iterations},
+        "obs_normalizer": t.obs_norm.state_dict() if t.obs_norm is not None else None,
+        "reward_scaler": t.reward_scaler.state_dict() if t.reward_scaler is not None else None,
+        "grad_scaler": t.scaler.state_dict() if t.scaler is not None else None,
+        "env_backend": t.env.backend,
+        "env": t.env.state_dict() if t.env.can_save_state else None,
+        "next_obs": t.next_obs,
+        "rng": ckpt.rng_state(),
+    }
+
+
+def restore(t: "Trainer", state: dict) -> None:
+    """Put a loaded TrainState back into ``t`` (this rank's pieces under torchrun).
+
+    A checkpoint that does not fit the run raises CheckpointError naming the file and the problem.
+    """
+    from .distributed import local_state
+
+    state = local_state(state, t.dist.rank)  # this rank's env, RNG and normalizer pieces
+    path = state.get("path", "checkpoint")
+    try:
+        t.agent.load_state_dict(state["agent"])
+        # keep the optimizer's own lr tensors (a compiled or graph-captured step holds them): copy the value in
+        lrs = [g["lr"] for g in t.optimizer.param_groups]
+        t.optimizer.load_state_dict(state["optimizer"])
+        for group, lr in zip(t.optimizer.param_groups, lrs):
+            if torch.is_tensor(lr):
+                lr.fill_(float(group["lr"]))
+                group["lr"] = lr
+        if t.obs_norm is not None:
+            t.obs_norm.load_state_dict(state["obs_normalizer"])
+        if t.reward_scaler is not None:
+            t.reward_scaler.load_state_dict(state["reward_scaler"])
+        if t.scaler is not None and state.get("grad_scaler"):
+            t.scaler.load_state_dict(state["grad_scaler"])
+    except KeyError as e:
+        raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing {e})") from None
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise ckpt.CheckpointError(f"{path}: does not match this run's config ({str(e).splitlines()[0][:160]})") from None
+    try:
+        t.iteration, t.global_step = int(state["iteration"]), int(state["global_step"])
+        t.elapsed, _ = float(state.get("elapsed", 0.0)), state["rng"]
+    except KeyError as e:
+        raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing {e})") from None
+    t.last_checkpoint = Path(path) if "path" in state else None
+    if state.get("world_size", 1) != t.dist.world_size:
+        w = state.get("world_size", 1)
+        raise ckpt.CheckpointError(f"{path}: written by {w} process(es), resumed with {t.dist.world_size}; use the same --nproc"
+                                   + (f" (proxima train --resume RUN_DIR --nproc {w}, or torchrun --nproc-per-node {w} -m proxima resume RUN_DIR)" if w > 1 else ""))
+    if state.get("env") is not None and t.env.can_save_state and state.get("env_backend") == t.env.backend:
+        t.env.load_state_dict(state["env"])
+        t.next_obs = state["next_obs"].to(t.device)
+        ckpt.set_rng_state(state["rng"])
+    else:
+        # Gymnasium envs cannot save their state: restart episodes (told once)
+        if t.dist.is_main:
+            print(f"proxima: note: {t.env.backend} envs cannot restore their state; resumed run restarts episodes", file=sys.stderr)
+        ckpt.set_rng_state(state["rng"])
+        t.next_obs = t.env.reset(seed=t.cfg.seed + 10_000 * t.dist.rank + t.iteration)
+    if t.dist.world_size > 1 and "ranks" not in state:  # an older checkpoint held only rank 0's RNG
+        torch.manual_seed(t.cfg.seed + 10_000 * t.dist.rank + t.iteration)
+
+
+def save(t: "Trainer") -> Optional[Path]:
+    """Write a checkpoint (rank 0); under torchrun every rank calls this at the same iteration:
+    the per-rank pieces (env, RNG, normalizers) are gathered into rank 0's checkpoint, and every
+    rank returns once it is on disk."""
+    if not t.dist.enabled:
+        return ckpt.save_train_state(t.run_dir, capture(t), t.cfg.keep_checkpoints)
+    from .distributed import RANK_KEYS
+
+    state = capture(t)
+    pieces = t.dist.gather_to_main({k: state[k] for k in RANK_KEYS})
+
+    def write():
+        state["ranks"] = pieces
+        return ckpt.save_train_state(t.run_dir, state, t.cfg.keep_checkpoints)
+
+    return t.dist.from_main(write)
+
+
+# ------------------------------------------------------------------------------------------------
+def open_run_dir(t: "Trainer", resumed: bool) -> None:
+    """Rank 0: create the run directory; a new run also gets config.yaml and meta.json."""
+    if not t.dist.is_main:
+        return
+    t.run_dir.mkdir(parents=True, exist_ok=True)
+    (t.run_dir / "checkpoints").mkdir(exist_ok=True)
+    if resumed:
+        return
+    import yaml
+
+    with open(t.run_dir / "config.yaml", "w") as f:
+        yaml.safe_dump(t.cfg.to_dict(), f, sort_keys=False)
+    meta = {"kind": "ppo", "command": t.argv if t.argv is not None else sys.argv,
+            "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(),
+            "device": str(t.device), "world_size": t.dist.world_size, "git_commit": git_commit(),
+            "env_backend": t.env.backend}
+    try:
+        from .doctor import collect
+
+        meta["machine"] = collect()
+    except Exception:  # doctor is best-effort here
+        pass
+    with open(t.run_dir / "meta.json", "w") as f:
+        json.dump(meta, f, indent=2, default=str)
