@@ -22,8 +22,10 @@ train: setup
 	$(BIN)/proxima train CartPole-v1 --run-dir $(RUN)
 	$(BIN)/proxima eval $(RUN) --episodes 10
 
+# stdin from /dev/null: a runner that starts make with no standard input at all (fd 0 closed) would
+# otherwise break IPython's import inside pytest's capture (the notebook test)
 test: setup
-	$(BIN)/python -m pytest -q -m "not slow" --timeout 600
+	$(BIN)/python -m pytest -q -m "not slow" --timeout 600 < /dev/null
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow --timeout 3600
