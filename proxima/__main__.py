@@ -1,4 +1,3 @@
-from .cli import main
-from .distributed import exit_process
+from .cli import entry
 
-exit_process(main)
+entry()

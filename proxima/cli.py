@@ -252,3 +252,14 @@ def main(argv: Optional[list] = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `proxima presets | head`: the reader left; no traceback, and none at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13  # as a shell reports SIGPIPE
+
+
+def entry() -> None:
+    """The ``proxima`` console script and ``python -m proxima``: main() ended by exit_process (a
+    torchrun rank skips interpreter finalization; see proxima.distributed.exit_process)."""
+    from .distributed import exit_process
+
+    exit_process(main)

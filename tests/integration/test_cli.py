@@ -241,3 +241,15 @@ def test_user_env_module_class_trains_from_the_current_directory(tmp_path):
     assert len(rows) == 2 and float(rows[0]["charts/episodic_return"]) == 5.0
     result = json.loads((run_dir / "eval.json").read_text())
     assert result["env_id"] == "my_corridor:Corridor" and result["returns"] == [5.0, 5.0]
+
+
+def test_output_into_a_closed_pipe_is_quiet():
+    """`proxima presets | head -1`: the reader leaves early; no BrokenPipeError traceback, SIGPIPE's status."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "proxima", "presets"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the table is written (start-up takes a second)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err
