@@ -314,7 +314,8 @@ def leave_process_group() -> None:
 
 
 def exit_process(main: Callable[[], Optional[int]]) -> NoReturn:
-    """Run ``main`` and end the process with its exit status (the ``python -m`` entry points).
+    """Run ``main`` and end the process with its exit status (``proxima``, ``python -m proxima``,
+    ``python -m proxima.rlhf``).
 
     A torchrun rank (``WORLD_SIZE > 1``) ends with ``os._exit`` once its output is flushed: its run
     directory is complete and closed by then, and skipping interpreter finalization avoids a race
@@ -322,7 +323,7 @@ def exit_process(main: Callable[[], Optional[int]]) -> NoReturn:
     which aborts the rank ("terminate called without an active exception", SIGABRT) after a run
     that succeeded. Other processes exit the ordinary way.
     """
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) <= 1:
+    if not _is_torchrun_rank():
         raise SystemExit(main())
     try:
         code = main()
@@ -342,3 +343,11 @@ def exit_process(main: Callable[[], Optional[int]]) -> NoReturn:
         except Exception:
             pass
     os._exit(code or 0)
+
+
+def _is_torchrun_rank() -> bool:
+    """True in a process torchrun started as one of several ranks (WORLD_SIZE > 1)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE") or 1) > 1
+    except ValueError:
+        return False
