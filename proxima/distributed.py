@@ -253,7 +253,7 @@ def context() -> DistContext:
     """The current process's context; initializes the process group under torchrun."""
     global _CONTEXT
     if _CONTEXT is None:
-        _CONTEXT = init() if "RANK" in os.environ and "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1 else DistContext(**_test_hooks(0))
+        _CONTEXT = init() if "RANK" in os.environ and _is_torchrun_rank() else DistContext(**_test_hooks(0))
     return _CONTEXT
 
 

@@ -87,7 +87,7 @@ class Trainer:
             self.grad_step = self.dist.sync_kl(self.grad_step)
         self.next_obs = self.env.reset(seed=rank_seed)
         if resume_state is not None:
-            self._restore(resume_state)
+            train_state.restore(self, resume_state)
         # rank 0's (time-stamped) default, the same path on every rank
         self.run_dir = Path(self.dist.from_main(lambda: Path(run_dir) if run_dir is not None else Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)))
         self.argv = argv
@@ -111,17 +111,9 @@ class Trainer:
         """The whole TrainState (train_state.capture)."""
         return train_state.capture(self)
 
-    def _restore(self, state: dict) -> None:
-        train_state.restore(self, state)
-
     def save(self) -> Optional[Path]:
         """Write a checkpoint (train_state.save; under torchrun every rank calls it at the same iteration)."""
         return train_state.save(self)
-
-    def _open_run_dir(self, resumed: bool) -> None:
-        train_state.open_run_dir(self, resumed)
-        if self.dist.is_main:
-            self.logger = _make_logger(self, resumed)
 
     # --- one iteration ---------------------------------------------------------------------------
     def train_iteration(self) -> dict:
@@ -129,12 +121,11 @@ class Trainer:
         if cfg.anneal_lr:  # detail 4
             frac = 1.0 - self.iteration / self.num_iterations
             self.optimizer.param_groups[0]["lr"].fill_(frac * cfg.lr)
-        step0 = self.global_step
         guard = self._env_guard()
-        guard.begin(step0)
+        guard.begin(self.global_step)
         self.next_obs = ppo.collect_rollout(guard, self.policy_step, ro, self.next_obs, self.obs_norm, self.reward_scaler)
         self.global_step += self.steps_per_iteration
-        self._check_rollout_finite(step0)
+        guard.check_rollout(ro.raw_rewards, cfg.env_id)  # one host sync per iteration
         with torch.no_grad():
             next_values = self.agent.get_value(ro.final_obs.reshape(-1, *ro.final_obs.shape[2:])).reshape(ro.num_steps, ro.num_envs)
         # ppo2 treated truncation as termination; the default bootstraps from V(final_obs)
@@ -154,12 +145,6 @@ class Trainer:
             guard = self._guard = EnvGuard(self)
         return guard
 
-    def _check_rollout_finite(self, step0: int) -> None:
-        self._env_guard().check_rollout(self.rollout.raw_rewards, self.cfg.env_id)
-
-    def _check_reset_finite(self) -> None:
-        check_reset(self.next_obs, self.global_step, self.cfg.env_id)
-
     def _last_good(self, last=None) -> str:
         last = last or getattr(self, "last_checkpoint", None)
         return f"last good checkpoint: {last}" if last else "no checkpoint was written yet (--checkpoint-every N writes one every N iterations)"
@@ -173,14 +158,16 @@ class Trainer:
         checkpoint (nothing is written for the bad iteration). ``stop_after`` (a test hook) acts as a
         SIGINT arriving during iteration ``stop_after`` (counted from the start of the run).
         """
-        self._open_run_dir(resumed)
+        train_state.open_run_dir(self, resumed)
+        if self.dist.is_main:
+            self.logger = _make_logger(self, resumed)
         cfg = self.cfg
         last_ckpt = getattr(self, "last_checkpoint", None)
         try:
             with SignalGuard() as stop:
                 t_start = time.perf_counter() - self.elapsed
                 try:
-                    self._check_reset_finite()
+                    check_reset(self.next_obs, self.global_step, cfg.env_id)
                 except NonFiniteError as e:
                     raise NonFiniteError(f"{e}; {self._last_good(last_ckpt)}") from None
                 while self.iteration < self.num_iterations:

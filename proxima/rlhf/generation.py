@@ -106,7 +106,7 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, s: Sa
     tokens = torch.full((batch, s.max_new_tokens), s.pad_token_id, dtype=torch.long, device=input_ids.device)
     done = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
     # the mask of prompt + every response position, allocated once: step t passes a view of its first
-    # P + t + 1 columns (a growing torch.cat per token costs more than the tiny model's attention)
+    # P + t + 1 columns instead of concatenating a new mask every token
     prompt_width = attention_mask.shape[1]
     full_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, s.max_new_tokens))], dim=1)
     for t in range(s.max_new_tokens):
