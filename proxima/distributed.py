@@ -253,7 +253,7 @@ def context() -> DistContext:
     """The current process's context; initializes the process group under torchrun."""
     global _CONTEXT
     if _CONTEXT is None:
-        _CONTEXT = init() if "RANK" in os.environ and _is_torchrun_rank() else DistContext(**_test_hooks(0))
+        _CONTEXT = init() if "RANK" in os.environ and is_torchrun_rank() else DistContext(**_test_hooks(0))
     return _CONTEXT
 
 
@@ -323,7 +323,7 @@ def exit_process(main: Callable[[], Optional[int]]) -> NoReturn:
     which aborts the rank ("terminate called without an active exception", SIGABRT) after a run
     that succeeded. Other processes exit the ordinary way.
     """
-    if not _is_torchrun_rank():
+    if not is_torchrun_rank():
         raise SystemExit(main())
     try:
         code = main()
@@ -345,7 +345,7 @@ def exit_process(main: Callable[[], Optional[int]]) -> NoReturn:
     os._exit(code or 0)
 
 
-def _is_torchrun_rank() -> bool:
+def is_torchrun_rank() -> bool:
     """True in a process torchrun started as one of several ranks (WORLD_SIZE > 1)."""
     try:
         return int(os.environ.get("WORLD_SIZE") or 1) > 1

@@ -32,8 +32,9 @@ class Dist:
 
 def init_distributed(device_type: str) -> Dist:
     """Join the torchrun process group when WORLD_SIZE > 1 (gloo on CPU, nccl on CUDA)."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size <= 1:
+    from ..distributed import is_torchrun_rank
+
+    if not is_torchrun_rank():  # the same test as the entry points' exit_process
         return Dist()
     if not tdist.is_initialized():
         tdist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
