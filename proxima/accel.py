@@ -8,8 +8,8 @@ compiled and eager runs:
 * the minibatch step ``grad_step(mb) -> metrics`` (forward, loss, backward, clip, Adam step).
 
 No shape changes between iterations (fixed N, T, minibatch size) and a learning rate held as a
-tensor mean the compiled code is built once. ``--cudagraphs`` uses torch.compile's
-"reduce-overhead" mode, which records CUDA graphs with static input buffers (CUDA only).
+tensor mean the compiled code is built once. ``--cudagraphs`` is not a compile mode: graphs.py
+captures whole parts of the iteration (eager or compiled) into CUDA graphs of its own.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from . import ppo
 
 
 def compile_mode(cfg) -> str:
-    return "reduce-overhead" if cfg.cudagraphs else cfg.compile_mode
+    return cfg.compile_mode
 
 
 def accelerate(trainer):

@@ -132,11 +132,11 @@ def bench_line(args, backend: str, num_envs: int) -> tuple:
 
         def env_step() -> None:
             i = state["i"] = (state["i"] + 1) % actions.shape[0]
-            trainer.next_obs = env.step(actions[i])[0]
+            trainer.next_obs.copy_(env.step(actions[i])[0])
 
         def rollout() -> None:
-            trainer.next_obs = ppo.collect_rollout(env, trainer.policy_step, trainer.rollout, trainer.next_obs,
-                                                   trainer.obs_norm, trainer.reward_scaler)
+            trainer.next_obs.copy_(ppo.collect_rollout(env, trainer.policy_step, trainer.rollout, trainer.next_obs,
+                                                       trainer.obs_norm, trainer.reward_scaler))
 
         def train() -> None:
             out = trainer.train_iteration()

@@ -17,6 +17,14 @@ mode to judge, and on CPU they are not a property of the code under test.
 
 The patches are process-wide while the block runs; use it in tests and debugging, not in
 production code, and not from several threads at once.
+
+``forbid_host_tensors()`` guards the other direction, host to device: inside the block no tensor
+may be made from Python numbers or data (``torch.tensor(...)``, ``torch.where(c, 1.0, x)``, which
+wraps the 1.0 in a new tensor, ``torch.full``) and nothing may be copied between devices. On CUDA
+each of these is a small host-to-device copy or an extra kernel per call, and a value baked into a
+captured CUDA graph at capture time. Python numbers passed as scalar arguments (``x * 0.5``,
+``clamp(x, -1, 1)``, ``masked_fill_(m, 0)``) are fine: they travel as kernel arguments. It is a
+``TorchDispatchMode``, so it sees what every line, torch's own included, asks of the device.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from typing import Iterator, Optional
 
 import torch
 
-__all__ = ["HostSyncError", "forbid_host_sync"]
+__all__ = ["HostSyncError", "forbid_host_sync", "HostTensorError", "forbid_host_tensors"]
 
 #: Tensor methods that hand a tensor's value to Python (or to host memory).
 VALUE_READS = ("item", "__bool__", "__int__", "__float__", "__index__", "__format__", "__array__", "tolist", "numpy", "cpu")
@@ -127,4 +135,61 @@ def forbid_host_sync(device: Optional[torch.device | str] = None) -> Iterator[No
             torch.cuda.set_sync_debug_mode(previous)
         return
     with _patched_tensor_methods():
+        yield
+
+
+class HostTensorError(RuntimeError):
+    """A tensor was made from Python data, or copied across devices, inside ``forbid_host_tensors()``."""
+
+
+def _host_tensor_mode():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    aten = torch.ops.aten
+    from_python = {aten.scalar_tensor.default: "a tensor from a Python number (torch.where/full with a Python scalar?)",
+                   aten.lift_fresh.default: "torch.tensor(...) from Python data",
+                   aten.lift_fresh_copy.default: "torch.tensor(...) from Python data",
+                   aten.full.default: "torch.full(...) from a Python number"}
+
+    class _Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            what = from_python.get(func)
+            if what is None and func in (aten._to_copy.default, aten.copy_.default):
+                src = args[0] if func is aten._to_copy.default else args[1]
+                dst = kwargs.get("device") if func is aten._to_copy.default else args[0].device
+                if isinstance(src, torch.Tensor) and dst is not None and torch.device(dst) != src.device:
+                    what = f"a copy from {src.device} to {torch.device(dst)}"
+            if what is not None:
+                caller = _caller_frame()
+                # torch's own code (autograd formulas such as clamp's backward, the optimizer) is
+                # let through, as in forbid_host_sync: the guard judges the code under test
+                if caller is not None and not caller.f_code.co_filename.startswith(_TORCH_DIR):
+                    raise HostTensorError(f"{func} in a forbid_host_tensors() block: {what} at "
+                                          f"{caller.f_code.co_filename}:{caller.f_lineno} in {caller.f_code.co_name}; "
+                                          "make constants once outside the loop or pass the number as a scalar argument")
+            return func(*args, **kwargs)
+
+    return _Mode()
+
+
+def _caller_frame():
+    """The innermost Python frame that asked for the op (skipping this module and torch's dispatch
+    machinery); None when the op came from C++ with no Python frame above this one."""
+    frame = sys._getframe(2)
+    while frame is not None and (frame.f_code.co_filename == __file__ or frame.f_code.co_filename in _DISPATCH_FILES):
+        frame = frame.f_back
+    return frame
+
+
+#: torch's wrappers between a Python call of an op and a dispatch mode's __torch_dispatch__
+_DISPATCH_FILES = {os.path.join(_TORCH_DIR, *parts) for parts in
+                   (("utils", "_python_dispatch.py"), ("_compile.py",), ("_dynamo", "eval_frame.py"))}
+
+
+@contextlib.contextmanager
+def forbid_host_tensors() -> Iterator[None]:
+    """Raise :class:`HostTensorError` on a tensor made from Python data or a cross-device copy
+    inside the block (see the module docstring); any device."""
+    with _host_tensor_mode():
         yield

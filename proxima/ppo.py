@@ -180,7 +180,12 @@ def update(agent, optimizer: torch.optim.Optimizer, batch: dict, cfg, grad_step:
             mb = {k: v[mb_inds] for k, v in batch.items()}
             out = grad_step(mb)
             for k, v in out.items():
-                totals[k] = (totals[k] | v if k == "nonfinite" else totals[k] + v) if k in totals else v
+                if k not in totals:  # a copy, never the step's own output: a replayed step overwrites that
+                    totals[k] = v.clone()
+                elif k == "nonfinite":
+                    totals[k] |= v
+                else:
+                    totals[k] += v
             n += 1
             # the one host sync of the update, only when target_kl is set
             if cfg.target_kl is not None and bool(out["approx_kl"] > cfg.target_kl):

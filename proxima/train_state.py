@@ -114,14 +114,14 @@ def restore(t: "Trainer", state: dict) -> None:
                                    + (f" (proxima train --resume RUN_DIR --nproc {w}, or torchrun --nproc-per-node {w} -m proxima resume RUN_DIR)" if w > 1 else ""))
     if state.get("env") is not None and t.env.can_save_state and state.get("env_backend") == t.env.backend:
         t.env.load_state_dict(state["env"])
-        t.next_obs = state["next_obs"].to(t.device)
+        t.next_obs.copy_(state["next_obs"])  # in place: the rollout's graph holds this buffer
         ckpt.set_rng_state(state["rng"])
     else:
         # Gymnasium envs cannot save their state: restart episodes (told once)
         if t.dist.is_main:
             print(f"proxima: note: {t.env.backend} envs cannot restore their state; resumed run restarts episodes", file=sys.stderr)
         ckpt.set_rng_state(state["rng"])
-        t.next_obs = t.env.reset(seed=t.cfg.seed + 10_000 * t.dist.rank + t.iteration)
+        t.next_obs.copy_(t.env.reset(seed=t.cfg.seed + 10_000 * t.dist.rank + t.iteration))
     if t.dist.world_size > 1 and "ranks" not in state:  # an older checkpoint held only rank 0's RNG
         torch.manual_seed(t.cfg.seed + 10_000 * t.dist.rank + t.iteration)
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from . import checkpoint as ckpt
-from . import ppo, train_state
+from . import graphs, ppo, train_state
 from .agent import Agent, action_dtype, action_shape
 from .config import ConfigError, PPOConfig, batch_size, from_dict, num_iterations, validate
 from .envs import BatchedEnv, make_env
@@ -48,8 +48,7 @@ class Trainer:
         self.cfg, self.quiet = cfg, quiet
         torch.set_num_threads(cfg.threads)
         self.device = self.dist.device_for(cfg.device)  # under torchrun: cuda:LOCAL_RANK or cpu
-        if cfg.cudagraphs and self.device.type != "cuda":
-            raise ConfigError("--cudagraphs needs a CUDA device (got --device %s)" % cfg.device)
+        _check_cudagraphs(cfg, self.device, self.dist.world_size)
         if cfg.amp == "fp16" and self.device.type != "cuda":
             raise ConfigError("--amp fp16 needs a CUDA device (GradScaler); use --amp bf16 on CPU")
         if self.device.type == "cuda":
@@ -64,10 +63,12 @@ class Trainer:
         self.model = self.dist.wrap(self.agent)
         # detail 3 (eps 1e-5); the learning rate is a tensor annealed in place, so a compiled or
         # graph-captured update step sees a new value without recompiling
-        # fused Adam on CPU: one kernel per step instead of a dozen foreach ops
+        # fused Adam: one multi-tensor kernel per step instead of a dozen foreach ops per parameter
+        # (on CUDA the unfused capturable Adam was 36% of an iteration's host time); capturable on
+        # CUDA, so the step counter and the learning rate stay on the device and a graph can record it
         on_cuda = self.device.type == "cuda"
         self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=torch.tensor(cfg.lr, device=self.device), eps=1e-5,
-                                          capturable=on_cuda, fused=not on_cuda)
+                                          capturable=on_cuda, fused=True)
         self.obs_norm = ObsNormalizer(obs_space.shape, cfg.clip_obs).to(self.device) if cfg.norm_obs else None
         self.reward_scaler = RewardScaler(cfg.num_envs, cfg.gamma, cfg.clip_reward).to(self.device) if cfg.norm_reward else None
         self.rollout = Rollout(cfg.num_steps, cfg.num_envs, self.env.obs_shape, action_shape(act_space), action_dtype(act_space), self.device)
@@ -79,13 +80,16 @@ class Trainer:
         if self.autocast is not None:
             self.policy_step = _autocast_fn(self.agent.policy_step, self.autocast)
         self.grad_step = ppo.make_grad_step(self.model, self.optimizer, cfg, self.autocast, self.scaler)
-        if cfg.compile or cfg.cudagraphs:
+        if cfg.compile:
             from .accel import accelerate
 
             self.policy_step, self.grad_step = accelerate(self)
         if cfg.target_kl is not None:  # ranks average approx_kl, so all take the same early-stop decision
             self.grad_step = self.dist.sync_kl(self.grad_step)
-        self.next_obs = self.env.reset(seed=rank_seed)
+        # a static buffer from here on: every later write copies into it (a captured graph holds it)
+        self.next_obs = self.env.reset(seed=rank_seed).clone()
+        # the iteration's three parts, eager or replayed as CUDA graphs (graphs.py)
+        self.parts, self._rollout, self._advantages, self._update = graphs.build_parts(self)
         if resume_state is not None:
             train_state.restore(self, resume_state)
         # rank 0's (time-stamped) default, the same path on every rank
@@ -100,8 +104,10 @@ class Trainer:
         dtype = torch.bfloat16 if self.cfg.amp == "bf16" else torch.float16
         dev = self.device.type
 
+        cache = not self.cfg.cudagraphs  # autocast's weight-cast cache must not outlive a graph capture
+
         def autocast():
-            return torch.autocast(device_type=dev, dtype=dtype)
+            return torch.autocast(device_type=dev, dtype=dtype, cache_enabled=cache)
 
         scaler = torch.amp.GradScaler(dev) if self.cfg.amp == "fp16" else None
         return autocast, scaler
@@ -117,24 +123,24 @@ class Trainer:
 
     # --- one iteration ---------------------------------------------------------------------------
     def train_iteration(self) -> dict:
+        """One iteration: rollout, advantages, update (graphs.py: eager calls or CUDA-graph replays).
+
+        Returns the iteration's metrics as tensors (static buffers, overwritten by the next
+        iteration: read them before calling this again, as Trainer.run does)."""
         cfg, ro = self.cfg, self.rollout
         if cfg.anneal_lr:  # detail 4
             frac = 1.0 - self.iteration / self.num_iterations
             self.optimizer.param_groups[0]["lr"].fill_(frac * cfg.lr)
         guard = self._env_guard()
         guard.begin(self.global_step)
-        self.next_obs = ppo.collect_rollout(guard, self.policy_step, ro, self.next_obs, self.obs_norm, self.reward_scaler)
+        self._rollout()
         self.global_step += self.steps_per_iteration
         guard.check_rollout(ro.raw_rewards, cfg.env_id)  # one host sync per iteration
-        with torch.no_grad():
-            next_values = self.agent.get_value(ro.final_obs.reshape(-1, *ro.final_obs.shape[2:])).reshape(ro.num_steps, ro.num_envs)
-        # ppo2 treated truncation as termination; the default bootstraps from V(final_obs)
-        terminated = ro.terminated if cfg.bootstrap_truncation else ro.dones
-        advantages, returns = ppo.compute_gae(ro.rewards, ro.values, next_values, terminated, ro.dones, cfg.gamma, cfg.gae_lambda)
-        batch = ro.flatten(advantages, returns)
         self.model.train()
-        out = ppo.update(self.agent, self.optimizer, batch, cfg, grad_step=self.grad_step)
-        out["explained_variance"] = ppo.explained_variance(batch["values"], batch["returns"])
+        self._advantages()
+        self._update()
+        out = dict(self.parts.metrics)
+        out["explained_variance"] = self.parts.explained_variance
         out["ep_return_sum"], out["ep_length_sum"], out["ep_count"] = ro.ep_return_sum, ro.ep_length_sum, ro.ep_count
         self.iteration += 1
         return out
@@ -202,6 +208,22 @@ class Trainer:
 
     def close(self) -> None:
         self.env.close()
+
+
+def _check_cudagraphs(cfg: PPOConfig, device: torch.device, world_size: int) -> None:
+    """--cudagraphs and what it cannot be combined with: one line each, naming the flag."""
+    if not cfg.cudagraphs:
+        return
+    if device.type != "cuda":
+        raise ConfigError("--cudagraphs needs a CUDA device (got --device %s)" % cfg.device)
+    if cfg.debug_checks:
+        raise ConfigError("--debug-checks reads every step on the host, which a CUDA graph cannot record; drop --cudagraphs or --debug-checks")
+    if cfg.amp == "fp16":
+        raise ConfigError("--amp fp16 checks its GradScaler on the host each step, which a CUDA graph cannot record; use --amp bf16 with --cudagraphs")
+    if world_size > 1:
+        raise ConfigError("--cudagraphs is not supported under torchrun yet (gradients are all-reduced outside the graph); drop --cudagraphs")
+    if cfg.compile and cfg.compile_mode == "reduce-overhead":
+        raise ConfigError("--compile-mode reduce-overhead records its own CUDA graphs inside Proxima's (--cudagraphs); use --compile-mode default")
 
 
 def _autocast_fn(fn, autocast):

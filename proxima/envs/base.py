@@ -115,15 +115,24 @@ class NativeEnv(BatchedEnv):
         return low + (high - low) * u
 
     # --- the contract ---
+    # State tensors are persistent buffers, updated in place (``out=``, ``copy_``, ``masked_fill_``):
+    # a CUDA graph captured around step() reads and writes the same memory on every replay, and an
+    # attribute rebound to a fresh tensor would leave the replayed graph reading stale input.
     def reset(self, seed: Optional[int] = None) -> torch.Tensor:
         if seed is not None:
             self.generator.manual_seed(int(seed))
-        self.state = self._sample_initial_state(self.num_envs)
+        fresh = self._sample_initial_state(self.num_envs)
+        if self.state.keys() == fresh.keys() and all(self.state[k].shape == v.shape for k, v in fresh.items()):
+            for key, value in fresh.items():
+                self.state[key].copy_(value)
+        else:
+            self.state = fresh
         self.elapsed.zero_()
         self.ep_return.zero_()
         return self._observe()
 
     def step(self, action: torch.Tensor):
+        buffers = dict(self.state)  # the persistent tensors; _dynamics may rebind self.state[key]
         reward, terminated = self._dynamics(action)
         self.elapsed += 1
         self.ep_return += reward
@@ -132,13 +141,15 @@ class NativeEnv(BatchedEnv):
         final_obs = self._observe()
         episode_return = torch.where(done, self.ep_return, torch.zeros_like(self.ep_return))
         episode_length = torch.where(done, self.elapsed, torch.zeros_like(self.elapsed))
-        # same-step autoreset: draw fresh states for all rows, keep them where done
+        # same-step autoreset: draw fresh states for all rows, keep them where done, written back
+        # into the persistent buffers
         fresh = self._sample_initial_state(self.num_envs)
-        for key, value in self.state.items():
-            mask = done.view(-1, *([1] * (value.dim() - 1)))
-            self.state[key] = torch.where(mask, fresh[key], value)
-        self.elapsed = torch.where(done, torch.zeros_like(self.elapsed), self.elapsed)
-        self.ep_return = torch.where(done, torch.zeros_like(self.ep_return), self.ep_return)
+        for key, buffer in buffers.items():
+            mask = done.view(-1, *([1] * (buffer.dim() - 1)))
+            torch.where(mask, fresh[key], self.state[key], out=buffer)
+            self.state[key] = buffer
+        self.elapsed.masked_fill_(done, 0)
+        self.ep_return.masked_fill_(done, 0.0)
         obs = self._observe()
         info = {"final_obs": final_obs, "episode_return": episode_return, "episode_length": episode_length}
         return obs, reward, terminated, truncated, info
@@ -152,7 +163,13 @@ class NativeEnv(BatchedEnv):
         }
 
     def load_state_dict(self, sd: dict) -> None:
-        self.state = {k: v.to(self.device).clone() for k, v in sd["state"].items()}
-        self.elapsed = sd["elapsed"].to(self.device).clone()
-        self.ep_return = sd["ep_return"].to(self.device).clone()
+        # copied into the existing buffers where they exist (see step(): captured graphs hold them)
+        state = {k: v.to(self.device) for k, v in sd["state"].items()}
+        if self.state.keys() == state.keys() and all(self.state[k].shape == v.shape for k, v in state.items()):
+            for key, value in state.items():
+                self.state[key].copy_(value)
+        else:
+            self.state = {k: v.clone() for k, v in state.items()}
+        self.elapsed.copy_(sd["elapsed"].to(self.device))
+        self.ep_return.copy_(sd["ep_return"].to(self.device))
         self.generator.set_state(sd["generator"].cpu())

@@ -75,7 +75,9 @@ class CartPole(_ClassicEnv):
     def _dynamics(self, action):
         s = self.state["s"]
         x, x_dot, theta, theta_dot = s.unbind(-1)
-        force = torch.where(self._flat_action(action) == 1, self.force_mag, -self.force_mag).to(s.dtype)
+        # +-force_mag as arithmetic on the action: a Python number inside torch.where becomes a new
+        # tensor every step (a host-to-device copy on CUDA)
+        force = (self._flat_action(action) * 2 - 1).to(s.dtype) * self.force_mag
         costheta, sintheta = torch.cos(theta), torch.sin(theta)
         # Gymnasium's grouping: polemass_length * square(theta_dot), masspole * square(costheta)
         temp = (force + self.polemass_length * (theta_dot * theta_dot) * sintheta) / self.total_mass
@@ -222,7 +224,7 @@ class MountainCar(_ClassicEnv):
         velocity = torch.where((position == self.min_position) & (velocity < 0), torch.zeros_like(velocity), velocity)
         terminated = (position >= self.goal_position) & (velocity >= self.goal_velocity)
         self.state["s"] = torch.stack((position, velocity), -1)
-        return torch.full((self.num_envs,), -1.0, dtype=torch.float32, device=self.device), terminated
+        return -torch.ones_like(terminated, dtype=torch.float32), terminated  # -1 per step
 
     def _observe(self):
         return self.state["s"].to(torch.float32, copy=True)  # never alias the state
@@ -265,7 +267,7 @@ class MountainCarContinuous(_ClassicEnv):
         # Gymnasium keeps this env's state as float32 between steps
         self.state["s"] = torch.stack((position, velocity), -1).to(torch.float32).to(s.dtype)
         # (float64 Python arithmetic in Gymnasium: 100 * terminated - pow(action, 2) * 0.1)
-        reward = torch.where(terminated, 100.0, 0.0).to(s.dtype) - (a.to(s.dtype) ** 2) * 0.1
+        reward = terminated.to(s.dtype) * 100.0 - (a.to(s.dtype) ** 2) * 0.1
         return reward.to(torch.float32), terminated
 
     # same state layout and picture as MountainCar

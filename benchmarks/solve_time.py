@@ -1,0 +1,102 @@
+"""Time to solve CartPole with a preset, over many seeds: the robustness table of `--preset fast`.
+
+    .venv/bin/python benchmarks/solve_time.py                          # fast preset, seeds 1-10
+    .venv/bin/python benchmarks/solve_time.py --preset gpu --device cuda --out benchmarks/results/solve-gpu.md
+    .venv/bin/python benchmarks/solve_time.py --set lr=3e-3 --set num_envs=512 --no-out   # try a variant
+
+Each seed is one ``proxima train ENV --preset P --seed S`` subprocess, timed from launch to exit
+(Python start, imports, training, the checkpoint and the final evaluation). "Solved" means the final
+deterministic evaluation over ``--eval-episodes`` (20) episodes has a mean return >= ``--threshold``
+(475). The table gives, per seed, the wall time and the evaluation, then the count solved and the
+median and range of the wall time. Runs are sequential, one torch thread each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_seeds(text: str) -> list:
+    """'1-10' or '1,4,7' -> [ints]."""
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
+    return out
+
+
+def run_seed(args, seed: int, workdir: Path) -> dict:
+    run_dir = workdir / f"seed{seed}"
+    cmd = [sys.executable, "-m", "proxima", "train", args.env_id, "--preset", args.preset, "--seed", str(seed),
+           "--run-dir", str(run_dir), "--no-progress", "--eval-episodes", str(args.eval_episodes),
+           "--threads", "1", "--device", args.device]
+    for item in args.set:
+        key, _, value = item.partition("=")
+        cmd += [f"--{key.replace('_', '-')}", value]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        return {"seed": seed, "wall": wall, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    result = json.loads((run_dir / "eval.json").read_text())
+    return {"seed": seed, "wall": wall, "mean_return": result["mean_return"], "std_return": result["std_return"],
+            "command": shlex.join(["proxima", *cmd[3:]])}
+
+
+def table(args, rows: list) -> str:
+    solved = [r for r in rows if r.get("mean_return", -1e9) >= args.threshold]
+    walls = [r["wall"] for r in rows]
+    lines = [f"## `proxima train {args.env_id} --preset {args.preset}`" + (" " + " ".join(f"--{s}" for s in args.set) if args.set else ""),
+             "", f"{datetime.now():%Y-%m-%d %H:%M}, device {args.device}, 1 torch thread, "
+             f"{args.eval_episodes}-episode deterministic evaluation, solved = mean >= {args.threshold:g}", "",
+             "| seed | wall from launch (s) | eval mean +- std | solved |", "|---:|---:|---:|:---:|"]
+    for r in rows:
+        ev = f"{r['mean_return']:.1f} +- {r['std_return']:.1f}" if "mean_return" in r else f"error: {r['error']}"
+        lines.append(f"| {r['seed']} | {r['wall']:.2f} | {ev} | {'yes' if r in solved else 'no'} |")
+    lines += ["", f"**{len(solved)} of {len(rows)} seeds solved**; wall median {statistics.median(walls):.2f} s "
+              f"(range {min(walls):.2f}-{max(walls):.2f} s).", "",
+              f"Command: `python benchmarks/solve_time.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}`", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--env-id", default="CartPole-v1")
+    p.add_argument("--preset", default="fast")
+    p.add_argument("--seeds", default="1-10", help="'1-10' or '1,4,7'")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--eval-episodes", type=int, default=20)
+    p.add_argument("--threshold", type=float, default=475.0)
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="extra train flag, e.g. lr=3e-3")
+    p.add_argument("--out", default=None, help="append the table to this Markdown file (default: print only)")
+    p.add_argument("--no-out", action="store_true", help="print only (the default; kept for symmetry with bench)")
+    args = p.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="proxima-solve-") as tmp:
+        for seed in parse_seeds(args.seeds):
+            rows.append(run_seed(args, seed, Path(tmp)))
+            r = rows[-1]
+            print(f"seed {seed}: {r['wall']:.2f} s, " + (f"eval {r['mean_return']:.1f}" if "mean_return" in r else r["error"]), flush=True)
+    text = table(args, rows)
+    print(text)
+    if args.out and not args.no_out:
+        with open(args.out, "a") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

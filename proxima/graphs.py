@@ -1,0 +1,135 @@
+"""One PPO iteration as three parts over static buffers, and their replay as CUDA graphs.
+
+``Trainer.train_iteration`` runs the same three parts in every mode. Each is a function of no
+arguments that reads and writes only tensors living as long as the trainer (static buffers):
+
+    rollout     T steps of policy, env step, autoreset, episode statistics and buffer writes
+                (``ppo.collect_rollout``); the last obs is copied into ``trainer.next_obs``
+    advantages  V(final_obs) of every step, ``ppo.compute_gae`` and the explained variance, written
+                into static (T, N) advantage and return tensors that the update's batch views
+    update      every epoch and minibatch of ``ppo.update`` (forward, loss, backward, clip, Adam);
+                its metrics are copied into static scalars
+
+Eager (the default, and always on CPU) calls them. With ``--cudagraphs`` each part is captured once
+into a ``torch.cuda.CUDAGraph`` after ``WARMUP`` eager calls on a side stream and replayed from then
+on: one replay launches all T steps, or all E x M minibatch steps, so an iteration is three graph
+launches from Python (plus the learning-rate fill and the once-per-iteration reads of the trainer),
+whatever T, E and M are. ``--compile`` composes with it: the acting step and the minibatch step are
+compiled by inductor (fused elementwise chains, no inductor CUDA graphs of its own) and the compiled
+kernels are what the capture records.
+
+Why by hand rather than ``torch.compile(mode="reduce-overhead")`` (cudagraph trees): the backward
+pass and the optimizer step split a compiled minibatch step into several graphs, T steps and E x M
+minibatches multiply the replays, and tree outputs are overwritten by the next replay (the crash
+"accessing tensor output of CUDAGraphs that has been overwritten" that ``ppo.update`` met while
+summing its metrics). Here the loops sit inside the captured region, and inputs and outputs are our
+own static buffers, never a graph's temporaries.
+
+What capture needs from the code it records, and the rest of Proxima keeps to it: state updated in
+place (native envs, normalizers, episode statistics, the optimizer's tensor learning rate); random
+numbers from generators (the default CUDA generator and the env's own, which the graph registers);
+no host reads (``forbid_host_sync``) and no tensors made from Python numbers (``forbid_host_tensors``)
+inside the parts; fused, capturable Adam. Parts that cannot be captured stay eager: the rollout of a
+Gymnasium (host) env, and the update when ``--target-kl`` needs its per-minibatch host check.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+from . import ppo
+
+#: eager calls of each part before its capture (lazy init: optimizer state, cuBLAS workspaces, compilation)
+WARMUP = 2
+
+
+class IterationParts:
+    """The rollout, advantages and update parts of one trainer, over its static buffers."""
+
+    def __init__(self, trainer):
+        self.t = trainer
+        ro = trainer.rollout
+        self.advantages_buf = torch.zeros_like(ro.values)  # (T, N)
+        self.returns_buf = torch.zeros_like(ro.values)     # (T, N)
+        self.batch = ro.flatten(self.advantages_buf, self.returns_buf)  # (T*N, ...) views: fixed addresses
+        self.explained_variance = torch.zeros((), dtype=torch.float32, device=trainer.device)
+        self.metrics: Optional[dict] = None  # static scalars, made by the first update
+
+    def rollout(self) -> None:
+        t = self.t
+        last = ppo.collect_rollout(t._env_guard(), t.policy_step, t.rollout, t.next_obs, t.obs_norm, t.reward_scaler)
+        t.next_obs.copy_(last)
+
+    @torch.no_grad()
+    def advantages(self) -> None:
+        t, ro, cfg = self.t, self.t.rollout, self.t.cfg
+        next_values = t.agent.get_value(ro.final_obs.reshape(-1, *ro.final_obs.shape[2:])).reshape(ro.num_steps, ro.num_envs)
+        # ppo2 treated truncation as termination; the default bootstraps from V(final_obs)
+        terminated = ro.terminated if cfg.bootstrap_truncation else ro.dones
+        advantages, returns = ppo.compute_gae(ro.rewards, ro.values, next_values, terminated, ro.dones, cfg.gamma, cfg.gae_lambda)
+        self.advantages_buf.copy_(advantages)
+        self.returns_buf.copy_(returns)
+        self.explained_variance.copy_(ppo.explained_variance(self.batch["values"], self.batch["returns"]))
+
+    def update(self) -> None:
+        t = self.t
+        out = ppo.update(t.agent, t.optimizer, self.batch, t.cfg, grad_step=t.grad_step)
+        if self.metrics is None:
+            self.metrics = {k: torch.zeros_like(v) for k, v in out.items()}
+        for k, v in out.items():
+            self.metrics[k].copy_(v)
+
+
+class Replay:
+    """``fn`` (no arguments, static buffers only) run eagerly ``warmup`` times on a side stream,
+    then captured into a CUDA graph and replayed on every later call."""
+
+    def __init__(self, fn: Callable[[], None], device: torch.device, warmup: int = WARMUP,
+                 generators: tuple = (), pool=None):
+        self.fn, self.device, self.warmup, self.generators, self.pool = fn, device, warmup, generators, pool
+        self.calls = 0
+        self.graph: Optional[torch.cuda.CUDAGraph] = None
+
+    def __call__(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+            return
+        current = torch.cuda.current_stream(self.device)
+        if self.calls < self.warmup:
+            self.calls += 1
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(current)
+            with torch.cuda.stream(side):
+                self.fn()
+            current.wait_stream(side)
+            return
+        graph = torch.cuda.CUDAGraph()
+        register = getattr(graph, "register_generator_state", None)
+        for generator in self.generators:
+            if register is not None:  # newer torch registers generators met during capture by itself
+                register(generator)
+        torch.cuda.synchronize(self.device)
+        with torch.cuda.graph(graph, pool=self.pool):
+            self.fn()
+        self.graph = graph
+        graph.replay()  # capture records the work; this runs it
+
+
+def build_parts(trainer) -> tuple:
+    """(parts, rollout, advantages, update): the three callables train_iteration runs, each eager or
+    replayed as a CUDA graph (``--cudagraphs``), and the IterationParts that own their buffers."""
+    parts = IterationParts(trainer)
+    rollout, advantages, update = parts.rollout, parts.advantages, parts.update
+    if trainer.cfg.cudagraphs:
+        device = trainer.device
+        env_gen = getattr(trainer.env, "generator", None)
+        generators = (env_gen,) if isinstance(env_gen, torch.Generator) and env_gen.device.type == "cuda" else ()
+        pool = torch.cuda.graph_pool_handle()  # one memory pool: the parts run one after another
+        if trainer.env.backend == "native":  # a Gymnasium env steps on the host: not capturable
+            rollout = Replay(parts.rollout, device, generators=generators, pool=pool)
+        advantages = Replay(parts.advantages, device, pool=pool)
+        if trainer.cfg.target_kl is None:  # target_kl reads approx_kl on the host after each minibatch
+            update = Replay(parts.update, device, pool=pool)
+    return parts, rollout, advantages, update
