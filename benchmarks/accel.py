@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from proxima.config import PPOConfig
+from proxima.graphs import WARMUP
 from proxima.presets import resolve
 from proxima.trainer import Trainer
 
@@ -33,6 +34,7 @@ MODES = {
     "bf16": {"amp": "bf16"},
     "compile+bf16": {"compile": True, "amp": "bf16"},
     "cudagraphs": {"cudagraphs": True},
+    "compile+cudagraphs": {"compile": True, "cudagraphs": True},
 }
 
 CASES = [  # (label, env id, num_envs, overrides)
@@ -49,9 +51,10 @@ def measure(env_id: str, num_envs: int, overrides: dict, mode: dict, device: str
     cfg.num_envs, cfg.device, cfg.threads, cfg.progress = num_envs, device, threads, False
     for k, v in {**overrides, **mode}.items():
         setattr(cfg, k, v)
-    cfg.total_timesteps = cfg.num_envs * cfg.num_steps * (repeats + 2)
+    cfg.total_timesteps = cfg.num_envs * cfg.num_steps * (repeats + WARMUP + 3)
     trainer = Trainer(cfg, run_dir=Path("/tmp/proxima-bench-unused"), quiet=True)
-    trainer.train_iteration()  # warm-up: compilation, allocator, caches
+    for _ in range(WARMUP + 1):  # warm-up: compilation, allocator, caches, and the graphs' capture
+        trainer.train_iteration()
     out = []
     for _ in range(repeats):
         if trainer.device.type == "cuda":

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The GPU checks of issues 3 and 4 as ONE prepared command for a session lent a CUDA machine
-# (device time is short: everything runs in one call). See benchmarks/README.md, "GPU session".
+# Every GPU check as ONE prepared command for a session lent a CUDA machine (device time is short:
+# everything runs in one call, each step under its own time limit, <= ~9 minutes in all).
+# See benchmarks/README.md, "GPU session".
 #
 # On the GPU machine, from the repository root:   bash benchmarks/gpu_session.sh
+# Carry (device tool `carry`): .whl (gymnasium, farama-notifications, gymnax, six wheels) and
+# .anchors (a copy of ../shared/anchors/purejaxrl_cartpole.py): see benchmarks/README.md.
 # Writes into $OUT (the device tool's folder) or benchmarks/results/gpu/:
-#   doctor.txt, pytest-cuda.txt, accel-cuda.md (+ .log), bench-CartPole-v1-cuda.md (+ .log), summary.txt
-# Each step has its own time limit, so one that hangs cannot take the others' time.
+#   summary.txt, doctor.txt, pytest-cuda.txt, vs-purejaxrl-cuda.md, solve-gpu.md, purejaxrl-solve.json,
+#   pendulum-cudagraphs.txt, accel-cuda.md (+ a .log per step). Step limits add up to 520 s.
 set -uo pipefail
 
 out="${OUT:-benchmarks/results/gpu}"
@@ -24,6 +27,8 @@ if ! "$py" -c "import gymnasium, torch; assert torch.cuda.is_available()" 2> "$o
   exit 2
 fi
 rm -f "$out/import-error.txt"
+anchor=""
+for a in ../shared/anchors/purejaxrl_cartpole.py .anchors/purejaxrl_cartpole.py; do [[ -f "$a" ]] && anchor="$a" && break; done
 
 step() {  # step NAME LIMIT_SECONDS COMMAND...: run it, record its status and time in summary.txt
   local name="$1" limit="$2" t0 rc
@@ -35,11 +40,26 @@ step() {  # step NAME LIMIT_SECONDS COMMAND...: run it, record its status and ti
 }
 
 : > "$out/summary.txt"
-step doctor 60 "$py" -m proxima doctor > "$out/doctor.txt" 2>&1
-step pytest-cuda 150 "$py" -m pytest -q -p no:cacheprovider -m "not slow" -k cuda \
-  tests/unit/test_hot_loop.py tests/unit/test_native_envs.py tests/unit/test_accel.py tests/integration/test_checkpoint.py \
-  > "$out/pytest-cuda.txt" 2>&1
-step accel 200 "$py" benchmarks/accel.py --device cuda --modes eager,compile,cudagraphs,bf16 --repeats 3 \
+step doctor 30 "$py" -m proxima doctor > "$out/doctor.txt" 2>&1
+# issue 12 items 1-2: graphed == eager, compiled+graphed == eager, checkpoints across modes, launches per iteration
+step pytest-cuda 100 "$py" -m pytest -q -p no:cacheprovider -m "not slow" -k cuda \
+  tests/unit/test_graphs.py tests/unit/test_hot_loop.py tests/unit/test_native_envs.py tests/unit/test_accel.py \
+  tests/integration/test_checkpoint.py > "$out/pytest-cuda.txt" 2>&1
+# item 3: throughput side by side with PureJaxRL, one call, alternating rounds
+if [[ -n "$anchor" ]]; then
+  step vs-purejaxrl 170 "$py" benchmarks/vs_purejaxrl.py --device cuda --cudagraphs --jax-python "$py" --anchor "$anchor" \
+    --num-envs 2048,65536,1048576 --repeats 3 --seconds 1 --out "$out/vs-purejaxrl-cuda.md" > "$out/vs-purejaxrl-cuda.log" 2>&1
+  # item 5: PureJaxRL's time to solve from launch (4 envs x 128 steps, 500k steps), as solve_time.py times ours
+  step purejaxrl-solve 30 "$py" -c "import subprocess, sys, time; t0 = time.perf_counter(); \
+p = subprocess.run([sys.executable, '$anchor', '--no-warm-run', '--configs', '4x128x5e5'], capture_output=True, text=True); \
+print(p.stdout.strip()); print('wall_from_launch_seconds', round(time.perf_counter() - t0, 2))" > "$out/purejaxrl-solve.json" 2>&1
+else
+  echo "vs-purejaxrl: skipped, no anchor (carry .anchors/purejaxrl_cartpole.py)" | tee -a "$out/summary.txt"
+fi
+# item 5: the gpu preset, 10 seeds, wall from launch
+step solve-gpu 80 "$py" benchmarks/solve_time.py --preset gpu --device cuda --out "$out/solve-gpu.md" > "$out/solve-gpu.log" 2>&1
+# item 6: continuous control on the graphed path
+step pendulum-cudagraphs 40 "$py" -m proxima train Pendulum-v1 --device cuda --cudagraphs --no-progress \
+  --run-dir /tmp/pendulum-cudagraphs --eval-episodes 20 > "$out/pendulum-cudagraphs.txt" 2>&1
+step accel 70 "$py" benchmarks/accel.py --device cuda --modes eager,cudagraphs,compile+cudagraphs --repeats 3 \
   --out "$out/accel-cuda.md" > "$out/accel-cuda.log" 2>&1
-step bench 150 "$py" -m proxima bench CartPole-v1 --device cuda --backend native \
-  --num-envs 4096,16384,65536,262144 --repeats 3 --out "$out/bench-CartPole-v1-cuda.md" > "$out/bench-CartPole-v1-cuda.log" 2>&1

@@ -14,9 +14,23 @@ captures whole parts of the iteration (eager or compiled) into CUDA graphs of it
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import torch
 
 from . import ppo
+
+
+def compile_cache_dir() -> Path:
+    """Where inductor keeps compiled kernels between launches: $TORCHINDUCTOR_CACHE_DIR when set,
+    else ~/.cache/proxima/inductor (XDG_CACHE_HOME honoured). A second launch of the same run reads
+    its kernels from here instead of compiling them again; ``proxima doctor`` prints the path."""
+    env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "proxima" / "inductor"
 
 
 def compile_mode(cfg) -> str:
@@ -26,6 +40,9 @@ def compile_mode(cfg) -> str:
 def accelerate(trainer):
     """Return (policy_step, grad_step) for the trainer's agent and optimizer, compiled."""
     cfg = trainer.cfg
+    # a stable on-disk cache (torch's default lives under /tmp, which many machines wipe at boot);
+    # set before the first compilation reads it
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(compile_cache_dir()))
     if cfg.deterministic:
         # inductor draws random numbers from its own generator by default; fall back to torch's so a
         # compiled run samples exactly what the eager run samples (compiled == eager, resume exact)

@@ -62,14 +62,14 @@ def _sync(device) -> None:
 def measure(fn: Callable[[], None], steps_per_call: int, seconds: float, repeats: int, device) -> list:
     """Warm ``fn`` up, then time ``repeats`` runs of about ``seconds`` each; steps/s per run."""
     warm_calls, warm_start, per_call = 0, time.perf_counter(), math.inf
-    while True:  # at least 2 calls (lazy init, allocator) and 20% of the budget, unless one call is long
+    while True:  # at least 3 calls (lazy init, allocator, --cudagraphs capture) and 20% of the budget, unless one call is long
         _sync(device)
         t0 = time.perf_counter()
         fn()
         _sync(device)
         per_call = time.perf_counter() - t0
         warm_calls += 1
-        if per_call >= seconds or (warm_calls >= 2 and time.perf_counter() - warm_start >= 0.2 * seconds):
+        if (per_call >= seconds and warm_calls >= 3) or (warm_calls >= 3 and time.perf_counter() - warm_start >= 0.2 * seconds):
             break
     calls = max(1, int(seconds / max(per_call, 1e-9)))
     out = []
@@ -111,6 +111,7 @@ def bench_config(args, backend: str, num_envs: int):
         cfg.num_steps = args.num_steps
     cfg.progress, cfg.checkpoint_every, cfg.eval_episodes = False, 0, 0
     cfg.compile = bool(args.compile)
+    cfg.cudagraphs = bool(args.cudagraphs)
     cfg.amp = args.amp
     # far more steps than the bench runs, so the annealed learning rate stays near its start
     cfg.total_timesteps = cfg.num_envs * cfg.num_steps * 1_000_000
@@ -254,6 +255,8 @@ def command_line(args) -> str:
         argv += ["--num-steps", str(args.num_steps)]
     if args.compile:
         argv.append("--compile")
+    if args.cudagraphs:
+        argv.append("--cudagraphs")
     if args.amp != "none":
         argv += ["--amp", args.amp]
     return shlex.join(argv)
@@ -262,7 +265,7 @@ def command_line(args) -> str:
 def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime, load: tuple) -> None:
     desc = (f"preset `{args.preset or 'default'}`: T = {cfg.num_steps} steps per env per rollout, "
             f"{cfg.update_epochs} epochs x {cfg.num_minibatches} minibatches, hidden {cfg.hidden_sizes}, "
-            f"compile {cfg.compile}, amp {cfg.amp}") if cfg else "no line was measured"
+            f"compile {cfg.compile}, cudagraphs {cfg.cudagraphs}, amp {cfg.amp}") if cfg else "no line was measured"
     text = "\n".join([
         f"# proxima bench {args.env_id} on {device}",
         "",
@@ -391,6 +394,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-gym-envs", type=int, default=4096,
                    help="skip the Gymnasium backend above this many envs; it steps envs one by one in Python (default 4096)")
     p.add_argument("--compile", action="store_true", help="torch.compile the acting and update steps (needs proxima.accel)")
+    p.add_argument("--cudagraphs", action="store_true",
+                   help="replay each iteration's rollout, advantages and update as CUDA graphs (CUDA only; with --compile, of the compiled steps)")
     p.add_argument("--amp", default="none", choices=("none", "bf16", "fp16"), help="mixed precision of the forward passes (default none)")
     p.add_argument("--json", action="store_true", help="print one JSON object per backend and num_envs instead of the table")
     p.add_argument("--out", default=None, metavar="FILE", help="Markdown results file (default benchmarks/results/bench-<env>-<device>.md)")

@@ -79,6 +79,17 @@ def _find_cxx() -> str | None:
     return None
 
 
+def _compile_cache() -> str:
+    """The on-disk torch.compile cache --compile uses (accel.compile_cache_dir), and its size."""
+    from .accel import compile_cache_dir
+
+    path = compile_cache_dir()
+    if not path.is_dir():
+        return f"{path} (empty: the first --compile run fills it)"
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return f"{path} ({size / 2**20:.1f} MiB)"
+
+
 def _pkg_version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)
@@ -106,7 +117,7 @@ def collect() -> dict:
         "gpu_count": 0,
         "gpus": [],
         "bf16": False,
-        "compile": {"cxx": None, "triton": None, "ok": False},
+        "compile": {"cxx": None, "triton": None, "ok": False, "cache": None},
         "distributed": {"gloo": False, "nccl": False, "mpi": False},
         "cpu_count": _probe(errors, "cpu_count", os.cpu_count),
         "cpu_affinity": _probe(
@@ -126,6 +137,7 @@ def collect() -> dict:
 
     compile_info = info["compile"]
     compile_info["cxx"] = _probe(errors, "cxx", _find_cxx)
+    compile_info["cache"] = _probe(errors, "compile_cache", _compile_cache)
     compile_info["triton"] = _probe(errors, "triton", lambda: _pkg_version("triton")) or _probe(
         errors, "triton", lambda: _pkg_version("pytorch-triton")
     )
@@ -301,6 +313,8 @@ def format_report(info: dict) -> str:
             f"{_yn(comp.get('ok'))} (c++: {_or_dash(comp.get('cxx'))}, triton: {_or_dash(comp.get('triton'))})",
         )
     )
+    if comp.get("cache"):
+        rows.append(("compile cache", comp["cache"]))
     dist = info.get("distributed") or {}
     rows.append(("distributed", ", ".join(f"{k} {_yn(dist.get(k))}" for k in ("gloo", "nccl", "mpi"))))
     rows.append(

@@ -35,6 +35,7 @@ Gymnasium (host) env, and the update when ``--target-kl`` needs its per-minibatc
 
 from __future__ import annotations
 
+import sys
 from typing import Callable, Optional
 
 import torch
@@ -111,8 +112,18 @@ class Replay:
             if register is not None:  # newer torch registers generators met during capture by itself
                 register(generator)
         torch.cuda.synchronize(self.device)
-        with torch.cuda.graph(graph, pool=self.pool):
+        try:
+            with torch.cuda.graph(graph, pool=self.pool):
+                self.fn()
+        except Exception as e:  # noqa: BLE001 - any capture failure: keep training, eagerly, and say so
+            # capture only records, so nothing of this call has run yet: run it eagerly, from now on always
+            torch.cuda.synchronize(self.device)
+            name = getattr(self.fn, "__name__", "part")
+            print(f"proxima: note: could not capture the {name} as a CUDA graph ({str(e).splitlines()[0][:200]}); "
+                  "it runs eagerly", file=sys.stderr)
+            self.graph, self.warmup = None, float("inf")
             self.fn()
+            return
         self.graph = graph
         graph.replay()  # capture records the work; this runs it
 

@@ -174,7 +174,7 @@ def update(agent, optimizer: torch.optim.Optimizer, batch: dict, cfg, grad_step:
     totals: dict = {}
     n = 0
     for _epoch in range(cfg.update_epochs):
-        perm = torch.randperm(b, device=batch["obs"].device, generator=generator)  # detail 6, on the device
+        perm = minibatch_permutation(b, batch["obs"].device, generator)  # detail 6, on the device
         for start in range(0, b, mb_size):
             mb_inds = perm[start:start + mb_size]
             mb = {k: v[mb_inds] for k, v in batch.items()}
@@ -191,6 +191,15 @@ def update(agent, optimizer: torch.optim.Optimizer, batch: dict, cfg, grad_step:
             if cfg.target_kl is not None and bool(out["approx_kl"] > cfg.target_kl):
                 return {k: v / n if k != "nonfinite" else v for k, v in totals.items()}
     return {k: (v / n if k != "nonfinite" else v) for k, v in totals.items()}
+
+
+def minibatch_permutation(b: int, device: torch.device, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """A random permutation of range(b) on ``device`` (detail 6). On CUDA the argsort of uniform
+    float64 keys, which a CUDA graph can record (randperm of a small n runs on the host there);
+    elsewhere randperm."""
+    if device.type == "cuda":
+        return torch.argsort(torch.rand(b, device=device, dtype=torch.float64, generator=generator))
+    return torch.randperm(b, device=device, generator=generator)
 
 
 def make_grad_step(agent, optimizer, cfg, autocast=None, scaler=None) -> Callable:
