@@ -46,7 +46,8 @@ def test_collect_keys_and_types():
         assert isinstance(gpu["name"], str) and isinstance(gpu["memory_gib"], float)
         assert isinstance(gpu["capability"], str) and "." in gpu["capability"]
     assert isinstance(info["bf16"], bool)
-    assert set(info["compile"]) == {"cxx", "triton", "ok"} and isinstance(info["compile"]["ok"], bool)
+    assert set(info["compile"]) == {"cxx", "triton", "ok", "cache"} and isinstance(info["compile"]["ok"], bool)
+    assert "proxima" in info["compile"]["cache"] or "TORCHINDUCTOR_CACHE_DIR" in __import__("os").environ
     assert set(info["distributed"]) == {"gloo", "nccl", "mpi"}
     assert all(isinstance(v, bool) for v in info["distributed"].values())
     assert isinstance(info["cpu_count"], int) and info["cpu_count"] >= 1
@@ -198,3 +199,15 @@ def test_cli_require_cuda_passes_on_gpu(capsys):
 def test_module_main(capsys):
     assert doctor.main(["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["torch"] == torch.__version__
+
+
+def test_doctor_names_the_compile_cache_and_its_size(tmp_path, monkeypatch):
+    from proxima.doctor import collect, format_report
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    assert collect()["compile"]["cache"].startswith(f"{tmp_path / 'cache'} (empty")
+    (tmp_path / "cache" / "fxgraph").mkdir(parents=True)
+    (tmp_path / "cache" / "fxgraph" / "entry").write_bytes(b"x" * 2**20)
+    info = collect()
+    assert info["compile"]["cache"] == f"{tmp_path / 'cache'} (1.0 MiB)"
+    assert f"compile cache  {tmp_path / 'cache'} (1.0 MiB)" in format_report(info)
