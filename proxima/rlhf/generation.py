@@ -16,15 +16,6 @@ import torch
 from .models import accepts_logits_to_keep
 
 
-def encode_prompts(tokenizer, prompts: list, max_prompt_length: int) -> list:
-    """Token ids of each prompt (once per run), keeping the last ``max_prompt_length`` tokens.
-
-    An empty prompt becomes [bos] (or [eos]) so that the model has something to condition on.
-    """
-    fallback = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-    return [tokenizer(p, add_special_tokens=False)["input_ids"][-max_prompt_length:] or [fallback] for p in prompts]
-
-
 def pad_left(token_ids: list, pad_token_id: int, device) -> tuple:
     """Left-padded token ids (B, P) long and attention mask (B, P) long from B lists of ids."""
     width = max(len(ids) for ids in token_ids)
@@ -138,8 +129,12 @@ def response_masks(responses: torch.Tensor, eos_token_id: int) -> tuple:
     return mask, lengths, has_eos
 
 
-def decode_responses(tokenizer, responses: torch.Tensor, lengths: torch.Tensor, has_eos: torch.Tensor) -> list:
-    """Response texts for the reward: the tokens before EOS (EOS itself and padding dropped)."""
+def response_token_lists(responses: torch.Tensor, lengths: torch.Tensor, has_eos: torch.Tensor) -> list:
+    """Each response's token ids before EOS (EOS itself and padding dropped), as B lists."""
     keep = (lengths - has_eos.long()).tolist()
-    rows = responses.tolist()
-    return [tokenizer.decode(row[:n], skip_special_tokens=True) for row, n in zip(rows, keep)]
+    return [row[:n] for row, n in zip(responses.tolist(), keep)]
+
+
+def decode_responses(tokenizer, response_ids: list) -> list:
+    """Response texts for reward functions: the tokens before EOS, special tokens dropped."""
+    return [tokenizer.decode(ids, skip_special_tokens=True) for ids in response_ids]

@@ -16,6 +16,7 @@ import torch
 from . import dist as D
 from . import rundir
 from .config import ConfigError
+from .rewards import RewardError
 
 CHECKPOINT_FORMAT = "proxima-rlhf-1"
 
@@ -29,7 +30,11 @@ def run(t, run_dir: Path, resumed: bool = False) -> dict:
     try:
         while t.step < cfg.steps:
             t0 = time.perf_counter()
-            metrics, samples = t.train_step()
+            before = random_state(t)
+            try:
+                metrics, samples = t.train_step()
+            except RewardError as e:
+                raise RewardError(f"{e}; {_checkpoint_after_reward_failure(t, run_dir, before)}") from None
             t.seconds += time.perf_counter() - t0
             if main:
                 logger.log(t.step, metrics)
@@ -51,12 +56,29 @@ def run(t, run_dir: Path, resumed: bool = False) -> dict:
             logger.close()
 
 
+def _checkpoint_after_reward_failure(t, run_dir: Path, before: dict) -> str:
+    """The reward runs in the rollout, before the update touches a weight: with the RNG and prompt order
+    set back to the start of the failed step, the state is exactly that after the last finished step, and
+    a checkpoint of it resumes as if the failed step never began. Under torchrun the other processes are
+    in a collective, so only the last periodic checkpoint is named."""
+    if not t.dist.enabled:
+        set_random_state(t, before)
+        save_checkpoint(t, run_dir)
+        return f"checkpoint of step {t.step} written; fix the reward and continue with `proxima resume {run_dir}`"
+    checkpoints = rundir.list_checkpoints(run_dir)
+    if checkpoints:
+        return f"continue from {checkpoints[-1].name} with `proxima resume {run_dir}`"
+    return "no checkpoint was written yet (--checkpoint-every)"
+
+
 def _finish(t, run_dir: Path) -> dict:
     checksums = D.gather_objects(parameter_checksum(t.trained_models()), t.dist)
     if not t.dist.is_main:
         return {}
-    # the trained policy in Hugging Face format (with LoRA: the adapter) and its tokenizer
-    t.policy.save_pretrained(run_dir / "policy")
+    # the trained policy in Hugging Face format (with LoRA: the adapter, or with --merge-lora the model with
+    # the adapter merged in, loadable without peft) and its tokenizer
+    policy = t.policy.merge_and_unload() if t.cfg.lora and t.cfg.merge_lora else t.policy
+    policy.save_pretrained(run_dir / "policy")
     t.tokenizer.save_pretrained(run_dir / "policy")
     extra = {"advantage": t.cfg.advantage, "world_size": t.dist.world_size, "param_checksums": checksums,
              "ranks_in_sync": len(set(checksums)) == 1, "kl_coef_last": t.kl_ctl.value}
@@ -81,11 +103,22 @@ def _install_signal_handlers(stop: dict):
 # ---------------------------------------------------------------------------------------------
 # checkpoints: everything a resume needs to continue as if never stopped
 # ---------------------------------------------------------------------------------------------
+def random_state(t) -> dict:
+    """This process's RNG states and place in the prompt order."""
+    cuda_rng = torch.cuda.get_rng_state(t.device) if t.device.type == "cuda" else None
+    return {"rng": torch.get_rng_state(), "cuda_rng": cuda_rng, "sampler": t.sampler.state_dict()}
+
+
+def set_random_state(t, state: dict) -> None:
+    torch.set_rng_state(state["rng"])
+    if state.get("cuda_rng") is not None and t.device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda_rng"], t.device)
+    t.sampler.load_state_dict(state["sampler"])
+
+
 def save_checkpoint(t, run_dir: Path) -> None:
     """Trainable weights, both optimizers, beta, counters, and every process's RNG and prompt order."""
-    cuda_rng = torch.cuda.get_rng_state(t.device) if t.device.type == "cuda" else None
-    ranks = D.gather_objects({"rng": torch.get_rng_state(), "cuda_rng": cuda_rng, "sampler": t.sampler.state_dict()},
-                             t.dist)
+    ranks = D.gather_objects(random_state(t), t.dist)
     if not t.dist.is_main:
         return
     state = {"format": CHECKPOINT_FORMAT, "step": t.step, "seconds": t.seconds, "ranks": ranks,
@@ -107,11 +140,7 @@ def load_checkpoint(t, file: Path) -> None:
         load_trainable_state(t.value, state["value"], file)
         t.opt_value.load_state_dict(state["opt_value"])
     t.kl_ctl.load_state_dict(state["kl"])
-    mine = state["ranks"][t.dist.rank]
-    torch.set_rng_state(mine["rng"])
-    if mine.get("cuda_rng") is not None and t.device.type == "cuda":
-        torch.cuda.set_rng_state(mine["cuda_rng"], t.device)
-    t.sampler.load_state_dict(mine["sampler"])
+    set_random_state(t, state["ranks"][t.dist.rank])
     t.step, t.seconds = int(state["step"]), float(state["seconds"])
 
 

@@ -24,16 +24,16 @@ import torch
 from ..ppo import ppo_loss
 from . import dist as D
 from .algorithm import gae_advantages, group_advantages, sequence_rewards, token_rewards
-from .config import ConfigError, RLHFConfig
-from .data import PromptSampler, load_prompts
-from .generation import (SamplingSettings, decode_responses, encode_prompts, generate, pad_left,
-                         position_ids_from_mask, response_masks)
+from .config import ConfigError, RLHFConfig, reward_specs
+from .data import PromptSampler, encode_prompts, load_prompts
+from .generation import (SamplingSettings, decode_responses, generate, pad_left, position_ids_from_mask,
+                         response_masks, response_token_lists)
 from .kl import KLController, kl_per_token
 from .masked import masked_mean, masked_sum, masked_whiten
 from ..device import resolve_device
-from .models import (apply_lora, enable_checkpointing, load_policy, load_tokenizer, logprobs_and_entropy,
-                     make_reference, make_value_model, response_logits, token_logprobs)
-from .rewards import load_reward
+from .models import (DTYPES, apply_lora, enable_checkpointing, load_policy, load_tokenizer, logprobs_and_entropy,
+                     make_reference, make_value_model, max_positions, response_logits, token_logprobs)
+from .rewards import RewardBatch, load_rewards
 
 
 class RLHFTrainer:
@@ -51,19 +51,25 @@ class RLHFTrainer:
         torch.set_num_threads(cfg.threads)
         self.critic = cfg.advantage == "gae"
 
+        dtype = DTYPES[cfg.dtype]
         self.prompts = load_prompts(cfg.prompts)
-        self.reward = load_reward(cfg.reward, self.device, cfg.bf16)
-        policy, tokenizer_dir = load_policy(cfg.policy, cfg.seed)
+        self.reward = load_rewards(reward_specs(cfg), cfg.reward_weights, self.device, dtype, cfg.bf16,
+                                   cfg.reward_import_path)
+        policy, tokenizer_dir = load_policy(cfg.policy, cfg.seed, dtype)
         self.tokenizer = load_tokenizer(cfg.tokenizer or tokenizer_dir)
         if len(self.tokenizer) > policy.get_input_embeddings().num_embeddings:
             raise ConfigError(f"--tokenizer: {len(self.tokenizer)} tokens but the policy embeds only "
                               f"{policy.get_input_embeddings().num_embeddings}")
-        self.prompt_ids = encode_prompts(self.tokenizer, self.prompts, cfg.max_prompt_length)
+        self.prompt_ids = encode_prompts(self.tokenizer, self.prompts, cfg.max_prompt_length, cfg.truncate_prompts)
         self._probe_reward()
 
-        self.value = make_value_model(cfg.value_init, policy, cfg.reward, cfg.seed) if self.critic else None
+        reward_dir = next((m.path for m in self.reward.models), None)
+        self.value = make_value_model(cfg.value_init, policy, reward_dir, cfg.seed, dtype) if self.critic else None
+        self._check_positions(policy)
         self.ref = make_reference(policy, cfg.lora)
         if cfg.lora:
+            # seeded here, not by whatever ran before: LoRA's A matrices are drawn from the global RNG
+            torch.manual_seed(cfg.seed + 2)
             policy = apply_lora(policy, cfg, "CAUSAL_LM")
             if self.value is not None:
                 self.value.backbone = apply_lora(self.value.backbone, cfg, "FEATURE_EXTRACTION")
@@ -92,15 +98,32 @@ class RLHFTrainer:
         self.step, self.seconds = 0, 0.0
 
     def _probe_reward(self) -> None:
-        """Call the reward once before anything is written, so that a broken one is bad input, not a crash."""
-        try:
-            scores = self.reward([self.prompts[0]], [""], [self.prompts[0]])
-            if scores.shape != (1,):
-                raise ValueError(f"returned shape {tuple(scores.shape)} for one response")
-        except ConfigError:
-            raise
-        except Exception as e:
-            raise ConfigError(f"--reward {self.cfg.reward!r}: calling it on one prompt failed: {type(e).__name__}: {e}") from None
+        """Call every reward once, on the first prompt with an empty response, before anything is written:
+        a reward that cannot run is bad input, not a crash at step 1."""
+        row, ids = self.prompts[0], self.prompt_ids[0]
+        self.reward(RewardBatch([row], [""], [self.tokenizer.decode(ids)], step=0))
+
+    def _check_positions(self, policy) -> None:
+        """The longest prompt plus --max-new-tokens must fit every model's positions, checked before training:
+        past them GPT-2 fails with an IndexError and a RoPE model silently runs beyond its trained range."""
+        longest = max(range(len(self.prompt_ids)), key=lambda i: len(self.prompt_ids[i]))
+        need = len(self.prompt_ids[longest]) + self.cfg.max_new_tokens
+        where = f"the longest prompt (line {self.prompts[longest].line}, {len(self.prompt_ids[longest])} tokens)"
+        models = [("policy", policy.config)] + ([("value model", self.value.backbone.config)] if self.value else [])
+        for role, config in models:
+            limit = max_positions(config)
+            if limit and need > limit:
+                raise ConfigError(f"--max-new-tokens {self.cfg.max_new_tokens}: {where} + {self.cfg.max_new_tokens} new "
+                                  f"tokens = {need}, more than the {role}'s {limit} positions; lower --max-new-tokens or "
+                                  f"--max-prompt-length (with --truncate-prompts)")
+        for rm in self.reward.models:
+            texts = [self.tokenizer.decode(ids) for ids in self.prompt_ids]
+            lengths = [len(x) for x in rm.encode(self.prompts, [""] * len(texts), texts)]
+            i = max(range(len(lengths)), key=lengths.__getitem__)
+            if rm.limit and lengths[i] + self.cfg.max_new_tokens > rm.limit:
+                raise ConfigError(f"--max-new-tokens {self.cfg.max_new_tokens}: prompt line {self.prompts[i].line} is "
+                                  f"{lengths[i]} tokens for the reward model {rm.path}; with the new tokens that is "
+                                  f"{lengths[i] + self.cfg.max_new_tokens}, more than its {rm.limit} positions")
 
     def trained_models(self) -> list:
         return [self.policy] + ([self.value] if self.critic else [])
@@ -136,17 +159,17 @@ class RLHFTrainer:
         for key in parts[0]:
             b[key] = torch.cat([p[key] for p in parts])
 
-        prompts = [self.prompts[i] for i in prompt_idx]
-        texts = decode_responses(self.tokenizer, responses, lengths, has_eos)
-        keep = (lengths - has_eos.long()).tolist()
-        full = [self.tokenizer.decode(self.prompt_ids[i] + r[:n], skip_special_tokens=True)
-                for i, r, n in zip(prompt_idx, responses.tolist(), keep)]
-        raw = self.reward(prompts, texts, full).to(self.device)
+        rows = [self.prompts[i] for i in prompt_idx]
+        response_ids = response_token_lists(responses, lengths, has_eos)
+        texts = decode_responses(self.tokenizer, response_ids)
+        # what the policy saw, special tokens (chat template, BOS) kept, padding and EOS not
+        full = [self.tokenizer.decode(self.prompt_ids[i] + r) for i, r in zip(prompt_idx, response_ids)]
+        raw, b["reward_parts"] = self.reward(RewardBatch(rows, texts, full, step=self.step + 1))
         # PPO_NOTES: a fixed penalty for responses that never emit EOS
-        b["scores"] = raw - cfg.missing_eos_penalty * (~has_eos).float()
+        b["scores"] = raw.to(self.device) - cfg.missing_eos_penalty * (~has_eos).float()
         b["kl"] = kl_per_token(b["logprobs"], b["ref_logprobs"], cfg.kl_estimator)
-        b["texts"] = [{"prompt": p, "response": t, "score": float(s)} for p, t, s in
-                      zip(prompts[:cfg.samples_logged], texts, b["scores"][:cfg.samples_logged].tolist())]
+        b["texts"] = [{"prompt": r.prompt, "response": t, "score": float(s)} for r, t, s in
+                      zip(rows[:cfg.samples_logged], texts, b["scores"][:cfg.samples_logged].tolist())]
         b["gen_seconds"] = gen_seconds
         return b
 
@@ -300,6 +323,8 @@ class RLHFTrainer:
             "charts/tokens_per_second": tokens / max(b["gen_seconds"], 1e-9),
             "charts/seconds_per_step": torch.tensor(seconds),
         }
+        for name, part in b["reward_parts"].items():  # each reward's own mean, before its weight
+            named[f"rewards/{name}"] = part.mean()
         if self.critic:
             named["val/value_mean"] = masked_mean(b["values"], mask)
             named["val/grad_norm"] = losses["value_grad_norm"]
