@@ -87,6 +87,7 @@ class RLHFConfig:
     lora_alpha: int = _f(32, "LoRA alpha.")
     lora_target_modules: list = _f([], "Modules to adapt, comma separated, or all-linear (every linear layer but the output layer); empty: peft's default for the architecture.", list)
     merge_lora: bool = _f(False, "With lora: save the final policy with its adapter merged, as a standalone Hugging Face model (default: the adapter only).")
+    fsdp: bool = _f(False, "Shard the policy, value model and frozen reference with FSDP2 across the torchrun processes: each holds 1/N of their parameters, gradients and Adam state.")
     # --- run ---
     seed: int = _f(1, "Random seed (model init, prompt order, sampling).")
     device: str = _f("cpu", "Torch device: cpu, cuda, cuda:1, or auto.")
@@ -175,6 +176,8 @@ def validate(cfg: RLHFConfig) -> None:
         bad("reward_weights", f"needs one weight per --reward ({len(cfg.reward)})")
     if any(not math.isfinite(w) for w in cfg.reward_weights):
         bad("reward_weights", "must be finite numbers")
+    if cfg.fsdp and cfg.lora:
+        bad("fsdp", "is not supported with --lora (the adapter-off reference shares the sharded policy); use one of them")
     if cfg.merge_lora and not cfg.lora:
         bad("merge_lora", "needs --lora")
     for name, f in FIELDS.items():

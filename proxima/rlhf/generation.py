@@ -79,13 +79,17 @@ def _cache_argument(model_class: type) -> str:
 
 
 @torch.no_grad()
-def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, s: SamplingSettings) -> torch.Tensor:
+def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, s: SamplingSettings,
+             all_done=None) -> torch.Tensor:
     """Sample responses (B, R), R <= max_new_tokens, padded with ``pad_token_id`` after EOS.
 
     One prefill forward over the left-padded prompts, then one forward per token on the KV cache,
     with position ids that count real tokens only. Stops once every row has emitted EOS. Samples from
     exactly softmax(filter(logits / temperature)), the distribution the log-probs assume (a model's
     generation_config.json cannot slip in a repetition penalty or a default top-k).
+
+    ``all_done(done (B,) bool) -> bool`` decides the early stop; sharded (FSDP) models pass one that
+    agrees across processes, since every process must run the same number of forwards.
     """
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     cache_arg = _cache_argument(type(base))
@@ -105,7 +109,8 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, s: Sa
         token = torch.where(done, s.pad_token_id, sample(logits))
         tokens[:, t] = token
         done |= token == s.eos_token_id
-        if t == s.max_new_tokens - 1 or bool(done.all()):  # one host sync per token: negligible next to a forward
+        # one host sync per token: negligible next to a forward
+        if t == s.max_new_tokens - 1 or (all_done(done) if all_done else bool(done.all())):
             return tokens[:, :t + 1]
         cache = out.cache if cache_arg == "cache" else out.past_key_values
         out = model(input_ids=token[:, None], attention_mask=full_mask[:, :prompt_width + t + 1], position_ids=next_position,

@@ -23,6 +23,7 @@ import torch
 
 from ..ppo import ppo_loss
 from . import dist as D
+from . import fsdp
 from .algorithm import gae_advantages, group_advantages, sequence_rewards, token_rewards
 from .config import ConfigError, RLHFConfig, reward_specs
 from .data import PromptSampler, encode_prompts, load_prompts
@@ -81,14 +82,19 @@ class RLHFTrainer:
         self.ref = self.ref.to(self.device) if self.ref is not None else None
         self.value = self.value.to(self.device) if self.value is not None else None
 
-        self.policy_params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.value_params = [p for p in self.value.parameters() if p.requires_grad] if self.critic else []
         for m in self.trained_models():
             D.broadcast_parameters(m, self.dist)
+        self.param_numel_full = fsdp.full_numel(self.trained_models())
+        if cfg.fsdp:
+            self._shard()
+        self.policy_params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.value_params = [p for p in self.value.parameters() if p.requires_grad] if self.critic else []
         # separate optimizers: the value model may take its own learning rate, and one model's
-        # gradient norm never scales the other's step (PPO_NOTES core detail 3: Adam eps 1e-5)
-        self.opt_policy = torch.optim.Adam(self.policy_params, lr=cfg.lr, eps=1e-5, fused=True)
-        self.opt_value = torch.optim.Adam(self.value_params, lr=cfg.value_lr or cfg.lr, eps=1e-5, fused=True) if self.critic else None
+        # gradient norm never scales the other's step (PPO_NOTES core detail 3: Adam eps 1e-5);
+        # the fused kernel takes plain tensors only, so sharded parameters use the foreach one
+        fused = not cfg.fsdp
+        self.opt_policy = torch.optim.Adam(self.policy_params, lr=cfg.lr, eps=1e-5, fused=fused)
+        self.opt_value = torch.optim.Adam(self.value_params, lr=cfg.value_lr or cfg.lr, eps=1e-5, fused=fused) if self.critic else None
         self.kl_ctl = KLController(cfg.kl_coef, cfg.adaptive_kl, cfg.kl_target, cfg.kl_horizon)
         self.sampling = SamplingSettings(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p,
                                          self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
@@ -96,6 +102,18 @@ class RLHFTrainer:
         torch.manual_seed(cfg.seed * 1000 + self.dist.rank)
         self.sampler = PromptSampler(len(self.prompts), self.dist.rank, self.dist.world_size)
         self.step, self.seconds = 0, 0.0
+
+    def _shard(self) -> None:
+        if not self.dist.enabled:
+            raise ConfigError("--fsdp shards the models across processes: start it with torchrun --nproc-per-node N (N >= 2)")
+        fsdp.shard(self.policy, self.policy)
+        if self.ref is not None:
+            fsdp.shard(self.ref, self.ref)
+        if self.value is not None:
+            fsdp.shard(self.value, self.value.backbone)
+
+    def _all_done(self, done: torch.Tensor) -> bool:
+        return D.all_across(bool(done.all()), self.dist, self.device)
 
     def _probe_reward(self) -> None:
         """Call every reward once, on the first prompt with an empty response, before anything is written:
@@ -145,7 +163,7 @@ class RLHFTrainer:
             m.eval()  # gradient checkpointing would switch the KV cache off in train mode
         t0 = time.perf_counter()
         with self.autocast():
-            responses = generate(self.policy, query, query_mask, self.sampling)
+            responses = generate(self.policy, query, query_mask, self.sampling, self._all_done if self.cfg.fsdp else None)
         gen_seconds = time.perf_counter() - t0
         mask, lengths, has_eos = response_masks(responses, self.sampling.eos_token_id)
         b = {"query_responses": torch.cat([query, responses], 1), "responses": responses, "mask": mask,
@@ -272,10 +290,11 @@ class RLHFTrainer:
         return {k: v / n for k, v in totals.items()}
 
     def _step(self, opt: torch.optim.Optimizer, params: list) -> torch.Tensor:
-        D.average_gradients(params, self.dist)
+        if not self.cfg.fsdp:  # FSDP reduce-scatters (and averages) the gradients in the backward
+            D.average_gradients(params, self.dist)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
         opt.step()
-        return grad_norm.detach()
+        return fsdp.full_tensor(grad_norm.detach())
 
     # -----------------------------------------------------------------------------------------
     # one iteration and the loop
