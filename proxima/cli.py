@@ -128,7 +128,9 @@ def cmd_resume(args) -> int:
         if meta.is_file() and json.loads(meta.read_text()).get("kind") == "rlhf":
             from .rlhf import resume as rlhf_resume
 
-            return rlhf_resume(path)
+            return rlhf_resume(path, steps=args.steps)
+        if args.steps is not None:
+            return fail(prog, f"--steps: {path} is a PPO run; --steps extends RLHF runs only")
         run_dir, _ = train(None, resume=path, argv=sys.argv, quiet=args.quiet)  # config comes from the checkpoint
         print(f"run directory: {run_dir}")
         return 0
@@ -224,6 +226,7 @@ def build_parser() -> ArgParser:
     p = sub.add_parser("resume", help="continue a stopped run in its directory")
     p.add_argument("run_dir", help="run directory")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--steps", type=int, default=None, metavar="N", help="RLHF runs: continue until step N (extends the run)")
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("presets", help="list the tuned presets")

@@ -11,7 +11,7 @@ from typing import Optional
 
 from . import dist as D
 from . import loop, rundir
-from .config import ConfigError, RLHFConfig, from_dict, validate
+from .config import ConfigError, RLHFConfig, from_dict, reward_specs, validate
 from ..device import resolve_device
 
 
@@ -26,8 +26,11 @@ def _absolute_paths(cfg: RLHFConfig) -> RLHFConfig:
                 return f"{os.path.abspath(module)}:{func}"
         return spec
 
-    return dataclasses.replace(cfg, policy=fix(cfg.policy), tokenizer=fix(cfg.tokenizer), reward=fix(cfg.reward),
-                               prompts=fix(cfg.prompts))
+    # module:function rewards are imported from these directories, recorded absolute (default: the cwd)
+    import_path = [os.path.abspath(p) for p in cfg.reward_import_path or [os.getcwd()]]
+    return dataclasses.replace(cfg, policy=fix(cfg.policy), tokenizer=fix(cfg.tokenizer),
+                               reward=[fix(r) for r in reward_specs(cfg)], prompts=fix(cfg.prompts),
+                               reward_import_path=import_path)
 
 
 def train_rlhf(cfg: RLHFConfig) -> Path:
@@ -41,9 +44,12 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
     cfg = _absolute_paths(cfg)
     d = D.init_distributed(resolve_device(cfg.device).type)
     try:
-        run_dir = Path(cfg.run_dir) if cfg.run_dir else D.broadcast_object(rundir.default_run_dir(cfg.seed), d)
-        rundir.check_new_run_dir(run_dir)
+        if cfg.run_dir:
+            run_dir = Path(cfg.run_dir)
+            rundir.check_new_run_dir(run_dir)
         trainer = RLHFTrainer(cfg, d)  # loads every model, file and function: the last place bad input can fail
+        if not cfg.run_dir:  # created by rank 0 now that the input is known good
+            run_dir = D.broadcast_object(rundir.claim_run_dir(rundir.default_run_dir(cfg.seed)) if d.is_main else None, d)
         if d.is_main:
             rundir.write_run_files(run_dir, dataclasses.replace(cfg, run_dir=str(run_dir)).to_dict(), d.world_size,
                                    str(trainer.device))

@@ -36,6 +36,8 @@ def register(subparsers) -> argparse.ArgumentParser:
             doc += f" One of: {', '.join(f.metadata['choices'])}."
         if f.metadata["kind"] is bool:
             p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=doc)
+        elif f.metadata["repeat"]:
+            p.add_argument(flag, dest=name, action="append", default=argparse.SUPPRESS, metavar=name.upper(), help=doc)
         else:
             p.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=name.upper(), help=doc)
     p.error = one_line_error  # argparse's own errors, in the same one-line form

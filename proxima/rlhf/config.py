@@ -17,12 +17,15 @@ from typing import Any, Optional
 
 from ..config import ConfigError
 
-__all__ = ["RLHFConfig", "ConfigError", "FIELDS", "from_dict", "coerce", "validate"]
+__all__ = ["RLHFConfig", "ConfigError", "FIELDS", "from_dict", "coerce", "validate", "reward_specs"]
 
 
-def _f(default: Any, doc: str, kind: type = None, optional: bool = False, choices: tuple = ()) -> Any:
+def _f(default: Any, doc: str, kind: type = None, optional: bool = False, choices: tuple = (), repeat: bool = False,
+       item: type = str) -> Any:
+    """A field: ``repeat`` list fields take the flag once per item (a string is one item, never split on
+    commas); ``item`` is the type of a list's items."""
     kind = kind or type(default)
-    meta = {"help": doc, "kind": kind, "optional": optional, "choices": choices}
+    meta = {"help": doc, "kind": kind, "optional": optional, "choices": choices, "repeat": repeat, "item": item}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -35,10 +38,13 @@ class RLHFConfig:
     # --- models and data ---
     policy: str = _f("", "Policy: a local Hugging Face causal-LM directory, or a config.json (file, or directory without weights) for a fresh model.")
     tokenizer: Optional[str] = _f(None, "Tokenizer directory (default: the policy's directory).", str, optional=True)
-    reward: str = _f("", "Reward: a local AutoModelForSequenceClassification directory, or module:function(prompts, responses) -> list[float] (module may be path/to/file.py).")
+    reward: list = _f([], "Reward: a local AutoModelForSequenceClassification directory, or module:function(prompts, responses, **columns) -> list[float] (module may be path/to/file.py); repeat the flag for several rewards.", list, repeat=True)
+    reward_weights: list = _f([], "Weights of the rewards, comma separated, in --reward order (default: 1 each); the score is their weighted sum.", list, item=float)
+    reward_import_path: list = _f([], "Directories, comma separated, searched first to import module:function rewards (default: the current directory, recorded absolute so that a resume works from anywhere).", list)
     value_init: str = _f("policy", "Initialize the value model from the policy's backbone or the reward model's (needs the same vocabulary).", choices=("policy", "reward"))
     prompts: str = _f("", "Prompts: a JSONL file (objects with a 'prompt' field, or strings) or a text file with one prompt per line.")
-    max_prompt_length: int = _f(128, "Keep at most this many prompt tokens (the last ones).")
+    max_prompt_length: int = _f(128, "Longest prompt in tokens (after the chat template); a longer one is an error naming its line, unless truncate_prompts.")
+    truncate_prompts: bool = _f(False, "Cut prompts longer than max_prompt_length to their last tokens instead of refusing them.")
     # --- generation ---
     max_new_tokens: int = _f(32, "Response length limit in tokens; generation stops early once every response has emitted EOS.")
     temperature: float = _f(0.7, "Sampling temperature; the same value divides the logits before every log-prob.")
@@ -74,16 +80,19 @@ class RLHFConfig:
     max_grad_norm: float = _f(1.0, "Gradient-norm clip, applied to the policy and to the value model separately.")
     # --- efficiency switches ---
     bf16: bool = _f(False, "bf16 autocast for all model forwards (log-probs and losses stay float32).")
+    dtype: str = _f("float32", "dtype of the weights (and so of Adam's state), whatever dtype the checkpoint is stored in: float32 master weights keep the small updates that bfloat16 rounds away; use --bf16 for fast compute.", choices=("float32", "bfloat16"))
     gradient_checkpointing: bool = _f(False, "Gradient checkpointing in the policy and value model.")
     lora: bool = _f(False, "Train LoRA adapters (peft); the reference is then the policy with its adapter switched off.")
     lora_r: int = _f(16, "LoRA rank.")
     lora_alpha: int = _f(32, "LoRA alpha.")
-    lora_target_modules: list = _f([], "Modules to adapt, comma separated (empty: peft's default for the architecture).", list)
+    lora_target_modules: list = _f([], "Modules to adapt, comma separated, or all-linear (every linear layer but the output layer); empty: peft's default for the architecture.", list)
+    merge_lora: bool = _f(False, "With lora: save the final policy with its adapter merged, as a standalone Hugging Face model (default: the adapter only).")
+    fsdp: bool = _f(False, "Shard the policy, value model and frozen reference with FSDP2 across the torchrun processes: each holds 1/N of their parameters, gradients and Adam state.")
     # --- run ---
     seed: int = _f(1, "Random seed (model init, prompt order, sampling).")
     device: str = _f("cpu", "Torch device: cpu, cuda, cuda:1, or auto.")
     threads: int = _f(1, "torch intra-op threads.")
-    run_dir: Optional[str] = _f(None, "Run directory (default runs/rlhf__<seed>__<time>).", str, optional=True)
+    run_dir: Optional[str] = _f(None, "Run directory (default runs/rlhf__<seed>__<time>, with a -2, -3, ... suffix if taken).", str, optional=True)
     print_every: int = _f(10, "Print a progress line every N steps (0: quiet).")
     sample_every: int = _f(10, "Log sample generations as text every N steps (0: never).")
     samples_logged: int = _f(4, "Number of generations in each logged sample.")
@@ -135,15 +144,21 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
         elif kind is float and not isinstance(value, bool):
             return float(value)
         elif kind is list:
+            items = value
             if isinstance(value, str):
-                return [v.strip() for v in value.split(",") if v.strip()]
-            if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-                return list(value)
+                items = [value] if meta["repeat"] else [v.strip() for v in value.split(",") if v.strip()]
+            if isinstance(items, (list, tuple)):
+                if meta["item"] is float:
+                    if not any(isinstance(v, bool) for v in items):
+                        return [float(v) for v in items]
+                elif all(isinstance(v, str) for v in items):
+                    return list(items)
         elif kind is str and isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
     except (TypeError, ValueError, OverflowError):
         pass
-    expected = {bool: "true or false", int: "an integer", float: "a number", list: "a comma-separated list", str: "a string"}[kind]
+    expected = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+                list: "a comma-separated list" + (" of numbers" if meta["item"] is float else "")}[kind]
     raise ConfigError(f"{source}: field '{name}' got {value!r}, expected {expected}")
 
 
@@ -153,9 +168,18 @@ def validate(cfg: RLHFConfig) -> None:
     def bad(name: str, why: str) -> None:
         raise ConfigError(f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: {why}")
 
+    cfg.reward = reward_specs(cfg)
     for name in ("policy", "reward", "prompts"):
         if not getattr(cfg, name):
             bad(name, "is required" + (" (a path or module:function)" if name == "reward" else " (a path)"))
+    if cfg.reward_weights and len(cfg.reward_weights) != len(cfg.reward):
+        bad("reward_weights", f"needs one weight per --reward ({len(cfg.reward)})")
+    if any(not math.isfinite(w) for w in cfg.reward_weights):
+        bad("reward_weights", "must be finite numbers")
+    if cfg.fsdp and cfg.lora:
+        bad("fsdp", "is not supported with --lora (the adapter-off reference shares the sharded policy); use one of them")
+    if cfg.merge_lora and not cfg.lora:
+        bad("merge_lora", "needs --lora")
     for name, f in FIELDS.items():
         choices = f.metadata["choices"]
         if choices and getattr(cfg, name) not in choices:
@@ -190,5 +214,12 @@ def validate(cfg: RLHFConfig) -> None:
     mb_size = cfg.batch_size // cfg.num_minibatches
     if cfg.micro_batch_size and mb_size % cfg.micro_batch_size:
         bad("micro_batch_size", f"must divide the minibatch size batch_size / num_minibatches = {mb_size}")
-    if cfg.value_init == "reward" and cfg.advantage == "gae" and not os.path.isdir(cfg.reward):
-        bad("value_init", "'reward' needs --reward to be a reward-model directory")
+    if cfg.value_init == "reward" and cfg.advantage == "gae" and not any(os.path.isdir(r) for r in cfg.reward):
+        bad("value_init", "'reward' needs a --reward that is a reward-model directory")
+
+
+def reward_specs(cfg: RLHFConfig) -> list:
+    """cfg.reward as a list (the Python API also takes one string)."""
+    if isinstance(cfg.reward, str):
+        return [cfg.reward] if cfg.reward else []
+    return list(cfg.reward or [])

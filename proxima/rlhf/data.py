@@ -1,17 +1,48 @@
-"""Prompts: read from a JSONL or text file, sharded across processes, drawn in shuffled passes."""
+"""Prompts: read from a JSONL or text file, rendered to token ids, sharded across processes, drawn in
+shuffled passes.
+
+A prompt is plain text or a conversation (a list of ``{"role", "content"}`` messages). JSONL rows may
+carry other fields (``"answer": "42"``); they travel with the prompt to the reward functions as
+keyword arguments.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Union
 
 import torch
 
 from .config import ConfigError
 
+RESERVED_COLUMNS = ("prompts", "responses")  # the reward functions' positional arguments
+
+
+@dataclass
+class PromptRow:
+    """One prompt and the other fields of its JSONL row."""
+
+    prompt: Union[str, list]  # text, or a conversation: [{"role": ..., "content": ...}, ...]
+    columns: dict = field(default_factory=dict)
+    line: int = 0  # 1-based line in the prompts file, for error messages
+
+    @property
+    def is_conversation(self) -> bool:
+        return isinstance(self.prompt, list)
+
+    def text(self) -> str:
+        """The prompt as one string (the last message's content for a conversation), for logs."""
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[-1]["content"]
+
 
 def load_prompts(path: str) -> list:
-    """A .jsonl file (one JSON string, or object with a 'prompt' field, per line) or text (one prompt per line)."""
+    """PromptRows from a .jsonl file or a text file (one prompt per line).
+
+    JSONL lines: a JSON string; ``{"prompt": "text" | [messages], ...}``; or ``{"messages": [...], ...}``
+    (trailing assistant messages, a reference answer, are dropped from the prompt).
+    """
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"--prompts {path!r}: no such file")
@@ -19,7 +50,7 @@ def load_prompts(path: str) -> list:
         lines = file.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"--prompts {path!r}: cannot read: {e}") from None
-    prompts = []
+    rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -28,16 +59,74 @@ def load_prompts(path: str) -> list:
                 item = json.loads(line)
             except ValueError as e:
                 raise ConfigError(f"--prompts {path}:{number}: not JSON ({e})") from None
-            if isinstance(item, dict):
-                item = item.get("prompt")
-            if not isinstance(item, str):
-                raise ConfigError(f"--prompts {path}:{number}: expected a string or an object with a string 'prompt'")
-            prompts.append(item)
+            rows.append(_parse_row(item, f"--prompts {path}:{number}", number))
         else:
-            prompts.append(line.rstrip("\n"))
-    if not prompts:
+            rows.append(PromptRow(line.rstrip("\n"), line=number))
+    if not rows:
         raise ConfigError(f"--prompts {path!r}: no prompts in the file")
-    return prompts
+    names = sorted({k for r in rows for k in r.columns})
+    for r in rows:  # every reward call gets every column; a row without one gets None
+        r.columns = {k: r.columns.get(k) for k in names}
+    return rows
+
+
+def _parse_row(item, where: str, number: int) -> PromptRow:
+    if isinstance(item, str):
+        return PromptRow(item, line=number)
+    if not isinstance(item, dict):
+        raise ConfigError(f"{where}: expected a string or an object with 'prompt' or 'messages'")
+    if ("prompt" in item) == ("messages" in item):
+        raise ConfigError(f"{where}: expected exactly one of the fields 'prompt' and 'messages'")
+    key = "prompt" if "prompt" in item else "messages"
+    prompt = item[key]
+    if isinstance(prompt, list):
+        _check_messages(prompt, where)
+        while key == "messages" and prompt and prompt[-1]["role"] == "assistant":
+            prompt = prompt[:-1]
+        if not prompt:
+            raise ConfigError(f"{where}: the conversation has no message before the assistant's")
+    elif not isinstance(prompt, str):
+        raise ConfigError(f"{where}: '{key}' must be a string or a list of {{role, content}} messages")
+    columns = {k: v for k, v in item.items() if k != key}
+    clash = [k for k in columns if k in RESERVED_COLUMNS]
+    if clash:
+        raise ConfigError(f"{where}: field '{clash[0]}' is reserved (the reward's positional argument); rename it")
+    return PromptRow(prompt, columns, number)
+
+
+def _check_messages(messages: list, where: str) -> None:
+    for i, m in enumerate(messages):
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            raise ConfigError(f"{where}: message {i} must be an object with string 'role' and 'content'")
+
+
+def encode_prompts(tokenizer, rows: list, max_prompt_length: int, truncate: bool, what: str = "--prompts") -> list:
+    """Token ids of each prompt (once per run).
+
+    Text goes through the tokenizer with its special tokens (BOS where the tokenizer adds one); a
+    conversation through the tokenizer's chat template with the generation prompt (the template writes
+    its own BOS). A prompt longer than ``max_prompt_length`` is an error naming its line, or, with
+    ``truncate``, keeps its last tokens (and its BOS). An empty prompt becomes [bos] (or [eos]).
+    """
+    fallback = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    out = []
+    for row in rows:
+        if row.is_conversation:
+            if not getattr(tokenizer, "chat_template", None):
+                raise ConfigError(f"{what} line {row.line}: a conversation, but the tokenizer has no chat template "
+                                  f"(set 'chat_template' in its tokenizer_config.json, or give plain-text prompts)")
+            text = tokenizer.apply_chat_template(row.prompt, add_generation_prompt=True, tokenize=False)
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        else:
+            ids = tokenizer(row.prompt)["input_ids"]
+        if len(ids) > max_prompt_length:
+            if not truncate:
+                raise ConfigError(f"{what} line {row.line}: {len(ids)} tokens, more than --max-prompt-length "
+                                  f"{max_prompt_length}; raise it, or pass --truncate-prompts to keep the last tokens")
+            keep_bos = ids[0] == tokenizer.bos_token_id and tokenizer.bos_token_id is not None
+            ids = ids[:1] + ids[len(ids) - max_prompt_length + 1:] if keep_bos else ids[-max_prompt_length:]
+        out.append(ids or [fallback])
+    return out
 
 
 class PromptSampler:

@@ -48,7 +48,7 @@ def keyword_sentiment(prompts: list, responses: list) -> list:
 def demo_config() -> RLHFConfig:
     """The demo's defaults (flags and --config still override them)."""
     return RLHFConfig(
-        reward="proxima.rlhf.demo:keyword_sentiment", steps=150, batch_size=32, num_minibatches=2, update_epochs=4,
+        reward=["proxima.rlhf.demo:keyword_sentiment"], steps=150, batch_size=32, num_minibatches=2, update_epochs=4,
         max_new_tokens=12, temperature=1.0, lr=2e-4, value_lr=1e-3, kl_coef=0.1, max_prompt_length=8,
         sample_every=20, print_every=10, checkpoint_every=0, plot=True,
     )
@@ -149,16 +149,26 @@ def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
     Bad input (a config value, a --reward that does not import) fails before anything is written.
     """
     from .api import train_rlhf
-    from .rewards import load_reward
+    from .config import reward_specs
+    from .rewards import load_rewards
 
     cfg = cfg or demo_config()
-    run_dir = Path(cfg.run_dir) if cfg.run_dir else rundir.default_run_dir(cfg.seed, "rlhf-demo")
-    assets = run_dir / "demo"
-    cfg = dataclasses.replace(cfg, policy=str(assets / "model"), tokenizer=None, prompts=str(assets / "prompts.txt"),
-                              run_dir=str(run_dir))
+
+    def placed(run_dir: Path) -> RLHFConfig:
+        assets = run_dir / "demo"
+        return dataclasses.replace(cfg, policy=str(assets / "model"), tokenizer=None, prompts=str(assets / "prompts.txt"),
+                                   run_dir=str(run_dir))
+
+    given = cfg.run_dir
+    run_dir = Path(given) if given else rundir.default_run_dir(cfg.seed, "rlhf-demo")
+    cfg = placed(run_dir)
     validate(cfg)
     rundir.check_new_run_dir(run_dir)
-    load_reward(cfg.reward, torch.device("cpu"))  # a bad --reward is reported before the pretraining
+    # a bad --reward is reported before the pretraining
+    load_rewards(reward_specs(cfg), cfg.reward_weights, torch.device("cpu"), import_path=cfg.reward_import_path)
+    if not given:  # one atomic mkdir: a demo started in the same second gets base-2
+        run_dir = rundir.claim_run_dir(run_dir)
+        cfg = placed(run_dir)
     torch.set_num_threads(cfg.threads)
-    build_assets(assets, pretrain_steps, cfg.seed)
+    build_assets(run_dir / "demo", pretrain_steps, cfg.seed)
     return train_rlhf(cfg)

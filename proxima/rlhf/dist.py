@@ -95,6 +95,11 @@ def any_across(flag: bool, d: Dist, device: torch.device) -> bool:
     return bool(t.item() > 0)
 
 
+def all_across(flag: bool, d: Dist, device: torch.device) -> bool:
+    """True on every process when it is True on all of them."""
+    return not any_across(not flag, d, device)
+
+
 def gather_objects(obj, d: Dist) -> list:
     if not d.enabled:
         return [obj]

@@ -16,15 +16,6 @@ import torch
 from .models import accepts_logits_to_keep
 
 
-def encode_prompts(tokenizer, prompts: list, max_prompt_length: int) -> list:
-    """Token ids of each prompt (once per run), keeping the last ``max_prompt_length`` tokens.
-
-    An empty prompt becomes [bos] (or [eos]) so that the model has something to condition on.
-    """
-    fallback = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-    return [tokenizer(p, add_special_tokens=False)["input_ids"][-max_prompt_length:] or [fallback] for p in prompts]
-
-
 def pad_left(token_ids: list, pad_token_id: int, device) -> tuple:
     """Left-padded token ids (B, P) long and attention mask (B, P) long from B lists of ids."""
     width = max(len(ids) for ids in token_ids)
@@ -88,13 +79,17 @@ def _cache_argument(model_class: type) -> str:
 
 
 @torch.no_grad()
-def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, s: SamplingSettings) -> torch.Tensor:
+def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, s: SamplingSettings,
+             all_done=None) -> torch.Tensor:
     """Sample responses (B, R), R <= max_new_tokens, padded with ``pad_token_id`` after EOS.
 
     One prefill forward over the left-padded prompts, then one forward per token on the KV cache,
     with position ids that count real tokens only. Stops once every row has emitted EOS. Samples from
     exactly softmax(filter(logits / temperature)), the distribution the log-probs assume (a model's
     generation_config.json cannot slip in a repetition penalty or a default top-k).
+
+    ``all_done(done (B,) bool) -> bool`` decides the early stop; sharded (FSDP) models pass one that
+    agrees across processes, since every process must run the same number of forwards.
     """
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     cache_arg = _cache_argument(type(base))
@@ -114,7 +109,8 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, s: Sa
         token = torch.where(done, s.pad_token_id, sample(logits))
         tokens[:, t] = token
         done |= token == s.eos_token_id
-        if t == s.max_new_tokens - 1 or bool(done.all()):  # one host sync per token: negligible next to a forward
+        # one host sync per token: negligible next to a forward
+        if t == s.max_new_tokens - 1 or (all_done(done) if all_done else bool(done.all())):
             return tokens[:, :t + 1]
         cache = out.cache if cache_arg == "cache" else out.past_key_values
         out = model(input_ids=token[:, None], attention_mask=full_mask[:, :prompt_width + t + 1], position_ids=next_position,
@@ -138,8 +134,12 @@ def response_masks(responses: torch.Tensor, eos_token_id: int) -> tuple:
     return mask, lengths, has_eos
 
 
-def decode_responses(tokenizer, responses: torch.Tensor, lengths: torch.Tensor, has_eos: torch.Tensor) -> list:
-    """Response texts for the reward: the tokens before EOS (EOS itself and padding dropped)."""
+def response_token_lists(responses: torch.Tensor, lengths: torch.Tensor, has_eos: torch.Tensor) -> list:
+    """Each response's token ids before EOS (EOS itself and padding dropped), as B lists."""
     keep = (lengths - has_eos.long()).tolist()
-    rows = responses.tolist()
-    return [tokenizer.decode(row[:n], skip_special_tokens=True) for row, n in zip(rows, keep)]
+    return [row[:n] for row, n in zip(responses.tolist(), keep)]
+
+
+def decode_responses(tokenizer, response_ids: list) -> list:
+    """Response texts for reward functions: the tokens before EOS, special tokens dropped."""
+    return [tokenizer.decode(ids, skip_special_tokens=True) for ids in response_ids]

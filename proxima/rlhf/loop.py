@@ -14,8 +14,10 @@ from pathlib import Path
 import torch
 
 from . import dist as D
+from . import fsdp
 from . import rundir
 from .config import ConfigError
+from .rewards import RewardError
 
 CHECKPOINT_FORMAT = "proxima-rlhf-1"
 
@@ -29,7 +31,11 @@ def run(t, run_dir: Path, resumed: bool = False) -> dict:
     try:
         while t.step < cfg.steps:
             t0 = time.perf_counter()
-            metrics, samples = t.train_step()
+            before = random_state(t)
+            try:
+                metrics, samples = t.train_step()
+            except RewardError as e:
+                raise RewardError(f"{e}; {_checkpoint_after_reward_failure(t, run_dir, before)}") from None
             t.seconds += time.perf_counter() - t0
             if main:
                 logger.log(t.step, metrics)
@@ -51,19 +57,53 @@ def run(t, run_dir: Path, resumed: bool = False) -> dict:
             logger.close()
 
 
+def _checkpoint_after_reward_failure(t, run_dir: Path, before: dict) -> str:
+    """The reward runs in the rollout, before the update touches a weight: with the RNG and prompt order
+    set back to the start of the failed step, the state is exactly that after the last finished step, and
+    a checkpoint of it resumes as if the failed step never began. Under torchrun the other processes are
+    in a collective, so only the last periodic checkpoint is named."""
+    if not t.dist.enabled:
+        set_random_state(t, before)
+        save_checkpoint(t, run_dir)
+        return f"checkpoint of step {t.step} written; fix the reward and continue with `proxima resume {run_dir}`"
+    checkpoints = rundir.list_checkpoints(run_dir)
+    if checkpoints:
+        return f"continue from {checkpoints[-1].name} with `proxima resume {run_dir}`"
+    return "no checkpoint was written yet (--checkpoint-every)"
+
+
 def _finish(t, run_dir: Path) -> dict:
     checksums = D.gather_objects(parameter_checksum(t.trained_models()), t.dist)
+    local_numel = D.gather_objects(fsdp.local_numel(t.trained_models()), t.dist)
+    full_policy = fsdp.full_model_state(t.policy) if t.cfg.fsdp else None  # collective: before the rank test
     if not t.dist.is_main:
         return {}
-    # the trained policy in Hugging Face format (with LoRA: the adapter) and its tokenizer
-    t.policy.save_pretrained(run_dir / "policy")
+    # the trained policy in Hugging Face format (with LoRA: the adapter, or with --merge-lora the model with
+    # the adapter merged in, loadable without peft) and its tokenizer
+    if full_policy is not None:
+        _save_unsharded(t.policy, full_policy, run_dir / "policy")
+    else:
+        policy = t.policy.merge_and_unload() if t.cfg.lora and t.cfg.merge_lora else t.policy
+        policy.save_pretrained(run_dir / "policy")
     t.tokenizer.save_pretrained(run_dir / "policy")
-    extra = {"advantage": t.cfg.advantage, "world_size": t.dist.world_size, "param_checksums": checksums,
-             "ranks_in_sync": len(set(checksums)) == 1, "kl_coef_last": t.kl_ctl.value}
+    extra = {"advantage": t.cfg.advantage, "world_size": t.dist.world_size, "fsdp": t.cfg.fsdp,
+             "param_checksums": checksums, "ranks_in_sync": len(set(checksums)) == 1, "kl_coef_last": t.kl_ctl.value,
+             "param_numel_full": t.param_numel_full, "param_numel_per_rank": local_numel}
     summary = rundir.write_summary(run_dir, t.seconds, extra)
     if t.cfg.plot:
         rundir.plot_curves(run_dir)
     return summary
+
+
+def _save_unsharded(sharded: torch.nn.Module, state: dict, folder: Path) -> None:
+    """A sharded policy's full weights into a plain model of its class, saved in Hugging Face format."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(sharded.config)
+    model.load_state_dict(state, strict=False, assign=True)
+    model.tie_weights()
+    model.save_pretrained(folder)
 
 
 def _install_signal_handlers(stop: dict):
@@ -81,17 +121,34 @@ def _install_signal_handlers(stop: dict):
 # ---------------------------------------------------------------------------------------------
 # checkpoints: everything a resume needs to continue as if never stopped
 # ---------------------------------------------------------------------------------------------
+def random_state(t) -> dict:
+    """This process's RNG states and place in the prompt order."""
+    cuda_rng = torch.cuda.get_rng_state(t.device) if t.device.type == "cuda" else None
+    return {"rng": torch.get_rng_state(), "cuda_rng": cuda_rng, "sampler": t.sampler.state_dict()}
+
+
+def set_random_state(t, state: dict) -> None:
+    torch.set_rng_state(state["rng"])
+    if state.get("cuda_rng") is not None and t.device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda_rng"], t.device)
+    t.sampler.load_state_dict(state["sampler"])
+
+
 def save_checkpoint(t, run_dir: Path) -> None:
     """Trainable weights, both optimizers, beta, counters, and every process's RNG and prompt order."""
-    cuda_rng = torch.cuda.get_rng_state(t.device) if t.device.type == "cuda" else None
-    ranks = D.gather_objects({"rng": torch.get_rng_state(), "cuda_rng": cuda_rng, "sampler": t.sampler.state_dict()},
-                             t.dist)
+    ranks = D.gather_objects(random_state(t), t.dist)
+    if t.cfg.fsdp:  # collectives: every process gathers, rank 0 keeps the full state
+        models = {"policy": fsdp.full_model_state(t.policy), "opt_policy": fsdp.full_optimizer_state(t.policy, t.opt_policy),
+                  "value": fsdp.full_model_state(t.value) if t.critic else {},
+                  "opt_value": fsdp.full_optimizer_state(t.value, t.opt_value) if t.critic else {}}
     if not t.dist.is_main:
         return
-    state = {"format": CHECKPOINT_FORMAT, "step": t.step, "seconds": t.seconds, "ranks": ranks,
-             "policy": trainable_state(t.policy), "opt_policy": t.opt_policy.state_dict(),
-             "value": trainable_state(t.value) if t.critic else {},
-             "opt_value": t.opt_value.state_dict() if t.critic else {}, "kl": t.kl_ctl.state_dict()}
+    if not t.cfg.fsdp:
+        models = {"policy": trainable_state(t.policy), "opt_policy": t.opt_policy.state_dict(),
+                  "value": trainable_state(t.value) if t.critic else {},
+                  "opt_value": t.opt_value.state_dict() if t.critic else {}}
+    state = {"format": CHECKPOINT_FORMAT, "step": t.step, "seconds": t.seconds, "ranks": ranks, "fsdp": t.cfg.fsdp,
+             **models, "kl": t.kl_ctl.state_dict()}
     rundir.save_checkpoint(run_dir, t.step, state, t.cfg.keep_checkpoints)
 
 
@@ -101,17 +158,19 @@ def load_checkpoint(t, file: Path) -> None:
         raise ConfigError(f"{file}: not a Proxima RLHF checkpoint")
     if len(state["ranks"]) != t.dist.world_size:
         raise ConfigError(f"{file}: written by {len(state['ranks'])} processes, resumed with {t.dist.world_size}")
-    load_trainable_state(t.policy, state["policy"], file)
-    t.opt_policy.load_state_dict(state["opt_policy"])
-    if t.critic:
-        load_trainable_state(t.value, state["value"], file)
-        t.opt_value.load_state_dict(state["opt_value"])
+    if bool(state.get("fsdp", False)) != t.cfg.fsdp:
+        raise ConfigError(f"{file}: written with fsdp {bool(state.get('fsdp'))}, resumed with fsdp {t.cfg.fsdp}")
+    models = [(t.policy, t.opt_policy, "policy")] + ([(t.value, t.opt_value, "value")] if t.critic else [])
+    for model, opt, name in models:
+        if t.cfg.fsdp:
+            _check_names(model, state[name], file)
+            fsdp.load_full_model_state(model, state[name])
+            fsdp.load_full_optimizer_state(model, opt, state["opt_" + name])
+        else:
+            load_trainable_state(model, state[name], file)
+            opt.load_state_dict(state["opt_" + name])
     t.kl_ctl.load_state_dict(state["kl"])
-    mine = state["ranks"][t.dist.rank]
-    torch.set_rng_state(mine["rng"])
-    if mine.get("cuda_rng") is not None and t.device.type == "cuda":
-        torch.cuda.set_rng_state(mine["cuda_rng"], t.device)
-    t.sampler.load_state_dict(mine["sampler"])
+    set_random_state(t, state["ranks"][t.dist.rank])
     t.step, t.seconds = int(state["step"]), float(state["seconds"])
 
 
@@ -119,11 +178,15 @@ def trainable_state(model: torch.nn.Module) -> dict:
     return {name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters() if p.requires_grad}
 
 
-def load_trainable_state(model: torch.nn.Module, state: dict, file: Path) -> None:
+def _check_names(model: torch.nn.Module, state: dict, file: Path) -> None:
     expected = {name for name, p in model.named_parameters() if p.requires_grad}
     if set(state) != expected:
         raise ConfigError(f"{file}: its parameters do not match the model built from config.yaml "
                           f"({len(set(state) ^ expected)} names differ)")
+
+
+def load_trainable_state(model: torch.nn.Module, state: dict, file: Path) -> None:
+    _check_names(model, state, file)
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, tensor in state.items():
@@ -136,7 +199,7 @@ def parameter_checksum(models: list) -> str:
     for m in models:
         for name, p in m.named_parameters():
             h.update(name.encode())
-            h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+            h.update(fsdp.full_tensor(p.detach()).float().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
 
 

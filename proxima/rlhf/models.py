@@ -24,10 +24,18 @@ from torch import nn
 from .config import ConfigError
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+# files that look like weights: a directory holding some of these but none of WEIGHT_FILES (a sharded
+# checkpoint without its index, a renamed file) must not fall back to a fresh model
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def quiet_transformers() -> None:
-    """Command-line runs: no per-load progress bars or advisory warnings from transformers."""
+    """Command-line runs: no per-load progress bars or advisory warnings from transformers.
+
+    Quieting is safe because every load goes through :func:`load_pretrained`, which turns transformers'
+    load report (missing, unexpected, mismatched keys) into an error instead of a warning.
+    """
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
@@ -35,17 +43,30 @@ def quiet_transformers() -> None:
 
 
 def _policy_source(spec: str) -> tuple:
-    """('pretrained', dir) | ('config', config dict, dir or None); ConfigError for anything else."""
+    """('pretrained', dir, dir) | ('config', config dict, None); ConfigError for anything else.
+
+    A fresh (randomly initialized) policy comes only from a config.json named explicitly: a directory
+    is a checkpoint, and a checkpoint without loadable weights is an error, never a random model.
+    """
     path = Path(spec)
     if path.is_file() and path.suffix == ".json":
         return "config", _read_json(path), None
     if path.is_dir():
-        if any((path / f).exists() for f in WEIGHT_FILES):
-            return "pretrained", str(path), str(path)
-        if (path / "config.json").exists():
-            return "config", _read_json(path / "config.json"), str(path)
-        raise ConfigError(f"--policy {spec!r}: directory has neither weights nor a config.json")
+        check_weights_present(path, "--policy")
+        return "pretrained", str(path), str(path)
     raise ConfigError(f"--policy {spec!r}: no such directory or .json config file")
+
+
+def check_weights_present(path: Path, what: str) -> None:
+    """A Hugging Face directory must hold a weight file transformers reads as a whole (or its shard index)."""
+    if any((path / f).exists() for f in WEIGHT_FILES):
+        return
+    stray = sorted(p.name for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+    if stray:
+        raise ConfigError(f"{what} {str(path)!r}: holds {', '.join(stray[:3])}{' ...' if len(stray) > 3 else ''} but no "
+                          f"{' or '.join(WEIGHT_FILES[:2])}; a sharded checkpoint needs its index file")
+    hint = f"; to start from random weights pass {path / 'config.json'}" if (path / "config.json").exists() and what == "--policy" else ""
+    raise ConfigError(f"{what} {str(path)!r}: no weights ({WEIGHT_FILES[0]} or {WEIGHT_FILES[1]}){hint}")
 
 
 def _read_json(path: Path) -> dict:
@@ -58,21 +79,59 @@ def _read_json(path: Path) -> dict:
     return data
 
 
-def load_policy(spec: str, seed: int) -> tuple:
-    """(model, tokenizer_dir or None). A fresh model is initialized under ``seed``."""
+def _names(keys) -> str:
+    keys = sorted(keys)
+    return ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+
+
+def load_pretrained(auto_class, path: str, what: str, dtype: torch.dtype, **kwargs) -> nn.Module:
+    """``auto_class.from_pretrained(path)`` in ``dtype`` that never invents a weight.
+
+    Missing keys (initialized at random by transformers), unexpected keys (ignored by it) and shape
+    mismatches are a ConfigError naming them; so is a corrupt or truncated weight file. ``dtype``
+    float32 gives trainable models fp32 master weights and optimizer state whatever the stored dtype
+    (a bf16 checkpoint updated in bf16 rounds small steps away).
+    """
+    check_weights_present(Path(path), what)
+    try:
+        model, info = auto_class.from_pretrained(path, dtype=dtype, output_loading_info=True, **kwargs)
+    except Exception as e:  # corrupt safetensors, a truncated file, a bad config: one line naming the directory
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ConfigError(f"{what} {path!r}: cannot load {auto_class.__name__}: {type(e).__name__}: {first}") from None
+    problems = [f"{label} {_names(info.get(key) or ())}" for key, label in
+                (("missing_keys", "missing"), ("unexpected_keys", "unexpected"), ("mismatched_keys", "mismatched"))
+                if info.get(key)]
+    problems += [str(m).splitlines()[0] for m in info.get("error_msgs") or ()]
+    if problems:
+        raise ConfigError(f"{what} {path!r}: the weights do not fit {type(model).__name__} ({'; '.join(problems)}); "
+                          f"refusing to start from random or dropped weights")
+    return model
+
+
+def max_positions(config) -> Optional[int]:
+    """The longest sequence a model's position embeddings (or RoPE's trained range) cover; None if unknown."""
+    for name in ("max_position_embeddings", "n_positions", "n_ctx", "seq_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def load_policy(spec: str, seed: int, dtype: torch.dtype = torch.float32) -> tuple:
+    """(model, tokenizer_dir or None). A fresh model (from a config.json) is initialized under ``seed``."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     kind, source, folder = _policy_source(spec)
-    try:
-        if kind == "pretrained":
-            model = AutoModelForCausalLM.from_pretrained(source)
-        else:
+    if kind == "pretrained":
+        model = load_pretrained(AutoModelForCausalLM, source, "--policy", dtype)
+    else:
+        try:
             config_dict = dict(source)
             config = AutoConfig.for_model(config_dict.pop("model_type"), **config_dict)
             torch.manual_seed(seed)
-            model = AutoModelForCausalLM.from_config(config)
-    except (OSError, ValueError, KeyError) as e:
-        raise ConfigError(f"--policy {spec!r}: cannot load a causal LM: {str(e).splitlines()[0]}") from None
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"--policy {spec!r}: cannot build a causal LM: {str(e).splitlines()[0]}") from None
     disable_dropout(model)
     return use_fused_gelu(model), folder
 
@@ -132,8 +191,11 @@ def make_reference(policy: nn.Module, lora: bool) -> Optional[nn.Module]:
 def apply_lora(model: nn.Module, cfg, task_type: str):
     from peft import LoraConfig, get_peft_model
 
+    targets = list(cfg.lora_target_modules) or None
+    if targets == ["all-linear"]:  # peft's shorthand: every linear layer except the output layer
+        targets = "all-linear"
     lora_cfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, bias="none", task_type=task_type,
-                          target_modules=list(cfg.lora_target_modules) or None)
+                          target_modules=targets)
     try:
         return get_peft_model(model, lora_cfg)
     except ValueError as e:
@@ -159,25 +221,34 @@ class ValueModel(nn.Module):
     def forward(self, input_ids, attention_mask, position_ids) -> torch.Tensor:
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                use_cache=False).last_hidden_state
-        return self.head(hidden).squeeze(-1).float()
+        # the head is in the backbone's dtype; under autocast the matmul runs in bf16 whatever the inputs
+        return self.head(hidden.to(self.head.weight.dtype)).squeeze(-1).float()
 
 
-def make_value_model(init: str, policy: nn.Module, reward_dir: Optional[str], seed: int) -> ValueModel:
-    """Value model from a copy of the policy's backbone (fresh head) or from the reward model (its head too)."""
+def make_value_model(init: str, policy: nn.Module, reward_dir: Optional[str], seed: int,
+                     dtype: torch.dtype = torch.float32) -> ValueModel:
+    """Value model from a copy of the policy's backbone (fresh head) or from the reward model (its head too).
+
+    The head is created in the backbone's parameter dtype (``dtype``, float32 by default) so that a model
+    stored in bf16 never meets a float32 head.
+    """
     if init == "reward":
         from transformers import AutoModelForSequenceClassification
 
-        rm = AutoModelForSequenceClassification.from_pretrained(reward_dir, num_labels=1)
+        rm = load_pretrained(AutoModelForSequenceClassification, reward_dir, "--value-init reward", dtype, num_labels=1)
         if rm.config.vocab_size != policy.config.vocab_size:
             raise ConfigError(f"--value-init reward: the reward model's vocabulary ({rm.config.vocab_size}) differs "
                               f"from the policy's ({policy.config.vocab_size}); use --value-init policy")
         backbone = rm.base_model
         score = getattr(rm, "score", None)
+        if not (isinstance(score, nn.Linear) and score.out_features == 1):
+            raise ConfigError(f"--value-init reward: {reward_dir!r} has no one-output 'score' head to start the value "
+                              f"head from; use --value-init policy")
     else:
         backbone, score = copy.deepcopy(policy.base_model), None
     hidden = backbone.config.hidden_size
     torch.manual_seed(seed + 1)
-    head = nn.Linear(hidden, 1)
+    head = nn.Linear(hidden, 1, dtype=next(backbone.parameters()).dtype)
     nn.init.normal_(head.weight, std=1.0 / (hidden + 1) ** 0.5)
     nn.init.zeros_(head.bias)
     if isinstance(score, nn.Linear) and score.out_features == 1:

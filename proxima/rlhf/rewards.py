@@ -1,38 +1,131 @@
-"""The reward: a local sequence-classification model, or a Python function.
+"""The reward: local sequence-classification models and Python functions, alone or weighted together.
 
-Both are called the same way, ``reward(prompts, responses, texts) -> (B,) float32 tensor``: a function
-gets the prompt strings and the response texts before EOS; a reward model reads ``texts``, the
-prompt and response tokens decoded together, with its own tokenizer (which may even have another
-vocabulary than the policy's).
+Every reward is called on a :class:`RewardBatch` and every answer is checked (one real, finite number
+per response; booleans and strings refused) before it reaches the loss:
+
+    function  f(prompts, responses, **columns) -> list[float]
+              prompts: the prompt of each row (a string, or a list of {role, content} messages);
+              responses: the response texts before EOS; columns: the other fields of the prompts'
+              JSONL rows, as lists (``answer=[...]``), passed when f names them or takes **kwargs.
+    model     a frozen AutoModelForSequenceClassification with one label; the score is its logit at
+              the last token. It reads the prompt and response with the policy's special tokens (chat
+              template, BOS) kept, or, for a conversation, its own chat template when it has one.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import math
+import numbers
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
 from .config import ConfigError
-from .models import use_fused_gelu
+from .models import load_pretrained, max_positions, use_fused_gelu
 
 
-def load_reward(spec: str, device: torch.device, bf16: bool = False) -> Callable:
-    """A directory -> RewardModel; ``module:function`` or ``path/to/file.py:function`` -> RewardFunction."""
+class RewardError(ConfigError):
+    """A reward call failed or answered something that is not one real number per response."""
+
+
+@dataclass
+class RewardBatch:
+    """What every reward sees for B responses."""
+
+    rows: list  # B PromptRows: the prompt (text or messages), the other JSONL fields, the line number
+    responses: list  # B response texts before EOS, special tokens dropped
+    texts: list  # B prompt + response as the policy saw them, decoded with their special tokens (no padding)
+    step: int  # the PPO step being computed (1-based); 0 for the trial call before training
+
+    def where(self) -> str:
+        return "on the trial call before training" if self.step == 0 else f"at step {self.step}"
+
+    def sample(self, i: int) -> str:
+        return f"sample {i} (prompts line {self.rows[i].line}, response {self.responses[i][:60]!r})"
+
+
+class Rewards:
+    """Several rewards, weighted: ``(batch) -> (score (B,) float32, {name: (B,) float32})``."""
+
+    def __init__(self, parts: list, weights: list):
+        self.parts, self.weights = parts, weights
+        self.names = _unique([p.name for p in parts])
+
+    def __call__(self, batch: RewardBatch) -> tuple:
+        each = {name: validate_scores(part(batch), batch, name) for name, part in zip(self.names, self.parts)}
+        total = sum(w * s for w, s in zip(self.weights, each.values()))
+        return total, each
+
+    @property
+    def models(self) -> list:
+        return [p for p in self.parts if isinstance(p, RewardModel)]
+
+
+def _unique(names: list) -> list:
+    """Names for the logs: a name given twice gets #2, #3."""
+    seen: dict = {}
+    out = []
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+        out.append(n if seen[n] == 1 else f"{n}#{seen[n]}")
+    return out
+
+
+def validate_scores(raw, batch: RewardBatch, name: str) -> torch.Tensor:
+    """One real finite number per response -> (B,) float32; otherwise a RewardError naming step and sample."""
+    n = len(batch.responses)
+    where = f"reward {name} {batch.where()}"
+    if type(raw).__module__ == "numpy" and hasattr(raw, "tolist"):
+        raw = raw.tolist()  # numpy booleans and strings become Python ones, refused below
+    if isinstance(raw, torch.Tensor):
+        if raw.dtype == torch.bool or raw.is_complex() or raw.dim() != 1:
+            raise RewardError(f"{where}: returned a {raw.dtype} tensor of shape {tuple(raw.shape)}; expected ({n},) "
+                              f"real numbers, one per response")
+        values = raw.tolist()
+    elif isinstance(raw, (list, tuple)):
+        values = list(raw)
+    else:
+        raise RewardError(f"{where}: returned {type(raw).__name__}; expected a list of {n} numbers, one per response")
+    if len(values) != n:
+        raise RewardError(f"{where}: returned {len(values)} scores for {n} responses")
+    scores = []
+    for i, v in enumerate(values):
+        if isinstance(v, torch.Tensor) and v.numel() == 1 and v.dtype != torch.bool:
+            v = v.item()
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise RewardError(f"{where}: {batch.sample(i)} got {v!r} ({type(v).__name__}); a reward returns real numbers, "
+                              f"not booleans or strings")
+        if not math.isfinite(float(v)):
+            raise RewardError(f"{where}: {batch.sample(i)} got the non-finite score {v}")
+        scores.append(float(v))
+    return torch.tensor(scores, dtype=torch.float32)
+
+
+def load_rewards(specs: list, weights: list, device: torch.device, dtype: torch.dtype = torch.float32,
+                 bf16: bool = False, import_path: Optional[list] = None) -> Rewards:
+    """Every ``--reward`` spec loaded (a directory -> RewardModel, ``module:function`` -> RewardFunction)."""
+    parts = [load_reward(s, device, dtype, bf16, import_path) for s in specs]
+    return Rewards(parts, list(weights) or [1.0] * len(parts))
+
+
+def load_reward(spec: str, device: torch.device, dtype: torch.dtype = torch.float32, bf16: bool = False,
+                import_path: Optional[list] = None):
     if os.path.isdir(spec):
-        return RewardModel(spec, device, bf16)
+        return RewardModel(spec, device, dtype, bf16)
     module_name, sep, func_name = spec.rpartition(":")
     if not sep or not module_name or not func_name:
         raise ConfigError(f"--reward {spec!r}: neither a reward-model directory nor module:function")
-    return RewardFunction(_import_function(module_name, func_name, spec), spec)
+    return RewardFunction(_import_function(module_name, func_name, spec, import_path or [os.getcwd()]), spec, func_name)
 
 
-def _import_function(module_name: str, func_name: str, spec: str) -> Callable:
+def _import_function(module_name: str, func_name: str, spec: str, import_path: list) -> Callable:
     try:
         if module_name.endswith(".py"):
             if not os.path.isfile(module_name):
@@ -41,8 +134,10 @@ def _import_function(module_name: str, func_name: str, spec: str) -> Callable:
             module = importlib.util.module_from_spec(mod_spec)
             mod_spec.loader.exec_module(module)
         else:
-            if os.getcwd() not in sys.path:  # `proxima` as a console script does not put the cwd on the path
-                sys.path.insert(0, os.getcwd())
+            # the run's recorded directories first: a resume started elsewhere imports the same module
+            for folder in reversed(import_path):
+                if folder not in sys.path:
+                    sys.path.insert(0, folder)
             module = importlib.import_module(module_name)
     except ConfigError:
         raise
@@ -55,46 +150,75 @@ def _import_function(module_name: str, func_name: str, spec: str) -> Callable:
 
 
 class RewardFunction:
-    """Wraps ``f(prompts: list[str], responses: list[str]) -> list[float]`` and checks what it returns."""
+    """``f(prompts, responses, **columns)``; the columns passed are those f names (all with **kwargs)."""
 
-    def __init__(self, func: Callable, spec: str):
-        self.func, self.spec = func, spec
+    def __init__(self, func: Callable, spec: str, name: str):
+        self.func, self.spec, self.name = func, spec, name
+        try:
+            params = inspect.signature(func).parameters.values()
+        except (TypeError, ValueError):  # a builtin or C function: positional arguments only
+            params = []
+        self.all_columns = any(p.kind is p.VAR_KEYWORD for p in params)
+        self.named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
-    def __call__(self, prompts: list, responses: list, texts: list = None) -> torch.Tensor:
-        scores = self.func(list(prompts), list(responses))
-        scores = [float(s) for s in scores]
-        if len(scores) != len(responses):
-            raise ValueError(f"reward {self.spec}: returned {len(scores)} scores for {len(responses)} responses")
-        bad = [i for i, s in enumerate(scores) if not math.isfinite(s)]
-        if bad:
-            raise ValueError(f"reward {self.spec}: non-finite score {scores[bad[0]]} for response {bad[0]}: {responses[bad[0]]!r}")
-        return torch.tensor(scores, dtype=torch.float32)
+    def __call__(self, batch: RewardBatch):
+        columns = {k: [r.columns[k] for r in batch.rows] for k in batch.rows[0].columns
+                   if self.all_columns or k in self.named}
+        try:
+            return self.func([r.prompt for r in batch.rows], list(batch.responses), **columns)
+        except Exception as e:  # user code: one line naming the reward and the step
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise RewardError(f"reward {self.spec} {batch.where()}: raised {type(e).__name__}: {msg}") from None
 
 
 class RewardModel:
     """A frozen AutoModelForSequenceClassification with one output; the score is its logit at the last token."""
 
-    def __init__(self, path: str, device: torch.device, bf16: bool = False):
+    def __init__(self, path: str, device: torch.device, dtype: torch.dtype = torch.float32, bf16: bool = False):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+        model = load_pretrained(AutoModelForSequenceClassification, path, "--reward", dtype)
         try:
-            self.model = use_fused_gelu(AutoModelForSequenceClassification.from_pretrained(path)).to(device).eval()
             self.tokenizer = AutoTokenizer.from_pretrained(path)
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"--reward {path!r}: cannot load a sequence-classification model: {str(e).splitlines()[0]}") from None
-        if self.model.config.num_labels != 1:
-            raise ConfigError(f"--reward {path!r}: the model has {self.model.config.num_labels} labels; a reward model has 1")
+        except Exception as e:
+            raise ConfigError(f"--reward {path!r}: cannot load its tokenizer: {str(e).splitlines()[0]}") from None
+        if model.config.num_labels != 1:
+            raise ConfigError(f"--reward {path!r}: the model has {model.config.num_labels} labels; a reward model has 1")
+        self.model = use_fused_gelu(model).to(device).eval()
         self.model.requires_grad_(False)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token or self.tokenizer.unk_token
         # right padding: the classifier reads the last non-pad token
         self.tokenizer.padding_side = "right"
         self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        self.device, self.bf16 = device, bf16
+        bos = self.tokenizer.bos_token_id
+        self.adds_bos = bos is not None and self.tokenizer("x")["input_ids"][:1] == [bos]
+        self.limit = max_positions(self.model.config)
+        self.name, self.path, self.device, self.bf16 = Path(path).name, path, device, bf16
+
+    def render(self, row, response: str, text: str) -> str:
+        """The text the model reads: its own chat template for a conversation when it has one, else the
+        policy's view of prompt + response (chat template and BOS included)."""
+        if row.is_conversation and getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template(row.prompt + [{"role": "assistant", "content": response}],
+                                                      tokenize=False)
+        return text
+
+    def encode(self, rows: list, responses: list, texts: list) -> list:
+        """Token ids per sample, with the special tokens the text holds and a BOS where the tokenizer adds one."""
+        ids = self.tokenizer([self.render(r, s, t) for r, s, t in zip(rows, responses, texts)],
+                             add_special_tokens=False)["input_ids"]
+        bos = self.tokenizer.bos_token_id
+        return [[bos] + x if self.adds_bos and x[:1] != [bos] else x for x in ids]
 
     @torch.no_grad()
-    def __call__(self, prompts: list, responses: list, texts: list) -> torch.Tensor:
-        batch = self.tokenizer(texts, return_tensors="pt", padding=True).to(self.device)
+    def __call__(self, batch: RewardBatch) -> torch.Tensor:
+        ids = self.encode(batch.rows, batch.responses, batch.texts)
+        for i, x in enumerate(ids):
+            if self.limit and len(x) > self.limit:
+                raise RewardError(f"reward model {self.path} {batch.where()}: {batch.sample(i)} is {len(x)} tokens, "
+                                  f"more than its {self.limit} positions; lower --max-new-tokens or --max-prompt-length")
+        padded = self.tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            logits = self.model(**batch).logits
+            logits = self.model(**padded).logits
         return logits[:, 0].float().cpu()

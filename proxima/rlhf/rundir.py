@@ -28,6 +28,20 @@ def default_run_dir(seed: int, prefix: str = "rlhf") -> Path:
     return Path("runs") / f"{prefix}__{seed}__{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def claim_run_dir(base: Path) -> Path:
+    """Create ``base`` (or base-2, base-3, ...) with one atomic mkdir: two runs started in the same second
+    never share a directory, even as separate processes."""
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise ConfigError(f"{base}: 9999 run directories of that name exist; pass --run-dir")
+
+
 def check_new_run_dir(path: Path) -> None:
     """A new run may go into a missing or empty-of-runs directory, never over another run."""
     if (path / "config.yaml").exists() or (path / "meta.json").exists():
@@ -97,6 +111,8 @@ class MetricsLogger:
         self.columns: Optional[list] = None
         if resume_step and self.csv_path.exists():
             self._truncate_csv(resume_step)
+        if resume_step:
+            self._truncate_samples(resume_step)
 
     def _truncate_csv(self, step: int) -> None:
         """On resume, drop rows written after the checkpoint (they will be recomputed)."""
@@ -107,6 +123,16 @@ class MetricsLogger:
             keep = [rows[0]] + [r for r in rows[1:] if r and int(r[0]) <= step]
             with open(self.csv_path, "w", newline="") as f:
                 csv.writer(f).writerows(keep)
+
+    def _truncate_samples(self, step: int) -> None:
+        """On resume (after a stop, or a SIGKILL between a step's logs and its checkpoint), drop logged
+        samples of steps after the checkpoint: they are generated again."""
+        file = self.path / "samples.jsonl"
+        if not file.exists():
+            return
+        keep = [line for line in file.read_text().splitlines(keepends=True)
+                if line.strip() and json.loads(line).get("step", 0) <= step]
+        _atomic_write(file, "".join(keep))
 
     def log(self, step: int, metrics: dict) -> None:
         for key, value in metrics.items():
@@ -120,7 +146,8 @@ class MetricsLogger:
 
     def log_samples(self, step: int, rows: list) -> None:
         """rows: dicts with prompt, response, score. TensorBoard text (markdown table) and samples.jsonl."""
-        def cell(text: str) -> str:
+        def cell(text) -> str:  # a conversation prompt is shown as its JSON
+            text = text if isinstance(text, str) else json.dumps(text)
             return text.replace("|", "\\|").replace("\n", " ")
 
         table = "| prompt | response | score |\n|---|---|---|\n" + "".join(

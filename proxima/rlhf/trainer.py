@@ -23,17 +23,18 @@ import torch
 
 from ..ppo import ppo_loss
 from . import dist as D
+from . import fsdp
 from .algorithm import gae_advantages, group_advantages, sequence_rewards, token_rewards
-from .config import ConfigError, RLHFConfig
-from .data import PromptSampler, load_prompts
-from .generation import (SamplingSettings, decode_responses, encode_prompts, generate, pad_left,
-                         position_ids_from_mask, response_masks)
+from .config import ConfigError, RLHFConfig, reward_specs
+from .data import PromptSampler, encode_prompts, load_prompts
+from .generation import (SamplingSettings, decode_responses, generate, pad_left, position_ids_from_mask,
+                         response_masks, response_token_lists)
 from .kl import KLController, kl_per_token
 from .masked import masked_mean, masked_sum, masked_whiten
 from ..device import resolve_device
-from .models import (apply_lora, enable_checkpointing, load_policy, load_tokenizer, logprobs_and_entropy,
-                     make_reference, make_value_model, response_logits, token_logprobs)
-from .rewards import load_reward
+from .models import (DTYPES, apply_lora, enable_checkpointing, load_policy, load_tokenizer, logprobs_and_entropy,
+                     make_reference, make_value_model, max_positions, response_logits, token_logprobs)
+from .rewards import RewardBatch, load_rewards
 
 
 class RLHFTrainer:
@@ -51,19 +52,25 @@ class RLHFTrainer:
         torch.set_num_threads(cfg.threads)
         self.critic = cfg.advantage == "gae"
 
+        dtype = DTYPES[cfg.dtype]
         self.prompts = load_prompts(cfg.prompts)
-        self.reward = load_reward(cfg.reward, self.device, cfg.bf16)
-        policy, tokenizer_dir = load_policy(cfg.policy, cfg.seed)
+        self.reward = load_rewards(reward_specs(cfg), cfg.reward_weights, self.device, dtype, cfg.bf16,
+                                   cfg.reward_import_path)
+        policy, tokenizer_dir = load_policy(cfg.policy, cfg.seed, dtype)
         self.tokenizer = load_tokenizer(cfg.tokenizer or tokenizer_dir)
         if len(self.tokenizer) > policy.get_input_embeddings().num_embeddings:
             raise ConfigError(f"--tokenizer: {len(self.tokenizer)} tokens but the policy embeds only "
                               f"{policy.get_input_embeddings().num_embeddings}")
-        self.prompt_ids = encode_prompts(self.tokenizer, self.prompts, cfg.max_prompt_length)
+        self.prompt_ids = encode_prompts(self.tokenizer, self.prompts, cfg.max_prompt_length, cfg.truncate_prompts)
         self._probe_reward()
 
-        self.value = make_value_model(cfg.value_init, policy, cfg.reward, cfg.seed) if self.critic else None
+        reward_dir = next((m.path for m in self.reward.models), None)
+        self.value = make_value_model(cfg.value_init, policy, reward_dir, cfg.seed, dtype) if self.critic else None
+        self._check_positions(policy)
         self.ref = make_reference(policy, cfg.lora)
         if cfg.lora:
+            # seeded here, not by whatever ran before: LoRA's A matrices are drawn from the global RNG
+            torch.manual_seed(cfg.seed + 2)
             policy = apply_lora(policy, cfg, "CAUSAL_LM")
             if self.value is not None:
                 self.value.backbone = apply_lora(self.value.backbone, cfg, "FEATURE_EXTRACTION")
@@ -75,14 +82,19 @@ class RLHFTrainer:
         self.ref = self.ref.to(self.device) if self.ref is not None else None
         self.value = self.value.to(self.device) if self.value is not None else None
 
-        self.policy_params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.value_params = [p for p in self.value.parameters() if p.requires_grad] if self.critic else []
         for m in self.trained_models():
             D.broadcast_parameters(m, self.dist)
+        self.param_numel_full = fsdp.full_numel(self.trained_models())
+        if cfg.fsdp:
+            self._shard()
+        self.policy_params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.value_params = [p for p in self.value.parameters() if p.requires_grad] if self.critic else []
         # separate optimizers: the value model may take its own learning rate, and one model's
-        # gradient norm never scales the other's step (PPO_NOTES core detail 3: Adam eps 1e-5)
-        self.opt_policy = torch.optim.Adam(self.policy_params, lr=cfg.lr, eps=1e-5, fused=True)
-        self.opt_value = torch.optim.Adam(self.value_params, lr=cfg.value_lr or cfg.lr, eps=1e-5, fused=True) if self.critic else None
+        # gradient norm never scales the other's step (PPO_NOTES core detail 3: Adam eps 1e-5);
+        # the fused kernel takes plain tensors only, so sharded parameters use the foreach one
+        fused = not cfg.fsdp
+        self.opt_policy = torch.optim.Adam(self.policy_params, lr=cfg.lr, eps=1e-5, fused=fused)
+        self.opt_value = torch.optim.Adam(self.value_params, lr=cfg.value_lr or cfg.lr, eps=1e-5, fused=fused) if self.critic else None
         self.kl_ctl = KLController(cfg.kl_coef, cfg.adaptive_kl, cfg.kl_target, cfg.kl_horizon)
         self.sampling = SamplingSettings(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p,
                                          self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
@@ -91,16 +103,45 @@ class RLHFTrainer:
         self.sampler = PromptSampler(len(self.prompts), self.dist.rank, self.dist.world_size)
         self.step, self.seconds = 0, 0.0
 
+    def _shard(self) -> None:
+        if not self.dist.enabled:
+            raise ConfigError("--fsdp shards the models across processes: start it with torchrun --nproc-per-node N (N >= 2)")
+        fsdp.shard(self.policy, self.policy)
+        if self.ref is not None:
+            fsdp.shard(self.ref, self.ref)
+        if self.value is not None:
+            fsdp.shard(self.value, self.value.backbone)
+
+    def _all_done(self, done: torch.Tensor) -> bool:
+        return D.all_across(bool(done.all()), self.dist, self.device)
+
     def _probe_reward(self) -> None:
-        """Call the reward once before anything is written, so that a broken one is bad input, not a crash."""
-        try:
-            scores = self.reward([self.prompts[0]], [""], [self.prompts[0]])
-            if scores.shape != (1,):
-                raise ValueError(f"returned shape {tuple(scores.shape)} for one response")
-        except ConfigError:
-            raise
-        except Exception as e:
-            raise ConfigError(f"--reward {self.cfg.reward!r}: calling it on one prompt failed: {type(e).__name__}: {e}") from None
+        """Call every reward once, on the first prompt with an empty response, before anything is written:
+        a reward that cannot run is bad input, not a crash at step 1."""
+        row, ids = self.prompts[0], self.prompt_ids[0]
+        self.reward(RewardBatch([row], [""], [self.tokenizer.decode(ids)], step=0))
+
+    def _check_positions(self, policy) -> None:
+        """The longest prompt plus --max-new-tokens must fit every model's positions, checked before training:
+        past them GPT-2 fails with an IndexError and a RoPE model silently runs beyond its trained range."""
+        longest = max(range(len(self.prompt_ids)), key=lambda i: len(self.prompt_ids[i]))
+        need = len(self.prompt_ids[longest]) + self.cfg.max_new_tokens
+        where = f"the longest prompt (line {self.prompts[longest].line}, {len(self.prompt_ids[longest])} tokens)"
+        models = [("policy", policy.config)] + ([("value model", self.value.backbone.config)] if self.value else [])
+        for role, config in models:
+            limit = max_positions(config)
+            if limit and need > limit:
+                raise ConfigError(f"--max-new-tokens {self.cfg.max_new_tokens}: {where} + {self.cfg.max_new_tokens} new "
+                                  f"tokens = {need}, more than the {role}'s {limit} positions; lower --max-new-tokens or "
+                                  f"--max-prompt-length (with --truncate-prompts)")
+        for rm in self.reward.models:
+            texts = [self.tokenizer.decode(ids) for ids in self.prompt_ids]
+            lengths = [len(x) for x in rm.encode(self.prompts, [""] * len(texts), texts)]
+            i = max(range(len(lengths)), key=lengths.__getitem__)
+            if rm.limit and lengths[i] + self.cfg.max_new_tokens > rm.limit:
+                raise ConfigError(f"--max-new-tokens {self.cfg.max_new_tokens}: prompt line {self.prompts[i].line} is "
+                                  f"{lengths[i]} tokens for the reward model {rm.path}; with the new tokens that is "
+                                  f"{lengths[i] + self.cfg.max_new_tokens}, more than its {rm.limit} positions")
 
     def trained_models(self) -> list:
         return [self.policy] + ([self.value] if self.critic else [])
@@ -122,7 +163,7 @@ class RLHFTrainer:
             m.eval()  # gradient checkpointing would switch the KV cache off in train mode
         t0 = time.perf_counter()
         with self.autocast():
-            responses = generate(self.policy, query, query_mask, self.sampling)
+            responses = generate(self.policy, query, query_mask, self.sampling, self._all_done if self.cfg.fsdp else None)
         gen_seconds = time.perf_counter() - t0
         mask, lengths, has_eos = response_masks(responses, self.sampling.eos_token_id)
         b = {"query_responses": torch.cat([query, responses], 1), "responses": responses, "mask": mask,
@@ -136,17 +177,17 @@ class RLHFTrainer:
         for key in parts[0]:
             b[key] = torch.cat([p[key] for p in parts])
 
-        prompts = [self.prompts[i] for i in prompt_idx]
-        texts = decode_responses(self.tokenizer, responses, lengths, has_eos)
-        keep = (lengths - has_eos.long()).tolist()
-        full = [self.tokenizer.decode(self.prompt_ids[i] + r[:n], skip_special_tokens=True)
-                for i, r, n in zip(prompt_idx, responses.tolist(), keep)]
-        raw = self.reward(prompts, texts, full).to(self.device)
+        rows = [self.prompts[i] for i in prompt_idx]
+        response_ids = response_token_lists(responses, lengths, has_eos)
+        texts = decode_responses(self.tokenizer, response_ids)
+        # what the policy saw, special tokens (chat template, BOS) kept, padding and EOS not
+        full = [self.tokenizer.decode(self.prompt_ids[i] + r) for i, r in zip(prompt_idx, response_ids)]
+        raw, b["reward_parts"] = self.reward(RewardBatch(rows, texts, full, step=self.step + 1))
         # PPO_NOTES: a fixed penalty for responses that never emit EOS
-        b["scores"] = raw - cfg.missing_eos_penalty * (~has_eos).float()
+        b["scores"] = raw.to(self.device) - cfg.missing_eos_penalty * (~has_eos).float()
         b["kl"] = kl_per_token(b["logprobs"], b["ref_logprobs"], cfg.kl_estimator)
-        b["texts"] = [{"prompt": p, "response": t, "score": float(s)} for p, t, s in
-                      zip(prompts[:cfg.samples_logged], texts, b["scores"][:cfg.samples_logged].tolist())]
+        b["texts"] = [{"prompt": r.prompt, "response": t, "score": float(s)} for r, t, s in
+                      zip(rows[:cfg.samples_logged], texts, b["scores"][:cfg.samples_logged].tolist())]
         b["gen_seconds"] = gen_seconds
         return b
 
@@ -249,10 +290,11 @@ class RLHFTrainer:
         return {k: v / n for k, v in totals.items()}
 
     def _step(self, opt: torch.optim.Optimizer, params: list) -> torch.Tensor:
-        D.average_gradients(params, self.dist)
+        if not self.cfg.fsdp:  # FSDP reduce-scatters (and averages) the gradients in the backward
+            D.average_gradients(params, self.dist)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
         opt.step()
-        return grad_norm.detach()
+        return fsdp.full_tensor(grad_norm.detach())
 
     # -----------------------------------------------------------------------------------------
     # one iteration and the loop
@@ -300,6 +342,8 @@ class RLHFTrainer:
             "charts/tokens_per_second": tokens / max(b["gen_seconds"], 1e-9),
             "charts/seconds_per_step": torch.tensor(seconds),
         }
+        for name, part in b["reward_parts"].items():  # each reward's own mean, before its weight
+            named[f"rewards/{name}"] = part.mean()
         if self.critic:
             named["val/value_mean"] = masked_mean(b["values"], mask)
             named["val/grad_norm"] = losses["value_grad_norm"]

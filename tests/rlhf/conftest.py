@@ -6,8 +6,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
+import yaml  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -45,3 +49,40 @@ def tiny_cfg(assets):
         return RLHFConfig(**base)
 
     return make
+
+
+def torchrun(*args):
+    """``torchrun --nproc-per-node 2 -m ARGS`` on CPU (gloo); fails the test with the stderr tail."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONFAULTHANDLER": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", *args], capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def two_process_config(assets, run_dir, **overrides) -> dict:
+    """A 2-step run small enough for two CPU processes, a checkpoint every step."""
+    cfg = {"policy": str(assets / "model"), "prompts": str(assets / "prompts.txt"),
+           "reward": "proxima.rlhf.demo:keyword_sentiment", "batch_size": 4, "num_minibatches": 2, "micro_batch_size": 1,
+           "update_epochs": 1, "max_new_tokens": 4, "steps": 2, "lr": 1e-3, "print_every": 0, "sample_every": 1,
+           "checkpoint_every": 1, "plot": False, "run_dir": str(run_dir)}
+    cfg.update(overrides)
+    return cfg
+
+
+def train_two_processes(folder, name, cfg):
+    (folder / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+    torchrun("proxima.rlhf", "--config", str(folder / f"{name}.yaml"))
+    return folder / name
+
+
+@pytest.fixture(scope="session")
+def ddp_run(assets, tmp_path_factory):
+    """One data-parallel run on two CPU processes, shared by the tests that inspect or compare with it."""
+    folder = tmp_path_factory.mktemp("ddp")
+    return train_two_processes(folder, "ddp", two_process_config(assets, folder / "ddp"))
+
+
+@pytest.fixture(scope="session")
+def two_processes():
+    """The helpers above, for test modules: (torchrun, two_process_config, train_two_processes)."""
+    return torchrun, two_process_config, train_two_processes

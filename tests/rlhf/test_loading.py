@@ -1,0 +1,183 @@
+"""Released checkpoints: bf16-stored weights train in fp32, nothing loads with random or dropped
+weights, and prompts plus new tokens must fit every model's positions."""
+
+import shutil
+
+import pytest
+import torch
+
+from proxima.rlhf.__main__ import main
+from proxima.rlhf.config import ConfigError
+from proxima.rlhf.demo import build_model, build_tokenizer
+from proxima.rlhf.trainer import RLHFTrainer
+
+
+def save_gpt2(folder, dtype=torch.float32, n_positions=48, seed=0, **save_kwargs):
+    tok = build_tokenizer()
+    model = build_model(tok, n_layer=1, n_embd=32, n_head=2, n_positions=n_positions, seed=seed).to(dtype)
+    model.save_pretrained(folder, **save_kwargs)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def save_reward_model(folder, head_name="score"):
+    from safetensors.torch import save_file
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    tok = build_tokenizer()
+    torch.manual_seed(3)
+    model = GPT2ForSequenceClassification(GPT2Config(vocab_size=len(tok), n_positions=48, n_embd=32, n_layer=1,
+                                                     n_head=2, num_labels=1, pad_token_id=tok.pad_token_id))
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    if head_name != "score":  # a checkpoint whose head has another name than transformers' class expects
+        state = {k.replace("score.", f"{head_name}."): v.contiguous() for k, v in model.state_dict().items()}
+        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
+def changed_fraction(model, initial: dict) -> float:
+    changed = total = 0
+    for name, p in model.named_parameters():
+        changed += (p.detach().float() != initial[name]).sum().item()
+        total += p.numel()
+    return changed / total
+
+
+# ---------------------------------------------------------------------------------------------
+# item 1: bf16-stored checkpoints
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bf16_model(tmp_path_factory):
+    # 3 prompt tokens + 6 new tokens: the model's 9 positions are all used, so every weight gets a gradient
+    return save_gpt2(tmp_path_factory.mktemp("bf16") / "model", dtype=torch.bfloat16, n_positions=9)
+
+
+@pytest.mark.parametrize("advantage", ["gae", "grpo"])
+def test_a_bf16_stored_model_trains_fp32_master_weights_and_changes_nearly_every_weight(tiny_cfg, bf16_model, advantage):
+    cfg = tiny_cfg(policy=str(bf16_model), lr=1e-5, advantage=advantage, samples_per_prompt=2 if advantage == "grpo" else 1,
+                   num_minibatches=1, update_epochs=1)
+    t = RLHFTrainer(cfg)
+    assert all(p.dtype == torch.float32 for p in t.policy.parameters())
+    if t.value is not None:  # the head follows the backbone: no "mat1 and mat2 must have the same dtype"
+        assert t.value.head.weight.dtype == torch.float32
+    initial = {n: p.detach().float().clone() for n, p in t.policy.named_parameters()}
+    t.train_step()
+    assert changed_fraction(t.policy, initial) >= 0.99
+    assert all(s["exp_avg"].dtype == torch.float32 for s in t.opt_policy.state.values())
+
+
+def test_pure_bf16_weights_round_small_updates_away_which_is_why_float32_is_the_default(tiny_cfg, bf16_model):
+    t = RLHFTrainer(tiny_cfg(policy=str(bf16_model), lr=1e-5, num_minibatches=1, update_epochs=1, dtype="bfloat16"))
+    assert t.value.head.weight.dtype == torch.bfloat16  # and the value head follows the backbone here too
+    initial = {n: p.detach().float().clone() for n, p in t.policy.named_parameters()}
+    t.train_step()
+    assert changed_fraction(t.policy, initial) < 0.5
+
+
+def test_bf16_autocast_over_fp32_master_weights_trains_a_bf16_checkpoint(tiny_cfg, bf16_model):
+    t = RLHFTrainer(tiny_cfg(policy=str(bf16_model), bf16=True))
+    metrics, _ = t.train_step()
+    assert all(v == v for v in metrics.values())
+    assert next(t.policy.parameters()).dtype == torch.float32
+
+
+# ---------------------------------------------------------------------------------------------
+# item 2: loading never invents weights
+# ---------------------------------------------------------------------------------------------
+def run_cli(assets, tmp_path, capsys, *change):
+    run_dir = tmp_path / "run"
+    args = ["--policy", str(assets / "model"), "--prompts", str(assets / "prompts.txt"),
+            "--reward", "proxima.rlhf.demo:keyword_sentiment", "--run-dir", str(run_dir), "--batch-size", "4",
+            "--max-new-tokens", "4", "--steps", "1", "--print-every", "0"]
+    for flag, value in zip(change[::2], change[1::2]):
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    code = main(args)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("proxima rlhf: error: "), err
+    assert not run_dir.exists()
+    return err
+
+
+def test_a_reward_model_whose_head_has_another_name_is_refused_naming_the_keys(assets, tmp_path, capsys):
+    rm = save_reward_model(tmp_path / "rm", head_name="classifier")
+    err = run_cli(assets, tmp_path, capsys, "--reward", str(rm))
+    assert "missing score.weight" in err and "unexpected classifier.weight" in err
+
+
+def test_a_sequence_classification_directory_is_not_a_policy(assets, tmp_path, capsys):
+    rm = save_reward_model(tmp_path / "rm")
+    err = run_cli(assets, tmp_path, capsys, "--policy", str(rm))
+    assert "--policy" in err and "unexpected score.weight" in err
+
+
+def test_a_sharded_checkpoint_without_its_index_is_refused(assets, tmp_path, capsys):
+    folder = save_gpt2(tmp_path / "sharded", max_shard_size="20KB")
+    shards = sorted(p.name for p in folder.glob("model-*.safetensors"))
+    assert len(shards) >= 2
+    (folder / "model.safetensors.index.json").unlink()
+    err = run_cli(assets, tmp_path, capsys, "--policy", str(folder))
+    assert shards[0] in err and "index" in err
+
+
+def test_a_sharded_checkpoint_with_its_index_loads(tiny_cfg, tmp_path):
+    folder = save_gpt2(tmp_path / "sharded", max_shard_size="20KB")
+    whole = save_gpt2(tmp_path / "whole")
+    a, b = RLHFTrainer(tiny_cfg(policy=str(folder))), RLHFTrainer(tiny_cfg(policy=str(whole)))
+    assert all(torch.equal(x, y) for x, y in zip(a.policy.parameters(), b.policy.parameters()))
+
+
+def test_a_directory_without_weights_is_an_error_and_a_config_file_is_the_way_to_random_weights(assets, tmp_path, capsys):
+    folder = tmp_path / "config_only"
+    folder.mkdir()
+    shutil.copy(assets / "model" / "config.json", folder / "config.json")
+    err = run_cli(assets, tmp_path, capsys, "--policy", str(folder))
+    assert "no weights" in err and "config.json" in err
+
+
+@pytest.mark.parametrize("role", ["--policy", "--reward"])
+def test_a_corrupt_weight_file_is_one_line_naming_the_directory(assets, tmp_path, capsys, role):
+    folder = save_gpt2(tmp_path / "corrupt") if role == "--policy" else save_reward_model(tmp_path / "corrupt")
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[:200])
+    err = run_cli(assets, tmp_path, capsys, role, str(folder))
+    assert role in err and str(folder) in err
+
+
+def test_value_init_from_a_reward_model_needs_its_score_head(tiny_cfg, tmp_path):
+    rm = save_reward_model(tmp_path / "rm", head_name="classifier")
+    with pytest.raises(ConfigError, match="classifier.weight"):
+        RLHFTrainer(tiny_cfg(reward=str(rm), value_init="reward"))
+
+
+# ---------------------------------------------------------------------------------------------
+# item 6: positions
+# ---------------------------------------------------------------------------------------------
+def test_prompt_plus_new_tokens_beyond_the_policy_positions_is_refused_before_training(assets, tmp_path, capsys):
+    # prompts are 3 tokens; the test model has 48 positions
+    err = run_cli(assets, tmp_path, capsys, "--max-new-tokens", "46")
+    assert "49" in err and "policy's 48 positions" in err
+
+
+def test_prompt_plus_new_tokens_beyond_the_reward_model_positions_is_refused(tiny_cfg, tmp_path):
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    tok = build_tokenizer()
+    rm = GPT2ForSequenceClassification(GPT2Config(vocab_size=len(tok), n_positions=8, n_embd=16, n_layer=1, n_head=2,
+                                                   num_labels=1, pad_token_id=tok.pad_token_id))
+    rm.save_pretrained(tmp_path / "rm")
+    tok.save_pretrained(tmp_path / "rm")
+    with pytest.raises(ConfigError, match="reward model .* 8 positions"):
+        RLHFTrainer(tiny_cfg(reward=str(tmp_path / "rm"), max_new_tokens=6))
+    RLHFTrainer(tiny_cfg(reward=str(tmp_path / "rm"), max_new_tokens=5))  # 3 + 5 = 8 fits
+
+
+def test_a_prompt_longer_than_max_prompt_length_is_refused_unless_truncation_is_asked_for(tiny_cfg):
+    with pytest.raises(ConfigError, match="line 1: 3 tokens, more than --max-prompt-length 2"):
+        RLHFTrainer(tiny_cfg(max_prompt_length=2))
+    t = RLHFTrainer(tiny_cfg(max_prompt_length=2, truncate_prompts=True))
+    assert max(len(ids) for ids in t.prompt_ids) == 2

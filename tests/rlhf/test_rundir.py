@@ -1,0 +1,116 @@
+"""Run directories: default names never collide, LoRA is seeded, a resume after SIGKILL duplicates
+nothing, rewards resolve from any directory, `proxima resume RUN --steps N`, all-linear and merged LoRA."""
+
+import json
+
+import pytest
+import torch
+
+from proxima.cli import main as proxima_main
+from proxima.rlhf import loop, resume, rundir, train_rlhf
+from proxima.rlhf.rundir import list_checkpoints, read_metrics
+from proxima.rlhf.trainer import RLHFTrainer
+
+
+def test_two_runs_with_the_same_default_name_get_two_directories(tiny_cfg, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(rundir, "default_run_dir", lambda seed, prefix="rlhf": rundir.Path("runs") / "same_second")
+    a = train_rlhf(tiny_cfg(steps=1))
+    b = train_rlhf(tiny_cfg(steps=1))
+    assert a != b and b.name == "same_second-2"
+    assert (a / "summary.json").exists() and (b / "summary.json").exists()
+
+
+def test_claiming_a_run_directory_is_one_atomic_mkdir(tmp_path):
+    base = tmp_path / "runs" / "x"
+    claimed = [rundir.claim_run_dir(base) for _ in range(3)]
+    assert [p.name for p in claimed] == ["x", "x-2", "x-3"] and all(p.is_dir() for p in claimed)
+
+
+def lora_a(t):
+    return {n: p.detach().clone() for n, p in t.policy.named_parameters() if "lora_A" in n}
+
+
+def test_lora_initialization_is_seeded_whatever_ran_before(tiny_cfg):
+    cfg = dict(lora=True, lora_r=4, lora_target_modules=["c_attn"], advantage="grpo", samples_per_prompt=2)
+    torch.manual_seed(123)
+    a = lora_a(RLHFTrainer(tiny_cfg(**cfg)))
+    torch.manual_seed(456)
+    b = lora_a(RLHFTrainer(tiny_cfg(**cfg)))
+    assert a and all(torch.equal(a[k], b[k]) for k in a)
+    c = lora_a(RLHFTrainer(tiny_cfg(seed=2, **cfg)))
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_a_resume_after_sigkill_duplicates_no_sample_metric_or_tensorboard_point(tiny_cfg, tmp_path):
+    run_dir = train_rlhf(tiny_cfg(steps=3, checkpoint_every=2, run_dir=str(tmp_path / "run")))
+    # what SIGKILL between step 3's logs and its checkpoint leaves: step 3 logged, the last checkpoint at 2
+    list_checkpoints(run_dir)[-1].unlink()
+    (run_dir / "summary.json").unlink()
+    assert resume(run_dir, steps=4) == 0
+    assert read_metrics(run_dir)["step"] == [1.0, 2.0, 3.0, 4.0]
+    sample_steps = [json.loads(line)["step"] for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert sorted(set(sample_steps)) == [1, 2, 3, 4] and len(sample_steps) == 4 * 4  # samples_logged rows each
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert [e.step for e in events.Scalars("objective/kl")] == [1, 2, 3, 4]
+
+
+def test_a_module_function_reward_resolves_when_resuming_from_another_directory(tiny_cfg, tmp_path, monkeypatch):
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir(), elsewhere.mkdir()
+    (work / "local_reward_mod.py").write_text("def short(prompts, responses):\n    return [-len(r) for r in responses]\n")
+    monkeypatch.chdir(work)
+    monkeypatch.syspath_prepend(str(tmp_path / "nothing"))  # restores sys.path (and so forgets work/) afterwards
+    run_dir = train_rlhf(tiny_cfg(reward="local_reward_mod:short", steps=1, run_dir=str(tmp_path / "run")))
+    monkeypatch.chdir(elsewhere)
+    import sys
+
+    sys.path[:] = [p for p in sys.path if p not in (str(work), "")]
+    sys.modules.pop("local_reward_mod", None)
+    assert resume(run_dir, steps=2) == 0
+    assert read_metrics(run_dir)["step"] == [1.0, 2.0]
+
+
+def test_proxima_resume_with_steps_extends_an_rlhf_run(tiny_cfg, tmp_path, capsys):
+    run_dir = train_rlhf(tiny_cfg(steps=1, run_dir=str(tmp_path / "run")))
+    assert proxima_main(["resume", str(run_dir), "--steps", "3"]) == 0
+    assert read_metrics(run_dir)["step"] == [1.0, 2.0, 3.0]
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 3
+
+
+def lora_modules(t):
+    return {n.rsplit(".lora_A", 1)[0].split("transformer.")[-1] for n, _ in t.policy.named_parameters() if "lora_A" in n}
+
+
+def test_lora_target_modules_all_linear_adapts_every_linear_layer_but_the_output(tiny_cfg):
+    t = RLHFTrainer(tiny_cfg(lora=True, lora_r=4, lora_target_modules=["all-linear"]))
+    assert lora_modules(t) == {"h.0.attn.c_attn", "h.0.attn.c_proj", "h.0.mlp.c_fc", "h.0.mlp.c_proj"}
+
+
+def test_merge_lora_saves_a_standalone_model_equal_to_policy_plus_adapter(tiny_cfg, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    cfg = tiny_cfg(lora=True, lora_r=4, lora_target_modules=["all-linear"], lr=1e-2, merge_lora=True, steps=2,
+                   run_dir=str(tmp_path / "run"))
+    run_dir = train_rlhf(cfg)
+    assert not (run_dir / "policy" / "adapter_config.json").exists()
+    merged = AutoModelForCausalLM.from_pretrained(run_dir / "policy").eval()
+    t = RLHFTrainer(tiny_cfg(lora=True, lora_r=4, lora_target_modules=["all-linear"]))
+    loop.load_checkpoint(t, list_checkpoints(run_dir)[-1])
+    t.policy.eval()
+    ids = torch.tensor([t.prompt_ids[0] + [5, 6, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids).logits, t.policy(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
+        with t.policy.disable_adapter():  # the adapter did move the model
+            assert (t.policy(input_ids=ids).logits - merged(ids).logits).abs().max() > 1e-4
+
+
+def test_merge_lora_needs_lora(tiny_cfg):
+    from proxima.rlhf.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match="--merge-lora"):
+        validate(tiny_cfg(merge_lora=True))
