@@ -44,7 +44,6 @@ line = f"{verdict}: mean return {mean:g} over 10 episodes, threshold {threshold:
 with open(run / "report.md", "a") as f:
     f.write(f"\n## CI verdict\n\n{line}\n")
 print(f"ci-train: {line}")
-print(f"ci-train: report: {run / 'report.md'}")
 sys.exit(0 if verdict == "PASS" else 1)
 EOF
   exit $?
@@ -90,7 +89,7 @@ container="proxima-ci-train-$$"
 trap 'timeout 60 "$ENGINE" rm -f "$container" >/dev/null 2>&1 || true' EXIT
 echo "ci-train: $ENGINE run $IMAGE: train ${CI_ENV:-CartPole-v1} ${CI_TRAIN_ARGS:-}-> $OUT/$name"
 set +e
-timeout "${CI_TIMEOUT:-3600}" "$ENGINE" run --rm --name "$container" --network none \
+timeout "${CI_TIMEOUT:-3600}" "$ENGINE" run --rm --name "$container" --network none --no-healthcheck \
   -e JUPYTER_TOKEN="unused-batch-job-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')" \
   -e CI_ENV="${CI_ENV:-CartPole-v1}" -e CI_TRAIN_ARGS="${CI_TRAIN_ARGS:-}" -e CI_MIN_RETURN="${CI_MIN_RETURN:-}" \
   -e CI_RUN_NAME="$name" -e CI_COMMIT="$commit" \
@@ -99,4 +98,5 @@ timeout "${CI_TIMEOUT:-3600}" "$ENGINE" run --rm --name "$container" --network n
 rc=$?
 set -e
 ((rc != 124)) || die "timed out after ${CI_TIMEOUT:-3600} s"
+[[ ! -f "$OUT/$name/report.md" ]] || echo "ci-train: report: $OUT/$name/report.md"
 exit "$rc"

@@ -377,3 +377,30 @@ def test_container_scripts_are_clean_strict_bash():
         assert not re.search(r"-p (?!127\.0\.0\.1:)\S*:\d+", text), f"{script}: publish ports on 127.0.0.1 only"
         r = subprocess.run([tool("shellcheck"), str(script)], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("apt", ["fails", "absent"])
+def test_container_test_fails_in_one_line_when_its_tooling_cannot_be_installed(tmp_path, apt):
+    """Issue 16, item 3: no tooling is a failure naming what is missing, never a skip."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("bash", "dirname", "sed", "id", "mkdir", "sort", "cat", "timeout"):  # all it runs up to apt
+        (bin_dir / name).symlink_to(shutil.which(name))
+    if apt == "fails":
+        (bin_dir / "apt-get").write_text("#!/bin/sh\necho 'E: Unable to locate package sshpass' >&2\nexit 100\n")
+        (bin_dir / "apt-get").chmod(0o755)
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path), "PROXIMA_CONTAINER_CACHE": str(tmp_path / "cache")}
+    r = subprocess.run([str(bin_dir / "bash"), str(ROOT / "tests" / "container" / "run.sh")], env=env,
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 1
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    if os.geteuid() != 0:
+        assert r.stderr.startswith("test-container: FAIL: needs root"), r.stderr
+        return
+    missing = "curl iproute2 openssh-client podman runc debootstrap sshpass util-linux".split()
+    assert all(name in r.stderr for name in missing), r.stderr
+    if apt == "fails":
+        assert "cannot install the container tooling" in r.stderr and "apt.log" in r.stderr, r.stderr
+        assert "Unable to locate package" in (tmp_path / "cache" / "logs" / "apt.log").read_text()
+    else:
+        assert "there is no apt-get here" in r.stderr, r.stderr
