@@ -1,13 +1,17 @@
 # Proxima: `make train` trains and evaluates the default agent; `make test` runs the fast tests.
 # Both set up .venv first when needed (Python 3.11 and make are all a fresh machine needs).
+# `make test-container` builds docker/Dockerfile and checks the running container (root, apt, podman);
+# `make ci-train` trains, evaluates and reports inside that image (docker/README.md).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.proxima-installed
 RUN    ?= runs/CartPole-v1__make-train__$(shell date +%Y%m%d-%H%M%S)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE  ?= proxima:$(VERSION)
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup train test test-slow test-all bench learning report clean
+.PHONY: setup train test test-slow test-all test-container ci-train bench learning report clean
 
 setup: $(STAMP)
 
@@ -26,6 +30,15 @@ train: setup
 # otherwise break IPython's import inside pytest's capture (the notebook test)
 test: setup
 	$(BIN)/python -m pytest -q -m "not slow" --timeout 600 < /dev/null
+
+# builds the image on a local Debian base with the CPU torch wheel, runs it, checks it from outside
+test-container:
+	IMAGE=$(IMAGE) PYTHON=$(PYTHON) bash tests/container/run.sh < /dev/null
+
+# the CI loop in the container: train the default agent, evaluate, report.md into runs/ci/; exit 1
+# when the evaluation is below the env's threshold (needs the image: docker build ... or make test-container)
+ci-train:
+	IMAGE=$(IMAGE) bash docker/ci_train.sh < /dev/null
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow --timeout 3600

@@ -97,14 +97,34 @@ def test_shellcheck_entrypoint_is_clean():
 
 # ------------------------------------------------------------------------------------ Dockerfile
 def test_base_image_is_pinned_pytorch_cuda_runtime_matching_the_torch_pin():
-    froms = [rest for word, rest in instructions() if word == "FROM"]
-    assert len(froms) == 1, froms
-    image = froms[0].split()[0]
+    froms = [rest.split() for word, rest in instructions() if word == "FROM"]
+    # the empty `wheels` stage (a build context the container test fills), then the image itself
+    assert froms == [["scratch", "AS", "wheels"], ["${BASE_IMAGE}"]], froms
+    image = args_defaults()["BASE_IMAGE"]
     assert "$" not in image and "latest" not in image
     m = re.fullmatch(r"pytorch/pytorch:(\d+\.\d+\.\d+)-cuda(\d+\.\d+)-cudnn(\d+)-runtime(@sha256:[0-9a-f]{64})?", image)
     assert m, f"base image {image!r} is not a full pytorch/pytorch:<torch>-cuda<x.y>-cudnn<n>-runtime tag"
     assert m.group(1) == torch_pin(), f"base image torch {m.group(1)} != pyproject torch=={torch_pin()}"
     assert args_defaults()["TORCH_VERSION"] == torch_pin()
+    # a real build needs no argument: CUDA torch required, pip may use its index
+    assert args_defaults()["TORCH_CUDA"] == "1" and args_defaults()["PIP_NO_INDEX"] == "0"
+
+
+def test_container_test_builds_the_same_dockerfile_changing_only_the_base_and_what_it_implies():
+    """Issue 16, item 1: `make test-container` builds docker/Dockerfile itself; its only build
+    arguments are the base and what a CPU-only, index-less Debian base implies."""
+    script = (ROOT / "tests" / "container" / "run.sh").read_text()
+    build = script[script.index("podman build"):]
+    build = build[:build.index("-t \"$IMAGE\" .")]
+    assert "-f docker/Dockerfile " in build
+    build_args = re.findall(r"--build-arg (\w+)=", build)
+    assert sorted(build_args) == ["BASE_IMAGE", "PIP_NO_INDEX", "TORCH_CUDA"], build_args
+    assert set(build_args) <= set(args_defaults())
+    assert re.findall(r"--build-context (\w+)=", build) == ["wheels"]
+    assert "--file" not in build and build.count(" -f ") == 1
+    install = next(r for r in run_runs() if "pip install" in r)
+    assert install.startswith("--mount=type=bind,from=wheels,target=/tmp/wheels ")
+    assert "--find-links /tmp/wheels" in install
 
 
 def test_project_installed_without_replacing_torch():
@@ -175,8 +195,9 @@ def test_entrypoint_is_strict_bash_with_sshd_settings():
         assert re.search(rf"^{key} {re.escape(value)}$", text, re.M), key
     assert 'SSH_PORT="${SSH_PORT:-2222}"' in text
     assert "/run/secrets/authorized_keys" in text and "SSH_AUTHORIZED_KEYS" in text
-    assert "--ip=0.0.0.0" in text and "--no-browser" in text and '--port="$JUPYTER_PORT"' in text
+    assert '--ip="$LISTEN_ADDRESS"' in text and "--no-browser" in text and '--port="$JUPYTER_PORT"' in text
     assert 'JUPYTER_PORT="${JUPYTER_PORT:-8888}"' in text
+    assert 'LISTEN_ADDRESS="${PROXIMA_LISTEN_ADDRESS:-0.0.0.0}"' in text
     assert os.access(ENTRYPOINT, os.X_OK), "entrypoint.sh should be executable in git"
 
 
@@ -202,8 +223,8 @@ def sandbox(tmp_path):
     return env, marker, home
 
 
-@pytest.mark.parametrize("token", [None, "", "   "])
-def test_entrypoint_refuses_a_missing_token_before_starting_anything(sandbox, token):
+@pytest.mark.parametrize("token", [None, "", "   ", "0123456789abcde"])
+def test_entrypoint_refuses_a_missing_or_short_token_before_starting_anything(sandbox, token):
     env, marker, home = sandbox
     if token is not None:
         env["JUPYTER_TOKEN"] = token
@@ -254,6 +275,16 @@ def test_entrypoint_dry_run_writes_key_only_sshd_config(sandbox, keypair):
     before = (sshd_dir / "ssh_host_ed25519_key.pub").read_text()
     assert _dry_run(env, SSH_AUTHORIZED_KEYS=keypair).returncode == 0
     assert (sshd_dir / "ssh_host_ed25519_key.pub").read_text() == before
+
+
+def test_entrypoint_takes_ports_and_listen_address_from_the_environment(sandbox, keypair):
+    env, _, home = sandbox
+    r = _dry_run(env, SSH_AUTHORIZED_KEYS=keypair, JUPYTER_PORT="18888", SSH_PORT="12222",
+                 PROXIMA_LISTEN_ADDRESS="127.0.0.1")
+    assert r.returncode == 0, r.stderr
+    lines = (home / ".sshd" / "sshd_config").read_text().splitlines()
+    assert "Port 12222" in lines and "ListenAddress 127.0.0.1" in lines
+    assert "would exec jupyter lab --ip=127.0.0.1 --port=18888 --no-browser" in r.stderr
 
 
 def test_entrypoint_reads_keys_from_a_mounted_file(sandbox, keypair, tmp_path):
@@ -313,6 +344,63 @@ def test_compose_volumes_and_build():
 
 def test_readme_covers_the_recipe():
     text = (DOCKER / "README.md").read_text()
-    for needle in ("docker build", "JUPYTER_TOKEN", "ssh -p 2222", "tmux new -d -s train 'proxima train CartPole-v1'",
-                   "statically", "torch==", "pyproject.toml"):
+    for needle in ("docker build", "podman build", "JUPYTER_TOKEN", "ssh -p 2222", "tmux new -d -s train 'proxima train CartPole-v1'",
+                   "make test-container", "make ci-train", "torch==", "pyproject.toml", "--build-context wheels="):
         assert needle in text, needle
+
+
+def test_image_is_named_proxima_version_everywhere():
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    tag = f"proxima:{version}"
+    assert compose_service()["image"] == tag
+    for path in (DOCKER / "README.md", ROOT / "README.md", DOCKERFILE):
+        text = path.read_text()
+        assert tag in text, path
+        assert "proxima:local" not in text, path
+    assert "IMAGE  ?= proxima:$(VERSION)" in (ROOT / "Makefile").read_text()
+
+
+def test_ci_runs_the_fast_tests_then_the_container_test():
+    steps = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]
+    assert steps[-2:] == ["make test", "make test-container"], steps
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test-container:\n\t.*bash tests/container/run\.sh", makefile, re.M)
+    assert re.search(r"^ci-train:\n\t.*bash docker/ci_train\.sh", makefile, re.M)
+
+
+def test_container_scripts_are_clean_strict_bash():
+    for script in (ROOT / "tests" / "container" / "run.sh", DOCKER / "ci_train.sh"):
+        text = script.read_text()
+        assert text.startswith("#!/usr/bin/env bash\n") and "set -euo pipefail" in text, script
+        assert "trap " in text, f"{script}: containers must be removed on exit"
+        assert not re.search(r"-p (?!127\.0\.0\.1:)\S*:\d+", text), f"{script}: publish ports on 127.0.0.1 only"
+        r = subprocess.run([tool("shellcheck"), str(script)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("apt", ["fails", "absent"])
+def test_container_test_fails_in_one_line_when_its_tooling_cannot_be_installed(tmp_path, apt):
+    """Issue 16, item 3: no tooling is a failure naming what is missing, never a skip."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("bash", "dirname", "sed", "id", "mkdir", "sort", "cat", "timeout"):  # all it runs up to apt
+        (bin_dir / name).symlink_to(shutil.which(name))
+    if apt == "fails":
+        (bin_dir / "apt-get").write_text("#!/bin/sh\necho 'E: Unable to locate package sshpass' >&2\nexit 100\n")
+        (bin_dir / "apt-get").chmod(0o755)
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path), "PROXIMA_CONTAINER_CACHE": str(tmp_path / "cache")}
+    r = subprocess.run([str(bin_dir / "bash"), str(ROOT / "tests" / "container" / "run.sh")], env=env,
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 1
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    if os.geteuid() != 0:
+        assert r.stderr.startswith("test-container: FAIL: needs root"), r.stderr
+        return
+    missing = "curl iproute2 openssh-client podman runc debootstrap sshpass util-linux".split()
+    assert all(name in r.stderr for name in missing), r.stderr
+    if apt == "fails":
+        assert "cannot install the container tooling" in r.stderr and "apt.log" in r.stderr, r.stderr
+        assert "Unable to locate package" in (tmp_path / "cache" / "logs" / "apt.log").read_text()
+    else:
+        assert "there is no apt-get here" in r.stderr, r.stderr

@@ -1,0 +1,368 @@
+#!/usr/bin/env bash
+# `make test-container`: build docker/Dockerfile for real, run it, and check it from outside.
+#
+# These machines have no Docker engine and reach no registry, so (docker/README.md, "How the test
+# builds it without a registry"):
+#   1. apt installs podman, runc, debootstrap, openssh-client, sshpass, curl when one is missing
+#      (no apt or no root: one line saying what is missing, exit 1; never a silent skip);
+#   2. a Debian bookworm root file system made with debootstrap is imported as $BASE (reused when
+#      podman already holds it);
+#   3. the wheels (the CPU torch 2.13.0 on this machine's disk, the project's dependencies at the
+#      versions of requirements.lock, JupyterLab) are downloaded on the host into $CACHE/wheels
+#      (reused while the requirements are unchanged) and lent to the build as its `wheels` context;
+#   4. docker/Dockerfile is built unchanged, with BASE_IMAGE=$BASE and what that base implies
+#      (TORCH_CUDA=0, PIP_NO_INDEX=1, the wheels) as the only differences from a real build;
+#   5. containers run with --network host, their servers bound to 127.0.0.1 on free ports, and are
+#      checked from outside (the list is printed as it goes, and counted at the end).
+# Every wait is bounded, every container is removed by name on exit. Needs root (debootstrap and
+# rootful podman). Settings: IMAGE (default proxima:<version>), PROXIMA_CONTAINER_CACHE (default
+# ~/.cache/proxima-container), PYTHON (a Python >= 3.11 with pip, for the wheel download).
+
+# "A && B || die ...": die exits, so it runs exactly when A or B fails (what SC2015 warns about).
+# shellcheck disable=SC2015
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$ROOT"
+VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)"
+IMAGE="${IMAGE:-proxima:$VERSION}"
+BASE="localhost/proxima-test-base:bookworm"
+CACHE="${PROXIMA_CONTAINER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/proxima-container}"
+PY="${PYTHON:-python3}"
+PREFIX="proxima-test" # container names: $PREFIX-token, -main, -control (removed at start and on exit)
+LOGS="$CACHE/logs"
+START=$SECONDS
+CHECKS=0
+
+say() { printf 'test-container: %s\n' "$*"; }
+die() {
+  printf 'test-container: FAIL: %s\n' "$*" >&2
+  exit 1
+}
+ok() {
+  CHECKS=$((CHECKS + 1))
+  printf 'test-container: ok %2d  %s\n' "$CHECKS" "$*"
+}
+# expect_rc WANT RC WHAT OUTPUT: fail with the output's tail when the exit status is not WANT
+expect_rc() {
+  [[ "$2" == "$1" ]] || die "$3: exit status $2, expected $1; output: $(tail -n 5 <<<"$4" | tr '\n' ' ')"
+}
+
+# ---- 1. tooling ---------------------------------------------------------------------------------
+[[ "$(id -u)" == 0 ]] || die "needs root (debootstrap and rootful podman); CI runs it as root"
+declare -A PACKAGE_OF=([podman]=podman [runc]=runc [debootstrap]=debootstrap [ssh]=openssh-client
+  [ssh-keygen]=openssh-client [sshpass]=sshpass [curl]=curl [ss]=iproute2 [setpriv]=util-linux)
+missing=()
+for tool in "${!PACKAGE_OF[@]}"; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("${PACKAGE_OF[$tool]}")
+done
+mkdir -p "$LOGS"
+if ((${#missing[@]})); then
+  mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+  command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and there is no apt-get here: install them by hand"
+  say "installing ${missing[*]} with apt-get"
+  if ! { timeout 300 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq "${missing[@]}"; } \
+    >"$LOGS/apt.log" 2>&1 </dev/null; then
+    die "cannot install the container tooling (${missing[*]}) with apt-get; see $LOGS/apt.log"
+  fi
+fi
+export CONTAINERS_CONF="${CONTAINERS_CONF:-$ROOT/docker/containers.conf}"
+timeout 60 podman info >"$LOGS/podman-info.log" 2>&1 \
+  || die "podman does not work here ($(grep -m1 -i error "$LOGS/podman-info.log" || tail -n1 "$LOGS/podman-info.log")); see $LOGS/podman-info.log"
+
+# Containers are removed by name at start (a killed earlier run) and on every exit.
+CONTAINERS=("$PREFIX-token" "$PREFIX-main" "$PREFIX-control")
+WORK=""
+# one name per call: podman 4.3's `rm -f A B C` skipped B when A did not exist (and said nothing)
+remove_containers() {
+  local name
+  for name in "$@"; do
+    timeout 60 podman rm -f -t 0 "$name" >/dev/null 2>&1 || true
+  done
+}
+cleanup() {
+  local rc=$?
+  remove_containers "${CONTAINERS[@]}"
+  [[ -n "$WORK" ]] && rm -rf "$WORK"
+  if ((rc == 0)); then
+    say "all $CHECKS checks passed in $((SECONDS - START)) s"
+  else
+    say "failed after $CHECKS checks passed ($((SECONDS - START)) s); logs in $LOGS"
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+remove_containers "${CONTAINERS[@]}"
+
+# ---- 2. the Debian base, made once -------------------------------------------------------------
+if ! podman image exists "$BASE"; then
+  mirror="${PROXIMA_DEBIAN_MIRROR:-$(awk '$1 == "URIs:" && $2 ~ /\/debian\/?$/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)}"
+  mirror="${mirror:-http://deb.debian.org/debian}"
+  rootfs="$CACHE/rootfs.tmp"
+  rm -rf "$rootfs"
+  say "making the Debian bookworm base with debootstrap from $mirror (once; about a minute)"
+  timeout 900 debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$LOGS/debootstrap.log" 2>&1 </dev/null \
+    || die "debootstrap of Debian bookworm from $mirror failed; see $LOGS/debootstrap.log"
+  tar --numeric-owner -C "$rootfs" -c . | timeout 300 podman import --change 'CMD ["/bin/bash"]' - "$BASE" >/dev/null \
+    || die "podman import of the Debian base failed"
+  rm -rf "$rootfs"
+fi
+ok "base image $BASE present"
+
+# ---- 3. wheels, downloaded on the host (pip inside the build cannot reach an index here) ----------
+WHEELS="$CACHE/wheels"
+jupyterlab="$(grep -o '"jupyterlab==[^"]*"' docker/Dockerfile | tr -d '"')"
+[[ -n "$jupyterlab" ]] || die "docker/Dockerfile: no \"jupyterlab==VERSION\" pin found"
+reqs="$("$PY" -c '
+import sys, tomllib
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+print("\n".join(project["dependencies"] + project["optional-dependencies"]["rlhf"]))
+')" || die "cannot read the dependencies from pyproject.toml with $PY (needs Python >= 3.11)"
+reqs="$(printf '%s\n%s\nsetuptools>=68\nwheel\n' "$reqs" "$jupyterlab")"
+stamp="$( { printf '%s\n' "$reqs"; cat requirements.lock; } | sha256sum | cut -c1-16)"
+if [[ "$(cat "$WHEELS/.stamp" 2>/dev/null)" != "$stamp" ]]; then
+  say "downloading the wheels for Python 3.11.2 into $WHEELS"
+  rm -rf "$WHEELS" && mkdir -p "$WHEELS"
+  # --python-version: the image's Python is Debian's 3.11.2; without it a wheel needing a newer
+  # 3.11.x could slip in. The lock's versions, so the image runs what the tests run.
+  timeout 900 "$PY" -m pip download -q -d "$WHEELS" --only-binary=:all: --python-version 3.11.2 \
+    -c requirements.lock -r /dev/stdin <<<"$reqs" >"$LOGS/pip-download.log" 2>&1 \
+    || die "pip download of the image's wheels failed; see $LOGS/pip-download.log"
+  compgen -G "$WHEELS/torch-2.13.0+cpu-*.whl" >/dev/null \
+    || die "no CPU torch 2.13.0 wheel in $WHEELS (pip found another build; this machine's wheel store holds the CPU one)"
+  ! compgen -G "$WHEELS/nvidia_*.whl" >/dev/null || die "CUDA wheels (nvidia_*) in $WHEELS: the CPU torch was not used"
+  printf '%s\n' "$stamp" >"$WHEELS/.stamp" # only a complete, checked download is reused
+fi
+ok "wheels ready: CPU torch 2.13.0 and $(find "$WHEELS" -name '*.whl' | wc -l) wheels, no CUDA wheels"
+
+# ---- 4. build: the same Dockerfile; only the base and what it implies differ ---------------------
+say "building $IMAGE from docker/Dockerfile on $BASE"
+t0=$SECONDS
+timeout 1500 podman build --format docker -f docker/Dockerfile --ignorefile docker/Dockerfile.dockerignore \
+  --build-arg BASE_IMAGE="$BASE" --build-arg TORCH_CUDA=0 --build-arg PIP_NO_INDEX=1 \
+  --build-context wheels="$WHEELS" -t "$IMAGE" . >"$LOGS/build.log" 2>&1 </dev/null \
+  || die "podman build failed; last lines: $(tail -n 3 "$LOGS/build.log" | tr '\n' ' ') (all in $LOGS/build.log)"
+ok "image $IMAGE built in $((SECONDS - t0)) s"
+
+WORK="$(mktemp -d /tmp/proxima-test-container.XXXXXX)"
+chmod 755 "$WORK" # the host user with uid 1000 reads the runs below it
+mkdir -p "$WORK/runs" "$WORK/checkpoints"
+chown 1000:1000 "$WORK/runs" "$WORK/checkpoints" # the image's user (uid/gid 1000)
+read -r JUPYTER_PORT SSH_PORT CONTROL_PORT < <("$PY" -c '
+import socket
+socks = [socket.socket() for _ in range(3)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))
+')
+TOKEN="$("$PY" -c 'import secrets; print(secrets.token_hex(24))')"
+PASSWORD="$("$PY" -c 'import secrets; print(secrets.token_hex(12))')"
+ssh-keygen -q -t ed25519 -N '' -C proxima-test -f "$WORK/id_ed25519"
+SSH=(ssh -F /dev/null -o UserKnownHostsFile="$WORK/known_hosts" -o StrictHostKeyChecking=accept-new
+  -o ConnectTimeout=10 -o LogLevel=ERROR)
+KEY_SSH=("${SSH[@]}" -o BatchMode=yes -o IdentitiesOnly=yes -i "$WORK/id_ed25519" -p "$SSH_PORT")
+PASSWORD_SSH=(sshpass -e "${SSH[@]}" -o PreferredAuthentications=password -o PubkeyAuthentication=no)
+
+# http_status PATH [HEADER]: the status code of GET http://127.0.0.1:$JUPYTER_PORT/PATH
+http_status() {
+  local args=(-s -o /dev/null -w '%{http_code}' --max-time 10)
+  [[ -n "${2:-}" ]] && args+=(-H "$2")
+  curl "${args[@]}" "http://127.0.0.1:$JUPYTER_PORT$1" || true
+}
+# wait_for WHAT SECONDS CONTAINER COMMAND...: poll COMMAND once a second; fail when the container dies
+wait_for() {
+  local what="$1" limit="$2" name="$3" i
+  shift 3
+  for ((i = 0; i < limit; i++)); do
+    "$@" >/dev/null 2>&1 && return 0
+    if [[ "$(podman inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" != true ]]; then
+      die "$what: container $name stopped; its log: $(podman logs "$name" 2>&1 | tail -n 5 | tr '\n' ' ')"
+    fi
+    sleep 1
+  done
+  die "$what: not ready after $limit s; log of $name: $(podman logs "$name" 2>&1 | tail -n 5 | tr '\n' ' ')"
+}
+jupyter_up() { [[ "$(http_status /api/status "Authorization: token $TOKEN")" == 200 ]]; }
+listening() { [[ -n "$(ss -Hltn "sport = :$1")" ]]; }
+
+# ---- 5a. the token is checked before anything starts --------------------------------------------
+for case in "empty:" "short:0123456789abcde"; do
+  token="${case#*:}"
+  set +e
+  out="$(timeout 120 podman run --rm --name "$PREFIX-token" --network none -e JUPYTER_TOKEN="$token" "$IMAGE" 2>&1)"
+  rc=$?
+  set -e
+  expect_rc 1 "$rc" "JUPYTER_TOKEN ${case%%:*}" "$out"
+  lines="$(grep -c '^proxima-entrypoint:' <<<"$out" || true)"
+  want=$([[ -z "$token" ]] && echo "is empty or unset" || echo "is shorter than 16 characters")
+  [[ "$lines" == 1 ]] && grep -q "^proxima-entrypoint: error: JUPYTER_TOKEN $want; refusing" <<<"$out" \
+    || die "JUPYTER_TOKEN ${case%%:*}: expected one line 'JUPYTER_TOKEN $want; refusing ...', got: $out"
+  ok "JUPYTER_TOKEN ${case%%:*}: the container stops at start (exit 1, one line: ...$want...)"
+done
+
+# ---- 5b. the real container: Jupyter with a token, key-only SSH, volumes -------------------------
+say "starting $PREFIX-main (--network host, Jupyter on 127.0.0.1:$JUPYTER_PORT, SSH on 127.0.0.1:$SSH_PORT)"
+timeout 120 podman run -d --name "$PREFIX-main" --network host \
+  -e JUPYTER_TOKEN="$TOKEN" -e JUPYTER_PORT="$JUPYTER_PORT" -e SSH_PORT="$SSH_PORT" \
+  -e PROXIMA_LISTEN_ADDRESS=127.0.0.1 -e SSH_AUTHORIZED_KEYS="$(cat "$WORK/id_ed25519.pub")" \
+  -v "$WORK/runs:/workspace/runs" -v "$WORK/checkpoints:/workspace/checkpoints" "$IMAGE" \
+  >/dev/null 2>"$LOGS/podman-run.log" || die "podman run failed; see $LOGS/podman-run.log"
+t0=$SECONDS
+wait_for "Jupyter on 127.0.0.1:$JUPYTER_PORT" 120 "$PREFIX-main" jupyter_up
+ok "Jupyter answers with the token after $((SECONDS - t0)) s"
+wait_for "sshd on 127.0.0.1:$SSH_PORT" 30 "$PREFIX-main" listening "$SSH_PORT"
+
+for port in "$JUPYTER_PORT" "$SSH_PORT"; do
+  addrs="$(ss -Hltn "sport = :$port" | awk '{print $4}' | sort -u | tr '\n' ' ')"
+  [[ "$addrs" == "127.0.0.1:$port " ]] || die "port $port listens on '$addrs', expected 127.0.0.1:$port only"
+done
+ok "Jupyter and sshd listen on 127.0.0.1 only"
+# the image's HEALTHCHECK, run once by hand (podman schedules it with systemd, absent here)
+timeout 60 podman healthcheck run "$PREFIX-main" >/dev/null 2>&1 \
+  || die "the image's HEALTHCHECK fails against Jupyter on JUPYTER_PORT=$JUPYTER_PORT"
+ok "the image's HEALTHCHECK passes (it follows JUPYTER_PORT)"
+
+status="$(http_status /api/status)"
+[[ "$status" == 403 ]] || die "/api/status without a token: HTTP $status, expected 403"
+ok "/api/status without a token: 403"
+status="$(http_status /api/status "Authorization: token wrong-$TOKEN")"
+[[ "$status" == 403 ]] || die "/api/status with a wrong token (header): HTTP $status, expected 403"
+status="$(http_status "/api/status?token=wrong-$TOKEN")"
+[[ "$status" == 403 ]] || die "/api/status with a wrong token (query): HTTP $status, expected 403"
+ok "/api/status with a wrong token (header and query): 403"
+status="$(http_status /api/status "Authorization: token $TOKEN")"
+[[ "$status" == 200 ]] || die "/api/status with the token (header): HTTP $status, expected 200"
+status="$(http_status "/api/status?token=$TOKEN")"
+[[ "$status" == 200 ]] || die "/api/status with the token (query): HTTP $status, expected 200"
+ok "/api/status with the token (header and query): 200"
+location="$(curl -s -o /dev/null -w '%{http_code} %{redirect_url}' --max-time 10 "http://127.0.0.1:$JUPYTER_PORT/lab")"
+[[ "$location" =~ ^302\ .*/login ]] || die "/lab without a token: '$location', expected 302 to the login page"
+ok "/lab without a token: 302 to /login"
+
+set +e
+out="$(timeout 60 "${KEY_SSH[@]}" proxima@127.0.0.1 'id -un; id -u' 2>&1)"
+rc=$?
+set -e
+expect_rc 0 "$rc" "ssh with the key as proxima" "$out"
+[[ "$out" == $'proxima\n1000' ]] || die "ssh with the key: logged in as '$out', expected proxima (uid 1000)"
+ok "ssh with the key logs in as proxima (uid 1000)"
+fingerprint="$(ssh-keygen -l -f "$WORK/known_hosts" | awk '{print $2}' | head -n1)"
+main_log="$(podman logs "$PREFIX-main" 2>&1)"
+grep -qF "$fingerprint" <<<"$main_log" \
+  || die "the host key sshd showed ($fingerprint) is not among the fingerprints in the container log"
+ok "the server's host key fingerprint is the one printed in the container log"
+
+# The account gets a real password so that only sshd's settings can refuse it; the control below
+# shows the same sshpass command does log in where password login is on.
+podman exec --user 0 -e PW="$PASSWORD" "$PREFIX-main" sh -c 'echo "proxima:$PW" | chpasswd'
+set +e
+out="$(SSHPASS="$PASSWORD" timeout 60 "${PASSWORD_SSH[@]}" -p "$SSH_PORT" proxima@127.0.0.1 id -un 2>&1)"
+rc=$?
+set -e
+expect_rc 255 "$rc" "password login as proxima" "$out"
+grep -q 'Permission denied (publickey)' <<<"$out" || die "password login: expected 'Permission denied (publickey)', got: $out"
+ok "password login (right password) refused: server offers publickey only"
+set +e
+out="$(timeout 60 "${KEY_SSH[@]}" root@127.0.0.1 id -un 2>&1)"
+rc=$?
+set -e
+expect_rc 255 "$rc" "ssh as root with the authorized key" "$out"
+grep -q 'Permission denied' <<<"$out" || die "root login: expected 'Permission denied', got: $out"
+ok "root login with the authorized key refused"
+
+# Control: the same image with sshd (as root) allowing passwords; the same command must get in.
+# shellcheck disable=SC2016 # $PW and $PORT expand inside the container
+timeout 120 podman run -d --name "$PREFIX-control" --network host --no-healthcheck --user 0 --entrypoint /bin/bash \
+  -e PW="$PASSWORD" -e PORT="$CONTROL_PORT" "$IMAGE" -c '
+    set -e; echo "proxima:$PW" | chpasswd; mkdir -p /run/sshd; ssh-keygen -q -A
+    printf "Port %s\nListenAddress 127.0.0.1\nPasswordAuthentication yes\nPubkeyAuthentication no\nUsePAM no\nPermitRootLogin no\nAllowUsers proxima\n" "$PORT" >/tmp/sshd_control
+    exec /usr/sbin/sshd -D -e -f /tmp/sshd_control' >/dev/null 2>>"$LOGS/podman-run.log" \
+  || die "podman run of the control container failed; see $LOGS/podman-run.log"
+wait_for "control sshd on 127.0.0.1:$CONTROL_PORT" 30 "$PREFIX-control" listening "$CONTROL_PORT"
+set +e
+out="$(SSHPASS="$PASSWORD" timeout 60 "${PASSWORD_SSH[@]}" -p "$CONTROL_PORT" proxima@127.0.0.1 id -un 2>&1)"
+rc=$?
+set -e
+expect_rc 0 "$rc" "control: password login where sshd allows it" "$out"
+[[ "$out" == proxima ]] || die "control: password login printed '$out', expected proxima"
+ok "control: the same password command logs in when sshd allows passwords (the refusal is not empty)"
+remove_containers "$PREFIX-control"
+
+# ---- 5c. proxima inside: doctor, train into the volume, restart, resume ----------------------------
+set +e
+out="$(timeout 120 "${KEY_SSH[@]}" proxima@127.0.0.1 proxima doctor 2>&1)"
+rc=$?
+set -e
+expect_rc 0 "$rc" "proxima doctor over ssh" "$out"
+grep -Eq '^ +torch +2\.13\.0\+cpu' <<<"$out" || die "proxima doctor: no 'torch 2.13.0+cpu' line in: $out"
+ok "proxima doctor runs inside (over ssh): torch 2.13.0+cpu"
+
+t0=$SECONDS
+set +e
+out="$(timeout 600 podman exec "$PREFIX-main" proxima train CartPole-v1 --total-timesteps 20000 --quiet 2>&1)"
+rc=$?
+set -e
+expect_rc 0 "$rc" "proxima train CartPole-v1 --total-timesteps 20000" "$out"
+mapfile -t run_dirs < <(find "$WORK/runs" -mindepth 1 -maxdepth 1 -type d)
+((${#run_dirs[@]} == 1)) || die "expected one run directory in the mounted runs/, found ${#run_dirs[@]}: ${run_dirs[*]}"
+RUN="${run_dirs[0]}"
+RUN_NAME="$(basename "$RUN")"
+for f in config.yaml meta.json metrics.csv eval.json; do
+  [[ -s "$RUN/$f" ]] || die "run directory $RUN_NAME on the host has no $f"
+done
+# read as the host user that matches the image's uid (1000), as the README tells users to set up
+read_as_1000() { setpriv --reuid 1000 --regid 1000 --clear-groups "$@"; }
+last_step="$(read_as_1000 tail -n 1 "$RUN/metrics.csv" | cut -d, -f2)"
+batch=$(($(sed -n 's/^num_envs: //p' "$RUN/config.yaml") * $(sed -n 's/^num_steps: //p' "$RUN/config.yaml")))
+((last_step > 20000 - batch && last_step <= 20000)) \
+  || die "metrics.csv's last global step is $last_step, expected the last whole batch of $batch steps up to 20000"
+checkpoint="$(find "$RUN/checkpoints" -name 'step_*.pt' | sort | tail -n 1)"
+[[ "$(basename "$checkpoint")" == "$(printf 'step_%012d.pt' "$last_step")" ]] \
+  || die "the last checkpoint is '$(basename "$checkpoint")', expected step_$(printf '%012d' "$last_step").pt"
+read_as_1000 cat "$checkpoint" >/dev/null || die "$checkpoint is not readable by uid 1000 on the host"
+ok "proxima train CartPole-v1 --total-timesteps 20000 ($((SECONDS - t0)) s) wrote runs/$RUN_NAME to the host (step $last_step, $(basename "$checkpoint"))"
+
+timeout 120 podman restart -t 20 "$PREFIX-main" >/dev/null 2>>"$LOGS/podman-run.log" \
+  || die "podman restart $PREFIX-main failed; see $LOGS/podman-run.log"
+wait_for "Jupyter after the restart" 120 "$PREFIX-main" jupyter_up
+wait_for "sshd after the restart" 30 "$PREFIX-main" listening "$SSH_PORT"
+set +e
+out="$(timeout 60 "${KEY_SSH[@]}" -o StrictHostKeyChecking=yes proxima@127.0.0.1 "cd /workspace && ls runs" 2>&1)"
+rc=$?
+set -e
+expect_rc 0 "$rc" "ssh after the restart (same host key)" "$out"
+grep -qx "$RUN_NAME" <<<"$out" || die "after the restart, /workspace/runs does not list $RUN_NAME: $out"
+ok "after a container restart: Jupyter and ssh (same host key) answer, runs/$RUN_NAME is there"
+
+eval_before="$(stat -c %Y "$RUN/eval.json")"
+sleep 1
+set +e
+out="$(timeout 600 podman exec "$PREFIX-main" proxima resume "runs/$RUN_NAME" 2>&1)"
+rc=$?
+set -e
+expect_rc 0 "$rc" "proxima resume runs/$RUN_NAME" "$out"
+grep -q "resuming .*$RUN_NAME at global step $("$PY" -c "print(f'{$last_step:,}')")" <<<"$out" \
+  || die "proxima resume: no 'resuming ... $RUN_NAME at global step $last_step' line: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
+(("$(stat -c %Y "$RUN/eval.json")" > eval_before)) || die "proxima resume did not evaluate again (eval.json unchanged)"
+ok "proxima resume runs/$RUN_NAME inside the restarted container: loaded step $last_step, evaluated again"
+
+# ---- 5d. the CI loop (make ci-train) on this image: a short run below and above a threshold ------
+for want in fail pass; do
+  threshold=$([[ "$want" == pass ]] && echo 5 || echo "")
+  set +e
+  out="$(CI_OUT="$WORK/ci-$want" CI_TRAIN_ARGS="--total-timesteps 2048" CI_MIN_RETURN="$threshold" IMAGE="$IMAGE" \
+    timeout 600 bash docker/ci_train.sh 2>&1)"
+  rc=$?
+  set -e
+  report="$(find "$WORK/ci-$want" -name report.md | head -n 1)"
+  [[ -n "$report" ]] || die "make ci-train ($want): no report.md in the volume; output: $(tail -n 5 <<<"$out" | tr '\n' ' ')"
+  if [[ "$want" == fail ]]; then
+    expect_rc 1 "$rc" "make ci-train below CartPole-v1's threshold 475" "$out"
+    grep -q 'threshold 475' "$report" && grep -q 'FAIL' "$report" || die "ci-train report.md has no FAIL verdict against 475"
+    ok "make ci-train after 2048 steps: exit 1, report.md says FAIL against CartPole-v1's threshold 475"
+  else
+    expect_rc 0 "$rc" "make ci-train with CI_MIN_RETURN=5" "$out"
+    grep -q 'PASS' "$report" || die "ci-train report.md has no PASS verdict"
+    ok "make ci-train with CI_MIN_RETURN=5: exit 0, report.md says PASS"
+  fi
+done
