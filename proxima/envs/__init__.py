@@ -9,9 +9,10 @@ import torch
 from .base import BatchedEnv, EnvError, NativeEnv
 from .classic import NATIVE_ENVS
 from .gym_adapter import GymnasiumEnv, check_spaces
-from .synthetic import LinearQuadratic
+from .synthetic import LinearQuadratic, PixelQuadrant
 
 NATIVE_ENVS.setdefault(LinearQuadratic.env_id, LinearQuadratic)  # benchmark task, no Gymnasium twin
+NATIVE_ENVS.setdefault(PixelQuadrant.env_id, PixelQuadrant)  # the image task of the CNN tests
 
 __all__ = ["BatchedEnv", "NativeEnv", "EnvError", "GymnasiumEnv", "NATIVE_ENVS", "make_env"]
 

@@ -10,7 +10,8 @@ The checks (names as they appear in the report):
 
   build              the constructor returns a gymnasium.Env without raising
   spaces declared    observation_space and action_space are gymnasium Spaces
-  spaces supported   observation Box; action Discrete, MultiDiscrete or Box with finite bounds
+  spaces supported   observation Box (images: uint8 HWC or CHW) or Dict of Box; action Discrete,
+                     MultiDiscrete or Box with finite bounds
   reset              reset(seed=...) does not raise
   reset returns      reset returns (obs, info) with info a dict
   reset determinism  two reset(seed=s) give the same obs
@@ -329,7 +330,7 @@ class _Checker:
         except EnvError as e:
             msg = str(e)
             prefix = f"env '{self.target}': "
-            self.bad("spaces supported", "observation Box; action Discrete, MultiDiscrete or Box with finite bounds",
+            self.bad("spaces supported", "observation Box or Dict of Box; action Discrete, MultiDiscrete or Box with finite bounds",
                      msg[len(prefix):] if msg.startswith(prefix) else msg)
 
         # reset(seed) and its determinism
