@@ -280,8 +280,16 @@ class _Checker:
         return True, obs
 
     def run(self) -> Violations:
-        env_fn = resolve_env_fn(self.target)  # EnvError: the caller reports it (exit 2)
-        if ":" not in self.target:  # build registered ids without Gymnasium's passive checker: we report precisely instead
+        from . import atari
+
+        game = atari.game_name(self.target)
+        if game is not None:  # Atari: the wrapped ALE env Proxima trains on (Gymnasium backend)
+            if not atari.has_ale():
+                raise EnvError(f"check-env '{self.target}' needs ale-py and opencv; {atari.INSTALL}")
+            env_fn = atari.ale_env_fn(game, None, training=True)
+        else:
+            env_fn = resolve_env_fn(self.target)  # EnvError: the caller reports it (exit 2)
+        if ":" not in self.target and game is None:  # build registered ids without Gymnasium's passive checker: we report precisely instead
             target = self.target
 
             def env_fn() -> gym.Env:

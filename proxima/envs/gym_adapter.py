@@ -135,12 +135,14 @@ class GymnasiumEnv(BatchedEnv):
     backend = "gymnasium"
     can_save_state = False
 
-    def __init__(self, env_id: str, num_envs: int, device="cpu", vector: str = "sync", seed: Optional[int] = None, render_mode: Optional[str] = None):
+    def __init__(self, env_id: str, num_envs: int, device="cpu", vector: str = "sync", seed: Optional[int] = None,
+                 render_mode: Optional[str] = None, env_fn: Optional[Callable[[], gym.Env]] = None):
+        """env_fn: a factory for one env (default: resolved from ``env_id``; Atari passes its wrapped ALE)."""
         self.env_id = env_id
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
         self._seed = seed
-        env_fn = resolve_env_fn(env_id, render_mode)
+        env_fn = env_fn if env_fn is not None else resolve_env_fn(env_id, render_mode)
         probe = _probe(env_fn, env_id)
         obs_space, act_space = probe.observation_space, probe.action_space
         probe.close()
@@ -181,12 +183,7 @@ class GymnasiumEnv(BatchedEnv):
         obs, reward, terminated, truncated, info = self.envs.step(a)
         reward = np.asarray(reward, dtype=np.float64)
         done = np.logical_or(terminated, truncated)
-        self._ep_return += reward
-        self._ep_length += 1
-        ep_ret = np.where(done, self._ep_return, 0.0)
-        ep_len = np.where(done, self._ep_length, 0)
-        self._ep_return[done] = 0
-        self._ep_length[done] = 0
+        ep_ret, ep_len = self._episode_stats(reward, done, info)
         next_obs = pack_numpy(obs, self.layout, self.num_envs)
         final = next_obs.copy()
         if done.any():
@@ -206,6 +203,16 @@ class GymnasiumEnv(BatchedEnv):
             torch.as_tensor(np.asarray(truncated, dtype=bool), device=dev),
             out_info,
         )
+
+    def _episode_stats(self, reward: np.ndarray, done: np.ndarray, info: dict):
+        """(return, length) (N,) of the episodes that ended this step, 0 elsewhere."""
+        self._ep_return += reward
+        self._ep_length += 1
+        ep_ret = np.where(done, self._ep_return, 0.0)
+        ep_len = np.where(done, self._ep_length, 0)
+        self._ep_return[done] = 0
+        self._ep_length[done] = 0
+        return ep_ret, ep_len
 
     def render(self, index: int = 0):
         try:
