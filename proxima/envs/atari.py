@@ -7,7 +7,9 @@ in games that need it, no sticky actions, 27,000 agent steps (108,000 frames) at
 While training (``training=True``) a lost life ends the episode (``terminated``: no bootstrap)
 and rewards are clipped to their sign; the episode statistics (``info["episode_return"]``,
 ``["episode_length"]``) count **full games** with unclipped rewards, so curves and tables compare
-with published Atari scores. Evaluation (``training=False``) plays full games, rewards unclipped.
+with published Atari scores. Evaluation (``training=False``) plays full games, rewards unclipped:
+an episode is a game, and after a lost life the game goes on with FIRE pressed for it (as after a
+life lost in training), so a policy that never presses FIRE cannot stall a game until the time limit.
 
 * ``EnvPoolAtari``: EnvPool's C++ batched ALE (``--backend envpool``). EnvPool resets a finished
   env on the *next* step; the adapter sends that reset-step to the finished envs at once (EnvPool
@@ -95,13 +97,16 @@ class EnvPoolAtari(BatchedEnv):
         import envpool
 
         self.env_id, self.num_envs, self.device = env_id, int(num_envs), torch.device(device)
+        self.training = training
         self._seed = 0 if seed is None else int(seed)
         kw = dict(render_mode=render_mode) if render_mode else {}
 
         def make(seed: int):
             try:
+                # episodic_life also in evaluation: EnvPool's reset after a lost life is what presses
+                # FIRE; step() hides those ends there (training=False: an episode is a full game)
                 return envpool.make(f"{game}-v5", env_type="gymnasium", num_envs=self.num_envs, seed=seed,
-                                    episodic_life=training, reward_clip=training, stack_num=STACK, frame_skip=FRAME_SKIP,
+                                    episodic_life=True, reward_clip=training, stack_num=STACK, frame_skip=FRAME_SKIP,
                                     noop_max=NOOP_MAX, img_height=SIZE, img_width=SIZE, gray_scale=True,
                                     repeat_action_probability=0.0, max_episode_steps=MAX_STEPS, **kw)
             except Exception as e:
@@ -143,7 +148,10 @@ class EnvPoolAtari(BatchedEnv):
             first, *_, rinfo = self.envs.step(np.zeros(len(ids), dtype=np.int32), ids)
             obs = obs.copy()
             obs[rinfo["env_id"]] = first
-        ep_ret, ep_len = self._full_games(raw_reward, np.logical_or(game_over.astype(bool), truncated))
+        game_over = np.logical_or(game_over.astype(bool), truncated)
+        ep_ret, ep_len = self._full_games(raw_reward, game_over)
+        if not self.training:  # evaluation: an episode is a game; a lost life is no end
+            terminated = np.logical_and(terminated, game_over)
         dev = self.device
         info_out = {"final_obs": torch.as_tensor(final, device=dev),
                     "episode_return": torch.as_tensor(ep_ret, dtype=torch.float32, device=dev),
@@ -241,6 +249,29 @@ class GameStats(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
+class FireAfterLifeLoss(gym.Wrapper):
+    """Evaluation without EpisodicLife: after a lost life (game not over) press FIRE within the same
+    step, as the reset after a lost life does in training; its reward is added to the step's."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.lives = 0
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = self.env.unwrapped.ale.lives()
+        if not (terminated or truncated) and 0 < lives < self.lives:
+            obs, fire_reward, terminated, truncated, info = self.env.step(1)
+            reward = float(reward) + float(fire_reward)
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+
 class ClipRewardSign(gym.RewardWrapper):
     """Reward -> its sign (-1, 0, 1), as the DQN/PPO Atari settings train on."""
 
@@ -264,7 +295,7 @@ def ale_env_fn(game: str, render_mode: Optional[str], training: bool):
             env = EpisodicLife(env)
         env = GameStats(env)  # outside EpisodicLife, inside the reward clip: counts unclipped full games
         if "FIRE" in env.unwrapped.get_action_meanings():
-            env = FireReset(env)
+            env = FireReset(env) if training else FireReset(FireAfterLifeLoss(env))
         if training:
             env = ClipRewardSign(env)
         return FrameStackObservation(env, STACK)
