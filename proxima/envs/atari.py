@@ -23,6 +23,7 @@ life lost in training), so a policy that never presses FIRE cannot stall a game 
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 from typing import Optional
 
@@ -100,12 +101,14 @@ class EnvPoolAtari(BatchedEnv):
         self.training = training
         self._seed = 0 if seed is None else int(seed)
         kw = dict(render_mode=render_mode) if render_mode else {}
+        # EnvPool's default is a thread per env; more threads than usable cores only contend
+        threads = min(self.num_envs, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
         def make(seed: int):
             try:
                 # episodic_life also in evaluation: EnvPool's reset after a lost life is what presses
                 # FIRE; step() hides those ends there (training=False: an episode is a full game)
-                return envpool.make(f"{game}-v5", env_type="gymnasium", num_envs=self.num_envs, seed=seed,
+                return envpool.make(f"{game}-v5", env_type="gymnasium", num_envs=self.num_envs, seed=seed, num_threads=threads,
                                     episodic_life=True, reward_clip=training, stack_num=STACK, frame_skip=FRAME_SKIP,
                                     noop_max=NOOP_MAX, img_height=SIZE, img_width=SIZE, gray_scale=True,
                                     repeat_action_probability=0.0, max_episode_steps=MAX_STEPS, **kw)
