@@ -273,7 +273,10 @@ class Policy:
         is_numpy = not isinstance(obs, torch.Tensor)
         x = torch.as_tensor(np.asarray(obs, dtype=np_dtype) if is_numpy else obs, dtype=layout.dtype, device=self.device)
         per_env = int(np.prod(layout.shape))
-        single = x.numel() == per_env and x.dim() == len(layout.shape)
+        batched = x.dim() > len(layout.shape) and x.numel() == x.shape[0] * per_env > 0
+        single = not batched and x.numel() == per_env
+        if not (batched or single):
+            raise ValueError(f"Policy.act: obs of shape {tuple(x.shape)} does not hold (B, *{layout.shape}) observations of {self.env_id}")
         x = x.reshape(1 if single else x.shape[0], *layout.shape)
         if self.obs_normalizer is not None:
             x = self.obs_normalizer(x, update=False)

@@ -127,6 +127,7 @@ class EnvPoolAtari(BatchedEnv):
         seed = self._seed if seed is None and not self._started else seed
         self._started = True
         if seed is not None and seed != self._seed:  # EnvPool seeds its envs when it builds them
+            self.close()
             self.envs, self._seed = self._make(seed), int(seed)
         obs, info = self.envs.reset()
         self._game_return[:] = 0

@@ -189,8 +189,34 @@ def test_policy_act_takes_images_and_dicts_of_arrays():
     policy = ckpt.Policy(img_agent, None, {"env_id": "x"}, IMG_HWC, gym.spaces.Discrete(3), "cpu")
     one = np.zeros((84, 84, 3), np.uint8)
     assert policy.act(one).shape == () and policy.act(np.stack([one, one])).shape == (2,)
+    with pytest.raises(ValueError, match=r"obs of shape \(84, 84\) does not hold \(B, \*\(84, 84, 3\)\) observations of x"):
+        policy.act(np.zeros((84, 84), np.uint8))
     space = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (36, 36, 3), np.uint8), "vec": gym.spaces.Box(-1, 1, (2,), np.float32)})
     policy = ckpt.Policy(Agent(space, gym.spaces.Discrete(2)), None, {"env_id": "x"}, space, gym.spaces.Discrete(2), "cpu")
     single = {"image": np.zeros((36, 36, 3), np.uint8), "vec": np.zeros(2, np.float32)}
     batch = {"image": np.zeros((5, 36, 36, 3), np.uint8), "vec": np.zeros((5, 2), np.float32)}
     assert policy.act(single).shape == () and policy.act(batch).shape == (5,)
+
+
+def test_debug_checks_accept_uint8_images(small_config):
+    from proxima.trainer import Trainer
+
+    trainer = Trainer(small_config(env_id="PixelQuadrant-v0", num_envs=4, num_steps=4, total_timesteps=16,
+                                   num_minibatches=2, debug_checks=True))
+    try:
+        out = trainer.train_iteration()  # --debug-checks checks every obs against the uint8 space
+        assert not bool(out["nonfinite"]) and int(out["ep_count"]) == 16  # one-step episodes
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize("env_id", ["Pong-v5", "Breakout-v5"])
+def test_atari_presets_are_cleanrl_ppo_atari_envpool(env_id):
+    from proxima.config import validate
+    from proxima.presets import resolve
+
+    cfg = resolve(env_id)
+    validate(cfg)
+    got = (cfg.num_envs, cfg.num_steps, cfg.lr, cfg.anneal_lr, cfg.update_epochs, cfg.num_minibatches, cfg.clip_coef,
+           cfg.ent_coef, cfg.vf_coef, cfg.max_grad_norm, cfg.gamma, cfg.gae_lambda, cfg.total_timesteps, cfg.encoder)
+    assert got == (8, 128, 2.5e-4, True, 4, 4, 0.1, 0.01, 0.5, 0.5, 0.99, 0.95, 10_000_000, "cnn")
