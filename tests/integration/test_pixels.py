@@ -80,3 +80,31 @@ def test_bad_pixel_input_exits_2_with_one_line_and_no_run_directory(argv, needle
     assert len(lines) == 1 and needle in lines[0], err
     if "step 3" not in needle:  # a failure mid-run keeps the run directory it had started
         assert not (tmp_path / "D").exists()
+
+
+def test_stopped_and_resumed_pixel_run_is_bit_identical(tmp_path):
+    """uint8 next_obs and the native image env's state go through the checkpoint: a run stopped after
+    iteration 1 and resumed ends with the same parameters as one run of 2 iterations (CPU)."""
+    import torch
+
+    from proxima import checkpoint as ckpt
+    from proxima.trainer import Trainer, TrainingInterrupted
+
+    def cfg():
+        return PPOConfig(env_id="PixelQuadrant-v0", num_envs=4, num_steps=8, total_timesteps=64, num_minibatches=2,
+                         update_epochs=2, progress=False, checkpoint_every=1, eval_episodes=0, threads=1)
+
+    train(cfg(), run_dir=tmp_path / "whole", quiet=True, evaluate_at_end=False)
+    trainer = Trainer(cfg(), run_dir=tmp_path / "legs", quiet=True)
+    try:
+        with pytest.raises(TrainingInterrupted):
+            trainer.run(stop_after=1)
+    finally:
+        trainer.close()
+    state = ckpt.load_checkpoint(tmp_path / "legs")
+    assert state["next_obs"].dtype == torch.uint8 and state["env"]["state"]["image"].dtype == torch.uint8
+    train(None, run_dir=tmp_path / "legs", resume="auto", quiet=True, evaluate_at_end=False)
+    whole, legs = ckpt.load_checkpoint(tmp_path / "whole"), ckpt.load_checkpoint(tmp_path / "legs")
+    assert whole["global_step"] == legs["global_step"] == 64
+    for name, tensor in whole["agent"].items():
+        assert torch.equal(tensor, legs["agent"][name]), name
