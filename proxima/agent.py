@@ -107,7 +107,7 @@ class NatureCNN(nn.Module):
         return self.fc(self.convs(self.pixels(x)))
 
 
-class Flatten(nn.Module):
+class FlatInput(nn.Module):
     """(B, *shape) -> (B, prod(shape)) float32; pixels (an image read by an MLP) scaled to [0, 1]."""
 
     def __init__(self, part: ObsPart):
@@ -127,7 +127,7 @@ class DictEncoder(nn.Module):
         super().__init__()
         self.parts = layout.parts
         self.encoders = nn.ModuleDict({
-            p.key: NatureCNN(p) if (encoder == "cnn" and p.layout is not None) else Flatten(p) for p in layout.parts})
+            p.key: NatureCNN(p) if (encoder == "cnn" and p.layout is not None) else FlatInput(p) for p in layout.parts})
         self.out_dim = sum(e.out_dim for e in self.encoders.values())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -171,7 +171,7 @@ class Agent(nn.Module):
             self.encoder, hidden = NatureCNN(layout.parts[0]), []
             feat_dim = self.encoder.out_dim
         elif layout.is_image:  # an MLP reading pixels: flattened and scaled, no parameters
-            self.encoder = Flatten(layout.parts[0])
+            self.encoder = FlatInput(layout.parts[0])
             feat_dim = self.encoder.out_dim
         else:  # flat Box: no encoder module, so older checkpoints load unchanged
             self.encoder = None

@@ -1,4 +1,5 @@
-"""Batched environments: torch-native classics and an adapter for any Gymnasium env."""
+"""Batched environments: torch-native classics, an adapter for any Gymnasium env, and Atari
+(EnvPool or Gymnasium's ALE, atari.py); observation spaces as tensors in spaces.py."""
 
 from __future__ import annotations
 

@@ -113,22 +113,15 @@ def tensor_space(space: gym.spaces.Space, layout: ObsLayout) -> gym.spaces.Space
                           layout.shape, np.float32)
 
 
-def pack_numpy(obs, layout: ObsLayout, num: int, check=None) -> np.ndarray:
-    """Observations of ``num`` envs as one array of the layout's shape and dtype.
+def pack_numpy(obs, layout: ObsLayout, num: int) -> np.ndarray:
+    """Observations of ``num`` envs as one array (num, *layout.shape) of the layout's dtype.
 
     obs: an array (num, *box_shape) or, for a Dict, a dict of arrays (num, *key_shape).
-    check(key, array) may raise for a bad dtype/shape before the values are cast.
     """
     np_dtype = np.uint8 if layout.dtype == torch.uint8 else np.float32
     if not layout.is_dict:
-        arr = np.asarray(obs)
-        if check is not None:
-            check(None, arr)
-        return np.asarray(arr, dtype=np_dtype).reshape(num, *layout.shape)
+        return np.asarray(obs, dtype=np_dtype).reshape(num, *layout.shape)
     out = np.empty((num, *layout.shape), dtype=np_dtype)
     for part in layout.parts:
-        arr = np.asarray(obs[part.key])
-        if check is not None:
-            check(part.key, arr)
-        out[:, part.offset:part.offset + part.size] = arr.reshape(num, part.size)
+        out[:, part.offset:part.offset + part.size] = np.asarray(obs[part.key]).reshape(num, part.size)
     return out
