@@ -90,7 +90,7 @@ class NativeEnv(BatchedEnv):
     A subclass implements:
       * ``_sample_initial_state(n) -> dict[str, Tensor]`` drawn from ``self.generator``;
       * ``_dynamics(action) -> (reward[N] float32, terminated[N] bool)`` that advances ``self.state``;
-      * ``_observe() -> obs[N, ...] float32``;
+      * ``_observe() -> obs[N, ...]`` float32 (uint8 for an image space, see spaces.py);
     and sets ``max_episode_steps``. This class does time limits, same-step autoreset, final_obs
     and episode statistics with ``torch.where`` only: no host syncs, no per-env Python loops.
     """
