@@ -42,7 +42,11 @@ TASKS = {
     "HalfCheetah-v5": (1443.0, 1, "1443 +- 46 (CleanRL continuous, v4), 1M"),
     "Hopper-v5": (2383.0, 1, "2383 +- 272 (CleanRL continuous, v4), 1M"),
     "Walker2d-v5": (None, 1, "none in PPO_NOTES"),
+    "Pong-v5": (None, 1, "about 20 (CleanRL ppo_atari_envpool), 10M"),
+    "Breakout-v5": (None, 1, "about 400 (CleanRL ppo_atari_envpool), 10M"),
 }
+#: 10M-step Atari runs need a GPU session: run only when named with --envs (docs/atari.md)
+NOT_BY_DEFAULT = ("Pong-v5", "Breakout-v5")
 MARK = "<!-- learning-runs-json"
 
 #: how the presets were chosen (side experiments, not rows of the table); same machine and load
@@ -282,7 +286,8 @@ def load_state(path: Path) -> tuple:
 # ------------------------------------------------------------------------------------ main
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--envs", default=",".join(TASKS), help="comma-separated env ids (default: all, in priority order)")
+    p.add_argument("--envs", default=",".join(e for e in TASKS if e not in NOT_BY_DEFAULT),
+                   help=f"comma-separated env ids (default: all but {', '.join(NOT_BY_DEFAULT)}, in priority order)")
     p.add_argument("--seeds", default=None, help="comma-separated seeds (default: 1..N, N = 3 classic, 1 LunarLander/MuJoCo)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
     p.add_argument("--runs-dir", default="runs/learning", help="where run directories go (default runs/learning)")

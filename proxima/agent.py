@@ -1,4 +1,13 @@
-"""The agent: separate actor and critic MLPs (PPO_NOTES detail 13) and one action head per space.
+"""The agent: an encoder chosen by observation space, actor and critic on top, one action head per space.
+
+Encoders (``--encoder``, nets.py): flat Box -> no encoder, separate actor and critic MLPs (PPO_NOTES detail
+13; the parameter names ``actor.*``/``critic.*`` of older checkpoints); image (uint8, HWC or CHW) ->
+the Nature-CNN trunk of DQN / CleanRL's ``ppo_atari`` shared by a linear actor and a linear critic;
+Dict -> one encoder per key (Nature CNN for images, flatten for vectors), concatenated, with actor
+and critic MLPs on top (SB3's MultiInputPolicy shape). Pixels arrive as uint8 and are scaled to
+[0, 1] inside the network, so the rollout buffer keeps them as uint8.
+
+The encoders, ``layer_init`` and ``mlp`` live in nets.py (re-exported here).
 
 Heads: Discrete -> categorical over logits; MultiDiscrete -> independent categoricals (log-probs
 and entropies summed); Box -> Normal with a state-independent log std initialized to 0 (summed over
@@ -15,22 +24,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from .envs.spaces import obs_layout
+from .nets import DictEncoder, FlatInput, NatureCNN, layer_init, mlp, resolve_encoder
 
-def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
-    """Orthogonal weights with gain ``std``, constant bias (detail 2)."""
-    nn.init.orthogonal_(layer.weight, std)
-    nn.init.constant_(layer.bias, bias_const)
-    return layer
-
-
-def mlp(in_dim: int, hidden: list, out_dim: int, out_std: float, activation: str = "tanh") -> nn.Sequential:
-    act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
-    layers, d = [], in_dim
-    for h in hidden:
-        layers += [layer_init(nn.Linear(d, h)), act()]
-        d = h
-    layers.append(layer_init(nn.Linear(d, out_dim), std=out_std))
-    return nn.Sequential(*layers)
+__all__ = ["Agent", "action_dtype", "action_shape", "layer_init", "mlp", "NatureCNN", "resolve_encoder"]
 
 
 def _categorical_sample(logits: torch.Tensor) -> torch.Tensor:
@@ -47,36 +44,61 @@ def _categorical_logprob_entropy(logits: torch.Tensor, action: torch.Tensor):
 
 
 class Agent(nn.Module):
-    """Actor-critic for flat observations (obs_dim,) and a Discrete, MultiDiscrete or Box action."""
+    """Actor-critic for observations (B, *obs_shape) and a Discrete, MultiDiscrete or Box action.
 
-    def __init__(self, obs_space: gym.spaces.Box, action_space: gym.spaces.Space, hidden_sizes=(64, 64), activation: str = "tanh"):
+    obs_shape and dtype follow :func:`proxima.envs.spaces.obs_layout`: (obs_dim,) float32 for a flat
+    Box, the image shape in uint8, (D,) packed keys for a Dict. ``encoder``: cnn, mlp or auto.
+    """
+
+    def __init__(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space, hidden_sizes=(64, 64),
+                 activation: str = "tanh", encoder: str = "mlp"):
         super().__init__()
-        obs_dim = int(np.prod(obs_space.shape))
+        layout = obs_layout(obs_space, "observation")
+        self.encoder_kind = resolve_encoder(encoder, layout)
+        self.has_pixels = layout.has_image
         hidden = list(hidden_sizes)
-        self.critic = mlp(obs_dim, hidden, 1, out_std=1.0, activation=activation)
+        if layout.is_dict:
+            self.encoder = DictEncoder(layout, self.encoder_kind)
+            feat_dim = self.encoder.out_dim
+        elif self.encoder_kind == "cnn":
+            # CleanRL ppo_atari: one shared trunk, linear actor and critic heads on its 512 features
+            self.encoder, hidden = NatureCNN(layout.parts[0]), []
+            feat_dim = self.encoder.out_dim
+        elif layout.is_image:  # an MLP reading pixels: flattened and scaled, no parameters
+            self.encoder = FlatInput(layout.parts[0])
+            feat_dim = self.encoder.out_dim
+        else:  # flat Box: no encoder module, so older checkpoints load unchanged
+            self.encoder = None
+            feat_dim = layout.parts[0].size
+        self.critic = mlp(feat_dim, hidden, 1, out_std=1.0, activation=activation)
         if isinstance(action_space, gym.spaces.Discrete):
             self.kind, self.nvec = "discrete", [int(action_space.n)]
-            self.actor = mlp(obs_dim, hidden, int(action_space.n), out_std=0.01, activation=activation)
+            self.actor = mlp(feat_dim, hidden, int(action_space.n), out_std=0.01, activation=activation)
         elif isinstance(action_space, gym.spaces.MultiDiscrete):
             self.kind, self.nvec = "multidiscrete", [int(n) for n in np.asarray(action_space.nvec).reshape(-1)]
-            self.actor = mlp(obs_dim, hidden, sum(self.nvec), out_std=0.01, activation=activation)
+            self.actor = mlp(feat_dim, hidden, sum(self.nvec), out_std=0.01, activation=activation)
         elif isinstance(action_space, gym.spaces.Box):
             self.kind = "continuous"
             self.act_dim = int(np.prod(action_space.shape))
-            self.actor = mlp(obs_dim, hidden, self.act_dim, out_std=0.01, activation=activation)
+            self.actor = mlp(feat_dim, hidden, self.act_dim, out_std=0.01, activation=activation)
             self.actor_logstd = nn.Parameter(torch.zeros(1, self.act_dim))
         else:
             raise ValueError(f"not supported yet: action space {action_space}")
 
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs (B, *obs_shape) -> (B, F) float features (the obs itself for a flat Box)."""
+        return obs if self.encoder is None else self.encoder(obs)
+
     # value ----------------------------------------------------------------------------------
     def get_value(self, obs: torch.Tensor) -> torch.Tensor:
-        """obs (B, obs_dim) -> V(obs) (B,)."""
-        return self.critic(obs).squeeze(-1)
+        """obs (B, *obs_shape) -> V(obs) (B,)."""
+        return self.critic(self.features(obs)).squeeze(-1)
 
     # policy ---------------------------------------------------------------------------------
     def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None):
-        """obs (B, obs_dim), optional action (B, *act_shape) -> action, logprob (B,), entropy (B,), value (B,)."""
-        out = self.actor(obs)
+        """obs (B, *obs_shape), optional action (B, *act_shape) -> action, logprob (B,), entropy (B,), value (B,)."""
+        feat = self.features(obs)  # once: a CNN trunk is shared by actor and critic
+        out = self.actor(feat)
         if self.kind == "continuous":
             mean = out
             logstd = self.actor_logstd.expand_as(mean)
@@ -95,17 +117,17 @@ class Agent(nn.Module):
                 action = torch.stack([_categorical_sample(c) for c in chunks], dim=-1)
             lps, ents = zip(*(_categorical_logprob_entropy(c, action[..., i]) for i, c in enumerate(chunks)))
             logprob, entropy = torch.stack(lps, -1).sum(-1), torch.stack(ents, -1).sum(-1)
-        return action, logprob, entropy, self.get_value(obs)
+        return action, logprob, entropy, self.critic(feat).squeeze(-1)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor | None = None):
         """Same as get_action_and_value, so a DistributedDataParallel wrapper sees the update's forward."""
         return self.get_action_and_value(obs, action)
 
     def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
-        """The action for obs (B, obs_dim): the mode (argmax / mean) or a sample."""
+        """The action for obs (B, *obs_shape): the mode (argmax / mean) or a sample."""
         if not deterministic:
             return self.get_action_and_value(obs)[0]
-        out = self.actor(obs)
+        out = self.actor(self.features(obs))
         if self.kind == "continuous":
             return out
         if self.kind == "discrete":
@@ -113,7 +135,7 @@ class Agent(nn.Module):
         return torch.stack([c.argmax(-1) for c in torch.split(out, self.nvec, dim=-1)], dim=-1)
 
     def policy_step(self, obs: torch.Tensor):
-        """The acting step of collect_rollout: obs (N, obs_dim) -> action, logprob (N,), value (N,)."""
+        """The acting step of collect_rollout: obs (N, *obs_shape) -> action, logprob (N,), value (N,)."""
         action, logprob, _, value = self.get_action_and_value(obs)
         return action, logprob, value
 

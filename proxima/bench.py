@@ -1,7 +1,7 @@
 """``proxima bench ENV_ID``: steps per second of the env alone, of the rollout and of full training.
 
-For each ``--num-envs`` value and each backend (native torch env and Gymnasium adapter, side by
-side), one Trainer is built from the env's preset with ``num_envs`` overridden (no run directory,
+For each ``--num-envs`` value and each backend (native torch env and Gymnasium adapter side by
+side, or the comma-separated ``--backend`` list, e.g. ``envpool,gymnasium`` for Atari), one Trainer is built from the env's preset with ``num_envs`` overridden (no run directory,
 no logger) and three things are timed on it:
 
   env       ``env.step`` with random actions drawn ahead of time (no policy)
@@ -107,6 +107,8 @@ def bench_config(args, backend: str, num_envs: int):
 
     cfg = presets.resolve(args.env_id, args.preset, PPOConfig())
     cfg.backend, cfg.num_envs, cfg.device, cfg.threads = backend, num_envs, args.device, args.threads
+    if args.vector:
+        cfg.vector = args.vector
     if args.num_steps:
         cfg.num_steps = args.num_steps
     cfg.progress, cfg.checkpoint_every, cfg.eval_episodes = False, 0, 0
@@ -170,7 +172,7 @@ def fmt_cell(line: Line, measure_name: str) -> str:
 
 
 def table_rows(lines: list) -> list:
-    """Rows of strings: backend, envs, env, rollout, train, native/gymnasium train ratio."""
+    """Rows of strings: backend, envs, env, rollout, train, (native or envpool)/gymnasium train ratio."""
     gym_train = {ln.num_envs: ln.stat("train")[0] for ln in lines if ln.backend == "gymnasium"}
     rows = []
     for ln in lines:
@@ -179,13 +181,13 @@ def table_rows(lines: list) -> list:
             continue
         ratio = ""
         g = gym_train.get(ln.num_envs)
-        if ln.backend == "native" and g:
+        if ln.backend in ("native", "envpool") and g:
             ratio = f"{ln.stat('train')[0] / g:.1f}x"
         rows.append((ln.backend, f"{ln.num_envs:,}", *(fmt_cell(ln, m) for m in MEASURES), ratio))
     return rows
 
 
-HEADER = ("backend", "num_envs", "env steps/s", "rollout steps/s", "train steps/s", "train native/gym")
+HEADER = ("backend", "num_envs", "env steps/s", "rollout steps/s", "train steps/s", "train x gym")
 
 
 def format_table(lines: list) -> str:
@@ -259,13 +261,16 @@ def command_line(args) -> str:
         argv.append("--cudagraphs")
     if args.amp != "none":
         argv += ["--amp", args.amp]
+    if args.vector:
+        argv += ["--vector", args.vector]
     return shlex.join(argv)
 
 
 def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime, load: tuple) -> None:
     desc = (f"preset `{args.preset or 'default'}`: T = {cfg.num_steps} steps per env per rollout, "
             f"{cfg.update_epochs} epochs x {cfg.num_minibatches} minibatches, hidden {cfg.hidden_sizes}, "
-            f"compile {cfg.compile}, cudagraphs {cfg.cudagraphs}, amp {cfg.amp}") if cfg else "no line was measured"
+            f"compile {cfg.compile}, cudagraphs {cfg.cudagraphs}, amp {cfg.amp}, encoder {cfg.encoder}, "
+            f"Gymnasium vector {cfg.vector}") if cfg else "no line was measured"
     text = "\n".join([
         f"# proxima bench {args.env_id} on {device}",
         "",
@@ -282,7 +287,7 @@ def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime
         f"Steps per second, median (min-max) of {args.repeats} repeats of about {args.seconds:g} s each, after a warm-up. "
         "env: `env.step` with random actions, no policy; rollout: `collect_rollout` with the policy; "
         "train: `Trainer.train_iteration` (rollout + GAE + update). "
-        "train native/gym: ratio of the train medians at the same num_envs.",
+        "train x gym: the train median of the native or EnvPool backend over Gymnasium's at the same num_envs.",
         "",
         markdown_table(lines),
         "",
@@ -304,12 +309,22 @@ def parse_sizes(text: str) -> list:
     return sizes
 
 
+BACKENDS = ("native", "gymnasium", "envpool", "both")
+
+
 def backends_for(env_id: str, backend: str) -> list:
+    """The backends to measure: 'both' (native and Gymnasium where a native env exists), one
+    backend, or a comma-separated list such as 'envpool,gymnasium'; ValueError for an unknown one."""
     from .envs import NATIVE_ENVS
 
-    if backend == "both":
-        return ["native", "gymnasium"] if env_id in NATIVE_ENVS else ["gymnasium"]
-    return [backend]
+    names = [b.strip() for b in backend.split(",") if b.strip()]
+    bad = [b for b in names if b not in BACKENDS]
+    if not names or bad:
+        raise ValueError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)} or a comma-separated list (envpool,gymnasium)")
+    out = []
+    for b in names:
+        out += (["native", "gymnasium"] if env_id in NATIVE_ENVS else ["gymnasium"]) if b == "both" else [b]
+    return list(dict.fromkeys(out))
 
 
 def accel_available() -> bool:
@@ -328,6 +343,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         sizes = parse_sizes(args.num_envs)
+        backends = backends_for(args.env_id, args.backend)
     except ValueError as e:
         return fail(str(e))
     for name in ("repeats", "threads"):
@@ -354,7 +370,7 @@ def run(args: argparse.Namespace) -> int:
     started, load0 = datetime.now(), os.getloadavg()[0]
     lines, last_cfg = [], None
     for n in sizes:
-        for backend in backends_for(args.env_id, args.backend):
+        for backend in backends:
             if backend == "gymnasium" and n > args.max_gym_envs:
                 line, cfg = Line(backend, n, skipped=f"> --max-gym-envs {args.max_gym_envs}"), None
             else:
@@ -384,8 +400,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("env_id", metavar="ENV_ID", help="Gymnasium id or module:ClassName")
     p.add_argument("--num-envs", default=DEFAULT_SIZES, metavar="N1,N2,...", help=f"env counts to measure (default {DEFAULT_SIZES})")
     p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 or auto (default cpu)")
-    p.add_argument("--backend", default="both", choices=("native", "gymnasium", "both"),
-                   help="env backend(s); both = native and Gymnasium side by side where a native env exists (default both)")
+    p.add_argument("--backend", default="both", metavar="{native,gymnasium,envpool,both}[,...]",
+                   help="env backend(s), comma separated (envpool,gymnasium for Atari); both = native and Gymnasium "
+                        "side by side where a native env exists (default both)")
+    p.add_argument("--vector", default=None, choices=("sync", "async"),
+                   help="Gymnasium vectorization for the gymnasium backend (default: the preset's, else sync)")
     p.add_argument("--preset", default=None, help="the env's preset to take the training settings from (default: its 'default')")
     p.add_argument("--num-steps", type=int, default=0, metavar="T", help="override the preset's steps per env per rollout")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement; the table shows median and min-max (default 3)")

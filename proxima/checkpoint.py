@@ -137,6 +137,8 @@ def space_to_dict(space: gym.spaces.Space) -> dict:
     if isinstance(space, gym.spaces.Box):
         return {"type": "Box", "shape": list(space.shape), "low": torch.as_tensor(space.low.astype(np.float64)),
                 "high": torch.as_tensor(space.high.astype(np.float64)), "dtype": str(np.dtype(space.dtype))}
+    if isinstance(space, gym.spaces.Dict):  # a list of pairs keeps the key order the packed obs uses
+        return {"type": "Dict", "spaces": [[str(k), space_to_dict(v)] for k, v in space.spaces.items()]}
     raise CheckpointError(f"cannot record space {space}")
 
 
@@ -145,6 +147,8 @@ def space_from_dict(d: dict) -> gym.spaces.Space:
         return gym.spaces.Discrete(d["n"])
     if d["type"] == "MultiDiscrete":
         return gym.spaces.MultiDiscrete(d["nvec"])
+    if d["type"] == "Dict":
+        return gym.spaces.Dict({k: space_from_dict(v) for k, v in d["spaces"]})
     return gym.spaces.Box(d["low"].numpy().astype(d["dtype"]), d["high"].numpy().astype(d["dtype"]), tuple(d["shape"]), np.dtype(d["dtype"]))
 
 
@@ -249,12 +253,31 @@ class Policy:
 
     @torch.no_grad()
     def act(self, obs, deterministic: bool = True):
-        """obs (B, obs_dim) or (obs_dim,), numpy or tensor -> actions of the same kind (Box
-        actions clipped to the action space's bounds)."""
+        """obs (B, *obs_shape) or (*obs_shape,), numpy or tensor -> actions of the same kind (Box
+        actions clipped to the action space's bounds). obs_shape as the env's tensors
+        (envs/spaces.py): a flat vector, an image (uint8), or a Dict's packed keys; a Dict
+        observation may also be given as a dict of arrays (batched or not)."""
+        from .envs.spaces import ObsLayout, ObsPart, obs_layout, pack_numpy
+
+        if self.observation_space is not None:
+            layout = obs_layout(self.observation_space, self.env_id)
+        else:  # no space given: flat float vectors of whatever size comes
+            size = int(np.prod(np.shape(obs)[-1:])) if np.ndim(obs) else 1
+            layout = ObsLayout((ObsPart(None, (size,), None, 0, size),), (size,), torch.float32, False)
+        np_dtype = np.uint8 if layout.dtype == torch.uint8 else np.float32
+        if isinstance(obs, dict):
+            batched = np.asarray(obs[layout.parts[0].key]).ndim > len(layout.parts[0].shape)
+            n = len(np.asarray(obs[layout.parts[0].key])) if batched else 1
+            obs = pack_numpy(obs if batched else {k: np.asarray(v)[None] for k, v in obs.items()}, layout, n)
+            obs = obs if batched else obs[0]
         is_numpy = not isinstance(obs, torch.Tensor)
-        x = torch.as_tensor(np.asarray(obs, dtype=np.float32) if is_numpy else obs, dtype=torch.float32, device=self.device)
-        single = x.dim() == 1
-        x = x.reshape(1 if single else x.shape[0], -1)
+        x = torch.as_tensor(np.asarray(obs, dtype=np_dtype) if is_numpy else obs, dtype=layout.dtype, device=self.device)
+        per_env = int(np.prod(layout.shape))
+        batched = x.dim() > len(layout.shape) and x.numel() == x.shape[0] * per_env > 0
+        single = not batched and x.numel() == per_env
+        if not (batched or single):
+            raise ValueError(f"Policy.act: obs of shape {tuple(x.shape)} does not hold (B, *{layout.shape}) observations of {self.env_id}")
+        x = x.reshape(1 if single else x.shape[0], *layout.shape)
         if self.obs_normalizer is not None:
             x = self.obs_normalizer(x, update=False)
         action = self.agent.act(x, deterministic=deterministic)
@@ -276,12 +299,15 @@ def build_agent(state: dict, device="cpu"):
     cfg = state["config"]
     obs_space = space_from_dict(state["spaces"]["observation"])
     act_space = space_from_dict(state["spaces"]["action"])
-    agent = Agent(obs_space, act_space, cfg["hidden_sizes"], cfg["activation"]).to(device)
+    from .envs.spaces import obs_layout
+
+    # checkpoints from before the encoder field hold flat-Box MLP agents
+    agent = Agent(obs_space, act_space, cfg["hidden_sizes"], cfg["activation"], cfg.get("encoder", "mlp")).to(device)
     try:
         agent.load_state_dict(state["agent"])
         obs_norm = None
         if state.get("obs_normalizer") is not None:
-            obs_norm = ObsNormalizer(obs_space.shape, clip=cfg["clip_obs"]).to(device)
+            obs_norm = ObsNormalizer(obs_layout(obs_space).shape, clip=cfg["clip_obs"]).to(device)
             obs_norm.load_state_dict(state["obs_normalizer"])
     except (RuntimeError, KeyError) as e:
         raise CheckpointError(f"{state.get('path', 'checkpoint')}: weights do not match the recorded config ({str(e).splitlines()[0][:160]})") from None

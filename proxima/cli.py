@@ -219,7 +219,7 @@ def build_parser() -> ArgParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--seed", type=int, default=None, help="env seed for evaluation (default: the run's seed + 1,000,000, as in the end-of-training eval)")
     p.add_argument("--device", default="cpu", help="torch device")
-    p.add_argument("--backend", default=None, choices=("auto", "native", "gymnasium"), help="env backend (default: the run's)")
+    p.add_argument("--backend", default=None, choices=("auto", "native", "gymnasium", "envpool"), help="env backend (default: the run's)")
     p.add_argument("--video", default=None, metavar="FILE", help="record the first episode to FILE (.mp4, or .gif)")
     p.set_defaults(func=cmd_eval)
 

@@ -30,7 +30,7 @@ class PPOConfig:
 
     # --- environment ---
     env_id: str = _f("CartPole-v1", "Environment: a Gymnasium id (CartPole-v1) or module:ClassName of your own gymnasium.Env.")
-    backend: str = _f("auto", "Env implementation: auto (native torch env when one exists), native, or gymnasium.", choices=("auto", "native", "gymnasium"))
+    backend: str = _f("auto", "Env implementation: auto (native torch env when one exists, EnvPool for Atari ids like Pong-v5 when installed), native, gymnasium, or envpool (Atari).", choices=("auto", "native", "gymnasium", "envpool"))
     vector: str = _f("sync", "Gymnasium vectorization: sync (one process) or async (one subprocess per env).", choices=("sync", "async"))
     num_envs: int = _f(4, "Parallel environments N (per process).")
     # --- rollout / optimisation ---
@@ -53,6 +53,7 @@ class PPOConfig:
     # --- network / normalization ---
     hidden_sizes: list = _f([64, 64], "Hidden layer widths of the actor and of the critic MLP (comma separated).")
     activation: str = _f("tanh", "Hidden activation: tanh or relu.", choices=("tanh", "relu"))
+    encoder: str = _f("auto", "Observation encoder: cnn (Nature CNN, for uint8 image observations), mlp, or auto (cnn when the observation holds an image); config.yaml records the one used.", choices=("auto", "cnn", "mlp"))
     norm_obs: bool = _f(False, "Running observation normalization, clipped to [-clip_obs, clip_obs].")
     norm_reward: bool = _f(False, "Scale rewards by the std of the running discounted return, clipped to [-clip_reward, clip_reward].")
     clip_obs: float = _f(10.0, "Clip bound of normalized observations.")

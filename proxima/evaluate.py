@@ -17,8 +17,9 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: int =
     The policy's observation normalizer is applied frozen (its training statistics). Returns a
     dict with env_id, episodes, mean_return, std_return, returns, lengths, deterministic.
     """
+    # training=False: Atari plays full games with raw rewards (no episodic life, no reward clipping)
     env = make_env(policy.env_id, episodes, device=policy.device, backend=backend, seed=seed,
-                   render_mode="rgb_array" if video else None)
+                   render_mode="rgb_array" if video else None, training=False)
     try:
         obs = env.reset(seed=seed)
         returns = torch.zeros(episodes, dtype=torch.float64, device=env.device)

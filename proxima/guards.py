@@ -53,7 +53,7 @@ class EnvGuard:
             import gymnasium as gym
 
             obs_space = self.env.single_observation_space
-            self.obs_shape = tuple(obs_space.shape)
+            self.obs_shape, self.obs_dtype = tuple(self.env.obs_shape), self.env.obs_dtype
             self.low = self.high = None
             if isinstance(obs_space, gym.spaces.Box):
                 self.low = torch.as_tensor(np.asarray(obs_space.low, dtype=np.float64).reshape(-1), device=trainer.device)
@@ -153,8 +153,8 @@ class EnvGuard:
         if not torch.is_tensor(x) or tuple(x.shape) != (N, *self.obs_shape):
             shape = tuple(x.shape) if torch.is_tensor(x) else type(x).__name__
             self._fail(f"{field}s at global step {self.step0 + (t + 1) * N * self.ws} have shape {shape}, expected {(N, *self.obs_shape)}")
-        if x.dtype != torch.float32:
-            self._fail(f"{field}s at global step {self.step0 + (t + 1) * N * self.ws} have dtype {x.dtype}, expected torch.float32")
+        if x.dtype != self.obs_dtype:
+            self._fail(f"{field}s at global step {self.step0 + (t + 1) * N * self.ws} have dtype {x.dtype}, expected {self.obs_dtype}")
         flat = x.reshape(N, -1)
         if ok is not None and not bool(ok.all()):
             n = int(torch.nonzero(~ok)[0, 0])

@@ -8,19 +8,21 @@ import torch
 class Rollout:
     """T steps x N envs of transitions, plus per-iteration episode statistics as tensors.
 
-    obs: (T, N, *obs_shape) float32, as the network saw it (normalized if normalization is on)
+    obs: (T, N, *obs_shape) obs_dtype, as the network saw it (normalized if normalization is on;
+        uint8 pixels for image observations, 4x smaller than float32: the network scales them)
     actions: (T, N, *act_shape) (int64 for discrete, float32 for Box; the unclipped sample)
     logprobs, values, rewards, raw_rewards: (T, N) float32
     terminated, dones: (T, N) bool
     final_obs: (T, N, *obs_shape) obs that followed step t (the finished episode's last obs where done)
     """
 
-    def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple, act_shape: tuple, act_dtype: torch.dtype, device):
+    def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple, act_shape: tuple, act_dtype: torch.dtype, device,
+                 obs_dtype: torch.dtype = torch.float32):
         T, N = num_steps, num_envs
         self.num_steps, self.num_envs, self.device = T, N, torch.device(device)
         f32 = dict(dtype=torch.float32, device=self.device)
-        self.obs = torch.zeros((T, N, *obs_shape), **f32)
-        self.final_obs = torch.zeros((T, N, *obs_shape), **f32)
+        self.obs = torch.zeros((T, N, *obs_shape), dtype=obs_dtype, device=self.device)
+        self.final_obs = torch.zeros((T, N, *obs_shape), dtype=obs_dtype, device=self.device)
         self.actions = torch.zeros((T, N, *act_shape), dtype=act_dtype, device=self.device)
         self.logprobs = torch.zeros((T, N), **f32)
         self.values = torch.zeros((T, N), **f32)

@@ -59,7 +59,14 @@ class Trainer:
         seed_everything(rank_seed)
         self.env: BatchedEnv = make_env(cfg.env_id, cfg.num_envs, self.device, cfg.backend, cfg.vector, seed=rank_seed)
         obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
-        self.agent = Agent(obs_space, act_space, cfg.hidden_sizes, cfg.activation).to(self.device)
+        try:
+            self.agent = Agent(obs_space, act_space, cfg.hidden_sizes, cfg.activation, cfg.encoder).to(self.device)
+            if cfg.norm_obs and self.agent.has_pixels:
+                raise ConfigError("--norm-obs: this env's observations hold an image, which the network scales to [0, 1]; drop --norm-obs")
+        except ConfigError:
+            self.env.close()  # env subprocesses (--vector async, EnvPool threads) end with the error
+            raise
+        cfg.encoder = self.agent.encoder_kind  # config.yaml and checkpoints record the encoder used, not "auto"
         self.model = self.dist.wrap(self.agent)
         # detail 3 (eps 1e-5); the learning rate is a tensor annealed in place, so a compiled or
         # graph-captured update step sees a new value without recompiling
@@ -69,9 +76,10 @@ class Trainer:
         on_cuda = self.device.type == "cuda"
         self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=torch.tensor(cfg.lr, device=self.device), eps=1e-5,
                                           capturable=on_cuda, fused=True)
-        self.obs_norm = ObsNormalizer(obs_space.shape, cfg.clip_obs).to(self.device) if cfg.norm_obs else None
+        self.obs_norm = ObsNormalizer(self.env.obs_shape, cfg.clip_obs).to(self.device) if cfg.norm_obs else None
         self.reward_scaler = RewardScaler(cfg.num_envs, cfg.gamma, cfg.clip_reward).to(self.device) if cfg.norm_reward else None
-        self.rollout = Rollout(cfg.num_steps, cfg.num_envs, self.env.obs_shape, action_shape(act_space), action_dtype(act_space), self.device)
+        self.rollout = Rollout(cfg.num_steps, cfg.num_envs, self.env.obs_shape, action_shape(act_space), action_dtype(act_space), self.device,
+                               obs_dtype=self.env.obs_dtype)
         self.num_iterations = num_iterations(cfg, self.dist.world_size)
         self.steps_per_iteration = batch_size(cfg) * self.dist.world_size
         self.iteration, self.global_step, self.elapsed = 0, 0, 0.0

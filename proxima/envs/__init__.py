@@ -1,4 +1,5 @@
-"""Batched environments: torch-native classics and an adapter for any Gymnasium env."""
+"""Batched environments: torch-native classics, an adapter for any Gymnasium env, and Atari
+(EnvPool or Gymnasium's ALE, atari.py); observation spaces as tensors in spaces.py."""
 
 from __future__ import annotations
 
@@ -6,25 +7,38 @@ from typing import Optional
 
 import torch
 
+from . import atari
 from .base import BatchedEnv, EnvError, NativeEnv
 from .classic import NATIVE_ENVS
 from .gym_adapter import GymnasiumEnv, check_spaces
-from .synthetic import LinearQuadratic
+from .synthetic import LinearQuadratic, PixelQuadrant
 
 NATIVE_ENVS.setdefault(LinearQuadratic.env_id, LinearQuadratic)  # benchmark task, no Gymnasium twin
+NATIVE_ENVS.setdefault(PixelQuadrant.env_id, PixelQuadrant)  # the image task of the CNN tests
+
+BACKENDS = ("auto", "native", "gymnasium", "envpool")
 
 __all__ = ["BatchedEnv", "NativeEnv", "EnvError", "GymnasiumEnv", "NATIVE_ENVS", "make_env"]
 
 
-def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", vector: str = "sync", seed: Optional[int] = None, render_mode: Optional[str] = None) -> BatchedEnv:
+def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", vector: str = "sync", seed: Optional[int] = None,
+             render_mode: Optional[str] = None, training: bool = True) -> BatchedEnv:
     """Build N envs of ``env_id`` on ``device``.
 
-    backend: ``auto`` picks the torch-native env when one exists, else the Gymnasium adapter;
-    ``native`` fails with EnvError when there is none; ``gymnasium`` forces the adapter.
+    backend: ``auto`` picks the torch-native env when one exists, EnvPool for Atari ids when it is
+    installed, else the Gymnasium adapter; ``native`` fails with EnvError when there is none;
+    ``gymnasium`` forces the adapter (for Atari: Gymnasium's ALE with the same wrappers);
+    ``envpool``: Atari through EnvPool. training: Atari's training rules (a lost life ends the
+    episode, rewards clipped to their sign); False plays full games with raw rewards (evaluation).
     """
     device = torch.device(device)
-    if backend not in ("auto", "native", "gymnasium"):
-        raise EnvError(f"unknown backend '{backend}': use auto, native or gymnasium")
+    if backend not in BACKENDS:
+        raise EnvError(f"unknown backend '{backend}': use {', '.join(BACKENDS)}")
+    game = atari.game_name(env_id)
+    if game is not None and backend != "native":
+        return atari.make_atari(env_id, num_envs, device, backend, vector, seed, render_mode, training)
+    if backend == "envpool":
+        raise EnvError(f"--backend envpool runs Atari games (ids like Pong-v5), not '{env_id}'; use --backend auto")
     native = NATIVE_ENVS.get(env_id)
     if backend == "native" and native is None:
         raise EnvError(f"no native env for '{env_id}' (native: {', '.join(sorted(NATIVE_ENVS))}); use --backend gymnasium or auto")

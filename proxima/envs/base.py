@@ -1,8 +1,8 @@
 """The BatchedEnv contract, and the base class of the torch-native envs.
 
 Contract (DESIGN.md): ``reset(seed=None) -> obs[N, ...]``; ``step(action[N, ...]) -> obs,
-reward[N], terminated[N], truncated[N], info`` — all torch tensors on ``env.device`` (obs and
-rewards float32, flags bool). Autoreset is *same-step*: for an env that finished, the returned obs
+reward[N], terminated[N], truncated[N], info`` — all torch tensors on ``env.device`` (obs float32,
+or uint8 for images, see spaces.py; rewards float32, flags bool). Autoreset is *same-step*: for an env that finished, the returned obs
 is the first obs of its next episode and ``info["final_obs"]`` (N, ...) holds the last obs of the
 finished one (rows of unfinished envs equal the returned obs). ``info["episode_return"]`` and
 ``info["episode_length"]`` (N,) hold the undiscounted return and length of the episodes that just
@@ -67,7 +67,17 @@ class BatchedEnv:
 
     @property
     def obs_shape(self) -> tuple:
-        return tuple(self.single_observation_space.shape)
+        """Per-env shape of the obs tensor: (obs_dim,), an image's shape, or (D,) for packed Dict keys."""
+        from .spaces import obs_layout
+
+        return obs_layout(self.single_observation_space, getattr(self, "env_id", "env")).shape
+
+    @property
+    def obs_dtype(self) -> torch.dtype:
+        """dtype of the obs tensor: torch.uint8 for images (kept as pixels), else torch.float32."""
+        from .spaces import obs_layout
+
+        return obs_layout(self.single_observation_space, getattr(self, "env_id", "env")).dtype
 
     @property
     def action_shape(self) -> tuple:
@@ -80,7 +90,7 @@ class NativeEnv(BatchedEnv):
     A subclass implements:
       * ``_sample_initial_state(n) -> dict[str, Tensor]`` drawn from ``self.generator``;
       * ``_dynamics(action) -> (reward[N] float32, terminated[N] bool)`` that advances ``self.state``;
-      * ``_observe() -> obs[N, ...] float32``;
+      * ``_observe() -> obs[N, ...]`` float32 (uint8 for an image space, see spaces.py);
     and sets ``max_episode_steps``. This class does time limits, same-step autoreset, final_obs
     and episode statistics with ``torch.where`` only: no host syncs, no per-env Python loops.
     """

@@ -10,7 +10,8 @@ The checks (names as they appear in the report):
 
   build              the constructor returns a gymnasium.Env without raising
   spaces declared    observation_space and action_space are gymnasium Spaces
-  spaces supported   observation Box; action Discrete, MultiDiscrete or Box with finite bounds
+  spaces supported   observation Box (images: uint8 HWC or CHW) or Dict of Box; action Discrete,
+                     MultiDiscrete or Box with finite bounds
   reset              reset(seed=...) does not raise
   reset returns      reset returns (obs, info) with info a dict
   reset determinism  two reset(seed=s) give the same obs
@@ -279,8 +280,16 @@ class _Checker:
         return True, obs
 
     def run(self) -> Violations:
-        env_fn = resolve_env_fn(self.target)  # EnvError: the caller reports it (exit 2)
-        if ":" not in self.target:  # build registered ids without Gymnasium's passive checker: we report precisely instead
+        from . import atari
+
+        game = atari.game_name(self.target)
+        if game is not None:  # Atari: the wrapped ALE env Proxima trains on (Gymnasium backend)
+            if not atari.has_ale():
+                raise EnvError(f"check-env '{self.target}' needs ale-py and opencv; {atari.INSTALL}")
+            env_fn = atari.ale_env_fn(game, None, training=True)
+        else:
+            env_fn = resolve_env_fn(self.target)  # EnvError: the caller reports it (exit 2)
+        if ":" not in self.target and game is None:  # build registered ids without Gymnasium's passive checker: we report precisely instead
             target = self.target
 
             def env_fn() -> gym.Env:
@@ -329,7 +338,7 @@ class _Checker:
         except EnvError as e:
             msg = str(e)
             prefix = f"env '{self.target}': "
-            self.bad("spaces supported", "observation Box; action Discrete, MultiDiscrete or Box with finite bounds",
+            self.bad("spaces supported", "observation Box or Dict of Box; action Discrete, MultiDiscrete or Box with finite bounds",
                      msg[len(prefix):] if msg.startswith(prefix) else msg)
 
         # reset(seed) and its determinism

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .base import BatchedEnv, EnvError
+from .spaces import ObsLayout, obs_layout, pack_numpy, tensor_space
 
 #: extras that provide an env family; used to say what to install when an env cannot be built.
 EXTRAS = {"box2d": ("LunarLander", "BipedalWalker", "CarRacing"), "mujoco": ("HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "Swimmer", "Reacher", "Pusher", "InvertedPendulum", "InvertedDoublePendulum")}
@@ -86,12 +87,46 @@ def _probe(env_fn: Callable[[], gym.Env], env_id: str) -> gym.Env:
 
 
 def check_spaces(env_id: str, obs_space: gym.spaces.Space, act_space: gym.spaces.Space) -> None:
-    if not isinstance(obs_space, gym.spaces.Box):
-        raise EnvError(f"env '{env_id}': not supported yet: observation space {obs_space} (Box only)")
+    obs_layout(obs_space, env_id)  # Box, image Box or Dict of Box; else EnvError naming the space and key
     if not isinstance(act_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.Box)):
         raise EnvError(f"env '{env_id}': not supported yet: action space {act_space} (Discrete, MultiDiscrete, Box)")
     if isinstance(act_space, gym.spaces.Box) and not (np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
         raise EnvError(f"env '{env_id}': Box action space needs finite bounds, got {act_space}")
+
+
+class PixelCheck(gym.Wrapper):
+    """Checks every image an env returns against the declared space before the vector env casts it.
+
+    Gymnasium's vector envs copy each env's obs into a preallocated array of the space's dtype, so
+    float pixels in [0, 1] from an env that declared uint8 would silently become zeros. This wrapper
+    raises EnvError naming the env index, the step and the key instead (one dtype/shape compare per
+    image per step).
+    """
+
+    def __init__(self, env: gym.Env, index: int, layout: ObsLayout, env_id: str):
+        super().__init__(env)
+        self.index, self.env_id, self.steps = index, env_id, 0
+        self.images = [p for p in layout.parts if p.layout is not None]
+
+    def _check(self, obs, when: str):
+        for part in self.images:
+            x = obs if part.key is None else (obs.get(part.key) if isinstance(obs, dict) else None)
+            where = f" at key '{part.key}'" if part.key is not None else ""
+            dtype, shape = getattr(x, "dtype", type(x).__name__), getattr(x, "shape", None)
+            if dtype != np.uint8 or tuple(shape or ()) != part.shape:
+                raise EnvError(f"env '{self.env_id}': env {self.index} returned an image{where} of dtype {dtype} shape "
+                               f"{None if shape is None else tuple(shape)} at {when}; the observation space declares uint8 "
+                               f"{part.shape} (return np.uint8 pixels 0..255 of that shape; check with: proxima check-env {self.env_id})")
+        return obs
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return self._check(obs, f"reset (after env step {self.steps})"), info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        return self._check(obs, f"env step {self.steps}"), reward, terminated, truncated, info
 
 
 class GymnasiumEnv(BatchedEnv):
@@ -100,33 +135,37 @@ class GymnasiumEnv(BatchedEnv):
     backend = "gymnasium"
     can_save_state = False
 
-    def __init__(self, env_id: str, num_envs: int, device="cpu", vector: str = "sync", seed: Optional[int] = None, render_mode: Optional[str] = None):
+    def __init__(self, env_id: str, num_envs: int, device="cpu", vector: str = "sync", seed: Optional[int] = None,
+                 render_mode: Optional[str] = None, env_fn: Optional[Callable[[], gym.Env]] = None):
+        """env_fn: a factory for one env (default: resolved from ``env_id``; Atari passes its wrapped ALE)."""
         self.env_id = env_id
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
         self._seed = seed
-        env_fn = resolve_env_fn(env_id, render_mode)
+        env_fn = env_fn if env_fn is not None else resolve_env_fn(env_id, render_mode)
         probe = _probe(env_fn, env_id)
         obs_space, act_space = probe.observation_space, probe.action_space
         probe.close()
         check_spaces(env_id, obs_space, act_space)
         self._raw_obs_space = obs_space
-        flat = int(np.prod(obs_space.shape))
-        self.single_observation_space = gym.spaces.Box(
-            obs_space.low.reshape(-1).astype(np.float32), obs_space.high.reshape(-1).astype(np.float32), (flat,), np.float32
-        )
+        self.layout = obs_layout(obs_space, env_id)
+        self.single_observation_space = tensor_space(obs_space, self.layout)
         self.single_action_space = act_space
         cls = gym.vector.AsyncVectorEnv if vector == "async" else gym.vector.SyncVectorEnv
+        env_fns = [env_fn] * self.num_envs
+        if self.layout.has_image:
+            env_fns = [_checked(env_fn, i, self.layout, env_id) for i in range(self.num_envs)]
         try:
-            self.envs = cls([env_fn] * self.num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+            self.envs = cls(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         except Exception as e:
             raise EnvError(f"building {self.num_envs} x '{env_id}' ({vector}) raised {type(e).__name__}: {e}") from None
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
         self._started = False
 
-    def _obs(self, obs: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(obs, dtype=np.float32).reshape(self.num_envs, -1), device=self.device)
+    def _obs(self, obs) -> torch.Tensor:
+        """(N, *obs_shape) tensor: float32 vectors, uint8 pixels, or packed Dict keys (spaces.py)."""
+        return torch.as_tensor(pack_numpy(obs, self.layout, self.num_envs), device=self.device)
 
     def reset(self, seed: Optional[int] = None) -> torch.Tensor:
         seed = self._seed if seed is None and not self._started else seed
@@ -144,17 +183,13 @@ class GymnasiumEnv(BatchedEnv):
         obs, reward, terminated, truncated, info = self.envs.step(a)
         reward = np.asarray(reward, dtype=np.float64)
         done = np.logical_or(terminated, truncated)
-        self._ep_return += reward
-        self._ep_length += 1
-        ep_ret = np.where(done, self._ep_return, 0.0)
-        ep_len = np.where(done, self._ep_length, 0)
-        self._ep_return[done] = 0
-        self._ep_length[done] = 0
-        final = np.array(obs, dtype=np.float32, copy=True).reshape(self.num_envs, -1)
+        ep_ret, ep_len = self._episode_stats(reward, done, info)
+        next_obs = pack_numpy(obs, self.layout, self.num_envs)
+        final = next_obs.copy()
         if done.any():
             mask = info.get("_final_obs", done)
             for i in np.flatnonzero(mask):
-                final[i] = np.asarray(info["final_obs"][i], dtype=np.float32).reshape(-1)
+                final[i] = pack_numpy(_one(info["final_obs"][i], self.layout), self.layout, 1)[0]
         dev = self.device
         out_info = {
             "final_obs": torch.as_tensor(final, device=dev),
@@ -162,12 +197,22 @@ class GymnasiumEnv(BatchedEnv):
             "episode_length": torch.as_tensor(ep_len, device=dev),
         }
         return (
-            self._obs(obs),
+            torch.as_tensor(next_obs, device=dev),
             torch.as_tensor(reward, dtype=torch.float32, device=dev),
             torch.as_tensor(np.asarray(terminated, dtype=bool), device=dev),
             torch.as_tensor(np.asarray(truncated, dtype=bool), device=dev),
             out_info,
         )
+
+    def _episode_stats(self, reward: np.ndarray, done: np.ndarray, info: dict):
+        """(return, length) (N,) of the episodes that ended this step, 0 elsewhere."""
+        self._ep_return += reward
+        self._ep_length += 1
+        ep_ret = np.where(done, self._ep_return, 0.0)
+        ep_len = np.where(done, self._ep_length, 0)
+        self._ep_return[done] = 0
+        self._ep_length[done] = 0
+        return ep_ret, ep_len
 
     def render(self, index: int = 0):
         try:
@@ -177,3 +222,17 @@ class GymnasiumEnv(BatchedEnv):
 
     def close(self) -> None:
         self.envs.close()
+
+
+def _one(obs, layout: ObsLayout):
+    """One env's obs with a leading batch axis of 1 (a dict of arrays for a Dict space)."""
+    if layout.is_dict:
+        return {k: np.asarray(v)[None] for k, v in obs.items()}
+    return np.asarray(obs)[None]
+
+
+def _checked(env_fn: Callable[[], gym.Env], index: int, layout: ObsLayout, env_id: str) -> Callable[[], gym.Env]:
+    def make() -> gym.Env:
+        return PixelCheck(env_fn(), index, layout, env_id)
+
+    return make

@@ -44,3 +44,43 @@ class LinearQuadratic(NativeEnv):
 
     def _observe(self):
         return self.state["s"].clone()
+
+
+class PixelQuadrant(NativeEnv):
+    """``PixelQuadrant-v0``: which quadrant of a 36x36 RGB image holds the bright square?
+
+    Observation (36, 36, 3) uint8 (HWC): dim noise 0..63 everywhere and a 10x10 square of 255 at a
+    random place inside one quadrant; action Discrete(4), the quadrant (0 top-left, 1 top-right,
+    2 bottom-left, 3 bottom-right); reward 1 for the right one, else 0; every episode is one step.
+    A random policy earns 0.25 an episode; one that reads the pixels earns 1. The smallest task that
+    the Nature-CNN path must solve (36x36 is the CNN's minimum), fast on a CPU.
+    """
+
+    env_id = "PixelQuadrant-v0"
+    max_episode_steps = 1
+    size, square = 36, 10
+
+    def __init__(self, num_envs: int, device="cpu", seed: Optional[int] = None):
+        super().__init__(num_envs, device, seed)
+        self.single_observation_space = gym.spaces.Box(0, 255, (self.size, self.size, 3), np.uint8)
+        self.single_action_space = gym.spaces.Discrete(4)
+        idx = torch.arange(self.size, device=self.device)
+        self._rows, self._cols = idx.view(1, -1, 1), idx.view(1, 1, -1)
+
+    def _sample_initial_state(self, n):
+        half, sq = self.size // 2, self.square
+        quadrant = torch.randint(0, 4, (n,), generator=self.generator, device=self.device)
+        top = (quadrant // 2) * half + torch.randint(0, half - sq + 1, (n,), generator=self.generator, device=self.device)
+        left = (quadrant % 2) * half + torch.randint(0, half - sq + 1, (n,), generator=self.generator, device=self.device)
+        noise = torch.randint(0, 64, (n, self.size, self.size, 3), generator=self.generator, device=self.device, dtype=torch.uint8)
+        inside = ((self._rows >= top.view(-1, 1, 1)) & (self._rows < top.view(-1, 1, 1) + sq)
+                  & (self._cols >= left.view(-1, 1, 1)) & (self._cols < left.view(-1, 1, 1) + sq))
+        image = torch.where(inside.unsqueeze(-1), torch.full_like(noise, 255), noise)
+        return {"quadrant": quadrant, "image": image}
+
+    def _dynamics(self, action):
+        reward = (action.reshape(self.num_envs).long() == self.state["quadrant"]).float()
+        return reward, torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+
+    def _observe(self):
+        return self.state["image"].clone()

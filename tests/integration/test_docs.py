@@ -106,9 +106,20 @@ USER_ENV = textwrap.dedent("""
 """)
 
 
+def _atari(argv: list[str]) -> bool:
+    """An Atari command (an id like Pong-v5, or a run directory named after one)."""
+    from proxima.envs import atari
+
+    return any(atari.game_name(w.rstrip("/").split("/")[-1].split("__")[0]) for w in argv[1:])
+
+
 def _runnable(argv: list[str]) -> bool:
     if not argv or argv[0] in PARSE_ONLY or "--nproc" in argv or "--resume" in argv:
         return False
+    if _atari(argv):  # needs proxima[atari]; evaluating one needs a trained Atari run: parse-checked
+        from proxima.envs import atari
+
+        return argv[0] in ("train", "check-env") and atari.has_envpool() and atari.has_ale()
     if argv[0] == "train" and "--config" in argv:
         return False
     return True

@@ -43,7 +43,8 @@ BAD = [
     ("InfReward", "reward finite", "finite reward", "reward = inf at step 4"),
     ("OldGymStep", "step returns", "5 values (obs, reward, terminated, truncated, info)", "4 values at step 1: the old gym API"),
     ("NondeterministicReset", "reset determinism", "reset(seed=0) twice gives the same obs", "first ["),
-    ("DictObs", "spaces supported", "observation Box", "not supported yet: observation space Dict("),
+    ("TextKeyObs", "spaces supported", "observation Box or Dict of Box", "not supported: Text observation space Text(1, 8, charset=0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz) at key 'note'"),
+    ("FloatPixelsAtStep3", "obs dtype", "dtype uint8", "dtype float32 at step 3"),
     ("StepRaises", "step", "step(action) returns without raising", "at step 2 raised RuntimeError: boom at step 2"),
     ("ResetRaises", "reset", "reset(seed=0) returns (obs, info)", "reset(seed=0) raised KeyError: 'level'"),
     ("AutoresetRaises", "autoreset", "reset() works again after an episode ends", "reset() after the episode ended at step 10 raised RuntimeError: already finished"),
@@ -138,3 +139,9 @@ def test_format_violations():
         "2 violation(s) in X-v0",
     ]
     assert [f.name for f in dataclasses.fields(Violation)] == ["check", "expected", "actual"]
+
+
+@pytest.mark.parametrize("cls", ["ImageObs", "DictObs"])
+def test_image_and_dict_observation_spaces_pass_check_env(cls):
+    violations = check_env(f"bad_envs:{cls}", steps=30)
+    assert list(violations) == [] and "spaces supported" in violations.checks_run

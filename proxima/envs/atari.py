@@ -1,0 +1,327 @@
+"""Atari (ids like ``Pong-v5``) with CleanRL's ``ppo_atari`` settings, through EnvPool or Gymnasium's ALE.
+
+Both backends give the same observations and rules (Machado et al. / CleanRL defaults):
+frame skip 4 with a max over the last two frames, 84x84 grayscale, a stack of the last 4 frames
+as (4, 84, 84) uint8 (an image: the Nature CNN reads it), up to 30 no-ops at reset, FIRE at reset
+in games that need it, no sticky actions, 27,000 agent steps (108,000 frames) at most per game.
+While training (``training=True``) a lost life ends the episode (``terminated``: no bootstrap)
+and rewards are clipped to their sign; the episode statistics (``info["episode_return"]``,
+``["episode_length"]``) count **full games** with unclipped rewards, so curves and tables compare
+with published Atari scores. Evaluation (``training=False``) plays full games, rewards unclipped:
+an episode is a game, and after a lost life the game goes on with FIRE pressed for it (as after a
+life lost in training), so a policy that never presses FIRE cannot stall a game until the time limit.
+
+* ``EnvPoolAtari``: EnvPool's C++ batched ALE (``--backend envpool``). EnvPool resets a finished
+  env on the *next* step; the adapter sends that reset-step to the finished envs at once (EnvPool
+  steps a subset of envs by id), so the contract's same-step autoreset and ``final_obs`` hold.
+* ``AleAtari``: Gymnasium's ``ALE/<Game>-v5`` with AtariPreprocessing and the wrappers below in a
+  Sync/AsyncVectorEnv (``--backend gymnasium``): the fallback when EnvPool is not installed.
+
+``pip install 'proxima[atari]'`` installs both (envpool, ale-py with its ROMs, opencv-python-headless).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from typing import Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from .base import BatchedEnv, EnvError
+from .gym_adapter import GymnasiumEnv
+
+INSTALL = "install it with: pip install 'proxima[atari]'"
+#: Atari v5 ids: 'Pong-v5' (EnvPool's naming) or 'ALE/Pong-v5' (Gymnasium's)
+_ATARI_ID = re.compile(r"^(ALE/)?([A-Z][A-Za-z0-9]*)-v5$")
+#: games the error message can name without either package installed
+KNOWN_GAMES = ("Pong", "Breakout", "SpaceInvaders", "Seaquest", "BeamRider", "Qbert", "Enduro", "MsPacman",
+               "Asteroids", "Freeway", "Boxing", "Alien", "Amidar", "Assault", "Asterix", "Atlantis", "Gopher")
+STACK, SIZE, FRAME_SKIP, NOOP_MAX, MAX_STEPS = 4, 84, 4, 30, 27_000
+
+
+def has_envpool() -> bool:
+    return importlib.util.find_spec("envpool") is not None
+
+
+def has_ale() -> bool:
+    return importlib.util.find_spec("ale_py") is not None and importlib.util.find_spec("cv2") is not None
+
+
+def game_name(env_id: str) -> Optional[str]:
+    """'Pong' for 'Pong-v5' / 'ALE/Pong-v5' when it names an Atari game, else None."""
+    m = _ATARI_ID.match(env_id)
+    if m is None:
+        return None
+    game = m.group(2)
+    if m.group(1) or game in KNOWN_GAMES:
+        return game
+    # EnvPool also has 'HalfCheetah-v5' & co: only its Atari list counts
+    if has_envpool():
+        from envpool.atari.registration import atari_game_list
+
+        games = {"".join(w.capitalize() for w in g.split("_")) for g in atari_game_list}
+        return game if game in games else None
+    if importlib.util.find_spec("ale_py") is not None:
+        _register_ale()
+        return game if f"ALE/{game}-v5" in gym.registry else None
+    return None
+
+
+def make_atari(env_id: str, num_envs: int, device, backend: str, vector: str = "sync", seed: Optional[int] = None,
+               render_mode: Optional[str] = None, training: bool = True) -> BatchedEnv:
+    """N envs of the Atari game ``env_id`` on the chosen backend (auto: EnvPool when installed)."""
+    game = game_name(env_id)
+    if backend == "auto":
+        backend = "envpool" if has_envpool() else "gymnasium"
+    if backend == "envpool":
+        if not has_envpool():
+            raise EnvError(f"--backend envpool needs EnvPool, which is not installed; {INSTALL}")
+        return EnvPoolAtari(env_id, game, num_envs, device, seed, render_mode, training)
+    if not has_ale():
+        raise EnvError(f"env '{env_id}' needs ale-py and opencv (or EnvPool); {INSTALL}")
+    return AleAtari(env_id, game, num_envs, device, vector, seed, render_mode, training)
+
+
+# ------------------------------------------------------------------------------------ EnvPool
+class EnvPoolAtari(BatchedEnv):
+    """EnvPool's batched ALE as a BatchedEnv: (N, 4, 84, 84) uint8 observations on ``device``."""
+
+    backend = "envpool"
+    can_save_state = False
+
+    def __init__(self, env_id: str, game: str, num_envs: int, device, seed: Optional[int] = None,
+                 render_mode: Optional[str] = None, training: bool = True):
+        import envpool
+
+        self.env_id, self.num_envs, self.device = env_id, int(num_envs), torch.device(device)
+        self.training = training
+        self._seed = 0 if seed is None else int(seed)
+        kw = dict(render_mode=render_mode) if render_mode else {}
+        # EnvPool's default is a thread per env; more threads than usable cores only contend
+        threads = min(self.num_envs, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+        def make(seed: int):
+            try:
+                # episodic_life also in evaluation: EnvPool's reset after a lost life is what presses
+                # FIRE; step() hides those ends there (training=False: an episode is a full game)
+                return envpool.make(f"{game}-v5", env_type="gymnasium", num_envs=self.num_envs, seed=seed, num_threads=threads,
+                                    episodic_life=True, reward_clip=training, stack_num=STACK, frame_skip=FRAME_SKIP,
+                                    noop_max=NOOP_MAX, img_height=SIZE, img_width=SIZE, gray_scale=True,
+                                    repeat_action_probability=0.0, max_episode_steps=MAX_STEPS, **kw)
+            except Exception as e:
+                raise EnvError(f"building {self.num_envs} x '{env_id}' with EnvPool raised {type(e).__name__}: {e}") from None
+
+        self._make = make
+        self.envs = make(self._seed)
+        self.single_observation_space = gym.spaces.Box(0, 255, (STACK, SIZE, SIZE), np.uint8)
+        self.single_action_space = gym.spaces.Discrete(int(self.envs.action_space.n))
+        self._game_return = np.zeros(self.num_envs, dtype=np.float64)
+        self._game_length = np.zeros(self.num_envs, dtype=np.int64)
+        self._started = False
+
+    def reset(self, seed: Optional[int] = None) -> torch.Tensor:
+        seed = self._seed if seed is None and not self._started else seed
+        self._started = True
+        if seed is not None and seed != self._seed:  # EnvPool seeds its envs when it builds them
+            self.close()
+            self.envs, self._seed = self._make(seed), int(seed)
+        obs, info = self.envs.reset()
+        self._game_return[:] = 0
+        self._game_length[:] = 0
+        return torch.as_tensor(self._in_id_order(obs, info["env_id"]), device=self.device)
+
+    def _in_id_order(self, x: np.ndarray, env_id: np.ndarray) -> np.ndarray:
+        return x if np.array_equal(env_id, np.arange(len(env_id))) else x[np.argsort(env_id)]
+
+    def step(self, action: torch.Tensor):
+        a = action.detach().cpu().numpy().astype(np.int32).reshape(self.num_envs)
+        obs, reward, terminated, truncated, info = self.envs.step(a)
+        order = info["env_id"]
+        obs, reward, terminated, truncated = (self._in_id_order(x, order) for x in (obs, reward, terminated, truncated))
+        raw_reward, game_over = (self._in_id_order(np.asarray(info[k]), order) for k in ("reward", "terminated"))
+        done = np.logical_or(terminated, truncated)
+        final = obs
+        if done.any():
+            # EnvPool resets a finished env on its next step (the action is ignored); do that step now
+            # for the finished envs only, so the returned obs starts their next episode (same-step)
+            ids = np.flatnonzero(done).astype(np.int32)
+            first, *_, rinfo = self.envs.step(np.zeros(len(ids), dtype=np.int32), ids)
+            obs = obs.copy()
+            obs[rinfo["env_id"]] = first
+        game_over = np.logical_or(game_over.astype(bool), truncated)
+        ep_ret, ep_len = self._full_games(raw_reward, game_over)
+        if not self.training:  # evaluation: an episode is a game; a lost life is no end
+            terminated = np.logical_and(terminated, game_over)
+        dev = self.device
+        info_out = {"final_obs": torch.as_tensor(final, device=dev),
+                    "episode_return": torch.as_tensor(ep_ret, dtype=torch.float32, device=dev),
+                    "episode_length": torch.as_tensor(ep_len, device=dev)}
+        return (torch.as_tensor(obs, device=dev), torch.as_tensor(reward, dtype=torch.float32, device=dev),
+                torch.as_tensor(terminated.astype(bool), device=dev), torch.as_tensor(truncated.astype(bool), device=dev), info_out)
+
+    def _full_games(self, raw_reward: np.ndarray, game_over: np.ndarray):
+        """Per-game return (unclipped) and length, non-zero only where a game just ended."""
+        self._game_return += raw_reward
+        self._game_length += 1
+        ep_ret = np.where(game_over, self._game_return, 0.0)
+        ep_len = np.where(game_over, self._game_length, 0)
+        self._game_return[game_over] = 0
+        self._game_length[game_over] = 0
+        return ep_ret, ep_len
+
+    def render(self, index: int = 0):
+        try:
+            frame = self.envs.render(env_ids=[index])
+        except Exception:
+            return None
+        return None if frame is None else np.asarray(frame)[0]
+
+    def close(self) -> None:
+        close = getattr(self.envs, "close", None)
+        if close is not None:
+            close()
+
+
+# ------------------------------------------------------------------------------------ Gymnasium ALE
+def _register_ale() -> None:
+    import ale_py
+
+    gym.register_envs(ale_py)
+
+
+class EpisodicLife(gym.Wrapper):
+    """A lost life ends the episode (terminated) while training; reset() then continues the same
+    game with a no-op step instead of a new game, unless the game is really over or the reset is
+    seeded (a seeded reset is a new game: reset(seed=s) twice gives the same obs). The real end is
+    ``info["game_over"]``."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.lives, self.game_over = 0, True
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = bool(terminated or truncated)
+        lives = self.env.unwrapped.ale.lives()
+        terminated = bool(terminated or 0 < lives < self.lives)
+        self.lives = lives
+        return obs, reward, terminated, truncated, {**info, "game_over": self.game_over}
+
+    def reset(self, **kwargs):
+        if self.game_over or kwargs.get("seed") is not None:
+            obs, info = self.env.reset(**kwargs)
+            self.game_over = False
+        else:
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:  # the no-op itself ended the game
+                obs, info = self.env.reset(**kwargs)
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+
+class FireReset(gym.Wrapper):
+    """Press FIRE (then one more action) after a reset, for games that wait for it (Breakout)."""
+
+    def reset(self, **kwargs):
+        self.env.reset(**kwargs)
+        for action in (1, 2):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+class GameStats(gym.Wrapper):
+    """Full-game return (unclipped rewards) and length, put into the info of the step that ends the
+    game (``game_return``, ``game_length``); with EpisodicLife inside, a game spans several episodes."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.ret, self.length = 0.0, 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.ret += float(reward)
+        self.length += 1
+        if info.get("game_over", terminated or truncated):
+            info = {**info, "game_return": self.ret, "game_length": self.length}
+            self.ret, self.length = 0.0, 0
+        return obs, reward, terminated, truncated, info
+
+
+class FireAfterLifeLoss(gym.Wrapper):
+    """Evaluation without EpisodicLife: after a lost life (game not over) press FIRE within the same
+    step, as the reset after a lost life does in training; its reward is added to the step's."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.lives = 0
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = self.env.unwrapped.ale.lives()
+        if not (terminated or truncated) and 0 < lives < self.lives:
+            obs, fire_reward, terminated, truncated, info = self.env.step(1)
+            reward = float(reward) + float(fire_reward)
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+
+class ClipRewardSign(gym.RewardWrapper):
+    """Reward -> its sign (-1, 0, 1), as the DQN/PPO Atari settings train on."""
+
+    def reward(self, reward):
+        return float(np.sign(reward))
+
+
+def ale_env_fn(game: str, render_mode: Optional[str], training: bool):
+    """A factory for one ALE env with CleanRL's wrappers, outermost last."""
+
+    def make() -> gym.Env:
+        from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
+
+        _register_ale()
+        env = gym.make(f"ALE/{game}-v5", frameskip=1, repeat_action_probability=0.0, full_action_space=False,
+                       max_episode_steps=MAX_STEPS * FRAME_SKIP, render_mode=render_mode)
+        # no-ops at reset, skip 4 with a max over the last two frames, 84x84 grayscale
+        env = AtariPreprocessing(env, noop_max=NOOP_MAX, frame_skip=FRAME_SKIP, screen_size=SIZE, grayscale_obs=True,
+                                 terminal_on_life_loss=False, scale_obs=False)
+        if training:
+            env = EpisodicLife(env)
+        env = GameStats(env)  # outside EpisodicLife, inside the reward clip: counts unclipped full games
+        if "FIRE" in env.unwrapped.get_action_meanings():
+            env = FireReset(env) if training else FireReset(FireAfterLifeLoss(env))
+        if training:
+            env = ClipRewardSign(env)
+        return FrameStackObservation(env, STACK)
+
+    return make
+
+
+class AleAtari(GymnasiumEnv):
+    """Gymnasium's ALE with CleanRL's wrappers in a Sync/AsyncVectorEnv; full-game statistics."""
+
+    backend = "gymnasium"
+
+    def __init__(self, env_id: str, game: str, num_envs: int, device, vector: str = "sync", seed: Optional[int] = None,
+                 render_mode: Optional[str] = None, training: bool = True):
+        super().__init__(env_id, num_envs, device=device, vector=vector, seed=seed, render_mode=render_mode,
+                         env_fn=ale_env_fn(game, render_mode, training))
+
+    def _episode_stats(self, reward: np.ndarray, done: np.ndarray, info: dict):
+        """Full games from GameStats: they end on a step that also ends an episode, so their numbers
+        are in the vector env's ``final_info``."""
+        final = info.get("final_info", {})
+        mask = np.asarray(final.get("_game_return", np.zeros(self.num_envs, dtype=bool)), dtype=bool)
+        ep_ret = np.where(mask, np.asarray(final.get("game_return", np.zeros(self.num_envs)), dtype=np.float64), 0.0)
+        ep_len = np.where(mask, np.asarray(final.get("game_length", np.zeros(self.num_envs)), dtype=np.int64), 0)
+        return ep_ret, ep_len

@@ -1,0 +1,129 @@
+"""Network building blocks of the agent: orthogonal init, MLPs, and the observation encoders.
+
+Encoders turn a batch of observations (B, *obs_shape) as the env's tensors hold them
+(envs/spaces.py) into (B, F) float features: the Nature CNN (Mnih et al. 2015; CleanRL's
+``ppo_atari`` trunk) for images, a flatten for vectors, one of those per key for a Dict. Pixels
+arrive as uint8 and are scaled to [0, 1] here, on the device, so buffers can keep them as uint8.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .config import ConfigError
+from .envs.spaces import ObsLayout, ObsPart
+
+#: Nature CNN (Mnih et al. 2015): conv 8x8/4, 4x4/2, 3x3/1; the smallest image it takes
+CNN_MIN_SIZE = 36
+CNN_FEATURES = 512
+ENCODERS = ("auto", "cnn", "mlp")
+
+
+def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
+    """Orthogonal weights with gain ``std``, constant bias (detail 2)."""
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+def mlp(in_dim: int, hidden: list, out_dim: int, out_std: float, activation: str = "tanh") -> nn.Sequential:
+    act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
+    layers, d = [], in_dim
+    for h in hidden:
+        layers += [layer_init(nn.Linear(d, h)), act()]
+        d = h
+    layers.append(layer_init(nn.Linear(d, out_dim), std=out_std))
+    return nn.Sequential(*layers)
+
+
+def resolve_encoder(encoder: str, layout: ObsLayout) -> str:
+    """'cnn' or 'mlp' for ``--encoder`` (auto: cnn when the observation holds an image); ConfigError
+    when cnn is asked of a space without an image or of an image smaller than the CNN takes."""
+    if encoder not in ENCODERS:
+        raise ConfigError(f"--encoder {encoder!r}: must be one of {', '.join(ENCODERS)}")
+    if encoder == "auto":
+        return "cnn" if layout.has_image else "mlp"
+    if encoder == "cnn":
+        images = [p for p in layout.parts if p.layout is not None]
+        if not images:
+            raise ConfigError(f"--encoder cnn needs an image observation (uint8 Box (H, W, C) or (C, H, W)); this env's "
+                              f"observation has shape {layout.parts[0].shape if not layout.is_dict else [p.shape for p in layout.parts]}; use --encoder mlp")
+        for p in images:
+            h, w = _image_hw(p)
+            if min(h, w) < CNN_MIN_SIZE:
+                where = f" at key '{p.key}'" if p.key is not None else ""
+                raise ConfigError(f"--encoder cnn: image{where} is {h}x{w}, smaller than the Nature CNN's "
+                                  f"{CNN_MIN_SIZE}x{CNN_MIN_SIZE} minimum; use --encoder mlp or larger frames")
+    return encoder
+
+
+def _image_hw(part: ObsPart) -> tuple:
+    return (part.shape[1], part.shape[2]) if part.layout == "chw" else (part.shape[0], part.shape[1])
+
+
+class PixelInput(nn.Module):
+    """(B, *image_shape) pixels 0..255 (uint8, or float in a packed Dict) -> (B, C, H, W) float in [0, 1]."""
+
+    def __init__(self, part: ObsPart):
+        super().__init__()
+        self.hwc = part.layout == "hwc"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.hwc:
+            x = x.permute(0, 3, 1, 2)
+        return x.float() * (1.0 / 255.0)
+
+
+class NatureCNN(nn.Module):
+    """The DQN / CleanRL Atari trunk: (B, *image_shape) pixels -> (B, 512) ReLU features."""
+
+    def __init__(self, part: ObsPart):
+        super().__init__()
+        channels = part.shape[0] if part.layout == "chw" else part.shape[2]
+        h, w = _image_hw(part)
+        self.pixels = PixelInput(part)
+        self.convs = nn.Sequential(
+            layer_init(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, channels, h, w)).shape[1]
+        self.fc = nn.Sequential(layer_init(nn.Linear(flat, CNN_FEATURES)), nn.ReLU())
+        self.out_dim = CNN_FEATURES
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.convs(self.pixels(x)))
+
+
+class FlatInput(nn.Module):
+    """(B, *shape) -> (B, prod(shape)) float32; pixels (an image read by an MLP) scaled to [0, 1]."""
+
+    def __init__(self, part: ObsPart):
+        super().__init__()
+        self.scale = 1.0 / 255.0 if part.layout is not None else 1.0
+        self.out_dim = part.size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.reshape(x.shape[0], -1).float()
+        return x * self.scale if self.scale != 1.0 else x
+
+
+class DictEncoder(nn.Module):
+    """Packed (B, D) Dict observations -> each key's encoder on its slice, concatenated (B, F)."""
+
+    def __init__(self, layout: ObsLayout, encoder: str):
+        super().__init__()
+        self.parts = layout.parts
+        self.encoders = nn.ModuleDict({
+            p.key: NatureCNN(p) if (encoder == "cnn" and p.layout is not None) else FlatInput(p) for p in layout.parts})
+        self.out_dim = sum(e.out_dim for e in self.encoders.values())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b = x.shape[0]
+        feats = [self.encoders[p.key](x[:, p.offset:p.offset + p.size].reshape(b, *p.shape)) for p in self.parts]
+        return torch.cat(feats, dim=-1)
+
+

@@ -1,0 +1,108 @@
+"""Atari through EnvPool and Gymnasium's ALE: CleanRL's settings, lives vs full games, evaluation
+with video, and the install hint. Tests that need a backend skip when it is not installed
+(``pip install 'proxima[atari]'``); the install-hint tests always run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from proxima.envs import EnvError, atari, make_env
+
+BACKENDS = [
+    pytest.param("envpool", marks=pytest.mark.skipif(not atari.has_envpool(), reason="envpool not installed (proxima[atari])")),
+    pytest.param("gymnasium", marks=pytest.mark.skipif(not atari.has_ale(), reason="ale-py/opencv not installed (proxima[atari])")),
+]
+
+
+def play(env, steps: int, seed: int = 0):
+    """Random actions for env 0: per finished game (return, length, episodes that ended during it)."""
+    g = torch.Generator().manual_seed(seed)
+    env.reset()
+    games, ends, max_reward = [], 0, 0.0
+    for _ in range(steps):
+        action = torch.randint(0, int(env.single_action_space.n), (env.num_envs,), generator=g)
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert obs.dtype == torch.uint8 and obs.shape == (env.num_envs, 4, 84, 84)
+        max_reward = max(max_reward, float(reward.abs().max()))
+        ends += int(terminated[0] | truncated[0])
+        if int(info["episode_length"][0]) > 0:
+            games.append((float(info["episode_return"][0]), int(info["episode_length"][0]), ends))
+            ends = 0
+    return games, max_reward
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_training_ends_an_episode_per_life_and_reports_full_games(backend):
+    env = make_env("Breakout-v5", 1, backend=backend, seed=3)
+    try:
+        assert env.backend == backend and env.single_action_space.n == 4 and env.obs_dtype == torch.uint8
+        games, max_reward = play(env, 800)  # random Breakout games last about 120-400 agent steps
+    finally:
+        env.close()
+    assert len(games) >= 2
+    assert all(ends == 5 for _, _, ends in games), games  # Breakout: 5 lives, one episode each
+    assert max_reward <= 1.0  # training rewards are clipped to their sign
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_evaluation_plays_full_games_as_one_episode(backend):
+    env = make_env("Breakout-v5", 1, backend=backend, seed=3, training=False)
+    try:
+        games, _ = play(env, 800)
+    finally:
+        env.close()
+    assert len(games) >= 2 and all(ends == 1 for _, _, ends in games), games
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_same_step_autoreset_gives_the_next_episodes_first_obs(backend):
+    env = make_env("Pong-v5", 1, backend=backend, seed=0)
+    try:
+        first = env.reset()
+        # a fresh game's stack repeats its first frame 4 times
+        assert torch.equal(first[:, 0], first[:, 3])
+        done_seen = False
+        for _ in range(1200):  # random Pong loses 21 points in about 800 agent steps
+            obs, _, terminated, truncated, info = env.step(torch.zeros(1, dtype=torch.int64))
+            done = terminated | truncated
+            if bool(done[0]):
+                done_seen = True
+                assert torch.equal(obs[0, 0], obs[0, 3]) and not torch.equal(info["final_obs"][0], obs[0])
+                break
+    finally:
+        env.close()
+    assert done_seen
+
+
+@pytest.mark.skipif(not (atari.has_envpool() or atari.has_ale()), reason="no Atari backend installed (proxima[atari])")
+def test_eval_with_video_plays_a_full_pong_game(tmp_path):
+    from proxima.agent import Agent
+    from proxima.checkpoint import Policy
+    from proxima.evaluate import evaluate
+
+    env = make_env("Pong-v5", 1, seed=0)
+    spaces = env.single_observation_space, env.single_action_space
+    env.close()
+    torch.manual_seed(0)
+    policy = Policy(Agent(*spaces, encoder="cnn"), None, {"env_id": "Pong-v5"}, *spaces, "cpu")
+    result = evaluate(policy, episodes=1, seed=5, video=str(tmp_path / "pong.gif"))
+    # a game ends when a side has 21 points: an untrained policy loses it by 21 - its points
+    assert -21.0 <= result["mean_return"] < 0 and result["lengths"][0] > 700
+    assert result["video"] and (tmp_path / "pong.gif").stat().st_size > 0
+
+
+def test_missing_atari_packages_say_what_to_install(monkeypatch):
+    monkeypatch.setattr(atari, "has_envpool", lambda: False)
+    monkeypatch.setattr(atari, "has_ale", lambda: False)
+    with pytest.raises(EnvError, match=r"^--backend envpool needs EnvPool, which is not installed; install it with: pip install 'proxima\[atari\]'$"):
+        make_env("Pong-v5", 2, backend="envpool")
+    with pytest.raises(EnvError, match=r"^env 'Breakout-v5' needs ale-py and opencv \(or EnvPool\); install it with: pip install 'proxima\[atari\]'$"):
+        make_env("Breakout-v5", 2)
+
+
+def test_atari_ids_are_told_apart_from_other_v5_ids():
+    assert atari.game_name("Pong-v5") == "Pong" and atari.game_name("ALE/Breakout-v5") == "Breakout"
+    assert atari.game_name("HalfCheetah-v5") is None and atari.game_name("CartPole-v1") is None
+    with pytest.raises(EnvError, match="--backend envpool runs Atari games"):
+        make_env("CartPole-v1", 2, backend="envpool")

@@ -1,0 +1,222 @@
+"""Image and Dict observations: layouts, uint8 kept end to end, the Nature CNN, Dict encoders, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from proxima import checkpoint as ckpt
+from proxima.agent import Agent, NatureCNN
+from proxima.config import ConfigError
+from proxima.envs import EnvError, make_env
+from proxima.envs.spaces import obs_layout, pack_numpy
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+IMG_HWC = gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)
+IMG_CHW = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+
+
+@pytest.fixture
+def fixtures_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(FIXTURES))
+
+
+# ------------------------------------------------------------------------------------ layouts
+def test_image_boxes_stay_uint8_with_their_shape_and_vectors_flatten_to_float32():
+    assert (obs_layout(IMG_HWC).shape, obs_layout(IMG_HWC).dtype, obs_layout(IMG_HWC).parts[0].layout) == ((84, 84, 3), torch.uint8, "hwc")
+    assert (obs_layout(IMG_CHW).shape, obs_layout(IMG_CHW).parts[0].layout) == ((4, 84, 84), "chw")
+    ram = gym.spaces.Box(0, 255, (128,), np.uint8)  # uint8 but not an image: a vector
+    assert (obs_layout(ram).shape, obs_layout(ram).dtype, obs_layout(ram).is_image) == ((128,), torch.float32, False)
+    cube = gym.spaces.Box(0, 255, (8, 8, 8), np.uint8)  # no channel end: not an image
+    assert obs_layout(cube).shape == (512,) and not obs_layout(cube).has_image
+
+
+def test_dict_keys_are_packed_side_by_side_in_key_order():
+    space = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (2, 3, 1), np.uint8), "vec": gym.spaces.Box(-1, 1, (2,), np.float32)})
+    layout = obs_layout(space)
+    assert layout.is_dict and layout.shape == (8,) and layout.dtype == torch.float32
+    assert [(p.key, p.offset, p.size) for p in layout.parts] == [("image", 0, 6), ("vec", 6, 2)]
+    obs = {"image": np.arange(12, dtype=np.uint8).reshape(2, 2, 3, 1), "vec": np.array([[0.5, -0.5], [1.0, 0.0]], np.float32)}
+    packed = pack_numpy(obs, layout, 2)
+    np.testing.assert_array_equal(packed[1], [6, 7, 8, 9, 10, 11, 1.0, 0.0])
+    all_u8 = gym.spaces.Dict({"a": IMG_CHW, "b": gym.spaces.Box(0, 255, (3,), np.uint8)})
+    assert obs_layout(all_u8).dtype == torch.uint8
+
+
+@pytest.mark.parametrize("space, named", [
+    (gym.spaces.Text(5), "Text observation space"),
+    (gym.spaces.Graph(gym.spaces.Box(0, 1, (2,)), None), "Graph observation space"),
+    (gym.spaces.Sequence(gym.spaces.Box(0, 1, (2,))), "Sequence observation space"),
+    (gym.spaces.Dict({"pos": gym.spaces.Box(0, 1, (2,)), "msg": gym.spaces.Text(5)}), "Text observation space Text(1, 5, "),
+    (gym.spaces.Dict({"inner": gym.spaces.Dict({"x": gym.spaces.Box(0, 1, (2,))})}), "nested Dict observation space at key 'inner'"),
+])
+def test_unsupported_spaces_get_one_line_naming_the_space_and_key(space, named):
+    with pytest.raises(EnvError) as err:
+        obs_layout(space, "MyEnv-v0")
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("env 'MyEnv-v0': not supported: ") and named in msg
+    if isinstance(space, gym.spaces.Dict) and "msg" in space.spaces:
+        assert msg.endswith("at key 'msg' (supported: Box, images as uint8 Box, and Dict of Box)")
+
+
+# ------------------------------------------------------------------------------------ encoders
+def test_flat_box_agent_keeps_the_mlp_parameter_names_of_older_checkpoints():
+    agent = Agent(gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2))
+    assert agent.encoder_kind == "mlp" and agent.encoder is None
+    assert list(agent.state_dict()) == [f"{net}.{i}.{p}" for net in ("critic", "actor") for i in (0, 2, 4) for p in ("weight", "bias")]
+
+
+def test_nature_cnn_has_cleanrl_atari_sizes_and_heads():
+    torch.manual_seed(0)
+    agent = Agent(IMG_CHW, gym.spaces.Discrete(6), encoder="cnn")
+    trunk = sum(p.numel() for p in agent.encoder.parameters())
+    # conv 8x8x4->32, 4x4x32->64, 3x3x64->64, linear 3136->512 (CleanRL ppo_atari)
+    assert trunk == (8 * 8 * 4 * 32 + 32) + (4 * 4 * 32 * 64 + 64) + (3 * 3 * 64 * 64 + 64) + (3136 * 512 + 512) == 1_684_128
+    assert sum(p.numel() for p in agent.actor.parameters()) == 512 * 6 + 6
+    assert sum(p.numel() for p in agent.critic.parameters()) == 513
+    obs = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+    action, logprob, entropy, value = agent.get_action_and_value(obs)
+    assert action.shape == logprob.shape == value.shape == (5,)
+    # the policy head starts near uniform (std 0.01): entropy ~ log 6
+    assert torch.allclose(entropy, torch.full((5,), float(np.log(6))), atol=1e-2)
+
+
+def test_hwc_and_chw_images_give_the_same_features():
+    torch.manual_seed(0)
+    part_hwc = obs_layout(gym.spaces.Box(0, 255, (40, 44, 3), np.uint8)).parts[0]
+    part_chw = obs_layout(gym.spaces.Box(0, 255, (3, 40, 44), np.uint8)).parts[0]
+    a, b = NatureCNN(part_hwc), NatureCNN(part_chw)
+    b.load_state_dict(a.state_dict())
+    x = torch.randint(0, 256, (2, 3, 40, 44), dtype=torch.uint8)
+    torch.testing.assert_close(a(x.permute(0, 2, 3, 1)), b(x))
+
+
+def test_pixels_are_scaled_to_unit_range_inside_the_network():
+    agent = Agent(gym.spaces.Box(0, 255, (2, 2, 1), np.uint8), gym.spaces.Discrete(2), encoder="mlp")
+    feats = agent.features(torch.tensor([[[[255], [0]], [[51], [102]]]], dtype=torch.uint8))
+    torch.testing.assert_close(feats, torch.tensor([[1.0, 0.0, 0.2, 0.4]]))
+
+
+def test_dict_agent_runs_one_encoder_per_key_and_concatenates():
+    space = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (36, 36, 3), np.uint8), "vec": gym.spaces.Box(-1, 1, (2,), np.float32)})
+    agent = Agent(space, gym.spaces.Discrete(2), encoder="auto")
+    assert agent.encoder_kind == "cnn" and type(agent.encoder.encoders["image"]).__name__ == "NatureCNN"
+    assert agent.encoder.out_dim == 512 + 2 and agent.actor[0].in_features == 514
+    packed = torch.zeros(3, 36 * 36 * 3 + 2)
+    packed[:, -2:] = torch.tensor([0.25, -0.75])
+    feats = agent.features(packed)
+    assert feats.shape == (3, 514)
+    torch.testing.assert_close(feats[:, -2:], torch.tensor([[0.25, -0.75]] * 3))
+
+
+def test_encoder_errors_name_the_flag_and_what_to_do():
+    with pytest.raises(ConfigError, match=r"^--encoder cnn needs an image observation .*use --encoder mlp$"):
+        Agent(gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2), encoder="cnn")
+    with pytest.raises(ConfigError, match=r"^--encoder cnn: image is 20x20, smaller than the Nature CNN's 36x36 minimum"):
+        Agent(gym.spaces.Box(0, 255, (20, 20, 3), np.uint8), gym.spaces.Discrete(2), encoder="cnn")
+
+
+# ------------------------------------------------------------------------------------ envs and buffers
+def test_native_image_env_and_rollout_buffer_keep_uint8(small_config):
+    from proxima.trainer import Trainer
+
+    trainer = Trainer(small_config(env_id="PixelQuadrant-v0", num_envs=4, num_steps=4, total_timesteps=16, num_minibatches=2))
+    try:
+        assert trainer.next_obs.dtype == torch.uint8 and trainer.next_obs.shape == (4, 36, 36, 3)
+        assert trainer.rollout.obs.dtype == trainer.rollout.final_obs.dtype == torch.uint8
+        assert trainer.rollout.obs.element_size() == 1  # 4x less than float32
+        assert trainer.cfg.encoder == "cnn"  # auto resolved and recorded
+        trainer.train_iteration()
+        assert int(trainer.rollout.obs.max()) == 255  # the bright square was stored as raw pixels
+    finally:
+        trainer.close()
+
+
+def test_norm_obs_is_refused_for_images(small_config):
+    from proxima.trainer import Trainer
+
+    with pytest.raises(ConfigError, match="^--norm-obs: this env's observations hold an image"):
+        Trainer(small_config(env_id="PixelQuadrant-v0", norm_obs=True))
+
+
+def test_gymnasium_image_env_returns_uint8_tensors(fixtures_on_path):
+    env = make_env("bad_envs:ImageObs", 3, backend="gymnasium", seed=0)
+    try:
+        obs = env.reset(seed=0)
+        assert obs.dtype == torch.uint8 and obs.shape == (3, 36, 36, 3)
+        for _ in range(10):  # episodes of 10 steps: the 10th step ends them
+            obs, _, terminated, _, info = env.step(torch.zeros(3, dtype=torch.int64))
+        assert bool(terminated.all()) and info["final_obs"].dtype == torch.uint8
+        assert int(info["final_obs"][0, 0, 0, 0]) == 70 and int(obs[0, 0, 0, 0]) == 0  # last frame of the episode / first of the next
+    finally:
+        env.close()
+
+
+def test_float_pixels_from_an_env_name_the_env_index_and_step(fixtures_on_path):
+    env = make_env("bad_envs:FloatPixelsAtStep3", 2, backend="gymnasium", seed=0)
+    try:
+        env.reset(seed=0)
+        env.step(torch.zeros(2, dtype=torch.int64))
+        env.step(torch.zeros(2, dtype=torch.int64))
+        with pytest.raises(EnvError) as err:
+            env.step(torch.zeros(2, dtype=torch.int64))
+    finally:
+        env.close()
+    msg = str(err.value)
+    assert msg.startswith("env 'bad_envs:FloatPixelsAtStep3': env 0 returned an image of dtype float32 shape (36, 36, 3) at env step 3;")
+    assert "declares uint8 (36, 36, 3)" in msg and "\n" not in msg
+
+
+def test_dict_env_is_packed_and_its_space_survives_a_checkpoint(fixtures_on_path):
+    env = make_env("bad_envs:ImageDictObs", 2, backend="gymnasium", seed=0)
+    try:
+        obs = env.reset(seed=0)
+        assert obs.shape == (2, 36 * 36 * 3 + 2) and obs.dtype == torch.float32
+        assert float(obs[:, -2:].abs().max()) <= 1.0 and float(obs[:, -2:].abs().sum()) > 0
+        space = env.single_observation_space
+    finally:
+        env.close()
+    restored = ckpt.space_from_dict(ckpt.space_to_dict(space))
+    assert list(restored.spaces) == ["image", "vec"] and restored["image"] == space["image"]
+
+
+def test_policy_act_takes_images_and_dicts_of_arrays():
+    img_agent = Agent(IMG_HWC, gym.spaces.Discrete(3))
+    policy = ckpt.Policy(img_agent, None, {"env_id": "x"}, IMG_HWC, gym.spaces.Discrete(3), "cpu")
+    one = np.zeros((84, 84, 3), np.uint8)
+    assert policy.act(one).shape == () and policy.act(np.stack([one, one])).shape == (2,)
+    with pytest.raises(ValueError, match=r"obs of shape \(84, 84\) does not hold \(B, \*\(84, 84, 3\)\) observations of x"):
+        policy.act(np.zeros((84, 84), np.uint8))
+    space = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (36, 36, 3), np.uint8), "vec": gym.spaces.Box(-1, 1, (2,), np.float32)})
+    policy = ckpt.Policy(Agent(space, gym.spaces.Discrete(2)), None, {"env_id": "x"}, space, gym.spaces.Discrete(2), "cpu")
+    single = {"image": np.zeros((36, 36, 3), np.uint8), "vec": np.zeros(2, np.float32)}
+    batch = {"image": np.zeros((5, 36, 36, 3), np.uint8), "vec": np.zeros((5, 2), np.float32)}
+    assert policy.act(single).shape == () and policy.act(batch).shape == (5,)
+
+
+def test_debug_checks_accept_uint8_images(small_config):
+    from proxima.trainer import Trainer
+
+    trainer = Trainer(small_config(env_id="PixelQuadrant-v0", num_envs=4, num_steps=4, total_timesteps=16,
+                                   num_minibatches=2, debug_checks=True))
+    try:
+        out = trainer.train_iteration()  # --debug-checks checks every obs against the uint8 space
+        assert not bool(out["nonfinite"]) and int(out["ep_count"]) == 16  # one-step episodes
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize("env_id", ["Pong-v5", "Breakout-v5"])
+def test_atari_presets_are_cleanrl_ppo_atari_envpool(env_id):
+    from proxima.config import validate
+    from proxima.presets import resolve
+
+    cfg = resolve(env_id)
+    validate(cfg)
+    got = (cfg.num_envs, cfg.num_steps, cfg.lr, cfg.anneal_lr, cfg.update_epochs, cfg.num_minibatches, cfg.clip_coef,
+           cfg.ent_coef, cfg.vf_coef, cfg.max_grad_norm, cfg.gamma, cfg.gae_lambda, cfg.total_timesteps, cfg.encoder)
+    assert got == (8, 128, 2.5e-4, True, 4, 4, 0.1, 0.01, 0.5, 0.5, 0.99, 0.95, 10_000_000, "cnn")
