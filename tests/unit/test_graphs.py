@@ -39,6 +39,7 @@ def _parts_once(trainer) -> None:
     ("Acrobot-v1", {}),
     ("MountainCar-v0", {}),
     ("MountainCarContinuous-v0", {"norm_obs": True}),
+    ("PixelQuadrant-v0", {}),  # uint8 images through the CNN encoder
 ])
 def test_the_parts_make_no_tensors_from_python_numbers_and_no_host_reads(env_id, extra, tmp_path):
     trainer = Trainer(_cfg(tmp_path, env_id=env_id, **extra))
