@@ -35,10 +35,11 @@ class ArgParser(argparse.ArgumentParser):
 
 def _user_errors():
     from .checkpoint import CheckpointError
+    from .diskspace import StorageError
     from .envs import EnvError
     from .trainer import NonFiniteError
 
-    return (ConfigError, EnvError, CheckpointError, NonFiniteError)
+    return (ConfigError, EnvError, CheckpointError, NonFiniteError, StorageError)
 
 
 def fail(prog: str, message: str) -> int:
@@ -69,11 +70,19 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--learning-rate", dest="lr", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
+DEFAULT_ENV = "CartPole-v1"
+
+
+def typed_flags(args: argparse.Namespace) -> dict:
+    """{field: value} of the config flags a user typed (flags default to SUPPRESS)."""
+    return {name: coerce(name, getattr(args, name), source="flag") for name in FIELDS if name != "env_id" and name in vars(args)}
+
+
 def config_from_args(args: argparse.Namespace, prog: str):
     from . import presets
     from .config import PPOConfig
 
-    cfg = presets.resolve(args.env_id, getattr(args, "preset", None), PPOConfig())
+    cfg = presets.resolve(args.env_id or DEFAULT_ENV, getattr(args, "preset", None), PPOConfig())
     for name in FIELDS:
         if name != "env_id" and name in vars(args):
             setattr(cfg, name, coerce(name, getattr(args, name), source="flag"))
@@ -92,10 +101,12 @@ def cmd_train(args) -> int:
         cfg = config_from_args(args, prog)
         from .config import validate
 
-        validate(cfg)
+        if args.resume is None:  # a resumed run's config is the checkpoint's (checked by train)
+            validate(cfg)
         if args.dry_run:
             return _dry_run(cfg)
-        run_dir, _ = train(cfg, resume=args.resume, argv=sys.argv, quiet=args.quiet)
+        run_dir, _ = train(cfg, resume=args.resume, argv=sys.argv, quiet=args.quiet, overwrite=args.overwrite,
+                           env_id=args.env_id, trust_run=args.trust_run, overrides=typed_flags(args))
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the job
             print(f"run directory: {run_dir}")
         return 0
@@ -122,14 +133,16 @@ def cmd_resume(args) -> int:
     from .trainer import TrainingInterrupted, train
 
     prog = "proxima resume"
-    path = Path(args.run_dir)
+    path = Path(args.path)
     meta = path / "meta.json"
     try:
         if meta.is_file() and json.loads(meta.read_text()).get("kind") == "rlhf":
             from .rlhf import resume as rlhf_resume
 
             return rlhf_resume(path)
-        run_dir, _ = train(None, resume=path, argv=sys.argv, quiet=args.quiet)  # config comes from the checkpoint
+        # the config comes from the checkpoint; typed flags may change only config.RESUME_SAFE fields
+        run_dir, _ = train(None, resume=path, argv=sys.argv, quiet=args.quiet, env_id=args.env, trust_run=args.trust_run,
+                           overrides=typed_flags(args))
         print(f"run directory: {run_dir}")
         return 0
     except TrainingInterrupted as e:
@@ -152,7 +165,8 @@ def cmd_eval(args) -> int:
     try:
         from .device import resolve_device
 
-        policy = load_policy(args.path, device=resolve_device(args.device))  # one-line error for a bad --device
+        policy = load_policy(args.path, device=resolve_device(args.device),  # one-line error for a bad --device
+                             env_id=args.env, trust_env=args.trust_run)
         seed = args.seed if args.seed is not None else policy.config["seed"] + 1_000_000
         result = evaluate(policy, episodes=args.episodes, deterministic=not args.stochastic, seed=seed,
                           backend=args.backend or policy.config.get("backend", "auto"), video=args.video)
@@ -188,6 +202,13 @@ def cmd_presets(args) -> int:
     return 0
 
 
+def add_trust_flags(p: argparse.ArgumentParser, command: str) -> None:
+    """--env / --trust-run: the two ways a user allows a recorded module:Class env id to be imported."""
+    p.add_argument("--env", default=None, metavar="ENV_ID", help="the env to build, named by you: needed when the run's "
+                   "env is module:Class (a run directory is data; its recorded env id is never imported on its own)")
+    p.add_argument("--trust-run", action="store_true", help=f"trust this run's files: let {command} import the module:Class env they record")
+
+
 # ------------------------------------------------------------------------------------ parser
 #: modules that add their own subcommand with register(subparsers)
 PLUGINS = ("proxima.bench", "proxima.envs.checker", "proxima.doctor", "proxima.plot", "proxima.report", "proxima.rlhf.cli")
@@ -201,9 +222,11 @@ def build_parser() -> ArgParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgParser)
 
     p = sub.add_parser("train", help="train PPO on an env", description="Train PPO. Flags override the env's preset, which overrides the defaults.")
-    p.add_argument("env_id", nargs="?", default="CartPole-v1", metavar="ENV_ID", help="Gymnasium id or module:ClassName (default CartPole-v1)")
+    p.add_argument("env_id", nargs="?", default=None, metavar="ENV_ID", help="Gymnasium id or module:ClassName (default CartPole-v1)")
     p.add_argument("--preset", default=None, help="named preset for the env (see `proxima presets`; default: the env's 'default')")
-    p.add_argument("--resume", default=None, metavar="auto|PATH", help="continue a run: a checkpoint or run directory, or auto (the --run-dir's latest checkpoint, if any)")
+    p.add_argument("--resume", default=None, metavar="auto|PATH", help="continue a run: a checkpoint or run directory, or auto (the --run-dir's latest checkpoint, if any); only the flags listed in docs/reliability.md may change")
+    p.add_argument("--overwrite", action="store_true", help="start a new run in a --run-dir that holds files: the old directory is moved aside (DIR.old-TIME)")
+    p.add_argument("--trust-run", action="store_true", help="with --resume: import the module:Class env recorded in the checkpoint (otherwise name it as ENV_ID)")
     p.add_argument("--nproc", type=int, default=0, help="launch K processes with torchrun (data-parallel, one policy)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary lines")
     p.add_argument("--dry-run", action="store_true", help="print the resolved config (defaults < preset < flags) and exit")
@@ -219,11 +242,17 @@ def build_parser() -> ArgParser:
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--backend", default=None, choices=("auto", "native", "gymnasium"), help="env backend (default: the run's)")
     p.add_argument("--video", default=None, metavar="FILE", help="record the first episode to FILE (.mp4, or .gif)")
+    add_trust_flags(p, "eval")
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("resume", help="continue a stopped run in its directory")
-    p.add_argument("run_dir", help="run directory")
+    p = sub.add_parser("resume", help="continue a stopped run in its directory",
+                       description="Continue a stopped run in its directory from its newest usable checkpoint. Flags change "
+                       "only what is safe to change (docs/reliability.md): --total-timesteps extends the run, others such as "
+                       "--checkpoint-every or --eval-episodes; any other flag that differs from the run's config is refused.")
+    p.add_argument("path", metavar="RUN_DIR", help="run directory")
     p.add_argument("--quiet", action="store_true")
+    add_trust_flags(p, "resume")
+    add_config_flags(p)
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("presets", help="list the tuned presets")

@@ -68,6 +68,7 @@ class PPOConfig:
     amp: str = _f("none", "Mixed precision for forward passes: none, bf16 or fp16 (fp16 uses a GradScaler, CUDA only).", choices=("none", "bf16", "fp16"))
     run_dir: Optional[str] = _f(None, "Run directory (default runs/<env>__<seed>__<time>).")
     checkpoint_every: int = _f(50, "Write a checkpoint every N iterations (0: only at the end).")
+    checkpoint_minutes: float = _f(10.0, "Also write a checkpoint when this many minutes have passed since the last one (0: off).")
     keep_checkpoints: int = _f(3, "Keep the last K periodic checkpoints.")
     eval_episodes: int = _f(10, "Episodes of the deterministic policy evaluated at the end (0: skip).")
     progress: bool = _f(True, "Show a progress bar.")
@@ -79,6 +80,12 @@ class PPOConfig:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(PPOConfig)}
+
+#: fields a resumed run may change (docs/reliability.md): how long it runs, how often it saves and
+#: evaluates, what it prints, where it runs. Every other field is the run's identity; changing it
+#: on resume would make the checkpoint's state describe a different run, so resume refuses it.
+RESUME_SAFE = ("total_timesteps", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "eval_episodes",
+               "progress", "plot", "threads", "device", "debug_checks", "run_dir")
 
 
 def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "config") -> PPOConfig:
@@ -171,6 +178,8 @@ def validate(cfg: PPOConfig, world_size: int = 1) -> None:
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "threads"):
         if getattr(cfg, name) < 1:
             bad(name, "must be at least 1")
+    if not (math.isfinite(cfg.checkpoint_minutes) and cfg.checkpoint_minutes >= 0):
+        bad("checkpoint_minutes", "must be 0 (off) or a positive number of minutes")
     for name in ("checkpoint_every", "eval_episodes", "keep_checkpoints"):
         if getattr(cfg, name) < 0:
             bad(name, "must be 0 or more")

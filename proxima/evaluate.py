@@ -16,7 +16,13 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: int =
 
     The policy's observation normalizer is applied frozen (its training statistics). Returns a
     dict with env_id, episodes, mean_return, std_return, returns, lengths, deterministic.
+    An env id read from the checkpoint that would import a module is refused (UntrustedEnvError)
+    unless the policy was loaded with ``env_id=`` or ``trust_env=True`` (checkpoint.load_policy).
     """
+    if not getattr(policy, "env_trusted", True):
+        from .envs.gym_adapter import refuse_recorded_env
+
+        refuse_recorded_env(policy.env_id, policy.path or "checkpoint")
     env = make_env(policy.env_id, episodes, device=policy.device, backend=backend, seed=seed,
                    render_mode="rgb_array" if video else None)
     try:

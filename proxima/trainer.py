@@ -162,6 +162,7 @@ class Trainer:
         if self.dist.is_main:
             self.logger = _make_logger(self, resumed)
         cfg = self.cfg
+        self._saved_at = time.monotonic()
         last_ckpt = getattr(self, "last_checkpoint", None)
         try:
             with SignalGuard() as stop:
@@ -188,10 +189,11 @@ class Trainer:
                     sps = self.steps_per_iteration / max(time.perf_counter() - t_iter, 1e-9)
                     if self.logger is not None:
                         self.logger.log(self.iteration, self.global_step, _metric_row(metrics, sps, self.optimizer, self.elapsed))
-                    periodic = cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0
+                    periodic = (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0) or self._checkpoint_due()
                     signum = self.dist.agree_stop(stop.signum)  # all ranks stop at the same iteration
                     if periodic or signum or self.iteration == self.num_iterations:
                         last_ckpt = self.last_checkpoint = self.save() or last_ckpt
+                        self._saved_at = time.monotonic()
                     if signum:
                         raise TrainingInterrupted(signum, last_ckpt)
                 self.dist.dump_parameters(self.agent, self.iteration, self.global_step, self.run_dir)  # test hook (PROXIMA_DEBUG_DUMP_PARAMS)
@@ -199,6 +201,15 @@ class Trainer:
             if self.logger is not None:
                 self.logger.close()
         return self.run_dir
+
+    def _checkpoint_due(self) -> bool:
+        """--checkpoint-minutes: a checkpoint is due when that long has passed since the last one (rank
+        0's clock decides for all ranks, so they save at the same iteration)."""
+        minutes = self.cfg.checkpoint_minutes
+        if not minutes:
+            return False
+        due = time.monotonic() - self._saved_at >= 60.0 * minutes
+        return bool(self.dist.from_main(lambda: due)) if self.dist.enabled else due
 
     def close(self) -> None:
         self.env.close()
@@ -236,12 +247,22 @@ def _metric_row(m: dict, sps: float, optimizer, elapsed: float) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------
-def train(config: PPOConfig, run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True):
+def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True,
+          overwrite: bool = False, env_id: Optional[str] = None, trust_run: bool = False, overrides: Optional[dict] = None):
     """Train PPO. Returns (run_dir, agent).
 
+    A run directory belongs to one run (proxima/rundir.py): a new run refuses a directory that
+    holds files unless ``overwrite`` (the old one is moved aside); the trainer holds the directory's
+    lock for its life, so a second trainer or a resume of a live run stops with "run R is in use by
+    pid P". A new run that fails before its first checkpoint leaves no directory behind.
+
     resume: None (fresh run), a checkpoint file or run directory to continue from ("auto" resumes
-    from ``run_dir`` when it holds a checkpoint). A resumed run continues in the checkpoint's run
-    directory with the checkpoint's config.
+    from ``run_dir`` when it holds a checkpoint, else starts it afresh). A resumed run continues in
+    the checkpoint's run directory with the checkpoint's config; ``overrides`` ({field: value}, the
+    flags a user typed) may change only config.RESUME_SAFE fields (total_timesteps extends the run),
+    any other that differs is refused. A run directory's newest checkpoint that cannot be loaded is
+    set aside and the one before it used. An env id read from a checkpoint that would import a
+    module (``module:Class``) is refused unless ``env_id`` names the same env or ``trust_run``.
 
     Under torchrun every process calls this (docs/distributed.md): rank 0 finds and loads the
     checkpoint and sends it to the others, so all ranks restore the same one; rank 0 alone writes
@@ -249,46 +270,133 @@ def train(config: PPOConfig, run_dir=None, resume=None, argv=None, quiet: bool =
     ``proxima: rank R failed: <error>`` before its traceback; torchrun then ends the others.
     """
     from . import distributed
+    from .rundir import RunSession
 
     dctx = distributed.context()
+    session = RunSession()  # rank 0's lock on the run directory
+    trainer = None
     try:
-        state, config, run_dir, resumed = dctx.from_main(lambda: _resolve_resume(config, run_dir, resume))
-        trainer = Trainer(config, run_dir=run_dir, resume_state=state, argv=argv, quiet=quiet)
         try:
+            state, config, run_dir, resumed, restart = dctx.from_main(
+                lambda: _resolve_resume(config, run_dir, resume, session, env_id, trust_run, overrides))
+            trainer = Trainer(config, run_dir=run_dir, resume_state=state, argv=argv, quiet=quiet)
+            if not resumed:  # the env built: now take the directory (nothing is written before this)
+                dctx.from_main(lambda: session.claim_fresh(trainer.run_dir, overwrite, restart))
             if resumed and not quiet and trainer.dist.is_main:
                 print(f"proxima: resuming {trainer.run_dir} at global step {trainer.global_step:,} (iteration {trainer.iteration})", file=sys.stderr)
             out_dir = trainer.run(resumed=resumed)
+            if dctx.enabled:  # the last collective was the final checkpoint; leave the process group
+                distributed.shutdown()
+            if evaluate_at_end and trainer.dist.is_main:
+                finish_run(trainer, quiet)
+        except TrainingInterrupted:
+            raise
+        except Exception as e:
+            problem = _diagnose(e, config, getattr(trainer, "_last_good", None))
+            session.discard_fresh()  # a new run that wrote no checkpoint leaves nothing behind
+            dctx.report_failure(problem)
+            if problem is not e:
+                raise problem from None
+            raise
         finally:
-            trainer.close()
-    except TrainingInterrupted:
-        raise
-    except Exception as e:
-        dctx.report_failure(e)
-        raise
-    if dctx.enabled:  # the last collective was the final checkpoint; leave the process group
-        distributed.shutdown()
-    if evaluate_at_end and trainer.dist.is_main:
-        finish_run(trainer, quiet)
+            if trainer is not None:
+                trainer.close()
+    finally:
+        session.release()
     return out_dir, trainer.agent
 
 
-def _resolve_resume(config: Optional[PPOConfig], run_dir, resume):
-    """(state, config, run_dir, resumed): the checkpoint to continue from, if any (rank 0 runs this)."""
-    state, resumed = None, False
-    if resume is not None:
-        if resume == "auto":
-            if run_dir is None and config.run_dir is None:
-                raise ConfigError("--resume auto needs --run-dir DIR (the run to continue)")
-            target = Path(run_dir or config.run_dir)
-            resume = target if ckpt.list_checkpoints(target) else None
-        if resume is not None:
-            state = ckpt.load_checkpoint(resume)
-            config = from_dict(state["config"], source=state["path"])
-            src = Path(state["path"]).resolve()
-            run_dir = src.parent.parent if src.parent.name == "checkpoints" else Path(run_dir or config.run_dir or src.parent)
-            resumed = True
-    run_dir = run_dir if run_dir is not None else (Path(config.run_dir) if config.run_dir else None)
-    return state, config, run_dir, resumed
+def _diagnose(e: Exception, config: Optional[PPOConfig], last_good) -> Exception:
+    """The user's error for an unexpected failure: a user env that breaks the contract (checked as
+    ``proxima check-env`` would), or a write that failed (disk full) -- else ``e`` itself."""
+    import errno
+
+    from .checkpoint import CheckpointError
+    from .diskspace import StorageError, write_error
+    from .envs import NATIVE_ENVS, EnvError
+
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+        return write_error(e.filename or "a file of the run", e, suffix=f"; {last_good()}" if last_good else "")
+    if isinstance(e, StorageError) and last_good and "checkpoint" not in str(e):
+        return StorageError(f"{e}; {last_good()}")
+    if config is None or isinstance(e, (ConfigError, EnvError, CheckpointError, NonFiniteError, StorageError)):
+        return e
+    if config.env_id in NATIVE_ENVS and config.backend != "gymnasium":
+        return e
+    from .envs.checker import check_env
+
+    try:
+        violations = check_env(config.env_id, steps=64, seed=config.seed)
+    except Exception:
+        return e
+    if not violations:
+        return e
+    more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+    return EnvError(f"env '{config.env_id}' breaks the env contract: {violations[0]}{more}; "
+                    f"see `proxima check-env {config.env_id}`")
+
+
+def _resolve_resume(config: Optional[PPOConfig], run_dir, resume, session, env_id: Optional[str] = None,
+                    trust_run: bool = False, overrides: Optional[dict] = None):
+    """(state, config, run_dir, resumed, restart_note): the checkpoint to continue from, if any (rank 0
+    runs this; a resumed run directory is locked in ``session`` before its checkpoint is read)."""
+    from .envs.gym_adapter import refuse_recorded_env, treat_as_data
+    from .rundir import unique_default
+
+    restart = None
+    if resume == "auto":
+        if run_dir is None and config.run_dir is None:
+            raise ConfigError("--resume auto needs --run-dir DIR (the run to continue)")
+        target = Path(run_dir or config.run_dir)
+        if ckpt.list_checkpoints(target):
+            resume = target
+        else:
+            resume = None  # nothing to continue: a new run (files of one that never checkpointed are moved aside)
+            restart = "--resume auto found no checkpoint to continue"
+    if resume is None:
+        if run_dir is None and config.run_dir is None:
+            run_dir = unique_default(default_run_dir(config))
+        return None, config, Path(run_dir if run_dir is not None else config.run_dir), False, restart
+    src = ckpt.resolve_checkpoint(resume).resolve()  # a missing path fails here, before anything is locked
+    target_dir = Path(resume).resolve() if Path(resume).is_dir() else ckpt.run_dir_of(src)
+    treat_as_data(target_dir)  # never import env code from the run directory itself
+    session.lock_existing(target_dir)
+    state = ckpt.load_resumable(resume)
+    recorded = from_dict(state["config"], source=state["path"])
+    if env_id is not None and env_id != recorded.env_id:
+        raise ConfigError(f"{state['path']}: the run trains '{recorded.env_id}', not '{env_id}'; resume continues the same env")
+    if env_id is None and not trust_run:
+        refuse_recorded_env(recorded.env_id, state["path"], "resume")
+    config = _apply_resume_overrides(recorded, overrides or {}, state)
+    src = Path(state["path"]).resolve()
+    run_dir = src.parent.parent if src.parent.name == "checkpoints" else Path(run_dir or config.run_dir or src.parent)
+    return state, config, run_dir, True, None
+
+
+def _apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict) -> PPOConfig:
+    """``cfg`` with the flags given to a resume: RESUME_SAFE fields applied, any other refused unless
+    it equals the checkpoint's value."""
+    import dataclasses
+
+    from .config import RESUME_SAFE
+
+    cfg = dataclasses.replace(cfg)
+    for name, value in overrides.items():
+        flag = "--" + name.replace("_", "-")
+        if name == "run_dir":
+            continue  # selects the run; the checkpoint's directory is used
+        if name not in RESUME_SAFE:
+            if value != getattr(cfg, name):
+                safe = ", ".join("--" + n.replace("_", "-") for n in RESUME_SAFE if n != "run_dir")
+                raise ConfigError(f"{flag} {value!r}: cannot change when resuming (the run was trained with "
+                                  f"{getattr(cfg, name)!r}); safe to change on resume: {safe}")
+            continue
+        setattr(cfg, name, value)
+    step = int(state["global_step"])
+    if cfg.total_timesteps <= step:
+        raise ConfigError(f"--total-timesteps {cfg.total_timesteps}: the run is already at step {step:,}; "
+                          "give a larger total to extend it")
+    return cfg
 
 
 def finish_run(trainer: Trainer, quiet: bool) -> None:
@@ -297,11 +405,19 @@ def finish_run(trainer: Trainer, quiet: bool) -> None:
 
     cfg = trainer.cfg
     if cfg.eval_episodes > 0:
-        ckpts = ckpt.list_checkpoints(trainer.run_dir)
-        policy = ckpt.load_policy(ckpts[-1], device=trainer.device)
+        # this run's own last checkpoint, with the env id the user gave it (not one read back from disk)
+        last = getattr(trainer, "last_checkpoint", None) or ckpt.list_checkpoints(trainer.run_dir)[-1]
+        policy = ckpt.load_policy(last, device=trainer.device, env_id=cfg.env_id)
         result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend)
-        with open(trainer.run_dir / "eval.json", "w") as f:
-            json.dump(result, f, indent=2)
+        path = trainer.run_dir / "eval.json"
+        try:
+            with open(path, "w") as f:
+                json.dump(result, f, indent=2)
+        except OSError as e:
+            from .diskspace import write_error
+
+            path.unlink(missing_ok=True)
+            raise write_error(path, e, suffix=f"; the run's checkpoints are kept ({last})") from None
         if not quiet:
             print(f"eval {result['env_id']}: {result['mean_return']:.2f} +- {result['std_return']:.2f} over {result['episodes']} episodes (deterministic)")
     if cfg.plot:

@@ -30,16 +30,69 @@ def _extra_for(env_id: str) -> Optional[str]:
     return None
 
 
+def imports_code(env_id: str) -> bool:
+    """True for an env id that names a module to import (``module:Class``, Gymnasium's
+    ``module:EnvId``): building it runs that module's code."""
+    return ":" in str(env_id)
+
+
+class UntrustedEnvError(EnvError):
+    """An env id read from a file (checkpoint, config.yaml) that would import a module."""
+
+
+def refuse_recorded_env(env_id: str, source, command: str = "eval") -> None:
+    """Raise UntrustedEnvError when ``env_id``, read from ``source`` (a checkpoint or config.yaml),
+    would import code: a stranger's run directory must stay data. The user names it on the command
+    line (``--env``) or trusts the run (``--trust-run``) to run it."""
+    if imports_code(env_id):
+        raise UntrustedEnvError(
+            f"{source}: the recorded env '{env_id}' would import and run module '{env_id.partition(':')[0]}'; "
+            f"not done for an env id read from a file: pass --env {env_id} to `proxima {command}` if you trust that "
+            "module (or --trust-run to trust this run's files)")
+
+
+#: folders never searched for an env's module (run directories being evaluated or resumed)
+_DATA_DIRS: list = []
+
+
+def treat_as_data(folder) -> None:
+    """Never import an env module from ``folder`` or below (a run directory given to eval/resume),
+    even when it is the current directory."""
+    path = os.path.realpath(folder)
+    if path not in _DATA_DIRS:
+        _DATA_DIRS.append(path)
+
+
+def _inside_data_dir(entry: str) -> bool:
+    path = os.path.realpath(entry or os.getcwd())
+    return any(path == d or path.startswith(d + os.sep) for d in _DATA_DIRS)
+
+
+def _import_env_module(module_name: str):
+    """Import the module of a ``module:Class`` env id from the current directory or sys.path;
+    sys.path entries inside a run directory given to eval/resume are skipped for the import."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path and not _inside_data_dir(cwd):
+        sys.path.insert(0, cwd)  # the user's own env module, next to where they run proxima
+    if not _DATA_DIRS:
+        return importlib.import_module(module_name)
+    saved = sys.path[:]
+    sys.path[:] = [e for e in saved if not _inside_data_dir(e)]
+    try:
+        return importlib.import_module(module_name)
+    finally:
+        sys.path[:] = saved
+
+
 def resolve_env_fn(env_id: str, render_mode: Optional[str] = None) -> Callable[[], gym.Env]:
     """Return a factory for one env, or raise EnvError with a one-line fix."""
     if ":" in env_id:
         module_name, _, attr = env_id.partition(":")
-        if os.getcwd() not in sys.path and "" not in sys.path:
-            sys.path.insert(0, os.getcwd())
         try:
-            module = importlib.import_module(module_name)
+            module = _import_env_module(module_name)
         except ImportError as e:
-            raise EnvError(f"cannot import module '{module_name}' for env '{env_id}': {e} (is it in the current directory or on PYTHONPATH?)") from None
+            where = "PYTHONPATH (run directories are never searched)" if _DATA_DIRS else "the current directory or on PYTHONPATH"
+            raise EnvError(f"cannot import module '{module_name}' for env '{env_id}': {e} (is it in {where}?)") from None
         except Exception as e:  # user code failed at import time
             raise EnvError(f"importing '{module_name}' for env '{env_id}' raised {type(e).__name__}: {e}") from None
         cls = getattr(module, attr, None)
