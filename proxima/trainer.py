@@ -326,7 +326,7 @@ def _diagnose(e: Exception, config: Optional[PPOConfig], last_good) -> Exception
     from .envs.checker import check_env
 
     try:
-        violations = check_env(config.env_id, steps=64, seed=config.seed)
+        violations = check_env(config.env_id)  # check-env's defaults: the same words as `proxima check-env`
     except Exception:
         return e
     if not violations:
@@ -394,8 +394,11 @@ def _apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict) -> PPO
         setattr(cfg, name, value)
     step = int(state["global_step"])
     if cfg.total_timesteps <= step:
-        raise ConfigError(f"--total-timesteps {cfg.total_timesteps}: the run is already at step {step:,}; "
-                          "give a larger total to extend it")
+        if "total_timesteps" in overrides:
+            raise ConfigError(f"--total-timesteps {cfg.total_timesteps}: the run is already at step {step:,}; "
+                              "give a larger total to extend it")
+        print(f"proxima: note: {state['path']}: the run is complete ({step:,} steps); "
+              "--total-timesteps N (more steps) extends it", file=sys.stderr)
     return cfg
 
 
