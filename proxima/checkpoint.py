@@ -63,7 +63,7 @@ def atomic_torch_save(obj, path: Union[str, Path]) -> Path:
     except OSError as e:
         from .diskspace import describe
 
-        raise CheckpointError(describe(path, e, "could not write checkpoint") + "; the previous checkpoint is kept") from None
+        raise CheckpointError(describe(path, e, "could not write checkpoint") + "; any earlier checkpoint is kept") from None
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -38,8 +38,9 @@ def _user_errors():
     from .diskspace import StorageError
     from .envs import EnvError
     from .trainer import NonFiniteError
+    from .video import VideoError
 
-    return (ConfigError, EnvError, CheckpointError, NonFiniteError, StorageError)
+    return (ConfigError, EnvError, CheckpointError, NonFiniteError, StorageError, VideoError)
 
 
 def fail(prog: str, message: str) -> int:

@@ -27,6 +27,11 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: int =
                    render_mode="rgb_array" if video else None)
     try:
         obs = env.reset(seed=seed)
+        if video is not None and env.render(0) is None:
+            from .video import VideoError
+
+            raise VideoError(f"--video {video}: env '{policy.env_id}' renders no frames (no render_mode='rgb_array' "
+                             "support); evaluate without --video")
         returns = torch.zeros(episodes, dtype=torch.float64, device=env.device)
         lengths = torch.zeros(episodes, dtype=torch.int64, device=env.device)
         finished = torch.zeros(episodes, dtype=torch.bool, device=env.device)

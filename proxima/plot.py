@@ -225,11 +225,15 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
         ax.set_ylabel(metric_name + (f" (moving average, {smooth})" if smooth > 1 else ""))
         ax.grid(True, alpha=0.3)
         ax.legend(loc="best", fontsize="small")
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(tmp, format=fmt)
         os.replace(tmp, out)
+    except OSError as e:  # disk full, read-only folder: one line naming the file and the free space
+        from .diskspace import describe
+
+        raise PlotError(describe(out, e)) from None
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .diskspace import describe
 from .plot import DEFAULT_METRIC, X_LABELS, PlotError, check_run_dir, plot_runs, read_metrics, resolve_metric, run_env_id
 
 
@@ -295,7 +296,10 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
             print(f"evaluated {d}: {_eval_line(ev)}", file=sys.stderr)
         runs.append({"dir": d, "name": name, "env": run_env_id(d), "config": config, "meta": meta,
                      "summary": summarize(m, metric), "eval": ev})
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ReportError(describe(out.parent, e, "could not create the folder")) from None
     curve_file, curve_note = _curve_path(out, dirs), None
     try:
         plot_runs(dirs, curve_file, metric=metric, x=x, smooth=smooth)
@@ -307,6 +311,8 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
     try:
         tmp.write_text(text)
         os.replace(tmp, out)
+    except OSError as e:  # disk full: one line naming the file and the free space, no half report
+        raise ReportError(describe(out, e)) from None
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Optional
 
 from .config import ConfigError
+from .diskspace import write_error
 
 LOCK_NAME = ".proxima.lock"
 
@@ -110,11 +111,15 @@ class RunLock:
 
     def acquire(self) -> None:
         """Take the lock or raise RunDirError naming the pid that holds it; take over a stale one."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         me = _owner()
         tmp = self.path.with_name(f"{LOCK_NAME}.{me['pid']}.tmp")
         for _ in range(10):
-            tmp.write_text(json.dumps(me))
+            try:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                tmp.write_text(json.dumps(me))
+            except OSError as e:  # a full disk or a read-only folder, at the very start of a run
+                tmp.unlink(missing_ok=True)
+                raise write_error(self.path, e, "could not take the run's lock") from None
             try:
                 _link_exclusive(tmp, self.path)
                 self.held = True
@@ -229,7 +234,12 @@ class RunSession:
             print(f"proxima: {why}: moved the old {run_dir} to {dest}", file=sys.stderr)
         self.existed_empty = run_dir.is_dir()
         lock = RunLock(run_dir)
-        lock.acquire()
+        try:
+            lock.acquire()
+        except Exception:
+            if not self.existed_empty:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
         if holds_files(run_dir):  # another process started a run here between the check and the lock
             lock.release()
             raise RunDirError(not_empty_message(run_dir))

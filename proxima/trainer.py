@@ -319,6 +319,8 @@ def _diagnose(e: Exception, config: Optional[PPOConfig], last_good) -> Exception
         return write_error(e.filename or "a file of the run", e, suffix=f"; {last_good()}" if last_good else "")
     if isinstance(e, StorageError) and last_good and "checkpoint" not in str(e):
         return StorageError(f"{e}; {last_good()}")
+    if isinstance(e, CheckpointError) and "could not write checkpoint" in str(e) and last_good:
+        return CheckpointError(f"{e} ({last_good()})")
     if config is None or isinstance(e, (ConfigError, EnvError, CheckpointError, NonFiniteError, StorageError)):
         return e
     if config.env_id in NATIVE_ENVS and config.backend != "gymnasium":

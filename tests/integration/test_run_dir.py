@@ -335,3 +335,113 @@ def test_disk_full_at_run_start_leaves_no_run_dir(tmp_path, capsys, monkeypatch)
     code, _, err = run_main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "run"), *SMALL], capsys)
     error_line(code, err, "config.yaml: could not start the run (No space left on device;", "free there)")
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------ item 4: resume
+def test_resume_with_total_timesteps_extends_the_run_and_its_lr_schedule(tmp_path, capsys, finished_run):
+    """3 iterations done; --total-timesteps 320 adds 2. The linear schedule is recomputed over the new
+    total: iteration i (from 1) uses lr0 * (1 - (i - 1) / 5) (docs/reliability.md)."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    code, _, err = run_main(["resume", str(run_dir), "--total-timesteps", "320", "--quiet"], capsys)
+    assert code == 0, err
+    rows = read_csv(run_dir)
+    assert [int(r["global_step"]) for r in rows] == [64, 128, 192, 256, 320]
+    assert [float(r["charts/learning_rate"]) for r in rows[3:]] == pytest.approx([2.5e-4 * 2 / 5, 2.5e-4 * 1 / 5])
+    state = ckpt.load_checkpoint(run_dir)
+    assert state["global_step"] == 320 and state["config"]["total_timesteps"] == 320
+
+
+@pytest.mark.parametrize("argv, flag", [(["--lr", "1e-3"], "--lr 0.001"), (["--num-envs", "8"], "--num-envs 8"),
+                                        (["--no-norm-adv"], "--norm-adv False")])
+def test_resume_refuses_flags_that_would_change_the_run(argv, flag, tmp_path, capsys, finished_run):
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    for command in (["resume", str(run_dir)], ["train", "--resume", "auto", "--run-dir", str(run_dir)]):
+        code, _, err = run_main(command + argv + ["--total-timesteps", "256"], capsys)
+        error_line(code, err, f"{flag}: cannot change when resuming", "safe to change on resume: --total-timesteps")
+    assert steps(run_dir) == [64, 128, 192]
+    # the value the run already has is not a change
+    code, _, err = run_main(["resume", str(run_dir), "--lr", "2.5e-4", "--num-envs", "4", "--total-timesteps", "256", "--quiet"], capsys)
+    assert code == 0, err
+    assert steps(run_dir) == [64, 128, 192, 256]
+
+
+def test_resume_falls_back_to_the_newest_valid_checkpoint(tmp_path, capsys, finished_run):
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    newest = ckpt.list_checkpoints(run_dir)[-1]
+    newest.write_bytes(newest.read_bytes()[:1000])  # cut short, as a full disk or a copy would leave it
+    code, _, err = run_main(["resume", str(run_dir), "--quiet"], capsys)
+    assert code == 0, err
+    before = run_dir / "checkpoints" / "step_000000000128.pt"
+    assert f"proxima: note: {newest} is unusable (truncated checkpoint" in err
+    assert f"resuming from {before} instead (the bad file is kept as step_000000000192.pt.corrupt)" in err
+    assert (run_dir / "checkpoints" / "step_000000000192.pt.corrupt").exists()
+    assert steps(run_dir) == [64, 128, 192]  # iteration 3 trained again, its row once
+    assert ckpt.load_checkpoint(run_dir)["global_step"] == 192
+
+
+def test_checkpoints_are_written_by_wall_clock_interval_too(tmp_path, capsys):
+    from proxima.config import FIELDS
+
+    assert FIELDS["checkpoint_minutes"].default == 10.0
+    argv = ["train", "CartPole-v1", *SMALL, "--checkpoint-every", "0", "--keep-checkpoints", "5"]
+    code, _, err = run_main(argv + ["--run-dir", str(tmp_path / "clock"), "--checkpoint-minutes", "1e-9"], capsys)
+    assert code == 0, err
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "clock")] == [f"step_{s:012d}.pt" for s in (64, 128, 192)]
+    code, _, err = run_main(argv + ["--run-dir", str(tmp_path / "end"), "--checkpoint-minutes", "0"], capsys)
+    assert code == 0, err
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "end")] == ["step_000000000192.pt"]
+
+
+# ------------------------------------------------------------------------------------ item 3: plot, report, video
+def test_disk_full_in_plot_and_report_is_one_line_and_no_file(tmp_path, capsys, monkeypatch, finished_run):
+    from matplotlib.figure import Figure
+
+    def full(self, path, **kwargs):
+        Path(path).write_bytes(b"\x89PNG half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", full)
+    code, _, err = run_main(["plot", str(finished_run), "--out", str(tmp_path / "c.png")], capsys)
+    error_line(code, err, f"{tmp_path / 'c.png'}: could not write (No space left on device;", "free there)")
+    monkeypatch.setattr(Path, "write_text", lambda self, text: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device")))
+    code, _, err = run_main(["report", str(finished_run), "--out", str(tmp_path / "r.md"), "--episodes", "0"], capsys)
+    error_line(code, err, f"{tmp_path / 'r.md'}: could not write (No space left on device;", "free there)")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".gif"])
+def test_a_video_that_could_not_be_finished_is_deleted_and_reported(suffix, tmp_path, capsys, monkeypatch, finished_run):
+    from proxima import video
+
+    if suffix == ".mp4":
+        if not video.has_mp4_encoder():
+            pytest.skip("no MP4 encoder")
+
+        def quiet_failure(frames, path, fps):  # what ffmpeg does on a full disk: logs, exits, leaves a stub
+            Path(path).write_bytes(b"\x00\x00\x00\x18ftypisom" + b"\x00" * 100)
+
+        monkeypatch.setattr(video, "_write_mp4", quiet_failure)
+        why = "unreadable after writing"
+    else:
+        def full(frames, path, fps):
+            Path(path).write_bytes(b"GIF89a")
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(video, "_write_gif", full)
+        why = "No space left on device;"
+    out = tmp_path / f"v{suffix}"
+    code, stdout, err = run_main(["eval", str(finished_run), "--episodes", "1", "--video", str(out)], capsys)
+    error_line(code, err, f"{out}: could not write the video ({why}", "free there", "no video was kept")
+    assert "video:" not in stdout and list(tmp_path.iterdir()) == []
+
+
+def test_eval_video_of_an_env_that_cannot_render_says_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    run_dir = tmp_path / "run"
+    assert cli.main(["train", "bad_envs:GoodEnv", "--run-dir", str(run_dir), *SMALL, "--total-timesteps", "64"]) == 0
+    code, _, err = run_main(["eval", str(run_dir), "--env", "bad_envs:GoodEnv", "--video", str(tmp_path / "v.mp4")], capsys)
+    error_line(code, err, "--video", "renders no frames", "without --video")
+    assert not (tmp_path / "v.mp4").exists()
