@@ -34,7 +34,7 @@ test-all: setup
 	$(BIN)/python -m pytest -q -m "" --timeout 3600
 
 bench: setup
-	$(BIN)/proxima bench CartPole-v1 --num-envs 4,64,1024,4096 --no-out
+	$(BIN)/proxima bench CartPole-v1 --num-envs 4,64,1024,4096
 
 learning: setup
 	$(BIN)/python benchmarks/learning.py
