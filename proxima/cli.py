@@ -124,8 +124,12 @@ def _dry_run(cfg) -> int:
 
     from .envs import make_env
 
+    from .device import resolve_device
+    from .sizing import check_fits, env_probe
+
     env = make_env(cfg.env_id, min(cfg.num_envs, 2), "cpu", cfg.backend, cfg.vector, seed=cfg.seed)
     env.close()
+    check_fits(cfg, resolve_device(cfg.device), env_probe(cfg))
     print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
     return 0
 
@@ -163,6 +167,10 @@ def cmd_eval(args) -> int:
     prog = "proxima eval"
     if args.episodes < 1:
         return fail(prog, f"--episodes {args.episodes}: must be at least 1")
+    from .config import MAX_SEED
+
+    if args.seed is not None and not 0 <= args.seed <= MAX_SEED + 1_000_000:
+        return fail(prog, f"--seed {args.seed}: must be an integer from 0 to {MAX_SEED + 1_000_000:,}")
     try:
         from .device import resolve_device
 

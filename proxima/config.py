@@ -160,6 +160,10 @@ def _type_name(default: Any) -> str:
     return "a string"
 
 
+#: the largest --seed: numpy takes seeds below 2**32, and a run adds 10,000 per rank and 1,000,000 for evaluation
+MAX_SEED = 2**31 - 1
+
+
 def validate(cfg: PPOConfig, world_size: int = 1) -> None:
     """Raise ConfigError with one actionable line for the first invalid value."""
 
@@ -209,6 +213,8 @@ def validate(cfg: PPOConfig, world_size: int = 1) -> None:
         bad("num_minibatches", f"gives minibatches of {batch // cfg.num_minibatches} sample; advantage normalization needs at least 2")
     if cfg.total_timesteps < batch * world_size:
         bad("total_timesteps", f"is smaller than one batch ({batch * world_size} steps = num_envs x num_steps{' x processes' if world_size > 1 else ''})")
+    if not 0 <= cfg.seed <= MAX_SEED:
+        bad("seed", f"must be an integer from 0 to {MAX_SEED:,} (numpy seeds are 32-bit; ranks and evaluation add offsets)")
     if not cfg.env_id:
         bad("env_id", "must name an environment")
 

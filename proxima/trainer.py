@@ -279,6 +279,10 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
         try:
             state, config, run_dir, resumed, restart = dctx.from_main(
                 lambda: _resolve_resume(config, run_dir, resume, session, env_id, trust_run, overrides))
+            from .sizing import check_fits, env_probe
+
+            validate(config, dctx.world_size)
+            check_fits(config, dctx.device_for(config.device), env_probe(config))  # before anything is allocated
             trainer = Trainer(config, run_dir=run_dir, resume_state=state, argv=argv, quiet=quiet)
             if not resumed:  # the env built: now take the directory (nothing is written before this)
                 dctx.from_main(lambda: session.claim_fresh(trainer.run_dir, overwrite, restart))
