@@ -81,9 +81,17 @@ def typed_flags(args: argparse.Namespace) -> dict:
 
 def config_from_args(args: argparse.Namespace, prog: str):
     from . import presets
-    from .config import PPOConfig
+    from .config import PPOConfig, from_dict, load_config_file
+    from .envs.gym_adapter import imports_code, refuse_recorded_env
 
-    cfg = presets.resolve(args.env_id or DEFAULT_ENV, getattr(args, "preset", None), PPOConfig())
+    file_values = load_config_file(args.config) if getattr(args, "config", None) else {}
+    env_id = args.env_id or file_values.get("env_id") or DEFAULT_ENV
+    if args.env_id is None and imports_code(str(env_id)):
+        refuse_recorded_env(str(env_id), args.config, "train")  # data from a file: the user names module envs
+    # precedence: defaults < the env's preset < --config FILE < flags (as `proxima rlhf`)
+    cfg = presets.resolve(str(env_id), getattr(args, "preset", None), PPOConfig())
+    cfg = from_dict(file_values, cfg, source=args.config) if file_values else cfg
+    cfg.env_id = str(env_id)
     for name in FIELDS:
         if name != "env_id" and name in vars(args):
             setattr(cfg, name, coerce(name, getattr(args, name), source="flag"))
@@ -127,7 +135,7 @@ def _dry_run(cfg) -> int:
     from .device import resolve_device
     from .sizing import check_fits, env_probe
 
-    env = make_env(cfg.env_id, min(cfg.num_envs, 2), "cpu", cfg.backend, cfg.vector, seed=cfg.seed)
+    env = make_env(cfg.env_id, min(cfg.num_envs, 2), "cpu", cfg.backend, cfg.vector, seed=cfg.seed, env_kwargs=cfg.env_kwargs)
     env.close()
     check_fits(cfg, resolve_device(cfg.device), env_probe(cfg))
     print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
@@ -233,6 +241,8 @@ def build_parser() -> ArgParser:
     p = sub.add_parser("train", help="train PPO on an env", description="Train PPO. Flags override the env's preset, which overrides the defaults.")
     p.add_argument("env_id", nargs="?", default=None, metavar="ENV_ID", help="Gymnasium id or module:ClassName (default CartPole-v1)")
     p.add_argument("--preset", default=None, help="named preset for the env (see `proxima presets`; default: the env's 'default')")
+    p.add_argument("--config", default=None, metavar="FILE.yaml", help="YAML file of PPOConfig fields (e.g. a run's config.yaml); "
+                   "precedence: defaults < preset < this file < flags; a module:Class env_id in it must be given as ENV_ID too")
     p.add_argument("--resume", default=None, metavar="auto|PATH", help="continue a run: a checkpoint or run directory, or auto (the --run-dir's latest checkpoint, if any); only the flags listed in docs/reliability.md may change")
     p.add_argument("--overwrite", action="store_true", help="start a new run in a --run-dir that holds files: the old directory is moved aside (DIR.old-TIME)")
     p.add_argument("--trust-run", action="store_true", help="with --resume: import the module:Class env recorded in the checkpoint (otherwise name it as ENV_ID)")

@@ -29,10 +29,11 @@ class PPOConfig:
     """Everything a PPO run needs. Defaults are the classic-control settings of PPO_NOTES.md."""
 
     # --- environment ---
-    env_id: str = _f("CartPole-v1", "Environment: a Gymnasium id (CartPole-v1) or module:ClassName of your own gymnasium.Env.")
+    env_id: str = _f("CartPole-v1", "Environment: a Gymnasium id (CartPole-v1), module:ClassName of your own gymnasium.Env, or module:EnvId (imports module, which registers EnvId with Gymnasium).")
     backend: str = _f("auto", "Env implementation: auto (native torch env when one exists), native, or gymnasium.", choices=("auto", "native", "gymnasium"))
     vector: str = _f("sync", "Gymnasium vectorization: sync (one process) or async (one subprocess per env).", choices=("sync", "async"))
     num_envs: int = _f(4, "Parallel environments N (per process).")
+    env_kwargs: dict = _f({}, "Keyword arguments of the env's constructor as JSON, e.g. '{\"continuous\": true}' (Gymnasium envs; recorded in config.yaml).")
     # --- rollout / optimisation ---
     total_timesteps: int = _f(500_000, "Environment steps to train for, counted over all envs and processes.")
     num_steps: int = _f(128, "Steps T per env per rollout; the batch is T x N (x processes).")
@@ -99,6 +100,24 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
     return cfg
 
 
+def load_config_file(path: str) -> dict:
+    """``--config FILE.yaml``: a mapping of PPOConfig fields; ConfigError naming the file otherwise."""
+    import yaml
+
+    try:
+        with open(path) as f:
+            values = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError(f"--config {path}: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"--config {path}: expected a mapping of field: value, got {type(values).__name__}")
+    return values
+
+
 def _close(word: str, options) -> Optional[str]:
     import difflib
 
@@ -135,6 +154,19 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
             if isinstance(value, bool):
                 raise ValueError
             return float(value)
+        if isinstance(default, dict):
+            if isinstance(value, str):
+                import json
+
+                try:
+                    value = json.loads(value) if value.strip() else {}
+                except json.JSONDecodeError as e:
+                    raise ConfigError(f"{source}: field '{name}' got {value!r}: not valid JSON ({e.msg} at column {e.colno})") from None
+            if value is None:
+                return {}
+            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                raise ValueError
+            return dict(value)
         if isinstance(default, list):
             if isinstance(value, str):
                 value = [v for v in value.replace(" ", "").split(",") if v]
@@ -157,6 +189,8 @@ def _type_name(default: Any) -> str:
         return "a number"
     if isinstance(default, list):
         return "a comma-separated list of integers"
+    if isinstance(default, dict):
+        return "a JSON object of keyword arguments, e.g. {\"k\": 1}"
     return "a string"
 
 

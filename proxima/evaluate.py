@@ -24,7 +24,7 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: int =
 
         refuse_recorded_env(policy.env_id, policy.path or "checkpoint")
     env = make_env(policy.env_id, episodes, device=policy.device, backend=backend, seed=seed,
-                   render_mode="rgb_array" if video else None)
+                   render_mode="rgb_array" if video else None, env_kwargs=policy.config.get("env_kwargs"))
     try:
         obs = env.reset(seed=seed)
         if video is not None and env.render(0) is None:

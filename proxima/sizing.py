@@ -78,7 +78,7 @@ def env_probe(cfg: PPOConfig):
     def probe():
         from .envs import make_env
 
-        env = make_env(cfg.env_id, 1, "cpu", cfg.backend, cfg.vector, seed=cfg.seed)
+        env = make_env(cfg.env_id, 1, "cpu", cfg.backend, cfg.vector, seed=cfg.seed, env_kwargs=cfg.env_kwargs)
         try:
             obs = int(math.prod(env.single_observation_space.shape))
             act = int(math.prod(env.single_action_space.shape or (1,)))

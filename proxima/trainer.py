@@ -58,7 +58,8 @@ class Trainer:
             torch.use_deterministic_algorithms(cfg.deterministic, warn_only=True)
         rank_seed = cfg.seed + 10_000 * self.dist.rank  # each rank its own envs and samples
         seed_everything(rank_seed)
-        self.env: BatchedEnv = make_env(cfg.env_id, cfg.num_envs, self.device, cfg.backend, cfg.vector, seed=rank_seed)
+        self.env: BatchedEnv = make_env(cfg.env_id, cfg.num_envs, self.device, cfg.backend, cfg.vector, seed=rank_seed,
+                                         env_kwargs=cfg.env_kwargs)
         obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
         self.agent = Agent(obs_space, act_space, cfg.hidden_sizes, cfg.activation).to(self.device)
         self.model = self.dist.wrap(self.agent)
