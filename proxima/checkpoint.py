@@ -103,6 +103,11 @@ def checkpoint_path(run_dir: Union[str, Path], global_step: int) -> Path:
     return Path(run_dir) / "checkpoints" / f"step_{global_step:012d}.pt"
 
 
+def best_checkpoint_path(run_dir: Union[str, Path]) -> Path:
+    """``RUN/checkpoints/best.pt``: the checkpoint with the best mean eval return (--eval-every)."""
+    return Path(run_dir) / "checkpoints" / "best.pt"
+
+
 def list_checkpoints(run_dir: Union[str, Path]) -> list[Path]:
     """Checkpoints of a run, oldest first (by global step in the name)."""
     folder = Path(run_dir) / "checkpoints"

@@ -182,7 +182,15 @@ def cmd_eval(args) -> int:
     try:
         from .device import resolve_device
 
-        policy = load_policy(args.path, device=resolve_device(args.device),  # one-line error for a bad --device
+        path = args.path
+        if args.best:
+            from .checkpoint import CheckpointError, best_checkpoint_path
+
+            path = best_checkpoint_path(args.path)
+            if not Path(args.path).is_dir() or not path.is_file():
+                raise CheckpointError(f"{args.path}: no checkpoints/best.pt (written when training with --eval-every N); "
+                                      "--best needs a run directory")
+        policy = load_policy(path, device=resolve_device(args.device),  # one-line error for a bad --device
                              env_id=args.env, trust_env=args.trust_run)
         seed = args.seed if args.seed is not None else policy.config["seed"] + 1_000_000
         result = evaluate(policy, episodes=args.episodes, deterministic=not args.stochastic, seed=seed,
@@ -261,6 +269,7 @@ def build_parser() -> ArgParser:
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--backend", default=None, choices=("auto", "native", "gymnasium"), help="env backend (default: the run's)")
     p.add_argument("--video", default=None, metavar="FILE", help="record the first episode to FILE (.mp4, or .gif)")
+    p.add_argument("--best", action="store_true", help="evaluate the run's best checkpoint (checkpoints/best.pt, kept by --eval-every) instead of its latest")
     add_trust_flags(p, "eval")
     p.set_defaults(func=cmd_eval)
 

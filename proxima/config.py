@@ -71,7 +71,8 @@ class PPOConfig:
     checkpoint_every: int = _f(50, "Write a checkpoint every N iterations (0: only at the end).")
     checkpoint_minutes: float = _f(10.0, "Also write a checkpoint when this many minutes have passed since the last one (0: off).")
     keep_checkpoints: int = _f(3, "Keep the last K periodic checkpoints.")
-    eval_episodes: int = _f(10, "Episodes of the deterministic policy evaluated at the end (0: skip).")
+    eval_episodes: int = _f(10, "Episodes of the deterministic policy evaluated at the end, and at each --eval-every (0: skip).")
+    eval_every: int = _f(0, "Also evaluate every N env steps during training: eval/* in TensorBoard and metrics.csv, the best policy kept as checkpoints/best.pt (0: off).")
     progress: bool = _f(True, "Show a progress bar.")
     debug_checks: bool = _f(False, "Validate every action and observation against the spaces (slow).")
     plot: bool = _f(False, "Write curve.png into the run directory at the end.")
@@ -85,7 +86,7 @@ FIELDS = {f.name: f for f in dataclasses.fields(PPOConfig)}
 #: fields a resumed run may change (docs/reliability.md): how long it runs, how often it saves and
 #: evaluates, what it prints, where it runs. Every other field is the run's identity; changing it
 #: on resume would make the checkpoint's state describe a different run, so resume refuses it.
-RESUME_SAFE = ("total_timesteps", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "eval_episodes",
+RESUME_SAFE = ("total_timesteps", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "eval_episodes", "eval_every",
                "progress", "plot", "threads", "device", "debug_checks", "run_dir")
 
 
@@ -218,7 +219,9 @@ def validate(cfg: PPOConfig, world_size: int = 1) -> None:
             bad(name, "must be at least 1")
     if not (math.isfinite(cfg.checkpoint_minutes) and cfg.checkpoint_minutes >= 0):
         bad("checkpoint_minutes", "must be 0 (off) or a positive number of minutes")
-    for name in ("checkpoint_every", "eval_episodes", "keep_checkpoints"):
+    if cfg.eval_every and not cfg.eval_episodes:
+        bad("eval_every", "needs --eval-episodes of 1 or more")
+    for name in ("checkpoint_every", "eval_episodes", "eval_every", "keep_checkpoints"):
         if getattr(cfg, name) < 0:
             bad(name, "must be 0 or more")
     if cfg.keep_checkpoints < 1:

@@ -22,7 +22,7 @@ CSV_COLUMNS = [
     "iteration", "global_step", "time", "episodes",
     "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
     "losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac",
-    "losses/explained_variance",
+    "losses/explained_variance", "eval/mean_return", "eval/std_return",
 ]
 
 

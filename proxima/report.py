@@ -83,6 +83,12 @@ def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> d
         out["best"] = float(col[i])
         if "global_step" in metrics:
             out["best_step"] = float(metrics["global_step"][i])
+    ev = metrics.get("eval/mean_return")  # --eval-every: the deterministic policy's return during training
+    if ev is not None and np.isfinite(ev).any():
+        ok = np.flatnonzero(np.isfinite(ev))
+        i = ok[np.argmax(ev[ok])]
+        out["eval_last"], out["eval_best"] = float(ev[ok[-1]]), float(ev[i])
+        out["eval_best_step"] = float(metrics["global_step"][i]) if "global_step" in metrics else None
     return out
 
 
@@ -197,6 +203,12 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     rows.append([f"best {metric}"] + [None if x["best"] is None else
                                       f"{x['best']:.2f}" + (f" at step {x['best_step']:,.0f}" if x["best_step"] is not None else "")
                                       for x in s])
+    if any("eval_last" in x for x in s):  # evaluations during training (--eval-every)
+        rows.append(["eval return during training, last"] + [_num(x.get("eval_last"), "{:.2f}") for x in s])
+        rows.append(["eval return during training, best"] + [
+            None if x.get("eval_best") is None else f"{x['eval_best']:.2f}" + (
+                f" at step {x['eval_best_step']:,.0f} (checkpoints/best.pt)" if x.get("eval_best_step") is not None else "")
+            for x in s])
     rows.append(["final eval return"] + [_eval_line(r["eval"]) for r in runs])
     lines += _table([""] + names, rows)
     lines += ["", f"Final and best {metric}: mean over the episodes that finished in one iteration (metrics.csv)."]

@@ -71,6 +71,7 @@ def capture(t: "Trainer") -> dict:
         "env": t.env.state_dict() if t.env.can_save_state else None,
         "next_obs": t.next_obs,
         "rng": ckpt.rng_state(),
+        "best_eval": getattr(t, "best_eval", None),  # --eval-every: the best mean eval return so far (best.pt)
     }
 
 
@@ -108,6 +109,8 @@ def restore(t: "Trainer", state: dict) -> None:
     except KeyError as e:
         raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing {e})") from None
     t.last_checkpoint = Path(path) if "path" in state else None
+    best = state.get("best_eval")
+    t.best_eval = float(best) if isinstance(best, (int, float)) and not isinstance(best, bool) else None
     if state.get("world_size", 1) != t.dist.world_size:
         w = state.get("world_size", 1)
         raise ckpt.CheckpointError(f"{path}: written by {w} process(es), resumed with {t.dist.world_size}; use the same --nproc"

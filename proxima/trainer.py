@@ -164,6 +164,7 @@ class Trainer:
             self.logger = _make_logger(self, resumed)
         cfg = self.cfg
         self._saved_at = time.monotonic()
+        self.best_eval = getattr(self, "best_eval", None)  # restored from the checkpoint on resume
         last_ckpt = getattr(self, "last_checkpoint", None)
         try:
             with SignalGuard() as stop:
@@ -188,8 +189,11 @@ class Trainer:
                                              "try a lower --lr or --max-grad-norm, or --norm-obs/--norm-reward")
                     self.elapsed = time.perf_counter() - t_start
                     sps = self.steps_per_iteration / max(time.perf_counter() - t_iter, 1e-9)
+                    row = _metric_row(metrics, sps, self.optimizer, self.elapsed)
+                    if self._eval_due() and self.dist.is_main:
+                        row.update(self._evaluate_now())
                     if self.logger is not None:
-                        self.logger.log(self.iteration, self.global_step, _metric_row(metrics, sps, self.optimizer, self.elapsed))
+                        self.logger.log(self.iteration, self.global_step, row)
                     periodic = (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0) or self._checkpoint_due()
                     signum = self.dist.agree_stop(stop.signum)  # all ranks stop at the same iteration
                     if periodic or signum or self.iteration == self.num_iterations:
@@ -202,6 +206,34 @@ class Trainer:
             if self.logger is not None:
                 self.logger.close()
         return self.run_dir
+
+    def _eval_due(self) -> bool:
+        """--eval-every N: this iteration crossed a multiple of N env steps."""
+        every = self.cfg.eval_every
+        return bool(every) and (self.global_step - self.steps_per_iteration) // every != self.global_step // every
+
+    def _evaluate_now(self) -> dict:
+        """Evaluate a frozen copy of the current policy (``eval_episodes`` deterministic episodes, the
+        end-of-run seed); a new best mean return is written to checkpoints/best.pt. Training's RNG
+        streams are saved and put back, so a run with evaluations trains exactly as one without."""
+        import copy
+
+        from .evaluate import evaluate
+
+        cfg, rng = self.cfg, ckpt.rng_state()
+        try:
+            norm = copy.deepcopy(self.obs_norm) if self.obs_norm is not None else None
+            policy = ckpt.Policy(copy.deepcopy(self.agent), norm, cfg.to_dict(), self.env.single_observation_space,
+                                 self.env.single_action_space, self.device)
+            result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend)
+        finally:
+            ckpt.set_rng_state(rng)
+        mean = result["mean_return"]
+        if self.best_eval is None or mean > self.best_eval:
+            self.best_eval = mean
+            state = train_state.capture(self)
+            ckpt.atomic_torch_save(state, ckpt.best_checkpoint_path(self.run_dir))
+        return {"eval/mean_return": mean, "eval/std_return": result["std_return"]}
 
     def _checkpoint_due(self) -> bool:
         """--checkpoint-minutes: a checkpoint is due when that long has passed since the last one (rank

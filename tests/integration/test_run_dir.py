@@ -445,3 +445,42 @@ def test_eval_video_of_an_env_that_cannot_render_says_so(tmp_path, capsys, monke
     code, _, err = run_main(["eval", str(run_dir), "--env", "bad_envs:GoodEnv", "--video", str(tmp_path / "v.mp4")], capsys)
     error_line(code, err, "--video", "renders no frames", "without --video")
     assert not (tmp_path / "v.mp4").exists()
+
+
+# ------------------------------------------------------------------------------------ item 5: evaluation during training
+def test_eval_every_logs_eval_metrics_and_keeps_the_best_checkpoint(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    argv = ["train", "CartPole-v1", "--run-dir", str(run_dir), *SMALL, "--eval-every", "128", "--eval-episodes", "2"]
+    code, _, err = run_main(argv, capsys)
+    assert code == 0, err
+    rows = read_csv(run_dir)
+    evals = {int(r["global_step"]): float(r["eval/mean_return"]) for r in rows if r["eval/mean_return"]}
+    assert sorted(evals) == [128]  # 192 // 128 == 1: one multiple of 128 crossed
+    best = ckpt.load_checkpoint(run_dir / "checkpoints" / "best.pt")
+    assert best["global_step"] == 128 and best["best_eval"] == evals[128]
+    # the best policy is evaluated by `eval --best` with the same seed and episodes as during training
+    code, out, err = run_main(["eval", str(run_dir), "--best", "--episodes", "2", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["mean_return"] == evals[128]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir))
+    acc.Reload()
+    assert [(e.step, round(e.value, 4)) for e in acc.Scalars("eval/mean_return")] == [(128, round(evals[128], 4))]
+    from proxima.report import build_report
+
+    text = build_report([run_dir], episodes=0).read_text()
+    assert f"| eval return during training, best | {evals[128]:.2f} at step 128 (checkpoints/best.pt) |" in text
+
+
+def test_eval_every_does_not_change_training(tmp_path, capsys):
+    """Evaluations run on a copy with the RNG streams put back: the weights end bit-identical."""
+    for name, extra in (("plain", []), ("evals", ["--eval-every", "64", "--eval-episodes", "2"])):
+        assert run_main(["train", "CartPole-v1", "--run-dir", str(tmp_path / name), *SMALL, *extra], capsys)[0] == 0
+    a, b = (ckpt.load_checkpoint(tmp_path / n)["agent"] for n in ("plain", "evals"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_eval_best_without_best_pt_is_one_line(capsys, finished_run):
+    code, _, err = run_main(["eval", str(finished_run), "--best"], capsys)
+    error_line(code, err, "no checkpoints/best.pt", "--eval-every")
