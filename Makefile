@@ -5,6 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.proxima-installed
 RUN    ?= runs/CartPole-v1__make-train__$(shell date +%Y%m%d-%H%M%S)
+REPORT_RUN ?= runs/report-demo__$(shell date +%Y%m%d-%H%M%S)
 export OMP_NUM_THREADS ?= 1
 
 .PHONY: setup train test test-slow test-all bench learning report clean
@@ -40,8 +41,8 @@ learning: setup
 	$(BIN)/python benchmarks/learning.py
 
 report: setup
-	$(BIN)/proxima train CartPole-v1 --total-timesteps 50000 --run-dir runs/report-demo --plot
-	$(BIN)/proxima report runs/report-demo
+	$(BIN)/proxima train CartPole-v1 --total-timesteps 50000 --run-dir $(REPORT_RUN) --plot
+	$(BIN)/proxima report $(REPORT_RUN)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
