@@ -9,6 +9,7 @@ STAMP  := $(VENV)/.proxima-installed
 RUN    ?= runs/CartPole-v1__make-train__$(shell date +%Y%m%d-%H%M%S)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE  ?= proxima:$(VERSION)
+REPORT_RUN ?= runs/report-demo__$(shell date +%Y%m%d-%H%M%S)
 export OMP_NUM_THREADS ?= 1
 
 .PHONY: setup train test test-slow test-all test-container ci-train bench learning report clean
@@ -47,14 +48,14 @@ test-all: setup
 	$(BIN)/python -m pytest -q -m "" --timeout 3600
 
 bench: setup
-	$(BIN)/proxima bench CartPole-v1 --num-envs 4,64,1024,4096 --no-out
+	$(BIN)/proxima bench CartPole-v1 --num-envs 4,64,1024,4096
 
 learning: setup
 	$(BIN)/python benchmarks/learning.py
 
 report: setup
-	$(BIN)/proxima train CartPole-v1 --total-timesteps 50000 --run-dir runs/report-demo --plot
-	$(BIN)/proxima report runs/report-demo
+	$(BIN)/proxima train CartPole-v1 --total-timesteps 50000 --run-dir $(REPORT_RUN) --plot
+	$(BIN)/proxima report $(REPORT_RUN)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

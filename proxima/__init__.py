@@ -8,8 +8,18 @@ Public API::
     action = policy.act(obs)           # obs: (B, obs_dim) tensor or numpy array
 """
 
-from .config import ConfigError, PPOConfig
-from .envs import make_env
+import os as _os
+import sys as _sys
+
+# `python -m proxima ...` imports this package with the current directory first on sys.path; inside
+# a stranger's run directory a shipped numpy.py or gymnasium.py would then run. The console script
+# never searches it; an env module named on the command line (module:Class) is still found there
+# (envs/gym_adapter.py).
+if _sys.argv[:1] == ["-m"] and _sys.path and _sys.path[0] in ("", _os.getcwd()):
+    _sys.path.pop(0)
+
+from .config import ConfigError, PPOConfig  # noqa: E402
+from .envs import make_env  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["PPOConfig", "ConfigError", "train", "load", "make_env", "__version__"]

@@ -388,10 +388,15 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps(json_line(line, args, cfg, device)), flush=True)
     if not args.json:
         print(format_table(lines))
-    if not args.no_out:
-        safe_env = args.env_id.replace("/", "_").replace(":", "_")
-        out = Path(args.out) if args.out else Path("benchmarks/results") / f"bench-{safe_env}-{device.type}.md"
-        write_markdown(out, args, lines, last_cfg, device, started, (load0, os.getloadavg()[0]))
+    if args.out:  # results go only where --out says: the repository's recorded tables are never overwritten by default
+        out = Path(args.out)
+        try:
+            write_markdown(out, args, lines, last_cfg, device, started, (load0, os.getloadavg()[0]))
+        except OSError as e:
+            from .diskspace import describe
+
+            print(f"{prog}: error: {describe(out, e)}", file=sys.stderr)
+            return 2
         print(f"{prog}: wrote {out}", file=sys.stderr)
     return 0
 
@@ -417,8 +422,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="replay each iteration's rollout, advantages and update as CUDA graphs (CUDA only; with --compile, of the compiled steps)")
     p.add_argument("--amp", default="none", choices=("none", "bf16", "fp16"), help="mixed precision of the forward passes (default none)")
     p.add_argument("--json", action="store_true", help="print one JSON object per backend and num_envs instead of the table")
-    p.add_argument("--out", default=None, metavar="FILE", help="Markdown results file (default benchmarks/results/bench-<env>-<device>.md)")
-    p.add_argument("--no-out", action="store_true", help="do not write the Markdown file")
+    p.add_argument("--out", default=None, metavar="FILE", help="also write the results as a Markdown file (table, machine, "
+                   "command) to FILE, e.g. benchmarks/results/bench-CartPole-v1-cpu.md (default: print only)")
+    p.add_argument("--no-out", action="store_true", help=argparse.SUPPRESS)  # the old opt-out; printing only is the default now
 
 
 def register(subparsers) -> argparse.ArgumentParser:

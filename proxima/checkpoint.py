@@ -46,7 +46,14 @@ def atomic_torch_save(obj, path: Union[str, Path]) -> Path:
         torch.serialization.set_crc32_options(True)  # load_checkpoint verifies the zip CRCs
         try:
             with open(tmp, "wb") as f:
-                torch.save(obj, f)
+                writer = _RecordingWriter(f)
+                try:
+                    torch.save(obj, writer)
+                except RuntimeError:
+                    # torch's C++ writer turns the file's OSError (disk full) into "unexpected pos ..."
+                    if writer.error is not None:
+                        raise writer.error from None
+                    raise
                 f.flush()
                 os.fsync(f.fileno())
         finally:
@@ -54,7 +61,9 @@ def atomic_torch_save(obj, path: Union[str, Path]) -> Path:
         _before_replace(tmp, path)
         os.replace(tmp, path)
     except OSError as e:
-        raise CheckpointError(f"{path}: could not write checkpoint ({e.strerror or e}); the previous checkpoint is kept") from None
+        from .diskspace import describe
+
+        raise CheckpointError(describe(path, e, "could not write checkpoint") + "; any earlier checkpoint is kept") from None
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -69,12 +78,34 @@ def atomic_torch_save(obj, path: Union[str, Path]) -> Path:
     return path
 
 
+class _RecordingWriter:
+    """A binary file for torch.save that remembers the OSError of a failed write."""
+
+    def __init__(self, f) -> None:
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def _before_replace(tmp: Path, path: Path) -> None:
     """Test hook: a crash between writing the temp file and the replace is simulated by patching this."""
 
 
 def checkpoint_path(run_dir: Union[str, Path], global_step: int) -> Path:
     return Path(run_dir) / "checkpoints" / f"step_{global_step:012d}.pt"
+
+
+def best_checkpoint_path(run_dir: Union[str, Path]) -> Path:
+    """``RUN/checkpoints/best.pt``: the checkpoint with the best mean eval return (--eval-every)."""
+    return Path(run_dir) / "checkpoints" / "best.pt"
 
 
 def list_checkpoints(run_dir: Union[str, Path]) -> list[Path]:
@@ -166,6 +197,36 @@ def resolve_checkpoint(path: Union[str, Path]) -> Path:
     return path
 
 
+def load_resumable(path: Union[str, Path]) -> dict:
+    """The checkpoint to resume from: a file as given; for a run directory its newest checkpoint that
+    loads. A newer one that does not (cut short, corrupted) is renamed ``step_*.pt.corrupt`` so that
+    no later prune or resume picks it, with a line on stderr naming both files."""
+    import sys
+
+    path = Path(path)
+    if not path.is_dir():
+        return load_checkpoint(path)
+    ckpts = list_checkpoints(path)
+    if not ckpts:
+        raise CheckpointError(f"{path}: not a Proxima run directory (no checkpoints/step_*.pt inside)")
+    unusable = []
+    for candidate in reversed(ckpts):
+        try:
+            state = load_checkpoint(candidate)
+        except CheckpointError as e:
+            unusable.append((candidate, str(e).removeprefix(f"{candidate}: ")))
+            continue
+        for bad, why in unusable:
+            aside = bad.with_name(bad.name + ".corrupt")
+            os.replace(bad, aside)
+            print(f"proxima: note: {bad} is unusable ({why}); resuming from {candidate} instead "
+                  f"(the bad file is kept as {aside.name})", file=sys.stderr)
+        return state
+    newest, why = unusable[0]
+    older = f"; none of the {len(ckpts) - 1} older checkpoint(s) loads either" if len(ckpts) > 1 else ""
+    raise CheckpointError(f"{newest}: {why}{older}")
+
+
 def _one_line(text: str, limit: int = 160) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -243,11 +304,14 @@ def load_checkpoint(path: Union[str, Path], map_location="cpu") -> dict:
 class Policy:
     """A trained policy for inference: frozen obs normalizer + actor. ``act(obs)`` -> actions."""
 
-    def __init__(self, agent, obs_normalizer, config: dict, observation_space, action_space, device, path: Optional[str] = None):
+    def __init__(self, agent, obs_normalizer, config: dict, observation_space, action_space, device, path: Optional[str] = None,
+                 env_id: Optional[str] = None, env_trusted: bool = True):
         self.agent, self.obs_normalizer = agent.eval(), obs_normalizer
         if obs_normalizer is not None:
             obs_normalizer.eval()
-        self.config, self.env_id = config, config["env_id"]
+        self.config, self.env_id = config, env_id or config["env_id"]
+        #: False when env_id came from the file and names a module to import: evaluate() refuses it
+        self.env_trusted = env_trusted
         self.observation_space, self.action_space = observation_space, action_space
         self.device, self.path = torch.device(device), path
 
@@ -314,7 +378,24 @@ def build_agent(state: dict, device="cpu"):
     return agent, obs_norm, obs_space, act_space
 
 
-def load_policy(path: Union[str, Path], device="cpu") -> Policy:
+def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = None, trust_env: bool = False) -> Policy:
+    """Load a policy from a checkpoint or run directory (its latest checkpoint).
+
+    The env id recorded in the file is data: one that would import a module (``module:Class``) is
+    only built by :func:`proxima.evaluate.evaluate` when the caller names it (``env_id``, the
+    ``--env`` flag) or trusts the file (``trust_env``, ``--trust-run``).
+    """
+    from .envs.gym_adapter import imports_code, treat_as_data
+
     state = load_checkpoint(path)
+    treat_as_data(run_dir_of(state["path"]))
     agent, obs_norm, obs_space, act_space = build_agent(state, device)
-    return Policy(agent, obs_norm, state["config"], obs_space, act_space, device, state["path"])
+    recorded = str(state["config"].get("env_id", ""))
+    trusted = env_id is not None or trust_env or not imports_code(recorded)
+    return Policy(agent, obs_norm, state["config"], obs_space, act_space, device, state["path"], env_id=env_id, env_trusted=trusted)
+
+
+def run_dir_of(checkpoint: Union[str, Path]) -> Path:
+    """The run directory a checkpoint file belongs to (``RUN/checkpoints/step_*.pt`` -> RUN), else its folder."""
+    folder = Path(checkpoint).resolve().parent
+    return folder.parent if folder.name == "checkpoints" else folder

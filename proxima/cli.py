@@ -35,10 +35,12 @@ class ArgParser(argparse.ArgumentParser):
 
 def _user_errors():
     from .checkpoint import CheckpointError
+    from .diskspace import StorageError
     from .envs import EnvError
     from .trainer import NonFiniteError
+    from .video import VideoError
 
-    return (ConfigError, EnvError, CheckpointError, NonFiniteError)
+    return (ConfigError, EnvError, CheckpointError, NonFiniteError, StorageError, VideoError)
 
 
 def fail(prog: str, message: str) -> int:
@@ -69,11 +71,27 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--learning-rate", dest="lr", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
+DEFAULT_ENV = "CartPole-v1"
+
+
+def typed_flags(args: argparse.Namespace) -> dict:
+    """{field: value} of the config flags a user typed (flags default to SUPPRESS)."""
+    return {name: coerce(name, getattr(args, name), source="flag") for name in FIELDS if name != "env_id" and name in vars(args)}
+
+
 def config_from_args(args: argparse.Namespace, prog: str):
     from . import presets
-    from .config import PPOConfig
+    from .config import PPOConfig, from_dict, load_config_file
+    from .envs.gym_adapter import imports_code, refuse_recorded_env
 
-    cfg = presets.resolve(args.env_id, getattr(args, "preset", None), PPOConfig())
+    file_values = load_config_file(args.config) if getattr(args, "config", None) else {}
+    env_id = args.env_id or file_values.get("env_id") or DEFAULT_ENV
+    if args.env_id is None and imports_code(str(env_id)):
+        refuse_recorded_env(str(env_id), args.config, "train")  # data from a file: the user names module envs
+    # precedence: defaults < the env's preset < --config FILE < flags (as `proxima rlhf`)
+    cfg = presets.resolve(str(env_id), getattr(args, "preset", None), PPOConfig())
+    cfg = from_dict(file_values, cfg, source=args.config) if file_values else cfg
+    cfg.env_id = str(env_id)
     for name in FIELDS:
         if name != "env_id" and name in vars(args):
             setattr(cfg, name, coerce(name, getattr(args, name), source="flag"))
@@ -92,10 +110,12 @@ def cmd_train(args) -> int:
         cfg = config_from_args(args, prog)
         from .config import validate
 
-        validate(cfg)
+        if args.resume is None:  # a resumed run's config is the checkpoint's (checked by train)
+            validate(cfg)
         if args.dry_run:
             return _dry_run(cfg)
-        run_dir, _ = train(cfg, resume=args.resume, argv=sys.argv, quiet=args.quiet)
+        run_dir, _ = train(cfg, resume=args.resume, argv=sys.argv, quiet=args.quiet, overwrite=args.overwrite,
+                           env_id=args.env_id, trust_run=args.trust_run, overrides=typed_flags(args))
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the job
             print(f"run directory: {run_dir}")
         return 0
@@ -112,8 +132,12 @@ def _dry_run(cfg) -> int:
 
     from .envs import make_env
 
-    env = make_env(cfg.env_id, min(cfg.num_envs, 2), "cpu", cfg.backend, cfg.vector, seed=cfg.seed)
+    from .device import resolve_device
+    from .sizing import check_fits, env_probe
+
+    env = make_env(cfg.env_id, min(cfg.num_envs, 2), "cpu", cfg.backend, cfg.vector, seed=cfg.seed, env_kwargs=cfg.env_kwargs)
     env.close()
+    check_fits(cfg, resolve_device(cfg.device), env_probe(cfg))
     print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
     return 0
 
@@ -122,7 +146,7 @@ def cmd_resume(args) -> int:
     from .trainer import TrainingInterrupted, train
 
     prog = "proxima resume"
-    path = Path(args.run_dir)
+    path = Path(args.path)
     meta = path / "meta.json"
     try:
         if meta.is_file() and json.loads(meta.read_text()).get("kind") == "rlhf":
@@ -130,8 +154,10 @@ def cmd_resume(args) -> int:
 
             return rlhf_resume(path, steps=args.steps)
         if args.steps is not None:
-            return fail(prog, f"--steps: {path} is a PPO run; --steps extends RLHF runs only")
-        run_dir, _ = train(None, resume=path, argv=sys.argv, quiet=args.quiet)  # config comes from the checkpoint
+            return fail(prog, f"--steps: {path} is a PPO run; --steps extends RLHF runs only (use --total-timesteps)")
+        # the config comes from the checkpoint; typed flags may change only config.RESUME_SAFE fields
+        run_dir, _ = train(None, resume=path, argv=sys.argv, quiet=args.quiet, env_id=args.env, trust_run=args.trust_run,
+                           overrides=typed_flags(args))
         print(f"run directory: {run_dir}")
         return 0
     except TrainingInterrupted as e:
@@ -151,10 +177,23 @@ def cmd_eval(args) -> int:
     prog = "proxima eval"
     if args.episodes < 1:
         return fail(prog, f"--episodes {args.episodes}: must be at least 1")
+    from .config import MAX_SEED
+
+    if args.seed is not None and not 0 <= args.seed <= MAX_SEED + 1_000_000:
+        return fail(prog, f"--seed {args.seed}: must be an integer from 0 to {MAX_SEED + 1_000_000:,}")
     try:
         from .device import resolve_device
 
-        policy = load_policy(args.path, device=resolve_device(args.device))  # one-line error for a bad --device
+        path = args.path
+        if args.best:
+            from .checkpoint import CheckpointError, best_checkpoint_path
+
+            path = best_checkpoint_path(args.path)
+            if not Path(args.path).is_dir() or not path.is_file():
+                raise CheckpointError(f"{args.path}: no checkpoints/best.pt (written when training with --eval-every N); "
+                                      "--best needs a run directory")
+        policy = load_policy(path, device=resolve_device(args.device),  # one-line error for a bad --device
+                             env_id=args.env, trust_env=args.trust_run)
         seed = args.seed if args.seed is not None else policy.config["seed"] + 1_000_000
         result = evaluate(policy, episodes=args.episodes, deterministic=not args.stochastic, seed=seed,
                           backend=args.backend or policy.config.get("backend", "auto"), video=args.video)
@@ -190,6 +229,13 @@ def cmd_presets(args) -> int:
     return 0
 
 
+def add_trust_flags(p: argparse.ArgumentParser, command: str) -> None:
+    """--env / --trust-run: the two ways a user allows a recorded module:Class env id to be imported."""
+    p.add_argument("--env", default=None, metavar="ENV_ID", help="the env to build, named by you: needed when the run's "
+                   "env is module:Class (a run directory is data; its recorded env id is never imported on its own)")
+    p.add_argument("--trust-run", action="store_true", help=f"trust this run's files: let {command} import the module:Class env they record")
+
+
 # ------------------------------------------------------------------------------------ parser
 #: modules that add their own subcommand with register(subparsers)
 PLUGINS = ("proxima.bench", "proxima.envs.checker", "proxima.doctor", "proxima.plot", "proxima.report", "proxima.rlhf.cli")
@@ -203,9 +249,13 @@ def build_parser() -> ArgParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgParser)
 
     p = sub.add_parser("train", help="train PPO on an env", description="Train PPO. Flags override the env's preset, which overrides the defaults.")
-    p.add_argument("env_id", nargs="?", default="CartPole-v1", metavar="ENV_ID", help="Gymnasium id or module:ClassName (default CartPole-v1)")
+    p.add_argument("env_id", nargs="?", default=None, metavar="ENV_ID", help="Gymnasium id or module:ClassName (default CartPole-v1)")
     p.add_argument("--preset", default=None, help="named preset for the env (see `proxima presets`; default: the env's 'default')")
-    p.add_argument("--resume", default=None, metavar="auto|PATH", help="continue a run: a checkpoint or run directory, or auto (the --run-dir's latest checkpoint, if any)")
+    p.add_argument("--config", default=None, metavar="FILE.yaml", help="YAML file of PPOConfig fields (e.g. a run's config.yaml); "
+                   "precedence: defaults < preset < this file < flags; a module:Class env_id in it must be given as ENV_ID too")
+    p.add_argument("--resume", default=None, metavar="auto|PATH", help="continue a run: a checkpoint or run directory, or auto (the --run-dir's latest checkpoint, if any); only the flags listed in docs/reliability.md may change")
+    p.add_argument("--overwrite", action="store_true", help="start a new run in a --run-dir that holds files: the old directory is moved aside (DIR.old-TIME)")
+    p.add_argument("--trust-run", action="store_true", help="with --resume: import the module:Class env recorded in the checkpoint (otherwise name it as ENV_ID)")
     p.add_argument("--nproc", type=int, default=0, help="launch K processes with torchrun (data-parallel, one policy)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary lines")
     p.add_argument("--dry-run", action="store_true", help="print the resolved config (defaults < preset < flags) and exit")
@@ -221,12 +271,19 @@ def build_parser() -> ArgParser:
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--backend", default=None, choices=("auto", "native", "gymnasium", "envpool"), help="env backend (default: the run's)")
     p.add_argument("--video", default=None, metavar="FILE", help="record the first episode to FILE (.mp4, or .gif)")
+    p.add_argument("--best", action="store_true", help="evaluate the run's best checkpoint (checkpoints/best.pt, kept by --eval-every) instead of its latest")
+    add_trust_flags(p, "eval")
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("resume", help="continue a stopped run in its directory")
-    p.add_argument("run_dir", help="run directory")
+    p = sub.add_parser("resume", help="continue a stopped run in its directory",
+                       description="Continue a stopped run in its directory from its newest usable checkpoint. Flags change "
+                       "only what is safe to change (docs/reliability.md): --total-timesteps extends the run, others such as "
+                       "--checkpoint-every or --eval-episodes; any other flag that differs from the run's config is refused.")
+    p.add_argument("path", metavar="RUN_DIR", help="run directory")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--steps", type=int, default=None, metavar="N", help="RLHF runs: continue until step N (extends the run)")
+    add_trust_flags(p, "resume")
+    add_config_flags(p)
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("presets", help="list the tuned presets")

@@ -29,10 +29,11 @@ class PPOConfig:
     """Everything a PPO run needs. Defaults are the classic-control settings of PPO_NOTES.md."""
 
     # --- environment ---
-    env_id: str = _f("CartPole-v1", "Environment: a Gymnasium id (CartPole-v1) or module:ClassName of your own gymnasium.Env.")
+    env_id: str = _f("CartPole-v1", "Environment: a Gymnasium id (CartPole-v1), module:ClassName of your own gymnasium.Env, or module:EnvId (imports module, which registers EnvId with Gymnasium).")
     backend: str = _f("auto", "Env implementation: auto (native torch env when one exists, EnvPool for Atari ids like Pong-v5 when installed), native, gymnasium, or envpool (Atari).", choices=("auto", "native", "gymnasium", "envpool"))
     vector: str = _f("sync", "Gymnasium vectorization: sync (one process) or async (one subprocess per env).", choices=("sync", "async"))
     num_envs: int = _f(4, "Parallel environments N (per process).")
+    env_kwargs: dict = _f({}, "Keyword arguments of the env's constructor as JSON, e.g. '{\"continuous\": true}' (Gymnasium envs; recorded in config.yaml).")
     # --- rollout / optimisation ---
     total_timesteps: int = _f(500_000, "Environment steps to train for, counted over all envs and processes.")
     num_steps: int = _f(128, "Steps T per env per rollout; the batch is T x N (x processes).")
@@ -69,8 +70,10 @@ class PPOConfig:
     amp: str = _f("none", "Mixed precision for forward passes: none, bf16 or fp16 (fp16 uses a GradScaler, CUDA only).", choices=("none", "bf16", "fp16"))
     run_dir: Optional[str] = _f(None, "Run directory (default runs/<env>__<seed>__<time>).")
     checkpoint_every: int = _f(50, "Write a checkpoint every N iterations (0: only at the end).")
+    checkpoint_minutes: float = _f(10.0, "Also write a checkpoint when this many minutes have passed since the last one (0: off).")
     keep_checkpoints: int = _f(3, "Keep the last K periodic checkpoints.")
-    eval_episodes: int = _f(10, "Episodes of the deterministic policy evaluated at the end (0: skip).")
+    eval_episodes: int = _f(10, "Episodes of the deterministic policy evaluated at the end, and at each --eval-every (0: skip).")
+    eval_every: int = _f(0, "Also evaluate every N env steps during training: eval/* in TensorBoard and metrics.csv, the best policy kept as checkpoints/best.pt (0: off).")
     progress: bool = _f(True, "Show a progress bar.")
     debug_checks: bool = _f(False, "Validate every action and observation against the spaces (slow).")
     plot: bool = _f(False, "Write curve.png into the run directory at the end.")
@@ -80,6 +83,12 @@ class PPOConfig:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(PPOConfig)}
+
+#: fields a resumed run may change (docs/reliability.md): how long it runs, how often it saves and
+#: evaluates, what it prints, where it runs. Every other field is the run's identity; changing it
+#: on resume would make the checkpoint's state describe a different run, so resume refuses it.
+RESUME_SAFE = ("total_timesteps", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "eval_episodes", "eval_every",
+               "progress", "plot", "threads", "device", "debug_checks", "run_dir")
 
 
 def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "config") -> PPOConfig:
@@ -91,6 +100,24 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
             raise ConfigError(f"{source}: unknown field '{key}'" + (f" (did you mean '{close}'?)" if close else ""))
         setattr(cfg, key, coerce(key, value, source))
     return cfg
+
+
+def load_config_file(path: str) -> dict:
+    """``--config FILE.yaml``: a mapping of PPOConfig fields; ConfigError naming the file otherwise."""
+    import yaml
+
+    try:
+        with open(path) as f:
+            values = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError(f"--config {path}: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"--config {path}: expected a mapping of field: value, got {type(values).__name__}")
+    return values
 
 
 def _close(word: str, options) -> Optional[str]:
@@ -129,6 +156,19 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
             if isinstance(value, bool):
                 raise ValueError
             return float(value)
+        if isinstance(default, dict):
+            if isinstance(value, str):
+                import json
+
+                try:
+                    value = json.loads(value) if value.strip() else {}
+                except json.JSONDecodeError as e:
+                    raise ConfigError(f"{source}: field '{name}' got {value!r}: not valid JSON ({e.msg} at column {e.colno})") from None
+            if value is None:
+                return {}
+            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                raise ValueError
+            return dict(value)
         if isinstance(default, list):
             if isinstance(value, str):
                 value = [v for v in value.replace(" ", "").split(",") if v]
@@ -151,7 +191,13 @@ def _type_name(default: Any) -> str:
         return "a number"
     if isinstance(default, list):
         return "a comma-separated list of integers"
+    if isinstance(default, dict):
+        return "a JSON object of keyword arguments, e.g. {\"k\": 1}"
     return "a string"
+
+
+#: the largest --seed: numpy takes seeds below 2**32, and a run adds 10,000 per rank and 1,000,000 for evaluation
+MAX_SEED = 2**31 - 1
 
 
 def validate(cfg: PPOConfig, world_size: int = 1) -> None:
@@ -172,7 +218,11 @@ def validate(cfg: PPOConfig, world_size: int = 1) -> None:
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "threads"):
         if getattr(cfg, name) < 1:
             bad(name, "must be at least 1")
-    for name in ("checkpoint_every", "eval_episodes", "keep_checkpoints"):
+    if not (math.isfinite(cfg.checkpoint_minutes) and cfg.checkpoint_minutes >= 0):
+        bad("checkpoint_minutes", "must be 0 (off) or a positive number of minutes")
+    if cfg.eval_every and not cfg.eval_episodes:
+        bad("eval_every", "needs --eval-episodes of 1 or more")
+    for name in ("checkpoint_every", "eval_episodes", "eval_every", "keep_checkpoints"):
         if getattr(cfg, name) < 0:
             bad(name, "must be 0 or more")
     if cfg.keep_checkpoints < 1:
@@ -201,6 +251,8 @@ def validate(cfg: PPOConfig, world_size: int = 1) -> None:
         bad("num_minibatches", f"gives minibatches of {batch // cfg.num_minibatches} sample; advantage normalization needs at least 2")
     if cfg.total_timesteps < batch * world_size:
         bad("total_timesteps", f"is smaller than one batch ({batch * world_size} steps = num_envs x num_steps{' x processes' if world_size > 1 else ''})")
+    if not 0 <= cfg.seed <= MAX_SEED:
+        bad("seed", f"must be an integer from 0 to {MAX_SEED:,} (numpy seeds are 32-bit; ranks and evaluation add offsets)")
     if not cfg.env_id:
         bad("env_id", "must name an environment")
 

@@ -16,12 +16,23 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: int =
 
     The policy's observation normalizer is applied frozen (its training statistics). Returns a
     dict with env_id, episodes, mean_return, std_return, returns, lengths, deterministic.
+    An env id read from the checkpoint that would import a module is refused (UntrustedEnvError)
+    unless the policy was loaded with ``env_id=`` or ``trust_env=True`` (checkpoint.load_policy).
     """
+    if not getattr(policy, "env_trusted", True):
+        from .envs.gym_adapter import refuse_recorded_env
+
+        refuse_recorded_env(policy.env_id, policy.path or "checkpoint")
     # training=False: Atari plays full games with raw rewards (no episodic life, no reward clipping)
     env = make_env(policy.env_id, episodes, device=policy.device, backend=backend, seed=seed,
-                   render_mode="rgb_array" if video else None, training=False)
+                   render_mode="rgb_array" if video else None, training=False, env_kwargs=policy.config.get("env_kwargs"))
     try:
         obs = env.reset(seed=seed)
+        if video is not None and env.render(0) is None:
+            from .video import VideoError
+
+            raise VideoError(f"--video {video}: env '{policy.env_id}' renders no frames (no render_mode='rgb_array' "
+                             "support); evaluate without --video")
         returns = torch.zeros(episodes, dtype=torch.float64, device=env.device)
         lengths = torch.zeros(episodes, dtype=torch.int64, device=env.device)
         finished = torch.zeros(episodes, dtype=torch.bool, device=env.device)

@@ -16,32 +16,35 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from .diskspace import write_error
+
 CSV_COLUMNS = [
     "iteration", "global_step", "time", "episodes",
     "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
     "losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac",
-    "losses/explained_variance",
+    "losses/explained_variance", "eval/mean_return", "eval/std_return",
 ]
 
 
 def truncate_csv(path: Path, max_step: int) -> None:
-    """Keep the header and the rows with global_step <= max_step (rewritten atomically)."""
+    """Keep the rows with global_step <= max_step under the current header (rewritten atomically).
+
+    A file left empty or cut short by a kill (no header, a half row) becomes a whole CSV again;
+    rows of an older header are kept by column name.
+    """
     if not path.exists():
         return
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
-    if not rows:
-        return
-    header, body = rows[0], rows[1:]
-    if "global_step" not in header:
-        return
-    col = header.index("global_step")
+    header, body = (rows[0], rows[1:]) if rows and "global_step" in rows[0] else ([], [])
+    col = header.index("global_step") if header else 0
     # a run killed mid-write can leave a cut-off last row: keep only whole rows up to max_step
-    kept = [r for r in body if len(r) == len(header) and _int_or_none(r[col]) is not None and _int_or_none(r[col]) <= max_step]
+    kept = [dict(zip(header, r)) for r in body
+            if len(r) == len(header) and _int_or_none(r[col]) is not None and _int_or_none(r[col]) <= max_step]
     tmp = path.with_suffix(".csv.tmp")
     with open(tmp, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        w.writeheader()
         w.writerows(kept)
         f.flush()
         os.fsync(f.fileno())
@@ -67,6 +70,24 @@ def _wait_for_new_second(run_dir: Path) -> None:
         time.sleep(max(0.0, newest + 1 - time.time()) + 0.01)
 
 
+def _quiet_writer_thread(writer) -> None:
+    """TensorBoard writes from a thread that hands a failed write (disk full) to the next add_scalar,
+    where RunLogger turns it into one line; the thread's own traceback on stderr is not printed."""
+    import threading
+
+    worker = getattr(getattr(getattr(writer.file_writer, "event_writer", None), "_async_writer", None), "_worker", None)
+    if worker is None:
+        return
+    previous = threading.excepthook
+
+    def hook(args) -> None:
+        if args.thread is worker and issubclass(args.exc_type, OSError):
+            return
+        previous(args)
+
+    threading.excepthook = hook
+
+
 class RunLogger:
     """Writes one TensorBoard scalar set and one CSV row per iteration; rank 0 only."""
 
@@ -75,16 +96,22 @@ class RunLogger:
 
         self.run_dir = Path(run_dir)
         self.csv_path = self.run_dir / "metrics.csv"
-        if resume_step is not None:
-            truncate_csv(self.csv_path, resume_step)
-            _wait_for_new_second(self.run_dir)
-        # purge_step drops events at steps > resume_step that a killed run logged after its checkpoint
-        self.writer = SummaryWriter(str(self.run_dir), purge_step=None if resume_step is None else resume_step + 1)
-        new = not self.csv_path.exists()
-        self._csv_file = open(self.csv_path, "a", newline="")
-        self._csv = csv.DictWriter(self._csv_file, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        if new:
-            self._csv.writeheader()
+        try:
+            if resume_step is not None:
+                truncate_csv(self.csv_path, resume_step)
+                _wait_for_new_second(self.run_dir)
+            # purge_step drops events at steps > resume_step that a killed run logged after its checkpoint
+            self.writer = SummaryWriter(str(self.run_dir), purge_step=None if resume_step is None else resume_step + 1)
+            _quiet_writer_thread(self.writer)
+            # a file killed before its header reached the disk is empty: it gets the header now
+            new = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
+            self._csv_file = open(self.csv_path, "a", newline="")
+            self._csv = csv.DictWriter(self._csv_file, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+            if new:
+                self._csv.writeheader()
+                self._csv_file.flush()
+        except OSError as e:
+            raise write_error(e.filename or self.csv_path, e, "could not open the run's logs") from None
         self.last_return = math.nan
         self.bar = None
         if progress:
@@ -95,12 +122,18 @@ class RunLogger:
 
     def log(self, iteration: int, global_step: int, metrics: dict) -> None:
         """metrics: name -> float (NaN = not measured this iteration, e.g. no episode finished)."""
-        for name, value in metrics.items():
-            if "/" in name and value is not None and math.isfinite(value):
-                self.writer.add_scalar(name, value, global_step)
+        try:
+            for name, value in metrics.items():
+                if "/" in name and value is not None and math.isfinite(value):
+                    self.writer.add_scalar(name, value, global_step)
+        except OSError as e:  # the event writer's thread hands its write error to the next call
+            raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
         row = {"iteration": iteration, "global_step": global_step, **metrics}
-        self._csv.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
-        self._csv_file.flush()
+        try:
+            self._csv.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
+            self._csv_file.flush()
+        except OSError as e:
+            raise write_error(self.csv_path, e) from None
         ret = metrics.get("charts/episodic_return", math.nan)
         if math.isfinite(ret):
             self.last_return = ret
@@ -111,9 +144,25 @@ class RunLogger:
     def text(self, tag: str, text: str, step: int) -> None:
         self.writer.add_text(tag, text, step)
 
+    def _event_file(self) -> Path:
+        try:
+            return Path(self.writer.file_writer.event_writer._file_name)
+        except AttributeError:
+            return self.run_dir / "events.out.tfevents.*"
+
     def close(self) -> None:
+        """Flush and close both files; a failure is raised (StorageError) after all were closed."""
         if self.bar is not None:
             self.bar.close()
+        error = None
+        for what, close in (("TensorBoard events", self._close_writer), ("metrics", self._csv_file.close)):
+            try:
+                close()
+            except OSError as e:
+                error = error or write_error(self._event_file() if what != "metrics" else self.csv_path, e, f"could not write {what}")
+        if error is not None:
+            raise error
+
+    def _close_writer(self) -> None:
         self.writer.flush()
         self.writer.close()
-        self._csv_file.close()

@@ -2,10 +2,13 @@
 
 Each run's ``metrics.csv`` (one row per iteration, written by proxima.logger) gives the metric
 (default ``charts/episodic_return``) against ``global_step`` (``--x step``) or wall time in seconds
-(``--x time``). Runs are grouped by the ``env_id`` of their ``config.yaml``: a group of one run is
-drawn as its own line; a group of several runs is drawn as the mean over runs with a spread band
-(min-max by default, or mean +- one standard deviation with ``--band std``; the legend says
-which), after interpolating every run onto a common x grid. One panel per env.
+(``--x time``). Runs are grouped by the ``env_id`` of their ``config.yaml`` and by their settings
+(preset and flags; seeds, lengths and devices do not split a group): a group of one run is drawn as
+its own line; a group of several runs is drawn as the mean over runs with a spread band (min-max by
+default, or mean +- one standard deviation with ``--band std``; the legend says which), after
+interpolating every run onto a common x grid that reaches the end of the group's longest run. One
+panel per group. Of several directories, those that are not PPO runs with the metric (an RLHF run,
+a folder without metrics.csv) are skipped with a line.
 
 Rows where a metric was not measured (an empty CSV cell, e.g. no episode finished in that
 iteration) are skipped. ``--smooth K`` applies a trailing moving average over K points per run
@@ -141,9 +144,11 @@ def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minm
     """Mean and spread of several (x, y) curves on a common x grid.
 
     When every run has the same x values they are used as they are; otherwise each curve is
-    linearly interpolated onto ``points`` evenly spaced x values over the range all runs cover
-    (their overlap), so no run is extrapolated. Returns dict(x, mean, lo, hi, n): lo/hi are the
-    min and max over runs (band="minmax") or mean -+ the population std (band="std").
+    linearly interpolated onto ``points`` evenly spaced x values over the range of all runs together,
+    so the group is drawn to the end of its longest run; a run counts only inside its own range (never
+    extrapolated), so past a shorter run's end the mean is over the runs that got there. Returns
+    dict(x, mean, lo, hi, n, count): lo/hi are the min and max over runs (band="minmax") or mean -+
+    the population std (band="std"); count is the number of runs at each x.
     """
     if band not in BANDS:
         raise PlotError(f"band {band!r}: choose one of {', '.join(BANDS)}")
@@ -155,27 +160,105 @@ def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minm
         grid = xs[0]
         stack = np.stack(ys)
     else:
-        start, stop = max(float(x[0]) for x in xs), min(float(x[-1]) for x in xs)
-        if start > stop:  # the runs do not overlap: use the union and hold the end values
-            start, stop = min(float(x[0]) for x in xs), max(float(x[-1]) for x in xs)
+        start, stop = min(float(x[0]) for x in xs), max(float(x[-1]) for x in xs)
         n = max(2, min(points, max(len(x) for x in xs))) if stop > start else 1
         grid = np.linspace(start, stop, n)
-        stack = np.stack([np.interp(grid, x, y) for x, y in zip(xs, ys)])
-    mean = stack.mean(axis=0)
+        stack = np.stack([np.where((grid >= x[0]) & (grid <= x[-1]), np.interp(grid, x, y), np.nan) for x, y in zip(xs, ys)])
+    count = np.isfinite(stack).sum(axis=0)
+    mean = np.nanmean(stack, axis=0)  # every grid point is inside at least one run's range
     if band == "minmax":
-        lo, hi = stack.min(axis=0), stack.max(axis=0)
+        lo, hi = np.nanmin(stack, axis=0), np.nanmax(stack, axis=0)
     else:
-        std = stack.std(axis=0)
+        std = np.nanstd(stack, axis=0)
         lo, hi = mean - std, mean + std
-    return {"x": grid, "mean": mean, "lo": lo, "hi": hi, "n": np.int64(len(curves))}
+    return {"x": grid, "mean": mean, "lo": lo, "hi": hi, "n": np.int64(len(curves)), "count": count}
 
 
-def group_by_env(run_dirs: Iterable[PathLike]) -> dict[str, list[Path]]:
-    """env_id -> its run directories, in the order given."""
-    groups: dict[str, list[Path]] = {}
+#: config fields that tell the runs of one experiment apart without changing what is learned, or how:
+#: runs that differ only in these (seeds, length, where and how they ran) are drawn as one group
+RUN_ONLY_FIELDS = frozenset({"seed", "run_dir", "device", "threads", "progress", "plot", "checkpoint_every",
+                             "checkpoint_minutes", "keep_checkpoints", "eval_episodes", "eval_every", "debug_checks",
+                             "total_timesteps", "deterministic", "compile", "compile_mode", "cudagraphs", "vector"})
+
+
+def run_config(run_dir: PathLike) -> dict:
+    """The run's config.yaml as a dict ({} when absent or unreadable)."""
+    import yaml
+
+    try:
+        cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def group_runs(run_dirs: Iterable[PathLike]) -> dict[str, list[Path]]:
+    """Group label -> its run directories, in the order given.
+
+    Runs are grouped by env and by their settings (the preset and flags: every config field but
+    RUN_ONLY_FIELDS). The label is the env id, followed, when one env has several settings, by the
+    fields that differ (``CartPole-v1 (lr=0.001, num_envs=8)``), so no curve averages two settings.
+    """
+    by_env: dict[str, list[Path]] = {}
     for d in run_dirs:
-        groups.setdefault(run_env_id(d), []).append(Path(d))
+        by_env.setdefault(run_env_id(d), []).append(Path(d))
+    groups: dict[str, list[Path]] = {}
+    for env, dirs in by_env.items():
+        settings = [{k: v for k, v in run_config(d).items() if k not in RUN_ONLY_FIELDS and k != "env_id"} for d in dirs]
+        variants = [v for i, v in enumerate(settings) if v not in settings[:i]]
+        if len(variants) == 1:
+            groups[env] = dirs
+            continue
+        differ = [k for k in dict.fromkeys(k for v in variants for k in v) if len({repr(v.get(k)) for v in variants}) > 1]
+        for d, v in zip(dirs, settings):
+            shown = ", ".join(f"{k}={_short(v.get(k))}" for k in differ[:3]) + (", ..." if len(differ) > 3 else "")
+            groups.setdefault(f"{env} ({shown})", []).append(d)
     return groups
+
+
+def _short(value) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def usable_runs(run_dirs: Sequence[PathLike], metric: str) -> tuple[list[Path], str]:
+    """(run directories that hold ``metric``, its resolved column name).
+
+    Given one run, any problem is a PlotError. Given several, a directory that is not a PPO run
+    with that metric (an RLHF run, a folder without metrics.csv) is skipped with a line on stderr,
+    so ``proxima plot runs/*`` draws what it can; a PlotError only when none is left.
+    """
+    if len(run_dirs) == 1:
+        d = check_run_dir(run_dirs[0])
+        return [d], resolve_metric(metric, list(read_metrics(d)))
+    kept, name, first_error = [], None, None
+    for d in run_dirs:
+        try:
+            cols = list(read_metrics(check_run_dir(d)))
+            this = resolve_metric(metric, cols)
+            if name is not None and this != name:
+                raise PlotError(f"{metric!r} means {this} here, {name} in the first run")
+        except PlotError as e:
+            first_error = first_error or e
+            kind = _run_kind(d)
+            sys.stderr.write(f"proxima: note: skipping {d}" + (f" (a '{kind}' run, not PPO)" if kind not in ("ppo", None) else "") + f": {e}\n")
+            continue
+        kept.append(Path(d))
+        name = this
+    if not kept:
+        raise first_error
+    return kept, name
+
+
+def _run_kind(run_dir: PathLike) -> Optional[str]:
+    import json
+
+    try:
+        meta = json.loads((Path(run_dir) / "meta.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return meta.get("kind") if isinstance(meta, dict) else None
 
 
 # ------------------------------------------------------------------------------------ drawing
@@ -183,9 +266,11 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
               smooth: int = 1, band: str = "minmax", title: Optional[str] = None) -> Path:
     """Draw ``metric`` against ``x`` ("step" or "time") for the runs; write the image to ``out``.
 
-    One panel per env_id; several runs of one env are drawn as mean + spread band. The format
-    follows the suffix (.png, .svg, .pdf). Returns the written path. Raises PlotError (nothing
-    written) for a missing or foreign run directory, empty metrics or an unknown metric.
+    One panel per group (group_runs: env and settings); several runs of one group are drawn as
+    mean + spread band, to the end of the group's longest run. Of several directories, those that
+    are not PPO runs holding the metric are skipped with a line (usable_runs). The format follows
+    the suffix (.png, .svg, .pdf). Returns the written path. Raises PlotError (nothing written) for
+    a missing or foreign run directory, empty metrics or an unknown metric.
     """
     if not run_dirs:
         raise PlotError("no run directories given")
@@ -198,8 +283,8 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
     if fmt is None:
         raise PlotError(f"{out}: unsupported image type {out.suffix or '(no suffix)'!r}; use {', '.join(FORMATS)}")
     # read and check everything before drawing, so an error leaves no file behind
-    groups = group_by_env(check_run_dir(d) for d in run_dirs)
-    metric_name = resolve_metric(metric, list(read_metrics(next(iter(groups.values()))[0])))
+    kept, metric_name = usable_runs(list(run_dirs), metric)
+    groups = group_runs(kept)
     curves = {env: [(d, load_curve(d, metric_name, x, smooth)) for d in dirs] for env, dirs in groups.items()}
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -217,7 +302,8 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
             ax.plot(xs, ys, lw=1.6, label=d.name)
         else:
             agg = aggregate([c for _, c in runs], band=band)
-            line, = ax.plot(agg["x"], agg["mean"], lw=1.8, label=f"mean of {len(runs)} runs")
+            uneven = " (fewer past the shorter runs' end)" if agg["count"].min() < len(runs) else ""
+            line, = ax.plot(agg["x"], agg["mean"], lw=1.8, label=f"mean of {len(runs)} runs{uneven}")
             ax.fill_between(agg["x"], agg["lo"], agg["hi"], color=line.get_color(), alpha=0.25, lw=0,
                             label=BANDS[band])
         ax.set_title(env if title is None else (f"{title}: {env}" if n > 1 else title))
@@ -225,11 +311,15 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
         ax.set_ylabel(metric_name + (f" (moving average, {smooth})" if smooth > 1 else ""))
         ax.grid(True, alpha=0.3)
         ax.legend(loc="best", fontsize="small")
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(tmp, format=fmt)
         os.replace(tmp, out)
+    except OSError as e:  # disk full, read-only folder: one line naming the file and the free space
+        from .diskspace import describe
+
+        raise PlotError(describe(out, e)) from None
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -25,7 +25,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .plot import DEFAULT_METRIC, X_LABELS, PlotError, check_run_dir, plot_runs, read_metrics, resolve_metric, run_env_id
+from .diskspace import describe
+from .plot import DEFAULT_METRIC, X_LABELS, PlotError, group_runs, plot_runs, read_metrics, run_env_id, usable_runs
 
 
 class ReportError(ValueError):
@@ -82,6 +83,12 @@ def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> d
         out["best"] = float(col[i])
         if "global_step" in metrics:
             out["best_step"] = float(metrics["global_step"][i])
+    ev = metrics.get("eval/mean_return")  # --eval-every: the deterministic policy's return during training
+    if ev is not None and np.isfinite(ev).any():
+        ok = np.flatnonzero(np.isfinite(ev))
+        i = ok[np.argmax(ev[ok])]
+        out["eval_last"], out["eval_best"] = float(ev[ok[-1]]), float(ev[i])
+        out["eval_best_step"] = float(metrics["global_step"][i]) if "global_step" in metrics else None
     return out
 
 
@@ -196,21 +203,29 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     rows.append([f"best {metric}"] + [None if x["best"] is None else
                                       f"{x['best']:.2f}" + (f" at step {x['best_step']:,.0f}" if x["best_step"] is not None else "")
                                       for x in s])
+    if any("eval_last" in x for x in s):  # evaluations during training (--eval-every)
+        rows.append(["eval return during training, last"] + [_num(x.get("eval_last"), "{:.2f}") for x in s])
+        rows.append(["eval return during training, best"] + [
+            None if x.get("eval_best") is None else f"{x['eval_best']:.2f}" + (
+                f" at step {x['eval_best_step']:,.0f} (checkpoints/best.pt)" if x.get("eval_best_step") is not None else "")
+            for x in s])
     rows.append(["final eval return"] + [_eval_line(r["eval"]) for r in runs])
     lines += _table([""] + names, rows)
     lines += ["", f"Final and best {metric}: mean over the episodes that finished in one iteration (metrics.csv)."]
-    if len(runs) > 1:
-        evals = [r["eval"]["mean_return"] for r in runs if "mean_return" in r["eval"]]
-        if len(evals) > 1:
-            lines += [f"Final eval over {len(evals)} runs: mean {np.mean(evals):.2f}, std {np.std(evals):.2f}, "
-                      f"min {np.min(evals):.2f}, max {np.max(evals):.2f}."]
+    if len(runs) > 1:  # one summary per group (env and settings): returns of different envs are never averaged
+        for group in dict.fromkeys(r.get("group", r["env"]) for r in runs):
+            evals = [r["eval"]["mean_return"] for r in runs if r.get("group", r["env"]) == group and "mean_return" in r["eval"]]
+            if len(evals) > 1:
+                lines += [f"Final eval of {group} over {len(evals)} runs: mean {np.mean(evals):.2f}, std {np.std(evals):.2f}, "
+                          f"min {np.min(evals):.2f}, max {np.max(evals):.2f}."]
     lines.append("")
 
     lines += ["## Learning curve", ""]
     if curve is not None:
         lines += [f"![{metric} against {X_LABELS[x]}]({curve})", ""]
         if len(runs) > 1:
-            lines += ["Runs of one env are drawn as their mean with the min-max band over runs.", ""]
+            lines += ["Runs of one env and settings are drawn as their mean with the min-max band over runs, "
+                      "to the end of the longest run.", ""]
     else:
         lines += [f"No curve: {curve_note}", ""]
 
@@ -272,9 +287,8 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
     if not run_dirs:
         raise ReportError("no run directories given")
     try:
-        dirs = [check_run_dir(d) for d in run_dirs]
+        dirs, metric = usable_runs(list(run_dirs), metric)  # of several, non-PPO directories are skipped with a line
         metrics = [read_metrics(d) for d in dirs]
-        metric = resolve_metric(metric, list(metrics[0]))
     except PlotError as e:
         raise ReportError(str(e)) from None
     if out is None:
@@ -295,7 +309,14 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
             print(f"evaluated {d}: {_eval_line(ev)}", file=sys.stderr)
         runs.append({"dir": d, "name": name, "env": run_env_id(d), "config": config, "meta": meta,
                      "summary": summarize(m, metric), "eval": ev})
-    out.parent.mkdir(parents=True, exist_ok=True)
+    for label, members in group_runs(dirs).items():
+        for r in runs:
+            if r["dir"] in members:
+                r["group"] = label
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ReportError(describe(out.parent, e, "could not create the folder")) from None
     curve_file, curve_note = _curve_path(out, dirs), None
     try:
         plot_runs(dirs, curve_file, metric=metric, x=x, smooth=smooth)
@@ -307,6 +328,8 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
     try:
         tmp.write_text(text)
         os.replace(tmp, out)
+    except OSError as e:  # disk full: one line naming the file and the free space, no half report
+        raise ReportError(describe(out, e)) from None
     finally:
         if tmp.exists():
             tmp.unlink()

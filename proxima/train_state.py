@@ -71,6 +71,7 @@ def capture(t: "Trainer") -> dict:
         "env": t.env.state_dict() if t.env.can_save_state else None,
         "next_obs": t.next_obs,
         "rng": ckpt.rng_state(),
+        "best_eval": getattr(t, "best_eval", None),  # --eval-every: the best mean eval return so far (best.pt)
     }
 
 
@@ -108,6 +109,8 @@ def restore(t: "Trainer", state: dict) -> None:
     except KeyError as e:
         raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing {e})") from None
     t.last_checkpoint = Path(path) if "path" in state else None
+    best = state.get("best_eval")
+    t.best_eval = float(best) if isinstance(best, (int, float)) and not isinstance(best, bool) else None
     if state.get("world_size", 1) != t.dist.world_size:
         w = state.get("world_size", 1)
         raise ckpt.CheckpointError(f"{path}: written by {w} process(es), resumed with {t.dist.world_size}; use the same --nproc"
@@ -146,26 +149,36 @@ def save(t: "Trainer") -> Optional[Path]:
 
 # ------------------------------------------------------------------------------------------------
 def open_run_dir(t: "Trainer", resumed: bool) -> None:
-    """Rank 0: create the run directory; a new run also gets config.yaml and meta.json."""
+    """Rank 0: create the run directory; a new run also gets config.yaml and meta.json.
+
+    A write that fails (disk full) raises StorageError naming the file and the free space; the
+    trainer then removes the new run's directory (rundir.RunSession.discard_fresh)."""
     if not t.dist.is_main:
         return
-    t.run_dir.mkdir(parents=True, exist_ok=True)
-    (t.run_dir / "checkpoints").mkdir(exist_ok=True)
-    if resumed:
-        return
-    import yaml
+    from .diskspace import write_error
 
-    with open(t.run_dir / "config.yaml", "w") as f:
-        yaml.safe_dump(t.cfg.to_dict(), f, sort_keys=False)
-    meta = {"kind": "ppo", "command": t.argv if t.argv is not None else sys.argv,
-            "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(),
-            "device": str(t.device), "world_size": t.dist.world_size, "git_commit": git_commit(),
-            "env_backend": t.env.backend}
+    path = t.run_dir / "checkpoints"
     try:
-        from .doctor import collect
+        path.mkdir(parents=True, exist_ok=True)
+        if resumed:
+            return
+        import yaml
 
-        meta["machine"] = collect()
-    except Exception:  # doctor is best-effort here
-        pass
-    with open(t.run_dir / "meta.json", "w") as f:
-        json.dump(meta, f, indent=2, default=str)
+        path = t.run_dir / "config.yaml"
+        with open(path, "w") as f:
+            yaml.safe_dump(t.cfg.to_dict(), f, sort_keys=False)
+        meta = {"kind": "ppo", "command": t.argv if t.argv is not None else sys.argv,
+                "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(),
+                "device": str(t.device), "world_size": t.dist.world_size, "git_commit": git_commit(),
+                "env_backend": t.env.backend}
+        try:
+            from .doctor import collect
+
+            meta["machine"] = collect()
+        except Exception:  # doctor is best-effort here
+            pass
+        path = t.run_dir / "meta.json"
+        with open(path, "w") as f:
+            json.dump(meta, f, indent=2, default=str)
+    except OSError as e:
+        raise write_error(path, e, "could not start the run") from None

@@ -20,7 +20,7 @@ import torch
 from . import checkpoint as ckpt
 from . import graphs, ppo, train_state
 from .agent import Agent, action_dtype, action_shape
-from .config import ConfigError, PPOConfig, batch_size, from_dict, num_iterations, validate
+from .config import ConfigError, PPOConfig, batch_size, num_iterations, validate
 from .envs import BatchedEnv, make_env
 from .normalize import ObsNormalizer, RewardScaler
 from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
@@ -57,7 +57,8 @@ class Trainer:
             torch.use_deterministic_algorithms(cfg.deterministic, warn_only=True)
         rank_seed = cfg.seed + 10_000 * self.dist.rank  # each rank its own envs and samples
         seed_everything(rank_seed)
-        self.env: BatchedEnv = make_env(cfg.env_id, cfg.num_envs, self.device, cfg.backend, cfg.vector, seed=rank_seed)
+        self.env: BatchedEnv = make_env(cfg.env_id, cfg.num_envs, self.device, cfg.backend, cfg.vector, seed=rank_seed,
+                                         env_kwargs=cfg.env_kwargs)
         obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
         try:
             self.agent = Agent(obs_space, act_space, cfg.hidden_sizes, cfg.activation, cfg.encoder).to(self.device)
@@ -176,6 +177,8 @@ class Trainer:
         if self.dist.is_main:
             self.logger = _make_logger(self, resumed)
         cfg = self.cfg
+        self._saved_at = time.monotonic()
+        self.best_eval = getattr(self, "best_eval", None)  # restored from the checkpoint on resume
         last_ckpt = getattr(self, "last_checkpoint", None)
         try:
             with SignalGuard() as stop:
@@ -200,12 +203,16 @@ class Trainer:
                                              "try a lower --lr or --max-grad-norm, or --norm-obs/--norm-reward")
                     self.elapsed = time.perf_counter() - t_start
                     sps = self.steps_per_iteration / max(time.perf_counter() - t_iter, 1e-9)
+                    row = _metric_row(metrics, sps, self.optimizer, self.elapsed)
+                    if self._eval_due() and self.dist.is_main:
+                        row.update(self._evaluate_now())
                     if self.logger is not None:
-                        self.logger.log(self.iteration, self.global_step, _metric_row(metrics, sps, self.optimizer, self.elapsed))
-                    periodic = cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0
+                        self.logger.log(self.iteration, self.global_step, row)
+                    periodic = (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0) or self._checkpoint_due()
                     signum = self.dist.agree_stop(stop.signum)  # all ranks stop at the same iteration
                     if periodic or signum or self.iteration == self.num_iterations:
                         last_ckpt = self.last_checkpoint = self.save() or last_ckpt
+                        self._saved_at = time.monotonic()
                     if signum:
                         raise TrainingInterrupted(signum, last_ckpt)
                 self.dist.dump_parameters(self.agent, self.iteration, self.global_step, self.run_dir)  # test hook (PROXIMA_DEBUG_DUMP_PARAMS)
@@ -213,6 +220,43 @@ class Trainer:
             if self.logger is not None:
                 self.logger.close()
         return self.run_dir
+
+    def _eval_due(self) -> bool:
+        """--eval-every N: this iteration crossed a multiple of N env steps."""
+        every = self.cfg.eval_every
+        return bool(every) and (self.global_step - self.steps_per_iteration) // every != self.global_step // every
+
+    def _evaluate_now(self) -> dict:
+        """Evaluate a frozen copy of the current policy (``eval_episodes`` deterministic episodes, the
+        end-of-run seed); a new best mean return is written to checkpoints/best.pt. Training's RNG
+        streams are saved and put back, so a run with evaluations trains exactly as one without."""
+        import copy
+
+        from .evaluate import evaluate
+
+        cfg, rng = self.cfg, ckpt.rng_state()
+        try:
+            norm = copy.deepcopy(self.obs_norm) if self.obs_norm is not None else None
+            policy = ckpt.Policy(copy.deepcopy(self.agent), norm, cfg.to_dict(), self.env.single_observation_space,
+                                 self.env.single_action_space, self.device)
+            result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend)
+        finally:
+            ckpt.set_rng_state(rng)
+        mean = result["mean_return"]
+        if self.best_eval is None or mean > self.best_eval:
+            self.best_eval = mean
+            state = train_state.capture(self)
+            ckpt.atomic_torch_save(state, ckpt.best_checkpoint_path(self.run_dir))
+        return {"eval/mean_return": mean, "eval/std_return": result["std_return"]}
+
+    def _checkpoint_due(self) -> bool:
+        """--checkpoint-minutes: a checkpoint is due when that long has passed since the last one (rank
+        0's clock decides for all ranks, so they save at the same iteration)."""
+        minutes = self.cfg.checkpoint_minutes
+        if not minutes:
+            return False
+        due = time.monotonic() - self._saved_at >= 60.0 * minutes
+        return bool(self.dist.from_main(lambda: due)) if self.dist.enabled else due
 
     def close(self) -> None:
         self.env.close()
@@ -266,12 +310,22 @@ def _metric_row(m: dict, sps: float, optimizer, elapsed: float) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------
-def train(config: PPOConfig, run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True):
+def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True,
+          overwrite: bool = False, env_id: Optional[str] = None, trust_run: bool = False, overrides: Optional[dict] = None):
     """Train PPO. Returns (run_dir, agent).
 
+    A run directory belongs to one run (proxima/rundir.py): a new run refuses a directory that
+    holds files unless ``overwrite`` (the old one is moved aside); the trainer holds the directory's
+    lock for its life, so a second trainer or a resume of a live run stops with "run R is in use by
+    pid P". A new run that fails before its first checkpoint leaves no directory behind.
+
     resume: None (fresh run), a checkpoint file or run directory to continue from ("auto" resumes
-    from ``run_dir`` when it holds a checkpoint). A resumed run continues in the checkpoint's run
-    directory with the checkpoint's config.
+    from ``run_dir`` when it holds a checkpoint, else starts it afresh). A resumed run continues in
+    the checkpoint's run directory with the checkpoint's config; ``overrides`` ({field: value}, the
+    flags a user typed) may change only config.RESUME_SAFE fields (total_timesteps extends the run),
+    any other that differs is refused. A run directory's newest checkpoint that cannot be loaded is
+    set aside and the one before it used. An env id read from a checkpoint that would import a
+    module (``module:Class``) is refused unless ``env_id`` names the same env or ``trust_run``.
 
     Under torchrun every process calls this (docs/distributed.md): rank 0 finds and loads the
     checkpoint and sends it to the others, so all ranks restore the same one; rank 0 alone writes
@@ -279,46 +333,45 @@ def train(config: PPOConfig, run_dir=None, resume=None, argv=None, quiet: bool =
     ``proxima: rank R failed: <error>`` before its traceback; torchrun then ends the others.
     """
     from . import distributed
+    from .run_setup import diagnose_failure, resolve_start
+    from .rundir import RunSession
 
     dctx = distributed.context()
+    session = RunSession()  # rank 0's lock on the run directory
+    trainer = None
     try:
-        state, config, run_dir, resumed = dctx.from_main(lambda: _resolve_resume(config, run_dir, resume))
-        trainer = Trainer(config, run_dir=run_dir, resume_state=state, argv=argv, quiet=quiet)
         try:
+            state, config, run_dir, resumed, restart = dctx.from_main(
+                lambda: resolve_start(config, run_dir, resume, session, env_id, trust_run, overrides))
+            from .sizing import check_fits, env_probe
+
+            validate(config, dctx.world_size)
+            check_fits(config, dctx.device_for(config.device), env_probe(config))  # before anything is allocated
+            trainer = Trainer(config, run_dir=run_dir, resume_state=state, argv=argv, quiet=quiet)
+            if not resumed:  # the env built: now take the directory (nothing is written before this)
+                dctx.from_main(lambda: session.claim_fresh(trainer.run_dir, overwrite, restart))
             if resumed and not quiet and trainer.dist.is_main:
                 print(f"proxima: resuming {trainer.run_dir} at global step {trainer.global_step:,} (iteration {trainer.iteration})", file=sys.stderr)
             out_dir = trainer.run(resumed=resumed)
+            if dctx.enabled:  # the last collective was the final checkpoint; leave the process group
+                distributed.shutdown()
+            if evaluate_at_end and trainer.dist.is_main:
+                finish_run(trainer, quiet)
+        except TrainingInterrupted:
+            raise
+        except Exception as e:
+            problem = diagnose_failure(e, config, getattr(trainer, "_last_good", None))
+            session.discard_fresh()  # a new run that wrote no checkpoint leaves nothing behind
+            dctx.report_failure(problem)
+            if problem is not e:
+                raise problem from None
+            raise
         finally:
-            trainer.close()
-    except TrainingInterrupted:
-        raise
-    except Exception as e:
-        dctx.report_failure(e)
-        raise
-    if dctx.enabled:  # the last collective was the final checkpoint; leave the process group
-        distributed.shutdown()
-    if evaluate_at_end and trainer.dist.is_main:
-        finish_run(trainer, quiet)
+            if trainer is not None:
+                trainer.close()
+    finally:
+        session.release()
     return out_dir, trainer.agent
-
-
-def _resolve_resume(config: Optional[PPOConfig], run_dir, resume):
-    """(state, config, run_dir, resumed): the checkpoint to continue from, if any (rank 0 runs this)."""
-    state, resumed = None, False
-    if resume is not None:
-        if resume == "auto":
-            if run_dir is None and config.run_dir is None:
-                raise ConfigError("--resume auto needs --run-dir DIR (the run to continue)")
-            target = Path(run_dir or config.run_dir)
-            resume = target if ckpt.list_checkpoints(target) else None
-        if resume is not None:
-            state = ckpt.load_checkpoint(resume)
-            config = from_dict(state["config"], source=state["path"])
-            src = Path(state["path"]).resolve()
-            run_dir = src.parent.parent if src.parent.name == "checkpoints" else Path(run_dir or config.run_dir or src.parent)
-            resumed = True
-    run_dir = run_dir if run_dir is not None else (Path(config.run_dir) if config.run_dir else None)
-    return state, config, run_dir, resumed
 
 
 def finish_run(trainer: Trainer, quiet: bool) -> None:
@@ -327,11 +380,19 @@ def finish_run(trainer: Trainer, quiet: bool) -> None:
 
     cfg = trainer.cfg
     if cfg.eval_episodes > 0:
-        ckpts = ckpt.list_checkpoints(trainer.run_dir)
-        policy = ckpt.load_policy(ckpts[-1], device=trainer.device)
+        # this run's own last checkpoint, with the env id the user gave it (not one read back from disk)
+        last = getattr(trainer, "last_checkpoint", None) or ckpt.list_checkpoints(trainer.run_dir)[-1]
+        policy = ckpt.load_policy(last, device=trainer.device, env_id=cfg.env_id)
         result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend)
-        with open(trainer.run_dir / "eval.json", "w") as f:
-            json.dump(result, f, indent=2)
+        path = trainer.run_dir / "eval.json"
+        try:
+            with open(path, "w") as f:
+                json.dump(result, f, indent=2)
+        except OSError as e:
+            from .diskspace import write_error
+
+            path.unlink(missing_ok=True)
+            raise write_error(path, e, suffix=f"; the run's checkpoints are kept ({last})") from None
         if not quiet:
             print(f"eval {result['env_id']}: {result['mean_return']:.2f} +- {result['std_return']:.2f} over {result['episodes']} episodes (deterministic)")
     if cfg.plot:

@@ -56,13 +56,26 @@ def _check_frames(frames: Sequence[np.ndarray]) -> list:
 def _write_mp4(frames: list, path: Path, fps: float) -> None:
     import imageio.v2 as imageio
 
-    # macro_block_size=2: libx264/yuv420p need even sizes; odd ones are padded, even ones kept
-    writer = imageio.get_writer(str(path), fps=fps, macro_block_size=2)
+    # macro_block_size=2: libx264/yuv420p need even sizes; odd ones are padded, even ones kept;
+    # ffmpeg's own log stays quiet: a failure is found by reading the file back (_check_mp4)
+    writer = imageio.get_writer(str(path), fps=fps, macro_block_size=2, ffmpeg_log_level="quiet")
     try:
         for f in frames:
             writer.append_data(f)
     finally:
         writer.close()
+
+
+def _check_mp4(path: Path, expected: int) -> None:
+    """ffmpeg reports a full disk on its stderr and exits quietly: read the file back and count."""
+    import imageio_ffmpeg
+
+    try:
+        frames, _ = imageio_ffmpeg.count_frames_and_secs(str(path))
+    except Exception as e:  # no moov atom, cut short
+        raise VideoError(f"unreadable after writing ({type(e).__name__})") from None
+    if frames != expected:
+        raise VideoError(f"holds {frames} of {expected} frames after writing")
 
 
 def _write_gif(frames: list, path: Path, fps: float) -> None:
@@ -95,16 +108,41 @@ def write_video(frames: Sequence[np.ndarray], path: Union[str, Path], fps: float
     path = Path(path)
     if fps <= 0:
         raise VideoError(f"fps must be positive, got {fps}")
-    path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix.lower() != GIF_SUFFIX:
         if has_mp4_encoder():
             if not path.suffix:
                 path = path.with_suffix(".mp4")
-            _write_mp4(frames, path, fps)
+            _write_whole(path, lambda tmp: (_write_mp4(frames, tmp, fps), _check_mp4(tmp, len(frames))))
             return str(path)
         gif = path.with_suffix(GIF_SUFFIX)
         print(f"proxima: no MP4 encoder (pip install imageio-ffmpeg, or 'proxima[video]'); writing a GIF instead: {gif}",
               file=sys.stderr)
         path = gif
-    _write_gif(frames, path, fps)
+    _write_whole(path, lambda tmp: _write_gif(frames, tmp, fps))
     return str(path)
+
+
+def _write_whole(path: Path, write) -> None:
+    """``write(tmp)`` to a temp file beside ``path``, then rename it into place: a video that could not
+    be finished (disk full) is deleted and reported (VideoError naming the file and the free space)."""
+    import os
+
+    from .diskspace import describe, free_bytes, human_bytes
+
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")  # the suffix picks the format
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise VideoError(describe(path, e, "could not write the video") + "; no video was kept") from None
+    except VideoError as e:
+        free = free_bytes(path)
+        room = f"; {human_bytes(free)} free there" if free is not None else ""
+        raise VideoError(f"{path}: could not write the video ({e}{room}); no video was kept") from None
+    except Exception as e:  # an encoder's own error type (imageio, ffmpeg)
+        free = free_bytes(path)
+        room = f"; {human_bytes(free)} free there" if free is not None else ""
+        raise VideoError(f"{path}: could not write the video ({type(e).__name__}: {str(e)[:120]}{room}); no video was kept") from None
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -22,7 +22,7 @@ __all__ = ["BatchedEnv", "NativeEnv", "EnvError", "GymnasiumEnv", "NATIVE_ENVS",
 
 
 def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", vector: str = "sync", seed: Optional[int] = None,
-             render_mode: Optional[str] = None, training: bool = True) -> BatchedEnv:
+             render_mode: Optional[str] = None, training: bool = True, env_kwargs: Optional[dict] = None) -> BatchedEnv:
     """Build N envs of ``env_id`` on ``device``.
 
     backend: ``auto`` picks the torch-native env when one exists, EnvPool for Atari ids when it is
@@ -30,20 +30,26 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
     ``gymnasium`` forces the adapter (for Atari: Gymnasium's ALE with the same wrappers);
     ``envpool``: Atari through EnvPool. training: Atari's training rules (a lost life ends the
     episode, rewards clipped to their sign); False plays full games with raw rewards (evaluation).
+    env_kwargs: keyword arguments of the env's constructor (``--env-kwargs``); Gymnasium envs only
+    (with ``auto`` a native env is skipped when kwargs are given; Atari ids refuse them).
     """
     device = torch.device(device)
     if backend not in BACKENDS:
         raise EnvError(f"unknown backend '{backend}': use {', '.join(BACKENDS)}")
     game = atari.game_name(env_id)
     if game is not None and backend != "native":
+        if env_kwargs:
+            raise EnvError(f"--env-kwargs: the Atari id '{env_id}' takes its settings from the preset, not constructor arguments")
         return atari.make_atari(env_id, num_envs, device, backend, vector, seed, render_mode, training)
     if backend == "envpool":
         raise EnvError(f"--backend envpool runs Atari games (ids like Pong-v5), not '{env_id}'; use --backend auto")
     native = NATIVE_ENVS.get(env_id)
     if backend == "native" and native is None:
         raise EnvError(f"no native env for '{env_id}' (native: {', '.join(sorted(NATIVE_ENVS))}); use --backend gymnasium or auto")
-    if native is not None and backend != "gymnasium":
+    if backend == "native" and env_kwargs:
+        raise EnvError(f"--env-kwargs: the native '{env_id}' takes no constructor arguments; use --backend gymnasium (or auto)")
+    if native is not None and backend != "gymnasium" and not env_kwargs:
         env = native(num_envs, device=device, seed=seed)
         env.env_id = env_id
         return env
-    return GymnasiumEnv(env_id, num_envs, device=device, vector=vector, seed=seed, render_mode=render_mode)
+    return GymnasiumEnv(env_id, num_envs, device=device, vector=vector, seed=seed, render_mode=render_mode, env_kwargs=env_kwargs)

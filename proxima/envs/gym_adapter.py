@@ -31,29 +31,92 @@ def _extra_for(env_id: str) -> Optional[str]:
     return None
 
 
-def resolve_env_fn(env_id: str, render_mode: Optional[str] = None) -> Callable[[], gym.Env]:
-    """Return a factory for one env, or raise EnvError with a one-line fix."""
+def imports_code(env_id: str) -> bool:
+    """True for an env id that names a module to import (``module:Class``, Gymnasium's
+    ``module:EnvId``): building it runs that module's code."""
+    return ":" in str(env_id)
+
+
+class UntrustedEnvError(EnvError):
+    """An env id read from a file (checkpoint, config.yaml) that would import a module."""
+
+
+def refuse_recorded_env(env_id: str, source, command: str = "eval") -> None:
+    """Raise UntrustedEnvError when ``env_id``, read from ``source`` (a checkpoint or config.yaml),
+    would import code: a stranger's run directory must stay data. The user names it on the command
+    line (``--env``) or trusts the run (``--trust-run``) to run it."""
+    if imports_code(env_id):
+        how = (f"name it on the command line (proxima train {env_id} --config {source}) if you trust that module" if command == "train"
+               else f"pass --env {env_id} to `proxima {command}` if you trust that module (or --trust-run to trust this run's files)")
+        raise UntrustedEnvError(f"{source}: the recorded env '{env_id}' would import and run module '{env_id.partition(':')[0]}'; "
+                                f"not done for an env id read from a file: {how}")
+
+
+#: folders never searched for an env's module (run directories being evaluated or resumed)
+_DATA_DIRS: list = []
+
+
+def treat_as_data(folder) -> None:
+    """Never import an env module from ``folder`` or below (a run directory given to eval/resume),
+    even when it is the current directory."""
+    path = os.path.realpath(folder)
+    if path not in _DATA_DIRS:
+        _DATA_DIRS.append(path)
+
+
+def _inside_data_dir(entry: str) -> bool:
+    path = os.path.realpath(entry or os.getcwd())
+    return any(path == d or path.startswith(d + os.sep) for d in _DATA_DIRS)
+
+
+def _import_env_module(module_name: str):
+    """Import the module of a ``module:Class`` env id from the current directory or sys.path;
+    sys.path entries inside a run directory given to eval/resume are skipped for the import."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path and not _inside_data_dir(cwd):
+        sys.path.insert(0, cwd)  # the user's own env module, next to where they run proxima
+    if not _DATA_DIRS:
+        return importlib.import_module(module_name)
+    saved = sys.path[:]
+    sys.path[:] = [e for e in saved if not _inside_data_dir(e)]
+    try:
+        return importlib.import_module(module_name)
+    finally:
+        sys.path[:] = saved
+
+
+def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: Optional[dict] = None) -> Callable[[], gym.Env]:
+    """Return a factory for one env, or raise EnvError with a one-line fix.
+
+    ``module:ClassName`` imports the module and calls the class; Gymnasium's ``module:EnvId`` form
+    imports the module (which registers its ids) and makes the registered id. ``env_kwargs`` go to
+    the constructor (``--env-kwargs``).
+    """
+    kwargs = dict(env_kwargs or {})
     if ":" in env_id:
         module_name, _, attr = env_id.partition(":")
-        if os.getcwd() not in sys.path and "" not in sys.path:
-            sys.path.insert(0, os.getcwd())
         try:
-            module = importlib.import_module(module_name)
+            module = _import_env_module(module_name)
         except ImportError as e:
-            raise EnvError(f"cannot import module '{module_name}' for env '{env_id}': {e} (is it in the current directory or on PYTHONPATH?)") from None
+            where = "PYTHONPATH (run directories are never searched)" if _DATA_DIRS else "the current directory or on PYTHONPATH"
+            raise EnvError(f"cannot import module '{module_name}' for env '{env_id}': {e} (is it in {where}?)") from None
         except Exception as e:  # user code failed at import time
             raise EnvError(f"importing '{module_name}' for env '{env_id}' raised {type(e).__name__}: {e}") from None
         cls = getattr(module, attr, None)
+        if cls is None and attr in gym.registry:  # Gymnasium's module:EnvId: the import registered the id
+            return _make_registered(attr, render_mode, kwargs)
         if cls is None:
-            raise EnvError(f"module '{module_name}' has no attribute '{attr}' (env '{env_id}')")
+            raise EnvError(f"module '{module_name}' has no attribute or registered env id '{attr}' (env '{env_id}')")
         if not (isinstance(cls, type) and issubclass(cls, gym.Env)) and not callable(cls):
             raise EnvError(f"'{env_id}' is not a gymnasium.Env class")
 
         def make_user_env() -> gym.Env:
             try:
-                env = cls(render_mode=render_mode) if render_mode else cls()
+                env = cls(render_mode=render_mode, **kwargs) if render_mode else cls(**kwargs)
             except TypeError:
-                env = cls()
+                if not render_mode:
+                    raise
+                env = cls(**kwargs)
             if not isinstance(env, gym.Env):
                 raise EnvError(f"'{env_id}' did not return a gymnasium.Env (got {type(env).__name__})")
             return env
@@ -67,8 +130,12 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None) -> Callable[[
         hint = f"; did you mean {', '.join(close)}?" if close else "; see `proxima presets` or gymnasium's registry"
         raise EnvError(f"unknown env id '{env_id}'{hint}")
 
+    return _make_registered(env_id, render_mode, kwargs)
+
+
+def _make_registered(env_id: str, render_mode: Optional[str], kwargs: dict) -> Callable[[], gym.Env]:
     def make_registered() -> gym.Env:
-        return gym.make(env_id, render_mode=render_mode) if render_mode else gym.make(env_id)
+        return gym.make(env_id, render_mode=render_mode, **kwargs) if render_mode else gym.make(env_id, **kwargs)
 
     return make_registered
 
@@ -136,13 +203,15 @@ class GymnasiumEnv(BatchedEnv):
     can_save_state = False
 
     def __init__(self, env_id: str, num_envs: int, device="cpu", vector: str = "sync", seed: Optional[int] = None,
-                 render_mode: Optional[str] = None, env_fn: Optional[Callable[[], gym.Env]] = None):
-        """env_fn: a factory for one env (default: resolved from ``env_id``; Atari passes its wrapped ALE)."""
+                 render_mode: Optional[str] = None, env_fn: Optional[Callable[[], gym.Env]] = None,
+                 env_kwargs: Optional[dict] = None):
+        """env_fn: a factory for one env (default: resolved from ``env_id`` and ``env_kwargs``; Atari
+        passes its wrapped ALE)."""
         self.env_id = env_id
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
         self._seed = seed
-        env_fn = env_fn if env_fn is not None else resolve_env_fn(env_id, render_mode)
+        env_fn = env_fn if env_fn is not None else resolve_env_fn(env_id, render_mode, env_kwargs)
         probe = _probe(env_fn, env_id)
         obs_space, act_space = probe.observation_space, probe.action_space
         probe.close()

@@ -53,3 +53,14 @@ def test_bad_options_are_one_line_errors(argv, message, tmp_path, capsys):
     assert code == 2
     assert message in err and err.count("error:") == 1
     assert not (tmp_path / "b.md").exists()
+
+
+def test_without_out_the_bench_only_prints(tmp_path, capsys, monkeypatch):
+    """The recorded tables under benchmarks/results are never overwritten by a plain `proxima bench`."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    code = main(["bench", "CartPole-v1", "--num-envs", "2", "--backend", "native", "--seconds", "0.01", "--repeats", "1"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "native" in out.split("\n", 2)[2]  # a table row below the header
+    assert "wrote" not in err
+    assert [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")] == ["benchmarks", "benchmarks/results"]

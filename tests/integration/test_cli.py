@@ -156,6 +156,11 @@ BAD_TRAIN = {
     "not a number": (TRAIN + ["--num-envs", "four"], ["num_envs", "'four'"]),
     "unknown preset": (TRAIN + ["--preset", "nope"], ["--preset 'nope'", "fast"]),
     "bad device": (TRAIN + ["--device", "meta"], ["--device 'meta'"]),
+    "negative seed": (TRAIN + ["--seed=-1"], ["--seed -1", "from 0 to 2,147,483,647"]),
+    "huge seed": (TRAIN + ["--seed", str(2**40)], [f"--seed {2**40}", "from 0 to 2,147,483,647"]),
+    # refused by the size estimate before any env or buffer is allocated (68.8 TB for CartPole)
+    "a billion envs": (TRAIN + ["--num-envs", "1000000000", "--total-timesteps", str(10**12)],
+                       ["--num-envs 1000000000 x --num-steps 128: needs ~", " TB on cpu, ", " free; lower --num-envs"]),
 }
 
 
@@ -174,6 +179,11 @@ def test_bad_input_in_a_real_process_exits_2_without_traceback(tmp_path):
     result = proxima_cmd("train", "CartPol-v1", "--gamma", "0.5", "--run-dir", "D", cwd=tmp_path, timeout=120)
     assert_one_line_error(result.returncode, result.stderr, "did you mean CartPole-v1")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_eval_refuses_a_negative_seed(tmp_path, capsys):
+    code, _, err = run_main(["eval", str(tmp_path), "--seed=-5"], capsys)
+    assert_one_line_error(code, err, "--seed -5", "from 0 to")
 
 
 def test_eval_of_a_missing_path(tmp_path, capsys):

@@ -103,6 +103,9 @@ USER_ENV = textwrap.dedent("""
             self.t += 1
             obs = self.np_random.uniform(-1, 1, 2).astype(np.float32)
             return obs, float(action), self.t >= 10, False, {}
+
+    if "MyEnv-v0" not in gym.registry:  # the README's module:EnvId example
+        gym.register(id="MyEnv-v0", entry_point=MyEnv)
 """)
 
 
@@ -131,7 +134,7 @@ def test_documented_commands_run(tmp_path, monkeypatch, capsys):
     (tmp_path / "mymodule.py").write_text(USER_ENV)
     # the run the README's eval/resume/report/plot examples point at, kept tiny
     assert main(["train", "Acrobot-v1", "--total-timesteps", "4096", "--num-envs", "8", "--num-steps", "128",
-                 "--run-dir", "runs/acro", "--no-progress", "--eval-episodes", "2"]) == 0
+                 "--run-dir", "runs/acro", "--no-progress", "--eval-episodes", "2", "--eval-every", "2048"]) == 0
     ran = []
     for where, argv in COMMANDS:
         if "torchrun" in where or not _runnable(argv):  # multi-process launches: parse-checked

@@ -179,3 +179,63 @@ def test_report_errors(runs, tmp_path, capsys):
     assert not (tmp_path / "r.md").exists()
     with pytest.raises(Exception):
         build_report([])
+
+
+# ------------------------------------------------------------------------------------ groups (issue 17, item 7)
+def _set_config(run_dir: Path, **fields) -> Path:
+    import yaml
+
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**cfg, **fields}))
+    return run_dir
+
+
+def test_runs_are_grouped_by_env_and_settings_not_seed_or_length(tmp_path):
+    from proxima.plot import group_runs
+
+    a1 = _set_config(_fake_run(tmp_path, "a1", [100, 200], [1.0, 2.0]), lr=0.00025, seed=1)
+    a2 = _set_config(_fake_run(tmp_path, "a2", [100, 200, 300], [1.0, 2.0, 3.0]), lr=0.00025, seed=2, total_timesteps=300)
+    fast = _set_config(_fake_run(tmp_path, "fast", [100, 200], [5.0, 6.0]), lr=0.001, seed=1)
+    other = _fake_run(tmp_path, "other", [100, 200], [1.0, 2.0], env_id="Other-v0")
+    groups = group_runs([a1, fast, a2, other])
+    assert groups == {"Fake-v0 (lr=0.00025)": [a1, a2], "Fake-v0 (lr=0.001)": [fast], "Other-v0": [other]}
+
+
+def test_a_group_is_drawn_to_the_end_of_its_longest_run(tmp_path):
+    short = _fake_run(tmp_path, "short", [100, 200, 300], [0.0, 10.0, 20.0])
+    long = _fake_run(tmp_path, "long", [100, 200, 300, 400, 500, 600], [10.0, 20.0, 30.0, 40.0, 50.0, 60.0])
+    agg = aggregate([load_curve(short), load_curve(long)])
+    assert agg["x"][0] == 100 and agg["x"][-1] == 600
+    assert agg["count"][0] == 2 and agg["count"][-1] == 1
+    np.testing.assert_allclose(agg["mean"][[0, -1]], [5.0, 60.0])  # past 300 only the long run counts
+    np.testing.assert_allclose(agg["lo"][-1], 60.0)
+
+
+def test_plot_and_report_of_mixed_directories_skip_non_ppo_runs_with_a_line(tmp_path, capsys):
+    ppo_a = _fake_run(tmp_path, "a", [100, 200], [1.0, 2.0])
+    ppo_b = _fake_run(tmp_path, "b", [100, 200], [3.0, 4.0])
+    rlhf = tmp_path / "rlhf"
+    rlhf.mkdir()
+    (rlhf / "meta.json").write_text(json.dumps({"kind": "rlhf"}))
+    (rlhf / "metrics.csv").write_text("step,reward\n1,0.5\n")
+    (tmp_path / "notes").mkdir()
+    out = tmp_path / "all.png"
+    assert main(["plot", str(ppo_a), str(rlhf), str(tmp_path / "notes"), str(ppo_b), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"proxima: note: skipping {rlhf} (a 'rlhf' run, not PPO): unknown metric 'charts/episodic_return'" in err
+    assert f"proxima: note: skipping {tmp_path / 'notes'}: " in err and err.count("skipping") == 2
+    _assert_png(out)
+    assert main(["plot", str(rlhf), str(tmp_path / "notes"), "--out", str(out)]) == 2  # nothing left to draw
+
+
+def test_multi_run_report_never_averages_different_envs(tmp_path):
+    dirs = []
+    for name, env, ret in (("a1", "Fake-v0", 10.0), ("a2", "Fake-v0", 20.0), ("b1", "Other-v0", 500.0), ("b2", "Other-v0", 700.0)):
+        d = _fake_run(tmp_path, name, [100, 200], [1.0, 2.0], env_id=env)
+        (d / "eval.json").write_text(json.dumps({"env_id": env, "episodes": 2, "mean_return": ret, "std_return": 0.0,
+                                                 "returns": [ret, ret], "lengths": [5, 5], "deterministic": True}))
+        dirs.append(d)
+    text = build_report(dirs, out=tmp_path / "r.md", episodes=0).read_text()
+    assert "Final eval of Fake-v0 over 2 runs: mean 15.00, std 5.00, min 10.00, max 20.00." in text
+    assert "Final eval of Other-v0 over 2 runs: mean 600.00, std 100.00, min 500.00, max 700.00." in text
+    assert "over 4 runs" not in text

@@ -1,0 +1,50 @@
+"""Writes that fail for lack of room (or rights): one line naming the file and the free space.
+
+Every file Proxima writes (run start, TensorBoard, metrics.csv, checkpoints, plots, reports,
+videos) turns an OSError into :class:`StorageError` through :func:`write_error`, which the CLI
+prints as one line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import errno
+import shutil
+from pathlib import Path
+from typing import Optional, Union
+
+
+class StorageError(RuntimeError):
+    """A file could not be written; the message names it, the reason and the free space there."""
+
+
+def free_bytes(path: Union[str, Path]) -> Optional[int]:
+    """Free bytes on the filesystem that holds ``path`` (or its nearest existing parent)."""
+    p = Path(path).absolute()
+    for candidate in (p, *p.parents):
+        if candidate.exists():
+            try:
+                return shutil.disk_usage(candidate).free
+            except OSError:
+                return None
+    return None
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def describe(path: Union[str, Path], exc: OSError, what: str = "could not write") -> str:
+    """``PATH: could not write (No space left on device; 0 B free there)``."""
+    reason = exc.strerror or type(exc).__name__
+    free = free_bytes(path)
+    room = f"; {human_bytes(free)} free there" if free is not None else ""
+    hint = "; free some space (or choose another folder) and try again" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    return f"{path}: {what} ({reason}{room}){hint}"
+
+
+def write_error(path: Union[str, Path], exc: OSError, what: str = "could not write", suffix: str = "") -> StorageError:
+    return StorageError(describe(path, exc, what) + suffix)

@@ -1,0 +1,117 @@
+"""Before a run trains, and when it fails: which checkpoint it continues (and which flags a resume
+may change), and the user's error for an unexpected failure (a broken env, a full disk).
+
+``resolve_start`` runs on rank 0 before the Trainer is built: for a resume it locks the run
+directory, loads its newest usable checkpoint and checks the env id and the flags against it; for a
+new run it picks the run directory. ``diagnose_failure`` turns an exception from the outer loop into
+the one line the CLI prints. The loop itself is trainer.py; the directory rules are rundir.py.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+from . import checkpoint as ckpt
+from .config import ConfigError, PPOConfig, from_dict
+from .guards import NonFiniteError
+from .train_state import default_run_dir
+
+
+def diagnose_failure(e: Exception, config: Optional[PPOConfig], last_good) -> Exception:
+    """The user's error for an unexpected failure: a user env that breaks the contract (checked as
+    ``proxima check-env`` would), or a write that failed (disk full) -- else ``e`` itself."""
+    import errno
+
+    from .checkpoint import CheckpointError
+    from .diskspace import StorageError, write_error
+    from .envs import NATIVE_ENVS, EnvError
+
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+        return write_error(e.filename or "a file of the run", e, suffix=f"; {last_good()}" if last_good else "")
+    if isinstance(e, StorageError) and last_good and "checkpoint" not in str(e):
+        return StorageError(f"{e}; {last_good()}")
+    if isinstance(e, CheckpointError) and "could not write checkpoint" in str(e) and last_good:
+        return CheckpointError(f"{e} ({last_good()})")
+    if config is None or isinstance(e, (ConfigError, EnvError, CheckpointError, NonFiniteError, StorageError)):
+        return e
+    if config.env_id in NATIVE_ENVS and config.backend != "gymnasium":
+        return e
+    from .envs.checker import check_env
+
+    try:
+        violations = check_env(config.env_id)  # check-env's defaults: the same words as `proxima check-env`
+    except Exception:
+        return e
+    if not violations:
+        return e
+    more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+    return EnvError(f"env '{config.env_id}' breaks the env contract: {violations[0]}{more}; "
+                    f"see `proxima check-env {config.env_id}`")
+
+
+def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id: Optional[str] = None,
+                    trust_run: bool = False, overrides: Optional[dict] = None):
+    """(state, config, run_dir, resumed, restart_note): the checkpoint to continue from, if any (rank 0
+    runs this; a resumed run directory is locked in ``session`` before its checkpoint is read)."""
+    from .envs.gym_adapter import refuse_recorded_env, treat_as_data
+    from .rundir import unique_default
+
+    restart = None
+    if resume == "auto":
+        if run_dir is None and config.run_dir is None:
+            raise ConfigError("--resume auto needs --run-dir DIR (the run to continue)")
+        target = Path(run_dir or config.run_dir)
+        if ckpt.list_checkpoints(target):
+            resume = target
+        else:
+            resume = None  # nothing to continue: a new run (files of one that never checkpointed are moved aside)
+            restart = "--resume auto found no checkpoint to continue"
+    if resume is None:
+        if run_dir is None and config.run_dir is None:
+            run_dir = unique_default(default_run_dir(config))
+        return None, config, Path(run_dir if run_dir is not None else config.run_dir), False, restart
+    src = ckpt.resolve_checkpoint(resume).resolve()  # a missing path fails here, before anything is locked
+    target_dir = Path(resume).resolve() if Path(resume).is_dir() else ckpt.run_dir_of(src)
+    treat_as_data(target_dir)  # never import env code from the run directory itself
+    session.lock_existing(target_dir)
+    state = ckpt.load_resumable(resume)
+    recorded = from_dict(state["config"], source=state["path"])
+    if env_id is not None and env_id != recorded.env_id:
+        raise ConfigError(f"{state['path']}: the run trains '{recorded.env_id}', not '{env_id}'; resume continues the same env")
+    if env_id is None and not trust_run:
+        refuse_recorded_env(recorded.env_id, state["path"], "resume")
+    config = apply_resume_overrides(recorded, overrides or {}, state)
+    src = Path(state["path"]).resolve()
+    run_dir = src.parent.parent if src.parent.name == "checkpoints" else Path(run_dir or config.run_dir or src.parent)
+    return state, config, run_dir, True, None
+
+
+def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict) -> PPOConfig:
+    """``cfg`` with the flags given to a resume: RESUME_SAFE fields applied, any other refused unless
+    it equals the checkpoint's value."""
+    import dataclasses
+
+    from .config import RESUME_SAFE
+
+    cfg = dataclasses.replace(cfg)
+    for name, value in overrides.items():
+        flag = "--" + name.replace("_", "-")
+        if name == "run_dir":
+            continue  # selects the run; the checkpoint's directory is used
+        if name not in RESUME_SAFE:
+            if value != getattr(cfg, name):
+                safe = ", ".join("--" + n.replace("_", "-") for n in RESUME_SAFE if n != "run_dir")
+                raise ConfigError(f"{flag} {value!r}: cannot change when resuming (the run was trained with "
+                                  f"{getattr(cfg, name)!r}); safe to change on resume: {safe}")
+            continue
+        setattr(cfg, name, value)
+    step = int(state["global_step"])
+    if cfg.total_timesteps <= step:
+        if "total_timesteps" in overrides:
+            raise ConfigError(f"--total-timesteps {cfg.total_timesteps}: the run is already at step {step:,}; "
+                              "give a larger total to extend it")
+        print(f"proxima: note: {state['path']}: the run is complete ({step:,} steps); "
+              "--total-timesteps N (more steps) extends it", file=sys.stderr)
+    return cfg

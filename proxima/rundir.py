@@ -1,0 +1,263 @@
+"""One run per run directory: the lock that a trainer holds for its life, and the rules for reuse.
+
+* ``RUN/.proxima.lock`` holds the pid, host and process start time of the trainer that owns the
+  run. It is created atomically (a hard link of a finished temp file, so a reader never sees half a
+  lock). A second trainer, or a resume of a run that is still going, stops with
+  ``run R is in use by pid P``. A lock whose process is gone (a SIGKILL, a crash, a reboot: the
+  start time tells a reused pid apart) is taken over with a line saying so.
+* A new run refuses a directory that already holds files: ``--resume`` continues the run there,
+  ``--overwrite`` moves the old directory aside (``R.old-YYYYmmdd-HHMMSS``) and says where.
+* A new run that fails before its first checkpoint (a broken env, a full disk) removes what it
+  wrote, so no half run directory is left for a later ``--resume auto`` to trip on.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import socket
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+from .config import ConfigError
+from .diskspace import write_error
+
+LOCK_NAME = ".proxima.lock"
+
+
+class RunDirError(ConfigError):
+    """A run directory that cannot be used as asked (in use, not empty); the message says what to do."""
+
+
+def _process_start(pid: int) -> Optional[str]:
+    """The start time of ``pid`` in clock ticks since boot (Linux /proc), to tell a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()  # the name in parentheses may hold spaces
+    return fields[19] if len(fields) > 19 else None
+
+
+def _owner() -> dict:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "start": _process_start(os.getpid()),
+            "since": datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv)[:300]}
+
+
+def holder_alive(info: dict) -> bool:
+    """Whether the process recorded in a lock still runs (a lock from another host counts as alive:
+    it cannot be checked from here)."""
+    if info.get("host") != socket.gethostname():
+        return True
+    pid = info.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        pass
+    start = _process_start(pid)
+    return not (start and info.get("start") and start != info["start"])  # same pid, another process
+
+
+def read_lock(run_dir: Path) -> Optional[dict]:
+    """The lock's owner, {} for an unreadable lock, None when there is no lock."""
+    try:
+        info = json.loads((Path(run_dir) / LOCK_NAME).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def in_use_message(run_dir: Path, info: dict) -> str:
+    host = "" if info.get("host") == socket.gethostname() else f" on host {info.get('host')}"
+    return (f"run {run_dir} is in use by pid {info.get('pid')}{host} (since {info.get('since', '?')}); wait for it to "
+            f"finish or stop it (a lock left by a process that is gone is taken over; {Path(run_dir) / LOCK_NAME})")
+
+
+def check_not_in_use(run_dir: Path) -> None:
+    info = read_lock(run_dir)
+    if info and holder_alive(info):
+        raise RunDirError(in_use_message(run_dir, info))
+
+
+def _link_exclusive(tmp: Path, path: Path) -> None:
+    """Create ``path`` with ``tmp``'s content, failing with FileExistsError if it exists."""
+    try:
+        os.link(tmp, path)
+    except OSError as e:
+        if isinstance(e, FileExistsError) or e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+            raise
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # no hard links here: create, then write
+        with os.fdopen(fd, "w") as f:
+            f.write(tmp.read_text())
+
+
+class RunLock:
+    """The exclusive lock of one run directory, held by one trainer (rank 0) for its life."""
+
+    def __init__(self, run_dir) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_NAME
+        self.held = False
+
+    def acquire(self) -> None:
+        """Take the lock or raise RunDirError naming the pid that holds it; take over a stale one."""
+        me = _owner()
+        tmp = self.path.with_name(f"{LOCK_NAME}.{me['pid']}.tmp")
+        for _ in range(10):
+            try:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                tmp.write_text(json.dumps(me))
+            except OSError as e:  # a full disk or a read-only folder, at the very start of a run
+                tmp.unlink(missing_ok=True)
+                raise write_error(self.path, e, "could not take the run's lock") from None
+            try:
+                _link_exclusive(tmp, self.path)
+                self.held = True
+                return
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink(missing_ok=True)
+            info = read_lock(self.run_dir)
+            if info is None:
+                continue  # released meanwhile
+            if info and holder_alive(info):
+                raise RunDirError(in_use_message(self.run_dir, info))
+            self._take_over(info)
+        raise RunDirError(f"{self.path}: could not take the run's lock (other processes keep taking it); try again")
+
+    def _take_over(self, stale: dict) -> None:
+        """Move a stale lock away; only the process whose rename wins goes on (and it checks that
+        what it moved is the stale lock it read, not a fresh one another process just made)."""
+        moved = self.path.with_name(f"{LOCK_NAME}.stale.{os.getpid()}")
+        try:
+            os.rename(self.path, moved)
+        except FileNotFoundError:
+            return
+        try:
+            got = json.loads(moved.read_text())
+        except (OSError, ValueError):
+            got = {}
+        if got != stale and got and holder_alive(got):  # a live lock taken by a faster process: put it back
+            try:
+                os.link(moved, self.path)
+            except OSError:
+                pass
+        elif stale:
+            print(f"proxima: note: {self.run_dir}: took over the lock left by pid {stale.get('pid')} "
+                  f"(since {stale.get('since', '?')}), which is no longer running", file=sys.stderr)
+        else:
+            print(f"proxima: note: {self.run_dir}: took over an unreadable lock file", file=sys.stderr)
+        moved.unlink(missing_ok=True)
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        info = read_lock(self.run_dir)
+        if info and info.get("pid") == os.getpid() and info.get("host") == socket.gethostname():
+            self.path.unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------------------------------------
+def holds_files(run_dir: Path) -> bool:
+    """True when ``run_dir`` exists and holds anything besides a lock file."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return run_dir.exists()
+    return any(p.name != LOCK_NAME for p in run_dir.iterdir())
+
+
+def move_aside(run_dir: Path) -> Path:
+    """Rename ``run_dir`` to ``<name>.old-<time>`` (next free name) and return the new path."""
+    run_dir = Path(run_dir)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    dest = run_dir.with_name(f"{run_dir.name}.old-{stamp}")
+    n = 2
+    while dest.exists():
+        dest = run_dir.with_name(f"{run_dir.name}.old-{stamp}-{n}")
+        n += 1
+    os.rename(run_dir, dest)
+    return dest
+
+
+def not_empty_message(run_dir: Path) -> str:
+    names = sorted(p.name for p in Path(run_dir).iterdir() if p.name != LOCK_NAME)[:4]
+    return (f"{run_dir} is not empty ({', '.join(names)}...): it holds another run; continue it with --resume auto "
+            f"(or `proxima resume {run_dir}`), start over with --overwrite (the old directory is moved aside), "
+            "or choose another --run-dir")
+
+
+def unique_default(path: Path) -> Path:
+    """``path`` or, when it already exists (two runs started in the same second), ``path-2``, ``path-3``..."""
+    candidate, n = Path(path), 2
+    while candidate.exists():
+        candidate = Path(f"{path}-{n}")
+        n += 1
+    return candidate
+
+
+class RunSession:
+    """Rank 0's hold on its run directory across train(): the lock, and what to undo on failure."""
+
+    def __init__(self) -> None:
+        self.lock: Optional[RunLock] = None
+        self.created: Optional[Path] = None  # a fresh run directory made by this session
+        self.existed_empty = False
+
+    def lock_existing(self, run_dir: Path) -> None:
+        """Lock a run directory that is being continued (resume)."""
+        self.lock = RunLock(run_dir)
+        self.lock.acquire()
+
+    def claim_fresh(self, run_dir: Path, overwrite: bool = False, restart_note: Optional[str] = None) -> None:
+        """Lock ``run_dir`` for a new run: refuse one in use; one that holds files only with
+        ``overwrite`` (moved aside, said on stderr) or ``restart_note`` (a run that never wrote a
+        checkpoint, restarted by --resume auto; moved aside too)."""
+        run_dir = Path(run_dir)
+        check_not_in_use(run_dir)
+        if holds_files(run_dir):
+            if not (overwrite or restart_note):
+                raise RunDirError(not_empty_message(run_dir))
+            dest = move_aside(run_dir)
+            why = restart_note or "--overwrite"
+            print(f"proxima: {why}: moved the old {run_dir} to {dest}", file=sys.stderr)
+        self.existed_empty = run_dir.is_dir()
+        lock = RunLock(run_dir)
+        try:
+            lock.acquire()
+        except Exception:
+            if not self.existed_empty:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        if holds_files(run_dir):  # another process started a run here between the check and the lock
+            lock.release()
+            raise RunDirError(not_empty_message(run_dir))
+        self.lock, self.created = lock, run_dir
+
+    def discard_fresh(self) -> None:
+        """A new run that failed before writing any checkpoint: remove what it wrote."""
+        from .checkpoint import list_checkpoints
+
+        run_dir, self.created = self.created, None
+        if run_dir is None or not run_dir.is_dir() or list_checkpoints(run_dir):
+            return
+        self.release()
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if self.existed_empty:
+            run_dir.mkdir(exist_ok=True)
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
