@@ -5,6 +5,7 @@ summary.json and curve.png. Written by rank 0 only; nothing in here is on the tr
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -99,6 +100,18 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _wait_past_event_files(path: Path) -> None:
+    """TensorBoard reads a run's event files in name order, events.out.tfevents.<unix second>.<host>.<pid>,
+    and a resumed run's purge of the steps after its checkpoint only drops points read before it. A file
+    from the same second as an earlier one could sort first (a lower pid): start in a later second."""
+    seconds = [int(m.group(1)) for f in path.glob("events.out.tfevents.*")
+               if (m := re.match(r"events\.out\.tfevents\.(\d+)\.", f.name))]
+    if seconds:
+        wait = max(seconds) + 1 - time.time()
+        if 0 < wait <= 2:
+            time.sleep(wait)
+
+
 class MetricsLogger:
     """TensorBoard scalars and text, plus metrics.csv (one row per step, the columns of the first row)."""
 
@@ -106,6 +119,8 @@ class MetricsLogger:
         from torch.utils.tensorboard import SummaryWriter
 
         self.path = path
+        if resume_step:
+            _wait_past_event_files(path)
         self.writer = SummaryWriter(str(path), purge_step=resume_step + 1 if resume_step else None)
         self.csv_path = path / "metrics.csv"
         self.columns: Optional[list] = None
@@ -115,14 +130,16 @@ class MetricsLogger:
             self._truncate_samples(resume_step)
 
     def _truncate_csv(self, step: int) -> None:
-        """On resume, drop rows written after the checkpoint (they will be recomputed)."""
+        """On resume, drop rows written after the checkpoint (they will be recomputed), and a row that a
+        SIGKILL cut short (fewer cells than the header)."""
         with open(self.csv_path, newline="") as f:
             rows = list(csv.reader(f))
         if rows:
             self.columns = rows[0][1:]
-            keep = [rows[0]] + [r for r in rows[1:] if r and int(r[0]) <= step]
-            with open(self.csv_path, "w", newline="") as f:
-                csv.writer(f).writerows(keep)
+            keep = [rows[0]] + [r for r in rows[1:] if len(r) == len(rows[0]) and int(r[0]) <= step]
+            text = io.StringIO()
+            csv.writer(text).writerows(keep)
+            _atomic_write(self.csv_path, text.getvalue())
 
     def _truncate_samples(self, step: int) -> None:
         """On resume (after a stop, or a SIGKILL between a step's logs and its checkpoint), drop logged
@@ -130,9 +147,15 @@ class MetricsLogger:
         file = self.path / "samples.jsonl"
         if not file.exists():
             return
-        keep = [line for line in file.read_text().splitlines(keepends=True)
-                if line.strip() and json.loads(line).get("step", 0) <= step]
-        _atomic_write(file, "".join(keep))
+
+        def logged_by_then(line: str) -> bool:  # a line that a SIGKILL cut short is dropped too
+            try:
+                return json.loads(line)["step"] <= step
+            except (ValueError, KeyError, TypeError):
+                return False
+
+        keep = [line for line in file.read_text().splitlines(keepends=True) if logged_by_then(line)]
+        _atomic_write(file, "".join(line if line.endswith("\n") else line + "\n" for line in keep))
 
     def log(self, step: int, metrics: dict) -> None:
         for key, value in metrics.items():

@@ -134,8 +134,8 @@ class RLHFTrainer:
                 raise ConfigError(f"--max-new-tokens {self.cfg.max_new_tokens}: {where} + {self.cfg.max_new_tokens} new "
                                   f"tokens = {need}, more than the {role}'s {limit} positions; lower --max-new-tokens or "
                                   f"--max-prompt-length (with --truncate-prompts)")
+        texts = [self.tokenizer.decode(ids) for ids in self.prompt_ids] if self.reward.models else []
         for rm in self.reward.models:
-            texts = [self.tokenizer.decode(ids) for ids in self.prompt_ids]
             lengths = [len(x) for x in rm.encode(self.prompts, [""] * len(texts), texts)]
             i = max(range(len(lengths)), key=lengths.__getitem__)
             if rm.limit and lengths[i] + self.cfg.max_new_tokens > rm.limit:

@@ -53,9 +53,16 @@ def bf16_model(tmp_path_factory):
     return save_gpt2(tmp_path_factory.mktemp("bf16") / "model", dtype=torch.bfloat16, n_positions=9)
 
 
-@pytest.mark.parametrize("advantage", ["gae", "grpo"])
-def test_a_bf16_stored_model_trains_fp32_master_weights_and_changes_nearly_every_weight(tiny_cfg, bf16_model, advantage):
-    cfg = tiny_cfg(policy=str(bf16_model), lr=1e-5, advantage=advantage, samples_per_prompt=2 if advantage == "grpo" else 1,
+@pytest.fixture(scope="module")
+def fp16_model(tmp_path_factory):
+    return save_gpt2(tmp_path_factory.mktemp("fp16") / "model", dtype=torch.float16, n_positions=9)
+
+
+@pytest.mark.parametrize("stored, advantage", [("bf16", "gae"), ("bf16", "grpo"), ("fp16", "gae")])
+def test_a_half_precision_stored_model_trains_fp32_master_weights_and_changes_nearly_every_weight(
+        tiny_cfg, bf16_model, fp16_model, stored, advantage):
+    model = bf16_model if stored == "bf16" else fp16_model
+    cfg = tiny_cfg(policy=str(model), lr=1e-5, advantage=advantage, samples_per_prompt=2 if advantage == "grpo" else 1,
                    num_minibatches=1, update_epochs=1)
     t = RLHFTrainer(cfg)
     assert all(p.dtype == torch.float32 for p in t.policy.parameters())

@@ -114,3 +114,43 @@ def test_merge_lora_needs_lora(tiny_cfg):
 
     with pytest.raises(ConfigError, match="--merge-lora"):
         validate(tiny_cfg(merge_lora=True))
+
+
+@pytest.mark.slow
+def test_a_real_sigkill_mid_run_then_resume_leaves_every_step_logged_once(assets, tmp_path):
+    """A real SIGKILL lands anywhere: mid-step, mid-log line, mid-checkpoint, and (resumed within the same
+    second) an events file that TensorBoard would read in the wrong order by name."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run_dir = tmp_path / "killed"
+    args = [sys.executable, "-m", "proxima.rlhf", "--policy", str(assets / "model"), "--prompts", str(assets / "prompts.txt"),
+            "--reward", "proxima.rlhf.demo:keyword_sentiment", "--run-dir", str(run_dir), "--batch-size", "4",
+            "--max-new-tokens", "4", "--update-epochs", "1", "--steps", "400", "--checkpoint-every", "3",
+            "--sample-every", "1", "--samples-logged", "2", "--print-every", "0", "--no-plot"]
+    proc = subprocess.Popen(args, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not (run_dir / "checkpoints" / "step_000006.pt").exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.1)  # somewhere after step 6's checkpoint: mid-step, mid-log or mid-checkpoint
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    last = rundir.list_checkpoints(run_dir)[-1]
+    steps = int(last.stem.split("_")[1]) + 2
+    assert resume(run_dir, steps=steps) == 0
+    assert read_metrics(run_dir)["step"] == [float(s) for s in range(1, steps + 1)]
+    sample_steps = [json.loads(line)["step"] for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert sample_steps == [s for s in range(1, steps + 1) for _ in range(2)]
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert [e.step for e in events.Scalars("objective/kl")] == list(range(1, steps + 1))
