@@ -63,6 +63,7 @@ class PPOConfig:
     seed: int = _f(1, "Random seed (envs, network init, sampling).")
     device: str = _f("cpu", "Torch device: cpu, cuda, cuda:1, or auto (cuda when available).")
     threads: int = _f(1, "torch intra-op threads (small MLPs on CPU are usually fastest with 1).")
+    flush_denormal: bool = _f(True, "Flush denormal floats to zero on CPU (x86 FTZ/DAZ, as XLA does): arithmetic on values below ~1e-38 is many times slower and changes nothing that matters to PPO.")
     deterministic: bool = _f(True, "torch deterministic algorithms on CUDA (CPU runs are bit-identical for a fixed thread count without it).")
     compile: bool = _f(False, "torch.compile the acting step and the update step.")
     compile_mode: str = _f("default", "torch.compile mode.", choices=("default", "reduce-overhead", "max-autotune"))

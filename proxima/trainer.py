@@ -47,6 +47,9 @@ class Trainer:
         validate(cfg, self.dist.world_size)
         self.cfg, self.quiet = cfg, quiet
         torch.set_num_threads(cfg.threads)
+        # process-wide; 1.2x more training steps/s at 4,096 CartPole envs on this project's Xeon
+        # (docs/performance.md); a no-op where the CPU has no such mode
+        torch.set_flush_denormal(cfg.flush_denormal)
         self.device = self.dist.device_for(cfg.device)  # under torchrun: cuda:LOCAL_RANK or cpu
         _check_cudagraphs(cfg, self.device, self.dist.world_size)
         if cfg.amp == "fp16" and self.device.type != "cuda":
