@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/solve_time.py                          # fast preset, seeds 1-10
     .venv/bin/python benchmarks/solve_time.py --preset gpu --device cuda --out benchmarks/results/solve-gpu.md
-    .venv/bin/python benchmarks/solve_time.py --set lr=3e-3 --set num_envs=512 --no-out   # try a variant
+    .venv/bin/python benchmarks/solve_time.py --set lr=3e-3 --set num_envs=512 --seeds 7,9   # try a variant
 
 Each seed is one ``proxima train ENV --preset P --seed S`` subprocess, timed from launch to exit
 (Python start, imports, training, the checkpoint and the final evaluation). "Solved" means the final
@@ -82,7 +82,6 @@ def main(argv=None) -> int:
     p.add_argument("--threshold", type=float, default=475.0)
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="extra train flag, e.g. lr=3e-3")
     p.add_argument("--out", default=None, help="append the table to this Markdown file (default: print only)")
-    p.add_argument("--no-out", action="store_true", help="print only (the default; kept for symmetry with bench)")
     args = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="proxima-solve-") as tmp:
@@ -92,7 +91,7 @@ def main(argv=None) -> int:
             print(f"seed {seed}: {r['wall']:.2f} s, " + (f"eval {r['mean_return']:.1f}" if "mean_return" in r else r["error"]), flush=True)
     text = table(args, rows)
     print(text)
-    if args.out and not args.no_out:
+    if args.out:
         with open(args.out, "a") as f:
             f.write(text + "\n")
     return 0

@@ -47,7 +47,7 @@ def single_thread_env(device: str) -> dict:
 def proxima_cmd(args, envs: int) -> list:
     cmd = [sys.executable, "-m", "proxima", "bench", "CartPole-v1", "--device", args.device, "--backend", "native",
            "--num-steps", "16", "--num-envs", str(envs), "--repeats", "1", "--seconds", str(args.seconds),
-           "--threads", "1", "--json", "--no-out"]
+           "--threads", "1", "--json"]
     return cmd + (["--compile"] if args.compile else []) + (["--cudagraphs"] if args.cudagraphs else [])
 
 
