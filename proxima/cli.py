@@ -66,7 +66,7 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
                            help=f"{help_text} (default: {shown})")
         else:
             choices = f.metadata.get("choices")
-            metavar = "{" + ",".join(choices) + "}" if choices else name.upper()
+            metavar = "{" + ",".join(choices) + "}" if choices else f.metadata.get("metavar", name.upper())
             p.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=metavar, help=f"{help_text} (default: {shown})")
     p.add_argument("--learning-rate", dest="lr", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 

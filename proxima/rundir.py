@@ -7,8 +7,9 @@
   start time tells a reused pid apart) is taken over with a line saying so.
 * A new run refuses a directory that already holds files: ``--resume`` continues the run there,
   ``--overwrite`` moves the old directory aside (``R.old-YYYYmmdd-HHMMSS``) and says where.
-* A new run that fails before its first checkpoint (a broken env, a full disk) removes what it
-  wrote, so no half run directory is left for a later ``--resume auto`` to trip on.
+* A new run that fails before finishing its first iteration (a broken env, a full disk at the
+  start) removes what it wrote; one that fails later keeps its metrics for the diagnosis (a later
+  ``--resume auto`` continues from its checkpoint, or moves it aside when it has none).
 """
 
 from __future__ import annotations
@@ -246,7 +247,7 @@ class RunSession:
         self.lock, self.created = lock, run_dir
 
     def discard_fresh(self) -> None:
-        """A new run that failed before writing any checkpoint: remove what it wrote."""
+        """A new run that failed before it trained anything: remove what it wrote (never a checkpoint)."""
         from .checkpoint import list_checkpoints
 
         run_dir, self.created = self.created, None

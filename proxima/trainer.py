@@ -320,7 +320,7 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     A run directory belongs to one run (proxima/rundir.py): a new run refuses a directory that
     holds files unless ``overwrite`` (the old one is moved aside); the trainer holds the directory's
     lock for its life, so a second trainer or a resume of a live run stops with "run R is in use by
-    pid P". A new run that fails before its first checkpoint leaves no directory behind.
+    pid P". A new run that fails before finishing its first iteration leaves no directory behind.
 
     resume: None (fresh run), a checkpoint file or run directory to continue from ("auto" resumes
     from ``run_dir`` when it holds a checkpoint, else starts it afresh). A resumed run continues in
@@ -364,7 +364,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             raise
         except Exception as e:
             problem = diagnose_failure(e, config, getattr(trainer, "_last_good", None))
-            session.discard_fresh()  # a new run that wrote no checkpoint leaves nothing behind
+            if trainer is None or trainer.iteration == 0:
+                session.discard_fresh()  # a new run that failed before its first iteration leaves nothing behind
             dctx.report_failure(problem)
             if problem is not e:
                 raise problem from None

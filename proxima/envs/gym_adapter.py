@@ -106,7 +106,8 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
         if cls is None and attr in gym.registry:  # Gymnasium's module:EnvId: the import registered the id
             return _make_registered(attr, render_mode, kwargs)
         if cls is None:
-            raise EnvError(f"module '{module_name}' has no attribute or registered env id '{attr}' (env '{env_id}')")
+            raise EnvError(f"module '{module_name}' has no attribute '{attr}', nor did importing it register an env id "
+                           f"'{attr}' (env '{env_id}')")
         if not (isinstance(cls, type) and issubclass(cls, gym.Env)) and not callable(cls):
             raise EnvError(f"'{env_id}' is not a gymnasium.Env class")
 
