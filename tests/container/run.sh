@@ -61,7 +61,9 @@ if ((${#missing[@]})); then
   mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
   command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and there is no apt-get here: install them by hand"
   say "installing ${missing[*]} with apt-get"
-  if ! { timeout 300 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq "${missing[@]}"; } \
+  # a fresh machine may be running apt itself at boot: wait for its lock rather than fail
+  apt=(apt-get -o DPkg::Lock::Timeout=180)
+  if ! { timeout 300 "${apt[@]}" update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 "${apt[@]}" install -y -qq "${missing[@]}"; } \
     >"$LOGS/apt.log" 2>&1 </dev/null; then
     die "cannot install the container tooling (${missing[*]}) with apt-get; see $LOGS/apt.log"
   fi
@@ -73,7 +75,8 @@ timeout 60 podman info >"$LOGS/podman-info.log" 2>&1 \
 # Containers are removed by name at start (a killed earlier run) and on every exit.
 CONTAINERS=("$PREFIX-token" "$PREFIX-main" "$PREFIX-control")
 WORK=""
-# one name per call: podman 4.3's `rm -f A B C` skipped B when A did not exist (and said nothing)
+# one name per call: podman 4.3 here once left a running container in place, exit status 0, when
+# `rm -f` named several of which some did not exist
 remove_containers() {
   local name
   for name in "$@"; do
