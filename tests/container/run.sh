@@ -27,7 +27,7 @@ cd "$ROOT"
 VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)"
 IMAGE="${IMAGE:-proxima:$VERSION}"
 BASE="localhost/proxima-test-base:bookworm"
-CACHE="${PROXIMA_CONTAINER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/proxima-container}"
+CACHE="${PROXIMA_CONTAINER_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/proxima-container}"
 PY="${PYTHON:-python3}"
 PREFIX="proxima-test" # container names: $PREFIX-token, -main, -control (removed at start and on exit)
 LOGS="$CACHE/logs"
@@ -61,7 +61,9 @@ if ((${#missing[@]})); then
   mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
   command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and there is no apt-get here: install them by hand"
   say "installing ${missing[*]} with apt-get"
-  if ! { timeout 300 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq "${missing[@]}"; } \
+  # a fresh machine may be running apt itself at boot: wait for its lock rather than fail
+  apt=(apt-get -o DPkg::Lock::Timeout=180)
+  if ! { timeout 300 "${apt[@]}" update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 "${apt[@]}" install -y -qq "${missing[@]}"; } \
     >"$LOGS/apt.log" 2>&1 </dev/null; then
     die "cannot install the container tooling (${missing[*]}) with apt-get; see $LOGS/apt.log"
   fi
@@ -73,7 +75,8 @@ timeout 60 podman info >"$LOGS/podman-info.log" 2>&1 \
 # Containers are removed by name at start (a killed earlier run) and on every exit.
 CONTAINERS=("$PREFIX-token" "$PREFIX-main" "$PREFIX-control")
 WORK=""
-# one name per call: podman 4.3's `rm -f A B C` skipped B when A did not exist (and said nothing)
+# one name per call: podman 4.3 here once left a running container in place, exit status 0, when
+# `rm -f` named several of which some did not exist
 remove_containers() {
   local name
   for name in "$@"; do
@@ -95,6 +98,7 @@ trap 'exit 130' INT TERM
 remove_containers "${CONTAINERS[@]}"
 
 # ---- 2. the Debian base, made once -------------------------------------------------------------
+t0=$SECONDS
 if ! podman image exists "$BASE"; then
   mirror="${PROXIMA_DEBIAN_MIRROR:-$(awk '$1 == "URIs:" && $2 ~ /\/debian\/?$/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)}"
   mirror="${mirror:-http://deb.debian.org/debian}"
@@ -103,11 +107,12 @@ if ! podman image exists "$BASE"; then
   say "making the Debian bookworm base with debootstrap from $mirror (once; about a minute)"
   timeout 900 debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$LOGS/debootstrap.log" 2>&1 </dev/null \
     || die "debootstrap of Debian bookworm from $mirror failed; see $LOGS/debootstrap.log"
-  tar --numeric-owner -C "$rootfs" -c . | timeout 300 podman import --change 'CMD ["/bin/bash"]' - "$BASE" >/dev/null \
-    || die "podman import of the Debian base failed"
+  tar --numeric-owner -C "$rootfs" -c . \
+    | timeout 300 podman import --change 'CMD ["/bin/bash"]' - "$BASE" >"$LOGS/import.log" 2>&1 \
+    || die "podman import of the Debian base failed; see $LOGS/import.log"
   rm -rf "$rootfs"
 fi
-ok "base image $BASE present"
+ok "base image $BASE present ($((SECONDS - t0)) s)"
 
 # ---- 3. wheels, downloaded on the host (pip inside the build cannot reach an index here) ----------
 WHEELS="$CACHE/wheels"
@@ -119,6 +124,7 @@ project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 print("\n".join(project["dependencies"] + project["optional-dependencies"]["rlhf"]))
 ')" || die "cannot read the dependencies from pyproject.toml with $PY (needs Python >= 3.11)"
 reqs="$(printf '%s\n%s\nsetuptools>=68\nwheel\n' "$reqs" "$jupyterlab")"
+t0=$SECONDS
 stamp="$( { printf '%s\n' "$reqs"; cat requirements.lock; } | sha256sum | cut -c1-16)"
 if [[ "$(cat "$WHEELS/.stamp" 2>/dev/null)" != "$stamp" ]]; then
   say "downloading the wheels for Python 3.11.2 into $WHEELS"
@@ -133,7 +139,7 @@ if [[ "$(cat "$WHEELS/.stamp" 2>/dev/null)" != "$stamp" ]]; then
   ! compgen -G "$WHEELS/nvidia_*.whl" >/dev/null || die "CUDA wheels (nvidia_*) in $WHEELS: the CPU torch was not used"
   printf '%s\n' "$stamp" >"$WHEELS/.stamp" # only a complete, checked download is reused
 fi
-ok "wheels ready: CPU torch 2.13.0 and $(find "$WHEELS" -name '*.whl' | wc -l) wheels, no CUDA wheels"
+ok "wheels ready: CPU torch 2.13.0 and $(find "$WHEELS" -name '*.whl' | wc -l) wheels, no CUDA wheels ($((SECONDS - t0)) s)"
 
 # ---- 4. build: the same Dockerfile; only the base and what it implies differ ---------------------
 say "building $IMAGE from docker/Dockerfile on $BASE"
@@ -143,6 +149,9 @@ timeout 1500 podman build --format docker -f docker/Dockerfile --ignorefile dock
   --build-context wheels="$WHEELS" -t "$IMAGE" . >"$LOGS/build.log" 2>&1 </dev/null \
   || die "podman build failed; last lines: $(tail -n 3 "$LOGS/build.log" | tr '\n' ' ') (all in $LOGS/build.log)"
 ok "image $IMAGE built in $((SECONDS - t0)) s"
+# The previous build's image, untagged now, would keep its ~2 GB of layers: drop dangling images
+# (the layers this build shares with them stay, being its own).
+timeout 300 podman image prune -f >/dev/null 2>&1 || true
 
 WORK="$(mktemp -d /tmp/proxima-test-container.XXXXXX)"
 chmod 755 "$WORK" # the host user with uid 1000 reads the runs below it

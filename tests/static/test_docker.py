@@ -129,13 +129,17 @@ def test_container_test_builds_the_same_dockerfile_changing_only_the_base_and_wh
 
 def test_project_installed_without_replacing_torch():
     runs = " ".join(run_runs())
-    install = next(r for r in run_runs() if "pip install" in r)
-    assert "--no-cache-dir" in install and "[rlhf]" in install
-    assert "--constraint" in install or " -c " in install
+    deps, project = [r for r in run_runs() if "pip install" in r]
+    assert "--no-cache-dir" in deps and "['optional-dependencies']['rlhf']" in deps and "--requirement" in deps
+    assert "--constraint" in deps or " -c " in deps
     assert 'echo "torch==${TORCH_VERSION}"' in runs  # the constraint file pins the base image's torch
-    assert "torch.version.cuda" in install  # fails the build if pip swapped in a CPU torch
+    assert "torch.version.cuda" in deps  # fails the build if pip swapped in a CPU torch
+    # the code alone in the last layer: a change to it leaves the dependency layer cached
+    assert "--no-deps" in project and "/tmp/proxima-src" in project and "--no-cache-dir" in project
     copies = [rest for word, rest in instructions() if word == "COPY"]
     assert any("pyproject.toml" in c for c in copies) and any(c.split()[0] == "proxima" for c in copies)
+    order = [rest.split()[0] if word == "COPY" else word for word, rest in instructions() if word in ("COPY", "RUN")]
+    assert order.index("pyproject.toml") < order.index("proxima")
 
 
 def test_final_user_is_not_root():
