@@ -47,9 +47,9 @@ class Trainer:
         validate(cfg, self.dist.world_size)
         self.cfg, self.quiet = cfg, quiet
         torch.set_num_threads(cfg.threads)
-        # process-wide; 1.2x more training steps/s at 4,096 CartPole envs on this project's Xeon
-        # (docs/performance.md); a no-op where the CPU has no such mode
-        torch.set_flush_denormal(cfg.flush_denormal)
+        # 1.2x more training steps/s at 4,096 CartPole envs on this project's Xeon (docs/performance.md);
+        # process-wide, so close() turns it off again (a no-op where the CPU has no such mode)
+        self._flush_denormal = bool(cfg.flush_denormal) and torch.set_flush_denormal(True)
         self.device = self.dist.device_for(cfg.device)  # under torchrun: cuda:LOCAL_RANK or cpu
         _check_cudagraphs(cfg, self.device, self.dist.world_size)
         if cfg.amp == "fp16" and self.device.type != "cuda":
@@ -263,6 +263,9 @@ class Trainer:
 
     def close(self) -> None:
         self.env.close()
+        if self._flush_denormal:  # leave the process as we found it (FTZ is off by default)
+            torch.set_flush_denormal(False)
+            self._flush_denormal = False
 
 
 def _check_cudagraphs(cfg: PPOConfig, device: torch.device, world_size: int) -> None:

@@ -16,6 +16,14 @@ if str(TESTS) not in sys.path:  # makes `import probe_envs` work from any test f
     sys.path.insert(0, str(TESTS))
 
 
+@pytest.fixture(autouse=True)
+def _denormals_back_on():
+    """Trainer turns flush-to-zero on for its life (--flush-denormal); a test that leaves a trainer
+    unclosed must not leave it on for the next (hypothesis, for one, refuses to run under FTZ)."""
+    yield
+    torch.set_flush_denormal(False)
+
+
 @pytest.fixture
 def small_config():
     """A PPOConfig factory for CartPole that trains in well under a second per iteration."""

@@ -276,3 +276,14 @@ def test_replay_warms_up_then_captures_once_and_replays(monkeypatch):
     for _ in range(graphs.WARMUP + 3):
         replay()
     assert log == ["fn"] * graphs.WARMUP + [("register", gen), ("capture", "pool"), "fn", "replay", "replay", "replay"]
+
+
+def test_flush_denormal_is_on_for_the_trainers_life_only(tmp_path):
+    tiny = torch.tensor([1e-39])  # a float32 denormal
+    trainer = Trainer(_cfg(tmp_path))
+    assert float(tiny * 1.0) == 0.0  # flushed while the trainer lives
+    trainer.close()
+    assert float(tiny * 1.0) > 0.0
+    off = Trainer(_cfg(tmp_path / "off", flush_denormal=False))
+    assert float(tiny * 1.0) > 0.0
+    off.close()
