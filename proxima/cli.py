@@ -108,6 +108,10 @@ def cmd_train(args) -> int:
 
             return launch_torchrun(args.nproc, sys.argv[1:])
         cfg = config_from_args(args, prog)
+        if args.seeds is not None or args.sweep:  # a population: one batched program (population_run.py)
+            from .population_run import cmd_train_population
+
+            return cmd_train_population(args, cfg)
         from .config import validate
 
         if args.resume is None:  # a resumed run's config is the checkpoint's (checked by train)
@@ -259,6 +263,11 @@ def build_parser() -> ArgParser:
     p.add_argument("--nproc", type=int, default=0, help="launch K processes with torchrun (data-parallel, one policy)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary lines")
     p.add_argument("--dry-run", action="store_true", help="print the resolved config (defaults < preset < flags) and exit")
+    p.add_argument("--seeds", default=None, metavar="SEEDS", help="train a population: one agent per seed in one batched "
+                   "process, e.g. 1-16 or 1,5,9 (docs/populations.md)")
+    p.add_argument("--sweep", action="append", default=None, metavar="FIELD=V1,V2", help="a population over values of a "
+                   "per-member field (lr, ent_coef, clip_coef, vf_coef, gamma, gae_lambda, max_grad_norm), crossed with "
+                   "--seeds; repeat to cross several fields")
     add_config_flags(p)
     p.set_defaults(func=cmd_train)
 
