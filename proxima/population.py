@@ -139,6 +139,10 @@ class Population:
         self.params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
         self.buffers = {k: v.detach().clone() for k, v in buffers.items()}
         self.template = _Method(copy.deepcopy(agents[0]).to("meta"))
+        # the same tensors under the template's names (updated in place by Adam, so built once)
+        self._prefixed_params = {"agent." + k: v for k, v in self.params.items()}
+        self._prefixed_buffers = {"agent." + k: v for k, v in self.buffers.items()}
+        self._vmapped: dict = {}
         self.agent_template = agents[0]  # a real Agent: unstacked members are loaded into copies of it
         # per-member scalars, (P,) float32
         col = lambda name: torch.tensor([float(getattr(c, name)) for c in configs], dtype=torch.float32, device=self.device)  # noqa: E731
@@ -162,12 +166,15 @@ class Population:
     # --- vmapped calls of the template agent -----------------------------------------------------
     def _call(self, method: str, *args, randomness: str = "error"):
         """Agent.method over members: args (P, B, ...) -> outputs (P, B, ...)."""
+        key = (method, randomness)
+        fn = self._vmapped.get(key)
+        if fn is None:  # built once per method: vmap and functional_call cost host time per call
 
-        def one(params, buffers, *xs):
-            return functional_call(self.template, (params, buffers), (method, *xs))
+            def one(params, buffers, *xs):
+                return functional_call(self.template, (params, buffers), (method, *xs))
 
-        prefixed = lambda d: {"agent." + k: v for k, v in d.items()}  # noqa: E731
-        return vmap(one, randomness=randomness)(prefixed(self.params), prefixed(self.buffers), *args)
+            fn = self._vmapped[key] = vmap(one, randomness=randomness)
+        return fn(self._prefixed_params, self._prefixed_buffers, *args)
 
     @torch.no_grad()
     def policy_step(self, obs: torch.Tensor):
@@ -213,8 +220,7 @@ class Population:
             return ppo.ppo_loss(newlogprob, logprobs, advantages, newvalue, values, returns, entropy, clip_coef=clip,
                                 vf_coef=vf, ent_coef=ent, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv)
 
-        prefixed = lambda d: {"agent." + k: v for k, v in d.items()}  # noqa: E731
-        out = vmap(member_loss)(prefixed(self.params), prefixed(self.buffers), m["obs"], m["actions"], m["logprobs"],
+        out = vmap(member_loss)(self._prefixed_params, self._prefixed_buffers, m["obs"], m["actions"], m["logprobs"],
                                 m["advantages"], m["values"], m["returns"], self.coef["clip_coef"], self.coef["vf_coef"],
                                 self.coef["ent_coef"])
         self.optimizer.zero_grad(set_to_none=True)

@@ -121,6 +121,15 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     rows = summarize_settings(run_dir, threshold)
     out = Path(out) if out is not None else run_dir / "report.md"
     text = render(run_dir, rows, threshold)
+    from .plot import PlotError, plot_runs
+
+    members = [run_dir / e["dir"] for e in json.loads((run_dir / POPULATION_FILE).read_text())["member_dirs"]]
+    curve = out.with_name(f"{out.stem}_curve.png") if out.name != "report.md" else run_dir / "curve.png"
+    try:  # one mean curve with a min-max band per setting (plot.group_runs groups members by their settings)
+        plot_runs(members, curve)
+        text += f"\n![learning curves: mean and min-max over members, per setting]({os.path.relpath(curve, out.parent)})\n"
+    except PlotError as e:
+        text += f"\nNo learning curve: {e}\n"
     tmp = out.with_name(out.name + ".tmp")
     try:
         tmp.write_text(text)

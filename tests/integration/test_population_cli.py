@@ -97,3 +97,11 @@ def test_memory_estimate_grows_with_members():
     one, eight = estimate_bytes(cfg, 1, 4, 1, True), estimate_bytes(cfg, 8, 4, 1, True)
     assert eight == pytest.approx(8 * one, rel=1e-9)
     assert torch.tensor(one).item() > 4 * 128 * 4 * 4  # at least the float32 observations
+
+
+def test_report_of_a_real_population_has_a_row_per_setting_and_a_curve(population_run, capsys):
+    run_dir, _ = population_run
+    assert cli.main(["report", str(run_dir), "--threshold", "10"]) == 0
+    text = (run_dir / "report.md").read_text()
+    assert "| lr=0.001 | 2 |" in text and "| lr=0.0003 | 2 |" in text
+    assert "(curve.png)" in text and (run_dir / "curve.png").stat().st_size > 0
