@@ -219,9 +219,12 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
     sweep = parse_sweep(args.sweep or [])
     members = member_configs(cfg, seeds, sweep)
     if args.dry_run:
+        from .device import resolve_device
         from .population import check_members
+        from .sizing import env_probe
 
         check_members(members)
+        check_population_fits(members[0], len(members), resolve_device(members[0].device), env_probe(members[0]))
         print(json.dumps({"members": len(members), "seeds": seeds, "sweep": sweep}))
         return 0
     run_dir = train_population(members, seeds, sweep, argv=sys.argv, quiet=args.quiet, overwrite=args.overwrite)
