@@ -157,6 +157,8 @@ def cmd_resume(args) -> int:
             from .rlhf import resume as rlhf_resume
 
             return rlhf_resume(path, steps=args.steps)
+        if (path / "population.json").is_file():
+            return fail(prog, f"{path}: a population run (--seeds/--sweep); populations cannot be resumed yet (docs/populations.md)")
         if args.steps is not None:
             return fail(prog, f"--steps: {path} is a PPO run; --steps extends RLHF runs only (use --total-timesteps)")
         # the config comes from the checkpoint; typed flags may change only config.RESUME_SAFE fields

@@ -22,8 +22,9 @@ def _params_after_one_iteration_single(cfg) -> dict:
         t.close()
 
 
-def test_population_of_one_equals_a_single_run_after_one_iteration(small_config):
-    cfg = small_config(seed=3)
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])  # Categorical (Gumbel-max) and Normal sampling
+def test_population_of_one_equals_a_single_run_after_one_iteration(small_config, env_id):
+    cfg = small_config(seed=3, env_id=env_id)
     single = _params_after_one_iteration_single(cfg)
     pop = Population(member_configs(cfg, [3]))
     pop.train_iteration()
