@@ -154,3 +154,19 @@ def test_member_configs_cross_settings_with_seeds(small_config):
     pop = Population(members)
     assert pop.coef["lr"].tolist() == pytest.approx([1e-3] * 4 + [3e-4] * 4)
     assert dataclasses.asdict(members[0])["seed"] == 1
+
+
+def test_a_members_whole_iteration_does_not_depend_on_another_members_settings(small_config):
+    # member 0 identical, member 1 with every per-member field changed: after a full iteration
+    # (rollout, GAE, update with per-member lr, clip, coefficients) member 0 is bit-identical
+    cfg = small_config(seed=1)
+    other = dict(lr=1e-2, ent_coef=0.2, clip_coef=0.3, vf_coef=0.1, gamma=0.9, gae_lambda=0.5, max_grad_norm=0.01)
+    runs = []
+    for member1 in (small_config(seed=2), small_config(seed=2, **other)):
+        pop = Population([cfg, member1])
+        pop.train_iteration()
+        runs.append(pop)
+    a, b = (p.member_agent(0).state_dict() for p in runs)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    assert not torch.equal(runs[0].params["actor.0.weight"][1], runs[1].params["actor.0.weight"][1])
