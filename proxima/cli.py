@@ -109,9 +109,13 @@ def cmd_train(args) -> int:
             return launch_torchrun(args.nproc, sys.argv[1:])
         cfg = config_from_args(args, prog)
         if args.seeds is not None or args.sweep:  # a population: one batched program (population_run.py)
-            from .population_run import cmd_train_population
+            from .population_run import PopulationInterrupted, cmd_train_population
 
-            return cmd_train_population(args, cfg)
+            try:
+                return cmd_train_population(args, cfg)
+            except PopulationInterrupted as e:
+                print(f"proxima: {e}", file=sys.stderr)
+                return e.exit_code
         from .config import validate
 
         if args.resume is None:  # a resumed run's config is the checkpoint's (checked by train)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import sys
 import time
 import types
@@ -36,6 +37,16 @@ from .population import PER_MEMBER_FIELDS, Population, _fmt, check_population_fi
 POPULATION_FILE = "population.json"
 
 
+class PopulationInterrupted(Exception):
+    """SIGINT/SIGTERM stopped a population after an iteration; ``exit_code`` is 128+signum. The
+    logs are kept; there is no checkpoint to resume from (populations are not resumable yet)."""
+
+    def __init__(self, signum: int, run_dir: Path, iteration: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name} after iteration {iteration}; populations write no "
+                         f"checkpoints yet: the members' logs are kept in {run_dir}, the run cannot be resumed")
+        self.signum, self.exit_code, self.checkpoint = signum, 128 + signum, None
+
+
 def member_dir_name(index: int, cfg: PPOConfig, swept: Sequence[str]) -> str:
     """``m003-seed4-lr0.001``: index, seed and the swept values, so a listing reads as the grid."""
     return "-".join([f"m{index:03d}", f"seed{cfg.seed}", *(f"{n}{_fmt(getattr(cfg, n))}" for n in swept)])
@@ -48,9 +59,13 @@ def default_population_dir(cfg: PPOConfig, seeds: Sequence[int]) -> Path:
 
 
 def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: dict, run_dir=None, argv=None,
-                     quiet: bool = False, overwrite: bool = False, evaluate_at_end: bool = True) -> Path:
+                     quiet: bool = False, overwrite: bool = False, evaluate_at_end: bool = True,
+                     stop_after: Optional[int] = None) -> Path:
     """Train every member in one process; returns the run directory. Errors before training (bad
-    config, memory, env) leave nothing behind; so does a failure during it (the directory is removed)."""
+    config, memory, env) leave nothing behind; so does a failure during it (the directory is removed).
+    SIGINT/SIGTERM: stop after the current iteration, keep the logs, raise PopulationInterrupted
+    (no checkpoint: populations are not resumable yet). ``stop_after`` (a test hook) acts as a
+    SIGINT arriving during that iteration."""
     from .device import resolve_device
     from .rundir import RunSession, unique_default
     from .signals import SignalGuard, TrainingInterrupted
@@ -88,13 +103,15 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
                 _log_members(loggers, values, pop, sps, elapsed, step)
                 if not quiet and (pop.iteration % max(1, pop.num_iterations // 10) == 0 or pop.iteration == pop.num_iterations):
                     _progress(values, pop, step, elapsed)
+                if stop_after is not None and pop.iteration >= stop_after and not stop.signum:
+                    stop.signum = signal.SIGINT
                 if stop.signum:
-                    raise TrainingInterrupted(stop.signum, None)
+                    raise PopulationInterrupted(stop.signum, run_dir, pop.iteration)
         wall = time.perf_counter() - t_start
         for i, d in enumerate(dirs):  # final weights of every member, in the single-run checkpoint format
             _save_member(pop, i, d)
         _finish(run_dir, pop, dirs, seeds, sweep, wall, evaluate_at_end, quiet)
-    except TrainingInterrupted:
+    except (TrainingInterrupted, PopulationInterrupted):
         raise
     except Exception:
         session.discard_fresh()

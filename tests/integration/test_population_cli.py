@@ -107,3 +107,24 @@ def test_report_of_a_real_population_has_a_row_per_setting_and_a_curve(populatio
     text = (run_dir / "report.md").read_text()
     assert "| lr=0.001 | 2 |" in text and "| lr=0.0003 | 2 |" in text
     assert "(curve.png)" in text and (run_dir / "curve.png").stat().st_size > 0
+
+
+def test_sigint_stops_a_population_after_the_iteration_and_keeps_the_logs(tmp_path):
+    import signal
+
+    from proxima.config import PPOConfig
+    from proxima.population import member_configs
+    from proxima.population_run import PopulationInterrupted, train_population
+
+    cfg = PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=32, total_timesteps=320, num_minibatches=2, threads=1,
+                    progress=False, eval_episodes=2, checkpoint_every=0)
+    with pytest.raises(PopulationInterrupted, match="stopped by SIGINT after iteration 2; populations write no checkpoints") as e:
+        train_population(member_configs(cfg, [1, 2]), [1, 2], {}, run_dir=tmp_path / "R", quiet=True, stop_after=2)
+    assert e.value.exit_code == 130
+    doc = json.loads((tmp_path / "R" / "population.json").read_text())
+    for m in doc["member_dirs"]:
+        d = tmp_path / "R" / m["dir"]
+        with open(d / "metrics.csv") as f:
+            assert len(list(csv.DictReader(f))) == 2
+        assert not (d / "eval.json").exists()
+    assert not (tmp_path / "R" / ".proxima.lock").exists()  # the lock is released
