@@ -28,7 +28,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional, Sequence
 
-import torch
 
 from . import checkpoint as ckpt
 from .config import ConfigError, PPOConfig
