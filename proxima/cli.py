@@ -195,6 +195,9 @@ def cmd_eval(args) -> int:
         from .device import resolve_device
 
         path = args.path
+        if (Path(path) / "population.json").is_file():
+            return fail(prog, f"{path}: a population run (--seeds/--sweep); evaluate a member: proxima eval {path}/<member dir> "
+                        "(each member's eval.json holds its end-of-run evaluation; `proxima report` sums them up)")
         if args.best:
             from .checkpoint import CheckpointError, best_checkpoint_path
 
