@@ -123,6 +123,9 @@ class Population:
         P, N, T = len(configs), base.num_envs, base.num_steps
         self.members, self.device = P, torch.device(device)
         torch.set_num_threads(base.threads)
+        flush = getattr(base, "flush_denormal", None)  # as Trainer does, where the config has the switch
+        if flush is not None:
+            torch.set_flush_denormal(flush)
         # the order of a single run (Trainer): seed, env, agent, reset; for a population of one the
         # global RNG stream (action samples, permutations) is then the single run's
         from .trainer import seed_everything

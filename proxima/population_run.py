@@ -61,7 +61,8 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
                      quiet: bool = False, overwrite: bool = False, evaluate_at_end: bool = True,
                      stop_after: Optional[int] = None) -> Path:
     """Train every member in one process; returns the run directory. Errors before training (bad
-    config, memory, env) leave nothing behind; so does a failure during it (the directory is removed).
+    config, memory, env) leave nothing behind, as does a failure before the first iteration ends; a
+    later failure keeps the members' metrics for the diagnosis.
     SIGINT/SIGTERM: stop after the current iteration, keep the logs, raise PopulationInterrupted
     (no checkpoint: populations are not resumable yet). ``stop_after`` (a test hook) acts as a
     SIGINT arriving during that iteration."""
@@ -113,7 +114,8 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
     except (TrainingInterrupted, PopulationInterrupted):
         raise
     except Exception:
-        session.discard_fresh()
+        if pop.iteration == 0:  # as a single run: a failure before the first iteration leaves nothing behind
+            session.discard_fresh()
         raise
     finally:
         for lg in loggers:
