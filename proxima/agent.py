@@ -32,7 +32,7 @@ __all__ = ["Agent", "action_dtype", "action_shape", "layer_init", "mlp", "Nature
 
 def _categorical_sample(logits: torch.Tensor) -> torch.Tensor:
     # Gumbel-max: argmax(logits + Gumbel noise) is a categorical sample, with no host sync
-    u = torch.rand_like(logits).clamp_(1e-20, 1.0)
+    u = torch.rand_like(logits).clamp(1e-20, 1.0)  # out of place: vmap (populations) batches it
     return torch.argmax(logits - torch.log(-torch.log(u)), dim=-1)
 
 

@@ -205,7 +205,7 @@ def load_resumable(path: Union[str, Path]) -> dict:
 
     path = Path(path)
     if not path.is_dir():
-        return load_checkpoint(path)
+        return _refuse_population_member(load_checkpoint(path))
     ckpts = list_checkpoints(path)
     if not ckpts:
         raise CheckpointError(f"{path}: not a Proxima run directory (no checkpoints/step_*.pt inside)")
@@ -221,10 +221,18 @@ def load_resumable(path: Union[str, Path]) -> dict:
             os.replace(bad, aside)
             print(f"proxima: note: {bad} is unusable ({why}); resuming from {candidate} instead "
                   f"(the bad file is kept as {aside.name})", file=sys.stderr)
-        return state
+        return _refuse_population_member(state)
     newest, why = unusable[0]
     older = f"; none of the {len(ckpts) - 1} older checkpoint(s) loads either" if len(ckpts) > 1 else ""
     raise CheckpointError(f"{newest}: {why}{older}")
+
+
+def _refuse_population_member(state: dict) -> dict:
+    """A population member's checkpoint holds its final weights only (population_run.py): not resumable."""
+    if state.get("population_member"):
+        raise CheckpointError(f"{state['path']}: a member of a population (--seeds/--sweep) holds final weights only; "
+                              "populations cannot be resumed yet (evaluate it with `proxima eval`)")
+    return state
 
 
 def _one_line(text: str, limit: int = 160) -> str:

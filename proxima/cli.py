@@ -108,6 +108,14 @@ def cmd_train(args) -> int:
 
             return launch_torchrun(args.nproc, sys.argv[1:])
         cfg = config_from_args(args, prog)
+        if args.seeds is not None or args.sweep:  # a population: one batched program (population_run.py)
+            from .population_run import PopulationInterrupted, cmd_train_population
+
+            try:
+                return cmd_train_population(args, cfg)
+            except PopulationInterrupted as e:
+                print(f"proxima: {e}", file=sys.stderr)
+                return e.exit_code
         from .config import validate
 
         if args.resume is None:  # a resumed run's config is the checkpoint's (checked by train)
@@ -153,6 +161,8 @@ def cmd_resume(args) -> int:
             from .rlhf import resume as rlhf_resume
 
             return rlhf_resume(path, steps=args.steps)
+        if (path / "population.json").is_file():
+            return fail(prog, f"{path}: a population run (--seeds/--sweep); populations cannot be resumed yet (docs/populations.md)")
         if args.steps is not None:
             return fail(prog, f"--steps: {path} is a PPO run; --steps extends RLHF runs only (use --total-timesteps)")
         # the config comes from the checkpoint; typed flags may change only config.RESUME_SAFE fields
@@ -185,6 +195,9 @@ def cmd_eval(args) -> int:
         from .device import resolve_device
 
         path = args.path
+        if (Path(path) / "population.json").is_file():
+            return fail(prog, f"{path}: a population run (--seeds/--sweep); evaluate a member: proxima eval {path}/<member dir> "
+                        "(each member's eval.json holds its end-of-run evaluation; `proxima report` sums them up)")
         if args.best:
             from .checkpoint import CheckpointError, best_checkpoint_path
 
@@ -259,6 +272,11 @@ def build_parser() -> ArgParser:
     p.add_argument("--nproc", type=int, default=0, help="launch K processes with torchrun (data-parallel, one policy)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary lines")
     p.add_argument("--dry-run", action="store_true", help="print the resolved config (defaults < preset < flags) and exit")
+    p.add_argument("--seeds", default=None, metavar="SEEDS", help="train a population: one agent per seed in one batched "
+                   "process, e.g. 1-16 or 1,5,9 (docs/populations.md)")
+    p.add_argument("--sweep", action="append", default=None, metavar="FIELD=V1,V2", help="a population over values of a "
+                   "per-member field (lr, ent_coef, clip_coef, vf_coef, gamma, gae_lambda, max_grad_norm), crossed with "
+                   "--seeds; repeat to cross several fields")
     add_config_flags(p)
     p.set_defaults(func=cmd_train)
 

@@ -159,22 +159,25 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
 # 4. The update: epochs x minibatches (details 6, 11; optional target_kl stop)
 # ---------------------------------------------------------------------------------------------
 def update(agent, optimizer: torch.optim.Optimizer, batch: dict, cfg, grad_step: Optional[Callable] = None,
-           generator: Optional[torch.Generator] = None) -> dict:
+           generator: Optional[torch.Generator] = None, permutation: Optional[Callable] = None) -> dict:
     """Run ``cfg.update_epochs`` epochs of ``cfg.num_minibatches`` minibatches over ``batch``.
 
     batch: flat (B, ...) tensors obs, actions, logprobs, advantages, returns, values.
     grad_step(mb) -> dict of loss terms: one optimizer step on a minibatch (``make_grad_step``; the
-    trainer may pass a compiled one). Returns the mean of each loss term over the minibatches run,
+    trainer may pass a compiled one). permutation(b, device, generator) -> (b,) indices of one epoch
+    (default ``minibatch_permutation``; a population passes per-member ones). Returns the mean of each loss term over the minibatches run,
     plus ``nonfinite`` (bool tensor: some loss or gradient was NaN/inf).
     """
     if grad_step is None:
         grad_step = make_grad_step(agent, optimizer, cfg)
+    if permutation is None:
+        permutation = minibatch_permutation
     b = batch["obs"].shape[0]
     mb_size = b // cfg.num_minibatches
     totals: dict = {}
     n = 0
     for _epoch in range(cfg.update_epochs):
-        perm = minibatch_permutation(b, batch["obs"].device, generator)  # detail 6, on the device
+        perm = permutation(b, batch["obs"].device, generator)  # detail 6, on the device
         for start in range(0, b, mb_size):
             mb_inds = perm[start:start + mb_size]
             mb = {k: v[mb_inds] for k, v in batch.items()}

@@ -346,6 +346,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME", help=f"metric for the curve and the summary (default {DEFAULT_METRIC})")
     p.add_argument("--x", default="step", choices=tuple(X_LABELS), help="curve x axis: global step or wall time (default step)")
     p.add_argument("--smooth", type=int, default=1, metavar="K", help="moving average over K points for the curve (default 1)")
+    p.add_argument("--threshold", type=float, default=None, metavar="R", help="population runs (--seeds): report the "
+                   "fraction of members per setting whose final return is >= R (docs/populations.md)")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -366,6 +368,12 @@ def run(args) -> int:
         sys.stderr.write(f"{prog}: error: --smooth {args.smooth}: must be at least 1\n")
         return 2
     try:
+        from .population_report import build_population_report, is_population
+
+        if len(args.run_dirs) == 1 and is_population(args.run_dirs[0]):  # statistics over members, per setting
+            path = build_population_report(args.run_dirs[0], out=args.out, threshold=args.threshold)
+            print(f"wrote {path}")
+            return 0
         path = build_report(args.run_dirs, out=args.out, episodes=args.episodes, device=args.device,
                             metric=args.metric, x=args.x, smooth=args.smooth, quiet=False)
     except ReportError as e:

@@ -135,12 +135,15 @@ def test_documented_commands_run(tmp_path, monkeypatch, capsys):
     # the run the README's eval/resume/report/plot examples point at, kept tiny
     assert main(["train", "Acrobot-v1", "--total-timesteps", "4096", "--num-envs", "8", "--num-steps", "128",
                  "--run-dir", "runs/acro", "--no-progress", "--eval-episodes", "2", "--eval-every", "2048"]) == 0
+    # the population docs/populations.md's report/plot/eval examples point at, kept tiny
+    assert main(["train", "CartPole-v1", "--seeds", "1-2", "--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64",
+                 "--run-dir", "runs/pop", "--quiet", "--eval-episodes", "1"]) == 0
     ran = []
     for where, argv in COMMANDS:
         if "torchrun" in where or not _runnable(argv):  # multi-process launches: parse-checked
             continue
         if argv[0] == "train":
-            if "--run-dir" in argv and argv[argv.index("--run-dir") + 1] == "runs/acro":
+            if "--run-dir" in argv and argv[argv.index("--run-dir") + 1] in ("runs/acro", "runs/pop"):
                 continue  # the tiny run above stands in for it
             argv = argv + ["--dry-run"]
         if argv[0] == "eval" and "--video" in argv:

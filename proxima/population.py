@@ -1,0 +1,420 @@
+"""Populations: P independent PPO agents (seeds, swept hyperparameters) trained as one batched program.
+
+The algorithm is ppo.py's, parametrized, never copied (DESIGN.md "Growing without forking the loop"):
+
+* parameters carry a leading member axis P (``torch.func.stack_module_state`` over P ``Agent``s
+  built with each member's seed), and every forward is ``vmap`` over ``functional_call`` of one
+  template Agent, so MLP and CNN encoders both work unchanged;
+* one env of P*N rows, member p owning rows [p*N, (p+1)*N); ``ppo.collect_rollout`` fills a
+  (T, P*N) rollout exactly as for one run;
+* ``ppo.compute_gae`` gets gamma and lambda as (P*N,) tensors (one value per row);
+* ``ppo.update`` runs its epochs and minibatches with a per-member permutation (each member's
+  minibatch is drawn from its own data by its own permutation); the minibatch step is
+  ``ppo.ppo_loss`` vmapped over members with per-member clip/vf/ent coefficients; the summed loss
+  gives each member the gradient of its own loss only; the gradient norm is clipped per member; one
+  Adam over the stacked parameters is P independent Adams (Adam is elementwise); each member's
+  learning rate scales its own Adam step.
+
+A member's first iteration equals a single run with the same seed up to float rounding (test:
+tests/unit/test_population.py): the same initial parameters, the same env rows and the same
+action samples and permutations for a population of one; vmapped (batched) matmuls and the
+learning-rate scaling of the Adam step round differently in the last bits.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+from torch.func import functional_call, stack_module_state, vmap
+
+from . import ppo
+from .agent import Agent, action_dtype, action_shape
+from .config import ConfigError, PPOConfig, batch_size, num_iterations, validate
+from .envs import make_env
+from .rollout import Rollout
+
+#: fields that may differ between members: each lives as a (P,) tensor
+PER_MEMBER_FIELDS = ("lr", "ent_coef", "clip_coef", "vf_coef", "gamma", "gae_lambda", "max_grad_norm")
+#: fields every member shares apart from these and the seed (shapes, env, schedule, switches)
+_MEMBER_OWN = set(PER_MEMBER_FIELDS) | {"seed", "run_dir"}
+
+
+# ---------------------------------------------------------------------------------------------
+# layout helpers: rows of the (T, P*N) rollout <-> (P, T*N) per-member samples
+# ---------------------------------------------------------------------------------------------
+def to_members(x: torch.Tensor, members: int) -> torch.Tensor:
+    """(T, P*N, ...) time-major rollout tensor -> (P, T*N, ...) per-member samples (t-major within a member)."""
+    t, pn = x.shape[:2]
+    n = pn // members
+    return x.reshape(t, members, n, *x.shape[2:]).transpose(0, 1).reshape(members, t * n, *x.shape[2:])
+
+
+def from_members(x: torch.Tensor, num_steps: int) -> torch.Tensor:
+    """(P, T*N, ...) -> (T, P*N, ...), the inverse of :func:`to_members`."""
+    p, tn = x.shape[:2]
+    n = tn // num_steps
+    return x.reshape(p, num_steps, n, *x.shape[2:]).transpose(0, 1).reshape(num_steps, p * n, *x.shape[2:])
+
+
+def member_permutation(members: int, samples: int, num_envs: int, device: torch.device,
+                       generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """The permutation ``ppo.update`` walks for a population, (P * T*N,) int64.
+
+    Each member draws its own permutation of its T*N samples (``ppo.minibatch_permutation``, so a
+    population of one draws exactly a single run's), mapped to the rows of the flat (T*P*N,) batch
+    and interleaved member-minor: every contiguous slice of P*mb indices holds mb samples of each
+    member, which the grad step reshapes to (P, mb).
+    """
+    per_member = torch.stack([ppo.minibatch_permutation(samples, device, generator) for _ in range(members)])  # (P, T*N)
+    offsets = torch.arange(members, device=device).unsqueeze(1) * num_envs
+    rows = (per_member // num_envs) * (members * num_envs) + offsets + per_member % num_envs
+    return rows.t().reshape(-1)
+
+
+class PopulationRollout(Rollout):
+    """A (T, P*N) rollout whose episode statistics are kept per member: ep_*_sum, ep_count (P,)."""
+
+    def __init__(self, members: int, num_steps: int, num_envs: int, *args, **kwargs):
+        super().__init__(num_steps, members * num_envs, *args, **kwargs)
+        self.members = members
+        f32 = dict(dtype=torch.float32, device=self.device)
+        self.ep_return_sum = torch.zeros(members, **f32)
+        self.ep_length_sum = torch.zeros(members, **f32)
+        self.ep_count = torch.zeros(members, **f32)
+
+    def add_episode_stats(self, episode_return, episode_length, done) -> None:
+        p = self.members
+        self.ep_return_sum += episode_return.reshape(p, -1).sum(1)
+        self.ep_length_sum += episode_length.reshape(p, -1).sum(1).to(torch.float32)
+        self.ep_count += done.reshape(p, -1).sum(1)
+
+
+class _Method(nn.Module):
+    """Calls one method of a template Agent, so functional_call can reach more than forward()."""
+
+    def __init__(self, agent: Agent):
+        super().__init__()
+        self.agent = agent
+
+    def forward(self, method: str, *args):
+        return getattr(self.agent, method)(*args)
+
+
+# ---------------------------------------------------------------------------------------------
+class Population:
+    """P members of one PPOConfig shape, differing in seed and the PER_MEMBER_FIELDS.
+
+    ``configs``: one PPOConfig per member (validated; they may differ only in the seed and
+    PER_MEMBER_FIELDS). Holds the stacked parameters ``params`` ({name: (P, ...)}), the Adam over
+    them, the (P*N)-row env and the (T, P*N) rollout, and runs iterations with ``train_iteration``.
+    """
+
+    def __init__(self, configs: Sequence[PPOConfig], device="cpu"):
+        if not configs:
+            raise ConfigError("--seeds: a population needs at least one member")
+        check_members(configs)
+        self.configs = list(configs)
+        base = self.cfg = configs[0]
+        P, N, T = len(configs), base.num_envs, base.num_steps
+        self.members, self.device = P, torch.device(device)
+        torch.set_num_threads(base.threads)
+        flush = getattr(base, "flush_denormal", None)  # as Trainer does, where the config has the switch
+        if flush is not None:
+            torch.set_flush_denormal(flush)
+        # the order of a single run (Trainer): seed, env, agent, reset; for a population of one the
+        # global RNG stream (action samples, permutations) is then the single run's
+        from .trainer import seed_everything
+
+        seed_everything(base.seed)
+        self.env = make_env(base.env_id, P * N, self.device, base.backend, base.vector, seed=base.seed, env_kwargs=base.env_kwargs)
+        obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
+        agents = []
+        for c in configs:
+            torch.manual_seed(c.seed)  # member k's initial parameters are a single run's with seed k
+            agents.append(Agent(obs_space, act_space, base.hidden_sizes, base.activation, base.encoder).to(self.device))
+        self.encoder_kind = agents[0].encoder_kind
+        params, buffers = stack_module_state(agents)
+        self.params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+        self.buffers = {k: v.detach().clone() for k, v in buffers.items()}
+        self.template = _Method(copy.deepcopy(agents[0]).to("meta"))
+        # the same tensors under the template's names (updated in place by Adam, so built once)
+        self._prefixed_params = {"agent." + k: v for k, v in self.params.items()}
+        self._prefixed_buffers = {"agent." + k: v for k, v in self.buffers.items()}
+        self._vmapped: dict = {}
+        self.agent_template = agents[0]  # a real Agent: unstacked members are loaded into copies of it
+        # per-member scalars, (P,) float32
+        col = lambda name: torch.tensor([float(getattr(c, name)) for c in configs], dtype=torch.float32, device=self.device)  # noqa: E731
+        self.coef = {name: col(name) for name in PER_MEMBER_FIELDS}
+        self.lr_now = self.coef["lr"].clone()  # annealed in place (detail 4)
+        # one Adam, lr 1: its step is scaled per member by lr_now afterwards (Adam is elementwise,
+        # so one Adam over stacked parameters is P independent Adams)
+        self.optimizer = torch.optim.Adam(self.params.values(), lr=1.0, eps=1e-5, fused=True)
+        self.rollout = PopulationRollout(P, T, N, self.env.obs_shape, action_shape(act_space), action_dtype(act_space),
+                                         self.device, obs_dtype=self.env.obs_dtype)
+        rows = lambda x: x.repeat_interleave(N)  # noqa: E731  (P,) -> (P*N,): one value per env row
+        self.gamma_rows, self.lam_rows = rows(self.coef["gamma"]), rows(self.coef["gae_lambda"])
+        self.advantages_buf = torch.zeros_like(self.rollout.values)
+        self.returns_buf = torch.zeros_like(self.rollout.values)
+        self.batch = self.rollout.flatten(self.advantages_buf, self.returns_buf)
+        self.num_iterations = num_iterations(base)
+        self.steps_per_member = batch_size(base)
+        self.iteration = 0
+        self.next_obs = self.env.reset(seed=base.seed).clone()
+
+    # --- vmapped calls of the template agent -----------------------------------------------------
+    def _call(self, method: str, *args, randomness: str = "error"):
+        """Agent.method over members: args (P, B, ...) -> outputs (P, B, ...)."""
+        key = (method, randomness)
+        fn = self._vmapped.get(key)
+        if fn is None:  # built once per method: vmap and functional_call cost host time per call
+
+            def one(params, buffers, *xs):
+                return functional_call(self.template, (params, buffers), (method, *xs))
+
+            fn = self._vmapped[key] = vmap(one, randomness=randomness)
+        return fn(self._prefixed_params, self._prefixed_buffers, *args)
+
+    @torch.no_grad()
+    def policy_step(self, obs: torch.Tensor):
+        """collect_rollout's acting step: obs (P*N, ...) -> action (P*N, ...), logprob (P*N,), value (P*N,)."""
+        P = self.members
+        action, logprob, value = self._call("policy_step", obs.reshape(P, -1, *obs.shape[1:]), randomness="different")
+        flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731
+        return flat(action), flat(logprob), flat(value)
+
+    # --- the three parts of an iteration --------------------------------------------------------
+    def collect(self) -> None:
+        last = ppo.collect_rollout(self.env, self.policy_step, self.rollout, self.next_obs)
+        self.next_obs.copy_(last)
+
+    @torch.no_grad()
+    def advantages(self) -> torch.Tensor:
+        """GAE into the static buffers; returns the explained variance per member (P,)."""
+        ro, cfg, P = self.rollout, self.cfg, self.members
+        next_values = from_members(self._call("get_value", to_members(ro.final_obs, P)), ro.num_steps)
+        terminated = ro.terminated if cfg.bootstrap_truncation else ro.dones
+        adv, ret = ppo.compute_gae(ro.rewards, ro.values, next_values, terminated, ro.dones, self.gamma_rows, self.lam_rows)
+        self.advantages_buf.copy_(adv)
+        self.returns_buf.copy_(ret)
+        values, returns = to_members(ro.values, P), to_members(ret, P)
+        return 1 - (returns - values).var(dim=1) / returns.var(dim=1)
+
+    def update(self) -> dict:
+        cfg, P = self.cfg, self.members
+
+        def permutation(b, device, generator=None):
+            return member_permutation(P, b // P, cfg.num_envs, device, generator)
+
+        return ppo.update(None, self.optimizer, self.batch, cfg, grad_step=self.grad_step, permutation=permutation)
+
+    def grad_step(self, mb: dict) -> dict:
+        """One minibatch of every member: mb rows ordered (sample, member) as member_permutation lays
+        them out. Returns each loss term as a (P,) tensor, grad_norm (P,) and nonfinite (P,) bool."""
+        P, cfg = self.members, self.cfg
+        m = {k: v.reshape(-1, P, *v.shape[1:]).transpose(0, 1) for k, v in mb.items()}  # (P, mb, ...)
+
+        def member_loss(params, buffers, obs, actions, logprobs, advantages, values, returns, clip, vf, ent):
+            _, newlogprob, entropy, newvalue = functional_call(self.template, (params, buffers), ("forward", obs, actions))
+            return ppo.ppo_loss(newlogprob, logprobs, advantages, newvalue, values, returns, entropy, clip_coef=clip,
+                                vf_coef=vf, ent_coef=ent, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv)
+
+        out = vmap(member_loss)(self._prefixed_params, self._prefixed_buffers, m["obs"], m["actions"], m["logprobs"],
+                                m["advantages"], m["values"], m["returns"], self.coef["clip_coef"], self.coef["vf_coef"],
+                                self.coef["ent_coef"])
+        self.optimizer.zero_grad(set_to_none=True)
+        out["loss"].sum().backward()  # member p's loss reaches only member p's slices of the parameters
+        grad_norm = clip_grad_norm_per_member(list(self.params.values()), self.coef["max_grad_norm"])  # detail 11
+        before = [p.detach().clone() for p in self.params.values()]
+        self.optimizer.step()
+        with torch.no_grad():  # each member's own learning rate scales its Adam step
+            for p, old in zip(self.params.values(), before):
+                p.copy_(old + _per_member(self.lr_now, p) * (p - old))
+        metrics = {k: v.detach() for k, v in out.items() if k != "loss"}
+        metrics["grad_norm"] = grad_norm
+        metrics["nonfinite"] = ~(torch.isfinite(out["loss"].detach()) & torch.isfinite(grad_norm))
+        return metrics
+
+    def train_iteration(self) -> dict:
+        """One iteration of every member. Returns per-member (P,) tensors: the update's loss terms,
+        explained_variance, ep_return_sum, ep_length_sum, ep_count."""
+        if self.cfg.anneal_lr:  # detail 4, per member
+            self.lr_now.copy_((1.0 - self.iteration / self.num_iterations) * self.coef["lr"])
+        self.collect()
+        ev = self.advantages()
+        out = self.update()
+        ro = self.rollout
+        out.update(explained_variance=ev, ep_return_sum=ro.ep_return_sum.clone(), ep_length_sum=ro.ep_length_sum.clone(),
+                   ep_count=ro.ep_count.clone())
+        self.iteration += 1
+        return out
+
+    # --- members as plain Agents ----------------------------------------------------------------
+    def member_agent(self, index: int) -> Agent:
+        """A plain Agent holding member ``index``'s current parameters (for evaluation and export)."""
+        agent = copy.deepcopy(self.agent_template)
+        state = {k: v[index].detach().clone() for k, v in {**self.params, **self.buffers}.items()}
+        agent.load_state_dict(state)
+        return agent
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _per_member(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """(P,) -> (P, 1, ...) broadcasting against a stacked tensor ``like`` (P, ...)."""
+    return x.view(-1, *([1] * (like.dim() - 1)))
+
+
+def clip_grad_norm_per_member(params: list, max_norm: torch.Tensor) -> torch.Tensor:
+    """torch.nn.utils.clip_grad_norm_ for each member's slices of stacked parameters.
+
+    params: tensors (P, ...) with .grad; max_norm (P,). Returns the pre-clip norms (P,)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    P = max_norm.shape[0]
+    norms = torch.stack([g.reshape(P, -1).norm(dim=1) for g in grads], dim=1).norm(dim=1)
+    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(_per_member(scale, g))
+    return norms
+
+
+def check_members(configs: Sequence[PPOConfig]) -> None:
+    """Raise ConfigError when members differ in a field that is not per-member, or ask for what a
+    population does not support yet (one line naming the flag)."""
+    base = configs[0]
+    for c in configs:
+        validate(c)
+    for f in dataclasses.fields(PPOConfig):
+        if f.name in _MEMBER_OWN:
+            continue
+        values = {repr(getattr(c, f.name)) for c in configs}
+        if len(values) > 1:
+            raise ConfigError(f"--sweep {f.name}: changes the shapes or the env of the batched program; "
+                              f"only {', '.join(PER_MEMBER_FIELDS)} can differ between members")
+    unsupported = [("target_kl", base.target_kl is not None, "its early stop is one decision for the whole update"),
+                   ("norm_obs", base.norm_obs, "observation normalizers are not per member yet"),
+                   ("norm_reward", base.norm_reward, "reward scalers are not per member yet"),
+                   ("compile", base.compile, "not wired for populations yet"),
+                   ("cudagraphs", base.cudagraphs, "not wired for populations yet"),
+                   ("amp", base.amp != "none", "not wired for populations yet"),
+                   ("debug_checks", base.debug_checks, "not wired for populations yet")]
+    for name, on, why in unsupported:
+        if on:
+            raise ConfigError(f"--{name.replace('_', '-')} is not supported with --seeds/--sweep ({why}); drop it")
+    seeds = [(c.seed, tuple(getattr(c, n) for n in PER_MEMBER_FIELDS)) for c in configs]
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError("--seeds: two members have the same seed and settings; give distinct seeds")
+
+
+def member_configs(base: PPOConfig, seeds: Sequence[int], sweep: Optional[dict] = None) -> list:
+    """The members of ``--seeds`` crossed with ``--sweep``: settings outer, seeds inner.
+
+    sweep: {field: [values]} of PER_MEMBER_FIELDS (checked here); every combination of values is
+    one setting, trained with every seed."""
+    import itertools
+
+    sweep = dict(sweep or {})
+    for name in sweep:
+        check_sweep_field(name)
+    names = list(sweep)
+    out = []
+    for combo in itertools.product(*(sweep[n] for n in names)) if names else [()]:
+        for seed in seeds:
+            out.append(dataclasses.replace(base, seed=int(seed), **dict(zip(names, combo))))
+    return out
+
+
+def check_sweep_field(name: str) -> None:
+    """One line for a field that cannot be swept in one batched program."""
+    from .config import FIELDS
+
+    if name not in FIELDS:
+        raise ConfigError(f"--sweep {name}: not a config field; sweepable: {', '.join(PER_MEMBER_FIELDS)}")
+    if name == "seed":
+        raise ConfigError("--sweep seed: give seeds with --seeds (e.g. --seeds 1-8)")
+    if name not in PER_MEMBER_FIELDS:
+        raise ConfigError(f"--sweep {name}: changes the shapes or the env of the batched program (or is not per member); "
+                          f"sweepable: {', '.join(PER_MEMBER_FIELDS)}; run one population per value of {name}")
+
+
+def estimate_bytes(cfg: PPOConfig, members: int, obs_size: int, act_size: int, native: bool) -> int:
+    """Lower bound of a population's memory: sizing.estimate_bytes of its P*N env rows, plus the
+    stacked parameters with their gradient and two Adam moments (4 copies)."""
+    from . import sizing
+
+    rows = dataclasses.replace(cfg, num_envs=members * cfg.num_envs)
+    hidden = list(cfg.hidden_sizes)
+    widths = [obs_size, *hidden]
+    params_per_member = 2 * sum(a * b + b for a, b in zip(widths, widths[1:])) + hidden[-1] * (act_size + 1)
+    return sizing.estimate_bytes(rows, obs_size, act_size, native) + members * params_per_member * 4 * 4
+
+
+def check_population_fits(cfg: PPOConfig, members: int, device: torch.device, probe=None) -> None:
+    """Refuse a population that surely does not fit in ``device``'s free memory, before allocating."""
+    from .diskspace import human_bytes
+    from .sizing import free_memory
+
+    free = free_memory(device)
+    if free is None:
+        return
+    obs_size, act_size, native = probe() if probe is not None else (1, 1, True)
+    need = estimate_bytes(cfg, members, obs_size, act_size, native)
+    if need > free:
+        raise ConfigError(f"--seeds/--sweep: {members} members x {cfg.num_envs} envs x {cfg.num_steps} steps needs "
+                          f"~{human_bytes(need)} on {device}, {human_bytes(free)} free; train fewer members at once "
+                          "or lower --num-envs/--num-steps")
+
+
+def parse_seeds(spec: str) -> list:
+    """``1-16`` -> [1..16]; ``1,5,9`` -> [1, 5, 9]; ``3`` -> [3]; pieces may mix (``1-4,9``)."""
+    from .config import MAX_SEED
+
+    seeds = []
+    for piece in str(spec).split(","):
+        piece = piece.strip()
+        try:
+            if "-" in piece[1:]:
+                lo, hi = piece.split("-", 1) if not piece.startswith("-") else (piece, "")
+                lo, hi = int(lo), int(hi)
+                if hi < lo:
+                    raise ValueError
+                seeds.extend(range(lo, hi + 1))
+            else:
+                seeds.append(int(piece))
+        except ValueError:
+            raise ConfigError(f"--seeds {spec!r}: expected seeds like 1-16 or 1,5,9 (a range low-high, ascending)") from None
+    bad = [s for s in seeds if not 0 <= s <= MAX_SEED]
+    if bad:
+        raise ConfigError(f"--seeds {spec!r}: seed {bad[0]} is outside 0..{MAX_SEED:,}")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds {spec!r}: a seed is repeated")
+    return seeds
+
+
+def parse_sweep(items: Sequence[str]) -> dict:
+    """[``lr=1e-3,3e-4``, ``ent_coef=0,0.01``] -> {"lr": [0.001, 0.0003], "ent_coef": [0.0, 0.01]} (typed, checked)."""
+    from .config import coerce
+
+    out: dict = {}
+    for item in items:
+        name, sep, values = str(item).partition("=")
+        name = name.strip().lstrip("-").replace("-", "_")
+        if not sep or not values.strip():
+            raise ConfigError(f"--sweep {item!r}: expected FIELD=v1,v2 (e.g. --sweep lr=1e-3,3e-4)")
+        check_sweep_field(name)
+        if name in out:
+            raise ConfigError(f"--sweep {name}: given twice; list all its values in one --sweep {name}=v1,v2")
+        vals = [coerce(name, v.strip(), source="flag") for v in values.split(",")]
+        if len(set(vals)) != len(vals):
+            raise ConfigError(f"--sweep {name}: a value is repeated")
+        out[name] = vals
+    return out
+
+
+def _fmt(value) -> str:
+    return f"{value:g}" if isinstance(value, float) and math.isfinite(value) else str(value)

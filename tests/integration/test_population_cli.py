@@ -1,0 +1,132 @@
+"""`proxima train --seeds/--sweep`: one run directory, one single-run-shaped directory per member."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+import yaml
+
+from proxima import cli
+from proxima.logger import CSV_COLUMNS
+
+SMALL = ["--total-timesteps", "512", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "1",
+         "--eval-episodes", "2", "--threads", "1", "--quiet", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def population_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("pop") / "R"
+    rc = cli.main(["train", "CartPole-v1", "--seeds", "1,5", "--sweep", "lr=1e-3,3e-4", "--run-dir", str(run_dir), *SMALL])
+    return run_dir, rc
+
+
+def test_population_writes_one_member_directory_per_seed_and_setting(population_run):
+    run_dir, rc = population_run
+    assert rc == 0
+    doc = json.loads((run_dir / "population.json").read_text())
+    assert doc["members"] == 4 and doc["seeds"] == [1, 5] and doc["sweep"] == {"lr": [1e-3, 3e-4]}
+    got = [(m["seed"], m["settings"]["lr"]) for m in doc["member_dirs"]]
+    assert got == [(1, 1e-3), (5, 1e-3), (1, 3e-4), (5, 3e-4)]
+    assert doc["wall_seconds"] > 0
+    for m in doc["member_dirs"]:
+        d = run_dir / m["dir"]
+        cfg = yaml.safe_load((d / "config.yaml").read_text())
+        assert (cfg["seed"], cfg["lr"], cfg["num_envs"]) == (m["seed"], m["settings"]["lr"], 2)
+        with open(d / "metrics.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert list(rows[0].keys()) == CSV_COLUMNS
+        assert [int(r["global_step"]) for r in rows] == [128, 256, 384, 512]  # the member's own steps
+        ev = json.loads((d / "eval.json").read_text())
+        assert ev["episodes"] == 2 and ev["mean_return"] == pytest.approx(m["eval_mean_return"])
+        assert list(d.glob("events.out.tfevents.*"))
+    # members with another lr anneal from another start
+    lrs = []
+    for m in doc["member_dirs"][:3:2]:
+        with open(run_dir / m["dir"] / "metrics.csv") as f:
+            lrs.append(float(next(csv.DictReader(f))["charts/learning_rate"]))
+    assert lrs == pytest.approx([1e-3, 3e-4])
+
+
+def test_member_directories_work_with_eval_and_plot_and_refuse_resume(population_run, capsys):
+    run_dir, _ = population_run
+    member = run_dir / json.loads((run_dir / "population.json").read_text())["member_dirs"][0]["dir"]
+    assert cli.main(["eval", str(member), "--episodes", "2", "--json"]) == 0
+    ev = json.loads(capsys.readouterr().out)
+    assert ev["mean_return"] == pytest.approx(json.loads((member / "eval.json").read_text())["mean_return"])
+    assert cli.main(["plot", str(member), "--out", str(member / "curve.png")]) == 0
+    assert (member / "curve.png").stat().st_size > 0
+    assert cli.main(["resume", str(member)]) == 2
+    assert "populations cannot be resumed yet" in capsys.readouterr().err
+    assert cli.main(["eval", str(run_dir)]) == 2
+    assert "a population run (--seeds/--sweep); evaluate a member" in capsys.readouterr().err
+    assert cli.main(["resume", str(run_dir)]) == 2
+    assert "a population run (--seeds/--sweep); populations cannot be resumed yet" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seeds", "1-2", "--sweep", "num_envs=4,8"], "--sweep num_envs: changes the shapes or the env"),
+    (["--seeds", "1-2", "--sweep", "hidden_sizes=64,32"], "--sweep hidden_sizes: changes the shapes or the env"),
+    (["--seeds", "1-2", "--seed", "3"], "--seed: give a population's seeds with --seeds"),
+    (["--seeds", "3-1"], "--seeds '3-1'"),
+    (["--seeds", "1-2", "--target-kl", "0.01"], "--target-kl is not supported with --seeds"),
+    (["--seeds", "1-2", "--resume", "auto"], "populations (--seeds/--sweep) cannot be resumed yet"),
+])
+def test_population_flag_errors_are_one_line_exit_2(tmp_path, capsys, args, message):
+    rc = cli.main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "R"), *SMALL, *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "R").exists()
+
+
+def test_a_population_too_large_for_free_memory_is_refused_before_allocating(tmp_path, capsys, monkeypatch):
+    from proxima import sizing
+
+    monkeypatch.setattr(sizing, "free_memory", lambda device: 10 * 1024**2)  # 10 MB free
+    rc = cli.main(["train", "CartPole-v1", "--seeds", "1-64", "--num-envs", "64", "--num-steps", "128",
+                   "--run-dir", str(tmp_path / "R"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "64 members x 64 envs x 128 steps needs ~" in err and "10.0 MB free" in err
+    assert not (tmp_path / "R").exists()
+
+
+def test_memory_estimate_grows_with_members():
+    from proxima.config import PPOConfig
+    from proxima.population import estimate_bytes
+
+    cfg = PPOConfig(num_envs=4, num_steps=128)
+    one, eight = estimate_bytes(cfg, 1, 4, 1, True), estimate_bytes(cfg, 8, 4, 1, True)
+    assert eight == pytest.approx(8 * one, rel=1e-9)
+    assert torch.tensor(one).item() > 4 * 128 * 4 * 4  # at least the float32 observations
+
+
+def test_report_of_a_real_population_has_a_row_per_setting_and_a_curve(population_run, capsys):
+    run_dir, _ = population_run
+    assert cli.main(["report", str(run_dir), "--threshold", "10"]) == 0
+    text = (run_dir / "report.md").read_text()
+    assert "| lr=0.001 | 2 |" in text and "| lr=0.0003 | 2 |" in text
+    assert "(curve.png)" in text and (run_dir / "curve.png").stat().st_size > 0
+
+
+def test_sigint_stops_a_population_after_the_iteration_and_keeps_the_logs(tmp_path):
+    import signal
+
+    from proxima.config import PPOConfig
+    from proxima.population import member_configs
+    from proxima.population_run import PopulationInterrupted, train_population
+
+    cfg = PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=32, total_timesteps=320, num_minibatches=2, threads=1,
+                    progress=False, eval_episodes=2, checkpoint_every=0)
+    with pytest.raises(PopulationInterrupted, match="stopped by SIGINT after iteration 2; populations write no checkpoints") as e:
+        train_population(member_configs(cfg, [1, 2]), [1, 2], {}, run_dir=tmp_path / "R", quiet=True, stop_after=2)
+    assert e.value.exit_code == 130
+    doc = json.loads((tmp_path / "R" / "population.json").read_text())
+    for m in doc["member_dirs"]:
+        d = tmp_path / "R" / m["dir"]
+        with open(d / "metrics.csv") as f:
+            assert len(list(csv.DictReader(f))) == 2
+        assert not (d / "eval.json").exists()
+    assert not (tmp_path / "R" / ".proxima.lock").exists()  # the lock is released

@@ -1,0 +1,172 @@
+"""Populations (proxima/population.py): members are independent PPO runs batched into one program."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from proxima.config import ConfigError
+from proxima.population import (PER_MEMBER_FIELDS, Population, member_configs, member_permutation, parse_seeds, parse_sweep,
+                                to_members)
+from proxima.trainer import Trainer
+
+
+def _params_after_one_iteration_single(cfg) -> dict:
+    t = Trainer(cfg)
+    try:
+        t.train_iteration()
+        return {k: v.detach().clone() for k, v in t.agent.state_dict().items()}
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])  # Categorical (Gumbel-max) and Normal sampling
+def test_population_of_one_equals_a_single_run_after_one_iteration(small_config, env_id):
+    cfg = small_config(seed=3, env_id=env_id)
+    single = _params_after_one_iteration_single(cfg)
+    pop = Population(member_configs(cfg, [3]))
+    pop.train_iteration()
+    member = pop.member_agent(0).state_dict()
+    assert member.keys() == single.keys()
+    for k in single:  # vmapped matmuls and the lr-scaled Adam step round differently in the last bits
+        torch.testing.assert_close(member[k], single[k], rtol=0, atol=1e-6, msg=k)
+
+
+def test_per_member_scalars_act_like_the_single_run_config(small_config):
+    # every per-member field away from its default: the (P,) tensors must carry them where the
+    # float config values go in a single run (lr scaling, GAE rows, loss coefficients, clipping)
+    cfg = small_config(seed=5, lr=1e-3, ent_coef=0.05, clip_coef=0.1, vf_coef=0.8, gamma=0.9, gae_lambda=0.8,
+                       max_grad_norm=0.05)
+    single = _params_after_one_iteration_single(cfg)
+    pop = Population([cfg])
+    pop.train_iteration()
+    member = pop.member_agent(0).state_dict()
+    for k in single:
+        torch.testing.assert_close(member[k], single[k], rtol=0, atol=1e-6, msg=k)
+    default = _params_after_one_iteration_single(small_config(seed=5))
+    assert not torch.allclose(default["actor.0.weight"], single["actor.0.weight"], atol=1e-6)
+
+
+def test_a_members_gradient_does_not_depend_on_another_members_data(small_config):
+    cfg = small_config(num_envs=2, num_steps=8, num_minibatches=2)
+
+    def grads_after_step(perturb: bool):
+        pop = Population(member_configs(cfg, [1, 2]))
+        pop.collect()
+        pop.advantages()
+        perm = member_permutation(2, 16, cfg.num_envs, pop.device)
+        mb = {k: v[perm[:16]].clone() for k, v in pop.batch.items()}  # 8 samples of each member, (sample, member) order
+        if perturb:  # member 1's rows: odd positions
+            mb["advantages"][1::2] += torch.linspace(-3, 3, 8)
+            mb["returns"][1::2] *= -2.0
+            mb["obs"][1::2] += 0.5
+        pop.grad_step(mb)
+        return [p.grad.clone() for p in pop.params.values()], [p.detach().clone() for p in pop.params.values()]
+
+    g0, p0 = grads_after_step(False)
+    g1, p1 = grads_after_step(True)
+    for a, b in zip(g0, g1):
+        assert torch.equal(a[0], b[0])  # member 0: bit for bit
+    assert any(not torch.equal(a[1], b[1]) for a, b in zip(g0, g1))  # member 1 saw its new data
+    for a, b in zip(p0, p1):
+        assert torch.equal(a[0], b[0])
+
+
+def test_member_permutation_gives_each_member_its_own_rows():
+    P, T, N = 3, 4, 2
+    perm = member_permutation(P, T * N, N, torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert sorted(perm.tolist()) == list(range(P * T * N))  # every row once per epoch
+    member_of_row = (perm % (P * N)) // N
+    assert torch.equal(member_of_row, torch.arange(P).repeat(T * N))  # interleaved (sample, member)
+    # members draw different permutations of their own samples
+    local = lambda p: [((r // (P * N)) * N + r % N) for r in perm[p::P].tolist()]  # noqa: E731
+    assert local(0) != local(1) and sorted(local(0)) == list(range(T * N))
+
+
+def test_to_members_puts_each_members_rows_together():
+    T, P, N = 3, 2, 2
+    x = torch.arange(T * P * N).reshape(T, P * N)
+    m = to_members(x, P)
+    assert m.shape == (P, T * N)
+    assert m[1].tolist() == [2, 3, 6, 7, 10, 11]
+
+
+def test_population_episode_statistics_and_metrics_are_per_member(small_config):
+    pop = Population(member_configs(small_config(num_steps=64), [1, 2, 3]))
+    out = pop.train_iteration()
+    for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "grad_norm", "explained_variance", "ep_count"):
+        assert out[k].shape == (3,), k
+    assert bool((out["ep_count"] > 0).all())  # 64 steps of CartPole with a random policy end episodes
+    assert torch.equal(out["ep_count"].sum(), pop.rollout.dones.sum().float())
+    # different seeds: different initial parameters and trajectories
+    assert not torch.equal(pop.params["actor.0.weight"][0], pop.params["actor.0.weight"][1])
+
+
+def test_population_trains_a_cnn_encoder(small_config):
+    cfg = small_config(env_id="PixelQuadrant-v0", num_envs=2, num_steps=8, num_minibatches=2, total_timesteps=16, encoder="cnn")
+    pop = Population(member_configs(cfg, [1, 2]))
+    assert pop.params["encoder.convs.0.weight"].shape[0] == 2  # the conv trunk is stacked per member
+    before = pop.params["encoder.convs.0.weight"].clone()
+    out = pop.train_iteration()
+    assert pop.encoder_kind == "cnn"
+    assert out["policy_loss"].shape == (2,)
+    assert not bool(out["nonfinite"].any())
+    assert not torch.equal(before, pop.params["encoder.convs.0.weight"])
+
+
+@pytest.mark.parametrize("flag, field", [("num_envs", "num_envs"), ("num_steps", "num_steps"), ("hidden_sizes", "hidden_sizes"),
+                                         ("env_id", "env_id"), ("update_epochs", "update_epochs")])
+def test_sweeping_a_shape_or_env_field_is_refused_naming_it(flag, field):
+    with pytest.raises(ConfigError, match=f"--sweep {field}: changes the shapes or the env"):
+        parse_sweep([f"{flag}=1,2"])
+
+
+def test_members_that_differ_in_a_shape_field_are_refused(small_config):
+    a, b = small_config(seed=1), small_config(seed=2, num_envs=8)
+    with pytest.raises(ConfigError, match="--sweep num_envs"):
+        Population([a, b])
+
+
+def test_target_kl_is_refused_for_populations(small_config):
+    with pytest.raises(ConfigError, match="--target-kl is not supported with --seeds"):
+        Population(member_configs(small_config(target_kl=0.02), [1, 2]))
+
+
+def test_parse_seeds_and_sweep():
+    assert parse_seeds("1-4") == [1, 2, 3, 4]
+    assert parse_seeds("1,5,9") == [1, 5, 9]
+    assert parse_seeds("1-2,7") == [1, 2, 7]
+    for bad in ("4-1", "a", "1,1", "1-"):
+        with pytest.raises(ConfigError, match="--seeds"):
+            parse_seeds(bad)
+    assert parse_sweep(["lr=1e-3,3e-4", "ent-coef=0,0.01"]) == {"lr": [1e-3, 3e-4], "ent_coef": [0.0, 0.01]}
+    with pytest.raises(ConfigError, match="--sweep nope: not a config field"):
+        parse_sweep(["nope=1"])
+
+
+def test_member_configs_cross_settings_with_seeds(small_config):
+    members = member_configs(small_config(), [1, 2], {"lr": [1e-3, 3e-4], "ent_coef": [0.0, 0.01]})
+    assert len(members) == 8
+    assert [(m.lr, m.ent_coef, m.seed) for m in members[:3]] == [(1e-3, 0.0, 1), (1e-3, 0.0, 2), (1e-3, 0.01, 1)]
+    assert {f for f in PER_MEMBER_FIELDS} >= {"lr", "ent_coef"}
+    pop = Population(members)
+    assert pop.coef["lr"].tolist() == pytest.approx([1e-3] * 4 + [3e-4] * 4)
+    assert dataclasses.asdict(members[0])["seed"] == 1
+
+
+def test_a_members_whole_iteration_does_not_depend_on_another_members_settings(small_config):
+    # member 0 identical, member 1 with every per-member field changed: after a full iteration
+    # (rollout, GAE, update with per-member lr, clip, coefficients) member 0 is bit-identical
+    cfg = small_config(seed=1)
+    other = dict(lr=1e-2, ent_coef=0.2, clip_coef=0.3, vf_coef=0.1, gamma=0.9, gae_lambda=0.5, max_grad_norm=0.01)
+    runs = []
+    for member1 in (small_config(seed=2), small_config(seed=2, **other)):
+        pop = Population([cfg, member1])
+        pop.train_iteration()
+        runs.append(pop)
+    a, b = (p.member_agent(0).state_dict() for p in runs)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    assert not torch.equal(runs[0].params["actor.0.weight"][1], runs[1].params["actor.0.weight"][1])
