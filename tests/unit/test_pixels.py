@@ -220,3 +220,14 @@ def test_atari_presets_are_cleanrl_ppo_atari_envpool(env_id):
     got = (cfg.num_envs, cfg.num_steps, cfg.lr, cfg.anneal_lr, cfg.update_epochs, cfg.num_minibatches, cfg.clip_coef,
            cfg.ent_coef, cfg.vf_coef, cfg.max_grad_norm, cfg.gamma, cfg.gae_lambda, cfg.total_timesteps, cfg.encoder)
     assert got == (8, 128, 2.5e-4, True, 4, 4, 0.1, 0.01, 0.5, 0.5, 0.99, 0.95, 10_000_000, "cnn")
+
+
+def test_a_checkpoint_from_before_the_encoder_field_loads(small_config, tmp_path):
+    from proxima.trainer import train
+
+    run_dir, agent = train(small_config(), run_dir=tmp_path / "run", quiet=True, evaluate_at_end=False)
+    state = ckpt.load_checkpoint(run_dir)
+    assert state["config"].pop("encoder") == "mlp"  # as written before the field existed
+    old, _, _, _ = ckpt.build_agent(state)
+    obs = torch.randn(6, 4)
+    torch.testing.assert_close(old.act(obs), agent.act(obs))
