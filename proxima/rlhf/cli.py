@@ -11,7 +11,6 @@ import json
 import os
 import sys
 
-import yaml
 
 from .config import FIELDS, ConfigError, RLHFConfig, from_dict
 
@@ -57,18 +56,10 @@ def flag_values(args: argparse.Namespace) -> dict:
 
 
 def load_yaml(path: str) -> dict:
-    try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
-    except OSError as e:
-        raise ConfigError(f"--config {path!r}: {e.strerror or e}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"--config {path!r}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"--config {path!r}: expected a mapping of field: value")
-    return data
+    """``--config FILE.yaml`` for rlhf: the same reader and errors as ``proxima train --config``."""
+    from ..config import load_config_file
+
+    return load_config_file(path)
 
 
 def build_config(args: argparse.Namespace, base: RLHFConfig = None) -> RLHFConfig:

@@ -9,22 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from proxima import cli
 from proxima.checkpoint import load_policy
 from proxima.config import PPOConfig
 from proxima.evaluate import evaluate
 from proxima.trainer import train
+from cli_helpers import run_main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-
-
-def run_main(argv: list, capsys) -> tuple[int, str, str]:
-    try:
-        code = cli.main(argv)
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_cnn_solves_the_pixel_quadrant_task_in_seconds(tmp_path):

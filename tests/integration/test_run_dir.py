@@ -25,21 +25,13 @@ import torch
 from proxima import checkpoint as ckpt
 from proxima import cli, rundir
 from proxima.logger import CSV_COLUMNS
+from cli_helpers import run_main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ROOT = Path(__file__).resolve().parents[2]
 #: 4 envs x 16 steps = 64 steps an iteration; 3 iterations; one checkpoint per iteration
 SMALL = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--total-timesteps", "192",
          "--checkpoint-every", "1", "--eval-episodes", "0", "--no-progress", "--quiet"]
-
-
-def run_main(argv: list, capsys) -> tuple[int, str, str]:
-    try:
-        code = cli.main(argv)
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def error_line(code: int, err: str, *needles: str) -> str:

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 import yaml
 
-from proxima import cli
+from cli_helpers import run_main
 
 TINY = ["--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1", "--total-timesteps", "64",
         "--no-progress", "--quiet"]
@@ -40,15 +40,6 @@ CORRIDOR = textwrap.dedent('''
     if "Corridor7-v0" not in gym.registry:
         gym.register(id="Corridor7-v0", entry_point=Corridor, kwargs={"length": 7})
 ''')
-
-
-def run_main(argv, capsys):
-    try:
-        code = cli.main(argv)
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
