@@ -47,7 +47,8 @@ step pytest-cuda 100 "$py" -m pytest -q -p no:cacheprovider -m "not slow" -k cud
   tests/integration/test_checkpoint.py > "$out/pytest-cuda.txt" 2>&1
 # item 3: throughput side by side with PureJaxRL, one call, alternating rounds
 if [[ -n "$anchor" ]]; then
-  step vs-purejaxrl 170 "$py" benchmarks/vs_purejaxrl.py --device cuda --cudagraphs --jax-python "$py" --anchor "$anchor" \
+  # one process per side (--single-call): 2 start-ups instead of 18 on a machine rented by the minute
+  step vs-purejaxrl 170 "$py" benchmarks/vs_purejaxrl.py --device cuda --cudagraphs --single-call --jax-python "$py" --anchor "$anchor" \
     --num-envs 2048,65536,1048576 --repeats 3 --seconds 1 --out "$out/vs-purejaxrl-cuda.md" > "$out/vs-purejaxrl-cuda.log" 2>&1
   # item 5: PureJaxRL's time to solve from launch (4 envs x 128 steps, 500k steps), as solve_time.py times ours
   step purejaxrl-solve 30 "$py" -c "import subprocess, sys, time; t0 = time.perf_counter(); \

@@ -45,7 +45,8 @@ def run_seed(args, seed: int, workdir: Path) -> dict:
     for item in args.set:
         key, _, value = item.partition("=")
         cmd += [f"--{key.replace('_', '-')}", value]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)  # keep carried wheels' path
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     wall = time.perf_counter() - t0

@@ -37,31 +37,76 @@ PJR_TOTAL = {"cpu": {4096: 4e6}, "cuda": {2048: 2e7, 4096: 4e7, 65536: 1e8, 1048
 
 
 def single_thread_env(device: str) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    # this tree first, the caller's path after it (gpu_session.sh puts carried wheels there)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path)
     if device == "cpu":  # XLA's own thread pools, as ../shared/anchors/README.md runs it
         env["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
         env["JAX_PLATFORMS"] = "cpu"
     return env
 
 
-def proxima_cmd(args, envs: int) -> list:
+def proxima_cmd(args, envs, repeats: int = 1) -> list:
     cmd = [sys.executable, "-m", "proxima", "bench", "CartPole-v1", "--device", args.device, "--backend", "native",
-           "--num-steps", "16", "--num-envs", str(envs), "--repeats", "1", "--seconds", str(args.seconds),
+           "--num-steps", "16", "--num-envs", str(envs), "--repeats", str(repeats), "--seconds", str(args.seconds),
            "--threads", "1", "--json"]
     return cmd + (["--compile"] if args.compile else []) + (["--cudagraphs"] if args.cudagraphs else [])
 
 
-def pjr_cmd(args, envs: int) -> list:
+def pjr_config(args, envs: int) -> str:
     total = PJR_TOTAL.get(args.device.split(":")[0], {}).get(envs, envs * 16 * 200)
-    return [args.jax_python, str(args.anchor), "--configs", f"{envs}x16x{total:g}"]
+    return f"{envs}x16x{total:g}"
+
+
+def pjr_cmd(args, envs: int) -> list:
+    return [args.jax_python, str(args.anchor), "--configs", pjr_config(args, envs)]
+
+
+def run_json_lines(cmd: list, env: dict, timeout: float) -> list:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{shlex.join(cmd)} failed ({proc.returncode}): {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return lines
 
 
 def run_json(cmd: list, env: dict, timeout: float) -> dict:
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{shlex.join(cmd)} failed ({proc.returncode}): {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
-    return json.loads(lines[-1])
+    return run_json_lines(cmd, env, timeout)[-1]
+
+
+def alternating(args, env: dict, sizes: list) -> list:
+    """Per size, --repeats rounds of one Proxima process then one PureJaxRL process (fair under load)."""
+    rows = []
+    for envs in sizes:
+        ours, theirs, compile_s = [], [], []
+        for r in range(args.repeats):
+            ours.append(run_json(proxima_cmd(args, envs), env, args.timeout)["train_sps"])
+            res = run_json(pjr_cmd(args, envs), env, args.timeout)
+            theirs.append(res["steps_per_second"])
+            compile_s.append(res["compile_seconds"])
+            print(f"{envs} envs, round {r + 1}: Proxima {ours[-1]:,.0f} steps/s, PureJaxRL {theirs[-1]:,.0f} steps/s", flush=True)
+        rows.append((envs, ours, theirs, sorted(o / t for o, t in zip(ours, theirs)), compile_s))
+    return rows
+
+
+def single_call(args, env: dict, sizes: list) -> list:
+    """One Proxima process (every size, --repeats each) and one PureJaxRL process (every size
+    --repeats times): two start-ups instead of 2 x sizes x repeats, for a machine rented by the
+    minute. Ratio = median / median; its range pairs the extremes (ours min / theirs max ..)."""
+    ours = {line["num_envs"]: line for line in run_json_lines(proxima_cmd(args, ",".join(map(str, sizes)), args.repeats), env, args.timeout)}
+    configs = [pjr_config(args, envs) for envs in sizes for _ in range(args.repeats)]
+    theirs: dict = {}
+    for res in run_json_lines([args.jax_python, str(args.anchor), "--configs", *configs], env, args.timeout):
+        theirs.setdefault(res["num_envs"], []).append(res)
+    rows = []
+    for envs in sizes:
+        o = ours[envs]
+        mine = [o["train_sps_min"], o["train_sps"], o["train_sps_max"]]
+        sps = sorted(r["steps_per_second"] for r in theirs[envs])
+        ratios = [mine[0] / sps[-1], mine[1] / statistics.median(sps), mine[2] / sps[0]]
+        rows.append((envs, mine, sps, ratios, [r["compile_seconds"] for r in theirs[envs]]))
+        print(f"{envs} envs: Proxima {mine[1]:,.0f} steps/s, PureJaxRL {statistics.median(sps):,.0f} steps/s", flush=True)
+    return rows
 
 
 def fmt(xs: list) -> str:
@@ -82,37 +127,31 @@ def main(argv=None) -> int:
     p.add_argument("--jax-python", default=str(ROOT / ".jax-venv" / "bin" / "python") if (ROOT / ".jax-venv").exists() else "python3")
     p.add_argument("--anchor", type=Path, default=next((a for a in ANCHORS if a.exists()), ANCHORS[0]))
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per subprocess")
+    p.add_argument("--single-call", action="store_true",
+                   help="one process per side for all sizes and repeats instead of alternating rounds (a GPU machine's time is short)")
     p.add_argument("--out", default=None, help="append the Markdown table here (default: print only)")
     args = p.parse_args(argv)
     if not args.anchor.exists():
         print(f"vs_purejaxrl: no PureJaxRL anchor at {args.anchor} (see ../shared/anchors/README.md)", file=sys.stderr)
         return 2
     env = single_thread_env(args.device)
-    rows = []
-    for envs in (int(x) for x in args.num_envs.split(",")):
-        ours, theirs, compile_s = [], [], []
-        for r in range(args.repeats):
-            line = run_json(proxima_cmd(args, envs), env, args.timeout)
-            ours.append(line["train_sps"])
-            res = run_json(pjr_cmd(args, envs), env, args.timeout)
-            theirs.append(res["steps_per_second"])
-            compile_s.append(res["compile_seconds"])
-            print(f"{envs} envs, round {r + 1}: Proxima {ours[-1]:,.0f} steps/s, PureJaxRL {theirs[-1]:,.0f} steps/s", flush=True)
-        ratios = sorted(o / t for o, t in zip(ours, theirs))
-        rows.append((envs, ours, theirs, ratios, compile_s))
+    sizes = [int(x) for x in args.num_envs.split(",")]
+    rows = single_call(args, env, sizes) if args.single_call else alternating(args, env, sizes)
     mode = " ".join(f for f, on in (("--compile", args.compile), ("--cudagraphs", args.cudagraphs)) if on) or "eager"
     lines = [f"## Proxima ({mode}) vs PureJaxRL, {args.device}, {datetime.now():%Y-%m-%d %H:%M}", "",
              f"{platform.processor() or platform.machine()}, Python {platform.python_version()}; native CartPole, "
              "16-step rollouts, 4 epochs x 4 minibatches, 64x64 tanh; 1 intra-op thread each on CPU. "
-             f"Median (min-max) of {args.repeats} alternating rounds; ratio = per-round Proxima / PureJaxRL.", "",
+             + (f"Median (min-max) of {args.repeats} repeats per side, each side in one process; ratio = median / median "
+              "(range: extreme against extreme)." if args.single_call else
+              f"Median (min-max) of {args.repeats} alternating rounds; ratio = per-round Proxima / PureJaxRL."), "",
              "| envs | Proxima steps/s | PureJaxRL steps/s | Proxima / PureJaxRL | PureJaxRL compile s |",
              "|---:|---:|---:|---:|---:|"]
     for envs, ours, theirs, ratios, compile_s in rows:
         lines.append(f"| {envs:,} | {fmt(ours)} | {fmt(theirs)} | {statistics.median(ratios):.2f} "
                      f"({ratios[0]:.2f}-{ratios[-1]:.2f}) | {statistics.median(compile_s):.1f} |")
     lines += ["", f"Command: `python benchmarks/vs_purejaxrl.py {' '.join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))}`",
-              f"Proxima per round: `{shlex.join(['proxima', *proxima_cmd(args, 0)[3:]]).replace('--num-envs 0', '--num-envs N')}`",
-              f"PureJaxRL per round: `python purejaxrl_cartpole.py --configs Nx16xTOTAL` (TOTAL: {PJR_TOTAL.get(args.device.split(':')[0], {})})", ""]
+              f"Proxima: `{shlex.join(['proxima', *proxima_cmd(args, 0, args.repeats if args.single_call else 1)[3:]]).replace('--num-envs 0', '--num-envs N')}`",
+              f"PureJaxRL: `python purejaxrl_cartpole.py --configs Nx16xTOTAL` (TOTAL: {PJR_TOTAL.get(args.device.split(':')[0], {})})", ""]
     text = "\n".join(lines)
     print(text)
     if args.out:

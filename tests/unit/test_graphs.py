@@ -204,7 +204,7 @@ MAX_KERNELS_FROM_PYTHON = 48
 
 @cuda
 @pytest.mark.gpu
-def test_an_iteration_launches_a_bounded_number_of_kernels_whatever_steps_and_minibatches(tmp_path):
+def test_a_cuda_iteration_launches_a_bounded_number_of_kernels_whatever_steps_and_minibatches(tmp_path):
     small = _launches_per_iteration(tmp_path / "a", num_steps=8, num_minibatches=2, update_epochs=1)
     large = _launches_per_iteration(tmp_path / "b", num_steps=64, num_minibatches=8, update_epochs=4)
     assert small["graphs"] == large["graphs"] == 3
