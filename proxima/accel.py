@@ -33,10 +33,6 @@ def compile_cache_dir() -> Path:
     return base / "proxima" / "inductor"
 
 
-def compile_mode(cfg) -> str:
-    return cfg.compile_mode
-
-
 def accelerate(trainer):
     """Return (policy_step, grad_step) for the trainer's agent and optimizer, compiled."""
     cfg = trainer.cfg
@@ -49,7 +45,7 @@ def accelerate(trainer):
         import torch._inductor.config as inductor_config
 
         inductor_config.fallback_random = True
-    mode = compile_mode(cfg)
+    mode = cfg.compile_mode
     if mode == "default":
         mode = None  # torch.compile's own default
     policy_step = torch.compile(trainer.policy_step, mode=mode, dynamic=False)  # autocast-wrapped under --amp

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from .base import BatchedEnv, EnvError
-from .gym_adapter import GymnasiumEnv
+from .gym_adapter import GymnasiumEnv, count_episodes
 
 INSTALL = "install it with: pip install 'proxima[atari]'"
 #: Atari v5 ids: 'Pong-v5' (EnvPool's naming) or 'ALE/Pong-v5' (Gymnasium's)
@@ -165,13 +165,7 @@ class EnvPoolAtari(BatchedEnv):
 
     def _full_games(self, raw_reward: np.ndarray, game_over: np.ndarray):
         """Per-game return (unclipped) and length, non-zero only where a game just ended."""
-        self._game_return += raw_reward
-        self._game_length += 1
-        ep_ret = np.where(game_over, self._game_return, 0.0)
-        ep_len = np.where(game_over, self._game_length, 0)
-        self._game_return[game_over] = 0
-        self._game_length[game_over] = 0
-        return ep_ret, ep_len
+        return count_episodes(self._game_return, self._game_length, raw_reward, game_over)
 
     def render(self, index: int = 0):
         try:

@@ -197,6 +197,19 @@ class PixelCheck(gym.Wrapper):
         return self._check(obs, f"env step {self.steps}"), reward, terminated, truncated, info
 
 
+def count_episodes(returns: np.ndarray, lengths: np.ndarray, reward: np.ndarray, done: np.ndarray) -> tuple:
+    """Host-side episode statistics of N envs: add this step's ``reward`` to the running ``returns``
+    and ``lengths`` (N,) (updated in place), return (return, length) (N,) of the episodes that ended
+    (``done``), 0 elsewhere, and restart the counters of those envs."""
+    returns += reward
+    lengths += 1
+    ep_ret = np.where(done, returns, 0.0)
+    ep_len = np.where(done, lengths, 0)
+    returns[done] = 0
+    lengths[done] = 0
+    return ep_ret, ep_len
+
+
 class GymnasiumEnv(BatchedEnv):
     """N copies of a Gymnasium env in a Sync/AsyncVectorEnv (same-step autoreset), as tensors."""
 
@@ -276,13 +289,7 @@ class GymnasiumEnv(BatchedEnv):
 
     def _episode_stats(self, reward: np.ndarray, done: np.ndarray, info: dict):
         """(return, length) (N,) of the episodes that ended this step, 0 elsewhere."""
-        self._ep_return += reward
-        self._ep_length += 1
-        ep_ret = np.where(done, self._ep_return, 0.0)
-        ep_len = np.where(done, self._ep_length, 0)
-        self._ep_return[done] = 0
-        self._ep_length[done] = 0
-        return ep_ret, ep_len
+        return count_episodes(self._ep_return, self._ep_length, reward, done)
 
     def render(self, index: int = 0):
         try:

@@ -12,24 +12,15 @@ from proxima.rlhf import resume, train_rlhf
 from proxima.rlhf.__main__ import main
 from proxima.rlhf.config import ConfigError
 from proxima.rlhf.data import PromptRow, load_prompts
-from proxima.rlhf.demo import build_tokenizer
 from proxima.rlhf.rewards import RewardBatch, RewardError, RewardFunction, load_reward, load_rewards, validate_scores
 from proxima.rlhf.rundir import list_checkpoints, load_checkpoint, read_metrics
 from proxima.rlhf.trainer import RLHFTrainer
+from rlhf_assets import save_reward_model
 
 
 @pytest.fixture(scope="module")
 def reward_model_dir(tmp_path_factory):
-    from transformers import GPT2Config, GPT2ForSequenceClassification
-
-    folder = tmp_path_factory.mktemp("reward_model")
-    tok = build_tokenizer()
-    torch.manual_seed(3)
-    model = GPT2ForSequenceClassification(GPT2Config(vocab_size=len(tok), n_positions=48, n_embd=32, n_layer=1,
-                                                     n_head=2, num_labels=1, pad_token_id=tok.pad_token_id))
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+    return save_reward_model(tmp_path_factory.mktemp("reward_model"))
 
 
 def batch(responses, step=3, columns=None):
