@@ -64,6 +64,7 @@ class PPOConfig:
     device: str = _f("cpu", "Torch device: cpu, cuda, cuda:1, or auto (cuda when available).")
     threads: int = _f(1, "torch intra-op threads (small MLPs on CPU are usually fastest with 1).")
     flush_denormal: bool = _f(True, "Flush denormal floats to zero on CPU (x86 FTZ/DAZ, as XLA does): arithmetic on values below ~1e-38 is many times slower and changes nothing that matters to PPO.")
+    keep_host_memory: bool = _f(True, "Keep freed tensor memory in the process (glibc malloc; CPU runs) instead of returning it to the OS, from which every new large tensor would page-fault back in: 1.25-1.35x training steps/s at 4,096 CartPole envs (docs/performance.md). The process holds its peak memory until it exits.")
     deterministic: bool = _f(True, "torch deterministic algorithms on CUDA (CPU runs are bit-identical for a fixed thread count without it).")
     compile: bool = _f(False, "torch.compile the acting step and the update step.")
     compile_mode: str = _f("default", "torch.compile mode.", choices=("default", "reduce-overhead", "max-autotune"))
@@ -89,7 +90,7 @@ FIELDS = {f.name: f for f in dataclasses.fields(PPOConfig)}
 #: evaluates, what it prints, where it runs. Every other field is the run's identity; changing it
 #: on resume would make the checkpoint's state describe a different run, so resume refuses it.
 RESUME_SAFE = ("total_timesteps", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "eval_episodes", "eval_every",
-               "progress", "plot", "threads", "device", "debug_checks", "run_dir")
+               "progress", "plot", "threads", "keep_host_memory", "device", "debug_checks", "run_dir")
 
 
 def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "config") -> PPOConfig:

@@ -127,3 +127,40 @@ class DictEncoder(nn.Module):
         return torch.cat(feats, dim=-1)
 
 
+
+
+# ---------------------------------------------------------------------------------------------
+# populations: P members' MLPs as batched matmuls
+# ---------------------------------------------------------------------------------------------
+class StackedLinear(nn.Module):
+    """P independent ``nn.Linear`` layers as one: weight (P, out, in), bias (P, out); x (P, B, in) ->
+    (P, B, out) by one batched matmul (``baddbmm``). The parameter names are nn.Linear's, so member
+    p's slice ``weight[p]`` loads into a plain Linear."""
+
+    def __init__(self, layers: list):
+        super().__init__()
+        self.weight = nn.Parameter(torch.stack([l.weight.detach() for l in layers]).clone())
+        self.bias = nn.Parameter(torch.stack([l.bias.detach() for l in layers]).clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias.unsqueeze(1), x, self.weight.transpose(1, 2))
+
+
+def stack_mlp_agents(agents: list) -> nn.Module:
+    """P agents of one shape whose networks are MLPs (no encoder) -> one agent of the same class
+    whose every Linear is a StackedLinear and every other parameter is stacked on a new leading
+    axis: its methods take (P, B, ...) inputs and return (P, B, ...) outputs, member p computing
+    exactly what agents[p] computes (up to the rounding of batched matmuls)."""
+    import copy
+
+    stacked = copy.deepcopy(agents[0])
+    linears = [dict((n, m) for n, m in a.named_modules() if isinstance(m, nn.Linear)) for a in agents]
+    for name in linears[0]:
+        parent, _, leaf = name.rpartition(".")
+        setattr(stacked.get_submodule(parent) if parent else stacked, leaf, StackedLinear([lin[name] for lin in linears]))
+    for name, _ in list(stacked.named_parameters()):  # the rest, e.g. actor_logstd (1, A) -> (P, 1, A)
+        parent, _, leaf = name.rpartition(".")
+        owner = stacked.get_submodule(parent) if parent else stacked
+        if not isinstance(owner, StackedLinear):
+            setattr(owner, leaf, nn.Parameter(torch.stack([a.get_parameter(name).detach() for a in agents]).clone()))
+    return stacked

@@ -2,15 +2,18 @@
 
 The algorithm is ppo.py's, parametrized, never copied (DESIGN.md "Growing without forking the loop"):
 
-* parameters carry a leading member axis P (``torch.func.stack_module_state`` over P ``Agent``s
-  built with each member's seed), and every forward is ``vmap`` over ``functional_call`` of one
-  template Agent, so MLP and CNN encoders both work unchanged;
+* parameters carry a leading member axis P, stacked from P ``Agent``s built with each member's
+  seed. An MLP agent (flat observations) becomes one Agent whose Linear layers are
+  ``nets.StackedLinear`` (one batched matmul for all members), so its own methods take (P, B, ...)
+  inputs: no per-call transform, the fast path. An agent with an encoder (CNN, Dict) is called by
+  ``vmap`` over ``functional_call`` of one template Agent (``torch.func.stack_module_state``);
 * one env of P*N rows, member p owning rows [p*N, (p+1)*N); ``ppo.collect_rollout`` fills a
   (T, P*N) rollout exactly as for one run;
 * ``ppo.compute_gae`` gets gamma and lambda as (P*N,) tensors (one value per row);
 * ``ppo.update`` runs its epochs and minibatches with a per-member permutation (each member's
   minibatch is drawn from its own data by its own permutation); the minibatch step is
-  ``ppo.ppo_loss`` vmapped over members with per-member clip/vf/ent coefficients; the summed loss
+  ``ppo.ppo_loss`` over (P, mb) inputs (vmapped for encoder agents) with per-member clip/vf/ent
+  coefficients; the summed loss
   gives each member the gradient of its own loss only; the gradient norm is clipped per member; one
   Adam over the stacked parameters is P independent Adams (Adam is elementwise); each member's
   learning rate scales its own Adam step.
@@ -34,6 +37,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from . import ppo
 from .agent import Agent, action_dtype, action_shape
+from .nets import stack_mlp_agents
 from .config import ConfigError, PPOConfig, batch_size, num_iterations, validate
 from .envs import make_env
 from .rollout import Rollout
@@ -62,18 +66,18 @@ def from_members(x: torch.Tensor, num_steps: int) -> torch.Tensor:
 
 
 def member_permutation(members: int, samples: int, num_envs: int, device: torch.device,
-                       generator: Optional[torch.Generator] = None) -> torch.Tensor:
+                       generator: Optional[torch.Generator] = None, num_minibatches: int = 1) -> torch.Tensor:
     """The permutation ``ppo.update`` walks for a population, (P * T*N,) int64.
 
     Each member draws its own permutation of its T*N samples (``ppo.minibatch_permutation``, so a
-    population of one draws exactly a single run's), mapped to the rows of the flat (T*P*N,) batch
-    and interleaved member-minor: every contiguous slice of P*mb indices holds mb samples of each
-    member, which the grad step reshapes to (P, mb).
+    population of one draws exactly a single run's), mapped to the rows of the flat (T*P*N,) batch.
+    Minibatch j (the j-th contiguous slice of P*mb indices, mb = T*N / num_minibatches) holds the
+    j-th mb samples of member 0, then of member 1, ...: the grad step views it as (P, mb).
     """
     per_member = torch.stack([ppo.minibatch_permutation(samples, device, generator) for _ in range(members)])  # (P, T*N)
     offsets = torch.arange(members, device=device).unsqueeze(1) * num_envs
     rows = (per_member // num_envs) * (members * num_envs) + offsets + per_member % num_envs
-    return rows.t().reshape(-1)
+    return rows.reshape(members, num_minibatches, -1).transpose(0, 1).reshape(-1)
 
 
 class PopulationRollout(Rollout):
@@ -126,6 +130,10 @@ class Population:
         flush = getattr(base, "flush_denormal", None)  # as Trainer does, where the config has the switch
         if flush is not None:
             torch.set_flush_denormal(flush)
+        if base.keep_host_memory and self.device.type == "cpu":  # as Trainer does (hostmem.py)
+            from .hostmem import keep_freed_memory
+
+            keep_freed_memory()
         # the order of a single run (Trainer): seed, env, agent, reset; for a population of one the
         # global RNG stream (action samples, permutations) is then the single run's
         from .trainer import seed_everything
@@ -138,9 +146,16 @@ class Population:
             torch.manual_seed(c.seed)  # member k's initial parameters are a single run's with seed k
             agents.append(Agent(obs_space, act_space, base.hidden_sizes, base.activation, base.encoder).to(self.device))
         self.encoder_kind = agents[0].encoder_kind
-        params, buffers = stack_module_state(agents)
-        self.params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
-        self.buffers = {k: v.detach().clone() for k, v in buffers.items()}
+        # an MLP agent: one Agent with stacked Linear layers, called directly; else vmap over a template
+        self.stacked = agents[0].encoder is None and not any(True for _ in agents[0].buffers())
+        if self.stacked:
+            self.agent = stack_mlp_agents(agents)
+            self.params, self.buffers = dict(self.agent.named_parameters()), {}
+        else:
+            self.agent = None
+            params, buffers = stack_module_state(agents)
+            self.params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+            self.buffers = {k: v.detach().clone() for k, v in buffers.items()}
         self.template = _Method(copy.deepcopy(agents[0]).to("meta"))
         # the same tensors under the template's names (updated in place by Adam, so built once)
         self._prefixed_params = {"agent." + k: v for k, v in self.params.items()}
@@ -169,6 +184,8 @@ class Population:
     # --- vmapped calls of the template agent -----------------------------------------------------
     def _call(self, method: str, *args, randomness: str = "error"):
         """Agent.method over members: args (P, B, ...) -> outputs (P, B, ...)."""
+        if self.stacked:
+            return getattr(self.agent, method)(*args)
         key = (method, randomness)
         fn = self._vmapped.get(key)
         if fn is None:  # built once per method: vmap and functional_call cost host time per call
@@ -208,15 +225,27 @@ class Population:
         cfg, P = self.cfg, self.members
 
         def permutation(b, device, generator=None):
-            return member_permutation(P, b // P, cfg.num_envs, device, generator)
+            return member_permutation(P, b // P, cfg.num_envs, device, generator, cfg.num_minibatches)
 
         return ppo.update(None, self.optimizer, self.batch, cfg, grad_step=self.grad_step, permutation=permutation)
 
     def grad_step(self, mb: dict) -> dict:
-        """One minibatch of every member: mb rows ordered (sample, member) as member_permutation lays
+        """One minibatch of every member: mb rows member-major (P*mb, ...) as member_permutation lays
         them out. Returns each loss term as a (P,) tensor, grad_norm (P,) and nonfinite (P,) bool."""
         P, cfg = self.members, self.cfg
-        m = {k: v.reshape(-1, P, *v.shape[1:]).transpose(0, 1) for k, v in mb.items()}  # (P, mb, ...)
+        m = {k: v.reshape(P, -1, *v.shape[1:]) for k, v in mb.items()}  # (P, mb, ...), a view
+        coef = self.coef
+        if self.stacked:
+            _, newlogprob, entropy, newvalue = self.agent(m["obs"], m["actions"])
+            out = ppo.ppo_loss(newlogprob, m["logprobs"], m["advantages"], newvalue, m["values"], m["returns"], entropy,
+                               clip_coef=coef["clip_coef"], vf_coef=coef["vf_coef"], ent_coef=coef["ent_coef"],
+                               clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv)
+        else:
+            out = self._vmapped_loss(m)
+        return self._step(out)
+
+    def _vmapped_loss(self, m: dict) -> dict:
+        cfg = self.cfg
 
         def member_loss(params, buffers, obs, actions, logprobs, advantages, values, returns, clip, vf, ent):
             _, newlogprob, entropy, newvalue = functional_call(self.template, (params, buffers), ("forward", obs, actions))
@@ -226,6 +255,10 @@ class Population:
         out = vmap(member_loss)(self._prefixed_params, self._prefixed_buffers, m["obs"], m["actions"], m["logprobs"],
                                 m["advantages"], m["values"], m["returns"], self.coef["clip_coef"], self.coef["vf_coef"],
                                 self.coef["ent_coef"])
+        return out
+
+    def _step(self, out: dict) -> dict:
+        """Backward of the summed member losses, per-member clip and Adam step."""
         self.optimizer.zero_grad(set_to_none=True)
         out["loss"].sum().backward()  # member p's loss reaches only member p's slices of the parameters
         grad_norm = clip_grad_norm_per_member(list(self.params.values()), self.coef["max_grad_norm"])  # detail 11

@@ -92,31 +92,48 @@ def compute_gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.
 # ---------------------------------------------------------------------------------------------
 # 3. The loss (details 7-10, 12)
 # ---------------------------------------------------------------------------------------------
-def _check_1d(name: str, x: torch.Tensor, b: int) -> None:
-    if x.shape != (b,):
-        raise ValueError(f"ppo_loss: {name} has shape {tuple(x.shape)}, expected ({b},); "
+def _check_shape(name: str, x: torch.Tensor, shape: torch.Size) -> None:
+    if x.shape != shape:
+        raise ValueError(f"ppo_loss: {name} has shape {tuple(x.shape)}, expected {tuple(shape)}; "
                          "a [B] vs [B, 1] mix would broadcast to [B, B]")
+
+
+def _coef(c):
+    """A loss coefficient as (reductions, elementwise): a float twice, or a (P,) tensor and its (P, 1) view."""
+    return (c, c.unsqueeze(-1)) if torch.is_tensor(c) and c.dim() > 0 else (c, c)
 
 
 def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor,
              new_values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
-             entropy: torch.Tensor, *, clip_coef: float, vf_coef: float, ent_coef: float,
+             entropy: torch.Tensor, *, clip_coef, vf_coef, ent_coef,
              clip_vloss: bool = True, norm_adv: bool = True, mask: Optional[torch.Tensor] = None,
              vf_clip_coef: Optional[float] = None) -> dict:
     """Clipped-surrogate PPO loss over a minibatch of B samples.
 
-    All inputs are (B,) (log-probs and entropies already summed over action dims). ``mask`` (B,)
-    bool selects valid samples (RLHF: response tokens); None means all. Returns a dict of scalar
-    tensors: loss, policy_loss, value_loss, entropy, approx_kl, clipfrac, vf_clipfrac, ratio.
+    All inputs are (B,) (log-probs and entropies already summed over action dims), or (P, B) for a
+    population of P independent members: every mean runs over the last axis, so each member gets
+    its own loss (P,), and the coefficients may then be (P,) tensors, one value per member. ``mask``
+    (B,) bool selects valid samples (RLHF: response tokens); None means all. Returns a dict of
+    tensors of the leading shape (scalars for (B,) inputs): loss, policy_loss, value_loss, entropy,
+    approx_kl, clipfrac, vf_clipfrac, ratio.
     """
-    b = new_logprob.shape[0]
-    for name, x in (("new_logprob", new_logprob), ("old_logprob", old_logprob), ("advantages", advantages),
-                    ("new_values", new_values), ("old_values", old_values), ("returns", returns), ("entropy", entropy)):
-        _check_1d(name, x, b)
+    inputs = (("new_logprob", new_logprob), ("old_logprob", old_logprob), ("advantages", advantages),
+              ("new_values", new_values), ("old_values", old_values), ("returns", returns), ("entropy", entropy))
+    shapes = [x.shape for _, x in inputs]
+    shape = max(shapes, key=shapes.count)  # the odd one out is the one named
+    b = shape[-1]
+    for name, x in inputs:
+        _check_shape(name, x, shape)
+    clip_coef, clip_el = _coef(clip_coef)
     if mask is None:
-        mean = torch.mean
+        def mean(x, keepdim=False):
+            return x.mean(-1, keepdim=keepdim)
+
+        bessel = b / max(b - 1, 1)
     else:
-        _check_1d("mask", mask, b)
+        if len(shape) != 1:
+            raise ValueError(f"ppo_loss: a mask needs (B,) inputs, got {tuple(shape)}")
+        _check_shape("mask", mask, shape)
         mask = mask.to(torch.bool)
         # padded entries may hold NaN/inf: zero them with torch.where (a multiply by the mask
         # would leak NaN into the loss and the gradients)
@@ -124,21 +141,22 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
             torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
             for x in (new_logprob, old_logprob, advantages, new_values, old_values, returns, entropy))
         denom = mask.sum().clamp_min(1)
+        bessel = denom / (denom - 1).clamp_min(1)
 
-        def mean(x):
+        def mean(x, keepdim=False):
             return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum() / denom
 
     if norm_adv:  # detail 7: per-minibatch normalization
-        mu = mean(advantages)
+        mu = mean(advantages, keepdim=True)
         # Bessel-corrected over the selected samples, as torch.std and rlhf.masked.masked_var
-        var = mean((advantages - mu) ** 2) * (b / max(b - 1, 1) if mask is None else denom / (denom - 1).clamp_min(1))
+        var = mean((advantages - mu) ** 2, keepdim=True) * bessel
         advantages = (advantages - mu) / (var.sqrt() + 1e-8)
 
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
-    pg_loss = torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef))  # detail 8
+    pg_loss = torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - clip_el, 1 + clip_el))  # detail 8
 
-    vclip = clip_coef if vf_clip_coef is None else vf_clip_coef
+    _, vclip = _coef(clip_coef if vf_clip_coef is None else vf_clip_coef)
     v_unclipped = (new_values - returns) ** 2
     v_clipped_pred = old_values + torch.clamp(new_values - old_values, -vclip, vclip)
     v_clipped = (v_clipped_pred - returns) ** 2
@@ -146,7 +164,7 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
 
     with torch.no_grad():
         approx_kl = mean((ratio - 1) - logratio)  # detail 12: k3 estimator
-        clipfrac = mean(((ratio - 1.0).abs() > clip_coef).float())
+        clipfrac = mean(((ratio - 1.0).abs() > clip_el).float())
         vf_clipfrac = mean((v_clipped > v_unclipped).float()) if clip_vloss else torch.zeros_like(approx_kl)
         ratio_mean = mean(ratio)
     policy_loss, value_loss, ent = mean(pg_loss), mean(v_loss), mean(entropy)

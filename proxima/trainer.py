@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from . import checkpoint as ckpt
-from . import graphs, ppo, train_state
+from . import graphs, hostmem, ppo, train_state
 from .agent import Agent, action_dtype, action_shape
 from .config import ConfigError, PPOConfig, batch_size, num_iterations, validate
 from .envs import BatchedEnv, make_env
@@ -51,6 +51,8 @@ class Trainer:
         # process-wide, so close() turns it off again (a no-op where the CPU has no such mode)
         self._flush_denormal = bool(cfg.flush_denormal) and torch.set_flush_denormal(True)
         self.device = self.dist.device_for(cfg.device)  # under torchrun: cuda:LOCAL_RANK or cpu
+        if cfg.keep_host_memory and self.device.type == "cpu":  # process-wide, one-way (hostmem.py)
+            hostmem.keep_freed_memory()
         _check_cudagraphs(cfg, self.device, self.dist.world_size)
         if cfg.amp == "fp16" and self.device.type != "cuda":
             raise ConfigError("--amp fp16 needs a CUDA device (GradScaler); use --amp bf16 on CPU")

@@ -56,12 +56,12 @@ def test_a_members_gradient_does_not_depend_on_another_members_data(small_config
         pop = Population(member_configs(cfg, [1, 2]))
         pop.collect()
         pop.advantages()
-        perm = member_permutation(2, 16, cfg.num_envs, pop.device)
-        mb = {k: v[perm[:16]].clone() for k, v in pop.batch.items()}  # 8 samples of each member, (sample, member) order
-        if perturb:  # member 1's rows: odd positions
-            mb["advantages"][1::2] += torch.linspace(-3, 3, 8)
-            mb["returns"][1::2] *= -2.0
-            mb["obs"][1::2] += 0.5
+        perm = member_permutation(2, 16, cfg.num_envs, pop.device, num_minibatches=2)
+        mb = {k: v[perm[:16]].clone() for k, v in pop.batch.items()}  # 8 samples of member 0, then 8 of member 1
+        if perturb:  # member 1's rows: the second half
+            mb["advantages"][8:] += torch.linspace(-3, 3, 8)
+            mb["returns"][8:] *= -2.0
+            mb["obs"][8:] += 0.5
         pop.grad_step(mb)
         return [p.grad.clone() for p in pop.params.values()], [p.detach().clone() for p in pop.params.values()]
 
@@ -75,13 +75,15 @@ def test_a_members_gradient_does_not_depend_on_another_members_data(small_config
 
 
 def test_member_permutation_gives_each_member_its_own_rows():
-    P, T, N = 3, 4, 2
-    perm = member_permutation(P, T * N, N, torch.device("cpu"), torch.Generator().manual_seed(0))
+    P, T, N, M = 3, 4, 2, 2
+    perm = member_permutation(P, T * N, N, torch.device("cpu"), torch.Generator().manual_seed(0), num_minibatches=M)
     assert sorted(perm.tolist()) == list(range(P * T * N))  # every row once per epoch
     member_of_row = (perm % (P * N)) // N
-    assert torch.equal(member_of_row, torch.arange(P).repeat(T * N))  # interleaved (sample, member)
+    mb = T * N // M  # each minibatch of P*mb indices: mb of member 0, then mb of member 1, ...
+    assert torch.equal(member_of_row, torch.arange(P).repeat_interleave(mb).repeat(M))
     # members draw different permutations of their own samples
-    local = lambda p: [((r // (P * N)) * N + r % N) for r in perm[p::P].tolist()]  # noqa: E731
+    rows = perm.reshape(M, P, mb).transpose(0, 1).reshape(P, -1)
+    local = lambda p: [((r // (P * N)) * N + r % N) for r in rows[p].tolist()]  # noqa: E731
     assert local(0) != local(1) and sorted(local(0)) == list(range(T * N))
 
 
