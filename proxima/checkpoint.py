@@ -197,15 +197,17 @@ def resolve_checkpoint(path: Union[str, Path]) -> Path:
     return path
 
 
-def load_resumable(path: Union[str, Path]) -> dict:
+def load_resumable(path: Union[str, Path], allow_population: bool = False) -> dict:
     """The checkpoint to resume from: a file as given; for a run directory its newest checkpoint that
     loads. A newer one that does not (cut short, corrupted) is renamed ``step_*.pt.corrupt`` so that
-    no later prune or resume picks it, with a line on stderr naming both files."""
+    no later prune or resume picks it, with a line on stderr naming both files. A population's
+    checkpoints are refused with the line that says how to resume them unless ``allow_population``
+    (population_run.resume_population)."""
     import sys
 
     path = Path(path)
     if not path.is_dir():
-        return _refuse_population_member(load_checkpoint(path))
+        return _refuse_population(load_checkpoint(path), allow_population)
     ckpts = list_checkpoints(path)
     if not ckpts:
         raise CheckpointError(f"{path}: not a Proxima run directory (no checkpoints/step_*.pt inside)")
@@ -221,17 +223,22 @@ def load_resumable(path: Union[str, Path]) -> dict:
             os.replace(bad, aside)
             print(f"proxima: note: {bad} is unusable ({why}); resuming from {candidate} instead "
                   f"(the bad file is kept as {aside.name})", file=sys.stderr)
-        return _refuse_population_member(state)
+        return _refuse_population(state, allow_population)
     newest, why = unusable[0]
     older = f"; none of the {len(ckpts) - 1} older checkpoint(s) loads either" if len(ckpts) > 1 else ""
     raise CheckpointError(f"{newest}: {why}{older}")
 
 
-def _refuse_population_member(state: dict) -> dict:
-    """A population member's checkpoint holds its final weights only (population_run.py): not resumable."""
+def _refuse_population(state: dict, allow_population: bool = False) -> dict:
+    """A population member's checkpoint holds its weights only, and a population's own checkpoint is
+    resumed as a whole (population_run.py): neither resumes as a single run."""
     if state.get("population_member"):
-        raise CheckpointError(f"{state['path']}: a member of a population (--seeds/--sweep) holds final weights only; "
-                              "populations cannot be resumed yet (evaluate it with `proxima eval`)")
+        where = state.get("population") or "its population's run directory"
+        raise CheckpointError(f"{state['path']}: a member of a population (--seeds/--sweep) holds its weights only; "
+                              f"resume the whole population: proxima resume {where}")
+    if state.get("kind") == "ppo-population" and not allow_population:
+        raise CheckpointError(f"{state['path']}: a population checkpoint (--seeds/--sweep); resume the whole population: "
+                              f"proxima resume {run_dir_of(state['path'])}")
     return state
 
 
@@ -301,7 +308,10 @@ def load_checkpoint(path: Union[str, Path], map_location="cpu") -> dict:
         raise CheckpointError(f"{path}: not a Proxima checkpoint (schema version {version!r} is not an integer)")
     if version > SCHEMA_VERSION:
         raise CheckpointError(f"{path}: checkpoint schema version {version} is newer than this Proxima supports ({SCHEMA_VERSION}); upgrade proxima")
-    for key in ("config", "agent", "global_step", "spaces"):
+    # a population's checkpoint (population_run.py) holds every member's config and stacked weights
+    required = ("configs", "population", "global_step", "spaces") if state.get("kind") == "ppo-population" else (
+        "config", "agent", "global_step", "spaces")
+    for key in required:
         if key not in state:
             raise CheckpointError(f"{path}: incomplete checkpoint (missing '{key}')")
     state["path"] = str(path)
@@ -396,6 +406,10 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
     from .envs.gym_adapter import imports_code, treat_as_data
 
     state = load_checkpoint(path)
+    if state.get("kind") == "ppo-population":
+        run = run_dir_of(state["path"])
+        raise CheckpointError(f"{state['path']}: a population checkpoint (--seeds/--sweep); evaluate the members: "
+                              f"proxima eval {run}/<member dir>")
     treat_as_data(run_dir_of(state["path"]))
     agent, obs_norm, obs_space, act_space = build_agent(state, device)
     recorded = str(state["config"].get("env_id", ""))

@@ -109,13 +109,9 @@ def cmd_train(args) -> int:
             return launch_torchrun(args.nproc, sys.argv[1:])
         cfg = config_from_args(args, prog)
         if args.seeds is not None or args.sweep:  # a population: one batched program (population_run.py)
-            from .population_run import PopulationInterrupted, cmd_train_population
+            from .population_run import cmd_train_population
 
-            try:
-                return cmd_train_population(args, cfg)
-            except PopulationInterrupted as e:
-                print(f"proxima: {e}", file=sys.stderr)
-                return e.exit_code
+            return cmd_train_population(args, cfg)  # TrainingInterrupted: handled below, as for one run
         from .config import validate
 
         if args.resume is None:  # a resumed run's config is the checkpoint's (checked by train)
@@ -161,8 +157,15 @@ def cmd_resume(args) -> int:
             from .rlhf import resume as rlhf_resume
 
             return rlhf_resume(path, steps=args.steps)
-        if (path / "population.json").is_file():
-            return fail(prog, f"{path}: a population run (--seeds/--sweep); populations cannot be resumed yet (docs/populations.md)")
+        if (path / "population.json").is_file():  # continue every member (population_run.py)
+            from .population_run import resume_population
+
+            if args.steps is not None:
+                return fail(prog, f"--steps: {path} is a PPO population; --steps extends RLHF runs only (use --total-timesteps)")
+
+            run_dir = resume_population(path, overrides=typed_flags(args), quiet=args.quiet, env_id=args.env, trust_run=args.trust_run)
+            print(f"run directory: {run_dir}")
+            return 0
         if args.steps is not None:
             return fail(prog, f"--steps: {path} is a PPO run; --steps extends RLHF runs only (use --total-timesteps)")
         # the config comes from the checkpoint; typed flags may change only config.RESUME_SAFE fields

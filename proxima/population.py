@@ -286,6 +286,44 @@ class Population:
         self.iteration += 1
         return out
 
+    # --- state (checkpoints; population_run.py writes and reads them) -------------------------
+    def state_dict(self) -> dict:
+        """Everything an iteration reads that a fresh Population of the same configs lacks: stacked
+        parameters and buffers, the Adam state, the annealed learning rates, the iteration, the
+        native env's state and generator, the last observation and the RNG streams."""
+        from . import checkpoint as ckpt
+
+        return {"params": {k: v.detach().clone() for k, v in self.params.items()},
+                "buffers": {k: v.clone() for k, v in self.buffers.items()},
+                "optimizer": self.optimizer.state_dict(), "lr_now": self.lr_now.clone(), "iteration": self.iteration,
+                "env_backend": self.env.backend, "env": self.env.state_dict() if self.env.can_save_state else None,
+                "next_obs": self.next_obs.clone(), "rng": ckpt.rng_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Put ``state_dict()``'s values back, copying into the existing tensors; ValueError naming
+        the first piece that does not fit these configs."""
+        from . import checkpoint as ckpt
+
+        for kind, own in (("params", self.params), ("buffers", self.buffers)):
+            got = state[kind]
+            if got.keys() != own.keys():
+                raise ValueError(f"{kind} {sorted(set(got) ^ set(own))[:3]} differ from this population's")
+            for name, value in got.items():
+                if value.shape != own[name].shape:
+                    raise ValueError(f"{name} has shape {tuple(value.shape)}, this population's {tuple(own[name].shape)}")
+                with torch.no_grad():
+                    own[name].copy_(value)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr_now.copy_(state["lr_now"])
+        self.iteration = int(state["iteration"])
+        if state.get("env") is not None and self.env.can_save_state and state.get("env_backend") == self.env.backend:
+            self.env.load_state_dict(state["env"])
+            self.next_obs.copy_(state["next_obs"])
+            ckpt.set_rng_state(state["rng"])
+        else:  # Gymnasium envs cannot save their state: episodes restart, as for a single run
+            ckpt.set_rng_state(state["rng"])
+            self.next_obs.copy_(self.env.reset(seed=self.cfg.seed + self.iteration))
+
     # --- members as plain Agents ----------------------------------------------------------------
     def member_agent(self, index: int) -> Agent:
         """A plain Agent holding member ``index``'s current parameters (for evaluation and export)."""
@@ -296,6 +334,8 @@ class Population:
 
     def close(self) -> None:
         self.env.close()
+        if getattr(self.cfg, "flush_denormal", False):  # as Trainer.close: FTZ is off by default
+            torch.set_flush_denormal(False)
 
 
 def _per_member(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

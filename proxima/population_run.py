@@ -5,19 +5,25 @@ Layout (each member directory has the files of a single run, so ``proxima plot``
 
     RUN/population.json          env, seeds, sweep, members (dir, seed, settings), wall time
     RUN/.proxima.lock            the trainer's lock (rundir.py), for the life of the run
+    RUN/checkpoints/step_N.pt    the whole population's TrainState (N: steps per member), for resume
     RUN/m000-seed1/config.yaml   the member's resolved config (its seed and swept values)
     RUN/m000-seed1/meta.json     kind "ppo", "population": RUN
     RUN/m000-seed1/metrics.csv   its own episode returns and losses, one row per iteration
     RUN/m000-seed1/events.*      TensorBoard
-    RUN/m000-seed1/checkpoints/step_N.pt   its final weights (for eval; not resumable yet)
+    RUN/m000-seed1/checkpoints/step_N.pt   the member's weights at each population checkpoint (eval)
     RUN/m000-seed1/eval.json     end-of-run deterministic evaluation (seed + 1,000,000)
 
-Not yet: resume (a member checkpoint is refused by ``resume`` with one line), periodic
-checkpoints, SIGINT checkpoints (a SIGINT stops the run after the iteration and keeps the logs).
+Checkpoints, SIGINT/SIGTERM and resume work as for a single run (docs/reliability.md): every
+``checkpoint_every`` iterations, every ``checkpoint_minutes``, at the end, and after the iteration
+a signal arrived in (exit 128+signum, naming the checkpoint); ``proxima resume RUN`` (or ``train
+--seeds ... --resume auto --run-dir RUN``) continues from the newest loadable population checkpoint,
+bit-identically on CPU; the members' metrics.csv and TensorBoard files drop what was logged after it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import signal
@@ -32,18 +38,11 @@ from typing import Optional, Sequence
 from . import checkpoint as ckpt
 from .config import ConfigError, PPOConfig
 from .population import PER_MEMBER_FIELDS, Population, _fmt, check_population_fits
+from .signals import TrainingInterrupted
 
 POPULATION_FILE = "population.json"
-
-
-class PopulationInterrupted(Exception):
-    """SIGINT/SIGTERM stopped a population after an iteration; ``exit_code`` is 128+signum. The
-    logs are kept; there is no checkpoint to resume from (populations are not resumable yet)."""
-
-    def __init__(self, signum: int, run_dir: Path, iteration: int):
-        super().__init__(f"stopped by {signal.Signals(signum).name} after iteration {iteration}; populations write no "
-                         f"checkpoints yet: the members' logs are kept in {run_dir}, the run cannot be resumed")
-        self.signum, self.exit_code, self.checkpoint = signum, 128 + signum, None
+#: ``kind`` of a population checkpoint (RUN/checkpoints/step_N.pt)
+CHECKPOINT_KIND = "ppo-population"
 
 
 def member_dir_name(index: int, cfg: PPOConfig, swept: Sequence[str]) -> str:
@@ -57,18 +56,20 @@ def default_population_dir(cfg: PPOConfig, seeds: Sequence[int]) -> Path:
     return Path("runs") / f"{safe_env}__{span}__{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
+def is_population_dir(path) -> bool:
+    return (Path(path) / POPULATION_FILE).is_file()
+
+
 def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: dict, run_dir=None, argv=None,
                      quiet: bool = False, overwrite: bool = False, evaluate_at_end: bool = True,
-                     stop_after: Optional[int] = None) -> Path:
+                     stop_after: Optional[int] = None, restart_note: Optional[str] = None) -> Path:
     """Train every member in one process; returns the run directory. Errors before training (bad
     config, memory, env) leave nothing behind, as does a failure before the first iteration ends; a
-    later failure keeps the members' metrics for the diagnosis.
-    SIGINT/SIGTERM: stop after the current iteration, keep the logs, raise PopulationInterrupted
-    (no checkpoint: populations are not resumable yet). ``stop_after`` (a test hook) acts as a
-    SIGINT arriving during that iteration."""
+    later failure keeps the members' metrics and the last checkpoint for the diagnosis.
+    SIGINT/SIGTERM: finish the iteration, write a checkpoint, raise TrainingInterrupted (exit
+    128+signum). ``stop_after`` (a test hook) acts as a SIGINT arriving during that iteration."""
     from .device import resolve_device
     from .rundir import RunSession, unique_default
-    from .signals import SignalGuard, TrainingInterrupted
     from .sizing import env_probe
 
     base = members[0]
@@ -77,15 +78,112 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
     run_dir = Path(run_dir or base.run_dir or unique_default(default_population_dir(base, seeds)))
     pop = Population(members, device)
     session = RunSession()
+    try:
+        session.claim_fresh(run_dir, overwrite, restart_note)
+        dirs = _write_layout(run_dir, pop, seeds, sweep, argv)
+        _train_loop(pop, run_dir, dirs, seeds, sweep, quiet=quiet, evaluate_at_end=evaluate_at_end, stop_after=stop_after)
+    except TrainingInterrupted:
+        raise
+    except Exception:
+        if pop.iteration == 0:  # as a single run: a failure before the first iteration leaves nothing behind
+            session.discard_fresh()
+        raise
+    finally:
+        pop.close()
+        session.release()
+    return run_dir
+
+
+def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = False, env_id: Optional[str] = None,
+                      trust_run: bool = False, evaluate_at_end: bool = True, stop_after: Optional[int] = None,
+                      seeds: Optional[Sequence[int]] = None, sweep: Optional[dict] = None) -> Path:
+    """Continue the population in ``run_dir`` from its newest loadable checkpoint (one that does not
+    load is set aside, as for a single run). ``overrides`` ({field: value}, the flags typed) may
+    change only config.RESUME_SAFE fields, for every member; ``seeds``/``sweep``, when given (``train
+    --seeds ... --resume``), must be the run's. An env id that would import a module is refused
+    unless ``env_id`` names it or ``trust_run``."""
+    from .config import from_dict
+    from .device import resolve_device
+    from .envs.gym_adapter import refuse_recorded_env, treat_as_data
+    from .rundir import RunSession
+    from .run_setup import apply_resume_overrides
+
+    run_dir = Path(run_dir)
+    if not is_population_dir(run_dir):
+        raise ConfigError(f"{run_dir}: not a population run directory (no {POPULATION_FILE})")
+    treat_as_data(run_dir)  # never import env code from the run directory itself
+    session = RunSession()
+    pop = None
+    try:
+        session.lock_existing(run_dir)
+        if not ckpt.list_checkpoints(run_dir):
+            raise ckpt.CheckpointError(f"{run_dir}: the population wrote no checkpoint to resume from "
+                                       "(--checkpoint-every N writes one every N iterations)")
+        state = ckpt.load_resumable(run_dir, allow_population=True)
+        path = state["path"]
+        if state.get("kind") != CHECKPOINT_KIND:
+            raise ckpt.CheckpointError(f"{path}: not a population checkpoint")
+        try:
+            configs = [from_dict(c, source=path) for c in state["configs"]]
+            recorded_seeds, recorded_sweep, names = list(state["seeds"]), dict(state["sweep"]), list(state["member_dirs"])
+        except KeyError as e:
+            raise ckpt.CheckpointError(f"{path}: incomplete population checkpoint (missing {e})") from None
+        if seeds is not None and list(seeds) != recorded_seeds:
+            raise ConfigError(f"--seeds: {run_dir} trains seeds {recorded_seeds}, not {list(seeds)}; resume continues the same members")
+        if sweep is not None and sweep and dict(sweep) != recorded_sweep:
+            raise ConfigError(f"--sweep: {run_dir} sweeps {recorded_sweep}, not {dict(sweep)}; resume continues the same members")
+        if env_id is not None and env_id != configs[0].env_id:
+            raise ConfigError(f"{path}: the run trains '{configs[0].env_id}', not '{env_id}'; resume continues the same env")
+        if env_id is None and not trust_run:
+            refuse_recorded_env(configs[0].env_id, path, "resume")
+        # the same flags for every member; a note (e.g. "the run is complete") is said once
+        configs = [apply_resume_overrides(configs[0], dict(overrides or {}), state)] + [
+            _quietly(apply_resume_overrides, c, dict(overrides or {}), state) for c in configs[1:]]
+        device = resolve_device(configs[0].device)
+        check_population_fits(configs[0], len(configs), device)
+        pop = Population(configs, device)
+        try:
+            pop.load_state_dict(state["population"])
+        except KeyError as e:
+            raise ckpt.CheckpointError(f"{path}: incomplete population checkpoint (missing {e})") from None
+        except (RuntimeError, ValueError, TypeError) as e:
+            raise ckpt.CheckpointError(f"{path}: does not match the population's config ({str(e).splitlines()[0][:160]})") from None
+        if not quiet:
+            print(f"proxima: resuming population {run_dir} ({len(configs)} members) at step {pop.iteration * pop.steps_per_member:,} "
+                  f"per member (iteration {pop.iteration})", file=sys.stderr)
+        dirs = [run_dir / n for n in names]
+        _train_loop(pop, run_dir, dirs, recorded_seeds, recorded_sweep, quiet=quiet, evaluate_at_end=evaluate_at_end,
+                    stop_after=stop_after, elapsed=float(state.get("elapsed", 0.0)), last_checkpoint=Path(path))
+    finally:
+        if pop is not None:
+            pop.close()
+        session.release()
+    return run_dir
+
+
+def _quietly(fn, *args):
+    """fn(*args) with what it writes to stderr dropped."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        return fn(*args)
+
+
+def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, quiet: bool, evaluate_at_end: bool,
+                stop_after: Optional[int], elapsed: float = 0.0, last_checkpoint: Optional[Path] = None) -> None:
+    """Iterations until the end, logging every member, checkpointing as a single run does; then
+    the members' evaluations. A resumed population (``last_checkpoint`` set) truncates the members'
+    logs to the checkpoint's step first."""
+    from .logger import RunLogger
+    from .signals import SignalGuard
+
+    cfg = pop.cfg
+    total = pop.num_iterations * pop.steps_per_member
+    resume_step = pop.iteration * pop.steps_per_member if last_checkpoint is not None else None
     loggers: list = []
     try:
-        session.claim_fresh(run_dir, overwrite)
-        dirs = _write_layout(run_dir, pop, seeds, sweep, argv)
-        from .logger import RunLogger
-
-        total = pop.num_iterations * pop.steps_per_member
-        loggers = [RunLogger(d, total, progress=False) for d in dirs]
-        t_start = time.perf_counter()
+        for d in dirs:
+            loggers.append(RunLogger(d, total, resume_step=resume_step, progress=False))
+        t_start = time.perf_counter() - elapsed
+        saved_at = time.monotonic()
         with SignalGuard() as stop:
             while pop.iteration < pop.num_iterations:
                 t_iter = time.perf_counter()
@@ -95,8 +193,9 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
                 if bad:
                     from .guards import NonFiniteError
 
+                    last = f"last good checkpoint: {last_checkpoint}" if last_checkpoint else "no checkpoint was written yet"
                     raise NonFiniteError(f"non-finite loss or gradient in the update of member {bad[0]} ({dirs[bad[0]].name}) "
-                                         f"at iteration {pop.iteration}; try a lower --lr or --max-grad-norm")
+                                         f"at iteration {pop.iteration}; {last}; try a lower --lr or --max-grad-norm")
                 elapsed = time.perf_counter() - t_start
                 sps = pop.steps_per_member / max(time.perf_counter() - t_iter, 1e-9)
                 step = pop.iteration * pop.steps_per_member
@@ -105,24 +204,41 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
                     _progress(values, pop, step, elapsed)
                 if stop_after is not None and pop.iteration >= stop_after and not stop.signum:
                     stop.signum = signal.SIGINT
+                periodic = bool(cfg.checkpoint_every) and pop.iteration % cfg.checkpoint_every == 0
+                periodic = periodic or (bool(cfg.checkpoint_minutes) and time.monotonic() - saved_at >= 60.0 * cfg.checkpoint_minutes)
+                if periodic or stop.signum or pop.iteration == pop.num_iterations:
+                    last_checkpoint = save_population(pop, run_dir, dirs, seeds, sweep, elapsed)
+                    saved_at = time.monotonic()
                 if stop.signum:
-                    raise PopulationInterrupted(stop.signum, run_dir, pop.iteration)
+                    raise TrainingInterrupted(stop.signum, last_checkpoint)
         wall = time.perf_counter() - t_start
-        for i, d in enumerate(dirs):  # final weights of every member, in the single-run checkpoint format
-            _save_member(pop, i, d)
         _finish(run_dir, pop, dirs, seeds, sweep, wall, evaluate_at_end, quiet)
-    except (TrainingInterrupted, PopulationInterrupted):
-        raise
-    except Exception:
-        if pop.iteration == 0:  # as a single run: a failure before the first iteration leaves nothing behind
-            session.discard_fresh()
-        raise
     finally:
         for lg in loggers:
             lg.close()
-        pop.close()
-        session.release()
-    return run_dir
+
+
+def save_population(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, elapsed: float) -> Path:
+    """Write the population checkpoint RUN/checkpoints/step_N.pt (N: steps per member) and each
+    member's weights into its own checkpoints/ (what ``proxima eval`` of a member loads); the newest
+    ``keep_checkpoints`` of each are kept. Returns the population checkpoint's path."""
+    from .train_state import versions
+
+    cfg, step = pop.cfg, pop.iteration * pop.steps_per_member
+    spaces = {"observation": ckpt.space_to_dict(pop.env.single_observation_space),
+              "action": ckpt.space_to_dict(pop.env.single_action_space)}
+    for i, d in enumerate(dirs):  # members first: the population checkpoint is the commit point of a resume
+        member = {"format": ckpt.FORMAT, "schema_version": ckpt.SCHEMA_VERSION, "config": pop.configs[i].to_dict(),
+                  "iteration": pop.iteration, "global_step": step, "spaces": spaces,
+                  "agent": pop.member_agent(i).state_dict(), "obs_normalizer": None, "population_member": True,
+                  "population": str(run_dir)}
+        ckpt.save_train_state(d, member, cfg.keep_checkpoints)
+    state = {"format": ckpt.FORMAT, "schema_version": ckpt.SCHEMA_VERSION, "kind": CHECKPOINT_KIND, "versions": versions(),
+             "configs": [c.to_dict() for c in pop.configs], "seeds": [int(s) for s in seeds],
+             "sweep": {k: list(v) for k, v in sweep.items()}, "member_dirs": [d.name for d in dirs],
+             "iteration": pop.iteration, "global_step": step, "elapsed": float(elapsed), "spaces": spaces,
+             "population": pop.state_dict()}
+    return ckpt.save_train_state(run_dir, state, cfg.keep_checkpoints)
 
 
 def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> list:
@@ -187,18 +303,6 @@ def _progress(values: dict, pop: Population, step: int, elapsed: float) -> None:
           file=sys.stderr)
 
 
-def _save_member(pop: Population, index: int, member_dir: Path) -> Path:
-    """The member's final weights as a checkpoint ``proxima eval`` loads (marked: not resumable)."""
-    cfg = pop.configs[index]
-    step = pop.iteration * pop.steps_per_member
-    state = {"format": ckpt.FORMAT, "schema_version": ckpt.SCHEMA_VERSION, "config": cfg.to_dict(),
-             "iteration": pop.iteration, "global_step": step,
-             "spaces": {"observation": ckpt.space_to_dict(pop.env.single_observation_space),
-                        "action": ckpt.space_to_dict(pop.env.single_action_space)},
-             "agent": pop.member_agent(index).state_dict(), "obs_normalizer": None, "population_member": True}
-    return ckpt.atomic_torch_save(state, ckpt.checkpoint_path(member_dir, step))
-
-
 def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: float, evaluate_at_end: bool, quiet: bool) -> None:
     from .evaluate import evaluate
 
@@ -219,22 +323,25 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
               f"(min {min(done):.2f}, max {max(done):.2f}); {wall:.1f}s of training")
 
 
-def is_population_checkpoint(state: dict) -> bool:
-    return bool(state.get("population_member"))
-
-
 def cmd_train_population(args, cfg: PPOConfig) -> int:
     """``proxima train ... --seeds S [--sweep F=v1,v2]``: called by cli.cmd_train."""
     from .population import member_configs, parse_seeds, parse_sweep
 
-    if args.resume is not None:
-        raise ConfigError("--resume: populations (--seeds/--sweep) cannot be resumed yet; start a new population run")
     if args.nproc and args.nproc > 1:
         raise ConfigError("--nproc: a population trains in one process; drop --nproc")
     if "seed" in vars(args):
         raise ConfigError("--seed: give a population's seeds with --seeds (e.g. --seeds 1-8), not --seed")
     seeds = parse_seeds(args.seeds) if args.seeds else [cfg.seed]
     sweep = parse_sweep(args.sweep or [])
+    if args.resume is not None:
+        target = _resume_target(args, cfg)
+        if target is not None:  # continue it; the seeds and sweep typed must be the run's
+            from .cli import typed_flags
+
+            run_dir = resume_population(target, overrides=typed_flags(args), quiet=args.quiet, env_id=args.env_id,
+                                        trust_run=args.trust_run, seeds=seeds if args.seeds else None, sweep=sweep)
+            print(f"run directory: {run_dir}")
+            return 0
     members = member_configs(cfg, seeds, sweep)
     if args.dry_run:
         from .device import resolve_device
@@ -245,6 +352,24 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
         check_population_fits(members[0], len(members), resolve_device(members[0].device), env_probe(members[0]))
         print(json.dumps({"members": len(members), "seeds": seeds, "sweep": sweep}))
         return 0
-    run_dir = train_population(members, seeds, sweep, argv=sys.argv, quiet=args.quiet, overwrite=args.overwrite)
+    restart = "--resume auto found no checkpoint to continue" if args.resume == "auto" else None
+    run_dir = train_population(members, seeds, sweep, argv=sys.argv, quiet=args.quiet, overwrite=args.overwrite, restart_note=restart)
     print(f"run directory: {run_dir}")
     return 0
+
+
+def _resume_target(args, cfg: PPOConfig) -> Optional[Path]:
+    """The population directory ``train --seeds ... --resume`` continues: the given path, or for
+    ``auto`` the --run-dir when it holds a population checkpoint (None: start it afresh)."""
+    if args.resume != "auto":
+        path = Path(args.resume)
+        return path.parent.parent if path.is_file() and path.parent.name == "checkpoints" else path
+    run_dir = getattr(args, "run_dir", None) or cfg.run_dir
+    if run_dir is None:
+        raise ConfigError("--resume auto needs --run-dir DIR (the population to continue)")
+    run_dir = Path(run_dir)
+    if ckpt.list_checkpoints(run_dir):
+        if not is_population_dir(run_dir):
+            raise ConfigError(f"--resume auto: {run_dir} holds a single run, not a population; drop --seeds/--sweep to resume it")
+        return run_dir
+    return None

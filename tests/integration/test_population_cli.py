@@ -59,11 +59,12 @@ def test_member_directories_work_with_eval_and_plot_and_refuse_resume(population
     assert cli.main(["plot", str(member), "--out", str(member / "curve.png")]) == 0
     assert (member / "curve.png").stat().st_size > 0
     assert cli.main(["resume", str(member)]) == 2
-    assert "populations cannot be resumed yet" in capsys.readouterr().err
+    assert f"holds its weights only; resume the whole population: proxima resume {run_dir}" in capsys.readouterr().err
     assert cli.main(["eval", str(run_dir)]) == 2
     assert "a population run (--seeds/--sweep); evaluate a member" in capsys.readouterr().err
-    assert cli.main(["resume", str(run_dir)]) == 2
-    assert "a population run (--seeds/--sweep); populations cannot be resumed yet" in capsys.readouterr().err
+    assert cli.main(["resume", str(run_dir), "--eval-episodes", "0"]) == 0  # finished: says so once, trains nothing
+    err = capsys.readouterr().err
+    assert err.count("the run is complete (512 steps); --total-timesteps N (more steps) extends it") == 1
 
 
 @pytest.mark.parametrize("args, message", [
@@ -72,7 +73,7 @@ def test_member_directories_work_with_eval_and_plot_and_refuse_resume(population
     (["--seeds", "1-2", "--seed", "3"], "--seed: give a population's seeds with --seeds"),
     (["--seeds", "3-1"], "--seeds '3-1'"),
     (["--seeds", "1-2", "--target-kl", "0.01"], "--target-kl is not supported with --seeds"),
-    (["--seeds", "1-2", "--resume", "auto"], "populations (--seeds/--sweep) cannot be resumed yet"),
+    (["--seeds", "1-2", "--resume", "nowhere"], "nowhere: not a population run directory"),
 ])
 def test_population_flag_errors_are_one_line_exit_2(tmp_path, capsys, args, message):
     rc = cli.main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "R"), *SMALL, *args])
@@ -109,24 +110,3 @@ def test_report_of_a_real_population_has_a_row_per_setting_and_a_curve(populatio
     text = (run_dir / "report.md").read_text()
     assert "| lr=0.001 | 2 |" in text and "| lr=0.0003 | 2 |" in text
     assert "(curve.png)" in text and (run_dir / "curve.png").stat().st_size > 0
-
-
-def test_sigint_stops_a_population_after_the_iteration_and_keeps_the_logs(tmp_path):
-    import signal
-
-    from proxima.config import PPOConfig
-    from proxima.population import member_configs
-    from proxima.population_run import PopulationInterrupted, train_population
-
-    cfg = PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=32, total_timesteps=320, num_minibatches=2, threads=1,
-                    progress=False, eval_episodes=2, checkpoint_every=0)
-    with pytest.raises(PopulationInterrupted, match="stopped by SIGINT after iteration 2; populations write no checkpoints") as e:
-        train_population(member_configs(cfg, [1, 2]), [1, 2], {}, run_dir=tmp_path / "R", quiet=True, stop_after=2)
-    assert e.value.exit_code == 130
-    doc = json.loads((tmp_path / "R" / "population.json").read_text())
-    for m in doc["member_dirs"]:
-        d = tmp_path / "R" / m["dir"]
-        with open(d / "metrics.csv") as f:
-            assert len(list(csv.DictReader(f))) == 2
-        assert not (d / "eval.json").exists()
-    assert not (tmp_path / "R" / ".proxima.lock").exists()  # the lock is released

@@ -1,0 +1,117 @@
+"""Population checkpoints, SIGINT and resume work as for a single run: bit-identical on CPU."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+
+from proxima import checkpoint as ckpt
+from proxima import cli
+from proxima.config import PPOConfig
+from proxima.population import member_configs
+from proxima.population_run import resume_population, train_population
+from proxima.signals import TrainingInterrupted
+
+#: measured every iteration, so they differ between an interrupted and an uninterrupted run
+CLOCK_COLUMNS = ("time", "charts/SPS")
+
+
+def _cfg(**kw) -> PPOConfig:
+    base = dict(env_id="CartPole-v1", backend="native", num_envs=2, num_steps=32, total_timesteps=320, num_minibatches=2,
+                update_epochs=2, threads=1, progress=False, eval_episodes=0, checkpoint_every=0)
+    base.update(kw)
+    return PPOConfig(**base)
+
+
+def _members(cfg):
+    return member_configs(cfg, [1, 2], {"lr": [1e-3, 3e-4]})
+
+
+def _rows(member_dir) -> list:
+    with open(member_dir / "metrics.csv") as f:
+        return [{k: v for k, v in r.items() if k not in CLOCK_COLUMNS} for r in csv.DictReader(f)]
+
+
+def _final(run_dir) -> dict:
+    return ckpt.load_checkpoint(ckpt.list_checkpoints(run_dir)[-1])
+
+
+def test_sigint_checkpoints_and_resume_continues_bit_identically(tmp_path):
+    members = _members(_cfg())
+    straight = train_population(members, [1, 2], {"lr": [1e-3, 3e-4]}, run_dir=tmp_path / "A", quiet=True, evaluate_at_end=False)
+    with pytest.raises(TrainingInterrupted) as e:  # SIGINT during iteration 2 of 5
+        train_population(_members(_cfg()), [1, 2], {"lr": [1e-3, 3e-4]}, run_dir=tmp_path / "B", quiet=True, stop_after=2)
+    assert e.value.exit_code == 130
+    assert e.value.checkpoint == tmp_path / "B" / "checkpoints" / "step_000000000128.pt"  # 2 x 2 envs x 32 steps per member
+    assert not (tmp_path / "B" / ".proxima.lock").exists()
+    resume_population(tmp_path / "B", quiet=True, evaluate_at_end=False)
+
+    a, b = _final(straight), _final(tmp_path / "B")
+    assert a["global_step"] == b["global_step"] == 320
+    for name, value in a["population"]["params"].items():
+        assert torch.equal(value, b["population"]["params"][name]), name
+    for key in ("exp_avg", "exp_avg_sq"):
+        for i, st in a["population"]["optimizer"]["state"].items():
+            assert torch.equal(st[key], b["population"]["optimizer"]["state"][i][key])
+    doc = json.loads((tmp_path / "A" / "population.json").read_text())
+    for m in doc["member_dirs"]:
+        rows_a, rows_b = _rows(tmp_path / "A" / m["dir"]), _rows(tmp_path / "B" / m["dir"])
+        assert len(rows_a) == 5 and rows_a == rows_b  # every logged number, in order, without duplicates
+        # each member's own checkpoint (what `proxima eval` of a member loads) holds its final weights
+        member = ckpt.load_checkpoint(ckpt.list_checkpoints(tmp_path / "B" / m["dir"])[-1])
+        assert member["global_step"] == 320 and member["population_member"]
+
+
+def test_resume_drops_what_was_logged_after_the_checkpoint_and_falls_back_past_a_corrupt_one(tmp_path, capsys):
+    members = _members(_cfg(checkpoint_every=1))
+    with pytest.raises(TrainingInterrupted):
+        train_population(members, [1, 2], {"lr": [1e-3, 3e-4]}, run_dir=tmp_path / "R", quiet=True, stop_after=3)
+    newest = ckpt.list_checkpoints(tmp_path / "R")[-1]
+    newest.write_bytes(b"cut short")  # a checkpoint the machine died writing
+    resume_population(tmp_path / "R", evaluate_at_end=False)
+    err = capsys.readouterr().err
+    assert "is unusable" in err and "resuming population" in err and "at step 128 per member (iteration 2)" in err
+    straight = train_population(_members(_cfg()), [1, 2], {"lr": [1e-3, 3e-4]}, run_dir=tmp_path / "S", quiet=True,
+                                evaluate_at_end=False)
+    doc = json.loads((tmp_path / "S" / "population.json").read_text())
+    for m in doc["member_dirs"]:
+        assert _rows(tmp_path / "R" / m["dir"]) == _rows(straight / m["dir"])  # iteration 3's first rows were dropped
+
+
+def test_cli_resume_extends_a_finished_population_and_refuses_other_changes(tmp_path, capsys):
+    small = ["--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1", "--threads", "1",
+             "--eval-episodes", "1", "--quiet", "--no-progress"]
+    run = tmp_path / "R"
+    assert cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--total-timesteps", "128", "--run-dir", str(run), *small]) == 0
+    capsys.readouterr()
+    assert cli.main(["resume", str(run), "--lr", "0.1"]) == 2
+    assert "--lr 0.1: cannot change when resuming" in capsys.readouterr().err
+    assert cli.main(["resume", str(run), "--total-timesteps", "256"]) == 0
+    m = json.loads((run / "population.json").read_text())["member_dirs"][0]["dir"]
+    assert [int(r["global_step"]) for r in _rows(run / m)] == [64, 128, 192, 256]
+    # a population checkpoint is not a single run's: one line each that says what to do
+    step = ckpt.list_checkpoints(run)[-1]
+    capsys.readouterr()
+    assert cli.main(["eval", str(step)]) == 2
+    assert "a population checkpoint (--seeds/--sweep); evaluate the members" in capsys.readouterr().err
+    assert cli.main(["train", "CartPole-v1", "--resume", str(step)]) == 2
+    assert f"resume the whole population: proxima resume {run.resolve()}" in capsys.readouterr().err
+
+
+def test_train_seeds_resume_auto_continues_the_same_population_only(tmp_path, capsys):
+    run = tmp_path / "R"
+    with pytest.raises(TrainingInterrupted):
+        train_population(member_configs(_cfg(), [1, 2]), [1, 2], {}, run_dir=run, quiet=True, stop_after=1)
+    small = ["--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "2", "--threads", "1",
+             "--total-timesteps", "320", "--eval-episodes", "0", "--checkpoint-every", "0", "--quiet", "--no-progress"]
+    assert cli.main(["train", "CartPole-v1", "--seeds", "1-3", "--resume", "auto", "--run-dir", str(run), *small]) == 2
+    assert "--seeds: " in capsys.readouterr().err
+    assert cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--resume", "auto", "--run-dir", str(run), *small]) == 0
+    m = json.loads((run / "population.json").read_text())["member_dirs"][1]["dir"]
+    assert [int(r["global_step"]) for r in _rows(run / m)] == [64, 128, 192, 256, 320]
+    # --resume auto on an empty --run-dir starts the population afresh
+    assert cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--resume", "auto", "--run-dir", str(tmp_path / "new"), *small]) == 0
+    assert (tmp_path / "new" / "population.json").is_file()
