@@ -41,13 +41,13 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
     """Evaluate every member of the population at ``run_dir``; ``on_member(row)`` is called as each finishes.
 
     Returns dict(run_dir, env_id, episodes, deterministic, members, settings): ``members`` is one
-    row per member in population.json's order (dir, seed, settings, checkpoint, eval_seed and the
-    fields of evaluate.evaluate: mean_return, std_return, returns, lengths, ...), grouped by setting
-    (population_run lists them so); ``settings`` is
-    one row per setting (settings, label, members: their dirs, mean_returns, mean, mean_ci, iqm,
-    iqm_ci over the members' mean returns). Raises PopulationError for a broken population.json or
-    a missing member directory, CheckpointError naming the member without a checkpoint (before
-    any member is evaluated) or a checkpoint that does not load.
+    row per member, setting by setting (population.json's order, which population_run writes
+    setting by setting): dir, seed, settings, checkpoint, eval_seed and the fields of
+    evaluate.evaluate (mean_return, std_return, returns, lengths, ...); ``settings`` is one row per
+    setting: settings, label, members (their dirs), mean_returns, and mean, mean_ci, iqm, iqm_ci over
+    those. Raises PopulationError for a broken population.json or a missing member directory,
+    CheckpointError naming the member without a checkpoint (before any member is evaluated) or a
+    checkpoint that does not load.
     """
     from .checkpoint import load_policy
     from .evaluate import evaluate

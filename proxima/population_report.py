@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
@@ -64,17 +64,21 @@ def is_population(run_dir) -> bool:
 def read_settings(run_dir) -> list:
     """The population's settings (Setting), in the order of their first member in population.json.
 
-    Raises PopulationError naming the file for an unreadable population.json, or naming the member
-    directory for one it lists that is missing.
+    Raises PopulationError naming the file for an unreadable population.json or an entry that is
+    not a member folder of this run (the file is data: ``../elsewhere`` is refused), or naming the
+    member directory for one it lists that is missing.
     """
     run_dir = Path(run_dir)
+    path = run_dir / POPULATION_FILE
     try:
-        doc = json.loads((run_dir / POPULATION_FILE).read_text())
+        doc = json.loads(path.read_text())
         entries = [(e["dir"], e["seed"], e.get("settings") or {}) for e in doc["member_dirs"]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise PopulationError(f"{run_dir / POPULATION_FILE}: not a readable population file ({type(e).__name__})") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise PopulationError(f"{path}: not a readable population file ({type(e).__name__})") from None
     groups: dict = {}
     for name, seed, settings in entries:
+        if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name or not isinstance(settings, dict):
+            raise PopulationError(f"{path}: member entry {name!r} is not a member folder of this run with its settings")
         d = run_dir / name
         if not d.is_dir():
             raise PopulationError(f"{d}: member directory listed in {POPULATION_FILE} is missing")

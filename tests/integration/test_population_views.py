@@ -159,6 +159,11 @@ def test_population_plot_errors_are_one_line_and_leave_no_file(tmp_path, capsys)
     code, _, err = run_main(["plot", str(run)], capsys)
     missing = run / "m001-seed2"
     assert code == 2 and err.strip() == f"proxima plot: error: {missing}: member directory listed in population.json is missing"
+    listed = json.loads((run / "population.json").read_text())
+    listed["member_dirs"][0]["dir"] = "../elsewhere"  # population.json is data: it names folders of this run only
+    (run / "population.json").write_text(json.dumps(listed))
+    code, _, err = run_main(["plot", str(run)], capsys)
+    assert code == 2 and "member entry '../elsewhere' is not a member folder of this run" in err
     (run / "population.json").write_text("{not json")
     code, _, err = run_main(["plot", str(run)], capsys)
     assert code == 2 and "population.json: not a readable population file" in err
