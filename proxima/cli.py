@@ -37,10 +37,11 @@ def _user_errors():
     from .checkpoint import CheckpointError
     from .diskspace import StorageError
     from .envs import EnvError
+    from .population_report import PopulationError
     from .trainer import NonFiniteError
     from .video import VideoError
 
-    return (ConfigError, EnvError, CheckpointError, NonFiniteError, StorageError, VideoError)
+    return (ConfigError, EnvError, CheckpointError, NonFiniteError, StorageError, VideoError, PopulationError)
 
 
 def fail(prog: str, message: str) -> int:
@@ -198,9 +199,10 @@ def cmd_eval(args) -> int:
         from .device import resolve_device
 
         path = args.path
-        if (Path(path) / "population.json").is_file():
-            return fail(prog, f"{path}: a population run (--seeds/--sweep); evaluate a member: proxima eval {path}/<member dir> "
-                        "(each member's eval.json holds its end-of-run evaluation; `proxima report` sums them up)")
+        if (Path(path) / "population.json").is_file():  # every member, then statistics per setting
+            from .population_eval import cmd_eval_population
+
+            return cmd_eval_population(args, resolve_device(args.device))
         if args.best:
             from .checkpoint import CheckpointError, best_checkpoint_path
 
@@ -283,8 +285,11 @@ def build_parser() -> ArgParser:
     add_config_flags(p)
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("eval", help="evaluate a run or checkpoint")
-    p.add_argument("path", help="run directory or checkpoint file")
+    p = sub.add_parser("eval", help="evaluate a run, checkpoint or population",
+                       description="Evaluate a run's newest checkpoint (or a checkpoint file). Given a population directory "
+                       "(train --seeds/--sweep), evaluate every member and sum up each setting: mean and IQM over members "
+                       "with 95%% bootstrap CIs (docs/populations.md).")
+    p.add_argument("path", help="run directory, checkpoint file or population directory")
     p.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
     p.add_argument("--stochastic", action="store_true", help="sample actions instead of the deterministic mode")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -1,14 +1,23 @@
-"""Learning curves from run directories to an image: ``proxima plot RUN_DIR... --out FILE.png``.
+"""Learning curves from run and population directories to an image: ``proxima plot RUN_DIR... --out FILE.png``.
 
 Each run's ``metrics.csv`` (one row per iteration, written by proxima.logger) gives the metric
 (default ``charts/episodic_return``) against ``global_step`` (``--x step``) or wall time in seconds
 (``--x time``). Runs are grouped by the ``env_id`` of their ``config.yaml`` and by their settings
 (preset and flags; seeds, lengths and devices do not split a group): a group of one run is drawn as
-its own line; a group of several runs is drawn as the mean over runs with a spread band (min-max by
-default, or mean +- one standard deviation with ``--band std``; the legend says which), after
-interpolating every run onto a common x grid that reaches the end of the group's longest run. One
-panel per group. Of several directories, those that are not PPO runs with the metric (an RLHF run,
-a folder without metrics.csv) are skipped with a line.
+its own line; a group of several runs is drawn as the mean over runs (``--stat iqm``: the
+interquartile mean) with a band (min-max by default, mean +- one standard deviation with ``--band
+std``, or a 95% bootstrap confidence interval of the statistic with ``--band ci``; the legend says
+which), after interpolating every run onto a common x grid that reaches the end of the group's
+longest run. One panel per group.
+
+A population directory (``proxima train --seeds/--sweep``, population_run.py) is one panel with one
+curve per setting (a combination of swept values; all its seeds): by default the IQM over the
+setting's members at each x with a shaded 95% percentile-bootstrap confidence interval (members
+resampled at each x, population_report.bootstrap_band, a fixed seed so the image is reproducible);
+``--stat`` and ``--band`` choose others. The legend names the setting: ``lr=0.001: IQM, 95% CI (4
+members)``. A member directory (``RUN/m000-seed1``) is a plain run. Population and plain run
+directories can be mixed. Of several directories, those that are not PPO runs with the metric (an
+RLHF run, a folder without metrics.csv) are skipped with a line.
 
 Rows where a metric was not measured (an empty CSV cell, e.g. no episode finished in that
 iteration) are skipped. ``--smooth K`` applies a trailing moving average over K points per run
@@ -24,6 +33,7 @@ import csv
 import math
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
@@ -32,7 +42,10 @@ import numpy as np
 DEFAULT_METRIC = "charts/episodic_return"
 X_COLUMNS = {"step": "global_step", "time": "time"}
 X_LABELS = {"step": "global step", "time": "wall time (s)"}
-BANDS = {"minmax": "min-max over runs", "std": "mean \u00b11 std over runs"}
+BANDS = {"minmax": "min-max over runs", "std": "mean \u00b11 std over runs", "ci": "95% bootstrap CI"}
+STATS = {"mean": "mean", "iqm": "IQM"}
+#: what a population's settings are drawn with unless --stat/--band say otherwise (groups of plain runs: mean, minmax)
+POPULATION_DEFAULTS = {"stat": "iqm", "band": "ci"}
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 
 PathLike = Union[str, os.PathLike]
@@ -140,18 +153,26 @@ def moving_average(y: np.ndarray, k: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------ aggregate
-def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minmax", points: int = 200) -> dict[str, np.ndarray]:
-    """Mean and spread of several (x, y) curves on a common x grid.
+def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minmax", points: int = 200,
+              stat: str = "mean") -> dict[str, np.ndarray]:
+    """A statistic and a band of several (x, y) curves on a common x grid.
 
     When every run has the same x values they are used as they are; otherwise each curve is
     linearly interpolated onto ``points`` evenly spaced x values over the range of all runs together,
     so the group is drawn to the end of its longest run; a run counts only inside its own range (never
-    extrapolated), so past a shorter run's end the mean is over the runs that got there. Returns
-    dict(x, mean, lo, hi, n, count): lo/hi are the min and max over runs (band="minmax") or mean -+
-    the population std (band="std"); count is the number of runs at each x.
+    extrapolated), so past a shorter run's end the statistic is over the runs that got there. Returns
+    dict(x, y, mean, lo, hi, n, count), arrays of shape (X,): y is ``stat`` over runs at each x ("mean",
+    or "iqm": the interquartile mean, population_report.iqm_along); lo/hi are the min and max over
+    runs (band="minmax"), the mean -+ the population std (band="std"), or the 95% percentile-bootstrap
+    interval of ``stat`` over runs (band="ci", population_report.bootstrap_band: BAND_RESAMPLES
+    resamples, a fixed seed, so an image is reproducible); count is the number of runs at each x.
     """
+    from .population_report import STATISTICS, bootstrap_band
+
     if band not in BANDS:
         raise PlotError(f"band {band!r}: choose one of {', '.join(BANDS)}")
+    if stat not in STATISTICS:
+        raise PlotError(f"stat {stat!r}: choose one of {', '.join(STATISTICS)}")
     if not curves:
         raise PlotError("no runs to aggregate")
     xs = [np.asarray(c[0], dtype=np.float64) for c in curves]
@@ -168,10 +189,13 @@ def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minm
     mean = np.nanmean(stack, axis=0)  # every grid point is inside at least one run's range
     if band == "minmax":
         lo, hi = np.nanmin(stack, axis=0), np.nanmax(stack, axis=0)
-    else:
+    elif band == "std":
         std = np.nanstd(stack, axis=0)
         lo, hi = mean - std, mean + std
-    return {"x": grid, "mean": mean, "lo": lo, "hi": hi, "n": np.int64(len(curves)), "count": count}
+    else:
+        lo, hi = bootstrap_band(stack, stat)
+    y = mean if stat == "mean" else STATISTICS[stat](stack, axis=0)
+    return {"x": grid, "y": y, "mean": mean, "lo": lo, "hi": hi, "n": np.int64(len(curves)), "count": count}
 
 
 #: config fields that tell the runs of one experiment apart without changing what is learned, or how:
@@ -222,14 +246,17 @@ def _short(value) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def usable_runs(run_dirs: Sequence[PathLike], metric: str) -> tuple[list[Path], str]:
+def usable_runs(run_dirs: Sequence[PathLike], metric: str, strict: Optional[bool] = None) -> tuple[list[Path], str]:
     """(run directories that hold ``metric``, its resolved column name).
 
-    Given one run, any problem is a PlotError. Given several, a directory that is not a PPO run
-    with that metric (an RLHF run, a folder without metrics.csv) is skipped with a line on stderr,
-    so ``proxima plot runs/*`` draws what it can; a PlotError only when none is left.
+    Given one run (or ``strict``: the members of a population given alone), any problem is a
+    PlotError. Given several, a directory that is not a PPO run with that metric (an RLHF run, a
+    folder without metrics.csv) is skipped with a line on stderr, so ``proxima plot runs/*`` draws
+    what it can; a PlotError only when none is left.
     """
-    if len(run_dirs) == 1:
+    if strict is None:
+        strict = len(run_dirs) == 1
+    if strict and len(run_dirs) == 1:  # the error as it is, without a "skipping" line
         d = check_run_dir(run_dirs[0])
         return [d], resolve_metric(metric, list(read_metrics(d)))
     kept, name, first_error = [], None, None
@@ -240,6 +267,8 @@ def usable_runs(run_dirs: Sequence[PathLike], metric: str) -> tuple[list[Path], 
             if name is not None and this != name:
                 raise PlotError(f"{metric!r} means {this} here, {name} in the first run")
         except PlotError as e:
+            if strict:
+                raise
             first_error = first_error or e
             kind = _run_kind(d)
             sys.stderr.write(f"proxima: note: skipping {d}" + (f" (a '{kind}' run, not PPO)" if kind not in ("ppo", None) else "") + f": {e}\n")
@@ -261,52 +290,154 @@ def _run_kind(run_dir: PathLike) -> Optional[str]:
     return meta.get("kind") if isinstance(meta, dict) else None
 
 
+# ------------------------------------------------------------------------------------ curves
+@dataclass
+class Curve:
+    """One drawn line, y over x, with an optional shaded band lo..hi (all (X,) float)."""
+
+    label: str
+    x: np.ndarray
+    y: np.ndarray
+    lo: Optional[np.ndarray] = None
+    hi: Optional[np.ndarray] = None
+    band_label: Optional[str] = None  # the band's own legend entry (None: the line's label covers it)
+
+
+def group_curve(runs: Sequence[tuple[Path, tuple[np.ndarray, np.ndarray]]], stat: str = "mean", band: str = "minmax") -> Curve:
+    """The curve of a group of plain runs: the run itself, or ``stat`` over several with a band."""
+    if len(runs) == 1:
+        d, (xs, ys) = runs[0]
+        return Curve(d.name, xs, ys)
+    agg = aggregate([c for _, c in runs], band=band, stat=stat)
+    uneven = " (fewer past the shorter runs' end)" if agg["count"].min() < len(runs) else ""
+    band_label = f"95% bootstrap CI of the {STATS[stat]}" if band == "ci" else BANDS[band]
+    return Curve(f"{STATS[stat]} of {len(runs)} runs{uneven}", agg["x"], agg["y"], agg["lo"], agg["hi"], band_label)
+
+
+#: band names as a population's legend says them, after the statistic: "IQM, 95% CI (16 members)"
+BAND_SHORT = {"minmax": "min-max", "std": "mean \u00b11 std", "ci": "95% CI"}
+
+
+def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1,
+                      stat: str = "iqm", band: str = "ci", strict: bool = True) -> tuple[str, str, list[Curve]]:
+    """(env id, resolved metric, one Curve per setting) of a population run directory (population_run.py).
+
+    A setting's curve is ``stat`` over its members at each x (aggregate) with its band; its label
+    names the setting and the statistic: ``lr=0.001: IQM, 95% CI (4 members)``. A member without the
+    metric is a PlotError when ``strict``, else skipped with a line on stderr.
+    """
+    from .population_report import PopulationError, read_settings
+
+    try:
+        settings = read_settings(run_dir)
+    except PopulationError as e:
+        raise PlotError(str(e)) from None
+    dirs = [d for s in settings for _, d in s.members]
+    first = next((d for d in dirs if (d / "metrics.csv").is_file()), None)
+    if first is None:
+        raise PlotError(f"{run_dir}: no member has a metrics.csv yet (was the population started?)")
+    # members share one logger's columns: an unknown metric fails once, not once per member
+    name = resolve_metric(metric, list(read_metrics(first)))
+    kept, name = usable_runs(dirs, name, strict=strict)
+    curves = []
+    for s in settings:
+        members = [d for _, d in s.members if d in kept]
+        if not members:
+            continue
+        agg = aggregate([load_curve(d, name, x, smooth) for d in members], band=band, stat=stat)
+        fewer = int(agg["count"].min())
+        count = f"{len(members)} members" + (f", {fewer} at some points" if fewer < len(members) else "")
+        label = (f"{s.label}: " if s.label else "") + f"{STATS[stat]}, {BAND_SHORT[band]} ({count})"
+        curves.append(Curve(label, agg["x"], agg["y"], agg["lo"], agg["hi"]))
+    return run_env_id(first), name, curves
+
+
+def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1,
+                   band: Optional[str] = None, stat: Optional[str] = None) -> list[tuple[str, str, list[Curve]]]:
+    """(title, metric column, curves) per panel: one per group of plain runs (group_runs), then one per
+    population with a curve per setting. ``stat``/``band`` default to mean/minmax for groups of plain
+    runs and to POPULATION_DEFAULTS (IQM with a 95% bootstrap CI) for populations. Of several
+    directories, one that cannot be drawn is skipped with a line; a PlotError when none is left.
+    """
+    from .population_report import is_population
+
+    paths = [Path(d) for d in run_dirs]
+    populations = [d for d in paths if is_population(d)]
+    plain = [d for d in paths if not is_population(d)]
+    strict = len(paths) == 1
+    panels: list[tuple[str, str, list[Curve]]] = []
+    first_error: Optional[PlotError] = None
+    if plain:
+        try:  # each plain directory that cannot be drawn has had its line; none left is an error
+            kept, name = usable_runs(plain, metric, strict=strict)
+        except PlotError as e:
+            if not populations:
+                raise
+            kept, first_error = [], e
+        for label, dirs in group_runs(kept).items():
+            runs = [(d, load_curve(d, name, x, smooth)) for d in dirs]
+            panels.append((label, name, [group_curve(runs, stat or "mean", band or "minmax")]))
+    for d in populations:
+        try:
+            env, name, curves = population_curves(d, metric, x, smooth, stat or POPULATION_DEFAULTS["stat"],
+                                             band or POPULATION_DEFAULTS["band"], strict=strict)
+        except PlotError as e:
+            if strict:
+                raise
+            first_error = first_error or e
+            sys.stderr.write(f"proxima: note: skipping {d}: {e}\n")
+            continue
+        panels.append((f"{env}: population {d.name}", name, curves))
+    if not panels:
+        raise first_error or PlotError("no run directories given")
+    return panels
+
+
 # ------------------------------------------------------------------------------------ drawing
 def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT_METRIC, x: str = "step",
-              smooth: int = 1, band: str = "minmax", title: Optional[str] = None) -> Path:
+              smooth: int = 1, band: Optional[str] = None, title: Optional[str] = None, stat: Optional[str] = None) -> Path:
     """Draw ``metric`` against ``x`` ("step" or "time") for the runs; write the image to ``out``.
 
-    One panel per group (group_runs: env and settings); several runs of one group are drawn as
-    mean + spread band, to the end of the group's longest run. Of several directories, those that
-    are not PPO runs holding the metric are skipped with a line (usable_runs). The format follows
-    the suffix (.png, .svg, .pdf). Returns the written path. Raises PlotError (nothing written) for
-    a missing or foreign run directory, empty metrics or an unknown metric.
+    One panel per group of plain runs (group_runs: env and settings); several runs of one group are
+    drawn as ``stat`` (default mean) + ``band`` (default min-max), to the end of the group's longest
+    run. One panel per population directory, with one curve per setting: ``stat`` (default IQM) over
+    its members + ``band`` (default the 95% bootstrap CI). Of several directories, those that are not
+    PPO runs holding the metric are skipped with a line (usable_runs). The format follows the suffix
+    (.png, .svg, .pdf). Returns the written path. Raises PlotError (nothing written) for a missing or
+    foreign run directory, empty metrics or an unknown metric.
     """
+    from .population_report import STATISTICS
+
     if not run_dirs:
         raise PlotError("no run directories given")
     if smooth < 1:
         raise PlotError(f"--smooth {smooth}: must be at least 1")
-    if band not in BANDS:
+    if band is not None and band not in BANDS:
         raise PlotError(f"--band {band!r}: choose one of {', '.join(BANDS)}")
+    if stat is not None and stat not in STATISTICS:
+        raise PlotError(f"--stat {stat!r}: choose one of {', '.join(STATISTICS)}")
     out = Path(out)
     fmt = FORMATS.get(out.suffix.lower())
     if fmt is None:
         raise PlotError(f"{out}: unsupported image type {out.suffix or '(no suffix)'!r}; use {', '.join(FORMATS)}")
     # read and check everything before drawing, so an error leaves no file behind
-    kept, metric_name = usable_runs(list(run_dirs), metric)
-    groups = group_runs(kept)
-    curves = {env: [(d, load_curve(d, metric_name, x, smooth)) for d in dirs] for env, dirs in groups.items()}
+    panels = collect_panels(list(run_dirs), metric, x, smooth, band, stat)
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    n = len(curves)
+    n = len(panels)
     fig = Figure(figsize=(6.4 * min(n, 3), 4.2 * math.ceil(n / 3)), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(math.ceil(n / 3), min(n, 3), squeeze=False).ravel()
     for ax in axes[n:]:
         ax.set_visible(False)
-    for ax, (env, runs) in zip(axes, curves.items()):
-        if len(runs) == 1:
-            d, (xs, ys) = runs[0]
-            ax.plot(xs, ys, lw=1.6, label=d.name)
-        else:
-            agg = aggregate([c for _, c in runs], band=band)
-            uneven = " (fewer past the shorter runs' end)" if agg["count"].min() < len(runs) else ""
-            line, = ax.plot(agg["x"], agg["mean"], lw=1.8, label=f"mean of {len(runs)} runs{uneven}")
-            ax.fill_between(agg["x"], agg["lo"], agg["hi"], color=line.get_color(), alpha=0.25, lw=0,
-                            label=BANDS[band])
-        ax.set_title(env if title is None else (f"{title}: {env}" if n > 1 else title))
+    for ax, (panel_title, metric_name, curves) in zip(axes, panels):
+        for c in curves:
+            line, = ax.plot(c.x, c.y, lw=1.6 if c.lo is None else 1.8, label=c.label)
+            if c.lo is not None:
+                ax.fill_between(c.x, c.lo, c.hi, color=line.get_color(), alpha=0.25, lw=0, label=c.band_label)
+        ax.set_title(panel_title if title is None else (f"{title}: {panel_title}" if n > 1 else title))
         ax.set_xlabel(X_LABELS[x])
         ax.set_ylabel(metric_name + (f" (moving average, {smooth})" if smooth > 1 else ""))
         ax.grid(True, alpha=0.3)
@@ -328,20 +459,25 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
 
 # ------------------------------------------------------------------------------------ CLI
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (several runs of one env: mean + spread band)")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (several runs of one env: mean + spread "
+                   "band) or population directories (`train --seeds`: per setting, IQM + 95%% CI over members)")
     p.add_argument("--out", default=None, metavar="FILE.png",
                    help="image to write (.png, .svg, .pdf; default: RUN_DIR/curve.png for one run, ./curve.png for several)")
     p.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME",
                    help=f"any metrics.csv column, e.g. losses/value_loss (default {DEFAULT_METRIC})")
     p.add_argument("--x", default="step", choices=tuple(X_COLUMNS), help="x axis: global step or wall time in seconds (default step)")
     p.add_argument("--smooth", type=int, default=1, metavar="K", help="trailing moving average over K points (default 1: none)")
-    p.add_argument("--band", default="minmax", choices=tuple(BANDS), help="spread over several runs: min-max or mean +- 1 std (default minmax)")
+    p.add_argument("--stat", default=None, choices=tuple(STATS), help="the line over several runs or members: mean or "
+                   "interquartile mean (default: iqm for a population's settings, mean for a group of runs)")
+    p.add_argument("--band", default=None, choices=tuple(BANDS), help="the shaded band: min-max over runs, mean +- 1 std, "
+                   "or the 95%% bootstrap confidence interval of --stat (default: ci for a population's settings, "
+                   "minmax for a group of runs)")
     p.add_argument("--title", default=None, help="plot title (default: the env id)")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the `plot` subcommand to an argparse subparsers object."""
-    p = subparsers.add_parser("plot", help="plot learning curves of one or several runs to an image",
+    p = subparsers.add_parser("plot", help="plot learning curves of one or several runs or populations to an image",
                               description=__doc__.splitlines()[0])
     add_arguments(p)
     p.set_defaults(func=run)
@@ -354,7 +490,8 @@ def run(args) -> int:
     if out is None:
         out = Path(args.run_dirs[0]) / "curve.png" if len(args.run_dirs) == 1 else Path("curve.png")
     try:
-        path = plot_runs(args.run_dirs, out, metric=args.metric, x=args.x, smooth=args.smooth, band=args.band, title=args.title)
+        path = plot_runs(args.run_dirs, out, metric=args.metric, x=args.x, smooth=args.smooth, band=args.band, title=args.title,
+                         stat=args.stat)
     except PlotError as e:
         sys.stderr.write(f"{prog}: error: {e}\n")
         return 2

@@ -60,8 +60,8 @@ def test_member_directories_work_with_eval_and_plot_and_refuse_resume(population
     assert (member / "curve.png").stat().st_size > 0
     assert cli.main(["resume", str(member)]) == 2
     assert f"holds its weights only; resume the whole population: proxima resume {run_dir}" in capsys.readouterr().err
-    assert cli.main(["eval", str(run_dir)]) == 2
-    assert "a population run (--seeds/--sweep); evaluate a member" in capsys.readouterr().err
+    assert cli.main(["eval", str(run_dir), "--episodes", "2", "--json"]) == 0  # the whole population (test_population_views.py)
+    assert len(json.loads(capsys.readouterr().out)["members"]) == 4
     assert cli.main(["resume", str(run_dir), "--eval-episodes", "0"]) == 0  # finished: says so once, trains nothing
     err = capsys.readouterr().err
     assert err.count("the run is complete (512 steps); --total-timesteps N (more steps) extends it") == 1

@@ -1,0 +1,112 @@
+"""``proxima eval RUN`` on a population (population_run.py): every member, then statistics per setting.
+
+Each member is evaluated as ``proxima eval RUN/<member dir>`` would evaluate it: its newest
+checkpoint (``--best``: its ``checkpoints/best.pt``), env seed = its own config's seed + 1,000,000
+(the end-of-training evaluation's) unless ``seed`` is given, ``episodes`` episodes, one per env.
+Per setting (one combination of swept values; all its seeds) the members' mean returns are summed
+up as their mean and interquartile mean with 95% bootstrap intervals (population_report: the same
+statistics as ``proxima report``). Every member's checkpoint is looked for before any is evaluated,
+so a member without one costs one line and no wasted evaluation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from .checkpoint import CheckpointError, best_checkpoint_path, list_checkpoints
+from .population_report import bootstrap_ci, iqm, read_settings
+
+
+def member_checkpoint(member_dir: Path, best: bool = False) -> Path:
+    """The checkpoint to evaluate for a member: its newest ``step_*.pt`` (or best.pt); CheckpointError naming the member."""
+    if best:
+        path = best_checkpoint_path(member_dir)
+        if not path.is_file():
+            raise CheckpointError(f"{member_dir}: member has no checkpoints/best.pt (written when training with --eval-every N); "
+                                  "evaluate without --best")
+        return path
+    ckpts = list_checkpoints(member_dir)
+    if not ckpts:
+        raise CheckpointError(f"{member_dir}: member has no checkpoint (checkpoints/step_*.pt) to evaluate; evaluate "
+                              "the others one by one: proxima eval RUN/<member dir>")
+    return ckpts[-1]
+
+
+def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True, seed: Optional[int] = None,
+                        device="cpu", backend: Optional[str] = None, env_id: Optional[str] = None, trust_env: bool = False,
+                        best: bool = False, on_member: Optional[Callable[[dict], None]] = None) -> dict:
+    """Evaluate every member of the population at ``run_dir``; ``on_member(row)`` is called as each finishes.
+
+    Returns dict(run_dir, env_id, episodes, deterministic, members, settings): ``members`` is one
+    row per member, setting by setting (population.json's order, which population_run writes
+    setting by setting): dir, seed, settings, checkpoint, eval_seed and the fields of
+    evaluate.evaluate (mean_return, std_return, returns, lengths, ...); ``settings`` is one row per
+    setting: settings, label, members (their dirs), mean_returns, and mean, mean_ci, iqm, iqm_ci over
+    those. Raises PopulationError for a broken population.json or a missing member directory,
+    CheckpointError naming the member without a checkpoint (before any member is evaluated) or a
+    checkpoint that does not load.
+    """
+    from .checkpoint import load_policy
+    from .evaluate import evaluate
+
+    run_dir = Path(run_dir)
+    settings = read_settings(run_dir)
+    checkpoints = {d: member_checkpoint(d, best) for s in settings for _, d in s.members}
+    rows = {}
+    for s in settings:
+        for member_seed, d in s.members:
+            policy = load_policy(checkpoints[d], device=device, env_id=env_id, trust_env=trust_env)
+            eval_seed = seed if seed is not None else int(policy.config["seed"]) + 1_000_000
+            result = evaluate(policy, episodes=episodes, deterministic=deterministic, seed=eval_seed,
+                              backend=backend or policy.config.get("backend", "auto"))
+            rows[d] = {"dir": d.name, "seed": member_seed, "settings": s.settings, "checkpoint": str(checkpoints[d]),
+                       "eval_seed": eval_seed, **result}
+            if on_member is not None:
+                on_member(rows[d])
+    summaries = []
+    for s in settings:
+        means = np.array([rows[d]["mean_return"] for _, d in s.members])
+        summaries.append({"settings": s.settings, "label": s.label, "members": [d.name for _, d in s.members],
+                          "mean_returns": means.tolist(), "mean": float(means.mean()), "mean_ci": bootstrap_ci(means, np.mean),
+                          "iqm": iqm(means), "iqm_ci": bootstrap_ci(means, iqm)})
+    members = list(rows.values())
+    return {"run_dir": str(run_dir), "env_id": members[0]["env_id"] if members else None, "episodes": episodes,
+            "deterministic": deterministic, "members": members, "settings": summaries}
+
+
+def format_member(row: dict) -> str:
+    """``m000-seed1-lr0.001: 500.00 +- 0.00 over 10 episodes (deterministic)``."""
+    mode = "deterministic" if row["deterministic"] else "stochastic"
+    return f"{row['dir']}: {row['mean_return']:.2f} +- {row['std_return']:.2f} over {row['episodes']} episodes ({mode})"
+
+
+def format_summary(result: dict) -> str:
+    """One line per setting: its members' mean and IQM of their mean returns, each with its 95% CI."""
+    lines = []
+    for s in result["settings"]:
+        name = s["label"] or "all seeds"
+        lines.append(f"{result['env_id']} {name} ({len(s['members'])} members): mean {s['mean']:.2f} "
+                     f"[{s['mean_ci'][0]:.2f}, {s['mean_ci'][1]:.2f}], IQM {s['iqm']:.2f} "
+                     f"[{s['iqm_ci'][0]:.2f}, {s['iqm_ci'][1]:.2f}] (95% bootstrap CIs over members)")
+    return "\n".join(lines)
+
+
+def cmd_eval_population(args, device) -> int:
+    """``proxima eval RUN`` for a population (called by cli.cmd_eval, which turns errors into one line):
+    a line per member as it finishes and a line per setting, or with ``--json`` one JSON object."""
+    import json
+
+    from .config import ConfigError
+
+    if args.video:
+        raise ConfigError(f"--video: {args.path} is a population; record one member: proxima eval {args.path}/<member dir> "
+                          f"--video {args.video}")
+    progress = None if args.json else lambda row: print(format_member(row), flush=True)  # a line as each member finishes
+    result = evaluate_population(args.path, episodes=args.episodes, deterministic=not args.stochastic, seed=args.seed,
+                                 device=device, backend=args.backend, env_id=args.env, trust_env=args.trust_run,
+                                 best=args.best, on_member=progress)
+    print(json.dumps(result) if args.json else format_summary(result))
+    return 0
