@@ -18,6 +18,11 @@ from typing import Optional
 
 from .diskspace import write_error
 
+try:  # tensorboard's own proto (torch.utils.tensorboard needs the tensorboard package anyway)
+    from tensorboard.compat.proto.summary_pb2 import Summary
+except ImportError:  # pragma: no cover - tensorboard is a dependency
+    Summary = None
+
 CSV_COLUMNS = [
     "iteration", "global_step", "time", "episodes",
     "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
@@ -123,9 +128,12 @@ class RunLogger:
     def log(self, iteration: int, global_step: int, metrics: dict) -> None:
         """metrics: name -> float (NaN = not measured this iteration, e.g. no episode finished)."""
         try:
-            for name, value in metrics.items():
-                if "/" in name and value is not None and math.isfinite(value):
-                    self.writer.add_scalar(name, value, global_step)
+            # one event holding every scalar of the iteration: add_scalar writes one event per value,
+            # ~6x the host time (a population logs P members every iteration)
+            values = [Summary.Value(tag=name, simple_value=float(value)) for name, value in metrics.items()
+                      if "/" in name and value is not None and math.isfinite(value)]
+            if values:
+                self.writer.file_writer.add_summary(Summary(value=values), global_step)
         except OSError as e:  # the event writer's thread hands its write error to the next call
             raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
         row = {"iteration": iteration, "global_step": global_step, **metrics}

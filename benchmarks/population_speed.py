@@ -1,0 +1,118 @@
+"""Populations against one seed: the wall of 8 and 16 seeds trained as one batched program.
+
+    .venv/bin/python benchmarks/population_speed.py                     # fast preset: 1 vs 8 vs 16 seeds, 3 rounds
+    .venv/bin/python benchmarks/population_speed.py --sizes 1,8 --repeats 5 --out benchmarks/results/population-cpu.md
+
+Each measurement is one ``proxima train ENV --preset P`` subprocess timed from launch to exit
+(Python start, imports, training, checkpoints, every member's final evaluation): ``--seed 1`` for
+a size of 1, ``--seeds 1-K`` (one population) otherwise. Rounds alternate the sizes, so all sizes
+see the same machine load; the table gives per size the median and range of the process wall, of
+the training part alone (the members' ``metrics.csv`` clock), the ratio to one seed per round
+(median and range), and how many members' final evaluations reach ``--threshold``. One torch
+thread each (``--threads 1``, ``OMP_NUM_THREADS=1``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def command(args, size: int, run_dir: Path) -> list:
+    seeds = ["--seed", "1"] if size == 1 else ["--seeds", f"1-{size}"]
+    return [sys.executable, "-m", "proxima", "train", args.env_id, "--preset", args.preset, *seeds, "--run-dir", str(run_dir),
+            "--no-progress", "--quiet", "--threads", "1", "--device", args.device]
+
+
+def member_dirs(run_dir: Path) -> list:
+    doc = run_dir / "population.json"
+    if not doc.is_file():
+        return [run_dir]
+    return [run_dir / m["dir"] for m in json.loads(doc.read_text())["member_dirs"]]
+
+
+def train_seconds(member: Path) -> float:
+    with open(member / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    return float(rows[-1]["time"])
+
+
+def measure(args, size: int, workdir: Path, round_: int) -> dict:
+    run_dir = workdir / f"r{round_}-size{size}"
+    cmd = command(args, size, run_dir)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{shlex.join(cmd)} failed ({proc.returncode}): {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    members = member_dirs(run_dir)
+    evals = [json.loads((m / "eval.json").read_text())["mean_return"] for m in members]
+    return {"size": size, "wall": wall, "train": train_seconds(members[0]), "evals": evals}
+
+
+def fmt(values: list, digits: int = 1) -> str:
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def table(args, rounds: list) -> str:
+    sizes = args.sizes
+    lines = ["| seeds | process wall s, median (range) | training s | wall / one seed, per round | members solved (>= "
+             f"{args.threshold:g}) |", "|---:|---:|---:|---:|---:|"]
+    for size in sizes:
+        runs = [r[size] for r in rounds]
+        ratios = [r[size]["wall"] / r[1]["wall"] for r in rounds] if 1 in sizes else []
+        solved = [sum(e >= args.threshold for e in x["evals"]) for x in runs]
+        lines.append(f"| {size} | {fmt([x['wall'] for x in runs])} | {fmt([x['train'] for x in runs])} | "
+                     f"{fmt(ratios, 2) + 'x' if ratios else '-'} | {', '.join(f'{s}/{size}' for s in solved)} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--env-id", default="CartPole-v1")
+    p.add_argument("--preset", default="fast")
+    p.add_argument("--sizes", default="1,8,16", help="population sizes; 1 = a single run (default 1,8,16)")
+    p.add_argument("--repeats", type=int, default=3, help="rounds (default 3)")
+    p.add_argument("--threshold", type=float, default=475.0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", default=None, help="also append the table to this Markdown file")
+    args = p.parse_args(argv)
+    args.sizes = [int(s) for s in args.sizes.split(",")]
+    started = datetime.now()
+    load = os.getloadavg()
+    rounds = []
+    with tempfile.TemporaryDirectory(prefix="proxima-popspeed-") as tmp:
+        for r in range(args.repeats):
+            order = args.sizes if r % 2 == 0 else list(reversed(args.sizes))
+            rounds.append({size: measure(args, size, Path(tmp), r) for size in order})
+            print(f"round {r + 1}: " + ", ".join(f"{s} seeds {rounds[-1][s]['wall']:.1f}s" for s in args.sizes), file=sys.stderr)
+    text = table(args, rounds)
+    print(text)
+    if args.out:
+        import platform
+
+        cmd = shlex.join(["python", "benchmarks/population_speed.py", *(argv if argv is not None else sys.argv[1:])])
+        body = (f"\n## {args.env_id} --preset {args.preset}, {started:%Y-%m-%d %H:%M}\n\n"
+                f"{platform.node()} ({os.cpu_count()} CPUs), load average before {load[0]:.2f}; "
+                f"{args.repeats} alternating rounds; command: `{cmd}`\n\n{text}\n")
+        with open(args.out, "a") as f:
+            f.write(body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
