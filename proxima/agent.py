@@ -30,9 +30,19 @@ from .nets import DictEncoder, FlatInput, NatureCNN, layer_init, mlp, resolve_en
 __all__ = ["Agent", "action_dtype", "action_shape", "layer_init", "mlp", "NatureCNN", "resolve_encoder"]
 
 
-def _categorical_sample(logits: torch.Tensor) -> torch.Tensor:
+def _noise(like: torch.Tensor, generators=None, normal: bool = False) -> torch.Tensor:
+    """Uniform [0, 1) (or standard normal) noise shaped like ``like``: from the global generator, or,
+    for a stacked population agent's (P, ...) tensor, member p's slice from ``generators[p]`` (the
+    numbers the single run with member p's seed draws from its global generator)."""
+    if generators is None:  # out of place: vmap (encoder populations) batches it
+        return torch.randn_like(like) if normal else torch.rand_like(like)
+    draw = torch.randn if normal else torch.rand
+    return torch.stack([draw(like.shape[1:], generator=g, device=like.device, dtype=like.dtype) for g in generators])
+
+
+def _categorical_sample(logits: torch.Tensor, generators=None) -> torch.Tensor:
     # Gumbel-max: argmax(logits + Gumbel noise) is a categorical sample, with no host sync
-    u = torch.rand_like(logits).clamp(1e-20, 1.0)  # out of place: vmap (populations) batches it
+    u = _noise(logits, generators).clamp(1e-20, 1.0)
     return torch.argmax(logits - torch.log(-torch.log(u)), dim=-1)
 
 
@@ -95,8 +105,11 @@ class Agent(nn.Module):
         return self.critic(self.features(obs)).squeeze(-1)
 
     # policy ---------------------------------------------------------------------------------
-    def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None):
-        """obs (B, *obs_shape), optional action (B, *act_shape) -> action, logprob (B,), entropy (B,), value (B,)."""
+    def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None, generators=None):
+        """obs (B, *obs_shape), optional action (B, *act_shape) -> action, logprob (B,), entropy (B,), value (B,).
+
+        ``generators``: for a stacked population agent (inputs (P, B, ...)), one torch.Generator per
+        member that its action samples are drawn from (None: the global generator)."""
         feat = self.features(obs)  # once: a CNN trunk is shared by actor and critic
         out = self.actor(feat)
         if self.kind == "continuous":
@@ -104,17 +117,17 @@ class Agent(nn.Module):
             logstd = self.actor_logstd.expand_as(mean)
             std = logstd.exp()
             if action is None:
-                action = mean + std * torch.randn_like(mean)
+                action = mean + std * _noise(mean, generators, normal=True)
             logprob = (-((action - mean) ** 2) / (2 * std * std) - logstd - 0.5 * math.log(2 * math.pi)).sum(-1)
             entropy = (0.5 + 0.5 * math.log(2 * math.pi) + logstd).sum(-1)
         elif self.kind == "discrete":
             if action is None:
-                action = _categorical_sample(out)
+                action = _categorical_sample(out, generators)
             logprob, entropy = _categorical_logprob_entropy(out, action)
         else:
             chunks = torch.split(out, self.nvec, dim=-1)
             if action is None:
-                action = torch.stack([_categorical_sample(c) for c in chunks], dim=-1)
+                action = torch.stack([_categorical_sample(c, generators) for c in chunks], dim=-1)
             lps, ents = zip(*(_categorical_logprob_entropy(c, action[..., i]) for i, c in enumerate(chunks)))
             logprob, entropy = torch.stack(lps, -1).sum(-1), torch.stack(ents, -1).sum(-1)
         return action, logprob, entropy, self.critic(feat).squeeze(-1)
@@ -134,9 +147,9 @@ class Agent(nn.Module):
             return out.argmax(-1)
         return torch.stack([c.argmax(-1) for c in torch.split(out, self.nvec, dim=-1)], dim=-1)
 
-    def policy_step(self, obs: torch.Tensor):
+    def policy_step(self, obs: torch.Tensor, generators=None):
         """The acting step of collect_rollout: obs (N, *obs_shape) -> action, logprob (N,), value (N,)."""
-        action, logprob, _, value = self.get_action_and_value(obs)
+        action, logprob, _, value = self.get_action_and_value(obs, generators=generators)
         return action, logprob, value
 
 

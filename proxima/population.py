@@ -69,12 +69,14 @@ def member_permutation(members: int, samples: int, num_envs: int, device: torch.
                        generator: Optional[torch.Generator] = None, num_minibatches: int = 1) -> torch.Tensor:
     """The permutation ``ppo.update`` walks for a population, (P * T*N,) int64.
 
-    Each member draws its own permutation of its T*N samples (``ppo.minibatch_permutation``, so a
-    population of one draws exactly a single run's), mapped to the rows of the flat (T*P*N,) batch.
+    Each member draws its own permutation of its T*N samples (``ppo.minibatch_permutation``) from
+    ``generator``: one generator, or a sequence of P (member p's from its own stream, as the single
+    run with its seed draws it), mapped to the rows of the flat (T*P*N,) batch.
     Minibatch j (the j-th contiguous slice of P*mb indices, mb = T*N / num_minibatches) holds the
     j-th mb samples of member 0, then of member 1, ...: the grad step views it as (P, mb).
     """
-    per_member = torch.stack([ppo.minibatch_permutation(samples, device, generator) for _ in range(members)])  # (P, T*N)
+    gens = list(generator) if isinstance(generator, (list, tuple)) else [generator] * members
+    per_member = torch.stack([ppo.minibatch_permutation(samples, device, g) for g in gens])  # (P, T*N)
     offsets = torch.arange(members, device=device).unsqueeze(1) * num_envs
     rows = (per_member // num_envs) * (members * num_envs) + offsets + per_member % num_envs
     return rows.reshape(members, num_minibatches, -1).transpose(0, 1).reshape(-1)
@@ -141,16 +143,28 @@ class Population:
         seed_everything(base.seed)
         self.env = make_env(base.env_id, P * N, self.device, base.backend, base.vector, seed=base.seed, env_kwargs=base.env_kwargs)
         obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
-        agents = []
+        agents, streams = [], []
         for c in configs:
             torch.manual_seed(c.seed)  # member k's initial parameters are a single run's with seed k
             agents.append(Agent(obs_space, act_space, base.hidden_sizes, base.activation, base.encoder).to(self.device))
+            # member k's own random stream: where the single run's global generator stands after its init
+            g = torch.Generator(device=self.device)
+            if self.device.type == "cpu":
+                g.set_state(torch.get_rng_state())
+            else:  # the agent is initialized on the CPU: the device's generator is still at seed k
+                g.manual_seed(c.seed)
+            streams.append(g)
         self.encoder_kind = agents[0].encoder_kind
         # an MLP agent: one Agent with stacked Linear layers, called directly; else vmap over a template
         self.stacked = agents[0].encoder is None and not any(True for _ in agents[0].buffers())
+        # per-member random streams (action samples, minibatch permutations, env resets): member k
+        # then draws exactly the single run k's numbers, so its iterations equal that run's (to the
+        # rounding of batched matmuls). Under vmap (encoder agents) samples come from one stream.
+        self.member_generators: Optional[list] = None
         if self.stacked:
             self.agent = stack_mlp_agents(agents)
             self.params, self.buffers = dict(self.agent.named_parameters()), {}
+            self.member_generators = streams
         else:
             self.agent = None
             params, buffers = stack_module_state(agents)
@@ -179,7 +193,9 @@ class Population:
         self.num_iterations = num_iterations(base)
         self.steps_per_member = batch_size(base)
         self.iteration = 0
-        self.next_obs = self.env.reset(seed=base.seed).clone()
+        seeds = [c.seed for c in configs]
+        env_streams = self.stacked and hasattr(self.env, "use_member_streams") and self.env.use_member_streams(seeds)
+        self.next_obs = (self.env.reset() if env_streams else self.env.reset(seed=base.seed)).clone()
 
     # --- vmapped calls of the template agent -----------------------------------------------------
     def _call(self, method: str, *args, randomness: str = "error"):
@@ -200,7 +216,11 @@ class Population:
     def policy_step(self, obs: torch.Tensor):
         """collect_rollout's acting step: obs (P*N, ...) -> action (P*N, ...), logprob (P*N,), value (P*N,)."""
         P = self.members
-        action, logprob, value = self._call("policy_step", obs.reshape(P, -1, *obs.shape[1:]), randomness="different")
+        obs = obs.reshape(P, -1, *obs.shape[1:])
+        if self.stacked:
+            action, logprob, value = self.agent.policy_step(obs, self.member_generators)
+        else:
+            action, logprob, value = self._call("policy_step", obs, randomness="different")
         flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731
         return flat(action), flat(logprob), flat(value)
 
@@ -225,7 +245,7 @@ class Population:
         cfg, P = self.cfg, self.members
 
         def permutation(b, device, generator=None):
-            return member_permutation(P, b // P, cfg.num_envs, device, generator, cfg.num_minibatches)
+            return member_permutation(P, b // P, cfg.num_envs, device, self.member_generators or generator, cfg.num_minibatches)
 
         return ppo.update(None, self.optimizer, self.batch, cfg, grad_step=self.grad_step, permutation=permutation)
 
@@ -297,7 +317,8 @@ class Population:
                 "buffers": {k: v.clone() for k, v in self.buffers.items()},
                 "optimizer": self.optimizer.state_dict(), "lr_now": self.lr_now.clone(), "iteration": self.iteration,
                 "env_backend": self.env.backend, "env": self.env.state_dict() if self.env.can_save_state else None,
-                "next_obs": self.next_obs.clone(), "rng": ckpt.rng_state()}
+                "next_obs": self.next_obs.clone(), "rng": ckpt.rng_state(),
+                "member_rng": [g.get_state() for g in self.member_generators or []]}
 
     def load_state_dict(self, state: dict) -> None:
         """Put ``state_dict()``'s values back, copying into the existing tensors; ValueError naming
@@ -315,6 +336,8 @@ class Population:
                     own[name].copy_(value)
         self.optimizer.load_state_dict(state["optimizer"])
         self.lr_now.copy_(state["lr_now"])
+        for g, st in zip(self.member_generators or [], state.get("member_rng", [])):
+            g.set_state(st.cpu())
         self.iteration = int(state["iteration"])
         if state.get("env") is not None and self.env.can_save_state and state.get("env_backend") == self.env.backend:
             self.env.load_state_dict(state["env"])

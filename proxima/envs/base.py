@@ -98,6 +98,9 @@ class NativeEnv(BatchedEnv):
     backend = "native"
     can_save_state = True
     max_episode_steps: int = 0
+    #: every random draw goes through ``_uniform``, so rows can be split into per-member streams
+    #: (``use_member_streams``, populations); an env drawing from ``self.generator`` directly sets False
+    supports_member_streams: bool = True
 
     def __init__(self, num_envs: int, device: torch.device | str = "cpu", seed: Optional[int] = None):
         self.num_envs = int(num_envs)
@@ -108,6 +111,21 @@ class NativeEnv(BatchedEnv):
         n = self.num_envs
         self.elapsed = torch.zeros(n, dtype=torch.int64, device=self.device)
         self.ep_return = torch.zeros(n, dtype=torch.float32, device=self.device)
+        self.member_generators: Optional[list] = None
+
+    def use_member_streams(self, seeds) -> bool:
+        """Split the N rows into len(seeds) equal blocks, block p drawing its random numbers from its
+        own generator seeded ``seeds[p]``: the draws a lone env of N / len(seeds) rows seeded
+        ``seeds[p]`` makes, so population member p steps through the episodes the single run with
+        that seed steps through. False (nothing changed) where the env cannot."""
+        if not self.supports_member_streams or self.num_envs % len(seeds):
+            return False
+        self.member_generators = []
+        for seed in seeds:
+            g = torch.Generator(device=self.device)
+            g.manual_seed(int(seed))
+            self.member_generators.append(g)
+        return True
 
     # --- subclass hooks ---
     def _sample_initial_state(self, n: int) -> dict[str, torch.Tensor]:
@@ -121,7 +139,13 @@ class NativeEnv(BatchedEnv):
 
     # --- helpers for subclasses ---
     def _uniform(self, shape, low: float, high: float) -> torch.Tensor:
-        u = torch.rand(shape, generator=self.generator, device=self.device, dtype=torch.float32)
+        shape = tuple(shape)
+        if self.member_generators is not None and shape[0] == self.num_envs:
+            n = self.num_envs // len(self.member_generators)  # each member's block from its own stream
+            u = torch.cat([torch.rand((n, *shape[1:]), generator=g, device=self.device, dtype=torch.float32)
+                           for g in self.member_generators])
+        else:
+            u = torch.rand(shape, generator=self.generator, device=self.device, dtype=torch.float32)
         return low + (high - low) * u
 
     # --- the contract ---
@@ -170,6 +194,7 @@ class NativeEnv(BatchedEnv):
             "elapsed": self.elapsed.clone(),
             "ep_return": self.ep_return.clone(),
             "generator": self.generator.get_state(),
+            **({"member_generators": [g.get_state() for g in self.member_generators]} if self.member_generators else {}),
         }
 
     def load_state_dict(self, sd: dict) -> None:
@@ -183,3 +208,6 @@ class NativeEnv(BatchedEnv):
         self.elapsed.copy_(sd["elapsed"].to(self.device))
         self.ep_return.copy_(sd["ep_return"].to(self.device))
         self.generator.set_state(sd["generator"].cpu())
+        if self.member_generators and "member_generators" in sd:
+            for g, st in zip(self.member_generators, sd["member_generators"]):
+                g.set_state(st.cpu())

@@ -59,6 +59,7 @@ class PixelQuadrant(NativeEnv):
     env_id = "PixelQuadrant-v0"
     max_episode_steps = 1
     size, square = 36, 10
+    supports_member_streams = False  # draws with randint from self.generator, not through _uniform
 
     def __init__(self, num_envs: int, device="cpu", seed: Optional[int] = None):
         super().__init__(num_envs, device, seed)

@@ -13,13 +13,17 @@ from proxima.population import (PER_MEMBER_FIELDS, Population, member_configs, m
 from proxima.trainer import Trainer
 
 
-def _params_after_one_iteration_single(cfg) -> dict:
+def _params_after_single(cfg, iterations: int = 1) -> dict:
     t = Trainer(cfg)
     try:
-        t.train_iteration()
+        for _ in range(iterations):
+            t.train_iteration()
         return {k: v.detach().clone() for k, v in t.agent.state_dict().items()}
     finally:
         t.close()
+
+
+_params_after_one_iteration_single = _params_after_single
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])  # Categorical (Gumbel-max) and Normal sampling
@@ -30,8 +34,23 @@ def test_population_of_one_equals_a_single_run_after_one_iteration(small_config,
     pop.train_iteration()
     member = pop.member_agent(0).state_dict()
     assert member.keys() == single.keys()
-    for k in single:  # vmapped matmuls and the lr-scaled Adam step round differently in the last bits
+    for k in single:  # batched matmuls and the lr-scaled Adam step round differently in the last bits
         torch.testing.assert_close(member[k], single[k], rtol=0, atol=1e-6, msg=k)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_every_member_equals_the_single_run_with_its_seed(small_config, env_id):
+    # each member has its own random streams (env resets, action samples, permutations), started
+    # where the single run's stand: member k's iterations are the single run k's, not just alike
+    cfg = small_config(env_id=env_id)
+    pop = Population(member_configs(cfg, [3, 5, 8]))
+    for _ in range(2):
+        pop.train_iteration()
+    for i, seed in enumerate([3, 5, 8]):
+        single = _params_after_single(dataclasses.replace(cfg, seed=seed), iterations=2)
+        member = pop.member_agent(i).state_dict()
+        for k in single:
+            torch.testing.assert_close(member[k], single[k], rtol=0, atol=1e-5, msg=f"seed {seed}: {k}")
 
 
 def test_per_member_scalars_act_like_the_single_run_config(small_config):
