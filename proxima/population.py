@@ -14,9 +14,11 @@ The algorithm is ppo.py's, parametrized, never copied (DESIGN.md "Growing withou
   minibatch is drawn from its own data by its own permutation); the minibatch step is
   ``ppo.ppo_loss`` over (P, mb) inputs (vmapped for encoder agents) with per-member clip/vf/ent
   coefficients; the summed loss
-  gives each member the gradient of its own loss only; the gradient norm is clipped per member; one
-  Adam over the stacked parameters is P independent Adams (Adam is elementwise); each member's
-  learning rate scales its own Adam step.
+  gives each member the gradient of its own loss only; the gradient norm is clipped per member;
+  ``member_adam.MemberAdam`` is P independent Adams over the stacked parameters (per-member
+  learning rates and step counts); ``target_kl`` stops a member's update after the minibatch whose
+  approx_kl exceeds it, as a single run's update stops, decided on the device (an active mask that
+  skips the member's later Adam steps), so no member waits on another and nothing syncs.
 
 A member's first iteration equals a single run with the same seed up to float rounding (test:
 tests/unit/test_population.py): the same initial parameters, the same env rows and the same
@@ -37,13 +39,14 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from . import ppo
 from .agent import Agent, action_dtype, action_shape
+from .member_adam import MemberAdam
 from .nets import stack_mlp_agents
 from .config import ConfigError, PPOConfig, batch_size, num_iterations, validate
 from .envs import make_env
 from .rollout import Rollout
 
 #: fields that may differ between members: each lives as a (P,) tensor
-PER_MEMBER_FIELDS = ("lr", "ent_coef", "clip_coef", "vf_coef", "gamma", "gae_lambda", "max_grad_norm")
+PER_MEMBER_FIELDS = ("lr", "ent_coef", "clip_coef", "vf_coef", "gamma", "gae_lambda", "max_grad_norm", "target_kl")
 #: fields every member shares apart from these and the seed (shapes, env, schedule, switches)
 _MEMBER_OWN = set(PER_MEMBER_FIELDS) | {"seed", "run_dir"}
 
@@ -76,7 +79,8 @@ def member_permutation(members: int, samples: int, num_envs: int, device: torch.
     j-th mb samples of member 0, then of member 1, ...: the grad step views it as (P, mb).
     """
     gens = list(generator) if isinstance(generator, (list, tuple)) else [generator] * members
-    per_member = torch.stack([ppo.minibatch_permutation(samples, device, g) for g in gens])  # (P, T*N)
+    per_member = torch.stack([torch.arange(samples, device=device) if isinstance(g, _NoDraw)
+                              else ppo.minibatch_permutation(samples, device, g) for g in gens])  # (P, T*N)
     offsets = torch.arange(members, device=device).unsqueeze(1) * num_envs
     rows = (per_member // num_envs) * (members * num_envs) + offsets + per_member % num_envs
     return rows.reshape(members, num_minibatches, -1).transpose(0, 1).reshape(-1)
@@ -177,12 +181,16 @@ class Population:
         self._vmapped: dict = {}
         self.agent_template = agents[0]  # a real Agent: unstacked members are loaded into copies of it
         # per-member scalars, (P,) float32
-        col = lambda name: torch.tensor([float(getattr(c, name)) for c in configs], dtype=torch.float32, device=self.device)  # noqa: E731
+        col = lambda name: torch.tensor([math.inf if getattr(c, name) is None else float(getattr(c, name)) for c in configs],  # noqa: E731
+                                        dtype=torch.float32, device=self.device)  # target_kl None: never stop
         self.coef = {name: col(name) for name in PER_MEMBER_FIELDS}
         self.lr_now = self.coef["lr"].clone()  # annealed in place (detail 4)
-        # one Adam, lr 1: its step is scaled per member by lr_now afterwards (Adam is elementwise,
-        # so one Adam over stacked parameters is P independent Adams)
-        self.optimizer = torch.optim.Adam(self.params.values(), lr=1.0, eps=1e-5, fused=True)
+        # P independent Adams (eps 1e-5, detail 3) with per-member learning rates and step counts
+        self.optimizer = MemberAdam(list(self.params.values()), P, eps=1e-5)
+        # members still updating in this update (target_kl stops a member's epochs, per member)
+        self.active = torch.ones(P, dtype=torch.bool, device=self.device)
+        self._steps_run = torch.zeros(P, dtype=torch.float32, device=self.device)
+        self._update_cfg = dataclasses.replace(base, target_kl=None)  # ppo.update's host check: off
         self.rollout = PopulationRollout(P, T, N, self.env.obs_shape, action_shape(act_space), action_dtype(act_space),
                                          self.device, obs_dtype=self.env.obs_dtype)
         rows = lambda x: x.repeat_interleave(N)  # noqa: E731  (P,) -> (P*N,): one value per env row
@@ -242,12 +250,25 @@ class Population:
         return 1 - (returns - values).var(dim=1) / returns.var(dim=1)
 
     def update(self) -> dict:
+        """ppo.update over every member; a member stopped by its target_kl skips the rest (its loss
+        terms are then the mean over the minibatches it ran, as a single run's)."""
         cfg, P = self.cfg, self.members
+        self.active.fill_(True)
+        self._steps_run.zero_()
+        stops = bool(torch.isfinite(self.coef["target_kl"]).any())
 
         def permutation(b, device, generator=None):
-            return member_permutation(P, b // P, cfg.num_envs, device, self.member_generators or generator, cfg.num_minibatches)
+            gens = self.member_generators
+            if gens is not None and stops and device.type == "cpu":
+                # a stopped member's single run draws no more permutations: neither does it here,
+                # so its stream stays the single run's (a free host read on CPU; on CUDA all draw)
+                gens = [g if on else _NO_DRAW for g, on in zip(gens, self.active.tolist())]
+            return member_permutation(P, b // P, cfg.num_envs, device, gens or generator, cfg.num_minibatches)
 
-        return ppo.update(None, self.optimizer, self.batch, cfg, grad_step=self.grad_step, permutation=permutation)
+        out = ppo.update(None, self.optimizer, self.batch, self._update_cfg, grad_step=self.grad_step, permutation=permutation)
+        minibatches = cfg.update_epochs * cfg.num_minibatches  # ppo.update divided every sum by this
+        scale = minibatches / self._steps_run.clamp(min=1.0)
+        return {k: (v if k == "nonfinite" else v * scale) for k, v in out.items()}
 
     def grad_step(self, mb: dict) -> dict:
         """One minibatch of every member: mb rows member-major (P*mb, ...) as member_permutation lays
@@ -278,18 +299,19 @@ class Population:
         return out
 
     def _step(self, out: dict) -> dict:
-        """Backward of the summed member losses, per-member clip and Adam step."""
-        self.optimizer.zero_grad(set_to_none=True)
+        """Backward of the summed member losses, per-member clip and Adam step of the active members;
+        then target_kl: a member whose approx_kl exceeds its own stops after this step."""
+        self.optimizer.zero_grad()
         out["loss"].sum().backward()  # member p's loss reaches only member p's slices of the parameters
         grad_norm = clip_grad_norm_per_member(list(self.params.values()), self.coef["max_grad_norm"])  # detail 11
-        before = [p.detach().clone() for p in self.params.values()]
-        self.optimizer.step()
-        with torch.no_grad():  # each member's own learning rate scales its Adam step
-            for p, old in zip(self.params.values(), before):
-                p.copy_(old + _per_member(self.lr_now, p) * (p - old))
-        metrics = {k: v.detach() for k, v in out.items() if k != "loss"}
-        metrics["grad_norm"] = grad_norm
-        metrics["nonfinite"] = ~(torch.isfinite(out["loss"].detach()) & torch.isfinite(grad_norm))
+        active = self.active.clone()
+        self.optimizer.step(self.lr_now, active)
+        on = active.to(torch.float32)
+        self._steps_run += on
+        metrics = {k: v.detach() * on for k, v in out.items() if k != "loss"}  # a stopped member adds nothing
+        metrics["grad_norm"] = grad_norm * on
+        metrics["nonfinite"] = active & ~(torch.isfinite(out["loss"].detach()) & torch.isfinite(grad_norm))
+        self.active &= ~(out["approx_kl"].detach() > self.coef["target_kl"])  # detail 12's early stop, per member
         return metrics
 
     def train_iteration(self) -> dict:
@@ -361,6 +383,13 @@ class Population:
             torch.set_flush_denormal(False)
 
 
+class _NoDraw:
+    """Stands for a stopped member's generator in member_permutation: its rows' order, no draw."""
+
+
+_NO_DRAW = _NoDraw()
+
+
 def _per_member(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """(P,) -> (P, 1, ...) broadcasting against a stacked tensor ``like`` (P, ...)."""
     return x.view(-1, *([1] * (like.dim() - 1)))
@@ -392,8 +421,7 @@ def check_members(configs: Sequence[PPOConfig]) -> None:
         if len(values) > 1:
             raise ConfigError(f"--sweep {f.name}: changes the shapes or the env of the batched program; "
                               f"only {', '.join(PER_MEMBER_FIELDS)} can differ between members")
-    unsupported = [("target_kl", base.target_kl is not None, "its early stop is one decision for the whole update"),
-                   ("norm_obs", base.norm_obs, "observation normalizers are not per member yet"),
+    unsupported = [("norm_obs", base.norm_obs, "observation normalizers are not per member yet"),
                    ("norm_reward", base.norm_reward, "reward scalers are not per member yet"),
                    ("compile", base.compile, "not wired for populations yet"),
                    ("cudagraphs", base.cudagraphs, "not wired for populations yet"),

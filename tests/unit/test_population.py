@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import pytest
 import torch
@@ -13,11 +14,13 @@ from proxima.population import (PER_MEMBER_FIELDS, Population, member_configs, m
 from proxima.trainer import Trainer
 
 
-def _params_after_single(cfg, iterations: int = 1) -> dict:
+def _params_after_single(cfg, iterations: int = 1, steps: Optional[list] = None) -> dict:
     t = Trainer(cfg)
     try:
         for _ in range(iterations):
             t.train_iteration()
+        if steps is not None:  # Adam steps taken (one per minibatch run)
+            steps.append(float(t.optimizer.state[next(t.agent.parameters())]["step"]))
         return {k: v.detach().clone() for k, v in t.agent.state_dict().items()}
     finally:
         t.close()
@@ -150,9 +153,25 @@ def test_members_that_differ_in_a_shape_field_are_refused(small_config):
         Population([a, b])
 
 
-def test_target_kl_is_refused_for_populations(small_config):
-    with pytest.raises(ConfigError, match="--target-kl is not supported with --seeds"):
-        Population(member_configs(small_config(target_kl=0.02), [1, 2]))
+def test_target_kl_stops_each_member_as_its_single_run_stops(small_config):
+    # target_kl 1e-6 stops a member's update after its second minibatch (the first has ratio 1,
+    # approx_kl 0); none never stops. Each member must match the single run with its seed and
+    # target_kl: the same steps taken, the same moments, the same random streams afterwards.
+    cfg = small_config(update_epochs=4, num_minibatches=4)
+    members = member_configs(cfg, [3, 5], {"target_kl": [1e-6, None]})
+    pop = Population(members)
+    first = pop.train_iteration()
+    pop.train_iteration()
+    steps = []
+    for i, member in enumerate(members):
+        single = _params_after_single(member, iterations=2, steps=steps)
+        got = pop.member_agent(i).state_dict()
+        for k in single:
+            torch.testing.assert_close(got[k], single[k], rtol=0, atol=1e-5, msg=f"member {i}: {k}")
+    assert pop.optimizer.step_count.tolist() == steps  # the same Adam steps as each single run
+    assert steps[0] < 32 and steps[1] < 32 and steps[2:] == [32.0, 32.0]  # 2 iterations x 16 minibatches unless stopped
+    # a stopped member's loss terms average over the minibatches it ran: it ended on one above 1e-6
+    assert bool((first["approx_kl"][:2] > 0).all())
 
 
 def test_parse_seeds_and_sweep():
@@ -181,7 +200,8 @@ def test_a_members_whole_iteration_does_not_depend_on_another_members_settings(s
     # member 0 identical, member 1 with every per-member field changed: after a full iteration
     # (rollout, GAE, update with per-member lr, clip, coefficients) member 0 is bit-identical
     cfg = small_config(seed=1)
-    other = dict(lr=1e-2, ent_coef=0.2, clip_coef=0.3, vf_coef=0.1, gamma=0.9, gae_lambda=0.5, max_grad_norm=0.01)
+    other = dict(lr=1e-2, ent_coef=0.2, clip_coef=0.3, vf_coef=0.1, gamma=0.9, gae_lambda=0.5, max_grad_norm=0.01,
+                 target_kl=1e-6)
     runs = []
     for member1 in (small_config(seed=2), small_config(seed=2, **other)):
         pop = Population([cfg, member1])
