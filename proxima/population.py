@@ -78,9 +78,13 @@ def member_permutation(members: int, samples: int, num_envs: int, device: torch.
     Minibatch j (the j-th contiguous slice of P*mb indices, mb = T*N / num_minibatches) holds the
     j-th mb samples of member 0, then of member 1, ...: the grad step views it as (P, mb).
     """
-    gens = list(generator) if isinstance(generator, (list, tuple)) else [generator] * members
-    per_member = torch.stack([torch.arange(samples, device=device) if isinstance(g, _NoDraw)
-                              else ppo.minibatch_permutation(samples, device, g) for g in gens])  # (P, T*N)
+    if not isinstance(generator, (list, tuple)) and torch.device(device).type == "cuda":
+        # one stream for all (no per-member streams on a GPU): one batched draw, capturable
+        per_member = torch.argsort(torch.rand(members, samples, device=device, dtype=torch.float64, generator=generator), dim=1)
+    else:
+        gens = list(generator) if isinstance(generator, (list, tuple)) else [generator] * members
+        per_member = torch.stack([torch.arange(samples, device=device) if isinstance(g, _NoDraw)
+                                  else ppo.minibatch_permutation(samples, device, g) for g in gens])  # (P, T*N)
     offsets = torch.arange(members, device=device).unsqueeze(1) * num_envs
     rows = (per_member // num_envs) * (members * num_envs) + offsets + per_member % num_envs
     return rows.reshape(members, num_minibatches, -1).transpose(0, 1).reshape(-1)
@@ -132,6 +136,9 @@ class Population:
         base = self.cfg = configs[0]
         P, N, T = len(configs), base.num_envs, base.num_steps
         self.members, self.device = P, torch.device(device)
+        from .trainer import _check_cudagraphs
+
+        _check_cudagraphs(base, self.device, 1)  # --cudagraphs: CUDA only, and what it cannot combine with
         torch.set_num_threads(base.threads)
         flush = getattr(base, "flush_denormal", None)  # as Trainer does, where the config has the switch
         if flush is not None:
@@ -168,7 +175,8 @@ class Population:
         if self.stacked:
             self.agent = stack_mlp_agents(agents)
             self.params, self.buffers = dict(self.agent.named_parameters()), {}
-            self.member_generators = streams
+            # on CPU only: on a GPU, P generators would mean P kernel launches for every random draw
+            self.member_generators = streams if self.device.type == "cpu" else None
         else:
             self.agent = None
             params, buffers = stack_module_state(agents)
@@ -191,6 +199,7 @@ class Population:
         self.active = torch.ones(P, dtype=torch.bool, device=self.device)
         self._steps_run = torch.zeros(P, dtype=torch.float32, device=self.device)
         self._update_cfg = dataclasses.replace(base, target_kl=None)  # ppo.update's host check: off
+        self._stops = any(c.target_kl is not None for c in configs)
         self.rollout = PopulationRollout(P, T, N, self.env.obs_shape, action_shape(act_space), action_dtype(act_space),
                                          self.device, obs_dtype=self.env.obs_dtype)
         rows = lambda x: x.repeat_interleave(N)  # noqa: E731  (P,) -> (P*N,): one value per env row
@@ -202,8 +211,9 @@ class Population:
         self.steps_per_member = batch_size(base)
         self.iteration = 0
         seeds = [c.seed for c in configs]
-        env_streams = self.stacked and hasattr(self.env, "use_member_streams") and self.env.use_member_streams(seeds)
+        env_streams = self.member_generators is not None and hasattr(self.env, "use_member_streams") and self.env.use_member_streams(seeds)
         self.next_obs = (self.env.reset() if env_streams else self.env.reset(seed=base.seed)).clone()
+        self._build_parts()
 
     # --- vmapped calls of the template agent -----------------------------------------------------
     def _call(self, method: str, *args, randomness: str = "error"):
@@ -255,7 +265,7 @@ class Population:
         cfg, P = self.cfg, self.members
         self.active.fill_(True)
         self._steps_run.zero_()
-        stops = bool(torch.isfinite(self.coef["target_kl"]).any())
+        stops = self._stops
 
         def permutation(b, device, generator=None):
             gens = self.member_generators
@@ -314,17 +324,46 @@ class Population:
         self.active &= ~(out["approx_kl"].detach() > self.coef["target_kl"])  # detail 12's early stop, per member
         return metrics
 
+    # --- the iteration as three parts over static buffers (graphs.py's protocol) --------------
+    def _part_advantages(self) -> None:
+        self.explained_variance.copy_(self.advantages())
+
+    def _part_update(self) -> None:
+        out = self.update()
+        if self.metrics is None:
+            self.metrics = {k: torch.zeros_like(v) for k, v in out.items()}
+        for k, v in out.items():
+            self.metrics[k].copy_(v)
+
+    def _build_parts(self) -> None:
+        """The rollout, advantages and update callables: eager, or with ``cudagraphs`` each captured
+        once as a CUDA graph and replayed (graphs.Replay), as a single run's iteration."""
+        self.explained_variance = torch.zeros(self.members, dtype=torch.float32, device=self.device)
+        self.metrics: Optional[dict] = None
+        self._parts = (self.collect, self._part_advantages, self._part_update)
+        if self.cfg.cudagraphs:
+            from .graphs import Replay
+
+            env_gen = getattr(self.env, "generator", None)
+            generators = (env_gen,) if isinstance(env_gen, torch.Generator) and env_gen.device.type == "cuda" else ()
+            pool = torch.cuda.graph_pool_handle()
+            rollout = Replay(self.collect, self.device, generators=generators, pool=pool) if self.env.backend == "native" else self.collect
+            self._parts = (rollout, Replay(self._part_advantages, self.device, pool=pool), Replay(self._part_update, self.device, pool=pool))
+
     def train_iteration(self) -> dict:
         """One iteration of every member. Returns per-member (P,) tensors: the update's loss terms,
-        explained_variance, ep_return_sum, ep_length_sum, ep_count."""
+        explained_variance, ep_return_sum, ep_length_sum, ep_count (copies: the parts' buffers are
+        overwritten by the next iteration)."""
         if self.cfg.anneal_lr:  # detail 4, per member
             self.lr_now.copy_((1.0 - self.iteration / self.num_iterations) * self.coef["lr"])
-        self.collect()
-        ev = self.advantages()
-        out = self.update()
+        rollout, advantages, update = self._parts
+        rollout()
+        advantages()
+        update()
         ro = self.rollout
-        out.update(explained_variance=ev, ep_return_sum=ro.ep_return_sum.clone(), ep_length_sum=ro.ep_length_sum.clone(),
-                   ep_count=ro.ep_count.clone())
+        out = {k: v.clone() for k, v in self.metrics.items()}
+        out.update(explained_variance=self.explained_variance.clone(), ep_return_sum=ro.ep_return_sum.clone(),
+                   ep_length_sum=ro.ep_length_sum.clone(), ep_count=ro.ep_count.clone())
         self.iteration += 1
         return out
 
@@ -424,7 +463,6 @@ def check_members(configs: Sequence[PPOConfig]) -> None:
     unsupported = [("norm_obs", base.norm_obs, "observation normalizers are not per member yet"),
                    ("norm_reward", base.norm_reward, "reward scalers are not per member yet"),
                    ("compile", base.compile, "not wired for populations yet"),
-                   ("cudagraphs", base.cudagraphs, "not wired for populations yet"),
                    ("amp", base.amp != "none", "not wired for populations yet"),
                    ("debug_checks", base.debug_checks, "not wired for populations yet")]
     for name, on, why in unsupported:

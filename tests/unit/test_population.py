@@ -211,3 +211,49 @@ def test_a_members_whole_iteration_does_not_depend_on_another_members_settings(s
     for k in a:
         assert torch.equal(a[k], b[k]), k
     assert not torch.equal(runs[0].params["actor.0.weight"][1], runs[1].params["actor.0.weight"][1])
+
+
+def test_population_cudagraphs_needs_a_cuda_device(small_config):
+    with pytest.raises(ConfigError, match="--cudagraphs needs a CUDA device"):
+        Population(member_configs(small_config(cudagraphs=True), [1, 2]))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("sweep", [None, {"target_kl": [1e-6, None]}], ids=["plain", "target_kl"])
+def test_cuda_graphed_population_equals_eager(small_config, sweep):
+    # run by benchmarks/gpu_session.sh (-k cuda): every part replayed as a CUDA graph, the same
+    # random draws as eager (one generator per device on a GPU), parameters equal after 4 iterations
+    cfg = small_config(device="cuda", num_envs=8, num_steps=16)
+    params = []
+    for graphs in (False, True):
+        torch.manual_seed(0)
+        pop = Population(member_configs(dataclasses.replace(cfg, cudagraphs=graphs), [1, 2], sweep), device="cuda")
+        for _ in range(4):
+            out = pop.train_iteration()
+        assert not bool(out["nonfinite"].any())
+        params.append({k: v.detach().cpu() for k, v in pop.params.items()})
+        pop.close()
+    for k in params[0]:
+        torch.testing.assert_close(params[1][k], params[0][k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+@pytest.mark.parametrize("sweep", [None, {"target_kl": [1e-6, None]}], ids=["plain", "target_kl"])
+def test_population_parts_are_capturable_on_cpu_as_far_as_a_cpu_can_tell(small_config, sweep):
+    # what --cudagraphs needs of the parts a graph records: no tensors made from Python numbers, no
+    # host reads (the CPU-only permutation skip of stopped members aside, which a GPU never takes),
+    # and the same buffers every iteration
+    from proxima.debug import forbid_host_sync, forbid_host_tensors
+
+    pop = Population(member_configs(small_config(), [1, 2], sweep))
+    pop.member_generators = None  # a GPU's layout: one stream for all members
+    pop.env.member_generators = None
+    pop.train_iteration()
+    before = {k: v.data_ptr() for k, v in {**pop.metrics, "ev": pop.explained_variance, "next_obs": pop.next_obs,
+                                           "lr": pop.lr_now, "step": pop.optimizer.step_count, **pop.params}.items()}
+    with forbid_host_tensors(), forbid_host_sync("cpu"):
+        for part in pop._parts:
+            part()
+    after = {k: v.data_ptr() for k, v in {**pop.metrics, "ev": pop.explained_variance, "next_obs": pop.next_obs,
+                                          "lr": pop.lr_now, "step": pop.optimizer.step_count, **pop.params}.items()}
+    assert before == after
+    assert bool(pop.metrics["policy_loss"].isfinite().all())
