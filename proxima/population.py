@@ -367,6 +367,40 @@ class Population:
         self.iteration += 1
         return out
 
+    # --- what the envs returned ----------------------------------------------------------------
+    def check_env_outputs(self, member_names: Optional[Sequence[str]] = None) -> None:
+        """NaN/inf in the last rollout's rewards or observations -> NonFiniteError naming the field,
+        the member, its env index and its step, as a single run's guard does. One host read per
+        iteration, outside the parts (a CUDA graph cannot raise); the search runs only on failure."""
+        from .guards import NonFiniteError, fmt_values
+
+        ro, P = self.rollout, self.members
+        T, PN = ro.raw_rewards.shape
+        N = PN // P
+
+        def rows_bad(x):  # (T, P*N, ...) -> (T, P*N) bool
+            return ~torch.isfinite(x.reshape(T, PN, -1)).all(-1) if x.dtype.is_floating_point else torch.zeros(T, PN, dtype=torch.bool, device=x.device)
+
+        fields = (("observation", rows_bad(ro.obs)), ("final observation", rows_bad(ro.final_obs)),
+                  ("reward", ~torch.isfinite(ro.raw_rewards)))
+        if not bool(torch.stack([b.any() for _, b in fields]).any()):
+            return
+        first = None
+        for order, (field, bad) in enumerate(fields):
+            if bool(bad.any()):
+                ts, ns = torch.nonzero(bad, as_tuple=True)
+                key = (int(ts[0]), order)
+                if first is None or key < first[0]:
+                    first = (key, field, int(ns[0]))
+        (t, _), field, row = first
+        p, n = divmod(row, N)
+        step = (self.iteration - 1) * self.steps_per_member + (t + (0 if field == "observation" else 1)) * N
+        value = {"observation": lambda: fmt_values(ro.obs[t, row]), "final observation": lambda: fmt_values(ro.final_obs[t, row]),
+                 "reward": lambda: fmt_values(ro.raw_rewards[t, row])}[field]()
+        name = f" ({member_names[p]})" if member_names else ""
+        raise NonFiniteError(f"non-finite {field} {value} from env {n} of member {p}{name} at step {step:,} of that member; "
+                             f"check the env's step() with: proxima check-env {self.cfg.env_id}")
+
     # --- state (checkpoints; population_run.py writes and reads them) -------------------------
     def state_dict(self) -> dict:
         """Everything an iteration reads that a fresh Population of the same configs lacks: stacked

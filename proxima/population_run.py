@@ -188,6 +188,15 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
             while pop.iteration < pop.num_iterations:
                 t_iter = time.perf_counter()
                 out = pop.train_iteration()
+                try:
+                    pop.check_env_outputs([d.name for d in dirs])  # NaN/inf from an env: named, before the update's check
+                except Exception as e:
+                    from .guards import NonFiniteError
+
+                    if isinstance(e, NonFiniteError):
+                        last = f"last good checkpoint: {last_checkpoint}" if last_checkpoint else "no checkpoint was written yet"
+                        raise NonFiniteError(f"{e}; {last}") from None
+                    raise
                 values = {k: v.tolist() for k, v in out.items()}  # the one host read of the iteration
                 bad = [i for i, b in enumerate(values["nonfinite"]) if b]
                 if bad:

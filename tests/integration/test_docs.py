@@ -125,6 +125,8 @@ def _runnable(argv: list[str]) -> bool:
         return argv[0] in ("train", "check-env") and atari.has_envpool() and atari.has_ale()
     if argv[0] == "train" and "--config" in argv:
         return False
+    if argv[0] == "resume" and "--total-timesteps" in argv:  # extends the run: real training, parse-checked
+        return False
     return True
 
 

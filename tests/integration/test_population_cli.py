@@ -110,3 +110,22 @@ def test_report_of_a_real_population_has_a_row_per_setting_and_a_curve(populatio
     text = (run_dir / "report.md").read_text()
     assert "| lr=0.001 | 2 |" in text and "| lr=0.0003 | 2 |" in text
     assert "(curve.png)" in text and (run_dir / "curve.png").stat().st_size > 0
+
+
+def test_a_nan_reward_from_a_members_env_is_named_with_the_member_and_the_last_checkpoint(tmp_path, monkeypatch, capsys):
+    from proxima import checkpoint as ckpt
+
+    from tests.integration.test_guards import NAN_REWARD_ENV, one_error_line
+
+    (tmp_path / "nan_reward_env.py").write_text(NAN_REWARD_ENV)  # env row 1 (member 0's env 1): NaN at its 20th step
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run_dir = tmp_path / "run"
+    argv = ["train", "nan_reward_env:NaNReward", "--seeds", "0-1", "--num-envs", "2", "--num-steps", "16",
+            "--num-minibatches", "2", "--update-epochs", "1", "--total-timesteps", "128", "--run-dir", str(run_dir),
+            "--no-progress", "--quiet", "--checkpoint-every", "1", "--eval-episodes", "0"]
+    assert cli.main(argv) == 2
+    message = one_error_line(capsys.readouterr().err)
+    last = ckpt.checkpoint_path(run_dir, 32)
+    assert message == ("non-finite reward nan from env 1 of member 0 (m000-seed0) at step 40 of that member; check the env's "
+                       f"step() with: proxima check-env nan_reward_env:NaNReward; last good checkpoint: {last}")
