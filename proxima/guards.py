@@ -94,16 +94,10 @@ class EnvGuard:
         index and the global step. Observations are judged raw (the flags above), rewards raw
         (raw_rewards (T, N)). One host sync per iteration; the search runs only on failure."""
         fields = (("observation", ~self.obs_ok), ("final observation", ~self.final_ok), ("reward", ~torch.isfinite(raw_rewards)))
-        if not bool((fields[0][1] | fields[1][1] | fields[2][1]).any()):
+        found = first_bad(fields)
+        if found is None:
             return
-        first = None  # earliest step wins; at the same step: observation, final observation, reward
-        for order, (field, bad) in enumerate(fields):
-            if bool(bad.any()):
-                ts, ns = torch.nonzero(bad, as_tuple=True)
-                key = (int(ts[0]), order)
-                if first is None or key < first[0]:
-                    first = (key, field, int(ns[0]))
-        (t, _), field, n = first
+        t, field, n = found
         value = f" {fmt_values(raw_rewards[t, n])}" if field == "reward" else ""
         raise NonFiniteError(f"non-finite {field}{value} from {self.where(t, n)}; "
                              f"check the env's step() with: proxima check-env {env_id}")
@@ -190,6 +184,22 @@ class EnvGuard:
             n = int(torch.nonzero(bad)[0, 0])
             raise NonFiniteError(f"non-finite reward {fmt_values(reward[n])} from {self.where(t, n)}; "
                                  f"check the env's step() with: proxima check-env {self.trainer.cfg.env_id}")
+
+
+def first_bad(fields) -> Optional[tuple]:
+    """fields: ((name, bad (T, N) bool), ...) -> (t, name, n) of the earliest bad entry (at the same
+    step, the field listed first), or None when all are fine. One host read; the search only on failure."""
+    if not bool(torch.stack([bad.any() for _, bad in fields]).any()):
+        return None
+    first = None
+    for order, (field, bad) in enumerate(fields):
+        if bool(bad.any()):
+            ts, ns = torch.nonzero(bad, as_tuple=True)
+            key = (int(ts[0]), order)
+            if first is None or key < first[0]:
+                first = (key, field, int(ns[0]))
+    (t, _), field, n = first
+    return t, field, n
 
 
 def check_reset(obs: torch.Tensor, global_step: int, env_id: str) -> None:

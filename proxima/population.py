@@ -372,7 +372,7 @@ class Population:
         """NaN/inf in the last rollout's rewards or observations -> NonFiniteError naming the field,
         the member, its env index and its step, as a single run's guard does. One host read per
         iteration, outside the parts (a CUDA graph cannot raise); the search runs only on failure."""
-        from .guards import NonFiniteError, fmt_values
+        from .guards import NonFiniteError, first_bad, fmt_values
 
         ro, P = self.rollout, self.members
         T, PN = ro.raw_rewards.shape
@@ -383,16 +383,10 @@ class Population:
 
         fields = (("observation", rows_bad(ro.obs)), ("final observation", rows_bad(ro.final_obs)),
                   ("reward", ~torch.isfinite(ro.raw_rewards)))
-        if not bool(torch.stack([b.any() for _, b in fields]).any()):
+        found = first_bad(fields)
+        if found is None:
             return
-        first = None
-        for order, (field, bad) in enumerate(fields):
-            if bool(bad.any()):
-                ts, ns = torch.nonzero(bad, as_tuple=True)
-                key = (int(ts[0]), order)
-                if first is None or key < first[0]:
-                    first = (key, field, int(ns[0]))
-        (t, _), field, row = first
+        t, field, row = found
         p, n = divmod(row, N)
         step = (self.iteration - 1) * self.steps_per_member + (t + (0 if field == "observation" else 1)) * N
         value = {"observation": lambda: fmt_values(ro.obs[t, row]), "final observation": lambda: fmt_values(ro.final_obs[t, row]),
