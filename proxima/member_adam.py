@@ -5,10 +5,13 @@ over stacked tensors is P Adams, except for what torch.optim.Adam keeps per tens
 rate and the step count (its bias corrections). Here both are (P,) tensors, and a (P,) bool
 ``active`` mask skips a member's step entirely (its weights, moments and step count stay as they
 are), which a per-member early stop (``target_kl``) needs: the single run it mirrors stops its
-update, so its moments and bias corrections see no further step. Written with tensor ops only (no
-host reads), so a CUDA graph can record it. The arithmetic is torch.optim.Adam's single-tensor
-path (``lerp_`` of the first moment, ``addcmul_`` of the second, bias corrections from the step
-count, ``addcdiv_``), per member.
+update, so its moments and bias corrections see no further step.
+
+The parameters are re-pointed at views of one (P, D) buffer, so the step, the per-member gradient
+norm and the clip are a dozen ops on one tensor whatever the number of layers (a few hundred small
+ops per minibatch otherwise). Tensor ops only (no host reads), so a CUDA graph can record it. The
+arithmetic is torch.optim.Adam's single-tensor path (``lerp`` of the first moment, the second
+moment, bias corrections from the step count), per member.
 """
 
 from __future__ import annotations
@@ -19,55 +22,60 @@ import torch
 
 
 class MemberAdam:
-    """Adam for stacked parameters with a (P,) learning rate, (P,) step counts and an active mask."""
+    """Adam for stacked parameters with a (P,) learning rate, (P,) step counts and an active mask.
+
+    ``params``: (P, ...) tensors; their storage is moved into one (P, D) buffer (``self.flat``) that
+    the step updates in place, so modules holding them see every step."""
 
     def __init__(self, params: Sequence[torch.Tensor], members: int, betas=(0.9, 0.999), eps: float = 1e-5):
         self.params = list(params)
         self.members = members
         self.beta1, self.beta2 = betas
         self.eps = eps
-        device = self.params[0].device
-        self.step_count = torch.zeros(members, dtype=torch.float32, device=device)
-        self.exp_avg = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
-        self.exp_avg_sq = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+        P = members
+        sizes = [p[0].numel() for p in self.params]
+        self.flat = torch.cat([p.detach().reshape(P, -1) for p in self.params], dim=1)  # (P, D)
+        offset = 0
+        for p, n in zip(self.params, sizes):  # each parameter becomes a view of its columns
+            p.data = self.flat[:, offset:offset + n].view_as(p)
+            offset += n
+        self.step_count = torch.zeros(P, dtype=torch.float32, device=self.flat.device)
+        self.exp_avg = torch.zeros_like(self.flat)
+        self.exp_avg_sq = torch.zeros_like(self.flat)
 
     def zero_grad(self) -> None:
         for p in self.params:
             p.grad = None
 
+    def flat_grad(self) -> torch.Tensor:
+        """Every parameter's gradient as one (P, D) tensor (zeros for a parameter without one)."""
+        P = self.members
+        return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(P, -1) for p in self.params], dim=1)
+
     @torch.no_grad()
-    def step(self, lr: torch.Tensor, active: Optional[torch.Tensor] = None) -> None:
-        """One Adam step of every active member. lr: (P,) float; active: (P,) bool or None (all)."""
+    def step(self, grad: torch.Tensor, lr: torch.Tensor, active: Optional[torch.Tensor] = None) -> None:
+        """One Adam step of every active member. grad: (P, D) (``flat_grad``, clipped); lr: (P,)
+        float; active: (P,) bool or None (all)."""
         b1, b2 = self.beta1, self.beta2
         on = torch.ones_like(self.step_count, dtype=torch.bool) if active is None else active
         self.step_count.add_(on.to(self.step_count.dtype))
         step = self.step_count.clamp(min=1.0)  # a member that never stepped: any value, it is masked out
-        bias1 = 1 - b1 ** step
-        bias2_sqrt = (1 - b2 ** step).sqrt()
-        step_size = lr / bias1  # (P,)
-        for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):
-            if p.grad is None:
-                continue
-            shape = (-1,) + (1,) * (p.dim() - 1)
-            mask = on.view(shape)
-            g = p.grad
-            new_m = torch.lerp(m, g, 1 - b1)
-            new_v = v * b2 + (1 - b2) * g * g
-            denom = new_v.sqrt() / bias2_sqrt.view(shape) + self.eps
-            new_p = p - step_size.view(shape) * new_m / denom
-            m.copy_(torch.where(mask, new_m, m))
-            v.copy_(torch.where(mask, new_v, v))
-            p.copy_(torch.where(mask, new_p, p))
+        bias2_sqrt = (1 - b2 ** step).sqrt().unsqueeze(1)
+        step_size = (lr / (1 - b1 ** step)).unsqueeze(1)  # (P, 1)
+        mask = on.unsqueeze(1)
+        new_m = torch.lerp(self.exp_avg, grad, 1 - b1)
+        new_v = self.exp_avg_sq * b2 + (1 - b2) * grad * grad
+        new_p = self.flat - step_size * new_m / (new_v.sqrt() / bias2_sqrt + self.eps)
+        self.exp_avg.copy_(torch.where(mask, new_m, self.exp_avg))
+        self.exp_avg_sq.copy_(torch.where(mask, new_v, self.exp_avg_sq))
+        self.flat.copy_(torch.where(mask, new_p, self.flat))
 
     def state_dict(self) -> dict:
-        return {"step": self.step_count.clone(), "exp_avg": [m.clone() for m in self.exp_avg],
-                "exp_avg_sq": [v.clone() for v in self.exp_avg_sq]}
+        return {"step": self.step_count.clone(), "exp_avg": self.exp_avg.clone(), "exp_avg_sq": self.exp_avg_sq.clone()}
 
     def load_state_dict(self, state: dict) -> None:
-        if len(state["exp_avg"]) != len(self.exp_avg) or state["step"].shape != self.step_count.shape:
-            raise ValueError("optimizer state does not match this population's parameters")
-        self.step_count.copy_(state["step"])
-        for own, got in zip(self.exp_avg + self.exp_avg_sq, list(state["exp_avg"]) + list(state["exp_avg_sq"])):
-            if own.shape != got.shape:
-                raise ValueError(f"optimizer moment of shape {tuple(got.shape)}, expected {tuple(own.shape)}")
+        for name, own in (("step", self.step_count), ("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq)):
+            got = state[name]
+            if not torch.is_tensor(got) or got.shape != own.shape:
+                raise ValueError(f"optimizer {name} of shape {tuple(getattr(got, 'shape', ()))}, this population's {tuple(own.shape)}")
             own.copy_(got)

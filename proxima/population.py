@@ -313,9 +313,11 @@ class Population:
         then target_kl: a member whose approx_kl exceeds its own stops after this step."""
         self.optimizer.zero_grad()
         out["loss"].sum().backward()  # member p's loss reaches only member p's slices of the parameters
-        grad_norm = clip_grad_norm_per_member(list(self.params.values()), self.coef["max_grad_norm"])  # detail 11
+        grad = self.optimizer.flat_grad()  # (P, D): every parameter of a member in one row
+        grad_norm = grad.norm(dim=1)  # detail 11, per member: torch.nn.utils.clip_grad_norm_'s global norm
+        grad = grad * (self.coef["max_grad_norm"] / (grad_norm + 1e-6)).clamp(max=1.0).unsqueeze(1)
         active = self.active.clone()
-        self.optimizer.step(self.lr_now, active)
+        self.optimizer.step(grad, self.lr_now, active)
         on = active.to(torch.float32)
         self._steps_run += on
         metrics = {k: v.detach() * on for k, v in out.items() if k != "loss"}  # a stopped member adds nothing
@@ -455,24 +457,6 @@ class _NoDraw:
 
 
 _NO_DRAW = _NoDraw()
-
-
-def _per_member(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """(P,) -> (P, 1, ...) broadcasting against a stacked tensor ``like`` (P, ...)."""
-    return x.view(-1, *([1] * (like.dim() - 1)))
-
-
-def clip_grad_norm_per_member(params: list, max_norm: torch.Tensor) -> torch.Tensor:
-    """torch.nn.utils.clip_grad_norm_ for each member's slices of stacked parameters.
-
-    params: tensors (P, ...) with .grad; max_norm (P,). Returns the pre-clip norms (P,)."""
-    grads = [p.grad for p in params if p.grad is not None]
-    P = max_norm.shape[0]
-    norms = torch.stack([g.reshape(P, -1).norm(dim=1) for g in grads], dim=1).norm(dim=1)
-    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-    for g in grads:
-        g.mul_(_per_member(scale, g))
-    return norms
 
 
 def check_members(configs: Sequence[PPOConfig]) -> None:

@@ -129,3 +129,29 @@ def test_second_sigint_exits_at_once_and_the_last_checkpoint_stays_loadable(tmp_
     assert ckpt.load_checkpoint(run_dir)["global_step"] == 128
     # its temp file is left (no cleanup on an immediate exit), ignored by readers, removed by the next save
     assert [p.name for p in (run_dir / "checkpoints").glob(".step_*.tmp")]
+
+
+def test_a_population_stops_on_sigterm_with_a_checkpoint_and_resume_continues_it(tmp_path):
+    # populations (--seeds) take signals as a single run does: checkpoint, exit 128+signum, resume
+    run_dir = tmp_path / "pop"
+    cmd = [sys.executable, "-m", "proxima", "train", "CartPole-v1", "--seeds", "1-2", "--total-timesteps", "10000000",
+           "--run-dir", str(run_dir), "--no-progress", "--quiet", "--checkpoint-every", "1000"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    member = run_dir / "m001-seed2"
+    wait_for_rows(proc, member, more_than=0)
+    code, err = stop(proc, signal.SIGTERM)
+    assert code == 143, err
+    assert "stopped by SIGTERM; checkpoint: " in err and "Traceback" not in err
+    first = csv_steps(member)
+    state = ckpt.load_checkpoint(ckpt.list_checkpoints(run_dir)[-1])
+    assert state["kind"] == "ppo-population" and state["global_step"] == first[-1]
+    assert f"checkpoint: {ckpt.checkpoint_path(run_dir, first[-1])}" in err
+
+    proc = subprocess.Popen([sys.executable, "-m", "proxima", "resume", str(run_dir)], cwd=tmp_path, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_rows(proc, member, more_than=len(first))
+    code, err = stop(proc, signal.SIGINT)
+    assert code == 130, err
+    assert f"resuming population {run_dir} (2 members) at step {first[-1]:,} per member" in err
+    steps = csv_steps(member)
+    assert steps[: len(first)] == first and steps == [BATCH * i for i in range(1, len(steps) + 1)]
