@@ -438,6 +438,48 @@ class Population:
             ckpt.set_rng_state(state["rng"])
             self.next_obs.copy_(self.env.reset(seed=self.cfg.seed + self.iteration))
 
+    # --- evaluation of every member at once --------------------------------------------------------
+    @torch.no_grad()
+    def evaluate_members(self, episodes: int, seeds: Sequence[int], max_steps: int = 1_000_000) -> Optional[list]:
+        """What ``evaluate.evaluate`` returns for each member's policy (``episodes`` deterministic
+        episodes, one per env, env seed ``seeds[p]``), computed in one batched env of P x episodes
+        rows whose block p draws as a lone eval env seeded ``seeds[p]`` would, with the stacked
+        agent acting for all: one evaluation's cost instead of P. None where that is not possible
+        (an encoder agent, an env without per-member streams): evaluate members one by one then."""
+        if not self.stacked:
+            return None
+        P, E = self.members, episodes
+        env = make_env(self.cfg.env_id, P * E, self.device, self.cfg.backend, self.cfg.vector, seed=int(seeds[0]),
+                       training=False, env_kwargs=self.cfg.env_kwargs)
+        try:
+            if env.backend != "native" or not env.use_member_streams(list(seeds)):
+                return None
+            obs = env.reset()
+            bounds = env.action_bounds
+            returns = torch.zeros(P * E, dtype=torch.float64, device=env.device)
+            lengths = torch.zeros(P * E, dtype=torch.int64, device=env.device)
+            finished = torch.zeros(P * E, dtype=torch.bool, device=env.device)
+            for _ in range(max_steps):
+                action = self.agent.act(obs.reshape(P, E, *obs.shape[1:]), deterministic=True)
+                action = action.reshape(P * E, *action.shape[2:])
+                if bounds is not None:  # as Policy.act: the env gets the action clipped to its bounds
+                    action = torch.clamp(action, bounds[0], bounds[1])
+                obs, reward, terminated, truncated, _ = env.step(action)
+                returns += torch.where(finished, 0.0, reward.to(torch.float64))
+                lengths += (~finished).to(torch.int64)
+                finished |= terminated | truncated
+                if bool(finished.all()):
+                    break
+        finally:
+            env.close()
+        out = []
+        for p in range(P):
+            r, n = returns[p * E:(p + 1) * E].cpu().numpy(), lengths[p * E:(p + 1) * E].cpu()
+            out.append({"env_id": self.cfg.env_id, "episodes": int(E), "mean_return": float(r.mean()),
+                        "std_return": float(r.std()) if E > 1 else 0.0, "returns": [float(x) for x in r],
+                        "lengths": [int(x) for x in n], "deterministic": True})
+        return out
+
     # --- members as plain Agents ----------------------------------------------------------------
     def member_agent(self, index: int) -> Agent:
         """A plain Agent holding member ``index``'s current parameters (for evaluation and export)."""

@@ -316,13 +316,19 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
     from .evaluate import evaluate
 
     evals = []
+    wanted = evaluate_at_end and pop.cfg.eval_episodes > 0
+    # every member at once where the population can (what evaluate() gives each member's policy)
+    batched = pop.evaluate_members(pop.cfg.eval_episodes, [c.seed + 1_000_000 for c in pop.configs]) if wanted else None
     for i, (cfg, d) in enumerate(zip(pop.configs, dirs)):
-        if not (evaluate_at_end and cfg.eval_episodes > 0):
+        if not wanted:
             evals.append(None)
             continue
-        policy = ckpt.Policy(pop.member_agent(i), None, cfg.to_dict(), pop.env.single_observation_space,
-                             pop.env.single_action_space, pop.device)
-        result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend)
+        if batched is not None:
+            result = batched[i]
+        else:
+            policy = ckpt.Policy(pop.member_agent(i), None, cfg.to_dict(), pop.env.single_observation_space,
+                                 pop.env.single_action_space, pop.device)
+            result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend)
         (d / "eval.json").write_text(json.dumps(result, indent=2))
         evals.append(result["mean_return"])
     _write_population_json(run_dir, pop, seeds, sweep, dirs, wall=wall, evals=evals)

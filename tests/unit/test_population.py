@@ -257,3 +257,23 @@ def test_population_parts_are_capturable_on_cpu_as_far_as_a_cpu_can_tell(small_c
                                           "lr": pop.lr_now, "step": pop.optimizer.step_count, **pop.params}.items()}
     assert before == after
     assert bool(pop.metrics["policy_loss"].isfinite().all())
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_members_evaluated_at_once_get_what_evaluating_each_alone_gives(small_config, env_id):
+    from proxima import checkpoint as ckpt
+    from proxima.evaluate import evaluate
+
+    pop = Population(member_configs(small_config(env_id=env_id), [3, 5, 8]))
+    for _ in range(2):
+        pop.train_iteration()
+    seeds = [1_000_003, 1_000_005, 1_000_008]
+    together = pop.evaluate_members(4, seeds)
+    assert together is not None and len(together) == 3
+    for i, seed in enumerate(seeds):
+        policy = ckpt.Policy(pop.member_agent(i), None, pop.configs[i].to_dict(), pop.env.single_observation_space,
+                             pop.env.single_action_space, pop.device)
+        alone = evaluate(policy, episodes=4, seed=seed, backend="native")
+        assert together[i]["lengths"] == alone["lengths"]
+        assert together[i]["returns"] == pytest.approx(alone["returns"], rel=1e-5)
+        assert together[i]["mean_return"] == pytest.approx(alone["mean_return"], rel=1e-5)
