@@ -280,7 +280,7 @@ def build_parser() -> ArgParser:
     p.add_argument("--seeds", default=None, metavar="SEEDS", help="train a population: one agent per seed in one batched "
                    "process, e.g. 1-16 or 1,5,9 (docs/populations.md)")
     p.add_argument("--sweep", action="append", default=None, metavar="FIELD=V1,V2", help="a population over values of a "
-                   "per-member field (lr, ent_coef, clip_coef, vf_coef, gamma, gae_lambda, max_grad_norm), crossed with "
+                   "per-member field (lr, ent_coef, clip_coef, vf_coef, gamma, gae_lambda, max_grad_norm, target_kl), crossed with "
                    "--seeds; repeat to cross several fields")
     add_config_flags(p)
     p.set_defaults(func=cmd_train)
