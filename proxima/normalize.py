@@ -11,20 +11,29 @@ from torch import nn
 
 
 class RunningMeanStd(nn.Module):
-    """Streaming mean/variance (Chan et al. parallel update) over the leading batch dimension."""
+    """Streaming mean/variance (Chan et al. parallel update) over the leading batch dimension.
 
-    def __init__(self, shape: tuple = (), epsilon: float = 1e-4):
+    ``groups`` G > 0 (populations): the batch (G*B, *shape) is G equal blocks, each with its own
+    statistics (mean and var (G, *shape)), as G separate instances would keep them."""
+
+    def __init__(self, shape: tuple = (), epsilon: float = 1e-4, groups: int = 0):
         super().__init__()
-        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
-        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        full = (groups, *shape) if groups else tuple(shape)
+        self.groups = groups
+        self.register_buffer("mean", torch.zeros(full, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(full, dtype=torch.float64))
         self.register_buffer("count", torch.tensor(epsilon, dtype=torch.float64))
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
         x = x.to(torch.float64)
-        batch_mean = x.mean(0)
-        batch_var = x.var(0, unbiased=False)
-        batch_count = x.shape[0]
+        if self.groups:  # (G*B, ...) -> per block: the statistics each member's own instance would see
+            x = x.reshape(self.groups, -1, *x.shape[1:])
+            batch_mean, batch_var, batch_count = x.mean(1), x.var(1, unbiased=False), x.shape[1]
+        else:
+            batch_mean = x.mean(0)
+            batch_var = x.var(0, unbiased=False)
+            batch_count = x.shape[0]
         delta = batch_mean - self.mean
         tot = self.count + batch_count
         new_mean = self.mean + delta * batch_count / tot
@@ -37,16 +46,30 @@ class RunningMeanStd(nn.Module):
 class ObsNormalizer(nn.Module):
     """(obs - mean) / sqrt(var + eps), clipped to [-clip, clip]; updates its stats while training."""
 
-    def __init__(self, shape: tuple, clip: float = 10.0, epsilon: float = 1e-8):
+    def __init__(self, shape: tuple, clip: float = 10.0, epsilon: float = 1e-8, groups: int = 0):
         super().__init__()
-        self.rms = RunningMeanStd(shape)
-        self.clip, self.epsilon = clip, epsilon
+        self.rms = RunningMeanStd(shape, groups=groups)
+        self.clip, self.epsilon, self.groups = clip, epsilon, groups
 
     def forward(self, obs: torch.Tensor, update: bool | None = None) -> torch.Tensor:
+        """obs (B, *shape) -> normalized float32; with ``groups`` G, B = G*N and block g uses its own stats."""
         if update if update is not None else self.training:
             self.rms.update(obs)
-        out = (obs.to(torch.float64) - self.rms.mean) / torch.sqrt(self.rms.var + self.epsilon)
+        x = obs.to(torch.float64)
+        if self.groups:
+            x = x.reshape(self.groups, -1, *obs.shape[1:])
+            mean, var = self.rms.mean.unsqueeze(1), self.rms.var.unsqueeze(1)
+            out = ((x - mean) / torch.sqrt(var + self.epsilon)).reshape(obs.shape)
+        else:
+            out = (x - self.rms.mean) / torch.sqrt(self.rms.var + self.epsilon)
         return out.clamp(-self.clip, self.clip).to(torch.float32)
+
+    def member(self, index: int) -> "ObsNormalizer":
+        """Group ``index``'s statistics as a plain ObsNormalizer (a population member's, for eval)."""
+        one = ObsNormalizer(tuple(self.rms.mean.shape[1:]), self.clip, self.epsilon).to(self.rms.mean.device)
+        one.load_state_dict({"rms.mean": self.rms.mean[index].clone(), "rms.var": self.rms.var[index].clone(),
+                             "rms.count": self.rms.count.clone()})
+        return one
 
 
 class RewardScaler(nn.Module):
@@ -55,16 +78,18 @@ class RewardScaler(nn.Module):
     ``returns`` (N,) is the per-env discounted return, reset where an episode ended.
     """
 
-    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, epsilon: float = 1e-8):
+    def __init__(self, num_envs: int, gamma, clip: float = 10.0, epsilon: float = 1e-8, groups: int = 0):
+        """gamma: a float, or with ``groups`` G a (num_envs,) float64 tensor (each member's gamma on its rows)."""
         super().__init__()
-        self.rms = RunningMeanStd(())
+        self.rms = RunningMeanStd((), groups=groups)
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float64))
-        self.gamma, self.clip, self.epsilon = gamma, clip, epsilon
+        self.gamma, self.clip, self.epsilon, self.groups = gamma, clip, epsilon, groups
 
     def forward(self, reward: torch.Tensor, done: torch.Tensor, update: bool | None = None) -> torch.Tensor:
         if update if update is not None else self.training:
             self.returns.mul_(self.gamma).add_(reward.to(torch.float64))
             self.rms.update(self.returns)
             self.returns.masked_fill_(done, 0.0)
-        out = reward.to(torch.float64) / torch.sqrt(self.rms.var + self.epsilon)
+        var = self.rms.var.repeat_interleave(reward.shape[0] // self.groups) if self.groups else self.rms.var
+        out = reward.to(torch.float64) / torch.sqrt(var + self.epsilon)
         return out.clamp(-self.clip, self.clip).to(torch.float32)

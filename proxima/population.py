@@ -40,6 +40,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from . import ppo
 from .agent import Agent, action_dtype, action_shape
 from .member_adam import MemberAdam
+from .normalize import ObsNormalizer, RewardScaler
 from .nets import stack_mlp_agents
 from .config import ConfigError, PPOConfig, batch_size, num_iterations, validate
 from .envs import make_env
@@ -166,6 +167,9 @@ class Population:
                 g.manual_seed(c.seed)
             streams.append(g)
         self.encoder_kind = agents[0].encoder_kind
+        if base.norm_obs and agents[0].has_pixels:
+            self.env.close()
+            raise ConfigError("--norm-obs: this env's observations hold an image, which the network scales to [0, 1]; drop --norm-obs")
         # an MLP agent: one Agent with stacked Linear layers, called directly; else vmap over a template
         self.stacked = agents[0].encoder is None and not any(True for _ in agents[0].buffers())
         # per-member random streams (action samples, minibatch permutations, env resets): member k
@@ -202,6 +206,12 @@ class Population:
         self._stops = any(c.target_kl is not None for c in configs)
         self.rollout = PopulationRollout(P, T, N, self.env.obs_shape, action_shape(act_space), action_dtype(act_space),
                                          self.device, obs_dtype=self.env.obs_dtype)
+        # running normalizers (PPO_NOTES), one set of statistics per member over its own rows
+        self.obs_norm = ObsNormalizer(self.env.obs_shape, base.clip_obs, groups=P).to(self.device) if base.norm_obs else None
+        self.reward_scaler = None
+        if base.norm_reward:  # each member's discounted return with its own gamma (float64, as a single run's float)
+            gammas = torch.tensor([c.gamma for c in configs], dtype=torch.float64, device=self.device).repeat_interleave(N)
+            self.reward_scaler = RewardScaler(P * N, gammas, base.clip_reward, groups=P).to(self.device)
         rows = lambda x: x.repeat_interleave(N)  # noqa: E731  (P,) -> (P*N,): one value per env row
         self.gamma_rows, self.lam_rows = rows(self.coef["gamma"]), rows(self.coef["gae_lambda"])
         self.advantages_buf = torch.zeros_like(self.rollout.values)
@@ -244,7 +254,7 @@ class Population:
 
     # --- the three parts of an iteration --------------------------------------------------------
     def collect(self) -> None:
-        last = ppo.collect_rollout(self.env, self.policy_step, self.rollout, self.next_obs)
+        last = ppo.collect_rollout(self.env, self.policy_step, self.rollout, self.next_obs, self.obs_norm, self.reward_scaler)
         self.next_obs.copy_(last)
 
     @torch.no_grad()
@@ -409,6 +419,8 @@ class Population:
                 "optimizer": self.optimizer.state_dict(), "lr_now": self.lr_now.clone(), "iteration": self.iteration,
                 "env_backend": self.env.backend, "env": self.env.state_dict() if self.env.can_save_state else None,
                 "next_obs": self.next_obs.clone(), "rng": ckpt.rng_state(),
+                "obs_normalizer": self.obs_norm.state_dict() if self.obs_norm is not None else None,
+                "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler is not None else None,
                 "member_rng": [g.get_state() for g in self.member_generators or []]}
 
     def load_state_dict(self, state: dict) -> None:
@@ -427,6 +439,9 @@ class Population:
                     own[name].copy_(value)
         self.optimizer.load_state_dict(state["optimizer"])
         self.lr_now.copy_(state["lr_now"])
+        for module, key in ((self.obs_norm, "obs_normalizer"), (self.reward_scaler, "reward_scaler")):
+            if module is not None:
+                module.load_state_dict(state[key])
         for g, st in zip(self.member_generators or [], state.get("member_rng", [])):
             g.set_state(st.cpu())
         self.iteration = int(state["iteration"])
@@ -446,6 +461,8 @@ class Population:
         rows whose block p draws as a lone eval env seeded ``seeds[p]`` would, with the stacked
         agent acting for all: one evaluation's cost instead of P. None where that is not possible
         (an encoder agent, an env without per-member streams): evaluate members one by one then."""
+        if len(seeds) != self.members:
+            raise ValueError(f"evaluate_members: {len(seeds)} seeds for {self.members} members")
         if not self.stacked:
             return None
         P, E = self.members, episodes
@@ -460,6 +477,8 @@ class Population:
             lengths = torch.zeros(P * E, dtype=torch.int64, device=env.device)
             finished = torch.zeros(P * E, dtype=torch.bool, device=env.device)
             for _ in range(max_steps):
+                if self.obs_norm is not None:  # frozen, each member's own statistics
+                    obs = self.obs_norm(obs, update=False)
                 action = self.agent.act(obs.reshape(P, E, *obs.shape[1:]), deterministic=True)
                 action = action.reshape(P * E, *action.shape[2:])
                 if bounds is not None:  # as Policy.act: the env gets the action clipped to its bounds
@@ -481,6 +500,10 @@ class Population:
         return out
 
     # --- members as plain Agents ----------------------------------------------------------------
+    def member_obs_normalizer(self, index: int) -> Optional[ObsNormalizer]:
+        """Member ``index``'s observation normalizer as a single run's (None without --norm-obs)."""
+        return self.obs_norm.member(index) if self.obs_norm is not None else None
+
     def member_agent(self, index: int) -> Agent:
         """A plain Agent holding member ``index``'s current parameters (for evaluation and export)."""
         agent = copy.deepcopy(self.agent_template)
@@ -514,9 +537,7 @@ def check_members(configs: Sequence[PPOConfig]) -> None:
         if len(values) > 1:
             raise ConfigError(f"--sweep {f.name}: changes the shapes or the env of the batched program; "
                               f"only {', '.join(PER_MEMBER_FIELDS)} can differ between members")
-    unsupported = [("norm_obs", base.norm_obs, "observation normalizers are not per member yet"),
-                   ("norm_reward", base.norm_reward, "reward scalers are not per member yet"),
-                   ("compile", base.compile, "not wired for populations yet"),
+    unsupported = [("compile", base.compile, "not wired for populations yet"),
                    ("amp", base.amp != "none", "not wired for populations yet"),
                    ("debug_checks", base.debug_checks, "not wired for populations yet")]
     for name, on, why in unsupported:

@@ -239,7 +239,8 @@ def save_population(pop: Population, run_dir: Path, dirs: list, seeds, sweep: di
     for i, d in enumerate(dirs):  # members first: the population checkpoint is the commit point of a resume
         member = {"format": ckpt.FORMAT, "schema_version": ckpt.SCHEMA_VERSION, "config": pop.configs[i].to_dict(),
                   "iteration": pop.iteration, "global_step": step, "spaces": spaces,
-                  "agent": pop.member_agent(i).state_dict(), "obs_normalizer": None, "population_member": True,
+                  "agent": pop.member_agent(i).state_dict(), "population_member": True,
+                  "obs_normalizer": norm.state_dict() if (norm := pop.member_obs_normalizer(i)) is not None else None,
                   "population": str(run_dir)}
         ckpt.save_train_state(d, member, cfg.keep_checkpoints)
     state = {"format": ckpt.FORMAT, "schema_version": ckpt.SCHEMA_VERSION, "kind": CHECKPOINT_KIND, "versions": versions(),
@@ -326,7 +327,7 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
         if batched is not None:
             result = batched[i]
         else:
-            policy = ckpt.Policy(pop.member_agent(i), None, cfg.to_dict(), pop.env.single_observation_space,
+            policy = ckpt.Policy(pop.member_agent(i), pop.member_obs_normalizer(i), cfg.to_dict(), pop.env.single_observation_space,
                                  pop.env.single_action_space, pop.device)
             result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend)
         (d / "eval.json").write_text(json.dumps(result, indent=2))

@@ -72,7 +72,7 @@ def test_member_directories_work_with_eval_and_plot_and_refuse_resume(population
     (["--seeds", "1-2", "--sweep", "hidden_sizes=64,32"], "--sweep hidden_sizes: changes the shapes or the env"),
     (["--seeds", "1-2", "--seed", "3"], "--seed: give a population's seeds with --seeds"),
     (["--seeds", "3-1"], "--seeds '3-1'"),
-    (["--seeds", "1-2", "--norm-obs"], "--norm-obs is not supported with --seeds"),
+    (["--seeds", "1-2", "--compile"], "--compile is not supported with --seeds"),
     (["--seeds", "1-2", "--resume", "nowhere"], "nowhere: not a population run directory"),
 ])
 def test_population_flag_errors_are_one_line_exit_2(tmp_path, capsys, args, message):

@@ -277,3 +277,38 @@ def test_members_evaluated_at_once_get_what_evaluating_each_alone_gives(small_co
         assert together[i]["lengths"] == alone["lengths"]
         assert together[i]["returns"] == pytest.approx(alone["returns"], rel=1e-5)
         assert together[i]["mean_return"] == pytest.approx(alone["mean_return"], rel=1e-5)
+
+
+def test_members_with_normalizers_equal_their_single_runs_and_resume_exactly(small_config):
+    # --norm-obs/--norm-reward: one set of running statistics per member over its own rows, the
+    # reward scaler's discounted return with each member's own gamma
+    from proxima import checkpoint as ckpt
+    from proxima.evaluate import evaluate
+
+    cfg = small_config(env_id="Pendulum-v1", norm_obs=True, norm_reward=True)
+    members = member_configs(cfg, [3, 5], {"gamma": [0.9, 0.99]})
+    pop = Population(members)
+    for _ in range(2):
+        pop.train_iteration()
+    for i, member in enumerate(members):
+        single = _params_after_single(member, iterations=2)
+        got = pop.member_agent(i).state_dict()
+        for k in single:
+            torch.testing.assert_close(got[k], single[k], rtol=0, atol=1e-5, msg=f"member {i}: {k}")
+    # a checkpoint's state continues exactly as the population it came from
+    state = pop.state_dict()
+    other = Population(members)
+    other.load_state_dict(state)
+    pop.train_iteration()
+    other.train_iteration()
+    for k, v in pop.params.items():
+        assert torch.equal(v, other.params[k]), k
+    assert torch.equal(pop.obs_norm.rms.mean, other.obs_norm.rms.mean)
+    assert torch.equal(pop.reward_scaler.rms.var, other.reward_scaler.rms.var)
+    # evaluation at once uses each member's own frozen statistics, as evaluating it alone does
+    seeds = [7, 9, 11, 13]  # one per member: 2 seeds x 2 gammas
+    together = pop.evaluate_members(2, seeds)
+    for i, seed in enumerate(seeds):
+        policy = ckpt.Policy(pop.member_agent(i), pop.member_obs_normalizer(i), members[i].to_dict(),
+                             pop.env.single_observation_space, pop.env.single_action_space, pop.device)
+        assert together[i]["returns"] == pytest.approx(evaluate(policy, episodes=2, seed=seed, backend="native")["returns"], rel=1e-5)
