@@ -33,33 +33,51 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: int =
 
             raise VideoError(f"--video {video}: env '{policy.env_id}' renders no frames (no render_mode='rgb_array' "
                              "support); evaluate without --video")
-        returns = torch.zeros(episodes, dtype=torch.float64, device=env.device)
-        lengths = torch.zeros(episodes, dtype=torch.int64, device=env.device)
-        finished = torch.zeros(episodes, dtype=torch.bool, device=env.device)
         frames = []
-        for _ in range(max_steps):
-            if video is not None:
-                frame = env.render(0)
-                if frame is not None and not bool(finished[0]):
-                    frames.append(frame)
-            action = policy.act(obs, deterministic=deterministic)
-            obs, reward, terminated, truncated, _ = env.step(action)
-            returns += torch.where(finished, 0.0, reward.to(torch.float64))
-            lengths += (~finished).to(torch.int64)
-            finished |= terminated | truncated
-            if bool(finished.all()):
-                break
+
+        def record(finished: torch.Tensor) -> None:
+            frame = env.render(0)
+            if frame is not None and not bool(finished[0]):
+                frames.append(frame)
+
+        returns, lengths = first_episodes(env, obs, lambda o: policy.act(o, deterministic=deterministic), max_steps,
+                                          before_step=record if video is not None else None)
     finally:
         env.close()
-    r = returns.cpu().numpy()
-    result = {"env_id": policy.env_id, "episodes": int(episodes), "mean_return": float(r.mean()),
-              "std_return": float(r.std()) if episodes > 1 else 0.0, "returns": [float(x) for x in r],
-              "lengths": [int(x) for x in lengths.cpu()], "deterministic": bool(deterministic)}
+    result = summarize(policy.env_id, returns, lengths, deterministic)
     if video is not None:
         from .video import write_video
 
         result["video"] = write_video(frames, video) if frames else None
     return result
+
+
+def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None) -> tuple:
+    """Step ``env`` (from ``obs``) with ``act(obs) -> action`` until every env finished its first
+    episode; returns (returns float64 (N,), lengths int64 (N,)) of those episodes.
+    ``before_step(finished)`` is called before each step (video frames)."""
+    n = obs.shape[0]
+    returns = torch.zeros(n, dtype=torch.float64, device=env.device)
+    lengths = torch.zeros(n, dtype=torch.int64, device=env.device)
+    finished = torch.zeros(n, dtype=torch.bool, device=env.device)
+    for _ in range(max_steps):
+        if before_step is not None:
+            before_step(finished)
+        obs, reward, terminated, truncated, _ = env.step(act(obs))
+        returns += torch.where(finished, 0.0, reward.to(torch.float64))
+        lengths += (~finished).to(torch.int64)
+        finished |= terminated | truncated
+        if bool(finished.all()):
+            break
+    return returns, lengths
+
+
+def summarize(env_id: str, returns: torch.Tensor, lengths: torch.Tensor, deterministic: bool) -> dict:
+    """The result dict of :func:`evaluate` from the episodes' returns and lengths."""
+    r = returns.cpu().numpy()
+    return {"env_id": env_id, "episodes": int(r.shape[0]), "mean_return": float(r.mean()),
+            "std_return": float(r.std()) if r.shape[0] > 1 else 0.0, "returns": [float(x) for x in r],
+            "lengths": [int(x) for x in lengths.cpu()], "deterministic": bool(deterministic)}
 
 
 def format_result(result: dict) -> str:

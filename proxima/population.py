@@ -465,6 +465,8 @@ class Population:
             raise ValueError(f"evaluate_members: {len(seeds)} seeds for {self.members} members")
         if not self.stacked:
             return None
+        from .evaluate import first_episodes, summarize
+
         P, E = self.members, episodes
         env = make_env(self.cfg.env_id, P * E, self.device, self.cfg.backend, self.cfg.vector, seed=int(seeds[0]),
                        training=False, env_kwargs=self.cfg.env_kwargs)
@@ -473,31 +475,19 @@ class Population:
                 return None
             obs = env.reset()
             bounds = env.action_bounds
-            returns = torch.zeros(P * E, dtype=torch.float64, device=env.device)
-            lengths = torch.zeros(P * E, dtype=torch.int64, device=env.device)
-            finished = torch.zeros(P * E, dtype=torch.bool, device=env.device)
-            for _ in range(max_steps):
+
+            def act(obs: torch.Tensor) -> torch.Tensor:
                 if self.obs_norm is not None:  # frozen, each member's own statistics
                     obs = self.obs_norm(obs, update=False)
                 action = self.agent.act(obs.reshape(P, E, *obs.shape[1:]), deterministic=True)
                 action = action.reshape(P * E, *action.shape[2:])
-                if bounds is not None:  # as Policy.act: the env gets the action clipped to its bounds
-                    action = torch.clamp(action, bounds[0], bounds[1])
-                obs, reward, terminated, truncated, _ = env.step(action)
-                returns += torch.where(finished, 0.0, reward.to(torch.float64))
-                lengths += (~finished).to(torch.int64)
-                finished |= terminated | truncated
-                if bool(finished.all()):
-                    break
+                # as Policy.act: the env gets the action clipped to its bounds
+                return action if bounds is None else torch.clamp(action, bounds[0], bounds[1])
+
+            returns, lengths = first_episodes(env, obs, act, max_steps)
         finally:
             env.close()
-        out = []
-        for p in range(P):
-            r, n = returns[p * E:(p + 1) * E].cpu().numpy(), lengths[p * E:(p + 1) * E].cpu()
-            out.append({"env_id": self.cfg.env_id, "episodes": int(E), "mean_return": float(r.mean()),
-                        "std_return": float(r.std()) if E > 1 else 0.0, "returns": [float(x) for x in r],
-                        "lengths": [int(x) for x in n], "deterministic": True})
-        return out
+        return [summarize(self.cfg.env_id, returns[p * E:(p + 1) * E], lengths[p * E:(p + 1) * E], True) for p in range(P)]
 
     # --- members as plain Agents ----------------------------------------------------------------
     def member_obs_normalizer(self, index: int) -> Optional[ObsNormalizer]:
