@@ -4,9 +4,9 @@ PyTorch's CPU tensors come from the C library's malloc. glibc serves a block of 
 with its own ``mmap`` and gives it back with ``munmap`` when it is freed (and trims the top of the
 heap likewise), so a PPO minibatch step, which frees and allocates the same few MB of activations
 and gradients over and over, takes a page fault and a kernel zero-fill for every 4 KiB of every new
-tensor: on this project's 2-core machine, 180k minor faults in a 5 s population benchmark, and
-1.25-1.35x fewer training steps/s at 4,096 CartPole envs than with the memory kept
-(docs/performance.md; ``benchmarks/hostmem.py``). jemalloc and tcmalloc, which PyTorch's CPU
+tensor: ~11,000 minor faults per iteration at 4,096 CartPole envs against ~1,200 with the memory
+kept, and 1.12x (0.85-1.27) the training steps/s kept (docs/performance.md; ``benchmarks/hostmem.py``,
+benchmarks/results/hostmem-cpu.md). jemalloc and tcmalloc, which PyTorch's CPU
 performance guide recommends preloading, keep it by design; this does the same with glibc's own
 ``mallopt`` (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD), without preloading anything.
 

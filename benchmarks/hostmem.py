@@ -1,0 +1,86 @@
+"""keep_host_memory on and off: training steps/s and page faults per iteration, side by side.
+
+    .venv/bin/python benchmarks/hostmem.py                       # 4,096 native CartPole envs, 3 rounds
+    .venv/bin/python benchmarks/hostmem.py --num-envs 1024 --out benchmarks/results/hostmem-cpu.md
+
+The setting is process-wide and one-way (proxima/hostmem.py), so each measurement is a fresh
+process: a Trainer at the vs-PureJaxRL shape (native CartPole, 16 steps, 4 epochs x 4
+minibatches, 64x64 tanh, one thread), 2 warm-up iterations, then ``--iterations`` timed ones,
+reporting training steps/s and minor page faults per iteration. Rounds alternate on/off so both
+see the same machine load; the table gives median (range) and the per-round ratio on/off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PROBE = """
+import json, resource, sys, time
+from proxima.config import PPOConfig
+from proxima.trainer import Trainer
+n, iters, keep = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+cfg = PPOConfig(env_id="CartPole-v1", backend="native", num_envs=n, num_steps=16, total_timesteps=n * 16 * 10_000,
+                threads=1, progress=False, eval_episodes=0, checkpoint_every=0, keep_host_memory=keep)
+t = Trainer(cfg, quiet=True)
+for _ in range(2):
+    t.train_iteration()
+f0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+for _ in range(iters):
+    t.train_iteration()
+dt = time.perf_counter() - t0
+print(json.dumps({"sps": n * 16 * iters / dt, "faults": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / iters}))
+"""
+
+
+def measure(num_envs: int, iterations: int, keep: bool) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(num_envs), str(iterations), "1" if keep else "0"],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError((proc.stderr.strip().splitlines() or ["?"])[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def fmt(values: list, scale: float = 1.0, digits: int = 1, unit: str = "") -> str:
+    v = [x / scale for x in values]
+    return f"{statistics.median(v):.{digits}f}{unit} ({min(v):.{digits}f}-{max(v):.{digits}f})"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--num-envs", type=int, default=4096)
+    p.add_argument("--iterations", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    rows = {True: [], False: []}
+    for r in range(args.repeats):
+        for keep in ((True, False) if r % 2 == 0 else (False, True)):
+            rows[keep].append(measure(args.num_envs, args.iterations, keep))
+        print(f"round {r + 1}: on {rows[True][-1]['sps']:,.0f} steps/s, off {rows[False][-1]['sps']:,.0f} steps/s", file=sys.stderr)
+    ratios = [a["sps"] / b["sps"] for a, b in zip(rows[True], rows[False])]
+    text = "\n".join([
+        f"native CartPole, {args.num_envs:,} envs x 16 steps, 4 epochs x 4 minibatches, 1 thread; "
+        f"{args.repeats} alternating rounds of fresh processes, {args.iterations} timed iterations each",
+        "", "| keep_host_memory | training steps/s | minor page faults per iteration |", "|---|---:|---:|",
+        f"| on (default) | {fmt([x['sps'] for x in rows[True]], 1e3, 1, 'k')} | {fmt([x['faults'] for x in rows[True]], digits=0)} |",
+        f"| off (`--no-keep-host-memory`) | {fmt([x['sps'] for x in rows[False]], 1e3, 1, 'k')} | {fmt([x['faults'] for x in rows[False]], digits=0)} |",
+        "", f"on / off, per round: {fmt(ratios, digits=2)}x", "",
+        f"Command: `python benchmarks/hostmem.py {' '.join(argv if argv is not None else sys.argv[1:])}`", ""])
+    print(text)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write("\n" + text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
