@@ -13,6 +13,7 @@ import math
 import torch
 from torch import nn
 
+from . import mlp_cpu
 from .config import ConfigError
 from .envs.spaces import ObsLayout, ObsPart
 
@@ -29,14 +30,28 @@ def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias_const: float = 
     return layer
 
 
-def mlp(in_dim: int, hidden: list, out_dim: int, out_std: float, activation: str = "tanh") -> nn.Sequential:
+class MLP(nn.Sequential):
+    """Linear, activation, ..., Linear (an ``nn.Sequential``: parameter names ``0.weight``, ``2.weight``,
+    ...). On the CPU a float32 (B, in) input runs through mlp_cpu's row-block kernel (the same
+    ops, cache-sized blocks, activations in place; bit-identical for batches of one block); every
+    other input (CUDA, autocast, compile, vmap, a population's StackedLinear layers) through the
+    plain modules."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        plan = mlp_cpu.plan(self)
+        if plan is not None and mlp_cpu.eligible(x, plan[0]):
+            return mlp_cpu.mlp_forward(x, *plan)
+        return super().forward(x)
+
+
+def mlp(in_dim: int, hidden: list, out_dim: int, out_std: float, activation: str = "tanh") -> MLP:
     act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
     layers, d = [], in_dim
     for h in hidden:
         layers += [layer_init(nn.Linear(d, h)), act()]
         d = h
     layers.append(layer_init(nn.Linear(d, out_dim), std=out_std))
-    return nn.Sequential(*layers)
+    return MLP(*layers)
 
 
 def resolve_encoder(encoder: str, layout: ObsLayout) -> str:

@@ -1,0 +1,142 @@
+"""The CPU kernel of an MLP (Linear, activation, ..., Linear): forward and backward by row blocks.
+
+Why: on one CPU core a PPO minibatch of CartPole's 64x64 tanh MLPs (16,384 rows, 4 MB per
+activation) spends as much time moving activations through memory as multiplying them. Autograd
+runs each op over the whole batch (the bias copy of ``addmm``, the matmul, ``tanh``, and in the
+backward ``tanh_backward`` and the bias sum), and each op writes a new 4 MB tensor that is cold in
+the cache. Here the forward runs block by block of rows sized to stay in the L2 cache (512 KiB of
+the widest layer), the activation applied in place; the backward runs the same blocks, applying the
+activation's derivative in place and adding each block's weight gradient into one (out, in)
+tensor. Same ops as autograd's, so with one block (any batch of at most ``block_rows(widths)``
+rows: every preset's minibatch) the results are bit-identical to the plain ``nn.Sequential``; with
+several blocks the weight gradients are sums of per-block matmuls, equal within float rounding.
+Measured in benchmarks/results/vs-purejaxrl-cpu.md (docs/performance.md).
+
+Only for what it handles: float32 (B, in) inputs on the CPU, tanh or ReLU between ``nn.Linear``
+layers, no autocast, no ``torch.compile`` tracing and no functorch transform (``vmap``,
+``torch.func.grad``). ``nets.MLP`` checks that before every call and runs the plain modules
+otherwise (on CUDA too, where a CUDA graph or a compiled kernel does the fusing). Forward hooks on
+the MLP's child modules are not called on this path.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+#: bytes of the widest activation one row block may hold (a fraction of a 1-2 MiB L2 cache)
+BLOCK_BYTES = 512 * 1024
+MIN_BLOCK_ROWS = 256
+
+#: activation module -> (in-place forward, backward writing into the incoming gradient)
+ACTIVATIONS = {
+    nn.Tanh: (torch.Tensor.tanh_,
+              lambda g, y: torch.ops.aten.tanh_backward.grad_input(g, y, grad_input=g)),
+    nn.ReLU: (torch.Tensor.relu_,
+              lambda g, y: torch.ops.aten.threshold_backward.grad_input(g, y, 0, grad_input=g)),
+}
+
+
+def block_rows(widths) -> int:
+    """Rows per block: the widest layer's activation of one block fills BLOCK_BYTES (float32)."""
+    return max(MIN_BLOCK_ROWS, BLOCK_BYTES // (4 * max(widths)))
+
+
+def plan(layers) -> tuple | None:
+    """(linears, activation type) when ``layers`` is Linear, act, Linear, ..., Linear with one
+    activation type from ACTIVATIONS; None otherwise (e.g. a population's StackedLinear)."""
+    linears, acts = list(layers)[0::2], list(layers)[1::2]
+    if not linears or any(type(l) is not nn.Linear or l.bias is None for l in linears):
+        return None
+    if len({type(a) for a in acts}) > 1 or any(type(a) not in ACTIVATIONS for a in acts):
+        return None
+    return linears, (type(acts[0]) if acts else nn.Tanh)
+
+
+def eligible(x: torch.Tensor, linears) -> bool:
+    """Whether this kernel computes what the plain modules would for input ``x``."""
+    if x.device.type != "cpu" or x.dim() != 2 or x.dtype != torch.float32:
+        return False
+    if torch.compiler.is_compiling() or torch.is_autocast_enabled("cpu"):
+        return False
+    if torch._C._functorch.is_functorch_wrapped_tensor(x):  # vmap / grad transforms see plain ops
+        return False
+    return all(l.weight.dtype == torch.float32 and l.weight.device.type == "cpu" for l in linears)
+
+
+def _forward_blocks(x, weights, biases, act, rows: int, keep_hidden: bool) -> list:
+    """Every layer's output [(B, out_i)], activations applied, computed block by block of ``rows``.
+    Without ``keep_hidden`` (nothing to differentiate) the hidden layers write one block-sized
+    scratch buffer each, reused by every block and so never cold; only the last output is (B, out)."""
+    forward_act, _ = ACTIVATIONS[act]
+    b, last = x.shape[0], len(weights) - 1
+    outs = [x.new_empty(b if keep_hidden or i == last else min(rows, b), w.shape[0]) for i, w in enumerate(weights)]
+    for s in range(0, b, rows):
+        h = x[s:s + rows]
+        for i, (w, bias) in enumerate(zip(weights, biases)):
+            o = outs[i][s:s + rows] if keep_hidden or i == last else outs[i][:h.shape[0]]
+            # mm then the bias in place, not addmm: addmm first broadcasts the bias into o, a pass
+            # over cold memory; here the bias lands on the block the matmul just wrote. The same
+            # sums (MKL adds C after the products): bit-identical to addmm, as the tests check
+            torch.mm(h, w.t(), out=o)
+            o.add_(bias)
+            if i < last:
+                forward_act(o)
+            h = o
+    return outs
+
+
+class _MLPFunction(torch.autograd.Function):
+    """x (B, in), weights (out_i, in_i), biases (out_i,) -> (B, out_last)."""
+
+    @staticmethod
+    def forward(ctx, x, act, rows, *params):
+        weights, biases = params[0::2], params[1::2]
+        outs = _forward_blocks(x, weights, biases, act, rows, keep_hidden=True)
+        ctx.act, ctx.rows, ctx.layers = act, rows, len(weights)
+        ctx.save_for_backward(x, *weights, *outs[:-1])
+        return outs[-1]
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        n, rows = ctx.layers, ctx.rows
+        saved = ctx.saved_tensors
+        x, weights, hidden = saved[0], saved[1:1 + n], saved[1 + n:]
+        inputs = (x, *hidden)  # inputs[i] is layer i's input; inputs[i + 1] its activated output
+        _, backward_act = ACTIVATIONS[ctx.act]
+        need_x = ctx.needs_input_grad[0]
+        grad_out = grad_out.contiguous()
+        b = x.shape[0]
+        gw, gb = [None] * n, [None] * n
+        gx = x.new_empty(x.shape) if need_x else None
+        for s in range(0, b, rows):
+            g = grad_out[s:s + rows]
+            for i in range(n - 1, -1, -1):
+                inp = inputs[i][s:s + rows]
+                if gw[i] is None:  # the first block: plain mm and sum, as autograd's addmm backward
+                    gw[i], gb[i] = g.t().mm(inp), g.sum(0)
+                else:
+                    gw[i].addmm_(g.t(), inp)
+                    gb[i].add_(g.sum(0))
+                if i > 0:
+                    # a one-output layer (the critic's): an outer product, one multiply per element
+                    # either way, so the broadcast mul is exact and skips a K=1 matmul
+                    g = g * weights[i] if weights[i].shape[0] == 1 else g.mm(weights[i])
+                    backward_act(g, inp)  # inp is layer i-1's activated output
+                elif need_x:
+                    torch.mm(g, weights[0], out=gx[s:s + rows])
+        grads = [gx, None, None]
+        for w_grad, b_grad in zip(gw, gb):
+            grads += [w_grad, b_grad]
+        return tuple(grads)
+
+
+def mlp_forward(x: torch.Tensor, linears, act) -> torch.Tensor:
+    """The MLP of ``linears`` with activation ``act`` between them on x (B, in), by row blocks."""
+    params = [t for l in linears for t in (l.weight, l.bias)]
+    rows = block_rows([l.out_features for l in linears])
+    if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
+        return _MLPFunction.apply(x, act, rows, *params)
+    # acting and evaluation: nothing is kept for a backward
+    return _forward_blocks(x, params[0::2], params[1::2], act, rows, keep_hidden=False)[-1]

@@ -1,0 +1,111 @@
+"""The CPU row-block MLP kernel (proxima/mlp_cpu.py, nets.MLP) computes what the plain modules do."""
+
+import gymnasium as gym
+import pytest
+import torch
+from torch import nn
+
+from proxima import mlp_cpu
+from proxima.agent import Agent
+from proxima.nets import MLP, StackedLinear, mlp
+
+
+def plain(net: MLP, x: torch.Tensor) -> torch.Tensor:
+    """The same modules run one by one (what autograd does without the kernel)."""
+    return nn.Sequential.forward(net, x)
+
+
+def grads_of(net, x, fn, weight=None):
+    net.zero_grad(set_to_none=True)
+    out = fn(net, x)
+    # a non-uniform upstream gradient, and a (B, 1) -> (B,) squeeze as the critic does
+    w = torch.linspace(-1, 2, out.numel()).reshape(out.shape) if weight is None else weight
+    (out * w).sum().backward()
+    return out.detach(), [p.grad.clone() for p in net.parameters()]
+
+
+@pytest.mark.parametrize("activation,out_dim", [("tanh", 2), ("tanh", 1), ("relu", 3)])
+def test_one_block_is_bit_identical_to_the_plain_modules(activation, out_dim):
+    torch.manual_seed(0)
+    net = mlp(4, [64, 64], out_dim, out_std=0.01, activation=activation)
+    x = torch.randn(mlp_cpu.block_rows([64, 64, out_dim]), 4)  # exactly one block
+    out_k, g_k = grads_of(net, x, lambda n, v: n(v))
+    out_p, g_p = grads_of(net, x, plain)
+    assert out_k.grad_fn is None and torch.equal(out_k, out_p)
+    for a, b in zip(g_k, g_p):
+        assert torch.equal(a, b)
+
+
+def test_the_kernel_runs_in_the_agent_on_cpu():
+    agent = Agent(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    x = torch.randn(300, 4)
+    assert type(agent.critic(x).grad_fn).__name__ == "_MLPFunctionBackward"
+    assert type(agent.actor(x).grad_fn).__name__ == "_MLPFunctionBackward"
+
+
+@pytest.mark.parametrize("batch", [5000, 2049])
+def test_several_blocks_equal_the_plain_modules_within_rounding(batch):
+    torch.manual_seed(1)
+    net = mlp(8, [64, 32], 3, out_std=1.0)
+    x = torch.randn(batch, 8)
+    assert batch > mlp_cpu.block_rows([64, 32, 3])  # a partial last block too
+    out_k, g_k = grads_of(net, x, lambda n, v: n(v))
+    out_p, g_p = grads_of(net, x, plain)
+    torch.testing.assert_close(out_k, out_p, rtol=1e-6, atol=1e-6)
+    for a, b in zip(g_k, g_p):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_input_gradient_when_the_input_needs_one():
+    torch.manual_seed(2)
+    net = mlp(16, [64, 64], 1, out_std=1.0)
+    x1 = torch.randn(3000, 16, requires_grad=True)  # e.g. an encoder's features
+    x2 = x1.detach().clone().requires_grad_(True)
+    net(x1).squeeze(-1).pow(2).sum().backward()  # squeeze: a non-contiguous upstream gradient
+    gk = x1.grad.clone()
+    plain(net, x2).squeeze(-1).pow(2).sum().backward()
+    torch.testing.assert_close(gk, x2.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_a_linear_head_without_hidden_layers():
+    torch.manual_seed(3)
+    net = mlp(32, [], 5, out_std=0.01)  # the CNN agent's heads
+    x = torch.randn(100, 32, requires_grad=True)
+    out_k, g_k = grads_of(net, x, lambda n, v: n(v))
+    out_p, g_p = grads_of(net, x, plain)
+    assert torch.equal(out_k, out_p) and all(torch.equal(a, b) for a, b in zip(g_k, g_p))
+
+
+def test_no_grad_forward_equals_the_plain_modules():
+    torch.manual_seed(4)
+    net = mlp(4, [64, 64], 2, out_std=0.01)
+    x = torch.randn(4096, 4)
+    with torch.no_grad():
+        out = net(x)
+    assert not out.requires_grad
+    torch.testing.assert_close(out, plain(net, x).detach(), rtol=1e-6, atol=1e-7)
+
+
+def test_what_the_kernel_does_not_handle_runs_the_plain_modules():
+    torch.manual_seed(5)
+    net = mlp(4, [64], 2, out_std=1.0)
+    x = torch.randn(64, 4)
+    # vmap (a population of encoder agents): functorch-wrapped inputs take the plain path
+    xs = torch.randn(3, 64, 4)
+    torch.testing.assert_close(torch.func.vmap(net)(xs), torch.stack([plain(net, v) for v in xs]))
+    # torch.func.grad: the same
+    g = torch.func.grad(lambda v: net(v).sum())(x)
+    x2 = x.clone().requires_grad_(True)
+    plain(net, x2).sum().backward()
+    torch.testing.assert_close(g, x2.grad)
+    # autocast: the plain modules, in bfloat16 as autocast asks
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert net(x).dtype == torch.bfloat16
+    # 3-D inputs: plain
+    assert net(torch.randn(2, 5, 4)).shape == (2, 5, 2)
+    assert not mlp_cpu.eligible(x.to("meta"), [net[0]])
+    # a population's stacked layers are not plain Linears: no plan
+    stacked = mlp(4, [8], 2, out_std=1.0)
+    stacked[0] = StackedLinear([nn.Linear(4, 8), nn.Linear(4, 8)])
+    assert mlp_cpu.plan(stacked) is None
+    assert stacked(torch.randn(2, 10, 4)).shape == (2, 10, 2)
