@@ -121,7 +121,10 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--num-envs", default="4096", help="comma-separated env counts")
     p.add_argument("--repeats", type=int, default=3, help="alternating rounds (default 3)")
-    p.add_argument("--seconds", type=float, default=2.0, help="Proxima's timed seconds per round")
+    p.add_argument("--seconds", type=float, default=10.0,
+                   help="Proxima's timed seconds per round (default 10: on a shared machine the load comes in "
+                        "phases of seconds, and PureJaxRL's figure averages a whole ~20 s run; a 2 s window "
+                        "catches one phase, which made single rounds swing 0.7x-1.1x)")
     p.add_argument("--compile", action="store_true", help="Proxima with --compile")
     p.add_argument("--cudagraphs", action="store_true", help="Proxima with --cudagraphs")
     p.add_argument("--jax-python", default=str(ROOT / ".jax-venv" / "bin" / "python") if (ROOT / ".jax-venv").exists() else "python3")

@@ -37,10 +37,19 @@ class MLP(nn.Sequential):
     other input (CUDA, autocast, compile, vmap, a population's StackedLinear layers) through the
     plain modules."""
 
+    def __init__(self, *layers: nn.Module):
+        super().__init__(*layers)
+        #: batches of at most this many rows run the plain modules (the kernel pays above one block)
+        self.kernel_rows = mlp_cpu.block_rows([m.out_features for m in layers if isinstance(m, nn.Linear)] or [1])
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        plan = mlp_cpu.plan(self)
-        if plan is not None and mlp_cpu.eligible(x, plan[0]):
-            return mlp_cpu.mlp_forward(x, *plan)
+        # the compiler check first: torch.compile (and a CUDA graph) see only the plain modules;
+        # then the cheap checks, so acting in a few envs or a preset's minibatch leaves at once
+        if (not torch.compiler.is_compiling() and x.dim() == 2 and x.shape[0] > self.kernel_rows
+                and x.device.type == "cpu"):
+            plan = mlp_cpu.plan(self)
+            if plan is not None and mlp_cpu.eligible(x, plan[0]):
+                return mlp_cpu.mlp_forward(x, *plan)
         return super().forward(x)
 
 

@@ -1,0 +1,85 @@
+"""The CPU MLP kernel (proxima/mlp_cpu.py) on and off: training steps/s side by side, one process.
+
+    .venv/bin/python benchmarks/mlp_kernel.py                     # 4,096 native CartPole envs, 6 rounds
+    .venv/bin/python benchmarks/mlp_kernel.py --rounds 8 --out benchmarks/results/mlp-kernel-cpu.md
+
+One Trainer at the vs-PureJaxRL shape (native CartPole, 16 steps, 4 epochs x 4 minibatches of
+16,384 rows, 64x64 tanh, one thread). Each round times ``--iterations`` iterations with the kernel,
+then as many with the plain modules (``nn.Sequential``, what autograd runs without it), the order
+alternating between rounds, each after one untimed iteration; the same process and the same
+weights' trajectory, so both see the same machine load. "off" is only the kernel: everything else
+(index_select gathers, keep_host_memory) is as in a normal run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def fmt(xs, scale=1.0, digits=1, unit=""):
+    xs = [x / scale for x in xs]
+    return f"{statistics.median(xs):.{digits}f}{unit} ({min(xs):.{digits}f}{unit}-{max(xs):.{digits}f}{unit})"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--num-envs", type=int, default=4096)
+    p.add_argument("--iterations", type=int, default=3, help="timed iterations per setting and round")
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--out", default=None, help="append the table to this file")
+    args = p.parse_args(argv)
+
+    import torch
+
+    from proxima import mlp_cpu
+    from proxima.config import PPOConfig
+    from proxima.trainer import Trainer
+
+    torch.set_num_threads(1)
+    n = args.num_envs
+    cfg = PPOConfig(env_id="CartPole-v1", backend="native", num_envs=n, num_steps=16, total_timesteps=n * 16 * 100_000,
+                    threads=1, progress=False, eval_episodes=0, checkpoint_every=0)
+    trainer = Trainer(cfg, quiet=True)
+    kernel = mlp_cpu.eligible
+    settings = {"on": kernel, "off": lambda *a: False}
+    sps = {k: [] for k in settings}
+    try:
+        for _ in range(2):
+            trainer.train_iteration()
+        for r in range(args.rounds):
+            for name in (("on", "off") if r % 2 == 0 else ("off", "on")):
+                mlp_cpu.eligible = settings[name]
+                trainer.train_iteration()
+                t0 = time.perf_counter()
+                for _ in range(args.iterations):
+                    trainer.train_iteration()
+                sps[name].append(n * 16 * args.iterations / (time.perf_counter() - t0))
+            print(f"round {r + 1}: on {sps['on'][-1]:,.0f} steps/s, off {sps['off'][-1]:,.0f} steps/s", file=sys.stderr)
+    finally:
+        mlp_cpu.eligible = kernel
+        trainer.close()
+    ratios = [a / b for a, b in zip(sps["on"], sps["off"])]
+    text = "\n".join([
+        f"native CartPole, {n:,} envs x 16 steps, 4 epochs x 4 minibatches, 64x64 tanh, 1 thread; {args.rounds} "
+        f"alternating rounds in one process, {args.iterations} timed iterations per setting and round",
+        "", "| MLP on the CPU | training steps/s |", "|---|---:|",
+        f"| row-block kernel (mlp_cpu, default) | {fmt(sps['on'], 1e3, 1, 'k')} |",
+        f"| plain modules (autograd op by op) | {fmt(sps['off'], 1e3, 1, 'k')} |",
+        "", f"kernel / plain, per round: {fmt(ratios, digits=2)}x", "",
+        f"Command: `python benchmarks/mlp_kernel.py {' '.join(argv if argv is not None else sys.argv[1:])}`", ""])
+    print(text)
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write("\n" + text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
