@@ -63,6 +63,34 @@ def test_rollout_gae_and_update_make_no_host_sync(env_id, device):
     assert next_obs.shape == (8, *env.obs_shape)
 
 
+def test_the_cpu_mlp_kernel_path_makes_no_host_sync(monkeypatch):
+    # 3,000 envs x 4 steps: acting, V(final obs) and minibatches of 3,000 rows all take mlp_cpu's
+    # row-block kernel (more than one 2,048-row block), which must stay as sync-free as the modules
+    from proxima import mlp_cpu
+
+    calls = {"grad": 0, "no_grad": 0}
+    apply, blocks = mlp_cpu._MLPFunction.apply, mlp_cpu._forward_blocks
+
+    def counted_apply(*a):
+        calls["grad"] += 1
+        return apply(*a)
+
+    def counted_blocks(*a, keep_hidden):
+        calls["no_grad"] += not keep_hidden
+        return blocks(*a, keep_hidden=keep_hidden)
+
+    monkeypatch.setattr(mlp_cpu._MLPFunction, "apply", counted_apply)
+    monkeypatch.setattr(mlp_cpu, "_forward_blocks", counted_blocks)
+    env, agent, optimizer, rollout, next_obs, cfg = build("CartPole-v1", "cpu", num_envs=3000, num_steps=4)
+    one_iteration(env, agent, optimizer, rollout, next_obs, cfg)
+    with forbid_host_sync("cpu"):
+        next_obs, metrics = one_iteration(env, agent, optimizer, rollout, next_obs, cfg)
+    assert not bool(metrics["nonfinite"])
+    # two iterations, each: 2 networks x 4 acting steps + the critic on the final obs (no grad),
+    # and 2 networks x 2 epochs x 4 minibatches (grad)
+    assert calls == {"grad": 2 * (2 * 2 * 4), "no_grad": 2 * (2 * 4 + 1)}
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_deliberate_item_inside_the_guard_raises(device):
     x = torch.ones(3, device=device)
