@@ -57,12 +57,9 @@ def plan(layers) -> tuple | None:
 
 
 def eligible(x: torch.Tensor, linears) -> bool:
-    """Whether this kernel computes what the plain modules would for input ``x``, and pays: only a
-    batch of more than one block gains (the blocks of a larger batch stay in the cache); with one
-    block the ops are the plain modules' ones, issued from Python (30-250 us more per call)."""
+    """Whether this kernel computes what the plain modules would for input ``x`` (whether it pays,
+    more than one block of rows, is ``nets.MLP``'s first check)."""
     if x.device.type != "cpu" or x.dim() != 2 or x.dtype != torch.float32:
-        return False
-    if x.shape[0] <= block_rows([l.out_features for l in linears]):
         return False
     if torch.compiler.is_compiling() or torch.is_autocast_enabled("cpu"):
         return False

@@ -32,14 +32,16 @@ def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias_const: float = 
 
 class MLP(nn.Sequential):
     """Linear, activation, ..., Linear (an ``nn.Sequential``: parameter names ``0.weight``, ``2.weight``,
-    ...). On the CPU a float32 (B, in) input runs through mlp_cpu's row-block kernel (the same
-    ops, cache-sized blocks, activations in place; bit-identical for batches of one block); every
-    other input (CUDA, autocast, compile, vmap, a population's StackedLinear layers) through the
-    plain modules."""
+    ...). On the CPU a float32 (B, in) batch of more than one block (``kernel_rows``, 2,048 rows
+    for 64-wide layers) runs through mlp_cpu's row-block kernel (the same ops, cache-sized blocks,
+    activations in place); every other input (fewer rows, CUDA, autocast, compile, vmap, a
+    population's StackedLinear layers) through the plain modules."""
 
     def __init__(self, *layers: nn.Module):
         super().__init__(*layers)
-        #: batches of at most this many rows run the plain modules (the kernel pays above one block)
+        #: batches of at most this many rows (one block) run the plain modules: the kernel's gain is
+        #: keeping the blocks of a larger batch in the cache; for one block it would issue the same
+        #: ops from Python, 30-250 us more per call
         self.kernel_rows = mlp_cpu.block_rows([m.out_features for m in layers if isinstance(m, nn.Linear)] or [1])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
