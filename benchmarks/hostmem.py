@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from tables import emit, median_range  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,11 +50,6 @@ def measure(num_envs: int, iterations: int, keep: bool) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def fmt(values: list, scale: float = 1.0, digits: int = 1, unit: str = "") -> str:
-    v = [x / scale for x in values]
-    return f"{statistics.median(v):.{digits}f}{unit} ({min(v):.{digits}f}-{max(v):.{digits}f})"
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--num-envs", type=int, default=4096)
@@ -71,14 +67,11 @@ def main(argv=None) -> int:
         f"native CartPole, {args.num_envs:,} envs x 16 steps, 4 epochs x 4 minibatches, 1 thread; "
         f"{args.repeats} alternating rounds of fresh processes, {args.iterations} timed iterations each",
         "", "| keep_host_memory | training steps/s | minor page faults per iteration |", "|---|---:|---:|",
-        f"| on (default) | {fmt([x['sps'] for x in rows[True]], 1e3, 1, 'k')} | {fmt([x['faults'] for x in rows[True]], digits=0)} |",
-        f"| off (`--no-keep-host-memory`) | {fmt([x['sps'] for x in rows[False]], 1e3, 1, 'k')} | {fmt([x['faults'] for x in rows[False]], digits=0)} |",
-        "", f"on / off, per round: {fmt(ratios, digits=2)}x", "",
+        f"| on (default) | {median_range([x['sps'] for x in rows[True]], 1e3, 1, 'k')} | {median_range([x['faults'] for x in rows[True]], digits=0)} |",
+        f"| off (`--no-keep-host-memory`) | {median_range([x['sps'] for x in rows[False]], 1e3, 1, 'k')} | {median_range([x['faults'] for x in rows[False]], digits=0)} |",
+        "", f"on / off, per round: {median_range(ratios, digits=2)}x", "",
         f"Command: `python benchmarks/hostmem.py {' '.join(argv if argv is not None else sys.argv[1:])}`", ""])
-    print(text)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write("\n" + text)
+    emit(text, args.out)
     return 0
 
 

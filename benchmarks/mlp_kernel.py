@@ -14,18 +14,13 @@ weights' trajectory, so both see the same machine load. "off" is only the kernel
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-
-def fmt(xs, scale=1.0, digits=1, unit=""):
-    xs = [x / scale for x in xs]
-    return f"{statistics.median(xs):.{digits}f}{unit} ({min(xs):.{digits}f}{unit}-{max(xs):.{digits}f}{unit})"
+from tables import emit, median_range  # noqa: E402  (benchmarks/tables.py)
 
 
 def main(argv=None) -> int:
@@ -70,14 +65,11 @@ def main(argv=None) -> int:
         f"native CartPole, {n:,} envs x 16 steps, 4 epochs x 4 minibatches, 64x64 tanh, 1 thread; {args.rounds} "
         f"alternating rounds in one process, {args.iterations} timed iterations per setting and round",
         "", "| MLP on the CPU | training steps/s |", "|---|---:|",
-        f"| row-block kernel (mlp_cpu, default) | {fmt(sps['on'], 1e3, 1, 'k')} |",
-        f"| plain modules (autograd op by op) | {fmt(sps['off'], 1e3, 1, 'k')} |",
-        "", f"kernel / plain, per round: {fmt(ratios, digits=2)}x", "",
+        f"| row-block kernel (mlp_cpu, default) | {median_range(sps['on'], 1e3, 1, 'k')} |",
+        f"| plain modules (autograd op by op) | {median_range(sps['off'], 1e3, 1, 'k')} |",
+        "", f"kernel / plain, per round: {median_range(ratios, digits=2)}x", "",
         f"Command: `python benchmarks/mlp_kernel.py {' '.join(argv if argv is not None else sys.argv[1:])}`", ""])
-    print(text)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write("\n" + text)
+    emit(text, args.out)
     return 0
 
 

@@ -19,13 +19,14 @@ import csv
 import json
 import os
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+
+from tables import emit, median_range  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,10 +65,6 @@ def measure(args, size: int, workdir: Path, round_: int) -> dict:
     return {"size": size, "wall": wall, "train": train_seconds(members[0]), "evals": evals}
 
 
-def fmt(values: list, digits: int = 1) -> str:
-    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
-
-
 def table(args, rounds: list) -> str:
     sizes = args.sizes
     lines = ["| seeds | process wall s, median (range) | training s | wall / one seed, per round | members solved (>= "
@@ -76,8 +73,8 @@ def table(args, rounds: list) -> str:
         runs = [r[size] for r in rounds]
         ratios = [r[size]["wall"] / r[1]["wall"] for r in rounds] if 1 in sizes else []
         solved = [sum(e >= args.threshold for e in x["evals"]) for x in runs]
-        lines.append(f"| {size} | {fmt([x['wall'] for x in runs])} | {fmt([x['train'] for x in runs])} | "
-                     f"{fmt(ratios, 2) + 'x' if ratios else '-'} | {', '.join(f'{s}/{size}' for s in solved)} |")
+        lines.append(f"| {size} | {median_range([x['wall'] for x in runs])} | {median_range([x['train'] for x in runs])} | "
+                     f"{median_range(ratios, 2) + 'x' if ratios else '-'} | {', '.join(f'{s}/{size}' for s in solved)} |")
     return "\n".join(lines)
 
 
@@ -101,16 +98,12 @@ def main(argv=None) -> int:
             rounds.append({size: measure(args, size, Path(tmp), r) for size in order})
             print(f"round {r + 1}: " + ", ".join(f"{s} seeds {rounds[-1][s]['wall']:.1f}s" for s in args.sizes), file=sys.stderr)
     text = table(args, rounds)
-    print(text)
-    if args.out:
-        import platform
+    import platform
 
-        cmd = shlex.join(["python", "benchmarks/population_speed.py", *(argv if argv is not None else sys.argv[1:])])
-        body = (f"\n## {args.env_id} --preset {args.preset}, {started:%Y-%m-%d %H:%M}\n\n"
-                f"{platform.node()} ({os.cpu_count()} CPUs), load average before {load[0]:.2f}; "
-                f"{args.repeats} alternating rounds; command: `{cmd}`\n\n{text}\n")
-        with open(args.out, "a") as f:
-            f.write(body)
+    cmd = shlex.join(["python", "benchmarks/population_speed.py", *(argv if argv is not None else sys.argv[1:])])
+    emit(text, args.out, f"## {args.env_id} --preset {args.preset}, {started:%Y-%m-%d %H:%M}\n\n"
+                         f"{platform.node()} ({os.cpu_count()} CPUs), load average before {load[0]:.2f}; "
+                         f"{args.repeats} alternating rounds; command: `{cmd}`\n\n{text}")
     return 0
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from tables import emit  # noqa: E402
 from vs_purejaxrl import ANCHORS, single_thread_env  # noqa: E402
 
 
@@ -95,10 +96,7 @@ def main(argv=None) -> int:
     text = (f"{args.agents} CartPole agents, 4 envs x 128 steps, {args.total:,} steps each, device {args.device}\n\n"
             "| program | training s | process s (launch to exit) | mean final episodic return |\n|---|---:|---:|---:|\n"
             + "\n".join(rows) + ratio + f"\n\nCommand: `python benchmarks/population_vs_purejaxrl.py {' '.join(argv or sys.argv[1:])}`\n")
-    print(text)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write("\n" + text)
+    emit(text, args.out)
     return 0
 
 

@@ -25,6 +25,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from tables import emit  # benchmarks/tables.py
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -91,10 +93,7 @@ def main(argv=None) -> int:
             r = rows[-1]
             print(f"seed {seed}: {r['wall']:.2f} s, " + (f"eval {r['mean_return']:.1f}" if "mean_return" in r else r["error"]), flush=True)
     text = table(args, rows)
-    print(text)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(text + "\n")
+    emit(text, args.out)
     return 0
 
 

@@ -30,6 +30,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from tables import emit, median_range  # benchmarks/tables.py
+
 ROOT = Path(__file__).resolve().parents[1]
 ANCHORS = (ROOT.parent / "shared" / "anchors" / "purejaxrl_cartpole.py", ROOT / ".anchors" / "purejaxrl_cartpole.py")
 #: PureJaxRL's total timesteps per env count: runs of ~5-15 s at the speeds measured so far
@@ -110,10 +112,8 @@ def single_call(args, env: dict, sizes: list) -> list:
 
 
 def fmt(xs: list) -> str:
-    if not xs:
-        return "-"
-    k = lambda v: f"{v / 1e6:.2f}M" if v >= 1e6 else f"{v / 1e3:.1f}k"  # noqa: E731
-    return f"{k(statistics.median(xs))} ({k(min(xs))}-{k(max(xs))})"
+    """Steps/s as 'median (min-max)' in k or M."""
+    return median_range(xs, fmt=lambda v: f"{v / 1e6:.2f}M" if v >= 1e6 else f"{v / 1e3:.1f}k")
 
 
 def main(argv=None) -> int:
@@ -156,10 +156,7 @@ def main(argv=None) -> int:
               f"Proxima: `{shlex.join(['proxima', *proxima_cmd(args, 0, args.repeats if args.single_call else 1)[3:]]).replace('--num-envs 0', '--num-envs N')}`",
               f"PureJaxRL: `python purejaxrl_cartpole.py --configs Nx16xTOTAL` (TOTAL: {PJR_TOTAL.get(args.device.split(':')[0], {})})", ""]
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(text + "\n")
+    emit(text, args.out)
     return 0
 
 

@@ -1,0 +1,26 @@
+"""What the benchmark scripts share: a "median (min-max)" cell, and a table printed and appended to
+the results file given with ``--out``. Imported as ``tables`` (a script's own directory is first on
+sys.path when it runs as ``python benchmarks/NAME.py``)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Callable, Optional
+
+
+def median_range(values: list, scale: float = 1.0, digits: int = 1, unit: str = "",
+                 fmt: Optional[Callable[[float], str]] = None) -> str:
+    """'median (min-max)' of ``values``: each divided by ``scale`` and shown with ``digits`` decimals
+    and ``unit``, or through ``fmt``; '-' for no values."""
+    if not values:
+        return "-"
+    show = fmt or (lambda v: f"{v / scale:.{digits}f}{unit}")
+    return f"{show(statistics.median(values))} ({show(min(values))}-{show(max(values))})"
+
+
+def emit(text: str, out: Optional[str] = None, file_text: Optional[str] = None) -> None:
+    """Print ``text``; append ``file_text`` (default: ``text``) after a blank line to ``out``, if given."""
+    print(text)
+    if out:
+        with open(out, "a") as f:
+            f.write("\n" + (text if file_text is None else file_text).rstrip("\n") + "\n")
