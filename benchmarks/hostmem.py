@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tables import emit, median_range  # benchmarks/tables.py
+from tables import command, emit, markdown_table, median_range  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,14 +63,15 @@ def main(argv=None) -> int:
             rows[keep].append(measure(args.num_envs, args.iterations, keep))
         print(f"round {r + 1}: on {rows[True][-1]['sps']:,.0f} steps/s, off {rows[False][-1]['sps']:,.0f} steps/s", file=sys.stderr)
     ratios = [a["sps"] / b["sps"] for a, b in zip(rows[True], rows[False])]
+    sps = {keep: [x["sps"] for x in rows[keep]] for keep in rows}
+    faults = {keep: [x["faults"] for x in rows[keep]] for keep in rows}
+    table = markdown_table(["keep_host_memory", "training steps/s", "minor page faults per iteration"], [
+        ["on (default)", median_range(sps[True], 1e3, 1, "k"), median_range(faults[True], digits=0)],
+        ["off (`--no-keep-host-memory`)", median_range(sps[False], 1e3, 1, "k"), median_range(faults[False], digits=0)]])
     text = "\n".join([
         f"native CartPole, {args.num_envs:,} envs x 16 steps, 4 epochs x 4 minibatches, 1 thread; "
         f"{args.repeats} alternating rounds of fresh processes, {args.iterations} timed iterations each",
-        "", "| keep_host_memory | training steps/s | minor page faults per iteration |", "|---|---:|---:|",
-        f"| on (default) | {median_range([x['sps'] for x in rows[True]], 1e3, 1, 'k')} | {median_range([x['faults'] for x in rows[True]], digits=0)} |",
-        f"| off (`--no-keep-host-memory`) | {median_range([x['sps'] for x in rows[False]], 1e3, 1, 'k')} | {median_range([x['faults'] for x in rows[False]], digits=0)} |",
-        "", f"on / off, per round: {median_range(ratios, digits=2)}x", "",
-        f"Command: `python benchmarks/hostmem.py {' '.join(argv if argv is not None else sys.argv[1:])}`", ""])
+        "", table, "", f"on / off, per round: {median_range(ratios, digits=2)}x", "", command("hostmem.py", argv), ""])
     emit(text, args.out)
     return 0
 

@@ -18,6 +18,20 @@ def median_range(values: list, scale: float = 1.0, digits: int = 1, unit: str = 
     return f"{show(statistics.median(values))} ({show(min(values))}-{show(max(values))})"
 
 
+def markdown_table(header: list, rows: list) -> str:
+    """A markdown table: the first column left-aligned, the others right-aligned."""
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+def command(script: str, argv: Optional[list]) -> str:
+    """The 'Command: ...' line that reproduces a table."""
+    import sys
+
+    words = ["python", f"benchmarks/{script}", *(argv if argv is not None else sys.argv[1:])]
+    return f"Command: `{' '.join(words)}`"
+
+
 def emit(text: str, out: Optional[str] = None, file_text: Optional[str] = None) -> None:
     """Print ``text``; append ``file_text`` (default: ``text``) after a blank line to ``out``, if given."""
     print(text)
