@@ -4,9 +4,10 @@ PyTorch's CPU tensors come from the C library's malloc. glibc serves a block of 
 with its own ``mmap`` and gives it back with ``munmap`` when it is freed (and trims the top of the
 heap likewise), so a PPO minibatch step, which frees and allocates the same few MB of activations
 and gradients over and over, takes a page fault and a kernel zero-fill for every 4 KiB of every new
-tensor: ~11,000 minor faults per iteration at 4,096 CartPole envs against ~1,200 with the memory
-kept, and 1.12x (0.85-1.27) the training steps/s kept (docs/performance.md; ``benchmarks/hostmem.py``,
-benchmarks/results/hostmem-cpu.md). jemalloc and tcmalloc, which PyTorch's CPU
+tensor: ~9,000-11,000 minor faults per iteration at 4,096 CartPole envs against 2-1,200 with the
+memory kept; 1.12x (0.85-1.27) the training steps/s kept before the CPU MLP kernel (mlp_cpu.py),
+1.05x (0.64-1.19) with it, within this machine's noise (docs/performance.md;
+``benchmarks/hostmem.py``, benchmarks/results/hostmem-cpu.md). jemalloc and tcmalloc, which PyTorch's CPU
 performance guide recommends preloading, keep it by design; this does the same with glibc's own
 ``mallopt`` (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD), without preloading anything.
 
