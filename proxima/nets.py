@@ -42,7 +42,7 @@ class MLP(nn.Sequential):
         #: batches of at most this many rows (one block) run the plain modules: the kernel's gain is
         #: keeping the blocks of a larger batch in the cache; for one block it would issue the same
         #: ops from Python, 30-250 us more per call
-        self.kernel_rows = mlp_cpu.block_rows([m.out_features for m in layers if isinstance(m, nn.Linear)] or [1])
+        self.kernel_rows = mlp_cpu.block_rows([m.out_features for m in self if isinstance(m, nn.Linear)] or [1])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # the compiler check first: torch.compile (and a CUDA graph) see only the plain modules;
