@@ -115,7 +115,8 @@ class _MLPFunction(torch.autograd.Function):
         gw, gb = [None] * n, [None] * n
         gx = x.new_empty(x.shape) if need_x else None
         # a layer with fewer inputs than outputs (the first: 4 -> 64 for CartPole) gets its weight
-        # gradient as (in, out) = inp^T g, 3x faster there than g^T inp (MKL, 2,048 rows; same bits)
+        # gradient as (in, out) = inp^T g: 18 us against 57 us for g^T inp on a 2,048-row block (MKL,
+        # a micro-timing on this machine's CPU), the same bits
         flip = [w.shape[1] < w.shape[0] for w in weights]
         for s in range(0, b, rows):
             g = grad_out[s:s + rows]

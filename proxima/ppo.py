@@ -198,7 +198,8 @@ def update(agent, optimizer: torch.optim.Optimizer, batch: dict, cfg, grad_step:
         perm = permutation(b, batch["obs"].device, generator)  # detail 6, on the device
         for start in range(0, b, mb_size):
             mb_inds = perm[start:start + mb_size]
-            # index_select, not v[mb_inds]: the same rows, 3-4x faster on the CPU for (B, small) tensors
+            # index_select, not v[mb_inds]: the same rows, and on the CPU 3-4x faster for (B, 4) and (B,)
+            # tensors (a micro-timing; its share of the iteration is in benchmarks/results/vs-purejaxrl-cpu.md)
             mb = {k: v.index_select(0, mb_inds) for k, v in batch.items()}
             out = grad_step(mb)
             for k, v in out.items():

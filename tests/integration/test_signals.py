@@ -50,6 +50,15 @@ def wait_for_rows(proc: subprocess.Popen, run_dir: Path, more_than: int, timeout
         time.sleep(0.05)
 
 
+def signal_after_rows(args: list, cwd: Path, watch: Path, more_than: int, signum: int) -> tuple[int, str]:
+    """Run ``proxima ARGS`` until ``watch``/metrics.csv has more than ``more_than`` rows, then send
+    ``signum``: (exit code, stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "proxima", *args], cwd=cwd, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_rows(proc, watch, more_than)
+    return stop(proc, signum)
+
+
 def stop(proc: subprocess.Popen, signum: int) -> tuple[int, str]:
     proc.send_signal(signum)
     try:
@@ -62,11 +71,9 @@ def stop(proc: subprocess.Popen, signum: int) -> tuple[int, str]:
 
 def test_sigint_checkpoints_and_exits_130_then_resume_continues_until_sigterm_143(tmp_path):
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "proxima", "train", "CartPole-v1", "--total-timesteps", "10000000",
-           "--run-dir", str(run_dir), "--no-progress", "--checkpoint-every", "1000"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for_rows(proc, run_dir, more_than=0)
-    code, err = stop(proc, signal.SIGINT)
+    args = ["train", "CartPole-v1", "--total-timesteps", "10000000", "--run-dir", str(run_dir), "--no-progress",
+            "--checkpoint-every", "1000"]
+    code, err = signal_after_rows(args, tmp_path, run_dir, 0, signal.SIGINT)
     assert code == 130, err
     assert "SIGINT received; writing a checkpoint after this iteration" in err
     assert "stopped by SIGINT; checkpoint: " in err and "Traceback" not in err
@@ -79,10 +86,7 @@ def test_sigint_checkpoints_and_exits_130_then_resume_continues_until_sigterm_14
     assert f"checkpoint: {ckpt.checkpoint_path(run_dir, first[-1])}" in err
 
     # `proxima resume` continues in the same directory with the saved config; SIGTERM it after one more row
-    proc = subprocess.Popen([sys.executable, "-m", "proxima", "resume", str(run_dir)], cwd=tmp_path, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for_rows(proc, run_dir, more_than=len(first))
-    code, err = stop(proc, signal.SIGTERM)
+    code, err = signal_after_rows(["resume", str(run_dir)], tmp_path, run_dir, len(first), signal.SIGTERM)
     assert code == 143, err
     assert f"resuming {run_dir} at global step {first[-1]:,}" in err
     assert "stopped by SIGTERM; checkpoint: " in err and "Traceback" not in err
@@ -134,12 +138,10 @@ def test_second_sigint_exits_at_once_and_the_last_checkpoint_stays_loadable(tmp_
 def test_a_population_stops_on_sigterm_with_a_checkpoint_and_resume_continues_it(tmp_path):
     # populations (--seeds) take signals as a single run does: checkpoint, exit 128+signum, resume
     run_dir = tmp_path / "pop"
-    cmd = [sys.executable, "-m", "proxima", "train", "CartPole-v1", "--seeds", "1-2", "--total-timesteps", "10000000",
-           "--run-dir", str(run_dir), "--no-progress", "--quiet", "--checkpoint-every", "1000"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = ["train", "CartPole-v1", "--seeds", "1-2", "--total-timesteps", "10000000", "--run-dir", str(run_dir),
+            "--no-progress", "--quiet", "--checkpoint-every", "1000"]
     member = run_dir / "m001-seed2"
-    wait_for_rows(proc, member, more_than=0)
-    code, err = stop(proc, signal.SIGTERM)
+    code, err = signal_after_rows(args, tmp_path, member, 0, signal.SIGTERM)
     assert code == 143, err
     assert "stopped by SIGTERM; checkpoint: " in err and "Traceback" not in err
     first = csv_steps(member)
@@ -147,10 +149,7 @@ def test_a_population_stops_on_sigterm_with_a_checkpoint_and_resume_continues_it
     assert state["kind"] == "ppo-population" and state["global_step"] == first[-1]
     assert f"checkpoint: {ckpt.checkpoint_path(run_dir, first[-1])}" in err
 
-    proc = subprocess.Popen([sys.executable, "-m", "proxima", "resume", str(run_dir)], cwd=tmp_path, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for_rows(proc, member, more_than=len(first))
-    code, err = stop(proc, signal.SIGINT)
+    code, err = signal_after_rows(["resume", str(run_dir)], tmp_path, member, len(first), signal.SIGINT)
     assert code == 130, err
     assert f"resuming population {run_dir} (2 members) at step {first[-1]:,} per member" in err
     steps = csv_steps(member)
