@@ -54,5 +54,8 @@ def accelerate(trainer):
         # DDP's gradient hooks do not trace well inside a compiled region: compile the forward only
         trainer.model = torch.compile(trainer.model, mode=mode, dynamic=False)
         return policy_step, ppo.make_grad_step(trainer.model, trainer.optimizer, cfg, trainer.autocast, trainer.scaler)
+    # Adam's fused kernel has no fake (meta) implementation for inductor to trace: its step runs
+    # eagerly between the compiled graphs, as torch.optim.Adam(fused=True) does under torch.compile
+    trainer.optimizer.step = torch.compiler.disable(trainer.optimizer.step)
     grad_step = torch.compile(eager_step, mode=mode, dynamic=False)
     return policy_step, grad_step

@@ -86,13 +86,8 @@ def restore(t: "Trainer", state: dict) -> None:
     path = state.get("path", "checkpoint")
     try:
         t.agent.load_state_dict(state["agent"])
-        # keep the optimizer's own lr tensors (a compiled or graph-captured step holds them): copy the value in
-        lrs = [g["lr"] for g in t.optimizer.param_groups]
+        # into the optimizer's own lr and moment tensors (a compiled or graph-captured step holds them)
         t.optimizer.load_state_dict(state["optimizer"])
-        for group, lr in zip(t.optimizer.param_groups, lrs):
-            if torch.is_tensor(lr):
-                lr.fill_(float(group["lr"]))
-                group["lr"] = lr
         if t.obs_norm is not None:
             t.obs_norm.load_state_dict(state["obs_normalizer"])
         if t.reward_scaler is not None:

@@ -19,6 +19,7 @@ import torch
 
 from . import checkpoint as ckpt
 from . import graphs, hostmem, ppo, train_state
+from .adam import Adam
 from .agent import Agent, action_dtype, action_shape
 from .config import ConfigError, PPOConfig, batch_size, num_iterations, validate
 from .envs import BatchedEnv, make_env
@@ -75,13 +76,12 @@ class Trainer:
         cfg.encoder = self.agent.encoder_kind  # config.yaml and checkpoints record the encoder used, not "auto"
         self.model = self.dist.wrap(self.agent)
         # detail 3 (eps 1e-5); the learning rate is a tensor annealed in place, so a compiled or
-        # graph-captured update step sees a new value without recompiling
-        # fused Adam: one multi-tensor kernel per step instead of a dozen foreach ops per parameter
-        # (on CUDA the unfused capturable Adam was 36% of an iteration's host time); capturable on
-        # CUDA, so the step counter and the learning rate stay on the device and a graph can record it
-        on_cuda = self.device.type == "cuda"
-        self.optimizer = torch.optim.Adam(self.agent.parameters(), lr=torch.tensor(cfg.lr, device=self.device), eps=1e-5,
-                                          capturable=on_cuda, fused=True)
+        # graph-captured update step sees a new value without recompiling. torch's fused Adam
+        # kernel (one multi-tensor kernel per step; on CUDA the unfused capturable Adam was 36% of
+        # an iteration's host time), its step counter and learning rate on the device so a graph
+        # can record it, called by adam.Adam: torch.optim's class costs every launch 1.2 s of imports
+        self.optimizer = Adam(self.agent.parameters(), lr=torch.tensor(cfg.lr, device=self.device), eps=1e-5,
+                              capturable=self.device.type == "cuda")
         self.obs_norm = ObsNormalizer(self.env.obs_shape, cfg.clip_obs).to(self.device) if cfg.norm_obs else None
         self.reward_scaler = RewardScaler(cfg.num_envs, cfg.gamma, cfg.clip_reward).to(self.device) if cfg.norm_reward else None
         self.rollout = Rollout(cfg.num_steps, cfg.num_envs, self.env.obs_shape, action_shape(act_space), action_dtype(act_space), self.device,
