@@ -5,7 +5,7 @@ arguments that reads and writes only tensors living as long as the trainer (stat
 
     rollout     T steps of policy, env step, autoreset, episode statistics and buffer writes
                 (``ppo.collect_rollout``); the last obs is copied into ``trainer.next_obs``
-    advantages  V(final_obs) of every step, ``ppo.compute_gae`` and the explained variance, written
+    advantages  V(s_{t+1}) of every step (``ppo.next_values``), ``ppo.compute_gae`` and the explained variance, written
                 into static (T, N) advantage and return tensors that the update's batch views
     update      every epoch and minibatch of ``ppo.update`` (forward, loss, backward, clip, Adam);
                 its metrics are copied into static scalars
@@ -66,9 +66,13 @@ class IterationParts:
     @torch.no_grad()
     def advantages(self) -> None:
         t, ro, cfg = self.t, self.t.rollout, self.t.cfg
-        next_values = t.agent.get_value(ro.final_obs.reshape(-1, *ro.final_obs.shape[2:])).reshape(ro.num_steps, ro.num_envs)
         # ppo2 treated truncation as termination; the default bootstraps from V(final_obs)
         terminated = ro.terminated if cfg.bootstrap_truncation else ro.dones
+
+        def value_of(obs):  # (k, N, *obs_shape) -> (k, N)
+            return t.agent.get_value(obs.reshape(-1, *obs.shape[2:])).reshape(obs.shape[:2])
+
+        next_values = ppo.next_values(ro.values, ro.final_obs, ro.dones, terminated, value_of)
         advantages, returns = ppo.compute_gae(ro.rewards, ro.values, next_values, terminated, ro.dones, cfg.gamma, cfg.gae_lambda)
         self.advantages_buf.copy_(advantages)
         self.returns_buf.copy_(returns)

@@ -261,8 +261,12 @@ class Population:
     def advantages(self) -> torch.Tensor:
         """GAE into the static buffers; returns the explained variance per member (P,)."""
         ro, cfg, P = self.rollout, self.cfg, self.members
-        next_values = from_members(self._call("get_value", to_members(ro.final_obs, P)), ro.num_steps)
         terminated = ro.terminated if cfg.bootstrap_truncation else ro.dones
+
+        def value_of(obs):  # (k, P*N, *obs_shape) -> (k, P*N)
+            return from_members(self._call("get_value", to_members(obs, P)), obs.shape[0])
+
+        next_values = ppo.next_values(ro.values, ro.final_obs, ro.dones, terminated, value_of)
         adv, ret = ppo.compute_gae(ro.rewards, ro.values, next_values, terminated, ro.dones, self.gamma_rows, self.lam_rows)
         self.advantages_buf.copy_(adv)
         self.returns_buf.copy_(ret)

@@ -127,3 +127,59 @@ def test_shape_mismatch_raises_value_error(which):
     args[which] = args[which][:, :1] if which != "values" else args[which].reshape(4, 3, 1)
     with pytest.raises(ValueError, match="compute_gae: shapes differ"):
         compute_gae(**args, gamma=0.99, lam=0.95)
+
+
+# --- next_values: V(s_{t+1}) from the rollout's own values, the critic only where it must run ------------
+def _rollout_case(T=6, N=8, seed=0):
+    """A critic and a rollout as collect_rollout leaves it: obs (T, N, 4), values V(obs[t]) computed
+    step by step (N rows, as the acting step does), final_obs[t] = obs[t + 1] except where an episode
+    ended (its own last obs). Terminated at (1, 2) and (3, 0); truncated at (2, 5), (2, 6) and the last step (5, 0)."""
+    from proxima.nets import mlp
+
+    torch.manual_seed(seed)
+    critic = mlp(4, [64, 64], 1, out_std=1.0)
+    obs = torch.randn(T + 1, N, 4)
+    final_obs = obs[1:].clone()
+    terminated = torch.zeros(T, N, dtype=torch.bool)
+    truncated = torch.zeros(T, N, dtype=torch.bool)
+    terminated[1, 2] = terminated[3, 0] = True
+    truncated[2, 5] = truncated[2, 6] = truncated[5, 0] = True
+    done = terminated | truncated
+    final_obs[done] = torch.randn(int(done.sum()), 4)  # a finished episode's last obs is not the next (reset) obs
+    with torch.no_grad():
+        values = torch.stack([critic(obs[t]).squeeze(-1) for t in range(T)])
+    return critic, obs[:T], final_obs, values, terminated, done
+
+
+@pytest.mark.parametrize("bootstrap_truncation", [True, False])
+def test_next_values_equal_the_critic_on_every_final_obs_and_run_it_only_where_needed(bootstrap_truncation):
+    from proxima.ppo import next_values
+
+    critic, obs, final_obs, values, terminated, done = _rollout_case()
+    T, N = values.shape
+    term = terminated if bootstrap_truncation else done
+    evaluated = []
+
+    def value_of(o):
+        evaluated.append(o.shape[0])
+        with torch.no_grad():
+            return critic(o.reshape(-1, 4)).squeeze(-1).reshape(o.shape[:2])
+
+    got = next_values(values, final_obs, done, term, value_of)
+    with torch.no_grad():
+        full = critic(final_obs.reshape(-1, 4)).squeeze(-1).reshape(T, N)  # what every step's final obs gives
+    used = ~term
+    # where compute_gae reads it (bit for bit with MKL on this project's CPU; a tolerance for other BLAS)
+    torch.testing.assert_close(got[used], full[used], rtol=1e-6, atol=1e-6)
+    # the last step, plus step 2 (its truncations) when they are bootstrapped; not the other T - 2 steps
+    assert evaluated == ([1, 1] if bootstrap_truncation else [1])
+
+
+def test_next_values_on_a_rollout_without_done_reuse_the_rollout_values():
+    from proxima.ppo import next_values
+
+    values = torch.randn(5, 3)
+    final_obs = torch.randn(5, 3, 4)
+    no = torch.zeros(5, 3, dtype=torch.bool)
+    got = next_values(values, final_obs, no, no, lambda o: torch.full(o.shape[:2], 7.0))
+    assert torch.equal(got[:-1], values[1:]) and torch.equal(got[-1], torch.full((3,), 7.0))
