@@ -68,6 +68,34 @@ def test_discrete_logprob_and_entropy_match_categorical():
     torch.testing.assert_close(entropy, dist.entropy())
 
 
+@pytest.mark.parametrize("n, lead", [(2, (300,)), (3, (4, 50)), (6, (129,))])
+def test_categorical_head_gradients_match_categorical_and_come_back_contiguous(n, lead):
+    """The CPU head reduces over an (n, ...) copy of the logits; its values and gradients are
+    Categorical's, and the gradient reaching the actor's last layer keeps the (..., n) layout a
+    plain head gives it (a transposed one sends that layer's matmuls down another, differently
+    rounding path)."""
+    from proxima.agent import _categorical_logprob_entropy
+
+    torch.manual_seed(n)
+    logits = torch.randn(*lead, n, requires_grad=True)
+    action = torch.randint(0, n, lead)
+    weights = torch.randn(*lead), torch.randn(*lead)
+    lp, ent = _categorical_logprob_entropy(logits, action)
+    torch.autograd.backward([lp, ent], list(weights))
+    ref_logits = logits.detach().clone().requires_grad_()
+    dist = Categorical(logits=ref_logits)
+    ref_lp, ref_ent = dist.log_prob(action), dist.entropy()
+    torch.autograd.backward([ref_lp, ref_ent], list(weights))
+    torch.testing.assert_close(lp, ref_lp)
+    torch.testing.assert_close(ent, ref_ent)
+    torch.testing.assert_close(logits.grad, ref_logits.grad)
+    assert logits.grad.is_contiguous()
+    # under vmap (a population's members), as get_action_and_value is called there
+    vlp, vent = torch.func.vmap(_categorical_logprob_entropy)(logits.detach().reshape(-1, 1, n), action.reshape(-1, 1))
+    torch.testing.assert_close(vlp.reshape(lead), ref_lp.detach())
+    torch.testing.assert_close(vent.reshape(lead), ref_ent.detach())
+
+
 def test_multidiscrete_logprob_and_entropy_summed_over_dims():
     agent = make_agent("multidiscrete")
     obs = obs_batch()
