@@ -46,39 +46,52 @@ def _categorical_sample(logits: torch.Tensor, generators=None) -> torch.Tensor:
     return torch.argmax(logits - torch.log(-torch.log(u)), dim=-1)
 
 
-class _ActionsFirst(torch.autograd.Function):
-    """logits (..., n) -> a contiguous (n, ...) copy, whose gradient goes back as a contiguous
-    (..., n) tensor: the layout the actor's last layer gets from a plain head, so its backward
-    matmuls run (and round) as they would without this copy."""
+class _CategoricalCPU(torch.autograd.Function):
+    """logits (..., n), action (...) -> log-prob of the action and entropy (...), plus log p and p
+    (n, ...) for the backward. The plain head's forward ops over an (n, ...) copy of the logits;
+    the backward in closed form (d log p_a/d z = onehot(a) - p, d H/d z = -p (log p + H)), a few ops
+    where autograd chains the backwards of log_softmax, gather (a scatter), exp and the products,
+    returning a contiguous (..., n) gradient: the layout the actor's last layer gets from a plain head."""
 
     generate_vmap_rule = True  # populations vmap the agent
 
     @staticmethod
-    def forward(logits):
-        return logits.movedim(-1, 0).contiguous()
+    def forward(logits, action):
+        logp = torch.log_softmax(logits.movedim(-1, 0).contiguous(), dim=0)
+        p = logp.exp()
+        lp = logp.gather(0, action.long().unsqueeze(0)).squeeze(0)
+        ent = -(p * logp).sum(0)
+        return lp, ent, logp, p
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        pass
+        _, action = inputs
+        _, ent, logp, p = output
+        ctx.mark_non_differentiable(logp, p)
+        ctx.save_for_backward(logp, p, ent, action)
 
     @staticmethod
-    def backward(ctx, grad):
-        return grad.movedim(0, -1).contiguous()
+    def backward(ctx, g_lp, g_ent, _g_logp, _g_p):
+        logp, p, ent, action = ctx.saved_tensors
+        g_lp = torch.zeros_like(ent) if g_lp is None else g_lp
+        inner = g_lp if g_ent is None else g_lp + g_ent * (logp + ent)  # (n, ...)
+        grad = -(p * inner)
+        grad.scatter_add_(0, action.long().unsqueeze(0), g_lp.unsqueeze(0))
+        return grad.movedim(0, -1).contiguous(), None
 
 
 def _categorical_logprob_entropy(logits: torch.Tensor, action: torch.Tensor):
     """logits (..., n), action (...) -> log-prob of the action and entropy, both (...)."""
-    dim = -1
     if logits.device.type == "cpu":
         # CPU reductions over a last axis of a few entries are slow (log_softmax of 16,384 x 2
-        # logits: 624 us, of the same numbers laid out 2 x 16,384: 61 us; the head's forward and
-        # backward 1.6 ms vs 0.7-1.0 ms a minibatch, microbenchmarks on this project's CPU): reduce
-        # over the first axis of an (n, ...) copy. Bit-identical for n <= 4 here; the sums of
-        # more actions can round differently
-        logits, dim = _ActionsFirst.apply(logits), 0
-    logp = torch.log_softmax(logits, dim=dim)
-    lp = logp.gather(dim, action.long().unsqueeze(dim)).squeeze(dim)
-    ent = -(logp.exp() * logp).sum(dim)
+        # logits: 624 us, of the same numbers laid out 2 x 16,384: 61 us; microbenchmarks on this
+        # project's CPU), and so is autograd's chain of small backwards: _CategoricalCPU. Values
+        # bit-identical to the lines below for n <= 4 here (sums of more actions can round differently)
+        lp, ent, _, _ = _CategoricalCPU.apply(logits, action)
+        return lp, ent
+    logp = torch.log_softmax(logits, dim=-1)
+    lp = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+    ent = -(logp.exp() * logp).sum(-1)
     return lp, ent
 
 

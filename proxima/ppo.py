@@ -257,12 +257,14 @@ def minibatch_permutation(b: int, device: torch.device, generator: Optional[torc
 
 def make_grad_step(agent, optimizer, cfg, autocast=None, scaler=None) -> Callable:
     """One minibatch: forward, ppo_loss, backward, global grad-norm clip (detail 11), Adam step."""
+    from .loss_cpu import ppo_loss as loss_fn  # ppo_loss; on the CPU with a closed-form backward (loss_cpu.py)
+
     params = [p for p in agent.parameters() if p.requires_grad]
 
     def grad_step(mb: dict) -> dict:
         with autocast() if autocast is not None else _nullcontext():
             _, newlogprob, entropy, newvalue = agent(mb["obs"], mb["actions"])  # forward: DDP-friendly
-        out = ppo_loss(newlogprob.float(), mb["logprobs"], mb["advantages"], newvalue.float(), mb["values"],
+        out = loss_fn(newlogprob.float(), mb["logprobs"], mb["advantages"], newvalue.float(), mb["values"],
                        mb["returns"], entropy.float(), clip_coef=cfg.clip_coef, vf_coef=cfg.vf_coef,
                        ent_coef=cfg.ent_coef, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv)
         optimizer.zero_grad(set_to_none=True)
