@@ -8,7 +8,8 @@ multiply (microbenchmarks, torch 2.13, AVX-512 and AVX2 alike). The loss of a 16
 spent 1.3-2.1 ms forward and backward, most of it in those masks, at 4,096 CartPole envs.
 
 Here the forward computes what ``ppo.ppo_loss`` computes, with the same ops in the same order (the
-same loss terms and metrics, bit for bit), and, from the same intermediates, the gradient of the loss
+same loss terms, bit for bit; the two clip fractions from signs, the same means of 0s and 1s), and,
+from the same intermediates, the gradient of the loss
 with respect to the new log-probabilities and values as two float tensors, using signs
 (``x.sign()``) instead of boolean masks. The backward only scales them by the incoming gradient.
 Same derivative as autograd's, branch for branch, ties included: where both surrogate terms are
@@ -16,10 +17,11 @@ equal (the ratio inside the clip range) each gets half of the gradient, as ``tor
 ``clamp`` passes the gradient on its closed range. The gradients agree with autograd's within float
 rounding (tests/unit/test_loss_cpu.py).
 
-Used by ``ppo.make_grad_step`` for a single run's (B,) float32 minibatch on the CPU without a
-mask, autocast, ``torch.compile`` or a functorch transform; everything else (CUDA, where a graph or
-a compiled kernel fuses the loss; a population's (P, B) inputs with per-member coefficients; RLHF's
-masked tokens) takes ``ppo.ppo_loss`` itself, the reference this file must match.
+Used by ``ppo.make_grad_step`` (which hands it float32 log-probs and values, autocast or not) for
+a single run's (B,) minibatch on the CPU without a mask, ``torch.compile`` or a functorch
+transform; everything else (CUDA, where a graph or a compiled kernel fuses the loss; a
+population's (P, B) inputs with per-member coefficients; RLHF's masked tokens) takes
+``ppo.ppo_loss`` itself, the reference this file must match.
 """
 
 from __future__ import annotations
