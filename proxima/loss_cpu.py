@@ -7,11 +7,11 @@ condition takes 100 us, a comparison 25 us and a bool-to-float cast 24 us, again
 multiply (microbenchmarks, torch 2.13, AVX-512 and AVX2 alike). The loss of a 16,384-row minibatch
 spent 1.3-2.1 ms forward and backward, most of it in those masks, at 4,096 CartPole envs.
 
-Here the forward computes what ``ppo.ppo_loss`` computes, with the same ops in the same order (the
-same loss terms, bit for bit; the two clip fractions from signs, the same means of 0s and 1s), and,
-from the same intermediates, the gradient of the loss
-with respect to the new log-probabilities and values as two float tensors, using signs
-(``x.sign()``) instead of boolean masks. The backward only scales them by the incoming gradient.
+Here the forward is ``ppo.ppo_loss`` itself (``ppo.ppo_loss_with_terms``, which also hands back
+the per-sample terms; inside a Function's forward autograd records nothing, so none of its masks
+are built), and from those terms it computes the gradient of the loss with respect to the new
+log-probabilities and values as two float tensors, using signs (``x.sign()``) instead of boolean
+masks. The backward only scales them by the incoming gradient.
 Same derivative as autograd's, branch for branch, ties included: where both surrogate terms are
 equal (the ratio inside the clip range) each gets half of the gradient, as ``torch.max`` gives it;
 ``clamp`` passes the gradient on its closed range. The gradients agree with autograd's within float
@@ -32,6 +32,9 @@ import torch
 
 from . import ppo
 
+#: ppo.ppo_loss's keys, in the order _PPOLoss returns them
+NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "vf_clipfrac", "ratio")
+
 
 class _PPOLoss(torch.autograd.Function):
     """(new_logprob, new_values, entropy) (B,) with grad -> loss and metrics, scalars."""
@@ -39,55 +42,32 @@ class _PPOLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, new_logprob, new_values, entropy, old_logprob, advantages, old_values, returns,
                 clip_coef: float, vclip: float, vf_coef: float, ent_coef: float, clip_vloss: bool, norm_adv: bool):
-        b = new_logprob.shape[0]
-        # --- ppo.ppo_loss's forward, op for op (the same numbers) ---
-        if norm_adv:
-            mu = advantages.mean(-1, keepdim=True)
-            var = ((advantages - mu) ** 2).mean(-1, keepdim=True) * (b / max(b - 1, 1))
-            advantages = (advantages - mu) / (var.sqrt() + 1e-8)
-        logratio = new_logprob - old_logprob
-        ratio = logratio.exp()
-        unclipped = -advantages * ratio
-        ratio_clipped = torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
-        clipped = -advantages * ratio_clipped
-        pg_loss = torch.max(unclipped, clipped)
-        v_unclipped = (new_values - returns) ** 2
-        v_delta = new_values - old_values
-        v_delta_clipped = torch.clamp(v_delta, -vclip, vclip)
-        v_clipped_pred = old_values + v_delta_clipped
-        v_clipped = (v_clipped_pred - returns) ** 2
-        v_loss = 0.5 * (torch.max(v_unclipped, v_clipped) if clip_vloss else v_unclipped)
-        approx_kl = ((ratio - 1) - logratio).mean(-1)
-        # the mean of a 0/1 float tensor: ppo_loss's mean of the bool test cast to float, without the bools
-        clipfrac = ((ratio - 1.0).abs() - clip_coef).sign_().clamp_(min=0.0).mean(-1)
-        vf_clipfrac = ((v_clipped - v_unclipped).sign_().clamp_(min=0.0).mean(-1) if clip_vloss
-                       else torch.zeros_like(approx_kl))
-        ratio_mean = ratio.mean(-1)
-        policy_loss, value_loss, ent = pg_loss.mean(-1), v_loss.mean(-1), entropy.mean(-1)
-        loss = policy_loss - ent_coef * ent + vf_coef * value_loss
-
-        # --- d(sum of the per-sample terms)/d inputs, as floats (signs, not boolean masks) ---
-        # surrogate max(u, c), u = -A r, c = -A clamp(r): torch.max gives u's side the gradient where
+        out, t = ppo.ppo_loss_with_terms(new_logprob, old_logprob, advantages, new_values, old_values, returns, entropy,
+                                         clip_coef=clip_coef, vf_coef=vf_coef, ent_coef=ent_coef, clip_vloss=clip_vloss,
+                                         norm_adv=norm_adv, vf_clip_coef=vclip)
+        # d(sum of the per-sample terms)/d inputs, as floats (signs, not boolean masks).
+        # Surrogate max(u, c), u = -A r, c = -A clamp(r): torch.max gives u's side the gradient where
         # u > c, half of it on a tie, none where u < c, and c's side the rest; d u/d r = -A, d c/d r = -A
         # where clamp passed r (r inside its closed range), else 0; then d r/d logprob = r. So
         # d/d logprob = u * (w + (1 - w) * passed), w = 1, 1/2 or 0
-        w = (unclipped - clipped).sign_().add_(1.0).mul_(0.5)
-        passed = 1.0 - (ratio_clipped - ratio).abs().sign_()
-        d_logprob = unclipped * (w + (1.0 - w) * passed)
+        w = (t["unclipped"] - t["clipped"]).sign_().add_(1.0).mul_(0.5)
+        passed = 1.0 - (t["ratio_clipped"] - t["ratio"]).abs().sign_()
+        d_logprob = t["unclipped"] * (w + (1.0 - w) * passed)
         if clip_vloss:
             # 0.5 max(vu, vc) the same way: d vu/d v = 2 (v - R); d vc/d v = 2 (v_clipped_pred - R) where
             # clamp passed the delta; the 0.5 and the 2 cancel
-            w = (v_unclipped - v_clipped).sign_().add_(1.0).mul_(0.5)
-            passed = 1.0 - (v_delta_clipped - v_delta).abs().sign_()
-            d_values = w * (new_values - returns) + (1.0 - w) * passed * (v_clipped_pred - returns)
+            w = (t["v_unclipped"] - t["v_clipped"]).sign_().add_(1.0).mul_(0.5)
+            passed = 1.0 - (t["v_delta_clipped"] - t["v_delta"]).abs().sign_()
+            d_values = w * (new_values - returns) + (1.0 - w) * passed * (t["v_clipped_pred"] - returns)
         else:
             d_values = new_values - returns
         ctx.save_for_backward(d_logprob, d_values)
+        b = new_logprob.shape[0]
         ctx.scales = (1.0 / b, vf_coef / b, -ent_coef / b)
         ctx.entropy_shape = entropy.shape
-        metrics = (policy_loss, value_loss, ent, approx_kl, clipfrac, vf_clipfrac, ratio_mean)
+        metrics = tuple(out[k] for k in NAMES[1:])
         ctx.mark_non_differentiable(*metrics)
-        return (loss, *metrics)
+        return (out["loss"], *metrics)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -127,5 +107,4 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
         ppo._check_shape(name, x, shape)
     out = _PPOLoss.apply(new_logprob, new_values, entropy, old_logprob, advantages, old_values, returns,
                          float(clip_coef), float(vclip), float(vf_coef), float(ent_coef), bool(clip_vloss), bool(norm_adv))
-    names = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "vf_clipfrac", "ratio")
-    return dict(zip(names, out))
+    return dict(zip(NAMES, out))

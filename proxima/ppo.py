@@ -147,6 +147,20 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
     tensors of the leading shape (scalars for (B,) inputs): loss, policy_loss, value_loss, entropy,
     approx_kl, clipfrac, vf_clipfrac, ratio.
     """
+    return ppo_loss_with_terms(new_logprob, old_logprob, advantages, new_values, old_values, returns, entropy,
+                               clip_coef=clip_coef, vf_coef=vf_coef, ent_coef=ent_coef, clip_vloss=clip_vloss,
+                               norm_adv=norm_adv, mask=mask, vf_clip_coef=vf_clip_coef)[0]
+
+
+def ppo_loss_with_terms(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor,
+                        new_values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+                        entropy: torch.Tensor, *, clip_coef, vf_coef, ent_coef,
+                        clip_vloss: bool = True, norm_adv: bool = True, mask: Optional[torch.Tensor] = None,
+                        vf_clip_coef: Optional[float] = None) -> tuple:
+    """(ppo_loss's dict, the per-sample terms it was reduced from): advantages (normalized when
+    norm_adv), ratio, ratio_clipped, unclipped (-A r) and clipped (-A clip(r)), v_unclipped,
+    v_delta, v_delta_clipped, v_clipped_pred and v_clipped, each of the inputs' shape. loss_cpu.py
+    builds its closed-form gradients from them."""
     inputs = (("new_logprob", new_logprob), ("old_logprob", old_logprob), ("advantages", advantages),
               ("new_values", new_values), ("old_values", old_values), ("returns", returns), ("entropy", entropy))
     shapes = [x.shape for _, x in inputs]
@@ -184,11 +198,15 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
 
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
-    pg_loss = torch.max(-advantages * ratio, -advantages * torch.clamp(ratio, 1 - clip_el, 1 + clip_el))  # detail 8
+    ratio_clipped = torch.clamp(ratio, 1 - clip_el, 1 + clip_el)
+    unclipped, clipped = -advantages * ratio, -advantages * ratio_clipped
+    pg_loss = torch.max(unclipped, clipped)  # detail 8
 
     _, vclip = _coef(clip_coef if vf_clip_coef is None else vf_clip_coef)
     v_unclipped = (new_values - returns) ** 2
-    v_clipped_pred = old_values + torch.clamp(new_values - old_values, -vclip, vclip)
+    v_delta = new_values - old_values
+    v_delta_clipped = torch.clamp(v_delta, -vclip, vclip)
+    v_clipped_pred = old_values + v_delta_clipped
     v_clipped = (v_clipped_pred - returns) ** 2
     v_loss = 0.5 * (torch.max(v_unclipped, v_clipped) if clip_vloss else v_unclipped)  # detail 9
 
@@ -199,8 +217,12 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
         ratio_mean = mean(ratio)
     policy_loss, value_loss, ent = mean(pg_loss), mean(v_loss), mean(entropy)
     loss = policy_loss - ent_coef * ent + vf_coef * value_loss  # detail 10
-    return {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss, "entropy": ent,
-            "approx_kl": approx_kl, "clipfrac": clipfrac, "vf_clipfrac": vf_clipfrac, "ratio": ratio_mean}
+    out = {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss, "entropy": ent,
+           "approx_kl": approx_kl, "clipfrac": clipfrac, "vf_clipfrac": vf_clipfrac, "ratio": ratio_mean}
+    terms = {"advantages": advantages, "ratio": ratio, "ratio_clipped": ratio_clipped, "unclipped": unclipped,
+             "clipped": clipped, "v_unclipped": v_unclipped, "v_delta": v_delta, "v_delta_clipped": v_delta_clipped,
+             "v_clipped_pred": v_clipped_pred, "v_clipped": v_clipped}
+    return out, terms
 
 
 # ---------------------------------------------------------------------------------------------
