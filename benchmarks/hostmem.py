@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tables import command, emit, markdown_table, median_range  # benchmarks/tables.py
+from tables import ab_report, markdown_table, median_range  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,11 +68,9 @@ def main(argv=None) -> int:
     table = markdown_table(["keep_host_memory", "training steps/s", "minor page faults per iteration"], [
         ["on (default)", median_range(sps[True], 1e3, 1, "k"), median_range(faults[True], digits=0)],
         ["off (`--no-keep-host-memory`)", median_range(sps[False], 1e3, 1, "k"), median_range(faults[False], digits=0)]])
-    text = "\n".join([
-        f"native CartPole, {args.num_envs:,} envs x 16 steps, 4 epochs x 4 minibatches, 1 thread; "
-        f"{args.repeats} alternating rounds of fresh processes, {args.iterations} timed iterations each",
-        "", table, "", f"on / off, per round: {median_range(ratios, digits=2)}x", "", command("hostmem.py", argv), ""])
-    emit(text, args.out)
+    ab_report(f"native CartPole, {args.num_envs:,} envs x 16 steps, 4 epochs x 4 minibatches, 1 thread; "
+              f"{args.repeats} alternating rounds of fresh processes, {args.iterations} timed iterations each",
+              table, "on / off", ratios, "hostmem.py", argv, args.out)
     return 0
 
 

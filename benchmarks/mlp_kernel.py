@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tables import command, emit, markdown_table, median_range  # noqa: E402  (benchmarks/tables.py)
+from tables import ab_report, markdown_table, median_range  # noqa: E402  (benchmarks/tables.py)
 
 
 def main(argv=None) -> int:
@@ -64,11 +64,9 @@ def main(argv=None) -> int:
     table = markdown_table(["MLP on the CPU", "training steps/s"], [
         ["row-block kernel (mlp_cpu, default)", median_range(sps["on"], 1e3, 1, "k")],
         ["plain modules (autograd op by op)", median_range(sps["off"], 1e3, 1, "k")]])
-    text = "\n".join([
-        f"native CartPole, {n:,} envs x 16 steps, 4 epochs x 4 minibatches, 64x64 tanh, 1 thread; {args.rounds} "
-        f"alternating rounds in one process, {args.iterations} timed iterations per setting and round",
-        "", table, "", f"kernel / plain, per round: {median_range(ratios, digits=2)}x", "", command("mlp_kernel.py", argv), ""])
-    emit(text, args.out)
+    ab_report(f"native CartPole, {n:,} envs x 16 steps, 4 epochs x 4 minibatches, 64x64 tanh, 1 thread; {args.rounds} "
+              f"alternating rounds in one process, {args.iterations} timed iterations per setting and round",
+              table, "kernel / plain", ratios, "mlp_kernel.py", argv, args.out)
     return 0
 
 

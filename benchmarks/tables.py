@@ -38,3 +38,12 @@ def emit(text: str, out: Optional[str] = None, file_text: Optional[str] = None) 
     if out:
         with open(out, "a") as f:
             f.write("\n" + (text if file_text is None else file_text).rstrip("\n") + "\n")
+
+
+def ab_report(caption: str, table: str, ratio_label: str, ratios: list, script: str, argv: Optional[list],
+              out: Optional[str] = None) -> None:
+    """The report of an A/B benchmark: caption, table, the per-round ratio and the command; printed,
+    and appended to ``out`` if given."""
+    text = "\n".join([caption, "", table, "", f"{ratio_label}, per round: {median_range(ratios, digits=2)}x", "",
+                      command(script, argv), ""])
+    emit(text, out)
