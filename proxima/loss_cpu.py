@@ -5,7 +5,8 @@ Why: autograd differentiates ``torch.max`` and ``torch.clamp`` with boolean mask
 run boolean kernels far slower than float ones: over 16,384 floats a ``torch.where`` with a bool
 condition takes 100 us, a comparison 25 us and a bool-to-float cast 24 us, against 4 us for a
 multiply (microbenchmarks, torch 2.13, AVX-512 and AVX2 alike). The loss of a 16,384-row minibatch
-spent 1.3-2.1 ms forward and backward, most of it in those masks, at 4,096 CartPole envs.
+spent 1.3 ms forward and backward, most of it in those masks, at 4,096 CartPole envs; now 0.9 ms
+(``python benchmarks/cpu_parts.py``, benchmarks/results/cpu-parts.md).
 
 Here the forward is ``ppo.ppo_loss`` itself (``ppo.ppo_loss_with_terms``, which also hands back
 the per-sample terms; inside a Function's forward autograd records nothing, so none of its masks

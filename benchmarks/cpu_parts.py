@@ -1,0 +1,144 @@
+"""The CPU-only replacements of the training step, each against what it replaced, in one process.
+
+    .venv/bin/python benchmarks/cpu_parts.py                      # 9 rounds
+    .venv/bin/python benchmarks/cpu_parts.py --out benchmarks/results/cpu-parts.md
+
+At the vs-PureJaxRL shape (native CartPole, 4,096 envs x 16 steps, minibatches of 16,384 rows,
+one thread), CPU time (``time.process_time``) per call of:
+
+* loss: ``loss_cpu.ppo_loss`` (closed-form backward) vs ``ppo.ppo_loss`` through autograd, forward
+  and backward from the new log-probs, values and entropies of a real minibatch;
+* head: ``agent._categorical_logprob_entropy`` on the CPU (``_CategoricalCPU``) vs the plain
+  log_softmax / gather / entropy over the last axis, forward and backward, 16,384 x 2 logits;
+* optimizer: ``adam.Adam`` vs ``torch.optim.Adam(fused=True)``: zero_grad, clip and step on the
+  agent's parameters;
+* advantages: ``ppo.next_values`` (the rollout's values reused) vs the critic on every final obs,
+  then GAE, on a real rollout.
+
+Rounds alternate the order of the two sides; the table gives median (min-max) microseconds per call
+and the per-round ratio old / new.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tables import command, emit, markdown_table, median_range  # noqa: E402  (benchmarks/tables.py)
+
+
+def cpu_us(fn, calls: int) -> float:
+    t0 = time.process_time()
+    for _ in range(calls):
+        fn()
+    return (time.process_time() - t0) / calls * 1e6
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=9)
+    p.add_argument("--calls", type=int, default=20, help="calls per side and round")
+    p.add_argument("--out", default=None, help="append the table to this file")
+    args = p.parse_args(argv)
+
+    import torch
+
+    from proxima import agent as agent_mod, loss_cpu, ppo
+    from proxima.adam import Adam
+    from proxima.config import PPOConfig
+    from proxima.trainer import Trainer
+
+    torch.set_num_threads(1)
+    cfg = PPOConfig(env_id="CartPole-v1", backend="native", num_envs=4096, num_steps=16, total_timesteps=4096 * 16 * 100_000,
+                    threads=1, progress=False, eval_episodes=0, checkpoint_every=0)
+    trainer = Trainer(cfg, quiet=True)
+    for _ in range(2):
+        trainer.train_iteration()
+    agent, ro, batch = trainer.agent, trainer.rollout, trainer.parts.batch
+    mb = {k: v[:16384] for k, v in batch.items()}
+    with torch.no_grad():
+        _, lp0, ent0, v0 = agent(mb["obs"], mb["actions"])
+        logits0 = agent.actor(mb["obs"])
+    kw = dict(clip_coef=cfg.clip_coef, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv)
+
+    def loss(fn):
+        def run():
+            x = [t.clone().requires_grad_() for t in (lp0, v0, ent0)]
+            fn(x[0], mb["logprobs"], mb["advantages"], x[1], mb["values"], mb["returns"], x[2], **kw)["loss"].backward()
+        return run
+
+    def plain_head(logits, action):
+        logp = torch.log_softmax(logits, dim=-1)
+        return logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1), -(logp.exp() * logp).sum(-1)
+
+    def head(fn):
+        def run():
+            logits = logits0.clone().requires_grad_()
+            lp, ent = fn(logits, mb["actions"])
+            (lp.sum() + 0.01 * ent.sum()).backward()
+        return run
+
+    params = {k: [q.detach().clone().requires_grad_() for q in agent.parameters()] for k in ("old", "new")}
+    optimizers = {"old": torch.optim.Adam(params["old"], lr=torch.tensor(1e-3), eps=1e-5, fused=True),
+                  "new": Adam(params["new"], lr=torch.tensor(1e-3), eps=1e-5)}
+    grads = [torch.randn_like(q) for q in params["old"]]
+
+    def optimizer(side):
+        def run():
+            opt = optimizers[side]
+            opt.zero_grad(set_to_none=True)
+            for q, g in zip(params[side], grads):
+                q.grad = g.clone()
+            torch.nn.utils.clip_grad_norm_(params[side], cfg.max_grad_norm)
+            opt.step()
+        return run
+
+    def value_of(obs):
+        return agent.get_value(obs.reshape(-1, *obs.shape[2:])).reshape(obs.shape[:2])
+
+    def advantages(next_values):
+        @torch.no_grad()
+        def run():
+            nv = next_values()
+            ppo.compute_gae(ro.rewards, ro.values, nv, ro.terminated, ro.dones, cfg.gamma, cfg.gae_lambda)
+        return run
+
+    parts = {
+        "loss fwd+bwd (16,384 rows)": (loss(ppo.ppo_loss), loss(loss_cpu.ppo_loss), "ppo.ppo_loss + autograd", "loss_cpu.ppo_loss"),
+        "categorical head fwd+bwd (16,384 x 2)": (head(plain_head), head(agent_mod._categorical_logprob_entropy),
+                                                  "log_softmax over the last axis + autograd", "_CategoricalCPU"),
+        "zero_grad + clip + Adam step": (optimizer("old"), optimizer("new"), "torch.optim.Adam(fused=True)", "adam.Adam"),
+        "advantages (4,096 x 16)": (advantages(lambda: value_of(ro.final_obs)),
+                                    advantages(lambda: ppo.next_values(ro.values, ro.final_obs, ro.dones, ro.terminated, value_of)),
+                                    "critic on every final obs", "ppo.next_values"),
+    }
+    times = {name: ([], []) for name in parts}
+    try:
+        for r in range(args.rounds):
+            for name, (old, new, _, _) in parts.items():
+                for side in ((0, 1) if r % 2 == 0 else (1, 0)):
+                    fn = (old, new)[side]
+                    fn()  # untimed: lazy state, caches
+                    times[name][side].append(cpu_us(fn, args.calls))
+            print(f"round {r + 1} done", file=sys.stderr)
+    finally:
+        trainer.close()
+    rows = []
+    for name, (old_us, new_us) in times.items():
+        _, _, old_label, new_label = parts[name]
+        ratios = [a / b for a, b in zip(old_us, new_us)]
+        rows.append([name, f"{old_label}: {median_range(old_us, digits=0)}", f"{new_label}: {median_range(new_us, digits=0)}",
+                     f"{median_range(ratios, digits=2)}x"])
+    table = markdown_table(["part", "before (us a call)", "now (us a call)", "before / now, per round"], rows)
+    text = "\n".join([f"CPU time per call, 1 thread, {args.rounds} alternating rounds of {args.calls} calls a side, one process "
+                      f"(native CartPole at 4,096 envs x 16 steps)", "", table, "", command("cpu_parts.py", argv), ""])
+    emit(text, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
