@@ -33,7 +33,9 @@ _FIXED = {"weight_decay": 0.0, "amsgrad": False, "maximize": False, "foreach": N
 
 class Adam:
     """Adam over ``params`` (one device, one floating dtype). ``lr``: a 0-dim float tensor on that
-    device (``param_groups[0]["lr"]``, filled in place by the learning-rate schedule)."""
+    device (``param_groups[0]["lr"]``, filled in place by the learning-rate schedule).
+    ``capturable`` is only recorded in the param group, as torch.optim records it: the fused kernel
+    keeps its step counts on the parameters' device either way."""
 
     #: GradScaler hands this optimizer ``grad_scale`` and ``found_inf`` instead of reading found_inf on the host
     _step_supports_amp_scaling = True

@@ -85,8 +85,9 @@ def _categorical_logprob_entropy(logits: torch.Tensor, action: torch.Tensor):
     if logits.device.type == "cpu":
         # CPU reductions over a last axis of a few entries are slow (log_softmax of 16,384 x 2
         # logits: 624 us, of the same numbers laid out 2 x 16,384: 61 us; microbenchmarks on this
-        # project's CPU), and so is autograd's chain of small backwards: _CategoricalCPU. Values
-        # bit-identical to the lines below for n <= 4 here (sums of more actions can round differently)
+        # project's CPU), and so is autograd's chain of small backwards: _CategoricalCPU. Values equal
+        # to the lines below within rounding (bit for bit at n <= 4 for most batch sizes here; the
+        # vectorized and scalar exp/log round differently, and sums of more actions can too)
         lp, ent, _, _ = _CategoricalCPU.apply(logits, action)
         return lp, ent
     logp = torch.log_softmax(logits, dim=-1)
