@@ -37,6 +37,28 @@ from . import ppo
 NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "vf_clipfrac", "ratio")
 
 
+def term_grads(t: dict, new_values: torch.Tensor, returns: torch.Tensor, clip_vloss: bool) -> tuple:
+    """d(pg_loss)/d new_logprob and d(v_loss)/d new_values / 2 for each sample, (B,) floats, from
+    ``ppo.ppo_terms``' dict ``t``: signs, not boolean masks.
+
+    Surrogate max(u, c), u = -A r, c = -A clamp(r): torch.max gives u's side the gradient where
+    u > c, half of it on a tie, none where u < c, and c's side the rest; d u/d r = -A, d c/d r = -A
+    where clamp passed r (r inside its closed range), else 0; then d r/d logprob = r. So
+    d/d logprob = u * (w + (1 - w) * passed), w = 1, 1/2 or 0."""
+    w = (t["unclipped"] - t["clipped"]).sign_().add_(1.0).mul_(0.5)
+    passed = 1.0 - (t["ratio_clipped"] - t["ratio"]).abs().sign_()
+    d_logprob = t["unclipped"] * (w + (1.0 - w) * passed)
+    if clip_vloss:
+        # 0.5 max(vu, vc) the same way: d vu/d v = 2 (v - R); d vc/d v = 2 (v_clipped_pred - R) where
+        # clamp passed the delta; the 0.5 and the 2 cancel
+        w = (t["v_unclipped"] - t["v_clipped"]).sign_().add_(1.0).mul_(0.5)
+        passed = 1.0 - (t["v_delta_clipped"] - t["v_delta"]).abs().sign_()
+        d_values = w * (new_values - returns) + (1.0 - w) * passed * (t["v_clipped_pred"] - returns)
+    else:
+        d_values = new_values - returns
+    return d_logprob, d_values
+
+
 class _PPOLoss(torch.autograd.Function):
     """(new_logprob, new_values, entropy) (B,) with grad -> loss and metrics, scalars."""
 
@@ -46,22 +68,7 @@ class _PPOLoss(torch.autograd.Function):
         out, t = ppo.ppo_loss_with_terms(new_logprob, old_logprob, advantages, new_values, old_values, returns, entropy,
                                          clip_coef=clip_coef, vf_coef=vf_coef, ent_coef=ent_coef, clip_vloss=clip_vloss,
                                          norm_adv=norm_adv, vf_clip_coef=vclip)
-        # d(sum of the per-sample terms)/d inputs, as floats (signs, not boolean masks).
-        # Surrogate max(u, c), u = -A r, c = -A clamp(r): torch.max gives u's side the gradient where
-        # u > c, half of it on a tie, none where u < c, and c's side the rest; d u/d r = -A, d c/d r = -A
-        # where clamp passed r (r inside its closed range), else 0; then d r/d logprob = r. So
-        # d/d logprob = u * (w + (1 - w) * passed), w = 1, 1/2 or 0
-        w = (t["unclipped"] - t["clipped"]).sign_().add_(1.0).mul_(0.5)
-        passed = 1.0 - (t["ratio_clipped"] - t["ratio"]).abs().sign_()
-        d_logprob = t["unclipped"] * (w + (1.0 - w) * passed)
-        if clip_vloss:
-            # 0.5 max(vu, vc) the same way: d vu/d v = 2 (v - R); d vc/d v = 2 (v_clipped_pred - R) where
-            # clamp passed the delta; the 0.5 and the 2 cancel
-            w = (t["v_unclipped"] - t["v_clipped"]).sign_().add_(1.0).mul_(0.5)
-            passed = 1.0 - (t["v_delta_clipped"] - t["v_delta"]).abs().sign_()
-            d_values = w * (new_values - returns) + (1.0 - w) * passed * (t["v_clipped_pred"] - returns)
-        else:
-            d_values = new_values - returns
+        d_logprob, d_values = term_grads(t, new_values, returns, clip_vloss)
         ctx.save_for_backward(d_logprob, d_values)
         b = new_logprob.shape[0]
         ctx.scales = (1.0 / b, vf_coef / b, -ent_coef / b)

@@ -68,6 +68,59 @@ def eligible(x: torch.Tensor, linears) -> bool:
     return all(l.weight.dtype == torch.float32 and l.weight.device.type == "cpu" for l in linears)
 
 
+def forward_block(h, w_t, biases, forward_act, outs) -> torch.Tensor:
+    """One row block through every layer: h (r, in), w_t[i] the (in_i, out_i) transposes of the
+    weights, outs[i] (r, out_i) the block's output buffers, written in place (activations applied
+    but on the last); returns outs[-1]."""
+    last = len(w_t) - 1
+    for i, o in enumerate(outs):
+        # mm then the bias in place, not addmm: addmm first broadcasts the bias into o, a pass
+        # over cold memory; here the bias lands on the block the matmul just wrote. The same
+        # sums (MKL adds C after the products): bit-identical to addmm, as the tests check
+        torch.mm(h, w_t[i], out=o)
+        o.add_(biases[i])
+        if i < last:
+            forward_act(o)
+        h = o
+    return h
+
+
+def backward_block(g, inputs, weights, gw, gb, backward_act, gx=None) -> None:
+    """One row block backward through every layer, autograd's ops: g (r, out_last) the gradient
+    at the output, inputs[i] (r, in_i) layer i's input in this block (inputs[i + 1] its activated
+    output), weights[i] (out_i, in_i). Adds the block's weight and bias gradients into gw[i] and
+    gb[i] (the first block, where gw[i] is None, sets them, as a plain mm and sum); gw[i] is
+    (in_i, out_i) for a layer with fewer inputs than outputs (``flipped``), else (out_i, in_i).
+    Writes the input's gradient into gx (r, in_0) when given."""
+    for i in range(len(weights) - 1, -1, -1):
+        inp = inputs[i]
+        a, c = (inp.t(), g) if flipped(weights[i]) else (g.t(), inp)
+        if gw[i] is None:  # the first block: plain mm and sum, as autograd's addmm backward
+            gw[i], gb[i] = a.mm(c), g.sum(0)
+        else:
+            gw[i].addmm_(a, c)
+            gb[i].add_(g.sum(0))
+        if i > 0:
+            # a one-output layer (the critic's): an outer product, one multiply per element
+            # either way, so the broadcast mul is exact and skips a K=1 matmul
+            g = g * weights[i] if weights[i].shape[0] == 1 else g.mm(weights[i])
+            backward_act(g, inputs[i])  # inputs[i] is layer i-1's activated output
+        elif gx is not None:
+            torch.mm(g, weights[0], out=gx)
+
+
+def flipped(w: torch.Tensor) -> bool:
+    """Whether backward_block computes this (out, in) weight's gradient as (in, out) = inp^T g: for a
+    layer with fewer inputs than outputs (the first: 4 -> 64 for CartPole) 18 us against 57 us for
+    g^T inp on a 2,048-row block (MKL, a micro-timing on this machine's CPU), the same bits."""
+    return w.shape[1] < w.shape[0]
+
+
+def weight_grads(weights, gw) -> list:
+    """backward_block's gw as (out_i, in_i) gradients of the weights."""
+    return [g.t().contiguous() if flipped(w) else g for w, g in zip(weights, gw)]
+
+
 def _forward_blocks(x, weights, biases, act, rows: int, keep_hidden: bool) -> list:
     """Every layer's output [(B, out_i)], activations applied, computed block by block of ``rows``.
     Without ``keep_hidden`` (nothing to differentiate) the hidden layers write one block-sized
@@ -79,16 +132,8 @@ def _forward_blocks(x, weights, biases, act, rows: int, keep_hidden: bool) -> li
     w_t = [w.t() for w in weights]
     out_blocks = [o.split(rows) if keep_hidden or i == last else None for i, o in enumerate(outs)]
     for k, h in enumerate(x.split(rows)):
-        for i in range(last + 1):
-            o = out_blocks[i][k] if out_blocks[i] is not None else outs[i][:h.shape[0]]
-            # mm then the bias in place, not addmm: addmm first broadcasts the bias into o, a pass
-            # over cold memory; here the bias lands on the block the matmul just wrote. The same
-            # sums (MKL adds C after the products): bit-identical to addmm, as the tests check
-            torch.mm(h, w_t[i], out=o)
-            o.add_(biases[i])
-            if i < last:
-                forward_act(o)
-            h = o
+        forward_block(h, w_t, biases, forward_act,
+                      [out_blocks[i][k] if out_blocks[i] is not None else outs[i][:h.shape[0]] for i in range(last + 1)])
     return outs
 
 
@@ -112,34 +157,16 @@ class _MLPFunction(torch.autograd.Function):
         inputs = (x, *hidden)  # inputs[i] is layer i's input; inputs[i + 1] its activated output
         _, backward_act = ACTIVATIONS[ctx.act]
         need_x = ctx.needs_input_grad[0]
-        grad_out = grad_out.contiguous()
         gw, gb = [None] * n, [None] * n
         gx = x.new_empty(x.shape) if need_x else None
-        # a layer with fewer inputs than outputs (the first: 4 -> 64 for CartPole) gets its weight
-        # gradient as (in, out) = inp^T g: 18 us against 57 us for g^T inp on a 2,048-row block (MKL,
-        # a micro-timing on this machine's CPU), the same bits
-        flip = [w.shape[1] < w.shape[0] for w in weights]
         input_blocks = [t.split(rows) for t in inputs]
         gx_blocks = gx.split(rows) if need_x else None
-        for k, g in enumerate(grad_out.split(rows)):
-            for i in range(n - 1, -1, -1):
-                inp = input_blocks[i][k]
-                a, c = (inp.t(), g) if flip[i] else (g.t(), inp)
-                if gw[i] is None:  # the first block: plain mm and sum, as autograd's addmm backward
-                    gw[i], gb[i] = a.mm(c), g.sum(0)
-                else:
-                    gw[i].addmm_(a, c)
-                    gb[i].add_(g.sum(0))
-                if i > 0:
-                    # a one-output layer (the critic's): an outer product, one multiply per element
-                    # either way, so the broadcast mul is exact and skips a K=1 matmul
-                    g = g * weights[i] if weights[i].shape[0] == 1 else g.mm(weights[i])
-                    backward_act(g, inp)  # inp is layer i-1's activated output
-                elif need_x:
-                    torch.mm(g, weights[0], out=gx_blocks[k])
+        for k, g in enumerate(grad_out.contiguous().split(rows)):
+            backward_block(g, [t[k] for t in input_blocks], weights, gw, gb, backward_act,
+                           gx_blocks[k] if need_x else None)
         grads = [gx, None, None]
-        for w_grad, b_grad, flipped in zip(gw, gb, flip):
-            grads += [w_grad.t().contiguous() if flipped else w_grad, b_grad]
+        for w_grad, b_grad in zip(weight_grads(weights, gw), gb):
+            grads += [w_grad, b_grad]
         return tuple(grads)
 
 

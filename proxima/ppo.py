@@ -157,10 +157,8 @@ def ppo_loss_with_terms(new_logprob: torch.Tensor, old_logprob: torch.Tensor, ad
                         entropy: torch.Tensor, *, clip_coef, vf_coef, ent_coef,
                         clip_vloss: bool = True, norm_adv: bool = True, mask: Optional[torch.Tensor] = None,
                         vf_clip_coef: Optional[float] = None) -> tuple:
-    """(ppo_loss's dict, the per-sample terms it was reduced from): advantages (normalized when
-    norm_adv), ratio, ratio_clipped, unclipped (-A r) and clipped (-A clip(r)), v_unclipped,
-    v_delta, v_delta_clipped, v_clipped_pred and v_clipped, each of the inputs' shape. loss_cpu.py
-    builds its closed-form gradients from them."""
+    """(ppo_loss's dict, the per-sample terms it was reduced from: ``ppo_terms``' dict, its
+    advantages normalized when norm_adv). loss_cpu.py builds its closed-form gradients from them."""
     inputs = (("new_logprob", new_logprob), ("old_logprob", old_logprob), ("advantages", advantages),
               ("new_values", new_values), ("old_values", old_values), ("returns", returns), ("entropy", entropy))
     shapes = [x.shape for _, x in inputs]
@@ -191,38 +189,56 @@ def ppo_loss_with_terms(new_logprob: torch.Tensor, old_logprob: torch.Tensor, ad
             return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum() / denom
 
     if norm_adv:  # detail 7: per-minibatch normalization
-        mu = mean(advantages, keepdim=True)
-        # Bessel-corrected over the selected samples, as torch.std and rlhf.masked.masked_var
-        var = mean((advantages - mu) ** 2, keepdim=True) * bessel
-        advantages = (advantages - mu) / (var.sqrt() + 1e-8)
+        advantages = normalize_advantages(advantages, mean, bessel)
+    _, vclip = _coef(clip_coef if vf_clip_coef is None else vf_clip_coef)
+    t = ppo_terms(new_logprob, old_logprob, advantages, new_values, old_values, returns, clip_el, vclip, clip_vloss)
+    ratio, logratio, v_unclipped, v_clipped = t["ratio"], t["logratio"], t["v_unclipped"], t["v_clipped"]
+    with torch.no_grad():
+        approx_kl = mean((ratio - 1) - logratio)  # detail 12: k3 estimator
+        clipfrac = mean(((ratio - 1.0).abs() > clip_el).float())
+        vf_clipfrac = mean((v_clipped > v_unclipped).float()) if clip_vloss else torch.zeros_like(approx_kl)
+        ratio_mean = mean(ratio)
+    policy_loss, value_loss, ent = mean(t["pg_loss"]), mean(t["v_loss"]), mean(entropy)
+    loss = policy_loss - ent_coef * ent + vf_coef * value_loss  # detail 10
+    out = {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss, "entropy": ent,
+           "approx_kl": approx_kl, "clipfrac": clipfrac, "vf_clipfrac": vf_clipfrac, "ratio": ratio_mean}
+    return out, t
 
+
+def normalize_advantages(advantages: torch.Tensor, mean: Callable, bessel) -> torch.Tensor:
+    """(A - mean A) / (std A + 1e-8) over the minibatch (detail 7); ``mean`` reduces the last axis
+    (over the selected samples under a mask), ``bessel`` = n / (n - 1) of those samples."""
+    mu = mean(advantages, keepdim=True)
+    # Bessel-corrected over the selected samples, as torch.std and rlhf.masked.masked_var
+    var = mean((advantages - mu) ** 2, keepdim=True) * bessel
+    return (advantages - mu) / (var.sqrt() + 1e-8)
+
+
+def ppo_terms(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor,
+              new_values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+              clip_el, vclip, clip_vloss: bool) -> dict:
+    """The per-sample terms of the PPO loss, each of the inputs' shape: advantages (as given,
+    already normalized where they should be), logratio, ratio, ratio_clipped, unclipped (-A r),
+    clipped (-A clip(r)), pg_loss, v_unclipped, v_delta, v_delta_clipped, v_clipped_pred,
+    v_clipped and v_loss. ``clip_el``/``vclip``: the clip ranges, floats or (P, 1) tensors.
+    ppo_loss averages them; grad_cpu.py sums them block by block; loss_cpu.py builds its
+    closed-form gradients from them."""
     logratio = new_logprob - old_logprob
     ratio = logratio.exp()
     ratio_clipped = torch.clamp(ratio, 1 - clip_el, 1 + clip_el)
     unclipped, clipped = -advantages * ratio, -advantages * ratio_clipped
     pg_loss = torch.max(unclipped, clipped)  # detail 8
 
-    _, vclip = _coef(clip_coef if vf_clip_coef is None else vf_clip_coef)
     v_unclipped = (new_values - returns) ** 2
     v_delta = new_values - old_values
     v_delta_clipped = torch.clamp(v_delta, -vclip, vclip)
     v_clipped_pred = old_values + v_delta_clipped
     v_clipped = (v_clipped_pred - returns) ** 2
     v_loss = 0.5 * (torch.max(v_unclipped, v_clipped) if clip_vloss else v_unclipped)  # detail 9
-
-    with torch.no_grad():
-        approx_kl = mean((ratio - 1) - logratio)  # detail 12: k3 estimator
-        clipfrac = mean(((ratio - 1.0).abs() > clip_el).float())
-        vf_clipfrac = mean((v_clipped > v_unclipped).float()) if clip_vloss else torch.zeros_like(approx_kl)
-        ratio_mean = mean(ratio)
-    policy_loss, value_loss, ent = mean(pg_loss), mean(v_loss), mean(entropy)
-    loss = policy_loss - ent_coef * ent + vf_coef * value_loss  # detail 10
-    out = {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss, "entropy": ent,
-           "approx_kl": approx_kl, "clipfrac": clipfrac, "vf_clipfrac": vf_clipfrac, "ratio": ratio_mean}
-    terms = {"advantages": advantages, "ratio": ratio, "ratio_clipped": ratio_clipped, "unclipped": unclipped,
-             "clipped": clipped, "v_unclipped": v_unclipped, "v_delta": v_delta, "v_delta_clipped": v_delta_clipped,
-             "v_clipped_pred": v_clipped_pred, "v_clipped": v_clipped}
-    return out, terms
+    return {"advantages": advantages, "logratio": logratio, "ratio": ratio, "ratio_clipped": ratio_clipped,
+            "unclipped": unclipped, "clipped": clipped, "pg_loss": pg_loss, "v_unclipped": v_unclipped,
+            "v_delta": v_delta, "v_delta_clipped": v_delta_clipped, "v_clipped_pred": v_clipped_pred,
+            "v_clipped": v_clipped, "v_loss": v_loss}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,22 +295,28 @@ def minibatch_permutation(b: int, device: torch.device, generator: Optional[torc
 
 def make_grad_step(agent, optimizer, cfg, autocast=None, scaler=None) -> Callable:
     """One minibatch: forward, ppo_loss, backward, global grad-norm clip (detail 11), Adam step."""
+    from .grad_cpu import BlockGradients
     from .loss_cpu import ppo_loss as loss_fn  # ppo_loss; on the CPU with a closed-form backward (loss_cpu.py)
 
     params = [p for p in agent.parameters() if p.requires_grad]
+    # on the CPU, forward, loss and backward block by block of rows (grad_cpu.py): autograd's gradients
+    blocks = BlockGradients.for_agent(agent, cfg, autocast, scaler)
 
     def grad_step(mb: dict) -> dict:
-        with autocast() if autocast is not None else _nullcontext():
-            _, newlogprob, entropy, newvalue = agent(mb["obs"], mb["actions"])  # forward: DDP-friendly
-        out = loss_fn(newlogprob.float(), mb["logprobs"], mb["advantages"], newvalue.float(), mb["values"],
-                       mb["returns"], entropy.float(), clip_coef=cfg.clip_coef, vf_coef=cfg.vf_coef,
-                       ent_coef=cfg.ent_coef, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv)
         optimizer.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.scale(out["loss"]).backward()
-            scaler.unscale_(optimizer)
+        if blocks is not None and blocks.covers(mb):
+            out = blocks(mb)  # sets every parameter's .grad
         else:
-            out["loss"].backward()
+            with autocast() if autocast is not None else _nullcontext():
+                _, newlogprob, entropy, newvalue = agent(mb["obs"], mb["actions"])  # forward: DDP-friendly
+            out = loss_fn(newlogprob.float(), mb["logprobs"], mb["advantages"], newvalue.float(), mb["values"],
+                          mb["returns"], entropy.float(), clip_coef=cfg.clip_coef, vf_coef=cfg.vf_coef,
+                          ent_coef=cfg.ent_coef, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv)
+            if scaler is not None:
+                scaler.scale(out["loss"]).backward()
+                scaler.unscale_(optimizer)
+            else:
+                out["loss"].backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         if scaler is not None:
             scaler.step(optimizer)

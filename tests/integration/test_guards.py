@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from proxima import checkpoint as ckpt
-from proxima import cli, loss_cpu
+from proxima import cli, grad_cpu
 from proxima.agent import Agent
 from proxima.config import PPOConfig
 from proxima.envs import EnvError, NativeEnv, classic
@@ -182,16 +182,17 @@ def test_cli_nan_reward_from_a_gymnasium_env_exits_2_with_one_line(tmp_path, mon
 
 # ------------------------------------------------------------------------------------ loss / gradients
 def test_cli_nan_loss_exits_2_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, capsys):
-    real_loss, calls = loss_cpu.ppo_loss, []  # the loss the CPU grad step calls (ppo.ppo_loss's numbers)
+    # CartPole's CPU grad step: grad_cpu's block path (the loss and the gradients it sets)
+    real_grads, calls = grad_cpu.BlockGradients.__call__, []
 
-    def loss_goes_nan_in_iteration_3(*args, **kwargs):
-        out = real_loss(*args, **kwargs)
+    def loss_goes_nan_in_iteration_3(self, mb):
+        out = real_grads(self, mb)
         calls.append(1)
         if len(calls) > 2 * 2 * 2:  # 2 epochs x 2 minibatches per iteration
             out["loss"] = out["loss"] * math.nan
         return out
 
-    monkeypatch.setattr(loss_cpu, "ppo_loss", loss_goes_nan_in_iteration_3)
+    monkeypatch.setattr(grad_cpu.BlockGradients, "__call__", loss_goes_nan_in_iteration_3)
     run_dir = tmp_path / "run"
     argv = ["train", "CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2",
             "--total-timesteps", str(6 * STEPS), "--run-dir", str(run_dir), "--no-progress", "--checkpoint-every", "1",

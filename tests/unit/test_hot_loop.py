@@ -63,24 +63,33 @@ def test_rollout_gae_and_update_make_no_host_sync(env_id, device):
     assert next_obs.shape == (8, *env.obs_shape)
 
 
-def test_the_cpu_mlp_kernel_path_makes_no_host_sync(monkeypatch):
+@pytest.mark.parametrize("path", ["blocks", "autograd"])
+def test_the_cpu_mlp_kernel_paths_make_no_host_sync(monkeypatch, path):
     # 3,000 envs x 4 steps: acting, V(final obs) and minibatches of 3,000 rows all take mlp_cpu's
-    # row-block kernel (more than one 2,048-row block), which must stay as sync-free as the modules
-    from proxima import mlp_cpu
+    # row-block kernel (more than one 2,048-row block), the minibatches through grad_cpu's block
+    # path or (when it is turned off) autograd's; both must stay as sync-free as the modules
+    from proxima import grad_cpu, mlp_cpu
 
     calls = {"grad": 0, "no_grad": 0}
-    apply, blocks = mlp_cpu._MLPFunction.apply, mlp_cpu._forward_blocks
+    apply, blocks, grads = mlp_cpu._MLPFunction.apply, mlp_cpu._forward_blocks, grad_cpu.BlockGradients.__call__
 
     def counted_apply(*a):
         calls["grad"] += 1
         return apply(*a)
+
+    def counted_grads(self, mb):
+        calls["grad"] += 2  # both networks
+        return grads(self, mb)
 
     def counted_blocks(*a, keep_hidden):
         calls["no_grad"] += not keep_hidden
         return blocks(*a, keep_hidden=keep_hidden)
 
     monkeypatch.setattr(mlp_cpu._MLPFunction, "apply", counted_apply)
+    monkeypatch.setattr(grad_cpu.BlockGradients, "__call__", counted_grads)
     monkeypatch.setattr(mlp_cpu, "_forward_blocks", counted_blocks)
+    if path == "autograd":
+        monkeypatch.setattr(grad_cpu.BlockGradients, "covers", lambda self, mb: False)
     env, agent, optimizer, rollout, next_obs, cfg = build("CartPole-v1", "cpu", num_envs=3000, num_steps=4)
     one_iteration(env, agent, optimizer, rollout, next_obs, cfg)
     with forbid_host_sync("cpu"):

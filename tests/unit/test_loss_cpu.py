@@ -79,14 +79,15 @@ def test_what_it_does_not_handle_goes_to_ppo_loss():
 
 
 def test_the_cpu_trainer_takes_the_closed_form_backward(monkeypatch):
-    """A CPU run's grad step goes through _PPOLoss (one call a minibatch), not autograd's masks."""
+    """A CPU run that grad_cpu does not cover (a Box action) goes through _PPOLoss (one call a
+    minibatch), not autograd's masks."""
     from proxima.config import PPOConfig
     from proxima.trainer import Trainer
 
     calls = []
     real = loss_cpu._PPOLoss.apply
     monkeypatch.setattr(loss_cpu._PPOLoss, "apply", lambda *a: calls.append(1) or real(*a))
-    cfg = PPOConfig(env_id="CartPole-v1", backend="native", num_envs=8, num_steps=16, num_minibatches=2, update_epochs=3,
+    cfg = PPOConfig(env_id="Pendulum-v1", backend="native", num_envs=8, num_steps=16, num_minibatches=2, update_epochs=3,
                     total_timesteps=128, progress=False, checkpoint_every=0, eval_episodes=0, threads=1)
     trainer = Trainer(cfg, quiet=True)
     try:
