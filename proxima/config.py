@@ -74,6 +74,8 @@ class PPOConfig:
     checkpoint_every: int = _f(50, "Write a checkpoint every N iterations (0: only at the end).")
     checkpoint_minutes: float = _f(10.0, "Also write a checkpoint when this many minutes have passed since the last one (0: off).")
     keep_checkpoints: int = _f(3, "Keep the last K periodic checkpoints.")
+    stop_return: Optional[float] = _f(None, "Stop training early once the mean return of the last --stop-episodes training episodes (the sampling policy's, over all envs and processes) reaches this value; the run then ends as at --total-timesteps (final checkpoint, evaluation). none: train for --total-timesteps. Single runs: a population trains every member for --total-timesteps.")
+    stop_episodes: int = _f(20, "Episodes --stop-return averages over: the fewest recent iterations that hold at least this many.")
     eval_episodes: int = _f(10, "Episodes of the deterministic policy evaluated at the end, and at each --eval-every (0: skip).")
     eval_every: int = _f(0, "Also evaluate every N env steps during training: eval/* in TensorBoard and metrics.csv, the best policy kept as checkpoints/best.pt (0: off).")
     progress: bool = _f(True, "Show a progress bar.")
@@ -89,7 +91,7 @@ FIELDS = {f.name: f for f in dataclasses.fields(PPOConfig)}
 #: fields a resumed run may change (docs/reliability.md): how long it runs, how often it saves and
 #: evaluates, what it prints, where it runs. Every other field is the run's identity; changing it
 #: on resume would make the checkpoint's state describe a different run, so resume refuses it.
-RESUME_SAFE = ("total_timesteps", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "eval_episodes", "eval_every",
+RESUME_SAFE = ("total_timesteps", "stop_return", "stop_episodes", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "eval_episodes", "eval_every",
                "progress", "plot", "threads", "keep_host_memory", "device", "debug_checks", "run_dir")
 
 
@@ -134,10 +136,12 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
     f = FIELDS[name]
     default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
     try:
-        if name == "target_kl" or name == "run_dir":
+        if name in ("target_kl", "stop_return", "run_dir"):
             if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "")):
                 return None
-            return float(value) if name == "target_kl" else str(value)
+            if isinstance(value, bool):
+                raise ValueError
+            return str(value) if name == "run_dir" else float(value)
         if isinstance(default, bool):
             if isinstance(value, bool):
                 return value
@@ -181,7 +185,8 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
             return value
     except (TypeError, ValueError, OverflowError):
         pass
-    raise ConfigError(f"{source}: field '{name}' got {value!r}, expected {_type_name(default)}")
+    expected = "a number or none" if name in ("target_kl", "stop_return") else _type_name(default)
+    raise ConfigError(f"{source}: field '{name}' got {value!r}, expected {expected}")
 
 
 def _type_name(default: Any) -> str:
@@ -217,7 +222,9 @@ def validate(cfg: PPOConfig, world_size: int = 1) -> None:
             bad(name, "must be a finite number")
     if cfg.target_kl is not None and not (math.isfinite(cfg.target_kl) and cfg.target_kl > 0):
         bad("target_kl", "must be a positive number or none")
-    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "threads"):
+    if cfg.stop_return is not None and not math.isfinite(cfg.stop_return):
+        bad("stop_return", "must be a finite number or none")
+    for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "threads", "stop_episodes"):
         if getattr(cfg, name) < 1:
             bad(name, "must be at least 1")
     if not (math.isfinite(cfg.checkpoint_minutes) and cfg.checkpoint_minutes >= 0):

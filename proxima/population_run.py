@@ -77,6 +77,9 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
     check_population_fits(base, len(members), device, env_probe(base))  # before anything is allocated
     run_dir = Path(run_dir or base.run_dir or unique_default(default_population_dir(base, seeds)))
     pop = Population(members, device)
+    if base.stop_return is not None and not quiet:  # e.g. the fast preset's: its members still train in one program
+        print(f"proxima: note: --stop-return {base.stop_return:g} applies to single runs; each member of the population "
+              "trains for --total-timesteps", file=sys.stderr)
     session = RunSession()
     try:
         session.claim_fresh(run_dir, overwrite, restart_note)

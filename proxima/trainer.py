@@ -185,6 +185,8 @@ class Trainer:
         self._saved_at = time.monotonic()
         self.best_eval = getattr(self, "best_eval", None)  # restored from the checkpoint on resume
         last_ckpt = getattr(self, "last_checkpoint", None)
+        target = ReturnTarget(cfg.stop_return, cfg.stop_episodes) if cfg.stop_return is not None else None
+        self.stopped_at_return = None
         try:
             with SignalGuard() as stop:
                 t_start = time.perf_counter() - self.elapsed
@@ -215,11 +217,17 @@ class Trainer:
                         self.logger.log(self.iteration, self.global_step, row)
                     periodic = (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0) or self._checkpoint_due()
                     signum = self.dist.agree_stop(stop.signum)  # all ranks stop at the same iteration
-                    if periodic or signum or self.iteration == self.num_iterations:
+                    # --stop-return: every rank reads the same all-reduced episode sums, so all stop here
+                    if target is not None and self.stopped_at_return is None:
+                        self.stopped_at_return = target.add(float(metrics["ep_return_sum"]), int(metrics["ep_count"]))
+                    done = self.iteration == self.num_iterations or self.stopped_at_return is not None
+                    if periodic or signum or done:
                         last_ckpt = self.last_checkpoint = self.save() or last_ckpt
                         self._saved_at = time.monotonic()
                     if signum:
                         raise TrainingInterrupted(signum, last_ckpt)
+                    if self.stopped_at_return is not None:
+                        break
                 self.dist.dump_parameters(self.agent, self.iteration, self.global_step, self.run_dir)  # test hook (PROXIMA_DEBUG_DUMP_PARAMS)
         finally:
             if self.logger is not None:
@@ -268,6 +276,29 @@ class Trainer:
         if self._flush_denormal:  # leave the process as we found it (FTZ is off by default)
             torch.set_flush_denormal(False)
             self._flush_denormal = False
+
+
+class ReturnTarget:
+    """--stop-return: whether the mean return of the last ``episodes`` training episodes reached
+    ``target``. The trainer sees each iteration's sum and count of finished episodes, so the window
+    is the fewest recent iterations that hold at least ``episodes`` of them."""
+
+    def __init__(self, target: float, episodes: int):
+        self.target, self.episodes = float(target), int(episodes)
+        self.window: list = []  # (return sum, episode count) of recent iterations, oldest first
+
+    def add(self, return_sum: float, count: int) -> Optional[float]:
+        """Add one iteration's episodes; the window's mean return once it holds enough episodes and
+        reaches the target, else None."""
+        if count:
+            self.window.append((return_sum, count))
+        while len(self.window) > 1 and sum(c for _, c in self.window[1:]) >= self.episodes:
+            self.window.pop(0)
+        total = sum(c for _, c in self.window)
+        if total < self.episodes:
+            return None
+        mean = sum(r for r, _ in self.window) / total
+        return mean if mean >= self.target else None
 
 
 def _check_cudagraphs(cfg: PPOConfig, device: torch.device, world_size: int) -> None:
@@ -361,6 +392,10 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             if resumed and not quiet and trainer.dist.is_main:
                 print(f"proxima: resuming {trainer.run_dir} at global step {trainer.global_step:,} (iteration {trainer.iteration})", file=sys.stderr)
             out_dir = trainer.run(resumed=resumed)
+            if trainer.stopped_at_return is not None and not quiet and trainer.dist.is_main:
+                print(f"proxima: stopped at global step {trainer.global_step:,} (iteration {trainer.iteration}): the last "
+                      f"{config.stop_episodes}+ training episodes averaged {trainer.stopped_at_return:.1f} >= --stop-return "
+                      f"{config.stop_return:g}", file=sys.stderr)
             if dctx.enabled:  # the last collective was the final checkpoint; leave the process group
                 distributed.shutdown()
             if evaluate_at_end and trainer.dist.is_main:

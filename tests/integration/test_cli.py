@@ -158,6 +158,9 @@ BAD_TRAIN = {
     "bad device": (TRAIN + ["--device", "meta"], ["--device 'meta'"]),
     "negative seed": (TRAIN + ["--seed=-1"], ["--seed -1", "from 0 to 2,147,483,647"]),
     "huge seed": (TRAIN + ["--seed", str(2**40)], [f"--seed {2**40}", "from 0 to 2,147,483,647"]),
+    "stop return inf": (TRAIN + ["--stop-return", "inf"], ["--stop-return inf", "finite number or none"]),
+    "stop return word": (TRAIN + ["--stop-return", "high"], ["stop_return", "'high'", "a number or none"]),
+    "stop episodes 0": (TRAIN + ["--stop-return", "400", "--stop-episodes", "0"], ["--stop-episodes 0", "at least 1"]),
     # refused by the size estimate before any env or buffer is allocated (68.8 TB for CartPole)
     "a billion envs": (TRAIN + ["--num-envs", "1000000000", "--total-timesteps", str(10**12)],
                        ["--num-envs 1000000000 x --num-steps 128: needs ~", " TB on cpu, ", " free; lower --num-envs"]),
