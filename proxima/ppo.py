@@ -299,7 +299,7 @@ def make_grad_step(agent, optimizer, cfg, autocast=None, scaler=None) -> Callabl
     from .loss_cpu import ppo_loss as loss_fn  # ppo_loss; on the CPU with a closed-form backward (loss_cpu.py)
 
     params = [p for p in agent.parameters() if p.requires_grad]
-    # on the CPU, forward, loss and backward block by block of rows (grad_cpu.py): autograd's gradients
+    # on the CPU, a minibatch of one row block (every preset's) without autograd (grad_cpu.py): the same gradients
     blocks = BlockGradients.for_agent(agent, cfg, autocast, scaler)
 
     def grad_step(mb: dict) -> dict:

@@ -14,14 +14,8 @@ from proxima import hostmem
 # minor page faults per training iteration, in a fresh process (the setting is process-wide and one-way)
 PROBE = textwrap.dedent("""
     import resource, sys
-    from proxima import grad_cpu
     from proxima.config import PPOConfig
     from proxima.trainer import Trainer
-
-    # autograd's path, as a Box-action, population or DDP run takes it: whole-minibatch temporaries
-    # (grad_cpu's block path reuses block-sized buffers, and glibc's adaptive threshold then
-    # usually keeps its few large tensors on the heap anyway: 0-4,480 faults by default)
-    grad_cpu.BlockGradients.covers = lambda self, mb: False
 
     keep = sys.argv[1] == "1"
     cfg = PPOConfig(env_id="CartPole-v1", backend="native", num_envs=4096, num_steps=16, total_timesteps=4096 * 16 * 100,

@@ -65,9 +65,9 @@ def test_rollout_gae_and_update_make_no_host_sync(env_id, device):
 
 @pytest.mark.parametrize("path", ["blocks", "autograd"])
 def test_the_cpu_mlp_kernel_paths_make_no_host_sync(monkeypatch, path):
-    # 3,000 envs x 4 steps: acting, V(final obs) and minibatches of 3,000 rows all take mlp_cpu's
-    # row-block kernel (more than one 2,048-row block), the minibatches through grad_cpu's block
-    # path or (when it is turned off) autograd's; both must stay as sync-free as the modules
+    # 3,000 envs x 4 steps: acting and V(final obs) take mlp_cpu's row-block kernel (more than one
+    # 2,048-row block); minibatches of 3,000 rows go through autograd and that kernel, of 1,500
+    # rows (8 minibatches) through grad_cpu's block path; all must stay as sync-free as the modules
     from proxima import grad_cpu, mlp_cpu
 
     calls = {"grad": 0, "no_grad": 0}
@@ -88,16 +88,15 @@ def test_the_cpu_mlp_kernel_paths_make_no_host_sync(monkeypatch, path):
     monkeypatch.setattr(mlp_cpu._MLPFunction, "apply", counted_apply)
     monkeypatch.setattr(grad_cpu.BlockGradients, "__call__", counted_grads)
     monkeypatch.setattr(mlp_cpu, "_forward_blocks", counted_blocks)
-    if path == "autograd":
-        monkeypatch.setattr(grad_cpu.BlockGradients, "covers", lambda self, mb: False)
     env, agent, optimizer, rollout, next_obs, cfg = build("CartPole-v1", "cpu", num_envs=3000, num_steps=4)
+    cfg.num_minibatches = 8 if path == "blocks" else 4
     one_iteration(env, agent, optimizer, rollout, next_obs, cfg)
     with forbid_host_sync("cpu"):
         next_obs, metrics = one_iteration(env, agent, optimizer, rollout, next_obs, cfg)
     assert not bool(metrics["nonfinite"])
     # two iterations, each: 2 networks x 4 acting steps + the critic on the final obs (no grad),
-    # and 2 networks x 2 epochs x 4 minibatches (grad)
-    assert calls == {"grad": 2 * (2 * 2 * 4), "no_grad": 2 * (2 * 4 + 1)}
+    # and 2 networks x 2 epochs x the minibatches (grad)
+    assert calls == {"grad": 2 * (2 * 2 * cfg.num_minibatches), "no_grad": 2 * (2 * 4 + 1)}
 
 
 @pytest.mark.parametrize("device", DEVICES)
