@@ -13,7 +13,10 @@ one thread), CPU time (``time.process_time``) per call of:
 * optimizer: ``adam.Adam`` vs ``torch.optim.Adam(fused=True)``: zero_grad, clip and step on the
   agent's parameters;
 * advantages: ``ppo.next_values`` (the rollout's values reused) vs the critic on every final obs,
-  then GAE, on a real rollout.
+  then GAE, on a real rollout;
+* gradients: ``grad_cpu.BlockGradients`` vs the agent's forward, ``loss_cpu.ppo_loss`` and
+  autograd's backward, for a minibatch of 1,024 rows (one block: the fast preset's minibatch,
+  where make_grad_step takes it) and of 16,384 rows (eight blocks, where it does not).
 
 Rounds alternate the order of the two sides; the table gives median (min-max) microseconds per call
 and the per-round ratio old / new.
@@ -47,7 +50,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from proxima import agent as agent_mod, loss_cpu, ppo
+    from proxima import agent as agent_mod, grad_cpu, loss_cpu, ppo
     from proxima.adam import Adam
     from proxima.config import PPOConfig
     from proxima.trainer import Trainer
@@ -107,7 +110,31 @@ def main(argv=None) -> int:
             ppo.compute_gae(ro.rewards, ro.values, nv, ro.terminated, ro.dones, cfg.gamma, cfg.gae_lambda)
         return run
 
+    blocks = grad_cpu.BlockGradients.for_agent(agent, cfg)
+
+    def grads_autograd(rows):
+        small = {k: v[:rows] for k, v in mb.items()}
+
+        def run():
+            agent.zero_grad(set_to_none=True)
+            _, lp, ent, v = agent(small["obs"], small["actions"])
+            loss_cpu.ppo_loss(lp, small["logprobs"], small["advantages"], v, small["values"], small["returns"], ent,
+                              **kw)["loss"].backward()
+        return run
+
+    def grads_blocks(rows):
+        small = {k: v[:rows] for k, v in mb.items()}
+
+        def run():
+            agent.zero_grad(set_to_none=True)
+            blocks(small)
+        return run
+
     parts = {
+        "gradients, 1,024-row minibatch (one block)": (grads_autograd(1024), grads_blocks(1024),
+                                                       "forward + loss_cpu + autograd", "grad_cpu.BlockGradients"),
+        "gradients, 16,384-row minibatch (8 blocks; not taken)": (grads_autograd(16384), grads_blocks(16384),
+                                                                 "forward + loss_cpu + autograd", "grad_cpu.BlockGradients"),
         "loss fwd+bwd (16,384 rows)": (loss(ppo.ppo_loss), loss(loss_cpu.ppo_loss), "ppo.ppo_loss + autograd", "loss_cpu.ppo_loss"),
         "categorical head fwd+bwd (16,384 x 2)": (head(plain_head), head(agent_mod._categorical_logprob_entropy),
                                                   "log_softmax over the last axis + autograd", "_CategoricalCPU"),

@@ -3,8 +3,10 @@
 Why: a preset's minibatch (at most 2,048 rows; the fast CartPole preset's: 1,024) is small enough
 that autograd's machinery and the modules' calls cost as much as the arithmetic: the graph, a
 Function per stage, ``nn.Linear``/``nn.Tanh`` calls, the closed-form head and loss each wrapped
-for autograd. Here the same ops run straight from a plain loop: 1.26x (0.87-1.60) the fast
-preset's update over 30 alternating rounds in one process, the same bits.
+for autograd. Here the same ops run straight from a plain loop, the same bits: a 1,024-row
+minibatch's gradients 1.35x (1.04-1.50) faster (benchmarks/cpu_parts.py,
+benchmarks/results/cpu-parts.md), the fast preset's whole update 1.26x (0.87-1.60) over 30
+alternating rounds in one process.
 
 How: once the advantages are normalized (the one statistic of the whole minibatch, computed
 first) the PPO loss is a mean of per-sample terms, so the gradient with respect to one sample's
@@ -13,8 +15,9 @@ layers) goes through both MLPs, the head and the loss and straight back, its act
 block-sized buffers reused by every block, adding its share into the weight gradients. For
 minibatches of many blocks that locality saves ~10% of the MLPs' time (6.0 against 6.7 ms forward,
 8.1 against 9.0 ms backward for a 16,384-row minibatch), but the head and loss then run as ~60
-ops per 2,048-row block instead of once per minibatch (2.7 against ~1.9 ms): 1.00x (0.86-1.05)
-over 20 rounds at 4,096 envs, so ``covers`` leaves those to autograd and ``mlp_cpu``.
+ops per 2,048-row block instead of once per minibatch (2.7 against ~1.9 ms): 0.87x (0.75-1.02)
+for a 16,384-row minibatch in the same table, 0.96-0.99x on whole updates at 4,096 envs, so
+``covers`` leaves those to autograd and ``mlp_cpu``.
 
 The same ops as the autograd path on the same blocks (``mlp_cpu.forward_block`` and
 ``backward_block``, the head's ``_CategoricalCPU`` forward and ``categorical_grad``, ``ppo.ppo_terms``
@@ -77,8 +80,8 @@ class BlockGradients:
     def covers(self, mb: dict) -> bool:
         """Whether ``make_grad_step`` should take this path for minibatch ``mb`` (else autograd's):
         one block of rows (every preset's minibatch). Larger minibatches go through autograd and
-        ``mlp_cpu``'s kernel: there the ~60 small head and loss ops per block cost as much as the
-        cache saves (1.00x (0.86-1.05) at 4,096 envs, 16,384-row minibatches: module docstring)."""
+        ``mlp_cpu``'s kernel: there the ~60 small head and loss ops per block cost more than the
+        cache saves (module docstring)."""
         obs = mb["obs"]
         if obs.device.type != "cpu" or obs.dim() != 2 or obs.dtype != torch.float32 or torch.compiler.is_compiling():
             return False
