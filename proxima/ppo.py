@@ -303,8 +303,8 @@ def make_grad_step(agent, optimizer, cfg, autocast=None, scaler=None) -> Callabl
     blocks = BlockGradients.for_agent(agent, cfg, autocast, scaler)
 
     def grad_step(mb: dict) -> dict:
-        optimizer.zero_grad(set_to_none=True)
         if blocks is not None and blocks.covers(mb):
+            optimizer.zero_grad(set_to_none=True)
             out = blocks(mb)  # sets every parameter's .grad
         else:
             with autocast() if autocast is not None else _nullcontext():
@@ -312,6 +312,7 @@ def make_grad_step(agent, optimizer, cfg, autocast=None, scaler=None) -> Callabl
             out = loss_fn(newlogprob.float(), mb["logprobs"], mb["advantages"], newvalue.float(), mb["values"],
                           mb["returns"], entropy.float(), clip_coef=cfg.clip_coef, vf_coef=cfg.vf_coef,
                           ent_coef=cfg.ent_coef, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv)
+            optimizer.zero_grad(set_to_none=True)
             if scaler is not None:
                 scaler.scale(out["loss"]).backward()
                 scaler.unscale_(optimizer)
