@@ -57,3 +57,23 @@ def test_without_it_the_run_trains_to_total_timesteps(tmp_path, capsys):
     assert code == 0, err
     assert "stopped at" not in err
     assert int(list(csv.DictReader(open(run_dir / "metrics.csv")))[-1]["global_step"]) == 2048
+
+
+def test_a_resumed_run_fills_its_window_afresh(tmp_path, capsys):
+    """As documented (docs/reliability.md): resuming a run that stopped at its target trains on
+    until the window of new episodes reaches it again; --stop-return none trains to the total."""
+    run_dir = tmp_path / "run"
+    argv = ["train", "CartPole-v1", "--backend", "native", "--num-envs", "8", "--num-steps", "64", "--total-timesteps", "51200",
+            "--stop-return", "30", "--stop-episodes", "16", "--eval-episodes", "0", "--checkpoint-every", "0", "--no-progress",
+            "--run-dir", str(run_dir)]
+    code, _, err = run_main(argv, capsys)
+    assert code == 0, err
+    first = len(list(csv.DictReader(open(run_dir / "metrics.csv"))))
+    code, _, err = run_main(["resume", str(run_dir), "--no-progress"], capsys)
+    assert code == 0, err
+    second = len(list(csv.DictReader(open(run_dir / "metrics.csv"))))
+    assert first < second < 100 and f"(iteration {second}): the last 16+ training episodes averaged" in err
+    code, _, err = run_main(["resume", str(run_dir), "--no-progress", "--stop-return", "none", "--total-timesteps",
+                             str(512 * (second + 3))], capsys)
+    assert code == 0, err
+    assert "stopped at" not in err and len(list(csv.DictReader(open(run_dir / "metrics.csv")))) == second + 3
