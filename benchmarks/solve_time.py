@@ -14,6 +14,7 @@ median and range of the wall time. Runs are sequential, one torch thread each.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import shlex
@@ -55,8 +56,10 @@ def run_seed(args, seed: int, workdir: Path) -> dict:
     if proc.returncode != 0:
         return {"seed": seed, "wall": wall, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
     result = json.loads((run_dir / "eval.json").read_text())
+    with open(run_dir / "metrics.csv") as f:  # the steps trained: fewer than the total where --stop-return stopped it
+        steps = int(list(csv.DictReader(f))[-1]["global_step"])
     return {"seed": seed, "wall": wall, "mean_return": result["mean_return"], "std_return": result["std_return"],
-            "command": shlex.join(["proxima", *cmd[3:]])}
+            "steps": steps, "command": shlex.join(["proxima", *cmd[3:]])}
 
 
 def table(args, rows: list) -> str:
@@ -65,10 +68,11 @@ def table(args, rows: list) -> str:
     lines = [f"## `proxima train {args.env_id} --preset {args.preset}`" + (" " + " ".join(f"--{s}" for s in args.set) if args.set else ""),
              "", f"{datetime.now():%Y-%m-%d %H:%M}, device {args.device}, 1 torch thread, "
              f"{args.eval_episodes}-episode deterministic evaluation, solved = mean >= {args.threshold:g}", "",
-             "| seed | wall from launch (s) | eval mean +- std | solved |", "|---:|---:|---:|:---:|"]
+             "| seed | wall from launch (s) | steps trained | eval mean +- std | solved |", "|---:|---:|---:|---:|:---:|"]
     for r in rows:
         ev = f"{r['mean_return']:.1f} +- {r['std_return']:.1f}" if "mean_return" in r else f"error: {r['error']}"
-        lines.append(f"| {r['seed']} | {r['wall']:.2f} | {ev} | {'yes' if r in solved else 'no'} |")
+        steps = f"{r['steps']:,}" if "steps" in r else "-"
+        lines.append(f"| {r['seed']} | {r['wall']:.2f} | {steps} | {ev} | {'yes' if r in solved else 'no'} |")
     lines += ["", f"**{len(solved)} of {len(rows)} seeds solved**; wall median {statistics.median(walls):.2f} s "
               f"(range {min(walls):.2f}-{max(walls):.2f} s).", "",
               f"Command: `python benchmarks/solve_time.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}`", ""]
