@@ -53,8 +53,8 @@ class BlockGradients:
     to the loss's gradient; mb holds obs (B, F), actions (B,) int, logprobs, advantages, values
     and returns (B,)."""
 
-    def __init__(self, agent: Agent, actor_plan, critic_plan, cfg):
-        self.agent, self.cfg = agent, cfg
+    def __init__(self, actor_plan, critic_plan, cfg):
+        self.cfg = cfg
         (self.actor, act), (self.critic, _) = actor_plan, critic_plan
         self.forward_act, self.backward_act = mlp_cpu.ACTIVATIONS[act]
         # blocks of the kernel's size, so that a minibatch is split exactly as mlp_cpu splits it
@@ -75,7 +75,7 @@ class BlockGradients:
         params = list(agent.parameters())
         if any(p.device.type != "cpu" or p.dtype != torch.float32 or not p.requires_grad for p in params):
             return None
-        return cls(agent, actor_plan, critic_plan, cfg)
+        return cls(actor_plan, critic_plan, cfg)
 
     def covers(self, mb: dict) -> bool:
         """Whether ``make_grad_step`` should take this path for minibatch ``mb`` (else autograd's):
