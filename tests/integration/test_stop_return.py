@@ -27,12 +27,16 @@ def test_the_window_is_the_fewest_recent_iterations_holding_enough_episodes():
     assert target.add(3 * 120.0, 3) == pytest.approx((950 + 360) / 13)  # 100.8 >= 100
 
 
+def _stopping_run(run_dir, eval_episodes: int) -> list:
+    """CartPole at 512 steps an iteration, up to 100 iterations, stopping once 16 episodes average 30."""
+    return ["train", "CartPole-v1", "--backend", "native", "--num-envs", "8", "--num-steps", "64", "--total-timesteps", "51200",
+            "--stop-return", "30", "--stop-episodes", "16", "--eval-episodes", str(eval_episodes), "--checkpoint-every", "0",
+            "--no-progress", "--run-dir", str(run_dir)]
+
+
 def test_train_stops_at_the_target_and_finishes_the_run(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    argv = ["train", "CartPole-v1", "--backend", "native", "--num-envs", "8", "--num-steps", "64", "--total-timesteps", "51200",
-            "--stop-return", "30", "--stop-episodes", "16", "--eval-episodes", "2", "--checkpoint-every", "0", "--no-progress",
-            "--run-dir", str(run_dir)]
-    code, out, err = run_main(argv, capsys)
+    code, out, err = run_main(_stopping_run(run_dir, eval_episodes=2), capsys)
     assert code == 0, err
     rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
     last = int(rows[-1]["global_step"])
@@ -63,10 +67,7 @@ def test_a_resumed_run_fills_its_window_afresh(tmp_path, capsys):
     """As documented (docs/reliability.md): resuming a run that stopped at its target trains on
     until the window of new episodes reaches it again; --stop-return none trains to the total."""
     run_dir = tmp_path / "run"
-    argv = ["train", "CartPole-v1", "--backend", "native", "--num-envs", "8", "--num-steps", "64", "--total-timesteps", "51200",
-            "--stop-return", "30", "--stop-episodes", "16", "--eval-episodes", "0", "--checkpoint-every", "0", "--no-progress",
-            "--run-dir", str(run_dir)]
-    code, _, err = run_main(argv, capsys)
+    code, _, err = run_main(_stopping_run(run_dir, eval_episodes=0), capsys)
     assert code == 0, err
     first = len(list(csv.DictReader(open(run_dir / "metrics.csv"))))
     code, _, err = run_main(["resume", str(run_dir), "--no-progress"], capsys)
