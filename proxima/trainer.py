@@ -89,6 +89,7 @@ class Trainer:
         self.num_iterations = num_iterations(cfg, self.dist.world_size)
         self.steps_per_iteration = batch_size(cfg) * self.dist.world_size
         self.iteration, self.global_step, self.elapsed = 0, 0, 0.0
+        self.stopped_at_return: Optional[float] = None  # run(): the window's mean once --stop-return ended it
         self.autocast, self.scaler = self._amp_setup()
         self.policy_step = self.agent.policy_step
         if self.autocast is not None:
