@@ -131,12 +131,16 @@ def _close(word: str, options) -> Optional[str]:
     return m[0] if m else None
 
 
+#: fields that hold a number or None (``none`` on the command line and in YAML)
+OPTIONAL_NUMBERS = ("target_kl", "stop_return")
+
+
 def coerce(name: str, value: Any, source: str = "config") -> Any:
     """Convert a YAML/CLI value to the field's type; raise ConfigError naming the field."""
     f = FIELDS[name]
     default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
     try:
-        if name in ("target_kl", "stop_return", "run_dir"):
+        if name in OPTIONAL_NUMBERS or name == "run_dir":
             if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "")):
                 return None
             if isinstance(value, bool):
@@ -185,7 +189,7 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
             return value
     except (TypeError, ValueError, OverflowError):
         pass
-    expected = "a number or none" if name in ("target_kl", "stop_return") else _type_name(default)
+    expected = "a number or none" if name in OPTIONAL_NUMBERS else _type_name(default)
     raise ConfigError(f"{source}: field '{name}' got {value!r}, expected {expected}")
 
 

@@ -4,20 +4,18 @@ Why: a preset's minibatch (at most 2,048 rows; the fast CartPole preset's: 1,024
 that autograd's machinery and the modules' calls cost as much as the arithmetic: the graph, a
 Function per stage, ``nn.Linear``/``nn.Tanh`` calls, the closed-form head and loss each wrapped
 for autograd. Here the same ops run straight from a plain loop, the same bits: a 1,024-row
-minibatch's gradients 1.35x (1.04-1.50) faster (benchmarks/cpu_parts.py,
-benchmarks/results/cpu-parts.md), the fast preset's whole update 1.26x (0.87-1.60) over 30
-alternating rounds in one process.
+minibatch's gradients 1.35x (1.04-1.50) and 1.36x (1.22-1.40) faster in two runs of
+benchmarks/cpu_parts.py (benchmarks/results/cpu-parts.md).
 
 How: once the advantages are normalized (the one statistic of the whole minibatch, computed
 first) the PPO loss is a mean of per-sample terms, so the gradient with respect to one sample's
 network outputs depends on that sample alone: each block of rows (``mlp_cpu``'s 2,048 for 64-wide
 layers) goes through both MLPs, the head and the loss and straight back, its activations in
 block-sized buffers reused by every block, adding its share into the weight gradients. For
-minibatches of many blocks that locality saves ~10% of the MLPs' time (6.0 against 6.7 ms forward,
-8.1 against 9.0 ms backward for a 16,384-row minibatch), but the head and loss then run as ~60
-ops per 2,048-row block instead of once per minibatch (2.7 against ~1.9 ms): 0.87x (0.75-1.02)
-for a 16,384-row minibatch in the same table, 0.96-0.99x on whole updates at 4,096 envs, so
-``covers`` leaves those to autograd and ``mlp_cpu``.
+minibatches of many blocks that locality shortens the MLPs' passes, but the head and loss then
+run as ~60 small ops per 2,048-row block instead of once per minibatch: 0.87x (0.75-1.02) and
+0.96x (0.86-1.24) for a 16,384-row minibatch in the same table, so ``covers`` leaves those to
+autograd and ``mlp_cpu``.
 
 The same ops as the autograd path on the same blocks (``mlp_cpu.forward_block`` and
 ``backward_block``, the head's ``_CategoricalCPU`` forward and ``categorical_grad``, ``ppo.ppo_terms``
@@ -130,12 +128,9 @@ class BlockGradients:
             lp, ent, logp, p = _CategoricalCPU.forward(logits, action)
             t = ppo.ppo_terms(lp, old_lp, adv, value, old_v, ret, clip, vclip, cfg.clip_vloss)
             d_lp, d_v = loss_cpu.term_grads(t, value, ret, cfg.clip_vloss)
-            ratio = t["ratio"]
-            sums += torch.stack([
-                t["pg_loss"].sum(), t["v_loss"].sum(), ent.sum(), ((ratio - 1) - t["logratio"]).sum(),
-                ((ratio - 1.0).abs() > clip).sum(dtype=torch.float32),
-                (t["v_clipped"] > t["v_unclipped"]).sum(dtype=torch.float32) if cfg.clip_vloss else one.new_zeros(()),
-                ratio.sum()])
+            terms = {"policy_loss": t["pg_loss"], "value_loss": t["v_loss"], "entropy": ent,
+                     **ppo.monitor_terms(t, clip, cfg.clip_vloss)}
+            sums += torch.stack([terms[k].sum() for k in _SUMS])
             g_logits = categorical_grad(logp, p, ent, action, d_lp * pg_scale, ent_scale.expand(r))
             mlp_cpu.backward_block(g_logits, [x, *a_out[:-1]], a_w, a_gw, a_gb, self.backward_act)
             mlp_cpu.backward_block((d_v * v_scale).unsqueeze(-1), [x, *c_out[:-1]], c_w, c_gw, c_gb, self.backward_act)

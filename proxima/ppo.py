@@ -192,17 +192,22 @@ def ppo_loss_with_terms(new_logprob: torch.Tensor, old_logprob: torch.Tensor, ad
         advantages = normalize_advantages(advantages, mean, bessel)
     _, vclip = _coef(clip_coef if vf_clip_coef is None else vf_clip_coef)
     t = ppo_terms(new_logprob, old_logprob, advantages, new_values, old_values, returns, clip_el, vclip, clip_vloss)
-    ratio, logratio, v_unclipped, v_clipped = t["ratio"], t["logratio"], t["v_unclipped"], t["v_clipped"]
-    with torch.no_grad():
-        approx_kl = mean((ratio - 1) - logratio)  # detail 12: k3 estimator
-        clipfrac = mean(((ratio - 1.0).abs() > clip_el).float())
-        vf_clipfrac = mean((v_clipped > v_unclipped).float()) if clip_vloss else torch.zeros_like(approx_kl)
-        ratio_mean = mean(ratio)
     policy_loss, value_loss, ent = mean(t["pg_loss"]), mean(t["v_loss"]), mean(entropy)
+    with torch.no_grad():
+        monitored = {k: mean(v) for k, v in monitor_terms(t, clip_el, clip_vloss).items()}
     loss = policy_loss - ent_coef * ent + vf_coef * value_loss  # detail 10
-    out = {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss, "entropy": ent,
-           "approx_kl": approx_kl, "clipfrac": clipfrac, "vf_clipfrac": vf_clipfrac, "ratio": ratio_mean}
+    out = {"loss": loss, "policy_loss": policy_loss, "value_loss": value_loss, "entropy": ent, **monitored}
     return out, t
+
+
+def monitor_terms(t: dict, clip_el, clip_vloss: bool) -> dict:
+    """The per-sample terms of the update's monitoring metrics, from ``ppo_terms``' dict: approx_kl
+    (detail 12, the k3 estimator), clipfrac and vf_clipfrac as 0/1 floats (vf_clipfrac all 0 without
+    clip_vloss), ratio. ppo_loss averages them; grad_cpu.py sums them block by block."""
+    ratio = t["ratio"]
+    vf_clipped = (t["v_clipped"] > t["v_unclipped"]).float() if clip_vloss else torch.zeros_like(ratio)
+    return {"approx_kl": (ratio - 1) - t["logratio"], "clipfrac": ((ratio - 1.0).abs() > clip_el).float(),
+            "vf_clipfrac": vf_clipped, "ratio": ratio}
 
 
 def normalize_advantages(advantages: torch.Tensor, mean: Callable, bessel) -> torch.Tensor:
