@@ -10,6 +10,8 @@ one thread), CPU time (``time.process_time``) per call of:
   and backward from the new log-probs, values and entropies of a real minibatch;
 * head: ``agent._categorical_logprob_entropy`` on the CPU (``_CategoricalCPU``) vs the plain
   log_softmax / gather / entropy over the last axis, forward and backward, 16,384 x 2 logits;
+  and acting (no_grad, the fast preset's 256 envs): its forward called directly vs through
+  ``Function.apply``;
 * optimizer: ``adam.Adam`` vs ``torch.optim.Adam(fused=True)``: zero_grad, clip and step on the
   agent's parameters;
 * advantages: ``ppo.next_values`` (the rollout's values reused) vs the critic on every final obs,
@@ -85,6 +87,14 @@ def main(argv=None) -> int:
             (lp.sum() + 0.01 * ent.sum()).backward()
         return run
 
+    def acting_head(fn):
+        logits, action = logits0[:256].clone(), mb["actions"][:256]
+
+        @torch.no_grad()
+        def run():
+            fn(logits, action)
+        return run
+
     params = {k: [q.detach().clone().requires_grad_() for q in agent.parameters()] for k in ("old", "new")}
     optimizers = {"old": torch.optim.Adam(params["old"], lr=torch.tensor(1e-3), eps=1e-5, fused=True),
                   "new": Adam(params["new"], lr=torch.tensor(1e-3), eps=1e-5)}
@@ -138,6 +148,9 @@ def main(argv=None) -> int:
         "loss fwd+bwd (16,384 rows)": (loss(ppo.ppo_loss), loss(loss_cpu.ppo_loss), "ppo.ppo_loss + autograd", "loss_cpu.ppo_loss"),
         "categorical head fwd+bwd (16,384 x 2)": (head(plain_head), head(agent_mod._categorical_logprob_entropy),
                                                   "log_softmax over the last axis + autograd", "_CategoricalCPU"),
+        "categorical head, acting (no_grad, 256 x 2)": (acting_head(agent_mod._CategoricalCPU.apply),
+                                                        acting_head(agent_mod._categorical_logprob_entropy),
+                                                        "_CategoricalCPU.apply", "its forward, called directly"),
         "zero_grad + clip + Adam step": (optimizer("old"), optimizer("new"), "torch.optim.Adam(fused=True)", "adam.Adam"),
         "advantages (4,096 x 16)": (advantages(lambda: value_of(ro.final_obs)),
                                     advantages(lambda: ppo.next_values(ro.values, ro.final_obs, ro.dones, ro.terminated, value_of)),
