@@ -20,7 +20,9 @@ rounding (tests/unit/test_loss_cpu.py).
 
 Used by ``ppo.make_grad_step`` (which hands it float32 log-probs and values, autocast or not) for
 a single run's (B,) minibatch on the CPU without a mask, ``torch.compile`` or a functorch
-transform; everything else (CUDA, where a graph or a compiled kernel fuses the loss; a
+transform that grad_cpu.py does not take (Box and MultiDiscrete actions, encoders, AMP, DDP,
+minibatches of more than one row block); grad_cpu.py runs this file's ``term_grads`` itself;
+everything else (CUDA, where a graph or a compiled kernel fuses the loss; a
 population's (P, B) inputs with per-member coefficients; RLHF's masked tokens) takes
 ``ppo.ppo_loss`` itself, the reference this file must match.
 """
