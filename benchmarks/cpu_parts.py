@@ -17,8 +17,11 @@ one thread), CPU time (``time.process_time``) per call of:
 * advantages: ``ppo.next_values`` (the rollout's values reused) vs the critic on every final obs,
   then GAE, on a real rollout;
 * gradients: ``grad_cpu.BlockGradients`` vs the agent's forward, ``loss_cpu.ppo_loss`` and
-  autograd's backward, for a minibatch of 1,024 rows (one block: the fast preset's minibatch,
-  where make_grad_step takes it) and of 16,384 rows (eight blocks, where it does not).
+  autograd's backward, for a minibatch of 1,024 rows (one block: the fast preset's minibatch) and
+  of 16,384 rows (eight blocks);
+* acting at 4,096 envs (no_grad): the actor through ``mlp_cpu`` (last layer W h^T, logits as a
+  (B, n) view of (n, B)), a Gumbel-max sample as ``agent._categorical_sample`` writes it and the
+  head, vs the same with the last layer h W^T on each block and ``argmax(logits - log(-log u))``.
 
 Rounds alternate the order of the two sides; the table gives median (min-max) microseconds per call
 and the per-round ratio old / new.
@@ -48,11 +51,12 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--calls", type=int, default=20, help="calls per side and round")
     p.add_argument("--out", default=None, help="append the table to this file")
+    p.add_argument("--only", default=None, help="only the parts whose name contains this text")
     args = p.parse_args(argv)
 
     import torch
 
-    from proxima import agent as agent_mod, grad_cpu, loss_cpu, ppo
+    from proxima import agent as agent_mod, grad_cpu, loss_cpu, mlp_cpu, ppo
     from proxima.adam import Adam
     from proxima.config import PPOConfig
     from proxima.trainer import Trainer
@@ -67,7 +71,7 @@ def main(argv=None) -> int:
     mb = {k: v[:16384] for k, v in batch.items()}
     with torch.no_grad():
         _, lp0, ent0, v0 = agent(mb["obs"], mb["actions"])
-        logits0 = agent.actor(mb["obs"])
+        logits0 = agent.actor(mb["obs"]).contiguous()  # the head rows: row-major logits, as before mlp_cpu's W h^T
     kw = dict(clip_coef=cfg.clip_coef, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv)
 
     def loss(fn):
@@ -93,6 +97,38 @@ def main(argv=None) -> int:
         @torch.no_grad()
         def run():
             fn(logits, action)
+        return run
+
+    def forward_blocks_before(x, weights, biases, act, rows, keep_hidden):
+        """mlp_cpu._forward_blocks before its last layer ran as W h^T: every layer h W^T, block by block."""
+        forward_act, _ = mlp_cpu.ACTIVATIONS[act]
+        last = len(weights) - 1
+        outs = [x.new_empty(x.shape[0] if keep_hidden or i == last else min(rows, x.shape[0]), w.shape[0])
+                for i, w in enumerate(weights)]
+        w_t = [w.t() for w in weights]
+        blocks = [o.split(rows) if keep_hidden or i == last else None for i, o in enumerate(outs)]
+        for k, h in enumerate(x.split(rows)):
+            mlp_cpu.forward_block(h, w_t, biases, forward_act,
+                                  [blocks[i][k] if blocks[i] is not None else outs[i][:h.shape[0]] for i in range(last + 1)])
+        return outs
+
+    def acting(old: bool):
+        obs = mb["obs"][:4096]
+
+        @torch.no_grad()
+        def run():
+            if old:  # the kernel's forward before, then argmax over the last axis
+                now, mlp_cpu._forward_blocks = mlp_cpu._forward_blocks, forward_blocks_before
+                try:
+                    logits = agent.actor(obs)
+                finally:
+                    mlp_cpu._forward_blocks = now
+                u = torch.rand_like(logits).clamp(1e-20, 1.0)
+                action = torch.argmax(logits - torch.log(-torch.log(u)), dim=-1)
+            else:
+                logits = agent.actor(obs)
+                action = agent_mod._categorical_sample(logits)
+            agent_mod._categorical_logprob_entropy(logits, action)
         return run
 
     params = {k: [q.detach().clone().requires_grad_() for q in agent.parameters()] for k in ("old", "new")}
@@ -143,7 +179,7 @@ def main(argv=None) -> int:
     parts = {
         "gradients, 1,024-row minibatch (one block)": (grads_autograd(1024), grads_blocks(1024),
                                                        "forward + loss_cpu + autograd", "grad_cpu.BlockGradients"),
-        "gradients, 16,384-row minibatch (8 blocks; not taken)": (grads_autograd(16384), grads_blocks(16384),
+        "gradients, 16,384-row minibatch (8 blocks)": (grads_autograd(16384), grads_blocks(16384),
                                                                  "forward + loss_cpu + autograd", "grad_cpu.BlockGradients"),
         "loss fwd+bwd (16,384 rows)": (loss(ppo.ppo_loss), loss(loss_cpu.ppo_loss), "ppo.ppo_loss + autograd", "loss_cpu.ppo_loss"),
         "categorical head fwd+bwd (16,384 x 2)": (head(plain_head), head(agent_mod._categorical_logprob_entropy),
@@ -151,11 +187,15 @@ def main(argv=None) -> int:
         "categorical head, acting (no_grad, 256 x 2)": (acting_head(agent_mod._CategoricalCPU.apply),
                                                         acting_head(agent_mod._categorical_logprob_entropy),
                                                         "_CategoricalCPU.apply", "its forward, called directly"),
+        "acting, 4,096 envs (no_grad): actor, sample, log-prob": (acting(True), acting(False), "last layer h W^T, argmax",
+                                                                  "last layer W h^T, argmin"),
         "zero_grad + clip + Adam step": (optimizer("old"), optimizer("new"), "torch.optim.Adam(fused=True)", "adam.Adam"),
         "advantages (4,096 x 16)": (advantages(lambda: value_of(ro.final_obs)),
                                     advantages(lambda: ppo.next_values(ro.values, ro.final_obs, ro.dones, ro.terminated, value_of)),
                                     "critic on every final obs", "ppo.next_values"),
     }
+    if args.only:
+        parts = {k: v for k, v in parts.items() if args.only in k}
     times = {name: ([], []) for name in parts}
     try:
         for r in range(args.rounds):

@@ -35,15 +35,22 @@ def _noise(like: torch.Tensor, generators=None, normal: bool = False) -> torch.T
     for a stacked population agent's (P, ...) tensor, member p's slice from ``generators[p]`` (the
     numbers the single run with member p's seed draws from its global generator)."""
     if generators is None:  # out of place: vmap (encoder populations) batches it
-        return torch.randn_like(like) if normal else torch.rand_like(like)
+        # row-major whatever ``like``'s layout (mlp_cpu returns (B, n) views of (n, B) tensors):
+        # the same numbers land on the same (row, column) as for a contiguous ``like``
+        fmt = torch.contiguous_format
+        return torch.randn_like(like, memory_format=fmt) if normal else torch.rand_like(like, memory_format=fmt)
     draw = torch.randn if normal else torch.rand
     return torch.stack([draw(like.shape[1:], generator=g, device=like.device, dtype=like.dtype) for g in generators])
 
 
 def _categorical_sample(logits: torch.Tensor, generators=None) -> torch.Tensor:
-    # Gumbel-max: argmax(logits + Gumbel noise) is a categorical sample, with no host sync
+    # Gumbel-max: argmax(logits + Gumbel noise) is a categorical sample, with no host sync. Written
+    # as argmin(log(-log u) - logits), the same index (the negated differences, ties to the first),
+    # so that the result takes the noise's row-major layout: over (B, n) logits laid out as (n, B)
+    # (mlp_cpu's last layer) an arg-reduction of the last axis is ~10x slower (570 against 52 us at
+    # 4,096 x 2, benchmarks/results/cpu-parts.md)
     u = _noise(logits, generators).clamp(1e-20, 1.0)
-    return torch.argmax(logits - torch.log(-torch.log(u)), dim=-1)
+    return torch.argmin(torch.log(-torch.log(u)) - logits, dim=-1)
 
 
 class _CategoricalCPU(torch.autograd.Function):
@@ -196,9 +203,9 @@ class Agent(nn.Module):
         out = self.actor(self.features(obs))
         if self.kind == "continuous":
             return out
-        if self.kind == "discrete":
-            return out.argmax(-1)
-        return torch.stack([c.argmax(-1) for c in torch.split(out, self.nvec, dim=-1)], dim=-1)
+        if self.kind == "discrete":  # row-major first: see _categorical_sample
+            return out.contiguous().argmax(-1)
+        return torch.stack([c.contiguous().argmax(-1) for c in torch.split(out, self.nvec, dim=-1)], dim=-1)
 
     def policy_step(self, obs: torch.Tensor, generators=None):
         """The acting step of collect_rollout: obs (N, *obs_shape) -> action, logprob (N,), value (N,)."""

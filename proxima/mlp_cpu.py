@@ -7,9 +7,10 @@ backward ``tanh_backward`` and the bias sum), and each op writes a new 4 MB tens
 the cache. Here the forward runs block by block of rows sized to stay in the L2 cache (512 KiB of
 the widest layer), the activation applied in place; the backward runs the same blocks, applying the
 activation's derivative in place and adding each block's weight gradient into one (out, in)
-tensor. Same ops as autograd's: for one block the results are bit-identical to the plain
-``nn.Sequential`` (tests/unit/test_mlp_cpu.py); with several blocks the weight gradients are sums
-of per-block matmuls, equal within float rounding. Used only for batches of more than one block
+tensor. Autograd's ops but for the last layer's forward, which runs as W h^T (``_forward_blocks``
+says why): for one block the gradients are bit-identical to the plain ``nn.Sequential``'s and the
+output equal within float rounding (tests/unit/test_mlp_cpu.py); with several blocks the weight
+gradients are sums of per-block matmuls, equal within float rounding. Used only for batches of more than one block
 (``block_rows(widths)`` rows, 2,048 for 64-wide layers): below that the plain modules are as fast
 and skip this file's Python overhead, so every preset's minibatches (at most 2,048 rows) train
 exactly as before. Measured: 1.15x (1.10-1.34) the training steps/s of the plain modules at
@@ -68,10 +69,10 @@ def eligible(x: torch.Tensor, linears) -> bool:
     return all(l.weight.dtype == torch.float32 and l.weight.device.type == "cpu" for l in linears)
 
 
-def forward_block(h, w_t, biases, forward_act, outs) -> torch.Tensor:
+def forward_block(h, w_t, biases, forward_act, outs, activate_last: bool = False) -> torch.Tensor:
     """One row block through every layer: h (r, in), w_t[i] the (in_i, out_i) transposes of the
     weights, outs[i] (r, out_i) the block's output buffers, written in place (activations applied
-    but on the last); returns outs[-1]."""
+    but on the last, unless ``activate_last``); returns outs[-1]."""
     last = len(w_t) - 1
     for i, o in enumerate(outs):
         # mm then the bias in place, not addmm: addmm first broadcasts the bias into o, a pass
@@ -79,7 +80,7 @@ def forward_block(h, w_t, biases, forward_act, outs) -> torch.Tensor:
         # sums (MKL adds C after the products): bit-identical to addmm, as the tests check
         torch.mm(h, w_t[i], out=o)
         o.add_(biases[i])
-        if i < last:
+        if i < last or activate_last:
             forward_act(o)
         h = o
     return h
@@ -124,17 +125,30 @@ def weight_grads(weights, gw) -> list:
 def _forward_blocks(x, weights, biases, act, rows: int, keep_hidden: bool) -> list:
     """Every layer's output [(B, out_i)], activations applied, computed block by block of ``rows``.
     Without ``keep_hidden`` (nothing to differentiate) the hidden layers write one block-sized
-    scratch buffer each, reused by every block and so never cold; only the last output is (B, out)."""
+    scratch buffer each, reused by every block and so never cold; only the last output is (B, out).
+
+    The last layer runs as W h^T into an (out, B) tensor, returned as its (B, out) transpose (a
+    view): a few outputs (CartPole's 2 logits, the critic's value) as h W^T make MKL's slowest
+    shape (a 2,048 x 64 block times 64 x 2: 39 against 15 us as W h^T, a micro-timing on this
+    machine), and the categorical head wants the logits as (n, B) anyway (its movedim is then no
+    copy). 1.05x (0.92-1.14) the training steps/s at 4,096 CartPole envs (benchmarks/results/
+    mlp-kernel-cpu.md). Equal to h W^T within float rounding, not bit for bit."""
     forward_act, _ = ACTIVATIONS[act]
     b, last = x.shape[0], len(weights) - 1
-    outs = [x.new_empty(b if keep_hidden or i == last else min(rows, b), w.shape[0]) for i, w in enumerate(weights)]
+    hidden = [x.new_empty(b if keep_hidden else min(rows, b), w.shape[0]) for w in weights[:-1]]
+    out_t = x.new_empty(weights[-1].shape[0], b)
     # every block view and transpose made once per call, not once per block and layer
-    w_t = [w.t() for w in weights]
-    out_blocks = [o.split(rows) if keep_hidden or i == last else None for i, o in enumerate(outs)]
-    for k, h in enumerate(x.split(rows)):
-        forward_block(h, w_t, biases, forward_act,
-                      [out_blocks[i][k] if out_blocks[i] is not None else outs[i][:h.shape[0]] for i in range(last + 1)])
-    return outs
+    w_t = [w.t() for w in weights[:-1]]
+    hidden_blocks = [o.split(rows) if keep_hidden else None for o in hidden]
+    bias_col = biases[-1].unsqueeze(1)
+    for k, (h, o_t) in enumerate(zip(x.split(rows), out_t.split(rows, dim=1))):
+        if last:
+            h = forward_block(h, w_t, biases[:-1], forward_act,
+                              [hb[k] if hb is not None else o[:h.shape[0]] for hb, o in zip(hidden_blocks, hidden)],
+                              activate_last=True)
+        torch.mm(weights[-1], h.t(), out=o_t)
+        o_t.add_(bias_col)
+    return hidden + [out_t.t()]
 
 
 class _MLPFunction(torch.autograd.Function):
@@ -151,23 +165,31 @@ class _MLPFunction(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
-        n, rows = ctx.layers, ctx.rows
+        n = ctx.layers
         saved = ctx.saved_tensors
         x, weights, hidden = saved[0], saved[1:1 + n], saved[1 + n:]
-        inputs = (x, *hidden)  # inputs[i] is layer i's input; inputs[i + 1] its activated output
-        _, backward_act = ACTIVATIONS[ctx.act]
-        need_x = ctx.needs_input_grad[0]
-        gw, gb = [None] * n, [None] * n
-        gx = x.new_empty(x.shape) if need_x else None
-        input_blocks = [t.split(rows) for t in inputs]
-        gx_blocks = gx.split(rows) if need_x else None
-        for k, g in enumerate(grad_out.contiguous().split(rows)):
-            backward_block(g, [t[k] for t in input_blocks], weights, gw, gb, backward_act,
-                           gx_blocks[k] if need_x else None)
+        gx, w_grads, b_grads = backward_blocks(grad_out, (x, *hidden), weights, ctx.act, ctx.rows, ctx.needs_input_grad[0])
         grads = [gx, None, None]
-        for w_grad, b_grad in zip(weight_grads(weights, gw), gb):
+        for w_grad, b_grad in zip(w_grads, b_grads):
             grads += [w_grad, b_grad]
         return tuple(grads)
+
+
+def backward_blocks(grad_out, inputs, weights, act, rows: int, need_x: bool = False) -> tuple:
+    """The backward of ``_forward_blocks``, block by block of ``rows``: grad_out (B, out_last) the
+    gradient at the output, inputs[i] (B, in_i) layer i's input (x, then each hidden layer's
+    activated output), weights[i] (out_i, in_i). Returns (the input's gradient (B, in_0) or None,
+    the weights' gradients [(out_i, in_i)], the biases' [(out_i,)])."""
+    n = len(weights)
+    _, backward_act = ACTIVATIONS[act]
+    gw, gb = [None] * n, [None] * n
+    x = inputs[0]
+    gx = x.new_empty(x.shape) if need_x else None
+    input_blocks = [t.split(rows) for t in inputs]
+    gx_blocks = gx.split(rows) if need_x else None
+    for k, g in enumerate(grad_out.contiguous().split(rows)):
+        backward_block(g, [t[k] for t in input_blocks], weights, gw, gb, backward_act, gx_blocks[k] if need_x else None)
+    return gx, weight_grads(weights, gw), gb
 
 
 def mlp_forward(x: torch.Tensor, linears, act) -> torch.Tensor:

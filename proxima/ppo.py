@@ -67,9 +67,8 @@ def next_values(values: torch.Tensor, final_obs: torch.Tensor, dones: torch.Tens
     bootstrap there, so the value is unused); value_of(obs (k, N, *obs_shape)) -> (k, N).
 
     On the CPU a running episode's next state is the next step's obs, whose value the rollout has
-    already computed (values[t + 1]: the same network on the same obs, and on this project's CPU
-    the same bits: MKL's result for a row does not depend on the batch it is in, for batches of 4
-    rows or more). So the critic runs again only on the last step's obs and on the steps where an
+    already computed (values[t + 1]: the same network on the same obs, equal within float
+    rounding; MKL's result for a row can depend on where in a batch the row sits). So the critic runs again only on the last step's obs and on the steps where an
     episode was truncated (its final obs, not the reset obs that follows), k batches of N rows,
     a shape the host knows on the CPU. At 4,096 CartPole envs x 16 steps this skips a 65,536-row
     critic pass, ~10 ms of a ~400 ms iteration. Elsewhere (CUDA) every step's final obs is
@@ -304,7 +303,7 @@ def make_grad_step(agent, optimizer, cfg, autocast=None, scaler=None) -> Callabl
     from .loss_cpu import ppo_loss as loss_fn  # ppo_loss; on the CPU with a closed-form backward (loss_cpu.py)
 
     params = [p for p in agent.parameters() if p.requires_grad]
-    # on the CPU, a minibatch of one row block (every preset's) without autograd (grad_cpu.py): the same gradients
+    # on the CPU, a discrete MLP agent's minibatch without autograd (grad_cpu.py): the same ops, the same gradients
     blocks = BlockGradients.for_agent(agent, cfg, autocast, scaler)
 
     def grad_step(mb: dict) -> dict:

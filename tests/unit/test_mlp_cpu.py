@@ -35,13 +35,16 @@ def grads_of(net, x, fn, weight=None):
 
 
 @pytest.mark.parametrize("activation,out_dim", [("tanh", 2), ("tanh", 1), ("relu", 3)])
-def test_one_block_is_bit_identical_to_the_plain_modules(activation, out_dim):
+def test_one_block_runs_autograd_s_ops(activation, out_dim):
+    """On one block the kernel's backward and its hidden layers are autograd's ops: the gradients
+    are bit-identical; the last layer, computed as W h^T (mlp_cpu._forward_blocks), agrees within
+    rounding."""
     torch.manual_seed(0)
     net = mlp(4, [64, 64], out_dim, out_std=0.01, activation=activation)
     x = torch.randn(mlp_cpu.block_rows([64, 64, out_dim]), 4)  # exactly one block
     out_k, g_k = grads_of(net, x, lambda n, v: mlp_cpu.mlp_forward(v, *mlp_cpu.plan(n)))
     out_p, g_p = grads_of(net, x, plain)
-    assert out_k.grad_fn is None and torch.equal(out_k, out_p)
+    torch.testing.assert_close(out_k, out_p, rtol=1e-6, atol=1e-7)
     for a, b in zip(g_k, g_p):
         assert torch.equal(a, b)
 
