@@ -1,0 +1,82 @@
+"""This tree against an earlier git revision: training steps/s side by side, processes alternating.
+
+    .venv/bin/python benchmarks/vs_revision.py --rev 92d0988                    # 6 rounds, 4,096 envs
+    .venv/bin/python benchmarks/vs_revision.py --rev 92d0988 --out benchmarks/results/vs-revision-cpu.md
+
+The revision is checked out into a temporary git worktree (removed at the end). Each round runs one
+``proxima bench`` process of each tree (the order alternating between rounds, so both meet the
+machine's phases alike), with this interpreter and one intra-op thread, at the vs-PureJaxRL shape:
+native CartPole, 16-step rollouts, 4 epochs x 4 minibatches, 64x64 tanh. The table gives each
+tree's training steps/s, median (min-max), and the per-round ratio this tree / the revision: the
+gain of the commits in between, measured as whole processes (what ``vs_purejaxrl.py`` measures),
+not as an in-process A/B of one part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tables import ab_report, markdown_table, median_range  # benchmarks/tables.py
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bench_sps(tree: Path, args) -> float:
+    """One ``proxima bench`` process of ``tree``: its training steps/s."""
+    cmd = [sys.executable, "-m", "proxima", "bench", "CartPole-v1", "--device", "cpu", "--backend", "native",
+           "--num-steps", "16", "--num-envs", str(args.num_envs), "--repeats", "1", "--seconds", str(args.seconds),
+           "--threads", "1", "--json"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(tree))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree, timeout=600)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"proxima bench in {tree} failed ({proc.returncode}): "
+                           f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return float(json.loads(lines[-1])["train_sps"])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rev", required=True, help="the git revision to compare against (a commit, tag or branch)")
+    p.add_argument("--num-envs", type=int, default=4096)
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--seconds", type=float, default=10.0, help="timed seconds of training per process")
+    p.add_argument("--out", default=None, help="append the table to this file")
+    args = p.parse_args(argv)
+
+    rev = subprocess.run(["git", "rev-parse", "--short", args.rev], capture_output=True, text=True, cwd=ROOT)
+    if rev.returncode != 0:
+        print(f"vs_revision: --rev {args.rev}: not a revision of this repository", file=sys.stderr)
+        return 2
+    short = rev.stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="proxima-rev-") as tmp:
+        other = Path(tmp) / "tree"
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(other), short], cwd=ROOT, check=True)
+        sps = {"this": [], "rev": []}
+        try:
+            for r in range(args.rounds):
+                for side in (("this", "rev") if r % 2 == 0 else ("rev", "this")):
+                    sps[side].append(bench_sps(ROOT if side == "this" else other, args))
+                print(f"round {r + 1}: this tree {sps['this'][-1]:,.0f}, {short} {sps['rev'][-1]:,.0f} steps/s",
+                      file=sys.stderr)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=ROOT, check=False)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    ratios = [a / b for a, b in zip(sps["this"], sps["rev"])]
+    table = markdown_table(["tree", "training steps/s"], [
+        [f"this tree (HEAD {head}, with any uncommitted changes)", median_range(sps["this"], 1e3, 1, "k")],
+        [f"revision {short}", median_range(sps["rev"], 1e3, 1, "k")]])
+    ab_report(f"native CartPole, {args.num_envs:,} envs x 16 steps, 4 epochs x 4 minibatches, 64x64 tanh, 1 thread; "
+              f"{args.rounds} rounds of one `proxima bench` process per tree, {args.seconds:g} s windows, order alternating",
+              table, f"this tree / {short}", ratios, "vs_revision.py", argv, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
