@@ -114,4 +114,13 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict) -> PPOC
                               "give a larger total to extend it")
         print(f"proxima: note: {state['path']}: the run is complete ({step:,} steps); "
               "--total-timesteps N (more steps) extends it", file=sys.stderr)
+    elif cfg.stop_return is not None:
+        from .train_state import return_window
+        from .trainer import ReturnTarget
+
+        mean = ReturnTarget(cfg.stop_return, cfg.stop_episodes, return_window(state)).reached()
+        if mean is not None:
+            print(f"proxima: note: {state['path']}: the run stopped at --stop-return {cfg.stop_return:g} (its last "
+                  f"{cfg.stop_episodes}+ training episodes averaged {mean:.1f}); --stop-return none or a higher "
+                  "target trains on", file=sys.stderr)
     return cfg

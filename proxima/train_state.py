@@ -72,6 +72,8 @@ def capture(t: "Trainer") -> dict:
         "next_obs": t.next_obs,
         "rng": ckpt.rng_state(),
         "best_eval": getattr(t, "best_eval", None),  # --eval-every: the best mean eval return so far (best.pt)
+        # --stop-return's window (trainer.ReturnTarget): [[return sum, episodes], ...] of recent iterations
+        "return_window": [[float(r), int(c)] for r, c in t.return_window],
     }
 
 
@@ -104,6 +106,7 @@ def restore(t: "Trainer", state: dict) -> None:
     except KeyError as e:
         raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing {e})") from None
     t.last_checkpoint = Path(path) if "path" in state else None
+    t.return_window = return_window(state)
     best = state.get("best_eval")
     t.best_eval = float(best) if isinstance(best, (int, float)) and not isinstance(best, bool) else None
     if state.get("world_size", 1) != t.dist.world_size:
@@ -122,6 +125,20 @@ def restore(t: "Trainer", state: dict) -> None:
         t.next_obs.copy_(t.env.reset(seed=t.cfg.seed + 10_000 * t.dist.rank + t.iteration))
     if t.dist.world_size > 1 and "ranks" not in state:  # an older checkpoint held only rank 0's RNG
         torch.manual_seed(t.cfg.seed + 10_000 * t.dist.rank + t.iteration)
+
+
+def return_window(state: dict) -> list:
+    """A checkpoint's ``return_window`` as [(return sum, episodes)]; [] for checkpoints written
+    before it was recorded. CheckpointError when it is not a list of number pairs."""
+    window = state.get("return_window") or []
+    try:
+        pairs = [(float(r), int(c)) for r, c in window]
+    except (TypeError, ValueError):
+        raise ckpt.CheckpointError(f"{state.get('path', 'checkpoint')}: return_window is not a list of "
+                                   "[return sum, episodes] pairs") from None
+    if any(c < 0 for _, c in pairs):
+        raise ckpt.CheckpointError(f"{state.get('path', 'checkpoint')}: return_window holds a negative episode count")
+    return pairs
 
 
 def save(t: "Trainer") -> Optional[Path]:

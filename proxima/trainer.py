@@ -90,6 +90,7 @@ class Trainer:
         self.steps_per_iteration = batch_size(cfg) * self.dist.world_size
         self.iteration, self.global_step, self.elapsed = 0, 0, 0.0
         self.stopped_at_return: Optional[float] = None  # run(): the window's mean once --stop-return ended it
+        self.return_window: list = []  # ReturnTarget.window: the recent iterations' (return sum, episodes)
         self.autocast, self.scaler = self._amp_setup()
         self.policy_step = self.agent.policy_step
         if self.autocast is not None:
@@ -186,8 +187,9 @@ class Trainer:
         self._saved_at = time.monotonic()
         self.best_eval = getattr(self, "best_eval", None)  # restored from the checkpoint on resume
         last_ckpt = getattr(self, "last_checkpoint", None)
-        target = ReturnTarget(cfg.stop_return, cfg.stop_episodes) if cfg.stop_return is not None else None
-        self.stopped_at_return = None
+        # the window restored from a checkpoint: a run that had stopped there does not train on
+        target = ReturnTarget(cfg.stop_return, cfg.stop_episodes, self.return_window)
+        self.stopped_at_return = target.reached()
         try:
             with SignalGuard() as stop:
                 t_start = time.perf_counter() - self.elapsed
@@ -195,7 +197,7 @@ class Trainer:
                     check_reset(self.next_obs, self.global_step, cfg.env_id)
                 except NonFiniteError as e:
                     raise NonFiniteError(f"{e}; {self._last_good(last_ckpt)}") from None
-                while self.iteration < self.num_iterations:
+                while self.iteration < self.num_iterations and self.stopped_at_return is None:
                     t_iter = time.perf_counter()
                     self.dist.check_test_failure(self.iteration)  # test hook, off unless PROXIMA_TEST_FAIL_RANK is set
                     try:
@@ -219,8 +221,8 @@ class Trainer:
                     periodic = (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0) or self._checkpoint_due()
                     signum = self.dist.agree_stop(stop.signum)  # all ranks stop at the same iteration
                     # --stop-return: every rank reads the same all-reduced episode sums, so all stop here
-                    if target is not None and self.stopped_at_return is None:
-                        self.stopped_at_return = target.add(float(metrics["ep_return_sum"]), int(metrics["ep_count"]))
+                    self.stopped_at_return = target.add(float(metrics["ep_return_sum"]), int(metrics["ep_count"]))
+                    self.return_window = list(target.window)  # what the checkpoint below records
                     done = self.iteration == self.num_iterations or self.stopped_at_return is not None
                     if periodic or signum or done:
                         last_ckpt = self.last_checkpoint = self.save() or last_ckpt
@@ -281,22 +283,33 @@ class Trainer:
 
 class ReturnTarget:
     """--stop-return: whether the mean return of the last ``episodes`` training episodes reached
-    ``target``. The trainer sees each iteration's sum and count of finished episodes, so the window
-    is the fewest recent iterations that hold at least ``episodes`` of them."""
+    ``target`` (None: no target, the window is only kept). The trainer sees each iteration's sum and
+    count of finished episodes, so the window is the fewest recent iterations that hold at least
+    ``episodes`` of them. The window is part of the TrainState (a checkpoint's ``return_window``):
+    a resumed run judges the episodes an uninterrupted one would, and one that stopped stays
+    stopped."""
 
-    def __init__(self, target: float, episodes: int):
-        self.target, self.episodes = float(target), int(episodes)
-        self.window: list = []  # (return sum, episode count) of recent iterations, oldest first
+    def __init__(self, target: Optional[float], episodes: int, window=()):
+        self.target = None if target is None else float(target)
+        self.episodes = int(episodes)
+        self.window: list = [(float(r), int(c)) for r, c in window]  # (return sum, episode count), oldest first
+        self._trim()
 
-    def add(self, return_sum: float, count: int) -> Optional[float]:
-        """Add one iteration's episodes; the window's mean return once it holds enough episodes and
-        reaches the target, else None."""
-        if count:
-            self.window.append((return_sum, count))
+    def _trim(self) -> None:
         while len(self.window) > 1 and sum(c for _, c in self.window[1:]) >= self.episodes:
             self.window.pop(0)
+
+    def add(self, return_sum: float, count: int) -> Optional[float]:
+        """Add one iteration's episodes; ``reached()`` after it."""
+        if count:
+            self.window.append((float(return_sum), int(count)))
+        self._trim()
+        return self.reached()
+
+    def reached(self) -> Optional[float]:
+        """The window's mean return when it holds enough episodes and reaches the target, else None."""
         total = sum(c for _, c in self.window)
-        if total < self.episodes:
+        if self.target is None or total < self.episodes:
             return None
         mean = sum(r for r, _ in self.window) / total
         return mean if mean >= self.target else None

@@ -63,18 +63,64 @@ def test_without_it_the_run_trains_to_total_timesteps(tmp_path, capsys):
     assert int(list(csv.DictReader(open(run_dir / "metrics.csv")))[-1]["global_step"]) == 2048
 
 
-def test_a_resumed_run_fills_its_window_afresh(tmp_path, capsys):
-    """As documented (docs/reliability.md): resuming a run that stopped at its target trains on
-    until the window of new episodes reaches it again; --stop-return none trains to the total."""
+def _rows(run_dir) -> list:
+    return list(csv.DictReader(open(run_dir / "metrics.csv")))
+
+
+def test_a_run_that_stopped_stays_stopped_on_resume(tmp_path, capsys):
+    """The window is in the checkpoint: resuming a run that stopped at its target trains no
+    iteration and says why; --stop-return none (or a higher target) trains on."""
     run_dir = tmp_path / "run"
     code, _, err = run_main(_stopping_run(run_dir, eval_episodes=0), capsys)
     assert code == 0, err
-    first = len(list(csv.DictReader(open(run_dir / "metrics.csv"))))
+    first = len(_rows(run_dir))
+    state = ckpt.load_checkpoint(run_dir)
+    window = ReturnTarget(30.0, 16, state["return_window"])
+    assert sum(c for _, c in window.window) >= 16 and window.reached() is not None
     code, _, err = run_main(["resume", str(run_dir), "--no-progress"], capsys)
     assert code == 0, err
-    second = len(list(csv.DictReader(open(run_dir / "metrics.csv"))))
-    assert first < second < 100 and f"(iteration {second}): the last 16+ training episodes averaged" in err
+    assert len(_rows(run_dir)) == first and "the run stopped at --stop-return 30 (its last 16+ training episodes" in err
+    assert f"(iteration {first}): the last 16+ training episodes averaged" in err
+    assert ckpt.load_checkpoint(run_dir)["global_step"] == state["global_step"]  # nothing new written
     code, _, err = run_main(["resume", str(run_dir), "--no-progress", "--stop-return", "none", "--total-timesteps",
-                             str(512 * (second + 3))], capsys)
+                             str(512 * (first + 3))], capsys)
     assert code == 0, err
-    assert "stopped at" not in err and len(list(csv.DictReader(open(run_dir / "metrics.csv")))) == second + 3
+    assert "stopped at" not in err and len(_rows(run_dir)) == first + 3
+
+
+def test_a_resumed_run_stops_where_an_uninterrupted_one_does(tmp_path, capsys):
+    """Exact resume: a run stopped as SIGINT stops it during iteration 2, then resumed, ends at the
+    same iteration, with the same window and parameters, as the run that was never stopped."""
+    from proxima.config import PPOConfig
+    from proxima.signals import TrainingInterrupted
+    from proxima.trainer import Trainer, train
+
+    cfg = PPOConfig(env_id="CartPole-v1", backend="native", num_envs=8, num_steps=64, total_timesteps=51200,
+                    stop_return=30.0, stop_episodes=16, eval_episodes=0, checkpoint_every=0, progress=False)
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    train(cfg, run_dir=whole, quiet=True, evaluate_at_end=False)
+    stopped = len(_rows(whole))
+    assert stopped > 2
+    trainer = Trainer(cfg, run_dir=split, quiet=True)
+    try:
+        with pytest.raises(TrainingInterrupted):
+            trainer.run(stop_after=2)  # ~46 episodes of mean ~22 so far: not stopped by the target
+    finally:
+        trainer.close()
+    assert len(_rows(split)) == 2
+    code, _, err = run_main(["resume", str(split), "--no-progress"], capsys)
+    assert code == 0, err
+    assert len(_rows(split)) == stopped and f"(iteration {stopped})" in err
+    a, b = ckpt.load_checkpoint(whole), ckpt.load_checkpoint(split)
+    assert a["global_step"] == b["global_step"] and a["return_window"] == b["return_window"]
+    assert all(torch.equal(a["agent"][k], b["agent"][k]) for k in a["agent"])
+
+
+def test_a_malformed_window_in_a_checkpoint_is_refused(tmp_path):
+    from proxima.train_state import return_window
+
+    assert return_window({}) == []  # checkpoints from before it was recorded
+    assert return_window({"return_window": [[44.0, 2], [90.5, 3]]}) == [(44.0, 2), (90.5, 3)]
+    for bad in ([["x", 1]], [[1.0]], 5, [[1.0, -2]]):
+        with pytest.raises(ckpt.CheckpointError, match="return_window"):
+            return_window({"return_window": bad, "path": "step_1.pt"})
