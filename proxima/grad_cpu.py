@@ -6,7 +6,7 @@ Function per stage, ``nn.Linear``/``nn.Tanh`` calls, the closed-form head and lo
 for autograd. Here the same ops run straight from a plain function, the same bits: a 1,024-row
 minibatch's gradients 1.35x (1.04-1.50) and 1.36x (1.22-1.40) faster in two runs of
 benchmarks/cpu_parts.py (benchmarks/results/cpu-parts.md); a 16,384-row one's (4,096 envs x 16
-steps in 4 minibatches) 1.08x in the same table.
+steps in 4 minibatches) 1.09x (1.05-1.65) in the same table.
 
 How, in three phases as autograd's path runs them: both MLPs forward (one row block: the plain
 modules' ops, ``mlp_cpu.forward_block``, into block-sized buffers kept between calls; several:
@@ -89,7 +89,7 @@ class BlockGradients:
         return self._buffers[net]
 
     def _forward(self, net: str, lins, x) -> tuple:
-        """(outputs of every layer [(B, out_i)], activated but the last, weights, biases) of MLP
+        """(outputs of every layer [(B, out_i)], activated but the last; the weights) of MLP
         ``lins`` on x (B, F): what autograd's path computes. One block: the plain modules' ops
         (``forward_block``) into this object's block-sized buffers; several: mlp_cpu's kernel, as
         ``nets.MLP`` runs it (``_forward_blocks``: its hidden outputs kept for the backward, its

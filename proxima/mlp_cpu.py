@@ -131,8 +131,9 @@ def _forward_blocks(x, weights, biases, act, rows: int, keep_hidden: bool) -> li
     view): a few outputs (CartPole's 2 logits, the critic's value) as h W^T make MKL's slowest
     shape (a 2,048 x 64 block times 64 x 2: 39 against 15 us as W h^T, a micro-timing on this
     machine), and the categorical head wants the logits as (n, B) anyway (its movedim is then no
-    copy). 1.05x (0.92-1.14) the training steps/s at 4,096 CartPole envs (benchmarks/results/
-    mlp-kernel-cpu.md). Equal to h W^T within float rounding, not bit for bit."""
+    copy). Acting at 4,096 CartPole envs (actor, sample, log-prob) 1.11x (0.98-1.14) with the
+    sample of ``agent._categorical_sample`` (benchmarks/results/cpu-parts.md). Equal to h W^T within
+    float rounding, not bit for bit."""
     forward_act, _ = ACTIVATIONS[act]
     b, last = x.shape[0], len(weights) - 1
     hidden = [x.new_empty(b if keep_hidden else min(rows, b), w.shape[0]) for w in weights[:-1]]

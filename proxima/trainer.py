@@ -187,7 +187,8 @@ class Trainer:
         self._saved_at = time.monotonic()
         self.best_eval = getattr(self, "best_eval", None)  # restored from the checkpoint on resume
         last_ckpt = getattr(self, "last_checkpoint", None)
-        # the window restored from a checkpoint: a run that had stopped there does not train on
+        # over self.return_window, in place (restored from a checkpoint: a run that had stopped there
+        # does not train on; the checkpoints below record it)
         target = ReturnTarget(cfg.stop_return, cfg.stop_episodes, self.return_window)
         self.stopped_at_return = target.reached()
         try:
@@ -222,7 +223,6 @@ class Trainer:
                     signum = self.dist.agree_stop(stop.signum)  # all ranks stop at the same iteration
                     # --stop-return: every rank reads the same all-reduced episode sums, so all stop here
                     self.stopped_at_return = target.add(float(metrics["ep_return_sum"]), int(metrics["ep_count"]))
-                    self.return_window = list(target.window)  # what the checkpoint below records
                     done = self.iteration == self.num_iterations or self.stopped_at_return is not None
                     if periodic or signum or done:
                         last_ckpt = self.last_checkpoint = self.save() or last_ckpt
@@ -289,10 +289,12 @@ class ReturnTarget:
     a resumed run judges the episodes an uninterrupted one would, and one that stopped stays
     stopped."""
 
-    def __init__(self, target: Optional[float], episodes: int, window=()):
+    def __init__(self, target: Optional[float], episodes: int, window: Optional[list] = None):
         self.target = None if target is None else float(target)
         self.episodes = int(episodes)
-        self.window: list = [(float(r), int(c)) for r, c in window]  # (return sum, episode count), oldest first
+        # (return sum, episode count) of recent iterations, oldest first; the caller's list, kept in
+        # place (the trainer's return_window, which its checkpoints record)
+        self.window: list = [] if window is None else window
         self._trim()
 
     def _trim(self) -> None:
