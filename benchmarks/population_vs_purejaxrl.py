@@ -8,6 +8,8 @@ per agent (PureJaxRL: ``--configs 4x128x5e5x256``, one jitted ``vmap`` over seed
 --num-steps 128 --total-timesteps 500000`` in a subprocess, timed from launch to exit, with its
 training wall (population.json) and the members' final episodic returns (metrics.csv). One
 round each (a GPU session is short); the table gives both sides and the ratio of training walls.
+On ``--device cpu`` both sides are bound to one core (``vs_purejaxrl.cpu_binding``: PureJaxRL's XLA
+pool takes every core otherwise).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from tables import emit  # noqa: E402
-from vs_purejaxrl import ANCHORS, single_thread_env  # noqa: E402
+from vs_purejaxrl import ANCHORS, cpu_binding, single_thread_env  # noqa: E402
 
 
 def run_proxima(args, run_dir: Path) -> dict:
@@ -35,7 +37,8 @@ def run_proxima(args, run_dir: Path) -> dict:
            "--checkpoint-every", "0", "--no-progress", "--quiet", "--run-dir", str(run_dir)]
     cmd += ["--cudagraphs"] if args.cudagraphs else []
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=single_thread_env(args.device), cwd=ROOT, timeout=args.timeout)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=single_thread_env(args.device), cwd=ROOT, timeout=args.timeout,
+                          preexec_fn=cpu_binding("one" if args.device == "cpu" else "all"))
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"proxima failed ({proc.returncode}): {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
@@ -51,7 +54,8 @@ def run_proxima(args, run_dir: Path) -> dict:
 def run_purejaxrl(args) -> dict:
     cmd = [args.jax_python, str(args.anchor), "--configs", f"4x128x{args.total:g}x{args.agents}"]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=single_thread_env(args.device), cwd=ROOT, timeout=args.timeout)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=single_thread_env(args.device), cwd=ROOT, timeout=args.timeout,
+                          preexec_fn=cpu_binding("one" if args.device == "cpu" else "all"))
     wall = time.perf_counter() - t0
     lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
     if proc.returncode != 0 or not lines:

@@ -114,5 +114,9 @@ def test_failing_rank_ends_the_job(workdir):
     assert proc.returncode != 0
     assert elapsed < 60, f"the job took {elapsed:.0f} s to end after a rank failed"
     assert "proxima: rank 1 failed: RuntimeError: test failure injected on rank 1 at iteration 2" in err
-    assert "proxima: rank 0 stopped: lost contact with another rank" in err
+    # rank 0 ends one of two ways, a race between gloo and torchrun: it notices the lost peer in a
+    # collective and says so, or torchrun, seeing rank 1 exit, stops it first (SIGTERM) and says so
+    # (the line "lost contact" is unit-tested in test_dist_launch.py)
+    assert ("proxima: rank 0 stopped: lost contact with another rank" in err
+            or "closing signal SIGTERM" in err), err[-3000:]
     assert csv_rows(cwd / "run" / "metrics.csv") <= 2
