@@ -26,7 +26,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from tables import emit  # benchmarks/tables.py
+from tables import emit, machine_line  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +66,7 @@ def table(args, rows: list) -> str:
     solved = [r for r in rows if r.get("mean_return", -1e9) >= args.threshold]
     walls = [r["wall"] for r in rows]
     lines = [f"## `proxima train {args.env_id} --preset {args.preset}`" + (" " + " ".join(f"--{s}" for s in args.set) if args.set else ""),
-             "", f"{datetime.now():%Y-%m-%d %H:%M}, device {args.device}, 1 torch thread, "
+             "", f"{datetime.now():%Y-%m-%d %H:%M}, device {args.device}, 1 torch thread, {machine_line()}, "
              f"{args.eval_episodes}-episode deterministic evaluation, solved = mean >= {args.threshold:g}", "",
              "| seed | wall from launch (s) | steps trained | eval mean +- std | solved |", "|---:|---:|---:|---:|:---:|"]
     for r in rows:

@@ -32,6 +32,22 @@ def command(script: str, argv: Optional[list]) -> str:
     return f"Command: `{' '.join(words)}`"
 
 
+def machine_line() -> str:
+    """The CPU a table was measured on, which decides its figures: model, cores, torch, and the CPU
+    tanh (``proxima.tanh_cpu.MODE``: MKL's tanh is slow on CPUs that are not Intel's)."""
+    import os
+    import platform
+
+    import torch
+
+    from proxima.bench import cpu_model
+    from proxima.tanh_cpu import MODE, cpu_vendor
+
+    vendor = cpu_vendor()
+    return (f"CPU: {cpu_model()}{f' ({vendor})' if vendor else ''}, {os.cpu_count()} cores; torch {torch.__version__}, "
+            f"Python {platform.python_version()}; CPU tanh: {MODE}")
+
+
 def emit(text: str, out: Optional[str] = None, file_text: Optional[str] = None) -> None:
     """Print ``text``; append ``file_text`` (default: ``text``) after a blank line to ``out``, if given."""
     print(text)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shlex
 import statistics
@@ -35,7 +34,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from tables import emit, median_range  # benchmarks/tables.py
+from tables import emit, machine_line, median_range  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 ANCHORS = (ROOT.parent / "shared" / "anchors" / "purejaxrl_cartpole.py", ROOT / ".anchors" / "purejaxrl_cartpole.py")
@@ -191,7 +190,7 @@ def main(argv=None) -> int:
     rows = single_call(args, env, sizes) if args.single_call else alternating(args, env, sizes)
     mode = " ".join(f for f, on in (("--compile", args.compile), ("--cudagraphs", args.cudagraphs)) if on) or "eager"
     lines = [f"## Proxima ({mode}) vs PureJaxRL, {args.device}, {datetime.now():%Y-%m-%d %H:%M}", "",
-             f"{platform.processor() or platform.machine()}, Python {platform.python_version()}; native CartPole, "
+             f"{machine_line()}. Native CartPole, "
              "16-step rollouts, 4 epochs x 4 minibatches, 64x64 tanh; "
              + (f"both processes bound to core {pinned_core()} (PureJaxRL's XLA pool sizes itself from the affinity mask). "
                 if args.cpus == "one" else f"unbound on {os.cpu_count()} cores, Proxima --threads {args.threads}. ")

@@ -334,6 +334,10 @@ def main(argv: Optional[list] = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    try:  # the environment's settings first: a bad PROXIMA_CPU_TANH is one line, exit 2
+        from . import tanh_cpu  # noqa: F401
+    except ConfigError as e:
+        return fail(parser.prog, str(e))
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

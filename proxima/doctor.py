@@ -1,8 +1,9 @@
 """`proxima doctor`: what this machine can do for training, and what to fix when it can't.
 
 `collect()` probes Python, torch, CUDA/cuDNN/NCCL, GPUs, bf16, torch.compile, distributed
-backends, CPU threads and optional packages. Every probe is wrapped: on a strange machine a probe
-reports None/False and leaves a hint; `collect()` itself never raises. Nothing here allocates more
+backends, CPU threads, the CPU's vendor and tanh (tanh_cpu.MODE) and optional packages. Every probe
+is wrapped: on a strange machine a probe reports None/False and leaves a hint; `collect()` itself
+never raises. Nothing here allocates more
 than a few bytes on a device, so it runs in a second or two (most of it is `import torch`).
 
     proxima doctor                 human-readable report, hints at the end
@@ -124,6 +125,8 @@ def collect() -> dict:
             errors, "cpu_affinity", lambda: len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
         ),
         "torch_threads": None,
+        "cpu_vendor": None,
+        "cpu_tanh": None,
         "packages": {},
         "hints": hints,
         "errors": errors,
@@ -171,6 +174,10 @@ def collect() -> dict:
 def _collect_torch(torch, info: dict, errors: dict, hints: list) -> None:
     info["torch"] = str(torch.__version__)
     info["torch_threads"] = _probe(errors, "torch_threads", torch.get_num_threads)
+    # which tanh the MLPs compute on this CPU (tanh_cpu: MKL's is slow where the CPU is not Intel's)
+    tanh_cpu = _probe(errors, "cpu_tanh", lambda: importlib.import_module("proxima.tanh_cpu"))
+    if tanh_cpu is not None:
+        info["cpu_vendor"], info["cpu_tanh"] = tanh_cpu.cpu_vendor() or None, tanh_cpu.MODE
     cuda_built = _probe(errors, "torch_build", lambda: torch.version.cuda)
     hip_built = _probe(errors, "torch_build", lambda: getattr(torch.version, "hip", None))
     if cuda_built:
@@ -321,7 +328,8 @@ def format_report(info: dict) -> str:
         (
             "cpu",
             f"{_or_dash(info.get('cpu_count'))} cores ({_or_dash(info.get('cpu_affinity'))} usable), "
-            f"torch intra-op threads {_or_dash(info.get('torch_threads'))}",
+            f"torch intra-op threads {_or_dash(info.get('torch_threads'))}, vendor {_or_dash(info.get('cpu_vendor'))}, "
+            f"tanh {_or_dash(info.get('cpu_tanh'))}",
         )
     )
     for name, version in (info.get("packages") or {}).items():

@@ -14,7 +14,9 @@ modules' ops, ``mlp_cpu.forward_block``, into block-sized buffers kept between c
 once over the minibatch (the head's ``_CategoricalCPU`` forward and ``categorical_grad``,
 ``ppo.ppo_terms``, ``loss_cpu.term_grads``), then both MLPs backward (``mlp_cpu.backward_block`` /
 ``backward_blocks``). The same ops on the same tensors as autograd's path, so the gradients are
-bit-identical to autograd's at every size (tests/unit/test_grad_cpu.py) and training is too. The
+bit-identical to autograd's at every size (tests/unit/test_grad_cpu.py) and training is too, but
+for the first layer's weight gradient on CPUs where MKL's inp^T g and g^T inp round differently
+(AMD's; ``mlp_cpu.flipped``): there within rounding. The
 loss and its metrics are sums divided by the minibatch size: equal to ``ppo.ppo_loss``'s means
 within float rounding. (An earlier version ran each 2,048-row block through forward, loss and
 backward while it was in the cache: the ~60 small head and loss ops per block cost more than the

@@ -8,8 +8,9 @@ the cache. Here the forward runs block by block of rows sized to stay in the L2 
 the widest layer), the activation applied in place; the backward runs the same blocks, applying the
 activation's derivative in place and adding each block's weight gradient into one (out, in)
 tensor. Autograd's ops but for the last layer's forward, which runs as W h^T (``_forward_blocks``
-says why): for one block the gradients are bit-identical to the plain ``nn.Sequential``'s and the
-output equal within float rounding (tests/unit/test_mlp_cpu.py); with several blocks the weight
+says why): for one block the gradients are bit-identical to the plain ``nn.Sequential``'s (the
+first layer's weight gradient within rounding on AMD's MKL: ``flipped``) and the output equal
+within float rounding (tests/unit/test_mlp_cpu.py); with several blocks the weight
 gradients are sums of per-block matmuls, equal within float rounding. Used only for batches of more than one block
 (``block_rows(widths)`` rows, 2,048 for 64-wide layers): below that the plain modules are as fast
 and skip this file's Python overhead, so every preset's minibatches (at most 2,048 rows) train
@@ -28,14 +29,21 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from . import tanh_cpu
+
 #: bytes of the widest activation one row block may hold (a fraction of a 1-2 MiB L2 cache)
 BLOCK_BYTES = 512 * 1024
 MIN_BLOCK_ROWS = 256
 
-#: activation module -> (in-place forward, backward writing into the incoming gradient)
+def _tanh_backward_(g, y):
+    return torch.ops.aten.tanh_backward.grad_input(g, y, grad_input=g)
+
+
+#: activation module -> (in-place forward, backward writing into the incoming gradient);
+#: tanh_cpu.Tanh (nets.mlp's) computes what its forward does on the CPU, by tanh_cpu.MODE
 ACTIVATIONS = {
-    nn.Tanh: (torch.Tensor.tanh_,
-              lambda g, y: torch.ops.aten.tanh_backward.grad_input(g, y, grad_input=g)),
+    nn.Tanh: (torch.Tensor.tanh_, _tanh_backward_),
+    tanh_cpu.Tanh: (tanh_cpu.tanh_, _tanh_backward_),
     nn.ReLU: (torch.Tensor.relu_,
               lambda g, y: torch.ops.aten.threshold_backward.grad_input(g, y, 0, grad_input=g)),
 }
@@ -54,7 +62,7 @@ def plan(layers) -> tuple | None:
         return None
     if len({type(a) for a in acts}) > 1 or any(type(a) not in ACTIVATIONS for a in acts):
         return None
-    return linears, (type(acts[0]) if acts else nn.Tanh)
+    return linears, (type(acts[0]) if acts else tanh_cpu.Tanh)
 
 
 def eligible(x: torch.Tensor, linears) -> bool:
@@ -113,7 +121,9 @@ def backward_block(g, inputs, weights, gw, gb, backward_act, gx=None) -> None:
 def flipped(w: torch.Tensor) -> bool:
     """Whether backward_block computes this (out, in) weight's gradient as (in, out) = inp^T g: for a
     layer with fewer inputs than outputs (the first: 4 -> 64 for CartPole) 18 us against 57 us for
-    g^T inp on a 2,048-row block (MKL, a micro-timing on this machine's CPU), the same bits."""
+    g^T inp on a 2,048-row block on an Intel Xeon, 35 against 202 us on an AMD EPYC (MKL,
+    micro-timings). The same bits as autograd's g^T inp on Intel's MKL paths; within rounding on
+    AMD's, which sum in another order (tests/unit/test_mlp_cpu.py)."""
     return w.shape[1] < w.shape[0]
 
 

@@ -13,7 +13,7 @@ import math
 import torch
 from torch import nn
 
-from . import mlp_cpu
+from . import mlp_cpu, tanh_cpu
 from .config import ConfigError
 from .envs.spaces import ObsLayout, ObsPart
 
@@ -56,7 +56,7 @@ class MLP(nn.Sequential):
 
 
 def mlp(in_dim: int, hidden: list, out_dim: int, out_std: float, activation: str = "tanh") -> MLP:
-    act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
+    act = {"tanh": tanh_cpu.Tanh, "relu": nn.ReLU}[activation]
     layers, d = [], in_dim
     for h in hidden:
         layers += [layer_init(nn.Linear(d, h)), act()]

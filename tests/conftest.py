@@ -25,6 +25,17 @@ def _denormals_back_on():
 
 
 @pytest.fixture
+def unflipped(monkeypatch):
+    """The row-block kernel computes a first layer's weight gradient as (inp^T g)^T, several times
+    faster than autograd's g^T inp (mlp_cpu.flipped). MKL's two products agree bit for bit on Intel
+    CPUs but only within rounding on AMD's (another summation order): tests that compare the kernel
+    with autograd bit for bit take this fixture, and test_mlp_cpu checks the flip on its own."""
+    from proxima import mlp_cpu
+
+    monkeypatch.setattr(mlp_cpu, "flipped", lambda w: False)
+
+
+@pytest.fixture
 def small_config():
     """A PPOConfig factory for CartPole that trains in well under a second per iteration."""
     from proxima.config import PPOConfig

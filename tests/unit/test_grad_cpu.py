@@ -1,4 +1,5 @@
-"""grad_cpu.BlockGradients: autograd's gradients bit for bit, ppo_loss's metrics within rounding, and
+"""grad_cpu.BlockGradients: autograd's gradients bit for bit (the first layer's weight gradient as
+autograd computes it: the ``unflipped`` fixture says why), ppo_loss's metrics within rounding, and
 autograd's path for everything it does not cover."""
 
 from types import SimpleNamespace
@@ -54,7 +55,7 @@ def _blocks(agent, mb, cfg):
 
 @pytest.mark.parametrize("b", [1024, 2048, 5000, 16384])  # one block (every preset's minibatch), exactly one, 2 + a partial third, 8 (4,096 envs x 16 steps / 4)
 @pytest.mark.parametrize("cfg", [_cfg(), _cfg(norm_adv=False, clip_vloss=False, ent_coef=0.0)], ids=["default", "plain"])
-def test_gradients_equal_autograds_bit_for_bit(b, cfg):
+def test_gradients_equal_autograds_bit_for_bit(b, cfg, unflipped):
     agent = _agent()
     mb = _minibatch(agent, b)
     ref, ref_grads = _autograd(agent, mb, cfg)
@@ -69,7 +70,7 @@ def test_gradients_equal_autograds_bit_for_bit(b, cfg):
 
 
 @pytest.mark.parametrize("hidden, activation", [((32, 128), "relu"), ((), "tanh"), ((16,), "tanh")])
-def test_other_shapes_and_relu_equal_autograd(hidden, activation):
+def test_other_shapes_and_relu_equal_autograd(hidden, activation, unflipped):
     """Three actions, six observations, ReLU or tanh, MLPs of 0-2 hidden layers: within rounding of
     plain autograd (ppo.ppo_loss, no closed forms anywhere), bit for bit with the CPU autograd path."""
     cfg = _cfg()
@@ -121,7 +122,7 @@ def _trainer(**kw):
     return Trainer(cfg, quiet=True)
 
 
-def test_a_cpu_trainer_trains_through_it_as_through_autograd(monkeypatch):
+def test_a_cpu_trainer_trains_through_it_as_through_autograd(monkeypatch, unflipped):
     """CartPole on the CPU takes the block path once a minibatch (2,048 rows: one block), and two
     iterations give the parameters that autograd's path gives, bit for bit."""
     calls = []

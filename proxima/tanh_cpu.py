@@ -1,0 +1,110 @@
+"""tanh on the CPU where ``torch.tanh`` is slow: MKL's vector math on a CPU that is not Intel's.
+
+Why: on the CPU ``torch.tanh`` calls MKL's vector math (VML) when torch is built with MKL, as the
+x86 wheels are, and MKL picks its fast code paths by CPU vendor. On an AMD EPYC (Zen 4, AVX-512) a
+2,048 x 64 block takes 340-460 us, against 54 us on the Intel Xeon this project was tuned on, while
+``torch.sigmoid``, which torch computes with its own vectorized code, takes 55 us there. The hidden
+tanh of the actor and critic then took ~40% of a 4,096-env CartPole iteration. Where that is the
+case, tanh runs as ``2 sigmoid(2x) - 1``: four passes over a cache-resident block, 81 us, within
+1.8e-7 of tanh (float32's own rounding near 1 is 6e-8). Its derivative is tanh's, ``1 - y^2`` from
+the output, by the same ``tanh_backward`` autograd uses.
+
+``MODE`` is chosen once per process, so a run computes one function throughout: "sigmoid" where
+torch has MKL and the CPU's vendor is known and is not Intel, "torch" otherwise (Intel, ARM, an
+unknown vendor); the environment variable ``PROXIMA_CPU_TANH=torch|sigmoid`` overrides it (for
+A/B measurements, or to compute bit for bit what another machine computes). ``proxima doctor``
+and each run's meta.json (its "machine" record) say which. On CUDA, and under ``torch.compile``
+(inductor writes its own tanh), it is always ``torch.tanh``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+import torch
+from torch import nn
+
+from .config import ConfigError
+
+MODES = ("torch", "sigmoid")
+ENV_VAR = "PROXIMA_CPU_TANH"
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor id ("GenuineIntel", "AuthenticAMD", ...) where the OS says it; "" otherwise."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for row in f:
+                if row.lower().startswith("vendor_id"):
+                    return row.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    name = platform.processor()  # e.g. Windows: "AMD64 Family 25 Model 17 Stepping 1, AuthenticAMD"
+    return next((v for v in ("GenuineIntel", "AuthenticAMD") if v in name), "")
+
+
+def choose_mode(env: str | None, mkl: bool, vendor: str) -> str:
+    """The mode for an ``env`` override (None or "" for none), whether torch has MKL, and the vendor.
+    ConfigError naming the variable when the override is not a mode."""
+    if env:
+        if env not in MODES:
+            raise ConfigError(f"{ENV_VAR}={env!r}: must be one of {', '.join(MODES)} (or unset: chosen by CPU)")
+        return env
+    return "sigmoid" if mkl and vendor and vendor != "GenuineIntel" else "torch"
+
+
+# importing this module (every CLI command does: nets imports it) raises ConfigError on a bad override
+MODE = choose_mode(os.environ.get(ENV_VAR), torch.backends.mkl.is_available(), cpu_vendor())
+
+
+#: -1 as a 0-dim tensor per dtype: ``torch.add(-1, s, alpha=2)`` takes a tensor first
+_MINUS_ONE = {dtype: torch.tensor(-1.0, dtype=dtype) for dtype in (torch.float32, torch.float64)}
+
+
+def sigmoid_tanh_(x: torch.Tensor) -> torch.Tensor:
+    """tanh(x) as 2 sigmoid(2x) - 1, in place (x float32 or float64, any shape); returns x."""
+    x.mul_(2).sigmoid_()
+    return torch.add(_MINUS_ONE[x.dtype], x, alpha=2, out=x)
+
+
+def sigmoid_tanh(x: torch.Tensor) -> torch.Tensor:
+    """sigmoid_tanh_ into a new tensor: the same ops, so the same bits (differentiable as they are)."""
+    return torch.add(_MINUS_ONE[x.dtype], torch.mul(x, 2).sigmoid_(), alpha=2)
+
+
+def tanh_(x: torch.Tensor) -> torch.Tensor:
+    """tanh in place by this process's MODE (``mlp_cpu``'s kernel, on CPU float32 blocks); returns x."""
+    return sigmoid_tanh_(x) if MODE == "sigmoid" else x.tanh_()
+
+
+class _SigmoidTanh(torch.autograd.Function):
+    """y = 2 sigmoid(2x) - 1 with tanh's backward, g (1 - y^2), from the saved output."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = sigmoid_tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(g, y)
+
+
+class Tanh(nn.Tanh):
+    """``nn.Tanh`` that computes tanh by this process's MODE on the CPU (the hidden activation of
+    ``nets.mlp``) in float32 and float64; ``torch.tanh`` on other devices, in half precision
+    (2 sigmoid(2x) - 1 in bfloat16 would round every |x| < 0.002 to 0) and under ``torch.compile``.
+    No parameters: state_dicts are nn.Tanh's (none)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (MODE != "sigmoid" or x.device.type != "cpu" or x.dtype not in _MINUS_ONE
+                or torch.compiler.is_compiling()):
+            return torch.tanh(x)
+        # acting (no graph) and torch.func transforms (which differentiate the ops themselves) take
+        # the plain ops; a graph that needs tanh's derivative takes the Function (6 us more a call)
+        if x.requires_grad and torch.is_grad_enabled() and not torch._C._functorch.is_functorch_wrapped_tensor(x):
+            return _SigmoidTanh.apply(x)
+        return sigmoid_tanh(x)

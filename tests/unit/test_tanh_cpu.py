@@ -1,0 +1,108 @@
+"""tanh_cpu: 2 sigmoid(2x) - 1 where MKL's tanh is slow (CPUs not Intel's), tanh's derivative,
+the same function on every path (plain modules, the row-block kernel, torch.func), and the choice."""
+
+import pytest
+import torch
+from torch import nn
+
+from proxima import mlp_cpu, tanh_cpu
+from proxima.config import ConfigError
+from proxima.nets import mlp
+
+
+@pytest.fixture
+def sigmoid_mode(monkeypatch):
+    monkeypatch.setattr(tanh_cpu, "MODE", "sigmoid")
+
+
+@pytest.mark.parametrize("env, mkl, vendor, mode", [
+    (None, True, "AuthenticAMD", "sigmoid"),  # MKL's VML on AMD: the slow tanh
+    (None, True, "GenuineIntel", "torch"),
+    (None, False, "AuthenticAMD", "torch"),   # no MKL (e.g. ARM builds): torch's own vectorized tanh
+    (None, True, "", "torch"),                # vendor unknown: keep torch's
+    ("torch", True, "AuthenticAMD", "torch"),
+    ("sigmoid", False, "GenuineIntel", "sigmoid"),
+])
+def test_the_mode_by_mkl_vendor_and_override(env, mkl, vendor, mode):
+    assert tanh_cpu.choose_mode(env, mkl, vendor) == mode
+
+
+def test_a_bad_override_names_the_variable():
+    with pytest.raises(ConfigError, match="PROXIMA_CPU_TANH='fast': must be one of torch, sigmoid"):
+        tanh_cpu.choose_mode("fast", True, "AuthenticAMD")
+
+
+def test_sigmoid_form_is_tanh_within_float_rounding():
+    x = torch.cat([torch.linspace(-12, 12, 200_001), torch.tensor([0.0, 1e-30, -1e-8, 40.0, -40.0, 1e4])])
+    y = tanh_cpu.sigmoid_tanh(x)
+    err = (y.double() - torch.tanh(x.double())).abs()
+    assert err.max().item() < 3e-7
+    assert y[-3:].tolist() == [1.0, -1.0, 1.0]  # saturates exactly, no overshoot
+    assert y.abs().max().item() <= 1.0
+    z = x.clone()
+    assert torch.equal(tanh_cpu.sigmoid_tanh_(z), y)  # the in-place form: the same ops, the same bits
+
+
+def test_module_forward_and_backward_are_tanh_s(sigmoid_mode):
+    x = torch.randn(300, 64, dtype=torch.float64, requires_grad=True)
+    y = tanh_cpu.Tanh()(x)
+    assert torch.equal(y, tanh_cpu.sigmoid_tanh(x.detach()))
+    g = torch.randn_like(y)
+    y.backward(g)
+    # tanh's derivative from the output, g (1 - y^2), not the derivative of the sigmoid ops
+    assert torch.equal(x.grad, torch.ops.aten.tanh_backward(g, y.detach()))
+    assert torch.allclose(x.grad, g * (1 - y.detach() ** 2), rtol=0, atol=1e-15)
+    assert torch.autograd.gradcheck(tanh_cpu.Tanh(), (torch.randn(5, 3, dtype=torch.float64, requires_grad=True),))
+
+
+def test_module_under_torch_func(sigmoid_mode):
+    act = tanh_cpu.Tanh()
+    x = torch.randn(4, 7, 3, dtype=torch.float64)
+    assert torch.equal(torch.func.vmap(act)(x), tanh_cpu.sigmoid_tanh(x))
+    grad = torch.func.grad(lambda v: act(v).sum())(x[0])
+    assert torch.allclose(grad, 1 - tanh_cpu.sigmoid_tanh(x[0]) ** 2, rtol=0, atol=1e-12)
+
+
+def test_half_precision_keeps_torch_tanh(sigmoid_mode):
+    # in bfloat16, 2 sigmoid(2x) - 1 rounds every |x| < 0.002 to 0
+    x = torch.tensor([1e-3, -5e-4, 0.5], dtype=torch.bfloat16)
+    assert torch.equal(tanh_cpu.Tanh()(x), torch.tanh(x))
+
+
+@pytest.mark.parametrize("mode", ["torch", "sigmoid"])
+def test_kernel_and_plain_modules_compute_one_function(monkeypatch, mode):
+    # the row-block kernel (more than one block) and the plain modules (one block) run the same
+    # activation, so acting and the update agree whatever the mode
+    monkeypatch.setattr(tanh_cpu, "MODE", mode)
+    torch.manual_seed(0)
+    net = mlp(4, [64, 64], 2, out_std=1.0)
+    assert [type(m) for m in net][1::2] == [tanh_cpu.Tanh, tanh_cpu.Tanh]
+    x = torch.randn(5000, 4)
+    with torch.no_grad():
+        kernel = net(x)
+        plain = nn.Sequential.forward(net, x)
+    assert torch.allclose(kernel, plain, rtol=0, atol=1e-6)
+    hidden = nn.Sequential.forward(net[:2], x[:7])
+    want = tanh_cpu.sigmoid_tanh(net[0](x[:7])) if mode == "sigmoid" else torch.tanh(net[0](x[:7]))
+    assert torch.equal(hidden, want)
+    assert mlp_cpu.ACTIVATIONS[tanh_cpu.Tanh][0] is tanh_cpu.tanh_
+
+
+def test_plain_nn_tanh_stays_torch_tanh_in_the_kernel(sigmoid_mode):
+    # a user's nn.Tanh network keeps torch.tanh's numbers, kernel or not
+    h = torch.randn(2048, 64)
+    assert torch.equal(mlp_cpu.ACTIVATIONS[nn.Tanh][0](h.clone()), torch.tanh(h))
+
+
+def test_the_cli_refuses_a_bad_override_in_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PROXIMA_CPU_TANH="fast")
+    proc = subprocess.run([sys.executable, "-m", "proxima", "train", "CartPole-v1", "--run-dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "proxima: error: PROXIMA_CPU_TANH='fast': must be one of torch, sigmoid (or unset: chosen by CPU)"]
+    assert not (tmp_path / "run").exists()
