@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tables import ab_report, markdown_table, median_range  # benchmarks/tables.py
+from tables import ab_report, machine_line, markdown_table, median_range  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,7 +73,8 @@ def main(argv=None) -> int:
         [f"this tree (HEAD {head}, with any uncommitted changes)", median_range(sps["this"], 1e3, 1, "k")],
         [f"revision {short}", median_range(sps["rev"], 1e3, 1, "k")]])
     ab_report(f"native CartPole, {args.num_envs:,} envs x 16 steps, 4 epochs x 4 minibatches, 64x64 tanh, 1 thread; "
-              f"{args.rounds} rounds of one `proxima bench` process per tree, {args.seconds:g} s windows, order alternating",
+              f"{args.rounds} rounds of one `proxima bench` process per tree, {args.seconds:g} s windows, order alternating. "
+              f"{machine_line()} (this tree's)",
               table, f"this tree / {short}", ratios, "vs_revision.py", argv, args.out)
     return 0
 
