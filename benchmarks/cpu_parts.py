@@ -19,6 +19,9 @@ one thread), CPU time (``time.process_time``) per call of:
 * gradients: ``grad_cpu.BlockGradients`` vs the agent's forward, ``loss_cpu.ppo_loss`` and
   autograd's backward, for a minibatch of 1,024 rows (one block: the fast preset's minibatch) and
   of 16,384 rows (eight blocks);
+* tanh (``proxima/tanh_cpu.py``): ``torch.tanh`` vs ``2 sigmoid(2x) - 1`` on a 2,048 x 64 block in
+  place, the ``Tanh`` module acting in 4 envs, and a 16,384-row minibatch's gradients, each with
+  ``tanh_cpu.MODE`` "torch" vs "sigmoid" (MKL's tanh is the slow side on CPUs not Intel's);
 * acting at 4,096 envs (no_grad): the actor through ``mlp_cpu`` (last layer W h^T, logits as a
   (B, n) view of (n, B)), a Gumbel-max sample as ``agent._categorical_sample`` writes it and the
   head, vs the same with the last layer h W^T on each block and ``argmax(logits - log(-log u))``.
@@ -36,7 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tables import command, emit, markdown_table, median_range  # noqa: E402  (benchmarks/tables.py)
+from tables import command, emit, machine_line, markdown_table, median_range  # noqa: E402  (benchmarks/tables.py)
 
 
 def cpu_us(fn, calls: int) -> float:
@@ -56,7 +59,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from proxima import agent as agent_mod, grad_cpu, loss_cpu, mlp_cpu, ppo
+    from proxima import agent as agent_mod, grad_cpu, loss_cpu, mlp_cpu, ppo, tanh_cpu
     from proxima.adam import Adam
     from proxima.config import PPOConfig
     from proxima.trainer import Trainer
@@ -158,6 +161,28 @@ def main(argv=None) -> int:
 
     blocks = grad_cpu.BlockGradients.for_agent(agent, cfg)
 
+    def tanh_mode(mode, fn):
+        """fn with tanh_cpu.MODE set to ``mode`` for the call (the process's own mode restored after)."""
+        def run():
+            own, tanh_cpu.MODE = tanh_cpu.MODE, mode
+            try:
+                fn()
+            finally:
+                tanh_cpu.MODE = own
+        return run
+
+    block = torch.randn(mlp_cpu.block_rows([64]), 64)
+    scratch = torch.empty_like(block)
+
+    def tanh_block(fn):
+        return lambda: fn(scratch.copy_(block))
+
+    acting_act, acting_h = tanh_cpu.Tanh(), torch.randn(4, 64)
+
+    @torch.no_grad()
+    def tanh_acting():
+        acting_act(acting_h)
+
     def grads_autograd(rows):
         small = {k: v[:rows] for k, v in mb.items()}
 
@@ -189,6 +214,13 @@ def main(argv=None) -> int:
                                                         "_CategoricalCPU.apply", "its forward, called directly"),
         "acting, 4,096 envs (no_grad): actor, sample, log-prob": (acting(True), acting(False), "last layer h W^T, argmax",
                                                                   "last layer W h^T, argmin"),
+        "tanh, a 2,048 x 64 block in place (and its copy)": (tanh_block(torch.Tensor.tanh_), tanh_block(tanh_cpu.sigmoid_tanh_),
+                                                             "torch.tanh (MKL)", "tanh_cpu.sigmoid_tanh_"),
+        "tanh, acting in 4 envs (4 x 64, tanh_cpu.Tanh, no_grad)": (tanh_mode("torch", tanh_acting), tanh_mode("sigmoid", tanh_acting),
+                                                                    "MODE torch", "MODE sigmoid"),
+        "gradients, 16,384-row minibatch, by tanh mode": (tanh_mode("torch", grads_blocks(16384)),
+                                                          tanh_mode("sigmoid", grads_blocks(16384)),
+                                                          "MODE torch", "MODE sigmoid"),
         "zero_grad + clip + Adam step": (optimizer("old"), optimizer("new"), "torch.optim.Adam(fused=True)", "adam.Adam"),
         "advantages (4,096 x 16)": (advantages(lambda: value_of(ro.final_obs)),
                                     advantages(lambda: ppo.next_values(ro.values, ro.final_obs, ro.dones, ro.terminated, value_of)),
@@ -215,7 +247,7 @@ def main(argv=None) -> int:
                      f"{median_range(ratios, digits=2)}x"])
     table = markdown_table(["part", "before (us a call)", "now (us a call)", "before / now, per round"], rows)
     text = "\n".join([f"CPU time per call, 1 thread, {args.rounds} alternating rounds of {args.calls} calls a side, one process "
-                      f"(native CartPole at 4,096 envs x 16 steps)", "", table, "", command("cpu_parts.py", argv), ""])
+                      f"(native CartPole at 4,096 envs x 16 steps). {machine_line()}", "", table, "", command("cpu_parts.py", argv), ""])
     emit(text, args.out)
     return 0
 

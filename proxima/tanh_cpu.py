@@ -5,8 +5,9 @@ x86 wheels are, and MKL picks its fast code paths by CPU vendor. On an AMD EPYC 
 2,048 x 64 block takes 340-460 us, against 54 us on the Intel Xeon this project was tuned on, while
 ``torch.sigmoid``, which torch computes with its own vectorized code, takes 55 us there. The hidden
 tanh of the actor and critic then took ~40% of a 4,096-env CartPole iteration. Where that is the
-case, tanh runs as ``2 sigmoid(2x) - 1``: four passes over a cache-resident block, 81 us, within
-1.8e-7 of tanh (float32's own rounding near 1 is 6e-8). Its derivative is tanh's, ``1 - y^2`` from
+case, tanh runs as ``2 sigmoid(2x) - 1``: three ops over a cache-resident block, 364 -> 95 us
+(4.08x; a 16,384-row minibatch's gradients 1.48x; benchmarks/results/cpu-parts.md), within 1.8e-7
+of tanh (float32's own rounding near 1 is 6e-8); a call on a tiny batch costs ~6 us more. Its derivative is tanh's, ``1 - y^2`` from
 the output, by the same ``tanh_backward`` autograd uses.
 
 ``MODE`` is chosen once per process, so a run computes one function throughout: "sigmoid" where
