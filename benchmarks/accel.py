@@ -68,14 +68,9 @@ def measure(env_id: str, num_envs: int, overrides: dict, mode: dict, device: str
 
 
 def machine() -> str:
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from proxima.bench import cpu_model
+
+    cpu = cpu_model()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     return f"{cpu}, {os.cpu_count()} cores, GPU: {gpu}, torch {torch.__version__}, Python {platform.python_version()}"
 

@@ -78,14 +78,9 @@ def run_once(procs: int, args_fn, workdir: Path, tag: str) -> dict:
 def machine() -> dict:
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from proxima.bench import cpu_model
+
+    cpu = cpu_model()
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"cpu": cpu, "cores": os.cpu_count(), "usable": usable, "torch": torch.__version__,
             "python": platform.python_version(), "os": f"{platform.system()} {platform.release()}"}

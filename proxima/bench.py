@@ -219,14 +219,9 @@ def json_line(line: Line, args, cfg, device) -> dict:
 
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for row in f:
-                if row.lower().startswith("model name"):
-                    return row.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    from .tanh_cpu import cpuinfo
+
+    return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def machine_lines(device, threads: int) -> list:

@@ -32,17 +32,22 @@ MODES = ("torch", "sigmoid")
 ENV_VAR = "PROXIMA_CPU_TANH"
 
 
-def cpu_vendor() -> str:
-    """The CPU's vendor id ("GenuineIntel", "AuthenticAMD", ...) where the OS says it; "" otherwise."""
+def cpuinfo(key: str) -> str:
+    """The first ``key`` line of Linux's /proc/cpuinfo ("vendor_id", "model name", ...); "" elsewhere."""
     try:
         with open("/proc/cpuinfo") as f:
             for row in f:
-                if row.lower().startswith("vendor_id"):
+                if row.lower().startswith(key):
                     return row.split(":", 1)[1].strip()
     except OSError:
         pass
+    return ""
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor id ("GenuineIntel", "AuthenticAMD", ...) where the OS says it; "" otherwise."""
     name = platform.processor()  # e.g. Windows: "AMD64 Family 25 Model 17 Stepping 1, AuthenticAMD"
-    return next((v for v in ("GenuineIntel", "AuthenticAMD") if v in name), "")
+    return cpuinfo("vendor_id") or next((v for v in ("GenuineIntel", "AuthenticAMD") if v in name), "")
 
 
 def choose_mode(env: str | None, mkl: bool, vendor: str) -> str:
