@@ -3,8 +3,8 @@
 `collect()` probes Python, torch, CUDA/cuDNN/NCCL, GPUs, bf16, torch.compile, distributed
 backends, CPU threads, the CPU's vendor and tanh (tanh_cpu.MODE) and optional packages. Every probe
 is wrapped: on a strange machine a probe reports None/False and leaves a hint; `collect()` itself
-never raises. Nothing here allocates more
-than a few bytes on a device, so it runs in a second or two (most of it is `import torch`).
+never raises. Nothing here allocates more than a few bytes on a device, so it runs in a second or
+two (most of it is `import torch`).
 
     proxima doctor                 human-readable report, hints at the end
     proxima doctor --json          one JSON object (the dict collect() returns)

@@ -35,6 +35,7 @@ from . import tanh_cpu
 BLOCK_BYTES = 512 * 1024
 MIN_BLOCK_ROWS = 256
 
+
 def _tanh_backward_(g, y):
     return torch.ops.aten.tanh_backward.grad_input(g, y, grad_input=g)
 

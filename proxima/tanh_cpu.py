@@ -7,8 +7,8 @@ x86 wheels are, and MKL picks its fast code paths by CPU vendor. On an AMD EPYC 
 tanh of the actor and critic then took ~40% of a 4,096-env CartPole iteration. Where that is the
 case, tanh runs as ``2 sigmoid(2x) - 1``: three ops over a cache-resident block, 364 -> 95 us
 (4.08x; a 16,384-row minibatch's gradients 1.48x; benchmarks/results/cpu-parts.md), within 1.8e-7
-of tanh (float32's own rounding near 1 is 6e-8); a call on a tiny batch costs ~6 us more. Its derivative is tanh's, ``1 - y^2`` from
-the output, by the same ``tanh_backward`` autograd uses.
+of tanh (float32's own rounding near 1 is 6e-8); a call on a tiny batch costs ~6 us more. Its
+derivative is tanh's, ``1 - y^2`` from the output, by the same ``tanh_backward`` autograd uses.
 
 ``MODE`` is chosen once per process, so a run computes one function throughout: "sigmoid" where
 torch has MKL and the CPU's vendor is known and is not Intel, "torch" otherwise (Intel, ARM, an
