@@ -14,8 +14,9 @@ derivative is tanh's, ``1 - y^2`` from the output, by the same ``tanh_backward``
 torch has MKL and the CPU's vendor is known and is not Intel, "torch" otherwise (Intel, ARM, an
 unknown vendor); the environment variable ``PROXIMA_CPU_TANH=torch|sigmoid`` overrides it (for
 A/B measurements, or to compute bit for bit what another machine computes). ``proxima doctor``
-and each run's meta.json (its "machine" record) say which. On CUDA, and under ``torch.compile``
-(inductor writes its own tanh), it is always ``torch.tanh``.
+and each run's meta.json (its "machine" record) say which. On CUDA, and inside ``torch.compile``
+(inductor writes its own tanh), it is always ``torch.tanh``; a ``--compile`` run's eager parts
+(the bootstrap values, evaluation) still follow MODE, so there the two agree within 1.8e-7.
 """
 
 from __future__ import annotations
