@@ -81,6 +81,14 @@ def test_kernel_and_plain_modules_compute_one_function(monkeypatch, mode):
     with torch.no_grad():
         kernel = net(x)
         plain = nn.Sequential.forward(net, x)
+        # the hidden layers bit for bit (mm + bias in place are addmm's bits; the last layer's
+        # W h^T is not, so the outputs agree within rounding): a kernel computing the other
+        # function would differ here by up to 1.8e-7, which the outputs' tolerance would not see
+        linears, act = mlp_cpu.plan(net)
+        outs = mlp_cpu._forward_blocks(x, [l.weight for l in linears], [l.bias for l in linears], act,
+                                       mlp_cpu.block_rows([64, 64, 2]), keep_hidden=True)
+        assert torch.equal(outs[0], nn.Sequential.forward(net[:2], x))
+        assert torch.equal(outs[1], nn.Sequential.forward(net[:4], x))
     assert torch.allclose(kernel, plain, rtol=0, atol=1e-6)
     hidden = nn.Sequential.forward(net[:2], x[:7])
     want = tanh_cpu.sigmoid_tanh(net[0](x[:7])) if mode == "sigmoid" else torch.tanh(net[0](x[:7]))
