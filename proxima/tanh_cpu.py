@@ -3,7 +3,8 @@
 Why: on the CPU ``torch.tanh`` calls MKL's vector math (VML) when torch is built with MKL, as the
 x86 wheels are, and MKL picks its fast code paths by CPU vendor. On an AMD EPYC (Zen 4, AVX-512) a
 2,048 x 64 block takes 340-460 us, against 54 us on the Intel Xeon this project was tuned on, while
-``torch.sigmoid``, which torch computes with its own vectorized code, takes 55 us there. The hidden
+``torch.sigmoid``, which torch computes with its own vectorized code, takes 55 us there (one-off
+micro-timings; docs/performance.md, "A second CPU"). The hidden
 tanh of the actor and critic then took ~40% of a 4,096-env CartPole iteration. Where that is the
 case, tanh runs as ``2 sigmoid(2x) - 1``: three ops over a cache-resident block, 364 -> 95 us
 (4.08x; a 16,384-row minibatch's gradients 1.48x; benchmarks/results/cpu-parts.md), within 1.8e-7
