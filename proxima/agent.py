@@ -171,6 +171,12 @@ class Agent(nn.Module):
         ``generators``: for a stacked population agent (inputs (P, B, ...)), one torch.Generator per
         member that its action samples are drawn from (None: the global generator)."""
         feat = self.features(obs)  # once: a CNN trunk is shared by actor and critic
+        action, logprob, entropy = self.policy(feat, action, generators)
+        return action, logprob, entropy, self.critic(feat).squeeze(-1)
+
+    def policy(self, feat: torch.Tensor, action: torch.Tensor | None = None, generators=None):
+        """The actor's half of get_action_and_value: features (B, F) (``features(obs)``), optional
+        action -> action (sampled when None), logprob (B,), entropy (B,)."""
         out = self.actor(feat)
         if self.kind == "continuous":
             mean = out
@@ -190,7 +196,7 @@ class Agent(nn.Module):
                 action = torch.stack([_categorical_sample(c, generators) for c in chunks], dim=-1)
             lps, ents = zip(*(_categorical_logprob_entropy(c, action[..., i]) for i, c in enumerate(chunks)))
             logprob, entropy = torch.stack(lps, -1).sum(-1), torch.stack(ents, -1).sum(-1)
-        return action, logprob, entropy, self.critic(feat).squeeze(-1)
+        return action, logprob, entropy
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor | None = None):
         """Same as get_action_and_value, so a DistributedDataParallel wrapper sees the update's forward."""

@@ -36,7 +36,7 @@ from typing import Optional
 
 import torch
 
-from . import loss_cpu, mlp_cpu, ppo
+from . import loss_cpu, mlp_cpu, ppo, side_thread
 from .agent import Agent, _CategoricalCPU, categorical_grad
 from .nets import MLP
 
@@ -49,8 +49,10 @@ class BlockGradients:
     to the loss's gradient; mb holds obs (B, F), actions (B,) int, logprobs, advantages, values
     and returns (B,)."""
 
-    def __init__(self, agent, actor_plan, critic_plan, cfg):
+    def __init__(self, agent, actor_plan, critic_plan, cfg, side=None):
         self.cfg = cfg
+        #: a side_thread.SideThread that computes the critic while the caller computes the actor, or None
+        self.side = side
         self.actor_net, self.critic_net = agent.actor, agent.critic
         (self.actor, self.act), (self.critic, _) = actor_plan, critic_plan
         self.forward_act, self.backward_act = mlp_cpu.ACTIVATIONS[self.act]
@@ -60,8 +62,9 @@ class BlockGradients:
         self._buffers: dict = {}
 
     @classmethod
-    def for_agent(cls, agent, cfg, autocast=None, scaler=None) -> Optional["BlockGradients"]:
-        """A BlockGradients for ``agent`` when this file covers it (module docstring), else None."""
+    def for_agent(cls, agent, cfg, autocast=None, scaler=None, side=None) -> Optional["BlockGradients"]:
+        """A BlockGradients for ``agent`` when this file covers it (module docstring), else None;
+        ``side``: a SideThread for the critic's half (side_thread.py), or None for one thread."""
         if type(agent) is not Agent or agent.kind != "discrete" or agent.encoder is not None:
             return None
         if autocast is not None or scaler is not None:
@@ -74,7 +77,7 @@ class BlockGradients:
         params = list(agent.parameters())
         if any(p.device.type != "cpu" or p.dtype != torch.float32 or not p.requires_grad for p in params):
             return None
-        return cls(agent, actor_plan, critic_plan, cfg)
+        return cls(agent, actor_plan, critic_plan, cfg, side)
 
     def covers(self, mb: dict) -> bool:
         """Whether ``make_grad_step`` can take this path for minibatch ``mb`` (else autograd's): a
@@ -136,8 +139,10 @@ class BlockGradients:
         one = torch.ones(())
         pg_scale, v_scale, ent_scale = one * (1.0 / b), one * (cfg.vf_coef / b), one * (-cfg.ent_coef / b)
 
+        side = self.side if b >= side_thread.MIN_ROWS else None
+        critic = side.submit(self._forward, "critic", self.critic, obs) if side is not None else None
         a_out, a_w = self._forward("actor", self.actor, obs)
-        c_out, c_w = self._forward("critic", self.critic, obs)
+        c_out, c_w = critic.result() if critic is not None else self._forward("critic", self.critic, obs)
         value = c_out[-1].squeeze(-1)
         lp, ent, logp, p = _CategoricalCPU.forward(a_out[-1], actions)
         t = ppo.ppo_terms(lp, mb["logprobs"], advantages, value, mb["values"], mb["returns"], clip, vclip, cfg.clip_vloss)
@@ -146,8 +151,14 @@ class BlockGradients:
                  **ppo.monitor_terms(t, clip, cfg.clip_vloss)}
         sums = torch.stack([terms[k].sum() for k in _SUMS])
         g_logits = categorical_grad(logp, p, ent, actions, d_lp * pg_scale, ent_scale.expand(b))
-        self._backward("actor", self.actor, g_logits, obs, a_out, a_w)
-        self._backward("critic", self.critic, (d_v * v_scale).unsqueeze(-1), obs, c_out, c_w)
+        g_value = (d_v * v_scale).unsqueeze(-1)
+        if side is not None:  # the critic's .grad is set before result() returns
+            critic = side.submit(self._backward, "critic", self.critic, g_value, obs, c_out, c_w)
+            self._backward("actor", self.actor, g_logits, obs, a_out, a_w)
+            critic.result()
+        else:
+            self._backward("actor", self.actor, g_logits, obs, a_out, a_w)
+            self._backward("critic", self.critic, g_value, obs, c_out, c_w)
 
         means = sums / b
         out = dict(zip(_SUMS, means.unbind()))

@@ -297,14 +297,15 @@ def minibatch_permutation(b: int, device: torch.device, generator: Optional[torc
     return torch.randperm(b, device=device, generator=generator)
 
 
-def make_grad_step(agent, optimizer, cfg, autocast=None, scaler=None) -> Callable:
-    """One minibatch: forward, ppo_loss, backward, global grad-norm clip (detail 11), Adam step."""
+def make_grad_step(agent, optimizer, cfg, autocast=None, scaler=None, side=None) -> Callable:
+    """One minibatch: forward, ppo_loss, backward, global grad-norm clip (detail 11), Adam step.
+    ``side``: a side_thread.SideThread that computes the critic's half where grad_cpu covers the agent."""
     from .grad_cpu import BlockGradients
     from .loss_cpu import ppo_loss as loss_fn  # ppo_loss; on the CPU with a closed-form backward (loss_cpu.py)
 
     params = [p for p in agent.parameters() if p.requires_grad]
     # on the CPU, a discrete MLP agent's minibatch without autograd (grad_cpu.py): the same ops, the same gradients
-    blocks = BlockGradients.for_agent(agent, cfg, autocast, scaler)
+    blocks = BlockGradients.for_agent(agent, cfg, autocast, scaler, side)
 
     def grad_step(mb: dict) -> dict:
         if blocks is not None and blocks.covers(mb):

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from . import checkpoint as ckpt
-from . import graphs, hostmem, ppo, train_state
+from . import graphs, hostmem, ppo, side_thread, train_state
 from .adam import Adam
 from .agent import Agent, action_dtype, action_shape
 from .config import ConfigError, PPOConfig, batch_size, num_iterations, validate
@@ -26,6 +26,7 @@ from .envs import BatchedEnv, make_env
 from .normalize import ObsNormalizer, RewardScaler
 from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
 from .rollout import Rollout
+from .side_thread import SideThread
 from .signals import SignalGuard, TrainingInterrupted
 from .train_state import default_run_dir
 
@@ -47,7 +48,9 @@ class Trainer:
         self.dist = distributed.context()
         validate(cfg, self.dist.world_size)
         self.cfg, self.quiet = cfg, quiet
-        torch.set_num_threads(cfg.threads)
+        # one thread until the agent is built: its orthogonal initialization (a QR) computes other bits
+        # with two, and the initial parameters should not depend on --threads; cfg.threads is set below
+        torch.set_num_threads(1)
         # 1.2x more training steps/s at 4,096 CartPole envs on this project's Xeon (docs/performance.md);
         # process-wide, so close() turns it off again (a no-op where the CPU has no such mode)
         self._flush_denormal = bool(cfg.flush_denormal) and torch.set_flush_denormal(True)
@@ -92,10 +95,14 @@ class Trainer:
         self.stopped_at_return: Optional[float] = None  # run(): the window's mean once --stop-return ended it
         self.return_window: list = []  # ReturnTarget.window: the recent iterations' (return sum, episodes)
         self.autocast, self.scaler = self._amp_setup()
-        self.policy_step = self.agent.policy_step
+        # --threads 2 and more: actor and critic side by side, each with threads // 2 intra-op threads
+        # (side_thread.py: the same numbers as one thread at --threads 2); else all intra-op threads
+        self.side = SideThread(cfg.threads // 2, self._flush_denormal) if side_thread.pairs(cfg, self.device, self.model) else None
+        torch.set_num_threads(cfg.threads if self.side is None else cfg.threads // 2)
+        self.policy_step = self.agent.policy_step if self.side is None else side_thread.paired_policy_step(self.agent, self.side)
         if self.autocast is not None:
             self.policy_step = _autocast_fn(self.agent.policy_step, self.autocast)
-        self.grad_step = ppo.make_grad_step(self.model, self.optimizer, cfg, self.autocast, self.scaler)
+        self.grad_step = ppo.make_grad_step(self.model, self.optimizer, cfg, self.autocast, self.scaler, self.side)
         if cfg.compile:
             from .accel import accelerate
 
@@ -276,6 +283,8 @@ class Trainer:
 
     def close(self) -> None:
         self.env.close()
+        if self.side is not None:
+            self.side.close()
         if self._flush_denormal:  # leave the process as we found it (FTZ is off by default)
             torch.set_flush_denormal(False)
             self._flush_denormal = False

@@ -1,0 +1,57 @@
+"""``--threads 2`` against ``--threads 1``: training steps/s of whole processes, side by side.
+
+    .venv/bin/python benchmarks/threads.py                          # 4,096 envs, 6 rounds
+    .venv/bin/python benchmarks/threads.py --num-envs 1024,4096 --out benchmarks/results/threads-cpu.md
+
+Each round runs one ``proxima bench`` process per thread count (order alternating between rounds,
+so both meet the machine's phases alike), unbound, at the vs-PureJaxRL shape: native CartPole,
+16-step rollouts, 4 epochs x 4 minibatches, 64x64 tanh. With ``--threads 2`` the actor and the
+critic are computed side by side on two threads (proxima/side_thread.py); the table gives each
+count's training steps/s, median (min-max), the cores each process used (CPU seconds / wall
+seconds, start-up included) and the per-round ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from types import SimpleNamespace
+
+from tables import command, emit, machine_line, markdown_table, median_range  # benchmarks/tables.py
+from vs_purejaxrl import proxima_cmd, run_json, single_thread_env
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--num-envs", default="4096", help="comma-separated env counts (default 4096)")
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--seconds", type=float, default=10.0, help="timed seconds of training per process")
+    p.add_argument("--out", default=None, help="append the table to this file")
+    args = p.parse_args(argv)
+    sizes = [int(s) for s in args.num_envs.split(",")]
+
+    rows = []
+    for envs in sizes:
+        sps, cores = {1: [], 2: []}, {1: [], 2: []}
+        for r in range(args.rounds):
+            for threads in ((1, 2) if r % 2 == 0 else (2, 1)):
+                cmd = proxima_cmd(SimpleNamespace(device="cpu", seconds=args.seconds, threads=threads, compile=False,
+                                                  cudagraphs=False), envs)
+                res = run_json(cmd, single_thread_env("cpu"), timeout=600)
+                sps[threads].append(res["train_sps"])
+                cores[threads].append(res["cores_used"])
+            print(f"{envs} envs, round {r + 1}: 1 thread {sps[1][-1]:,.0f}, 2 threads {sps[2][-1]:,.0f} steps/s",
+                  file=sys.stderr, flush=True)
+        ratios = [b / a for a, b in zip(sps[1], sps[2])]
+        rows.append([f"{envs:,}", median_range(sps[1], 1e3, 1, "k"), median_range(sps[2], 1e3, 1, "k"),
+                     f"**{median_range(ratios, digits=2)}**", f"{median_range(cores[1], digits=2)}, {median_range(cores[2], digits=2)}"])
+    table = markdown_table(["envs", "--threads 1 steps/s", "--threads 2 steps/s", "2 / 1 per round", "cores used (1, 2)"], rows)
+    emit("\n".join([f"`--threads 2` (actor and critic side by side) against `--threads 1`: native CartPole, 16-step "
+                    f"rollouts, 4 epochs x 4 minibatches, 64x64 tanh; {args.rounds} rounds of one `proxima bench` process "
+                    f"per count, {args.seconds:g} s windows, order alternating, unbound. {machine_line()}",
+                    "", table, "", command("threads.py", argv), ""]), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
