@@ -64,3 +64,20 @@ def test_without_out_the_bench_only_prints(tmp_path, capsys, monkeypatch):
     assert code == 0 and "native" in out.split("\n", 2)[2]  # a table row below the header
     assert "wrote" not in err
     assert [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")] == ["benchmarks", "benchmarks/results"]
+
+
+def test_threads_benchmark_writes_both_counts_and_the_ratio(tmp_path):
+    """benchmarks/threads.py: --threads 1 and 2 as whole `proxima bench` processes, one row per env count."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "threads.md"
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "threads.py"), "--num-envs", "8", "--rounds", "1",
+                           "--seconds", "0.05", "--out", str(out)], capture_output=True, text=True, cwd=root, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert "| envs | --threads 1 steps/s | --threads 2 steps/s | 2 / 1 per round |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| 8 |"))
+    assert row.count("k (") == 2 and "python benchmarks/threads.py --num-envs 8" in text
