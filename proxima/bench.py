@@ -408,7 +408,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default=None, help="the env's preset to take the training settings from (default: its 'default')")
     p.add_argument("--num-steps", type=int, default=0, metavar="T", help="override the preset's steps per env per rollout")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement; the table shows median and min-max (default 3)")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads, as train's --threads: with 2, actor and critic side by side for a discrete-action agent at 2,048+ rows (default 1)")
     p.add_argument("--seconds", type=float, default=1.0, help="target time of one timed repeat (default 1.0)")
     p.add_argument("--max-gym-envs", type=int, default=4096,
                    help="skip the Gymnasium backend above this many envs; it steps envs one by one in Python (default 4096)")

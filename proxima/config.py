@@ -62,7 +62,7 @@ class PPOConfig:
     # --- run ---
     seed: int = _f(1, "Random seed (envs, network init, sampling).")
     device: str = _f("cpu", "Torch device: cpu, cuda, cuda:1, or auto (cuda when available).")
-    threads: int = _f(1, "CPU threads for the learner. 1 (the default) is usually fastest for small MLPs; with 2 or more on the CPU, a discrete-action MLP agent's actor and critic are computed side by side on two threads, each with threads // 2 intra-op threads (at 2: the same numbers as 1); other agents use them as torch intra-op threads.")
+    threads: int = _f(1, "CPU threads for the learner (default 1). With 2 or more on the CPU, a discrete-action MLP agent's actor and critic run side by side on two threads for batches of 2,048 rows or more (1.34x at 4,096 CartPole envs on 2 cores; at 2, the same numbers as 1 thread), each with threads // 2 intra-op threads; other agents use them as torch intra-op threads, which rarely helps small MLPs.")
     flush_denormal: bool = _f(True, "Flush denormal floats to zero on CPU (x86 FTZ/DAZ, as XLA does): arithmetic on values below ~1e-38 is many times slower and changes nothing that matters to PPO.")
     keep_host_memory: bool = _f(True, "Keep freed tensor memory in the process (glibc malloc; CPU runs) instead of returning it to the OS, from which every new large tensor would page-fault back in (at 4,096 CartPole envs 9,122 page faults an iteration without it against 2 with it; 1.12x training steps/s before the CPU MLP kernel, 1.05x (0.64-1.19) with it: benchmarks/results/hostmem-cpu.md). The process holds its peak memory until it exits.")
     deterministic: bool = _f(True, "torch deterministic algorithms on CUDA (CPU runs are bit-identical for a fixed thread count without it).")
