@@ -1,7 +1,7 @@
 """A second CPU thread for the critic: actor and critic computed side by side (``--threads 2``).
 
 Why: on the CPU the two MLPs of a discrete-action agent are the iteration's work (86% of an update
-at 4,096 CartPole envs), they are the same size and independent until the loss joins them, and
+at 4,096 CartPole envs, a one-off timing on the EPYC), they are the same size and independent until the loss joins them, and
 torch's ops release the GIL while they run. A second intra-op thread splits every op instead, each
 2,048-row block's matmul, bias add and tanh (10-200 us each), and pays OpenMP's fork and join on
 every one: 0.85-1.2x of one thread at 4,096 envs on the 2-core EPYC (docs/performance.md). Here the
@@ -9,8 +9,10 @@ critic's forward and backward run on one persistent worker thread while the call
 actor's; they meet twice a minibatch (before the loss, after the backward) and once per acting
 step. Each thread keeps its own intra-op threads (``threads // 2``); with ``--threads 2`` both have
 one, and every op computes what it computes on one thread, so a run is bit-identical to
-``--threads 1`` (tests/unit/test_side_thread.py). Measured: benchmarks/results/vs-revision-cpu.md,
-docs/performance.md ("Two threads").
+``--threads 1`` (tests/unit/test_side_thread.py). Measured on the 2-core EPYC, whole processes
+alternating: 1.34x (1.09-1.41) the training steps/s of ``--threads 1`` at 4,096 CartPole envs,
+1.35x (1.02-1.42) at 1,024 (benchmarks/threads.py, benchmarks/results/threads-cpu.md;
+docs/performance.md, "Two threads").
 
 Used by the Trainer only where it pays and is exact: the CPU, a plain (not DistributedDataParallel)
 ``Agent`` that ``grad_cpu.BlockGradients`` covers (flat observation, Discrete action, MLPs), no

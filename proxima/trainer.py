@@ -26,7 +26,6 @@ from .envs import BatchedEnv, make_env
 from .normalize import ObsNormalizer, RewardScaler
 from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
 from .rollout import Rollout
-from .side_thread import SideThread
 from .signals import SignalGuard, TrainingInterrupted
 from .train_state import default_run_dir
 
@@ -97,7 +96,7 @@ class Trainer:
         self.autocast, self.scaler = self._amp_setup()
         # --threads 2 and more: actor and critic side by side, each with threads // 2 intra-op threads
         # (side_thread.py: the same numbers as one thread at --threads 2); else all intra-op threads
-        self.side = SideThread(cfg.threads // 2, self._flush_denormal) if side_thread.pairs(cfg, self.device, self.model) else None
+        self.side = side_thread.SideThread(cfg.threads // 2, self._flush_denormal) if side_thread.pairs(cfg, self.device, self.model) else None
         torch.set_num_threads(cfg.threads if self.side is None else cfg.threads // 2)
         self.policy_step = self.agent.policy_step if self.side is None else side_thread.paired_policy_step(self.agent, self.side)
         if self.autocast is not None:
