@@ -55,7 +55,7 @@ class BlockGradients:
         self.side = side
         self.actor_net, self.critic_net = agent.actor, agent.critic
         (self.actor, self.act), (self.critic, _) = actor_plan, critic_plan
-        self.forward_act, self.backward_act = mlp_cpu.ACTIVATIONS[self.act]
+        self.backward_act = mlp_cpu.ACTIVATIONS[self.act][1]
         # each MLP's kernel_rows (nets.MLP): up to that many rows the plain modules' ops, above it
         # mlp_cpu's kernel in blocks of that many rows, as autograd's path splits them
         self.rows = {"actor": self.actor_net.kernel_rows, "critic": self.critic_net.kernel_rows}
@@ -103,7 +103,8 @@ class BlockGradients:
         b, rows = x.shape[0], self.rows[net]
         if b <= rows:
             outs = [o[:b] for o in self._scratch(net, [w.shape[0] for w in weights])]
-            mlp_cpu.forward_block(x, [w.t() for w in weights], biases, self.forward_act, outs)
+            w_t, scaled_biases, forward_act = mlp_cpu.forward_operands(weights, biases, self.act, len(weights) - 1)
+            mlp_cpu.forward_block(x, w_t, scaled_biases, forward_act, outs)
         else:
             outs = mlp_cpu._forward_blocks(x, weights, biases, self.act, rows, keep_hidden=True)
         return outs, weights

@@ -50,6 +50,25 @@ ACTIVATIONS = {
 }
 
 
+def folded(act) -> tuple:
+    """(s, f_) for activation module type ``act``: ACTIVATIONS[act]'s forward of z equals f_(s z) bit
+    for bit. s is a power of two, so multiplying a layer's weights and bias by it makes the matmul
+    and bias give s z exactly (but for a product that over- or underflows float32); f_ then skips a
+    pass over the block: tanh_cpu's sigmoid form takes 2z (``tanh_cpu.folded``). (1.0, the forward)
+    for the rest."""
+    return tanh_cpu.folded() if act is tanh_cpu.Tanh else (1.0, ACTIVATIONS[act][0])
+
+
+def forward_operands(weights, biases, act, activated: int) -> tuple:
+    """(w_t, biases, f_) for ``forward_block``: the (in_i, out_i) transposes of the (out_i, in_i)
+    ``weights`` and the biases, the first ``activated`` layers' multiplied by ``folded(act)``'s s,
+    and its f_ (the in-place activation of those layers' outputs)."""
+    s, act_ = folded(act)
+    w_t = [w.t() * s if i < activated and s != 1 else w.t() for i, w in enumerate(weights)]
+    biases = [b * s if i < activated and s != 1 else b for i, b in enumerate(biases)]
+    return w_t, biases, act_
+
+
 def block_rows(widths) -> int:
     """Rows per block: the widest layer's activation of one block fills BLOCK_BYTES (float32)."""
     return max(MIN_BLOCK_ROWS, BLOCK_BYTES // (4 * max(widths)))
@@ -80,8 +99,9 @@ def eligible(x: torch.Tensor, linears) -> bool:
 
 def forward_block(h, w_t, biases, forward_act, outs, activate_last: bool = False) -> torch.Tensor:
     """One row block through every layer: h (r, in), w_t[i] the (in_i, out_i) transposes of the
-    weights, outs[i] (r, out_i) the block's output buffers, written in place (activations applied
-    but on the last, unless ``activate_last``); returns outs[-1]."""
+    weights and biases[i] the biases (``forward_operands``: the activated layers' scaled for
+    ``forward_act``, the in-place activation), outs[i] (r, out_i) the block's output buffers,
+    written in place (activations applied but on the last, unless ``activate_last``); returns outs[-1]."""
     last = len(w_t) - 1
     for i, o in enumerate(outs):
         # mm then the bias in place, not addmm: addmm first broadcasts the bias into o, a pass
@@ -145,17 +165,16 @@ def _forward_blocks(x, weights, biases, act, rows: int, keep_hidden: bool) -> li
     copy). Acting at 4,096 CartPole envs (actor, sample, log-prob) 1.11x (0.98-1.14) with the
     sample of ``agent._categorical_sample`` (benchmarks/results/cpu-parts.md). Equal to h W^T within
     float rounding, not bit for bit."""
-    forward_act, _ = ACTIVATIONS[act]
     b, last = x.shape[0], len(weights) - 1
     hidden = [x.new_empty(b if keep_hidden else min(rows, b), w.shape[0]) for w in weights[:-1]]
     out_t = x.new_empty(weights[-1].shape[0], b)
-    # every block view and transpose made once per call, not once per block and layer
-    w_t = [w.t() for w in weights[:-1]]
+    # every block view and (scaled) transpose made once per call, not once per block and layer
+    w_t, hidden_biases, forward_act = forward_operands(weights[:-1], biases[:-1], act, last)
     hidden_blocks = [o.split(rows) if keep_hidden else None for o in hidden]
     bias_col = biases[-1].unsqueeze(1)
     for k, (h, o_t) in enumerate(zip(x.split(rows), out_t.split(rows, dim=1))):
         if last:
-            h = forward_block(h, w_t, biases[:-1], forward_act,
+            h = forward_block(h, w_t, hidden_biases, forward_act,
                               [hb[k] if hb is not None else o[:h.shape[0]] for hb, o in zip(hidden_blocks, hidden)],
                               activate_last=True)
         torch.mm(weights[-1], h.t(), out=o_t)

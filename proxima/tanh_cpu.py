@@ -10,6 +10,8 @@ case, tanh runs as ``2 sigmoid(2x) - 1``: three ops over a cache-resident block,
 (4.08x; a 16,384-row minibatch's gradients 1.48x; benchmarks/results/cpu-parts.md), within 1.8e-7
 of tanh (float32's own rounding near 1 is 6e-8); a call on a tiny batch costs ~6 us more. Its
 derivative is tanh's, ``1 - y^2`` from the output, by the same ``tanh_backward`` autograd uses.
+In ``mlp_cpu``'s kernel the first op folds into the layer (``folded``: its weights and bias
+doubled, which is exact), the same bits with one pass less a block.
 
 ``MODE`` is chosen once per process, so a run computes one function throughout: "sigmoid" where
 torch has MKL and the CPU's vendor is known and is not Intel, "torch" otherwise (Intel, ARM, an
@@ -84,6 +86,21 @@ def sigmoid_tanh(x: torch.Tensor) -> torch.Tensor:
 def tanh_(x: torch.Tensor) -> torch.Tensor:
     """tanh in place by this process's MODE (``mlp_cpu``'s kernel, on CPU float32 blocks); returns x."""
     return sigmoid_tanh_(x) if MODE == "sigmoid" else x.tanh_()
+
+
+def tanh_of_doubled_(u: torch.Tensor) -> torch.Tensor:
+    """sigmoid_tanh_ of u / 2, in place: 2 sigmoid(u) - 1, sigmoid_tanh_'s ops after its ``mul_(2)``;
+    returns u. For a layer whose weights and bias were doubled (``mlp_cpu.folded``): doubling is
+    exact in floating point, so the matmul gives 2z bit for bit and this gives sigmoid_tanh_(z)'s bits
+    without its pass over the block."""
+    u.sigmoid_()
+    return torch.add(_MINUS_ONE[u.dtype], u, alpha=2, out=u)
+
+
+def folded() -> tuple:
+    """(s, f_): tanh_(z) == f_(s z) bit for bit, s a power of two that ``mlp_cpu`` multiplies a
+    layer's weights and bias by: (2.0, tanh_of_doubled_) in sigmoid MODE, (1.0, tanh_) otherwise."""
+    return (2.0, tanh_of_doubled_) if MODE == "sigmoid" else (1.0, tanh_)
 
 
 class _SigmoidTanh(torch.autograd.Function):

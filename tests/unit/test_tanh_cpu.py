@@ -77,6 +77,9 @@ def test_kernel_and_plain_modules_compute_one_function(monkeypatch, mode):
     torch.manual_seed(0)
     net = mlp(4, [64, 64], 2, out_std=1.0)
     assert [type(m) for m in net][1::2] == [tanh_cpu.Tanh, tanh_cpu.Tanh]
+    with torch.no_grad():  # nonzero biases: the kernel doubles them with the weights (mlp_cpu.folded)
+        for m in net[0::2]:
+            m.bias.normal_(0.0, 0.1)
     x = torch.randn(5000, 4)
     with torch.no_grad():
         kernel = net(x)
