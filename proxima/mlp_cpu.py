@@ -4,15 +4,15 @@ Why: on one CPU core a PPO minibatch of CartPole's 64x64 tanh MLPs (16,384 rows,
 activation) spends as much time moving activations through memory as multiplying them. Autograd
 runs each op over the whole batch (the bias copy of ``addmm``, the matmul, ``tanh``, and in the
 backward ``tanh_backward`` and the bias sum), and each op writes a new 4 MB tensor that is cold in
-the cache. Here the forward runs block by block of rows sized to stay in the L2 cache (512 KiB of
-the widest layer), the activation applied in place; the backward runs the same blocks, applying the
+the cache. Here the forward runs block by block of rows sized to the L2 cache (1 MiB of
+the widest layer: ``BLOCK_BYTES``), the activation applied in place; the backward runs the same blocks, applying the
 activation's derivative in place and adding each block's weight gradient into one (out, in)
 tensor. Autograd's ops but for the last layer's forward, which runs as W h^T (``_forward_blocks``
 says why): for one block the gradients are bit-identical to the plain ``nn.Sequential``'s (the
 first layer's weight gradient within rounding on AMD's MKL: ``flipped``) and the output equal
 within float rounding (tests/unit/test_mlp_cpu.py); with several blocks the weight
 gradients are sums of per-block matmuls, equal within float rounding. Used only for batches of more than one block
-(``block_rows(widths)`` rows, 2,048 for 64-wide layers): below that the plain modules are as fast
+(``block_rows(widths)`` rows, 4,096 for 64-wide layers): below that the plain modules are as fast
 and skip this file's Python overhead, so every preset's minibatches (at most 2,048 rows) train
 exactly as before. Measured: 1.15x (1.10-1.34) the training steps/s of the plain modules at
 4,096 CartPole envs (benchmarks/mlp_kernel.py, benchmarks/results/mlp-kernel-cpu.md).
@@ -31,8 +31,10 @@ from torch import nn
 
 from . import tanh_cpu
 
-#: bytes of the widest activation one row block may hold (a fraction of a 1-2 MiB L2 cache)
-BLOCK_BYTES = 512 * 1024
+#: bytes of the widest activation one row block may hold: 1 MiB, an AMD EPYC's L2 cache (half an
+#: Intel Xeon's). Bigger blocks mean fewer ops issued from Python per row: 1 MiB against 512 KiB
+#: gave 1.02-1.03x at 4,096 CartPole envs on the EPYC (in-process A/Bs, one-off; docs/performance.md)
+BLOCK_BYTES = 1024 * 1024
 MIN_BLOCK_ROWS = 256
 
 

@@ -32,7 +32,7 @@ def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias_const: float = 
 
 class MLP(nn.Sequential):
     """Linear, activation, ..., Linear (an ``nn.Sequential``: parameter names ``0.weight``, ``2.weight``,
-    ...). On the CPU a float32 (B, in) batch of more than one block (``kernel_rows``, 2,048 rows
+    ...). On the CPU a float32 (B, in) batch of more than one block (``kernel_rows``, 4,096 rows
     for 64-wide layers) runs through mlp_cpu's row-block kernel (autograd's ops but a W h^T last layer, cache-sized
     blocks, activations in place); every other input (fewer rows, CUDA, autocast, compile, vmap, a
     population's StackedLinear layers) through the plain modules."""

@@ -65,8 +65,8 @@ def test_rollout_gae_and_update_make_no_host_sync(env_id, device):
 
 @pytest.mark.parametrize("path", ["blocks", "autograd"])
 def test_the_cpu_mlp_kernel_paths_make_no_host_sync(monkeypatch, path):
-    # 3,000 envs x 4 steps: acting and V(final obs) take mlp_cpu's row-block kernel (more than one
-    # 2,048-row block); minibatches of 3,000 rows go through autograd and that kernel, of 1,500
+    # 5,000 envs x 4 steps: acting and V(final obs) take mlp_cpu's row-block kernel (more than one
+    # 4,096-row block); minibatches of 5,000 rows go through autograd and that kernel, of 2,500
     # rows (8 minibatches) through grad_cpu's block path; all must stay as sync-free as the modules
     from proxima import grad_cpu, mlp_cpu
 
@@ -88,7 +88,8 @@ def test_the_cpu_mlp_kernel_paths_make_no_host_sync(monkeypatch, path):
     monkeypatch.setattr(mlp_cpu._MLPFunction, "apply", counted_apply)
     monkeypatch.setattr(grad_cpu.BlockGradients, "__call__", counted_grads)
     monkeypatch.setattr(mlp_cpu, "_forward_blocks", counted_blocks)
-    env, agent, optimizer, rollout, next_obs, cfg = build("CartPole-v1", "cpu", num_envs=3000, num_steps=4)
+    env, agent, optimizer, rollout, next_obs, cfg = build("CartPole-v1", "cpu", num_envs=5000, num_steps=4)
+    assert 5000 > mlp_cpu.block_rows([64, 64, 2])
     cfg.num_minibatches = 8 if path == "blocks" else 4
     one_iteration(env, agent, optimizer, rollout, next_obs, cfg)
     with forbid_host_sync("cpu"):

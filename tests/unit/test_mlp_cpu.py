@@ -77,7 +77,10 @@ def test_the_first_layer_s_weight_gradient_is_inp_t_g():
     torch.testing.assert_close(g_k[0], autograd_w0, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("batch", [5000, 2049])
+ROWS = mlp_cpu.block_rows([64, 32, 3])
+
+
+@pytest.mark.parametrize("batch", [2 * ROWS + 808, ROWS + 1])
 def test_several_blocks_equal_the_plain_modules_within_rounding(batch):
     torch.manual_seed(1)
     net = mlp(8, [64, 32], 3, out_std=1.0)
@@ -89,9 +92,11 @@ def test_several_blocks_equal_the_plain_modules_within_rounding(batch):
 def test_input_gradient_when_the_input_needs_one():
     torch.manual_seed(2)
     net = mlp(16, [64, 64], 1, out_std=1.0)
-    x1 = torch.randn(3000, 16, requires_grad=True)  # e.g. an encoder's features
+    x1 = torch.randn(mlp_cpu.block_rows([64, 64, 1]) + 904, 16, requires_grad=True)  # e.g. an encoder's features
     x2 = x1.detach().clone().requires_grad_(True)
-    net(x1).squeeze(-1).pow(2).sum().backward()  # squeeze: a non-contiguous upstream gradient
+    y = net(x1)
+    assert type(y.grad_fn).__name__ == "_MLPFunctionBackward"
+    y.squeeze(-1).pow(2).sum().backward()  # squeeze: a non-contiguous upstream gradient
     gk = x1.grad.clone()
     plain(net, x2).squeeze(-1).pow(2).sum().backward()
     torch.testing.assert_close(gk, x2.grad, rtol=1e-5, atol=1e-6)
@@ -105,12 +110,15 @@ def test_a_linear_head_without_hidden_layers():
     assert_kernel_matches_plain(net, x)
 
 
-def test_no_grad_forward_equals_the_plain_modules():
+def test_no_grad_forward_equals_the_plain_modules(monkeypatch):
     torch.manual_seed(4)
     net = mlp(4, [64, 64], 2, out_std=0.01)
-    x = torch.randn(4096, 4)
+    x = torch.randn(mlp_cpu.block_rows([64, 64, 2]) * 2 + 100, 4)
+    calls, real = [], mlp_cpu._forward_blocks
+    monkeypatch.setattr(mlp_cpu, "_forward_blocks", lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
     with torch.no_grad():
         out = net(x)
+    assert calls == [x.shape[0]]  # the kernel's forward, not the plain modules'
     assert not out.requires_grad
     torch.testing.assert_close(out, plain(net, x).detach(), rtol=1e-6, atol=1e-7)
 
