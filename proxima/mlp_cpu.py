@@ -15,7 +15,8 @@ gradients are sums of per-block matmuls, equal within float rounding. Used only 
 (``block_rows(widths)`` rows, 4,096 for 64-wide layers): below that the plain modules are as fast
 and skip this file's Python overhead, so every preset's minibatches (at most 2,048 rows) train
 exactly as before. Measured: 1.15x (1.10-1.34) the training steps/s of the plain modules at
-4,096 CartPole envs (benchmarks/mlp_kernel.py, benchmarks/results/mlp-kernel-cpu.md).
+4,096 CartPole envs (benchmarks/mlp_kernel.py, benchmarks/results/mlp-kernel-cpu.md; on the Intel
+Xeon, with the 512 KiB blocks of then).
 
 Only for what it handles: float32 (B, in) inputs on the CPU, tanh or ReLU between ``nn.Linear``
 layers, no autocast, no ``torch.compile`` tracing and no functorch transform (``vmap``,
