@@ -103,7 +103,7 @@ class BlockGradients:
         b, rows = x.shape[0], self.rows[net]
         if b <= rows:
             outs = [o[:b] for o in self._scratch(net, [w.shape[0] for w in weights])]
-            w_t, scaled_biases, forward_act = mlp_cpu.forward_operands(weights, biases, self.act, len(weights) - 1)
+            w_t, scaled_biases, forward_act = mlp_cpu.forward_operands(weights, biases, self.act, len(weights) - 1, b)
             mlp_cpu.forward_block(x, w_t, scaled_biases, forward_act, outs)
         else:
             outs = mlp_cpu._forward_blocks(x, weights, biases, self.act, rows, keep_hidden=True)

@@ -56,9 +56,9 @@ def _blocks(agent, mb, cfg):
 ROWS = mlp_cpu.block_rows([64, 64, 2])
 
 
-# one block (every preset's minibatch: at most 2,048 rows), exactly one, 2 + a partial third, and
-# 4,096 envs x 16 steps / 4 (several)
-@pytest.mark.parametrize("b", [1024, 2048, ROWS, 2 * ROWS + 808, 16384])
+# one block (every preset's minibatch: at most 2,048 rows; under mlp_cpu.FOLD_MIN_ROWS and over it),
+# exactly one, 2 + a partial third, and 4,096 envs x 16 steps / 4 (several)
+@pytest.mark.parametrize("b", [512, 1024, 2048, ROWS, 2 * ROWS + 808, 16384])
 @pytest.mark.parametrize("cfg", [_cfg(), _cfg(norm_adv=False, clip_vloss=False, ent_coef=0.0)], ids=["default", "plain"])
 @pytest.mark.parametrize("mode", tanh_cpu.MODES)  # sigmoid: the kernel's doubled weights (mlp_cpu.folded) give the same bits
 def test_gradients_equal_autograds_bit_for_bit(b, cfg, mode, unflipped, monkeypatch):
