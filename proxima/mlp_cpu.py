@@ -34,7 +34,8 @@ from . import tanh_cpu
 
 #: bytes of the widest activation one row block may hold: 1 MiB, an AMD EPYC's L2 cache (half an
 #: Intel Xeon's). Bigger blocks mean fewer ops issued from Python per row: 1 MiB against 512 KiB
-#: gave 1.02-1.03x at 4,096 CartPole envs on the EPYC (in-process A/Bs, one-off; docs/performance.md)
+#: gave 1.02-1.03x at 4,096 CartPole envs on the EPYC (in-process A/Bs, one-off); with ``folded``,
+#: 1.11x (1.01-1.29) whole processes against the tree before (benchmarks/results/vs-revision-cpu.md)
 BLOCK_BYTES = 1024 * 1024
 MIN_BLOCK_ROWS = 256
 
