@@ -3,7 +3,7 @@
 Why: on the CPU the two MLPs of a discrete-action agent are the iteration's work (86% of an update
 at 4,096 CartPole envs, a one-off timing on the EPYC), they are the same size and independent until the loss joins them, and
 torch's ops release the GIL while they run. A second intra-op thread splits every op instead, each
-2,048-row block's matmul, bias add and tanh (10-200 us each), and pays OpenMP's fork and join on
+row block's matmul, bias add and tanh (10-400 us each), and pays OpenMP's fork and join on
 every one: 0.85-1.2x of one thread at 4,096 envs on the 2-core EPYC (docs/performance.md). Here the
 critic's forward and backward run on one persistent worker thread while the caller computes the
 actor's; they meet twice a minibatch (before the loss, after the backward) and once per acting
