@@ -6,12 +6,16 @@
 # On the GPU machine, from the repository root:   bash benchmarks/gpu_session.sh
 # Carry (device tool `carry`): .whl (gymnasium, farama-notifications, gymnax, six wheels) and
 # .anchors (a copy of ../shared/anchors/purejaxrl_cartpole.py): see benchmarks/README.md.
-# Writes into $OUT (the device tool's folder) or benchmarks/results/gpu/:
-#   summary.txt, doctor.txt, pytest-cuda.txt, vs-purejaxrl-cuda.md, solve-gpu.md, purejaxrl-solve.json,
-#   pendulum-cudagraphs.txt, accel-cuda.md, population-cuda.md (+ a .log per step). Step limits add up to 540 s.
+# Writes into $OUT (the device tool's folder) or benchmarks/results/gpu/ at most 7 files, since the
+# device tool brings back at most 8: summary.txt, pytest-cuda.txt, vs-purejaxrl-cuda.md, solve-gpu.md,
+# accel-cuda.md, population-cuda.md, and logs.tar.gz (doctor.txt, purejaxrl-solve.json,
+# pendulum-cudagraphs.txt, a .log per step), repacked after every step so that a call cut short
+# still returns what ran. Step limits add up to 540 s.
 set -uo pipefail
 
 out="${OUT:-benchmarks/results/gpu}"
+logs="$(mktemp -d "${TMPDIR:-/tmp}/gpu-session.XXXXXX")"  # everything but the tables; packed into $out/logs.tar.gz
+trap 'rm -rf "$logs" "$logs.tar.gz"' EXIT
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # the package from this tree, not installed
@@ -37,10 +41,15 @@ step() {  # step NAME LIMIT_SECONDS COMMAND...: run it, record its status and ti
   timeout "$limit" "$@"
   rc=$?
   echo "$name: exit $rc, $(( $(date +%s) - t0 )) s" | tee -a "$out/summary.txt"
+  pack
+}
+
+pack() {  # logs.tar.gz from $logs, replaced whole (never a half-written archive)
+  tar -czf "$logs.tar.gz" -C "$logs" . && mv -f "$logs.tar.gz" "$out/logs.tar.gz"
 }
 
 : > "$out/summary.txt"
-step doctor 20 "$py" -m proxima doctor > "$out/doctor.txt" 2>&1
+step doctor 20 "$py" -m proxima doctor > "$logs/doctor.txt" 2>&1
 # issue 12 items 1-2: graphed == eager, compiled+graphed == eager, checkpoints across modes, launches per iteration
 step pytest-cuda 90 "$py" -m pytest -q -p no:cacheprovider -m "not slow" -k cuda \
   tests/unit/test_graphs.py tests/unit/test_hot_loop.py tests/unit/test_native_envs.py tests/unit/test_accel.py tests/unit/test_population.py \
@@ -49,23 +58,23 @@ step pytest-cuda 90 "$py" -m pytest -q -p no:cacheprovider -m "not slow" -k cuda
 if [[ -n "$anchor" ]]; then
   # one process per side (--single-call): 2 start-ups instead of 18 on a machine rented by the minute
   step vs-purejaxrl 150 "$py" benchmarks/vs_purejaxrl.py --device cuda --cudagraphs --single-call --jax-python "$py" --anchor "$anchor" \
-    --num-envs 2048,65536,1048576 --repeats 3 --seconds 1 --out "$out/vs-purejaxrl-cuda.md" > "$out/vs-purejaxrl-cuda.log" 2>&1
+    --num-envs 2048,65536,1048576 --repeats 3 --seconds 1 --out "$out/vs-purejaxrl-cuda.md" > "$logs/vs-purejaxrl-cuda.log" 2>&1
   # item 5: PureJaxRL's time to solve from launch (4 envs x 128 steps, 500k steps), as solve_time.py times ours
   step purejaxrl-solve 30 "$py" -c "import subprocess, sys, time; t0 = time.perf_counter(); \
 p = subprocess.run([sys.executable, '$anchor', '--no-warm-run', '--configs', '4x128x5e5'], capture_output=True, text=True); \
-print(p.stdout.strip()); print('wall_from_launch_seconds', round(time.perf_counter() - t0, 2))" > "$out/purejaxrl-solve.json" 2>&1
+print(p.stdout.strip()); print('wall_from_launch_seconds', round(time.perf_counter() - t0, 2))" > "$logs/purejaxrl-solve.json" 2>&1
 else
   echo "vs-purejaxrl: skipped, no anchor (carry .anchors/purejaxrl_cartpole.py)" | tee -a "$out/summary.txt"
 fi
 # item 5: the gpu preset, 10 seeds, wall from launch (550k steps since 2026-12-01: 10 s more, taken from doctor's limit)
-step solve-gpu 80 "$py" benchmarks/solve_time.py --preset gpu --device cuda --out "$out/solve-gpu.md" > "$out/solve-gpu.log" 2>&1
+step solve-gpu 80 "$py" benchmarks/solve_time.py --preset gpu --device cuda --out "$out/solve-gpu.md" > "$logs/solve-gpu.log" 2>&1
 # item 6: continuous control on the graphed path
 step pendulum-cudagraphs 40 "$py" -m proxima train Pendulum-v1 --device cuda --cudagraphs --no-progress \
-  --run-dir /tmp/pendulum-cudagraphs --eval-episodes 20 > "$out/pendulum-cudagraphs.txt" 2>&1
+  --run-dir /tmp/pendulum-cudagraphs --eval-episodes 20 > "$logs/pendulum-cudagraphs.txt" 2>&1
 step accel 40 "$py" benchmarks/accel.py --device cuda --modes eager,cudagraphs,compile+cudagraphs --repeats 3 \
-  --out "$out/accel-cuda.md" > "$out/accel-cuda.log" 2>&1
+  --out "$out/accel-cuda.md" > "$logs/accel-cuda.log" 2>&1
 # issue 13 item 4: 256 agents x 4 envs x 128 steps x 500k steps, population --cudagraphs vs PureJaxRL's vmap over seeds
 if [[ -n "$anchor" ]]; then
   step population-256 90 "$py" benchmarks/population_vs_purejaxrl.py --device cuda --cudagraphs --jax-python "$py" --anchor "$anchor" \
-    --timeout 80 --out "$out/population-cuda.md" > "$out/population-cuda.log" 2>&1
+    --timeout 80 --out "$out/population-cuda.md" > "$logs/population-cuda.log" 2>&1
 fi
