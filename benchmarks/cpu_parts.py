@@ -19,9 +19,11 @@ one thread), CPU time (``time.process_time``) per call of:
 * gradients: ``grad_cpu.BlockGradients`` vs the agent's forward, ``loss_cpu.ppo_loss`` and
   autograd's backward, for a minibatch of 1,024 rows (one block: the fast preset's minibatch) and
   of 16,384 rows (eight blocks);
-* tanh (``proxima/tanh_cpu.py``): ``torch.tanh`` vs ``2 sigmoid(2x) - 1`` on a 2,048 x 64 block in
-  place, the ``Tanh`` module acting in 4 envs, and a 16,384-row minibatch's gradients, each with
-  ``tanh_cpu.MODE`` "torch" vs "sigmoid" (MKL's tanh is the slow side on CPUs not Intel's);
+* tanh (``proxima/tanh_cpu.py``): ``torch.tanh`` vs ``2 sigmoid(2x) - 1`` on a row block (4,096 x 64)
+  in place, the ``Tanh`` module acting in 4 envs, and a 16,384-row minibatch's gradients, each with
+  ``tanh_cpu.MODE`` "torch" vs "sigmoid" (MKL's tanh is the slow side on CPUs not Intel's); then
+  "sigmoid" (in the kernel its folded form, ``tanh_of_doubled_``) vs "numpy" on the same block,
+  acting in 4 and in 4,096 envs, and the minibatch's gradients;
 * acting at 4,096 envs (no_grad): the actor through ``mlp_cpu`` (last layer W h^T, logits as a
   (B, n) view of (n, B)), a Gumbel-max sample as ``agent._categorical_sample`` writes it and the
   head, vs the same with the last layer h W^T on each block and ``argmax(logits - log(-log u))``.
@@ -177,11 +179,15 @@ def main(argv=None) -> int:
     def tanh_block(fn):
         return lambda: fn(scratch.copy_(block))
 
-    acting_act, acting_h = tanh_cpu.Tanh(), torch.randn(4, 64)
+    acting_act, acting_h, acting_big = tanh_cpu.Tanh(), torch.randn(4, 64), torch.randn(4096, 64)
 
     @torch.no_grad()
     def tanh_acting():
         acting_act(acting_h)
+
+    @torch.no_grad()
+    def tanh_acting_big():
+        acting_act(acting_big)
 
     def grads_autograd(rows):
         small = {k: v[:rows] for k, v in mb.items()}
@@ -214,13 +220,25 @@ def main(argv=None) -> int:
                                                         "_CategoricalCPU.apply", "its forward, called directly"),
         "acting, 4,096 envs (no_grad): actor, sample, log-prob": (acting(True), acting(False), "last layer h W^T, argmax",
                                                                   "last layer W h^T, argmin"),
-        "tanh, a 2,048 x 64 block in place (and its copy)": (tanh_block(torch.Tensor.tanh_), tanh_block(tanh_cpu.sigmoid_tanh_),
-                                                             "torch.tanh (MKL)", "tanh_cpu.sigmoid_tanh_"),
+        f"tanh, a {block.shape[0]:,} x 64 block in place (and its copy)": (tanh_block(torch.Tensor.tanh_),
+                                                                           tanh_block(tanh_cpu.sigmoid_tanh_),
+                                                                           "torch.tanh (MKL)", "tanh_cpu.sigmoid_tanh_"),
         "tanh, acting in 4 envs (4 x 64, tanh_cpu.Tanh, no_grad)": (tanh_mode("torch", tanh_acting), tanh_mode("sigmoid", tanh_acting),
                                                                     "MODE torch", "MODE sigmoid"),
         "gradients, 16,384-row minibatch, by tanh mode": (tanh_mode("torch", grads_blocks(16384)),
                                                           tanh_mode("sigmoid", grads_blocks(16384)),
                                                           "MODE torch", "MODE sigmoid"),
+        f"tanh numpy, a {block.shape[0]:,} x 64 block in place (and its copy)": (
+            tanh_block(tanh_cpu.tanh_of_doubled_), tanh_block(tanh_cpu.numpy_tanh_),
+            "tanh_cpu.tanh_of_doubled_ (the kernel's folded sigmoid form)", "tanh_cpu.numpy_tanh_"),
+        "tanh numpy, acting in 4 envs (4 x 64, tanh_cpu.Tanh, no_grad)": (tanh_mode("sigmoid", tanh_acting),
+                                                                          tanh_mode("numpy", tanh_acting),
+                                                                          "MODE sigmoid", "MODE numpy"),
+        "tanh numpy, acting in 4,096 envs (4,096 x 64, tanh_cpu.Tanh, no_grad)": (
+            tanh_mode("sigmoid", tanh_acting_big), tanh_mode("numpy", tanh_acting_big), "MODE sigmoid", "MODE numpy"),
+        "tanh numpy, gradients, 16,384-row minibatch": (tanh_mode("sigmoid", grads_blocks(16384)),
+                                                        tanh_mode("numpy", grads_blocks(16384)),
+                                                        "MODE sigmoid", "MODE numpy"),
         "zero_grad + clip + Adam step": (optimizer("old"), optimizer("new"), "torch.optim.Adam(fused=True)", "adam.Adam"),
         "advantages (4,096 x 16)": (advantages(lambda: value_of(ro.final_obs)),
                                     advantages(lambda: ppo.next_values(ro.values, ro.final_obs, ro.dones, ro.terminated, value_of)),

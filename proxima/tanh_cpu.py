@@ -2,24 +2,31 @@
 
 Why: on the CPU ``torch.tanh`` calls MKL's vector math (VML) when torch is built with MKL, as the
 x86 wheels are, and MKL picks its fast code paths by CPU vendor. On an AMD EPYC (Zen 4, AVX-512) a
-2,048 x 64 block takes 340-460 us, against 54 us on the Intel Xeon this project was tuned on, while
-``torch.sigmoid``, which torch computes with its own vectorized code, takes 55 us there (one-off
-micro-timings; docs/performance.md, "A second CPU"). The hidden
-tanh of the actor and critic then took ~40% of a 4,096-env CartPole iteration. Where that is the
-case, tanh runs as ``2 sigmoid(2x) - 1``: three ops over a cache-resident block, 364 -> 95 us
-(4.08x; a 16,384-row minibatch's gradients 1.48x; benchmarks/results/cpu-parts.md), within 1.8e-7
-of tanh (float32's own rounding near 1 is 6e-8); a call on a tiny batch costs ~6 us more. Its
-derivative is tanh's, ``1 - y^2`` from the output, by the same ``tanh_backward`` autograd uses.
-In ``mlp_cpu``'s kernel the first op folds into the layer (``folded``: its weights and bias
-doubled, which is exact), the same bits with one pass less a block.
+2,048 x 64 block takes 340-460 us, against 54 us on the Intel Xeon this project was tuned on (one-off
+micro-timings; docs/performance.md, "A second CPU"). The hidden tanh of the actor and critic then
+took ~40% of a 4,096-env CartPole iteration. Where that is the case, tanh runs as **numpy's own
+vectorized tanh** on the tensor's memory (``np.tanh(a, out=a)`` on ``x.numpy()``, no copy; numpy
+releases the GIL inside it, as torch's ops do): a 4,096 x 64 block in 101 against 127 us for the
+form before it and 680 for MKL's, within 1.1e-7 relative of tanh (float32's rounding is 6e-8)
+down to tiny inputs, saturating exactly, NaN kept. Its derivative is tanh's, ``1 - y^2`` from
+the output, by the same ``tanh_backward`` autograd uses.
 
-``MODE`` is chosen once per process, so a run computes one function throughout: "sigmoid" where
+The form before it (2026-12-01 to 12-02) stays as the mode "sigmoid": ``2 sigmoid(2x) - 1``
+(torch's own vectorized sigmoid), within 1.8e-7 absolute of tanh but not relative (it rounds
+|x| < ~3e-8 to 0 and has large relative errors near 0), 364 -> 95 us a 2,048 x 64 block against
+MKL's (benchmarks/results/cpu-parts.md). In ``mlp_cpu``'s kernel its first op folds into the layer
+(``folded``: weights and bias doubled, which is exact), the same bits with one pass less a block.
+``PROXIMA_CPU_TANH=sigmoid`` computes what runs of that time computed, bit for bit.
+
+``MODE`` is chosen once per process, so a run computes one function throughout: "numpy" where
 torch has MKL and the CPU's vendor is known and is not Intel, "torch" otherwise (Intel, ARM, an
-unknown vendor); the environment variable ``PROXIMA_CPU_TANH=torch|sigmoid`` overrides it (for
-A/B measurements, or to compute bit for bit what another machine computes). ``proxima doctor``
+unknown vendor); the environment variable ``PROXIMA_CPU_TANH=torch|sigmoid|numpy`` overrides it
+(for A/B measurements, or to compute bit for bit what another machine computes). ``proxima doctor``
 and each run's meta.json (its "machine" record) say which. On CUDA, and inside ``torch.compile``
-(inductor writes its own tanh), it is always ``torch.tanh``; a ``--compile`` run's eager parts
-(the bootstrap values, evaluation) still follow MODE, so there the two agree within 1.8e-7.
+(inductor writes its own tanh), it is always ``torch.tanh``, and so under torch.func transforms
+(``vmap``, ``grad``: a transformed tensor has no numpy view) in "numpy" mode; a ``--compile``
+run's eager parts (the bootstrap values, evaluation) still follow MODE, so there the two agree
+within float rounding.
 """
 
 from __future__ import annotations
@@ -27,12 +34,13 @@ from __future__ import annotations
 import os
 import platform
 
+import numpy as np
 import torch
 from torch import nn
 
 from .config import ConfigError
 
-MODES = ("torch", "sigmoid")
+MODES = ("torch", "sigmoid", "numpy")
 ENV_VAR = "PROXIMA_CPU_TANH"
 
 
@@ -61,7 +69,7 @@ def choose_mode(env: str | None, mkl: bool, vendor: str) -> str:
         if env not in MODES:
             raise ConfigError(f"{ENV_VAR}={env!r}: must be one of {', '.join(MODES)} (or unset: chosen by CPU)")
         return env
-    return "sigmoid" if mkl and vendor and vendor != "GenuineIntel" else "torch"
+    return "numpy" if mkl and vendor and vendor != "GenuineIntel" else "torch"
 
 
 # importing this module (every CLI command does: nets imports it) raises ConfigError on a bad override
@@ -83,9 +91,26 @@ def sigmoid_tanh(x: torch.Tensor) -> torch.Tensor:
     return torch.add(_MINUS_ONE[x.dtype], torch.mul(x, 2).sigmoid_(), alpha=2)
 
 
+def numpy_tanh_(x: torch.Tensor) -> torch.Tensor:
+    """tanh(x) by numpy's own vectorized tanh, in place on x's memory (a CPU float32 or float64
+    tensor that needs no gradient, any strides); returns x."""
+    a = x.numpy()
+    np.tanh(a, out=a)
+    return x
+
+
+def numpy_tanh(x: torch.Tensor) -> torch.Tensor:
+    """numpy_tanh_ into a new tensor (x not modified; its gradient, if any, is not tracked)."""
+    y = torch.empty_like(x)
+    np.tanh(x.detach().numpy(), out=y.numpy())
+    return y
+
+
 def tanh_(x: torch.Tensor) -> torch.Tensor:
     """tanh in place by this process's MODE (``mlp_cpu``'s kernel, on CPU float32 blocks); returns x."""
-    return sigmoid_tanh_(x) if MODE == "sigmoid" else x.tanh_()
+    if MODE == "sigmoid":
+        return sigmoid_tanh_(x)
+    return numpy_tanh_(x) if MODE == "numpy" else x.tanh_()
 
 
 def tanh_of_doubled_(u: torch.Tensor) -> torch.Tensor:
@@ -99,7 +124,8 @@ def tanh_of_doubled_(u: torch.Tensor) -> torch.Tensor:
 
 def folded() -> tuple:
     """(s, f_): tanh_(z) == f_(s z) bit for bit, s a power of two that ``mlp_cpu`` multiplies a
-    layer's weights and bias by: (2.0, tanh_of_doubled_) in sigmoid MODE, (1.0, tanh_) otherwise."""
+    layer's weights and bias by: (2.0, tanh_of_doubled_) in sigmoid MODE, (1.0, tanh_) otherwise
+    (numpy's tanh and torch's are one op: nothing to fold)."""
     return (2.0, tanh_of_doubled_) if MODE == "sigmoid" else (1.0, tanh_)
 
 
@@ -118,16 +144,36 @@ class _SigmoidTanh(torch.autograd.Function):
         return torch.ops.aten.tanh_backward(g, y)
 
 
+class _NumpyTanh(torch.autograd.Function):
+    """y = numpy's tanh(x) with tanh's backward, g (1 - y^2), from the saved output."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = numpy_tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(g, y)
+
+
 class Tanh(nn.Tanh):
     """``nn.Tanh`` that computes tanh by this process's MODE on the CPU (the hidden activation of
     ``nets.mlp``) in float32 and float64; ``torch.tanh`` on other devices, in half precision
-    (2 sigmoid(2x) - 1 in bfloat16 would round every |x| < 0.002 to 0) and under ``torch.compile``.
+    (2 sigmoid(2x) - 1 in bfloat16 would round every |x| < 0.002 to 0; numpy has no bfloat16), under
+    ``torch.compile``, and in numpy MODE under torch.func transforms.
     No parameters: state_dicts are nn.Tanh's (none)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (MODE != "sigmoid" or x.device.type != "cpu" or x.dtype not in _MINUS_ONE
+        if (MODE == "torch" or x.device.type != "cpu" or x.dtype not in _MINUS_ONE
                 or torch.compiler.is_compiling()):
             return torch.tanh(x)
+        if MODE == "numpy":
+            if torch._C._functorch.is_functorch_wrapped_tensor(x):  # no numpy view of a vmap/grad tensor
+                return torch.tanh(x)
+            return _NumpyTanh.apply(x) if x.requires_grad and torch.is_grad_enabled() else numpy_tanh(x)
         # acting (no graph) and torch.func transforms (which differentiate the ops themselves) take
         # the plain ops; a graph that needs tanh's derivative takes the Function (6 us more a call)
         if x.requires_grad and torch.is_grad_enabled() and not torch._C._functorch.is_functorch_wrapped_tensor(x):

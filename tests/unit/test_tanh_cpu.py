@@ -1,6 +1,8 @@
-"""tanh_cpu: 2 sigmoid(2x) - 1 where MKL's tanh is slow (CPUs not Intel's), tanh's derivative,
-the same function on every path (plain modules, the row-block kernel, torch.func), and the choice."""
+"""tanh_cpu: numpy's tanh (or 2 sigmoid(2x) - 1) where MKL's tanh is slow (CPUs not Intel's),
+tanh's derivative, the same function on every path (plain modules, the row-block kernel,
+torch.func), and the choice."""
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -15,20 +17,27 @@ def sigmoid_mode(monkeypatch):
     monkeypatch.setattr(tanh_cpu, "MODE", "sigmoid")
 
 
+@pytest.fixture
+def numpy_mode(monkeypatch):
+    monkeypatch.setattr(tanh_cpu, "MODE", "numpy")
+
+
 @pytest.mark.parametrize("env, mkl, vendor, mode", [
-    (None, True, "AuthenticAMD", "sigmoid"),  # MKL's VML on AMD: the slow tanh
+    (None, True, "AuthenticAMD", "numpy"),  # MKL's VML on AMD: the slow tanh
+    (None, True, "HygonGenuine", "numpy"),
     (None, True, "GenuineIntel", "torch"),
     (None, False, "AuthenticAMD", "torch"),   # no MKL (e.g. ARM builds): torch's own vectorized tanh
     (None, True, "", "torch"),                # vendor unknown: keep torch's
     ("torch", True, "AuthenticAMD", "torch"),
     ("sigmoid", False, "GenuineIntel", "sigmoid"),
+    ("numpy", True, "GenuineIntel", "numpy"),
 ])
 def test_the_mode_by_mkl_vendor_and_override(env, mkl, vendor, mode):
     assert tanh_cpu.choose_mode(env, mkl, vendor) == mode
 
 
 def test_a_bad_override_names_the_variable():
-    with pytest.raises(ConfigError, match="PROXIMA_CPU_TANH='fast': must be one of torch, sigmoid"):
+    with pytest.raises(ConfigError, match="PROXIMA_CPU_TANH='fast': must be one of torch, sigmoid, numpy"):
         tanh_cpu.choose_mode("fast", True, "AuthenticAMD")
 
 
@@ -41,6 +50,50 @@ def test_sigmoid_form_is_tanh_within_float_rounding():
     assert y.abs().max().item() <= 1.0
     z = x.clone()
     assert torch.equal(tanh_cpu.sigmoid_tanh_(z), y)  # the in-place form: the same ops, the same bits
+
+
+def test_numpy_tanh_is_tanh_within_float_rounding_relative_to_its_value():
+    # relative error, down to tiny inputs where the sigmoid form rounds to 0
+    mag = torch.logspace(-30, 1.2, 200_001)
+    x = torch.cat([mag, -mag, torch.tensor([0.0, -0.0, 40.0, -40.0, 1e4, float("inf"), -float("inf"), float("nan")])])
+    with np.errstate(all="raise"):  # no floating-point warnings on any of these
+        y = tanh_cpu.numpy_tanh(x)
+    ref = torch.tanh(x[:-1].double())
+    finite = ref != 0
+    rel = ((y[:-1].double() - ref)[finite] / ref[finite]).abs()
+    assert rel.max().item() < 2.5e-7  # ~2 float32 ulps; numpy measured 1.1e-7 here
+    assert y[-8:-1].tolist() == [0.0, -0.0, 1.0, -1.0, 1.0, 1.0, -1.0] and torch.isnan(y[-1])
+    assert torch.signbit(y[-7])  # tanh(-0) = -0
+    assert y[:-1].abs().max().item() <= 1.0
+    assert torch.equal(tanh_cpu.sigmoid_tanh(mag[:10]), torch.zeros(10))  # why not the sigmoid form here
+    # in place, on a strided view: the same bits, the rest of the tensor untouched
+    z = torch.randn(300, 64, dtype=torch.float64) * 3
+    want = tanh_cpu.numpy_tanh(z[:, ::2])
+    before = z.clone()
+    tanh_cpu.numpy_tanh_(z[:, ::2])
+    assert torch.equal(z[:, ::2], want) and torch.equal(z[:, 1::2], before[:, 1::2])
+
+
+def test_numpy_module_forward_backward_and_fallbacks(numpy_mode):
+    x = torch.randn(300, 64, dtype=torch.float64, requires_grad=True)
+    y = tanh_cpu.Tanh()(x)
+    assert torch.equal(y, tanh_cpu.numpy_tanh(x.detach())) and y.requires_grad
+    g = torch.randn_like(y)
+    y.backward(g)
+    assert torch.equal(x.grad, torch.ops.aten.tanh_backward(g, y.detach()))
+    assert torch.autograd.gradcheck(tanh_cpu.Tanh(), (torch.randn(5, 3, dtype=torch.float64, requires_grad=True),))
+    with torch.no_grad():
+        assert torch.equal(tanh_cpu.Tanh()(x), tanh_cpu.numpy_tanh(x.detach()))
+    with torch.inference_mode():
+        v = torch.randn(4, 64)
+        assert torch.equal(tanh_cpu.Tanh()(v), tanh_cpu.numpy_tanh(v))
+    # no numpy view of a transformed tensor: torch.tanh there, tanh's own derivative
+    xs = torch.randn(4, 7, 3, dtype=torch.float64)
+    assert torch.equal(torch.func.vmap(tanh_cpu.Tanh())(xs), torch.tanh(xs))
+    grad = torch.func.grad(lambda v: tanh_cpu.Tanh()(v).sum())(xs[0])
+    assert torch.allclose(grad, 1 - torch.tanh(xs[0]) ** 2, rtol=0, atol=1e-12)
+    h = torch.tensor([1e-3, -5e-4, 0.5], dtype=torch.bfloat16)
+    assert torch.equal(tanh_cpu.Tanh()(h), torch.tanh(h))
 
 
 def test_module_forward_and_backward_are_tanh_s(sigmoid_mode):
@@ -69,7 +122,7 @@ def test_half_precision_keeps_torch_tanh(sigmoid_mode):
     assert torch.equal(tanh_cpu.Tanh()(x), torch.tanh(x))
 
 
-@pytest.mark.parametrize("mode", ["torch", "sigmoid"])
+@pytest.mark.parametrize("mode", tanh_cpu.MODES)
 def test_kernel_and_plain_modules_compute_one_function(monkeypatch, mode):
     # the row-block kernel (more than one block) and the plain modules (one block) run the same
     # activation, so acting and the update agree whatever the mode
@@ -94,7 +147,7 @@ def test_kernel_and_plain_modules_compute_one_function(monkeypatch, mode):
         assert torch.equal(outs[1], nn.Sequential.forward(net[:4], x))
     assert torch.allclose(kernel, plain, rtol=0, atol=1e-6)
     hidden = nn.Sequential.forward(net[:2], x[:7])
-    want = tanh_cpu.sigmoid_tanh(net[0](x[:7])) if mode == "sigmoid" else torch.tanh(net[0](x[:7]))
+    want = {"sigmoid": tanh_cpu.sigmoid_tanh, "numpy": tanh_cpu.numpy_tanh, "torch": torch.tanh}[mode](net[0](x[:7]))
     assert torch.equal(hidden, want)
     assert mlp_cpu.ACTIVATIONS[tanh_cpu.Tanh][0] is tanh_cpu.tanh_
 
@@ -115,5 +168,5 @@ def test_the_cli_refuses_a_bad_override_in_one_line(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "proxima: error: PROXIMA_CPU_TANH='fast': must be one of torch, sigmoid (or unset: chosen by CPU)"]
+        "proxima: error: PROXIMA_CPU_TANH='fast': must be one of torch, sigmoid, numpy (or unset: chosen by CPU)"]
     assert not (tmp_path / "run").exists()
