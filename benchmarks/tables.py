@@ -26,10 +26,11 @@ def markdown_table(header: list, rows: list) -> str:
 
 def command(script: str, argv: Optional[list]) -> str:
     """The 'Command: ...' line that reproduces a table."""
+    import shlex
     import sys
 
     words = ["python", f"benchmarks/{script}", *(argv if argv is not None else sys.argv[1:])]
-    return f"Command: `{' '.join(words)}`"
+    return f"Command: `{shlex.join(words)}`"  # quoted as a shell needs it (`--only 'tanh numpy'`)
 
 
 def machine_line() -> str:
