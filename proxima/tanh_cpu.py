@@ -6,14 +6,14 @@ x86 wheels are, and MKL picks its fast code paths by CPU vendor. On an AMD EPYC 
 micro-timings; docs/performance.md, "A second CPU"). The hidden tanh of the actor and critic then
 took ~40% of a 4,096-env CartPole iteration. Where that is the case, tanh runs as **numpy's own
 vectorized tanh** on the tensor's memory (``np.tanh(a, out=a)`` on ``x.numpy()``, no copy; numpy
-releases the GIL inside it, as torch's ops do): a 4,096 x 64 block in 101 against 127 us for the
-form before it and 680 for MKL's, within 1.1e-7 relative of tanh (float32's rounding is 6e-8)
-down to tiny inputs, saturating exactly, NaN kept. Its derivative is tanh's, ``1 - y^2`` from
+releases the GIL inside it, as torch's ops do): a 4,096 x 64 block in 126 against 155 us for the
+form before it, 1.25x (benchmarks/results/cpu-parts.md; MKL's ~680, a micro-timing), within 1.1e-7
+relative of tanh (float32's rounding is 6e-8) down to tiny inputs, saturating exactly, NaN kept. Its derivative is tanh's, ``1 - y^2`` from
 the output, by the same ``tanh_backward`` autograd uses.
 
 The form before it (2026-12-01 to 12-02) stays as the mode "sigmoid": ``2 sigmoid(2x) - 1``
 (torch's own vectorized sigmoid), within 1.8e-7 absolute of tanh but not relative (it rounds
-|x| < ~3e-8 to 0 and has large relative errors near 0), 364 -> 95 us a 2,048 x 64 block against
+|x| < 4.5e-8 to 0 and has large relative errors near 0), 364 -> 95 us a 2,048 x 64 block against
 MKL's (benchmarks/results/cpu-parts.md). In ``mlp_cpu``'s kernel its first op folds into the layer
 (``folded``: weights and bias doubled, which is exact), the same bits with one pass less a block.
 ``PROXIMA_CPU_TANH=sigmoid`` computes what runs of that time computed, bit for bit.
