@@ -209,10 +209,12 @@ def machine_lines() -> list:
     import torch
 
     from proxima.bench import cpu_model
+    from proxima.tanh_cpu import MODE
 
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return [f"- CPU: {cpu_model()}, {os.cpu_count()} logical cores ({usable} usable by this process); training on CPU, "
-            "1 torch thread (OMP_NUM_THREADS=1, --threads 1), one run at a time",
+            f"1 torch thread (OMP_NUM_THREADS=1, --threads 1), one run at a time per learning.py process; "
+            f"CPU tanh: {MODE} (proxima/tanh_cpu.py)",
             f"- torch {torch.__version__}, gymnasium {gymnasium.__version__}, Python {platform.python_version()}, "
             f"{platform.system()} {platform.release()}"]
 
