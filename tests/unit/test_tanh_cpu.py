@@ -61,7 +61,7 @@ def test_numpy_tanh_is_tanh_within_float_rounding_relative_to_its_value():
     ref = torch.tanh(x[:-1].double())
     finite = ref != 0
     rel = ((y[:-1].double() - ref)[finite] / ref[finite]).abs()
-    assert rel.max().item() < 2.5e-7  # ~2 float32 ulps; numpy measured 1.1e-7 here
+    assert rel.max().item() < 4e-7  # ~3 float32 ulps, room for numpy's other SIMD targets; 1.1e-7 measured on AVX-512
     assert y[-8:-1].tolist() == [0.0, -0.0, 1.0, -1.0, 1.0, 1.0, -1.0] and torch.isnan(y[-1])
     assert torch.signbit(y[-7])  # tanh(-0) = -0
     assert y[:-1].abs().max().item() <= 1.0
