@@ -129,34 +129,20 @@ def folded() -> tuple:
     return (2.0, tanh_of_doubled_) if MODE == "sigmoid" else (1.0, tanh_)
 
 
-class _SigmoidTanh(torch.autograd.Function):
-    """y = 2 sigmoid(2x) - 1 with tanh's backward, g (1 - y^2), from the saved output."""
+class _TanhFromOutput(torch.autograd.Function):
+    """y = fn(x), a tanh of this module (``sigmoid_tanh`` or ``numpy_tanh``), with tanh's own backward,
+    g (1 - y^2), from the saved output (not the derivative of fn's ops)."""
 
     @staticmethod
-    def forward(ctx, x):
-        y = sigmoid_tanh(x)
+    def forward(ctx, x, fn):
+        y = fn(x)
         ctx.save_for_backward(y)
         return y
 
     @staticmethod
     def backward(ctx, g):
         (y,) = ctx.saved_tensors
-        return torch.ops.aten.tanh_backward(g, y)
-
-
-class _NumpyTanh(torch.autograd.Function):
-    """y = numpy's tanh(x) with tanh's backward, g (1 - y^2), from the saved output."""
-
-    @staticmethod
-    def forward(ctx, x):
-        y = numpy_tanh(x)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        return torch.ops.aten.tanh_backward(g, y)
+        return torch.ops.aten.tanh_backward(g, y), None
 
 
 class Tanh(nn.Tanh):
@@ -170,12 +156,12 @@ class Tanh(nn.Tanh):
         if (MODE == "torch" or x.device.type != "cpu" or x.dtype not in _MINUS_ONE
                 or torch.compiler.is_compiling()):
             return torch.tanh(x)
-        if MODE == "numpy":
-            if torch._C._functorch.is_functorch_wrapped_tensor(x):  # no numpy view of a vmap/grad tensor
-                return torch.tanh(x)
-            return _NumpyTanh.apply(x) if x.requires_grad and torch.is_grad_enabled() else numpy_tanh(x)
-        # acting (no graph) and torch.func transforms (which differentiate the ops themselves) take
-        # the plain ops; a graph that needs tanh's derivative takes the Function (6 us more a call)
-        if x.requires_grad and torch.is_grad_enabled() and not torch._C._functorch.is_functorch_wrapped_tensor(x):
-            return _SigmoidTanh.apply(x)
-        return sigmoid_tanh(x)
+        wrapped = torch._C._functorch.is_functorch_wrapped_tensor(x)
+        if MODE == "numpy" and wrapped:  # no numpy view of a vmap/grad tensor
+            return torch.tanh(x)
+        fn = numpy_tanh if MODE == "numpy" else sigmoid_tanh
+        # acting (no graph) and torch.func transforms (which differentiate sigmoid_tanh's ops themselves)
+        # call fn; a graph that needs tanh's derivative takes the Function (6 us more a call)
+        if x.requires_grad and torch.is_grad_enabled() and not wrapped:
+            return _TanhFromOutput.apply(x, fn)
+        return fn(x)
