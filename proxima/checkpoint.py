@@ -161,10 +161,13 @@ def _to_tuple(x):
 
 # ------------------------------------------------------------------------------------ spaces
 def space_to_dict(space: gym.spaces.Space) -> dict:
+    """A space as plain data for a checkpoint (loaded with weights_only): Discrete's and
+    MultiDiscrete's ``start`` and a MultiDiscrete's nvec shape included, since Policy.act hands
+    actions to the user's own env."""
     if isinstance(space, gym.spaces.Discrete):
-        return {"type": "Discrete", "n": int(space.n)}
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
     if isinstance(space, gym.spaces.MultiDiscrete):
-        return {"type": "MultiDiscrete", "nvec": [int(v) for v in np.asarray(space.nvec).reshape(-1)]}
+        return {"type": "MultiDiscrete", "nvec": np.asarray(space.nvec).tolist(), "start": np.asarray(space.start).tolist()}
     if isinstance(space, gym.spaces.Box):
         return {"type": "Box", "shape": list(space.shape), "low": torch.as_tensor(space.low.astype(np.float64)),
                 "high": torch.as_tensor(space.high.astype(np.float64)), "dtype": str(np.dtype(space.dtype))}
@@ -174,10 +177,12 @@ def space_to_dict(space: gym.spaces.Space) -> dict:
 
 
 def space_from_dict(d: dict) -> gym.spaces.Space:
+    """The space of :func:`space_to_dict` (checkpoints from before ``start`` was recorded: start 0)."""
     if d["type"] == "Discrete":
-        return gym.spaces.Discrete(d["n"])
+        return gym.spaces.Discrete(d["n"], start=d.get("start", 0))
     if d["type"] == "MultiDiscrete":
-        return gym.spaces.MultiDiscrete(d["nvec"])
+        nvec = np.asarray(d["nvec"], dtype=np.int64)
+        return gym.spaces.MultiDiscrete(nvec, start=np.asarray(d.get("start", np.zeros_like(nvec)), dtype=np.int64))
     if d["type"] == "Dict":
         return gym.spaces.Dict({k: space_from_dict(v) for k, v in d["spaces"]})
     return gym.spaces.Box(d["low"].numpy().astype(d["dtype"]), d["high"].numpy().astype(d["dtype"]), tuple(d["shape"]), np.dtype(d["dtype"]))
@@ -335,11 +340,13 @@ class Policy:
 
     @torch.no_grad()
     def act(self, obs, deterministic: bool = True):
-        """obs (B, *obs_shape) or (*obs_shape,), numpy or tensor -> actions of the same kind (Box
-        actions clipped to the action space's bounds). obs_shape as the env's tensors
-        (envs/spaces.py): a flat vector, an image (uint8), or a Dict's packed keys; a Dict
-        observation may also be given as a dict of arrays (batched or not)."""
-        from .envs.spaces import ObsLayout, ObsPart, obs_layout, pack_numpy
+        """obs (B, *obs_shape) or (*obs_shape,), numpy or tensor -> actions of the same kind, as the
+        env's ``step`` takes them (envs.spaces.env_actions): Box actions clipped to the bounds and
+        shaped and typed as the action space, Discrete/MultiDiscrete actions with the space's
+        ``start``. obs_shape as the env's tensors (envs/spaces.py): a flat vector, an image
+        (uint8), or a Dict's packed keys; a Dict observation may also be given as a dict of arrays
+        or tensors (batched or not)."""
+        from .envs.spaces import ObsLayout, ObsPart, env_actions, obs_layout, pack_numpy
 
         if self.observation_space is not None:
             layout = obs_layout(self.observation_space, self.env_id)
@@ -348,29 +355,45 @@ class Policy:
             layout = ObsLayout((ObsPart(None, (size,), None, 0, size),), (size,), torch.float32, False)
         np_dtype = np.uint8 if layout.dtype == torch.uint8 else np.float32
         if isinstance(obs, dict):
+            is_numpy = not any(isinstance(v, torch.Tensor) for v in obs.values())
+            obs = {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v for k, v in obs.items()}
             batched = np.asarray(obs[layout.parts[0].key]).ndim > len(layout.parts[0].shape)
             n = len(np.asarray(obs[layout.parts[0].key])) if batched else 1
             obs = pack_numpy(obs if batched else {k: np.asarray(v)[None] for k, v in obs.items()}, layout, n)
             obs = obs if batched else obs[0]
-        is_numpy = not isinstance(obs, torch.Tensor)
-        x = torch.as_tensor(np.asarray(obs, dtype=np_dtype) if is_numpy else obs, dtype=layout.dtype, device=self.device)
+        else:
+            is_numpy = not isinstance(obs, torch.Tensor)
+        x = torch.as_tensor(np.asarray(obs, dtype=np_dtype) if isinstance(obs, np.ndarray) or is_numpy else obs,
+                            dtype=layout.dtype, device=self.device)
         per_env = int(np.prod(layout.shape))
         batched = x.dim() > len(layout.shape) and x.numel() == x.shape[0] * per_env > 0
         single = not batched and x.numel() == per_env
         if not (batched or single):
             raise ValueError(f"Policy.act: obs of shape {tuple(x.shape)} does not hold (B, *{layout.shape}) observations of {self.env_id}")
-        x = x.reshape(1 if single else x.shape[0], *layout.shape)
+        n = 1 if single else x.shape[0]
+        action = self.batched_act(x.reshape(n, *layout.shape), deterministic)
+        out = action.cpu().numpy()
+        if self.action_space is not None:
+            out = env_actions(out, self.action_space, n)
+        if single:
+            out = out[0]
+        return out if is_numpy else torch.as_tensor(out, device=action.device)
+
+    @torch.no_grad()
+    def batched_act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        """obs (B, *obs_shape) tensor on the policy's device -> the agent's actions, as a BatchedEnv's
+        ``step`` takes them (Proxima's envs add a space's ``start`` and shape themselves): Discrete
+        (B,) indices from 0, MultiDiscrete (B, K), Box (B, prod(shape)) clipped to the bounds, all on
+        the device (no host copy; evaluate() steps its env with these)."""
         if self.obs_normalizer is not None:
-            x = self.obs_normalizer(x, update=False)
-        action = self.agent.act(x, deterministic=deterministic)
+            obs = self.obs_normalizer(obs, update=False)
+        action = self.agent.act(obs, deterministic=deterministic)
         if isinstance(self.action_space, gym.spaces.Box):
             # as in training (collect_rollout): the env gets the action clipped to its bounds
             low = torch.as_tensor(self.action_space.low.reshape(-1), dtype=action.dtype, device=action.device)
             high = torch.as_tensor(self.action_space.high.reshape(-1), dtype=action.dtype, device=action.device)
             action = torch.clamp(action, low, high)
-        if single:
-            action = action[0]
-        return action.cpu().numpy() if is_numpy else action
+        return action
 
 
 def build_agent(state: dict, device="cpu"):

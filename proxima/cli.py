@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from .config import FIELDS, ConfigError, coerce
+from .config import FIELDS, MAX_EVAL_STEPS, ConfigError, coerce
 
 EXIT_USAGE = 2
 
@@ -191,6 +191,8 @@ def cmd_eval(args) -> int:
     prog = "proxima eval"
     if args.episodes < 1:
         return fail(prog, f"--episodes {args.episodes}: must be at least 1")
+    if args.max_steps < 1:
+        return fail(prog, f"--max-steps {args.max_steps}: must be at least 1")
     from .config import MAX_SEED
 
     if args.seed is not None and not 0 <= args.seed <= MAX_SEED + 1_000_000:
@@ -214,7 +216,7 @@ def cmd_eval(args) -> int:
                              env_id=args.env, trust_env=args.trust_run)
         seed = args.seed if args.seed is not None else policy.config["seed"] + 1_000_000
         result = evaluate(policy, episodes=args.episodes, deterministic=not args.stochastic, seed=seed,
-                          backend=args.backend or policy.config.get("backend", "auto"), video=args.video)
+                          backend=args.backend or policy.config.get("backend", "auto"), video=args.video, max_steps=args.max_steps)
     except _user_errors() as e:
         return fail(prog, str(e))
     if args.json:
@@ -293,7 +295,10 @@ def build_parser() -> ArgParser:
     p.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
     p.add_argument("--stochastic", action="store_true", help="sample actions instead of the deterministic mode")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--seed", type=int, default=None, help="env seed for evaluation (default: the run's seed + 1,000,000, as in the end-of-training eval)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the envs and of --stochastic's action samples (default: the "
+                   "run's seed + 1,000,000, as in the end-of-training eval)")
+    p.add_argument("--max-steps", type=int, default=MAX_EVAL_STEPS, metavar="N",
+                   help=f"steps to run at most (default {MAX_EVAL_STEPS:,}); episodes still running then are left out and counted as unfinished")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--backend", default=None, choices=("auto", "native", "gymnasium", "envpool"), help="env backend (default: the run's)")
     p.add_argument("--video", default=None, metavar="FILE", help="record the first episode to FILE (.mp4, or .gif)")

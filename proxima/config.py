@@ -54,7 +54,7 @@ class PPOConfig:
     # --- network / normalization ---
     hidden_sizes: list = _f([64, 64], "Hidden layer widths of the actor and of the critic MLP (comma separated).")
     activation: str = _f("tanh", "Hidden activation: tanh or relu.", choices=("tanh", "relu"))
-    encoder: str = _f("auto", "Observation encoder: cnn (Nature CNN, for uint8 image observations), mlp, or auto (cnn when the observation holds an image); config.yaml records the one used.", choices=("auto", "cnn", "mlp"))
+    encoder: str = _f("auto", "Observation encoder: cnn (Nature CNN, for uint8 image observations), mlp, or auto (cnn when the observation holds images of at least 36x36, else mlp); config.yaml records the one used.", choices=("auto", "cnn", "mlp"))
     norm_obs: bool = _f(False, "Running observation normalization, clipped to [-clip_obs, clip_obs].")
     norm_reward: bool = _f(False, "Scale rewards by the std of the running discounted return, clipped to [-clip_reward, clip_reward].")
     clip_obs: float = _f(10.0, "Clip bound of normalized observations.")
@@ -187,6 +187,8 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
             if not isinstance(value, str):
                 raise ValueError
             return value
+    except ConfigError:  # already the precise line (not valid JSON); a ValueError too
+        raise
     except (TypeError, ValueError, OverflowError):
         pass
     expected = "a number or none" if name in OPTIONAL_NUMBERS else _type_name(default)
@@ -206,6 +208,11 @@ def _type_name(default: Any) -> str:
         return "a JSON object of keyword arguments, e.g. {\"k\": 1}"
     return "a string"
 
+
+#: steps an evaluation runs at most (evaluate.evaluate, ``proxima eval --max-steps``): beyond any
+#: time-limited episode (a full Atari game is at most 27,000 steps) and short enough that an env
+#: without a time limit does not hang the end of a run
+MAX_EVAL_STEPS = 100_000
 
 #: the largest --seed: numpy takes seeds below 2**32, and a run adds 10,000 per rank and 1,000,000 for evaluation
 MAX_SEED = 2**31 - 1

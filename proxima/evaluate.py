@@ -6,16 +6,20 @@ from typing import Optional
 
 import torch
 
-from .envs import make_env
+from .config import MAX_EVAL_STEPS as MAX_STEPS
+from .envs import EnvError, make_env
 
 
 @torch.no_grad()
 def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: int = 12345, backend: str = "auto",
-             max_steps: int = 1_000_000, video: Optional[str] = None) -> dict:
+             max_steps: int = MAX_STEPS, video: Optional[str] = None) -> dict:
     """Run ``episodes`` episodes, one per env, each env's first episode (no bias towards short ones).
 
     The policy's observation normalizer is applied frozen (its training statistics). Returns a
-    dict with env_id, episodes, mean_return, std_return, returns, lengths, deterministic.
+    dict with env_id, episodes, mean_return, std_return, returns, lengths, deterministic (and
+    ``unfinished``, ``max_steps`` when some episodes had not ended after ``max_steps`` steps: those
+    are left out, not counted as episodes). EnvError when none ended. ``seed`` seeds the envs and,
+    with ``deterministic=False``, the action samples (the caller's random state is left as it was).
     An env id read from the checkpoint that would import a module is refused (UntrustedEnvError)
     unless the policy was loaded with ``env_id=`` or ``trust_env=True`` (checkpoint.load_policy).
     """
@@ -40,11 +44,14 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: int =
             if frame is not None and not bool(finished[0]):
                 frames.append(frame)
 
-        returns, lengths = first_episodes(env, obs, lambda o: policy.act(o, deterministic=deterministic), max_steps,
-                                          before_step=record if video is not None else None)
+        devices = [policy.device] if policy.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):  # stochastic actions drawn from ``seed``'s stream
+            torch.manual_seed(seed)
+            returns, lengths, finished = first_episodes(env, obs, lambda o: policy.batched_act(o, deterministic=deterministic),
+                                                        max_steps, before_step=record if video is not None else None)
     finally:
         env.close()
-    result = summarize(policy.env_id, returns, lengths, deterministic)
+    result = summarize(policy.env_id, returns, lengths, deterministic, finished, max_steps)
     if video is not None:
         from .video import write_video
 
@@ -54,8 +61,9 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: int =
 
 def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None) -> tuple:
     """Step ``env`` (from ``obs``) with ``act(obs) -> action`` until every env finished its first
-    episode; returns (returns float64 (N,), lengths int64 (N,)) of those episodes.
-    ``before_step(finished)`` is called before each step (video frames)."""
+    episode or ``max_steps`` steps ran; returns (returns float64 (N,), lengths int64 (N,), finished
+    bool (N,)) of those episodes (an unfinished one's sums so far). ``before_step(finished)`` is
+    called before each step (video frames)."""
     n = obs.shape[0]
     returns = torch.zeros(n, dtype=torch.float64, device=env.device)
     lengths = torch.zeros(n, dtype=torch.int64, device=env.device)
@@ -69,17 +77,32 @@ def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None
         finished |= terminated | truncated
         if bool(finished.all()):
             break
-    return returns, lengths
+    return returns, lengths, finished
 
 
-def summarize(env_id: str, returns: torch.Tensor, lengths: torch.Tensor, deterministic: bool) -> dict:
-    """The result dict of :func:`evaluate` from the episodes' returns and lengths."""
-    r = returns.cpu().numpy()
-    return {"env_id": env_id, "episodes": int(r.shape[0]), "mean_return": float(r.mean()),
-            "std_return": float(r.std()) if r.shape[0] > 1 else 0.0, "returns": [float(x) for x in r],
-            "lengths": [int(x) for x in lengths.cpu()], "deterministic": bool(deterministic)}
+def summarize(env_id: str, returns: torch.Tensor, lengths: torch.Tensor, deterministic: bool,
+              finished: Optional[torch.Tensor] = None, max_steps: Optional[int] = None) -> dict:
+    """The result dict of :func:`evaluate` from the episodes' returns and lengths (N,): only the
+    ``finished`` ones count; EnvError naming the env when none finished."""
+    r, n = returns.cpu().numpy(), lengths.cpu().numpy()
+    done = finished.cpu().numpy() if finished is not None else None
+    unfinished = 0 if done is None else int((~done).sum())
+    if unfinished == r.shape[0]:
+        raise EnvError(f"env '{env_id}': none of the {unfinished} evaluation episodes ended within {max_steps:,} steps; "
+                       "give the env a time limit (gymnasium.wrappers.TimeLimit, or max_episode_steps when registering it)")
+    if unfinished:
+        r, n = r[done], n[done]
+    out = {"env_id": env_id, "episodes": int(r.shape[0]), "mean_return": float(r.mean()),
+           "std_return": float(r.std()) if r.shape[0] > 1 else 0.0, "returns": [float(x) for x in r],
+           "lengths": [int(x) for x in n], "deterministic": bool(deterministic)}
+    if unfinished:
+        out.update(unfinished=unfinished, max_steps=int(max_steps))
+    return out
 
 
 def format_result(result: dict) -> str:
     mode = "deterministic" if result["deterministic"] else "stochastic"
-    return f"{result['env_id']}: {result['mean_return']:.2f} +- {result['std_return']:.2f} over {result['episodes']} episodes ({mode})"
+    line = f"{result['env_id']}: {result['mean_return']:.2f} +- {result['std_return']:.2f} over {result['episodes']} episodes ({mode})"
+    if result.get("unfinished"):
+        line += f"; {result['unfinished']} more had not ended after {result['max_steps']:,} steps and are left out"
+    return line

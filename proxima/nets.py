@@ -66,12 +66,14 @@ def mlp(in_dim: int, hidden: list, out_dim: int, out_std: float, activation: str
 
 
 def resolve_encoder(encoder: str, layout: ObsLayout) -> str:
-    """'cnn' or 'mlp' for ``--encoder`` (auto: cnn when the observation holds an image); ConfigError
-    when cnn is asked of a space without an image or of an image smaller than the CNN takes."""
+    """'cnn' or 'mlp' for ``--encoder`` (auto: cnn when the observation holds an image of at least the
+    CNN's 36x36, else mlp: small images are flattened); ConfigError when cnn is asked of a space
+    without an image or of an image smaller than the CNN takes."""
     if encoder not in ENCODERS:
         raise ConfigError(f"--encoder {encoder!r}: must be one of {', '.join(ENCODERS)}")
     if encoder == "auto":
-        return "cnn" if layout.has_image else "mlp"
+        images = [p for p in layout.parts if p.layout is not None]
+        return "cnn" if images and all(min(_image_hw(p)) >= CNN_MIN_SIZE for p in images) else "mlp"
     if encoder == "cnn":
         images = [p for p in layout.parts if p.layout is not None]
         if not images:

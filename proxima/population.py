@@ -459,7 +459,7 @@ class Population:
 
     # --- evaluation of every member at once --------------------------------------------------------
     @torch.no_grad()
-    def evaluate_members(self, episodes: int, seeds: Sequence[int], max_steps: int = 1_000_000) -> Optional[list]:
+    def evaluate_members(self, episodes: int, seeds: Sequence[int], max_steps: Optional[int] = None) -> Optional[list]:
         """What ``evaluate.evaluate`` returns for each member's policy (``episodes`` deterministic
         episodes, one per env, env seed ``seeds[p]``), computed in one batched env of P x episodes
         rows whose block p draws as a lone eval env seeded ``seeds[p]`` would, with the stacked
@@ -469,9 +469,10 @@ class Population:
             raise ValueError(f"evaluate_members: {len(seeds)} seeds for {self.members} members")
         if not self.stacked:
             return None
-        from .evaluate import first_episodes, summarize
+        from .evaluate import MAX_STEPS, first_episodes, summarize
 
         P, E = self.members, episodes
+        max_steps = MAX_STEPS if max_steps is None else max_steps
         env = make_env(self.cfg.env_id, P * E, self.device, self.cfg.backend, self.cfg.vector, seed=int(seeds[0]),
                        training=False, env_kwargs=self.cfg.env_kwargs)
         try:
@@ -488,10 +489,11 @@ class Population:
                 # as Policy.act: the env gets the action clipped to its bounds
                 return action if bounds is None else torch.clamp(action, bounds[0], bounds[1])
 
-            returns, lengths = first_episodes(env, obs, act, max_steps)
+            returns, lengths, finished = first_episodes(env, obs, act, max_steps)
         finally:
             env.close()
-        return [summarize(self.cfg.env_id, returns[p * E:(p + 1) * E], lengths[p * E:(p + 1) * E], True) for p in range(P)]
+        rows = [slice(p * E, (p + 1) * E) for p in range(P)]
+        return [summarize(self.cfg.env_id, returns[r], lengths[r], True, finished[r], max_steps) for r in rows]
 
     # --- members as plain Agents ----------------------------------------------------------------
     def member_obs_normalizer(self, index: int) -> Optional[ObsNormalizer]:

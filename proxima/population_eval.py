@@ -37,7 +37,7 @@ def member_checkpoint(member_dir: Path, best: bool = False) -> Path:
 
 def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True, seed: Optional[int] = None,
                         device="cpu", backend: Optional[str] = None, env_id: Optional[str] = None, trust_env: bool = False,
-                        best: bool = False, on_member: Optional[Callable[[dict], None]] = None) -> dict:
+                        best: bool = False, on_member: Optional[Callable[[dict], None]] = None, max_steps: Optional[int] = None) -> dict:
     """Evaluate every member of the population at ``run_dir``; ``on_member(row)`` is called as each finishes.
 
     Returns dict(run_dir, env_id, episodes, deterministic, members, settings): ``members`` is one
@@ -61,7 +61,8 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
             policy = load_policy(checkpoints[d], device=device, env_id=env_id, trust_env=trust_env)
             eval_seed = seed if seed is not None else int(policy.config["seed"]) + 1_000_000
             result = evaluate(policy, episodes=episodes, deterministic=deterministic, seed=eval_seed,
-                              backend=backend or policy.config.get("backend", "auto"))
+                              backend=backend or policy.config.get("backend", "auto"),
+                              **({} if max_steps is None else {"max_steps": max_steps}))
             rows[d] = {"dir": d.name, "seed": member_seed, "settings": s.settings, "checkpoint": str(checkpoints[d]),
                        "eval_seed": eval_seed, **result}
             if on_member is not None:
@@ -107,6 +108,6 @@ def cmd_eval_population(args, device) -> int:
     progress = None if args.json else lambda row: print(format_member(row), flush=True)  # a line as each member finishes
     result = evaluate_population(args.path, episodes=args.episodes, deterministic=not args.stochastic, seed=args.seed,
                                  device=device, backend=args.backend, env_id=args.env, trust_env=args.trust_run,
-                                 best=args.best, on_member=progress)
+                                 best=args.best, on_member=progress, max_steps=getattr(args, "max_steps", None))
     print(json.dumps(result) if args.json else format_summary(result))
     return 0

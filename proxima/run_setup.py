@@ -9,6 +9,7 @@ the one line the CLI prints. The loop itself is trainer.py; the directory rules 
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -41,14 +42,15 @@ def diagnose_failure(e: Exception, config: Optional[PPOConfig], last_good) -> Ex
     from .envs.checker import check_env
 
     try:
-        violations = check_env(config.env_id)  # check-env's defaults: the same words as `proxima check-env`
+        violations = check_env(config.env_id, env_kwargs=config.env_kwargs)  # check-env's defaults: the same words as `proxima check-env`
     except Exception:
         return e
     if not violations:
         return e
     more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+    kwargs = f" --env-kwargs '{json.dumps(config.env_kwargs)}'" if config.env_kwargs else ""
     return EnvError(f"env '{config.env_id}' breaks the env contract: {violations[0]}{more}; "
-                    f"see `proxima check-env {config.env_id}`")
+                    f"see `proxima check-env {config.env_id}{kwargs}`")
 
 
 def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id: Optional[str] = None,

@@ -22,7 +22,7 @@ from . import graphs, hostmem, ppo, side_thread, train_state
 from .adam import Adam
 from .agent import Agent, action_dtype, action_shape
 from .config import ConfigError, PPOConfig, batch_size, num_iterations, validate
-from .envs import BatchedEnv, make_env
+from .envs import BatchedEnv, EnvError, make_env
 from .normalize import ObsNormalizer, RewardScaler
 from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
 from .rollout import Rollout
@@ -183,7 +183,8 @@ class Trainer:
 
         SIGINT/SIGTERM: finish the iteration, checkpoint, raise TrainingInterrupted (exit 128+signum).
         NaN/inf from an env, in the loss or in the gradients: NonFiniteError naming the last good
-        checkpoint (nothing is written for the bad iteration). ``stop_after`` (a test hook) acts as a
+        checkpoint (nothing is written for the bad iteration); an exception from the env's code:
+        EnvError naming the env, its step and the last good checkpoint. ``stop_after`` (a test hook) acts as a
         SIGINT arriving during iteration ``stop_after`` (counted from the start of the run).
         """
         train_state.open_run_dir(self, resumed)
@@ -209,7 +210,7 @@ class Trainer:
                     self.dist.check_test_failure(self.iteration)  # test hook, off unless PROXIMA_TEST_FAIL_RANK is set
                     try:
                         out = self.train_iteration()
-                    except (NonFiniteError, DebugCheckError) as e:
+                    except (NonFiniteError, DebugCheckError, EnvError) as e:  # EnvError: the user's env raised mid-run
                         raise type(e)(f"{e}; {self._last_good(last_ckpt)}") from None
                     if stop_after is not None and self.iteration >= stop_after and not stop.signum:
                         stop.signum = signal.SIGINT  # the test hook: as if SIGINT arrived during this iteration
@@ -444,14 +445,17 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
 
 def finish_run(trainer: Trainer, quiet: bool) -> None:
     """Final evaluation (written to eval.json) and the optional learning-curve plot."""
-    from .evaluate import evaluate
+    from .evaluate import evaluate, format_result
 
     cfg = trainer.cfg
     if cfg.eval_episodes > 0:
         # this run's own last checkpoint, with the env id the user gave it (not one read back from disk)
         last = getattr(trainer, "last_checkpoint", None) or ckpt.list_checkpoints(trainer.run_dir)[-1]
         policy = ckpt.load_policy(last, device=trainer.device, env_id=cfg.env_id)
-        result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend)
+        try:
+            result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend)
+        except EnvError as e:  # an env without a time limit: training itself is done
+            raise EnvError(f"{e}; training finished, its checkpoints are kept ({last})") from None
         path = trainer.run_dir / "eval.json"
         try:
             with open(path, "w") as f:
@@ -462,7 +466,7 @@ def finish_run(trainer: Trainer, quiet: bool) -> None:
             path.unlink(missing_ok=True)
             raise write_error(path, e, suffix=f"; the run's checkpoints are kept ({last})") from None
         if not quiet:
-            print(f"eval {result['env_id']}: {result['mean_return']:.2f} +- {result['std_return']:.2f} over {result['episodes']} episodes (deterministic)")
+            print(f"eval {format_result(result)}")
     if cfg.plot:
         from .plot import PlotError, plot_runs
 

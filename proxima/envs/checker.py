@@ -18,6 +18,7 @@ The checks (names as they appear in the report):
   obs shape          obs.shape == observation_space.shape
   obs dtype          obs dtype casts safely to observation_space.dtype (see below)
   obs finite         no NaN/inf in obs (reported with the step index)
+  obs float32 range  a float64 obs stays within float32's range (Proxima casts it to float32)
   obs bounds         observation_space.low <= obs <= observation_space.high
   obs in space       observation_space.contains(obs), for spaces that are not a Box
   step               step(action) does not raise
@@ -59,7 +60,7 @@ from .gym_adapter import _extra_for, check_spaces, resolve_env_fn
 #: every check, in report order (documented in the module docstring).
 ALL_CHECKS = (
     "build", "spaces declared", "spaces supported", "reset", "reset returns", "reset determinism",
-    "obs shape", "obs dtype", "obs finite", "obs bounds", "obs in space", "step", "step returns",
+    "obs shape", "obs dtype", "obs finite", "obs float32 range", "obs bounds", "obs in space", "step", "step returns",
     "reward type", "reward finite", "terminated type", "truncated type", "info type",
     "action not mutated", "autoreset",
 )
@@ -169,8 +170,9 @@ def _nonfinite(x: Any, prefix: str = "obs") -> Optional[tuple[str, Any, int]]:
 # --- the checker ---------------------------------------------------------------------------
 
 class _Checker:
-    def __init__(self, target: str, steps: int, seed: int):
+    def __init__(self, target: str, steps: int, seed: int, env_kwargs: Optional[dict] = None):
         self.target, self.steps, self.seed = target, int(steps), int(seed)
+        self.env_kwargs = dict(env_kwargs or {})
         self.ran: list[str] = []
         self.found: dict[str, list] = {}  # check -> [Violation, count of later occurrences]
 
@@ -240,6 +242,14 @@ class _Checker:
             self.bad("obs finite", "finite observation values", f"{name} = {_scalar(value)} {where}" + (f" ({n} non-finite entries)" if n > 1 else ""))
             return
         self.ok("obs finite")
+        if arr.dtype.kind == "f" and arr.dtype.itemsize > 4 and space.dtype != np.uint8:
+            big = np.abs(arr) > np.finfo(np.float32).max
+            if big.any():
+                i = int(np.flatnonzero(big.reshape(-1))[0])
+                self.bad("obs float32 range", "obs values within float32's range (+-3.4e38): Proxima trains in float32",
+                         f"obs{_index(i, arr.shape)} = {_scalar(arr.reshape(-1)[i])} {where}")
+                return
+            self.ok("obs float32 range")
         low, high = np.broadcast_to(space.low, space.shape), np.broadcast_to(space.high, space.shape)
         out = (arr < low) | (arr > high)
         if out.any():
@@ -288,12 +298,12 @@ class _Checker:
                 raise EnvError(f"check-env '{self.target}' needs ale-py and opencv; {atari.INSTALL}")
             env_fn = atari.ale_env_fn(game, None, training=True)
         else:
-            env_fn = resolve_env_fn(self.target)  # EnvError: the caller reports it (exit 2)
+            env_fn = resolve_env_fn(self.target, env_kwargs=self.env_kwargs)  # EnvError: the caller reports it (exit 2)
         if ":" not in self.target and game is None:  # build registered ids without Gymnasium's passive checker: we report precisely instead
-            target = self.target
+            target, kwargs = self.target, self.env_kwargs
 
             def env_fn() -> gym.Env:
-                return gym.make(target, disable_env_checker=True)
+                return gym.make(target, disable_env_checker=True, **kwargs)
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -446,8 +456,9 @@ class _Checker:
         return any(flags)
 
 
-def check_env(target: str, steps: int = 200, seed: int = 0) -> list[Violation]:
-    """Check ``target`` (a Gymnasium id or ``module:ClassName``) and return its violations.
+def check_env(target: str, steps: int = 200, seed: int = 0, env_kwargs: Optional[dict] = None) -> list[Violation]:
+    """Check ``target`` (a Gymnasium id or ``module:ClassName``, built with ``env_kwargs``) and
+    return its violations.
 
     Raises :class:`EnvError` only when the target cannot be resolved (unknown id, missing module
     or attribute, missing optional dependency); everything the env itself does wrong, exceptions
@@ -456,7 +467,7 @@ def check_env(target: str, steps: int = 200, seed: int = 0) -> list[Violation]:
     """
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
-    return _Checker(target, steps, seed).run()
+    return _Checker(target, steps, seed, env_kwargs).run()
 
 
 def format_violations(target: str, violations: list[Violation], checks: Optional[int] = None) -> str:
@@ -485,6 +496,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("target", metavar="TARGET", help="Gymnasium id (CartPole-v1) or module:ClassName of your gymnasium.Env.")
     p.add_argument("--steps", type=int, default=200, metavar="N", help="Random steps to run, with resets when episodes end (default 200).")
     p.add_argument("--seed", type=int, default=0, help="Seed of reset() and of the random actions (default 0).")
+    p.add_argument("--env-kwargs", default="", metavar="JSON",
+                   help="Keyword arguments of the env's constructor as JSON, as for `proxima train --env-kwargs`.")
     p.set_defaults(func=run)
     return p
 
@@ -495,9 +508,12 @@ def run(args: argparse.Namespace) -> int:
     if steps < 0:
         print(f"proxima check-env: error: --steps must be >= 0, got {steps}", file=sys.stderr)
         return 2
+    from ..config import ConfigError, coerce
+
     try:
-        violations = check_env(args.target, steps=steps, seed=getattr(args, "seed", 0))
-    except EnvError as e:
+        kwargs = coerce("env_kwargs", getattr(args, "env_kwargs", ""), "--env-kwargs")
+        violations = check_env(args.target, steps=steps, seed=getattr(args, "seed", 0), env_kwargs=kwargs)
+    except (EnvError, ConfigError) as e:
         print(f"proxima check-env: error: {_one_line(str(e), 500)}", file=sys.stderr)
         return 2
     print(format_violations(args.target, violations))

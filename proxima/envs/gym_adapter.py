@@ -11,6 +11,8 @@ import difflib
 import importlib
 import os
 import sys
+import traceback
+from pathlib import Path
 from typing import Callable, Optional
 
 import gymnasium as gym
@@ -18,7 +20,7 @@ import numpy as np
 import torch
 
 from .base import BatchedEnv, EnvError
-from .spaces import ObsLayout, obs_layout, pack_numpy, tensor_space
+from .spaces import ObsLayout, env_actions, obs_layout, pack_numpy, tensor_space
 
 #: extras that provide an env family; used to say what to install when an env cannot be built.
 EXTRAS = {"box2d": ("LunarLander", "BipedalWalker", "CarRacing"), "mujoco": ("HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "Swimmer", "Reacher", "Pusher", "InvertedPendulum", "InvertedDoublePendulum")}
@@ -162,13 +164,17 @@ def check_spaces(env_id: str, obs_space: gym.spaces.Space, act_space: gym.spaces
         raise EnvError(f"env '{env_id}': Box action space needs finite bounds, got {act_space}")
 
 
-class PixelCheck(gym.Wrapper):
-    """Checks every image an env returns against the declared space before the vector env casts it.
+class EnvCalls(gym.Wrapper):
+    """Each env of the vector env: its exceptions and images, named by env index and step.
 
-    Gymnasium's vector envs copy each env's obs into a preallocated array of the space's dtype, so
-    float pixels in [0, 1] from an env that declared uint8 would silently become zeros. This wrapper
-    raises EnvError naming the env index, the step and the key instead (one dtype/shape compare per
-    image per step).
+    An exception from the user's ``reset``/``step`` becomes one EnvError naming the env index, its
+    step, the exception and the line that raised it (under ``--vector async`` too: the worker's
+    EnvError reaches the main process as it is), not a traceback through Gymnasium's vector env.
+
+    Images: Gymnasium's vector envs copy each env's obs into a preallocated array of the space's
+    dtype, so float pixels in [0, 1] from an env that declared uint8 would silently become zeros.
+    Every image is checked against the declared space first (one dtype/shape compare per image per
+    step).
     """
 
     def __init__(self, env: gym.Env, index: int, layout: ObsLayout, env_id: str):
@@ -187,14 +193,33 @@ class PixelCheck(gym.Wrapper):
                                f"{part.shape} (return np.uint8 pixels 0..255 of that shape; check with: proxima check-env {self.env_id})")
         return obs
 
+    def _raised(self, e: Exception, when: str) -> EnvError:
+        tb = traceback.extract_tb(e.__traceback__)
+        at = f" ({Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+        message = " ".join(str(e).split())
+        return EnvError(f"env '{self.env_id}': env {self.index} raised {type(e).__name__}: {message}{at} at {when}")
+
     def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
-        return self._check(obs, f"reset (after env step {self.steps})"), info
+        when = f"reset (after env step {self.steps})"
+        try:
+            obs, info = self.env.reset(**kwargs)
+        except EnvError:
+            raise
+        except Exception as e:
+            raise self._raised(e, when) from None
+        return self._check(obs, when), info
 
     def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        when = f"env step {self.steps + 1}"
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+        except EnvError:
+            raise
+        except Exception as e:
+            shown = " ".join(str(action).split())
+            raise self._raised(e, f"{when} (action {shown[:60] + '...' if len(shown) > 60 else shown})") from None
         self.steps += 1
-        return self._check(obs, f"env step {self.steps}"), reward, terminated, truncated, info
+        return self._check(obs, when), reward, terminated, truncated, info
 
 
 def count_episodes(returns: np.ndarray, lengths: np.ndarray, reward: np.ndarray, done: np.ndarray) -> tuple:
@@ -235,9 +260,9 @@ class GymnasiumEnv(BatchedEnv):
         self.single_observation_space = tensor_space(obs_space, self.layout)
         self.single_action_space = act_space
         cls = gym.vector.AsyncVectorEnv if vector == "async" else gym.vector.SyncVectorEnv
-        env_fns = [env_fn] * self.num_envs
-        if self.layout.has_image:
-            env_fns = [_checked(env_fn, i, self.layout, env_id) for i in range(self.num_envs)]
+        if vector == "async":
+            _quiet_worker_env_errors()
+        env_fns = [_checked(env_fn, i, self.layout, env_id) for i in range(self.num_envs)]
         try:
             self.envs = cls(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         except Exception as e:
@@ -245,10 +270,18 @@ class GymnasiumEnv(BatchedEnv):
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
         self._started = False
+        self._steps = 0  # vector steps since construction (for error messages)
 
     def _obs(self, obs) -> torch.Tensor:
         """(N, *obs_shape) tensor: float32 vectors, uint8 pixels, or packed Dict keys (spaces.py)."""
-        return torch.as_tensor(pack_numpy(obs, self.layout, self.num_envs), device=self.device)
+        return torch.as_tensor(self._pack(obs, self.num_envs, "reset"), device=self.device)
+
+    def _pack(self, obs, num: int, when: str) -> np.ndarray:
+        """pack_numpy, its EnvError (a value beyond float32's range) naming this env and ``when``."""
+        try:
+            return pack_numpy(obs, self.layout, num)
+        except EnvError as e:
+            raise EnvError(f"env '{self.env_id}': {e} (at {when})") from None
 
     def reset(self, seed: Optional[int] = None) -> torch.Tensor:
         seed = self._seed if seed is None and not self._started else seed
@@ -259,20 +292,20 @@ class GymnasiumEnv(BatchedEnv):
         return self._obs(obs)
 
     def step(self, action: torch.Tensor):
-        a = action.detach().cpu().numpy()
-        if isinstance(self.single_action_space, gym.spaces.Box):
-            # the caller clips to the bounds (collect_rollout, Policy.act); here only the layout
-            a = a.reshape(self.num_envs, *self.single_action_space.shape).astype(self.single_action_space.dtype)
+        # the agent's indices and flat Box actions (clipped by the caller: collect_rollout, Policy.act)
+        # as the env takes them: start added, shape and dtype
+        a = env_actions(action.detach().cpu().numpy(), self.single_action_space, self.num_envs)
         obs, reward, terminated, truncated, info = self.envs.step(a)
         reward = np.asarray(reward, dtype=np.float64)
         done = np.logical_or(terminated, truncated)
         ep_ret, ep_len = self._episode_stats(reward, done, info)
-        next_obs = pack_numpy(obs, self.layout, self.num_envs)
+        self._steps += 1
+        next_obs = self._pack(obs, self.num_envs, f"vector step {self._steps}")
         final = next_obs.copy()
         if done.any():
             mask = info.get("_final_obs", done)
             for i in np.flatnonzero(mask):
-                final[i] = pack_numpy(_one(info["final_obs"][i], self.layout), self.layout, 1)[0]
+                final[i] = self._pack(_one(info["final_obs"][i], self.layout), 1, f"env {i}'s final obs, vector step {self._steps}")[0]
         dev = self.device
         out_info = {
             "final_obs": torch.as_tensor(final, device=dev),
@@ -301,6 +334,18 @@ class GymnasiumEnv(BatchedEnv):
         self.envs.close()
 
 
+def _quiet_worker_env_errors() -> None:
+    """Hide AsyncVectorEnv's warnings around a worker's EnvError (EnvCalls' line reaches the main
+    process and is what the user sees): its traceback and its "Received the following error" and
+    "Raising the last exception" notes. Any other exception's traceback still shows."""
+    import warnings
+
+    for message in (r"(\x1b\[\d+m)?ERROR: Received the following error from Worker",
+                    r"(\x1b\[\d+m)?ERROR: Raising the last exception back",
+                    r"(\x1b\[\d+m)?ERROR: Traceback[\s\S]*proxima\.envs\.base\.EnvError"):
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
+
+
 def _one(obs, layout: ObsLayout):
     """One env's obs with a leading batch axis of 1 (a dict of arrays for a Dict space)."""
     if layout.is_dict:
@@ -310,6 +355,6 @@ def _one(obs, layout: ObsLayout):
 
 def _checked(env_fn: Callable[[], gym.Env], index: int, layout: ObsLayout, env_id: str) -> Callable[[], gym.Env]:
     def make() -> gym.Env:
-        return PixelCheck(env_fn(), index, layout, env_id)
+        return EnvCalls(env_fn(), index, layout, env_id)
 
     return make

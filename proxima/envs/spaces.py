@@ -1,6 +1,6 @@
 """Observation spaces as tensors: which spaces Proxima takes, and how each becomes one (N, ...) tensor.
 
-* a flat Box (any dtype but an image) -> (N, prod(shape)) float32, as before;
+* a flat Box (any dtype but an image; a scalar Box of shape () too) -> (N, prod(shape)) float32;
 * an image, a Box of dtype uint8 with 3 dims, channels first (C, H, W) or last (H, W, C) -> kept
   as (N, *shape) **uint8** from the env to the rollout buffer to the network, which scales it to
   [0, 1] (4x less memory than float32);
@@ -73,7 +73,7 @@ def _where(key: Optional[str]) -> str:
 
 def _check_box(space: gym.spaces.Space, key: Optional[str], env_id: str) -> None:
     if isinstance(space, gym.spaces.Box):
-        if not space.shape or int(np.prod(space.shape)) == 0:
+        if int(np.prod(space.shape)) == 0:  # a scalar Box (shape ()) holds one value: flattened to (1,)
             raise EnvError(f"env '{env_id}': observation space {space}{_where(key)} is empty (shape {space.shape})")
         return
     kind = type(space).__name__
@@ -116,12 +116,51 @@ def tensor_space(space: gym.spaces.Space, layout: ObsLayout) -> gym.spaces.Space
 def pack_numpy(obs, layout: ObsLayout, num: int) -> np.ndarray:
     """Observations of ``num`` envs as one array (num, *layout.shape) of the layout's dtype.
 
-    obs: an array (num, *box_shape) or, for a Dict, a dict of arrays (num, *key_shape).
+    obs: an array (num, *box_shape) or, for a Dict, a dict of arrays (num, *key_shape). A finite
+    value beyond float32's range (a float64 env's 1e300) raises EnvError naming the env's row: the
+    cast would make it inf, and the non-finite guard would then blame the env for a NaN/inf it
+    never returned.
     """
     np_dtype = np.uint8 if layout.dtype == torch.uint8 else np.float32
-    if not layout.is_dict:
-        return np.asarray(obs, dtype=np_dtype).reshape(num, *layout.shape)
-    out = np.empty((num, *layout.shape), dtype=np_dtype)
+    try:
+        with np.errstate(over="raise"):  # free unless a cast overflows
+            if not layout.is_dict:
+                return np.asarray(obs, dtype=np_dtype).reshape(num, *layout.shape)
+            out = np.empty((num, *layout.shape), dtype=np_dtype)
+            for part in layout.parts:
+                out[:, part.offset:part.offset + part.size] = np.asarray(obs[part.key]).reshape(num, part.size)
+            return out
+    except FloatingPointError:
+        raise EnvError(_overflow(obs, layout, num)) from None
+
+
+def _overflow(obs, layout: ObsLayout, num: int) -> str:
+    """The line for an observation whose finite values overflow float32: the first such row and key."""
+    limit = float(np.finfo(np.float32).max)
     for part in layout.parts:
-        out[:, part.offset:part.offset + part.size] = np.asarray(obs[part.key]).reshape(num, part.size)
-    return out
+        x = np.asarray(obs if part.key is None else obs[part.key], dtype=np.float64).reshape(num, -1)
+        big = np.isfinite(x) & (np.abs(x) > limit)
+        if big.any():
+            row, col = (int(i[0]) for i in np.nonzero(big))
+            return (f"observation value {x[row, col]:g}{_where(part.key)} (entry {col}) of env {row} is beyond float32's range "
+                    f"(+-{limit:.3g}), the precision Proxima trains in; scale it down in the env")
+    return "an observation overflows float32 when cast"
+
+
+def env_actions(actions: np.ndarray, space: gym.spaces.Space, num: int) -> np.ndarray:
+    """The agent's actions for ``num`` envs as the env's ``step`` takes them.
+
+    The agent acts in index space: Discrete (num,) in 0..n-1, MultiDiscrete (num, nvec.size) in
+    0..nvec-1, Box (num, prod(shape)) already clipped to the bounds. Here: the space's ``start``
+    added (Discrete(3, start=1) takes 1..3), MultiDiscrete and Box reshaped to the space's shape
+    (a 2-D nvec, a (2, 2) Box), and the space's dtype (an integer Box gets the nearest integer,
+    not a truncation).
+    """
+    if isinstance(space, gym.spaces.Discrete):
+        return (actions.reshape(num) + int(space.start)).astype(space.dtype)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return (actions.reshape(num, *space.nvec.shape) + np.asarray(space.start)).astype(space.dtype)
+    a = actions.reshape(num, *space.shape)
+    if np.issubdtype(space.dtype, np.integer):
+        a = np.rint(a)
+    return a.astype(space.dtype)

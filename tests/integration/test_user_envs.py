@@ -1,0 +1,175 @@
+"""A user's own envs with the less common spaces and faults: what reaches the env, what Policy.act
+returns, and the one line a failure gets (fixtures: tests/fixtures/user_envs.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from proxima.checkpoint import load_policy
+from proxima.config import PPOConfig
+from proxima.envs import EnvError
+from proxima.evaluate import evaluate, format_result, summarize
+from proxima.trainer import train
+from cli_helpers import run_main
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def fixtures_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(FIXTURES))
+
+
+def _train(tmp_path, env_id, steps=256, **kw):
+    cfg = PPOConfig(env_id=env_id, backend="gymnasium", num_envs=2, num_steps=16, total_timesteps=steps, eval_episodes=0,
+                    progress=False, checkpoint_every=0, threads=1, **kw)
+    run_dir, _ = train(cfg, run_dir=tmp_path / "run", quiet=True)
+    return load_policy(run_dir, env_id=env_id)
+
+
+def test_discrete_start_reaches_the_env_as_its_own_values(tmp_path):
+    import user_envs
+
+    user_envs.DiscreteFrom1.seen = []
+    policy = _train(tmp_path, "user_envs:DiscreteFrom1", steps=512)  # the env raises on an action outside 1..3
+    seen = {int(a) for a in user_envs.DiscreteFrom1.seen}
+    assert seen == {1, 2, 3}, seen
+    assert policy.action_space.start == 1  # recorded in the checkpoint
+    actions = policy.act(np.zeros((64, 2), np.float32), deterministic=False)
+    assert set(actions.tolist()) <= {1, 2, 3} and 3 in actions.tolist()
+    result = evaluate(policy, episodes=4, seed=1, backend="gymnasium")  # evaluate steps the env with the agent's indices
+    assert result["episodes"] == 4
+
+
+def test_multidiscrete_with_a_2d_nvec_and_starts(tmp_path):
+    import user_envs
+
+    user_envs.MultiDiscrete2D.seen = []
+    policy = _train(tmp_path, "user_envs:MultiDiscrete2D")
+    space = user_envs.MultiDiscrete2D.action_space
+    assert all(a.shape == (2, 2) and space.contains(a) for a in user_envs.MultiDiscrete2D.seen)
+    assert policy.action_space == space
+    action = policy.act(np.zeros(2, np.float32))
+    assert action.shape == (2, 2) and space.contains(action), action
+
+
+@pytest.mark.parametrize("cls, shape, dtype", [("IntBox", (2,), np.int64), ("Box2D", (2, 2), np.float64)])
+def test_box_actions_from_policy_act_fit_the_space(tmp_path, cls, shape, dtype):
+    import user_envs
+
+    getattr(user_envs, cls).seen = []
+    policy = _train(tmp_path, f"user_envs:{cls}")
+    space = getattr(user_envs, cls).action_space
+    single = policy.act(np.zeros(2, np.float32), deterministic=False)
+    batch = policy.act(np.zeros((5, 2), np.float32), deterministic=False)
+    assert single.shape == shape and single.dtype == dtype and space.contains(single)
+    assert batch.shape == (5, *shape) and all(space.contains(a) for a in batch)
+    as_torch = policy.act(torch.zeros(5, 2))
+    assert isinstance(as_torch, torch.Tensor) and tuple(as_torch.shape) == (5, *shape)
+
+
+def test_int_box_actions_are_rounded_not_truncated():
+    import gymnasium as gym
+
+    from proxima.envs.spaces import env_actions
+
+    space = gym.spaces.Box(0, 5, (2,), np.int64)
+    out = env_actions(np.array([[4.9, 0.6], [2.5, 3.49]], np.float32), space, 2)
+    assert out.dtype == np.int64 and out.tolist() == [[5, 1], [2, 3]]
+
+
+def test_a_scalar_box_observation_trains(tmp_path):
+    policy = _train(tmp_path, "user_envs:ScalarObs")
+    assert policy.act(np.float32(0.5)) in (0, 1)
+
+
+def test_auto_encoder_flattens_images_smaller_than_the_cnn_takes(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(["train", "user_envs:SmallImage", "--num-envs", "2", "--num-steps", "8", "--total-timesteps", "32",
+                             "--run-dir", "D", "--no-progress", "--eval-episodes", "0", "--hidden-sizes", "8"], capsys)
+    assert code == 0, err
+    assert yaml.safe_load((tmp_path / "D" / "config.yaml").read_text())["encoder"] == "mlp"
+
+
+@pytest.mark.parametrize("vector", ["sync", "async"])
+def test_an_exception_in_the_env_mid_run_is_one_line_naming_env_and_step(tmp_path, monkeypatch, capsys, vector):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(["train", "user_envs:RaisesAtStep5", "--vector", vector, "--num-envs", "2", "--num-steps", "16",
+                             "--total-timesteps", "64", "--run-dir", "D", "--no-progress"], capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err and "Warning" not in err, err
+    assert "env 'user_envs:RaisesAtStep5': env " in lines[0]
+    assert "raised RuntimeError: the simulator lost its connection (user_envs.py:" in lines[0]
+    assert "at env step 5" in lines[0] and "no checkpoint was written yet" in lines[0]
+    assert not (tmp_path / "D").exists()  # it failed in the first iteration: nothing left behind
+
+
+def test_a_float64_value_beyond_float32_is_named_not_called_non_finite(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(["train", "user_envs:Float64Huge", "--num-envs", "2", "--num-steps", "16", "--total-timesteps", "64",
+                             "--run-dir", "D", "--no-progress"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "observation value 1e+300 (entry 0) of env 0 is beyond float32's range" in err and "non-finite" not in err
+    code, out, _ = run_main(["check-env", "user_envs:Float64Huge", "--steps", "5"], capsys)
+    assert code == 1 and "FAIL obs float32 range:" in out and "obs[0] = 1e+300" in out
+
+
+def test_check_env_and_the_failure_hint_take_env_kwargs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run_main(["check-env", "user_envs:NeedsLevel", "--steps", "5"], capsys)
+    assert code == 1 and "FAIL build:" in out  # no level: the constructor raises
+    code, out, _ = run_main(["check-env", "user_envs:NeedsLevel", "--steps", "5", "--env-kwargs", '{"level": 1}'], capsys)
+    assert code == 0 and out.startswith("OK"), out
+    code, out, _ = run_main(["check-env", "user_envs:NeedsLevel", "--env-kwargs", '{"level": 2}'], capsys)
+    assert code == 1 and "FAIL obs shape:" in out
+    code, _, err = run_main(["check-env", "user_envs:NeedsLevel", "--env-kwargs", "{level"], capsys)
+    assert code == 2 and "--env-kwargs" in err and "not valid JSON" in err
+    code, _, err = run_main(["train", "user_envs:NeedsLevel", "--env-kwargs", '{"level": 2}', "--num-envs", "2",  "--num-steps", "16",
+                             "--total-timesteps", "64", "--run-dir", "D", "--no-progress"], capsys)
+    assert code == 2 and "breaks the env contract: obs shape:" in err, err
+    assert "proxima check-env user_envs:NeedsLevel --env-kwargs '{\"level\": 2}'" in err
+
+
+def test_evaluation_of_an_env_without_a_time_limit_stops_and_says_so(tmp_path):
+    policy = _train(tmp_path, "user_envs:NoTimeLimit", steps=64)
+    with pytest.raises(EnvError, match=r"none of the 3 evaluation episodes ended within 50 steps; give the env a time limit"):
+        evaluate(policy, episodes=3, seed=1, backend="gymnasium", max_steps=50)
+
+
+def test_unfinished_episodes_are_left_out_and_counted():
+    returns = torch.tensor([10.0, 50.0, 30.0], dtype=torch.float64)
+    lengths = torch.tensor([10, 50, 30])
+    result = summarize("E", returns, lengths, True, torch.tensor([True, False, True]), 50)
+    assert result["episodes"] == 2 and result["returns"] == [10.0, 30.0] and result["mean_return"] == 20.0
+    assert result["unfinished"] == 1 and result["max_steps"] == 50
+    assert format_result(result).endswith("over 2 episodes (deterministic); 1 more had not ended after 50 steps and are left out")
+    full = summarize("E", returns, lengths, True, torch.ones(3, dtype=torch.bool), 50)
+    assert "unfinished" not in full and full["episodes"] == 3
+
+
+def test_stochastic_evaluation_is_reproducible_from_its_seed(tmp_path):
+    policy = _train(tmp_path, "user_envs:DiscreteFrom1", steps=64)
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    first = evaluate(policy, episodes=6, seed=4, backend="gymnasium", deterministic=False)
+    again = evaluate(policy, episodes=6, seed=4, backend="gymnasium", deterministic=False)
+    other = evaluate(policy, episodes=6, seed=5, backend="gymnasium", deterministic=False)
+    assert first["returns"] == again["returns"]
+    assert other["returns"] != first["returns"]
+    assert torch.equal(torch.get_rng_state(), state)  # the caller's random state is left as it was
+
+
+def test_policy_act_with_a_dict_of_tensors_returns_a_tensor(tmp_path):
+    policy = _train(tmp_path, "bad_envs:ImageDictObs", steps=32)
+    obs = {"image": torch.zeros(3, 36, 36, 3, dtype=torch.uint8), "vec": torch.zeros(3, 2)}
+    out = policy.act(obs)
+    assert isinstance(out, torch.Tensor) and tuple(out.shape) == (3,)
+    as_numpy = policy.act({k: v.numpy() for k, v in obs.items()})
+    assert isinstance(as_numpy, np.ndarray) and as_numpy.tolist() == out.tolist()
