@@ -202,23 +202,25 @@ class EnvCalls(gym.Wrapper):
     def reset(self, **kwargs):
         when = f"reset (after env step {self.steps})"
         try:
-            obs, info = self.env.reset(**kwargs)
+            out = self.env.reset(**kwargs)
         except EnvError:
             raise
         except Exception as e:
             raise self._raised(e, when) from None
+        obs, info = out  # a wrong return (the old gym API) is not the env raising: check-env's diagnosis names it
         return self._check(obs, when), info
 
     def step(self, action):
         when = f"env step {self.steps + 1}"
         try:
-            obs, reward, terminated, truncated, info = self.env.step(action)
+            out = self.env.step(action)
         except EnvError:
             raise
         except Exception as e:
             shown = " ".join(str(action).split())
             raise self._raised(e, f"{when} (action {shown[:60] + '...' if len(shown) > 60 else shown})") from None
         self.steps += 1
+        obs, reward, terminated, truncated, info = out
         return self._check(obs, when), reward, terminated, truncated, info
 
 
