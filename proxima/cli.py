@@ -105,6 +105,8 @@ def cmd_train(args) -> int:
     prog = "proxima train"
     try:
         if args.nproc and args.nproc > 1:
+            if args.seeds is not None or args.sweep:  # before torchrun starts processes that would each train it
+                raise ConfigError("--nproc: a population trains in one process; drop --nproc")
             from .launch import launch_torchrun
 
             return launch_torchrun(args.nproc, sys.argv[1:])

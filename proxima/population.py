@@ -603,6 +603,10 @@ def check_population_fits(cfg: PPOConfig, members: int, device: torch.device, pr
                           "or lower --num-envs/--num-steps")
 
 
+#: the most members --seeds may name (memory is checked later, per member: sizing.check_fits)
+MAX_MEMBERS = 1_000_000
+
+
 def parse_seeds(spec: str) -> list:
     """``1-16`` -> [1..16]; ``1,5,9`` -> [1, 5, 9]; ``3`` -> [3]; pieces may mix (``1-4,9``)."""
     from .config import MAX_SEED
@@ -616,9 +620,13 @@ def parse_seeds(spec: str) -> list:
                 lo, hi = int(lo), int(hi)
                 if hi < lo:
                     raise ValueError
+                if len(seeds) + hi - lo + 1 > MAX_MEMBERS:  # before a list of billions is built
+                    raise ConfigError(f"--seeds {spec!r}: {len(seeds) + hi - lo + 1:,} seeds; a population holds at most {MAX_MEMBERS:,}")
                 seeds.extend(range(lo, hi + 1))
             else:
                 seeds.append(int(piece))
+        except ConfigError:
+            raise
         except ValueError:
             raise ConfigError(f"--seeds {spec!r}: expected seeds like 1-16 or 1,5,9 (a range low-high, ascending)") from None
     bad = [s for s in seeds if not 0 <= s <= MAX_SEED]

@@ -26,6 +26,7 @@ import contextlib
 import io
 import json
 import math
+import os
 import signal
 import sys
 import time
@@ -346,11 +347,11 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
     """``proxima train ... --seeds S [--sweep F=v1,v2]``: called by cli.cmd_train."""
     from .population import member_configs, parse_seeds, parse_sweep
 
-    if args.nproc and args.nproc > 1:
-        raise ConfigError("--nproc: a population trains in one process; drop --nproc")
+    if (args.nproc and args.nproc > 1) or int(os.environ.get("WORLD_SIZE", "1")) > 1:  # cli.cmd_train checks before launching
+        raise ConfigError("--nproc: a population trains in one process; drop --nproc (or torchrun)")
     if "seed" in vars(args):
         raise ConfigError("--seed: give a population's seeds with --seeds (e.g. --seeds 1-8), not --seed")
-    seeds = parse_seeds(args.seeds) if args.seeds else [cfg.seed]
+    seeds = parse_seeds(args.seeds) if args.seeds is not None else [cfg.seed]
     sweep = parse_sweep(args.sweep or [])
     if args.resume is not None:
         target = _resume_target(args, cfg)
@@ -358,7 +359,7 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
             from .cli import typed_flags
 
             run_dir = resume_population(target, overrides=typed_flags(args), quiet=args.quiet, env_id=args.env_id,
-                                        trust_run=args.trust_run, seeds=seeds if args.seeds else None, sweep=sweep)
+                                        trust_run=args.trust_run, seeds=seeds if args.seeds is not None else None, sweep=sweep)
             print(f"run directory: {run_dir}")
             return 0
     members = member_configs(cfg, seeds, sweep)

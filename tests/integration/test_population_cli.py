@@ -74,6 +74,9 @@ def test_member_directories_work_with_eval_and_plot_and_refuse_resume(population
     (["--seeds", "3-1"], "--seeds '3-1'"),
     (["--seeds", "1-2", "--compile"], "--compile is not supported with --seeds"),
     (["--seeds", "1-2", "--resume", "nowhere"], "nowhere: not a population run directory"),
+    (["--seeds", "1-2", "--nproc", "2"], "--nproc: a population trains in one process"),  # before torchrun starts anything
+    (["--seeds", "0-2147483647"], "2,147,483,648 seeds; a population holds at most 1,000,000"),  # no list of 2**31 ints
+    (["--seeds", ""], "--seeds '': expected seeds like 1-16"),
 ])
 def test_population_flag_errors_are_one_line_exit_2(tmp_path, capsys, args, message):
     rc = cli.main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "R"), *SMALL, *args])
