@@ -40,9 +40,12 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
     """
     from .trainer import RLHFTrainer
 
+    from ..rundir import RunLock
+
     validate(cfg)
     cfg = _absolute_paths(cfg)
     d = D.init_distributed(resolve_device(cfg.device).type)
+    lock = None
     try:
         if cfg.run_dir:
             run_dir = Path(cfg.run_dir)
@@ -51,12 +54,18 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
         if not cfg.run_dir:  # created by rank 0 now that the input is known good
             run_dir = D.broadcast_object(rundir.claim_run_dir(rundir.default_run_dir(cfg.seed)) if d.is_main else None, d)
         if d.is_main:
+            lock = RunLock(run_dir)  # as `proxima train`'s: a second trainer or a resume of this live run is refused
+            lock.acquire()
+            rundir.check_new_run_dir(run_dir)  # another run may have started here while the models loaded
             rundir.write_run_files(run_dir, dataclasses.replace(cfg, run_dir=str(run_dir)).to_dict(), d.world_size,
                                    str(trainer.device))
         loop.run(trainer, run_dir)
     except BaseException:
         D.shutdown(d, clean=False)
         raise
+    finally:
+        if lock is not None:
+            lock.release()
     D.shutdown(d)
     return run_dir
 
@@ -69,8 +78,11 @@ def resume(run_dir, steps: Optional[int] = None) -> int:
     from .models import quiet_transformers
     from .trainer import RLHFTrainer
 
+    from ..rundir import RunLock
+
     quiet_transformers()
     path = Path(run_dir)
+    lock = None
     try:
         meta = _read_meta(path)
         if meta.get("kind") != "rlhf":
@@ -80,6 +92,9 @@ def resume(run_dir, steps: Optional[int] = None) -> int:
         if steps is not None:
             cfg.steps = steps
         validate(cfg)
+        if os.environ.get("RANK", "0") == "0":  # rank 0 holds the run's lock, as for `proxima train`
+            lock = RunLock(path)
+            lock.acquire()
         d = D.init_distributed(resolve_device(cfg.device).type)
         try:
             trainer = RLHFTrainer(cfg, d)
@@ -101,6 +116,9 @@ def resume(run_dir, steps: Optional[int] = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    finally:
+        if lock is not None:
+            lock.release()
     return 0
 
 

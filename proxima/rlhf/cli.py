@@ -77,6 +77,11 @@ def run(args: argparse.Namespace) -> int:
         if args.demo:
             from .demo import demo_config, run_demo
 
+            own = [name for name in ("policy", "tokenizer", "prompts")
+                   if name in flag_values(args) or (args.config and name in load_yaml(args.config))]
+            if own:  # the demo builds its own: a flag it would ignore is refused
+                flag = "--" + own[0]
+                raise ConfigError(f"{flag}: --demo builds its own model and prompts; drop {flag}, or drop --demo to train on yours")
             cfg = build_config(args, demo_config())
             if args.demo_pretrain_steps < 0:
                 raise ConfigError(f"--demo-pretrain-steps {args.demo_pretrain_steps}: must be 0 or more")

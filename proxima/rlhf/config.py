@@ -36,7 +36,7 @@ class RLHFConfig:
     """Everything an RLHF run needs (per process; torchrun multiplies the batch by the process count)."""
 
     # --- models and data ---
-    policy: str = _f("", "Policy: a local Hugging Face causal-LM directory, or a config.json (file, or directory without weights) for a fresh model.")
+    policy: str = _f("", "Policy: a local Hugging Face causal-LM directory, or a config.json file for a fresh model (random weights).")
     tokenizer: Optional[str] = _f(None, "Tokenizer directory (default: the policy's directory).", str, optional=True)
     reward: list = _f([], "Reward: a local AutoModelForSequenceClassification directory, or module:function(prompts, responses, **columns) -> list[float] (module may be path/to/file.py); repeat the flag for several rewards.", list, repeat=True)
     reward_weights: list = _f([], "Weights of the rewards, comma separated, in --reward order (default: 1 each); the score is their weighted sum.", list, item=float)
@@ -106,6 +106,9 @@ class RLHFConfig:
 
 FIELDS = {f.name: f for f in dataclasses.fields(RLHFConfig)}
 
+#: the lowest --temperature: the logits are divided by it, and below this float32 logits can overflow
+MIN_TEMPERATURE = 1e-3
+
 
 def from_dict(values: dict, base: Optional[RLHFConfig] = None, source: str = "config") -> RLHFConfig:
     """Apply a plain dict (YAML file, flags) on top of ``base``; unknown keys are errors."""
@@ -138,9 +141,14 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
             if isinstance(value, str) and value.lower() in _BOOL:
                 return _BOOL[value.lower()]
         elif kind is int and not isinstance(value, bool):
-            number = float(value.replace("_", "")) if isinstance(value, str) else value
-            if float(number).is_integer():
-                return int(number)
+            if isinstance(value, str):
+                text = value.replace("_", "").strip()
+                try:
+                    return int(text)  # exact, however many digits
+                except ValueError:
+                    value = float(text)  # 1e3
+            if float(value).is_integer():
+                return int(value)
         elif kind is float and not isinstance(value, bool):
             return float(value)
         elif kind is list:
@@ -197,6 +205,13 @@ def validate(cfg: RLHFConfig) -> None:
     for name in ("temperature", "lr", "clip_coef", "vf_clip_coef", "max_grad_norm", "kl_target"):
         if getattr(cfg, name) <= 0:
             bad(name, "must be positive")
+    if cfg.temperature < MIN_TEMPERATURE:  # logits / temperature would overflow float32
+        bad("temperature", f"must be at least {MIN_TEMPERATURE:g} (lower overflows the logits; a small value such as 0.01 "
+                           "samples almost greedily)")
+    from ..config import MAX_SEED
+
+    if not 0 <= cfg.seed <= MAX_SEED:
+        bad("seed", f"must be an integer from 0 to {MAX_SEED:,}")
     if cfg.value_lr is not None and cfg.value_lr <= 0:
         bad("value_lr", "must be positive")
     if not 0.0 < cfg.top_p <= 1.0:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import shutil
 from pathlib import Path
 
 import torch
 
 from . import rundir
-from .config import RLHFConfig, validate
+from .config import ConfigError, RLHFConfig, validate
 
 SUBJECTS = ["the movie", "the film", "the food", "the service", "the book", "the game", "the show", "the hotel",
             "the music", "the staff", "the story", "the room", "the concert", "the coffee", "the trip", "the app"]
@@ -166,9 +167,17 @@ def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
     rundir.check_new_run_dir(run_dir)
     # a bad --reward is reported before the pretraining
     load_rewards(reward_specs(cfg), cfg.reward_weights, torch.device("cpu"), import_path=cfg.reward_import_path)
+    existed = run_dir.exists()
     if not given:  # one atomic mkdir: a demo started in the same second gets base-2
         run_dir = rundir.claim_run_dir(run_dir)
         cfg = placed(run_dir)
     torch.set_num_threads(cfg.threads)
-    build_assets(run_dir / "demo", pretrain_steps, cfg.seed)
-    return train_rlhf(cfg)
+    try:
+        build_assets(run_dir / "demo", pretrain_steps, cfg.seed)
+        return train_rlhf(cfg)
+    except ConfigError:
+        # input the trainer refuses (a prompt longer than the model's positions, a LoRA target that is not
+        # there) stops it before it writes the run's files: take back the demo's own files too
+        if not (run_dir / "config.yaml").exists():
+            shutil.rmtree(run_dir if not existed or not given else run_dir / "demo", ignore_errors=True)
+        raise

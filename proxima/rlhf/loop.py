@@ -6,6 +6,7 @@ Everything here is once per step or rarer; the PPO step itself is ``RLHFTrainer.
 from __future__ import annotations
 
 import hashlib
+import math
 import signal
 import threading
 import time
@@ -22,10 +23,15 @@ from .rewards import RewardError
 CHECKPOINT_FORMAT = "proxima-rlhf-1"
 
 
+class DivergedError(ConfigError):
+    """The update went non-finite (a loss, a ratio, a gradient norm, the weights): the run stops
+    before it logs or saves anything of that step; the message names the last good checkpoint."""
+
+
 def run(t, run_dir: Path, resumed: bool = False) -> dict:
     """Train ``t`` (an RLHFTrainer) until cfg.steps; return summary.json's content. Rank 0 writes the files."""
     cfg, main = t.cfg, t.dist.is_main
-    logger = rundir.MetricsLogger(run_dir, resume_step=t.step if resumed else 0) if main else None
+    logger = rundir.MetricsLogger(run_dir, resume_step=t.step if resumed else None) if main else None
     stop = {"requested": False}
     restore = _install_signal_handlers(stop)
     try:
@@ -37,6 +43,7 @@ def run(t, run_dir: Path, resumed: bool = False) -> dict:
             except RewardError as e:
                 raise RewardError(f"{e}; {_checkpoint_after_reward_failure(t, run_dir, before)}") from None
             t.seconds += time.perf_counter() - t0
+            _stop_if_diverged(t, run_dir, metrics)  # the same averaged metrics on every process: all stop together
             if main:
                 logger.log(t.step, metrics)
                 if cfg.sample_every and (t.step == 1 or t.step % cfg.sample_every == 0):
@@ -57,6 +64,37 @@ def run(t, run_dir: Path, resumed: bool = False) -> dict:
             logger.close()
 
 
+def _last_good(run_dir: Path) -> str:
+    checkpoints = rundir.list_checkpoints(run_dir)
+    return f"last good checkpoint: {checkpoints[-1]}" if checkpoints else "no checkpoint was written yet (--checkpoint-every)"
+
+
+def _stop_if_diverged(t, run_dir: Path, metrics: dict) -> None:
+    """DivergedError naming the first non-finite metric of step ``t.step`` (rewards are checked as they arrive)."""
+    bad = next((name for name, value in metrics.items() if not math.isfinite(value)), None)
+    if bad is not None:
+        raise DivergedError(f"non-finite {bad} ({metrics[bad]}) at step {t.step}: the update diverged and nothing of this "
+                            f"step was saved; {_last_good(run_dir)}; try a lower --lr or --max-grad-norm")
+
+
+def _weights_finite(t) -> bool:
+    """Every trained weight finite, on every process (a collective under torchrun: sharded weights)."""
+    bad = False
+    for model in t.trained_models():
+        for p in model.parameters():
+            x = p.to_local() if hasattr(p, "to_local") else p
+            if not bool(torch.isfinite(x).all()):
+                bad = True
+                break
+    return not D.any_across(bad, t.dist, t.device)
+
+
+def _refuse_nonfinite_weights(t, run_dir: Path, what: str) -> None:
+    if not _weights_finite(t):
+        raise DivergedError(f"non-finite weights after step {t.step}: not writing {what}; {_last_good(run_dir)}; "
+                            "try a lower --lr or --max-grad-norm")
+
+
 def _checkpoint_after_reward_failure(t, run_dir: Path, before: dict) -> str:
     """The reward runs in the rollout, before the update touches a weight: with the RNG and prompt order
     set back to the start of the failed step, the state is exactly that after the last finished step, and
@@ -73,6 +111,7 @@ def _checkpoint_after_reward_failure(t, run_dir: Path, before: dict) -> str:
 
 
 def _finish(t, run_dir: Path) -> dict:
+    _refuse_nonfinite_weights(t, run_dir, "policy/")
     checksums = D.gather_objects(parameter_checksum(t.trained_models()), t.dist)
     local_numel = D.gather_objects(fsdp.local_numel(t.trained_models()), t.dist)
     full_policy = fsdp.full_model_state(t.policy) if t.cfg.fsdp else None  # collective: before the rank test
@@ -136,6 +175,7 @@ def set_random_state(t, state: dict) -> None:
 
 def save_checkpoint(t, run_dir: Path) -> None:
     """Trainable weights, both optimizers, beta, counters, and every process's RNG and prompt order."""
+    _refuse_nonfinite_weights(t, run_dir, f"the checkpoint of step {t.step}")
     ranks = D.gather_objects(random_state(t), t.dist)
     if t.cfg.fsdp:  # collectives: every process gathers, rank 0 keeps the full state
         models = {"policy": fsdp.full_model_state(t.policy), "opt_policy": fsdp.full_optimizer_state(t.policy, t.opt_policy),

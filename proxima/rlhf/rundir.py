@@ -115,18 +115,21 @@ def _wait_past_event_files(path: Path) -> None:
 class MetricsLogger:
     """TensorBoard scalars and text, plus metrics.csv (one row per step, the columns of the first row)."""
 
-    def __init__(self, path: Path, resume_step: int = 0):
+    def __init__(self, path: Path, resume_step: Optional[int] = None):
+        """resume_step: None for a new run; for a resumed one the step of its checkpoint (0 when it is
+        resumed from before any checkpoint, after a SIGKILL): what was logged after it is dropped."""
         from torch.utils.tensorboard import SummaryWriter
 
         self.path = path
-        if resume_step:
+        resumed = resume_step is not None
+        if resumed:
             _wait_past_event_files(path)
-        self.writer = SummaryWriter(str(path), purge_step=resume_step + 1 if resume_step else None)
+        self.writer = SummaryWriter(str(path), purge_step=resume_step + 1 if resumed else None)
         self.csv_path = path / "metrics.csv"
         self.columns: Optional[list] = None
-        if resume_step and self.csv_path.exists():
+        if resumed and self.csv_path.exists():
             self._truncate_csv(resume_step)
-        if resume_step:
+        if resumed:
             self._truncate_samples(resume_step)
 
     def _truncate_csv(self, step: int) -> None:

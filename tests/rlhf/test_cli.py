@@ -34,6 +34,9 @@ def one_line_error(capsys, code, expected_code=2):
     (["--reward", "no_such_module:score"], "--reward"),
     (["--reward", "proxima.rlhf.demo:no_such_function"], "no_such_function"),
     (["--kl-estimator", "k2"], "k1, k3"),
+    (["--temperature", "1e-45"], "--temperature 1e-45: must be at least 0.001"),  # logits / 1e-45 overflow
+    (["--seed", "18446744073709551"], "--seed 18446744073709551: must be an integer from 0 to 2,147,483,647"),
+    (["--seed", "-5"], "--seed -5: must be an integer from 0"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(assets, tmp_path, capsys, change, words):
     run_dir = tmp_path / "run"
@@ -109,6 +112,44 @@ def test_a_damaged_checkpoint_is_reported_by_name(tmp_path):
     bad.write_bytes(b"not a checkpoint")
     with pytest.raises(ConfigError, match="step_000001.pt"):
         load_checkpoint(bad)
+
+
+def test_a_diverging_update_stops_with_one_line_and_saves_no_nan_weights(assets, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    code = main(base_args(assets, run_dir) + ["--steps", "3", "--lr", "1e30", "--checkpoint-every", "0"])
+    err = one_line_error(capsys, code)
+    assert ": the update diverged and nothing of this step was saved; no checkpoint was written yet" in err
+    assert "non-finite " in err and "try a lower --lr" in err
+    assert not (run_dir / "policy").exists() and not (run_dir / "summary.json").exists()
+    assert list_checkpoints(run_dir) == []
+
+
+def test_a_diverged_run_names_its_last_good_checkpoint(tiny_cfg, tmp_path, monkeypatch):
+    from proxima.rlhf import loop as rlhf_loop
+    from proxima.rlhf.trainer import RLHFTrainer
+
+    real = RLHFTrainer.train_step
+
+    def step_3_goes_nan(self):
+        metrics, samples = real(self)
+        if self.step == 3:
+            metrics["losses/value_loss"] = float("nan")
+        return metrics, samples
+
+    monkeypatch.setattr(RLHFTrainer, "train_step", step_3_goes_nan)
+    with pytest.raises(rlhf_loop.DivergedError, match=r"non-finite losses/value_loss \(nan\) at step 3: .*last good checkpoint: .*step_0*2\.pt"):
+        train_rlhf(tiny_cfg(steps=4, checkpoint_every=1, run_dir=str(tmp_path / "run")))
+    assert read_metrics(tmp_path / "run")["step"] == [1.0, 2.0]  # step 3 was not logged
+    assert [c.name for c in list_checkpoints(tmp_path / "run")][-1].endswith("2.pt")
+
+
+def test_nan_weights_are_never_written(tiny_cfg, tmp_path, monkeypatch):
+    from proxima.rlhf import loop as rlhf_loop
+
+    monkeypatch.setattr(rlhf_loop, "_weights_finite", lambda t: t.step < 2)
+    with pytest.raises(rlhf_loop.DivergedError, match="non-finite weights after step 2: not writing the checkpoint of step 2"):
+        train_rlhf(tiny_cfg(steps=2, checkpoint_every=1, run_dir=str(tmp_path / "run")))
+    assert len(list_checkpoints(tmp_path / "run")) == 1 and not (tmp_path / "run" / "policy").exists()
 
 
 def test_python_api_returns_the_run_directory(tiny_cfg, tmp_path):

@@ -31,3 +31,29 @@ def test_demo_takes_any_reward_function(tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     config = (tmp_path / "d" / "config.yaml").read_text()
     assert "my_reward.py:short" in config
+
+
+def test_demo_input_refused_after_pretraining_leaves_no_directory(tmp_path, capsys, monkeypatch):
+    from proxima.rlhf.__main__ import main
+
+    # prompts + 100 new tokens exceed the tiny model's positions: refused by the trainer, after the assets are built
+    code = main(["--demo", "--max-new-tokens", "100", "--demo-pretrain-steps", "1", "--run-dir", str(tmp_path / "d")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "max-new-tokens" in err.replace("_", "-"), err
+    assert not (tmp_path / "d").exists()
+    monkeypatch.chdir(tmp_path)  # the default run directory too
+    assert main(["--demo", "--max-new-tokens", "100", "--demo-pretrain-steps", "1"]) == 2
+    assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").iterdir()) == []
+    (tmp_path / "mine").mkdir()  # a directory the user made is kept, empty again
+    assert main(["--demo", "--max-new-tokens", "100", "--demo-pretrain-steps", "1", "--run-dir", str(tmp_path / "mine")]) == 2
+    assert (tmp_path / "mine").is_dir() and list((tmp_path / "mine").iterdir()) == []
+
+
+def test_demo_refuses_the_model_and_prompts_it_would_replace(tmp_path, capsys):
+    from proxima.rlhf.__main__ import main
+
+    for flag in ("--policy", "--prompts", "--tokenizer"):
+        code = main(["--demo", flag, str(tmp_path / "x"), "--run-dir", str(tmp_path / "d")])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and f"{flag}: --demo builds its own model and prompts" in err, err
+    assert not (tmp_path / "d").exists()

@@ -2,12 +2,14 @@
 nothing, rewards resolve from any directory, `proxima resume RUN --steps N`, all-linear and merged LoRA."""
 
 import json
+import os
 
 import pytest
 import torch
 
 from proxima.cli import main as proxima_main
 from proxima.rlhf import loop, resume, rundir, train_rlhf
+from proxima.rlhf.config import ConfigError
 from proxima.rlhf.rundir import list_checkpoints, read_metrics
 from proxima.rlhf.trainer import RLHFTrainer
 
@@ -57,6 +59,45 @@ def test_a_resume_after_sigkill_duplicates_no_sample_metric_or_tensorboard_point
     events = EventAccumulator(str(run_dir))
     events.Reload()
     assert [e.step for e in events.Scalars("objective/kl")] == [1, 2, 3, 4]
+
+
+def test_a_resume_from_before_the_first_checkpoint_drops_every_logged_step(tiny_cfg, tmp_path):
+    # what SIGKILL before any checkpoint leaves: steps 1-2 logged, no checkpoint (resumed from step 0)
+    run_dir = train_rlhf(tiny_cfg(steps=2, checkpoint_every=0, run_dir=str(tmp_path / "run")))
+    for c in list_checkpoints(run_dir):
+        c.unlink()
+    (run_dir / "summary.json").unlink()
+    assert resume(run_dir, steps=3) == 0
+    assert read_metrics(run_dir)["step"] == [1.0, 2.0, 3.0]
+    sample_steps = [json.loads(line)["step"] for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert sample_steps == sorted(sample_steps) and len(sample_steps) == 3 * 4
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert [e.step for e in events.Scalars("objective/kl")] == [1, 2, 3]
+
+
+def test_a_live_run_directory_is_locked_against_a_resume(tiny_cfg, tmp_path, capsys):
+    from proxima.rundir import RunLock
+
+    run_dir = train_rlhf(tiny_cfg(steps=1, run_dir=str(tmp_path / "run")))
+    assert not (run_dir / ".proxima.lock").exists()  # released when the run ended
+    fresh = tmp_path / "fresh"
+    held = [RunLock(run_dir), RunLock(fresh)]  # what live trainers hold
+    for lock in held:
+        lock.acquire()
+    try:
+        assert resume(run_dir, steps=2) == 2
+        assert f"is in use by pid {os.getpid()}" in capsys.readouterr().err
+        with pytest.raises(ConfigError, match="in use by pid"):
+            train_rlhf(tiny_cfg(steps=1, run_dir=str(fresh)))
+    finally:
+        for lock in held:
+            lock.release()
+    assert read_metrics(run_dir)["step"] == [1.0]  # nothing was written by the refused calls
+    assert not (fresh / "config.yaml").exists()
 
 
 def test_a_module_function_reward_resolves_when_resuming_from_another_directory(tiny_cfg, tmp_path, monkeypatch):
