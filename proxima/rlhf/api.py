@@ -98,9 +98,9 @@ def resume(run_dir, steps: Optional[int] = None) -> int:
         d = D.init_distributed(resolve_device(cfg.device).type)
         try:
             trainer = RLHFTrainer(cfg, d)
-            checkpoints = rundir.list_checkpoints(path)
-            if checkpoints:
-                loop.load_checkpoint(trainer, checkpoints[-1])
+            file, state = rundir.load_newest_usable(path, set_aside=not d.enabled)  # a damaged newest: the one before
+            if file is not None:
+                loop.load_checkpoint(trainer, file, state)
             if trainer.step < cfg.steps:
                 if steps is not None and d.is_main:
                     rundir.write_config(path, cfg.to_dict())

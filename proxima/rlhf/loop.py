@@ -192,8 +192,9 @@ def save_checkpoint(t, run_dir: Path) -> None:
     rundir.save_checkpoint(run_dir, t.step, state, t.cfg.keep_checkpoints)
 
 
-def load_checkpoint(t, file: Path) -> None:
-    state = rundir.load_checkpoint(file)
+def load_checkpoint(t, file: Path, state: dict = None) -> None:
+    """Restore ``t`` from checkpoint ``file`` (``state``: its content, when the caller loaded it already)."""
+    state = rundir.load_checkpoint(file) if state is None else state
     if state.get("format") != CHECKPOINT_FORMAT:
         raise ConfigError(f"{file}: not a Proxima RLHF checkpoint")
     if len(state["ranks"]) != t.dist.world_size:

@@ -79,6 +79,23 @@ def test_a_resume_from_before_the_first_checkpoint_drops_every_logged_step(tiny_
     assert [e.step for e in events.Scalars("objective/kl")] == [1, 2, 3]
 
 
+def test_a_damaged_newest_checkpoint_is_set_aside_and_the_one_before_resumes(tiny_cfg, tmp_path, capsys):
+    straight = train_rlhf(tiny_cfg(steps=3, checkpoint_every=1, run_dir=str(tmp_path / "a")))
+    run_dir = train_rlhf(tiny_cfg(steps=2, checkpoint_every=1, run_dir=str(tmp_path / "b")))
+    newest = list_checkpoints(run_dir)[-1]
+    newest.write_bytes(newest.read_bytes()[:100])  # cut short, as a full disk leaves it
+    assert resume(run_dir, steps=3) == 0
+    err = capsys.readouterr().err
+    assert f"{newest} is unusable" in err and "resuming from" in err and f"kept as {newest.name}.corrupt" in err
+    assert (newest.parent / (newest.name + ".corrupt")).exists()
+    a, b = rundir.load_checkpoint(list_checkpoints(straight)[-1]), rundir.load_checkpoint(list_checkpoints(run_dir)[-1])
+    assert a["step"] == b["step"] == 3 and all(torch.equal(a["policy"][k], b["policy"][k]) for k in a["policy"])
+    for c in list_checkpoints(run_dir):  # none loads: one line naming the newest
+        c.write_bytes(b"junk")
+    assert resume(run_dir, steps=4) == 2
+    assert "older checkpoint(s) loads either" in capsys.readouterr().err
+
+
 def test_a_live_run_directory_is_locked_against_a_resume(tiny_cfg, tmp_path, capsys):
     from proxima.rundir import RunLock
 
