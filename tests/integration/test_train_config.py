@@ -89,7 +89,7 @@ def test_env_kwargs_reach_the_env_and_are_recorded(tmp_path, capsys, corridor):
     assert json.loads(out)["returns"] == [3.0]
 
 
-@pytest.mark.parametrize("value, needle", [('{"length": 3', "expected a JSON object"), ("[1, 2]", "expected a JSON object")])
+@pytest.mark.parametrize("value, needle", [('{"length": 3', "not valid JSON"), ("[1, 2]", "expected a JSON object")])
 def test_bad_env_kwargs_are_one_line(value, needle, tmp_path, capsys):
     code, _, err = run_main(["train", "CartPole-v1", "--backend", "gymnasium", "--env-kwargs", value, "--run-dir",
                              str(tmp_path / "run")], capsys)
