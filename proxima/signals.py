@@ -16,10 +16,11 @@ from typing import Optional
 
 
 class TrainingInterrupted(Exception):
-    """SIGINT/SIGTERM stopped the run after a checkpoint was written; ``exit_code`` is 128+signum."""
+    """SIGINT/SIGTERM stopped the run (after a checkpoint was written, in the loop); ``exit_code`` is
+    128+signum. ``what``: the line after "stopped by SIG...; " (default: the checkpoint)."""
 
-    def __init__(self, signum: int, checkpoint: Optional[Path]):
-        super().__init__(f"stopped by {signal.Signals(signum).name}; checkpoint: {checkpoint}")
+    def __init__(self, signum: int, checkpoint: Optional[Path], what: Optional[str] = None):
+        super().__init__(f"stopped by {signal.Signals(signum).name}; {what or f'checkpoint: {checkpoint}'}")
         self.signum, self.checkpoint, self.exit_code = signum, checkpoint, 128 + signum
 
 
@@ -49,6 +50,32 @@ class SignalGuard:
         self.stop.signum = signum
         sys.stderr.write(f"\nproxima: {signal.Signals(signum).name} received; writing a checkpoint after this iteration "
                          "(interrupt again to exit at once)\n")
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        return False
+
+
+class OutsideLoop:
+    """Around a whole run, outside the loop's SignalGuard (building the env and agent, writing
+    config.yaml and meta.json, the end-of-run evaluation): SIGINT/SIGTERM raise TrainingInterrupted
+    at once, with no checkpoint, so the caller can take back a new run's files and its lock rather
+    than die half-written (SIGTERM's default) or with a KeyboardInterrupt that skips the cleanup.
+    The loop's SignalGuard replaces these handlers while it runs and restores them after."""
+
+    def __init__(self):
+        self._old = {}
+
+    def __enter__(self):
+        if threading_main():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    @staticmethod
+    def _handle(signum, frame):
+        raise TrainingInterrupted(signum, None)
 
     def __exit__(self, *exc):
         for sig, old in self._old.items():

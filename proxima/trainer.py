@@ -26,7 +26,7 @@ from .envs import BatchedEnv, EnvError, make_env
 from .normalize import ObsNormalizer, RewardScaler
 from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
 from .rollout import Rollout
-from .signals import SignalGuard, TrainingInterrupted
+from .signals import OutsideLoop, SignalGuard, TrainingInterrupted
 from .train_state import default_run_dir
 
 
@@ -402,9 +402,11 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
 
     dctx = distributed.context()
     session = RunSession()  # rank 0's lock on the run directory
-    trainer = None
+    trainer, resumed, out_dir = None, False, None
     try:
         try:
+            outside = OutsideLoop()  # a signal before or after the loop: TrainingInterrupted at once, handled below
+            outside.__enter__()
             state, config, run_dir, resumed, restart = dctx.from_main(
                 lambda: resolve_start(config, run_dir, resume, session, env_id, trust_run, overrides))
             from .sizing import check_fits, env_probe
@@ -425,8 +427,19 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
                 distributed.shutdown()
             if evaluate_at_end and trainer.dist.is_main:
                 finish_run(trainer, quiet)
-        except TrainingInterrupted:
-            raise
+        except TrainingInterrupted as e:
+            outside.__exit__()
+            if e.checkpoint is not None:  # the loop's own clean stop, after its checkpoint
+                raise
+            if out_dir is not None:  # training had finished: the end-of-run evaluation was cut short
+                last = getattr(trainer, "last_checkpoint", None)
+                raise TrainingInterrupted(e.signum, last, f"during the end-of-run evaluation; training is complete "
+                                          f"(checkpoint: {last}); `proxima eval {out_dir}` evaluates it") from None
+            if trainer is None or (trainer.iteration == 0 and not resumed):
+                session.discard_fresh()  # a new run stopped before it trained: nothing is kept, no half run
+                raise TrainingInterrupted(e.signum, None, "before training started; nothing was kept") from None
+            last = getattr(trainer, "last_checkpoint", None)
+            raise TrainingInterrupted(e.signum, last, f"outside an iteration; the run is as its last checkpoint left it ({last})") from None
         except Exception as e:
             problem = diagnose_failure(e, config, getattr(trainer, "_last_good", None))
             if trainer is None or trainer.iteration == 0:
@@ -436,6 +449,7 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
                 raise problem from None
             raise
         finally:
+            outside.__exit__()
             if trainer is not None:
                 trainer.close()
     finally:

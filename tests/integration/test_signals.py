@@ -154,3 +154,45 @@ def test_a_population_stops_on_sigterm_with_a_checkpoint_and_resume_continues_it
     assert f"resuming population {run_dir} (2 members) at step {first[-1]:,} per member" in err
     steps = csv_steps(member)
     assert steps[: len(first)] == first and steps == [BATCH * i for i in range(1, len(steps) + 1)]
+
+
+def _signal_after(monkeypatch, module, name, signum):
+    """Make ``module.name`` (a step of train() outside the loop) deliver ``signum`` to this process as it returns."""
+    real = getattr(module, name)
+
+    def then_signal(*args, **kwargs):
+        out = real(*args, **kwargs)
+        os.kill(os.getpid(), signum)
+        time.sleep(0.5)  # the handler runs at the next bytecode; never reached
+        return out
+
+    monkeypatch.setattr(module, name, then_signal)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_after_config_yaml_but_before_the_loop_leaves_no_half_run(tmp_path, capsys, monkeypatch, signum):
+    from proxima import train_state
+    from cli_helpers import run_main
+
+    _signal_after(monkeypatch, train_state, "open_run_dir", signum)  # config.yaml and meta.json are written
+    code, _, err = run_main(["train", "CartPole-v1", "--total-timesteps", "1024", "--run-dir", str(tmp_path / "R"),
+                             "--no-progress", "--threads", "1"], capsys)
+    assert code == 128 + signum
+    assert err.strip().splitlines()[-1] == f"proxima: stopped by {signal.Signals(signum).name}; before training started; nothing was kept"
+    assert not (tmp_path / "R").exists()  # no config.yaml, meta.json or lock left: a new train there just works
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL and signal.getsignal(signal.SIGINT) == signal.default_int_handler
+
+
+def test_a_signal_during_the_end_of_run_eval_says_training_is_complete(tmp_path, capsys, monkeypatch):
+    from proxima import evaluate
+    from cli_helpers import run_main
+
+    _signal_after(monkeypatch, evaluate, "first_episodes", signal.SIGTERM)
+    code, _, err = run_main(["train", "CartPole-v1", "--total-timesteps", "1024", "--run-dir", str(tmp_path / "R"),
+                             "--no-progress", "--threads", "1", "--eval-episodes", "2"], capsys)
+    last = ckpt.list_checkpoints(tmp_path / "R")[-1]
+    assert code == 143
+    assert err.strip().splitlines()[-1] == (f"proxima: stopped by SIGTERM; during the end-of-run evaluation; training is complete "
+                                            f"(checkpoint: {last}); `proxima eval {tmp_path / 'R'}` evaluates it")
+    assert last.name == "step_000000001024.pt" and not (tmp_path / "R" / ".proxima.lock").exists()
+    assert not (tmp_path / "R" / "eval.json").exists()
