@@ -142,9 +142,13 @@ def _dry_run(cfg) -> int:
     from .device import resolve_device
     from .sizing import check_fits, env_probe
 
+    from .trainer import check_device_flags
+
+    device = resolve_device(cfg.device)
+    check_device_flags(cfg, device)  # as train would: --cudagraphs / --amp fp16 without CUDA
     env = make_env(cfg.env_id, min(cfg.num_envs, 2), "cpu", cfg.backend, cfg.vector, seed=cfg.seed, env_kwargs=cfg.env_kwargs)
     env.close()
-    check_fits(cfg, resolve_device(cfg.device), env_probe(cfg))
+    check_fits(cfg, device, env_probe(cfg))
     print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
     return 0
 

@@ -40,7 +40,8 @@ def human_bytes(n: int) -> str:
 def describe(path: Union[str, Path], exc: OSError, what: str = "could not write") -> str:
     """``PATH: could not write (No space left on device; 0 B free there)``."""
     reason = exc.strerror or type(exc).__name__
-    free = free_bytes(path)
+    # free space only where it can be the reason (not for a missing folder or a permission)
+    free = free_bytes(path) if exc.errno in (errno.ENOSPC, errno.EDQUOT, None) else None
     room = f"; {human_bytes(free)} free there" if free is not None else ""
     hint = "; free some space (or choose another folder) and try again" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
     return f"{path}: {what} ({reason}{room}){hint}"

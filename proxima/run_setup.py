@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import checkpoint as ckpt
-from .config import ConfigError, PPOConfig, from_dict
+from .config import ConfigError, PPOConfig, batch_size, from_dict
 from .guards import NonFiniteError
 from .train_state import default_run_dir
 
@@ -73,7 +73,9 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
     if resume is None:
         if run_dir is None and config.run_dir is None:
             run_dir = unique_default(default_run_dir(config))
-        return None, config, Path(run_dir if run_dir is not None else config.run_dir), False, restart
+        run_dir = Path(run_dir if run_dir is not None else config.run_dir)
+        check_run_dir_path(run_dir)
+        return None, config, run_dir, False, restart
     src = ckpt.resolve_checkpoint(resume).resolve()  # a missing path fails here, before anything is locked
     target_dir = Path(resume).resolve() if Path(resume).is_dir() else ckpt.run_dir_of(src)
     treat_as_data(target_dir)  # never import env code from the run directory itself
@@ -88,6 +90,16 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
     src = Path(state["path"]).resolve()
     run_dir = src.parent.parent if src.parent.name == "checkpoints" else Path(run_dir or config.run_dir or src.parent)
     return state, config, run_dir, True, None
+
+
+def check_run_dir_path(run_dir: Path) -> None:
+    """ConfigError when ``run_dir`` cannot be a directory: it, or a folder above it, is a file."""
+    for path in (run_dir, *run_dir.parents):
+        if path.exists():
+            if not path.is_dir():
+                what = "exists and is not a directory" if path == run_dir else f"{path} is a file, not a folder"
+                raise ConfigError(f"--run-dir {run_dir}: {what}")
+            return
 
 
 def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict) -> PPOConfig:
@@ -110,10 +122,12 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict) -> PPOC
             continue
         setattr(cfg, name, value)
     step = int(state["global_step"])
-    if cfg.total_timesteps <= step:
+    # the run trains whole iterations: it is complete when no further one fits in total_timesteps
+    per_iteration = batch_size(cfg) * int(state.get("world_size", 1))
+    if cfg.total_timesteps < step + per_iteration:
         if "total_timesteps" in overrides:
-            raise ConfigError(f"--total-timesteps {cfg.total_timesteps}: the run is already at step {step:,}; "
-                              "give a larger total to extend it")
+            raise ConfigError(f"--total-timesteps {cfg.total_timesteps}: the run is already at step {step:,} and trains "
+                              f"whole iterations of {per_iteration:,} steps; give at least {step + per_iteration:,} to extend it")
         print(f"proxima: note: {state['path']}: the run is complete ({step:,} steps); "
               "--total-timesteps N (more steps) extends it", file=sys.stderr)
     elif cfg.stop_return is not None:

@@ -119,7 +119,10 @@ class RunLock:
                 self.run_dir.mkdir(parents=True, exist_ok=True)
                 tmp.write_text(json.dumps(me))
             except OSError as e:  # a full disk or a read-only folder, at the very start of a run
-                tmp.unlink(missing_ok=True)
+                try:
+                    tmp.unlink(missing_ok=True)
+                except OSError:  # its folder may not exist (or be a file): nothing to remove
+                    pass
                 raise write_error(self.path, e, "could not take the run's lock") from None
             try:
                 _link_exclusive(tmp, self.path)

@@ -161,7 +161,8 @@ def save(t: "Trainer") -> Optional[Path]:
 
 # ------------------------------------------------------------------------------------------------
 def open_run_dir(t: "Trainer", resumed: bool) -> None:
-    """Rank 0: create the run directory; a new run also gets config.yaml and meta.json.
+    """Rank 0: create the run directory; a new run also gets config.yaml and meta.json, a resumed
+    one's config.yaml is replaced (atomically) when a resume changed a field (--total-timesteps).
 
     A write that fails (disk full) raises StorageError naming the file and the free space; the
     trainer then removes the new run's directory (rundir.RunSession.discard_fresh)."""
@@ -172,13 +173,18 @@ def open_run_dir(t: "Trainer", resumed: bool) -> None:
     path = t.run_dir / "checkpoints"
     try:
         path.mkdir(parents=True, exist_ok=True)
-        if resumed:
-            return
         import yaml
 
         path = t.run_dir / "config.yaml"
+        text = yaml.safe_dump(t.cfg.to_dict(), sort_keys=False)
+        if resumed:  # the flags a resume may change (an extended --total-timesteps): config.yaml says what runs now
+            if not path.is_file() or path.read_text(errors="replace") != text:
+                tmp = path.with_name(path.name + ".tmp")
+                tmp.write_text(text)
+                tmp.replace(path)
+            return
         with open(path, "w") as f:
-            yaml.safe_dump(t.cfg.to_dict(), f, sort_keys=False)
+            f.write(text)
         meta = {"kind": "ppo", "command": t.argv if t.argv is not None else sys.argv,
                 "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(),
                 "device": str(t.device), "world_size": t.dist.world_size, "git_commit": git_commit(),

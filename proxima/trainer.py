@@ -56,9 +56,7 @@ class Trainer:
         self.device = self.dist.device_for(cfg.device)  # under torchrun: cuda:LOCAL_RANK or cpu
         if cfg.keep_host_memory and self.device.type == "cpu":  # process-wide, one-way (hostmem.py)
             hostmem.keep_freed_memory()
-        _check_cudagraphs(cfg, self.device, self.dist.world_size)
-        if cfg.amp == "fp16" and self.device.type != "cuda":
-            raise ConfigError("--amp fp16 needs a CUDA device (GradScaler); use --amp bf16 on CPU")
+        check_device_flags(cfg, self.device, self.dist.world_size)
         if self.device.type == "cuda":
             # CPU kernels used here are deterministic for a fixed thread count already (the resume and
             # seed tests check it bit for bit); the switch itself costs seconds of imports (torch._inductor)
@@ -326,6 +324,14 @@ class ReturnTarget:
         return mean if mean >= self.target else None
 
 
+def check_device_flags(cfg: PPOConfig, device: torch.device, world_size: int = 1) -> None:
+    """The flags that need a CUDA device (--cudagraphs, --amp fp16) against ``device``: one line each
+    (the Trainer, and ``train --dry-run``)."""
+    _check_cudagraphs(cfg, device, world_size)
+    if cfg.amp == "fp16" and device.type != "cuda":
+        raise ConfigError("--amp fp16 needs a CUDA device (GradScaler); use --amp bf16 on CPU")
+
+
 def _check_cudagraphs(cfg: PPOConfig, device: torch.device, world_size: int) -> None:
     """--cudagraphs and what it cannot be combined with: one line each, naming the flag."""
     if not cfg.cudagraphs:
@@ -413,6 +419,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
 
             validate(config, dctx.world_size)
             check_fits(config, dctx.device_for(config.device), env_probe(config))  # before anything is allocated
+            if not resumed and not quiet and dctx.is_main and "total_timesteps" in (overrides or {}):
+                _note_whole_iterations(config, dctx.world_size)
             trainer = Trainer(config, run_dir=run_dir, resume_state=state, argv=argv, quiet=quiet)
             if not resumed:  # the env built: now take the directory (nothing is written before this)
                 dctx.from_main(lambda: session.claim_fresh(trainer.run_dir, overwrite, restart))
@@ -455,6 +463,16 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     finally:
         session.release()
     return out_dir, trainer.agent
+
+
+def _note_whole_iterations(cfg: PPOConfig, world_size: int) -> None:
+    """A note on stderr when a typed --total-timesteps is not a whole number of iterations: what trains."""
+    per = batch_size(cfg) * world_size
+    if cfg.total_timesteps % per:
+        steps = num_iterations(cfg, world_size) * per
+        print(f"proxima: note: --total-timesteps {cfg.total_timesteps:,} is not a multiple of the batch ({per:,} steps = "
+              f"num_envs x num_steps{' x processes' if world_size > 1 else ''}): training {steps:,} steps "
+              f"({steps // per:,} iterations)", file=sys.stderr)
 
 
 def finish_run(trainer: Trainer, quiet: bool) -> None:

@@ -14,6 +14,7 @@ import pytest
 import torch
 import yaml
 
+from proxima import checkpoint as ckpt
 from proxima import cli
 from proxima.config import FIELDS
 from proxima.logger import CSV_COLUMNS
@@ -266,3 +267,50 @@ def test_output_into_a_closed_pipe_is_quiet():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141, err
     assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+@pytest.mark.parametrize("run_dir, needle", [("afile", "--run-dir afile: exists and is not a directory"),
+                                             ("afile/sub", "--run-dir afile/sub: afile is a file, not a folder")])
+def test_a_run_dir_that_is_or_sits_under_a_file_is_one_line(run_dir, needle, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("notes")
+    code, _, err = run_main(["train", "CartPole-v1", "--run-dir", run_dir, "--no-progress"], capsys)
+    assert_one_line_error(code, err, needle)
+    assert [p.name for p in tmp_path.iterdir()] == ["afile"] and (tmp_path / "afile").read_text() == "notes"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (a folder nothing can be created in)")
+def test_a_run_dir_that_cannot_be_created_names_the_reason_not_free_space(capsys):
+    code, _, err = run_main(["train", "CartPole-v1", "--run-dir", "/proc/proxima-nope", "--no-progress"], capsys)
+    assert_one_line_error(code, err, "/proc/proxima-nope/.proxima.lock: could not take the run's lock (No such file or directory)")
+    assert "free there" not in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusals")
+@pytest.mark.parametrize("flags, needle", [(["--cudagraphs"], "--cudagraphs needs a CUDA device"),
+                                           (["--amp", "fp16"], "--amp fp16 needs a CUDA device")])
+def test_dry_run_refuses_what_train_refuses_on_this_device(flags, needle, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(["train", "CartPole-v1", "--dry-run", *flags], capsys)
+    assert_one_line_error(code, err, needle)
+    assert out == "" and list(tmp_path.iterdir()) == []
+
+
+def test_whole_iterations_a_note_then_resume_extends_only_by_whole_ones(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    small = ["--num-envs", "4", "--num-steps", "16", "--no-progress", "--eval-episodes", "0", "--threads", "1"]
+    code, _, err = run_main(["train", "CartPole-v1", "--run-dir", "R", "--total-timesteps", "150", *small], capsys)
+    assert code == 0, err
+    assert "proxima: note: --total-timesteps 150 is not a multiple of the batch (64 steps = num_envs x num_steps): " \
+           "training 128 steps (2 iterations)" in err
+    code, _, err = run_main(["resume", "R", "--total-timesteps", "191"], capsys)  # 191 < 128 + 64: no iteration fits
+    assert_one_line_error(code, err, "--total-timesteps 191: the run is already at step 128 and trains whole iterations "
+                          "of 64 steps; give at least 192 to extend it")
+    code, _, err = run_main(["resume", "R"], capsys)
+    assert code == 0 and "the run is complete (128 steps)" in err
+    code, _, err = run_main(["resume", "R", "--total-timesteps", "192"], capsys)
+    assert code == 0, err
+    assert ckpt.list_checkpoints(tmp_path / "R")[-1].name.endswith("192.pt")
+    assert yaml.safe_load((tmp_path / "R" / "config.yaml").read_text())["total_timesteps"] == 192  # says what ran
