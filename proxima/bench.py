@@ -109,7 +109,7 @@ def bench_config(args, backend: str, num_envs: int):
     cfg.backend, cfg.num_envs, cfg.device, cfg.threads = backend, num_envs, args.device, args.threads
     if args.vector:
         cfg.vector = args.vector
-    if args.num_steps:
+    if args.num_steps is not None:  # 0 reaches validate (the Trainer) and is refused there, not ignored
         cfg.num_steps = args.num_steps
     cfg.progress, cfg.checkpoint_every, cfg.eval_episodes = False, 0, 0
     cfg.compile = bool(args.compile)
@@ -125,7 +125,13 @@ def bench_line(args, backend: str, num_envs: int) -> tuple:
     from . import ppo
     from .trainer import Trainer
 
+    from .config import validate
+    from .device import resolve_device
+    from .sizing import check_fits, env_probe
+
     cfg = bench_config(args, backend, num_envs)
+    validate(cfg)
+    check_fits(cfg, resolve_device(cfg.device), env_probe(cfg))  # before any buffer is allocated, as train does
     trainer = Trainer(cfg, quiet=True)
     line = Line(backend, num_envs)
     try:
@@ -248,7 +254,7 @@ def command_line(args) -> str:
             "--seconds", f"{args.seconds:g}", "--max-gym-envs", str(args.max_gym_envs)]
     if args.preset:
         argv += ["--preset", args.preset]
-    if args.num_steps:
+    if args.num_steps is not None:
         argv += ["--num-steps", str(args.num_steps)]
     if args.compile:
         argv.append("--compile")
@@ -406,7 +412,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vector", default=None, choices=("sync", "async"),
                    help="Gymnasium vectorization for the gymnasium backend (default: the preset's, else sync)")
     p.add_argument("--preset", default=None, help="the env's preset to take the training settings from (default: its 'default')")
-    p.add_argument("--num-steps", type=int, default=0, metavar="T", help="override the preset's steps per env per rollout")
+    p.add_argument("--num-steps", type=int, default=None, metavar="T", help="override the preset's steps per env per rollout")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement; the table shows median and min-max (default 3)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads, as train's --threads: with 2, actor and critic side by side for a discrete-action agent at 2,048+ rows (default 1)")
     p.add_argument("--seconds", type=float, default=1.0, help="target time of one timed repeat (default 1.0)")

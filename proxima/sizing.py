@@ -53,6 +53,18 @@ def estimate_bytes(cfg: PPOConfig, obs_size: int, act_size: int, native: bool) -
     return cfg.num_steps * cfg.num_envs * per_sample + cfg.num_envs * per_env
 
 
+def network_bytes(cfg: PPOConfig, obs_size: int, act_size: int) -> int:
+    """Lower bound of the actor's and critic's memory (bytes): float32 weights, their gradients and
+    Adam's two moments (4 copies), plus one minibatch's hidden activations in both MLPs."""
+    sizes = list(cfg.hidden_sizes)
+    params = 0
+    for out in (act_size, 1):  # the actor's head, then the critic's
+        layers = [obs_size, *sizes, out]
+        params += sum(a * b + b for a, b in zip(layers[:-1], layers[1:]))
+    minibatch = cfg.num_envs * cfg.num_steps // max(cfg.num_minibatches, 1)
+    return 4 * 4 * params + 2 * minibatch * sum(sizes) * 4
+
+
 def check_fits(cfg: PPOConfig, device: torch.device, probe=None) -> None:
     """Raise ConfigError when the run surely does not fit in the free memory of ``device``.
 
@@ -62,14 +74,21 @@ def check_fits(cfg: PPOConfig, device: torch.device, probe=None) -> None:
     free = free_memory(device)
     if free is None:
         return
-    smallest = estimate_bytes(cfg, 1, 1, native=True)
+    smallest = estimate_bytes(cfg, 1, 1, native=True) + network_bytes(cfg, 1, 1)
     if smallest < QUICK_FRACTION * free:
         return
     obs_size, act_size, native = probe() if probe is not None else (1, 1, True)
-    need = estimate_bytes(cfg, obs_size, act_size, native)
-    if need > free:
-        raise ConfigError(f"--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}: needs ~{human_bytes(need)} on {device}, "
-                          f"{human_bytes(free)} free; lower --num-envs or --num-steps")
+    buffers, nets = estimate_bytes(cfg, obs_size, act_size, native), network_bytes(cfg, obs_size, act_size)
+    if buffers + nets <= free:
+        return
+    if nets >= buffers:  # the networks are what does not fit: name their flag
+        raise ConfigError(f"--hidden-sizes {','.join(map(str, cfg.hidden_sizes))}: the actor and critic need ~{human_bytes(nets)} "
+                          f"on {device} (weights, gradients, Adam state, activations), {human_bytes(free)} free; lower --hidden-sizes")
+    # the critic's activations over the whole batch grow with the layer widths too
+    wide = cfg.num_steps * cfg.num_envs * sum(cfg.hidden_sizes) * 4 >= buffers / 2
+    lower = "--num-envs, --num-steps or --hidden-sizes" if wide else "--num-envs or --num-steps"
+    raise ConfigError(f"--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}: needs ~{human_bytes(buffers + nets)} on {device}, "
+                      f"{human_bytes(free)} free; lower {lower}")
 
 
 def env_probe(cfg: PPOConfig):

@@ -165,6 +165,9 @@ BAD_TRAIN = {
     # refused by the size estimate before any env or buffer is allocated (68.8 TB for CartPole)
     "a billion envs": (TRAIN + ["--num-envs", "1000000000", "--total-timesteps", str(10**12)],
                        ["--num-envs 1000000000 x --num-steps 128: needs ~", " TB on cpu, ", " free; lower --num-envs"]),
+    # 2 x 10^10 weights: their memory (with gradients and Adam's) is refused before torch tries to allocate it
+    "huge network": (TRAIN + ["--hidden-sizes", "100000,100000", "--total-timesteps", "2048"],
+                     ["--hidden-sizes 100000,100000: the actor and critic need ~", " GB on cpu", "lower --hidden-sizes"]),
 }
 
 
@@ -314,3 +317,11 @@ def test_whole_iterations_a_note_then_resume_extends_only_by_whole_ones(tmp_path
     assert code == 0, err
     assert ckpt.list_checkpoints(tmp_path / "R")[-1].name.endswith("192.pt")
     assert yaml.safe_load((tmp_path / "R" / "config.yaml").read_text())["total_timesteps"] == 192  # says what ran
+
+
+@pytest.mark.parametrize("flags, needle", [(["--num-envs", "1000000000"], "--num-envs 1000000000 x --num-steps 128: needs ~"),
+                                           (["--num-envs", "4", "--num-steps", "0"], "--num-steps 0: must be at least 1")])
+def test_bench_refuses_what_train_refuses_before_allocating(flags, needle, capsys):
+    code, _, err = run_main(["bench", "CartPole-v1", "--backend", "native", "--repeats", "1", "--seconds", "0.1", *flags], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and "Traceback" not in err and needle in lines[-1], err
