@@ -176,16 +176,140 @@ def space_to_dict(space: gym.spaces.Space) -> dict:
     raise CheckpointError(f"cannot record space {space}")
 
 
-def space_from_dict(d: dict) -> gym.spaces.Space:
-    """The space of :func:`space_to_dict` (checkpoints from before ``start`` was recorded: start 0)."""
-    if d["type"] == "Discrete":
-        return gym.spaces.Discrete(d["n"], start=d.get("start", 0))
-    if d["type"] == "MultiDiscrete":
-        nvec = np.asarray(d["nvec"], dtype=np.int64)
-        return gym.spaces.MultiDiscrete(nvec, start=np.asarray(d.get("start", np.zeros_like(nvec)), dtype=np.int64))
-    if d["type"] == "Dict":
-        return gym.spaces.Dict({k: space_from_dict(v) for k, v in d["spaces"]})
-    return gym.spaces.Box(d["low"].numpy().astype(d["dtype"]), d["high"].numpy().astype(d["dtype"]), tuple(d["shape"]), np.dtype(d["dtype"]))
+def space_from_dict(d, where: str = "space") -> gym.spaces.Space:
+    """The space of :func:`space_to_dict` (checkpoints from before ``start`` was recorded: start 0).
+
+    A checkpoint is data a user or another program may have edited, so anything space_to_dict does
+    not write is a CheckpointError ``<where>: not a recorded space (<why>)``, never a TypeError
+    from deep inside gymnasium (``where`` names the file and the field: ``RUN/.../step_*.pt:
+    spaces.action``).
+    """
+    if not isinstance(d, dict):
+        raise _not_a_space(where, f"{_describe(d)}, not a mapping")
+    kind = d.get("type")
+    build = _SPACE_READERS.get(kind) if isinstance(kind, str) else None
+    if build is None:
+        raise _not_a_space(where, "no 'type'" if kind is None else f"unknown type {kind!r}")
+    try:
+        return build(d, where)
+    except (AssertionError, ValueError, TypeError) as e:  # gymnasium's own checks (e.g. low above high)
+        raise _not_a_space(where, _one_line(e, 100) or type(e).__name__) from None
+
+
+def _not_a_space(where: str, why: str) -> CheckpointError:
+    return CheckpointError(f"{where}: not a recorded space ({why})")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _int_field(d: dict, key: str, where: str, minimum: Optional[int] = None, default: Optional[int] = None) -> int:
+    """d[key] as an int (``default`` when absent and one is given), checked against ``minimum``."""
+    value = d.get(key, default)
+    if not _is_int(value) or (minimum is not None and value < minimum):
+        wanted = "an integer" + (f" >= {minimum}" if minimum is not None else "")
+        raise _not_a_space(where, f"'{key}' is {value!r}, not {wanted}" if key in d else f"missing '{key}'")
+    return value
+
+
+def _int_array(d: dict, key: str, where: str, minimum: Optional[int] = None, default=None) -> np.ndarray:
+    """d[key], a (nested) list of ints as written by ``ndarray.tolist()``, as an int64 array."""
+    value = d.get(key, default)
+    if key not in d and default is None:
+        raise _not_a_space(where, f"missing '{key}'")
+    arr = np.asarray(value) if isinstance(value, (list, tuple, np.ndarray)) else None
+    if arr is None or arr.size == 0 or arr.dtype.kind not in "iu" or (minimum is not None and (arr < minimum).any()):
+        wanted = "a list of integers" + (f" >= {minimum}" if minimum is not None else "")
+        raise _not_a_space(where, f"'{key}' is {_one_line(repr(value), 60)}, not {wanted}")
+    return arr.astype(np.int64)
+
+
+def _discrete_from_dict(d: dict, where: str) -> gym.spaces.Space:
+    return gym.spaces.Discrete(_int_field(d, "n", where, minimum=1), start=_int_field(d, "start", where, default=0))
+
+
+def _multidiscrete_from_dict(d: dict, where: str) -> gym.spaces.Space:
+    nvec = _int_array(d, "nvec", where, minimum=1)
+    start = _int_array(d, "start", where, default=np.zeros_like(nvec))
+    if start.shape != nvec.shape:
+        raise _not_a_space(where, f"'start' has shape {start.shape}, 'nvec' {nvec.shape}")
+    return gym.spaces.MultiDiscrete(nvec, start=start)
+
+
+def _box_from_dict(d: dict, where: str) -> gym.spaces.Space:
+    shape = d.get("shape")
+    if not isinstance(shape, (list, tuple)) or not all(_is_int(n) and n >= 0 for n in shape):
+        raise _not_a_space(where, f"'shape' is {_one_line(repr(shape), 60)}, not a list of sizes")
+    try:
+        dtype = np.dtype(d.get("dtype"))
+    except TypeError:
+        dtype = None
+    if not isinstance(d.get("dtype"), str) or dtype is None or dtype.kind not in "biuf":
+        raise _not_a_space(where, f"'dtype' is {_one_line(repr(d.get('dtype')), 60)}, not a numeric dtype name")
+    bounds = []
+    for key in ("low", "high"):  # space_to_dict writes both as float64 tensors of the full shape
+        value = d.get(key)
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(shape) or value.is_complex():
+            raise _not_a_space(where, f"'{key}' is not a tensor of shape {tuple(shape)}")
+        bounds.append(value.detach().cpu().numpy().astype(dtype))
+    return gym.spaces.Box(bounds[0], bounds[1], tuple(shape), dtype)
+
+
+def _dict_from_dict(d: dict, where: str) -> gym.spaces.Space:
+    pairs = d.get("spaces")
+    if not isinstance(pairs, (list, tuple)) or not all(isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str)
+                                                       for p in pairs):
+        raise _not_a_space(where, "'spaces' is not a list of [key, space] pairs")
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) < len(keys):  # a dict would silently keep the last one
+        raise _not_a_space(where, "a key is recorded twice")
+    return gym.spaces.Dict({k: space_from_dict(v, f"{where}.{k}") for k, v in pairs})
+
+
+#: type name -> reader of its space_to_dict form; anything else is not a recorded space
+_SPACE_READERS = {"Discrete": _discrete_from_dict, "MultiDiscrete": _multidiscrete_from_dict, "Box": _box_from_dict,
+                  "Dict": _dict_from_dict}
+
+
+def describe_space(space) -> str:
+    """A space in one short line: Box bounds elided (they are not why a policy fits an env or not),
+    ``Box(..., (4,), float32)``, ``Discrete(2)``, ``MultiDiscrete([3, 3])``, ``Dict('a': ..., ...)``."""
+    if isinstance(space, gym.spaces.Box):
+        return f"Box(..., {tuple(space.shape)}, {np.dtype(space.dtype)})"
+    if isinstance(space, gym.spaces.Discrete):
+        return f"Discrete({int(space.n)}" + (f", start={int(space.start)})" if int(space.start) else ")")
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return f"MultiDiscrete({np.asarray(space.nvec).tolist()})"
+    if isinstance(space, gym.spaces.Dict):
+        return "Dict(" + ", ".join(f"{k!r}: {describe_space(v)}" for k, v in space.spaces.items()) + ")"
+    return _one_line(space, 120)
+
+
+def _obs_signature(space) -> Optional[tuple]:
+    """What the agent depends on in an observation space: the layout of the tensor it reads (each
+    key's shape and image layout, uint8 or float). Bounds and float32 vs float64 do not change it."""
+    from .envs import EnvError
+    from .envs.spaces import obs_layout
+
+    try:
+        layout = obs_layout(space)
+    except EnvError:  # a space the agent could not read at all: differs from any recorded one
+        return None
+    return layout.is_dict, layout.dtype, tuple((p.key, p.shape, p.layout) for p in layout.parts)
+
+
+def _action_signature(space) -> tuple:
+    """What the agent's outputs depend on in an action space: its kind and n / nvec / shape (not the
+    bounds of a Box, which the env clips to, nor a Discrete's start, which the env adds)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return "Discrete", int(space.n)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        nvec = np.asarray(space.nvec)
+        return "MultiDiscrete", nvec.shape, tuple(nvec.reshape(-1).tolist())
+    if isinstance(space, gym.spaces.Box):
+        return "Box", tuple(space.shape)
+    return type(space).__name__, str(space)
 
 
 # ------------------------------------------------------------------------------------ reading
@@ -284,7 +408,8 @@ def load_checkpoint(path: Union[str, Path], map_location="cpu") -> dict:
 
     Every failure is a CheckpointError with one line naming the file and the problem: missing,
     empty, truncated, corrupted (zip CRC mismatch), unsafe (a pickle that would run code: refused by
-    ``torch.load(weights_only=True)``), foreign (not written by Proxima), newer schema, incomplete.
+    ``torch.load(weights_only=True)``), foreign (not written by Proxima), newer schema, incomplete,
+    or holding entries of the wrong kind (check_policy_state: an edited config, spaces or weights).
     """
     path = resolve_checkpoint(path)
     try:
@@ -320,6 +445,8 @@ def load_checkpoint(path: Union[str, Path], map_location="cpu") -> dict:
         if key not in state:
             raise CheckpointError(f"{path}: incomplete checkpoint (missing '{key}')")
     state["path"] = str(path)
+    if state.get("kind") != "ppo-population":  # an edited config/spaces/weights entry: one line here, not a TypeError later
+        check_policy_state(state)
     return state
 
 
@@ -337,6 +464,22 @@ class Policy:
         self.env_trusted = env_trusted
         self.observation_space, self.action_space = observation_space, action_space
         self.device, self.path = torch.device(device), path
+
+    def check_env_spaces(self, env) -> None:
+        """CheckpointError, one line naming the checkpoint, the spaces it was trained on and the env's,
+        when ``env`` (a BatchedEnv, a gymnasium vector env or a single env) has another observation
+        layout or action kind / count than this policy was trained on: an agent fed another env's
+        tensors fails deep in a matrix product, or silently acts on the wrong actions. Different
+        Box bounds of the same shape are accepted (the agent does not depend on them)."""
+        if self.observation_space is None or self.action_space is None:  # a policy built without spaces
+            return
+        env_obs, env_act = _single_space(env, "observation"), _single_space(env, "action")
+        if (_obs_signature(env_obs) == _obs_signature(self.observation_space)
+                and _action_signature(env_act) == _action_signature(self.action_space)):
+            return
+        raise CheckpointError(f"{self.path or 'policy'}: trained on observations {describe_space(self.observation_space)} "
+                              f"and actions {describe_space(self.action_space)}; env '{self.env_id}' has "
+                              f"{describe_space(env_obs)} and {describe_space(env_act)}")
 
     @torch.no_grad()
     def act(self, obs, deterministic: bool = True):
@@ -396,18 +539,79 @@ class Policy:
         return action
 
 
+#: config fields a policy is rebuilt and evaluated from: name -> (check, what it must be); others are not read
+_POLICY_FIELDS = {
+    "env_id": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
+    "seed": (_is_int, "an integer"),
+    "hidden_sizes": (lambda v: isinstance(v, (list, tuple)) and all(_is_int(h) and h >= 1 for h in v), "a list of positive widths"),
+    "activation": (lambda v: v in ("tanh", "relu"), "tanh or relu"),
+}
+#: fields older checkpoints may lack (encoder: flat-Box MLP agents) and those read only when present
+_OPTIONAL_FIELDS = {
+    "encoder": (lambda v: v in ("auto", "cnn", "mlp"), "auto, cnn or mlp"),
+    "clip_obs": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "a positive number"),
+    "env_kwargs": (lambda v: v is None or isinstance(v, dict), "a mapping"),
+    "backend": (lambda v: isinstance(v, str), "a string"),
+}
+
+
+def check_policy_state(state: dict) -> dict:
+    """The parts of a loaded checkpoint a policy is built from, checked; CheckpointError naming the file
+    and the field otherwise (``config is not a mapping``, ``spaces.action: not a recorded space (...)``):
+    load_checkpoint checks the keys are there, this checks what they hold. Returns the config."""
+    path = state.get("path", "checkpoint")
+    cfg = state["config"]
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{path}: config is not a mapping ({_describe(cfg)})")
+    for name, (ok, wanted) in _POLICY_FIELDS.items():
+        if name not in cfg:
+            raise CheckpointError(f"{path}: config has no '{name}'")
+        if not ok(cfg[name]):
+            raise CheckpointError(f"{path}: config.{name} is {_one_line(repr(cfg[name]), 60)}, not {wanted}")
+    for name, (ok, wanted) in _OPTIONAL_FIELDS.items():
+        if name in cfg and not ok(cfg[name]):
+            raise CheckpointError(f"{path}: config.{name} is {_one_line(repr(cfg[name]), 60)}, not {wanted}")
+    if state.get("obs_normalizer") is not None and "clip_obs" not in cfg:
+        raise CheckpointError(f"{path}: config has no 'clip_obs' (the observation normalizer needs it)")
+    spaces = state["spaces"]
+    if not isinstance(spaces, dict):
+        raise CheckpointError(f"{path}: spaces is not a mapping ({_describe(spaces)})")
+    for key in ("observation", "action"):
+        if key not in spaces:
+            raise CheckpointError(f"{path}: spaces has no '{key}'")
+    for key in ("agent", "obs_normalizer"):  # weights: a dict of tensors (no normalizer: None)
+        if not isinstance(state.get(key), dict) and not (key == "obs_normalizer" and state.get(key) is None):
+            raise CheckpointError(f"{path}: {key} is not a mapping of weights ({_describe(state.get(key))})")
+    return cfg
+
+
+def _single_space(env, kind: str):
+    """One env's observation or action space of a batched env (``single_*``), else the env's own."""
+    single = getattr(env, f"single_{kind}_space", None)
+    return single if single is not None else getattr(env, f"{kind}_space")
+
+
 def build_agent(state: dict, device="cpu"):
-    """Rebuild (agent, obs_normalizer, observation_space, action_space) from a loaded checkpoint."""
+    """Rebuild (agent, obs_normalizer, observation_space, action_space) from a loaded checkpoint.
+
+    Every way the file's data can fail to describe an agent is a CheckpointError naming the file
+    (check_policy_state, space_from_dict, and weights that do not fit the recorded config)."""
     from .agent import Agent
+    from .config import ConfigError
+    from .envs import EnvError
     from .normalize import ObsNormalizer
 
-    cfg = state["config"]
-    obs_space = space_from_dict(state["spaces"]["observation"])
-    act_space = space_from_dict(state["spaces"]["action"])
+    path = state.get("path", "checkpoint")
+    cfg = check_policy_state(state)
+    obs_space = space_from_dict(state["spaces"]["observation"], f"{path}: spaces.observation")
+    act_space = space_from_dict(state["spaces"]["action"], f"{path}: spaces.action")
     from .envs.spaces import obs_layout
 
-    # checkpoints from before the encoder field hold flat-Box MLP agents
-    agent = Agent(obs_space, act_space, cfg["hidden_sizes"], cfg["activation"], cfg.get("encoder", "mlp")).to(device)
+    try:  # a recorded space or encoder the agent cannot use (an edited file): EnvError/ConfigError/ValueError
+        # checkpoints from before the encoder field hold flat-Box MLP agents
+        agent = Agent(obs_space, act_space, cfg["hidden_sizes"], cfg["activation"], cfg.get("encoder", "mlp")).to(device)
+    except (EnvError, ConfigError, ValueError) as e:
+        raise CheckpointError(f"{path}: the recorded spaces and config do not describe an agent ({_one_line(e, 160)})") from None
     try:
         agent.load_state_dict(state["agent"])
         obs_norm = None
@@ -415,7 +619,7 @@ def build_agent(state: dict, device="cpu"):
             obs_norm = ObsNormalizer(obs_layout(obs_space).shape, clip=cfg["clip_obs"]).to(device)
             obs_norm.load_state_dict(state["obs_normalizer"])
     except (RuntimeError, KeyError) as e:
-        raise CheckpointError(f"{state.get('path', 'checkpoint')}: weights do not match the recorded config ({str(e).splitlines()[0][:160]})") from None
+        raise CheckpointError(f"{path}: weights do not match the recorded config ({str(e).splitlines()[0][:160]})") from None
     return agent, obs_norm, obs_space, act_space
 
 

@@ -31,6 +31,7 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: int =
     env = make_env(policy.env_id, episodes, device=policy.device, backend=backend, seed=seed,
                    render_mode="rgb_array" if video else None, training=False, env_kwargs=policy.config.get("env_kwargs"))
     try:
+        policy.check_env_spaces(env)  # a checkpoint evaluated on an env with other spaces: one line, not a shape error
         obs = env.reset(seed=seed)
         if video is not None and env.render(0) is None:
             from .video import VideoError

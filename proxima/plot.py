@@ -75,8 +75,7 @@ def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
     CSV holds no rows yet.
     """
     path = check_run_dir(run_dir) / "metrics.csv"
-    with open(path, newline="") as f:
-        rows = [r for r in csv.reader(f) if r]
+    rows = _read_csv_rows(path)
     if not rows:
         raise PlotError(f"{path}: empty (no header; was the run started?)")
     header, body = rows[0], rows[1:]
@@ -86,6 +85,22 @@ def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
     for j, name in enumerate(header):
         columns[name] = np.array([_to_float(r[j]) if j < len(r) else math.nan for r in body], dtype=np.float64)
     return columns
+
+
+def _read_csv_rows(path: Path) -> list[list[str]]:
+    """The non-empty rows of a CSV file; PlotError naming the file when it cannot be read as CSV text
+    (bytes that are not UTF-8, a NUL byte, an unreadable file): like an empty metrics.csv, it is
+    one line for one run and a skipped run with a note among several (usable_runs)."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return [r for r in csv.reader(f) if r]
+    except UnicodeDecodeError as e:
+        raise PlotError(f"{path}: not a metrics.csv written by Proxima (not UTF-8 text: byte 0x{e.object[e.start]:02x} "
+                        f"at offset {e.start})") from None
+    except csv.Error as e:
+        raise PlotError(f"{path}: not a metrics.csv written by Proxima (not CSV: {e})") from None
+    except OSError as e:
+        raise PlotError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
 def _to_float(cell: str) -> float:
@@ -102,8 +117,8 @@ def run_env_id(run_dir: PathLike) -> str:
         import yaml
 
         try:
-            cfg = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError:
+            cfg = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (yaml.YAMLError, OSError, UnicodeDecodeError):  # unreadable like invalid YAML: env 'unknown'
             cfg = {}
         if isinstance(cfg, dict):
             for key in ("env_id", "model", "policy_model"):
@@ -210,8 +225,8 @@ def run_config(run_dir: PathLike) -> dict:
     import yaml
 
     try:
-        cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError):
+        cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return {}
     return cfg if isinstance(cfg, dict) else {}
 

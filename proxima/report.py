@@ -8,8 +8,9 @@ training; without it the latest checkpoint is evaluated now for ``--episodes N``
 saved), the resolved config (``config.yaml``) and the versions and machine (``meta.json``).
 
 Several runs get one column each; runs of one env share a mean + spread curve. Errors a user can
-act on (missing or foreign run directory, empty metrics) are one line, exit status 2, and leave
-no file behind.
+act on (missing or foreign run directory, empty metrics, a run file that is not UTF-8, an eval.json
+field that is not a number, a meta.json section that is not a mapping) are one line naming the file,
+exit status 2, and leave no file behind.
 """
 
 from __future__ import annotations
@@ -37,13 +38,23 @@ MISSING = "\u2014"  # em dash for "not recorded"
 
 
 # ------------------------------------------------------------------------------------ one run
+def _read_text(path: Path) -> str:
+    """A run file's text; ReportError naming it when it is not UTF-8 text or cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ReportError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
+    except OSError as e:
+        raise ReportError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
 def _read_yaml(path: Path) -> dict:
     import yaml
 
     if not path.is_file():
         return {}
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(_read_text(path))
     except yaml.YAMLError as e:
         raise ReportError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     return data if isinstance(data, dict) else {}
@@ -53,10 +64,44 @@ def _read_json(path: Path) -> dict:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(_read_text(path))
     except json.JSONDecodeError as e:
         raise ReportError(f"{path}: not valid JSON ({e})") from None
     return data if isinstance(data, dict) else {}
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+#: eval.json fields the report formats as numbers: name -> (check, what it must be); a field may be absent
+EVAL_FIELDS = {
+    "mean_return": (_is_number, "a number"),
+    "std_return": (_is_number, "a number"),
+    "episodes": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a count of episodes"),
+    "returns": (lambda v: isinstance(v, list) and all(map(_is_number, v)), "a list of numbers"),
+    "lengths": (lambda v: isinstance(v, list) and all(map(_is_number, v)), "a list of numbers"),
+}
+
+
+def _check_eval(path: Path, saved: dict) -> dict:
+    """eval.json as read, or ReportError naming the file and the field that the report cannot format
+    (``eval.json: mean_return is not a number ('abc')``): a file edited by hand or by another program
+    fails like one that is not valid JSON, one line and no report, rather than a report that is wrong."""
+    for name, (ok, wanted) in EVAL_FIELDS.items():
+        if saved.get(name) is not None and not ok(saved[name]):
+            shown = repr(saved[name])
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            raise ReportError(f"{path}: {name} is not {wanted} ({shown})")
+    return saved
+
+
+def _check_meta(path: Path, meta: dict) -> dict:
+    """meta.json as read, or ReportError naming the file when a section the report lists is not a mapping."""
+    for name in ("versions", "machine"):
+        if meta.get(name) is not None and not isinstance(meta[name], dict):
+            raise ReportError(f"{path}: {name} is not a mapping (a {type(meta[name]).__name__})")
+    return meta
 
 
 def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> dict:
@@ -98,7 +143,7 @@ def final_eval(run_dir: Path, config: dict, meta: dict, episodes: int, device: s
     Returns the evaluation result (proxima.evaluate.evaluate's dict) with ``source`` added, or
     ``{"error": "..."}`` when there is none to give (no checkpoint, RLHF run, --episodes 0).
     """
-    saved = _read_json(run_dir / "eval.json")
+    saved = _check_eval(run_dir / "eval.json", _read_json(run_dir / "eval.json"))
     if saved.get("mean_return") is not None:
         return {**saved, "source": "eval.json (end of training)"}
     if meta.get("kind") == "rlhf":
@@ -303,7 +348,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
         names = [str(d) for d in dirs]
     runs = []
     for d, name, m in zip(dirs, names, metrics):
-        config, meta = _read_yaml(d / "config.yaml"), _read_json(d / "meta.json")
+        config, meta = _read_yaml(d / "config.yaml"), _check_meta(d / "meta.json", _read_json(d / "meta.json"))
         ev = final_eval(d, config, meta, episodes, device)
         if not quiet and "error" not in ev and not ev["source"].startswith("eval.json"):
             print(f"evaluated {d}: {_eval_line(ev)}", file=sys.stderr)
