@@ -153,6 +153,17 @@ def _dry_run(cfg) -> int:
     return 0
 
 
+def _run_kind(meta: Path) -> Optional[str]:
+    """meta.json's "kind" (the run directory is data: any content, or none, gives a line, not a traceback)."""
+    try:
+        data = json.loads(meta.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{meta}: not readable JSON ({type(e).__name__}); the run directory's meta.json was damaged or edited") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{meta}: expected a JSON object, got {type(data).__name__}; the run directory's meta.json was damaged or edited")
+    return data.get("kind")
+
+
 def cmd_resume(args) -> int:
     from .trainer import TrainingInterrupted, train
 
@@ -160,7 +171,7 @@ def cmd_resume(args) -> int:
     path = Path(args.path)
     meta = path / "meta.json"
     try:
-        if meta.is_file() and json.loads(meta.read_text()).get("kind") == "rlhf":
+        if meta.is_file() and _run_kind(meta) == "rlhf":
             from .rlhf import resume as rlhf_resume
 
             return rlhf_resume(path, steps=args.steps)

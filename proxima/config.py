@@ -111,10 +111,12 @@ def load_config_file(path: str) -> dict:
     import yaml
 
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             values = yaml.safe_load(f)
     except OSError as e:
         raise ConfigError(f"--config {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"--config {path}: not UTF-8 text (byte {e.start}); save it as UTF-8 YAML") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if values is None:
@@ -143,8 +145,8 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
         if name in OPTIONAL_NUMBERS or name == "run_dir":
             if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "")):
                 return None
-            if isinstance(value, bool):
-                raise ValueError
+            if isinstance(value, bool) or (name == "run_dir" and not isinstance(value, (str, int, float))):
+                raise ValueError  # a YAML list or mapping is not a path
             return str(value) if name == "run_dir" else float(value)
         if isinstance(default, bool):
             if isinstance(value, bool):
@@ -182,7 +184,9 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
         if isinstance(default, list):
             if isinstance(value, str):
                 value = [v for v in value.replace(" ", "").split(",") if v]
-            return [int(v) for v in value]
+            if not isinstance(value, (list, tuple)):
+                raise ValueError
+            return [_whole(v) for v in value]
         if isinstance(default, str):
             if not isinstance(value, str):
                 raise ValueError
@@ -193,6 +197,13 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
         pass
     expected = "a number or none" if name in OPTIONAL_NUMBERS else _type_name(default)
     raise ConfigError(f"{source}: field '{name}' got {value!r}, expected {expected}")
+
+
+def _whole(v: Any) -> int:
+    """One integer of a list field: 64, "64" or 64.0, never 64.7 (truncated) or true (1)."""
+    if isinstance(v, bool) or (isinstance(v, float) and not v.is_integer()):
+        raise ValueError
+    return int(v)
 
 
 def _type_name(default: Any) -> str:
