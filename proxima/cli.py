@@ -295,7 +295,7 @@ def build_parser() -> ArgParser:
     p.add_argument("--trust-run", action="store_true", help="with --resume: import the module:Class env recorded in the checkpoint (otherwise name it as ENV_ID)")
     p.add_argument("--nproc", type=int, default=0, help="launch K processes with torchrun (data-parallel, one policy)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary lines")
-    p.add_argument("--dry-run", action="store_true", help="print the resolved config (defaults < preset < flags) and exit")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved config (defaults < preset < --config FILE < flags), check the env builds and the run fits, train nothing, write nothing")
     p.add_argument("--seeds", default=None, metavar="SEEDS", help="train a population: one agent per seed in one batched "
                    "process, e.g. 1-16 or 1,5,9 (docs/populations.md)")
     p.add_argument("--sweep", action="append", default=None, metavar="FIELD=V1,V2", help="a population over values of a "

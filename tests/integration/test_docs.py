@@ -156,3 +156,13 @@ def test_documented_commands_run(tmp_path, monkeypatch, capsys):
         assert code == 0, f"{where}: exit {code}\n{out.err[-2000:]}"
         ran.append(argv[0])
     assert {"train", "eval", "resume", "presets", "check-env", "doctor", "plot", "report"} <= set(ran), ran
+
+
+def test_reliability_md_lists_every_flag_a_resume_may_change():
+    from proxima.config import RESUME_SAFE
+
+    text = " ".join((ROOT / "docs" / "reliability.md").read_text().split())
+    bullet = text[text.index("Flags given to a resume may change only"):]
+    bullet = bullet[:bullet.index("refused")]
+    missing = [name for name in RESUME_SAFE if f"`--{name.replace('_', '-')}`" not in bullet]
+    assert not missing, f"docs/reliability.md's resume list misses {missing}"
