@@ -250,15 +250,20 @@ def cmd_presets(args) -> int:
     from .presets import all_presets
 
     rows = []
-    for env_id, presets in sorted(all_presets().items()):
+    known = all_presets()
+    if args.env_id and args.env_id not in known:
+        return fail("proxima presets", f"no presets for '{args.env_id}'; envs with presets: {', '.join(sorted(known))} "
+                    "(any other env trains with the defaults of PPOConfig)")
+    for env_id, presets in sorted(known.items()):
         for name, body in sorted(presets.items()):
             if args.env_id and env_id != args.env_id:
                 continue
-            steps = body["config"].get("total_timesteps", FIELDS["total_timesteps"].default)
-            rows.append((env_id, name, f"{steps:,}", body["description"]))
-    if args.json:
+            steps = int(body["config"].get("total_timesteps", FIELDS["total_timesteps"].default))
+            rows.append((env_id, name, steps, body["description"]))
+    if args.json:  # steps as a number
         print(json.dumps([dict(zip(("env_id", "preset", "steps", "description"), r)) for r in rows]))
         return 0
+    rows = [(e, n, f"{steps:,}", d) for e, n, steps, d in rows]
     widths = [max(len(r[i]) for r in rows + [("env id", "preset", "steps", "")]) for i in range(3)]
     print(f"{'env id':<{widths[0]}}  {'preset':<{widths[1]}}  {'steps':>{widths[2]}}  description")
     for r in rows:
@@ -352,7 +357,11 @@ def build_parser() -> ArgParser:
 
 def main(argv: Optional[list] = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the command they were given to: `proxima train: error: unrecognized arguments: ...`
+        command = getattr(args, "command", None)
+        prog = f"{parser.prog} {command}" if command else parser.prog
+        return fail(prog, f"unrecognized arguments: {' '.join(extra)} (see {prog} --help)")
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE

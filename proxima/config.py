@@ -175,7 +175,8 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
                 try:
                     value = json.loads(value) if value.strip() else {}
                 except json.JSONDecodeError as e:
-                    raise ConfigError(f"{source}: field '{name}' got {value!r}: not valid JSON ({e.msg} at column {e.colno})") from None
+                    where = f"--{name.replace('_', '-')} {value!r}" if source == "flag" else f"{source}: field '{name}' got {value!r}"
+                    raise ConfigError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
             if value is None:
                 return {}
             if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
@@ -196,6 +197,8 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
     except (TypeError, ValueError, OverflowError):
         pass
     expected = "a number or none" if name in OPTIONAL_NUMBERS else _type_name(default)
+    if source == "flag":  # typed on the command line: name the flag as the user wrote it
+        raise ConfigError(f"--{name.replace('_', '-')} {value!r}: expected {expected}")
     raise ConfigError(f"{source}: field '{name}' got {value!r}, expected {expected}")
 
 

@@ -154,13 +154,13 @@ BAD_TRAIN = {
     "lr -1": (TRAIN + ["--lr=-1"], ["--lr", "positive"]),
     "clip 0": (TRAIN + ["--clip-coef", "0"], ["--clip-coef", "positive"]),
     "steps below a batch": (TRAIN + ["--total-timesteps", "100"], ["--total-timesteps", "smaller than one batch (512"]),
-    "not a number": (TRAIN + ["--num-envs", "four"], ["num_envs", "'four'"]),
+    "not a number": (TRAIN + ["--num-envs", "four"], ["--num-envs 'four': expected an integer"]),
     "unknown preset": (TRAIN + ["--preset", "nope"], ["--preset 'nope'", "fast"]),
     "bad device": (TRAIN + ["--device", "meta"], ["--device 'meta'"]),
     "negative seed": (TRAIN + ["--seed=-1"], ["--seed -1", "from 0 to 2,147,483,647"]),
     "huge seed": (TRAIN + ["--seed", str(2**40)], [f"--seed {2**40}", "from 0 to 2,147,483,647"]),
     "stop return inf": (TRAIN + ["--stop-return", "inf"], ["--stop-return inf", "finite number or none"]),
-    "stop return word": (TRAIN + ["--stop-return", "high"], ["stop_return", "'high'", "a number or none"]),
+    "stop return word": (TRAIN + ["--stop-return", "high"], ["--stop-return 'high': expected a number or none"]),
     "stop episodes 0": (TRAIN + ["--stop-return", "400", "--stop-episodes", "0"], ["--stop-episodes 0", "at least 1"]),
     # refused by the size estimate before any env or buffer is allocated (68.8 TB for CartPole)
     "a billion envs": (TRAIN + ["--num-envs", "1000000000", "--total-timesteps", str(10**12)],
@@ -325,3 +325,17 @@ def test_bench_refuses_what_train_refuses_before_allocating(flags, needle, capsy
     code, _, err = run_main(["bench", "CartPole-v1", "--backend", "native", "--repeats", "1", "--seconds", "0.1", *flags], capsys)
     lines = err.strip().splitlines()
     assert code == 2 and "Traceback" not in err and needle in lines[-1], err
+
+
+def test_presets_of_an_unknown_env_is_one_line_and_json_steps_are_numbers(capsys):
+    code, _, err = run_main(["presets", "Nope-v1"], capsys)
+    assert_one_line_error(code, err, "no presets for 'Nope-v1'; envs with presets: ", "CartPole-v1")
+    code, out, _ = run_main(["presets", "CartPole-v1", "--json"], capsys)
+    rows = json.loads(out)
+    assert code == 0 and {r["preset"] for r in rows} >= {"default", "fast"}
+    assert all(isinstance(r["steps"], int) for r in rows) and rows[0]["steps"] == 500_000
+
+
+def test_an_unknown_flag_is_named_with_its_command(capsys):
+    code, _, err = run_main(["eval", "somewhere", "--nope"], capsys)
+    assert_one_line_error(code, err, "proxima eval: error: unrecognized arguments: --nope")

@@ -93,7 +93,7 @@ def test_env_kwargs_reach_the_env_and_are_recorded(tmp_path, capsys, corridor):
 def test_bad_env_kwargs_are_one_line(value, needle, tmp_path, capsys):
     code, _, err = run_main(["train", "CartPole-v1", "--backend", "gymnasium", "--env-kwargs", value, "--run-dir",
                              str(tmp_path / "run")], capsys)
-    assert code == 2 and needle in err and "env_kwargs" in err and err.count("\n") == 1
+    assert code == 2 and needle in err and "--env-kwargs" in err and err.count("\n") == 1
 
 
 def test_gymnasium_module_env_id_form_imports_then_makes_the_registered_id(tmp_path, capsys, corridor):
