@@ -85,7 +85,7 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
     if env_id is not None and env_id != recorded.env_id:
         raise ConfigError(f"{state['path']}: the run trains '{recorded.env_id}', not '{env_id}'; resume continues the same env")
     if env_id is None and not trust_run:
-        refuse_recorded_env(recorded.env_id, state["path"], "resume")
+        refuse_recorded_env(recorded.env_id, state["path"], "resume" if config is None else "train --resume")
     config = apply_resume_overrides(recorded, overrides or {}, state)
     src = Path(state["path"]).resolve()
     run_dir = src.parent.parent if src.parent.name == "checkpoints" else Path(run_dir or config.run_dir or src.parent)

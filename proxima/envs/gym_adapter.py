@@ -48,8 +48,13 @@ def refuse_recorded_env(env_id: str, source, command: str = "eval") -> None:
     would import code: a stranger's run directory must stay data. The user names it on the command
     line (``--env``) or trusts the run (``--trust-run``) to run it."""
     if imports_code(env_id):
-        how = (f"name it on the command line (proxima train {env_id} --config {source}) if you trust that module" if command == "train"
-               else f"pass --env {env_id} to `proxima {command}` if you trust that module (or --trust-run to trust this run's files)")
+        if command == "train":
+            how = f"name it on the command line (proxima train {env_id} --config {source}) if you trust that module"
+        elif command == "train --resume":  # train's ENV_ID argument is its --env
+            how = (f"name it on the command line (proxima train {env_id} --resume ...) if you trust that module "
+                   "(or --trust-run to trust this run's files)")
+        else:
+            how = f"pass --env {env_id} to `proxima {command}` if you trust that module (or --trust-run to trust this run's files)"
         raise UntrustedEnvError(f"{source}: the recorded env '{env_id}' would import and run module '{env_id.partition(':')[0]}'; "
                                 f"not done for an env id read from a file: {how}")
 

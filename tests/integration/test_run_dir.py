@@ -90,7 +90,7 @@ def test_checkpoint_with_env_os_abort_is_refused_by_eval_and_resume(tmp_path, fi
         line = error_line(result.returncode, result.stderr, "'os:abort'", "--env os:abort", "--trust-run")
         assert "would import and run module 'os'" in line
     code, _, err = run_main(["train", "--resume", str(run_dir), "--no-progress"], capsys)
-    error_line(code, err, "'os:abort'", "--env os:abort")
+    error_line(code, err, "'os:abort'", "(proxima train os:abort --resume ...)")  # train's ENV_ID, not a --env it lacks
     assert steps(run_dir) == steps(finished_run), "a refused resume must not touch the run"
     assert not (run_dir / rundir.LOCK_NAME).exists()
 
