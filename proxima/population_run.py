@@ -39,7 +39,7 @@ from typing import Optional, Sequence
 from . import checkpoint as ckpt
 from .config import ConfigError, PPOConfig
 from .population import PER_MEMBER_FIELDS, Population, _fmt, check_population_fits
-from .signals import TrainingInterrupted
+from .signals import OutsideLoop, TrainingInterrupted
 
 POPULATION_FILE = "population.json"
 #: ``kind`` of a population checkpoint (RUN/checkpoints/step_N.pt)
@@ -82,17 +82,27 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
         print(f"proxima: note: --stop-return {base.stop_return:g} applies to single runs; each member of the population "
               "trains for --total-timesteps", file=sys.stderr)
     session = RunSession()
+    outside = OutsideLoop()  # a signal outside the loop's SignalGuard: TrainingInterrupted at once, handled below
     try:
+        outside.__enter__()
         session.claim_fresh(run_dir, overwrite, restart_note)
         dirs = _write_layout(run_dir, pop, seeds, sweep, argv)
         _train_loop(pop, run_dir, dirs, seeds, sweep, quiet=quiet, evaluate_at_end=evaluate_at_end, stop_after=stop_after)
-    except TrainingInterrupted:
-        raise
+    except TrainingInterrupted as e:
+        outside.__exit__()
+        if e.checkpoint is not None:  # the loop's own clean stop, after its checkpoint
+            raise
+        if pop.iteration == 0:  # stopped before it trained: as a single run, nothing is kept
+            session.discard_fresh()
+            raise TrainingInterrupted(e.signum, None, "before training started; nothing was kept") from None
+        raise TrainingInterrupted(e.signum, None, f"outside an iteration (the end-of-run evaluation); the population's "
+                                  f"checkpoints are kept; `proxima eval {run_dir}` evaluates it") from None
     except Exception:
         if pop.iteration == 0:  # as a single run: a failure before the first iteration leaves nothing behind
             session.discard_fresh()
         raise
     finally:
+        outside.__exit__()
         pop.close()
         session.release()
     return run_dir

@@ -196,3 +196,15 @@ def test_a_signal_during_the_end_of_run_eval_says_training_is_complete(tmp_path,
                                             f"(checkpoint: {last}); `proxima eval {tmp_path / 'R'}` evaluates it")
     assert last.name == "step_000000001024.pt" and not (tmp_path / "R" / ".proxima.lock").exists()
     assert not (tmp_path / "R" / "eval.json").exists()
+
+
+def test_a_population_stopped_before_its_first_iteration_leaves_nothing(tmp_path, capsys, monkeypatch):
+    from proxima import population_run
+    from cli_helpers import run_main
+
+    _signal_after(monkeypatch, population_run, "_write_layout", signal.SIGTERM)  # population.json and member dirs written
+    code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1-2", "--total-timesteps", "1024", "--run-dir",
+                             str(tmp_path / "P"), "--no-progress", "--threads", "1"], capsys)
+    assert code == 143, err
+    assert err.strip().splitlines()[-1] == "proxima: stopped by SIGTERM; before training started; nothing was kept"
+    assert not (tmp_path / "P").exists()
