@@ -216,17 +216,17 @@ class EnvCalls(gym.Wrapper):
         return self._check(obs, when), info
 
     def step(self, action):
-        when = f"env step {self.steps + 1}"
         try:
             out = self.env.step(action)
         except EnvError:
             raise
         except Exception as e:
             shown = " ".join(str(action).split())
-            raise self._raised(e, f"{when} (action {shown[:60] + '...' if len(shown) > 60 else shown})") from None
+            raise self._raised(e, f"env step {self.steps + 1} (action {shown[:60] + '...' if len(shown) > 60 else shown})") from None
         self.steps += 1
-        obs, reward, terminated, truncated, info = out
-        return self._check(obs, when), reward, terminated, truncated, info
+        if self.images:  # the words only when there is something to check (this runs for every env step)
+            out = (self._check(out[0], f"env step {self.steps}"), *out[1:])
+        return out
 
 
 def count_episodes(returns: np.ndarray, lengths: np.ndarray, reward: np.ndarray, done: np.ndarray) -> tuple:
