@@ -332,30 +332,43 @@ def load_resumable(path: Union[str, Path], allow_population: bool = False) -> di
     no later prune or resume picks it, with a line on stderr naming both files. A population's
     checkpoints are refused with the line that says how to resume them unless ``allow_population``
     (population_run.resume_population)."""
-    import sys
-
     path = Path(path)
     if not path.is_dir():
         return _refuse_population(load_checkpoint(path), allow_population)
     ckpts = list_checkpoints(path)
     if not ckpts:
         raise CheckpointError(f"{path}: not a Proxima run directory (no checkpoints/step_*.pt inside)")
+    _, state = newest_that_loads(ckpts, load_checkpoint, CheckpointError)
+    return _refuse_population(state, allow_population)
+
+
+def newest_that_loads(files: list, load, error: type = None, set_aside: bool = True) -> tuple:
+    """(file, state) of the newest of ``files`` (oldest first) that ``load(file)`` reads without raising
+    ``error``. Each newer one that does not (cut short by a full disk, damaged) gets a line on stderr
+    and, with ``set_aside``, is renamed ``*.corrupt`` so that no later prune or resume picks it; when
+    none loads, ``error`` naming the newest (and nothing is renamed). Shared by PPO and RLHF resumes."""
+    import sys
+
+    error = error or CheckpointError
     unusable = []
-    for candidate in reversed(ckpts):
+    for candidate in reversed(files):
         try:
-            state = load_checkpoint(candidate)
-        except CheckpointError as e:
+            state = load(candidate)
+        except error as e:
             unusable.append((candidate, str(e).removeprefix(f"{candidate}: ")))
             continue
         for bad, why in unusable:
-            aside = bad.with_name(bad.name + ".corrupt")
-            os.replace(bad, aside)
+            kept = bad.name
+            if set_aside:
+                aside = bad.with_name(bad.name + ".corrupt")
+                os.replace(bad, aside)
+                kept = aside.name
             print(f"proxima: note: {bad} is unusable ({why}); resuming from {candidate} instead "
-                  f"(the bad file is kept as {aside.name})", file=sys.stderr)
-        return _refuse_population(state, allow_population)
+                  f"(the bad file is kept as {kept})", file=sys.stderr)
+        return candidate, state
     newest, why = unusable[0]
-    older = f"; none of the {len(ckpts) - 1} older checkpoint(s) loads either" if len(ckpts) > 1 else ""
-    raise CheckpointError(f"{newest}: {why}{older}")
+    older = f"; none of the {len(files) - 1} older checkpoint(s) loads either" if len(files) > 1 else ""
+    raise error(f"{newest}: {why}{older}")
 
 
 def _refuse_population(state: dict, allow_population: bool = False) -> dict:

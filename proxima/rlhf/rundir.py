@@ -230,34 +230,14 @@ def load_checkpoint(file: Path) -> dict:
 
 
 def load_newest_usable(path: Path, set_aside: bool = True) -> tuple:
-    """(file, state) of the newest checkpoint of run ``path`` that loads, or (None, None) without any.
+    """(file, state) of the newest checkpoint of run ``path`` that loads, or (None, None) without any;
+    a damaged newer one is skipped and set aside as for ``proxima train`` (checkpoint.newest_that_loads)."""
+    from ..checkpoint import newest_that_loads
 
-    A newer one that does not (cut short by a full disk, damaged) is skipped with a line on stderr
-    and, with ``set_aside`` (one process), renamed ``step_*.pt.corrupt`` so that no later resume or
-    prune picks it; as ``proxima train``'s resume does. ConfigError naming the newest when none loads.
-    """
     checkpoints = list_checkpoints(path)
-    unusable = []
-    for candidate in reversed(checkpoints):
-        try:
-            state = load_checkpoint(candidate)
-        except ConfigError as e:
-            unusable.append((candidate, str(e).removeprefix(f"{candidate}: ")))
-            continue
-        for bad, why in unusable:
-            kept = bad.name
-            if set_aside:
-                aside = bad.with_name(bad.name + ".corrupt")
-                os.replace(bad, aside)
-                kept = aside.name
-            print(f"proxima: note: {bad} is unusable ({why}); resuming from {candidate} instead "
-                  f"(the bad file is kept as {kept})", file=sys.stderr)
-        return candidate, state
-    if not unusable:
+    if not checkpoints:
         return None, None
-    newest, why = unusable[0]
-    older = f"; none of the {len(checkpoints) - 1} older checkpoint(s) loads either" if len(checkpoints) > 1 else ""
-    raise ConfigError(f"{newest}: {why}{older}")
+    return newest_that_loads(checkpoints, load_checkpoint, ConfigError, set_aside)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,6 @@ returns, and the one line a failure gets (fixtures: tests/fixtures/user_envs.py)
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
