@@ -76,9 +76,18 @@ start_sshd() {
   ak="$SSHD_DIR/authorized_keys"
   printf '%s\n' "$keys" >"$ak"
   chmod 600 "$ak"
-  if ! ssh-keygen -l -f "$ak" >/dev/null 2>&1; then
-    die "the SSH keys given are not valid public keys (expected lines like 'ssh-ed25519 AAAA... comment')"
-  fi
+  # each line on its own: ssh-keygen -l accepts a file in which any one line parses, so a mistyped
+  # second key would otherwise be dropped silently
+  local line n=0 one="$SSHD_DIR/one_key.pub"
+  while IFS= read -r line; do
+    n=$((n + 1))
+    printf '%s\n' "$line" >"$one"
+    if ! ssh-keygen -l -f "$one" >/dev/null 2>&1; then
+      rm -f "$one"
+      die "SSH key line ${n} is not a valid public key (expected lines like 'ssh-ed25519 AAAA... comment'): ${line:0:40}"
+    fi
+  done <"$ak"
+  rm -f "$one"
 
   # Host keys: made here on first start of this container, never shipped in the image.
   for t in ed25519 ecdsa; do

@@ -310,7 +310,15 @@ def test_entrypoint_without_keys_skips_sshd(sandbox, keypair):
 def test_entrypoint_rejects_garbage_keys(sandbox, keypair):
     env, _, _ = sandbox
     r = _dry_run(env, SSH_AUTHORIZED_KEYS="hunter2")
-    assert r.returncode == 1 and "not valid public keys" in r.stderr
+    assert r.returncode == 1 and "SSH key line 1 is not a valid public key" in r.stderr
+
+
+def test_entrypoint_rejects_a_garbage_line_beside_a_valid_key(sandbox, keypair):
+    # ssh-keygen -l passes a file in which any one line parses: each line is checked on its own
+    env, _, home = sandbox
+    r = _dry_run(env, SSH_AUTHORIZED_KEYS=f"{keypair}\nssh-ed25519 AAAAmistyped laptop")
+    assert r.returncode == 1 and "SSH key line 2 is not a valid public key" in r.stderr, r.stderr
+    assert "would start" not in r.stderr and not (home / ".sshd" / "one_key.pub").exists()
 
 
 # --------------------------------------------------------------------------------------- compose
