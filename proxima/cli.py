@@ -104,11 +104,19 @@ def cmd_train(args) -> int:
 
     prog = "proxima train"
     try:
+        if args.nproc is not None and args.nproc < 1:
+            raise ConfigError(f"--nproc {args.nproc}: must be at least 1")
         if args.nproc and args.nproc > 1:
             if args.seeds is not None or args.sweep:  # before torchrun starts processes that would each train it
                 raise ConfigError("--nproc: a population trains in one process; drop --nproc")
             from .launch import launch_torchrun
 
+            if args.dry_run:  # once, here: no processes to start for a run that trains nothing
+                from .config import validate
+
+                cfg = config_from_args(args, prog)
+                validate(cfg, args.nproc)
+                return _dry_run(cfg, args.nproc)
             return launch_torchrun(args.nproc, sys.argv[1:])
         cfg = config_from_args(args, prog)
         if args.seeds is not None or args.sweep:  # a population: one batched program (population_run.py)
@@ -121,7 +129,7 @@ def cmd_train(args) -> int:
             validate(cfg)
         if args.dry_run:
             return _dry_run(cfg)
-        run_dir, _ = train(cfg, resume=args.resume, argv=sys.argv, quiet=args.quiet, overwrite=args.overwrite,
+        run_dir, _ = train(cfg, resume=args.resume, argv=recorded_argv(), quiet=args.quiet, overwrite=args.overwrite,
                            env_id=args.env_id, trust_run=args.trust_run, overrides=typed_flags(args))
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the job
             print(f"run directory: {run_dir}")
@@ -133,22 +141,26 @@ def cmd_train(args) -> int:
         return fail(prog, str(e))
 
 
-def _dry_run(cfg) -> int:
-    """Check the env builds, print the resolved config as YAML, train nothing, write nothing."""
+def recorded_argv() -> list:
+    """The command line meta.json records: the one the user typed (``--nproc K`` included: the
+    launcher passes it to its ranks, launch.COMMAND_ENV), else this process's."""
+    from .launch import COMMAND_ENV
+
+    try:
+        argv = json.loads(os.environ[COMMAND_ENV])
+        return argv if isinstance(argv, list) and all(isinstance(a, str) for a in argv) else sys.argv
+    except (KeyError, ValueError):
+        return sys.argv
+
+
+def _dry_run(cfg, world_size: int = 1) -> int:
+    """Check what train would refuse (run_setup.preflight), print the resolved config as YAML, train
+    nothing, write nothing."""
     import yaml
 
-    from .envs import make_env
+    from .run_setup import preflight
 
-    from .device import resolve_device
-    from .sizing import check_fits, env_probe
-
-    from .trainer import check_device_flags
-
-    device = resolve_device(cfg.device)
-    check_device_flags(cfg, device)  # as train would: --cudagraphs / --amp fp16 without CUDA
-    env = make_env(cfg.env_id, min(cfg.num_envs, 2), "cpu", cfg.backend, cfg.vector, seed=cfg.seed, env_kwargs=cfg.env_kwargs)
-    env.close()
-    check_fits(cfg, device, env_probe(cfg))
+    preflight(cfg, world_size)
     print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
     return 0
 
@@ -189,7 +201,8 @@ def cmd_resume(args) -> int:
         # the config comes from the checkpoint; typed flags may change only config.RESUME_SAFE fields
         run_dir, _ = train(None, resume=path, argv=sys.argv, quiet=args.quiet, env_id=args.env, trust_run=args.trust_run,
                            overrides=typed_flags(args))
-        print(f"run directory: {run_dir}")
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the job
+            print(f"run directory: {run_dir}")
         return 0
     except TrainingInterrupted as e:
         print(f"proxima: {e}", file=sys.stderr)
@@ -298,7 +311,7 @@ def build_parser() -> ArgParser:
     p.add_argument("--resume", default=None, metavar="auto|PATH", help="continue a run: a checkpoint or run directory, or auto (the --run-dir's latest checkpoint, if any); only the flags listed in docs/reliability.md may change")
     p.add_argument("--overwrite", action="store_true", help="start a new run in a --run-dir that holds files: the old directory is moved aside (DIR.old-TIME)")
     p.add_argument("--trust-run", action="store_true", help="with --resume: import the module:Class env recorded in the checkpoint (otherwise name it as ENV_ID)")
-    p.add_argument("--nproc", type=int, default=0, help="launch K processes with torchrun (data-parallel, one policy)")
+    p.add_argument("--nproc", type=int, default=None, metavar="K", help="launch K processes with torchrun (data-parallel, one policy; K >= 1)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary lines")
     p.add_argument("--dry-run", action="store_true", help="print the resolved config (defaults < preset < --config FILE < flags), check the env builds and the run fits, train nothing, write nothing")
     p.add_argument("--seeds", default=None, metavar="SEEDS", help="train a population: one agent per seed in one batched "
@@ -365,10 +378,11 @@ def main(argv: Optional[list] = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
-    try:  # the environment's settings first: a bad PROXIMA_CPU_TANH is one line, exit 2
-        from . import tanh_cpu  # noqa: F401
-    except ConfigError as e:
-        return fail(parser.prog, str(e))
+    if args.command != "doctor":  # doctor diagnoses the environment's settings rather than refusing to run
+        try:  # the environment's settings first: a bad PROXIMA_CPU_TANH is one line, exit 2
+            from . import tanh_cpu  # noqa: F401
+        except ConfigError as e:
+            return fail(f"{parser.prog} {args.command}", str(e))
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -17,6 +17,7 @@ torchrun directly (docs/distributed.md).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -24,7 +25,12 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from . import checkpoint as ckpt
 from .config import ConfigError
+
+
+#: the launcher's command line, as JSON, for the ranks to record in meta.json (cli.recorded_argv)
+COMMAND_ENV = "PROXIMA_LAUNCH_COMMAND"
 
 
 def strip_nproc(argv: list) -> list:
@@ -62,12 +68,38 @@ def _check(nproc: int, argv: list) -> None:
 
     if not torch.distributed.is_available():
         raise ConfigError("--nproc: this torch build has no torch.distributed (run `proxima doctor`)")
-    from .cli import build_parser, config_from_args
+    from .cli import build_parser, config_from_args, typed_flags
     from .config import validate
 
     args = build_parser().parse_args(strip_nproc(list(argv)))
-    if getattr(args, "resume", None) is None:  # a resumed run takes its config from the checkpoint
-        validate(config_from_args(args, "proxima train"), nproc)
+    resume = getattr(args, "resume", None)
+    if resume == "auto":  # a run directory without a checkpoint starts afresh
+        target = getattr(args, "run_dir", None) or config_from_args(args, "proxima train").run_dir
+        resume = target if target and ckpt.list_checkpoints(Path(target)) else None
+    if resume is not None:  # the config is the checkpoint's: check the flags a resume may change
+        import contextlib
+        import io
+
+        from .config import from_dict
+        from .run_setup import apply_resume_overrides
+
+        state = ckpt.load_resumable(resume)
+        with contextlib.redirect_stderr(io.StringIO()):  # its notes are rank 0's to say
+            apply_resume_overrides(from_dict(state["config"], source=state["path"]), typed_flags(args), state)
+        return
+    from .rundir import RunDirError, check_not_in_use, holds_files, not_empty_message
+    from .run_setup import check_run_dir_path, preflight
+
+    cfg = config_from_args(args, "proxima train")
+    validate(cfg, nproc)
+    preflight(cfg, nproc)  # device flags, the env, memory: what every rank would refuse alike
+    run_dir = args.run_dir if getattr(args, "run_dir", None) is not None else cfg.run_dir
+    if run_dir is not None:
+        run_dir = Path(run_dir)
+        check_run_dir_path(run_dir)
+        check_not_in_use(run_dir)
+        if holds_files(run_dir) and not getattr(args, "overwrite", False):
+            raise RunDirError(not_empty_message(run_dir))
 
 
 def _child_pids(pid: int) -> list:
@@ -95,6 +127,8 @@ def launch_torchrun(nproc: int, argv: list, env: Optional[dict] = None) -> int:
     cmd = torchrun_command(nproc, argv)
     child_env = dict(os.environ if env is None else env)
     child_env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default too; --threads sets torch's own
+    # meta.json records the command the user typed (with --nproc), not the ranks' own argv
+    child_env[COMMAND_ENV] = json.dumps([sys.argv[0], *argv])
     # a session of its own: a Ctrl-C in the terminal reaches torchrun once (forwarded below), not
     # twice (terminal + launcher), which would cut torchrun's graceful shutdown short
     proc = subprocess.Popen(cmd, env=child_env, start_new_session=True,

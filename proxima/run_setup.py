@@ -92,6 +92,23 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
     return state, config, run_dir, True, None
 
 
+def preflight(cfg: PPOConfig, world_size: int = 1):
+    """What a new run would refuse, checked before anything starts (``train --dry-run`` and the
+    ``--nproc`` launcher, which would otherwise see every rank fail the same way): the flags that
+    need CUDA, the env (built once on the CPU) and the memory the run needs. Returns the device."""
+    from .device import resolve_device
+    from .envs import make_env
+    from .sizing import check_fits, env_probe
+    from .trainer import check_device_flags
+
+    device = resolve_device(cfg.device)
+    check_device_flags(cfg, device, world_size)
+    env = make_env(cfg.env_id, 1, "cpu", cfg.backend, cfg.vector, seed=cfg.seed, env_kwargs=cfg.env_kwargs)
+    env.close()
+    check_fits(cfg, device, env_probe(cfg))
+    return device
+
+
 def check_run_dir_path(run_dir: Path) -> None:
     """ConfigError when ``run_dir`` cannot be a directory: it, or a folder above it, is a file."""
     for path in (run_dir, *run_dir.parents):

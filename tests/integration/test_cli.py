@@ -339,3 +339,56 @@ def test_presets_of_an_unknown_env_is_one_line_and_json_steps_are_numbers(capsys
 def test_an_unknown_flag_is_named_with_its_command(capsys):
     code, _, err = run_main(["eval", "somewhere", "--nope"], capsys)
     assert_one_line_error(code, err, "proxima eval: error: unrecognized arguments: --nope")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["CartPole-v1", "--cudagraphs"], "--cudagraphs needs a CUDA device"),
+    (["NoSuchEnv-v9"], "unknown env id 'NoSuchEnv-v9'"),
+    (["CartPole-v1", "--hidden-sizes", "100000,100000"], "--hidden-sizes 100000,100000: the actor and critic need ~"),
+    (["CartPole-v1", "--nproc", "-1"], "--nproc -1: must be at least 1"),
+    (["CartPole-v1", "--run-dir", "taken"], "taken is not empty"),
+])
+def test_nproc_refuses_once_in_the_launcher_what_every_rank_would(argv, needle, tmp_path, monkeypatch, capsys):
+    from proxima import launch
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "config.yaml").write_text("seed: 1\n")
+    monkeypatch.setattr(launch, "torchrun_command", lambda *a, **k: pytest.fail("torchrun was started"))
+    full = ["train", *argv, "--total-timesteps", "4096"] + ([] if "--nproc" in argv else ["--nproc", "2"])
+    monkeypatch.setattr(sys, "argv", ["proxima", *full])  # the launcher passes on the command line it was given
+    code, _, err = run_main(full, capsys)
+    assert_one_line_error(code, err, needle)
+    if "taken" not in argv:
+        assert [p.name for p in tmp_path.iterdir()] == ["taken"]
+
+
+def test_nproc_resume_with_a_flag_it_may_not_change_is_refused_before_torchrun(cartpole_run, monkeypatch, capsys):
+    from proxima import launch
+
+    run_dir, _ = cartpole_run
+    monkeypatch.setattr(launch, "torchrun_command", lambda *a, **k: pytest.fail("torchrun was started"))
+    full = ["train", "--resume", str(run_dir), "--nproc", "2", "--lr", "0.1"]
+    monkeypatch.setattr(sys, "argv", ["proxima", *full])
+    code, _, err = run_main(full, capsys)
+    assert_one_line_error(code, err, "--lr 0.1: cannot change when resuming")
+
+
+def test_nproc_dry_run_prints_the_config_once_and_starts_nothing(tmp_path, monkeypatch, capsys):
+    from proxima import launch
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(launch, "torchrun_command", lambda *a, **k: pytest.fail("torchrun was started"))
+    code, out, err = run_main(["train", "CartPole-v1", "--nproc", "2", "--dry-run"], capsys)
+    assert code == 0, err
+    assert yaml.safe_load(out)["env_id"] == "CartPole-v1" and out.count("env_id:") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ranks_record_the_command_the_user_typed(monkeypatch):
+    from proxima.launch import COMMAND_ENV
+
+    monkeypatch.setenv(COMMAND_ENV, json.dumps(["proxima", "train", "CartPole-v1", "--nproc", "2"]))
+    assert cli.recorded_argv() == ["proxima", "train", "CartPole-v1", "--nproc", "2"]
+    monkeypatch.setenv(COMMAND_ENV, "{not json")
+    assert cli.recorded_argv() == sys.argv

@@ -168,5 +168,9 @@ def test_the_cli_refuses_a_bad_override_in_one_line(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "proxima: error: PROXIMA_CPU_TANH='fast': must be one of torch, sigmoid, numpy (or unset: chosen by CPU)"]
+        "proxima train: error: PROXIMA_CPU_TANH='fast': must be one of torch, sigmoid, numpy (or unset: chosen by CPU)"]
     assert not (tmp_path / "run").exists()
+    # doctor reports it instead of refusing to run
+    proc = subprocess.run([sys.executable, "-m", "proxima", "doctor"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "probe cpu_tanh failed: ConfigError: PROXIMA_CPU_TANH='fast': must be one of" in proc.stdout
