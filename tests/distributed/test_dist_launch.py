@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -29,7 +30,8 @@ def no_spawn(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("the launcher started a process for a run that should fail first")
 
-    monkeypatch.setattr(subprocess, "Popen", refuse)
+    # the launcher's own Popen only: its checks may run other subprocesses (platform.processor)
+    monkeypatch.setattr(launch, "subprocess", SimpleNamespace(Popen=refuse))
 
 
 def test_bad_config_fails_before_launching(no_spawn, capsys, monkeypatch):
@@ -67,7 +69,7 @@ def test_launcher_returns_child_exit_code(monkeypatch):
         def poll(self):
             return 3
 
-    monkeypatch.setattr(subprocess, "Popen", Fake)
+    monkeypatch.setattr(launch, "subprocess", SimpleNamespace(Popen=Fake))
     assert launch.launch_torchrun(2, ["train", "CartPole-v1", "--nproc", "2"]) == 3
     assert calls["cmd"][1:] == ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", "-m", "proxima", "train", "CartPole-v1"]
     assert calls["kw"]["start_new_session"] is True
