@@ -80,6 +80,13 @@ def _find_cxx() -> str | None:
     return None
 
 
+def _compile_cache_dir() -> str:
+    """The on-disk torch.compile cache --compile uses, as a plain path (``doctor --json``)."""
+    from .accel import compile_cache_dir
+
+    return str(compile_cache_dir())
+
+
 def _compile_cache() -> str:
     """The on-disk torch.compile cache --compile uses (accel.compile_cache_dir), and its size."""
     from .accel import compile_cache_dir
@@ -118,7 +125,7 @@ def collect() -> dict:
         "gpu_count": 0,
         "gpus": [],
         "bf16": False,
-        "compile": {"cxx": None, "triton": None, "ok": False, "cache": None},
+        "compile": {"cxx": None, "triton": None, "ok": False, "cache": None, "cache_dir": None},
         "distributed": {"gloo": False, "nccl": False, "mpi": False},
         "cpu_count": _probe(errors, "cpu_count", os.cpu_count),
         "cpu_affinity": _probe(
@@ -140,7 +147,8 @@ def collect() -> dict:
 
     compile_info = info["compile"]
     compile_info["cxx"] = _probe(errors, "cxx", _find_cxx)
-    compile_info["cache"] = _probe(errors, "compile_cache", _compile_cache)
+    compile_info["cache"] = _probe(errors, "compile_cache", _compile_cache)  # for people: the path and its size
+    compile_info["cache_dir"] = _probe(errors, "compile_cache", _compile_cache_dir)  # for programs (--json): the path
     compile_info["triton"] = _probe(errors, "triton", lambda: _pkg_version("triton")) or _probe(
         errors, "triton", lambda: _pkg_version("pytorch-triton")
     )

@@ -46,7 +46,8 @@ def test_collect_keys_and_types():
         assert isinstance(gpu["name"], str) and isinstance(gpu["memory_gib"], float)
         assert isinstance(gpu["capability"], str) and "." in gpu["capability"]
     assert isinstance(info["bf16"], bool)
-    assert set(info["compile"]) == {"cxx", "triton", "ok", "cache"} and isinstance(info["compile"]["ok"], bool)
+    assert set(info["compile"]) == {"cxx", "triton", "ok", "cache", "cache_dir"} and isinstance(info["compile"]["ok"], bool)
+    assert info["compile"]["cache"].startswith(info["compile"]["cache_dir"] + " (")  # the display string starts with the path
     assert "proxima" in info["compile"]["cache"] or "TORCHINDUCTOR_CACHE_DIR" in __import__("os").environ
     assert set(info["distributed"]) == {"gloo", "nccl", "mpi"}
     assert all(isinstance(v, bool) for v in info["distributed"].values())
