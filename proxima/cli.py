@@ -336,7 +336,7 @@ def build_parser() -> ArgParser:
                    help=f"steps to run at most (default {MAX_EVAL_STEPS:,}); episodes still running then are left out and counted as unfinished")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--backend", default=None, choices=("auto", "native", "gymnasium", "envpool"), help="env backend (default: the run's)")
-    p.add_argument("--video", default=None, metavar="FILE", help="record the first episode to FILE (.mp4, or .gif)")
+    p.add_argument("--video", default=None, metavar="FILE", help="record env 0's first episode to FILE (.mp4, .mov, .mkv, .webm or .gif; no suffix: .mp4)")
     p.add_argument("--best", action="store_true", help="evaluate the run's best checkpoint (checkpoints/best.pt, kept by --eval-every) instead of its latest")
     add_trust_flags(p, "eval")
     p.set_defaults(func=cmd_eval)

@@ -22,42 +22,87 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: int =
     with ``deterministic=False``, the action samples (the caller's random state is left as it was).
     An env id read from the checkpoint that would import a module is refused (UntrustedEnvError)
     unless the policy was loaded with ``env_id=`` or ``trust_env=True`` (checkpoint.load_policy).
+    ``video``: a file for env 0's first episode (FrameRecorder says which frames; video.write_video
+    the formats), checked before any episode runs; ``result["video"]`` is the path written.
     """
     if not getattr(policy, "env_trusted", True):
         from .envs.gym_adapter import refuse_recorded_env
 
         refuse_recorded_env(policy.env_id, policy.path or "checkpoint")
+    if video is not None:  # a name that cannot be written fails now, not after the episodes
+        from .video import check_video_path
+
+        check_video_path(video)
     # training=False: Atari plays full games with raw rewards (no episodic life, no reward clipping)
     env = make_env(policy.env_id, episodes, device=policy.device, backend=backend, seed=seed,
                    render_mode="rgb_array" if video else None, training=False, env_kwargs=policy.config.get("env_kwargs"))
     try:
         policy.check_env_spaces(env)  # a checkpoint evaluated on an env with other spaces: one line, not a shape error
         obs = env.reset(seed=seed)
-        if video is not None and env.render(0) is None:
-            from .video import VideoError
-
-            raise VideoError(f"--video {video}: env '{policy.env_id}' renders no frames (no render_mode='rgb_array' "
-                             "support); evaluate without --video")
-        frames = []
-
-        def record(finished: torch.Tensor) -> None:
-            frame = env.render(0)
-            if frame is not None and not bool(finished[0]):
-                frames.append(frame)
-
+        recorder = FrameRecorder(env, policy.env_id, video) if video is not None else None
         devices = [policy.device] if policy.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):  # stochastic actions drawn from ``seed``'s stream
             torch.manual_seed(seed)
             returns, lengths, finished = first_episodes(env, obs, lambda o: policy.batched_act(o, deterministic=deterministic),
-                                                        max_steps, before_step=record if video is not None else None)
+                                                        max_steps, before_step=recorder.before_step if recorder else None)
     finally:
         env.close()
     result = summarize(policy.env_id, returns, lengths, deterministic, finished, max_steps)
     if video is not None:
         from .video import write_video
 
-        result["video"] = write_video(frames, video) if frames else None
+        result["video"] = write_video(recorder.frames, video) if recorder.frames else None
     return result
+
+
+class FrameRecorder:
+    """The frames of env 0's first episode, for ``evaluate(video=...)``; env.render(0) is called only
+    while that episode runs.
+
+    An episode of L steps gives L + 1 frames, s0 (after reset) to the final state sL, as
+    gymnasium.wrappers.RecordVideo records it, on the native envs (NativeEnv): their step autoresets
+    a finished env inside step(), so the frame of each step is taken inside it, after ``_dynamics``
+    and before the reset. Gymnasium's vector envs and the Atari backends reset a finished env inside
+    their own step before a frame can be taken: there the video has the L frames s0..s(L-1) and
+    stops one frame before the final state.
+    """
+
+    def __init__(self, env, env_id: str, video):
+        from .envs import EnvError, NativeEnv
+        from .video import VideoError
+
+        self.env, self.frames, self.steps, self.done = env, [], 0, False
+        try:
+            first = env.render(0)
+        except EnvError as e:  # the env's own reason (a missing pygame: Gymnasium's install hint)
+            raise VideoError(f"--video {video}: {e}; evaluate without --video") from None
+        if first is None:
+            raise VideoError(f"--video {video}: env '{env_id}' renders no frames (no render_mode='rgb_array' "
+                             "support); evaluate without --video")
+        self.frames.append(first)
+        # NativeEnv.step: _dynamics, then the same-step autoreset; an env that overrides step() is left as it is
+        self.in_step = isinstance(env, NativeEnv) and type(env).step is NativeEnv.step
+        if self.in_step:
+            dynamics = env._dynamics
+
+            def dynamics_then_frame(action):
+                out = dynamics(action)
+                if not self.done:  # the state this step reached, before a finished env is reset
+                    self._take()
+                return out
+
+            env._dynamics = dynamics_then_frame  # this instance only; evaluate closes it
+
+    def _take(self) -> None:
+        frame = self.env.render(0)
+        if frame is not None:
+            self.frames.append(frame)
+
+    def before_step(self, finished: torch.Tensor) -> None:
+        self.done = bool(finished[0])
+        if not self.done and not self.in_step and self.steps > 0:  # s_t before step t (s0 is taken)
+            self._take()
+        self.steps += 1
 
 
 def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None) -> tuple:

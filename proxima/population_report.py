@@ -209,8 +209,10 @@ def render(run_dir: Path, rows: list, threshold: Optional[float]) -> str:
     return "\n".join(lines)
 
 
-def build_population_report(run_dir, out=None, threshold: Optional[float] = None) -> Path:
-    """Write RUN/report.md (or ``out``) for a population; ReportError (nothing written) on a broken run."""
+def build_population_report(run_dir, out=None, threshold: Optional[float] = None, metric: str = "charts/episodic_return",
+                            x: str = "step", smooth: int = 1) -> Path:
+    """Write RUN/report.md (or ``out``) for a population, its curve ``metric`` against ``x`` smoothed
+    over ``smooth`` points; ReportError (nothing written) on a broken run."""
     from .diskspace import describe
     from .report import ReportError
 
@@ -222,7 +224,7 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
 
     curve = out.with_name(f"{out.stem}_curve.png") if out.name != "report.md" else run_dir / "curve.png"
     try:  # the population's plot: one IQM curve with its 95% bootstrap band per setting
-        plot_runs([run_dir], curve)
+        plot_runs([run_dir], curve, metric=metric, x=x, smooth=smooth)
         alt = "learning curves: IQM over members with a 95% bootstrap CI, per setting"
         text += f"\n![{alt}]({os.path.relpath(curve, out.parent)})\n"
     except PlotError as e:

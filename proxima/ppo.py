@@ -99,7 +99,8 @@ def compute_gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.
         terminated: bool, the episode ended in a terminal state: no bootstrap.
         done: bool, terminated | truncated: the GAE trace is cut after t.
     Returns:
-        (advantages, returns), both (T, N) float32; returns = advantages + values.
+        (advantages, returns), both (T, N) in the dtype of ``values`` (float32 in training; float64
+        inputs give float64); returns = advantages + values.
     """
     if not (rewards.shape == values.shape == next_values.shape == terminated.shape == done.shape):
         raise ValueError(
@@ -256,13 +257,18 @@ def update(agent, optimizer: torch.optim.Optimizer, batch: dict, cfg, grad_step:
     grad_step(mb) -> dict of loss terms: one optimizer step on a minibatch (``make_grad_step``; the
     trainer may pass a compiled one). permutation(b, device, generator) -> (b,) indices of one epoch
     (default ``minibatch_permutation``; a population passes per-member ones). Returns the mean of each loss term over the minibatches run,
-    plus ``nonfinite`` (bool tensor: some loss or gradient was NaN/inf).
+    plus ``nonfinite`` (bool tensor: some loss or gradient was NaN/inf). ValueError when the batch
+    of B rows does not split into ``cfg.num_minibatches`` equal minibatches (B not a multiple of it,
+    or fewer rows than minibatches); the config's check makes B a multiple for training.
     """
     if grad_step is None:
         grad_step = make_grad_step(agent, optimizer, cfg)
     if permutation is None:
         permutation = minibatch_permutation
     b = batch["obs"].shape[0]
+    if cfg.num_minibatches < 1 or b < cfg.num_minibatches or b % cfg.num_minibatches:
+        raise ValueError(f"update: a batch of {b} rows does not split into num_minibatches={cfg.num_minibatches} "
+                         "equal minibatches (num_minibatches must divide the batch)")
     mb_size = b // cfg.num_minibatches
     totals: dict = {}
     n = 0

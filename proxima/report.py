@@ -1,16 +1,20 @@
 """Markdown report of one or several runs: ``proxima report RUN_DIR... [--out FILE.md]``.
 
 Writes ``report.md`` into the run directory (one run) or to ``--out FILE`` (needed for several
-runs) with: a results summary (steps, iterations, wall time, throughput, final and best return,
-final evaluation), the learning curve (drawn by proxima.plot.plot_runs next to the report and
+runs) with: a results summary (steps, iterations, wall time, throughput, the final value of
+``--metric`` and its best (a return: the max) or its max and min (any other metric), final evaluation), the learning curve (drawn by proxima.plot.plot_runs next to the report and
 embedded with a relative link), the final evaluation (``eval.json`` written at the end of
 training; without it the latest checkpoint is evaluated now for ``--episodes N`` episodes, not
 saved), the resolved config (``config.yaml``) and the versions and machine (``meta.json``).
 
-Several runs get one column each; runs of one env share a mean + spread curve. Errors a user can
-act on (missing or foreign run directory, empty metrics, a run file that is not UTF-8, an eval.json
-field that is not a number, a meta.json section that is not a mapping) are one line naming the file,
-exit status 2, and leave no file behind.
+Several runs get one column each; runs of one env share a mean + spread curve. A population
+directory (``train --seeds/--sweep``) is reported alone, by population_report, its curve drawn with
+``--metric``/``--x``/``--smooth``. Errors a user can act on (missing or foreign run directory, empty
+metrics, an unknown metric, a run file that is not UTF-8, an eval.json field that is not a number
+(null included), a meta.json section that is not a mapping, a population among other runs,
+``--threshold`` for single runs, an ``--out`` under a file) are one line naming the file or flag,
+exit status 2, and leave no file behind: everything is read and checked before the curve and the
+report are written.
 """
 
 from __future__ import annotations
@@ -86,11 +90,12 @@ EVAL_FIELDS = {
 
 def _check_eval(path: Path, saved: dict) -> dict:
     """eval.json as read, or ReportError naming the file and the field that the report cannot format
-    (``eval.json: mean_return is not a number ('abc')``): a file edited by hand or by another program
+    (``eval.json: mean_return is not a number ('abc')``, ``... (null)``): a file edited by hand or by another program
     fails like one that is not valid JSON, one line and no report, rather than a report that is wrong."""
     for name, (ok, wanted) in EVAL_FIELDS.items():
-        if saved.get(name) is not None and not ok(saved[name]):
-            shown = repr(saved[name])
+        # absent is fine (an older eval.json); a null is a value the report cannot format
+        if name in saved and not ok(saved[name]):
+            shown = "null" if saved[name] is None else repr(saved[name])
             shown = shown if len(shown) <= 40 else shown[:37] + "..."
             raise ReportError(f"{path}: {name} is not {wanted} ({shown})")
     return saved
@@ -104,8 +109,18 @@ def _check_meta(path: Path, meta: dict) -> dict:
     return meta
 
 
+#: metrics whose larger values are better: the report calls their maximum "best"; of any other
+#: metric (losses, KL, entropy, episode length: better is lower, or depends on the env) it shows
+#: the max and the min as they are
+RETURN_METRICS = ("charts/episodic_return", "eval/mean_return")
+#: metrics logged as the mean over the episodes that finished in one iteration
+EPISODIC_METRICS = ("charts/episodic_return", "charts/episodic_length")
+
+
 def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> dict:
-    """Steps, iterations, wall time, throughput, episodes, final/best value of ``metric``."""
+    """Steps, iterations, wall time, throughput, episodes, final value of ``metric``, its max and
+    min (``max``/``max_step``, ``min``/``min_step``) and ``best``/``best_step``: the max for a
+    return (RETURN_METRICS), None for any other metric."""
     def last(name):
         col = metrics.get(name)
         if col is None:
@@ -114,7 +129,8 @@ def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> d
         return float(finite[-1]) if finite.size else None
 
     out = {"global_step": last("global_step"), "iterations": last("iteration"), "time": last("time"),
-           "episodes": None, "final": None, "best": None, "best_step": None}
+           "episodes": None, "final": None, "best": None, "best_step": None,
+           "max": None, "max_step": None, "min": None, "min_step": None}
     if "episodes" in metrics:
         ep = metrics["episodes"]
         out["episodes"] = int(np.nansum(ep)) if np.isfinite(ep).any() else None
@@ -124,10 +140,13 @@ def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> d
     if col is not None and np.isfinite(col).any():
         ok = np.flatnonzero(np.isfinite(col))
         out["final"] = float(col[ok[-1]])
-        i = ok[np.argmax(col[ok])]
-        out["best"] = float(col[i])
-        if "global_step" in metrics:
-            out["best_step"] = float(metrics["global_step"][i])
+        steps = metrics.get("global_step")
+        for key, pick in (("max", np.argmax), ("min", np.argmin)):
+            i = ok[pick(col[ok])]  # the first row with that value
+            out[key] = float(col[i])
+            out[f"{key}_step"] = float(steps[i]) if steps is not None and np.isfinite(steps[i]) else None
+        if metric in RETURN_METRICS:
+            out["best"], out["best_step"] = out["max"], out["max_step"]
     ev = metrics.get("eval/mean_return")  # --eval-every: the deterministic policy's return during training
     if ev is not None and np.isfinite(ev).any():
         ok = np.flatnonzero(np.isfinite(ev))
@@ -159,8 +178,24 @@ def final_eval(run_dir: Path, config: dict, meta: dict, episodes: int, device: s
         seed = int(policy.config.get("seed", 1)) + 1_000_000  # the seed of the end-of-training eval
         result = evaluate(policy, episodes=episodes, seed=seed, backend=policy.config.get("backend", "auto"))
     except (CheckpointError, EnvError) as e:
+        in_progress = _in_progress(run_dir)
+        if in_progress and not any((run_dir / "checkpoints").glob("step_*.pt")):
+            return {"error": f"could not evaluate: the run is in progress ({in_progress}) and has no checkpoint yet"}
         return {"error": f"could not evaluate: {e}"}
     return {**result, "source": f"evaluated now from {Path(policy.path).name} (no eval.json)"}
+
+
+def _in_progress(run_dir: Path) -> Optional[str]:
+    """"locked by pid P since T" while a live process holds RUN/.proxima.lock (training), else None."""
+    import socket
+
+    from .rundir import holder_alive, read_lock
+
+    info = read_lock(run_dir)
+    if not info or not holder_alive(info):
+        return None
+    host = f" on host {info['host']}" if info.get("host") and info["host"] != socket.gethostname() else ""
+    return f"locked by pid {info.get('pid', '?')}{host}" + (f" since {info['since']}" if info.get("since") else "")
 
 
 # ------------------------------------------------------------------------------------ markdown
@@ -174,7 +209,7 @@ def _cell(value) -> str:
     elif isinstance(value, (list, tuple)):
         text = ", ".join(_cell(v) for v in value) if value else "[]"
     elif isinstance(value, dict):
-        text = ", ".join(f"{k}={_cell(v)}" for k, v in value.items())
+        text = ", ".join(f"{k}={_cell(v)}" for k, v in value.items()) if value else "{}"
     else:
         text = str(value)
     return text.replace("|", "\\|").replace("\n", " ")
@@ -188,6 +223,11 @@ def _table(header: Sequence[str], rows: Sequence[Sequence]) -> list[str]:
 
 def _num(x, fmt="{:,.0f}") -> Optional[str]:
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
+
+
+def _value(v: float) -> str:
+    """A metric's value: 2 decimals, or 3 significant digits for a small one (a KL of 0.004)."""
+    return f"{v:.2f}" if v == 0 or abs(v) >= 0.1 else f"{v:.3g}"
 
 
 def _eval_line(ev: dict) -> str:
@@ -244,10 +284,15 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     rows.append(["wall time"] + [_num(x["time"], "{:,.1f} s") for x in s])
     rows.append(["throughput"] + [_num(x.get("sps"), "{:,.0f} steps/s") for x in s])
     rows.append(["episodes finished"] + [_num(x["episodes"]) for x in s])
-    rows.append([f"final {metric}"] + [_num(x["final"], "{:.2f}") for x in s])
-    rows.append([f"best {metric}"] + [None if x["best"] is None else
-                                      f"{x['best']:.2f}" + (f" at step {x['best_step']:,.0f}" if x["best_step"] is not None else "")
-                                      for x in s])
+    def at_step(value, step):
+        return None if value is None else _value(value) + (f" at step {step:,.0f}" if step is not None else "")
+
+    rows.append([f"final {metric}"] + [None if x["final"] is None else _value(x["final"]) for x in s])
+    if metric in RETURN_METRICS:
+        rows.append([f"best {metric}"] + [at_step(x["max"], x["max_step"]) for x in s])
+    else:  # a loss is best low, an entropy or a length depends: the extremes, not a "best"
+        rows.append([f"max {metric}"] + [at_step(x["max"], x["max_step"]) for x in s])
+        rows.append([f"min {metric}"] + [at_step(x["min"], x["min_step"]) for x in s])
     if any("eval_last" in x for x in s):  # evaluations during training (--eval-every)
         rows.append(["eval return during training, last"] + [_num(x.get("eval_last"), "{:.2f}") for x in s])
         rows.append(["eval return during training, best"] + [
@@ -256,7 +301,10 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
             for x in s])
     rows.append(["final eval return"] + [_eval_line(r["eval"]) for r in runs])
     lines += _table([""] + names, rows)
-    lines += ["", f"Final and best {metric}: mean over the episodes that finished in one iteration (metrics.csv)."]
+    if metric in EPISODIC_METRICS:
+        lines += ["", f"{metric} per iteration (metrics.csv): the mean over the episodes that finished in that iteration."]
+    else:
+        lines += ["", f"{metric}: one value per iteration, as logged in metrics.csv."]
     if len(runs) > 1:  # one summary per group (env and settings): returns of different envs are never averaged
         for group in dict.fromkeys(r.get("group", r["env"]) for r in runs):
             evals = [r["eval"]["mean_return"] for r in runs if r.get("group", r["env"]) == group and "mean_return" in r["eval"]]
@@ -331,6 +379,13 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
     """
     if not run_dirs:
         raise ReportError("no run directories given")
+    if len(run_dirs) > 1:
+        from .population_report import is_population
+
+        for d in run_dirs:
+            if is_population(d):
+                raise ReportError(f"{d}: a population (population.json), not a single run; report it alone: "
+                                  f"proxima report {d}")
     try:
         dirs, metric = usable_runs(list(run_dirs), metric)  # of several, non-PPO directories are skipped with a line
         metrics = [read_metrics(d) for d in dirs]
@@ -341,13 +396,12 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
             raise ReportError(f"{len(dirs)} runs: give --out FILE.md for the combined report")
         out = dirs[0] / "report.md"
     out = Path(out)
-    if out.exists() and out.is_dir():
-        raise ReportError(f"--out {out}: is a directory (give a file name, e.g. {out / 'report.md'})")
+    check_out(out)
     names = [d.name for d in dirs]
     if len(set(names)) < len(names):
         names = [str(d) for d in dirs]
     runs = []
-    for d, name, m in zip(dirs, names, metrics):
+    for d, name, m in zip(dirs, names, metrics):  # every file read and checked before anything is written
         config, meta = _read_yaml(d / "config.yaml"), _check_meta(d / "meta.json", _read_json(d / "meta.json"))
         ev = final_eval(d, config, meta, episodes, device)
         if not quiet and "error" not in ev and not ev["source"].startswith("eval.json"):
@@ -358,27 +412,64 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
         for r in runs:
             if r["dir"] in members:
                 r["group"] = label
+    curve_file = _curve_path(out, dirs)
+    curve = Path(os.path.relpath(curve_file.resolve(), out.parent.resolve())).as_posix()
+    text = render(runs, curve, None, metric, x)  # before any file: a run the report cannot format writes nothing
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ReportError(describe(out.parent, e, "could not create the folder")) from None
-    curve_file, curve_note = _curve_path(out, dirs), None
     try:
         plot_runs(dirs, curve_file, metric=metric, x=x, smooth=smooth)
-        curve = Path(os.path.relpath(curve_file.resolve(), out.parent.resolve())).as_posix()
     except PlotError as e:
-        curve, curve_note = None, str(e)
-    text = render(runs, curve, curve_note, metric, x)
+        curve_file, text = None, render(runs, None, str(e), metric, x)
+    _write_text(out, text, also_written=curve_file)
+    return out
+
+
+def check_out(out: Path) -> None:
+    """ReportError when the report cannot be written at ``out``: a directory, or under a file."""
+    if out.is_dir():
+        raise ReportError(f"--out {out}: is a directory (give a file name, e.g. {out / 'report.md'})")
+    for parent in out.parents:  # the nearest existing ancestor must be a folder
+        if parent.exists():
+            if not parent.is_dir():
+                raise ReportError(f"--out {out}: {parent} is not a directory")
+            break
+
+
+def _write_text(out: Path, text: str, also_written: Optional[Path] = None) -> None:
+    """Write ``out`` whole (temp file, rename); on an error remove it and ``also_written`` (the curve
+    drawn for it) and raise ReportError naming the file and the free space: no half report."""
     tmp = out.with_name(out.name + ".tmp")
     try:
         tmp.write_text(text)
         os.replace(tmp, out)
     except OSError as e:  # disk full: one line naming the file and the free space, no half report
+        if also_written is not None:
+            also_written.unlink(missing_ok=True)
         raise ReportError(describe(out, e)) from None
     finally:
         if tmp.exists():
             tmp.unlink()
-    return out
+
+
+def build_population_report(run_dir, out=None, threshold: Optional[float] = None, metric: str = DEFAULT_METRIC,
+                            x: str = "step", smooth: int = 1) -> Path:
+    """population_report.build_population_report, checked first (a bad --out, an unknown metric:
+    ReportError, nothing written)."""
+    from . import population_report
+    from .plot import population_curves
+
+    run_dir = Path(run_dir)
+    if out is not None:
+        check_out(Path(out))
+    if (metric, x, smooth) != (DEFAULT_METRIC, "step", 1):  # asked for: it must draw (the default may lack a curve: noted)
+        try:
+            population_curves(run_dir, metric, x, smooth)  # every member holds the metric
+        except PlotError as e:
+            raise ReportError(str(e)) from None
+    return population_report.build_population_report(run_dir, out=out, threshold=threshold, metric=metric, x=x, smooth=smooth)
 
 
 # ------------------------------------------------------------------------------------ CLI
@@ -391,8 +482,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME", help=f"metric for the curve and the summary (default {DEFAULT_METRIC})")
     p.add_argument("--x", default="step", choices=tuple(X_LABELS), help="curve x axis: global step or wall time (default step)")
     p.add_argument("--smooth", type=int, default=1, metavar="K", help="moving average over K points for the curve (default 1)")
-    p.add_argument("--threshold", type=float, default=None, metavar="R", help="population runs (--seeds): report the "
-                   "fraction of members per setting whose final return is >= R (docs/populations.md)")
+    p.add_argument("--threshold", type=float, default=None, metavar="R", help="a population (--seeds/--sweep) given "
+                   "alone: report the fraction of members per setting whose final return is >= R (docs/populations.md); "
+                   "refused for single runs")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -413,12 +505,16 @@ def run(args) -> int:
         sys.stderr.write(f"{prog}: error: --smooth {args.smooth}: must be at least 1\n")
         return 2
     try:
-        from .population_report import build_population_report, is_population
+        from .population_report import is_population
 
         if len(args.run_dirs) == 1 and is_population(args.run_dirs[0]):  # statistics over members, per setting
-            path = build_population_report(args.run_dirs[0], out=args.out, threshold=args.threshold)
+            path = build_population_report(args.run_dirs[0], out=args.out, threshold=args.threshold,
+                                           metric=args.metric, x=args.x, smooth=args.smooth)
             print(f"wrote {path}")
             return 0
+        if args.threshold is not None:
+            raise ReportError(f"--threshold {args.threshold:g}: applies to a population (train --seeds/--sweep) alone, "
+                              "not to single runs")
         path = build_report(args.run_dirs, out=args.out, episodes=args.episodes, device=args.device,
                             metric=args.metric, x=args.x, smooth=args.smooth, quiet=False)
     except ReportError as e:

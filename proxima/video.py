@@ -1,12 +1,14 @@
-"""Write rgb_array frames to a video file: MP4 with imageio-ffmpeg, else an animated GIF.
+"""Write rgb_array frames to a video file: MP4 or WebM with imageio-ffmpeg, else an animated GIF.
 
-``proxima eval PATH --video FILE`` collects the first episode's frames and calls
-:func:`write_video`. Encoders, in order:
+``proxima eval PATH --video FILE`` checks FILE with :func:`check_video_path` before evaluating,
+collects the first episode's frames and calls :func:`write_video`. The suffix picks the format
+(``VIDEO_CODECS``; no suffix means ``.mp4``; any other suffix is a VideoError):
 
-* any suffix but ``.gif`` (``.mp4``, ``.webm``, ...): imageio's ffmpeg plugin, when
-  ``imageio_ffmpeg`` is importable (``pip install 'proxima[video]'``);
-* otherwise an animated GIF next to the requested name (``run.mp4`` -> ``run.gif``), written by
-  Pillow or, without Pillow, by imageio. The switch is said on stderr.
+* ``.mp4``, ``.mov``, ``.mkv``: H.264 (libx264); ``.webm``: VP9 (libvpx-vp9), each through
+  imageio's ffmpeg plugin when ``imageio_ffmpeg`` is importable (``pip install 'proxima[video]'``);
+  an ffmpeg without that encoder is a VideoError before evaluating;
+* ``.gif``, or any of those without imageio-ffmpeg: an animated GIF (``run.mp4`` -> ``run.gif``,
+  the switch said on stderr), written by Pillow or, without Pillow, by imageio.
 
 The path actually written is returned, so callers print what is on disk.
 """
@@ -21,6 +23,14 @@ from typing import Sequence, Union
 import numpy as np
 
 GIF_SUFFIX = ".gif"
+#: video suffix -> ffmpeg encoder (and its extra output options); ``.gif`` is written without ffmpeg
+VIDEO_CODECS = {
+    ".mp4": ("libx264", []),
+    ".mov": ("libx264", []),
+    ".mkv": ("libx264", []),
+    # libvpx's default "good" deadline takes ~20x longer than libx264; "realtime" is as fast
+    ".webm": ("libvpx-vp9", ["-deadline", "realtime", "-cpu-used", "8"]),
+}
 
 
 class VideoError(RuntimeError):
@@ -30,6 +40,52 @@ class VideoError(RuntimeError):
 def has_mp4_encoder() -> bool:
     """True when imageio and imageio-ffmpeg (which ships an ffmpeg binary) are importable."""
     return importlib.util.find_spec("imageio") is not None and importlib.util.find_spec("imageio_ffmpeg") is not None
+
+
+_ENCODERS = None  # _ffmpeg_encoders' cache
+
+
+def _ffmpeg_encoders() -> frozenset:
+    """The video encoders of imageio-ffmpeg's ffmpeg (``ffmpeg -encoders``), cached; empty if it cannot be asked."""
+    global _ENCODERS
+    if _ENCODERS is None:
+        import subprocess
+
+        try:
+            import imageio_ffmpeg
+
+            listing = subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-hide_banner", "-encoders"], capture_output=True,
+                                     text=True, timeout=30).stdout
+        except Exception:  # no binary, not runnable: leave the check to the encoder itself
+            listing = ""
+        rows = [line.split() for line in listing.splitlines()]
+        _ENCODERS = frozenset(r[1] for r in rows if len(r) > 1 and r[0].startswith("V"))  # " V....D libx264  ..."
+    return _ENCODERS
+
+
+def check_video_path(path: Union[str, Path]) -> None:
+    """VideoError (one line naming the file) when ``write_video`` could not write ``path``: an
+    unsupported suffix, an ffmpeg without the suffix's encoder, a parent that is a file. Call it
+    before collecting frames, so a bad name fails before an evaluation, not after it."""
+    path = Path(path)
+    if not path.suffix:  # written as <name>.mp4
+        path = path.with_suffix(".mp4")
+    suffix = path.suffix.lower()
+    if suffix != GIF_SUFFIX and suffix not in VIDEO_CODECS:
+        raise VideoError(f"--video {path}: unsupported video type {path.suffix!r}; use "
+                         f"{', '.join(list(VIDEO_CODECS) + [GIF_SUFFIX])}")
+    if suffix in VIDEO_CODECS and has_mp4_encoder():
+        codec = VIDEO_CODECS[suffix][0]
+        encoders = _ffmpeg_encoders()
+        if encoders and codec not in encoders:
+            raise VideoError(f"--video {path}: this ffmpeg has no {codec} encoder for {suffix}; use .mp4 or .gif")
+    for parent in path.parents:  # the nearest existing ancestor must be a folder
+        if parent.exists():
+            if not parent.is_dir():
+                raise VideoError(f"--video {path}: {parent} is not a directory")
+            break
+    if path.is_dir():
+        raise VideoError(f"--video {path}: is a directory (give a file name, e.g. {path / 'episode.mp4'})")
 
 
 def _check_frames(frames: Sequence[np.ndarray]) -> list:
@@ -54,11 +110,14 @@ def _check_frames(frames: Sequence[np.ndarray]) -> list:
 
 
 def _write_mp4(frames: list, path: Path, fps: float) -> None:
+    """Write with ffmpeg, the encoder chosen by the suffix (VIDEO_CODECS)."""
     import imageio.v2 as imageio
 
-    # macro_block_size=2: libx264/yuv420p need even sizes; odd ones are padded, even ones kept;
+    codec, params = VIDEO_CODECS.get(path.suffix.lower(), VIDEO_CODECS[".mp4"])
+    # macro_block_size=2: yuv420p needs even sizes; odd ones are padded, even ones kept;
     # ffmpeg's own log stays quiet: a failure is found by reading the file back (_check_mp4)
-    writer = imageio.get_writer(str(path), fps=fps, macro_block_size=2, ffmpeg_log_level="quiet")
+    writer = imageio.get_writer(str(path), fps=fps, codec=codec, macro_block_size=2, ffmpeg_log_level="quiet",
+                                output_params=list(params))
     try:
         for f in frames:
             writer.append_data(f)
@@ -101,9 +160,12 @@ def _write_gif(frames: list, path: Path, fps: float) -> None:
 def write_video(frames: Sequence[np.ndarray], path: Union[str, Path], fps: float = 30.0) -> str:
     """Write ``frames`` ((H, W, 3) uint8 each) to ``path``; return the path actually written.
 
-    A non-GIF path becomes ``<stem>.gif`` when no MP4 encoder is importable (said on stderr).
-    Parent folders are created. Note that GIF encoders merge identical consecutive frames.
+    The suffix picks the format (module docstring); none means ``.mp4``, an unsupported one is a
+    VideoError (check_video_path). A non-GIF path becomes ``<stem>.gif`` when imageio-ffmpeg is not
+    importable (said on stderr). Parent folders are created. Note that GIF encoders merge identical
+    consecutive frames.
     """
+    check_video_path(path)
     frames = _check_frames(frames)
     path = Path(path)
     if fps <= 0:

@@ -332,10 +332,21 @@ class GymnasiumEnv(BatchedEnv):
         return count_episodes(self._ep_return, self._ep_length, reward, done)
 
     def render(self, index: int = 0):
-        try:
-            return self.envs.envs[index].render() if hasattr(self.envs, "envs") else None
-        except Exception:
+        """Env ``index``'s rgb_array frame; None where there is none to give (an AsyncVectorEnv, whose
+        envs live in worker processes, an env built without render_mode='rgb_array', an env whose
+        render() is not implemented). EnvError with the env's own reason when its render() raises
+        anything else, e.g. Gymnasium's DependencyNotInstalled (``pygame is not installed, run
+        `pip install "gymnasium[classic-control]"```)."""
+        if not hasattr(self.envs, "envs"):
             return None
+        try:
+            return self.envs.envs[index].render()
+        except NotImplementedError:  # gymnasium.Env.render's default
+            return None
+        except gym.error.DependencyNotInstalled as e:
+            raise EnvError(f"env '{self.env_id}' cannot render: {e}") from None
+        except Exception as e:
+            raise EnvError(f"env '{self.env_id}' cannot render: its render() raised {type(e).__name__}: {e}") from None
 
     def close(self) -> None:
         self.envs.close()
