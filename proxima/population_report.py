@@ -158,8 +158,14 @@ def bootstrap_band(stack: np.ndarray, stat: str = "iqm", resamples: int = BAND_R
 def member_final_return(member_dir: Path) -> tuple:
     """(return, source): eval.json's mean return, else the last logged charts/episodic_return."""
     ev = member_dir / "eval.json"
-    if ev.is_file():
-        return float(json.loads(ev.read_text())["mean_return"]), "eval"
+    if ev.is_file():  # data: an edited or damaged file is one line, never a traceback
+        try:
+            value = json.loads(ev.read_text(encoding="utf-8")).get("mean_return")
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError) as e:
+            raise PopulationError(f"{ev}: not an eval.json Proxima wrote ({type(e).__name__})") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise PopulationError(f"{ev}: mean_return is not a number ({json.dumps(value)})")
+        return float(value), "eval"
     from .plot import read_metrics
 
     values = read_metrics(member_dir).get("charts/episodic_return", np.array([]))
@@ -175,7 +181,10 @@ def summarize_settings(run_dir, threshold: Optional[float] = None) -> list:
         settings = read_settings(run_dir)
     except PopulationError as e:
         raise ReportError(str(e)) from None
-    finals = [[(seed, *member_final_return(d)) for seed, d in setting.members] for setting in settings]
+    try:
+        finals = [[(seed, *member_final_return(d)) for seed, d in setting.members] for setting in settings]
+    except PopulationError as e:
+        raise ReportError(str(e)) from None
     sources = sorted({source for members in finals for _, _, source in members})
     out = []
     for setting, members in zip(settings, finals):

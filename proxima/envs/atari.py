@@ -168,10 +168,14 @@ class EnvPoolAtari(BatchedEnv):
         return count_episodes(self._game_return, self._game_length, raw_reward, game_over)
 
     def render(self, index: int = 0):
+        """Env ``index``'s rgb_array frame; None when EnvPool has none to give (render not implemented),
+        EnvError with its reason when rendering fails otherwise (as GymnasiumEnv.render)."""
         try:
             frame = self.envs.render(env_ids=[index])
-        except Exception:
+        except NotImplementedError:
             return None
+        except Exception as e:
+            raise EnvError(f"env '{self.env_id}' cannot render: its render() raised {type(e).__name__}: {e}") from None
         return None if frame is None else np.asarray(frame)[0]
 
     def close(self) -> None:

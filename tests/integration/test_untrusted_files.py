@@ -232,3 +232,21 @@ def test_config_yaml_that_is_not_utf8_plot_draws_report_refuses(run_dir, tmp_pat
     code, out, err = run_main(["report", str(run_dir)], capsys)
     assert code == 2 and out == ""
     assert one_error_line(err, "proxima report") == f"{config}: not UTF-8 text (byte 0xff at offset {offset})"
+
+
+def test_report_of_a_population_whose_member_eval_json_is_edited_is_one_line(tmp_path, capsys):
+    import json as _json
+
+    from proxima import cli
+
+    run = tmp_path / "P"
+    code = cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--total-timesteps", "512", "--num-envs", "4", "--num-steps", "64",
+                     "--run-dir", str(run), "--no-progress", "--eval-episodes", "1", "--threads", "1"])
+    assert code == 0
+    capsys.readouterr()
+    member = next(p for p in sorted(run.iterdir()) if p.is_dir() and p.name.startswith("m000"))
+    (member / "eval.json").write_text(_json.dumps({"mean_return": None}))
+    code = cli.main(["report", str(run)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.splitlines() == [f"proxima report: error: {member / 'eval.json'}: mean_return is not a number (null)"]
+    assert not (run / "report.md").exists()

@@ -369,7 +369,7 @@ def _read_frames(path: str) -> int:
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
-def test_eval_video_writes_a_readable_file_with_one_frame_per_step(tmp_path, env_id, capsys):
+def test_eval_video_writes_a_readable_file_with_one_frame_per_state(tmp_path, env_id, capsys):
     from proxima.cli import main
 
     run = tmp_path / "run"
@@ -391,7 +391,7 @@ def test_eval_video_writes_a_readable_file_with_one_frame_per_step(tmp_path, env
 
     assert Path(written).suffix == (".mp4" if has_mp4_encoder() else ".gif")
     assert Path(written).stat().st_size > 0
-    n = result["lengths"][0]
+    n = result["lengths"][0] + 1  # s0 .. the terminal state of an L-step episode (native envs)
     if Path(written).suffix == ".gif":
         assert _read_frames(written) == n
     else:
