@@ -158,14 +158,13 @@ def bootstrap_band(stack: np.ndarray, stat: str = "iqm", resamples: int = BAND_R
 def member_final_return(member_dir: Path) -> tuple:
     """(return, source): eval.json's mean return, else the last logged charts/episodic_return."""
     ev = member_dir / "eval.json"
-    if ev.is_file():  # data: an edited or damaged file is one line, never a traceback
-        try:
-            value = json.loads(ev.read_text(encoding="utf-8")).get("mean_return")
-        except (OSError, UnicodeDecodeError, ValueError, AttributeError) as e:
-            raise PopulationError(f"{ev}: not an eval.json Proxima wrote ({type(e).__name__})") from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise PopulationError(f"{ev}: mean_return is not a number ({json.dumps(value)})")
-        return float(value), "eval"
+    if ev.is_file():  # data: read and checked as a single run's report reads it (one line, never a traceback)
+        from .report import ReportError, _check_eval, _read_json
+
+        saved = _check_eval(ev, _read_json(ev))
+        if "mean_return" not in saved:
+            raise ReportError(f"{ev}: has no mean_return")
+        return float(saved["mean_return"]), "eval"
     from .plot import read_metrics
 
     values = read_metrics(member_dir).get("charts/episodic_return", np.array([]))
@@ -181,10 +180,7 @@ def summarize_settings(run_dir, threshold: Optional[float] = None) -> list:
         settings = read_settings(run_dir)
     except PopulationError as e:
         raise ReportError(str(e)) from None
-    try:
-        finals = [[(seed, *member_final_return(d)) for seed, d in setting.members] for setting in settings]
-    except PopulationError as e:
-        raise ReportError(str(e)) from None
+    finals = [[(seed, *member_final_return(d)) for seed, d in setting.members] for setting in settings]
     sources = sorted({source for members in finals for _, _, source in members})
     out = []
     for setting, members in zip(settings, finals):
