@@ -61,8 +61,8 @@ class FrameRecorder:
 
     An episode of L steps gives L + 1 frames, s0 (after reset) to the final state sL, as
     gymnasium.wrappers.RecordVideo records it, on the native envs (NativeEnv): their step autoresets
-    a finished env inside step(), so the frame of each step is taken inside it, after ``_dynamics``
-    and before the reset. Gymnasium's vector envs and the Atari backends reset a finished env inside
+    a finished env inside step(), so the frame of each step is taken inside it, in its
+    ``before_autoreset`` hook (after the dynamics, before the reset). Gymnasium's vector envs and the Atari backends reset a finished env inside
     their own step before a frame can be taken: there the video has the L frames s0..s(L-1) and
     stops one frame before the final state.
     """
@@ -80,18 +80,15 @@ class FrameRecorder:
             raise VideoError(f"--video {video}: env '{env_id}' renders no frames (no render_mode='rgb_array' "
                              "support); evaluate without --video")
         self.frames.append(first)
-        # NativeEnv.step: _dynamics, then the same-step autoreset; an env that overrides step() is left as it is
+        # NativeEnv.step calls before_autoreset between the dynamics and the same-step autoreset: the
+        # state each step reached, the final one included (an env that overrides step() does not)
         self.in_step = isinstance(env, NativeEnv) and type(env).step is NativeEnv.step
         if self.in_step:
-            dynamics = env._dynamics
+            env.before_autoreset = self._take_if_running  # this instance only; evaluate closes it
 
-            def dynamics_then_frame(action):
-                out = dynamics(action)
-                if not self.done:  # the state this step reached, before a finished env is reset
-                    self._take()
-                return out
-
-            env._dynamics = dynamics_then_frame  # this instance only; evaluate closes it
+    def _take_if_running(self) -> None:
+        if not self.done:  # the state this step reached, before a finished env is reset
+            self._take()
 
     def _take(self) -> None:
         frame = self.env.render(0)

@@ -12,7 +12,7 @@ ended (rows of unfinished envs are 0); ``done = terminated | truncated`` says wh
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Optional
+from typing import Callable, Optional
 
 import gymnasium as gym
 import torch
@@ -97,6 +97,9 @@ class NativeEnv(BatchedEnv):
 
     backend = "native"
     can_save_state = True
+    #: called in step() after the dynamics, before the same-step autoreset (the state a finished env
+    #: reached is still there): evaluate()'s video takes an episode's final frame here; None: nothing
+    before_autoreset: Optional[Callable[[], None]] = None
     max_episode_steps: int = 0
     #: every random draw goes through ``_uniform``, so rows can be split into per-member streams
     #: (``use_member_streams``, populations); an env drawing from ``self.generator`` directly sets False
@@ -168,6 +171,8 @@ class NativeEnv(BatchedEnv):
     def step(self, action: torch.Tensor):
         buffers = dict(self.state)  # the persistent tensors; _dynamics may rebind self.state[key]
         reward, terminated = self._dynamics(action)
+        if self.before_autoreset is not None:
+            self.before_autoreset()
         self.elapsed += 1
         self.ep_return += reward
         truncated = (self.elapsed >= self.max_episode_steps) & ~terminated
