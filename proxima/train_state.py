@@ -53,6 +53,20 @@ def default_run_dir(cfg: PPOConfig) -> Path:
 
 
 # ------------------------------------------------------------------------------------------------
+def best_on_disk(run_dir: Path) -> Optional[float]:
+    """The mean eval return RUN/checkpoints/best.pt holds, or None (no file, or one that does not load):
+    a resumed run only replaces best.pt with a better policy, even when it resumes from a checkpoint
+    older than best.pt (after a crash), which knows a lower best."""
+    path = ckpt.best_checkpoint_path(run_dir)
+    if not path.is_file():
+        return None
+    try:
+        best = ckpt.load_checkpoint(path).get("best_eval")
+    except ckpt.CheckpointError:
+        return None
+    return float(best) if isinstance(best, (int, float)) and not isinstance(best, bool) else None
+
+
 def capture(t: "Trainer") -> dict:
     """The whole TrainState: everything needed to continue as if never stopped."""
     return {

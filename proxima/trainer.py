@@ -114,6 +114,10 @@ class Trainer:
             train_state.restore(self, resume_state)
         # rank 0's (time-stamped) default, the same path on every rank
         self.run_dir = Path(self.dist.from_main(lambda: Path(run_dir) if run_dir is not None else Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)))
+        if resume_state is not None and self.dist.is_main:  # best.pt is replaced only by a better policy
+            on_disk = train_state.best_on_disk(self.run_dir)
+            if on_disk is not None and (self.best_eval is None or on_disk > self.best_eval):
+                self.best_eval = on_disk
         self.argv = argv
         self.logger = None
 

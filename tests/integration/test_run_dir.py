@@ -476,3 +476,30 @@ def test_eval_every_does_not_change_training(tmp_path, capsys):
 def test_eval_best_without_best_pt_is_one_line(capsys, finished_run):
     code, _, err = run_main(["eval", str(finished_run), "--best"], capsys)
     error_line(code, err, "no checkpoints/best.pt", "--eval-every")
+
+
+def test_a_resume_from_before_best_pt_never_replaces_it_with_a_worse_policy(tmp_path, capsys, monkeypatch):
+    """After a crash the last checkpoint may be older than best.pt and know a lower best: best.pt stays."""
+    from proxima import evaluate as evaluate_module
+
+    run_dir = tmp_path / "run"
+    argv = ["train", "CartPole-v1", "--run-dir", str(run_dir), *SMALL, "--eval-every", "64", "--eval-episodes", "2",
+            "--checkpoint-every", "1"]
+    assert run_main(argv, capsys)[0] == 0
+    best = ckpt.load_checkpoint(run_dir / "checkpoints" / "best.pt")
+    for c in ckpt.list_checkpoints(run_dir)[1:]:  # the crash: only the first checkpoint (step 64) is left
+        c.unlink()
+    state = torch.load(ckpt.list_checkpoints(run_dir)[0], weights_only=True)
+    state["best_eval"] = None  # it knows no best yet (best.pt was written later)
+    ckpt.atomic_torch_save(state, ckpt.list_checkpoints(run_dir)[0])
+    worse = best["best_eval"] - 1.0  # every evaluation after the resume is worse than best.pt's
+
+    def worse_eval(policy, **kw):
+        return {"env_id": "CartPole-v1", "episodes": 2, "mean_return": worse, "std_return": 0.0, "returns": [worse, worse],
+                "lengths": [10, 10], "deterministic": True}
+
+    monkeypatch.setattr(evaluate_module, "evaluate", worse_eval)
+    code, _, err = run_main(["resume", str(run_dir), "--no-progress", "--eval-episodes", "2"], capsys)
+    assert code == 0, err
+    after = ckpt.load_checkpoint(run_dir / "checkpoints" / "best.pt")
+    assert after["best_eval"] == best["best_eval"] and after["global_step"] == best["global_step"]
