@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -232,12 +233,35 @@ MAX_EVAL_STEPS = 100_000
 MAX_SEED = 2**31 - 1
 
 
+def _check_types(cfg: PPOConfig) -> None:
+    """Each field holds its type (a PPOConfig built in Python is not coerced as flags and YAML are):
+    ConfigError naming the field, before anything is built or written. Ints pass for floats, a
+    path for run_dir; a string never passes for a number or a bool (NaN is validate's to refuse)."""
+    for name in FIELDS:
+        value = getattr(cfg, name)
+        if name == "run_dir" and isinstance(value, os.PathLike):
+            continue
+        try:
+            coerced = coerce(name, value, "PPOConfig")
+            same = coerced == value or (isinstance(value, float) and math.isnan(value) and math.isnan(coerced))
+        except ConfigError:
+            same = False
+        default = FIELDS[name].default if FIELDS[name].default is not dataclasses.MISSING else FIELDS[name].default_factory()
+        wrong_kind = isinstance(value, str) and not isinstance(default, str) and name not in ("run_dir",)
+        if not same or wrong_kind or (isinstance(value, bool) and not isinstance(default, bool)):
+            expected = "a number or None" if name in OPTIONAL_NUMBERS else _type_name(default)
+            raise ConfigError(f"PPOConfig.{name} = {value!r}: expected {expected}")
+
+
 def validate(cfg: PPOConfig, world_size: int = 1) -> None:
     """Raise ConfigError with one actionable line for the first invalid value."""
 
     def bad(name: str, why: str) -> None:
         raise ConfigError(f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: {why}")
 
+    if not isinstance(cfg, PPOConfig):
+        raise ConfigError(f"expected a PPOConfig, got {type(cfg).__name__} (PPOConfig(**fields), or from_dict for a mapping)")
+    _check_types(cfg)
     for name, f in FIELDS.items():
         choices = f.metadata.get("choices")
         if choices and getattr(cfg, name) not in choices:

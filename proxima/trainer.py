@@ -397,7 +397,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     from ``run_dir`` when it holds a checkpoint, else starts it afresh). A resumed run continues in
     the checkpoint's run directory with the checkpoint's config; ``overrides`` ({field: value}, the
     flags a user typed) may change only config.RESUME_SAFE fields (total_timesteps extends the run),
-    any other that differs is refused. A run directory's newest checkpoint that cannot be loaded is
+    any other that differs is refused; from Python (``overrides`` None) the fields where ``config``
+    differs from PPOConfig's defaults count as the ones typed. A run directory's newest checkpoint that cannot be loaded is
     set aside and the one before it used. An env id read from a checkpoint that would import a
     module (``module:Class``) is refused unless ``env_id`` names the same env or ``trust_run``.
 
@@ -410,6 +411,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     from .run_setup import diagnose_failure, resolve_start
     from .rundir import RunSession
 
+    if resume is not None and config is not None and overrides is None:
+        overrides = set_fields(config)  # the Python API's resume: its config is not silently dropped
     dctx = distributed.context()
     session = RunSession()  # rank 0's lock on the run directory
     trainer, resumed, out_dir = None, False, None
@@ -467,6 +470,16 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     finally:
         session.release()
     return out_dir, trainer.agent
+
+
+def set_fields(config: PPOConfig) -> dict:
+    """{field: value} where ``config`` differs from PPOConfig's defaults (env_id and run_dir aside):
+    what a Python caller asked of a resume, as the flags a CLI user typed."""
+    import dataclasses
+
+    default = PPOConfig()
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(PPOConfig)
+            if f.name not in ("env_id", "run_dir") and getattr(config, f.name) != getattr(default, f.name)}
 
 
 def _note_whole_iterations(cfg: PPOConfig, world_size: int) -> None:

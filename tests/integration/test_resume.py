@@ -202,3 +202,46 @@ def test_resume_drops_a_cut_off_csv_row(tmp_path):
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     assert [r["global_step"] for r in rows] == ["64"]
+
+
+def test_the_python_api_resume_applies_or_refuses_its_config(tmp_path):
+    """train(config, resume=...) from Python: the fields set in config act as the flags typed on the CLI."""
+    import yaml
+
+    from proxima.config import ConfigError, PPOConfig
+    from proxima.trainer import train as train_api
+
+    base = dict(env_id="CartPole-v1", num_envs=4, num_steps=16, threads=1, progress=False, eval_episodes=0)
+    run = tmp_path / "r"
+    train_api(PPOConfig(total_timesteps=128, **base), run_dir=run, quiet=True)
+    with pytest.raises(ConfigError, match=r"--lr 0.1: cannot change when resuming"):
+        train_api(PPOConfig(total_timesteps=256, lr=0.1, **base), run_dir=run, resume="auto", quiet=True)
+    train_api(PPOConfig(total_timesteps=256, **base), run_dir=run, resume="auto", quiet=True)  # extends the run
+    assert yaml.safe_load((run / "config.yaml").read_text())["total_timesteps"] == 256
+    assert ckpt.list_checkpoints(run)[-1].name.endswith("256.pt")
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("num_envs", "4", "PPOConfig.num_envs = '4': expected an integer"),
+    ("total_timesteps", 1024.5, "PPOConfig.total_timesteps = 1024.5: expected an integer"),
+    ("keep_checkpoints", 2.5, "PPOConfig.keep_checkpoints = 2.5: expected an integer"),
+    ("stop_return", "475", "PPOConfig.stop_return = '475': expected a number or None"),
+    ("compile", "yes", "PPOConfig.compile = 'yes': expected true or false"),
+    ("threads", True, "PPOConfig.threads = True: expected an integer"),
+    ("hidden_sizes", 64, "PPOConfig.hidden_sizes = 64: expected"),
+])
+def test_a_python_config_of_the_wrong_type_is_refused_before_anything_is_written(tmp_path, field, value, needle):
+    from proxima.config import ConfigError, PPOConfig
+    from proxima.trainer import train as train_api
+
+    cfg = PPOConfig(env_id="CartPole-v1", total_timesteps=128, num_envs=4, num_steps=16, progress=False, eval_episodes=0)
+    setattr(cfg, field, value)
+    with pytest.raises(ConfigError) as info:
+        train_api(cfg, run_dir=tmp_path / "r", quiet=True)
+    assert needle in str(info.value)
+    assert not (tmp_path / "r").exists()
+    cfg.lr = 1  # an int for a float field is fine
+    setattr(cfg, field, getattr(PPOConfig(), field))
+    from proxima.config import validate
+
+    validate(cfg)
