@@ -238,10 +238,12 @@ def cmd_eval(args) -> int:
         if args.best:
             from .checkpoint import CheckpointError, best_checkpoint_path
 
+            if not Path(args.path).is_dir():
+                raise CheckpointError(f"{args.path}: --best needs a run directory (it evaluates RUN/checkpoints/best.pt); "
+                                      f"to evaluate this file, drop --best")
             path = best_checkpoint_path(args.path)
-            if not Path(args.path).is_dir() or not path.is_file():
-                raise CheckpointError(f"{args.path}: no checkpoints/best.pt (written when training with --eval-every N); "
-                                      "--best needs a run directory")
+            if not path.is_file():
+                raise CheckpointError(f"{args.path}: no checkpoints/best.pt (written when training with --eval-every N)")
         policy = load_policy(path, device=resolve_device(args.device),  # one-line error for a bad --device
                              env_id=args.env, trust_env=args.trust_run)
         seed = args.seed if args.seed is not None else policy.config["seed"] + 1_000_000

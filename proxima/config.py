@@ -93,7 +93,7 @@ FIELDS = {f.name: f for f in dataclasses.fields(PPOConfig)}
 #: evaluates, what it prints, where it runs. Every other field is the run's identity; changing it
 #: on resume would make the checkpoint's state describe a different run, so resume refuses it.
 RESUME_SAFE = ("total_timesteps", "stop_return", "stop_episodes", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "eval_episodes", "eval_every",
-               "progress", "plot", "threads", "keep_host_memory", "device", "debug_checks", "run_dir")
+               "progress", "plot", "threads", "keep_host_memory", "device", "debug_checks", "compile", "compile_mode", "run_dir")
 
 
 def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "config") -> PPOConfig:

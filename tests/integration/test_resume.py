@@ -245,3 +245,14 @@ def test_a_python_config_of_the_wrong_type_is_refused_before_anything_is_written
     from proxima.config import validate
 
     validate(cfg)
+
+
+def test_a_resume_may_switch_compile_but_not_amp():
+    from proxima.config import ConfigError
+    from proxima.run_setup import apply_resume_overrides
+
+    state = {"global_step": 0, "path": "ckpt"}
+    cfg = apply_resume_overrides(PPOConfig(), {"compile": True, "compile_mode": "max-autotune"}, state)
+    assert cfg.compile and cfg.compile_mode == "max-autotune"  # compiled and eager checkpoints are interchangeable
+    with pytest.raises(ConfigError, match="--amp 'bf16': cannot change when resuming"):
+        apply_resume_overrides(PPOConfig(), {"amp": "bf16"}, state)

@@ -476,6 +476,10 @@ def test_eval_every_does_not_change_training(tmp_path, capsys):
 def test_eval_best_without_best_pt_is_one_line(capsys, finished_run):
     code, _, err = run_main(["eval", str(finished_run), "--best"], capsys)
     error_line(code, err, "no checkpoints/best.pt", "--eval-every")
+    best_file = finished_run / "checkpoints" / "best.pt"  # --best of a file: the flag is the problem, not the file
+    code, _, err = run_main(["eval", str(ckpt.list_checkpoints(finished_run)[-1]), "--best"], capsys)
+    error_line(code, err, "--best needs a run directory", "drop --best")
+    assert not best_file.exists()
 
 
 def test_a_resume_from_before_best_pt_never_replaces_it_with_a_worse_policy(tmp_path, capsys, monkeypatch):
