@@ -120,18 +120,25 @@ def bench_config(args, backend: str, num_envs: int):
     return cfg
 
 
-def bench_line(args, backend: str, num_envs: int) -> tuple:
-    """Build a Trainer for (backend, num_envs) and time env, rollout and train on it."""
-    from . import ppo
-    from .trainer import Trainer
-
+def check_line(args, backend: str, num_envs: int):
+    """The PPOConfig of one line, validated and checked against free memory as train checks it
+    (ConfigError before any buffer is allocated); ``run`` checks every line before measuring any."""
     from .config import validate
     from .device import resolve_device
     from .sizing import check_fits, env_probe
 
     cfg = bench_config(args, backend, num_envs)
     validate(cfg)
-    check_fits(cfg, resolve_device(cfg.device), env_probe(cfg))  # before any buffer is allocated, as train does
+    check_fits(cfg, resolve_device(cfg.device), env_probe(cfg))
+    return cfg
+
+
+def bench_line(args, backend: str, num_envs: int) -> tuple:
+    """Build a Trainer for (backend, num_envs) and time env, rollout and train on it."""
+    from . import ppo
+    from .trainer import Trainer
+
+    cfg = check_line(args, backend, num_envs)
     trainer = Trainer(cfg, quiet=True)
     line = Line(backend, num_envs)
     try:
@@ -217,7 +224,8 @@ def json_line(line: Line, args, cfg, device) -> dict:
     d = {"env_id": args.env_id, "device": str(device), "backend": line.backend, "num_envs": line.num_envs,
          "num_steps": cfg.num_steps if cfg else None, "update_epochs": cfg.update_epochs if cfg else None,
          "num_minibatches": cfg.num_minibatches if cfg else None, "threads": args.threads, "repeats": args.repeats,
-         "skipped": line.skipped}
+         "preset": args.preset or "default", "compile": bool(args.compile), "cudagraphs": bool(args.cudagraphs),
+         "amp": args.amp, "skipped": line.skipped}  # the switches too: a compiled result is told from an eager one
     for m in MEASURES:
         med, lo, hi = line.stat(m)
         d[f"{m}_sps"], d[f"{m}_sps_min"], d[f"{m}_sps_max"] = med, lo, hi
@@ -302,12 +310,22 @@ def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime
 # ------------------------------------------------------------------------------------ command
 def parse_sizes(text: str) -> list:
     try:
-        sizes = [int(s.replace("_", "")) for s in text.split(",") if s.strip()]
+        sizes = [int(s.replace("_", "")) for s in text.split(",")]  # an empty piece (1,,2) is refused too
     except ValueError:
         sizes = []
     if not sizes or any(n < 1 for n in sizes):
         raise ValueError(f"--num-envs {text!r}: expected a comma-separated list of positive integers, e.g. 1,4,64")
     return sizes
+
+
+def _out_problem(out: Path) -> str:
+    """Why ``--out`` cannot be written ("" when it can be): a directory, or a parent that is a file."""
+    if out.is_dir():
+        return "is a directory; give a file name, e.g. results.md"
+    for parent in out.parents:
+        if parent.exists():
+            return "" if parent.is_dir() else f"{parent} is a file, not a folder"
+    return ""
 
 
 BACKENDS = ("native", "gymnasium", "envpool", "both")
@@ -352,6 +370,12 @@ def run(args: argparse.Namespace) -> int:
             return fail(f"--{name} {getattr(args, name)}: must be at least 1")
     if not args.seconds > 0:
         return fail(f"--seconds {args.seconds}: must be positive")
+    if args.max_gym_envs < 0:
+        return fail(f"--max-gym-envs {args.max_gym_envs}: must be 0 or more")
+    if args.out:  # a file that cannot be written fails now, not after minutes of measuring
+        problem = _out_problem(Path(args.out))
+        if problem:
+            return fail(f"--out {args.out}: {problem}")
     if args.compile and not accel_available():
         return fail("--compile needs proxima.accel (torch.compile / CUDA graphs), which this build does not have yet; "
                     "run without --compile")
@@ -368,6 +392,15 @@ def run(args: argparse.Namespace) -> int:
         device = resolve_device(args.device)
     except ConfigError as e:
         return fail(str(e))
+    try:  # every line's config and size first: a size that cannot fit stops before any other is measured
+        for n in sizes:
+            for backend in backends:
+                if not (backend == "gymnasium" and n > args.max_gym_envs):
+                    check_line(args, backend, n)
+    except (ConfigError, EnvError) as e:
+        return fail(str(e))
+    except ImportError as e:
+        return fail(f"{e}")
     started, load0 = datetime.now(), os.getloadavg()[0]
     lines, last_cfg = [], None
     for n in sizes:

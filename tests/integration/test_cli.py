@@ -319,12 +319,27 @@ def test_whole_iterations_a_note_then_resume_extends_only_by_whole_ones(tmp_path
     assert yaml.safe_load((tmp_path / "R" / "config.yaml").read_text())["total_timesteps"] == 192  # says what ran
 
 
-@pytest.mark.parametrize("flags, needle", [(["--num-envs", "1000000000"], "--num-envs 1000000000 x --num-steps 128: needs ~"),
-                                           (["--num-envs", "4", "--num-steps", "0"], "--num-steps 0: must be at least 1")])
-def test_bench_refuses_what_train_refuses_before_allocating(flags, needle, capsys):
+@pytest.mark.parametrize("flags, needle", [
+    (["--num-envs", "1000000000"], "--num-envs 1000000000 x --num-steps 128: needs ~"),
+    (["--num-envs", "1,1000000000"], "--num-envs 1000000000 x --num-steps 128: needs ~"),  # before size 1 is measured
+    (["--num-envs", "4", "--num-steps", "0"], "--num-steps 0: must be at least 1"),
+    (["--num-envs", "1,,2"], "--num-envs '1,,2': expected a comma-separated list"),
+    (["--num-envs", "4", "--max-gym-envs", "-1"], "--max-gym-envs -1: must be 0 or more"),
+    (["--num-envs", "4", "--out", "."], "--out .: is a directory"),
+])
+def test_bench_refuses_what_train_refuses_before_measuring(flags, needle, capsys):
     code, _, err = run_main(["bench", "CartPole-v1", "--backend", "native", "--repeats", "1", "--seconds", "0.1", *flags], capsys)
     lines = err.strip().splitlines()
     assert code == 2 and "Traceback" not in err and needle in lines[-1], err
+    assert not any("envs ..." in line for line in lines), "a line was measured before the refusal"
+
+
+def test_bench_json_records_the_switches(capsys):
+    code, out, err = run_main(["bench", "CartPole-v1", "--backend", "native", "--num-envs", "4", "--repeats", "1",
+                               "--seconds", "0.05", "--json", "--preset", "fast"], capsys)
+    assert code == 0, err
+    row = json.loads(out.strip().splitlines()[-1])
+    assert (row["preset"], row["compile"], row["cudagraphs"], row["amp"]) == ("fast", False, False, "none")
 
 
 def test_presets_of_an_unknown_env_is_one_line_and_json_steps_are_numbers(capsys):
