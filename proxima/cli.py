@@ -126,7 +126,10 @@ def cmd_train(args) -> int:
         from .config import validate
 
         if args.resume is None:  # a resumed run's config is the checkpoint's (checked by train)
-            validate(cfg)
+            try:
+                validate(cfg)
+            except ConfigError as e:
+                raise _name_config_file(e, args) from None
         if args.dry_run:
             return _dry_run(cfg)
         run_dir, _ = train(cfg, resume=args.resume, argv=recorded_argv(), quiet=args.quiet, overwrite=args.overwrite,
@@ -139,6 +142,20 @@ def cmd_train(args) -> int:
         return e.exit_code
     except _user_errors() as e:
         return fail(prog, str(e))
+
+
+def _name_config_file(e: ConfigError, args) -> ConfigError:
+    """validate's line names a field as its flag (``--seed ...``); when the value came from ``--config
+    FILE`` (not typed), the line names the file too, so the user knows where to fix it."""
+    from .config import load_config_file
+
+    if not getattr(args, "config", None):
+        return e
+    message = str(e)
+    for name in load_config_file(args.config):
+        if name in FIELDS and name not in vars(args) and message.startswith(f"--{name.replace('_', '-')} "):
+            return ConfigError(f"{args.config}: {name}: {message}")
+    return e
 
 
 def recorded_argv() -> list:
