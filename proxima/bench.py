@@ -318,16 +318,6 @@ def parse_sizes(text: str) -> list:
     return sizes
 
 
-def _out_problem(out: Path) -> str:
-    """Why ``--out`` cannot be written ("" when it can be): a directory, or a parent that is a file."""
-    if out.is_dir():
-        return "is a directory; give a file name, e.g. results.md"
-    for parent in out.parents:
-        if parent.exists():
-            return "" if parent.is_dir() else f"{parent} is a file, not a folder"
-    return ""
-
-
 BACKENDS = ("native", "gymnasium", "envpool", "both")
 
 
@@ -373,7 +363,9 @@ def run(args: argparse.Namespace) -> int:
     if args.max_gym_envs < 0:
         return fail(f"--max-gym-envs {args.max_gym_envs}: must be 0 or more")
     if args.out:  # a file that cannot be written fails now, not after minutes of measuring
-        problem = _out_problem(Path(args.out))
+        from .diskspace import path_problem
+
+        problem = path_problem(args.out, example="results.md")
         if problem:
             return fail(f"--out {args.out}: {problem}")
     if args.compile and not accel_available():

@@ -29,6 +29,22 @@ def free_bytes(path: Union[str, Path]) -> Optional[int]:
     return None
 
 
+def path_problem(path: Union[str, Path], folder: bool = False, example: str = "") -> str:
+    """Why ``path`` cannot be created ("" when it can): a file path that is a directory (``example``:
+    a file name to suggest in it), a folder path that is a file, or a parent that is a file (the
+    nearest existing one must be a folder, else mkdir/open fail with a misleading "File exists").
+    Checked before the work whose result it will hold, so a bad name fails first."""
+    path = Path(path)
+    if folder and path.exists() and not path.is_dir():
+        return "exists and is not a directory"
+    if not folder and path.is_dir():
+        return "is a directory" + (f" (give a file name, e.g. {path / example})" if example else "")
+    for parent in path.parents:
+        if parent.exists():
+            return "" if parent.is_dir() else f"{parent} is a file, not a folder"
+    return ""
+
+
 def human_bytes(n: int) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1024 or unit == "TB":

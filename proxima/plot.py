@@ -435,13 +435,11 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
     fmt = FORMATS.get(out.suffix.lower())
     if fmt is None:
         raise PlotError(f"{out}: unsupported image type {out.suffix or '(no suffix)'!r}; use {', '.join(FORMATS)}")
-    if out.is_dir():
-        raise PlotError(f"--out {out}: is a directory (give a file name, e.g. {out / 'curve.png'})")
-    for parent in out.parents:  # the nearest existing ancestor must be a folder, or mkdir says "File exists"
-        if parent.exists():
-            if not parent.is_dir():
-                raise PlotError(f"--out {out}: {parent} is not a directory")
-            break
+    from .diskspace import path_problem
+
+    problem = path_problem(out, example="curve.png")
+    if problem:
+        raise PlotError(f"--out {out}: {problem}")
     # read and check everything before drawing, so an error leaves no file behind
     panels = collect_panels(list(run_dirs), metric, x, smooth, band, stat)
 

@@ -429,13 +429,11 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
 
 def check_out(out: Path) -> None:
     """ReportError when the report cannot be written at ``out``: a directory, or under a file."""
-    if out.is_dir():
-        raise ReportError(f"--out {out}: is a directory (give a file name, e.g. {out / 'report.md'})")
-    for parent in out.parents:  # the nearest existing ancestor must be a folder
-        if parent.exists():
-            if not parent.is_dir():
-                raise ReportError(f"--out {out}: {parent} is not a directory")
-            break
+    from .diskspace import path_problem
+
+    problem = path_problem(out, example="report.md")
+    if problem:
+        raise ReportError(f"--out {out}: {problem}")
 
 
 def _write_text(out: Path, text: str, also_written: Optional[Path] = None) -> None:

@@ -111,12 +111,11 @@ def preflight(cfg: PPOConfig, world_size: int = 1):
 
 def check_run_dir_path(run_dir: Path) -> None:
     """ConfigError when ``run_dir`` cannot be a directory: it, or a folder above it, is a file."""
-    for path in (run_dir, *run_dir.parents):
-        if path.exists():
-            if not path.is_dir():
-                what = "exists and is not a directory" if path == run_dir else f"{path} is a file, not a folder"
-                raise ConfigError(f"--run-dir {run_dir}: {what}")
-            return
+    from .diskspace import path_problem
+
+    problem = path_problem(run_dir, folder=True)
+    if problem:
+        raise ConfigError(f"--run-dir {run_dir}: {problem}")
 
 
 def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict) -> PPOConfig:

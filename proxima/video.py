@@ -79,13 +79,11 @@ def check_video_path(path: Union[str, Path]) -> None:
         encoders = _ffmpeg_encoders()
         if encoders and codec not in encoders:
             raise VideoError(f"--video {path}: this ffmpeg has no {codec} encoder for {suffix}; use .mp4 or .gif")
-    for parent in path.parents:  # the nearest existing ancestor must be a folder
-        if parent.exists():
-            if not parent.is_dir():
-                raise VideoError(f"--video {path}: {parent} is not a directory")
-            break
-    if path.is_dir():
-        raise VideoError(f"--video {path}: is a directory (give a file name, e.g. {path / 'episode.mp4'})")
+    from .diskspace import path_problem
+
+    problem = path_problem(path, example="episode.mp4")
+    if problem:
+        raise VideoError(f"--video {path}: {problem}")
 
 
 def _check_frames(frames: Sequence[np.ndarray]) -> list:

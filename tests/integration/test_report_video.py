@@ -164,10 +164,10 @@ def test_report_of_a_run_in_training_says_in_progress(fresh_run, capsys):
 def test_report_and_plot_out_under_a_file_name_the_parent(fresh_run, tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     code, _, err = run_cli(["plot", fresh_run, "--out", tmp_path / "afile" / "c.png"], capsys)
-    assert one_error(code, err, "plot") == f"--out {tmp_path / 'afile' / 'c.png'}: {tmp_path / 'afile'} is not a directory"
+    assert one_error(code, err, "plot") == f"--out {tmp_path / 'afile' / 'c.png'}: {tmp_path / 'afile'} is a file, not a folder"
     before = files(fresh_run)
     code, _, err = run_cli(["report", fresh_run, "--out", tmp_path / "afile" / "r.md"], capsys)
-    assert one_error(code, err, "report") == f"--out {tmp_path / 'afile' / 'r.md'}: {tmp_path / 'afile'} is not a directory"
+    assert one_error(code, err, "report") == f"--out {tmp_path / 'afile' / 'r.md'}: {tmp_path / 'afile'} is a file, not a folder"
     assert files(fresh_run) == before
 
 
@@ -267,7 +267,7 @@ def test_unsupported_video_suffix_is_refused_before_evaluating(run_dir, tmp_path
 def test_video_under_a_file_is_refused_before_evaluating(run_dir, tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     code, _, err = run_cli(["eval", run_dir, "--episodes", "1", "--video", tmp_path / "afile" / "v.mp4"], capsys)
-    assert one_error(code, err, "eval") == f"--video {tmp_path / 'afile' / 'v.mp4'}: {tmp_path / 'afile'} is not a directory"
+    assert one_error(code, err, "eval") == f"--video {tmp_path / 'afile' / 'v.mp4'}: {tmp_path / 'afile'} is a file, not a folder"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("pygame") is not None, reason="pygame is installed")
