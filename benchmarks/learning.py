@@ -52,8 +52,11 @@ MARK = "<!-- learning-runs-json"
 #: how the presets were chosen (side experiments, not rows of the table); same machine and load
 NOTES = [
     "Pendulum-v1: the trial of the issue (32 native envs x 128 steps, 10 epochs x 16 minibatches, lr 1e-3, "
-    "gamma 0.95, ent 0, norm obs+reward) kept; 300k steps gave -166.5 (seed 1), 200k gives -179.5 / -211.5 / -142.6 "
-    "in about 100 s, so the default is 200k.",
+    "gamma 0.95, ent 0, norm obs+reward, 200k steps) solved seeds 1-3 but 9 of seeds 1-10 (seed 10: -439.5, a "
+    "policy stuck spinning the pole). Populations of seeds 1-40 (`proxima train Pendulum-v1 --seeds 1-40 --sweep "
+    "lr=...`, members statistically like single runs): lr 1e-3 at 200k failed 2 of 40 (seeds 10 and 13: -469.6, -552.5); "
+    "lr 7e-4 at 200k solved 40/40 (worst -234.8) but single-run seed 2 evaluated -259.8; at 300k lr 7e-4 solved "
+    "40/40 (worst -247.3) and lr 5e-4 40/40 (worst -218.0, mean -162.1). The default is lr 5e-4 for 300k steps.",
     "Acrobot-v1, CartPole-v1: the CleanRL presets already meet the targets (3/3 seeds each); not changed.",
     "MountainCarContinuous-v0: the first setting tried solved it: 64 native envs x 256 steps (about 16 episodes "
     "of 999 steps per batch, of which a random N(0, 1) policy finishes about 1.4%), gamma 0.9999 so the +100 "
@@ -62,13 +65,14 @@ NOTES = [
     "MountainCarContinuous-v0, same preset and seed, env stepped with the unclipped sample (the behaviour before "
     "collect_rollout clipped Box actions): 93.4, i.e. that fix changes the reward the native env reports for "
     "out-of-bounds samples (now the same as the Gymnasium backend) but was not what made this task learnable.",
-    "LunarLander-v3 (rl-baselines3-zoo settings, 1M steps), eval per seed: with truncation bootstrapped from "
-    "V(final obs) (the library default) s1 201.5, s2 199.9; with time-outs as terminal (ppo2's way, now in the "
-    "preset) s1 187.9, s2 240.8, s3 195.8 (rows above). The stochastic policy often hovers until the 1000-step time-out "
-    "(training return about 110-130 in every variant) while the deterministic one lands in about 600 steps. "
-    "Also tried, one seed each, bootstrapping on: no value-loss clipping 171.7 (s1), constant learning rate "
-    "137.1 (s2), 2M steps 231.2 (s2). Not reliably above 200 at 1M on this evidence.",
-    "LunarLanderContinuous-v3, HalfCheetah-v5: presets run once as written (1 seed each), not tuned.",
+    "LunarLander-v3: the preset is the rl-baselines3-zoo settings trained for 2M steps, with truncation "
+    "bootstrapped from V(final obs) (the library default). At 1M steps it was on target on average but not for "
+    "every seed: bootstrapped s1 201.5, s2 199.9; time-outs as terminal (ppo2's way) s1 187.9, s2 240.8, s3 195.8. "
+    "The stochastic policy often hovers until the 1000-step time-out (training return about 110-130 in every "
+    "variant) while the deterministic one lands in about 600 steps. Also tried at 1M, one seed each, bootstrapping "
+    "on: no value-loss clipping 171.7 (s1), constant learning rate 137.1 (s2). PPO_NOTES' reference says 1M steps; "
+    "this preset needs 2M for every seed to clear 200.",
+    "LunarLanderContinuous-v3, HalfCheetah-v5, Hopper-v5, Walker2d-v5: presets run as written, not tuned.",
 ]
 
 
@@ -107,7 +111,8 @@ def run_one(env_id: str, seed: int, runs_dir: Path, threads: int, extra: list, l
     wall = time.perf_counter() - t0
     record = {"env_id": env_id, "seed": seed, "command": shlex.join(argv), "run_dir": str(run_dir),
               "wall_s": round(wall, 1), "load_start": round(load0, 2), "load_end": round(load_average(), 2),
-              "finished": datetime.now().isoformat(timespec="seconds"), "returncode": proc.returncode}
+              "finished": datetime.now().isoformat(timespec="seconds"), "returncode": proc.returncode,
+              "machine": this_machine()}
     if proc.returncode != 0:
         record["error"] = (proc.stderr.strip().splitlines() or ["(no stderr)"])[-1][:300]
         log(f"  FAILED ({proc.returncode}): {record['error']}")
@@ -172,7 +177,13 @@ def stale(run: dict) -> bool:
 
     preset = all_presets().get(run["env_id"], {}).get("default", {}).get("config", {})
     cfg = run.get("config") or {}
-    return bool(run.get("extra")) or any(k in cfg and cfg[k] != v for k, v in preset.items())
+    flags = {a.split("=")[0] for a in shlex.split(run.get("extra") or "") if a.startswith("--")}
+    return bool(flags - WHERE_FLAGS) or any(k in cfg and cfg[k] != v for k, v in preset.items())
+
+
+#: --extra flags that say where and how fast a run trains, not what it learns (not "other config")
+WHERE_FLAGS = {"--device", "--threads", "--no-progress", "--progress", "--checkpoint-every", "--checkpoint-minutes",
+               "--keep-checkpoints", "--compile", "--compile-mode", "--cudagraphs", "--quiet"}
 
 
 def table(runs: list) -> list:
@@ -204,19 +215,35 @@ def table(runs: list) -> list:
     return rows
 
 
-def machine_lines() -> list:
+def this_machine() -> str:
+    """What a run is recorded to have run on: CPU, versions and the CPU tanh (they change the bits)."""
     import gymnasium
     import torch
 
     from proxima.bench import cpu_model
     from proxima.tanh_cpu import MODE
 
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return [f"- CPU: {cpu_model()}, {os.cpu_count()} logical cores ({usable} usable by this process); training on CPU, "
-            f"1 torch thread (OMP_NUM_THREADS=1, --threads 1), one run at a time per learning.py process; "
-            f"CPU tanh: {MODE} (proxima/tanh_cpu.py)",
-            f"- torch {torch.__version__}, gymnasium {gymnasium.__version__}, Python {platform.python_version()}, "
-            f"{platform.system()} {platform.release()}"]
+    return (f"{cpu_model()}, {os.cpu_count()} logical cores; torch {torch.__version__}, gymnasium "
+            f"{gymnasium.__version__}, Python {platform.python_version()}, {platform.system()} {platform.release()}; "
+            f"CPU tanh: {MODE} (proxima/tanh_cpu.py)")
+
+
+def machine_lines(runs: list) -> list:
+    """One line per machine the recorded runs ran on (with the envs run there), so a table rewritten
+    elsewhere (``--table-only``) still names where its rows came from."""
+    machines = {}
+    for r in runs:
+        machines.setdefault(r.get("machine", "not recorded"), []).append(r["env_id"])
+    if not machines:
+        machines[this_machine()] = []
+    lines = []
+    for machine, envs in machines.items():
+        where = "" if len(machines) == 1 else " (" + ", ".join(dict.fromkeys(envs)) + ")"
+        lines.append(f"- machine{where}: {machine}")
+    setups = sorted({(str((r.get("config") or {}).get("device", "?")), str((r.get("config") or {}).get("threads", "?")))
+                     for r in runs}) or [("cpu", "1")]
+    how = "; ".join(f"device {d}, {t} torch thread(s) (--threads {t})" for d, t in setups)
+    return lines + [f"- training: {how}; one run at a time per learning.py process"]
 
 
 def write_markdown(path: Path, runs: list, invocations: list) -> None:
@@ -232,7 +259,7 @@ def write_markdown(path: Path, runs: list, invocations: list) -> None:
         "of this kind, mean of the last 100 episodes). Wall time is the whole `proxima train` process "
         "(start-up, training, evaluation); in brackets the training loop alone.",
         "",
-        *machine_lines(),
+        *machine_lines(runs),
         f"- load average (1 min) during the runs: {min(loads):.1f} to {max(loads):.1f}" if loads else "- load average: -",
         "- the machine was shared with other jobs (2 cores, load often above 4): wall times are inflated and only "
         "comparable within this table",
@@ -243,6 +270,7 @@ def write_markdown(path: Path, runs: list, invocations: list) -> None:
         "",
         *[f"- {n}" for n in NOTES],
         "",
+        *kept_sections(path),
         "## Presets (default)",
         "",
         *[f"- {e}: {preset_summary(e)}" for e in TASKS],
@@ -272,6 +300,29 @@ def write_markdown(path: Path, runs: list, invocations: list) -> None:
     os.replace(tmp, path)
 
 
+GENERATED_SECTIONS = ("Tuning notes", "Presets (default)", "Commands")
+
+
+def kept_sections(path: Path) -> list:
+    """The lines of PATH's ``## `` sections this script does not write (e.g. a budget run written by hand).
+
+    They are carried over, in their order, between the tuning notes and the presets, so rewriting the
+    table never drops them.
+    """
+    if not path.exists():
+        return []
+    text = path.read_text().split(MARK)[0]
+    kept, keep = [], False
+    for line in text.splitlines():
+        if line.startswith("## "):
+            keep = line[3:].strip() not in GENERATED_SECTIONS
+        if keep:
+            kept.append(line)
+    if kept and kept[-1] != "":
+        kept.append("")
+    return kept
+
+
 def _compact_json(runs: list, invocations: list) -> str:
     """The records as JSON, one run per line (the comment stays readable in a diff)."""
     body = ",\n".join(json.dumps(r, sort_keys=True) for r in runs)
@@ -279,13 +330,50 @@ def _compact_json(runs: list, invocations: list) -> str:
 
 
 def load_state(path: Path) -> tuple:
+    """(runs, invocations) recorded in PATH. A run recorded before runs named their machine gets the
+    machine of the file's header (the ``- CPU:`` and ``- torch`` lines it was written with)."""
     raw = load_runs(path)
-    if isinstance(raw, dict):
-        return raw.get("runs", []), raw.get("invocations", [])
-    return raw, []
+    runs, invocations = (raw.get("runs", []), raw.get("invocations", [])) if isinstance(raw, dict) else (raw, [])
+    legacy = _legacy_machine(path)
+    for r in runs:
+        if "machine" not in r and legacy:
+            r["machine"] = legacy
+    return runs, invocations
+
+
+def _legacy_machine(path: Path):
+    """``CPU ...; torch ...`` from the header of a file written before runs recorded their machine."""
+    if not path.exists():
+        return None
+    head = path.read_text().split("\n| env |")[0].splitlines()
+    parts = []
+    for ln in head:
+        if ln.startswith("- CPU: ") or ln.startswith("- torch "):
+            # the old CPU line also said how runs trained: the "training:" line says that now
+            parts += [x for x in ln[2:].removeprefix("CPU: ").split("; ") if not x.startswith(("training", "one run"))]
+    return "; ".join(parts) or None
 
 
 # ------------------------------------------------------------------------------------ main
+def _argument_problem(envs: list, seeds):
+    """Why --envs/--seeds cannot run (empty, not integers, an env without a preset), else None."""
+    from proxima.presets import all_presets
+
+    if not envs:
+        return "--envs: no env id given"
+    unknown = [e for e in envs if "default" not in all_presets().get(e, {})]
+    if unknown:
+        return f"--envs {','.join(unknown)}: no default preset (see `proxima presets`)"
+    if seeds is not None:
+        try:
+            values = [int(s) for s in seeds.split(",")]
+        except ValueError:
+            return f"--seeds {seeds!r}: expected comma-separated integers, e.g. 1,2,3"
+        if any(v < 0 for v in values):
+            return f"--seeds {seeds!r}: seeds must be >= 0"
+    return None
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--envs", default=",".join(e for e in TASKS if e not in NOT_BY_DEFAULT),
@@ -298,6 +386,12 @@ def main(argv=None) -> int:
     p.add_argument("--table-only", action="store_true", help="rewrite the table from the recorded runs, train nothing")
     args = p.parse_args(argv)
 
+    from proxima.diskspace import path_problem
+
+    for flag, path, folder in (("--out", args.out, False), ("--runs-dir", args.runs_dir, True)):
+        why = path_problem(path, folder=folder, example="learning.md")
+        if why:
+            p.error(f"{flag} {path}: {why}")
     out = Path(args.out)
     runs, invocations = load_state(out)
     if args.table_only:
@@ -305,6 +399,9 @@ def main(argv=None) -> int:
         print(f"wrote {out}")
         return 0
     envs = [e.strip() for e in args.envs.split(",") if e.strip()]
+    problem = _argument_problem(envs, args.seeds)
+    if problem:
+        p.error(problem)  # one line, exit 2, before anything runs or is written
     extra = shlex.split(args.extra)
     invocation = "OMP_NUM_THREADS=1 python benchmarks/learning.py " + shlex.join(a for a in (argv if argv is not None else sys.argv[1:]))
     invocations = [i for i in invocations if i != invocation] + [invocation]
