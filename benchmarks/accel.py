@@ -6,27 +6,21 @@ the min-max range of env steps per second and the ratio to eager measured in the
 
     python benchmarks/accel.py                      # CPU, the issue's table
     python benchmarks/accel.py --device cuda --modes eager,compile,cudagraphs,bf16
+    python benchmarks/accel.py --out benchmarks/results/accel-cpu.md
 
-Writes benchmarks/results/accel-<device>.md.
+Prints the table; with ``--out FILE`` also appends it to FILE as a new dated section (the tables
+recorded there are kept).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
-from datetime import date
 from pathlib import Path
 
-import torch
-
-from proxima.config import PPOConfig
-from proxima.graphs import WARMUP
-from proxima.presets import resolve
-from proxima.trainer import Trainer
+from tables import arg_problem, command, emit, machine_line, refuse, started  # benchmarks/tables.py
 
 MODES = {
     "eager": {},
@@ -47,6 +41,13 @@ CASES = [  # (label, env id, num_envs, overrides)
 
 
 def measure(env_id: str, num_envs: int, overrides: dict, mode: dict, device: str, repeats: int, threads: int) -> list[float]:
+    import torch
+
+    from proxima.config import PPOConfig
+    from proxima.graphs import WARMUP
+    from proxima.presets import resolve
+    from proxima.trainer import Trainer
+
     cfg = resolve(env_id, None, PPOConfig())
     cfg.num_envs, cfg.device, cfg.threads, cfg.progress = num_envs, device, threads, False
     for k, v in {**overrides, **mode}.items():
@@ -67,38 +68,64 @@ def measure(env_id: str, num_envs: int, overrides: dict, mode: dict, device: str
     return out
 
 
-def machine() -> str:
-    from proxima.bench import cpu_model
+def parse_cases(text: str) -> list:
+    """'0,2' -> [CASES[0], CASES[2]]; '' -> every case; ValueError naming --cases otherwise."""
+    if not text:
+        return list(CASES)
+    try:
+        picked = [int(i) for i in text.split(",")]
+    except ValueError:
+        picked = []
+    if not picked or any(not 0 <= i < len(CASES) for i in picked):
+        raise ValueError(f"--cases {text!r}: expected comma-separated case numbers from 0 to {len(CASES) - 1}, e.g. 0,2")
+    return [CASES[i] for i in picked]
 
-    cpu = cpu_model()
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
-    return f"{cpu}, {os.cpu_count()} cores, GPU: {gpu}, torch {torch.__version__}, Python {platform.python_version()}"
 
-
-def main() -> int:
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu")
-    p.add_argument("--modes", default="eager,compile,bf16")
+    p.add_argument("--modes", default="eager,compile,bf16", help=f"comma-separated, the first is the base of the ratios: {', '.join(MODES)}")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--cases", default="", help="comma-separated case indices (default all)")
-    p.add_argument("--out", default=None)
-    args = p.parse_args()
-    torch.set_num_threads(args.threads)
+    p.add_argument("--out", default=None, help="append the table to this file (default: print only)")
+    args = p.parse_args(argv)
     modes = args.modes.split(",")
-    cases = [CASES[int(i)] for i in args.cases.split(",")] if args.cases else CASES
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:  # before the first mode is measured, not at the unknown one
+        return refuse("accel.py", f"--modes {args.modes}: no mode {unknown[0]!r} (modes: {', '.join(MODES)})")
+    try:
+        cases = parse_cases(args.cases)
+    except ValueError as e:
+        return refuse("accel.py", str(e))
+    problem = arg_problem(args, at_least_one=("repeats", "threads"))
+    if problem:
+        return refuse("accel.py", problem)
+
+    import torch
+
+    from proxima.config import ConfigError
+    from proxima.device import resolve_device
+
+    try:  # --device cuda on a machine without one: train's one line, before the first case
+        resolve_device(args.device)
+    except ConfigError as e:
+        return refuse("accel.py", str(e))
+    torch.set_num_threads(args.threads)
+    start = started()
     rows = []
     for label, env_id, n, overrides in cases:
         results = {}
         for m in modes:
             sps = measure(env_id, n, overrides, MODES[m], args.device, args.repeats, args.threads)
             results[m] = sps
-            print(f"{label:<42} {m:<13} median {statistics.median(sps):>12,.0f} steps/s  range {min(sps):,.0f}-{max(sps):,.0f}", flush=True)
+            print(f"{label:<42} {m:<13} median {statistics.median(sps):>12,.0f} steps/s  range {min(sps):,.0f}-{max(sps):,.0f}",
+                  file=sys.stderr, flush=True)
         rows.append((label, results))
     base = modes[0]
-    lines = [f"# Training throughput: {' vs '.join(modes)} ({args.device})", "",
-             f"Machine: {machine()}; torch threads {args.threads}; {date.today().isoformat()}.",
-             f"Command: `python benchmarks/accel.py --device {args.device} --modes {args.modes} --repeats {args.repeats} --threads {args.threads}`", "",
+    lines = [f"## Training throughput: {' vs '.join(modes)} ({args.device}), {start[0]:%Y-%m-%d %H:%M}", "",
+             f"{machine_line(args.threads, start)}.", "",
+             command("accel.py", p, args), "",
              "Full PPO iterations (rollout + GAE + update at the preset's epochs/minibatches), env steps/s, median of "
              f"{args.repeats} iterations after a warm-up (compile time excluded), range in brackets; ratio = median / {base} median.", "",
              "| task | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
@@ -109,11 +136,7 @@ def main() -> int:
             med = statistics.median(results[m])
             cells.append(f"{med:,.0f} [{min(results[m]):,.0f}-{max(results[m]):,.0f}] ({med / b:.2f}x)")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    out = Path(args.out or Path(__file__).parent / "results" / f"accel-{args.device.split(':')[0]}.md")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {out}")
-    return 0
+    return emit("\n".join(lines) + "\n", args.out, script="accel.py")
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tables import command, emit, machine_line, markdown_table, median_range  # noqa: E402  (benchmarks/tables.py)
+from tables import arg_problem, command, emit, machine_line, markdown_table, median_range, refuse, started  # noqa: E402  (benchmarks/tables.py)
 
 
 def cpu_us(fn, calls: int) -> float:
@@ -51,6 +51,28 @@ def cpu_us(fn, calls: int) -> float:
     return (time.process_time() - t0) / calls * 1e6
 
 
+def part_names() -> list:
+    """The parts' names in table order: known before the trainer is built, so that ``--only`` is checked first."""
+    from proxima import mlp_cpu
+
+    rows = mlp_cpu.block_rows([64])
+    return ["gradients, 1,024-row minibatch (one block)",
+            "gradients, 16,384-row minibatch (8 blocks)",
+            "loss fwd+bwd (16,384 rows)",
+            "categorical head fwd+bwd (16,384 x 2)",
+            "categorical head, acting (no_grad, 256 x 2)",
+            "acting, 4,096 envs (no_grad): actor, sample, log-prob",
+            f"tanh, a {rows:,} x 64 block in place (and its copy)",
+            "tanh, acting in 4 envs (4 x 64, tanh_cpu.Tanh, no_grad)",
+            "gradients, 16,384-row minibatch, by tanh mode",
+            f"tanh numpy, a {rows:,} x 64 block in place (and its copy)",
+            "tanh numpy, acting in 4 envs (4 x 64, tanh_cpu.Tanh, no_grad)",
+            "tanh numpy, acting in 4,096 envs (4,096 x 64, tanh_cpu.Tanh, no_grad)",
+            "tanh numpy, gradients, 16,384-row minibatch",
+            "zero_grad + clip + Adam step",
+            "advantages (4,096 x 16)"]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=9)
@@ -58,6 +80,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="append the table to this file")
     p.add_argument("--only", default=None, help="only the parts whose name contains this text")
     args = p.parse_args(argv)
+    problem = arg_problem(args, at_least_one=("rounds", "calls"))
+    if problem:
+        return refuse("cpu_parts.py", problem)
+    names = [name for name in part_names() if args.only is None or args.only in name]
+    if not names:
+        return refuse("cpu_parts.py", f"--only {args.only!r}: matches no part (the parts: {'; '.join(part_names())})")
 
     import torch
 
@@ -207,46 +235,33 @@ def main(argv=None) -> int:
             blocks(small)
         return run
 
-    parts = {
-        "gradients, 1,024-row minibatch (one block)": (grads_autograd(1024), grads_blocks(1024),
-                                                       "forward + loss_cpu + autograd", "grad_cpu.BlockGradients"),
-        "gradients, 16,384-row minibatch (8 blocks)": (grads_autograd(16384), grads_blocks(16384),
-                                                                 "forward + loss_cpu + autograd", "grad_cpu.BlockGradients"),
-        "loss fwd+bwd (16,384 rows)": (loss(ppo.ppo_loss), loss(loss_cpu.ppo_loss), "ppo.ppo_loss + autograd", "loss_cpu.ppo_loss"),
-        "categorical head fwd+bwd (16,384 x 2)": (head(plain_head), head(agent_mod._categorical_logprob_entropy),
-                                                  "log_softmax over the last axis + autograd", "_CategoricalCPU"),
-        "categorical head, acting (no_grad, 256 x 2)": (acting_head(agent_mod._CategoricalCPU.apply),
-                                                        acting_head(agent_mod._categorical_logprob_entropy),
-                                                        "_CategoricalCPU.apply", "its forward, called directly"),
-        "acting, 4,096 envs (no_grad): actor, sample, log-prob": (acting(True), acting(False), "last layer h W^T, argmax",
-                                                                  "last layer W h^T, argmin"),
-        f"tanh, a {block.shape[0]:,} x 64 block in place (and its copy)": (tanh_block(torch.Tensor.tanh_),
-                                                                           tanh_block(tanh_cpu.sigmoid_tanh_),
-                                                                           "torch.tanh (MKL)", "tanh_cpu.sigmoid_tanh_"),
-        "tanh, acting in 4 envs (4 x 64, tanh_cpu.Tanh, no_grad)": (tanh_mode("torch", tanh_acting), tanh_mode("sigmoid", tanh_acting),
-                                                                    "MODE torch", "MODE sigmoid"),
-        "gradients, 16,384-row minibatch, by tanh mode": (tanh_mode("torch", grads_blocks(16384)),
-                                                          tanh_mode("sigmoid", grads_blocks(16384)),
-                                                          "MODE torch", "MODE sigmoid"),
-        f"tanh numpy, a {block.shape[0]:,} x 64 block in place (and its copy)": (
-            tanh_block(tanh_cpu.tanh_of_doubled_), tanh_block(tanh_cpu.numpy_tanh_),
-            "tanh_cpu.tanh_of_doubled_ (the kernel's folded sigmoid form)", "tanh_cpu.numpy_tanh_"),
-        "tanh numpy, acting in 4 envs (4 x 64, tanh_cpu.Tanh, no_grad)": (tanh_mode("sigmoid", tanh_acting),
-                                                                          tanh_mode("numpy", tanh_acting),
-                                                                          "MODE sigmoid", "MODE numpy"),
-        "tanh numpy, acting in 4,096 envs (4,096 x 64, tanh_cpu.Tanh, no_grad)": (
-            tanh_mode("sigmoid", tanh_acting_big), tanh_mode("numpy", tanh_acting_big), "MODE sigmoid", "MODE numpy"),
-        "tanh numpy, gradients, 16,384-row minibatch": (tanh_mode("sigmoid", grads_blocks(16384)),
-                                                        tanh_mode("numpy", grads_blocks(16384)),
-                                                        "MODE sigmoid", "MODE numpy"),
-        "zero_grad + clip + Adam step": (optimizer("old"), optimizer("new"), "torch.optim.Adam(fused=True)", "adam.Adam"),
-        "advantages (4,096 x 16)": (advantages(lambda: value_of(ro.final_obs)),
-                                    advantages(lambda: ppo.next_values(ro.values, ro.final_obs, ro.dones, ro.terminated, value_of)),
-                                    "critic on every final obs", "ppo.next_values"),
-    }
-    if args.only:
-        parts = {k: v for k, v in parts.items() if args.only in k}
+    bodies = [  # (before, now, before's label, now's label), in the order of part_names()
+        (grads_autograd(1024), grads_blocks(1024), "forward + loss_cpu + autograd", "grad_cpu.BlockGradients"),
+        (grads_autograd(16384), grads_blocks(16384), "forward + loss_cpu + autograd", "grad_cpu.BlockGradients"),
+        (loss(ppo.ppo_loss), loss(loss_cpu.ppo_loss), "ppo.ppo_loss + autograd", "loss_cpu.ppo_loss"),
+        (head(plain_head), head(agent_mod._categorical_logprob_entropy), "log_softmax over the last axis + autograd",
+         "_CategoricalCPU"),
+        (acting_head(agent_mod._CategoricalCPU.apply), acting_head(agent_mod._categorical_logprob_entropy),
+         "_CategoricalCPU.apply", "its forward, called directly"),
+        (acting(True), acting(False), "last layer h W^T, argmax", "last layer W h^T, argmin"),
+        (tanh_block(torch.Tensor.tanh_), tanh_block(tanh_cpu.sigmoid_tanh_), "torch.tanh (MKL)", "tanh_cpu.sigmoid_tanh_"),
+        (tanh_mode("torch", tanh_acting), tanh_mode("sigmoid", tanh_acting), "MODE torch", "MODE sigmoid"),
+        (tanh_mode("torch", grads_blocks(16384)), tanh_mode("sigmoid", grads_blocks(16384)), "MODE torch", "MODE sigmoid"),
+        (tanh_block(tanh_cpu.tanh_of_doubled_), tanh_block(tanh_cpu.numpy_tanh_),
+         "tanh_cpu.tanh_of_doubled_ (the kernel's folded sigmoid form)", "tanh_cpu.numpy_tanh_"),
+        (tanh_mode("sigmoid", tanh_acting), tanh_mode("numpy", tanh_acting), "MODE sigmoid", "MODE numpy"),
+        (tanh_mode("sigmoid", tanh_acting_big), tanh_mode("numpy", tanh_acting_big), "MODE sigmoid", "MODE numpy"),
+        (tanh_mode("sigmoid", grads_blocks(16384)), tanh_mode("numpy", grads_blocks(16384)), "MODE sigmoid", "MODE numpy"),
+        (optimizer("old"), optimizer("new"), "torch.optim.Adam(fused=True)", "adam.Adam"),
+        (advantages(lambda: value_of(ro.final_obs)),
+         advantages(lambda: ppo.next_values(ro.values, ro.final_obs, ro.dones, ro.terminated, value_of)),
+         "critic on every final obs", "ppo.next_values"),
+    ]
+    every = part_names()
+    assert len(bodies) == len(every), "part_names() and bodies must list the same parts"
+    parts = {name: body for name, body in zip(every, bodies) if name in names}
     times = {name: ([], []) for name in parts}
+    start = started()
     try:
         for r in range(args.rounds):
             for name, (old, new, _, _) in parts.items():
@@ -265,9 +280,9 @@ def main(argv=None) -> int:
                      f"{median_range(ratios, digits=2)}x"])
     table = markdown_table(["part", "before (us a call)", "now (us a call)", "before / now, per round"], rows)
     text = "\n".join([f"CPU time per call, 1 thread, {args.rounds} alternating rounds of {args.calls} calls a side, one process "
-                      f"(native CartPole at 4,096 envs x 16 steps). {machine_line()}", "", table, "", command("cpu_parts.py", argv), ""])
-    emit(text, args.out)
-    return 0
+                      f"(native CartPole at 4,096 envs x 16 steps). {machine_line(1, start)}", "", table, "",
+                      command("cpu_parts.py", p, args), ""])
+    return emit(text, args.out, script="cpu_parts.py")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ per process (``--threads 1``, ``OMP_NUM_THREADS=1``), for a fixed number of iter
 Steps/s is read from the run's metrics.csv: (global steps after the last iteration - after the
 first) / (loop time between them), so start-up and the first (warm-up) iteration are left out; global
 steps count every process's envs. Each configuration is repeated, runs one at a time; the median
-and the range are reported. Writes benchmarks/results/distributed-cpu.md (or --out):
+and the range are reported. Writes benchmarks/results/distributed-cpu.md (or --out; a new dated
+section is appended when the file exists):
 
     OMP_NUM_THREADS=1 python benchmarks/distributed.py --procs 1,2 --repeats 3 --iterations 20
 """
@@ -28,6 +29,8 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+
+from tables import arg_problem, refuse  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "distributed-cpu.md"
@@ -121,7 +124,7 @@ def notes(results: list, m: dict) -> list:
     return out
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--procs", default="1,2", help="process counts, comma separated (default 1,2)")
     ap.add_argument("--repeats", type=int, default=3)
@@ -129,8 +132,18 @@ def main() -> int:
     ap.add_argument("--num-envs", type=int, default=64, help="envs per process")
     ap.add_argument("--num-steps", type=int, default=128)
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="markdown file to write ('-': print only)")
-    a = ap.parse_args()
-    procs_list = [int(p) for p in a.procs.split(",")]
+    a = ap.parse_args(argv)
+    from proxima.bench import parse_sizes
+
+    try:
+        procs_list = parse_sizes(a.procs, "--procs")
+    except ValueError as e:
+        return refuse("distributed.py", str(e))
+    problem = arg_problem(a, at_least_one=("repeats", "num_envs", "num_steps"), files=("out",) if a.out != "-" else ())
+    if not problem and a.iterations < 2:  # the first iteration is left out: one leaves nothing to time
+        problem = f"--iterations {a.iterations}: must be at least 2"
+    if problem:
+        return refuse("distributed.py", problem)
     results = []
     started = datetime.now().isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="proxima-bench-dist-") as tmp:
@@ -144,7 +157,7 @@ def main() -> int:
     example = {p: shlex.join(["OMP_NUM_THREADS=1", *command(p, train_args(a.num_envs, a.num_steps, a.iterations, p, Path("DIR")))]).replace(sys.executable, "python")
                for p in procs_list}
     lines = [
-        "# Distributed (data-parallel) scaling on CPU",
+        f"# Distributed (data-parallel) scaling on CPU, {started[:16].replace('T', ' ')}",
         "",
         f"Training steps/s (env steps over all processes per second of the training loop, first iteration left out) for native CartPole-v1, "
         f"{a.num_envs} envs per process, {a.num_steps} steps per rollout, {a.iterations} iterations per run, default PPO settings "
@@ -173,8 +186,9 @@ def main() -> int:
     text = "\n".join(lines)
     print(text)
     if a.out != "-":
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(text)
+        from proxima.bench import save_markdown
+
+        save_markdown(Path(a.out), text)  # an earlier run's table stays: a trial run must not replace the record
         print(f"wrote {a.out}")
     return 0
 

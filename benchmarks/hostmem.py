@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tables import ab_report, markdown_table, median_range  # benchmarks/tables.py
+from tables import ab_report, arg_problem, markdown_table, median_range, refuse, started  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,8 +55,12 @@ def main(argv=None) -> int:
     p.add_argument("--num-envs", type=int, default=4096)
     p.add_argument("--iterations", type=int, default=4)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--out", default=None)
+    p.add_argument("--out", default=None, help="append the table to this file")
     args = p.parse_args(argv)
+    problem = arg_problem(args, at_least_one=("num_envs", "iterations", "repeats"))
+    if problem:
+        return refuse("hostmem.py", problem)
+    start = started()
     rows = {True: [], False: []}
     for r in range(args.repeats):
         for keep in ((True, False) if r % 2 == 0 else (False, True)):
@@ -66,12 +70,11 @@ def main(argv=None) -> int:
     sps = {keep: [x["sps"] for x in rows[keep]] for keep in rows}
     faults = {keep: [x["faults"] for x in rows[keep]] for keep in rows}
     table = markdown_table(["keep_host_memory", "training steps/s", "minor page faults per iteration"], [
-        ["on (default)", median_range(sps[True], 1e3, 1, "k"), median_range(faults[True], digits=0)],
-        ["off (`--no-keep-host-memory`)", median_range(sps[False], 1e3, 1, "k"), median_range(faults[False], digits=0)]])
-    ab_report(f"native CartPole, {args.num_envs:,} envs x 16 steps, 4 epochs x 4 minibatches, 1 thread; "
-              f"{args.repeats} alternating rounds of fresh processes, {args.iterations} timed iterations each",
-              table, "on / off", ratios, "hostmem.py", argv, args.out)
-    return 0
+        ["on (default)", median_range(sps[True], scale=1e3, unit="k"), median_range(faults[True], digits=0)],
+        ["off (`--no-keep-host-memory`)", median_range(sps[False], scale=1e3, unit="k"), median_range(faults[False], digits=0)]])
+    return ab_report(f"native CartPole, {args.num_envs:,} envs x 16 steps, 4 epochs x 4 minibatches, 1 thread; "
+                     f"{args.repeats} alternating rounds of fresh processes, {args.iterations} timed iterations each",
+                     table, "on / off", ratios, "hostmem.py", p, args, start)
 
 
 if __name__ == "__main__":

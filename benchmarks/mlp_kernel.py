@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tables import ab_report, markdown_table, median_range  # noqa: E402  (benchmarks/tables.py)
+from tables import ab_report, arg_problem, markdown_table, median_range, refuse, started  # noqa: E402  (benchmarks/tables.py)
 
 
 def main(argv=None) -> int:
@@ -30,18 +30,25 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--out", default=None, help="append the table to this file")
     args = p.parse_args(argv)
+    problem = arg_problem(args, at_least_one=("num_envs", "iterations", "rounds"))
+    if problem:
+        return refuse("mlp_kernel.py", problem)
 
     import torch
 
     from proxima import mlp_cpu
-    from proxima.config import PPOConfig
+    from proxima.config import ConfigError, PPOConfig
     from proxima.trainer import Trainer
 
     torch.set_num_threads(1)
     n = args.num_envs
     cfg = PPOConfig(env_id="CartPole-v1", backend="native", num_envs=n, num_steps=16, total_timesteps=n * 16 * 100_000,
                     threads=1, progress=False, eval_episodes=0, checkpoint_every=0)
-    trainer = Trainer(cfg, quiet=True)
+    try:
+        trainer = Trainer(cfg, quiet=True)
+    except ConfigError as e:  # e.g. more envs than memory holds: train's own one-line check
+        return refuse("mlp_kernel.py", str(e))
+    start = started()
     kernel = mlp_cpu.eligible
     settings = {"on": kernel, "off": lambda *a: False}
     sps = {k: [] for k in settings}
@@ -62,12 +69,11 @@ def main(argv=None) -> int:
         trainer.close()
     ratios = [a / b for a, b in zip(sps["on"], sps["off"])]
     table = markdown_table(["MLP on the CPU", "training steps/s"], [
-        ["row-block kernel (mlp_cpu, default)", median_range(sps["on"], 1e3, 1, "k")],
-        ["plain modules (autograd op by op)", median_range(sps["off"], 1e3, 1, "k")]])
-    ab_report(f"native CartPole, {n:,} envs x 16 steps, 4 epochs x 4 minibatches, 64x64 tanh, 1 thread; {args.rounds} "
-              f"alternating rounds in one process, {args.iterations} timed iterations per setting and round",
-              table, "kernel / plain", ratios, "mlp_kernel.py", argv, args.out)
-    return 0
+        ["row-block kernel (mlp_cpu, default)", median_range(sps["on"], scale=1e3, unit="k")],
+        ["plain modules (autograd op by op)", median_range(sps["off"], scale=1e3, unit="k")]])
+    return ab_report(f"native CartPole, {n:,} envs x 16 steps, 4 epochs x 4 minibatches, 64x64 tanh, 1 thread; {args.rounds} "
+                     f"alternating rounds in one process, {args.iterations} timed iterations per setting and round",
+                     table, "kernel / plain", ratios, "mlp_kernel.py", p, args, start)
 
 
 if __name__ == "__main__":

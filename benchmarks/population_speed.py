@@ -23,10 +23,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 
-from tables import emit, median_range  # benchmarks/tables.py
+from proxima.bench import parse_sizes
+from tables import arg_problem, command as command_line, emit, machine_line, median_range, refuse, started  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,8 +65,7 @@ def measure(args, size: int, workdir: Path, round_: int) -> dict:
     return {"size": size, "wall": wall, "train": train_seconds(members[0]), "evals": evals}
 
 
-def table(args, rounds: list) -> str:
-    sizes = args.sizes
+def table(args, sizes: list, rounds: list) -> str:
     lines = ["| seeds | process wall s, median (range) | training s | wall / one seed, per round | members solved (>= "
              f"{args.threshold:g}) |", "|---:|---:|---:|---:|---:|"]
     for size in sizes:
@@ -74,7 +73,7 @@ def table(args, rounds: list) -> str:
         ratios = [r[size]["wall"] / r[1]["wall"] for r in rounds] if 1 in sizes else []
         solved = [sum(e >= args.threshold for e in x["evals"]) for x in runs]
         lines.append(f"| {size} | {median_range([x['wall'] for x in runs])} | {median_range([x['train'] for x in runs])} | "
-                     f"{median_range(ratios, 2) + 'x' if ratios else '-'} | {', '.join(f'{s}/{size}' for s in solved)} |")
+                     f"{median_range(ratios, digits=2) + 'x' if ratios else '-'} | {', '.join(f'{s}/{size}' for s in solved)} |")
     return "\n".join(lines)
 
 
@@ -88,23 +87,25 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--out", default=None, help="also append the table to this Markdown file")
     args = p.parse_args(argv)
-    args.sizes = [int(s) for s in args.sizes.split(",")]
-    started = datetime.now()
-    load = os.getloadavg()
+    try:
+        sizes = list(dict.fromkeys(parse_sizes(args.sizes, "--sizes")))  # a size named twice is measured once
+    except ValueError as e:
+        return refuse("population_speed.py", str(e))
+    problem = arg_problem(args, at_least_one=("repeats",))
+    if problem:
+        return refuse("population_speed.py", problem)
+    start = started()
     rounds = []
     with tempfile.TemporaryDirectory(prefix="proxima-popspeed-") as tmp:
         for r in range(args.repeats):
-            order = args.sizes if r % 2 == 0 else list(reversed(args.sizes))
+            order = sizes if r % 2 == 0 else list(reversed(sizes))
             rounds.append({size: measure(args, size, Path(tmp), r) for size in order})
-            print(f"round {r + 1}: " + ", ".join(f"{s} seeds {rounds[-1][s]['wall']:.1f}s" for s in args.sizes), file=sys.stderr)
-    text = table(args, rounds)
-    import platform
-
-    cmd = shlex.join(["python", "benchmarks/population_speed.py", *(argv if argv is not None else sys.argv[1:])])
-    emit(text, args.out, f"## {args.env_id} --preset {args.preset}, {started:%Y-%m-%d %H:%M}\n\n"
-                         f"{platform.node()} ({os.cpu_count()} CPUs), load average before {load[0]:.2f}; "
-                         f"{args.repeats} alternating rounds; command: `{cmd}`\n\n{text}")
-    return 0
+            print(f"round {r + 1}: " + ", ".join(f"{s} seeds {rounds[-1][s]['wall']:.1f}s" for s in sizes), file=sys.stderr)
+    text = table(args, sizes, rounds)
+    when = start[0]
+    return emit(text, args.out, f"## {args.env_id} --preset {args.preset}, {when:%Y-%m-%d %H:%M}\n\n"
+                                f"{machine_line(1, start)}; {args.repeats} alternating rounds; "
+                                f"{command_line('population_speed.py', p, args)}\n\n{text}", script="population_speed.py")
 
 
 if __name__ == "__main__":

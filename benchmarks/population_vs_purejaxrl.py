@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from tables import emit  # noqa: E402
+from tables import arg_problem, command, emit, machine_line, refuse, started  # noqa: E402
 from vs_purejaxrl import ANCHORS, cpu_binding, single_thread_env  # noqa: E402
 
 
@@ -74,7 +74,11 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=300)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    problem = arg_problem(args, at_least_one=("agents", "total"), positive=("timeout",))
+    if problem:
+        return refuse("population_vs_purejaxrl.py", problem)
     args.total = int(args.total)
+    start = started()
     rows = []
     with tempfile.TemporaryDirectory(prefix="proxima-pop-") as tmp:
         try:
@@ -97,11 +101,11 @@ def main(argv=None) -> int:
     ratio = ""
     if ours and theirs and theirs.get("run_seconds"):
         ratio = f"\n\nPureJaxRL training s / Proxima training s: {theirs['run_seconds'] / ours['train']:.2f}"
-    text = (f"{args.agents} CartPole agents, 4 envs x 128 steps, {args.total:,} steps each, device {args.device}\n\n"
+    text = (f"{args.agents} CartPole agents, 4 envs x 128 steps, {args.total:,} steps each, device {args.device}. "
+            f"{machine_line(1, start)}\n\n"
             "| program | training s | process s (launch to exit) | mean final episodic return |\n|---|---:|---:|---:|\n"
-            + "\n".join(rows) + ratio + f"\n\nCommand: `python benchmarks/population_vs_purejaxrl.py {' '.join(argv or sys.argv[1:])}`\n")
-    emit(text, args.out)
-    return 0
+            + "\n".join(rows) + ratio + f"\n\n{command('population_vs_purejaxrl.py', p, args)}\n")
+    return emit(text, args.out, script="population_vs_purejaxrl.py")
 
 
 if __name__ == "__main__":

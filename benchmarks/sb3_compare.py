@@ -20,10 +20,12 @@ Measured, in this order:
    (deterministic policy, 10 episodes, every 10k steps) with a mean return >= 475, and the time
    of the whole run (``--sb3-total-timesteps``, CleanRL's 500k).
 4. Proxima time to solve: ``proxima train CartPole-v1 --preset fast`` as a subprocess, timed around
-   the whole process (Python start, imports, training, checkpoint, final 10-episode evaluation),
-   with the evaluation's mean return, for each of ``--seeds``.
+   the whole process (Python start, imports, training, checkpoint, the final evaluation over the
+   preset's ``eval_episodes``, 20), with the evaluation's mean return, for each of ``--seeds``.
 
-Results go to ``benchmarks/results/sb3-compare.md`` (and the console).
+Results go to the console and to ``--out`` (default ``benchmarks/results/sb3-compare.md``): a new
+file, or a new dated section appended to the file there (what it holds, such as its "Reading"
+section, is kept).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+
+from tables import arg_problem, command_text, flag, refuse  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_VENV = ROOT / ".bench-venv"
@@ -232,20 +236,25 @@ def med_range(xs: list, fmt: str = "{:,.0f}") -> str:
     return f"{fmt.format(statistics.median(xs))} ({fmt.format(min(xs))}-{fmt.format(max(xs))})"
 
 
-def fast_preset_line() -> str:
+def fast_preset() -> dict:
     from proxima.presets import all_presets
 
-    return json.dumps(all_presets()["CartPole-v1"]["fast"]["config"])
+    return all_presets()["CartPole-v1"]["fast"]["config"]
+
+
+def fast_preset_line() -> str:
+    return json.dumps(fast_preset())
 
 
 def write_report(path: Path, a, res: dict, started: datetime, loads: list) -> str:
     import torch
 
-    from proxima.bench import machine_lines
+    from proxima.bench import machine_lines, save_markdown
+    from proxima.config import PPOConfig
 
     sb3_sps = res["sb3_sps"]
     L = [
-        "# Proxima vs Stable-Baselines3: PPO on CartPole-v1",
+        f"# Proxima vs Stable-Baselines3: PPO on CartPole-v1, {started:%Y-%m-%d %H:%M}",
         "",
         f"Recorded {started.isoformat(timespec='seconds')} by `{res['command']}` (one run; every number below comes from it).",
         "",
@@ -294,9 +303,10 @@ def write_report(path: Path, a, res: dict, started: datetime, loads: list) -> st
     if "fast" in res:
         rows = res["fast"]
         walls = [r["wall"] for r in rows]
+        episodes = fast_preset().get("eval_episodes", PPOConfig().eval_episodes)  # what the runs were evaluated on
         L += ["## Proxima time to solve: `proxima train CartPole-v1 --preset fast`", "",
               "Wall time around the whole process (Python start, imports, TensorBoard writer, training, checkpoint, "
-              "final evaluation of the deterministic policy on 10 episodes); target: eval >= 475 within 10 s.", "",
+              f"final evaluation of the deterministic policy on {episodes} episodes); target: eval >= 475 within 10 s.", "",
               f"`fast` preset: `{res['fast_preset']}`", "",
               "| seed | wall (s) | process CPU time (s) | eval mean return | solved within 10 s |", "|---:|---:|---:|---:|---|"]
         for r in rows:
@@ -306,8 +316,7 @@ def write_report(path: Path, a, res: dict, started: datetime, loads: list) -> st
               f"{med_range([r['eval'] for r in rows], '{:.1f}')} | |", "",
               "Command per seed: `" + rows[0]["command"].replace(f"--seed {rows[0]['seed']}", "--seed SEED") + "`", ""]
     text = "\n".join(L)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    save_markdown(path, text)  # appended as a new section when the file holds an earlier run and its reading
     return text
 
 
@@ -329,26 +338,36 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sb3-compare.md"), help="Markdown results file")
     p.add_argument("--json", default=None, metavar="FILE", help="also write every raw number to FILE")
     a = p.parse_args(argv)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported; the workers get it too
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported (the checks import proxima); the workers get it too
     sys.path.insert(0, str(ROOT))
+    problem = arg_problem(a, at_least_one=("repeats", "sb3_rollouts", "proxima_envs", "sb3_total_timesteps"),
+                          positive=("seconds",), files=("out", "json"))
+    if problem:
+        return refuse("sb3_compare.py", problem)
+    from proxima.bench import parse_sizes
+
+    try:
+        steps, seeds, sb3_seeds = (parse_sizes(getattr(a, dest), flag(dest))
+                                   for dest in ("proxima_steps", "seeds", "sb3_seeds"))
+    except ValueError as e:
+        return refuse("sb3_compare.py", str(e))
     started, loads = datetime.now(), [os.getloadavg()[0]]
-    command = shlex.join([".venv/bin/python", "benchmarks/sb3_compare.py", *argv])
     ensure_bench_venv()
-    res: dict = {"command": command}
+    res: dict = {"command": command_text("sb3_compare.py", p, a)}
 
     log(f"SB3 throughput: {a.repeats} x {a.sb3_rollouts} rollouts ...")
     out, _, _, _ = run_sb3("sps", "--repeats", str(a.repeats), "--rollouts", str(a.sb3_rollouts))
     res["sb3_sps"], res["sb3_version"], res["sb3_torch"] = out["sps"], out["sb3"], out["torch"]
     log(f"SB3: {med_range(res['sb3_sps'])} steps/s")
     res["proxima_sps"] = {}
-    for T in (int(t) for t in a.proxima_steps.split(",")):
+    for T in steps:
         sps = res["proxima_sps"][str(T)] = proxima_train_sps(a.proxima_envs, T, a.repeats, a.seconds)
         log(f"Proxima ({T} steps): {med_range(sps)} steps/s; ratio {statistics.median(sps) / statistics.median(res['sb3_sps']):.1f}x")
     loads.append(os.getloadavg()[0])
 
     with tempfile.TemporaryDirectory(prefix="proxima-fast-") as tmp:
         res["fast"], res["fast_preset"] = [], fast_preset_line()
-        for seed in (int(s) for s in a.seeds.split(",")):
+        for seed in seeds:
             r = proxima_fast_solve(seed, Path(tmp))
             log(f"proxima --preset fast seed {seed}: {r['wall']:.2f} s wall, {r['cpu']:.2f} s CPU, eval {r['eval']:.1f}")
             res["fast"].append(r)
@@ -356,7 +375,7 @@ def main(argv=None) -> int:
 
     if not a.skip_sb3_solve:
         res["sb3_solve"] = []
-        for seed in (int(s) for s in a.sb3_seeds.split(",")):
+        for seed in sb3_seeds:
             log(f"SB3 time to solve, seed {seed}, {a.sb3_total_timesteps:,} steps ...")
             out, launched, wall, _ = run_sb3("solve", "--seed", str(seed), "--total-timesteps", str(a.sb3_total_timesteps))
             row = {"seed": seed, "solved_step": out["solved_step"], "total": wall, "history": out["history"],

@@ -23,21 +23,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 
-from tables import emit, machine_line  # benchmarks/tables.py
+from tables import arg_problem, command, emit, machine_line, refuse, started  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def parse_seeds(text: str) -> list:
-    """'1-10' or '1,4,7' -> [ints]."""
-    out = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
-    return out
 
 
 def run_seed(args, seed: int, workdir: Path) -> dict:
@@ -62,20 +52,28 @@ def run_seed(args, seed: int, workdir: Path) -> dict:
             "steps": steps, "command": shlex.join(["proxima", *cmd[3:]])}
 
 
-def table(args, rows: list) -> str:
+def table(args, rows: list, machine: str, command_line: str) -> str:
+    """The Markdown section of a run. Seeds whose process failed are rows with their error, left out
+    of the wall median (a crash's time says nothing about the time to solve) and named under it."""
     solved = [r for r in rows if r.get("mean_return", -1e9) >= args.threshold]
-    walls = [r["wall"] for r in rows]
+    done = [r for r in rows if "error" not in r]
+    failed = [r for r in rows if "error" in r]
+    walls = [r["wall"] for r in done]
     lines = [f"## `proxima train {args.env_id} --preset {args.preset}`" + (" " + " ".join(f"--{s}" for s in args.set) if args.set else ""),
-             "", f"{datetime.now():%Y-%m-%d %H:%M}, device {args.device}, 1 torch thread, {machine_line()}, "
+             "", f"device {args.device}, {machine}; "
              f"{args.eval_episodes}-episode deterministic evaluation, solved = mean >= {args.threshold:g}", "",
              "| seed | wall from launch (s) | steps trained | eval mean +- std | solved |", "|---:|---:|---:|---:|:---:|"]
     for r in rows:
         ev = f"{r['mean_return']:.1f} +- {r['std_return']:.1f}" if "mean_return" in r else f"error: {r['error']}"
         steps = f"{r['steps']:,}" if "steps" in r else "-"
         lines.append(f"| {r['seed']} | {r['wall']:.2f} | {steps} | {ev} | {'yes' if r in solved else 'no'} |")
-    lines += ["", f"**{len(solved)} of {len(rows)} seeds solved**; wall median {statistics.median(walls):.2f} s "
-              f"(range {min(walls):.2f}-{max(walls):.2f} s).", "",
-              f"Command: `python benchmarks/solve_time.py {' '.join(shlex.quote(a) for a in sys.argv[1:])}`", ""]
+    summary = (f"**{len(solved)} of {len(rows)} seeds solved**; wall median {statistics.median(walls):.2f} s "
+               f"(range {min(walls):.2f}-{max(walls):.2f} s)")
+    if failed:
+        summary += (f" over the {len(done)} seeds that finished; seed{'s' if len(failed) > 1 else ''} "
+                    f"{', '.join(str(r['seed']) for r in failed)} failed (the error in the row) and {'are' if len(failed) > 1 else 'is'} "
+                    "left out of it")
+    lines += ["", summary + ".", "", command_line, ""]
     return "\n".join(lines)
 
 
@@ -90,15 +88,34 @@ def main(argv=None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="extra train flag, e.g. lr=3e-3")
     p.add_argument("--out", default=None, help="append the table to this Markdown file (default: print only)")
     args = p.parse_args(argv)
+    problem = arg_problem(args, at_least_one=("eval_episodes",))  # no evaluation, nothing to call solved
+    for item in args.set:
+        field, equals, _ = item.partition("=")
+        if not (field and equals):
+            problem = problem or f"--set {item}: expected FIELD=VALUE, e.g. lr=3e-3"
+    if problem:
+        return refuse("solve_time.py", problem)
+
+    from proxima.config import ConfigError, PPOConfig
+    from proxima.population import parse_seeds
+    from proxima.presets import resolve
+
+    try:  # train's own checks of --seeds and --preset, before any seed is run
+        seeds = parse_seeds(args.seeds)
+        resolve(args.env_id, args.preset, PPOConfig())
+    except ConfigError as e:
+        return refuse("solve_time.py", str(e))
+    start = started()
     rows = []
     with tempfile.TemporaryDirectory(prefix="proxima-solve-") as tmp:
-        for seed in parse_seeds(args.seeds):
+        for seed in seeds:
             rows.append(run_seed(args, seed, Path(tmp)))
             r = rows[-1]
             print(f"seed {seed}: {r['wall']:.2f} s, " + (f"eval {r['mean_return']:.1f}" if "mean_return" in r else r["error"]), flush=True)
-    text = table(args, rows)
-    emit(text, args.out)
-    return 0
+    if all("error" in r for r in rows):  # a table of errors is no result: nothing is appended
+        return refuse("solve_time.py", f"every seed failed; seed {rows[0]['seed']}: {rows[0]['error']}")
+    text = table(args, rows, machine_line(1, start), command("solve_time.py", p, args))
+    return emit(text, args.out, script="solve_time.py")
 
 
 if __name__ == "__main__":

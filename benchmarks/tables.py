@@ -1,17 +1,75 @@
-"""What the benchmark scripts share: a "median (min-max)" cell, and a table printed and appended to
-the results file given with ``--out``. Imported as ``tables`` (a script's own directory is first on
-sys.path when it runs as ``python benchmarks/NAME.py``)."""
+"""What the benchmark scripts share: checks of their arguments, a "median (min-max)" cell, the line
+naming the machine, the date and the load, the command that reproduces a table, and a table printed
+and appended to the results file given with ``--out``. Imported as ``tables`` (a script's own
+directory is first on sys.path when it runs as ``python benchmarks/NAME.py``)."""
 
 from __future__ import annotations
 
+import argparse
+import math
+import os
+import shlex
 import statistics
+import sys
+from datetime import datetime
+from pathlib import Path
 from typing import Callable, Optional
 
+ROOT = Path(__file__).resolve().parents[1]
 
-def median_range(values: list, scale: float = 1.0, digits: int = 1, unit: str = "",
+
+# ------------------------------------------------------------------------------------ arguments
+def flag(dest: str) -> str:
+    """The option of an argparse ``dest``: num_envs -> --num-envs."""
+    return "--" + dest.replace("_", "-")
+
+
+def shown(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def out_problem(name: str, path: Optional[str]) -> str:
+    """'--out PATH: is a directory ...' when ``path`` cannot be written as a file, else ''. Checked
+    before measuring: a bad name found only when the table is written loses the whole run."""
+    if not path:
+        return ""
+    from proxima.diskspace import path_problem
+
+    problem = path_problem(path, example="results.md")
+    return f"{name} {path}: {problem}" if problem else ""
+
+
+def arg_problem(args, at_least_one=(), positive=(), files=("out",)) -> str:
+    """The first thing wrong with parsed ``args`` as one line naming the flag and its value, or '':
+    an integer option of ``at_least_one`` below 1 (0 repeats append an empty table), a number of
+    ``positive`` not above 0 (or not finite), a file option of ``files`` that cannot be written."""
+    for dest in at_least_one:
+        value = getattr(args, dest)
+        if value < 1:
+            return f"{flag(dest)} {shown(value)}: must be at least 1"
+    for dest in positive:
+        value = getattr(args, dest)
+        if not (value > 0 and math.isfinite(value)):
+            return f"{flag(dest)} {shown(value)}: must be a positive number"
+    for dest in files:
+        problem = out_problem(flag(dest), getattr(args, dest))
+        if problem:
+            return problem
+    return ""
+
+
+def refuse(script: str, problem: str) -> int:
+    """Print ``problem`` as the one error line of ``script``; the exit status of bad arguments (2)."""
+    print(f"{script}: error: {problem}", file=sys.stderr)
+    return 2
+
+
+# ------------------------------------------------------------------------------------ tables
+def median_range(values: list, *, scale: float = 1.0, digits: int = 1, unit: str = "",
                  fmt: Optional[Callable[[float], str]] = None) -> str:
     """'median (min-max)' of ``values``: each divided by ``scale`` and shown with ``digits`` decimals
-    and ``unit``, or through ``fmt``; '-' for no values."""
+    and ``unit``, or through ``fmt``; '-' for no values. Keyword-only: ``median_range(xs, 2)`` read
+    as 2 digits once halved every value."""
     if not values:
         return "-"
     show = fmt or (lambda v: f"{v / scale:.{digits}f}{unit}")
@@ -24,19 +82,52 @@ def markdown_table(header: list, rows: list) -> str:
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 
 
-def command(script: str, argv: Optional[list]) -> str:
-    """The 'Command: ...' line that reproduces a table."""
-    import shlex
-    import sys
-
-    words = ["python", f"benchmarks/{script}", *(argv if argv is not None else sys.argv[1:])]
-    return f"Command: `{shlex.join(words)}`"  # quoted as a shell needs it (`--only 'tanh numpy'`)
+def _word(value) -> str:
+    text = str(value)
+    if os.path.isabs(text) and Path(text).is_relative_to(ROOT):  # the commands run from the repository root
+        return os.path.relpath(text, ROOT)
+    return text
 
 
-def machine_line() -> str:
-    """The CPU a table was measured on, which decides its figures: model, cores, torch, and the CPU
-    tanh (``proxima.tanh_cpu.MODE``: MKL's tanh is slow on CPUs that are not Intel's)."""
-    import os
+def command_text(script: str, parser: argparse.ArgumentParser, args) -> str:
+    """The shell command that reproduces a table: every option of ``parser`` with the value it ran
+    with, defaults filled in (a default changed later must not change what the line reproduces),
+    quoted as a shell needs it (`--only 'tanh numpy'`). Options left at None (unset) are omitted."""
+    words = ["python", f"benchmarks/{script}"]
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+            continue
+        value = getattr(args, action.dest, None)
+        if not action.option_strings:  # a positional argument
+            words += [_word(v) for v in (value if isinstance(value, list) else [value])]
+            continue
+        name = max(action.option_strings, key=len)
+        if action.nargs == 0:  # store_true and the like: the flag is the value
+            if value != action.default:
+                words.append(name)
+        elif isinstance(action, argparse._AppendAction):
+            for item in value or []:
+                words += [name, _word(item)]
+        elif value is not None:
+            words += [name, _word(value)]
+    return shlex.join(words)
+
+
+def command(script: str, parser: argparse.ArgumentParser, args) -> str:
+    """The 'Command: `...`' line under a table (``command_text``)."""
+    return f"Command: `{command_text(script, parser, args)}`"
+
+
+def started() -> tuple:
+    """When a measurement starts and the 1-minute load average then: what ``machine_line`` reports."""
+    return datetime.now(), os.getloadavg()[0]
+
+
+def machine_line(threads, start: tuple) -> str:
+    """The machine a table was measured on, which decides its figures: CPU model and vendor, cores,
+    torch and the torch threads used, the GPU (or none), the CPU tanh (``proxima.tanh_cpu.MODE``:
+    MKL's tanh is slow on CPUs that are not Intel's); then the date and the load average (1 min) at
+    the start (``start``, from ``started()``) and now, at the end."""
     import platform
 
     import torch
@@ -45,22 +136,35 @@ def machine_line() -> str:
     from proxima.tanh_cpu import MODE, cpu_vendor
 
     vendor = cpu_vendor()
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+    when, load = start
     return (f"CPU: {cpu_model()}{f' ({vendor})' if vendor else ''}, {os.cpu_count()} cores; torch {torch.__version__}, "
-            f"Python {platform.python_version()}; CPU tanh: {MODE}")
+            f"torch threads: {threads}; GPU: {gpu}; Python {platform.python_version()}; CPU tanh: {MODE}; "
+            f"{when:%Y-%m-%d %H:%M}, load average (1 min) {load:.2f} at start, {os.getloadavg()[0]:.2f} at end")
 
 
-def emit(text: str, out: Optional[str] = None, file_text: Optional[str] = None) -> None:
-    """Print ``text``; append ``file_text`` (default: ``text``) after a blank line to ``out``, if given."""
-    print(text)
-    if out:
-        with open(out, "a") as f:
-            f.write("\n" + (text if file_text is None else file_text).rstrip("\n") + "\n")
+def emit(text: str, out: Optional[str] = None, file_text: Optional[str] = None, script: str = "benchmark") -> int:
+    """Print ``text``; append ``file_text`` (default: ``text``) to ``out``, if given, after a blank
+    line, all or nothing (``proxima.bench.append_file``). The exit status: 0, or 2 with one line when
+    ``out`` cannot be written (the table is printed above, so the run is not lost)."""
+    print(text, flush=True)
+    if not out:
+        return 0
+    from proxima.bench import append_file, has_content
+    from proxima.diskspace import describe
+
+    body = (text if file_text is None else file_text).strip("\n") + "\n"
+    try:
+        append_file(out, ("\n" if has_content(out) else "") + body)
+    except OSError as e:
+        return refuse(script, describe(out, e))
+    return 0
 
 
-def ab_report(caption: str, table: str, ratio_label: str, ratios: list, script: str, argv: Optional[list],
-              out: Optional[str] = None) -> None:
-    """The report of an A/B benchmark: caption, table, the per-round ratio and the command; printed,
-    and appended to ``out`` if given."""
-    text = "\n".join([caption, "", table, "", f"{ratio_label}, per round: {median_range(ratios, digits=2)}x", "",
-                      command(script, argv), ""])
-    emit(text, out)
+def ab_report(caption: str, table: str, ratio_label: str, ratios: list, script: str, parser, args, start: tuple,
+              threads=1) -> int:
+    """The report of an A/B benchmark: caption, the machine, date and load, table, the per-round
+    ratio and the command; printed, and appended to ``args.out`` if given. The exit status."""
+    text = "\n".join([caption, "", machine_line(threads, start), "", table, "",
+                      f"{ratio_label}, per round: {median_range(ratios, digits=2)}x", "", command(script, parser, args), ""])
+    return emit(text, args.out, script=script)

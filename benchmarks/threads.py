@@ -17,7 +17,8 @@ import argparse
 import sys
 from types import SimpleNamespace
 
-from tables import command, emit, machine_line, markdown_table, median_range  # benchmarks/tables.py
+from proxima.bench import parse_sizes
+from tables import arg_problem, command, emit, machine_line, markdown_table, median_range, refuse, started  # benchmarks/tables.py
 from vs_purejaxrl import proxima_cmd, run_json, single_thread_env
 
 
@@ -28,8 +29,15 @@ def main(argv=None) -> int:
     p.add_argument("--seconds", type=float, default=10.0, help="timed seconds of training per process")
     p.add_argument("--out", default=None, help="append the table to this file")
     args = p.parse_args(argv)
-    sizes = [int(s) for s in args.num_envs.split(",")]
+    try:
+        sizes = parse_sizes(args.num_envs)
+    except ValueError as e:
+        return refuse("threads.py", str(e))
+    problem = arg_problem(args, at_least_one=("rounds",), positive=("seconds",))
+    if problem:
+        return refuse("threads.py", problem)
 
+    start = started()
     rows = []
     for envs in sizes:
         sps, cores = {1: [], 2: []}, {1: [], 2: []}
@@ -43,14 +51,13 @@ def main(argv=None) -> int:
             print(f"{envs} envs, round {r + 1}: 1 thread {sps[1][-1]:,.0f}, 2 threads {sps[2][-1]:,.0f} steps/s",
                   file=sys.stderr, flush=True)
         ratios = [b / a for a, b in zip(sps[1], sps[2])]
-        rows.append([f"{envs:,}", median_range(sps[1], 1e3, 1, "k"), median_range(sps[2], 1e3, 1, "k"),
+        rows.append([f"{envs:,}", median_range(sps[1], scale=1e3, unit="k"), median_range(sps[2], scale=1e3, unit="k"),
                      f"**{median_range(ratios, digits=2)}**", f"{median_range(cores[1], digits=2)}, {median_range(cores[2], digits=2)}"])
     table = markdown_table(["envs", "--threads 1 steps/s", "--threads 2 steps/s", "2 / 1 per round", "cores used (1, 2)"], rows)
-    emit("\n".join([f"`--threads 2` (actor and critic side by side) against `--threads 1`: native CartPole, 16-step "
-                    f"rollouts, 4 epochs x 4 minibatches, 64x64 tanh; {args.rounds} rounds of one `proxima bench` process "
-                    f"per count, {args.seconds:g} s windows, order alternating, unbound. {machine_line()}",
-                    "", table, "", command("threads.py", argv), ""]), args.out)
-    return 0
+    return emit("\n".join([f"`--threads 2` (actor and critic side by side) against `--threads 1`: native CartPole, 16-step "
+                           f"rollouts, 4 epochs x 4 minibatches, 64x64 tanh; {args.rounds} rounds of one `proxima bench` process "
+                           f"per count, {args.seconds:g} s windows, order alternating, unbound. {machine_line('1 and 2', start)}",
+                           "", table, "", command("threads.py", p, args), ""]), args.out, script="threads.py")
 
 
 if __name__ == "__main__":

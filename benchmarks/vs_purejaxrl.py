@@ -34,7 +34,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from tables import emit, machine_line, median_range  # benchmarks/tables.py
+from proxima.bench import parse_sizes
+from tables import arg_problem, command, emit, machine_line, median_range, refuse, started  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 ANCHORS = (ROOT.parent / "shared" / "anchors" / "purejaxrl_cartpole.py", ROOT / ".anchors" / "purejaxrl_cartpole.py")
@@ -178,19 +179,25 @@ def main(argv=None) -> int:
                    help="one process per side for all sizes and repeats instead of alternating rounds (a GPU machine's time is short)")
     p.add_argument("--out", default=None, help="append the Markdown table here (default: print only)")
     args = p.parse_args(argv)
-    if not args.anchor.exists():
-        print(f"vs_purejaxrl: no PureJaxRL anchor at {args.anchor} (see ../shared/anchors/README.md)", file=sys.stderr)
-        return 2
+    try:
+        sizes = parse_sizes(args.num_envs)
+    except ValueError as e:
+        return refuse("vs_purejaxrl.py", str(e))
+    problem = arg_problem(args, at_least_one=("repeats", "threads"), positive=("seconds", "timeout"))
+    if problem:
+        return refuse("vs_purejaxrl.py", problem)
     if args.cpus is None:
         args.cpus = "one" if args.device == "cpu" else "all"
     if args.cpus == "one" and args.threads != 1:
-        p.error("--threads above 1 needs --cpus all (one core bound runs one thread at a time)")
+        return refuse("vs_purejaxrl.py", f"--threads {args.threads}: above 1 needs --cpus all (one core bound runs one thread at a time)")
+    if not args.anchor.exists():
+        return refuse("vs_purejaxrl.py", f"--anchor {args.anchor}: no PureJaxRL anchor there (see ../shared/anchors/README.md)")
     env = single_thread_env(args.device)
-    sizes = [int(x) for x in args.num_envs.split(",")]
+    start = started()
     rows = single_call(args, env, sizes) if args.single_call else alternating(args, env, sizes)
     mode = " ".join(f for f, on in (("--compile", args.compile), ("--cudagraphs", args.cudagraphs)) if on) or "eager"
     lines = [f"## Proxima ({mode}) vs PureJaxRL, {args.device}, {datetime.now():%Y-%m-%d %H:%M}", "",
-             f"{machine_line()}. Native CartPole, "
+             f"{machine_line(args.threads, start)}. Native CartPole, "
              "16-step rollouts, 4 epochs x 4 minibatches, 64x64 tanh; "
              + (f"both processes bound to core {pinned_core()} (PureJaxRL's XLA pool sizes itself from the affinity mask). "
                 if args.cpus == "one" else f"unbound on {os.cpu_count()} cores, Proxima --threads {args.threads}. ")
@@ -204,12 +211,10 @@ def main(argv=None) -> int:
         lines.append(f"| {envs:,} | {fmt(ours)} | {fmt(theirs)} | {statistics.median(ratios):.2f} "
                      f"({ratios[0]:.2f}-{ratios[-1]:.2f}) | {statistics.median(cores[0]):.2f}, {statistics.median(cores[1]):.2f} "
                      f"| {statistics.median(compile_s):.1f} |")
-    lines += ["", f"Command: `python benchmarks/vs_purejaxrl.py {' '.join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))}`",
+    lines += ["", command("vs_purejaxrl.py", p, args),
               f"Proxima: `{shlex.join(['proxima', *proxima_cmd(args, 0, args.repeats if args.single_call else 1)[3:]]).replace('--num-envs 0', '--num-envs N')}`",
               f"PureJaxRL: `python purejaxrl_cartpole.py --configs Nx16xTOTAL` (TOTAL: {PJR_TOTAL.get(args.device.split(':')[0], {})})", ""]
-    text = "\n".join(lines)
-    emit(text, args.out)
-    return 0
+    return emit("\n".join(lines), args.out, script="vs_purejaxrl.py")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tables import ab_report, machine_line, markdown_table, median_range  # benchmarks/tables.py
+from tables import ab_report, arg_problem, markdown_table, median_range, refuse, started  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,15 +49,20 @@ def main(argv=None) -> int:
     p.add_argument("--seconds", type=float, default=10.0, help="timed seconds of training per process")
     p.add_argument("--out", default=None, help="append the table to this file")
     args = p.parse_args(argv)
-
-    rev = subprocess.run(["git", "rev-parse", "--short", args.rev], capture_output=True, text=True, cwd=ROOT)
-    if rev.returncode != 0:
-        print(f"vs_revision: --rev {args.rev}: not a revision of this repository", file=sys.stderr)
-        return 2
-    short = rev.stdout.strip()
+    problem = arg_problem(args, at_least_one=("num_envs", "rounds"), positive=("seconds",))
+    if problem:
+        return refuse("vs_revision.py", problem)
+    # a commit, not any object (HEAD:README.md is a blob, which `git worktree add` fails on after the checks)
+    rev = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{args.rev}^{{commit}}"],
+                         capture_output=True, text=True, cwd=ROOT)
+    if rev.returncode != 0 or not rev.stdout.strip():
+        return refuse("vs_revision.py", f"--rev {args.rev}: not a commit of this repository")
+    args.rev = rev.stdout.strip()  # the Command: line names the commit measured, not HEAD~1 (which moves)
+    short = args.rev[:10]
+    start = started()
     with tempfile.TemporaryDirectory(prefix="proxima-rev-") as tmp:
         other = Path(tmp) / "tree"
-        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(other), short], cwd=ROOT, check=True)
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(other), args.rev], cwd=ROOT, check=True)
         sps = {"this": [], "rev": []}
         try:
             for r in range(args.rounds):
@@ -70,13 +75,12 @@ def main(argv=None) -> int:
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     ratios = [a / b for a, b in zip(sps["this"], sps["rev"])]
     table = markdown_table(["tree", "training steps/s"], [
-        [f"this tree (HEAD {head}, with any uncommitted changes)", median_range(sps["this"], 1e3, 1, "k")],
-        [f"revision {short}", median_range(sps["rev"], 1e3, 1, "k")]])
-    ab_report(f"native CartPole, {args.num_envs:,} envs x 16 steps, 4 epochs x 4 minibatches, 64x64 tanh, 1 thread; "
-              f"{args.rounds} rounds of one `proxima bench` process per tree, {args.seconds:g} s windows, order alternating. "
-              f"{machine_line()} (this tree's)",
-              table, f"this tree / {short}", ratios, "vs_revision.py", argv, args.out)
-    return 0
+        [f"this tree (HEAD {head}, with any uncommitted changes)", median_range(sps["this"], scale=1e3, unit="k")],
+        [f"revision {short}", median_range(sps["rev"], scale=1e3, unit="k")]])
+    return ab_report(f"native CartPole, {args.num_envs:,} envs x 16 steps, 4 epochs x 4 minibatches, 64x64 tanh, 1 thread; "
+                     f"{args.rounds} rounds of one `proxima bench` process per tree, {args.seconds:g} s windows, order alternating; "
+                     "the machine line's CPU tanh is this tree's.",
+                     table, f"this tree / {short}", ratios, "vs_revision.py", p, args, start)
 
 
 if __name__ == "__main__":

@@ -281,7 +281,7 @@ def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime
             f"compile {cfg.compile}, cudagraphs {cfg.cudagraphs}, amp {cfg.amp}, encoder {cfg.encoder}, "
             f"Gymnasium vector {cfg.vector}") if cfg else "no line was measured"
     text = "\n".join([
-        f"# proxima bench {args.env_id} on {device}",
+        f"# proxima bench {args.env_id} on {device}, {started:%Y-%m-%d %H:%M}",
         "",
         f"Recorded {started.isoformat(timespec='seconds')} by:",
         "",
@@ -301,20 +301,60 @@ def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime
         markdown_table(lines),
         "",
     ])
+    save_markdown(path, text)
+
+
+def append_file(path, text: str) -> None:
+    """Append ``text`` to ``path`` (created with its folders if missing), all or nothing: the old
+    content and ``text`` go to a temporary file that replaces ``path``, so a full disk or a kill
+    leaves the file as it was, never half a table."""
+    path = Path(os.path.realpath(path))  # a symlinked results file stays a link to the updated file
+    old = path.read_text() if path.exists() else ""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(old + text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def demote_headings(text: str) -> str:
+    """Every Markdown heading of ``text`` one level down ('# T' -> '## T'), code blocks left alone."""
+    out, fenced = [], False
+    for row in text.split("\n"):
+        if row.startswith("```"):
+            fenced = not fenced
+        out.append("#" + row if row.startswith("#") and not fenced else row)
+    return "\n".join(out)
+
+
+def has_content(path) -> bool:
+    """Whether ``path`` is a file with something in it (what ``save_markdown`` appends to)."""
+    path = Path(path)
+    return path.is_file() and path.stat().st_size > 0
+
+
+def save_markdown(path, text: str) -> None:
+    """Write a report (``text``, under one '# ' title) to ``path``. A file that already holds something
+    keeps it: the report is appended as a new section (its headings one level down), because results
+    files also hold analysis written by hand ("Reading the table") that a new run must not delete."""
+    if has_content(path):
+        append_file(path, "\n" + demote_headings(text.strip("\n")) + "\n")
+    else:
+        append_file(path, text.lstrip("\n").rstrip("\n") + "\n")
 
 
 # ------------------------------------------------------------------------------------ command
-def parse_sizes(text: str) -> list:
+def parse_sizes(text: str, flag: str = "--num-envs") -> list:
+    """'1,4,64' -> [1, 4, 64]; ValueError naming ``flag`` and ``text`` for anything else (an empty
+    piece, 0, a word)."""
     try:
         sizes = [int(s.replace("_", "")) for s in text.split(",")]  # an empty piece (1,,2) is refused too
     except ValueError:
         sizes = []
     if not sizes or any(n < 1 for n in sizes):
-        raise ValueError(f"--num-envs {text!r}: expected a comma-separated list of positive integers, e.g. 1,4,64")
+        raise ValueError(f"{flag} {text!r}: expected a comma-separated list of positive integers, e.g. 1,4,64")
     return sizes
 
 
@@ -416,6 +456,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(lines))
     if args.out:  # results go only where --out says: the repository's recorded tables are never overwritten by default
         out = Path(args.out)
+        existed = has_content(out)
         try:
             write_markdown(out, args, lines, last_cfg, device, started, (load0, os.getloadavg()[0]))
         except OSError as e:
@@ -423,7 +464,7 @@ def run(args: argparse.Namespace) -> int:
 
             print(f"{prog}: error: {describe(out, e)}", file=sys.stderr)
             return 2
-        print(f"{prog}: wrote {out}", file=sys.stderr)
+        print(f"{prog}: {'appended a section to' if existed else 'wrote'} {out}", file=sys.stderr)
     return 0
 
 
@@ -448,8 +489,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="replay each iteration's rollout, advantages and update as CUDA graphs (CUDA only; with --compile, of the compiled steps)")
     p.add_argument("--amp", default="none", choices=("none", "bf16", "fp16"), help="mixed precision of the forward passes (default none)")
     p.add_argument("--json", action="store_true", help="print one JSON object per backend and num_envs instead of the table")
-    p.add_argument("--out", default=None, metavar="FILE", help="also write the results as a Markdown file (table, machine, "
-                   "command) to FILE, e.g. benchmarks/results/bench-CartPole-v1-cpu.md (default: print only)")
+    p.add_argument("--out", default=None, metavar="FILE", help="also write the results as Markdown (table, machine, "
+                   "command) to FILE, e.g. benchmarks/results/bench-CartPole-v1-cpu.md; when FILE exists, they are appended "
+                   "to it as a new dated section and what it holds is kept (default: print only)")
     p.add_argument("--no-out", action="store_true", help=argparse.SUPPRESS)  # the old opt-out; printing only is the default now
 
 

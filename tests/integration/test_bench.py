@@ -81,3 +81,28 @@ def test_threads_benchmark_writes_both_counts_and_the_ratio(tmp_path):
     assert "| envs | --threads 1 steps/s | --threads 2 steps/s | 2 / 1 per round |" in text
     row = next(line for line in text.splitlines() if line.startswith("| 8 |"))
     assert row.count("k (") == 2 and "python benchmarks/threads.py --num-envs 8" in text
+
+
+def test_an_existing_out_file_gets_a_new_section_and_keeps_what_it_holds(tmp_path, capsys):
+    """benchmarks/results/bench-CartPole-v1-cpu.md holds analysis written by hand under its table."""
+    out = tmp_path / "bench.md"
+    recorded = "# proxima bench CartPole-v1 on cpu\n\n| old table |\n\n## Reading the table\n\nwritten by hand\n"
+    out.write_text(recorded)
+    code = main(["bench", "CartPole-v1", "--num-envs", "2", "--backend", "native", "--seconds", "0.01", "--repeats", "1",
+                 "--out", str(out)])
+    err = capsys.readouterr().err
+    text = out.read_text()
+    assert code == 0 and f"appended a section to {out}" in err
+    assert text.startswith(recorded + "\n## proxima bench CartPole-v1 on cpu, ")
+    assert text.count("| native | 2 |") == 1 and "```\nproxima bench CartPole-v1 --num-envs 2 " in text
+    assert [p.name for p in tmp_path.iterdir()] == ["bench.md"]  # no temporary file left
+
+
+def test_help_says_out_appends():
+    import argparse
+
+    from proxima.bench import add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    assert "when FILE exists, they are appended to it as a new dated section" in " ".join(p.format_help().split())
