@@ -15,7 +15,7 @@ from torch import nn
 
 from . import mlp_cpu, tanh_cpu
 from .config import ConfigError
-from .envs.spaces import ObsLayout, ObsPart
+from .envs.spaces import ObsLayout, ObsPart, image_note
 
 #: Nature CNN (Mnih et al. 2015): conv 8x8/4, 4x4/2, 3x3/1; the smallest image it takes
 CNN_MIN_SIZE = 36
@@ -77,8 +77,14 @@ def resolve_encoder(encoder: str, layout: ObsLayout) -> str:
     if encoder == "cnn":
         images = [p for p in layout.parts if p.layout is not None]
         if not images:
+            # the shapes the env declares (a flat Box reaches the agent flattened: (84, 84) as (7056,)),
+            # and spaces.image_note's fix for a key that holds pixels Proxima does not read as an image
+            shapes = [tuple(p.source.shape if p.source is not None else p.shape) for p in layout.parts]
+            fixes = [(f"at key '{p.key}': " if p.key is not None else "") + note[1]
+                     for p in layout.parts if (note := image_note(p.source, "obs" if p.key is None else f"obs[{p.key!r}]"))]
             raise ConfigError(f"--encoder cnn needs an image observation (uint8 Box (H, W, C) or (C, H, W)); this env's "
-                              f"observation has shape {layout.parts[0].shape if not layout.is_dict else [p.shape for p in layout.parts]}; use --encoder mlp")
+                              f"observation has shape {shapes[0] if not layout.is_dict else shapes}; "
+                              + "".join(f"{fix}; " for fix in fixes) + ("or " if fixes else "") + "use --encoder mlp")
         for p in images:
             h, w = _image_hw(p)
             if min(h, w) < CNN_MIN_SIZE:

@@ -14,13 +14,17 @@ The checks (names as they appear in the report):
                      MultiDiscrete or Box with finite bounds
   reset              reset(seed=...) does not raise
   reset returns      reset returns (obs, info) with info a dict
-  reset determinism  two reset(seed=s) give the same obs
+  reset determinism  two reset(seed=s) give the same obs (a difference is shown at its first key and entry)
+  obs keys           a Dict obs has exactly the keys of observation_space (missing and unexpected keys named)
   obs shape          obs.shape == observation_space.shape
   obs dtype          obs dtype casts safely to observation_space.dtype (see below)
   obs finite         no NaN/inf in obs (reported with the step index)
   obs float32 range  a float64 obs stays within float32's range (Proxima casts it to float32)
   obs bounds         observation_space.low <= obs <= observation_space.high
-  obs in space       observation_space.contains(obs), for spaces that are not a Box
+  obs in space       observation_space.contains(obs), for spaces that are neither a Box nor a Dict
+
+A Dict observation is checked key by key: each key's Box gets the Box checks above (obs shape to
+obs bounds), and a violation names the key (``obs['vec'][0] = 4.2, above high[0] = 1, at step 3``).
   step               step(action) does not raise
   step returns       step returns 5 values (obs, reward, terminated, truncated, info)
   reward type        reward is a real scalar (int/float/numpy scalar), not an array or a bool
@@ -39,6 +43,10 @@ obs in a float64 Box passes, but a float64 obs in a float32 Box (the common forg
 rejects it, and the fix is one line. Proxima would cast it to float32 and train anyway.
 
 Each kind of violation is reported once, at its first occurrence, with how many more steps showed it.
+
+Notes are not violations: they say how Proxima will read an observation that holds pixels but is
+not an image to it (a uint8 (84, 84), a frame stack (4, 84, 84, 1), a float32 (84, 84, 3); see
+``spaces.image_note``): an MLP on the flattened values, and what to change for the CNN.
 """
 
 from __future__ import annotations
@@ -56,11 +64,12 @@ import numpy as np
 
 from .base import EnvError
 from .gym_adapter import _extra_for, check_spaces, resolve_env_fn
+from .spaces import image_note, pixels_fix
 
 #: every check, in report order (documented in the module docstring).
 ALL_CHECKS = (
     "build", "spaces declared", "spaces supported", "reset", "reset returns", "reset determinism",
-    "obs shape", "obs dtype", "obs finite", "obs float32 range", "obs bounds", "obs in space", "step", "step returns",
+    "obs keys", "obs shape", "obs dtype", "obs finite", "obs float32 range", "obs bounds", "obs in space", "step", "step returns",
     "reward type", "reward finite", "terminated type", "truncated type", "info type",
     "action not mutated", "autoreset",
 )
@@ -79,11 +88,13 @@ class Violation:
 
 
 class Violations(list):
-    """A list of :class:`Violation` that also remembers which checks ran (``checks_run``)."""
+    """A list of :class:`Violation` that also remembers which checks ran (``checks_run``) and the
+    notes on the observation space (``notes``)."""
 
-    def __init__(self, items=(), checks_run=()):
+    def __init__(self, items=(), checks_run=(), notes=()):
         super().__init__(items)
         self.checks_run = list(checks_run)
+        self.notes = list(notes)  #: lines that are not violations (how Proxima reads the observation)
 
 
 # --- small helpers ---------------------------------------------------------------------------
@@ -167,6 +178,60 @@ def _nonfinite(x: Any, prefix: str = "obs") -> Optional[tuple[str, Any, int]]:
     return prefix + _index(i, arr.shape), arr.reshape(-1)[i], int(bad.sum())
 
 
+def _transposed(got: tuple, want: tuple, name: str, declared: str) -> str:
+    """The fix when an image comes channels first where the space declares them last, or the reverse."""
+    if len(want) == 3 and len(got) == 3:
+        if got == (want[2], want[0], want[1]):
+            return f" (channels first where {declared} declares them last: return {name}.transpose(1, 2, 0))"
+        if got == (want[1], want[2], want[0]):
+            return f" (channels last where {declared} declares them first: return {name}.transpose(2, 0, 1))"
+    return ""
+
+
+def _dtype_fix(arr: np.ndarray, space: gym.spaces.Box, name: str) -> str:
+    """How to return ``arr`` in ``space``'s dtype. Float pixels in [0, 1] where a uint8 space goes
+    up to 255 are scaled first: a bare astype(np.uint8) would turn every pixel into 0."""
+    unit = (space.dtype == np.uint8 and arr.dtype.kind == "f" and arr.size > 0 and bool(np.all(space.high > 1))
+            and bool(np.all((arr >= 0) & (arr <= 1))))
+    if unit:
+        return f"does not cast safely to uint8; its values lie in [0, 1]: {pixels_fix(name, True)}"
+    return f"does not cast safely to {space.dtype}: return {name}.astype(np.{space.dtype})"
+
+
+def _difference(a: Any, b: Any, name: str = "obs") -> str:
+    """Two observations that differ, shown at their first differing key and entry."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return f"{name} with keys {list(a)}, then {list(b)}"
+        key = next((k for k in a if not _same(a[k], b[k])), None)
+        if key is not None:
+            return _difference(a[key], b[key], f"{name}[{key!r}]")
+    try:
+        x, y = np.asarray(a), np.asarray(b)
+        if x.dtype.kind not in "biuf" or y.dtype.kind not in "biuf":
+            raise TypeError
+    except Exception:
+        return f"first {_describe(a)}, then {_describe(b)}"
+    head = "" if name == "obs" else f"{name}: "
+    if x.shape != y.shape:
+        return f"{head}first shape {x.shape}, then {y.shape}"
+    differ = (x != y) & ~(np.isnan(x) & np.isnan(y)) if x.dtype.kind == "f" and y.dtype.kind == "f" else x != y
+    i = int(np.flatnonzero(np.asarray(differ).reshape(-1))[0]) if np.any(differ) else 0
+    at = f"{name}{_index(i, x.shape)}"
+    return f"{head}first {_fmt_array(x)}, then {_fmt_array(y)} ({at} = {_scalar(x.reshape(-1)[i])}, then {_scalar(y.reshape(-1)[i])})"
+
+
+def _image_notes(space: gym.spaces.Space, name: str = "obs", declared: str = "observation_space"):
+    """The notes of ``space`` and of a Dict's keys: spaces.image_note's words, named by key."""
+    if isinstance(space, gym.spaces.Dict):
+        for k, sub in space.spaces.items():
+            yield from _image_notes(sub, f"{name}[{k!r}]", f"{declared}[{k!r}]")
+        return
+    note = image_note(space, name)
+    if note:
+        yield f"{declared}: {note[0]}; {note[1]}"
+
+
 # --- the checker ---------------------------------------------------------------------------
 
 class _Checker:
@@ -175,6 +240,7 @@ class _Checker:
         self.env_kwargs = dict(env_kwargs or {})
         self.ran: list[str] = []
         self.found: dict[str, list] = {}  # check -> [Violation, count of later occurrences]
+        self.notes: list[str] = []
 
     def ok(self, check: str) -> None:
         if check not in self.ran:
@@ -196,58 +262,88 @@ class _Checker:
                     v.actual += f" (and {more} more time{'s' if more > 1 else ''})"
                 out.append(v)
         ran = [c for c in ALL_CHECKS if c in self.ran]
-        return Violations(out, ran)
+        return Violations(out, ran, self.notes)
 
     # --- observations ---
     def check_obs(self, obs: Any, where: str) -> None:
-        space = self.obs_space
+        found: dict = {}
+        self.inspect_obs(obs, self.obs_space, "obs", "observation_space", where, found)
+        for check, (expected, actual) in found.items():  # per check, the first key that broke it
+            self.bad(check, expected, actual)
+
+    def inspect_obs(self, x: Any, space: gym.spaces.Space, name: str, declared: str, where: str, found: dict) -> None:
+        """Check ``x`` (``name``: obs, obs['vec']) against ``space`` (``declared``: observation_space,
+        observation_space['vec']): the checks it passes are recorded, its violations go to ``found``
+        (check -> (expected, actual), the first per check, so a (and N more times) count stays a
+        count of observations). A Dict's keys are checked by name, each sub-Box as a plain Box."""
+        def bad(check: str, expected: str, actual: str) -> None:
+            found.setdefault(check, (expected, actual))
+
+        who = "" if name == "obs" else f"{name} "  # a plain Box's words stay short: "shape (4,) at step 1"
+        if isinstance(space, gym.spaces.Dict):
+            keys = ", ".join(repr(k) for k in space.spaces)
+            if not isinstance(x, dict):
+                bad("obs keys", f"a dict with the keys {declared} declares ({keys})", f"{who}{_describe(x)} {where}")
+                return
+            missing = [k for k in space.spaces if k not in x]
+            extra = [k for k in x if k not in space.spaces]
+            if missing or extra:
+                wrong = [f"missing key {k!r}" for k in missing] + [f"unexpected key {k!r}" for k in extra]
+                fix = ([f"return {', '.join(f'{name}[{k!r}]' for k in missing)} too"] if missing else []) + (
+                    [f"declare {', '.join(repr(k) for k in extra)} in {declared} or leave {'it' if len(extra) == 1 else 'them'} out"] if extra else [])
+                bad("obs keys", f"the keys {declared} declares ({keys})", f"{who}{', '.join(wrong)} {where} ({'; '.join(fix)})")
+            else:
+                self.ok("obs keys")
+            for k, sub in space.spaces.items():
+                if k in x:
+                    self.inspect_obs(x[k], sub, f"{name}[{k!r}]", f"{declared}[{k!r}]", where, found)
+            return
         if not isinstance(space, gym.spaces.Box):
-            bad = _nonfinite(obs)
-            if bad:
-                name, value, n = bad
-                self.bad("obs finite", "finite observation values", f"{name} = {_scalar(value)} {where}" + (f" ({n} non-finite entries)" if n > 1 else ""))
+            nonfinite = _nonfinite(x, name)
+            if nonfinite:
+                at, value, n = nonfinite
+                bad("obs finite", "finite observation values", f"{at} = {_scalar(value)} {where}" + (f" ({n} non-finite entries)" if n > 1 else ""))
                 return
             self.ok("obs finite")
             try:
-                inside = bool(space.contains(obs))
+                inside = bool(space.contains(x))
             except Exception as e:
-                inside, why = False, f"observation_space.contains(obs) raised {_exc(e)}"
+                inside, why = False, f"{declared}.contains({name}) raised {_exc(e)}"
             else:
-                why = f"{_describe(obs)} is not in it"
+                why = f"{who}{_describe(x)} is not in it"
             if inside:
                 self.ok("obs in space")
             else:
-                self.bad("obs in space", f"obs in observation_space {space}", f"{why} {where}")
+                bad("obs in space", f"{name} in {declared} {space}", f"{why} {where}")
             return
-        if isinstance(obs, np.ndarray):
-            arr = obs
+        if isinstance(x, np.ndarray):
+            arr = x
         else:
             try:
-                arr = np.asarray(obs, dtype=space.dtype)
+                arr = np.asarray(x, dtype=space.dtype)
             except Exception:
-                self.bad("obs shape", f"an array of shape {space.shape} dtype {space.dtype}", f"{_describe(obs)} {where}")
+                bad("obs shape", f"{name}: an array of shape {space.shape} dtype {space.dtype}", f"{who}{_describe(x)} {where}")
                 return
         if arr.shape != space.shape:
-            self.bad("obs shape", f"shape {space.shape} (observation_space.shape)", f"shape {arr.shape} {where}")
+            bad("obs shape", f"shape {space.shape} ({declared}.shape)", f"{who}shape {arr.shape} {where}{_transposed(arr.shape, space.shape, name, declared)}")
             return
         self.ok("obs shape")
         if arr.dtype.kind not in "biuf" or not np.can_cast(arr.dtype, space.dtype):
-            self.bad("obs dtype", f"dtype {space.dtype} (observation_space.dtype)",
-                     f"dtype {arr.dtype} {where} (does not cast safely to {space.dtype}: return obs.astype(np.{space.dtype}))")
+            bad("obs dtype", f"dtype {space.dtype} ({declared}.dtype)", f"{who}dtype {arr.dtype} {where} ({_dtype_fix(arr, space, name)})")
             return
         self.ok("obs dtype")
-        bad = _nonfinite(arr)
-        if bad:
-            name, value, n = bad
-            self.bad("obs finite", "finite observation values", f"{name} = {_scalar(value)} {where}" + (f" ({n} non-finite entries)" if n > 1 else ""))
+        nonfinite = _nonfinite(arr, name)
+        if nonfinite:
+            at, value, n = nonfinite
+            bad("obs finite", "finite observation values", f"{at} = {_scalar(value)} {where}" + (f" ({n} non-finite entries)" if n > 1 else ""))
             return
         self.ok("obs finite")
         if arr.dtype.kind == "f" and arr.dtype.itemsize > 4 and space.dtype != np.uint8:
             big = np.abs(arr) > np.finfo(np.float32).max
             if big.any():
                 i = int(np.flatnonzero(big.reshape(-1))[0])
-                self.bad("obs float32 range", "obs values within float32's range (+-3.4e38): Proxima trains in float32",
-                         f"obs{_index(i, arr.shape)} = {_scalar(arr.reshape(-1)[i])} {where}")
+                bad("obs float32 range", "obs values within float32's range (+-3.4e38): Proxima trains in float32",
+                    f"{name}{_index(i, arr.shape)} = {_scalar(arr.reshape(-1)[i])} {where}")
                 return
             self.ok("obs float32 range")
         low, high = np.broadcast_to(space.low, space.shape), np.broadcast_to(space.high, space.shape)
@@ -258,8 +354,8 @@ class _Checker:
             lo, hi, v = low.reshape(-1)[i], high.reshape(-1)[i], arr.reshape(-1)[i]
             side = f"below low{idx} = {_scalar(lo)}" if v < lo else f"above high{idx} = {_scalar(hi)}"
             n = int(out.sum())
-            self.bad("obs bounds", f"obs{idx} in [{_scalar(lo)}, {_scalar(hi)}] (observation_space low/high)",
-                     f"obs{idx} = {_scalar(v)}, {side}, {where}" + (f" ({n} of {arr.size} entries out of bounds)" if n > 1 else ""))
+            bad("obs bounds", f"{name}{idx} in [{_scalar(lo)}, {_scalar(hi)}] ({declared} low/high)",
+                f"{name}{idx} = {_scalar(v)}, {side}, {where}" + (f" ({n} of {arr.size} entries out of bounds)" if n > 1 else ""))
             return
         self.ok("obs bounds")
 
@@ -302,8 +398,10 @@ class _Checker:
         if ":" not in self.target and game is None:  # build registered ids without Gymnasium's passive checker: we report precisely instead
             target, kwargs = self.target, self.env_kwargs
 
-            def env_fn() -> gym.Env:
+            def unchecked() -> gym.Env:
                 return gym.make(target, disable_env_checker=True, **kwargs)
+
+            env_fn = unchecked  # resolve_env_fn above still ran: an unknown id is its EnvError (exit 2)
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -342,6 +440,7 @@ class _Checker:
             return
         self.ok("spaces declared")
         self.obs_space, self.act_space = obs_space, act_space
+        self.notes = list(_image_notes(obs_space))
         try:
             check_spaces(self.target, obs_space, act_space)
             self.ok("spaces supported")
@@ -365,9 +464,8 @@ class _Checker:
         if _same(first, again):
             self.ok("reset determinism")
         else:
-            show = _fmt_array if isinstance(first, np.ndarray) and isinstance(again, np.ndarray) else _describe
             self.bad("reset determinism", f"reset(seed={self.seed}) twice gives the same obs (draw randomness from self.np_random after super().reset(seed=seed))",
-                     f"first {show(first)}, then {show(again)}")
+                     _difference(first, again))
         if self.steps <= 0:
             return
 
@@ -471,13 +569,14 @@ def check_env(target: str, steps: int = 200, seed: int = 0, env_kwargs: Optional
 
 
 def format_violations(target: str, violations: list[Violation], checks: Optional[int] = None) -> str:
-    """One line per violation (check: expected ...; got ...), then an OK or a count line."""
+    """One line per violation (check: expected ...; got ...), one per note, then an OK or a count line."""
     if checks is None:
         ran = getattr(violations, "checks_run", None)
         checks = len(ran) if ran is not None else len(ALL_CHECKS)
+    notes = [f"NOTE {_one_line(n, 600)}" for n in getattr(violations, "notes", ())]
     if not violations:
-        return f"OK: {target} passes {checks} checks"
-    lines = [f"FAIL {v}" for v in violations]
+        return "\n".join(notes + [f"OK: {target} passes {checks} checks"])
+    lines = [f"FAIL {v}" for v in violations] + notes
     lines.append(f"{len(violations)} violation(s) in {target}")
     return "\n".join(lines)
 

@@ -6,16 +6,18 @@
   [0, 1] (4x less memory than float32);
 * a Dict of Boxes -> its keys, each flattened, packed side by side into one (N, D) tensor (uint8
   when every key is uint8, else float32); the agent unpacks them by key (one encoder per key).
+  Keys are strings without '.' (they name the encoders; checkpoints record them as strings).
 
 Which end of an image holds the channels: the smallest dimension, when it is strictly smaller than
 the other two (84x84x3 -> HWC, 4x84x84 -> CHW); a uint8 3-D Box with no such dimension is not an
-image and goes the flat way. Any other space (Text, Graph, Sequence, Tuple, Discrete as an
-observation, ...) raises EnvError naming the space and the key.
+image and goes the flat way (:func:`image_note` says so, and what to do, for what looks like
+pixels: a grayscale (H, W), a frame stack (N, H, W, C), a float image). Any other space (Text,
+Graph, Sequence, Tuple, Discrete as an observation, ...) raises EnvError naming the space and the key.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import gymnasium as gym
@@ -34,6 +36,9 @@ class ObsPart:
     layout: Optional[str]  #: "chw" or "hwc" for an image, None for a flat vector
     offset: int  #: first column in the packed (N, D) tensor (Dict only)
     size: int  #: prod(shape)
+    #: the Box the env declares for this key, as declared (the (84, 84) of a Box the env's tensors hold
+    #: flattened): messages name what the user wrote; not part of the layout, so not compared
+    source: Optional[gym.spaces.Space] = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -67,8 +72,85 @@ def image_layout(space: gym.spaces.Space) -> Optional[str]:
     return None
 
 
+def pixels_fix(expr: str, unit: bool) -> str:
+    """The fix for float pixels where Proxima takes uint8, in the words of train's image check
+    (gym_adapter: "return np.uint8 pixels 0..255"), used by check-env and :func:`image_note`: values
+    in [0, 1] (``unit``) are scaled first, since a bare cast would make every pixel 0."""
+    return "return np.uint8 pixels 0..255 as " + (f"({expr} * 255).astype(np.uint8)" if unit else f"{expr}.astype(np.uint8)")
+
+
+def _as_image(shape: tuple, expr: str) -> Optional[tuple]:
+    """(image shape, expression) for one reshaping that makes a Box of ``shape`` an image: a channel
+    axis for (H, W), the stack merged into channels for a frame stack (N, H, W, C) or (N, C, H, W)
+    (Gymnasium's FrameStackObservation), the shape itself for 3 dims; None when none does."""
+
+    def image(s: tuple) -> bool:
+        return image_layout(gym.spaces.Box(0, 255, s, np.uint8)) is not None
+
+    if len(shape) == 2 and image(shape + (1,)):
+        return shape + (1,), f"{expr}[..., None]"
+    if len(shape) == 3 and image(shape):
+        return shape, expr
+    if len(shape) == 4:
+        n, a, b, c = shape
+        if c == 1 and image((n, a, b)):
+            return (n, a, b), f"{expr}.squeeze(-1)"
+        if a == 1 and image((n, b, c)):
+            return (n, b, c), f"{expr}.squeeze(1)"
+        if image((a, b, n * c)) and c < min(a, b):
+            return (a, b, n * c), f"{expr}.transpose(1, 2, 0, 3).reshape{(a, b, n * c)}"
+        if image((n * a, b, c)) and a < min(b, c):
+            return (n * a, b, c), f"{expr}.reshape{(n * a, b, c)}"
+    return None
+
+
+def image_note(space: gym.spaces.Space, expr: str = "obs") -> Optional[tuple]:
+    """(how Proxima reads it, what to do) for a Box that holds pixels but is not an image to
+    :func:`image_layout`, else None: a uint8 Box of 2 or more dims (a grayscale (H, W), a frame
+    stack, a cube), or a float Box of 3 or 4 dims that one reshaping makes an image. ``expr`` names
+    the observation in the fix (``obs``, ``obs['image']``). Proxima does not guess these: it reads
+    them as vectors, so the user is told here (check-env's note, ``--encoder cnn``'s error)."""
+    if not isinstance(space, gym.spaces.Box) or image_layout(space) is not None:
+        return None
+    shape, u8 = tuple(space.shape), space.dtype == np.uint8
+    fix = _as_image(shape, expr)
+    # a uint8 (1, 128) stays a vector, and so does a float matrix: only what looks like pixels gets a note
+    if not (u8 and (fix is not None or len(shape) >= 3)) and not (fix is not None and len(shape) in (3, 4)):
+        return None
+    from ..nets import CNN_MIN_SIZE  # nets imports this module: imported when a note is made
+
+    size = int(np.prod(shape))
+    if u8:
+        how = (f"uint8 Box {shape} is not an image to Proxima (an image is a uint8 Box (H, W, C) or (C, H, W) whose "
+               f"channel axis, at one end, is smaller than the other two), so it trains an MLP on its {size} values "
+               f"flattened and unscaled (0..255)")
+    else:
+        how = (f"{np.dtype(space.dtype)} Box {shape} has an image's shape but Proxima reads only uint8 Boxes as images, so it "
+               f"trains an MLP on its {size} values flattened as they are")
+    if fix is None:
+        return how, "if it is an image, put its channels on an axis at one end, smaller than the other two"
+    new, value = fix
+    value = f"return {value}" if u8 else pixels_fix(value, bool(np.all(space.high <= 1)))
+    change = ("add a channel axis" if len(shape) == 2 else "merge the frame stack into channels" if len(shape) == 4
+              else "make it uint8")
+    return how, (f"to have it read as an image (pixels scaled to [0, 1], the CNN from {CNN_MIN_SIZE}x{CNN_MIN_SIZE}), "
+                 f"{change}: declare Box(0, 255, {new}, np.uint8) and {value}")
+
+
 def _where(key: Optional[str]) -> str:
     return f" at key '{key}'" if key is not None else ""
+
+
+def _check_key(key, env_id: str) -> None:
+    """A Dict key must be a string a network module can be named by: the agent keeps one encoder per
+    key in an nn.ModuleDict and a checkpoint records the keys as strings, so an int key 0 would
+    come back as '0' and no longer find the env's obs[0] (a KeyError mid-run or after loading)."""
+    if not isinstance(key, str):
+        raise EnvError(f"env '{env_id}': not supported: Dict observation key {key!r} ({type(key).__name__}); Proxima "
+                       f"takes string keys: use {str(key)!r} in observation_space and in the obs reset() and step() return")
+    if key == "" or "." in key:
+        raise EnvError(f"env '{env_id}': not supported: Dict observation key {key!r}; a key names a network module, "
+                       f"which cannot be empty or hold '.': rename it (e.g. {(key.replace('.', '_') or 'obs')!r})")
 
 
 def _check_box(space: gym.spaces.Space, key: Optional[str], env_id: str) -> None:
@@ -90,18 +172,30 @@ def obs_layout(space: gym.spaces.Space, env_id: str = "env") -> ObsLayout:
             raise EnvError(f"env '{env_id}': Dict observation space has no keys")
         parts, offset = [], 0
         for key, sub in space.spaces.items():
-            _check_box(sub, str(key), env_id)
+            _check_key(key, env_id)
+            _check_box(sub, key, env_id)
             size = int(np.prod(sub.shape))
-            parts.append(ObsPart(str(key), tuple(sub.shape), image_layout(sub), offset, size))
+            parts.append(ObsPart(key, tuple(sub.shape), image_layout(sub), offset, size, sub))
             offset += size
         all_u8 = all(sub.dtype == np.uint8 for sub in space.spaces.values())
         return ObsLayout(tuple(parts), (offset,), torch.uint8 if all_u8 else torch.float32, True)
     _check_box(space, None, env_id)
     layout = image_layout(space)
     size = int(np.prod(space.shape))
+    source = space.declared if isinstance(space, FlatBox) else space  # the Box before tensor_space flattened it
     if layout is not None:
-        return ObsLayout((ObsPart(None, tuple(space.shape), layout, 0, size),), tuple(space.shape), torch.uint8, False)
-    return ObsLayout((ObsPart(None, tuple(space.shape), None, 0, size),), (size,), torch.float32, False)
+        return ObsLayout((ObsPart(None, tuple(space.shape), layout, 0, size, source),), tuple(space.shape), torch.uint8, False)
+    return ObsLayout((ObsPart(None, tuple(space.shape), None, 0, size, source),), (size,), torch.float32, False)
+
+
+class FlatBox(gym.spaces.Box):
+    """The flat float32 Box of a vector observation (tensor_space) that remembers the Box the env
+    declared (``declared``), so the agent's messages (``--encoder cnn``) name the user's (84, 84),
+    not (7056,). Otherwise a plain Box: equal to one, recorded in checkpoints as one."""
+
+    def __init__(self, declared: gym.spaces.Box, low, high, shape, dtype):
+        super().__init__(low, high, shape, dtype)
+        self.declared = declared
 
 
 def tensor_space(space: gym.spaces.Space, layout: ObsLayout) -> gym.spaces.Space:
@@ -109,8 +203,8 @@ def tensor_space(space: gym.spaces.Space, layout: ObsLayout) -> gym.spaces.Space
     Box as it is, and the Dict itself (its keys packed by the layout)."""
     if layout.is_dict or layout.is_image:
         return space
-    return gym.spaces.Box(space.low.reshape(-1).astype(np.float32), space.high.reshape(-1).astype(np.float32),
-                          layout.shape, np.float32)
+    return FlatBox(space, space.low.reshape(-1).astype(np.float32), space.high.reshape(-1).astype(np.float32),
+                   layout.shape, np.float32)
 
 
 def pack_numpy(obs, layout: ObsLayout, num: int) -> np.ndarray:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from proxima.envs.checker import ALL_CHECKS, Violation, check_env, format_violations, register
+from proxima.envs.checker import ALL_CHECKS, Violation, Violations, check_env, format_violations, register
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -129,8 +129,35 @@ def test_step_budget_is_honoured():
     assert "step" not in report.checks_run and "reset determinism" in report.checks_run
 
 
+def test_float_pixels_in_0_1_get_the_scaling_fix_not_a_cast_to_zeros():
+    (v,) = check_env("bad_envs:FloatPixelsAtStep3", steps=5)
+    assert v.actual == ("dtype float32 at step 3 (does not cast safely to uint8; its values lie in [0, 1]: "
+                        "return np.uint8 pixels 0..255 as (obs * 255).astype(np.uint8)) (and 2 more times)")
+
+
+def test_an_image_returned_channels_first_gets_the_transpose():
+    import bad_envs
+
+    class ChannelsFirst(bad_envs.ImageObs):
+        def _image(self):
+            return super()._image().transpose(2, 0, 1)
+
+    bad_envs.ChannelsFirst = ChannelsFirst
+    try:
+        (v,) = check_env("bad_envs:ChannelsFirst", steps=0)
+    finally:
+        del bad_envs.ChannelsFirst
+    assert v.actual == ("shape (3, 36, 36) at reset(seed=0) (channels first where observation_space declares them last: "
+                        "return obs.transpose(1, 2, 0)) (and 1 more time)")
+
+
 def test_format_violations():
     assert format_violations("X-v0", []) == f"OK: X-v0 passes {len(ALL_CHECKS)} checks"
+    noted = Violations([], ALL_CHECKS[:3], ["observation_space: a note"])
+    assert format_violations("X-v0", noted).splitlines() == ["NOTE observation_space: a note", "OK: X-v0 passes 3 checks"]
+    noted = Violations([Violation("obs shape", "shape (3,)", "shape (4,)")], ALL_CHECKS[:3], ["observation_space: a note"])
+    assert format_violations("X-v0", noted).splitlines() == [
+        "FAIL obs shape: expected shape (3,); got shape (4,)", "NOTE observation_space: a note", "1 violation(s) in X-v0"]
     vs = [Violation("obs shape", "shape (3,)", "shape (4,)\nat step 1"), Violation("step", "no raise", "raised")]
     text = format_violations("X-v0", vs)
     assert text.splitlines() == [

@@ -13,7 +13,7 @@ from proxima import checkpoint as ckpt
 from proxima.agent import Agent, NatureCNN
 from proxima.config import ConfigError
 from proxima.envs import EnvError, make_env
-from proxima.envs.spaces import obs_layout, pack_numpy
+from proxima.envs.spaces import image_note, obs_layout, pack_numpy, tensor_space
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 IMG_HWC = gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)
@@ -53,6 +53,12 @@ def test_dict_keys_are_packed_side_by_side_in_key_order():
     (gym.spaces.Sequence(gym.spaces.Box(0, 1, (2,))), "Sequence observation space"),
     (gym.spaces.Dict({"pos": gym.spaces.Box(0, 1, (2,)), "msg": gym.spaces.Text(5)}), "Text observation space Text(1, 5, "),
     (gym.spaces.Dict({"inner": gym.spaces.Dict({"x": gym.spaces.Box(0, 1, (2,))})}), "nested Dict observation space at key 'inner'"),
+    # a checkpoint records keys as strings and the agent names a module per key: 0 would come back as
+    # '0' (KeyError mid-run), 'a.b' cannot name a module
+    (gym.spaces.Dict({0: gym.spaces.Box(0, 1, (5,)), 1: gym.spaces.Box(0, 1, (2,))}),
+     "Dict observation key 0 (int); Proxima takes string keys: use '0' in observation_space and in the obs reset() and step() return"),
+    (gym.spaces.Dict({"arm.pos": gym.spaces.Box(0, 1, (2,))}),
+     "Dict observation key 'arm.pos'; a key names a network module, which cannot be empty or hold '.': rename it (e.g. 'arm_pos')"),
 ])
 def test_unsupported_spaces_get_one_line_naming_the_space_and_key(space, named):
     with pytest.raises(EnvError) as err:
@@ -116,6 +122,20 @@ def test_dict_agent_runs_one_encoder_per_key_and_concatenates():
 def test_encoder_errors_name_the_flag_and_what_to_do():
     with pytest.raises(ConfigError, match=r"^--encoder cnn needs an image observation .*use --encoder mlp$"):
         Agent(gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(2), encoder="cnn")
+    gray = gym.spaces.Box(0, 255, (84, 84), np.uint8)  # the agent gets it flattened, (7056,), as the trainer does
+    with pytest.raises(ConfigError) as err:
+        Agent(tensor_space(gray, obs_layout(gray)), gym.spaces.Discrete(2), encoder="cnn")
+    assert str(err.value) == (
+        "--encoder cnn needs an image observation (uint8 Box (H, W, C) or (C, H, W)); this env's observation has shape (84, 84); "
+        "to have it read as an image (pixels scaled to [0, 1], the CNN from 36x36), add a channel axis: declare "
+        "Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None]; or use --encoder mlp")
+    stack = gym.spaces.Dict({"frames": gym.spaces.Box(0, 255, (4, 84, 84, 3), np.uint8), "vec": gym.spaces.Box(-1, 1, (2,), np.float32)})
+    with pytest.raises(ConfigError) as err:
+        Agent(stack, gym.spaces.Discrete(2), encoder="cnn")
+    assert str(err.value).endswith(
+        "observation has shape [(4, 84, 84, 3), (2,)]; at key 'frames': to have it read as an image (pixels scaled to [0, 1], the CNN "
+        "from 36x36), merge the frame stack into channels: declare Box(0, 255, (84, 84, 12), np.uint8) and return "
+        "obs['frames'].transpose(1, 2, 0, 3).reshape(84, 84, 12); or use --encoder mlp")
     with pytest.raises(ConfigError, match=r"^--encoder cnn: image is 20x20, smaller than the Nature CNN's 36x36 minimum"):
         Agent(gym.spaces.Box(0, 255, (20, 20, 3), np.uint8), gym.spaces.Discrete(2), encoder="cnn")
 
@@ -182,6 +202,34 @@ def test_dict_env_is_packed_and_its_space_survives_a_checkpoint(fixtures_on_path
         env.close()
     restored = ckpt.space_from_dict(ckpt.space_to_dict(space))
     assert list(restored.spaces) == ["image", "vec"] and restored["image"] == space["image"]
+
+
+def test_a_flattened_box_remembers_its_declared_shape_yet_records_and_compares_as_a_plain_box():
+    gray = gym.spaces.Box(0, 255, (84, 84), np.uint8)
+    flat = tensor_space(gray, obs_layout(gray))
+    plain = gym.spaces.Box(0, 255, (7056,), np.float32)
+    assert flat == plain and obs_layout(flat) == obs_layout(plain) and obs_layout(flat).parts[0].source is gray
+    restored = ckpt.space_from_dict(ckpt.space_to_dict(flat))
+    assert type(restored) is gym.spaces.Box and restored == plain
+
+
+@pytest.mark.parametrize("shape, dtype, image, fix", [
+    ((84, 84), np.uint8, (84, 84, 1), "add a channel axis: declare Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None]"),
+    ((4, 40, 40, 1), np.uint8, (4, 40, 40), "merge the frame stack into channels: declare Box(0, 255, (4, 40, 40), np.uint8) and return obs.squeeze(-1)"),
+    ((4, 3, 84, 84), np.uint8, (12, 84, 84), "merge the frame stack into channels: declare Box(0, 255, (12, 84, 84), np.uint8) and return obs.reshape(12, 84, 84)"),
+    ((40, 40, 3), np.float32, (40, 40, 3), "make it uint8: declare Box(0, 255, (40, 40, 3), np.uint8) and return np.uint8 pixels 0..255 as (obs * 255).astype(np.uint8)"),
+    ((8, 8, 8), np.uint8, None, "if it is an image, put its channels on an axis at one end, smaller than the other two"),
+    ((128,), np.uint8, None, None), ((1, 128), np.uint8, None, None), ((5, 5), np.float32, None, None), ((84, 84, 3), np.uint8, None, None),
+])
+def test_image_note_is_given_exactly_to_pixels_that_image_layout_does_not_take(shape, dtype, image, fix):
+    space = gym.spaces.Box(0, 255 if dtype == np.uint8 else 1.0, shape, dtype)
+    note = image_note(space)
+    assert (note is None) == (fix is None), note
+    if fix is not None:
+        assert obs_layout(space).parts[0].layout is None  # the note is true: Proxima reads it as a flat vector
+        assert note[1].endswith(fix), note
+    if image is not None:  # and the space it suggests is an image to Proxima
+        assert obs_layout(gym.spaces.Box(0, 255, image, np.uint8)).parts[0].layout is not None
 
 
 def test_policy_act_takes_images_and_dicts_of_arrays():

@@ -1,0 +1,120 @@
+"""``proxima check-env`` on Dict observations: each key's Box gets a plain Box's checks, named by key;
+missing and unexpected keys are named; int keys are refused in one line; pixels Proxima does not read
+as an image get a note (fixtures: tests/fixtures/bad_envs.py)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import run_main
+from proxima.envs.checker import check_env, register
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def fixtures_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(FIXTURES))
+
+
+def report(cls: str, *argv: str, capsys) -> tuple[int, list]:
+    """(exit code, stdout lines) of ``proxima check-env bad_envs:CLS ARGV``, stderr empty."""
+    parser = argparse.ArgumentParser(prog="proxima")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["check-env", f"bad_envs:{cls}", "--steps", "30", *argv])
+    code = args.func(args)
+    out, err = capsys.readouterr()
+    assert err == ""
+    return code, out.strip().splitlines()
+
+
+# (class, the FAIL line): every key-level fault is named by key, with the step and the fix
+DICT_FAULTS = [
+    ("DictVecFloat64", "FAIL obs dtype: expected dtype float32 (observation_space['vec'].dtype); got obs['vec'] dtype float64 "
+                       "at reset(seed=0) (does not cast safely to float32: return obs['vec'].astype(np.float32)) (and 34 more times)"),
+    ("DictVecOutOfBounds", "FAIL obs bounds: expected obs['vec'][0] in [-1, 1] (observation_space['vec'] low/high); "
+                           "got obs['vec'][0] = 4.25, above high[0] = 1, at step 3 (and 23 more times)"),
+    ("DictFloatImage", "FAIL obs dtype: expected dtype uint8 (observation_space['image'].dtype); got obs['image'] dtype float32 "
+                       "at reset(seed=0) (does not cast safely to uint8; its values lie in [0, 1]: return np.uint8 pixels 0..255 "
+                       "as (obs['image'] * 255).astype(np.uint8)) (and 34 more times)"),
+    ("DictImageCHW", "FAIL obs shape: expected shape (36, 36, 3) (observation_space['image'].shape); got obs['image'] shape "
+                     "(3, 36, 36) at reset(seed=0) (channels first where observation_space['image'] declares them last: "
+                     "return obs['image'].transpose(1, 2, 0)) (and 34 more times)"),
+    ("DictMissingKey", "FAIL obs keys: expected the keys observation_space declares ('image', 'vec'); got missing key 'vec' "
+                       "at step 2 (return obs['vec'] too) (and 26 more times)"),
+    ("DictExtraKey", "FAIL obs keys: expected the keys observation_space declares ('image', 'vec'); got unexpected key 'extra' "
+                     "at reset(seed=0) (declare 'extra' in observation_space or leave it out) (and 34 more times)"),
+    ("DictWrongShapeAtStep4", "FAIL obs shape: expected shape (2,) (observation_space['vec'].shape); got obs['vec'] shape (3,) "
+                              "at step 4 (and 20 more times)"),
+    ("DictIntKeys", "FAIL spaces supported: expected observation Box or Dict of Box; action Discrete, MultiDiscrete or Box "
+                    "with finite bounds; got not supported: Dict observation key 0 (int); Proxima takes string keys: use '0' "
+                    "in observation_space and in the obs reset() and step() return"),
+]
+
+
+@pytest.mark.parametrize("cls, line", DICT_FAULTS, ids=[f[0] for f in DICT_FAULTS])
+def test_a_dict_fault_is_one_line_naming_the_key_step_and_fix(cls, line, capsys):
+    code, lines = report(cls, capsys=capsys)
+    assert code == 1
+    assert lines == [line, f"1 violation(s) in bad_envs:{cls}"]
+
+
+def test_a_nondeterministic_dict_reset_names_the_key_and_first_differing_entry():
+    (v,) = check_env("bad_envs:DictNondeterministicReset", steps=0)
+    assert v.check == "reset determinism"
+    assert v.actual.startswith("obs['vec']: first [ 0.5 , -0.")
+    assert "(obs['vec'][1] = -0." in v.actual and "dict of" not in v.actual
+
+
+def test_clean_dicts_run_the_box_checks_on_each_key():
+    report = check_env("bad_envs:ImageDictObs", steps=30)
+    assert list(report) == []
+    assert {"obs keys", "obs shape", "obs dtype", "obs finite", "obs bounds"} <= set(report.checks_run)
+    assert "obs in space" not in report.checks_run
+
+
+# (class, the NOTE line): pixels Proxima reads as a flat vector, how it trains them and what to change
+NOTES = [
+    ("GrayImage", "NOTE observation_space: uint8 Box (84, 84) is not an image to Proxima (an image is a uint8 Box (H, W, C) "
+                  "or (C, H, W) whose channel axis, at one end, is smaller than the other two), so it trains an MLP on its 7056 "
+                  "values flattened and unscaled (0..255); to have it read as an image (pixels scaled to [0, 1], the CNN from "
+                  "36x36), add a channel axis: declare Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None]"),
+    ("FrameStack", "NOTE observation_space: uint8 Box (4, 40, 40, 1) is not an image to Proxima (an image is a uint8 Box "
+                   "(H, W, C) or (C, H, W) whose channel axis, at one end, is smaller than the other two), so it trains an MLP "
+                   "on its 6400 values flattened and unscaled (0..255); to have it read as an image (pixels scaled to [0, 1], "
+                   "the CNN from 36x36), merge the frame stack into channels: declare Box(0, 255, (4, 40, 40), np.uint8) and "
+                   "return obs.squeeze(-1)"),
+    ("FloatImage", "NOTE observation_space: float32 Box (40, 40, 3) has an image's shape but Proxima reads only uint8 Boxes "
+                   "as images, so it trains an MLP on its 4800 values flattened as they are; to have it read as an image "
+                   "(pixels scaled to [0, 1], the CNN from 36x36), make it uint8: declare Box(0, 255, (40, 40, 3), np.uint8) "
+                   "and return np.uint8 pixels 0..255 as (obs * 255).astype(np.uint8)"),
+]
+
+
+@pytest.mark.parametrize("cls, note", NOTES, ids=[n[0] for n in NOTES])
+def test_pixels_that_are_not_an_image_pass_with_a_note(cls, note, capsys):
+    code, lines = report(cls, capsys=capsys)
+    assert code == 0
+    assert lines == [note, f"OK: bad_envs:{cls} passes 19 checks"]
+
+
+def test_train_names_the_missing_key_and_refuses_int_keys_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    argv = ["--backend", "gymnasium", "--num-envs", "2", "--num-steps", "4", "--total-timesteps", "8",
+            "--num-minibatches", "2", "--hidden-sizes", "8", "--run-dir", "D", "--no-progress", "--eval-episodes", "0"]
+    code, _, err = run_main(["train", "bad_envs:DictMissingKey", *argv], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("proxima train: error: env 'bad_envs:DictMissingKey' breaks the env contract: obs keys: expected the "
+                          "keys observation_space declares ('image', 'vec'); got missing key 'vec' at step 2 (return obs['vec'] too)")
+    code, _, err = run_main(["train", "bad_envs:DictIntKeys", *argv], capsys)  # was: KeyError '0' mid-run
+    assert code == 2 and err == ("proxima train: error: env 'bad_envs:DictIntKeys': not supported: Dict observation key 0 (int); "
+                                 "Proxima takes string keys: use '0' in observation_space and in the obs reset() and step() return\n")
+    code, _, err = run_main(["train", "bad_envs:GrayImage", "--encoder", "cnn", *argv], capsys)
+    assert code == 2 and err == (
+        "proxima train: error: --encoder cnn needs an image observation (uint8 Box (H, W, C) or (C, H, W)); this env's "
+        "observation has shape (84, 84); to have it read as an image (pixels scaled to [0, 1], the CNN from 36x36), add a "
+        "channel axis: declare Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None]; or use --encoder mlp\n")
+    assert not (tmp_path / "D").exists()
