@@ -321,9 +321,27 @@ def resolve_checkpoint(path: Union[str, Path]) -> Path:
     if path.is_dir():
         ckpts = list_checkpoints(path)
         if not ckpts:
-            raise CheckpointError(f"{path}: not a Proxima run directory (no checkpoints/step_*.pt inside)")
+            raise no_checkpoint_error(path)
         return ckpts[-1]
     return path
+
+
+#: files a run writes when it starts, before its first checkpoint (train_state / population_run)
+_RUN_FILES = ("config.yaml", "meta.json", "metrics.csv")
+
+
+def no_checkpoint_error(path: Path) -> CheckpointError:
+    """The line for a directory without checkpoints/step_*.pt: a run that has written none yet
+    (its start-up files are there: one in progress, or stopped before its first checkpoint) is
+    told apart from a folder that is no run at all."""
+    if not any((path / name).is_file() for name in _RUN_FILES):
+        return CheckpointError(f"{path}: not a Proxima run directory (no checkpoints/step_*.pt inside)")
+    from .rundir import holder_alive, read_lock
+
+    info = read_lock(path)
+    state = "is in progress and " if info and holder_alive(info) else ""
+    return CheckpointError(f"{path}: the run {state}has no checkpoint yet (one is written every --checkpoint-every N "
+                           "iterations and at the end); wait for its first, or train with a smaller --checkpoint-every")
 
 
 def load_resumable(path: Union[str, Path], allow_population: bool = False) -> dict:
@@ -337,7 +355,7 @@ def load_resumable(path: Union[str, Path], allow_population: bool = False) -> di
         return _refuse_population(load_checkpoint(path), allow_population)
     ckpts = list_checkpoints(path)
     if not ckpts:
-        raise CheckpointError(f"{path}: not a Proxima run directory (no checkpoints/step_*.pt inside)")
+        raise no_checkpoint_error(path)
     _, state = newest_that_loads(ckpts, load_checkpoint, CheckpointError)
     return _refuse_population(state, allow_population)
 
@@ -354,6 +372,8 @@ def newest_that_loads(files: list, load, error: type = None, set_aside: bool = T
     for candidate in reversed(files):
         try:
             state = load(candidate)
+        except _Vanished:
+            continue  # removed since it was listed: gone, not corrupt (nothing to set aside)
         except error as e:
             unusable.append((candidate, str(e).removeprefix(f"{candidate}: ")))
             continue
@@ -366,6 +386,8 @@ def newest_that_loads(files: list, load, error: type = None, set_aside: bool = T
             print(f"proxima: note: {bad} is unusable ({why}); resuming from {candidate} instead "
                   f"(the bad file is kept as {kept})", file=sys.stderr)
         return candidate, state
+    if not unusable:
+        raise error(f"{files[-1].parent}: its checkpoints were removed while being read; try again")
     newest, why = unusable[0]
     older = f"; none of the {len(files) - 1} older checkpoint(s) loads either" if len(files) > 1 else ""
     raise error(f"{newest}: {why}{older}")
@@ -389,24 +411,26 @@ def _one_line(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _check_archive(path: Path) -> None:
-    """Refuse, before unpickling anything, a file that is not an intact torch zip archive."""
-    size = path.stat().st_size
+def _check_archive(path: Path, f) -> None:
+    """Refuse, before unpickling anything, a file that is not an intact torch zip archive (``f``: the
+    file opened for reading; every check reads it, never the name again)."""
+    size = os.fstat(f.fileno()).st_size
     if size == 0:
         raise CheckpointError(f"{path}: empty file (0 bytes), not a checkpoint")
-    if not zipfile.is_zipfile(path):
-        with open(path, "rb") as f:
-            head = f.read(4)
+    if not zipfile.is_zipfile(f):
+        f.seek(0)
+        head = f.read(4)
         if head == b"PK\x03\x04":  # a zip that lost its end (central directory): cut short
             raise CheckpointError(f"{path}: truncated checkpoint ({size} bytes, the end of the archive is missing)")
         raise CheckpointError(f"{path}: not a Proxima checkpoint (not a torch zip archive)")
     try:
-        with zipfile.ZipFile(path) as zf:
+        with zipfile.ZipFile(f) as zf:  # a passed file object is left open
             bad = zf.testzip()  # reads every record and checks its CRC-32
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError) as e:
         raise CheckpointError(f"{path}: corrupted checkpoint (damaged zip archive: {_one_line(e, 100)})") from None
     if bad is not None:
         raise CheckpointError(f"{path}: corrupted checkpoint (checksum mismatch in record '{bad}')")
+    f.seek(0)
 
 
 def _describe(obj) -> str:
@@ -424,15 +448,54 @@ def load_checkpoint(path: Union[str, Path], map_location="cpu") -> dict:
     ``torch.load(weights_only=True)``), foreign (not written by Proxima), newer schema, incomplete,
     or holding entries of the wrong kind (check_policy_state: an edited config, spaces or weights).
     """
-    path = resolve_checkpoint(path)
+    path = Path(path)
+    if path.is_dir():
+        return _load_newest(path, map_location)
+    return _load_file(resolve_checkpoint(path), map_location)
+
+
+#: how often a run directory's newest checkpoint may vanish under a reader before it gives up
+VANISHED_RETRIES = 5
+
+
+class _Vanished(CheckpointError):
+    """The file was removed between listing and opening it (a live run's rotation, --keep-checkpoints)."""
+
+
+def _load_newest(run_dir: Path, map_location) -> dict:
+    """The newest checkpoint of ``run_dir``. A run still training prunes its old checkpoints as it
+    writes new ones, so the file listed may be gone by the time it is opened: that file is not
+    corrupt, and the then-newest one is read instead (a few times). A checkpoint that does not load
+    is still an error: an older one is not silently evaluated in its place."""
+    for _ in range(VANISHED_RETRIES):
+        try:
+            return _load_file(resolve_checkpoint(run_dir), map_location)
+        except _Vanished:
+            continue
+    raise CheckpointError(f"{run_dir}: its newest checkpoint was removed while being opened {VANISHED_RETRIES} times "
+                          "(the run is writing checkpoints faster than they can be read); try again, or raise its --keep-checkpoints")
+
+
+def _load_file(path: Path, map_location) -> dict:
     try:
-        _check_archive(path)
+        f = open(path, "rb")  # once: a file replaced or removed meanwhile is read as it was when opened
+    except FileNotFoundError:
+        raise _Vanished(f"{path}: no such file or directory") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read checkpoint ({e.strerror or e})") from None
+    with f:
+        return _load_open(path, f, map_location)
+
+
+def _load_open(path: Path, f, map_location) -> dict:
+    try:
+        _check_archive(path, f)
     except OSError as e:
         raise CheckpointError(f"{path}: cannot read checkpoint ({e.strerror or e})") from None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # keep the error to one line
-            state = torch.load(path, map_location=map_location, weights_only=True)
+            state = torch.load(f, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
         found = re.search(r"GLOBAL ([\w.]+)", str(e))
         if found:
@@ -468,11 +531,19 @@ class Policy:
     """A trained policy for inference: frozen obs normalizer + actor. ``act(obs)`` -> actions."""
 
     def __init__(self, agent, obs_normalizer, config: dict, observation_space, action_space, device, path: Optional[str] = None,
-                 env_id: Optional[str] = None, env_trusted: bool = True):
+                 env_id: Optional[str] = None, env_trusted: bool = True, env_kwargs: Optional[dict] = None):
         self.agent, self.obs_normalizer = agent.eval(), obs_normalizer
         if obs_normalizer is not None:
             obs_normalizer.eval()
         self.config, self.env_id = config, env_id or config["env_id"]
+        #: the constructor arguments evaluate() builds the env with: ``env_kwargs`` when given, else
+        #: the recorded ones (config.yaml's) for the recorded env id only: another env's constructor
+        #: was not written for them
+        self.env_kwargs_recorded = env_kwargs is None and self.env_id == config.get("env_id")
+        if env_kwargs is not None:
+            self.env_kwargs = dict(env_kwargs)
+        else:
+            self.env_kwargs = dict(config.get("env_kwargs") or {}) if self.env_kwargs_recorded else {}
         #: False when env_id came from the file and names a module to import: evaluate() refuses it
         self.env_trusted = env_trusted
         self.observation_space, self.action_space = observation_space, action_space
@@ -636,12 +707,15 @@ def build_agent(state: dict, device="cpu"):
     return agent, obs_norm, obs_space, act_space
 
 
-def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = None, trust_env: bool = False) -> Policy:
+def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = None, trust_env: bool = False,
+                env_kwargs: Optional[dict] = None) -> Policy:
     """Load a policy from a checkpoint or run directory (its latest checkpoint).
 
     The env id recorded in the file is data: one that would import a module (``module:Class``) is
     only built by :func:`proxima.evaluate.evaluate` when the caller names it (``env_id``, the
-    ``--env`` flag) or trusts the file (``trust_env``, ``--trust-run``).
+    ``--env`` flag) or trusts the file (``trust_env``, ``--trust-run``). ``env_kwargs`` (``--env-kwargs``)
+    replace the recorded constructor arguments; without it the recorded ones are used for the
+    recorded env id, none for another ``env_id``.
     """
     from .envs.gym_adapter import imports_code, treat_as_data
 
@@ -654,7 +728,8 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
     agent, obs_norm, obs_space, act_space = build_agent(state, device)
     recorded = str(state["config"].get("env_id", ""))
     trusted = env_id is not None or trust_env or not imports_code(recorded)
-    return Policy(agent, obs_norm, state["config"], obs_space, act_space, device, state["path"], env_id=env_id, env_trusted=trusted)
+    return Policy(agent, obs_norm, state["config"], obs_space, act_space, device, state["path"], env_id=env_id, env_trusted=trusted,
+                  env_kwargs=env_kwargs)
 
 
 def run_dir_of(checkpoint: Union[str, Path]) -> Path:

@@ -50,9 +50,10 @@ def fail(prog: str, message: str) -> int:
 
 
 # ------------------------------------------------------------------------------------ train
-def add_config_flags(p: argparse.ArgumentParser) -> None:
+def add_config_flags(p: argparse.ArgumentParser, hidden: tuple = ()) -> None:
     """One flag per PPOConfig field, help from the field's docstring; default=SUPPRESS so only
-    the flags a user typed override the preset."""
+    the flags a user typed override the preset. ``hidden``: fields left out of --help (still parsed,
+    so that the command can refuse them with its own line rather than "unrecognized arguments")."""
     for name, f in FIELDS.items():
         if name == "env_id":
             continue
@@ -62,13 +63,13 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
         shown = f.default_factory() if callable(f.default_factory) else f.default
         if isinstance(shown, list):
             shown = ",".join(map(str, shown))
+        shown_help = argparse.SUPPRESS if name in hidden else f"{help_text} (default: {shown})"
         if isinstance(default, bool):
-            p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                           help=f"{help_text} (default: {shown})")
+            p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=shown_help)
         else:
             choices = f.metadata.get("choices")
             metavar = "{" + ",".join(choices) + "}" if choices else f.metadata.get("metavar", name.upper())
-            p.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=metavar, help=f"{help_text} (default: {shown})")
+            p.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=metavar, help=shown_help)
     p.add_argument("--learning-rate", dest="lr", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
@@ -241,16 +242,22 @@ def cmd_eval(args) -> int:
     if args.max_steps < 1:
         return fail(prog, f"--max-steps {args.max_steps}: must be at least 1")
     from .config import MAX_SEED
+    from .evaluate import EVAL_SEED_OFFSET
 
-    if args.seed is not None and not 0 <= args.seed <= MAX_SEED + 1_000_000:
-        return fail(prog, f"--seed {args.seed}: must be an integer from 0 to {MAX_SEED + 1_000_000:,}")
+    if args.seed is not None and not 0 <= args.seed <= MAX_SEED + EVAL_SEED_OFFSET:
+        return fail(prog, f"--seed {args.seed}: must be an integer from 0 to {MAX_SEED + EVAL_SEED_OFFSET:,}")
     try:
         from .device import resolve_device
 
+        # train's parsing and checks of the JSON (one line naming --env-kwargs)
+        env_kwargs = coerce("env_kwargs", args.env_kwargs, source="flag") if args.env_kwargs is not None else None
         path = args.path
         if (Path(path) / "population.json").is_file():  # every member, then statistics per setting
             from .population_eval import cmd_eval_population
 
+            if env_kwargs is not None:
+                raise ConfigError(f"--env-kwargs: {path} is a population; give it per member: proxima eval {path}/<member dir> "
+                                  "--env-kwargs JSON")
             return cmd_eval_population(args, resolve_device(args.device))
         if args.best:
             from .checkpoint import CheckpointError, best_checkpoint_path
@@ -262,9 +269,9 @@ def cmd_eval(args) -> int:
             if not path.is_file():
                 raise CheckpointError(f"{args.path}: no checkpoints/best.pt (written when training with --eval-every N)")
         policy = load_policy(path, device=resolve_device(args.device),  # one-line error for a bad --device
-                             env_id=args.env, trust_env=args.trust_run)
-        seed = args.seed if args.seed is not None else policy.config["seed"] + 1_000_000
-        result = evaluate(policy, episodes=args.episodes, deterministic=not args.stochastic, seed=seed,
+                             env_id=args.env, trust_env=args.trust_run, env_kwargs=env_kwargs)
+        # seed None: evaluate's default, the run's seed + 1,000,000 (the end-of-training eval's)
+        result = evaluate(policy, episodes=args.episodes, deterministic=not args.stochastic, seed=args.seed,
                           backend=args.backend or policy.config.get("backend", "auto"), video=args.video, max_steps=args.max_steps)
     except _user_errors() as e:
         return fail(prog, str(e))
@@ -303,10 +310,10 @@ def cmd_presets(args) -> int:
     return 0
 
 
-def add_trust_flags(p: argparse.ArgumentParser, command: str) -> None:
+def add_trust_flags(p: argparse.ArgumentParser, command: str, env_help: str = "") -> None:
     """--env / --trust-run: the two ways a user allows a recorded module:Class env id to be imported."""
     p.add_argument("--env", default=None, metavar="ENV_ID", help="the env to build, named by you: needed when the run's "
-                   "env is module:Class (a run directory is data; its recorded env id is never imported on its own)")
+                   "env is module:Class (a run directory is data; its recorded env id is never imported on its own)" + env_help)
     p.add_argument("--trust-run", action="store_true", help=f"trust this run's files: let {command} import the module:Class env they record")
 
 
@@ -344,7 +351,7 @@ def build_parser() -> ArgParser:
     p = sub.add_parser("eval", help="evaluate a run, checkpoint or population",
                        description="Evaluate a run's newest checkpoint (or a checkpoint file). Given a population directory "
                        "(train --seeds/--sweep), evaluate every member and sum up each setting: mean and IQM over members "
-                       "with 95%% bootstrap CIs (docs/populations.md).")
+                       "with 95% bootstrap CIs (docs/populations.md).")  # a description is printed as written: no %% escape
     p.add_argument("path", help="run directory, checkpoint file or population directory")
     p.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
     p.add_argument("--stochastic", action="store_true", help="sample actions instead of the deterministic mode")
@@ -357,7 +364,10 @@ def build_parser() -> ArgParser:
     p.add_argument("--backend", default=None, choices=("auto", "native", "gymnasium", "envpool"), help="env backend (default: the run's)")
     p.add_argument("--video", default=None, metavar="FILE", help="record env 0's first episode to FILE (.mp4, .mov, .mkv, .webm or .gif; no suffix: .mp4)")
     p.add_argument("--best", action="store_true", help="evaluate the run's best checkpoint (checkpoints/best.pt, kept by --eval-every) instead of its latest")
-    add_trust_flags(p, "eval")
+    add_trust_flags(p, "eval", env_help=" (another env id than the run's is built without the run's --env-kwargs; "
+                    "give its own with --env-kwargs)")
+    p.add_argument("--env-kwargs", default=None, metavar="JSON", help="keyword arguments of the env's constructor as JSON, "
+                   "e.g. '{\"continuous\": true}', instead of those recorded in the run's config.yaml ('{}': none)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("resume", help="continue a stopped run in its directory",
@@ -368,7 +378,7 @@ def build_parser() -> ArgParser:
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--steps", type=int, default=None, metavar="N", help="RLHF runs: continue until step N (extends the run)")
     add_trust_flags(p, "resume")
-    add_config_flags(p)
+    add_config_flags(p, hidden=("run_dir",))  # a run resumes in its own directory (RUN_DIR); a different --run-dir is refused
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("presets", help="list the tuned presets")

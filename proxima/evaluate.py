@@ -10,8 +10,21 @@ from .config import MAX_EVAL_STEPS as MAX_STEPS
 from .envs import EnvError, make_env
 
 
+#: the end-of-training evaluation's env seed is the run's seed plus this (``proxima eval``'s default too)
+EVAL_SEED_OFFSET = 1_000_000
+#: the default env seed of a policy whose config records no seed
+FALLBACK_SEED = 12345
+
+
+def default_seed(policy) -> int:
+    """The env seed ``proxima eval`` uses by default: the run's seed + 1,000,000 (envs the run never
+    trained on, and the numbers of its end-of-training eval.json)."""
+    seed = (getattr(policy, "config", None) or {}).get("seed")
+    return int(seed) + EVAL_SEED_OFFSET if isinstance(seed, int) and not isinstance(seed, bool) else FALLBACK_SEED
+
+
 @torch.no_grad()
-def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: int = 12345, backend: str = "auto",
+def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optional[int] = None, backend: str = "auto",
              max_steps: int = MAX_STEPS, video: Optional[str] = None) -> dict:
     """Run ``episodes`` episodes, one per env, each env's first episode (no bias towards short ones).
 
@@ -19,7 +32,9 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: int =
     dict with env_id, episodes, mean_return, std_return, returns, lengths, deterministic (and
     ``unfinished``, ``max_steps`` when some episodes had not ended after ``max_steps`` steps: those
     are left out, not counted as episodes). EnvError when none ended. ``seed`` seeds the envs and,
-    with ``deterministic=False``, the action samples (the caller's random state is left as it was).
+    with ``deterministic=False``, the action samples (the caller's random state is left as it was);
+    None: :func:`default_seed`, the run's seed + 1,000,000, as ``proxima eval`` (and the run's
+    eval.json), so the numbers match the command line's.
     An env id read from the checkpoint that would import a module is refused (UntrustedEnvError)
     unless the policy was loaded with ``env_id=`` or ``trust_env=True`` (checkpoint.load_policy).
     ``video``: a file for env 0's first episode (FrameRecorder says which frames; video.write_video
@@ -29,13 +44,13 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: int =
         from .envs.gym_adapter import refuse_recorded_env
 
         refuse_recorded_env(policy.env_id, policy.path or "checkpoint")
+    if seed is None:
+        seed = default_seed(policy)
     if video is not None:  # a name that cannot be written fails now, not after the episodes
         from .video import check_video_path
 
         check_video_path(video)
-    # training=False: Atari plays full games with raw rewards (no episodic life, no reward clipping)
-    env = make_env(policy.env_id, episodes, device=policy.device, backend=backend, seed=seed,
-                   render_mode="rgb_array" if video else None, training=False, env_kwargs=policy.config.get("env_kwargs"))
+    env = make_eval_env(policy, episodes, backend, seed, render_mode="rgb_array" if video else None)
     try:
         policy.check_env_spaces(env)  # a checkpoint evaluated on an env with other spaces: one line, not a shape error
         obs = env.reset(seed=seed)
@@ -53,6 +68,25 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: int =
 
         result["video"] = write_video(recorder.frames, video) if recorder.frames else None
     return result
+
+
+def make_eval_env(policy, episodes: int, backend: str, seed: int, render_mode: Optional[str] = None):
+    """``episodes`` envs of the policy's env, built with its env_kwargs (checkpoint.Policy: given,
+    or config.yaml's for the recorded env id). A build that fails with the recorded kwargs says
+    where they come from, so the user knows they can replace them."""
+    kwargs = getattr(policy, "env_kwargs", policy.config.get("env_kwargs"))
+    try:
+        # training=False: Atari plays full games with raw rewards (no episodic life, no reward clipping)
+        return make_env(policy.env_id, episodes, device=policy.device, backend=backend, seed=seed,
+                        render_mode=render_mode, training=False, env_kwargs=kwargs)
+    except EnvError as e:
+        caused = any(word in str(e) for word in [*kwargs, "argument"]) if kwargs else False  # by the kwargs, not a missing module
+        if not caused or not getattr(policy, "env_kwargs_recorded", True):
+            raise
+        import json
+
+        raise EnvError(f"{e} (env kwargs {json.dumps(kwargs)} from the run's config.yaml; give others with "
+                       "--env-kwargs JSON, or --env-kwargs '{}' for none)") from None
 
 
 class FrameRecorder:

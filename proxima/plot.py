@@ -367,6 +367,18 @@ def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = 
     return run_env_id(first), name, curves
 
 
+def unique_dirs(run_dirs: Sequence[PathLike]) -> list[Path]:
+    """The directories as Paths, each once: one named twice (``RUN RUN``, ``RUN ./RUN``, a link to
+    it) is one run, not two averaged with themselves. The first spelling given is kept."""
+    seen, out = set(), []
+    for d in run_dirs:
+        key = Path(d).resolve()
+        if key not in seen:
+            seen.add(key)
+            out.append(Path(d))
+    return out
+
+
 def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1,
                    band: Optional[str] = None, stat: Optional[str] = None) -> list[tuple[str, str, list[Curve]]]:
     """(title, metric column, curves) per panel: one per group of plain runs (group_runs), then one per
@@ -376,7 +388,7 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x
     """
     from .population_report import is_population
 
-    paths = [Path(d) for d in run_dirs]
+    paths = unique_dirs(run_dirs)
     populations = [d for d in paths if is_population(d)]
     plain = [d for d in paths if not is_population(d)]
     strict = len(paths) == 1
@@ -507,10 +519,11 @@ def register(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     prog = "proxima plot"
     out = args.out
+    run_dirs = unique_dirs(args.run_dirs)  # `plot RUN RUN` is one run: its curve goes where one run's goes
     if out is None:
-        out = Path(args.run_dirs[0]) / "curve.png" if len(args.run_dirs) == 1 else Path("curve.png")
+        out = run_dirs[0] / "curve.png" if len(run_dirs) == 1 else Path("curve.png")
     try:
-        path = plot_runs(args.run_dirs, out, metric=args.metric, x=args.x, smooth=args.smooth, band=args.band, title=args.title,
+        path = plot_runs(run_dirs, out, metric=args.metric, x=args.x, smooth=args.smooth, band=args.band, title=args.title,
                          stat=args.stat)
     except PlotError as e:
         sys.stderr.write(f"{prog}: error: {e}\n")

@@ -533,15 +533,29 @@ def check_members(configs: Sequence[PPOConfig]) -> None:
         if len(values) > 1:
             raise ConfigError(f"--sweep {f.name}: changes the shapes or the env of the batched program; "
                               f"only {', '.join(PER_MEMBER_FIELDS)} can differ between members")
-    unsupported = [("compile", base.compile, "not wired for populations yet"),
-                   ("amp", base.amp != "none", "not wired for populations yet"),
-                   ("debug_checks", base.debug_checks, "not wired for populations yet")]
-    for name, on, why in unsupported:
-        if on:
-            raise ConfigError(f"--{name.replace('_', '-')} is not supported with --seeds/--sweep ({why}); drop it")
+    switched = unsupported_switches(base)
+    if switched:
+        name, why = switched[0]
+        raise ConfigError(f"--{name.replace('_', '-')} is not supported with --seeds/--sweep ({why}); drop it")
     seeds = [(c.seed, tuple(getattr(c, n) for n in PER_MEMBER_FIELDS)) for c in configs]
     if len(set(seeds)) != len(seeds):
         raise ConfigError("--seeds: two members have the same seed and settings; give distinct seeds")
+
+
+#: switches a population does not run (yet): field -> (its off value, why); a population refuses
+#: them rather than train without them (check_members; on resume, population_run.resume_population)
+UNSUPPORTED = {
+    "compile": (False, "not wired for populations yet"),
+    "amp": ("none", "not wired for populations yet"),
+    "debug_checks": (False, "not wired for populations yet"),
+    "eval_every": (0, "no periodic evaluation or best.pt for members yet; `proxima eval RUN` evaluates every member"),
+    "plot": (False, "`proxima plot RUN` or `proxima report RUN` draws the members' curves"),
+}
+
+
+def unsupported_switches(cfg: PPOConfig) -> list:
+    """[(field, why)] of the UNSUPPORTED switches ``cfg`` turns on."""
+    return [(name, why) for name, (off, why) in UNSUPPORTED.items() if getattr(cfg, name) != off]
 
 
 def member_configs(base: PPOConfig, seeds: Sequence[int], sweep: Optional[dict] = None) -> list:

@@ -1,7 +1,8 @@
 """``proxima report RUN`` on a population (population_run.py): statistics over members, per setting.
 
 Per setting (one combination of the swept values; all seeds of it): the members' final returns
-(each member's ``eval.json`` mean, else the last logged episodic return), their mean and
+(each member's ``eval.json`` mean; else, with ``--episodes N``, a fresh evaluation of its latest
+checkpoint; else the last logged episodic return), their mean and
 interquartile mean (IQM: the mean of the middle 50%, trimming a quarter of the members at each end
 as ``scipy.stats.trim_mean(x, 0.25)`` and rliable do), a 95% percentile-bootstrap confidence
 interval for each (members resampled with replacement, 2,000 resamples, a fixed numpy seed so the
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -155,8 +157,16 @@ def bootstrap_band(stack: np.ndarray, stat: str = "iqm", resamples: int = BAND_R
     return lo, hi
 
 
-def member_final_return(member_dir: Path) -> tuple:
-    """(return, source): eval.json's mean return, else the last logged charts/episodic_return."""
+#: the source of a member's final return evaluated by the report itself (no eval.json)
+EVALUATED_NOW = "evaluated now from the latest checkpoint (no eval.json)"
+
+
+def member_final_return(member_dir: Path, episodes: int = 0, device: str = "cpu", quiet: bool = True,
+                        unevaluated: Optional[list] = None) -> tuple:
+    """(return, source): eval.json's mean return; else, with ``episodes`` >= 1, a fresh evaluation of
+    the member's latest checkpoint (``report --episodes N --device D``, as a single run's report
+    makes one); else (or when it has no checkpoint yet: its error is appended to ``unevaluated``)
+    the last logged charts/episodic_return (NaN before the first is logged)."""
     ev = member_dir / "eval.json"
     if ev.is_file():  # data: read and checked as a single run's report reads it (one line, never a traceback)
         from .report import ReportError, _check_eval, _read_json
@@ -165,22 +175,43 @@ def member_final_return(member_dir: Path) -> tuple:
         if "mean_return" not in saved:
             raise ReportError(f"{ev}: has no mean_return")
         return float(saved["mean_return"]), "eval"
-    from .plot import read_metrics
+    if episodes >= 1:
+        from .report import _eval_line, evaluate_latest
 
-    values = read_metrics(member_dir).get("charts/episodic_return", np.array([]))
+        result = evaluate_latest(member_dir, episodes, device)
+        if "error" not in result:
+            if not quiet:
+                print(f"evaluated {member_dir}: {_eval_line(result)}", file=sys.stderr)
+            return float(result["mean_return"]), EVALUATED_NOW
+        if unevaluated is not None:
+            unevaluated.append((member_dir, result["error"]))
+    from .plot import PlotError, read_metrics
+
+    try:
+        values = read_metrics(member_dir).get("charts/episodic_return", np.array([]))
+    except PlotError:  # a member that has logged nothing yet (a population just started) has no return
+        values = np.array([])
     values = values[np.isfinite(values)]
     return (float(values[-1]) if values.size else math.nan), "last training return"
 
 
-def summarize_settings(run_dir, threshold: Optional[float] = None) -> list:
-    """One dict per setting: settings, members, returns, mean, mean_ci, iqm, iqm_ci, solved (fraction or None)."""
+def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: int = 0, device: str = "cpu",
+                       quiet: bool = True) -> list:
+    """One dict per setting: settings, members, returns, mean, mean_ci, iqm, iqm_ci, solved (fraction or None).
+    ``episodes``/``device``: how a member without eval.json is evaluated (member_final_return)."""
     from .report import ReportError
 
     try:
         settings = read_settings(run_dir)
     except PopulationError as e:
         raise ReportError(str(e)) from None
-    finals = [[(seed, *member_final_return(d)) for seed, d in setting.members] for setting in settings]
+    unevaluated: list = []
+    finals = [[(seed, *member_final_return(d, episodes, device, quiet, unevaluated)) for seed, d in setting.members]
+              for setting in settings]
+    if unevaluated and not quiet:  # one line, not one per member
+        why = unevaluated[0][1].removeprefix("could not evaluate: ")  # it names the member's directory
+        print(f"proxima: note: {len(unevaluated)} member(s) without eval.json could not be evaluated, so their last training "
+              f"return is reported (first: {why})", file=sys.stderr)
     sources = sorted({source for members in finals for _, _, source in members})
     out = []
     for setting, members in zip(settings, finals):
@@ -193,13 +224,55 @@ def summarize_settings(run_dir, threshold: Optional[float] = None) -> list:
     return out
 
 
+def training_progress(run_dir: Path, doc: dict) -> str:
+    """``446,464 steps each, 40.6 s of training`` for a finished population. One in progress or
+    stopped has not trained population.json's target (nor written its wall time): the steps and
+    seconds are the members' metrics.csv's, ``1,024 of 29,952 steps each so far (in progress: locked
+    by pid P ...), 3.2 s of training``; a number there is none of is "—"."""
+    from .plot import PlotError, read_metrics
+    from .report import _in_progress
+
+    total = doc.get("total_timesteps_per_member")
+    total = total if isinstance(total, int) and not isinstance(total, bool) else None
+    done, seconds = [], []
+    for entry in doc.get("member_dirs") or []:
+        try:
+            m = read_metrics(run_dir / entry["dir"])
+        except (PlotError, KeyError, TypeError):
+            done.append(0)  # started, nothing logged yet
+            continue
+        steps, times = m.get("global_step", np.array([])), m.get("time", np.array([]))
+        steps, times = steps[np.isfinite(steps)], times[np.isfinite(times)]
+        done.append(int(steps[-1]) if steps.size else 0)
+        if times.size:
+            seconds.append(float(times[-1]))
+    step = min(done) if done else None  # members train in lockstep; the slowest says how far all are
+    live = _in_progress(run_dir)
+    wall = doc.get("wall_seconds")
+    finished = not live and step is not None and total is not None and step >= total
+    num = lambda v: "\u2014" if v is None else f"{v:,}"  # noqa: E731
+    if finished:
+        wall = wall if isinstance(wall, (int, float)) and not isinstance(wall, bool) else (max(seconds) if seconds else None)
+        return f"{step:,} steps each, " + ("\u2014" if wall is None else f"{wall:.1f}") + " s of training"
+    from .checkpoint import list_checkpoints
+
+    if live:
+        status = f"in progress: {live}"
+    elif list_checkpoints(run_dir):
+        status = f"stopped; `proxima resume {run_dir}` continues it"
+    else:
+        status = "stopped before its first checkpoint"
+    wall = max(seconds) if seconds else None
+    return (f"{num(step)} of {num(total)} steps each so far ({status}), " + ("\u2014" if wall is None else f"{wall:.1f}")
+            + " s of training")
+
+
 def render(run_dir: Path, rows: list, threshold: Optional[float]) -> str:
     doc = json.loads((run_dir / POPULATION_FILE).read_text())
     f = lambda v: "\u2014" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.1f}"  # noqa: E731
     lines = [f"# Population report: {run_dir.name}", "",
              f"{doc.get('env_id')}: {doc.get('members')} members ({len(doc.get('seeds', []))} seeds x {len(rows)} setting{'s' if len(rows) != 1 else ''}), "
-             f"{doc.get('total_timesteps_per_member', 0):,} steps each, {doc.get('wall_seconds', float('nan')):.1f} s of training "
-             "in one process.", "",
+             f"{training_progress(run_dir, doc)} in one process.", "",
              "Final return per member: " + " / ".join(rows[0]["sources"] if rows else []) + ". 95% CIs: percentile bootstrap "
              f"over members ({BOOTSTRAP_RESAMPLES} resamples, numpy seed {BOOTSTRAP_SEED}). IQM: mean of the middle 50%.", "",
              f"| setting | members | mean | mean 95% CI | IQM | IQM 95% CI | >= {threshold if threshold is not None else 'threshold'} |",
@@ -215,14 +288,15 @@ def render(run_dir: Path, rows: list, threshold: Optional[float]) -> str:
 
 
 def build_population_report(run_dir, out=None, threshold: Optional[float] = None, metric: str = "charts/episodic_return",
-                            x: str = "step", smooth: int = 1) -> Path:
+                            x: str = "step", smooth: int = 1, episodes: int = 0, device: str = "cpu", quiet: bool = True) -> Path:
     """Write RUN/report.md (or ``out``) for a population, its curve ``metric`` against ``x`` smoothed
-    over ``smooth`` points; ReportError (nothing written) on a broken run."""
+    over ``smooth`` points, evaluating members without eval.json over ``episodes`` episodes on
+    ``device`` (0: their last training return); ReportError (nothing written) on a broken run."""
     from .diskspace import describe
     from .report import ReportError
 
     run_dir = Path(run_dir)
-    rows = summarize_settings(run_dir, threshold)
+    rows = summarize_settings(run_dir, threshold, episodes, device, quiet)
     out = Path(out) if out is not None else run_dir / "report.md"
     text = render(run_dir, rows, threshold)
     from .plot import PlotError, plot_runs

@@ -38,7 +38,7 @@ from typing import Optional, Sequence
 
 from . import checkpoint as ckpt
 from .config import ConfigError, PPOConfig
-from .population import PER_MEMBER_FIELDS, Population, _fmt, check_population_fits
+from .population import PER_MEMBER_FIELDS, UNSUPPORTED, Population, _fmt, check_population_fits
 from .signals import OutsideLoop, TrainingInterrupted
 
 POPULATION_FILE = "population.json"
@@ -113,7 +113,8 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
                       seeds: Optional[Sequence[int]] = None, sweep: Optional[dict] = None) -> Path:
     """Continue the population in ``run_dir`` from its newest loadable checkpoint (one that does not
     load is set aside, as for a single run). ``overrides`` ({field: value}, the flags typed) may
-    change only config.RESUME_SAFE fields, for every member; ``seeds``/``sweep``, when given (``train
+    change only config.RESUME_SAFE fields, for every member, less the switches a population refuses
+    (population.UNSUPPORTED), and never a swept field (check_resume_flags); ``seeds``/``sweep``, when given (``train
     --seeds ... --resume``), must be the run's. An env id that would import a module is refused
     unless ``env_id`` names it or ``trust_run``."""
     from .config import from_dict
@@ -150,9 +151,12 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
             raise ConfigError(f"{path}: the run trains '{configs[0].env_id}', not '{env_id}'; resume continues the same env")
         if env_id is None and not trust_run:
             refuse_recorded_env(configs[0].env_id, path, "resume")
+        typed = dict(overrides or {})
+        check_resume_flags(typed, recorded_sweep, configs[0], path)
         # the same flags for every member; a note (e.g. "the run is complete") is said once
-        configs = [apply_resume_overrides(configs[0], dict(overrides or {}), state)] + [
-            _quietly(apply_resume_overrides, c, dict(overrides or {}), state) for c in configs[1:]]
+        not_safe = tuple(UNSUPPORTED)
+        configs = [apply_resume_overrides(configs[0], typed, state, not_safe)] + [
+            _quietly(apply_resume_overrides, c, typed, state, not_safe) for c in configs[1:]]
         device = resolve_device(configs[0].device)
         check_population_fits(configs[0], len(configs), device)
         pop = Population(configs, device)
@@ -173,6 +177,25 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
             pop.close()
         session.release()
     return run_dir
+
+
+def check_resume_flags(overrides: dict, sweep: dict, recorded: PPOConfig, checkpoint) -> None:
+    """What a population refuses on resume before any member's flags are applied (one line each):
+    a swept field (each setting has its own value; one flag cannot say which), a switch populations
+    do not support (population.UNSUPPORTED), given or recorded by a population trained before it
+    was refused."""
+    for name in overrides:
+        if name in sweep:
+            values = ", ".join(_fmt(v) for v in sweep[name])
+            raise ConfigError(f"--{name.replace('_', '-')} is swept in this population ({values}); it cannot be given on resume")
+    for name, (off, why) in UNSUPPORTED.items():
+        flag = "--" + name.replace("_", "-")
+        if name in overrides and overrides[name] != off:
+            raise ConfigError(f"{flag} is not supported for a population ({why}); drop it")
+        if name not in overrides and getattr(recorded, name) != off:
+            fix = f"--no-{flag[2:]}" if isinstance(off, bool) else f"{flag} {off}"
+            raise ConfigError(f"{checkpoint}: the population records {flag} {getattr(recorded, name)!r}, which populations "
+                              f"do not support ({why}); resume with {fix}")
 
 
 def _quietly(fn, *args):
@@ -328,12 +351,12 @@ def _progress(values: dict, pop: Population, step: int, elapsed: float) -> None:
 
 
 def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: float, evaluate_at_end: bool, quiet: bool) -> None:
-    from .evaluate import evaluate
+    from .evaluate import EVAL_SEED_OFFSET, evaluate
 
     evals = []
     wanted = evaluate_at_end and pop.cfg.eval_episodes > 0
     # every member at once where the population can (what evaluate() gives each member's policy)
-    batched = pop.evaluate_members(pop.cfg.eval_episodes, [c.seed + 1_000_000 for c in pop.configs]) if wanted else None
+    batched = pop.evaluate_members(pop.cfg.eval_episodes, [c.seed + EVAL_SEED_OFFSET for c in pop.configs]) if wanted else None
     for i, (cfg, d) in enumerate(zip(pop.configs, dirs)):
         if not wanted:
             evals.append(None)
@@ -343,7 +366,7 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
         else:
             policy = ckpt.Policy(pop.member_agent(i), pop.member_obs_normalizer(i), cfg.to_dict(), pop.env.single_observation_space,
                                  pop.env.single_action_space, pop.device)
-            result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend)
+            result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + EVAL_SEED_OFFSET, backend=cfg.backend)
         (d / "eval.json").write_text(json.dumps(result, indent=2))
         evals.append(result["mean_return"])
     _write_population_json(run_dir, pop, seeds, sweep, dirs, wall=wall, evals=evals)
@@ -376,9 +399,11 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
     if args.dry_run:
         from .device import resolve_device
         from .population import check_members
+        from .run_setup import check_env_builds
         from .sizing import env_probe
 
         check_members(members)
+        check_env_builds(members[0])  # the env and the encoder, as a single run's dry run checks them
         check_population_fits(members[0], len(members), resolve_device(members[0].device), env_probe(members[0]))
         print(json.dumps({"members": len(members), "seeds": seeds, "sweep": sweep}))
         return 0

@@ -31,7 +31,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .diskspace import describe
-from .plot import DEFAULT_METRIC, X_LABELS, PlotError, group_runs, plot_runs, read_metrics, run_env_id, usable_runs
+from .plot import DEFAULT_METRIC, X_LABELS, PlotError, group_runs, plot_runs, read_metrics, run_env_id, unique_dirs, usable_runs
 
 
 class ReportError(ValueError):
@@ -169,14 +169,22 @@ def final_eval(run_dir: Path, config: dict, meta: dict, episodes: int, device: s
         return {"error": "not applicable to an RLHF run"}
     if episodes < 1:
         return {"error": "no eval.json and --episodes 0"}
+    return evaluate_latest(run_dir, episodes, device)
+
+
+def evaluate_latest(run_dir: Path, episodes: int, device: str = "cpu") -> dict:
+    """A fresh evaluation of the run's latest checkpoint, as the end of training would have made it
+    (``episodes`` deterministic episodes, env seed: the run's seed + 1,000,000), with ``source``; or
+    ``{"error": "could not evaluate: ..."}``. Shared by a single run's report and a population's
+    members."""
     from .checkpoint import CheckpointError, load_policy
     from .envs import EnvError
     from .evaluate import evaluate
 
     try:
         policy = load_policy(run_dir, device=device)
-        seed = int(policy.config.get("seed", 1)) + 1_000_000  # the seed of the end-of-training eval
-        result = evaluate(policy, episodes=episodes, seed=seed, backend=policy.config.get("backend", "auto"))
+        # seed None: the end-of-training eval's (evaluate.default_seed)
+        result = evaluate(policy, episodes=episodes, backend=policy.config.get("backend", "auto"))
     except (CheckpointError, EnvError) as e:
         in_progress = _in_progress(run_dir)
         if in_progress and not any((run_dir / "checkpoints").glob("step_*.pt")):
@@ -379,6 +387,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
     """
     if not run_dirs:
         raise ReportError("no run directories given")
+    run_dirs = unique_dirs(run_dirs)  # a run named twice is reported (and averaged) once
     if len(run_dirs) > 1:
         from .population_report import is_population
 
@@ -397,6 +406,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
         out = dirs[0] / "report.md"
     out = Path(out)
     check_out(out)
+    check_device(device, episodes)
     names = [d.name for d in dirs]
     if len(set(names)) < len(names):
         names = [str(d) for d in dirs]
@@ -427,6 +437,19 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
     return out
 
 
+def check_device(device: str, episodes: int) -> None:
+    """ReportError for a --device that cannot evaluate, before any run is evaluated (--episodes 0: unused)."""
+    if episodes < 1:
+        return
+    from .config import ConfigError
+    from .device import resolve_device
+
+    try:
+        resolve_device(device)
+    except ConfigError as e:
+        raise ReportError(str(e)) from None
+
+
 def check_out(out: Path) -> None:
     """ReportError when the report cannot be written at ``out``: a directory, or under a file."""
     from .diskspace import path_problem
@@ -453,9 +476,10 @@ def _write_text(out: Path, text: str, also_written: Optional[Path] = None) -> No
 
 
 def build_population_report(run_dir, out=None, threshold: Optional[float] = None, metric: str = DEFAULT_METRIC,
-                            x: str = "step", smooth: int = 1) -> Path:
+                            x: str = "step", smooth: int = 1, episodes: int = 0, device: str = "cpu", quiet: bool = True) -> Path:
     """population_report.build_population_report, checked first (a bad --out, an unknown metric:
-    ReportError, nothing written)."""
+    ReportError, nothing written); members without eval.json are evaluated over ``episodes`` on
+    ``device``, as final_eval evaluates a single run."""
     from . import population_report
     from .plot import population_curves
 
@@ -467,7 +491,9 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
             population_curves(run_dir, metric, x, smooth)  # every member holds the metric
         except PlotError as e:
             raise ReportError(str(e)) from None
-    return population_report.build_population_report(run_dir, out=out, threshold=threshold, metric=metric, x=x, smooth=smooth)
+    check_device(device, episodes)
+    return population_report.build_population_report(run_dir, out=out, threshold=threshold, metric=metric, x=x, smooth=smooth,
+                                                      episodes=episodes, device=device, quiet=quiet)
 
 
 # ------------------------------------------------------------------------------------ CLI
@@ -475,7 +501,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
     p.add_argument("--out", default=None, metavar="FILE.md", help="report file (default RUN_DIR/report.md; needed for several runs)")
     p.add_argument("--episodes", type=int, default=10, metavar="N",
-                   help="episodes to evaluate when a run has no eval.json (default 10; 0: skip)")
+                   help="episodes to evaluate when a run (or a population's member) has no eval.json (default 10; 0: skip)")
     p.add_argument("--device", default="cpu", help="torch device for that evaluation (default cpu)")
     p.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME", help=f"metric for the curve and the summary (default {DEFAULT_METRIC})")
     p.add_argument("--x", default="step", choices=tuple(X_LABELS), help="curve x axis: global step or wall time (default step)")
@@ -505,15 +531,16 @@ def run(args) -> int:
     try:
         from .population_report import is_population
 
-        if len(args.run_dirs) == 1 and is_population(args.run_dirs[0]):  # statistics over members, per setting
-            path = build_population_report(args.run_dirs[0], out=args.out, threshold=args.threshold,
-                                           metric=args.metric, x=args.x, smooth=args.smooth)
+        run_dirs = unique_dirs(args.run_dirs)  # a directory named twice is one run
+        if len(run_dirs) == 1 and is_population(run_dirs[0]):  # statistics over members, per setting
+            path = build_population_report(run_dirs[0], out=args.out, threshold=args.threshold, metric=args.metric,
+                                           x=args.x, smooth=args.smooth, episodes=args.episodes, device=args.device, quiet=False)
             print(f"wrote {path}")
             return 0
         if args.threshold is not None:
             raise ReportError(f"--threshold {args.threshold:g}: applies to a population (train --seeds/--sweep) alone, "
                               "not to single runs")
-        path = build_report(args.run_dirs, out=args.out, episodes=args.episodes, device=args.device,
+        path = build_report(run_dirs, out=args.out, episodes=args.episodes, device=args.device,
                             metric=args.metric, x=args.x, smooth=args.smooth, quiet=False)
     except ReportError as e:
         sys.stderr.write(f"{prog}: error: {e}\n")

@@ -97,16 +97,42 @@ def preflight(cfg: PPOConfig, world_size: int = 1):
     ``--nproc`` launcher, which would otherwise see every rank fail the same way): the flags that
     need CUDA, the env (built once on the CPU) and the memory the run needs. Returns the device."""
     from .device import resolve_device
-    from .envs import make_env
     from .sizing import check_fits, env_probe
     from .trainer import check_device_flags
 
     device = resolve_device(cfg.device)
     check_device_flags(cfg, device, world_size)
-    env = make_env(cfg.env_id, 1, "cpu", cfg.backend, cfg.vector, seed=cfg.seed, env_kwargs=cfg.env_kwargs)
-    env.close()
+    check_env_builds(cfg)
     check_fits(cfg, device, env_probe(cfg))
     return device
+
+
+def check_env_builds(cfg: PPOConfig) -> None:
+    """Build the env once on the CPU and choose the agent's encoder for its observations, as a run
+    does (Agent: nets.resolve_encoder): EnvError or ConfigError (``--encoder cnn`` of an env without
+    an image) now, before anything starts."""
+    from .envs import make_env
+    from .envs.spaces import obs_layout
+    from .nets import resolve_encoder
+
+    env = make_env(cfg.env_id, 1, "cpu", cfg.backend, cfg.vector, seed=cfg.seed, env_kwargs=cfg.env_kwargs)
+    try:
+        resolve_encoder(cfg.encoder, obs_layout(env.single_observation_space, cfg.env_id))
+    finally:
+        env.close()
+
+
+def check_own_run_dir(run_dir, checkpoint) -> None:
+    """ConfigError when a resume is given a ``--run-dir`` that is not the directory of the run it
+    continues (``checkpoint``'s, RUN/checkpoints/step_N.pt): it would be ignored, the run trains on
+    in its own. A checkpoint file outside a run's checkpoints/ folder may start its run anywhere."""
+    checkpoint = Path(checkpoint)
+    if run_dir is None or checkpoint.resolve().parent.name != "checkpoints":
+        return
+    own = ckpt.run_dir_of(checkpoint)
+    if Path(run_dir).resolve() != own:
+        raise ConfigError(f"--run-dir {run_dir}: a run resumes in its own directory ({own}); drop --run-dir "
+                          "(to continue a copy elsewhere, copy the run directory and resume the copy)")
 
 
 def check_run_dir_path(run_dir: Path) -> None:
@@ -118,9 +144,11 @@ def check_run_dir_path(run_dir: Path) -> None:
         raise ConfigError(f"--run-dir {run_dir}: {problem}")
 
 
-def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict) -> PPOConfig:
+def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_safe: tuple = ()) -> PPOConfig:
     """``cfg`` with the flags given to a resume: RESUME_SAFE fields applied, any other refused unless
-    it equals the checkpoint's value."""
+    it equals the checkpoint's value. ``not_safe``: RESUME_SAFE fields this kind of run refuses
+    itself (a population's unsupported switches), left out of the list of flags safe to change.
+    A --run-dir other than the run's own directory is refused: a run continues where it is."""
     import dataclasses
 
     from .config import RESUME_SAFE
@@ -129,10 +157,11 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict) -> PPOC
     for name, value in overrides.items():
         flag = "--" + name.replace("_", "-")
         if name == "run_dir":
-            continue  # selects the run; the checkpoint's directory is used
+            check_own_run_dir(value, state["path"])
+            continue  # it named the run itself (train --resume auto --run-dir RUN)
         if name not in RESUME_SAFE:
             if value != getattr(cfg, name):
-                safe = ", ".join("--" + n.replace("_", "-") for n in RESUME_SAFE if n != "run_dir")
+                safe = ", ".join("--" + n.replace("_", "-") for n in RESUME_SAFE if n != "run_dir" and n not in not_safe)
                 raise ConfigError(f"{flag} {value!r}: cannot change when resuming (the run was trained with "
                                   f"{getattr(cfg, name)!r}); safe to change on resume: {safe}")
             continue

@@ -4,6 +4,7 @@ loaded without running code, and every unusable file refused with one line namin
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -274,3 +275,67 @@ def test_good_checkpoint_still_evaluates(good_checkpoint, tmp_path, capsys):
     shutil.copy(good_checkpoint, copy)
     assert cli.main(["eval", str(copy), "--episodes", "1", "--json"]) == 0
     assert '"episodes": 1' in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------ a run read while it trains
+@pytest.fixture
+def rotated_run(tmp_path) -> Path:
+    """A run of 2 iterations that kept only its newest checkpoint (--keep-checkpoints 1): step 64 is gone."""
+    run_dir = tmp_path / "live"
+    run(config(total_timesteps=2 * STEPS, keep_checkpoints=1), run_dir)
+    assert steps_of(run_dir) == [2 * STEPS]
+    return run_dir
+
+
+def test_a_checkpoint_rotated_away_after_listing_is_not_corrupt_and_the_newest_is_read(rotated_run, monkeypatch, capsys):
+    listed = ckpt.list_checkpoints
+    calls = []
+
+    def listed_just_before_the_run_pruned_it(run_dir):  # what a reader saw one iteration earlier
+        calls.append(run_dir)
+        return [ckpt.checkpoint_path(run_dir, STEPS)] if len(calls) == 1 else listed(run_dir)
+
+    monkeypatch.setattr(ckpt, "list_checkpoints", listed_just_before_the_run_pruned_it)
+    assert cli.main(["eval", str(rotated_run), "--episodes", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["episodes"] == 1
+    assert len(calls) == 2  # listed again once the first file was gone
+
+
+def test_a_checkpoint_removed_while_it_is_read_still_loads(rotated_run, monkeypatch):
+    checked = ckpt._check_archive
+
+    def check_then_the_run_prunes_it(path, *rest):  # removed between the archive check and the unpickling
+        checked(path, *rest)
+        Path(path).unlink()
+
+    monkeypatch.setattr(ckpt, "_check_archive", check_then_the_run_prunes_it)
+    assert ckpt.load_checkpoint(rotated_run)["global_step"] == 2 * STEPS  # the file opened is read, not the name again
+
+
+def test_a_missing_checkpoint_is_never_called_corrupt(rotated_run, monkeypatch, capsys):
+    gone = ckpt.checkpoint_path(rotated_run, STEPS)
+    monkeypatch.setattr(ckpt, "list_checkpoints", lambda run_dir: [gone])  # rotated away every time it is listed
+    assert cli.main(["eval", str(rotated_run)]) == 2
+    line = one_error_line(capsys.readouterr().err, "proxima eval")
+    assert line == (f"proxima eval: error: {rotated_run}: its newest checkpoint was removed while being opened "
+                    f"{ckpt.VANISHED_RETRIES} times (the run is writing checkpoints faster than they can be read); "
+                    "try again, or raise its --keep-checkpoints")
+    monkeypatch.undo()
+    assert cli.main(["eval", str(gone)]) == 2  # a file named by the user
+    assert one_error_line(capsys.readouterr().err, "proxima eval") == f"proxima eval: error: {gone}: no such file or directory"
+
+
+def test_eval_of_a_run_with_no_checkpoint_yet_says_so(tmp_path, capsys):
+    import socket
+
+    run_dir = tmp_path / "started"
+    run_dir.mkdir()
+    for name in ("config.yaml", "meta.json", "metrics.csv"):  # what a run writes before its first checkpoint
+        (run_dir / name).write_text("")
+    assert cli.main(["eval", str(run_dir)]) == 2
+    assert one_error_line(capsys.readouterr().err, "proxima eval") == (
+        f"proxima eval: error: {run_dir}: the run has no checkpoint yet (one is written every --checkpoint-every N "
+        "iterations and at the end); wait for its first, or train with a smaller --checkpoint-every")
+    (run_dir / ".proxima.lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))  # training now
+    assert cli.main(["eval", str(run_dir)]) == 2
+    assert f"{run_dir}: the run is in progress and has no checkpoint yet (" in one_error_line(capsys.readouterr().err, "proxima eval")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import os
@@ -407,3 +408,97 @@ def test_ranks_record_the_command_the_user_typed(monkeypatch):
     assert cli.recorded_argv() == ["proxima", "train", "CartPole-v1", "--nproc", "2"]
     monkeypatch.setenv(COMMAND_ENV, "{not json")
     assert cli.recorded_argv() == sys.argv
+
+
+# ------------------------------------------------------------------------------------ eval --env / --env-kwargs
+KWARGS_ENV = textwrap.dedent('''
+    import gymnasium as gym
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+    from gymnasium.wrappers import TimeLimit
+
+
+    class Sized(gym.Wrapper):
+        """CartPole whose constructor takes one keyword argument."""
+
+        def __init__(self, size=1):
+            super().__init__(TimeLimit(CartPoleEnv(), 50))
+
+
+    class Plain(gym.Wrapper):
+        """CartPole whose constructor takes none."""
+
+        def __init__(self):
+            super().__init__(TimeLimit(CartPoleEnv(), 50))
+
+
+    def init_without_kwargs(self):
+        """Sized.__init__ as edited after the run was trained: it takes no keyword argument any more."""
+        gym.Wrapper.__init__(self, TimeLimit(CartPoleEnv(), 50))
+''')
+
+
+@pytest.fixture
+def kwargs_run(tmp_path, monkeypatch, capsys):
+    """A run of kwargs_env:Sized trained with --env-kwargs '{"size": 3}' (recorded in its config.yaml)."""
+    (tmp_path / "kwargs_env.py").write_text(KWARGS_ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "kwargs_env", raising=False)
+    run_dir = tmp_path / "run"
+    assert cli.main(["train", "kwargs_env:Sized", "--env-kwargs", '{"size": 3}', "--total-timesteps", "64", "--num-envs", "2",
+                     "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "0",
+                     "--threads", "1", "--quiet", "--no-progress", "--run-dir", str(run_dir)]) == 0
+    capsys.readouterr()
+    return run_dir
+
+
+def test_eval_with_another_env_does_not_pass_it_the_runs_env_kwargs(kwargs_run, capsys):
+    code, out, err = run_main(["eval", str(kwargs_run), "--env", "kwargs_env:Plain", "--episodes", "1", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["env_id"] == "kwargs_env:Plain"
+    # given for it, they are passed: its own error, not one about the run's config.yaml
+    code, _, err = run_main(["eval", str(kwargs_run), "--env", "kwargs_env:Plain", "--env-kwargs", '{"size": 3}'], capsys)
+    assert_one_line_error(code, err, "unexpected keyword argument 'size'")
+    assert "config.yaml" not in err
+
+
+def test_eval_env_kwargs_replace_the_recorded_ones_and_are_parsed_as_trains(kwargs_run, monkeypatch, capsys):
+    import kwargs_env
+
+    code, out, err = run_main(["eval", str(kwargs_run), "--env", "kwargs_env:Sized", "--env-kwargs", '{"size": 5}', "--json"], capsys)
+    assert code == 0, err
+    code, _, err = run_main(["eval", str(kwargs_run), "--env-kwargs", '{"size": '], capsys)
+    assert err == "proxima eval: error: --env-kwargs '{\"size\": ': not valid JSON (Expecting value at column 10)\n"
+    # the env's code changed since training: the recorded kwargs no longer fit, and the line says where they come from
+    monkeypatch.setattr(kwargs_env.Sized, "__init__", kwargs_env.init_without_kwargs)
+    code, _, err = run_main(["eval", str(kwargs_run), "--env", "kwargs_env:Sized"], capsys)
+    assert_one_line_error(code, err, "unexpected keyword argument 'size'",
+                          "(env kwargs {\"size\": 3} from the run's config.yaml; give others with --env-kwargs JSON, "
+                          "or --env-kwargs '{}' for none)")
+    code, out, err = run_main(["eval", str(kwargs_run), "--env", "kwargs_env:Sized", "--env-kwargs", "{}", "--episodes", "1"], capsys)
+    assert code == 0, err
+
+
+def test_eval_help_says_how_env_and_env_kwargs_combine(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["eval", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "another env id than the run's is built without the run's --env-kwargs; give its own with --env-kwargs" in text
+    assert "--env-kwargs JSON" in text
+
+
+def test_no_help_text_shows_an_escaped_percent_sign(capsys):
+    """argparse %-formats a flag's help but prints a description or epilog as written."""
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    shown = {name: sub.format_help() for name, sub in commands.items()}
+    assert not [name for name, text in shown.items() if "%%" in text]
+    assert "95% bootstrap CIs" in " ".join(shown["eval"].split())
+
+
+# ------------------------------------------------------------------------------------ --dry-run checks the encoder
+@pytest.mark.parametrize("population", [[], ["--seeds", "1-2"]], ids=["run", "population"])
+def test_dry_run_refuses_an_encoder_the_env_cannot_take(population, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(["train", "CartPole-v1", "--encoder", "cnn", "--dry-run", *population], capsys)
+    assert_one_line_error(code, err, "proxima train: error: --encoder cnn needs an image observation")
+    assert out == "" and list(tmp_path.iterdir()) == []

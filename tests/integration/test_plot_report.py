@@ -239,3 +239,29 @@ def test_multi_run_report_never_averages_different_envs(tmp_path):
     assert "Final eval of Fake-v0 over 2 runs: mean 15.00, std 5.00, min 10.00, max 20.00." in text
     assert "Final eval of Other-v0 over 2 runs: mean 600.00, std 100.00, min 500.00, max 700.00." in text
     assert "over 4 runs" not in text
+
+
+# ------------------------------------------------------------------------------------ one run named twice
+def test_a_run_named_twice_is_one_run(runs, tmp_path, monkeypatch, capsys):
+    from proxima.plot import collect_panels
+
+    panels = collect_panels([runs[1], runs[1] / ".", str(runs[1])])
+    assert len(panels) == 1 and len(panels[0][2]) == 1
+    curve = panels[0][2][0]
+    assert "runs" not in curve.label and curve.lo is None  # the run's own curve, not a "mean of 3 runs"
+    monkeypatch.chdir(runs[1].parent)
+    assert main(["plot", runs[1].name, f"./{runs[1].name}", "--out", str(tmp_path / "twice.png")]) == 0
+    _assert_png(tmp_path / "twice.png")
+    assert main(["report", str(runs[1]), str(runs[1]), "--out", str(tmp_path / "twice.md"), "--episodes", "0"]) == 0
+    assert f"|  | {runs[1].name} |\n|---|---|\n" in (tmp_path / "twice.md").read_text()  # one column
+
+
+# ------------------------------------------------------------------------------------ evaluate()'s default seed
+def test_evaluate_defaults_to_the_seed_of_proxima_eval_and_the_runs_eval_json(runs, capsys):
+    from proxima.evaluate import evaluate
+
+    saved = json.loads((runs[0] / "eval.json").read_text())  # end of training: 2 episodes, seed 1 + 1,000,000
+    result = evaluate(proxima.load(runs[0]), episodes=2)
+    assert main(["eval", str(runs[0]), "--episodes", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == result
+    assert (result["returns"], result["lengths"]) == (saved["returns"], saved["lengths"])

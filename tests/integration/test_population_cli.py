@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import re
 
 import pytest
 import torch
@@ -62,6 +64,9 @@ def test_member_directories_work_with_eval_and_plot_and_refuse_resume(population
     assert f"holds its weights only; resume the whole population: proxima resume {run_dir}" in capsys.readouterr().err
     assert cli.main(["eval", str(run_dir), "--episodes", "2", "--json"]) == 0  # the whole population (test_population_views.py)
     assert len(json.loads(capsys.readouterr().out)["members"]) == 4
+    assert cli.main(["eval", str(run_dir), "--env-kwargs", "{}"]) == 2  # not passed on to every member: refused, not ignored
+    assert capsys.readouterr().err == (f"proxima eval: error: --env-kwargs: {run_dir} is a population; give it per member: "
+                                       f"proxima eval {run_dir}/<member dir> --env-kwargs JSON\n")
     assert cli.main(["resume", str(run_dir), "--eval-episodes", "0"]) == 0  # finished: says so once, trains nothing
     err = capsys.readouterr().err
     assert err.count("the run is complete (512 steps); --total-timesteps N (more steps) extends it") == 1
@@ -73,6 +78,12 @@ def test_member_directories_work_with_eval_and_plot_and_refuse_resume(population
     (["--seeds", "1-2", "--seed", "3"], "--seed: give a population's seeds with --seeds"),
     (["--seeds", "3-1"], "--seeds '3-1'"),
     (["--seeds", "1-2", "--compile"], "--compile is not supported with --seeds"),
+    # switches a population would otherwise ignore: no note, no best.pt, no curve.png
+    (["--seeds", "1-2", "--eval-every", "128"], "proxima train: error: --eval-every is not supported with --seeds/--sweep (no "
+     "periodic evaluation or best.pt for members yet; `proxima eval RUN` evaluates every member); drop it"),
+    (["--seeds", "1-2", "--plot"], "proxima train: error: --plot is not supported with --seeds/--sweep (`proxima plot RUN` or "
+     "`proxima report RUN` draws the members' curves); drop it"),
+    (["--seeds", "1-2", "--plot", "--dry-run"], "--plot is not supported with --seeds/--sweep"),
     (["--seeds", "1-2", "--resume", "nowhere"], "nowhere: not a population run directory"),
     (["--seeds", "1-2", "--nproc", "2"], "--nproc: a population trains in one process"),  # before torchrun starts anything
     (["--seeds", "0-2147483647"], "2,147,483,648 seeds; a population holds at most 1,000,000"),  # no list of 2**31 ints
@@ -132,3 +143,60 @@ def test_a_nan_reward_from_a_members_env_is_named_with_the_member_and_the_last_c
     last = ckpt.checkpoint_path(run_dir, 32)
     assert message == ("non-finite reward nan from env 1 of member 0 (m000-seed0) at step 40 of that member; check the env's "
                        f"step() with: proxima check-env nan_reward_env:NaNReward; last good checkpoint: {last}")
+
+
+# ------------------------------------------------------------------------------------ report: members without eval.json, progress
+def test_report_evaluates_members_without_eval_json_with_episodes_and_device(population_run, tmp_path, capsys):
+    import shutil
+
+    run_dir = tmp_path / "R"
+    shutil.copytree(population_run[0], run_dir)
+    for ev in run_dir.glob("*/eval.json"):  # as trained with --eval-episodes 0
+        ev.unlink()
+    capsys.readouterr()
+    assert cli.main(["report", str(run_dir), "--episodes", "0"]) == 0
+    assert "Final return per member: last training return." in (run_dir / "report.md").read_text()
+    assert cli.main(["report", str(run_dir), "--device", "nope"]) == 2  # checked before any member is evaluated
+    assert capsys.readouterr().err == "proxima report: error: --device 'nope': not a torch device (cpu, cuda, cuda:1, auto)\n"
+    assert cli.main(["report", str(run_dir), "--episodes", "2"]) == 0
+    text = (run_dir / "report.md").read_text()
+    assert "Final return per member: evaluated now from the latest checkpoint (no eval.json)." in text
+    err = capsys.readouterr().err
+    assert err.count("over 2 episodes (deterministic)") == 4 and err.count("evaluated ") == 4
+    # the numbers of `proxima eval` of each member (the same seed: the member's + 1,000,000)
+    doc = json.loads((run_dir / "population.json").read_text())
+    ret = []
+    for m in doc["member_dirs"][:2]:
+        assert cli.main(["eval", str(run_dir / m["dir"]), "--episodes", "2", "--json"]) == 0
+        ret.append(json.loads(capsys.readouterr().out)["mean_return"])
+    assert f"| lr=0.001 | 2 | {sum(ret) / 2:.1f} |" in text
+    assert not list(run_dir.glob("*/eval.json"))  # the report does not change the run
+
+
+def test_report_of_a_stopped_or_running_population_gives_the_steps_done(tmp_path, capsys):
+    import socket
+
+    from proxima.config import PPOConfig
+    from proxima.population import member_configs
+    from proxima.population_run import train_population
+    from proxima.signals import TrainingInterrupted
+
+    cfg = PPOConfig(env_id="CartPole-v1", backend="native", num_envs=2, num_steps=32, total_timesteps=320, num_minibatches=2,
+                    update_epochs=1, threads=1, progress=False, eval_episodes=0, checkpoint_every=0)
+    run_dir = tmp_path / "R"
+    with pytest.raises(TrainingInterrupted):  # SIGINT in iteration 2 of 5
+        train_population(member_configs(cfg, [1, 2]), [1, 2], {}, run_dir=run_dir, quiet=True, stop_after=2)
+    assert cli.main(["report", str(run_dir), "--episodes", "0"]) == 0
+    line = (run_dir / "report.md").read_text().splitlines()[2]
+    assert re.fullmatch(r"CartPole-v1: 2 members \(2 seeds x 1 setting\), 128 of 320 steps each so far \(stopped; "
+                        rf"`proxima resume {re.escape(str(run_dir))}` continues it\), \d+\.\d s of training in one process\.", line), line
+    (run_dir / ".proxima.lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": "then"}))
+    assert cli.main(["report", str(run_dir), "--episodes", "0"]) == 0
+    assert f"128 of 320 steps each so far (in progress: locked by pid {os.getpid()} since then), " in (run_dir / "report.md").read_text()
+    # started, nothing logged yet: no number it does not have
+    for metrics in run_dir.glob("*/metrics.csv"):
+        metrics.write_text(metrics.read_text().splitlines()[0] + "\n")
+    assert cli.main(["report", str(run_dir), "--episodes", "0"]) == 0
+    text = (run_dir / "report.md").read_text()
+    assert "0 of 320 steps each so far (in progress: " in text and "), \u2014 s of training in one process." in text
+    assert "nan" not in text

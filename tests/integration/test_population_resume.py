@@ -117,3 +117,49 @@ def test_train_seeds_resume_auto_continues_the_same_population_only(tmp_path, ca
     # --resume auto on an empty --run-dir starts the population afresh
     assert cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--resume", "auto", "--run-dir", str(tmp_path / "new"), *small]) == 0
     assert (tmp_path / "new" / "population.json").is_file()
+
+
+def test_resume_refuses_swept_fields_unsupported_switches_and_another_run_dir_with_one_line(tmp_path, capsys):
+    small = ["--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1", "--threads", "1",
+             "--eval-episodes", "0", "--quiet", "--no-progress"]
+    run = tmp_path / "R"
+    assert cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--sweep", "lr=1e-3,3e-4", "--total-timesteps", "128",
+                     "--run-dir", str(run), *small]) == 0
+    capsys.readouterr()
+    m = json.loads((run / "population.json").read_text())["member_dirs"][0]["dir"]
+    elsewhere = tmp_path / "elsewhere"
+    swept = "proxima resume: error: --lr is swept in this population (0.001, 0.0003); it cannot be given on resume"
+    refused = {
+        ("--lr", "0.01"): swept,
+        ("--lr", "0.001"): swept,  # one member's own value is still not every member's
+        ("--eval-every", "64"): "proxima resume: error: --eval-every is not supported for a population (no periodic evaluation "
+                                "or best.pt for members yet; `proxima eval RUN` evaluates every member); drop it",
+        ("--plot",): "proxima resume: error: --plot is not supported for a population (`proxima plot RUN` or `proxima report "
+                     "RUN` draws the members' curves); drop it",
+        ("--run-dir", str(elsewhere)): f"proxima resume: error: --run-dir {elsewhere}: a run resumes in its own directory "
+                                       f"({run.resolve()}); drop --run-dir (to continue a copy elsewhere, copy the run "
+                                       "directory and resume the copy)",
+    }
+    for flags, line in refused.items():
+        assert cli.main(["resume", str(run), "--total-timesteps", "256", *flags]) == 2, flags
+        assert capsys.readouterr().err == line + "\n"
+    assert cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--sweep", "lr=1e-3,3e-4", "--resume", str(run),
+                     "--run-dir", str(elsewhere), "--total-timesteps", "256", *small]) == 2
+    assert capsys.readouterr().err.startswith(f"proxima train: error: --run-dir {elsewhere}: a run resumes in its own directory")
+    assert not elsewhere.exists() and len(_rows(run / m)) == 2  # nothing trained
+    # the flags safe to change are listed without those a population refuses
+    assert cli.main(["resume", str(run), "--clip-coef", "0.3"]) == 2
+    safe = capsys.readouterr().err.split("safe to change on resume: ")[1]
+    assert "--total-timesteps" in safe and not {"--eval-every", "--plot", "--debug-checks", "--compile"} & set(safe.strip().split(", "))
+    # a population recorded with a switch populations ignored (trained before it was refused): resume says how to drop it
+    newest = ckpt.list_checkpoints(run)[-1]
+    state = torch.load(newest, weights_only=True)
+    for c in state["configs"]:
+        c["plot"] = True
+    torch.save(state, newest)
+    assert cli.main(["resume", str(run), "--total-timesteps", "256"]) == 2
+    assert capsys.readouterr().err == (f"proxima resume: error: {newest}: the population records --plot True, which populations "
+                                       "do not support (`proxima plot RUN` or `proxima report RUN` draws the members' curves); "
+                                       "resume with --no-plot\n")
+    assert cli.main(["resume", str(run), "--total-timesteps", "256", "--no-plot", "--run-dir", str(run)]) == 0  # its own directory
+    assert [int(r["global_step"]) for r in _rows(run / m)] == [64, 128, 192, 256]

@@ -256,3 +256,28 @@ def test_a_resume_may_switch_compile_but_not_amp():
     assert cfg.compile and cfg.compile_mode == "max-autotune"  # compiled and eager checkpoints are interchangeable
     with pytest.raises(ConfigError, match="--amp 'bf16': cannot change when resuming"):
         apply_resume_overrides(PPOConfig(), {"amp": "bf16"}, state)
+
+
+def test_resume_refuses_a_run_dir_other_than_the_runs_own(tmp_path, monkeypatch, capsys):
+    run_dir = tmp_path / "run"
+    train(config(total_timesteps=2 * STEPS, checkpoint_every=1), run_dir=run_dir, quiet=True, evaluate_at_end=False)
+    before = read_csv(run_dir)
+    elsewhere = tmp_path / "elsewhere"
+    line = (f"--run-dir {elsewhere}: a run resumes in its own directory ({run_dir.resolve()}); drop --run-dir "
+            "(to continue a copy elsewhere, copy the run directory and resume the copy)")
+    assert cli.main(["resume", str(run_dir), "--total-timesteps", str(3 * STEPS), "--run-dir", str(elsewhere)]) == 2
+    assert capsys.readouterr().err == f"proxima resume: error: {line}\n"
+    assert cli.main(["train", "--resume", str(run_dir), "--total-timesteps", str(3 * STEPS), "--run-dir", str(elsewhere)]) == 2
+    assert capsys.readouterr().err == f"proxima train: error: {line}\n"
+    assert not elsewhere.exists() and read_csv(run_dir) == before  # nothing trained, here or there
+    # naming the run's own directory (as `train --resume auto --run-dir RUN` does) continues it
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["resume", "run", "--total-timesteps", str(3 * STEPS), "--run-dir", "./run", "--quiet"]) == 0
+    assert len(read_csv(run_dir)) == 3
+
+
+def test_resume_help_offers_no_run_dir(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["resume", "--help"])
+    text = capsys.readouterr().out
+    assert "--run-dir" not in text and "--total-timesteps" in text
