@@ -169,18 +169,25 @@ def moving_average(y: np.ndarray, k: int) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------ aggregate
 def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minmax", points: int = 200,
-              stat: str = "mean") -> dict[str, np.ndarray]:
+              stat: str = "mean", align: str = "interp") -> dict[str, np.ndarray]:
     """A statistic and a band of several (x, y) curves on a common x grid.
 
-    When every run has the same x values they are used as they are; otherwise each curve is
-    linearly interpolated onto ``points`` evenly spaced x values over the range of all runs together,
-    so the group is drawn to the end of its longest run; a run counts only inside its own range (never
-    extrapolated), so past a shorter run's end the statistic is over the runs that got there. Returns
-    dict(x, y, mean, lo, hi, n, count), arrays of shape (X,): y is ``stat`` over runs at each x ("mean",
-    or "iqm": the interquartile mean, population_report.iqm_along); lo/hi are the min and max over
-    runs (band="minmax"), the mean -+ the population std (band="std"), or the 95% percentile-bootstrap
-    interval of ``stat`` over runs (band="ci", population_report.bootstrap_band: BAND_RESAMPLES
-    resamples, a fixed seed, so an image is reproducible); count is the number of runs at each x.
+    When every run has the same x values they are used as they are. Otherwise, ``align="interp"``
+    (groups of plain runs, whose x values need not match): each curve is linearly interpolated onto
+    ``points`` evenly spaced x values over the range of all runs together, so the group is drawn to
+    the end of its longest run; a run counts only inside its own range (never extrapolated), so past
+    a shorter run's end the statistic is over the runs that got there. ``align="carry"`` (a
+    population's members, which log in lockstep): the grid is the union of the x values the curves
+    have, and a curve's value at x is its last value at or before x (carried forward, as the latest
+    finished episodes' return is the member's return until it finishes more), so a member never
+    drops out of the statistic for an iteration in which it finished no episode; before its first
+    value it is missing. Returns dict(x, y, mean, lo, hi, n, count), arrays of shape (X,): y is
+    ``stat`` over runs at each x ("mean", or "iqm": the interquartile mean, population_report.iqm_along);
+    lo/hi are the min and max over runs (band="minmax"), the mean -+ the population std (band="std"),
+    or the 95% percentile-bootstrap interval of ``stat`` over runs (band="ci",
+    population_report.bootstrap_band: BOOTSTRAP_RESAMPLES resamples, numpy default_rng(0), so an image
+    is reproducible; NaN, no band, where fewer than 2 runs have a value); count is the number of runs
+    at each x.
     """
     from .population_report import STATISTICS, bootstrap_band
 
@@ -188,6 +195,8 @@ def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minm
         raise PlotError(f"band {band!r}: choose one of {', '.join(BANDS)}")
     if stat not in STATISTICS:
         raise PlotError(f"stat {stat!r}: choose one of {', '.join(STATISTICS)}")
+    if align not in ("interp", "carry"):
+        raise PlotError(f"align {align!r}: choose interp or carry")
     if not curves:
         raise PlotError("no runs to aggregate")
     xs = [np.asarray(c[0], dtype=np.float64) for c in curves]
@@ -195,6 +204,10 @@ def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minm
     if all(x.shape == xs[0].shape and np.array_equal(x, xs[0]) for x in xs):
         grid = xs[0]
         stack = np.stack(ys)
+    elif align == "carry":
+        grid = np.unique(np.concatenate(xs))
+        last = [np.searchsorted(x, grid, side="right") - 1 for x in xs]  # each curve's last x at or before the grid's
+        stack = np.stack([np.where(i >= 0, y[np.maximum(i, 0)], np.nan) for i, y in zip(last, ys)])
     else:
         start, stop = min(float(x[0]) for x in xs), max(float(x[-1]) for x in xs)
         n = max(2, min(points, max(len(x) for x in xs))) if stop > start else 1
@@ -337,11 +350,14 @@ def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = 
                       stat: str = "iqm", band: str = "ci", strict: bool = True) -> tuple[str, str, list[Curve]]:
     """(env id, resolved metric, one Curve per setting) of a population run directory (population_run.py).
 
-    A setting's curve is ``stat`` over its members at each x (aggregate) with its band; its label
-    names the setting and the statistic: ``lr=0.001: IQM, 95% CI (4 members)``. A member without the
+    A setting's curve is ``stat`` over its members at each logged x (aggregate, align="carry": a
+    member's last value carried forward over the iterations in which it logged none) with its band;
+    its label names the setting and the statistic: ``lr=0.001: IQM, 95% CI (4 members)``, with
+    ``, fewer before step S`` when some member has no value yet before S; the first curve's band
+    legend entry says how they are made (carried forward; the CI's resamples and RNG). A member without the
     metric is a PlotError when ``strict``, else skipped with a line on stderr.
     """
-    from .population_report import PopulationError, read_settings
+    from .population_report import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, MIN_CI_MEMBERS, PopulationError, read_settings
 
     try:
         settings = read_settings(run_dir)
@@ -359,11 +375,18 @@ def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = 
         members = [d for _, d in s.members if d in kept]
         if not members:
             continue
-        agg = aggregate([load_curve(d, name, x, smooth) for d in members], band=band, stat=stat)
-        fewer = int(agg["count"].min())
-        count = f"{len(members)} members" + (f", {fewer} at some points" if fewer < len(members) else "")
+        agg = aggregate([load_curve(d, name, x, smooth) for d in members], band=band, stat=stat, align="carry")
+        full = np.flatnonzero(agg["count"] == len(members))
+        full_from = agg["x"][full[0]] if full.size else None  # from here on every member has a value (carried forward)
+        late = "" if full_from is None or full[0] == 0 else (f", fewer before step {full_from:,.0f}" if x == "step" else f", fewer before {full_from:.1f} s")
+        count = f"{len(members)} members{late}"
         label = (f"{s.label}: " if s.label else "") + f"{STATS[stat]}, {BAND_SHORT[band]} ({count})"
         curves.append(Curve(label, agg["x"], agg["y"], agg["lo"], agg["hi"]))
+    if curves:  # how the panel's curves are made, once, on its first band's legend entry
+        how = "last value carried forward"
+        if band == "ci":
+            how += f"\n95% CI: {BOOTSTRAP_RESAMPLES} bootstrap resamples,\ndefault_rng({BOOTSTRAP_SEED}); none for < {MIN_CI_MEMBERS} members"
+        curves[0].band_label = how
     return run_env_id(first), name, curves
 
 

@@ -4,8 +4,9 @@ Each member is evaluated as ``proxima eval RUN/<member dir>`` would evaluate it:
 checkpoint (``--best``: its ``checkpoints/best.pt``), env seed = its own config's seed + 1,000,000
 (the end-of-training evaluation's) unless ``seed`` is given, ``episodes`` episodes, one per env.
 Per setting (one combination of swept values; all its seeds) the members' mean returns are summed
-up as their mean and interquartile mean with 95% bootstrap intervals (population_report: the same
-statistics as ``proxima report``). Every member's checkpoint is looked for before any is evaluated,
+up as their mean and interquartile mean with 95% bootstrap intervals (population_report.member_statistics:
+the same statistics as ``proxima report``; a NaN or infinite mean return is left out and named, no
+interval for fewer than 2 members, a flagged one for fewer than 5). Every member's checkpoint is looked for before any is evaluated,
 so a member without one costs one line and no wasted evaluation.
 """
 
@@ -14,10 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional
 
-import numpy as np
 
 from .checkpoint import CheckpointError, best_checkpoint_path, list_checkpoints
-from .population_report import bootstrap_ci, iqm, read_settings
+from .population_report import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CI_LEVEL, FEW_MEMBERS_NOTE, ci_cell,
+                                member_statistics, read_settings)
 
 
 def member_checkpoint(member_dir: Path, best: bool = False) -> Path:
@@ -44,8 +45,9 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
     row per member, setting by setting (population.json's order, which population_run writes
     setting by setting): dir, seed, settings, checkpoint, eval_seed and the fields of
     evaluate.evaluate (mean_return, std_return, returns, lengths, ...); ``settings`` is one row per
-    setting: settings, label, members (their dirs), mean_returns, and mean, mean_ci, iqm, iqm_ci over
-    those. Raises PopulationError for a broken population.json or a missing member directory,
+    setting: settings, label, members (their dirs), mean_returns, and member_statistics's fields over
+    those (n: the members used, left_out: [dir, why] of a NaN or infinite one; mean_ci/iqm_ci None for
+    n < 2; few: n < 5), with the interval's resamples, level, rng and ci_note (the n < 5 caveat, else None). Raises PopulationError for a broken population.json or a missing member directory,
     CheckpointError naming the member without a checkpoint (before any member is evaluated) or a
     checkpoint that does not load.
     """
@@ -69,10 +71,12 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
                 on_member(rows[d])
     summaries = []
     for s in settings:
-        means = np.array([rows[d]["mean_return"] for _, d in s.members])
-        summaries.append({"settings": s.settings, "label": s.label, "members": [d.name for _, d in s.members],
-                          "mean_returns": means.tolist(), "mean": float(means.mean()), "mean_ci": bootstrap_ci(means, np.mean),
-                          "iqm": iqm(means), "iqm_ci": bootstrap_ci(means, iqm)})
+        names, means = [d.name for _, d in s.members], [float(rows[d]["mean_return"]) for _, d in s.members]
+        stats = member_statistics(names, means)
+        stats.pop("members"), stats.pop("solved"), stats.pop("solved_count")
+        summaries.append({"settings": s.settings, "label": s.label, "members": names, "mean_returns": means, **stats,
+                          "resamples": BOOTSTRAP_RESAMPLES, "level": CI_LEVEL, "rng": f"numpy default_rng({BOOTSTRAP_SEED})",
+                          "ci_note": FEW_MEMBERS_NOTE if stats["few"] and stats["mean_ci"] is not None else None})
     members = list(rows.values())
     return {"run_dir": str(run_dir), "env_id": members[0]["env_id"] if members else None, "episodes": episodes,
             "deterministic": deterministic, "members": members, "settings": summaries}
@@ -85,13 +89,20 @@ def format_member(row: dict) -> str:
 
 
 def format_summary(result: dict) -> str:
-    """One line per setting: its members' mean and IQM of their mean returns, each with its 95% CI."""
+    """One line per setting: its members' mean and IQM of their mean returns, each with its 95% CI
+    ("—" for fewer than 2 members, "†" for fewer than 5, explained in a last line); members left out named."""
     lines = []
+    num = lambda v: "\u2014" if v is None else f"{v:.2f}"  # noqa: E731
     for s in result["settings"]:
         name = s["label"] or "all seeds"
-        lines.append(f"{result['env_id']} {name} ({len(s['members'])} members): mean {s['mean']:.2f} "
-                     f"[{s['mean_ci'][0]:.2f}, {s['mean_ci'][1]:.2f}], IQM {s['iqm']:.2f} "
-                     f"[{s['iqm_ci'][0]:.2f}, {s['iqm_ci'][1]:.2f}] (95% bootstrap CIs over members)")
+        m = len(s["members"])
+        used = f"{s['n']} of {m} members" if s["n"] < m else f"{m} members"
+        left = "; left out: " + ", ".join(f"{d} ({why})" for d, why in s["left_out"]) if s["left_out"] else ""
+        lines.append(f"{result['env_id']} {name} ({used}): mean {num(s['mean'])} {ci_cell(s['mean_ci'], s['few'], 2)}, "
+                     f"IQM {num(s['iqm'])} {ci_cell(s['iqm_ci'], s['few'], 2)} (95% percentile-bootstrap CIs over members, "
+                     f"{s['resamples']} resamples, {s['rng']}){left}")
+    if any(s["few"] and s["mean_ci"] is not None for s in result["settings"]):
+        lines.append(f"\u2020 {FEW_MEMBERS_NOTE}")
     return "\n".join(lines)
 
 

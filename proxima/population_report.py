@@ -1,13 +1,17 @@
 """``proxima report RUN`` on a population (population_run.py): statistics over members, per setting.
 
-Per setting (one combination of the swept values; all seeds of it): the members' final returns
-(each member's ``eval.json`` mean; else, with ``--episodes N``, a fresh evaluation of its latest
-checkpoint; else the last logged episodic return), their mean and
-interquartile mean (IQM: the mean of the middle 50%, trimming a quarter of the members at each end
-as ``scipy.stats.trim_mean(x, 0.25)`` and rliable do), a 95% percentile-bootstrap confidence
-interval for each (members resampled with replacement, 2,000 resamples, a fixed numpy seed so the
-report is reproducible; one task, so rliable's stratified bootstrap is this plain bootstrap), and
-the fraction of members whose return reaches ``--threshold``. Written by hand on numpy because
+Per setting (one combination of the swept values; all seeds of it): the members' final returns, of
+one kind per setting (member_values): the deterministic evaluation return (each member's
+``eval.json`` mean; else, with ``--episodes N``, a fresh evaluation of its latest checkpoint) when
+any member of the setting has one, else the last logged (stochastic) training return; a member
+without a value of that kind, or with a NaN or infinite one, is left out and named. Over the values
+used (n of them): their mean and interquartile mean (IQM: trimmed mean, floor(n/4) of the n values
+dropped at each end, rliable's, equal to ``scipy.stats.trim_mean(x, 0.25)``; equals the mean for
+n < 4), a 95% percentile-bootstrap confidence interval for each (members resampled with
+replacement, BOOTSTRAP_RESAMPLES resamples, numpy ``default_rng(0)`` so the report is reproducible;
+one task, so rliable's stratified bootstrap is this plain bootstrap; none for n < 2, flagged for
+n < 5, where it covers well under 95%), and the number of members (of all members: one left out
+counts as not reaching it) whose return reaches ``--threshold``. Written by hand on numpy because
 neither scipy nor rliable is a dependency.
 
 The same statistics vectorized over the x points of a learning curve (``iqm_along``,
@@ -29,11 +33,20 @@ import numpy as np
 
 from .population_run import POPULATION_FILE
 
+#: resamples of every percentile-bootstrap interval: the report's table, eval's lines and plot's band
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
-#: resamples of the per-x band of `proxima plot`: fewer than the report's 2,000, enough for a drawn
-#: band (its edges move by a few percent of the band's width between seeds), and fast at 200 x points
-BAND_RESAMPLES = 500
+BAND_RESAMPLES = BOOTSTRAP_RESAMPLES  # one constant: the band of `proxima plot` is the table's interval per x
+CI_LEVEL = 0.95
+#: a percentile-bootstrap interval needs at least this many members (n = 1 would give a zero-width one)
+MIN_CI_MEMBERS = 2
+#: below this many members an interval is given but flagged (simulated coverage 0.49/0.75/0.80 at n = 2/3/4)
+FEW_CI_MEMBERS = 5
+FEW_MEMBERS_NOTE = ("n < 5: percentile-bootstrap intervals cover well under 95% (about 50-80% for n = 2-4); "
+                    "run more seeds")
+#: how every interval is made, as the report, eval and plot say it
+CI_METHOD = f"percentile bootstrap over members, {BOOTSTRAP_RESAMPLES} resamples, numpy default_rng({BOOTSTRAP_SEED})"
+IQM_TEXT = "IQM: trimmed mean, floor(n/4) of the n values dropped at each end (rliable's; equals the mean for n < 4)"
 
 
 class PopulationError(ValueError):
@@ -123,8 +136,11 @@ def iqm(x: np.ndarray) -> float:
 
 def bootstrap_ci(x: np.ndarray, stat: Callable[[np.ndarray], float], resamples: int = BOOTSTRAP_RESAMPLES,
                  seed: int = BOOTSTRAP_SEED, level: float = 0.95) -> tuple:
-    """(low, high) percentile-bootstrap interval of ``stat`` over the members ``x`` (n,)."""
+    """(low, high) percentile-bootstrap interval of ``stat`` over the members ``x`` (n,); None for
+    n < MIN_CI_MEMBERS (one member resampled is itself: no interval)."""
     x = np.asarray(x, dtype=np.float64)
+    if x.size < MIN_CI_MEMBERS:
+        return None
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, x.size, size=(resamples, x.size))
     stats = np.array([stat(x[i]) for i in idx])
@@ -133,12 +149,14 @@ def bootstrap_ci(x: np.ndarray, stat: Callable[[np.ndarray], float], resamples: 
 
 
 def bootstrap_band(stack: np.ndarray, stat: str = "iqm", resamples: int = BAND_RESAMPLES, seed: int = BOOTSTRAP_SEED,
-                   level: float = 0.95) -> tuple:
+                   level: float = CI_LEVEL) -> tuple:
     """bootstrap_ci at every x point at once: (low (X,), high (X,)) of ``stat`` ("mean" or "iqm").
 
     stack: (n, X) float, member i's value at x point j, NaN where member i has none. At each x point
     the members present there (n_j of them) are resampled with replacement, n_j draws per resample,
-    so a point some members do not reach gets the interval of the members that do. NaN where n_j is 0.
+    so a point some members do not reach gets the interval of the members that do. NaN (no band
+    drawn) where n_j < MIN_CI_MEMBERS. The x points are done in blocks (memory stays ~50 MB at
+    any length), the draws of one numpy default_rng(seed) in block order, so an image is reproducible.
     """
     if stat not in STATISTICS:
         raise ValueError(f"stat {stat!r}: choose one of {', '.join(STATISTICS)}")
@@ -147,13 +165,19 @@ def bootstrap_band(stack: np.ndarray, stat: str = "iqm", resamples: int = BAND_R
     present_first = np.sort(stack, axis=0)  # per column, its n_j values first, NaN after
     n_j = (~np.isnan(present_first)).sum(axis=0)  # (X,)
     rng = np.random.default_rng(seed)
-    rows = (rng.random((resamples, n, points)) * n_j).astype(np.int64)  # (R, n, X), each in [0, n_j)
-    draws = present_first[rows, np.arange(points)]
-    draws[:, np.arange(n)[:, None] >= n_j] = np.nan  # a resample of column j holds n_j draws
-    stats = STATISTICS[stat](draws, axis=1)  # (R, X)
     alpha = (1 - level) / 2
-    with np.errstate(invalid="ignore"):
-        lo, hi = np.quantile(stats, [alpha, 1 - alpha], axis=0)
+    lo, hi = np.full(points, np.nan), np.full(points, np.nan)
+    block = max(1, 2_000_000 // max(1, resamples * n))
+    for a in range(0, points, block):
+        cols = np.arange(a, min(points, a + block))
+        rows = (rng.random((resamples, n, cols.size)) * n_j[cols]).astype(np.int64)  # (R, n, B), each in [0, n_j)
+        draws = present_first[rows, cols]
+        draws[:, np.arange(n)[:, None] >= n_j[cols]] = np.nan  # a resample of column j holds n_j draws
+        stats = STATISTICS[stat](draws, axis=1)  # (R, B)
+        with np.errstate(invalid="ignore"):
+            lo[cols], hi[cols] = np.quantile(stats, [alpha, 1 - alpha], axis=0)
+    few = n_j < MIN_CI_MEMBERS
+    lo[few], hi[few] = np.nan, np.nan
     return lo, hi
 
 
@@ -166,7 +190,7 @@ def member_final_return(member_dir: Path, episodes: int = 0, device: str = "cpu"
     """(return, source): eval.json's mean return; else, with ``episodes`` >= 1, a fresh evaluation of
     the member's latest checkpoint (``report --episodes N --device D``, as a single run's report
     makes one); else (or when it has no checkpoint yet: its error is appended to ``unevaluated``)
-    the last logged charts/episodic_return (NaN before the first is logged)."""
+    the last logged charts/episodic_return (None, "no result", before the first is logged)."""
     ev = member_dir / "eval.json"
     if ev.is_file():  # data: read and checked as a single run's report reads it (one line, never a traceback)
         from .report import ReportError, _check_eval, _read_json
@@ -192,13 +216,54 @@ def member_final_return(member_dir: Path, episodes: int = 0, device: str = "cpu"
     except PlotError:  # a member that has logged nothing yet (a population just started) has no return
         values = np.array([])
     values = values[np.isfinite(values)]
-    return (float(values[-1]) if values.size else math.nan), "last training return"
+    return (float(values[-1]) if values.size else None), "last training return"
+
+
+def left_out_reason(value) -> Optional[str]:
+    """Why a member's value is not used: "no result" (None), "NaN", "inf", "-inf"; None for a finite value."""
+    if value is None:
+        return "no result"
+    if math.isnan(value):
+        return "NaN"
+    return None if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+
+
+def member_statistics(names: list, values: list, threshold: Optional[float] = None) -> dict:
+    """The statistics over one setting's members, one value each (one kind of measurement): the one
+    implementation of ``proxima report`` and ``proxima eval``.
+
+    names, values: (m,) member names and their values (None, NaN or inf: left out, named with why).
+    Returns dict(members (m), n (values used), returns (used), left_out [[name, why]], mean, mean_ci,
+    iqm, iqm_ci, few, solved, solved_count): mean/iqm None when n is 0; the CIs (bootstrap_ci) None
+    for n < MIN_CI_MEMBERS; few: n < FEW_CI_MEMBERS (the interval covers well under 95%); with a
+    threshold, solved_count = members whose value reaches it and solved = that over all m members (a
+    member left out counts as not reaching it), else None.
+    """
+    used = [(name, float(v)) for name, v in zip(names, values) if left_out_reason(v) is None]
+    x = np.array([v for _, v in used], dtype=np.float64)
+    out = {"members": len(names), "n": int(x.size), "returns": x.tolist(),
+           "left_out": [[name, left_out_reason(v)] for name, v in zip(names, values) if left_out_reason(v) is not None],
+           "mean": None, "mean_ci": None, "iqm": None, "iqm_ci": None, "few": bool(x.size < FEW_CI_MEMBERS),
+           "solved": None, "solved_count": None}
+    if x.size:
+        out.update(mean=float(x.mean()), mean_ci=bootstrap_ci(x, np.mean), iqm=iqm(x), iqm_ci=bootstrap_ci(x, iqm))
+    if threshold is not None and names:
+        out["solved_count"] = int((x >= threshold).sum())
+        out["solved"] = out["solved_count"] / len(names)
+    return out
+
+
+#: the sources of a deterministic evaluation return (member_final_return); the rest is the last training return
+EVAL_SOURCES = ("eval", EVALUATED_NOW)
 
 
 def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: int = 0, device: str = "cpu",
                        quiet: bool = True) -> list:
-    """One dict per setting: settings, members, returns, mean, mean_ci, iqm, iqm_ci, solved (fraction or None).
-    ``episodes``/``device``: how a member without eval.json is evaluated (member_final_return)."""
+    """One dict per setting: settings, seeds, dirs, kind, sources, eval_missing, and member_statistics's
+    fields over the members' final returns of one kind: "eval" (the deterministic evaluation return)
+    when any member of the setting has one, the members without one then left out ("no eval.json");
+    else "training" (every member's last training return). ``episodes``/``device``: how a member
+    without eval.json is evaluated (member_final_return); eval_missing: the members still without one."""
     from .report import ReportError
 
     try:
@@ -206,20 +271,22 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: int
     except PopulationError as e:
         raise ReportError(str(e)) from None
     unevaluated: list = []
-    finals = [[(seed, *member_final_return(d, episodes, device, quiet, unevaluated)) for seed, d in setting.members]
+    finals = [[(seed, d, *member_final_return(d, episodes, device, quiet, unevaluated)) for seed, d in setting.members]
               for setting in settings]
     if unevaluated and not quiet:  # one line, not one per member
         why = unevaluated[0][1].removeprefix("could not evaluate: ")  # it names the member's directory
-        print(f"proxima: note: {len(unevaluated)} member(s) without eval.json could not be evaluated, so their last training "
-              f"return is reported (first: {why})", file=sys.stderr)
-    sources = sorted({source for members in finals for _, _, source in members})
+        print(f"proxima: note: {len(unevaluated)} member(s) without eval.json could not be evaluated, so they are left out "
+              f"of settings whose other members have an evaluation (first: {why})", file=sys.stderr)
     out = []
     for setting, members in zip(settings, finals):
-        x = np.array([v for _, v, _ in members if math.isfinite(v)])
-        row = {"settings": setting.settings, "seeds": [s for s, _, _ in members], "returns": x.tolist(), "sources": sources}
-        if x.size:
-            row.update(mean=float(x.mean()), mean_ci=bootstrap_ci(x, np.mean), iqm=iqm(x), iqm_ci=bootstrap_ci(x, iqm))
-        row["solved"] = float((x >= threshold).mean()) if threshold is not None and x.size else None
+        evaluated = [source in EVAL_SOURCES for *_, source in members]
+        kind = "eval" if any(evaluated) else "training"
+        values = [v if ok or kind == "training" else None for (_, _, v, _), ok in zip(members, evaluated)]
+        row = {"settings": setting.settings, "seeds": [s for s, *_ in members], "dirs": [d.name for _, d, *_ in members],
+               "kind": kind, "eval_missing": [d.name for (_, d, *_), ok in zip(members, evaluated) if not ok and kind == "eval"],
+               "sources": sorted({src for (*_, v, src), ok in zip(members, evaluated) if ok or kind == "training"})}
+        row.update(member_statistics(row["dirs"], values, threshold))
+        row["left_out"] = [[name, "no eval.json" if name in row["eval_missing"] else why] for name, why in row["left_out"]]
         out.append(row)
     return out
 
@@ -267,22 +334,50 @@ def training_progress(run_dir: Path, doc: dict) -> str:
             + " s of training")
 
 
-def render(run_dir: Path, rows: list, threshold: Optional[float]) -> str:
+def ci_cell(ci, few: bool, digits: int = 1) -> str:
+    """``[428.0, 483.2]``, ``[428.0, 483.2] †`` for n < FEW_CI_MEMBERS, "—" for none (n < 2)."""
+    if ci is None:
+        return "\u2014"
+    return f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" + (" \u2020" if few else "")
+
+
+def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: int = 0) -> str:
     doc = json.loads((run_dir / POPULATION_FILE).read_text())
     f = lambda v: "\u2014" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.1f}"  # noqa: E731
+    kinds = {" / ".join(r["sources"]) for r in rows}
+    if len(kinds) <= 1:
+        sources = "Final return per member: " + (kinds.pop() if kinds else "\u2014") + "."
+    else:
+        sources = "Final return per member, per setting: " + "; ".join(
+            f"{setting_label(r['settings']) or '(seeds only)'}: {' / '.join(r['sources']) or chr(0x2014)}" for r in rows) + "."
     lines = [f"# Population report: {run_dir.name}", "",
              f"{doc.get('env_id')}: {doc.get('members')} members ({len(doc.get('seeds', []))} seeds x {len(rows)} setting{'s' if len(rows) != 1 else ''}), "
              f"{training_progress(run_dir, doc)} in one process.", "",
-             "Final return per member: " + " / ".join(rows[0]["sources"] if rows else []) + ". 95% CIs: percentile bootstrap "
-             f"over members ({BOOTSTRAP_RESAMPLES} resamples, numpy seed {BOOTSTRAP_SEED}). IQM: mean of the middle 50%.", "",
+             f"{sources} 95% CIs: {CI_METHOD}; none (\u2014) for fewer than {MIN_CI_MEMBERS} members. {IQM_TEXT}.", "",
              f"| setting | members | mean | mean 95% CI | IQM | IQM 95% CI | >= {threshold if threshold is not None else 'threshold'} |",
              "|---|---|---|---|---|---|---|"]
+    notes = []
     for r in rows:
         name = setting_label(r["settings"]) or "(seeds only)"
-        ci = lambda c: f"[{c[0]:.1f}, {c[1]:.1f}]" if c else "\u2014"  # noqa: E731
-        solved = f"{r['solved']:.0%}" if r["solved"] is not None else "\u2014"
-        lines.append(f"| {name} | {len(r['seeds'])} | {f(r.get('mean'))} | {ci(r.get('mean_ci'))} | {f(r.get('iqm'))} | "
-                     f"{ci(r.get('iqm_ci'))} | {solved} |")
+        used = f"{r['n']} of {r['members']}" if r["n"] < r["members"] else f"{r['members']}"
+        solved = f"{r['solved']:.0%} ({r['solved_count']} of {r['members']})" if r["solved"] is not None else "\u2014"
+        lines.append(f"| {name} | {used} | {f(r.get('mean'))} | {ci_cell(r['mean_ci'], r['few'])} | {f(r.get('iqm'))} | "
+                     f"{ci_cell(r['iqm_ci'], r['few'])} | {solved} |")
+        if r["eval_missing"]:
+            k, m = len(r["eval_missing"]), r["members"]
+            how = (f"run `proxima report {run_dir} --episodes N` to evaluate them" if episodes < 1 else
+                   "they could not be evaluated (no checkpoint)")
+            notes.append(f"- {name}: eval for {m - k} of {m}; {k} member{'s' if k != 1 else ''} without eval.json "
+                         f"({', '.join(r['eval_missing'])}), left out rather than mixed with training returns: {how}.")
+        other = [f"{d} ({why})" for d, why in r["left_out"] if d not in r["eval_missing"]]
+        if other:
+            notes.append(f"- {name}: left out: {', '.join(other)}.")
+        if r["left_out"] and threshold is not None:
+            notes.append(f"- {name}: the {len(r['left_out'])} member(s) left out count as not reaching {threshold}.")
+    if any(r["few"] and r["mean_ci"] is not None for r in rows):
+        notes.append(f"- \u2020 {FEW_MEMBERS_NOTE}.")
+    if notes:
+        lines += [""] + notes
     lines += ["", "Per member: `proxima report RUN/<member dir>` (same files as a single run).", ""]
     return "\n".join(lines)
 
@@ -298,14 +393,18 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     run_dir = Path(run_dir)
     rows = summarize_settings(run_dir, threshold, episodes, device, quiet)
     out = Path(out) if out is not None else run_dir / "report.md"
-    text = render(run_dir, rows, threshold)
+    text = render(run_dir, rows, threshold, episodes)
     from .plot import PlotError, plot_runs
 
     curve = out.with_name(f"{out.stem}_curve.png") if out.name != "report.md" else run_dir / "curve.png"
     try:  # the population's plot: one IQM curve with its 95% bootstrap band per setting
         plot_runs([run_dir], curve, metric=metric, x=x, smooth=smooth)
-        alt = "learning curves: IQM over members with a 95% bootstrap CI, per setting"
-        text += f"\n![{alt}]({os.path.relpath(curve, out.parent)})\n"
+        alt = f"learning curves: IQM over members of {metric} with a 95% bootstrap CI, per setting"
+        text += (f"\n![{alt}]({os.path.relpath(curve, out.parent)})\n\n"
+                 f"The curve is the training {metric} (stochastic actions, each member's last logged value carried "
+                 f"forward between the iterations in which it finished an episode); the table above is the "
+                 f"{'deterministic eval return' if any(r['kind'] == 'eval' for r in rows) else 'last training return'}. "
+                 f"Its band: 95% CI per x, {CI_METHOD}; not drawn where fewer than {MIN_CI_MEMBERS} members have a value.\n")
     except PlotError as e:
         text += f"\nNo learning curve: {e}\n"
     tmp = out.with_name(out.name + ".tmp")

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import math
 import os
 import signal
 import sys
@@ -343,11 +342,35 @@ def _log_members(loggers, values: dict, pop: Population, sps: float, elapsed: fl
         lg.log(pop.iteration, step, _metric_row(m, sps, lr, elapsed))
 
 
+def _setting_of(configs) -> list:
+    """Each member's setting label (``lr=0.001``), from the fields its config differs in from the
+    others' (not the seed nor its directory); "" for all of a population of seeds only."""
+    from .population_report import setting_label
+
+    rows = [c.to_dict() for c in configs]
+    varied = [k for k in rows[0] if k not in ("seed", "run_dir") and len({repr(r.get(k)) for r in rows}) > 1]
+    return [setting_label({k: r[k] for k in varied}) for r in rows]
+
+
+def _per_setting(labels: list, values: list) -> dict:
+    """{setting label: [its members' values]} in the members' order."""
+    out: dict = {}
+    for label, v in zip(labels, values):
+        out.setdefault(label, []).append(v)
+    return out
+
+
 def _progress(values: dict, pop: Population, step: int, elapsed: float) -> None:
-    rets = [s / c for s, c in zip(values["ep_return_sum"], values["ep_count"]) if c]
-    mean = sum(rets) / len(rets) if rets else math.nan
-    print(f"population {pop.members} members | step {step:,}/member | mean episodic return {mean:.1f} | {elapsed:.1f}s",
-          file=sys.stderr)
+    """One line: the mean episodic return of the episodes finished this iteration, per setting (of its
+    members that finished one; "—" where none did)."""
+    rets = [s / c if c else None for s, c in zip(values["ep_return_sum"], values["ep_count"])]
+    parts = []
+    for label, rs in _per_setting(_setting_of(pop.configs), rets).items():
+        done = [r for r in rs if r is not None]
+        mean = f"{sum(done) / len(done):.1f}" if done else "\u2014"
+        parts.append((f"{label}: " if label else "") + f"{mean} ({len(done)} of {len(rs)} members finished an episode)")
+    print(f"population {pop.members} members | step {step:,}/member | mean episodic return " + "; ".join(parts)
+          + f" | {elapsed:.1f}s", file=sys.stderr)
 
 
 def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: float, evaluate_at_end: bool, quiet: bool) -> None:
@@ -370,10 +393,13 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
         (d / "eval.json").write_text(json.dumps(result, indent=2))
         evals.append(result["mean_return"])
     _write_population_json(run_dir, pop, seeds, sweep, dirs, wall=wall, evals=evals)
-    if not quiet and any(e is not None for e in evals):
-        done = [e for e in evals if e is not None]
-        print(f"eval {pop.cfg.env_id}: {len(done)} members, mean of means {sum(done) / len(done):.2f} "
-              f"(min {min(done):.2f}, max {max(done):.2f}); {wall:.1f}s of training")
+    if not quiet and any(e is not None for e in evals):  # one line per setting: settings are not pooled
+        lines = [f"eval {pop.cfg.env_id}{' ' + label if label else ''}: {len(done)} members, mean of means "
+                 f"{sum(done) / len(done):.2f} (min {min(done):.2f}, max {max(done):.2f})"
+                 for label, values in _per_setting(_setting_of(pop.configs), evals).items()
+                 for done in [[e for e in values if e is not None]] if done]
+        lines[-1] += f"; {wall:.1f}s of training"
+        print("\n".join(lines))
 
 
 def cmd_train_population(args, cfg: PPOConfig) -> int:

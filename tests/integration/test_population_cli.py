@@ -118,6 +118,23 @@ def test_memory_estimate_grows_with_members():
     assert torch.tensor(one).item() > 4 * 128 * 4 * 4  # at least the float32 observations
 
 
+def test_train_closing_and_progress_lines_are_per_setting(tmp_path, capsys):
+    small = [a for a in SMALL if a != "--quiet"]
+    assert cli.main(["train", "CartPole-v1", "--seeds", "1,2", "--sweep", "lr=1e-3,3e-4", "--run-dir", str(tmp_path / "R"),
+                     *small]) == 0
+    out, err = capsys.readouterr()
+    evals = {e["dir"]: json.load(open(tmp_path / "R" / e["dir"] / "eval.json"))["mean_return"]
+             for e in json.loads((tmp_path / "R" / "population.json").read_text())["member_dirs"]}
+    lines = [ln for ln in out.splitlines() if ln.startswith("eval ")]
+    for line, lr in zip(lines, ("0.001", "0.0003")):
+        mine = [v for d, v in evals.items() if d.endswith(f"-lr{lr}")]
+        assert line.startswith(f"eval CartPole-v1 lr={lr}: 2 members, mean of means {sum(mine) / 2:.2f} "
+                               f"(min {min(mine):.2f}, max {max(mine):.2f})")
+    assert len(lines) == 2 and lines[-1].endswith("s of training")
+    progress = [ln for ln in err.splitlines() if ln.startswith("population 4 members")]
+    assert progress and all("mean episodic return lr=0.001: " in ln and "; lr=0.0003: " in ln for ln in progress)
+
+
 def test_report_of_a_real_population_has_a_row_per_setting_and_a_curve(population_run, capsys):
     run_dir, _ = population_run
     assert cli.main(["report", str(run_dir), "--threshold", "10"]) == 0

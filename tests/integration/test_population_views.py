@@ -105,22 +105,52 @@ def test_statistics_at_an_x_count_only_the_members_present_there():
     expected = [iqm(col[~np.isnan(col)]) for col in stack.T]
     np.testing.assert_allclose(iqm_along(stack, axis=0), expected, rtol=1e-12)
     lo, hi = bootstrap_band(stack, "iqm")
-    assert lo[0] == hi[0] == 0.5  # resampling one member gives that member
+    assert np.isnan(lo[0]) and np.isnan(hi[0])  # one member: no band (a zero-width one would claim certainty)
     present = ~np.isnan(stack)
     for j in range(1, 30):  # a band never leaves the range of the members present at that x
-        assert stack[present[:, j], j].min() <= lo[j] <= hi[j] <= stack[present[:, j], j].max()
+        if present[:, j].sum() >= 2:
+            assert stack[present[:, j], j].min() <= lo[j] <= hi[j] <= stack[present[:, j], j].max()
+        else:
+            assert np.isnan(lo[j]) and np.isnan(hi[j])
 
 
-def test_members_with_empty_cells_are_interpolated_and_counted_in_the_label(tmp_path):
+def test_the_band_uses_the_tables_resamples_and_is_its_interval_at_each_x():
+    from proxima.population_report import BAND_RESAMPLES, BOOTSTRAP_RESAMPLES, bootstrap_ci
+
+    assert BAND_RESAMPLES == BOOTSTRAP_RESAMPLES == 2000
+    x = np.array([1.0, 5.0, 2.0, 8.0, 3.0, 9.0])
+    lo, hi = bootstrap_band(x[:, None], "mean")  # one x point: the same percentile bootstrap as the table's
+    ci = bootstrap_ci(x, np.mean)
+    assert abs(lo[0] - ci[0]) < 0.5 and abs(hi[0] - ci[1]) < 0.5
+
+
+def test_members_with_empty_cells_carry_their_last_value_on_the_logged_steps(tmp_path):
     steps = np.array([100, 200, 300, 400])
     returns = np.array([[np.nan, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0], [1.0, 4.0, 5.0, 6.0], [1.0, 0.0, 1.0, 2.0]])
     run = _fake_population(tmp_path / "R", [({}, returns)], steps)
     _, _, [curve] = population_curves(run, stat="mean")
-    assert curve.label == "mean, 95% CI (4 members, 3 at some points)"  # no sweep: no setting name
+    assert curve.label == "mean, 95% CI (4 members, fewer before step 200)"  # no sweep: no setting name
     np.testing.assert_allclose(curve.x, [100, 200, 300, 400])
     np.testing.assert_allclose(curve.y, [1.0, 2.0, 3.0, 4.0])
+    assert curve.band_label == ("last value carried forward\n95% CI: 2000 bootstrap resamples,\ndefault_rng(0); none for < 2 "
+                                "members")
 
 
+def test_population_curves_are_on_the_logged_steps_and_a_strong_member_never_drops_out(tmp_path):
+    steps = np.arange(1, 6) * 256
+    # setting a: member 0 (strong, long episodes) finishes episodes in iterations 1 and 3 only
+    a = np.array([[400.0, np.nan, 500.0, np.nan, np.nan], [10.0, 20.0, 30.0, 40.0, 50.0], [11.0, 21.0, 31.0, 41.0, 51.0],
+                  [12.0, 22.0, 32.0, 42.0, 52.0]])
+    b = np.array([[1.0, 2.0, 3.0, 4.0, 5.0]] * 2)
+    run = _fake_population(tmp_path / "R", [({"lr": 0.001}, a), ({"lr": 0.0003}, b)], steps)
+    _, _, (ca, cb) = population_curves(run, stat="mean")
+    np.testing.assert_array_equal(ca.x, steps)  # real steps (256, 512, ...), not linspace points, in both settings
+    np.testing.assert_array_equal(cb.x, steps)
+    # the strong member counts at every step with its last return: 500 at steps 768-1280
+    np.testing.assert_allclose(ca.y, [(400 + 33) / 4, (400 + 63) / 4, (500 + 93) / 4, (500 + 123) / 4, (500 + 153) / 4])
+    assert ca.label == "lr=0.001: mean, 95% CI (4 members)"
+    _, _, (iq, _) = population_curves(run)  # IQM of 4: drops 1 at each end; the strong member is the top one
+    assert iq.y[-1] == pytest.approx((51.0 + 52.0) / 2)
 def test_population_and_plain_runs_are_drawn_in_their_own_panels(tmp_path, capsys):
     steps = np.array([100, 200, 300])
     pop = _fake_population(tmp_path / "R", [({"ent_coef": 0.01}, np.array([[1.0, 2, 3], [3.0, 4, 5], [5.0, 6, 9]]))], steps)
@@ -199,6 +229,9 @@ def test_eval_of_a_population_evaluates_every_member_and_sums_up_each_setting(tr
         assert s["mean_returns"] == means and len(means) == 2
         assert s["iqm"] == pytest.approx(iqm(np.array(means))) and s["mean"] == pytest.approx(np.mean(means))
         assert s["iqm_ci"][0] <= s["iqm"] <= s["iqm_ci"][1]
+        assert (s["n"], s["left_out"], s["few"], s["resamples"], s["level"], s["rng"]) == (2, [], True, 2000, 0.95,
+                                                                                          "numpy default_rng(0)")
+        assert s["ci_note"].startswith("n < 5: percentile-bootstrap intervals cover well under 95%")
 
     # a member's result is what `proxima eval RUN/<member>` gives for it alone
     first = result["members"][0]
@@ -212,10 +245,13 @@ def test_eval_of_a_population_evaluates_every_member_and_sums_up_each_setting(tr
 def test_eval_of_a_population_prints_a_line_per_member_and_per_setting(trained, capsys):
     code, out, _ = run_main(["eval", str(trained), "--episodes", "2"], capsys)
     lines = out.strip().splitlines()
-    assert code == 0 and len(lines) == 6
+    assert code == 0 and len(lines) == 7
     assert lines[0].startswith("m000-seed1-lr0.001: ") and lines[0].endswith("over 2 episodes (deterministic)")
     assert lines[4].startswith("CartPole-v1 lr=0.001 (2 members): mean ") and "IQM" in lines[4]
+    assert lines[4].endswith("\u2020 (95% percentile-bootstrap CIs over members, 2000 resamples, numpy default_rng(0))")
     assert lines[5].startswith("CartPole-v1 lr=0.0003 (2 members): mean ")
+    assert lines[6] == ("\u2020 n < 5: percentile-bootstrap intervals cover well under 95% (about 50-80% for n = 2-4); "
+                        "run more seeds")
 
 
 def test_eval_names_a_member_without_a_checkpoint_and_evaluates_none(trained, tmp_path, capsys):

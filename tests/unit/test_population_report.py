@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from proxima import cli
-from proxima.population_report import bootstrap_ci, iqm, summarize_settings
+from proxima.population_eval import format_summary
+from proxima.population_report import bootstrap_ci, iqm, member_statistics, summarize_settings
 
 
 def test_iqm_trims_a_quarter_at_each_end_like_scipy_trim_mean():
@@ -23,6 +24,7 @@ def test_bootstrap_ci_is_reproducible_and_brackets_the_mean():
     assert (lo, hi) == bootstrap_ci(x, np.mean)  # fixed seed
     assert x.min() <= lo < x.mean() < hi <= x.max()
     assert bootstrap_ci(np.full(5, 7.0), np.mean) == (7.0, 7.0)
+    assert bootstrap_ci(np.array([184.3]), np.mean) is None  # one member: no interval, not [184.3, 184.3]
 
 
 def _fake_population(root, returns_by_lr: dict):
@@ -47,8 +49,64 @@ def test_report_of_a_population_gives_per_setting_statistics(tmp_path, capsys):
     assert rows[0]["solved"] == pytest.approx(0.75) and rows[1]["solved"] == 0.0
     assert cli.main(["report", str(run), "--threshold", "475"]) == 0
     text = (run / "report.md").read_text()
-    assert "| lr=0.001 | 4 | 395.0 |" in text and "| 75% |" in text
+    assert "| lr=0.001 | 4 | 395.0 |" in text and "| 75% (3 of 4) |" in text
     assert "| lr=0.0003 | 4 | 35.0 |" in text
+    assert ("95% CIs: percentile bootstrap over members, 2000 resamples, numpy default_rng(0); none (\u2014) for fewer than "
+            "2 members. IQM: trimmed mean, floor(n/4) of the n values dropped at each end (rliable's; equals the mean for "
+            "n < 4).") in text
+    assert "middle 50%" not in text
+    # n = 4 < 5: the interval is given, marked, and the footnote says why
+    lo, hi = bootstrap_ci(np.array([500.0, 480.0, 100.0, 500.0]), np.mean)
+    assert f"| lr=0.001 | 4 | 395.0 | [{lo:.1f}, {hi:.1f}] \u2020 | 490.0 |" in text
+    assert ("- \u2020 n < 5: percentile-bootstrap intervals cover well under 95% (about 50-80% for n = 2-4); run more "
+            "seeds.") in text
+
+
+def test_one_member_gets_no_interval_and_five_no_mark(tmp_path):
+    run = tmp_path / "R"
+    _fake_population(run, {1e-3: [184.3], 3e-4: [10.0, 20.0, 30.0, 40.0, 50.0]})
+    assert cli.main(["report", str(run)]) == 0
+    text = (run / "report.md").read_text()
+    assert "| lr=0.001 | 1 | 184.3 | \u2014 | 184.3 | \u2014 | \u2014 |" in text
+    lo, hi = bootstrap_ci(np.array([10.0, 20.0, 30.0, 40.0, 50.0]), np.mean)
+    assert f"| lr=0.0003 | 5 | 30.0 | [{lo:.1f}, {hi:.1f}] | 30.0 |" in text and "\u2020" not in text
+
+
+def test_non_finite_members_are_named_left_out_and_not_solved(tmp_path):
+    run = tmp_path / "R"
+    _fake_population(run, {1e-3: [float("nan"), 500.0, 500.0, 100.0, 200.0, 300.0], 3e-4: [float("inf"), 1, 2, 3, 4, 5]})
+    rows = summarize_settings(run, threshold=475)
+    assert (rows[0]["n"], rows[0]["members"], rows[0]["solved_count"]) == (5, 6, 2)
+    assert rows[0]["solved"] == pytest.approx(2 / 6)  # not 2/5: the NaN member did not reach 475
+    assert rows[0]["left_out"] == [["m000-seed1-lr0.001", "NaN"]] and rows[1]["left_out"] == [["m006-seed1-lr0.0003", "inf"]]
+    assert rows[0]["mean"] == pytest.approx(320.0)
+    assert cli.main(["report", str(run), "--threshold", "475"]) == 0
+    text = (run / "report.md").read_text()
+    assert "| lr=0.001 | 5 of 6 | 320.0 |" in text and "| 33% (2 of 6) |" in text
+    assert "- lr=0.001: left out: m000-seed1-lr0.001 (NaN)." in text
+    assert "- lr=0.0003: left out: m006-seed1-lr0.0003 (inf)." in text
+    assert "- lr=0.001: the 1 member(s) left out count as not reaching 475.0." in text
+
+
+def test_members_without_eval_json_are_left_out_not_mixed_with_training_returns(tmp_path):
+    run = tmp_path / "R"
+    _fake_population(run, {1e-3: [100.0, 200.0, 300.0, 400.0]})
+    missing = run / "m003-seed4-lr0.001"
+    (missing / "eval.json").unlink()
+    (missing / "metrics.csv").write_text("iteration,global_step,charts/episodic_return\n1,64,9000.0\n")
+    [row] = summarize_settings(run, threshold=250, episodes=0)
+    assert row["kind"] == "eval" and row["returns"] == [100.0, 200.0, 300.0]  # not the training return 9000
+    assert row["left_out"] == [[missing.name, "no eval.json"]] and row["solved_count"] == 1
+    assert cli.main(["report", str(run), "--episodes", "0", "--threshold", "250"]) == 0
+    text = (run / "report.md").read_text()
+    assert "| lr=0.001 | 3 of 4 | 200.0 |" in text
+    assert (f"- lr=0.001: eval for 3 of 4; 1 member without eval.json ({missing.name}), left out rather than mixed with "
+            f"training returns: run `proxima report {run} --episodes N` to evaluate them.") in text
+    for ev in run.glob("*/eval.json"):  # none has an evaluation: the training return of every member, said so
+        ev.unlink()
+    [row] = summarize_settings(run, episodes=0)
+    assert row["kind"] == "training" and row["n"] == 1 and [r[1] for r in row["left_out"]] == ["no result"] * 3
+    assert row["returns"] == [9000.0]
 
 
 def test_report_names_a_missing_member_directory(tmp_path, capsys):
@@ -59,3 +117,17 @@ def test_report_names_a_missing_member_directory(tmp_path, capsys):
     assert cli.main(["report", str(run)]) == 2
     assert "m001-seed2-lr0.001: member directory listed in population.json is missing" in capsys.readouterr().err
     assert not (run / "report.md").exists()
+
+
+def test_eval_summary_lines_share_the_report_statistics_and_say_how_the_ci_is_made():
+    base = {"resamples": 2000, "rng": "numpy default_rng(0)"}
+    one = {"label": "lr=0.001", **member_statistics(["a"], [184.3]), "members": ["a"], **base}
+    few = {"label": "lr=0.0003", **member_statistics(["b", "c", "d"], [1.0, float("inf"), 3.0]), "members": ["b", "c", "d"], **base}
+    text = format_summary({"env_id": "CartPole-v1", "settings": [one, few]})
+    lo, hi = bootstrap_ci(np.array([1.0, 3.0]), np.mean)
+    assert text.splitlines() == [
+        "CartPole-v1 lr=0.001 (1 members): mean 184.30 \u2014, IQM 184.30 \u2014 (95% percentile-bootstrap CIs over "
+        "members, 2000 resamples, numpy default_rng(0))",
+        f"CartPole-v1 lr=0.0003 (2 of 3 members): mean 2.00 [{lo:.2f}, {hi:.2f}] \u2020, IQM 2.00 [{lo:.2f}, {hi:.2f}] "
+        "\u2020 (95% percentile-bootstrap CIs over members, 2000 resamples, numpy default_rng(0)); left out: c (inf)",
+        "\u2020 n < 5: percentile-bootstrap intervals cover well under 95% (about 50-80% for n = 2-4); run more seeds"]
