@@ -1,8 +1,12 @@
 # Proxima: `make train` trains and evaluates the default agent; `make test` runs the fast tests.
-# Both set up .venv first when needed (Python 3.11 and make are all a fresh machine needs).
+# Both set up .venv first when needed (Python 3.11 or newer and make are all a fresh machine needs;
+# Debian/Ubuntu: also the python3.X-venv package; another Python: make setup PYTHON=python3.12).
 # `make test-container` builds docker/Dockerfile and checks the running container (root, apt, podman);
 # `make ci-train` trains, evaluates and reports inside that image (docker/README.md).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# requirements.lock pins numpy 2.4.x, which needs Python 3.11 or newer: checked before pip runs
+PYTHON_VERSION = $(shell $(PYTHON) -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null)
+PYTHON_OK = $(shell $(PYTHON) -c 'import sys; print(sys.version_info >= (3, 11))' 2>/dev/null)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.proxima-installed
@@ -17,7 +21,9 @@ export OMP_NUM_THREADS ?= 1
 setup: $(STAMP)
 
 # torch is pinned to 2.13.0 (pyproject.toml); every other dependency is pinned by requirements.lock
+# (the $(error) is expanded with the recipe, before its first command: one line, exit 2, nothing created)
 $(STAMP): pyproject.toml requirements.lock
+	$(if $(filter True,$(PYTHON_OK)),,$(error $(if $(PYTHON_VERSION),$(PYTHON) is Python $(PYTHON_VERSION),no Python found (PYTHON=$(PYTHON))); Proxima needs Python 3.11 or newer (requirements.lock pins numpy 2.4.x); choose one with PYTHON: make setup PYTHON=python3.11))
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c requirements.lock -e ".[dev,rlhf,video]"

@@ -50,10 +50,11 @@ def fail(prog: str, message: str) -> int:
 
 
 # ------------------------------------------------------------------------------------ train
-def add_config_flags(p: argparse.ArgumentParser, hidden: tuple = ()) -> None:
+def add_config_flags(p: argparse.ArgumentParser, hidden: tuple = (), recorded: bool = False) -> None:
     """One flag per PPOConfig field, help from the field's docstring; default=SUPPRESS so only
     the flags a user typed override the preset. ``hidden``: fields left out of --help (still parsed,
-    so that the command can refuse them with its own line rather than "unrecognized arguments")."""
+    so that the command can refuse them with its own line rather than "unrecognized arguments").
+    ``recorded``: the command takes the run's recorded values (resume): --help says "default: the run's"."""
     for name, f in FIELDS.items():
         if name == "env_id":
             continue
@@ -63,6 +64,8 @@ def add_config_flags(p: argparse.ArgumentParser, hidden: tuple = ()) -> None:
         shown = f.default_factory() if callable(f.default_factory) else f.default
         if isinstance(shown, list):
             shown = ",".join(map(str, shown))
+        if recorded:
+            shown = "the run's"
         shown_help = argparse.SUPPRESS if name in hidden else f"{help_text} (default: {shown})"
         if isinstance(default, bool):
             p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=shown_help)
@@ -87,6 +90,12 @@ def config_from_args(args: argparse.Namespace, prog: str):
     from .envs.gym_adapter import imports_code, refuse_recorded_env
 
     file_values = load_config_file(args.config) if getattr(args, "config", None) else {}
+    if file_values.get("run_dir") and getattr(args, "resume", None) is None and _own_run_dir(args.config, file_values["run_dir"]):
+        # a run's own config.yaml (RUN/config.yaml records run_dir: RUN): a new run gets a new directory
+        if "run_dir" not in vars(args) and not getattr(args, "quiet", False) and os.environ.get("RANK", "0") == "0":
+            print(f"{prog}: note: --config {args.config}: run_dir {file_values['run_dir']} is that run's own directory; "
+                  "this run gets a new one (choose it with --run-dir DIR)", file=sys.stderr)
+        file_values = {k: v for k, v in file_values.items() if k != "run_dir"}
     env_id = args.env_id or file_values.get("env_id") or DEFAULT_ENV
     if args.env_id is None and imports_code(str(env_id)):
         refuse_recorded_env(str(env_id), args.config, "train")  # data from a file: the user names module envs
@@ -98,6 +107,14 @@ def config_from_args(args: argparse.Namespace, prog: str):
         if name != "env_id" and name in vars(args):
             setattr(cfg, name, coerce(name, getattr(args, name), source="flag"))
     return cfg
+
+
+def _own_run_dir(config_file: str, run_dir) -> bool:
+    """Whether ``run_dir`` (from ``--config FILE``) is FILE's own folder: the file is a run's config.yaml."""
+    try:
+        return isinstance(run_dir, str) and Path(config_file).resolve().parent == Path(run_dir).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return False
 
 
 def cmd_train(args) -> int:
@@ -332,7 +349,8 @@ def build_parser() -> ArgParser:
     p = sub.add_parser("train", help="train PPO on an env", description="Train PPO. Flags override the env's preset, which overrides the defaults.")
     p.add_argument("env_id", nargs="?", default=None, metavar="ENV_ID", help="Gymnasium id or module:ClassName (default CartPole-v1)")
     p.add_argument("--preset", default=None, help="named preset for the env (see `proxima presets`; default: the env's 'default')")
-    p.add_argument("--config", default=None, metavar="FILE.yaml", help="YAML file of PPOConfig fields (e.g. a run's config.yaml); "
+    p.add_argument("--config", default=None, metavar="FILE.yaml", help="YAML file of PPOConfig fields (e.g. a run's config.yaml: "
+                   "its run_dir, that run's own directory, is not reused; the new run gets a new one or --run-dir's); "
                    "precedence: defaults < preset < this file < flags; a module:Class env_id in it must be given as ENV_ID too")
     p.add_argument("--resume", default=None, metavar="auto|PATH", help="continue a run: a checkpoint or run directory, or auto (the --run-dir's latest checkpoint, if any); only the flags listed in docs/reliability.md may change")
     p.add_argument("--overwrite", action="store_true", help="start a new run in a --run-dir that holds files: the old directory is moved aside (DIR.old-TIME)")
@@ -375,15 +393,17 @@ def build_parser() -> ArgParser:
                        "only what is safe to change (docs/reliability.md): --total-timesteps extends the run, others such as "
                        "--checkpoint-every or --eval-episodes; any other flag that differs from the run's config is refused.")
     p.add_argument("path", metavar="RUN_DIR", help="run directory")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or summary lines")
     p.add_argument("--steps", type=int, default=None, metavar="N", help="RLHF runs: continue until step N (extends the run)")
     add_trust_flags(p, "resume")
-    add_config_flags(p, hidden=("run_dir",))  # a run resumes in its own directory (RUN_DIR); a different --run-dir is refused
+    add_config_flags(p, hidden=("run_dir",), recorded=True)  # a run resumes in its own directory (RUN_DIR); a different --run-dir is refused
     p.set_defaults(func=cmd_resume)
 
-    p = sub.add_parser("presets", help="list the tuned presets")
-    p.add_argument("env_id", nargs="?", default=None)
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("presets", help="list the tuned presets", description="List the tuned presets: env id, name, "
+                       "steps, description (any other env trains with the defaults of PPOConfig).")
+    p.add_argument("env_id", nargs="?", default=None, metavar="ENV_ID", help="list only this env's presets (default: every env's)")
+    p.add_argument("--json", action="store_true", help="print one JSON list of {env_id, preset, steps, description} "
+                   "(steps as a number)")
     p.set_defaults(func=cmd_presets)
 
     for name in PLUGINS:
@@ -397,13 +417,31 @@ def build_parser() -> ArgParser:
     return parser
 
 
+def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra: list) -> str:
+    """``; did you mean --num-envs?`` for unknown flags close to one of the command's (difflib)."""
+    import difflib
+
+    target = parser
+    if command:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        target = subs[0].choices.get(command, parser) if subs else parser
+    known = [o for a in target._actions for o in a.option_strings if o.startswith("--") and a.help is not argparse.SUPPRESS]
+    close = []
+    for word in extra:
+        flag = word.split("=", 1)[0]
+        if flag.startswith("--"):
+            close += [m for m in difflib.get_close_matches(flag, known, n=1) if m not in close]
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
 def main(argv: Optional[list] = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command they were given to: `proxima train: error: unrecognized arguments: ...`
         command = getattr(args, "command", None)
         prog = f"{parser.prog} {command}" if command else parser.prog
-        return fail(prog, f"unrecognized arguments: {' '.join(extra)} (see {prog} --help)")
+        hint = _did_you_mean(parser, command, extra)
+        return fail(prog, f"unrecognized arguments: {' '.join(extra)}{hint} (see {prog} --help)")
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE

@@ -15,6 +15,20 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 
+def extra_install(extra: str) -> str:
+    """The command that installs Proxima's optional dependency group `extra` (README, Makefile).
+
+    Not `pip install 'proxima[extra]'`: PyPI's `proxima` is an unrelated package. Proxima is
+    installed from its repository, editable, with the pinned versions of requirements.lock.
+    """
+    return f".venv/bin/pip install -c requirements.lock -e '.[{extra}]'"
+
+
+def install_hint(extra: str) -> str:
+    """'install it from the repository root with: <command>': the one wording of every install hint."""
+    return f"install it from the repository root with: {extra_install(extra)}"
+
+
 class ConfigError(ValueError):
     """A config value a user must change; the message names the field and what to do."""
 
@@ -96,15 +110,63 @@ RESUME_SAFE = ("total_timesteps", "stop_return", "stop_episodes", "checkpoint_ev
                "progress", "plot", "threads", "keep_host_memory", "device", "debug_checks", "compile", "compile_mode", "run_dir")
 
 
+#: other names of fields, as accepted on the command line (--learning-rate for --lr); a YAML key
+#: spelled so is suggested its field
+ALIASES = {"learning_rate": "lr"}
+
+
 def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "config") -> PPOConfig:
-    """Build a config from a plain dict (preset YAML, config.yaml), rejecting unknown keys."""
+    """Build a config from a plain dict (preset YAML, config.yaml), rejecting unknown keys.
+
+    Which source set each field is kept on the config (``value_source``), so a message about a
+    value the user did not type can name where it came from (``--preset gpu``)."""
     cfg = dataclasses.replace(base) if base is not None else PPOConfig()
+    sources = dict(getattr(base, "_sources", None) or {})
     for key, value in values.items():
         if key not in FIELDS:
-            close = _close(str(key), FIELDS)  # YAML keys may be numbers or null
+            close = close_field(str(key))  # YAML keys may be numbers or null
             raise ConfigError(f"{source}: unknown field '{key}'" + (f" (did you mean '{close}'?)" if close else ""))
         setattr(cfg, key, coerce(key, value, source))
+        sources[key] = (source, getattr(cfg, key))
+    cfg._sources = sources  # not a field: asdict/config.yaml leave it out
     return cfg
+
+
+def close_field(word: str) -> Optional[str]:
+    """The field a misspelt key means: an alias (learning_rate -> lr), a dashed flag name, or the
+    nearest field or alias name (difflib)."""
+    key = word.strip().lstrip("-").replace("-", "_").lower()
+    if key in FIELDS:
+        return key
+    if key in ALIASES:
+        return ALIASES[key]
+    close = _close(key, list(FIELDS) + list(ALIASES))
+    return ALIASES.get(close, close) if close else None
+
+
+def preset_of(cfg: PPOConfig, name: str) -> Optional[str]:
+    """The preset's name ('gpu') when field ``name`` still holds the value a preset set, else None
+    (a flag or --config FILE set it, or the default)."""
+    source, value = (getattr(cfg, "_sources", None) or {}).get(name, ("", None))
+    if not source.startswith("preset ") or getattr(cfg, name) != value:
+        return None
+    return source.rpartition("/")[2] or None
+
+
+def cpu_preset_hint(cfg: PPOConfig) -> str:
+    """'on a CPU use --preset fast': a preset of the same env that needs no CUDA, else --device cpu."""
+    try:
+        from .presets import all_presets
+
+        presets = all_presets().get(cfg.env_id, {})
+    except Exception:  # noqa: BLE001 - only a hint
+        presets = {}
+    cpu = [n for n, body in presets.items() if not str((body.get("config") or {}).get("device", "cpu")).startswith("cuda")
+           and not (body.get("config") or {}).get("cudagraphs")]
+    for name in ("fast", "default", *sorted(cpu)):
+        if name in cpu:
+            return f"on a CPU use --preset {name}"
+    return "on a CPU add --device cpu --no-cudagraphs"
 
 
 def load_config_file(path: str) -> dict:
@@ -308,11 +370,19 @@ def validate(cfg: PPOConfig, world_size: int = 1) -> None:
     if batch // cfg.num_minibatches < 2:
         bad("num_minibatches", f"gives minibatches of {batch // cfg.num_minibatches} sample; advantage normalization needs at least 2")
     if cfg.total_timesteps < batch * world_size:
-        bad("total_timesteps", f"is smaller than one batch ({batch * world_size} steps = num_envs x num_steps{' x processes' if world_size > 1 else ''})")
+        procs = f" x {world_size} processes" if world_size > 1 else ""
+        raise ConfigError(f"one batch (--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}{procs} = {batch * world_size:,} steps) "
+                          f"is larger than --total-timesteps {cfg.total_timesteps}: lower --num-envs or --num-steps, or raise --total-timesteps")
     if not 0 <= cfg.seed <= MAX_SEED:
         bad("seed", f"must be an integer from 0 to {MAX_SEED:,} (numpy seeds are 32-bit; ranks and evaluation add offsets)")
     if not cfg.env_id:
         bad("env_id", "must name an environment")
+    preset = preset_of(cfg, "device")
+    if preset and isinstance(cfg.device, str) and cfg.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():  # not --device cuda: the user typed --preset, name it
+            raise ConfigError(f"--preset {preset} needs CUDA, which is not usable here (run `proxima doctor`); {cpu_preset_hint(cfg)}")
 
 
 def batch_size(cfg: PPOConfig) -> int:

@@ -23,24 +23,57 @@ import shutil
 import sys
 from typing import Any, Callable
 
+from .config import install_hint
+
 TORCH_PIN = "2.13.0"
+
 
 # package -> how to install it when it is missing
 OPTIONAL_PACKAGES = {
     "gymnasium": "pip install 'gymnasium>=1.1,<2'",
-    "mujoco": "pip install 'proxima[mujoco]'",
-    "transformers": "pip install 'proxima[rlhf]'",
-    "peft": "pip install 'proxima[rlhf]'",
+    "mujoco": install_hint("mujoco"),
+    "box2d": install_hint("box2d"),
+    "envpool": install_hint("atari"),
+    "ale-py": install_hint("atari"),
+    "opencv": install_hint("atari"),
+    "imageio": install_hint("video"),
+    "imageio-ffmpeg": install_hint("video"),
+    "transformers": install_hint("rlhf"),
+    "peft": install_hint("rlhf"),
     "tensorboard": "pip install 'tensorboard>=2.14'",
 }
 
 _WHAT_NEEDS = {
     "gymnasium": "needed for Gymnasium env ids",
     "mujoco": "needed for MuJoCo envs such as HalfCheetah-v5",
+    "box2d": "needed for Box2D envs such as LunarLander-v3",
+    "envpool": "the fast Atari backend, --backend envpool; else Atari uses ale-py",
+    "ale-py": "needed for Atari envs such as Pong-v5 without EnvPool",
+    "opencv": "needed with ale-py for Atari envs without EnvPool",
+    "imageio": "needed for `proxima eval --video` without Pillow",
+    "imageio-ffmpeg": "needed for MP4/WebM videos; without it --video writes a GIF",
     "transformers": "needed for `proxima rlhf`",
     "peft": "needed for LoRA in `proxima rlhf`",
     "tensorboard": "needed for TensorBoard logs",
 }
+
+# package -> (the module it is imported as, the distributions whose version is reported). The
+# packages in _FIND_ONLY are slow to import and only looked up (found on sys.path counts as
+# importable); the others are imported, so a wheel built for another platform shows up here.
+_MODULES = {
+    "gymnasium": ("gymnasium", ("gymnasium",)),
+    "mujoco": ("mujoco", ("mujoco",)),
+    "box2d": ("Box2D", ("box2d", "box2d-py", "Box2D")),
+    "envpool": ("envpool", ("envpool",)),
+    "ale-py": ("ale_py", ("ale-py",)),
+    "opencv": ("cv2", ("opencv-python-headless", "opencv-python", "opencv-contrib-python-headless", "opencv-contrib-python")),
+    "imageio": ("imageio", ("imageio",)),
+    "imageio-ffmpeg": ("imageio_ffmpeg", ("imageio-ffmpeg",)),
+    "transformers": ("transformers", ("transformers",)),
+    "peft": ("peft", ("peft",)),
+    "tensorboard": ("tensorboard", ("tensorboard",)),
+}
+_FIND_ONLY = {"transformers", "peft", "tensorboard"}
 
 
 def _probe(errors: dict, name: str, fn: Callable[[], Any], default: Any = None) -> Any:
@@ -105,6 +138,24 @@ def _pkg_version(name: str) -> str | None:
         return None
 
 
+def _package(name: str) -> tuple[str | None, bool, str]:
+    """(version or None, importable, why not importable) of one OPTIONAL_PACKAGES entry."""
+    import importlib
+
+    module, dists = _MODULES[name]
+    version = next((v for v in (_pkg_version(d) for d in dists) if v), None)
+    if importlib.util.find_spec(module) is None:
+        return version, False, "not found"
+    if name in _FIND_ONLY:
+        return version, True, ""
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:  # a wheel for another platform, a missing shared library, ...
+        text = str(e).strip().splitlines()
+        return version, False, f"{type(e).__name__}: {text[0] if text else ''}".strip().rstrip(":")
+    return version or str(getattr(mod, "__version__", "") or "") or "unknown version", True, ""
+
+
 def collect() -> dict:
     """Probe the machine; return a JSON-serialisable dict (see module docstring). Never raises."""
     errors: dict[str, str] = {}
@@ -135,6 +186,7 @@ def collect() -> dict:
         "cpu_vendor": None,
         "cpu_tanh": None,
         "packages": {},
+        "importable": {},
         "hints": hints,
         "errors": errors,
     }
@@ -168,10 +220,12 @@ def collect() -> dict:
     )
 
     for name, how in OPTIONAL_PACKAGES.items():
-        version = _probe(errors, f"package:{name}", lambda n=name: _pkg_version(n))
-        info["packages"][name] = version
-        if version is None:
+        version, importable, why = _probe(errors, f"package:{name}", lambda n=name: _package(n), (None, False, "probe failed"))
+        info["packages"][name], info["importable"][name] = version, importable
+        if version is None and not importable:
             hints.append(f"{name} not installed: {how} ({_WHAT_NEEDS[name]})")
+        elif not importable:
+            hints.append(f"{name} {version} is installed but does not import ({why}): {how} ({_WHAT_NEEDS[name]})")
 
     for probe, err in errors.items():
         if probe != "torch":
@@ -340,8 +394,12 @@ def format_report(info: dict) -> str:
             f"tanh {_or_dash(info.get('cpu_tanh'))}",
         )
     )
+    importable = info.get("importable") or {}
     for name, version in (info.get("packages") or {}).items():
-        rows.append((name, version if version else "not installed"))
+        if importable.get(name, version is not None):
+            rows.append((name, f"{version or 'unknown version'}, importable"))
+        else:
+            rows.append((name, f"{version}, installed but not importable" if version else "not installed"))
 
     width = max(len(k) for k, _ in rows)
     lines = ["proxima doctor"] + [f"  {k.ljust(width)}  {v}" for k, v in rows]

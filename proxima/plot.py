@@ -477,6 +477,12 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
         raise PlotError(f"--out {out}: {problem}")
     # read and check everything before drawing, so an error leaves no file behind
     panels = collect_panels(list(run_dirs), metric, x, smooth, band, stat)
+    for panel_title, metric_name, curves in panels:  # one value is no line: drawn as a marker, and said
+        for c in curves:
+            if len(c.x) == 1:
+                who = f"{panel_title}" + (f" ({c.label})" if len(curves) > 1 and c.label else "")
+                sys.stderr.write(f"proxima: note: {who}: only one logged value of {metric_name} ({c.y[0]:g} at {X_LABELS[x]} "
+                                 f"{c.x[0]:,g}), drawn as a single point; a longer run draws a curve\n")
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -489,7 +495,7 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
         ax.set_visible(False)
     for ax, (panel_title, metric_name, curves) in zip(axes, panels):
         for c in curves:
-            line, = ax.plot(c.x, c.y, lw=1.6 if c.lo is None else 1.8, label=c.label)
+            line, = ax.plot(c.x, c.y, lw=1.6 if c.lo is None else 1.8, label=c.label, marker="o" if len(c.x) == 1 else None)
             if c.lo is not None:
                 ax.fill_between(c.x, c.lo, c.hi, color=line.get_color(), alpha=0.25, lw=0, label=c.band_label)
         ax.set_title(panel_title if title is None else (f"{title}: {panel_title}" if n > 1 else title))

@@ -17,11 +17,27 @@ from typing import Optional
 
 class TrainingInterrupted(Exception):
     """SIGINT/SIGTERM stopped the run (after a checkpoint was written, in the loop); ``exit_code`` is
-    128+signum. ``what``: the line after "stopped by SIG...; " (default: the checkpoint)."""
+    128+signum. ``what``: the line after "stopped by SIG...; " (default: the checkpoint and the
+    command that continues the run, ``proxima resume RUN_DIR``: a run's or a population's)."""
 
     def __init__(self, signum: int, checkpoint: Optional[Path], what: Optional[str] = None):
-        super().__init__(f"stopped by {signal.Signals(signum).name}; {what or f'checkpoint: {checkpoint}'}")
+        super().__init__(f"stopped by {signal.Signals(signum).name}; {what or _checkpoint_line(checkpoint)}")
         self.signum, self.checkpoint, self.exit_code = signum, checkpoint, 128 + signum
+
+
+def _checkpoint_line(checkpoint: Optional[Path]) -> str:
+    """``checkpoint: RUN/checkpoints/step_N.pt; continue with: proxima resume RUN`` (a population's
+    checkpoint is RUN/checkpoints/step_N.pt too: resume continues every member)."""
+    if checkpoint is None:
+        return "checkpoint: None"
+    path = Path(checkpoint)
+    run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    world = os.environ.get("WORLD_SIZE", "1")
+    if world.isdigit() and int(world) > 1:  # under torchrun: a resume needs as many processes (train_state.load)
+        if os.environ.get("LOCAL_WORLD_SIZE", world) == world:
+            return f"checkpoint: {checkpoint}; continue with: proxima train --resume {run_dir} --nproc {world}"
+        return f"checkpoint: {checkpoint}; continue with: proxima resume {run_dir}, under the same torchrun command ({world} processes)"
+    return f"checkpoint: {checkpoint}; continue with: proxima resume {run_dir}"
 
 
 @dataclass

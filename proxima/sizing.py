@@ -56,13 +56,21 @@ def estimate_bytes(cfg: PPOConfig, obs_size: int, act_size: int, native: bool) -
 def network_bytes(cfg: PPOConfig, obs_size: int, act_size: int) -> int:
     """Lower bound of the actor's and critic's memory (bytes): float32 weights, their gradients and
     Adam's two moments (4 copies), plus one minibatch's hidden activations in both MLPs."""
+    return sum(network_terms(cfg, obs_size, act_size))
+
+
+def network_terms(cfg: PPOConfig, obs_size: int, act_size: int) -> tuple[int, int]:
+    """network_bytes in its two parts: (weights with gradients and Adam state, one minibatch's activations)."""
     sizes = list(cfg.hidden_sizes)
     params = 0
     for out in (act_size, 1):  # the actor's head, then the critic's
         layers = [obs_size, *sizes, out]
         params += sum(a * b + b for a, b in zip(layers[:-1], layers[1:]))
-    minibatch = cfg.num_envs * cfg.num_steps // max(cfg.num_minibatches, 1)
-    return 4 * 4 * params + 2 * minibatch * sum(sizes) * 4
+    return 4 * 4 * params, 2 * minibatch_rows(cfg) * sum(sizes) * 4
+
+
+def minibatch_rows(cfg: PPOConfig) -> int:
+    return cfg.num_envs * cfg.num_steps // max(cfg.num_minibatches, 1)
 
 
 def check_fits(cfg: PPOConfig, device: torch.device, probe=None) -> None:
@@ -81,7 +89,14 @@ def check_fits(cfg: PPOConfig, device: torch.device, probe=None) -> None:
     buffers, nets = estimate_bytes(cfg, obs_size, act_size, native), network_bytes(cfg, obs_size, act_size)
     if buffers + nets <= free:
         return
-    if nets >= buffers:  # the networks are what does not fit: name their flag
+    if nets >= buffers:  # the networks are what does not fit: name the flags of their larger part
+        weights, activations = network_terms(cfg, obs_size, act_size)
+        if activations > weights:  # one minibatch's rows through both MLPs
+            lower = "--num-envs or --num-steps" if cfg.num_steps > 1 else "--num-envs"
+            raise ConfigError(f"one minibatch (--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps} / --num-minibatches "
+                              f"{cfg.num_minibatches} = {minibatch_rows(cfg):,} rows) needs ~{human_bytes(activations)} of "
+                              f"activations on {device} (~{human_bytes(buffers + nets)} in all), {human_bytes(free)} free; "
+                              f"raise --num-minibatches, or lower {lower}")
         raise ConfigError(f"--hidden-sizes {','.join(map(str, cfg.hidden_sizes))}: the actor and critic need ~{human_bytes(nets)} "
                           f"on {device} (weights, gradients, Adam state, activations), {human_bytes(free)} free; lower --hidden-sizes")
     # the critic's activations over the whole batch grow with the layer widths too

@@ -21,7 +21,7 @@ from . import checkpoint as ckpt
 from . import graphs, hostmem, ppo, side_thread, train_state
 from .adam import Adam
 from .agent import Agent, action_dtype, action_shape
-from .config import ConfigError, PPOConfig, batch_size, num_iterations, validate
+from .config import ConfigError, PPOConfig, batch_size, cpu_preset_hint, num_iterations, preset_of, validate
 from .envs import BatchedEnv, EnvError, make_env
 from .normalize import ObsNormalizer, RewardScaler
 from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
@@ -341,6 +341,11 @@ def _check_cudagraphs(cfg: PPOConfig, device: torch.device, world_size: int) -> 
     if not cfg.cudagraphs:
         return
     if device.type != "cuda":
+        preset = preset_of(cfg, "cudagraphs")
+        if preset:  # the user typed --preset, not --cudagraphs
+            hint = cpu_preset_hint(cfg)
+            hint = f"{hint}, or add --no-cudagraphs" if "--preset" in hint else "add --no-cudagraphs"
+            raise ConfigError(f"--preset {preset} turns on --cudagraphs, which needs a CUDA device (got --device {cfg.device}); {hint}")
         raise ConfigError("--cudagraphs needs a CUDA device (got --device %s)" % cfg.device)
     if cfg.debug_checks:
         raise ConfigError("--debug-checks reads every step on the host, which a CUDA graph cannot record; drop --cudagraphs or --debug-checks")

@@ -5,7 +5,7 @@ collects the first episode's frames and calls :func:`write_video`. The suffix pi
 (``VIDEO_CODECS``; no suffix means ``.mp4``; any other suffix is a VideoError):
 
 * ``.mp4``, ``.mov``, ``.mkv``: H.264 (libx264); ``.webm``: VP9 (libvpx-vp9), each through
-  imageio's ffmpeg plugin when ``imageio_ffmpeg`` is importable (``pip install 'proxima[video]'``);
+  imageio's ffmpeg plugin when ``imageio_ffmpeg`` is importable (the ``video`` extra: ``.venv/bin/pip install -c requirements.lock -e '.[video]'``);
   an ffmpeg without that encoder is a VideoError before evaluating;
 * ``.gif``, or any of those without imageio-ffmpeg: an animated GIF (``run.mp4`` -> ``run.gif``,
   the switch said on stderr), written by Pillow or, without Pillow, by imageio.
@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Sequence, Union
 
 import numpy as np
+
+from .config import extra_install
 
 GIF_SUFFIX = ".gif"
 #: video suffix -> ffmpeg encoder (and its extra output options); ``.gif`` is written without ffmpeg
@@ -152,7 +154,7 @@ def _write_gif(frames: list, path: Path, fps: float) -> None:
 
         iio.imwrite(path, np.stack(frames), extension=GIF_SUFFIX, duration=duration_ms, loop=0)
     except Exception as e:  # imageio without a GIF-capable plugin
-        raise VideoError(f"cannot write a GIF ({type(e).__name__}: {e}); install Pillow or 'proxima[video]'") from None
+        raise VideoError(f"cannot write a GIF ({type(e).__name__}: {e}); install Pillow, or the video extra: {extra_install('video')}") from None
 
 
 def write_video(frames: Sequence[np.ndarray], path: Union[str, Path], fps: float = 30.0) -> str:
@@ -175,7 +177,7 @@ def write_video(frames: Sequence[np.ndarray], path: Union[str, Path], fps: float
             _write_whole(path, lambda tmp: (_write_mp4(frames, tmp, fps), _check_mp4(tmp, len(frames))))
             return str(path)
         gif = path.with_suffix(GIF_SUFFIX)
-        print(f"proxima: no MP4 encoder (pip install imageio-ffmpeg, or 'proxima[video]'); writing a GIF instead: {gif}",
+        print(f"proxima: no MP4 encoder (the video extra: {extra_install('video')}); writing a GIF instead: {gif}",
               file=sys.stderr)
         path = gif
     _write_whole(path, lambda tmp: _write_gif(frames, tmp, fps))

@@ -17,7 +17,7 @@ life lost in training), so a policy that never presses FIRE cannot stall a game 
 * ``AleAtari``: Gymnasium's ``ALE/<Game>-v5`` with AtariPreprocessing and the wrappers below in a
   Sync/AsyncVectorEnv (``--backend gymnasium``): the fallback when EnvPool is not installed.
 
-``pip install 'proxima[atari]'`` installs both (envpool, ale-py with its ROMs, opencv-python-headless).
+``.venv/bin/pip install -c requirements.lock -e '.[atari]'`` (from the repository root) installs both (envpool, ale-py with its ROMs, opencv-python-headless).
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from ..config import install_hint
 from .base import BatchedEnv, EnvError
 from .gym_adapter import GymnasiumEnv, count_episodes
 
-INSTALL = "install it with: pip install 'proxima[atari]'"
+INSTALL = install_hint("atari")
 #: Atari v5 ids: 'Pong-v5' (EnvPool's naming) or 'ALE/Pong-v5' (Gymnasium's)
 _ATARI_ID = re.compile(r"^(ALE/)?([A-Z][A-Za-z0-9]*)-v5$")
 #: games the error message can name without either package installed

@@ -62,8 +62,9 @@ from typing import Any, Optional
 import gymnasium as gym
 import numpy as np
 
+from ..config import install_hint
 from .base import EnvError
-from .gym_adapter import _extra_for, check_spaces, resolve_env_fn
+from .gym_adapter import _extra_for, check_spaces, creator_error, resolve_env_fn, unknown_kwarg_line
 from .spaces import image_note, pixels_fix
 
 #: every check, in report order (documented in the module docstring).
@@ -330,8 +331,12 @@ class _Checker:
         self.ok("obs shape")
         if arr.dtype.kind not in "biuf" or not np.can_cast(arr.dtype, space.dtype):
             bad("obs dtype", f"dtype {space.dtype} ({declared}.dtype)", f"{who}dtype {arr.dtype} {where} ({_dtype_fix(arr, space, name)})")
-            return
-        self.ok("obs dtype")
+            if arr.dtype.kind not in "biuf":
+                return
+            # numbers of another dtype: their values are still checked (NaN, range, bounds compare as numbers
+            # whatever the dtype), so a dtype fault does not hide the faults a cast would turn into garbage
+        else:
+            self.ok("obs dtype")
         nonfinite = _nonfinite(arr, name)
         if nonfinite:
             at, value, n = nonfinite
@@ -409,13 +414,17 @@ class _Checker:
                 env = env_fn()
             except gym.error.DependencyNotInstalled as e:
                 extra = _extra_for(self.target)
-                hint = f"install it with: pip install 'proxima[{extra}]'" if extra else _one_line(str(e))
+                hint = install_hint(extra) if extra else _one_line(str(e))
                 raise EnvError(f"env '{self.target}' needs an optional dependency: {hint}") from None
             except EnvError as e:
                 self.bad("build", "a gymnasium.Env instance", _one_line(str(e)))
                 return self.result()
             except Exception as e:
-                self.bad("build", "the constructor returns a gymnasium.Env", f"{self.target.partition(':')[2] or self.target}() raised {_exc(e)}")
+                line = unknown_kwarg_line(self.target, e, self.env_kwargs)
+                if line is not None:  # the user's --env-kwargs, not the env, is what to fix
+                    raise EnvError(line) from None
+                self.bad("build", "the constructor returns a gymnasium.Env",
+                         f"{self.target.partition(':')[2] or self.target}() raised {_exc(creator_error(e))}")
                 return self.result()
             self.ok("build")
             try:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import difflib
 import importlib
 import os
+import re
 import sys
 import traceback
+import warnings
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -19,6 +21,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from ..config import install_hint
 from .base import BatchedEnv, EnvError
 from .spaces import ObsLayout, env_actions, obs_layout, pack_numpy, tensor_space
 
@@ -148,16 +151,62 @@ def _make_registered(env_id: str, render_mode: Optional[str], kwargs: dict) -> C
     return make_registered
 
 
-def _probe(env_fn: Callable[[], gym.Env], env_id: str) -> gym.Env:
+_CREATOR_NOTE = " was raised from the environment creator for "
+_UNEXPECTED_KWARG = re.compile(r"^(?P<fn>[\w.<>]+)\(\) got an unexpected keyword argument '(?P<arg>[^']+)'$")
+
+
+def creator_error(e: BaseException) -> BaseException:
+    """The constructor's own exception: gym.make re-raises a TypeError of the env's constructor as
+    "<message> was raised from the environment creator for <id> with kwargs (...)"; its cause is the original."""
+    if _CREATOR_NOTE in str(e):
+        cause = e.__cause__
+        if isinstance(cause, BaseException) and str(cause) and str(e).startswith(str(cause)):
+            return cause
+        return type(e)(str(e).partition(_CREATOR_NOTE)[0])
+    return e
+
+
+def unknown_kwarg_line(env_id: str, e: BaseException, env_kwargs: Optional[dict]) -> Optional[str]:
+    """'--env-kwargs: env 'CartPole-v1' takes no argument 'foo' (CartPoleEnv.__init__)' when ``e``
+    is the constructor refusing a key of --env-kwargs; else None."""
+    if not env_kwargs or not isinstance(e, TypeError):
+        return None
+    m = _UNEXPECTED_KWARG.match(str(creator_error(e)).strip())
+    if m is None or m.group("arg") not in env_kwargs:
+        return None
+    return f"--env-kwargs: env '{env_id}' takes no argument '{m.group('arg')}' ({m.group('fn')}); drop it from --env-kwargs"
+
+
+def _probe(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict] = None) -> gym.Env:
+    """Build one env; a failure is one EnvError line. Gymnasium's warnings while building (a
+    DeprecationWarning in ANSI colours for HalfCheetah-v4, ...) are held back: shown as usual once
+    the env is built, dropped when building fails, so the error stays the one line."""
+    with warnings.catch_warnings(record=True) as held:
+        warnings.simplefilter("always")
+        try:
+            env = _build(env_fn, env_id, env_kwargs)
+        except EnvError:
+            held.clear()
+            raise
+    for w in held:  # built: the warnings the user would have seen, through the filters as they were
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    return env
+
+
+def _build(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict]) -> gym.Env:
     try:
         return env_fn()
     except gym.error.DependencyNotInstalled as e:
         extra = _extra_for(env_id)
-        hint = f"install it with: pip install 'proxima[{extra}]'" if extra else str(e)
+        hint = install_hint(extra) if extra else str(e)
         raise EnvError(f"env '{env_id}' needs an optional dependency: {hint}") from None
     except EnvError:
         raise
     except Exception as e:
+        line = unknown_kwarg_line(env_id, e, env_kwargs)
+        if line is not None:
+            raise EnvError(line) from None
+        e = creator_error(e)
         raise EnvError(f"building env '{env_id}' raised {type(e).__name__}: {e}") from None
 
 
@@ -258,7 +307,7 @@ class GymnasiumEnv(BatchedEnv):
         self.device = torch.device(device)
         self._seed = seed
         env_fn = env_fn if env_fn is not None else resolve_env_fn(env_id, render_mode, env_kwargs)
-        probe = _probe(env_fn, env_id)
+        probe = _probe(env_fn, env_id, env_kwargs)
         obs_space, act_space = probe.observation_space, probe.action_space
         probe.close()
         check_spaces(env_id, obs_space, act_space)

@@ -179,7 +179,9 @@ def validate(cfg: RLHFConfig) -> None:
     cfg.reward = reward_specs(cfg)
     for name in ("policy", "reward", "prompts"):
         if not getattr(cfg, name):
-            bad(name, "is required" + (" (a path or module:function)" if name == "reward" else " (a path)"))
+            bad(name, "is required" + (" (a path or module:function)" if name == "reward" else " (a path)")
+                + ("; give --policy PATH (or --config FILE.yaml with policy:), or try the offline demo: proxima rlhf --demo"
+                   if name == "policy" else ""))
     if cfg.reward_weights and len(cfg.reward_weights) != len(cfg.reward):
         bad("reward_weights", f"needs one weight per --reward ({len(cfg.reward)})")
     if any(not math.isfinite(w) for w in cfg.reward_weights):

@@ -147,8 +147,10 @@ def build_assets(folder: Path, pretrain_steps: int, seed: int, corpus_size: int 
 def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
     """Build the demo's model and prompts, then train_rlhf; returns the run directory.
 
-    Bad input (a config value, a --reward that does not import) fails before anything is written.
+    Bad input (a config value, a --device this machine lacks, a --reward that does not import) fails
+    before anything is written or pretrained.
     """
+    from ..device import resolve_device
     from .api import train_rlhf
     from .config import reward_specs
     from .rewards import load_rewards
@@ -164,6 +166,7 @@ def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
     run_dir = Path(given) if given else rundir.default_run_dir(cfg.seed, "rlhf-demo")
     cfg = placed(run_dir)
     validate(cfg)
+    resolve_device(cfg.device)  # --device cuda on a machine without CUDA: one line now, not after the pretraining
     rundir.check_new_run_dir(run_dir)
     # a bad --reward is reported before the pretraining
     load_rewards(reward_specs(cfg), cfg.reward_weights, torch.device("cpu"), import_path=cfg.reward_import_path)

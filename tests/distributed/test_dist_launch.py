@@ -44,7 +44,7 @@ def test_batch_larger_than_total_counts_all_processes(no_spawn, capsys, monkeypa
     argv = ["train", "CartPole-v1", "--nproc", "2", "--num-envs", "4", "--num-steps", "128", "--total-timesteps", "600"]
     monkeypatch.setattr(sys, "argv", ["proxima", *argv])
     assert main(argv) == 2
-    assert "x processes" in capsys.readouterr().err
+    assert "x 2 processes = 1,024 steps" in capsys.readouterr().err
 
 
 def test_nproc_under_torchrun_is_refused(no_spawn, capsys, monkeypatch):

@@ -154,7 +154,7 @@ BAD_TRAIN = {
     "lr 0": (TRAIN + ["--lr", "0"], ["--lr", "positive"]),
     "lr -1": (TRAIN + ["--lr=-1"], ["--lr", "positive"]),
     "clip 0": (TRAIN + ["--clip-coef", "0"], ["--clip-coef", "positive"]),
-    "steps below a batch": (TRAIN + ["--total-timesteps", "100"], ["--total-timesteps", "smaller than one batch (512"]),
+    "steps below a batch": (TRAIN + ["--total-timesteps", "100"], ["one batch (--num-envs 4 x --num-steps 128 = 512 steps) is larger than --total-timesteps 100"]),
     "not a number": (TRAIN + ["--num-envs", "four"], ["--num-envs 'four': expected an integer"]),
     "unknown preset": (TRAIN + ["--preset", "nope"], ["--preset 'nope'", "fast"]),
     "bad device": (TRAIN + ["--device", "meta"], ["--device 'meta'"]),
@@ -457,7 +457,7 @@ def test_eval_with_another_env_does_not_pass_it_the_runs_env_kwargs(kwargs_run, 
     assert json.loads(out)["env_id"] == "kwargs_env:Plain"
     # given for it, they are passed: its own error, not one about the run's config.yaml
     code, _, err = run_main(["eval", str(kwargs_run), "--env", "kwargs_env:Plain", "--env-kwargs", '{"size": 3}'], capsys)
-    assert_one_line_error(code, err, "unexpected keyword argument 'size'")
+    assert_one_line_error(code, err, "takes no argument 'size'")
     assert "config.yaml" not in err
 
 
@@ -471,7 +471,7 @@ def test_eval_env_kwargs_replace_the_recorded_ones_and_are_parsed_as_trains(kwar
     # the env's code changed since training: the recorded kwargs no longer fit, and the line says where they come from
     monkeypatch.setattr(kwargs_env.Sized, "__init__", kwargs_env.init_without_kwargs)
     code, _, err = run_main(["eval", str(kwargs_run), "--env", "kwargs_env:Sized"], capsys)
-    assert_one_line_error(code, err, "unexpected keyword argument 'size'",
+    assert_one_line_error(code, err, "takes no argument 'size'",
                           "(env kwargs {\"size\": 3} from the run's config.yaml; give others with --env-kwargs JSON, "
                           "or --env-kwargs '{}' for none)")
     code, out, err = run_main(["eval", str(kwargs_run), "--env", "kwargs_env:Sized", "--env-kwargs", "{}", "--episodes", "1"], capsys)
@@ -502,3 +502,79 @@ def test_dry_run_refuses_an_encoder_the_env_cannot_take(population, tmp_path, mo
     code, out, err = run_main(["train", "CartPole-v1", "--encoder", "cnn", "--dry-run", *population], capsys)
     assert_one_line_error(code, err, "proxima train: error: --encoder cnn needs an image observation")
     assert out == "" and list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------ --config RUN/config.yaml
+def test_train_from_a_runs_config_yaml_starts_a_new_run_directory(cartpole_run):
+    """README: `proxima train --config runs/acro/config.yaml --seed 3`. The file records run_dir: D,
+    its own directory; the new run must not target D (which is not empty)."""
+    run_dir, _ = cartpole_run
+    before = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    result = proxima_cmd("train", "--config", "D/config.yaml", "--seed", "3", "--total-timesteps", "512",
+                         "--eval-episodes", "0", cwd=run_dir.parent)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[0] == ("proxima train: note: --config D/config.yaml: run_dir D is that run's own "
+                                             "directory; this run gets a new one (choose it with --run-dir DIR)")
+    new = Path(result.stdout.strip().splitlines()[-1].removeprefix("run directory: "))
+    assert new.parts[0] == "runs" and new.name.startswith("CartPole-v1__3__")
+    assert yaml.safe_load((run_dir.parent / new / "config.yaml").read_text())["seed"] == 3
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before  # the old run is untouched
+
+
+def test_config_run_dir_is_kept_from_a_hand_written_file_and_for_resume_auto(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_text("run_dir: X\nenv_id: CartPole-v1\n")
+    code, out, err = run_main(["train", "--config", "mine.yaml", "--dry-run"], capsys)
+    assert code == 0, err
+    assert yaml.safe_load(out)["run_dir"] == "X" and err == ""
+    (tmp_path / "R").mkdir()
+    (tmp_path / "R" / "config.yaml").write_text("run_dir: R\nenv_id: CartPole-v1\n")
+    code, out, err = run_main(["train", "--config", "R/config.yaml", "--dry-run"], capsys)
+    assert code == 0, err
+    assert yaml.safe_load(out)["run_dir"] is None
+    assert err == ("proxima train: note: --config R/config.yaml: run_dir R is that run's own directory; this run gets "
+                   "a new one (choose it with --run-dir DIR)\n")
+    # --run-dir given: no note, the flag wins
+    code, out, err = run_main(["train", "--config", "R/config.yaml", "--run-dir", "Y", "--dry-run"], capsys)
+    assert code == 0 and yaml.safe_load(out)["run_dir"] == "Y" and err == ""
+    # --resume auto continues the run the file names: its run_dir stays
+    code, out, err = run_main(["train", "--config", "R/config.yaml", "--resume", "auto", "--dry-run"], capsys)
+    assert code == 0 and yaml.safe_load(out)["run_dir"] == "R" and err == ""
+
+
+# ------------------------------------------------------------------------------------ help texts, did you mean
+def test_resume_help_says_the_runs_values_are_the_defaults(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["resume", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--total-timesteps TOTAL_TIMESTEPS" in text and "(default: 500000)" not in text
+    assert "--num-envs NUM_ENVS Parallel environments N (per process). (default: the run's)" in text
+    assert "--seed SEED Random seed (envs, network init, sampling). (default: the run's)" in text
+    assert "--quiet no progress bar or summary lines" in text
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])  # train keeps its defaults
+    assert "(default: 4)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_presets_help_explains_env_id_and_json(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["presets", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "ENV_ID list only this env's presets (default: every env's)" in text
+    assert "--json print one JSON list of {env_id, preset, steps, description} (steps as a number)" in text
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["train", "CartPole-v1", "--num-env", "8"],
+     "proxima train: error: unrecognized arguments: --num-env 8; did you mean --num-envs? (see proxima train --help)\n"),
+    (["train", "CartPole-v1", "--num-env=8"],
+     "proxima train: error: unrecognized arguments: --num-env=8; did you mean --num-envs? (see proxima train --help)\n"),
+    (["resume", "R", "--totl-timesteps", "5"],
+     "proxima resume: error: unrecognized arguments: --totl-timesteps 5; did you mean --total-timesteps? "
+     "(see proxima resume --help)\n"),
+    (["presets", "--jsno"], "proxima presets: error: unrecognized arguments: --jsno; did you mean --json? (see proxima presets --help)\n"),
+    (["train", "CartPole-v1", "--zzzzz"], "proxima train: error: unrecognized arguments: --zzzzz (see proxima train --help)\n"),
+])
+def test_an_unknown_flag_close_to_a_known_one_is_suggested(argv, line, capsys):
+    code, out, err = run_main(argv, capsys)
+    assert (code, out, err) == (2, "", line)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import glob
 import re
 import shlex
+import shutil
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -166,3 +168,27 @@ def test_reliability_md_lists_every_flag_a_resume_may_change():
     bullet = bullet[:bullet.index("refused")]
     missing = [name for name in RESUME_SAFE if f"`--{name.replace('_', '-')}`" not in bullet]
     assert not missing, f"docs/reliability.md's resume list misses {missing}"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_setup_refuses_a_python_older_than_3_11_before_pip(tmp_path):
+    fake = tmp_path / "python3.9"  # answers the Makefile's two questions as Python 3.9.2 would
+    fake.write_text('#!/bin/sh\ncase "$2" in *">="*) echo False;; *) echo 3.9.2;; esac\n')
+    fake.chmod(0o755)
+    venv = tmp_path / "venv"
+    out = subprocess.run(["make", "-s", "-C", str(ROOT), "setup", f"PYTHON={fake}", f"VENV={venv}"],
+                         capture_output=True, text=True, timeout=60)
+    line = next(i for i, text in enumerate((ROOT / "Makefile").read_text().splitlines(), 1) if text.startswith("\t") and "$(error" in text)
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [
+        f"Makefile:{line}: *** {fake} is Python 3.9.2; Proxima needs Python 3.11 or newer (requirements.lock pins numpy "
+        "2.4.x); choose one with PYTHON: make setup PYTHON=python3.11.  Stop."]
+    assert not venv.exists()
+
+
+def test_the_docs_send_no_reader_to_files_a_clone_does_not_have():
+    """DESIGN.md, PPO_NOTES.md and ../shared/ are the team's notes, not in this repository."""
+    missing = ("DESIGN.md", "PPO_NOTES", "../shared/")
+    found = [(path.name, word) for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+             for word in missing if word in path.read_text()]
+    assert found == []

@@ -265,3 +265,24 @@ def test_evaluate_defaults_to_the_seed_of_proxima_eval_and_the_runs_eval_json(ru
     assert main(["eval", str(runs[0]), "--episodes", "2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == result
     assert (result["returns"], result["lengths"]) == (saved["returns"], saved["lengths"])
+
+
+def test_a_run_with_one_logged_return_is_drawn_as_a_point_with_a_note(tmp_path, monkeypatch, capsys):
+    """One finished episode so far: a lone value is no visible line; it is drawn as a marker and said."""
+    from matplotlib.axes import Axes
+
+    run = _fake_run(tmp_path, "one", [512, 1024, 1536], [None, 21.0, None])
+    markers = []
+    real_plot = Axes.plot
+
+    def plot(self, *args, **kwargs):
+        markers.append(kwargs.get("marker"))
+        return real_plot(self, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "plot", plot)
+    assert main(["plot", str(run)]) == 0
+    out, err = capsys.readouterr()
+    assert err == ("proxima: note: Fake-v0: only one logged value of charts/episodic_return (21 at global step 1,024), drawn as "
+                   "a single point; a longer run draws a curve\n")
+    assert out == f"wrote {run / 'curve.png'}\n" and markers == ["o"]
+    _assert_png(run / "curve.png")

@@ -83,7 +83,8 @@ def test_sigint_checkpoints_and_exits_130_then_resume_continues_until_sigterm_14
     assert first == [BATCH * i for i in range(1, len(first) + 1)]
     state = ckpt.load_checkpoint(run_dir)
     assert state["global_step"] == first[-1] and state["iteration"] == len(first)
-    assert f"checkpoint: {ckpt.checkpoint_path(run_dir, first[-1])}" in err
+    assert err.strip().splitlines()[-1] == (f"proxima: stopped by SIGINT; checkpoint: {ckpt.checkpoint_path(run_dir, first[-1])}; "
+                                            f"continue with: proxima resume {run_dir}")
 
     # `proxima resume` continues in the same directory with the saved config; SIGTERM it after one more row
     code, err = signal_after_rows(["resume", str(run_dir)], tmp_path, run_dir, len(first), signal.SIGTERM)
@@ -147,7 +148,8 @@ def test_a_population_stops_on_sigterm_with_a_checkpoint_and_resume_continues_it
     first = csv_steps(member)
     state = ckpt.load_checkpoint(ckpt.list_checkpoints(run_dir)[-1])
     assert state["kind"] == "ppo-population" and state["global_step"] == first[-1]
-    assert f"checkpoint: {ckpt.checkpoint_path(run_dir, first[-1])}" in err
+    assert err.strip().splitlines()[-1] == (f"proxima: stopped by SIGTERM; checkpoint: {ckpt.checkpoint_path(run_dir, first[-1])}; "
+                                            f"continue with: proxima resume {run_dir}")
 
     code, err = signal_after_rows(["resume", str(run_dir)], tmp_path, member, len(first), signal.SIGINT)
     assert code == 130, err
@@ -208,3 +210,23 @@ def test_a_population_stopped_before_its_first_iteration_leaves_nothing(tmp_path
     assert code == 143, err
     assert err.strip().splitlines()[-1] == "proxima: stopped by SIGTERM; before training started; nothing was kept"
     assert not (tmp_path / "P").exists()
+
+
+def test_the_stop_line_says_how_to_continue_the_run(monkeypatch):
+    from proxima.signals import TrainingInterrupted
+
+    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    path = Path("runs/int2/checkpoints/step_000000001024.pt")
+    assert str(TrainingInterrupted(signal.SIGINT, path)) == (
+        "stopped by SIGINT; checkpoint: runs/int2/checkpoints/step_000000001024.pt; continue with: proxima resume runs/int2")
+    # under torchrun (--nproc 2): `proxima resume` alone would refuse a 2-process checkpoint
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert str(TrainingInterrupted(signal.SIGTERM, path)) == (
+        "stopped by SIGTERM; checkpoint: runs/int2/checkpoints/step_000000001024.pt; continue with: "
+        "proxima train --resume runs/int2 --nproc 2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # two machines
+    assert str(TrainingInterrupted(signal.SIGTERM, path)) == (
+        "stopped by SIGTERM; checkpoint: runs/int2/checkpoints/step_000000001024.pt; continue with: "
+        "proxima resume runs/int2, under the same torchrun command (2 processes)")

@@ -112,3 +112,22 @@ def test_an_invalid_value_from_the_config_file_names_the_file(tmp_path, capsys):
                             capsys)
     assert code == 2 and err.strip() == "proxima train: error: --gamma 3.0: must be in (0, 1]"  # typed: the flag's own line
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a usable CUDA device")
+def test_a_cuda_preset_on_a_cpu_machine_names_the_preset_not_flags_the_user_did_not_type(tmp_path, capsys):
+    """`--preset gpu` sets device cuda and --cudagraphs: on a CPU the line names --preset gpu and a
+    preset that runs there, and following the first line does not lead to a second one about a flag."""
+    run = ["--run-dir", str(tmp_path / "run"), "--no-progress", "--quiet"]
+    code, _, err = run_main(["train", "CartPole-v1", "--preset", "gpu", *run], capsys)
+    assert code == 2 and err == ("proxima train: error: --preset gpu needs CUDA, which is not usable here (run `proxima doctor`); "
+                                 "on a CPU use --preset fast\n")
+    code, _, err = run_main(["train", "CartPole-v1", "--preset", "gpu", "--device", "cpu", *run], capsys)
+    assert code == 2 and err == ("proxima train: error: --preset gpu turns on --cudagraphs, which needs a CUDA device (got --device "
+                                 "cpu); on a CPU use --preset fast, or add --no-cudagraphs\n")
+    code, _, err = run_main(["train", "CartPole-v1", "--device", "cuda", *run], capsys)  # typed: the flag's own line
+    assert code == 2 and err == ("proxima train: error: --device 'cuda': CUDA is not usable here (run `proxima doctor`); "
+                                 "use --device cpu\n")
+    code, _, err = run_main(["train", "CartPole-v1", "--cudagraphs", *run], capsys)
+    assert code == 2 and err == "proxima train: error: --cudagraphs needs a CUDA device (got --device cpu)\n"
+    assert not (tmp_path / "run").exists()

@@ -172,3 +172,85 @@ def test_policy_act_with_a_dict_of_tensors_returns_a_tensor(tmp_path):
     assert isinstance(out, torch.Tensor) and tuple(out.shape) == (3,)
     as_numpy = policy.act({k: v.numpy() for k, v in obs.items()})
     assert isinstance(as_numpy, np.ndarray) and as_numpy.tolist() == out.tolist()
+
+
+def test_a_missing_extra_names_the_repository_install_command(tmp_path, monkeypatch, capsys):
+    """PyPI's `proxima` is another package: every install hint installs the extra from this repository."""
+    import gymnasium as gym
+
+    from proxima.envs import GymnasiumEnv, atari
+
+    def missing(*a, **k):
+        raise gym.error.DependencyNotInstalled("Box2D is not installed")
+
+    monkeypatch.setattr(gym, "make", missing)
+    with pytest.raises(EnvError) as e:
+        GymnasiumEnv("LunarLander-v3", 1)
+    assert str(e.value) == ("env 'LunarLander-v3' needs an optional dependency: install it from the repository root with: "
+                            ".venv/bin/pip install -c requirements.lock -e '.[box2d]'")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(["train", "HalfCheetah-v5", "--total-timesteps", "4096", "--run-dir", "D", "--no-progress"], capsys)
+    assert code == 2 and err == ("proxima train: error: env 'HalfCheetah-v5' needs an optional dependency: install it from "
+                                 "the repository root with: .venv/bin/pip install -c requirements.lock -e '.[mujoco]'\n"), err
+    assert atari.INSTALL == "install it from the repository root with: .venv/bin/pip install -c requirements.lock -e '.[atari]'"
+
+
+def test_an_env_kwargs_key_the_constructor_does_not_take_is_one_line_naming_it(tmp_path, monkeypatch, capsys):
+    """Not Gymnasium's "... was raised from the environment creator for CartPole-v1 with kwargs ({'foo': 1})"."""
+    monkeypatch.chdir(tmp_path)
+    line = "--env-kwargs: env 'CartPole-v1' takes no argument 'foo' (CartPoleEnv.__init__); drop it from --env-kwargs"
+    code, _, err = run_main(["train", "CartPole-v1", "--env-kwargs", '{"foo": 1}', "--total-timesteps", "4096", "--run-dir", "D",
+                             "--no-progress"], capsys)
+    assert code == 2 and err == f"proxima train: error: {line}\n", err
+    code, out, err = run_main(["check-env", "CartPole-v1", "--env-kwargs", '{"foo": 1}'], capsys)
+    assert code == 2 and out == "" and err == f"proxima check-env: error: {line}\n", err
+    assert not (tmp_path / "D").exists()
+
+
+def test_other_constructor_type_errors_keep_their_text_without_gymnasiums_note(monkeypatch):
+    import gymnasium as gym
+
+    from proxima.envs import GymnasiumEnv
+
+    def creator(**kwargs):
+        raise TypeError("level must be an int, not str")
+
+    monkeypatch.setitem(gym.registry, "ProximaTypeError-v0", gym.envs.registration.EnvSpec("ProximaTypeError-v0", entry_point=creator))
+    with pytest.raises(EnvError) as e:
+        GymnasiumEnv("ProximaTypeError-v0", 1, env_kwargs={"level": "x"})
+    assert str(e.value) == "building env 'ProximaTypeError-v0' raised TypeError: level must be an int, not str"
+
+
+def test_gymnasium_warnings_while_building_do_not_precede_the_error_line(tmp_path, monkeypatch):
+    """`proxima train HalfCheetah-v4` without MuJoCo: Gymnasium's coloured DeprecationWarning (two
+    lines) is dropped, the one error line stays; an env that builds still shows its warnings."""
+    import warnings
+
+    import gymnasium as gym
+
+    from proxima.envs import GymnasiumEnv
+    from proxima.envs.gym_adapter import _probe
+
+    real_make = gym.make
+
+    def outdated(env_id, **kwargs):
+        gym.logger.deprecation(f"The environment {env_id} is out of date. You should consider upgrading to version `v5`.")
+        raise gym.error.DependencyNotInstalled("MuJoCo is not installed")
+
+    monkeypatch.setattr(gym, "make", outdated)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(EnvError) as e:
+            GymnasiumEnv("HalfCheetah-v4", 1)
+    assert str(e.value) == ("env 'HalfCheetah-v4' needs an optional dependency: install it from the repository root with: "
+                            ".venv/bin/pip install -c requirements.lock -e '.[mujoco]'")
+    assert [str(w.message) for w in seen] == []
+
+    def noisy():
+        warnings.warn("this env is noisy", UserWarning)
+        return real_make("CartPole-v1")
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        _probe(noisy, "CartPole-v1").close()
+    assert [str(w.message) for w in seen] == ["this env is noisy"]

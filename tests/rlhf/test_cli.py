@@ -156,3 +156,12 @@ def test_python_api_returns_the_run_directory(tiny_cfg, tmp_path):
     run_dir = train_rlhf(tiny_cfg(steps=1, run_dir=str(tmp_path / "api")))
     assert (run_dir / "summary.json").exists()
     assert isinstance(RLHFConfig(), RLHFConfig)
+
+
+def test_bare_rlhf_says_to_give_a_policy_a_config_or_try_the_demo(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = main([])
+    err = one_line_error(capsys, code)
+    assert err == ("proxima rlhf: error: --policy '': is required (a path); give --policy PATH (or --config FILE.yaml "
+                   "with policy:), or try the offline demo: proxima rlhf --demo")
+    assert list(tmp_path.iterdir()) == []

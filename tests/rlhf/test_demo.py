@@ -57,3 +57,19 @@ def test_demo_refuses_the_model_and_prompts_it_would_replace(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert code == 2 and f"{flag}: --demo builds its own model and prompts" in err, err
     assert not (tmp_path / "d").exists()
+
+
+def test_demo_refuses_a_missing_cuda_before_pretraining(tmp_path, capsys, monkeypatch):
+    import pytest
+    import torch
+
+    from proxima.rlhf import demo
+    from proxima.rlhf.__main__ import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a machine with a GPU
+    monkeypatch.setattr(demo, "build_assets", lambda *a, **k: pytest.fail("pretrained before checking --device"))
+    code = main(["--demo", "--device", "cuda", "--run-dir", str(tmp_path / "d")])
+    err = capsys.readouterr().err
+    assert (code, err) == (2, "proxima rlhf: error: --device 'cuda': CUDA is not usable here (run `proxima doctor`); "
+                              "use --device cpu\n")
+    assert not (tmp_path / "d").exists()

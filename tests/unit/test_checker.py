@@ -172,3 +172,33 @@ def test_format_violations():
 def test_image_and_dict_observation_spaces_pass_check_env(cls):
     violations = check_env(f"bad_envs:{cls}", steps=30)
     assert list(violations) == [] and "spaces supported" in violations.checks_run
+
+
+def test_a_missing_extra_names_the_repository_install_command(monkeypatch, capsys):
+    """PyPI's `proxima` is another package: the hint installs the extra from this repository."""
+    import gymnasium as gym
+
+    def missing(*a, **k):
+        raise gym.error.DependencyNotInstalled('MuJoCo is not installed, run `pip install "gymnasium[mujoco]"`')
+
+    monkeypatch.setattr(gym, "make", missing)
+    assert cli("check-env", "HalfCheetah-v5") == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == ("proxima check-env: error: env 'HalfCheetah-v5' needs an optional dependency: install it from the "
+                   "repository root with: .venv/bin/pip install -c requirements.lock -e '.[mujoco]'\n")
+
+
+def test_a_dtype_fault_does_not_hide_nan_and_out_of_bounds_values(capsys):
+    """float64 obs that leave [-1, 1] and turn NaN: all three faults, not only the dtype one."""
+    assert cli("check-env", "bad_envs:Float64Drifting", "--steps", "40") == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [
+        "FAIL obs dtype: expected dtype float32 (observation_space.dtype); got dtype float64 at reset(seed=0) (does not cast "
+        "safely to float32: return obs.astype(np.float32)) (and 43 more times)",
+        "FAIL obs finite: expected finite observation values; got obs[1] = nan at step 30",
+        "FAIL obs bounds: expected obs[0] in [-1, 1] (observation_space low/high); got obs[0] = 1.5, above high[0] = 1, at step 3 "
+        "(and 36 more times)",
+        "3 violation(s) in bad_envs:Float64Drifting",
+    ]
+    assert err == ""

@@ -88,7 +88,7 @@ def test_coerce_rejects_with_config_error_naming_the_field(name, value):
     (dict(gae_lambda=1.1), "--gae-lambda"), (dict(lr=0.0), "--lr"), (dict(lr=-1.0), "--lr"), (dict(lr=math.nan), "--lr"),
     (dict(clip_coef=0.0), "--clip-coef"), (dict(num_minibatches=3), "--num-minibatches"),
     (dict(num_envs=1, num_steps=4, num_minibatches=4, total_timesteps=4), "--num-minibatches"),
-    (dict(total_timesteps=511), "--total-timesteps"), (dict(hidden_sizes=[]), "--hidden-sizes"),
+    (dict(hidden_sizes=[]), "--hidden-sizes"),
     (dict(activation="gelu"), "--activation"), (dict(target_kl=0.0), "--target-kl"), (dict(env_id=""), "--env-id"),
 ])
 def test_validate_rejects_with_the_flag_name(changes, flag):
@@ -98,6 +98,51 @@ def test_validate_rejects_with_the_flag_name(changes, flag):
 
 def test_defaults_are_valid():
     validate(PPOConfig())
+
+
+def test_a_batch_larger_than_total_timesteps_names_the_flags_to_change():
+    """Not '--total-timesteps 500000: is smaller than one batch' after `--num-envs 1000000000`: the
+    batch's own flags with their values, and what to lower or raise."""
+    with pytest.raises(ConfigError) as e:
+        validate(PPOConfig(num_envs=1_000_000_000, num_steps=128, total_timesteps=500_000))
+    assert str(e.value) == ("one batch (--num-envs 1000000000 x --num-steps 128 = 128,000,000,000 steps) is larger than "
+                            "--total-timesteps 500000: lower --num-envs or --num-steps, or raise --total-timesteps")
+    with pytest.raises(ConfigError) as e:
+        validate(PPOConfig(num_envs=4, num_steps=128, total_timesteps=1000), world_size=2)
+    assert str(e.value) == ("one batch (--num-envs 4 x --num-steps 128 x 2 processes = 1,024 steps) is larger than "
+                            "--total-timesteps 1000: lower --num-envs or --num-steps, or raise --total-timesteps")
+
+
+@pytest.mark.parametrize("cfg, line", [
+    (PPOConfig(num_envs=10**6, num_steps=1, num_minibatches=1),
+     "one minibatch (--num-envs 1000000 x --num-steps 1 / --num-minibatches 1 = 1,000,000 rows) needs ~976.6 MB of activations "
+     "on cpu (~1.6 GB in all), 953.7 MB free; raise --num-minibatches, or lower --num-envs"),
+    (PPOConfig(num_envs=250_000, num_steps=4, num_minibatches=1),
+     "one minibatch (--num-envs 250000 x --num-steps 4 / --num-minibatches 1 = 1,000,000 rows) needs ~976.6 MB of activations "
+     "on cpu (~1.5 GB in all), 953.7 MB free; raise --num-minibatches, or lower --num-envs or --num-steps"),
+    (PPOConfig(num_envs=4, num_steps=128, hidden_sizes=[10_000, 10_000]),
+     "--hidden-sizes 10000,10000: the actor and critic need ~3.0 GB on cpu (weights, gradients, Adam state, activations), "
+     "953.7 MB free; lower --hidden-sizes"),
+], ids=["minibatch rows", "minibatch rows over steps", "weights"])
+def test_a_network_that_does_not_fit_names_its_larger_part(monkeypatch, cfg, line):
+    """The minibatch's activations (rows = num_envs x num_steps / num_minibatches) or the weights:
+    the line names the flags of the part that does not fit, not --hidden-sizes for both."""
+    import torch
+
+    from proxima import sizing
+
+    monkeypatch.setattr(sizing, "free_memory", lambda device: 10**9)
+    with pytest.raises(ConfigError) as e:
+        sizing.check_fits(cfg, torch.device("cpu"), lambda: (4, 1, True))  # CartPole's sizes, a native env
+    assert str(e.value) == line
+
+
+@pytest.mark.parametrize("key", ["learning_rate", "learning-rate", "learningrate", "leaning_rate", "Learning_Rate"])
+def test_an_alias_or_near_miss_of_a_field_in_yaml_suggests_the_field(key):
+    """--learning-rate is accepted on the command line; in a YAML file the key is suggested its field."""
+    with pytest.raises(ConfigError) as e:
+        from_dict({key: 0.001}, source="c.yaml")
+    assert str(e.value) == f"c.yaml: unknown field '{key}' (did you mean 'lr'?)"
 
 
 # ------------------------------------------------------------------------------------------ CLI

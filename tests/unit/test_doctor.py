@@ -1,6 +1,7 @@
 """proxima.doctor: collect() shape and hints, the report, and the `doctor` subcommand."""
 
 import argparse
+import importlib
 import json
 
 import pytest
@@ -53,8 +54,10 @@ def test_collect_keys_and_types():
     assert all(isinstance(v, bool) for v in info["distributed"].values())
     assert isinstance(info["cpu_count"], int) and info["cpu_count"] >= 1
     assert isinstance(info["torch_threads"], int) and info["torch_threads"] >= 1
-    assert set(info["packages"]) == {"gymnasium", "mujoco", "transformers", "peft", "tensorboard"}
+    assert set(info["packages"]) == {"gymnasium", "mujoco", "box2d", "envpool", "ale-py", "opencv", "imageio",
+                                     "imageio-ffmpeg", "transformers", "peft", "tensorboard"}
     assert all(v is None or isinstance(v, str) for v in info["packages"].values())
+    assert set(info["importable"]) == set(info["packages"]) and all(isinstance(v, bool) for v in info["importable"].values())
     assert isinstance(info["hints"], list) and all(isinstance(h, str) and "\n" not in h for h in info["hints"])
     assert info["errors"] == {}, info["errors"]  # no probe failed on this ordinary machine
     json.dumps(info)  # JSON-serialisable as is
@@ -98,9 +101,54 @@ def test_missing_package_and_compiler_get_hints(monkeypatch):
     monkeypatch.delenv("CXX", raising=False)
     info = doctor.collect()
     assert info["packages"]["mujoco"] is None
-    assert any(h.startswith("mujoco not installed") and "pip install 'proxima[mujoco]'" in h for h in info["hints"])
+    assert ("mujoco not installed: install it from the repository root with: .venv/bin/pip install -c requirements.lock "
+            "-e '.[mujoco]' (needed for MuJoCo envs such as HalfCheetah-v5)") in info["hints"]
+    assert not any("proxima[" in h for h in info["hints"])  # PyPI's `proxima` is another package
     assert info["compile"]["cxx"] is None and info["compile"]["ok"] is False
     assert any("torch.compile unavailable" in h for h in info["hints"])
+
+
+def test_env_and_video_packages_are_reported_with_install_hints(monkeypatch, capsys):
+    """Box2D, the Atari backends and the video writers: each row says whether it imports, and a
+    missing one gets the repository install command of its extra (text report and --json alike)."""
+    real_find, real_version = importlib.util.find_spec, doctor._pkg_version
+    gone = {"Box2D", "envpool", "ale_py", "cv2", "imageio_ffmpeg"}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in gone else real_find(name, *a))
+    monkeypatch.setattr(doctor, "_pkg_version", lambda d: None if d.lower() in {"box2d", "box2d-py", "envpool", "ale-py",
+                        "imageio-ffmpeg"} or d.startswith("opencv") else real_version(d))
+    info = doctor.collect()
+    for name, extra in (("box2d", "box2d"), ("envpool", "atari"), ("ale-py", "atari"), ("opencv", "atari"), ("imageio-ffmpeg", "video")):
+        assert info["packages"][name] is None and info["importable"][name] is False
+        assert sum(h.startswith(f"{name} not installed: install it from the repository root with: .venv/bin/pip install "
+                                f"-c requirements.lock -e '.[{extra}]' (") for h in info["hints"]) == 1, name
+    assert "box2d not installed: install it from the repository root with: .venv/bin/pip install -c requirements.lock " \
+           "-e '.[box2d]' (needed for Box2D envs such as LunarLander-v3)" in info["hints"]
+    assert info["importable"]["imageio"] is True and isinstance(info["packages"]["imageio"], str)
+    rc, out, _ = run_cli([], capsys)
+    assert rc == 0 and any(line.split(None, 1) == ["box2d", "not installed"] for line in out.splitlines())
+    assert any(line.split(None, 1)[:1] == ["imageio"] and line.rstrip().endswith(", importable") for line in out.splitlines())
+    rc, out, _ = run_cli(["--json"], capsys)
+    js = json.loads(out)
+    assert js["importable"]["ale-py"] is False and js["packages"]["ale-py"] is None and js["importable"]["imageio"] is True
+
+
+def test_installed_package_that_does_not_import_is_named(monkeypatch):
+    """A wheel built for another platform: its version is found, importing it fails: one hint."""
+    real_find, real_import, real_version = importlib.util.find_spec, importlib.import_module, doctor._pkg_version
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "envpool" else real_find(name, *a))
+    monkeypatch.setattr(doctor, "_pkg_version", lambda d: "0.8.4" if d == "envpool" else real_version(d))
+
+    def fake_import(name, *a, **k):
+        if name == "envpool":
+            raise ImportError("libstdc++.so.6: version `GLIBCXX_3.4.30' not found\nmore")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", fake_import)
+    info = doctor.collect()
+    assert info["packages"]["envpool"] == "0.8.4" and info["importable"]["envpool"] is False
+    assert ("envpool 0.8.4 is installed but does not import (ImportError: libstdc++.so.6: version `GLIBCXX_3.4.30' not "
+            "found): install it from the repository root with: .venv/bin/pip install -c requirements.lock "
+            "-e '.[atari]' (the fast Atari backend, --backend envpool; else Atari uses ale-py)") in info["hints"]
 
 
 def test_cxx_env_var_is_honoured(monkeypatch, tmp_path):
@@ -211,4 +259,5 @@ def test_doctor_names_the_compile_cache_and_its_size(tmp_path, monkeypatch):
     (tmp_path / "cache" / "fxgraph" / "entry").write_bytes(b"x" * 2**20)
     info = collect()
     assert info["compile"]["cache"] == f"{tmp_path / 'cache'} (1.0 MiB)"
-    assert f"compile cache  {tmp_path / 'cache'} (1.0 MiB)" in format_report(info)
+    assert any(line.split(None, 2)[:2] == ["compile", "cache"] and line.endswith(f"  {tmp_path / 'cache'} (1.0 MiB)")
+               for line in format_report(info).splitlines())

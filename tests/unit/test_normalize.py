@@ -343,7 +343,7 @@ def test_missing_extra_names_the_install_command(monkeypatch, env_id, extra):
     with pytest.raises(EnvError) as err:
         GymnasiumEnv(env_id, 1)
     msg = str(err.value)
-    assert f"pip install 'proxima[{extra}]'" in msg and env_id in msg and "\n" not in msg
+    assert f".venv/bin/pip install -c requirements.lock -e '.[{extra}]'" in msg and env_id in msg and "\n" not in msg
 
 
 def test_missing_extra_through_the_cli_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path):
@@ -356,7 +356,7 @@ def test_missing_extra_through_the_cli_is_one_line_and_exit_2(monkeypatch, capsy
     rc = main(["train", "LunarLander-v3", "--total-timesteps", "16384", "--run-dir", str(tmp_path / "r"), "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2
-    assert err.strip().count("\n") == 0 and "proxima[box2d]" in err
+    assert err.strip().count("\n") == 0 and "-e '.[box2d]'" in err
     assert not (tmp_path / "r").exists()
 
 
