@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from .config import FIELDS, MAX_EVAL_STEPS, ConfigError, coerce
+from .config import ALIASES, FIELDS, MAX_EVAL_STEPS, ConfigError, coerce
 
 EXIT_USAGE = 2
 
@@ -73,7 +73,8 @@ def add_config_flags(p: argparse.ArgumentParser, hidden: tuple = (), recorded: b
             choices = f.metadata.get("choices")
             metavar = "{" + ",".join(choices) + "}" if choices else f.metadata.get("metavar", name.upper())
             p.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=metavar, help=shown_help)
-    p.add_argument("--learning-rate", dest="lr", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    for alias, name in ALIASES.items():  # hidden other names (--learning-rate), the ones a YAML key may use too
+        p.add_argument("--" + alias.replace("_", "-"), dest=name, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
 DEFAULT_ENV = "CartPole-v1"
