@@ -21,11 +21,11 @@ class TrainingInterrupted(Exception):
     command that continues the run, ``proxima resume RUN_DIR``: a run's or a population's)."""
 
     def __init__(self, signum: int, checkpoint: Optional[Path], what: Optional[str] = None):
-        super().__init__(f"stopped by {signal.Signals(signum).name}; {what or _checkpoint_line(checkpoint)}")
+        super().__init__(f"stopped by {signal.Signals(signum).name}; {what or checkpoint_line(checkpoint)}")
         self.signum, self.checkpoint, self.exit_code = signum, checkpoint, 128 + signum
 
 
-def _checkpoint_line(checkpoint: Optional[Path]) -> str:
+def checkpoint_line(checkpoint: Optional[Path]) -> str:
     """``checkpoint: RUN/checkpoints/step_N.pt; continue with: proxima resume RUN`` (a population's
     checkpoint is RUN/checkpoints/step_N.pt too: resume continues every member)."""
     if checkpoint is None:

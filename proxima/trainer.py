@@ -26,7 +26,7 @@ from .envs import BatchedEnv, EnvError, make_env
 from .normalize import ObsNormalizer, RewardScaler
 from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
 from .rollout import Rollout
-from .signals import OutsideLoop, SignalGuard, TrainingInterrupted
+from .signals import OutsideLoop, SignalGuard, TrainingInterrupted, checkpoint_line
 from .train_state import default_run_dir
 
 
@@ -459,7 +459,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
                 session.discard_fresh()  # a new run stopped before it trained: nothing is kept, no half run
                 raise TrainingInterrupted(e.signum, None, "before training started; nothing was kept") from None
             last = getattr(trainer, "last_checkpoint", None)
-            raise TrainingInterrupted(e.signum, last, f"outside an iteration; the run is as its last checkpoint left it ({last})") from None
+            raise TrainingInterrupted(e.signum, last, "outside an iteration; the run is as its last checkpoint left it; "
+                                      + checkpoint_line(last)) from None
         except Exception as e:
             problem = diagnose_failure(e, config, getattr(trainer, "_last_good", None))
             if trainer is None or trainer.iteration == 0:

@@ -230,3 +230,20 @@ def test_the_stop_line_says_how_to_continue_the_run(monkeypatch):
     assert str(TrainingInterrupted(signal.SIGTERM, path)) == (
         "stopped by SIGTERM; checkpoint: runs/int2/checkpoints/step_000000001024.pt; continue with: "
         "proxima resume runs/int2, under the same torchrun command (2 processes)")
+
+
+def test_a_resumed_run_stopped_before_its_loop_says_how_to_continue(tmp_path, capsys, monkeypatch):
+    from proxima import train_state
+    from cli_helpers import run_main
+
+    run = tmp_path / "R"
+    code, _, err = run_main(["train", "CartPole-v1", "--total-timesteps", "1024", "--run-dir", str(run), "--no-progress",
+                             "--threads", "1", "--eval-episodes", "0"], capsys)
+    assert code == 0, err
+    last = ckpt.list_checkpoints(run)[-1]
+    _signal_after(monkeypatch, train_state, "open_run_dir", signal.SIGTERM)
+    code, _, err = run_main(["resume", str(run), "--total-timesteps", "2048", "--no-progress"], capsys)
+    assert code == 143, err
+    assert err.strip().splitlines()[-1] == (f"proxima: stopped by SIGTERM; outside an iteration; the run is as its last "
+                                            f"checkpoint left it; checkpoint: {last}; continue with: proxima resume {run}")
+    assert ckpt.list_checkpoints(run)[-1] == last
