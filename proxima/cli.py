@@ -148,7 +148,7 @@ def cmd_train(args) -> int:
             try:
                 validate(cfg)
             except ConfigError as e:
-                raise _name_config_file(e, args) from None
+                raise _name_config_file(e, cfg) from None
         if args.dry_run:
             return _dry_run(cfg)
         run_dir, _ = train(cfg, resume=args.resume, argv=recorded_argv(), quiet=args.quiet, overwrite=args.overwrite,
@@ -163,17 +163,16 @@ def cmd_train(args) -> int:
         return fail(prog, str(e))
 
 
-def _name_config_file(e: ConfigError, args) -> ConfigError:
+def _name_config_file(e: ConfigError, cfg) -> ConfigError:
     """validate's line names a field as its flag (``--seed ...``); when the value came from ``--config
     FILE`` (not typed), the line names the file too, so the user knows where to fix it."""
-    from .config import load_config_file
+    from .config import source_of
 
-    if not getattr(args, "config", None):
-        return e
     message = str(e)
-    for name in load_config_file(args.config):
-        if name in FIELDS and name not in vars(args) and message.startswith(f"--{name.replace('_', '-')} "):
-            return ConfigError(f"{args.config}: {name}: {message}")
+    for name in FIELDS:
+        source = source_of(cfg, name)
+        if source and not source.startswith("preset ") and message.startswith(f"--{name.replace('_', '-')} "):
+            return ConfigError(f"{source}: {name}: {message}")
     return e
 
 

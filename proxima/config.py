@@ -118,8 +118,8 @@ ALIASES = {"learning_rate": "lr"}
 def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "config") -> PPOConfig:
     """Build a config from a plain dict (preset YAML, config.yaml), rejecting unknown keys.
 
-    Which source set each field is kept on the config (``value_source``), so a message about a
-    value the user did not type can name where it came from (``--preset gpu``)."""
+    Which source set each field is kept on the config (``source_of``), so a message about a value
+    the user did not type can name where it came from (``--preset gpu``, the --config file)."""
     cfg = dataclasses.replace(base) if base is not None else PPOConfig()
     sources = dict(getattr(base, "_sources", None) or {})
     for key, value in values.items():
@@ -144,13 +144,17 @@ def close_field(word: str) -> Optional[str]:
     return ALIASES.get(close, close) if close else None
 
 
+def source_of(cfg: PPOConfig, name: str) -> Optional[str]:
+    """Where field ``name``'s value came from (from_dict's ``source``: a preset, a --config file)
+    while the field still holds that value; None when a flag or the code set it, or the default."""
+    source, value = (getattr(cfg, "_sources", None) or {}).get(name, (None, None))
+    return source if source is not None and getattr(cfg, name) == value else None
+
+
 def preset_of(cfg: PPOConfig, name: str) -> Optional[str]:
-    """The preset's name ('gpu') when field ``name`` still holds the value a preset set, else None
-    (a flag or --config FILE set it, or the default)."""
-    source, value = (getattr(cfg, "_sources", None) or {}).get(name, ("", None))
-    if not source.startswith("preset ") or getattr(cfg, name) != value:
-        return None
-    return source.rpartition("/")[2] or None
+    """The preset's name ('gpu') when field ``name`` still holds the value a preset set, else None."""
+    source = source_of(cfg, name) or ""
+    return (source.rpartition("/")[2] or None) if source.startswith("preset ") else None
 
 
 def cpu_preset_hint(cfg: PPOConfig) -> str:
