@@ -233,6 +233,13 @@ def cmd_resume(args) -> int:
             return 0
         if args.steps is not None:
             return fail(prog, f"--steps: {path} is a PPO run; --steps extends RLHF runs only (use --total-timesteps)")
+        world = _written_by(path)
+        if world > 1:  # the checkpoint needs as many processes as wrote it (train_state.load): start them
+            from .launch import launch_torchrun
+
+            print(f"{prog}: {path} was written by {world} processes: resuming with {world} processes on this machine "
+                  "(torchrun; a multi-node run resumes under its own torchrun command, docs/distributed.md)", file=sys.stderr)
+            return launch_torchrun(world, sys.argv[1:])
         # the config comes from the checkpoint; typed flags may change only config.RESUME_SAFE fields
         run_dir, _ = train(None, resume=path, argv=sys.argv, quiet=args.quiet, env_id=args.env, trust_run=args.trust_run,
                            overrides=typed_flags(args))
@@ -246,6 +253,27 @@ def cmd_resume(args) -> int:
         return fail(prog, f"{meta}: not valid JSON")
     except _user_errors() as e:
         return fail(prog, str(e))
+
+
+def _written_by(path: Path) -> int:
+    """How many processes wrote the checkpoint ``proxima resume PATH`` would load; 1 under torchrun
+    (the ranks are started already) or when there is none that loads (train says why)."""
+    from . import checkpoint as ckpt
+    from .launch import under_torchrun
+
+    if under_torchrun():
+        return 1
+    try:
+        world = ckpt.load_resumable(path).get("world_size", 1)
+    except ckpt.CheckpointError:
+        return 1
+    if not isinstance(world, int) or isinstance(world, bool) or world <= 1:
+        return 1
+    cpus = os.cpu_count() or 1
+    if world > cpus:  # a recorded count is data: never start more processes than this machine has CPUs
+        raise ConfigError(f"{path}: written by {world} processes, more than this machine's {cpus} CPUs; resume it under "
+                          f"the torchrun command that ran it (torchrun ... -m proxima resume {path}, docs/distributed.md)")
+    return world
 
 
 # ------------------------------------------------------------------------------------ eval
@@ -391,7 +419,8 @@ def build_parser() -> ArgParser:
     p = sub.add_parser("resume", help="continue a stopped run in its directory",
                        description="Continue a stopped run in its directory from its newest usable checkpoint. Flags change "
                        "only what is safe to change (docs/reliability.md): --total-timesteps extends the run, others such as "
-                       "--checkpoint-every or --eval-episodes; any other flag that differs from the run's config is refused.")
+                       "--checkpoint-every or --eval-episodes; any other flag that differs from the run's config is refused. A run of "
+                       "K processes (--nproc K) resumes with K processes on this machine (started through torchrun).")
     p.add_argument("path", metavar="RUN_DIR", help="run directory")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary lines")
     p.add_argument("--steps", type=int, default=None, metavar="N", help="RLHF runs: continue until step N (extends the run)")

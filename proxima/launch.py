@@ -58,11 +58,16 @@ def torchrun_command(nproc: int, argv: list, python: Optional[str] = None) -> li
             "-m", "proxima", *strip_nproc(list(argv))]
 
 
+def under_torchrun() -> bool:
+    """Whether this process is a rank that torchrun (or a launcher like it) started."""
+    return bool(os.environ.get("TORCHELASTIC_RUN_ID") or (os.environ.get("WORLD_SIZE") and os.environ.get("RANK")))
+
+
 def _check(nproc: int, argv: list) -> None:
     """Fail fast, in this process, on what would make every rank fail the same way."""
     if nproc < 1:
         raise ConfigError(f"--nproc {nproc}: must be at least 1")
-    if os.environ.get("TORCHELASTIC_RUN_ID") or (os.environ.get("WORLD_SIZE") and os.environ.get("RANK")):
+    if under_torchrun():
         raise ConfigError("--nproc: this process already runs under torchrun; drop --nproc (torchrun sets the process count)")
     import torch.distributed
 
@@ -72,7 +77,7 @@ def _check(nproc: int, argv: list) -> None:
     from .config import validate
 
     args = build_parser().parse_args(strip_nproc(list(argv)))
-    resume = getattr(args, "resume", None)
+    resume = args.path if args.command == "resume" else getattr(args, "resume", None)
     if resume == "auto":  # a run directory without a checkpoint starts afresh
         target = getattr(args, "run_dir", None) or config_from_args(args, "proxima train").run_dir
         resume = target if target and ckpt.list_checkpoints(Path(target)) else None

@@ -33,9 +33,8 @@ def checkpoint_line(checkpoint: Optional[Path]) -> str:
     path = Path(checkpoint)
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
     world = os.environ.get("WORLD_SIZE", "1")
-    if world.isdigit() and int(world) > 1:  # under torchrun: a resume needs as many processes (train_state.load)
-        if os.environ.get("LOCAL_WORLD_SIZE", world) == world:
-            return f"checkpoint: {checkpoint}; continue with: proxima train --resume {run_dir} --nproc {world}"
+    # a resume needs as many processes (train_state.load): `proxima resume` starts them on one machine
+    if world.isdigit() and int(world) > 1 and os.environ.get("LOCAL_WORLD_SIZE", world) != world:
         return f"checkpoint: {checkpoint}; continue with: proxima resume {run_dir}, under the same torchrun command ({world} processes)"
     return f"checkpoint: {checkpoint}; continue with: proxima resume {run_dir}"
 

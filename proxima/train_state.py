@@ -126,7 +126,7 @@ def restore(t: "Trainer", state: dict) -> None:
     if state.get("world_size", 1) != t.dist.world_size:
         w = state.get("world_size", 1)
         raise ckpt.CheckpointError(f"{path}: written by {w} process(es), resumed with {t.dist.world_size}; use the same --nproc"
-                                   + (f" (proxima train --resume RUN_DIR --nproc {w}, or torchrun --nproc-per-node {w} -m proxima resume RUN_DIR)" if w > 1 else ""))
+                                   + (f" (proxima resume RUN_DIR starts {w}; or proxima train --resume RUN_DIR --nproc {w})" if w > 1 else ""))
     if state.get("env") is not None and t.env.can_save_state and state.get("env_backend") == t.env.backend:
         t.env.load_state_dict(state["env"])
         t.next_obs.copy_(state["next_obs"])  # in place: the rollout's graph holds this buffer

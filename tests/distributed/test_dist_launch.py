@@ -54,6 +54,27 @@ def test_nproc_under_torchrun_is_refused(no_spawn, capsys, monkeypatch):
     assert "already runs under torchrun" in capsys.readouterr().err
 
 
+def test_resume_starts_as_many_processes_as_wrote_the_checkpoint(monkeypatch, capsys, tmp_path):
+    from proxima import checkpoint
+
+    started = []
+    monkeypatch.setattr(launch, "launch_torchrun", lambda n, argv: started.append((n, argv)) or 0)
+    monkeypatch.setattr(checkpoint, "load_resumable", lambda path: {"world_size": 2})
+    for name in ("TORCHELASTIC_RUN_ID", "WORLD_SIZE", "RANK"):
+        monkeypatch.delenv(name, raising=False)
+    argv = ["resume", str(tmp_path), "--total-timesteps", "4096"]
+    monkeypatch.setattr(sys, "argv", ["proxima", *argv])
+    assert main(argv) == 0
+    assert started == [(2, argv)]
+    assert f"{tmp_path} was written by 2 processes: resuming with 2 processes on this machine" in capsys.readouterr().err
+    # a count recorded in a file is data: never more processes than this machine has CPUs
+    monkeypatch.setattr(checkpoint, "load_resumable", lambda path: {"world_size": 10_000})
+    monkeypatch.setattr(launch.os, "cpu_count", lambda: 8)
+    assert main(argv) == 2
+    assert len(started) == 1
+    assert "written by 10000 processes, more than this machine's 8 CPUs; resume it under the torchrun command" in capsys.readouterr().err
+
+
 def test_launcher_returns_child_exit_code(monkeypatch):
     calls = {}
 

@@ -9,6 +9,7 @@ checkpoint); a rank that raises ends the job in bounded time.
 from __future__ import annotations
 
 import signal
+import sys
 import time
 
 import pytest
@@ -65,7 +66,7 @@ def test_checkpoint_holds_every_rank(reference):
     from proxima.checkpoint import CheckpointError
     from proxima.trainer import train
 
-    with pytest.raises(CheckpointError, match=r"written by 2 process\(es\), resumed with 1; use the same --nproc"):
+    with pytest.raises(CheckpointError, match=r"written by 2 process\(es\), resumed with 1; use the same --nproc \(proxima resume RUN_DIR starts 2;"):
         train(None, resume=run_dir, quiet=True)
 
 
@@ -86,8 +87,10 @@ def test_sigterm_stops_all_ranks_and_resume_is_exact(reference, workdir):
     assert 2 <= stopped_at < ITERS, "the run finished before the signal; make it longer"
     assert len(state["ranks"]) == 2
 
-    res = run(train_cmd("--resume", "auto", "--run-dir", "run"), cwd, PROXIMA_DEBUG_DUMP_PARAMS=dump)
+    # `proxima resume` by itself: it reads the process count from the checkpoint and starts both ranks
+    res = run([sys.executable, "-m", "proxima", "resume", "run"], cwd, PROXIMA_DEBUG_DUMP_PARAMS=dump)
     assert res.returncode == 0, res.stderr[-4000:]
+    assert "proxima resume: run was written by 2 processes: resuming with 2 processes on this machine" in res.stderr
     assert f"at global step {stopped_at * STEPS_PER_ITER:,} (iteration {stopped_at})" in res.stderr
     r0, r1 = load_params(dump, 0), load_params(dump, 1)
     assert same_params(r0["params"], r1["params"])

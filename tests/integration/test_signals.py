@@ -220,12 +220,12 @@ def test_the_stop_line_says_how_to_continue_the_run(monkeypatch):
     path = Path("runs/int2/checkpoints/step_000000001024.pt")
     assert str(TrainingInterrupted(signal.SIGINT, path)) == (
         "stopped by SIGINT; checkpoint: runs/int2/checkpoints/step_000000001024.pt; continue with: proxima resume runs/int2")
-    # under torchrun (--nproc 2): `proxima resume` alone would refuse a 2-process checkpoint
+    # under torchrun (--nproc 2) on one machine: `proxima resume` starts the 2 processes itself
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert str(TrainingInterrupted(signal.SIGTERM, path)) == (
         "stopped by SIGTERM; checkpoint: runs/int2/checkpoints/step_000000001024.pt; continue with: "
-        "proxima train --resume runs/int2 --nproc 2")
+        "proxima resume runs/int2")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # two machines
     assert str(TrainingInterrupted(signal.SIGTERM, path)) == (
         "stopped by SIGTERM; checkpoint: runs/int2/checkpoints/step_000000001024.pt; continue with: "
