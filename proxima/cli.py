@@ -300,10 +300,7 @@ def cmd_eval(args) -> int:
         if (Path(path) / "population.json").is_file():  # every member, then statistics per setting
             from .population_eval import cmd_eval_population
 
-            if env_kwargs is not None:
-                raise ConfigError(f"--env-kwargs: {path} is a population; give it per member: proxima eval {path}/<member dir> "
-                                  "--env-kwargs JSON")
-            return cmd_eval_population(args, resolve_device(args.device))
+            return cmd_eval_population(args, resolve_device(args.device), env_kwargs)
         if args.best:
             from .checkpoint import CheckpointError, best_checkpoint_path
 

@@ -38,8 +38,10 @@ def member_checkpoint(member_dir: Path, best: bool = False) -> Path:
 
 def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True, seed: Optional[int] = None,
                         device="cpu", backend: Optional[str] = None, env_id: Optional[str] = None, trust_env: bool = False,
-                        best: bool = False, on_member: Optional[Callable[[dict], None]] = None, max_steps: Optional[int] = None) -> dict:
+                        best: bool = False, on_member: Optional[Callable[[dict], None]] = None, max_steps: Optional[int] = None,
+                        env_kwargs: Optional[dict] = None) -> dict:
     """Evaluate every member of the population at ``run_dir``; ``on_member(row)`` is called as each finishes.
+    ``env_kwargs`` replaces the members' recorded env kwargs (as ``proxima eval --env-kwargs`` for one run).
 
     Returns dict(run_dir, env_id, episodes, deterministic, members, settings): ``members`` is one
     row per member, setting by setting (population.json's order, which population_run writes
@@ -60,7 +62,7 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
     rows = {}
     for s in settings:
         for member_seed, d in s.members:
-            policy = load_policy(checkpoints[d], device=device, env_id=env_id, trust_env=trust_env)
+            policy = load_policy(checkpoints[d], device=device, env_id=env_id, trust_env=trust_env, env_kwargs=env_kwargs)
             eval_seed = seed if seed is not None else int(policy.config["seed"]) + 1_000_000
             result = evaluate(policy, episodes=episodes, deterministic=deterministic, seed=eval_seed,
                               backend=backend or policy.config.get("backend", "auto"),
@@ -106,7 +108,7 @@ def format_summary(result: dict) -> str:
     return "\n".join(lines)
 
 
-def cmd_eval_population(args, device) -> int:
+def cmd_eval_population(args, device, env_kwargs: Optional[dict] = None) -> int:
     """``proxima eval RUN`` for a population (called by cli.cmd_eval, which turns errors into one line):
     a line per member as it finishes and a line per setting, or with ``--json`` one JSON object."""
     import json
@@ -119,6 +121,7 @@ def cmd_eval_population(args, device) -> int:
     progress = None if args.json else lambda row: print(format_member(row), flush=True)  # a line as each member finishes
     result = evaluate_population(args.path, episodes=args.episodes, deterministic=not args.stochastic, seed=args.seed,
                                  device=device, backend=args.backend, env_id=args.env, trust_env=args.trust_run,
-                                 best=args.best, on_member=progress, max_steps=getattr(args, "max_steps", None))
+                                 best=args.best, on_member=progress, max_steps=getattr(args, "max_steps", None),
+                                 env_kwargs=env_kwargs)
     print(json.dumps(result) if args.json else format_summary(result))
     return 0

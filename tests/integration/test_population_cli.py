@@ -64,9 +64,11 @@ def test_member_directories_work_with_eval_and_plot_and_refuse_resume(population
     assert f"holds its weights only; resume the whole population: proxima resume {run_dir}" in capsys.readouterr().err
     assert cli.main(["eval", str(run_dir), "--episodes", "2", "--json"]) == 0  # the whole population (test_population_views.py)
     assert len(json.loads(capsys.readouterr().out)["members"]) == 4
-    assert cli.main(["eval", str(run_dir), "--env-kwargs", "{}"]) == 2  # not passed on to every member: refused, not ignored
-    assert capsys.readouterr().err == (f"proxima eval: error: --env-kwargs: {run_dir} is a population; give it per member: "
-                                       f"proxima eval {run_dir}/<member dir> --env-kwargs JSON\n")
+    # --env-kwargs reaches every member's env: episodes cut at 5 steps score 5 each
+    assert cli.main(["eval", str(run_dir), "--episodes", "2", "--env-kwargs", '{"max_episode_steps": 5}', "--json"]) == 0
+    assert [m["mean_return"] for m in json.loads(capsys.readouterr().out)["members"]] == [5.0] * 4
+    assert cli.main(["eval", str(run_dir), "--env-kwargs", '{"bogus": 1}']) == 2
+    assert "--env-kwargs: env 'CartPole-v1' takes no argument 'bogus'" in capsys.readouterr().err
     assert cli.main(["resume", str(run_dir), "--eval-episodes", "0"]) == 0  # finished: says so once, trains nothing
     err = capsys.readouterr().err
     assert err.count("the run is complete (512 steps); --total-timesteps N (more steps) extends it") == 1
