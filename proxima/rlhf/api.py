@@ -105,6 +105,12 @@ def resume(run_dir, steps: Optional[int] = None) -> int:
                 if steps is not None and d.is_main:
                     rundir.write_config(path, cfg.to_dict())
                 loop.run(trainer, path, resumed=True)
+            elif not D.broadcast_object(loop.is_finished(path, trainer.step) if d.is_main else None, d):
+                # killed while writing policy/ or summary.json: the last checkpoint holds everything they need
+                if d.is_main:
+                    print(f"{path}: at step {trainer.step} of {cfg.steps} but policy/ or summary.json is missing or "
+                          f"incomplete; writing them", flush=True)
+                loop.finish(trainer, path)
             elif d.is_main:
                 print(f"{path}: already at step {trainer.step} of {cfg.steps}; nothing to do")
         except BaseException:

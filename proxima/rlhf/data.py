@@ -1,5 +1,5 @@
-"""Prompts: read from a JSONL or text file, rendered to token ids, sharded across processes, drawn in
-shuffled passes.
+"""Prompts: read from a JSON-lines, JSON or text file, rendered to token ids, sharded across processes,
+drawn in shuffled passes.
 
 A prompt is plain text or a conversation (a list of ``{"role", "content"}`` messages). JSONL rows may
 carry other fields (``"answer": "42"``); they travel with the prompt to the reward functions as
@@ -9,6 +9,7 @@ keyword arguments.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
@@ -37,37 +38,66 @@ class PromptRow:
         return self.prompt if isinstance(self.prompt, str) else self.prompt[-1]["content"]
 
 
-def load_prompts(path: str) -> list:
-    """PromptRows from a .jsonl file or a text file (one prompt per line).
+JSON_SUFFIXES = (".jsonl", ".json")  # any case: .JSONL, .Json
+_SEPARATORS = re.compile(r"[ \t\r\n,]*")
 
-    JSONL lines: a JSON string; ``{"prompt": "text" | [messages], ...}``; or ``{"messages": [...], ...}``
+
+def load_prompts(path: str) -> list:
+    """PromptRows from a JSON-lines file (.jsonl or .json), a .json file holding one array, or a text
+    file (any other name: one prompt per line). A UTF-8 byte-order mark is dropped.
+
+    JSON rows: a JSON string; ``{"prompt": "text" | [messages], ...}``; or ``{"messages": [...], ...}``
     (trailing assistant messages, a reference answer, are dropped from the prompt).
     """
     file = Path(path)
     if not file.is_file():
         raise ConfigError(f"--prompts {path!r}: no such file")
     try:
-        lines = file.read_text(encoding="utf-8").splitlines()
+        # utf-8-sig: editors on Windows start files with a BOM, which would otherwise open prompt 1
+        text = file.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"--prompts {path!r}: cannot read: {e}") from None
+    suffix = file.suffix.lower()
     rows = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        if file.suffix == ".jsonl":
-            try:
-                item = json.loads(line)
-            except ValueError as e:
-                raise ConfigError(f"--prompts {path}:{number}: not JSON ({e})") from None
-            rows.append(_parse_row(item, f"--prompts {path}:{number}", number))
-        else:
-            rows.append(PromptRow(line.rstrip("\n"), line=number))
+    if suffix == ".json" and text.lstrip().startswith("["):
+        rows = [_parse_row(item, f"--prompts {path}:{number}", number) for item, number in _json_array(text, path)]
+    else:
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            if suffix in JSON_SUFFIXES:
+                try:
+                    item = json.loads(line)
+                except ValueError as e:
+                    hint = "; a .json file holds one row per line (JSON lines) or one array of rows" if suffix == ".json" else ""
+                    raise ConfigError(f"--prompts {path}:{number}: not JSON ({e}){hint}") from None
+                rows.append(_parse_row(item, f"--prompts {path}:{number}", number))
+            else:
+                rows.append(PromptRow(line.rstrip("\n"), line=number))
     if not rows:
         raise ConfigError(f"--prompts {path!r}: no prompts in the file")
     names = sorted({k for r in rows for k in r.columns})
     for r in rows:  # every reward call gets every column; a row without one gets None
         r.columns = {k: r.columns.get(k) for k in names}
     return rows
+
+
+def _json_array(text: str, path: str) -> list:
+    """(item, line of its first character) for each element of a JSON array: the line numbers that
+    error messages name, as for JSON lines."""
+    try:
+        json.loads(text)  # the whole file must be one valid array before it is walked
+    except ValueError as e:
+        raise ConfigError(f"--prompts {path}: not JSON ({e})") from None
+    decoder, out = json.JSONDecoder(), []
+    pos, line, counted = text.index("[") + 1, 1, 0
+    while True:
+        pos = _SEPARATORS.match(text, pos).end()  # valid JSON: only whitespace and one comma lie between items
+        if text[pos] == "]":
+            return out
+        line, counted = line + text.count("\n", counted, pos), pos
+        item, pos = decoder.raw_decode(text, pos)
+        out.append((item, line))
 
 
 def _parse_row(item, where: str, number: int) -> PromptRow:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass
+from typing import Sequence, Union
 
 import torch
 
@@ -38,8 +39,14 @@ class SamplingSettings:
     temperature: float
     top_k: int
     top_p: float
-    eos_token_id: int
+    eos_token_id: Union[int, Sequence[int]]  # every id that ends a response (the tokenizer's EOS, end-of-turn ids)
     pad_token_id: int
+
+
+def _stop_ids(eos_token_id: Union[int, Sequence[int]], device) -> torch.Tensor:
+    """The ids that end a response as a (K,) long tensor, for torch.isin."""
+    ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+    return torch.tensor(ids, dtype=torch.long, device=device)
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -84,7 +91,8 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, s: Sa
     """Sample responses (B, R), R <= max_new_tokens, padded with ``pad_token_id`` after EOS.
 
     One prefill forward over the left-padded prompts, then one forward per token on the KV cache,
-    with position ids that count real tokens only. Stops once every row has emitted EOS. Samples from
+    with position ids that count real tokens only. Stops once every row has emitted EOS (any id of
+    ``s.eos_token_id``, an int or a list). Samples from
     exactly softmax(filter(logits / temperature)), the distribution the log-probs assume (a model's
     generation_config.json cannot slip in a repetition penalty or a default top-k).
 
@@ -100,6 +108,7 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, s: Sa
     next_position = position_ids[:, -1:] + 1
     tokens = torch.full((batch, s.max_new_tokens), s.pad_token_id, dtype=torch.long, device=input_ids.device)
     done = torch.zeros(batch, dtype=torch.bool, device=input_ids.device)
+    stop_ids = _stop_ids(s.eos_token_id, input_ids.device)
     # the mask of prompt + every response position, allocated once: step t passes a view of its first
     # P + t + 1 columns instead of concatenating a new mask every token
     prompt_width = attention_mask.shape[1]
@@ -108,7 +117,7 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, s: Sa
         logits = filter_logits(out.logits[:, -1].float() / s.temperature, s.top_k, s.top_p)
         token = torch.where(done, s.pad_token_id, sample(logits))
         tokens[:, t] = token
-        done |= token == s.eos_token_id
+        done |= torch.isin(token, stop_ids)
         # one host sync per token: negligible next to a forward
         if t == s.max_new_tokens - 1 or (all_done(done) if all_done else bool(done.all())):
             return tokens[:, :t + 1]
@@ -119,14 +128,15 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, s: Sa
     return tokens
 
 
-def response_masks(responses: torch.Tensor, eos_token_id: int) -> tuple:
-    """EOS bookkeeping of sampled responses (B, R).
+def response_masks(responses: torch.Tensor, eos_token_id: Union[int, Sequence[int]]) -> tuple:
+    """EOS bookkeeping of sampled responses (B, R); ``eos_token_id`` is one id or the list of ids that end
+    a response (an instruct model's end-of-turn token as well as its EOS).
 
     Returns mask (B, R) bool (tokens up to and including the first EOS, or all R when there is none),
     lengths (B,) long (>= 1) and has_eos (B,) bool. Tokens after the first EOS are padding whatever
     their id, so pad == eos (GPT-2's convention) needs no special case.
     """
-    is_eos = responses == eos_token_id
+    is_eos = torch.isin(responses, _stop_ids(eos_token_id, responses.device))
     has_eos = is_eos.any(1)
     first_eos = torch.where(has_eos, is_eos.int().argmax(1), torch.full_like(has_eos, responses.shape[1] - 1, dtype=torch.long))
     lengths = first_eos + 1

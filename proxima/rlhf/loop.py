@@ -5,8 +5,12 @@ Everything here is once per step or rarer; the PPO step itself is ``RLHFTrainer.
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import json
 import math
+import os
+import shutil
 import signal
 import threading
 import time
@@ -18,6 +22,7 @@ from . import dist as D
 from . import fsdp
 from . import rundir
 from .config import ConfigError
+from .models import original_config
 from .rewards import RewardError
 
 CHECKPOINT_FORMAT = "proxima-rlhf-1"
@@ -57,7 +62,7 @@ def run(t, run_dir: Path, resumed: bool = False) -> dict:
                 if main:
                     print(f"stopped at step {t.step}; continue with `proxima resume {run_dir}`", flush=True)
                 raise KeyboardInterrupt
-        return _finish(t, run_dir)
+        return finish(t, run_dir)
     finally:
         restore()
         if logger is not None:
@@ -110,39 +115,115 @@ def _checkpoint_after_reward_failure(t, run_dir: Path, before: dict) -> str:
     return "no checkpoint was written yet (--checkpoint-every)"
 
 
-def _finish(t, run_dir: Path) -> dict:
+def finish(t, run_dir: Path) -> dict:
+    """Write policy/, then curve.png, then summary.json, the last file: a run with a readable summary.json of
+    its last step and a whole policy/ is finished (:func:`is_finished`); a resume finishes any other."""
     _refuse_nonfinite_weights(t, run_dir, "policy/")
     checksums = D.gather_objects(parameter_checksum(t.trained_models()), t.dist)
     local_numel = D.gather_objects(fsdp.local_numel(t.trained_models()), t.dist)
     full_policy = fsdp.full_model_state(t.policy) if t.cfg.fsdp else None  # collective: before the rank test
     if not t.dist.is_main:
         return {}
-    # the trained policy in Hugging Face format (with LoRA: the adapter, or with --merge-lora the model with
-    # the adapter merged in, loadable without peft) and its tokenizer
-    if full_policy is not None:
-        _save_unsharded(t.policy, full_policy, run_dir / "policy")
-    else:
-        policy = t.policy.merge_and_unload() if t.cfg.lora and t.cfg.merge_lora else t.policy
-        policy.save_pretrained(run_dir / "policy")
-    t.tokenizer.save_pretrained(run_dir / "policy")
+    _save_policy(t, full_policy, run_dir)
     extra = {"advantage": t.cfg.advantage, "world_size": t.dist.world_size, "fsdp": t.cfg.fsdp,
              "param_checksums": checksums, "ranks_in_sync": len(set(checksums)) == 1, "kl_coef_last": t.kl_ctl.value,
-             "param_numel_full": t.param_numel_full, "param_numel_per_rank": local_numel}
-    summary = rundir.write_summary(run_dir, t.seconds, extra)
+             "param_numel_full": t.param_numel_full, "param_numel_per_rank": local_numel, "final_step": t.step}
     if t.cfg.plot:
         rundir.plot_curves(run_dir)
-    return summary
+    return rundir.write_summary(run_dir, t.seconds, extra)
+
+
+def _save_policy(t, full_policy, run_dir: Path) -> None:
+    """The trained policy in Hugging Face format (with LoRA: the adapter, or with --merge-lora the model with
+    the adapter merged in, loadable without peft) and the tokenizer as it was loaded, written whole into
+    .policy.partial/ and then renamed to policy/: a kill mid-save never leaves a half-written policy/ that
+    looks finished. A policy/ already there (from before `proxima resume --steps N`) is set aside as
+    .policy.old/ for the two renames, so it is replaced, never lost to a failed save."""
+    final, partial, old = run_dir / "policy", run_dir / ".policy.partial", run_dir / ".policy.old"
+    for stale in (partial, old):  # left by a kill during an earlier save
+        if stale.exists():
+            shutil.rmtree(stale)
+    base = t.policy.get_base_model() if hasattr(t.policy, "get_base_model") else t.policy
+    if full_policy is not None:
+        _save_unsharded(t.policy, full_policy, partial)
+    else:
+        policy = t.policy.merge_and_unload() if t.cfg.lora and t.cfg.merge_lora else t.policy
+        with original_config(base):  # the release keeps the dropout rates training switched off
+            policy.save_pretrained(partial)
+    t.tokenizer_as_loaded.save_pretrained(partial)
+    _fsync_tree(partial)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(partial, final)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Every file of ``folder`` on disk before the rename that publishes it (a power loss after the rename
+    must not leave empty files under the final name)."""
+    for f in folder.rglob("*"):
+        if f.is_file():
+            with open(f, "rb") as handle:
+                os.fsync(handle.fileno())
+
+
+def policy_complete(folder: Path) -> bool:
+    """A saved policy: its config (or adapter config), its weight files whole, and a tokenizer. For runs
+    whose policy/ was written in place (before the rename above), a kill mid-save left some missing or cut short."""
+    if not ((folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()):
+        return False
+    if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        return False
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+        except (OSError, ValueError, KeyError, AttributeError):
+            return False
+        return all(_safetensors_whole(folder / shard) for shard in shards)
+    files = [folder / n for n in ("model.safetensors", "adapter_model.safetensors") if (folder / n).is_file()]
+    return bool(files) and all(_safetensors_whole(f) for f in files)
+
+
+def _safetensors_whole(file: Path) -> bool:
+    """The file is as long as its header says: 8-byte header size, JSON header, then the tensor data."""
+    try:
+        with open(file, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        return file.stat().st_size == 8 + n + end
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return False
+
+
+def is_finished(run_dir: Path, step: int) -> bool:
+    """Whether the run's final files for ``step`` are all there: summary.json (written last) readable and of
+    this step, and a complete policy/. Otherwise a resume at its last step writes them again."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(summary, dict) or summary.get("final_step", summary.get("steps")) != step:
+        return False
+    return policy_complete(run_dir / "policy")
 
 
 def _save_unsharded(sharded: torch.nn.Module, state: dict, folder: Path) -> None:
-    """A sharded policy's full weights into a plain model of its class, saved in Hugging Face format."""
+    """A sharded policy's full weights into a plain model of its class, saved in Hugging Face format
+    with the original's generation_config (sampling defaults, end-of-turn ids) and config values."""
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(sharded.config)
     model.load_state_dict(state, strict=False, assign=True)
     model.tie_weights()
-    model.save_pretrained(folder)
+    # from_config builds a default generation_config from the config alone
+    if getattr(sharded, "generation_config", None) is not None:
+        model.generation_config = copy.deepcopy(sharded.generation_config)
+    with original_config(sharded, model.config):
+        model.save_pretrained(folder)
 
 
 def _install_signal_handlers(stop: dict):

@@ -10,6 +10,7 @@ update would score the same tokens differently and the ratio would not start at 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import inspect
@@ -105,7 +106,18 @@ def load_pretrained(auto_class, path: str, what: str, dtype: torch.dtype, **kwar
     if problems:
         raise ConfigError(f"{what} {path!r}: the weights do not fit {type(model).__name__} ({'; '.join(problems)}); "
                           f"refusing to start from random or dropped weights")
+    check_finite(model, what, path)
     return model
+
+
+def check_finite(model: nn.Module, what: str, path: str) -> None:
+    """A NaN or infinity stored in a checkpoint is refused at load, naming the tensor: found after the
+    first update, it would be blamed on the update (a diverged run) instead of the file."""
+    for name, p in model.named_parameters():
+        if not bool(torch.isfinite(p).all()):
+            bad = int((~torch.isfinite(p)).sum())
+            raise ConfigError(f"{what} {path!r}: weight {name} holds {bad} non-finite value(s) (NaN or inf); the "
+                              f"checkpoint is damaged, use another copy")
 
 
 def max_positions(config) -> Optional[int]:
@@ -138,6 +150,11 @@ def load_policy(spec: str, seed: int, dtype: torch.dtype = torch.float32) -> tup
 
 def load_tokenizer(path: Optional[str], what: str = "--tokenizer"):
     """A tokenizer that left-pads, with a pad token (the EOS token when the tokenizer has none)."""
+    return training_tokenizer(read_tokenizer(path, what))
+
+
+def read_tokenizer(path: Optional[str], what: str = "--tokenizer"):
+    """The tokenizer of ``path`` as it is stored (the one saved with the trained policy); it must have an EOS."""
     from transformers import AutoTokenizer
 
     if not path or not os.path.isdir(path):
@@ -148,16 +165,79 @@ def load_tokenizer(path: Optional[str], what: str = "--tokenizer"):
         raise ConfigError(f"{what} {path!r}: cannot load a tokenizer: {str(e).splitlines()[0]}") from None
     if tok.eos_token_id is None:
         raise ConfigError(f"{what} {path!r}: the tokenizer has no EOS token; responses could never end")
+    return tok
+
+
+def training_tokenizer(tok):
+    """A copy of ``tok`` that left-pads, with a pad token (its EOS when it has none). A copy: the released
+    tokenizer keeps its own special tokens and padding side, since a pad token equal to EOS would make a
+    later fine-tuning's collator mask every EOS label, and the model would never learn to stop."""
+    tok = copy.deepcopy(tok)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     return tok
 
 
+def end_ids(model: nn.Module) -> tuple:
+    """(config's eos ids, generation_config's eos ids), each a set: an int or a list in either file.
+
+    Instruct models list their end-of-turn tokens there (Gemma's <end_of_turn>, Llama 3's <|eot_id|>,
+    Qwen's <|im_end|>), often beside a tokenizer whose EOS is another token."""
+    def ids(value) -> set:
+        values = value if isinstance(value, (list, tuple)) else [value]
+        return {int(v) for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 0}
+
+    generation = getattr(model, "generation_config", None)
+    return ids(getattr(model.config, "eos_token_id", None)), ids(getattr(generation, "eos_token_id", None))
+
+
+ORIGINAL_CONFIG = "_proxima_original_config"  # model attribute: config values changed for training only
+
+
+def _is_drop_rate(name: str, value) -> bool:
+    """A float attribute that is a dropout-like probability: attention_dropout, resid_pdrop, layerdrop,
+    drop_path_rate. Only plain floats: the same names also hold nn.Dropout modules or flags."""
+    return type(value) is float and value != 0.0 and "drop" in name.lower()
+
+
 def disable_dropout(model: nn.Module) -> None:
+    """Every source of training-mode randomness set to zero: nn.Dropout modules, and the float rates
+    that Llama, Qwen, Mistral or Gemma attention (``self.attention_dropout``, passed to the attention
+    kernel in train mode) and OPT's layerdrop read at each forward, on the modules and on the config
+    (some models read it there). The config's original values are kept on the model for the saved
+    policy (:func:`original_config`): the release keeps the user's settings for further training."""
     for module in model.modules():
         if isinstance(module, nn.Dropout):
             module.p = 0.0
+        for name, value in list(vars(module).items()):
+            if _is_drop_rate(name, value):
+                setattr(module, name, 0.0)
+    config = getattr(model, "config", None)
+    if config is None:
+        return
+    original = dict(getattr(model, ORIGINAL_CONFIG, {}))
+    for name, value in list(vars(config).items()):
+        if _is_drop_rate(name, value):
+            original.setdefault(name, value)
+            setattr(config, name, 0.0)
+    setattr(model, ORIGINAL_CONFIG, original)
+
+
+@contextlib.contextmanager
+def original_config(model: nn.Module, config=None):
+    """While the block runs, ``config`` (default: the model's) holds the values :func:`disable_dropout`
+    changed, as the user gave them; for saving the trained policy."""
+    config = model.config if config is None else config
+    original = getattr(model, ORIGINAL_CONFIG, {})
+    training = {name: getattr(config, name) for name in original}
+    for name, value in original.items():
+        setattr(config, name, value)
+    try:
+        yield config
+    finally:
+        for name, value in training.items():
+            setattr(config, name, value)
 
 
 class TanhGELU(nn.Module):

@@ -184,6 +184,11 @@ class RewardModel:
             raise ConfigError(f"--reward {path!r}: cannot load its tokenizer: {str(e).splitlines()[0]}") from None
         if model.config.num_labels != 1:
             raise ConfigError(f"--reward {path!r}: the model has {model.config.num_labels} labels; a reward model has 1")
+        # a token id past the embedding would fail mid-run, in the first batch that holds it
+        embedded = model.get_input_embeddings().num_embeddings
+        if len(self.tokenizer) > embedded:
+            raise ConfigError(f"--reward {path!r}: its tokenizer has {len(self.tokenizer)} tokens but the model embeds "
+                              f"only {embedded}; the directory's tokenizer does not belong to its model")
         self.model = use_fused_gelu(model).to(device).eval()
         self.model.requires_grad_(False)
         if self.tokenizer.pad_token_id is None:

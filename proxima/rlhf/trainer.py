@@ -16,6 +16,7 @@ optimizers and processes around it, and loop.py runs the steps, logs and writes 
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from typing import Optional
 
@@ -32,8 +33,9 @@ from .generation import (SamplingSettings, decode_responses, generate, pad_left,
 from .kl import KLController, kl_per_token
 from .masked import masked_mean, masked_sum, masked_whiten
 from ..device import resolve_device
-from .models import (DTYPES, apply_lora, enable_checkpointing, load_policy, load_tokenizer, logprobs_and_entropy,
-                     make_reference, make_value_model, max_positions, response_logits, token_logprobs)
+from .models import (DTYPES, apply_lora, enable_checkpointing, end_ids, load_policy, logprobs_and_entropy,
+                     make_reference, make_value_model, max_positions, read_tokenizer, response_logits, token_logprobs,
+                     training_tokenizer)
 from .rewards import RewardBatch, load_rewards
 
 
@@ -57,14 +59,19 @@ class RLHFTrainer:
         self.reward = load_rewards(reward_specs(cfg), cfg.reward_weights, self.device, dtype, cfg.bf16,
                                    cfg.reward_import_path)
         policy, tokenizer_dir = load_policy(cfg.policy, cfg.seed, dtype)
-        self.tokenizer = load_tokenizer(cfg.tokenizer or tokenizer_dir)
+        # the tokenizer as stored goes into policy/; the copy that trains left-pads and has a pad token
+        self.tokenizer_as_loaded = read_tokenizer(cfg.tokenizer or tokenizer_dir)
+        self.tokenizer = training_tokenizer(self.tokenizer_as_loaded)
         if len(self.tokenizer) > policy.get_input_embeddings().num_embeddings:
             raise ConfigError(f"--tokenizer: {len(self.tokenizer)} tokens but the policy embeds only "
                               f"{policy.get_input_embeddings().num_embeddings}")
+        self.stop_ids = self._stop_ids(policy, cfg.tokenizer or tokenizer_dir)
         self.prompt_ids = encode_prompts(self.tokenizer, self.prompts, cfg.max_prompt_length, cfg.truncate_prompts)
         self._probe_reward()
 
         reward_dir = next((m.path for m in self.reward.models), None)
+        if self.critic and cfg.value_init == "reward":
+            self._check_same_vocabulary(self.reward.models[0], cfg.tokenizer or tokenizer_dir)
         self.value = make_value_model(cfg.value_init, policy, reward_dir, cfg.seed, dtype) if self.critic else None
         self._check_positions(policy)
         self.ref = make_reference(policy, cfg.lora)
@@ -97,11 +104,40 @@ class RLHFTrainer:
         self.opt_value = torch.optim.Adam(self.value_params, lr=cfg.value_lr or cfg.lr, eps=1e-5, fused=fused) if self.critic else None
         self.kl_ctl = KLController(cfg.kl_coef, cfg.adaptive_kl, cfg.kl_target, cfg.kl_horizon)
         self.sampling = SamplingSettings(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p,
-                                         self.tokenizer.eos_token_id, self.tokenizer.pad_token_id)
+                                         self.stop_ids, self.tokenizer.pad_token_id)
         # every process draws its own prompts and samples: seed the global RNG per rank
         torch.manual_seed(cfg.seed * 1000 + self.dist.rank)
         self.sampler = PromptSampler(len(self.prompts), self.dist.rank, self.dist.world_size)
         self.step, self.seconds = 0, 0.0
+
+    def _stop_ids(self, policy, tokenizer_dir: str) -> list:
+        """The ids that end a response: the tokenizer's EOS and, as Hugging Face's generate does, the
+        policy's generation_config eos ids (an instruct model's end of turn). When the tokenizer's EOS is
+        not among the policy's own eos ids the two may not belong together (a fresh config's default
+        ids, another model's tokenizer): a warning, and only the tokenizer's EOS ends a response, since
+        the policy's ids may name ordinary tokens of this tokenizer."""
+        eos = self.tokenizer.eos_token_id
+        config_ids, generation_ids = end_ids(policy)
+        if not config_ids | generation_ids or eos in config_ids | generation_ids:
+            return sorted({eos} | generation_ids)
+        if self.dist.is_main:
+            name = self.tokenizer.eos_token
+            print(f"proxima rlhf: warning: tokenizer {tokenizer_dir}: its EOS {name!r} (id {eos}) is not among the "
+                  f"policy's end-of-sequence ids {sorted(config_ids | generation_ids)} (config.json, "
+                  f"generation_config.json); responses end only at {name!r}; check that the tokenizer belongs to "
+                  f"the policy", file=sys.stderr, flush=True)
+        return [eos]
+
+    def _check_same_vocabulary(self, rm, tokenizer_dir: str) -> None:
+        """--value-init reward reuses the reward model's embeddings for the policy's token ids: the two
+        tokenizers must map every token to the same id, not just have as many."""
+        ours, theirs = self.tokenizer.get_vocab(), rm.tokenizer.get_vocab()
+        if ours == theirs:
+            return
+        token = next((t for t in sorted(ours.keys() | theirs.keys()) if ours.get(t) != theirs.get(t)))
+        raise ConfigError(f"--value-init reward: the reward model's tokenizer ({rm.path}) and the policy's "
+                          f"({tokenizer_dir}) have different vocabularies (token {token!r} is id {theirs.get(token)} "
+                          f"in the reward model's, {ours.get(token)} in the policy's); use --value-init policy")
 
     def _shard(self) -> None:
         if not self.dist.enabled:
@@ -165,7 +201,7 @@ class RLHFTrainer:
         with self.autocast():
             responses = generate(self.policy, query, query_mask, self.sampling, self._all_done if self.cfg.fsdp else None)
         gen_seconds = time.perf_counter() - t0
-        mask, lengths, has_eos = response_masks(responses, self.sampling.eos_token_id)
+        mask, lengths, has_eos = response_masks(responses, self.stop_ids)
         b = {"query_responses": torch.cat([query, responses], 1), "responses": responses, "mask": mask,
              "lengths": lengths, "has_eos": has_eos, "context_length": query.shape[1]}
         b["attention_mask"] = torch.cat([query_mask, torch.ones_like(responses)], 1)

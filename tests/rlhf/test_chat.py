@@ -140,3 +140,32 @@ def test_a_chat_run_trains_and_logs_conversations(tiny_cfg, chat_assets):
     metrics, samples = t.train_step()
     assert metrics["objective/scores"] == metrics["objective/scores"]
     assert isinstance(samples[0]["prompt"], list)
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize("name", ["p.jsonl", "p.json", "p.JSONL", "p.Json"])
+def test_json_lines_are_read_as_json_whatever_the_suffix_case_and_a_bom_is_dropped(tmp_path, name):
+    (tmp_path / name).write_bytes(BOM + b'{"prompt": "the movie was", "answer": "3"}\n"the food is"\n')
+    rows = load_prompts(str(tmp_path / name))
+    assert [(r.prompt, r.line, r.columns) for r in rows] == [("the movie was", 1, {"answer": "3"}),
+                                                             ("the food is", 2, {"answer": None})]
+
+
+def test_a_text_file_loses_its_bom_too(tmp_path):
+    (tmp_path / "p.txt").write_bytes(BOM + b"the movie was\nthe food is\n")
+    assert [r.prompt for r in load_prompts(str(tmp_path / "p.txt"))] == ["the movie was", "the food is"]
+
+
+def test_a_json_file_holding_one_array_gives_a_prompt_per_element_named_by_its_line(tmp_path):
+    (tmp_path / "p.json").write_text('[\n  {"prompt": "the movie was", "answer": 1},\n\n  "the food is" ,\n'
+                                     '  {"messages": [{"role": "user", "content": "hi"}]}]\n')
+    rows = load_prompts(str(tmp_path / "p.json"))
+    assert [(r.prompt, r.line) for r in rows] == [("the movie was", 2), ("the food is", 4),
+                                                  ([{"role": "user", "content": "hi"}], 5)]
+    (tmp_path / "bad.json").write_text('[\n  "the movie was",\n  {"prompt": 3}\n]\n')
+    with pytest.raises(ConfigError) as e:
+        load_prompts(str(tmp_path / "bad.json"))
+    assert str(e.value) == (f"--prompts {tmp_path / 'bad.json'}:3: 'prompt' must be a string or a list of "
+                            f"{{role, content}} messages")

@@ -43,6 +43,23 @@ def test_a_sharded_run_resumes_sharded_bit_identically(assets, tmp_path, two_pro
         assert all(torch.equal(a[part][k], b[part][k]) for k in a[part])
 
 
+def test_the_unsharded_policy_keeps_the_generation_config_and_the_config_as_given(tmp_path):
+    """policy/ of a sharded run is a fresh model of the policy's class: it must still carry the checkpoint's
+    generation_config.json (end-of-turn ids, sampling defaults) and the dropout it was given."""
+    from proxima.rlhf.loop import _save_unsharded
+    from proxima.rlhf.models import load_policy
+    from rlhf_assets import save_llama
+
+    generation = {"eos_token_id": [2, 3], "do_sample": True, "temperature": 0.6, "top_p": 0.9}
+    source = save_llama(tmp_path / "m", attention_dropout=0.25, generation=generation)
+    model, _ = load_policy(str(source), seed=0)
+    _save_unsharded(model, model.state_dict(), tmp_path / "policy")
+    saved = json.loads((tmp_path / "policy" / "generation_config.json").read_text())
+    assert saved == json.loads((source / "generation_config.json").read_text())
+    assert {k: saved[k] for k in generation} == generation
+    assert json.loads((tmp_path / "policy" / "config.json").read_text())["attention_dropout"] == 0.25
+
+
 def test_fsdp_without_torchrun_is_one_line(tiny_cfg):
     from proxima.rlhf.config import ConfigError
     from proxima.rlhf.trainer import RLHFTrainer

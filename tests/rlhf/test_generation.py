@@ -1,10 +1,12 @@
-"""EOS and padding masks; left-padded prompts are scored like unpadded ones."""
+"""EOS and padding masks; left-padded prompts are scored like unpadded ones; end-of-turn ids end responses."""
 
 import torch
 
 from proxima.rlhf.generation import (SamplingSettings, generate, pad_left, position_ids_from_mask,
                                      response_masks)
 from proxima.rlhf.models import load_policy, load_tokenizer, response_logits, token_logprobs
+from proxima.rlhf.trainer import RLHFTrainer
+from rlhf_assets import save_llama, word_tokenizer
 
 EOS, PAD = 2, 0
 
@@ -21,6 +23,42 @@ def test_pad_equal_to_eos_needs_no_special_case():
     responses = torch.tensor([[5, EOS, EOS, EOS]])  # GPT-2 style: padding after EOS is EOS again
     mask, lengths, has_eos = response_masks(responses, EOS)
     assert lengths.tolist() == [2] and has_eos.all() and mask.tolist() == [[1, 1, 0, 0]]
+
+
+def test_a_response_ends_at_the_first_of_several_stop_ids():
+    END_OF_TURN = 7
+    responses = torch.tensor([[5, 6, END_OF_TURN, EOS], [5, EOS, END_OF_TURN, 5], [5, 6, 6, 6]])
+    mask, lengths, has_eos = response_masks(responses, [EOS, END_OF_TURN])
+    assert lengths.tolist() == [3, 2, 4] and has_eos.tolist() == [True, True, False]
+    assert mask.tolist() == [[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]]
+
+
+def test_an_end_of_turn_id_in_generation_config_ends_responses_without_the_missing_eos_penalty(tiny_cfg, tmp_path):
+    """A Gemma-2-it-like checkpoint: the tokenizer's EOS is [EOS], a turn ends with <eot>, and
+    generation_config.json lists both; the model answers <eot> at once."""
+    tok = word_tokenizer(extra_specials=["<eot>"])
+    eot = tok.convert_tokens_to_ids("<eot>")
+    policy = save_llama(tmp_path / "it", tok, always=eot, generation={"eos_token_id": [tok.eos_token_id, eot]})
+    t = RLHFTrainer(tiny_cfg(policy=str(policy)))
+    b = t.rollout()
+    assert b["responses"].shape == (8, 1) and (b["responses"] == eot).all()  # generation stopped after one token
+    assert b["lengths"].tolist() == [1] * 8 and b["has_eos"].all()
+    assert b["scores"].tolist() == [0.0] * 8  # an empty response scores 0, with no -1 missing-EOS penalty
+    assert t.stop_ids == sorted([tok.eos_token_id, eot])
+
+
+def test_a_tokenizer_whose_eos_the_policy_does_not_list_is_warned_about_in_one_line(tiny_cfg, tmp_path, capsys):
+    tok = word_tokenizer(extra_specials=["<eot>"])
+    eot = tok.convert_tokens_to_ids("<eot>")
+    policy = save_llama(tmp_path / "m", tok, eos_token_id=eot, generation={"eos_token_id": eot})
+    t = RLHFTrainer(tiny_cfg(policy=str(policy)))
+    err = capsys.readouterr().err.strip()
+    assert err == (f"proxima rlhf: warning: tokenizer {policy}: its EOS '[EOS]' (id {tok.eos_token_id}) is not among "
+                   f"the policy's end-of-sequence ids [{eot}] (config.json, generation_config.json); responses end "
+                   f"only at '[EOS]'; check that the tokenizer belongs to the policy")
+    assert t.stop_ids == [tok.eos_token_id]  # the policy's ids may be ordinary tokens of a foreign tokenizer
+    RLHFTrainer(tiny_cfg())  # a policy and its own tokenizer: no warning
+    assert capsys.readouterr().err == ""
 
 
 def test_pad_left_and_position_ids_count_real_tokens_only():

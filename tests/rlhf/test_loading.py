@@ -10,7 +10,7 @@ from proxima.rlhf.__main__ import main
 from proxima.rlhf.config import ConfigError
 from proxima.rlhf.demo import build_tokenizer
 from proxima.rlhf.trainer import RLHFTrainer
-from rlhf_assets import save_gpt2, save_reward_model
+from rlhf_assets import save_gpt2, save_reward_model, word_tokenizer
 
 
 def changed_fraction(model, initial: dict) -> float:
@@ -136,6 +136,36 @@ def test_value_init_from_a_reward_model_needs_its_score_head(tiny_cfg, tmp_path)
     rm = save_reward_model(tmp_path / "rm", head_name="classifier")
     with pytest.raises(ConfigError, match="classifier.weight"):
         RLHFTrainer(tiny_cfg(reward=str(rm), value_init="reward"))
+
+
+def test_value_init_reward_needs_the_same_vocabulary_not_just_as_many_tokens(assets, tmp_path, capsys):
+    rm = save_reward_model(tmp_path / "rm", tokenizer=word_tokenizer(reverse=True))  # same size, other ids
+    err = run_cli(assets, tmp_path, capsys, "--reward", str(rm), "--value-init", "reward")
+    theirs, ours = word_tokenizer(reverse=True).get_vocab()["."], word_tokenizer().get_vocab()["."]
+    assert err == (f"proxima rlhf: error: --value-init reward: the reward model's tokenizer ({rm}) and the policy's "
+                   f"({assets / 'model'}) have different vocabularies (token '.' is id {theirs} in the reward model's, "
+                   f"{ours} in the policy's); use --value-init policy")
+
+
+def test_a_reward_tokenizer_larger_than_its_embedding_is_refused_before_anything_is_written(assets, tmp_path, capsys):
+    rm = save_reward_model(tmp_path / "rm")
+    word_tokenizer(extra_words=[f"extra{i}" for i in range(5)]).save_pretrained(rm)
+    err = run_cli(assets, tmp_path, capsys, "--reward", str(rm))
+    assert err == (f"proxima rlhf: error: --reward '{rm}': its tokenizer has 69 tokens but the model embeds only 64; "
+                   f"the directory's tokenizer does not belong to its model")
+
+
+@pytest.mark.parametrize("role", ["--policy", "--reward"])
+def test_a_nan_stored_in_a_checkpoint_is_refused_at_load_naming_the_tensor(assets, tmp_path, capsys, role):
+    from safetensors.torch import load_file, save_file
+
+    folder = save_gpt2(tmp_path / "nan") if role == "--policy" else save_reward_model(tmp_path / "nan")
+    state = load_file(folder / "model.safetensors")
+    state["transformer.h.0.mlp.c_fc.weight"][0, :2] = torch.tensor([float("nan"), float("inf")])
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    err = run_cli(assets, tmp_path, capsys, role, str(folder))
+    assert err == (f"proxima rlhf: error: {role} '{folder}': weight transformer.h.0.mlp.c_fc.weight holds 2 non-finite "
+                   f"value(s) (NaN or inf); the checkpoint is damaged, use another copy")
 
 
 # ---------------------------------------------------------------------------------------------

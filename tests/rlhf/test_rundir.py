@@ -140,6 +140,62 @@ def test_proxima_resume_with_steps_extends_an_rlhf_run(tiny_cfg, tmp_path, capsy
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 3
 
 
+def test_a_kill_during_the_final_save_leaves_a_run_that_resume_finishes(tiny_cfg, tmp_path, capsys):
+    run_dir = train_rlhf(tiny_cfg(steps=2, checkpoint_every=0, run_dir=str(tmp_path / "run")))
+    weights = run_dir / "policy" / "model.safetensors"
+    trained, summary = weights.read_bytes(), json.loads((run_dir / "summary.json").read_text())
+    assert summary["final_step"] == 2 and loop.is_finished(run_dir, 2)
+    capsys.readouterr()
+    # what a kill mid-save leaves: policy/ weights cut short (written in place, before the rename), no
+    # summary.json, and the rename's half-written .policy.partial/
+    weights.write_bytes(trained[:1000])
+    (run_dir / "summary.json").unlink()
+    (run_dir / ".policy.partial").mkdir()
+    assert not loop.is_finished(run_dir, 2)
+    assert resume(run_dir) == 0
+    assert capsys.readouterr().out == (f"{run_dir}: at step 2 of 2 but policy/ or summary.json is missing or "
+                                       f"incomplete; writing them\n")
+    assert weights.read_bytes() == trained and not (run_dir / ".policy.partial").exists()
+    assert json.loads((run_dir / "summary.json").read_text()) == summary
+    assert resume(run_dir) == 0 and "nothing to do" in capsys.readouterr().out
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "final_step": 1}))  # an earlier finish's
+    assert not loop.is_finished(run_dir, 2)
+
+
+def test_a_save_that_fails_midway_keeps_the_previous_policy_whole(tiny_cfg, tmp_path, monkeypatch):
+    run_dir = train_rlhf(tiny_cfg(steps=1, checkpoint_every=1, run_dir=str(tmp_path / "run")))
+    first = (run_dir / "policy" / "model.safetensors").read_bytes()
+
+    def disk_full(folder):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(loop, "_fsync_tree", disk_full)  # every file of the new policy written, not yet renamed
+    with pytest.raises(OSError, match="No space left"):
+        resume(run_dir, steps=2)
+    assert (run_dir / "policy" / "model.safetensors").read_bytes() == first and loop.policy_complete(run_dir / "policy")
+    assert not loop.is_finished(run_dir, 2)  # summary.json is step 1's
+    monkeypatch.undo()
+    assert resume(run_dir) == 0
+    assert (run_dir / "policy" / "model.safetensors").read_bytes() != first and loop.is_finished(run_dir, 2)
+    assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".policy")) == []
+
+
+def test_the_released_tokenizer_is_the_one_loaded_not_the_training_copy(tiny_cfg, tmp_path):
+    """The trainer pads on the left with EOS as the pad token; the release keeps no pad token and right
+    padding, or a later fine-tuning's collator would mask every EOS label."""
+    from transformers import AutoTokenizer
+
+    from rlhf_assets import save_gpt2, word_tokenizer
+
+    t = RLHFTrainer(tiny_cfg(policy=str(save_gpt2(tmp_path / "m", tokenizer=word_tokenizer(pad=False)))))
+    assert t.tokenizer.pad_token == "[EOS]" and t.tokenizer.padding_side == "left"
+    (tmp_path / "run").mkdir()
+    loop._save_policy(t, None, tmp_path / "run")
+    released = AutoTokenizer.from_pretrained(tmp_path / "run" / "policy")
+    assert released.pad_token is None and released.padding_side == "right"
+    assert json.loads((tmp_path / "run" / "policy" / "tokenizer_config.json").read_text()).get("pad_token") is None
+
+
 def lora_modules(t):
     return {n.rsplit(".lora_A", 1)[0].split("transformer.")[-1] for n, _ in t.policy.named_parameters() if "lora_A" in n}
 

@@ -1,9 +1,13 @@
 """The update: ratio 1 at the start, exact gradient accumulation, separate models, switches."""
 
+import json
+
 import pytest
 import torch
 
+from proxima.rlhf import loop
 from proxima.rlhf.trainer import RLHFTrainer
+from rlhf_assets import save_llama
 
 
 def rollout(trainer):
@@ -20,6 +24,25 @@ def test_first_minibatch_has_ratio_one_and_nothing_clipped(tiny_cfg):
     assert out["ratio"].item() == pytest.approx(1.0, abs=1e-5)
     assert abs(out["approx_kl"].item()) < 1e-6
     assert out["clipfrac"].item() == 0.0 and out["vf_clipfrac"].item() == 0.0
+
+
+def test_a_llamas_float_attention_dropout_is_off_in_training_and_kept_in_the_saved_config(tiny_cfg, tmp_path):
+    """Llama, Qwen, Mistral and Gemma read a float self.attention_dropout at every train-mode forward;
+    there is no nn.Dropout module to switch off."""
+    t = RLHFTrainer(tiny_cfg(policy=str(save_llama(tmp_path / "m", attention_dropout=0.5))))
+    b = rollout(t)
+    out = t.minibatch_loss(b, torch.arange(4))
+    assert out["ratio"].item() == pytest.approx(1.0, abs=1e-5) and out["clipfrac"].item() == 0.0
+    ids, am, pos = b["query_responses"], b["attention_mask"], b["position_ids"]
+    with torch.no_grad():  # train mode, twice: the same numbers
+        assert torch.equal(t.policy(input_ids=ids, attention_mask=am, position_ids=pos).logits,
+                           t.policy(input_ids=ids, attention_mask=am, position_ids=pos).logits)
+        assert torch.equal(t.value(ids, am, pos), t.value(ids, am, pos))
+    assert t.policy.model.layers[0].self_attn.attention_dropout == 0.0 and t.policy.config.attention_dropout == 0.0
+    (tmp_path / "run").mkdir()
+    loop._save_policy(t, None, tmp_path / "run")
+    assert json.loads((tmp_path / "run" / "policy" / "config.json").read_text())["attention_dropout"] == 0.5
+    assert t.policy.config.attention_dropout == 0.0  # switched off again after the save
 
 
 def test_kl_to_the_reference_is_zero_before_any_update(tiny_cfg):
