@@ -9,7 +9,11 @@ the min-max range of env steps per second and the ratio to eager measured in the
     python benchmarks/accel.py --out benchmarks/results/accel-cpu.md
 
 Prints the table; with ``--out FILE`` also appends it to FILE as a new dated section (the tables
-recorded there are kept).
+recorded there are kept), rewritten after every case and mode measured and marked partial until the
+last, so a run stopped by a time limit keeps what it measured (list a slow mode, e.g. a cold
+compile, last). A mode that fails is a cell with its error, not the end of the run; a graphed mode
+whose capture fell back to eager says so in its cell ("graphs fell back: eager"), never passing
+eager figures off as graph replays.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from tables import arg_problem, command, emit, machine_line, refuse, started  # benchmarks/tables.py
+from tables import Section, arg_problem, command, machine_line, partial_note, refuse, started  # benchmarks/tables.py
 
 MODES = {
     "eager": {},
@@ -40,11 +44,13 @@ CASES = [  # (label, env id, num_envs, overrides)
 ]
 
 
-def measure(env_id: str, num_envs: int, overrides: dict, mode: dict, device: str, repeats: int, threads: int) -> list[float]:
+def measure(env_id: str, num_envs: int, overrides: dict, mode: dict, device: str, repeats: int, threads: int) -> dict:
+    """{"sps": steps/s of each timed iteration, "graphs": each part's state (graphs.part_states) with
+    --cudagraphs, else None}."""
     import torch
 
     from proxima.config import PPOConfig
-    from proxima.graphs import WARMUP
+    from proxima.graphs import WARMUP, trainer_graph_states
     from proxima.presets import resolve
     from proxima.trainer import Trainer
 
@@ -64,8 +70,31 @@ def measure(env_id: str, num_envs: int, overrides: dict, mode: dict, device: str
         metrics = trainer.train_iteration()
         float(metrics["policy_loss"])  # wait for the device
         out.append(trainer.steps_per_iteration / (time.perf_counter() - t))
+    graphs = trainer_graph_states(trainer) if cfg.cudagraphs else None
     trainer.close()
-    return out
+    return {"sps": out, "graphs": graphs}
+
+
+def fell_back(graphs) -> str:
+    """'' when every part was replayed as a graph (or the mode has none), else the parts that ran eagerly."""
+    if not graphs or all(v == "graph" for v in graphs.values()):
+        return ""
+    return "; ".join(f"{k}: {v}" for k, v in graphs.items() if v != "graph")
+
+
+def cell(result, base) -> str:
+    """One mode's cell: 'median [min-max] (ratio to the base mode)', '-' when not measured (yet),
+    'failed: ...' when it raised; marked when its graphs fell back to eager."""
+    if result is None:
+        return "-"
+    if "error" in result:
+        return f"failed: {result['error']}"
+    sps = result["sps"]
+    med = statistics.median(sps)
+    ratio = f" ({med / statistics.median(base['sps']):.2f}x)" if base and "sps" in base else ""
+    text = f"{med:,.0f} [{min(sps):,.0f}-{max(sps):,.0f}]{ratio}"
+    fallback = fell_back(result.get("graphs"))
+    return f"**graphs fell back: eager** ({fallback}) {text}" if fallback else text
 
 
 def parse_cases(text: str) -> list:
@@ -81,14 +110,23 @@ def parse_cases(text: str) -> list:
     return [CASES[i] for i in picked]
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu")
-    p.add_argument("--modes", default="eager,compile,bf16", help=f"comma-separated, the first is the base of the ratios: {', '.join(MODES)}")
+    p.add_argument("--modes", default="eager,compile,bf16",
+                   help=f"comma-separated, measured in this order (a slow one, such as a cold compile, last), "
+                        f"the first is the base of the ratios: {', '.join(MODES)}")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--cases", default="", help="comma-separated case indices (default all)")
-    p.add_argument("--out", default=None, help="append the table to this file (default: print only)")
+    p.add_argument("--cases", default="", help="comma-separated case indices (default all): "
+                   + "; ".join(f"{i}: {c[0]}" + (f" x {c[3]['num_steps']} steps" if "num_steps" in c[3] else "") for i, c in enumerate(CASES)))
+    p.add_argument("--out", default=None, help="append the table to this file, rewritten after every case and mode "
+                   "(default: print only)")
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     modes = args.modes.split(",")
     unknown = [m for m in modes if m not in MODES]
@@ -113,30 +151,39 @@ def main(argv=None) -> int:
         return refuse("accel.py", str(e))
     torch.set_num_threads(args.threads)
     start = started()
-    rows = []
-    for label, env_id, n, overrides in cases:
-        results = {}
+    section = Section(args.out, "accel.py")
+    rows = [(label, {}) for label, *_ in cases]
+    total, done = len(cases) * len(modes), 0
+    for (label, env_id, n, overrides), (_, results) in zip(cases, rows):
         for m in modes:
-            sps = measure(env_id, n, overrides, MODES[m], args.device, args.repeats, args.threads)
-            results[m] = sps
-            print(f"{label:<42} {m:<13} median {statistics.median(sps):>12,.0f} steps/s  range {min(sps):,.0f}-{max(sps):,.0f}",
-                  file=sys.stderr, flush=True)
-        rows.append((label, results))
+            try:
+                results[m] = measure(env_id, n, overrides, MODES[m], args.device, args.repeats, args.threads)
+                sps = results[m]["sps"]
+                fallback = fell_back(results[m]["graphs"])
+                print(f"{label:<42} {m:<13} median {statistics.median(sps):>12,.0f} steps/s  range {min(sps):,.0f}-{max(sps):,.0f}"
+                      + (f"  graphs fell back: eager ({fallback})" if fallback else ""), file=sys.stderr, flush=True)
+            except Exception as e:  # noqa: BLE001 - one mode's crash (a failed compile) is a cell, not the end of the table
+                results[m] = {"error": (str(e).strip().splitlines() or [type(e).__name__])[0][:200]}
+                print(f"{label:<42} {m:<13} failed: {results[m]['error']}", file=sys.stderr, flush=True)
+            done += 1
+            if done < total:
+                section.update(report(p, args, modes, rows, start, partial_note(done, total, "case and mode measurements")))
+    return section.finish(report(p, args, modes, rows, start))
+
+
+def report(p, args, modes: list, rows: list, start: tuple, partial: str = "") -> str:
+    """The Markdown section: one row per case, one cell per mode ('-' where not measured yet)."""
     base = modes[0]
     lines = [f"## Training throughput: {' vs '.join(modes)} ({args.device}), {start[0]:%Y-%m-%d %H:%M}", "",
+             *([partial, ""] if partial else []),
              f"{machine_line(args.threads, start)}.", "",
              command("accel.py", p, args), "",
              "Full PPO iterations (rollout + GAE + update at the preset's epochs/minibatches), env steps/s, median of "
              f"{args.repeats} iterations after a warm-up (compile time excluded), range in brackets; ratio = median / {base} median.", "",
              "| task | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
     for label, results in rows:
-        b = statistics.median(results[base])
-        cells = []
-        for m in modes:
-            med = statistics.median(results[m])
-            cells.append(f"{med:,.0f} [{min(results[m]):,.0f}-{max(results[m]):,.0f}] ({med / b:.2f}x)")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return emit("\n".join(lines) + "\n", args.out, script="accel.py")
+        lines.append(f"| {label} | " + " | ".join(cell(results.get(m), results.get(base)) for m in modes) + " |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

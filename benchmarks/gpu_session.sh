@@ -10,7 +10,10 @@
 # device tool brings back at most 8: summary.txt, pytest-cuda.txt, vs-purejaxrl-cuda.md, solve-gpu.md,
 # accel-cuda.md, population-cuda.md, and logs.tar.gz (doctor.txt, purejaxrl-solve.json,
 # pendulum-cudagraphs.txt, a .log per step), repacked after every step so that a call cut short
-# still returns what ran. Step limits add up to 540 s.
+# still returns what ran; each table script rewrites its table after every row, so a step cut short
+# by its limit still leaves the rows it finished (marked partial). Step limits add up to 540 s, each
+# with the estimate behind it (../shared/perf/H200-2026-11-30.md); pip and the import check take
+# ~20 s of the call's 600 s, and `timeout -k 10` ends a step that ignores SIGTERM 10 s later.
 set -uo pipefail
 
 out="${OUT:-benchmarks/results/gpu}"
@@ -38,7 +41,9 @@ step() {  # step NAME LIMIT_SECONDS COMMAND...: run it, record its status and ti
   local name="$1" limit="$2" t0 rc
   shift 2
   t0=$(date +%s)
-  timeout "$limit" "$@"
+  # -k 10: a process stuck in a CUDA call (or proxima deferring SIGTERM to the end of an iteration)
+  # gets SIGKILL 10 s after the SIGTERM, instead of holding the call until its 600 s are gone
+  timeout -k 10 "$limit" "$@"
   rc=$?
   echo "$name: exit $rc, $(( $(date +%s) - t0 )) s" | tee -a "$out/summary.txt"
   pack
@@ -49,32 +54,54 @@ pack() {  # logs.tar.gz from $logs, replaced whole (never a half-written archive
 }
 
 : > "$out/summary.txt"
+# Step limits (s), from the H200 timings of ../shared/perf/H200-2026-11-30.md; a process start-up
+# (Python, torch, CUDA) is ~7-9 s there:
+#   doctor 20 + pytest-cuda 60 + vs-purejaxrl 115 + purejaxrl-solve 25 + solve-gpu 65 + pendulum 30
+#   + accel 55 + population-256 110 + pytest-cuda-compile 60 = 540
+# est. ~10 s: imports and probes
 step doctor 20 "$py" -m proxima doctor > "$logs/doctor.txt" 2>&1
-# issue 12 items 1-2: graphed == eager, compiled+graphed == eager, checkpoints across modes, launches per iteration
-step pytest-cuda 90 "$py" -m pytest -q -p no:cacheprovider -m "not slow" -k cuda \
+# issue 12 items 1-2: graphed == eager, checkpoints across modes, launches per iteration, hot loop, native envs.
+# est. 30-45 s: ~40 tests building small trainers, no compilation (the compile+graphs ones run last, below)
+step pytest-cuda 60 "$py" -m pytest -q -p no:cacheprovider -m "not slow" -k "cuda and not compile+graphs" \
   tests/unit/test_graphs.py tests/unit/test_hot_loop.py tests/unit/test_native_envs.py tests/unit/test_accel.py tests/unit/test_population.py \
   tests/integration/test_checkpoint.py > "$out/pytest-cuda.txt" 2>&1
-# item 3: throughput side by side with PureJaxRL, one call, alternating rounds
+# item 3: throughput side by side with PureJaxRL, one process per side (--single-call: 2 start-ups instead of 18)
 if [[ -n "$anchor" ]]; then
-  # one process per side (--single-call): 2 start-ups instead of 18 on a machine rented by the minute
-  step vs-purejaxrl 150 "$py" benchmarks/vs_purejaxrl.py --device cuda --cudagraphs --single-call --jax-python "$py" --anchor "$anchor" \
-    --num-envs 2048,65536,1048576 --repeats 3 --seconds 1 --out "$out/vs-purejaxrl-cuda.md" > "$logs/vs-purejaxrl-cuda.log" 2>&1
-  # item 5: PureJaxRL's time to solve from launch (4 envs x 128 steps, 500k steps), as solve_time.py times ours
-  step purejaxrl-solve 30 "$py" -c "import subprocess, sys, time; t0 = time.perf_counter(); \
+  # est. ~95 s: Proxima ~21 s (start-up 8, then per size ~4.5 s of warm-up and 3 x 1 s, training only: --train-only);
+  # PureJaxRL ~75 s (import 4; per size a cold compile ~6 s, the two other repeats load it from JAX's cache ~1.5 s;
+  # warm run + timed run 2 x 1.5 s at 2,048 and 65,536 envs, 2 x 3.9 s at 1,048,576, three rounds).
+  # --time-budget 110: PureJaxRL's anchor gets what is left less 15 s and prints "skipped" for what it cannot fit
+  step vs-purejaxrl 115 "$py" benchmarks/vs_purejaxrl.py --device cuda --cudagraphs --single-call --jax-python "$py" --anchor "$anchor" \
+    --num-envs 2048,65536,1048576 --repeats 3 --seconds 1 --time-budget 110 --out "$out/vs-purejaxrl-cuda.md" > "$logs/vs-purejaxrl-cuda.log" 2>&1
+  # item 5: PureJaxRL's time to solve from launch (4 envs x 128 steps, 500k steps), as solve_time.py times ours.
+  # est. 16 s: measured 15.7 s (import 3.7, compile 5.8, run 5.8)
+  step purejaxrl-solve 25 "$py" -c "import subprocess, sys, time; t0 = time.perf_counter(); \
 p = subprocess.run([sys.executable, '$anchor', '--no-warm-run', '--configs', '4x128x5e5'], capture_output=True, text=True); \
 print(p.stdout.strip()); print('wall_from_launch_seconds', round(time.perf_counter() - t0, 2))" > "$logs/purejaxrl-solve.json" 2>&1
 else
   echo "vs-purejaxrl: skipped, no anchor (carry .anchors/purejaxrl_cartpole.py)" | tee -a "$out/summary.txt"
 fi
-# item 5: the gpu preset, 10 seeds, wall from launch (550k steps since 2026-12-01: 10 s more, taken from doctor's limit)
-step solve-gpu 80 "$py" benchmarks/solve_time.py --preset gpu --device cuda --out "$out/solve-gpu.md" > "$logs/solve-gpu.log" 2>&1
-# item 6: continuous control on the graphed path
-step pendulum-cudagraphs 40 "$py" -m proxima train Pendulum-v1 --device cuda --cudagraphs --no-progress \
+# item 5: the gpu preset, wall from launch, seeds 1-10, 5 at a time (16 CPU cores, one GPU: each wall is
+# still from its own launch, and sharing can only lengthen it). est. ~25-40 s: per seed ~9-11 s (start-up
+# 7-9, up to 550k steps replayed as graphs ~1-2 s, 20-episode evaluation), two waves, some slowdown from sharing
+step solve-gpu 65 "$py" benchmarks/solve_time.py --preset gpu --device cuda --seeds 1-10 --parallel 5 --out "$out/solve-gpu.md" > "$logs/solve-gpu.log" 2>&1
+# item 6: continuous control on the graphed path. est. ~15-20 s: start-up 8, 300k steps (73 iterations of
+# 10 epochs x 16 minibatches, one graph replay each part), 20-episode evaluation
+step pendulum-cudagraphs 30 "$py" -m proxima train Pendulum-v1 --device cuda --cudagraphs --no-progress \
   --run-dir /tmp/pendulum-cudagraphs --eval-episodes 20 > "$logs/pendulum-cudagraphs.txt" 2>&1
-step accel 40 "$py" benchmarks/accel.py --device cuda --modes eager,cudagraphs,compile+cudagraphs --repeats 3 \
+# the issue's shape only: native CartPole, 16-step rollouts, 4 x 4, 64x64 (case 2: 16,384 envs); the cold
+# compile last, so that a time-out keeps the other two. est. ~45 s: start-up 8, eager and cudagraphs ~3 s each
+# (3 warm-up + 3 timed iterations of 262k steps), compile+cudagraphs ~25-30 s (a cold inductor compile)
+step accel 55 "$py" benchmarks/accel.py --device cuda --cases 2 --modes eager,cudagraphs,compile+cudagraphs --repeats 3 \
   --out "$out/accel-cuda.md" > "$logs/accel-cuda.log" 2>&1
-# issue 13 item 4: 256 agents x 4 envs x 128 steps x 500k steps, population --cudagraphs vs PureJaxRL's vmap over seeds
+# issue 13 item 4: 256 agents x 4 envs x 128 steps x 500k steps, population --cudagraphs vs PureJaxRL's vmap over seeds.
+# est. ~95 s: Proxima ~55-70 s (977 iterations, 256 members' metrics rows each), PureJaxRL ~38 s (import 4,
+# compile and first run 17, timed run 8.6); --time-budget 105: the side left without time is a row saying so
 if [[ -n "$anchor" ]]; then
-  step population-256 90 "$py" benchmarks/population_vs_purejaxrl.py --device cuda --cudagraphs --jax-python "$py" --anchor "$anchor" \
-    --timeout 80 --out "$out/population-cuda.md" > "$logs/population-cuda.log" 2>&1
+  step population-256 110 "$py" benchmarks/population_vs_purejaxrl.py --device cuda --cudagraphs --jax-python "$py" --anchor "$anchor" \
+    --timeout 100 --time-budget 105 --out "$out/population-cuda.md" > "$logs/population-cuda.log" 2>&1
 fi
+# issue 12 item 1, compiled: compile+graphs == eager, last (two cold inductor compiles, the slowest and least
+# certain step), appended to pytest-cuda.txt. est. ~45-55 s: start-up 10, CartPole and Pendulum compiles ~20 s each
+step pytest-cuda-compile 60 "$py" -m pytest -q -p no:cacheprovider -m "not slow" -k "cuda and compile+graphs" \
+  tests/unit/test_graphs.py >> "$out/pytest-cuda.txt" 2>&1

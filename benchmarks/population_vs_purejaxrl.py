@@ -9,7 +9,11 @@ per agent (PureJaxRL: ``--configs 4x128x5e5x256``, one jitted ``vmap`` over seed
 training wall (population.json) and the members' final episodic returns (metrics.csv). One
 round each (a GPU session is short); the table gives both sides and the ratio of training walls.
 On ``--device cpu`` both sides are bound to one core (``vs_purejaxrl.cpu_binding``: PureJaxRL's XLA
-pool takes every core otherwise).
+pool takes every core otherwise). With ``--out`` the section is written after each side's row
+(marked partial until both are in), so a run stopped by a time limit keeps the side that finished;
+``--time-budget`` caps both sides together (each subprocess gets at most what is left of it), so a
+slow first side leaves the second one a row saying it ran out of time rather than a killed script.
+A ``--cudagraphs`` population whose capture fell back to eager says so in its row.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import argparse
 import csv
 import json
 import math
+import re
 import statistics
 import subprocess
 import sys
@@ -27,17 +32,39 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from tables import arg_problem, command, emit, machine_line, refuse, started  # noqa: E402
+from tables import Section, arg_problem, command, machine_line, partial_note, refuse, started  # noqa: E402
 from vs_purejaxrl import ANCHORS, cpu_binding, single_thread_env  # noqa: E402
 
 
-def run_proxima(args, run_dir: Path) -> dict:
+#: seconds kept back from --time-budget for writing the table after the last subprocess
+RESERVE = 3.0
+
+
+def timeout_for(args, deadline) -> float:
+    """A subprocess's time limit: --timeout, or what is left of --time-budget (``deadline``, a
+    perf_counter time) when that is less. Raises subprocess.TimeoutExpired when nothing is left."""
+    if deadline is None:
+        return args.timeout
+    left = deadline - time.perf_counter() - RESERVE
+    if left < 1.0:
+        raise subprocess.TimeoutExpired("(not started)", 0, output=f"--time-budget {args.time_budget:g} s used up")
+    return min(args.timeout, left)
+
+
+def graphs_note(stderr: str) -> str:
+    """'' or which parts fell back to eager, from the notes ``proxima train`` printed (graphs.Replay)."""
+    parts = re.findall(r"could not capture the (\w+) as a CUDA graph", stderr)
+    return f"graphs fell back: eager ({', '.join(dict.fromkeys(parts))})" if parts else ""
+
+
+def run_proxima(args, run_dir: Path, timeout: float = None) -> dict:
     cmd = [sys.executable, "-m", "proxima", "train", "CartPole-v1", "--seeds", f"1-{args.agents}", "--num-envs", "4",
            "--num-steps", "128", "--total-timesteps", str(args.total), "--device", args.device, "--eval-episodes", "0",
            "--checkpoint-every", "0", "--no-progress", "--quiet", "--run-dir", str(run_dir)]
     cmd += ["--cudagraphs"] if args.cudagraphs else []
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=single_thread_env(args.device), cwd=ROOT, timeout=args.timeout,
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=single_thread_env(args.device), cwd=ROOT,
+                          timeout=args.timeout if timeout is None else timeout,
                           preexec_fn=cpu_binding("one" if args.device == "cpu" else "all"))
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
@@ -48,22 +75,32 @@ def run_proxima(args, run_dir: Path) -> dict:
         with open(run_dir / m["dir"] / "metrics.csv") as f:
             returns = [float(r["charts/episodic_return"]) for r in csv.DictReader(f) if r["charts/episodic_return"]]
         finals.append(returns[-1] if returns else math.nan)
-    return {"wall": wall, "train": doc["wall_seconds"], "mean_final_return": statistics.fmean(finals)}
+    return {"wall": wall, "train": doc["wall_seconds"], "mean_final_return": statistics.fmean(finals),
+            "graphs": graphs_note(proc.stderr) if args.cudagraphs else ""}
 
 
-def run_purejaxrl(args) -> dict:
+def run_purejaxrl(args, timeout: float = None) -> dict:
     cmd = [args.jax_python, str(args.anchor), "--configs", f"4x128x{args.total:g}x{args.agents}"]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=single_thread_env(args.device), cwd=ROOT, timeout=args.timeout,
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=single_thread_env(args.device), cwd=ROOT,
+                          timeout=args.timeout if timeout is None else timeout,
                           preexec_fn=cpu_binding("one" if args.device == "cpu" else "all"))
     wall = time.perf_counter() - t0
     lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"PureJaxRL failed ({proc.returncode}): {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    if "error" in lines[-1] or "skipped" in lines[-1]:  # the anchor reports a failed config on a line and exits 0
+        raise RuntimeError(f"PureJaxRL: {lines[-1].get('error') or lines[-1].get('skipped')}")
     return {"wall": wall, **lines[-1]}
 
 
-def main(argv=None) -> int:
+def failure(e: Exception) -> str:
+    if isinstance(e, subprocess.TimeoutExpired):
+        return f"not finished: {e.output}" if e.timeout == 0 else f"timed out after {e.timeout:.0f} s"
+    return str(e)
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--cudagraphs", action="store_true")
@@ -71,41 +108,65 @@ def main(argv=None) -> int:
     p.add_argument("--total", type=float, default=5e5, help="steps per agent (default 500k)")
     p.add_argument("--jax-python", default=sys.executable)
     p.add_argument("--anchor", default=next((str(a) for a in ANCHORS if a.is_file()), None))
-    p.add_argument("--timeout", type=float, default=300)
-    p.add_argument("--out", default=None)
+    p.add_argument("--timeout", type=float, default=300, help="seconds per subprocess (default 300)")
+    p.add_argument("--time-budget", type=float, default=None,
+                   help="seconds for the whole run (a time limit around it): each subprocess gets at most what is left "
+                        f"of it less {RESERVE:g} s for the table, and a side left without time is a row saying so (default: none)")
+    p.add_argument("--out", default=None, help="append the table to this file, written after each side's row (default: print only)")
+    return p
+
+
+def main(argv=None) -> int:
+    t0 = time.perf_counter()  # --time-budget counts from here
+    p = build_parser()
     args = p.parse_args(argv)
     problem = arg_problem(args, at_least_one=("agents", "total"), positive=("timeout",))
+    if not problem and args.time_budget is not None and not (args.time_budget > 0 and math.isfinite(args.time_budget)):
+        problem = f"--time-budget {args.time_budget:g}: must be a positive number"
     if problem:
         return refuse("population_vs_purejaxrl.py", problem)
     args.total = int(args.total)
     start = started()
+    deadline = None if args.time_budget is None else t0 + args.time_budget
+    section = Section(args.out, "population_vs_purejaxrl.py")
+    sides = 2 if args.anchor else 1
     rows = []
+    ours = theirs = None
     with tempfile.TemporaryDirectory(prefix="proxima-pop-") as tmp:
         try:
-            ours = run_proxima(args, Path(tmp) / "pop")
-            rows.append(f"| Proxima population{' --cudagraphs' if args.cudagraphs else ''} | {ours['train']:.2f} | {ours['wall']:.1f} | "
+            ours = run_proxima(args, Path(tmp) / "pop", timeout_for(args, deadline))
+            rows.append(f"| Proxima population{' --cudagraphs' if args.cudagraphs else ''}"
+                        f"{' **' + ours['graphs'] + '**' if ours.get('graphs') else ''} | {ours['train']:.2f} | {ours['wall']:.1f} | "
                         f"{ours['mean_final_return']:.1f} |")
-            print(rows[-1], flush=True)  # in the log at once: a step limit may cut the other side
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             ours = None
-            rows.append(f"| Proxima population | failed: {e} | | |")
-    theirs = None
+            rows.append(f"| Proxima population | failed: {failure(e)} | | |")
+        print(rows[-1], flush=True)  # in the log at once: a step limit may cut the other side
+        if len(rows) < sides:
+            section.update(report(p, args, start, rows, ours, theirs, partial_note(len(rows), sides, "rows")))
     if args.anchor:
         try:
-            theirs = run_purejaxrl(args)
+            theirs = run_purejaxrl(args, timeout_for(args, deadline))
             rows.append(f"| PureJaxRL vmap over seeds | {theirs.get('run_seconds', math.nan):.2f} | {theirs['wall']:.1f} | "
                         f"{theirs.get('final_return_mean')} |")
-            print(rows[-1], flush=True)
         except (RuntimeError, subprocess.TimeoutExpired) as e:
-            rows.append(f"| PureJaxRL | failed: {e} | | |")
+            theirs = None
+            rows.append(f"| PureJaxRL | failed: {failure(e)} | | |")
+        print(rows[-1], flush=True)
+    return section.finish(report(p, args, start, rows, ours, theirs))
+
+
+def report(p, args, start, rows: list, ours, theirs, partial: str = "") -> str:
     ratio = ""
     if ours and theirs and theirs.get("run_seconds"):
         ratio = f"\n\nPureJaxRL training s / Proxima training s: {theirs['run_seconds'] / ours['train']:.2f}"
-    text = (f"{args.agents} CartPole agents, 4 envs x 128 steps, {args.total:,} steps each, device {args.device}. "
+        if ours.get("graphs"):
+            ratio += f" (Proxima's {ours['graphs']}: not a graph-replay figure)"
+    return ((f"{partial}\n\n" if partial else "")
+            + f"{args.agents} CartPole agents, 4 envs x 128 steps, {args.total:,} steps each, device {args.device}. "
             f"{machine_line(1, start)}\n\n"
             "| program | training s | process s (launch to exit) | mean final episodic return |\n|---|---:|---:|---:|\n"
             + "\n".join(rows) + ratio + f"\n\n{command('population_vs_purejaxrl.py', p, args)}\n")
-    return emit(text, args.out, script="population_vs_purejaxrl.py")
 
 
 if __name__ == "__main__":

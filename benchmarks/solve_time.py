@@ -8,12 +8,17 @@ Each seed is one ``proxima train ENV --preset P --seed S`` subprocess, timed fro
 (Python start, imports, training, the checkpoint and the final evaluation). "Solved" means the final
 deterministic evaluation over ``--eval-episodes`` (20) episodes has a mean return >= ``--threshold``
 (475). The table gives, per seed, the wall time and the evaluation, then the count solved and the
-median and range of the wall time. Runs are sequential, one torch thread each.
+median and range of the wall time. Runs are sequential, one torch thread each; ``--parallel K`` runs
+K seeds at a time (a GPU machine's start-ups overlap: each wall is still from its own launch, and
+sharing the machine can only lengthen it, so the figures are upper bounds). With ``--out`` the
+section is rewritten after every seed (marked partial until the last), so a run stopped by a time
+limit leaves the seeds it finished; a run whose every seed failed appends nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import csv
 import json
 import os
@@ -25,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tables import arg_problem, command, emit, machine_line, refuse, started  # benchmarks/tables.py
+from tables import Section, arg_problem, command, machine_line, partial_note, refuse, started  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,16 +57,19 @@ def run_seed(args, seed: int, workdir: Path) -> dict:
             "steps": steps, "command": shlex.join(["proxima", *cmd[3:]])}
 
 
-def table(args, rows: list, machine: str, command_line: str) -> str:
+def table(args, rows: list, machine: str, command_line: str, total: int = 0) -> str:
     """The Markdown section of a run. Seeds whose process failed are rows with their error, left out
-    of the wall median (a crash's time says nothing about the time to solve) and named under it."""
+    of the wall median (a crash's time says nothing about the time to solve) and named under it.
+    ``total``: the seeds the run has, when more than ``rows``: the section is marked partial."""
     solved = [r for r in rows if r.get("mean_return", -1e9) >= args.threshold]
     done = [r for r in rows if "error" not in r]
     failed = [r for r in rows if "error" in r]
     walls = [r["wall"] for r in done]
     lines = [f"## `proxima train {args.env_id} --preset {args.preset}`" + (" " + " ".join(f"--{s}" for s in args.set) if args.set else ""),
+             *(["", partial_note(len(rows), total, "seeds")] if total > len(rows) else []),
              "", f"device {args.device}, {machine}; "
-             f"{args.eval_episodes}-episode deterministic evaluation, solved = mean >= {args.threshold:g}", "",
+             + (f"{args.parallel} seeds at a time (each wall from its own launch); " if args.parallel > 1 else "")
+             + f"{args.eval_episodes}-episode deterministic evaluation, solved = mean >= {args.threshold:g}", "",
              "| seed | wall from launch (s) | steps trained | eval mean +- std | solved |", "|---:|---:|---:|---:|:---:|"]
     for r in rows:
         ev = f"{r['mean_return']:.1f} +- {r['std_return']:.1f}" if "mean_return" in r else f"error: {r['error']}"
@@ -77,7 +85,7 @@ def table(args, rows: list, machine: str, command_line: str) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--env-id", default="CartPole-v1")
     p.add_argument("--preset", default="fast")
@@ -85,10 +93,18 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--eval-episodes", type=int, default=20)
     p.add_argument("--threshold", type=float, default=475.0)
+    p.add_argument("--parallel", type=int, default=1, metavar="K",
+                   help="run K seeds at a time (default 1); each wall is still from its own launch")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="extra train flag, e.g. lr=3e-3")
-    p.add_argument("--out", default=None, help="append the table to this Markdown file (default: print only)")
+    p.add_argument("--out", default=None, help="append the table to this Markdown file, rewritten after every seed "
+                   "(default: print only)")
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
-    problem = arg_problem(args, at_least_one=("eval_episodes",))  # no evaluation, nothing to call solved
+    problem = arg_problem(args, at_least_one=("eval_episodes", "parallel"))  # no evaluation, nothing to call solved
     for item in args.set:
         field, equals, _ = item.partition("=")
         if not (field and equals):
@@ -106,16 +122,21 @@ def main(argv=None) -> int:
     except ConfigError as e:
         return refuse("solve_time.py", str(e))
     start = started()
+    section = Section(args.out, "solve_time.py")
     rows = []
-    with tempfile.TemporaryDirectory(prefix="proxima-solve-") as tmp:
-        for seed in seeds:
-            rows.append(run_seed(args, seed, Path(tmp)))
-            r = rows[-1]
-            print(f"seed {seed}: {r['wall']:.2f} s, " + (f"eval {r['mean_return']:.1f}" if "mean_return" in r else r["error"]), flush=True)
+    with tempfile.TemporaryDirectory(prefix="proxima-solve-") as tmp, \
+            concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel) as pool:
+        futures = [pool.submit(run_seed, args, seed, Path(tmp)) for seed in seeds]
+        for future in concurrent.futures.as_completed(futures):
+            r = future.result()
+            rows = sorted([*rows, r], key=lambda row: seeds.index(row["seed"]))
+            print(f"seed {r['seed']}: {r['wall']:.2f} s, " + (f"eval {r['mean_return']:.1f}" if "mean_return" in r else r["error"]), flush=True)
+            if any("error" not in r for r in rows) and len(rows) < len(seeds):  # the seeds so far, in case the run is cut short
+                section.update(table(args, rows, machine_line(1, start), command("solve_time.py", p, args), len(seeds)))
     if all("error" in r for r in rows):  # a table of errors is no result: nothing is appended
         return refuse("solve_time.py", f"every seed failed; seed {rows[0]['seed']}: {rows[0]['error']}")
     text = table(args, rows, machine_line(1, start), command("solve_time.py", p, args))
-    return emit(text, args.out, script="solve_time.py")
+    return section.finish(text)
 
 
 if __name__ == "__main__":

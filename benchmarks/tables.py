@@ -1,6 +1,7 @@
 """What the benchmark scripts share: checks of their arguments, a "median (min-max)" cell, the line
 naming the machine, the date and the load, the command that reproduces a table, and a table printed
-and appended to the results file given with ``--out``. Imported as ``tables`` (a script's own
+and appended to the results file given with ``--out`` (``emit``: at the end; ``Section``: rewritten
+after every row, so a run cut short leaves the rows it finished). Imported as ``tables`` (a script's own
 directory is first on sys.path when it runs as ``python benchmarks/NAME.py``)."""
 
 from __future__ import annotations
@@ -159,6 +160,67 @@ def emit(text: str, out: Optional[str] = None, file_text: Optional[str] = None, 
     except OSError as e:
         return refuse(script, describe(out, e))
     return 0
+
+
+def partial_note(done: int, total: int, what: str) -> str:
+    """The line that marks a section written before its run finished (``Section.update``)."""
+    return (f"**Partial: {done} of {total} {what} so far.** This section is rewritten as each one finishes; "
+            "if it still reads so, the run stopped before the end (a time limit or a crash: see its log).")
+
+
+class Section:
+    """One run's section of the results file ``out``, written as the run goes: ``update(text)``
+    after each completed row replaces the section with the rows so far (the caller marks it
+    partial: ``partial_note``), ``finish(text)`` prints the final text and writes it, as ``emit``
+    does. What ``out`` held before the run (read here, at the start) is kept byte for byte, and each
+    write replaces the whole file at once (``proxima.bench.write_file``), so a run killed at any
+    point leaves that content plus the section as last written, never half of one. The final file
+    is what ``emit`` would have appended: the old content, a blank line when there was any, the text.
+    Without ``out`` nothing is written and ``finish`` only prints."""
+
+    def __init__(self, out: Optional[str], script: str = "benchmark"):
+        self.out, self.script = out, script
+        self.before = b""
+        self.warned = False
+        if out:
+            from proxima.bench import has_content
+
+            if has_content(out):
+                self.before = Path(os.path.realpath(out)).read_bytes()
+
+    def _write(self, text: str) -> None:
+        from proxima.bench import write_file
+
+        body = text.strip("\n") + "\n"
+        write_file(self.out, self.before + (b"\n" if self.before else b"") + body.encode("utf-8"))
+
+    def update(self, text: str) -> None:
+        """Write the section as it stands. A write that fails is said once on stderr and the run goes
+        on (``finish`` tries again and reports)."""
+        if not self.out:
+            return
+        try:
+            self._write(text)
+        except OSError as e:
+            if not self.warned:
+                from proxima.diskspace import describe
+
+                print(f"{self.script}: warning: {describe(self.out, e)}; the table is printed at the end", file=sys.stderr)
+                self.warned = True
+
+    def finish(self, text: str) -> int:
+        """Print ``text`` and write it as the section's final form. The exit status: 0, or 2 with one
+        line when ``out`` cannot be written (the table is printed above, so the run is not lost)."""
+        print(text, flush=True)
+        if not self.out:
+            return 0
+        try:
+            self._write(text)
+        except OSError as e:
+            from proxima.diskspace import describe
+
+            return refuse(self.script, describe(self.out, e))
+        return 0
 
 
 def ab_report(caption: str, table: str, ratio_label: str, ratios: list, script: str, parser, args, start: tuple,

@@ -17,30 +17,42 @@ thread pool takes every core otherwise, whatever ``XLA_FLAGS`` say (1.5-1.6 of t
 PureJaxRL runs in its own interpreter (``--jax-python``, default ``.jax-venv/bin/python`` when it
 exists, else ``python3``) from the anchor file (``--anchor``, default ../shared/anchors/
 purejaxrl_cartpole.py or .anchors/purejaxrl_cartpole.py); ../shared/anchors/README.md says how to
-install it. Results: the table on stdout, appended to ``--out`` when given.
+install it, with JAX's persistent compilation cache in a temporary folder (``--jax-cache``), so that
+only the first run of each config compiles. Results: the table on stdout, appended to ``--out`` when
+given, where it is rewritten after every result either side prints and marked partial until the
+end: a run stopped by a time limit leaves what it measured. ``--time-budget`` bounds the whole run
+for a caller with a time limit (the GPU session): PureJaxRL then reports the configs it has no time
+for as "skipped", and "skipped" or "error" lines are notes in the table. With ``--cudagraphs`` a
+size whose graphs fell back to eager says so in its row (``proxima bench --json``'s
+"cudagraphs_live").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import queue
 import resource
 import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-from datetime import datetime
 from pathlib import Path
 
 from proxima.bench import parse_sizes
-from tables import arg_problem, command, emit, machine_line, median_range, refuse, started  # benchmarks/tables.py
+from tables import Section, arg_problem, command, machine_line, median_range, partial_note, refuse, started  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 ANCHORS = (ROOT.parent / "shared" / "anchors" / "purejaxrl_cartpole.py", ROOT / ".anchors" / "purejaxrl_cartpole.py")
 #: PureJaxRL's total timesteps per env count: runs of ~5-15 s at the speeds measured so far
 PJR_TOTAL = {"cpu": {4096: 4e6}, "cuda": {2048: 2e7, 4096: 4e7, 65536: 1e8, 1048576: 3.4e8}}
+#: seconds of --time-budget kept for writing the table after the last subprocess
+RESERVE = 3.0
 
 
 def pinned_core() -> int:
@@ -71,10 +83,24 @@ def single_thread_env(device: str) -> dict:
     return env
 
 
+def jax_env(env: dict, cache_dir) -> dict:
+    """``env`` for the PureJaxRL process, with JAX's persistent compilation cache in ``cache_dir``
+    (None: off). The anchor compiles each config afresh (``jax.jit`` of a new closure); with the cache
+    every repeat of a config after the first loads the compiled program instead (on this machine's
+    CPU: 9-11 s of compilation down to ~1.5 s of tracing and loading). Every program is cached,
+    however quick its compilation."""
+    if cache_dir is None:
+        return env
+    return dict(env, JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+
+
 def proxima_cmd(args, envs, repeats: int = 1) -> list:
+    # --train-only: the table compares training iterations; the env-alone and rollout-alone
+    # measurements of `proxima bench` would add a third to the time and appear nowhere
     cmd = [sys.executable, "-m", "proxima", "bench", "CartPole-v1", "--device", args.device, "--backend", "native",
            "--num-steps", "16", "--num-envs", str(envs), "--repeats", str(repeats), "--seconds", str(args.seconds),
-           "--threads", str(args.threads), "--json"]
+           "--threads", str(args.threads), "--train-only", "--json"]
     return cmd + (["--compile"] if args.compile else []) + (["--cudagraphs"] if args.cudagraphs else [])
 
 
@@ -92,17 +118,77 @@ def child_cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def stream_json_lines(cmd: list, env: dict, timeout: float, cpus: str = "all", on_line=None) -> tuple:
+    """Run ``cmd`` and hand each JSON line it prints to ``on_line`` as it comes (both sides flush a
+    line per result), so a run cut short keeps what was measured. Killed after ``timeout`` seconds.
+    Returns (lines, problem, cores): ``problem`` is '' or why the process did not finish well
+    ("timed out after 80 s", "exit 1: <its last stderr line>", "printed no result"); ``cores`` the
+    whole process's CPU seconds over its wall seconds (start-up and, for PureJaxRL, compilation
+    included). Reading stops 2 s after the process ends even if a process it started still holds
+    its output open."""
+    cpu0, t0 = child_cpu_seconds(), time.perf_counter()
+    killed, lines = False, []
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=ROOT,
+                                preexec_fn=cpu_binding(cpus))
+        printed: queue.Queue = queue.Queue()
+
+        def read() -> None:
+            for raw in proc.stdout:
+                printed.put(raw)
+            printed.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        ended = None
+        try:
+            while True:
+                try:
+                    raw = printed.get(timeout=0.2)
+                except queue.Empty:
+                    raw = ""
+                if raw is None:
+                    break
+                if raw.startswith("{"):
+                    try:
+                        line = json.loads(raw)
+                    except json.JSONDecodeError:  # a line cut by the kill
+                        line = None
+                    if line is not None:
+                        lines.append(line)
+                        if on_line is not None:
+                            on_line(line)
+                now = time.perf_counter()
+                if proc.poll() is None and now - t0 > timeout:
+                    killed = True
+                    proc.kill()
+                if proc.poll() is not None:
+                    ended = ended or now
+                    if now - ended > 2.0:
+                        break
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        wall = time.perf_counter() - t0
+        err.seek(0)
+        last = (err.read().strip().splitlines() or ["?"])[-1]
+    if killed:
+        problem = f"timed out after {timeout:.0f} s"
+    elif proc.returncode != 0:
+        problem = f"exit {proc.returncode}: {last}"
+    else:
+        problem = "" if lines else f"printed no result: {last}"
+    return lines, problem, (child_cpu_seconds() - cpu0) / max(wall, 1e-9)
+
+
 def run_json_lines(cmd: list, env: dict, timeout: float, cpus: str = "all") -> list:
     """The JSON lines ``cmd`` prints; the last one gets "cores_used": the whole process's CPU
-    seconds over its wall seconds (start-up and, for PureJaxRL, compilation included)."""
-    cpu0, t0 = child_cpu_seconds(), time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout,
-                          preexec_fn=cpu_binding(cpus))
-    wall = time.perf_counter() - t0
-    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{shlex.join(cmd)} failed ({proc.returncode}): {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
-    lines[-1]["cores_used"] = (child_cpu_seconds() - cpu0) / wall
+    seconds over its wall seconds (start-up and, for PureJaxRL, compilation included).
+    RuntimeError when the process failed or timed out."""
+    lines, problem, cores = stream_json_lines(cmd, env, timeout, cpus)
+    if problem:
+        raise RuntimeError(f"{shlex.join(cmd)} failed ({problem})")
+    lines[-1]["cores_used"] = cores
     return lines
 
 
@@ -110,46 +196,166 @@ def run_json(cmd: list, env: dict, timeout: float, cpus: str = "all") -> dict:
     return run_json_lines(cmd, env, timeout, cpus)[-1]
 
 
-def alternating(args, env: dict, sizes: list) -> list:
+def pjr_problem(line: dict) -> str:
+    """'' for a PureJaxRL result line; for the lines the anchor prints instead of a result (and exits
+    0 all the same), what they say: 'skipped (time budget 80s used up)', 'error: ...'."""
+    if "skipped" in line:
+        return f"skipped ({line['skipped']})"
+    if "error" in line:
+        return f"error: {line['error']}"
+    return "" if "steps_per_second" in line else "no steps_per_second in its line"
+
+
+def graphs_problem(args, line: dict) -> str:
+    """With --cudagraphs, '' when `proxima bench` replayed every part as a graph, else the parts
+    that ran eagerly: its figures are then no graph-replay figures and the row says so."""
+    if not args.cudagraphs or line.get("cudagraphs_live") is True:
+        return ""
+    parts = line.get("graph_parts") or {}
+    bad = "; ".join(f"{k}: {v}" for k, v in parts.items() if v != "graph") or "not reported"
+    return f"graphs fell back: eager ({bad})"
+
+
+class Results:
+    """What both sides measured so far, per env count; ``rows`` makes the table's rows from it at
+    any moment (a size with one side only shows '-' for the other)."""
+
+    def __init__(self, sizes: list, repeats: int):
+        self.sizes, self.repeats = sizes, repeats
+        self.ours: dict = {n: [] for n in sizes}    # steps/s (single call: [min, median, max] of the one process)
+        self.theirs: dict = {n: [] for n in sizes}  # PureJaxRL's result lines
+        self.cores: dict = {n: ([], []) for n in sizes}
+        self.notes: dict = {n: [] for n in sizes}
+        self.graphs: dict = {n: "" for n in sizes}
+        self.pairs: dict = {n: [] for n in sizes}   # alternating rounds: (ours, theirs) of one round
+
+    def note(self, envs, text: str) -> None:
+        if text and text not in self.notes[envs]:
+            self.notes[envs].append(text)
+
+    def complete(self, envs) -> bool:
+        return bool(self.ours[envs]) and len(self.theirs[envs]) >= self.repeats
+
+    def rows(self, single_call: bool) -> list:
+        rows = []
+        for envs in self.sizes:
+            ours, theirs = self.ours[envs], sorted(r["steps_per_second"] for r in self.theirs[envs])
+            if single_call:
+                ratios = ([ours[0] / theirs[-1], ours[1] / statistics.median(theirs), ours[2] / theirs[0]]
+                          if ours and theirs else [])
+            else:
+                ratios = sorted(o / t for o, t in self.pairs[envs])
+            rows.append({"envs": envs, "ours": ours, "theirs": theirs, "ratios": ratios,
+                         "compile": [r["compile_seconds"] for r in self.theirs[envs]], "cores": self.cores[envs],
+                         "notes": self.notes[envs], "graphs": self.graphs[envs]})
+        return rows
+
+
+def alternating(args, env: dict, sizes: list, deadline=None, results=None, on_update=None) -> list:
     """Per size, --repeats rounds of one Proxima process then one PureJaxRL process (fair under load)."""
-    rows = []
+    res = results or Results(sizes, args.repeats)
+    jenv = jax_env(env, getattr(args, "jax_cache_dir", None))
     for envs in sizes:
-        ours, theirs, compile_s, cores = [], [], [], ([], [])
         for r in range(args.repeats):
-            res = run_json(proxima_cmd(args, envs), env, args.timeout, args.cpus)
-            ours.append(res["train_sps"])
-            cores[0].append(res["cores_used"])
-            res = run_json(pjr_cmd(args, envs), env, args.timeout, args.cpus)
-            theirs.append(res["steps_per_second"])
-            compile_s.append(res["compile_seconds"])
-            cores[1].append(res["cores_used"])
-            print(f"{envs} envs, round {r + 1}: Proxima {ours[-1]:,.0f} steps/s ({cores[0][-1]:.2f} cores), "
-                  f"PureJaxRL {theirs[-1]:,.0f} steps/s ({cores[1][-1]:.2f} cores)", flush=True)
-        rows.append((envs, ours, theirs, sorted(o / t for o, t in zip(ours, theirs)), compile_s, cores))
-    return rows
+            left = time_left(deadline)
+            if left is not None and left < 1.0:
+                res.note(envs, f"round {r + 1} and later not run (--time-budget {args.time_budget:g} s used up)")
+                break
+            limit = args.timeout if left is None else min(args.timeout, left)
+            lines, problem, cores = stream_json_lines(proxima_cmd(args, envs), env, limit, args.cpus)
+            if problem or lines[-1].get("train_sps") is None:
+                res.note(envs, f"Proxima round {r + 1}: {problem or 'no train figure'}")
+                break
+            ours = lines[-1]
+            res.graphs[envs] = res.graphs[envs] or graphs_problem(args, ours)
+            left = time_left(deadline)
+            limit = args.timeout if left is None else min(args.timeout, left)
+            lines, problem, pcores = stream_json_lines(pjr_cmd(args, envs), jenv, limit, args.cpus)
+            theirs = next((x for x in lines if not pjr_problem(x)), None)
+            if theirs is None:
+                res.note(envs, f"PureJaxRL round {r + 1}: {problem or pjr_problem(lines[-1])}")
+                break
+            res.ours[envs].append(ours["train_sps"])
+            res.theirs[envs].append(theirs)
+            res.pairs[envs].append((ours["train_sps"], theirs["steps_per_second"]))
+            res.cores[envs][0].append(cores)
+            res.cores[envs][1].append(pcores)
+            print(f"{envs} envs, round {r + 1}: Proxima {ours['train_sps']:,.0f} steps/s ({cores:.2f} cores), "
+                  f"PureJaxRL {theirs['steps_per_second']:,.0f} steps/s ({pcores:.2f} cores)", flush=True)
+            if on_update is not None:
+                on_update(res)
+    return res.rows(single_call=False)
 
 
-def single_call(args, env: dict, sizes: list) -> list:
+def time_left(deadline):
+    """Seconds left before ``deadline`` (a perf_counter time) less RESERVE for the table; None without one."""
+    return None if deadline is None else deadline - time.perf_counter() - RESERVE
+
+
+def single_call(args, env: dict, sizes: list, deadline=None, results=None, on_update=None) -> list:
     """One Proxima process (every size, --repeats each) and one PureJaxRL process (every size
-    --repeats times): two start-ups instead of 2 x sizes x repeats, for a machine rented by the
-    minute. Ratio = median / median; its range pairs the extremes (ours min / theirs max ..)."""
-    our_lines = run_json_lines(proxima_cmd(args, ",".join(map(str, sizes)), args.repeats), env, args.timeout, args.cpus)
-    ours = {line["num_envs"]: line for line in our_lines}
-    configs = [pjr_config(args, envs) for envs in sizes for _ in range(args.repeats)]
-    theirs: dict = {}
-    their_lines = run_json_lines([args.jax_python, str(args.anchor), "--configs", *configs], env, args.timeout, args.cpus)
-    for res in their_lines:
-        theirs.setdefault(res["num_envs"], []).append(res)
-    cores = ([our_lines[-1]["cores_used"]], [their_lines[-1]["cores_used"]])  # one process per side
-    rows = []
+    --repeats times, round after round: 2,048, 65,536, 1,048,576, then again): two start-ups instead
+    of 2 x sizes x repeats, for a machine rented by the minute. Ratio = median / median; its range
+    pairs the extremes (ours min / theirs max ..). Each line either side prints goes into the
+    table at once (``on_update``). With a deadline (--time-budget) PureJaxRL gets --time-budget of
+    what is left less --anchor-margin, so it prints "skipped" for the configs it has no time for
+    rather than being killed in one, and PureJaxRL runs only the sizes Proxima measured."""
+    res = results or Results(sizes, args.repeats)
+
+    def ours(line: dict) -> None:
+        envs = line.get("num_envs")
+        if envs in res.ours and line.get("train_sps") is not None:
+            res.ours[envs] = [line["train_sps_min"], line["train_sps"], line["train_sps_max"]]
+            res.graphs[envs] = graphs_problem(args, line)
+            print(f"{envs} envs: Proxima {line['train_sps']:,.0f} steps/s" + (f" ({res.graphs[envs]})" if res.graphs[envs] else ""),
+                  flush=True)
+        elif envs in res.ours:
+            res.note(envs, f"Proxima: {line.get('skipped') or 'no train figure'}")
+        if on_update is not None:
+            on_update(res)
+
+    left = time_left(deadline)
+    limit = args.timeout if left is None else min(args.timeout, left - args.anchor_margin)
+    _, problem, cores = stream_json_lines(proxima_cmd(args, ",".join(map(str, sizes)), args.repeats), env, limit, args.cpus, ours)
+    measured = [n for n in sizes if res.ours[n]]
     for envs in sizes:
-        o = ours[envs]
-        mine = [o["train_sps_min"], o["train_sps"], o["train_sps_max"]]
-        sps = sorted(r["steps_per_second"] for r in theirs[envs])
-        ratios = [mine[0] / sps[-1], mine[1] / statistics.median(sps), mine[2] / sps[0]]
-        rows.append((envs, mine, sps, ratios, [r["compile_seconds"] for r in theirs[envs]], cores))
-        print(f"{envs} envs: Proxima {mine[1]:,.0f} steps/s, PureJaxRL {statistics.median(sps):,.0f} steps/s", flush=True)
-    return rows
+        if res.ours[envs]:
+            res.cores[envs][0].append(cores)  # one process for every size
+        else:
+            res.note(envs, f"Proxima: {problem or 'not measured'}; PureJaxRL not run at this size")
+    if not measured:
+        return res.rows(single_call=True)
+
+    def theirs(line: dict) -> None:
+        envs = line.get("num_envs")
+        if envs not in res.theirs:
+            return
+        problem = pjr_problem(line)
+        if problem:
+            res.note(envs, f"PureJaxRL: {problem}")
+        else:
+            res.theirs[envs].append(line)
+            print(f"{envs} envs: PureJaxRL {line['steps_per_second']:,.0f} steps/s (compile {line['compile_seconds']:.1f} s)", flush=True)
+        if on_update is not None:
+            on_update(res)
+
+    configs = [pjr_config(args, envs) for _ in range(args.repeats) for envs in measured]  # round after round
+    cmd = [args.jax_python, str(args.anchor), "--configs", *configs]
+    left = time_left(deadline)
+    if left is not None:
+        budget = left - args.anchor_margin
+        if budget < 1.0:
+            for envs in measured:
+                res.note(envs, f"PureJaxRL not run: {left:.0f} s of --time-budget left, less than --anchor-margin {args.anchor_margin:g} s")
+            return res.rows(single_call=True)
+        cmd += ["--time-budget", f"{budget:.0f}"]
+    limit = args.timeout if left is None else min(args.timeout, left)
+    _, problem, cores = stream_json_lines(cmd, jax_env(env, getattr(args, "jax_cache_dir", None)), limit, args.cpus, theirs)
+    for envs in measured:
+        res.cores[envs][1].append(cores)
+        if problem and len(res.theirs[envs]) < args.repeats:
+            res.note(envs, f"PureJaxRL: {problem}")
+    return res.rows(single_call=True)
 
 
 def fmt(xs: list) -> str:
@@ -157,7 +363,60 @@ def fmt(xs: list) -> str:
     return median_range(xs, fmt=lambda v: f"{v / 1e6:.2f}M" if v >= 1e6 else f"{v / 1e3:.1f}k")
 
 
-def main(argv=None) -> int:
+def compile_cell(compile_s: list, cached: bool) -> str:
+    """PureJaxRL's compile seconds: the first (cold) run's, and with the persistent cache the median
+    of the others (which load the compiled program)."""
+    if not compile_s:
+        return "-"
+    if not cached:
+        return f"{statistics.median(compile_s):.1f}"
+    rest = compile_s[1:]
+    return f"{compile_s[0]:.1f}" + (f" ({statistics.median(rest):.1f} cached)" if rest else "")
+
+
+def table_lines(args, rows: list) -> list:
+    """The Markdown table; a notes column only when some row has one."""
+    notes = any(r["notes"] or r["graphs"] for r in rows)
+    out = ["| envs | Proxima steps/s | PureJaxRL steps/s | Proxima / PureJaxRL | cores used (Proxima, PureJaxRL) | PureJaxRL compile s |"
+           + (" notes |" if notes else ""),
+           "|---:|---:|---:|---:|---:|---:|" + ("---|" if notes else "")]
+    cached = getattr(args, "jax_cache_dir", None) is not None
+    for r in rows:
+        ours = fmt(r["ours"]) if r["ours"] else "-"
+        if r["graphs"] and r["ours"]:
+            ours = f"**graphs fell back: eager** {ours}"  # never an eager figure under a --cudagraphs heading
+        ratio = (f"{statistics.median(r['ratios']):.2f} ({r['ratios'][0]:.2f}-{r['ratios'][-1]:.2f})" if r["ratios"] else "-")
+        cores = ", ".join(f"{statistics.median(c):.2f}" if c else "-" for c in r["cores"])
+        cells = [f"{r['envs']:,}", ours, fmt(r["theirs"]) if r["theirs"] else "-", ratio, cores, compile_cell(r["compile"], cached)]
+        if notes:
+            cells.append("; ".join(([r["graphs"]] if r["graphs"] else []) + r["notes"]))
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def report(p, args, rows: list, start: tuple, partial: str = "") -> str:
+    mode = " ".join(f for f, on in (("--compile", args.compile), ("--cudagraphs", args.cudagraphs)) if on) or "eager"
+    cache = (" PureJaxRL with JAX's persistent compilation cache (a fresh folder per run): its first run of a size "
+             "compiles, the others load the program (compile s: first, then the others' median)."
+             if getattr(args, "jax_cache_dir", None) is not None else "")
+    lines = [f"## Proxima ({mode}) vs PureJaxRL, {args.device}, {start[0]:%Y-%m-%d %H:%M}", "",
+             *([partial, ""] if partial else []),
+             f"{machine_line(args.threads, start)}. Native CartPole, "
+             "16-step rollouts, 4 epochs x 4 minibatches, 64x64 tanh; "
+             + (f"both processes bound to core {pinned_core()} (PureJaxRL's XLA pool sizes itself from the affinity mask). "
+                if args.cpus == "one" else f"unbound on {os.cpu_count()} cores, Proxima --threads {args.threads}. ")
+             + "Cores used: whole-process CPU time / wall time (start-up and compilation included). "
+             + (f"Median (min-max) of {args.repeats} repeats per side, each side in one process; ratio = median / median "
+              "(range: extreme against extreme)." if args.single_call else
+              f"Median (min-max) of {args.repeats} alternating rounds; ratio = per-round Proxima / PureJaxRL.") + cache, "",
+             *table_lines(args, rows)]
+    lines += ["", command("vs_purejaxrl.py", p, args),
+              f"Proxima: `{shlex.join(['proxima', *proxima_cmd(args, 0, args.repeats if args.single_call else 1)[3:]]).replace('--num-envs 0', '--num-envs N')}`",
+              f"PureJaxRL: `python purejaxrl_cartpole.py --configs Nx16xTOTAL` (TOTAL: {PJR_TOTAL.get(args.device.split(':')[0], {})})", ""]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cpu")
     p.add_argument("--num-envs", default="4096", help="comma-separated env counts")
@@ -175,15 +434,37 @@ def main(argv=None) -> int:
     p.add_argument("--jax-python", default=str(ROOT / ".jax-venv" / "bin" / "python") if (ROOT / ".jax-venv").exists() else "python3")
     p.add_argument("--anchor", type=Path, default=next((a for a in ANCHORS if a.exists()), ANCHORS[0]))
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per subprocess")
+    p.add_argument("--time-budget", type=float, default=None,
+                   help="seconds for the whole run (a time limit around it): no subprocess outlives it (each gets at most "
+                        f"what is left less {RESERVE:g} s for the table), and with --single-call PureJaxRL gets the anchor's "
+                        "--time-budget of what is left less --anchor-margin, so it reports the configs it has no time for as "
+                        "skipped instead of being killed (default: none)")
+    p.add_argument("--anchor-margin", type=float, default=15.0,
+                   help="with --time-budget: seconds kept for PureJaxRL's last config, which the anchor starts as long as its "
+                        "budget is not used up (default 15: compile, warm run and timed run at 1,048,576 envs on an H200)")
+    p.add_argument("--jax-cache", choices=("on", "off"), default="on",
+                   help="on: PureJaxRL with JAX's persistent compilation cache in a fresh temporary folder, so every run of "
+                        "a config after its first loads the compiled program (default); off: every run compiles")
     p.add_argument("--single-call", action="store_true",
                    help="one process per side for all sizes and repeats instead of alternating rounds (a GPU machine's time is short)")
-    p.add_argument("--out", default=None, help="append the Markdown table here (default: print only)")
+    p.add_argument("--out", default=None, help="append the Markdown table here, rewritten after every result of either side "
+                   "and marked partial until the end (default: print only)")
+    return p
+
+
+def main(argv=None) -> int:
+    t0 = time.perf_counter()  # --time-budget counts from here: the imports below (torch's) are in it
+    p = build_parser()
     args = p.parse_args(argv)
     try:
         sizes = parse_sizes(args.num_envs)
     except ValueError as e:
         return refuse("vs_purejaxrl.py", str(e))
     problem = arg_problem(args, at_least_one=("repeats", "threads"), positive=("seconds", "timeout"))
+    if not problem and args.time_budget is not None:
+        problem = arg_problem(args, positive=("time_budget",), files=())
+    if not problem and not (args.anchor_margin >= 0 and math.isfinite(args.anchor_margin)):
+        problem = f"--anchor-margin {args.anchor_margin:g}: must be 0 or more"
     if problem:
         return refuse("vs_purejaxrl.py", problem)
     if args.cpus is None:
@@ -194,27 +475,23 @@ def main(argv=None) -> int:
         return refuse("vs_purejaxrl.py", f"--anchor {args.anchor}: no PureJaxRL anchor there (see ../shared/anchors/README.md)")
     env = single_thread_env(args.device)
     start = started()
-    rows = single_call(args, env, sizes) if args.single_call else alternating(args, env, sizes)
-    mode = " ".join(f for f, on in (("--compile", args.compile), ("--cudagraphs", args.cudagraphs)) if on) or "eager"
-    lines = [f"## Proxima ({mode}) vs PureJaxRL, {args.device}, {datetime.now():%Y-%m-%d %H:%M}", "",
-             f"{machine_line(args.threads, start)}. Native CartPole, "
-             "16-step rollouts, 4 epochs x 4 minibatches, 64x64 tanh; "
-             + (f"both processes bound to core {pinned_core()} (PureJaxRL's XLA pool sizes itself from the affinity mask). "
-                if args.cpus == "one" else f"unbound on {os.cpu_count()} cores, Proxima --threads {args.threads}. ")
-             + "Cores used: whole-process CPU time / wall time (start-up and compilation included). "
-             + (f"Median (min-max) of {args.repeats} repeats per side, each side in one process; ratio = median / median "
-              "(range: extreme against extreme)." if args.single_call else
-              f"Median (min-max) of {args.repeats} alternating rounds; ratio = per-round Proxima / PureJaxRL."), "",
-             "| envs | Proxima steps/s | PureJaxRL steps/s | Proxima / PureJaxRL | cores used (Proxima, PureJaxRL) | PureJaxRL compile s |",
-             "|---:|---:|---:|---:|---:|---:|"]
-    for envs, ours, theirs, ratios, compile_s, cores in rows:
-        lines.append(f"| {envs:,} | {fmt(ours)} | {fmt(theirs)} | {statistics.median(ratios):.2f} "
-                     f"({ratios[0]:.2f}-{ratios[-1]:.2f}) | {statistics.median(cores[0]):.2f}, {statistics.median(cores[1]):.2f} "
-                     f"| {statistics.median(compile_s):.1f} |")
-    lines += ["", command("vs_purejaxrl.py", p, args),
-              f"Proxima: `{shlex.join(['proxima', *proxima_cmd(args, 0, args.repeats if args.single_call else 1)[3:]]).replace('--num-envs 0', '--num-envs N')}`",
-              f"PureJaxRL: `python purejaxrl_cartpole.py --configs Nx16xTOTAL` (TOTAL: {PJR_TOTAL.get(args.device.split(':')[0], {})})", ""]
-    return emit("\n".join(lines), args.out, script="vs_purejaxrl.py")
+    machine_line(args.threads, start)  # torch imported and CUDA set up here now, not in the middle of a measurement
+    deadline = None if args.time_budget is None else t0 + args.time_budget
+    section = Section(args.out, "vs_purejaxrl.py")
+    results = Results(sizes, args.repeats)
+
+    def update(res: Results) -> None:
+        done = sum(res.complete(n) for n in sizes)
+        section.update(report(p, args, res.rows(args.single_call), start, partial_note(done, len(sizes), "sizes complete")))
+
+    with tempfile.TemporaryDirectory(prefix="proxima-jax-cache-") as cache:
+        args.jax_cache_dir = cache if args.jax_cache == "on" else None
+        rows = (single_call if args.single_call else alternating)(args, env, sizes, deadline, results, update)
+        code = section.finish(report(p, args, rows, start))
+    if code == 0 and not any(r["ratios"] for r in rows):
+        print("vs_purejaxrl.py: error: no size was measured on both sides (the table's notes say why)", file=sys.stderr)
+        return 1
+    return code
 
 
 if __name__ == "__main__":

@@ -10,8 +10,11 @@ no logger) and three things are timed on it:
             minibatches, plus the once-per-iteration read the training loop does
 
 Each measurement is warmed up, then run ``--repeats`` times for about ``--seconds`` each; the
-table shows the median and the min-max over the repeats. Results go to the console (or one JSON
-object per line with ``--json``) and to a Markdown file that describes the machine and the command.
+table shows the median and the min-max over the repeats; ``--train-only`` times train alone (what a
+comparison of training throughput uses: the env and rollout measurements are a third of the time).
+Results go to the console (or one JSON object per line with ``--json``, which with ``--cudagraphs``
+also says whether every part was really replayed as a graph) and to a Markdown file that describes
+the machine and the command.
 """
 
 from __future__ import annotations
@@ -42,6 +45,15 @@ class Line:
     num_envs: int
     samples: dict = field(default_factory=dict)
     skipped: Optional[str] = None
+    #: with --cudagraphs, each part's state after the train measurement (graphs.part_states):
+    #: 'graph' when it was replayed, 'eager: capture failed (...)' when its capture failed
+    graphs: Optional[dict] = None
+
+    @property
+    def graphs_live(self) -> Optional[bool]:
+        """With --cudagraphs: whether every part was replayed as a graph in the train measurement
+        (False: some part ran eagerly, so the train figure is not a graph-replay figure); None without."""
+        return None if self.graphs is None else all(v == "graph" for v in self.graphs.values())
 
     def stat(self, measure: str) -> tuple:
         """(median, min, max) steps/s of ``measure``, or (None, None, None)."""
@@ -160,10 +172,20 @@ def bench_line(args, backend: str, num_envs: int) -> tuple:
 
         batch = cfg.num_steps * num_envs
         for name, fn, steps in (("env", env_step, num_envs), ("rollout", rollout, batch), ("train", train, batch)):
-            line.samples[name] = measure(fn, steps, args.seconds, args.repeats, device)
+            if name in measures_of(args):
+                line.samples[name] = measure(fn, steps, args.seconds, args.repeats, device)
+        if cfg.cudagraphs:
+            from .graphs import trainer_graph_states
+
+            line.graphs = trainer_graph_states(trainer)
     finally:
         trainer.close()
     return line, cfg, trainer.device
+
+
+def measures_of(args) -> tuple:
+    """The measures a run times: all three, or train alone with --train-only."""
+    return ("train",) if getattr(args, "train_only", False) else MEASURES
 
 
 # ------------------------------------------------------------------------------------ output
@@ -196,7 +218,10 @@ def table_rows(lines: list) -> list:
         g = gym_train.get(ln.num_envs)
         if ln.backend in ("native", "envpool") and g:
             ratio = f"{ln.stat('train')[0] / g:.1f}x"
-        rows.append((ln.backend, f"{ln.num_envs:,}", *(fmt_cell(ln, m) for m in MEASURES), ratio))
+        cells = [fmt_cell(ln, m) for m in MEASURES]
+        if ln.graphs_live is False:  # never an eager figure under a --cudagraphs heading
+            cells[-1] += " graphs fell back: eager (" + "; ".join(f"{k}: {v}" for k, v in ln.graphs.items() if v != "graph") + ")"
+        rows.append((ln.backend, f"{ln.num_envs:,}", *cells, ratio))
     return rows
 
 
@@ -225,7 +250,11 @@ def json_line(line: Line, args, cfg, device) -> dict:
          "num_steps": cfg.num_steps if cfg else None, "update_epochs": cfg.update_epochs if cfg else None,
          "num_minibatches": cfg.num_minibatches if cfg else None, "threads": args.threads, "repeats": args.repeats,
          "preset": args.preset or "default", "compile": bool(args.compile), "cudagraphs": bool(args.cudagraphs),
-         "amp": args.amp, "skipped": line.skipped}  # the switches too: a compiled result is told from an eager one
+         "amp": args.amp, "skipped": line.skipped,  # the switches too: a compiled result is told from an eager one
+         "train_only": bool(getattr(args, "train_only", False)),
+         # what ran, not what was asked: with --cudagraphs, whether every part was replayed as a graph
+         # (false when a capture failed and that part fell back to eager) and each part's state
+         "cudagraphs_live": line.graphs_live, "graph_parts": line.graphs}
     for m in MEASURES:
         med, lo, hi = line.stat(m)
         d[f"{m}_sps"], d[f"{m}_sps_min"], d[f"{m}_sps_max"] = med, lo, hi
@@ -272,6 +301,8 @@ def command_line(args) -> str:
         argv += ["--amp", args.amp]
     if args.vector:
         argv += ["--vector", args.vector]
+    if getattr(args, "train_only", False):
+        argv.append("--train-only")
     return shlex.join(argv)
 
 
@@ -296,7 +327,8 @@ def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime
         f"Steps per second, median (min-max) of {args.repeats} repeats of about {args.seconds:g} s each, after a warm-up. "
         "env: `env.step` with random actions, no policy; rollout: `collect_rollout` with the policy; "
         "train: `Trainer.train_iteration` (rollout + GAE + update). "
-        "train x gym: the train median of the native or EnvPool backend over Gymnasium's at the same num_envs.",
+        "train x gym: the train median of the native or EnvPool backend over Gymnasium's at the same num_envs."
+        + (" --train-only: env and rollout were not measured ('-')." if getattr(args, "train_only", False) else ""),
         "",
         markdown_table(lines),
         "",
@@ -304,19 +336,26 @@ def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime
     save_markdown(path, text)
 
 
-def append_file(path, text: str) -> None:
-    """Append ``text`` to ``path`` (created with its folders if missing), all or nothing: the old
-    content and ``text`` go to a temporary file that replaces ``path``, so a full disk or a kill
-    leaves the file as it was, never half a table."""
+def write_file(path, data) -> None:
+    """Replace ``path`` (created with its folders if missing) with ``data`` (bytes, or text written
+    as UTF-8), all or nothing: ``data`` goes to a temporary file that then replaces ``path``, so a
+    full disk or a kill leaves the file as it was, never half of it."""
     path = Path(os.path.realpath(path))  # a symlinked results file stays a link to the updated file
-    old = path.read_text() if path.exists() else ""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(old + text)
+        tmp.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def append_file(path, text: str) -> None:
+    """Append ``text`` to ``path`` (created with its folders if missing), all or nothing
+    (``write_file``): what the file held is kept byte for byte, line endings included."""
+    real = Path(os.path.realpath(path))
+    old = real.read_bytes() if real.exists() else b""
+    write_file(real, old + text.encode("utf-8"))
 
 
 def demote_headings(text: str) -> str:
@@ -488,7 +527,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cudagraphs", action="store_true",
                    help="replay each iteration's rollout, advantages and update as CUDA graphs (CUDA only; with --compile, of the compiled steps)")
     p.add_argument("--amp", default="none", choices=("none", "bf16", "fp16"), help="mixed precision of the forward passes (default none)")
-    p.add_argument("--json", action="store_true", help="print one JSON object per backend and num_envs instead of the table")
+    p.add_argument("--train-only", action="store_true",
+                   help="time whole training iterations only, not the env alone nor the rollout alone (their columns show "
+                        "'-'; about a third of the time per size): what a training-throughput comparison needs")
+    p.add_argument("--json", action="store_true", help="print one JSON object per backend and num_envs instead of the table; "
+                   "with --cudagraphs, \"cudagraphs_live\" says whether every part was replayed as a graph (false: a capture "
+                   "failed and that part ran eagerly)")
     p.add_argument("--out", default=None, metavar="FILE", help="also write the results as Markdown (table, machine, "
                    "command) to FILE, e.g. benchmarks/results/bench-CartPole-v1-cpu.md; when FILE exists, they are appended "
                    "to it as a new dated section and what it holds is kept (default: print only)")

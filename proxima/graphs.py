@@ -30,7 +30,11 @@ place (native envs, normalizers, episode statistics, the optimizer's tensor lear
 numbers from generators (the default CUDA generator and the env's own, which the graph registers);
 no host reads (``forbid_host_sync``) and no tensors made from Python numbers (``forbid_host_tensors``)
 inside the parts; fused, capturable Adam. Parts that cannot be captured stay eager: the rollout of a
-Gymnasium (host) env, and the update when ``--target-kl`` needs its per-minibatch host check.
+Gymnasium (host) env, and the update when ``--target-kl`` needs its per-minibatch host check. A
+part whose capture fails anyway runs eagerly from then on, after ``recover_from_failed_capture``
+has undone what the failed capture left (current stream, allocator pool routing, generators in
+capture mode); ``Replay.state`` and ``part_states`` say which parts really replay, so that
+``proxima bench --json`` and the benchmark scripts never report eager figures as graph replays.
 """
 
 from __future__ import annotations
@@ -89,17 +93,34 @@ class IterationParts:
 
 class Replay:
     """``fn`` (no arguments, static buffers only) run eagerly ``warmup`` times on a side stream,
-    then captured into a CUDA graph and replayed on every later call."""
+    then captured into a CUDA graph and replayed on every later call.
+
+    A capture that fails leaves the part eager for the rest of the run, says so once on stderr and
+    keeps the reason in ``fallback`` (``state`` reads it: benchmarks must not label eager numbers as
+    graph replays)."""
 
     def __init__(self, fn: Callable[[], None], device: torch.device, warmup: int = WARMUP,
                  generators: tuple = (), pool=None):
         self.fn, self.device, self.warmup, self.generators, self.pool = fn, device, warmup, generators, pool
         self.calls = 0
         self.graph: Optional[torch.cuda.CUDAGraph] = None
+        self.fallback: Optional[str] = None  # why the capture failed, when it did
+
+    @property
+    def state(self) -> str:
+        """'graph' (replayed), 'warm-up' (not captured yet) or 'eager: capture failed (REASON)'."""
+        if self.graph is not None:
+            return "graph"
+        if self.fallback is not None:
+            return f"eager: capture failed ({self.fallback})"
+        return "warm-up"
 
     def __call__(self) -> None:
         if self.graph is not None:
             self.graph.replay()
+            return
+        if self.fallback is not None:  # the capture failed: eager, as without --cudagraphs
+            self.fn()
             return
         current = torch.cuda.current_stream(self.device)
         if self.calls < self.warmup:
@@ -110,26 +131,102 @@ class Replay:
                 self.fn()
             current.wait_stream(side)
             return
+        # a pool of our own when none is shared: its id is what a failed capture must release (below)
+        pool = self.pool if self.pool is not None else torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         register = getattr(graph, "register_generator_state", None)
         for generator in self.generators:
             if register is not None:  # newer torch registers generators met during capture by itself
                 register(generator)
         torch.cuda.synchronize(self.device)
+        failure = None
         try:
-            with torch.cuda.graph(graph, pool=self.pool):
+            with torch.cuda.graph(graph, pool=pool):
                 self.fn()
         except Exception as e:  # noqa: BLE001 - any capture failure: keep training, eagerly, and say so
+            failure = capture_error(e)
+        if failure is not None:
             # capture only records, so nothing of this call has run yet: run it eagerly, from now on always
-            torch.cuda.synchronize(self.device)
+            del graph  # its destructor drops what the failed capture registered (generator capture states, newer torch)
+            recover_from_failed_capture(self.device, current, pool, self.generators)
             name = getattr(self.fn, "__name__", "part")
-            print(f"proxima: note: could not capture the {name} as a CUDA graph ({str(e).splitlines()[0][:200]}); "
-                  "it runs eagerly", file=sys.stderr)
-            self.graph, self.warmup = None, float("inf")
+            print(f"proxima: note: could not capture the {name} as a CUDA graph ({failure}); it runs eagerly",
+                  file=sys.stderr, flush=True)
+            self.graph, self.fallback = None, failure
             self.fn()
             return
         self.graph = graph
         graph.replay()  # capture records the work; this runs it
+
+
+def capture_error(e: BaseException) -> str:
+    """Why a capture failed: the error's first line (at most 200 characters). When the part itself
+    raised inside the capture, ``torch.cuda.graph``'s exit raises again from ``capture_end`` (the
+    capture was invalidated) and that second error hides the first: both are named, the part's first
+    (at most 300 characters in all)."""
+    def line(x: BaseException) -> str:
+        return ((str(x).strip().splitlines() or [type(x).__name__])[0])[:200]
+
+    cause = e.__context__ if e.__context__ is not None and e.__context__ is not e else None
+    return f"{line(cause)}; then: {line(e)}"[:300] if cause is not None else line(e)
+
+
+def recover_from_failed_capture(device: torch.device, stream, pool, generators: tuple = ()) -> None:
+    """Undo what a failed ``torch.cuda.graph`` capture leaves behind, so that the eager calls after
+    it run as they would have without the attempt. ``torch.cuda.graph.__exit__`` calls
+    ``capture_end`` before it leaves its stream context, and ``capture_end`` raises (the capture was
+    invalidated) before it ends the caching allocator's routing to the graph's pool and before the
+    RNG generators leave capture mode. Left like that, the capture stream would stay current for
+    the rest of the process, and torch < 2.13 would refuse the next random number drawn outside a
+    capture ("Offset increment outside graph capture encountered unexpectedly"). Each step is
+    best-effort: one that does not apply to this torch (or was already done) is skipped."""
+    torch.cuda.set_stream(stream)  # the stream that was current before the capture
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    end_pool = getattr(torch._C, "_cuda_endAllocateToPool", None) or getattr(torch._C, "_cuda_endAllocateCurrentStreamToPool", None)
+    if end_pool is not None and pool is not None:
+        try:
+            end_pool(index, pool)
+        except Exception:  # noqa: BLE001 - capture_end got that far: nothing is routed to the pool any more
+            pass
+    # The generators leave capture mode through a capture that ends: an empty one (one kernel on a
+    # scratch scalar) on a fresh stream, with the same generators registered, takes the very
+    # generator states the other parts' graphs replay with in and out of capture mode. Should that
+    # fail too, each generator gets a fresh copy of its state (same seed and offset, not capturing).
+    try:
+        scratch = torch.zeros((), device=device)
+        resync = torch.cuda.CUDAGraph()
+        register = getattr(resync, "register_generator_state", None)
+        for generator in generators:
+            if register is not None:
+                register(generator)
+        with torch.cuda.graph(resync, stream=torch.cuda.Stream(device)):
+            scratch.add_(1)
+        torch.cuda.synchronize(device)
+        del resync
+    except Exception:  # noqa: BLE001
+        torch.cuda.set_stream(stream)
+        for generator in (torch.cuda.default_generators[index], *generators):
+            try:
+                generator.graphsafe_set_state(generator.clone_state())
+            except Exception:  # noqa: BLE001 - a torch without graph-safe generator states
+                pass
+    torch.cuda.set_stream(stream)
+    torch.cuda.synchronize(device)
+
+
+PARTS = ("rollout", "advantages", "update")
+
+
+def part_states(parts: dict) -> dict:
+    """{part name: 'graph' | 'warm-up' | 'eager: capture failed (...)' | 'eager'} for the callables
+    ``parts`` ({name: callable}); 'eager' is a part never meant to be captured (no --cudagraphs, a
+    Gymnasium env's rollout, the update under --target-kl)."""
+    return {name: fn.state if isinstance(fn, Replay) else "eager" for name, fn in parts.items()}
+
+
+def trainer_graph_states(trainer) -> dict:
+    """``part_states`` of a Trainer's three parts."""
+    return part_states({name: getattr(trainer, f"_{name}") for name in PARTS})
 
 
 def build_parts(trainer) -> tuple:

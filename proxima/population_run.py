@@ -336,9 +336,10 @@ def _write_population_json(run_dir: Path, pop: Population, seeds, sweep: dict, d
 def _log_members(loggers, values: dict, pop: Population, sps: float, elapsed: float, step: int) -> None:
     from .trainer import _metric_row
 
+    lrs = pop.lr_now.tolist()  # one device read per iteration, not one per member (a sync each on CUDA)
     for i, lg in enumerate(loggers):
         m = {k: v[i] for k, v in values.items()}
-        lr = types.SimpleNamespace(param_groups=[{"lr": float(pop.lr_now[i])}])  # the row reads the lr of a group
+        lr = types.SimpleNamespace(param_groups=[{"lr": lrs[i]}])  # the row reads the lr of a group
         lg.log(pop.iteration, step, _metric_row(m, sps, lr, elapsed))
 
 

@@ -106,3 +106,49 @@ def test_help_says_out_appends():
     p = argparse.ArgumentParser()
     add_arguments(p)
     assert "when FILE exists, they are appended to it as a new dated section" in " ".join(p.format_help().split())
+
+
+def test_train_only_times_training_alone(tmp_path, capsys):
+    """--train-only: what a training-throughput comparison (benchmarks/vs_purejaxrl.py) needs, without
+    the env-alone and rollout-alone measurements, which take a third of the time per size."""
+    out = tmp_path / "bench.md"
+    code = main(["bench", "CartPole-v1", "--num-envs", "2", "--backend", "native", "--seconds", "0.02", "--repeats", "1",
+                 "--train-only", "--json", "--out", str(out)])
+    assert code == 0
+    (d,) = [json.loads(row) for row in capsys.readouterr().out.splitlines() if row.strip()]
+    assert d["train_only"] is True and d["train_sps"] > 0
+    assert d["env_sps"] is None and d["rollout_sps"] is None
+    # no --cudagraphs: nothing to report about graphs
+    assert d["cudagraphs"] is False and d["cudagraphs_live"] is None and d["graph_parts"] is None
+    text = out.read_text()
+    assert "--train-only" in text and "| native | 2 | - | - | " in text and "--train-only: env and rollout were not measured" in text
+
+
+def test_help_says_what_train_only_and_cudagraphs_live_mean():
+    import argparse
+
+    from proxima.bench import add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    text = " ".join(p.format_help().split())
+    assert "--train-only time whole training iterations only, not the env alone nor the rollout alone" in text
+    assert '"cudagraphs_live" says whether every part was replayed as a graph' in text
+
+
+def test_graphs_that_fell_back_are_reported_not_passed_off_as_replays():
+    from types import SimpleNamespace
+
+    from proxima.bench import Line, json_line, table_rows
+
+    args = SimpleNamespace(env_id="CartPole-v1", threads=1, repeats=1, preset=None, compile=False, cudagraphs=True, amp="none",
+                           train_only=True)
+    live = Line("native", 2048, {"train": [1e6]}, graphs={"rollout": "graph", "advantages": "graph", "update": "graph"})
+    fell = Line("native", 65536, {"train": [2e6]},
+                graphs={"rollout": "graph", "advantages": "graph", "update": "eager: capture failed (boom)"})
+    assert json_line(live, args, None, "cuda")["cudagraphs_live"] is True
+    d = json_line(fell, args, None, "cuda")
+    assert d["cudagraphs_live"] is False and d["graph_parts"]["update"] == "eager: capture failed (boom)"
+    rows = table_rows([live, fell])
+    assert rows[0][4] == "1.00M (1.00M-1.00M)"
+    assert rows[1][4] == "2.00M (2.00M-2.00M) graphs fell back: eager (update: eager: capture failed (boom))"

@@ -7,10 +7,12 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import json
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -160,7 +162,7 @@ def test_a_failed_append_leaves_the_file_as_it_was(tmp_path, capsys, monkeypatch
 # ------------------------------------------------------------------------------------ item 3
 @pytest.fixture
 def fake_accel(monkeypatch):
-    monkeypatch.setattr(MODULES["accel"], "measure", lambda *a, **k: [1000.0, 2000.0, 3000.0])
+    monkeypatch.setattr(MODULES["accel"], "measure", lambda *a, **k: {"sps": [1000.0, 2000.0, 3000.0], "graphs": None})
 
 
 def test_accel_without_out_only_prints(fake_accel, capsys):
@@ -230,6 +232,27 @@ def test_failed_seeds_are_left_out_of_the_wall_median_and_named(monkeypatch, tmp
     assert "| 2 | 0.50 | - | error: ConfigError: boom | no |" in text
 
 
+def test_parallel_seeds_run_at_once_and_the_table_keeps_seed_order(monkeypatch, tmp_path, capsys):
+    import threading
+
+    barrier = threading.Barrier(3, timeout=10)  # all three must be running at once, or this times out
+
+    def run_seed(args, seed, workdir):
+        barrier.wait()
+        return {"seed": seed, "wall": float(seed), "mean_return": 500.0, "std_return": 0.0, "steps": 1000, "command": "proxima"}
+
+    monkeypatch.setattr(MODULES["solve_time"], "run_seed", run_seed)
+    out = tmp_path / "solve.md"
+    code, _, _ = run_main("solve_time", ["--seeds", "3,1,2", "--parallel", "3", "--out", str(out)], capsys)
+    text = out.read_text()
+    assert code == 0
+    assert "3 seeds at a time (each wall from its own launch)" in text
+    rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| ") and "seed" not in line]
+    assert rows == ["3", "1", "2"]  # the order asked for, whatever order they finished in
+    assert "--parallel 3" in text  # the Command line reproduces it
+    assert run_main("solve_time", ["--parallel", "0"], capsys)[0] == 2
+
+
 def test_every_seed_failing_appends_nothing(monkeypatch, tmp_path, capsys):
     fake_seeds(monkeypatch, {1: (0.4, "proxima train: error: boom"), 2: (0.5, "proxima train: error: boom")})
     out = tmp_path / "solve.md"
@@ -278,8 +301,8 @@ def test_population_speed_names_the_cpu_not_the_host(monkeypatch, tmp_path, caps
 
 def test_population_vs_purejaxrl_names_the_machine_and_quotes_its_command(monkeypatch, tmp_path, capsys):
     mod = MODULES["population_vs_purejaxrl"]
-    monkeypatch.setattr(mod, "run_proxima", lambda args, run_dir: {"wall": 3.0, "train": 2.0, "mean_final_return": 500.0})
-    monkeypatch.setattr(mod, "run_purejaxrl", lambda args: {"wall": 5.0, "run_seconds": 4.0, "final_return_mean": 500.0})
+    monkeypatch.setattr(mod, "run_proxima", lambda args, run_dir, timeout=None: {"wall": 3.0, "train": 2.0, "mean_final_return": 500.0})
+    monkeypatch.setattr(mod, "run_purejaxrl", lambda args, timeout=None: {"wall": 5.0, "run_seconds": 4.0, "final_return_mean": 500.0})
     out = tmp_path / "pop.md"
     code, _, _ = run_main("population_vs_purejaxrl", ["--device", "cpu", "--agents", "2", "--anchor", "an chor.py",
                                                       "--jax-python", "py", "--out", str(out)], capsys)
@@ -324,3 +347,275 @@ def test_vs_revision_records_the_commit_it_measured(monkeypatch, tmp_path, capsy
     assert re.search(r"Command: `python benchmarks/vs_revision.py --rev [0-9a-f]{40} --num-envs 4096 --rounds 1 "
                      rf"--seconds 1.0 --out {re.escape(str(out))}`", text), text
     assert "load average (1 min)" in text and "this tree / " in text
+
+
+# ------------------------------------------------------------------------------------ tables written as rows finish
+# A GPU session runs each table script under a time limit: a script killed there must leave a valid
+# results file, its earlier content byte for byte and a section (marked partial) with the rows it
+# finished. "Killed" below is an exception no script catches, raised where the next row would start.
+RECORDED = b"# recorded\r\n\r\nnotes written by hand, caf\xe9 (latin-1), CRLF line ends\r\n"
+
+
+class Killed(BaseException):
+    pass
+
+
+def recorded_file(tmp_path) -> Path:
+    out = tmp_path / "results.md"
+    out.write_bytes(RECORDED)
+    return out
+
+
+def section_of(out: Path) -> str:
+    data = out.read_bytes()
+    assert data.startswith(RECORDED + b"\n"), data[:200]  # what the file held, untouched, then a blank line
+    return data[len(RECORDED) + 1:].decode()
+
+
+def test_section_updates_replace_only_the_run_s_own_section_and_survive_sigkill(tmp_path):
+    # a real kill: the process dies right after its first update, with no chance to clean up
+    out = recorded_file(tmp_path)
+    code = (f"import os, signal, sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import tables\n"
+            f"s = tables.Section({str(out)!r}, 'x.py')\n"
+            "s.update('## run\\n\\nrow 1\\n'); s.update('## run\\n\\nrow 1\\nrow 2\\n')\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=60)
+    assert proc.returncode == -9
+    assert section_of(out) == "## run\n\nrow 1\nrow 2\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["results.md"]  # no temporary file left
+
+
+def test_section_finish_is_what_emit_appends(tmp_path, capsys):
+    a, b = tmp_path / "a.md", tmp_path / "b.md"
+    for path in (a, b):
+        path.write_text("# recorded\n")
+    tables.emit("## table\n\n| x |\n", str(a))
+    section = tables.Section(str(b))
+    section.update("## table\n\n" + tables.partial_note(0, 1, "rows") + "\n")
+    assert section.finish("## table\n\n| x |\n") == 0
+    assert a.read_bytes() == b.read_bytes()
+    # a new file: no blank line first; no --out: nothing written, only printed
+    c = tmp_path / "c.md"
+    tables.Section(str(c)).finish("## t\n")
+    assert c.read_text() == "## t\n"
+    assert tables.Section(None).finish("## t") == 0 and capsys.readouterr().out.endswith("## t\n")
+
+
+def test_solve_time_killed_after_the_first_seed_leaves_that_seed(monkeypatch, tmp_path, capsys):
+    def run_seed(args, seed, workdir):
+        if seed > 1:
+            raise Killed
+        return {"seed": seed, "wall": 9.0, "mean_return": 500.0, "std_return": 0.0, "steps": 1000, "command": "proxima"}
+
+    monkeypatch.setattr(MODULES["solve_time"], "run_seed", run_seed)
+    out = recorded_file(tmp_path)
+    with pytest.raises(Killed):
+        run_main("solve_time", ["--seeds", "1-3", "--out", str(out)], capsys)
+    text = section_of(out)
+    assert text.startswith("## `proxima train CartPole-v1 --preset fast`\n\n**Partial: 1 of 3 seeds so far.**")
+    assert "| 1 | 9.00 | 1,000 | 500.0 +- 0.0 | yes |" in text and "**1 of 1 seeds solved**" in text
+    assert "Command: `python benchmarks/solve_time.py" in text
+    # run to the end, the section is final: no partial mark
+    fake_seeds(monkeypatch, {1: (9.0, 500.0), 2: (8.0, 480.0)})
+    (tmp_path / "b").mkdir()
+    out2 = recorded_file(tmp_path / "b")
+    assert run_main("solve_time", ["--seeds", "1,2", "--out", str(out2)], capsys)[0] == 0
+    assert "Partial" not in section_of(out2) and "**2 of 2 seeds solved**" in section_of(out2)
+
+
+def test_accel_killed_during_the_last_mode_keeps_the_modes_measured(monkeypatch, tmp_path, capsys):
+    def measure(env_id, n, overrides, mode, *a):
+        if mode.get("compile"):
+            raise Killed  # the cold compile, listed last, is where the step's time runs out
+        return {"sps": [1000.0, 2000.0, 3000.0] if not mode else [4000.0, 4000.0, 4000.0],
+                "graphs": {"rollout": "graph", "advantages": "graph", "update": "graph"} if mode.get("cudagraphs") else None}
+
+    monkeypatch.setattr(MODULES["accel"], "measure", measure)
+    out = recorded_file(tmp_path)
+    with pytest.raises(Killed):
+        run_main("accel", ["--cases", "2", "--modes", "eager,cudagraphs,compile+cudagraphs", "--repeats", "1", "--out", str(out)], capsys)
+    text = section_of(out)
+    assert "**Partial: 2 of 3 case and mode measurements so far.**" in text
+    assert "| CartPole 16,384 envs | 2,000 [1,000-3,000] (1.00x) | 4,000 [4,000-4,000] (2.00x) | - |" in text
+
+
+def test_accel_marks_graphs_that_fell_back_and_a_failed_mode(monkeypatch, tmp_path, capsys):
+    def measure(env_id, n, overrides, mode, *a):
+        if mode.get("compile"):
+            raise RuntimeError("inductor: boom\nmore")
+        graphs = {"rollout": "graph", "advantages": "graph", "update": "eager: capture failed (no)"} if mode else None
+        return {"sps": [1000.0], "graphs": graphs}
+
+    monkeypatch.setattr(MODULES["accel"], "measure", measure)
+    out = tmp_path / "accel.md"
+    code, _, err = run_main("accel", ["--cases", "2", "--modes", "eager,cudagraphs,compile+cudagraphs", "--repeats", "1",
+                                      "--out", str(out)], capsys)
+    text = out.read_text()
+    assert code == 0 and "Partial" not in text
+    assert ("| CartPole 16,384 envs | 1,000 [1,000-1,000] (1.00x) | **graphs fell back: eager** (update: eager: capture failed (no)) "
+            "1,000 [1,000-1,000] (1.00x) | failed: inductor: boom |") in text
+    assert "compile+cudagraphs failed: inductor: boom" in err
+
+
+def test_population_killed_before_purejaxrl_keeps_the_proxima_row(monkeypatch, tmp_path, capsys):
+    mod = MODULES["population_vs_purejaxrl"]
+    monkeypatch.setattr(mod, "run_proxima", lambda args, run_dir, timeout=None: {"wall": 60.0, "train": 50.0, "mean_final_return": 480.0,
+                                                                                 "graphs": ""})
+
+    def killed(args, timeout=None):
+        raise Killed
+
+    monkeypatch.setattr(mod, "run_purejaxrl", killed)
+    out = recorded_file(tmp_path)
+    with pytest.raises(Killed):
+        run_main("population_vs_purejaxrl", ["--device", "cpu", "--cudagraphs", "--anchor", "a.py", "--out", str(out)], capsys)
+    text = section_of(out)
+    assert text.startswith("**Partial: 1 of 2 rows so far.**")
+    assert "| Proxima population --cudagraphs | 50.00 | 60.0 | 480.0 |" in text and "PureJaxRL" not in text.split("Command:")[0]
+
+
+def test_population_reports_skipped_purejaxrl_and_graphs_that_fell_back(monkeypatch, tmp_path, capsys):
+    mod = MODULES["population_vs_purejaxrl"]
+    note = "proxima: note: could not capture the _part_update as a CUDA graph (x); it runs eagerly\n"
+    assert mod.graphs_note(note) == "graphs fell back: eager (_part_update)" and mod.graphs_note("") == ""
+    monkeypatch.setattr(mod, "run_proxima", lambda args, run_dir, timeout=None: {
+        "wall": 60.0, "train": 50.0, "mean_final_return": 480.0, "graphs": mod.graphs_note(note)})
+
+    class Proc:  # the anchor exits 0 after a "skipped" line (its --time-budget): a row, not a KeyError
+        returncode, stderr = 0, ""
+        stdout = json.dumps({"num_envs": 4, "skipped": "time budget 1s used up"}) + "\n"
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: Proc())
+    out = tmp_path / "pop.md"
+    code, _, _ = run_main("population_vs_purejaxrl", ["--device", "cpu", "--cudagraphs", "--anchor", "a.py", "--out", str(out)], capsys)
+    text = out.read_text()
+    assert code == 0
+    assert "| Proxima population --cudagraphs **graphs fell back: eager (_part_update)** | 50.00 |" in text
+    assert "| PureJaxRL | failed: PureJaxRL: time budget 1s used up | | |" in text
+
+
+def test_population_time_budget_caps_each_side(monkeypatch, tmp_path, capsys):
+    mod = MODULES["population_vs_purejaxrl"]
+    limits = []
+
+    def proxima(args, run_dir, timeout=None):
+        limits.append(timeout)
+        raise subprocess.TimeoutExpired("proxima", timeout)
+
+    monkeypatch.setattr(mod, "run_proxima", proxima)
+    monkeypatch.setattr(mod, "run_purejaxrl", lambda args, timeout=None: limits.append(timeout) or {
+        "wall": 5.0, "run_seconds": 4.0, "final_return_mean": 500.0})
+    out = tmp_path / "pop.md"
+    code, _, _ = run_main("population_vs_purejaxrl", ["--device", "cpu", "--anchor", "a.py", "--timeout", "100", "--time-budget", "50",
+                                                      "--out", str(out)], capsys)
+    assert code == 0 and 45 < limits[0] <= 47 and limits[1] <= 47
+    assert "| Proxima population | failed: timed out after 47 s | | |" in out.read_text()
+
+
+# vs_purejaxrl: `stream_json_lines` replaced by a stand-in that prints the given lines
+def fake_streams(monkeypatch, ours: list, theirs: list, kill_after: int = None, calls: list = None):
+    mod = MODULES["vs_purejaxrl"]
+    printed = {"n": 0}
+
+    def stream(cmd, env, timeout, cpus="all", on_line=None):
+        if calls is not None:
+            calls.append((cmd, env, timeout))
+        lines = ours if "bench" in cmd else theirs
+        for line in lines:
+            if kill_after is not None and printed["n"] == kill_after:
+                raise Killed
+            printed["n"] += 1
+            if on_line is not None:
+                on_line(dict(line))
+        return [dict(x) for x in lines], "", 0.99
+
+    monkeypatch.setattr(mod, "stream_json_lines", stream)
+
+
+def bench_line(n, sps, live=True):
+    return {"num_envs": n, "train_sps": sps, "train_sps_min": sps * 0.9, "train_sps_max": sps * 1.1, "cudagraphs_live": live,
+            "graph_parts": {"rollout": "graph", "advantages": "graph",
+                            "update": "graph" if live else "eager: capture failed (operation not permitted)"}}
+
+
+def pjr_line(n, sps, compile_s=6.0):
+    return {"num_envs": n, "steps_per_second": sps, "compile_seconds": compile_s}
+
+
+VS_ARGS = ["--device", "cuda", "--cudagraphs", "--single-call", "--anchor", __file__, "--jax-python", "py", "--num-envs", "2048,65536",
+           "--repeats", "2", "--seconds", "1"]
+
+
+def test_vs_purejaxrl_killed_after_the_first_row_keeps_it(monkeypatch, tmp_path, capsys):
+    fake_streams(monkeypatch, [bench_line(2048, 1e6), bench_line(65536, 5e6)],
+                 [pjr_line(2048, 1e7), pjr_line(65536, 6e7), pjr_line(2048, 1e7, 1.5), pjr_line(65536, 6e7, 1.5)], kill_after=5)
+    out = recorded_file(tmp_path)
+    with pytest.raises(Killed):
+        run_main("vs_purejaxrl", [*VS_ARGS, "--out", str(out)], capsys)
+    text = section_of(out)
+    assert "**Partial: 1 of 2 sizes complete so far.**" in text
+    # 2,048 envs: both repeats of PureJaxRL in (round-major order: 2,048, 65,536, 2,048); 65,536: one of two
+    assert "| 2,048 | 1.00M (900.0k-1.10M) | 10.00M (10.00M-10.00M) | 0.10 (0.09-0.11) | 0.99, - | 6.0 (1.5 cached) |" in text
+    assert "| 65,536 | 5.00M (4.50M-5.50M) | 60.00M (60.00M-60.00M) |" in text
+
+
+def test_vs_purejaxrl_reports_skipped_and_error_lines_and_graphs_that_fell_back(monkeypatch, tmp_path, capsys):
+    calls = []
+    fake_streams(monkeypatch, [bench_line(2048, 1e6, live=False), bench_line(65536, 5e6)],
+                 [pjr_line(2048, 1e7), pjr_line(65536, 6e7),
+                  {"num_envs": 2048, "skipped": "time budget 60.0s used up"}, {"num_envs": 65536, "error": "XlaRuntimeError: OOM"}],
+                 calls=calls)
+    out = tmp_path / "vs.md"
+    code, _, _ = run_main("vs_purejaxrl", [*VS_ARGS, "--time-budget", "100", "--out", str(out)], capsys)
+    text = out.read_text()
+    assert code == 0 and "Partial" not in text
+    row = next(line for line in text.splitlines() if line.startswith("| 2,048 |"))
+    assert row.startswith("| 2,048 | **graphs fell back: eager** 1.00M (900.0k-1.10M) | 10.00M")
+    assert "graphs fell back: eager (update: eager: capture failed (operation not permitted))" in row
+    assert "PureJaxRL: skipped (time budget 60.0s used up)" in row
+    assert "PureJaxRL: error: XlaRuntimeError: OOM" in next(line for line in text.splitlines() if line.startswith("| 65,536 |"))
+    # Proxima measures training only; PureJaxRL round after round, with a budget under what is left, and JAX's cache
+    (bench_cmd, _, bench_limit), (pjr_cmd, pjr_env, pjr_limit) = calls
+    assert "--train-only" in bench_cmd and bench_limit <= 100 - 3 - 15
+    configs = pjr_cmd[pjr_cmd.index("--configs") + 1:pjr_cmd.index("--time-budget")]
+    assert configs == ["2048x16x2e+07", "65536x16x1e+08"] * 2
+    budget = float(pjr_cmd[pjr_cmd.index("--time-budget") + 1])
+    assert 80 <= budget <= 100 - 3 - 15 and budget < pjr_limit <= 100 - 3
+    assert pjr_env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0" and Path(pjr_env["JAX_COMPILATION_CACHE_DIR"]).name.startswith(
+        "proxima-jax-cache-")
+    assert "--time-budget 100.0 --anchor-margin 15.0 --jax-cache on" in text
+
+
+def test_vs_purejaxrl_without_any_pair_still_writes_the_table_and_fails(monkeypatch, tmp_path, capsys):
+    mod = MODULES["vs_purejaxrl"]
+
+    def stream(cmd, env, timeout, cpus="all", on_line=None):
+        return [], "exit 1: CUDA out of memory", 1.0
+
+    monkeypatch.setattr(mod, "stream_json_lines", stream)
+    out = tmp_path / "vs.md"
+    code, _, err = run_main("vs_purejaxrl", [*VS_ARGS, "--out", str(out)], capsys)
+    assert code == 1 and "no size was measured on both sides" in err
+    assert "Proxima: exit 1: CUDA out of memory; PureJaxRL not run at this size" in out.read_text()
+
+
+def test_stream_json_lines_hands_lines_over_as_they_come_and_kills_at_the_timeout():
+    mod = MODULES["vs_purejaxrl"]
+    seen = []
+    code = "import json, time\nprint(json.dumps({'a': 1}), flush=True)\ntime.sleep(30)\nprint(json.dumps({'a': 2}))\n"
+    t0 = time.perf_counter()
+    lines, problem, cores = mod.stream_json_lines([sys.executable, "-c", code], dict(os.environ), 3.0, on_line=seen.append)
+    assert time.perf_counter() - t0 < 20
+    assert seen == lines == [{"a": 1}] and problem == "timed out after 3 s" and cores >= 0
+    lines, problem, _ = mod.stream_json_lines([sys.executable, "-c", "import sys; print('{\"a\": 3}'); sys.exit('boom')"],
+                                              dict(os.environ), 30)
+    assert lines == [{"a": 3}] and problem == "exit 1: boom"
+
+
+def test_vs_purejaxrl_proxima_command_parses_with_bench_and_measures_training_only():
+    from proxima.cli import build_parser
+
+    mod = MODULES["vs_purejaxrl"]
+    args = mod.build_parser().parse_args(["--device", "cuda", "--cudagraphs"])
+    bench = build_parser().parse_args(mod.proxima_cmd(args, "2048,65536", 3)[3:])
+    assert bench.func.__module__ == "proxima.bench" and bench.train_only and bench.json and bench.cudagraphs

@@ -212,9 +212,27 @@ def test_a_cuda_iteration_launches_a_bounded_number_of_kernels_whatever_steps_an
     assert large["h2d"] <= 2, large  # the metrics' one read back; nothing host-to-device per step
 
 
-def _stub_cuda(monkeypatch, log: list, capture_error: Exception | None = None) -> None:
-    """torch.cuda's graph and stream pieces, stubbed so Replay's protocol runs without a GPU."""
+class _FakeGenerator:
+    """A generator's graph-safe state API, recorded (graphs.recover_from_failed_capture's fallback)."""
+
+    def __init__(self, name: str, log: list):
+        self.name, self.log = name, log
+
+    def clone_state(self):
+        return f"copy of {self.name}"
+
+    def graphsafe_set_state(self, state):
+        self.log.append(("set_state", self.name, state))
+
+
+def _stub_cuda(monkeypatch, log: list, capture_error: Exception | None = None) -> dict:
+    """torch.cuda's graph and stream pieces, stubbed so Replay's protocol runs without a GPU. They
+    behave as torch's do where it matters here: ``torch.cuda.graph`` makes its capture stream current
+    and, when the capture fails, raises from its exit before restoring the stream (capture_end
+    raises first). Returns the stub's state: {"stream": the current stream's name}."""
     import contextlib
+
+    state = {"stream": "main", "errors": [capture_error] if capture_error is not None else []}
 
     class FakeGraph:
         def register_generator_state(self, gen):
@@ -223,44 +241,110 @@ def _stub_cuda(monkeypatch, log: list, capture_error: Exception | None = None) -
         def replay(self):
             log.append("replay")
 
-    @contextlib.contextmanager
-    def fake_graph(graph, pool=None):
-        log.append(("capture", pool))
-        yield
-        if capture_error is not None:
-            raise capture_error
-
     class FakeStream:
-        def __init__(self, *a):
-            pass
+        def __init__(self, *a, name="side"):
+            self.name = name
 
         def wait_stream(self, other):
             pass
 
+    @contextlib.contextmanager
+    def fake_graph(graph, pool=None, stream=None):
+        before = state["stream"]
+        state["stream"] = "capture"
+        log.append(("capture", pool))
+        yield
+        if state["errors"]:
+            raise state["errors"].pop()  # as capture_end does, before the stream context is left
+        state["stream"] = before
+
+    @contextlib.contextmanager
+    def fake_stream(s):
+        before = state["stream"]
+        state["stream"] = s.name
+        yield
+        state["stream"] = before
+
+    def set_stream(s):
+        log.append(("set_stream", s.name))
+        state["stream"] = s.name
+
     monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
     monkeypatch.setattr(torch.cuda, "graph", fake_graph)
     monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: FakeStream())
-    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: FakeStream(name=state["stream"]))
+    monkeypatch.setattr(torch.cuda, "stream", fake_stream)
+    monkeypatch.setattr(torch.cuda, "set_stream", set_stream)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: "own pool")
+    monkeypatch.setattr(torch.cuda, "default_generators", (_FakeGenerator("default", log),))
+    monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool", lambda device, pool: log.append(("end_pool", device, pool)), raising=False)
+    return state
 
 
 def test_a_failed_capture_runs_the_part_eagerly_from_then_on_and_says_so(monkeypatch, capsys):
     from proxima import graphs
 
     log = []
-    _stub_cuda(monkeypatch, log, capture_error=RuntimeError("operation not permitted when stream is capturing"))
+    state = _stub_cuda(monkeypatch, log, capture_error=RuntimeError("operation not permitted when stream is capturing"))
+    monkeypatch.setattr(torch, "zeros", lambda *a, **k: torch.empty(()))  # the re-sync capture's scratch, on the CPU here
 
     def rollout():
-        log.append("fn")
+        log.append(("fn", state["stream"]))
 
-    replay = graphs.Replay(rollout, torch.device("cuda"))
+    env_gen = torch.Generator()
+    replay = graphs.Replay(rollout, torch.device("cuda"), generators=(env_gen,), pool="pool")
+    assert replay.state == "warm-up"
     for _ in range(graphs.WARMUP + 3):
         replay()
-    # warm-up, the failed capture (recorded nothing), then the same call eagerly, and eager ever after
-    assert log == ["fn"] * graphs.WARMUP + [("capture", None), "fn", "fn", "fn", "fn"]
+    # warm-up on a side stream, the failed capture (it recorded nothing); then what the failure left
+    # undone: the stream current before it, the allocator's routing to the pool ended, the generators
+    # taken out of capture mode by a capture that ends (same generators registered); then the same
+    # call eagerly on the restored stream, and eager ever after
+    assert log == [("fn", "side")] * graphs.WARMUP + [
+        ("register", env_gen), ("capture", "pool"), ("fn", "capture"),
+        ("set_stream", "main"), ("end_pool", 0, "pool"), ("register", env_gen), ("capture", None), ("set_stream", "main"),
+        ("fn", "main"), ("fn", "main"), ("fn", "main")]
+    assert state["stream"] == "main"
     err = capsys.readouterr().err
     assert "could not capture the rollout as a CUDA graph (operation not permitted" in err and "runs eagerly" in err
+    assert replay.state == "eager: capture failed (operation not permitted when stream is capturing)"
+    assert graphs.part_states({"rollout": replay, "update": lambda: None}) == {
+        "rollout": "eager: capture failed (operation not permitted when stream is capturing)", "update": "eager"}
+
+
+def test_a_failed_capture_whose_resync_fails_too_resets_each_generator(monkeypatch, capsys):
+    # the re-sync capture cannot run (here: no CUDA for its scratch tensor): each generator, the
+    # default one of the device included, gets a fresh copy of its own state (not capturing)
+    from proxima import graphs
+
+    log = []
+    state = _stub_cuda(monkeypatch, log, capture_error=RuntimeError("capture invalidated"))
+    env_gen = _FakeGenerator("env", log)
+    replay = graphs.Replay(lambda: log.append(("fn", state["stream"])), torch.device("cuda"), generators=(env_gen,))
+    for _ in range(graphs.WARMUP + 1):
+        replay()
+    assert ("capture", "own pool") in log  # a pool of its own, so the failure can end the routing to it
+    i = log.index(("end_pool", 0, "own pool"))
+    assert log[i + 1:] == [("set_stream", "main"), ("set_state", "default", "copy of default"), ("set_state", "env", "copy of env"),
+                           ("set_stream", "main"), ("fn", "main")]
+    assert "could not capture" in capsys.readouterr().err
+
+
+def test_capture_error_names_the_part_s_own_error_before_capture_end_s():
+    from proxima.graphs import capture_error
+
+    try:
+        try:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing\ndetails")
+        except RuntimeError:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+    except RuntimeError as e:
+        text = capture_error(e)
+    assert text == ("CUDA error: operation not permitted when stream is capturing; "
+                    "then: CUDA error: operation failed due to a previous error during capture")
+    assert capture_error(ValueError("")) == "ValueError"
 
 
 def test_replay_warms_up_then_captures_once_and_replays(monkeypatch):
@@ -276,6 +360,7 @@ def test_replay_warms_up_then_captures_once_and_replays(monkeypatch):
     for _ in range(graphs.WARMUP + 3):
         replay()
     assert log == ["fn"] * graphs.WARMUP + [("register", gen), ("capture", "pool"), "fn", "replay", "replay", "replay"]
+    assert replay.state == "graph" and replay.fallback is None
 
 
 def test_flush_denormal_is_on_for_the_trainers_life_only(tmp_path):
