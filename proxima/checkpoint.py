@@ -584,16 +584,23 @@ class Policy:
         if isinstance(obs, dict):
             is_numpy = not any(isinstance(v, torch.Tensor) for v in obs.values())
             obs = {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v for k, v in obs.items()}
+            for part in layout.parts:
+                if part.layout is not None and part.key in obs:
+                    self._refuse_float_pixels(obs[part.key], part, f"obs['{part.key}']")
             batched = np.asarray(obs[layout.parts[0].key]).ndim > len(layout.parts[0].shape)
             n = len(np.asarray(obs[layout.parts[0].key])) if batched else 1
             obs = pack_numpy(obs if batched else {k: np.asarray(v)[None] for k, v in obs.items()}, layout, n)
             obs = obs if batched else obs[0]
         else:
             is_numpy = not isinstance(obs, torch.Tensor)
+            if layout.dtype == torch.uint8 and layout.has_image:  # uint8 pixels (an image, or a Dict of uint8 keys with one)
+                self._refuse_float_pixels(obs, next(p for p in layout.parts if p.layout is not None), "obs")
         x = torch.as_tensor(np.asarray(obs, dtype=np_dtype) if isinstance(obs, np.ndarray) or is_numpy else obs,
                             dtype=layout.dtype, device=self.device)
         per_env = int(np.prod(layout.shape))
         batched = x.dim() > len(layout.shape) and x.numel() == x.shape[0] * per_env > 0
+        # one value per observation (a scalar Box, recorded as (1,)): a 1-D (B,) array is B observations
+        batched = batched or (per_env == 1 and x.dim() == 1 and x.shape[0] > 1)
         single = not batched and x.numel() == per_env
         if not (batched or single):
             raise ValueError(f"Policy.act: obs of shape {tuple(x.shape)} does not hold (B, *{layout.shape}) observations of {self.env_id}")
@@ -605,6 +612,23 @@ class Policy:
         if single:
             out = out[0]
         return out if is_numpy else torch.as_tensor(out, device=action.device)
+
+    def _refuse_float_pixels(self, x, part, name: str) -> None:
+        """ValueError, one line, for float pixels where the policy reads uint8 images: the cast to
+        uint8 would make pixels in [0, 1] all 0 and the policy would act on a black frame (the words
+        of the adapter's check on the env's images, envs/gym_adapter.py)."""
+        from .envs.spaces import pixels_fix
+
+        dtype = x.dtype if isinstance(x, (np.ndarray, np.generic, torch.Tensor)) else np.asarray(x).dtype
+        floating = dtype.is_floating_point if isinstance(dtype, torch.dtype) else np.issubdtype(dtype, np.floating)
+        if not floating:
+            return
+        values = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+        unit = values.size > 0 and bool(np.nanmax(values) <= 1) and bool(np.nanmin(values) >= 0)
+        dtype_name = str(dtype).replace("torch.", "")
+        raise ValueError(f"Policy.act: {name} holds {dtype_name} pixels where {self.env_id}'s observations are uint8 "
+                         f"images {part.shape} (the network scales 0..255 to [0, 1] itself); pass "
+                         f"{pixels_fix(name, unit).replace('return ', '')}")
 
     @torch.no_grad()
     def batched_act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:

@@ -55,9 +55,23 @@ class EnvGuard:
             obs_space = self.env.single_observation_space
             self.obs_shape, self.obs_dtype = tuple(self.env.obs_shape), self.env.obs_dtype
             self.low = self.high = None
+            self.keys: Optional[list] = None  # a Dict: (key, first column, size) of each key in the packed obs
             if isinstance(obs_space, gym.spaces.Box):
-                self.low = torch.as_tensor(np.asarray(obs_space.low, dtype=np.float64).reshape(-1), device=trainer.device)
-                self.high = torch.as_tensor(np.asarray(obs_space.high, dtype=np.float64).reshape(-1), device=trainer.device)
+                low, high = obs_space.low, obs_space.high
+            elif isinstance(obs_space, gym.spaces.Dict):
+                # the packed (N, D) obs holds the keys side by side (envs/spaces.py): their bounds, flattened, in that order
+                from .envs.spaces import obs_layout
+
+                parts = obs_layout(obs_space, trainer.cfg.env_id).parts
+                subs = [obs_space.spaces[p.key] for p in parts]
+                low = np.concatenate([np.broadcast_to(b.low, b.shape).reshape(-1).astype(np.float64) for b in subs])
+                high = np.concatenate([np.broadcast_to(b.high, b.shape).reshape(-1).astype(np.float64) for b in subs])
+                self.keys = [(p.key, p.offset, p.size) for p in parts]
+            else:
+                low = high = None
+            if low is not None:
+                self.low = torch.as_tensor(np.asarray(low, dtype=np.float64).reshape(-1), device=trainer.device)
+                self.high = torch.as_tensor(np.asarray(high, dtype=np.float64).reshape(-1), device=trainer.device)
 
     def __getattr__(self, name):  # everything but step() is the env's
         if name == "env":
@@ -69,11 +83,14 @@ class EnvGuard:
         self.obs_ok.fill_(True)
         self.final_ok.fill_(True)
 
+    def global_step_at(self, t: int) -> int:
+        """The run's global step once step t of this rollout is done."""
+        return self.step0 + (t + 1) * self.N * self.ws
+
     def where(self, t: int, n: int) -> str:
         """'env n at global step S (env step k)' for the transition of step t of this rollout."""
         rank = f" (rank {self.trainer.dist.rank})" if self.ws > 1 else ""
-        step = self.step0 + (t + 1) * self.N * self.ws
-        return f"env {n}{rank} at global step {step} (env step {self.step0 // (self.N * self.ws) + t + 1})"
+        return f"env {n}{rank} at global step {self.global_step_at(t)} (env step {self.step0 // (self.N * self.ws) + t + 1})"
 
     def step(self, action: torch.Tensor):
         t = self.t
@@ -93,14 +110,27 @@ class EnvGuard:
         """NaN/inf in what the envs returned this iteration -> NonFiniteError naming the field, the env
         index and the global step. Observations are judged raw (the flags above), rewards raw
         (raw_rewards (T, N)). One host sync per iteration; the search runs only on failure."""
-        fields = (("observation", ~self.obs_ok), ("final observation", ~self.final_ok), ("reward", ~torch.isfinite(raw_rewards)))
+        error = self._nonfinite(raw_rewards, env_id, self.T)
+        if error is not None:
+            raise error
+
+    def nonfinite_so_far(self, raw_rewards: torch.Tensor, env_id: str) -> Optional[NonFiniteError]:
+        """After the env raised during step ``self.t`` of the rollout: the NonFiniteError
+        check_rollout would have raised for the steps before it (their flags and rewards are
+        written; the later ones are the last iteration's), else None."""
+        t = min(self.t, self.T)
+        return self._nonfinite(raw_rewards, env_id, t) if t > 0 else None
+
+    def _nonfinite(self, raw_rewards: torch.Tensor, env_id: str, steps: int) -> Optional[NonFiniteError]:
+        fields = (("observation", ~self.obs_ok[:steps]), ("final observation", ~self.final_ok[:steps]),
+                  ("reward", ~torch.isfinite(raw_rewards[:steps])))
         found = first_bad(fields)
         if found is None:
-            return
+            return None
         t, field, n = found
         value = f" {fmt_values(raw_rewards[t, n])}" if field == "reward" else ""
-        raise NonFiniteError(f"non-finite {field}{value} from {self.where(t, n)}; "
-                             f"check the env's step() with: proxima check-env {env_id}")
+        return NonFiniteError(f"non-finite {field}{value} from {self.where(t, n)}; "
+                              f"check the env's step() with: proxima check-env {env_id}")
 
     def _fail(self, message: str):
         raise DebugCheckError(f"--debug-checks: {message}")
@@ -165,8 +195,13 @@ class EnvGuard:
                 n = int(torch.nonzero(bad)[0, 0])
                 k = int(torch.nonzero(below[n] | above[n])[0, 0])
                 side = f"< low {float(self.low[k]):.6g}" if bool(below[n, k]) else f"> high {float(self.high[k]):.6g}"
+                what = f"component {k}"
+                if self.keys is not None:  # name the Dict key and the entry within it
+                    key, offset, size = next(part for part in self.keys if part[1] <= k < part[1] + part[2])
+                    what = f"obs['{key}'] entry {k - offset}"
+                    flat = flat[:, offset:offset + size]  # the values shown: that key's
                 self._fail(f"{field} {fmt_values(flat[n])} of {self.where(t, n)} is outside the observation space "
-                           f"(component {k} = {float(xd[n, k]):.6g} {side})")
+                           f"({what} = {float(xd[n, k]):.6g} {side})")
 
     def _check_result(self, obs, reward, terminated, truncated, info, t: int) -> None:
         N = self.N

@@ -41,10 +41,15 @@ class Rollout:
         self.ep_count.zero_()
 
     def add_episode_stats(self, episode_return: torch.Tensor, episode_length: torch.Tensor, done: torch.Tensor) -> None:
-        # unfinished rows are 0 by contract, so plain sums count only finished episodes
+        """Add the episodes that ended this step. Unfinished rows are 0 by contract, so plain sums
+        count only finished episodes, and the count is of rows with a length (every episode lasts
+        at least one step), not of ``done`` rows: an env whose statistics count longer units than
+        its episodes (Atari while training: a lost life ends the episode, the statistics count
+        full games, envs/atari.py) reports 0 on the rows that end an episode but no game, and
+        those are no game. Where every done row ends an episode (all other envs) the two agree."""
         self.ep_return_sum += episode_return.sum()
         self.ep_length_sum += episode_length.sum()
-        self.ep_count += done.sum()
+        self.ep_count += (episode_length > 0).sum()
 
     def flatten(self, advantages: torch.Tensor, returns: torch.Tensor) -> dict:
         """The (T*N, ...) batch the update reads: b_obs, b_actions, ... as a dict."""

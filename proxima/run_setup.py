@@ -49,8 +49,12 @@ def diagnose_failure(e: Exception, config: Optional[PPOConfig], last_good) -> Ex
         return e
     more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
     kwargs = f" --env-kwargs '{json.dumps(config.env_kwargs)}'" if config.env_kwargs else ""
+    # check-env's first violation may not be what stopped the run (it steps its own env, with its own
+    # seed): the run's own exception stays in the line, so neither is lost
+    raised = " ".join(f"{type(e).__name__}: {e}".split())
+    raised = raised if len(raised) <= 200 else raised[:197] + "..."
     return EnvError(f"env '{config.env_id}' breaks the env contract: {violations[0]}{more}; "
-                    f"see `proxima check-env {config.env_id}{kwargs}`")
+                    f"see `proxima check-env {config.env_id}{kwargs}` (the run stopped on {raised})")
 
 
 def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id: Optional[str] = None,

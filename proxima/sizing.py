@@ -4,8 +4,12 @@
 The estimate counts what grows with the batch T x N: the rollout buffers (obs and final_obs,
 actions, log-probs, values, rewards, flags), the update's per-sample tensors (advantages, returns,
 bootstrap values, the permutation, the critic's activations over the batch) and the envs' own state
-(torch-native: a few numbers per env; Gymnasium: a Python object per env, counted as 20 KB). It is a
-lower bound of the real footprint, so only runs that surely cannot fit are refused.
+(torch-native: a few numbers per env; Gymnasium: a Python object per env, counted as 20 KB). The
+observation is sized as the env's tensor is (``env.obs_shape``: a Dict's keys packed side by side;
+uint8 images and all-uint8 Dicts at one byte an entry unless --norm-obs stores floats), and the
+network as the config builds it for that observation (``--encoder``: the Nature CNN's weights and
+feature maps for an image, the MLPs on its features). It is a lower bound of the real footprint,
+so only runs that surely cannot fit are refused.
 """
 
 from __future__ import annotations
@@ -41,10 +45,29 @@ def free_memory(device: torch.device) -> Optional[int]:
     return None
 
 
-def estimate_bytes(cfg: PPOConfig, obs_size: int, act_size: int, native: bool) -> int:
-    """Lower bound of the memory a run needs (bytes): per-sample buffers x T x N + per-env state x N."""
-    hidden = sum(cfg.hidden_sizes)
-    per_sample = (2 * obs_size * 4            # obs, final_obs (float32)
+class EnvSizes(tuple):
+    """What a probe learns of the env: ``(obs_size, act_size, native)`` as a tuple (what callers
+    unpack: obs_size is the per-env obs tensor's element count, a Dict's keys packed), plus
+    ``layout`` (envs.spaces.ObsLayout: the obs tensor's dtype, its images) for check_fits."""
+
+    def __new__(cls, obs_size: int, act_size: int, native: bool, layout=None):
+        self = super().__new__(cls, (int(obs_size), int(act_size), bool(native)))
+        self.layout = layout
+        return self
+
+
+def obs_bytes(cfg: PPOConfig, layout) -> int:
+    """Bytes per obs element in the rollout buffers: 1 for uint8 tensors (images, all-uint8 Dicts)
+    unless --norm-obs stores them normalized as float32 (trainer.py), else 4."""
+    return 1 if layout is not None and layout.dtype == torch.uint8 and not cfg.norm_obs else 4
+
+
+def estimate_bytes(cfg: PPOConfig, obs_size: int, act_size: int, native: bool, layout=None) -> int:
+    """Lower bound of the memory a run needs (bytes): per-sample buffers x T x N + per-env state x N.
+    ``layout`` (the env's ObsLayout; None: float32 obs, an MLP): the obs buffers' element size and
+    whether the critic has hidden layers (a single image through the CNN: linear heads only)."""
+    hidden = sum(_mlp_hidden(cfg, layout))
+    per_sample = (2 * obs_size * obs_bytes(cfg, layout)  # obs, final_obs (float32; uint8 pixels)
                   + act_size * 8              # actions (int64 or float32)
                   + 4 * 4 + 2                 # logprobs, values, rewards, raw_rewards; terminated, dones
                   + 3 * 4 + 8                 # advantages, returns, next values; the minibatch permutation
@@ -53,20 +76,67 @@ def estimate_bytes(cfg: PPOConfig, obs_size: int, act_size: int, native: bool) -
     return cfg.num_steps * cfg.num_envs * per_sample + cfg.num_envs * per_env
 
 
-def network_bytes(cfg: PPOConfig, obs_size: int, act_size: int) -> int:
+def network_bytes(cfg: PPOConfig, obs_size: int, act_size: int, layout=None) -> int:
     """Lower bound of the actor's and critic's memory (bytes): float32 weights, their gradients and
-    Adam's two moments (4 copies), plus one minibatch's hidden activations in both MLPs."""
-    return sum(network_terms(cfg, obs_size, act_size))
+    Adam's two moments (4 copies), plus one minibatch's activations (hidden layers of both MLPs,
+    the CNN's feature maps) for the encoder the config gives (``layout`` None: a flat obs, MLPs)."""
+    return sum(network_terms(cfg, obs_size, act_size, layout))
 
 
-def network_terms(cfg: PPOConfig, obs_size: int, act_size: int) -> tuple[int, int]:
+def network_terms(cfg: PPOConfig, obs_size: int, act_size: int, layout=None) -> tuple[int, int]:
     """network_bytes in its two parts: (weights with gradients and Adam state, one minibatch's activations)."""
-    sizes = list(cfg.hidden_sizes)
-    params = 0
+    from .nets import CNN_FEATURES
+
+    sizes = _mlp_hidden(cfg, layout)
+    feat, params, per_row = obs_size, 0, 0
+    if layout is not None and (layout.is_dict or layout.has_image):
+        feat = 0
+        cnn = _encoder(cfg, layout) == "cnn"
+        for part in layout.parts:  # agent.py / nets.py: Nature CNN per image under cnn, else the key flattened
+            if cnn and part.layout is not None:
+                p, acts = _cnn_terms(part)
+                params, per_row, feat = params + p, per_row + acts, feat + CNN_FEATURES
+            else:
+                feat += part.size
     for out in (act_size, 1):  # the actor's head, then the critic's
-        layers = [obs_size, *sizes, out]
+        layers = [feat, *sizes, out]
         params += sum(a * b + b for a, b in zip(layers[:-1], layers[1:]))
-    return 4 * 4 * params, 2 * minibatch_rows(cfg) * sum(sizes) * 4
+    return 4 * 4 * params, minibatch_rows(cfg) * (2 * sum(sizes) + per_row) * 4
+
+
+def _encoder(cfg: PPOConfig, layout) -> str:
+    """'cnn' or 'mlp': the encoder the run would build (nets.resolve_encoder); an encoder it would
+    refuse is refused later, by the Trainer, with its own line."""
+    from .nets import resolve_encoder
+
+    try:
+        return resolve_encoder(cfg.encoder, layout)
+    except ConfigError:
+        return "mlp"
+
+
+def _mlp_hidden(cfg: PPOConfig, layout) -> list:
+    """The hidden widths of the actor and critic: none for a single image through the CNN (linear
+    heads on its features, as CleanRL's ppo_atari), else --hidden-sizes."""
+    if layout is not None and layout.is_image and _encoder(cfg, layout) == "cnn":
+        return []
+    return list(cfg.hidden_sizes)
+
+
+def _cnn_terms(part) -> tuple[int, int]:
+    """(parameters, activations per row) of nets.NatureCNN for the image ``part``: conv 8/4, 4/2, 3/1
+    (32, 64, 64 channels), then a 512-wide linear layer; the activations are the float input and
+    the three feature maps."""
+    c, h, w = (part.shape[0], part.shape[1], part.shape[2]) if part.layout == "chw" else (part.shape[2], part.shape[0], part.shape[1])
+    params, acts, size = 0, c * h * w, (h, w)
+    for c_in, c_out, k, stride in ((c, 32, 8, 4), (32, 64, 4, 2), (64, 64, 3, 1)):
+        size = tuple((d - k) // stride + 1 for d in size)
+        params += c_in * c_out * k * k + c_out
+        acts += c_out * size[0] * size[1]
+    from .nets import CNN_FEATURES
+
+    params += 64 * size[0] * size[1] * CNN_FEATURES + CNN_FEATURES
+    return params, acts + CNN_FEATURES
 
 
 def minibatch_rows(cfg: PPOConfig) -> int:
@@ -85,12 +155,14 @@ def check_fits(cfg: PPOConfig, device: torch.device, probe=None) -> None:
     smallest = estimate_bytes(cfg, 1, 1, native=True) + network_bytes(cfg, 1, 1)
     if smallest < QUICK_FRACTION * free:
         return
-    obs_size, act_size, native = probe() if probe is not None else (1, 1, True)
-    buffers, nets = estimate_bytes(cfg, obs_size, act_size, native), network_bytes(cfg, obs_size, act_size)
+    sizes = probe() if probe is not None else (1, 1, True)
+    obs_size, act_size, native = sizes
+    layout = getattr(sizes, "layout", None)
+    buffers, nets = estimate_bytes(cfg, obs_size, act_size, native, layout), network_bytes(cfg, obs_size, act_size, layout)
     if buffers + nets <= free:
         return
     if nets >= buffers:  # the networks are what does not fit: name the flags of their larger part
-        weights, activations = network_terms(cfg, obs_size, act_size)
+        weights, activations = network_terms(cfg, obs_size, act_size, layout)
         if activations > weights:  # one minibatch's rows through both MLPs
             lower = "--num-envs or --num-steps" if cfg.num_steps > 1 else "--num-envs"
             raise ConfigError(f"one minibatch (--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps} / --num-minibatches "
@@ -109,14 +181,17 @@ def check_fits(cfg: PPOConfig, device: torch.device, probe=None) -> None:
 def env_probe(cfg: PPOConfig):
     """A probe for check_fits: build one env to read its observation and action sizes."""
 
-    def probe():
+    def probe() -> EnvSizes:
         from .envs import make_env
+        from .envs.spaces import obs_layout
 
         env = make_env(cfg.env_id, 1, "cpu", cfg.backend, cfg.vector, seed=cfg.seed, env_kwargs=cfg.env_kwargs)
         try:
-            obs = int(math.prod(env.single_observation_space.shape))
+            # the obs tensor's shape, not the space's: a Dict space has none (its keys are packed)
+            obs = int(math.prod(env.obs_shape))
             act = int(math.prod(env.single_action_space.shape or (1,)))
-            return obs, act, env.backend != "gymnasium"
+            layout = obs_layout(env.single_observation_space, cfg.env_id)
+            return EnvSizes(obs, act, env.backend != "gymnasium", layout)
         finally:
             env.close()
 

@@ -84,8 +84,10 @@ class Trainer:
                               capturable=self.device.type == "cuda")
         self.obs_norm = ObsNormalizer(self.env.obs_shape, cfg.clip_obs).to(self.device) if cfg.norm_obs else None
         self.reward_scaler = RewardScaler(cfg.num_envs, cfg.gamma, cfg.clip_reward).to(self.device) if cfg.norm_reward else None
+        # the buffers hold the obs as the network saw it: normalized floats under --norm-obs, even where the
+        # env's tensors are uint8 (a Dict of uint8 vectors: a uint8 buffer would store them truncated)
         self.rollout = Rollout(cfg.num_steps, cfg.num_envs, self.env.obs_shape, action_shape(act_space), action_dtype(act_space), self.device,
-                               obs_dtype=self.env.obs_dtype)
+                               obs_dtype=torch.float32 if cfg.norm_obs else self.env.obs_dtype)
         self.num_iterations = num_iterations(cfg, self.dist.world_size)
         self.steps_per_iteration = batch_size(cfg) * self.dist.world_size
         self.iteration, self.global_step, self.elapsed = 0, 0, 0.0
@@ -112,6 +114,10 @@ class Trainer:
         self.parts, self._rollout, self._advantages, self._update = graphs.build_parts(self)
         if resume_state is not None:
             train_state.restore(self, resume_state)
+            # a Gymnasium env's error names its env step: count on from where the run was, not from 0
+            continue_steps = getattr(self.env, "continue_step_count", None)
+            if continue_steps is not None:
+                continue_steps(self.global_step // (cfg.num_envs * self.dist.world_size))
         # rank 0's (time-stamped) default, the same path on every rank
         self.run_dir = Path(self.dist.from_main(lambda: Path(run_dir) if run_dir is not None else Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)))
         if resume_state is not None and self.dist.is_main:  # best.pt is replaced only by a better policy
@@ -213,6 +219,8 @@ class Trainer:
                     try:
                         out = self.train_iteration()
                     except (NonFiniteError, DebugCheckError, EnvError) as e:  # EnvError: the user's env raised mid-run
+                        if isinstance(e, EnvError) and not isinstance(e, DebugCheckError):
+                            e = self._env_failure(e)
                         raise type(e)(f"{e}; {self._last_good(last_ckpt)}") from None
                     if stop_after is not None and self.iteration >= stop_after and not stop.signum:
                         stop.signum = signal.SIGINT  # the test hook: as if SIGINT arrived during this iteration
@@ -245,6 +253,21 @@ class Trainer:
             if self.logger is not None:
                 self.logger.close()
         return self.run_dir
+
+    def _env_failure(self, e: EnvError) -> Exception:
+        """The error for an env that raised (or broke the contract) mid-rollout: a NaN/inf the envs
+        returned earlier in this rollout first (the guard's flags, read once check_rollout would
+        have, at the iteration's end: a NaN observation gives NaN actions, and an env that asserts
+        its action space then raises on those), else ``e`` with the run's global step (the env's
+        own step count is that env's)."""
+        guard = self._env_guard()
+        nonfinite = guard.nonfinite_so_far(self.rollout.raw_rewards, self.cfg.env_id)
+        message = str(e)
+        if nonfinite is not None:
+            prefix = f"env '{self.cfg.env_id}': "
+            later = message[len(prefix):] if message.startswith(prefix) else message
+            return NonFiniteError(f"{nonfinite}; the env's later error may follow from it: {later}")
+        return EnvError(f"{message}; global step {guard.global_step_at(guard.t)}")
 
     def _eval_due(self) -> bool:
         """--eval-every N: this iteration crossed a multiple of N env steps."""
@@ -436,6 +459,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             trainer = Trainer(config, run_dir=run_dir, resume_state=state, argv=argv, quiet=quiet)
             if not resumed:  # the env built: now take the directory (nothing is written before this)
                 dctx.from_main(lambda: session.claim_fresh(trainer.run_dir, overwrite, restart))
+                if not quiet and dctx.is_main:
+                    _note_action_scale(config.env_id, trainer.env.single_action_space)
             if resumed and not quiet and trainer.dist.is_main:
                 print(f"proxima: resuming {trainer.run_dir} at global step {trainer.global_step:,} (iteration {trainer.iteration})", file=sys.stderr)
             out_dir = trainer.run(resumed=resumed)
@@ -496,6 +521,15 @@ def _note_whole_iterations(cfg: PPOConfig, world_size: int) -> None:
         print(f"proxima: note: --total-timesteps {cfg.total_timesteps:,} is not a multiple of the batch ({per:,} steps = "
               f"num_envs x num_steps{' x processes' if world_size > 1 else ''}): training {steps:,} steps "
               f"({steps // per:,} iterations)", file=sys.stderr)
+
+
+def _note_action_scale(env_id: str, action_space) -> None:
+    """A note on stderr when a Box action space is far from the policy's unit scale (spaces.action_scale_note)."""
+    from .envs.spaces import action_scale_note
+
+    note = action_scale_note(action_space)
+    if note:
+        print(f"proxima: note: env '{env_id}': {note}", file=sys.stderr)
 
 
 def finish_run(trainer: Trainer, quiet: bool) -> None:

@@ -6,8 +6,10 @@ as (4, 84, 84) uint8 (an image: the Nature CNN reads it), up to 30 no-ops at res
 in games that need it, no sticky actions, 27,000 agent steps (108,000 frames) at most per game.
 While training (``training=True``) a lost life ends the episode (``terminated``: no bootstrap)
 and rewards are clipped to their sign; the episode statistics (``info["episode_return"]``,
-``["episode_length"]``) count **full games** with unclipped rewards, so curves and tables compare
-with published Atari scores. Evaluation (``training=False``) plays full games, rewards unclipped:
+``["episode_length"]``) count **full games** with unclipped rewards, their lengths in agent steps
+(not the FIRE presses the wrappers add), so curves and tables compare with published Atari scores;
+the rows of a step that ends an episode but no game are 0, and the trainer counts no episode
+there (rollout.Rollout.add_episode_stats). Evaluation (``training=False``) plays full games, rewards unclipped:
 an episode is a game, and after a lost life the game goes on with FIRE pressed for it (as after a
 life lost in training), so a policy that never presses FIRE cannot stall a game until the time limit.
 
@@ -222,43 +224,66 @@ class EpisodicLife(gym.Wrapper):
         return obs, info
 
 
-class FireReset(gym.Wrapper):
-    """Press FIRE (then one more action) after a reset, for games that wait for it (Breakout)."""
-
-    def reset(self, **kwargs):
-        self.env.reset(**kwargs)
-        for action in (1, 2):
-            obs, _, terminated, truncated, info = self.env.step(action)
-            if terminated or truncated:
-                obs, info = self.env.reset(**kwargs)
-        return obs, info
-
-
 class GameStats(gym.Wrapper):
     """Full-game return (unclipped rewards) and length, put into the info of the step that ends the
-    game (``game_return``, ``game_length``); with EpisodicLife inside, a game spans several episodes."""
+    game (``game_return``, ``game_length``); with EpisodicLife inside, a game spans several episodes.
+
+    The length counts the agent's steps, as EnvPool's (and the 27,000-step limit) do: the FIRE
+    steps the wrappers outside take for the agent (FireReset, FireAfterLifeLoss: through
+    :func:`_extra_step`) are not counted; their rewards are, as the game's score has them."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
         self.ret, self.length = 0.0, 0
+        self.counting = True  #: False during a step a wrapper takes for the agent (not one of its own)
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.ret += float(reward)
-        self.length += 1
+        self.length += self.counting
         if info.get("game_over", terminated or truncated):
             info = {**info, "game_return": self.ret, "game_length": self.length}
             self.ret, self.length = 0.0, 0
         return obs, reward, terminated, truncated, info
 
 
+def _extra_step(env: gym.Env, stats: Optional[GameStats], action: int):
+    """``env.step(action)`` for a step the agent did not choose (a FIRE press): not in ``stats``' length."""
+    if stats is None:
+        return env.step(action)
+    before, stats.counting = stats.counting, False
+    try:
+        return env.step(action)
+    finally:
+        stats.counting = before
+
+
+class FireReset(gym.Wrapper):
+    """Press FIRE (then one more action) after a reset, for games that wait for it (Breakout); those
+    steps are not the agent's (``stats``: the GameStats inside, which does not count them)."""
+
+    def __init__(self, env: gym.Env, stats: Optional[GameStats] = None):
+        super().__init__(env)
+        self.stats = stats
+
+    def reset(self, **kwargs):
+        self.env.reset(**kwargs)
+        for action in (1, 2):
+            obs, _, terminated, truncated, info = _extra_step(self.env, self.stats, action)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
 class FireAfterLifeLoss(gym.Wrapper):
     """Evaluation without EpisodicLife: after a lost life (game not over) press FIRE within the same
-    step, as the reset after a lost life does in training; its reward is added to the step's."""
+    step, as the reset after a lost life does in training; its reward is added to the step's, and
+    the step counts once in the game's length (``stats``: the GameStats inside)."""
 
-    def __init__(self, env: gym.Env):
+    def __init__(self, env: gym.Env, stats: Optional[GameStats] = None):
         super().__init__(env)
         self.lives = 0
+        self.stats = stats
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
@@ -269,7 +294,7 @@ class FireAfterLifeLoss(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         lives = self.env.unwrapped.ale.lives()
         if not (terminated or truncated) and 0 < lives < self.lives:
-            obs, fire_reward, terminated, truncated, info = self.env.step(1)
+            obs, fire_reward, terminated, truncated, info = _extra_step(self.env, self.stats, 1)
             reward = float(reward) + float(fire_reward)
         self.lives = lives
         return obs, reward, terminated, truncated, info
@@ -294,16 +319,23 @@ def ale_env_fn(game: str, render_mode: Optional[str], training: bool):
         # no-ops at reset, skip 4 with a max over the last two frames, 84x84 grayscale
         env = AtariPreprocessing(env, noop_max=NOOP_MAX, frame_skip=FRAME_SKIP, screen_size=SIZE, grayscale_obs=True,
                                  terminal_on_life_loss=False, scale_obs=False)
-        if training:
-            env = EpisodicLife(env)
-        env = GameStats(env)  # outside EpisodicLife, inside the reward clip: counts unclipped full games
-        if "FIRE" in env.unwrapped.get_action_meanings():
-            env = FireReset(env) if training else FireReset(FireAfterLifeLoss(env))
-        if training:
-            env = ClipRewardSign(env)
-        return FrameStackObservation(env, STACK)
+        return FrameStackObservation(game_wrappers(env, training), STACK)
 
     return make
+
+
+def game_wrappers(env: gym.Env, training: bool) -> gym.Env:
+    """Lives, full-game statistics, FIRE and the reward clip around one (preprocessed) ALE env, as
+    ale_env_fn stacks them; ``env.unwrapped`` has ALE's ``ale.lives()`` and ``get_action_meanings()``."""
+    if training:
+        env = EpisodicLife(env)
+    env = stats = GameStats(env)  # outside EpisodicLife, inside the reward clip: counts unclipped full games
+    if "FIRE" in env.unwrapped.get_action_meanings():
+        # their FIRE presses are not agent steps: GameStats' length leaves them out
+        env = FireReset(env, stats) if training else FireReset(FireAfterLifeLoss(env, stats), stats)
+    if training:
+        env = ClipRewardSign(env)
+    return env
 
 
 class AleAtari(GymnasiumEnv):

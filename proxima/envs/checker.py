@@ -46,7 +46,12 @@ Each kind of violation is reported once, at its first occurrence, with how many 
 
 Notes are not violations: they say how Proxima will read an observation that holds pixels but is
 not an image to it (a uint8 (84, 84), a frame stack (4, 84, 84, 1), a float32 (84, 84, 3); see
-``spaces.image_note``): an MLP on the flattened values, and what to change for the CNN.
+``spaces.image_note``): an MLP on the flattened values, and what to change for the CNN; and when a
+Box action space is far from the policy's unit scale (0 outside its bounds, a range wider than 100
+or narrower than 0.01; ``spaces.action_scale_note``): wrap it in Gymnasium's RescaleAction.
+
+``reset`` is called as Gymnasium's vector envs call it, ``reset(seed=s, options=None)``: a reset
+without an ``options`` parameter is a ``reset`` violation (``proxima train`` could not reset it).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from __future__ import annotations
 import argparse
 import copy
 import numbers
+import re
 import sys
 import warnings
 from dataclasses import dataclass
@@ -65,7 +71,10 @@ import numpy as np
 from ..config import install_hint
 from .base import EnvError
 from .gym_adapter import _extra_for, check_spaces, creator_error, resolve_env_fn, unknown_kwarg_line
-from .spaces import image_note, pixels_fix
+from .spaces import action_scale_note, image_note, pixels_fix
+
+#: a reset() without an ``options`` parameter, as Python words the TypeError
+_NO_OPTIONS = re.compile(r"unexpected keyword argument 'options'")
 
 #: every check, in report order (documented in the module docstring).
 ALL_CHECKS = (
@@ -240,6 +249,7 @@ class _Checker:
         self.target, self.steps, self.seed = target, int(steps), int(seed)
         self.env_kwargs = dict(env_kwargs or {})
         self.ran: list[str] = []
+        self.takes_options = True  # False once reset(seed=..., options=None) was refused (reported once)
         self.found: dict[str, list] = {}  # check -> [Violation, count of later occurrences]
         self.notes: list[str] = []
 
@@ -366,11 +376,23 @@ class _Checker:
 
     # --- calls into user code ---
     def do_reset(self, env: gym.Env, check: str, context: str = "", **kw) -> tuple[bool, Any]:
-        """Call env.reset(**kw) and check what it returns; (False, None) when it raised."""
+        """Call env.reset(**kw) and check what it returns; (False, None) when it raised. A seeded
+        reset is called as Gymnasium's vector envs call it (so ``proxima train`` does):
+        ``reset(seed=s, options=None)``; a reset that takes no ``options`` is a violation of its own,
+        reported once, and is then called without it so the other checks still run."""
         call = f"reset({', '.join(f'{k}={v}' for k, v in kw.items())})"
         at = f"{call} {context}" if context else call
         try:
-            out = env.reset(**kw)
+            try:
+                out = env.reset(**kw, options=None) if "seed" in kw and self.takes_options else env.reset(**kw)
+            except TypeError as e:
+                if "seed" not in kw or not self.takes_options or not _NO_OPTIONS.search(str(e)):
+                    raise
+                self.takes_options = False
+                self.bad("reset", f"reset(seed={kw['seed']}, options=None) to work, as Gymnasium's vector envs (and so "
+                         "proxima train) call it",
+                         f"{_exc(e)} (declare the parameter: def reset(self, *, seed=None, options=None))")
+                out = env.reset(**kw)
         except Exception as e:
             expected = "reset() works again after an episode ends" if check == "autoreset" else f"{call} returns (obs, info)"
             self.bad(check, expected, f"{at} raised {_exc(e)}")
@@ -450,6 +472,9 @@ class _Checker:
         self.ok("spaces declared")
         self.obs_space, self.act_space = obs_space, act_space
         self.notes = list(_image_notes(obs_space))
+        scale = action_scale_note(act_space)
+        if scale:
+            self.notes.append(scale)
         try:
             check_spaces(self.target, obs_space, act_space)
             self.ok("spaces supported")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import json
 import os
 import re
 import sys
@@ -219,39 +220,86 @@ def check_spaces(env_id: str, obs_space: gym.spaces.Space, act_space: gym.spaces
 
 
 class EnvCalls(gym.Wrapper):
-    """Each env of the vector env: its exceptions and images, named by env index and step.
+    """Each env of the vector env: its exceptions and what it returns, named by env index and step.
 
     An exception from the user's ``reset``/``step`` becomes one EnvError naming the env index, its
-    step, the exception and the line that raised it (under ``--vector async`` too: the worker's
-    EnvError reaches the main process as it is), not a traceback through Gymnasium's vector env.
+    step, the exception and the user's line that raised it (the last frame outside Proxima,
+    site-packages and the standard library; under ``--vector async`` too: the worker's EnvError
+    reaches the main process as it is), not a traceback through Gymnasium's vector env.
 
-    Images: Gymnasium's vector envs copy each env's obs into a preallocated array of the space's
-    dtype, so float pixels in [0, 1] from an env that declared uint8 would silently become zeros.
-    Every image is checked against the declared space first (one dtype/shape compare per image per
-    step).
+    What it returns: every observation part's shape against the declared space (a Dict: a dict
+    holding each declared key), an image's dtype (Gymnasium's vector envs copy each env's obs into a
+    preallocated array of the space's dtype, so float pixels in [0, 1] from an env that declared
+    uint8 would silently become zeros), and ``info`` a dict, at reset and at every step: one line
+    naming the env index and its step, where a wrong shape or a ``None`` info mid-run was a
+    ValueError or AttributeError deep in Gymnasium's vector env or in the final-obs packing. A
+    ``step`` that does not return 5 values (the old gym API) is left to the trainer's diagnosis,
+    which names it in check-env's words. This runs for every Gymnasium env step: for a plain Box
+    the check is a tuple unpack, a type check and a shape compare (~0.1 us against CartPole's ~6
+    us step with its wrappers).
     """
 
-    def __init__(self, env: gym.Env, index: int, layout: ObsLayout, env_id: str):
+    def __init__(self, env: gym.Env, index: int, layout: ObsLayout, env_id: str, check_cmd: Optional[str] = None):
         super().__init__(env)
         self.index, self.env_id, self.steps = index, env_id, 0
-        self.images = [p for p in layout.parts if p.layout is not None]
+        self.check_cmd = check_cmd or f"proxima check-env {env_id}"
+        self.is_dict = layout.is_dict
+        self.parts = layout.parts
+        # a plain Box: (declared shape, is an image), compared with the obs's without a loop
+        self._box = None if layout.is_dict else (layout.parts[0].shape, layout.parts[0].layout is not None)
+        # step()'s fast path: the declared shape of a plain Box that is not an image (None: always the full check)
+        self._shape = layout.parts[0].shape if self._box is not None and not self._box[1] else None
+
+    def _bad(self, what: str, when: str, fix: str) -> EnvError:
+        return EnvError(f"env '{self.env_id}': env {self.index} returned {what} at {when}; {fix} (check with: {self.check_cmd})")
 
     def _check(self, obs, when: str):
-        for part in self.images:
-            x = obs if part.key is None else (obs.get(part.key) if isinstance(obs, dict) else None)
-            where = f" at key '{part.key}'" if part.key is not None else ""
-            dtype, shape = getattr(x, "dtype", type(x).__name__), getattr(x, "shape", None)
-            if dtype != np.uint8 or tuple(shape or ()) != part.shape:
-                raise EnvError(f"env '{self.env_id}': env {self.index} returned an image{where} of dtype {dtype} shape "
-                               f"{None if shape is None else tuple(shape)} at {when}; the observation space declares uint8 "
-                               f"{part.shape} (return np.uint8 pixels 0..255 of that shape; check with: proxima check-env {self.env_id})")
+        box = self._box
+        if box is not None:  # the common case first: one getattr and one tuple compare
+            if getattr(obs, "shape", None) != box[0] or (box[1] and getattr(obs, "dtype", None) != np.uint8):
+                self._check_part(obs, self.parts[0], when)
+            return obs
+        if not isinstance(obs, dict):
+            keys = ", ".join(repr(p.key) for p in self.parts)
+            raise self._bad(f"an observation of type {type(obs).__name__}", when,
+                            f"the observation space is a Dict: return a dict with the keys {keys}")
+        for part in self.parts:
+            if part.key not in obs:
+                raise self._bad(f"an observation without the key '{part.key}'", when,
+                                f"the observation space declares it: return obs['{part.key}'] too")
+            x = obs[part.key]
+            if getattr(x, "shape", None) != part.shape or (part.layout is not None and getattr(x, "dtype", None) != np.uint8):
+                self._check_part(x, part, when)
         return obs
 
+    def _check_part(self, x, part, when: str) -> None:
+        """The slow path: ``x`` (one part of the obs) did not match at a glance; raise if it is wrong."""
+        where = f" at key '{part.key}'" if part.key is not None else ""
+        shape = getattr(x, "shape", None)
+        if shape is None:  # a list or a Python number: the shape numpy gives it
+            try:
+                shape = np.shape(x)
+            except Exception:
+                shape = None
+        shape = None if shape is None else tuple(shape)
+        if part.layout is not None:
+            dtype = getattr(x, "dtype", type(x).__name__)
+            if dtype != np.uint8 or shape != part.shape:
+                raise self._bad(f"an image{where} of dtype {dtype} shape {shape}", when,
+                                f"the observation space declares uint8 {part.shape} (return np.uint8 pixels 0..255 of that shape)")
+            return
+        if shape != part.shape:
+            declared = "observation_space" + (f"['{part.key}']" if part.key is not None else "")
+            got = f"shape {shape}" if shape is not None else type(x).__name__
+            raise self._bad(f"an observation{where} of {got}", when, f"{declared} declares shape {part.shape}: return an array of that shape")
+
     def _raised(self, e: Exception, when: str) -> EnvError:
-        tb = traceback.extract_tb(e.__traceback__)
-        at = f" ({Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+        at = user_frame(e)
         message = " ".join(str(e).split())
-        return EnvError(f"env '{self.env_id}': env {self.index} raised {type(e).__name__}: {message}{at} at {when}")
+        hint = ""
+        if isinstance(e, TypeError) and when.startswith("reset") and "unexpected keyword argument 'options'" in message:
+            hint = "; reset() must take options, as Gymnasium's vector envs call it: def reset(self, *, seed=None, options=None)"
+        return EnvError(f"env '{self.env_id}': env {self.index} raised {type(e).__name__}: {message}{at} at {when}{hint}")
 
     def reset(self, **kwargs):
         when = f"reset (after env step {self.steps})"
@@ -262,6 +310,8 @@ class EnvCalls(gym.Wrapper):
         except Exception as e:
             raise self._raised(e, when) from None
         obs, info = out  # a wrong return (the old gym API) is not the env raising: check-env's diagnosis names it
+        if not isinstance(info, dict):
+            raise self._bad(f"info of type {type(info).__name__}", when, "reset() returns (obs, info) with info a dict (return {} for none)")
         return self._check(obs, when), info
 
     def step(self, action):
@@ -273,9 +323,65 @@ class EnvCalls(gym.Wrapper):
             shown = " ".join(str(action).split())
             raise self._raised(e, f"env step {self.steps + 1} (action {shown[:60] + '...' if len(shown) > 60 else shown})") from None
         self.steps += 1
-        if self.images:  # the words only when there is something to check (this runs for every env step)
-            out = (self._check(out[0], f"env step {self.steps}"), *out[1:])
+        # the common case in a few operations (a plain non-image Box, an ndarray obs, a dict info):
+        # this runs for every env step; anything else takes the full check
+        try:
+            obs, _, _, _, info = out
+            fast = type(info) is dict and self._shape is not None and obs.shape == self._shape
+        except Exception:
+            fast = False
+        if not fast:
+            self._check_step(out)
         return out
+
+    def _check_step(self, out) -> None:
+        # not 5 values (the old gym API): Gymnasium's vector env fails on it and the trainer's diagnosis
+        # names it in check-env's words
+        if not isinstance(out, (tuple, list)) or len(out) != 5:
+            return
+        if not isinstance(out[4], dict):
+            raise self._bad(f"info of type {type(out[4]).__name__}", f"env step {self.steps}",
+                            "step() returns info as a dict (return {} for none)")
+        self._check(out[0], f"env step {self.steps}")
+
+
+#: where Proxima's own code lives: an exception's location skips its frames
+_PROXIMA_DIR = str(Path(__file__).resolve().parents[1]) + os.sep
+
+
+def _library_dirs() -> tuple:
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    dirs = {paths.get("stdlib"), paths.get("platstdlib"), os.path.dirname(os.__file__)}
+    return tuple(str(Path(d).resolve()) + os.sep for d in dirs if d)
+
+
+_LIBRARY_DIRS = _library_dirs()
+
+
+def _is_library(filename: str) -> bool:
+    """A frame of Proxima, an installed package (site-packages, dist-packages), the standard library
+    or frozen/generated code, rather than the user's env."""
+    if filename.startswith("<"):
+        return True
+    path = os.path.realpath(filename) if os.path.isabs(filename) else filename
+    parts = Path(path).parts
+    return (path.startswith(_PROXIMA_DIR) or "site-packages" in parts or "dist-packages" in parts
+            or path.startswith(_LIBRARY_DIRS))
+
+
+def user_frame(e: BaseException) -> str:
+    """' (file.py:LINE)' of the line that raised ``e`` in the user's code: the last frame of its
+    traceback outside Proxima, site-packages and the standard library (a user's env that calls
+    numpy names its own line, not numpy's); when there is none (a registered Gymnasium env), the
+    last frame outside Proxima; '' when there is none of either."""
+    tb = traceback.extract_tb(e.__traceback__)
+    frame = next((f for f in reversed(tb) if not _is_library(f.filename)), None)
+    if frame is None:
+        frame = next((f for f in reversed(tb) if not os.path.realpath(f.filename).startswith(_PROXIMA_DIR)
+                      and not f.filename.startswith("<")), None)
+    return f" ({Path(frame.filename).name}:{frame.lineno})" if frame is not None else ""
 
 
 def count_episodes(returns: np.ndarray, lengths: np.ndarray, reward: np.ndarray, done: np.ndarray) -> tuple:
@@ -318,7 +424,8 @@ class GymnasiumEnv(BatchedEnv):
         cls = gym.vector.AsyncVectorEnv if vector == "async" else gym.vector.SyncVectorEnv
         if vector == "async":
             _quiet_worker_env_errors()
-        env_fns = [_checked(env_fn, i, self.layout, env_id) for i in range(self.num_envs)]
+        kwargs = f" --env-kwargs '{json.dumps(env_kwargs)}'" if env_kwargs else ""
+        env_fns = [_checked(env_fn, i, self.layout, env_id, f"proxima check-env {env_id}{kwargs}") for i in range(self.num_envs)]
         try:
             self.envs = cls(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         except Exception as e:
@@ -338,6 +445,10 @@ class GymnasiumEnv(BatchedEnv):
             return pack_numpy(obs, self.layout, num)
         except EnvError as e:
             raise EnvError(f"env '{self.env_id}': {e} (at {when})") from None
+        except (ValueError, TypeError) as e:  # what EnvCalls' checks let through (values that are no numbers)
+            raise EnvError(f"env '{self.env_id}': the observations at {when} cannot be read as {self.layout.dtype} "
+                           f"{self.layout.shape} arrays ({type(e).__name__}: {' '.join(str(e).split())}); "
+                           f"check with: proxima check-env {self.env_id}") from None
 
     def reset(self, seed: Optional[int] = None) -> torch.Tensor:
         seed = self._seed if seed is None and not self._started else seed
@@ -375,6 +486,15 @@ class GymnasiumEnv(BatchedEnv):
             torch.as_tensor(np.asarray(truncated, dtype=bool), device=dev),
             out_info,
         )
+
+    def continue_step_count(self, steps: int) -> None:
+        """Count each env's steps on from ``steps`` (a resumed run: the steps each env had taken), so
+        an env's error names the env step an uninterrupted run would. Best effort: a vector env that
+        cannot set it keeps counting from 0."""
+        try:
+            self.envs.set_attr("steps", int(steps))
+        except Exception:
+            pass
 
     def _episode_stats(self, reward: np.ndarray, done: np.ndarray, info: dict):
         """(return, length) (N,) of the episodes that ended this step, 0 elsewhere."""
@@ -420,8 +540,9 @@ def _one(obs, layout: ObsLayout):
     return np.asarray(obs)[None]
 
 
-def _checked(env_fn: Callable[[], gym.Env], index: int, layout: ObsLayout, env_id: str) -> Callable[[], gym.Env]:
+def _checked(env_fn: Callable[[], gym.Env], index: int, layout: ObsLayout, env_id: str,
+             check_cmd: Optional[str] = None) -> Callable[[], gym.Env]:
     def make() -> gym.Env:
-        return EnvCalls(env_fn(), index, layout, env_id)
+        return EnvCalls(env_fn(), index, layout, env_id, check_cmd)
 
     return make

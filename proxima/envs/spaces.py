@@ -248,7 +248,10 @@ def env_actions(actions: np.ndarray, space: gym.spaces.Space, num: int) -> np.nd
     0..nvec-1, Box (num, prod(shape)) already clipped to the bounds. Here: the space's ``start``
     added (Discrete(3, start=1) takes 1..3), MultiDiscrete and Box reshaped to the space's shape
     (a 2-D nvec, a (2, 2) Box), and the space's dtype (an integer Box gets the nearest integer,
-    not a truncation).
+    not a truncation). A Box action is clipped again after the cast, in the space's dtype against
+    the space's own bounds: a bound clipped in float32 and cast back to a float64 space
+    (float32(-0.3) = -0.30000001) lies outside it, and an env that asserts
+    ``action_space.contains(a)`` would refuse it.
     """
     if isinstance(space, gym.spaces.Discrete):
         return (actions.reshape(num) + int(space.start)).astype(space.dtype)
@@ -257,4 +260,44 @@ def env_actions(actions: np.ndarray, space: gym.spaces.Space, num: int) -> np.nd
     a = actions.reshape(num, *space.shape)
     if np.issubdtype(space.dtype, np.integer):
         a = np.rint(a)
-    return a.astype(space.dtype)
+    return np.clip(a.astype(space.dtype), space.low, space.high)
+
+
+#: action_scale_note's rule: a Box entry whose range spans more than this, or less than MIN, is far
+#: from the unit scale of the policy's samples
+ACTION_WIDTH_MAX, ACTION_WIDTH_MIN = 100.0, 0.01
+
+
+def action_scale_note(space: gym.spaces.Space) -> Optional[str]:
+    """What to do about a Box action space far from the policy's scale, else None.
+
+    The policy samples Box actions from a Normal around its mean (0 at the start) with std 1 (exp
+    of a learned log-std starting at 0) and the env gets them clipped to the bounds, never rescaled
+    (a rescaling would change every recorded run's results). So where 0 lies outside [low, high]
+    every early action clips to the same bound, earns the same reward, and the policy gets no
+    signal to move towards the range; where a range is much wider than 1 (> ACTION_WIDTH_MAX) or
+    much narrower (< ACTION_WIDTH_MIN) the samples cover a sliver of it or clip most of the time.
+    One sentence naming the first such entry, with the fix: Gymnasium's RescaleAction wrapper."""
+    if not isinstance(space, gym.spaces.Box) or space.shape is None:
+        return None
+    low = np.broadcast_to(np.asarray(space.low, dtype=np.float64), space.shape).reshape(-1)
+    high = np.broadcast_to(np.asarray(space.high, dtype=np.float64), space.shape).reshape(-1)
+    if low.size == 0 or not (np.isfinite(low).all() and np.isfinite(high).all()):
+        return None  # infinite bounds are refused elsewhere (check_spaces)
+    width = high - low
+    no_zero, wide, narrow = (low > 0) | (high < 0), width > ACTION_WIDTH_MAX, width < ACTION_WIDTH_MIN
+    off = no_zero | wide | narrow
+    if not off.any():
+        return None
+    i = int(np.flatnonzero(off)[0])
+    entry = f" entry {i}" if low.size > 1 else ""
+    lo, hi = f"{low[i]:g}", f"{high[i]:g}"
+    if no_zero[i]:
+        which = f" ({entry.strip()})" if entry else ""
+        why = f"0 lies outside its range [{lo}, {hi}]{which}, so the early actions all clip to one bound and the policy may never learn"
+    elif wide[i]:
+        why = f"its range{entry} [{lo}, {hi}] is far wider than the policy's samples (std 1 around 0), which reach only a sliver of it"
+    else:
+        why = f"its range{entry} [{lo}, {hi}] is far narrower than the policy's samples (std 1 around 0), which mostly clip to a bound"
+    return (f"action_space {space}: {why}; Proxima clips Box actions to the bounds but does not rescale them: wrap the env "
+            f"in gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)")

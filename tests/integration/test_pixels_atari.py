@@ -46,6 +46,47 @@ def test_training_ends_an_episode_per_life_and_reports_full_games(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_training_curves_average_full_games_of_agent_steps(backend):
+    """The rollout's episode statistics (charts/episodic_return, --stop-return) count games, not the
+    lives that end episodes while training, and a game's length is the agent's steps in it (not
+    the FIRE presses the wrappers add)."""
+    from proxima import ppo
+    from proxima.rollout import Rollout
+
+    env = make_env("Breakout-v5", 2, backend=backend, seed=0)
+    games, steps, since = [], 0, [0, 0]
+    step = env.step
+
+    def counting_step(action):
+        nonlocal steps
+        out = step(action)
+        steps += 1
+        for i in range(env.num_envs):
+            since[i] += 1
+            if int(out[4]["episode_length"][i]) > 0:
+                games.append((float(out[4]["episode_return"][i]), int(out[4]["episode_length"][i]), since[i]))
+                since[i] = 0
+        return out
+
+    env.step = counting_step
+    g = torch.Generator().manual_seed(0)
+
+    def policy_step(obs):
+        n = obs.shape[0]
+        return torch.randint(0, 4, (n,), generator=g), torch.zeros(n), torch.zeros(n)
+
+    try:
+        ro = Rollout(700, 2, env.obs_shape, (), torch.int64, "cpu", obs_dtype=env.obs_dtype)
+        ppo.collect_rollout(env, policy_step, ro, env.reset(seed=0))
+    finally:
+        env.close()
+    assert len(games) >= 3 and int(ro.dones.sum()) >= 4 * len(games)  # Breakout: 5 lives, an episode each
+    assert float(ro.ep_count) == len(games)
+    assert float(ro.ep_return_sum) == pytest.approx(sum(r for r, _, _ in games))
+    assert [length for _, length, _ in games] == [agent_steps for _, _, agent_steps in games]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_evaluation_plays_full_games_as_one_episode(backend):
     env = make_env("Breakout-v5", 1, backend=backend, seed=3, training=False)
     try:

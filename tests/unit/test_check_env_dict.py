@@ -107,8 +107,11 @@ def test_train_names_the_missing_key_and_refuses_int_keys_in_one_line(tmp_path, 
             "--num-minibatches", "2", "--hidden-sizes", "8", "--run-dir", "D", "--no-progress", "--eval-episodes", "0"]
     code, _, err = run_main(["train", "bad_envs:DictMissingKey", *argv], capsys)
     assert code == 2 and err.count("\n") == 1, err
-    assert err.startswith("proxima train: error: env 'bad_envs:DictMissingKey' breaks the env contract: obs keys: expected the "
-                          "keys observation_space declares ('image', 'vec'); got missing key 'vec' at step 2 (return obs['vec'] too)")
+    # caught where the env returns it (envs/gym_adapter.EnvCalls): the env index, its step and the run's global step
+    assert err == ("proxima train: error: env 'bad_envs:DictMissingKey': env 0 returned an observation without the key 'vec' "
+                   "at env step 2; the observation space declares it: return obs['vec'] too (check with: proxima check-env "
+                   "bad_envs:DictMissingKey); global step 4; no checkpoint was written yet (--checkpoint-every N writes one "
+                   "every N iterations)\n"), err
     code, _, err = run_main(["train", "bad_envs:DictIntKeys", *argv], capsys)  # was: KeyError '0' mid-run
     assert code == 2 and err == ("proxima train: error: env 'bad_envs:DictIntKeys': not supported: Dict observation key 0 (int); "
                                  "Proxima takes string keys: use '0' in observation_space and in the obs reset() and step() return\n")
