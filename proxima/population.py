@@ -106,7 +106,9 @@ class PopulationRollout(Rollout):
         p = self.members
         self.ep_return_sum += episode_return.reshape(p, -1).sum(1)
         self.ep_length_sum += episode_length.reshape(p, -1).sum(1).to(torch.float32)
-        self.ep_count += done.reshape(p, -1).sum(1)
+        # rows with a length, not done rows: as RolloutBuffer.add_episode_stats (Atari's lost lives end
+        # episodes that are no game; they report length 0)
+        self.ep_count += (episode_length.reshape(p, -1) > 0).sum(1)
 
 
 class _Method(nn.Module):
@@ -205,7 +207,7 @@ class Population:
         self._update_cfg = dataclasses.replace(base, target_kl=None)  # ppo.update's host check: off
         self._stops = any(c.target_kl is not None for c in configs)
         self.rollout = PopulationRollout(P, T, N, self.env.obs_shape, action_shape(act_space), action_dtype(act_space),
-                                         self.device, obs_dtype=self.env.obs_dtype)
+                                         self.device, obs_dtype=torch.float32 if base.norm_obs else self.env.obs_dtype)
         # running normalizers (PPO_NOTES), one set of statistics per member over its own rows
         self.obs_norm = ObsNormalizer(self.env.obs_shape, base.clip_obs, groups=P).to(self.device) if base.norm_obs else None
         self.reward_scaler = None

@@ -122,6 +122,19 @@ def test_norm_obs_on_a_dict_of_uint8_vectors_stores_what_the_policy_saw(tmp_path
         trainer.close()
 
 
+def test_a_populations_rollout_under_norm_obs_holds_floats_for_uint8_vectors():
+    from proxima.config import PPOConfig
+    from proxima.population import Population, member_configs
+
+    base = PPOConfig(env_id="contract_envs:DictU8", backend="gymnasium", num_envs=2, num_steps=8, total_timesteps=16,
+                     norm_obs=True, progress=False, threads=1)
+    pop = Population(member_configs(base, [1, 2], {}))
+    try:
+        assert pop.env.obs_dtype == torch.uint8 and pop.rollout.obs.dtype == torch.float32
+    finally:
+        pop.close()
+
+
 def test_a_float64_box_action_reaches_a_strict_env_inside_its_bounds(capsys):
     """float32 bounds cast to float64 lay outside Box(-0.3, 0.3, float64): the env's assert failed at step 1."""
     import contract_envs

@@ -28,6 +28,15 @@ def test_episode_count_counts_rows_with_a_length_not_done_rows():
     assert float(ro.ep_count) == 2.0 and float(ro.ep_return_sum) == 10.0 and float(ro.ep_length_sum) == 200.0
 
 
+def test_a_populations_episode_count_per_member_counts_games_too():
+    from proxima.population import PopulationRollout
+
+    ro = PopulationRollout(2, 2, 2, (2,), (), torch.int64, "cpu")  # 2 members x 2 envs
+    done = torch.tensor([True, True, True, False])  # member 0: a life and a game; member 1: a life
+    ro.add_episode_stats(torch.tensor([0.0, 7.0, 0.0, 0.0]), torch.tensor([0, 120, 0, 0]), done)
+    assert ro.ep_count.tolist() == [1.0, 0.0] and ro.ep_return_sum.tolist() == [7.0, 0.0]
+
+
 def test_episode_count_of_an_ordinary_env_is_its_done_count():
     """Every done row of CartPole ends an episode with a length >= 1: the count is what it was."""
     from proxima import ppo
