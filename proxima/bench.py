@@ -340,14 +340,11 @@ def write_file(path, data) -> None:
     """Replace ``path`` (created with its folders if missing) with ``data`` (bytes, or text written
     as UTF-8), all or nothing: ``data`` goes to a temporary file that then replaces ``path``, so a
     full disk or a kill leaves the file as it was, never half of it."""
+    from .atomic import write_atomic
+
     path = Path(os.path.realpath(path))  # a symlinked results file stays a link to the updated file
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, data)  # the temp file at a fresh name (O_EXCL): a link planted at a temp name is never followed
 
 
 def append_file(path, text: str) -> None:

@@ -221,7 +221,7 @@ def cmd_resume(args) -> int:
         if meta.is_file() and _run_kind(meta) == "rlhf":
             from .rlhf import resume as rlhf_resume
 
-            return rlhf_resume(path, steps=args.steps)
+            return rlhf_resume(path, steps=args.steps, trust_run=args.trust_run)
         if (path / "population.json").is_file():  # continue every member (population_run.py)
             from .population_run import resume_population
 
@@ -257,15 +257,30 @@ def cmd_resume(args) -> int:
 
 def _written_by(path: Path) -> int:
     """How many processes wrote the checkpoint ``proxima resume PATH`` would load; 1 under torchrun
-    (the ranks are started already) or when there is none that loads (train says why)."""
+    (the ranks are started already) or when there is none that loads (train says why).
+
+    Only reads: nothing is renamed or set aside here (that happens once the run's lock is held), so
+    a read-only or damaged run directory is train's one line, never a traceback from here. The
+    notes about a damaged newest checkpoint are train's to print, once."""
+    import contextlib
+    import io
+
     from . import checkpoint as ckpt
     from .launch import under_torchrun
 
     if under_torchrun():
         return 1
     try:
-        world = ckpt.load_resumable(path).get("world_size", 1)
-    except ckpt.CheckpointError:
+        with contextlib.redirect_stderr(io.StringIO()):
+            if path.is_dir():
+                files = ckpt.list_checkpoints(path)
+                if not files:
+                    return 1
+                _, state = ckpt.newest_that_loads(files, ckpt.load_checkpoint, ckpt.CheckpointError, set_aside=False)
+            else:
+                state = ckpt.load_checkpoint(path)
+        world = state.get("world_size", 1) if isinstance(state, dict) else 1
+    except (ckpt.CheckpointError, OSError):
         return 1
     if not isinstance(world, int) or isinstance(world, bool) or world <= 1:
         return 1

@@ -173,17 +173,60 @@ def cpu_preset_hint(cfg: PPOConfig) -> str:
     return "on a CPU add --device cpu --no-cudagraphs"
 
 
+_NO_ALIAS_LOADER = None
+
+
+def yaml_alias_error():
+    """The exception class load_yaml raises for an alias (a yaml.YAMLError)."""
+    return _no_alias_loader().AliasError
+
+
+def _no_alias_loader():
+    global _NO_ALIAS_LOADER
+    if _NO_ALIAS_LOADER is None:
+        import yaml
+
+        class AliasError(yaml.YAMLError):
+            """A YAML alias (``*name``) in a file read as data."""
+
+        class NoAliasLoader(yaml.SafeLoader):
+            """yaml.SafeLoader that refuses aliases: nested aliases make a few hundred bytes stand for
+            billions of values, which printing or comparing the result never finishes."""
+
+            def compose_node(self, parent, index):
+                if self.check_event(yaml.events.AliasEvent):
+                    event = self.peek_event()
+                    raise AliasError(f"holds a YAML alias (*{event.anchor}, line {event.start_mark.line + 1}); "
+                                     "a file Proxima writes holds none, and aliases are not read: write the value out")
+                return super().compose_node(parent, index)
+
+        NoAliasLoader.AliasError = AliasError
+        _NO_ALIAS_LOADER = NoAliasLoader
+    return _NO_ALIAS_LOADER
+
+
+def load_yaml(stream):
+    """``yaml.safe_load`` of a run file or config file, which is data: an alias (``*name``) raises
+    yaml_alias_error() (a yaml.YAMLError) instead of being expanded. Proxima writes its YAML with
+    yaml.safe_dump of plain values, which never holds one."""
+    import yaml
+
+    return yaml.load(stream, Loader=_no_alias_loader())  # noqa: S506 - a SafeLoader subclass
+
+
 def load_config_file(path: str) -> dict:
     """``--config FILE.yaml``: a mapping of PPOConfig fields; ConfigError naming the file otherwise."""
     import yaml
 
     try:
         with open(path, encoding="utf-8") as f:
-            values = yaml.safe_load(f)
+            values = load_yaml(f)
     except OSError as e:
         raise ConfigError(f"--config {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"--config {path}: not UTF-8 text (byte {e.start}); save it as UTF-8 YAML") from None
+    except yaml_alias_error() as e:
+        raise ConfigError(f"--config {path}: {e}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if values is None:
@@ -298,6 +341,22 @@ MAX_EVAL_STEPS = 100_000
 #: the largest --seed: numpy takes seeds below 2**32, and a run adds 10,000 per rank and 1,000,000 for evaluation
 MAX_SEED = 2**31 - 1
 
+#: --threads may be at most this many times the CPUs here: more only contend, and a huge count
+#: (a typo, or a number recorded in a run's files) makes torch's thread pool crash the process
+THREADS_PER_CPU = 4
+
+
+def max_threads() -> int:
+    return THREADS_PER_CPU * (os.cpu_count() or 1)
+
+
+def threads_limit_text(resume_may_change: bool = True) -> str:
+    """Why a --threads value is refused (PPO and RLHF say it alike)."""
+    cpus = os.cpu_count() or 1
+    return (f"must be at most {max_threads()} ({THREADS_PER_CPU} x this machine's {cpus} CPU{'s' if cpus != 1 else ''}); "
+            f"more threads than cores only slow torch down; give --threads {max_threads()} or fewer"
+            + (" (resume may change it)" if resume_may_change else ""))
+
 
 def _check_types(cfg: PPOConfig) -> None:
     """Each field holds its type (a PPOConfig built in Python is not coerced as flags and YAML are):
@@ -342,6 +401,8 @@ def validate(cfg: PPOConfig, world_size: int = 1) -> None:
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "threads", "stop_episodes"):
         if getattr(cfg, name) < 1:
             bad(name, "must be at least 1")
+    if cfg.threads > max_threads():
+        bad("threads", threads_limit_text())
     if not (math.isfinite(cfg.checkpoint_minutes) and cfg.checkpoint_minutes >= 0):
         bad("checkpoint_minutes", "must be 0 (off) or a positive number of minutes")
     if cfg.eval_every and not cfg.eval_episodes:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from .atomic import atomic_open
 from .diskspace import write_error
 
 try:  # tensorboard's own proto (torch.utils.tensorboard needs the tensorboard package anyway)
@@ -31,35 +32,61 @@ CSV_COLUMNS = [
 ]
 
 
+def read_csv_rows(path: Path) -> tuple:
+    """(rows, unreadable): the rows of a CSV file that is data (a run directory may come from anyone):
+    bytes that are not UTF-8 are read as U+FFFD, and a line the csv module refuses (a field over its
+    size limit, a stray quote) is skipped and counted instead of raising."""
+    rows, unreadable = [], 0
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        reader = csv.reader(f)
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error:
+                unreadable += 1
+                continue
+            if any("\ufffd" in cell for cell in row):  # not UTF-8: not a row Proxima wrote
+                unreadable += 1
+                continue
+            rows.append(row)
+    return rows, unreadable
+
+
 def truncate_csv(path: Path, max_step: int) -> None:
     """Keep the rows with global_step <= max_step under the current header (rewritten atomically).
 
     A file left empty or cut short by a kill (no header, a half row) becomes a whole CSV again;
-    rows of an older header are kept by column name.
+    rows of an older header are kept by column name. The file is data: a line that is not CSV
+    text Proxima wrote (bytes that are not UTF-8, a field too long for the csv module, a row
+    without a step) is dropped with a note on stderr naming the file, not a traceback. The file is
+    replaced, never written through a symbolic link (atomic.py).
     """
-    if not path.exists():
+    if not os.path.lexists(path):
         return
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    header, body = (rows[0], rows[1:]) if rows and "global_step" in rows[0] else ([], [])
+    rows, unreadable = read_csv_rows(path)
+    header, body = (rows[0], rows[1:]) if rows and "global_step" in rows[0] else ([], rows[1:] if rows else [])
+    if not header and len(rows) > 1:  # (one line alone: a header a kill cut short)
+        unreadable += len(rows)  # no header of Proxima's: none of its rows can be read by name
     col = header.index("global_step") if header else 0
     # a run killed mid-write can leave a cut-off last row: keep only whole rows up to max_step
-    kept = [dict(zip(header, r)) for r in body
-            if len(r) == len(header) and _int_or_none(r[col]) is not None and _int_or_none(r[col]) <= max_step]
-    tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="") as f:
+    whole = [r for r in body if len(r) == len(header)] if header else []
+    unreadable += sum(1 for r in whole if _int_or_none(r[col]) is None)
+    kept = [dict(zip(header, r)) for r in whole if _int_or_none(r[col]) is not None and _int_or_none(r[col]) <= max_step]
+    if unreadable:
+        print(f"proxima: note: {path}: dropped {unreadable} line(s) that are not rows Proxima wrote (not UTF-8 text, "
+              "not CSV, or without a step); the other rows are kept", file=sys.stderr)
+    with atomic_open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
         w.writeheader()
         w.writerows(kept)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _int_or_none(text: str) -> Optional[int]:
     try:
         return int(text)
-    except ValueError:
+    except (ValueError, TypeError):
         return None
 
 
@@ -101,6 +128,9 @@ class RunLogger:
 
         self.run_dir = Path(run_dir)
         self.csv_path = self.run_dir / "metrics.csv"
+        from .rundir import check_own_entries
+
+        check_own_entries(self.run_dir, ("metrics.csv",))  # a link planted there would be appended to
         try:
             if resume_step is not None:
                 truncate_csv(self.csv_path, resume_step)

@@ -116,8 +116,10 @@ def run_env_id(run_dir: PathLike) -> str:
     if path.is_file():
         import yaml
 
-        try:
-            cfg = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        from .config import load_yaml
+
+        try:  # data: an alias (a YAML bomb) is refused like invalid YAML
+            cfg = load_yaml(path.read_text(encoding="utf-8")) or {}
         except (yaml.YAMLError, OSError, UnicodeDecodeError):  # unreadable like invalid YAML: env 'unknown'
             cfg = {}
         if isinstance(cfg, dict):
@@ -234,11 +236,13 @@ RUN_ONLY_FIELDS = frozenset({"seed", "run_dir", "device", "threads", "progress",
 
 
 def run_config(run_dir: PathLike) -> dict:
-    """The run's config.yaml as a dict ({} when absent or unreadable)."""
+    """The run's config.yaml as a dict ({} when absent, unreadable, or holding a YAML alias)."""
     import yaml
 
+    from .config import load_yaml
+
     try:
-        cfg = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8"))
+        cfg = load_yaml((Path(run_dir) / "config.yaml").read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return {}
     return cfg if isinstance(cfg, dict) else {}
@@ -503,18 +507,16 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
         ax.set_ylabel(metric_name + (f" (moving average, {smooth})" if smooth > 1 else ""))
         ax.grid(True, alpha=0.3)
         ax.legend(loc="best", fontsize="small")
-    tmp = out.with_name(out.name + ".tmp")
+    from .atomic import atomic_open
+
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(tmp, format=fmt)
-        os.replace(tmp, out)
+        with atomic_open(out, "wb") as f:  # a fresh temp name, renamed over out: never through a link
+            fig.savefig(f, format=fmt)
     except OSError as e:  # disk full, read-only folder: one line naming the file and the free space
         from .diskspace import describe
 
         raise PlotError(describe(out, e)) from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return out
 
 

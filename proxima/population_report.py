@@ -91,8 +91,10 @@ def read_settings(run_dir) -> list:
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise PopulationError(f"{path}: not a readable population file ({type(e).__name__})") from None
     groups: dict = {}
+    from .population_run import is_plain_name
+
     for name, seed, settings in entries:
-        if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name or not isinstance(settings, dict):
+        if not is_plain_name(name) or not isinstance(settings, dict):
             raise PopulationError(f"{path}: member entry {name!r} is not a member folder of this run with its settings")
         d = run_dir / name
         if not d.is_dir():
@@ -342,7 +344,7 @@ def ci_cell(ci, few: bool, digits: int = 1) -> str:
 
 
 def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: int = 0) -> str:
-    doc = json.loads((run_dir / POPULATION_FILE).read_text())
+    doc = json.loads((run_dir / POPULATION_FILE).read_text(encoding="utf-8", errors="replace"))  # read_settings checked it
     f = lambda v: "\u2014" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.1f}"  # noqa: E731
     kinds = {" / ".join(r["sources"]) for r in rows}
     if len(kinds) <= 1:
@@ -351,7 +353,7 @@ def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: int 
         sources = "Final return per member, per setting: " + "; ".join(
             f"{setting_label(r['settings']) or '(seeds only)'}: {' / '.join(r['sources']) or chr(0x2014)}" for r in rows) + "."
     lines = [f"# Population report: {run_dir.name}", "",
-             f"{doc.get('env_id')}: {doc.get('members')} members ({len(doc.get('seeds', []))} seeds x {len(rows)} setting{'s' if len(rows) != 1 else ''}), "
+             f"{doc.get('env_id')}: {doc.get('members')} members ({len(doc['seeds']) if isinstance(doc.get('seeds'), list) else chr(0x2014)} seeds x {len(rows)} setting{'s' if len(rows) != 1 else ''}), "
              f"{training_progress(run_dir, doc)} in one process.", "",
              f"{sources} 95% CIs: {CI_METHOD}; none (\u2014) for fewer than {MIN_CI_MEMBERS} members. {IQM_TEXT}.", "",
              f"| setting | members | mean | mean 95% CI | IQM | IQM 95% CI | >= {threshold if threshold is not None else 'threshold'} |",
@@ -407,13 +409,10 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
                  f"Its band: 95% CI per x, {CI_METHOD}; not drawn where fewer than {MIN_CI_MEMBERS} members have a value.\n")
     except PlotError as e:
         text += f"\nNo learning curve: {e}\n"
-    tmp = out.with_name(out.name + ".tmp")
+    from .atomic import write_atomic
+
     try:
-        tmp.write_text(text)
-        os.replace(tmp, out)
+        write_atomic(out, text)  # a fresh temp name, renamed over out: never written through a link
     except OSError as e:
         raise ReportError(describe(out, e)) from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return out

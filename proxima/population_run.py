@@ -36,6 +36,7 @@ from typing import Optional, Sequence
 
 
 from . import checkpoint as ckpt
+from .atomic import write_atomic
 from .config import ConfigError, PPOConfig
 from .population import PER_MEMBER_FIELDS, UNSUPPORTED, Population, _fmt, check_population_fits
 from .signals import OutsideLoop, TrainingInterrupted
@@ -58,6 +59,81 @@ def default_population_dir(cfg: PPOConfig, seeds: Sequence[int]) -> Path:
 
 def is_population_dir(path) -> bool:
     return (Path(path) / POPULATION_FILE).is_file()
+
+
+def is_plain_name(name) -> bool:
+    """Whether ``name`` (read from a population's files, which are data) names a folder directly in
+    the run directory: a non-empty string without a path separator, not ``.`` or ``..``, no NUL."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and "\0" not in name and "/" not in name
+            and (os.altsep is None or os.altsep not in name) and Path(name).name == name)
+
+
+def read_population_doc(run_dir: Path) -> dict:
+    """population.json as a dict; CheckpointError naming the file when it is not a readable JSON object
+    (the run directory is data: it may have been damaged or edited)."""
+    path = Path(run_dir) / POPULATION_FILE
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ckpt.CheckpointError(f"{path}: not readable JSON ({type(e).__name__}); the population's "
+                                   f"{POPULATION_FILE} was damaged or edited") from None
+    if not isinstance(doc, dict):
+        raise ckpt.CheckpointError(f"{path}: expected a JSON object, got {type(doc).__name__}; the population's "
+                                   f"{POPULATION_FILE} was damaged or edited")
+    return doc
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def check_population_state(state: dict, path) -> tuple:
+    """(configs, seeds, sweep, member_dirs) of a population checkpoint, checked: the file is data, so
+    every field that decides what resume writes, and where, is refused with one line naming the
+    checkpoint and the field when it is missing or not what save_population writes (configs: one
+    mapping per member; seeds: integers; sweep: {field: [values]}; member_dirs: one plain, unique
+    folder name per member, never a path out of the run). The counts must agree: members = seeds x
+    the settings of the sweep."""
+    def bad(field: str, why: str):
+        return ckpt.CheckpointError(f"{path}: {field} {why}; the population checkpoint was damaged or edited "
+                                    "(resume from another checkpoint or copy of the run)")
+
+    missing = [k for k in ("configs", "seeds", "sweep", "member_dirs") if k not in state]
+    if missing:
+        raise ckpt.CheckpointError(f"{path}: incomplete population checkpoint (missing '{missing[0]}')")
+    configs, seeds, sweep, names = state["configs"], state["seeds"], state["sweep"], state["member_dirs"]
+    if not isinstance(configs, list) or not configs or not all(isinstance(c, dict) for c in configs):
+        raise bad("configs", f"is not a list of member configs (got {_kind(configs)})")
+    if not isinstance(seeds, list) or not seeds or not all(_is_int(x) for x in seeds):
+        raise bad("seeds", f"is not a list of integer seeds (got {_kind(seeds)})")
+    if (not isinstance(sweep, dict) or not all(isinstance(k, str) for k in sweep)
+            or not all(isinstance(v, list) and v for v in sweep.values())):
+        raise bad("sweep", f"is not a mapping of field: [values] (got {_kind(sweep)})")
+    settings = 1
+    for values in sweep.values():
+        settings *= len(values)
+    if len(configs) != len(seeds) * settings:
+        raise bad("configs", f"holds {len(configs)} member configs, but {len(seeds)} seed(s) x {settings} setting(s) "
+                             f"make {len(seeds) * settings}")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise bad("member_dirs", f"is not a list of folder names (got {_kind(names)})")
+    if len(names) != len(configs):
+        raise bad("member_dirs", f"names {len(names)} member folder(s) for {len(configs)} members")
+    for name in names:
+        if not is_plain_name(name):
+            raise bad("member_dirs", f"entry {name[:80]!r} is not a member folder of this run (a plain folder name: no "
+                                     "path separator, not . or ..)")
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise bad("member_dirs", f"names the folder {dup[:80]!r} twice")
+    return configs, list(seeds), dict(sweep), list(names)
+
+
+def _kind(value) -> str:
+    """``a str``, ``an empty list``, ``a list of 3``: what a field read from a file holds, in a few words."""
+    if isinstance(value, (list, dict)):
+        return f"an empty {type(value).__name__}" if not value else f"a {type(value).__name__} of {len(value)}"
+    return f"{'an' if type(value).__name__[0] in 'aeiou' else 'a'} {type(value).__name__}"
 
 
 def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: dict, run_dir=None, argv=None,
@@ -119,7 +195,7 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
     from .config import from_dict
     from .device import resolve_device
     from .envs.gym_adapter import refuse_recorded_env, treat_as_data
-    from .rundir import RunSession
+    from .rundir import RunSession, check_own_entries
     from .run_setup import apply_resume_overrides
 
     run_dir = Path(run_dir)
@@ -129,7 +205,8 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
     session = RunSession()
     pop = None
     try:
-        session.lock_existing(run_dir)
+        session.lock_existing(run_dir)  # also refuses links out of the run at its checkpoints/, population.json
+        read_population_doc(run_dir)  # rewritten at the end: a damaged one is one line now, not a traceback then
         if not ckpt.list_checkpoints(run_dir):
             raise ckpt.CheckpointError(f"{run_dir}: the population wrote no checkpoint to resume from "
                                        "(--checkpoint-every N writes one every N iterations)")
@@ -137,11 +214,11 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
         path = state["path"]
         if state.get("kind") != CHECKPOINT_KIND:
             raise ckpt.CheckpointError(f"{path}: not a population checkpoint")
-        try:
-            configs = [from_dict(c, source=path) for c in state["configs"]]
-            recorded_seeds, recorded_sweep, names = list(state["seeds"]), dict(state["sweep"]), list(state["member_dirs"])
-        except KeyError as e:
-            raise ckpt.CheckpointError(f"{path}: incomplete population checkpoint (missing {e})") from None
+        raw_configs, recorded_seeds, recorded_sweep, names = check_population_state(state, path)
+        configs = [from_dict(c, source=path) for c in raw_configs]
+        for name in names:  # each member folder, and what resume writes in it, stays inside the run
+            check_own_entries(run_dir, (name,))
+            check_own_entries(run_dir / name, root=run_dir)
         if seeds is not None and list(seeds) != recorded_seeds:
             raise ConfigError(f"--seeds: {run_dir} trains seeds {recorded_seeds}, not {list(seeds)}; resume continues the same members")
         if sweep is not None and sweep and dict(sweep) != recorded_sweep:
@@ -165,6 +242,7 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
             raise ckpt.CheckpointError(f"{path}: incomplete population checkpoint (missing {e})") from None
         except (RuntimeError, ValueError, TypeError) as e:
             raise ckpt.CheckpointError(f"{path}: does not match the population's config ({str(e).splitlines()[0][:160]})") from None
+        check_finite_weights(pop, names, path)
         if not quiet:
             print(f"proxima: resuming population {run_dir} ({len(configs)} members) at step {pop.iteration * pop.steps_per_member:,} "
                   f"per member (iteration {pop.iteration})", file=sys.stderr)
@@ -176,6 +254,20 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
             pop.close()
         session.release()
     return run_dir
+
+
+def check_finite_weights(pop: Population, names: list, path) -> None:
+    """CheckpointError naming the checkpoint, the weight and the member when a loaded weight holds NaN
+    or inf: the first update would otherwise report a non-finite loss and blame --lr, not the file."""
+    import torch
+
+    for key, value in pop.params.items():
+        finite = torch.isfinite(value.detach()).reshape(value.shape[0], -1).all(dim=1)
+        if not bool(finite.all()):
+            i = int((~finite).nonzero()[0, 0])
+            member = names[i] if i < len(names) else f"member {i}"
+            raise ckpt.CheckpointError(f"{path}: weight {key} of member {i} ({member}) holds NaN or inf; the checkpoint "
+                                       "is damaged: resume from an older checkpoint or another copy of the run")
 
 
 def check_resume_flags(overrides: dict, sweep: dict, recorded: PPOConfig, checkpoint) -> None:
@@ -299,13 +391,11 @@ def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> l
         (d / "checkpoints").mkdir(parents=True, exist_ok=True)
         cfg.encoder = pop.encoder_kind
         cfg.run_dir = str(d)
-        with open(d / "config.yaml", "w") as f:
-            yaml.safe_dump(cfg.to_dict(), f, sort_keys=False)
+        write_atomic(d / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         meta = {"kind": "ppo", "population": str(run_dir), "member": i, "command": argv if argv is not None else sys.argv,
                 "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(), "device": str(pop.device),
                 "world_size": 1, "git_commit": git_commit(), "env_backend": pop.env.backend}
-        with open(d / "meta.json", "w") as f:
-            json.dump(meta, f, indent=2, default=str)
+        write_atomic(d / "meta.json", json.dumps(meta, indent=2, default=str))
         dirs.append(d)
     _write_population_json(run_dir, pop, seeds, sweep, dirs, argv=argv)
     return dirs
@@ -313,7 +403,10 @@ def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> l
 
 def _write_population_json(run_dir: Path, pop: Population, seeds, sweep: dict, dirs, argv=None, wall=None, evals=None) -> None:
     path = run_dir / POPULATION_FILE
-    doc = json.loads(path.read_text()) if path.exists() else {}
+    try:  # the run's own file, checked at resume (read_population_doc); never a traceback at the end of a run
+        doc = read_population_doc(run_dir) if path.exists() else {}
+    except ckpt.CheckpointError:
+        doc = {}
     doc.update({
         "kind": "ppo-population", "env_id": pop.cfg.env_id, "members": len(dirs), "seeds": list(seeds),
         "sweep": {k: list(v) for k, v in sweep.items()}, "per_member_fields": list(PER_MEMBER_FIELDS),
@@ -328,9 +421,7 @@ def _write_population_json(run_dir: Path, pop: Population, seeds, sweep: dict, d
     if evals is not None:
         for entry, ev in zip(doc["member_dirs"], evals):
             entry["eval_mean_return"] = ev
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=2))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(doc, indent=2))  # a fresh temp name, renamed over the file: never through a link
 
 
 def _log_members(loggers, values: dict, pop: Population, sps: float, elapsed: float, step: int) -> None:
@@ -391,7 +482,7 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
             policy = ckpt.Policy(pop.member_agent(i), pop.member_obs_normalizer(i), cfg.to_dict(), pop.env.single_observation_space,
                                  pop.env.single_action_space, pop.device)
             result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + EVAL_SEED_OFFSET, backend=cfg.backend)
-        (d / "eval.json").write_text(json.dumps(result, indent=2))
+        write_atomic(d / "eval.json", json.dumps(result, indent=2))
         evals.append(result["mean_return"])
     _write_population_json(run_dir, pop, seeds, sweep, dirs, wall=wall, evals=evals)
     if not quiet and any(e is not None for e in evals):  # one line per setting: settings are not pooled

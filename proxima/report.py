@@ -53,12 +53,19 @@ def _read_text(path: Path) -> str:
 
 
 def _read_yaml(path: Path) -> dict:
+    """A run's YAML file as a mapping ({} when absent or not a mapping). It is data: an alias
+    (``*name``), which a few hundred bytes can nest into billions of values for the report to
+    render, is refused with one line (config.load_yaml)."""
     import yaml
+
+    from .config import load_yaml, yaml_alias_error
 
     if not path.is_file():
         return {}
     try:
-        data = yaml.safe_load(_read_text(path))
+        data = load_yaml(_read_text(path))
+    except yaml_alias_error() as e:
+        raise ReportError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
         raise ReportError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     return data if isinstance(data, dict) else {}
@@ -460,19 +467,18 @@ def check_out(out: Path) -> None:
 
 
 def _write_text(out: Path, text: str, also_written: Optional[Path] = None) -> None:
-    """Write ``out`` whole (temp file, rename); on an error remove it and ``also_written`` (the curve
-    drawn for it) and raise ReportError naming the file and the free space: no half report."""
-    tmp = out.with_name(out.name + ".tmp")
+    """Write ``out`` whole (atomic.write_atomic: a temp file at a fresh name, then a rename that
+    replaces a symbolic link at ``out`` rather than writing through it); on an error remove
+    ``also_written`` (the curve drawn for it) and raise ReportError naming the file and the free
+    space: no half report."""
+    from .atomic import write_atomic
+
     try:
-        tmp.write_text(text)
-        os.replace(tmp, out)
+        write_atomic(out, text)
     except OSError as e:  # disk full: one line naming the file and the free space, no half report
         if also_written is not None:
             also_written.unlink(missing_ok=True)
         raise ReportError(describe(out, e)) from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def build_population_report(run_dir, out=None, threshold: Optional[float] = None, metric: str = DEFAULT_METRIC,

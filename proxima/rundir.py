@@ -90,6 +90,22 @@ def check_not_in_use(run_dir: Path) -> None:
         raise RunDirError(in_use_message(run_dir, info))
 
 
+def _write_new_file(path: Path, text: str) -> Path:
+    """A new file next to ``path`` holding ``text``, at a random name created with O_EXCL and
+    O_NOFOLLOW: a link planted in the run directory at a name Proxima would write is never
+    followed (atomic.py). Returns its path; removed again on an error."""
+    from .atomic import new_temp_file
+
+    fd, tmp = new_temp_file(path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
 def _link_exclusive(tmp: Path, path: Path) -> None:
     """Create ``path`` with ``tmp``'s content, failing with FileExistsError if it exists."""
     try:
@@ -97,7 +113,8 @@ def _link_exclusive(tmp: Path, path: Path) -> None:
     except OSError as e:
         if isinstance(e, FileExistsError) or e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
             raise
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # no hard links here: create, then write
+        # no hard links here: create (never through a link planted at the name), then write
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
         with os.fdopen(fd, "w") as f:
             f.write(tmp.read_text())
 
@@ -113,16 +130,11 @@ class RunLock:
     def acquire(self) -> None:
         """Take the lock or raise RunDirError naming the pid that holds it; take over a stale one."""
         me = _owner()
-        tmp = self.path.with_name(f"{LOCK_NAME}.{me['pid']}.tmp")
         for _ in range(10):
             try:
                 self.run_dir.mkdir(parents=True, exist_ok=True)
-                tmp.write_text(json.dumps(me))
+                tmp = _write_new_file(self.path, json.dumps(me))
             except OSError as e:  # a full disk or a read-only folder, at the very start of a run
-                try:
-                    tmp.unlink(missing_ok=True)
-                except OSError:  # its folder may not exist (or be a file): nothing to remove
-                    pass
                 raise write_error(self.path, e, "could not take the run's lock") from None
             try:
                 _link_exclusive(tmp, self.path)
@@ -183,23 +195,78 @@ def holds_files(run_dir: Path) -> bool:
 
 
 def move_aside(run_dir: Path) -> Path:
-    """Rename ``run_dir`` to ``<name>.old-<time>`` (next free name) and return the new path."""
-    run_dir = Path(run_dir)
+    """Rename ``run_dir`` to ``<name>.old-<time>`` (next free name) and return the new path.
+
+    The name is made absolute first (``.`` and ``sub/..`` have no name of their own to add to); a
+    directory that is, or holds, the current directory is refused (the process would go on working
+    inside the moved-aside one), and a rename that fails is a RunDirError naming it."""
+    given = run_dir
+    run_dir = Path(os.path.abspath(run_dir))
+    cwd = os.path.realpath(os.getcwd())
+    real = os.path.realpath(run_dir)
+    if cwd == real or cwd.startswith(real.rstrip(os.sep) + os.sep) or run_dir.parent == run_dir:
+        where = "is the current directory" if cwd == real else "holds the current directory"
+        raise RunDirError(f"--run-dir {given}: {where}, which cannot be moved aside; run from another directory "
+                          "(cd ..) or choose another --run-dir")
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     dest = run_dir.with_name(f"{run_dir.name}.old-{stamp}")
     n = 2
-    while dest.exists():
+    while os.path.lexists(dest):
         dest = run_dir.with_name(f"{run_dir.name}.old-{stamp}-{n}")
         n += 1
-    os.rename(run_dir, dest)
+    try:
+        os.rename(run_dir, dest)
+    except OSError as e:
+        from .diskspace import describe
+
+        raise RunDirError(describe(run_dir, e, f"could not move it aside to {dest.name}")) from None
     return dest
+
+
+def holds_a_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds the files a Proxima run writes when it starts (config.yaml,
+    meta.json, metrics.csv, population.json), or its checkpoints/ folder."""
+    run_dir = Path(run_dir)
+    return any((run_dir / name).is_file() for name in START_FILES) or (run_dir / "checkpoints").is_dir()
 
 
 def not_empty_message(run_dir: Path) -> str:
     names = sorted(p.name for p in Path(run_dir).iterdir() if p.name != LOCK_NAME)[:4]
+    if not holds_a_run(run_dir):
+        return (f"{run_dir} is not empty ({', '.join(names)}...) and holds no Proxima run (no config.yaml, meta.json or "
+                "metrics.csv); choose another --run-dir, or --overwrite to move it aside and start there")
     return (f"{run_dir} is not empty ({', '.join(names)}...): it holds another run; continue it with --resume auto "
             f"(or `proxima resume {run_dir}`), start over with --overwrite (the old directory is moved aside), "
             "or choose another --run-dir")
+
+
+#: the files a run writes when it starts (train_state, population_run, rlhf): a folder holding one
+#: is a Proxima run, which ``--resume auto`` may restart when it wrote no checkpoint
+START_FILES = ("config.yaml", "meta.json", "metrics.csv", "population.json")
+
+#: what Proxima writes in a run directory (and the fixed temporary names some writers use): resuming
+#: or restarting a run writes, truncates or prunes these, so none may lead out of the run (check_own_entries)
+RUN_ENTRIES = ("checkpoints", "checkpoints/best.pt", "config.yaml", "config.yaml.tmp", "meta.json", "meta.json.tmp",
+               "metrics.csv", "metrics.csv.tmp", "eval.json", "eval.json.tmp", "report.md", "report.md.tmp", "curve.png",
+               "curve.png.tmp", "population.json", "population.json.tmp", "summary.json", "summary.json.tmp",
+               "samples.jsonl", "samples.jsonl.tmp", "policy", ".policy.partial", ".policy.old")
+
+
+def check_own_entries(run_dir, entries=RUN_ENTRIES, root=None) -> None:
+    """RunDirError naming the first of ``run_dir``'s ``entries`` that is a symbolic link (or lies
+    under one) leading outside ``root`` (default: ``run_dir``). A run directory is data: a link
+    planted at a name Proxima writes would make a resume truncate, overwrite or prune files of
+    another run or anywhere else. Links that stay inside the run are fine; missing entries too."""
+    from .atomic import leads_outside
+
+    run_dir = Path(run_dir)
+    root = Path(root) if root is not None else run_dir
+    for name in entries:
+        path = run_dir / name
+        if leads_outside(path, root):
+            raise RunDirError(f"{path}: is a symbolic link (or lies under one) to {os.path.realpath(path)}, outside the run "
+                              f"directory {root}; Proxima does not write or prune through it: remove the link (or copy "
+                              "what it points to into the run) and try again")
 
 
 def unique_default(path: Path) -> Path:
@@ -220,9 +287,16 @@ class RunSession:
         self.existed_empty = False
 
     def lock_existing(self, run_dir: Path) -> None:
-        """Lock a run directory that is being continued (resume)."""
-        self.lock = RunLock(run_dir)
-        self.lock.acquire()
+        """Lock a run directory that is being continued (resume), and refuse one whose files lead
+        out of it (check_own_entries): a resume truncates metrics.csv and prunes checkpoints/."""
+        lock = RunLock(run_dir)
+        lock.acquire()
+        try:
+            check_own_entries(run_dir)
+        except BaseException:
+            lock.release()
+            raise
+        self.lock = lock
 
     def claim_fresh(self, run_dir: Path, overwrite: bool = False, restart_note: Optional[str] = None) -> None:
         """Lock ``run_dir`` for a new run: refuse one in use; one that holds files only with
@@ -231,7 +305,9 @@ class RunSession:
         run_dir = Path(run_dir)
         check_not_in_use(run_dir)
         if holds_files(run_dir):
-            if not (overwrite or restart_note):
+            # --resume auto restarts a run that never checkpointed: a folder that holds no run (a
+            # project, someone's files) is not one, and is never moved aside without --overwrite
+            if not (overwrite or (restart_note and holds_a_run(run_dir))):
                 raise RunDirError(not_empty_message(run_dir))
             dest = move_aside(run_dir)
             why = restart_note or "--overwrite"

@@ -40,7 +40,7 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
     """
     from .trainer import RLHFTrainer
 
-    from ..rundir import RunLock
+    from ..rundir import RunLock, check_own_entries
 
     validate(cfg)
     cfg = _absolute_paths(cfg)
@@ -57,6 +57,7 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
             lock = RunLock(run_dir)  # as `proxima train`'s: a second trainer or a resume of this live run is refused
             lock.acquire()
             rundir.check_new_run_dir(run_dir)  # another run may have started here while the models loaded
+            check_own_entries(run_dir)  # a checkpoints/ (or other) link planted there would be written and pruned through
             rundir.write_run_files(run_dir, dataclasses.replace(cfg, run_dir=str(run_dir)).to_dict(), d.world_size,
                                    str(trainer.device))
         loop.run(trainer, run_dir)
@@ -70,15 +71,20 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
     return run_dir
 
 
-def resume(run_dir, steps: Optional[int] = None) -> int:
+def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False) -> int:
     """Continue an RLHF run from its latest checkpoint (bit-identical on CPU); ``steps`` extends it.
 
+    A run directory is data: a reward its config.yaml records as ``module:function`` or
+    ``file.py:function`` (other than Proxima's built-in rewards) is imported only with ``trust_run``
+    (``proxima resume --trust-run``); otherwise the resume stops with one line saying so.
     Returns an exit status: 0 done, 2 bad input (one line on stderr), 130 stopped by a signal.
     """
     from .models import quiet_transformers
+    from .rewards import refuse_recorded_rewards
     from .trainer import RLHFTrainer
 
-    from ..rundir import RunLock
+    from ..diskspace import StorageError
+    from ..rundir import RunLock, check_own_entries
 
     quiet_transformers()
     path = Path(run_dir)
@@ -91,7 +97,11 @@ def resume(run_dir, steps: Optional[int] = None) -> int:
         cfg.run_dir = str(path)
         if steps is not None:
             cfg.steps = steps
+        if not trust_run:  # before anything is imported, loaded or written
+            refuse_recorded_rewards(reward_specs(cfg), path / "config.yaml",
+                                    "pass --trust-run to `proxima resume`")
         validate(cfg)
+        check_own_entries(path)  # metrics.csv, checkpoints/, policy/ ... are rewritten: none may lead out of the run
         if os.environ.get("RANK", "0") == "0":  # rank 0 holds the run's lock, as for `proxima train`
             lock = RunLock(path)
             lock.acquire()
@@ -117,7 +127,7 @@ def resume(run_dir, steps: Optional[int] = None) -> int:
             D.shutdown(d, clean=False)
             raise
         D.shutdown(d)
-    except ConfigError as e:
+    except (ConfigError, StorageError) as e:  # RunDirError is a ConfigError; StorageError: a lock that cannot be written
         print(f"proxima resume: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -130,6 +140,10 @@ def resume(run_dir, steps: Optional[int] = None) -> int:
 
 def _read_meta(path: Path) -> dict:
     try:
-        return json.loads((path / "meta.json").read_text())
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise ConfigError(f"{path}: not a run directory (cannot read meta.json: {e})") from None
+    if not isinstance(meta, dict):
+        raise ConfigError(f"{path / 'meta.json'}: expected a JSON object, got {type(meta).__name__}; the run "
+                          "directory's meta.json was damaged or edited")
+    return meta

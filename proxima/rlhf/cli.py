@@ -62,11 +62,40 @@ def load_yaml(path: str) -> dict:
     return load_config_file(path)
 
 
+def is_run_config(path: str, values: dict) -> bool:
+    """Whether ``--config FILE`` is a run's recorded config.yaml (data, maybe a stranger's): its folder
+    holds a meta.json, or the run_dir it records is its own folder."""
+    from pathlib import Path
+
+    try:
+        folder = Path(path).resolve().parent
+        if (folder / "meta.json").is_file():
+            return True
+        run_dir = values.get("run_dir")
+        return isinstance(run_dir, str) and bool(run_dir) and Path(run_dir).resolve() == folder
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
 def build_config(args: argparse.Namespace, base: RLHFConfig = None) -> RLHFConfig:
+    """defaults (``base``) < ``--config FILE`` < flags. A run's own config.yaml given as FILE is data:
+    a reward it records that would import code (``module:function``, ``file.py:function``) is refused
+    unless ``--reward`` names the rewards on the command line, and the folders it records in
+    reward_import_path are searched only when ``--reward-import-path`` names them too."""
+    from .config import reward_specs
+    from .rewards import refuse_recorded_rewards
+
     cfg = base or RLHFConfig()
+    typed = flag_values(args)
     if args.config:
-        cfg = from_dict(load_yaml(args.config), cfg, source=args.config)
-    return from_dict(flag_values(args), cfg, source="command line")
+        values = load_yaml(args.config)
+        if is_run_config(args.config, values):
+            values = {k: v for k, v in values.items() if str(k).replace("-", "_") != "reward_import_path"}
+            if "reward" not in typed:
+                refuse_recorded_rewards(reward_specs(from_dict(values, cfg, source=args.config)), args.config,
+                                        "give it on the command line (--reward {spec})")
+        cfg = from_dict(values, cfg, source=args.config)
+    return from_dict(typed, cfg, source="command line")
 
 
 def run(args: argparse.Namespace) -> int:

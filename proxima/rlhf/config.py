@@ -200,6 +200,10 @@ def validate(cfg: RLHFConfig) -> None:
                  "samples_per_prompt", "threads", "keep_checkpoints", "samples_logged", "lora_r", "lora_alpha", "kl_horizon"):
         if getattr(cfg, name) < 1:
             bad(name, "must be at least 1")
+    from ..config import max_threads, threads_limit_text
+
+    if cfg.threads > max_threads():  # a huge count (typed, or recorded in a run's config.yaml) crashes torch
+        bad("threads", threads_limit_text(resume_may_change=False))
     for name in ("micro_batch_size", "print_every", "sample_every", "checkpoint_every", "top_k", "kl_coef",
                  "missing_eos_penalty", "vf_coef", "ent_coef"):
         if getattr(cfg, name) < 0:

@@ -108,6 +108,37 @@ def validate_scores(raw, batch: RewardBatch, name: str) -> torch.Tensor:
     return torch.tensor(scores, dtype=torch.float32)
 
 
+#: the reward functions that ship with Proxima: naming one imports only Proxima's own code
+BUILTIN_REWARDS = ("proxima.rlhf.demo:keyword_sentiment",)
+
+
+def imports_code(spec) -> bool:
+    """True for a reward spec whose loading imports and runs a module or file it names
+    (``module:function``, ``path/to/file.py:function``) other than Proxima's own BUILTIN_REWARDS;
+    False for a reward-model directory (weights, loaded without remote code) or a built-in reward."""
+    spec = str(spec)
+    if spec in BUILTIN_REWARDS or os.path.isdir(spec):
+        return False
+    module_name, sep, func_name = spec.rpartition(":")
+    return bool(sep and module_name and func_name)
+
+
+def refuse_recorded_rewards(specs: list, source, how: str) -> None:
+    """ConfigError when a reward in ``specs``, read from ``source`` (a run's config.yaml), would
+    import and run code: a run directory is data, never code, until the user says otherwise
+    (``how``: the flag or command that does; ``{spec}`` in it is the reward's spec)."""
+    def shown(text: str) -> str:  # a value from a file, in one line of reasonable length
+        return text if text.isprintable() and len(text) <= 200 else repr(text[:200])
+
+    for spec in specs:
+        if imports_code(spec):
+            spec = str(spec)
+            module = spec.rpartition(":")[0]
+            what = f"the file {shown(module)}" if module.endswith(".py") else f"module '{shown(module)}'"
+            raise ConfigError(f"{source}: the recorded reward '{shown(spec)}' would import and run {what}; not done for a "
+                              f"reward read from a run's files: {how.format(spec=shown(spec))} if you trust that code")
+
+
 def load_rewards(specs: list, weights: list, device: torch.device, dtype: torch.dtype = torch.float32,
                  bf16: bool = False, import_path: Optional[list] = None) -> Rewards:
     """Every ``--reward`` spec loaded (a directory -> RewardModel, ``module:function`` -> RewardFunction)."""

@@ -8,7 +8,6 @@ import csv
 import io
 import json
 import math
-import os
 import platform
 import re
 import subprocess
@@ -84,20 +83,21 @@ def _meta(world_size: int, device: str) -> dict:
 
 
 def read_config(path: Path) -> dict:
+    """The run's config.yaml: data (no YAML aliases: config.load_yaml), one line naming it otherwise."""
+    from ..config import load_yaml
+
     try:
-        data = yaml.safe_load((path / "config.yaml").read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"{path}: cannot read config.yaml: {e}") from None
+        data = load_yaml((path / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError) as e:  # ValueError: bytes that are not UTF-8
+        raise ConfigError(f"{path}: cannot read config.yaml: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     return data or {}
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Replace ``path`` with ``text`` whole, never through a symbolic link (atomic.py)."""
+    from ..atomic import write_atomic
+
+    write_atomic(path, text)
 
 
 def _wait_past_event_files(path: Path) -> None:
@@ -134,15 +134,27 @@ class MetricsLogger:
 
     def _truncate_csv(self, step: int) -> None:
         """On resume, drop rows written after the checkpoint (they will be recomputed), and a row that a
-        SIGKILL cut short (fewer cells than the header)."""
-        with open(self.csv_path, newline="") as f:
-            rows = list(csv.reader(f))
+        SIGKILL cut short (fewer cells than the header). The file is data: a line that is not a row
+        Proxima wrote (not UTF-8, not CSV, no step) is dropped with a note naming the file."""
+        from ..logger import _int_or_none, read_csv_rows
+
+        rows, unreadable = read_csv_rows(self.csv_path)
+        if rows and rows[0][:1] != ["step"]:  # no header of Proxima's: nothing can be read by name
+            unreadable, rows = unreadable + len(rows), []
         if rows:
             self.columns = rows[0][1:]
-            keep = [rows[0]] + [r for r in rows[1:] if len(r) == len(rows[0]) and int(r[0]) <= step]
+            whole = [r for r in rows[1:] if len(r) == len(rows[0])]
+            unreadable += sum(1 for r in whole if _int_or_none(r[0]) is None)
+            keep = [rows[0]] + [r for r in whole if _int_or_none(r[0]) is not None and _int_or_none(r[0]) <= step]
             text = io.StringIO()
             csv.writer(text).writerows(keep)
             _atomic_write(self.csv_path, text.getvalue())
+        else:  # written anew, header first, by the next log()
+            _atomic_write(self.csv_path, "")
+            self.columns = None
+        if unreadable:
+            print(f"proxima: note: {self.csv_path}: dropped {unreadable} line(s) that are not rows Proxima wrote (not "
+                  "UTF-8 text, not CSV, or without a step); the other rows are kept", file=sys.stderr)
 
     def _truncate_samples(self, step: int) -> None:
         """On resume (after a stop, or a SIGKILL between a step's logs and its checkpoint), drop logged
@@ -153,11 +165,13 @@ class MetricsLogger:
 
         def logged_by_then(line: str) -> bool:  # a line that a SIGKILL cut short is dropped too
             try:
-                return json.loads(line)["step"] <= step
-            except (ValueError, KeyError, TypeError):
+                logged = json.loads(line)["step"]
+                return isinstance(logged, int) and not isinstance(logged, bool) and logged <= step
+            except (ValueError, KeyError, TypeError, RecursionError):
                 return False
 
-        keep = [line for line in file.read_text().splitlines(keepends=True) if logged_by_then(line)]
+        keep = [line for line in file.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+                if logged_by_then(line)]
         _atomic_write(file, "".join(line if line.endswith("\n") else line + "\n" for line in keep))
 
     def log(self, step: int, metrics: dict) -> None:
@@ -189,10 +203,16 @@ class MetricsLogger:
 
 
 def read_metrics(path: Path) -> dict:
-    """metrics.csv -> {column: [float, ...]} with a 'step' column."""
-    with open(path / "metrics.csv", newline="") as f:
+    """metrics.csv -> {column: [float, ...]} with a 'step' column (NaN for a cell that is not a number)."""
+    def number(cell) -> float:
+        try:
+            return float(cell)
+        except (TypeError, ValueError):
+            return float("nan")
+
+    with open(path / "metrics.csv", newline="", encoding="utf-8", errors="replace") as f:
         rows = list(csv.DictReader(f))
-    return {k: [float(r[k]) for r in rows] for k in (rows[0].keys() if rows else [])}
+    return {k: [number(r[k]) for r in rows] for k in (rows[0].keys() if rows else [])}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,12 +222,10 @@ def save_checkpoint(path: Path, step: int, state: dict, keep: int) -> Path:
     folder = path / "checkpoints"
     folder.mkdir(exist_ok=True)
     target = folder / f"step_{step:06d}.pt"
-    tmp = folder / f".step_{step:06d}.pt.tmp"
-    with open(tmp, "wb") as f:
+    from ..atomic import atomic_open
+
+    with atomic_open(target, "wb") as f:  # a fresh temp name, renamed over the target: never through a link
         torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, target)
     for old in list_checkpoints(path)[:-keep]:
         old.unlink(missing_ok=True)
     return target
@@ -276,6 +294,11 @@ def plot_curves(path: Path) -> Optional[Path]:
     ax_k.set_xlabel("PPO step"), ax_k.set_title("KL to the reference (per response)"), ax_k.grid(alpha=0.3)
     fig.tight_layout()
     out = path / "curve.png"
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    from ..atomic import atomic_open
+
+    try:
+        with atomic_open(out, "wb") as f:  # whole or not at all, never through a link planted at curve.png
+            fig.savefig(f, format="png", dpi=100)
+    finally:
+        plt.close(fig)
     return out

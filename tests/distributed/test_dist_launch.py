@@ -59,7 +59,10 @@ def test_resume_starts_as_many_processes_as_wrote_the_checkpoint(monkeypatch, ca
 
     started = []
     monkeypatch.setattr(launch, "launch_torchrun", lambda n, argv: started.append((n, argv)) or 0)
-    monkeypatch.setattr(checkpoint, "load_resumable", lambda path: {"world_size": 2})
+    # the launcher reads the count without setting anything aside (load_checkpoint, never load_resumable)
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "step_000000004096.pt").write_bytes(b"")
+    monkeypatch.setattr(checkpoint, "load_checkpoint", lambda path: {"world_size": 2})
     for name in ("TORCHELASTIC_RUN_ID", "WORLD_SIZE", "RANK"):
         monkeypatch.delenv(name, raising=False)
     argv = ["resume", str(tmp_path), "--total-timesteps", "4096"]
@@ -68,7 +71,7 @@ def test_resume_starts_as_many_processes_as_wrote_the_checkpoint(monkeypatch, ca
     assert started == [(2, argv)]
     assert f"{tmp_path} was written by 2 processes: resuming with 2 processes on this machine" in capsys.readouterr().err
     # a count recorded in a file is data: never more processes than this machine has CPUs
-    monkeypatch.setattr(checkpoint, "load_resumable", lambda path: {"world_size": 10_000})
+    monkeypatch.setattr(checkpoint, "load_checkpoint", lambda path: {"world_size": 10_000})
     monkeypatch.setattr(launch.os, "cpu_count", lambda: 8)
     assert main(argv) == 2
     assert len(started) == 1

@@ -391,14 +391,22 @@ def test_checkpoints_are_written_by_wall_clock_interval_too(tmp_path, capsys):
 def test_disk_full_in_plot_and_report_is_one_line_and_no_file(tmp_path, capsys, monkeypatch, finished_run):
     from matplotlib.figure import Figure
 
-    def full(self, path, **kwargs):
-        Path(path).write_bytes(b"\x89PNG half")
+    def full(self, target, **kwargs):  # the image goes to a temp file (atomic.atomic_open): half of it, then ENOSPC
+        if hasattr(target, "write"):
+            target.write(b"\x89PNG half")
+        else:
+            Path(target).write_bytes(b"\x89PNG half")
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(Figure, "savefig", full)
     code, _, err = run_main(["plot", str(finished_run), "--out", str(tmp_path / "c.png")], capsys)
     error_line(code, err, f"{tmp_path / 'c.png'}: could not write (No space left on device;", "free there)")
-    monkeypatch.setattr(Path, "write_text", lambda self, text: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device")))
+    from proxima import atomic
+
+    def no_room(fd):  # a full disk as the report's bytes are flushed to it
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic.os, "fsync", no_room)
     code, _, err = run_main(["report", str(finished_run), "--out", str(tmp_path / "r.md"), "--episodes", "0"], capsys)
     error_line(code, err, f"{tmp_path / 'r.md'}: could not write (No space left on device;", "free there)")
     assert list(tmp_path.iterdir()) == []

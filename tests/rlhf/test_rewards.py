@@ -120,7 +120,9 @@ def test_a_reward_failing_mid_run_exits_2_and_leaves_a_checkpoint_that_resumes_b
     assert not (run_dir / "summary.json").exists()
 
     monkeypatch.delenv("FLAKY_FAIL_AT_CALL")
-    assert resume(run_dir) == 0
+    assert resume(run_dir) == 2  # the run's recorded reward is a file of code: imported only when trusted
+    assert "would import and run the file" in capsys.readouterr().err
+    assert resume(run_dir, trust_run=True) == 0
     a, b = load_checkpoint(list_checkpoints(straight)[-1]), load_checkpoint(list_checkpoints(run_dir)[-1])
     assert a["step"] == b["step"] == 4
     assert all(torch.equal(a["policy"][k], b["policy"][k]) for k in a["policy"])

@@ -129,7 +129,8 @@ def test_a_module_function_reward_resolves_when_resuming_from_another_directory(
 
     sys.path[:] = [p for p in sys.path if p not in (str(work), "")]
     sys.modules.pop("local_reward_mod", None)
-    assert resume(run_dir, steps=2) == 0
+    assert resume(run_dir, steps=2) == 2  # a run's recorded module:function is imported only when trusted
+    assert resume(run_dir, steps=2, trust_run=True) == 0
     assert read_metrics(run_dir)["step"] == [1.0, 2.0]
 
 

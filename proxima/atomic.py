@@ -1,0 +1,97 @@
+"""Write a file whole, never through a symbolic link: the one way Proxima replaces a file it owns.
+
+A run directory is data that may come from someone else, and it may hold symbolic links planted
+at the names Proxima writes (``metrics.csv``, ``report.md``) or at the temporary names it writes
+them through (``metrics.csv.tmp``). Opening such a name for writing would follow the link and
+overwrite the file it points to, outside the run. Here:
+
+* the temporary file is created next to the target with ``O_CREAT | O_EXCL | O_NOFOLLOW`` under a
+  random name, so an existing file or link at that name is never opened (a new name is tried);
+* it is written, flushed and fsynced, then ``os.replace``d over the target: a rename replaces a
+  symbolic link at the target itself, never the file it points to;
+* the folder is fsynced (best effort), so the rename survives a power loss;
+* on any error the temporary file is removed and the target is left as it was: no half file.
+
+Unlike ``tempfile.mkstemp`` (mode 0600), the file is created with mode 0666 less the umask, as
+``open(path, "w")`` would create it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from pathlib import Path
+from typing import Iterator, Union
+
+PathLike = Union[str, os.PathLike]
+
+#: the longest part of the target's name kept in the temporary name (a file name is at most 255 bytes)
+_NAME_PART = 200
+
+
+def new_temp_file(path: Path) -> tuple:
+    """(fd, temp path): a new file next to ``path`` (``.NAME.<random>.tmp``), opened for writing,
+    never an existing file or link (O_CREAT | O_EXCL | O_NOFOLLOW)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    hidden = "" if path.name.startswith(".") else "."
+    for _ in range(100):
+        tmp = path.with_name(f"{hidden}{path.name[:_NAME_PART]}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path}: could not create a temporary file next to it")  # pragma: no cover - 100 collisions
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems cannot fsync a folder
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_open(path: PathLike, mode: str = "w", encoding: str = "utf-8", newline=None) -> Iterator:
+    """``with atomic_open(path, "w") as f: f.write(...)``: ``path`` is replaced by what was written
+    when the block ends without an error, and left as it was otherwise. ``mode``: "w" (text) or
+    "wb". An OSError (disk full, read-only folder) is raised as it is, the temporary file removed."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open: mode {mode!r}; use 'w' or 'wb'")
+    path = Path(path)
+    fd, tmp = new_temp_file(path)
+    try:
+        if mode == "wb":
+            f = os.fdopen(fd, "wb")
+        else:
+            f = os.fdopen(fd, "w", encoding=encoding, newline=newline)
+        with f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_folder(path.parent)
+
+
+def write_atomic(path: PathLike, data: Union[str, bytes], encoding: str = "utf-8") -> Path:
+    """Replace ``path`` with ``data`` (bytes, or text written in ``encoding``), all or nothing."""
+    with atomic_open(path, "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode(encoding))
+    return Path(path)
+
+
+def leads_outside(path: PathLike, root: PathLike) -> bool:
+    """Whether ``path`` (which may not exist) resolves outside the folder ``root``: it, or a folder
+    on the way to it, is a symbolic link (dangling or not) to somewhere else."""
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    return not (real == top or real.startswith(top.rstrip(os.sep) + os.sep))
