@@ -12,6 +12,7 @@ import os
 import pickle
 import random
 import re
+import stat
 import warnings
 import zipfile
 from pathlib import Path
@@ -38,14 +39,18 @@ def atomic_torch_save(obj, path: Union[str, Path]) -> Path:
     removed if anything fails before the replace. An OSError (disk full, permissions) becomes a
     CheckpointError naming the file; the previous checkpoint is untouched either way.
     """
+    from .atomic import new_temp_file
+
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        # a new file under a random name (O_EXCL | O_NOFOLLOW): never a file or link planted at the temp name
+        fd, tmp = new_temp_file(path)
         crc = torch.serialization.get_crc32_options()
         torch.serialization.set_crc32_options(True)  # load_checkpoint verifies the zip CRCs
         try:
-            with open(tmp, "wb") as f:
+            with os.fdopen(fd, "wb") as f:
                 writer = _RecordingWriter(f)
                 try:
                     torch.save(obj, writer)
@@ -65,7 +70,7 @@ def atomic_torch_save(obj, path: Union[str, Path]) -> Path:
 
         raise CheckpointError(describe(path, e, "could not write checkpoint") + "; any earlier checkpoint is kept") from None
     finally:
-        if tmp.exists():
+        if tmp is not None and os.path.lexists(tmp):
             tmp.unlink()
     try:
         fd = os.open(path.parent, os.O_RDONLY)
@@ -108,29 +113,115 @@ def best_checkpoint_path(run_dir: Union[str, Path]) -> Path:
     return Path(run_dir) / "checkpoints" / "best.pt"
 
 
+def _is_regular(p: Path) -> bool:
+    """Whether ``p`` is a regular file (through a symbolic link): a FIFO, a device, a folder or a
+    dangling link named step_*.pt is not a checkpoint (opening a FIFO would block forever)."""
+    try:
+        return stat.S_ISREG(p.stat().st_mode)
+    except OSError:
+        return False
+
+
 def list_checkpoints(run_dir: Union[str, Path]) -> list[Path]:
-    """Checkpoints of a run, oldest first (by global step in the name)."""
+    """Checkpoints of a run, oldest first (by global step in the name): regular files only."""
     folder = Path(run_dir) / "checkpoints"
     if not folder.is_dir():
         return []
-    return sorted((p for p in folder.iterdir() if _NAME.match(p.name)), key=lambda p: p.name)
+    return sorted((p for p in folder.iterdir() if _NAME.match(p.name) and _is_regular(p)), key=lambda p: p.name)
+
+
+def not_a_file(p: Path) -> Optional[str]:
+    """Why ``p`` (which exists, or is a link) is not a checkpoint file, or None for a regular file."""
+    try:
+        mode = os.lstat(p).st_mode
+    except OSError:
+        return None
+    if stat.S_ISLNK(mode):
+        target = os.readlink(p)
+        if not os.path.exists(p):
+            return f"is a symbolic link to {target}, which does not exist"
+        inner = not_a_file(Path(os.path.realpath(p)))
+        return f"is a symbolic link to {target}, which {inner.removeprefix('is ')}" if inner else None
+    if stat.S_ISREG(mode):
+        return None
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else
+            "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+    return f"is {kind}, not a checkpoint file"
+
+
+def _not_files(run_dir: Path) -> list:
+    """``RUN/checkpoints/step_*.pt`` entries that are not regular files (list_checkpoints skips them)."""
+    folder = Path(run_dir) / "checkpoints"
+    try:
+        names = sorted(p for p in folder.iterdir() if _NAME.match(p.name) and not _is_regular(p))
+    except OSError:
+        return []
+    return names
+
+
+#: temp files of writers killed between writing and replacing: atomic_torch_save's (step_*.pt and
+#: best.pt, ``.NAME.<random>.tmp``) and those of older versions (``.NAME.<pid>.tmp``)
+_STALE_TEMPS = (".step_*.tmp", ".best.pt.*.tmp")
+
+
+def check_own_folder(run_dir: Union[str, Path]) -> Path:
+    """``RUN/checkpoints``; CheckpointError when it is a symbolic link (or lies under one) leading
+    outside the run directory: writing or pruning through it would delete another run's checkpoints."""
+    from .atomic import leads_outside
+
+    folder = Path(run_dir) / "checkpoints"
+    if leads_outside(folder, run_dir):
+        raise CheckpointError(f"{folder}: is a symbolic link to {os.path.realpath(folder)}, outside the run directory "
+                              f"{run_dir}; Proxima does not write or prune checkpoints through it (remove the link)")
+    return folder
 
 
 def prune_checkpoints(run_dir: Union[str, Path], keep: int) -> None:
     """Keep the newest ``keep`` checkpoints; also remove temp files left by a writer that was killed
     between writing and replacing (one writer per run directory, so none is in progress here)."""
+    folder = check_own_folder(run_dir)
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         old.unlink(missing_ok=True)
-    folder = Path(run_dir) / "checkpoints"
     if folder.is_dir():
-        for stale in folder.glob(".step_*.tmp"):
-            stale.unlink(missing_ok=True)
+        for pattern in _STALE_TEMPS:
+            for stale in folder.glob(pattern):
+                if not stale.is_dir():
+                    stale.unlink(missing_ok=True)
 
 
 def save_train_state(run_dir: Union[str, Path], state: dict, keep: int) -> Path:
+    check_own_folder(run_dir)
     path = atomic_torch_save(state, checkpoint_path(run_dir, int(state["global_step"])))
     prune_checkpoints(run_dir, keep)
     return path
+
+
+def set_aside_newer(checkpoint: Union[str, Path]) -> Optional[Path]:
+    """Resuming from ``checkpoint`` (RUN/checkpoints/step_N.pt) when newer ones exist: those belong to
+    the timeline being abandoned. They are moved into ``RUN/checkpoints/abandoned-<time>/`` (kept, never
+    pruned or resumed by name again) with a line on stderr; returns that folder, or None when none is newer."""
+    import sys
+    from datetime import datetime
+
+    checkpoint = Path(checkpoint)
+    if checkpoint.parent.name != "checkpoints" or not _NAME.match(checkpoint.name):
+        return None
+    run_dir = checkpoint.parent.parent
+    newer = [p for p in list_checkpoints(run_dir) if p.name > checkpoint.name]
+    if not newer:
+        return None
+    folder = check_own_folder(run_dir)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    dest, n = folder / f"abandoned-{stamp}", 2
+    while os.path.lexists(dest):
+        dest, n = folder / f"abandoned-{stamp}-{n}", n + 1
+    dest.mkdir()
+    for p in newer:
+        os.replace(p, dest / p.name)
+    print(f"proxima: note: resuming from {checkpoint.name}, older than the run's newest checkpoint: moved the {len(newer)} "
+          f"newer one(s) ({newer[0].name}..{newer[-1].name}) to {dest} (the run continues from {checkpoint.name})",
+          file=sys.stderr)
+    return dest
 
 
 # ------------------------------------------------------------------------------------ RNG
@@ -192,12 +283,17 @@ def space_from_dict(d, where: str = "space") -> gym.spaces.Space:
         raise _not_a_space(where, "no 'type'" if kind is None else f"unknown type {kind!r}")
     try:
         return build(d, where)
-    except (AssertionError, ValueError, TypeError) as e:  # gymnasium's own checks (e.g. low above high)
+    except (AssertionError, ValueError, TypeError, OverflowError) as e:  # gymnasium's own checks (e.g. low above high)
         raise _not_a_space(where, _one_line(e, 100) or type(e).__name__) from None
 
 
 def _not_a_space(where: str, why: str) -> CheckpointError:
     return CheckpointError(f"{where}: not a recorded space ({why})")
+
+
+#: the largest count or start a recorded space may hold (an action count the agent's output layer has
+#: one row for; beyond int32 no network fits in memory anyway)
+_MAX_SPACE_INT = 2**31 - 1
 
 
 def _is_int(x) -> bool:
@@ -207,8 +303,9 @@ def _is_int(x) -> bool:
 def _int_field(d: dict, key: str, where: str, minimum: Optional[int] = None, default: Optional[int] = None) -> int:
     """d[key] as an int (``default`` when absent and one is given), checked against ``minimum``."""
     value = d.get(key, default)
-    if not _is_int(value) or (minimum is not None and value < minimum):
+    if not _is_int(value) or (minimum is not None and value < minimum) or abs(value) > _MAX_SPACE_INT:
         wanted = "an integer" + (f" >= {minimum}" if minimum is not None else "")
+        wanted += f" of at most {_MAX_SPACE_INT:,}" if _is_int(value) and abs(value) > _MAX_SPACE_INT else ""
         raise _not_a_space(where, f"'{key}' is {value!r}, not {wanted}" if key in d else f"missing '{key}'")
     return value
 
@@ -218,9 +315,14 @@ def _int_array(d: dict, key: str, where: str, minimum: Optional[int] = None, def
     value = d.get(key, default)
     if key not in d and default is None:
         raise _not_a_space(where, f"missing '{key}'")
-    arr = np.asarray(value) if isinstance(value, (list, tuple, np.ndarray)) else None
-    if arr is None or arr.size == 0 or arr.dtype.kind not in "iu" or (minimum is not None and (arr < minimum).any()):
+    try:
+        arr = np.asarray(value) if isinstance(value, (list, tuple, np.ndarray)) else None
+    except (ValueError, TypeError, OverflowError):  # ragged, or ints beyond int64
+        arr = None
+    if (arr is None or arr.size == 0 or arr.dtype.kind not in "iu" or (minimum is not None and (arr < minimum).any())
+            or (np.abs(arr.astype(np.float64)) > _MAX_SPACE_INT).any()):
         wanted = "a list of integers" + (f" >= {minimum}" if minimum is not None else "")
+        wanted += f" of at most {_MAX_SPACE_INT:,}" if arr is not None and arr.dtype.kind in "iu" and arr.size else ""
         raise _not_a_space(where, f"'{key}' is {_one_line(repr(value), 60)}, not {wanted}")
     return arr.astype(np.int64)
 
@@ -317,12 +419,16 @@ def resolve_checkpoint(path: Union[str, Path]) -> Path:
     """A checkpoint file, or the latest checkpoint of a run directory; CheckpointError otherwise."""
     path = Path(path)
     if not path.exists():
-        raise CheckpointError(f"{path}: no such file or directory")
-    if path.is_dir():
+        why = not_a_file(path) if os.path.islink(path) else None
+        raise CheckpointError(f"{path}: {why}" if why else f"{path}: no such file or directory")
+    if path.is_dir() and not _NAME.match(path.name):
         ckpts = list_checkpoints(path)
         if not ckpts:
             raise no_checkpoint_error(path)
         return ckpts[-1]
+    why = not_a_file(path)
+    if why:
+        raise CheckpointError(f"{path}: {why}")
     return path
 
 
@@ -333,7 +439,12 @@ _RUN_FILES = ("config.yaml", "meta.json", "metrics.csv")
 def no_checkpoint_error(path: Path) -> CheckpointError:
     """The line for a directory without checkpoints/step_*.pt: a run that has written none yet
     (its start-up files are there: one in progress, or stopped before its first checkpoint) is
-    told apart from a folder that is no run at all."""
+    told apart from a folder that is no run at all; a step_*.pt that is no file (a folder, a dangling
+    link, a FIFO) is named as what it is."""
+    odd = _not_files(path)
+    if odd:
+        more = f" (and {len(odd) - 1} more like it)" if len(odd) > 1 else ""
+        return CheckpointError(f"{odd[-1]}: {not_a_file(odd[-1])}{more}; {path} has no checkpoint file to load")
     if not any((path / name).is_file() for name in _RUN_FILES):
         return CheckpointError(f"{path}: not a Proxima run directory (no checkpoints/step_*.pt inside)")
     from .rundir import holder_alive, read_lock
@@ -478,11 +589,27 @@ def _load_newest(run_dir: Path, map_location) -> dict:
 
 def _load_file(path: Path, map_location) -> dict:
     try:
-        f = open(path, "rb")  # once: a file replaced or removed meanwhile is read as it was when opened
+        # once: a file replaced or removed meanwhile is read as it was when opened; O_NONBLOCK: a FIFO
+        # planted at the name is not waited on (it is refused below, as anything but a regular file)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
+        if os.path.islink(path):  # a dangling link: not a file that vanished
+            raise CheckpointError(f"{path}: {not_a_file(path)}") from None
         raise _Vanished(f"{path}: no such file or directory") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"{path}: is a directory, not a checkpoint file") from None
     except OSError as e:
         raise CheckpointError(f"{path}: cannot read checkpoint ({e.strerror or e})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise CheckpointError(f"{path}: {not_a_file(path) or 'is not a regular file'}")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
     with f:
         return _load_open(path, f, map_location)
 
@@ -647,11 +774,18 @@ class Policy:
         return action
 
 
+#: the largest seed a run takes (config.MAX_SEED), hidden layer width and layer count a policy is rebuilt with:
+#: a file's config is data, and the network it describes is allocated before its weights are compared
+_MAX_SEED = 2**31 - 1
+_MAX_WIDTH = 2**20
+_MAX_LAYERS = 64
+
 #: config fields a policy is rebuilt and evaluated from: name -> (check, what it must be); others are not read
 _POLICY_FIELDS = {
     "env_id": (lambda v: isinstance(v, str) and bool(v), "a non-empty string"),
-    "seed": (_is_int, "an integer"),
-    "hidden_sizes": (lambda v: isinstance(v, (list, tuple)) and all(_is_int(h) and h >= 1 for h in v), "a list of positive widths"),
+    "seed": (lambda v: _is_int(v) and 0 <= v <= _MAX_SEED, f"an integer from 0 to {2**31 - 1:,}"),
+    "hidden_sizes": (lambda v: isinstance(v, (list, tuple)) and len(v) <= _MAX_LAYERS and all(_is_int(h) and 1 <= h <= _MAX_WIDTH for h in v),
+                     "a list of positive widths"),
     "activation": (lambda v: v in ("tanh", "relu"), "tanh or relu"),
 }
 #: fields older checkpoints may lack (encoder: flat-Box MLP agents) and those read only when present
@@ -690,7 +824,20 @@ def check_policy_state(state: dict) -> dict:
     for key in ("agent", "obs_normalizer"):  # weights: a dict of tensors (no normalizer: None)
         if not isinstance(state.get(key), dict) and not (key == "obs_normalizer" and state.get(key) is None):
             raise CheckpointError(f"{path}: {key} is not a mapping of weights ({_describe(state.get(key))})")
+        for name, value in (state.get(key) or {}).items():
+            check_finite_tensor(path, f"{key}.{name}", value)
     return cfg
+
+
+def check_finite_tensor(path, field: str, value) -> None:
+    """CheckpointError naming the file and ``field`` when ``value`` is not a tensor, or a floating
+    one holding NaN or inf (a policy with such weights acts on garbage; a resume would blame the env)."""
+    if not isinstance(value, torch.Tensor):
+        raise CheckpointError(f"{path}: {field} is {_describe(value)}, not a tensor")
+    if (value.is_floating_point() or value.is_complex()) and value.numel() and not bool(torch.isfinite(value).all()):
+        bad = int((~torch.isfinite(value)).sum())
+        raise CheckpointError(f"{path}: {field} holds {bad} non-finite value(s) (NaN or inf) of {value.numel()}; "
+                              "the checkpoint is damaged or was edited (an earlier checkpoint of the run may be intact)")
 
 
 def _single_space(env, kind: str):
@@ -715,10 +862,21 @@ def build_agent(state: dict, device="cpu"):
     act_space = space_from_dict(state["spaces"]["action"], f"{path}: spaces.action")
     from .envs.spaces import obs_layout
 
+    def make():  # checkpoints from before the encoder field hold flat-Box MLP agents
+        return Agent(obs_space, act_space, cfg["hidden_sizes"], cfg["activation"], cfg.get("encoder", "mlp"))
+
     try:  # a recorded space or encoder the agent cannot use (an edited file): EnvError/ConfigError/ValueError
-        # checkpoints from before the encoder field hold flat-Box MLP agents
-        agent = Agent(obs_space, act_space, cfg["hidden_sizes"], cfg["activation"], cfg.get("encoder", "mlp")).to(device)
-    except (EnvError, ConfigError, ValueError) as e:
+        # first without memory (the meta device: shapes only): the weights the config describes are
+        # compared with the file's before anything is allocated, so a small file cannot make eval
+        # allocate a network of any size its config names
+        with torch.device("meta"):
+            shapes = {k: tuple(v.shape) for k, v in make().state_dict().items()}
+    except (EnvError, ConfigError, ValueError, TypeError, OverflowError, RuntimeError, MemoryError) as e:
+        raise CheckpointError(f"{path}: the recorded spaces and config do not describe an agent ({_one_line(e, 160)})") from None
+    check_weight_shapes(path, shapes, state["agent"])
+    try:
+        agent = make().to(device)
+    except (EnvError, ConfigError, ValueError, TypeError, OverflowError, RuntimeError, MemoryError) as e:
         raise CheckpointError(f"{path}: the recorded spaces and config do not describe an agent ({_one_line(e, 160)})") from None
     try:
         agent.load_state_dict(state["agent"])
@@ -729,6 +887,21 @@ def build_agent(state: dict, device="cpu"):
     except (RuntimeError, KeyError) as e:
         raise CheckpointError(f"{path}: weights do not match the recorded config ({str(e).splitlines()[0][:160]})") from None
     return agent, obs_norm, obs_space, act_space
+
+
+def check_weight_shapes(path, expected: dict, weights: dict) -> None:
+    """CheckpointError naming the file and the first weight whose name or shape differs from the agent
+    the recorded config and spaces describe (``expected``: name -> shape)."""
+    missing = [k for k in expected if k not in weights]
+    extra = [k for k in weights if k not in expected]
+    if missing or extra:
+        what = f"no agent.{missing[0]}" if missing else f"an unexpected agent.{extra[0]}"
+        raise CheckpointError(f"{path}: weights do not match the recorded config ({what}; config.hidden_sizes, "
+                              "config.encoder and the spaces describe another network)")
+    for name, shape in expected.items():
+        if tuple(weights[name].shape) != shape:
+            raise CheckpointError(f"{path}: weights do not match the recorded config (agent.{name} has shape "
+                                  f"{tuple(weights[name].shape)}, the recorded config.hidden_sizes and spaces give {shape})")
 
 
 def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = None, trust_env: bool = False,

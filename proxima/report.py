@@ -170,13 +170,26 @@ def final_eval(run_dir: Path, config: dict, meta: dict, episodes: int, device: s
     ``{"error": "..."}`` when there is none to give (no checkpoint, RLHF run, --episodes 0).
     """
     saved = _check_eval(run_dir / "eval.json", _read_json(run_dir / "eval.json"))
-    if saved.get("mean_return") is not None:
+    if saved.get("mean_return") is not None and not _stale_eval(run_dir, saved):
         return {**saved, "source": "eval.json (end of training)"}
     if meta.get("kind") == "rlhf":
         return {"error": "not applicable to an RLHF run"}
     if episodes < 1:
         return {"error": "no eval.json and --episodes 0"}
     return evaluate_latest(run_dir, episodes, device)
+
+
+def _stale_eval(run_dir: Path, saved: dict) -> bool:
+    """An eval.json of an earlier step than the run's newest checkpoint (a run resumed and stopped
+    before its end): it records the step it evaluated (older ones do not: taken as they are)."""
+    from .checkpoint import list_checkpoints
+
+    step = saved.get("global_step")
+    if not isinstance(step, int) or isinstance(step, bool):
+        return False
+    files = list_checkpoints(run_dir)
+    newest = int(files[-1].stem.split("_")[-1]) if files and files[-1].stem.split("_")[-1].isdigit() else None
+    return newest is not None and newest > step
 
 
 def evaluate_latest(run_dir: Path, episodes: int, device: str = "cpu") -> dict:

@@ -81,18 +81,42 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
         check_run_dir_path(run_dir)
         return None, config, run_dir, False, restart
     src = ckpt.resolve_checkpoint(resume).resolve()  # a missing path fails here, before anything is locked
-    target_dir = Path(resume).resolve() if Path(resume).is_dir() else ckpt.run_dir_of(src)
-    treat_as_data(target_dir)  # never import env code from the run directory itself
-    session.lock_existing(target_dir)
-    state = ckpt.load_resumable(resume)
+    # the run directory written is the one whose checkpoints/ holds the file (RUN/checkpoints/step_N.pt
+    # -> RUN), never a path recorded inside the file: a copied or downloaded checkpoint would otherwise
+    # train into (and prune) the run it came from
+    loose = not Path(resume).is_dir() and src.parent.name != "checkpoints"
+    if loose:
+        given = run_dir if run_dir is not None else (overrides or {}).get("run_dir") or (config.run_dir if config is not None else None)
+        if given is None:
+            raise ConfigError(f"{resume}: a checkpoint file outside a run's checkpoints/ folder; give --run-dir DIR (a new "
+                              "or empty directory) for the run it continues")
+        target_dir = Path(given)
+        check_run_dir_path(target_dir)
+        treat_as_data(src.parent)
+        state = ckpt.load_resumable(src)
+    else:
+        target_dir = Path(resume).resolve() if Path(resume).is_dir() else src.parent.parent
+        treat_as_data(target_dir)  # never import env code from the run directory itself
+        session.lock_existing(target_dir)
+        state = ckpt.load_resumable(resume)
     recorded = from_dict(state["config"], source=state["path"])
+    from .train_state import check_counters
+
+    check_counters(state, batch_size(recorded))  # before any of them is used (apply_resume_overrides)
     if env_id is not None and env_id != recorded.env_id:
         raise ConfigError(f"{state['path']}: the run trains '{recorded.env_id}', not '{env_id}'; resume continues the same env")
     if env_id is None and not trust_run:
         refuse_recorded_env(recorded.env_id, state["path"], "resume" if config is None else "train --resume")
     config = apply_resume_overrides(recorded, overrides or {}, state)
     src = Path(state["path"]).resolve()
-    run_dir = src.parent.parent if src.parent.name == "checkpoints" else Path(run_dir or config.run_dir or src.parent)
+    if loose:  # a new run directory, claimed as a fresh run's (refused when it holds files)
+        session.claim_fresh(target_dir)
+        run_dir = target_dir
+    else:
+        run_dir = src.parent.parent if src.parent.name == "checkpoints" else target_dir
+        ckpt.set_aside_newer(src)  # an explicit older checkpoint: the newer ones are another timeline
+    if config.run_dir is None or Path(config.run_dir).resolve() != Path(run_dir).resolve():
+        config.run_dir = str(run_dir)  # config.yaml records where the run is, not where the file says it was
     return state, config, run_dir, True, None
 
 
@@ -170,7 +194,7 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_saf
                                   f"{getattr(cfg, name)!r}); safe to change on resume: {safe}")
             continue
         setattr(cfg, name, value)
-    step = int(state["global_step"])
+    step = int(state["global_step"])  # checked by train_state.check_counters
     # the run trains whole iterations: it is complete when no further one fits in total_timesteps
     per_iteration = batch_size(cfg) * int(state.get("world_size", 1))
     if cfg.total_timesteps < step + per_iteration:

@@ -91,6 +91,68 @@ def capture(t: "Trainer") -> dict:
     }
 
 
+def _int_count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def check_counters(state: dict, batch: int) -> None:
+    """CheckpointError naming the file and the field when a checkpoint's counters are not what a run
+    writes: ``iteration`` and ``global_step`` integers >= 0 with global_step = iteration x batch x
+    world_size (every iteration adds one batch per process, also after --total-timesteps extended the
+    run or --stop-return stopped it), ``world_size`` an integer >= 1, ``elapsed`` a finite number >= 0.
+    A negative or inconsistent counter would resume at the wrong learning rate, or truncate metrics.csv."""
+    path = state.get("path", "checkpoint")
+    for key in ("iteration", "global_step"):
+        if key not in state:
+            raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing '{key}')")
+        if not _int_count(state[key]) or state[key] < 0:
+            raise ckpt.CheckpointError(f"{path}: {key} is {ckpt._one_line(repr(state[key]), 60)}, not an integer >= 0")
+    world = state.get("world_size", 1)
+    if not _int_count(world) or world < 1:
+        raise ckpt.CheckpointError(f"{path}: world_size is {ckpt._one_line(repr(world), 60)}, not an integer >= 1")
+    elapsed = state.get("elapsed", 0.0)
+    if not isinstance(elapsed, (int, float)) or isinstance(elapsed, bool) or not np.isfinite(elapsed) or elapsed < 0:
+        raise ckpt.CheckpointError(f"{path}: elapsed is {ckpt._one_line(repr(elapsed), 60)}, not a number of seconds >= 0")
+    if state["global_step"] != state["iteration"] * batch * world:
+        raise ckpt.CheckpointError(f"{path}: global_step {state['global_step']:,} does not match iteration {state['iteration']:,} "
+                                   f"(each iteration trains num_envs x num_steps x processes = {batch * world:,} steps); "
+                                   "the checkpoint is damaged or was edited")
+
+
+def _check_like(path, field: str, value, like) -> None:
+    """CheckpointError when ``value`` is not shaped as ``like`` (what this run's own state holds):
+    the same keys, tensors of the same shape and dtype. A tensor of another shape would broadcast
+    into this run's buffers or fail deep inside them."""
+    if isinstance(like, torch.Tensor):
+        if not isinstance(value, torch.Tensor):
+            raise ckpt.CheckpointError(f"{path}: {field} is {ckpt._describe(value)}, not a tensor")
+        if tuple(value.shape) != tuple(like.shape) or value.is_floating_point() != like.is_floating_point() or value.is_complex():
+            raise ckpt.CheckpointError(f"{path}: {field} is a {str(value.dtype).replace('torch.', '')} tensor of shape "
+                                       f"{tuple(value.shape)}; this run's is {str(like.dtype).replace('torch.', '')} "
+                                       f"{tuple(like.shape)}")
+        if value.is_floating_point() and value.numel() and not bool(torch.isfinite(value).all()) and field == "next_obs":
+            raise ckpt.CheckpointError(f"{path}: next_obs holds non-finite values (NaN or inf)")
+    elif isinstance(like, dict):
+        if not isinstance(value, dict):
+            raise ckpt.CheckpointError(f"{path}: {field} is {ckpt._describe(value)}, not a mapping")
+        for key, sub in like.items():
+            if key not in value:
+                raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing '{field}.{key}')")
+            _check_like(path, f"{field}.{key}", value[key], sub)
+    elif isinstance(like, (list, tuple)) and any(isinstance(v, (torch.Tensor, dict)) for v in like):
+        if not isinstance(value, (list, tuple)) or len(value) != len(like):
+            raise ckpt.CheckpointError(f"{path}: {field} is not a list of {len(like)} entries")
+        for i, (v, sub) in enumerate(zip(value, like)):
+            _check_like(path, f"{field}[{i}]", v, sub)
+
+
+def _set_rng(path, rng) -> None:
+    try:
+        ckpt.set_rng_state(rng)
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError, OverflowError) as e:
+        raise ckpt.CheckpointError(f"{path}: rng is not a recorded RNG state ({type(e).__name__}: {ckpt._one_line(e, 120)})") from None
+
+
 def restore(t: "Trainer", state: dict) -> None:
     """Put a loaded TrainState back into ``t`` (this rank's pieces under torchrun).
 
@@ -114,28 +176,37 @@ def restore(t: "Trainer", state: dict) -> None:
         raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing {e})") from None
     except (RuntimeError, ValueError, TypeError) as e:
         raise ckpt.CheckpointError(f"{path}: does not match this run's config ({str(e).splitlines()[0][:160]})") from None
-    try:
-        t.iteration, t.global_step = int(state["iteration"]), int(state["global_step"])
-        t.elapsed, _ = float(state.get("elapsed", 0.0)), state["rng"]
-    except KeyError as e:
-        raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing {e})") from None
+    w = state.get("world_size", 1)
+    if _int_count(w) and w != t.dist.world_size:
+        raise ckpt.CheckpointError(f"{path}: written by {w} process(es), resumed with {t.dist.world_size}; use the same --nproc"
+                                   + (f" (proxima resume RUN_DIR starts {w}; or proxima train --resume RUN_DIR --nproc {w})" if w > 1 else ""))
+    check_counters(state, t.steps_per_iteration // t.dist.world_size)
+    if "rng" not in state:
+        raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing 'rng')")
+    t.iteration, t.global_step = state["iteration"], state["global_step"]
+    t.elapsed = float(state.get("elapsed", 0.0))
     t.last_checkpoint = Path(path) if "path" in state else None
     t.return_window = return_window(state)
     best = state.get("best_eval")
     t.best_eval = float(best) if isinstance(best, (int, float)) and not isinstance(best, bool) else None
-    if state.get("world_size", 1) != t.dist.world_size:
-        w = state.get("world_size", 1)
-        raise ckpt.CheckpointError(f"{path}: written by {w} process(es), resumed with {t.dist.world_size}; use the same --nproc"
-                                   + (f" (proxima resume RUN_DIR starts {w}; or proxima train --resume RUN_DIR --nproc {w})" if w > 1 else ""))
     if state.get("env") is not None and t.env.can_save_state and state.get("env_backend") == t.env.backend:
-        t.env.load_state_dict(state["env"])
+        if "next_obs" not in state:
+            raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing 'next_obs')")
+        # shapes first: a tensor of another shape would broadcast into this run's buffers (or fail inside them)
+        _check_like(path, "next_obs", state["next_obs"], t.next_obs)
+        _check_like(path, "env", state["env"], t.env.state_dict())
+        try:
+            t.env.load_state_dict(state["env"])
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as e:
+            raise ckpt.CheckpointError(f"{path}: env does not hold this run's env state ({type(e).__name__}: "
+                                       f"{ckpt._one_line(e, 120)})") from None
         t.next_obs.copy_(state["next_obs"])  # in place: the rollout's graph holds this buffer
-        ckpt.set_rng_state(state["rng"])
+        _set_rng(path, state["rng"])
     else:
         # Gymnasium envs cannot save their state: restart episodes (told once)
         if t.dist.is_main:
             print(f"proxima: note: {t.env.backend} envs cannot restore their state; resumed run restarts episodes", file=sys.stderr)
-        ckpt.set_rng_state(state["rng"])
+        _set_rng(path, state["rng"])
         t.next_obs.copy_(t.env.reset(seed=t.cfg.seed + 10_000 * t.dist.rank + t.iteration))
     if t.dist.world_size > 1 and "ranks" not in state:  # an older checkpoint held only rank 0's RNG
         torch.manual_seed(t.cfg.seed + 10_000 * t.dist.rank + t.iteration)
@@ -174,6 +245,11 @@ def save(t: "Trainer") -> Optional[Path]:
 
 
 # ------------------------------------------------------------------------------------------------
+def _drop_link(path: Path) -> None:
+    if path.is_symlink():
+        path.unlink()
+
+
 def open_run_dir(t: "Trainer", resumed: bool) -> None:
     """Rank 0: create the run directory; a new run also gets config.yaml and meta.json, a resumed
     one's config.yaml is replaced (atomically) when a resume changed a field (--total-timesteps).
@@ -182,6 +258,7 @@ def open_run_dir(t: "Trainer", resumed: bool) -> None:
     trainer then removes the new run's directory (rundir.RunSession.discard_fresh)."""
     if not t.dist.is_main:
         return
+    from .atomic import write_atomic
     from .diskspace import write_error
 
     path = t.run_dir / "checkpoints"
@@ -193,10 +270,9 @@ def open_run_dir(t: "Trainer", resumed: bool) -> None:
         text = yaml.safe_dump(t.cfg.to_dict(), sort_keys=False)
         if resumed:  # the flags a resume may change (an extended --total-timesteps): config.yaml says what runs now
             if not path.is_file() or path.read_text(errors="replace") != text:
-                tmp = path.with_name(path.name + ".tmp")
-                tmp.write_text(text)
-                tmp.replace(path)
+                write_atomic(path, text)  # never through a link planted at config.yaml or a temp name
             return
+        _drop_link(path)  # a new run's directory was claimed empty: never write through a link planted since
         with open(path, "w") as f:
             f.write(text)
         meta = {"kind": "ppo", "command": t.argv if t.argv is not None else sys.argv,
@@ -210,6 +286,7 @@ def open_run_dir(t: "Trainer", resumed: bool) -> None:
         except Exception:  # doctor is best-effort here
             pass
         path = t.run_dir / "meta.json"
+        _drop_link(path)
         with open(path, "w") as f:
             json.dump(meta, f, indent=2, default=str)
     except OSError as e:

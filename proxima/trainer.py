@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import signal
 import sys
@@ -236,6 +237,8 @@ class Trainer:
                         row.update(self._evaluate_now())
                     if self.logger is not None:
                         self.logger.log(self.iteration, self.global_step, row)
+                    if resumed and self.dist.is_main and not getattr(self, "_stale_eval_gone", False):
+                        self._drop_stale_eval()
                     periodic = (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0) or self._checkpoint_due()
                     signum = self.dist.agree_stop(stop.signum)  # all ranks stop at the same iteration
                     # --stop-return: every rank reads the same all-reduced episode sums, so all stop here
@@ -253,6 +256,18 @@ class Trainer:
             if self.logger is not None:
                 self.logger.close()
         return self.run_dir
+
+    def _drop_stale_eval(self) -> None:
+        """A resumed run has trained past the final evaluation of its earlier end (eval.json): that
+        file no longer describes the run and is removed (finish_run writes a new one at the end)."""
+        self._stale_eval_gone = True
+        path = self.run_dir / "eval.json"
+        if os.path.lexists(path) and not path.is_dir():
+            try:
+                path.unlink()
+            except OSError as e:
+                print(f"proxima: note: {path}: could not remove the earlier run's evaluation ({e.strerror or e}); "
+                      "it describes an earlier step", file=sys.stderr)
 
     def _env_failure(self, e: EnvError) -> Exception:
         """The error for an env that raised (or broke the contract) mid-rollout: a NaN/inf the envs
@@ -546,13 +561,15 @@ def finish_run(trainer: Trainer, quiet: bool) -> None:
         except EnvError as e:  # an env without a time limit: training itself is done
             raise EnvError(f"{e}; training finished, its checkpoints are kept ({last})") from None
         path = trainer.run_dir / "eval.json"
+        # the step it evaluates: a reader tells a final evaluation from one a later resume left behind
+        result = {**result, "global_step": int(trainer.global_step)}
         try:
-            with open(path, "w") as f:
-                json.dump(result, f, indent=2)
+            from .atomic import write_atomic
+
+            write_atomic(path, json.dumps(result, indent=2))  # whole or not at all, never through a planted link
         except OSError as e:
             from .diskspace import write_error
 
-            path.unlink(missing_ok=True)
             raise write_error(path, e, suffix=f"; the run's checkpoints are kept ({last})") from None
         if not quiet:
             print(f"eval {format_result(result)}")

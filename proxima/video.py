@@ -191,9 +191,17 @@ def _write_whole(path: Path, write) -> None:
 
     from .diskspace import describe, free_bytes, human_bytes
 
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")  # the suffix picks the format
+    import tempfile
+
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        # a new file under a random name (mkstemp: O_EXCL, so never a file or link planted there); the
+        # suffix picks the format; os.replace puts it over ``path`` itself, never through a link there
+        fd, name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)
+        os.fchmod(fd, 0o644)  # mkstemp's 0600: a video is as readable as any other file of the run
+        os.close(fd)
+        tmp = Path(name)
         write(tmp)
         os.replace(tmp, path)
     except OSError as e:
@@ -207,4 +215,5 @@ def _write_whole(path: Path, write) -> None:
         room = f"; {human_bytes(free)} free there" if free is not None else ""
         raise VideoError(f"{path}: could not write the video ({type(e).__name__}: {str(e)[:120]}{room}); no video was kept") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)

@@ -168,6 +168,21 @@ def test_report_evaluates_without_eval_json_and_combines_runs(runs, tmp_path):
     assert not (copy / "eval.json").exists()  # the report does not change the run
 
 
+def test_report_takes_eval_json_of_the_last_step_and_evaluates_anew_when_it_is_older(runs, tmp_path):
+    import shutil
+
+    from proxima.report import final_eval
+
+    ev = json.loads((runs[0] / "eval.json").read_text())
+    assert ev["global_step"] == STEPS  # the step it evaluated: the last checkpoint's
+    assert final_eval(runs[0], {}, {}, episodes=2)["source"] == "eval.json (end of training)"
+    copy = tmp_path / "stale"
+    shutil.copytree(runs[0], copy)
+    (copy / "eval.json").write_text(json.dumps({**ev, "global_step": STEPS // 2, "mean_return": -1.0}))
+    fresh = final_eval(copy, {}, {}, episodes=2)  # a resumed run stopped early: its eval.json is of before
+    assert fresh["source"].startswith("evaluated now from step_") and fresh["mean_return"] != -1.0
+
+
 def test_report_errors(runs, tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
