@@ -297,10 +297,10 @@ def write_markdown(path: Path, runs: list, invocations: list) -> None:
         "-->",
         "",
     ]
+    from proxima.bench import write_file
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join(text))
-    os.replace(tmp, path)
+    write_file(path, "\n".join(text))  # atomic, under a fresh temp name
 
 
 GENERATED_SECTIONS = ("Tuning notes", "Presets (default)", "Commands")

@@ -112,20 +112,10 @@ def _to_float(cell: str) -> float:
 
 def run_env_id(run_dir: PathLike) -> str:
     """env_id from the run's config.yaml (the model name for RLHF runs); 'unknown' if absent."""
-    path = Path(run_dir) / "config.yaml"
-    if path.is_file():
-        import yaml
-
-        from .config import load_yaml
-
-        try:  # data: an alias (a YAML bomb) is refused like invalid YAML
-            cfg = load_yaml(path.read_text(encoding="utf-8")) or {}
-        except (yaml.YAMLError, OSError, UnicodeDecodeError):  # unreadable like invalid YAML: env 'unknown'
-            cfg = {}
-        if isinstance(cfg, dict):
-            for key in ("env_id", "model", "policy_model"):
-                if cfg.get(key):
-                    return str(cfg[key])
+    cfg = run_config(run_dir)  # {} when absent or unreadable (an alias, a YAML bomb, refused): 'unknown'
+    for key in ("env_id", "model", "policy_model"):
+        if cfg.get(key):
+            return str(cfg[key])
     return "unknown"
 
 

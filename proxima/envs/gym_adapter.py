@@ -491,9 +491,11 @@ class GymnasiumEnv(BatchedEnv):
         """Count each env's steps on from ``steps`` (a resumed run: the steps each env had taken), so
         an env's error names the env step an uninterrupted run would. Best effort: a vector env that
         cannot set it keeps counting from 0."""
+        if not isinstance(self.envs, gym.vector.SyncVectorEnv):
+            return  # an async worker that fails set_attr may close its pipe: not worth that for a message
         try:
             self.envs.set_attr("steps", int(steps))
-        except Exception:
+        except AttributeError:
             pass
 
     def _episode_stats(self, reward: np.ndarray, done: np.ndarray, info: dict):

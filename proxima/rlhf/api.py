@@ -83,6 +83,7 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False) -> int
     from .rewards import refuse_recorded_rewards
     from .trainer import RLHFTrainer
 
+    from ..checkpoint import CheckpointError
     from ..diskspace import StorageError
     from ..rundir import RunLock, check_own_entries
 
@@ -127,7 +128,7 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False) -> int
             D.shutdown(d, clean=False)
             raise
         D.shutdown(d)
-    except (ConfigError, StorageError) as e:  # RunDirError is a ConfigError; StorageError: a lock that cannot be written
+    except (ConfigError, StorageError, CheckpointError) as e:  # RunDirError is a ConfigError; StorageError: a lock that cannot be written
         print(f"proxima resume: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -12,6 +12,8 @@ import os
 import sys
 
 
+from ..checkpoint import CheckpointError
+from ..diskspace import StorageError
 from .config import FIELDS, ConfigError, RLHFConfig, from_dict
 
 PROG = "proxima rlhf"
@@ -119,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
             from .api import train_rlhf
 
             run_dir = train_rlhf(build_config(args))
-    except ConfigError as e:
+    except (ConfigError, StorageError, CheckpointError) as e:  # a full disk: one line naming the file
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -222,12 +222,16 @@ def save_checkpoint(path: Path, step: int, state: dict, keep: int) -> Path:
     folder = path / "checkpoints"
     folder.mkdir(exist_ok=True)
     target = folder / f"step_{step:06d}.pt"
-    from ..atomic import atomic_open
+    from ..checkpoint import atomic_torch_save
 
-    with atomic_open(target, "wb") as f:  # a fresh temp name, renamed over the target: never through a link
-        torch.save(state, f)
+    # PPO's writer: a fresh temp name renamed over the target (never through a link), CRCs on, a full
+    # disk as one line (CheckpointError naming the file)
+    atomic_torch_save(state, target)
     for old in list_checkpoints(path)[:-keep]:
         old.unlink(missing_ok=True)
+    for stale in folder.glob(".step_*.tmp"):  # temp files of a save killed before its rename
+        if not stale.is_dir():
+            stale.unlink(missing_ok=True)
     return target
 
 

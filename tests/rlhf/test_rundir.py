@@ -269,3 +269,26 @@ def test_a_real_sigkill_mid_run_then_resume_leaves_every_step_logged_once(assets
     events = EventAccumulator(str(run_dir))
     events.Reload()
     assert [e.step for e in events.Scalars("objective/kl")] == list(range(1, steps + 1))
+
+
+def test_checkpoint_writes_clean_temps_of_a_killed_save_and_a_full_disk_is_one_line(tmp_path, monkeypatch):
+    import errno
+
+    import torch
+
+    from proxima.checkpoint import CheckpointError
+    from proxima.rlhf import rundir
+
+    (tmp_path / "checkpoints").mkdir()
+    stale = tmp_path / "checkpoints" / ".step_000001.pt.3f9a.tmp"  # a save killed before its rename
+    stale.write_bytes(b"partial")
+    first = rundir.save_checkpoint(tmp_path, 2, {"format": "t", "w": torch.ones(2)}, keep=2)
+    assert not stale.exists() and torch.equal(rundir.load_checkpoint(first)["w"], torch.ones(2))
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("proxima.checkpoint.os.replace", full)
+    with pytest.raises(CheckpointError, match=r"step_000003\.pt.*could not write checkpoint.*earlier checkpoint is kept"):
+        rundir.save_checkpoint(tmp_path, 3, {"w": torch.zeros(2)}, keep=2)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_000002.pt"]
