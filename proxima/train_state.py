@@ -271,10 +271,13 @@ def open_run_dir(t: "Trainer", resumed: bool) -> None:
         if resumed:  # the flags a resume may change (an extended --total-timesteps): config.yaml says what runs now
             if not path.is_file() or path.read_text(errors="replace") != text:
                 write_atomic(path, text)  # never through a link planted at config.yaml or a temp name
-            return
-        _drop_link(path)  # a new run's directory was claimed empty: never write through a link planted since
-        with open(path, "w") as f:
-            f.write(text)
+            if (t.run_dir / "meta.json").exists():
+                return
+            # a loose checkpoint resumed into a new --run-dir: that run has no meta.json yet (below)
+        else:
+            _drop_link(path)  # a new run's directory was claimed empty: never write through a link planted since
+            with open(path, "w") as f:
+                f.write(text)
         meta = {"kind": "ppo", "command": t.argv if t.argv is not None else sys.argv,
                 "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(),
                 "device": str(t.device), "world_size": t.dist.world_size, "git_commit": git_commit(),

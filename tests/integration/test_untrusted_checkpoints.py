@@ -73,6 +73,8 @@ def test_loose_checkpoint_never_writes_the_recorded_run_dir(run_dir, tmp_path, c
     assert snapshot(run_dir) == before  # the recorded run is untouched
     assert [p.name for p in ckpt.list_checkpoints(new)] == ["step_000000000192.pt"]
     assert f"run_dir: {new}" in (new / "config.yaml").read_text()
+    meta = json.loads((new / "meta.json").read_text())  # the new run's own record: how it was started
+    assert meta["kind"] == "ppo" and meta["versions"]["torch"] == torch.__version__
     # a non-empty --run-dir is refused as for a new run
     code, _, err = run_main(["train", "--resume", str(loose), "--run-dir", str(run_dir), *MORE], capsys)
     assert code == 2 and "is not empty" in one_error_line(err, "proxima train")
