@@ -167,13 +167,13 @@ _STALE_TEMPS = (".step_*.tmp", ".best.pt.*.tmp")
 def check_own_folder(run_dir: Union[str, Path]) -> Path:
     """``RUN/checkpoints``; CheckpointError when it is a symbolic link (or lies under one) leading
     outside the run directory: writing or pruning through it would delete another run's checkpoints."""
-    from .atomic import leads_outside
+    from .rundir import RunDirError, check_own_entries
 
-    folder = Path(run_dir) / "checkpoints"
-    if leads_outside(folder, run_dir):
-        raise CheckpointError(f"{folder}: is a symbolic link to {os.path.realpath(folder)}, outside the run directory "
-                              f"{run_dir}; Proxima does not write or prune checkpoints through it (remove the link)")
-    return folder
+    try:  # the run directory's own check, its line as a checkpoint error
+        check_own_entries(run_dir, ("checkpoints",))
+    except RunDirError as e:
+        raise CheckpointError(str(e)) from None
+    return Path(run_dir) / "checkpoints"
 
 
 def prune_checkpoints(run_dir: Union[str, Path], keep: int) -> None:

@@ -65,22 +65,32 @@ def truncate_csv(path: Path, max_step: int) -> None:
     """
     if not os.path.lexists(path):
         return
-    rows, unreadable = read_csv_rows(path)
-    header, body = (rows[0], rows[1:]) if rows and "global_step" in rows[0] else ([], rows[1:] if rows else [])
-    if not header and len(rows) > 1:  # (one line alone: a header a kill cut short)
-        unreadable += len(rows)  # no header of Proxima's: none of its rows can be read by name
-    col = header.index("global_step") if header else 0
-    # a run killed mid-write can leave a cut-off last row: keep only whole rows up to max_step
-    whole = [r for r in body if len(r) == len(header)] if header else []
-    unreadable += sum(1 for r in whole if _int_or_none(r[col]) is None)
-    kept = [dict(zip(header, r)) for r in whole if _int_or_none(r[col]) is not None and _int_or_none(r[col]) <= max_step]
-    if unreadable:
-        print(f"proxima: note: {path}: dropped {unreadable} line(s) that are not rows Proxima wrote (not UTF-8 text, "
-              "not CSV, or without a step); the other rows are kept", file=sys.stderr)
+    header, kept = rows_up_to(path, "global_step", max_step)
+    kept = [dict(zip(header, r)) for r in kept]
     with atomic_open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
         w.writeheader()
         w.writerows(kept)
+
+
+def rows_up_to(path: Path, step_column: str, max_step: int) -> tuple:
+    """(header, rows) of a metrics CSV that is data, keeping the whole rows (as many cells as the
+    header; a kill can cut the last one short) whose ``step_column`` is at most ``max_step``. A line
+    that is not a row Proxima wrote (not UTF-8, not CSV, no step; every line of a file without the
+    step column in its header) is dropped with one note naming the file. Shared by the PPO and RLHF
+    resumes; header [] when there is none to keep."""
+    rows, unreadable = read_csv_rows(path)
+    header, body = (rows[0], rows[1:]) if rows and step_column in rows[0] else ([], [])
+    if not header and len(rows) > 1:  # (one line alone: a header a kill cut short)
+        unreadable += len(rows)  # no header of Proxima's: none of its rows can be read by name
+    col = header.index(step_column) if header else 0
+    whole = [r for r in body if len(r) == len(header)]
+    unreadable += sum(1 for r in whole if _int_or_none(r[col]) is None)
+    kept = [r for r in whole if _int_or_none(r[col]) is not None and _int_or_none(r[col]) <= max_step]
+    if unreadable:
+        print(f"proxima: note: {path}: dropped {unreadable} line(s) that are not rows Proxima wrote (not UTF-8 text, "
+              "not CSV, or without a step); the other rows are kept", file=sys.stderr)
+    return header, kept
 
 
 def _int_or_none(text: str) -> Optional[int]:

@@ -13,3 +13,51 @@ def run_main(argv: list, capsys) -> tuple[int, str, str]:
         code = e.code
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def error_line(code: int, err: str, *needles: str) -> str:
+    """The one error line of a failed command (exit 2, no traceback), holding every needle."""
+    assert code == 2, err
+    assert "Traceback" not in err, err
+    lines = [ln for ln in err.strip().splitlines() if "error:" in ln]
+    assert len(lines) == 1, err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def one_error_line(err: str, prog: str) -> str:
+    """The only line on stderr, with the ``prog: error: `` prefix taken off (no traceback, no second line)."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line on stderr, got {lines}"
+    assert lines[0].startswith(f"{prog}: error: "), lines[0]
+    return lines[0].removeprefix(f"{prog}: error: ")
+
+
+def snapshot(folder) -> dict:
+    """{relative path: what is there} for everything under ``folder``, links not followed: a file's
+    bytes, a link's target, None for a folder. Equal snapshots: nothing was written, removed, renamed
+    or created there."""
+    import os
+    from pathlib import Path
+
+    folder = Path(folder)
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        key = str(p.relative_to(folder))
+        out[key] = ("link", os.readlink(p)) if p.is_symlink() else p.read_bytes() if p.is_file() else None
+    return out
+
+
+def edit_checkpoint(run_dir, edit):
+    """Apply ``edit(state)`` to the run's newest checkpoint as a user would (torch.load, change,
+    torch.save); returns its path."""
+    import torch
+
+    from proxima import checkpoint as ckpt
+
+    path = ckpt.list_checkpoints(run_dir)[-1]
+    state = torch.load(path, weights_only=True)
+    edit(state)
+    torch.save(state, path)
+    return path

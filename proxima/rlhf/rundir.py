@@ -136,25 +136,17 @@ class MetricsLogger:
         """On resume, drop rows written after the checkpoint (they will be recomputed), and a row that a
         SIGKILL cut short (fewer cells than the header). The file is data: a line that is not a row
         Proxima wrote (not UTF-8, not CSV, no step) is dropped with a note naming the file."""
-        from ..logger import _int_or_none, read_csv_rows
+        from ..logger import rows_up_to
 
-        rows, unreadable = read_csv_rows(self.csv_path)
-        if rows and rows[0][:1] != ["step"]:  # no header of Proxima's: nothing can be read by name
-            unreadable, rows = unreadable + len(rows), []
-        if rows:
-            self.columns = rows[0][1:]
-            whole = [r for r in rows[1:] if len(r) == len(rows[0])]
-            unreadable += sum(1 for r in whole if _int_or_none(r[0]) is None)
-            keep = [rows[0]] + [r for r in whole if _int_or_none(r[0]) is not None and _int_or_none(r[0]) <= step]
+        header, kept = rows_up_to(self.csv_path, "step", step)
+        if header:
+            self.columns = header[1:]
             text = io.StringIO()
-            csv.writer(text).writerows(keep)
+            csv.writer(text).writerows([header, *kept])
             _atomic_write(self.csv_path, text.getvalue())
         else:  # written anew, header first, by the next log()
             _atomic_write(self.csv_path, "")
             self.columns = None
-        if unreadable:
-            print(f"proxima: note: {self.csv_path}: dropped {unreadable} line(s) that are not rows Proxima wrote (not "
-                  "UTF-8 text, not CSV, or without a step); the other rows are kept", file=sys.stderr)
 
     def _truncate_samples(self, step: int) -> None:
         """On resume (after a stop, or a SIGKILL between a step's logs and its checkpoint), drop logged

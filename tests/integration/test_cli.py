@@ -24,6 +24,14 @@ TAGS = ["charts/episodic_return", "charts/SPS", "charts/learning_rate", "losses/
         "losses/entropy", "losses/approx_kl", "losses/clipfrac", "losses/explained_variance"]
 
 
+def help_text(command: str, capsys) -> str:
+    """``proxima COMMAND --help`` (exit 0) as one line of words (argparse wraps at the terminal width)."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([command, "--help"])
+    assert exit_info.value.code == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
 def proxima_cmd(*args: str, cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     return subprocess.run([sys.executable, "-m", "proxima", *args], cwd=cwd, env=env, capture_output=True,
@@ -479,9 +487,7 @@ def test_eval_env_kwargs_replace_the_recorded_ones_and_are_parsed_as_trains(kwar
 
 
 def test_eval_help_says_how_env_and_env_kwargs_combine(capsys):
-    with pytest.raises(SystemExit):
-        cli.main(["eval", "--help"])
-    text = " ".join(capsys.readouterr().out.split())
+    text = help_text("eval", capsys)
     assert "another env id than the run's is built without the run's --env-kwargs; give its own with --env-kwargs" in text
     assert "--env-kwargs JSON" in text
 
@@ -544,22 +550,16 @@ def test_config_run_dir_is_kept_from_a_hand_written_file_and_for_resume_auto(tmp
 
 # ------------------------------------------------------------------------------------ help texts, did you mean
 def test_resume_help_says_the_runs_values_are_the_defaults(capsys):
-    with pytest.raises(SystemExit):
-        cli.main(["resume", "--help"])
-    text = " ".join(capsys.readouterr().out.split())
+    text = help_text("resume", capsys)
     assert "--total-timesteps TOTAL_TIMESTEPS" in text and "(default: 500000)" not in text
     assert "--num-envs NUM_ENVS Parallel environments N (per process). (default: the run's)" in text
     assert "--seed SEED Random seed (envs, network init, sampling). (default: the run's)" in text
     assert "--quiet no progress bar or summary lines" in text
-    with pytest.raises(SystemExit):
-        cli.main(["train", "--help"])  # train keeps its defaults
-    assert "(default: 4)" in " ".join(capsys.readouterr().out.split())
+    assert "(default: 4)" in help_text("train", capsys)  # train keeps its defaults
 
 
 def test_presets_help_explains_env_id_and_json(capsys):
-    with pytest.raises(SystemExit):
-        cli.main(["presets", "--help"])
-    text = " ".join(capsys.readouterr().out.split())
+    text = help_text("presets", capsys)
     assert "ENV_ID list only this env's presets (default: every env's)" in text
     assert "--json print one JSON list of {env_id, preset, steps, description} (steps as a number)" in text
 

@@ -25,7 +25,7 @@ import torch
 from proxima import checkpoint as ckpt
 from proxima import cli, rundir
 from proxima.logger import CSV_COLUMNS
-from cli_helpers import run_main
+from cli_helpers import error_line, run_main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,16 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--total-timesteps", "192",
          "--checkpoint-every", "1", "--eval-episodes", "0", "--no-progress", "--quiet"]
 
-
-def error_line(code: int, err: str, *needles: str) -> str:
-    """The one error line of a failed command (exit 2, no traceback), holding every needle."""
-    assert code == 2, err
-    assert "Traceback" not in err, err
-    lines = [ln for ln in err.strip().splitlines() if "error:" in ln]
-    assert len(lines) == 1, err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 def proxima_cmd(*args: str, cwd: Path, timeout: int = 180) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cli_helpers import run_main
+from cli_helpers import edit_checkpoint, one_error_line, run_main, snapshot
 from proxima import checkpoint as ckpt
 
 SMALL = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--total-timesteps", "128",
@@ -36,23 +36,7 @@ def run_dir(trained, tmp_path) -> Path:
     return Path(shutil.copytree(trained, tmp_path / "run", symlinks=True))
 
 
-def one_error_line(err: str, prog: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, f"expected one line on stderr, got {lines}"
-    assert lines[0].startswith(f"{prog}: error: "), lines[0]
-    return lines[0].removeprefix(f"{prog}: error: ")
 
-
-def snapshot(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None) for p in sorted(folder.rglob("*"))}
-
-
-def edit_checkpoint(run_dir: Path, edit) -> Path:
-    path = ckpt.list_checkpoints(run_dir)[-1]
-    state = torch.load(path, weights_only=True)
-    edit(state)
-    torch.save(state, path)
-    return path
 
 
 # ------------------------------------------------------------------ a loose checkpoint file

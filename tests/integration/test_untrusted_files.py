@@ -11,9 +11,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 
-from cli_helpers import run_main
+from cli_helpers import edit_checkpoint, one_error_line, run_main
 from proxima import checkpoint as ckpt
 from proxima.envs import make_env
 
@@ -39,21 +38,6 @@ def run_dir(trained, tmp_path) -> Path:
     return Path(shutil.copytree(trained, tmp_path / "run"))
 
 
-def one_error_line(err: str, prog: str) -> str:
-    """The only line on stderr, with the ``prog: error: `` prefix taken off (no traceback, no second line)."""
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, f"expected one line on stderr, got {lines}"
-    assert lines[0].startswith(f"{prog}: error: "), lines[0]
-    return lines[0].removeprefix(f"{prog}: error: ")
-
-
-def edit_checkpoint(run_dir: Path, edit) -> Path:
-    """Apply ``edit(state)`` to the run's checkpoint as a user would: torch.load, change, torch.save."""
-    path = ckpt.list_checkpoints(run_dir)[-1]
-    state = torch.load(path, weights_only=True)
-    edit(state)
-    torch.save(state, path)
-    return path
 
 
 # ------------------------------------------------------------------------------------ 1: an env with other spaces

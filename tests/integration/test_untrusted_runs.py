@@ -18,27 +18,13 @@ import torch
 from proxima import checkpoint as ckpt
 from proxima import cli
 from proxima.logger import truncate_csv
-from cli_helpers import run_main
+from cli_helpers import edit_checkpoint, error_line, run_main, snapshot
 
 #: 4 envs x 16 steps = 64 steps an iteration; 3 iterations; one checkpoint per iteration
 SMALL = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--total-timesteps", "192",
          "--checkpoint-every", "1", "--eval-episodes", "0", "--no-progress", "--quiet"]
 
 
-def error_line(code: int, err: str, *needles: str) -> str:
-    """The one error line of a failed command (exit 2, no traceback), holding every needle."""
-    assert code == 2, err
-    assert "Traceback" not in err, err
-    lines = [ln for ln in err.strip().splitlines() if "error:" in ln]
-    assert len(lines) == 1, err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
-
-
-def snapshot(folder: Path) -> dict:
-    """{relative path: bytes} of every file under ``folder`` (links not followed)."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +49,6 @@ def copy_run(src: Path, tmp_path: Path, name: str = "run") -> Path:
     return dest
 
 
-def tamper(run_dir: Path, change) -> Path:
-    """Apply ``change(state)`` to the newest checkpoint of ``run_dir``; returns the checkpoint's path."""
-    path = ckpt.list_checkpoints(run_dir)[-1]
-    state = torch.load(path, weights_only=True)
-    change(state)
-    ckpt.atomic_torch_save(state, path)
-    return path
-
 
 def victim_run(tmp_path: Path, finished_run: Path) -> tuple:
     """A second run next to the one under test, and a snapshot of its files."""
@@ -93,7 +71,7 @@ def test_a_population_checkpoint_naming_folders_out_of_the_run_is_refused(popula
                                                                         member_dirs, words):
     run = copy_run(population, tmp_path, "pop")
     victim, before = victim_run(tmp_path, finished_run)
-    path = tamper(run, lambda s: s.update(member_dirs=member_dirs(list(s["member_dirs"]))))
+    path = edit_checkpoint(run, lambda s: s.update(member_dirs=member_dirs(list(s["member_dirs"]))))
     mine = snapshot(run)
     code, _, err = run_main(["resume", str(run), "--total-timesteps", "256", "--quiet"], capsys)
     error_line(code, err, str(path), words, "damaged or edited")
@@ -112,7 +90,7 @@ def test_a_population_checkpoint_naming_folders_out_of_the_run_is_refused(popula
 ])
 def test_a_tampered_population_checkpoint_is_one_line_naming_the_field(population, tmp_path, capsys, change, words):
     run = copy_run(population, tmp_path, "pop")
-    path = tamper(run, change)
+    path = edit_checkpoint(run, change)
     mine = snapshot(run)
     code, _, err = run_main(["resume", str(run), "--total-timesteps", "256", "--quiet"], capsys)
     error_line(code, err, str(path), words)
@@ -141,7 +119,7 @@ def test_nan_weights_in_a_population_checkpoint_name_the_file_not_the_learning_r
         name = sorted(state["population"]["params"])[0]
         state["population"]["params"][name][2].view(-1)[0] = float("nan")  # member 2's copy
 
-    path = tamper(run, poison)
+    path = edit_checkpoint(run, poison)
     code, _, err = run_main(["resume", str(run), "--total-timesteps", "256", "--quiet"], capsys)
     line = error_line(code, err, str(path), "of member 2", "holds NaN or inf", "the checkpoint is damaged")
     assert "--lr" not in line

@@ -5,6 +5,7 @@ metrics.csv or a huge --threads is one line or a note, never a traceback."""
 import sys
 
 import pytest
+from cli_helpers import snapshot
 import yaml
 
 from proxima.cli import main as proxima_main
@@ -21,9 +22,6 @@ def one_line_error(capsys, code, prefix: str) -> str:
     assert len(err.splitlines()) == 1 and err.startswith(prefix) and "Traceback" not in err, err
     return err
 
-
-def snapshot(folder) -> dict:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
 
 
 @pytest.fixture
