@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +29,7 @@ from .config import ConfigError
 from .diskspace import write_error
 
 LOCK_NAME = ".proxima.lock"
+_LOCK_MAX_BYTES = 64 * 1024  # a lock is ~200 bytes of JSON
 
 
 class RunDirError(ConfigError):
@@ -37,10 +39,10 @@ class RunDirError(ConfigError):
 def _process_start(pid: int) -> Optional[str]:
     """The start time of ``pid`` in clock ticks since boot (Linux /proc), to tell a reused pid apart."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = stat[stat.rfind(")") + 2:].split()  # the name in parentheses may hold spaces
+    fields = text[text.rfind(")") + 2:].split()  # the name in parentheses may hold spaces
     return fields[19] if len(fields) > 19 else None
 
 
@@ -69,10 +71,23 @@ def holder_alive(info: dict) -> bool:
 
 def read_lock(run_dir: Path) -> Optional[dict]:
     """The lock's owner, {} for an unreadable lock, None when there is no lock."""
+    return _read_lock_file(Path(run_dir) / LOCK_NAME)
+
+
+def _read_lock_file(path: Path) -> Optional[dict]:
     try:
-        info = json.loads((Path(run_dir) / LOCK_NAME).read_text())
+        # non-blocking and never through a link: a FIFO planted at the lock's name would block a
+        # plain read forever; anything but a small regular file is an unreadable lock
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
         return None
+    except OSError:
+        return {}
+    try:
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return {}
+            info = json.loads(f.read(_LOCK_MAX_BYTES).decode("utf-8"))  # cut short: not JSON
     except (OSError, ValueError):
         return {}
     return info if isinstance(info, dict) else {}
@@ -149,6 +164,8 @@ class RunLock:
                 continue  # released meanwhile
             if info and holder_alive(info):
                 raise RunDirError(in_use_message(self.run_dir, info))
+            if not info and self.path.is_dir() and not self.path.is_symlink():  # never delete a folder
+                raise RunDirError(f"{self.path}: is a directory, not a lock file; remove it (or rename it) and try again")
             self._take_over(info)
         raise RunDirError(f"{self.path}: could not take the run's lock (other processes keep taking it); try again")
 
@@ -160,10 +177,7 @@ class RunLock:
             os.rename(self.path, moved)
         except FileNotFoundError:
             return
-        try:
-            got = json.loads(moved.read_text())
-        except (OSError, ValueError):
-            got = {}
+        got = _read_lock_file(moved) or {}
         if got != stale and got and holder_alive(got):  # a live lock taken by a faster process: put it back
             try:
                 os.link(moved, self.path)

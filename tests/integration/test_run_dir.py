@@ -219,6 +219,29 @@ def test_a_stale_lock_is_taken_over_with_a_line(tmp_path, capsys, finished_run):
     assert not (run_dir / rundir.LOCK_NAME).exists(), "the lock is released when the trainer ends"
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["fifo", "link", "folder"])
+def test_a_lock_that_is_not_a_regular_file_is_taken_over_without_blocking(kind, tmp_path, capsys, finished_run):
+    """A FIFO at the lock's name used to block every reader forever (resume, report, train)."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    lock = run_dir / rundir.LOCK_NAME
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename}))
+    {"fifo": lambda: os.mkfifo(lock), "link": lambda: os.symlink(outside, lock), "folder": lock.mkdir}[kind]()
+    assert rundir.read_lock(run_dir) == {}
+    code, _, err = run_main(["resume", str(run_dir), "--total-timesteps", "256"], capsys)
+    if kind == "folder":  # a folder is never deleted: named, and left as it was
+        error_line(code, err, f"{lock}: is a directory, not a lock file; remove it (or rename it) and try again")
+        assert lock.is_dir() and steps(run_dir) == [64, 128, 192]
+        return
+    assert code == 0, err
+    assert "took over an unreadable lock file" in err
+    assert steps(run_dir) == [64, 128, 192, 256]
+    assert not lock.exists() and not lock.is_symlink()
+    assert json.loads(outside.read_text())["pid"] == os.getpid(), "the link's target is left alone"
+
+
 def test_a_reused_pid_does_not_keep_a_lock_alive():
     """The pid is running, but it is not the process that took the lock (its start time differs)."""
     other = sleeper()
