@@ -64,7 +64,7 @@ class PPOConfig:
     ent_coef: float = _f(0.01, "Entropy bonus coefficient.")
     vf_coef: float = _f(0.5, "Value loss coefficient.")
     max_grad_norm: float = _f(0.5, "Global gradient-norm clip.")
-    target_kl: Optional[float] = _f(None, "Stop the epoch loop when a minibatch's approx_kl exceeds this (none = never).")
+    target_kl: Optional[float] = _f(None, "Stop the epoch loop after the minibatch whose approx_kl exceeds this; that minibatch's step is kept, as CleanRL's per-epoch check keeps its epoch's (none = never).")
     bootstrap_truncation: bool = _f(True, "Bootstrap truncated episodes from V(final_obs); --no-bootstrap-truncation gives ppo2's behaviour.")
     # --- network / normalization ---
     hidden_sizes: list = _f([64, 64], "Hidden layer widths of the actor and of the critic MLP (comma separated).")

@@ -35,7 +35,8 @@ class MLP(nn.Sequential):
     ...). On the CPU a float32 (B, in) batch of more than one block (``kernel_rows``, 4,096 rows
     for 64-wide layers) runs through mlp_cpu's row-block kernel (autograd's ops but a W h^T last layer, cache-sized
     blocks, activations in place); every other input (fewer rows, CUDA, autocast, compile, vmap, a
-    population's StackedLinear layers) through the plain modules."""
+    population's StackedLinear layers) through the plain modules. Under autocast (``--amp``) the last
+    layer runs in float32, so the output is float32."""
 
     def __init__(self, *layers: nn.Module):
         super().__init__(*layers)
@@ -52,6 +53,16 @@ class MLP(nn.Sequential):
             plan = mlp_cpu.plan(self)
             if plan is not None and mlp_cpu.eligible(x, plan[0]):
                 return mlp_cpu.mlp_forward(x, *plan)
+        if torch.is_autocast_enabled(x.device.type):
+            # --amp: the hidden layers in low precision, the last layer in float32. Its outputs are the
+            # heads' logits, means and values: in bfloat16 the Gumbel noise and its arg-reduction
+            # would sample from a distribution off the softmax the log-prob claims (ties to index 0),
+            # and a value near -600 would round to a step of 4, a whole reward, in every GAE delta
+            *body, last = self
+            for module in body:
+                x = module(x)
+            with torch.autocast(x.device.type, enabled=False):
+                return last(x.float())
         return super().forward(x)
 
 

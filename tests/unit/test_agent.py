@@ -207,3 +207,44 @@ def test_first_minibatch_of_first_epoch_has_ratio_one_on_a_real_rollout():
     assert not first["nonfinite"]
     # the check has teeth: once the policy moved, later minibatches see ratio != 1
     assert max(abs(s["ratio"] - 1.0) for s in seen[1:]) > 1e-5
+
+
+@pytest.mark.parametrize("kind", list(SPACES))
+def test_amp_bf16_heads_are_float32_sampling_logprobs_and_values(kind):
+    """Under --amp bf16 the heads' last layer runs in float32: a value near -600 keeps its digits
+    (bf16 rounds it to a step of 4), and log-probs are the float32 formula on float32 logits."""
+    agent = make_agent(kind)
+    with torch.no_grad():
+        agent.critic[-1].bias.fill_(-600.0)
+    obs = obs_batch(256)
+    with torch.no_grad():
+        exact = agent.get_value(obs)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            action, logprob, entropy, value = agent.get_action_and_value(obs)
+            logits = agent.actor(agent.features(obs))
+    for t in (logprob, entropy, value, logits):
+        assert t.dtype == torch.float32
+    assert value.unique().numel() > 100, "values rounded to a few bfloat16 steps"
+    assert (value - exact).abs().max() < 0.1  # the hidden layers in bf16 only
+    if kind == "discrete":  # the log-prob is the float32 log-softmax of those float32 logits
+        torch.testing.assert_close(logprob, torch.log_softmax(logits, -1).gather(-1, action[:, None]).squeeze(-1))
+
+
+def test_amp_bf16_sampling_follows_the_softmax_of_the_logits():
+    """Gumbel-max sampling on bf16 logits drew index 1 of logits [0, 4.6] with frequency 0.991
+    against the softmax's 0.990 (ties go to index 0): the noise is now drawn in float32."""
+    agent = Agent(OBS, gym.spaces.Discrete(2))
+    with torch.no_grad():
+        for m in agent.actor:
+            if isinstance(m, torch.nn.Linear):
+                m.weight.zero_()
+        agent.actor[-1].bias.copy_(torch.tensor([0.0, 4.6]))
+    torch.manual_seed(0)
+    n = 1_000_000
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        action, logprob, _, _ = agent.get_action_and_value(torch.zeros(n, 5))
+    p0 = torch.softmax(torch.tensor([0.0, 4.6]), 0)[0].item()
+    freq = (action == 0).float().mean().item()
+    assert abs(freq - p0) < 5 * math.sqrt(p0 * (1 - p0) / n), (freq, p0)
+    assert logprob.dtype == torch.float32
+    assert torch.allclose(logprob[action == 0][:1], torch.log(torch.tensor([p0])), atol=1e-6)

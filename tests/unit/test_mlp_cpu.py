@@ -146,9 +146,11 @@ def test_what_the_kernel_does_not_handle_runs_the_plain_modules():
     x2 = x.clone().requires_grad_(True)
     plain(net, x2).sum().backward()
     torch.testing.assert_close(g, x2.grad)
-    # autocast: the plain modules, in bfloat16 as autocast asks
+    # autocast: the plain modules, the hidden layers in bfloat16 as autocast asks, the last in float32
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert net(x).dtype == torch.bfloat16
+        out, hidden = net(x), net[1](net[0](x))
+    assert hidden.dtype == torch.bfloat16 and out.dtype == torch.float32
+    torch.testing.assert_close(out, net[2](hidden.float()))
     # 3-D inputs: plain
     assert net(torch.randn(2, 5, 4)).shape == (2, 5, 2)
     assert not mlp_cpu.eligible(x.to("meta"), [net[0]])
