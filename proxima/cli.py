@@ -50,17 +50,23 @@ def fail(prog: str, message: str) -> int:
 
 
 # ------------------------------------------------------------------------------------ train
-def add_config_flags(p: argparse.ArgumentParser, hidden: tuple = (), recorded: bool = False) -> None:
+def add_config_flags(p: argparse.ArgumentParser, hidden: tuple = (), recorded: bool = False,
+                     help_overrides: Optional[dict] = None) -> None:
     """One flag per PPOConfig field, help from the field's docstring; default=SUPPRESS so only
     the flags a user typed override the preset. ``hidden``: fields left out of --help (still parsed,
     so that the command can refuse them with its own line rather than "unrecognized arguments").
-    ``recorded``: the command takes the run's recorded values (resume): --help says "default: the run's"."""
+    ``recorded``: the command takes the run's recorded values (resume): --help says "default: the run's".
+    ``help_overrides``: {field: help text} for fields whose meaning differs in this command."""
     for name, f in FIELDS.items():
         if name == "env_id":
             continue
         flag = "--" + name.replace("_", "-")
         default = f.default if f.default is not f.default_factory else None
         help_text = f.metadata["help"]
+        if name in (help_overrides or {}):  # the whole text, default included
+            p.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=f.metadata.get("metavar", name.upper()),
+                           help=help_overrides[name])
+            continue
         shown = f.default_factory() if callable(f.default_factory) else f.default
         if isinstance(shown, list):
             shown = ",".join(map(str, shown))
@@ -221,7 +227,11 @@ def cmd_resume(args) -> int:
         if meta.is_file() and _run_kind(meta) == "rlhf":
             from .rlhf import resume as rlhf_resume
 
-            return rlhf_resume(path, steps=args.steps, trust_run=args.trust_run)
+            ppo_flag = _ppo_flag_typed(args)
+            if ppo_flag:  # nothing of PPOConfig applies to an RLHF run: refused, never silently ignored
+                return fail(prog, f"{ppo_flag}: {path} is an RLHF run; PPO flags do not apply to it (an RLHF resume takes "
+                            "only --steps N, --trust-run and --quiet)")
+            return rlhf_resume(path, steps=args.steps, trust_run=args.trust_run, quiet=args.quiet)
         if (path / "population.json").is_file():  # continue every member (population_run.py)
             from .population_run import resume_population
 
@@ -253,6 +263,14 @@ def cmd_resume(args) -> int:
         return fail(prog, f"{meta}: not valid JSON")
     except _user_errors() as e:
         return fail(prog, str(e))
+
+
+def _ppo_flag_typed(args) -> Optional[str]:
+    """The first PPO flag the user typed to `proxima resume` (a PPOConfig field, or --env), else None."""
+    for name in vars(args):  # flags that default to SUPPRESS appear in the order they were typed
+        if name in FIELDS and name != "env_id":
+            return "--" + name.replace("_", "-")
+    return "--env" if args.env is not None else None
 
 
 def _written_by(path: Path) -> int:
@@ -343,16 +361,17 @@ def cmd_eval(args) -> int:
 
 # ------------------------------------------------------------------------------------ presets
 def cmd_presets(args) -> int:
-    from .presets import all_presets
+    from .presets import all_presets, preset_env_id
 
     rows = []
     known = all_presets()
-    if args.env_id and args.env_id not in known:
+    wanted = preset_env_id(args.env_id) if args.env_id else None  # ALE/Pong-v5: Pong-v5's presets
+    if wanted and wanted not in known:
         return fail("proxima presets", f"no presets for '{args.env_id}'; envs with presets: {', '.join(sorted(known))} "
                     "(any other env trains with the defaults of PPOConfig)")
     for env_id, presets in sorted(known.items()):
         for name, body in sorted(presets.items()):
-            if args.env_id and env_id != args.env_id:
+            if wanted and env_id != wanted:
                 continue
             steps = int(body["config"].get("total_timesteps", FIELDS["total_timesteps"].default))
             rows.append((env_id, name, steps, body["description"]))
@@ -432,17 +451,23 @@ def build_parser() -> ArgParser:
                        description="Continue a stopped run in its directory from its newest usable checkpoint. Flags change "
                        "only what is safe to change (docs/reliability.md): --total-timesteps extends the run, others such as "
                        "--checkpoint-every or --eval-episodes; any other flag that differs from the run's config is refused. A run of "
-                       "K processes (--nproc K) resumes with K processes on this machine (started through torchrun).")
-    p.add_argument("path", metavar="RUN_DIR", help="run directory")
+                       "K processes (--nproc K) resumes with K processes on this machine (started through torchrun). An RLHF "
+                       "run (proxima rlhf) takes only --steps, --trust-run and --quiet; any other flag is refused.")
+    p.add_argument("path", metavar="RUN_DIR|CHECKPOINT", help="run directory (continued from its newest usable checkpoint), "
+                   "or a checkpoint file: one in RUN/checkpoints/ continues RUN from it, a loose one needs --run-dir DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary lines")
     p.add_argument("--steps", type=int, default=None, metavar="N", help="RLHF runs: continue until step N (extends the run)")
     add_trust_flags(p, "resume")
-    add_config_flags(p, hidden=("run_dir",), recorded=True)  # a run resumes in its own directory (RUN_DIR); a different --run-dir is refused
+    # a run resumes in its own directory (RUN_DIR); a different --run-dir is refused
+    add_config_flags(p, recorded=True, help_overrides={"run_dir": "a loose checkpoint file only (one not in a run's "
+                     "checkpoints/ folder): the run directory to continue it in, new or empty; a run directory resumes in "
+                     "itself, and another --run-dir is refused"})
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("presets", help="list the tuned presets", description="List the tuned presets: env id, name, "
                        "steps, description (any other env trains with the defaults of PPOConfig).")
-    p.add_argument("env_id", nargs="?", default=None, metavar="ENV_ID", help="list only this env's presets (default: every env's)")
+    p.add_argument("env_id", nargs="?", default=None, metavar="ENV_ID", help="list only this env's presets (default: every "
+                   "env's; ALE/<Game>-v5 has <Game>-v5's)")
     p.add_argument("--json", action="store_true", help="print one JSON list of {env_id, preset, steps, description} "
                    "(steps as a number)")
     p.set_defaults(func=cmd_presets)

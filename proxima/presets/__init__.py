@@ -10,6 +10,7 @@ Format (one file per env family)::
           total_timesteps: 500000
 
 Resolution: PPOConfig defaults <- the env's preset (``default`` unless ``--preset NAME``) <- flags.
+Gymnasium's Atari ids (``ALE/Pong-v5``) take the presets of EnvPool's (``Pong-v5``).
 """
 
 from __future__ import annotations
@@ -36,20 +37,34 @@ def all_presets() -> dict:
     return out
 
 
+def preset_env_id(env_id: str) -> str:
+    """The env id whose presets apply to ``env_id``: Gymnasium's ``ALE/<Game>-v5`` takes ``<Game>-v5``'s
+    (EnvPool's name for the same game, under which atari.yaml lists it)."""
+    if env_id.startswith("ALE/") and env_id.endswith("-v5"):
+        return env_id[len("ALE/"):]
+    return env_id
+
+
+def presets_for(env_id: str) -> dict:
+    """preset name -> preset of ``env_id`` (``ALE/Pong-v5``: Pong-v5's); {} when it has none."""
+    return all_presets().get(preset_env_id(env_id), {})
+
+
 def preset_names(env_id: str) -> list[str]:
-    return sorted(all_presets().get(env_id, {}))
+    return sorted(presets_for(env_id))
 
 
 def resolve(env_id: str, preset: str | None = None, base: PPOConfig | None = None) -> PPOConfig:
     """The config for ``env_id`` with its preset applied (``default`` when preset is None)."""
     cfg = base if base is not None else PPOConfig()
-    cfg.env_id = env_id
-    presets = all_presets().get(env_id, {})
+    cfg.env_id = env_id  # as given: ALE/Pong-v5 stays Gymnasium's id, with Pong-v5's presets
+    key = preset_env_id(env_id)
+    presets = presets_for(env_id)
     if preset is None:
         if "default" in presets:
-            cfg = from_dict(presets["default"]["config"], cfg, source=f"preset {env_id}/default")
+            cfg = from_dict(presets["default"]["config"], cfg, source=f"preset {key}/default")
         return cfg
     if preset not in presets:
         known = ", ".join(sorted(presets)) or "none"
         raise ConfigError(f"--preset {preset!r}: no such preset for {env_id} (available: {known}; see `proxima presets`)")
-    return from_dict(presets[preset]["config"], cfg, source=f"preset {env_id}/{preset}")
+    return from_dict(presets[preset]["config"], cfg, source=f"preset {key}/{preset}")

@@ -71,8 +71,9 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
     return run_dir
 
 
-def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False) -> int:
-    """Continue an RLHF run from its latest checkpoint (bit-identical on CPU); ``steps`` extends it.
+def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False, quiet: bool = False) -> int:
+    """Continue an RLHF run from its latest checkpoint (bit-identical on CPU); ``steps`` extends it;
+    ``quiet`` prints no progress lines (the recorded print_every stays in config.yaml).
 
     A run directory is data: a reward its config.yaml records as ``module:function`` or
     ``file.py:function`` (other than Proxima's built-in rewards) is imported only with ``trust_run``
@@ -108,7 +109,8 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False) -> int
             lock.acquire()
         d = D.init_distributed(resolve_device(cfg.device).type)
         try:
-            trainer = RLHFTrainer(cfg, d)
+            # --quiet: no progress lines for this resume only (config.yaml keeps the run's print_every)
+            trainer = RLHFTrainer(dataclasses.replace(cfg, print_every=0) if quiet else cfg, d)
             file, state = rundir.load_newest_usable(path, set_aside=not d.enabled)  # a damaged newest: the one before
             if file is not None:
                 loop.load_checkpoint(trainer, file, state)

@@ -29,12 +29,16 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--demo", action="store_true", help="Offline demo: build and pretrain a tiny GPT-2, then PPO against a "
                    "keyword-sentiment reward (or --reward module:function); writes curve.png.")
     p.add_argument("--demo-pretrain-steps", type=int, default=200, metavar="N",
-                   help="--demo only: next-token pretraining steps before PPO.")
+                   help="--demo only: next-token pretraining steps before PPO (default: 200).")
+    from .demo import demo_config
+
+    plain, demo = RLHFConfig(), demo_config()
     for name, f in FIELDS.items():
         flag = "--" + name.replace("_", "-")
         doc = f.metadata["help"]
         if f.metadata["choices"]:
             doc += f" One of: {', '.join(f.metadata['choices'])}."
+        doc += _defaults_text(doc, getattr(plain, name), getattr(demo, name))
         if f.metadata["kind"] is bool:
             p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=doc)
         elif f.metadata["repeat"]:
@@ -44,6 +48,25 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.error = one_line_error  # argparse's own errors, in the same one-line form
     p.set_defaults(func=run)
     return p
+
+
+def _shown(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _defaults_text(doc: str, default, demo_default) -> str:
+    """`` (default: 100; --demo: 150)`` for --help: the field's default, unless its help says it already
+    or it has none (a required path), and the demo's own value where --demo starts from another."""
+    parts = []
+    if "default" not in doc.lower() and default not in ("", [], None):
+        parts.append(f"default: {_shown(default)}")
+    if demo_default != default:
+        parts.append(f"--demo: {_shown(demo_default)}")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def one_line_error(message: str):

@@ -276,8 +276,3 @@ def test_resume_refuses_a_run_dir_other_than_the_runs_own(tmp_path, monkeypatch,
     assert len(read_csv(run_dir)) == 3
 
 
-def test_resume_help_offers_no_run_dir(capsys):
-    with pytest.raises(SystemExit):
-        cli.main(["resume", "--help"])
-    text = capsys.readouterr().out
-    assert "--run-dir" not in text and "--total-timesteps" in text

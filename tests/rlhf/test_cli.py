@@ -165,3 +165,56 @@ def test_bare_rlhf_says_to_give_a_policy_a_config_or_try_the_demo(tmp_path, caps
     assert err == ("proxima rlhf: error: --policy '': is required (a path); give --policy PATH (or --config FILE.yaml "
                    "with policy:), or try the offline demo: proxima rlhf --demo")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def finished_rlhf_run(assets, tmp_path_factory):
+    """A 2-step RLHF run (checkpoint every step), shared by the resume tests that must leave it as it is."""
+    run_dir = tmp_path_factory.mktemp("resume_flags") / "run"
+    train_rlhf(RLHFConfig(policy=str(assets / "model"), prompts=str(assets / "prompts.txt"),
+                          reward="proxima.rlhf.demo:keyword_sentiment", batch_size=4, max_new_tokens=4, update_epochs=1,
+                          steps=2, print_every=1, sample_every=0, checkpoint_every=1, plot=False, run_dir=str(run_dir)))
+    return run_dir
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--steps", "7", "--lr", "5", "--device", "cuda", "--quiet"], "--lr"),
+    (["--device", "cuda"], "--device"),
+    (["--total-timesteps", "1", "--num-envs", "7"], "--total-timesteps"),  # the first one typed is named
+    (["--num-envs", "7", "--total-timesteps", "1"], "--num-envs"),
+    (["--learning-rate", "5"], "--lr"),  # the hidden alias of --lr
+    (["--no-norm-obs"], "--norm-obs"),
+    (["--run-dir", "elsewhere"], "--run-dir"),
+    (["--env", "CartPole-v1"], "--env"),
+])
+def test_an_rlhf_resume_refuses_every_ppo_flag_with_one_line_and_changes_nothing(finished_rlhf_run, capsys, flags, named):
+    from cli_helpers import snapshot
+
+    from proxima.cli import main as proxima_main
+
+    before = snapshot(finished_rlhf_run)
+    code = proxima_main(["resume", str(finished_rlhf_run), *flags])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err == (f"proxima resume: error: {named}: {finished_rlhf_run} is an RLHF run; PPO flags do not apply to it "
+                   "(an RLHF resume takes only --steps N, --trust-run and --quiet)\n")
+    assert snapshot(finished_rlhf_run) == before
+    assert yaml.safe_load((finished_rlhf_run / "config.yaml").read_text())["steps"] == 2
+
+
+def test_an_rlhf_resume_with_quiet_prints_no_progress_lines_and_keeps_print_every(finished_rlhf_run, tmp_path, capsys):
+    import shutil
+
+    from proxima.cli import main as proxima_main
+
+    run = tmp_path / "run"
+    shutil.copytree(finished_rlhf_run, run)
+    capsys.readouterr()
+    assert proxima_main(["resume", str(run), "--steps", "3", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "step 3/3" not in out and "score" not in out, out
+    assert load_checkpoint(list_checkpoints(run)[-1])["step"] == 3
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["steps"] == 3 and config["print_every"] == 1  # --quiet is this resume's, not the run's
+    assert proxima_main(["resume", str(run), "--steps", "4"]) == 0  # without --quiet: the run's print_every 1
+    assert "step 4/4  score " in capsys.readouterr().out
