@@ -48,8 +48,9 @@ class RLHFConfig:
     # --- generation ---
     max_new_tokens: int = _f(32, "Response length limit in tokens; generation stops early once every response has emitted EOS.")
     temperature: float = _f(0.7, "Sampling temperature; the same value divides the logits before every log-prob.")
-    top_k: int = _f(0, "Sample from the k most likely tokens (0: off).")
-    top_p: float = _f(1.0, "Nucleus sampling mass (1.0: off).")
+    top_k: int = _f(0, "Must stay 0 (off) in training: PPO's log-probs, ratio and KL are those of softmax(logits / "
+                       "temperature), and responses sampled from the k most likely tokens only would be off-policy data.")
+    top_p: float = _f(1.0, "Must stay 1.0 (off) in training, as --top-k.")
     missing_eos_penalty: float = _f(1.0, "Subtracted from the score of a response that never emits EOS (0: off).")
     # --- reward shaping and KL ---
     kl_coef: float = _f(0.05, "KL penalty coefficient beta (the initial value when adaptive_kl).")
@@ -220,8 +221,15 @@ def validate(cfg: RLHFConfig) -> None:
         bad("seed", f"must be an integer from 0 to {MAX_SEED:,}")
     if cfg.value_lr is not None and cfg.value_lr <= 0:
         bad("value_lr", "must be positive")
-    if not 0.0 < cfg.top_p <= 1.0:
-        bad("top_p", "must be in (0, 1]")
+    # TRL's PPO/RLOO trainers sample with top_k 0 and top_p 1 for the same reason: the log-probs (rollout,
+    # reference, update) score the unfiltered softmax, so filtered samples would double the logged KL
+    # and make every ratio that of another policy than the one that sampled
+    if cfg.top_k != 0:
+        bad("top_k", "must be 0 in training: PPO's log-probs and KL assume sampling from the whole softmax(logits / "
+                     "temperature); a lower --temperature samples more greedily and stays on-policy")
+    if cfg.top_p != 1.0:
+        bad("top_p", "must be 1.0 in training: PPO's log-probs and KL assume sampling from the whole softmax(logits / "
+                     "temperature); a lower --temperature samples more greedily and stays on-policy")
     if not 0.0 < cfg.gamma <= 1.0:
         bad("gamma", "must be in (0, 1]")
     if not 0.0 <= cfg.gae_lambda <= 1.0:

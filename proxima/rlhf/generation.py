@@ -70,12 +70,14 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
 def sample(logits: torch.Tensor) -> torch.Tensor:
     """One token per row from softmax(logits) (B, V) -> (B,), by inverting the cumulative distribution.
 
-    u ~ U[0, total mass) and the first token whose cumulative probability exceeds u: exact, and a tenth
-    of ``torch.multinomial``'s cost on a CPU at this size (~1 ms a call there). ``right=True`` never
-    lands on a token of probability 0, even at u = 0.
+    u ~ U[0, total mass) and the first token whose cumulative probability exceeds u, a tenth of
+    ``torch.multinomial``'s cost on a CPU at this size (~1 ms a call there). ``right=True`` never
+    lands on a token of probability 0, even at u = 0. The cumulative sum is taken in float64: in
+    float32 its steps near 1 are ~6e-8, so with a 150k-token vocabulary tens of thousands of tail
+    tokens (3e-4 of the mass together) could never be drawn while their log-probs said they could.
     """
-    cdf = torch.softmax(logits, dim=-1).cumsum(-1)
-    u = torch.rand(cdf.shape[0], 1, dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]
+    cdf = torch.softmax(logits.double(), dim=-1).cumsum(-1)
+    u = torch.rand(cdf.shape[0], 1, device=cdf.device).double() * cdf[:, -1:]  # float32 draws, as before
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_max(cdf.shape[-1] - 1)
 
 
@@ -92,9 +94,9 @@ def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, s: Sa
 
     One prefill forward over the left-padded prompts, then one forward per token on the KV cache,
     with position ids that count real tokens only. Stops once every row has emitted EOS (any id of
-    ``s.eos_token_id``, an int or a list). Samples from
-    exactly softmax(filter(logits / temperature)), the distribution the log-probs assume (a model's
-    generation_config.json cannot slip in a repetition penalty or a default top-k).
+    ``s.eos_token_id``, an int or a list). Samples from softmax(filter(logits / temperature)); training
+    (RLHFConfig) allows no filter, so that this is the distribution the log-probs assume (a model's
+    generation_config.json cannot slip in a repetition penalty or a default top-k either).
 
     ``all_done(done (B,) bool) -> bool`` decides the early stop; sharded (FSDP) models pass one that
     agrees across processes, since every process must run the same number of forwards.

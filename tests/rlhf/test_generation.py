@@ -168,3 +168,34 @@ def test_cached_generation_picks_what_a_full_forward_scores_highest(assets):
     with torch.no_grad():
         logits = response_logits(model, full, full_am, position_ids_from_mask(full_am), responses.shape[1], 1.0)
     assert torch.equal(logits.argmax(-1), responses)
+
+
+def test_tail_tokens_below_float32_spacing_can_be_sampled():
+    """Token 0 holds 0.999 of the mass, 50,000 tail tokens 2e-8 each: in a float32 cumulative sum each
+    tail step rounds away (the spacing near 1 is 6e-8), so no draw could ever land on one."""
+    from unittest import mock
+
+    from proxima.rlhf import generation
+
+    probs = torch.full((1, 50_001), 2e-8, dtype=torch.float64)
+    probs[0, 0] = 1 - probs[0, 1:].sum()
+    logits = probs.log().float()
+    with mock.patch.object(generation.torch, "rand", lambda *a, **k: torch.full((1, 1), 0.9995)):
+        token = int(generation.sample(logits))
+    assert 0 < token < 50_001
+    assert abs(token - 25_000) < 200  # u = 0.9995: halfway through the tail's 0.001 of mass
+
+
+def test_top_k_and_top_p_are_refused_in_training():
+    """The log-probs, ratio and KL score the unfiltered softmax: filtered sampling is off-policy data."""
+    import dataclasses
+
+    import pytest
+
+    from proxima.rlhf.config import ConfigError, RLHFConfig, validate
+
+    for field, value in (("top_k", 3), ("top_p", 0.9)):
+        flag = "--" + field.replace("_", "-")
+        with pytest.raises(ConfigError, match=f"^{flag} {value}: must be {'0' if field == 'top_k' else '1.0'} in training: "
+                                              "PPO's log-probs and KL assume sampling from the whole softmax"):
+            validate(dataclasses.replace(RLHFConfig(policy="x", prompts="p.txt", reward=["length"]), **{field: value}))
