@@ -436,7 +436,7 @@ def build_parser() -> ArgParser:
     p.add_argument("--seed", type=int, default=None, help="seed of the envs and of --stochastic's action samples (default: the "
                    "run's seed + 1,000,000, as in the end-of-training eval)")
     p.add_argument("--max-steps", type=int, default=MAX_EVAL_STEPS, metavar="N",
-                   help=f"steps to run at most (default {MAX_EVAL_STEPS:,}); episodes still running then are left out and counted as unfinished")
+                   help=f"steps to run at most (default {MAX_EVAL_STEPS:,}); episodes still running then count with their return so far and are named as cut")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--backend", default=None, choices=("auto", "native", "gymnasium", "envpool"), help="env backend (default: the run's)")
     p.add_argument("--video", default=None, metavar="FILE", help="record env 0's first episode to FILE (.mp4, .mov, .mkv, .webm or .gif; no suffix: .mp4)")

@@ -31,7 +31,8 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
     The policy's observation normalizer is applied frozen (its training statistics). Returns a
     dict with env_id, episodes, mean_return, std_return, returns, lengths, deterministic (and
     ``unfinished``, ``max_steps`` when some episodes had not ended after ``max_steps`` steps: those
-    are left out, not counted as episodes). EnvError when none ended. ``seed`` seeds the envs and,
+    count as cut there, with their return so far, as a time limit would cut them; leaving them
+    out would keep only the short episodes). ``seed`` seeds the envs and,
     with ``deterministic=False``, the action samples (the caller's random state is left as it was);
     None: :func:`default_seed`, the run's seed + 1,000,000, as ``proxima eval`` (and the run's
     eval.json), so the numbers match the command line's.
@@ -159,16 +160,13 @@ def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None
 
 def summarize(env_id: str, returns: torch.Tensor, lengths: torch.Tensor, deterministic: bool,
               finished: Optional[torch.Tensor] = None, max_steps: Optional[int] = None) -> dict:
-    """The result dict of :func:`evaluate` from the episodes' returns and lengths (N,): only the
-    ``finished`` ones count; EnvError naming the env when none finished."""
+    """The result dict of :func:`evaluate` from the episodes' returns and lengths (N,). An episode
+    not ``finished`` after ``max_steps`` steps counts with its return so far (cut there, as a time
+    limit would cut it) and is counted in ``unfinished``: dropping it would average the short
+    episodes only, the bias one env per episode avoids."""
     r, n = returns.cpu().numpy(), lengths.cpu().numpy()
     done = finished.cpu().numpy() if finished is not None else None
     unfinished = 0 if done is None else int((~done).sum())
-    if unfinished == r.shape[0]:
-        raise EnvError(f"env '{env_id}': none of the {unfinished} evaluation episodes ended within {max_steps:,} steps; "
-                       "give the env a time limit (gymnasium.wrappers.TimeLimit, or max_episode_steps when registering it)")
-    if unfinished:
-        r, n = r[done], n[done]
     out = {"env_id": env_id, "episodes": int(r.shape[0]), "mean_return": float(r.mean()),
            "std_return": float(r.std()) if r.shape[0] > 1 else 0.0, "returns": [float(x) for x in r],
            "lengths": [int(x) for x in n], "deterministic": bool(deterministic)}
@@ -177,9 +175,20 @@ def summarize(env_id: str, returns: torch.Tensor, lengths: torch.Tensor, determi
     return out
 
 
+def unfinished_note(result: dict) -> str:
+    """"; 2 of them cut at 50 steps ..." for a result with episodes that had not ended, else ""."""
+    k = result.get("unfinished")
+    if not k:
+        return ""
+    which = "all of them" if k == result.get("episodes") else f"{k} of them"
+    note = (f"; {which} cut at {result.get('max_steps', 0):,} steps (--max-steps), with their return so far")
+    if k == result.get("episodes"):
+        note += ("; no episode ended: give the env a time limit (gymnasium.wrappers.TimeLimit, or max_episode_steps "
+                 "when registering it)")
+    return note
+
+
 def format_result(result: dict) -> str:
     mode = "deterministic" if result["deterministic"] else "stochastic"
     line = f"{result['env_id']}: {result['mean_return']:.2f} +- {result['std_return']:.2f} over {result['episodes']} episodes ({mode})"
-    if result.get("unfinished"):
-        line += f"; {result['unfinished']} more had not ended after {result['max_steps']:,} steps and are left out"
-    return line
+    return line + unfinished_note(result)

@@ -259,10 +259,13 @@ def _value(v: float) -> str:
 
 
 def _eval_line(ev: dict) -> str:
+    from .evaluate import unfinished_note
+
     if "error" in ev:
         return ev["error"]
     mode = "deterministic" if ev.get("deterministic", True) else "stochastic"
-    return f"{ev['mean_return']:.2f} \u00b1 {ev.get('std_return', 0.0):.2f} over {ev.get('episodes', '?')} episodes ({mode})"
+    return (f"{ev['mean_return']:.2f} \u00b1 {ev.get('std_return', 0.0):.2f} over {ev.get('episodes', '?')} episodes ({mode})"
+            + unfinished_note(ev))
 
 
 def _versions(meta: dict) -> dict:
@@ -350,6 +353,8 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     else:
         lines += [f"No curve: {curve_note}", ""]
 
+    from .evaluate import unfinished_note
+
     lines += ["## Final evaluation", ""]
     for r in runs:
         ev = r["eval"]
@@ -359,7 +364,7 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
             continue
         lines += [f"- {head}mean return **{ev['mean_return']:.2f}** \u00b1 {ev.get('std_return', 0.0):.2f} over "
                   f"{ev.get('episodes', '?')} episodes, {'deterministic' if ev.get('deterministic', True) else 'stochastic'} "
-                  f"policy; source: {ev['source']}"]
+                  f"policy{unfinished_note(ev)}; source: {ev['source']}"]
         rets = ev.get("returns") or []
         if rets:
             shown = ", ".join(f"{v:g}" for v in rets[:20]) + (", ..." if len(rets) > 20 else "")

@@ -301,3 +301,11 @@ def test_a_run_with_one_logged_return_is_drawn_as_a_point_with_a_note(tmp_path, 
                    "a single point; a longer run draws a curve\n")
     assert out == f"wrote {run / 'curve.png'}\n" and markers == ["o"]
     _assert_png(run / "curve.png")
+
+
+def test_report_names_evaluation_episodes_cut_at_max_steps():
+    from proxima.report import _eval_line
+
+    ev = {"mean_return": 30.0, "std_return": 16.33, "episodes": 3, "deterministic": True, "unfinished": 1, "max_steps": 50}
+    assert _eval_line(ev) == ("30.00 \u00b1 16.33 over 3 episodes (deterministic); 1 of them cut at 50 steps (--max-steps), "
+                              "with their return so far")

@@ -138,21 +138,26 @@ def test_check_env_and_the_failure_hint_take_env_kwargs(tmp_path, monkeypatch, c
     assert "proxima check-env user_envs:NeedsLevel --env-kwargs '{\"level\": 2}'" in err
 
 
-def test_evaluation_of_an_env_without_a_time_limit_stops_and_says_so(tmp_path):
+def test_evaluation_of_an_env_without_a_time_limit_counts_returns_up_to_max_steps_and_says_so(tmp_path):
     policy = _train(tmp_path, "user_envs:NoTimeLimit", steps=64)
-    with pytest.raises(EnvError, match=r"none of the 3 evaluation episodes ended within 50 steps; give the env a time limit"):
-        evaluate(policy, episodes=3, seed=1, backend="gymnasium", max_steps=50)
+    result = evaluate(policy, episodes=3, seed=1, backend="gymnasium", max_steps=50)
+    assert result["episodes"] == 3 and result["unfinished"] == 3 and result["lengths"] == [50, 50, 50]
+    assert format_result(result).endswith(
+        "over 3 episodes (deterministic); all of them cut at 50 steps (--max-steps), with their return so far; no episode "
+        "ended: give the env a time limit (gymnasium.wrappers.TimeLimit, or max_episode_steps when registering it)")
 
 
-def test_unfinished_episodes_are_left_out_and_counted():
+def test_unfinished_episodes_count_with_their_return_so_far_and_are_named():
+    """Leaving a long episode out would average the short ones only (50 here would drop to 20)."""
     returns = torch.tensor([10.0, 50.0, 30.0], dtype=torch.float64)
     lengths = torch.tensor([10, 50, 30])
     result = summarize("E", returns, lengths, True, torch.tensor([True, False, True]), 50)
-    assert result["episodes"] == 2 and result["returns"] == [10.0, 30.0] and result["mean_return"] == 20.0
+    assert result["episodes"] == 3 and result["returns"] == [10.0, 50.0, 30.0] and result["mean_return"] == 30.0
     assert result["unfinished"] == 1 and result["max_steps"] == 50
-    assert format_result(result).endswith("over 2 episodes (deterministic); 1 more had not ended after 50 steps and are left out")
+    assert format_result(result).endswith("over 3 episodes (deterministic); 1 of them cut at 50 steps (--max-steps), "
+                                          "with their return so far")
     full = summarize("E", returns, lengths, True, torch.ones(3, dtype=torch.bool), 50)
-    assert "unfinished" not in full and full["episodes"] == 3
+    assert "unfinished" not in full and full["episodes"] == 3 and format_result(full).endswith("(deterministic)")
 
 
 def test_stochastic_evaluation_is_reproducible_from_its_seed(tmp_path):
