@@ -247,9 +247,9 @@ def cmd_resume(args) -> int:
         if world > 1:  # the checkpoint needs as many processes as wrote it (train_state.load): start them
             from .launch import launch_torchrun
 
-            print(f"{prog}: {path} was written by {world} processes: resuming with {world} processes on this machine "
-                  "(torchrun; a multi-node run resumes under its own torchrun command, docs/distributed.md)", file=sys.stderr)
-            return launch_torchrun(world, sys.argv[1:])
+            return launch_torchrun(world, sys.argv[1:], announce=(
+                f"{prog}: {path} was written by {world} processes: resuming with {world} processes on this machine "
+                "(torchrun; a multi-node run resumes under its own torchrun command, docs/distributed.md)"))
         # the config comes from the checkpoint; typed flags may change only config.RESUME_SAFE fields
         run_dir, _ = train(None, resume=path, argv=sys.argv, quiet=args.quiet, env_id=args.env, trust_run=args.trust_run,
                            overrides=typed_flags(args))

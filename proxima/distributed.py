@@ -8,7 +8,7 @@ Backends: ``gloo`` on a machine without CUDA; with CUDA ``cpu:gloo,cuda:nccl``, 
 CUDA model go through NCCL (one GPU per rank, chosen by ``LOCAL_RANK``) and the small CPU objects
 (run directory name, checkpoint pieces) through gloo. Every collective has the timeout
 ``PROXIMA_DIST_TIMEOUT`` (seconds, default 300): a rank that stops answering ends the job instead of
-hanging it.
+hanging it; only the wait for rank 0's --eval-every evaluation is exempt (``from_main(patient=True)``).
 
 Every collective here is called by all ranks at the same point of the loop, in the same order:
 that is the contract that keeps ranks from waiting on each other forever.
@@ -33,6 +33,10 @@ import torch
 #: checkpoint keys that differ per rank; the checkpoint keeps rank 0's at the top level (what
 #: ``proxima eval`` and ``load_policy`` read) and every rank's under ``"ranks"``
 RANK_KEYS = ("env", "next_obs", "rng", "obs_normalizer", "reward_scaler")
+
+#: seconds the other ranks wait for rank 0 in ``from_main(..., patient=True)`` (its evaluation):
+#: a week, i.e. no limit a run would meet, but a finite number gloo's deadline arithmetic takes
+PATIENT_TIMEOUT = 7 * 24 * 3600.0
 
 
 @dataclass
@@ -138,16 +142,22 @@ class DistContext:
 
         return step
 
-    def from_main(self, fn: Callable[[], Any]) -> Any:
+    def from_main(self, fn: Callable[[], Any], patient: bool = False) -> Any:
         """Run ``fn`` on rank 0 and return its result on every rank (picklable values).
 
         An exception raised by ``fn`` on rank 0 is raised on every rank, so a bad checkpoint or an
         unwritable run directory stops all ranks with the same message instead of leaving the others
         waiting for a broadcast that never comes.
+
+        ``patient``: the other ranks wait for ``fn`` without the hang timeout (PROXIMA_DIST_TIMEOUT),
+        for work of rank 0 that may rightly take longer (the --eval-every evaluation); see
+        :meth:`_patient_group`.
         """
         if not self.enabled:
             return fn()
         import torch.distributed as dist
+
+        group = self._patient_group() if patient else None
 
         payload: list = [None]
         error = None
@@ -157,11 +167,29 @@ class DistContext:
             except Exception as e:  # sent to the other ranks, re-raised here with its traceback
                 error = e
                 payload = [("error", _picklable(e))]
-        dist.broadcast_object_list(payload, src=0)
+        dist.broadcast_object_list(payload, src=0, group=group)
         kind, value = payload[0]
         if kind == "error":
             raise error if error is not None else value
         return value
+
+    def _patient_group(self):
+        """A second gloo group over all ranks whose collectives wait PATIENT_TIMEOUT, made the first
+        time it is needed (every rank asks at the same point of the loop: an --eval-every iteration).
+
+        The default group's timeout exists to end a job whose rank hangs; a collective that waits on
+        purpose for rank 0's evaluation, which may take many minutes, must not trip it. A separate
+        group keeps the short timeout on every training collective, and a rank that dies while the
+        others wait here still ends the job (its closed connections end the wait, torchrun the rest).
+        """
+        group = getattr(self, "_patient", None)
+        if group is None:
+            import datetime
+
+            import torch.distributed as dist
+
+            group = self._patient = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=PATIENT_TIMEOUT))
+        return group
 
     def gather_to_main(self, obj: Any) -> Optional[list]:
         """Every rank's ``obj`` (moved to CPU) as a list indexed by rank on rank 0; None elsewhere."""
@@ -209,10 +237,29 @@ def local_state(state: dict, rank: int) -> dict:
     (``state["ranks"][rank]``) over rank 0's top-level ones. Unchanged when the checkpoint has no
     per-rank pieces (single-process runs, or a world size that does not match: the trainer then
     reports the mismatch)."""
+    check_rank_pieces(state)
     ranks = state.get("ranks")
     if not ranks or rank >= len(ranks) or len(ranks) != state.get("world_size", 1):
         return state
     return {**state, **ranks[rank]}
+
+
+def check_rank_pieces(state: dict) -> None:
+    """CheckpointError when a checkpoint of a multi-process run holds no per-rank pieces
+    (``"ranks"``): resumed, every rank would take rank 0's env state and next observation and
+    replay the same env streams. A best.pt written before best.pt gathered every rank is such a
+    file; it still evaluates (rank 0's policy and normalizer are complete)."""
+    from .checkpoint import CheckpointError
+
+    world = state.get("world_size", 1)
+    if not isinstance(world, int) or isinstance(world, bool) or world <= 1 or state.get("ranks"):
+        return
+    path = Path(str(state.get("path", "checkpoint")))
+    run = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    evaluate = f"proxima eval {run} --best" if path.name == "best.pt" else f"proxima eval {path}"
+    raise CheckpointError(f"{path}: holds only rank 0's env and RNG state of a {world}-process run, so it cannot be "
+                          f"resumed (every rank would replay rank 0's envs); it is for evaluation ({evaluate}); resume "
+                          f"from the run's periodic checkpoints, {run}/checkpoints/step_N.pt (proxima resume {run})")
 
 
 def to_cpu(obj: Any) -> Any:

@@ -8,7 +8,8 @@ and waits for it. torchrun starts K ranks on this machine (``--standalone``: a l
 free port), and tears all of them down when one fails. The launcher forwards SIGINT/SIGTERM to
 torchrun once (torchrun passes it on to every rank; the ranks agree on the iteration to stop at,
 rank 0 writes a checkpoint, all exit); a second signal is sent straight to the ranks, which then
-exit at once (the last checkpoint stays loadable: checkpoints are written atomically).
+exit at once if it comes 3 s or more after the first (signals.SignalGuard: within that, a rank takes
+it for the same stop reaching it twice); the last checkpoint stays loadable (written atomically).
 
 Exit status: torchrun's, except that a run stopped by a signal the launcher forwarded exits
 128 + signum (130 for SIGINT, 143 for SIGTERM), like a single-process run. Multi-node runs call
@@ -86,11 +87,21 @@ def _check(nproc: int, argv: list) -> None:
         import io
 
         from .config import from_dict
+        from .distributed import check_rank_pieces
+        from .rundir import check_not_in_use
         from .run_setup import apply_resume_overrides
 
+        # the lock first: reading a live run's checkpoints could set its newest one aside mid-write
+        check_not_in_use(_resumed_run_dir(Path(resume), getattr(args, "run_dir", None)))
         state = ckpt.load_resumable(resume)
         with contextlib.redirect_stderr(io.StringIO()):  # its notes are rank 0's to say
             apply_resume_overrides(from_dict(state["config"], source=state["path"]), typed_flags(args), state)
+        world = state.get("world_size", 1)
+        if isinstance(world, int) and not isinstance(world, bool) and world != nproc:
+            # every rank would refuse it (train_state.restore) after torchrun started them all
+            raise ckpt.CheckpointError(f"{state['path']}: written by {world} process(es), resumed with --nproc {nproc}; "
+                                       f"use the same count (proxima resume RUN_DIR starts {world})")
+        check_rank_pieces(state)
         return
     from .rundir import RunDirError, check_not_in_use, holds_files, not_empty_message
     from .run_setup import check_run_dir_path, preflight
@@ -105,6 +116,16 @@ def _check(nproc: int, argv: list) -> None:
         check_not_in_use(run_dir)
         if holds_files(run_dir) and not getattr(args, "overwrite", False):
             raise RunDirError(not_empty_message(run_dir))
+
+
+def _resumed_run_dir(resume: Path, run_dir) -> Path:
+    """The run directory a resume of ``resume`` trains in (run_setup.resolve_start): the directory
+    itself, RUN for RUN/checkpoints/FILE, else (a loose checkpoint file) the --run-dir given."""
+    if resume.is_dir():
+        return resume
+    if resume.parent.name == "checkpoints":
+        return resume.parent.parent
+    return Path(run_dir) if run_dir is not None else resume.parent
 
 
 def _child_pids(pid: int) -> list:
@@ -126,9 +147,12 @@ def _die_with_parent() -> None:
         pass
 
 
-def launch_torchrun(nproc: int, argv: list, env: Optional[dict] = None) -> int:
-    """Run ``proxima <argv>`` (without --nproc) under torchrun with ``nproc`` processes; return its exit code."""
+def launch_torchrun(nproc: int, argv: list, env: Optional[dict] = None, announce: Optional[str] = None) -> int:
+    """Run ``proxima <argv>`` (without --nproc) under torchrun with ``nproc`` processes; return its exit code.
+    ``announce``: a line for stderr once the checks have passed (so a refused launch prints only its error)."""
     _check(nproc, argv)
+    if announce:
+        print(announce, file=sys.stderr)
     cmd = torchrun_command(nproc, argv)
     child_env = dict(os.environ if env is None else env)
     child_env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default too; --threads sets torch's own

@@ -99,6 +99,9 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
         treat_as_data(target_dir)  # never import env code from the run directory itself
         session.lock_existing(target_dir)
         state = ckpt.load_resumable(resume)
+    from .distributed import check_rank_pieces
+
+    check_rank_pieces(state)  # a multi-process best.pt of older versions: rank 0's envs only
     recorded = from_dict(state["config"], source=state["path"])
     from .train_state import check_counters
 
@@ -138,16 +141,25 @@ def preflight(cfg: PPOConfig, world_size: int = 1):
 def check_env_builds(cfg: PPOConfig) -> None:
     """Build the env once on the CPU and choose the agent's encoder for its observations, as a run
     does (Agent: nets.resolve_encoder): EnvError or ConfigError (``--encoder cnn`` of an env without
-    an image) now, before anything starts."""
+    an image, ``--norm-obs`` of one with an image) now, before anything starts."""
     from .envs import make_env
     from .envs.spaces import obs_layout
     from .nets import resolve_encoder
 
     env = make_env(cfg.env_id, 1, "cpu", cfg.backend, cfg.vector, seed=cfg.seed, env_kwargs=cfg.env_kwargs)
     try:
-        resolve_encoder(cfg.encoder, obs_layout(env.single_observation_space, cfg.env_id))
+        layout = obs_layout(env.single_observation_space, cfg.env_id)
+        resolve_encoder(cfg.encoder, layout)
     finally:
         env.close()
+    check_norm_obs(cfg, layout.has_image)
+
+
+def check_norm_obs(cfg: PPOConfig, has_image: bool) -> None:
+    """ConfigError for --norm-obs of an env whose observations hold an image (Agent.has_pixels): the
+    Trainer's own check, also here so --dry-run and the --nproc launcher refuse it once, up front."""
+    if cfg.norm_obs and has_image:
+        raise ConfigError("--norm-obs: this env's observations hold an image, which the network scales to [0, 1]; drop --norm-obs")
 
 
 def check_own_run_dir(run_dir, checkpoint) -> None:

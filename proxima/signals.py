@@ -1,7 +1,8 @@
 """Clean stops: SIGINT/SIGTERM finish the iteration, write a checkpoint, and exit 130/143.
 
 A second SIGINT exits at once; checkpoints are written atomically (checkpoint.py), so the last one
-stays loadable whatever moment the process dies.
+stays loadable whatever moment the process dies. Under torchrun a repeat of the first signal within
+REPEAT_WINDOW seconds is the same stop delivered twice, not a second interrupt (SignalGuard).
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import os
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 
 class TrainingInterrupted(Exception):
@@ -44,13 +46,28 @@ class Stop:
     signum: int = 0
 
 
+#: seconds after the first signal in which the same signal again is the same stop (SignalGuard)
+REPEAT_WINDOW = 3.0
+
+
 class SignalGuard:
     """First SIGINT/SIGTERM: finish the iteration, checkpoint, stop. Second SIGINT: exit at once
-    (checkpoints are written atomically, so the last one stays loadable)."""
+    (checkpoints are written atomically, so the last one stays loadable).
 
-    def __init__(self):
+    ``repeat_window`` (seconds; the trainer passes REPEAT_WINDOW under torchrun): the same signal
+    again within that long of the first is ignored. A job-wide stop reaches a rank twice: once
+    directly (Slurm's scancel and time limit, systemd's KillMode=control-group signal every process)
+    and once more a moment later from torchrun, which passes on what it got (twice, when the
+    launcher forwards a copy to it too); taken as a second interrupt it killed rank 0 before its
+    checkpoint. A single process keeps the immediate second Ctrl-C (window 0).
+    ``last_checkpoint``: returns the checkpoint on disk (None: none yet), so the exit line is true."""
+
+    def __init__(self, last_checkpoint: Optional[Callable[[], Optional[Path]]] = None, repeat_window: float = 0.0):
         self.stop = Stop()
         self._old = {}
+        self._last_checkpoint = last_checkpoint
+        self._window = float(repeat_window)
+        self._first_at = 0.0
 
     def __enter__(self):
         if threading_main():
@@ -59,12 +76,26 @@ class SignalGuard:
         return self.stop
 
     def _handle(self, signum, frame):
+        now = time.monotonic()
         if self.stop.signum:
-            sys.stderr.write("\nproxima: second interrupt, exiting now (last checkpoint kept)\n")
+            if signum == self.stop.signum and now - self._first_at < self._window:
+                return  # the same stop delivered again (directly and through torchrun): keep going to the checkpoint
+            sys.stderr.write(f"\nproxima: second interrupt, exiting now ({self._kept()})\n")
             os._exit(128 + signum)
-        self.stop.signum = signum
+        self.stop.signum, self._first_at = signum, now
+        again = (f"the same signal again {self._window:g} s or more from now exits at once" if self._window
+                 else "interrupt again to exit at once")
         sys.stderr.write(f"\nproxima: {signal.Signals(signum).name} received; writing a checkpoint after this iteration "
-                         "(interrupt again to exit at once)\n")
+                         f"({again})\n")
+
+    def _kept(self) -> str:
+        if self._last_checkpoint is None:  # the caller did not say (a population): true either way
+            return "a checkpoint already written stays loadable"
+        try:
+            last = self._last_checkpoint()
+        except Exception:  # in a signal handler: never fail on the way out
+            last = None
+        return "last checkpoint kept" if last else "no checkpoint was written"
 
     def __exit__(self, *exc):
         for sig, old in self._old.items():

@@ -27,7 +27,7 @@ from .envs import BatchedEnv, EnvError, make_env
 from .normalize import ObsNormalizer, RewardScaler
 from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
 from .rollout import Rollout
-from .signals import OutsideLoop, SignalGuard, TrainingInterrupted, checkpoint_line
+from .signals import REPEAT_WINDOW, OutsideLoop, SignalGuard, TrainingInterrupted, checkpoint_line
 from .train_state import default_run_dir
 
 
@@ -69,8 +69,9 @@ class Trainer:
         obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
         try:
             self.agent = Agent(obs_space, act_space, cfg.hidden_sizes, cfg.activation, cfg.encoder).to(self.device)
-            if cfg.norm_obs and self.agent.has_pixels:
-                raise ConfigError("--norm-obs: this env's observations hold an image, which the network scales to [0, 1]; drop --norm-obs")
+            from .run_setup import check_norm_obs
+
+            check_norm_obs(cfg, self.agent.has_pixels)  # the library's own guard (preflight checks it first for the CLI)
         except ConfigError:
             self.env.close()  # env subprocesses (--vector async, EnvPool threads) end with the error
             raise
@@ -208,7 +209,8 @@ class Trainer:
         target = ReturnTarget(cfg.stop_return, cfg.stop_episodes, self.return_window)
         self.stopped_at_return = target.reached()
         try:
-            with SignalGuard() as stop:
+            # under torchrun a rank gets one stop twice (directly and from torchrun): signals.SignalGuard
+            with SignalGuard(lambda: last_ckpt, REPEAT_WINDOW if self.dist.enabled else 0.0) as stop:
                 t_start = time.perf_counter() - self.elapsed
                 try:
                     check_reset(self.next_obs, self.global_step, cfg.env_id)
@@ -233,7 +235,7 @@ class Trainer:
                     self.elapsed = time.perf_counter() - t_start
                     sps = self.steps_per_iteration / max(time.perf_counter() - t_iter, 1e-9)
                     row = _metric_row(metrics, sps, self.optimizer, self.elapsed)
-                    if self._eval_due() and self.dist.is_main:
+                    if self._eval_due():  # every rank: rank 0 evaluates, all write best.pt (their pieces)
                         row.update(self._evaluate_now())
                     if self.logger is not None:
                         self.logger.log(self.iteration, self.global_step, row)
@@ -291,8 +293,26 @@ class Trainer:
 
     def _evaluate_now(self) -> dict:
         """Evaluate a frozen copy of the current policy (``eval_episodes`` deterministic episodes, the
-        end-of-run seed); a new best mean return is written to checkpoints/best.pt. Training's RNG
-        streams are saved and put back, so a run with evaluations trains exactly as one without."""
+        end-of-run seed) on rank 0; a new best mean return is written to checkpoints/best.pt. Training's
+        RNG streams are saved and put back, so a run with evaluations trains exactly as one without.
+
+        Under torchrun every rank calls this at the same iteration: the others wait for rank 0's
+        evaluation in a collective without the hang timeout (from_main(patient=True): an evaluation
+        may take longer than PROXIMA_DIST_TIMEOUT), and best.pt holds every rank's pieces, as a
+        periodic checkpoint does, so it resumes with each rank's own envs."""
+        mean, std, self.best_eval, improved = self.dist.from_main(self._evaluate_on_main, patient=True)
+        if improved:
+            state = train_state.capture(self)
+            if self.dist.enabled:
+                from .distributed import RANK_KEYS
+
+                state["ranks"] = self.dist.gather_to_main({k: state[k] for k in RANK_KEYS})
+            # rank 0 writes; an error (disk full) stops every rank with the same line
+            self.dist.from_main(lambda: ckpt.atomic_torch_save(state, ckpt.best_checkpoint_path(self.run_dir)))
+        return {"eval/mean_return": mean, "eval/std_return": std}
+
+    def _evaluate_on_main(self) -> tuple:
+        """(mean return, std, best mean so far, whether this one is a new best): rank 0's evaluation."""
         import copy
 
         from .evaluate import evaluate
@@ -305,12 +325,9 @@ class Trainer:
             result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend)
         finally:
             ckpt.set_rng_state(rng)
-        mean = result["mean_return"]
-        if self.best_eval is None or mean > self.best_eval:
-            self.best_eval = mean
-            state = train_state.capture(self)
-            ckpt.atomic_torch_save(state, ckpt.best_checkpoint_path(self.run_dir))
-        return {"eval/mean_return": mean, "eval/std_return": result["std_return"]}
+        mean = float(result["mean_return"])
+        improved = self.best_eval is None or mean > self.best_eval
+        return mean, float(result["std_return"]), mean if improved else self.best_eval, improved
 
     def _checkpoint_due(self) -> bool:
         """--checkpoint-minutes: a checkpoint is due when that long has passed since the last one (rank

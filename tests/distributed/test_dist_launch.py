@@ -173,3 +173,102 @@ def test_exit_process_keeps_the_status_and_the_output(body, world, code, err, tm
     assert err in res.stderr
     assert res.stdout.startswith("out") == ("print" in body)
     assert res.stdout.endswith("finalized") == (world == "1")  # finalization skipped only for a rank
+
+
+def _fake_run(tmp_path, world: int):
+    """A run directory with one checkpoint file, which load_checkpoint/load_resumable (patched) read
+    as written by ``world`` processes."""
+    run_dir = tmp_path / "r1"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    path = run_dir / "checkpoints" / "step_000000004096.pt"
+    path.write_bytes(b"")
+    from proxima.config import PPOConfig
+
+    state = {"world_size": world, "path": str(path), "config": PPOConfig(num_envs=8, num_steps=256).to_dict(),
+             "global_step": 4096, "ranks": [{}] * world}
+    return run_dir, state
+
+
+def test_resume_with_another_process_count_fails_before_launching(no_spawn, capsys, monkeypatch, tmp_path):
+    from proxima import checkpoint
+
+    run_dir, state = _fake_run(tmp_path, 2)
+    monkeypatch.setattr(checkpoint, "load_resumable", lambda path, **kw: state)
+    argv = ["train", "--resume", str(run_dir), "--nproc", "3"]
+    monkeypatch.setattr(sys, "argv", ["proxima", *argv])
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "written by 2 process(es), resumed with --nproc 3; use the same count (proxima resume RUN_DIR starts 2)" in err[0]
+
+
+def test_resume_of_a_run_in_use_fails_before_reading_it(no_spawn, capsys, monkeypatch, tmp_path):
+    from proxima import checkpoint
+    from proxima.rundir import RunSession
+
+    run_dir, state = _fake_run(tmp_path, 2)
+    monkeypatch.setattr(checkpoint, "load_checkpoint", lambda path: state)  # `proxima resume` reads the count: 2
+
+    def never(*a, **k):
+        raise AssertionError("the launcher read a live run's checkpoints")
+
+    monkeypatch.setattr(checkpoint, "load_resumable", never)
+    for name in ("TORCHELASTIC_RUN_ID", "WORLD_SIZE", "RANK"):
+        monkeypatch.delenv(name, raising=False)
+    session = RunSession()
+    session.lock_existing(run_dir)  # a run training in this process, as far as the lock says
+    try:
+        for argv in (["resume", str(run_dir)], ["train", "--resume", str(run_dir / "checkpoints" / "step_000000004096.pt"), "--nproc", "2"]):
+            monkeypatch.setattr(sys, "argv", ["proxima", *argv])
+            assert main(argv) == 2
+            err = capsys.readouterr().err
+            assert f"run {run_dir} is in use by pid {__import__('os').getpid()}" in err
+            assert "Traceback" not in err and err.count("\n") == 1, err  # the error alone, no "resuming with 2" first
+    finally:
+        session.release()
+
+
+@pytest.mark.parametrize("extra", [["--nproc", "2"], ["--dry-run"], ["--nproc", "2", "--dry-run"]])
+def test_norm_obs_of_an_image_env_fails_up_front(no_spawn, capsys, monkeypatch, extra):
+    argv = ["train", "PixelQuadrant-v0", "--norm-obs", "--num-envs", "4", *extra]
+    monkeypatch.setattr(sys, "argv", ["proxima", *argv])
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--norm-obs: this env's observations hold an image" in err[0], err
+
+
+def test_checkpoint_of_several_processes_without_rank_pieces_is_refused():
+    from proxima.checkpoint import CheckpointError
+
+    state = {"world_size": 2, "agent": "A", "env": "e0", "path": "runs/r/checkpoints/best.pt"}
+    with pytest.raises(CheckpointError, match=r"runs/r/checkpoints/best.pt: holds only rank 0's env and RNG state of a "
+                       r"2-process run, so it cannot be resumed .*\(proxima eval runs/r --best\); resume from the run's "
+                       r"periodic checkpoints, runs/r/checkpoints/step_N.pt \(proxima resume runs/r\)"):
+        distributed.local_state(state, 1)
+    assert distributed.local_state({**state, "world_size": 1}, 0)["env"] == "e0"  # one process: nothing per rank
+
+
+def test_patient_collective_outlasts_the_hang_timeout(tmp_path):
+    """from_main(patient=True) waits for rank 0 longer than the default group's timeout, which still
+    ends a plain collective that waits as long (2 gloo processes, 1 s timeout, rank 0 busy 2.5 s)."""
+    script = tmp_path / "patient.py"
+    script.write_text(
+        "import os, time, torch\n"
+        "from proxima import distributed\n"
+        "ctx = distributed.context()\n"
+        "def slow():\n"
+        "    time.sleep(2.5)\n"
+        "    return 'evaluated'\n"
+        "print(f'rank {ctx.rank}: {ctx.from_main(slow, patient=True)}', flush=True)\n"
+        "try:\n"
+        "    ctx.from_main(slow)\n"
+        "    print(f'rank {ctx.rank}: plain wait ok', flush=True)\n"
+        "except Exception as e:\n"
+        "    print(f'rank {ctx.rank}: plain wait failed', flush=True)\n"
+        "os._exit(0)\n")
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("PROXIMA_")}
+    env.update(OMP_NUM_THREADS="1", PROXIMA_DIST_TIMEOUT="1")
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", str(script)],
+                         env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert "rank 0: evaluated" in res.stdout and "rank 1: evaluated" in res.stdout, res.stdout + res.stderr[-3000:]
+    assert "rank 1: plain wait failed" in res.stdout, res.stdout  # the timeout still catches a rank that does not answer
