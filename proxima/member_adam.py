@@ -5,7 +5,8 @@ over stacked tensors is P Adams, except for what torch.optim.Adam keeps per tens
 rate and the step count (its bias corrections). Here both are (P,) tensors, and a (P,) bool
 ``active`` mask skips a member's step entirely (its weights, moments and step count stay as they
 are), which a per-member early stop (``target_kl``) needs: the single run it mirrors stops its
-update, so its moments and bias corrections see no further step.
+update, so its moments and bias corrections see no further step. A step that would make a member's
+weights non-finite is skipped the same way and reported (``step`` returns the members stepped).
 
 The parameters are re-pointed at views of one (P, D) buffer, so the step, the per-member gradient
 norm and the clip are a dozen ops on one tensor whatever the number of layers (a few hundred small
@@ -53,22 +54,29 @@ class MemberAdam:
         return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(P, -1) for p in self.params], dim=1)
 
     @torch.no_grad()
-    def step(self, grad: torch.Tensor, lr: torch.Tensor, active: Optional[torch.Tensor] = None) -> None:
+    def step(self, grad: torch.Tensor, lr: torch.Tensor, active: Optional[torch.Tensor] = None) -> torch.Tensor:
         """One Adam step of every active member. grad: (P, D) (``flat_grad``, clipped); lr: (P,)
-        float; active: (P,) bool or None (all)."""
+        float; active: (P,) bool or None (all). Returns the (P,) bool mask of the members stepped:
+        the active ones whose new weights are all finite. A step that would leave a member's weights
+        NaN or inf (a non-finite gradient, or a learning rate so large that the step overflows) is
+        not applied, so the member keeps its last finite weights, moments and step count: a
+        population freezes a diverged member rather than let it act on NaN weights."""
         b1, b2 = self.beta1, self.beta2
         on = torch.ones_like(self.step_count, dtype=torch.bool) if active is None else active
-        self.step_count.add_(on.to(self.step_count.dtype))
-        step = self.step_count.clamp(min=1.0)  # a member that never stepped: any value, it is masked out
+        count = self.step_count + on.to(self.step_count.dtype)
+        step = count.clamp(min=1.0)  # a member that never stepped: any value, it is masked out
         bias2_sqrt = (1 - b2 ** step).sqrt().unsqueeze(1)
         step_size = (lr / (1 - b1 ** step)).unsqueeze(1)  # (P, 1)
-        mask = on.unsqueeze(1)
         new_m = torch.lerp(self.exp_avg, grad, 1 - b1)
         new_v = self.exp_avg_sq * b2 + (1 - b2) * grad * grad
         new_p = self.flat - step_size * new_m / (new_v.sqrt() / bias2_sqrt + self.eps)
+        stepped = on & torch.isfinite(new_p).all(dim=1)  # a NaN/inf gradient makes new_p NaN too
+        mask = stepped.unsqueeze(1)
+        self.step_count.copy_(torch.where(stepped, count, self.step_count))
         self.exp_avg.copy_(torch.where(mask, new_m, self.exp_avg))
         self.exp_avg_sq.copy_(torch.where(mask, new_v, self.exp_avg_sq))
         self.flat.copy_(torch.where(mask, new_p, self.flat))
+        return stepped
 
     def state_dict(self) -> dict:
         return {"step": self.step_count.clone(), "exp_avg": self.exp_avg.clone(), "exp_avg_sq": self.exp_avg_sq.clone()}

@@ -18,7 +18,11 @@ The algorithm is ppo.py's, parametrized, never copied (DESIGN.md "Growing withou
   ``member_adam.MemberAdam`` is P independent Adams over the stacked parameters (per-member
   learning rates and step counts); ``target_kl`` stops a member's update after the minibatch whose
   approx_kl exceeds it, as a single run's update stops, decided on the device (an active mask that
-  skips the member's later Adam steps), so no member waits on another and nothing syncs.
+  skips the member's later Adam steps), so no member waits on another; once none is active the
+  rest of the update is skipped (a host read of the mask: per minibatch on CPU, per epoch on CUDA,
+  none under CUDA graphs);
+* a member whose loss, gradient or Adam step is non-finite takes no step and is frozen for good
+  (``diverged``), the others training on; population_run.py records it.
 
 A member's first iteration equals a single run with the same seed up to float rounding (test:
 tests/unit/test_population.py): the same initial parameters, the same env rows and the same
@@ -203,9 +207,20 @@ class Population:
         self.optimizer = MemberAdam(list(self.params.values()), P, eps=1e-5)
         # members still updating in this update (target_kl stops a member's epochs, per member)
         self.active = torch.ones(P, dtype=torch.bool, device=self.device)
+        # members frozen for good: a non-finite loss, gradient or Adam step (or env output) was theirs;
+        # they take no Adam step again, so the others train on (population_run.py records why and when)
+        self.diverged = torch.zeros(P, dtype=torch.bool, device=self.device)
+        self.diverged_at: list = [None] * P  # host side: {"iteration", "global_step", "reason"} per diverged member
         self._steps_run = torch.zeros(P, dtype=torch.float32, device=self.device)
         self._update_cfg = dataclasses.replace(base, target_kl=None)  # ppo.update's host check: off
         self._stops = any(c.target_kl is not None for c in configs)
+        # once every member has stopped (target_kl), the update's remaining minibatches are skipped:
+        # learning that needs a host read of the active mask, which a CUDA graph cannot make (and
+        # which only a member with a target_kl needs). On CPU it is read after every minibatch (free);
+        # on CUDA once per epoch.
+        self.host_stop_check = self._stops and not base.cudagraphs
+        self._all_stopped = False
+        self._idle_metrics: Optional[dict] = None
         self.rollout = PopulationRollout(P, T, N, self.env.obs_shape, action_shape(act_space), action_dtype(act_space),
                                          self.device, obs_dtype=torch.float32 if base.norm_obs else self.env.obs_dtype)
         # running normalizers (PPO_NOTES), one set of statistics per member over its own rows
@@ -279,8 +294,9 @@ class Population:
         """ppo.update over every member; a member stopped by its target_kl skips the rest (its loss
         terms are then the mean over the minibatches it ran, as a single run's)."""
         cfg, P = self.cfg, self.members
-        self.active.fill_(True)
+        self.active.copy_(~self.diverged)  # a diverged member never steps again
         self._steps_run.zero_()
+        self._all_stopped = False
         stops = self._stops
 
         def permutation(b, device, generator=None):
@@ -289,7 +305,12 @@ class Population:
                 # a stopped member's single run draws no more permutations: neither does it here,
                 # so its stream stays the single run's (a free host read on CPU; on CUDA all draw)
                 gens = [g if on else _NO_DRAW for g, on in zip(gens, self.active.tolist())]
-            return member_permutation(P, b // P, cfg.num_envs, device, gens or generator, cfg.num_minibatches)
+            perm = member_permutation(P, b // P, cfg.num_envs, device, gens or generator, cfg.num_minibatches)
+            if self.host_stop_check and device.type != "cpu":
+                # once per epoch on a GPU, after the draw (so the random stream is what it would be
+                # without the check, and what a graphed update draws): a stopped epoch is skipped
+                self._all_stopped = not bool(self.active.any())
+            return perm
 
         out = ppo.update(None, self.optimizer, self.batch, self._update_cfg, grad_step=self.grad_step, permutation=permutation)
         minibatches = cfg.update_epochs * cfg.num_minibatches  # ppo.update divided every sum by this
@@ -299,6 +320,8 @@ class Population:
     def grad_step(self, mb: dict) -> dict:
         """One minibatch of every member: mb rows member-major (P*mb, ...) as member_permutation lays
         them out. Returns each loss term as a (P,) tensor, grad_norm (P,) and nonfinite (P,) bool."""
+        if self._all_stopped:  # every member has stopped this update: what _step would add, zeros
+            return self._idle_metrics
         P, cfg = self.members, self.cfg
         m = {k: v.reshape(P, -1, *v.shape[1:]) for k, v in mb.items()}  # (P, mb, ...), a view
         coef = self.coef
@@ -326,20 +349,31 @@ class Population:
 
     def _step(self, out: dict) -> dict:
         """Backward of the summed member losses, per-member clip and Adam step of the active members;
-        then target_kl: a member whose approx_kl exceeds its own stops after this step."""
+        then target_kl: a member whose approx_kl exceeds its own stops after this step. A member whose
+        loss or gradient is non-finite, or whose Adam step would make its weights so, takes no step:
+        it is marked diverged (``nonfinite`` and ``self.diverged``) and frozen from then on. Every op
+        is per member row, so a NaN in one member's row never reaches another's."""
         self.optimizer.zero_grad()
         out["loss"].sum().backward()  # member p's loss reaches only member p's slices of the parameters
         grad = self.optimizer.flat_grad()  # (P, D): every parameter of a member in one row
         grad_norm = grad.norm(dim=1)  # detail 11, per member: torch.nn.utils.clip_grad_norm_'s global norm
         grad = grad * (self.coef["max_grad_norm"] / (grad_norm + 1e-6)).clamp(max=1.0).unsqueeze(1)
         active = self.active.clone()
-        self.optimizer.step(grad, self.lr_now, active)
-        on = active.to(torch.float32)
+        finite = torch.isfinite(out["loss"].detach()) & torch.isfinite(grad_norm)
+        stepped = self.optimizer.step(grad, self.lr_now, active & finite)
+        on = stepped.to(torch.float32)
         self._steps_run += on
         metrics = {k: v.detach() * on for k, v in out.items() if k != "loss"}  # a stopped member adds nothing
         metrics["grad_norm"] = grad_norm * on
-        metrics["nonfinite"] = active & ~(torch.isfinite(out["loss"].detach()) & torch.isfinite(grad_norm))
+        bad = active & ~stepped
+        metrics["nonfinite"] = bad
+        self.diverged |= bad
+        self.active &= ~bad
         self.active &= ~(out["approx_kl"].detach() > self.coef["target_kl"])  # detail 12's early stop, per member
+        if self.host_stop_check and self._idle_metrics is None:
+            self._idle_metrics = {k: torch.zeros_like(v) for k, v in metrics.items()}
+        if self.host_stop_check and self.device.type == "cpu":
+            self._all_stopped = not bool(self.active.any())  # a free read on CPU: end the update when none is left
         return metrics
 
     # --- the iteration as three parts over static buffers (graphs.py's protocol) --------------
@@ -386,11 +420,14 @@ class Population:
         return out
 
     # --- what the envs returned ----------------------------------------------------------------
-    def check_env_outputs(self, member_names: Optional[Sequence[str]] = None) -> None:
-        """NaN/inf in the last rollout's rewards or observations -> NonFiniteError naming the field,
-        the member, its env index and its step, as a single run's guard does. One host read per
-        iteration, outside the parts (a CUDA graph cannot raise); the search runs only on failure."""
-        from .guards import NonFiniteError, first_bad, fmt_values
+    def env_failures(self, member_names: Optional[Sequence[str]] = None) -> list:
+        """NaN/inf in the last rollout's rewards or observations of members not yet diverged:
+        [(member, message)], the message naming the field, the member, its env index and its step,
+        as a single run's guard does (its first bad value). One host read per iteration, outside the
+        parts (a CUDA graph cannot raise); the search runs only on failure. A member recorded as
+        diverged (diverged_at) is not reported again: it acts on frozen weights, and its env may go on
+        returning NaN."""
+        from .guards import first_bad, fmt_values
 
         ro, P = self.rollout, self.members
         T, PN = ro.raw_rewards.shape
@@ -401,17 +438,31 @@ class Population:
 
         fields = (("observation", rows_bad(ro.obs)), ("final observation", rows_bad(ro.final_obs)),
                   ("reward", ~torch.isfinite(ro.raw_rewards)))
-        found = first_bad(fields)
-        if found is None:
-            return
-        t, field, row = found
-        p, n = divmod(row, N)
-        step = (self.iteration - 1) * self.steps_per_member + (t + (0 if field == "observation" else 1)) * N
-        value = {"observation": lambda: fmt_values(ro.obs[t, row]), "final observation": lambda: fmt_values(ro.final_obs[t, row]),
-                 "reward": lambda: fmt_values(ro.raw_rewards[t, row])}[field]()
-        name = f" ({member_names[p]})" if member_names else ""
-        raise NonFiniteError(f"non-finite {field} {value} from env {n} of member {p}{name} at step {step:,} of that member; "
-                             f"check the env's step() with: proxima check-env {self.cfg.env_id}")
+        members_bad = torch.stack([bad.reshape(T, P, N).any(2).any(0) for _, bad in fields]).any(0)
+        if not bool(members_bad.any()):
+            return []
+        out = []
+        for p in members_bad.nonzero()[:, 0].tolist():
+            if self.diverged_at[p] is not None:  # diverged before this rollout (a NaN reward of this one froze it too:
+                continue                         # its update's loss went NaN, but the env is the cause to name)
+            t, field, n = first_bad([(name, bad[:, p * N:(p + 1) * N]) for name, bad in fields])
+            row = p * N + n
+            step = (self.iteration - 1) * self.steps_per_member + (t + (0 if field == "observation" else 1)) * N
+            value = {"observation": lambda: fmt_values(ro.obs[t, row]), "final observation": lambda: fmt_values(ro.final_obs[t, row]),
+                     "reward": lambda: fmt_values(ro.raw_rewards[t, row])}[field]()
+            name = f" ({member_names[p]})" if member_names else ""
+            out.append((p, f"non-finite {field} {value} from env {n} of member {p}{name} at step {step:,} of that member; "
+                           f"check the env's step() with: proxima check-env {self.cfg.env_id}"))
+        return out
+
+    def mark_diverged(self, member: int, reason: str, iteration: Optional[int] = None) -> None:
+        """Freeze ``member`` for good (population_run.py: a NaN/inf from its env, or a non-finite
+        update that _step already froze), recording when and why."""
+        iteration = self.iteration if iteration is None else iteration
+        self.diverged[member] = True
+        if self.diverged_at[member] is None:
+            self.diverged_at[member] = {"iteration": int(iteration), "global_step": int(iteration * self.steps_per_member),
+                                        "reason": str(reason)}
 
     # --- state (checkpoints; population_run.py writes and reads them) -------------------------
     def state_dict(self) -> dict:
@@ -427,7 +478,8 @@ class Population:
                 "next_obs": self.next_obs.clone(), "rng": ckpt.rng_state(),
                 "obs_normalizer": self.obs_norm.state_dict() if self.obs_norm is not None else None,
                 "reward_scaler": self.reward_scaler.state_dict() if self.reward_scaler is not None else None,
-                "member_rng": [g.get_state() for g in self.member_generators or []]}
+                "member_rng": [g.get_state() for g in self.member_generators or []],
+                "diverged": self.diverged.clone(), "diverged_at": [None if d is None else dict(d) for d in self.diverged_at]}
 
     def load_state_dict(self, state: dict) -> None:
         """Put ``state_dict()``'s values back, copying into the existing tensors; ValueError naming
@@ -450,6 +502,17 @@ class Population:
                 module.load_state_dict(state[key])
         for g, st in zip(self.member_generators or [], state.get("member_rng", [])):
             g.set_state(st.cpu())
+        # members frozen by a divergence (absent from checkpoints written before members could be)
+        diverged, at = state.get("diverged"), state.get("diverged_at")
+        if diverged is not None:
+            if not torch.is_tensor(diverged) or diverged.shape != self.diverged.shape or diverged.dtype != torch.bool:
+                raise ValueError(f"diverged is not a ({self.members},) bool tensor")
+            if (not isinstance(at, list) or len(at) != self.members
+                    or not all(d is None or (isinstance(d, dict) and isinstance(d.get("reason"), str)
+                                             and all(isinstance(d.get(k), int) for k in ("iteration", "global_step"))) for d in at)):
+                raise ValueError(f"diverged_at is not a list of {self.members} entries (None or iteration, global_step, reason)")
+            self.diverged.copy_(diverged)
+            self.diverged_at = [None if d is None else {k: d[k] for k in ("iteration", "global_step", "reason")} for d in at]
         self.iteration = int(state["iteration"])
         if state.get("env") is not None and self.env.can_save_state and state.get("env_backend") == self.env.backend:
             self.env.load_state_dict(state["env"])

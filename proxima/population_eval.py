@@ -1,7 +1,8 @@
 """``proxima eval RUN`` on a population (population_run.py): every member, then statistics per setting.
 
 Each member is evaluated as ``proxima eval RUN/<member dir>`` would evaluate it: its newest
-checkpoint (``--best``: its ``checkpoints/best.pt``), env seed = its own config's seed + 1,000,000
+checkpoint (``--best``: its ``checkpoints/best.pt``, which no member has while populations refuse
+--eval-every), env seed = its own config's seed + 1,000,000
 (the end-of-training evaluation's) unless ``seed`` is given, ``episodes`` episodes, one per env.
 Per setting (one combination of swept values; all its seeds) the members' mean returns are summed
 up as their mean and interquartile mean with 95% bootstrap intervals (population_report.member_statistics:
@@ -26,8 +27,8 @@ def member_checkpoint(member_dir: Path, best: bool = False) -> Path:
     if best:
         path = best_checkpoint_path(member_dir)
         if not path.is_file():
-            raise CheckpointError(f"{member_dir}: member has no checkpoints/best.pt (written when training with --eval-every N); "
-                                  "evaluate without --best")
+            raise CheckpointError(f"{member_dir}: member has no checkpoints/best.pt (a population's members have none: "
+                                  "--eval-every, which writes it, is refused for populations); evaluate without --best")
         return path
     ckpts = list_checkpoints(member_dir)
     if not ckpts:
@@ -69,12 +70,14 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
                               **({} if max_steps is None else {"max_steps": max_steps}))
             rows[d] = {"dir": d.name, "seed": member_seed, "settings": s.settings, "checkpoint": str(checkpoints[d]),
                        "eval_seed": eval_seed, **result}
+            if d.name in s.diverged:  # evaluated as asked (its last finite weights), but no result of training
+                rows[d]["diverged"] = s.diverged[d.name]
             if on_member is not None:
                 on_member(rows[d])
     summaries = []
     for s in settings:
         names, means = [d.name for _, d in s.members], [float(rows[d]["mean_return"]) for _, d in s.members]
-        stats = member_statistics(names, means)
+        stats = member_statistics(names, means, excluded=s.diverged)  # a diverged member: left out, named
         stats.pop("members"), stats.pop("solved"), stats.pop("solved_count")
         summaries.append({"settings": s.settings, "label": s.label, "members": names, "mean_returns": means, **stats,
                           "resamples": BOOTSTRAP_RESAMPLES, "level": CI_LEVEL, "rng": f"numpy default_rng({BOOTSTRAP_SEED})",
@@ -87,7 +90,11 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
 def format_member(row: dict) -> str:
     """``m000-seed1-lr0.001: 500.00 +- 0.00 over 10 episodes (deterministic)``."""
     mode = "deterministic" if row["deterministic"] else "stochastic"
-    return f"{row['dir']}: {row['mean_return']:.2f} +- {row['std_return']:.2f} over {row['episodes']} episodes ({mode})"
+    frozen = f"; {row['diverged']}: its last finite weights, left out of the statistics" if row.get("diverged") else ""
+    from .evaluate import unfinished_note
+
+    return (f"{row['dir']}: {row['mean_return']:.2f} +- {row['std_return']:.2f} over {row['episodes']} episodes ({mode}{frozen})"
+            + unfinished_note(row))
 
 
 def format_summary(result: dict) -> str:

@@ -61,6 +61,8 @@ class Setting:
     """{field: value} of the swept fields ({} for a population of seeds only)."""
     members: list = field(default_factory=list)
     """[(seed, member directory)] in population.json's order."""
+    diverged: dict = field(default_factory=dict)
+    """{member directory name: "diverged at iteration N"} of the members frozen by a non-finite update or env output."""
 
     @property
     def label(self) -> str:
@@ -87,21 +89,31 @@ def read_settings(run_dir) -> list:
     path = run_dir / POPULATION_FILE
     try:
         doc = json.loads(path.read_text())
-        entries = [(e["dir"], e["seed"], e.get("settings") or {}) for e in doc["member_dirs"]]
+        entries = [(e["dir"], e["seed"], e.get("settings") or {}, e.get("diverged")) for e in doc["member_dirs"]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise PopulationError(f"{path}: not a readable population file ({type(e).__name__})") from None
     groups: dict = {}
     from .population_run import is_plain_name
 
-    for name, seed, settings in entries:
+    for name, seed, settings, diverged in entries:
         if not is_plain_name(name) or not isinstance(settings, dict):
             raise PopulationError(f"{path}: member entry {name!r} is not a member folder of this run with its settings")
         d = run_dir / name
         if not d.is_dir():
             raise PopulationError(f"{d}: member directory listed in {POPULATION_FILE} is missing")
         key = json.dumps(settings, sort_keys=True)
-        groups.setdefault(key, Setting(dict(settings))).members.append((seed, d))
+        setting = groups.setdefault(key, Setting(dict(settings)))
+        setting.members.append((seed, d))
+        if diverged is not None:
+            setting.diverged[name] = diverged_text(diverged)
     return list(groups.values())
+
+
+def diverged_text(entry) -> str:
+    """``diverged at iteration 3``: population.json's ``diverged`` entry of a member, in a few words."""
+    iteration = entry.get("iteration") if isinstance(entry, dict) else None
+    ok = isinstance(iteration, int) and not isinstance(iteration, bool)
+    return f"diverged at iteration {iteration}" if ok else "diverged"
 
 
 def iqm_along(x: np.ndarray, axis: int = 0) -> np.ndarray:
@@ -195,12 +207,14 @@ def member_final_return(member_dir: Path, episodes: int = 0, device: str = "cpu"
     the last logged charts/episodic_return (None, "no result", before the first is logged)."""
     ev = member_dir / "eval.json"
     if ev.is_file():  # data: read and checked as a single run's report reads it (one line, never a traceback)
-        from .report import ReportError, _check_eval, _read_json
+        from .report import ReportError, _check_eval, _read_json, _stale_eval
 
         saved = _check_eval(ev, _read_json(ev))
         if "mean_return" not in saved:
             raise ReportError(f"{ev}: has no mean_return")
-        return float(saved["mean_return"]), "eval"
+        # of an earlier step than the member's newest checkpoint (a resume that could not remove it): not its result
+        if not _stale_eval(member_dir, saved):
+            return float(saved["mean_return"]), "eval"
     if episodes >= 1:
         from .report import _eval_line, evaluate_latest
 
@@ -230,21 +244,24 @@ def left_out_reason(value) -> Optional[str]:
     return None if math.isfinite(value) else ("inf" if value > 0 else "-inf")
 
 
-def member_statistics(names: list, values: list, threshold: Optional[float] = None) -> dict:
+def member_statistics(names: list, values: list, threshold: Optional[float] = None, excluded: Optional[dict] = None) -> dict:
     """The statistics over one setting's members, one value each (one kind of measurement): the one
     implementation of ``proxima report`` and ``proxima eval``.
 
-    names, values: (m,) member names and their values (None, NaN or inf: left out, named with why).
+    names, values: (m,) member names and their values (None, NaN or inf: left out, named with why);
+    excluded: {name: why} of members left out whatever their value (a diverged member).
     Returns dict(members (m), n (values used), returns (used), left_out [[name, why]], mean, mean_ci,
     iqm, iqm_ci, few, solved, solved_count): mean/iqm None when n is 0; the CIs (bootstrap_ci) None
     for n < MIN_CI_MEMBERS; few: n < FEW_CI_MEMBERS (the interval covers well under 95%); with a
     threshold, solved_count = members whose value reaches it and solved = that over all m members (a
     member left out counts as not reaching it), else None.
     """
-    used = [(name, float(v)) for name, v in zip(names, values) if left_out_reason(v) is None]
+    excluded = excluded or {}
+    why = [excluded.get(name) or left_out_reason(v) for name, v in zip(names, values)]
+    used = [(name, float(v)) for name, v, w in zip(names, values, why) if w is None]
     x = np.array([v for _, v in used], dtype=np.float64)
     out = {"members": len(names), "n": int(x.size), "returns": x.tolist(),
-           "left_out": [[name, left_out_reason(v)] for name, v in zip(names, values) if left_out_reason(v) is not None],
+           "left_out": [[name, w] for name, w in zip(names, why) if w is not None],
            "mean": None, "mean_ci": None, "iqm": None, "iqm_ci": None, "few": bool(x.size < FEW_CI_MEMBERS),
            "solved": None, "solved_count": None}
     if x.size:
@@ -273,7 +290,9 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: int
     except PopulationError as e:
         raise ReportError(str(e)) from None
     unevaluated: list = []
-    finals = [[(seed, d, *member_final_return(d, episodes, device, quiet, unevaluated)) for seed, d in setting.members]
+    # a diverged member has no result (its frozen weights are not evaluated): left out, named
+    finals = [[(seed, d, None, "diverged") if d.name in setting.diverged else
+               (seed, d, *member_final_return(d, episodes, device, quiet, unevaluated)) for seed, d in setting.members]
               for setting in settings]
     if unevaluated and not quiet:  # one line, not one per member
         why = unevaluated[0][1].removeprefix("could not evaluate: ")  # it names the member's directory
@@ -282,12 +301,15 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: int
     out = []
     for setting, members in zip(settings, finals):
         evaluated = [source in EVAL_SOURCES for *_, source in members]
+        counted = [source != "diverged" for *_, source in members]
         kind = "eval" if any(evaluated) else "training"
         values = [v if ok or kind == "training" else None for (_, _, v, _), ok in zip(members, evaluated)]
         row = {"settings": setting.settings, "seeds": [s for s, *_ in members], "dirs": [d.name for _, d, *_ in members],
-               "kind": kind, "eval_missing": [d.name for (_, d, *_), ok in zip(members, evaluated) if not ok and kind == "eval"],
-               "sources": sorted({src for (*_, v, src), ok in zip(members, evaluated) if ok or kind == "training"})}
-        row.update(member_statistics(row["dirs"], values, threshold))
+               "kind": kind, "eval_missing": [d.name for (_, d, *_), ok, c in zip(members, evaluated, counted)
+                                              if not ok and c and kind == "eval"],
+               "sources": sorted({src for (*_, v, src), ok, c in zip(members, evaluated, counted) if c and (ok or kind == "training")}),
+               "diverged": dict(setting.diverged)}
+        row.update(member_statistics(row["dirs"], values, threshold, excluded=setting.diverged))
         row["left_out"] = [[name, "no eval.json" if name in row["eval_missing"] else why] for name, why in row["left_out"]]
         out.append(row)
     return out

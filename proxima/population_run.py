@@ -17,7 +17,12 @@ Checkpoints, SIGINT/SIGTERM and resume work as for a single run (docs/reliabilit
 ``checkpoint_every`` iterations, every ``checkpoint_minutes``, at the end, and after the iteration
 a signal arrived in (exit 128+signum, naming the checkpoint); ``proxima resume RUN`` (or ``train
 --seeds ... --resume auto --run-dir RUN``) continues from the newest loadable population checkpoint,
-bit-identically on CPU; the members' metrics.csv and TensorBoard files drop what was logged after it.
+bit-identically on CPU; the members' metrics.csv and TensorBoard files drop what was logged after it,
+checkpoints newer than the one resumed from (the population's and each member's) are moved to
+checkpoints/abandoned-<time>/, and the members' eval.json go after the first resumed iteration.
+
+A member whose update or env output goes non-finite is frozen and recorded (population.json, its
+diverged.json) while the others train on; the population stops (exit 2) once every member has.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import signal
 import sys
@@ -42,6 +48,8 @@ from .population import PER_MEMBER_FIELDS, UNSUPPORTED, Population, _fmt, check_
 from .signals import OutsideLoop, TrainingInterrupted
 
 POPULATION_FILE = "population.json"
+#: in a member directory: when and why the member diverged (population_run._diverged), absent while it has not
+DIVERGED_FILE = "diverged.json"
 #: ``kind`` of a population checkpoint (RUN/checkpoints/step_N.pt)
 CHECKPOINT_KIND = "ppo-population"
 
@@ -185,9 +193,13 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
 
 def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = False, env_id: Optional[str] = None,
                       trust_run: bool = False, evaluate_at_end: bool = True, stop_after: Optional[int] = None,
-                      seeds: Optional[Sequence[int]] = None, sweep: Optional[dict] = None) -> Path:
+                      seeds: Optional[Sequence[int]] = None, sweep: Optional[dict] = None, checkpoint=None) -> Path:
     """Continue the population in ``run_dir`` from its newest loadable checkpoint (one that does not
-    load is set aside, as for a single run). ``overrides`` ({field: value}, the flags typed) may
+    load is set aside, as for a single run), or from ``checkpoint`` (one of its checkpoints/step_N.pt,
+    ``train --seeds ... --resume FILE``). Checkpoints newer than the one resumed from, the
+    population's and each member's, belong to the timeline being abandoned: they are moved into
+    that folder's checkpoints/abandoned-<time>/ (checkpoint.set_aside_newer), so no prune keeps them
+    over the new ones and no ``proxima eval`` picks them. ``overrides`` ({field: value}, the flags typed) may
     change only config.RESUME_SAFE fields, for every member, less the switches a population refuses
     (population.UNSUPPORTED), and never a swept field (check_resume_flags); ``seeds``/``sweep``, when given (``train
     --seeds ... --resume``), must be the run's. An env id that would import a module is refused
@@ -210,7 +222,13 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
         if not ckpt.list_checkpoints(run_dir):
             raise ckpt.CheckpointError(f"{run_dir}: the population wrote no checkpoint to resume from "
                                        "(--checkpoint-every N writes one every N iterations)")
-        state = ckpt.load_resumable(run_dir, allow_population=True)
+        if checkpoint is not None:
+            checkpoint = Path(checkpoint)
+            if checkpoint.name not in {p.name for p in ckpt.list_checkpoints(run_dir)}:
+                raise ConfigError(f"--resume {checkpoint}: not one of {run_dir}'s checkpoints (checkpoints/step_N.pt)")
+            state = ckpt.load_resumable(run_dir / "checkpoints" / checkpoint.name, allow_population=True)  # the file listed, in this run
+        else:
+            state = ckpt.load_resumable(run_dir, allow_population=True)
         path = state["path"]
         if state.get("kind") != CHECKPOINT_KIND:
             raise ckpt.CheckpointError(f"{path}: not a population checkpoint")
@@ -247,6 +265,19 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
             print(f"proxima: resuming population {run_dir} ({len(configs)} members) at step {pop.iteration * pop.steps_per_member:,} "
                   f"per member (iteration {pop.iteration})", file=sys.stderr)
         dirs = [run_dir / n for n in names]
+        # every check passed: from here the run directory is made to describe the resumed timeline
+        if checkpoint is not None:
+            ckpt.set_aside_newer(path)  # an explicit older checkpoint: the newer ones are another timeline
+        _set_aside_member_checkpoints(dirs, pop.iteration * pop.steps_per_member)
+        for d, at in zip(dirs, pop.diverged_at):  # a divergence after this checkpoint did not happen in this timeline
+            if at is None and os.path.lexists(d / DIVERGED_FILE) and not (d / DIVERGED_FILE).is_dir():
+                try:
+                    (d / DIVERGED_FILE).unlink()
+                except OSError as e:
+                    print(f"proxima: note: {d / DIVERGED_FILE}: could not remove it ({e.strerror or e}); it describes a "
+                          "divergence after the checkpoint resumed from (population.json does not list it)", file=sys.stderr)
+        # the target as extended (--total-timesteps): a report of a resume stopped early says "N of M steps so far"
+        _write_population_json(run_dir, pop, recorded_seeds, recorded_sweep, dirs)
         _train_loop(pop, run_dir, dirs, recorded_seeds, recorded_sweep, quiet=quiet, evaluate_at_end=evaluate_at_end,
                     stop_after=stop_after, elapsed=float(state.get("elapsed", 0.0)), last_checkpoint=Path(path))
     finally:
@@ -254,6 +285,21 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
             pop.close()
         session.release()
     return run_dir
+
+
+def _set_aside_member_checkpoints(dirs: list, step: int) -> None:
+    """Members' checkpoints newer than ``step`` (the population checkpoint resumed from): members are
+    saved before the population's checkpoint, so a kill during a save, a corrupt newest population
+    checkpoint or an explicit older one leaves them behind. Moved into the member's
+    checkpoints/abandoned-<time>/ as set_aside_newer does for a run, with one note for all."""
+    moved = []
+    for d in dirs:
+        newer = [p for p in ckpt.list_checkpoints(d) if p.name > ckpt.checkpoint_path(d, step).name]
+        if newer:
+            moved.append(_quietly(ckpt.set_aside_newer, ckpt.checkpoint_path(d, step)))
+    if moved:
+        print(f"proxima: note: {len(moved)} member(s) held checkpoints newer than step {step:,}, from the abandoned timeline: "
+              f"moved to each one's checkpoints/{moved[0].name}/ (e.g. {moved[0]})", file=sys.stderr)
 
 
 def check_finite_weights(pop: Population, names: list, path) -> None:
@@ -305,7 +351,8 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
 
     cfg = pop.cfg
     total = pop.num_iterations * pop.steps_per_member
-    resume_step = pop.iteration * pop.steps_per_member if last_checkpoint is not None else None
+    resumed = last_checkpoint is not None
+    resume_step = pop.iteration * pop.steps_per_member if resumed else None
     loggers: list = []
     try:
         for d in dirs:
@@ -316,27 +363,18 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
             while pop.iteration < pop.num_iterations:
                 t_iter = time.perf_counter()
                 out = pop.train_iteration()
-                try:
-                    pop.check_env_outputs([d.name for d in dirs])  # NaN/inf from an env: named, before the update's check
-                except Exception as e:
-                    from .guards import NonFiniteError
-
-                    if isinstance(e, NonFiniteError):
-                        last = f"last good checkpoint: {last_checkpoint}" if last_checkpoint else "no checkpoint was written yet"
-                        raise NonFiniteError(f"{e}; {last}") from None
-                    raise
+                failures = pop.env_failures([d.name for d in dirs])  # NaN/inf from an env: named, before the update's
                 values = {k: v.tolist() for k, v in out.items()}  # the one host read of the iteration
-                bad = [i for i, b in enumerate(values["nonfinite"]) if b]
-                if bad:
-                    from .guards import NonFiniteError
-
-                    last = f"last good checkpoint: {last_checkpoint}" if last_checkpoint else "no checkpoint was written yet"
-                    raise NonFiniteError(f"non-finite loss or gradient in the update of member {bad[0]} ({dirs[bad[0]].name}) "
-                                         f"at iteration {pop.iteration}; {last}; try a lower --lr or --max-grad-norm")
+                if failures or any(values["nonfinite"]):
+                    _diverged(pop, run_dir, dirs, seeds, sweep, failures, values["nonfinite"], last_checkpoint)
+                _blank_diverged(values, pop)
                 elapsed = time.perf_counter() - t_start
                 sps = pop.steps_per_member / max(time.perf_counter() - t_iter, 1e-9)
                 step = pop.iteration * pop.steps_per_member
                 _log_members(loggers, values, pop, sps, elapsed, step)
+                if resumed:  # as a single run: the earlier end's evaluations describe a step now behind
+                    resumed = False
+                    _drop_stale_evals(run_dir, pop, dirs, seeds, sweep)
                 if not quiet and (pop.iteration % max(1, pop.num_iterations // 10) == 0 or pop.iteration == pop.num_iterations):
                     _progress(values, pop, step, elapsed)
                 if stop_after is not None and pop.iteration >= stop_after and not stop.signum:
@@ -353,6 +391,76 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
     finally:
         for lg in loggers:
             lg.close()
+
+
+UPDATE_DIVERGED = "non-finite loss, gradient or weights in its update; try a lower --lr or --max-grad-norm"
+
+
+def _diverged(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, failures: list, nonfinite: list,
+              last_checkpoint: Optional[Path]) -> None:
+    """Members that diverged in this iteration (a NaN/inf from their env, or a non-finite update,
+    which Population._step did not apply): frozen for good and recorded (population.json, the
+    member's diverged.json, a note) while the others train on; NonFiniteError, as a single run
+    stops, once every member has diverged."""
+    from .guards import NonFiniteError
+
+    new = []
+    for p, message in failures:  # the env is the cause to name when both fired
+        if pop.diverged_at[p] is None:
+            pop.mark_diverged(p, message)
+            new.append(p)
+    for p, bad in enumerate(nonfinite):
+        if bad and pop.diverged_at[p] is None:
+            pop.mark_diverged(p, UPDATE_DIVERGED)
+            new.append(p)
+    if not new:
+        return
+    for p in new:
+        write_atomic(dirs[p] / DIVERGED_FILE, json.dumps({"member": dirs[p].name, **pop.diverged_at[p]}, indent=2))
+    _write_population_json(run_dir, pop, seeds, sweep, dirs)
+    last = f"last good checkpoint: {last_checkpoint}" if last_checkpoint else "no checkpoint was written yet"
+    if all(d is not None for d in pop.diverged_at):
+        p = new[0]
+        at = pop.diverged_at[p]
+        what = (f"non-finite loss or gradient in the update of member {p} ({dirs[p].name}) at iteration {at['iteration']}"
+                if at["reason"] == UPDATE_DIVERGED else at["reason"])
+        every = f"; every member has now diverged (each one's iteration and cause: {run_dir / POPULATION_FILE})" if pop.members > 1 else ""
+        hint = "; try a lower --lr or --max-grad-norm" if at["reason"] == UPDATE_DIVERGED else ""
+        raise NonFiniteError(f"{what}{every}; {last}{hint}")
+    left = sum(d is None for d in pop.diverged_at)
+    for p in new:
+        at = pop.diverged_at[p]
+        print(f"proxima: note: member {p} ({dirs[p].name}) diverged at iteration {at['iteration']} "
+              f"({at['reason']}): it keeps its last finite weights, takes no further step and is left out of the "
+              f"statistics; the other {left} member(s) train on", file=sys.stderr)
+
+
+def _blank_diverged(values: dict, pop: Population) -> None:
+    """A diverged member's row of the iteration: NaN (blank in metrics.csv), no episodes: its frozen
+    policy's numbers are not its training's."""
+    for p, at in enumerate(pop.diverged_at):
+        if at is None:
+            continue
+        for k, v in values.items():
+            if k == "ep_count":
+                v[p] = 0
+            elif k != "nonfinite":
+                v[p] = math.nan
+
+
+def _drop_stale_evals(run_dir: Path, pop: Population, dirs: list, seeds, sweep: dict) -> None:
+    """A resumed population has trained past its members' end-of-run evaluations (eval.json, and
+    their means in population.json): those describe an earlier step and are removed (_finish writes
+    new ones at the end), as a single run's resume removes its eval.json."""
+    for d in dirs:
+        path = d / "eval.json"
+        if os.path.lexists(path) and not path.is_dir():
+            try:
+                path.unlink()
+            except OSError as e:
+                print(f"proxima: note: {path}: could not remove the earlier run's evaluation ({e.strerror or e}); "
+                      "it describes an earlier step", file=sys.stderr)
+    _write_population_json(run_dir, pop, seeds, sweep, dirs, drop_evals=True)
 
 
 def save_population(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, elapsed: float) -> Path:
@@ -401,26 +509,39 @@ def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> l
     return dirs
 
 
-def _write_population_json(run_dir: Path, pop: Population, seeds, sweep: dict, dirs, argv=None, wall=None, evals=None) -> None:
+def _write_population_json(run_dir: Path, pop: Population, seeds, sweep: dict, dirs, argv=None, wall=None, evals=None,
+                           drop_evals: bool = False) -> None:
+    """population.json from the population's state: its target (total_timesteps_per_member, rewritten
+    when a resume extends it), each member's divergence (``diverged``: iteration, global_step,
+    reason; absent for a healthy member) and, with ``evals``, each member's eval mean; without, the
+    file's earlier ones are kept unless ``drop_evals`` (a resume has trained past them)."""
     path = run_dir / POPULATION_FILE
     try:  # the run's own file, checked at resume (read_population_doc); never a traceback at the end of a run
         doc = read_population_doc(run_dir) if path.exists() else {}
     except ckpt.CheckpointError:
         doc = {}
+    earlier = {e.get("dir"): e for e in doc.get("member_dirs") or [] if isinstance(e, dict)}
+    entries = []
+    for i, (d, c) in enumerate(zip(dirs, pop.configs)):
+        entry = {"dir": d.name, "seed": c.seed, "settings": {n: getattr(c, n) for n in sweep}}
+        before = earlier.get(d.name)
+        if evals is not None:
+            entry["eval_mean_return"] = evals[i]
+        elif not drop_evals and isinstance(before, dict) and "eval_mean_return" in before:
+            entry["eval_mean_return"] = before["eval_mean_return"]
+        if pop.diverged_at[i] is not None:
+            entry["diverged"] = dict(pop.diverged_at[i])
+        entries.append(entry)
     doc.update({
         "kind": "ppo-population", "env_id": pop.cfg.env_id, "members": len(dirs), "seeds": list(seeds),
         "sweep": {k: list(v) for k, v in sweep.items()}, "per_member_fields": list(PER_MEMBER_FIELDS),
         "total_timesteps_per_member": pop.num_iterations * pop.steps_per_member,
-        "member_dirs": [{"dir": d.name, "seed": c.seed, "settings": {n: getattr(c, n) for n in sweep}}
-                        for d, c in zip(dirs, pop.configs)],
+        "member_dirs": entries,
     })
     if argv is not None:
         doc["command"] = list(argv)
     if wall is not None:
         doc["wall_seconds"] = round(wall, 3)
-    if evals is not None:
-        for entry, ev in zip(doc["member_dirs"], evals):
-            entry["eval_mean_return"] = ev
     write_atomic(path, json.dumps(doc, indent=2))  # a fresh temp name, renamed over the file: never through a link
 
 
@@ -430,7 +551,8 @@ def _log_members(loggers, values: dict, pop: Population, sps: float, elapsed: fl
     lrs = pop.lr_now.tolist()  # one device read per iteration, not one per member (a sync each on CUDA)
     for i, lg in enumerate(loggers):
         m = {k: v[i] for k, v in values.items()}
-        lr = types.SimpleNamespace(param_groups=[{"lr": lrs[i]}])  # the row reads the lr of a group
+        # the row reads the lr of a group; a diverged member's is not used for anything: blank
+        lr = types.SimpleNamespace(param_groups=[{"lr": lrs[i] if pop.diverged_at[i] is None else math.nan}])
         lg.log(pop.iteration, step, _metric_row(m, sps, lr, elapsed))
 
 
@@ -470,10 +592,11 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
 
     evals = []
     wanted = evaluate_at_end and pop.cfg.eval_episodes > 0
+    step = pop.iteration * pop.steps_per_member
     # every member at once where the population can (what evaluate() gives each member's policy)
     batched = pop.evaluate_members(pop.cfg.eval_episodes, [c.seed + EVAL_SEED_OFFSET for c in pop.configs]) if wanted else None
     for i, (cfg, d) in enumerate(zip(pop.configs, dirs)):
-        if not wanted:
+        if not wanted or pop.diverged_at[i] is not None:  # a diverged member's frozen weights are no result
             evals.append(None)
             continue
         if batched is not None:
@@ -482,15 +605,22 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
             policy = ckpt.Policy(pop.member_agent(i), pop.member_obs_normalizer(i), cfg.to_dict(), pop.env.single_observation_space,
                                  pop.env.single_action_space, pop.device)
             result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + EVAL_SEED_OFFSET, backend=cfg.backend)
-        write_atomic(d / "eval.json", json.dumps(result, indent=2))
+        # the step it evaluates: a report tells a final evaluation from one a later resume left behind
+        write_atomic(d / "eval.json", json.dumps({**result, "global_step": step}, indent=2))
         evals.append(result["mean_return"])
-    _write_population_json(run_dir, pop, seeds, sweep, dirs, wall=wall, evals=evals)
+    if wanted:
+        _write_population_json(run_dir, pop, seeds, sweep, dirs, wall=wall, evals=evals)
+    else:  # --eval-episodes 0: the evaluations still on disk (a finished run resumed with nothing to train) stay
+        _write_population_json(run_dir, pop, seeds, sweep, dirs, wall=wall)
     if not quiet and any(e is not None for e in evals):  # one line per setting: settings are not pooled
         lines = [f"eval {pop.cfg.env_id}{' ' + label if label else ''}: {len(done)} members, mean of means "
                  f"{sum(done) / len(done):.2f} (min {min(done):.2f}, max {max(done):.2f})"
                  for label, values in _per_setting(_setting_of(pop.configs), evals).items()
                  for done in [[e for e in values if e is not None]] if done]
         lines[-1] += f"; {wall:.1f}s of training"
+        diverged = [d.name for d, at in zip(dirs, pop.diverged_at) if at is not None]
+        if diverged:
+            lines.append(f"{len(diverged)} member(s) diverged and were not evaluated: {', '.join(diverged)} (population.json says when)")
         print("\n".join(lines))
 
 
@@ -502,15 +632,22 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
         raise ConfigError("--nproc: a population trains in one process; drop --nproc (or torchrun)")
     if "seed" in vars(args):
         raise ConfigError("--seed: give a population's seeds with --seeds (e.g. --seeds 1-8), not --seed")
+    from .cli import typed_flags
+
     seeds = parse_seeds(args.seeds) if args.seeds is not None else [cfg.seed]
     sweep = parse_sweep(args.sweep or [])
+    typed = typed_flags(args)
+    for name in sweep:  # one value typed for a field the sweep sets too: the sweep would silently drop it
+        if name in typed:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag} {_fmt(typed[name])} and --sweep {name}=... both set {name}; drop one")
     if args.resume is not None:
         target = _resume_target(args, cfg)
         if target is not None:  # continue it; the seeds and sweep typed must be the run's
-            from .cli import typed_flags
-
-            run_dir = resume_population(target, overrides=typed_flags(args), quiet=args.quiet, env_id=args.env_id,
-                                        trust_run=args.trust_run, seeds=seeds if args.seeds is not None else None, sweep=sweep)
+            run_dir, checkpoint = target
+            run_dir = resume_population(run_dir, overrides=typed, quiet=args.quiet, env_id=args.env_id,
+                                        trust_run=args.trust_run, seeds=seeds if args.seeds is not None else None, sweep=sweep,
+                                        checkpoint=checkpoint)
             print(f"run directory: {run_dir}")
             return 0
     members = member_configs(cfg, seeds, sweep)
@@ -531,12 +668,15 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
     return 0
 
 
-def _resume_target(args, cfg: PPOConfig) -> Optional[Path]:
-    """The population directory ``train --seeds ... --resume`` continues: the given path, or for
-    ``auto`` the --run-dir when it holds a population checkpoint (None: start it afresh)."""
+def _resume_target(args, cfg: PPOConfig) -> Optional[tuple]:
+    """(population directory, checkpoint file or None) that ``train --seeds ... --resume`` continues:
+    the given directory, or the given checkpoint's run and that file; for ``auto`` the --run-dir when
+    it holds a population checkpoint (None: start it afresh)."""
     if args.resume != "auto":
         path = Path(args.resume)
-        return path.parent.parent if path.is_file() and path.parent.name == "checkpoints" else path
+        if path.is_file() and path.parent.name == "checkpoints":
+            return path.parent.parent, path
+        return path, None
     run_dir = getattr(args, "run_dir", None) or cfg.run_dir
     if run_dir is None:
         raise ConfigError("--resume auto needs --run-dir DIR (the population to continue)")
@@ -544,5 +684,5 @@ def _resume_target(args, cfg: PPOConfig) -> Optional[Path]:
     if ckpt.list_checkpoints(run_dir):
         if not is_population_dir(run_dir):
             raise ConfigError(f"--resume auto: {run_dir} holds a single run, not a population; drop --seeds/--sweep to resume it")
-        return run_dir
+        return run_dir, None
     return None

@@ -90,12 +90,25 @@ def test_member_directories_work_with_eval_and_plot_and_refuse_resume(population
     (["--seeds", "1-2", "--nproc", "2"], "--nproc: a population trains in one process"),  # before torchrun starts anything
     (["--seeds", "0-2147483647"], "2,147,483,648 seeds; a population holds at most 1,000,000"),  # no list of 2**31 ints
     (["--seeds", ""], "--seeds '': expected seeds like 1-16"),
+    # a typed flag for a swept field would be dropped by the sweep: refused, naming both
+    (["--seeds", "1-2", "--lr", "5e-3", "--sweep", "lr=1e-3,2e-3"],
+     "proxima train: error: --lr 0.005 and --sweep lr=... both set lr; drop one"),
+    (["--seeds", "1-2", "--target-kl", "0.02", "--sweep", "target_kl=0.01,none", "--dry-run"],
+     "proxima train: error: --target-kl 0.02 and --sweep target_kl=... both set target_kl; drop one"),
 ])
 def test_population_flag_errors_are_one_line_exit_2(tmp_path, capsys, args, message):
     rc = cli.main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "R"), *SMALL, *args])
     err = capsys.readouterr().err
     assert rc == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "R").exists()
+
+
+def test_a_swept_field_set_by_a_preset_or_config_file_is_not_a_typed_flag(tmp_path, capsys):
+    # the fast preset and a --config file set lr; only a flag typed on the command line conflicts with --sweep lr
+    (tmp_path / "c.yaml").write_text("lr: 0.01\n")
+    for extra in (["--preset", "fast"], ["--config", str(tmp_path / "c.yaml")]):
+        assert cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--sweep", "lr=1e-3,2e-3", "--dry-run", *extra]) == 0
+        assert json.loads(capsys.readouterr().out)["sweep"] == {"lr": [1e-3, 2e-3]}
 
 
 def test_a_population_too_large_for_free_memory_is_refused_before_allocating(tmp_path, capsys, monkeypatch):
@@ -145,7 +158,8 @@ def test_report_of_a_real_population_has_a_row_per_setting_and_a_curve(populatio
     assert "(curve.png)" in text and (run_dir / "curve.png").stat().st_size > 0
 
 
-def test_a_nan_reward_from_a_members_env_is_named_with_the_member_and_the_last_checkpoint(tmp_path, monkeypatch, capsys):
+def test_a_nan_reward_from_a_members_env_freezes_that_member_and_ends_a_population_only_when_all_diverged(tmp_path, monkeypatch,
+                                                                                                        capsys):
     from proxima import checkpoint as ckpt
 
     from tests.integration.test_guards import NAN_REWARD_ENV, one_error_line
@@ -153,15 +167,34 @@ def test_a_nan_reward_from_a_members_env_is_named_with_the_member_and_the_last_c
     (tmp_path / "nan_reward_env.py").write_text(NAN_REWARD_ENV)  # env row 1 (member 0's env 1): NaN at its 20th step
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    run_dir = tmp_path / "run"
-    argv = ["train", "nan_reward_env:NaNReward", "--seeds", "0-1", "--num-envs", "2", "--num-steps", "16",
-            "--num-minibatches", "2", "--update-epochs", "1", "--total-timesteps", "128", "--run-dir", str(run_dir),
-            "--no-progress", "--quiet", "--checkpoint-every", "1", "--eval-episodes", "0"]
-    assert cli.main(argv) == 2
+    common = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--total-timesteps",
+              "128", "--no-progress", "--quiet", "--checkpoint-every", "1", "--eval-episodes", "0"]
+    # a population of one: its only member diverged, so it stops as a single run does, naming the member and the checkpoint
+    one = tmp_path / "one"
+    assert cli.main(["train", "nan_reward_env:NaNReward", "--seeds", "0", "--run-dir", str(one), *common]) == 2
     message = one_error_line(capsys.readouterr().err)
-    last = ckpt.checkpoint_path(run_dir, 32)
     assert message == ("non-finite reward nan from env 1 of member 0 (m000-seed0) at step 40 of that member; check the env's "
-                       f"step() with: proxima check-env nan_reward_env:NaNReward; last good checkpoint: {last}")
+                       f"step() with: proxima check-env nan_reward_env:NaNReward; last good checkpoint: {ckpt.checkpoint_path(one, 32)}")
+    # two members: member 0 is frozen and recorded; member 1 trains to the end
+    run_dir = tmp_path / "run"
+    assert cli.main(["train", "nan_reward_env:NaNReward", "--seeds", "0-1", "--run-dir", str(run_dir), *common]) == 0
+    assert "member 0 (m000-seed0) diverged at iteration 2 (non-finite reward nan from env 1" in capsys.readouterr().err
+    entries = json.loads((run_dir / "population.json").read_text())["member_dirs"]
+    assert entries[0]["diverged"]["iteration"] == 2 and entries[0]["diverged"]["global_step"] == 64
+    assert "non-finite reward nan from env 1" in entries[0]["diverged"]["reason"] and "diverged" not in entries[1]
+    assert json.loads((run_dir / "m000-seed0" / "diverged.json").read_text())["iteration"] == 2
+    rows0 = list(csv.DictReader(open(run_dir / "m000-seed0" / "metrics.csv")))
+    rows1 = list(csv.DictReader(open(run_dir / "m001-seed1" / "metrics.csv")))
+    assert [int(r["global_step"]) for r in rows0] == [int(r["global_step"]) for r in rows1] == [32, 64, 96, 128]  # lockstep
+    assert rows0[0]["losses/value_loss"] != "" and all(r["losses/value_loss"] == "" for r in rows0[1:])  # blank from divergence
+    assert all(r["losses/value_loss"] != "" for r in rows1)
+    state = ckpt.load_checkpoint(run_dir)
+    assert state["global_step"] == 128 and all(torch.isfinite(v).all() for v in state["population"]["params"].values())
+    assert state["population"]["diverged"].tolist() == [True, False]
+    # the report leaves it out, saying why (this env's episodes never end: member 1 has no return either)
+    assert cli.main(["report", str(run_dir), "--episodes", "0", "--threshold", "10"]) == 0
+    text = (run_dir / "report.md").read_text()
+    assert "| (seeds only) | 0 of 2 |" in text and "left out: m000-seed0 (diverged at iteration 2), m001-seed1 (no result)" in text
 
 
 # ------------------------------------------------------------------------------------ report: members without eval.json, progress

@@ -163,3 +163,92 @@ def test_resume_refuses_swept_fields_unsupported_switches_and_another_run_dir_wi
                                        "resume with --no-plot\n")
     assert cli.main(["resume", str(run), "--total-timesteps", "256", "--no-plot", "--run-dir", str(run)]) == 0  # its own directory
     assert [int(r["global_step"]) for r in _rows(run / m)] == [64, 128, 192, 256]
+
+
+SMALL = ["--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1", "--threads", "1", "--quiet",
+         "--no-progress"]
+
+
+def _member_dirs(run) -> list:
+    return [run / m["dir"] for m in json.loads((run / "population.json").read_text())["member_dirs"]]
+
+
+def test_a_resume_drops_the_members_earlier_evaluations_and_the_report_says_how_far_it_got(tmp_path, capsys):
+    import re
+    import shutil
+
+    first = tmp_path / "P"
+    assert cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--total-timesteps", "128", "--eval-episodes", "1",
+                     "--run-dir", str(first), *SMALL]) == 0
+    for d in _member_dirs(first):  # the step it evaluated, for a reader to tell it from a later one
+        assert json.loads((d / "eval.json").read_text())["global_step"] == 128
+    # extended with --eval-episodes 0: the step-128 evaluations are gone, from the members and population.json
+    quiet = tmp_path / "Q"
+    shutil.copytree(first, quiet)
+    assert cli.main(["resume", str(quiet), "--total-timesteps", "256", "--eval-episodes", "0"]) == 0
+    assert not list(quiet.glob("*/eval.json"))
+    doc = json.loads((quiet / "population.json").read_text())
+    assert doc["total_timesteps_per_member"] == 256 and not any("eval_mean_return" in m for m in doc["member_dirs"])
+    assert cli.main(["report", str(quiet), "--episodes", "0"]) == 0
+    assert "Final return per member: last training return." in (quiet / "report.md").read_text()
+    # extended, then stopped (as by SIGTERM) before its new end: the report gives the steps done of the new target
+    stopped = tmp_path / "S"
+    shutil.copytree(first, stopped)
+    with pytest.raises(TrainingInterrupted):
+        resume_population(stopped, overrides={"total_timesteps": 320}, quiet=True, stop_after=3)
+    assert not list(stopped.glob("*/eval.json"))
+    assert json.loads((stopped / "population.json").read_text())["total_timesteps_per_member"] == 320
+    capsys.readouterr()
+    assert cli.main(["report", str(stopped), "--episodes", "0"]) == 0
+    line = (stopped / "report.md").read_text().splitlines()[2]
+    assert re.search(r", 192 of 320 steps each so far \(stopped; `proxima resume .*` continues it\)", line), line
+    # an eval.json of an earlier step than the member's newest checkpoint (one a resume could not remove) is not used
+    member = _member_dirs(stopped)[0]
+    (member / "eval.json").write_text(json.dumps({"mean_return": 9999.0, "global_step": 128}))
+    assert cli.main(["report", str(stopped), "--episodes", "0"]) == 0
+    assert "9999" not in (stopped / "report.md").read_text()
+    (member / "eval.json").unlink()
+    # resumed to its end: new evaluations, of the new step
+    resume_population(stopped, quiet=True)
+    for d in _member_dirs(stopped):
+        assert json.loads((d / "eval.json").read_text())["global_step"] == 320
+
+
+def test_train_seeds_resume_from_a_named_checkpoint_sets_the_newer_ones_aside(tmp_path, capsys):
+    run = tmp_path / "R"
+    flags = ["--total-timesteps", "256", "--eval-episodes", "0", "--checkpoint-every", "1", "--keep-checkpoints", "10", *SMALL]
+    assert cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--run-dir", str(run), *flags]) == 0
+    straight = _final(run)
+    capsys.readouterr()
+    older = ckpt.checkpoint_path(run, 128)
+    assert cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--resume", str(older), *flags]) == 0
+    err = capsys.readouterr().err
+    assert "resuming from step_000000000128.pt, older than the run's newest checkpoint: moved the 2 newer one(s)" in err
+    for folder in (run, *_member_dirs(run)):  # the abandoned timeline: kept, out of the way, in each checkpoints/
+        aside = list((folder / "checkpoints").glob("abandoned-*"))
+        assert len(aside) == 1 and sorted(p.name for p in aside[0].iterdir()) == [
+            "step_000000000192.pt", "step_000000000256.pt"], folder
+        assert [p.name for p in ckpt.list_checkpoints(folder)][-1] == "step_000000000256.pt"
+    again = _final(run)  # retrained from 128: the same numbers, on CPU
+    for name, value in straight["population"]["params"].items():
+        assert torch.equal(value, again["population"]["params"][name]), name
+    assert [int(r["global_step"]) for r in _rows(_member_dirs(run)[0])] == [64, 128, 192, 256]
+
+
+def test_member_checkpoints_newer_than_the_resumed_population_checkpoint_are_set_aside(tmp_path, capsys):
+    from proxima.population_eval import evaluate_population
+
+    run = tmp_path / "R"
+    cfg = _cfg(total_timesteps=512, checkpoint_every=2, keep_checkpoints=2)  # population and members: steps 384 and 512
+    train_population(member_configs(cfg, [1, 2]), [1, 2], {}, run_dir=run, quiet=True, evaluate_at_end=False)
+    newest = ckpt.list_checkpoints(run)[-1]
+    with open(newest, "r+b") as f:  # cut short: the population resumes from 384, its members hold 512
+        f.truncate(1000)
+    with pytest.raises(TrainingInterrupted):
+        resume_population(run, quiet=True, stop_after=1)  # stops after the first iteration: step 448
+    assert "member(s) held checkpoints newer than step 384" in capsys.readouterr().err
+    for d in _member_dirs(run):
+        assert [p.name for p in ckpt.list_checkpoints(d)] == ["step_000000000384.pt", "step_000000000448.pt"]
+        assert [p.name for p in next((d / "checkpoints").glob("abandoned-*")).iterdir()] == ["step_000000000512.pt"]
+    evaluated = evaluate_population(run, episodes=1)
+    assert all(m["checkpoint"].endswith("step_000000000448.pt") for m in evaluated["members"])

@@ -247,6 +247,7 @@ def test_population_parts_are_capturable_on_cpu_as_far_as_a_cpu_can_tell(small_c
     pop = Population(member_configs(small_config(), [1, 2], sweep))
     pop.member_generators = None  # a GPU's layout: one stream for all members
     pop.env.member_generators = None
+    pop.host_stop_check = False  # as under --cudagraphs: no host read of the active mask to end the update early
     pop.train_iteration()
     before = {k: v.data_ptr() for k, v in {**pop.metrics, "ev": pop.explained_variance, "next_obs": pop.next_obs,
                                            "lr": pop.lr_now, "step": pop.optimizer.step_count, **pop.params}.items()}
@@ -312,3 +313,44 @@ def test_members_with_normalizers_equal_their_single_runs_and_resume_exactly(sma
         policy = ckpt.Policy(pop.member_agent(i), pop.member_obs_normalizer(i), members[i].to_dict(),
                              pop.env.single_observation_space, pop.env.single_action_space, pop.device)
         assert together[i]["returns"] == pytest.approx(evaluate(policy, episodes=2, seed=seed, backend="native")["returns"], rel=1e-5)
+
+
+def test_once_every_member_has_stopped_the_update_runs_no_more_minibatches(small_config):
+    # target_kl 1e-6 stops the member after its second minibatch of 16: the other 14 must cost no
+    # forward, backward or Adam call (a population of one then runs as fast as the single run,
+    # which leaves its update); the member's weights stay the single run's
+    cfg = small_config(seed=3, update_epochs=4, num_minibatches=4, target_kl=1e-6)
+    pop = Population([cfg])
+    calls = []
+    step = pop.optimizer.step
+    pop.optimizer.step = lambda *a: calls.append(1) or step(*a)
+    pop.train_iteration()
+    steps = []
+    single = _params_after_single(cfg, iterations=1, steps=steps)
+    assert len(calls) == pop.optimizer.step_count.item() == steps[0] == 2
+    got = pop.member_agent(0).state_dict()
+    for k in single:
+        torch.testing.assert_close(got[k], single[k], rtol=0, atol=1e-6, msg=k)
+
+
+def test_a_diverged_member_is_frozen_and_the_others_train_on_bit_identically(small_config):
+    # member 1's lr overflows its first Adam step (lr / (1 - beta1) = inf): that step is not applied,
+    # the member is frozen for good, and member 0 trains exactly as beside a healthy member 1
+    runs, outs = [], []
+    for lr1 in (1e-3, 1e38):
+        pop = Population([small_config(seed=1, lr=2.5e-3), small_config(seed=2, lr=lr1)])
+        initial = {k: v[1].detach().clone() for k, v in pop.params.items()}
+        outs.append([pop.train_iteration()["nonfinite"].tolist() for _ in range(2)])
+        runs.append(pop)
+    healthy, diverged = runs
+    for k, v in healthy.params.items():
+        assert torch.equal(v[0], diverged.params[k][0]), k  # member 0: bit for bit
+    assert outs == [[[False, False], [False, False]], [[False, True], [False, False]]]  # flagged once, in iteration 1
+    assert diverged.diverged.tolist() == [False, True]
+    for k, v in diverged.params.items():  # its weights never took the non-finite step: the initial ones, finite
+        assert torch.equal(v[1], initial[k]), k
+    assert diverged.optimizer.step_count.tolist() == [16.0, 0.0]
+    # a checkpoint carries the frozen state
+    other = Population([small_config(seed=1, lr=2.5e-3), small_config(seed=2, lr=1e38)])
+    other.load_state_dict(diverged.state_dict())
+    assert other.diverged.tolist() == [False, True]

@@ -131,3 +131,12 @@ def test_eval_summary_lines_share_the_report_statistics_and_say_how_the_ci_is_ma
         f"CartPole-v1 lr=0.0003 (2 of 3 members): mean 2.00 [{lo:.2f}, {hi:.2f}] \u2020, IQM 2.00 [{lo:.2f}, {hi:.2f}] "
         "\u2020 (95% percentile-bootstrap CIs over members, 2000 resamples, numpy default_rng(0)); left out: c (inf)",
         "\u2020 n < 5: percentile-bootstrap intervals cover well under 95% (about 50-80% for n = 2-4); run more seeds"]
+
+
+def test_a_members_eval_line_names_episodes_cut_at_max_steps():
+    from proxima.population_eval import format_member
+
+    row = {"dir": "m000-seed1", "mean_return": 74.78, "std_return": 13.63, "episodes": 10, "deterministic": True,
+           "unfinished": 3, "max_steps": 100}
+    assert format_member(row) == ("m000-seed1: 74.78 +- 13.63 over 10 episodes (deterministic); 3 of them cut at 100 steps "
+                                  "(--max-steps), with their return so far")
