@@ -232,13 +232,16 @@ def cmd_resume(args) -> int:
                 return fail(prog, f"{ppo_flag}: {path} is an RLHF run; PPO flags do not apply to it (an RLHF resume takes "
                             "only --steps N, --trust-run and --quiet)")
             return rlhf_resume(path, steps=args.steps, trust_run=args.trust_run, quiet=args.quiet)
-        if (path / "population.json").is_file():  # continue every member (population_run.py)
+        # a population's run directory, or one of its own checkpoints/step_N.pt (from that one; newer ones set aside)
+        population_file = path.is_file() and path.parent.name == "checkpoints" and (path.parent.parent / "population.json").is_file()
+        if (path / "population.json").is_file() or population_file:  # continue every member (population_run.py)
             from .population_run import resume_population
 
             if args.steps is not None:
                 return fail(prog, f"--steps: {path} is a PPO population; --steps extends RLHF runs only (use --total-timesteps)")
-
-            run_dir = resume_population(path, overrides=typed_flags(args), quiet=args.quiet, env_id=args.env, trust_run=args.trust_run)
+            run_dir, checkpoint = (path.parent.parent, path) if population_file else (path, None)
+            run_dir = resume_population(run_dir, overrides=typed_flags(args), quiet=args.quiet, env_id=args.env,
+                                        trust_run=args.trust_run, checkpoint=checkpoint)
             print(f"run directory: {run_dir}")
             return 0
         if args.steps is not None:

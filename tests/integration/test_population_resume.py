@@ -233,6 +233,12 @@ def test_train_seeds_resume_from_a_named_checkpoint_sets_the_newer_ones_aside(tm
     for name, value in straight["population"]["params"].items():
         assert torch.equal(value, again["population"]["params"][name]), name
     assert [int(r["global_step"]) for r in _rows(_member_dirs(run)[0])] == [64, 128, 192, 256]
+    # `proxima resume RUN/checkpoints/step_N.pt` does the same
+    assert cli.main(["resume", str(ckpt.checkpoint_path(run, 192)), "--quiet"]) == 0
+    assert "resuming from step_000000000192.pt, older than the run's newest checkpoint" in capsys.readouterr().err
+    assert len(list((run / "checkpoints").glob("abandoned-*"))) == 2
+    for name, value in straight["population"]["params"].items():
+        assert torch.equal(value, _final(run)["population"]["params"][name]), name
 
 
 def test_member_checkpoints_newer_than_the_resumed_population_checkpoint_are_set_aside(tmp_path, capsys):
