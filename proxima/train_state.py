@@ -208,8 +208,6 @@ def restore(t: "Trainer", state: dict) -> None:
             print(f"proxima: note: {t.env.backend} envs cannot restore their state; resumed run restarts episodes", file=sys.stderr)
         _set_rng(path, state["rng"])
         t.next_obs.copy_(t.env.reset(seed=t.cfg.seed + 10_000 * t.dist.rank + t.iteration))
-    if t.dist.world_size > 1 and "ranks" not in state:  # an older checkpoint held only rank 0's RNG
-        torch.manual_seed(t.cfg.seed + 10_000 * t.dist.rank + t.iteration)
 
 
 def return_window(state: dict) -> list:

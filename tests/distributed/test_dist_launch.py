@@ -58,7 +58,12 @@ def test_resume_starts_as_many_processes_as_wrote_the_checkpoint(monkeypatch, ca
     from proxima import checkpoint
 
     started = []
-    monkeypatch.setattr(launch, "launch_torchrun", lambda n, argv: started.append((n, argv)) or 0)
+    def fake_launch(n, argv, announce=None):  # the real one prints ``announce`` once its checks pass
+        started.append((n, argv))
+        print(announce, file=sys.stderr)
+        return 0
+
+    monkeypatch.setattr(launch, "launch_torchrun", fake_launch)
     # the launcher reads the count without setting anything aside (load_checkpoint, never load_resumable)
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "step_000000004096.pt").write_bytes(b"")
