@@ -198,7 +198,8 @@ class Trainer:
         SIGINT arriving during iteration ``stop_after`` (counted from the start of the run).
         """
         train_state.open_run_dir(self, resumed)
-        if self.dist.is_main:
+        # a resume of a complete run trains nothing: no logger, so no empty TensorBoard file per resume
+        if self.dist.is_main and (not resumed or self.iteration < self.num_iterations):
             self.logger = _make_logger(self, resumed)
         cfg = self.cfg
         self._saved_at = time.monotonic()
@@ -564,12 +565,37 @@ def _note_action_scale(env_id: str, action_space) -> None:
         print(f"proxima: note: env '{env_id}': {note}", file=sys.stderr)
 
 
+def _current_eval(trainer: Trainer) -> Optional[dict]:
+    """The run's eval.json when it already is this end-of-run evaluation: written at this global step
+    with this many deterministic episodes (the seed is the run's: the same numbers again). Else None.
+    Only a regular file is read (the run directory is data)."""
+    import stat
+
+    path = trainer.run_dir / "eval.json"
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode) or os.lstat(path).st_size > 10_000_000:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    same = (data.get("global_step") == trainer.global_step and data.get("episodes") == trainer.cfg.eval_episodes
+            and data.get("deterministic") is True and isinstance(data.get("mean_return"), (int, float))
+            and isinstance(data.get("std_return"), (int, float)) and isinstance(data.get("env_id"), str))
+    return data if same else None
+
+
 def finish_run(trainer: Trainer, quiet: bool) -> None:
     """Final evaluation (written to eval.json) and the optional learning-curve plot."""
     from .evaluate import evaluate, format_result
 
     cfg = trainer.cfg
-    if cfg.eval_episodes > 0:
+    done = _current_eval(trainer)
+    if done is not None:  # a resume of a complete run: the same evaluation (same policy, seed, episodes) is on disk
+        if not quiet:
+            print(f"eval {format_result(done)} (eval.json, at step {trainer.global_step:,})")
+    elif cfg.eval_episodes > 0:
         # this run's own last checkpoint, with the env id the user gave it (not one read back from disk)
         last = getattr(trainer, "last_checkpoint", None) or ckpt.list_checkpoints(trainer.run_dir)[-1]
         policy = ckpt.load_policy(last, device=trainer.device, env_id=cfg.env_id)

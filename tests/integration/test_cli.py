@@ -578,3 +578,24 @@ def test_presets_help_explains_env_id_and_json(capsys):
 def test_an_unknown_flag_close_to_a_known_one_is_suggested(argv, line, capsys):
     code, out, err = run_main(argv, capsys)
     assert (code, out, err) == (2, "", line)
+
+
+def test_resuming_a_complete_run_keeps_its_evaluation_and_logs(tmp_path, monkeypatch, capsys):
+    """Nothing to train: the same end-of-run evaluation is on disk (same step, episodes and seed), so it
+    is shown, not recomputed and rewritten, and no empty TensorBoard file is added per resume."""
+    monkeypatch.chdir(tmp_path)
+    small = ["--num-envs", "4", "--num-steps", "16", "--total-timesteps", "128", "--eval-episodes", "2", "--threads", "1"]
+    code, out, err = run_main(["train", "CartPole-v1", "--run-dir", "R", "--no-progress", *small], capsys)
+    assert code == 0, err
+    run = tmp_path / "R"
+    before = {p.name: p.stat().st_mtime_ns for p in run.iterdir() if p.is_file()}
+    evaluated = json.loads((run / "eval.json").read_text())
+    code, out, err = run_main(["resume", "R"], capsys)
+    assert code == 0 and "the run is complete (128 steps)" in err
+    assert f"over 2 episodes (deterministic) (eval.json, at step 128)" in out
+    assert f"{evaluated['mean_return']:.2f}" in out
+    assert {p.name: p.stat().st_mtime_ns for p in run.iterdir() if p.is_file()} == before
+    code, out, err = run_main(["resume", "R", "--eval-episodes", "3"], capsys)  # another evaluation: made and written
+    assert code == 0, err
+    assert json.loads((run / "eval.json").read_text())["episodes"] == 3
+    assert len(list(run.glob("events.out.tfevents.*"))) == 1
