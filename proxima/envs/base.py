@@ -7,6 +7,9 @@ is the first obs of its next episode and ``info["final_obs"]`` (N, ...) holds th
 finished one (rows of unfinished envs equal the returned obs). ``info["episode_return"]`` and
 ``info["episode_length"]`` (N,) hold the undiscounted return and length of the episodes that just
 ended (rows of unfinished envs are 0); ``done = terminated | truncated`` says which rows count.
+A step that ends an episode both ways may set both flags (Gymnasium's TimeLimit does; the adapter
+passes them on) or only ``terminated`` (the native envs): terminated wins wherever it matters (no
+bootstrap, ppo.next_values and compute_gae), so the two are equivalent to the trainer.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ Each class follows Gymnasium's dynamics, rewards, termination, time limit, reset
 spaces (gymnasium/envs/classic_control, checked against Gymnasium 1.4), vectorized over N envs as
 tensor ops. State is kept in ``dtype`` (float32 by default; float64 for parity checks against
 Gymnasium, which steps in float64 numpy). Expressions are written in Gymnasium's order of
-operations so that float64 runs round the same way; see tests/unit/test_env_parity.py.
+operations so that float64 runs round the same way (MountainCarContinuous within a float32 ulp a
+step: Gymnasium keeps its state in float32 and mixes float32 and float64 arithmetic); see
+tests/unit/test_env_parity.py.
 
 Actions: Discrete envs take integer actions (N,) (or (N, 1)); Box envs take (N, 1) (or (N,)) and
 clip them to the action space inside ``_dynamics`` as Gymnasium does. Actions are not validated
