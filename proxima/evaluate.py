@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -84,8 +87,6 @@ def make_eval_env(policy, episodes: int, backend: str, seed: int, render_mode: O
         caused = any(word in str(e) for word in [*kwargs, "argument"]) if kwargs else False  # by the kwargs, not a missing module
         if not caused or not getattr(policy, "env_kwargs_recorded", True):
             raise
-        import json
-
         raise EnvError(f"{e} (env kwargs {json.dumps(kwargs)} from the run's config.yaml; give others with "
                        "--env-kwargs JSON, or --env-kwargs '{}' for none)") from None
 
@@ -175,16 +176,42 @@ def summarize(env_id: str, returns: torch.Tensor, lengths: torch.Tensor, determi
     return out
 
 
+def current_eval(run_dir, global_step: int, episodes: int) -> Optional[dict]:
+    """``run_dir``/eval.json when it already is the end-of-run evaluation a resume of a complete run
+    would make: written at ``global_step`` with ``episodes`` deterministic episodes (the seed is the
+    run's: the same numbers again). Else None: a missing, unreadable, edited (report.py's field
+    checks) or other evaluation. Only a regular file is read (the run directory is data)."""
+    import stat
+
+    from .report import ReportError, _check_eval
+
+    path = Path(run_dir) / "eval.json"
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 10_000_000:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            return None
+        _check_eval(path, data)
+    except (OSError, UnicodeDecodeError, ValueError, ReportError):
+        return None
+    same = (data.get("global_step") == global_step and data.get("episodes") == episodes and data.get("deterministic") is True
+            and isinstance(data.get("mean_return"), (int, float)) and isinstance(data.get("std_return"), (int, float))
+            and isinstance(data.get("env_id"), str))
+    return data if same else None
+
+
 def unfinished_note(result: dict) -> str:
     """"; 2 of them cut at 50 steps ..." for a result with episodes that had not ended, else ""."""
-    k = result.get("unfinished")
-    if not k:
-        return ""
+    k, limit = result.get("unfinished"), result.get("max_steps")
+    if not k or not all(isinstance(v, int) and not isinstance(v, bool) for v in (k, limit)):
+        return ""  # none cut, or an eval.json edited by hand (report.py names such fields)
     which = "all of them" if k == result.get("episodes") else f"{k} of them"
-    note = (f"; {which} cut at {result.get('max_steps', 0):,} steps (--max-steps), with their return so far")
+    note = f"; {which} cut at {limit:,} steps (--max-steps), with their return so far"
     if k == result.get("episodes"):
         note += ("; no episode ended: give the env a time limit (gymnasium.wrappers.TimeLimit, or max_episode_steps "
-                 "when registering it)")
+                 "when registering it)" if limit >= MAX_STEPS else "; no episode ended: raise --max-steps")
     return note
 
 

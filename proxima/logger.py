@@ -73,6 +73,18 @@ def truncate_csv(path: Path, max_step: int) -> None:
         w.writerows(kept)
 
 
+def logged_past(path: Path, step: int) -> bool:
+    """Whether the metrics CSV at ``path`` holds a row past global step ``step``: a run killed after
+    logging past its last checkpoint, resumed with nothing left to train, must still drop it."""
+    if not os.path.lexists(path):
+        return False
+    rows, _ = read_csv_rows(path)
+    if not rows or "global_step" not in rows[0]:
+        return False
+    col = rows[0].index("global_step")
+    return any(len(r) > col and (_int_or_none(r[col]) or 0) > step for r in rows[1:])
+
+
 def rows_up_to(path: Path, step_column: str, max_step: int) -> tuple:
     """(header, rows) of a metrics CSV that is data, keeping the whole rows (as many cells as the
     header; a kill can cut the last one short) whose ``step_column`` is at most ``max_step``. A line

@@ -44,8 +44,9 @@ from typing import Optional, Sequence
 from . import checkpoint as ckpt
 from .atomic import write_atomic
 from .config import ConfigError, PPOConfig
+from .envs import EnvError
 from .population import PER_MEMBER_FIELDS, UNSUPPORTED, Population, _fmt, check_population_fits
-from .signals import OutsideLoop, TrainingInterrupted
+from .signals import OutsideLoop, TrainingInterrupted, checkpoint_line
 
 POPULATION_FILE = "population.json"
 #: in a member directory: when and why the member diverged (population_run._diverged), absent while it has not
@@ -346,7 +347,7 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
     """Iterations until the end, logging every member, checkpointing as a single run does; then
     the members' evaluations. A resumed population (``last_checkpoint`` set) truncates the members'
     logs to the checkpoint's step first."""
-    from .logger import RunLogger
+    from .logger import RunLogger, logged_past
     from .signals import SignalGuard
 
     cfg = pop.cfg
@@ -355,14 +356,23 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
     resume_step = pop.iteration * pop.steps_per_member if resumed else None
     loggers: list = []
     try:
-        for d in dirs:
-            loggers.append(RunLogger(d, total, resume_step=resume_step, progress=False))
+        # a complete run resumed logs nothing (no empty files), unless rows logged after the checkpoint must go
+        step = pop.iteration * pop.steps_per_member
+        if pop.iteration < pop.num_iterations or any(logged_past(d / "metrics.csv", step) for d in dirs):
+            loggers = [RunLogger(d, total, resume_step=resume_step, progress=False) for d in dirs]
         t_start = time.perf_counter() - elapsed
         saved_at = time.monotonic()
         with SignalGuard() as stop:
             while pop.iteration < pop.num_iterations:
                 t_iter = time.perf_counter()
-                out = pop.train_iteration()
+                try:
+                    out = pop.train_iteration()
+                except EnvError:
+                    if stop.signum and cfg.vector == "async":  # the same signal ended the env's worker processes
+                        raise TrainingInterrupted(stop.signum, last_checkpoint, "it ended the env's worker processes "
+                                                  "(--vector async) too, before the iteration's end; the population is as "
+                                                  f"its last checkpoint left it; {checkpoint_line(last_checkpoint)}") from None
+                    raise
                 failures = pop.env_failures([d.name for d in dirs])  # NaN/inf from an env: named, before the update's
                 values = {k: v.tolist() for k, v in out.items()}  # the one host read of the iteration
                 if failures or any(values["nonfinite"]):
@@ -588,14 +598,21 @@ def _progress(values: dict, pop: Population, step: int, elapsed: float) -> None:
 
 
 def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: float, evaluate_at_end: bool, quiet: bool) -> None:
-    from .evaluate import EVAL_SEED_OFFSET, evaluate
+    from .evaluate import EVAL_SEED_OFFSET, current_eval, evaluate
 
     evals = []
     wanted = evaluate_at_end and pop.cfg.eval_episodes > 0
     step = pop.iteration * pop.steps_per_member
+    # a complete population resumed: the members' end-of-run evaluations on disk are this one (same
+    # step, episodes and seeds), shown again rather than recomputed and rewritten
+    current = [current_eval(d, step, pop.cfg.eval_episodes) if wanted and at is None else None
+               for d, at in zip(dirs, pop.diverged_at)]
+    reused = wanted and all(c is not None for c, at in zip(current, pop.diverged_at) if at is None)
+    if reused:
+        wanted, evals = False, [None if c is None else c["mean_return"] for c in current]
     # every member at once where the population can (what evaluate() gives each member's policy)
     batched = pop.evaluate_members(pop.cfg.eval_episodes, [c.seed + EVAL_SEED_OFFSET for c in pop.configs]) if wanted else None
-    for i, (cfg, d) in enumerate(zip(pop.configs, dirs)):
+    for i, (cfg, d) in enumerate(zip(pop.configs, dirs) if not reused else ()):
         if not wanted or pop.diverged_at[i] is not None:  # a diverged member's frozen weights are no result
             evals.append(None)
             continue
@@ -608,7 +625,7 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
         # the step it evaluates: a report tells a final evaluation from one a later resume left behind
         write_atomic(d / "eval.json", json.dumps({**result, "global_step": step}, indent=2))
         evals.append(result["mean_return"])
-    if wanted:
+    if wanted or reused:
         _write_population_json(run_dir, pop, seeds, sweep, dirs, wall=wall, evals=evals)
     else:  # --eval-episodes 0: the evaluations still on disk (a finished run resumed with nothing to train) stay
         _write_population_json(run_dir, pop, seeds, sweep, dirs, wall=wall)

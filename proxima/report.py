@@ -92,6 +92,8 @@ EVAL_FIELDS = {
     "episodes": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a count of episodes"),
     "returns": (lambda v: isinstance(v, list) and all(map(_is_number, v)), "a list of numbers"),
     "lengths": (lambda v: isinstance(v, list) and all(map(_is_number, v)), "a list of numbers"),
+    "unfinished": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a count of episodes"),
+    "max_steps": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a number of steps"),
 }
 
 

@@ -24,7 +24,10 @@ class TrainingInterrupted(Exception):
 
     def __init__(self, signum: int, checkpoint: Optional[Path], what: Optional[str] = None):
         super().__init__(f"stopped by {signal.Signals(signum).name}; {what or checkpoint_line(checkpoint)}")
-        self.signum, self.checkpoint, self.exit_code = signum, checkpoint, 128 + signum
+        self.signum, self.checkpoint, self.exit_code, self.what = signum, checkpoint, 128 + signum, what
+
+    def __reduce__(self):  # picklable: an env worker process (--vector async) may raise it to its parent
+        return type(self), (self.signum, self.checkpoint, self.what)
 
 
 def checkpoint_line(checkpoint: Optional[Path]) -> str:

@@ -198,9 +198,6 @@ class Trainer:
         SIGINT arriving during iteration ``stop_after`` (counted from the start of the run).
         """
         train_state.open_run_dir(self, resumed)
-        # a resume of a complete run trains nothing: no logger, so no empty TensorBoard file per resume
-        if self.dist.is_main and (not resumed or self.iteration < self.num_iterations):
-            self.logger = _make_logger(self, resumed)
         cfg = self.cfg
         self._saved_at = time.monotonic()
         self.best_eval = getattr(self, "best_eval", None)  # restored from the checkpoint on resume
@@ -209,6 +206,13 @@ class Trainer:
         # does not train on; the checkpoints below record it)
         target = ReturnTarget(cfg.stop_return, cfg.stop_episodes, self.return_window)
         self.stopped_at_return = target.reached()
+        # a resume of a complete run (or of one --stop-return ended) trains nothing: no logger, so no
+        # empty TensorBoard file per resume, unless rows logged after the checkpoint must go
+        from .logger import logged_past
+
+        trains = self.iteration < self.num_iterations and self.stopped_at_return is None
+        if self.dist.is_main and (not resumed or trains or logged_past(self.run_dir / "metrics.csv", self.global_step)):
+            self.logger = _make_logger(self, resumed)
         try:
             # under torchrun a rank gets one stop twice (directly and from torchrun): signals.SignalGuard
             with SignalGuard(lambda: last_ckpt, REPEAT_WINDOW if self.dist.enabled else 0.0) as stop:
@@ -223,6 +227,11 @@ class Trainer:
                     try:
                         out = self.train_iteration()
                     except (NonFiniteError, DebugCheckError, EnvError) as e:  # EnvError: the user's env raised mid-run
+                        if stop.signum and isinstance(e, EnvError) and cfg.vector == "async":
+                            # the same signal reached the env's worker processes (a SIGTERM to the process group)
+                            raise TrainingInterrupted(stop.signum, last_ckpt, "it ended the env's worker processes (--vector "
+                                                      "async) too, before the iteration's end; the run is as its last checkpoint "
+                                                      f"left it; {checkpoint_line(last_ckpt)}") from None
                         if isinstance(e, EnvError) and not isinstance(e, DebugCheckError):
                             e = self._env_failure(e)
                         raise type(e)(f"{e}; {self._last_good(last_ckpt)}") from None
@@ -565,33 +574,12 @@ def _note_action_scale(env_id: str, action_space) -> None:
         print(f"proxima: note: env '{env_id}': {note}", file=sys.stderr)
 
 
-def _current_eval(trainer: Trainer) -> Optional[dict]:
-    """The run's eval.json when it already is this end-of-run evaluation: written at this global step
-    with this many deterministic episodes (the seed is the run's: the same numbers again). Else None.
-    Only a regular file is read (the run directory is data)."""
-    import stat
-
-    path = trainer.run_dir / "eval.json"
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode) or os.lstat(path).st_size > 10_000_000:
-            return None
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    same = (data.get("global_step") == trainer.global_step and data.get("episodes") == trainer.cfg.eval_episodes
-            and data.get("deterministic") is True and isinstance(data.get("mean_return"), (int, float))
-            and isinstance(data.get("std_return"), (int, float)) and isinstance(data.get("env_id"), str))
-    return data if same else None
-
-
 def finish_run(trainer: Trainer, quiet: bool) -> None:
     """Final evaluation (written to eval.json) and the optional learning-curve plot."""
-    from .evaluate import evaluate, format_result
+    from .evaluate import current_eval, evaluate, format_result
 
     cfg = trainer.cfg
-    done = _current_eval(trainer)
+    done = current_eval(trainer.run_dir, trainer.global_step, cfg.eval_episodes)
     if done is not None:  # a resume of a complete run: the same evaluation (same policy, seed, episodes) is on disk
         if not quiet:
             print(f"eval {format_result(done)} (eval.json, at step {trainer.global_step:,})")

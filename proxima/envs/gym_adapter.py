@@ -12,6 +12,7 @@ import importlib
 import json
 import os
 import re
+import signal
 import sys
 import traceback
 import warnings
@@ -462,7 +463,11 @@ class GymnasiumEnv(BatchedEnv):
         # the agent's indices and flat Box actions (clipped by the caller: collect_rollout, Policy.act)
         # as the env takes them: start added, shape and dtype
         a = env_actions(action.detach().cpu().numpy(), self.single_action_space, self.num_envs)
-        obs, reward, terminated, truncated, info = self.envs.step(a)
+        try:
+            obs, reward, terminated, truncated, info = self.envs.step(a)
+        except (EOFError, ConnectionError) as e:  # an AsyncVectorEnv worker is gone
+            raise EnvError(f"env '{self.env_id}' (--vector async): a worker process ended at vector step {self._steps + 1} "
+                           f"({type(e).__name__}): killed by a signal to the whole process group, or out of memory?") from None
         reward = np.asarray(reward, dtype=np.float64)
         done = np.logical_or(terminated, truncated)
         ep_ret, ep_len = self._episode_stats(reward, done, info)
@@ -520,7 +525,16 @@ class GymnasiumEnv(BatchedEnv):
             raise EnvError(f"env '{self.env_id}' cannot render: its render() raised {type(e).__name__}: {e}") from None
 
     def close(self) -> None:
-        self.envs.close()
+        try:
+            with warnings.catch_warnings():  # "Calling `close` while waiting for a pending call to `step`": a worker died mid-step
+                warnings.filterwarnings("ignore", message=".*Calling `close` while waiting")
+                self.envs.close()
+        except (EOFError, ConnectionError):  # a worker already gone: end the rest, never wait on it again
+            for process in getattr(self.envs, "processes", []):
+                if process.is_alive():
+                    process.kill()
+                process.join(timeout=5)
+            self.envs.closed = True  # AsyncVectorEnv.__del__ would wait on the dead pipe once more
 
 
 def _quiet_worker_env_errors() -> None:
@@ -544,7 +558,21 @@ def _one(obs, layout: ObsLayout):
 
 def _checked(env_fn: Callable[[], gym.Env], index: int, layout: ObsLayout, env_id: str,
              check_cmd: Optional[str] = None) -> Callable[[], gym.Env]:
+    parent = os.getpid()
+
     def make() -> gym.Env:
+        if os.getpid() != parent:  # an AsyncVectorEnv worker: see _worker_signals
+            _worker_signals()
         return EnvCalls(env_fn(), index, layout, env_id, check_cmd)
 
     return make
+
+
+def _worker_signals() -> None:
+    """An AsyncVectorEnv worker leaves SIGINT to its parent: a Ctrl-C reaches the whole process
+    group, and the trainer finishes the iteration and checkpoints, which needs the workers alive (a
+    forked worker would otherwise run the trainer's handler, or die of KeyboardInterrupt). SIGTERM
+    keeps its default, so that Process.terminate() and multiprocessing's exit still end a worker;
+    a SIGTERM to the whole group ends the workers too, and the trainer says so (exit 143)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -102,6 +102,11 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False, quiet:
         if not trust_run:  # before anything is imported, loaded or written
             refuse_recorded_rewards(reward_specs(cfg), path / "config.yaml",
                                     "pass --trust-run to `proxima resume`")
+        filtered = [f"{name}: {getattr(cfg, name)}" for name, off in (("top_k", 0), ("top_p", 1.0)) if getattr(cfg, name) != off]
+        if filtered:  # recorded by a version that allowed it; validate() would name a flag nobody typed
+            raise ConfigError(f"{path / 'config.yaml'}: records {', '.join(filtered)} (allowed by earlier versions), which "
+                              "makes PPO's samples off-policy: its log-probs and KL score the whole softmax; set top_k: 0 "
+                              "and top_p: 1.0 there to continue with unfiltered sampling, or start a new run")
         validate(cfg)
         check_own_entries(path)  # metrics.csv, checkpoints/, policy/ ... are rewritten: none may lead out of the run
         if os.environ.get("RANK", "0") == "0":  # rank 0 holds the run's lock, as for `proxima train`

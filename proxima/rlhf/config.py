@@ -205,7 +205,7 @@ def validate(cfg: RLHFConfig) -> None:
 
     if cfg.threads > max_threads():  # a huge count (typed, or recorded in a run's config.yaml) crashes torch
         bad("threads", threads_limit_text(resume_may_change=False))
-    for name in ("micro_batch_size", "print_every", "sample_every", "checkpoint_every", "top_k", "kl_coef",
+    for name in ("micro_batch_size", "print_every", "sample_every", "checkpoint_every", "kl_coef",
                  "missing_eos_penalty", "vf_coef", "ent_coef"):
         if getattr(cfg, name) < 0:
             bad(name, "must be 0 or more")

@@ -72,12 +72,13 @@ def sample(logits: torch.Tensor) -> torch.Tensor:
 
     u ~ U[0, total mass) and the first token whose cumulative probability exceeds u, a tenth of
     ``torch.multinomial``'s cost on a CPU at this size (~1 ms a call there). ``right=True`` never
-    lands on a token of probability 0, even at u = 0. The cumulative sum is taken in float64: in
-    float32 its steps near 1 are ~6e-8, so with a 150k-token vocabulary tens of thousands of tail
-    tokens (3e-4 of the mass together) could never be drawn while their log-probs said they could.
+    lands on a token of probability 0, even at u = 0. The cumulative sum and u are float64: in
+    float32 the steps near 1 are ~6e-8 (a float32 u takes multiples of 2^-24 only, and CUDA sums in
+    float32), so with a 150k-token vocabulary tens of thousands of tail tokens (3e-4 of the mass
+    together) could never be drawn while their log-probs said they could.
     """
     cdf = torch.softmax(logits.double(), dim=-1).cumsum(-1)
-    u = torch.rand(cdf.shape[0], 1, device=cdf.device).double() * cdf[:, -1:]  # float32 draws, as before
+    u = torch.rand(cdf.shape[0], 1, device=cdf.device, dtype=torch.float64) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_max(cdf.shape[-1] - 1)
 
 

@@ -592,10 +592,23 @@ def test_resuming_a_complete_run_keeps_its_evaluation_and_logs(tmp_path, monkeyp
     evaluated = json.loads((run / "eval.json").read_text())
     code, out, err = run_main(["resume", "R"], capsys)
     assert code == 0 and "the run is complete (128 steps)" in err
-    assert f"over 2 episodes (deterministic) (eval.json, at step 128)" in out
+    assert "over 2 episodes (deterministic) (eval.json, at step 128)" in out
     assert f"{evaluated['mean_return']:.2f}" in out
     assert {p.name: p.stat().st_mtime_ns for p in run.iterdir() if p.is_file()} == before
+    edited = {**evaluated, "unfinished": 1, "max_steps": "lots"}  # a field a line is made from, edited by hand
+    (run / "eval.json").write_text(json.dumps(edited))
+    code, _, err = run_main(["report", "R", "--episodes", "0"], capsys)
+    assert_one_line_error(code, err, "eval.json: max_steps is not a number of steps ('lots')")
+    code, out, err = run_main(["resume", "R"], capsys)  # not this evaluation: made and written again
+    assert code == 0 and "Traceback" not in err and json.loads((run / "eval.json").read_text()) == evaluated
     code, out, err = run_main(["resume", "R", "--eval-episodes", "3"], capsys)  # another evaluation: made and written
     assert code == 0, err
     assert json.loads((run / "eval.json").read_text())["episodes"] == 3
     assert len(list(run.glob("events.out.tfevents.*"))) == 1
+    # a row logged past the last checkpoint (a resume that extended the run, killed before its next
+    # checkpoint): a resume with nothing to train still drops it
+    lines = (run / "metrics.csv").read_text().splitlines()
+    (run / "metrics.csv").write_text("\n".join([*lines, lines[-1].replace("128", "192", 1)]) + "\n")
+    code, out, err = run_main(["resume", "R"], capsys)
+    assert code == 0, err
+    assert (run / "metrics.csv").read_text().splitlines() == lines

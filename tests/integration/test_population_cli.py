@@ -69,9 +69,15 @@ def test_member_directories_work_with_eval_and_plot_and_refuse_resume(population
     assert [m["mean_return"] for m in json.loads(capsys.readouterr().out)["members"]] == [5.0] * 4
     assert cli.main(["eval", str(run_dir), "--env-kwargs", '{"bogus": 1}']) == 2
     assert "--env-kwargs: env 'CartPole-v1' takes no argument 'bogus'" in capsys.readouterr().err
+    members = [run_dir / m["dir"] for m in json.loads((run_dir / "population.json").read_text())["member_dirs"]]
+    files = {p: p.stat().st_mtime_ns for d in members for p in d.iterdir() if p.is_file()}
     assert cli.main(["resume", str(run_dir), "--eval-episodes", "0"]) == 0  # finished: says so once, trains nothing
     err = capsys.readouterr().err
     assert err.count("the run is complete (512 steps); --total-timesteps N (more steps) extends it") == 1
+    # the same evaluation is on disk: shown, not recomputed; nothing in a member's folder changes
+    assert cli.main(["resume", str(run_dir)]) == 0
+    assert "eval CartPole-v1 lr=0.001: 2 members, mean of means" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for d in members for p in d.iterdir() if p.is_file()} == files
 
 
 @pytest.mark.parametrize("args, message", [

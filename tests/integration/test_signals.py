@@ -247,3 +247,39 @@ def test_a_resumed_run_stopped_before_its_loop_says_how_to_continue(tmp_path, ca
     assert err.strip().splitlines()[-1] == (f"proxima: stopped by SIGTERM; outside an iteration; the run is as its last "
                                             f"checkpoint left it; checkpoint: {last}; continue with: proxima resume {run}")
     assert ckpt.list_checkpoints(run)[-1] == last
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_whole_process_group_of_an_async_run_stops_it_cleanly(tmp_path, signum):
+    """Ctrl-C in a terminal (or a scheduler's kill of the process group) reaches --vector async's
+    worker processes too. SIGINT: the workers leave it to the trainer, which checkpoints the iteration
+    (exit 130); it used to crash on an unpicklable TrainingInterrupted raised in a worker. SIGTERM ends
+    the workers (Process.terminate() must still work): one line naming the last checkpoint, exit 143."""
+    run_dir = tmp_path / "run"
+    args = ["train", "CartPole-v1", "--backend", "gymnasium", "--vector", "async", "--num-envs", "2", "--num-steps", "128",
+            "--total-timesteps", "10000000", "--eval-episodes", "0", "--threads", "1", "--run-dir", str(run_dir),
+            "--no-progress", "--checkpoint-every", "1"]
+    proc = subprocess.Popen([sys.executable, "-m", "proxima", *args], cwd=tmp_path, env=env(), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_rows(proc, run_dir, 1)
+    os.killpg(proc.pid, signum)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the run did not exit")
+    assert "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    if signum == signal.SIGINT:
+        assert proc.returncode == 130, err
+        steps = csv_steps(run_dir)
+        assert last == (f"proxima: stopped by SIGINT; checkpoint: {ckpt.checkpoint_path(run_dir, steps[-1])}; "
+                        f"continue with: proxima resume {run_dir}")
+    else:  # the workers die at once: the iteration fails if it was stepping the envs, else it ends and checkpoints
+        assert proc.returncode == 143, err
+        newest = ckpt.list_checkpoints(run_dir)[-1]
+        assert last in (f"proxima: stopped by SIGTERM; it ended the env's worker processes (--vector async) too, before "
+                        f"the iteration's end; the run is as its last checkpoint left it; checkpoint: {newest}; continue "
+                        f"with: proxima resume {run_dir}",
+                        f"proxima: stopped by SIGTERM; checkpoint: {newest}; continue with: proxima resume {run_dir}"), err
+    assert ckpt.load_checkpoint(run_dir)["global_step"] == csv_steps(run_dir)[-1]  # the rows end at the checkpoint kept

@@ -77,8 +77,10 @@ def test_a_run_that_stopped_stays_stopped_on_resume(tmp_path, capsys):
     state = ckpt.load_checkpoint(run_dir)
     window = ReturnTarget(30.0, 16, state["return_window"])
     assert sum(c for _, c in window.window) >= 16 and window.reached() is not None
+    events = sorted(run_dir.glob("events.out.tfevents.*"))
     code, _, err = run_main(["resume", str(run_dir), "--no-progress"], capsys)
     assert code == 0, err
+    assert sorted(run_dir.glob("events.out.tfevents.*")) == events  # nothing to log: no new, empty events file
     assert len(_rows(run_dir)) == first and "the run stopped at --stop-return 30 (its last 16+ training episodes" in err
     assert f"(iteration {first}): the last 16+ training episodes averaged" in err
     assert ckpt.load_checkpoint(run_dir)["global_step"] == state["global_step"]  # nothing new written

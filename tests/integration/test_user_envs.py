@@ -144,7 +144,14 @@ def test_evaluation_of_an_env_without_a_time_limit_counts_returns_up_to_max_step
     assert result["episodes"] == 3 and result["unfinished"] == 3 and result["lengths"] == [50, 50, 50]
     assert format_result(result).endswith(
         "over 3 episodes (deterministic); all of them cut at 50 steps (--max-steps), with their return so far; no episode "
-        "ended: give the env a time limit (gymnasium.wrappers.TimeLimit, or max_episode_steps when registering it)")
+        "ended: raise --max-steps")
+    from proxima.evaluate import MAX_STEPS
+
+    at_default = summarize("E", torch.ones(3, dtype=torch.float64), torch.full((3,), MAX_STEPS), True,
+                           torch.zeros(3, dtype=torch.bool), MAX_STEPS)
+    assert format_result(at_default).endswith(
+        f"all of them cut at {MAX_STEPS:,} steps (--max-steps), with their return so far; no episode ended: give the env "
+        "a time limit (gymnasium.wrappers.TimeLimit, or max_episode_steps when registering it)")
 
 
 def test_unfinished_episodes_count_with_their_return_so_far_and_are_named():

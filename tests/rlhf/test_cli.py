@@ -218,3 +218,20 @@ def test_an_rlhf_resume_with_quiet_prints_no_progress_lines_and_keeps_print_ever
     assert config["steps"] == 3 and config["print_every"] == 1  # --quiet is this resume's, not the run's
     assert proxima_main(["resume", str(run), "--steps", "4"]) == 0  # without --quiet: the run's print_every 1
     assert "step 4/4  score " in capsys.readouterr().out
+
+
+def test_a_run_recorded_with_top_k_by_an_earlier_version_is_refused_naming_its_config(finished_rlhf_run, tmp_path, capsys):
+    import shutil
+
+    from proxima.cli import main as proxima_main
+
+    run = tmp_path / "old"
+    shutil.copytree(finished_rlhf_run, run)
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    (run / "config.yaml").write_text(yaml.safe_dump({**config, "top_k": 5, "top_p": 0.9}))
+    code = proxima_main(["resume", str(run), "--steps", "3"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err == (f"proxima resume: error: {run / 'config.yaml'}: records top_k: 5, top_p: 0.9 (allowed by earlier versions), "
+                   "which makes PPO's samples off-policy: its log-probs and KL score the whole softmax; set top_k: 0 and "
+                   "top_p: 1.0 there to continue with unfiltered sampling, or start a new run\n")

@@ -171,19 +171,25 @@ def test_cached_generation_picks_what_a_full_forward_scores_highest(assets):
 
 
 def test_tail_tokens_below_float32_spacing_can_be_sampled():
-    """Token 0 holds 0.999 of the mass, 50,000 tail tokens 2e-8 each: in a float32 cumulative sum each
-    tail step rounds away (the spacing near 1 is 6e-8), so no draw could ever land on one."""
+    """Tokens 1 and 2 hold ~1e-9 each. A float32 uniform draw takes multiples of 2^-24 (~6e-8) only,
+    so a draw meant to fall on token 1 rounds to 1.0 and lands on the last token: here torch.rand
+    is replaced by one that returns a chosen value in whatever dtype it is asked for."""
     from unittest import mock
 
     from proxima.rlhf import generation
 
-    probs = torch.full((1, 50_001), 2e-8, dtype=torch.float64)
-    probs[0, 0] = 1 - probs[0, 1:].sum()
-    logits = probs.log().float()
-    with mock.patch.object(generation.torch, "rand", lambda *a, **k: torch.full((1, 1), 0.9995)):
-        token = int(generation.sample(logits))
-    assert 0 < token < 50_001
-    assert abs(token - 25_000) < 200  # u = 0.9995: halfway through the tail's 0.001 of mass
+    logits = torch.tensor([[0.0, -20.7, -20.7]])
+    cdf = torch.softmax(logits.double(), -1).cumsum(-1)[0]
+    target = float((cdf[0] + cdf[1]) / 2)  # inside token 1's share of the mass
+    real_rand = torch.rand
+
+    def rand(*shape, dtype=None, **kwargs):
+        return torch.full(shape, target, dtype=dtype or torch.float32, device=kwargs.get("device"))
+
+    assert float(torch.tensor(target, dtype=torch.float32)) == 1.0  # what a float32 draw could hold
+    with mock.patch.object(generation.torch, "rand", rand):
+        assert int(generation.sample(logits)) == 1
+    assert generation.torch.rand is real_rand
 
 
 def test_top_k_and_top_p_are_refused_in_training():
