@@ -35,6 +35,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import sys
 from typing import Optional, Sequence
 
 import torch
@@ -518,7 +519,9 @@ class Population:
             self.env.load_state_dict(state["env"])
             self.next_obs.copy_(state["next_obs"])
             ckpt.set_rng_state(state["rng"])
-        else:  # Gymnasium envs cannot save their state: episodes restart, as for a single run
+        else:  # Gymnasium envs cannot save their state: episodes restart, as for a single run (told once)
+            print(f"proxima: note: {self.env.backend} envs cannot restore their state; the resumed population restarts "
+                  "episodes", file=sys.stderr)
             ckpt.set_rng_state(state["rng"])
             self.next_obs.copy_(self.env.reset(seed=self.cfg.seed + self.iteration))
 

@@ -258,3 +258,16 @@ def test_member_checkpoints_newer_than_the_resumed_population_checkpoint_are_set
         assert [p.name for p in next((d / "checkpoints").glob("abandoned-*")).iterdir()] == ["step_000000000512.pt"]
     evaluated = evaluate_population(run, episodes=1)
     assert all(m["checkpoint"].endswith("step_000000000448.pt") for m in evaluated["members"])
+
+
+def test_a_gymnasium_population_resumes_restarting_episodes_and_says_so(tmp_path, capsys):
+    run = tmp_path / "G"
+    cfg = _cfg(backend="gymnasium", total_timesteps=192, checkpoint_every=1)
+    with pytest.raises(TrainingInterrupted):
+        train_population(member_configs(cfg, [1, 2]), [1, 2], {}, run_dir=run, quiet=True, evaluate_at_end=False,
+                         stop_after=1)
+    capsys.readouterr()
+    resume_population(run, quiet=True, evaluate_at_end=False)
+    assert ("proxima: note: gymnasium envs cannot restore their state; the resumed population restarts episodes"
+            in capsys.readouterr().err)
+    assert ckpt.load_checkpoint(ckpt.list_checkpoints(run)[-1])["global_step"] == 192
