@@ -50,12 +50,10 @@ def fail(prog: str, message: str) -> int:
 
 
 # ------------------------------------------------------------------------------------ train
-def add_config_flags(p: argparse.ArgumentParser, hidden: tuple = (), recorded: bool = False,
-                     help_overrides: Optional[dict] = None) -> None:
+def add_config_flags(p: argparse.ArgumentParser, recorded: bool = False, help_overrides: Optional[dict] = None) -> None:
     """One flag per PPOConfig field, help from the field's docstring; default=SUPPRESS so only
-    the flags a user typed override the preset. ``hidden``: fields left out of --help (still parsed,
-    so that the command can refuse them with its own line rather than "unrecognized arguments").
-    ``recorded``: the command takes the run's recorded values (resume): --help says "default: the run's".
+    the flags a user typed override the preset. ``recorded``: the command takes the run's recorded
+    values (resume): --help says "default: the run's".
     ``help_overrides``: {field: help text} for fields whose meaning differs in this command."""
     for name, f in FIELDS.items():
         if name == "env_id":
@@ -72,7 +70,7 @@ def add_config_flags(p: argparse.ArgumentParser, hidden: tuple = (), recorded: b
             shown = ",".join(map(str, shown))
         if recorded:
             shown = "the run's"
-        shown_help = argparse.SUPPRESS if name in hidden else f"{help_text} (default: {shown})"
+        shown_help = f"{help_text} (default: {shown})"
         if isinstance(default, bool):
             p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=shown_help)
         else:
@@ -86,9 +84,15 @@ def add_config_flags(p: argparse.ArgumentParser, hidden: tuple = (), recorded: b
 DEFAULT_ENV = "CartPole-v1"
 
 
+def typed_fields(args: argparse.Namespace) -> list:
+    """The config fields whose flags a user typed, in the order typed: the flags default to SUPPRESS,
+    so argparse sets only those, as it reads them."""
+    return [name for name in vars(args) if name in FIELDS and name != "env_id"]
+
+
 def typed_flags(args: argparse.Namespace) -> dict:
-    """{field: value} of the config flags a user typed (flags default to SUPPRESS)."""
-    return {name: coerce(name, getattr(args, name), source="flag") for name in FIELDS if name != "env_id" and name in vars(args)}
+    """{field: value} of the config flags a user typed, in the order typed."""
+    return {name: coerce(name, getattr(args, name), source="flag") for name in typed_fields(args)}
 
 
 def config_from_args(args: argparse.Namespace, prog: str):
@@ -269,10 +273,12 @@ def cmd_resume(args) -> int:
 
 
 def _ppo_flag_typed(args) -> Optional[str]:
-    """The first PPO flag the user typed to `proxima resume` (a PPOConfig field, or --env), else None."""
-    for name in vars(args):  # flags that default to SUPPRESS appear in the order they were typed
-        if name in FIELDS and name != "env_id":
-            return "--" + name.replace("_", "-")
+    """The first PPO flag the user typed to `proxima resume` (a PPOConfig field, or --env), else None.
+    Its value is not read (typed_fields, not typed_flags): a flag that does not apply is refused as
+    such, whatever value it was given."""
+    typed = typed_fields(args)
+    if typed:
+        return "--" + typed[0].replace("_", "-")
     return "--env" if args.env is not None else None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -200,6 +201,19 @@ def current_eval(run_dir, global_step: int, episodes: int) -> Optional[dict]:
             and isinstance(data.get("mean_return"), (int, float)) and isinstance(data.get("std_return"), (int, float))
             and isinstance(data.get("env_id"), str))
     return data if same else None
+
+
+def remove_stale_eval(run_dir) -> None:
+    """Remove ``run_dir``/eval.json, the end-of-run evaluation of an earlier end that a resume has
+    trained past: it no longer describes the run (the resumed run writes a new one at its end). A
+    file that cannot be removed stays, with a note saying it describes an earlier step."""
+    path = Path(run_dir) / "eval.json"
+    if os.path.lexists(path) and not path.is_dir():
+        try:
+            path.unlink()
+        except OSError as e:
+            print(f"proxima: note: {path}: could not remove the earlier run's evaluation ({e.strerror or e}); "
+                  "it describes an earlier step", file=sys.stderr)
 
 
 def unfinished_note(result: dict) -> str:

@@ -89,10 +89,14 @@ def _check(nproc: int, argv: list) -> None:
         from .config import from_dict
         from .distributed import check_rank_pieces
         from .rundir import check_not_in_use
-        from .run_setup import apply_resume_overrides
+        from .run_setup import apply_resume_overrides, resumed_run_dir
 
         # the lock first: reading a live run's checkpoints could set its newest one aside mid-write
-        check_not_in_use(_resumed_run_dir(Path(resume), getattr(args, "run_dir", None)))
+        _, run_dir = resumed_run_dir(resume)
+        if run_dir is None:  # a loose checkpoint file trains in the --run-dir given (without one, every rank refuses it)
+            run_dir = getattr(args, "run_dir", None)
+        if run_dir is not None:
+            check_not_in_use(Path(run_dir))
         state = ckpt.load_resumable(resume)
         with contextlib.redirect_stderr(io.StringIO()):  # its notes are rank 0's to say
             apply_resume_overrides(from_dict(state["config"], source=state["path"]), typed_flags(args), state)
@@ -116,16 +120,6 @@ def _check(nproc: int, argv: list) -> None:
         check_not_in_use(run_dir)
         if holds_files(run_dir) and not getattr(args, "overwrite", False):
             raise RunDirError(not_empty_message(run_dir))
-
-
-def _resumed_run_dir(resume: Path, run_dir) -> Path:
-    """The run directory a resume of ``resume`` trains in (run_setup.resolve_start): the directory
-    itself, RUN for RUN/checkpoints/FILE, else (a loose checkpoint file) the --run-dir given."""
-    if resume.is_dir():
-        return resume
-    if resume.parent.name == "checkpoints":
-        return resume.parent.parent
-    return Path(run_dir) if run_dir is not None else resume.parent
 
 
 def _child_pids(pid: int) -> list:

@@ -226,7 +226,7 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
         if checkpoint is not None:
             checkpoint = Path(checkpoint)
             if checkpoint.name not in {p.name for p in ckpt.list_checkpoints(run_dir)}:
-                raise ConfigError(f"--resume {checkpoint}: not one of {run_dir}'s checkpoints (checkpoints/step_N.pt)")
+                raise ConfigError(f"{checkpoint}: not one of {run_dir}'s checkpoints (checkpoints/step_N.pt)")
             state = ckpt.load_resumable(run_dir / "checkpoints" / checkpoint.name, allow_population=True)  # the file listed, in this run
         else:
             state = ckpt.load_resumable(run_dir, allow_population=True)
@@ -293,11 +293,7 @@ def _set_aside_member_checkpoints(dirs: list, step: int) -> None:
     saved before the population's checkpoint, so a kill during a save, a corrupt newest population
     checkpoint or an explicit older one leaves them behind. Moved into the member's
     checkpoints/abandoned-<time>/ as set_aside_newer does for a run, with one note for all."""
-    moved = []
-    for d in dirs:
-        newer = [p for p in ckpt.list_checkpoints(d) if p.name > ckpt.checkpoint_path(d, step).name]
-        if newer:
-            moved.append(_quietly(ckpt.set_aside_newer, ckpt.checkpoint_path(d, step)))
+    moved = [folder for d in dirs if (folder := _quietly(ckpt.set_aside_newer, ckpt.checkpoint_path(d, step))) is not None]
     if moved:
         print(f"proxima: note: {len(moved)} member(s) held checkpoints newer than step {step:,}, from the abandoned timeline: "
               f"moved to each one's checkpoints/{moved[0].name}/ (e.g. {moved[0]})", file=sys.stderr)
@@ -462,14 +458,10 @@ def _drop_stale_evals(run_dir: Path, pop: Population, dirs: list, seeds, sweep: 
     """A resumed population has trained past its members' end-of-run evaluations (eval.json, and
     their means in population.json): those describe an earlier step and are removed (_finish writes
     new ones at the end), as a single run's resume removes its eval.json."""
+    from .evaluate import remove_stale_eval
+
     for d in dirs:
-        path = d / "eval.json"
-        if os.path.lexists(path) and not path.is_dir():
-            try:
-                path.unlink()
-            except OSError as e:
-                print(f"proxima: note: {path}: could not remove the earlier run's evaluation ({e.strerror or e}); "
-                      "it describes an earlier step", file=sys.stderr)
+        remove_stale_eval(d)
     _write_population_json(run_dir, pop, seeds, sweep, dirs, drop_evals=True)
 
 

@@ -57,6 +57,20 @@ def diagnose_failure(e: Exception, config: Optional[PPOConfig], last_good) -> Ex
                     f"see `proxima check-env {config.env_id}{kwargs}` (the run stopped on {raised})")
 
 
+def resumed_run_dir(resume) -> tuple:
+    """(checkpoint, run directory) of a resume of ``resume``: the checkpoint file it names (a run
+    directory's latest), as its real path, and the directory the resume trains in: ``resume`` itself
+    when it is a directory, else the one whose checkpoints/ holds the file (RUN/checkpoints/step_N.pt
+    -> RUN), never a path recorded inside the file (a copied or downloaded checkpoint would otherwise
+    train into, and prune, the run it came from). Both resolved, so that the launcher checks the lock
+    of the directory its ranks lock even through a symlinked checkpoint. The directory is None for a
+    loose checkpoint file outside a run's checkpoints/ (its run is the --run-dir given)."""
+    src = ckpt.resolve_checkpoint(resume).resolve()
+    if Path(resume).is_dir():
+        return src, Path(resume).resolve()
+    return src, (src.parent.parent if src.parent.name == "checkpoints" else None)
+
+
 def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id: Optional[str] = None,
                     trust_run: bool = False, overrides: Optional[dict] = None):
     """(state, config, run_dir, resumed, restart_note): the checkpoint to continue from, if any (rank 0
@@ -80,11 +94,8 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
         run_dir = Path(run_dir if run_dir is not None else config.run_dir)
         check_run_dir_path(run_dir)
         return None, config, run_dir, False, restart
-    src = ckpt.resolve_checkpoint(resume).resolve()  # a missing path fails here, before anything is locked
-    # the run directory written is the one whose checkpoints/ holds the file (RUN/checkpoints/step_N.pt
-    # -> RUN), never a path recorded inside the file: a copied or downloaded checkpoint would otherwise
-    # train into (and prune) the run it came from
-    loose = not Path(resume).is_dir() and src.parent.name != "checkpoints"
+    src, target_dir = resumed_run_dir(resume)  # a missing path fails here, before anything is locked
+    loose = target_dir is None
     if loose:
         given = run_dir if run_dir is not None else (overrides or {}).get("run_dir") or (config.run_dir if config is not None else None)
         if given is None:
@@ -95,7 +106,6 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
         treat_as_data(src.parent)
         state = ckpt.load_resumable(src)
     else:
-        target_dir = Path(resume).resolve() if Path(resume).is_dir() else src.parent.parent
         treat_as_data(target_dir)  # never import env code from the run directory itself
         session.lock_existing(target_dir)
         state = ckpt.load_resumable(resume)

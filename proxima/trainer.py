@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import signal
 import sys
@@ -272,14 +271,10 @@ class Trainer:
     def _drop_stale_eval(self) -> None:
         """A resumed run has trained past the final evaluation of its earlier end (eval.json): that
         file no longer describes the run and is removed (finish_run writes a new one at the end)."""
+        from .evaluate import remove_stale_eval
+
         self._stale_eval_gone = True
-        path = self.run_dir / "eval.json"
-        if os.path.lexists(path) and not path.is_dir():
-            try:
-                path.unlink()
-            except OSError as e:
-                print(f"proxima: note: {path}: could not remove the earlier run's evaluation ({e.strerror or e}); "
-                      "it describes an earlier step", file=sys.stderr)
+        remove_stale_eval(self.run_dir)
 
     def _env_failure(self, e: EnvError) -> Exception:
         """The error for an env that raised (or broke the contract) mid-rollout: a NaN/inf the envs
@@ -589,7 +584,7 @@ def finish_run(trainer: Trainer, quiet: bool) -> None:
         policy = ckpt.load_policy(last, device=trainer.device, env_id=cfg.env_id)
         try:
             result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend)
-        except EnvError as e:  # an env without a time limit: training itself is done
+        except EnvError as e:  # the eval envs could not be built, or raised (or broke the env contract) mid-episode: training itself is done
             raise EnvError(f"{e}; training finished, its checkpoints are kept ({last})") from None
         path = trainer.run_dir / "eval.json"
         # the step it evaluates: a reader tells a final evaluation from one a later resume left behind

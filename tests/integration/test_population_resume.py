@@ -241,6 +241,27 @@ def test_train_seeds_resume_from_a_named_checkpoint_sets_the_newer_ones_aside(tm
         assert torch.equal(value, _final(run)["population"]["params"][name]), name
 
 
+def test_a_file_in_the_populations_checkpoints_that_is_not_one_of_its_checkpoints_is_named_without_a_flag(tmp_path, capsys):
+    import shutil
+
+    from cli_helpers import snapshot
+
+    run = tmp_path / "R"
+    flags = ["--total-timesteps", "128", "--eval-episodes", "0", "--checkpoint-every", "1", *SMALL]
+    assert cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--run-dir", str(run), *flags]) == 0
+    foo = run / "checkpoints" / "foo.pt"
+    shutil.copy(ckpt.list_checkpoints(run)[-1], foo)  # a population checkpoint, under a name no save gives
+    before = snapshot(run)
+    capsys.readouterr()
+    line = f"{foo}: not one of {run}'s checkpoints (checkpoints/step_N.pt)\n"
+    # the file is named as typed, with no flag: `proxima resume` takes no --resume
+    assert cli.main(["resume", str(foo), "--quiet"]) == 2
+    assert capsys.readouterr().err == f"proxima resume: error: {line}"
+    assert cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--resume", str(foo), *flags]) == 2
+    assert capsys.readouterr().err == f"proxima train: error: {line}"
+    assert snapshot(run) == before  # refused before anything was set aside or rewritten
+
+
 def test_member_checkpoints_newer_than_the_resumed_population_checkpoint_are_set_aside(tmp_path, capsys):
     from proxima.population_eval import evaluate_population
 
