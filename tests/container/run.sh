@@ -346,14 +346,17 @@ ok "after a container restart: Jupyter and ssh (same host key) answer, runs/$RUN
 eval_before="$(stat -c %Y "$RUN/eval.json")"
 sleep 1
 set +e
-out="$(timeout 600 podman exec "$PREFIX-main" proxima resume "runs/$RUN_NAME" 2>&1)"
+# --eval-episodes 3: another evaluation than the one on disk (a complete run resumed with the same
+# settings shows eval.json's and writes nothing), so the restarted container must evaluate the policy
+out="$(timeout 600 podman exec "$PREFIX-main" proxima resume "runs/$RUN_NAME" --eval-episodes 3 2>&1)"
 rc=$?
 set -e
-expect_rc 0 "$rc" "proxima resume runs/$RUN_NAME" "$out"
+expect_rc 0 "$rc" "proxima resume runs/$RUN_NAME --eval-episodes 3" "$out"
 grep -q "resuming .*$RUN_NAME at global step $("$PY" -c "print(f'{$last_step:,}')")" <<<"$out" \
   || die "proxima resume: no 'resuming ... $RUN_NAME at global step $last_step' line: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
-(("$(stat -c %Y "$RUN/eval.json")" > eval_before)) || die "proxima resume did not evaluate again (eval.json unchanged)"
-ok "proxima resume runs/$RUN_NAME inside the restarted container: loaded step $last_step, evaluated again"
+(("$(stat -c %Y "$RUN/eval.json")" > eval_before)) || die "proxima resume --eval-episodes 3 did not evaluate again (eval.json unchanged)"
+grep -q '"episodes": 3' "$RUN/eval.json" || die "proxima resume --eval-episodes 3: eval.json does not hold 3 episodes"
+ok "proxima resume runs/$RUN_NAME inside the restarted container: loaded step $last_step, evaluated again (3 episodes)"
 
 # ---- 5d. the CI loop (make ci-train) on this image: a short run below and above a threshold ------
 for want in fail pass; do
