@@ -117,9 +117,23 @@ def test_rlhf_help_shows_the_defaults_and_the_demos_own(flag, shown, capsys):
     assert shown in part[:nxt.start() if nxt else None], part[:300]
 
 
-def test_rlhf_help_defaults_are_the_configs():
-    from proxima.rlhf.config import RLHFConfig
+def test_rlhf_help_shows_every_fields_own_default_and_the_demos(capsys):
+    """Every flag whose help names a default names RLHFConfig's value (and demo_config's where it
+    differs): read from the configs, so a changed default cannot leave --help behind."""
+    from proxima.rlhf.cli import _shown
+    from proxima.rlhf.config import FIELDS, RLHFConfig
     from proxima.rlhf.demo import demo_config
 
-    assert (RLHFConfig().steps, RLHFConfig().lr, RLHFConfig().batch_size) == (100, 1e-5, 16)
-    assert (demo_config().steps, demo_config().lr, demo_config().batch_size) == (150, 2e-4, 32)
+    # one entry per flag: a line starting "  --flag", up to the next such line, joined
+    code, out, _ = run_main(["rlhf", "--help"], capsys)
+    assert code == 0
+    entries = {m.group(1): " ".join(m.group(0).split())
+               for m in re.finditer(r"^  (--[a-z0-9-]+)[^\n]*(?:\n(?!  -)[^\n]*)*", out, re.M)}
+    plain, demo, checked = RLHFConfig(), demo_config(), 0
+    for name in FIELDS:
+        part = entries["--" + name.replace("_", "-")]
+        if f"(default: {_shown(getattr(plain, name))}" in part:
+            checked += 1
+        if getattr(demo, name) != getattr(plain, name):
+            assert f"--demo: {_shown(getattr(demo, name))})" in part, (name, part[:300])
+    assert checked >= len(FIELDS) // 2, checked
