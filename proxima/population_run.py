@@ -46,7 +46,7 @@ from .atomic import write_atomic
 from .config import ConfigError, PPOConfig
 from .envs import EnvError
 from .population import PER_MEMBER_FIELDS, UNSUPPORTED, Population, _fmt, check_population_fits
-from .signals import OutsideLoop, TrainingInterrupted, checkpoint_line
+from .signals import OutsideLoop, TrainingInterrupted, workers_stopped
 
 POPULATION_FILE = "population.json"
 #: in a member directory: when and why the member diverged (population_run._diverged), absent while it has not
@@ -364,10 +364,9 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
                 try:
                     out = pop.train_iteration()
                 except EnvError:
-                    if stop.signum and cfg.vector == "async":  # the same signal ended the env's worker processes
-                        raise TrainingInterrupted(stop.signum, last_checkpoint, "it ended the env's worker processes "
-                                                  "(--vector async) too, before the iteration's end; the population is as "
-                                                  f"its last checkpoint left it; {checkpoint_line(last_checkpoint)}") from None
+                    stopped = workers_stopped(stop, cfg.vector, last_checkpoint, "population")
+                    if stopped is not None:
+                        raise stopped from None
                     raise
                 failures = pop.env_failures([d.name for d in dirs])  # NaN/inf from an env: named, before the update's
                 values = {k: v.tolist() for k, v in out.items()}  # the one host read of the iteration

@@ -30,6 +30,17 @@ class TrainingInterrupted(Exception):
         return type(self), (self.signum, self.checkpoint, self.what)
 
 
+def workers_stopped(stop: "Stop", vector: str, checkpoint: Optional[Path], what: str = "run") -> Optional[TrainingInterrupted]:
+    """The TrainingInterrupted for an env failure during an iteration in which a stop signal arrived
+    and the envs run in worker processes (--vector async): the same signal, sent to the process
+    group, ended the workers too (they keep SIGTERM's default: gym_adapter._worker_signals). None
+    otherwise: the failure is the env's own."""
+    if not stop.signum or vector != "async":
+        return None
+    return TrainingInterrupted(stop.signum, checkpoint, "it ended the env's worker processes (--vector async) too, before "
+                               f"the iteration's end; the {what} is as its last checkpoint left it; {checkpoint_line(checkpoint)}")
+
+
 def checkpoint_line(checkpoint: Optional[Path]) -> str:
     """``checkpoint: RUN/checkpoints/step_N.pt; continue with: proxima resume RUN`` (a population's
     checkpoint is RUN/checkpoints/step_N.pt too: resume continues every member)."""

@@ -26,7 +26,7 @@ from .envs import BatchedEnv, EnvError, make_env
 from .normalize import ObsNormalizer, RewardScaler
 from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
 from .rollout import Rollout
-from .signals import REPEAT_WINDOW, OutsideLoop, SignalGuard, TrainingInterrupted, checkpoint_line
+from .signals import REPEAT_WINDOW, OutsideLoop, SignalGuard, TrainingInterrupted, checkpoint_line, workers_stopped
 from .train_state import default_run_dir
 
 
@@ -226,11 +226,9 @@ class Trainer:
                     try:
                         out = self.train_iteration()
                     except (NonFiniteError, DebugCheckError, EnvError) as e:  # EnvError: the user's env raised mid-run
-                        if stop.signum and isinstance(e, EnvError) and cfg.vector == "async":
-                            # the same signal reached the env's worker processes (a SIGTERM to the process group)
-                            raise TrainingInterrupted(stop.signum, last_ckpt, "it ended the env's worker processes (--vector "
-                                                      "async) too, before the iteration's end; the run is as its last checkpoint "
-                                                      f"left it; {checkpoint_line(last_ckpt)}") from None
+                        stopped = workers_stopped(stop, cfg.vector, last_ckpt) if isinstance(e, EnvError) else None
+                        if stopped is not None:
+                            raise stopped from None
                         if isinstance(e, EnvError) and not isinstance(e, DebugCheckError):
                             e = self._env_failure(e)
                         raise type(e)(f"{e}; {self._last_good(last_ckpt)}") from None
