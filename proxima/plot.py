@@ -15,12 +15,14 @@ curve per setting (a combination of swept values; all its seeds): by default the
 setting's members at each x with a shaded 95% percentile-bootstrap confidence interval (members
 resampled at each x, population_report.bootstrap_band, a fixed seed so the image is reproducible);
 ``--stat`` and ``--band`` choose others. The legend names the setting: ``lr=0.001: IQM, 95% CI (4
-members)``. A member directory (``RUN/m000-seed1``) is a plain run. Population and plain run
-directories can be mixed. Of several directories, those that are not PPO runs with the metric (an
-RLHF run, a folder without metrics.csv) are skipped with a line.
+members)``. A member that diverged is left out of its setting's curve, as the report's table leaves
+it out, and so is (of several directories) a member without values of the metric; the legend names
+them (``2 of 3 members; m001 diverged at iteration 4``). A member directory (``RUN/m000-seed1``) is
+a plain run. Population and plain run directories can be mixed. Of several directories, those that
+are not PPO runs with the metric (an RLHF run, a folder without metrics.csv) are skipped with a line.
 
 Rows where a metric was not measured (an empty CSV cell, e.g. no episode finished in that
-iteration) are skipped. ``--smooth K`` applies a trailing moving average over K points per run
+iteration) are skipped, and so is a last row a kill cut short. ``--smooth K`` applies a trailing moving average over K points per run
 before aggregating. Drawing uses matplotlib's Agg canvas directly (no pyplot, no global backend
 switch), so it works headless and inside notebooks alike. The image is written atomically: on
 any error no file is left behind.
@@ -71,19 +73,22 @@ def check_run_dir(run_dir: PathLike) -> Path:
 def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
     """metrics.csv of a run as column name -> float64 array (NaN where a cell is empty or not a number).
 
-    Column order is the CSV's. Raises PlotError when the directory is not a run directory or the
-    CSV holds no rows yet.
+    Column order is the CSV's; a row with fewer cells than the header (the last one, cut short by a
+    kill) is not read. Raises PlotError when the directory is not a run directory or the CSV holds no
+    whole row yet.
     """
     path = check_run_dir(run_dir) / "metrics.csv"
     rows = _read_csv_rows(path)
     if not rows:
         raise PlotError(f"{path}: empty (no header; was the run started?)")
     header, body = rows[0], rows[1:]
+    # a kill can cut the last row short ("9,46"): only whole rows are read, as logger.rows_up_to keeps them
+    body = [r for r in body if len(r) >= len(header)]
     if not body:
         raise PlotError(f"{path}: no rows yet (the run logged no iteration)")
     columns: dict[str, np.ndarray] = {}
     for j, name in enumerate(header):
-        columns[name] = np.array([_to_float(r[j]) if j < len(r) else math.nan for r in body], dtype=np.float64)
+        columns[name] = np.array([_to_float(r[j]) for r in body], dtype=np.float64)
     return columns
 
 
@@ -219,10 +224,12 @@ def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minm
 
 
 #: config fields that tell the runs of one experiment apart without changing what is learned, or how:
-#: runs that differ only in these (seeds, length, where and how they ran) are drawn as one group
+#: runs that differ only in these (seeds, length, where and how they ran: device, threads, compilation,
+#: CPU float and malloc settings) are drawn as one group
 RUN_ONLY_FIELDS = frozenset({"seed", "run_dir", "device", "threads", "progress", "plot", "checkpoint_every",
                              "checkpoint_minutes", "keep_checkpoints", "eval_episodes", "eval_every", "debug_checks",
-                             "total_timesteps", "deterministic", "compile", "compile_mode", "cudagraphs", "vector"})
+                             "total_timesteps", "stop_return", "stop_episodes", "deterministic", "compile",
+                             "compile_mode", "cudagraphs", "vector", "flush_denormal", "keep_host_memory"})
 
 
 def run_config(run_dir: PathLike) -> dict:
@@ -348,8 +355,13 @@ def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = 
     member's last value carried forward over the iterations in which it logged none) with its band;
     its label names the setting and the statistic: ``lr=0.001: IQM, 95% CI (4 members)``, with
     ``, fewer before step S`` when some member has no value yet before S; the first curve's band
-    legend entry says how they are made (carried forward; the CI's resamples and RNG). A member without the
-    metric is a PlotError when ``strict``, else skipped with a line on stderr.
+    legend entry says how they are made (carried forward; the CI's resamples and RNG). A member that
+    diverged (population.json, Setting.diverged) is left out whole, as the report's table leaves it
+    out: its values before the divergence carried forward would stand for a member that no longer
+    learns. A member without values of the metric is a PlotError when ``strict``, else left out with
+    a line on stderr. The label names the members left out (``2 of 3 members; m001 diverged at
+    iteration 4``); a setting none of whose members is left is an empty Curve whose label says why,
+    so the legend still names it. PlotError when no setting has a member to draw.
     """
     from .population_report import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, MIN_CI_MEMBERS, PopulationError, read_settings
 
@@ -363,25 +375,60 @@ def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = 
         raise PlotError(f"{run_dir}: no member has a metrics.csv yet (was the population started?)")
     # members share one logger's columns: an unknown metric fails once, not once per member
     name = resolve_metric(metric, list(read_metrics(first)))
-    kept, name = usable_runs(dirs, name, strict=strict)
-    curves = []
+    curves, not_drawn = [], []
     for s in settings:
-        members = [d for _, d in s.members if d in kept]
-        if not members:
+        left = {d.name: s.diverged[d.name] for _, d in s.members if d.name in s.diverged}
+        member_curves = []
+        for _, d in s.members:
+            if d.name not in left:
+                xy = _member_curve(d, name, x, smooth, strict)
+                if xy is None:
+                    left[d.name] = "no values"
+                else:
+                    member_curves.append(xy)
+        head = f"{s.label}: " if s.label else ""
+        if not member_curves:  # an entry in the legend, no line: the setting is named, not dropped unsaid
+            not_drawn.append(_left_out_note(left))
+            curves.append(Curve(f"{head}not drawn ({not_drawn[-1]})", np.array([]), np.array([])))
             continue
-        agg = aggregate([load_curve(d, name, x, smooth) for d in members], band=band, stat=stat, align="carry")
-        full = np.flatnonzero(agg["count"] == len(members))
+        agg = aggregate(member_curves, band=band, stat=stat, align="carry")
+        full = np.flatnonzero(agg["count"] == len(member_curves))
         full_from = agg["x"][full[0]] if full.size else None  # from here on every member has a value (carried forward)
         late = "" if full_from is None or full[0] == 0 else (f", fewer before step {full_from:,.0f}" if x == "step" else f", fewer before {full_from:.1f} s")
-        count = f"{len(members)} members{late}"
-        label = (f"{s.label}: " if s.label else "") + f"{STATS[stat]}, {BAND_SHORT[band]} ({count})"
-        curves.append(Curve(label, agg["x"], agg["y"], agg["lo"], agg["hi"]))
-    if curves:  # how the panel's curves are made, once, on its first band's legend entry
-        how = "last value carried forward"
-        if band == "ci":
-            how += f"\n95% CI: {BOOTSTRAP_RESAMPLES} bootstrap resamples,\ndefault_rng({BOOTSTRAP_SEED}); none for < {MIN_CI_MEMBERS} members"
-        curves[0].band_label = how
+        count = (f"{len(member_curves)} of {len(s.members)} members; {_left_out_note(left)}" if left
+                 else f"{len(member_curves)} members") + late
+        curves.append(Curve(f"{head}{STATS[stat]}, {BAND_SHORT[band]} ({count})", agg["x"], agg["y"], agg["lo"], agg["hi"]))
+    drawn = [c for c in curves if len(c.x)]
+    if not drawn:
+        raise PlotError(f"{run_dir}: no member to draw (" + "; ".join(not_drawn) + ")")
+    how = "last value carried forward" + ("; diverged members left out" if any(s.diverged for s in settings) else "")
+    if band == "ci":
+        how += f"\n95% CI: {BOOTSTRAP_RESAMPLES} bootstrap resamples,\ndefault_rng({BOOTSTRAP_SEED}); none for < {MIN_CI_MEMBERS} members"
+    drawn[0].band_label = how  # how the panel's curves are made, once, on its first band's legend entry
     return run_env_id(first), name, curves
+
+
+def _member_curve(member_dir: Path, metric: str, x: str, smooth: int, strict: bool) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """A member's (x, y) (load_curve); when it has none to draw (no values of the metric, no
+    metrics.csv): PlotError when ``strict``, else None and a line on stderr naming it and why."""
+    try:
+        return load_curve(member_dir, metric, x, smooth)
+    except PlotError as e:
+        if strict:
+            raise
+        sys.stderr.write(f"proxima: note: leaving out {member_dir}: {e}\n")
+        return None
+
+
+def _left_out_note(left: dict) -> str:
+    """``m001 diverged at iteration 4; m002 no values``: the members a setting's curve leaves out and
+    why, by the ``m<index>`` of their directory names (unique in a population) and at most three a
+    reason, so a legend line stays short; the report's table names them in full."""
+    by_why: dict[str, list[str]] = {}
+    for name, why in left.items():
+        by_why.setdefault(why, []).append(name.split("-")[0])
+    return "; ".join(", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "") + f" {why}"
+                     for why, names in by_why.items())
 
 
 def unique_dirs(run_dirs: Sequence[PathLike]) -> list[Path]:

@@ -31,7 +31,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .population_run import POPULATION_FILE
+from .population_run import DIVERGED_FILE, POPULATION_FILE
 
 #: resamples of every percentile-bootstrap interval: the report's table, eval's lines and plot's band
 BOOTSTRAP_RESAMPLES = 2000
@@ -114,6 +114,27 @@ def diverged_text(entry) -> str:
     iteration = entry.get("iteration") if isinstance(entry, dict) else None
     ok = isinstance(iteration, int) and not isinstance(iteration, bool)
     return f"diverged at iteration {iteration}" if ok else "diverged"
+
+
+def member_divergence(member_dir) -> Optional[str]:
+    """``diverged at iteration 4 (non-finite loss)`` for a population's member that diverged; None for
+    one that did not, or a plain run. The record is its population's population.json entry when the
+    directory above lists the member (the timeline trained: a resume from before the divergence drops
+    it, and a diverged.json it could not remove), else the member's own diverged.json (a member
+    directory copied out of its population)."""
+    member_dir = Path(member_dir).resolve()
+    try:
+        doc = json.loads((member_dir.parent / POPULATION_FILE).read_text(encoding="utf-8"))
+        record = next(e for e in doc["member_dirs"] if isinstance(e, dict) and e.get("dir") == member_dir.name).get("diverged")
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        try:
+            record = json.loads((member_dir / DIVERGED_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+    if record is None:
+        return None
+    reason = record.get("reason") if isinstance(record, dict) else None
+    return diverged_text(record) + (f" ({reason})" if isinstance(reason, str) and reason else "")
 
 
 def iqm_along(x: np.ndarray, axis: int = 0) -> np.ndarray:
@@ -409,10 +430,11 @@ def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: int 
 def build_population_report(run_dir, out=None, threshold: Optional[float] = None, metric: str = "charts/episodic_return",
                             x: str = "step", smooth: int = 1, episodes: int = 0, device: str = "cpu", quiet: bool = True) -> Path:
     """Write RUN/report.md (or ``out``) for a population, its curve ``metric`` against ``x`` smoothed
-    over ``smooth`` points, evaluating members without eval.json over ``episodes`` episodes on
+    over ``smooth`` points (RUN/curve.png for a report in RUN, else <stem>_curve.png next to it, as a
+    single run's report places it), evaluating members without eval.json over ``episodes`` episodes on
     ``device`` (0: their last training return); ReportError (nothing written) on a broken run."""
     from .diskspace import describe
-    from .report import ReportError
+    from .report import ReportError, _curve_path
 
     run_dir = Path(run_dir)
     rows = summarize_settings(run_dir, threshold, episodes, device, quiet)
@@ -420,15 +442,21 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     text = render(run_dir, rows, threshold, episodes)
     from .plot import PlotError, plot_runs
 
-    curve = out.with_name(f"{out.stem}_curve.png") if out.name != "report.md" else run_dir / "curve.png"
+    curve = _curve_path(out, [run_dir])  # as a single run's: curve.png in the run, else <stem>_curve.png by the report
+    try:  # --out in a folder not made yet, made as a single run's report makes it (before the curve, which may fail)
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ReportError(describe(out.parent, e, "could not create the folder")) from None
     try:  # the population's plot: one IQM curve with its 95% bootstrap band per setting
         plot_runs([run_dir], curve, metric=metric, x=x, smooth=smooth)
         alt = f"learning curves: IQM over members of {metric} with a 95% bootstrap CI, per setting"
-        text += (f"\n![{alt}]({os.path.relpath(curve, out.parent)})\n\n"
+        diverged = " Diverged members are left out of the curves, as of the table." if any(r["diverged"] for r in rows) else ""
+        text += (f"\n![{alt}]({Path(os.path.relpath(curve.resolve(), out.parent.resolve())).as_posix()})\n\n"
                  f"The curve is the training {metric} (stochastic actions, each member's last logged value carried "
                  f"forward between the iterations in which it finished an episode); the table above is the "
                  f"{'deterministic eval return' if any(r['kind'] == 'eval' for r in rows) else 'last training return'}. "
-                 f"Its band: 95% CI per x, {CI_METHOD}; not drawn where fewer than {MIN_CI_MEMBERS} members have a value.\n")
+                 f"Its band: 95% CI per x, {CI_METHOD}; not drawn where fewer than {MIN_CI_MEMBERS} members have a value."
+                 f"{diverged}\n")
     except PlotError as e:
         text += f"\nNo learning curve: {e}\n"
     from .atomic import write_atomic

@@ -4,15 +4,17 @@ Writes ``report.md`` into the run directory (one run) or to ``--out FILE`` (need
 runs) with: a results summary (steps, iterations, wall time, throughput, the final value of
 ``--metric`` and its best (a return: the max) or its max and min (any other metric), final evaluation), the learning curve (drawn by proxima.plot.plot_runs next to the report and
 embedded with a relative link), the final evaluation (``eval.json`` written at the end of
-training; without it the latest checkpoint is evaluated now for ``--episodes N`` episodes, not
-saved), the resolved config (``config.yaml``) and the versions and machine (``meta.json``).
+training, used when it is of the run's last step; without it the latest checkpoint is evaluated
+now for ``--episodes N`` episodes, not saved), the resolved config (``config.yaml``) and the versions and machine (``meta.json``).
 
 Several runs get one column each; runs of one env share a mean + spread curve. A population
 directory (``train --seeds/--sweep``) is reported alone, by population_report, its curve drawn with
-``--metric``/``--x``/``--smooth``. Errors a user can act on (missing or foreign run directory, empty
+``--metric``/``--x``/``--smooth`` and placed as a single run's. A population's member that diverged
+says so at the top of its report and is not evaluated. Errors a user can act on (missing or foreign run directory, empty
 metrics, an unknown metric, a run file that is not UTF-8, an eval.json field that is not a number
 (null included), a meta.json section that is not a mapping, a population among other runs,
-``--threshold`` for single runs, an ``--out`` under a file) are one line naming the file or flag,
+``--threshold`` for single runs, an ``--out`` that is not a .md file (so it is never one of a run's
+own files) or is under a file) are one line naming the file or flag,
 exit status 2, and leave no file behind: everything is read and checked before the curve and the
 report are written.
 """
@@ -172,26 +174,46 @@ def final_eval(run_dir: Path, config: dict, meta: dict, episodes: int, device: s
     ``{"error": "..."}`` when there is none to give (no checkpoint, RLHF run, --episodes 0).
     """
     saved = _check_eval(run_dir / "eval.json", _read_json(run_dir / "eval.json"))
-    if saved.get("mean_return") is not None and not _stale_eval(run_dir, saved):
+    stale = _stale_eval(run_dir, saved)
+    if saved.get("mean_return") is not None and not stale:
         return {**saved, "source": "eval.json (end of training)"}
     if meta.get("kind") == "rlhf":
         return {"error": "not applicable to an RLHF run"}
     if episodes < 1:
+        if stale:
+            return {"error": f"eval.json is of step {saved['global_step']:,}, not of the run's last step "
+                             f"({_last_step(run_dir):,}), and --episodes 0"}
         return {"error": "no eval.json and --episodes 0"}
     return evaluate_latest(run_dir, episodes, device)
 
 
 def _stale_eval(run_dir: Path, saved: dict) -> bool:
-    """An eval.json of an earlier step than the run's newest checkpoint (a run resumed and stopped
-    before its end): it records the step it evaluated (older ones do not: taken as they are)."""
-    from .checkpoint import list_checkpoints
-
+    """An eval.json of another step than the one the run has reached (_last_step): of an earlier one,
+    a run resumed and stopped before its end; of a later one, a timeline given up (a resume from an
+    older checkpoint, killed before its first iteration ended, the newer checkpoints set aside). It
+    records the step it evaluated (older ones do not: taken as they are)."""
     step = saved.get("global_step")
     if not isinstance(step, int) or isinstance(step, bool):
         return False
+    last = _last_step(run_dir)
+    return last is not None and last != step
+
+
+def _last_step(run_dir: Path) -> Optional[int]:
+    """The step the run has reached: its newest checkpoint's (the end-of-training evaluation is of
+    it), else the last global_step of its metrics.csv; None when neither says."""
+    from .checkpoint import list_checkpoints
+
     files = list_checkpoints(run_dir)
-    newest = int(files[-1].stem.split("_")[-1]) if files and files[-1].stem.split("_")[-1].isdigit() else None
-    return newest is not None and newest > step
+    digits = files[-1].stem.split("_")[-1] if files else ""
+    if digits.isdigit():
+        return int(digits)
+    try:
+        steps = read_metrics(run_dir).get("global_step", np.array([]))
+    except PlotError:
+        return None
+    steps = steps[np.isfinite(steps)]
+    return int(steps[-1]) if steps.size else None
 
 
 def evaluate_latest(run_dir: Path, episodes: int, device: str = "cpu") -> dict:
@@ -307,6 +329,11 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     lines = [f"# Proxima report: {title}", ""]
     where = ", ".join(f"`{r['dir']}`" for r in runs)
     lines += [f"Generated {datetime.now().isoformat(timespec='seconds')} by `proxima report` from {where}.", ""]
+    for r in runs:  # a diverged member's numbers stop there: said first, not left for the reader to find
+        if r.get("diverged"):
+            who = r["name"] if len(runs) > 1 else "This population member"
+            lines += [f"**{who} {r['diverged']}**: frozen from then on, its later metrics.csv rows are blank and its "
+                      "population's statistics and curves leave it out.", ""]
 
     lines += ["## Results", ""]
     rows = []
@@ -437,14 +464,20 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
     names = [d.name for d in dirs]
     if len(set(names)) < len(names):
         names = [str(d) for d in dirs]
+    from .population_report import member_divergence
+
     runs = []
     for d, name, m in zip(dirs, names, metrics):  # every file read and checked before anything is written
         config, meta = _read_yaml(d / "config.yaml"), _check_meta(d / "meta.json", _read_json(d / "meta.json"))
-        ev = final_eval(d, config, meta, episodes, device)
+        diverged = member_divergence(d)
+        if diverged:  # as the population's own eval: frozen weights are no result of training
+            ev = {"error": f"not evaluated: the member {diverged}"}
+        else:
+            ev = final_eval(d, config, meta, episodes, device)
         if not quiet and "error" not in ev and not ev["source"].startswith("eval.json"):
             print(f"evaluated {d}: {_eval_line(ev)}", file=sys.stderr)
         runs.append({"dir": d, "name": name, "env": run_env_id(d), "config": config, "meta": meta,
-                     "summary": summarize(m, metric), "eval": ev})
+                     "summary": summarize(m, metric), "eval": ev, "diverged": diverged})
     for label, members in group_runs(dirs).items():
         for r in runs:
             if r["dir"] in members:
@@ -478,9 +511,15 @@ def check_device(device: str, episodes: int) -> None:
 
 
 def check_out(out: Path) -> None:
-    """ReportError when the report cannot be written at ``out``: a directory, or under a file."""
+    """ReportError when the report cannot be written at ``out``: not a .md file, a directory, or under
+    a file. A report is Markdown, and every file of a run (metrics.csv, config.yaml, population.json,
+    eval.json, meta.json, checkpoints, curve.png) has another suffix: one rule keeps a mistyped
+    --out off them all, files a later version adds included, with no list of names to keep up."""
     from .diskspace import path_problem
 
+    if out.suffix.lower() != ".md":
+        raise ReportError(f"--out {out}: not a .md file; the report is Markdown: give FILE.md (a run's own files, "
+                          "metrics.csv, *.json, checkpoints, are never overwritten)")
     problem = path_problem(out, example="report.md")
     if problem:
         raise ReportError(f"--out {out}: {problem}")
@@ -525,7 +564,7 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
 # ------------------------------------------------------------------------------------ CLI
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
-    p.add_argument("--out", default=None, metavar="FILE.md", help="report file (default RUN_DIR/report.md; needed for several runs)")
+    p.add_argument("--out", default=None, metavar="FILE.md", help="report file, ending in .md (default RUN_DIR/report.md; needed for several runs)")
     p.add_argument("--episodes", type=int, default=10, metavar="N",
                    help="episodes to evaluate when a run (or a population's member) has no eval.json (default 10; 0: skip)")
     p.add_argument("--device", default="cpu", help="torch device for that evaluation (default cpu)")
