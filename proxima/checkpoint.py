@@ -713,7 +713,8 @@ class Policy:
             obs = {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v for k, v in obs.items()}
             for part in layout.parts:
                 if part.layout is not None and part.key in obs:
-                    self._refuse_float_pixels(obs[part.key], part, f"obs['{part.key}']")
+                    self._check_image_shape(obs[part.key], part, f"obs['{part.key}']")
+                    self._check_pixel_values(obs[part.key], part, f"obs['{part.key}']", is_numpy)
             batched = np.asarray(obs[layout.parts[0].key]).ndim > len(layout.parts[0].shape)
             n = len(np.asarray(obs[layout.parts[0].key])) if batched else 1
             obs = pack_numpy(obs if batched else {k: np.asarray(v)[None] for k, v in obs.items()}, layout, n)
@@ -721,7 +722,10 @@ class Policy:
         else:
             is_numpy = not isinstance(obs, torch.Tensor)
             if layout.dtype == torch.uint8 and layout.has_image:  # uint8 pixels (an image, or a Dict of uint8 keys with one)
-                self._refuse_float_pixels(obs, next(p for p in layout.parts if p.layout is not None), "obs")
+                part = next(p for p in layout.parts if p.layout is not None)
+                if layout.is_image:  # a Dict's keys come packed (B, D): no image shape to hold them to
+                    self._check_image_shape(obs, part, "obs")
+                self._check_pixel_values(obs, part, "obs", is_numpy)
         x = torch.as_tensor(np.asarray(obs, dtype=np_dtype) if isinstance(obs, np.ndarray) or is_numpy else obs,
                             dtype=layout.dtype, device=self.device)
         per_env = int(np.prod(layout.shape))
@@ -740,22 +744,45 @@ class Policy:
             out = out[0]
         return out if is_numpy else torch.as_tensor(out, device=action.device)
 
-    def _refuse_float_pixels(self, x, part, name: str) -> None:
-        """ValueError, one line, for float pixels where the policy reads uint8 images: the cast to
-        uint8 would make pixels in [0, 1] all 0 and the policy would act on a black frame (the words
-        of the adapter's check on the env's images, envs/gym_adapter.py)."""
+    def _check_image_shape(self, x, part, name: str) -> None:
+        """ValueError, one line naming the expected and given shapes, unless ``x`` is one image of
+        ``part``'s shape or a batch of them: a CHW frame given to an HWC policy (or a flat one) holds
+        as many values as the image, and would be reshaped into it and acted on scrambled."""
+        shape, n = tuple(np.shape(x)), len(part.shape)
+        if shape[-n:] == part.shape and len(shape) in (n, n + 1):
+            return
+        axes = "channels first (C, H, W)" if part.layout == "chw" else "channels last (H, W, C)"
+        permuted = len(shape) >= n and sorted(shape[-n:]) == sorted(part.shape)
+        fix = "move its channel axis (np.moveaxis, torch.movedim)" if permuted else f"give each image as {part.shape}"
+        raise ValueError(f"Policy.act: {name} of shape {shape} does not hold (B, *{part.shape}) observations of "
+                         f"{self.env_id}: its images are {part.shape}, {axes}; {fix}")
+
+    def _check_pixel_values(self, x, part, name: str, is_numpy: bool = True) -> None:
+        """ValueError, one line, for pixels the cast to uint8 would change: floats (pixels in [0, 1]
+        would all become 0, a black frame; the words of the adapter's check on the env's images,
+        envs/gym_adapter.py, the fix in torch's words for a tensor caller) and integers outside
+        0..255 (the cast wraps them: 300 becomes 44)."""
         from .envs.spaces import pixels_fix
 
         dtype = x.dtype if isinstance(x, (np.ndarray, np.generic, torch.Tensor)) else np.asarray(x).dtype
+        if dtype in ((torch.uint8, torch.bool) if isinstance(dtype, torch.dtype) else (np.uint8, np.bool_)):
+            return  # the common case: no values read
         floating = dtype.is_floating_point if isinstance(dtype, torch.dtype) else np.issubdtype(dtype, np.floating)
-        if not floating:
-            return
         values = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
-        unit = values.size > 0 and bool(np.nanmax(values) <= 1) and bool(np.nanmin(values) >= 0)
         dtype_name = str(dtype).replace("torch.", "")
-        raise ValueError(f"Policy.act: {name} holds {dtype_name} pixels where {self.env_id}'s observations are uint8 "
-                         f"images {part.shape} (the network scales 0..255 to [0, 1] itself); pass "
-                         f"{pixels_fix(name, unit).replace('return ', '')}")
+        if floating:
+            unit = values.size > 0 and bool(np.nanmax(values) <= 1) and bool(np.nanmin(values) >= 0)
+            scaled = f"({name} * 255)" if unit else name
+            fix = (pixels_fix(name, unit).replace("return ", "") if is_numpy
+                   else f"torch.uint8 pixels 0..255 as {scaled}.to(torch.uint8)")
+            raise ValueError(f"Policy.act: {name} holds {dtype_name} pixels where {self.env_id}'s observations are uint8 "
+                             f"images {part.shape} (the network scales 0..255 to [0, 1] itself); pass {fix}")
+        lo, hi = (int(values.min()), int(values.max())) if values.size else (0, 0)
+        if lo < 0 or hi > 255:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"Policy.act: {name} holds {dtype_name} pixels from {lo} to {hi} "
+                             f"where {self.env_id}'s observations are uint8 images {part.shape}; the cast to uint8 would "
+                             f"wrap them ({bad} would be {bad % 256}): pass pixels 0..255")
 
     @torch.no_grad()
     def batched_act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:

@@ -43,7 +43,9 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
     An env id read from the checkpoint that would import a module is refused (UntrustedEnvError)
     unless the policy was loaded with ``env_id=`` or ``trust_env=True`` (checkpoint.load_policy).
     ``video``: a file for env 0's first episode (FrameRecorder says which frames; video.write_video
-    the formats), checked before any episode runs; ``result["video"]`` is the path written.
+    the formats), checked with the env's first frame before any episode runs; ``result["video"]``
+    is the path written. A video that cannot be written after the episodes is a VideoError that
+    holds the result (write_episode_video).
     """
     if not getattr(policy, "env_trusted", True):
         from .envs.gym_adapter import refuse_recorded_env
@@ -69,10 +71,23 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
         env.close()
     result = summarize(policy.env_id, returns, lengths, deterministic, finished, max_steps)
     if video is not None:
-        from .video import write_video
-
-        result["video"] = write_video(recorder.frames, video) if recorder.frames else None
+        result["video"] = write_episode_video(recorder.frames, video, result)
     return result
+
+
+def write_episode_video(frames: list, video: str, result: dict) -> str:
+    """video.write_video(frames, video); a VideoError (frames that change shape, a full disk) comes
+    after the episodes ran, so it names --video and the file and carries the evaluation: in its one
+    line (what the command line prints) and as its ``result`` attribute (for library callers)."""
+    from .video import VideoError, write_video
+
+    try:
+        return write_video(frames, video)
+    except VideoError as e:
+        why = str(e).removeprefix(f"{Path(video)}: ").removeprefix(f"--video {video}: ")
+        error = VideoError(f"--video {video}: {why}; the evaluation itself ran: {format_result(result)}")
+        error.result = result
+        raise error from None
 
 
 def make_eval_env(policy, episodes: int, backend: str, seed: int, render_mode: Optional[str] = None):
@@ -106,7 +121,7 @@ class FrameRecorder:
 
     def __init__(self, env, env_id: str, video):
         from .envs import EnvError, NativeEnv
-        from .video import VideoError
+        from .video import VideoError, check_frame
 
         self.env, self.frames, self.steps, self.done = env, [], 0, False
         try:
@@ -116,6 +131,10 @@ class FrameRecorder:
         if first is None:
             raise VideoError(f"--video {video}: env '{env_id}' renders no frames (no render_mode='rgb_array' "
                              "support); evaluate without --video")
+        try:  # before the episodes, not after them
+            check_frame(first)
+        except VideoError as e:
+            raise VideoError(f"--video {video}: env '{env_id}' renders {e}; evaluate without --video") from None
         self.frames.append(first)
         # NativeEnv.step calls before_autoreset between the dynamics and the same-step autoreset: the
         # state each step reached, the final one included (an env that overrides step() does not)

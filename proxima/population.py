@@ -657,16 +657,17 @@ def check_sweep_field(name: str) -> None:
                           f"sweepable: {', '.join(PER_MEMBER_FIELDS)}; run one population per value of {name}")
 
 
-def estimate_bytes(cfg: PPOConfig, members: int, obs_size: int, act_size: int, native: bool) -> int:
-    """Lower bound of a population's memory: sizing.estimate_bytes of its P*N env rows, plus the
-    stacked parameters with their gradient and two Adam moments (4 copies)."""
+def estimate_bytes(cfg: PPOConfig, members: int, obs_size: int, act_size: int, native: bool, layout=None) -> int:
+    """Lower bound of a population's memory: sizing.estimate_bytes of its P*N env rows, plus P
+    members' sizing.network_bytes (each member's weights with gradients and Adam state, and its
+    minibatch's activations). ``layout`` (the probe's ObsLayout) costs the obs as the rollout
+    holds it (uint8 pixels at a byte) and the network as the config builds it (the CNN on an
+    image), as sizing.check_fits does for a single run; None: float32 obs, MLPs."""
     from . import sizing
 
     rows = dataclasses.replace(cfg, num_envs=members * cfg.num_envs)
-    hidden = list(cfg.hidden_sizes)
-    widths = [obs_size, *hidden]
-    params_per_member = 2 * sum(a * b + b for a, b in zip(widths, widths[1:])) + hidden[-1] * (act_size + 1)
-    return sizing.estimate_bytes(rows, obs_size, act_size, native) + members * params_per_member * 4 * 4
+    return (sizing.estimate_bytes(rows, obs_size, act_size, native, layout)
+            + members * sizing.network_bytes(cfg, obs_size, act_size, layout))
 
 
 def check_population_fits(cfg: PPOConfig, members: int, device: torch.device, probe=None) -> None:
@@ -677,8 +678,9 @@ def check_population_fits(cfg: PPOConfig, members: int, device: torch.device, pr
     free = free_memory(device)
     if free is None:
         return
-    obs_size, act_size, native = probe() if probe is not None else (1, 1, True)
-    need = estimate_bytes(cfg, members, obs_size, act_size, native)
+    sizes = probe() if probe is not None else (1, 1, True)
+    obs_size, act_size, native = sizes
+    need = estimate_bytes(cfg, members, obs_size, act_size, native, getattr(sizes, "layout", None))
     if need > free:
         raise ConfigError(f"--seeds/--sweep: {members} members x {cfg.num_envs} envs x {cfg.num_steps} steps needs "
                           f"~{human_bytes(need)} on {device}, {human_bytes(free)} free; train fewer members at once "

@@ -1,7 +1,8 @@
 """Write rgb_array frames to a video file: MP4 or WebM with imageio-ffmpeg, else an animated GIF.
 
-``proxima eval PATH --video FILE`` checks FILE with :func:`check_video_path` before evaluating,
-collects the first episode's frames and calls :func:`write_video`. The suffix picks the format
+``proxima eval PATH --video FILE`` checks FILE with :func:`check_video_path` and the env's first
+frame with :func:`check_frame` before evaluating, collects the first episode's frames and calls
+:func:`write_video`. The suffix picks the format
 (``VIDEO_CODECS``; no suffix means ``.mp4``; any other suffix is a VideoError):
 
 * ``.mp4``, ``.mov``, ``.mkv``: H.264 (libx264); ``.webm``: VP9 (libvpx-vp9), each through
@@ -10,6 +11,8 @@ collects the first episode's frames and calls :func:`write_video`. The suffix pi
 * ``.gif``, or any of those without imageio-ffmpeg: an animated GIF (``run.mp4`` -> ``run.gif``,
   the switch said on stderr), written by Pillow or, without Pillow, by imageio.
 
+Frames are RGB (H, W, 3), RGBA (alpha dropped) or grayscale (H, W) or (H, W, 1), uint8 0..255;
+float frames in [0, 1] (frame 0's range decides) are scaled by 255, other floats read as 0..255.
 The path actually written is returned, so callers print what is on disk.
 """
 
@@ -88,19 +91,45 @@ def check_video_path(path: Union[str, Path]) -> None:
         raise VideoError(f"--video {path}: {problem}")
 
 
+def check_frame(frame) -> None:
+    """VideoError (one line, no file named: the caller names it) when ``frame`` is no picture a video
+    holds: an RGB (H, W, 3), RGBA (H, W, 4) or grayscale (H, W) or (H, W, 1) array of numbers.
+    ``evaluate(video=...)`` checks an env's first frame with it before any episode runs."""
+    a = np.asarray(frame)
+    if not (a.ndim == 2 or (a.ndim == 3 and a.shape[-1] in (1, 3, 4))):
+        raise VideoError(f"frames of shape {a.shape}; a video takes (H, W, 3), (H, W, 4) or grayscale (H, W), (H, W, 1)")
+    if not np.issubdtype(a.dtype, np.number):
+        raise VideoError(f"frames of dtype {a.dtype}; a video takes uint8 pixels 0..255 (or floats in [0, 1])")
+
+
+def _unit_floats(frame) -> bool:
+    """True for float pixels in [0, 1] (frame 0's decides for the whole video): the convention of
+    float images (matplotlib, imageio), scaled by 255 rather than refused, since an env's render()
+    is often not the user's to change; floats beyond 1 are read as 0..255. A bare cast would make
+    [0, 1] pixels 0 or 1 of 255: an all-black video."""
+    a = np.asarray(frame)
+    return np.issubdtype(a.dtype, np.floating) and a.size > 0 and bool(np.nanmin(a) >= 0) and bool(np.nanmax(a) <= 1)
+
+
 def _check_frames(frames: Sequence[np.ndarray]) -> list:
+    """The frames as (H, W, 3) uint8: grayscale repeated, alpha dropped, float pixels in [0, 1] scaled."""
     if len(frames) == 0:
         raise VideoError("no frames to write (does the env support render_mode='rgb_array'?)")
     out = []
     shape = None
+    unit = _unit_floats(frames[0])
     for i, f in enumerate(frames):
+        try:
+            check_frame(f)
+        except VideoError as e:
+            raise VideoError(f"frame {i} has {str(e).removeprefix('frames of ')}") from None
         a = np.asarray(f)
-        if a.ndim == 2:  # grayscale -> RGB
-            a = np.repeat(a[..., None], 3, axis=-1)
-        if a.ndim != 3 or a.shape[-1] not in (3, 4):
-            raise VideoError(f"frame {i} has shape {a.shape}; expected (H, W, 3) or (H, W, 4)")
+        if a.ndim == 2:
+            a = a[..., None]
+        if a.shape[-1] == 1:  # grayscale -> RGB
+            a = np.repeat(a, 3, axis=-1)
         if a.dtype != np.uint8:
-            a = np.clip(a, 0, 255).astype(np.uint8)
+            a = np.clip(np.nan_to_num(a * 255.0 if unit else a), 0, 255).astype(np.uint8)
         if shape is None:
             shape = a.shape
         elif a.shape != shape:

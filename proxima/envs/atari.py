@@ -24,6 +24,7 @@ life lost in training), so a policy that never presses FIRE cannot stall a game 
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 import re
@@ -55,7 +56,9 @@ def has_ale() -> bool:
 
 
 def game_name(env_id: str) -> Optional[str]:
-    """'Pong' for 'Pong-v5' / 'ALE/Pong-v5' when it names an Atari game, else None."""
+    """'Pong' for 'Pong-v5' / 'ALE/Pong-v5' when it names an Atari game, else None. With neither
+    EnvPool nor ale-py installed to ask, a ``<Name>-v5`` outside KNOWN_GAMES that Gymnasium does
+    not register either (``Tennis-v5``) is an EnvError: :func:`unknown_v5_id`."""
     m = _ATARI_ID.match(env_id)
     if m is None:
         return None
@@ -71,7 +74,22 @@ def game_name(env_id: str) -> Optional[str]:
     if importlib.util.find_spec("ale_py") is not None:
         _register_ale()
         return game if f"ALE/{game}-v5" in gym.registry else None
+    if env_id not in gym.registry:
+        raise unknown_v5_id(env_id)
     return None
+
+
+def unknown_v5_id(env_id: str) -> EnvError:
+    """The error for a ``<Name>-v5`` no installed package knows: a game outside KNOWN_GAMES
+    (``Tennis-v5``), which needs the atari extra, or a typo of another id (``Halfcheetah-v5``),
+    which Gymnasium's registry may name; the line offers both, since nothing here can tell them apart."""
+    from .classic import NATIVE_ENVS
+
+    known = sorted(set(gym.registry) | set(NATIVE_ENVS) | {f"{g}-v5" for g in KNOWN_GAMES})
+    close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.8)  # a typo's distance: Tennis is no Atlantis
+    typo = f"did you mean {', '.join(close)}? " if close else ""
+    return EnvError(f"unknown env id '{env_id}'; {typo}if this is an Atari game, it needs ale-py and opencv (or EnvPool), "
+                    f"which are not installed: {INSTALL}")
 
 
 def make_atari(env_id: str, num_envs: int, device, backend: str, vector: str = "sync", seed: Optional[int] = None,
@@ -198,11 +216,14 @@ class EpisodicLife(gym.Wrapper):
     """A lost life ends the episode (terminated) while training; reset() then continues the same
     game with a no-op step instead of a new game, unless the game is really over or the reset is
     seeded (a seeded reset is a new game: reset(seed=s) twice gives the same obs). The real end is
-    ``info["game_over"]``."""
+    ``info["game_over"]``. ``stats``: the GameStats inside, which counts the no-op's reward in the
+    game's score but not the step in its length (not the agent's); a game that the no-op itself
+    ends is reported in the reset's info (``game_return``, ``game_length``)."""
 
-    def __init__(self, env: gym.Env):
+    def __init__(self, env: gym.Env, stats: Optional["GameStats"] = None):
         super().__init__(env)
         self.lives, self.game_over = 0, True
+        self.stats = stats
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
@@ -217,16 +238,17 @@ class EpisodicLife(gym.Wrapper):
             obs, info = self.env.reset(**kwargs)
             self.game_over = False
         else:
-            obs, _, terminated, truncated, info = self.env.step(0)
-            if terminated or truncated:  # the no-op itself ended the game
-                obs, info = self.env.reset(**kwargs)
+            obs, _, terminated, truncated, info = _extra_step(self.env, self.stats, 0)
+            if terminated or truncated:  # the no-op itself ended the game: its numbers go with the new game's reset
+                obs, new_info = self.env.reset(**kwargs)
+                info = {**new_info, **_game_numbers(info)}
         self.lives = self.env.unwrapped.ale.lives()
         return obs, info
 
 
 class GameStats(gym.Wrapper):
     """Full-game return (unclipped rewards) and length, put into the info of the step that ends the
-    game (``game_return``, ``game_length``); with EpisodicLife inside, a game spans several episodes.
+    game (``game_return``, ``game_length``); with EpisodicLife outside, a game spans several episodes.
 
     The length counts the agent's steps, as EnvPool's (and the 27,000-step limit) do: the FIRE
     steps the wrappers outside take for the agent (FireReset, FireAfterLifeLoss: through
@@ -241,10 +263,15 @@ class GameStats(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.ret += float(reward)
         self.length += self.counting
-        if info.get("game_over", terminated or truncated):
+        if terminated or truncated:  # the game's own end: the lives wrappers are outside
             info = {**info, "game_return": self.ret, "game_length": self.length}
             self.ret, self.length = 0.0, 0
         return obs, reward, terminated, truncated, info
+
+
+def _game_numbers(info: dict) -> dict:
+    """The ``game_return`` and ``game_length`` of ``info`` (a game GameStats saw end), else {}."""
+    return {k: info[k] for k in ("game_return", "game_length") if k in info}
 
 
 def _extra_step(env: gym.Env, stats: Optional[GameStats], action: int):
@@ -267,12 +294,12 @@ class FireReset(gym.Wrapper):
         self.stats = stats
 
     def reset(self, **kwargs):
-        self.env.reset(**kwargs)
+        _, reset_info = self.env.reset(**kwargs)
         for action in (1, 2):
             obs, _, terminated, truncated, info = _extra_step(self.env, self.stats, action)
             if terminated or truncated:
                 obs, info = self.env.reset(**kwargs)
-        return obs, info
+        return obs, {**info, **_game_numbers(reset_info)}  # a game EpisodicLife's no-op ended
 
 
 class FireAfterLifeLoss(gym.Wrapper):
@@ -327,9 +354,10 @@ def ale_env_fn(game: str, render_mode: Optional[str], training: bool):
 def game_wrappers(env: gym.Env, training: bool) -> gym.Env:
     """Lives, full-game statistics, FIRE and the reward clip around one (preprocessed) ALE env, as
     ale_env_fn stacks them; ``env.unwrapped`` has ALE's ``ale.lives()`` and ``get_action_meanings()``."""
+    # inside EpisodicLife (it sees the no-op after a lost life too) and the reward clip: unclipped full games
+    env = stats = GameStats(env)
     if training:
-        env = EpisodicLife(env)
-    env = stats = GameStats(env)  # outside EpisodicLife, inside the reward clip: counts unclipped full games
+        env = EpisodicLife(env, stats)
     if "FIRE" in env.unwrapped.get_action_meanings():
         # their FIRE presses are not agent steps: GameStats' length leaves them out
         env = FireReset(env, stats) if training else FireReset(FireAfterLifeLoss(env, stats), stats)
@@ -350,9 +378,11 @@ class AleAtari(GymnasiumEnv):
 
     def _episode_stats(self, reward: np.ndarray, done: np.ndarray, info: dict):
         """Full games from GameStats: they end on a step that also ends an episode, so their numbers
-        are in the vector env's ``final_info``."""
-        final = info.get("final_info", {})
-        mask = np.asarray(final.get("_game_return", np.zeros(self.num_envs, dtype=bool)), dtype=bool)
-        ep_ret = np.where(mask, np.asarray(final.get("game_return", np.zeros(self.num_envs)), dtype=np.float64), 0.0)
-        ep_len = np.where(mask, np.asarray(final.get("game_length", np.zeros(self.num_envs)), dtype=np.int64), 0)
+        are in the vector env's ``final_info``; or, rarely, in the no-op of the reset after a lost
+        life (EpisodicLife), then in that reset's info, on the row of the step that lost the life."""
+        ep_ret, ep_len = np.zeros(self.num_envs), np.zeros(self.num_envs, dtype=np.int64)
+        for where in (info, info.get("final_info", {})):  # at most one of them holds a row's game
+            mask = np.asarray(where.get("_game_return", np.zeros(self.num_envs, dtype=bool)), dtype=bool) & done
+            ep_ret = np.where(mask, np.asarray(where.get("game_return", ep_ret), dtype=np.float64), ep_ret)
+            ep_len = np.where(mask, np.asarray(where.get("game_length", ep_len), dtype=np.int64), ep_len)
         return ep_ret, ep_len

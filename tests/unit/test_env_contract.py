@@ -318,7 +318,7 @@ def test_policy_act_refuses_float_pixels():
                             "(obs * 255).astype(np.uint8)")
     with pytest.raises(ValueError) as e:
         policy.act(torch.full((36, 36, 3), 200.0))
-    assert str(e.value).endswith("(the network scales 0..255 to [0, 1] itself); pass np.uint8 pixels 0..255 as obs.astype(np.uint8)")
+    assert str(e.value).endswith("(the network scales 0..255 to [0, 1] itself); pass torch.uint8 pixels 0..255 as obs.to(torch.uint8)")
 
 
 def test_policy_act_takes_a_batch_of_scalar_observations():
