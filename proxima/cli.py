@@ -101,13 +101,12 @@ def config_from_args(args: argparse.Namespace, prog: str):
     from .envs.gym_adapter import imports_code, refuse_recorded_env
 
     file_values = load_config_file(args.config) if getattr(args, "config", None) else {}
-    if file_values.get("run_dir") and getattr(args, "resume", None) is None and _own_run_dir(args.config, file_values["run_dir"]):
-        # a run's own config.yaml (RUN/config.yaml records run_dir: RUN): a new run gets a new directory
-        if "run_dir" not in vars(args) and not getattr(args, "quiet", False) and os.environ.get("RANK", "0") == "0":
-            print(f"{prog}: note: --config {args.config}: run_dir {file_values['run_dir']} is that run's own directory; "
-                  "this run gets a new one (choose it with --run-dir DIR)", file=sys.stderr)
-        file_values = {k: v for k, v in file_values.items() if k != "run_dir"}
-    env_id = args.env_id or file_values.get("env_id") or DEFAULT_ENV
+    if file_values.get("run_dir") and _own_run_dir(args.config, file_values["run_dir"]):
+        file_values = _own_config_run_dir(args, file_values, prog)
+    if args.env_id is not None and not args.env_id.strip():  # "" is a mistake (an unset variable), not the default env
+        raise ConfigError(f"ENV_ID {args.env_id!r}: empty; name an env (e.g. {DEFAULT_ENV}), or leave ENV_ID out for {DEFAULT_ENV}")
+    env_id = args.env_id if args.env_id is not None else file_values.get("env_id")
+    env_id = DEFAULT_ENV if env_id is None else env_id  # none given (a null in the file: from_dict's line below)
     if args.env_id is None and imports_code(str(env_id)):
         refuse_recorded_env(str(env_id), args.config, "train")  # data from a file: the user names module envs
     # precedence: defaults < the env's preset < --config FILE < flags (as `proxima rlhf`)
@@ -120,18 +119,80 @@ def config_from_args(args: argparse.Namespace, prog: str):
     return cfg
 
 
+def _own_config_run_dir(args, file_values: dict, prog: str) -> dict:
+    """``--config RUN/config.yaml``'s values with its run_dir (that run's own directory) taken care
+    of: a new run gets a new directory, so it is dropped (with a note); a resume continues that run,
+    so it names the file's folder, wherever the command runs (config.yaml records the path relative
+    to the directory the run was started in)."""
+    if getattr(args, "resume", None) is not None:
+        return {**file_values, "run_dir": str(Path(args.config).parent)}
+    if "run_dir" not in vars(args) and not getattr(args, "quiet", False) and os.environ.get("RANK", "0") == "0":
+        print(f"{prog}: note: --config {args.config}: run_dir {file_values['run_dir']} is that run's own directory; "
+              "this run gets a new one (choose it with --run-dir DIR)", file=sys.stderr)
+    return {k: v for k, v in file_values.items() if k != "run_dir"}
+
+
 def _own_run_dir(config_file: str, run_dir) -> bool:
-    """Whether ``run_dir`` (from ``--config FILE``) is FILE's own folder: the file is a run's config.yaml."""
+    """Whether ``run_dir`` (from ``--config FILE``) is FILE's own folder: the file is a run's config.yaml.
+
+    Either run_dir resolves to FILE's folder, or FILE is config.yaml in a run directory (meta.json or
+    checkpoints/ there), whatever run_dir says: config.yaml records run_dir as given when the run
+    started (often relative, runs/NAME, which from another working directory resolves elsewhere), and
+    a copied or moved run directory (how a run is continued elsewhere) keeps the original's path, so
+    neither the path nor its last name can be relied on. A run's config.yaml edited to send a new run
+    elsewhere loses that run_dir, with the note that says to choose it with --run-dir."""
+    if not isinstance(run_dir, str):
+        return False
     try:
-        return isinstance(run_dir, str) and Path(config_file).resolve().parent == Path(run_dir).resolve()
+        folder = Path(config_file).resolve().parent
+        if folder == Path(run_dir).resolve():
+            return True
+        is_run = (folder / "meta.json").is_file() or (folder / "checkpoints").is_dir()
+        return Path(config_file).name == "config.yaml" and is_run
     except (OSError, RuntimeError, ValueError):
         return False
+
+
+def resume_overrides(args: argparse.Namespace, cfg) -> tuple[dict, dict]:
+    """({field: value}, {field: where it came from}) that a resume is asked to change: a typed
+    --preset's values, then --config FILE's, then the typed flags (a new run's precedence), so what
+    a file or preset asks is checked as flags are (config.RESUME_SAFE fields change, any other must
+    equal the run's), never silently dropped. The env's own default preset (no --preset typed) asks
+    nothing: it is not the user's request. ``where`` ('--config FILE', '--preset NAME') is given for
+    the values not typed, for a refusal to name (_name_resume_source).
+
+    ``cfg``: config_from_args's config, which keeps each value's source (config.source_of)."""
+    from .config import source_of
+
+    overrides, sources = {}, {}
+    for name in FIELDS:
+        source = source_of(cfg, name)
+        if source is not None and source == getattr(args, "config", None):
+            overrides[name], sources[name] = getattr(cfg, name), f"--config {args.config}"
+        elif source is not None and source.startswith("preset ") and getattr(args, "preset", None) is not None:
+            overrides[name], sources[name] = getattr(cfg, name), f"--preset {args.preset}"
+    typed = typed_flags(args)
+    overrides.update(typed)
+    return overrides, {name: where for name, where in sources.items() if name not in typed}
+
+
+def _name_resume_source(e: Exception, sources: dict) -> Exception:
+    """A resume's refusal names a field as its flag (``--lr 0.01: cannot change when resuming``); when
+    the value came from --config FILE or --preset NAME (``sources``), not typed, the line names that
+    instead (``--config ext.yaml: lr 0.01: ...``): the user never typed the flag."""
+    message = str(e)
+    for name, where in sources.items():
+        flag = f"--{name.replace('_', '-')} "
+        if isinstance(e, ConfigError) and message.startswith(flag):
+            return ConfigError(f"{where}: {name} {message[len(flag):]}")
+    return e
 
 
 def cmd_train(args) -> int:
     from .trainer import TrainingInterrupted, train
 
     prog = "proxima train"
+    sources = {}  # a resume's fields that --config FILE or --preset NAME set: a refusal names them (_name_resume_source)
     try:
         if args.nproc is not None and args.nproc < 1:
             raise ConfigError(f"--nproc {args.nproc}: must be at least 1")
@@ -141,28 +202,22 @@ def cmd_train(args) -> int:
             from .launch import launch_torchrun
 
             if args.dry_run:  # once, here: no processes to start for a run that trains nothing
-                from .config import validate
-
                 cfg = config_from_args(args, prog)
-                validate(cfg, args.nproc)
-                return _dry_run(cfg, args.nproc)
+                overrides, sources = resume_overrides(args, cfg) if args.resume is not None else (typed_flags(args), {})
+                return _dry_run_train(args, cfg, overrides, args.nproc)
             return launch_torchrun(args.nproc, sys.argv[1:])
         cfg = config_from_args(args, prog)
+        overrides, sources = resume_overrides(args, cfg) if args.resume is not None else (typed_flags(args), {})
         if args.seeds is not None or args.sweep:  # a population: one batched program (population_run.py)
             from .population_run import cmd_train_population
 
             return cmd_train_population(args, cfg)  # TrainingInterrupted: handled below, as for one run
-        from .config import validate
-
-        if args.resume is None:  # a resumed run's config is the checkpoint's (checked by train)
-            try:
-                validate(cfg)
-            except ConfigError as e:
-                raise _name_config_file(e, cfg) from None
         if args.dry_run:
-            return _dry_run(cfg)
+            return _dry_run_train(args, cfg, overrides)
+        if args.resume is None:  # a resumed run's config is the checkpoint's (checked by train)
+            _validate_new(cfg)
         run_dir, _ = train(cfg, resume=args.resume, argv=recorded_argv(), quiet=args.quiet, overwrite=args.overwrite,
-                           env_id=args.env_id, trust_run=args.trust_run, overrides=typed_flags(args))
+                           env_id=args.env_id, trust_run=args.trust_run, overrides=overrides)
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the job
             print(f"run directory: {run_dir}")
         return 0
@@ -170,7 +225,35 @@ def cmd_train(args) -> int:
         print(f"proxima: {e}", file=sys.stderr)
         return e.exit_code
     except _user_errors() as e:
-        return fail(prog, str(e))
+        return fail(prog, str(_name_resume_source(e, sources)))
+
+
+def _validate_new(cfg, world_size: int = 1) -> None:
+    """validate a new run's config, a value from --config FILE named with its file (_name_config_file)."""
+    from .config import validate
+
+    try:
+        validate(cfg, world_size)
+    except ConfigError as e:
+        raise _name_config_file(e, cfg) from None
+
+
+def _dry_run_train(args, cfg, overrides: dict, world_size: int = 1) -> int:
+    """``train --dry-run``: a new run's config; with --resume, the config the resume would continue
+    with, read from the checkpoint without locking or writing anything (run_setup.dry_run_resume),
+    the overrides checked as the resume checks them. ``--resume auto`` without a checkpoint in
+    --run-dir starts a new run, so it dry-runs one."""
+    from .config import validate
+    from .run_setup import dry_run_resume
+
+    if args.resume is not None:
+        resumed = dry_run_resume(cfg, args.resume, args.env_id, args.trust_run, overrides)
+        if resumed is not None:
+            cfg, world_size = resumed
+            validate(cfg, world_size)  # as train validates a resumed config
+            return _dry_run(cfg, world_size)
+    _validate_new(cfg, world_size)
+    return _dry_run(cfg, world_size)
 
 
 def _name_config_file(e: ConfigError, cfg) -> ConfigError:
@@ -416,16 +499,21 @@ def build_parser() -> ArgParser:
 
     p = sub.add_parser("train", help="train PPO on an env", description="Train PPO. Flags override the env's preset, which overrides the defaults.")
     p.add_argument("env_id", nargs="?", default=None, metavar="ENV_ID", help="Gymnasium id or module:ClassName (default CartPole-v1)")
-    p.add_argument("--preset", default=None, help="named preset for the env (see `proxima presets`; default: the env's 'default')")
+    p.add_argument("--preset", default=None, help="named preset for the env (see `proxima presets`; default: the env's 'default'); "
+                   "with --resume, a preset given is checked as flags are (the env's default preset is not applied)")
     p.add_argument("--config", default=None, metavar="FILE.yaml", help="YAML file of PPOConfig fields (e.g. a run's config.yaml: "
                    "its run_dir, that run's own directory, is not reused; the new run gets a new one or --run-dir's); "
-                   "precedence: defaults < preset < this file < flags; a module:Class env_id in it must be given as ENV_ID too")
-    p.add_argument("--resume", default=None, metavar="auto|PATH", help="continue a run: a checkpoint or run directory, or auto (the --run-dir's latest checkpoint, if any); only the flags listed in docs/reliability.md may change")
+                   "precedence: defaults < preset < this file < flags; a module:Class env_id in it must be given as ENV_ID too; "
+                   "with --resume, its values are checked as flags are")
+    p.add_argument("--resume", default=None, metavar="auto|PATH", help="continue a run: a checkpoint or run directory, or auto (the --run-dir's latest checkpoint, if any); only the fields "
+                   "listed in docs/reliability.md may change, by flag, --config FILE or --preset NAME; any other must equal the run's")
     p.add_argument("--overwrite", action="store_true", help="start a new run in a --run-dir that holds files: the old directory is moved aside (DIR.old-TIME)")
     p.add_argument("--trust-run", action="store_true", help="with --resume: import the module:Class env recorded in the checkpoint (otherwise name it as ENV_ID)")
     p.add_argument("--nproc", type=int, default=None, metavar="K", help="launch K processes with torchrun (data-parallel, one policy; K >= 1)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary lines")
-    p.add_argument("--dry-run", action="store_true", help="print the resolved config (defaults < preset < --config FILE < flags), check the env builds and the run fits, train nothing, write nothing")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved config (defaults < preset < --config FILE < flags), "
+                   "check the env builds and the run fits, train nothing, write nothing; with --resume, the config the resume "
+                   "would continue with, read from its checkpoint (nothing locked or moved)")
     p.add_argument("--seeds", default=None, metavar="SEEDS", help="train a population: one agent per seed in one batched "
                    "process, e.g. 1-16 or 1,5,9 (docs/populations.md)")
     p.add_argument("--sweep", action="append", default=None, metavar="FIELD=V1,V2", help="a population over values of a "
@@ -509,8 +597,40 @@ def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra
     return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
+#: words a user may write after a boolean flag as its value; config.coerce reads them in YAML files
+BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+
+
+def _bool_flag_value(parser: argparse.ArgumentParser, argv: list) -> Optional[tuple]:
+    """(command, message) when a boolean flag is given a value (``--anneal-lr no``, ``--anneal-lr=false``):
+    argparse would read the word as ENV_ID ("unknown env id 'no'") or as an unrecognized argument,
+    neither of which says the fix: write --no-anneal-lr (or --anneal-lr alone). None otherwise."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    command = next((w for w in argv if not w.startswith("-")), None)
+    target = subs[0].choices.get(command) if subs and command else None
+    if target is None:
+        return None
+    flags = {o: a for a in target._actions if isinstance(a, argparse.BooleanOptionalAction) for o in a.option_strings}
+    for i, word in enumerate(argv):
+        if word == "--":
+            break
+        flag, eq, value = word.partition("=")
+        value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+        if flag in flags and value.lower() in BOOL_WORDS:
+            on = BOOL_WORDS[value.lower()] != flag.startswith("--no-")  # --no-anneal-lr false: on
+            positive = flags[flag].option_strings[0]
+            want = positive if on else "--no-" + positive[2:]
+            return command, f"{flag} takes no value (got {value!r}); write {'just ' if want == flag else ''}{want}"
+    return None
+
+
 def main(argv: Optional[list] = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    bool_value = _bool_flag_value(parser, argv)
+    if bool_value:
+        command, message = bool_value
+        return fail(f"{parser.prog} {command}", f"{message} (see {parser.prog} {command} --help)")
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the command they were given to: `proxima train: error: unrecognized arguments: ...`
         command = getattr(args, "command", None)

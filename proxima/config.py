@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -67,7 +68,7 @@ class PPOConfig:
     target_kl: Optional[float] = _f(None, "Stop the epoch loop after the minibatch whose approx_kl exceeds this; that minibatch's step is kept, as CleanRL's per-epoch check keeps its epoch's (none = never).")
     bootstrap_truncation: bool = _f(True, "Bootstrap truncated episodes from V(final_obs); --no-bootstrap-truncation gives ppo2's behaviour.")
     # --- network / normalization ---
-    hidden_sizes: list = _f([64, 64], "Hidden layer widths of the actor and of the critic MLP (comma separated).")
+    hidden_sizes: list = _f([64, 64], "Hidden layer widths of the actor and of the critic MLP (separated by commas or spaces).")
     activation: str = _f("tanh", "Hidden activation: tanh or relu.", choices=("tanh", "relu"))
     encoder: str = _f("auto", "Observation encoder: cnn (Nature CNN, for uint8 image observations), mlp, or auto (cnn when the observation holds images of at least 36x36, else mlp); config.yaml records the one used.", choices=("auto", "cnn", "mlp"))
     norm_obs: bool = _f(False, "Running observation normalization, clipped to [-clip_obs, clip_obs].")
@@ -86,7 +87,7 @@ class PPOConfig:
     cudagraphs: bool = _f(False, "Capture rollout and update steps as CUDA graphs (CUDA only).")
     amp: str = _f("none", "Mixed precision for forward passes: none, bf16 or fp16 (fp16 uses a GradScaler, CUDA only).", choices=("none", "bf16", "fp16"))
     run_dir: Optional[str] = _f(None, "Run directory (default runs/<env>__<seed>__<time>).")
-    checkpoint_every: int = _f(50, "Write a checkpoint every N iterations (0: only at the end).")
+    checkpoint_every: int = _f(50, "Write a checkpoint every N iterations (0: none by iteration count; --checkpoint-minutes and the end of the run still write them).")
     checkpoint_minutes: float = _f(10.0, "Also write a checkpoint when this many minutes have passed since the last one (0: off).")
     keep_checkpoints: int = _f(3, "Keep the last K periodic checkpoints.")
     stop_return: Optional[float] = _f(None, "Stop training early once the mean return of the last --stop-episodes training episodes (the sampling policy's, over all envs and processes) reaches this value; the run then ends as at --total-timesteps (final checkpoint, evaluation). none: train for --total-timesteps. Single runs: a population trains every member for --total-timesteps.")
@@ -104,10 +105,13 @@ class PPOConfig:
 FIELDS = {f.name: f for f in dataclasses.fields(PPOConfig)}
 
 #: fields a resumed run may change (docs/reliability.md): how long it runs, how often it saves and
-#: evaluates, what it prints, where it runs. Every other field is the run's identity; changing it
-#: on resume would make the checkpoint's state describe a different run, so resume refuses it.
+#: evaluates, what it prints, where and how it runs (compile and cudagraphs are execution switches:
+#: a checkpoint moves between eager, compiled and graphed runs, and a graphed run resumes on a CPU).
+#: Every other field is the run's identity; changing it on resume would make the checkpoint's state
+#: describe a different run, so resume refuses it.
 RESUME_SAFE = ("total_timesteps", "stop_return", "stop_episodes", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints", "eval_episodes", "eval_every",
-               "progress", "plot", "threads", "keep_host_memory", "device", "debug_checks", "compile", "compile_mode", "run_dir")
+               "progress", "plot", "threads", "keep_host_memory", "device", "debug_checks", "compile", "compile_mode", "cudagraphs",
+               "run_dir")
 
 
 #: other names of fields, as accepted on the command line (--learning-rate for --lr); a YAML key
@@ -229,6 +233,8 @@ def load_config_file(path: str) -> dict:
         raise ConfigError(f"--config {path}: {e}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except RecursionError:  # PyYAML composes nested collections recursively: thousands of '[' exhaust the stack
+        raise ConfigError(f"--config {path}: not valid YAML (nested too deeply); a config is a flat mapping of field: value") from None
     if values is None:
         return {}
     if not isinstance(values, dict):
@@ -291,10 +297,11 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
                 return {}
             if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
                 raise ValueError
+            _check_json_values(name, value, source)
             return dict(value)
         if isinstance(default, list):
-            if isinstance(value, str):
-                value = [v for v in value.replace(" ", "").split(",") if v]
+            if isinstance(value, str):  # "64,64", "64 64" or "64, 64"
+                value = [v for v in re.split(r"[,\s]+", value) if v]
             if not isinstance(value, (list, tuple)):
                 raise ValueError
             return [_whole(v) for v in value]
@@ -310,6 +317,23 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
     if source == "flag":  # typed on the command line: name the flag as the user wrote it
         raise ConfigError(f"--{name.replace('_', '-')} {value!r}: expected {expected}")
     raise ConfigError(f"{source}: field '{name}' got {value!r}, expected {expected}")
+
+
+def _check_json_values(name: str, value: dict, source: str) -> None:
+    """ConfigError naming the key whose value JSON cannot hold: a YAML file may give a date
+    (``2020-01-01``), ``!!binary`` or ``!!set``, which config.yaml, meta.json and the env's recorded
+    kwargs could not write later (a TypeError after training, not a line now)."""
+    import datetime
+    import json
+
+    for key, item in value.items():
+        try:
+            json.dumps(item)
+        except (TypeError, ValueError, RecursionError):
+            where = f"--{name.replace('_', '-')}" if source == "flag" else f"{source}: field '{name}'"
+            example = f" ({key}: '{item}')" if isinstance(item, datetime.date) else ""
+            raise ConfigError(f"{where}: key '{key}' holds {type(item).__name__} {item!r}, which JSON cannot hold; "
+                              f"quote the value in the YAML file to pass a string{example}") from None
 
 
 def _whole(v: Any) -> int:

@@ -653,9 +653,12 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
         target = _resume_target(args, cfg)
         if target is not None:  # continue it; the seeds and sweep typed must be the run's
             run_dir, checkpoint = target
-            run_dir = resume_population(run_dir, overrides=typed, quiet=args.quiet, env_id=args.env_id,
-                                        trust_run=args.trust_run, seeds=seeds if args.seeds is not None else None, sweep=sweep,
-                                        checkpoint=checkpoint)
+            if args.dry_run:  # resume_population trains: a dry run must never reach it
+                raise ConfigError(f"--dry-run: {run_dir} is a population with a checkpoint, and a population's resume has "
+                                  "no dry run yet; drop --dry-run to resume it")
+            run_dir = resume_population(run_dir, overrides=_population_resume_overrides(args, cfg, sweep), quiet=args.quiet,
+                                        env_id=args.env_id, trust_run=args.trust_run,
+                                        seeds=seeds if args.seeds is not None else None, sweep=sweep, checkpoint=checkpoint)
             print(f"run directory: {run_dir}")
             return 0
     members = member_configs(cfg, seeds, sweep)
@@ -674,6 +677,18 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
     run_dir = train_population(members, seeds, sweep, argv=sys.argv, quiet=args.quiet, overwrite=args.overwrite, restart_note=restart)
     print(f"run directory: {run_dir}")
     return 0
+
+
+def _population_resume_overrides(args, cfg: PPOConfig, sweep: dict) -> dict:
+    """What ``train --seeds ... --resume`` asks to change: the typed flags and a typed --preset's and
+    --config FILE's values (cli.resume_overrides), checked as a single run's. The seed and the swept
+    fields a preset or file gives are left out: a new population sets them per member (--seeds,
+    --sweep) over those values, so the command that started it resumes it."""
+    from .cli import resume_overrides, typed_fields
+
+    overrides = resume_overrides(args, cfg)[0]
+    typed = set(typed_fields(args))
+    return {name: value for name, value in overrides.items() if name in typed or (name not in sweep and name != "seed")}
 
 
 def _resume_target(args, cfg: PPOConfig) -> Optional[tuple]:

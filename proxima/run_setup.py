@@ -75,18 +75,13 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
                     trust_run: bool = False, overrides: Optional[dict] = None):
     """(state, config, run_dir, resumed, restart_note): the checkpoint to continue from, if any (rank 0
     runs this; a resumed run directory is locked in ``session`` before its checkpoint is read)."""
-    from .envs.gym_adapter import refuse_recorded_env, treat_as_data
+    from .envs.gym_adapter import treat_as_data
     from .rundir import unique_default
 
     restart = None
     if resume == "auto":
-        if run_dir is None and config.run_dir is None:
-            raise ConfigError("--resume auto needs --run-dir DIR (the run to continue)")
-        target = Path(run_dir or config.run_dir)
-        if ckpt.list_checkpoints(target):
-            resume = target
-        else:
-            resume = None  # nothing to continue: a new run (files of one that never checkpointed are moved aside)
+        resume = auto_resume_target(config, run_dir)
+        if resume is None:  # nothing to continue: a new run (files of one that never checkpointed are moved aside)
             restart = "--resume auto found no checkpoint to continue"
     if resume is None:
         if run_dir is None and config.run_dir is None:
@@ -97,30 +92,14 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
     src, target_dir = resumed_run_dir(resume)  # a missing path fails here, before anything is locked
     loose = target_dir is None
     if loose:
-        given = run_dir if run_dir is not None else (overrides or {}).get("run_dir") or (config.run_dir if config is not None else None)
-        if given is None:
-            raise ConfigError(f"{resume}: a checkpoint file outside a run's checkpoints/ folder; give --run-dir DIR (a new "
-                              "or empty directory) for the run it continues")
-        target_dir = Path(given)
-        check_run_dir_path(target_dir)
+        target_dir = loose_run_dir(resume, config, run_dir, overrides)
         treat_as_data(src.parent)
         state = ckpt.load_resumable(src)
     else:
         treat_as_data(target_dir)  # never import env code from the run directory itself
         session.lock_existing(target_dir)
         state = ckpt.load_resumable(resume)
-    from .distributed import check_rank_pieces
-
-    check_rank_pieces(state)  # a multi-process best.pt of older versions: rank 0's envs only
-    recorded = from_dict(state["config"], source=state["path"])
-    from .train_state import check_counters
-
-    check_counters(state, batch_size(recorded))  # before any of them is used (apply_resume_overrides)
-    if env_id is not None and env_id != recorded.env_id:
-        raise ConfigError(f"{state['path']}: the run trains '{recorded.env_id}', not '{env_id}'; resume continues the same env")
-    if env_id is None and not trust_run:
-        refuse_recorded_env(recorded.env_id, state["path"], "resume" if config is None else "train --resume")
-    config = apply_resume_overrides(recorded, overrides or {}, state)
+    config = resumed_config(state, env_id, trust_run, overrides, "resume" if config is None else "train --resume")
     src = Path(state["path"]).resolve()
     if loose:  # a new run directory, claimed as a fresh run's (refused when it holds files)
         session.claim_fresh(target_dir)
@@ -131,6 +110,70 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
     if config.run_dir is None or Path(config.run_dir).resolve() != Path(run_dir).resolve():
         config.run_dir = str(run_dir)  # config.yaml records where the run is, not where the file says it was
     return state, config, run_dir, True, None
+
+
+def auto_resume_target(config: PPOConfig, run_dir=None) -> Optional[Path]:
+    """The run ``--resume auto`` continues: the --run-dir when it holds a checkpoint, else None (a new run)."""
+    if run_dir is None and config.run_dir is None:
+        raise ConfigError("--resume auto needs --run-dir DIR (the run to continue)")
+    target = Path(run_dir or config.run_dir)
+    return target if ckpt.list_checkpoints(target) else None
+
+
+def loose_run_dir(resume, config: Optional[PPOConfig], run_dir=None, overrides: Optional[dict] = None) -> Path:
+    """The run directory a loose checkpoint file (outside a run's checkpoints/) continues in: the
+    --run-dir given, checked to be a possible directory; ConfigError when none is."""
+    given = run_dir if run_dir is not None else (overrides or {}).get("run_dir") or (config.run_dir if config is not None else None)
+    if given is None:
+        raise ConfigError(f"{resume}: a checkpoint file outside a run's checkpoints/ folder; give --run-dir DIR (a new "
+                          "or empty directory) for the run it continues")
+    check_run_dir_path(Path(given))
+    return Path(given)
+
+
+def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: bool, overrides: dict) -> Optional[tuple]:
+    """(config, processes) a resume of ``resume`` would train with, found as resolve_start finds them
+    but read-only (``train --resume ... --dry-run``): no lock taken, no file written, renamed or set
+    aside; the same errors for a missing path, a damaged checkpoint or a refused flag. None for
+    ``--resume auto`` without a checkpoint: the command starts a new run."""
+    from .envs.gym_adapter import treat_as_data
+
+    if resume == "auto":
+        resume = auto_resume_target(config)
+        if resume is None:
+            return None
+    src, target_dir = resumed_run_dir(resume)  # a missing path: the resume's own line
+    if target_dir is None:
+        target_dir = loose_run_dir(resume, config, overrides=overrides)
+        treat_as_data(src.parent)  # the env is built next (preflight): never from the run's files
+    else:
+        treat_as_data(target_dir)
+    if Path(resume).is_dir():  # its newest checkpoint that loads; a damaged newer one is named, not renamed
+        files = ckpt.list_checkpoints(resume)
+        src, _ = ckpt.newest_that_loads(files, ckpt.load_checkpoint, ckpt.CheckpointError, set_aside=False)
+    state = ckpt.load_resumable(src)  # a file: loaded as the resume loads it (a population's refused), nothing written
+    cfg = resumed_config(state, env_id, trust_run, overrides, "train --resume")
+    cfg.run_dir = str(target_dir)  # where the resume trains, as resolve_start records it
+    return cfg, int(state.get("world_size", 1))
+
+
+def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, overrides: Optional[dict], command: str) -> PPOConfig:
+    """The config a resume of the loaded checkpoint ``state`` trains with: the recorded one, its
+    counters checked, the env id given (if any) the run's, a recorded module env refused unless
+    named or trusted, and ``overrides`` applied (apply_resume_overrides). Shared by the resume and
+    by ``train --resume ... --dry-run``, so a dry run refuses what the resume would."""
+    from .distributed import check_rank_pieces
+    from .envs.gym_adapter import refuse_recorded_env
+    from .train_state import check_counters
+
+    check_rank_pieces(state)  # a multi-process best.pt of older versions: rank 0's envs only
+    recorded = from_dict(state["config"], source=state["path"])
+    check_counters(state, batch_size(recorded))  # before any of them is used (apply_resume_overrides)
+    if env_id is not None and env_id != recorded.env_id:
+        raise ConfigError(f"{state['path']}: the run trains '{recorded.env_id}', not '{env_id}'; resume continues the same env")
+    if env_id is None and not trust_run:
+        refuse_recorded_env(recorded.env_id, state["path"], command)
+    return apply_resume_overrides(recorded, overrides or {}, state)
 
 
 def preflight(cfg: PPOConfig, world_size: int = 1):
@@ -204,11 +247,14 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_saf
     from .config import RESUME_SAFE
 
     cfg = dataclasses.replace(cfg)
+    recorded_total = cfg.total_timesteps
     for name, value in overrides.items():
         flag = "--" + name.replace("_", "-")
         if name == "run_dir":
             check_own_run_dir(value, state["path"])
             continue  # it named the run itself (train --resume auto --run-dir RUN)
+        if name == "encoder" and value == "auto":
+            continue  # the run recorded what auto chose (config.yaml); a re-run of the same command keeps it
         if name not in RESUME_SAFE:
             if value != getattr(cfg, name):
                 safe = ", ".join("--" + n.replace("_", "-") for n in RESUME_SAFE if n != "run_dir" and n not in not_safe)
@@ -216,11 +262,15 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_saf
                                   f"{getattr(cfg, name)!r}); safe to change on resume: {safe}")
             continue
         setattr(cfg, name, value)
+    if cfg.cudagraphs and "cudagraphs" not in overrides and str(cfg.device).startswith("cpu"):
+        # the recorded switch, not one the user typed: say how to resume a graphed run on the CPU
+        raise ConfigError(f"--device {cfg.device}: the run was trained with --cudagraphs, which needs a CUDA device; "
+                          "add --no-cudagraphs to resume it on the CPU")
     step = int(state["global_step"])  # checked by train_state.check_counters
     # the run trains whole iterations: it is complete when no further one fits in total_timesteps
     per_iteration = batch_size(cfg) * int(state.get("world_size", 1))
     if cfg.total_timesteps < step + per_iteration:
-        if "total_timesteps" in overrides:
+        if cfg.total_timesteps != recorded_total:  # asked to extend it (the run's own total, e.g. from its config.yaml, asks nothing)
             raise ConfigError(f"--total-timesteps {cfg.total_timesteps}: the run is already at step {step:,} and trains "
                               f"whole iterations of {per_iteration:,} steps; give at least {step + per_iteration:,} to extend it")
         print(f"proxima: note: {state['path']}: the run is complete ({step:,} steps); "

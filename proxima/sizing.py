@@ -4,12 +4,13 @@
 The estimate counts what grows with the batch T x N: the rollout buffers (obs and final_obs,
 actions, log-probs, values, rewards, flags), the update's per-sample tensors (advantages, returns,
 bootstrap values, the permutation, the critic's activations over the batch) and the envs' own state
-(torch-native: a few numbers per env; Gymnasium: a Python object per env, counted as 20 KB). The
-observation is sized as the env's tensor is (``env.obs_shape``: a Dict's keys packed side by side;
-uint8 images and all-uint8 Dicts at one byte an entry unless --norm-obs stores floats), and the
-network as the config builds it for that observation (``--encoder``: the Nature CNN's weights and
-feature maps for an image, the MLPs on its features). It is a lower bound of the real footprint,
-so only runs that surely cannot fit are refused.
+(torch-native: a few numbers per env; Gymnasium: a Python object per env, counted as 20 KB), and
+check_fits adds the evaluation's envs (one per --eval-episodes episode, built while the buffers
+are held). The observation is sized as the env's tensor is (``env.obs_shape``: a Dict's keys
+packed side by side; uint8 images and all-uint8 Dicts at one byte an entry unless --norm-obs
+stores floats), and the network as the config builds it for that observation (``--encoder``: the
+Nature CNN's weights and feature maps for an image, the MLPs on its features). It is a lower
+bound of the real footprint, so only runs that surely cannot fit are refused.
 """
 
 from __future__ import annotations
@@ -72,8 +73,18 @@ def estimate_bytes(cfg: PPOConfig, obs_size: int, act_size: int, native: bool, l
                   + 4 * 4 + 2                 # logprobs, values, rewards, raw_rewards; terminated, dones
                   + 3 * 4 + 8                 # advantages, returns, next values; the minibatch permutation
                   + hidden * 4)               # the critic's activations over the batch (bootstrap values)
-    per_env = obs_size * 4 * 4 + 64 if native else GYM_ENV_BYTES
-    return cfg.num_steps * cfg.num_envs * per_sample + cfg.num_envs * per_env
+    return cfg.num_steps * cfg.num_envs * per_sample + cfg.num_envs * env_bytes(obs_size, native)
+
+
+def env_bytes(obs_size: int, native: bool) -> int:
+    """Lower bound of one env's state: a few obs-sized tensors (torch-native), or a Gymnasium object."""
+    return obs_size * 4 * 4 + 64 if native else GYM_ENV_BYTES
+
+
+def eval_bytes(cfg: PPOConfig, obs_size: int, native: bool) -> int:
+    """Lower bound of the evaluation's envs: evaluate.evaluate builds one env per --eval-episodes
+    episode, at --eval-every and at the end, while the run still holds its buffers."""
+    return cfg.eval_episodes * env_bytes(obs_size, native)
 
 
 def network_bytes(cfg: PPOConfig, obs_size: int, act_size: int, layout=None) -> int:
@@ -152,13 +163,15 @@ def check_fits(cfg: PPOConfig, device: torch.device, probe=None) -> None:
     free = free_memory(device)
     if free is None:
         return
-    smallest = estimate_bytes(cfg, 1, 1, native=True) + network_bytes(cfg, 1, 1)
+    smallest = estimate_bytes(cfg, 1, 1, native=True) + eval_bytes(cfg, 1, native=True) + network_bytes(cfg, 1, 1)
     if smallest < QUICK_FRACTION * free:
         return
     sizes = probe() if probe is not None else (1, 1, True)
     obs_size, act_size, native = sizes
     layout = getattr(sizes, "layout", None)
-    buffers, nets = estimate_bytes(cfg, obs_size, act_size, native, layout), network_bytes(cfg, obs_size, act_size, layout)
+    evals = eval_bytes(cfg, obs_size, native)  # held with the run's buffers: they add up
+    buffers = estimate_bytes(cfg, obs_size, act_size, native, layout) + evals
+    nets = network_bytes(cfg, obs_size, act_size, layout)
     if buffers + nets <= free:
         return
     if nets >= buffers:  # the networks are what does not fit: name the flags of their larger part
@@ -171,6 +184,9 @@ def check_fits(cfg: PPOConfig, device: torch.device, probe=None) -> None:
                               f"raise --num-minibatches, or lower {lower}")
         raise ConfigError(f"--hidden-sizes {','.join(map(str, cfg.hidden_sizes))}: the actor and critic need ~{human_bytes(nets)} "
                           f"on {device} (weights, gradients, Adam state, activations), {human_bytes(free)} free; lower --hidden-sizes")
+    if evals >= buffers / 2:  # the evaluation's envs are what does not fit (--eval-episodes 10**11)
+        raise ConfigError(f"--eval-episodes {cfg.eval_episodes:,}: the evaluation builds one env per episode, ~{human_bytes(evals)} "
+                          f"on {device} (~{human_bytes(buffers + nets)} in all), {human_bytes(free)} free; lower --eval-episodes")
     # the critic's activations over the whole batch grow with the layer widths too
     wide = cfg.num_steps * cfg.num_envs * sum(cfg.hidden_sizes) * 4 >= buffers / 2
     lower = "--num-envs, --num-steps or --hidden-sizes" if wide else "--num-envs or --num-steps"

@@ -10,7 +10,9 @@ Format (one file per env family)::
           total_timesteps: 500000
 
 Resolution: PPOConfig defaults <- the env's preset (``default`` unless ``--preset NAME``) <- flags.
-Gymnasium's Atari ids (``ALE/Pong-v5``) take the presets of EnvPool's (``Pong-v5``).
+Gymnasium's Atari ids (``ALE/Pong-v5``) take the presets of EnvPool's (``Pong-v5``); an Atari game
+without an entry of its own (``SpaceInvaders-v5``, ``ALE/Seaquest-v5``) takes the Atari family's,
+listed under ``<Game>-v5`` (atari.yaml).
 """
 
 from __future__ import annotations
@@ -37,12 +39,34 @@ def all_presets() -> dict:
     return out
 
 
+#: the entry of atari.yaml for every Atari game without one of its own (CleanRL's settings are one set for all games)
+ATARI_FAMILY = "<Game>-v5"
+
+
 def preset_env_id(env_id: str) -> str:
     """The env id whose presets apply to ``env_id``: Gymnasium's ``ALE/<Game>-v5`` takes ``<Game>-v5``'s
-    (EnvPool's name for the same game, under which atari.yaml lists it)."""
+    (EnvPool's name for the same game, under which atari.yaml lists it); an Atari game without an
+    entry takes the Atari family's (ATARI_FAMILY), not the classic-control defaults."""
     if env_id.startswith("ALE/") and env_id.endswith("-v5"):
-        return env_id[len("ALE/"):]
+        env_id = env_id[len("ALE/"):]
+    if env_id not in all_presets() and _is_atari_game(env_id):
+        return ATARI_FAMILY
     return env_id
+
+
+def _is_atari_game(env_id: str) -> bool:
+    """Whether ``<Game>-v5`` names an Atari game as envs/atari.py recognises one (a game it knows, or
+    one of EnvPool's or ALE's lists when installed). Other ids are not looked up (no import); an id
+    no installed package knows is none (building it says why, with the install hint)."""
+    if not env_id.endswith("-v5"):
+        return False
+    from ..envs import EnvError
+    from ..envs.atari import game_name
+
+    try:
+        return game_name(env_id) is not None
+    except EnvError:
+        return False
 
 
 def presets_for(env_id: str) -> dict:
