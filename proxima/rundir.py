@@ -71,13 +71,14 @@ def holder_alive(info: dict) -> bool:
 
 def read_lock(run_dir: Path) -> Optional[dict]:
     """The lock's owner, {} for an unreadable lock, None when there is no lock."""
-    return _read_lock_file(Path(run_dir) / LOCK_NAME)
+    return _read_json_file(Path(run_dir) / LOCK_NAME)
 
 
-def _read_lock_file(path: Path) -> Optional[dict]:
+def _read_json_file(path: Path) -> Optional[dict]:
+    """A small JSON object file (a lock, a run's meta.json) as a dict; {} when unreadable, None when missing."""
     try:
-        # non-blocking and never through a link: a FIFO planted at the lock's name would block a
-        # plain read forever; anything but a small regular file is an unreadable lock
+        # non-blocking and never through a link: a FIFO planted at the file's name would block a
+        # plain read forever; anything but a small regular file is unreadable
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
         return None
@@ -121,6 +122,17 @@ def _write_new_file(path: Path, text: str) -> Path:
     return tmp
 
 
+def _make_dir(path: Path) -> bool:
+    """Create ``path`` (and its parents); True when this call created it, False when it was there."""
+    try:
+        path.mkdir(parents=True)
+        return True
+    except FileExistsError:
+        if path.is_dir():
+            return False
+        raise
+
+
 def _link_exclusive(tmp: Path, path: Path) -> None:
     """Create ``path`` with ``tmp``'s content, failing with FileExistsError if it exists."""
     try:
@@ -141,13 +153,14 @@ class RunLock:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / LOCK_NAME
         self.held = False
+        self.made_dir = False  # acquire() created the run directory: only then may a failed start remove it
 
     def acquire(self) -> None:
         """Take the lock or raise RunDirError naming the pid that holds it; take over a stale one."""
         me = _owner()
         for _ in range(10):
             try:
-                self.run_dir.mkdir(parents=True, exist_ok=True)
+                self.made_dir = _make_dir(self.run_dir) or self.made_dir
                 tmp = _write_new_file(self.path, json.dumps(me))
             except OSError as e:  # a full disk or a read-only folder, at the very start of a run
                 raise write_error(self.path, e, "could not take the run's lock") from None
@@ -177,7 +190,7 @@ class RunLock:
             os.rename(self.path, moved)
         except FileNotFoundError:
             return
-        got = _read_lock_file(moved) or {}
+        got = _read_json_file(moved) or {}
         if got != stale and got and holder_alive(got):  # a live lock taken by a faster process: put it back
             try:
                 os.link(moved, self.path)
@@ -238,25 +251,43 @@ def move_aside(run_dir: Path) -> Path:
 
 
 def holds_a_run(run_dir: Path) -> bool:
-    """Whether ``run_dir`` holds the files a Proxima run writes when it starts (config.yaml,
-    meta.json, metrics.csv, population.json), or its checkpoints/ folder."""
+    """Whether ``run_dir`` holds the files a Proxima run writes when it starts: a meta.json of a
+    Proxima kind beside its config.yaml or metrics.csv (train_state.open_run_dir), or a population's
+    population.json. A project's own config.yaml, metrics.csv or checkpoints/ is no run: --resume
+    auto never moves such a folder aside."""
     run_dir = Path(run_dir)
-    return any((run_dir / name).is_file() for name in START_FILES) or (run_dir / "checkpoints").is_dir()
+    if _recorded_kind(run_dir / "population.json") == "ppo-population":
+        return True
+    return (_recorded_kind(run_dir / "meta.json") in RUN_KINDS
+            and any((run_dir / name).is_file() for name in ("config.yaml", "metrics.csv")))
+
+
+def _recorded_kind(path: Path) -> Optional[str]:
+    """The "kind" a meta.json or population.json records; "" for an empty file (a run killed while
+    open_run_dir wrote its meta.json, which is written in place); None for anything else."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISREG(info.st_mode) and info.st_size == 0:
+        return ""
+    kind = (_read_json_file(path) or {}).get("kind")
+    return kind if isinstance(kind, str) else None
 
 
 def not_empty_message(run_dir: Path) -> str:
     names = sorted(p.name for p in Path(run_dir).iterdir() if p.name != LOCK_NAME)[:4]
     if not holds_a_run(run_dir):
-        return (f"{run_dir} is not empty ({', '.join(names)}...) and holds no Proxima run (no config.yaml, meta.json or "
-                "metrics.csv); choose another --run-dir, or --overwrite to move it aside and start there")
+        return (f"{run_dir} is not empty ({', '.join(names)}...) and holds no Proxima run (no meta.json of one beside its "
+                "config.yaml or metrics.csv); choose another --run-dir, or --overwrite to move it aside and start there")
     return (f"{run_dir} is not empty ({', '.join(names)}...): it holds another run; continue it with --resume auto "
             f"(or `proxima resume {run_dir}`), start over with --overwrite (the old directory is moved aside), "
             "or choose another --run-dir")
 
 
-#: the files a run writes when it starts (train_state, population_run, rlhf): a folder holding one
-#: is a Proxima run, which ``--resume auto`` may restart when it wrote no checkpoint
-START_FILES = ("config.yaml", "meta.json", "metrics.csv", "population.json")
+#: the "kind" a Proxima run records in its meta.json (train_state.open_run_dir, rlhf/rundir.py; "": an
+#: empty one, above): a folder holding one is a run, which ``--resume auto`` may restart when it wrote no checkpoint
+RUN_KINDS = ("ppo", "rlhf", "")
 
 #: what Proxima writes in a run directory (and the fixed temporary names some writers use): resuming
 #: or restarting a run writes, truncates or prunes these, so none may lead out of the run (check_own_entries)
@@ -297,8 +328,7 @@ class RunSession:
 
     def __init__(self) -> None:
         self.lock: Optional[RunLock] = None
-        self.created: Optional[Path] = None  # a fresh run directory made by this session
-        self.existed_empty = False
+        self.created: Optional[Path] = None  # a fresh run directory claimed (and written) by this session
 
     def lock_existing(self, run_dir: Path) -> None:
         """Lock a run directory that is being continued (resume), and refuse one whose files lead
@@ -326,13 +356,12 @@ class RunSession:
             dest = move_aside(run_dir)
             why = restart_note or "--overwrite"
             print(f"proxima: {why}: moved the old {run_dir} to {dest}", file=sys.stderr)
-        self.existed_empty = run_dir.is_dir()
         lock = RunLock(run_dir)
         try:
             lock.acquire()
         except Exception:
-            if not self.existed_empty:
-                shutil.rmtree(run_dir, ignore_errors=True)
+            if lock.made_dir:  # never rmtree: a trainer that won the lock may be writing its run there
+                _remove_empty_dir(run_dir)
             raise
         if holds_files(run_dir):  # another process started a run here between the check and the lock
             lock.release()
@@ -346,12 +375,39 @@ class RunSession:
         run_dir, self.created = self.created, None
         if run_dir is None or not run_dir.is_dir() or list_checkpoints(run_dir):
             return
+        made_dir = self.lock is not None and self.lock.made_dir
+        _remove_contents(run_dir)  # still locked: claimed empty, so everything in it is this run's
         self.release()
-        shutil.rmtree(run_dir, ignore_errors=True)
-        if self.existed_empty:
-            run_dir.mkdir(exist_ok=True)
+        if made_dir:  # a folder that was there (empty, or the target of a link given as --run-dir) stays
+            _remove_empty_dir(run_dir)
 
     def release(self) -> None:
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+
+
+def _remove_contents(run_dir: Path) -> None:
+    """Remove what ``run_dir`` holds but its lock, keeping the folder (through a link given as the run
+    directory, its target's entries, never the link); a link inside is removed, never followed. Best
+    effort, as the failure that called it is the error to report."""
+    try:
+        entries = [p for p in run_dir.iterdir() if p.name != LOCK_NAME]
+    except OSError:
+        return
+    for entry in entries:
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+            continue
+        try:
+            entry.unlink()
+        except OSError:
+            pass
+
+
+def _remove_empty_dir(path: Path) -> None:
+    """Remove ``path`` if it is an empty folder: what a failed start created, and nothing more."""
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass

@@ -146,6 +146,63 @@ def _check_like(path, field: str, value, like) -> None:
             _check_like(path, f"{field}[{i}]", v, sub)
 
 
+def _tensors(field: str, value, depth: int = 4):
+    """(field, tensor) for each tensor in ``value`` and the dicts and lists it holds, ``depth`` levels
+    deep (an optimizer's state_dict: ``optimizer.state.0.exp_avg``, ``optimizer.param_groups[0].lr``)."""
+    if isinstance(value, torch.Tensor):
+        yield field, value
+    elif depth and isinstance(value, dict):
+        for key, sub in value.items():
+            yield from _tensors(f"{field}.{key}", sub, depth - 1)
+    elif depth and isinstance(value, (list, tuple)):
+        for i, sub in enumerate(value):
+            yield from _tensors(f"{field}[{i}]", sub, depth - 1)
+
+
+def _check_statistics(path, field: str, stats: dict) -> None:
+    """CheckpointError naming the file and the tensor unless a normalizer's statistics are finite,
+    its variances >= 0 and its count > 0: sqrt(var + eps) of a negative variance is NaN or scales
+    observations wrong without a word; a NaN would first show as a "non-finite loss" blamed on the run."""
+    for name, value in stats.items():
+        ckpt.check_finite_tensor(path, f"{field}.{name}", value)
+        if not value.is_floating_point():  # not a statistic Proxima writes (_check_like refuses its dtype)
+            continue
+        if name.endswith("var") and bool((value < 0).any()):
+            bad, what, why = int((value < 0).sum()), "negative", "a variance is >= 0"
+        elif name.endswith("count") and bool((value <= 0).any()):
+            bad, what, why = int((value <= 0).sum()), "zero or negative", "a count is > 0"
+        else:
+            continue
+        raise ckpt.CheckpointError(f"{path}: {field}.{name} holds {bad} {what} value(s) of {value.numel()} ({why}); the "
+                                   "checkpoint is damaged or was edited (an earlier checkpoint of the run may be intact)")
+
+
+def check_resumable(state: dict) -> dict:
+    """``state`` when what a resume restores beyond the policy is sound, else CheckpointError naming
+    the file and the tensor: the normalizers' statistics (_check_statistics) and the optimizer's
+    moments finite (NaN moments make the first update's loss NaN). load_checkpoint checks the
+    policy's weights; this needs no trainer, so a loader may call it to fall back to an older file."""
+    path = state.get("path", "checkpoint")
+    for key in ("obs_normalizer", "reward_scaler"):
+        if isinstance(state.get(key), dict):
+            _check_statistics(path, key, state[key])
+    for field, value in _tensors("optimizer", state.get("optimizer")):
+        ckpt.check_finite_tensor(path, field, value)
+    return state
+
+
+def _check_loadable(t: "Trainer", path, state: dict) -> None:
+    """CheckpointError naming the file and the tensor before anything is loaded: the agent's weights
+    and the normalizers' statistics of this run's shapes (the first weight that differs named with
+    both shapes, as eval names it), and sound (check_resumable)."""
+    if isinstance(state.get("agent"), dict):
+        ckpt.check_weight_shapes(path, {k: tuple(v.shape) for k, v in t.agent.state_dict().items()}, state["agent"])
+    for key, module in (("obs_normalizer", t.obs_norm), ("reward_scaler", t.reward_scaler)):
+        if module is not None and key in state:
+            _check_like(path, key, state[key], module.state_dict())
+    check_resumable(state)
+
+
 def _set_rng(path, rng) -> None:
     try:
         ckpt.set_rng_state(rng)
@@ -162,6 +219,7 @@ def restore(t: "Trainer", state: dict) -> None:
 
     state = local_state(state, t.dist.rank)  # this rank's env, RNG and normalizer pieces
     path = state.get("path", "checkpoint")
+    _check_loadable(t, path, state)
     try:
         t.agent.load_state_dict(state["agent"])
         # into the optimizer's own lr and moment tensors (a compiled or graph-captured step holds them)
