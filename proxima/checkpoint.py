@@ -196,18 +196,22 @@ def save_train_state(run_dir: Union[str, Path], state: dict, keep: int) -> Path:
     return path
 
 
-def set_aside_newer(checkpoint: Union[str, Path]) -> Optional[Path]:
-    """Resuming from ``checkpoint`` (RUN/checkpoints/step_N.pt) when newer ones exist: those belong to
-    the timeline being abandoned. They are moved into ``RUN/checkpoints/abandoned-<time>/`` (kept, never
-    pruned or resumed by name again) with a line on stderr; returns that folder, or None when none is newer."""
+def set_aside_newer(checkpoint: Union[str, Path], global_step: Optional[int] = None) -> Optional[Path]:
+    """Resuming from ``checkpoint`` (RUN/checkpoints/step_N.pt, or best.pt) when newer ones exist: those
+    belong to the timeline being abandoned. They are moved into ``RUN/checkpoints/abandoned-<time>/`` (kept,
+    never pruned or resumed by name again) with a line on stderr; returns that folder, or None when none is
+    newer. ``global_step``: the step of the state loaded from it, which a name other than step_N.pt
+    (best.pt) does not say; without it such a file sets nothing aside."""
     import sys
     from datetime import datetime
 
     checkpoint = Path(checkpoint)
-    if checkpoint.parent.name != "checkpoints" or not _NAME.match(checkpoint.name):
+    named = _NAME.match(checkpoint.name)
+    step = int(named.group(1)) if named else global_step
+    if checkpoint.parent.name != "checkpoints" or step is None:
         return None
     run_dir = checkpoint.parent.parent
-    newer = [p for p in list_checkpoints(run_dir) if p.name > checkpoint.name]
+    newer = [p for p in list_checkpoints(run_dir) if p.name > checkpoint_path(run_dir, step).name]
     if not newer:
         return None
     folder = check_own_folder(run_dir)
@@ -416,7 +420,8 @@ def _action_signature(space) -> tuple:
 
 # ------------------------------------------------------------------------------------ reading
 def resolve_checkpoint(path: Union[str, Path]) -> Path:
-    """A checkpoint file, or the latest checkpoint of a run directory; CheckpointError otherwise."""
+    """A checkpoint file, or the latest checkpoint of a run directory, as named; CheckpointError
+    otherwise (LinkOutOfRunError for a link in RUN/checkpoints/ that leads out of RUN)."""
     path = Path(path)
     if not path.exists():
         why = not_a_file(path) if os.path.islink(path) else None
@@ -425,11 +430,32 @@ def resolve_checkpoint(path: Union[str, Path]) -> Path:
         ckpts = list_checkpoints(path)
         if not ckpts:
             raise no_checkpoint_error(path)
-        return ckpts[-1]
+        path = ckpts[-1]
     why = not_a_file(path)
     if why:
         raise CheckpointError(f"{path}: {why}")
+    check_inside_run(path)
     return path
+
+
+class LinkOutOfRunError(CheckpointError):
+    """A checkpoint in a run's checkpoints/ that is a symbolic link leading out of the run: refused,
+    never set aside as damaged (its target is another run's file, not this run's)."""
+
+
+def check_inside_run(path: Union[str, Path]) -> None:
+    """LinkOutOfRunError when ``path``, a file in ``RUN/checkpoints/`` as named, is a symbolic link
+    leading out of RUN. The run is the directory named, never the one a link leads to: a resume
+    locks, checks and writes RUN, so a link to another run's checkpoint would make it continue from,
+    and be read as, a file that is not RUN's (docs/reliability.md, "Links stay inside")."""
+    from .atomic import leads_outside
+
+    path = Path(path)
+    run = path.absolute().parent.parent
+    if path.absolute().parent.name == "checkpoints" and os.path.islink(path) and leads_outside(path, run):
+        raise LinkOutOfRunError(f"{path}: is a symbolic link to {os.path.realpath(path)}, outside the run directory {run}; "
+                                "Proxima does not read a run through it: remove the link (or copy what it points to into the "
+                                "run) and try again")
 
 
 #: files a run writes when it starts, before its first checkpoint (train_state / population_run)
@@ -467,7 +493,11 @@ def load_resumable(path: Union[str, Path], allow_population: bool = False) -> di
     ckpts = list_checkpoints(path)
     if not ckpts:
         raise no_checkpoint_error(path)
-    _, state = newest_that_loads(ckpts, load_checkpoint, CheckpointError)
+    from .train_state import check_resumable
+
+    # beyond the policy, what a resume restores (normalizer statistics, optimizer moments): a damaged
+    # newest file falls back to an older one here, not only at restore, where it could only stop
+    _, state = newest_that_loads(ckpts, lambda p: check_resumable(load_checkpoint(p)), CheckpointError)
     return _refuse_population(state, allow_population)
 
 
@@ -485,13 +515,15 @@ def newest_that_loads(files: list, load, error: type = None, set_aside: bool = T
             state = load(candidate)
         except _Vanished:
             continue  # removed since it was listed: gone, not corrupt (nothing to set aside)
+        except LinkOutOfRunError:
+            raise  # not this run's file: refused, never renamed nor skipped for an older one
         except error as e:
             unusable.append((candidate, str(e).removeprefix(f"{candidate}: ")))
             continue
         for bad, why in unusable:
             kept = bad.name
             if set_aside:
-                aside = bad.with_name(bad.name + ".corrupt")
+                aside = _free_name(bad.with_name(bad.name + ".corrupt"))
                 os.replace(bad, aside)
                 kept = aside.name
             print(f"proxima: note: {bad} is unusable ({why}); resuming from {candidate} instead "
@@ -502,6 +534,15 @@ def newest_that_loads(files: list, load, error: type = None, set_aside: bool = T
     newest, why = unusable[0]
     older = f"; none of the {len(files) - 1} older checkpoint(s) loads either" if len(files) > 1 else ""
     raise error(f"{newest}: {why}{older}")
+
+
+def _free_name(path: Path) -> Path:
+    """``path``, else ``path-2``, ``path-3``...: the first name nothing holds (a file, folder or link
+    there, an earlier bad copy or one planted, is neither replaced nor in the way of os.replace)."""
+    candidate, n = path, 2
+    while os.path.lexists(candidate):
+        candidate, n = path.with_name(f"{path.name}-{n}"), n + 1
+    return candidate
 
 
 def _refuse_population(state: dict, allow_population: bool = False) -> dict:
@@ -522,26 +563,45 @@ def _one_line(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+#: what zipfile raises on a damaged archive: besides BadZipFile, a flipped bit can make it report an
+#: archive spanning several disks (BadZipFile from is_zipfile), an encrypted record (RuntimeError),
+#: offsets past the end (ValueError, EOFError, OSError) or an unknown compression (NotImplementedError)
+_ZIP_ERRORS = (zipfile.BadZipFile, RuntimeError, ValueError, EOFError, OSError, NotImplementedError)
+
+
 def _check_archive(path: Path, f) -> None:
     """Refuse, before unpickling anything, a file that is not an intact torch zip archive (``f``: the
     file opened for reading; every check reads it, never the name again)."""
     size = os.fstat(f.fileno()).st_size
     if size == 0:
         raise CheckpointError(f"{path}: empty file (0 bytes), not a checkpoint")
-    if not zipfile.is_zipfile(f):
+    try:  # one handler for every check: a damaged archive is a corrupted checkpoint, so a resume falls back
+        is_zip = zipfile.is_zipfile(f)
+        problem = _zip_problem(f) if is_zip else None
+    except _ZIP_ERRORS as e:
+        raise CheckpointError(f"{path}: corrupted checkpoint (damaged zip archive: {_one_line(e, 100)})") from None
+    if not is_zip:
         f.seek(0)
         head = f.read(4)
         if head == b"PK\x03\x04":  # a zip that lost its end (central directory): cut short
             raise CheckpointError(f"{path}: truncated checkpoint ({size} bytes, the end of the archive is missing)")
         raise CheckpointError(f"{path}: not a Proxima checkpoint (not a torch zip archive)")
-    try:
-        with zipfile.ZipFile(f) as zf:  # a passed file object is left open
-            bad = zf.testzip()  # reads every record and checks its CRC-32
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, NotImplementedError) as e:
-        raise CheckpointError(f"{path}: corrupted checkpoint (damaged zip archive: {_one_line(e, 100)})") from None
-    if bad is not None:
-        raise CheckpointError(f"{path}: corrupted checkpoint (checksum mismatch in record '{bad}')")
+    if problem is not None:
+        raise CheckpointError(f"{path}: corrupted checkpoint ({problem})")
     f.seek(0)
+
+
+def _zip_problem(f) -> Optional[str]:
+    """Why the zip archive in ``f`` is not intact, or None. torch.save stores every record
+    uncompressed: one that claims compression is refused before testzip, which would inflate it
+    to check it (a 1 MB deflated record can stand for a gigabyte: seconds of work)."""
+    with zipfile.ZipFile(f) as zf:  # a passed file object is left open
+        for info in zf.infolist():
+            if info.compress_type != zipfile.ZIP_STORED:
+                return (f"record '{info.filename}' is compressed (method {info.compress_type}); "
+                        "torch.save stores records uncompressed")
+        bad = zf.testzip()  # reads every record and checks its CRC-32
+    return None if bad is None else f"checksum mismatch in record '{bad}'"
 
 
 def _describe(obj) -> str:
@@ -664,7 +724,7 @@ class Policy:
             obs_normalizer.eval()
         self.config, self.env_id = config, env_id or config["env_id"]
         #: the constructor arguments evaluate() builds the env with: ``env_kwargs`` when given, else
-        #: the recorded ones (config.yaml's) for the recorded env id only: another env's constructor
+        #: the recorded ones (the checkpoint's config) for the recorded env id only: another env's constructor
         #: was not written for them
         self.env_kwargs_recorded = env_kwargs is None and self.env_id == config.get("env_id")
         if env_kwargs is not None:
@@ -824,6 +884,24 @@ _OPTIONAL_FIELDS = {
 }
 
 
+def check_statistics(path, field: str, stats: dict) -> None:
+    """CheckpointError naming the file and the tensor unless a normalizer's statistics are finite,
+    its variances >= 0 and its count > 0: sqrt(var + eps) of a negative variance is NaN or scales
+    observations wrong without a word; a NaN would first show as a "non-finite loss" blamed on the run."""
+    for name, value in stats.items():
+        check_finite_tensor(path, f"{field}.{name}", value)
+        if not value.is_floating_point():  # not a statistic Proxima writes (_check_like refuses its dtype)
+            continue
+        if name.endswith("var") and bool((value < 0).any()):
+            bad, what, why = int((value < 0).sum()), "negative", "a variance is >= 0"
+        elif name.endswith("count") and bool((value <= 0).any()):
+            bad, what, why = int((value <= 0).sum()), "zero or negative", "a count is > 0"
+        else:
+            continue
+        raise CheckpointError(f"{path}: {field}.{name} holds {bad} {what} value(s) of {value.numel()} ({why}); the "
+                              "checkpoint is damaged or was edited (an earlier checkpoint of the run may be intact)")
+
+
 def check_policy_state(state: dict) -> dict:
     """The parts of a loaded checkpoint a policy is built from, checked; CheckpointError naming the file
     and the field otherwise (``config is not a mapping``, ``spaces.action: not a recorded space (...)``):
@@ -853,6 +931,8 @@ def check_policy_state(state: dict) -> dict:
             raise CheckpointError(f"{path}: {key} is not a mapping of weights ({_describe(state.get(key))})")
         for name, value in (state.get(key) or {}).items():
             check_finite_tensor(path, f"{key}.{name}", value)
+    if state.get("obs_normalizer"):  # a negative variance would scale every observation wrong, silently
+        check_statistics(path, "obs_normalizer", state["obs_normalizer"])
     return cfg
 
 
@@ -948,7 +1028,8 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
         run = run_dir_of(state["path"])
         raise CheckpointError(f"{state['path']}: a population checkpoint (--seeds/--sweep); evaluate the members: "
                               f"proxima eval {run}/<member dir>")
-    treat_as_data(run_dir_of(state["path"]))
+    for folder in data_folders(state["path"]):
+        treat_as_data(folder)
     agent, obs_norm, obs_space, act_space = build_agent(state, device)
     recorded = str(state["config"].get("env_id", ""))
     trusted = env_id is not None or trust_env or not imports_code(recorded)
@@ -957,6 +1038,15 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
 
 
 def run_dir_of(checkpoint: Union[str, Path]) -> Path:
-    """The run directory a checkpoint file belongs to (``RUN/checkpoints/step_*.pt`` -> RUN), else its folder."""
-    folder = Path(checkpoint).resolve().parent
-    return folder.parent if folder.name == "checkpoints" else folder
+    """The run directory a checkpoint file belongs to as named (``RUN/checkpoints/step_*.pt`` -> RUN), else
+    its folder, as a real path. The file name is not followed: a link in RUN/checkpoints/ is RUN's entry
+    (check_inside_run refuses one leading out of RUN), never the way to another run."""
+    folder = Path(checkpoint).absolute().parent
+    return (folder.parent if folder.name == "checkpoints" else folder).resolve()
+
+
+def data_folders(checkpoint: Union[str, Path]) -> set:
+    """The folders no env module is imported from when ``checkpoint`` is read (gym_adapter.treat_as_data):
+    its run directory as named (``cd RUN && proxima eval . --env m:C`` never imports RUN/m.py, whatever
+    its checkpoint links to) and, through a link, the run or folder that holds the file."""
+    return {run_dir_of(checkpoint), run_dir_of(Path(checkpoint).resolve())}

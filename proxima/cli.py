@@ -253,7 +253,7 @@ def _dry_run_train(args, cfg, overrides: dict, world_size: int = 1) -> int:
             validate(cfg, world_size)  # as train validates a resumed config
             return _dry_run(cfg, world_size)
     _validate_new(cfg, world_size)
-    return _dry_run(cfg, world_size)
+    return _dry_run(cfg, world_size, overrides)
 
 
 def _name_config_file(e: ConfigError, cfg) -> ConfigError:
@@ -281,14 +281,17 @@ def recorded_argv() -> list:
         return sys.argv
 
 
-def _dry_run(cfg, world_size: int = 1) -> int:
+def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None) -> int:
     """Check what train would refuse (run_setup.preflight), print the resolved config as YAML, train
-    nothing, write nothing."""
+    nothing, write nothing. ``overrides``: a new run's typed flags, for train's notes on them."""
     import yaml
 
     from .run_setup import preflight
+    from .trainer import _note_whole_iterations
 
     preflight(cfg, world_size)
+    if "total_timesteps" in (overrides or {}):  # the YAML shows the total typed; the note, what would train
+        _note_whole_iterations(cfg, world_size)
     print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
     return 0
 
@@ -441,6 +444,8 @@ def cmd_eval(args) -> int:
         result = evaluate(policy, episodes=args.episodes, deterministic=not args.stochastic, seed=args.seed,
                           backend=args.backend or policy.config.get("backend", "auto"), video=args.video, max_steps=args.max_steps)
     except _user_errors() as e:
+        if args.json and getattr(e, "result", None) is not None:
+            print(json.dumps(e.result))  # the episodes ran before the video failed: --json readers still get them
         return fail(prog, str(e))
     if args.json:
         print(json.dumps(result))
@@ -541,7 +546,7 @@ def build_parser() -> ArgParser:
     add_trust_flags(p, "eval", env_help=" (another env id than the run's is built without the run's --env-kwargs; "
                     "give its own with --env-kwargs)")
     p.add_argument("--env-kwargs", default=None, metavar="JSON", help="keyword arguments of the env's constructor as JSON, "
-                   "e.g. '{\"continuous\": true}', instead of those recorded in the run's config.yaml ('{}': none)")
+                   "e.g. '{\"continuous\": true}', instead of those recorded in the checkpoint (as in the run's config.yaml) ('{}': none)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("resume", help="continue a stopped run in its directory",

@@ -92,8 +92,9 @@ def write_episode_video(frames: list, video: str, result: dict) -> str:
 
 def make_eval_env(policy, episodes: int, backend: str, seed: int, render_mode: Optional[str] = None):
     """``episodes`` envs of the policy's env, built with its env_kwargs (checkpoint.Policy: given,
-    or config.yaml's for the recorded env id). A build that fails with the recorded kwargs says
-    where they come from, so the user knows they can replace them."""
+    or the checkpoint's recorded ones for the recorded env id). A build that fails with the recorded
+    kwargs names the checkpoint they come from (not config.yaml, which eval never reads), so the
+    user knows they can replace them."""
     kwargs = getattr(policy, "env_kwargs", policy.config.get("env_kwargs"))
     try:
         # training=False: Atari plays full games with raw rewards (no episodic life, no reward clipping)
@@ -103,8 +104,8 @@ def make_eval_env(policy, episodes: int, backend: str, seed: int, render_mode: O
         caused = any(word in str(e) for word in [*kwargs, "argument"]) if kwargs else False  # by the kwargs, not a missing module
         if not caused or not getattr(policy, "env_kwargs_recorded", True):
             raise
-        raise EnvError(f"{e} (env kwargs {json.dumps(kwargs)} from the run's config.yaml; give others with "
-                       "--env-kwargs JSON, or --env-kwargs '{}' for none)") from None
+        raise EnvError(f"{e} (env kwargs {json.dumps(kwargs)} recorded in {policy.path or 'the checkpoint'}; give others "
+                       "with --env-kwargs JSON, or --env-kwargs '{}' for none)") from None
 
 
 class FrameRecorder:

@@ -59,16 +59,24 @@ def diagnose_failure(e: Exception, config: Optional[PPOConfig], last_good) -> Ex
 
 def resumed_run_dir(resume) -> tuple:
     """(checkpoint, run directory) of a resume of ``resume``: the checkpoint file it names (a run
-    directory's latest), as its real path, and the directory the resume trains in: ``resume`` itself
-    when it is a directory, else the one whose checkpoints/ holds the file (RUN/checkpoints/step_N.pt
-    -> RUN), never a path recorded inside the file (a copied or downloaded checkpoint would otherwise
-    train into, and prune, the run it came from). Both resolved, so that the launcher checks the lock
-    of the directory its ranks lock even through a symlinked checkpoint. The directory is None for a
-    loose checkpoint file outside a run's checkpoints/ (its run is the --run-dir given)."""
-    src = ckpt.resolve_checkpoint(resume).resolve()
-    if Path(resume).is_dir():
-        return src, Path(resume).resolve()
-    return src, (src.parent.parent if src.parent.name == "checkpoints" else None)
+    directory's latest), as named, and the directory the resume trains in, as a real path (the
+    launcher checks the lock its ranks take): ``resume`` itself when it is a directory, else the one
+    whose checkpoints/ folder the file is named in (RUN/checkpoints/step_N.pt -> RUN). Never the run a
+    link there leads to (resolve_checkpoint refuses one leading out of RUN: the lock and checks are
+    RUN's, the writes would be the other run's), nor a path recorded inside the file (a copied or
+    downloaded checkpoint would train into, and prune, the run it came from). A link the user gave
+    outside any checkpoints/ folder continues the run that holds its target. The directory is None
+    for a loose checkpoint file (its run is the --run-dir given)."""
+    src = ckpt.resolve_checkpoint(resume)
+    held = checkpoint_in_run(src)
+    return src, (ckpt.run_dir_of(held) if held.absolute().parent.name == "checkpoints" else None)
+
+
+def checkpoint_in_run(checkpoint) -> Path:
+    """``checkpoint`` as it lies in its run: as named when it is named in a checkpoints/ folder (a link
+    there is the run's own entry), else through its links (a loose link to a run's checkpoint)."""
+    checkpoint = Path(checkpoint)
+    return checkpoint if checkpoint.absolute().parent.name == "checkpoints" else checkpoint.resolve()
 
 
 def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id: Optional[str] = None,
@@ -90,23 +98,21 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
         check_run_dir_path(run_dir)
         return None, config, run_dir, False, restart
     src, target_dir = resumed_run_dir(resume)  # a missing path fails here, before anything is locked
+    for folder in ckpt.data_folders(src):
+        treat_as_data(folder)  # never import env code from the run directory itself
     loose = target_dir is None
     if loose:
         target_dir = loose_run_dir(resume, config, run_dir, overrides)
-        treat_as_data(src.parent)
         state = ckpt.load_resumable(src)
     else:
-        treat_as_data(target_dir)  # never import env code from the run directory itself
         session.lock_existing(target_dir)
         state = ckpt.load_resumable(resume)
     config = resumed_config(state, env_id, trust_run, overrides, "resume" if config is None else "train --resume")
-    src = Path(state["path"]).resolve()
+    run_dir = target_dir  # the directory locked and checked is the one written
     if loose:  # a new run directory, claimed as a fresh run's (refused when it holds files)
         session.claim_fresh(target_dir)
-        run_dir = target_dir
-    else:
-        run_dir = src.parent.parent if src.parent.name == "checkpoints" else target_dir
-        ckpt.set_aside_newer(src)  # an explicit older checkpoint: the newer ones are another timeline
+    else:  # an explicit older checkpoint (or best.pt): the newer ones are another timeline
+        ckpt.set_aside_newer(checkpoint_in_run(state["path"]), int(state["global_step"]))
     if config.run_dir is None or Path(config.run_dir).resolve() != Path(run_dir).resolve():
         config.run_dir = str(run_dir)  # config.yaml records where the run is, not where the file says it was
     return state, config, run_dir, True, None
@@ -143,11 +149,10 @@ def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: 
         if resume is None:
             return None
     src, target_dir = resumed_run_dir(resume)  # a missing path: the resume's own line
+    for folder in ckpt.data_folders(src):
+        treat_as_data(folder)  # the env is built next (preflight): never from the run's files
     if target_dir is None:
         target_dir = loose_run_dir(resume, config, overrides=overrides)
-        treat_as_data(src.parent)  # the env is built next (preflight): never from the run's files
-    else:
-        treat_as_data(target_dir)
     if Path(resume).is_dir():  # its newest checkpoint that loads; a damaged newer one is named, not renamed
         files = ckpt.list_checkpoints(resume)
         src, _ = ckpt.newest_that_loads(files, ckpt.load_checkpoint, ckpt.CheckpointError, set_aside=False)
@@ -219,8 +224,8 @@ def check_own_run_dir(run_dir, checkpoint) -> None:
     """ConfigError when a resume is given a ``--run-dir`` that is not the directory of the run it
     continues (``checkpoint``'s, RUN/checkpoints/step_N.pt): it would be ignored, the run trains on
     in its own. A checkpoint file outside a run's checkpoints/ folder may start its run anywhere."""
-    checkpoint = Path(checkpoint)
-    if run_dir is None or checkpoint.resolve().parent.name != "checkpoints":
+    checkpoint = checkpoint_in_run(checkpoint)
+    if run_dir is None or checkpoint.absolute().parent.name != "checkpoints":
         return
     own = ckpt.run_dir_of(checkpoint)
     if Path(run_dir).resolve() != own:

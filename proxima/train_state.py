@@ -159,33 +159,15 @@ def _tensors(field: str, value, depth: int = 4):
             yield from _tensors(f"{field}[{i}]", sub, depth - 1)
 
 
-def _check_statistics(path, field: str, stats: dict) -> None:
-    """CheckpointError naming the file and the tensor unless a normalizer's statistics are finite,
-    its variances >= 0 and its count > 0: sqrt(var + eps) of a negative variance is NaN or scales
-    observations wrong without a word; a NaN would first show as a "non-finite loss" blamed on the run."""
-    for name, value in stats.items():
-        ckpt.check_finite_tensor(path, f"{field}.{name}", value)
-        if not value.is_floating_point():  # not a statistic Proxima writes (_check_like refuses its dtype)
-            continue
-        if name.endswith("var") and bool((value < 0).any()):
-            bad, what, why = int((value < 0).sum()), "negative", "a variance is >= 0"
-        elif name.endswith("count") and bool((value <= 0).any()):
-            bad, what, why = int((value <= 0).sum()), "zero or negative", "a count is > 0"
-        else:
-            continue
-        raise ckpt.CheckpointError(f"{path}: {field}.{name} holds {bad} {what} value(s) of {value.numel()} ({why}); the "
-                                   "checkpoint is damaged or was edited (an earlier checkpoint of the run may be intact)")
-
-
 def check_resumable(state: dict) -> dict:
     """``state`` when what a resume restores beyond the policy is sound, else CheckpointError naming
-    the file and the tensor: the normalizers' statistics (_check_statistics) and the optimizer's
+    the file and the tensor: the normalizers' statistics (checkpoint.check_statistics) and the optimizer's
     moments finite (NaN moments make the first update's loss NaN). load_checkpoint checks the
     policy's weights; this needs no trainer, so a loader may call it to fall back to an older file."""
     path = state.get("path", "checkpoint")
     for key in ("obs_normalizer", "reward_scaler"):
         if isinstance(state.get(key), dict):
-            _check_statistics(path, key, state[key])
+            ckpt.check_statistics(path, key, state[key])
     for field, value in _tensors("optimizer", state.get("optimizer")):
         ckpt.check_finite_tensor(path, field, value)
     return state

@@ -220,8 +220,9 @@ def test_resume_of_a_run_in_use_fails_before_reading_it(no_spawn, capsys, monkey
     monkeypatch.setattr(checkpoint, "load_resumable", never)
     for name in ("TORCHELASTIC_RUN_ID", "WORLD_SIZE", "RANK"):
         monkeypatch.delenv(name, raising=False)
-    # links to its checkpoint, from another folder's checkpoints/ and from outside any: the ranks
-    # train in (and lock) the run that holds the file, so that is the lock the launcher checks
+    # a link to its checkpoint from outside any run: the ranks train in (and lock) the run that
+    # holds the file, so that is the lock the launcher checks; a link from another run's
+    # checkpoints/ is refused before any lock (checkpoint.check_inside_run)
     target = run_dir / "checkpoints" / "step_000000004096.pt"
     (tmp_path / "other" / "checkpoints").mkdir(parents=True)
     (tmp_path / "other" / "checkpoints" / target.name).symlink_to(target)
@@ -230,13 +231,17 @@ def test_resume_of_a_run_in_use_fails_before_reading_it(no_spawn, capsys, monkey
     session.lock_existing(run_dir)  # a run training in this process, as far as the lock says
     try:
         for argv in (["resume", str(run_dir)], ["train", "--resume", str(target), "--nproc", "2"],
-                     ["resume", str(tmp_path / "other" / "checkpoints" / target.name)],
                      ["train", "--resume", str(tmp_path / "loose.pt"), "--nproc", "2"]):
             monkeypatch.setattr(sys, "argv", ["proxima", *argv])
             assert main(argv) == 2
             err = capsys.readouterr().err
             assert f"run {run_dir.resolve()} is in use by pid {__import__('os').getpid()}" in err, argv
             assert "Traceback" not in err and err.count("\n") == 1, err  # the error alone, no "resuming with 2" first
+        argv = ["resume", str(tmp_path / "other" / "checkpoints" / target.name)]
+        monkeypatch.setattr(sys, "argv", ["proxima", *argv])
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "is a symbolic link to" in err and "outside the run directory" in err and err.count("\n") == 1, err
     finally:
         session.release()
 

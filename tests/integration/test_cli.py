@@ -480,7 +480,8 @@ def test_eval_env_kwargs_replace_the_recorded_ones_and_are_parsed_as_trains(kwar
     monkeypatch.setattr(kwargs_env.Sized, "__init__", kwargs_env.init_without_kwargs)
     code, _, err = run_main(["eval", str(kwargs_run), "--env", "kwargs_env:Sized"], capsys)
     assert_one_line_error(code, err, "takes no argument 'size'",
-                          "(env kwargs {\"size\": 3} from the run's config.yaml; give others with --env-kwargs JSON, "
+                          "(env kwargs {\"size\": 3} recorded in "
+                          f"{kwargs_run}/checkpoints/step_000000000064.pt; give others with --env-kwargs JSON, "
                           "or --env-kwargs '{}' for none)")
     code, out, err = run_main(["eval", str(kwargs_run), "--env", "kwargs_env:Sized", "--env-kwargs", "{}", "--episodes", "1"], capsys)
     assert code == 0, err

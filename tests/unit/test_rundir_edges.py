@@ -156,9 +156,24 @@ def _edit(field: str, key: str, change):
 def test_resume_names_the_damaged_tensor_of_a_checkpoint(edit, field, problem, normalized_run, tmp_path, capsys):
     run = _copy(normalized_run, tmp_path)
     path = edit_checkpoint(run, edit)
-    code, _, err = run_main(["resume", str(run), "--total-timesteps", "256"], capsys)
+    # the file named: one line naming it and the tensor, nothing trained past it
+    code, _, err = run_main(["resume", str(path), "--total-timesteps", "256"], capsys)
     error_line(code, err, f"{path}: {field} {problem}", "damaged or was edited")
-    assert [p.name for p in ckpt.list_checkpoints(run)][-1] == path.name  # nothing trained past it
+    assert [p.name for p in ckpt.list_checkpoints(run)][-1] == path.name
+    # the run directory: its newest sound checkpoint, the damaged one set aside as a torn one is
+    code, _, err = run_main(["resume", str(run), "--total-timesteps", "256"], capsys)
+    assert code == 0, err
+    assert f"proxima: note: {path} is unusable ({field} {problem}" in err, err
+    assert f"resuming from {path.with_name('step_000000000128.pt')} instead" in err, err
+    assert path.with_name(path.name + ".corrupt").is_file()
+    assert [p.name for p in ckpt.list_checkpoints(run)][-2:] == ["step_000000000192.pt", "step_000000000256.pt"]
+
+
+def test_eval_refuses_a_negative_observation_variance(normalized_run, tmp_path, capsys):
+    run = _copy(normalized_run, tmp_path)
+    path = edit_checkpoint(run, _edit("obs_normalizer", "rms.var", lambda v: -v - 1))
+    code, _, err = run_main(["eval", str(path), "--episodes", "1"], capsys)
+    error_line(code, err, f"{path}: obs_normalizer.rms.var holds 4 negative value(s) of 4")
 
 
 def test_resume_names_the_first_weight_whose_shape_differs_from_the_recorded_config(normalized_run, tmp_path, capsys):
