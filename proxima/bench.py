@@ -9,8 +9,10 @@ no logger) and three things are timed on it:
   train     ``Trainer.train_iteration``: rollout + GAE + the update at the preset's epochs and
             minibatches, plus the once-per-iteration read the training loop does
 
-Each measurement is warmed up, then run ``--repeats`` times for about ``--seconds`` each; the
-table shows the median and the min-max over the repeats; ``--train-only`` times train alone (what a
+Each measurement is warmed up, then run ``--repeats`` times for about ``--seconds`` each (whole
+calls, at least one: a repeat of train is at least one iteration, however long); the table shows
+the median and the min-max over the repeats, the Markdown file how long the repeats really ran and
+the threads as the Trainer set them; ``--train-only`` times train alone (what a
 comparison of training throughput uses: the env and rollout measurements are a third of the time).
 Results go to the console (or one JSON object per line with ``--json``, which with ``--cudagraphs``
 also says whether every part was really replayed as a graph) and to a Markdown file that describes
@@ -48,6 +50,12 @@ class Line:
     #: with --cudagraphs, each part's state after the train measurement (graphs.part_states):
     #: 'graph' when it was replayed, 'eager: capture failed (...)' when its capture failed
     graphs: Optional[dict] = None
+    #: seconds each timed repeat took, per measure: what --seconds asked is a target, not a limit
+    seconds: dict = field(default_factory=dict)
+    #: how the Trainer ran on the CPU: torch intra-op threads, and whether actor and critic were
+    #: paired on a thread each (side_thread.pairs), which --threads alone does not say
+    intra_op: Optional[int] = None
+    paired: Optional[bool] = None
 
     @property
     def graphs_live(self) -> Optional[bool]:
@@ -71,8 +79,10 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(fn: Callable[[], None], steps_per_call: int, seconds: float, repeats: int, device) -> list:
-    """Warm ``fn`` up, then time ``repeats`` runs of about ``seconds`` each; steps/s per run."""
+def measure(fn: Callable[[], None], steps_per_call: int, seconds: float, repeats: int, device,
+            durations: Optional[list] = None) -> list:
+    """Warm ``fn`` up, then time ``repeats`` runs of about ``seconds`` each; steps/s per run.
+    ``durations``: a list that gets each run's seconds (a run is whole calls, at least one)."""
     warm_calls, warm_start, per_call = 0, time.perf_counter(), math.inf
     while True:  # at least 3 calls (lazy init, allocator, --cudagraphs capture) and 20% of the budget, unless one call is long
         _sync(device)
@@ -91,7 +101,10 @@ def measure(fn: Callable[[], None], steps_per_call: int, seconds: float, repeats
         for _ in range(calls):
             fn()
         _sync(device)
-        out.append(calls * steps_per_call / (time.perf_counter() - t0))
+        elapsed = time.perf_counter() - t0
+        out.append(calls * steps_per_call / elapsed)
+        if durations is not None:
+            durations.append(elapsed)
     return out
 
 
@@ -135,24 +148,46 @@ def bench_config(args, backend: str, num_envs: int):
 def check_line(args, backend: str, num_envs: int):
     """The PPOConfig of one line, validated and checked against free memory as train checks it
     (ConfigError before any buffer is allocated); ``run`` checks every line before measuring any."""
-    from .config import validate
+    from .config import ConfigError, validate
     from .device import resolve_device
     from .sizing import check_fits, env_probe
 
     cfg = bench_config(args, backend, num_envs)
-    validate(cfg)
-    check_fits(cfg, resolve_device(cfg.device), env_probe(cfg))
+    try:
+        validate(cfg)
+        check_fits(cfg, resolve_device(cfg.device), env_probe(cfg))
+    except ConfigError as e:
+        raise in_bench_flags(e, cfg) from None
     return cfg
+
+
+def in_bench_flags(e, cfg):
+    """``e`` (a ConfigError of validate or check_fits) in bench's words: those name train's
+    --num-minibatches and --hidden-sizes, which bench takes from the preset (--preset chooses it)."""
+    from .config import ConfigError
+
+    message = str(e)
+    if message.startswith("--num-minibatches "):  # validate: the minibatches do not divide the batch
+        m, batch = cfg.num_minibatches, cfg.num_envs * cfg.num_steps
+        return ConfigError(f"--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps} = {batch:,}: must be a multiple of the "
+                           f"preset's num_minibatches ({m}) and at least {2 * m} (2 rows per minibatch); "
+                           "choose other --num-envs or --num-steps, or another --preset")
+    if "--num-minibatches" in message or "--hidden-sizes" in message:  # check_fits' advice
+        return ConfigError(f"{message} (bench takes num_minibatches and hidden_sizes from the preset: choose another --preset)")
+    return e
 
 
 def bench_line(args, backend: str, num_envs: int) -> tuple:
     """Build a Trainer for (backend, num_envs) and time env, rollout and train on it."""
+    import torch
+
     from . import ppo
     from .trainer import Trainer
 
     cfg = check_line(args, backend, num_envs)
     trainer = Trainer(cfg, quiet=True)
-    line = Line(backend, num_envs)
+    # as the Trainer set them: --threads 2 may mean one intra-op thread each for actor and critic
+    line = Line(backend, num_envs, intra_op=torch.get_num_threads(), paired=trainer.side is not None)
     try:
         env, device = trainer.env, trainer.device
         actions = random_actions(env.single_action_space, num_envs, device)
@@ -173,7 +208,8 @@ def bench_line(args, backend: str, num_envs: int) -> tuple:
         batch = cfg.num_steps * num_envs
         for name, fn, steps in (("env", env_step, num_envs), ("rollout", rollout, batch), ("train", train, batch)):
             if name in measures_of(args):
-                line.samples[name] = measure(fn, steps, args.seconds, args.repeats, device)
+                line.seconds[name] = []
+                line.samples[name] = measure(fn, steps, args.seconds, args.repeats, device, line.seconds[name])
         if cfg.cudagraphs:
             from .graphs import trainer_graph_states
 
@@ -262,12 +298,14 @@ def json_line(line: Line, args, cfg, device) -> dict:
 
 
 def cpu_model() -> str:
-    from .tanh_cpu import cpuinfo
+    from .cpuinfo import cpuinfo
 
     return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
-def machine_lines(device, threads: int) -> list:
+def machine_lines(device, threads) -> list:
+    """The machine as a results file describes it; ``threads``: torch's intra-op threads (a count,
+    or threads_text's account of how bench's Trainers ran)."""
     import gymnasium
     import torch
 
@@ -275,13 +313,36 @@ def machine_lines(device, threads: int) -> list:
     rows = [f"- CPU: {cpu_model()}, {os.cpu_count()} logical cores ({usable} usable by this process)",
             f"- torch {torch.__version__}, gymnasium {gymnasium.__version__}, Python {platform.python_version()}, "
             f"{platform.system()} {platform.release()}",
-            f"- torch intra-op threads: {threads} (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})"]
+            f"- torch intra-op threads: {threads}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"]
     if torch.cuda.is_available():
         rows.append(f"- GPU: {torch.cuda.get_device_name(device if device.type == 'cuda' else 0)} "
                     f"(CUDA {torch.version.cuda}); this run used {device}")
     else:
         rows.append("- GPU: none available on this machine (CUDA numbers not measured)")
     return rows
+
+
+def threads_text(lines: list, asked: int) -> str:
+    """How the measured lines' Trainers ran, from what each recorded: '1', or with actor and critic
+    paired (side_thread.py) '1 each on two threads, actor and critic side by side ...' (--threads 2)."""
+    from .side_thread import MIN_ROWS
+
+    ran = sorted({(ln.intra_op, ln.paired) for ln in lines if ln.intra_op is not None})
+    if not ran:
+        return f"{asked} (--threads {asked}; no line was measured)"
+    return "; ".join(f"{n} each on two threads, actor and critic side by side for batches of {MIN_ROWS:,}+ rows "
+                     f"(--threads {asked})" if paired else str(n) for n, paired in ran)
+
+
+def repeats_text(lines: list, args) -> str:
+    """The repeats as they ran: their count and measured seconds (--seconds is a target: a repeat is
+    whole calls, at least one, and one train call is a whole iteration of T x num_envs steps)."""
+    spans = [x for ln in lines for xs in ln.seconds.values() for x in xs]
+    if not spans:
+        return f"{args.repeats} repeats"
+    took = f"{min(spans):.3g}-{max(spans):.3g} s" if max(spans) > min(spans) else f"{spans[0]:.3g} s"
+    return (f"{args.repeats} repeats of {took} each (measured; --seconds {args.seconds:g} asks for about that much, "
+            "but a repeat is at least one call, and one train call is one whole iteration)")
 
 
 def command_line(args) -> str:
@@ -320,11 +381,11 @@ def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime
         command_line(args),
         "```",
         "",
-        *machine_lines(device, args.threads),
+        *machine_lines(device, threads_text(lines, args.threads)),
         f"- load average (1 min) at start / end: {load[0]:.2f} / {load[1]:.2f}",
         f"- {desc}",
         "",
-        f"Steps per second, median (min-max) of {args.repeats} repeats of about {args.seconds:g} s each, after a warm-up. "
+        f"Steps per second, median (min-max) of {repeats_text(lines, args)}, after a warm-up. "
         "env: `env.step` with random actions, no policy; rollout: `collect_rollout` with the policy; "
         "train: `Trainer.train_iteration` (rollout + GAE + update). "
         "train x gym: the train median of the native or EnvPool backend over Gymnasium's at the same num_envs."
@@ -394,12 +455,13 @@ def parse_sizes(text: str, flag: str = "--num-envs") -> list:
     return sizes
 
 
-BACKENDS = ("native", "gymnasium", "envpool", "both")
+BACKENDS = ("auto", "native", "gymnasium", "envpool", "both")
 
 
 def backends_for(env_id: str, backend: str) -> list:
-    """The backends to measure: 'both' (native and Gymnasium where a native env exists), one
-    backend, or a comma-separated list such as 'envpool,gymnasium'; ValueError for an unknown one."""
+    """The backends to measure: 'both' (native and Gymnasium where a native env exists), 'auto' (the
+    one train and eval build by default), one backend, or a comma-separated list such as
+    'envpool,gymnasium'; ValueError for an unknown one."""
     from .envs import NATIVE_ENVS
 
     names = [b.strip() for b in backend.split(",") if b.strip()]
@@ -408,8 +470,22 @@ def backends_for(env_id: str, backend: str) -> list:
         raise ValueError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)} or a comma-separated list (envpool,gymnasium)")
     out = []
     for b in names:
-        out += (["native", "gymnasium"] if env_id in NATIVE_ENVS else ["gymnasium"]) if b == "both" else [b]
+        if b == "both":
+            out += ["native", "gymnasium"] if env_id in NATIVE_ENVS else ["gymnasium"]
+        else:
+            out.append(auto_backend(env_id) if b == "auto" else b)
     return list(dict.fromkeys(out))
+
+
+def auto_backend(env_id: str) -> str:
+    """The backend ``--backend auto`` builds for ``env_id`` (envs.make_env), by its name, so the table
+    says what ran: EnvPool for an Atari id when installed, else the native env when one exists, else
+    Gymnasium's. Accepted because make_env's errors, shared with train and eval, advise it."""
+    from .envs import NATIVE_ENVS, atari
+
+    if atari.game_name(env_id) is not None:
+        return "envpool" if atari.has_envpool() else "gymnasium"
+    return "native" if env_id in NATIVE_ENVS else "gymnasium"
 
 
 def accel_available() -> bool:
@@ -426,10 +502,12 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"{prog}: error: {message}\n")
         return 2
 
+    from .envs import EnvError
+
     try:
         sizes = parse_sizes(args.num_envs)
         backends = backends_for(args.env_id, args.backend)
-    except ValueError as e:
+    except (ValueError, EnvError) as e:  # EnvError: an id like Tennis-v5 that no installed package knows
         return fail(str(e))
     for name in ("repeats", "threads"):
         if getattr(args, name) < 1:
@@ -452,7 +530,6 @@ def run(args: argparse.Namespace) -> int:
 
     from .checkpoint import CheckpointError
     from .config import ConfigError
-    from .envs import EnvError
     from .device import resolve_device
 
     torch.set_num_threads(args.threads)
@@ -508,16 +585,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("env_id", metavar="ENV_ID", help="Gymnasium id or module:ClassName")
     p.add_argument("--num-envs", default=DEFAULT_SIZES, metavar="N1,N2,...", help=f"env counts to measure (default {DEFAULT_SIZES})")
     p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 or auto (default cpu)")
-    p.add_argument("--backend", default="both", metavar="{native,gymnasium,envpool,both}[,...]",
+    p.add_argument("--backend", default="both", metavar="{auto,native,gymnasium,envpool,both}[,...]",
                    help="env backend(s), comma separated (envpool,gymnasium for Atari); both = native and Gymnasium "
-                        "side by side where a native env exists (default both)")
+                        "side by side where a native env exists; auto = the one train uses by default (default both)")
     p.add_argument("--vector", default=None, choices=("sync", "async"),
                    help="Gymnasium vectorization for the gymnasium backend (default: the preset's, else sync)")
     p.add_argument("--preset", default=None, help="the env's preset to take the training settings from (default: its 'default')")
     p.add_argument("--num-steps", type=int, default=None, metavar="T", help="override the preset's steps per env per rollout")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement; the table shows median and min-max (default 3)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads, as train's --threads: with 2, actor and critic side by side for a discrete-action agent at 2,048+ rows (default 1)")
-    p.add_argument("--seconds", type=float, default=1.0, help="target time of one timed repeat (default 1.0)")
+    p.add_argument("--seconds", type=float, default=1.0, help="target time of one timed repeat: whole calls, at least one "
+                   "(a train call is one iteration, which may take longer); --out records the measured time (default 1.0)")
     p.add_argument("--max-gym-envs", type=int, default=4096,
                    help="skip the Gymnasium backend above this many envs; it steps envs one by one in Python (default 4096)")
     p.add_argument("--compile", action="store_true", help="torch.compile the acting and update steps (needs proxima.accel)")

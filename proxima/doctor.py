@@ -24,6 +24,7 @@ import sys
 from typing import Any, Callable
 
 from .config import install_hint
+from .cpuinfo import cpu_vendor
 
 TORCH_PIN = "2.13.0"
 
@@ -237,9 +238,10 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list) -> None:
     info["torch"] = str(torch.__version__)
     info["torch_threads"] = _probe(errors, "torch_threads", torch.get_num_threads)
     # which tanh the MLPs compute on this CPU (tanh_cpu: MKL's is slow where the CPU is not Intel's)
+    info["cpu_vendor"] = _probe(errors, "cpu_vendor", cpu_vendor) or None  # not tanh_cpu's: its import fails on a bad setting
     tanh_cpu = _probe(errors, "cpu_tanh", lambda: importlib.import_module("proxima.tanh_cpu"))
     if tanh_cpu is not None:
-        info["cpu_vendor"], info["cpu_tanh"] = tanh_cpu.cpu_vendor() or None, tanh_cpu.MODE
+        info["cpu_tanh"] = tanh_cpu.MODE
     cuda_built = _probe(errors, "torch_build", lambda: torch.version.cuda)
     hip_built = _probe(errors, "torch_build", lambda: getattr(torch.version, "hip", None))
     if cuda_built:

@@ -124,14 +124,18 @@ def run_env_id(run_dir: PathLike) -> str:
     return "unknown"
 
 
-def resolve_metric(name: str, available: Sequence[str]) -> str:
-    """Exact column name, or a unique short form (``value_loss`` for ``losses/value_loss``)."""
+def resolve_metric(name: str, available: Sequence[str], run_dir: Optional[PathLike] = None) -> str:
+    """Exact column name, or a unique short form (``value_loss`` for ``losses/value_loss``).
+    ``run_dir``: the run whose metrics.csv ``available`` was read from, which the error names (a
+    damaged file's header may be all that is left of it); the line still starts with the metric,
+    the usual cause being a --metric typo."""
     if name in available:
         return name
     short = [c for c in available if c.rsplit("/", 1)[-1] == name]
     if len(short) == 1:
         return short[0]
-    raise PlotError(f"unknown metric {name!r}; available: {', '.join(available)}")
+    where = f" in {Path(run_dir) / 'metrics.csv'}" if run_dir is not None else ""
+    raise PlotError(f"unknown metric {name!r}{where}; available: {', '.join(available)}")
 
 
 def load_curve(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -139,7 +143,7 @@ def load_curve(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = "step",
     if x not in X_COLUMNS:
         raise PlotError(f"--x {x!r}: choose one of {', '.join(X_COLUMNS)}")
     cols = read_metrics(run_dir)
-    name = resolve_metric(metric, list(cols))
+    name = resolve_metric(metric, list(cols), run_dir)
     xcol = X_COLUMNS[x]
     if xcol not in cols:
         raise PlotError(f"{Path(run_dir) / 'metrics.csv'}: no {xcol!r} column for --x {x}")
@@ -287,12 +291,12 @@ def usable_runs(run_dirs: Sequence[PathLike], metric: str, strict: Optional[bool
         strict = len(run_dirs) == 1
     if strict and len(run_dirs) == 1:  # the error as it is, without a "skipping" line
         d = check_run_dir(run_dirs[0])
-        return [d], resolve_metric(metric, list(read_metrics(d)))
+        return [d], resolve_metric(metric, list(read_metrics(d)), d)
     kept, name, first_error = [], None, None
     for d in run_dirs:
         try:
             cols = list(read_metrics(check_run_dir(d)))
-            this = resolve_metric(metric, cols)
+            this = resolve_metric(metric, cols, d)
             if name is not None and this != name:
                 raise PlotError(f"{metric!r} means {this} here, {name} in the first run")
         except PlotError as e:
@@ -374,7 +378,7 @@ def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = 
     if first is None:
         raise PlotError(f"{run_dir}: no member has a metrics.csv yet (was the population started?)")
     # members share one logger's columns: an unknown metric fails once, not once per member
-    name = resolve_metric(metric, list(read_metrics(first)))
+    name = resolve_metric(metric, list(read_metrics(first)), first)
     curves, not_drawn = [], []
     for s in settings:
         left = {d.name: s.diverged[d.name] for _, d in s.members if d.name in s.diverged}

@@ -671,16 +671,24 @@ def estimate_bytes(cfg: PPOConfig, members: int, obs_size: int, act_size: int, n
 
 
 def check_population_fits(cfg: PPOConfig, members: int, device: torch.device, probe=None) -> None:
-    """Refuse a population that surely does not fit in ``device``'s free memory, before allocating."""
+    """Refuse a population that surely does not fit in ``device``'s free memory, before allocating.
+
+    The end-of-run evaluation's envs (sizing.eval_bytes: E = --eval-episodes) count once: it runs
+    while the population is held, member by member (E envs at a time), or, where it can, all members
+    in one native env of P x E rows (Population.evaluate_members): at least E envs either way."""
     from .diskspace import human_bytes
-    from .sizing import free_memory
+    from .sizing import eval_bytes, free_memory
 
     free = free_memory(device)
     if free is None:
         return
     sizes = probe() if probe is not None else (1, 1, True)
     obs_size, act_size, native = sizes
-    need = estimate_bytes(cfg, members, obs_size, act_size, native, getattr(sizes, "layout", None))
+    evals = eval_bytes(cfg, obs_size, native)
+    need = estimate_bytes(cfg, members, obs_size, act_size, native, getattr(sizes, "layout", None)) + evals
+    if need > free and evals >= need / 2:  # the evaluation's envs are what does not fit (--eval-episodes 10**11)
+        raise ConfigError(f"--eval-episodes {cfg.eval_episodes:,}: the evaluation builds one env per episode, ~{human_bytes(evals)} "
+                          f"on {device} (~{human_bytes(need)} in all), {human_bytes(free)} free; lower --eval-episodes")
     if need > free:
         raise ConfigError(f"--seeds/--sweep: {members} members x {cfg.num_envs} envs x {cfg.num_steps} steps needs "
                           f"~{human_bytes(need)} on {device}, {human_bytes(free)} free; train fewer members at once "

@@ -6,11 +6,12 @@ actions, log-probs, values, rewards, flags), the update's per-sample tensors (ad
 bootstrap values, the permutation, the critic's activations over the batch) and the envs' own state
 (torch-native: a few numbers per env; Gymnasium: a Python object per env, counted as 20 KB), and
 check_fits adds the evaluation's envs (one per --eval-episodes episode, built while the buffers
-are held). The observation is sized as the env's tensor is (``env.obs_shape``: a Dict's keys
-packed side by side; uint8 images and all-uint8 Dicts at one byte an entry unless --norm-obs
-stores floats), and the network as the config builds it for that observation (``--encoder``: the
-Nature CNN's weights and feature maps for an image, the MLPs on its features). It is a lower
-bound of the real footprint, so only runs that surely cannot fit are refused.
+are held). The observation is sized as the env's tensor is, read from one env that check_fits
+builds (``env.obs_shape``: a Dict's keys packed side by side; uint8 images and all-uint8 Dicts at
+one byte an entry unless --norm-obs stores floats), and the network as the config builds it for
+that observation (``--encoder``: the Nature CNN's weights and feature maps for an image, the MLPs
+on its features). It is a lower bound of the real footprint, so only runs that surely cannot fit
+are refused.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ from .diskspace import human_bytes
 
 #: bytes of one Gymnasium env instance (a Python object with its spaces and RNG), a conservative guess
 GYM_ENV_BYTES = 20_000
-#: below this fraction of the free memory even the smallest per-sample cost cannot matter: no probe env
-QUICK_FRACTION = 0.01
 
 
 def free_memory(device: torch.device) -> Optional[int]:
@@ -157,14 +156,13 @@ def minibatch_rows(cfg: PPOConfig) -> int:
 def check_fits(cfg: PPOConfig, device: torch.device, probe=None) -> None:
     """Raise ConfigError when the run surely does not fit in the free memory of ``device``.
 
-    probe(): (obs_size, act_size, native) of the env, called only when the batch is large enough
-    to matter (building one env to learn its sizes is skipped for ordinary runs).
+    probe(): (obs_size, act_size, native) of the env (env_probe builds one), called whenever the
+    free memory is known: no size of the run without the env's bounds its cost, since one
+    observation may hold any number of values (an Atari frame stack 28,224, a camera millions),
+    and one env costs little next to the N the run builds next.
     """
     free = free_memory(device)
     if free is None:
-        return
-    smallest = estimate_bytes(cfg, 1, 1, native=True) + eval_bytes(cfg, 1, native=True) + network_bytes(cfg, 1, 1)
-    if smallest < QUICK_FRACTION * free:
         return
     sizes = probe() if probe is not None else (1, 1, True)
     obs_size, act_size, native = sizes
@@ -182,16 +180,38 @@ def check_fits(cfg: PPOConfig, device: torch.device, probe=None) -> None:
                               f"{cfg.num_minibatches} = {minibatch_rows(cfg):,} rows) needs ~{human_bytes(activations)} of "
                               f"activations on {device} (~{human_bytes(buffers + nets)} in all), {human_bytes(free)} free; "
                               f"raise --num-minibatches, or lower {lower}")
+        if 2 * cnn_weight_bytes(cfg, layout) > weights:  # the CNN's (the image size), not the MLPs' (--hidden-sizes)
+            raise ConfigError(cnn_refusal(cfg, layout, device, weights, nets, free))
         raise ConfigError(f"--hidden-sizes {','.join(map(str, cfg.hidden_sizes))}: the actor and critic need ~{human_bytes(nets)} "
                           f"on {device} (weights, gradients, Adam state, activations), {human_bytes(free)} free; lower --hidden-sizes")
     if evals >= buffers / 2:  # the evaluation's envs are what does not fit (--eval-episodes 10**11)
         raise ConfigError(f"--eval-episodes {cfg.eval_episodes:,}: the evaluation builds one env per episode, ~{human_bytes(evals)} "
                           f"on {device} (~{human_bytes(buffers + nets)} in all), {human_bytes(free)} free; lower --eval-episodes")
     # the critic's activations over the whole batch grow with the layer widths too
-    wide = cfg.num_steps * cfg.num_envs * sum(cfg.hidden_sizes) * 4 >= buffers / 2
+    wide = cfg.num_steps * cfg.num_envs * sum(_mlp_hidden(cfg, layout)) * 4 >= buffers / 2
     lower = "--num-envs, --num-steps or --hidden-sizes" if wide else "--num-envs or --num-steps"
     raise ConfigError(f"--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}: needs ~{human_bytes(buffers + nets)} on {device}, "
                       f"{human_bytes(free)} free; lower {lower}")
+
+
+def cnn_weight_bytes(cfg: PPOConfig, layout) -> int:
+    """The Nature CNNs' part of network_terms's weights (4 copies of float32 parameters); 0 without one."""
+    if layout is None or not layout.has_image or _encoder(cfg, layout) != "cnn":
+        return 0
+    return 4 * 4 * sum(_cnn_terms(part)[0] for part in layout.parts if part.layout is not None)
+
+
+def cnn_refusal(cfg: PPOConfig, layout, device: torch.device, weights: int, nets: int, free: int) -> str:
+    """The line for a CNN that does not fit, its weights the larger part: the Nature CNN's linear layer
+    has 64 x h' x w' x 512 weights (h', w': the image's height and width over about 8), so the image
+    size is what to lower; fewer rows (--num-envs, --num-steps) help only when the weights alone fit."""
+    images = ", ".join(str(part.shape) for part in layout.parts if part.layout is not None)
+    fix = "downscale the env's images (the Nature CNN was made for 84x84)"
+    if weights < free:
+        fix += ", or lower --num-envs or --num-steps" if cfg.num_steps > 1 else ", or lower --num-envs"
+    return (f"{images} images through the Nature CNN: the actor and critic need ~{human_bytes(nets)} on {device} "
+            f"(~{human_bytes(weights)} of weights, gradients and Adam state, which grow with the image size), "
+            f"{human_bytes(free)} free; {fix}")
 
 
 def env_probe(cfg: PPOConfig):

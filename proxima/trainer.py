@@ -489,7 +489,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
 
             validate(config, dctx.world_size)
             check_fits(config, dctx.device_for(config.device), env_probe(config))  # before anything is allocated
-            if not resumed and not quiet and dctx.is_main and "total_timesteps" in (overrides or {}):
+            # under --quiet too: a warning that the run trains other than typed, not a summary line
+            if not resumed and dctx.is_main and "total_timesteps" in (overrides or {}):
                 _note_whole_iterations(config, dctx.world_size)
             trainer = Trainer(config, run_dir=run_dir, resume_state=state, argv=argv, quiet=quiet)
             if not resumed:  # the env built: now take the directory (nothing is written before this)
@@ -549,7 +550,8 @@ def set_fields(config: PPOConfig) -> dict:
 
 
 def _note_whole_iterations(cfg: PPOConfig, world_size: int) -> None:
-    """A note on stderr when a typed --total-timesteps is not a whole number of iterations: what trains."""
+    """A note on stderr when a typed --total-timesteps is not a whole number of iterations: what trains
+    (train, --quiet included, and train --dry-run, whose config shows the total as typed)."""
     per = batch_size(cfg) * world_size
     if cfg.total_timesteps % per:
         steps = num_iterations(cfg, world_size) * per

@@ -97,7 +97,7 @@ class RLHFConfig:
     print_every: int = _f(10, "Print a progress line every N steps (0: quiet).")
     sample_every: int = _f(10, "Log sample generations as text every N steps (0: never).")
     samples_logged: int = _f(4, "Number of generations in each logged sample.")
-    checkpoint_every: int = _f(50, "Write a checkpoint every N steps (0: only at the end).")
+    checkpoint_every: int = _f(50, "Write a checkpoint every N steps (0: none by step count; the end of the run, a stop by SIGINT or SIGTERM, and a reward function that fails in a run of one process still write one).")
     keep_checkpoints: int = _f(3, "Keep the last K checkpoints.")
     plot: bool = _f(True, "Write curve.png (reward and KL) into the run directory at the end.")
 
