@@ -9,9 +9,13 @@ no ``.item()``, ``.cpu()``, ``.numpy()`` or Python lists inside an iteration)::
 On CUDA it is ``torch.cuda.set_sync_debug_mode("error")``: the CUDA runtime itself reports every
 synchronizing call. On CPU nothing ever "syncs", so the guard catches the Python-side reads that
 would sync on an accelerator: it patches the ``torch.Tensor`` methods that turn a tensor value into
-a Python value or a host copy (``item``, ``__bool__``, ``__int__``, ``__float__``, ``__index__``,
-``__format__``, ``__array__``, ``tolist``, ``numpy``, ``cpu`` and ``to`` with an explicit CPU target)
-so that they raise :class:`HostSyncError`. Calls made by torch's own Python code (the optimizer
+a Python value or a host copy (``item``, ``__bool__``, ``__int__``, ``__float__``, ``__complex__``, ``__index__``,
+``__format__``, ``__repr__`` (``str`` too), ``__array__``, ``tolist``, ``numpy``, ``cpu``, ``equal``,
+``allclose``, ``is_nonzero`` and ``to`` with an explicit CPU target), and the functions
+``torch.equal``, ``torch.allclose`` and ``torch.is_nonzero``, so that they raise
+:class:`HostSyncError`. Ops whose output shape depends on the data (``nonzero``, indexing with a
+boolean mask, ``masked_select``) sync on an accelerator too but read no value into Python: the CPU
+guard does not see them (the CUDA mode does), so a CPU-only test is no proof for those. Calls made by torch's own Python code (the optimizer
 reading its CPU step counter, for instance) are let through: whether those sync is for the CUDA
 mode to judge, and on CPU they are not a property of the code under test. So is ``numpy()`` from
 ``proxima/tanh_cpu.py``: a view of a CPU tensor's memory that numpy's tanh writes in place, taken
@@ -42,7 +46,11 @@ import torch
 __all__ = ["HostSyncError", "forbid_host_sync", "HostTensorError", "forbid_host_tensors"]
 
 #: Tensor methods that hand a tensor's value to Python (or to host memory).
-VALUE_READS = ("item", "__bool__", "__int__", "__float__", "__index__", "__format__", "__array__", "tolist", "numpy", "cpu")
+VALUE_READS = ("item", "__bool__", "__int__", "__float__", "__complex__", "__index__", "__format__", "__repr__", "__array__",
+               "tolist", "numpy", "cpu", "equal", "allclose", "is_nonzero")
+
+#: torch functions that compare or test tensor values into a Python bool
+VALUE_READ_FUNCTIONS = ("equal", "allclose", "is_nonzero")
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
@@ -63,7 +71,8 @@ def _where(depth: int = 2) -> str:
 
 
 def _raise(name: str) -> None:
-    raise HostSyncError(f"host sync in a forbid_host_sync() block: Tensor.{name}() at {_where(3)}; "
+    what = name if name.startswith("torch.") else f"Tensor.{name}"
+    raise HostSyncError(f"host sync in a forbid_host_sync() block: {what}() at {_where(3)}; "
                         "keep the value a tensor (torch.where, in-place ops) and read it once per iteration")
 
 
@@ -109,12 +118,17 @@ def _guarded_to(original):
 def _patched_tensor_methods() -> Iterator[None]:
     cls = torch.Tensor
     saved = {name: cls.__dict__.get(name) for name in (*VALUE_READS, "to")}
+    saved_functions = {name: getattr(torch, name) for name in VALUE_READ_FUNCTIONS}
     try:
         for name in VALUE_READS:
             setattr(cls, name, _guarded(name, getattr(cls, name)))
         cls.to = _guarded_to(cls.to)
+        for name, function in saved_functions.items():
+            setattr(torch, name, _guarded(f"torch.{name}", function))
         yield
     finally:
+        for name, function in saved_functions.items():
+            setattr(torch, name, function)
         for name, own in saved.items():
             if own is None:  # inherited from torch._C.TensorBase: drop the patch to expose it again
                 if name in cls.__dict__:

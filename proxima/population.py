@@ -289,7 +289,7 @@ class Population:
         self.advantages_buf.copy_(adv)
         self.returns_buf.copy_(ret)
         values, returns = to_members(ro.values, P), to_members(ret, P)
-        return 1 - (returns - values).var(dim=1) / returns.var(dim=1)
+        return ppo.explained_variance(values, returns, dim=1)
 
     def update(self) -> dict:
         """ppo.update over every member; a member stopped by its target_kl skips the rest (its loss
@@ -428,6 +428,7 @@ class Population:
         parts (a CUDA graph cannot raise); the search runs only on failure. A member recorded as
         diverged (diverged_at) is not reported again: it acts on frozen weights, and its env may go on
         returning NaN."""
+        from .envs.gym_adapter import check_env_cmd
         from .guards import first_bad, fmt_values
 
         ro, P = self.rollout, self.members
@@ -453,7 +454,7 @@ class Population:
                      "reward": lambda: fmt_values(ro.raw_rewards[t, row])}[field]()
             name = f" ({member_names[p]})" if member_names else ""
             out.append((p, f"non-finite {field} {value} from env {n} of member {p}{name} at step {step:,} of that member; "
-                           f"check the env's step() with: proxima check-env {self.cfg.env_id}"))
+                           f"check the env's step() with: {check_env_cmd(self.cfg.env_id, self.cfg.env_kwargs)}"))
         return out
 
     def mark_diverged(self, member: int, reason: str, iteration: Optional[int] = None) -> None:

@@ -126,7 +126,17 @@ def test_a_deliberate_item_inside_the_guard_raises(device):
     lambda t: t.to("cpu"),
     lambda t: t.to(device="cpu"),
     lambda t: f"{t:.3f}",
-], ids=["item", "bool", "float", "int", "index", "tolist", "numpy", "np.asarray", "cpu", "to-cpu", "to-device-kw", "format"])
+    lambda t: complex(t),
+    lambda t: repr(t),
+    lambda t: str(t),
+    lambda t: t.equal(t),
+    lambda t: torch.equal(t, t),
+    lambda t: t.allclose(t),
+    lambda t: torch.allclose(t, t),
+    lambda t: t.is_nonzero(),
+    lambda t: torch.is_nonzero(t),
+], ids=["item", "bool", "float", "int", "index", "tolist", "numpy", "np.asarray", "cpu", "to-cpu", "to-device-kw", "format",
+        "complex", "repr", "str", "equal", "torch.equal", "allclose", "torch.allclose", "is_nonzero", "torch.is_nonzero"])
 def test_every_python_read_of_a_value_raises_on_cpu(read):
     t = torch.tensor(1.0)
     with forbid_host_sync("cpu"):
@@ -135,7 +145,8 @@ def test_every_python_read_of_a_value_raises_on_cpu(read):
 
 
 def test_device_agnostic_ops_pass_and_methods_are_restored_on_cpu():
-    originals = {name: getattr(torch.Tensor, name) for name in ("item", "__bool__", "__index__", "cpu", "to", "numpy")}
+    originals = {name: getattr(torch.Tensor, name) for name in ("item", "__bool__", "__index__", "__repr__", "cpu", "to", "numpy", "equal")}
+    functions = {name: getattr(torch, name) for name in ("equal", "allclose", "is_nonzero")}
     t = torch.arange(4.0)
     with forbid_host_sync("cpu"):
         assert t.to(torch.float64).dtype == torch.float64  # a dtype change reads nothing
@@ -143,9 +154,11 @@ def test_device_agnostic_ops_pass_and_methods_are_restored_on_cpu():
         torch.where(t > 1, t, torch.zeros_like(t)).sum_to_size(1)
         # tanh_cpu's numpy view of a CPU tensor's memory (no value read) is let through; the same
         # t.numpy() from any other file raises (test_every_python_read_of_a_value_raises_on_cpu)
-        assert torch.allclose(tanh_cpu.numpy_tanh(t), torch.tanh(t), rtol=1e-6, atol=0)
+        y = tanh_cpu.numpy_tanh(t)
+    assert torch.allclose(y, torch.tanh(t), rtol=1e-6, atol=0)
     for name, method in originals.items():
         assert getattr(torch.Tensor, name) is method
+    assert {name: getattr(torch, name) for name in functions} == functions  # the functions are back too
     assert t.sum().item() == 6.0
 
 

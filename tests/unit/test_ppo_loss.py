@@ -152,3 +152,22 @@ def test_nan_at_masked_out_entries_does_not_leak():
     out["loss"].backward()
     assert torch.isfinite(new_logprob.grad).all()
     assert (new_logprob.grad[~mask] == 0).all()
+
+
+def test_explained_variance_is_nan_where_the_returns_do_not_vary_even_after_float32_rounding():
+    from proxima.ppo import explained_variance
+
+    values = torch.tensor([0.1, 0.2, 0.3])
+    returns = torch.tensor([2.0, 1.0, 3.0])
+    expected = 1 - (returns - values).var() / returns.var()
+    assert torch.allclose(explained_variance(values, returns), expected)
+    assert torch.isnan(explained_variance(values, torch.ones(3)))  # Var(returns) == 0: CleanRL's NaN, not -inf
+    # a one-step env of constant reward 1: returns = advantages + values in float32 are 1 up to rounding (an ulp)
+    values = torch.linspace(0.3, 0.9, 64)
+    returns = 1.0 + (torch.arange(64) % 2) * torch.finfo(torch.float32).eps
+    assert returns.var() > 0  # the rounding variance the old formula divided by (logged -3e13)
+    assert torch.isnan(explained_variance(values, returns))
+    # a population's per-member values along dim 1: the same rule per member
+    both = explained_variance(torch.stack([values, torch.tensor([0.1, 0.2, 0.3]).repeat(22)[:64]]),
+                              torch.stack([returns, torch.arange(64.0)]), dim=1)
+    assert torch.isnan(both[0]) and torch.isfinite(both[1])
