@@ -15,6 +15,7 @@ captures whole parts of the iteration (eager or compiled) into CUDA graphs of it
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -34,16 +35,23 @@ def compile_cache_dir() -> Path:
 
 
 def accelerate(trainer):
-    """Return (policy_step, grad_step) for the trainer's agent and optimizer, compiled."""
+    """Return (policy_step, grad_step) for the trainer's agent and optimizer, compiled.
+
+    Process-wide: $TORCHINDUCTOR_CACHE_DIR is set for the rest of the process when unset (inductor
+    reads it whenever it loads or writes a kernel, so it is not put back: kernels compiled here and
+    loaded later must stay in one place); under --deterministic inductor's ``fallback_random`` is on
+    for the trainer's life only (``trainer.close()`` puts the caller's value back)."""
     cfg = trainer.cfg
     # a stable on-disk cache (torch's default lives under /tmp, which many machines wipe at boot);
     # set before the first compilation reads it
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(compile_cache_dir()))
     if cfg.deterministic:
         # inductor draws random numbers from its own generator by default; fall back to torch's so a
-        # compiled run samples exactly what the eager run samples (compiled == eager, resume exact)
+        # compiled run samples exactly what the eager run samples (compiled == eager, resume exact).
+        # Read when a function is compiled, which happens during the run (the first calls)
         import torch._inductor.config as inductor_config
 
+        trainer._undo.append(partial(setattr, inductor_config, "fallback_random", inductor_config.fallback_random))
         inductor_config.fallback_random = True
     mode = cfg.compile_mode
     if mode == "default":

@@ -1030,7 +1030,14 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
                               f"proxima eval {run}/<member dir>")
     for folder in data_folders(state["path"]):
         treat_as_data(folder)
-    agent, obs_norm, obs_space, act_space = build_agent(state, device)
+    # building the Agent runs its random initialization before the file's weights replace it: on a fork
+    # of the caller's RNG, so loading a policy leaves the caller's draws as they were. The Agent is
+    # built on torch's default device (the CPU unless the caller changed it) and then moved to
+    # ``device``: that device's generator is the one drawn from
+    built_on = torch.get_default_device()
+    cuda = [built_on.index if built_on.index is not None else torch.cuda.current_device()] if built_on.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        agent, obs_norm, obs_space, act_space = build_agent(state, device)
     recorded = str(state["config"].get("env_id", ""))
     trusted = env_id is not None or trust_env or not imports_code(recorded)
     return Policy(agent, obs_norm, state["config"], obs_space, act_space, device, state["path"], env_id=env_id, env_trusted=trusted,

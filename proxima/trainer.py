@@ -5,12 +5,14 @@ a checkpoint holds and the run directory's files live in train_state.py.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
 import signal
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Optional
 
@@ -36,6 +38,11 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def flush_denormal_on() -> bool:
+    """Whether this thread flushes denormal floats to zero (torch.set_flush_denormal has no getter)."""
+    return float(torch.tensor([1e-39]) * 1.0) == 0.0  # a float32 denormal
+
+
 # ------------------------------------------------------------------------------------------------
 class Trainer:
     """Owns the state of one run (TrainState of DESIGN.md) and runs its iterations."""
@@ -47,33 +54,45 @@ class Trainer:
         self.dist = distributed.context()
         validate(cfg, self.dist.world_size)
         self.cfg, self.quiet = cfg, quiet
+        self.device = self.dist.device_for(cfg.device)  # under torchrun: cuda:LOCAL_RANK or cpu
+        check_device_flags(cfg, self.device, self.dist.world_size)  # before anything process-wide is changed
+        # the caller's process-wide settings this trainer changes, each a callable that puts the caller's
+        # value back: close() calls them (a notebook or sweep runs on in the same process)
+        self._undo = [partial(torch.set_num_threads, torch.get_num_threads()), partial(torch.set_flush_denormal, flush_denormal_on())]
+        self.env, self.side = None, None
+        try:
+            self._build(run_dir, resume_state, argv)
+        except BaseException:  # Ctrl-C in a notebook too: no env workers, side thread or changed settings outlive the error
+            self.close()
+            raise
+
+    def _build(self, run_dir: Optional[Path], resume_state: Optional[dict], argv: Optional[list]) -> None:
+        """The rest of __init__: env, agent, optimizer, buffers and the iteration's parts (close() undoes it on an error)."""
+        cfg = self.cfg
         # one thread until the agent is built: its orthogonal initialization (a QR) computes other bits
         # with two, and the initial parameters should not depend on --threads; cfg.threads is set below
         torch.set_num_threads(1)
         # 1.2x more training steps/s at 4,096 CartPole envs on this project's Xeon (docs/performance.md);
-        # process-wide, so close() turns it off again (a no-op where the CPU has no such mode)
-        self._flush_denormal = bool(cfg.flush_denormal) and torch.set_flush_denormal(True)
-        self.device = self.dist.device_for(cfg.device)  # under torchrun: cuda:LOCAL_RANK or cpu
+        # process-wide, so set either way (a run computes as its config says, whatever mode the caller
+        # left) and put back by close() (a no-op where the CPU has no such mode)
+        self._flush_denormal = torch.set_flush_denormal(bool(cfg.flush_denormal)) and bool(cfg.flush_denormal)
         if cfg.keep_host_memory and self.device.type == "cpu":  # process-wide, one-way (hostmem.py)
             hostmem.keep_freed_memory()
-        check_device_flags(cfg, self.device, self.dist.world_size)
         if self.device.type == "cuda":
             # CPU kernels used here are deterministic for a fixed thread count already (the resume and
             # seed tests check it bit for bit); the switch itself costs seconds of imports (torch._inductor)
+            self._undo.append(partial(torch.use_deterministic_algorithms, torch.are_deterministic_algorithms_enabled(),
+                                      warn_only=torch.is_deterministic_algorithms_warn_only_enabled()))
             torch.use_deterministic_algorithms(cfg.deterministic, warn_only=True)
         rank_seed = cfg.seed + 10_000 * self.dist.rank  # each rank its own envs and samples
         seed_everything(rank_seed)
         self.env: BatchedEnv = make_env(cfg.env_id, cfg.num_envs, self.device, cfg.backend, cfg.vector, seed=rank_seed,
                                          env_kwargs=cfg.env_kwargs)
         obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
-        try:
-            self.agent = Agent(obs_space, act_space, cfg.hidden_sizes, cfg.activation, cfg.encoder).to(self.device)
-            from .run_setup import check_norm_obs
+        self.agent = Agent(obs_space, act_space, cfg.hidden_sizes, cfg.activation, cfg.encoder).to(self.device)
+        from .run_setup import check_norm_obs
 
-            check_norm_obs(cfg, self.agent.has_pixels)  # the library's own guard (preflight checks it first for the CLI)
-        except ConfigError:
-            self.env.close()  # env subprocesses (--vector async, EnvPool threads) end with the error
-            raise
+        check_norm_obs(cfg, self.agent.has_pixels)  # the library's own guard (preflight checks it first for the CLI)
         cfg.encoder = self.agent.encoder_kind  # config.yaml and checkpoints record the encoder used, not "auto"
         self.model = self.dist.wrap(self.agent)
         # detail 3 (eps 1e-5); the learning rate is a tensor annealed in place, so a compiled or
@@ -316,8 +335,6 @@ class Trainer:
 
     def _evaluate_on_main(self) -> tuple:
         """(mean return, std, best mean so far, whether this one is a new best): rank 0's evaluation."""
-        import copy
-
         from .evaluate import evaluate
 
         cfg, rng = self.cfg, ckpt.rng_state()
@@ -342,12 +359,24 @@ class Trainer:
         return bool(self.dist.from_main(lambda: due)) if self.dist.enabled else due
 
     def close(self) -> None:
-        self.env.close()
-        if self.side is not None:
-            self.side.close()
-        if self._flush_denormal:  # leave the process as we found it (FTZ is off by default)
-            torch.set_flush_denormal(False)
-            self._flush_denormal = False
+        """End the env (its worker processes) and the side thread, and put back the caller's process-wide
+        settings (thread count, flush-denormal mode, --compile's inductor switch). Also called by a
+        failed __init__, on what it had built.
+
+        Drops what refers back to the trainer (the EnvGuard, the iteration's parts): without that cycle
+        the trainer and its env are freed as soon as the caller lets go of them (train() returns), an
+        async env's pipes and shared memory with them, not whenever the cycle collector next runs (a
+        sweep of async runs ran out of file descriptors). The agent, its state and save() stay usable."""
+        self._guard = None
+        self.parts = self._rollout = self._advantages = self._update = None
+        try:
+            if self.env is not None:
+                self.env.close()
+        finally:
+            if self.side is not None:
+                self.side.close()
+            while self._undo:  # the last change first
+                self._undo.pop()()
 
 
 class ReturnTarget:
@@ -454,7 +483,10 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     A run directory belongs to one run (proxima/rundir.py): a new run refuses a directory that
     holds files unless ``overwrite`` (the old one is moved aside); the trainer holds the directory's
     lock for its life, so a second trainer or a resume of a live run stops with "run R is in use by
-    pid P". A new run that fails before finishing its first iteration leaves no directory behind.
+    pid P". A new run that fails before finishing its first iteration leaves no directory behind
+    (a KeyboardInterrupt from the env's code included). ``config`` is not changed (the run works on a
+    copy), and the global random, numpy and torch RNG streams are as the caller left them when this
+    returns or raises.
 
     resume: None (fresh run), a checkpoint file or run directory to continue from ("auto" resumes
     from ``run_dir`` when it holds a checkpoint, else starts it afresh). A resumed run continues in
@@ -474,8 +506,13 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     from .run_setup import diagnose_failure, resolve_start
     from .rundir import RunSession
 
+    if config is not None:  # the run resolves fields (encoder "auto") in its own copy: the caller's may train the next env
+        config = copy.copy(config)  # shallow: nothing writes into a field's list or dict (copy.copy keeps _sources)
     if resume is not None and config is not None and overrides is None:
         overrides = set_fields(config)  # the Python API's resume: its config is not silently dropped
+    # the run seeds the global random, numpy and torch RNGs for its own draws; the caller's streams
+    # (a random search's next draw) go on from where they were once train() returns or raises
+    caller_rng = ckpt.rng_state()
     dctx = distributed.context()
     session = RunSession()  # rank 0's lock on the run directory
     trainer, resumed, out_dir = None, False, None
@@ -530,12 +567,17 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             if problem is not e:
                 raise problem from None
             raise
+        except BaseException:  # KeyboardInterrupt raised by the env's own code (a notebook), SystemExit: as it came
+            if trainer is None or trainer.iteration == 0:
+                session.discard_fresh()  # as for an error: no half-written run blocks the same call again
+            raise
         finally:
             outside.__exit__()
             if trainer is not None:
                 trainer.close()
     finally:
         session.release()
+        ckpt.set_rng_state(caller_rng)
     return out_dir, trainer.agent
 
 

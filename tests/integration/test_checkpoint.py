@@ -72,7 +72,8 @@ def test_checkpoint_holds_the_whole_train_state_and_keeps_the_last_k(tmp_path):
     assert state["iteration"] == 5 and state["global_step"] == 5 * STEPS
     assert {"proxima", "torch", "python", "numpy", "gymnasium"} <= set(state["versions"])
     resolved = {k: v for k, v in state["config"].items() if k != "run_dir"}
-    assert resolved == {k: v for k, v in cfg.to_dict().items() if k != "run_dir"}  # the resolved config
+    # the resolved config: the caller's, with --encoder auto resolved (train() leaves the caller's object as given)
+    assert resolved == {**{k: v for k, v in cfg.to_dict().items() if k != "run_dir"}, "encoder": "mlp"}
     assert state["lr_schedule"]["iteration"] == 5 and state["lr_schedule"]["num_iterations"] == 5
     assert state["optimizer"]["state"] and "lr" in state["optimizer"]["param_groups"][0]
     assert state["obs_normalizer"]["rms.count"] > 5 * STEPS  # statistics, not fresh ones
