@@ -261,6 +261,9 @@ class Trainer:
                     self.elapsed = time.perf_counter() - t_start
                     sps = self.steps_per_iteration / max(time.perf_counter() - t_iter, 1e-9)
                     row = _metric_row(metrics, sps, self.optimizer, self.elapsed)
+                    # --stop-return: every rank reads the same all-reduced episode sums, so all stop here. Added
+                    # before an evaluation, whose best.pt holds the window: resumed from, it stops where this run does
+                    self.stopped_at_return = target.add(float(metrics["ep_return_sum"]), int(metrics["ep_count"]))
                     if self._eval_due():  # every rank: rank 0 evaluates, all write best.pt (their pieces)
                         row.update(self._evaluate_now())
                     if self.logger is not None:
@@ -269,8 +272,6 @@ class Trainer:
                         self._drop_stale_eval()
                     periodic = (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0) or self._checkpoint_due()
                     signum = self.dist.agree_stop(stop.signum)  # all ranks stop at the same iteration
-                    # --stop-return: every rank reads the same all-reduced episode sums, so all stop here
-                    self.stopped_at_return = target.add(float(metrics["ep_return_sum"]), int(metrics["ep_count"]))
                     done = self.iteration == self.num_iterations or self.stopped_at_return is not None
                     if periodic or signum or done:
                         last_ckpt = self.last_checkpoint = self.save() or last_ckpt

@@ -212,3 +212,21 @@ def test_eval_json_prints_the_result_when_the_video_fails_after_the_episodes(run
     error_line(code, err, f"--video {tmp_path / 'ep.gif'}: could not write the video", "the evaluation itself ran")
     result = json.loads(out)
     assert result["episodes"] == 2 and len(result["returns"]) == 2 and "video" not in result
+
+
+def test_best_pt_holds_its_iterations_stop_return_episodes_so_a_resume_from_it_stops_there(tmp_path, capsys):
+    # a random CartPole policy ends ~25 episodes in 512 steps: --stop-return 10 over 20 stops at iteration 1,
+    # the iteration whose evaluation wrote best.pt
+    run = tmp_path / "run"
+    code, _, err = run_main(["train", "CartPole-v1", "--run-dir", str(run), "--num-envs", "4", "--num-steps", "128",
+                             "--total-timesteps", "2048", "--eval-every", "512", "--eval-episodes", "2", "--stop-return", "10",
+                             "--stop-episodes", "20", "--threads", "1", "--no-progress", "--quiet"], capsys)
+    assert code == 0, err
+    best = run / "checkpoints" / "best.pt"
+    window = ckpt.load_checkpoint(best)["return_window"]
+    assert window == ckpt.load_checkpoint(run / "checkpoints" / "step_000000000512.pt")["return_window"] and window, window
+    rows, evaluation = (run / "metrics.csv").read_text(), (run / "eval.json").read_text()
+    code, _, err = run_main(["resume", str(best), "--quiet"], capsys)
+    assert code == 0, err
+    assert "the run stopped at --stop-return 10" in err, err
+    assert (run / "metrics.csv").read_text() == rows and (run / "eval.json").read_text() == evaluation
