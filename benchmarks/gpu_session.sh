@@ -56,15 +56,17 @@ pack() {  # logs.tar.gz from $logs, replaced whole (never a half-written archive
 : > "$out/summary.txt"
 # Step limits (s), from the H200 timings of ../shared/perf/H200-2026-11-30.md; a process start-up
 # (Python, torch, CUDA) is ~7-9 s there:
-#   doctor 20 + pytest-cuda 60 + vs-purejaxrl 115 + purejaxrl-solve 25 + solve-gpu 65 + pendulum 30
-#   + accel 55 + population-256 110 + pytest-cuda-compile 60 = 540
+#   doctor 20 + pytest-cuda 60 + vs-purejaxrl 115 + purejaxrl-solve 25 + solve-gpu 55 + pendulum 30
+#   + accel 55 + population-256 120 + pytest-cuda-compile 60 = 540
 # est. ~10 s: imports and probes
 step doctor 20 "$py" -m proxima doctor > "$logs/doctor.txt" 2>&1
-# issue 12 items 1-2: graphed == eager, checkpoints across modes, launches per iteration, hot loop, native envs.
-# est. 30-45 s: ~40 tests building small trainers, no compilation (the compile+graphs ones run last, below)
-step pytest-cuda 60 "$py" -m pytest -q -p no:cacheprovider -m "not slow" -k "cuda and not compile+graphs" \
+# issue 12 items 1-2: graphed == eager, checkpoints across modes, launches per iteration, hot loop, native envs,
+# graphed populations, fp16 checkpoints, doctor on a GPU: every test marked `gpu` (each test that skips without
+# CUDA carries it; tests/static/test_gpu_session.py checks that, and that these files hold them all).
+# est. 35-50 s: ~45 tests building small trainers, no compilation (the compile+graphs ones run last, below)
+step pytest-cuda 60 "$py" -m pytest -q -p no:cacheprovider -m "gpu and not slow" -k "not compile+graphs" \
   tests/unit/test_graphs.py tests/unit/test_hot_loop.py tests/unit/test_native_envs.py tests/unit/test_accel.py tests/unit/test_population.py \
-  tests/integration/test_checkpoint.py > "$out/pytest-cuda.txt" 2>&1
+  tests/unit/test_doctor.py > "$out/pytest-cuda.txt" 2>&1
 # item 3: throughput side by side with PureJaxRL, one process per side (--single-call: 2 start-ups instead of 18)
 if [[ -n "$anchor" ]]; then
   # est. ~95 s: Proxima ~21 s (start-up 8, then per size ~4.5 s of warm-up and 3 x 1 s, training only: --train-only);
@@ -74,17 +76,23 @@ if [[ -n "$anchor" ]]; then
   step vs-purejaxrl 115 "$py" benchmarks/vs_purejaxrl.py --device cuda --cudagraphs --single-call --jax-python "$py" --anchor "$anchor" \
     --num-envs 2048,65536,1048576 --repeats 3 --seconds 1 --time-budget 110 --out "$out/vs-purejaxrl-cuda.md" > "$logs/vs-purejaxrl-cuda.log" 2>&1
   # item 5: PureJaxRL's time to solve from launch (4 envs x 128 steps, 500k steps), as solve_time.py times ours.
-  # est. 16 s: measured 15.7 s (import 3.7, compile 5.8, run 5.8)
+  # est. 16 s: measured 15.7 s (import 3.7, compile 5.8, run 5.8). The anchor's stderr tail goes into the log
+  # and its exit status is the step's (a signal N as 128+N; 1 when it exits 0 with no result, only an "error" or
+  # "skipped" line), so a failed run is not a summary line saying 0
   step purejaxrl-solve 25 "$py" -c "import subprocess, sys, time; t0 = time.perf_counter(); \
 p = subprocess.run([sys.executable, '$anchor', '--no-warm-run', '--configs', '4x128x5e5'], capture_output=True, text=True); \
-print(p.stdout.strip()); print('wall_from_launch_seconds', round(time.perf_counter() - t0, 2))" > "$logs/purejaxrl-solve.json" 2>&1
+print(p.stdout.strip()); print('wall_from_launch_seconds', round(time.perf_counter() - t0, 2)); \
+tail = p.stderr.strip().splitlines()[-20:]; print('\n'.join(['anchor stderr, last lines:', *tail]), file=sys.stderr) if tail else None; \
+rc = p.returncode if p.returncode >= 0 else 128 - p.returncode; sys.exit(rc or int('steps_per_second' not in p.stdout))" \
+    > "$logs/purejaxrl-solve.json" 2>&1
 else
   echo "vs-purejaxrl: skipped, no anchor (carry .anchors/purejaxrl_cartpole.py)" | tee -a "$out/summary.txt"
 fi
 # item 5: the gpu preset, wall from launch, seeds 1-10, 5 at a time (16 CPU cores, one GPU: each wall is
 # still from its own launch, and sharing can only lengthen it). est. ~25-40 s: per seed ~9-11 s (start-up
 # 7-9, up to 550k steps replayed as graphs ~1-2 s, 20-episode evaluation), two waves, some slowdown from sharing
-step solve-gpu 65 "$py" benchmarks/solve_time.py --preset gpu --device cuda --seeds 1-10 --parallel 5 --out "$out/solve-gpu.md" > "$logs/solve-gpu.log" 2>&1
+# (limit 55: 15 s over the estimate's top, 10 s of it moved to population-256)
+step solve-gpu 55 "$py" benchmarks/solve_time.py --preset gpu --device cuda --seeds 1-10 --parallel 5 --out "$out/solve-gpu.md" > "$logs/solve-gpu.log" 2>&1
 # item 6: continuous control on the graphed path. est. ~15-20 s: start-up 8, 300k steps (73 iterations of
 # 10 epochs x 16 minibatches, one graph replay each part), 20-episode evaluation
 step pendulum-cudagraphs 30 "$py" -m proxima train Pendulum-v1 --device cuda --cudagraphs --no-progress \
@@ -95,13 +103,15 @@ step pendulum-cudagraphs 30 "$py" -m proxima train Pendulum-v1 --device cuda --c
 step accel 55 "$py" benchmarks/accel.py --device cuda --cases 2 --modes eager,cudagraphs,compile+cudagraphs --repeats 3 \
   --out "$out/accel-cuda.md" > "$logs/accel-cuda.log" 2>&1
 # issue 13 item 4: 256 agents x 4 envs x 128 steps x 500k steps, population --cudagraphs vs PureJaxRL's vmap over seeds.
-# est. ~95 s: Proxima ~55-70 s (977 iterations, 256 members' metrics rows each), PureJaxRL ~38 s (import 4,
-# compile and first run 17, timed run 8.6); --time-budget 105: the side left without time is a row saying so
+# est. ~85-105 s: the script's start-up ~5 (torch's import, counted in its --time-budget); PureJaxRL first, ~25-30 s
+# (import 4, jit ~8.4, its one timed run 8.6: --no-warm-run drops the 8.6 s warm run the table never showed);
+# Proxima ~55-70 s (977 iterations, 256 members' metrics rows each). --time-budget 115 (3 s of it for the table):
+# the side left without time, Proxima, is a row saying so; the step's limit 5 s above it
 if [[ -n "$anchor" ]]; then
-  step population-256 110 "$py" benchmarks/population_vs_purejaxrl.py --device cuda --cudagraphs --jax-python "$py" --anchor "$anchor" \
-    --timeout 100 --time-budget 105 --out "$out/population-cuda.md" > "$logs/population-cuda.log" 2>&1
+  step population-256 120 "$py" benchmarks/population_vs_purejaxrl.py --device cuda --cudagraphs --jax-python "$py" --anchor "$anchor" \
+    --timeout 110 --time-budget 115 --out "$out/population-cuda.md" > "$logs/population-cuda.log" 2>&1
 fi
 # issue 12 item 1, compiled: compile+graphs == eager, last (two cold inductor compiles, the slowest and least
 # certain step), appended to pytest-cuda.txt. est. ~45-55 s: start-up 10, CartPole and Pendulum compiles ~20 s each
-step pytest-cuda-compile 60 "$py" -m pytest -q -p no:cacheprovider -m "not slow" -k "cuda and compile+graphs" \
+step pytest-cuda-compile 60 "$py" -m pytest -q -p no:cacheprovider -m "gpu and not slow" -k "compile+graphs" \
   tests/unit/test_graphs.py >> "$out/pytest-cuda.txt" 2>&1

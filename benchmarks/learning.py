@@ -249,6 +249,15 @@ def machine_lines(runs: list) -> list:
     return lines + [f"- training: {how}; one run at a time per learning.py process"]
 
 
+def run_dates(runs: list) -> str:
+    """The header's date line: when the first and the last recorded run finished (each run's
+    "finished"), and how many runs were recorded without one."""
+    dates = sorted(r["finished"] for r in runs if r.get("finished"))
+    missing = len(runs) - len(dates)
+    span = f"{dates[0].replace('T', ' ')[:16]} to {dates[-1].replace('T', ' ')[:16]}" if dates else "not recorded"
+    return f"- runs finished: {span}" + (f" ({missing} run(s) without a date)" if dates and missing else "")
+
+
 def write_markdown(path: Path, runs: list, invocations: list) -> None:
     loads = [r[k] for r in runs for k in ("load_start", "load_end") if r.get(k) is not None]
     text = [
@@ -264,6 +273,7 @@ def write_markdown(path: Path, runs: list, invocations: list) -> None:
         "",
         *machine_lines(runs),
         f"- load average (1 min) during the runs: {min(loads):.1f} to {max(loads):.1f}" if loads else "- load average: -",
+        run_dates(runs),
         "- the machine was shared with other jobs (2 cores, load often above 4): wall times are inflated and only "
         "comparable within this table",
         "",

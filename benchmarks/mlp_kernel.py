@@ -7,13 +7,18 @@ One Trainer at the vs-PureJaxRL shape (native CartPole, 16 steps, 4 epochs x 4 m
 16,384 rows, 64x64 tanh, one thread). Each round times ``--iterations`` iterations with the kernel,
 then as many with the plain modules (``nn.Sequential``, what autograd runs without it), the order
 alternating between rounds, each after one untimed iteration; the same process and the same
-weights' trajectory, so both see the same machine load. "off" is only the kernel: everything else
-(index_select gathers, keep_host_memory) is as in a normal run.
+weights' trajectory, so both see the same machine load. "off" (``plain_modules``) turns off both
+users of the row-block kernel: ``mlp_cpu.eligible`` (nets.MLP's forward: acting and autograd's
+update) and ``grad_cpu.BlockGradients`` (the update's minibatch gradients without autograd, which
+call ``mlp_cpu.forward_block``/``backward_block`` themselves), so its update is autograd over the
+plain modules. Everything else (index_select gathers, keep_host_memory, loss_cpu's loss) is as in a
+normal run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -21,6 +26,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tables import ab_report, arg_problem, markdown_table, median_range, refuse, started  # noqa: E402  (benchmarks/tables.py)
+
+
+@contextlib.contextmanager
+def plain_modules():
+    """The "off" setting: no row-block kernel anywhere in an iteration. ``nets.MLP`` asks
+    ``mlp_cpu.eligible`` before its kernel; ``ppo.make_grad_step`` asks its ``BlockGradients``
+    ``covers(mb)`` before each minibatch (built once with the Trainer, so the switch is the per-call
+    check, not ``for_agent``) and otherwise runs autograd."""
+    from proxima import grad_cpu, mlp_cpu
+
+    eligible, covers = mlp_cpu.eligible, grad_cpu.BlockGradients.covers
+    mlp_cpu.eligible = lambda *a: False
+    grad_cpu.BlockGradients.covers = lambda self, mb: False
+    try:
+        yield
+    finally:
+        mlp_cpu.eligible, grad_cpu.BlockGradients.covers = eligible, covers
+
+
+#: each setting's context: "on" the default (kernel and block gradients), "off" the plain modules
+SETTINGS = {"on": contextlib.nullcontext, "off": plain_modules}
 
 
 def main(argv=None) -> int:
@@ -36,7 +62,6 @@ def main(argv=None) -> int:
 
     import torch
 
-    from proxima import mlp_cpu
     from proxima.config import ConfigError, PPOConfig
     from proxima.trainer import Trainer
 
@@ -49,28 +74,25 @@ def main(argv=None) -> int:
     except ConfigError as e:  # e.g. more envs than memory holds: train's own one-line check
         return refuse("mlp_kernel.py", str(e))
     start = started()
-    kernel = mlp_cpu.eligible
-    settings = {"on": kernel, "off": lambda *a: False}
-    sps = {k: [] for k in settings}
+    sps = {k: [] for k in SETTINGS}
     try:
         for _ in range(2):
             trainer.train_iteration()
         for r in range(args.rounds):
             for name in (("on", "off") if r % 2 == 0 else ("off", "on")):
-                mlp_cpu.eligible = settings[name]
-                trainer.train_iteration()
-                t0 = time.perf_counter()
-                for _ in range(args.iterations):
+                with SETTINGS[name]():
                     trainer.train_iteration()
-                sps[name].append(n * 16 * args.iterations / (time.perf_counter() - t0))
+                    t0 = time.perf_counter()
+                    for _ in range(args.iterations):
+                        trainer.train_iteration()
+                    sps[name].append(n * 16 * args.iterations / (time.perf_counter() - t0))
             print(f"round {r + 1}: on {sps['on'][-1]:,.0f} steps/s, off {sps['off'][-1]:,.0f} steps/s", file=sys.stderr)
     finally:
-        mlp_cpu.eligible = kernel
         trainer.close()
     ratios = [a / b for a, b in zip(sps["on"], sps["off"])]
     table = markdown_table(["MLP on the CPU", "training steps/s"], [
-        ["row-block kernel (mlp_cpu, default)", median_range(sps["on"], scale=1e3, unit="k")],
-        ["plain modules (autograd op by op)", median_range(sps["off"], scale=1e3, unit="k")]])
+        ["row-block kernel (mlp_cpu and grad_cpu's block gradients, default)", median_range(sps["on"], scale=1e3, unit="k")],
+        ["plain modules (autograd op by op, no block gradients)", median_range(sps["off"], scale=1e3, unit="k")]])
     return ab_report(f"native CartPole, {n:,} envs x 16 steps, 4 epochs x 4 minibatches, 64x64 tanh, 1 thread; {args.rounds} "
                      f"alternating rounds in one process, {args.iterations} timed iterations per setting and round",
                      table, "kernel / plain", ratios, "mlp_kernel.py", p, args, start)

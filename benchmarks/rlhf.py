@@ -218,6 +218,9 @@ def main() -> int:
     if args.setup_trl:
         setup_trl()
         return 0
+    from tables import machine_line, started  # benchmarks/tables.py (not in the workers: TRL's venv runs them)
+
+    start = started()
     pythons = {"proxima": sys.executable, "trl": str(TRL_VENV / "bin" / "python")}
     libraries = [name.strip() for name in args.libraries.split(",") if name.strip()]
     results = {name: [] for name in libraries}
@@ -233,6 +236,7 @@ def main() -> int:
                 print(f"repeat {repeat + 1} {name}: {json.dumps(results[name][-1])}", file=sys.stderr, flush=True)
     print(f"threads {args.threads}, {args.steps} timed steps after {args.warmup} warm-up, {args.repeats} repeats; "
           f"settings {json.dumps(SETTINGS)}\n")
+    print(f"{machine_line(args.threads, start)}\n")
     print("| library | seconds per PPO step, median (range) | CPU seconds per step | generated tokens/s | "
           "mean response length | repeats |")
     print("|---|---|---|---|---|---|")

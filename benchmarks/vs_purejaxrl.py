@@ -29,23 +29,28 @@ size whose graphs fell back to eager says so in its row (``proxima bench --json`
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
-import os
-import queue
-import resource
-import shlex
-import statistics
-import subprocess
-import sys
-import tempfile
-import threading
 import time
-from pathlib import Path
 
-from proxima.bench import parse_sizes
-from tables import Section, arg_problem, command, machine_line, median_range, partial_note, refuse, started  # benchmarks/tables.py
+#: when this script started: --time-budget counts from here, so torch's import (through proxima.bench
+#: below, seconds on a GPU machine) is inside it, as it is inside the time limit of a caller
+LAUNCHED = time.perf_counter()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import queue  # noqa: E402
+import resource  # noqa: E402
+import shlex  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from proxima.bench import parse_sizes  # noqa: E402
+from tables import Section, arg_problem, command, machine_line, median_range, partial_note, refuse, started  # noqa: E402  (benchmarks/tables.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 ANCHORS = (ROOT.parent / "shared" / "anchors" / "purejaxrl_cartpole.py", ROOT / ".anchors" / "purejaxrl_cartpole.py")
@@ -196,6 +201,25 @@ def run_json(cmd: list, env: dict, timeout: float, cpus: str = "all") -> dict:
     return run_json_lines(cmd, env, timeout, cpus)[-1]
 
 
+def pjr_sps(line: dict) -> float:
+    """PureJaxRL's steps/s over the steps it trained: the anchor trains TOTAL // (envs x 16) whole
+    updates, and its ``steps_per_second`` divides the TOTAL asked for (1.33% more than trained at
+    1,048,576 envs x 16 of 3.4e8); ``actual_steps_per_second`` (or ``actual_timesteps_per_seed`` over
+    ``run_seconds``) is what was trained."""
+    if line.get("actual_steps_per_second") is not None:
+        return float(line["actual_steps_per_second"])
+    if line.get("actual_timesteps_per_seed") is not None and line.get("run_seconds"):
+        return line["actual_timesteps_per_seed"] * line.get("num_seeds", 1) / line["run_seconds"]
+    return float(line["steps_per_second"])
+
+
+def pjr_jit_seconds(line: dict):
+    """PureJaxRL's compile time: the anchor's ``jit_only_seconds`` (trace, lower and compile). Its
+    ``compile_seconds`` is that plus the whole first execution of the config (the untimed warm run),
+    seconds more that are no compilation. None from an anchor that does not write it."""
+    return line.get("jit_only_seconds")
+
+
 def pjr_problem(line: dict) -> str:
     """'' for a PureJaxRL result line; for the lines the anchor prints instead of a result (and exits
     0 all the same), what they say: 'skipped (time budget 80s used up)', 'error: ...'."""
@@ -239,14 +263,14 @@ class Results:
     def rows(self, single_call: bool) -> list:
         rows = []
         for envs in self.sizes:
-            ours, theirs = self.ours[envs], sorted(r["steps_per_second"] for r in self.theirs[envs])
+            ours, theirs = self.ours[envs], sorted(pjr_sps(r) for r in self.theirs[envs])
             if single_call:
                 ratios = ([ours[0] / theirs[-1], ours[1] / statistics.median(theirs), ours[2] / theirs[0]]
                           if ours and theirs else [])
             else:
                 ratios = sorted(o / t for o, t in self.pairs[envs])
             rows.append({"envs": envs, "ours": ours, "theirs": theirs, "ratios": ratios,
-                         "compile": [r["compile_seconds"] for r in self.theirs[envs]], "cores": self.cores[envs],
+                         "compile": [pjr_jit_seconds(r) for r in self.theirs[envs]], "cores": self.cores[envs],
                          "notes": self.notes[envs], "graphs": self.graphs[envs]})
         return rows
 
@@ -277,11 +301,11 @@ def alternating(args, env: dict, sizes: list, deadline=None, results=None, on_up
                 break
             res.ours[envs].append(ours["train_sps"])
             res.theirs[envs].append(theirs)
-            res.pairs[envs].append((ours["train_sps"], theirs["steps_per_second"]))
+            res.pairs[envs].append((ours["train_sps"], pjr_sps(theirs)))
             res.cores[envs][0].append(cores)
             res.cores[envs][1].append(pcores)
             print(f"{envs} envs, round {r + 1}: Proxima {ours['train_sps']:,.0f} steps/s ({cores:.2f} cores), "
-                  f"PureJaxRL {theirs['steps_per_second']:,.0f} steps/s ({pcores:.2f} cores)", flush=True)
+                  f"PureJaxRL {pjr_sps(theirs):,.0f} steps/s ({pcores:.2f} cores)", flush=True)
             if on_update is not None:
                 on_update(res)
     return res.rows(single_call=False)
@@ -316,6 +340,10 @@ def single_call(args, env: dict, sizes: list, deadline=None, results=None, on_up
 
     left = time_left(deadline)
     limit = args.timeout if left is None else min(args.timeout, left - args.anchor_margin)
+    if limit < 1.0:  # the start-up took what --time-budget had for Proxima (main refuses a budget that never has any)
+        for envs in sizes:
+            res.note(envs, f"not run: {left:.0f} s of --time-budget left, not more than --anchor-margin {args.anchor_margin:g} s")
+        return res.rows(single_call=True)
     _, problem, cores = stream_json_lines(proxima_cmd(args, ",".join(map(str, sizes)), args.repeats), env, limit, args.cpus, ours)
     measured = [n for n in sizes if res.ours[n]]
     for envs in sizes:
@@ -335,7 +363,8 @@ def single_call(args, env: dict, sizes: list, deadline=None, results=None, on_up
             res.note(envs, f"PureJaxRL: {problem}")
         else:
             res.theirs[envs].append(line)
-            print(f"{envs} envs: PureJaxRL {line['steps_per_second']:,.0f} steps/s (compile {line['compile_seconds']:.1f} s)", flush=True)
+            jit = pjr_jit_seconds(line)
+            print(f"{envs} envs: PureJaxRL {pjr_sps(line):,.0f} steps/s" + (f" (jit {jit:.1f} s)" if jit is not None else ""), flush=True)
         if on_update is not None:
             on_update(res)
 
@@ -364,8 +393,9 @@ def fmt(xs: list) -> str:
 
 
 def compile_cell(compile_s: list, cached: bool) -> str:
-    """PureJaxRL's compile seconds: the first (cold) run's, and with the persistent cache the median
-    of the others (which load the compiled program)."""
+    """PureJaxRL's compile seconds (``pjr_jit_seconds``: jit only): the first (cold) run's, and with
+    the persistent cache the median of the others (which load the compiled program)."""
+    compile_s = [s for s in compile_s if s is not None]
     if not compile_s:
         return "-"
     if not cached:
@@ -377,7 +407,7 @@ def compile_cell(compile_s: list, cached: bool) -> str:
 def table_lines(args, rows: list) -> list:
     """The Markdown table; a notes column only when some row has one."""
     notes = any(r["notes"] or r["graphs"] for r in rows)
-    out = ["| envs | Proxima steps/s | PureJaxRL steps/s | Proxima / PureJaxRL | cores used (Proxima, PureJaxRL) | PureJaxRL compile s |"
+    out = ["| envs | Proxima steps/s | PureJaxRL steps/s | Proxima / PureJaxRL | cores used (Proxima, PureJaxRL) | PureJaxRL jit s |"
            + (" notes |" if notes else ""),
            "|---:|---:|---:|---:|---:|---:|" + ("---|" if notes else "")]
     cached = getattr(args, "jax_cache_dir", None) is not None
@@ -397,7 +427,7 @@ def table_lines(args, rows: list) -> list:
 def report(p, args, rows: list, start: tuple, partial: str = "") -> str:
     mode = " ".join(f for f, on in (("--compile", args.compile), ("--cudagraphs", args.cudagraphs)) if on) or "eager"
     cache = (" PureJaxRL with JAX's persistent compilation cache (a fresh folder per run): its first run of a size "
-             "compiles, the others load the program (compile s: first, then the others' median)."
+             "compiles, the others load the program (jit s: first, then the others' median)."
              if getattr(args, "jax_cache_dir", None) is not None else "")
     lines = [f"## Proxima ({mode}) vs PureJaxRL, {args.device}, {start[0]:%Y-%m-%d %H:%M}", "",
              *([partial, ""] if partial else []),
@@ -408,7 +438,9 @@ def report(p, args, rows: list, start: tuple, partial: str = "") -> str:
              + "Cores used: whole-process CPU time / wall time (start-up and compilation included). "
              + (f"Median (min-max) of {args.repeats} repeats per side, each side in one process; ratio = median / median "
               "(range: extreme against extreme)." if args.single_call else
-              f"Median (min-max) of {args.repeats} alternating rounds; ratio = per-round Proxima / PureJaxRL.") + cache, "",
+              f"Median (min-max) of {args.repeats} alternating rounds; ratio = per-round Proxima / PureJaxRL.")
+             + " PureJaxRL steps/s: the steps it trained (TOTAL // (envs x 16) whole updates) over its timed run's seconds;"
+             " jit s: its trace, lower and compile (`jit_only_seconds`), without the warm run." + cache, "",
              *table_lines(args, rows)]
     lines += ["", command("vs_purejaxrl.py", p, args),
               f"Proxima: `{shlex.join(['proxima', *proxima_cmd(args, 0, args.repeats if args.single_call else 1)[3:]]).replace('--num-envs 0', '--num-envs N')}`",
@@ -452,8 +484,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
-    t0 = time.perf_counter()  # --time-budget counts from here: the imports below (torch's) are in it
+def main(argv=None, launched: float = None) -> int:
+    """``launched``: the perf_counter time --time-budget counts from (the script passes LAUNCHED,
+    before its imports); by default, this call."""
+    t0 = time.perf_counter() if launched is None else launched
     p = build_parser()
     args = p.parse_args(argv)
     try:
@@ -465,6 +499,13 @@ def main(argv=None) -> int:
         problem = arg_problem(args, positive=("time_budget",), files=())
     if not problem and not (args.anchor_margin >= 0 and math.isfinite(args.anchor_margin)):
         problem = f"--anchor-margin {args.anchor_margin:g}: must be 0 or more"
+    if not problem and args.time_budget is not None:
+        kept = RESERVE + (args.anchor_margin if args.single_call else 0.0)
+        if args.time_budget <= kept:
+            kept_for = (f"--anchor-margin {args.anchor_margin:g} s for PureJaxRL's last config and {RESERVE:g} s for the table"
+                        if args.single_call else f"{RESERVE:g} s for the table")
+            problem = (f"--time-budget {args.time_budget:g}: leaves Proxima no time ({kept_for} come off it first); "
+                       f"give more than {kept:g}")
     if problem:
         return refuse("vs_purejaxrl.py", problem)
     if args.cpus is None:
@@ -495,4 +536,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(launched=LAUNCHED))

@@ -1,10 +1,13 @@
 """benchmarks/gpu_session.sh, the one prepared command of a session lent a GPU, checked here on the CPU
 with a stand-in Python: what it leaves in $OUT must fit what the device tool brings back (at most 8
 files, no deeper than two folders), no step's log may be lost on the way, every command line it
-runs parses with its script's own parser, and its step limits fit the call."""
+runs parses with its script's own parser, its step limits fit the call (and are the README's), every
+test that needs CUDA is marked `gpu` and runs in one of its two pytest steps, and a failed
+PureJaxRL solve run is a failed step with the anchor's own error in the log."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -36,10 +39,10 @@ STEPS = ["doctor", "pytest-cuda", "vs-purejaxrl", "purejaxrl-solve", "solve-gpu"
          "population-256", "pytest-cuda-compile"]
 
 
-def run_session(tmp_path: Path, stub: str = STUB) -> tuple[subprocess.CompletedProcess, Path]:
+def run_session(tmp_path: Path, stub: str = STUB, anchor_text: str = "# the anchor\n") -> tuple[subprocess.CompletedProcess, Path]:
     work, out = tmp_path / "tree", tmp_path / "out"
-    (work / ".anchors").mkdir(parents=True)
-    (work / ".anchors" / "purejaxrl_cartpole.py").write_text("# the anchor\n")
+    (work / ".anchors").mkdir(parents=True, exist_ok=True)
+    (work / ".anchors" / "purejaxrl_cartpole.py").write_text(anchor_text)
     out.mkdir()
     python = tmp_path / "python3"
     python.write_text(stub)
@@ -181,3 +184,104 @@ def test_gpu_session_stops_with_one_line_without_cuda(tmp_path):
 def test_gpu_session_is_shellcheck_clean():
     r = subprocess.run([tool("shellcheck"), str(SCRIPT)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_step_limits_are_the_readme_s():
+    """benchmarks/README.md's "GPU session" table gives each step's limit and the estimate behind it:
+    the same limits as the script, which they were not kept in step with by hand."""
+    readme = (ROOT / "benchmarks" / "README.md").read_text()
+    table = readme.split("### GPU session", 1)[1].split("\n### ", 1)[0]
+    rows = re.findall(r"^\| `([^`]+)`[^|]*\| (\d+) \|", table, flags=re.M)
+    named = {("doctor" if name == "proxima doctor" else name): int(limit) for name, limit in rows}
+    assert named == step_limits()
+    assert f"{sum(step_limits().values())} s in all" in readme
+
+
+# A pytest plugin for a collection with CUDA hidden (as on a machine without it): every test, whether it
+# carries the `gpu` marker, and whether a skipif that applies here names CUDA or a GPU as its reason.
+HIDE_CUDA = r"""
+import json, os, re
+import pytest
+import torch
+
+torch.cuda.is_available = lambda: False
+torch.cuda.device_count = lambda: 0
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects anything
+def pytest_collection_modifyitems(session, config, items):
+    tests = []
+    for item in items:
+        reasons = [m.kwargs.get("reason", "") for m in item.iter_markers("skipif")
+                   if any(a is True for a in m.args) or m.kwargs.get("condition") is True]
+        tests.append({"id": item.nodeid, "gpu": item.get_closest_marker("gpu") is not None,
+                      "skips_without_cuda": any(re.search(r"cuda|gpu", r, re.I) for r in reasons)})
+    with open(os.environ["COLLECTED_JSON"], "w") as f:
+        json.dump(tests, f)
+"""
+
+
+def collect(tmp_path: Path, argv: list, name: str) -> list:
+    """[{id, gpu, skips_without_cuda}] of every test ``pytest ARGV`` collects (before any -m/-k), CUDA hidden."""
+    (tmp_path / "hide_cuda_plugin.py").write_text(HIDE_CUDA)
+    out = tmp_path / f"{name}.json"
+    env = {**os.environ, "COLLECTED_JSON": str(out), "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "hide_cuda_plugin", *argv],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_every_test_that_needs_cuda_is_marked_gpu_and_runs_in_the_session(tmp_path):
+    """The session selected CUDA tests by name (-k cuda): test_accel.py's fp16 checkpoint test and
+    test_doctor.py's GPU tests have no "cuda" in theirs and ran nowhere. Now every test that skips
+    without CUDA (a skipif that applies on a machine without it and names CUDA or a GPU as its
+    reason) carries the `gpu` marker, and the session's two pytest steps together run exactly the
+    `gpu` tests, each once. (A test that calls pytest.skip() in its body is not seen here: use the
+    marker and skipif.)"""
+    everything = collect(tmp_path, ["-p", "no:cacheprovider", "tests"], "all")
+    unmarked = [x["id"] for x in everything if x["skips_without_cuda"] and not x["gpu"]]
+    assert not unmarked, f"tests that skip without CUDA but lack @pytest.mark.gpu: {unmarked}"
+    gpu = {x["id"] for x in everything if x["gpu"]}
+    assert {"tests/unit/test_accel.py::test_fp16_checkpoint_holds_grad_scaler_state",
+            "tests/unit/test_doctor.py::test_gpu_machine_reports_gpus",
+            "tests/unit/test_doctor.py::test_cli_require_cuda_passes_on_gpu"} <= gpu
+    r, out = run_session(tmp_path / "session")
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = [argv[2:] for argv in stub_calls(out) if argv[:2] == ["-m", "pytest"]]
+    assert len(runs) == 2 and all(run[run.index("-m") + 1] == "gpu and not slow" for run in runs), runs
+    selected = []
+    for i, argv in enumerate(runs):
+        proc = subprocess.run([sys.executable, "-m", "pytest", *argv, "--collect-only"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=600)
+        selected.append({line.strip() for line in proc.stdout.splitlines() if "::" in line})
+    assert not selected[0] & selected[1]
+    assert selected[0] | selected[1] == gpu, (gpu - (selected[0] | selected[1]), (selected[0] | selected[1]) - gpu)
+
+
+def test_a_failed_purejaxrl_solve_run_fails_its_step_and_keeps_the_anchor_s_error(tmp_path):
+    """The step printed the anchor's stdout only and always exited 0: a crash was a summary line
+    saying 'exit 0' and a log without the error. Here the step's own Python code runs for real and
+    the anchor is a stand-in: failing (exit 3), printing an "error" line and exiting 0 (as the real
+    one does for a config that raised), and succeeding."""
+    echo = STUB.splitlines()[2]
+    real = f'[[ "$1" == "-c" && "$2" == *wall_from_launch_seconds* ]] && exec {shlex.quote(sys.executable)} "$@"'
+    stub = STUB.replace(echo, real + "\n" + echo)
+    fails = ("import json, sys\nprint(json.dumps({'num_envs': 4, 'error': 'XlaRuntimeError: boom'}))\n"
+             "print('Traceback (most recent call last):', file=sys.stderr)\n"
+             "print('RuntimeError: CUDA_ERROR_OUT_OF_MEMORY', file=sys.stderr)\nsys.exit(3)\n")
+    solves = "import json\nprint(json.dumps({'num_envs': 4, 'steps_per_second': 1e5, 'final_return_mean': 500.0}))\n"
+    for code, anchor in ((3, fails), (1, fails.replace("sys.exit(3)", "sys.exit(0)")), (0, solves)):
+        r, out = run_session(tmp_path / f"exit{code}", stub, anchor_text=anchor)
+        assert r.returncode == 0, r.stdout + r.stderr
+        summary = (out / "summary.txt").read_text()
+        assert f"purejaxrl-solve: exit {code}, " in summary, summary
+        with tarfile.open(out / "logs.tar.gz") as tar:
+            log = tar.extractfile("./purejaxrl-solve.json").read().decode()
+        assert "wall_from_launch_seconds" in log
+        if code:
+            assert "XlaRuntimeError: boom" in log and "anchor stderr, last lines:" in log
+            assert log.index("wall_from_launch_seconds") < log.index("anchor stderr") < log.index("CUDA_ERROR_OUT_OF_MEMORY"), log
+        else:
+            assert '"final_return_mean": 500.0' in log and "anchor stderr" not in log

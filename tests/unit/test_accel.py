@@ -95,6 +95,7 @@ def test_cuda_only_switches_are_refused_on_cpu_with_one_line(flags, needle, tmp_
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_fp16_checkpoint_holds_grad_scaler_state(tmp_path):
     trainer = Trainer(_cfg(tmp_path, amp="fp16", device="cuda"))

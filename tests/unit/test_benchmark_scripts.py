@@ -8,6 +8,7 @@ import argparse
 import errno
 import importlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -95,6 +96,14 @@ BAD = [
     ("vs_revision", ["--rev", "HEAD:README.md"], "--rev HEAD:README.md: not a commit of this repository"),
     ("vs_purejaxrl", ["--repeats", "0"], "--repeats 0: must be at least 1"),
     ("vs_purejaxrl", ["--num-envs", ""], "--num-envs '': expected a comma-separated list of positive integers, e.g. 1,4,64"),
+    # a budget the margins eat whole: it printed "Proxima: timed out after -6 s" and exited 0
+    ("vs_purejaxrl", ["--single-call", "--time-budget", "12"],
+     "--time-budget 12: leaves Proxima no time (--anchor-margin 15 s for PureJaxRL's last config and 3 s for the table come off "
+     "it first); give more than 18"),
+    ("vs_purejaxrl", ["--single-call", "--time-budget", "18"],
+     "--time-budget 18: leaves Proxima no time (--anchor-margin 15 s for PureJaxRL's last config and 3 s for the table come off "
+     "it first); give more than 18"),
+    ("vs_purejaxrl", ["--time-budget", "3"], "--time-budget 3: leaves Proxima no time (3 s for the table come off it first); give more than 3"),
     ("solve_time", ["--seeds", "5-1"], "--seeds '5-1': expected seeds like 1-16 or 1,5,9 (a range low-high, ascending)"),
     ("solve_time", ["--seeds", ""], "--seeds '': expected seeds like 1-16 or 1,5,9 (a range low-high, ascending)"),
     ("solve_time", ["--seeds", "abc"], "--seeds 'abc': expected seeds like 1-16 or 1,5,9 (a range low-high, ascending)"),
@@ -308,6 +317,7 @@ def test_population_vs_purejaxrl_names_the_machine_and_quotes_its_command(monkey
                                                       "--jax-python", "py", "--out", str(out)], capsys)
     text = out.read_text()
     assert code == 0 and "CPU: " in text and "GPU: " in text and "PureJaxRL training s / Proxima training s: 2.00" in text
+    assert "| mean final episodic return (each agent's episodes in its last 5% of iterations) |" in text
     assert ("Command: `python benchmarks/population_vs_purejaxrl.py --device cpu --agents 2 --total 500000 --jax-python py "
             f"--anchor 'an chor.py' --timeout 300 --out {out}`") in text
 
@@ -457,21 +467,21 @@ def test_accel_marks_graphs_that_fell_back_and_a_failed_mode(monkeypatch, tmp_pa
     assert "compile+cudagraphs failed: inductor: boom" in err
 
 
-def test_population_killed_before_purejaxrl_keeps_the_proxima_row(monkeypatch, tmp_path, capsys):
+def test_population_killed_during_proxima_keeps_the_purejaxrl_row(monkeypatch, tmp_path, capsys):
+    # PureJaxRL runs first (the shorter, more predictable side): a step limit cuts Proxima's run, not its
     mod = MODULES["population_vs_purejaxrl"]
-    monkeypatch.setattr(mod, "run_proxima", lambda args, run_dir, timeout=None: {"wall": 60.0, "train": 50.0, "mean_final_return": 480.0,
-                                                                                 "graphs": ""})
+    monkeypatch.setattr(mod, "run_purejaxrl", lambda args, timeout=None: {"wall": 25.0, "run_seconds": 8.6, "final_return_mean": 500.0})
 
-    def killed(args, timeout=None):
+    def killed(args, run_dir, timeout=None):
         raise Killed
 
-    monkeypatch.setattr(mod, "run_purejaxrl", killed)
+    monkeypatch.setattr(mod, "run_proxima", killed)
     out = recorded_file(tmp_path)
     with pytest.raises(Killed):
         run_main("population_vs_purejaxrl", ["--device", "cpu", "--cudagraphs", "--anchor", "a.py", "--out", str(out)], capsys)
     text = section_of(out)
     assert text.startswith("**Partial: 1 of 2 rows so far.**")
-    assert "| Proxima population --cudagraphs | 50.00 | 60.0 | 480.0 |" in text and "PureJaxRL" not in text.split("Command:")[0]
+    assert "| PureJaxRL vmap over seeds | 8.60 | 25.0 | 500.0 |" in text and "| Proxima" not in text
 
 
 def test_population_reports_skipped_purejaxrl_and_graphs_that_fell_back(monkeypatch, tmp_path, capsys):
@@ -498,18 +508,95 @@ def test_population_time_budget_caps_each_side(monkeypatch, tmp_path, capsys):
     mod = MODULES["population_vs_purejaxrl"]
     limits = []
 
-    def proxima(args, run_dir, timeout=None):
+    def purejaxrl(args, timeout=None):
         limits.append(timeout)
-        raise subprocess.TimeoutExpired("proxima", timeout)
+        raise subprocess.TimeoutExpired("purejaxrl", timeout)
 
-    monkeypatch.setattr(mod, "run_proxima", proxima)
-    monkeypatch.setattr(mod, "run_purejaxrl", lambda args, timeout=None: limits.append(timeout) or {
-        "wall": 5.0, "run_seconds": 4.0, "final_return_mean": 500.0})
+    monkeypatch.setattr(mod, "run_purejaxrl", purejaxrl)
+    monkeypatch.setattr(mod, "run_proxima", lambda args, run_dir, timeout=None: limits.append(timeout) or {
+        "wall": 5.0, "train": 4.0, "mean_final_return": 500.0})
     out = tmp_path / "pop.md"
     code, _, _ = run_main("population_vs_purejaxrl", ["--device", "cpu", "--anchor", "a.py", "--timeout", "100", "--time-budget", "50",
                                                       "--out", str(out)], capsys)
     assert code == 0 and 45 < limits[0] <= 47 and limits[1] <= 47
-    assert "| Proxima population | failed: timed out after 47 s | | |" in out.read_text()
+    text = out.read_text()
+    assert "| PureJaxRL | failed: timed out after 47 s | | |" in text
+    assert text.index("| Proxima population |") < text.index("| PureJaxRL |")  # Proxima's row first, whatever ran first
+
+
+def test_population_time_budget_counts_the_imports_before_main(monkeypatch, tmp_path, capsys):
+    """The script hands main the time of its first line: torch's import (seconds on a GPU machine,
+    through vs_purejaxrl's proxima.bench) is inside --time-budget, as it is inside the step's limit."""
+    mod = MODULES["population_vs_purejaxrl"]
+    limits = []
+    monkeypatch.setattr(mod, "run_purejaxrl", lambda args, timeout=None: limits.append(timeout) or {
+        "wall": 5.0, "run_seconds": 4.0, "final_return_mean": 500.0})
+    monkeypatch.setattr(mod, "run_proxima", lambda args, run_dir, timeout=None: limits.append(timeout) or {
+        "wall": 5.0, "train": 4.0, "mean_final_return": 500.0})
+    code = mod.main(["--device", "cpu", "--anchor", "a.py", "--time-budget", "50"], launched=time.perf_counter() - 10.0)
+    capsys.readouterr()
+    assert code == 0 and 35 < limits[0] <= 37
+    source = (ROOT / "benchmarks" / "population_vs_purejaxrl.py").read_text()
+    first_code = [line for line in source.split('"""', 2)[2].splitlines() if line and not line.startswith("#")]
+    assert first_code[:3] == ["from __future__ import annotations", "import time", "LAUNCHED = time.perf_counter()"], first_code[:3]
+    assert "sys.exit(main(launched=LAUNCHED))" in source
+
+
+def test_population_runs_purejaxrl_without_the_warm_run_and_with_the_same_tail(monkeypatch):
+    mod = MODULES["population_vs_purejaxrl"]
+    seen = []
+
+    class Proc:
+        returncode, stderr = 0, ""
+        stdout = json.dumps({"num_envs": 4, "run_seconds": 8.6, "final_return_mean": 500.0}) + "\n"
+
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **k: seen.append(cmd) or Proc())
+    args = mod.build_parser().parse_args(["--anchor", "a.py", "--jax-python", "py"])
+    args.total = int(args.total)
+    assert mod.run_purejaxrl(args)["run_seconds"] == 8.6
+    cmd = seen[0]
+    assert "--no-warm-run" in cmd and cmd[cmd.index("--tail-frac") + 1] == "0.05" and cmd[-1] == "4x128x500000x256"
+
+
+def write_metrics(path: Path, rows: list) -> Path:
+    """A member's metrics.csv: (episodes, mean return of those episodes or None) per iteration."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["iteration,global_step,time,episodes,charts/episodic_return"]
+    lines += [f"{i + 1},{(i + 1) * 512},0.1,{n},{'' if ret is None else ret}" for i, (n, ret) in enumerate(rows)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_population_final_return_is_the_anchor_s_statistic_per_member(tmp_path):
+    """The anchor's final_return_mean: per seed, the mean return of the episodes finished in the last
+    ceil(5% of updates); then the mean over seeds. It compared with Proxima's last logged row."""
+    mod = MODULES["population_vs_purejaxrl"]
+    # 40 iterations: the last 2 (ceil(2.0)); 3 episodes of 100 then 1 of 500: (300 + 500) / 4, not the last row's 500
+    rows = [(5, 20.0)] * 38 + [(3, 100.0), (1, 500.0)]
+    assert mod.final_return(write_metrics(tmp_path / "a" / "metrics.csv", rows)) == 200.0
+    # 41 iterations: ceil(2.05) = 3, an iteration with no finished episode counts for nothing
+    rows = [(5, 20.0)] * 38 + [(2, 50.0), (0, None), (2, 150.0)]
+    assert mod.final_return(write_metrics(tmp_path / "b" / "metrics.csv", rows)) == 100.0
+    # none finished in the window: NaN (the anchor's null), left out of the mean over members
+    rows = [(5, 20.0)] * 38 + [(0, None), (0, None)]
+    assert math.isnan(mod.final_return(write_metrics(tmp_path / "c" / "metrics.csv", rows)))
+
+
+def test_population_proxima_row_averages_the_members_final_returns(monkeypatch, tmp_path):
+    mod = MODULES["population_vs_purejaxrl"]
+    run_dir = tmp_path / "pop"
+    write_metrics(run_dir / "m1" / "metrics.csv", [(5, 20.0)] * 19 + [(2, 300.0)])
+    write_metrics(run_dir / "m2" / "metrics.csv", [(5, 20.0)] * 19 + [(4, 500.0)])
+    write_metrics(run_dir / "m3" / "metrics.csv", [(5, 20.0)] * 19 + [(0, None)])
+    (run_dir / "population.json").write_text(json.dumps({"wall_seconds": 3.0, "member_dirs": [{"dir": "m1"}, {"dir": "m2"}, {"dir": "m3"}]}))
+
+    class Proc:
+        returncode, stderr = 0, ""
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: Proc())
+    args = mod.build_parser().parse_args(["--device", "cpu", "--agents", "3"])
+    args.total = int(args.total)
+    assert mod.run_proxima(args, run_dir)["mean_final_return"] == 400.0
 
 
 # vs_purejaxrl: `stream_json_lines` replaced by a stand-in that prints the given lines
@@ -538,8 +625,11 @@ def bench_line(n, sps, live=True):
                             "update": "graph" if live else "eager: capture failed (operation not permitted)"}}
 
 
-def pjr_line(n, sps, compile_s=6.0):
-    return {"num_envs": n, "steps_per_second": sps, "compile_seconds": compile_s}
+def pjr_line(n, sps, jit_s=6.0, warm_s=20.0):
+    """The anchor's fields (purejaxrl_cartpole.py, run_config): ``compile_seconds`` is jit plus its
+    whole untimed warm run; ``steps_per_second`` the TOTAL asked for, ``actual_*`` what was trained."""
+    return {"num_envs": n, "steps_per_second": sps, "actual_steps_per_second": sps, "jit_only_seconds": jit_s,
+            "first_run_seconds": warm_s, "warm_run": True, "compile_seconds": jit_s + warm_s}
 
 
 VS_ARGS = ["--device", "cuda", "--cudagraphs", "--single-call", "--anchor", __file__, "--jax-python", "py", "--num-envs", "2048,65536",
@@ -599,6 +689,54 @@ def test_vs_purejaxrl_without_any_pair_still_writes_the_table_and_fails(monkeypa
     assert "Proxima: exit 1: CUDA out of memory; PureJaxRL not run at this size" in out.read_text()
 
 
+def test_vs_purejaxrl_compile_column_is_jit_only_not_the_warm_run(monkeypatch, tmp_path, capsys):
+    """The anchor's compile_seconds is jit plus one whole untimed warm run (20 s here); the column,
+    as benchmarks/README.md describes it, is the jit alone: cold, then the cached median."""
+    fake_streams(monkeypatch, [bench_line(2048, 1e6)], [pjr_line(2048, 1e7, jit_s=6.0), pjr_line(2048, 1e7, jit_s=1.5)])
+    out = tmp_path / "vs.md"
+    code, _, _ = run_main("vs_purejaxrl", [*VS_ARGS, "--num-envs", "2048", "--out", str(out)], capsys)
+    text = out.read_text()
+    assert code == 0 and "| PureJaxRL jit s |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| 2,048 |"))
+    assert row.endswith("| 6.0 (1.5 cached) |") and "26.0" not in row and "21.5" not in row
+
+
+def test_vs_purejaxrl_counts_the_steps_purejaxrl_trained_not_the_total_asked(monkeypatch, tmp_path, capsys):
+    """1,048,576 envs x 16 of 3.4e8: the anchor trains 20 whole updates (335,544,320 steps) and its
+    steps_per_second divides the 3.4e8 asked for, 1.33% more. 2.0 s of timed run here."""
+    asked, trained = 3.4e8, 20 * 1048576 * 16
+    with_actual = dict(pjr_line(1048576, asked / 2.0), actual_steps_per_second=trained / 2.0)
+    without = {k: v for k, v in with_actual.items() if k != "actual_steps_per_second"}
+    without.update(actual_timesteps_per_seed=trained, num_seeds=1, run_seconds=2.0)  # an anchor with only the count
+    for line in (with_actual, without):
+        fake_streams(monkeypatch, [bench_line(1048576, 1.6e8)], [line])
+        out = tmp_path / f"vs{len(line)}.md"
+        args = [*VS_ARGS, "--num-envs", "1048576", "--repeats", "1", "--out", str(out)]
+        code, _, _ = run_main("vs_purejaxrl", args, capsys)
+        row = next(x for x in out.read_text().splitlines() if x.startswith("| 1,048,576 |"))
+        assert code == 0 and "| 167.77M (167.77M-167.77M) |" in row and "170.00M" not in row, row
+        assert "| 0.95 (0.86-1.05) |" in row  # 1.6e8 / 167.77M, not / 170M (0.94)
+
+
+def test_vs_purejaxrl_gives_proxima_no_negative_time_limit(monkeypatch):
+    """A start-up that took what --time-budget had for Proxima: a note per size, no process started
+    with a limit below 1 s (it printed "Proxima: timed out after -6 s")."""
+    mod = MODULES["vs_purejaxrl"]
+    monkeypatch.setattr(mod, "stream_json_lines", boom)
+    args = mod.build_parser().parse_args(VS_ARGS)
+    rows = mod.single_call(args, {}, [2048, 65536], deadline=time.perf_counter() + 10.0)
+    assert [r["notes"] for r in rows] == [["not run: 7 s of --time-budget left, not more than --anchor-margin 15 s"]] * 2
+
+
+def test_vs_purejaxrl_time_budget_counts_from_the_script_s_first_line():
+    """torch's import (through proxima.bench, ~4.5 s here, more on a GPU machine) is inside the budget:
+    the script hands main the time its first line ran, before any import."""
+    source = (ROOT / "benchmarks" / "vs_purejaxrl.py").read_text()
+    first_code = [line for line in source.split('"""', 2)[2].splitlines() if line and not line.startswith("#")]
+    assert first_code[:3] == ["from __future__ import annotations", "import time", "LAUNCHED = time.perf_counter()"], first_code[:3]
+    assert 'sys.exit(main(launched=LAUNCHED))' in source
+
+
 def test_stream_json_lines_hands_lines_over_as_they_come_and_kills_at_the_timeout():
     mod = MODULES["vs_purejaxrl"]
     seen = []
@@ -619,3 +757,86 @@ def test_vs_purejaxrl_proxima_command_parses_with_bench_and_measures_training_on
     args = mod.build_parser().parse_args(["--device", "cuda", "--cudagraphs"])
     bench = build_parser().parse_args(mod.proxima_cmd(args, "2048,65536", 3)[3:])
     assert bench.func.__module__ == "proxima.bench" and bench.train_only and bench.json and bench.cudagraphs
+
+
+# ------------------------------------------------------------------------------------ mlp_kernel.py: "off" is the plain modules
+KERNEL_FUNCTIONS = ("forward_block", "backward_block", "_forward_blocks", "backward_blocks", "mlp_forward")
+
+
+def count_kernel_calls(monkeypatch) -> dict:
+    """{mlp_cpu function: calls}, counted from now on (the kernel's entry points, whoever calls them)."""
+    from proxima import mlp_cpu
+
+    calls = dict.fromkeys(KERNEL_FUNCTIONS, 0)
+    for name in KERNEL_FUNCTIONS:
+        def counted(*a, _real=getattr(mlp_cpu, name), _name=name, **k):
+            calls[_name] += 1
+            return _real(*a, **k)
+
+        monkeypatch.setattr(mlp_cpu, name, counted)
+    return calls
+
+
+def test_mlp_kernel_off_runs_no_row_block_kernel_anywhere_in_an_iteration(monkeypatch, tmp_path):
+    """With only mlp_cpu.eligible off, grad_cpu.BlockGradients still ran the kernel in the update
+    (forward_block 32 and backward_block 32 calls an iteration at 1,024 envs x 16 steps), so "off"
+    did not measure the plain modules. Each setting of mlp_kernel.py, one iteration of a Trainer."""
+    from proxima.config import PPOConfig
+    from proxima.trainer import Trainer
+
+    mod = MODULES["mlp_kernel"]
+    n = 1024
+    trainer = Trainer(PPOConfig(env_id="CartPole-v1", backend="native", num_envs=n, num_steps=16, total_timesteps=n * 16 * 100,
+                                threads=1, progress=False, eval_episodes=0, checkpoint_every=0), run_dir=tmp_path / "run", quiet=True)
+    calls = count_kernel_calls(monkeypatch)
+    seen = {}
+    try:
+        for name in ("on", "off", "on"):
+            with mod.SETTINGS[name]():
+                trainer.train_iteration()
+            seen[name] = dict(calls)
+            calls.update(dict.fromkeys(calls, 0))
+    finally:
+        trainer.close()
+    assert seen["off"] == dict.fromkeys(KERNEL_FUNCTIONS, 0), seen["off"]
+    assert seen["on"]["forward_block"] > 0 and seen["on"]["backward_block"] > 0, seen["on"]  # the count sees the kernel
+    # and "off" put everything back: the second "on" ran the kernel again
+    from proxima import grad_cpu, mlp_cpu
+
+    assert mlp_cpu.eligible.__name__ == "eligible" and grad_cpu.BlockGradients.covers.__name__ == "covers"
+
+
+# ------------------------------------------------------------------------------------ machine, date and load in every table
+def test_learning_table_names_when_its_runs_finished(tmp_path):
+    """learning.py's header named the machines and the load but no date: it now gives the span of
+    its runs' recorded finish times, and says so when a run has none."""
+    import learning
+
+    def run(seed, finished=None):
+        r = {"env_id": "CartPole-v1", "seed": seed, "eval_mean": 500.0, "eval_std": 0.0, "steps": 1000, "wall_s": 10.0,
+             "train_s": 9.0, "final_episodic_return": 500.0, "command": f"proxima train CartPole-v1 --seed {seed}", "config": {},
+             "machine": "EPYC box", "load_start": 1.0, "load_end": 2.0}
+        return dict(r, finished=finished) if finished else r
+
+    out = tmp_path / "learning.md"
+    runs = [run(1, "2026-12-02T06:39:11"), run(2, "2026-11-29T21:42:02"), run(3)]
+    learning.write_markdown(out, runs, [])
+    text = out.read_text()
+    assert "- runs finished: 2026-11-29 21:42 to 2026-12-02 06:39 (1 run(s) without a date)\n" in text
+    assert "- machine: EPYC box" in text and "- load average (1 min) during the runs: 1.0 to 2.0" in text
+    assert learning.load_state(out)[0] == runs  # the new line is no header the records are read from
+
+
+def test_rlhf_prints_the_machine_date_and_load_above_its_table(monkeypatch, capsys):
+    """rlhf.py printed its settings and table only: no CPU, date or load. Its models and workers are
+    stand-ins here."""
+    import rlhf
+
+    monkeypatch.setattr(rlhf, "build_assets", lambda folder: None)
+    monkeypatch.setattr(rlhf, "run_worker", lambda *a: {"step_s": 0.5, "cpu_s": 0.4, "tokens_per_s": 1000.0, "length": 32.0})
+    monkeypatch.setattr(sys, "argv", ["rlhf.py", "--repeats", "1", "--libraries", "proxima"])
+    assert rlhf.main() == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^CPU: .+, torch threads: 1; GPU: .+; \d{4}-\d\d-\d\d \d\d:\d\d, load average \(1 min\) \d+\.\d\d at start, "
+                     r"\d+\.\d\d at end$", out, flags=re.M), out
+    assert out.index("load average") < out.index("| Proxima |")

@@ -76,6 +76,7 @@ def test_cpu_machine_reports_cuda_not_usable_with_a_hint():
         assert info["distributed"]["nccl"] is False
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a usable CUDA device")
 def test_gpu_machine_reports_gpus():
     info = doctor.collect()
@@ -239,6 +240,7 @@ def test_cli_require_cuda_fails_with_one_line_reason(capsys):
     json.loads(out)  # stdout stays pure JSON
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a usable CUDA device")
 def test_cli_require_cuda_passes_on_gpu(capsys):
     rc, _, err = run_cli(["--require-cuda"], capsys)

@@ -12,7 +12,7 @@ from proxima.envs import EnvError, NATIVE_ENVS, make_env
 from proxima.envs.classic import Pendulum
 
 ENV_IDS = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"]
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")])]
 
 
 def random_actions(env, gen: torch.Generator) -> torch.Tensor:

@@ -218,6 +218,7 @@ def test_population_cudagraphs_needs_a_cuda_device(small_config):
         Population(member_configs(small_config(cudagraphs=True), [1, 2]))
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("sweep", [None, {"target_kl": [1e-6, None]}], ids=["plain", "target_kl"])
 def test_cuda_graphed_population_equals_eager(small_config, sweep):
