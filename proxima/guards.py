@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from .envs import EnvError
+from .envs.gym_adapter import check_env_cmd
 
 
 class NonFiniteError(RuntimeError):
@@ -48,6 +49,7 @@ class EnvGuard:
         self.obs_ok = torch.ones((T, N), dtype=torch.bool, device=trainer.device)
         self.final_ok = torch.ones((T, N), dtype=torch.bool, device=trainer.device)
         self.debug = bool(trainer.cfg.debug_checks)
+        self.check_cmd = check_env_cmd(trainer.cfg.env_id, trainer.cfg.env_kwargs)  # with the run's --env-kwargs: its env
         self.t, self.step0 = 0, 0
         if self.debug:
             import gymnasium as gym
@@ -130,7 +132,7 @@ class EnvGuard:
         t, field, n = found
         value = f" {fmt_values(raw_rewards[t, n])}" if field == "reward" else ""
         return NonFiniteError(f"non-finite {field}{value} from {self.where(t, n)}; "
-                              f"check the env's step() with: proxima check-env {env_id}")
+                              f"check the env's step() with: {check_env_cmd(env_id, self.trainer.cfg.env_kwargs)}")
 
     def _fail(self, message: str):
         raise DebugCheckError(f"--debug-checks: {message}")
@@ -186,7 +188,7 @@ class EnvGuard:
         if ok is not None and not bool(ok.all()):
             n = int(torch.nonzero(~ok)[0, 0])
             raise NonFiniteError(f"non-finite {field} {fmt_values(flat[n])} from {self.where(t, n)}; "
-                                 f"check the env's step() with: proxima check-env {self.trainer.cfg.env_id}")
+                                 f"check the env's step() with: {self.check_cmd}")
         if self.low is not None:
             xd = flat.to(torch.float64)
             below, above = xd < self.low, xd > self.high
@@ -221,7 +223,7 @@ class EnvGuard:
         if bool(bad.any()):
             n = int(torch.nonzero(bad)[0, 0])
             raise NonFiniteError(f"non-finite reward {fmt_values(reward[n])} from {self.where(t, n)}; "
-                                 f"check the env's step() with: proxima check-env {self.trainer.cfg.env_id}")
+                                 f"check the env's step() with: {self.check_cmd}")
 
 
 def first_bad(fields) -> Optional[tuple]:
@@ -240,10 +242,11 @@ def first_bad(fields) -> Optional[tuple]:
     return t, field, n
 
 
-def check_reset(obs: torch.Tensor, global_step: int, env_id: str) -> None:
-    """NaN/inf in the observations (N, ...) of a reset -> NonFiniteError naming the env (one host sync)."""
+def check_reset(obs: torch.Tensor, global_step: int, env_id: str, env_kwargs: Optional[dict] = None) -> None:
+    """NaN/inf in the observations (N, ...) of a reset -> NonFiniteError naming the env (one host sync);
+    its check-env command holds ``env_kwargs`` (the run's --env-kwargs)."""
     bad = ~torch.isfinite(obs.reshape(obs.shape[0], -1)).all(-1)
     if bool(bad.any()):
         n = int(torch.nonzero(bad)[0, 0])
         raise NonFiniteError(f"non-finite observation {fmt_values(obs[n])} from env {n} at reset (global step {global_step}); "
-                             f"check the env's reset() with: proxima check-env {env_id}")
+                             f"check the env's reset() with: {check_env_cmd(env_id, env_kwargs)}")

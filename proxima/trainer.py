@@ -236,7 +236,7 @@ class Trainer:
             with SignalGuard(lambda: last_ckpt, REPEAT_WINDOW if self.dist.enabled else 0.0) as stop:
                 t_start = time.perf_counter() - self.elapsed
                 try:
-                    check_reset(self.next_obs, self.global_step, cfg.env_id)
+                    check_reset(self.next_obs, self.global_step, cfg.env_id, cfg.env_kwargs)
                 except NonFiniteError as e:
                     raise NonFiniteError(f"{e}; {self._last_good(last_ckpt)}") from None
                 while self.iteration < self.num_iterations and self.stopped_at_return is None:

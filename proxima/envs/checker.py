@@ -28,7 +28,7 @@ obs bounds), and a violation names the key (``obs['vec'][0] = 4.2, above high[0]
   step               step(action) does not raise
   step returns       step returns 5 values (obs, reward, terminated, truncated, info)
   reward type        reward is a real scalar (int/float/numpy scalar), not an array or a bool
-  reward finite      reward is not NaN/inf
+  reward finite      reward is not NaN/inf, nor beyond float32's range (Proxima trains in float32: 1e300 is inf there)
   terminated type    terminated is a bool (Python or numpy)
   truncated type     truncated is a bool
   info type          info is a dict
@@ -70,7 +70,8 @@ import numpy as np
 
 from ..config import install_hint
 from .base import EnvError
-from .gym_adapter import _extra_for, check_spaces, creator_error, resolve_env_fn, unknown_kwarg_line
+from .gym_adapter import (F32_MAX, _extra_for, beyond_float32, check_spaces, creator_error, number_text, resolve_env_fn,
+                          unknown_kwarg_line)
 from .spaces import action_scale_note, image_note, pixels_fix
 
 #: a reset() without an ``options`` parameter, as Python words the TypeError
@@ -546,12 +547,9 @@ class _Checker:
         else:
             self.bad("action not mutated", f"the action passed to step() unchanged ({_fmt_array(before)})",
                      f"step() changed it in place to {_fmt_array(action)} {where}; copy it first (np.clip(a, lo, hi) rather than a.clip(..., out=a))")
-        if not isinstance(out, tuple) or len(out) != 5:
-            n = len(out) if isinstance(out, (tuple, list)) else None
-            got = f"{n} values {where}" if n is not None else f"{_describe(out)} {where}"
-            if n == 4:
-                got += ": the old gym API (obs, reward, done, info); return terminated and truncated instead of done"
-            self.bad("step returns", "5 values (obs, reward, terminated, truncated, info)", got)
+        violation = step_returns_violation(out, where)
+        if violation is not None:
+            self.bad(violation.check, violation.expected, violation.actual)
             return None
         self.ok("step returns")
         obs, reward, terminated, truncated, info = out
@@ -564,7 +562,10 @@ class _Checker:
                 got += " (return float(reward))"
         if real:
             self.ok("reward type")
-            if np.isfinite(float(reward)):
+            if beyond_float32(reward):  # finite (10**400 too), but inf in Proxima's float32 rollouts
+                self.bad("reward finite", f"a finite reward within float32's range (+-{F32_MAX:.3g}): Proxima trains in float32",
+                         f"reward = {number_text(reward)} {where}")
+            elif np.isfinite(float(reward)):
                 self.ok("reward finite")
             else:
                 self.bad("reward finite", "a finite reward", f"reward = {float(reward):g} {where}")
@@ -586,6 +587,18 @@ class _Checker:
         else:
             self.bad("info type", "info: a dict", f"{_describe(info)} {where}")
         return any(flags)
+
+
+def step_returns_violation(out: Any, where: str) -> Optional[Violation]:
+    """The "step returns" violation of what step() returned ``where`` ('at step 3'), None for 5 values;
+    also the words of the trainer's line for it (gym_adapter.EnvCalls)."""
+    if isinstance(out, tuple) and len(out) == 5:
+        return None
+    n = len(out) if isinstance(out, (tuple, list)) else None
+    got = f"{n} values {where}" if n is not None else f"{_describe(out)} {where}"
+    if n == 4:
+        got += ": the old gym API (obs, reward, done, info); return terminated and truncated instead of done"
+    return Violation("step returns", "5 values (obs, reward, terminated, truncated, info)", got)
 
 
 def check_env(target: str, steps: int = 200, seed: int = 0, env_kwargs: Optional[dict] = None) -> list[Violation]:

@@ -7,17 +7,21 @@ terminated/truncated) is the same as for the native envs.
 
 from __future__ import annotations
 
+import decimal
 import difflib
 import importlib
 import json
+import math
+import numbers
 import os
 import re
+import shlex
 import signal
 import sys
 import traceback
 import warnings
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, NoReturn, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -97,14 +101,24 @@ def _import_env_module(module_name: str):
         sys.path[:] = saved
 
 
+def check_env_cmd(env_id: str, env_kwargs: Optional[dict] = None) -> str:
+    """``proxima check-env ENV --env-kwargs JSON``, the command that checks the env a run built: without
+    the run's kwargs check-env would build another env, which may well pass."""
+    kwargs = f" --env-kwargs {shlex.quote(json.dumps(env_kwargs))}" if env_kwargs else ""
+    return f"proxima check-env {shlex.quote(str(env_id))}{kwargs}"
+
+
 def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: Optional[dict] = None) -> Callable[[], gym.Env]:
     """Return a factory for one env, or raise EnvError with a one-line fix.
 
     ``module:ClassName`` imports the module and calls the class; Gymnasium's ``module:EnvId`` form
     imports the module (which registers its ids) and makes the registered id. ``env_kwargs`` go to
-    the constructor (``--env-kwargs``).
+    the constructor (``--env-kwargs``); ``render_mode`` (a video's ``rgb_array``) overrides theirs,
+    as a run trained with ``{"render_mode": null}`` is recorded with the same kwargs.
     """
     kwargs = dict(env_kwargs or {})
+    if render_mode:
+        kwargs["render_mode"] = render_mode
     if ":" in env_id:
         module_name, _, attr = env_id.partition(":")
         try:
@@ -116,7 +130,7 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
             raise EnvError(f"importing '{module_name}' for env '{env_id}' raised {type(e).__name__}: {e}") from None
         cls = getattr(module, attr, None)
         if cls is None and attr in gym.registry:  # Gymnasium's module:EnvId: the import registered the id
-            return _make_registered(attr, render_mode, kwargs)
+            return _make_registered(attr, kwargs)
         if cls is None:
             raise EnvError(f"module '{module_name}' has no attribute '{attr}', nor did importing it register an env id "
                            f"'{attr}' (env '{env_id}')")
@@ -125,11 +139,11 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
 
         def make_user_env() -> gym.Env:
             try:
-                env = cls(render_mode=render_mode, **kwargs) if render_mode else cls(**kwargs)
+                env = cls(**kwargs)
             except TypeError:
                 if not render_mode:
                     raise
-                env = cls(**kwargs)
+                env = cls(**{k: v for k, v in kwargs.items() if k != "render_mode"})  # a constructor without render_mode
             if not isinstance(env, gym.Env):
                 raise EnvError(f"'{env_id}' did not return a gymnasium.Env (got {type(env).__name__})")
             return env
@@ -143,12 +157,13 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
         hint = f"; did you mean {', '.join(close)}?" if close else "; see `proxima presets` or gymnasium's registry"
         raise EnvError(f"unknown env id '{env_id}'{hint}")
 
-    return _make_registered(env_id, render_mode, kwargs)
+    return _make_registered(env_id, kwargs)
 
 
-def _make_registered(env_id: str, render_mode: Optional[str], kwargs: dict) -> Callable[[], gym.Env]:
+def _make_registered(env_id: str, kwargs: dict) -> Callable[[], gym.Env]:
+    """kwargs: the constructor's, render_mode among them when one is asked for (resolve_env_fn)."""
     def make_registered() -> gym.Env:
-        return gym.make(env_id, render_mode=render_mode, **kwargs) if render_mode else gym.make(env_id, **kwargs)
+        return gym.make(env_id, **kwargs)
 
     return make_registered
 
@@ -220,6 +235,33 @@ def check_spaces(env_id: str, obs_space: gym.spaces.Space, act_space: gym.spaces
         raise EnvError(f"env '{env_id}': Box action space needs finite bounds, got {act_space}")
 
 
+#: float32's largest value: Proxima trains in float32, and Gymnasium's vector env casts a wider
+#: float into a float32 Box's buffer (1e39 becomes inf, and the env would be blamed for an inf)
+F32_MAX = float(np.finfo(np.float32).max)
+#: obs dtypes whose every value casts to float32 as a number: taken at a glance by EnvCalls
+_CASTS_TO_F32 = frozenset(np.dtype(t) for t in (np.float32, np.float16, np.bool_, np.int8, np.int16, np.int32, np.int64,
+                                                 np.uint8, np.uint16, np.uint32, np.uint64))
+#: reward types EnvCalls.step takes at a glance (once within float32's range); any other gets the full check
+_FAST_REWARDS = (float, int, np.float64, np.float32)
+
+
+def beyond_float32(x) -> bool:
+    """A finite real number (a Python int of any size too) beyond float32's range: Proxima's float32
+    rollouts would hold it as inf."""
+    try:
+        return math.isfinite(x) and abs(x) > F32_MAX
+    except OverflowError:  # an int no float holds: 10**400
+        return True
+
+
+def number_text(x) -> str:
+    """A number in a message, '1e+300' and an int of 400 digits alike ('1.00e+400')."""
+    try:
+        return f"{float(x):g}"
+    except OverflowError:
+        return format(decimal.Decimal(int(x)), ".3g")
+
+
 class EnvCalls(gym.Wrapper):
     """Each env of the vector env: its exceptions and what it returns, named by env index and step.
 
@@ -228,24 +270,32 @@ class EnvCalls(gym.Wrapper):
     site-packages and the standard library; under ``--vector async`` too: the worker's EnvError
     reaches the main process as it is), not a traceback through Gymnasium's vector env.
 
-    What it returns: every observation part's shape against the declared space (a Dict: a dict
-    holding each declared key), an image's dtype (Gymnasium's vector envs copy each env's obs into a
-    preallocated array of the space's dtype, so float pixels in [0, 1] from an env that declared
-    uint8 would silently become zeros), and ``info`` a dict, at reset and at every step: one line
-    naming the env index and its step, where a wrong shape or a ``None`` info mid-run was a
-    ValueError or AttributeError deep in Gymnasium's vector env or in the final-obs packing. A
-    ``step`` that does not return 5 values (the old gym API) is left to the trainer's diagnosis,
-    which names it in check-env's words. This runs for every Gymnasium env step: for a plain Box
-    the check is a tuple unpack, a type check and a shape compare (~0.1 us against CartPole's ~6
-    us step with its wrappers).
+    What it returns, at reset and at every step, where a fault was a ValueError deep in Gymnasium's
+    vector env, a wrong number later, or check-env's diagnosis of an env (its own, seed 0) that may
+    never show it: ``step`` 5 values (check-env's words for the old gym API); every observation
+    part's shape against the declared space (a Dict: a dict holding each declared key), numbers
+    (not strings or objects) within float32's range where the space is narrower than the obs (the
+    vector env casts into a buffer of the space's dtype: float64 1e39 would become inf), an image's
+    dtype (float pixels in [0, 1] cast to uint8 would silently become zeros); the reward a real
+    number within float32's range; ``info`` a dict. One line naming the env index and its step.
+
+    ``info`` goes on to the vector env only with ``keep_info`` (a subclass whose _episode_stats reads
+    it): the trainer reads none of a user env's info, and Gymnasium's stacking of it fails on values
+    whose shape varies from env to env. This runs for every Gymnasium env step: for a plain Box the
+    check is a tuple unpack, a few type checks and a shape compare (~0.2 us against CartPole's ~6 us
+    step with its wrappers).
     """
 
-    def __init__(self, env: gym.Env, index: int, layout: ObsLayout, env_id: str, check_cmd: Optional[str] = None):
+    def __init__(self, env: gym.Env, index: int, layout: ObsLayout, env_id: str, check_cmd: Optional[str] = None,
+                 keep_info: bool = False):
         super().__init__(env)
-        self.index, self.env_id, self.steps = index, env_id, 0
-        self.check_cmd = check_cmd or f"proxima check-env {env_id}"
+        self.index, self.env_id, self.steps, self.keep_info = index, env_id, 0, keep_info
+        self.check_cmd = check_cmd or check_env_cmd(env_id)
         self.is_dict = layout.is_dict
         self.parts = layout.parts
+        # each part's dtypes taken at a glance: those that cast to float32 as they are, and the declared one
+        # (the vector env's buffer holds it unchanged; pack_numpy judges its values)
+        self._dtypes = [_CASTS_TO_F32 | {np.dtype(getattr(p.source, "dtype", np.float32))} for p in layout.parts]
         # a plain Box: (declared shape, is an image), compared with the obs's without a loop
         self._box = None if layout.is_dict else (layout.parts[0].shape, layout.parts[0].layout is not None)
         # step()'s fast path: the declared shape of a plain Box that is not an image (None: always the full check)
@@ -254,27 +304,36 @@ class EnvCalls(gym.Wrapper):
     def _bad(self, what: str, when: str, fix: str) -> EnvError:
         return EnvError(f"env '{self.env_id}': env {self.index} returned {what} at {when}; {fix} (check with: {self.check_cmd})")
 
+    @staticmethod
+    def _casts(x, dtypes: frozenset) -> bool:
+        """At a glance: ``x``'s values reach Proxima's float32 as they are (a dtype of ``dtypes``, or floats
+        within float32's range; ~2 us for a float64 obs in a float32 Box, which the vector env casts)."""
+        dtype = getattr(x, "dtype", None)
+        return dtype in dtypes or (dtype is not None and dtype.kind == "f" and np.abs(x).max() <= F32_MAX)
+
     def _check(self, obs, when: str):
         box = self._box
-        if box is not None:  # the common case first: one getattr and one tuple compare
-            if getattr(obs, "shape", None) != box[0] or (box[1] and getattr(obs, "dtype", None) != np.uint8):
-                self._check_part(obs, self.parts[0], when)
+        if box is not None:  # the common case first: one getattr, one tuple compare, one set lookup
+            if (getattr(obs, "shape", None) != box[0] or not self._casts(obs, self._dtypes[0])
+                    or (box[1] and obs.dtype != np.uint8)):
+                self._check_part(obs, self.parts[0], self._dtypes[0], when)
             return obs
         if not isinstance(obs, dict):
             keys = ", ".join(repr(p.key) for p in self.parts)
             raise self._bad(f"an observation of type {type(obs).__name__}", when,
                             f"the observation space is a Dict: return a dict with the keys {keys}")
-        for part in self.parts:
+        for part, dtypes in zip(self.parts, self._dtypes):
             if part.key not in obs:
                 raise self._bad(f"an observation without the key '{part.key}'", when,
                                 f"the observation space declares it: return obs['{part.key}'] too")
             x = obs[part.key]
-            if getattr(x, "shape", None) != part.shape or (part.layout is not None and getattr(x, "dtype", None) != np.uint8):
-                self._check_part(x, part, when)
+            if (getattr(x, "shape", None) != part.shape or not self._casts(x, dtypes)
+                    or (part.layout is not None and x.dtype != np.uint8)):
+                self._check_part(x, part, dtypes, when)
         return obs
 
-    def _check_part(self, x, part, when: str) -> None:
-        """The slow path: ``x`` (one part of the obs) did not match at a glance; raise if it is wrong."""
+    def _check_part(self, x, part, dtypes: frozenset, when: str) -> None:
+        """The slow path: ``x`` (one part of the obs) did not pass at a glance; raise if it is wrong."""
         where = f" at key '{part.key}'" if part.key is not None else ""
         shape = getattr(x, "shape", None)
         if shape is None:  # a list or a Python number: the shape numpy gives it
@@ -289,10 +348,32 @@ class EnvCalls(gym.Wrapper):
                 raise self._bad(f"an image{where} of dtype {dtype} shape {shape}", when,
                                 f"the observation space declares uint8 {part.shape} (return np.uint8 pixels 0..255 of that shape)")
             return
+        declared = "observation_space" + (f"['{part.key}']" if part.key is not None else "")
         if shape != part.shape:
-            declared = "observation_space" + (f"['{part.key}']" if part.key is not None else "")
             got = f"shape {shape}" if shape is not None else type(x).__name__
             raise self._bad(f"an observation{where} of {got}", when, f"{declared} declares shape {part.shape}: return an array of that shape")
+        values = np.asarray(x)
+        if values.dtype.kind not in "biuf":  # strings, objects: the vector env's cast fails or makes nonsense
+            raise self._bad(f"an observation{where} of dtype {values.dtype}", when,
+                            f"{declared} holds numbers: return a numeric array")
+        if values.dtype not in dtypes and values.dtype.kind == "f":  # a float wider than the space: cast before Proxima sees it
+            big = np.isfinite(values) & (np.abs(values) > F32_MAX)
+            if big.any():
+                i = int(np.flatnonzero(big.reshape(-1))[0])
+                raise self._bad(f"an observation value {number_text(values.reshape(-1)[i])}{where} (entry {i}) beyond float32's "
+                                f"range (+-{F32_MAX:.3g})", when, "Proxima trains in float32: scale it down in the env")
+
+    def _check_reward(self, reward, when: str) -> None:
+        """A real number (a 0-d array too) within float32's range; NaN/inf go on to the trainer's guard."""
+        fix = "step() returns the reward as one number (float(reward))"
+        if isinstance(reward, np.ndarray):
+            if reward.ndim or reward.dtype.kind not in "biuf":
+                raise self._bad(f"a reward of shape {reward.shape} dtype {reward.dtype}", when, fix)
+        elif not isinstance(reward, (numbers.Real, np.bool_)):  # None, a string, a complex, a list
+            raise self._bad(f"a reward of type {type(reward).__name__} ({' '.join(repr(reward).split())[:40]})", when, fix)
+        if beyond_float32(reward):
+            raise self._bad(f"a reward of {number_text(reward)}, beyond float32's range (+-{F32_MAX:.3g})", when,
+                            "Proxima trains in float32: scale it down in the env")
 
     def _raised(self, e: Exception, when: str) -> EnvError:
         at = user_frame(e)
@@ -313,7 +394,7 @@ class EnvCalls(gym.Wrapper):
         obs, info = out  # a wrong return (the old gym API) is not the env raising: check-env's diagnosis names it
         if not isinstance(info, dict):
             raise self._bad(f"info of type {type(info).__name__}", when, "reset() returns (obs, info) with info a dict (return {} for none)")
-        return self._check(obs, when), info
+        return self._check(obs, when), (info if self.keep_info else {})
 
     def step(self, action):
         try:
@@ -324,26 +405,30 @@ class EnvCalls(gym.Wrapper):
             shown = " ".join(str(action).split())
             raise self._raised(e, f"env step {self.steps + 1} (action {shown[:60] + '...' if len(shown) > 60 else shown})") from None
         self.steps += 1
-        # the common case in a few operations (a plain non-image Box, an ndarray obs, a dict info):
-        # this runs for every env step; anything else takes the full check
+        # the common case in a few operations (a plain non-image Box, an ndarray obs of a dtype that casts,
+        # a float reward in range, a dict info): this runs for every env step; anything else takes the full check
         try:
-            obs, _, _, _, info = out
-            fast = type(info) is dict and self._shape is not None and obs.shape == self._shape
+            obs, reward, terminated, truncated, info = out
+            fast = (type(info) is dict and self._shape is not None and obs.shape == self._shape
+                    and self._casts(obs, self._dtypes[0]) and type(reward) in _FAST_REWARDS and -F32_MAX <= reward <= F32_MAX)
         except Exception:
             fast = False
         if not fast:
             self._check_step(out)
-        return out
+            obs, reward, terminated, truncated, info = out
+        return obs, reward, terminated, truncated, (info if self.keep_info else {})
 
     def _check_step(self, out) -> None:
-        # not 5 values (the old gym API): Gymnasium's vector env fails on it and the trainer's diagnosis
-        # names it in check-env's words
+        when = f"env step {self.steps}"
         if not isinstance(out, (tuple, list)) or len(out) != 5:
-            return
+            from .checker import step_returns_violation  # the old gym API's 4 values, in check-env's words
+
+            raise EnvError(f"env '{self.env_id}' breaks the env contract at env {self.index}: "
+                           f"{step_returns_violation(out, f'at step {self.steps}')} (check with: {self.check_cmd})")
         if not isinstance(out[4], dict):
-            raise self._bad(f"info of type {type(out[4]).__name__}", f"env step {self.steps}",
-                            "step() returns info as a dict (return {} for none)")
-        self._check(out[0], f"env step {self.steps}")
+            raise self._bad(f"info of type {type(out[4]).__name__}", when, "step() returns info as a dict (return {} for none)")
+        self._check(out[0], when)
+        self._check_reward(out[1], when)
 
 
 #: where Proxima's own code lives: an exception's location skips its frames
@@ -425,8 +510,10 @@ class GymnasiumEnv(BatchedEnv):
         cls = gym.vector.AsyncVectorEnv if vector == "async" else gym.vector.SyncVectorEnv
         if vector == "async":
             _quiet_worker_env_errors()
-        kwargs = f" --env-kwargs '{json.dumps(env_kwargs)}'" if env_kwargs else ""
-        env_fns = [_checked(env_fn, i, self.layout, env_id, f"proxima check-env {env_id}{kwargs}") for i in range(self.num_envs)]
+        self.check_cmd = check_env_cmd(env_id, env_kwargs)
+        # the envs' info reaches the vector env only where _episode_stats reads it (Atari's game statistics): EnvCalls
+        keep_info = type(self)._episode_stats is not GymnasiumEnv._episode_stats
+        env_fns = [_checked(env_fn, i, self.layout, env_id, self.check_cmd, keep_info) for i in range(self.num_envs)]
         try:
             self.envs = cls(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         except Exception as e:
@@ -435,6 +522,7 @@ class GymnasiumEnv(BatchedEnv):
         self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
         self._started = False
         self._steps = 0  # vector steps since construction (for error messages)
+        self._failed = False  # a reset or step of the vector env raised: close() ends its workers without waiting
 
     def _obs(self, obs) -> torch.Tensor:
         """(N, *obs_shape) tensor: float32 vectors, uint8 pixels, or packed Dict keys (spaces.py)."""
@@ -449,12 +537,44 @@ class GymnasiumEnv(BatchedEnv):
         except (ValueError, TypeError) as e:  # what EnvCalls' checks let through (values that are no numbers)
             raise EnvError(f"env '{self.env_id}': the observations at {when} cannot be read as {self.layout.dtype} "
                            f"{self.layout.shape} arrays ({type(e).__name__}: {' '.join(str(e).split())}); "
-                           f"check with: proxima check-env {self.env_id}") from None
+                           f"check with: {self.check_cmd}") from None
+
+    def _raise_failure(self, e: BaseException, when: str) -> NoReturn:
+        """Raise what the user sees of ``e``, raised by the vector env at ``when`` ('reset', 'vector step
+        23'): one line for a worker gone and for results Gymnasium could not read (what EnvCalls' checks
+        let through), ``e`` itself otherwise. From now on close() does not wait on the workers."""
+        self._failed = True
+        if isinstance(e, (EOFError, ConnectionError)):  # an AsyncVectorEnv worker is gone
+            raise EnvError(f"env '{self.env_id}' (--vector async): {self._workers_ended(when)}") from None
+        # at reset, a wrong return (the old gym API's obs alone) fails in EnvCalls' unpacking: check-env's diagnosis names it
+        if isinstance(e, (ValueError, TypeError)) and when != "reset":
+            raise EnvError(f"env '{self.env_id}': Gymnasium's vector env could not read the envs' results at {when} "
+                           f"({type(e).__name__}: {' '.join(str(e).split())[:200]}); check with: {self.check_cmd}") from None
+        raise e
+
+    def _workers_ended(self, when: str) -> str:
+        """'the worker process of env 1 ended at vector step 23 (exit code 3: ...)': which ended, from their exit codes."""
+        from multiprocessing.connection import wait
+
+        processes = getattr(self.envs, "processes", [])
+        ready = wait([p.sentinel for p in processes], timeout=1.0)
+        for p in processes:
+            if p.sentinel in ready:  # exiting: its pipes close a moment before it can be reaped for its exit code
+                p.join(timeout=5)
+        ended = [(i, p.exitcode) for i, p in enumerate(processes) if p.exitcode is not None]
+        if not ended:
+            return f"a worker process ended at {when}: killed by a signal to the whole process group, or out of memory?"
+        envs = ", ".join(str(i) for i, _ in ended)
+        who = f"the worker process of env {envs}" if len(ended) == 1 else f"the worker processes of envs {envs}"
+        return f"{who} ended at {when} ({_exit_reason(ended[0][1])})"
 
     def reset(self, seed: Optional[int] = None) -> torch.Tensor:
         seed = self._seed if seed is None and not self._started else seed
         self._started = True
-        obs, _ = self.envs.reset(seed=seed)
+        try:
+            obs, _ = self.envs.reset(seed=seed)
+        except BaseException as e:
+            self._raise_failure(e, "reset")
         self._ep_return[:] = 0
         self._ep_length[:] = 0
         return self._obs(obs)
@@ -465,9 +585,8 @@ class GymnasiumEnv(BatchedEnv):
         a = env_actions(action.detach().cpu().numpy(), self.single_action_space, self.num_envs)
         try:
             obs, reward, terminated, truncated, info = self.envs.step(a)
-        except (EOFError, ConnectionError) as e:  # an AsyncVectorEnv worker is gone
-            raise EnvError(f"env '{self.env_id}' (--vector async): a worker process ended at vector step {self._steps + 1} "
-                           f"({type(e).__name__}): killed by a signal to the whole process group, or out of memory?") from None
+        except BaseException as e:
+            self._raise_failure(e, f"vector step {self._steps + 1}")
         reward = np.asarray(reward, dtype=np.float64)
         done = np.logical_or(terminated, truncated)
         ep_ret, ep_len = self._episode_stats(reward, done, info)
@@ -525,10 +644,13 @@ class GymnasiumEnv(BatchedEnv):
             raise EnvError(f"env '{self.env_id}' cannot render: its render() raised {type(e).__name__}: {e}") from None
 
     def close(self) -> None:
+        # after a failed call an AsyncVectorEnv may have read some workers' results and not others: a graceful
+        # close would wait for them again, on pipes that stay empty; terminate=True ends the workers instead
+        terminate = {"terminate": True} if self._failed and isinstance(self.envs, gym.vector.AsyncVectorEnv) else {}
         try:
             with warnings.catch_warnings():  # "Calling `close` while waiting for a pending call to `step`": a worker died mid-step
                 warnings.filterwarnings("ignore", message=".*Calling `close` while waiting")
-                self.envs.close()
+                self.envs.close(**terminate)
         except (EOFError, ConnectionError):  # a worker already gone: end the rest, never wait on it again
             for process in getattr(self.envs, "processes", []):
                 if process.is_alive():
@@ -549,6 +671,19 @@ def _quiet_worker_env_errors() -> None:
         warnings.filterwarnings("ignore", message=message, category=UserWarning)
 
 
+def _exit_reason(code: int) -> str:
+    """Why a worker process ended, from its exit code (minus the signal's number for a signal)."""
+    if code >= 0:
+        return f"exit code {code}: did the env call sys.exit() or os._exit()?"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    if -code == signal.SIGKILL:
+        return f"killed by {name}: out of memory (the kernel's OOM killer), or killed by hand?"
+    return f"killed by {name}"
+
+
 def _one(obs, layout: ObsLayout):
     """One env's obs with a leading batch axis of 1 (a dict of arrays for a Dict space)."""
     if layout.is_dict:
@@ -557,13 +692,13 @@ def _one(obs, layout: ObsLayout):
 
 
 def _checked(env_fn: Callable[[], gym.Env], index: int, layout: ObsLayout, env_id: str,
-             check_cmd: Optional[str] = None) -> Callable[[], gym.Env]:
+             check_cmd: Optional[str] = None, keep_info: bool = False) -> Callable[[], gym.Env]:
     parent = os.getpid()
 
     def make() -> gym.Env:
         if os.getpid() != parent:  # an AsyncVectorEnv worker: see _worker_signals
             _worker_signals()
-        return EnvCalls(env_fn(), index, layout, env_id, check_cmd)
+        return EnvCalls(env_fn(), index, layout, env_id, check_cmd, keep_info)
 
     return make
 

@@ -210,8 +210,9 @@ def test_good_returns_pass_and_reset_info_is_checked():
     assert wrapped(Returns(([0.5, 0.5], 1.0, False, False, {}))).step(0)[1] == 1.0  # a list of the right shape
     scalar = spaces.Box(-1.0, 1.0, (), np.float64)
     assert wrapped(Returns((0.5, 1.0, False, False, {}), space=scalar)).step(0)[0] == 0.5  # a Python float for shape ()
-    old = (np.zeros(2, np.float32), 0.0, False, {})  # 4 values: left to the trainer's diagnosis (check-env's words)
-    assert wrapped(Returns(old)).step(0) is old
+    old = (np.zeros(2, np.float32), 0.0, False, {})  # 4 values: refused where it happens, in check-env's words
+    with pytest.raises(EnvError, match="step returns: expected 5 values .* got 4 values at step 1: the old gym API"):
+        wrapped(Returns(old)).step(0)
     with pytest.raises(EnvError) as e:
         wrapped(Returns(reset_out=(np.zeros(2, np.float32), None))).reset(seed=0)
     assert str(e.value) == ("env 'm:E': env 3 returned info of type NoneType at reset (after env step 0); reset() returns "

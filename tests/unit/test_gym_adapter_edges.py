@@ -1,0 +1,214 @@
+"""The Gymnasium adapter at its edges: an async worker that dies mid-step, a contract break in one
+env mid-run that check-env's own env never shows, values beyond float32's range, and the check-env
+command and render mode a run passes on (envs: tests/fixtures/adapter_edge_envs.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cli_helpers import run_main
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+NO_CKPT = "no checkpoint was written yet (--checkpoint-every N writes one every N iterations)"
+# env 1 (seeded 8 under --seed 7) breaks at its env step 5: vector step 5, global step 15
+SMALL = ["--seed", "7", "--num-envs", "3", "--num-steps", "8", "--num-minibatches", "2", "--total-timesteps", "48",
+         "--eval-episodes", "0", "--run-dir", "D", "--no-progress"]
+
+
+@pytest.fixture(autouse=True)
+def fixtures_on_path(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    monkeypatch.chdir(tmp_path)
+
+
+def train_line(capsys, kwargs: dict) -> str:
+    """The one error line of `proxima train adapter_edge_envs:Faulty --env-kwargs KWARGS` (exit 2)."""
+    code, _, err = run_main(["train", "adapter_edge_envs:Faulty", *SMALL, "--env-kwargs", json.dumps(kwargs)], capsys)
+    assert code == 2 and "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("proxima train: error: "), err
+    return lines[0].removeprefix("proxima train: error: ")
+
+
+def check_cmd(kwargs: dict) -> str:
+    return f"proxima check-env adapter_edge_envs:Faulty --env-kwargs '{json.dumps(kwargs)}'"
+
+
+# ------------------------------------------------------------------------------ an async worker that dies
+#: steps N envs of adapter_edge_envs:Faulty (argv: vector, N, kwargs as JSON) until an EnvError, then
+#: closes them; prints the error (or the last step's info keys), and how many workers outlived close()
+DRIVER = """
+import json, sys, torch
+from proxima.envs import EnvError, make_env
+vector, num, kwargs = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+env = make_env("adapter_edge_envs:Faulty", num, vector=vector, seed=7, env_kwargs=kwargs)
+env.reset()
+try:
+    for _ in range(25):
+        info = env.step(torch.zeros(num, dtype=torch.long))[4]
+    print(sorted(info))
+except EnvError as e:
+    print(e)
+env.close()
+print(sum(p.is_alive() for p in getattr(env.envs, "processes", [])), "workers alive")
+"""
+
+
+def isolated(args: list, tmp_path, timeout: int = 60) -> subprocess.CompletedProcess:
+    """``python ARGS`` with tests/fixtures on the path, in a process group of its own: a hang fails
+    the test after ``timeout`` seconds (its processes killed) instead of blocking the suite."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, *args], cwd=tmp_path, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        out = None
+    if out is None:
+        pytest.fail(f"hung for {timeout} s: python {' '.join(args[-4:])}", pytrace=False)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("fault, why", [
+    ("exit", "exit code 3: did the env call sys.exit() or os._exit()?"),
+    ("sysexit", "exit code 4: did the env call sys.exit() or os._exit()?"),
+    ("kill", "killed by SIGKILL: out of memory (the kernel's OOM killer), or killed by hand?"),
+])
+def test_an_async_worker_that_dies_mid_step_is_named_and_close_does_not_wait(tmp_path, fault, why):
+    """Env 1's worker ends inside step(): Gymnasium's step_wait raised with env 0's pipe read and env
+    2's not, and close() read them again, waiting forever on env 0's empty pipe (only env 0's death
+    got its line)."""
+    result = isolated(["-c", DRIVER, "async", "3", json.dumps({"fault": fault})], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"env 'adapter_edge_envs:Faulty' (--vector async): the worker process of env 1 ended at vector step 5 ({why})",
+        "0 workers alive"], result.stderr
+
+
+def test_train_with_an_async_worker_killed_is_one_line_and_exit_2(tmp_path):
+    result = isolated(["-m", "proxima", "train", "adapter_edge_envs:Faulty", *SMALL, "--vector", "async",
+                       "--env-kwargs", '{"fault": "kill"}'], tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "proxima train: error: env 'adapter_edge_envs:Faulty' (--vector async): the worker process of env 1 ended at vector step 5 "
+        f"(killed by SIGKILL: out of memory (the kernel's OOM killer), or killed by hand?); global step 15; {NO_CKPT}"], result.stderr
+
+
+@pytest.mark.parametrize("vector", ["sync", "async"])
+def test_an_info_whose_shape_varies_does_not_stop_the_run(tmp_path, vector):
+    """Proxima reads nothing of a user env's info: it no longer goes to Gymnasium's stacking, which
+    raised on arrays of another length (sync: a traceback; async: partway through reading the pipes,
+    and close() then hung). Episodes end at step 10: final_obs still comes through."""
+    result = isolated(["-c", DRIVER, vector, "3", json.dumps({"info_shape": True})], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["['episode_length', 'episode_return', 'final_obs']", "0 workers alive"], result.stderr
+
+
+# ------------------------------------------------------------------------------ one env breaks the contract mid-run
+def test_the_old_gym_api_in_one_env_mid_run_is_one_line_in_check_envs_words(capsys):
+    """Was a ValueError traceback (exit 1): check-env's rerun (one env, seed 0) never saw it."""
+    kwargs = {"fault": "old_api"}
+    assert train_line(capsys, kwargs) == (
+        "env 'adapter_edge_envs:Faulty' breaks the env contract at env 1: step returns: expected 5 values (obs, reward, "
+        "terminated, truncated, info); got 4 values at step 5: the old gym API (obs, reward, done, info); return terminated "
+        f"and truncated instead of done (check with: {check_cmd(kwargs)}); global step 15; {NO_CKPT}")
+
+
+NOT_A_NUMBER = [
+    ("reward_array", "a reward of shape (2,) dtype float64", "step() returns the reward as one number (float(reward))"),
+    ("reward_none", "a reward of type NoneType (None)", "step() returns the reward as one number (float(reward))"),
+    ("obs_strings", "an observation of dtype <U1", "observation_space holds numbers: return a numeric array"),
+]
+
+
+def not_a_number_line(fault: str, returned: str, fix: str) -> str:
+    return (f"env 'adapter_edge_envs:Faulty': env 1 returned {returned} at env step 5; {fix} (check with: "
+            f"{check_cmd({'fault': fault})}); global step 15; {NO_CKPT}")
+
+
+@pytest.mark.parametrize("fault, returned, fix", NOT_A_NUMBER)
+def test_a_reward_or_observation_that_is_no_number_is_named_by_env_and_step(capsys, fault, returned, fix):
+    """Were a traceback (a reward array, a string obs) or a NaN reward blamed on the env (None)."""
+    assert train_line(capsys, {"fault": fault}) == not_a_number_line(fault, returned, fix)
+
+
+@pytest.mark.parametrize("fault, returned, fix", NOT_A_NUMBER)
+def test_a_reward_or_observation_that_is_no_number_is_named_under_async_too(tmp_path, fault, returned, fix):
+    """The reward array hung: Gymnasium raised after reading every pipe, and close() read them again."""
+    result = isolated(["-m", "proxima", "train", "adapter_edge_envs:Faulty", *SMALL, "--vector", "async",
+                       "--env-kwargs", json.dumps({"fault": fault})], tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == [f"proxima train: error: {not_a_number_line(fault, returned, fix)}"]
+
+
+# ------------------------------------------------------------------------------ beyond float32's range
+def test_a_float64_obs_beyond_float32_in_a_float32_box_is_not_blamed_as_non_finite(capsys):
+    """The vector env cast 1e39 into its float32 buffer (a numpy overflow warning, then inf), and the
+    run said "non-finite observation"."""
+    kwargs = {"fault": "obs_1e39"}
+    assert train_line(capsys, kwargs) == (
+        "env 'adapter_edge_envs:Faulty': env 1 returned an observation value 1e+39 (entry 0) beyond float32's range "
+        f"(+-3.4e+38) at env step 5; Proxima trains in float32: scale it down in the env (check with: {check_cmd(kwargs)}); "
+        f"global step 15; {NO_CKPT}")
+
+
+def test_a_reward_beyond_float32_is_named_as_such_in_train(capsys):
+    kwargs = {"fault": "reward_1e300"}
+    assert train_line(capsys, kwargs) == (
+        "env 'adapter_edge_envs:Faulty': env 1 returned a reward of 1e+300, beyond float32's range (+-3.4e+38) at env step 5; "
+        f"Proxima trains in float32: scale it down in the env (check with: {check_cmd(kwargs)}); global step 15; {NO_CKPT}")
+
+
+@pytest.mark.parametrize("fault, shown", [("reward_1e300", "1e+300"), ("reward_bigint", "1.00e+400")])
+def test_check_env_reports_a_reward_beyond_float32(capsys, fault, shown):
+    """check-env passed 1e300 (which train refused) and raised OverflowError on 10**400."""
+    kwargs = json.dumps({"fault": fault, "at": 1, "faulty_seed": 0})
+    code, out, err = run_main(["check-env", "adapter_edge_envs:Faulty", "--env-kwargs", kwargs], capsys)
+    assert code == 1 and "Traceback" not in err, err
+    assert out.splitlines()[0] == (f"FAIL reward finite: expected a finite reward within float32's range (+-3.4e+38): Proxima "
+                                   f"trains in float32; got reward = {shown} at step 1")
+
+
+# ------------------------------------------------------------------------------ the check-env command holds --env-kwargs
+def test_a_non_finite_reward_suggests_check_env_with_the_runs_kwargs(capsys):
+    """The suggested `proxima check-env adapter_edge_envs:Faulty` built another env, which passed."""
+    kwargs = {"fault": "reward_nan"}
+    assert train_line(capsys, kwargs) == (f"non-finite reward nan from env 1 at global step 15 (env step 5); check the env's "
+                                          f"step() with: {check_cmd(kwargs)}; {NO_CKPT}")
+
+
+def test_the_check_env_command_quotes_kwargs_for_the_shell():
+    import shlex
+
+    from proxima.envs.gym_adapter import check_env_cmd
+    from proxima.guards import NonFiniteError, check_reset
+
+    kwargs = {"name": "it's"}
+    assert shlex.split(check_env_cmd("m:E", kwargs)) == ["proxima", "check-env", "m:E", "--env-kwargs", json.dumps(kwargs)]
+    assert check_env_cmd("CartPole-v1") == "proxima check-env CartPole-v1"
+    with pytest.raises(NonFiniteError) as e:
+        check_reset(torch.tensor([[0.0], [float("nan")]]), 0, "m:E", {"x": 1})
+    assert str(e.value).endswith("check the env's reset() with: proxima check-env m:E --env-kwargs '{\"x\": 1}'")
+
+
+# ------------------------------------------------------------------------------ a video's render_mode wins
+@pytest.mark.parametrize("env_id", ["adapter_edge_envs:Faulty", "adapter_edge_envs:AdapterEdge-v0"])
+def test_recording_overrides_the_render_mode_of_the_runs_kwargs(env_id):
+    """A run trained with --env-kwargs '{"render_mode": null}' (the README's example): gym.make got
+    render_mode twice, and a class's TypeError fallback dropped rgb_array (no frames)."""
+    from proxima.envs.gym_adapter import resolve_env_fn
+
+    env = resolve_env_fn(env_id, "rgb_array", {"render_mode": None})()
+    env.reset(seed=0)
+    assert env.render_mode == "rgb_array" and env.render().shape == (8, 8, 3)
+    assert resolve_env_fn(env_id, None, {"render_mode": None})().render_mode is None
