@@ -493,12 +493,17 @@ def load_resumable(path: Union[str, Path], allow_population: bool = False) -> di
     ckpts = list_checkpoints(path)
     if not ckpts:
         raise no_checkpoint_error(path)
+    _, state = newest_that_loads(ckpts, load_sound, CheckpointError)
+    return _refuse_population(state, allow_population)
+
+
+def load_sound(path: Union[str, Path]) -> dict:
+    """load_checkpoint, and what a resume restores beyond the policy checked (normalizer statistics,
+    optimizer moments: train_state.check_resumable): the loader a resume picks its checkpoint with,
+    so that a damaged newest file falls back to an older one, not only fails at restore."""
     from .train_state import check_resumable
 
-    # beyond the policy, what a resume restores (normalizer statistics, optimizer moments): a damaged
-    # newest file falls back to an older one here, not only at restore, where it could only stop
-    _, state = newest_that_loads(ckpts, lambda p: check_resumable(load_checkpoint(p)), CheckpointError)
-    return _refuse_population(state, allow_population)
+    return check_resumable(load_checkpoint(path))
 
 
 def newest_that_loads(files: list, load, error: type = None, set_aside: bool = True) -> tuple:

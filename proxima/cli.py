@@ -135,8 +135,8 @@ def _own_config_run_dir(args, file_values: dict, prog: str) -> dict:
 def _own_run_dir(config_file: str, run_dir) -> bool:
     """Whether ``run_dir`` (from ``--config FILE``) is FILE's own folder: the file is a run's config.yaml.
 
-    Either run_dir resolves to FILE's folder, or FILE is config.yaml in a run directory (meta.json or
-    checkpoints/ there), whatever run_dir says: config.yaml records run_dir as given when the run
+    Either run_dir resolves to FILE's folder, or FILE is config.yaml in a run directory
+    (rundir.holds_a_run), whatever run_dir says: config.yaml records run_dir as given when the run
     started (often relative, runs/NAME, which from another working directory resolves elsewhere), and
     a copied or moved run directory (how a run is continued elsewhere) keeps the original's path, so
     neither the path nor its last name can be relied on. A run's config.yaml edited to send a new run
@@ -147,8 +147,9 @@ def _own_run_dir(config_file: str, run_dir) -> bool:
         folder = Path(config_file).resolve().parent
         if folder == Path(run_dir).resolve():
             return True
-        is_run = (folder / "meta.json").is_file() or (folder / "checkpoints").is_dir()
-        return Path(config_file).name == "config.yaml" and is_run
+        from .rundir import holds_a_run  # the one definition of a run directory (not any folder with a checkpoints/)
+
+        return Path(config_file).name == "config.yaml" and holds_a_run(folder)
     except (OSError, RuntimeError, ValueError):
         return False
 

@@ -212,10 +212,14 @@ def _no_alias_loader():
 def load_yaml(stream):
     """``yaml.safe_load`` of a run file or config file, which is data: an alias (``*name``) raises
     yaml_alias_error() (a yaml.YAMLError) instead of being expanded. Proxima writes its YAML with
-    yaml.safe_dump of plain values, which never holds one."""
+    yaml.safe_dump of plain values, which never holds one. Collections nested deeper than Python's
+    stack (thousands of '[') are a yaml.YAMLError too, so every reader's own line reports them."""
     import yaml
 
-    return yaml.load(stream, Loader=_no_alias_loader())  # noqa: S506 - a SafeLoader subclass
+    try:
+        return yaml.load(stream, Loader=_no_alias_loader())  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise yaml.YAMLError("nested too deeply") from None
 
 
 def load_config_file(path: str) -> dict:
@@ -233,8 +237,6 @@ def load_config_file(path: str) -> dict:
         raise ConfigError(f"--config {path}: {e}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    except RecursionError:  # PyYAML composes nested collections recursively: thousands of '[' exhaust the stack
-        raise ConfigError(f"--config {path}: not valid YAML (nested too deeply); a config is a flat mapping of field: value") from None
     if values is None:
         return {}
     if not isinstance(values, dict):

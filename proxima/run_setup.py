@@ -9,7 +9,6 @@ the one line the CLI prints. The loop itself is trainer.py; the directory rules 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -47,14 +46,15 @@ def diagnose_failure(e: Exception, config: Optional[PPOConfig], last_good) -> Ex
         return e
     if not violations:
         return e
+    from .envs.gym_adapter import check_env_cmd
+
     more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
-    kwargs = f" --env-kwargs '{json.dumps(config.env_kwargs)}'" if config.env_kwargs else ""
     # check-env's first violation may not be what stopped the run (it steps its own env, with its own
     # seed): the run's own exception stays in the line, so neither is lost
     raised = " ".join(f"{type(e).__name__}: {e}".split())
     raised = raised if len(raised) <= 200 else raised[:197] + "..."
     return EnvError(f"env '{config.env_id}' breaks the env contract: {violations[0]}{more}; "
-                    f"see `proxima check-env {config.env_id}{kwargs}` (the run stopped on {raised})")
+                    f"see `{check_env_cmd(config.env_id, config.env_kwargs)}` (the run stopped on {raised})")
 
 
 def resumed_run_dir(resume) -> tuple:
@@ -155,7 +155,7 @@ def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: 
         target_dir = loose_run_dir(resume, config, overrides=overrides)
     if Path(resume).is_dir():  # its newest checkpoint that loads; a damaged newer one is named, not renamed
         files = ckpt.list_checkpoints(resume)
-        src, _ = ckpt.newest_that_loads(files, ckpt.load_checkpoint, ckpt.CheckpointError, set_aside=False)
+        src, _ = ckpt.newest_that_loads(files, ckpt.load_sound, ckpt.CheckpointError, set_aside=False)
     state = ckpt.load_resumable(src)  # a file: loaded as the resume loads it (a population's refused), nothing written
     cfg = resumed_config(state, env_id, trust_run, overrides, "train --resume")
     cfg.run_dir = str(target_dir)  # where the resume trains, as resolve_start records it
@@ -186,31 +186,33 @@ def preflight(cfg: PPOConfig, world_size: int = 1):
     ``--nproc`` launcher, which would otherwise see every rank fail the same way): the flags that
     need CUDA, the env (built once on the CPU) and the memory the run needs. Returns the device."""
     from .device import resolve_device
-    from .sizing import check_fits, env_probe
+    from .sizing import check_fits
     from .trainer import check_device_flags
 
     device = resolve_device(cfg.device)
     check_device_flags(cfg, device, world_size)
-    check_env_builds(cfg)
-    check_fits(cfg, device, env_probe(cfg))
+    sizes = check_env_builds(cfg)  # the one env built here is also the one sized
+    check_fits(cfg, device, lambda: sizes)
     return device
 
 
-def check_env_builds(cfg: PPOConfig) -> None:
+def check_env_builds(cfg: PPOConfig):
     """Build the env once on the CPU and choose the agent's encoder for its observations, as a run
     does (Agent: nets.resolve_encoder): EnvError or ConfigError (``--encoder cnn`` of an env without
-    an image, ``--norm-obs`` of one with an image) now, before anything starts."""
+    an image, ``--norm-obs`` of one with an image) now, before anything starts. Returns the env's
+    sizes (sizing.env_sizes) for the memory check, so that it builds no env of its own."""
     from .envs import make_env
-    from .envs.spaces import obs_layout
     from .nets import resolve_encoder
+    from .sizing import env_sizes
 
     env = make_env(cfg.env_id, 1, "cpu", cfg.backend, cfg.vector, seed=cfg.seed, env_kwargs=cfg.env_kwargs)
     try:
-        layout = obs_layout(env.single_observation_space, cfg.env_id)
-        resolve_encoder(cfg.encoder, layout)
+        sizes = env_sizes(env, cfg.env_id)
+        resolve_encoder(cfg.encoder, sizes.layout)
     finally:
         env.close()
-    check_norm_obs(cfg, layout.has_image)
+    check_norm_obs(cfg, sizes.layout.has_image)
+    return sizes
 
 
 def check_norm_obs(cfg: PPOConfig, has_image: bool) -> None:

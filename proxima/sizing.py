@@ -156,10 +156,12 @@ def minibatch_rows(cfg: PPOConfig) -> int:
 def check_fits(cfg: PPOConfig, device: torch.device, probe=None) -> None:
     """Raise ConfigError when the run surely does not fit in the free memory of ``device``.
 
-    probe(): (obs_size, act_size, native) of the env (env_probe builds one), called whenever the
-    free memory is known: no size of the run without the env's bounds its cost, since one
-    observation may hold any number of values (an Atari frame stack 28,224, a camera millions),
-    and one env costs little next to the N the run builds next.
+    probe(): (obs_size, act_size, native) of the env (env_sizes of a built env, or env_probe, which
+    builds one), called whenever the free memory is known: no size of the run without the env's
+    bounds its cost, since one observation may hold any number of values (an Atari frame stack
+    28,224, a camera millions). Without a probe the env is sized as 1 value each way: a lower bound
+    that refuses absurd --num-envs before any env is built (train() checks so, then the Trainer
+    again with the env it built, before the agent and buffers exist).
     """
     free = free_memory(device)
     if free is None:
@@ -214,20 +216,26 @@ def cnn_refusal(cfg: PPOConfig, layout, device: torch.device, weights: int, nets
             f"{human_bytes(free)} free; {fix}")
 
 
+def env_sizes(env, env_id: str) -> EnvSizes:
+    """The sizes check_fits needs, read from a built env (one of the run's own, or preflight's)."""
+    from .envs.spaces import obs_layout
+
+    # the obs tensor's shape, not the space's: a Dict space has none (its keys are packed)
+    obs = int(math.prod(env.obs_shape))
+    act = int(math.prod(env.single_action_space.shape or (1,)))
+    return EnvSizes(obs, act, env.backend != "gymnasium", obs_layout(env.single_observation_space, env_id))
+
+
 def env_probe(cfg: PPOConfig):
-    """A probe for check_fits: build one env to read its observation and action sizes."""
+    """A probe for check_fits that builds one env of its own to read its sizes (populations and
+    bench, which build theirs later; a run checks with the env it built, Trainer)."""
 
     def probe() -> EnvSizes:
         from .envs import make_env
-        from .envs.spaces import obs_layout
 
         env = make_env(cfg.env_id, 1, "cpu", cfg.backend, cfg.vector, seed=cfg.seed, env_kwargs=cfg.env_kwargs)
         try:
-            # the obs tensor's shape, not the space's: a Dict space has none (its keys are packed)
-            obs = int(math.prod(env.obs_shape))
-            act = int(math.prod(env.single_action_space.shape or (1,)))
-            layout = obs_layout(env.single_observation_space, cfg.env_id)
-            return EnvSizes(obs, act, env.backend != "gymnasium", layout)
+            return env_sizes(env, cfg.env_id)
         finally:
             env.close()
 

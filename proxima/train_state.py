@@ -299,6 +299,10 @@ def open_run_dir(t: "Trainer", resumed: bool) -> None:
     from .atomic import write_atomic
     from .diskspace import write_error
 
+    # a new run's meta.json is gathered before config.yaml is written (doctor.collect takes ~0.2 s):
+    # a kill between the two files must not leave a config.yaml without the meta.json that marks the
+    # folder as a run's (rundir.holds_a_run), which --resume auto would refuse to restart
+    meta = None if resumed else _run_meta(t)
     path = t.run_dir / "checkpoints"
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -316,19 +320,25 @@ def open_run_dir(t: "Trainer", resumed: bool) -> None:
             _drop_link(path)  # a new run's directory was claimed empty: never write through a link planted since
             with open(path, "w") as f:
                 f.write(text)
-        meta = {"kind": "ppo", "command": t.argv if t.argv is not None else sys.argv,
-                "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(),
-                "device": str(t.device), "world_size": t.dist.world_size, "git_commit": git_commit(),
-                "env_backend": t.env.backend}
-        try:
-            from .doctor import collect
-
-            meta["machine"] = collect()
-        except Exception:  # doctor is best-effort here
-            pass
+        meta = meta if meta is not None else _run_meta(t)
         path = t.run_dir / "meta.json"
         _drop_link(path)
         with open(path, "w") as f:
             json.dump(meta, f, indent=2, default=str)
     except OSError as e:
         raise write_error(path, e, "could not start the run") from None
+
+
+def _run_meta(t: "Trainer") -> dict:
+    """meta.json of a run: its kind, command, start time, versions, device, commit and machine facts."""
+    meta = {"kind": "ppo", "command": t.argv if t.argv is not None else sys.argv,
+            "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(),
+            "device": str(t.device), "world_size": t.dist.world_size, "git_commit": git_commit(),
+            "env_backend": t.env.backend}
+    try:
+        from .doctor import collect
+
+        meta["machine"] = collect()
+    except Exception:  # doctor is best-effort here
+        pass
+    return meta

@@ -29,6 +29,7 @@ from .normalize import ObsNormalizer, RewardScaler
 from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
 from .rollout import Rollout
 from .signals import REPEAT_WINDOW, OutsideLoop, SignalGuard, TrainingInterrupted, checkpoint_line, workers_stopped
+from .sizing import check_fits, env_sizes
 from .train_state import default_run_dir
 
 
@@ -88,6 +89,7 @@ class Trainer:
         seed_everything(rank_seed)
         self.env: BatchedEnv = make_env(cfg.env_id, cfg.num_envs, self.device, cfg.backend, cfg.vector, seed=rank_seed,
                                          env_kwargs=cfg.env_kwargs)
+        check_fits(cfg, self.device, lambda: env_sizes(self.env, cfg.env_id))  # before the agent and buffers exist
         obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
         self.agent = Agent(obs_space, act_space, cfg.hidden_sizes, cfg.activation, cfg.encoder).to(self.device)
         from .run_setup import check_norm_obs
@@ -523,10 +525,10 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             outside.__enter__()
             state, config, run_dir, resumed, restart = dctx.from_main(
                 lambda: resolve_start(config, run_dir, resume, session, env_id, trust_run, overrides))
-            from .sizing import check_fits, env_probe
-
             validate(config, dctx.world_size)
-            check_fits(config, dctx.device_for(config.device), env_probe(config))  # before anything is allocated
+            # before any env is built: the sizes as a lower bound (an absurd --num-envs); the Trainer checks
+            # again with the env it builds, before the agent and buffers, so no env is built only to be sized
+            check_fits(config, dctx.device_for(config.device))
             # under --quiet too: a warning that the run trains other than typed, not a summary line
             if not resumed and dctx.is_main and "total_timesteps" in (overrides or {}):
                 _note_whole_iterations(config, dctx.world_size)

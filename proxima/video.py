@@ -12,7 +12,7 @@ frame with :func:`check_frame` before evaluating, collects the first episode's f
   the switch said on stderr), written by Pillow or, without Pillow, by imageio.
 
 Frames are RGB (H, W, 3), RGBA (alpha dropped) or grayscale (H, W) or (H, W, 1), uint8 0..255;
-float frames in [0, 1] (frame 0's range decides) are scaled by 255, other floats read as 0..255.
+float frames all in [0, 1] are scaled by 255, other floats read as 0..255.
 The path actually written is returned, so callers print what is on disk.
 """
 
@@ -102,13 +102,15 @@ def check_frame(frame) -> None:
         raise VideoError(f"frames of dtype {a.dtype}; a video takes uint8 pixels 0..255 (or floats in [0, 1])")
 
 
-def _unit_floats(frame) -> bool:
-    """True for float pixels in [0, 1] (frame 0's decides for the whole video): the convention of
-    float images (matplotlib, imageio), scaled by 255 rather than refused, since an env's render()
-    is often not the user's to change; floats beyond 1 are read as 0..255. A bare cast would make
-    [0, 1] pixels 0 or 1 of 255: an all-black video."""
-    a = np.asarray(frame)
-    return np.issubdtype(a.dtype, np.floating) and a.size > 0 and bool(np.nanmin(a) >= 0) and bool(np.nanmax(a) <= 1)
+def _unit_floats(frames) -> bool:
+    """True for float pixels in [0, 1] in every frame (all of them decide for the whole video: a dark
+    first frame of a 0..255 env is not scaled): the convention of float images (matplotlib, imageio),
+    scaled by 255 rather than refused, since an env's render() is often not the user's to change;
+    floats beyond 1 are read as 0..255. A bare cast would make [0, 1] pixels 0 or 1 of 255: an
+    all-black video."""
+    arrays = [np.asarray(f) for f in frames]
+    return all(np.issubdtype(a.dtype, np.floating) and a.size > 0 and bool(np.nanmin(a) >= 0) and bool(np.nanmax(a) <= 1)
+               for a in arrays)
 
 
 def _check_frames(frames: Sequence[np.ndarray]) -> list:
@@ -117,7 +119,7 @@ def _check_frames(frames: Sequence[np.ndarray]) -> list:
         raise VideoError("no frames to write (does the env support render_mode='rgb_array'?)")
     out = []
     shape = None
-    unit = _unit_floats(frames[0])
+    unit = _unit_floats(frames)
     for i, f in enumerate(frames):
         try:
             check_frame(f)

@@ -243,3 +243,24 @@ def test_rlhf_checkpoint_every_help_says_when_0_still_writes_one(capsys):
     assert code == 0 and "only at the end" not in entry
     assert ("(0: none by step count; the end of the run, a stop by SIGINT or SIGTERM, and a reward function that fails in "
             "a run of one process still write one)") in entry
+
+
+def test_train_sizes_the_env_it_built_and_builds_none_only_to_size_it(tmp_path, monkeypatch, capsys):
+    """A run checks its memory with its own env, before the agent and buffers: no extra env is built
+    (a simulator or licence-bound env costs one build each), and frames too large are still refused."""
+    def no_extra_env(cfg):
+        raise AssertionError("a run built an env only to size it")
+
+    monkeypatch.setattr(sizing, "env_probe", no_extra_env)
+    code, _, err = run_main(["train", "CartPole-v1", "--total-timesteps", "512", "--run-dir", str(tmp_path / "ok"),
+                             "--threads", "1", "--quiet"], capsys)
+    assert code == 0, err
+    code, _, err = run_main(["train", "CartPole-v1", "--dry-run"], capsys)  # one env, built and sized once
+    assert code == 0, err
+    # 64 envs x 128 steps of (4, 84, 84) uint8 frames hold ~231 MB: refused with 100 MB free, no run left
+    monkeypatch.setattr(sizing, "free_memory", lambda device: 100 * 1024**2)
+    run = tmp_path / "frames"
+    code, _, err = run_main(["train", "EdgeFrameStack-v0", "--backend", "gymnasium", "--num-envs", "64", "--num-steps", "128",
+                             "--encoder", "cnn", "--run-dir", str(run), "--threads", "1", "--quiet"], capsys)
+    error_line(code, err, "--num-envs 64 x --num-steps 128: needs ~")
+    assert not run.exists()

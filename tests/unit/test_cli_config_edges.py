@@ -257,6 +257,9 @@ def test_a_config_yaml_outside_a_run_directory_keeps_its_run_dir(tmp_path, monke
     monkeypatch.chdir(tmp_path / "elsewhere")
     code, out, err = run_main(["train", "--config", str(tmp_path / "config.yaml"), "--dry-run"], capsys)
     assert code == 0 and yaml.safe_load(out)["run_dir"] == "runs/mine" and err == "", err
+    (tmp_path / "checkpoints").mkdir()  # a project's own checkpoints/ (another tool's) does not make it a run
+    code, out, err = run_main(["train", "--config", str(tmp_path / "config.yaml"), "--dry-run"], capsys)
+    assert code == 0 and yaml.safe_load(out)["run_dir"] == "runs/mine" and err == "", err
 
 
 # ------------------------------------------------------------------ 11. YAML nested too deeply
@@ -300,3 +303,17 @@ def test_presets_command_shows_the_atari_familys_preset_for_a_game(capsys):
     code, out, err = run_main(["presets", "ALE/SpaceInvaders-v5", "--json"], capsys)
     assert code == 0, err
     assert [(r["env_id"], r["preset"], r["steps"]) for r in json.loads(out)] == [("<Game>-v5", "default", 10_000_000)]
+
+
+@pytest.mark.parametrize("command", ["plot", "report"])
+def test_a_runs_config_yaml_nested_too_deeply_is_one_line_for_plot_and_report(command, tmp_path, capsys):
+    run = tmp_path / "run"
+    code, _, err = run_main(["train", "CartPole-v1", "--total-timesteps", "512", "--run-dir", str(run), "--threads", "1",
+                             "--eval-episodes", "0", "--quiet"], capsys)
+    assert code == 0, err
+    (run / "config.yaml").write_text("a: " + "[" * 20000 + "\n")
+    out = ["--out", str(tmp_path / ("c.png" if command == "plot" else "r.md")), "--episodes", "0"][: 2 if command == "plot" else 4]
+    code, _, err = run_main([command, str(run), *out], capsys)
+    assert "Traceback" not in err and "RecursionError" not in err, err
+    if command == "report":  # it shows config.yaml: one line naming why it cannot (plot draws without it)
+        assert code == 2 and "nested too deeply" in err and err.count("\n") == 1, err

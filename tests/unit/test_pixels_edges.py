@@ -251,3 +251,12 @@ def test_a_typo_of_another_v5_id_still_names_the_id(no_atari_packages):
     with pytest.raises(EnvError) as e:  # other versions: the plain line
         make_env("Cartpole-v1", 1)
     assert "Atari" not in str(e.value) and "did you mean CartPole-v1" in str(e.value)
+
+
+def test_a_float_video_of_0_to_255_pixels_is_not_scaled_for_a_dark_first_frame():
+    from proxima.video import _check_frames
+
+    frames = _check_frames([np.zeros((4, 4, 3), np.float32), np.full((4, 4, 3), 100.0, np.float32)])
+    assert int(frames[1].max()) == 100  # read as 0..255, not scaled by 255 into white
+    frames = _check_frames([np.zeros((4, 4, 3), np.float32), np.full((4, 4, 3), 0.5, np.float32)])
+    assert int(frames[1].max()) == 127  # all in [0, 1]: scaled

@@ -167,6 +167,11 @@ def test_explained_variance_is_nan_where_the_returns_do_not_vary_even_after_floa
     returns = 1.0 + (torch.arange(64) % 2) * torch.finfo(torch.float32).eps
     assert returns.var() > 0  # the rounding variance the old formula divided by (logged -3e13)
     assert torch.isnan(explained_variance(values, returns))
+    # returns that do vary, if little next to their size (a long horizon's ~1/(1-gamma)), keep their value
+    g = torch.Generator().manual_seed(0)
+    long = 1000 + 0.2 * torch.randn(4096, generator=g)
+    near = long + 0.02 * torch.randn(4096, generator=g)
+    assert torch.allclose(explained_variance(near, long), 1 - (long - near).var() / long.var())
     # a population's per-member values along dim 1: the same rule per member
     both = explained_variance(torch.stack([values, torch.tensor([0.1, 0.2, 0.3]).repeat(22)[:64]]),
                               torch.stack([returns, torch.arange(64.0)]), dim=1)
