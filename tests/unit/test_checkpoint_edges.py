@@ -11,7 +11,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import torch
 
 from cli_helpers import edit_checkpoint, error_line, run_main, snapshot
 from proxima import checkpoint as ckpt
