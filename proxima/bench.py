@@ -462,7 +462,7 @@ def backends_for(env_id: str, backend: str) -> list:
     """The backends to measure: 'both' (native and Gymnasium where a native env exists), 'auto' (the
     one train and eval build by default), one backend, or a comma-separated list such as
     'envpool,gymnasium'; ValueError for an unknown one."""
-    from .envs import NATIVE_ENVS
+    from .envs import NATIVE_ENVS, auto_backend
 
     names = [b.strip() for b in backend.split(",") if b.strip()]
     bad = [b for b in names if b not in BACKENDS]
@@ -475,17 +475,6 @@ def backends_for(env_id: str, backend: str) -> list:
         else:
             out.append(auto_backend(env_id) if b == "auto" else b)
     return list(dict.fromkeys(out))
-
-
-def auto_backend(env_id: str) -> str:
-    """The backend ``--backend auto`` builds for ``env_id`` (envs.make_env), by its name, so the table
-    says what ran: EnvPool for an Atari id when installed, else the native env when one exists, else
-    Gymnasium's. Accepted because make_env's errors, shared with train and eval, advise it."""
-    from .envs import NATIVE_ENVS, atari
-
-    if atari.game_name(env_id) is not None:
-        return "envpool" if atari.has_envpool() else "gymnasium"
-    return "native" if env_id in NATIVE_ENVS else "gymnasium"
 
 
 def accel_available() -> bool:

@@ -21,6 +21,15 @@ BACKENDS = ("auto", "native", "gymnasium", "envpool")
 __all__ = ["BatchedEnv", "NativeEnv", "EnvError", "GymnasiumEnv", "NATIVE_ENVS", "make_env"]
 
 
+def auto_backend(env_id: str, env_kwargs: Optional[dict] = None) -> str:
+    """The backend ``--backend auto`` builds for ``env_id`` (make_env, and bench's tables, which name
+    what ran): EnvPool for an Atari game when installed, else Gymnasium's ALE; the torch-native env
+    when one exists and no constructor kwargs are given; else the Gymnasium adapter."""
+    if atari.game_name(env_id) is not None:
+        return "envpool" if atari.has_envpool() else "gymnasium"
+    return "native" if env_id in NATIVE_ENVS and not env_kwargs else "gymnasium"
+
+
 def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", vector: str = "sync", seed: Optional[int] = None,
              render_mode: Optional[str] = None, training: bool = True, env_kwargs: Optional[dict] = None) -> BatchedEnv:
     """Build N envs of ``env_id`` on ``device``.
@@ -36,6 +45,8 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
     device = torch.device(device)
     if backend not in BACKENDS:
         raise EnvError(f"unknown backend '{backend}': use {', '.join(BACKENDS)}")
+    if backend == "auto":
+        backend = auto_backend(env_id, env_kwargs)
     game = atari.game_name(env_id)
     if game is not None and backend != "native":
         if env_kwargs:

@@ -355,7 +355,7 @@ class _Checker:
             return
         self.ok("obs finite")
         if arr.dtype.kind == "f" and arr.dtype.itemsize > 4 and space.dtype != np.uint8:
-            big = np.abs(arr) > np.finfo(np.float32).max
+            big = np.abs(arr) > F32_MAX
             if big.any():
                 i = int(np.flatnonzero(big.reshape(-1))[0])
                 bad("obs float32 range", "obs values within float32's range (+-3.4e38): Proxima trains in float32",
