@@ -64,6 +64,13 @@ class ObsNormalizer(nn.Module):
             out = (x - self.rms.mean) / torch.sqrt(self.rms.var + self.epsilon)
         return out.clamp(-self.clip, self.clip).to(torch.float32)
 
+    @torch.no_grad()
+    def count_reset(self, obs: torch.Tensor) -> None:
+        """Count the observations an env reset returned, (B, *shape), once (collect_rollout counts
+        every later one as its step returns it); nothing when frozen (eval mode)."""
+        if self.training:
+            self.rms.update(obs)
+
     def member(self, index: int) -> "ObsNormalizer":
         """Group ``index``'s statistics as a plain ObsNormalizer (a population member's, for eval)."""
         one = ObsNormalizer(tuple(self.rms.mean.shape[1:]), self.clip, self.epsilon).to(self.rms.mean.device)

@@ -241,6 +241,8 @@ class Population:
         seeds = [c.seed for c in configs]
         env_streams = self.member_generators is not None and hasattr(self.env, "use_member_streams") and self.env.use_member_streams(seeds)
         self.next_obs = (self.env.reset() if env_streams else self.env.reset(seed=base.seed)).clone()
+        if self.obs_norm is not None:
+            self.obs_norm.count_reset(self.next_obs)
         self._build_parts()
 
     # --- vmapped calls of the template agent -----------------------------------------------------
@@ -525,6 +527,8 @@ class Population:
                   "episodes", file=sys.stderr)
             ckpt.set_rng_state(state["rng"])
             self.next_obs.copy_(self.env.reset(seed=self.cfg.seed + self.iteration))
+            if self.obs_norm is not None:
+                self.obs_norm.count_reset(self.next_obs)
 
     # --- evaluation of every member at once --------------------------------------------------------
     @torch.no_grad()

@@ -25,10 +25,14 @@ def collect_rollout(env, policy_step: Callable, rollout: Rollout, next_obs: torc
     policy_step(obs[N, *obs_shape]) -> (action[N, *act_shape], logprob[N], value[N]); obs as the
     network sees it (normalized when ``obs_normalizer`` is given). ``next_obs`` is the raw obs the
     previous rollout ended on. Episode statistics are summed into ``rollout.ep_*`` tensors.
+
+    The normalizer counts each observation once, as Gymnasium's NormalizeObservation does: every
+    obs an env step returns is counted here, and ``next_obs`` was counted by the step that returned
+    it (or, after a reset, by ``ObsNormalizer.count_reset``), so the first obs is normalized frozen.
     """
     rollout.reset_stats()
     bounds = env.action_bounds  # (low, high) for Box actions, else None
-    obs = obs_normalizer(next_obs) if obs_normalizer is not None else next_obs
+    obs = obs_normalizer(next_obs, update=False) if obs_normalizer is not None else next_obs
     for t in range(rollout.num_steps):
         action, logprob, value = policy_step(obs)
         rollout.obs[t] = obs

@@ -248,6 +248,8 @@ def restore(t: "Trainer", state: dict) -> None:
             print(f"proxima: note: {t.env.backend} envs cannot restore their state; resumed run restarts episodes", file=sys.stderr)
         _set_rng(path, state["rng"])
         t.next_obs.copy_(t.env.reset(seed=t.cfg.seed + 10_000 * t.dist.rank + t.iteration))
+        if t.obs_norm is not None:  # new observations, counted as a fresh run's reset obs is
+            t.obs_norm.count_reset(t.next_obs)
 
 
 def return_window(state: dict) -> list:

@@ -132,6 +132,8 @@ class Trainer:
             self.grad_step = self.dist.sync_kl(self.grad_step)
         # a static buffer from here on: every later write copies into it (a captured graph holds it)
         self.next_obs = self.env.reset(seed=rank_seed).clone()
+        if self.obs_norm is not None:
+            self.obs_norm.count_reset(self.next_obs)
         # the iteration's three parts, eager or replayed as CUDA graphs (graphs.py)
         self.parts, self._rollout, self._advantages, self._update = graphs.build_parts(self)
         if resume_state is not None:

@@ -212,6 +212,73 @@ def test_resume_restores_the_normalizer_stats(tmp_path):
         resumed.close()
 
 
+class ObsRecordingEnv(BatchedEnv):
+    """Wraps a BatchedEnv and records every observation its reset and step return."""
+
+    def __init__(self, env):
+        self.env, self.returned = env, []
+        self.single_action_space = env.single_action_space
+        self.single_observation_space = env.single_observation_space
+        self.device, self.num_envs = env.device, env.num_envs
+
+    def reset(self, seed=None):
+        obs = self.env.reset(seed=seed)
+        self.returned.append(obs.clone())
+        return obs
+
+    def step(self, action):
+        out = self.env.step(action)
+        self.returned.append(out[0].clone())
+        return out
+
+
+def test_the_obs_normalizer_counts_each_returned_observation_once():
+    """As Gymnasium's NormalizeObservation: the reset obs and every obs a step returns, once each;
+    the obs a rollout ends on is not counted again when the next rollout starts from it."""
+    from proxima.envs import make_env
+
+    torch.manual_seed(0)
+    env = ObsRecordingEnv(make_env("Pendulum-v1", 3, backend="native", seed=0))
+    agent = Agent(env.single_observation_space, env.single_action_space)
+    rollout = Rollout(5, 3, env.obs_shape, action_shape(env.single_action_space), action_dtype(env.single_action_space), "cpu")
+    norm = ObsNormalizer(env.obs_shape)
+    next_obs = env.reset(seed=0)
+    norm.count_reset(next_obs)
+    for _ in range(3):
+        next_obs = ppo.collect_rollout(env, agent.policy_step, rollout, next_obs, norm)
+    seen = torch.cat(env.returned).double()  # (3 + 3 * 5 * 3, 3): 1 reset + 15 steps, 3 envs each
+    assert seen.shape[0] == 48
+    expected = RunningMeanStd((3,))
+    expected.update(seen)
+    assert float(norm.rms.count) == pytest.approx(48 + 1e-4)  # before: 57, each later start counted twice
+    torch.testing.assert_close(norm.rms.mean, expected.mean)
+    torch.testing.assert_close(norm.rms.var, expected.var)
+    norm.eval()
+    norm.count_reset(next_obs)  # frozen: an evaluation's reset is not counted
+    assert float(norm.rms.count) == pytest.approx(48 + 1e-4)
+
+
+def test_trainer_and_population_count_the_reset_obs_once(tmp_path):
+    """384 steps of 4 envs x 32 steps: 4 reset obs + 384 stepped obs, for a run and for each member."""
+    from proxima.population import Population
+    from proxima.trainer import Trainer
+
+    trainer = Trainer(_tiny_pendulum(tmp_path), quiet=True)
+    try:
+        trainer.run()
+        assert float(trainer.obs_norm.rms.count) == pytest.approx(4 + 384 + 1e-4)
+    finally:
+        trainer.close()
+    cfg = _tiny_pendulum(tmp_path, run_dir=str(tmp_path / "pop"))
+    pop = Population([cfg, _tiny_pendulum(tmp_path, run_dir=str(tmp_path / "pop"), seed=2)])
+    try:
+        for _ in range(3):
+            pop.train_iteration()
+        assert float(pop.obs_norm.rms.count) == pytest.approx(4 + 384 + 1e-4)
+    finally:
+        pop.close()
+
+
 # ------------------------------------------------------------------------------------ Box actions
 class RecordingEnv(BatchedEnv):
     """Wraps a BatchedEnv and records every action it is stepped with."""
