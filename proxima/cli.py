@@ -297,25 +297,15 @@ def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None) -> int:
     return 0
 
 
-def _run_kind(meta: Path) -> Optional[str]:
-    """meta.json's "kind" (the run directory is data: any content, or none, gives a line, not a traceback)."""
-    try:
-        data = json.loads(meta.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{meta}: not readable JSON ({type(e).__name__}); the run directory's meta.json was damaged or edited") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{meta}: expected a JSON object, got {type(data).__name__}; the run directory's meta.json was damaged or edited")
-    return data.get("kind")
-
-
 def cmd_resume(args) -> int:
+    from .rundir import recorded_kind
     from .trainer import TrainingInterrupted, train
 
     prog = "proxima resume"
     path = Path(args.path)
     meta = path / "meta.json"
     try:
-        if meta.is_file() and _run_kind(meta) == "rlhf":
+        if recorded_kind(meta, strict=True) == "rlhf":
             from .rlhf import resume as rlhf_resume
 
             ppo_flag = _ppo_flag_typed(args)

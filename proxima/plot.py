@@ -303,24 +303,16 @@ def usable_runs(run_dirs: Sequence[PathLike], metric: str, strict: Optional[bool
             if strict:
                 raise
             first_error = first_error or e
-            kind = _run_kind(d)
-            sys.stderr.write(f"proxima: note: skipping {d}" + (f" (a '{kind}' run, not PPO)" if kind not in ("ppo", None) else "") + f": {e}\n")
+            from .rundir import recorded_kind
+
+            kind = recorded_kind(Path(d) / "meta.json")
+            sys.stderr.write(f"proxima: note: skipping {d}" + (f" (a '{kind}' run, not PPO)" if kind not in ("ppo", "", None) else "") + f": {e}\n")
             continue
         kept.append(Path(d))
         name = this
     if not kept:
         raise first_error
     return kept, name
-
-
-def _run_kind(run_dir: PathLike) -> Optional[str]:
-    import json
-
-    try:
-        meta = json.loads((Path(run_dir) / "meta.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return meta.get("kind") if isinstance(meta, dict) else None
 
 
 # ------------------------------------------------------------------------------------ curves

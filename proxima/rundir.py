@@ -74,24 +74,37 @@ def read_lock(run_dir: Path) -> Optional[dict]:
     return _read_json_file(Path(run_dir) / LOCK_NAME)
 
 
-def _read_json_file(path: Path) -> Optional[dict]:
-    """A small JSON object file (a lock, a run's meta.json) as a dict; {} when unreadable, None when missing."""
+def _read_json_file(path: Path, unreadable=None) -> Optional[dict]:
+    """A small JSON object file (a lock, a run's meta.json) as a dict; None when missing; when it is
+    there but no small regular file holding a JSON object: ``unreadable`` ({} when not given), or, if
+    that is an exception class, that exception raised with a line naming the file."""
+
+    def bad(why: str):
+        if isinstance(unreadable, type) and issubclass(unreadable, Exception):
+            raise unreadable(f"{path}: {why}; the run directory's {Path(path).name} was damaged or edited")
+        return {} if unreadable is None else unreadable
+
     try:
         # non-blocking and never through a link: a FIFO planted at the file's name would block a
         # plain read forever; anything but a small regular file is unreadable
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
         return None
+    except OSError as e:
+        return bad(f"not readable ({type(e).__name__})")
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
     except OSError:
-        return {}
+        regular = False
+    if not regular:
+        os.close(fd)
+        return bad("not a regular file")
     try:
         with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return {}
             info = json.loads(f.read(_LOCK_MAX_BYTES).decode("utf-8"))  # cut short: not JSON
-    except (OSError, ValueError):
-        return {}
-    return info if isinstance(info, dict) else {}
+    except (OSError, ValueError) as e:
+        return bad(f"not readable JSON ({type(e).__name__})")
+    return info if isinstance(info, dict) else bad(f"expected a JSON object, got {type(info).__name__}")
 
 
 def in_use_message(run_dir: Path, info: dict) -> str:
@@ -256,22 +269,24 @@ def holds_a_run(run_dir: Path) -> bool:
     population.json. A project's own config.yaml, metrics.csv or checkpoints/ is no run: --resume
     auto never moves such a folder aside."""
     run_dir = Path(run_dir)
-    if _recorded_kind(run_dir / "population.json") == "ppo-population":
+    if recorded_kind(run_dir / "population.json") == "ppo-population":
         return True
-    return (_recorded_kind(run_dir / "meta.json") in RUN_KINDS
+    return (recorded_kind(run_dir / "meta.json") in RUN_KINDS
             and any((run_dir / name).is_file() for name in ("config.yaml", "metrics.csv")))
 
 
-def _recorded_kind(path: Path) -> Optional[str]:
-    """The "kind" a meta.json or population.json records; "" for an empty file (a run killed while
-    open_run_dir wrote its meta.json, which is written in place); None for anything else."""
+def recorded_kind(path: "Path | str", strict: bool = False) -> Optional[str]:
+    """The "kind" a meta.json or population.json records ("ppo", "rlhf", "ppo-population"); "" for an
+    empty file (a run killed while open_run_dir wrote its meta.json, which is written in place); None
+    for anything else. ``strict``: a file that is there but not a JSON object raises RunDirError (one
+    line naming it) instead. Read without following links and without blocking (a run directory is data)."""
     try:
         info = os.lstat(path)
     except OSError:
         return None
     if stat.S_ISREG(info.st_mode) and info.st_size == 0:
         return ""
-    kind = (_read_json_file(path) or {}).get("kind")
+    kind = (_read_json_file(Path(path), RunDirError if strict else None) or {}).get("kind")
     return kind if isinstance(kind, str) else None
 
 

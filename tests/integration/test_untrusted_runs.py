@@ -112,6 +112,27 @@ def test_a_damaged_population_json_is_one_line_at_resume(population, tmp_path, c
     assert snapshot(run) == mine
 
 
+@pytest.mark.parametrize("content, words", [
+    ("[1]", "meta.json: expected a JSON object, got list"),
+    ('{"kind": ', "meta.json: not readable JSON (JSONDecodeError)"),
+    (b"\xff\xfe{}", "meta.json: not readable JSON (UnicodeDecodeError)"),
+    (None, "meta.json: not a regular file"),
+])
+def test_a_damaged_meta_json_is_one_line_at_resume(finished_run, tmp_path, capsys, content, words):
+    """resume reads meta.json's kind (an RLHF run resumes another way): damaged, it is one line, nothing written."""
+    run = copy_run(finished_run, tmp_path)
+    target = run / "meta.json"
+    if content is None:
+        target.unlink()
+        target.mkdir()
+    else:
+        target.write_bytes(content if isinstance(content, bytes) else content.encode())
+    mine = snapshot(run)
+    code, _, err = run_main(["resume", str(run), "--total-timesteps", "256", "--quiet"], capsys)
+    error_line(code, err, words, "damaged or edited")
+    assert snapshot(run) == mine
+
+
 def test_nan_weights_in_a_population_checkpoint_name_the_file_not_the_learning_rate(population, tmp_path, capsys):
     run = copy_run(population, tmp_path, "pop")
 
