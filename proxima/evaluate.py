@@ -96,6 +96,7 @@ def make_eval_env(policy, episodes: int, backend: str, seed: int, render_mode: O
     kwargs names the checkpoint they come from (not config.yaml, which eval never reads), so the
     user knows they can replace them."""
     kwargs = getattr(policy, "env_kwargs", policy.config.get("env_kwargs"))
+    check_eval_fits(policy, episodes, backend, kwargs)
     try:
         # training=False: Atari plays full games with raw rewards (no episodic life, no reward clipping)
         return make_env(policy.env_id, episodes, device=policy.device, backend=backend, seed=seed,
@@ -106,6 +107,25 @@ def make_eval_env(policy, episodes: int, backend: str, seed: int, render_mode: O
             raise
         raise EnvError(f"{e} (env kwargs {json.dumps(kwargs)} recorded in {policy.path or 'the checkpoint'}; give others "
                        "with --env-kwargs JSON, or --env-kwargs '{}' for none)") from None
+
+
+def check_eval_fits(policy, episodes: int, backend: str, env_kwargs) -> None:
+    """EnvError (one line naming --episodes) when ``episodes`` envs cannot fit in the device's free
+    memory: a lower bound (sizing.env_bytes per env), so that a count of 10**13 is refused before
+    any allocation, not a traceback from the allocator (train checks --eval-episodes the same way)."""
+    from math import prod
+
+    from .envs import auto_backend
+    from .envs.spaces import obs_layout
+    from .sizing import env_bytes, free_memory, human_bytes
+
+    space = getattr(policy, "observation_space", None)
+    obs_size = prod(obs_layout(space, policy.env_id).shape) if space is not None else 1
+    native = (auto_backend(policy.env_id, env_kwargs) if backend == "auto" else backend) == "native"
+    need, free = episodes * env_bytes(obs_size, native), free_memory(policy.device)
+    if free is not None and need > free:
+        raise EnvError(f"--episodes {episodes:,}: the evaluation builds one env per episode, ~{human_bytes(need)} on "
+                       f"{policy.device}, {human_bytes(free)} free; lower --episodes")
 
 
 class FrameRecorder:

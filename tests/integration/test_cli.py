@@ -197,6 +197,22 @@ def test_bad_input_in_a_real_process_exits_2_without_traceback(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_eval_and_report_refuse_more_episodes_than_memory_holds(cartpole_run, tmp_path, capsys):
+    """One env per episode: 10**13 of them is one line naming --episodes (and the report's evaluation
+    row), not an allocator traceback; nothing is written into the run by eval."""
+    import shutil
+
+    run_dir, _ = cartpole_run
+    code, _, err = run_main(["eval", str(run_dir), "--episodes", str(10**13)], capsys)
+    assert_one_line_error(code, err, "--episodes 10,000,000,000,000: the evaluation builds one env per episode", "free; lower --episodes")
+    copy = tmp_path / "R"
+    shutil.copytree(run_dir, copy)
+    (copy / "eval.json").unlink()  # so that the report evaluates
+    code, _, err = run_main(["report", str(copy), "--episodes", str(10**13)], capsys)
+    assert code == 0, err
+    assert "could not evaluate: --episodes 10,000,000,000,000: the evaluation builds one env per episode" in (copy / "report.md").read_text()
+
+
 def test_eval_refuses_a_negative_seed(tmp_path, capsys):
     code, _, err = run_main(["eval", str(tmp_path), "--seed=-5"], capsys)
     assert_one_line_error(code, err, "--seed -5", "from 0 to")
