@@ -657,6 +657,19 @@ class GymnasiumEnv(BatchedEnv):
                     process.kill()
                 process.join(timeout=5)
             self.envs.closed = True  # AsyncVectorEnv.__del__ would wait on the dead pipe once more
+        # AsyncVectorEnv.close leaves its error queue's pipe and each worker's sentinel open until the
+        # object is collected, which an exception's traceback can put off indefinitely: released now
+        for process in getattr(self.envs, "processes", []):
+            try:
+                process.close()
+            except ValueError:  # still running (a kill that did not take): left to the collector
+                pass
+        queue = getattr(self.envs, "error_queue", None)
+        if queue is not None:
+            queue.close()
+            for end in (getattr(queue, "_reader", None), getattr(queue, "_writer", None)):  # close() leaves them (3.11)
+                if end is not None:
+                    end.close()
 
 
 def _quiet_worker_env_errors() -> None:

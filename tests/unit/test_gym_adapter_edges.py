@@ -104,6 +104,38 @@ def test_train_with_an_async_worker_killed_is_one_line_and_exit_2(tmp_path):
         f"(killed by SIGKILL: out of memory (the kernel's OOM killer), or killed by hand?); global step 15; {NO_CKPT}"], result.stderr
 
 
+#: train() on Faulty under --vector async three times, each ending in an error, with the cyclic
+#: collector off (as if the exception's traceback were kept); prints the open fds after each
+FD_DRIVER = """
+import gc, json, os, sys
+from proxima import train
+from proxima.config import PPOConfig
+gc.disable()
+kept = []
+for i in range(3):
+    cfg = PPOConfig(env_id="adapter_edge_envs:Faulty", env_kwargs={"fault": sys.argv[1]}, vector="async", seed=7, num_envs=3,
+                    num_steps=8, num_minibatches=2, total_timesteps=48, eval_episodes=0, progress=False, threads=1,
+                    run_dir=f"R{i}", checkpoint_every=0)
+    try:
+        train(cfg)
+    except Exception as e:  # EnvError, NonFiniteError
+        kept.append(e)  # the traceback holds the trainer and its env
+    print(len(os.listdir("/proc/self/fd")))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open files with /proc")
+@pytest.mark.parametrize("fault", ["reward_nan", "obs_strings", "kill"])  # the trainer's error; a worker's; a worker's death
+def test_a_failed_async_run_releases_its_pipes_at_once(tmp_path, fault):
+    """The env's close() released the worker pipes but Gymnasium's error queue and each worker's
+    sentinel stayed open until the collector freed the env: 6 fds per failed run of 3 envs while a
+    traceback was kept (a notebook retrying a run ran out of files)."""
+    result = isolated(["-c", FD_DRIVER, fault], tmp_path)
+    assert result.returncode == 0, result.stderr
+    counts = [int(n) for n in result.stdout.split()]
+    assert len(counts) == 3 and counts[2] == counts[1], counts
+
+
 @pytest.mark.parametrize("vector", ["sync", "async"])
 def test_an_info_whose_shape_varies_does_not_stop_the_run(tmp_path, vector):
     """Proxima reads nothing of a user env's info: it no longer goes to Gymnasium's stacking, which
