@@ -46,10 +46,11 @@ def check_cmd(kwargs: dict) -> str:
 #: steps N envs of adapter_edge_envs:Faulty (argv: vector, N, kwargs as JSON) until an EnvError, then
 #: closes them; prints the error (or the last step's info keys), and how many workers outlived close()
 DRIVER = """
-import json, sys, torch
+import json, os, sys, torch
 from proxima.envs import EnvError, make_env
 vector, num, kwargs = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 env = make_env("adapter_edge_envs:Faulty", num, vector=vector, seed=7, env_kwargs=kwargs)
+pids = [p.pid for p in getattr(env.envs, "processes", [])]  # close() closes the Process objects themselves
 env.reset()
 try:
     for _ in range(25):
@@ -58,7 +59,7 @@ try:
 except EnvError as e:
     print(e)
 env.close()
-print(sum(p.is_alive() for p in getattr(env.envs, "processes", [])), "workers alive")
+print(sum(os.path.exists(f"/proc/{pid}") for pid in pids), "workers alive")  # joined: no zombie left either
 """
 
 
