@@ -747,9 +747,18 @@ def parse_sweep(items: Sequence[str]) -> dict:
         check_sweep_field(name)
         if name in out:
             raise ConfigError(f"--sweep {name}: given twice; list all its values in one --sweep {name}=v1,v2")
-        vals = [coerce(name, v.strip(), source="flag") for v in values.split(",")]
+        texts = [v.strip() for v in values.split(",")]
+        vals = [coerce(name, v, source="flag") for v in texts]
         if len(set(vals)) != len(vals):
             raise ConfigError(f"--sweep {name}: a value is repeated")
+        # labels, member directory names and the closing summary print values with 6 significant digits:
+        # two values printed alike would read as one setting
+        printed: dict = {}
+        for text, v in zip(texts, vals):
+            if _fmt(v) in printed:
+                raise ConfigError(f"--sweep {name}: {printed[_fmt(v)]} and {text} print the same ({name}={_fmt(v)}); "
+                                  "give values that differ in 6 significant digits")
+            printed[_fmt(v)] = text
         out[name] = vals
     return out
 

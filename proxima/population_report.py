@@ -437,6 +437,8 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     from .report import ReportError, _curve_path
 
     run_dir = Path(run_dir)
+    if threshold is not None and not math.isfinite(threshold):  # as `proxima report` refuses it
+        raise ReportError(f"--threshold {threshold:g}: must be a finite return (e.g. --threshold 475)")
     rows = summarize_settings(run_dir, threshold, episodes, device, quiet)
     out = Path(out) if out is not None else run_dir / "report.md"
     text = render(run_dir, rows, threshold, episodes)

@@ -138,6 +138,46 @@ def check_population_state(state: dict, path) -> tuple:
     return configs, list(seeds), dict(sweep), list(names)
 
 
+def check_same_members(run_dir, seeds, sweep, recorded_seeds: list, recorded_sweep: dict,
+                       typed: Sequence[str] = ("seeds", "sweep")) -> None:
+    """``train --seeds/--sweep ... --resume`` continues the population its flags describe, or none: ``seeds``
+    (those of --seeds, else the config's one seed) and ``sweep`` (--sweep's, else none) must be the
+    recorded ones; None: not given to compare (``proxima resume RUN``). One line naming the flag and
+    the run's value, as the flags that would resume it; ``typed`` says which flags were typed, so
+    that the line says what an absent one stood for."""
+    if seeds is not None and list(seeds) != list(recorded_seeds):
+        given = (f"not {seeds_spec(seeds)}" if "seeds" in typed
+                 else f"and no --seeds was given (the config's one seed, {seeds_spec(seeds)})")
+        raise ConfigError(f"--seeds: {run_dir} trains seeds {seeds_spec(recorded_seeds)}, {given}; resume continues "
+                          f"the same members: give --seeds {seeds_spec(recorded_seeds)}")
+    if sweep is not None and dict(sweep) != dict(recorded_sweep):
+        ran = sweep_flags(recorded_sweep)
+        given = f"not {sweep_flags(sweep)}" if sweep else "and no --sweep was given"
+        raise ConfigError(f"--sweep: {run_dir} was trained with {ran or 'no --sweep (seeds only)'}, {given}; resume "
+                          f"continues the same members: {'give ' + ran if ran else 'drop --sweep'}")
+
+
+def seeds_spec(seeds) -> str:
+    """[1, 2, 3, 7] -> ``1-3,7``: seeds as --seeds takes them."""
+    parts, seeds = [], [int(s) for s in seeds]
+    i = 0
+    while i < len(seeds):
+        j = i
+        while j + 1 < len(seeds) and seeds[j + 1] == seeds[j] + 1:
+            j += 1
+        parts.append(f"{seeds[i]}-{seeds[j]}" if j > i + 1 else ",".join(str(s) for s in seeds[i:j + 1]))
+        i = j + 1
+    return ",".join(parts)
+
+
+def sweep_flags(sweep: dict) -> str:
+    """{"lr": [0.001, 0.0003]} -> ``--sweep lr=0.001,0.0003``: exact values (repr, which round-trips), as typed."""
+    def text(v) -> str:
+        return "none" if v is None else repr(v) if isinstance(v, float) else str(v)
+
+    return " ".join(f"--sweep {k}={','.join(text(v) for v in values)}" for k, values in sweep.items())
+
+
 def _kind(value) -> str:
     """``a str``, ``an empty list``, ``a list of 3``: what a field read from a file holds, in a few words."""
     if isinstance(value, (list, dict)):
@@ -194,7 +234,8 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
 
 def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = False, env_id: Optional[str] = None,
                       trust_run: bool = False, evaluate_at_end: bool = True, stop_after: Optional[int] = None,
-                      seeds: Optional[Sequence[int]] = None, sweep: Optional[dict] = None, checkpoint=None) -> Path:
+                      seeds: Optional[Sequence[int]] = None, sweep: Optional[dict] = None, checkpoint=None,
+                      typed_members: Sequence[str] = ("seeds", "sweep")) -> Path:
     """Continue the population in ``run_dir`` from its newest loadable checkpoint (one that does not
     load is set aside, as for a single run), or from ``checkpoint`` (one of its checkpoints/step_N.pt,
     ``train --seeds ... --resume FILE``). Checkpoints newer than the one resumed from, the
@@ -203,7 +244,9 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
     over the new ones and no ``proxima eval`` picks them. ``overrides`` ({field: value}, the flags typed) may
     change only config.RESUME_SAFE fields, for every member, less the switches a population refuses
     (population.UNSUPPORTED), and never a swept field (check_resume_flags); ``seeds``/``sweep``, when given (``train
-    --seeds ... --resume``), must be the run's. An env id that would import a module is refused
+    --seeds/--sweep ... --resume``: the population that command would start, its seeds and sweep whether typed or not,
+    ``typed_members`` naming the flags typed), must be the run's (check_same_members); None: not checked (``proxima
+    resume RUN``). An env id that would import a module is refused
     unless ``env_id`` names it or ``trust_run``."""
     from .config import from_dict
     from .device import resolve_device
@@ -238,10 +281,7 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
         for name in names:  # each member folder, and what resume writes in it, stays inside the run
             check_own_entries(run_dir, (name,))
             check_own_entries(run_dir / name, root=run_dir)
-        if seeds is not None and list(seeds) != recorded_seeds:
-            raise ConfigError(f"--seeds: {run_dir} trains seeds {recorded_seeds}, not {list(seeds)}; resume continues the same members")
-        if sweep is not None and sweep and dict(sweep) != recorded_sweep:
-            raise ConfigError(f"--sweep: {run_dir} sweeps {recorded_sweep}, not {dict(sweep)}; resume continues the same members")
+        check_same_members(run_dir, seeds, sweep, recorded_seeds, recorded_sweep, typed_members)
         if env_id is not None and env_id != configs[0].env_id:
             raise ConfigError(f"{path}: the run trains '{configs[0].env_id}', not '{env_id}'; resume continues the same env")
         if env_id is None and not trust_run:
@@ -558,21 +598,27 @@ def _log_members(loggers, values: dict, pop: Population, sps: float, elapsed: fl
 
 
 def _setting_of(configs) -> list:
-    """Each member's setting label (``lr=0.001``), from the fields its config differs in from the
-    others' (not the seed nor its directory); "" for all of a population of seeds only."""
-    from .population_report import setting_label
-
+    """Each member's setting: {field: value} of the fields its config differs in from the others'
+    (not the seed nor its directory); {} for all of a population of seeds only."""
     rows = [c.to_dict() for c in configs]
     varied = [k for k in rows[0] if k not in ("seed", "run_dir") and len({repr(r.get(k)) for r in rows}) > 1]
-    return [setting_label({k: r[k] for k in varied}) for r in rows]
+    return [{k: r[k] for k in varied} for r in rows]
 
 
-def _per_setting(labels: list, values: list) -> dict:
-    """{setting label: [its members' values]} in the members' order."""
-    out: dict = {}
-    for label, v in zip(labels, values):
-        out.setdefault(label, []).append(v)
-    return out
+def _per_setting(settings: list, values: list) -> list:
+    """[(label, [its members' values])], one per distinct setting (grouped by its values, never by
+    its label) in the order of its first member. Settings whose labels (6 significant digits) print
+    alike, which --sweep refuses but a population built in Python may hold, are labelled with
+    their exact values (repr) instead, so no two lines read the same."""
+    from .population_report import setting_label
+
+    groups: dict = {}
+    for setting, v in zip(settings, values):
+        key = tuple((k, repr(x)) for k, x in setting.items())
+        groups.setdefault(key, (setting, []))[1].append(v)
+    labels = [setting_label(setting) for setting, _ in groups.values()]
+    return [(label if labels.count(label) == 1 else ", ".join(f"{k}={x!r}" for k, x in setting.items()), vs)
+            for label, (setting, vs) in zip(labels, groups.values())]
 
 
 def _progress(values: dict, pop: Population, step: int, elapsed: float) -> None:
@@ -580,7 +626,7 @@ def _progress(values: dict, pop: Population, step: int, elapsed: float) -> None:
     members that finished one; "—" where none did)."""
     rets = [s / c if c else None for s, c in zip(values["ep_return_sum"], values["ep_count"])]
     parts = []
-    for label, rs in _per_setting(_setting_of(pop.configs), rets).items():
+    for label, rs in _per_setting(_setting_of(pop.configs), rets):
         done = [r for r in rs if r is not None]
         mean = f"{sum(done) / len(done):.1f}" if done else "\u2014"
         parts.append((f"{label}: " if label else "") + f"{mean} ({len(done)} of {len(rs)} members finished an episode)")
@@ -623,7 +669,7 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
     if not quiet and any(e is not None for e in evals):  # one line per setting: settings are not pooled
         lines = [f"eval {pop.cfg.env_id}{' ' + label if label else ''}: {len(done)} members, mean of means "
                  f"{sum(done) / len(done):.2f} (min {min(done):.2f}, max {max(done):.2f})"
-                 for label, values in _per_setting(_setting_of(pop.configs), evals).items()
+                 for label, values in _per_setting(_setting_of(pop.configs), evals)
                  for done in [[e for e in values if e is not None]] if done]
         lines[-1] += f"; {wall:.1f}s of training"
         diverged = [d.name for d, at in zip(dirs, pop.diverged_at) if at is not None]
@@ -651,14 +697,15 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
             raise ConfigError(f"{flag} {_fmt(typed[name])} and --sweep {name}=... both set {name}; drop one")
     if args.resume is not None:
         target = _resume_target(args, cfg)
-        if target is not None:  # continue it; the seeds and sweep typed must be the run's
+        if target is not None:  # continue it; the seeds and sweep this command describes must be the run's, typed or not
             run_dir, checkpoint = target
             if args.dry_run:  # resume_population trains: a dry run must never reach it
                 raise ConfigError(f"--dry-run: {run_dir} is a population with a checkpoint, and a population's resume has "
                                   "no dry run yet; drop --dry-run to resume it")
+            given = [n for n, v in (("seeds", args.seeds), ("sweep", args.sweep)) if v is not None]
             run_dir = resume_population(run_dir, overrides=_population_resume_overrides(args, cfg, sweep), quiet=args.quiet,
-                                        env_id=args.env_id, trust_run=args.trust_run,
-                                        seeds=seeds if args.seeds is not None else None, sweep=sweep, checkpoint=checkpoint)
+                                        env_id=args.env_id, trust_run=args.trust_run, seeds=seeds, sweep=sweep,
+                                        checkpoint=checkpoint, typed_members=given)
             print(f"run directory: {run_dir}")
             return 0
     members = member_configs(cfg, seeds, sweep)

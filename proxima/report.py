@@ -13,7 +13,7 @@ directory (``train --seeds/--sweep``) is reported alone, by population_report, i
 says so at the top of its report and is not evaluated. Errors a user can act on (missing or foreign run directory, empty
 metrics, an unknown metric, a run file that is not UTF-8, an eval.json field that is not a number
 (null included), a meta.json section that is not a mapping, a population among other runs,
-``--threshold`` for single runs, an ``--out`` that is not a .md file (so it is never one of a run's
+``--threshold`` for single runs or not finite (nan, inf), an ``--out`` that is not a .md file (so it is never one of a run's
 own files) or is under a file) are one line naming the file or flag,
 exit status 2, and leave no file behind: everything is read and checked before the curve and the
 report are written.
@@ -572,8 +572,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--x", default="step", choices=tuple(X_LABELS), help="curve x axis: global step or wall time (default step)")
     p.add_argument("--smooth", type=int, default=1, metavar="K", help="moving average over K points for the curve (default 1)")
     p.add_argument("--threshold", type=float, default=None, metavar="R", help="a population (--seeds/--sweep) given "
-                   "alone: report the fraction of members per setting whose final return is >= R (docs/populations.md); "
-                   "refused for single runs")
+                   "alone: report the fraction of members per setting whose final return is >= R, a finite number "
+                   "(docs/populations.md); refused for single runs")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -592,6 +592,9 @@ def run(args) -> int:
         return 2
     if args.smooth < 1:
         sys.stderr.write(f"{prog}: error: --smooth {args.smooth}: must be at least 1\n")
+        return 2
+    if args.threshold is not None and not math.isfinite(args.threshold):  # nan: no member reaches it; +-inf: none, or all
+        sys.stderr.write(f"{prog}: error: --threshold {args.threshold:g}: must be a finite return (e.g. --threshold 475)\n")
         return 2
     try:
         from .population_report import is_population

@@ -186,6 +186,42 @@ def test_parse_seeds_and_sweep():
         parse_sweep(["nope=1"])
 
 
+def test_sweep_values_that_print_alike_are_refused():
+    # labels and member directories print 6 significant digits: gamma=0.9999995 would read as gamma=1
+    with pytest.raises(ConfigError) as e:
+        parse_sweep(["gamma=0.9999995,1"])
+    assert str(e.value) == ("--sweep gamma: 0.9999995 and 1 print the same (gamma=1); give values that differ in 6 "
+                            "significant digits")
+    with pytest.raises(ConfigError, match=r"--sweep lr: 1e-3 and 0.0010000001 print the same \(lr=0.001\)"):
+        parse_sweep(["lr=1e-3,0.0010000001"])
+    assert parse_sweep(["gamma=0.999999,1", "target_kl=none,0.01"]) == {"gamma": [0.999999, 1.0], "target_kl": [None, 0.01]}
+
+
+def test_per_setting_groups_members_by_their_values_not_their_labels(small_config):
+    from proxima.population_run import _per_setting, _setting_of
+
+    members = member_configs(small_config(), [1, 2], {"gamma": [0.9999995, 1.0], "lr": [1e-3]})
+    groups = _per_setting(_setting_of(members), [10, 20, 30, 40])
+    assert groups == [("gamma=0.9999995", [10, 20]), ("gamma=1.0", [30, 40])]  # alike at 6 digits: exact labels
+    members = member_configs(small_config(), [1, 2], {"lr": [1e-3, 3e-4]})
+    assert _per_setting(_setting_of(members), [1, 2, 3, 4]) == [("lr=0.001", [1, 2]), ("lr=0.0003", [3, 4])]
+    assert _per_setting(_setting_of(member_configs(small_config(), [1, 2])), [1, 2]) == [("", [1, 2])]
+
+
+def test_a_resume_refusal_names_the_runs_seeds_and_sweep_as_flags_that_resume_it():
+    from proxima.population_run import check_same_members, seeds_spec, sweep_flags
+
+    assert seeds_spec([1, 2, 3, 7]) == "1-3,7" and seeds_spec([1, 2]) == "1,2" and seeds_spec([5, 1]) == "5,1"
+    assert sweep_flags({"lr": [1e-3, 3e-4], "target_kl": [None, 0.01]}) == "--sweep lr=0.001,0.0003 --sweep target_kl=none,0.01"
+    check_same_members("R", None, None, [1, 2], {"lr": [1e-3]})  # proxima resume RUN: nothing to compare
+    check_same_members("R", [1, 2], {"lr": [1e-3]}, [1, 2], {"lr": [1e-3]})
+    with pytest.raises(ConfigError, match=r"^--seeds: R trains seeds 1-3, and no --seeds was given \(the config's one seed, 1\); "
+                                          r"resume continues the same members: give --seeds 1-3$"):
+        check_same_members("R", [1], {}, [1, 2, 3], {}, typed=("sweep",))
+    with pytest.raises(ConfigError, match=r"^--sweep: R was trained with --sweep gamma=0.9999995, and no --sweep was given"):
+        check_same_members("R", [1], {}, [1], {"gamma": [0.9999995]}, typed=("seeds",))
+
+
 def test_member_configs_cross_settings_with_seeds(small_config):
     members = member_configs(small_config(), [1, 2], {"lr": [1e-3, 3e-4], "ent_coef": [0.0, 0.01]})
     assert len(members) == 8
