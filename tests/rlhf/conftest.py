@@ -86,3 +86,24 @@ def ddp_run(assets, tmp_path_factory):
 def two_processes():
     """The helpers above, for test modules: (torchrun, two_process_config, train_two_processes)."""
     return torchrun, two_process_config, train_two_processes
+
+
+MIXED_LENGTH_PROMPTS = ["the", "the movie", "the movie was", "the food was really", "the food was really good",
+                        "the food was really good and", "honestly", "the hotel seemed quite lovely overall"]
+
+
+@pytest.fixture(scope="session")
+def mixed_length_prompts(tmp_path_factory):
+    """A prompts file of 8 lines of 1 to 6 demo words (one token each): a batch of 8 holds every one of
+    them, left-padded by 0 to 5 tokens."""
+    path = tmp_path_factory.mktemp("mixed_prompts") / "prompts.txt"
+    path.write_text("\n".join(MIXED_LENGTH_PROMPTS) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def llama_policy(tmp_path_factory):
+    """A tiny Llama (RoPE) policy with the demo tokenizer, saved once per session (rlhf_assets.save_llama)."""
+    from rlhf_assets import save_llama
+
+    return save_llama(tmp_path_factory.mktemp("llama") / "model")

@@ -205,3 +205,28 @@ def test_top_k_and_top_p_are_refused_in_training():
         with pytest.raises(ConfigError, match=f"^{flag} {value}: must be {'0' if field == 'top_k' else '1.0'} in training: "
                                               "PPO's log-probs and KL assume sampling from the whole softmax"):
             validate(dataclasses.replace(RLHFConfig(policy="x", prompts="p.txt", reward=["length"]), **{field: value}))
+
+
+def test_generate_samples_from_the_softmax_of_the_logits_divided_by_the_temperature(assets):
+    """The model is rigged to give tokens 10, 11, 12 logits 0, 1, 2 (every other token -inf); 8000
+    one-token samples at temperature 0.7 and 1.4 must follow softmax([0, 1, 2] / T) within 0.02 (top token
+    0.771 and 0.578; 0.665 at T = 1; 0.574 and 0.765 for logits * T). Catches generate() sampling without the
+    temperature, or multiplying by it."""
+    model, _ = load_policy(str(assets / "model"), seed=0)
+    tok = load_tokenizer(str(assets / "model"))
+    rigged = torch.full((len(tok),), float("-inf"))
+    rigged[10:13] = torch.tensor([0.0, 1.0, 2.0])
+    handle = model.lm_head.register_forward_hook(lambda m, i, logits: rigged.expand_as(logits).clone())
+    ids, am = pad_left([[5, 6], [7]] * 4000, tok.pad_token_id, "cpu")
+    try:
+        for temperature in (0.7, 1.4):
+            torch.manual_seed(0)
+            s = SamplingSettings(max_new_tokens=1, temperature=temperature, top_k=0, top_p=1.0,
+                                 eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+            drawn = generate(model.eval(), ids, am, s)[:, 0]
+            assert set(drawn.tolist()) <= {10, 11, 12}
+            freq = torch.bincount(drawn - 10, minlength=3) / len(drawn)
+            torch.testing.assert_close(freq, torch.softmax(torch.tensor([0.0, 1.0, 2.0]) / temperature, 0),
+                                       rtol=0, atol=0.02)
+    finally:
+        handle.remove()

@@ -42,3 +42,12 @@ def test_nan_and_inf_in_padding_do_not_leak():
 def test_empty_mask_gives_zero_not_nan():
     none = torch.zeros_like(MASK)
     assert masked_mean(X, none).item() == 0.0
+
+
+def test_masked_whiten_without_mean_shift_has_unit_std_over_the_valid_entries():
+    """shift_mean=False: (x - mean) / std + mean, so the valid entries keep their mean and have std 1
+    (padding still 0). Catches a shift_mean=False that returns x unscaled (its mean is right too)."""
+    w = masked_whiten(X, MASK, shift_mean=False)
+    torch.testing.assert_close(w[MASK], (VALID - VALID.mean()) / VALID.std() + VALID.mean(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(w[MASK].std(), torch.tensor(1.0), rtol=1e-5, atol=1e-5)
+    assert (w[~MASK] == 0).all()
