@@ -248,7 +248,10 @@ def validate(cfg: RLHFConfig) -> None:
 
 
 def reward_specs(cfg: RLHFConfig) -> list:
-    """cfg.reward as a list (the Python API also takes one string)."""
-    if isinstance(cfg.reward, str):
-        return [cfg.reward] if cfg.reward else []
-    return list(cfg.reward or [])
+    """cfg.reward as a list of strings (the Python API also takes one string or path, and paths in the list)."""
+    def spec(value):
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    if isinstance(cfg.reward, (str, os.PathLike)):
+        return [spec(cfg.reward)] if spec(cfg.reward) else []
+    return [spec(r) for r in cfg.reward or []]

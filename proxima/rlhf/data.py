@@ -8,6 +8,7 @@ keyword arguments.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ class PromptRow:
     prompt: Union[str, list]  # text, or a conversation: [{"role": ..., "content": ...}, ...]
     columns: dict = field(default_factory=dict)
     line: int = 0  # 1-based line in the prompts file, for error messages
+    file: str = field(default="", compare=False)  # the prompts file, for error messages
 
     @property
     def is_conversation(self) -> bool:
@@ -62,7 +64,10 @@ def load_prompts(path: str) -> list:
     if suffix == ".json" and text.lstrip().startswith("["):
         rows = [_parse_row(item, f"--prompts {path}:{number}", number) for item, number in _json_array(text, path)]
     else:
-        for number, line in enumerate(text.splitlines(), 1):
+        # "\n" only (read_text turned \r\n and \r into it): str.splitlines() also breaks at U+2028, U+2029,
+        # U+0085, \x0b, \x0c and \x1c-\x1e, which a JSON string or a text prompt may hold, and would cut
+        # the row and shift every later line number
+        for number, line in enumerate(text.split("\n"), 1):
             if not line.strip():
                 continue
             if suffix in JSON_SUFFIXES:
@@ -79,7 +84,22 @@ def load_prompts(path: str) -> list:
     names = sorted({k for r in rows for k in r.columns})
     for r in rows:  # every reward call gets every column; a row without one gets None
         r.columns = {k: r.columns.get(k) for k in names}
+        r.file = str(path)
     return rows
+
+
+def prompts_sha256(rows: list) -> str:
+    """sha256 of what a run reads from its prompts: each row's prompt (text or messages) and other fields,
+    as canonical JSON. Recorded in checkpoints, it tells a resume that the file changed.
+
+    The parsed rows rather than the file's bytes, so that nothing the run cannot see refuses a resume (line
+    endings, a BOM, blank lines, JSON spacing or key order); rather than token ids, so that a changed
+    column (the ``answer`` a reward function checks) is caught too, and the hash is the file's alone,
+    not the tokenizer's."""
+    h = hashlib.sha256()
+    for r in rows:
+        h.update(json.dumps([r.prompt, r.columns], sort_keys=True, ensure_ascii=True).encode() + b"\n")
+    return h.hexdigest()
 
 
 def _json_array(text: str, path: str) -> list:
@@ -145,7 +165,13 @@ def encode_prompts(tokenizer, rows: list, max_prompt_length: int, truncate: bool
             if not getattr(tokenizer, "chat_template", None):
                 raise ConfigError(f"{what} line {row.line}: a conversation, but the tokenizer has no chat template "
                                   f"(set 'chat_template' in its tokenizer_config.json, or give plain-text prompts)")
-            text = tokenizer.apply_chat_template(row.prompt, add_generation_prompt=True, tokenize=False)
+            try:
+                text = tokenizer.apply_chat_template(row.prompt, add_generation_prompt=True, tokenize=False)
+            except Exception as e:  # jinja2's TemplateError (the template's raise_exception), or a bug in it
+                msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                where = f"{what} {row.file}:{row.line}" if row.file else f"{what} line {row.line}"
+                raise ConfigError(f"{where}: the tokenizer's chat template refused the conversation: "
+                                  f"{type(e).__name__}: {msg}") from None
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         else:
             ids = tokenizer(row.prompt)["input_ids"]

@@ -171,6 +171,9 @@ def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
     # a bad --reward is reported before the pretraining
     load_rewards(reward_specs(cfg), cfg.reward_weights, torch.device("cpu"), import_path=cfg.reward_import_path)
     existed = run_dir.exists()
+    # the folders above the run directory that the demo creates (runs/, or a --run-dir's new parents): taken
+    # back too on failure, when empty; deepest first
+    new_parents = [p for p in run_dir.absolute().parents if not p.exists()]
     if not given:  # one atomic mkdir: a demo started in the same second gets base-2
         run_dir = rundir.claim_run_dir(run_dir)
         cfg = placed(run_dir)
@@ -183,4 +186,9 @@ def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
         # there) stops it before it writes the run's files: take back the demo's own files too
         if not (run_dir / "config.yaml").exists():
             shutil.rmtree(run_dir if not existed or not given else run_dir / "demo", ignore_errors=True)
+            for folder in new_parents:
+                try:
+                    folder.rmdir()  # only an empty one: another run may have been started there meanwhile
+                except OSError:
+                    break
         raise

@@ -269,7 +269,7 @@ def save_checkpoint(t, run_dir: Path) -> None:
                   "value": trainable_state(t.value) if t.critic else {},
                   "opt_value": t.opt_value.state_dict() if t.critic else {}}
     state = {"format": CHECKPOINT_FORMAT, "step": t.step, "seconds": t.seconds, "ranks": ranks, "fsdp": t.cfg.fsdp,
-             **models, "kl": t.kl_ctl.state_dict()}
+             **models, "kl": t.kl_ctl.state_dict(), "prompts": {"count": len(t.prompts), "sha256": t.prompts_sha256}}
     rundir.save_checkpoint(run_dir, t.step, state, t.cfg.keep_checkpoints)
 
 
@@ -282,6 +282,7 @@ def load_checkpoint(t, file: Path, state: dict = None) -> None:
         raise ConfigError(f"{file}: written by {len(state['ranks'])} processes, resumed with {t.dist.world_size}")
     if bool(state.get("fsdp", False)) != t.cfg.fsdp:
         raise ConfigError(f"{file}: written with fsdp {bool(state.get('fsdp'))}, resumed with fsdp {t.cfg.fsdp}")
+    _check_same_prompts(t, file, state)
     models = [(t.policy, t.opt_policy, "policy")] + ([(t.value, t.opt_value, "value")] if t.critic else [])
     for model, opt, name in models:
         if t.cfg.fsdp:
@@ -294,6 +295,29 @@ def load_checkpoint(t, file: Path, state: dict = None) -> None:
     t.kl_ctl.load_state_dict(state["kl"])
     set_random_state(t, state["ranks"][t.dist.rank])
     t.step, t.seconds = int(state["step"]), float(state["seconds"])
+
+
+def _check_same_prompts(t, file: Path, state: dict) -> None:
+    """The checkpoint's place in the prompt order indexes the prompts it was written with: a prompts file
+    that changed since would replay other prompts, or fail with an IndexError at the first step. Checked
+    before the resume restores or rewrites anything. A checkpoint from before the count and hash were
+    recorded is checked for indices in range only."""
+    n, where = len(t.prompts), f"--prompts {t.cfg.prompts}"
+    todo = "(the file changed); restore it or start a new run"
+    recorded = state.get("prompts")
+    if isinstance(recorded, dict):
+        if recorded.get("count") != n:
+            raise ConfigError(f"{where}: {n} prompts, but checkpoint {file.stem} was written with "
+                              f"{recorded.get('count')} {todo}")
+        if recorded.get("sha256") != t.prompts_sha256:
+            raise ConfigError(f"{where}: its {n} prompts differ from those checkpoint {file.stem} was written with "
+                              f"{todo}")
+        return
+    for rank in state["ranks"]:
+        order = rank["sampler"]["order"]
+        if len(order) and int(order.max()) >= n:
+            raise ConfigError(f"{where}: {n} prompts, but checkpoint {file.stem} draws prompt {int(order.max()) + 1} "
+                              f"{todo}")
 
 
 def trainable_state(model: torch.nn.Module) -> dict:

@@ -130,12 +130,16 @@ def max_positions(config) -> Optional[int]:
 
 
 def load_policy(spec: str, seed: int, dtype: torch.dtype = torch.float32) -> tuple:
-    """(model, tokenizer_dir or None). A fresh model (from a config.json) is initialized under ``seed``."""
+    """(model, tokenizer_dir or None). A fresh model (from a config.json) is initialized under ``seed``.
+
+    The tokenizer directory is the policy's own, or None when it holds no tokenizer files (then
+    --tokenizer must name one); the model must be causal (:func:`check_causal`)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     kind, source, folder = _policy_source(spec)
     if kind == "pretrained":
         model = load_pretrained(AutoModelForCausalLM, source, "--policy", dtype)
+        folder = folder if has_tokenizer_files(Path(folder)) else None
     else:
         try:
             config_dict = dict(source)
@@ -145,7 +149,43 @@ def load_policy(spec: str, seed: int, dtype: torch.dtype = torch.float32) -> tup
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise ConfigError(f"--policy {spec!r}: cannot build a causal LM: {str(e).splitlines()[0]}") from None
     disable_dropout(model)
+    check_causal(model, spec)
     return use_fused_gelu(model), folder
+
+
+def check_causal(model: nn.Module, spec: str) -> None:
+    """ConfigError unless the logits at a position ignore every later token, probed with two forwards of 4
+    tokens that differ in the last one only.
+
+    PPO scores each response token by the logits at the position before it, computed in one forward over
+    prompt + response: a model that attends to later tokens (BertLMHeadModel with is_decoder false, which
+    AutoModelForCausalLM builds from a BERT checkpoint) would see the token it is asked to predict. The
+    config alone cannot tell (transformers 4.x gives every config is_decoder false, GPT-2's included);
+    a causal model's earlier logits are the same to float rounding, a bidirectional one's differ.
+    """
+    vocab = model.get_input_embeddings().num_embeddings
+    device = next(model.parameters()).device
+    ids = torch.arange(1, 5, device=device).remainder(vocab)[None]
+    changed = ids.clone()
+    changed[0, -1] = (ids[0, -1] + 1) % vocab
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            a, b = (model(input_ids=x, attention_mask=torch.ones_like(x), use_cache=False).logits[0, :-1].float()
+                    for x in (ids, changed))
+    except Exception as e:  # a model that cannot run a plain forward would fail at the first rollout
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ConfigError(f"--policy {spec!r}: a forward pass on 4 tokens failed: {type(e).__name__}: "
+                          f"{first}") from None
+    finally:
+        model.train(was_training)
+    leak = float((a - b).abs().max())
+    if leak > 1e-4 * float(a.abs().max()) + 1e-6:
+        hint = " (is_decoder is false in its config)" if getattr(model.config, "is_decoder", None) is False else ""
+        raise ConfigError(f"--policy {spec!r}: {type(model).__name__} is not causal{hint}: its logits at earlier "
+                          f"positions change when only a later token does (by {leak:.2g}); PPO needs a causal LM, "
+                          f"whose logits at each position see only the tokens before it")
 
 
 def load_tokenizer(path: Optional[str], what: str = "--tokenizer"):
@@ -154,18 +194,82 @@ def load_tokenizer(path: Optional[str], what: str = "--tokenizer"):
 
 
 def read_tokenizer(path: Optional[str], what: str = "--tokenizer"):
-    """The tokenizer of ``path`` as it is stored (the one saved with the trained policy); it must have an EOS."""
-    from transformers import AutoTokenizer
+    """The tokenizer of ``path`` as it is stored (the one saved with the trained policy); it must have an EOS.
 
-    if not path or not os.path.isdir(path):
+    ``path`` None: --tokenizer was not given and the policy has no tokenizer of its own (a config.json, or
+    a directory without tokenizer files: :func:`load_policy`)."""
+    if not path:
+        raise ConfigError(f"--policy: no tokenizer of its own (a directory without {TOKENIZER_FILES_SHOWN}, or a "
+                          f"config.json) and no --tokenizer; give --tokenizer DIR")
+    if not os.path.isdir(path):
         raise ConfigError(f"{what} {path!r}: need a local tokenizer directory (pass --tokenizer DIR)")
-    try:
-        tok = AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError, TypeError) as e:
-        raise ConfigError(f"{what} {path!r}: cannot load a tokenizer: {str(e).splitlines()[0]}") from None
+    tok = tokenizer_from_dir(path, what, "give --tokenizer DIR (the policy's tokenizer)")
     if tok.eos_token_id is None:
         raise ConfigError(f"{what} {path!r}: the tokenizer has no EOS token; responses could never end")
     return tok
+
+
+#: the files a tokenizer is saved as (tokenizer.json, tokenizer_config.json, a slow tokenizer's vocabulary
+#: and merges, a sentencepiece or tiktoken model)
+TOKENIZER_FILES_SHOWN = "tokenizer.json, tokenizer_config.json, vocab..."
+_TOKENIZER_PREFIXES = ("tokenizer", "vocab", "merges", "spiece", "sentencepiece", "spm", "bpe")
+_TOKENIZER_SUFFIXES = (".model", ".spm", ".tiktoken", ".codes")
+
+
+def has_tokenizer_files(folder: Path) -> bool:
+    """Whether ``folder`` holds some file a tokenizer is saved as. Without one, transformers 5.x builds an
+    empty GPT2Tokenizer (one token, its <|endoftext|>) instead of failing."""
+    try:
+        return any(p.is_file() and _is_tokenizer_file(p.name) for p in folder.iterdir())
+    except OSError:
+        return False
+
+
+def _is_tokenizer_file(name: str) -> bool:
+    name = name.lower()
+    return name.startswith(_TOKENIZER_PREFIXES) or name.endswith(_TOKENIZER_SUFFIXES) or "vocab" in name
+
+
+def tokenizer_from_dir(path: str, what: str, hint: str):
+    """``AutoTokenizer.from_pretrained(path)``, or a ConfigError naming ``what`` and the file at fault: no
+    tokenizer files (``hint`` says what to do), a file the tokenizers library cannot parse (it raises a plain
+    Exception), or a tokenizer with an empty vocabulary."""
+    from transformers import AutoTokenizer
+
+    if not has_tokenizer_files(Path(path)):
+        raise ConfigError(f"{what} {path!r}: no tokenizer files ({TOKENIZER_FILES_SHOWN}); {hint}")
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except Exception as e:  # the Rust tokenizers library raises a bare Exception for a malformed tokenizer.json
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"{what} {path!r}: cannot load the tokenizer ({_bad_tokenizer_file(Path(path))}): "
+                          f"{first}") from None
+    try:
+        empty = tok.vocab_size == 0
+    except Exception:  # a tokenizer class without the property: not the empty one transformers builds
+        empty = False
+    if empty:
+        raise ConfigError(f"{what} {path!r}: the tokenizer has an empty vocabulary; {hint}")
+    return tok
+
+
+def _bad_tokenizer_file(folder: Path) -> str:
+    """The tokenizer file that does not parse, for an error message: tokenizer.json or tokenizer_config.json
+    when one of them is the culprit, else the tokenizer files present."""
+    from tokenizers import Tokenizer
+
+    if (folder / "tokenizer.json").is_file():
+        try:
+            Tokenizer.from_file(str(folder / "tokenizer.json"))
+        except Exception:
+            return "tokenizer.json"
+    if (folder / "tokenizer_config.json").is_file():
+        try:
+            json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return "tokenizer_config.json"
+    names = sorted(p.name for p in folder.iterdir() if p.is_file() and _is_tokenizer_file(p.name))
+    return ", ".join(names) or "its tokenizer files"
 
 
 def training_tokenizer(tok):

@@ -28,7 +28,7 @@ from typing import Callable, Optional
 import torch
 
 from .config import ConfigError
-from .models import load_pretrained, max_positions, use_fused_gelu
+from .models import load_pretrained, max_positions, tokenizer_from_dir, use_fused_gelu
 
 
 class RewardError(ConfigError):
@@ -172,6 +172,8 @@ def _import_function(module_name: str, func_name: str, spec: str, import_path: l
             module = importlib.import_module(module_name)
     except ConfigError:
         raise
+    except SystemExit as e:  # a script that is also a reward module (argparse at import): not the CLI's exit
+        raise ConfigError(f"--reward {spec!r}: importing it called sys.exit({e.code!r})") from None
     except Exception as e:  # any import failure of user code is bad input, reported in one line
         raise ConfigError(f"--reward {spec!r}: cannot import {module_name}: {type(e).__name__}: {e}") from None
     func = getattr(module, func_name, None)
@@ -206,13 +208,11 @@ class RewardModel:
     """A frozen AutoModelForSequenceClassification with one output; the score is its logit at the last token."""
 
     def __init__(self, path: str, device: torch.device, dtype: torch.dtype = torch.float32, bf16: bool = False):
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoModelForSequenceClassification
 
         model = load_pretrained(AutoModelForSequenceClassification, path, "--reward", dtype)
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(path)
-        except Exception as e:
-            raise ConfigError(f"--reward {path!r}: cannot load its tokenizer: {str(e).splitlines()[0]}") from None
+        # a reward model reads text with the tokenizer it was trained with: it has no --tokenizer of its own
+        self.tokenizer = tokenizer_from_dir(path, "--reward", "save the reward model's tokenizer into that directory")
         if model.config.num_labels != 1:
             raise ConfigError(f"--reward {path!r}: the model has {model.config.num_labels} labels; a reward model has 1")
         # a token id past the embedding would fail mid-run, in the first batch that holds it
@@ -232,24 +232,30 @@ class RewardModel:
         self.limit = max_positions(self.model.config)
         self.name, self.path, self.device, self.bf16 = Path(path).name, path, device, bf16
 
-    def render(self, row, response: str, text: str) -> str:
+    def render(self, row, response: str, text: str, where: str = "before training") -> str:
         """The text the model reads: its own chat template for a conversation when it has one, else the
-        policy's view of prompt + response (chat template and BOS included)."""
+        policy's view of prompt + response (chat template and BOS included). A template that raises
+        (``raise_exception('System role not supported')``) is a RewardError naming the prompts line."""
         if row.is_conversation and getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(row.prompt + [{"role": "assistant", "content": response}],
-                                                      tokenize=False)
+            try:
+                return self.tokenizer.apply_chat_template(row.prompt + [{"role": "assistant", "content": response}],
+                                                          tokenize=False)
+            except Exception as e:  # jinja2's TemplateError, or any error of the template's own code
+                msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                raise RewardError(f"reward model {self.path} {where}: its chat template failed on prompts line "
+                                  f"{row.line}: {type(e).__name__}: {msg}") from None
         return text
 
-    def encode(self, rows: list, responses: list, texts: list) -> list:
+    def encode(self, rows: list, responses: list, texts: list, where: str = "before training") -> list:
         """Token ids per sample, with the special tokens the text holds and a BOS where the tokenizer adds one."""
-        ids = self.tokenizer([self.render(r, s, t) for r, s, t in zip(rows, responses, texts)],
+        ids = self.tokenizer([self.render(r, s, t, where) for r, s, t in zip(rows, responses, texts)],
                              add_special_tokens=False)["input_ids"]
         bos = self.tokenizer.bos_token_id
         return [[bos] + x if self.adds_bos and x[:1] != [bos] else x for x in ids]
 
     @torch.no_grad()
     def __call__(self, batch: RewardBatch) -> torch.Tensor:
-        ids = self.encode(batch.rows, batch.responses, batch.texts)
+        ids = self.encode(batch.rows, batch.responses, batch.texts, batch.where())
         for i, x in enumerate(ids):
             if self.limit and len(x) > self.limit:
                 raise RewardError(f"reward model {self.path} {batch.where()}: {batch.sample(i)} is {len(x)} tokens, "

@@ -10,7 +10,6 @@ import json
 import math
 import platform
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -70,11 +69,9 @@ def _meta(world_size: int, device: str) -> dict:
         peft_version: Optional[str] = peft.__version__
     except ImportError:
         peft_version = None
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                                text=True, timeout=5).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
+    from ..train_state import git_commit
+
+    commit = git_commit()  # one rule for PPO and RLHF runs (the image's recorded commit included)
     from .. import __version__
 
     return {"kind": "rlhf", "proxima": __version__, "python": platform.python_version(), "torch": torch.__version__,

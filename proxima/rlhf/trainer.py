@@ -27,7 +27,7 @@ from . import dist as D
 from . import fsdp
 from .algorithm import gae_advantages, group_advantages, sequence_rewards, token_rewards
 from .config import ConfigError, RLHFConfig, reward_specs
-from .data import PromptSampler, encode_prompts, load_prompts
+from .data import PromptSampler, encode_prompts, load_prompts, prompts_sha256
 from .generation import (SamplingSettings, decode_responses, generate, pad_left, position_ids_from_mask,
                          response_masks, response_token_lists)
 from .kl import KLController, kl_per_token
@@ -56,6 +56,7 @@ class RLHFTrainer:
 
         dtype = DTYPES[cfg.dtype]
         self.prompts = load_prompts(cfg.prompts)
+        self.prompts_sha256 = prompts_sha256(self.prompts)  # recorded in checkpoints: a resume checks the file
         self.reward = load_rewards(reward_specs(cfg), cfg.reward_weights, self.device, dtype, cfg.bf16,
                                    cfg.reward_import_path)
         policy, tokenizer_dir = load_policy(cfg.policy, cfg.seed, dtype)
