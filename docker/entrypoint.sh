@@ -6,8 +6,14 @@
 #   2. starts a key-only sshd on $SSH_PORT (default 2222) when authorized keys are provided, from
 #      /run/secrets/authorized_keys, a mounted ~/.ssh/authorized_keys, or $SSH_AUTHORIZED_KEYS;
 #      host keys are generated here, at start, never baked into the image;
-#   3. execs JupyterLab on $JUPYTER_PORT (default 8888; token read from $JUPYTER_TOKEN), or the given
-#      command.
+#   3. runs JupyterLab on $JUPYTER_PORT (default 8888; token read from $JUPYTER_TOKEN), or the given
+#      command, and stays as its parent to stop the container gracefully (4);
+#   4. on SIGTERM (docker/podman stop, compose down) or when that command ends: SIGTERM to every process
+#      of this user, so a training run started anywhere (tmux, docker exec, SSH, a Jupyter terminal,
+#      ci_train.sh) writes its checkpoint and exits 143; waits up to $PROXIMA_STOP_GRACE seconds
+#      (default 45) for them, then stops the servers and exits. tini forwards signals to this script
+#      only, and everything still running when it exits is SIGKILLed by the kernel: give the engine a
+#      stop timeout above the grace (docker stop -t 60, compose's stop_grace_period: 60s).
 # Both servers listen on $PROXIMA_LISTEN_ADDRESS (default 0.0.0.0: every address of the container's
 # own network namespace, which `-p 127.0.0.1:...` publishes on the host's loopback only). With
 # `--network host`, set it to 127.0.0.1 and pick free ports with JUPYTER_PORT and SSH_PORT.
@@ -61,8 +67,24 @@ collect_keys() {
   fi
 }
 
+# A key file that is mounted but cannot be read would otherwise be skipped in silence (and the log
+# would say that no key was given): stop, naming the file, its owner and mode.
+check_key_files() {
+  local f
+  for f in "$KEYS_SECRET" "$HOME/.ssh/authorized_keys"; do
+    [[ -e "$f" || -L "$f" ]] || continue
+    if [[ -d "$f" ]]; then
+      die "SSH key file $f is a directory (Docker creates one when the host file to mount does not exist): mount the public key file itself"
+    fi
+    if [[ ! -f "$f" || ! -r "$f" ]]; then
+      die "SSH key file $f is not readable by $USER_NAME (uid $(id -u)): it is owned by $(stat -L -c '%U:%G (uid %u, gid %g), mode %a' "$f" 2>/dev/null || echo 'an unknown user (broken link?)'); make it readable by uid $(id -u) on the host (a public key is not secret: chmod 644), or with rootless podman run with --userns=keep-id:uid=$(id -u),gid=$(id -g)"
+    fi
+  done
+}
+
 start_sshd() {
   local keys ak cfg t old_umask
+  check_key_files
   keys="$(collect_keys | grep -Ev '^[[:space:]]*(#|$)' || true)"
   if [[ -z "$keys" ]]; then
     log "no SSH public keys (mount /run/secrets/authorized_keys or ~/.ssh/authorized_keys, or set SSH_AUTHORIZED_KEYS); sshd not started"
@@ -138,17 +160,210 @@ EOF
 
 start_sshd
 
-# ---- 3. JupyterLab in the foreground (or the command given to `docker run`) --------------------
+# ---- 3. JupyterLab (or the command given to `docker run`), with this script as its parent -------
 export JUPYTER_TOKEN # jupyter_server reads the token from the environment: it never appears in ps
+jupyter_default=0
 if (($# > 0)); then
   cmd=("$@")
 else
+  jupyter_default=1
   cmd=(jupyter lab --ip="$LISTEN_ADDRESS" --port="$JUPYTER_PORT" --no-browser
     --ServerApp.root_dir="$NOTEBOOK_DIR")
 fi
+STOP_GRACE="${PROXIMA_STOP_GRACE:-45}"
+[[ "$STOP_GRACE" =~ ^[0-9]+$ ]] || die "PROXIMA_STOP_GRACE must be a whole number of seconds, got '$STOP_GRACE'"
 if [[ "$DRY_RUN" == 1 ]]; then
   log "dry run: would exec ${cmd[*]}"
   exit 0
 fi
+
+# ---- 4. a graceful stop for every process of this user -----------------------------------------
+# Why not `exec`: tini (process 1) forwards a signal to its child only, and when that child exits the
+# kernel SIGKILLs every other process of the container. A run started in tmux, with docker exec, over
+# SSH or in a Jupyter terminal would never see the SIGTERM it turns into a checkpoint (docs/reliability.md).
+MY_UID="$(id -u)"
+main_pid=""
+
+# proc_field PID KEY: FIELD = the first word of KEY (State, Uid, SigIgn...) in /proc/PID/status
+# (no subshell: these run for every process, every half second while waiting)
+FIELD=""
+proc_field() {
+  local key value _
+  FIELD=""
+  while read -r key value _; do
+    if [[ "$key" == "$2:" ]]; then
+      FIELD="$value"
+      return 0
+    fi
+  done 2>/dev/null <"/proc/$1/status"
+  return 1
+}
+# alive PID: the process exists and is not a zombie
+alive() {
+  proc_field "$1" State && [[ "$FIELD" != Z ]]
+}
+# ignores_term PID: SIGTERM is ignored by PID (an interactive shell): nothing to wait for
+ignores_term() {
+  proc_field "$1" SigIgn && (((16#$FIELD >> 14) & 1))
+}
+# holds_terminals PID: a server whose exit would hang up the terminals of the processes under it
+# (tmux, screen, sshd, Jupyter with a terminal open): a hangup is SIGHUP, which stops a training
+# run at once, without the checkpoint that SIGTERM gives. These are stopped after everything else.
+holds_terminals() {
+  local comm
+  read -r comm 2>/dev/null <"/proc/$1/comm" || return 1
+  case "$comm" in
+    sshd | sshd-session | "tmux: server" | SCREEN) return 0 ;;
+  esac
+  [[ -n "$(find "/proc/$1/fd" -maxdepth 1 \( -lname /dev/ptmx -o -lname /dev/pts/ptmx \) -print -quit 2>/dev/null)" ]]
+}
+# collect_user_pids: USER_PIDS = every live process of this user but process 1 and this script
+# (filled in place: a subshell would list itself)
+USER_PIDS=()
+collect_user_pids() {
+  local dir pid
+  USER_PIDS=()
+  for dir in /proc/[0-9]*; do
+    pid="${dir#/proc/}"
+    ((pid != 1 && pid != $$)) || continue
+    proc_field "$pid" Uid || continue
+    if [[ "$FIELD" == "$MY_UID" ]] && alive "$pid"; then
+      USER_PIDS+=("$pid")
+    fi
+  done
+}
+# collect_first_wave: WAVE = the processes to stop first. Not the servers that hold terminals (above),
+# nor the default JupyterLab (its shutdown closes its terminals), nor a session leader with a terminal
+# while another of these runs in its session: `bash -c 'proxima train ...; echo done'` in a tmux pane,
+# dying of SIGTERM first, would hang up the pane's terminal under proxima (SIGHUP).
+WAVE=()
+collect_first_wave() {
+  local pid stat rest sid tty
+  local -a candidates=()
+  local -A leader_sid=() busy_sid=()
+  collect_user_pids
+  for pid in "${USER_PIDS[@]}"; do
+    [[ "$jupyter_default" == 1 && "$pid" == "$main_pid" ]] && continue
+    holds_terminals "$pid" && continue
+    read -r stat 2>/dev/null <"/proc/$pid/stat" || continue
+    rest="${stat##*) }" # the fields after "(comm)", which may hold spaces
+    read -r _ _ _ sid tty _ <<<"$rest"
+    if [[ "$sid" == "$pid" && "$tty" != 0 ]]; then
+      leader_sid[$pid]="$sid"
+    else
+      busy_sid[$sid]=1
+    fi
+    candidates+=("$pid")
+  done
+  WAVE=()
+  for pid in "${candidates[@]}"; do
+    [[ -n "${leader_sid[$pid]:-}" && -n "${busy_sid[${leader_sid[$pid]}]:-}" ]] && continue
+    WAVE+=("$pid")
+  done
+}
+# wait_gone SECONDS PID...: wait until each PID is gone, a zombie or ignores SIGTERM; 1 on timeout
+wait_gone() {
+  local deadline=$((SECONDS + $1)) pid left
+  shift
+  while :; do
+    left=()
+    for pid in "$@"; do
+      alive "$pid" && ! ignores_term "$pid" && left+=("$pid")
+    done
+    ((${#left[@]})) || return 0
+    ((SECONDS < deadline)) || return 1
+    sleep 0.5
+  done
+}
+describe() {
+  local pid comm out=""
+  for pid in "$@"; do
+    read -r comm 2>/dev/null <"/proc/$pid/comm" || continue
+    out+=" $pid ($comm)"
+  done
+  printf '%s' "${out# }"
+}
+# stop_all WHY: SIGTERM to the first wave and up to STOP_GRACE seconds for it, then SIGTERM to every
+# process of this user (kill -1 never reaches process 1 or this script) and up to 10 s more
+stop_all() {
+  local why="$1" t0=$SECONDS pid
+  local -a left=()
+  if [[ "$OWN_PIDS" != 1 ]]; then
+    log "$why: process 1 is not this container's tini (--pid=host?): SIGTERM to ${cmd[0]} only, not to every process"
+    kill -TERM "$main_pid" 2>/dev/null || true
+    wait_gone "$STOP_GRACE" "$main_pid" || true
+    return 0
+  fi
+  collect_first_wave
+  if ((${#WAVE[@]})); then
+    log "$why: SIGTERM to $(describe "${WAVE[@]}") (a training run writes a checkpoint and exits 143); waiting up to ${STOP_GRACE} s"
+    for pid in "${WAVE[@]}"; do
+      kill -TERM "$pid" 2>/dev/null && kill -CONT "$pid" 2>/dev/null || true
+    done
+    if ! wait_gone "$STOP_GRACE" "${WAVE[@]}"; then
+      for pid in "${WAVE[@]}"; do
+        if alive "$pid" && ! ignores_term "$pid"; then left+=("$pid"); fi
+      done
+      log "still running after ${STOP_GRACE} s (PROXIMA_STOP_GRACE): $(describe "${left[@]}")"
+    fi
+  fi
+  kill -TERM -1 2>/dev/null || true
+  collect_user_pids
+  ((${#USER_PIDS[@]} == 0)) || wait_gone 10 "${USER_PIDS[@]}" || true
+  log "$why: stopped in $((SECONDS - t0)) s"
+}
+
+# Only when process 1 is the container's own (tini, our parent; or docker run --init's docker-init or
+# podman's catatonit in front of tini, our grandparent) are "all processes of this user" the
+# container's: with `--pid=host` they would be the host user's too, and then a stop signals the
+# command alone, as tini did.
+OWN_PIDS=0
+read -r init_comm 2>/dev/null </proc/1/comm || init_comm=""
+if [[ "$init_comm" != systemd && "$init_comm" != init ]] \
+  && { ((PPID == 1)) || { proc_field "$PPID" PPid && [[ "$FIELD" == 1 ]]; }; }; then
+  OWN_PIDS=1
+fi
+
+stop_signal=""
+trap 'stop_signal=TERM' TERM
+trap 'stop_signal=INT' INT
 log "starting: ${cmd[*]}"
-exec "${cmd[@]}"
+# in a subshell that puts SIGINT/SIGQUIT back (bash ignores them in background jobs) and keeps stdin
+# (bash gives background jobs /dev/null), so the command behaves as if it had been exec'd
+(
+  trap - INT QUIT
+  exec "${cmd[@]}"
+) <&0 &
+main_pid=$!
+status=""
+while :; do
+  set +e
+  wait "$main_pid"
+  rc=$?
+  set -e
+  case "$stop_signal" in
+    TERM) break ;;
+    INT)
+      # from a terminal (docker run -it) Ctrl-C reached the command already; else pass it on, as tini did
+      stop_signal=""
+      [[ -t 0 ]] || kill -INT "$main_pid" 2>/dev/null || true
+      continue
+      ;;
+  esac
+  if ! alive "$main_pid"; then
+    status=$rc
+    break
+  fi
+done
+if [[ -n "$status" ]]; then
+  stop_all "${cmd[0]} exited with status $status"
+  exit "$status"
+fi
+stop_all "SIGTERM"
+# the command's own status when it has ended by now (proxima train: 143), else 143 (SIGTERM)
+set +e
+if alive "$main_pid"; then
+  exit 143
+fi
+wait "$main_pid"
+exit $?

@@ -37,14 +37,28 @@ def versions() -> dict:
 
 
 def git_commit() -> Optional[str]:
+    """The commit Proxima runs from: HEAD of the git checkout holding this package; else (an installed
+    copy, e.g. in the container image) $PROXIMA_GIT_COMMIT, which the image's build sets from its
+    PROXIMA_GIT_COMMIT build argument, when it is 7 to 40 hex digits (anything else is ignored); else None."""
+    import os
+    import re
     import subprocess
 
     here = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None if out.returncode == 0 else None
+        out = subprocess.run(["git", "rev-parse", "--show-toplevel", "HEAD"], cwd=here, capture_output=True, text=True,
+                             timeout=5)
+        top, commit = (out.stdout.splitlines() + ["", ""])[:2] if out.returncode == 0 else ("", "")
+        # the checkout must be Proxima's own: an installed copy in a venv inside the user's project
+        # would otherwise record the project's commit
+        if not top or Path(top).resolve() != here.parent:
+            commit = ""
     except (OSError, subprocess.SubprocessError):
-        return None
+        commit = ""
+    if commit:
+        return commit
+    recorded = os.environ.get("PROXIMA_GIT_COMMIT", "").strip()
+    return recorded.lower() if re.fullmatch(r"[0-9a-fA-F]{7,40}", recorded) else None
 
 
 def default_run_dir(cfg: PPOConfig) -> Path:

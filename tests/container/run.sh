@@ -11,9 +11,12 @@
 #      versions of requirements.lock, JupyterLab) are downloaded on the host into $CACHE/wheels
 #      (reused while the requirements are unchanged) and lent to the build as its `wheels` context;
 #   4. docker/Dockerfile is built unchanged, with BASE_IMAGE=$BASE and what that base implies
-#      (TORCH_CUDA=0, PIP_NO_INDEX=1, the wheels) as the only differences from a real build;
+#      (TORCH_CUDA=0, PIP_NO_INDEX=1, the wheels) as the only differences from a real build, and
+#      PROXIMA_GIT_COMMIT (this checkout's HEAD), as the documented build passes it;
 #   5. containers run with --network host, their servers bound to 127.0.0.1 on free ports, and are
-#      checked from outside (the list is printed as it goes, and counted at the end).
+#      checked from outside (the list is printed as it goes, and counted at the end); last, the
+#      main container is stopped while two training runs (tmux over SSH, podman exec) are going,
+#      and both must have written a checkpoint and said "stopped by SIGTERM".
 # Every wait is bounded, every container is removed by name on exit. Needs root (debootstrap and
 # rootful podman). Settings: IMAGE (default proxima:<version>), PROXIMA_CONTAINER_CACHE (default
 # ~/.cache/proxima-container), PYTHON (a Python >= 3.11 with pip, for the wheel download).
@@ -74,6 +77,7 @@ timeout 60 podman info >"$LOGS/podman-info.log" 2>&1 \
 
 # Containers are removed by name at start (a killed earlier run) and on every exit.
 CONTAINERS=("$PREFIX-token" "$PREFIX-main" "$PREFIX-control")
+CI_PID="" # a background make ci-train (5e): stopped on exit
 WORK=""
 # one name per call: podman 4.3 here once left a running container in place, exit status 0, when
 # `rm -f` named several of which some did not exist
@@ -85,6 +89,7 @@ remove_containers() {
 }
 cleanup() {
   local rc=$?
+  [[ -z "$CI_PID" ]] || kill -TERM "$CI_PID" 2>/dev/null || true
   remove_containers "${CONTAINERS[@]}"
   [[ -n "$WORK" ]] && rm -rf "$WORK"
   if ((rc == 0)); then
@@ -142,13 +147,44 @@ fi
 ok "wheels ready: CPU torch 2.13.0 and $(find "$WHEELS" -name '*.whl' | wc -l) wheels, no CUDA wheels ($((SECONDS - t0)) s)"
 
 # ---- 4. build: the same Dockerfile; only the base and what it implies differ ---------------------
-say "building $IMAGE from docker/Dockerfile on $BASE"
+COMMIT="$(git rev-parse HEAD 2>/dev/null)" && [[ "$COMMIT" =~ ^[0-9a-f]{40}$ ]] \
+  || die "cannot read this checkout's commit (git rev-parse HEAD): the image records it (PROXIMA_GIT_COMMIT)"
+say "building $IMAGE from docker/Dockerfile on $BASE (commit ${COMMIT:0:12})"
 t0=$SECONDS
 timeout 1500 podman build --format docker -f docker/Dockerfile --ignorefile docker/Dockerfile.dockerignore \
   --build-arg BASE_IMAGE="$BASE" --build-arg TORCH_CUDA=0 --build-arg PIP_NO_INDEX=1 \
+  --build-arg PROXIMA_GIT_COMMIT="$COMMIT" \
   --build-context wheels="$WHEELS" -t "$IMAGE" . >"$LOGS/build.log" 2>&1 </dev/null \
   || die "podman build failed; last lines: $(tail -n 3 "$LOGS/build.log" | tr '\n' ' ') (all in $LOGS/build.log)"
 ok "image $IMAGE built in $((SECONDS - t0)) s"
+env_commit="$(podman image inspect -f '{{range .Config.Env}}{{println .}}{{end}}' "$IMAGE" | sed -n 's/^PROXIMA_GIT_COMMIT=//p')"
+[[ "$env_commit" == "$COMMIT" ]] || die "the image's PROXIMA_GIT_COMMIT is '$env_commit', expected $COMMIT"
+ok "the image records the commit it was built from (PROXIMA_GIT_COMMIT=${COMMIT:0:12})"
+# what the image installed is requirements.lock's (the versions the tests run), torch's local label aside
+set +e
+out="$(timeout 120 podman run --rm --network none --no-healthcheck --entrypoint python "$IMAGE" -m pip list --format=freeze 2>&1)"
+rc=$?
+set -e
+expect_rc 0 "$rc" "pip list in the image" "$out"
+checked="$(PIP_LIST="$out" "$PY" - requirements.lock <<'EOF'
+import os, re, sys
+def pins(lines):
+    out = {}
+    for line in lines:
+        name, _, version = line.strip().partition("==")
+        if version and not name.startswith("#"):
+            out[re.sub(r"[-_.]+", "-", name).lower()] = version.split("+")[0]
+    return out
+lock, image = pins(open(sys.argv[1])), pins(os.environ["PIP_LIST"].splitlines())
+both = sorted(set(lock) & set(image))
+wrong = [f"{n} {image[n]} (lock: {lock[n]})" for n in both if image[n] != lock[n]]
+if wrong or len(both) < 20:  # the message goes to stdout: the caller shows it
+    print(f"the image's versions differ from requirements.lock: {', '.join(wrong) or f'only {len(both)} in common'}")
+    sys.exit(1)
+print(len(both))
+EOF
+)" || die "$checked"
+ok "the image's packages are requirements.lock's versions ($checked checked, torch without its +cpu)"
 # The previous build's image, untagged now, would keep its ~2 GB of layers: drop dangling images
 # (the layers this build shares with them stay, being its own).
 timeout 300 podman image prune -f >/dev/null 2>&1 || true
@@ -208,6 +244,21 @@ for case in "empty:" "short:0123456789abcde"; do
     || die "JUPYTER_TOKEN ${case%%:*}: expected one line 'JUPYTER_TOKEN $want; refusing ...', got: $out"
   ok "JUPYTER_TOKEN ${case%%:*}: the container stops at start (exit 1, one line: ...$want...)"
 done
+
+# A mounted key file the container's user cannot read stops it with one line naming the file, its
+# owner and mode (it was once skipped in silence, the log saying no key had been given).
+printf '%s\n' "$(cat "$WORK/id_ed25519.pub")" >"$WORK/unreadable_keys"
+chmod 600 "$WORK/unreadable_keys" # root's, mode 600: uid 1000 in the container cannot read it
+set +e
+out="$(timeout 120 podman run --rm --name "$PREFIX-token" --network none -e JUPYTER_TOKEN="$TOKEN" \
+  -v "$WORK/unreadable_keys:/run/secrets/authorized_keys:ro" "$IMAGE" 2>&1)"
+rc=$?
+set -e
+expect_rc 1 "$rc" "an unreadable authorized_keys" "$out"
+want="proxima-entrypoint: error: SSH key file /run/secrets/authorized_keys is not readable by proxima (uid 1000): it is owned by root:root (uid 0, gid 0), mode 600;"
+[[ "$(grep -c '^proxima-entrypoint:' <<<"$out")" == 1 ]] && grep -qF "$want" <<<"$out" \
+  || die "an unreadable authorized_keys: expected one line '$want ...', got: $out"
+ok "a mounted authorized_keys it cannot read stops the container (exit 1, one line: file, owner root:root, mode 600)"
 
 # ---- 5b. the real container: Jupyter with a token, key-only SSH, volumes -------------------------
 say "starting $PREFIX-main (--network host, Jupyter on 127.0.0.1:$JUPYTER_PORT, SSH on 127.0.0.1:$SSH_PORT)"
@@ -330,6 +381,9 @@ checkpoint="$(find "$RUN/checkpoints" -name 'step_*.pt' | sort | tail -n 1)"
   || die "the last checkpoint is '$(basename "$checkpoint")', expected step_$(printf '%012d' "$last_step").pt"
 read_as_1000 cat "$checkpoint" >/dev/null || die "$checkpoint is not readable by uid 1000 on the host"
 ok "proxima train CartPole-v1 --total-timesteps 20000 ($((SECONDS - t0)) s) wrote runs/$RUN_NAME to the host (step $last_step, $(basename "$checkpoint"))"
+run_commit="$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("git_commit"))' "$RUN/meta.json")"
+[[ "$run_commit" == "$COMMIT" ]] || die "runs/$RUN_NAME/meta.json records git_commit $run_commit, expected the image's commit $COMMIT"
+ok "the run's meta.json records the image's commit (${COMMIT:0:12}), not null"
 
 timeout 120 podman restart -t 20 "$PREFIX-main" >/dev/null 2>>"$LOGS/podman-run.log" \
   || die "podman restart $PREFIX-main failed; see $LOGS/podman-run.log"
@@ -359,6 +413,20 @@ grep -q '"episodes": 3' "$RUN/eval.json" || die "proxima resume --eval-episodes 
 ok "proxima resume runs/$RUN_NAME inside the restarted container: loaded step $last_step, evaluated again (3 episodes)"
 
 # ---- 5d. the CI loop (make ci-train) on this image: a short run below and above a threshold ------
+# configuration errors: exit 2 with one line, before any training (no run directory appears)
+for case in "CI_MIN_RETURN=abc:CI_MIN_RETURN='abc' is not a number" \
+  "CI_ENV=Pendulum-v1:Pendulum-v1 has no reward_threshold registered with Gymnasium; set CI_MIN_RETURN"; do
+  setting="${case%%:*}" want="${case#*:}"
+  set +e
+  out="$(env "$setting" CI_OUT="$WORK/ci-error" IMAGE="$IMAGE" timeout 300 bash docker/ci_train.sh 2>&1)"
+  rc=$?
+  set -e
+  expect_rc 2 "$rc" "make ci-train with $setting" "$out"
+  [[ "$(grep -c '^ci-train:' <<<"$out")" == 1 ]] && grep -q "^ci-train: error: $want" <<<"$out" && ! grep -q Traceback <<<"$out" \
+    || die "make ci-train with $setting: expected one line 'ci-train: error: $want...', got: $out"
+  [[ -z "$(find "$WORK/ci-error" -mindepth 1 -maxdepth 1 2>/dev/null)" ]] || die "make ci-train with $setting started a run"
+done
+ok "make ci-train: a non-numeric CI_MIN_RETURN and an env without a threshold exit 2 with one line, before training"
 for want in fail pass; do
   threshold=$([[ "$want" == pass ]] && echo 5 || echo "")
   set +e
@@ -378,3 +446,67 @@ for want in fail pass; do
     ok "make ci-train with CI_MIN_RETURN=5: exit 0, report.md says PASS"
   fi
 done
+
+# ---- 5e. stopping the container stops every training run with a checkpoint ----------------------
+# docker/podman stop sends SIGTERM to process 1 (tini), which passes it to the entrypoint only; the
+# entrypoint passes it to every process of the user and waits for them, so runs started in tmux (over
+# SSH, as the README says) and with podman exec write a checkpoint and exit 143, not SIGKILLed.
+# One is a shell around proxima (`...; echo`): that shell dying first must not hang up its terminal.
+long=(--total-timesteps 5000000 --threads 1 --quiet)
+set +e
+out="$(timeout 60 "${KEY_SSH[@]}" proxima@127.0.0.1 "cd /workspace && tmux new -d -s train \
+'proxima train CartPole-v1 --run-dir runs/stop-tmux ${long[*]} 2>runs/stop-tmux.err; echo \"exit status \$?\" >>runs/stop-tmux.err'" 2>&1)"
+rc=$?
+set -e
+expect_rc 0 "$rc" "tmux new -d -s train 'proxima train ...' over ssh" "$out"
+timeout 900 podman exec "$PREFIX-main" proxima train CartPole-v1 --run-dir runs/stop-exec "${long[@]}" \
+  >"$WORK/stop-exec.out" 2>&1 &
+exec_pid=$!
+# ... and make ci-train, stopped from the host (SIGTERM to the script, as a CI job's cancel does)
+CI_OUT="$WORK/ci-stop" CI_TRAIN_ARGS="${long[*]}" CI_MIN_RETURN=5 IMAGE="$IMAGE" \
+  timeout 900 bash docker/ci_train.sh >"$WORK/ci-stop.out" 2>&1 &
+CI_PID=$!
+training() { [[ -s "$WORK/runs/$1/metrics.csv" ]] && (($(wc -l <"$WORK/runs/$1/metrics.csv") >= 3)); }
+ci_training() {
+  local metrics
+  metrics="$(compgen -G "$WORK/ci-stop/ci-*/metrics.csv" | head -n 1)"
+  [[ -s "$metrics" ]] && (($(wc -l <"$metrics") >= 3))
+}
+wait_for "the run in tmux" 180 "$PREFIX-main" training stop-tmux
+wait_for "the run under podman exec" 180 "$PREFIX-main" training stop-exec
+for ((i = 0; i < 180; i++)); do ci_training && break; kill -0 "$CI_PID" 2>/dev/null || break; sleep 1; done
+ci_training || die "make ci-train did not start training: $(tail -n 3 "$WORK/ci-stop.out" | tr '\n' ' ')"
+t0=$SECONDS
+kill -TERM "$CI_PID"
+timeout 120 podman stop -t 60 "$PREFIX-main" >/dev/null 2>>"$LOGS/podman-run.log" || die "podman stop $PREFIX-main failed"
+stop_s=$((SECONDS - t0))
+state="$(podman inspect -f '{{.State.ExitCode}}' "$PREFIX-main")"
+[[ "$state" != 137 ]] && ((stop_s < 60)) || die "podman stop took $stop_s s and the container exited $state: it was SIGKILLed"
+set +e
+wait "$exec_pid"
+exec_rc=$?
+wait "$CI_PID"
+ci_rc=$?
+set -e
+CI_PID=""
+for run in stop-tmux stop-exec; do
+  err="$WORK/runs/$run.err"
+  [[ "$run" == stop-exec ]] && err="$WORK/stop-exec.out"
+  line="$(grep -m1 'proxima: stopped by SIGTERM; checkpoint: ' "$err" || true)"
+  [[ -n "$line" ]] || die "$run: no 'proxima: stopped by SIGTERM; checkpoint: ...' line; its output: $(tail -n 3 "$err" | tr '\n' ' ')"
+  checkpoint="${line#*checkpoint: }"
+  checkpoint="${checkpoint%%;*}"
+  [[ -s "$WORK/$checkpoint" ]] || die "$run: the checkpoint it names, $checkpoint, is not on the host"
+done
+grep -qx 'exit status 143' "$WORK/runs/stop-tmux.err" || die "the run in tmux: $(tail -n 1 "$WORK/runs/stop-tmux.err"), expected exit status 143"
+((exec_rc == 143)) || die "the run under podman exec exited $exec_rc, expected 143"
+grep -q '^proxima-entrypoint: SIGTERM: SIGTERM to .*(proxima)' <(podman logs "$PREFIX-main" 2>&1) \
+  || die "the container log has no 'proxima-entrypoint: SIGTERM: SIGTERM to ... (proxima)' line"
+ok "podman stop during two training runs (tmux over ssh, podman exec): both wrote a checkpoint, said 'stopped by SIGTERM' and exited 143 (stop took $stop_s s)"
+ci_out="$(cat "$WORK/ci-stop.out")"
+expect_rc 2 "$ci_rc" "make ci-train stopped by SIGTERM" "$ci_out"
+grep -q '^ci-train: stopped by SIGTERM during proxima train (exit 143)' <<<"$ci_out" \
+  && grep -q '^ci-train: error: stopped before a verdict (exit 143)' <<<"$ci_out" \
+  && compgen -G "$WORK/ci-stop/ci-*/checkpoints/step_*.pt" >/dev/null \
+  || die "make ci-train stopped by SIGTERM: expected its run's checkpoint and the 'stopped by SIGTERM' lines, got: $(tail -n 4 <<<"$ci_out" | tr '\n' ' ')"
+ok "make ci-train stopped by SIGTERM: its run wrote a checkpoint, exit 2 with 'stopped before a verdict'"

@@ -118,7 +118,7 @@ def test_container_test_builds_the_same_dockerfile_changing_only_the_base_and_wh
     build = build[:build.index("-t \"$IMAGE\" .")]
     assert "-f docker/Dockerfile " in build
     build_args = re.findall(r"--build-arg (\w+)=", build)
-    assert sorted(build_args) == ["BASE_IMAGE", "PIP_NO_INDEX", "TORCH_CUDA"], build_args
+    assert sorted(build_args) == ["BASE_IMAGE", "PIP_NO_INDEX", "PROXIMA_GIT_COMMIT", "TORCH_CUDA"], build_args
     assert set(build_args) <= set(args_defaults())
     assert re.findall(r"--build-context (\w+)=", build) == ["wheels"]
     assert "--file" not in build and build.count(" -f ") == 1
