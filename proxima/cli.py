@@ -247,8 +247,8 @@ def _dry_run_train(args, cfg, overrides: dict, world_size: int = 1) -> int:
     from .config import validate
     from .run_setup import dry_run_resume
 
-    if args.resume is not None:
-        resumed = dry_run_resume(cfg, args.resume, args.env_id, args.trust_run, overrides)
+    if args.resume is not None:  # a checkpoint of another process count: refused as the resume refuses it
+        resumed = dry_run_resume(cfg, args.resume, args.env_id, args.trust_run, overrides, world_size)
         if resumed is not None:
             cfg, world_size = resumed
             validate(cfg, world_size)  # as train validates a resumed config

@@ -30,6 +30,8 @@ from typing import Any, Callable, NoReturn, Optional
 
 import torch
 
+from .signals import TrainingInterrupted
+
 #: checkpoint keys that differ per rank; the checkpoint keeps rank 0's at the top level (what
 #: ``proxima eval`` and ``load_policy`` read) and every rank's under ``"ranks"``
 RANK_KEYS = ("env", "next_obs", "rng", "obs_normalizer", "reward_scaler")
@@ -164,7 +166,8 @@ class DistContext:
         if self.is_main:
             try:
                 payload = [("ok", fn())]
-            except Exception as e:  # sent to the other ranks, re-raised here with its traceback
+            except (Exception, TrainingInterrupted) as e:  # sent to the other ranks, re-raised here with its traceback
+                # (a stop is a BaseException, signals.py: the other ranks stop with the same line, not a lost peer)
                 error = e
                 payload = [("error", _picklable(e))]
         dist.broadcast_object_list(payload, src=0, group=group)

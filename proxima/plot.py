@@ -19,7 +19,8 @@ members)``. A member that diverged is left out of its setting's curve, as the re
 it out, and so is (of several directories) a member without values of the metric; the legend names
 them (``2 of 3 members; m001 diverged at iteration 4``). A member directory (``RUN/m000-seed1``) is
 a plain run. Population and plain run directories can be mixed. Of several directories, those that
-are not PPO runs with the metric (an RLHF run, a folder without metrics.csv) are skipped with a line.
+are not PPO runs with the metric (an RLHF run, a folder without metrics.csv) or hold no value of it
+(no episode finished yet) are skipped with a line; a run given alone is the error line instead.
 
 Rows where a metric was not measured (an empty CSV cell, e.g. no episode finished in that
 iteration) are skipped, and so is a last row a kill cut short. ``--smooth K`` applies a trailing moving average over K points per run
@@ -461,8 +462,17 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x
             if not populations:
                 raise
             kept, first_error = [], e
-        for label, dirs in group_runs(kept).items():
-            runs = [(d, load_curve(d, name, x, smooth)) for d in dirs]
+        curves = {}
+        for d in kept:  # a run that holds the metric but no value of it (no episode finished yet): skipped too
+            try:
+                curves[d] = load_curve(d, name, x, smooth)
+            except PlotError as e:
+                if strict:
+                    raise
+                first_error = first_error or e
+                sys.stderr.write(f"proxima: note: skipping {d}: {e}\n")
+        for label, dirs in group_runs(list(curves)).items():
+            runs = [(d, curves[d]) for d in dirs]
             panels.append((label, name, [group_curve(runs, stat or "mean", band or "minmax")]))
     for d in populations:
         try:
@@ -489,7 +499,7 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
     drawn as ``stat`` (default mean) + ``band`` (default min-max), to the end of the group's longest
     run. One panel per population directory, with one curve per setting: ``stat`` (default IQM) over
     its members + ``band`` (default the 95% bootstrap CI). Of several directories, those that are not
-    PPO runs holding the metric are skipped with a line (usable_runs). The format follows the suffix
+    PPO runs holding values of the metric are skipped with a line (usable_runs, collect_panels). The format follows the suffix
     (.png, .svg, .pdf). Returns the written path. Raises PlotError (nothing written) for a missing or
     foreign run directory, empty metrics or an unknown metric.
     """

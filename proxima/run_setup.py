@@ -9,6 +9,7 @@ the one line the CLI prints. The loop itself is trainer.py; the directory rules 
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -115,7 +116,34 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
         ckpt.set_aside_newer(checkpoint_in_run(state["path"]), int(state["global_step"]))
     if config.run_dir is None or Path(config.run_dir).resolve() != Path(run_dir).resolve():
         config.run_dir = str(run_dir)  # config.yaml records where the run is, not where the file says it was
+    keep_recorded_eval(config, run_dir, state, overrides)
     return state, config, run_dir, True, None
+
+
+def keep_recorded_eval(config: PPOConfig, run_dir, state: dict, overrides: Optional[dict]) -> None:
+    """A resume without --eval-episodes takes the episode count of the run's end-of-run evaluation at
+    the checkpoint's step (eval.json, evaluate.current_eval): a finished run resumed with
+    ``--eval-episodes N`` rewrote eval.json and config.yaml but wrote no checkpoint, and a later
+    resume of it shows that evaluation and writes nothing rather than evaluate again with the
+    checkpoint's count. Only a typed --eval-episodes other than eval.json's evaluates again."""
+    import os
+    import stat
+
+    from .evaluate import current_eval
+
+    if "eval_episodes" in (overrides or {}):
+        return
+    path = Path(run_dir) / "eval.json"
+    try:  # only a regular file is read (the run directory is data); current_eval checks the rest
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 10_000_000:
+            return
+        episodes = json.loads(path.read_text(encoding="utf-8")).get("episodes")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return
+    if (isinstance(episodes, int) and not isinstance(episodes, bool) and episodes >= 1 and episodes != config.eval_episodes
+            and current_eval(run_dir, int(state["global_step"]), episodes) is not None):
+        config.eval_episodes = episodes
 
 
 def auto_resume_target(config: PPOConfig, run_dir=None) -> Optional[Path]:
@@ -137,11 +165,13 @@ def loose_run_dir(resume, config: Optional[PPOConfig], run_dir=None, overrides: 
     return Path(given)
 
 
-def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: bool, overrides: dict) -> Optional[tuple]:
+def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: bool, overrides: dict,
+                   processes: int = 1) -> Optional[tuple]:
     """(config, processes) a resume of ``resume`` would train with, found as resolve_start finds them
     but read-only (``train --resume ... --dry-run``): no lock taken, no file written, renamed or set
-    aside; the same errors for a missing path, a damaged checkpoint or a refused flag. None for
-    ``--resume auto`` without a checkpoint: the command starts a new run."""
+    aside; the same errors for a missing path, a damaged checkpoint, a refused flag or a checkpoint
+    written by another number of processes than the command's ``processes`` (--nproc, else 1). None
+    for ``--resume auto`` without a checkpoint: the command starts a new run."""
     from .envs.gym_adapter import treat_as_data
 
     if resume == "auto":
@@ -158,8 +188,27 @@ def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: 
         src, _ = ckpt.newest_that_loads(files, ckpt.load_sound, ckpt.CheckpointError, set_aside=False)
     state = ckpt.load_resumable(src)  # a file: loaded as the resume loads it (a population's refused), nothing written
     cfg = resumed_config(state, env_id, trust_run, overrides, "train --resume")
+    check_processes(state, processes)
     cfg.run_dir = str(target_dir)  # where the resume trains, as resolve_start records it
+    keep_recorded_eval(cfg, target_dir, state, overrides)
     return cfg, int(state.get("world_size", 1))
+
+
+def check_processes(state: dict, processes: int) -> None:
+    """CheckpointError when the checkpoint ``state`` was written by another number of processes than
+    ``processes`` (the command's: --nproc, else 1), which a resume refuses: the optimizer's and the
+    envs' state are per process. The line is the one the resume itself prints: the --nproc
+    launcher's (launch._check) for several processes, train_state.restore's for one."""
+    written = state.get("world_size", 1)
+    if not isinstance(written, int) or isinstance(written, bool) or written == processes:
+        return  # not a count: check_counters names it
+    path = state.get("path", "checkpoint")
+    if processes > 1:
+        raise ckpt.CheckpointError(f"{path}: written by {written} process(es), resumed with --nproc {processes}; "
+                                   f"use the same count (proxima resume RUN_DIR starts {written})")
+    raise ckpt.CheckpointError(f"{path}: written by {written} process(es), resumed with {processes}; use the same --nproc"
+                               + (f" (proxima resume RUN_DIR starts {written}; or proxima train --resume RUN_DIR "
+                                  f"--nproc {written})" if written > 1 else ""))
 
 
 def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, overrides: Optional[dict], command: str) -> PPOConfig:

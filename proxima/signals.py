@@ -17,10 +17,15 @@ from pathlib import Path
 from typing import Callable, Optional
 
 
-class TrainingInterrupted(Exception):
+class TrainingInterrupted(BaseException):
     """SIGINT/SIGTERM stopped the run (after a checkpoint was written, in the loop); ``exit_code`` is
     128+signum. ``what``: the line after "stopped by SIG...; " (default: the checkpoint and the
-    command that continues the run, ``proxima resume RUN_DIR``: a run's or a population's)."""
+    command that continues the run, ``proxima resume RUN_DIR``: a run's or a population's).
+
+    A BaseException, as KeyboardInterrupt is: outside the loop OutsideLoop raises it wherever the
+    signal lands, in the env's code or a library's too, and an ``except Exception`` there (the env
+    adapter's, which turns the env's errors into one EnvError line; a best-effort fallback) must not
+    take it for the env's failure or swallow it."""
 
     def __init__(self, signum: int, checkpoint: Optional[Path], what: Optional[str] = None):
         super().__init__(f"stopped by {signal.Signals(signum).name}; {what or checkpoint_line(checkpoint)}")
@@ -85,6 +90,9 @@ class SignalGuard:
 
     def __enter__(self):
         if threading_main():
+            outside = getattr(signal.getsignal(signal.SIGINT), "__self__", None)
+            if isinstance(outside, OutsideLoop):  # a stop before the loop that was swallowed where it landed
+                outside.check()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._old[sig] = signal.signal(sig, self._handle)
         return self.stop
@@ -122,10 +130,16 @@ class OutsideLoop:
     config.yaml and meta.json, the end-of-run evaluation): SIGINT/SIGTERM raise TrainingInterrupted
     at once, with no checkpoint, so the caller can take back a new run's files and its lock rather
     than die half-written (SIGTERM's default) or with a KeyboardInterrupt that skips the cleanup.
-    The loop's SignalGuard replaces these handlers while it runs and restores them after."""
+    The loop's SignalGuard replaces these handlers while it runs and restores them after.
+
+    A signal whose exception was swallowed where it landed (a probe that catches everything but
+    KeyboardInterrupt: doctor.collect, for meta.json) is raised again by ``check()``, which the
+    loop's SignalGuard calls as it starts: the stop comes late, before the first iteration, but
+    is never lost."""
 
     def __init__(self):
         self._old = {}
+        self.signum = 0
 
     def __enter__(self):
         if threading_main():
@@ -133,9 +147,14 @@ class OutsideLoop:
                 self._old[sig] = signal.signal(sig, self._handle)
         return self
 
-    @staticmethod
-    def _handle(signum, frame):
+    def _handle(self, signum, frame):
+        self.signum = signum
         raise TrainingInterrupted(signum, None)
+
+    def check(self) -> None:
+        """Raise TrainingInterrupted when a signal has arrived (its first exception may have been swallowed)."""
+        if self.signum:
+            raise TrainingInterrupted(self.signum, None)
 
     def __exit__(self, *exc):
         for sig, old in self._old.items():
