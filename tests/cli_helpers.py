@@ -61,3 +61,20 @@ def edit_checkpoint(run_dir, edit):
     edit(state)
     torch.save(state, path)
     return path
+
+
+def stop(proc, signum: int) -> tuple[int, str]:
+    """Send ``signum`` to the subprocess ``proc`` and wait for it to exit: (exit code, stderr); the
+    test fails if it has not exited after 120 s."""
+    import signal
+    import subprocess
+
+    import pytest
+
+    proc.send_signal(signum)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"the process did not exit after {signal.Signals(signum).name}")
+    return proc.returncode, err

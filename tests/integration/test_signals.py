@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from proxima import checkpoint as ckpt
+from cli_helpers import stop
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -57,16 +58,6 @@ def signal_after_rows(args: list, cwd: Path, watch: Path, more_than: int, signum
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_rows(proc, watch, more_than)
     return stop(proc, signum)
-
-
-def stop(proc: subprocess.Popen, signum: int) -> tuple[int, str]:
-    proc.send_signal(signum)
-    try:
-        _, err = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail(f"the process did not exit after {signal.Signals(signum).name}")
-    return proc.returncode, err
 
 
 def test_sigint_checkpoints_and_exits_130_then_resume_continues_until_sigterm_143(tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from proxima import checkpoint as ckpt
-from test_signals import stop  # send the signal, wait for the exit: (exit code, stderr)
+from cli_helpers import stop
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
