@@ -100,11 +100,10 @@ def _check(nproc: int, argv: list) -> None:
         state = ckpt.load_resumable(resume)
         with contextlib.redirect_stderr(io.StringIO()):  # its notes are rank 0's to say
             apply_resume_overrides(from_dict(state["config"], source=state["path"]), typed_flags(args), state)
-        world = state.get("world_size", 1)
-        if isinstance(world, int) and not isinstance(world, bool) and world != nproc:
-            # every rank would refuse it (train_state.restore) after torchrun started them all
-            raise ckpt.CheckpointError(f"{state['path']}: written by {world} process(es), resumed with --nproc {nproc}; "
-                                       f"use the same count (proxima resume RUN_DIR starts {world})")
+        from .run_setup import check_processes
+
+        # every rank would refuse it (train_state.restore) after torchrun started them all
+        check_processes(state, nproc, launcher=True)
         check_rank_pieces(state)
         return
     from .rundir import RunDirError, check_not_in_use, holds_files, not_empty_message

@@ -194,16 +194,17 @@ def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: 
     return cfg, int(state.get("world_size", 1))
 
 
-def check_processes(state: dict, processes: int) -> None:
+def check_processes(state: dict, processes: int, launcher: Optional[bool] = None) -> None:
     """CheckpointError when the checkpoint ``state`` was written by another number of processes than
-    ``processes`` (the command's: --nproc, else 1), which a resume refuses: the optimizer's and the
-    envs' state are per process. The line is the one the resume itself prints: the --nproc
-    launcher's (launch._check) for several processes, train_state.restore's for one."""
+    ``processes`` (the command's: --nproc, else 1; under torchrun, the world size), which a resume
+    refuses: the optimizer's and the envs' state are per process. The one place of this line: the
+    --nproc launcher's wording (launch._check; ``launcher`` None: when ``processes`` > 1), else the
+    running processes' (train_state.restore)."""
     written = state.get("world_size", 1)
     if not isinstance(written, int) or isinstance(written, bool) or written == processes:
         return  # not a count: check_counters names it
     path = state.get("path", "checkpoint")
-    if processes > 1:
+    if launcher if launcher is not None else processes > 1:
         raise ckpt.CheckpointError(f"{path}: written by {written} process(es), resumed with --nproc {processes}; "
                                    f"use the same count (proxima resume RUN_DIR starts {written})")
     raise ckpt.CheckpointError(f"{path}: written by {written} process(es), resumed with {processes}; use the same --nproc"

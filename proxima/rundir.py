@@ -374,7 +374,9 @@ class RunSession:
         lock = RunLock(run_dir)
         try:
             lock.acquire()
-        except Exception:
+        except BaseException:  # a stop (TrainingInterrupted, a BaseException) too: nothing left behind
+            if lock.held:
+                lock.release()
             if lock.made_dir:  # never rmtree: a trainer that won the lock may be writing its run there
                 _remove_empty_dir(run_dir)
             raise

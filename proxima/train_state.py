@@ -230,10 +230,9 @@ def restore(t: "Trainer", state: dict) -> None:
         raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing {e})") from None
     except (RuntimeError, ValueError, TypeError) as e:
         raise ckpt.CheckpointError(f"{path}: does not match this run's config ({str(e).splitlines()[0][:160]})") from None
-    w = state.get("world_size", 1)
-    if _int_count(w) and w != t.dist.world_size:
-        raise ckpt.CheckpointError(f"{path}: written by {w} process(es), resumed with {t.dist.world_size}; use the same --nproc"
-                                   + (f" (proxima resume RUN_DIR starts {w}; or proxima train --resume RUN_DIR --nproc {w})" if w > 1 else ""))
+    from .run_setup import check_processes
+
+    check_processes({**state, "path": path}, t.dist.world_size, launcher=False)
     check_counters(state, t.steps_per_iteration // t.dist.world_size)
     if "rng" not in state:
         raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing 'rng')")

@@ -521,6 +521,19 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     dctx = distributed.context()
     session = RunSession()  # rank 0's lock on the run directory
     trainer, resumed, out_dir = None, False, None
+
+    def stopped_outside(e: TrainingInterrupted) -> TrainingInterrupted:
+        """The stop to raise for a signal outside the loop's own checkpointed stop, saying where it landed."""
+        last = getattr(trainer, "last_checkpoint", None)
+        if out_dir is not None:  # training had finished: the end-of-run evaluation was cut short
+            return TrainingInterrupted(e.signum, last, f"during the end-of-run evaluation; training is complete "
+                                       f"(checkpoint: {last}); `proxima eval {out_dir}` evaluates it")
+        if trainer is None or (trainer.iteration == 0 and not resumed):
+            session.discard_fresh()  # a new run stopped before it trained: nothing is kept, no half run
+            return TrainingInterrupted(e.signum, None, "before training started; nothing was kept")
+        return TrainingInterrupted(e.signum, last, "outside an iteration; the run is as its last checkpoint left it; "
+                                   + checkpoint_line(last))
+
     try:
         try:
             outside = OutsideLoop()  # a signal before or after the loop: TrainingInterrupted at once, handled below
@@ -554,20 +567,15 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             outside.__exit__()
             if e.checkpoint is not None:  # the loop's own clean stop, after its checkpoint
                 raise
-            if out_dir is not None:  # training had finished: the end-of-run evaluation was cut short
-                last = getattr(trainer, "last_checkpoint", None)
-                raise TrainingInterrupted(e.signum, last, f"during the end-of-run evaluation; training is complete "
-                                          f"(checkpoint: {last}); `proxima eval {out_dir}` evaluates it") from None
-            if trainer is None or (trainer.iteration == 0 and not resumed):
-                session.discard_fresh()  # a new run stopped before it trained: nothing is kept, no half run
-                raise TrainingInterrupted(e.signum, None, "before training started; nothing was kept") from None
-            last = getattr(trainer, "last_checkpoint", None)
-            raise TrainingInterrupted(e.signum, last, "outside an iteration; the run is as its last checkpoint left it; "
-                                      + checkpoint_line(last)) from None
+            raise stopped_outside(e) from None
         except Exception as e:
-            problem = diagnose_failure(e, config, getattr(trainer, "_last_good", None))
             if trainer is None or trainer.iteration == 0:
                 session.discard_fresh()  # a new run that failed before its first iteration leaves nothing behind
+            try:  # the diagnosis builds and steps the user's env: a stop may land there
+                problem = diagnose_failure(e, config, getattr(trainer, "_last_good", None))
+            except TrainingInterrupted as stop:
+                outside.__exit__()
+                raise stopped_outside(stop) from None
             dctx.report_failure(problem)
             if problem is not e:
                 raise problem from None

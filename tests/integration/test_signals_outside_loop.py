@@ -128,3 +128,47 @@ def test_a_stop_swallowed_where_it_landed_still_stops_the_run_before_it_trains(t
     assert err.strip().splitlines()[-1] == "proxima: stopped by SIGTERM; before training started; nothing was kept"
     assert not (tmp_path / "R").exists()
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_a_stop_while_the_lock_is_taken_leaves_no_folder(tmp_path, monkeypatch):
+    """A signal as the run takes its lock (the lock file being written): the folder the lock made is
+    removed again, as the line says (before: an empty run directory stayed)."""
+    from proxima import PPOConfig, rundir, train
+    from proxima.signals import TrainingInterrupted
+
+    real = rundir._write_new_file
+
+    def interrupted(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # OutsideLoop's handler raises here
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rundir, "_write_new_file", interrupted)
+    run = tmp_path / "new" / "run"
+    with pytest.raises(TrainingInterrupted, match="before training started; nothing was kept"):
+        train(PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=8, total_timesteps=64, threads=1, run_dir=str(run),
+                        eval_episodes=0, progress=False), quiet=True)
+    assert not run.exists()
+
+
+def test_a_stop_during_the_failure_diagnosis_is_a_stop_and_leaves_no_half_run(tmp_path, monkeypatch):
+    """The first iteration fails (not an env error), and a signal lands while the failure is diagnosed
+    (check_env builds and steps the env): the stop's line and a new run's cleanup, not a half-written
+    run and 'checkpoint: None'."""
+    from proxima import PPOConfig, ppo, run_setup, train
+    from proxima.signals import TrainingInterrupted
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("shape mismatch somewhere")
+
+    def diagnosis(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return args[0]
+
+    monkeypatch.setattr(ppo, "compute_gae", broken)
+    monkeypatch.setattr(run_setup, "diagnose_failure", diagnosis)
+    run = tmp_path / "run"
+    with pytest.raises(TrainingInterrupted, match="stopped by SIGTERM; before training started; nothing was kept") as info:
+        train(PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=8, total_timesteps=64, threads=1, run_dir=str(run),
+                        eval_episodes=0, progress=False), quiet=True)
+    assert info.value.exit_code == 143
+    assert not run.exists()
