@@ -212,11 +212,12 @@ def test_resume_restores_the_normalizer_stats(tmp_path):
         resumed.close()
 
 
-class ObsRecordingEnv(BatchedEnv):
-    """Wraps a BatchedEnv and records every observation its reset and step return."""
+class RecordingEnv(BatchedEnv):
+    """Wraps a BatchedEnv and records every action it is stepped with (``received``) and every
+    observation its reset and step return (``returned``)."""
 
     def __init__(self, env):
-        self.env, self.returned = env, []
+        self.env, self.received, self.returned = env, [], []
         self.single_action_space = env.single_action_space
         self.single_observation_space = env.single_observation_space
         self.device, self.num_envs = env.device, env.num_envs
@@ -227,6 +228,7 @@ class ObsRecordingEnv(BatchedEnv):
         return obs
 
     def step(self, action):
+        self.received.append(action.clone())
         out = self.env.step(action)
         self.returned.append(out[0].clone())
         return out
@@ -238,7 +240,7 @@ def test_the_obs_normalizer_counts_each_returned_observation_once():
     from proxima.envs import make_env
 
     torch.manual_seed(0)
-    env = ObsRecordingEnv(make_env("Pendulum-v1", 3, backend="native", seed=0))
+    env = RecordingEnv(make_env("Pendulum-v1", 3, backend="native", seed=0))
     agent = Agent(env.single_observation_space, env.single_action_space)
     rollout = Rollout(5, 3, env.obs_shape, action_shape(env.single_action_space), action_dtype(env.single_action_space), "cpu")
     norm = ObsNormalizer(env.obs_shape)
@@ -280,23 +282,6 @@ def test_trainer_and_population_count_the_reset_obs_once(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ Box actions
-class RecordingEnv(BatchedEnv):
-    """Wraps a BatchedEnv and records every action it is stepped with."""
-
-    def __init__(self, env):
-        self.env, self.received = env, []
-        self.single_action_space = env.single_action_space
-        self.single_observation_space = env.single_observation_space
-        self.device, self.num_envs = env.device, env.num_envs
-
-    def reset(self, seed=None):
-        return self.env.reset(seed=seed)
-
-    def step(self, action):
-        self.received.append(action.clone())
-        return self.env.step(action)
-
-
 def _box_setup(env_id: str, mean: float, backend: str = "native", num_envs: int = 6, num_steps: int = 8):
     from proxima.envs import make_env
 
