@@ -76,6 +76,11 @@ NOTES = [
     "at 2M steps (the preset until 2026-12-02) 9 of seeds 1-10 cleared 200 (seed 4: 191.5 +- 42.5, mean 223.1); "
     "the preset now trains 3M steps (anneal_lr over the longer run): 10 of 10, 213.9-247.8, mean 230.5.",
     "LunarLanderContinuous-v3, HalfCheetah-v5, Hopper-v5, Walker2d-v5: presets run as written, not tuned.",
+    "Observation normalization (--norm-obs) counts each observation once since 2026-12-03 (before, each rollout's "
+    "first obs was counted a second time). The --norm-obs rows were re-run after that change, 10 seeds each "
+    "(before -> after, mean of seeds 1-10, pass): Pendulum-v1 -163.6 -> -163.5, 10/10 both (worst -212.6 -> -227.3); "
+    "MountainCarContinuous-v0 93.3 -> 93.1, 10/10 both; LunarLanderContinuous-v3 279.5 -> 280.8, 10/10 both. "
+    "HalfCheetah-v5, Hopper-v5 and Walker2d-v5 (learning.md, 1 seed each) were recorded before it.",
 ]
 
 
