@@ -60,19 +60,22 @@ class RLHFTrainer:
         self.reward = load_rewards(reward_specs(cfg), cfg.reward_weights, self.device, dtype, cfg.bf16,
                                    cfg.reward_import_path)
         policy, tokenizer_dir = load_policy(cfg.policy, cfg.seed, dtype)
+        # the tokenizer's folder and the flag that named it, for messages: --tokenizer when it was given,
+        # else --policy (its own tokenizer; None when it has none, which read_tokenizer refuses)
+        tokenizer_dir, tokenizer_flag = (cfg.tokenizer, "--tokenizer") if cfg.tokenizer else (tokenizer_dir, "--policy")
         # the tokenizer as stored goes into policy/; the copy that trains left-pads and has a pad token
-        self.tokenizer_as_loaded = read_tokenizer(cfg.tokenizer or tokenizer_dir)
+        self.tokenizer_as_loaded = read_tokenizer(tokenizer_dir, tokenizer_flag)
         self.tokenizer = training_tokenizer(self.tokenizer_as_loaded)
         if len(self.tokenizer) > policy.get_input_embeddings().num_embeddings:
-            raise ConfigError(f"--tokenizer: {len(self.tokenizer)} tokens but the policy embeds only "
-                              f"{policy.get_input_embeddings().num_embeddings}")
-        self.stop_ids = self._stop_ids(policy, cfg.tokenizer or tokenizer_dir)
+            raise ConfigError(f"{tokenizer_flag} {tokenizer_dir!r}: the tokenizer has {len(self.tokenizer)} tokens but "
+                              f"the policy embeds only {policy.get_input_embeddings().num_embeddings}")
+        self.stop_ids = self._stop_ids(policy, tokenizer_dir)
         self.prompt_ids = encode_prompts(self.tokenizer, self.prompts, cfg.max_prompt_length, cfg.truncate_prompts)
         self._probe_reward()
 
         reward_dir = next((m.path for m in self.reward.models), None)
         if self.critic and cfg.value_init == "reward":
-            self._check_same_vocabulary(self.reward.models[0], cfg.tokenizer or tokenizer_dir)
+            self._check_same_vocabulary(self.reward.models[0], tokenizer_dir)
         self.value = make_value_model(cfg.value_init, policy, reward_dir, cfg.seed, dtype) if self.critic else None
         self._check_positions(policy)
         self.ref = make_reference(policy, cfg.lora)

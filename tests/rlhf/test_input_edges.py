@@ -105,6 +105,21 @@ def test_a_malformed_tokenizer_json_is_one_line_naming_the_file(assets, tmp_path
     assert "cannot load the tokenizer (tokenizer.json): invalid type: null" in err, err
 
 
+def test_a_tokenizer_without_eos_is_blamed_on_the_flag_that_named_it(assets, tmp_path, capsys):
+    """The policy's own tokenizer (no --tokenizer given) is --policy's fault, named with its folder, not a
+    --tokenizer the user never passed; the same folder given as --tokenizer is --tokenizer's."""
+    folder = shutil.copytree(assets / "model", tmp_path / "noeos")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    del config["eos_token"]
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    expected = "the tokenizer has no EOS token; responses could never end"
+    err = one_line_error(capsys, main(args(assets, tmp_path / "run", "--policy", str(folder))))
+    assert err == f"proxima rlhf: error: --policy '{folder}': {expected}", err
+    err = one_line_error(capsys, main(args(assets, tmp_path / "run", "--tokenizer", str(folder))))
+    assert err == f"proxima rlhf: error: --tokenizer '{folder}': {expected}", err
+    assert not (tmp_path / "run").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # 2: chat templates that raise
 # ---------------------------------------------------------------------------------------------

@@ -293,3 +293,100 @@ def test_the_value_loss_clips_the_value_at_vf_clip_coef_not_at_clip_coef(tiny_cf
         out = t.minibatch_loss(b, inds)
         assert out["value_loss"].item() == pytest.approx(value_loss, abs=1e-4)
         assert out["vf_clipfrac"].item() == vf_clipfrac
+
+
+def _perturbed(trainer, scale=0.05):
+    """Moves the policy off its reference (a seeded draw, not the global RNG): KL != 0."""
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in trainer.policy.parameters():
+            param.add_(scale * torch.randn(param.shape, generator=gen))
+    return trainer
+
+
+def _spy_rollout(trainer):
+    """Keeps the batch each rollout() returns (train_step draws its own)."""
+    seen, real = [], trainer.rollout
+
+    def spy():
+        seen.append(real())
+        return seen[-1]
+
+    trainer.rollout = spy
+    return seen
+
+
+@pytest.mark.parametrize("kind", ["grpo", "rloo"])
+def test_critic_free_advantages_match_a_recomputation_with_the_kl_subtracted(tiny_cfg, kind):
+    """Without a critic each response gets one reward, score - beta * (its KL summed over its own tokens),
+    compared with the other responses to the same prompt: grpo (r - group mean) / (group sample std + 1e-4),
+    rloo r - mean of the other G - 1. Recomputed row by row from the batch's scores and log-probs (k1 KL, a
+    policy moved off the reference, beta 0.3) and checked on every response token, 0 on padding.
+    Catches the KL penalty added instead of subtracted in the sequence-level reward."""
+    import statistics
+
+    g, beta = 4, 0.3
+    t = _perturbed(RLHFTrainer(tiny_cfg(advantage=kind, samples_per_prompt=g, kl_coef=beta)))
+    bias = torch.zeros(t.policy.lm_head.out_features)
+    bias[t.tokenizer.eos_token_id] = 2.0  # lengths differ: the KL sums must stop at each response's end
+    _eos_bias_hook(t, bias)
+    b = t.compute_advantages(t.rollout())
+    lengths, mask = b["lengths"].tolist(), b["mask"]
+    assert len(set(lengths)) >= 2 and not mask.all()
+    kl_sums = [float((b["logprobs"][i, :n] - b["ref_logprobs"][i, :n]).double().sum()) for i, n in enumerate(lengths)]
+    assert max(abs(s) for s in kl_sums) > 0.05  # the penalty moves the advantages well past the tolerance
+    rewards = [float(b["scores"][i]) - beta * kl_sums[i] for i in range(8)]
+    expected = []
+    for start in range(0, 8, g):
+        group = rewards[start:start + g]
+        for j, r in enumerate(group):
+            if kind == "grpo":
+                expected.append((r - statistics.fmean(group)) / (statistics.stdev(group) + 1e-4))
+            else:
+                expected.append(r - statistics.fmean(group[:j] + group[j + 1:]))
+    for i, n in enumerate(lengths):
+        torch.testing.assert_close(b["advantages"][i, :n].double(), torch.full((n,), expected[i], dtype=torch.double),
+                                   rtol=1e-4, atol=1e-4)
+        assert (b["advantages"][i, n:] == 0).all()
+
+
+def test_the_adaptive_kl_coefficient_moves_by_the_batch_size_over_the_horizon(tiny_cfg):
+    """Adaptive KL (Ziegler et al. 2019; TRL's AdaptiveKLController with n_steps = the batch size): after a
+    step whose responses had a mean summed KL of kl, beta <- beta * (1 + clip(kl / target - 1, -0.2, 0.2) *
+    n / horizon), n = 8 responses. A first trainer measures the KL its first rollout will have (the same seed
+    and policy give the same rollout); the second targets kl / 1.1 (an unclipped error of +0.1) and a horizon
+    of 16: beta 0.1 becomes 0.1 * (1 + 0.1 * 8 / 16) = 0.105. Catches the update counting one response, not
+    the batch (0.1 * (1 + 0.1 / 16))."""
+    def trainer(**overrides):
+        return _perturbed(RLHFTrainer(tiny_cfg(kl_coef=0.1, kl_estimator="k3", adaptive_kl=True, **overrides)))
+
+    b = trainer().rollout()
+    kl = 0.0
+    for i, n in enumerate(b["lengths"].tolist()):  # k3: e^r - 1 - r, r = log ref(token) - log policy(token)
+        r = (b["ref_logprobs"][i, :n] - b["logprobs"][i, :n]).double()
+        kl += float((r.exp() - 1 - r).sum()) / 8
+    assert kl > 0.01
+    t = trainer(kl_target=kl / 1.1, kl_horizon=16)
+    assert t.kl_ctl.value == 0.1
+    metrics, _ = t.train_step()
+    assert metrics["objective/kl"] == pytest.approx(kl, rel=1e-4)
+    assert metrics["objective/kl_coef"] == 0.1  # the coefficient the step used
+    assert t.kl_ctl.value == pytest.approx(0.1 * (1 + 0.1 * 8 / 16), rel=1e-4)
+
+
+def test_the_logged_entropy_is_the_mean_summed_negative_log_prob_of_the_sampled_tokens(tiny_cfg):
+    """objective/entropy (TRL's name): per response, -sum of the log-probs of its sampled tokens up to its
+    end, averaged over the responses; a positive number. Recomputed from the rollout's log-probs and lengths
+    (lengths that differ, so padding must be left out). Catches the sign dropped (a negative entropy)."""
+    t = RLHFTrainer(tiny_cfg())
+    bias = torch.zeros(t.policy.lm_head.out_features)
+    bias[t.tokenizer.eos_token_id] = 2.0
+    _eos_bias_hook(t, bias)
+    seen = _spy_rollout(t)
+    metrics, _ = t.train_step()
+    b = seen[0]
+    lengths = b["lengths"].tolist()
+    assert len(set(lengths)) >= 2
+    expected = sum(-float(b["logprobs"][i, :n].double().sum()) for i, n in enumerate(lengths)) / len(lengths)
+    assert expected > 0.5
+    assert metrics["objective/entropy"] == pytest.approx(expected, rel=1e-5)
