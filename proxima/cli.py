@@ -106,6 +106,10 @@ def config_from_args(args: argparse.Namespace, prog: str):
     if args.env_id is not None and not args.env_id.strip():  # "" is a mistake (an unset variable), not the default env
         raise ConfigError(f"ENV_ID {args.env_id!r}: empty; name an env (e.g. {DEFAULT_ENV}), or leave ENV_ID out for {DEFAULT_ENV}")
     env_id = args.env_id if args.env_id is not None else file_values.get("env_id")
+    if getattr(args, "preset", None) is not None and getattr(args, "resume", None) is not None and env_id is None:
+        # a preset is an env's: resolving it for the default env would check another env's values against the run
+        raise ConfigError(f"--preset {args.preset} with --resume: give the run's ENV_ID too (a preset's values are "
+                          "its env's; `proxima presets ENV_ID` lists them)")
     env_id = DEFAULT_ENV if env_id is None else env_id  # none given (a null in the file: from_dict's line below)
     if args.env_id is None and imports_code(str(env_id)):
         refuse_recorded_env(str(env_id), args.config, "train")  # data from a file: the user names module envs
@@ -496,7 +500,7 @@ def build_parser() -> ArgParser:
     p = sub.add_parser("train", help="train PPO on an env", description="Train PPO. Flags override the env's preset, which overrides the defaults.")
     p.add_argument("env_id", nargs="?", default=None, metavar="ENV_ID", help="Gymnasium id or module:ClassName (default CartPole-v1)")
     p.add_argument("--preset", default=None, help="named preset for the env (see `proxima presets`; default: the env's 'default'); "
-                   "with --resume, a preset given is checked as flags are (the env's default preset is not applied)")
+                   "with --resume, a preset given (with the run's ENV_ID) is checked as flags are (the env's default preset is not applied)")
     p.add_argument("--config", default=None, metavar="FILE.yaml", help="YAML file of PPOConfig fields (e.g. a run's config.yaml: "
                    "its run_dir, that run's own directory, is not reused; the new run gets a new one or --run-dir's); "
                    "precedence: defaults < preset < this file < flags; a module:Class env_id in it must be given as ENV_ID too; "

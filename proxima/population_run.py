@@ -248,11 +248,9 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
     ``typed_members`` naming the flags typed), must be the run's (check_same_members); None: not checked (``proxima
     resume RUN``). An env id that would import a module is refused
     unless ``env_id`` names it or ``trust_run``."""
-    from .config import from_dict
     from .device import resolve_device
-    from .envs.gym_adapter import refuse_recorded_env, treat_as_data
-    from .rundir import RunSession, check_own_entries
-    from .run_setup import apply_resume_overrides
+    from .envs.gym_adapter import treat_as_data
+    from .rundir import RunSession
 
     run_dir = Path(run_dir)
     if not is_population_dir(run_dir):
@@ -262,36 +260,9 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
     pop = None
     try:
         session.lock_existing(run_dir)  # also refuses links out of the run at its checkpoints/, population.json
-        read_population_doc(run_dir)  # rewritten at the end: a damaged one is one line now, not a traceback then
-        if not ckpt.list_checkpoints(run_dir):
-            raise ckpt.CheckpointError(f"{run_dir}: the population wrote no checkpoint to resume from "
-                                       "(--checkpoint-every N writes one every N iterations)")
-        if checkpoint is not None:
-            checkpoint = Path(checkpoint)
-            if checkpoint.name not in {p.name for p in ckpt.list_checkpoints(run_dir)}:
-                raise ConfigError(f"{checkpoint}: not one of {run_dir}'s checkpoints (checkpoints/step_N.pt)")
-            state = ckpt.load_resumable(run_dir / "checkpoints" / checkpoint.name, allow_population=True)  # the file listed, in this run
-        else:
-            state = ckpt.load_resumable(run_dir, allow_population=True)
+        state, configs, names, recorded_seeds, recorded_sweep = checked_resume(
+            run_dir, overrides, env_id, trust_run, seeds, sweep, checkpoint, typed_members)
         path = state["path"]
-        if state.get("kind") != CHECKPOINT_KIND:
-            raise ckpt.CheckpointError(f"{path}: not a population checkpoint")
-        raw_configs, recorded_seeds, recorded_sweep, names = check_population_state(state, path)
-        configs = [from_dict(c, source=path) for c in raw_configs]
-        for name in names:  # each member folder, and what resume writes in it, stays inside the run
-            check_own_entries(run_dir, (name,))
-            check_own_entries(run_dir / name, root=run_dir)
-        check_same_members(run_dir, seeds, sweep, recorded_seeds, recorded_sweep, typed_members)
-        if env_id is not None and env_id != configs[0].env_id:
-            raise ConfigError(f"{path}: the run trains '{configs[0].env_id}', not '{env_id}'; resume continues the same env")
-        if env_id is None and not trust_run:
-            refuse_recorded_env(configs[0].env_id, path, "resume")
-        typed = dict(overrides or {})
-        check_resume_flags(typed, recorded_sweep, configs[0], path)
-        # the same flags for every member; a note (e.g. "the run is complete") is said once
-        not_safe = tuple(UNSUPPORTED)
-        configs = [apply_resume_overrides(configs[0], typed, state, not_safe)] + [
-            _quietly(apply_resume_overrides, c, typed, state, not_safe) for c in configs[1:]]
         device = resolve_device(configs[0].device)
         check_population_fits(configs[0], len(configs), device)
         pop = Population(configs, device)
@@ -327,6 +298,55 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
         session.release()
     return run_dir
 
+
+
+def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[str], trust_run: bool,
+                   seeds: Optional[Sequence[int]], sweep: Optional[dict], checkpoint, typed_members: Sequence[str],
+                   dry_run: bool = False) -> tuple:
+    """(state, configs, member folder names, recorded seeds, recorded sweep) a resume of the population
+    in ``run_dir`` continues with: its checkpoint loaded and every check of resume_population made
+    (arguments as there), ``overrides`` applied to each member's config. ``dry_run`` (``train --seeds
+    ... --resume ... --dry-run``): read only, as a single run's dry run: a newest checkpoint that does
+    not load is named, not renamed."""
+    from .config import from_dict
+    from .envs.gym_adapter import refuse_recorded_env
+    from .rundir import check_own_entries
+    from .run_setup import apply_resume_overrides
+
+    read_population_doc(run_dir)  # rewritten at the end: a damaged one is one line now, not a traceback then
+    listed = ckpt.list_checkpoints(run_dir)
+    if not listed:
+        raise ckpt.CheckpointError(f"{run_dir}: the population wrote no checkpoint to resume from "
+                                   "(--checkpoint-every N writes one every N iterations)")
+    if checkpoint is not None:
+        checkpoint = Path(checkpoint)
+        if checkpoint.name not in {p.name for p in listed}:
+            raise ConfigError(f"{checkpoint}: not one of {run_dir}'s checkpoints (checkpoints/step_N.pt)")
+        state = ckpt.load_resumable(run_dir / "checkpoints" / checkpoint.name, allow_population=True)  # the file listed, in this run
+    elif dry_run:
+        _, state = ckpt.newest_that_loads(listed, ckpt.load_sound, ckpt.CheckpointError, set_aside=False)
+    else:
+        state = ckpt.load_resumable(run_dir, allow_population=True)
+    path = state["path"]
+    if state.get("kind") != CHECKPOINT_KIND:
+        raise ckpt.CheckpointError(f"{path}: not a population checkpoint")
+    raw_configs, recorded_seeds, recorded_sweep, names = check_population_state(state, path)
+    configs = [from_dict(c, source=path) for c in raw_configs]
+    for name in names:  # each member folder, and what resume writes in it, stays inside the run
+        check_own_entries(run_dir, (name,))
+        check_own_entries(run_dir / name, root=run_dir)
+    check_same_members(run_dir, seeds, sweep, recorded_seeds, recorded_sweep, typed_members)
+    if env_id is not None and env_id != configs[0].env_id:
+        raise ConfigError(f"{path}: the run trains '{configs[0].env_id}', not '{env_id}'; resume continues the same env")
+    if env_id is None and not trust_run:
+        refuse_recorded_env(configs[0].env_id, path, "resume")
+    typed = dict(overrides or {})
+    check_resume_flags(typed, recorded_sweep, configs[0], path)
+    # the same flags for every member; a note (e.g. "the run is complete") is said once
+    not_safe = tuple(UNSUPPORTED)
+    configs = [apply_resume_overrides(configs[0], typed, state, not_safe)] + [
+        _quietly(apply_resume_overrides, c, typed, state, not_safe) for c in configs[1:]]
+    return state, configs, names, recorded_seeds, recorded_sweep
 
 def _set_aside_member_checkpoints(dirs: list, step: int) -> None:
     """Members' checkpoints newer than ``step`` (the population checkpoint resumed from): members are
@@ -699,10 +719,9 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
         target = _resume_target(args, cfg)
         if target is not None:  # continue it; the seeds and sweep this command describes must be the run's, typed or not
             run_dir, checkpoint = target
-            if args.dry_run:  # resume_population trains: a dry run must never reach it
-                raise ConfigError(f"--dry-run: {run_dir} is a population with a checkpoint, and a population's resume has "
-                                  "no dry run yet; drop --dry-run to resume it")
             given = [n for n, v in (("seeds", args.seeds), ("sweep", args.sweep)) if v is not None]
+            if args.dry_run:  # resume_population trains: a dry run never reaches it
+                return _dry_run_resume(args, cfg, Path(run_dir), checkpoint, seeds, sweep, given)
             run_dir = resume_population(run_dir, overrides=_population_resume_overrides(args, cfg, sweep), quiet=args.quiet,
                                         env_id=args.env_id, trust_run=args.trust_run, seeds=seeds, sweep=sweep,
                                         checkpoint=checkpoint, typed_members=given)
@@ -723,6 +742,28 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
     restart = "--resume auto found no checkpoint to continue" if args.resume == "auto" else None
     run_dir = train_population(members, seeds, sweep, argv=sys.argv, quiet=args.quiet, overwrite=args.overwrite, restart_note=restart)
     print(f"run directory: {run_dir}")
+    return 0
+
+
+def _dry_run_resume(args, cfg: PPOConfig, run_dir: Path, checkpoint, seeds: list, sweep: dict, given: list) -> int:
+    """``train --seeds ... --resume RUN --dry-run``: the resume's checks (checked_resume), read only:
+    nothing locked, written, renamed or set aside; prints what it would continue as one JSON line
+    (members, seeds, sweep, the checkpoint, its step per member, the total per member)."""
+    from .device import resolve_device
+    from .envs.gym_adapter import treat_as_data
+    from .run_setup import check_env_builds
+    from .sizing import env_probe
+
+    if not is_population_dir(run_dir):
+        raise ConfigError(f"{run_dir}: not a population run directory (no {POPULATION_FILE})")
+    treat_as_data(run_dir)  # the env is built next: never from the run's files
+    state, configs, _, recorded_seeds, recorded_sweep = checked_resume(
+        run_dir, _population_resume_overrides(args, cfg, sweep), args.env_id, args.trust_run, seeds, sweep, checkpoint,
+        given, dry_run=True)
+    check_env_builds(configs[0])
+    check_population_fits(configs[0], len(configs), resolve_device(configs[0].device), env_probe(configs[0]))
+    print(json.dumps({"members": len(configs), "seeds": recorded_seeds, "sweep": recorded_sweep, "resume": str(state["path"]),
+                      "global_step": int(state["global_step"]), "total_timesteps": configs[0].total_timesteps}))
     return 0
 
 

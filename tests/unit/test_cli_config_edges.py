@@ -50,8 +50,16 @@ def test_resume_refuses_a_config_file_value_it_cannot_change_and_names_the_file(
 
 
 def test_resume_refuses_a_typed_presets_value_it_cannot_change_and_names_the_preset(run, capsys):
-    code, _, err = run_main(["train", "--resume", str(run), "--preset", "fast", "--quiet"], capsys)
+    code, _, err = run_main(["train", "CartPole-v1", "--resume", str(run), "--preset", "fast", "--quiet"], capsys)
     error_line(code, err, "proxima train: error: --preset fast: backend 'native': cannot change when resuming")
+
+
+def test_a_preset_on_a_resume_needs_the_env_id_it_belongs_to(run, capsys):
+    # without ENV_ID the preset would be resolved for the default env, whatever env the run trains
+    before = snapshot(run)
+    code, _, err = run_main(["train", "--resume", str(run), "--preset", "fast", "--quiet"], capsys)
+    error_line(code, err, "proxima train: error: --preset fast with --resume: give the run's ENV_ID too")
+    assert snapshot(run) == before
 
 
 def test_resume_refuses_another_env_id_from_the_config_file(run, tmp_path, capsys):
@@ -102,12 +110,36 @@ def test_a_populations_resume_refuses_a_config_file_value_naming_the_file(popula
     error_line(code, err, f"--config {config}: lr 0.01: cannot change when resuming (the run was trained with 0.001)")
 
 
-def test_a_populations_resume_is_not_a_dry_run_it_trains(population, capsys):
+def test_a_populations_resume_dry_run_says_what_it_would_continue_and_writes_nothing(population, capsys):
     before = snapshot(population)
-    code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1-2", "--resume", "auto", "--run-dir", str(population),
-                             "--total-timesteps", "256", "--dry-run"], capsys)
-    error_line(code, err, "--dry-run: ", "a population's resume has no dry run yet")
+    code, out, err = run_main(["train", "CartPole-v1", "--seeds", "1-2", "--resume", "auto", "--run-dir", str(population),
+                               "--total-timesteps", "256", "--dry-run"], capsys)
+    assert code == 0, err
+    said = json.loads(out.strip().splitlines()[-1])
+    assert (said["members"], said["seeds"], said["global_step"], said["total_timesteps"]) == (2, [1, 2], 128, 256)
+    assert said["resume"].endswith("step_000000000128.pt")
     assert snapshot(population) == before
+
+
+def test_a_populations_resume_dry_run_refuses_what_the_resume_refuses(population, tmp_path, capsys):
+    before = snapshot(population)
+    code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1-2", "--resume", str(population), "--lr", "0.01",
+                             "--dry-run"], capsys)
+    error_line(code, err, "--lr 0.01: cannot change when resuming (the run was trained with 0.001)")
+    code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1-3", "--resume", str(population), "--dry-run"], capsys)
+    error_line(code, err, "--seeds: ", "trains seeds 1,2, not 1-3")
+    assert snapshot(population) == before
+
+
+def test_a_populations_resume_dry_run_names_a_damaged_newest_checkpoint_and_renames_nothing(population, tmp_path, capsys):
+    copy = shutil.copytree(population, tmp_path / "pop")
+    newest = sorted((copy / "checkpoints").glob("step_*.pt"))[-1]
+    (copy / "checkpoints" / "step_000000000192.pt").write_bytes(newest.read_bytes()[:100])  # a newer one, cut short
+    before = snapshot(copy)
+    code, out, err = run_main(["train", "CartPole-v1", "--seeds", "1-2", "--resume", str(copy), "--dry-run"], capsys)
+    assert code == 0, err
+    assert "step_000000000192.pt is unusable" in err and json.loads(out.strip().splitlines()[-1])["global_step"] == 128
+    assert snapshot(copy) == before
 
 
 def test_a_swept_population_with_a_preset_resumes_with_the_command_that_started_it(tmp_path, capsys):
