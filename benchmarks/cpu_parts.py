@@ -18,7 +18,7 @@ one thread), CPU time (``time.process_time``) per call of:
   then GAE, on a real rollout;
 * gradients: ``grad_cpu.BlockGradients`` vs the agent's forward, ``loss_cpu.ppo_loss`` and
   autograd's backward, for a minibatch of 1,024 rows (one block: the fast preset's minibatch) and
-  of 16,384 rows (eight blocks);
+  of 16,384 rows (four blocks of 4,096 rows; eight in the tables of 2,048-row blocks);
 * tanh (``proxima/tanh_cpu.py``): ``torch.tanh`` vs ``2 sigmoid(2x) - 1`` on a row block (4,096 x 64)
   in place, the ``Tanh`` module acting in 4 envs, and a 16,384-row minibatch's gradients, each with
   ``tanh_cpu.MODE`` "torch" vs "sigmoid" (MKL's tanh is the slow side on CPUs not Intel's); then
@@ -29,7 +29,8 @@ one thread), CPU time (``time.process_time``) per call of:
   head, vs the same with the last layer h W^T on each block and ``argmax(logits - log(-log u))``.
 
 Rounds alternate the order of the two sides; the table gives median (min-max) microseconds per call
-and the per-round ratio old / new.
+and the per-round ratio old / new. ``--only`` measures some parts: their exact names separated by
+';' (what the Command: line of a table of those rows reproduces), or text their names contain.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def part_names() -> list:
 
     rows = mlp_cpu.block_rows([64])
     return ["gradients, 1,024-row minibatch (one block)",
-            "gradients, 16,384-row minibatch (8 blocks)",
+            f"gradients, 16,384-row minibatch ({16384 // rows} blocks)",  # 8 when blocks were 2,048 rows (before 64a48ae)
             "loss fwd+bwd (16,384 rows)",
             "categorical head fwd+bwd (16,384 x 2)",
             "categorical head, acting (no_grad, 256 x 2)",
@@ -73,19 +74,40 @@ def part_names() -> list:
             "advantages (4,096 x 16)"]
 
 
+def select_parts(only, names: list) -> tuple:
+    """(the parts ``--only`` selects, in table order; '' or the one error line). ``only`` is terms
+    separated by ';', each a part's exact name or, when no part has that name, text the names
+    contain. Exact names make a recorded command reproduce its table alone: a bare substring such as
+    'tanh' selects every part named after it since, as parts are added."""
+    if only is None:
+        return list(names), ""
+    terms = [t.strip() for t in only.split(";") if t.strip()]
+    chosen = set()
+    for term in terms or [only]:
+        hits = [n for n in names if n == term] or [n for n in names if term and term in n]
+        if not hits:
+            which = "" if len(terms) <= 1 else f"{term!r} "
+            return [], f"--only {only!r}: {which}matches no part (the parts: {'; '.join(names)})"
+        chosen.update(hits)
+    return [n for n in names if n in chosen], ""
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--calls", type=int, default=20, help="calls per side and round")
     p.add_argument("--out", default=None, help="append the table to this file")
-    p.add_argument("--only", default=None, help="only the parts whose name contains this text")
+    p.add_argument("--only", default=None,
+                   help="only these parts, separated by ';': each a part's exact name, or else text its name contains "
+                        "(--only 'tanh numpy': the four numpy rows; --only 'acting, 4,096 envs (no_grad): actor, sample, "
+                        "log-prob': that row alone)")
     args = p.parse_args(argv)
     problem = arg_problem(args, at_least_one=("rounds", "calls"))
     if problem:
         return refuse("cpu_parts.py", problem)
-    names = [name for name in part_names() if args.only is None or args.only in name]
-    if not names:
-        return refuse("cpu_parts.py", f"--only {args.only!r}: matches no part (the parts: {'; '.join(part_names())})")
+    names, problem = select_parts(args.only, part_names())
+    if problem:
+        return refuse("cpu_parts.py", problem)
 
     import torch
 

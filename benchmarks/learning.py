@@ -92,8 +92,17 @@ def load_runs(path: Path) -> list:
     return json.loads(m.group(1)) if m else []
 
 
+def succeeded(run: dict) -> bool:
+    return run.get("eval_mean") is not None
+
+
 def merge(runs: list, new: dict) -> list:
+    """``runs`` with ``new`` in place of the record of its (env, seed). A failed run never replaces a
+    recorded successful one (that seed's result would vanish from the table for a crash, a typo in
+    --extra or a full disk): then ``runs`` is returned as it was and the caller reports the failure."""
     key = (new["env_id"], new["seed"])
+    if not succeeded(new) and any((r["env_id"], r["seed"]) == key and succeeded(r) for r in runs):
+        return runs
     return [r for r in runs if (r["env_id"], r["seed"]) != key] + [new]
 
 
@@ -373,10 +382,13 @@ def _legacy_machine(path: Path):
 
 
 # ------------------------------------------------------------------------------------ main
-def _argument_problem(envs: list, seeds):
-    """Why --envs/--seeds cannot run (empty, not integers, an env without a preset), else None."""
+def _argument_problem(envs: list, seeds, threads: int = 1):
+    """Why --envs/--seeds/--threads cannot run (empty, not integers, an env without a preset, fewer
+    than 1 thread), else None."""
     from proxima.presets import all_presets
 
+    if threads < 1:  # every `proxima train` would refuse it: each seed a failed run, minutes after the start
+        return f"--threads {threads}: must be at least 1"
     if not envs:
         return "--envs: no env id given"
     unknown = [e for e in envs if "default" not in all_presets().get(e, {})]
@@ -417,26 +429,40 @@ def main(argv=None) -> int:
         print(f"wrote {out}")
         return 0
     envs = [e.strip() for e in args.envs.split(",") if e.strip()]
-    problem = _argument_problem(envs, args.seeds)
+    problem = _argument_problem(envs, args.seeds, args.threads)
     if problem:
         p.error(problem)  # one line, exit 2, before anything runs or is written
     extra = shlex.split(args.extra)
     invocation = "OMP_NUM_THREADS=1 python benchmarks/learning.py " + shlex.join(a for a in (argv if argv is not None else sys.argv[1:]))
-    invocations = [i for i in invocations if i != invocation] + [invocation]
     runs_dir = Path(args.runs_dir)
+    failed, total = [], 0
     for env_id in envs:
         n_default = TASKS.get(env_id, (None, 1, ""))[1]
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(range(1, n_default + 1))
         for seed in seeds:
+            total += 1
             print(f"{datetime.now():%H:%M:%S} {env_id} seed {seed} ...", flush=True)
             record = run_one(env_id, seed, runs_dir, args.threads, extra, lambda m: print(m, flush=True))
             if extra:
                 record["extra"] = args.extra
-            runs = merge(runs, record)
+            if not succeeded(record):
+                failed.append(f"{env_id} seed {seed}: {record.get('error', '?')}")
+            merged = merge(runs, record)
+            if merged is runs:
+                print(f"  kept the recorded successful run of {env_id} seed {seed} (this one failed)", flush=True)
+                continue
+            runs = merged
+            # listed under "invocations that produced these rows" only once it produced one
+            invocations = [i for i in invocations if i != invocation] + [invocation]
             write_markdown(out, runs, invocations)
-            if record.get("eval_mean") is not None:
+            if succeeded(record):
                 print(f"  eval {record['eval_mean']:.1f} +- {record['eval_std']:.1f}, {record['steps']:,} steps, "
                       f"{record['wall_s']:.0f} s", flush=True)
+    if failed:
+        # the table is written (the runs that worked are kept), but a caller must not read this as a clean run
+        print(f"learning.py: error: {len(failed)} of {total} run(s) failed, see above ({failed[0]}"
+              f"{'; ...' if len(failed) > 1 else ''})", file=sys.stderr)
+        return 1
     print(f"wrote {out}")
     return 0
 

@@ -18,7 +18,6 @@ import argparse
 import csv
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,8 @@ import time
 from pathlib import Path
 
 from proxima.bench import parse_sizes
-from tables import arg_problem, command as command_line, emit, machine_line, median_range, refuse, started  # benchmarks/tables.py
+from tables import (ChildFailed, arg_problem, command as command_line, emit, machine_line, median_range, refuse,  # benchmarks/tables.py
+                    started)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,7 +59,9 @@ def measure(args, size: int, workdir: Path, round_: int) -> dict:
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise RuntimeError(f"{shlex.join(cmd)} failed ({proc.returncode}): {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+        which = "1 seed" if size == 1 else f"{size} seeds"
+        raise ChildFailed(f"proxima train ({which}, round {round_ + 1}) failed (exit {proc.returncode}): "
+                          f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
     members = member_dirs(run_dir)
     evals = [json.loads((m / "eval.json").read_text())["mean_return"] for m in members]
     return {"size": size, "wall": wall, "train": train_seconds(members[0]), "evals": evals}
@@ -94,12 +96,24 @@ def main(argv=None) -> int:
     problem = arg_problem(args, at_least_one=("repeats",))
     if problem:
         return refuse("population_speed.py", problem)
+    from proxima.config import ConfigError, PPOConfig
+    from proxima.device import resolve_device
+    from proxima.presets import resolve
+
+    try:  # train's own checks of --env-id/--preset and --device, before any process is started
+        resolve(args.env_id, args.preset, PPOConfig())
+        resolve_device(args.device)
+    except ConfigError as e:
+        return refuse("population_speed.py", str(e))
     start = started()
     rounds = []
     with tempfile.TemporaryDirectory(prefix="proxima-popspeed-") as tmp:
         for r in range(args.repeats):
             order = sizes if r % 2 == 0 else list(reversed(sizes))
-            rounds.append({size: measure(args, size, Path(tmp), r) for size in order})
+            try:
+                rounds.append({size: measure(args, size, Path(tmp), r) for size in order})
+            except ChildFailed as e:  # one line, not a traceback; nothing is written (the table comes at the end)
+                return refuse("population_speed.py", str(e))
             print(f"round {r + 1}: " + ", ".join(f"{s} seeds {rounds[-1][s]['wall']:.1f}s" for s in sizes), file=sys.stderr)
     text = table(args, sizes, rounds)
     when = start[0]

@@ -59,6 +59,23 @@ def arg_problem(args, at_least_one=(), positive=(), files=("out",)) -> str:
     return ""
 
 
+def bench_problem(bench_argv: list) -> str:
+    """What ``proxima bench BENCH_ARGV`` (the words after ``bench``) would refuse before measuring,
+    as its one line, or '': checked in this process (``proxima.bench.arguments_problem``) before a
+    script starts its processes, so a size that cannot fit at the end of --num-envs is refused
+    before the sizes ahead of it are measured."""
+    from proxima.bench import arguments_problem
+    from proxima.cli import build_parser
+
+    return arguments_problem(build_parser().parse_args(["bench", *bench_argv]))
+
+
+class ChildFailed(RuntimeError):
+    """A ``proxima`` process a script started failed; ``str()`` is one line for the user, ending
+    with the child's own last line (its refusal: "proxima train: error: --preset 'nope': ..."). The
+    scripts print it with ``refuse`` (exit 2) instead of a traceback."""
+
+
 def refuse(script: str, problem: str) -> int:
     """Print ``problem`` as the one error line of ``script``; the exit status of bad arguments (2)."""
     print(f"{script}: error: {problem}", file=sys.stderr)

@@ -18,7 +18,8 @@ import sys
 from types import SimpleNamespace
 
 from proxima.bench import parse_sizes
-from tables import arg_problem, command, emit, machine_line, markdown_table, median_range, refuse, started  # benchmarks/tables.py
+from tables import (ChildFailed, arg_problem, bench_problem, command, emit, machine_line, markdown_table, median_range,
+                    refuse, started)  # benchmarks/tables.py
 from vs_purejaxrl import proxima_cmd, run_json, single_thread_env
 
 
@@ -34,18 +35,29 @@ def main(argv=None) -> int:
     except ValueError as e:
         return refuse("threads.py", str(e))
     problem = arg_problem(args, at_least_one=("rounds",), positive=("seconds",))
+    if not problem:  # what every `proxima bench` below would refuse (a size that cannot fit), before any is measured
+        problem = bench_problem(bench_cmd(args, ",".join(map(str, sizes)), 1)[4:])
     if problem:
         return refuse("threads.py", problem)
+    try:
+        return measure_all(p, args, sizes)
+    except ChildFailed as e:  # one line, not a traceback; nothing is written (the table comes at the end)
+        return refuse("threads.py", str(e))
 
+
+def bench_cmd(args, envs, threads: int) -> list:
+    return proxima_cmd(SimpleNamespace(device="cpu", seconds=args.seconds, threads=threads, compile=False, cudagraphs=False),
+                       envs)
+
+
+def measure_all(p, args, sizes: list) -> int:
     start = started()
     rows = []
     for envs in sizes:
         sps, cores = {1: [], 2: []}, {1: [], 2: []}
         for r in range(args.rounds):
             for threads in ((1, 2) if r % 2 == 0 else (2, 1)):
-                cmd = proxima_cmd(SimpleNamespace(device="cpu", seconds=args.seconds, threads=threads, compile=False,
-                                                  cudagraphs=False), envs)
-                res = run_json(cmd, single_thread_env("cpu"), timeout=600)
+                res = run_json(bench_cmd(args, envs, threads), single_thread_env("cpu"), timeout=600)
                 sps[threads].append(res["train_sps"])
                 cores[threads].append(res["cores_used"])
             print(f"{envs} envs, round {r + 1}: 1 thread {sps[1][-1]:,.0f}, 2 threads {sps[2][-1]:,.0f} steps/s",

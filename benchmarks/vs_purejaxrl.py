@@ -18,8 +18,9 @@ PureJaxRL runs in its own interpreter (``--jax-python``, default ``.jax-venv/bin
 exists, else ``python3``) from the anchor file (``--anchor``, default ../shared/anchors/
 purejaxrl_cartpole.py or .anchors/purejaxrl_cartpole.py); ../shared/anchors/README.md says how to
 install it, with JAX's persistent compilation cache in a temporary folder (``--jax-cache``), so that
-only the first run of each config compiles. Results: the table on stdout, appended to ``--out`` when
-given, where it is rewritten after every result either side prints and marked partial until the
+only the first run of each config compiles. Before anything is measured, that interpreter must import
+jax, chex, flax, optax and gymnax (else one error line naming --jax-python, exit 2, nothing written).
+Results: the table on stdout, appended to ``--out`` when given, where it is rewritten after every result either side prints and marked partial until the
 end: a run stopped by a time limit leaves what it measured. ``--time-budget`` bounds the whole run
 for a caller with a time limit (the GPU session): PureJaxRL then reports the configs it has no time
 for as "skipped", and "skipped" or "error" lines are notes in the table. With ``--cudagraphs`` a
@@ -50,7 +51,8 @@ import threading  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from proxima.bench import parse_sizes  # noqa: E402
-from tables import Section, arg_problem, command, machine_line, median_range, partial_note, refuse, started  # noqa: E402  (benchmarks/tables.py)
+from tables import (ChildFailed, Section, arg_problem, command, machine_line, median_range, partial_note, refuse,  # noqa: E402
+                    started)  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 ANCHORS = (ROOT.parent / "shared" / "anchors" / "purejaxrl_cartpole.py", ROOT / ".anchors" / "purejaxrl_cartpole.py")
@@ -118,6 +120,13 @@ def pjr_cmd(args, envs: int) -> list:
     return [args.jax_python, str(args.anchor), "--configs", pjr_config(args, envs)]
 
 
+def shown_command(cmd: list) -> str:
+    """``cmd`` as a user would type it: ``proxima bench ...`` rather than this interpreter's path and ``-m proxima``."""
+    if list(cmd[:3]) == [sys.executable, "-m", "proxima"]:
+        cmd = ["proxima", *cmd[3:]]
+    return shlex.join(cmd)
+
+
 def child_cpu_seconds() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -134,8 +143,11 @@ def stream_json_lines(cmd: list, env: dict, timeout: float, cpus: str = "all", o
     cpu0, t0 = child_cpu_seconds(), time.perf_counter()
     killed, lines = False, []
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=ROOT,
-                                preexec_fn=cpu_binding(cpus))
+        try:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=ROOT,
+                                    preexec_fn=cpu_binding(cpus))
+        except OSError as e:  # no such interpreter, not executable: a problem of this side, as an exit would be
+            return [], f"cannot start {cmd[0]}: {e.strerror or e}", 0.0
         printed: queue.Queue = queue.Queue()
 
         def read() -> None:
@@ -189,16 +201,39 @@ def stream_json_lines(cmd: list, env: dict, timeout: float, cpus: str = "all", o
 def run_json_lines(cmd: list, env: dict, timeout: float, cpus: str = "all") -> list:
     """The JSON lines ``cmd`` prints; the last one gets "cores_used": the whole process's CPU
     seconds over its wall seconds (start-up and, for PureJaxRL, compilation included).
-    RuntimeError when the process failed or timed out."""
+    ``tables.ChildFailed`` (one line ending with the process's last stderr line) when it failed or
+    timed out."""
     lines, problem, cores = stream_json_lines(cmd, env, timeout, cpus)
     if problem:
-        raise RuntimeError(f"{shlex.join(cmd)} failed ({problem})")
+        raise ChildFailed(f"`{shown_command(cmd)}` failed ({problem})")
     lines[-1]["cores_used"] = cores
     return lines
 
 
 def run_json(cmd: list, env: dict, timeout: float, cpus: str = "all") -> dict:
     return run_json_lines(cmd, env, timeout, cpus)[-1]
+
+
+#: what the anchor imports (../shared/anchors/README.md installs them into the --jax-python interpreter)
+PJR_PACKAGES = ("jax", "chex", "flax", "optax", "gymnax")
+
+
+def jax_python_problem(jax_python: str, env: dict, timeout: float) -> str:
+    """'' when ``jax_python`` runs and imports PureJaxRL's packages, else one line naming
+    --jax-python and what is missing. Checked before Proxima is measured: a missing interpreter was
+    found only at PureJaxRL's first run, after minutes of Proxima, as a traceback."""
+    cmd = [jax_python, "-c", f"import {', '.join(PJR_PACKAGES)}"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+    except OSError as e:
+        return f"--jax-python {jax_python}: cannot run it ({e.strerror or e}); give an interpreter with {', '.join(PJR_PACKAGES)}"
+    except subprocess.TimeoutExpired:
+        return f"--jax-python {jax_python}: importing {', '.join(PJR_PACKAGES)} took over {timeout:.0f} s (--timeout, --time-budget)"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        return (f"--jax-python {jax_python}: cannot import PureJaxRL's packages ({last}); install "
+                f"{', '.join(PJR_PACKAGES)} there (see ../shared/anchors/README.md)")
+    return ""
 
 
 def pjr_sps(line: dict) -> float:
@@ -515,6 +550,11 @@ def main(argv=None, launched: float = None) -> int:
     if not args.anchor.exists():
         return refuse("vs_purejaxrl.py", f"--anchor {args.anchor}: no PureJaxRL anchor there (see ../shared/anchors/README.md)")
     env = single_thread_env(args.device)
+    # before Proxima is measured and --out is touched; inside --time-budget like every process
+    probe_limit = args.timeout if args.time_budget is None else max(1.0, min(args.timeout, t0 + args.time_budget - time.perf_counter() - RESERVE))
+    problem = jax_python_problem(args.jax_python, env, probe_limit)
+    if problem:
+        return refuse("vs_purejaxrl.py", problem)
     start = started()
     machine_line(args.threads, start)  # torch imported and CUDA set up here now, not in the middle of a measurement
     deadline = None if args.time_budget is None else t0 + args.time_budget

@@ -22,22 +22,28 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tables import ab_report, arg_problem, markdown_table, median_range, refuse, started  # benchmarks/tables.py
+from tables import (ChildFailed, ab_report, arg_problem, bench_problem, markdown_table, median_range, refuse,  # benchmarks/tables.py
+                    started)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def bench_sps(tree: Path, args) -> float:
-    """One ``proxima bench`` process of ``tree``: its training steps/s."""
-    cmd = [sys.executable, "-m", "proxima", "bench", "CartPole-v1", "--device", "cpu", "--backend", "native",
-           "--num-steps", "16", "--num-envs", str(args.num_envs), "--repeats", "1", "--seconds", str(args.seconds),
-           "--threads", "1", "--json"]
+def bench_argv(args) -> list:
+    """The words after ``proxima bench`` of every process (both trees)."""
+    return ["CartPole-v1", "--device", "cpu", "--backend", "native", "--num-steps", "16", "--num-envs", str(args.num_envs),
+            "--repeats", "1", "--seconds", str(args.seconds), "--threads", "1", "--json"]
+
+
+def bench_sps(tree: Path, args, name: str = "") -> float:
+    """One ``proxima bench`` process of ``tree``: its training steps/s. ``tables.ChildFailed`` (one
+    line: which tree, the exit status and the process's last stderr line) when it fails."""
+    cmd = [sys.executable, "-m", "proxima", "bench", *bench_argv(args)]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(tree))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree, timeout=600)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"proxima bench in {tree} failed ({proc.returncode}): "
-                           f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+        raise ChildFailed(f"proxima bench of {name or tree} failed (exit {proc.returncode}): "
+                          f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
     return float(json.loads(lines[-1])["train_sps"])
 
 
@@ -50,6 +56,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="append the table to this file")
     args = p.parse_args(argv)
     problem = arg_problem(args, at_least_one=("num_envs", "rounds"), positive=("seconds",))
+    if not problem:  # what this tree's `proxima bench` would refuse (a size that cannot fit), before a worktree is made
+        problem = bench_problem(bench_argv(args))
     if problem:
         return refuse("vs_revision.py", problem)
     # a commit, not any object (HEAD:README.md is a blob, which `git worktree add` fails on after the checks)
@@ -64,14 +72,20 @@ def main(argv=None) -> int:
         other = Path(tmp) / "tree"
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(other), args.rev], cwd=ROOT, check=True)
         sps = {"this": [], "rev": []}
+        failed = ""
         try:
             for r in range(args.rounds):
                 for side in (("this", "rev") if r % 2 == 0 else ("rev", "this")):
-                    sps[side].append(bench_sps(ROOT if side == "this" else other, args))
+                    tree, name = (ROOT, "this tree") if side == "this" else (other, f"revision {short}")
+                    sps[side].append(bench_sps(tree, args, name))
                 print(f"round {r + 1}: this tree {sps['this'][-1]:,.0f}, {short} {sps['rev'][-1]:,.0f} steps/s",
                       file=sys.stderr)
+        except ChildFailed as e:  # e.g. the revision's bench refuses what this tree's accepted: one line, no table
+            failed = str(e)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=ROOT, check=False)
+    if failed:
+        return refuse("vs_revision.py", failed)
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     ratios = [a / b for a, b in zip(sps["this"], sps["rev"])]
     table = markdown_table(["tree", "training steps/s"], [

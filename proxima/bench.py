@@ -483,6 +483,54 @@ def accel_available() -> bool:
     return importlib.util.find_spec("proxima.accel") is not None
 
 
+def arguments_problem(args: argparse.Namespace) -> str:
+    """What ``proxima bench`` would refuse in ``args`` before measuring, as its one error line
+    (without the "proxima bench: error: " prefix), or ''. Besides ``run``, the benchmark scripts
+    that start ``proxima bench`` processes call it first (benchmarks/tables.bench_problem), so a
+    size that cannot fit is refused before minutes of measuring the others."""
+    from .envs import EnvError
+
+    try:
+        sizes = parse_sizes(args.num_envs)
+        backends = backends_for(args.env_id, args.backend)
+    except (ValueError, EnvError) as e:  # EnvError: an id like Tennis-v5 that no installed package knows
+        return str(e)
+    for name in ("repeats", "threads"):
+        if getattr(args, name) < 1:
+            return f"--{name} {getattr(args, name)}: must be at least 1"
+    if not (args.seconds > 0 and math.isfinite(args.seconds)):  # inf: the warm-up loop would never end
+        return f"--seconds {args.seconds:g}: must be a positive number"
+    if args.max_gym_envs < 0:
+        return f"--max-gym-envs {args.max_gym_envs}: must be 0 or more"
+    if args.out:  # a file that cannot be written fails now, not after minutes of measuring
+        from .diskspace import path_problem
+
+        problem = path_problem(args.out, example="results.md")
+        if problem:
+            return f"--out {args.out}: {problem}"
+    if args.compile and not accel_available():
+        return ("--compile needs proxima.accel (torch.compile / CUDA graphs), which this build does not have yet; "
+                "run without --compile")
+
+    from .config import ConfigError
+    from .device import resolve_device
+
+    try:
+        resolve_device(args.device)
+    except ConfigError as e:
+        return str(e)
+    try:  # every line's config and size first: a size that cannot fit stops before any other is measured
+        for n in sizes:
+            for backend in backends:
+                if not (backend == "gymnasium" and n > args.max_gym_envs):
+                    check_line(args, backend, n)
+    except (ConfigError, EnvError) as e:
+        return str(e)
+    except ImportError as e:
+        return f"{e}"
+    return ""
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``proxima bench``; returns the exit status."""
     prog = "proxima bench"
@@ -491,50 +539,20 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"{prog}: error: {message}\n")
         return 2
 
-    from .envs import EnvError
-
-    try:
-        sizes = parse_sizes(args.num_envs)
-        backends = backends_for(args.env_id, args.backend)
-    except (ValueError, EnvError) as e:  # EnvError: an id like Tennis-v5 that no installed package knows
-        return fail(str(e))
-    for name in ("repeats", "threads"):
-        if getattr(args, name) < 1:
-            return fail(f"--{name} {getattr(args, name)}: must be at least 1")
-    if not args.seconds > 0:
-        return fail(f"--seconds {args.seconds}: must be positive")
-    if args.max_gym_envs < 0:
-        return fail(f"--max-gym-envs {args.max_gym_envs}: must be 0 or more")
-    if args.out:  # a file that cannot be written fails now, not after minutes of measuring
-        from .diskspace import path_problem
-
-        problem = path_problem(args.out, example="results.md")
-        if problem:
-            return fail(f"--out {args.out}: {problem}")
-    if args.compile and not accel_available():
-        return fail("--compile needs proxima.accel (torch.compile / CUDA graphs), which this build does not have yet; "
-                    "run without --compile")
+    problem = arguments_problem(args)
+    if problem:
+        return fail(problem)
 
     import torch
 
     from .checkpoint import CheckpointError
     from .config import ConfigError
     from .device import resolve_device
+    from .envs import EnvError
 
+    sizes, backends = parse_sizes(args.num_envs), backends_for(args.env_id, args.backend)  # checked above
     torch.set_num_threads(args.threads)
-    try:
-        device = resolve_device(args.device)
-    except ConfigError as e:
-        return fail(str(e))
-    try:  # every line's config and size first: a size that cannot fit stops before any other is measured
-        for n in sizes:
-            for backend in backends:
-                if not (backend == "gymnasium" and n > args.max_gym_envs):
-                    check_line(args, backend, n)
-    except (ConfigError, EnvError) as e:
-        return fail(str(e))
-    except ImportError as e:
-        return fail(f"{e}")
+    device = resolve_device(args.device)
     started, load0 = datetime.now(), os.getloadavg()[0]
     lines, last_cfg = [], None
     for n in sizes:

@@ -55,6 +55,16 @@ def test_bad_options_are_one_line_errors(argv, message, tmp_path, capsys):
     assert not (tmp_path / "b.md").exists()
 
 
+@pytest.mark.parametrize("seconds", ["inf", "nan", "0", "-1"])
+def test_seconds_that_is_not_a_positive_finite_number_is_refused(seconds, tmp_path, capsys):
+    """--seconds inf was accepted and the warm-up loop, which runs until that much time has passed, never ended."""
+    out = tmp_path / "b.md"
+    code = main(["bench", "CartPole-v1", "--num-envs", "2", "--repeats", "1", "--seconds", seconds, "--out", str(out)])
+    shown = f"{float(seconds):g}"
+    assert (code, capsys.readouterr().err.splitlines()) == (2, [f"proxima bench: error: --seconds {shown}: must be a positive number"])
+    assert not out.exists()
+
+
 def test_without_out_the_bench_only_prints(tmp_path, capsys, monkeypatch):
     """The recorded tables under benchmarks/results are never overwritten by a plain `proxima bench`."""
     monkeypatch.chdir(tmp_path)

@@ -113,6 +113,12 @@ BAD = [
     ("population_speed", ["--sizes", ""], "--sizes '': expected a comma-separated list of positive integers, e.g. 1,4,64"),
     ("population_speed", ["--sizes", "0"], "--sizes '0': expected a comma-separated list of positive integers, e.g. 1,4,64"),
     ("population_speed", ["--repeats", "0"], "--repeats 0: must be at least 1"),
+    ("population_speed", ["--preset", "nope"],
+     "--preset 'nope': no such preset for CartPole-v1 (available: default, fast, gpu; see `proxima presets`)"),
+    ("population_speed", ["--env-id", "NoSuch-v0"],
+     "--preset 'fast': no such preset for NoSuch-v0 (available: none; see `proxima presets`)"),
+    ("population_speed", ["--device", "bogus"], "--device 'bogus': not a torch device (cpu, cuda, cuda:1, auto)"),
+    ("threads", ["--seconds", "inf"], "--seconds inf: must be a positive number"),
     ("accel", ["--repeats", "0"], "--repeats 0: must be at least 1"),
     ("accel", ["--modes", "eager,bogus"],
      "--modes eager,bogus: no mode 'bogus' (modes: eager, compile, bf16, compile+bf16, cudagraphs, compile+cudagraphs)"),
@@ -340,7 +346,7 @@ def test_command_spells_out_every_option_with_its_value():
 
 def test_vs_revision_records_the_commit_it_measured(monkeypatch, tmp_path, capsys):
     mod = MODULES["vs_revision"]
-    monkeypatch.setattr(mod, "bench_sps", lambda tree, args: 1000.0)
+    monkeypatch.setattr(mod, "bench_sps", lambda tree, args, name="": 1000.0)
     real = subprocess.run
 
     def git(cmd, *args, **kwargs):  # the worktree is not made: the measurement is a stand-in
@@ -602,6 +608,7 @@ def test_population_proxima_row_averages_the_members_final_returns(monkeypatch, 
 # vs_purejaxrl: `stream_json_lines` replaced by a stand-in that prints the given lines
 def fake_streams(monkeypatch, ours: list, theirs: list, kill_after: int = None, calls: list = None):
     mod = MODULES["vs_purejaxrl"]
+    monkeypatch.setattr(mod, "jax_python_problem", lambda *a, **k: "")  # "py" stands for an interpreter with jax
     printed = {"n": 0}
 
     def stream(cmd, env, timeout, cpus="all", on_line=None):
@@ -683,6 +690,7 @@ def test_vs_purejaxrl_without_any_pair_still_writes_the_table_and_fails(monkeypa
         return [], "exit 1: CUDA out of memory", 1.0
 
     monkeypatch.setattr(mod, "stream_json_lines", stream)
+    monkeypatch.setattr(mod, "jax_python_problem", lambda *a, **k: "")
     out = tmp_path / "vs.md"
     code, _, err = run_main("vs_purejaxrl", [*VS_ARGS, "--out", str(out)], capsys)
     assert code == 1 and "no size was measured on both sides" in err
@@ -840,3 +848,156 @@ def test_rlhf_prints_the_machine_date_and_load_above_its_table(monkeypatch, caps
     assert re.search(r"^CPU: .+, torch threads: 1; GPU: .+; \d{4}-\d\d-\d\d \d\d:\d\d, load average \(1 min\) \d+\.\d\d at start, "
                      r"\d+\.\d\d at end$", out, flags=re.M), out
     assert out.index("load average") < out.index("| Proxima |")
+
+
+# ------------------------------------------------------------------------------------ a child's refusal is one line
+# A `proxima train` / `proxima bench` child that refused its flags (exit 2, one line) became a Python
+# traceback of the script, exit 1. Checked up front where cheap; a child's failure is the script's one line.
+def failing_run(last_line: str, calls: list = None):
+    def run(cmd, *args, **kwargs):
+        if calls is not None:
+            calls.append(list(cmd))
+        return subprocess.CompletedProcess(cmd, 2, "", f"some warning\n{last_line}\n")
+
+    return run
+
+
+def test_population_speed_turns_a_failed_train_into_its_one_line(monkeypatch, tmp_path, capsys):
+    calls = []
+    monkeypatch.setattr(subprocess, "run", failing_run("proxima train: error: --num-envs 256: too many", calls))
+    out = tmp_path / "pop.md"
+    code, _, err = run_main("population_speed", ["--sizes", "1,8", "--repeats", "2", "--out", str(out)], capsys)
+    assert (code, err.splitlines()) == (2, ["population_speed.py: error: proxima train (1 seed, round 1) failed (exit 2): "
+                                            "proxima train: error: --num-envs 256: too many"])
+    assert len(calls) == 1 and not out.exists()  # stopped at the first failure, no table
+
+
+def test_threads_refuses_a_size_bench_would_refuse_before_measuring(no_work, tmp_path, capsys):
+    out = tmp_path / "t.md"
+    code, _, err = run_main("threads", ["--num-envs", "8,1000000000", "--rounds", "1", "--out", str(out)], capsys)
+    (line,) = err.splitlines()
+    assert code == 2 and line.startswith("threads.py: error: --num-envs 1000000000 x --num-steps 16: needs ~") and "free" in line
+    assert not out.exists()
+
+
+def test_threads_turns_a_failed_bench_into_its_one_line(monkeypatch, tmp_path, capsys):
+    def stream(cmd, env, timeout, cpus="all", on_line=None):
+        return [], "exit 2: proxima bench: error: CUDA is busy", 1.0
+
+    monkeypatch.setattr(MODULES["vs_purejaxrl"], "stream_json_lines", stream)
+    out = tmp_path / "t.md"
+    code, _, err = run_main("threads", ["--num-envs", "8", "--rounds", "1", "--seconds", "0.5", "--out", str(out)], capsys)
+    (line,) = err.splitlines()
+    assert code == 2 and line.startswith("threads.py: error: `proxima bench CartPole-v1 --device cpu ")
+    assert line.endswith("--threads 1 --train-only --json` failed (exit 2: proxima bench: error: CUDA is busy)")
+    assert not out.exists()
+
+
+def test_vs_revision_refuses_a_size_bench_would_refuse_before_making_a_worktree(no_work, tmp_path, capsys):
+    out = tmp_path / "rev.md"
+    code, _, err = run_main("vs_revision", ["--rev", "HEAD", "--num-envs", "1000000000", "--out", str(out)], capsys)
+    (line,) = err.splitlines()
+    assert code == 2 and line.startswith("vs_revision.py: error: --num-envs 1000000000 x --num-steps 16: needs ~")
+    assert not out.exists()
+
+
+def test_vs_revision_bench_sps_raises_the_child_s_last_line(monkeypatch):
+    mod = MODULES["vs_revision"]
+    monkeypatch.setattr(subprocess, "run", failing_run("proxima bench: error: --num-envs 4096: unknown flag --json"))
+    args = SimpleNamespace(num_envs=4096, seconds=1.0)
+    with pytest.raises(tables.ChildFailed) as e:
+        mod.bench_sps(Path("/tmp/tree"), args, "revision abc")
+    assert str(e.value) == ("proxima bench of revision abc failed (exit 2): proxima bench: error: --num-envs 4096: "
+                            "unknown flag --json")
+
+
+def test_vs_revision_turns_a_failed_bench_into_one_line_and_removes_the_worktree(monkeypatch, tmp_path, capsys):
+    mod = MODULES["vs_revision"]
+
+    def bench(tree, args, name=""):
+        if name.startswith("revision"):
+            raise tables.ChildFailed(f"proxima bench of {name} failed (exit 2): proxima bench: error: --threads: unknown")
+        return 1000.0
+
+    monkeypatch.setattr(mod, "bench_sps", bench)
+    real, git = subprocess.run, []
+
+    def fake_git(cmd, *args, **kwargs):
+        if list(cmd[:2]) == ["git", "rev-parse"]:
+            return real(cmd, *args, **kwargs)
+        git.append(cmd[2])
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_git)
+    out = tmp_path / "rev.md"
+    code, _, err = run_main("vs_revision", ["--rev", "HEAD", "--rounds", "2", "--seconds", "1", "--out", str(out)], capsys)
+    (line,) = err.splitlines()
+    assert code == 2 and re.fullmatch(r"vs_revision\.py: error: proxima bench of revision [0-9a-f]{10} failed \(exit 2\): "
+                                      r"proxima bench: error: --threads: unknown", line), line
+    assert git == ["add", "remove"] and not out.exists()  # the worktree is removed, no table appended
+
+
+# ------------------------------------------------------------------------------------ vs_purejaxrl's peer interpreter
+def fake_python(tmp_path: Path, stderr: str, code: int) -> str:
+    path = tmp_path / "fake-python"
+    path.write_text(f"#!/bin/sh\necho \"{stderr}\" >&2\nexit {code}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_vs_purejaxrl_probes_the_jax_python_before_measuring(monkeypatch, tmp_path, capsys):
+    """--jax-python /nonexistent raised FileNotFoundError after Proxima was measured, and with
+    --single-call left a "Partial" section in --out."""
+    mod = MODULES["vs_purejaxrl"]
+    monkeypatch.setattr(mod, "stream_json_lines", boom)
+    out = tmp_path / "vs.md"
+    args = ["--single-call", "--anchor", __file__, "--num-envs", "8", "--repeats", "1", "--out", str(out)]
+    code, _, err = run_main("vs_purejaxrl", [*args, "--jax-python", "/nonexistent/python"], capsys)
+    assert (code, err.splitlines()) == (2, ["vs_purejaxrl.py: error: --jax-python /nonexistent/python: cannot run it (No such "
+                                            "file or directory); give an interpreter with jax, chex, flax, optax, gymnax"])
+    no_chex = fake_python(tmp_path, "ModuleNotFoundError: No module named 'chex'", 1)
+    code, _, err = run_main("vs_purejaxrl", [*args, "--jax-python", no_chex], capsys)
+    assert (code, err.splitlines()) == (2, [f"vs_purejaxrl.py: error: --jax-python {no_chex}: cannot import PureJaxRL's packages "
+                                            "(ModuleNotFoundError: No module named 'chex'); install jax, chex, flax, optax, "
+                                            "gymnax there (see ../shared/anchors/README.md)"])
+    assert not out.exists()
+    assert mod.jax_python_problem(fake_python(tmp_path, "", 0), dict(os.environ), 30) == ""
+
+
+def test_stream_json_lines_reports_a_command_that_cannot_start():
+    mod = MODULES["vs_purejaxrl"]
+    assert mod.stream_json_lines(["/nonexistent/python", "x.py"], dict(os.environ), 5) == (
+        [], "cannot start /nonexistent/python: No such file or directory", 0.0)
+
+
+# ------------------------------------------------------------------------------------ cpu_parts --only
+def test_cpu_parts_only_takes_exact_names_or_text_they_contain():
+    mod = MODULES["cpu_parts"]
+    names = mod.part_names()
+    acting = "acting, 4,096 envs (no_grad): actor, sample, log-prob"
+    assert mod.select_parts(acting, names) == ([acting], "")  # an exact name: that part alone
+    assert len(mod.select_parts("acting", names)[0]) == 5  # text: every part whose name contains it
+    assert mod.select_parts("tanh numpy", names)[0] == [n for n in names if n.startswith("tanh numpy")]
+    both = f"advantages (4,096 x 16); {acting}"
+    assert mod.select_parts(both, names) == ([acting, "advantages (4,096 x 16)"], "")  # table order
+    assert mod.select_parts(f"{acting}; nomatch", names) == (
+        [], f"--only '{acting}; nomatch': 'nomatch' matches no part (the parts: {PARTS})")
+
+
+def test_cpu_parts_results_say_how_to_measure_each_table_s_rows():
+    """Each table of cpu-parts.md, with the last cpu_parts.py command given with it (its Command:
+    line, or the note under it for a table recorded when the parts were fewer), selects as many
+    parts as the table has rows: `--only tanh` recorded 3 rows and selects 7 today."""
+    import shlex
+
+    mod = MODULES["cpu_parts"]
+    text = (ROOT / "benchmarks" / "results" / "cpu-parts.md").read_text()
+    tables_ = text.split("CPU time per call, ")[1:]
+    assert len(tables_) >= 6
+    for block in tables_:
+        rows = [ln for ln in block.splitlines() if ln.startswith("| ") and not ln.startswith("| part |")]
+        command = re.findall(r"`(python benchmarks/cpu_parts\.py[^`]*)`", block)[-1]
+        words = shlex.split(command)
+        only = words[words.index("--only") + 1] if "--only" in words else None
+        selected, problem = mod.select_parts(only, mod.part_names())
+        assert (len(selected), problem) == (len(rows), ""), command

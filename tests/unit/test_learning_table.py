@@ -65,6 +65,7 @@ def test_runs_recorded_before_machines_take_the_files_header(tmp_path):
     (["--envs", "NoSuch-v0"], "--envs NoSuch-v0: no default preset"),
     (["--envs", "CartPole-v1", "--seeds", ""], "--seeds '': expected comma-separated integers"),
     (["--envs", "CartPole-v1", "--seeds", "1,a"], "--seeds '1,a': expected comma-separated integers"),
+    (["--envs", "CartPole-v1", "--seeds", "1", "--threads", "0"], "--threads 0: must be at least 1"),
 ])
 def test_bad_arguments_are_one_line_before_anything_runs(tmp_path, capsys, argv, message):
     out = tmp_path / "learning.md"
@@ -84,3 +85,44 @@ def test_extra_flags_that_only_say_where_do_not_make_a_run_other_config():
     run = _run("CartPole-v1", 1, 500.0)
     assert not learning.stale(dict(run, extra="--device cuda --threads 4"))
     assert learning.stale(dict(run, extra="--hidden-sizes 256,256"))
+
+
+def _failed(env_id, seed):
+    return {"env_id": env_id, "seed": seed, "command": f"proxima train {env_id} --seed {seed}", "returncode": 2,
+            "wall_s": 1.0, "error": "proxima train: error: boom"}
+
+
+def test_a_failed_run_never_replaces_a_recorded_successful_one():
+    ok = _run("CartPole-v1", 1, 500.0)
+    runs = [ok, _run("CartPole-v1", 2, 480.0)]
+    assert learning.merge(runs, _failed("CartPole-v1", 1)) is runs
+    again = _run("CartPole-v1", 1, 499.0)  # a successful re-run still replaces the old record
+    assert learning.merge(runs, again) == [runs[1], again]
+    # a failure where nothing worked before is recorded (the table says "failed: ...")
+    assert learning.merge([_failed("Acrobot-v1", 1)], _failed("Acrobot-v1", 1)) == [_failed("Acrobot-v1", 1)]
+
+
+def test_a_failed_seed_keeps_the_recorded_row_and_the_script_exits_1(tmp_path, capsys, monkeypatch):
+    """The reviewer's repro: a seed that fails (here --extra with a flag train refuses) dropped seed 1's
+    recorded 500.0 from the table and the script exited 0."""
+    out = tmp_path / "learning.md"
+    learning.write_markdown(out, [_run("CartPole-v1", 1, 500.0), _run("CartPole-v1", 2, 480.0)], ["old invocation"])
+    before = out.read_text()
+    monkeypatch.setattr(learning, "run_one", lambda env_id, seed, *a, **k: _failed(env_id, seed))
+    code = learning.main(["--envs", "CartPole-v1", "--seeds", "1", "--out", str(out), "--runs-dir", str(tmp_path / "runs")])
+    _, err = capsys.readouterr()
+    assert code == 1
+    assert err.splitlines() == ["learning.py: error: 1 of 1 run(s) failed, see above (CartPole-v1 seed 1: proxima train: "
+                                "error: boom)"]
+    assert out.read_text() == before  # nothing merged: not even the invocation is listed as producing rows
+    assert "| CartPole-v1 | >= 475 | 2 | s1: 500.0, s2: 480.0 |" in before
+
+
+def test_a_failed_seed_beside_a_new_success_is_merged_and_still_exits_1(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "learning.md"
+    learning.write_markdown(out, [_run("CartPole-v1", 1, 500.0)], [])
+    results = {1: _failed("CartPole-v1", 1), 2: _run("CartPole-v1", 2, 490.0)}
+    monkeypatch.setattr(learning, "run_one", lambda env_id, seed, *a, **k: dict(results[seed]))
+    code = learning.main(["--envs", "CartPole-v1", "--seeds", "1,2", "--out", str(out), "--runs-dir", str(tmp_path / "runs")])
+    assert code == 1 and "1 of 2 run(s) failed" in capsys.readouterr().err
+    assert "| CartPole-v1 | >= 475 | 2 | s1: 500.0, s2: 490.0 |" in out.read_text()
