@@ -100,18 +100,55 @@ def _version_str(v: Any) -> str | None:
     return str(v)
 
 
+def inductor_cxx() -> tuple[str | None, str]:
+    """The C++ compiler torch.compile's CPU backend (inductor) will use, found as
+    ``torch._inductor.cpp_builder.get_cpp_compiler`` finds it, without running or importing anything
+    (importing torch._inductor costs seconds; ``--compile`` checks this before every start).
+
+    Inductor tries, in order, ``torch._inductor.config.cpp.cxx``: ``(None, $CXX or "g++")`` as read
+    when that module was first imported. ``None`` is a gcc it downloads with conda, only when
+    $TORCH_INDUCTOR_INSTALL_GXX is set on Linux; a name is run as ONE program (``[cxx, "--version"]``,
+    no arguments, looked up on PATH as shutil.which does), and a set $CXX is the only name tried: it
+    never falls back to g++. Returns ``(path, "")``, or ``(None, why)``: one clause saying what was
+    not found and what to do, for ``--compile``'s refusal and doctor's hint."""
+    default = "clang++" if sys.platform == "darwin" else ("cl" if sys.platform == "win32" else "g++")
+    config = sys.modules.get("torch._inductor.config")  # read only when something already imported it
+    env = os.environ.get("CXX")
+    try:
+        cxx = config.cpp.cxx if config is not None and sys.platform != "win32" else (None, env if env is not None else default)
+    except AttributeError:
+        cxx = (None, env if env is not None else default)
+    search = tuple(cxx) if isinstance(cxx, (list, tuple)) else (cxx,)
+    for name in search:
+        if name is None:
+            if sys.platform == "linux" and os.environ.get("TORCH_INDUCTOR_INSTALL_GXX"):
+                conda = shutil.which(os.environ.get("CONDA_EXE", "conda"))
+                if conda:
+                    return conda, ""  # inductor installs gcc with it on first use
+            continue
+        found = shutil.which(name) if isinstance(name, str) and name.strip() else None
+        if found:
+            return found, ""
+    names = [n for n in search if n is not None]
+    if not (len(names) == 1 and names[0] == (env if env is not None else default)):
+        return None, (f"torch._inductor.config.cpp.cxx = {cxx!r} names no installed compiler: "
+                      "set it to one, or leave it unset to use $CXX or g++")
+    if env is None:
+        return None, f"none found: {default} is not on PATH; install {default} or set CXX to one"
+    if not env.strip():
+        return None, "CXX is set but empty: unset it or set it to a compiler"
+    shown = f"CXX={env}" if env == env.strip() and " " not in env else f"CXX={env!r}"
+    if len(env.split()) > 1:
+        return None, (f"{shown} not found: inductor runs $CXX as one program, without arguments; "
+                      "set CXX to the compiler itself")
+    fallback = shutil.which(default)
+    fix = f"unset it to use {fallback}" if fallback else f"install {default} and unset CXX"
+    return None, f"{shown} not found, and inductor tries no other compiler while CXX is set: set CXX to an installed one or {fix}"
+
+
 def _find_cxx() -> str | None:
-    cxx = os.environ.get("CXX", "").strip()
-    if cxx:
-        exe = cxx.split()[0]
-        found = shutil.which(exe) or (exe if os.path.isfile(exe) and os.access(exe, os.X_OK) else None)
-        if found:
-            return found
-    for name in ("g++", "clang++", "c++", "gcc", "clang", "cc"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
+    """The C++ compiler torch.compile's CPU backend will use (inductor_cxx), or None."""
+    return inductor_cxx()[0]
 
 
 def _compile_cache_dir() -> str:
@@ -199,7 +236,8 @@ def collect() -> dict:
         _collect_torch(torch, info, errors, hints)
 
     compile_info = info["compile"]
-    compile_info["cxx"] = _probe(errors, "cxx", _find_cxx)
+    cxx_found, cxx_why = _probe(errors, "cxx", inductor_cxx, (None, "the compiler probe failed"))
+    compile_info["cxx"] = cxx_found
     compile_info["cache"] = _probe(errors, "compile_cache", _compile_cache)  # for people: the path and its size
     compile_info["cache_dir"] = _probe(errors, "compile_cache", _compile_cache_dir)  # for programs (--json): the path
     compile_info["triton"] = _probe(errors, "triton", lambda: _pkg_version("triton")) or _probe(
@@ -211,9 +249,7 @@ def collect() -> dict:
         if _probe(errors, "triton", lambda: importlib.util.find_spec("triton")) is None:
             compile_info["triton"] = None
     if compile_info["cxx"] is None:
-        hints.append(
-            "torch.compile unavailable: no C++ compiler found (install g++ or set CXX); train with compile off"
-        )
+        hints.append(f"torch.compile unavailable (it needs a C++ compiler on the CPU): {cxx_why}; train with compile off")
     if info["cuda_usable"] and compile_info["triton"] is None:
         hints.append("torch.compile on GPU unavailable: triton not importable; pip install triton (matching torch)")
     compile_info["ok"] = torch is not None and compile_info["cxx"] is not None and (

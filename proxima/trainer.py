@@ -421,11 +421,25 @@ class ReturnTarget:
 
 
 def check_device_flags(cfg: PPOConfig, device: torch.device, world_size: int = 1) -> None:
-    """The flags that need a CUDA device (--cudagraphs, --amp fp16) against ``device``: one line each
-    (the Trainer, and ``train --dry-run``)."""
+    """The flags that need a CUDA device (--cudagraphs, --amp fp16), and what --compile needs on the
+    CPU, against ``device``: one line each (the Trainer, and ``train --dry-run``)."""
     _check_cudagraphs(cfg, device, world_size)
     if cfg.amp == "fp16" and device.type != "cuda":
         raise ConfigError("--amp fp16 needs a CUDA device (GradScaler); use --amp bf16 on CPU")
+    _check_compile(cfg, device)
+
+
+def _check_compile(cfg: PPOConfig, device: torch.device) -> None:
+    """--compile on the CPU: inductor builds C++ kernels with the compiler it finds (doctor.inductor_cxx,
+    a PATH lookup as inductor's own, nothing run), and without one it fails inside the first rollout,
+    a hundred lines of traceback later. On CUDA the kernels are triton's: not checked here."""
+    if not cfg.compile or device.type != "cpu":
+        return
+    from .doctor import inductor_cxx
+
+    found, why = inductor_cxx()
+    if found is None:
+        raise ConfigError(f"--compile: torch.compile on the CPU needs a C++ compiler ({why}); or drop --compile")
 
 
 def _check_cudagraphs(cfg: PPOConfig, device: torch.device, world_size: int) -> None:

@@ -263,3 +263,22 @@ def test_doctor_names_the_compile_cache_and_its_size(tmp_path, monkeypatch):
     assert info["compile"]["cache"] == f"{tmp_path / 'cache'} (1.0 MiB)"
     assert any(line.split(None, 2)[:2] == ["compile", "cache"] and line.endswith(f"  {tmp_path / 'cache'} (1.0 MiB)")
                for line in format_report(info).splitlines())
+
+
+def test_a_dangling_cxx_makes_compile_unavailable(monkeypatch, tmp_path, capsys):
+    """Inductor tries only $CXX once it is set: g++ on PATH does not make a dangling CXX work, and the
+    report says so as `train --compile` refuses it (the same lookup, doctor.inductor_cxx)."""
+    import sys
+
+    monkeypatch.delitem(sys.modules, "torch._inductor.config", raising=False)  # inductor's snapshot of $CXX
+    cxx = str(tmp_path / "nonexistent" / "g++")
+    monkeypatch.setenv("CXX", cxx)
+    info = doctor.collect()
+    assert info["compile"]["cxx"] is None and info["compile"]["ok"] is False
+    hint = [h for h in info["hints"] if h.startswith("torch.compile unavailable")]
+    assert len(hint) == 1 and f"CXX={cxx} not found" in hint[0] and hint[0].endswith("; train with compile off")
+    rc, out, _ = run_cli([], capsys)
+    assert rc == 0 and any(line.split()[:2] == ["torch.compile", "no"] for line in out.splitlines())
+    assert f"CXX={cxx} not found" in out
+    monkeypatch.delenv("CXX")
+    assert doctor._find_cxx() == doctor.shutil.which("g++")  # unset: g++ on PATH, as inductor (None here without one)
