@@ -40,7 +40,9 @@ Observation dtype rule: an obs passes when its dtype casts *safely* to the decla
 (``np.can_cast(obs.dtype, space.dtype)``), the rule of Gymnasium's ``Box.contains``. So a float32
 obs in a float64 Box passes, but a float64 obs in a float32 Box (the common forgotten
 ``.astype(np.float32)``) *is flagged*: the obs is not in the declared space, Gymnasium's own checker
-rejects it, and the fix is one line. Proxima would cast it to float32 and train anyway.
+rejects it, and the fix is one line. Proxima would cast it to float32 and train anyway. A torch
+tensor is read as ``np.asarray`` reads it, in its own dtype, as ``proxima train`` reads it; one that
+numpy cannot read (on a GPU, requiring grad) is an obs dtype violation, as train refuses it.
 
 Each kind of violation is reported once, at its first occurrence, with how many more steps showed it.
 
@@ -67,11 +69,12 @@ from typing import Any, Optional
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from ..config import install_hint
 from .base import EnvError
-from .gym_adapter import (F32_MAX, _extra_for, beyond_float32, check_spaces, creator_error, number_text, resolve_env_fn,
-                          unknown_kwarg_line)
+from .gym_adapter import (F32_MAX, TENSOR_FIX, _extra_for, beyond_float32, check_spaces, creator_error, native_only,
+                          number_text, resolve_env_fn, tensor_numpy, unknown_kwarg_line)
 from .spaces import action_scale_note, image_note, pixels_fix
 
 #: a reset() without an ``options`` parameter, as Python words the TypeError
@@ -151,6 +154,11 @@ def _same(a: Any, b: Any) -> bool:
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):  # np.asarray reads not every tensor (grad, a GPU's)
+        try:
+            a, b = a.detach().cpu().double(), b.detach().cpu().double()
+        except Exception:  # a device it cannot leave (meta): no values to tell apart; the obs dtype check names it
+            return True
     try:
         x, y = np.asarray(a), np.asarray(b)
         if x.shape != y.shape:
@@ -330,6 +338,11 @@ class _Checker:
             return
         if isinstance(x, np.ndarray):
             arr = x
+        elif isinstance(x, torch.Tensor):  # its own dtype, as train reads it (tensor_numpy), not cast to the space's
+            arr, what = tensor_numpy(x)
+            if arr is None:
+                bad("obs dtype", f"{name}: a numpy array of dtype {space.dtype} ({declared}.dtype)", f"{who}{what} {where} ({TENSOR_FIX})")
+                return
         else:
             try:
                 arr = np.asarray(x, dtype=space.dtype)
@@ -341,7 +354,9 @@ class _Checker:
             return
         self.ok("obs shape")
         if arr.dtype.kind not in "biuf" or not np.can_cast(arr.dtype, space.dtype):
-            bad("obs dtype", f"dtype {space.dtype} ({declared}.dtype)", f"{who}dtype {arr.dtype} {where} ({_dtype_fix(arr, space, name)})")
+            tensor = isinstance(x, torch.Tensor)
+            got, fixed = (f"a torch tensor of dtype {x.dtype}", f"{name}.detach().cpu().numpy()") if tensor else (f"dtype {arr.dtype}", name)
+            bad("obs dtype", f"dtype {space.dtype} ({declared}.dtype)", f"{who}{got} {where} ({_dtype_fix(arr, space, fixed)})")
             if arr.dtype.kind not in "biuf":
                 return
             # numbers of another dtype: their values are still checked (NaN, range, bounds compare as numbers
@@ -421,6 +436,10 @@ class _Checker:
             if not atari.has_ale():
                 raise EnvError(f"check-env '{self.target}' needs ale-py and opencv; {atari.INSTALL}")
             env_fn = atari.ale_env_fn(game, None, training=True)
+        elif native_only(self.target):  # resolve_env_fn's line speaks of --backend, which check-env has not
+            raise EnvError(f"'{self.target}' is a torch-native env with no Gymnasium version: check-env checks Gymnasium "
+                           f"envs (a registered id or module:ClassName), so there is nothing to check; proxima train runs "
+                           f"it with --backend native (or auto)")
         else:
             env_fn = resolve_env_fn(self.target, env_kwargs=self.env_kwargs)  # EnvError: the caller reports it (exit 2)
         if ":" not in self.target and game is None:  # build registered ids without Gymnasium's passive checker: we report precisely instead

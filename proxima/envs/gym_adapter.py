@@ -152,12 +152,33 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
     if env_id not in gym.registry:
         from .classic import NATIVE_ENVS
 
+        if env_id in NATIVE_ENVS:  # reached the adapter by --backend gymnasium, or by --env-kwargs under auto
+            raise EnvError(native_only_line(env_id, env_kwargs))
         known = sorted(set(gym.registry.keys()) | set(NATIVE_ENVS))
         close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else "; see `proxima presets` or gymnasium's registry"
         raise EnvError(f"unknown env id '{env_id}'{hint}")
 
     return _make_registered(env_id, kwargs)
+
+
+def native_only(env_id: str) -> bool:
+    """True for an id of a torch-native env that Gymnasium has no registration of (PixelQuadrant-v0,
+    LinearQuadratic-v0): the adapter and check-env cannot build it."""
+    from .classic import NATIVE_ENVS  # filled in by proxima.envs (its synthetic envs), imported before this runs
+
+    return ":" not in str(env_id) and env_id in NATIVE_ENVS and env_id not in gym.registry
+
+
+def native_only_line(env_id: str, env_kwargs: Optional[dict] = None) -> str:
+    """What to do when the adapter is asked for a native-only id: make_env sends it here under
+    ``--backend gymnasium``, or under ``auto`` when --env-kwargs are given (``native`` with kwargs
+    is refused before); the native env takes no constructor arguments, so with kwargs the fix is
+    to drop them."""
+    if env_kwargs:
+        return (f"'{env_id}' is a torch-native env with no Gymnasium version, which --env-kwargs asks for (the native "
+                f"env takes no constructor arguments): drop --env-kwargs and use --backend native (or auto)")
+    return f"'{env_id}' is a torch-native env with no Gymnasium version: use --backend native (or auto)"
 
 
 def _make_registered(env_id: str, kwargs: dict) -> Callable[[], gym.Env]:
@@ -254,6 +275,22 @@ def beyond_float32(x) -> bool:
         return True
 
 
+def tensor_numpy(x: torch.Tensor) -> tuple:
+    """(array, None): a torch tensor's values as np.asarray reads them (a CPU tensor's memory, shared),
+    which is how check-env reads an env's obs; (None, what it is) where numpy cannot read it: a tensor
+    on another device (a GPU), one that requires grad, a dtype numpy lacks (bfloat16)."""
+    if x.device.type != "cpu":
+        return None, f"a torch tensor on {x.device}"
+    try:
+        return np.asarray(x), None
+    except Exception as e:
+        return None, f"a torch tensor that numpy cannot read ({type(e).__name__}: {' '.join(str(e).split())[:120]})"
+
+
+#: the fix for a tensor numpy cannot read (tensor_numpy)
+TENSOR_FIX = "return numpy arrays (tensor.detach().cpu().numpy())"
+
+
 def number_text(x) -> str:
     """A number in a message, '1e+300' and an int of 400 digits alike ('1.00e+400')."""
     try:
@@ -277,7 +314,13 @@ class EnvCalls(gym.Wrapper):
     (not strings or objects) within float32's range where the space is narrower than the obs (the
     vector env casts into a buffer of the space's dtype: float64 1e39 would become inf), an image's
     dtype (float pixels in [0, 1] cast to uint8 would silently become zeros); the reward a real
-    number within float32's range; ``info`` a dict. One line naming the env index and its step.
+    number within float32's range; ``info`` a dict. One line naming the env index and its step. A
+    torch tensor in the obs goes on as the numpy array np.asarray makes of it (check-env reads it so);
+    one numpy cannot read (on a GPU, requiring grad) is such a line.
+
+    At an episode's end ``step`` returns a copy of the obs: the vector env keeps that object as
+    final_obs while it resets the env, and an env that returns its own buffer and zeroes it in
+    reset() would otherwise turn the last state into the reset state (bootstrapped from it).
 
     ``info`` goes on to the vector env only with ``keep_info`` (a subclass whose _episode_stats reads
     it): the trainer reads none of a user env's info, and Gymnasium's stacking of it fails on values
@@ -307,21 +350,24 @@ class EnvCalls(gym.Wrapper):
     @staticmethod
     def _casts(x, dtypes: frozenset) -> bool:
         """At a glance: ``x``'s values reach Proxima's float32 as they are (a dtype of ``dtypes``, or floats
-        within float32's range; ~2 us for a float64 obs in a float32 Box, which the vector env casts)."""
+        within float32's range; ~2 us for a float64 obs in a float32 Box, which the vector env casts).
+        False for a dtype that is not numpy's (a torch tensor's: _check_part reads it as numpy)."""
         dtype = getattr(x, "dtype", None)
-        return dtype in dtypes or (dtype is not None and dtype.kind == "f" and np.abs(x).max() <= F32_MAX)
+        return dtype in dtypes or (getattr(dtype, "kind", None) == "f" and np.abs(x).max() <= F32_MAX)
 
     def _check(self, obs, when: str):
+        """``obs`` if it is right, with a torch tensor (of a part) read as numpy; else EnvError."""
         box = self._box
         if box is not None:  # the common case first: one getattr, one tuple compare, one set lookup
             if (getattr(obs, "shape", None) != box[0] or not self._casts(obs, self._dtypes[0])
                     or (box[1] and obs.dtype != np.uint8)):
-                self._check_part(obs, self.parts[0], self._dtypes[0], when)
+                obs = self._check_part(obs, self.parts[0], self._dtypes[0], when)
             return obs
         if not isinstance(obs, dict):
             keys = ", ".join(repr(p.key) for p in self.parts)
             raise self._bad(f"an observation of type {type(obs).__name__}", when,
                             f"the observation space is a Dict: return a dict with the keys {keys}")
+        given = obs
         for part, dtypes in zip(self.parts, self._dtypes):
             if part.key not in obs:
                 raise self._bad(f"an observation without the key '{part.key}'", when,
@@ -329,12 +375,20 @@ class EnvCalls(gym.Wrapper):
             x = obs[part.key]
             if (getattr(x, "shape", None) != part.shape or not self._casts(x, dtypes)
                     or (part.layout is not None and x.dtype != np.uint8)):
-                self._check_part(x, part, dtypes, when)
+                y = self._check_part(x, part, dtypes, when)
+                if y is not x:  # a tensor read as numpy: in a dict of our own, the env's stays as it gave it
+                    obs = dict(obs) if obs is given else obs
+                    obs[part.key] = y
         return obs
 
-    def _check_part(self, x, part, dtypes: frozenset, when: str) -> None:
-        """The slow path: ``x`` (one part of the obs) did not pass at a glance; raise if it is wrong."""
+    def _check_part(self, x, part, dtypes: frozenset, when: str):
+        """The slow path: ``x`` (one part of the obs) did not pass at a glance; raise if it is wrong, else
+        return it (a torch tensor as the numpy array the vector env then reads)."""
         where = f" at key '{part.key}'" if part.key is not None else ""
+        if isinstance(x, torch.Tensor):  # an env of a torch project: read as check-env reads it (np.asarray)
+            x, what = tensor_numpy(x)
+            if x is None:
+                raise self._bad(f"{what}{where}", when, TENSOR_FIX)
         shape = getattr(x, "shape", None)
         if shape is None:  # a list or a Python number: the shape numpy gives it
             try:
@@ -347,7 +401,7 @@ class EnvCalls(gym.Wrapper):
             if dtype != np.uint8 or shape != part.shape:
                 raise self._bad(f"an image{where} of dtype {dtype} shape {shape}", when,
                                 f"the observation space declares uint8 {part.shape} (return np.uint8 pixels 0..255 of that shape)")
-            return
+            return x
         declared = "observation_space" + (f"['{part.key}']" if part.key is not None else "")
         if shape != part.shape:
             got = f"shape {shape}" if shape is not None else type(x).__name__
@@ -362,6 +416,7 @@ class EnvCalls(gym.Wrapper):
                 i = int(np.flatnonzero(big.reshape(-1))[0])
                 raise self._bad(f"an observation value {number_text(values.reshape(-1)[i])}{where} (entry {i}) beyond float32's "
                                 f"range (+-{F32_MAX:.3g})", when, "Proxima trains in float32: scale it down in the env")
+        return x
 
     def _check_reward(self, reward, when: str) -> None:
         """A real number (a 0-d array too) within float32's range; NaN/inf go on to the trainer's guard."""
@@ -414,11 +469,17 @@ class EnvCalls(gym.Wrapper):
         except Exception:
             fast = False
         if not fast:
-            self._check_step(out)
-            obs, reward, terminated, truncated, info = out
+            obs = self._check_step(out)
+            _, reward, terminated, truncated, info = out
+        try:
+            if terminated or truncated:  # the vector env keeps this obs object as final_obs, then resets the env:
+                obs = _own(obs, self.parts)  # an env that returns its own buffer and zeroes it in reset() would change it
+        except Exception:  # flags that are no bools: left to the vector env, which names the step that returned them
+            pass
         return obs, reward, terminated, truncated, (info if self.keep_info else {})
 
-    def _check_step(self, out) -> None:
+    def _check_step(self, out):
+        """The checked obs of ``out`` (what step returned; _check), or EnvError."""
         when = f"env step {self.steps}"
         if not isinstance(out, (tuple, list)) or len(out) != 5:
             from .checker import step_returns_violation  # the old gym API's 4 values, in check-env's words
@@ -427,8 +488,9 @@ class EnvCalls(gym.Wrapper):
                            f"{step_returns_violation(out, f'at step {self.steps}')} (check with: {self.check_cmd})")
         if not isinstance(out[4], dict):
             raise self._bad(f"info of type {type(out[4]).__name__}", when, "step() returns info as a dict (return {} for none)")
-        self._check(out[0], when)
+        obs = self._check(out[0], when)
         self._check_reward(out[1], when)
+        return obs
 
 
 #: where Proxima's own code lives: an exception's location skips its frames
@@ -695,6 +757,15 @@ def _exit_reason(code: int) -> str:
     if -code == signal.SIGKILL:
         return f"killed by {name}: out of memory (the kernel's OOM killer), or killed by hand?"
     return f"killed by {name}"
+
+
+def _own(obs, parts):
+    """A copy of a checked obs (of a Dict: each declared key's part, the rest as it is), which the env
+    cannot change after returning it."""
+    if isinstance(obs, dict):
+        keys = {p.key for p in parts}
+        return {k: np.array(v) if k in keys else v for k, v in obs.items()}
+    return np.array(obs)
 
 
 def _one(obs, layout: ObsLayout):

@@ -1,6 +1,8 @@
 """The Gymnasium adapter at its edges: an async worker that dies mid-step, a contract break in one
-env mid-run that check-env's own env never shows, values beyond float32's range, and the check-env
-command and render mode a run passes on (envs: tests/fixtures/adapter_edge_envs.py)."""
+env mid-run that check-env's own env never shows, values beyond float32's range, the check-env
+command and render mode a run passes on, torch tensors for observations, an env that zeroes its
+returned obs buffer on reset, and torch-native ids asked of the adapter (envs:
+tests/fixtures/adapter_edge_envs.py)."""
 
 from __future__ import annotations
 
@@ -245,3 +247,110 @@ def test_recording_overrides_the_render_mode_of_the_runs_kwargs(env_id):
     env.reset(seed=0)
     assert env.render_mode == "rgb_array" and env.render().shape == (8, 8, 3)
     assert resolve_env_fn(env_id, None, {"render_mode": None})().render_mode is None
+
+
+# ------------------------------------------------------------------------------ torch tensors for observations
+def steps_through(env_id: str, kwargs: dict, vector: str, num: int = 2, steps: int = 3) -> list:
+    """What ``num`` envs of ``env_id`` give through the adapter: the reset obs, then (obs, truncated,
+    final_obs) of each of ``steps`` steps, as lists."""
+    from proxima.envs import make_env
+
+    env = make_env(env_id, num, vector=vector, seed=0, env_kwargs=kwargs)
+    try:
+        seen = [env.reset().tolist()]
+        for _ in range(steps):
+            obs, _, _, truncated, info = env.step(torch.zeros(num, dtype=torch.long))
+            seen.append((obs.tolist(), truncated.tolist(), info["final_obs"].tolist()))
+    finally:
+        env.close()
+    return seen
+
+
+@pytest.mark.parametrize("kind, as_dict, vector", [("cpu", False, "sync"), ("cpu", False, "async"), ("cpu", True, "sync"),
+                                                   ("cpu", True, "async"), ("float64", False, "sync")])
+def test_an_env_returning_cpu_tensors_steps_with_their_values(kind, as_dict, vector):
+    """Was AttributeError: 'torch.dtype' object has no attribute 'kind' (train: a traceback, exit 1)
+    while check-env, reading the tensors with np.asarray, passed the env. Obs [t, 0.5] at step t;
+    truncated at t = 3, whose obs comes back as final_obs."""
+    def two(t: float) -> list:  # both envs' obs
+        return [[t, 0.5], [t, 0.5]]
+
+    assert steps_through("adapter_edge_envs:TorchReturns", {"kind": kind, "dict": as_dict}, vector) == [
+        two(0.0), (two(1.0), [False, False], two(1.0)), (two(2.0), [False, False], two(2.0)),
+        (two(0.0), [True, True], two(3.0))]
+
+
+def test_train_runs_an_env_returning_cpu_tensors(capsys):
+    """The whole run (SMALL: 3 envs x 8 steps, twice): episodes of 3 steps counted from the tensors' env."""
+    import csv
+
+    code, _, err = run_main(["train", "adapter_edge_envs:TorchReturns", *SMALL], capsys)
+    assert code == 0, err
+    with open(Path("D") / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["global_step"], r["episodes"], float(r["charts/episodic_length"])) for r in rows] == [("24", "6", 3.0), ("48", "9", 3.0)]
+
+
+NO_NUMPY = "RuntimeError: Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
+TENSOR_FIX = "return numpy arrays (tensor.detach().cpu().numpy())"
+
+
+@pytest.mark.parametrize("kwargs, what", [
+    ({"kind": "grad"}, f"a torch tensor that numpy cannot read ({NO_NUMPY})"),
+    ({"kind": "grad", "dict": True}, f"a torch tensor that numpy cannot read ({NO_NUMPY}) at key 'x'"),
+    ({"kind": "meta"}, "a torch tensor on meta"),  # off the CPU, as a CUDA tensor is
+])
+def test_a_tensor_numpy_cannot_read_is_one_line_in_train_and_a_violation_in_check_env(capsys, kwargs, what):
+    """check-env and train read a tensor alike: refused by both, with the same words."""
+    code, _, err = run_main(["train", "adapter_edge_envs:TorchReturns", *SMALL, "--env-kwargs", json.dumps(kwargs)], capsys)
+    check = f"proxima check-env adapter_edge_envs:TorchReturns --env-kwargs '{json.dumps(kwargs)}'"
+    assert (code, err.strip().splitlines()) == (2, [
+        f"proxima train: error: env 'adapter_edge_envs:TorchReturns': env 0 returned {what} at reset (after env step 0); "
+        f"{TENSOR_FIX} (check with: {check})"])
+    code, out, err = run_main(["check-env", "adapter_edge_envs:TorchReturns", "--env-kwargs", json.dumps(kwargs)], capsys)
+    name, tensor = ("obs['x']", f"obs['x'] {what.removesuffix(' at key ' + repr('x'))}") if kwargs.get("dict") else ("obs", what)
+    declared = "observation_space['x']" if kwargs.get("dict") else "observation_space"
+    assert (code, out.splitlines()) == (1, [
+        f"FAIL obs dtype: expected {name}: a numpy array of dtype float32 ({declared}.dtype); got {tensor} at reset(seed=0) "
+        f"({TENSOR_FIX}) (and 267 more times)", "1 violation(s) in adapter_edge_envs:TorchReturns"]), err
+
+
+@pytest.mark.parametrize("kind, result", [
+    ("cpu", ["OK: adapter_edge_envs:TorchReturns passes 19 checks"]),
+    ("float64", ["FAIL obs dtype: expected dtype float32 (observation_space.dtype); got a torch tensor of dtype torch.float64 at "
+                 "reset(seed=0) (does not cast safely to float32: return obs.detach().cpu().numpy().astype(np.float32)) "
+                 "(and 267 more times)", "1 violation(s) in adapter_edge_envs:TorchReturns"]),
+])
+def test_check_env_reads_a_tensor_in_its_own_dtype(capsys, kind, result):
+    """check-env cast a tensor to the space's dtype (np.asarray(x, dtype=...)), so a float64 tensor
+    passed where a float64 array is flagged; train reads both alike (and casts, as for any float64 obs)."""
+    code, out, err = run_main(["check-env", "adapter_edge_envs:TorchReturns", "--env-kwargs", json.dumps({"kind": kind})], capsys)
+    assert (code, out.splitlines()) == (0 if kind == "cpu" else 1, result), err
+
+
+# ------------------------------------------------------------------------------ an env that reuses its obs buffer
+@pytest.mark.parametrize("as_dict", [False, True])
+@pytest.mark.parametrize("vector", ["sync", "async"])
+def test_final_obs_is_the_last_state_of_an_env_that_zeroes_its_buffer_on_reset(vector, as_dict):
+    """Buffered returns self.s and sets self.s[:] = 0 in reset(): the vector env kept that array as
+    final_obs and reset the env (sync; async pickled it after the reset), so final_obs was the reset
+    state [[0.0]] and a truncated episode bootstrapped from V(reset state)."""
+    assert steps_through("adapter_edge_envs:Buffered", {"dict": as_dict}, vector, num=1) == [
+        [[0.0]], ([[1.0]], [False], [[1.0]]), ([[2.0]], [False], [[2.0]]), ([[0.0]], [True], [[3.0]])]
+
+
+# ------------------------------------------------------------------------------ a torch-native id the adapter cannot build
+@pytest.mark.parametrize("argv, line", [
+    (["train", "PixelQuadrant-v0", *SMALL, "--backend", "gymnasium"],
+     "proxima train: error: 'PixelQuadrant-v0' is a torch-native env with no Gymnasium version: use --backend native (or auto)"),
+    (["train", "LinearQuadratic-v0", *SMALL, "--env-kwargs", '{"horizon": 5}'],  # auto: kwargs send it to the adapter
+     "proxima train: error: 'LinearQuadratic-v0' is a torch-native env with no Gymnasium version, which --env-kwargs asks for "
+     "(the native env takes no constructor arguments): drop --env-kwargs and use --backend native (or auto)"),
+    (["check-env", "PixelQuadrant-v0"],
+     "proxima check-env: error: 'PixelQuadrant-v0' is a torch-native env with no Gymnasium version: check-env checks Gymnasium "
+     "envs (a registered id or module:ClassName), so there is nothing to check; proxima train runs it with --backend native (or auto)"),
+])
+def test_a_native_only_id_where_gymnasium_is_asked_for_says_so(capsys, argv, line):
+    """Was "unknown env id 'PixelQuadrant-v0'; did you mean PixelQuadrant-v0, ...?"."""
+    code, _, err = run_main(argv, capsys)
+    assert (code, err.strip().splitlines()) == (2, [line])
