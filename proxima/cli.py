@@ -316,6 +316,15 @@ def cmd_resume(args) -> int:
             if ppo_flag:  # nothing of PPOConfig applies to an RLHF run: refused, never silently ignored
                 return fail(prog, f"{ppo_flag}: {path} is an RLHF run; PPO flags do not apply to it (an RLHF resume takes "
                             "only --steps N, --trust-run and --quiet)")
+            from .rlhf.api import resume_processes
+
+            world = resume_processes(path)
+            if world > 1:  # its checkpoints need as many processes as it trains with (rlhf.loop.load_checkpoint)
+                from .launch import launch_torchrun
+
+                return launch_torchrun(world, sys.argv[1:], announce=(
+                    f"{prog}: {path} is an RLHF run of {world} processes: resuming with {world} processes on this "
+                    "machine (torchrun; a multi-node run resumes under its own torchrun command, docs/rlhf.md)"))
             return rlhf_resume(path, steps=args.steps, trust_run=args.trust_run, quiet=args.quiet)
         # a population's run directory, or one of its own checkpoints/step_N.pt (from that one; newer ones set aside)
         population_file = path.is_file() and path.parent.name == "checkpoints" and (path.parent.parent / "population.json").is_file()

@@ -211,7 +211,7 @@ class DistContext:
             return
         first = (str(exc).strip().splitlines() or [""])[0][:400]
         text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-        if _is_peer_loss(exc):
+        if is_peer_loss(exc):
             sys.stderr.write(f"proxima: rank {self.rank} stopped: lost contact with another rank "
                              f"(it failed or was stopped; look for 'proxima: rank ... failed' above): {text}\n")
         else:
@@ -284,7 +284,9 @@ def _picklable(exc: Exception) -> Exception:
         return RuntimeError(f"{type(exc).__name__} on rank 0: {exc}")
 
 
-def _is_peer_loss(exc: BaseException) -> bool:
+def is_peer_loss(exc: BaseException) -> bool:
+    """Whether ``exc`` is a collective's error for another rank that is gone or silent (it failed, was
+    stopped, or hangs past the process-group timeout): nothing this rank's own code or env did."""
     import torch.distributed as dist
 
     if isinstance(exc, getattr(dist, "DistNetworkError", ())) or isinstance(exc, getattr(dist, "DistBackendError", ())):
@@ -292,6 +294,19 @@ def _is_peer_loss(exc: BaseException) -> bool:
     text = str(exc)
     return any(s in text for s in ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
                                    "ProcessGroupGloo", "ProcessGroupNCCL", "Timed out waiting", "NCCL error"))
+
+
+_is_peer_loss = is_peer_loss  # the former name
+
+
+def lost_peer(exc: BaseException) -> bool:
+    """A peer loss (is_peer_loss) in a process that is in a process group: the error of a rank that
+    another one left, which says nothing about this rank's env or config (run_setup.diagnose_failure)."""
+    if not is_peer_loss(exc):
+        return False
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
 
 
 # ------------------------------------------------------------------------------------------------

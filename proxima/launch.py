@@ -78,6 +78,9 @@ def _check(nproc: int, argv: list) -> None:
     from .config import validate
 
     args = build_parser().parse_args(strip_nproc(list(argv)))
+    if args.command == "resume" and _is_rlhf_run(Path(args.path)):
+        _check_rlhf_resume(nproc, args)
+        return
     resume = args.path if args.command == "resume" else getattr(args, "resume", None)
     if resume == "auto":  # a run directory without a checkpoint starts afresh
         target = getattr(args, "run_dir", None) or config_from_args(args, "proxima train").run_dir
@@ -99,12 +102,19 @@ def _check(nproc: int, argv: list) -> None:
             check_not_in_use(Path(run_dir))
         state = ckpt.load_resumable(resume)
         with contextlib.redirect_stderr(io.StringIO()):  # its notes are rank 0's to say
-            apply_resume_overrides(from_dict(state["config"], source=state["path"]), typed_flags(args), state)
+            cfg = apply_resume_overrides(from_dict(state["config"], source=state["path"]), typed_flags(args), state)
         from .run_setup import check_processes
 
         # every rank would refuse it (train_state.restore) after torchrun started them all
         check_processes(state, nproc, launcher=True)
         check_rank_pieces(state)
+        # what every rank checks of the config it resumes with (trainer.train: validate, then the
+        # device flags), as a new run's is checked below: --threads 0, --device cuda without CUDA
+        from .device import resolve_device
+        from .trainer import check_device_flags
+
+        validate(cfg, nproc)
+        check_device_flags(cfg, resolve_device(cfg.device), nproc)
         return
     from .rundir import RunDirError, check_not_in_use, holds_files, not_empty_message
     from .run_setup import check_run_dir_path, preflight
@@ -119,6 +129,31 @@ def _check(nproc: int, argv: list) -> None:
         check_not_in_use(run_dir)
         if holds_files(run_dir) and not getattr(args, "overwrite", False):
             raise RunDirError(not_empty_message(run_dir))
+
+
+def _is_rlhf_run(path: Path) -> bool:
+    from .rundir import recorded_kind
+
+    return recorded_kind(path / "meta.json", strict=True) == "rlhf"
+
+
+def _check_rlhf_resume(nproc: int, args) -> None:
+    """``proxima resume RUN`` of an RLHF run (cli.cmd_resume starts its recorded process count): what
+    every rank would refuse alike, before torchrun starts them (rlhf.api.check_resume)."""
+    import torch
+
+    from .device import resolve_device
+    from .rlhf.api import check_resume
+    from .rundir import check_not_in_use
+
+    path = Path(args.path)
+    check_not_in_use(path)
+    cfg = check_resume(path, steps=getattr(args, "steps", None), trust_run=getattr(args, "trust_run", False))
+    device = resolve_device(cfg.device)  # a recorded --device cuda where CUDA is not usable: one line
+    if device.type == "cuda" and nproc > torch.cuda.device_count():
+        raise ConfigError(f"--device {cfg.device}: {path} trains with {nproc} processes, one GPU each, and this machine has "
+                          f"{torch.cuda.device_count()} CUDA device(s); resume it under the torchrun command that ran it "
+                          "(docs/rlhf.md)")
 
 
 def _child_pids(pid: int) -> list:

@@ -22,13 +22,21 @@ from .train_state import default_run_dir
 
 def diagnose_failure(e: Exception, config: Optional[PPOConfig], last_good) -> Exception:
     """The user's error for an unexpected failure: a user env that breaks the contract (checked as
-    ``proxima check-env`` would), or a write that failed (disk full) -- else ``e`` itself."""
+    ``proxima check-env`` would), or a write that failed (disk full) -- else ``e`` itself.
+
+    A rank's lost contact with another rank (a collective's error after a rank failed or was stopped)
+    is ``e`` itself at once: the env is not built and stepped again (torchrun's SIGTERM would land in
+    that diagnosis, or a contract check would blame the env for another rank's failure), and the rank
+    reports it as such (DistContext.report_failure)."""
     import errno
 
     from .checkpoint import CheckpointError
+    from .distributed import lost_peer
     from .diskspace import StorageError, write_error
     from .envs import NATIVE_ENVS, EnvError
 
+    if lost_peer(e):
+        return e
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
         return write_error(e.filename or "a file of the run", e, suffix=f"; {last_good()}" if last_good else "")
     if isinstance(e, StorageError) and last_good and "checkpoint" not in str(e):

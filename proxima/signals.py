@@ -48,9 +48,10 @@ def workers_stopped(stop: "Stop", vector: str, checkpoint: Optional[Path], what:
 
 def checkpoint_line(checkpoint: Optional[Path]) -> str:
     """``checkpoint: RUN/checkpoints/step_N.pt; continue with: proxima resume RUN`` (a population's
-    checkpoint is RUN/checkpoints/step_N.pt too: resume continues every member)."""
+    checkpoint is RUN/checkpoints/step_N.pt too: resume continues every member). None (no checkpoint
+    on disk yet): ``no checkpoint was written`` (docs/distributed.md)."""
     if checkpoint is None:
-        return "checkpoint: None"
+        return "no checkpoint was written"
     path = Path(checkpoint)
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
     world = os.environ.get("WORLD_SIZE", "1")

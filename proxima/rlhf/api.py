@@ -81,34 +81,17 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False, quiet:
     Returns an exit status: 0 done, 2 bad input (one line on stderr), 130 stopped by a signal.
     """
     from .models import quiet_transformers
-    from .rewards import refuse_recorded_rewards
     from .trainer import RLHFTrainer
 
     from ..checkpoint import CheckpointError
     from ..diskspace import StorageError
-    from ..rundir import RunLock, check_own_entries
+    from ..rundir import RunLock
 
     quiet_transformers()
     path = Path(run_dir)
     lock = None
     try:
-        meta = _read_meta(path)
-        if meta.get("kind") != "rlhf":
-            raise ConfigError(f"{path}: meta.json says kind {meta.get('kind')!r}, not 'rlhf'")
-        cfg = from_dict(rundir.read_config(path), source=str(path / "config.yaml"))
-        cfg.run_dir = str(path)
-        if steps is not None:
-            cfg.steps = steps
-        if not trust_run:  # before anything is imported, loaded or written
-            refuse_recorded_rewards(reward_specs(cfg), path / "config.yaml",
-                                    "pass --trust-run to `proxima resume`")
-        filtered = [f"{name}: {getattr(cfg, name)}" for name, off in (("top_k", 0), ("top_p", 1.0)) if getattr(cfg, name) != off]
-        if filtered:  # recorded by a version that allowed it; validate() would name a flag nobody typed
-            raise ConfigError(f"{path / 'config.yaml'}: records {', '.join(filtered)} (allowed by earlier versions), which "
-                              "makes PPO's samples off-policy: its log-probs and KL score the whole softmax; set top_k: 0 "
-                              "and top_p: 1.0 there to continue with unfiltered sampling, or start a new run")
-        validate(cfg)
-        check_own_entries(path)  # metrics.csv, checkpoints/, policy/ ... are rewritten: none may lead out of the run
+        cfg = check_resume(path, steps, trust_run)
         if os.environ.get("RANK", "0") == "0":  # rank 0 holds the run's lock, as for `proxima train`
             lock = RunLock(path)
             lock.acquire()
@@ -144,6 +127,61 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False, quiet:
         if lock is not None:
             lock.release()
     return 0
+
+
+def check_resume(path: Path, steps: Optional[int] = None, trust_run: bool = False) -> RLHFConfig:
+    """The config a resume of the RLHF run ``path`` continues with, checked as far as it can be before
+    anything is loaded, imported or written: ConfigError (one line) otherwise. The resume's own first
+    step, and the ``proxima resume`` launcher's check before it starts the run's processes."""
+    from .rewards import refuse_recorded_rewards
+
+    from ..rundir import check_own_entries
+
+    path = Path(path)
+    meta = _read_meta(path)
+    if meta.get("kind") != "rlhf":
+        raise ConfigError(f"{path}: meta.json says kind {meta.get('kind')!r}, not 'rlhf'")
+    cfg = from_dict(rundir.read_config(path), source=str(path / "config.yaml"))
+    cfg.run_dir = str(path)
+    if steps is not None:
+        cfg.steps = steps
+    if not trust_run:  # before anything is imported, loaded or written
+        refuse_recorded_rewards(reward_specs(cfg), path / "config.yaml",
+                                "pass --trust-run to `proxima resume`")
+    filtered = [f"{name}: {getattr(cfg, name)}" for name, off in (("top_k", 0), ("top_p", 1.0)) if getattr(cfg, name) != off]
+    if filtered:  # recorded by a version that allowed it; validate() would name a flag nobody typed
+        raise ConfigError(f"{path / 'config.yaml'}: records {', '.join(filtered)} (allowed by earlier versions), which "
+                          "makes PPO's samples off-policy: its log-probs and KL score the whole softmax; set top_k: 0 "
+                          "and top_p: 1.0 there to continue with unfiltered sampling, or start a new run")
+    validate(cfg)
+    check_own_entries(path)  # metrics.csv, checkpoints/, policy/ ... are rewritten: none may lead out of the run
+    return cfg
+
+
+def recorded_processes(path: Path) -> int:
+    """How many processes the RLHF run ``path`` trains with: meta.json's ``world_size`` (its
+    checkpoints need as many: loop.load_checkpoint), 1 when it records no count. Only reads."""
+    try:
+        world = _read_meta(Path(path)).get("world_size", 1)
+    except ConfigError:
+        return 1  # the resume says what is wrong with meta.json
+    return world if isinstance(world, int) and not isinstance(world, bool) and world > 1 else 1
+
+
+def resume_processes(path: Path) -> int:
+    """How many processes ``proxima resume PATH`` starts for the RLHF run PATH (cli.cmd_resume, through
+    launch.launch_torchrun when more than 1): the count it records; 1 under torchrun (the ranks are
+    started already). A count over this machine's CPUs is refused (meta.json is data)."""
+    from ..launch import under_torchrun
+
+    if under_torchrun():
+        return 1
+    world = recorded_processes(path)
+    cpus = os.cpu_count() or 1
+    if world > cpus:
+        raise ConfigError(f"{path}: an RLHF run of {world} processes, more than this machine's {cpus} CPUs; resume it "
+                          f"under the torchrun command that ran it (torchrun ... -m proxima resume {path}, docs/rlhf.md)")
+    return world
 
 
 def _read_meta(path: Path) -> dict:

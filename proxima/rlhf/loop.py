@@ -60,13 +60,23 @@ def run(t, run_dir: Path, resumed: bool = False) -> dict:
                 save_checkpoint(t, run_dir)
             if stopping:
                 if main:
-                    print(f"stopped at step {t.step}; continue with `proxima resume {run_dir}`", flush=True)
+                    print(f"stopped at step {t.step}; continue with {resume_advice(run_dir)}", flush=True)
                 raise KeyboardInterrupt
         return finish(t, run_dir)
     finally:
         restore()
         if logger is not None:
             logger.close()
+
+
+def resume_advice(run_dir: Path) -> str:
+    """The command that continues the run: `proxima resume RUN`, which starts as many processes on this
+    machine as the run trains with (meta.json's world_size; api.resume_processes); a run across
+    several machines resumes under its own torchrun command, on every machine."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    if world.isdigit() and int(world) > 1 and os.environ.get("LOCAL_WORLD_SIZE", world) != world:
+        return f"`proxima resume {run_dir}` under the same torchrun command ({world} processes)"
+    return f"`proxima resume {run_dir}`"
 
 
 def _last_good(run_dir: Path) -> str:
@@ -111,7 +121,7 @@ def _checkpoint_after_reward_failure(t, run_dir: Path, before: dict) -> str:
         return f"checkpoint of step {t.step} written; fix the reward and continue with `proxima resume {run_dir}`"
     checkpoints = rundir.list_checkpoints(run_dir)
     if checkpoints:
-        return f"continue from {checkpoints[-1].name} with `proxima resume {run_dir}`"
+        return f"continue from {checkpoints[-1].name} with {resume_advice(run_dir)}"
     return "no checkpoint was written yet (--checkpoint-every)"
 
 
@@ -279,7 +289,11 @@ def load_checkpoint(t, file: Path, state: dict = None) -> None:
     if state.get("format") != CHECKPOINT_FORMAT:
         raise ConfigError(f"{file}: not a Proxima RLHF checkpoint")
     if len(state["ranks"]) != t.dist.world_size:
-        raise ConfigError(f"{file}: written by {len(state['ranks'])} processes, resumed with {t.dist.world_size}")
+        written, run = len(state["ranks"]), Path(file).parent.parent
+        how = (f"`proxima resume {run}` starts {written} on this machine" if written > 1
+               else f"`proxima resume {run}` resumes it in one process, without torchrun")
+        raise ConfigError(f"{file}: written by {written} process(es), resumed with {t.dist.world_size}; use the same "
+                          f"count ({how})")
     if bool(state.get("fsdp", False)) != t.cfg.fsdp:
         raise ConfigError(f"{file}: written with fsdp {bool(state.get('fsdp'))}, resumed with fsdp {t.cfg.fsdp}")
     _check_same_prompts(t, file, state)
