@@ -199,11 +199,15 @@ def save_train_state(run_dir: Union[str, Path], state: dict, keep: int) -> Path:
 def set_aside_newer(checkpoint: Union[str, Path], global_step: Optional[int] = None) -> Optional[Path]:
     """Resuming from ``checkpoint`` (RUN/checkpoints/step_N.pt, or best.pt) when newer ones exist: those
     belong to the timeline being abandoned. They are moved into ``RUN/checkpoints/abandoned-<time>/`` (kept,
-    never pruned or resumed by name again) with a line on stderr; returns that folder, or None when none is
+    never pruned or resumed by name again), with what the run logged after the step resumed from
+    (logger.set_aside_logs: metrics.csv's rows after it, into that folder's metrics.csv, and the event files
+    holding events after it, whole), and a line on stderr; returns that folder, or None when none is
     newer. ``global_step``: the step of the state loaded from it, which a name other than step_N.pt
     (best.pt) does not say; without it such a file sets nothing aside."""
     import sys
     from datetime import datetime
+
+    from .logger import set_aside_logs
 
     checkpoint = Path(checkpoint)
     named = _NAME.match(checkpoint.name)
@@ -220,11 +224,14 @@ def set_aside_newer(checkpoint: Union[str, Path], global_step: Optional[int] = N
     while os.path.lexists(dest):
         dest, n = folder / f"abandoned-{stamp}-{n}", n + 1
     dest.mkdir()
+    # the logs first: a failure (disk full) leaves the newer checkpoints in place, so a retry sets
+    # aside what is left again instead of taking the rows after the checkpoint for a killed run's
+    logs = set_aside_logs(run_dir, step, dest)
     for p in newer:
         os.replace(p, dest / p.name)
     print(f"proxima: note: resuming from {checkpoint.name}, older than the run's newest checkpoint: moved the {len(newer)} "
-          f"newer one(s) ({newer[0].name}..{newer[-1].name}) to {dest} (the run continues from {checkpoint.name})",
-          file=sys.stderr)
+          f"newer one(s) ({newer[0].name}..{newer[-1].name}) to {dest}{', with ' + logs if logs else ''} "
+          f"(the run continues from {checkpoint.name}{'; its own logs now end there' if logs else ''})", file=sys.stderr)
     return dest
 
 

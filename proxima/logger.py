@@ -4,14 +4,23 @@ Metric names follow the common convention (DESIGN.md): charts/episodic_return,
 charts/episodic_length, charts/SPS, charts/learning_rate, losses/policy_loss, losses/value_loss,
 losses/entropy, losses/approx_kl, losses/clipfrac, losses/explained_variance.
 On resume from global step S, events and CSV rows after S are dropped before logging continues, so
-neither file holds a duplicate or a gap.
+neither file holds a duplicate or a gap. The event files themselves are rewritten (drop_events_after):
+TensorBoard's default (fast) loader ignores the purge markers SummaryWriter(purge_step=...) writes, so
+a marker would leave points the resumed run does not log again (eval/* after --eval-every changed,
+episode returns that now end at other iterations) on the charts. A resume from an older checkpoint
+(checkpoint.set_aside_newer) keeps what it drops: the rows after S go to
+checkpoints/abandoned-TIME/metrics.csv and the event files it rewrites go there whole
+(set_aside_logs); a resume after a kill drops the rows and events logged after the last checkpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import os
+import shutil
+import struct
 import sys
 from pathlib import Path
 from typing import Optional
@@ -91,6 +100,15 @@ def rows_up_to(path: Path, step_column: str, max_step: int) -> tuple:
     that is not a row Proxima wrote (not UTF-8, not CSV, no step; every line of a file without the
     step column in its header) is dropped with one note naming the file. Shared by the PPO and RLHF
     resumes; header [] when there is none to keep."""
+    header, kept, _, unreadable = _split_rows(path, step_column, max_step)
+    if unreadable:
+        print(f"proxima: note: {path}: dropped {unreadable} line(s) that are not rows Proxima wrote (not UTF-8 text, "
+              "not CSV, or without a step); the other rows are kept", file=sys.stderr)
+    return header, kept
+
+
+def _split_rows(path: Path, step_column: str, max_step: int) -> tuple:
+    """(header, rows up to max_step, rows after it, lines that are not rows): rows_up_to's reading, silent."""
     rows, unreadable = read_csv_rows(path)
     header, body = (rows[0], rows[1:]) if rows and step_column in rows[0] else ([], [])
     if not header and len(rows) > 1:  # (one line alone: a header a kill cut short)
@@ -99,10 +117,138 @@ def rows_up_to(path: Path, step_column: str, max_step: int) -> tuple:
     whole = [r for r in body if len(r) == len(header)]
     unreadable += sum(1 for r in whole if _int_or_none(r[col]) is None)
     kept = [r for r in whole if _int_or_none(r[col]) is not None and _int_or_none(r[col]) <= max_step]
-    if unreadable:
-        print(f"proxima: note: {path}: dropped {unreadable} line(s) that are not rows Proxima wrote (not UTF-8 text, "
-              "not CSV, or without a step); the other rows are kept", file=sys.stderr)
-    return header, kept
+    after = [r for r in whole if _int_or_none(r[col]) is not None and _int_or_none(r[col]) > max_step]
+    return header, kept, after, unreadable
+
+
+def set_aside_logs(run_dir: Path, step: int, dest: Path) -> str:
+    """A resume from an older checkpoint (global step ``step``; checkpoint.set_aside_newer moved the
+    newer checkpoints into ``dest``, RUN/checkpoints/abandoned-TIME/): what the run logged after
+    ``step`` belongs to that abandoned timeline and is kept with it. metrics.csv's rows after
+    ``step`` are written, verbatim under the file's header, to ``dest``/metrics.csv before they leave
+    metrics.csv; the event files holding events after ``step`` are copied whole into ``dest`` before
+    the run's own are rewritten without them (drop_events_after). A kill at any point loses nothing
+    (at worst a row or an event file is in both places). Returns the words for set_aside_newer's note
+    ("" when nothing was logged after ``step``). StorageError (one line) when a file cannot be written."""
+    from .atomic import leads_outside
+
+    run_dir, dest = Path(run_dir), Path(dest)
+    csv_path, said = run_dir / "metrics.csv", []
+    try:
+        # a link planted at metrics.csv is not the run's: RunLogger refuses it with its own line
+        if os.path.lexists(csv_path) and not leads_outside(csv_path, run_dir):
+            header, _, after, _ = _split_rows(csv_path, "global_step", step)
+            if after:
+                with atomic_open(dest / "metrics.csv", "w", newline="") as f:
+                    csv.writer(f).writerows([header, *after])
+                truncate_csv(csv_path, step)
+                said.append(f"metrics.csv's {len(after)} row(s) after step {step:,} ({dest / 'metrics.csv'})")
+        files = drop_events_after(run_dir, step, dest)
+    except OSError as e:
+        raise write_error(e.filename or dest, e, "could not set aside the abandoned timeline's logs") from None
+    if files:
+        said.append(f"the {files} TensorBoard event file(s) holding events after {'it' if said else f'step {step:,}'}, whole")
+    return " and ".join(said)
+
+
+def _event_files(run_dir: Path) -> list:
+    """The run's event files in the order TensorBoard reads them (by name); links are not the run's own."""
+    return sorted(p for p in Path(run_dir).glob("events.out.tfevents.*") if p.is_file() and not p.is_symlink())
+
+
+def _event_records(path: Path) -> list:
+    """[(record bytes, Event)]: the whole records of an event file (TFRecord framing), in order, up
+    to the first one that is cut short (a kill while writing) or not an Event; the bytes are kept
+    as they are, to be written back unchanged."""
+    from google.protobuf.message import DecodeError
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    data, records, pos = path.read_bytes(), [], 0
+    while pos + 12 <= len(data):
+        header = data[pos:pos + 8]
+        length = struct.unpack("<Q", header)[0]
+        end = pos + 12 + length + 4
+        if struct.unpack("<I", data[pos + 8:pos + 12])[0] != masked_crc32c(header) or end > len(data):
+            break
+        try:
+            event = Event.FromString(data[pos + 12:pos + 12 + length])
+        except DecodeError:
+            break
+        records.append((data[pos:end], event))
+        pos = end
+    return records
+
+
+def drop_events_after(run_dir: Path, step: int, dest: Optional[Path] = None) -> int:
+    """Rewrite the run's event files without the events after global step ``step``; returns how many
+    files were changed. TensorBoard's fast loader (its default) shows every event in the files: only
+    a rewrite hides the points a resumed run does not log again. A purge marker of an earlier resume
+    (SessionLog START at step p, written by SummaryWriter(purge_step=p)) is applied as TensorBoard's
+    Python loader applies it (the events before it at steps >= p go) and dropped.
+
+    Only files holding such events are touched, each on its own: the kept records (unchanged bytes,
+    header first) are written to a temporary name TensorBoard does not read, fsynced, then renamed
+    over the file, so a kill leaves either the old file or the new one, never both or half of one.
+    A file left with no event is removed. ``dest`` (a resume from an older checkpoint): each file is
+    first linked (or copied) whole into it; None (a resume after a kill): the dropped events go, as
+    metrics.csv's rows after the checkpoint do."""
+    from tensorboard.compat.proto.event_pb2 import SessionLog
+
+    from .atomic import _fsync_folder, new_temp_file
+
+    files = _event_files(run_dir)
+    records = [_event_records(p) for p in files]
+    keep, purged_from = [], math.inf  # the smallest purge marker step met so far, walking back from the end
+    for recs in reversed(records):
+        flags = []
+        for _, event in reversed(recs):
+            if event.HasField("file_version"):
+                flags.append(True)
+            elif event.HasField("session_log") and event.session_log.status == SessionLog.START:
+                purged_from = min(purged_from, event.step)
+                flags.append(False)
+            else:
+                flags.append(event.step <= step and event.step < purged_from)
+        keep.append(flags[::-1])
+    keep.reverse()
+    changed = 0
+    for path, recs, flags in zip(files, records, keep):
+        if all(flags):
+            continue
+        if dest is not None:
+            _copy_whole(path, Path(dest))
+        kept = [raw for (raw, event), k in zip(recs, flags) if k and not event.HasField("file_version")]
+        if kept:
+            fd, tmp = new_temp_file(path.with_name("events-rewrite"))  # no "tfevents" in its name: not read
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.writelines([raw for (raw, _), k in zip(recs, flags) if k])
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        else:
+            path.unlink()
+        changed += 1
+    if changed:
+        _fsync_folder(Path(run_dir))
+    return changed
+
+
+def _copy_whole(path: Path, dest: Path) -> None:
+    """``path`` into the folder ``dest`` under its own name (a hard link where the filesystem has
+    them, else a copy), before the run's own is rewritten."""
+    target, n = dest / path.name, 2
+    while os.path.lexists(target):
+        target, n = dest / f"{path.name}-{n}", n + 1
+    try:
+        os.link(path, target)
+    except OSError:
+        shutil.copy2(path, target)
 
 
 def _int_or_none(text: str) -> Optional[int]:
@@ -115,7 +261,8 @@ def _int_or_none(text: str) -> Optional[int]:
 def _wait_for_new_second(run_dir: Path) -> None:
     """TensorBoard reads a folder's event files in name order, and names start with the creation
     second: a resumed run's file must not share the second of the file it continues (else the pid
-    decides the order and the purge of steps logged after the checkpoint can be applied too early)."""
+    could put it first, and TensorBoard's Python loader takes a step lower than the one before for a
+    restart and drops the points logged after it)."""
     import time
 
     stamps = [_int_or_none(p.name.split(".")[3]) for p in run_dir.glob("events.out.tfevents.*") if p.name.count(".") >= 4]
@@ -154,11 +301,11 @@ class RunLogger:
 
         check_own_entries(self.run_dir, ("metrics.csv",))  # a link planted there would be appended to
         try:
-            if resume_step is not None:
-                truncate_csv(self.csv_path, resume_step)
+            if resume_step is not None:  # what a killed run logged after its checkpoint goes (set_aside_logs
+                truncate_csv(self.csv_path, resume_step)  # has kept an abandoned timeline's already)
+                drop_events_after(self.run_dir, resume_step)
                 _wait_for_new_second(self.run_dir)
-            # purge_step drops events at steps > resume_step that a killed run logged after its checkpoint
-            self.writer = SummaryWriter(str(self.run_dir), purge_step=None if resume_step is None else resume_step + 1)
+            self.writer = SummaryWriter(str(self.run_dir))
             _quiet_writer_thread(self.writer)
             # a file killed before its header reached the disk is empty: it gets the header now
             new = not self.csv_path.exists() or self.csv_path.stat().st_size == 0

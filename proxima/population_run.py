@@ -352,11 +352,15 @@ def _set_aside_member_checkpoints(dirs: list, step: int) -> None:
     """Members' checkpoints newer than ``step`` (the population checkpoint resumed from): members are
     saved before the population's checkpoint, so a kill during a save, a corrupt newest population
     checkpoint or an explicit older one leaves them behind. Moved into the member's
-    checkpoints/abandoned-<time>/ as set_aside_newer does for a run, with one note for all."""
+    checkpoints/abandoned-<time>/ as set_aside_newer does for a run (with the metrics.csv rows and
+    TensorBoard event files holding what the member logged after ``step``), with one note for all."""
     moved = [folder for d in dirs if (folder := _quietly(ckpt.set_aside_newer, ckpt.checkpoint_path(d, step))) is not None]
     if moved:
+        logs = any((f / "metrics.csv").exists() or any(f.glob("events.out.tfevents.*")) for f in moved)
         print(f"proxima: note: {len(moved)} member(s) held checkpoints newer than step {step:,}, from the abandoned timeline: "
-              f"moved to each one's checkpoints/{moved[0].name}/ (e.g. {moved[0]})", file=sys.stderr)
+              f"moved to each one's checkpoints/{moved[0].name}/"
+              f"{', with its metrics.csv rows and TensorBoard event files from after that step,' if logs else ''} "
+              f"(e.g. {moved[0]})", file=sys.stderr)
 
 
 def check_finite_weights(pop: Population, names: list, path) -> None:

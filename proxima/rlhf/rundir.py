@@ -119,9 +119,12 @@ class MetricsLogger:
 
         self.path = path
         resumed = resume_step is not None
-        if resumed:
+        if resumed:  # rewritten, not purge_step: TensorBoard's default loader ignores purge markers
+            from ..logger import drop_events_after
+
+            drop_events_after(path, resume_step)
             _wait_past_event_files(path)
-        self.writer = SummaryWriter(str(path), purge_step=resume_step + 1 if resumed else None)
+        self.writer = SummaryWriter(str(path))
         self.csv_path = path / "metrics.csv"
         self.columns: Optional[list] = None
         if resumed and self.csv_path.exists():
