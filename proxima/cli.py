@@ -120,6 +120,7 @@ def config_from_args(args: argparse.Namespace, prog: str):
     for name in FIELDS:
         if name != "env_id" and name in vars(args):
             setattr(cfg, name, coerce(name, getattr(args, name), source="flag"))
+            (getattr(cfg, "_sources", None) or {}).pop(name, None)  # typed: the flag's, even where it equals the file's
     return cfg
 
 
@@ -184,12 +185,17 @@ def resume_overrides(args: argparse.Namespace, cfg) -> tuple[dict, dict]:
 def _name_resume_source(e: Exception, sources: dict) -> Exception:
     """A resume's refusal names a field as its flag (``--lr 0.01: cannot change when resuming``); when
     the value came from --config FILE or --preset NAME (``sources``), not typed, the line names that
-    instead (``--config ext.yaml: lr 0.01: ...``): the user never typed the flag."""
+    instead (``--config ext.yaml: lr 0.01: ...``): the user never typed the flag. A line about
+    several fields (ConfigError.fields: one batch larger than --total-timesteps) is prefixed with
+    the source and those of its fields that came from it."""
     message = str(e)
     for name, where in sources.items():
         flag = f"--{name.replace('_', '-')} "
         if isinstance(e, ConfigError) and message.startswith(flag):
             return ConfigError(f"{where}: {name} {message[len(flag):]}")
+    named = [name for name in getattr(e, "fields", ()) if name in sources]
+    if named:
+        return ConfigError(f"{sources[named[0]]}: {', '.join(named)}: {message}")
     return e
 
 
@@ -198,6 +204,7 @@ def cmd_train(args) -> int:
 
     prog = "proxima train"
     sources = {}  # a resume's fields that --config FILE or --preset NAME set: a refusal names them (_name_resume_source)
+    cfg = None  # a new run's: a refusal of a value from --config FILE names the file (_name_config_file)
     try:
         if args.nproc is not None and args.nproc < 1:
             raise ConfigError(f"--nproc {args.nproc}: must be at least 1")
@@ -230,6 +237,8 @@ def cmd_train(args) -> int:
         print(f"proxima: {e}", file=sys.stderr)
         return e.exit_code
     except _user_errors() as e:
+        if cfg is not None and args.resume is None:  # preflight's and train's own checks (the device, memory, the env)
+            e = _name_config_file(e, cfg, exclude=_member_fields(args))
         return fail(prog, str(_name_resume_source(e, sources)))
 
 
@@ -261,16 +270,36 @@ def _dry_run_train(args, cfg, overrides: dict, world_size: int = 1) -> int:
     return _dry_run(cfg, world_size, overrides)
 
 
-def _name_config_file(e: ConfigError, cfg) -> ConfigError:
-    """validate's line names a field as its flag (``--seed ...``); when the value came from ``--config
-    FILE`` (not typed), the line names the file too, so the user knows where to fix it."""
+def _member_fields(args) -> set:
+    """The fields a population sets per member (--seeds: seed; --sweep FIELD=...): a refusal of one
+    member's value is about the flag, whatever --config FILE said."""
+    names = {"seed"} if getattr(args, "seeds", None) is not None else set()
+    for item in getattr(args, "sweep", None) or ():
+        names.add(str(item).partition("=")[0].strip().lstrip("-").replace("-", "_"))
+    return names
+
+
+def _name_config_file(e: Exception, cfg, exclude=()) -> Exception:
+    """A refusal names a field as its flag (``--seed ...``, ``--env-kwargs: ...``); when the value came
+    from ``--config FILE`` (not typed), the line names the file and the field first, so the user knows
+    where to fix it: validate's lines, and those of the checks that build the env and size the run
+    (run_setup.preflight, train). A line about several fields (ConfigError.fields) names those of
+    them that came from the file; ``env_id ''`` (no flag: ENV_ID or the file's env_id) the file.
+    ``exclude``: fields set after the file (a population's per-member seed and swept fields)."""
     from .config import source_of
 
     message = str(e)
-    for name in FIELDS:
-        source = source_of(cfg, name)
-        if source and not source.startswith("preset ") and message.startswith(f"--{name.replace('_', '-')} "):
-            return ConfigError(f"{source}: {name}: {message}")
+    about = list(getattr(e, "fields", ()))
+    if not about:
+        about = [name for name in FIELDS if name != "env_id" and any(
+            message.startswith(f"--{name.replace('_', '-')}{end}") for end in (" ", ":"))]
+    from_file = [(name, source_of(cfg, name)) for name in about if name not in exclude]
+    from_file = [(name, source) for name, source in from_file if source and not source.startswith("preset ")]
+    if from_file:
+        return ConfigError(f"{from_file[0][1]}: {', '.join(name for name, _ in from_file)}: {message}")
+    source = source_of(cfg, "env_id")
+    if message.startswith("env_id ") and source and not source.startswith("preset "):
+        return ConfigError(f"{source}: {message}")
     return e
 
 
@@ -289,15 +318,15 @@ def recorded_argv() -> list:
 def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None) -> int:
     """Check what train would refuse (run_setup.preflight), print the resolved config as YAML, train
     nothing, write nothing. ``overrides``: a new run's typed flags, for train's notes on them."""
-    import yaml
+    from .config import dump_yaml
 
     from .run_setup import preflight
     from .trainer import _note_whole_iterations
 
-    preflight(cfg, world_size)
+    preflight(cfg, world_size)  # a refusal of a value from --config FILE names the file: cmd_train's handler
     if "total_timesteps" in (overrides or {}):  # the YAML shows the total typed; the note, what would train
         _note_whole_iterations(cfg, world_size)
-    print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+    print(dump_yaml(cfg.to_dict()), end="")
     return 0
 
 

@@ -31,7 +31,12 @@ def install_hint(extra: str) -> str:
 
 
 class ConfigError(ValueError):
-    """A config value a user must change; the message names the field and what to do."""
+    """A config value a user must change; the message names the field and what to do.
+
+    ``fields``: the fields a line names other than by its start (``--num-envs``), where it is about
+    several (one batch larger than --total-timesteps), for the CLI to say which came from a file."""
+
+    fields: tuple = ()
 
 
 def _f(default: Any, doc: str, **kw: Any) -> Any:
@@ -152,7 +157,14 @@ def source_of(cfg: PPOConfig, name: str) -> Optional[str]:
     """Where field ``name``'s value came from (from_dict's ``source``: a preset, a --config file)
     while the field still holds that value; None when a flag or the code set it, or the default."""
     source, value = (getattr(cfg, "_sources", None) or {}).get(name, (None, None))
-    return source if source is not None and getattr(cfg, name) == value else None
+    return source if source is not None and same_value(getattr(cfg, name), value) else None
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """``a == b``, where a NaN equals a NaN (``.nan`` from a file still holds the file's value)."""
+    if a is b or a == b:
+        return True
+    return isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
 
 
 def preset_of(cfg: PPOConfig, name: str) -> Optional[str]:
@@ -179,10 +191,16 @@ def cpu_preset_hint(cfg: PPOConfig) -> str:
 
 _NO_ALIAS_LOADER = None
 
+#: a YAML 1.2 float with an exponent (``1e-3``, ``1e1``, ``1.0e3``, ``.5E-2``): YAML 1.1, which PyYAML
+#: reads, wants a dot and a signed exponent (``1.0e-3``), so these were strings, which an env's
+#: keyword argument received as such. A plain scalar only: a quoted ``'1e1'`` stays a string.
+YAML12_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$")
+
 
 def yaml_alias_error():
-    """The exception class load_yaml raises for an alias (a yaml.YAMLError)."""
-    return _no_alias_loader().AliasError
+    """The exception class load_yaml raises for a file it refuses as data (a yaml.YAMLError): an
+    alias, or a key given twice in one mapping. Its message is one clause, without the file's name."""
+    return _no_alias_loader().DataError
 
 
 def _no_alias_loader():
@@ -190,12 +208,21 @@ def _no_alias_loader():
     if _NO_ALIAS_LOADER is None:
         import yaml
 
-        class AliasError(yaml.YAMLError):
+        class DataError(yaml.YAMLError):
+            """A YAML file read as data holds what Proxima refuses to read (an alias, a key twice)."""
+
+        class AliasError(DataError):
             """A YAML alias (``*name``) in a file read as data."""
+
+        class DuplicateKeyError(DataError):
+            """A mapping that gives one key twice: PyYAML keeps the last silently, so a value added at
+            the top of a copied config.yaml would lose to the file's own line further down."""
 
         class NoAliasLoader(yaml.SafeLoader):
             """yaml.SafeLoader that refuses aliases: nested aliases make a few hundred bytes stand for
-            billions of values, which printing or comparing the result never finishes."""
+            billions of values, which printing or comparing the result never finishes. It also refuses
+            a key given twice in one mapping (any depth: env_kwargs too), and reads YAML 1.2's floats
+            with an exponent and no dot (``1e-3``) as floats (YAML12_FLOAT)."""
 
             def compose_node(self, parent, index):
                 if self.check_event(yaml.events.AliasEvent):
@@ -204,22 +231,59 @@ def _no_alias_loader():
                                      "a file Proxima writes holds none, and aliases are not read: write the value out")
                 return super().compose_node(parent, index)
 
+            def construct_mapping(self, node, deep=False):
+                if isinstance(node, yaml.MappingNode):
+                    seen = {}
+                    for key_node, _ in node.value:
+                        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                            continue  # a list or mapping as a key: PyYAML's own error (unhashable)
+                        key, line = self.construct_object(key_node), key_node.start_mark.line + 1
+                        if key in seen:
+                            where = f"both on line {line}" if seen[key] == line else f"lines {seen[key]} and {line}"
+                            raise DuplicateKeyError(f"'{key}' given twice ({where})")
+                        seen[key] = line
+                return super().construct_mapping(node, deep=deep)
+
+        NoAliasLoader.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOAT, list("-+0123456789."))
+        NoAliasLoader.DataError = DataError
         NoAliasLoader.AliasError = AliasError
+        NoAliasLoader.DuplicateKeyError = DuplicateKeyError
         _NO_ALIAS_LOADER = NoAliasLoader
     return _NO_ALIAS_LOADER
 
 
 def load_yaml(stream):
-    """``yaml.safe_load`` of a run file or config file, which is data: an alias (``*name``) raises
-    yaml_alias_error() (a yaml.YAMLError) instead of being expanded. Proxima writes its YAML with
-    yaml.safe_dump of plain values, which never holds one. Collections nested deeper than Python's
-    stack (thousands of '[') are a yaml.YAMLError too, so every reader's own line reports them."""
+    """``yaml.safe_load`` of a run file or config file, which is data: an alias (``*name``) or a key
+    given twice in one mapping raises yaml_alias_error() (a yaml.YAMLError) instead of being
+    expanded or silently keeping the last. Proxima writes its YAML with dump_yaml (yaml.safe_dump) of plain
+    values, which never holds either. ``1e-3`` is a float, as YAML 1.2 reads it (YAML12_FLOAT).
+    Collections nested deeper than Python's stack (thousands of '[') are a yaml.YAMLError too, so
+    every reader's own line reports them."""
     import yaml
 
     try:
         return yaml.load(stream, Loader=_no_alias_loader())  # noqa: S506 - a SafeLoader subclass
     except RecursionError:  # PyYAML composes nested collections recursively
         raise yaml.YAMLError("nested too deeply") from None
+
+
+_DUMPER = None
+
+
+def dump_yaml(data) -> str:
+    """``yaml.safe_dump(data, sort_keys=False)`` that quotes a string load_yaml reads as a float
+    (``'1e1'``), so a string written to config.yaml (an env keyword argument, a run_dir) reads back as
+    the same string. A SafeDumper subclass of our own: PyYAML's shared dumper is left as it is."""
+    import yaml
+
+    global _DUMPER
+    if _DUMPER is None:
+        class ConfigDumper(yaml.SafeDumper):
+            pass
+
+        ConfigDumper.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOAT, list("-+0123456789."))
+        _DUMPER = ConfigDumper
+    return yaml.dump(data, Dumper=_DUMPER, sort_keys=False)
 
 
 def load_config_file(path: str) -> dict:
@@ -259,6 +323,7 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
     """Convert a YAML/CLI value to the field's type; raise ConfigError naming the field."""
     f = FIELDS[name]
     default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    value = plain(value)
     try:
         if name in OPTIONAL_NUMBERS or name == "run_dir":
             if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "")):
@@ -319,6 +384,24 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
     if source == "flag":  # typed on the command line: name the flag as the user wrote it
         raise ConfigError(f"--{name.replace('_', '-')} {value!r}: expected {expected}")
     raise ConfigError(f"{source}: field '{name}' got {value!r}, expected {expected}")
+
+
+def plain(value: Any) -> Any:
+    """``value`` with numpy scalars (np.float64 from np.logspace, np.int64, np.bool_, np.str_) made
+    the Python values they hold, in lists, tuples and dict values too: yaml.safe_dump, which writes
+    config.yaml, refuses numpy's types, and np.bool_ is no bool. Anything else is returned as is."""
+    import sys
+
+    np = sys.modules.get("numpy")  # none imported: no numpy scalar can be here
+    if np is None:
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)) and any(isinstance(v, (np.generic, list, tuple, dict)) for v in value):
+        return [plain(v) for v in value] if isinstance(value, list) else tuple(plain(v) for v in value)
+    if isinstance(value, dict) and any(isinstance(v, (np.generic, list, tuple, dict)) for v in value.values()):
+        return {k: plain(v) for k, v in value.items()}
+    return value
 
 
 def _check_json_values(name: str, value: dict, source: str) -> None:
@@ -387,11 +470,16 @@ def threads_limit_text(resume_may_change: bool = True) -> str:
 def _check_types(cfg: PPOConfig) -> None:
     """Each field holds its type (a PPOConfig built in Python is not coerced as flags and YAML are):
     ConfigError naming the field, before anything is built or written. Ints pass for floats, a
-    path for run_dir; a string never passes for a number or a bool (NaN is validate's to refuse)."""
+    path for run_dir; a string never passes for a number or a bool (NaN is validate's to refuse).
+    A numpy scalar is replaced in ``cfg`` by the Python value it holds (``plain``): config.yaml
+    could not record it."""
     for name in FIELDS:
         value = getattr(cfg, name)
         if name == "run_dir" and isinstance(value, os.PathLike):
             continue
+        if plain(value) is not value:  # numpy scalars (a sweep over np.logspace): the Python values they hold
+            value = plain(value)
+            setattr(cfg, name, value)
         try:
             coerced = coerce(name, value, "PPOConfig")
             same = coerced == value or (isinstance(value, float) and math.isnan(value) and math.isnan(coerced))
@@ -462,12 +550,14 @@ def validate(cfg: PPOConfig, world_size: int = 1) -> None:
         bad("num_minibatches", f"gives minibatches of {batch // cfg.num_minibatches} sample; advantage normalization needs at least 2")
     if cfg.total_timesteps < batch * world_size:
         procs = f" x {world_size} processes" if world_size > 1 else ""
-        raise ConfigError(f"one batch (--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}{procs} = {batch * world_size:,} steps) "
-                          f"is larger than --total-timesteps {cfg.total_timesteps}: lower --num-envs or --num-steps, or raise --total-timesteps")
+        e = ConfigError(f"one batch (--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}{procs} = {batch * world_size:,} steps) "
+                        f"is larger than --total-timesteps {cfg.total_timesteps}: lower --num-envs or --num-steps, or raise --total-timesteps")
+        e.fields = ("num_envs", "num_steps", "total_timesteps")  # a line about three fields: cli names those from a file
+        raise e
     if not 0 <= cfg.seed <= MAX_SEED:
         bad("seed", f"must be an integer from 0 to {MAX_SEED:,} (numpy seeds are 32-bit; ranks and evaluation add offsets)")
-    if not cfg.env_id:
-        bad("env_id", "must name an environment")
+    if not cfg.env_id.strip():  # no --env-id flag: ENV_ID on the command line, env_id in a file or PPOConfig
+        raise ConfigError(f"env_id {cfg.env_id!r}: must name an environment (e.g. CartPole-v1)")
     preset = preset_of(cfg, "device")
     if preset and isinstance(cfg.device, str) and cfg.device.startswith("cuda"):
         import torch

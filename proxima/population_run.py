@@ -553,7 +553,7 @@ def save_population(pop: Population, run_dir: Path, dirs: list, seeds, sweep: di
 
 
 def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> list:
-    import yaml
+    from .config import dump_yaml
 
     from .train_state import git_commit, versions
 
@@ -564,7 +564,7 @@ def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> l
         (d / "checkpoints").mkdir(parents=True, exist_ok=True)
         cfg.encoder = pop.encoder_kind
         cfg.run_dir = str(d)
-        write_atomic(d / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        write_atomic(d / "config.yaml", dump_yaml(cfg.to_dict()))
         meta = {"kind": "ppo", "population": str(run_dir), "member": i, "command": argv if argv is not None else sys.argv,
                 "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(), "device": str(pop.device),
                 "world_size": 1, "git_commit": git_commit(), "env_backend": pop.env.backend}

@@ -321,10 +321,10 @@ def open_run_dir(t: "Trainer", resumed: bool) -> None:
     path = t.run_dir / "checkpoints"
     try:
         path.mkdir(parents=True, exist_ok=True)
-        import yaml
+        from .config import dump_yaml
 
         path = t.run_dir / "config.yaml"
-        text = yaml.safe_dump(t.cfg.to_dict(), sort_keys=False)
+        text = dump_yaml(t.cfg.to_dict())
         if resumed:  # the flags a resume may change (an extended --total-timesteps): config.yaml says what runs now
             if not path.is_file() or path.read_text(errors="replace") != text:
                 write_atomic(path, text)  # never through a link planted at config.yaml or a temp name

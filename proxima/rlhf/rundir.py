@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 import yaml
 
+from ..config import dump_yaml
 from .config import ConfigError
 
 CHECKPOINT_RE = re.compile(r"^step_(\d+)\.pt$")
@@ -57,7 +58,7 @@ def write_run_files(path: Path, config: dict, world_size: int, device: str) -> N
 
 
 def write_config(path: Path, config: dict) -> None:
-    _atomic_write(path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+    _atomic_write(path / "config.yaml", dump_yaml(config))
 
 
 def _meta(world_size: int, device: str) -> dict:

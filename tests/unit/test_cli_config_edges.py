@@ -49,6 +49,18 @@ def test_resume_refuses_a_config_file_value_it_cannot_change_and_names_the_file(
     assert "--lr" not in line.split("safe to change")[0]  # never a flag the user did not type
 
 
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "resume"])
+def test_resume_refuses_a_nan_from_the_config_file_naming_the_file(dry_run, run, tmp_path, monkeypatch, capsys):
+    # NaN != NaN: the file's .nan must still be seen as the file's, not silently dropped (exit 0)
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "nan.yaml", "checkpoint_minutes: .nan\n")
+    before = snapshot(run)
+    code, out, err = run_main(["train", "--resume", str(run), "--config", "nan.yaml", "--total-timesteps", "192", "--quiet"]
+                              + (["--dry-run"] if dry_run else []), capsys)
+    error_line(code, err, "proxima train: error: --config nan.yaml: checkpoint_minutes nan: must be 0 (off) or a positive number of minutes")
+    assert out == "" and snapshot(run) == before
+
+
 def test_resume_refuses_a_typed_presets_value_it_cannot_change_and_names_the_preset(run, capsys):
     code, _, err = run_main(["train", "CartPole-v1", "--resume", str(run), "--preset", "fast", "--quiet"], capsys)
     error_line(code, err, "proxima train: error: --preset fast: backend 'native': cannot change when resuming")

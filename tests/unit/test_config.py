@@ -89,7 +89,7 @@ def test_coerce_rejects_with_config_error_naming_the_field(name, value):
     (dict(clip_coef=0.0), "--clip-coef"), (dict(num_minibatches=3), "--num-minibatches"),
     (dict(num_envs=1, num_steps=4, num_minibatches=4, total_timesteps=4), "--num-minibatches"),
     (dict(hidden_sizes=[]), "--hidden-sizes"),
-    (dict(activation="gelu"), "--activation"), (dict(target_kl=0.0), "--target-kl"), (dict(env_id=""), "--env-id"),
+    (dict(activation="gelu"), "--activation"), (dict(target_kl=0.0), "--target-kl"), (dict(env_id=""), "env_id"),  # no --env-id flag: ENV_ID
 ])
 def test_validate_rejects_with_the_flag_name(changes, flag):
     with pytest.raises(ConfigError, match=f"^{flag} "):
