@@ -139,7 +139,7 @@ def test_step_limits_fit_the_call_and_each_is_killed_if_it_ignores_sigterm():
     assert re.search(r"= {}\n".format(sum(limits.values())), text), "the comment adding up the limits is out of date"
     # a process stuck in a CUDA call ignores SIGTERM: SIGKILL follows 10 s later
     calls = [line.strip() for line in text.splitlines() if re.match(r"\s*timeout ", line)]
-    assert calls == ['timeout -k 10 "$limit" "$@"'], calls  # the one in step(), which every step goes through
+    assert calls == ['timeout -k 10 "$limit" "$@" &'], calls  # the one in step(), which every step goes through
 
 
 def test_the_compile_tests_run_last_and_only_there(tmp_path):
@@ -153,7 +153,9 @@ def test_the_compile_tests_run_last_and_only_there(tmp_path):
     assert summary[-1].startswith("pytest-cuda-compile: exit 0")
     collected = []
     for argv in runs:
-        proc = subprocess.run([sys.executable, *argv, "--collect-only"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        # -qq: with the step's -v, node ids one per line (as -q alone lists them)
+        proc = subprocess.run([sys.executable, *argv, "--collect-only", "-qq"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
         collected.append({line for line in proc.stdout.splitlines() if "::" in line})
     first, last = collected
     assert last and all("compile+graphs" in t for t in last), last
@@ -253,7 +255,7 @@ def test_every_test_that_needs_cuda_is_marked_gpu_and_runs_in_the_session(tmp_pa
     assert len(runs) == 2 and all(run[run.index("-m") + 1] == "gpu and not slow" for run in runs), runs
     selected = []
     for i, argv in enumerate(runs):
-        proc = subprocess.run([sys.executable, "-m", "pytest", *argv, "--collect-only"], cwd=ROOT, capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", "pytest", *argv, "--collect-only", "-qq"], cwd=ROOT, capture_output=True, text=True,
                               timeout=600)
         selected.append({line.strip() for line in proc.stdout.splitlines() if "::" in line})
     assert not selected[0] & selected[1]
@@ -285,3 +287,23 @@ def test_a_failed_purejaxrl_solve_run_fails_its_step_and_keeps_the_anchor_s_erro
             assert log.index("wall_from_launch_seconds") < log.index("anchor stderr") < log.index("CUDA_ERROR_OUT_OF_MEMORY"), log
         else:
             assert '"final_return_mean": 500.0' in log and "anchor stderr" not in log
+
+
+def test_nothing_a_step_started_outlives_it(tmp_path):
+    """timeout's SIGKILL reaches its own child only: a driver script's children (proxima train, the
+    anchor), or anything a step left running, would hold the GPU through the later steps. Here the
+    first step (doctor) leaves a process that ignores SIGTERM; it is gone once that step ends."""
+    pidfile = tmp_path / "left.pid"
+    leave = (f'if [[ "$*" == *doctor* ]]; then\n'
+             f'  bash -c \'trap "" TERM; echo $$ > {pidfile}; exec sleep 60\' &\n'
+             f'  for _ in $(seq 50); do [[ -s {pidfile} ]] && break; sleep 0.1; done\n'
+             f'fi\n')
+    stub = STUB.replace('echo "stub:', leave + 'echo "stub:', 1)
+    r, _ = run_session(tmp_path, stub=stub)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pid = int(pidfile.read_text())
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[-1][0]
+    except FileNotFoundError:
+        state = "gone"
+    assert state in ("gone", "Z"), f"process {pid} left by a step is still running (state {state})"

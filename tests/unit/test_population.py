@@ -258,7 +258,7 @@ def test_population_cudagraphs_needs_a_cuda_device(small_config):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("sweep", [None, {"target_kl": [1e-6, None]}], ids=["plain", "target_kl"])
 def test_cuda_graphed_population_equals_eager(small_config, sweep):
-    # run by benchmarks/gpu_session.sh (-k cuda): every part replayed as a CUDA graph, the same
+    # run by benchmarks/gpu_session.sh (-m gpu): every part replayed as a CUDA graph, the same
     # random draws as eager (one generator per device on a GPU), parameters equal after 4 iterations
     cfg = small_config(device="cuda", num_envs=8, num_steps=16)
     params = []
