@@ -10,6 +10,16 @@ import torch
 from proxima import doctor
 
 
+@pytest.fixture(autouse=True)
+def inductor_config_unread(monkeypatch):
+    """inductor reads $CXX once, when torch._inductor.config is first imported, and doctor reads that
+    module's setting when something in this process imported it (an earlier compile test): hidden
+    here, so what a test sets in the environment is what a fresh `proxima doctor` would see."""
+    import sys
+
+    monkeypatch.delitem(sys.modules, "torch._inductor.config", raising=False)
+
+
 def _cuda_works() -> bool:
     try:
         return torch.cuda.is_available() and torch.ones(1, device="cuda").sum().item() == 1.0
