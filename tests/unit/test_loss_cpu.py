@@ -35,10 +35,12 @@ def _run(fn, inputs, **kw):
 
 @pytest.mark.parametrize("norm_adv", [True, False])
 @pytest.mark.parametrize("clip_vloss", [True, False])
-def test_terms_equal_ppo_loss_and_gradients_equal_autograd(norm_adv, clip_vloss):
+@pytest.mark.parametrize("vf_clip_coef", [None, 0.5])  # None: the value clip is clip_coef's
+def test_terms_equal_ppo_loss_and_gradients_equal_autograd(norm_adv, clip_vloss, vf_clip_coef):
     inputs = _inputs()
-    ref, ref_grads = _run(ppo.ppo_loss, inputs, norm_adv=norm_adv, clip_vloss=clip_vloss)
-    out, grads = _run(loss_cpu.ppo_loss, inputs, norm_adv=norm_adv, clip_vloss=clip_vloss)
+    kw = dict(norm_adv=norm_adv, clip_vloss=clip_vloss, vf_clip_coef=vf_clip_coef)
+    ref, ref_grads = _run(ppo.ppo_loss, inputs, **kw)
+    out, grads = _run(loss_cpu.ppo_loss, inputs, **kw)
     assert out.keys() == ref.keys()
     for k in ref:  # the same ops in the same order: the same bits
         assert torch.equal(out[k], ref[k]), k
