@@ -22,7 +22,7 @@ import contextlib
 import os
 import secrets
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Iterator, Optional, Union
 
 PathLike = Union[str, os.PathLike]
 
@@ -58,14 +58,17 @@ def _fsync_folder(folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_open(path: PathLike, mode: str = "w", encoding: str = "utf-8", newline=None) -> Iterator:
+def atomic_open(path: PathLike, mode: str = "w", encoding: str = "utf-8", newline=None,
+                temp_like: Optional[PathLike] = None) -> Iterator:
     """``with atomic_open(path, "w") as f: f.write(...)``: ``path`` is replaced by what was written
     when the block ends without an error, and left as it was otherwise. ``mode``: "w" (text) or
-    "wb". An OSError (disk full, read-only folder) is raised as it is, the temporary file removed."""
+    "wb". An OSError (disk full, read-only folder) is raised as it is, the temporary file removed.
+    ``temp_like``: the temporary file is named after it instead (beside ``path``), for a folder whose
+    readers match names (TensorBoard reads any file with "tfevents" in its name)."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_open: mode {mode!r}; use 'w' or 'wb'")
     path = Path(path)
-    fd, tmp = new_temp_file(path)
+    fd, tmp = new_temp_file(path.with_name(Path(temp_like).name) if temp_like is not None else path)
     try:
         if mode == "wb":
             f = os.fdopen(fd, "wb")

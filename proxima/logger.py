@@ -15,7 +15,6 @@ checkpoints/abandoned-TIME/metrics.csv and the event files it rewrites go there 
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import math
 import os
@@ -195,7 +194,7 @@ def drop_events_after(run_dir: Path, step: int, dest: Optional[Path] = None) -> 
     metrics.csv's rows after the checkpoint do."""
     from tensorboard.compat.proto.event_pb2 import SessionLog
 
-    from .atomic import _fsync_folder, new_temp_file
+    from .atomic import _fsync_folder
 
     files = _event_files(run_dir)
     records = [_event_records(p) for p in files]
@@ -219,18 +218,9 @@ def drop_events_after(run_dir: Path, step: int, dest: Optional[Path] = None) -> 
         if dest is not None:
             _copy_whole(path, Path(dest))
         kept = [raw for (raw, event), k in zip(recs, flags) if k and not event.HasField("file_version")]
-        if kept:
-            fd, tmp = new_temp_file(path.with_name("events-rewrite"))  # no "tfevents" in its name: not read
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.writelines([raw for (raw, _), k in zip(recs, flags) if k])
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+        if kept:  # the temporary file has no "tfevents" in its name: TensorBoard never reads it
+            with atomic_open(path, "wb", temp_like="events-rewrite") as f:
+                f.writelines([raw for (raw, _), k in zip(recs, flags) if k])
         else:
             path.unlink()
         changed += 1

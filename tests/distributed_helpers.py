@@ -77,3 +77,31 @@ def load_params(folder: Path, rank: int) -> dict:
 
 def same_params(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+class RecordingPopen:
+    """launch's Popen in a test: records each command and 'exits' 0, so no rank really starts and a
+    launch that the checks let through shows in ``started``."""
+    started: list = []
+
+    def __init__(self, cmd, **kwargs):
+        self.pid = 0
+        RecordingPopen.started.append(cmd)
+
+    def wait(self):
+        return 0
+
+    def poll(self):
+        return 0
+
+
+def record_launches(monkeypatch) -> list:
+    """Make proxima.launch start torchrun through RecordingPopen; returns the (emptied) list of the
+    commands it starts."""
+    from types import SimpleNamespace
+
+    from proxima import launch
+
+    RecordingPopen.started = []
+    monkeypatch.setattr(launch, "subprocess", SimpleNamespace(Popen=RecordingPopen))
+    return RecordingPopen.started

@@ -10,9 +10,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from proxima import distributed, launch
+from proxima import distributed
 from proxima.cli import main
 from proxima.config import PPOConfig
+from distributed_helpers import RecordingPopen, record_launches
 
 PEER_LOSS = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
              "[127.0.0.1]:64225. This is typically caused by a remote worker crashing.")
@@ -101,27 +102,10 @@ def test_gymnasium_env_rank_that_loses_its_peer_says_so(tmp_path):
 
 
 # --- a resume's config is checked before any rank starts --------------------------------------------
-class _Popen:
-    """launch's Popen: records the command and 'exits' 0, so a launch the checks let through shows."""
-    started: list = []
-
-    def __init__(self, cmd, **kwargs):
-        self.pid = 0
-        _Popen.started.append(cmd)
-
-    def wait(self):
-        return 0
-
-    def poll(self):
-        return 0
-
-
 @pytest.fixture
 def two_process_run(tmp_path, monkeypatch):
     """A run directory whose checkpoint (load_checkpoint/load_resumable patched) 2 processes wrote, and
     a launcher whose Popen only records."""
-    from types import SimpleNamespace
-
     from proxima import checkpoint
 
     run_dir = tmp_path / "run"
@@ -134,8 +118,7 @@ def two_process_run(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint, "load_resumable", lambda p, **kw: state)
     for name in ("TORCHELASTIC_RUN_ID", "WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    _Popen.started = []
-    monkeypatch.setattr(launch, "subprocess", SimpleNamespace(Popen=_Popen))
+    record_launches(monkeypatch)
     return run_dir
 
 
@@ -152,7 +135,7 @@ def _run(monkeypatch, argv):
 def test_resume_of_a_multi_process_run_checks_its_config_before_launching(two_process_run, monkeypatch, capsys, flags, line):
     assert _run(monkeypatch, ["resume", str(two_process_run), *flags]) == 2
     assert capsys.readouterr().err.splitlines() == [line]
-    assert _Popen.started == []
+    assert RecordingPopen.started == []
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
@@ -162,13 +145,13 @@ def test_resume_on_cuda_without_cuda_fails_before_launching(two_process_run, mon
     assert _run(monkeypatch, argv) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"proxima {command[0]}: error: --device 'cuda': CUDA is not usable here (run `proxima doctor`); use --device cpu"]
-    assert _Popen.started == []
+    assert RecordingPopen.started == []
 
 
 def test_resume_with_valid_flags_still_launches(two_process_run, monkeypatch, capsys):
     """The checks refuse the bad values only: the same resume with good ones starts torchrun with 2."""
     argv = ["resume", str(two_process_run), "--threads", "1", "--keep-checkpoints", "2", "--device", "cpu"]
     assert _run(monkeypatch, argv) == 0
-    assert len(_Popen.started) == 1
-    cmd = _Popen.started[0]
+    assert len(RecordingPopen.started) == 1
+    cmd = RecordingPopen.started[0]
     assert cmd[cmd.index("--nproc-per-node") + 1] == "2" and cmd[-len(argv):] == argv

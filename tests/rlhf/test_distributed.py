@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from distributed_helpers import RecordingPopen, record_launches
 
 
 def test_two_processes_train_data_parallel_and_stay_in_sync(assets, ddp_run):
@@ -24,26 +25,11 @@ def test_two_processes_train_data_parallel_and_stay_in_sync(assets, ddp_run):
 
 
 # --- `proxima resume` of a multi-process RLHF run starts as many processes ----------------------------
-class _Popen:
-    """launch's Popen: records the torchrun command and 'exits' 0, so no rank really starts."""
-    started: list = []
-
-    def __init__(self, cmd, **kwargs):
-        self.pid = 0
-        _Popen.started.append(cmd)
-
-    def wait(self):
-        return 0
-
-    def poll(self):
-        return 0
-
-
 @pytest.fixture
 def rlhf_run(assets, tmp_path, monkeypatch, two_processes):
     """An RLHF run directory as 2 processes left it (its config.yaml and meta.json), a launcher whose Popen
     only records, and an in-process resume that records instead of training."""
-    from proxima import launch, rlhf
+    from proxima import rlhf
 
     _, two_process_config, _ = two_processes
     run_dir = tmp_path / "run"
@@ -56,8 +42,7 @@ def rlhf_run(assets, tmp_path, monkeypatch, two_processes):
     write()
     for name in ("TORCHELASTIC_RUN_ID", "WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    _Popen.started = []
-    monkeypatch.setattr(launch, "subprocess", SimpleNamespace(Popen=_Popen))
+    record_launches(monkeypatch)
     in_process = []
     monkeypatch.setattr(rlhf, "resume", lambda path, **kw: in_process.append((str(path), kw)) or 0)
     return SimpleNamespace(path=run_dir, write=write, in_process=in_process)
@@ -73,7 +58,7 @@ def _resume(monkeypatch, *args):
 
 def test_resume_of_a_two_process_rlhf_run_starts_two_processes(rlhf_run, monkeypatch, capsys):
     assert _resume(monkeypatch, rlhf_run.path, "--steps", "3") == 0
-    assert _Popen.started == [[sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+    assert RecordingPopen.started == [[sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
                                "-m", "proxima", "resume", str(rlhf_run.path), "--steps", "3"]]
     assert rlhf_run.in_process == []
     assert (f"proxima resume: {rlhf_run.path} is an RLHF run of 2 processes: resuming with 2 processes on this machine"
@@ -90,7 +75,7 @@ def test_the_ranks_and_a_one_process_run_resume_in_process(rlhf_run, monkeypatch
     assert _resume(monkeypatch, rlhf_run.path) == 0
     assert [kw for _, kw in rlhf_run.in_process] == [{"steps": None, "trust_run": False, "quiet": True},
                                                      {"steps": None, "trust_run": False, "quiet": False}]
-    assert _Popen.started == []
+    assert RecordingPopen.started == []
 
 
 def test_what_every_rank_would_refuse_is_one_line_before_any_starts(rlhf_run, monkeypatch, capsys):
@@ -105,7 +90,7 @@ def test_what_every_rank_would_refuse_is_one_line_before_any_starts(rlhf_run, mo
     assert _resume(monkeypatch, rlhf_run.path) == 2
     assert "an RLHF run of 2 processes, more than this machine's 1 CPUs; resume it under the torchrun command" in \
         capsys.readouterr().err
-    assert _Popen.started == [] and rlhf_run.in_process == []
+    assert RecordingPopen.started == [] and rlhf_run.in_process == []
 
 
 def test_the_advice_and_the_refusal_name_a_resume_that_works(monkeypatch, tmp_path):
