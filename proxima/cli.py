@@ -106,7 +106,7 @@ def config_from_args(args: argparse.Namespace, prog: str):
     if args.env_id is not None and not args.env_id.strip():  # "" is a mistake (an unset variable), not the default env
         raise ConfigError(f"ENV_ID {args.env_id!r}: empty; name an env (e.g. {DEFAULT_ENV}), or leave ENV_ID out for {DEFAULT_ENV}")
     env_id = args.env_id if args.env_id is not None else file_values.get("env_id")
-    if getattr(args, "preset", None) is not None and getattr(args, "resume", None) is not None and env_id is None:
+    if getattr(args, "preset", None) is not None and env_id is None and _resumes_a_run(args, file_values):
         # a preset is an env's: resolving it for the default env would check another env's values against the run
         raise ConfigError(f"--preset {args.preset} with --resume: give the run's ENV_ID too (a preset's values are "
                           "its env's; `proxima presets ENV_ID` lists them)")
@@ -122,6 +122,21 @@ def config_from_args(args: argparse.Namespace, prog: str):
             setattr(cfg, name, coerce(name, getattr(args, name), source="flag"))
             (getattr(cfg, "_sources", None) or {}).pop(name, None)  # typed: the flag's, even where it equals the file's
     return cfg
+
+
+def _resumes_a_run(args, file_values: dict) -> bool:
+    """Whether the command continues a run: --resume PATH, or --resume auto with a checkpoint in its
+    --run-dir (without one it starts a new run, which takes the default env as any new run does)."""
+    resume = getattr(args, "resume", None)
+    if resume != "auto":
+        return resume is not None
+    from . import checkpoint as ckpt
+
+    run_dir = getattr(args, "run_dir", None) or file_values.get("run_dir")
+    try:
+        return isinstance(run_dir, (str, os.PathLike)) and bool(ckpt.list_checkpoints(run_dir))
+    except OSError:  # unreadable: the resume names it
+        return True
 
 
 def _own_config_run_dir(args, file_values: dict, prog: str) -> dict:
@@ -213,9 +228,10 @@ def cmd_train(args) -> int:
                 raise ConfigError("--nproc: a population trains in one process; drop --nproc")
             from .launch import launch_torchrun
 
+            # the config here too: a refusal of the launcher's checks names the --config file, as below
+            cfg = config_from_args(args, prog)
+            overrides, sources = resume_overrides(args, cfg) if args.resume is not None else (typed_flags(args), {})
             if args.dry_run:  # once, here: no processes to start for a run that trains nothing
-                cfg = config_from_args(args, prog)
-                overrides, sources = resume_overrides(args, cfg) if args.resume is not None else (typed_flags(args), {})
                 return _dry_run_train(args, cfg, overrides, args.nproc)
             return launch_torchrun(args.nproc, sys.argv[1:])
         cfg = config_from_args(args, prog)

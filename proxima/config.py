@@ -387,19 +387,21 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
 
 
 def plain(value: Any) -> Any:
-    """``value`` with numpy scalars (np.float64 from np.logspace, np.int64, np.bool_, np.str_) made
-    the Python values they hold, in lists, tuples and dict values too: yaml.safe_dump, which writes
-    config.yaml, refuses numpy's types, and np.bool_ is no bool. Anything else is returned as is."""
+    """``value`` with numpy scalars (np.float64 from np.logspace, np.int64, np.bool_, np.str_) and
+    0-d arrays and tensors (``torch.logspace(-4, -2, 3)[1]``) made the Python values they hold, in
+    lists, tuples and dict values too: yaml.safe_dump, which writes config.yaml, refuses their types,
+    and np.bool_ is no bool. Anything else is returned as is."""
     import sys
 
-    np = sys.modules.get("numpy")  # none imported: no numpy scalar can be here
-    if np is None:
+    np, torch = sys.modules.get("numpy"), sys.modules.get("torch")  # one not imported: none of its values here
+    scalars = tuple(t for t in ((np.generic, np.ndarray) if np is not None else ()) + ((torch.Tensor,) if torch else ()))
+    if not scalars:
         return value
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, (list, tuple)) and any(isinstance(v, (np.generic, list, tuple, dict)) for v in value):
+    if isinstance(value, scalars):
+        return value.item() if value.ndim == 0 else value  # a numpy scalar's ndim is 0 too
+    if isinstance(value, (list, tuple)) and any(isinstance(v, (*scalars, list, tuple, dict)) for v in value):
         return [plain(v) for v in value] if isinstance(value, list) else tuple(plain(v) for v in value)
-    if isinstance(value, dict) and any(isinstance(v, (np.generic, list, tuple, dict)) for v in value.values()):
+    if isinstance(value, dict) and any(isinstance(v, (*scalars, list, tuple, dict)) for v in value.values()):
         return {k: plain(v) for k, v in value.items()}
     return value
 
@@ -482,7 +484,7 @@ def _check_types(cfg: PPOConfig) -> None:
             setattr(cfg, name, value)
         try:
             coerced = coerce(name, value, "PPOConfig")
-            same = coerced == value or (isinstance(value, float) and math.isnan(value) and math.isnan(coerced))
+            same = same_value(coerced, value)
         except ConfigError:
             same = False
         default = FIELDS[name].default if FIELDS[name].default is not dataclasses.MISSING else FIELDS[name].default_factory()

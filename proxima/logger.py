@@ -248,7 +248,7 @@ def _int_or_none(text: str) -> Optional[int]:
         return None
 
 
-def _wait_for_new_second(run_dir: Path) -> None:
+def wait_for_new_second(run_dir: Path) -> None:
     """TensorBoard reads a folder's event files in name order, and names start with the creation
     second: a resumed run's file must not share the second of the file it continues (else the pid
     could put it first, and TensorBoard's Python loader takes a step lower than the one before for a
@@ -294,7 +294,7 @@ class RunLogger:
             if resume_step is not None:  # what a killed run logged after its checkpoint goes (set_aside_logs
                 truncate_csv(self.csv_path, resume_step)  # has kept an abandoned timeline's already)
                 drop_events_after(self.run_dir, resume_step)
-                _wait_for_new_second(self.run_dir)
+                wait_for_new_second(self.run_dir)
             self.writer = SummaryWriter(str(self.run_dir))
             _quiet_writer_thread(self.writer)
             # a file killed before its header reached the disk is empty: it gets the header now

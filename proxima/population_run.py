@@ -359,7 +359,7 @@ def _set_aside_member_checkpoints(dirs: list, step: int) -> None:
         logs = any((f / "metrics.csv").exists() or any(f.glob("events.out.tfevents.*")) for f in moved)
         print(f"proxima: note: {len(moved)} member(s) held checkpoints newer than step {step:,}, from the abandoned timeline: "
               f"moved to each one's checkpoints/{moved[0].name}/"
-              f"{', with its metrics.csv rows and TensorBoard event files from after that step,' if logs else ''} "
+              f"{' with their metrics.csv rows and TensorBoard event files from after that step' if logs else ''} "
               f"(e.g. {moved[0]})", file=sys.stderr)
 
 

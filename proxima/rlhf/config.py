@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..config import ConfigError
+from ..config import ConfigError, plain
 
 __all__ = ["RLHFConfig", "ConfigError", "FIELDS", "from_dict", "coerce", "validate", "reward_specs"]
 
@@ -177,6 +177,8 @@ def validate(cfg: RLHFConfig) -> None:
     def bad(name: str, why: str) -> None:
         raise ConfigError(f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: {why}")
 
+    for f in dataclasses.fields(cfg):  # numpy/torch scalars (a sweep in Python): config.yaml records plain values
+        setattr(cfg, f.name, plain(getattr(cfg, f.name)))
     cfg.reward = reward_specs(cfg)
     for name in ("policy", "reward", "prompts"):
         if not getattr(cfg, name):

@@ -98,18 +98,6 @@ def _atomic_write(path: Path, text: str) -> None:
     write_atomic(path, text)
 
 
-def _wait_past_event_files(path: Path) -> None:
-    """TensorBoard reads a run's event files in name order, events.out.tfevents.<unix second>.<host>.<pid>,
-    and a resumed run's purge of the steps after its checkpoint only drops points read before it. A file
-    from the same second as an earlier one could sort first (a lower pid): start in a later second."""
-    seconds = [int(m.group(1)) for f in path.glob("events.out.tfevents.*")
-               if (m := re.match(r"events\.out\.tfevents\.(\d+)\.", f.name))]
-    if seconds:
-        wait = max(seconds) + 1 - time.time()
-        if 0 < wait <= 2:
-            time.sleep(wait)
-
-
 class MetricsLogger:
     """TensorBoard scalars and text, plus metrics.csv (one row per step, the columns of the first row)."""
 
@@ -121,10 +109,10 @@ class MetricsLogger:
         self.path = path
         resumed = resume_step is not None
         if resumed:  # rewritten, not purge_step: TensorBoard's default loader ignores purge markers
-            from ..logger import drop_events_after
+            from ..logger import drop_events_after, wait_for_new_second
 
             drop_events_after(path, resume_step)
-            _wait_past_event_files(path)
+            wait_for_new_second(path)
         self.writer = SummaryWriter(str(path))
         self.csv_path = path / "metrics.csv"
         self.columns: Optional[list] = None

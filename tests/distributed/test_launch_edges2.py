@@ -155,3 +155,17 @@ def test_resume_with_valid_flags_still_launches(two_process_run, monkeypatch, ca
     assert len(RecordingPopen.started) == 1
     cmd = RecordingPopen.started[0]
     assert cmd[cmd.index("--nproc-per-node") + 1] == "2" and cmd[-len(argv):] == argv
+
+
+def test_a_launch_refusing_a_config_file_value_names_the_file(tmp_path, monkeypatch, capsys):
+    # the launcher checks once before starting ranks; the line names the file, as the same command with --dry-run does
+    started = record_launches(monkeypatch)
+    config = tmp_path / "c.yaml"
+    config.write_text("num_envs: 3\nnum_steps: 5\nnum_minibatches: 16\n")
+    for extra in ([], ["--dry-run"]):
+        argv = ["train", "--config", str(config), "--nproc", "2", "--run-dir", str(tmp_path / "run"), *extra]
+        monkeypatch.setattr(sys, "argv", ["proxima", *argv])  # what the launcher passes on to its ranks
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 2 and err.strip().startswith(f"proxima train: error: {config}: num_minibatches: --num-minibatches 16"), err
+    assert started == [] and not (tmp_path / "run").exists()

@@ -184,7 +184,7 @@ def test_a_population_resumed_from_an_older_checkpoint_keeps_each_members_droppe
     capsys.readouterr()
     started = time.time()
     assert cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--resume", str(ckpt.checkpoint_path(run, 128)), *flags]) == 0
-    assert "with its metrics.csv rows and TensorBoard event files from after that step" in capsys.readouterr().err
+    assert "with their metrics.csv rows and TensorBoard event files from after that step" in capsys.readouterr().err
     for d in members:
         [dest] = (d / "checkpoints").glob("abandoned-*")
         assert csv_lines(dest / "metrics.csv") == [lines[d][0], *lines[d][3:]]

@@ -323,3 +323,14 @@ def test_a_demo_refused_after_pretraining_removes_the_empty_folders_it_created(t
     assert sorted(os.listdir(tmp_path)) == ["mine", "runs"] and os.listdir(tmp_path / "mine") == []
     assert os.listdir(tmp_path / "runs") == ["other"]
     capsys.readouterr()
+
+
+def test_numpy_and_tensor_scalars_in_an_rlhf_config_train_and_are_recorded_as_numbers(tiny_cfg, tmp_path):
+    import numpy as np
+    import yaml
+
+    cfg = tiny_cfg(lr=np.float64(2e-4), batch_size=np.int64(8), temperature=torch.tensor(0.9), steps=1,
+                   run_dir=str(tmp_path / "run"))
+    run_dir = train_rlhf(cfg)  # config.yaml could not be written before: RepresenterError after the models loaded
+    recorded = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert (recorded["lr"], recorded["batch_size"]) == (2e-4, 8) and abs(recorded["temperature"] - 0.9) < 1e-6

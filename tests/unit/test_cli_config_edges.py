@@ -71,7 +71,17 @@ def test_a_preset_on_a_resume_needs_the_env_id_it_belongs_to(run, capsys):
     before = snapshot(run)
     code, _, err = run_main(["train", "--resume", str(run), "--preset", "fast", "--quiet"], capsys)
     error_line(code, err, "proxima train: error: --preset fast with --resume: give the run's ENV_ID too")
+    code, _, err = run_main(["train", "--resume", "auto", "--run-dir", str(run), "--preset", "fast", "--dry-run"], capsys)
+    error_line(code, err, "--preset fast with --resume: give the run's ENV_ID too")
     assert snapshot(run) == before
+
+
+def test_a_preset_with_resume_auto_and_nothing_to_resume_starts_the_default_env(tmp_path, capsys):
+    # a restartable job's first start: no checkpoint yet, so a new run, as `train --preset fast` alone
+    code, out, err = run_main(["train", "--resume", "auto", "--run-dir", str(tmp_path / "new"), "--preset", "fast",
+                               "--dry-run"], capsys)
+    assert code == 0, err
+    assert yaml.safe_load(out)["env_id"] == "CartPole-v1" and yaml.safe_load(out)["num_envs"] == 256
 
 
 def test_resume_refuses_another_env_id_from_the_config_file(run, tmp_path, capsys):

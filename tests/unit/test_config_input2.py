@@ -167,3 +167,12 @@ def test_an_empty_env_id_in_the_config_file_names_no_flag(value, tmp_path, capsy
 def test_an_empty_env_id_in_python_names_the_field():
     with pytest.raises(ConfigError, match=r"^env_id '': must name an environment"):
         validate(PPOConfig(env_id=""))
+
+
+def test_validate_makes_zero_dim_arrays_and_tensors_python_values():
+    import torch
+
+    cfg = PPOConfig(lr=torch.logspace(-4, -2, 3)[1], num_envs=np.array(4), hidden_sizes=[torch.tensor(64)])
+    validate(cfg)
+    assert (type(cfg.lr), cfg.num_envs, cfg.hidden_sizes) == (float, 4, [64]) and type(cfg.num_envs) is int
+    assert load_yaml(dump_yaml(cfg.to_dict()))["lr"] == pytest.approx(1e-3)
