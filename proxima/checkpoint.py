@@ -230,7 +230,7 @@ def set_aside_newer(checkpoint: Union[str, Path], global_step: Optional[int] = N
     for p in newer:
         os.replace(p, dest / p.name)
     print(f"proxima: note: resuming from {checkpoint.name}, older than the run's newest checkpoint: moved the {len(newer)} "
-          f"newer one(s) ({newer[0].name}..{newer[-1].name}) to {dest}{', with ' + logs if logs else ''} "
+          f"newer one(s) ({newer[0].name}{'..' + newer[-1].name if len(newer) > 1 else ''}) to {dest}{', with ' + logs if logs else ''} "
           f"(the run continues from {checkpoint.name}{'; its own logs now end there' if logs else ''})", file=sys.stderr)
     return dest
 
