@@ -11,6 +11,7 @@ import argparse
 import importlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -678,9 +679,40 @@ def _bool_flag_value(parser: argparse.ArgumentParser, argv: list) -> Optional[tu
     return None
 
 
+#: a negative number argparse reads as an unknown flag (its own matcher takes only -5 and -0.5)
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity)$", re.IGNORECASE)
+
+
+def _attach_negative_numbers(parser: argparse.ArgumentParser, argv: list) -> list:
+    """argv with ``--stop-return -1e3`` written ``--stop-return=-1e3``: argparse takes a word starting
+    with '-' for a flag unless it looks like ``-5`` or ``-0.5``, so a value in scientific notation
+    (or ``-inf``) after a flag that takes one was "expected one argument"."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    command = next((w for w in argv if not w.startswith("-")), None)
+    target = subs[0].choices.get(command) if subs and command else None
+    if target is None:
+        return argv
+    takes_value = {o for a in target._actions if a.option_strings and a.nargs in (None, 1) and not isinstance(
+        a, argparse.BooleanOptionalAction) and not isinstance(a, (argparse._StoreConstAction, argparse._HelpAction))
+        for o in a.option_strings}
+    out, i = [], 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return out + argv[i:]
+        if word in takes_value and i + 1 < len(argv) and _NEGATIVE_NUMBER.match(argv[i + 1]):
+            out.append(f"{word}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(word)
+        i += 1
+    return out
+
+
 def main(argv: Optional[list] = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    argv = _attach_negative_numbers(parser, argv)
     bool_value = _bool_flag_value(parser, argv)
     if bool_value:
         command, message = bool_value

@@ -371,3 +371,25 @@ def test_a_runs_config_yaml_nested_too_deeply_is_one_line_for_plot_and_report(co
     assert "Traceback" not in err and "RecursionError" not in err, err
     if command == "report":  # it shows config.yaml: one line naming why it cannot (plot draws without it)
         assert code == 2 and "nested too deeply" in err and err.count("\n") == 1, err
+
+
+# ------------------------------------------------------------------ 7. negative numbers argparse takes for flags
+@pytest.mark.parametrize("value, expected", [("-1e3", -1000.0), ("-2.5E+2", -250.0), ("-7", -7.0), ("-.5", -0.5)])
+def test_a_negative_number_in_scientific_notation_is_a_flags_value(value, expected, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(["train", "CartPole-v1", "--stop-return", value, "--dry-run"], capsys)
+    assert code == 0, err
+    assert yaml.safe_load(out)["stop_return"] == expected
+
+
+def test_a_negative_infinity_reaches_the_fields_own_check(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(["train", "CartPole-v1", "--stop-return", "-inf", "--dry-run"], capsys)
+    error_line(code, err, "--stop-return -inf: must be a finite number or none")
+
+
+def test_a_negative_number_after_a_flag_without_a_value_is_still_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # --dry-run takes no value: -1e3 stays an unknown argument
+    code, _, err = run_main(["train", "CartPole-v1", "--dry-run", "-1e3"], capsys)
+    assert code == 2 and "-1e3" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
