@@ -377,7 +377,9 @@ def _dict_from_dict(d: dict, where: str) -> gym.spaces.Space:
     keys = [k for k, _ in pairs]
     if len(set(keys)) < len(keys):  # a dict would silently keep the last one
         raise _not_a_space(where, "a key is recorded twice")
-    return gym.spaces.Dict({k: space_from_dict(v, f"{where}.{k}") for k, v in pairs})
+    # a list of pairs, not a dict: gym.spaces.Dict sorts a plain dict's keys, and the recorded order is
+    # the order the policy's input was packed in (an env's Dict built from pairs keeps its own order)
+    return gym.spaces.Dict([(k, space_from_dict(v, f"{where}.{k}")) for k, v in pairs])
 
 
 #: type name -> reader of its space_to_dict form; anything else is not a recorded space

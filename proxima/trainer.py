@@ -650,11 +650,13 @@ def finish_run(trainer: Trainer, quiet: bool) -> None:
     elif cfg.eval_episodes > 0:
         # this run's own last checkpoint, with the env id the user gave it (not one read back from disk)
         last = getattr(trainer, "last_checkpoint", None) or ckpt.list_checkpoints(trainer.run_dir)[-1]
-        policy = ckpt.load_policy(last, device=trainer.device, env_id=cfg.env_id)
         try:
+            policy = ckpt.load_policy(last, device=trainer.device, env_id=cfg.env_id)
             result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend)
-        except EnvError as e:  # the eval envs could not be built, or raised (or broke the env contract) mid-episode: training itself is done
-            raise EnvError(f"{e}; training finished, its checkpoints are kept ({last})") from None
+        except (EnvError, ckpt.CheckpointError) as e:
+            # the eval envs could not be built, raised (or broke the env contract) mid-episode, or do not
+            # fit the policy read back: training itself is done, and the line says so
+            raise type(e)(f"{e}; training finished, its checkpoints are kept ({last})") from None
         path = trainer.run_dir / "eval.json"
         # the step it evaluates: a reader tells a final evaluation from one a later resume left behind
         result = {**result, "global_step": int(trainer.global_step)}

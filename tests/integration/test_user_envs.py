@@ -3,6 +3,7 @@ returns, and the one line a failure gets (fixtures: tests/fixtures/user_envs.py)
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -268,3 +269,22 @@ def test_gymnasium_warnings_while_building_do_not_precede_the_error_line(tmp_pat
         warnings.simplefilter("always")
         _probe(noisy, "CartPole-v1").close()
     assert [str(w.message) for w in seen] == ["this env is noisy"]
+
+
+def test_a_dict_observation_with_unsorted_keys_trains_evaluates_and_acts_in_its_own_order(tmp_path, capsys):
+    # the checkpoint read back sorted ('a', 'z') once: the final evaluation refused the run after training
+    # ("trained on Dict('a', 'z')"), and Policy.act packed observations in another order than training
+    run = tmp_path / "run"
+    code, _, err = run_main(["train", "user_envs:DictZA", "--backend", "gymnasium", "--num-envs", "2", "--num-steps", "16",
+                             "--total-timesteps", "64", "--eval-episodes", "2", "--threads", "1", "--no-progress", "--quiet",
+                             "--run-dir", str(run)], capsys)
+    assert code == 0, err
+    assert json.loads((run / "eval.json").read_text())["episodes"] == 2
+    policy = load_policy(run, env_id="user_envs:DictZA")
+    assert list(policy.observation_space.spaces) == ["z", "a"]
+    rng = np.random.default_rng(0)
+    obs = {"z": rng.uniform(-1, 1, (64, 5)).astype(np.float32), "a": rng.uniform(-1, 1, (64, 2)).astype(np.float32)}
+    packed = torch.from_numpy(np.concatenate([obs["z"], obs["a"]], axis=1))  # the env's order, as training packed it
+    with torch.no_grad():
+        want = policy.agent.act(packed, deterministic=True)
+    assert np.array_equal(np.asarray(policy.act(obs)), want.numpy())

@@ -279,3 +279,12 @@ def test_a_checkpoint_from_before_the_encoder_field_loads(small_config, tmp_path
     old, _, _, _ = ckpt.build_agent(state)
     obs = torch.randn(6, 4)
     torch.testing.assert_close(old.act(obs), agent.act(obs))
+
+
+def test_a_dict_space_whose_keys_are_not_sorted_comes_back_in_its_own_order():
+    # gym.spaces.Dict sorts a plain dict's keys but keeps a list of pairs' order: the policy's input is
+    # packed in the env's order, so a checkpoint read back sorted would pack eval observations wrongly
+    space = gym.spaces.Dict([("z", gym.spaces.Box(-1, 1, (5,), np.float32)), ("a", gym.spaces.Box(-1, 1, (2,), np.float32))])
+    restored = ckpt.space_from_dict(ckpt.space_to_dict(space))
+    assert list(restored.spaces) == ["z", "a"]
+    assert obs_layout(restored) == obs_layout(space)
