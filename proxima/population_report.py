@@ -252,7 +252,10 @@ def member_final_return(member_dir: Path, episodes: int = 0, device: str = "cpu"
         values = read_metrics(member_dir).get("charts/episodic_return", np.array([]))
     except PlotError:  # a member that has logged nothing yet (a population just started) has no return
         values = np.array([])
-    values = values[np.isfinite(values)]
+    # an empty cell (NaN: no episode finished that iteration) is skipped, but a logged +-inf is the
+    # member's last return: kept, so member_statistics leaves the member out and names it "inf"
+    # rather than silently using the return before it
+    values = values[~np.isnan(values)]
     return (float(values[-1]) if values.size else None), "last training return"
 
 
@@ -427,6 +430,39 @@ def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: int 
     return "\n".join(lines)
 
 
+def resolved_metric(run_dir: Path, metric: str) -> str:
+    """The column ``metric`` names in the members' metrics.csv (``losses/value_loss`` for
+    ``value_loss``), as plot.population_curves resolves it; ``metric`` itself when it cannot be read."""
+    from .plot import PlotError, read_metrics, resolve_metric
+
+    try:
+        first = next(d for s in read_settings(run_dir) for _, d in s.members if (d / "metrics.csv").is_file())
+        return resolve_metric(metric, list(read_metrics(first)), first)
+    except (PopulationError, PlotError, StopIteration):
+        return metric
+
+
+def curve_caption(rows: list, metric: str) -> str:
+    """What the report's curve and its table are, each as it is: the curve is the training ``metric``
+    (a resolved column name); the table holds per setting one kind of final return (row["kind"]),
+    so the caption names the one kind all settings share, or points at the line above the table,
+    which names each setting's."""
+    if metric == "charts/episodic_return":  # a return logged only in iterations that finished an episode
+        how = ("stochastic actions, each member's last logged value carried forward between the iterations in which it "
+               "finished an episode")
+    else:  # a loss or other per-iteration column: no episodes, no actions chosen
+        how = "each member's last logged value carried forward over iterations in which it logged none"
+    # a setting with no member counted (all diverged) has no final return of either kind
+    kinds = {r["kind"] for r in rows if r["sources"]} or {r["kind"] for r in rows}
+    names = {"eval": "the deterministic eval return", "training": "the last (stochastic) training return"}
+    table = (names[kinds.pop()] if len(kinds) == 1 else
+             "per setting the deterministic eval return or the last (stochastic) training return, as the line above "
+             "it says")
+    diverged = " Diverged members are left out of the curves, as of the table." if any(r["diverged"] for r in rows) else ""
+    return (f"The curve is the training {metric} ({how}); the table above is {table}. Its band: 95% CI per x, "
+            f"{CI_METHOD}; not drawn where fewer than {MIN_CI_MEMBERS} members have a value.{diverged}")
+
+
 def build_population_report(run_dir, out=None, threshold: Optional[float] = None, metric: str = "charts/episodic_return",
                             x: str = "step", smooth: int = 1, episodes: int = 0, device: str = "cpu", quiet: bool = True) -> Path:
     """Write RUN/report.md (or ``out``) for a population, its curve ``metric`` against ``x`` smoothed
@@ -451,14 +487,10 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
         raise ReportError(describe(out.parent, e, "could not create the folder")) from None
     try:  # the population's plot: one IQM curve with its 95% bootstrap band per setting
         plot_runs([run_dir], curve, metric=metric, x=x, smooth=smooth)
-        alt = f"learning curves: IQM over members of {metric} with a 95% bootstrap CI, per setting"
-        diverged = " Diverged members are left out of the curves, as of the table." if any(r["diverged"] for r in rows) else ""
+        name = resolved_metric(run_dir, metric)  # what was drawn: `--metric value_loss` drew losses/value_loss
+        alt = f"learning curves: IQM over members of {name} with a 95% bootstrap CI, per setting"
         text += (f"\n![{alt}]({Path(os.path.relpath(curve.resolve(), out.parent.resolve())).as_posix()})\n\n"
-                 f"The curve is the training {metric} (stochastic actions, each member's last logged value carried "
-                 f"forward between the iterations in which it finished an episode); the table above is the "
-                 f"{'deterministic eval return' if any(r['kind'] == 'eval' for r in rows) else 'last training return'}. "
-                 f"Its band: 95% CI per x, {CI_METHOD}; not drawn where fewer than {MIN_CI_MEMBERS} members have a value."
-                 f"{diverged}\n")
+                 f"{curve_caption(rows, name)}\n")
     except PlotError as e:
         text += f"\nNo learning curve: {e}\n"
     from .atomic import write_atomic

@@ -506,7 +506,8 @@ def _diverged(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, fa
 
 def _blank_diverged(values: dict, pop: Population) -> None:
     """A diverged member's row of the iteration: NaN (blank in metrics.csv), no episodes: its frozen
-    policy's numbers are not its training's."""
+    policy's numbers are not its training's. ep_count is 0 rather than NaN for the progress line and
+    the return's division; _log_members blanks the row's episodes cell."""
     for p, at in enumerate(pop.diverged_at):
         if at is None:
             continue
@@ -618,7 +619,12 @@ def _log_members(loggers, values: dict, pop: Population, sps: float, elapsed: fl
         m = {k: v[i] for k, v in values.items()}
         # the row reads the lr of a group; a diverged member's is not used for anything: blank
         lr = types.SimpleNamespace(param_groups=[{"lr": lrs[i] if pop.diverged_at[i] is None else math.nan}])
-        lg.log(pop.iteration, step, _metric_row(m, sps, lr, elapsed))
+        row = _metric_row(m, sps, lr, elapsed)
+        if pop.diverged_at[i] is not None:
+            # blank, not 0: the report of the member alone sums this column as "episodes finished", and
+            # its rows from before the divergence hold the episodes it really finished
+            row["episodes"] = math.nan
+        lg.log(pop.iteration, step, row)
 
 
 def _setting_of(configs) -> list:

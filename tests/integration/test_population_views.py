@@ -200,6 +200,39 @@ def test_population_plot_errors_are_one_line_and_leave_no_file(tmp_path, capsys)
     assert not (run / "curve.png").exists()
 
 
+def _caption(run: Path) -> str:
+    return next(ln for ln in (run / "report.md").read_text().splitlines() if ln.startswith("The curve is"))
+
+
+def test_the_report_caption_names_the_drawn_column_and_each_settings_kind_of_return(tmp_path, capsys):
+    steps = np.array([100, 200, 300])
+    run = _fake_population(tmp_path / "R", [({"lr": 0.001}, np.ones((2, 3))), ({"lr": 0.0003}, np.ones((2, 3)))], steps)
+    band = ("Its band: 95% CI per x, percentile bootstrap over members, 2000 resamples, numpy default_rng(0); not drawn "
+            "where fewer than 2 members have a value.")
+    code, _, err = run_main(["report", str(run)], capsys)  # no eval.json anywhere: every setting's last training return
+    assert code == 0, err
+    assert _caption(run) == ("The curve is the training charts/episodic_return (stochastic actions, each member's last "
+                             "logged value carried forward between the iterations in which it finished an episode); the "
+                             f"table above is the last (stochastic) training return. {band}")
+    for d in sorted(run.glob("m00[01]-*")):  # lr=0.001 evaluated, lr=0.0003 not
+        (d / "eval.json").write_text(json.dumps({"mean_return": 7.0}))
+    code, _, err = run_main(["report", str(run)], capsys)
+    assert code == 0, err
+    assert "the table above is per setting the deterministic eval return or the last (stochastic) training return, as " \
+           "the line above it says." in _caption(run)
+    assert "Final return per member, per setting: lr=0.001: eval; lr=0.0003: last training return." in \
+           (run / "report.md").read_text()
+    for d in sorted(run.glob("m00[23]-*")):
+        (d / "eval.json").write_text(json.dumps({"mean_return": 7.0}))
+    # a loss is drawn as its full column name, with neither episodes nor stochastic actions in its caption
+    code, _, err = run_main(["report", str(run), "--metric", "value_loss"], capsys)
+    assert code == 0, err
+    assert _caption(run) == ("The curve is the training losses/value_loss (each member's last logged value carried forward "
+                             "over iterations in which it logged none); the table above is the deterministic eval return. "
+                             f"{band}")
+    assert "IQM over members of losses/value_loss with a 95% bootstrap CI" in (run / "report.md").read_text()
+
+
 # ------------------------------------------------------------------------------------ eval
 SMALL = ["--total-timesteps", "512", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "1",
          "--eval-episodes", "2", "--threads", "1", "--quiet", "--no-progress"]

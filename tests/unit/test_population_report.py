@@ -18,6 +18,22 @@ def test_iqm_trims_a_quarter_at_each_end_like_scipy_trim_mean():
     assert iqm([1.0, 2.0, 9.0]) == pytest.approx(4.0)  # n=3: nothing to trim
 
 
+def test_iqm_of_five_to_seven_members_cuts_one_at_each_end_as_trim_mean():
+    def trim_mean(x):  # scipy.stats.trim_mean(x, 0.25) by hand: floor(n/4) values cut at each end of the sorted x
+        x = np.sort(np.asarray(x, dtype=np.float64))
+        k = len(x) // 4
+        return float(x[k:len(x) - k].mean())
+
+    assert iqm([100.0, 2.0, 3.0, 4.0, 1.0]) == pytest.approx(3.0)  # n=5: drops 1 and 100, not a fractional weight
+    assert iqm([0.0, 1.0, 2.0, 3.0, 4.0, 50.0]) == pytest.approx(2.5)  # n=6: drops 0 and 50
+    assert iqm([-9.0, 1.0, 2.0, 3.0, 4.0, 5.0, 90.0]) == pytest.approx(3.0)  # n=7: drops -9 and 90
+    rng = np.random.default_rng(3)
+    for n in (5, 6, 7):
+        for _ in range(20):
+            x = rng.exponential(100.0, size=n)
+            assert iqm(x) == pytest.approx(trim_mean(x), rel=1e-12)
+
+
 def test_bootstrap_ci_is_reproducible_and_brackets_the_mean():
     x = np.array([10.0, 200.0, 480.0, 500.0, 500.0, 500.0, 350.0, 90.0])
     lo, hi = bootstrap_ci(x, np.mean)
@@ -140,3 +156,53 @@ def test_a_members_eval_line_names_episodes_cut_at_max_steps():
            "unfinished": 3, "max_steps": 100}
     assert format_member(row) == ("m000-seed1: 74.78 +- 13.63 over 10 episodes (deterministic); 3 of them cut at 100 steps "
                                   "(--max-steps), with their return so far")
+
+
+def test_a_last_training_return_of_inf_leaves_the_member_out_named_not_its_return_before(tmp_path):
+    run = tmp_path / "R"
+    _fake_population(run, {1e-3: [0.0, 0.0, 0.0]})
+    for ev in run.glob("*/eval.json"):  # no evaluation: the table is the last training return
+        ev.unlink()
+    returns = {"m000-seed1-lr0.001": ["10", "inf"], "m001-seed2-lr0.001": ["20", ""], "m002-seed3-lr0.001": ["30", "40"]}
+    for name, cells in returns.items():  # m001's empty last cell: no episode finished then, its 20 stands
+        (run / name / "metrics.csv").write_text("iteration,global_step,charts/episodic_return\n"
+                                                 + "".join(f"{i},{64 * i},{c}\n" for i, c in enumerate(cells, 1)))
+    [row] = summarize_settings(run)
+    assert row["kind"] == "training" and row["returns"] == [20.0, 40.0]  # not m000's 10 from before its inf
+    assert row["left_out"] == [["m000-seed1-lr0.001", "inf"]]
+    assert cli.main(["report", str(run)]) == 0
+    assert "- lr=0.001: left out: m000-seed1-lr0.001 (inf)." in (run / "report.md").read_text()
+
+
+def test_a_diverged_members_rows_leave_episodes_blank_so_its_report_counts_only_real_ones(tmp_path):
+    import csv
+    import types
+
+    import torch
+
+    from proxima.logger import RunLogger
+    from proxima.plot import read_metrics
+    from proxima.population_run import _blank_diverged, _log_members
+    from proxima.report import summarize
+
+    dirs = [tmp_path / f"m00{i}" for i in range(3)]
+    for d in dirs:
+        d.mkdir()
+    loggers = [RunLogger(d, 192, progress=False) for d in dirs]
+    pop = types.SimpleNamespace(lr_now=torch.full((3,), 1e-3), diverged_at=[None, None, None], iteration=0)
+    # m001 diverges in iteration 2, m002 in iteration 1 (before any row of its own)
+    diverged = {1: [None, {"iteration": 2}], 2: [{"iteration": 1}, {"iteration": 1}]}
+    for it in (1, 2):
+        pop.iteration = it
+        pop.diverged_at = [None] + [diverged[p][it - 1] for p in (1, 2)]
+        values = {k: [1.0, 1.0, 1.0] for k in ("ep_return_sum", "ep_length_sum", "policy_loss", "value_loss", "entropy",
+                                                 "approx_kl", "clipfrac", "explained_variance")}
+        values.update(ep_count=[3.0, 3.0, 3.0], nonfinite=[False, False, False])
+        _blank_diverged(values, pop)
+        _log_members(loggers, values, pop, sps=100.0, elapsed=0.1 * it, step=64 * it)
+    for lg in loggers:
+        lg.close()
+    cells = [[r["episodes"] for r in csv.DictReader(open(d / "metrics.csv"))] for d in dirs]
+    assert cells == [["3", "3"], ["3", ""], ["", ""]]  # a frozen member's rows: blank, not 0 episodes
+    # `proxima report RUN/<member>`'s "episodes finished": the ones it finished, "—" (None) for none logged, not 0
+    assert [summarize(read_metrics(d))["episodes"] for d in dirs] == [6, 3, None]
