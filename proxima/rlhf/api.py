@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -13,6 +14,7 @@ from . import dist as D
 from . import loop, rundir
 from .config import ConfigError, RLHFConfig, from_dict, reward_specs, validate
 from ..device import resolve_device
+from ..diskspace import StorageError
 
 
 def _absolute_paths(cfg: RLHFConfig) -> RLHFConfig:
@@ -58,8 +60,15 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
             lock.acquire()
             rundir.check_new_run_dir(run_dir)  # another run may have started here while the models loaded
             check_own_entries(run_dir)  # a checkpoints/ (or other) link planted there would be written and pruned through
-            rundir.write_run_files(run_dir, dataclasses.replace(cfg, run_dir=str(run_dir)).to_dict(), d.world_size,
-                                   str(trainer.device))
+            try:
+                rundir.write_run_files(run_dir, dataclasses.replace(cfg, run_dir=str(run_dir)).to_dict(), d.world_size,
+                                       str(trainer.device))
+            except StorageError:  # it left no run file; nor is the folder left, when this run created it
+                lock.release()
+                if lock.made_dir or not cfg.run_dir:
+                    with contextlib.suppress(OSError):
+                        run_dir.rmdir()
+                raise
         loop.run(trainer, run_dir)
     except BaseException:
         D.shutdown(d, clean=False)
@@ -84,7 +93,6 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False, quiet:
     from .trainer import RLHFTrainer
 
     from ..checkpoint import CheckpointError
-    from ..diskspace import StorageError
     from ..rundir import RunLock
 
     quiet_transformers()
@@ -111,7 +119,8 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False, quiet:
                 if d.is_main:
                     print(f"{path}: at step {trainer.step} of {cfg.steps} but policy/ or summary.json is missing or "
                           f"incomplete; writing them", flush=True)
-                loop.finish(trainer, path)
+                with loop.naming_last_good(path):
+                    loop.finish(trainer, path)
             elif d.is_main:
                 print(f"{path}: already at step {trainer.step} of {cfg.steps}; nothing to do")
         except BaseException:

@@ -28,7 +28,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE.yaml", default=None, help="YAML file of config fields (flags override it).")
     p.add_argument("--demo", action="store_true", help="Offline demo: build and pretrain a tiny GPT-2, then PPO against a "
                    "keyword-sentiment reward (or --reward module:function); writes curve.png.")
-    p.add_argument("--demo-pretrain-steps", type=int, default=200, metavar="N",
+    p.add_argument("--demo-pretrain-steps", type=int, default=None, metavar="N",
                    help="--demo only: next-token pretraining steps before PPO (default: 200).")
     from .demo import demo_config
 
@@ -73,6 +73,10 @@ def one_line_error(message: str):
     """argparse's error(), without the usage block: one line on stderr, exit status 2."""
     print(f"{PROG}: error: {message}", file=sys.stderr)
     raise SystemExit(2)
+
+
+#: next-token pretraining steps of --demo's tiny GPT-2 before PPO
+DEMO_PRETRAIN_STEPS = 200
 
 
 def flag_values(args: argparse.Namespace) -> dict:
@@ -137,10 +141,13 @@ def run(args: argparse.Namespace) -> int:
                 flag = "--" + own[0]
                 raise ConfigError(f"{flag}: --demo builds its own model and prompts; drop {flag}, or drop --demo to train on yours")
             cfg = build_config(args, demo_config())
-            if args.demo_pretrain_steps < 0:
-                raise ConfigError(f"--demo-pretrain-steps {args.demo_pretrain_steps}: must be 0 or more")
-            run_dir = run_demo(cfg, pretrain_steps=args.demo_pretrain_steps)
+            steps = DEMO_PRETRAIN_STEPS if args.demo_pretrain_steps is None else args.demo_pretrain_steps
+            if steps < 0:
+                raise ConfigError(f"--demo-pretrain-steps {steps}: must be 0 or more")
+            run_dir = run_demo(cfg, pretrain_steps=steps)
         else:
+            if args.demo_pretrain_steps is not None:  # a flag this run would ignore, as --demo refuses --policy
+                raise ConfigError("--demo-pretrain-steps: applies to --demo only (its tiny model's pretraining); drop it")
             from .api import train_rlhf
 
             run_dir = train_rlhf(build_config(args))

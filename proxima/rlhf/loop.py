@@ -5,22 +5,26 @@ Everything here is once per step or rarer; the PPO step itself is ``RLHFTrainer.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
 from . import dist as D
 from . import fsdp
 from . import rundir
+from ..diskspace import StorageError, write_error
 from .config import ConfigError
 from .models import original_config
 from .rewards import RewardError
@@ -35,6 +39,11 @@ class DivergedError(ConfigError):
 
 def run(t, run_dir: Path, resumed: bool = False) -> dict:
     """Train ``t`` (an RLHFTrainer) until cfg.steps; return summary.json's content. Rank 0 writes the files."""
+    with naming_last_good(run_dir):
+        return _run(t, run_dir, resumed)
+
+
+def _run(t, run_dir: Path, resumed: bool) -> dict:
     cfg, main = t.cfg, t.dist.is_main
     logger = rundir.MetricsLogger(run_dir, resume_step=t.step if resumed else None) if main else None
     stop = {"requested": False}
@@ -62,11 +71,25 @@ def run(t, run_dir: Path, resumed: bool = False) -> dict:
                 if main:
                     print(f"stopped at step {t.step}; continue with {resume_advice(run_dir)}", flush=True)
                 raise KeyboardInterrupt
+        if logger is not None:
+            logger.close()  # every log on disk before the final files
+            logger = None
         return finish(t, run_dir)
     finally:
         restore()
-        if logger is not None:
-            logger.close()
+        if logger is not None:  # an error is on its way (a full disk already, most often): it is the one to report
+            with contextlib.suppress(StorageError):
+                logger.close()
+
+
+@contextlib.contextmanager
+def naming_last_good(run_dir: Path):
+    """A file of the run that could not be written (StorageError: a full disk) is one line that also names
+    the last good checkpoint, which `proxima resume` continues from."""
+    try:
+        yield
+    except StorageError as e:
+        raise StorageError(f"{e}; {_last_good(run_dir)}") from None
 
 
 def resume_advice(run_dir: Path) -> str:
@@ -148,25 +171,46 @@ def _save_policy(t, full_policy, run_dir: Path) -> None:
     the adapter merged in, loadable without peft) and the tokenizer as it was loaded, written whole into
     .policy.partial/ and then renamed to policy/: a kill mid-save never leaves a half-written policy/ that
     looks finished. A policy/ already there (from before `proxima resume --steps N`) is set aside as
-    .policy.old/ for the two renames, so it is replaced, never lost to a failed save."""
+    .policy.old/ for the two renames, so it is replaced, never lost to a failed save.
+
+    A write that fails (disk full) is a StorageError naming policy/; .policy.partial/ is removed then, to
+    give back its room, and the run's last checkpoint (written before) is what `proxima resume` writes
+    policy/ from (:func:`is_finished`)."""
     final, partial, old = run_dir / "policy", run_dir / ".policy.partial", run_dir / ".policy.old"
-    for stale in (partial, old):  # left by a kill during an earlier save
-        if stale.exists():
-            shutil.rmtree(stale)
-    base = t.policy.get_base_model() if hasattr(t.policy, "get_base_model") else t.policy
-    if full_policy is not None:
-        _save_unsharded(t.policy, full_policy, partial)
-    else:
-        policy = t.policy.merge_and_unload() if t.cfg.lora and t.cfg.merge_lora else t.policy
-        with original_config(base):  # the release keeps the dropout rates training switched off
-            policy.save_pretrained(partial)
-    t.tokenizer_as_loaded.save_pretrained(partial)
-    _fsync_tree(partial)
-    if final.exists():
-        os.replace(final, old)
-    os.replace(partial, final)
-    if old.exists():
-        shutil.rmtree(old)
+    try:
+        for stale in (partial, old):  # left by a kill during an earlier save
+            if stale.exists():
+                shutil.rmtree(stale)
+        base = t.policy.get_base_model() if hasattr(t.policy, "get_base_model") else t.policy
+        if full_policy is not None:
+            _save_unsharded(t.policy, full_policy, partial)
+        else:
+            policy = t.policy.merge_and_unload() if t.cfg.lora and t.cfg.merge_lora else t.policy
+            with original_config(base):  # the release keeps the dropout rates training switched off
+                policy.save_pretrained(partial)
+        t.tokenizer_as_loaded.save_pretrained(partial)
+        _fsync_tree(partial)
+        if final.exists():
+            os.replace(final, old)
+        os.replace(partial, final)
+        if old.exists():
+            shutil.rmtree(old)
+    except Exception as e:
+        error = _os_error(e)
+        if error is None:
+            raise
+        shutil.rmtree(partial, ignore_errors=True)
+        kept = "the previous policy/ is kept; " if final.exists() else ""
+        raise write_error(final, error, suffix=f"; {kept}{resume_advice(run_dir)} writes it from the last checkpoint") from None
+
+
+def _os_error(e: Exception) -> Optional[OSError]:
+    """The OSError behind a failed write: ``e`` itself, or the one safetensors reports only in its message
+    (SafetensorError: 'Error while serializing: I/O error: No space left on device (os error 28)')."""
+    if isinstance(e, OSError):
+        return e
+    found = re.search(r"\(os error (\d+)\)", str(e))
+    return OSError(int(found.group(1)), os.strerror(int(found.group(1)))) if found else None
 
 
 def _fsync_tree(folder: Path) -> None:
@@ -279,7 +323,8 @@ def save_checkpoint(t, run_dir: Path) -> None:
                   "value": trainable_state(t.value) if t.critic else {},
                   "opt_value": t.opt_value.state_dict() if t.critic else {}}
     state = {"format": CHECKPOINT_FORMAT, "step": t.step, "seconds": t.seconds, "ranks": ranks, "fsdp": t.cfg.fsdp,
-             **models, "kl": t.kl_ctl.state_dict(), "prompts": {"count": len(t.prompts), "sha256": t.prompts_sha256}}
+             **models, "kl": t.kl_ctl.state_dict(), "prompts": {"count": len(t.prompts), "sha256": t.prompts_sha256},
+             "initial_policy": {"weights": t.policy_fingerprint, "vocab_sha256": t.vocab_sha256}}
     rundir.save_checkpoint(run_dir, t.step, state, t.cfg.keep_checkpoints)
 
 
@@ -297,6 +342,7 @@ def load_checkpoint(t, file: Path, state: dict = None) -> None:
     if bool(state.get("fsdp", False)) != t.cfg.fsdp:
         raise ConfigError(f"{file}: written with fsdp {bool(state.get('fsdp'))}, resumed with fsdp {t.cfg.fsdp}")
     _check_same_prompts(t, file, state)
+    _check_same_initial_policy(t, file, state)
     models = [(t.policy, t.opt_policy, "policy")] + ([(t.value, t.opt_value, "value")] if t.critic else [])
     for model, opt, name in models:
         if t.cfg.fsdp:
@@ -332,6 +378,22 @@ def _check_same_prompts(t, file: Path, state: dict) -> None:
         if len(order) and int(order.max()) >= n:
             raise ConfigError(f"{where}: {n} prompts, but checkpoint {file.stem} draws prompt {int(order.max()) + 1} "
                               f"{todo}")
+
+
+def _check_same_initial_policy(t, file: Path, state: dict) -> None:
+    """A checkpoint holds the trained weights only: the frozen reference (with LoRA, the base under the
+    adapter) and the tokenizer are loaded again from their folders. A folder that changed since (the
+    release published over the SFT model) would continue against another reference and KL, unnoticed:
+    refused before anything is restored. A checkpoint from before this record resumes unchecked."""
+    recorded = state.get("initial_policy")
+    if not isinstance(recorded, dict):
+        return
+    if recorded.get("weights") != t.policy_fingerprint:
+        raise ConfigError(f"--policy {t.cfg.policy}: its weights differ from those checkpoint {file.stem} was written "
+                          f"with; restore them or start a new run")
+    if recorded.get("vocab_sha256") != t.vocab_sha256:
+        raise ConfigError(f"{t.tokenizer_source}: its tokenizer's vocabulary differs from the one checkpoint "
+                          f"{file.stem} was written with; restore it or start a new run")
 
 
 def trainable_state(model: torch.nn.Module) -> dict:

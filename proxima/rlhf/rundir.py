@@ -4,6 +4,7 @@ summary.json and curve.png. Written by rank 0 only; nothing in here is on the tr
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -19,6 +20,7 @@ import torch
 import yaml
 
 from ..config import dump_yaml
+from ..diskspace import write_error
 from .config import ConfigError
 
 CHECKPOINT_RE = re.compile(r"^step_(\d+)\.pt$")
@@ -51,10 +53,24 @@ def check_new_run_dir(path: Path) -> None:
 
 
 def write_run_files(path: Path, config: dict, world_size: int, device: str) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "checkpoints").mkdir(exist_ok=True)
-    write_config(path, config)
-    _atomic_write(path / "meta.json", json.dumps(_meta(world_size, device), indent=2) + "\n")
+    """A new run's checkpoints/, config.yaml and meta.json. A write that fails (disk full) is a StorageError
+    naming the file, and leaves neither file: a folder holding one would pass for a run, which a new run
+    into it refuses and a resume cannot continue."""
+    from ..atomic import write_atomic
+
+    files = {"config.yaml": dump_yaml(config), "meta.json": json.dumps(_meta(world_size, device), indent=2) + "\n"}
+    file = path / "checkpoints"
+    try:
+        file.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            file = path / name
+            write_atomic(file, text)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            for name in files:
+                (path / name).unlink(missing_ok=True)
+            (path / "checkpoints").rmdir()  # empty: the run never trained
+        raise write_error(file, e, "could not start the run") from None
 
 
 def write_config(path: Path, config: dict) -> None:
@@ -92,14 +108,39 @@ def read_config(path: Path) -> dict:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` whole, never through a symbolic link (atomic.py)."""
+    """Replace ``path`` with ``text`` whole, never through a symbolic link (atomic.py); a write that fails
+    (disk full) is a StorageError naming the file, which is left as it was."""
     from ..atomic import write_atomic
 
-    write_atomic(path, text)
+    try:
+        write_atomic(path, text)
+    except OSError as e:
+        raise write_error(path, e) from None
+
+
+def _quiet_event_threads() -> None:
+    """TensorBoard writes from a thread that hands a failed write (disk full) to the writer's next call,
+    where MetricsLogger turns it into one line; the thread's own traceback on stderr is not printed.
+    Installed before a writer exists (once per process), as its first write, at construction, may fail."""
+    import threading
+
+    previous = threading.excepthook
+    if getattr(previous, "proxima_quiet_events", False):
+        return
+
+    def hook(args) -> None:
+        if type(args.thread).__name__ == "_AsyncWriterThread" and issubclass(args.exc_type, OSError):
+            return
+        previous(args)
+
+    hook.proxima_quiet_events = True
+    threading.excepthook = hook
 
 
 class MetricsLogger:
-    """TensorBoard scalars and text, plus metrics.csv (one row per step, the columns of the first row)."""
+    """TensorBoard scalars and text, plus metrics.csv (one row per step, the columns of the first row).
+
+    A write that fails (disk full) is a StorageError naming the file (diskspace.write_error)."""
 
     def __init__(self, path: Path, resume_step: Optional[int] = None):
         """resume_step: None for a new run; for a resumed one the step of its checkpoint (0 when it is
@@ -107,15 +148,19 @@ class MetricsLogger:
         from torch.utils.tensorboard import SummaryWriter
 
         self.path = path
-        resumed = resume_step is not None
-        if resumed:  # rewritten, not purge_step: TensorBoard's default loader ignores purge markers
-            from ..logger import drop_events_after, wait_for_new_second
-
-            drop_events_after(path, resume_step)
-            wait_for_new_second(path)
-        self.writer = SummaryWriter(str(path))
         self.csv_path = path / "metrics.csv"
         self.columns: Optional[list] = None
+        resumed = resume_step is not None
+        _quiet_event_threads()
+        try:
+            if resumed:  # rewritten, not purge_step: TensorBoard's default loader ignores purge markers
+                from ..logger import drop_events_after, wait_for_new_second
+
+                drop_events_after(path, resume_step)
+                wait_for_new_second(path)
+            self.writer = SummaryWriter(str(path))
+        except OSError as e:
+            raise write_error(e.filename or path / "events.out.tfevents.*", e, "could not open the run's logs") from None
         if resumed and self.csv_path.exists():
             self._truncate_csv(resume_step)
         if resumed:
@@ -156,14 +201,20 @@ class MetricsLogger:
         _atomic_write(file, "".join(line if line.endswith("\n") else line + "\n" for line in keep))
 
     def log(self, step: int, metrics: dict) -> None:
-        for key, value in metrics.items():
-            self.writer.add_scalar(key, value, step)
-        if self.columns is None:
-            self.columns = list(metrics)
-            with open(self.csv_path, "w", newline="") as f:
-                csv.writer(f).writerow(["step"] + self.columns)
-        with open(self.csv_path, "a", newline="") as f:
-            csv.writer(f).writerow([step] + [f"{metrics.get(k, float('nan')):.6g}" for k in self.columns])
+        try:
+            for key, value in metrics.items():
+                self.writer.add_scalar(key, value, step)
+        except OSError as e:  # the event writer's thread hands its write error to the next call
+            raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
+        try:
+            if self.columns is None:
+                self.columns = list(metrics)
+                with open(self.csv_path, "w", newline="") as f:
+                    csv.writer(f).writerow(["step"] + self.columns)
+            with open(self.csv_path, "a", newline="") as f:
+                csv.writer(f).writerow([step] + [f"{metrics.get(k, float('nan')):.6g}" for k in self.columns])
+        except OSError as e:
+            raise write_error(self.csv_path, e) from None
 
     def log_samples(self, step: int, rows: list) -> None:
         """rows: dicts with prompt, response, score. TensorBoard text (markdown table) and samples.jsonl."""
@@ -173,14 +224,30 @@ class MetricsLogger:
 
         table = "| prompt | response | score |\n|---|---|---|\n" + "".join(
             f"| {cell(r['prompt'])} | {cell(r['response'])} | {r['score']:.3f} |\n" for r in rows)
-        self.writer.add_text("samples", table, step)
-        with open(self.path / "samples.jsonl", "a") as f:
-            for r in rows:
-                f.write(json.dumps({"step": step, **r}) + "\n")
+        try:
+            self.writer.add_text("samples", table, step)
+        except OSError as e:
+            raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
+        try:
+            with open(self.path / "samples.jsonl", "a") as f:
+                for r in rows:
+                    f.write(json.dumps({"step": step, **r}) + "\n")
+        except OSError as e:
+            raise write_error(self.path / "samples.jsonl", e) from None
+
+    def _event_file(self) -> Path:
+        try:
+            return Path(self.writer.file_writer.event_writer._file_name)
+        except AttributeError:
+            return self.path / "events.out.tfevents.*"
 
     def close(self) -> None:
-        self.writer.flush()
-        self.writer.close()
+        """Flush and close the TensorBoard file; a write that fails there is a StorageError."""
+        try:
+            self.writer.flush()
+            self.writer.close()
+        except OSError as e:
+            raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
 
 
 def read_metrics(path: Path) -> dict:
@@ -284,6 +351,8 @@ def plot_curves(path: Path) -> Optional[Path]:
     try:
         with atomic_open(out, "wb") as f:  # whole or not at all, never through a link planted at curve.png
             fig.savefig(f, format="png", dpi=100)
+    except OSError as e:
+        raise write_error(out, e) from None
     finally:
         plt.close(fig)
     return out

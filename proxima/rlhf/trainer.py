@@ -35,7 +35,7 @@ from .masked import masked_mean, masked_sum, masked_whiten
 from ..device import resolve_device
 from .models import (DTYPES, apply_lora, enable_checkpointing, end_ids, load_policy, logprobs_and_entropy,
                      make_reference, make_value_model, max_positions, read_tokenizer, response_logits, token_logprobs,
-                     training_tokenizer)
+                     training_tokenizer, vocabulary_sha256, weights_fingerprint)
 from .rewards import RewardBatch, load_rewards
 
 
@@ -78,6 +78,11 @@ class RLHFTrainer:
             self._check_same_vocabulary(self.reward.models[0], tokenizer_dir)
         self.value = make_value_model(cfg.value_init, policy, reward_dir, cfg.seed, dtype) if self.critic else None
         self._check_positions(policy)
+        # checkpoints hold the trained weights only: a resume loads the frozen reference (with LoRA, the base
+        # under the adapter) and the tokenizer from their folders again, and checks them by these
+        self.policy_fingerprint = weights_fingerprint(policy)
+        self.vocab_sha256 = vocabulary_sha256(self.tokenizer_as_loaded)
+        self.tokenizer_source = f"{tokenizer_flag} {tokenizer_dir}"  # for the resume's message
         self.ref = make_reference(policy, cfg.lora)
         if cfg.lora:
             # seeded here, not by whatever ran before: LoRA's A matrices are drawn from the global RNG

@@ -1,6 +1,7 @@
 """Released checkpoints: bf16-stored weights train in fp32, nothing loads with random or dropped
 weights, and prompts plus new tokens must fit every model's positions."""
 
+import json
 import shutil
 
 import pytest
@@ -108,6 +109,20 @@ def test_a_sharded_checkpoint_without_its_index_is_refused(assets, tmp_path, cap
     assert shards[0] in err and "index" in err
 
 
+def test_a_lora_adapter_passed_as_the_policy_is_named_as_one(assets, tmp_path, capsys):
+    """A LoRA run's policy/ (adapter_model.safetensors + adapter_config.json) is not a sharded checkpoint."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(assets / "model"),
+                           LoraConfig(r=4, target_modules=["c_attn"], fan_in_fan_out=True, task_type="CAUSAL_LM"))
+    model.save_pretrained(tmp_path / "adapter")
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    err = run_cli(assets, tmp_path, capsys, "--policy", str(tmp_path / "adapter"))
+    assert err == (f"proxima rlhf: error: --policy {str(tmp_path / 'adapter')!r}: a LoRA adapter (adapter_config.json), "
+                   f"not a full model; pass its base model as --policy, or train with --merge-lora to release a full model")
+
+
 def test_a_sharded_checkpoint_with_its_index_loads(tiny_cfg, tmp_path):
     folder = save_gpt2(tmp_path / "sharded", max_shard_size="20KB")
     whole = save_gpt2(tmp_path / "whole")
@@ -130,6 +145,29 @@ def test_a_corrupt_weight_file_is_one_line_naming_the_directory(assets, tmp_path
     (folder / "model.safetensors").write_bytes(data[:200])
     err = run_cli(assets, tmp_path, capsys, role, str(folder))
     assert role in err and str(folder) in err
+
+
+def test_a_generation_config_that_does_not_load_is_one_line_not_replaced_by_defaults(assets, tmp_path, capsys):
+    """transformers replaces a generation_config.json it cannot parse with defaults from config.json: the
+    instruct model's end-of-turn id would be dropped from the stop ids and from the released policy/."""
+    from rlhf_assets import save_llama
+
+    tok = word_tokenizer(extra_specials=["<|end|>"])
+    end = tok.convert_tokens_to_ids("<|end|>")
+    folder = save_llama(tmp_path / "instruct", tokenizer=tok, generation={"eos_token_id": [tok.eos_token_id, end]})
+    text = (folder / "generation_config.json").read_text()
+    (folder / "generation_config.json").write_text(text[: len(text) // 2])  # an interrupted copy
+    err = run_cli(assets, tmp_path, capsys, "--policy", str(folder))
+    assert err.startswith(f"proxima rlhf: error: --policy {str(folder)!r}: cannot load generation_config.json (OSError: ")
+    assert err.endswith("restore it from the model's original files")
+
+
+def test_a_config_file_with_a_mistyped_field_is_one_line_naming_the_field(assets, tmp_path, capsys):
+    config = json.loads((assets / "model" / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "n_embd": "x"}))
+    err = run_cli(assets, tmp_path, capsys, "--policy", str(tmp_path / "config.json"), "--tokenizer", str(assets / "model"))
+    assert err == (f"proxima rlhf: error: --policy {str(tmp_path / 'config.json')!r}: cannot build a causal LM: Validation "
+                   f"error for field 'n_embd': TypeError: Field 'n_embd' expected int, got str (value: 'x')")
 
 
 def test_value_init_from_a_reward_model_needs_its_score_head(tiny_cfg, tmp_path):

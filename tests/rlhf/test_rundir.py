@@ -1,8 +1,10 @@
 """Run directories: default names never collide, LoRA is seeded, a resume after SIGKILL duplicates
 nothing, rewards resolve from any directory, `proxima resume RUN --steps N`, all-linear and merged LoRA."""
 
+import errno
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -169,7 +171,7 @@ def test_a_kill_during_the_final_save_leaves_a_run_that_resume_finishes(tiny_cfg
     assert not loop.is_finished(run_dir, 2)
 
 
-def test_a_save_that_fails_midway_keeps_the_previous_policy_whole(tiny_cfg, tmp_path, monkeypatch):
+def test_a_save_that_fails_midway_keeps_the_previous_policy_whole(tiny_cfg, tmp_path, monkeypatch, capsys):
     run_dir = train_rlhf(tiny_cfg(steps=1, checkpoint_every=1, run_dir=str(tmp_path / "run")))
     first = (run_dir / "policy" / "model.safetensors").read_bytes()
 
@@ -177,14 +179,166 @@ def test_a_save_that_fails_midway_keeps_the_previous_policy_whole(tiny_cfg, tmp_
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(loop, "_fsync_tree", disk_full)  # every file of the new policy written, not yet renamed
-    with pytest.raises(OSError, match="No space left"):
-        resume(run_dir, steps=2)
+    capsys.readouterr()
+    assert resume(run_dir, steps=2) == 2
+    err = one_line(capsys, "proxima resume: error: ")
+    assert err.startswith(f"proxima resume: error: {run_dir / 'policy'}: could not write (No space left on device; ")
+    assert err.endswith(f"free there); free some space (or choose another folder) and try again; the previous policy/ "
+                        f"is kept; `proxima resume {run_dir}` writes it from the last checkpoint; last good checkpoint: "
+                        f"{run_dir / 'checkpoints' / 'step_000002.pt'}")
+    assert not (run_dir / ".policy.partial").exists()  # its room is given back
     assert (run_dir / "policy" / "model.safetensors").read_bytes() == first and loop.policy_complete(run_dir / "policy")
     assert not loop.is_finished(run_dir, 2)  # summary.json is step 1's
     monkeypatch.undo()
     assert resume(run_dir) == 0
     assert (run_dir / "policy" / "model.safetensors").read_bytes() != first and loop.is_finished(run_dir, 2)
     assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".policy")) == []
+
+
+def one_line(capsys, prefix: str) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(prefix) and "Traceback" not in err, err
+    return err
+
+
+def no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def rlhf_cli(assets, run_dir, *extra) -> int:
+    from proxima.rlhf.__main__ import main
+
+    return main(["--policy", str(assets / "model"), "--prompts", str(assets / "prompts.txt"), "--reward",
+                 "proxima.rlhf.demo:keyword_sentiment", "--run-dir", str(run_dir), "--batch-size", "4",
+                 "--max-new-tokens", "4", "--steps", "2", "--checkpoint-every", "1", "--sample-every", "1",
+                 "--print-every", "0", "--no-plot", *extra])
+
+
+def full_from_the_nth_open(monkeypatch, name: str, n: int) -> None:
+    """rundir's open() of the file ``name`` fails as on a full disk from its n-th call on."""
+    calls = []
+
+    def full(path, *args, **kwargs):
+        if Path(path).name == name:
+            calls.append(path)
+            if len(calls) >= n:
+                no_space()
+        return open(path, *args, **kwargs)
+
+    monkeypatch.setattr(rundir, "open", full, raising=False)
+
+
+def full_for_atomic_writes_of(monkeypatch, name: str) -> None:
+    """The atomic writer (config.yaml, meta.json, curve.png, summary.json) finds no room for ``name``."""
+    from proxima import atomic
+
+    real = atomic.new_temp_file
+
+    def full(path):
+        if Path(path).name == name:
+            no_space()
+        return real(path)
+
+    monkeypatch.setattr(atomic, "new_temp_file", full)
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "meta.json"])
+def test_a_full_disk_at_the_start_of_a_run_is_one_line_and_leaves_no_run_directory(name, assets, tmp_path, capsys,
+                                                                                    monkeypatch):
+    full_for_atomic_writes_of(monkeypatch, name)
+    run_dir = tmp_path / "run"
+    assert rlhf_cli(assets, run_dir) == 2
+    err = one_line(capsys, f"proxima rlhf: error: {run_dir / name}: could not start the run (No space left on device; ")
+    assert err.endswith("free there); free some space (or choose another folder) and try again")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")  # the writer thread's traceback
+@pytest.mark.parametrize("name, n, what, last", [
+    ("metrics.csv", 3, "could not write", "last good checkpoint: {run}/checkpoints/step_000001.pt"),  # step 2's row
+    ("samples.jsonl", 2, "could not write", "last good checkpoint: {run}/checkpoints/step_000001.pt"),
+    ("events.out.tfevents.*", 1, "could not open the run's logs", "no checkpoint was written yet (--checkpoint-every)"),
+])
+def test_a_full_disk_in_the_logs_is_one_line_naming_the_file_and_the_last_checkpoint(name, n, what, last, assets, tmp_path,
+                                                                                     capsys, monkeypatch):
+    import threading
+
+    if name.startswith("events"):  # TensorBoard's writer thread fails at the file's first record
+        from tensorboard.summary.writer.record_writer import RecordWriter
+
+        monkeypatch.setattr(RecordWriter, "write", no_space)
+    else:
+        full_from_the_nth_open(monkeypatch, name, n)
+    run_dir = tmp_path / "run"
+    assert rlhf_cli(assets, run_dir) == 2
+    for thread in threading.enumerate():  # its exception reaches threading.excepthook before the test ends
+        if type(thread).__name__ == "_AsyncWriterThread":
+            thread.join(10)
+    err = one_line(capsys, f"proxima rlhf: error: {run_dir / name}: {what} (No space left on device; ")
+    assert err.endswith("free there); free some space (or choose another folder) and try again; " + last.format(run=run_dir))
+
+
+@pytest.mark.parametrize("name", ["policy", "curve.png", "summary.json"])
+def test_a_full_disk_while_a_run_finishes_is_one_line_and_resume_finishes_it(name, assets, tmp_path, capsys,
+                                                                             monkeypatch):
+    if name == "policy":  # safetensors raises its own error, not an OSError, after writing part of the file
+        from safetensors import SafetensorError
+        from transformers import modeling_utils
+
+        def full(tensors, filename, metadata=None):
+            Path(filename).write_bytes(b"half a file")
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+        monkeypatch.setattr(modeling_utils, "safe_save_file", full)
+    else:
+        full_for_atomic_writes_of(monkeypatch, name)
+    run_dir = tmp_path / "run"
+    assert rlhf_cli(assets, run_dir, "--plot") == 2
+    err = one_line(capsys, f"proxima rlhf: error: {run_dir / name}: could not write (No space left on device; ")
+    assert err.endswith(f"last good checkpoint: {run_dir / 'checkpoints' / 'step_000002.pt'}")
+    assert ("writes it from the last checkpoint" in err) == (name == "policy")
+    assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".")) == []  # no .policy.partial, no temp file
+    monkeypatch.undo()
+    assert resume(run_dir) == 0
+    assert loop.is_finished(run_dir, 2) and (run_dir / "curve.png").is_file()
+
+
+@pytest.mark.parametrize("change", ["the release over the policy folder", "another LoRA base", "another tokenizer"])
+def test_a_resume_refuses_a_policy_folder_that_changed_since_the_checkpoint(change, tiny_cfg, assets, tmp_path, capsys):
+    """Checkpoints hold the trained weights only: the frozen reference (with LoRA, the base) is loaded from
+    --policy again, and must be what the run started from."""
+    import shutil
+
+    from rlhf_assets import save_gpt2, word_tokenizer
+
+    sft = tmp_path / "sft"
+    shutil.copytree(assets / "model", sft)
+    lora = dict(lora=True, lora_r=4, lora_target_modules=["c_attn"]) if "LoRA" in change else {}
+    run_dir = train_rlhf(tiny_cfg(policy=str(sft), steps=2, run_dir=str(tmp_path / "run"), **lora))
+    shutil.rmtree(sft)
+    if change == "the release over the policy folder":
+        shutil.copytree(run_dir / "policy", sft)
+    elif change == "another LoRA base":
+        save_gpt2(sft, seed=7)
+    else:  # as many tokens, other ids
+        shutil.copytree(assets / "model", sft)
+        word_tokenizer(reverse=True).save_pretrained(sft)
+    capsys.readouterr()
+    assert resume(run_dir, steps=3) == 2
+    err = one_line(capsys, "proxima resume: error: ")
+    if change == "another tokenizer":
+        assert err == (f"proxima resume: error: --policy {sft}: its tokenizer's vocabulary differs from the one checkpoint "
+                       f"step_000002 was written with; restore it or start a new run")
+    else:
+        assert err == (f"proxima resume: error: --policy {sft}: its weights differ from those checkpoint step_000002 "
+                       f"was written with; restore them or start a new run")
+    assert read_metrics(run_dir)["step"] == [1.0, 2.0] and len(list_checkpoints(run_dir)) == 2  # nothing restored or written
+    # a checkpoint from before the record resumes unchecked (docs/rlhf.md)
+    newest = list_checkpoints(run_dir)[-1]
+    state = rundir.load_checkpoint(newest)
+    del state["initial_policy"]
+    torch.save(state, newest)
+    assert resume(run_dir, steps=3) == 0
 
 
 def test_the_released_tokenizer_is_the_one_loaded_not_the_training_copy(tiny_cfg, tmp_path):
