@@ -73,3 +73,15 @@ def test_demo_refuses_a_missing_cuda_before_pretraining(tmp_path, capsys, monkey
     assert (code, err) == (2, "proxima rlhf: error: --device 'cuda': CUDA is not usable here (run `proxima doctor`); "
                               "use --device cpu\n")
     assert not (tmp_path / "d").exists()
+
+
+def test_demo_pretrain_steps_without_demo_is_refused_not_ignored(tmp_path, capsys, monkeypatch):
+    # it was silently ignored: a run on the user's own model trained as if it had not been given
+    from proxima.rlhf.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["--policy", str(tmp_path / "nowhere"), "--prompts", str(tmp_path / "p.txt"), "--reward",
+                 "proxima.rlhf.demo:keyword_sentiment", "--demo-pretrain-steps", "5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "proxima rlhf: error: --demo-pretrain-steps: applies to --demo only (its tiny model's pretraining); drop it"
+    assert list(tmp_path.iterdir()) == []
