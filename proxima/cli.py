@@ -568,7 +568,8 @@ def build_parser() -> ArgParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary lines")
     p.add_argument("--dry-run", action="store_true", help="print the resolved config (defaults < preset < --config FILE < flags), "
                    "check the env builds and the run fits, train nothing, write nothing; with --resume, the config the resume "
-                   "would continue with, read from its checkpoint (nothing locked or moved)")
+                   "would continue with, read from its checkpoint (nothing locked or moved); with --seeds/--sweep, one JSON line: members, "
+                   "seeds, sweep and the config they share")
     p.add_argument("--seeds", default=None, metavar="SEEDS", help="train a population: one agent per seed in one batched "
                    "process, e.g. 1-16 or 1,5,9 (docs/populations.md)")
     p.add_argument("--sweep", action="append", default=None, metavar="FIELD=V1,V2", help="a population over values of a "

@@ -747,7 +747,10 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
         check_members(members)
         check_env_builds(members[0])  # the env and the encoder, as a single run's dry run checks them
         check_population_fits(members[0], len(members), resolve_device(members[0].device), env_probe(members[0]))
-        print(json.dumps({"members": len(members), "seeds": seeds, "sweep": sweep}))
+        # the config every member shares, resolved as a single run's dry run prints it (preset < --config
+        # FILE < flags); the seed and the swept fields are per member: given by "seeds" and "sweep"
+        shared = {k: v for k, v in members[0].to_dict().items() if k != "seed" and k not in sweep}
+        print(json.dumps({"members": len(members), "seeds": seeds, "sweep": sweep, "config": shared}))
         return 0
     restart = "--resume auto found no checkpoint to continue" if args.resume == "auto" else None
     run_dir = train_population(members, seeds, sweep, argv=sys.argv, quiet=args.quiet, overwrite=args.overwrite, restart_note=restart)

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from proxima import cli
+from proxima import cli, presets
 from proxima.logger import CSV_COLUMNS
 
 SMALL = ["--total-timesteps", "512", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "1",
@@ -258,3 +258,17 @@ def test_report_of_a_stopped_or_running_population_gives_the_steps_done(tmp_path
     text = (run_dir / "report.md").read_text()
     assert "0 of 320 steps each so far (in progress: " in text and "), \u2014 s of training in one process." in text
     assert "nan" not in text
+
+
+def test_a_new_populations_dry_run_prints_the_config_its_members_share(tmp_path, capsys):
+    # it printed members, seeds and sweep only: what a preset, a --config file and the flags resolved to was not shown
+    (tmp_path / "c.yaml").write_text("num_envs: 8\n")
+    assert cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--sweep", "lr=1e-3,2e-3", "--preset", "fast",
+                     "--config", str(tmp_path / "c.yaml"), "--gamma", "0.98", "--dry-run"]) == 0
+    line = json.loads(capsys.readouterr().out)
+    shared = line["config"]
+    assert (shared["env_id"], shared["num_envs"], shared["gamma"]) == ("CartPole-v1", 8, 0.98)
+    assert shared["update_epochs"] == presets.presets_for("CartPole-v1")["fast"]["config"]["update_epochs"] == 2
+    assert "seed" not in shared and "lr" not in shared  # per member: line["seeds"], line["sweep"]
+    assert line["seeds"] == [1, 2] and line["sweep"] == {"lr": [1e-3, 2e-3]}
+    assert list(tmp_path.iterdir()) == [tmp_path / "c.yaml"]
