@@ -80,7 +80,7 @@ NOTES = [
     "first obs was counted a second time). The --norm-obs rows were re-run after that change, 10 seeds each "
     "(before -> after, mean of seeds 1-10, pass): Pendulum-v1 -163.6 -> -163.5, 10/10 both (worst -212.6 -> -227.3); "
     "MountainCarContinuous-v0 93.3 -> 93.1, 10/10 both; LunarLanderContinuous-v3 279.5 -> 280.8, 10/10 both. "
-    "HalfCheetah-v5, Hopper-v5 and Walker2d-v5 (learning.md, 1 seed each) were recorded before it.",
+    "HalfCheetah-v5, Hopper-v5 and Walker2d-v5 (learning.md: 2, 2 and 1 seeds) were recorded before it.",
 ]
 
 

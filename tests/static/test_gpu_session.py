@@ -151,13 +151,7 @@ def test_the_compile_tests_run_last_and_only_there(tmp_path):
     assert len(runs) == 2
     summary = (out / "summary.txt").read_text().splitlines()
     assert summary[-1].startswith("pytest-cuda-compile: exit 0")
-    collected = []
-    for argv in runs:
-        # -qq: with the step's -v, node ids one per line (as -q alone lists them)
-        proc = subprocess.run([sys.executable, *argv, "--collect-only", "-qq"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=300)
-        collected.append({line for line in proc.stdout.splitlines() if "::" in line})
-    first, last = collected
+    first, last = (selected_by(argv[2:]) for argv in runs)
     assert last and all("compile+graphs" in t for t in last), last
     assert first and not first & last and not any("compile+graphs" in t for t in first)
     assert any("[graphs-CartPole-v1]" in t for t in first)  # the graphed-equals-eager tests stay in the first run
@@ -223,6 +217,21 @@ def pytest_collection_modifyitems(session, config, items):
 """
 
 
+_SELECTED: dict = {}
+
+
+def selected_by(argv: list) -> set:
+    """The node ids ``pytest ARGV`` would run (its -m/-k applied), collected once per ARGV for this module:
+    each collection imports the whole suite (~15 s on 2 cores), and two tests ask for the same two."""
+    key = tuple(argv)
+    if key not in _SELECTED:
+        # -qq: with the step's -v, node ids one per line (as -q alone lists them)
+        proc = subprocess.run([sys.executable, "-m", "pytest", *argv, "--collect-only", "-qq"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=600)
+        _SELECTED[key] = {line.strip() for line in proc.stdout.splitlines() if "::" in line}
+    return _SELECTED[key]
+
+
 def collect(tmp_path: Path, argv: list, name: str) -> list:
     """[{id, gpu, skips_without_cuda}] of every test ``pytest ARGV`` collects (before any -m/-k), CUDA hidden."""
     (tmp_path / "hide_cuda_plugin.py").write_text(HIDE_CUDA)
@@ -253,11 +262,7 @@ def test_every_test_that_needs_cuda_is_marked_gpu_and_runs_in_the_session(tmp_pa
     assert r.returncode == 0, r.stdout + r.stderr
     runs = [argv[2:] for argv in stub_calls(out) if argv[:2] == ["-m", "pytest"]]
     assert len(runs) == 2 and all(run[run.index("-m") + 1] == "gpu and not slow" for run in runs), runs
-    selected = []
-    for i, argv in enumerate(runs):
-        proc = subprocess.run([sys.executable, "-m", "pytest", *argv, "--collect-only", "-qq"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=600)
-        selected.append({line.strip() for line in proc.stdout.splitlines() if "::" in line})
+    selected = [selected_by(argv) for argv in runs]
     assert not selected[0] & selected[1]
     assert selected[0] | selected[1] == gpu, (gpu - (selected[0] | selected[1]), (selected[0] | selected[1]) - gpu)
 
