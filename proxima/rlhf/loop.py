@@ -324,7 +324,9 @@ def save_checkpoint(t, run_dir: Path) -> None:
                   "opt_value": t.opt_value.state_dict() if t.critic else {}}
     state = {"format": CHECKPOINT_FORMAT, "step": t.step, "seconds": t.seconds, "ranks": ranks, "fsdp": t.cfg.fsdp,
              **models, "kl": t.kl_ctl.state_dict(), "prompts": {"count": len(t.prompts), "sha256": t.prompts_sha256},
-             "initial_policy": {"weights": t.policy_fingerprint, "vocab_sha256": t.vocab_sha256}}
+             "initial_policy": {"weights": t.policy_fingerprint, "vocab_sha256": t.vocab_sha256},
+             "reward_models": [{"path": m.path, "weights": m.fingerprint, "vocab_sha256": m.vocab_sha256}
+                               for m in t.reward.models]}
     rundir.save_checkpoint(run_dir, t.step, state, t.cfg.keep_checkpoints)
 
 
@@ -343,6 +345,7 @@ def load_checkpoint(t, file: Path, state: dict = None) -> None:
         raise ConfigError(f"{file}: written with fsdp {bool(state.get('fsdp'))}, resumed with fsdp {t.cfg.fsdp}")
     _check_same_prompts(t, file, state)
     _check_same_initial_policy(t, file, state)
+    _check_same_reward_models(t, file, state)
     models = [(t.policy, t.opt_policy, "policy")] + ([(t.value, t.opt_value, "value")] if t.critic else [])
     for model, opt, name in models:
         if t.cfg.fsdp:
@@ -394,6 +397,29 @@ def _check_same_initial_policy(t, file: Path, state: dict) -> None:
     if recorded.get("vocab_sha256") != t.vocab_sha256:
         raise ConfigError(f"{t.tokenizer_source}: its tokenizer's vocabulary differs from the one checkpoint "
                           f"{file.stem} was written with; restore it or start a new run")
+
+
+def _check_same_reward_models(t, file: Path, state: dict) -> None:
+    """Nor does a checkpoint hold a reward model (nor, with --value-init reward, the frozen part of the value
+    model, the base under its LoRA adapter, which is loaded from the first one's folder): each is loaded
+    from its --reward folder again, and one that changed since would score, and train, against another
+    objective. Checked in the order of the --reward specs, before anything is restored; reward functions
+    (module:function) are not recorded. A checkpoint from before this record resumes unchecked."""
+    recorded = state.get("reward_models")
+    if not isinstance(recorded, list):
+        return
+    models = t.reward.models
+    if len(recorded) != len(models):
+        raise ConfigError(f"--reward: checkpoint {file.stem} was written with {len(recorded)} reward model(s), this "
+                          f"resume loads {len(models)}; restore the --reward folders or start a new run")
+    for entry, m in zip(recorded, models):
+        entry = entry if isinstance(entry, dict) else {}
+        if entry.get("weights") != m.fingerprint:
+            raise ConfigError(f"--reward {m.path}: its weights differ from those checkpoint {file.stem} was written "
+                              f"with; restore them or start a new run")
+        if entry.get("vocab_sha256") != m.vocab_sha256:
+            raise ConfigError(f"--reward {m.path}: its tokenizer's vocabulary differs from the one checkpoint "
+                              f"{file.stem} was written with; restore it or start a new run")
 
 
 def trainable_state(model: torch.nn.Module) -> dict:

@@ -17,6 +17,7 @@ import hashlib
 import inspect
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -147,19 +148,68 @@ def load_policy(spec: str, seed: int, dtype: torch.dtype = torch.float32) -> tup
         model = load_pretrained(AutoModelForCausalLM, source, "--policy", dtype)
         folder = folder if has_tokenizer_files(Path(folder)) else None
     else:
-        try:
-            config_dict = dict(source)
-            config = AutoConfig.for_model(config_dict.pop("model_type"), **config_dict)
-            torch.manual_seed(seed)
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-        except Exception as e:  # huggingface_hub's StrictDataclassFieldValidationError (a mistyped field) is a bare Exception
-            lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
-            # that error names the field on its first line and what is wrong with it on the second
-            first = " ".join(lines[:2]) if lines[0].endswith(":") else lines[0]
-            raise ConfigError(f"--policy {spec!r}: cannot build a causal LM: {first}") from None
+        # the build's warnings ("Initializing zero-element tensors" for an empty dimension) are shown only for
+        # a model that passes its checks: a refused one is the error's one line
+        with warnings.catch_warnings(record=True) as caught:
+            try:
+                config_dict = dict(source)
+                config = AutoConfig.for_model(config_dict.pop("model_type"), **config_dict)
+                _check_sizes(config, config_dict)
+                torch.manual_seed(seed)
+                model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+                _check_forward(model)
+            except _UnusableModel as e:
+                raise ConfigError(f"--policy {spec!r}: {e}") from None
+            except Exception as e:  # huggingface_hub's StrictDataclassFieldValidationError (a mistyped field) is a bare Exception
+                lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
+                # that error names the field on its first line and what is wrong with it on the second
+                first = " ".join(lines[:2]) if lines[0].endswith(":") else lines[0]
+                raise ConfigError(f"--policy {spec!r}: cannot build a causal LM: {first}") from None
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
     disable_dropout(model)
     check_causal(model, spec)
     return use_fused_gelu(model), folder
+
+
+class _UnusableModel(Exception):
+    """A config.json whose model cannot train (the message names the field, or the failed forward)."""
+
+
+def _check_sizes(config, fields: dict) -> None:
+    """_UnusableModel for a config (built from the config.json ``fields``) with no tokens or no layers.
+
+    transformers builds some such nonsense without complaint: a vocab_size 0 (an empty embedding; the
+    causality probe would divide by it), a negative layer count (no layers, until the first KV cache
+    fails on its length, mid-run). The sizes are read through the config's standard names (vocab_size,
+    num_hidden_layers), which every architecture maps to its own field (GPT-2: n_layer); the message
+    names the field as the file spells it."""
+    for standard, what in (("vocab_size", "tokens"), ("num_hidden_layers", "layers")):
+        value = getattr(config, standard, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            mapped = getattr(config, "attribute_map", {}).get(standard, standard)
+            field = next((name for name in (mapped, standard) if name in fields), mapped)
+            raise _UnusableModel(f'"{field}" is {value}; a causal LM needs 1 or more {what}')
+
+
+def _check_forward(model: nn.Module) -> None:
+    """_UnusableModel unless a model built from a config.json has tokens and runs a forward the way
+    generation does (with a KV cache): whatever else its config got wrong fails here, at load, not at the
+    first rollout."""
+    vocab = model.get_input_embeddings().num_embeddings
+    if vocab < 1:  # a vocabulary size under another name than vocab_size (_check_sizes)
+        raise _UnusableModel(f"its input embedding holds {vocab} tokens; a causal LM needs 1 or more")
+    ids = torch.arange(1, 3, device=next(model.parameters()).device).remainder(vocab)[None]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise _UnusableModel(f"a forward pass on 2 tokens with a KV cache failed: {type(e).__name__}: {first}") from None
+    finally:
+        model.train(was_training)
 
 
 def check_generation_config(folder: Path, what: str) -> None:

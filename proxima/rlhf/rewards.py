@@ -28,7 +28,8 @@ from typing import Callable, Optional
 import torch
 
 from .config import ConfigError
-from .models import load_pretrained, max_positions, tokenizer_from_dir, use_fused_gelu
+from .models import (load_pretrained, max_positions, tokenizer_from_dir, use_fused_gelu, vocabulary_sha256,
+                     weights_fingerprint)
 
 
 class RewardError(ConfigError):
@@ -220,6 +221,10 @@ class RewardModel:
         if len(self.tokenizer) > embedded:
             raise ConfigError(f"--reward {path!r}: its tokenizer has {len(self.tokenizer)} tokens but the model embeds "
                               f"only {embedded}; the directory's tokenizer does not belong to its model")
+        # checkpoints hold no reward model: a resume loads it from its folder again and checks it by these
+        # (loop._check_same_reward_models), as a changed folder would change the objective
+        self.fingerprint = weights_fingerprint(model)
+        self.vocab_sha256 = vocabulary_sha256(self.tokenizer)
         self.model = use_fused_gelu(model).to(device).eval()
         self.model.requires_grad_(False)
         if self.tokenizer.pad_token_id is None:

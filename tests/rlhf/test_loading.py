@@ -170,6 +170,37 @@ def test_a_config_file_with_a_mistyped_field_is_one_line_naming_the_field(assets
                    f"error for field 'n_embd': TypeError: Field 'n_embd' expected int, got str (value: 'x')")
 
 
+@pytest.mark.parametrize("model, field, value, what", [("gpt2", "vocab_size", 0, "tokens"), ("gpt2", "n_layer", -1, "layers"),
+                                                        ("gpt2", "n_layer", 0, "layers"),
+                                                        ("llama", "num_hidden_layers", -1, "layers"),
+                                                        ("llama", "vocab_size", 0, "tokens")])
+def test_a_config_file_without_tokens_or_layers_is_one_line_at_load_naming_the_field(model, field, value, what, assets,
+                                                                                   llama_policy, tmp_path, capsys):
+    """transformers builds these without complaint: a vocab_size 0 failed the causality probe with a
+    ZeroDivisionError traceback, an n_layer -1 loaded and failed at the first rollout's KV cache, an
+    n_layer 0 trained a model without layers."""
+    folder = assets / "model" if model == "gpt2" else llama_policy
+    config = json.loads((folder / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, field: value}))
+    err = run_cli(assets, tmp_path, capsys, "--policy", str(tmp_path / "config.json"), "--tokenizer", str(assets / "model"))
+    assert err == (f"proxima rlhf: error: --policy {str(tmp_path / 'config.json')!r}: \"{field}\" is {value}; a causal LM "
+                   f"needs 1 or more {what}")
+
+
+def test_a_config_file_whose_model_fails_a_forward_with_a_kv_cache_is_one_line_at_load(assets, tmp_path, capsys,
+                                                                                     monkeypatch):
+    """Whatever else a config gets wrong fails at load, as generation would run the model: here the
+    negative layer count, with the check of the layer count (models._check_sizes) out of the way."""
+    from proxima.rlhf import models
+
+    monkeypatch.setattr(models, "_check_sizes", lambda config, fields: None)
+    config = json.loads((assets / "model" / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "n_layer": -1}))
+    err = run_cli(assets, tmp_path, capsys, "--policy", str(tmp_path / "config.json"), "--tokenizer", str(assets / "model"))
+    assert err.startswith(f"proxima rlhf: error: --policy {str(tmp_path / 'config.json')!r}: a forward pass on 2 tokens "
+                          f"with a KV cache failed: ValueError: ")
+
+
 def test_value_init_from_a_reward_model_needs_its_score_head(tiny_cfg, tmp_path):
     rm = save_reward_model(tmp_path / "rm", head_name="classifier")
     with pytest.raises(ConfigError, match="classifier.weight"):

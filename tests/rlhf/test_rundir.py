@@ -341,6 +341,50 @@ def test_a_resume_refuses_a_policy_folder_that_changed_since_the_checkpoint(chan
     assert resume(run_dir, steps=3) == 0
 
 
+@pytest.mark.parametrize("change", ["another reward model", "another reward tokenizer",
+                                    "another reward model under the value model"])
+def test_a_resume_refuses_a_reward_model_folder_that_changed_since_the_checkpoint(change, tiny_cfg, tmp_path, capsys):
+    """Nor does a checkpoint hold a reward model (nor, with --value-init reward and LoRA, the value model's
+    frozen base): each is loaded from its --reward folder again, and a changed one would change the
+    objective. One record per reward model, in the order of the --reward specs; functions are not recorded."""
+    from safetensors.torch import load_file, save_file
+
+    from rlhf_assets import save_reward_model, word_tokenizer
+
+    first, second = save_reward_model(tmp_path / "rm1"), save_reward_model(tmp_path / "rm2")
+    if change == "another reward model under the value model":
+        changed = first
+        overrides = dict(reward=[str(first), "proxima.rlhf.demo:keyword_sentiment"], value_init="reward", lora=True,
+                         lora_r=4, lora_target_modules=["c_attn"])
+    else:
+        changed = second
+        overrides = dict(reward=["proxima.rlhf.demo:keyword_sentiment", str(first), str(second)])
+    run_dir = train_rlhf(tiny_cfg(steps=2, run_dir=str(tmp_path / "run"), **overrides))
+    if change == "another reward tokenizer":  # as many tokens, other ids
+        word_tokenizer(reverse=True).save_pretrained(changed)
+    else:  # a retrained head published over the folder
+        weights = load_file(str(changed / "model.safetensors"))
+        weights["score.weight"] = weights["score.weight"] + 1e-3
+        save_file(weights, str(changed / "model.safetensors"), metadata={"format": "pt"})
+    capsys.readouterr()
+    assert resume(run_dir, steps=3) == 2
+    err = one_line(capsys, "proxima resume: error: ")
+    if change == "another reward tokenizer":
+        assert err == (f"proxima resume: error: --reward {changed}: its tokenizer's vocabulary differs from the one "
+                       f"checkpoint step_000002 was written with; restore it or start a new run")
+    else:
+        assert err == (f"proxima resume: error: --reward {changed}: its weights differ from those checkpoint step_000002 "
+                       f"was written with; restore them or start a new run")
+    assert read_metrics(run_dir)["step"] == [1.0, 2.0] and len(list_checkpoints(run_dir)) == 2  # nothing restored or written
+    # a checkpoint from before the record resumes unchecked (docs/rlhf.md)
+    newest = list_checkpoints(run_dir)[-1]
+    state = rundir.load_checkpoint(newest)
+    assert [Path(m["path"]) for m in state["reward_models"]] == ([first] if "value" in change else [first, second])
+    del state["reward_models"]
+    torch.save(state, newest)
+    assert resume(run_dir, steps=3) == 0
+
+
 def test_the_released_tokenizer_is_the_one_loaded_not_the_training_copy(tiny_cfg, tmp_path):
     """The trainer pads on the left with EOS as the pad token; the release keeps no pad token and right
     padding, or a later fine-tuning's collator would mask every EOS label."""
