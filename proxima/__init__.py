@@ -19,10 +19,25 @@ if _sys.argv[:1] == ["-m"] and _sys.path and _sys.path[0] in ("", _os.getcwd()):
     _sys.path.pop(0)
 
 from .config import ConfigError, PPOConfig  # noqa: E402
-from .envs import make_env  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["PPOConfig", "ConfigError", "train", "load", "make_env", "__version__"]
+
+
+def __getattr__(name: str):
+    # make_env is imported on first use, not with the package: importing it imports torch and
+    # gymnasium, and `proxima doctor` (this package's import included) must run to diagnose either
+    # one that does not import (a CUDA wheel missing libcudnn)
+    if name == "make_env":
+        from .envs import make_env
+
+        globals()["make_env"] = make_env
+        return make_env
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | {"make_env"})
 
 
 def train(config: PPOConfig, **kwargs):

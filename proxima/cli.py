@@ -8,6 +8,7 @@ after writing its checkpoint.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import os
@@ -710,9 +711,53 @@ def _attach_negative_numbers(parser: argparse.ArgumentParser, argv: list) -> lis
     return out
 
 
+#: what every command but doctor needs to import (build_parser's plugins import both)
+REQUIRED_IMPORTS = ("torch", "gymnasium")
+
+
+@functools.lru_cache(maxsize=None)
+def broken_import() -> Optional[str]:
+    """One line naming the first of REQUIRED_IMPORTS that does not import (a CUDA wheel missing
+    libcudnn, a package half-removed), else None. Asked once per process: a module that failed
+    to import is tried again on each import, and may fail differently the second time."""
+    for name in REQUIRED_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # a broken wheel raises ImportError, OSError, or whatever its own code raises
+            why = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            return f"{name} does not import ({type(e).__name__}: {why}); run proxima doctor for what to fix"
+    return None
+
+
+def _doctor(argv: list) -> int:
+    """``proxima doctor``, parsed apart from build_parser, whose plugins import torch and gymnasium:
+    doctor must run to report either one that does not import."""
+    from . import doctor
+
+    parser = ArgParser(prog="proxima doctor", description=doctor.__doc__.splitlines()[0])
+    doctor.add_arguments(parser)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        hint = _did_you_mean(parser, None, extra)
+        return fail(parser.prog, f"unrecognized arguments: {' '.join(extra)}{hint} (see {parser.prog} --help)")
+    try:
+        return int(doctor.run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `proxima doctor | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
+
+
 def main(argv: Optional[list] = None) -> int:
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["doctor"]:
+        return _doctor(argv[1:])
+    broken = broken_import()
+    if broken:
+        command = next((w for w in argv if not w.startswith("-")), None)
+        return fail(f"proxima {command}" if command else "proxima", broken)
+    parser = build_parser()
     argv = _attach_negative_numbers(parser, argv)
     bool_value = _bool_flag_value(parser, argv)
     if bool_value:
@@ -743,7 +788,11 @@ def main(argv: Optional[list] = None) -> int:
 
 def entry() -> None:
     """The ``proxima`` console script and ``python -m proxima``: main() ended by exit_process (a
-    torchrun rank skips interpreter finalization; see proxima.distributed.exit_process)."""
+    torchrun rank skips interpreter finalization; see proxima.distributed.exit_process). Doctor, and
+    any command when torch or gymnasium does not import, end the ordinary way: exit_process's module
+    imports torch, and neither is a rank's work."""
+    if sys.argv[1:2] == ["doctor"] or broken_import():
+        raise SystemExit(main())
     from .distributed import exit_process
 
     exit_process(main)

@@ -556,8 +556,19 @@ def save_population(pop: Population, run_dir: Path, dirs: list, seeds, sweep: di
 def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> list:
     from .config import dump_yaml
 
-    from .train_state import git_commit, versions
+    from .train_state import git_record, versions
 
+    # what every member's meta.json shares, gathered once (doctor.collect takes ~0.2 s): the same record
+    # as a single run's (train_state._run_meta), machine included, as a member holds a single run's files
+    shared = {"command": argv if argv is not None else sys.argv, "started": datetime.now().isoformat(timespec="seconds"),
+              "versions": versions(), "device": str(pop.device), "world_size": 1, **git_record(),
+              "env_backend": pop.env.backend}
+    try:
+        from .doctor import collect
+
+        shared["machine"] = collect()
+    except Exception:  # doctor is best-effort here, as for a single run
+        pass
     swept = list(sweep)
     dirs = []
     for i, cfg in enumerate(pop.configs):
@@ -566,9 +577,7 @@ def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> l
         cfg.encoder = pop.encoder_kind
         cfg.run_dir = str(d)
         write_atomic(d / "config.yaml", dump_yaml(cfg.to_dict()))
-        meta = {"kind": "ppo", "population": str(run_dir), "member": i, "command": argv if argv is not None else sys.argv,
-                "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(), "device": str(pop.device),
-                "world_size": 1, "git_commit": git_commit(), "env_backend": pop.env.backend}
+        meta = {"kind": "ppo", "population": str(run_dir), "member": i, **shared}
         write_atomic(d / "meta.json", json.dumps(meta, indent=2, default=str))
         dirs.append(d)
     _write_population_json(run_dir, pop, seeds, sweep, dirs, argv=argv)

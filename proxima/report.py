@@ -303,15 +303,25 @@ def _versions(meta: dict) -> dict:
 def _machine(meta: dict) -> dict:
     m = meta.get("machine") or {}
     gpus = [f"{g.get('name', '?')} ({g.get('memory_gib', '?')} GiB)" for g in m.get("gpus") or [] if isinstance(g, dict)]
-    command = meta.get("command")
+    command, resumes = meta.get("command"), meta.get("resumes")
     return {
         "device": meta.get("device"), "world size": meta.get("world_size"), "env backend": meta.get("env_backend"),
         "platform": m.get("platform"), "cpu": m.get("machine"), "cpu count": m.get("cpu_count"),
         "torch build": m.get("torch_build"), "CUDA": m.get("cuda"), "CUDA driver": m.get("cuda_driver"),
         "cuDNN": m.get("cudnn"), "GPUs": gpus or (m.get("gpu_count") if m else None), "bf16": m.get("bf16"),
-        "git commit": meta.get("git_commit"), "started": meta.get("started") or meta.get("created"),
+        "git commit": _git_cell(meta), "started": meta.get("started") or meta.get("created"),
         "command": " ".join(map(str, command)) if isinstance(command, list) else command,
+        "resumes": len(resumes) if isinstance(resumes, list) and resumes else None,
     }
+
+
+def _git_cell(meta: dict):
+    """The commit a run started from, marked when the checkout had uncommitted changes (``git_dirty``):
+    then the commit alone does not say what code ran."""
+    commit = meta.get("git_commit")
+    if commit is not None and meta.get("git_dirty") is True:
+        return f"{commit} (uncommitted changes)"
+    return commit
 
 
 def _keyed_rows(dicts: Sequence[dict]) -> list[list]:

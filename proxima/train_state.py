@@ -4,12 +4,14 @@
 position, normalizer statistics, native env state and generators, RNG states, counters, config,
 versions); ``restore(trainer, state)`` puts a loaded one back; ``save(trainer)`` writes it through
 checkpoint.py (atomic, every rank's pieces gathered under torchrun). ``open_run_dir`` writes
-``config.yaml`` and ``meta.json`` of a new run. The trainer calls these; the loop lives there.
+``config.yaml`` and ``meta.json`` of a new run (a resume adds to meta.json's ``resumes``). The trainer
+calls these; the loop lives there.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -40,11 +42,20 @@ def git_commit() -> Optional[str]:
     """The commit Proxima runs from: HEAD of the git checkout holding this package; else (an installed
     copy, e.g. in the container image) $PROXIMA_GIT_COMMIT, which the image's build sets from its
     PROXIMA_GIT_COMMIT build argument, when it is 7 to 40 hex digits (anything else is ignored); else None."""
-    import os
+    return git_state()[0]
+
+
+def git_state() -> tuple:
+    """(commit, dirty) of the code Proxima runs from, as meta.json records them (``git_commit``,
+    ``git_dirty``): the commit as git_commit() says; ``dirty`` True when a tracked file of the package's
+    own checkout differs from that commit (``git status --porcelain --untracked-files=no``), False when
+    none does, None outside a checkout (the image's recorded commit included), without git, or when
+    git fails or takes over 5 s: a run never waits long on, or fails for, this record."""
     import re
     import subprocess
 
     here = Path(__file__).resolve().parent
+    commit, dirty = "", None
     try:
         out = subprocess.run(["git", "rev-parse", "--show-toplevel", "HEAD"], cwd=here, capture_output=True, text=True,
                              timeout=5)
@@ -53,12 +64,24 @@ def git_commit() -> Optional[str]:
         # would otherwise record the project's commit
         if not top or Path(top).resolve() != here.parent:
             commit = ""
+        if commit:
+            # --no-optional-locks: a status must not take index.lock (it would refresh the index), which
+            # would fail a git command the user runs in the checkout meanwhile
+            out = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no"],
+                                 cwd=here, capture_output=True, text=True, timeout=5)
+            dirty = bool(out.stdout.strip()) if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
-        commit = ""
+        pass
     if commit:
-        return commit
+        return commit, dirty
     recorded = os.environ.get("PROXIMA_GIT_COMMIT", "").strip()
-    return recorded.lower() if re.fullmatch(r"[0-9a-fA-F]{7,40}", recorded) else None
+    return (recorded.lower() if re.fullmatch(r"[0-9a-fA-F]{7,40}", recorded) else None), None
+
+
+def git_record() -> dict:
+    """meta.json's ``git_commit`` and ``git_dirty`` (git_state)."""
+    commit, dirty = git_state()
+    return {"git_commit": commit, "git_dirty": dirty}
 
 
 def default_run_dir(cfg: PPOConfig) -> Path:
@@ -303,9 +326,10 @@ def _drop_link(path: Path) -> None:
         path.unlink()
 
 
-def open_run_dir(t: "Trainer", resumed: bool) -> None:
+def open_run_dir(t: "Trainer", resumed: bool, trains: bool = True) -> None:
     """Rank 0: create the run directory; a new run also gets config.yaml and meta.json, a resumed
-    one's config.yaml is replaced (atomically) when a resume changed a field (--total-timesteps).
+    one's config.yaml is replaced (atomically) when a resume changed a field (--total-timesteps), and
+    its meta.json, which describes the first start, gets an entry in ``resumes`` (record_resume).
 
     A write that fails (disk full) raises StorageError naming the file and the free space; the
     trainer then removes the new run's directory (rundir.RunSession.discard_fresh)."""
@@ -329,6 +353,11 @@ def open_run_dir(t: "Trainer", resumed: bool) -> None:
             if not path.is_file() or path.read_text(errors="replace") != text:
                 write_atomic(path, text)  # never through a link planted at config.yaml or a temp name
             if (t.run_dir / "meta.json").exists():
+                path = t.run_dir / "meta.json"
+                # a resume that trains records what it trains with; one of a complete run (nothing to
+                # train, its evaluation shown from eval.json) leaves the run's files as they are
+                if trains:
+                    record_resume(path, _resume_entry(t))
                 return
             # a loose checkpoint resumed into a new --run-dir: that run has no meta.json yet (below)
         else:
@@ -348,7 +377,7 @@ def _run_meta(t: "Trainer") -> dict:
     """meta.json of a run: its kind, command, start time, versions, device, commit and machine facts."""
     meta = {"kind": "ppo", "command": t.argv if t.argv is not None else sys.argv,
             "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(),
-            "device": str(t.device), "world_size": t.dist.world_size, "git_commit": git_commit(),
+            "device": str(t.device), "world_size": t.dist.world_size, **git_record(),
             "env_backend": t.env.backend}
     try:
         from .doctor import collect
@@ -357,3 +386,50 @@ def _run_meta(t: "Trainer") -> dict:
     except Exception:  # doctor is best-effort here
         pass
     return meta
+
+
+def _resume_entry(t: "Trainer") -> dict:
+    """One entry of meta.json's ``resumes``: what trains from ``step`` on (the first start's record
+    at the top of meta.json says what trained before)."""
+    return {"started": datetime.now().isoformat(timespec="seconds"), "step": t.global_step,
+            "command": t.argv if t.argv is not None else sys.argv, "versions": versions(), **git_record()}
+
+
+class _DamagedMeta(Exception):
+    pass
+
+
+def record_resume(path: Path, entry: dict) -> bool:
+    """Append ``entry`` to the ``resumes`` list of the meta.json at ``path``, rewritten atomically (never
+    through a link); whether it was. A meta.json that is not a JSON object (or whose ``resumes`` is not
+    a list) is left as it is, with a note: the run's record is damaged, not its checkpoints, and the
+    resume goes on. The oldest entries give way (counted in ``resumes_dropped``) before the file would
+    outgrow what a run's meta.json may be when read back (rundir._read_json_file), where the run
+    would no longer count as one. OSError (a full disk) propagates, as for config.yaml."""
+    from .atomic import write_atomic
+    from .rundir import _LOCK_MAX_BYTES, _read_json_file
+
+    try:
+        meta = _read_json_file(path, _DamagedMeta)  # without following links or blocking: a run directory is data
+        if meta is None:
+            return False  # gone since it was seen: nothing to add to
+        resumes = meta.get("resumes", [])
+        if not isinstance(resumes, list):
+            raise _DamagedMeta(f"{path}: resumes is not a list (a {type(resumes).__name__}); the run directory's "
+                               "meta.json was damaged or edited")
+    except _DamagedMeta as e:
+        print(f"proxima: note: {e}; this resume is not recorded in it", file=sys.stderr)
+        return False
+    resumes = resumes + [entry]
+    dropped = meta.get("resumes_dropped")
+    dropped = dropped if _int_count(dropped) and dropped > 0 else 0
+    while True:
+        meta["resumes"] = resumes
+        if dropped:
+            meta["resumes_dropped"] = dropped
+        text = json.dumps(meta, indent=2, default=str)
+        if len(text.encode("utf-8")) <= _LOCK_MAX_BYTES * 3 // 4 or len(resumes) <= 1:
+            break
+        resumes, dropped = resumes[1:], dropped + 1
+    write_atomic(path, text)
+    return True

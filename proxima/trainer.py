@@ -219,7 +219,6 @@ class Trainer:
         EnvError naming the env, its step and the last good checkpoint. ``stop_after`` (a test hook) acts as a
         SIGINT arriving during iteration ``stop_after`` (counted from the start of the run).
         """
-        train_state.open_run_dir(self, resumed)
         cfg = self.cfg
         self._saved_at = time.monotonic()
         self.best_eval = getattr(self, "best_eval", None)  # restored from the checkpoint on resume
@@ -233,6 +232,7 @@ class Trainer:
         from .logger import logged_past
 
         trains = self.iteration < self.num_iterations and self.stopped_at_return is None
+        train_state.open_run_dir(self, resumed, trains)
         if self.dist.is_main and (not resumed or trains or logged_past(self.run_dir / "metrics.csv", self.global_step)):
             self.logger = _make_logger(self, resumed)
         try:

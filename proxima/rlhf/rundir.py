@@ -86,13 +86,13 @@ def _meta(world_size: int, device: str) -> dict:
         peft_version: Optional[str] = peft.__version__
     except ImportError:
         peft_version = None
-    from ..train_state import git_commit
+    from ..train_state import git_record
 
-    commit = git_commit()  # one rule for PPO and RLHF runs (the image's recorded commit included)
+    git = git_record()  # one rule for PPO and RLHF runs (the image's recorded commit included)
     from .. import __version__
 
     return {"kind": "rlhf", "proxima": __version__, "python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "peft": peft_version, "git_commit": commit, "device": device,
+            "transformers": transformers.__version__, "peft": peft_version, **git, "device": device,
             "world_size": world_size, "command": sys.argv, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 

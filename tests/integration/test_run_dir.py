@@ -528,3 +528,28 @@ def test_a_resume_from_before_best_pt_never_replaces_it_with_a_worse_policy(tmp_
     assert code == 0, err
     after = ckpt.load_checkpoint(run_dir / "checkpoints" / "best.pt")
     assert after["best_eval"] == best["best_eval"] and after["global_step"] == best["global_step"]
+
+
+def test_each_resume_is_recorded_in_meta_json(tmp_path, capsys, finished_run):
+    """meta.json describes the first start; what trained each later part (command, versions, commit) is
+    one ``resumes`` entry per resume, from the step it resumed at. A damaged meta.json does not stop one."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    first = json.loads((run_dir / "meta.json").read_text())
+    assert "git_dirty" in first and "resumes" not in first
+    for total in ("256", "320"):
+        code, _, err = run_main(["resume", str(run_dir), "--total-timesteps", total, "--quiet"], capsys)
+        assert code == 0, err
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert {k: v for k, v in meta.items() if k != "resumes"} == first
+    assert [r["step"] for r in meta["resumes"]] == [192, 256]
+    for entry in meta["resumes"]:
+        assert set(entry) == {"started", "step", "command", "versions", "git_commit", "git_dirty"}
+        assert isinstance(entry["command"], list)  # this process's argv (in a test: pytest's), as a first start's
+        assert entry["versions"] == first["versions"]
+    (run_dir / "meta.json").write_text(json.dumps({**meta, "resumes": {"edited": True}}))
+    code, _, err = run_main(["train", "CartPole-v1", "--resume", "auto", "--run-dir", str(run_dir), *SMALL,
+                             "--total-timesteps", "384"], capsys)  # the last --total-timesteps counts
+    assert code == 0, err
+    assert "meta.json: resumes is not a list (a dict)" in err and steps(run_dir)[-1] == 384
+    assert json.loads((run_dir / "meta.json").read_text())["resumes"] == {"edited": True}

@@ -292,3 +292,63 @@ def test_a_dangling_cxx_makes_compile_unavailable(monkeypatch, tmp_path, capsys)
     assert f"CXX={cxx} not found" in out
     monkeypatch.delenv("CXX")
     assert doctor._find_cxx() == doctor.shutil.which("g++")  # unset: g++ on PATH, as inductor (None here without one)
+
+
+# --- a torch or gymnasium that does not import ----------------------------------------------------------------
+#: what a stand-in package raises on import: a CUDA wheel missing its cuDNN, a gymnasium half-removed
+BROKEN = {"torch": "libcudnn.so.9: cannot open shared object file: No such file or directory",
+          "gymnasium": "No module named gymnasium (simulated)"}
+
+
+def _run_with_broken(package: str, tmp_path, *argv: str):
+    """``python ARGV`` with a stand-in ``package`` first on the path whose import raises ImportError."""
+    import os
+    import subprocess
+    import sys
+
+    fake = tmp_path / "fake"
+    (fake / package).mkdir(parents=True, exist_ok=True)
+    (fake / package / "__init__.py").write_text(f"raise ImportError({BROKEN[package]!r})\n")
+    path = os.pathsep.join(p for p in (str(fake), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("package, hint", [
+    ("torch", f"torch not importable (ImportError: {BROKEN['torch']})"),
+    ("gymnasium", f"is installed but does not import (ImportError: {BROKEN['gymnasium']})")])
+def test_doctor_reports_a_package_that_does_not_import(package, hint, tmp_path):
+    """Doctor is what a user runs when torch or gymnasium is broken: neither the package's import nor
+    the CLI's may need them (it died with the import's traceback)."""
+    proc = _run_with_broken(package, tmp_path, "-m", "proxima", "doctor")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("proxima doctor") and hint in proc.stdout and proc.stderr == ""
+    proc = _run_with_broken(package, tmp_path, "-m", "proxima", "doctor", "--json", "--require-cuda")
+    assert proc.returncode == 1, proc.stderr
+    info = json.loads(proc.stdout)  # stdout stays one JSON object
+    assert any(hint in h for h in info["hints"])
+    assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith("proxima doctor: CUDA not usable"), proc.stderr
+    proc = _run_with_broken(package, tmp_path, "-m", "proxima.doctor", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert any(hint in h for h in json.loads(proc.stdout)["hints"])
+
+
+@pytest.mark.parametrize("package", ["torch", "gymnasium"])
+def test_other_commands_name_a_package_that_does_not_import_in_one_line(package, tmp_path):
+    proc = _run_with_broken(package, tmp_path, "-m", "proxima", "train", "CartPole-v1", "--run-dir", str(tmp_path / "run"))
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [f"proxima train: error: {package} does not import (ImportError: {BROKEN[package]}); "
+                                        "run proxima doctor for what to fix"]
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_cli_s_doctor_takes_the_report_s_flags_only(capsys):
+    """``proxima doctor`` is parsed apart from the other commands (above): it still refuses a typo in one line."""
+    from cli_helpers import one_error_line, run_main
+
+    code, _, err = run_main(["doctor", "--jsn"], capsys)
+    assert code == 2
+    assert one_error_line(err, "proxima doctor") == ("unrecognized arguments: --jsn; did you mean --json? "
+                                                     "(see proxima doctor --help)")
+    code, out, err = run_main(["doctor", "--json"], capsys)
+    assert code == 0 and json.loads(out)["torch"] == torch.__version__

@@ -77,3 +77,55 @@ def test_a_copy_inside_another_projects_checkout_does_not_record_that_projects_c
                          env={**os.environ, "PYTHONPATH": str(package.parent)})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "None"
+
+
+# --- git_dirty: whether the checkout differed from the commit it records ------------------------------------------
+GIT_USER = {"GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@x", "GIT_COMMITTER_NAME": "u", "GIT_COMMITTER_EMAIL": "u@x"}
+
+
+def _git_record_of(package_parent: Path, tmp_path: Path, **env) -> dict:
+    """train_state.git_record() in a process that imports the Proxima copy under ``package_parent``."""
+    import json
+    import sys
+
+    code = "import json; from proxima.train_state import git_record; print(json.dumps(git_record()))"
+    base = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "PROXIMA_GIT_COMMIT")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         env={**base, "PYTHONPATH": str(package_parent), **env})
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.fixture
+def own_checkout(tmp_path) -> Path:
+    """A git checkout of a copy of Proxima (its root holds the package, as this repository's does), committed."""
+    import shutil
+
+    repo = tmp_path / "repo"
+    shutil.copytree(Path(proxima.__file__).resolve().parent, repo / "proxima", ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "README.md").write_text("proxima\n")
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "proxima"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, env={**os.environ, **GIT_USER}, capture_output=True)
+    return repo
+
+
+def test_git_dirty_says_whether_a_tracked_file_differs_from_the_recorded_commit(own_checkout, tmp_path):
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=own_checkout, capture_output=True, text=True).stdout.strip()
+    assert _git_record_of(own_checkout, tmp_path) == {"git_commit": head, "git_dirty": False}
+    (own_checkout / "scratch.txt").write_text("untracked\n")  # a file git does not track is no change to the code
+    assert _git_record_of(own_checkout, tmp_path) == {"git_commit": head, "git_dirty": False}
+    with open(own_checkout / "README.md", "a") as f:  # any tracked file, not only the package's
+        f.write("edited\n")
+    assert _git_record_of(own_checkout, tmp_path) == {"git_commit": head, "git_dirty": True}
+
+
+def test_git_dirty_is_none_without_a_checkout_or_git(tmp_path, monkeypatch):
+    """Outside a checkout the recorded commit (the image's) says nothing about local edits: null, not false."""
+    record = _git_record_of(Path(proxima.__file__).resolve().parents[1], tmp_path, GIT_DIR=str(tmp_path / "none"),
+                            PROXIMA_GIT_COMMIT=COMMIT)
+    assert record == {"git_commit": COMMIT, "git_dirty": None}
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git on PATH
+    monkeypatch.delenv("PROXIMA_GIT_COMMIT", raising=False)
+    from proxima.train_state import git_record
+
+    assert git_record() == {"git_commit": None, "git_dirty": None}
