@@ -850,7 +850,7 @@ class Policy:
             fix = (pixels_fix(name, unit).replace("return ", "") if is_numpy
                    else f"torch.uint8 pixels 0..255 as {scaled}.to(torch.uint8)")
             raise ValueError(f"Policy.act: {name} holds {dtype_name} pixels where {self.env_id}'s observations are uint8 "
-                             f"images {part.shape} (the network scales 0..255 to [0, 1] itself); pass {fix}")
+                             f"images {part.shape} (the network scales the declared range to [0, 1] itself); pass {fix}")
         lo, hi = (int(values.min()), int(values.max())) if values.size else (0, 0)
         if lo < 0 or hi > 255:
             bad = lo if lo < 0 else hi
@@ -1016,6 +1016,10 @@ def check_weight_shapes(path, expected: dict, weights: dict) -> None:
     missing = [k for k in expected if k not in weights]
     extra = [k for k in weights if k not in expected]
     if missing or extra:
+        if missing and missing[0].endswith("pixel_range"):  # nets.pixel_range: recorded since 2026-12-03
+            raise CheckpointError(f"{path}: written before Proxima scaled a uint8 image by its declared range (this "
+                                  "observation space declares one other than 0..255, which was divided by 255): its "
+                                  "policy saw other inputs than it would now; retrain it with this version")
         what = f"no agent.{missing[0]}" if missing else f"an unexpected agent.{extra[0]}"
         raise CheckpointError(f"{path}: weights do not match the recorded config ({what}; config.hidden_sizes, "
                               "config.encoder and the spaces describe another network)")

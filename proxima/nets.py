@@ -2,14 +2,18 @@
 
 Encoders turn a batch of observations (B, *obs_shape) as the env's tensors hold them
 (envs/spaces.py) into (B, F) float features: the Nature CNN (Mnih et al. 2015; CleanRL's
-``ppo_atari`` trunk) for images, a flatten for vectors, one of those per key for a Dict. Pixels
-arrive as uint8 and are scaled to [0, 1] here, on the device, so buffers can keep them as uint8.
+``ppo_atari`` trunk) for images, a flatten for vectors, one of those per key for a Dict (the CNN
+for the image keys of at least 36x36, a flatten for the smaller ones). Pixels arrive as uint8 and
+are scaled to [0, 1] here, on the device, so buffers can keep them as uint8: by the range their Box
+declares (:func:`pixel_range`: 0..255 divided by 255, a 0/1 board kept as it is).
 """
 
 from __future__ import annotations
 
 import math
 
+import gymnasium as gym
+import numpy as np
 import torch
 from torch import nn
 
@@ -77,14 +81,14 @@ def mlp(in_dim: int, hidden: list, out_dim: int, out_std: float, activation: str
 
 
 def resolve_encoder(encoder: str, layout: ObsLayout) -> str:
-    """'cnn' or 'mlp' for ``--encoder`` (auto: cnn when the observation holds an image of at least the
-    CNN's 36x36, else mlp: small images are flattened); ConfigError when cnn is asked of a space
-    without an image or of an image smaller than the CNN takes."""
+    """'cnn' or 'mlp' for ``--encoder``. Under cnn each image key of at least the CNN's 36x36
+    (:func:`cnn_takes`) gets the Nature CNN and every other key is flattened; under mlp every key is
+    flattened. auto: cnn when the observation holds an image the CNN takes, else mlp. ConfigError
+    when cnn is asked of a space without an image or whose images are all smaller than the CNN takes."""
     if encoder not in ENCODERS:
         raise ConfigError(f"--encoder {encoder!r}: must be one of {', '.join(ENCODERS)}")
     if encoder == "auto":
-        images = [p for p in layout.parts if p.layout is not None]
-        return "cnn" if images and all(min(_image_hw(p)) >= CNN_MIN_SIZE for p in images) else "mlp"
+        return "cnn" if any(cnn_takes(p) for p in layout.parts) else "mlp"
     if encoder == "cnn":
         images = [p for p in layout.parts if p.layout is not None]
         if not images:
@@ -96,30 +100,80 @@ def resolve_encoder(encoder: str, layout: ObsLayout) -> str:
             raise ConfigError(f"--encoder cnn needs an image observation (uint8 Box (H, W, C) or (C, H, W)); this env's "
                               f"observation has shape {shapes[0] if not layout.is_dict else shapes}; "
                               + "".join(f"{fix}; " for fix in fixes) + ("or " if fixes else "") + "use --encoder mlp")
-        for p in images:
-            h, w = _image_hw(p)
-            if min(h, w) < CNN_MIN_SIZE:
-                where = f" at key '{p.key}'" if p.key is not None else ""
-                raise ConfigError(f"--encoder cnn: image{where} is {h}x{w}, smaller than the Nature CNN's "
-                                  f"{CNN_MIN_SIZE}x{CNN_MIN_SIZE} minimum; use --encoder mlp or larger frames")
+        if not any(cnn_takes(p) for p in images):  # a Dict's smaller images are flattened beside the CNN's
+            hw = ["x".join(map(str, _image_hw(p))) for p in images]
+            minimum = f"smaller than the Nature CNN's {CNN_MIN_SIZE}x{CNN_MIN_SIZE} minimum"
+            if len(images) == 1:
+                where = f" at key '{images[0].key}'" if images[0].key is not None else ""
+                what = f"image{where} is {hw[0]}, {minimum}"
+            else:
+                what = f"every image is {minimum} (" + ", ".join(f"at key '{p.key}' {s}" for p, s in zip(images, hw)) + ")"
+            raise ConfigError(f"--encoder cnn: {what}; use --encoder mlp or larger frames")
     return encoder
+
+
+def cnn_takes(part: ObsPart) -> bool:
+    """Whether the Nature CNN reads ``part`` under ``--encoder cnn``: an image of at least
+    CNN_MIN_SIZE x CNN_MIN_SIZE (a smaller image key of a Dict is flattened beside it)."""
+    return part.layout is not None and min(_image_hw(part)) >= CNN_MIN_SIZE
 
 
 def _image_hw(part: ObsPart) -> tuple:
     return (part.shape[1], part.shape[2]) if part.layout == "chw" else (part.shape[0], part.shape[1])
 
 
-class PixelInput(nn.Module):
-    """(B, *image_shape) pixels 0..255 (uint8, or float in a packed Dict) -> (B, C, H, W) float in [0, 1]."""
+#: the range most images declare, Box(0, 255, ..., np.uint8): scaled by 1/255 with no record in the
+#: weights, as before pixels were scaled by their declared range
+PIXELS_0_255 = (0.0, 255.0)
+
+
+def pixel_range(part: ObsPart) -> tuple:
+    """(low, high) of the pixels of the image ``part``, which the network maps to [0, 1]: its Box's
+    declared bounds (the smallest low, the largest high, so every value lands in [0, 1]); 0..255
+    when the part carries no Box. A 0/1 board (Box(0, 1, ..., np.uint8)) is read as 0 and 1, not
+    as 0 and 1/255."""
+    box = part.source
+    if not isinstance(box, gym.spaces.Box):
+        return PIXELS_0_255
+    low, high = float(np.min(box.low)), float(np.max(box.high))
+    if not (math.isfinite(low) and math.isfinite(high)) or high <= low:  # a constant image: shifted to 0
+        return (low, low + 1.0) if math.isfinite(low) else PIXELS_0_255
+    return low, high
+
+
+class _Scaled(nn.Module):
+    """Pixels to [0, 1] by their declared range (:func:`pixel_range`): x / 255 for 0..255, the
+    common case, exactly as before the range was read; (x - low) / (high - low) for any other
+    range, which is then recorded in the weights as the buffer ``pixel_range``, so a checkpoint
+    written when every image was divided by 255 does not load silently into a network that scales
+    its inputs differently: it lacks the buffer and fails with one line naming it."""
+
+    def _set_range(self, part: ObsPart) -> None:
+        low, high = pixel_range(part)
+        self.low, self.scale = low, 1.0 / (high - low)
+        if (low, high) != PIXELS_0_255:
+            self.register_buffer("pixel_range", torch.tensor([low, high], dtype=torch.float32))
+
+    def _scaled(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float()
+        if self.low != 0.0:
+            x = x - self.low
+        return x * self.scale
+
+
+class PixelInput(_Scaled):
+    """(B, *image_shape) pixels (uint8, or float in a packed Dict) -> (B, C, H, W) float in [0, 1],
+    scaled by the declared range (0..255: / 255)."""
 
     def __init__(self, part: ObsPart):
         super().__init__()
         self.hwc = part.layout == "hwc"
+        self._set_range(part)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.hwc:
             x = x.permute(0, 3, 1, 2)
-        return x.float() * (1.0 / 255.0)
+        return self._scaled(x)
 
 
 class NatureCNN(nn.Module):
@@ -143,27 +197,33 @@ class NatureCNN(nn.Module):
         return self.fc(self.convs(self.pixels(x)))
 
 
-class FlatInput(nn.Module):
-    """(B, *shape) -> (B, prod(shape)) float32; pixels (an image read by an MLP) scaled to [0, 1]."""
+class FlatInput(_Scaled):
+    """(B, *shape) -> (B, prod(shape)) float32; pixels (an image read by an MLP) scaled to [0, 1] by
+    their declared range (0..255: / 255), any other key as it is."""
 
     def __init__(self, part: ObsPart):
         super().__init__()
-        self.scale = 1.0 / 255.0 if part.layout is not None else 1.0
+        self.pixels = part.layout is not None
+        self.low, self.scale = 0.0, 1.0
+        if self.pixels:
+            self._set_range(part)
         self.out_dim = part.size
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.reshape(x.shape[0], -1).float()
-        return x * self.scale if self.scale != 1.0 else x
+        return self._scaled(x) if self.pixels else x
 
 
 class DictEncoder(nn.Module):
-    """Packed (B, D) Dict observations -> each key's encoder on its slice, concatenated (B, F)."""
+    """Packed (B, D) Dict observations -> each key's encoder on its slice, concatenated (B, F): under
+    ``encoder`` cnn the Nature CNN for each image key it takes (:func:`cnn_takes`, 36x36 and up), a
+    flatten for the others (vectors, smaller images); under mlp a flatten for every key."""
 
     def __init__(self, layout: ObsLayout, encoder: str):
         super().__init__()
         self.parts = layout.parts
         self.encoders = nn.ModuleDict({
-            p.key: NatureCNN(p) if (encoder == "cnn" and p.layout is not None) else FlatInput(p) for p in layout.parts})
+            p.key: NatureCNN(p) if (encoder == "cnn" and cnn_takes(p)) else FlatInput(p) for p in layout.parts})
         self.out_dim = sum(e.out_dim for e in self.encoders.values())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -95,15 +95,15 @@ def network_bytes(cfg: PPOConfig, obs_size: int, act_size: int, layout=None) -> 
 
 def network_terms(cfg: PPOConfig, obs_size: int, act_size: int, layout=None) -> tuple[int, int]:
     """network_bytes in its two parts: (weights with gradients and Adam state, one minibatch's activations)."""
-    from .nets import CNN_FEATURES
+    from .nets import CNN_FEATURES, cnn_takes
 
     sizes = _mlp_hidden(cfg, layout)
     feat, params, per_row = obs_size, 0, 0
     if layout is not None and (layout.is_dict or layout.has_image):
         feat = 0
         cnn = _encoder(cfg, layout) == "cnn"
-        for part in layout.parts:  # agent.py / nets.py: Nature CNN per image under cnn, else the key flattened
-            if cnn and part.layout is not None:
+        for part in layout.parts:  # nets.DictEncoder: Nature CNN per image of 36x36 and up under cnn, else the key flattened
+            if cnn and cnn_takes(part):
                 p, acts = _cnn_terms(part)
                 params, per_row, feat = params + p, per_row + acts, feat + CNN_FEATURES
             else:
@@ -198,16 +198,20 @@ def check_fits(cfg: PPOConfig, device: torch.device, probe=None) -> None:
 
 def cnn_weight_bytes(cfg: PPOConfig, layout) -> int:
     """The Nature CNNs' part of network_terms's weights (4 copies of float32 parameters); 0 without one."""
+    from .nets import cnn_takes
+
     if layout is None or not layout.has_image or _encoder(cfg, layout) != "cnn":
         return 0
-    return 4 * 4 * sum(_cnn_terms(part)[0] for part in layout.parts if part.layout is not None)
+    return 4 * 4 * sum(_cnn_terms(part)[0] for part in layout.parts if cnn_takes(part))
 
 
 def cnn_refusal(cfg: PPOConfig, layout, device: torch.device, weights: int, nets: int, free: int) -> str:
     """The line for a CNN that does not fit, its weights the larger part: the Nature CNN's linear layer
     has 64 x h' x w' x 512 weights (h', w': the image's height and width over about 8), so the image
     size is what to lower; fewer rows (--num-envs, --num-steps) help only when the weights alone fit."""
-    images = ", ".join(str(part.shape) for part in layout.parts if part.layout is not None)
+    from .nets import cnn_takes
+
+    images = ", ".join(str(part.shape) for part in layout.parts if cnn_takes(part))
     fix = "downscale the env's images (the Nature CNN was made for 84x84)"
     if weights < free:
         fix += ", or lower --num-envs or --num-steps" if cfg.num_steps > 1 else ", or lower --num-envs"

@@ -3,7 +3,8 @@
 * a flat Box (any dtype but an image; a scalar Box of shape () too) -> (N, prod(shape)) float32;
 * an image, a Box of dtype uint8 with 3 dims, channels first (C, H, W) or last (H, W, C) -> kept
   as (N, *shape) **uint8** from the env to the rollout buffer to the network, which scales it to
-  [0, 1] (4x less memory than float32);
+  [0, 1] by the range the Box declares (4x less memory than float32): 0..255 divided by 255, a 0/1
+  board Box(0, 1, ..., np.uint8) kept as 0 and 1 (nets.pixel_range);
 * a Dict of Boxes -> its keys, each flattened, packed side by side into one (N, D) tensor (uint8
   when every key is uint8, else float32); the agent unpacks them by key (one encoder per key).
   Keys are strings without '.' (they name the encoders; checkpoints record them as strings).
@@ -72,11 +73,35 @@ def image_layout(space: gym.spaces.Space) -> Optional[str]:
     return None
 
 
-def pixels_fix(expr: str, unit: bool) -> str:
+def pixels_fix(expr: str, unit: Optional[bool], name: Optional[str] = None) -> str:
     """The fix for float pixels where Proxima takes uint8, in the words of train's image check
     (gym_adapter: "return np.uint8 pixels 0..255"), used by check-env and :func:`image_note`: values
-    in [0, 1] (``unit``) are scaled first, since a bare cast would make every pixel 0."""
-    return "return np.uint8 pixels 0..255 as " + (f"({expr} * 255).astype(np.uint8)" if unit else f"{expr}.astype(np.uint8)")
+    in [0, 1] (``unit`` True) are scaled first, since a bare cast would make every pixel 0; values
+    0..255 (False) are cast; when the scale is not known (None: bounds of -inf..inf and no values
+    seen) both, the scaling first, told apart by the values of ``name`` (the observation ``expr``
+    reshapes; ``expr`` itself by default)."""
+    scaled, cast = f"({expr} * 255).astype(np.uint8)", f"{expr}.astype(np.uint8)"
+    if unit is None:
+        return f"return np.uint8 pixels 0..255 as {scaled} if {name or expr} is in [0, 1], or {cast} if it is 0..255"
+    return "return np.uint8 pixels 0..255 as " + (scaled if unit else cast)
+
+
+def pixel_scale(space: gym.spaces.Box, values=None) -> Optional[bool]:
+    """Whether the float pixels of ``space`` are in [0, 1] (True) or 0..255 (False), for
+    :func:`pixels_fix`: its declared high when that shows the scale (at most 1: [0, 1]; finite up to
+    255: 0..255), else the observed ``values`` when given (an observation of the space), else None:
+    Box(-inf, inf) holding [0, 1] pixels must not be told to cast, which would make every pixel 0."""
+    high = np.asarray(space.high, dtype=np.float64)
+    if high.size and np.all(high <= 1):
+        return True
+    if high.size and np.all(np.isfinite(high)) and np.all(high <= 255):
+        return False
+    if values is not None:
+        v = np.asarray(values, dtype=np.float64)
+        v = v[np.isfinite(v)]
+        if v.size:
+            return bool(v.min() >= 0 and v.max() <= 1)
+    return None
 
 
 def _as_image(shape: tuple, expr: str) -> Optional[tuple]:
@@ -104,12 +129,14 @@ def _as_image(shape: tuple, expr: str) -> Optional[tuple]:
     return None
 
 
-def image_note(space: gym.spaces.Space, expr: str = "obs") -> Optional[tuple]:
+def image_note(space: gym.spaces.Space, expr: str = "obs", values=None) -> Optional[tuple]:
     """(how Proxima reads it, what to do) for a Box that holds pixels but is not an image to
     :func:`image_layout`, else None: a uint8 Box of 2 or more dims (a grayscale (H, W), a frame
     stack, a cube), or a float Box of 3 or 4 dims that one reshaping makes an image. ``expr`` names
-    the observation in the fix (``obs``, ``obs['image']``). Proxima does not guess these: it reads
-    them as vectors, so the user is told here (check-env's note, ``--encoder cnn``'s error)."""
+    the observation in the fix (``obs``, ``obs['image']``); ``values``, an observation of the space
+    when the caller has one, tells float pixels in [0, 1] from 0..255 where the bounds do not
+    (:func:`pixel_scale`). Proxima does not guess these: it reads them as vectors, so the user is
+    told here (check-env's note, ``--encoder cnn``'s error)."""
     if not isinstance(space, gym.spaces.Box) or image_layout(space) is not None:
         return None
     shape, u8 = tuple(space.shape), space.dtype == np.uint8
@@ -130,7 +157,7 @@ def image_note(space: gym.spaces.Space, expr: str = "obs") -> Optional[tuple]:
     if fix is None:
         return how, "if it is an image, put its channels on an axis at one end, smaller than the other two"
     new, value = fix
-    value = f"return {value}" if u8 else pixels_fix(value, bool(np.all(space.high <= 1)))
+    value = f"return {value}" if u8 else pixels_fix(value, pixel_scale(space, values), expr)
     change = ("add a channel axis" if len(shape) == 2 else "merge the frame stack into channels" if len(shape) == 4
               else "make it uint8")
     return how, (f"to have it read as an image (pixels scaled to [0, 1], the CNN from {CNN_MIN_SIZE}x{CNN_MIN_SIZE}), "

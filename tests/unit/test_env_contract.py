@@ -315,11 +315,11 @@ def test_policy_act_refuses_float_pixels():
     with pytest.raises(ValueError) as e:
         policy.act(np.full((2, 36, 36, 3), 0.5, np.float32))
     assert str(e.value) == ("Policy.act: obs holds float32 pixels where PixelQuadrant-v0's observations are uint8 images "
-                            "(36, 36, 3) (the network scales 0..255 to [0, 1] itself); pass np.uint8 pixels 0..255 as "
+                            "(36, 36, 3) (the network scales the declared range to [0, 1] itself); pass np.uint8 pixels 0..255 as "
                             "(obs * 255).astype(np.uint8)")
     with pytest.raises(ValueError) as e:
         policy.act(torch.full((36, 36, 3), 200.0))
-    assert str(e.value).endswith("(the network scales 0..255 to [0, 1] itself); pass torch.uint8 pixels 0..255 as obs.to(torch.uint8)")
+    assert str(e.value).endswith("(the network scales the declared range to [0, 1] itself); pass torch.uint8 pixels 0..255 as obs.to(torch.uint8)")
 
 
 def test_policy_act_takes_a_batch_of_scalar_observations():

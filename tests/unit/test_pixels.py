@@ -140,6 +140,122 @@ def test_encoder_errors_name_the_flag_and_what_to_do():
         Agent(gym.spaces.Box(0, 255, (20, 20, 3), np.uint8), gym.spaces.Discrete(2), encoder="cnn")
 
 
+# ------------------------------------------------------------------------------------ pixel ranges
+@pytest.mark.parametrize("low, high, shape, encoder", [
+    (0, 1, (8, 8, 2), "mlp"),  # a 0/1 board, flattened: 0 and 1, not 0 and 1/255
+    (0, 1, (40, 40, 2), "auto"),  # the same board through the CNN
+    (10, 20, (4, 4, 3), "mlp"),  # (x - low) / (high - low)
+    (0, 255, (40, 40, 3), "auto"),  # the common case: / 255
+])
+def test_pixels_are_scaled_to_unit_range_by_the_range_their_box_declares(low, high, shape, encoder):
+    space = gym.spaces.Box(low, high, shape, np.uint8)
+    agent = Agent(space, gym.spaces.Discrete(2), encoder=encoder)
+    x = torch.randint(low, high + 1, (3, *shape), dtype=torch.uint8)
+    x[0] = low
+    x[1] = high
+    want = (x.float() - low) / (high - low) if low else x.float() * (1.0 / high)
+    if encoder == "mlp":
+        got = agent.features(x)
+        want = want.reshape(3, -1)
+    else:
+        assert type(agent.encoder).__name__ == "NatureCNN"
+        got = agent.encoder.pixels(x)
+        want = want.permute(0, 3, 1, 2)
+    assert float(got.min()) == 0.0 and float(got.max()) == 1.0
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+    if (low, high) == (0, 255):  # bit for bit as every image was scaled before the range was read
+        assert torch.equal(got, x.permute(0, 3, 1, 2).float() * (1.0 / 255.0))
+
+
+def test_only_a_range_other_than_0_255_is_recorded_in_the_weights():
+    """0..255 images keep the parameter names of older checkpoints; another range is recorded
+    (``pixel_range``), so a checkpoint written when every image was divided by 255 lacks it and
+    fails to load instead of acting on inputs scaled otherwise than it was trained on."""
+    cnn_keys = [f"encoder.{name}.{p}" for name in ("convs.0", "convs.2", "convs.4", "fc.0") for p in ("weight", "bias")]
+    heads = [f"{net}.0.{p}" for net in ("critic", "actor") for p in ("weight", "bias")]
+    assert list(Agent(IMG_HWC, gym.spaces.Discrete(2), encoder="cnn").state_dict()) == cnn_keys + heads
+    board = gym.spaces.Box(0, 1, (40, 40, 2), np.uint8)
+    state = Agent(board, gym.spaces.Discrete(2), encoder="cnn").state_dict()
+    assert list(state) == ["encoder.pixels.pixel_range"] + cnn_keys + heads
+    assert state["encoder.pixels.pixel_range"].tolist() == [0.0, 1.0]
+    assert list(Agent(board, gym.spaces.Discrete(2), encoder="mlp").state_dict())[0] == "encoder.pixel_range"
+    space = gym.spaces.Dict({"image": IMG_HWC, "board": gym.spaces.Box(0, 1, (8, 8, 2), np.uint8),
+                             "vec": gym.spaces.Box(-1, 1, (2,), np.float32)})
+    keys = [k for k in Agent(space, gym.spaces.Discrete(2), encoder="cnn").state_dict() if "pixel_range" in k]
+    assert keys == ["encoder.encoders.board.pixel_range"]
+
+
+# ------------------------------------------------------------------------------------ per-key encoders
+CAM_AND_MINIMAP = gym.spaces.Dict({"camera": gym.spaces.Box(0, 255, (64, 64, 3), np.uint8),
+                                   "minimap": gym.spaces.Box(0, 255, (16, 16, 3), np.uint8),
+                                   "vec": gym.spaces.Box(-1, 1, (2,), np.float32)})
+
+
+@pytest.mark.parametrize("encoder", ["auto", "cnn"])
+def test_a_dict_takes_the_cnn_for_its_large_image_keys_and_flattens_the_small_ones(encoder):
+    agent = Agent(CAM_AND_MINIMAP, gym.spaces.Discrete(2), encoder=encoder)
+    assert agent.encoder_kind == "cnn"
+    assert {k: type(m).__name__ for k, m in agent.encoder.encoders.items()} == {
+        "camera": "NatureCNN", "minimap": "FlatInput", "vec": "FlatInput"}
+    assert agent.encoder.out_dim == 512 + 16 * 16 * 3 + 2
+    packed = torch.zeros(2, 64 * 64 * 3 + 16 * 16 * 3 + 2)
+    packed[:, 64 * 64 * 3:64 * 64 * 3 + 3] = torch.tensor([255.0, 51.0, 0.0])  # the minimap's first pixel
+    feats = agent.features(packed)
+    torch.testing.assert_close(feats[:, 512:515], torch.tensor([[1.0, 0.2, 0.0]] * 2))
+    mlp = Agent(CAM_AND_MINIMAP, gym.spaces.Discrete(2), encoder="mlp")
+    assert {type(m).__name__ for m in mlp.encoder.encoders.values()} == {"FlatInput"}
+
+
+def test_dicts_of_all_large_or_all_small_images_build_the_modules_they_built_before():
+    large = gym.spaces.Dict({"a": gym.spaces.Box(0, 255, (36, 36, 3), np.uint8), "b": gym.spaces.Box(0, 255, (4, 40, 40), np.uint8)})
+    agent = Agent(large, gym.spaces.Discrete(2), encoder="auto")
+    assert agent.encoder_kind == "cnn" and {type(m).__name__ for m in agent.encoder.encoders.values()} == {"NatureCNN"}
+    small = gym.spaces.Dict({"a": gym.spaces.Box(0, 255, (16, 16, 3), np.uint8), "b": gym.spaces.Box(0, 255, (3, 20, 20), np.uint8)})
+    agent = Agent(small, gym.spaces.Discrete(2), encoder="auto")
+    assert agent.encoder_kind == "mlp" and {type(m).__name__ for m in agent.encoder.encoders.values()} == {"FlatInput"}
+    with pytest.raises(ConfigError) as err:
+        Agent(small, gym.spaces.Discrete(2), encoder="cnn")
+    assert str(err.value) == ("--encoder cnn: every image is smaller than the Nature CNN's 36x36 minimum (at key 'a' 16x16, "
+                              "at key 'b' 20x20); use --encoder mlp or larger frames")
+    one = gym.spaces.Dict({"a": gym.spaces.Box(0, 255, (16, 16, 3), np.uint8), "v": gym.spaces.Box(-1, 1, (2,), np.float32)})
+    with pytest.raises(ConfigError, match=r"^--encoder cnn: image at key 'a' is 16x16, smaller than the Nature CNN's 36x36 minimum"):
+        Agent(one, gym.spaces.Discrete(2), encoder="cnn")
+
+
+def test_the_memory_estimate_counts_a_cnn_only_for_the_image_keys_that_get_one(small_config):
+    from proxima import sizing
+
+    cfg = small_config(env_id="x", encoder="auto", hidden_sizes=[16])
+    layout = obs_layout(CAM_AND_MINIMAP)
+    agent = Agent(CAM_AND_MINIMAP, gym.spaces.Discrete(2), cfg.hidden_sizes, encoder=cfg.encoder)
+    assert agent.encoder_kind == "cnn"
+    weights, _ = sizing.network_terms(cfg, layout.shape[0], 2, layout)
+    assert weights == 16 * sum(p.numel() for p in agent.parameters())  # float32 weights, grads, Adam's 2 moments
+    camera = sum(p.numel() for p in agent.encoder.encoders["camera"].parameters())
+    assert sizing.cnn_weight_bytes(cfg, layout) == 16 * camera
+
+
+# ------------------------------------------------------------------------------------ float pixels' advice
+UNBOUNDED = gym.spaces.Box(-np.inf, np.inf, (40, 40, 3), np.float32)
+
+
+def test_the_advice_for_float_pixels_of_unknown_scale_scales_them_first():
+    """Box(-inf, inf) does not say whether its pixels are in [0, 1] or 0..255: a bare cast of [0, 1]
+    pixels makes every one 0, so the scaling comes first (the observed values decide when given)."""
+    both = ("return np.uint8 pixels 0..255 as (obs * 255).astype(np.uint8) if obs is in [0, 1], "
+            "or obs.astype(np.uint8) if it is 0..255")
+    assert image_note(UNBOUNDED)[1].endswith("declare Box(0, 255, (40, 40, 3), np.uint8) and " + both)
+    assert image_note(UNBOUNDED, values=np.full((40, 40, 3), 0.5))[1].endswith(" as (obs * 255).astype(np.uint8)")
+    assert image_note(UNBOUNDED, values=np.full((40, 40, 3), 200.0))[1].endswith(" as obs.astype(np.uint8)")
+    assert image_note(gym.spaces.Box(0, 255, (40, 40, 3), np.float32))[1].endswith(" as obs.astype(np.uint8)")
+    stack = gym.spaces.Box(-np.inf, np.inf, (4, 40, 40, 1), np.float32)
+    assert image_note(stack)[1].endswith("as (obs.squeeze(-1) * 255).astype(np.uint8) if obs is in [0, 1], "
+                                         "or obs.squeeze(-1).astype(np.uint8) if it is 0..255")
+    with pytest.raises(ConfigError) as err:  # --encoder cnn repeats the advice
+        Agent(tensor_space(UNBOUNDED, obs_layout(UNBOUNDED)), gym.spaces.Discrete(2), encoder="cnn")
+    assert str(err.value).endswith("declare Box(0, 255, (40, 40, 3), np.uint8) and " + both + "; or use --encoder mlp")
+
+
 # ------------------------------------------------------------------------------------ envs and buffers
 def test_native_image_env_and_rollout_buffer_keep_uint8(small_config):
     from proxima.trainer import Trainer

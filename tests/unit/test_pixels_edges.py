@@ -260,3 +260,58 @@ def test_a_float_video_of_0_to_255_pixels_is_not_scaled_for_a_dark_first_frame()
     assert int(frames[1].max()) == 100  # read as 0..255, not scaled by 255 into white
     frames = _check_frames([np.zeros((4, 4, 3), np.float32), np.full((4, 4, 3), 0.5, np.float32)])
     assert int(frames[1].max()) == 127  # all in [0, 1]: scaled
+
+
+# ------------------------------------------------------------------------------- pixel ranges, per-key encoders
+def test_a_0_1_board_trains_on_0_and_1_and_its_checkpoint_from_before_fails_with_one_line(fixtures_on_path, small_config,
+                                                                                          tmp_path, capsys):
+    """A uint8 Box(0, 1) board reaches the CNN as 0 and 1, not 0 and 1/255, and its checkpoints
+    record the range: one written when every image was divided by 255 (no ``pixel_range``) does
+    not load silently into a network that reads its inputs 255 times larger."""
+    from proxima import checkpoint as ckpt
+    from proxima.trainer import train
+
+    env_id = "pixel_edge_envs:BinaryBoard"
+    run_dir, agent = train(small_config(env_id=env_id, backend="gymnasium", num_envs=2, num_steps=4, total_timesteps=8,
+                                        num_minibatches=1, update_epochs=1, checkpoint_every=1),
+                           run_dir=tmp_path / "run", quiet=True, evaluate_at_end=False)
+    assert agent.encoder_kind == "cnn"
+    board = torch.ones(1, 40, 40, 2, dtype=torch.uint8)
+    assert float(agent.encoder.pixels(board).max()) == 1.0
+    policy = ckpt.load_policy(run_dir, env_id=env_id)
+    assert torch.equal(policy.agent.encoder.pixels(board), agent.encoder.pixels(board))
+    path = ckpt.list_checkpoints(run_dir)[-1]
+    state = torch.load(path, weights_only=True)
+    assert state["agent"].pop("encoder.pixels.pixel_range").tolist() == [0.0, 1.0]
+    torch.save(state, path)  # as written before the range was read
+    code, _, err = run_main(["eval", str(run_dir), "--env", env_id, "--episodes", "1"], capsys)
+    error_line(code, err, "written before Proxima scaled a uint8 image by its declared range", "retrain it with this version")
+
+
+def test_a_dict_of_a_camera_and_a_minimap_trains_the_cnn_on_the_camera_and_loads(fixtures_on_path, small_config, tmp_path):
+    from proxima.checkpoint import load_policy
+    from proxima.trainer import train
+
+    env_id = "pixel_edge_envs:CamAndMinimap"
+    run_dir, agent = train(small_config(env_id=env_id, backend="gymnasium", num_envs=2, num_steps=4, total_timesteps=8,
+                                        num_minibatches=1, update_epochs=1),
+                           run_dir=tmp_path / "run", quiet=True, evaluate_at_end=False)
+    kinds = {k: type(m).__name__ for k, m in agent.encoder.encoders.items()}
+    assert agent.encoder_kind == "cnn" and kinds == {"camera": "NatureCNN", "minimap": "FlatInput", "vec": "FlatInput"}
+    policy = load_policy(run_dir, env_id=env_id)
+    assert {k: type(m).__name__ for k, m in policy.agent.encoder.encoders.items()} == kinds
+    obs = {"camera": np.zeros((3, 40, 40, 3), np.uint8), "minimap": np.zeros((3, 16, 16, 3), np.uint8),
+           "vec": np.zeros((3, 2), np.float32)}
+    assert policy.act(obs).shape == (3,)
+
+
+def test_check_env_and_encoder_cnn_scale_float_pixels_of_unknown_range_first(fixtures_on_path, capsys):
+    env_id = "pixel_edge_envs:UnboundedFloatPixels"
+    both = ("return np.uint8 pixels 0..255 as (obs * 255).astype(np.uint8) if obs is in [0, 1], "
+            "or obs.astype(np.uint8) if it is 0..255")
+    code, out, err = run_main(["check-env", env_id], capsys)
+    assert code == 0, err
+    notes = [line for line in out.splitlines() if line.startswith("NOTE observation_space")]
+    assert len(notes) == 1 and notes[0].endswith("declare Box(0, 255, (40, 40, 3), np.uint8) and " + both), out
+    code, _, err = run_main(["train", env_id, "--encoder", "cnn", "--dry-run"], capsys)
+    error_line(code, err, "declare Box(0, 255, (40, 40, 3), np.uint8) and " + both + "; or use --encoder mlp")
