@@ -13,8 +13,15 @@ The checks (names as they appear in the report):
   spaces supported   observation Box (images: uint8 HWC or CHW) or Dict of Box; action Discrete,
                      MultiDiscrete or Box with finite bounds
   reset              reset(seed=...) does not raise
-  reset returns      reset returns (obs, info) with info a dict
+  reset returns      reset returns (obs, info) with info a dict (a tuple or a list of the two, as Gymnasium's vector
+                     envs and so ``proxima train`` take them; an obs returned alone is named as the old gym API)
   reset determinism  two reset(seed=s) give the same obs (a difference is shown at its first key and entry)
+  step determinism   reset(seed=s) then one step with the same action, twice, give the same obs, reward,
+                     terminated and truncated, and leave self.np_random in the same state after both resets
+                     (Gymnasium's check_env compares the step): a reset that ignores its seed while step()
+                     draws from self.np_random passes the reset check but not this one. Run after the random
+                     steps (2 resets and 2 steps more), when they went through; not with --steps 0 or when
+                     reset determinism failed
   obs keys           a Dict obs has exactly the keys of observation_space (missing and unexpected keys named)
   obs shape          obs.shape == observation_space.shape
   obs dtype          obs dtype casts safely to observation_space.dtype (see below)
@@ -26,7 +33,7 @@ The checks (names as they appear in the report):
 A Dict observation is checked key by key: each key's Box gets the Box checks above (obs shape to
 obs bounds), and a violation names the key (``obs['vec'][0] = 4.2, above high[0] = 1, at step 3``).
   step               step(action) does not raise
-  step returns       step returns 5 values (obs, reward, terminated, truncated, info)
+  step returns       step returns 5 values (obs, reward, terminated, truncated, info), a tuple or a list
   reward type        reward is a real scalar (int/float/numpy scalar), not an array or a bool
   reward finite      reward is not NaN/inf, nor beyond float32's range (Proxima trains in float32: 1e300 is inf there)
   terminated type    terminated is a bool (Python or numpy)
@@ -71,7 +78,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from ..config import install_hint
+from ..config import MAX_SEED, install_hint
 from .base import EnvError
 from .gym_adapter import (F32_MAX, TENSOR_FIX, _extra_for, beyond_float32, check_spaces, creator_error, native_only,
                           number_text, resolve_env_fn, tensor_numpy, unknown_kwarg_line)
@@ -82,7 +89,7 @@ _NO_OPTIONS = re.compile(r"unexpected keyword argument 'options'")
 
 #: every check, in report order (documented in the module docstring).
 ALL_CHECKS = (
-    "build", "spaces declared", "spaces supported", "reset", "reset returns", "reset determinism",
+    "build", "spaces declared", "spaces supported", "reset", "reset returns", "reset determinism", "step determinism",
     "obs keys", "obs shape", "obs dtype", "obs finite", "obs float32 range", "obs bounds", "obs in space", "step", "step returns",
     "reward type", "reward finite", "terminated type", "truncated type", "info type",
     "action not mutated", "autoreset",
@@ -415,16 +422,13 @@ class _Checker:
             return False, None
         self.ok(check)
         at = "at " + at
-        if isinstance(out, tuple) and len(out) == 2:
-            obs, info = out
-            if isinstance(info, dict):
-                self.ok("reset returns")
-            else:
-                self.bad("reset returns", "reset returns (obs, info) with info a dict", f"info is {_describe(info)} {at}")
+        obs, _, violation = reset_returns(out, self.obs_space, at)
+        if violation is None:
+            self.ok("reset returns")
         else:
-            obs = out
-            hint = " (the old gym API returned obs alone; return obs, {})" if not isinstance(out, tuple) else ""
-            self.bad("reset returns", "reset returns a tuple (obs, info)", f"{_describe(out)} {at}{hint}")
+            self.bad(violation.check, violation.expected, violation.actual)
+        if obs is NO_OBS:  # neither (obs, info) nor an obs alone (a tuple of 3): no obs to check
+            return True, None
         self.check_obs(obs, at)
         return True, obs
 
@@ -543,8 +547,10 @@ class _Checker:
                 episode, ep_step = episode + 1, 0
         if ended == 0:  # no episode ended within the budget: still check that reset() mid-episode and a step work
             ok, _ = self.do_reset(env, "autoreset", f"after {self.steps} steps")
-            if ok:
-                self.do_step(env, "at the first step after reset()")
+            if not ok or self.do_step(env, "at the first step after reset()") is None:
+                return
+        if "reset determinism" not in self.found:  # a reset that differs: the same cause and fix, reported once
+            self.check_step_determinism(env)
 
     def do_step(self, env: gym.Env, where: str) -> Optional[bool]:
         """One random step; returns whether the episode ended, or None when checking must stop."""
@@ -607,11 +613,117 @@ class _Checker:
             self.bad("info type", "info: a dict", f"{_describe(info)} {where}")
         return any(flags)
 
+    def check_step_determinism(self, env: gym.Env) -> None:
+        """reset(seed=s) then step(a), twice, with ``a`` the seeded action space's first sample (the checks
+        of Gymnasium's check_env): the same obs, reward, terminated and truncated, and self.np_random in
+        the same state after both resets. That state tells a reset that does not re-seed self.np_random
+        from one whose steps happen to draw alike (a slip of probability 0.3 agrees 58% of the time).
+        Run after the random steps, so that each of their faults is reported where it happens (an env
+        that breaks at its first step of all is named at step 1, not as a difference here); quiet: a
+        reset or step that raises here, or returns no 5 values, leaves this check out."""
+        try:
+            self.act_space.seed(self.seed)
+            action = self.act_space.sample()
+        except Exception:
+            return
+        runs = []
+        for _ in range(2):
+            try:
+                if self.takes_options:
+                    env.reset(seed=self.seed, options=None)
+                else:
+                    env.reset(seed=self.seed)
+            except Exception:
+                return
+            rng = _rng_state(env)
+            out = _quiet_step(env, action)
+            if out is None:
+                return
+            runs.append((out, rng))
+        (first, rng), (again, rng_again) = runs
+        names = ("obs", "reward", "terminated", "truncated")
+        differ = next((i for i in range(4) if not _same(first[i], again[i])), None)
+        if differ is None and _same(rng, rng_again):
+            self.ok("step determinism")
+            return
+        shown = _fmt_array(action) if isinstance(action, (np.ndarray, np.generic)) else _one_line(repr(action), 60)
+        if differ is None:
+            what = (f"self.np_random in another state after the second reset(seed={self.seed}) than after the first: "
+                    f"step({shown}) drew from it in between and reset() did not re-seed it")
+        else:
+            if names[differ] == "obs":
+                what = _difference(first[0], again[0])
+                what = what if what.startswith("obs") else f"obs {what}"
+            else:
+                what = f"{names[differ]} {_describe(first[differ])}, then {_describe(again[differ])}"
+            what += f" at the first step after each reset(seed={self.seed})"
+        self.bad("step determinism",
+                 f"reset(seed={self.seed}) then step({shown}), twice, gives the same obs, reward, terminated and truncated "
+                 f"(call super().reset(seed=seed) in reset() and draw randomness from self.np_random)", what)
+
+
+#: what :func:`reset_returns` gives as the obs of a return that holds none it can tell (a tuple of 3)
+NO_OBS = object()
+
+
+def _reads_as_obs(out: Any, space: gym.spaces.Space) -> bool:
+    """Whether ``out`` (a tuple or list that reset returned) is itself an observation of ``space``:
+    numbers of a Box's shape (a 2-vector returned alone as [x, y]), or what another space contains."""
+    try:
+        if isinstance(space, gym.spaces.Box):
+            arr = np.asarray(out)
+            return arr.dtype.kind in "biuf" and arr.shape == space.shape
+        return bool(space.contains(out))
+    except Exception:
+        return False
+
+
+def reset_returns(out: Any, space: gym.spaces.Space, where: str) -> tuple[Any, Any, Optional[Violation]]:
+    """(obs, info, the "reset returns" violation or None) of what reset() returned ``where``; the rule
+    check-env and the trainer (gym_adapter.EnvCalls) both apply, and the words of both.
+
+    A tuple or a list of 2 is (obs, info) when info is a dict or when it is not itself an observation
+    of ``space`` (then info is the violation); an obs returned alone (the old gym API: anything but a
+    tuple or list, a dict of a Dict space among them, or a tuple or list that is an observation, [x, y]
+    of a Box (2,)) is the violation and comes back as the obs, to be checked as one; any other tuple
+    or list (3 values) is the violation with the obs :data:`NO_OBS`."""
+    pair = isinstance(out, (tuple, list)) and len(out) == 2
+    if pair and (isinstance(out[1], dict) or not _reads_as_obs(out, space)):
+        obs, info = out
+        if isinstance(info, dict):
+            return obs, info, None
+        return obs, info, Violation("reset returns", "reset returns (obs, info) with info a dict", f"info is {_describe(info)} {where}")
+    alone = not isinstance(out, (tuple, list)) or _reads_as_obs(out, space)
+    hint = " (the old gym API returned obs alone; return obs, {})" if alone else ""
+    return (out if alone else NO_OBS), None, Violation("reset returns", "reset returns a tuple (obs, info)", f"{_describe(out)} {where}{hint}")
+
+
+def _rng_state(env: gym.Env) -> Optional[dict]:
+    """A copy of the state of the env's self.np_random (env.unwrapped's: Gymnasium's wrappers hand it
+    on); None when it has none to read."""
+    try:
+        return copy.deepcopy(env.unwrapped.np_random.bit_generator.state)
+    except Exception:
+        return None
+
+
+def _quiet_step(env: gym.Env, action: Any) -> Optional[tuple]:
+    """A copy of (obs, reward, terminated, truncated) of env.step(a copy of ``action``), or None when it
+    raised or returned something else than 5 values."""
+    try:
+        out = env.step(copy.deepcopy(action))
+        if isinstance(out, (tuple, list)) and len(out) == 5:
+            return copy.deepcopy(tuple(out[:4]))
+    except Exception:
+        pass
+    return None
+
 
 def step_returns_violation(out: Any, where: str) -> Optional[Violation]:
-    """The "step returns" violation of what step() returned ``where`` ('at step 3'), None for 5 values;
-    also the words of the trainer's line for it (gym_adapter.EnvCalls)."""
-    if isinstance(out, tuple) and len(out) == 5:
+    """The "step returns" violation of what step() returned ``where`` ('at step 3'), None for 5 values
+    (a tuple, or a list as Gymnasium's vector envs and so the trainer take it); also the words of the
+    trainer's line for it (gym_adapter.EnvCalls)."""
+    if isinstance(out, (tuple, list)) and len(out) == 5:
         return None
     n = len(out) if isinstance(out, (tuple, list)) else None
     got = f"{n} values {where}" if n is not None else f"{_describe(out)} {where}"
@@ -631,6 +743,8 @@ def check_env(target: str, steps: int = 200, seed: int = 0, env_kwargs: Optional
     """
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(seed_error(seed))
     return _Checker(target, steps, seed, env_kwargs).run()
 
 
@@ -655,16 +769,23 @@ def register(subparsers) -> argparse.ArgumentParser:
         "check-env",
         help="Check your env against the Gymnasium API and Proxima's contract.",
         description="Check an env (a Gymnasium id or module:ClassName) against the Gymnasium API and Proxima's "
-        "contract: spaces, reset(seed) determinism, obs shape/dtype/bounds, finite values, the 5-tuple step, autoreset. "
+        "contract: spaces, reset(seed) and step determinism, obs shape/dtype/bounds, finite values, the 5-tuple step, autoreset. "
         "Exit status: 0 clean, 1 violations, 2 the target cannot be resolved.",
     )
     p.add_argument("target", metavar="TARGET", help="Gymnasium id (CartPole-v1) or module:ClassName of your gymnasium.Env.")
     p.add_argument("--steps", type=int, default=200, metavar="N", help="Random steps to run, with resets when episodes end (default 200).")
-    p.add_argument("--seed", type=int, default=0, help="Seed of reset() and of the random actions (default 0).")
+    p.add_argument("--seed", type=int, default=0,
+                   help=f"Seed of reset() and of the random actions, 0 to {MAX_SEED:,} as for proxima train (default 0).")
     p.add_argument("--env-kwargs", default="", metavar="JSON",
                    help="Keyword arguments of the env's constructor as JSON, as for `proxima train --env-kwargs`.")
     p.set_defaults(func=run)
     return p
+
+
+def seed_error(seed: int) -> str:
+    """Why --seed ``seed`` is refused: proxima train's words (config.validate), so that check-env takes
+    the seeds a run takes, and a seed numpy refuses is not blamed on the env's reset()."""
+    return f"--seed {seed}: must be an integer from 0 to {MAX_SEED:,} (numpy seeds are 32-bit; ranks and evaluation add offsets)"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -673,11 +794,15 @@ def run(args: argparse.Namespace) -> int:
     if steps < 0:
         print(f"proxima check-env: error: --steps must be >= 0, got {steps}", file=sys.stderr)
         return 2
+    seed = getattr(args, "seed", 0)
+    if not 0 <= seed <= MAX_SEED:
+        print(f"proxima check-env: error: {seed_error(seed)}", file=sys.stderr)
+        return 2
     from ..config import ConfigError, coerce
 
     try:
         kwargs = coerce("env_kwargs", getattr(args, "env_kwargs", ""), "--env-kwargs")
-        violations = check_env(args.target, steps=steps, seed=getattr(args, "seed", 0), env_kwargs=kwargs)
+        violations = check_env(args.target, steps=steps, seed=seed, env_kwargs=kwargs)
     except (EnvError, ConfigError) as e:
         print(f"proxima check-env: error: {_one_line(str(e), 500)}", file=sys.stderr)
         return 2

@@ -313,7 +313,10 @@ class EnvCalls(gym.Wrapper):
     part's shape against the declared space (a Dict: a dict holding each declared key), numbers
     (not strings or objects) within float32's range where the space is narrower than the obs (the
     vector env casts into a buffer of the space's dtype: float64 1e39 would become inf), an image's
-    dtype (float pixels in [0, 1] cast to uint8 would silently become zeros); the reward a real
+    dtype (float pixels in [0, 1] cast to uint8 would silently become zeros; what casts safely to
+    uint8, as check-env's obs dtype rule says, goes on: uint8, and a bool mask as uint8 0/1); ``reset``
+    (obs, info) as check-env reads it (checker.reset_returns: a tuple or list of 2; an obs returned
+    alone, a 2-vector or a 2-key dict too, is named so, not unpacked into obs and info); the reward a real
     number within float32's range; ``info`` a dict. One line naming the env index and its step. A
     torch tensor in the obs goes on as the numpy array np.asarray makes of it (check-env reads it so);
     one numpy cannot read (on a GPU, requiring grad) is such a line.
@@ -398,6 +401,10 @@ class EnvCalls(gym.Wrapper):
         shape = None if shape is None else tuple(shape)
         if part.layout is not None:
             dtype = getattr(x, "dtype", type(x).__name__)
+            if isinstance(x, np.ndarray) and dtype == np.bool_ and shape == part.shape:
+                # a mask (frame > 0): it casts safely to uint8 (0/1), the rule of check-env's obs dtype and of
+                # every other part here; the vector env's buffer is uint8, cast here so no backend need do it
+                return x.astype(np.uint8)
             if dtype != np.uint8 or shape != part.shape:
                 raise self._bad(f"an image{where} of dtype {dtype} shape {shape}", when,
                                 f"the observation space declares uint8 {part.shape} (return np.uint8 pixels 0..255 of that shape)")
@@ -446,9 +453,18 @@ class EnvCalls(gym.Wrapper):
             raise
         except Exception as e:
             raise self._raised(e, when) from None
-        obs, info = out  # a wrong return (the old gym API) is not the env raising: check-env's diagnosis names it
-        if not isinstance(info, dict):
-            raise self._bad(f"info of type {type(info).__name__}", when, "reset() returns (obs, info) with info a dict (return {} for none)")
+        if type(out) is tuple and len(out) == 2 and type(out[1]) is dict:  # the common case at a glance
+            obs, info = out
+        else:  # check-env's rule and words: an obs returned alone (a 2-vector, a 2-key dict) is not unpacked as (obs, info)
+            from .checker import NO_OBS, reset_returns
+
+            obs, info, violation = reset_returns(out, self.observation_space, f"at {when}")
+            if violation is not None:
+                if obs is not NO_OBS and obs is not out:  # (obs, info) with info no dict
+                    raise self._bad(f"info of type {type(info).__name__}", when,
+                                    "reset() returns (obs, info) with info a dict (return {} for none)")
+                raise EnvError(f"env '{self.env_id}' breaks the env contract at env {self.index}: {violation} "
+                               f"(check with: {self.check_cmd})")
         return self._check(obs, when), (info if self.keep_info else {})
 
     def step(self, action):
@@ -608,7 +624,7 @@ class GymnasiumEnv(BatchedEnv):
         self._failed = True
         if isinstance(e, (EOFError, ConnectionError)):  # an AsyncVectorEnv worker is gone
             raise EnvError(f"env '{self.env_id}' (--vector async): {self._workers_ended(when)}") from None
-        # at reset, a wrong return (the old gym API's obs alone) fails in EnvCalls' unpacking: check-env's diagnosis names it
+        # at reset, what EnvCalls' checks let through is left to the trainer's check-env diagnosis
         if isinstance(e, (ValueError, TypeError)) and when != "reset":
             raise EnvError(f"env '{self.env_id}': Gymnasium's vector env could not read the envs' results at {when} "
                            f"({type(e).__name__}: {' '.join(str(e).split())[:200]}); check with: {self.check_cmd}") from None

@@ -159,7 +159,7 @@ def test_an_action_range_far_from_the_policys_scale_gets_a_note(capsys, kwargs, 
     notes = [row for row in err.splitlines() if "RescaleAction" in row]
     assert notes == ([f"proxima: note: env 'contract_envs:Aim': {note}"] if noted else []), err
     code, out, _ = run_main(["check-env", "contract_envs:Aim", "--env-kwargs", kwargs], capsys)
-    assert code == 0 and out.splitlines() == ([f"NOTE {note}"] if noted else []) + ["OK: contract_envs:Aim passes 19 checks"]
+    assert code == 0 and out.splitlines() == ([f"NOTE {note}"] if noted else []) + ["OK: contract_envs:Aim passes 20 checks"]
 
 
 def test_a_reset_without_options_fails_check_env_as_it_fails_train(capsys):

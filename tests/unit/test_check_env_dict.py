@@ -98,7 +98,7 @@ NOTES = [
 def test_pixels_that_are_not_an_image_pass_with_a_note(cls, note, capsys):
     code, lines = report(cls, capsys=capsys)
     assert code == 0
-    assert lines == [note, f"OK: bad_envs:{cls} passes 19 checks"]
+    assert lines == [note, f"OK: bad_envs:{cls} passes 20 checks"]
 
 
 def test_train_names_the_missing_key_and_refuses_int_keys_in_one_line(tmp_path, monkeypatch, capsys):

@@ -26,11 +26,19 @@ def cli(*argv: str) -> int:
     return args.func(args)
 
 
-@pytest.mark.parametrize("target", ["CartPole-v1", "Pendulum-v1", "bad_envs:GoodEnv", "bad_envs:NeverEnds"])
+# WindSeeded: step() draws from self.np_random, seeded by reset; ListReturns: reset and step return lists
+# (train takes them); BoolMaskImage: a bool mask in a uint8 image Box (casts safely, train takes it as uint8)
+CLEAN = ["CartPole-v1", "Pendulum-v1", "bad_envs:GoodEnv", "bad_envs:NeverEnds", "bad_envs:WindSeeded",
+         "bad_envs:ListReturns", "bad_envs:BoolMaskImage", "LunarLander-v3"]
+
+
+@pytest.mark.parametrize("target", CLEAN)
 def test_clean_envs_pass(target, capsys):
+    if target.startswith("LunarLander"):
+        pytest.importorskip("Box2D")
     assert cli("check-env", target) == 0
     out, err = capsys.readouterr()
-    assert out.strip().splitlines() == [f"OK: {target} passes 19 checks"]
+    assert out.strip().splitlines() == [f"OK: {target} passes 20 checks"]
     assert err == ""
 
 
@@ -55,6 +63,17 @@ BAD = [
     ("MutatesAction", "action not mutated", "unchanged", "changed it in place to [-1., -1.]"),
     ("ConstructorRaises", "build", "the constructor returns a gymnasium.Env", "ConstructorRaises() raised ValueError: missing config file"),
     ("NotAnEnv", "build", "a gymnasium.Env instance", "did not return a gymnasium.Env (got NotAnEnv)"),
+    ("StepIgnoresSeed", "step determinism",
+     "reset(seed=0) then step(1), twice, gives the same obs, reward, terminated and truncated (call super().reset(seed=seed) "
+     "in reset() and draw randomness from self.np_random)", "at the first step after each reset(seed=0)"),
+    ("WindIgnoresSeed", "step determinism", "call super().reset(seed=seed) in reset()",
+     "self.np_random in another state after the second reset(seed=0) than after the first: step(1) drew from it in between "
+     "and reset() did not re-seed it"),
+    ("ObsAloneOf2", "reset returns", "a tuple (obs, info)",
+     "ndarray of shape (2,) dtype float32 at reset(seed=0) (the old gym API returned obs alone; return obs, {})"),
+    ("DictObsAloneOf2", "reset returns", "a tuple (obs, info)",
+     "dict of 2 items at reset(seed=0) (the old gym API returned obs alone; return obs, {})"),
+    ("ResetThree", "reset returns", "a tuple (obs, info)", "tuple of 3 values (ndarray, dict, int) at reset(seed=0) (and"),
 ]
 
 
@@ -119,14 +138,15 @@ def test_step_budget_is_honoured():
 
     bad_envs.Counting.calls = 0
     assert check_env("bad_envs:Counting", steps=25) == []
-    assert bad_envs.Counting.calls == 25  # episodes of 10: two resets inside the budget
+    assert bad_envs.Counting.calls == 27  # episodes of 10: two resets inside the budget; + 2 (step determinism)
     bad_envs.Counting.calls = 0
     assert check_env("bad_envs:Counting", steps=7) == []
-    assert bad_envs.Counting.calls == 8  # no episode ended: one reset() and one more step check autoreset
+    assert bad_envs.Counting.calls == 10  # no episode ended: one reset() and one more step check autoreset; + 2
     bad_envs.Counting.calls = 0
     report = check_env("bad_envs:Counting", steps=0)
     assert report == [] and bad_envs.Counting.calls == 0
     assert "step" not in report.checks_run and "reset determinism" in report.checks_run
+    assert "step determinism" not in report.checks_run
 
 
 def test_float_pixels_in_0_1_get_the_scaling_fix_not_a_cast_to_zeros():
@@ -202,3 +222,58 @@ def test_a_dtype_fault_does_not_hide_nan_and_out_of_bounds_values(capsys):
         "3 violation(s) in bad_envs:Float64Drifting",
     ]
     assert err == ""
+
+
+# ------------------------------------------------------------------------------ step determinism
+@pytest.mark.parametrize("seed", range(6))
+def test_a_reset_that_never_seeds_a_slippery_step_is_caught_whatever_the_draws(seed):
+    """Was OK: reset ignores its seed (a fixed start, so two resets agree) and step slips with probability
+    0.3 from self.np_random, so two `train --seed 1` runs differed. Step 1 after each reset(seed=s)
+    agrees 58% of the time; self.np_random's state after the two resets tells it every time."""
+    violations = check_env("bad_envs:SlipIgnoresSeed", steps=5, seed=seed)
+    assert [v.check for v in violations] == ["step determinism"], violations
+    assert violations[0].expected.endswith("(call super().reset(seed=seed) in reset() and draw randomness from self.np_random)")
+
+
+def test_step_determinism_compares_the_first_step_after_two_seeded_resets_and_is_not_repeated_for_a_reset_fault():
+    (v,) = check_env("bad_envs:StepIgnoresSeed", steps=3)
+    assert v.actual.startswith("obs first [") and v.actual.endswith("at the first step after each reset(seed=0)"), v
+    report = check_env("bad_envs:NondeterministicReset", steps=3)  # its steps differ too: one cause, one violation
+    assert [x.check for x in report] == ["reset determinism"] and "step determinism" not in report.checks_run
+    assert "step determinism" in check_env("bad_envs:GoodEnv", steps=3).checks_run
+
+
+# ------------------------------------------------------------------------------ lists and an obs returned alone
+def test_lists_from_reset_and_step_are_taken_as_train_takes_them(capsys):
+    """Was "step returns: expected 5 values ...; got 5 values at step 1", and for reset's [obs, info] the
+    old-API hint plus a false obs shape violation; Gymnasium's vector envs (so train) unpack lists."""
+    assert check_env("bad_envs:ListReturns", steps=30) == []
+
+
+def test_an_obs_returned_alone_as_a_list_is_still_checked_as_the_obs():
+    found = {v.check: v for v in check_env("bad_envs:ObsAloneAsList", steps=5)}
+    assert set(found) == {"reset returns", "obs bounds"}, found
+    assert found["reset returns"].actual.startswith("list of 2 items at reset(seed=0) (the old gym API returned obs alone")
+    assert found["obs bounds"].actual.startswith("obs[1] = 2, above high[1] = 1, at reset(seed=0)")
+
+
+# ------------------------------------------------------------------------------ --seed
+@pytest.mark.parametrize("seed", ["-1", str(10**23), str(2**31)])
+def test_a_seed_train_refuses_is_refused_in_train_s_words_with_exit_2(seed, capsys, tmp_path, monkeypatch):
+    """-1 was FAIL reset (the env blamed for numpy's refusal, exit 1), 10**23 passed: train takes 0..2**31-1."""
+    from cli_helpers import run_main
+
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(["check-env", "bad_envs:GoodEnv", "--seed", seed], capsys)
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    line = err.strip().removeprefix("proxima check-env: error: ")
+    assert line == f"--seed {seed}: must be an integer from 0 to 2,147,483,647 (numpy seeds are 32-bit; ranks and evaluation add offsets)"
+    code, _, err = run_main(["train", "CartPole-v1", "--seed", seed, "--dry-run"], capsys)
+    assert code == 2 and err.strip() == f"proxima train: error: {line}"
+    with pytest.raises(ValueError, match="must be an integer from 0 to 2,147,483,647"):
+        check_env("bad_envs:GoodEnv", seed=int(seed))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_largest_seed_train_takes_is_checked():
+    assert check_env("bad_envs:GoodEnv", steps=3, seed=2**31 - 1) == []

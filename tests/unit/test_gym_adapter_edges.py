@@ -316,7 +316,7 @@ def test_a_tensor_numpy_cannot_read_is_one_line_in_train_and_a_violation_in_chec
 
 
 @pytest.mark.parametrize("kind, result", [
-    ("cpu", ["OK: adapter_edge_envs:TorchReturns passes 19 checks"]),
+    ("cpu", ["OK: adapter_edge_envs:TorchReturns passes 20 checks"]),
     ("float64", ["FAIL obs dtype: expected dtype float32 (observation_space.dtype); got a torch tensor of dtype torch.float64 at "
                  "reset(seed=0) (does not cast safely to float32: return obs.detach().cpu().numpy().astype(np.float32)) "
                  "(and 267 more times)", "1 violation(s) in adapter_edge_envs:TorchReturns"]),
@@ -354,3 +354,70 @@ def test_a_native_only_id_where_gymnasium_is_asked_for_says_so(capsys, argv, lin
     """Was "unknown env id 'PixelQuadrant-v0'; did you mean PixelQuadrant-v0, ...?"."""
     code, _, err = run_main(argv, capsys)
     assert (code, err.strip().splitlines()) == (2, [line])
+
+
+# ------------------------------------------------------------------------------ reset's obs alone, lists, a bool mask image
+OBS_ALONE = ("reset returns: expected reset returns a tuple (obs, info); got {got} at reset{where} (the old gym API returned "
+             "obs alone; return obs, {{}})")
+
+
+@pytest.mark.parametrize("as_dict, got", [(False, "ndarray of shape (2,) dtype float32"), (True, "dict of 2 items")])
+def test_an_obs_of_two_entries_returned_alone_by_reset_is_named_so_by_train_and_check_env(capsys, as_dict, got):
+    """Was "env 0 returned info of type float32 (of str for the dict) at reset ...; reset() returns (obs, info)
+    with info a dict": ``obs, info = out`` unpacked the obs. Now check-env's words, naming the env."""
+    kwargs = {"dict": as_dict}
+    check = f"proxima check-env adapter_edge_envs:ObsAlone --env-kwargs '{json.dumps(kwargs)}'"
+    code, _, err = run_main(["train", "adapter_edge_envs:ObsAlone", *SMALL, "--env-kwargs", json.dumps(kwargs)], capsys)
+    assert (code, err.strip().splitlines()) == (2, [
+        f"proxima train: error: env 'adapter_edge_envs:ObsAlone' breaks the env contract at env 0: "
+        f"{OBS_ALONE.format(got=got, where=' (after env step 0)')} (check with: {check})"])
+    code, out, _ = run_main(["check-env", "adapter_edge_envs:ObsAlone", "--env-kwargs", json.dumps(kwargs)], capsys)
+    lines = out.splitlines()
+    assert code == 1 and len(lines) == 2 and lines[0].startswith(f"FAIL {OBS_ALONE.format(got=got, where='(seed=0)')} (and "), out
+
+
+def test_an_obs_returned_alone_is_one_line_under_async_too(tmp_path):
+    """An async worker's EnvError reaches the main process as it is (env 0 or 1, whichever reports first)."""
+    result = isolated(["-m", "proxima", "train", "adapter_edge_envs:ObsAlone", *SMALL, "--vector", "async"], tmp_path)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("proxima train: error: env 'adapter_edge_envs:ObsAlone' breaks the env contract at env ")
+    assert OBS_ALONE.format(got="ndarray of shape (2,) dtype float32", where=" (after env step 0)") in lines[0]
+
+
+def test_lists_from_reset_and_step_train_and_pass_check_env(capsys):
+    """Gymnasium's vector envs unpack lists as tuples, so train ran; check-env said "expected 5 values;
+    got 5 values" (and for reset's [obs, info] an old-API hint and a false obs shape violation)."""
+    code, _, err = run_main(["train", "adapter_edge_envs:Lists", *SMALL], capsys)
+    assert code == 0, err
+    code, out, err = run_main(["check-env", "adapter_edge_envs:Lists"], capsys)
+    assert (code, out.splitlines()) == (0, ["OK: adapter_edge_envs:Lists passes 20 checks"]), err
+
+
+@pytest.mark.parametrize("as_dict, vector", [(False, "sync"), (False, "async"), (True, "sync")])
+def test_a_bool_mask_image_goes_on_as_uint8_as_check_env_passes_it(capsys, as_dict, vector):
+    """Was "env 0 returned an image of dtype bool ...; the observation space declares uint8" while check-env
+    said OK: bool casts safely to uint8 (check-env's obs dtype rule, and train's for every other part)."""
+    from proxima.envs import make_env
+
+    kwargs = {"dict": as_dict}
+    env = make_env("adapter_edge_envs:BoolMask", 2, vector=vector, seed=0, env_kwargs=kwargs)
+    try:
+        assert env.layout.has_image
+        seen = [env.reset()]
+        for _ in range(2):
+            seen.append(env.step(torch.zeros(2, dtype=torch.long))[0])
+    finally:
+        env.close()
+    for t, obs in enumerate(seen):
+        assert obs.dtype == torch.uint8 and set(obs.unique().tolist()) == {0, 1}
+        image = obs[:, :36 * 36 * 3].reshape(2, 36, 36, 3) if as_dict else obs
+        set_half = image[:, :, 18:] if t % 2 else image[:, :, :18]
+        assert bool((set_half == 1).all()) and int(image.sum()) == 2 * 36 * 18 * 3
+    code, out, err = run_main(["check-env", "adapter_edge_envs:BoolMask", "--env-kwargs", json.dumps(kwargs)], capsys)
+    assert code == 0 and out.splitlines()[-1].startswith("OK: adapter_edge_envs:BoolMask passes"), out + err
+
+
+def test_train_runs_a_bool_mask_image_env(capsys):
+    code, _, err = run_main(["train", "adapter_edge_envs:BoolMask", *SMALL], capsys)
+    assert code == 0, err
