@@ -391,12 +391,18 @@ def _check_same_initial_policy(t, file: Path, state: dict) -> None:
     recorded = state.get("initial_policy")
     if not isinstance(recorded, dict):
         return
-    if recorded.get("weights") != t.policy_fingerprint:
-        raise ConfigError(f"--policy {t.cfg.policy}: its weights differ from those checkpoint {file.stem} was written "
-                          f"with; restore them or start a new run")
-    if recorded.get("vocab_sha256") != t.vocab_sha256:
-        raise ConfigError(f"{t.tokenizer_source}: its tokenizer's vocabulary differs from the one checkpoint "
-                          f"{file.stem} was written with; restore it or start a new run")
+    _check_same_model(recorded, t.policy_fingerprint, t.vocab_sha256, f"--policy {t.cfg.policy}", t.tokenizer_source, file)
+
+
+def _check_same_model(recorded: dict, weights: str, vocab_sha256: str, folder: str, tokenizer: str, file: Path) -> None:
+    """ConfigError naming ``folder`` (or ``tokenizer``) when the weights (or the tokenizer's vocabulary)
+    loaded now differ from those ``recorded`` in checkpoint ``file``."""
+    if recorded.get("weights") != weights:
+        raise ConfigError(f"{folder}: its weights differ from those checkpoint {file.stem} was written with; restore "
+                          f"them or start a new run")
+    if recorded.get("vocab_sha256") != vocab_sha256:
+        raise ConfigError(f"{tokenizer}: its tokenizer's vocabulary differs from the one checkpoint {file.stem} was "
+                          f"written with; restore it or start a new run")
 
 
 def _check_same_reward_models(t, file: Path, state: dict) -> None:
@@ -414,12 +420,7 @@ def _check_same_reward_models(t, file: Path, state: dict) -> None:
                           f"resume loads {len(models)}; restore the --reward folders or start a new run")
     for entry, m in zip(recorded, models):
         entry = entry if isinstance(entry, dict) else {}
-        if entry.get("weights") != m.fingerprint:
-            raise ConfigError(f"--reward {m.path}: its weights differ from those checkpoint {file.stem} was written "
-                              f"with; restore them or start a new run")
-        if entry.get("vocab_sha256") != m.vocab_sha256:
-            raise ConfigError(f"--reward {m.path}: its tokenizer's vocabulary differs from the one checkpoint "
-                              f"{file.stem} was written with; restore it or start a new run")
+        _check_same_model(entry, m.fingerprint, m.vocab_sha256, f"--reward {m.path}", f"--reward {m.path}", file)
 
 
 def trainable_state(model: torch.nn.Module) -> dict:
