@@ -5,12 +5,14 @@
 #      guessable Jupyter is a shell for anyone);
 #   2. starts a key-only sshd on $SSH_PORT (default 2222) when authorized keys are provided, from
 #      /run/secrets/authorized_keys, a mounted ~/.ssh/authorized_keys, or $SSH_AUTHORIZED_KEYS;
-#      host keys are generated here, at start, never baked into the image;
+#      host keys are generated here, at start, never baked into the image; it is said to be started
+#      once it listens (a port it cannot bind stops the container, exit 1);
 #   3. runs JupyterLab on $JUPYTER_PORT (default 8888; token read from $JUPYTER_TOKEN), or the given
 #      command, and stays as its parent to stop the container gracefully (4);
 #   4. on SIGTERM (docker/podman stop, compose down) or when that command ends: SIGTERM to every process
 #      of this user, so a training run started anywhere (tmux, docker exec, SSH, a Jupyter terminal,
-#      ci_train.sh) writes its checkpoint and exits 143; waits up to $PROXIMA_STOP_GRACE seconds
+#      ci_train.sh) writes its checkpoint and exits 143 (its own workers, e.g. --vector async's, are
+#      left to it: see collect_first_wave); waits up to $PROXIMA_STOP_GRACE seconds
 #      (default 45) for them, then stops the servers and exits. tini forwards signals to this script
 #      only, and everything still running when it exits is SIGKILLed by the kernel: give the engine a
 #      stop timeout above the grace (docker stop -t 60, compose's stop_grace_period: 60s).
@@ -52,6 +54,48 @@ USER_NAME="$(id -un)"
 if [[ "$(id -u)" == 0 && "$DRY_RUN" != 1 ]]; then
   die "running as root; this image runs as the unprivileged user 'proxima' (do not pass --user 0 / user: root)"
 fi
+
+# proc_field PID KEY: FIELD = the first word of KEY (State, Uid, SigIgn...) in /proc/PID/status
+# (no subshell: these run for every process, every half second while waiting)
+FIELD=""
+proc_field() {
+  local key value _
+  FIELD=""
+  while read -r key value _; do
+    if [[ "$key" == "$2:" ]]; then
+      FIELD="$value"
+      return 0
+    fi
+  done 2>/dev/null <"/proc/$1/status"
+  return 1
+}
+# alive PID: the process exists and is not a zombie
+alive() {
+  proc_field "$1" State && [[ "$FIELD" != Z ]]
+}
+# listens PID PORT: 0 when PID holds a listening TCP socket on PORT, 1 when it does not (yet), 2 when
+# /proc cannot tell (its net tables or PID's descriptors unreadable). From /proc: no ss in the image.
+listens() {
+  local pid="$1" suffix f addr st inode fd link readable=0
+  local -A inodes=()
+  [[ "$2" =~ ^[0-9]+$ ]] || return 2
+  printf -v suffix ':%04X' "$2"
+  for f in /proc/net/tcp /proc/net/tcp6; do
+    [[ -r "$f" ]] || continue
+    readable=1
+    # sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ...; st 0A is LISTEN
+    while read -r _ addr _ st _ _ _ _ _ inode _; do
+      [[ "$st" == 0A && "$addr" == *"$suffix" ]] && inodes[$inode]=1
+    done <"$f"
+  done
+  [[ "$readable" == 1 && -r "/proc/$pid/fd" ]] || return 2
+  ((${#inodes[@]})) || return 1
+  for fd in "/proc/$pid/fd/"*; do
+    link="$(readlink "$fd" 2>/dev/null)" || continue
+    [[ "$link" == "socket:["*"]" && -n "${inodes[${link:8:-1}]:-}" ]] && return 0
+  done
+  return 1
+}
 
 # ---- 2. key-only sshd, as this user, on an unprivileged port -----------------------------------
 collect_keys() {
@@ -140,6 +184,16 @@ AllowTcpForwarding yes
 PrintMotd no
 Subsystem sftp internal-sftp
 EOF
+  # An SSH session starts from a fresh environment (UsePAM no), without the image's ENV: pass on the
+  # commit, or every run started over SSH records git_commit null. Only what proxima accepts as a
+  # commit (7 to 40 hex digits, as the build checks): anything else could add lines to this config.
+  if [[ -n "${PROXIMA_GIT_COMMIT:-}" ]]; then
+    if [[ "$PROXIMA_GIT_COMMIT" =~ ^[0-9a-fA-F]{7,40}$ ]]; then
+      printf 'SetEnv PROXIMA_GIT_COMMIT=%s\n' "$PROXIMA_GIT_COMMIT" >>"$cfg"
+    else
+      log "PROXIMA_GIT_COMMIT is not a commit (7 to 40 hex digits): not passed to SSH sessions, whose runs record git_commit null"
+    fi
+  fi
   chmod 600 "$cfg"
   umask "$old_umask"
 
@@ -155,6 +209,22 @@ EOF
   [[ -x "$SSHD" ]] || die "sshd not found at $SSHD"
   "$SSHD" -t -f "$cfg" || die "sshd rejected its generated config $cfg"
   "$SSHD" -D -e -f "$cfg" &
+  local pid=$! rc tenths=0
+  # sshd that cannot bind its port (in use, or below 1024 for this user) says so on stderr and exits:
+  # wait until it listens (or, where /proc cannot tell, still runs after 1 s) before saying it started
+  while :; do
+    if ! alive "$pid"; then
+      rc=0
+      wait "$pid" || rc=$?
+      die "sshd exited at start (status $rc) and does not listen on port $SSH_PORT: see its message above (port in use, or below 1024, which this user may not bind)"
+    fi
+    rc=0
+    listens "$pid" "$SSH_PORT" || rc=$?
+    ((rc == 0 || (rc == 2 && tenths >= 10))) && break
+    ((tenths < 100)) || die "sshd (pid $pid) runs but does not listen on port $SSH_PORT after 10 s"
+    sleep 0.1
+    tenths=$((tenths + 1))
+  done
   log "sshd started on port $SSH_PORT for user $USER_NAME (key-only)"
 }
 
@@ -162,11 +232,14 @@ start_sshd
 
 # ---- 3. JupyterLab (or the command given to `docker run`), with this script as its parent -------
 export JUPYTER_TOKEN # jupyter_server reads the token from the environment: it never appears in ps
-jupyter_default=0
+main_is_jupyter=0 # the command is a Jupyter server: kept out of a stop's first wave (collect_first_wave)
 if (($# > 0)); then
   cmd=("$@")
+  if [[ "${1##*/}" == jupyter || "${1##*/}" == jupyter-* ]]; then
+    main_is_jupyter=1
+  fi
 else
-  jupyter_default=1
+  main_is_jupyter=1
   cmd=(jupyter lab --ip="$LISTEN_ADDRESS" --port="$JUPYTER_PORT" --no-browser
     --ServerApp.root_dir="$NOTEBOOK_DIR")
 fi
@@ -184,27 +257,19 @@ fi
 MY_UID="$(id -u)"
 main_pid=""
 
-# proc_field PID KEY: FIELD = the first word of KEY (State, Uid, SigIgn...) in /proc/PID/status
-# (no subshell: these run for every process, every half second while waiting)
-FIELD=""
-proc_field() {
-  local key value _
-  FIELD=""
-  while read -r key value _; do
-    if [[ "$key" == "$2:" ]]; then
-      FIELD="$value"
-      return 0
-    fi
-  done 2>/dev/null <"/proc/$1/status"
-  return 1
-}
-# alive PID: the process exists and is not a zombie
-alive() {
-  proc_field "$1" State && [[ "$FIELD" != Z ]]
-}
 # ignores_term PID: SIGTERM is ignored by PID (an interactive shell): nothing to wait for
 ignores_term() {
   proc_field "$1" SigIgn && (((16#$FIELD >> 14) & 1))
+}
+# handles_term PID: PID has a SIGTERM handler of its own (proxima train, torchrun, a Jupyter server)
+handles_term() {
+  proc_field "$1" SigCgt && (((16#$FIELD >> 14) & 1))
+}
+# same_program PID PID2: both run the same executable (a forked worker; torchrun's ranks, same python)
+same_program() {
+  local a b
+  a="$(readlink "/proc/$1/exe" 2>/dev/null)" && b="$(readlink "/proc/$2/exe" 2>/dev/null)" \
+    && [[ -n "$a" && "$a" == "$b" ]]
 }
 # holds_terminals PID: a server whose exit would hang up the terminals of the processes under it
 # (tmux, screen, sshd, Jupyter with a terminal open): a hangup is SIGHUP, which stops a training
@@ -233,18 +298,32 @@ collect_user_pids() {
   done
 }
 # collect_first_wave: WAVE = the processes to stop first. Not the servers that hold terminals (above),
-# nor the default JupyterLab (its shutdown closes its terminals), nor a session leader with a terminal
-# while another of these runs in its session: `bash -c 'proxima train ...; echo done'` in a tmux pane,
-# dying of SIGTERM first, would hang up the pane's terminal under proxima (SIGHUP).
+# nor the JupyterLab this script runs (its shutdown closes its terminals), nor a session leader with a
+# terminal while another of these runs in its session: `bash -c 'proxima train ...; echo done'` in a
+# tmux pane, dying of SIGTERM first, would hang up the pane's terminal under proxima (SIGHUP).
+# Nor a worker whose parent is in the wave, has a SIGTERM handler and runs the same program:
+# --vector async's env workers under proxima train, torchrun under the --nproc launcher and the ranks
+# under torchrun. The parent stops them itself once its checkpoint is written; a SIGTERM of their own
+# would kill them inside the iteration the parent finishes first, and no checkpoint would come. (A
+# Jupyter kernel stays in the wave: its parent, the JupyterLab above, is not in it.)
 WAVE=()
 collect_first_wave() {
-  local pid stat rest sid tty
-  local -a candidates=()
-  local -A leader_sid=() busy_sid=()
+  local pid parent stat rest sid tty top i
+  local -a candidates=() kept=()
+  local -A candidate=() stopper=() leader_sid=() busy_sid=() in_wave=()
   collect_user_pids
   for pid in "${USER_PIDS[@]}"; do
-    [[ "$jupyter_default" == 1 && "$pid" == "$main_pid" ]] && continue
+    [[ "$main_is_jupyter" == 1 && "$pid" == "$main_pid" ]] && continue
     holds_terminals "$pid" && continue
+    candidates+=("$pid")
+    candidate[$pid]=1
+  done
+  for pid in "${candidates[@]}"; do
+    if proc_field "$pid" PPid && parent="$FIELD" && [[ -n "${candidate[$parent]:-}" ]] \
+      && handles_term "$parent" && same_program "$pid" "$parent"; then
+      stopper[$pid]="$parent" # not counted below: proxima in a tmux pane leads a session of its workers
+      continue
+    fi
     read -r stat 2>/dev/null <"/proc/$pid/stat" || continue
     rest="${stat##*) }" # the fields after "(comm)", which may hold spaces
     read -r _ _ _ sid tty _ <<<"$rest"
@@ -253,12 +332,22 @@ collect_first_wave() {
     else
       busy_sid[$sid]=1
     fi
-    candidates+=("$pid")
+    kept+=("$pid")
   done
   WAVE=()
-  for pid in "${candidates[@]}"; do
+  for pid in "${kept[@]}"; do
     [[ -n "${leader_sid[$pid]:-}" && -n "${busy_sid[${leader_sid[$pid]}]:-}" ]] && continue
     WAVE+=("$pid")
+    in_wave[$pid]=1
+  done
+  # a worker whose topmost stopper was held back after all (a session leader above) gets it itself
+  for pid in "${!stopper[@]}"; do
+    top="${stopper[$pid]}"
+    for ((i = 0; i < 64; i++)); do
+      [[ -n "${stopper[$top]:-}" ]] || break
+      top="${stopper[$top]}"
+    done
+    [[ -n "${in_wave[$top]:-}" ]] || WAVE+=("$pid")
   done
 }
 # wait_gone SECONDS PID...: wait until each PID is gone, a zombie or ignores SIGTERM; 1 on timeout

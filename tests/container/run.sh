@@ -15,8 +15,9 @@
 #      PROXIMA_GIT_COMMIT (this checkout's HEAD), as the documented build passes it;
 #   5. containers run with --network host, their servers bound to 127.0.0.1 on free ports, and are
 #      checked from outside (the list is printed as it goes, and counted at the end); last, the
-#      main container is stopped while two training runs (tmux over SSH, podman exec) are going,
-#      and both must have written a checkpoint and said "stopped by SIGTERM".
+#      main container is stopped while three training runs (two in tmux over SSH, with --vector
+#      async, and one with podman exec) are going, and each must have written a checkpoint and said
+#      "stopped by SIGTERM".
 # Every wait is bounded, every container is removed by name on exit. Needs root (debootstrap and
 # rootful podman). Settings: IMAGE (default proxima:<version>), PROXIMA_CONTAINER_CACHE (default
 # ~/.cache/proxima-container), PYTHON (a Python >= 3.11 with pip, for the wheel download).
@@ -452,13 +453,19 @@ done
 # entrypoint passes it to every process of the user and waits for them, so runs started in tmux (over
 # SSH, as the README says) and with podman exec write a checkpoint and exit 143, not SIGKILLed.
 # One is a shell around proxima (`...; echo`): that shell dying first must not hang up its terminal.
+# The other is the README's form, proxima leading its pane's session. Both run Gymnasium's
+# AsyncVectorEnv (CartPole's default backend is the native one, which has no workers): its env
+# workers are proxima's to stop (a SIGTERM of their own would kill them inside the iteration proxima
+# finishes to write its checkpoint), also when they share proxima's session.
 long=(--total-timesteps 5000000 --threads 1 --quiet)
+async=(--backend gymnasium --vector async --num-envs 2)
 set +e
 out="$(timeout 60 "${KEY_SSH[@]}" proxima@127.0.0.1 "cd /workspace && tmux new -d -s train \
-'proxima train CartPole-v1 --run-dir runs/stop-tmux ${long[*]} 2>runs/stop-tmux.err; echo \"exit status \$?\" >>runs/stop-tmux.err'" 2>&1)"
+'proxima train CartPole-v1 --run-dir runs/stop-tmux ${async[*]} ${long[*]} 2>runs/stop-tmux.err; echo \"exit status \$?\" >>runs/stop-tmux.err' \
+&& tmux new -d -s pane 'exec proxima train CartPole-v1 --run-dir runs/stop-pane ${async[*]} ${long[*]} 2>runs/stop-pane.err'" 2>&1)"
 rc=$?
 set -e
-expect_rc 0 "$rc" "tmux new -d -s train 'proxima train ...' over ssh" "$out"
+expect_rc 0 "$rc" "tmux new -d -s train 'proxima train ...' and tmux new -d -s pane 'exec proxima train ...' over ssh" "$out"
 timeout 900 podman exec "$PREFIX-main" proxima train CartPole-v1 --run-dir runs/stop-exec "${long[@]}" \
   >"$WORK/stop-exec.out" 2>&1 &
 exec_pid=$!
@@ -473,9 +480,27 @@ ci_training() {
   [[ -s "$metrics" ]] && (($(wc -l <"$metrics") >= 3))
 }
 wait_for "the run in tmux" 180 "$PREFIX-main" training stop-tmux
+wait_for "the run leading its tmux pane" 180 "$PREFIX-main" training stop-pane
 wait_for "the run under podman exec" 180 "$PREFIX-main" training stop-exec
 for ((i = 0; i < 180; i++)); do ci_training && break; kill -0 "$CI_PID" 2>/dev/null || break; sleep 1; done
 ci_training || die "make ci-train did not start training: $(tail -n 3 "$WORK/ci-stop.out" | tr '\n' ' ')"
+# The container's proxima processes, "PID PPID": the three trainers, and the env workers of the two
+# --vector async runs (forked, so named proxima too, their parent a trainer). Whether a SIGTERM to a
+# worker loses the checkpoint depends on where in the iteration it lands; whom the entrypoint signals
+# does not, so that is checked below, against this list.
+# shellcheck disable=SC2016 # expanded by the container's sh
+tree="$(timeout 60 podman exec "$PREFIX-main" sh -c 'for s in /proc/[0-9]*/stat; do
+  read -r pid comm state ppid _ 2>/dev/null <"$s" && [ "$comm" = "(proxima)" ] && [ "$state" != Z ] && echo "$pid $ppid"
+done; true' 2>>"$LOGS/podman-run.log")" || die "podman exec: cannot list the processes in $PREFIX-main; see $LOGS/podman-run.log"
+declare -A is_proxima=()
+trainers=() workers=()
+while read -r pid ppid; do [[ -z "$pid" ]] || is_proxima[$pid]=1; done <<<"$tree"
+while read -r pid ppid; do
+  [[ -n "$pid" ]] || continue
+  if [[ -n "${is_proxima[$ppid]:-}" ]]; then workers+=("$pid"); else trainers+=("$pid"); fi
+done <<<"$tree"
+((${#trainers[@]} == 3 && ${#workers[@]} >= 4)) \
+  || die "expected 3 proxima trainers and at least 4 env workers in $PREFIX-main before the stop; PID PPID: $(tr '\n' ',' <<<"$tree")"
 t0=$SECONDS
 kill -TERM "$CI_PID"
 timeout 120 podman stop -t 60 "$PREFIX-main" >/dev/null 2>>"$LOGS/podman-run.log" || die "podman stop $PREFIX-main failed"
@@ -489,7 +514,13 @@ wait "$CI_PID"
 ci_rc=$?
 set -e
 CI_PID=""
-for run in stop-tmux stop-exec; do
+wave="$(podman logs "$PREFIX-main" 2>&1 | { grep '^proxima-entrypoint: SIGTERM: SIGTERM to ' || true; } | tail -n 1)"
+signalled="$({ grep -Eo '[0-9]+ \(proxima\)' <<<"$wave" || true; } | cut -d' ' -f1 | sort -n | paste -sd' ' -)"
+want="$(printf '%s\n' "${trainers[@]}" | sort -n | paste -sd' ' -)"
+[[ "$signalled" == "$want" ]] \
+  || die "the stop's first SIGTERM reached proxima processes ${signalled:-none}; expected the trainers $want only, not their env workers ${workers[*]}: $wave"
+ok "the stop's first SIGTERM went to the 3 trainers and none of their ${#workers[@]} env workers (each trainer stops its own)"
+for run in stop-tmux stop-pane stop-exec; do
   err="$WORK/runs/$run.err"
   [[ "$run" == stop-exec ]] && err="$WORK/stop-exec.out"
   line="$(grep -m1 'proxima: stopped by SIGTERM; checkpoint: ' "$err" || true)"
@@ -502,7 +533,16 @@ grep -qx 'exit status 143' "$WORK/runs/stop-tmux.err" || die "the run in tmux: $
 ((exec_rc == 143)) || die "the run under podman exec exited $exec_rc, expected 143"
 grep -q '^proxima-entrypoint: SIGTERM: SIGTERM to .*(proxima)' <(podman logs "$PREFIX-main" 2>&1) \
   || die "the container log has no 'proxima-entrypoint: SIGTERM: SIGTERM to ... (proxima)' line"
-ok "podman stop during two training runs (tmux over ssh, podman exec): both wrote a checkpoint, said 'stopped by SIGTERM' and exited 143 (stop took $stop_s s)"
+ok "podman stop during three training runs (two in tmux over ssh with --vector async, one with podman exec): each wrote a checkpoint and said 'stopped by SIGTERM', exit 143 where seen (stop took $stop_s s)"
+# sshd starts a session from a fresh environment: the image's commit reaches it only through the
+# SetEnv line the entrypoint writes, and tmux's sessions inherit it from there
+for run in stop-tmux stop-pane; do
+  run_commit="$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("git_commit"))' "$WORK/runs/$run/meta.json" 2>&1)" \
+    || die "cannot read git_commit from runs/$run/meta.json: $run_commit"
+  [[ "$run_commit" == "$COMMIT" ]] \
+    || die "runs/$run/meta.json (started in tmux over ssh) records git_commit $run_commit, expected the image's commit $COMMIT"
+done
+ok "the runs started in tmux over ssh record the image's commit (${COMMIT:0:12}) in meta.json, not null"
 ci_out="$(cat "$WORK/ci-stop.out")"
 expect_rc 2 "$ci_rc" "make ci-train stopped by SIGTERM" "$ci_out"
 grep -q '^ci-train: stopped by SIGTERM during proxima train (exit 143)' <<<"$ci_out" \

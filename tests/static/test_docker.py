@@ -3,11 +3,16 @@ with bash. The rules checked here are the ones docker/README.md promises."""
 
 import json
 import os
+import pty
 import re
 import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 import tomllib
 from pathlib import Path
 
@@ -319,6 +324,229 @@ def test_entrypoint_rejects_a_garbage_line_beside_a_valid_key(sandbox, keypair):
     r = _dry_run(env, SSH_AUTHORIZED_KEYS=f"{keypair}\nssh-ed25519 AAAAmistyped laptop")
     assert r.returncode == 1 and "SSH key line 2 is not a valid public key" in r.stderr, r.stderr
     assert "would start" not in r.stderr and not (home / ".sshd" / "one_key.pub").exists()
+
+
+# ------------------------------------------------------------------- entrypoint: SSH environment
+@pytest.mark.parametrize("commit, passed", [
+    ("dc9f036abcdef0123456789abcdef0123456789a", True),
+    ("dc9f036", True),
+    ("", False),
+    ("dc9f036\nPermitRootLogin yes", False),  # a value that would add a line to sshd_config
+    ("main", False),
+])
+def test_entrypoint_passes_the_image_commit_to_ssh_sessions(sandbox, keypair, commit, passed):
+    """sshd gives a session a fresh environment: without SetEnv a run started over SSH records
+    git_commit null. Only a commit as proxima reads it (7-40 hex digits) goes into the config."""
+    env, _, home = sandbox
+    r = _dry_run(env, SSH_AUTHORIZED_KEYS=keypair, PROXIMA_GIT_COMMIT=commit)
+    assert r.returncode == 0, r.stderr
+    lines = (home / ".sshd" / "sshd_config").read_text().splitlines()
+    setenv = [line for line in lines if line.startswith("SetEnv")]
+    assert setenv == ([f"SetEnv PROXIMA_GIT_COMMIT={commit}"] if passed else []), lines
+    assert "PermitRootLogin no" in lines and "PermitRootLogin yes" not in lines
+    warned = [line for line in r.stderr.splitlines() if "PROXIMA_GIT_COMMIT" in line]
+    assert len(warned) == (0 if passed or not commit else 1), r.stderr
+
+
+# ------------------------------------------------------------------- entrypoint: sshd that fails
+@pytest.fixture
+def unprivileged():
+    """A folder anyone can enter, and how to run a command there as a user other than root: the
+    entrypoint refuses to start servers as root (CI runs the tests as root)."""
+    base = Path(tempfile.mkdtemp(prefix="proxima-entrypoint-"))
+    base.chmod(0o777)
+    prefix: list = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if not setpriv:
+            pytest.skip("running as root without setpriv (util-linux) to run the entrypoint as another user")
+        prefix = [setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+    yield base, prefix
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _entrypoint_with_sshd(base, prefix, keypair, sshd_body):
+    """Run the entrypoint (not a dry run) with `true` as its command and a stub sshd."""
+    entrypoint = base / "entrypoint.sh"  # a copy the other user can read wherever the checkout is
+    shutil.copy(ENTRYPOINT, entrypoint)
+    entrypoint.chmod(0o755)
+    home = base / "home"
+    home.mkdir()
+    home.chmod(0o777)  # the entrypoint's user (not root) makes ~/.sshd in it
+    sshd = base / "sshd"
+    sshd.write_text(f'#!/bin/sh\n[ "$1" = -t ] && exit 0\n{sshd_body}\n')
+    sshd.chmod(0o755)
+    with socket.socket() as s:  # a free port (for the stub that listens)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "PROXIMA_SSHD": str(sshd),
+           "SSH_AUTHORIZED_KEYS_FILE": str(base / "no-such-secret"), "SSH_AUTHORIZED_KEYS": keypair,
+           "JUPYTER_TOKEN": "0123456789abcdef0123", "SSH_PORT": str(port), "PROXIMA_LISTEN_ADDRESS": "127.0.0.1"}
+    r = subprocess.run([*prefix, "bash", str(entrypoint), "true"], env=env, capture_output=True, text=True,
+                       timeout=60, cwd=base)
+    return r, port
+
+
+def test_entrypoint_stops_when_sshd_cannot_bind_its_port(unprivileged, keypair):
+    base, prefix = unprivileged
+    r, port = _entrypoint_with_sshd(base, prefix, keypair,
+                                    'echo "Bind to port $SSH_PORT on 127.0.0.1 failed: Address already in use." >&2\n'
+                                    'echo "Cannot bind any address." >&2\nexit 255')
+    assert r.returncode == 1, r.stderr
+    ours = [line for line in r.stderr.splitlines() if line.startswith("proxima-entrypoint:")]
+    assert ours[-1].startswith(f"proxima-entrypoint: error: sshd exited at start (status 255) and does not listen on port {port}"), r.stderr
+    assert "sshd started" not in r.stderr and "starting: true" not in r.stderr  # nothing after it ran
+    assert "Cannot bind any address." in r.stderr  # sshd's own reason stays above our line
+
+
+def test_entrypoint_says_sshd_started_once_it_listens(unprivileged, keypair):
+    """The check above does not refuse a sshd that binds its port a moment after it starts."""
+    base, prefix = unprivileged
+    # binds half a second after it starts (the entrypoint must wait for it), exits by itself 3 s later
+    listener = ("import os, socket, time; time.sleep(0.5); s = socket.socket(); "
+                "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+                "s.bind(('127.0.0.1', int(os.environ['SSH_PORT']))); s.listen(); time.sleep(3)")
+    # a python the entrypoint's user may run (the venv's may sit in root's home)
+    python = next((c for c in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3")
+                   if subprocess.run([*prefix, "/bin/sh", "-c", f'exec "{c}" -c ""'], capture_output=True,
+                                     cwd=base).returncode == 0), None)
+    if python is None:
+        pytest.skip("no python that the unprivileged user may run, for the stub sshd")
+    r, port = _entrypoint_with_sshd(base, prefix, keypair,
+                                    f'exec {python} -c "{listener}" </dev/null >/dev/null 2>&1')
+    assert r.returncode == 0, r.stderr
+    assert f"proxima-entrypoint: sshd started on port {port}" in r.stderr, r.stderr
+    assert r.stderr.index("sshd started") < r.stderr.index("starting: true"), r.stderr
+
+
+# ------------------------------------------------------------- entrypoint: who a stop signals first
+NODE = r'''
+"""A process of the tree test_first_wave_* builds: records "NAME PID" in PIDS, then sleeps.
+`node.py tty PATH CMD...`: CMD as the leader of a new session whose terminal is PATH (a tmux pane)."""
+import os, signal, subprocess, sys, time
+if sys.argv[1] == "tty":
+    os.setsid()
+    fd = os.open(sys.argv[2], os.O_RDWR)  # a session leader's first terminal becomes its own
+    for n in (0, 1, 2):
+        os.dup2(fd, n)
+    os.execv(sys.argv[3], sys.argv[3:])
+mode, name, pids = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def record(n, pid):
+    with open(pids, "a") as f:
+        f.write(f"{n} {pid}\n")
+
+
+def child(n, handler, then=None):
+    """fork: the same program, as --vector async's workers and torchrun's ranks are"""
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, handler)
+        record(n, os.getpid())
+        if then:
+            then()
+        time.sleep(120)
+        os._exit(0)
+
+
+catch = lambda *a: None
+record(name, os.getpid())
+if mode in ("trainer", "trainer+sleep"):  # handles SIGTERM, like proxima train (and the --nproc launcher)
+    signal.signal(signal.SIGTERM, catch)
+    # w1 handles SIGTERM too and has a child of its own: torchrun under the launcher, a rank under it
+    child(f"{name}.w1", catch, then=lambda: child(f"{name}.w1.g", signal.SIG_DFL))
+    child(f"{name}.w2", signal.SIG_DFL)  # an AsyncVectorEnv worker: SIGTERM left at its default
+    if mode == "trainer+sleep":  # another program it runs (another executable) is signalled itself
+        record(f"{name}.sleep", subprocess.Popen(["sleep", "120"]).pid)
+elif mode == "jupyter":  # a server that handles SIGTERM, with a kernel (the same python)
+    signal.signal(signal.SIGTERM, catch)
+    subprocess.Popen([sys.executable, __file__, "leaf", f"{name}.kernel", pids])
+elif mode == "plain":  # no handler of its own: its child is signalled too
+    child(f"{name}.child", signal.SIG_DFL)
+time.sleep(120)
+'''
+
+
+@pytest.fixture
+def process_tree(tmp_path):
+    """Processes laid out as a stop finds them in the container, {name: pid}; killed afterwards.
+    Each tree hangs from a shell, as in the container (never from pytest, whose handlers vary)."""
+    node = tmp_path / "node.py"
+    node.write_text(NODE)
+    pids = tmp_path / "pids"
+    py = sys.executable
+    shells, ttys = [], []
+
+    def spawn(*argv, tty=False):
+        if tty:  # a session leader with a terminal of its own: a tmux pane's first process
+            master, slave = os.openpty()
+            ttys.extend([master, slave])
+            argv = (py, str(node), "tty", os.ttyname(slave), *argv)
+        shells.append(subprocess.Popen(["/bin/sh", "-c", '"$@" & wait', "sh", *argv]))
+
+    spawn(py, str(node), "trainer+sleep", "exec", str(pids))  # docker exec proxima train
+    spawn(py, str(node), "trainer", "pane", str(pids), tty=True)  # tmux new 'proxima train ...' (README)
+    spawn(py, str(node), "trainer+sleep", "held", str(pids), tty=True)  # a pane whose leader is held back
+    spawn("/bin/bash", "-c", f"echo shell $$ >>{pids}; {py} {node} trainer shell.trainer {pids}; echo done",
+          tty=True)  # run.sh's form: a shell around proxima train
+    spawn(py, str(node), "jupyter", "jupyter", str(pids))
+    spawn(py, str(node), "plain", "plain", str(pids))
+    want = {"exec", "exec.w1", "exec.w1.g", "exec.w2", "exec.sleep", "pane", "pane.w1", "pane.w1.g", "pane.w2",
+            "held", "held.w1", "held.w1.g", "held.w2", "held.sleep", "shell.trainer", "shell.trainer.w1",
+            "shell", "shell.trainer.w1.g", "shell.trainer.w2", "jupyter", "jupyter.kernel", "plain", "plain.child"}
+    names: dict = {}
+    try:
+        for _ in range(300):
+            names = dict(line.split() for line in pids.read_text().splitlines()) if pids.exists() else {}
+            if set(names) >= want:
+                break
+            time.sleep(0.1)
+        assert set(names) >= want, f"the process tree did not come up: {sorted(names)}"
+        yield {name: int(pid) for name, pid in names.items()}
+    finally:
+        for pid in [*(int(p) for p in names.values()), *(s.pid for s in shells)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for s in shells:
+            s.wait(timeout=30)
+        for fd in ttys:
+            os.close(fd)
+
+
+def _first_wave(main_pid: int) -> set:
+    """Run the entrypoint's collect_first_wave as it runs at a stop, JupyterLab being main_pid."""
+    text = ENTRYPOINT.read_text()
+    functions = ["proc_field", "alive", "ignores_term", "handles_term", "same_program", "holds_terminals",
+                 "collect_user_pids", "collect_first_wave"]
+    bodies = []
+    for name in functions:
+        m = re.search(rf"^{name}\(\) \{{\n.*?^\}}\n", text, re.M | re.S)
+        assert m, f"no function {name} in {ENTRYPOINT}"
+        bodies.append(m.group(0))
+    script = "\n".join(["set -euo pipefail", 'FIELD=""', "USER_PIDS=()", "WAVE=()", *bodies,
+                        f'MY_UID="$(id -u)"; main_pid={main_pid}; main_is_jupyter=1',
+                        "collect_first_wave", 'printf "%s\\n" "${WAVE[@]}"'])
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return {int(p) for p in r.stdout.split()}
+
+
+def test_first_wave_leaves_a_programs_own_workers_to_it(process_tree):
+    """A stop's first SIGTERM goes to proxima train, not to its --vector async workers or torchrun's
+    ranks (their SIGTERM would end them inside the iteration proxima finishes to checkpoint), also
+    when proxima leads a tmux pane's session; a kernel of the main JupyterLab is signalled itself."""
+    wave = _first_wave(main_pid=process_tree["jupyter"])
+    got = {name for name, pid in process_tree.items() if pid in wave}
+    assert got == {
+        "exec", "exec.sleep",  # a program it runs that is not itself is signalled too
+        "pane",  # the README's tmux form: proxima leads its pane's session, its workers in it
+        "shell.trainer",  # under `bash -c 'proxima train ...; echo'`, the shell being held back
+        "held.sleep", "held.w1", "held.w1.g", "held.w2",  # a held-back leader's workers: as before
+        "jupyter.kernel",  # the main JupyterLab is not in the wave, so its kernel is
+        "plain", "plain.child",  # no SIGTERM handler in the parent: both
+    }, sorted(got)
 
 
 # --------------------------------------------------------------------------------------- compose
