@@ -33,6 +33,13 @@ def __getattr__(name: str):
 
         globals()["make_env"] = make_env
         return make_env
+    import importlib
+
+    try:  # `import proxima; proxima.envs...`: a submodule, imported on first use as make_env is
+        return importlib.import_module(f".{name}", __name__)
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -620,7 +620,11 @@ class _Checker:
         from one whose steps happen to draw alike (a slip of probability 0.3 agrees 58% of the time).
         Run after the random steps, so that each of their faults is reported where it happens (an env
         that breaks at its first step of all is named at step 1, not as a difference here); quiet: a
-        reset or step that raises here, or returns no 5 values, leaves this check out."""
+        reset or step that raises here, or returns no 5 values, leaves this check out. An env registered
+        ``nondeterministic=True`` (real hardware, a remote simulator) is left out too, as Gymnasium's check does."""
+        spec = getattr(env, "spec", None) or getattr(getattr(env, "unwrapped", None), "spec", None)
+        if getattr(spec, "nondeterministic", False) is True:
+            return
         try:
             self.act_space.seed(self.seed)
             action = self.act_space.sample()

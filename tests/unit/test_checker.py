@@ -277,3 +277,17 @@ def test_a_seed_train_refuses_is_refused_in_train_s_words_with_exit_2(seed, caps
 
 def test_the_largest_seed_train_takes_is_checked():
     assert check_env("bad_envs:GoodEnv", steps=3, seed=2**31 - 1) == []
+
+
+def test_step_determinism_leaves_out_an_env_registered_nondeterministic(monkeypatch):
+    # Gymnasium's check skips such an env (real hardware, a remote simulator): it passed check-env before
+    # the check existed and must still
+    import gymnasium as gym
+
+    import bad_envs
+
+    monkeypatch.setitem(gym.registry, "ProximaNoisyTest-v0", gym.envs.registration.EnvSpec(
+        "ProximaNoisyTest-v0", entry_point=bad_envs.StepIgnoresSeed, nondeterministic=True))
+    report = check_env("ProximaNoisyTest-v0", steps=3)
+    assert list(report) == [] and "step determinism" not in report.checks_run
+    assert [v.check for v in check_env("bad_envs:StepIgnoresSeed", steps=3)] == ["step determinism"]
