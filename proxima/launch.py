@@ -2,9 +2,10 @@
 
 The launcher runs::
 
-    python -m torch.distributed.run --nproc-per-node K --standalone -m proxima train <args without --nproc>
+    python -m proxima.torchrun --nproc-per-node K --standalone -m proxima train <args without --nproc>
 
-and waits for it. torchrun starts K ranks on this machine (``--standalone``: a local rendezvous on a
+(``proxima.torchrun`` is torchrun's own ``main``; a stop by signal exits 130/143 instead of
+printing torchrun's ``SignalException`` traceback) and waits for it. torchrun starts K ranks on this machine (``--standalone``: a local rendezvous on a
 free port), and tears all of them down when one fails. The launcher forwards SIGINT/SIGTERM to
 torchrun once (torchrun passes it on to every rank; the ranks agree on the iteration to stop at,
 rank 0 writes a checkpoint, all exit); a second signal is sent straight to the ranks, which then
@@ -55,7 +56,7 @@ def strip_nproc(argv: list) -> list:
 
 def torchrun_command(nproc: int, argv: list, python: Optional[str] = None) -> list:
     """The torchrun command line for ``proxima <argv>`` (argv starts with the subcommand, ``train``)."""
-    return [python or sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--standalone",
+    return [python or sys.executable, "-m", "proxima.torchrun", "--nproc-per-node", str(nproc), "--standalone",
             "-m", "proxima", *strip_nproc(list(argv))]
 
 

@@ -250,7 +250,7 @@ def preflight(cfg: PPOConfig, world_size: int = 1):
     device = resolve_device(cfg.device)
     check_device_flags(cfg, device, world_size)
     sizes = check_env_builds(cfg)  # the one env built here is also the one sized
-    check_fits(cfg, device, lambda: sizes)
+    check_fits(cfg, device, lambda: sizes, processes=world_size)  # --nproc K on the CPU: K copies share its memory
     return device
 
 

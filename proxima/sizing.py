@@ -153,8 +153,11 @@ def minibatch_rows(cfg: PPOConfig) -> int:
     return cfg.num_envs * cfg.num_steps // max(cfg.num_minibatches, 1)
 
 
-def check_fits(cfg: PPOConfig, device: torch.device, probe=None) -> None:
+def check_fits(cfg: PPOConfig, device: torch.device, probe=None, processes: int = 1) -> None:
     """Raise ConfigError when the run surely does not fit in the free memory of ``device``.
+
+    processes: the ranks of ``--nproc K`` (the launcher's check); on the CPU they share the machine's
+    memory, each with its own buffers and networks, so K of them must fit (on CUDA each has a GPU).
 
     probe(): (obs_size, act_size, native) of the env (env_sizes of a built env, or env_probe, which
     builds one), called whenever the free memory is known: no size of the run without the env's
@@ -173,7 +176,13 @@ def check_fits(cfg: PPOConfig, device: torch.device, probe=None) -> None:
     buffers = estimate_bytes(cfg, obs_size, act_size, native, layout) + evals
     nets = network_bytes(cfg, obs_size, act_size, layout)
     if buffers + nets <= free:
-        return
+        ranks = processes if device.type == "cpu" else 1
+        if ranks <= 1 or ranks * (buffers + nets) - (ranks - 1) * evals <= free:  # rank 0 alone evaluates at the end
+            return
+        need = ranks * (buffers + nets) - (ranks - 1) * evals
+        raise ConfigError(f"--nproc {ranks}: {ranks} processes on {device} each hold their own buffers and networks, "
+                          f"~{human_bytes(buffers + nets)} each, ~{human_bytes(need)} in all, {human_bytes(free)} free; "
+                          "lower --nproc, --num-envs or --num-steps")
     if nets >= buffers:  # the networks are what does not fit: name the flags of their larger part
         weights, activations = network_terms(cfg, obs_size, act_size, layout)
         if activations > weights:  # one minibatch's rows through both MLPs

@@ -21,7 +21,7 @@ def test_strip_nproc():
 
 def test_torchrun_command():
     cmd = launch.torchrun_command(3, ["train", "CartPole-v1", "--nproc", "3", "--seed", "7"], python="py")
-    assert cmd == ["py", "-m", "torch.distributed.run", "--nproc-per-node", "3", "--standalone",
+    assert cmd == ["py", "-m", "proxima.torchrun", "--nproc-per-node", "3", "--standalone",
                    "-m", "proxima", "train", "CartPole-v1", "--seed", "7"]
 
 
@@ -45,6 +45,25 @@ def test_batch_larger_than_total_counts_all_processes(no_spawn, capsys, monkeypa
     monkeypatch.setattr(sys, "argv", ["proxima", *argv])
     assert main(argv) == 2
     assert "x 2 processes = 1,024 steps" in capsys.readouterr().err
+
+
+def test_k_cpu_processes_that_each_fit_but_not_together_are_refused_before_launching(no_spawn, capsys, monkeypatch):
+    """On the CPU the ranks share the machine's memory, each with its own buffers and networks."""
+    import torch
+
+    from proxima import sizing
+    from proxima.config import PPOConfig
+
+    cfg = PPOConfig(env_id="CartPole-v1", num_envs=65536, num_steps=64)
+    one = sizing.estimate_bytes(cfg, 4, 1, True) + sizing.eval_bytes(cfg, 4, True) + sizing.network_bytes(cfg, 4, 1, None)
+    monkeypatch.setattr(sizing, "free_memory", lambda device: int(1.5 * one))
+    sizing.check_fits(cfg, torch.device("cpu"), lambda: (4, 1, True), processes=1)  # one process fits
+    argv = ["train", "CartPole-v1", "--num-envs", "65536", "--num-steps", "64", "--total-timesteps", "10000000"]
+    monkeypatch.setattr(sys, "argv", ["proxima", *argv, "--nproc", "2"])
+    assert main([*argv, "--nproc", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("proxima train: error: --nproc 2: 2 processes on cpu each hold their own buffers and networks") and (
+        "lower --nproc, --num-envs or --num-steps" in err), err
 
 
 def test_nproc_under_torchrun_is_refused(no_spawn, capsys, monkeypatch):
@@ -100,7 +119,7 @@ def test_launcher_returns_child_exit_code(monkeypatch):
 
     monkeypatch.setattr(launch, "subprocess", SimpleNamespace(Popen=Fake))
     assert launch.launch_torchrun(2, ["train", "CartPole-v1", "--nproc", "2"]) == 3
-    assert calls["cmd"][1:] == ["-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", "-m", "proxima", "train", "CartPole-v1"]
+    assert calls["cmd"][1:] == ["-m", "proxima.torchrun", "--nproc-per-node", "2", "--standalone", "-m", "proxima", "train", "CartPole-v1"]
     assert calls["kw"]["start_new_session"] is True
     assert calls["kw"]["env"]["OMP_NUM_THREADS"]
 

@@ -58,7 +58,7 @@ def _resume(monkeypatch, *args):
 
 def test_resume_of_a_two_process_rlhf_run_starts_two_processes(rlhf_run, monkeypatch, capsys):
     assert _resume(monkeypatch, rlhf_run.path, "--steps", "3") == 0
-    assert RecordingPopen.started == [[sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+    assert RecordingPopen.started == [[sys.executable, "-m", "proxima.torchrun", "--nproc-per-node", "2", "--standalone",
                                "-m", "proxima", "resume", str(rlhf_run.path), "--steps", "3"]]
     assert rlhf_run.in_process == []
     assert (f"proxima resume: {rlhf_run.path} is an RLHF run of 2 processes: resuming with 2 processes on this machine"
