@@ -529,6 +529,8 @@ class Population:
             self.next_obs.copy_(self.env.reset(seed=self.cfg.seed + self.iteration))
             if self.obs_norm is not None:
                 self.obs_norm.count_reset(self.next_obs)
+            if self.reward_scaler is not None:  # new episodes: their discounted returns start at 0
+                self.reward_scaler.returns.zero_()
 
     # --- evaluation of every member at once --------------------------------------------------------
     @torch.no_grad()

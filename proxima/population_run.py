@@ -290,6 +290,8 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
                           "divergence after the checkpoint resumed from (population.json does not list it)", file=sys.stderr)
         # the target as extended (--total-timesteps): a report of a resume stopped early says "N of M steps so far"
         _write_population_json(run_dir, pop, recorded_seeds, recorded_sweep, dirs)
+        if pop.iteration < pop.num_iterations:  # a resume that trains: each member's record says so, as a single run's
+            _record_resume(dirs, pop.iteration * pop.steps_per_member)
         _train_loop(pop, run_dir, dirs, recorded_seeds, recorded_sweep, quiet=quiet, evaluate_at_end=evaluate_at_end,
                     stop_after=stop_after, elapsed=float(state.get("elapsed", 0.0)), last_checkpoint=Path(path))
     finally:
@@ -298,6 +300,23 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
         session.release()
     return run_dir
 
+
+
+def _record_resume(dirs, step: int) -> None:
+    """Add this resume to each member's meta.json ``resumes`` (train_state.record_resume: a damaged
+    meta.json is a note, a full disk one line naming the file)."""
+    from .diskspace import write_error
+    from .train_state import record_resume, resume_entry
+
+    entry = resume_entry(step)
+    for d in dirs:
+        path = d / "meta.json"
+        if not path.exists():
+            continue
+        try:
+            record_resume(path, entry)
+        except OSError as e:
+            raise write_error(path, e, "could not resume the population") from None
 
 
 def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[str], trust_run: bool,

@@ -286,6 +286,8 @@ def restore(t: "Trainer", state: dict) -> None:
         t.next_obs.copy_(t.env.reset(seed=t.cfg.seed + 10_000 * t.dist.rank + t.iteration))
         if t.obs_norm is not None:  # new observations, counted as a fresh run's reset obs is
             t.obs_norm.count_reset(t.next_obs)
+        if t.reward_scaler is not None:  # new episodes: their discounted returns start at 0 (the statistics stay)
+            t.reward_scaler.returns.zero_()
 
 
 def return_window(state: dict) -> list:
@@ -389,10 +391,14 @@ def _run_meta(t: "Trainer") -> dict:
 
 
 def _resume_entry(t: "Trainer") -> dict:
+    return resume_entry(t.global_step, t.argv)
+
+
+def resume_entry(step: int, argv=None) -> dict:
     """One entry of meta.json's ``resumes``: what trains from ``step`` on (the first start's record
-    at the top of meta.json says what trained before)."""
-    return {"started": datetime.now().isoformat(timespec="seconds"), "step": t.global_step,
-            "command": t.argv if t.argv is not None else sys.argv, "versions": versions(), **git_record()}
+    at the top of meta.json says what trained before); ``argv``: the command, sys.argv when None."""
+    return {"started": datetime.now().isoformat(timespec="seconds"), "step": int(step),
+            "command": argv if argv is not None else sys.argv, "versions": versions(), **git_record()}
 
 
 class _DamagedMeta(Exception):

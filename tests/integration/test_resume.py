@@ -190,6 +190,30 @@ def test_gymnasium_resume_restarts_episodes_and_says_so_once(tmp_path, capsys):
     assert ckpt.load_checkpoint(run_dir)["global_step"] == 128
 
 
+def test_a_gymnasium_resume_starts_the_new_episodes_returns_at_zero_for_reward_scaling(tmp_path):
+    """Restarted episodes begin a new discounted return (as a fresh run's, as baselines' VecNormalize
+    does at reset); the running statistics of the return carry over."""
+    cfg = config(env_id="Pendulum-v1", backend="gymnasium", num_envs=2, total_timesteps=4 * 32, checkpoint_every=0,
+                 norm_reward=True)
+    run_dir = tmp_path / "run"
+    trainer = Trainer(cfg, run_dir=run_dir, quiet=True)
+    try:
+        with pytest.raises(TrainingInterrupted):
+            trainer.run(stop_after=2)  # 64 of Pendulum's 200 steps: every episode is under way
+    finally:
+        trainer.close()
+    state = ckpt.load_checkpoint(run_dir)
+    assert (state["reward_scaler"]["returns"] != 0).all()
+    resumed = Trainer(cfg, run_dir=run_dir, resume_state=state, quiet=True)
+    try:
+        assert torch.equal(resumed.reward_scaler.returns, torch.zeros(2, dtype=torch.float64))
+        for key, value in state["reward_scaler"].items():
+            if key != "returns":
+                assert torch.equal(resumed.reward_scaler.state_dict()[key], value), key
+    finally:
+        resumed.close()
+
+
 def test_progress_bar_resumes_at_the_checkpoint_step(tmp_path):
     logger = RunLogger(tmp_path, total_steps=1000, resume_step=640, progress=True)
     try:
