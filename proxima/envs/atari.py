@@ -36,11 +36,14 @@ import torch
 
 from ..config import install_hint
 from .base import BatchedEnv, EnvError
-from .gym_adapter import GymnasiumEnv, count_episodes
+from .gym_adapter import GymnasiumEnv, count_episodes, from_ale_py, suggestable_ids
 
 INSTALL = install_hint("atari")
 #: Atari v5 ids: 'Pong-v5' (EnvPool's naming) or 'ALE/Pong-v5' (Gymnasium's)
 _ATARI_ID = re.compile(r"^(ALE/)?([A-Z][A-Za-z0-9]*)-v5$")
+#: the older ids of a game (ale-py registers Pong-v0/-v4 and PongNoFrameskip-v0/-v4; old Gym also
+#: PongDeterministic-v0/-v4), which Proxima does not train: game_name refuses them with one line
+_OLDER_ATARI_ID = re.compile(r"^([A-Z][A-Za-z0-9]*?)(?:NoFrameskip|Deterministic)?-v[04]$")
 #: games the error message can name without either package installed
 KNOWN_GAMES = ("Pong", "Breakout", "SpaceInvaders", "Seaquest", "BeamRider", "Qbert", "Enduro", "MsPacman",
                "Asteroids", "Freeway", "Boxing", "Alien", "Amidar", "Assault", "Asterix", "Atlantis", "Gopher")
@@ -58,34 +61,60 @@ def has_ale() -> bool:
 def game_name(env_id: str) -> Optional[str]:
     """'Pong' for 'Pong-v5' / 'ALE/Pong-v5' when it names an Atari game, else None. With neither
     EnvPool nor ale-py installed to ask, a ``<Name>-v5`` outside KNOWN_GAMES that Gymnasium does
-    not register either (``Tennis-v5``) is an EnvError: :func:`unknown_v5_id`."""
+    not register either (``Tennis-v5``) is an EnvError: :func:`unknown_v5_id`. So is an older id of
+    a game (``Pong-v4``, ``PongNoFrameskip-v4``, ale-py's own): :func:`older_atari_id_line`."""
+    older = _OLDER_ATARI_ID.match(env_id)
+    if older is not None and not _registered_elsewhere(env_id):
+        game = older.group(1)
+        if game in KNOWN_GAMES or _listed_game(game):
+            raise EnvError(older_atari_id_line(env_id, game))
+        return None
     m = _ATARI_ID.match(env_id)
     if m is None:
         return None
     game = m.group(2)
     if m.group(1) or game in KNOWN_GAMES:
         return game
+    listed = _listed_game(game)
+    if listed is not None:
+        return game if listed else None
+    if env_id not in gym.registry:
+        raise unknown_v5_id(env_id)
+    return None
+
+
+def _listed_game(game: str) -> Optional[bool]:
+    """Whether EnvPool's Atari list (when installed) or else ale-py's has ``game``; None with neither installed."""
     # EnvPool also has 'HalfCheetah-v5' & co: only its Atari list counts
     if has_envpool():
         from envpool.atari.registration import atari_game_list
 
-        games = {"".join(w.capitalize() for w in g.split("_")) for g in atari_game_list}
-        return game if game in games else None
+        return game in {"".join(w.capitalize() for w in g.split("_")) for g in atari_game_list}
     if importlib.util.find_spec("ale_py") is not None:
         _register_ale()
-        return game if f"ALE/{game}-v5" in gym.registry else None
-    if env_id not in gym.registry:
-        raise unknown_v5_id(env_id)
+        return f"ALE/{game}-v5" in gym.registry
     return None
+
+
+def _registered_elsewhere(env_id: str) -> bool:
+    """``env_id`` is in Gymnasium's registry, but not as one of ale-py's ids (``Ant-v4``: MuJoCo's)."""
+    return env_id in gym.registry and not from_ale_py(gym.registry[env_id])
+
+
+def older_atari_id_line(env_id: str, game: str) -> str:
+    """The line for ``Pong-v4``, ``PongNoFrameskip-v4`` and the other v0/v4 ids of a game: Proxima
+    trains ``Pong-v5`` with its own wrappers (make_atari: EnvPool or ALE/Pong-v5 with frameskip=1 and
+    AtariPreprocessing), which the older ids' frame skips and sticky actions would contradict."""
+    return (f"'{env_id}': Atari games are trained as {game}-v5 (or ALE/{game}-v5): Proxima applies CleanRL's Atari "
+            f"wrappers itself (no frame skip in the id, {FRAME_SKIP} frames per step with a max over the last two, no sticky "
+            f"actions, up to {NOOP_MAX} no-ops at reset, {SIZE}x{SIZE} grayscale, {STACK} frames stacked)")
 
 
 def unknown_v5_id(env_id: str) -> EnvError:
     """The error for a ``<Name>-v5`` no installed package knows: a game outside KNOWN_GAMES
     (``Tennis-v5``), which needs the atari extra, or a typo of another id (``Halfcheetah-v5``),
     which Gymnasium's registry may name; the line offers both, since nothing here can tell them apart."""
-    from .classic import NATIVE_ENVS
-
-    known = sorted(set(gym.registry) | set(NATIVE_ENVS) | {f"{g}-v5" for g in KNOWN_GAMES})
+    known = sorted(suggestable_ids() | {f"{g}-v5" for g in KNOWN_GAMES})
     close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.8)  # a typo's distance: Tennis is no Atlantis
     typo = f"did you mean {', '.join(close)}? " if close else ""
     return EnvError(f"unknown env id '{env_id}'; {typo}if this is an Atari game, it needs ale-py and opencv (or EnvPool), "
@@ -258,6 +287,14 @@ class GameStats(gym.Wrapper):
         super().__init__(env)
         self.ret, self.length = 0.0, 0
         self.counting = True  #: False during a step a wrapper takes for the agent (not one of its own)
+
+    def reset(self, **kwargs):
+        """A new game (EpisodicLife continues a game after a lost life with a step, not a reset): a
+        game abandoned mid-way (a seeded reset, an evaluation's reset) leaves nothing in its numbers.
+        AtariPreprocessing's no-ops are inside the reset, no agent's steps, as EnvPool's are."""
+        obs, info = self.env.reset(**kwargs)
+        self.ret, self.length = 0.0, 0
+        return obs, info
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)

@@ -154,12 +154,33 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
 
         if env_id in NATIVE_ENVS:  # reached the adapter by --backend gymnasium, or by --env-kwargs under auto
             raise EnvError(native_only_line(env_id, env_kwargs))
-        known = sorted(set(gym.registry.keys()) | set(NATIVE_ENVS))
-        close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
+        close = difflib.get_close_matches(env_id, sorted(suggestable_ids()), n=3, cutoff=0.6)
         hint = f"; did you mean {', '.join(close)}?" if close else "; see `proxima presets` or gymnasium's registry"
         raise EnvError(f"unknown env id '{env_id}'{hint}")
 
     return _make_registered(env_id, kwargs)
+
+
+def from_ale_py(spec) -> bool:
+    """Whether a registry entry is one of ale-py's (``Pong-v4``, ``ALE/Pong-v5``)."""
+    entry = spec.entry_point
+    name = entry if isinstance(entry, str) else getattr(entry, "__module__", "") or ""
+    return name.split(":")[0].split(".")[0] == "ale_py"
+
+
+def suggestable_ids() -> set:
+    """The ids a "did you mean" may name: Gymnasium's registry and the native envs, with ale-py's
+    entries as the Atari ids Proxima accepts: ``ALE/Pong-v5`` and ``Pong-v5``; its v0/v4 ids
+    (``Pong-v4``, ``PongNoFrameskip-v4``) are refused (atari.older_atari_id_line), so never offered."""
+    from .classic import NATIVE_ENVS
+
+    ids = set(NATIVE_ENVS)
+    for env_id, spec in gym.registry.items():
+        if not from_ale_py(spec):
+            ids.add(env_id)
+        elif env_id.startswith("ALE/") and env_id.endswith("-v5"):
+            ids.update((env_id, env_id[len("ALE/"):]))
+    return ids
 
 
 def native_only(env_id: str) -> bool:

@@ -4,9 +4,11 @@ with video, and the install hint. Tests that need a backend skip when it is not 
 
 from __future__ import annotations
 
+import gymnasium as gym
 import pytest
 import torch
 
+from cli_helpers import error_line, run_main
 from proxima.envs import EnvError, atari, make_env
 
 BACKENDS = [
@@ -147,3 +149,54 @@ def test_atari_ids_are_told_apart_from_other_v5_ids():
     assert atari.game_name("HalfCheetah-v5") is None and atari.game_name("CartPole-v1") is None
     with pytest.raises(EnvError, match="--backend envpool runs Atari games"):
         make_env("CartPole-v1", 2, backend="envpool")
+
+
+def _first_game(env, pre_steps: int, seed: int = 11):
+    """(return, length, agent steps) of the first game after ``pre_steps`` random steps of a game
+    that a seeded reset then abandons; the same actions from there whatever came before."""
+    n = int(env.single_action_space.n)
+    env.reset(seed=seed)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(pre_steps):
+        env.step(torch.randint(0, n, (1,), generator=g))
+    env.reset(seed=seed)
+    g = torch.Generator().manual_seed(2)
+    for step in range(1, 3000):
+        info = env.step(torch.randint(0, n, (1,), generator=g))[4]
+        if int(info["episode_length"][0]) > 0:
+            return float(info["episode_return"][0]), int(info["episode_length"][0]), step
+    raise AssertionError("no game ended")
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_reset_mid_game_leaves_nothing_of_that_game_in_the_next_ones_numbers(backend, training):
+    """GameStats (Gymnasium's ALE) had no reset: the abandoned game's score and steps went into the
+    next game's (MsPacman: 360 over 948 steps, for the 310 over 798 a fresh game scores)."""
+    env = make_env("Breakout-v5", 1, backend=backend, seed=11, training=training)
+    try:
+        fresh = _first_game(env, 0)
+        assert fresh[1] == fresh[2]  # a game's length: the agent's steps in it
+        assert _first_game(env, 60) == fresh
+    finally:
+        env.close()
+
+
+@pytest.mark.skipif(not atari.has_ale(), reason="ale-py/opencv not installed (proxima[atari])")
+def test_with_ale_py_older_ids_get_the_v5_line_and_typos_only_ids_proxima_trains(capsys, tmp_path, monkeypatch):
+    """ale-py registers Pong-v0/-v4 and PongNoFrameskip-v0/-v4: they were offered for a typo, then
+    refused as unknown ('did you mean Ant-v4?'); CleanRL's PongNoFrameskip-v4 was 'unknown'."""
+    atari.game_name("Tennis-v5")  # registers ALE's ids, as any ALE env does
+    assert "Pong-v4" in gym.registry and "Tennis-v4" in gym.registry
+    for env_id, game in (("PongNoFrameskip-v4", "Pong"), ("Pong-v4", "Pong"), ("TennisNoFrameskip-v0", "Tennis")):
+        with pytest.raises(EnvError, match=rf"^'{env_id}': Atari games are trained as {game}-v5 \(or ALE/{game}-v5\): "
+                                           r"Proxima applies CleanRL's Atari wrappers itself \(no frame skip in the id, "):
+            make_env(env_id, 1)
+    for env_id in ("Pongg-v5", "Pongg-v4"):
+        with pytest.raises(EnvError, match=rf"^unknown env id '{env_id}'; did you mean Pong-v5, ALE/Pong-v5\b") as e:
+            make_env(env_id, 1)
+        assert "-v4" not in str(e.value).replace(env_id, "") and "-v0" not in str(e.value)
+    monkeypatch.chdir(tmp_path)
+    for argv in (["check-env", "PongNoFrameskip-v4"], ["train", "Pong-v4", "--total-timesteps", "512"]):
+        code, _, err = run_main(argv, capsys)
+        error_line(code, err, "Atari games are trained as Pong-v5 (or ALE/Pong-v5)")

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,5 +38,10 @@ def test_cores_used_is_cpu_time_over_wall_and_at_most_one_core_bound():
     spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\n"
     pair = (f"import subprocess, sys\np = subprocess.Popen([sys.executable, '-c', {spin!r}])\n{spin}"
             "p.wait()\nprint('{}')")
+    start = time.monotonic()
     used = vs_purejaxrl.run_json_lines([sys.executable, "-c", pair], dict(os.environ), 60, "one")[-1]["cores_used"]
-    assert 0.5 < used <= 1.05
+    wall = time.monotonic() - start  # a little more than the wall cores_used divides by
+    # robust to a busy machine (the tests may run beside others): contention lowers cores_used, and
+    # the CPU seconds counted, the child's 0.5 s included, do not depend on it
+    assert used <= 1.05
+    assert used * wall >= 0.95, (used, wall)

@@ -17,6 +17,7 @@ from cli_helpers import error_line, run_main
 from proxima.agent import Agent
 from proxima.checkpoint import Policy
 from proxima.envs import EnvError, atari, make_env
+from proxima.envs.gym_adapter import from_ale_py
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 IMG_CHW = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
@@ -226,13 +227,33 @@ def test_a_game_cut_in_the_no_op_after_a_lost_life_is_reported_once(training, fi
 # ------------------------------------------------------------------------------- Atari ids
 @pytest.fixture
 def no_atari_packages(monkeypatch):
-    """Neither ale-py nor EnvPool installed, whatever this machine has."""
+    """Neither ale-py nor EnvPool installed, whatever this machine has and whatever ran before in
+    this process: the ids ale-py registered in Gymnasium's registry (on its import, by an ALE test)
+    are taken out too, for the test's time."""
     real = importlib.util.find_spec
 
     def find_spec(name, *args, **kwargs):
         return None if name in ("ale_py", "envpool") else real(name, *args, **kwargs)
 
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    for env_id, spec in list(gym.registry.items()):
+        if from_ale_py(spec):
+            monkeypatch.delitem(gym.registry, env_id)
+
+
+@pytest.fixture
+def ale_ids_registered(monkeypatch):
+    """ale-py's five ids of Pong in Gymnasium's registry, as importing ale-py registers them (the
+    env itself is never built)."""
+    for env_id in ("Pong-v0", "Pong-v4", "PongNoFrameskip-v0", "PongNoFrameskip-v4", "ALE/Pong-v5"):
+        monkeypatch.setitem(gym.registry, env_id, gym.envs.registration.EnvSpec(env_id, entry_point="ale_py.env:AtariEnv"))
+
+
+def test_the_no_atari_packages_fixture_hides_ale_pys_registered_ids(ale_ids_registered, no_atari_packages):
+    """An ALE test run before in the same process left ale-py's ids in the registry: the hint tests
+    below failed on 'did you mean Tennis-v4, Tennis-v0, ALE/Tennis-v5'."""
+    assert not any(from_ale_py(spec) for spec in gym.registry.values())
+    assert "Pong-v4" not in gym.registry and "ALE/Pong-v5" not in gym.registry
 
 
 def test_an_atari_id_outside_the_known_games_gets_the_install_hint(no_atari_packages):
@@ -251,6 +272,53 @@ def test_a_typo_of_another_v5_id_still_names_the_id(no_atari_packages):
     with pytest.raises(EnvError) as e:  # other versions: the plain line
         make_env("Cartpole-v1", 1)
     assert "Atari" not in str(e.value) and "did you mean CartPole-v1" in str(e.value)
+
+
+def test_typos_are_offered_only_the_atari_ids_proxima_trains(no_atari_packages, ale_ids_registered):
+    """ale-py's v0/v4 ids (Pong-v4, Pong-v0) are refused, so no "did you mean" names them (it was
+    'Pong-v5, Pong-v4, Pong-v0'); its ALE/Pong-v5 is offered, with Pong-v5."""
+    with pytest.raises(EnvError, match=r"^unknown env id 'Pongg-v5'; did you mean Pong-v5\? if this is an Atari game"):
+        make_env("Pongg-v5", 1)
+    with pytest.raises(EnvError) as e:  # the adapter's line: another version, not an Atari v5 id
+        make_env("Pongg-v4", 1)
+    assert str(e.value) == "unknown env id 'Pongg-v4'; did you mean Pong-v5, ALE/Pong-v5?"
+
+
+OLDER_LINE = ("'{id}': Atari games are trained as {game}-v5 (or ALE/{game}-v5): Proxima applies CleanRL's Atari wrappers "
+              "itself (no frame skip in the id, 4 frames per step with a max over the last two, no sticky actions, up to "
+              "30 no-ops at reset, 84x84 grayscale, 4 frames stacked)")
+
+
+@pytest.mark.parametrize("registered", [False, True])
+@pytest.mark.parametrize("env_id, game", [("PongNoFrameskip-v4", "Pong"), ("Pong-v4", "Pong"), ("Pong-v0", "Pong"),
+                                          ("BreakoutNoFrameskip-v0", "Breakout"), ("ALE/Pong-v4", None),
+                                          ("SpaceInvadersDeterministic-v4", "SpaceInvaders")])
+def test_an_older_atari_id_of_a_game_says_to_train_its_v5_id(env_id, game, registered, request, no_atari_packages):
+    """CleanRL's PongNoFrameskip-v4 was 'unknown' (and Pong-v4 'did you mean Ant-v4?'), or, with
+    ale-py's ids registered, built raw by the adapter; Proxima trains Pong-v5 with its own wrappers."""
+    if registered:
+        request.getfixturevalue("ale_ids_registered")
+    with pytest.raises(EnvError) as e:
+        make_env(env_id, 1)
+    if game is None:  # no id ale-py registers: the adapter's line
+        assert str(e.value).startswith(f"unknown env id '{env_id}'")
+    else:
+        assert str(e.value) == OLDER_LINE.format(id=env_id, game=game)
+
+
+def test_older_ids_of_other_envs_are_not_taken_for_atari_games(no_atari_packages):
+    assert all(atari.game_name(i) is None for i in ("Ant-v4", "CartPole-v0", "Taxi-v4"))  # Gymnasium's own
+    assert atari.game_name("Tennis-v4") is None  # no package to say it is a game: the adapter's unknown id
+    assert "Atari" not in str(pytest.raises(EnvError, make_env, "Antt-v4", 1).value)
+
+
+def test_the_cli_exits_2_with_the_older_atari_id_line(no_atari_packages, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = OLDER_LINE.format(id="PongNoFrameskip-v4", game="Pong")
+    for argv in (["check-env", "PongNoFrameskip-v4"], ["train", "PongNoFrameskip-v4", "--total-timesteps", "512"]):
+        code, _, err = run_main(argv, capsys)
+        assert error_line(code, err, line).endswith(f"error: {line}")
+    assert not list(tmp_path.iterdir())  # no run directory
 
 
 def test_a_float_video_of_0_to_255_pixels_is_not_scaled_for_a_dark_first_frame():
