@@ -750,6 +750,13 @@ def _doctor(argv: list) -> int:
 
 
 def main(argv: Optional[list] = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C anywhere, while torch imports or the flags are read too: a stop, no traceback
+        return 130
+
+
+def _main(argv: Optional[list]) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["doctor"]:
         return _doctor(argv[1:])
@@ -791,8 +798,13 @@ def entry() -> None:
     torchrun rank skips interpreter finalization; see proxima.distributed.exit_process). Doctor, and
     any command when torch or gymnasium does not import, end the ordinary way: exit_process's module
     imports torch, and neither is a rank's work."""
-    if sys.argv[1:2] == ["doctor"] or broken_import():
+    try:  # importing torch takes seconds: a Ctrl-C then is a stop (130), not a traceback
+        if sys.argv[1:2] == ["doctor"] or broken_import():
+            exit_process = None
+        else:
+            from .distributed import exit_process
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+    if exit_process is None:
         raise SystemExit(main())
-    from .distributed import exit_process
-
     exit_process(main)

@@ -285,6 +285,22 @@ def test_user_env_module_class_trains_from_the_current_directory(tmp_path):
     assert result["env_id"] == "my_corridor:Corridor" and result["returns"] == [5.0, 5.0]
 
 
+def test_a_ctrl_c_while_torch_imports_or_the_flags_are_read_exits_130_without_a_traceback(monkeypatch, capsys):
+    """Importing torch takes seconds: a Ctrl-C then, before main() runs a command, is a stop."""
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "broken_import", interrupted)
+    monkeypatch.setattr(sys, "argv", ["proxima", "train", "CartPole-v1"])
+    with pytest.raises(SystemExit) as e:
+        cli.entry()
+    assert e.value.code == 130
+    monkeypatch.undo()
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["train", "CartPole-v1"]) == 130
+    assert capsys.readouterr().err == ""
+
+
 def test_output_into_a_closed_pipe_is_quiet():
     """`proxima presets | head -1`: the reader leaves early; no BrokenPipeError traceback, SIGPIPE's status."""
     import subprocess
