@@ -34,12 +34,9 @@ train: setup
 	$(BIN)/proxima eval $(RUN) --episodes 10
 
 # stdin from /dev/null: a runner that starts make with no standard input at all (fd 0 closed) would
-# otherwise break IPython's import inside pytest's capture (the notebook test).
-# -n auto: one pytest worker per core (at most 4; TEST_WORKERS=1 runs them in one process), each
-# test file on one worker (--dist loadfile: a file's module fixtures are built once)
-TEST_WORKERS ?= auto
+# otherwise break IPython's import inside pytest's capture (the notebook test)
 test: setup
-	$(BIN)/python -m pytest -q -m "not slow" --timeout 600 -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile < /dev/null
+	$(BIN)/python -m pytest -q -m "not slow" --timeout 600 < /dev/null
 
 # builds the image on a local Debian base with the CPU torch wheel, runs it, checks it from outside
 test-container:
