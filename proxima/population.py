@@ -22,7 +22,9 @@ The algorithm is ppo.py's, parametrized, never copied (DESIGN.md "Growing withou
   rest of the update is skipped (a host read of the mask: per minibatch on CPU, per epoch on CUDA,
   none under CUDA graphs);
 * a member whose loss, gradient or Adam step is non-finite takes no step and is frozen for good
-  (``diverged``), the others training on; population_run.py records it.
+  (``diverged``), the others training on; population_run.py records it. A frozen member's
+  normalizer statistics are frozen too (``_keep_frozen_statistics``: also where its env's NaN
+  reached them), so its checkpoint holds finite ones, which ``proxima eval`` loads.
 
 A member's first iteration equals a single run with the same seed up to float rounding (test:
 tests/unit/test_population.py): the same initial parameters, the same env rows and the same
@@ -274,8 +276,31 @@ class Population:
 
     # --- the three parts of an iteration --------------------------------------------------------
     def collect(self) -> None:
+        saved = self._statistics_now()
         last = ppo.collect_rollout(self.env, self.policy_step, self.rollout, self.next_obs, self.obs_norm, self.reward_scaler)
         self.next_obs.copy_(last)
+        self._keep_frozen_statistics(saved)
+
+    def _statistics_now(self) -> list:
+        """Copies of the running statistics kept per member: [(mean, var)] (P, ...) of the observation
+        normalizer and the reward scaler, those present (their count is one for all members, which
+        see equally many rows)."""
+        return [(m.rms.mean.clone(), m.rms.var.clone()) for m in (self.obs_norm, self.reward_scaler) if m is not None]
+
+    @torch.no_grad()
+    def _keep_frozen_statistics(self, saved: list) -> None:
+        """Put ``saved`` (_statistics_now before the update) back for a diverged member, and for one whose
+        statistics went NaN or inf (its env returned NaN: env_failures freezes it after this iteration):
+        a frozen member keeps its last finite statistics, so its checkpoint holds finite ones, which
+        ``proxima eval`` loads (it refuses NaN statistics as a damaged file). The others' are kept
+        bit for bit. Per member row on the device: no host read, capturable in the rollout's graph."""
+        modules = [m for m in (self.obs_norm, self.reward_scaler) if m is not None]
+        for m, (mean, var) in zip(modules, saved):
+            finite = (torch.isfinite(m.rms.mean.reshape(self.members, -1)).all(1)
+                      & torch.isfinite(m.rms.var.reshape(self.members, -1)).all(1))
+            keep = (self.diverged | ~finite).reshape(-1, *(1,) * (mean.dim() - 1))
+            m.rms.mean.copy_(torch.where(keep, mean, m.rms.mean))
+            m.rms.var.copy_(torch.where(keep, var, m.rms.var))
 
     @torch.no_grad()
     def advantages(self) -> torch.Tensor:
@@ -528,7 +553,9 @@ class Population:
             ckpt.set_rng_state(state["rng"])
             self.next_obs.copy_(self.env.reset(seed=self.cfg.seed + self.iteration))
             if self.obs_norm is not None:
+                saved = self._statistics_now()
                 self.obs_norm.count_reset(self.next_obs)
+                self._keep_frozen_statistics(saved)  # a diverged member's statistics stay its last finite ones
             if self.reward_scaler is not None:  # new episodes: their discounted returns start at 0
                 self.reward_scaler.returns.zero_()
 

@@ -7,8 +7,9 @@ checkpoint (``--best``: its ``checkpoints/best.pt``, which no member has while p
 Per setting (one combination of swept values; all its seeds) the members' mean returns are summed
 up as their mean and interquartile mean with 95% bootstrap intervals (population_report.member_statistics:
 the same statistics as ``proxima report``; a NaN or infinite mean return is left out and named, no
-interval for fewer than 2 members, a flagged one for fewer than 5). Every member's checkpoint is looked for before any is evaluated,
-so a member without one costs one line and no wasted evaluation.
+interval for fewer than 2 members, a flagged one for fewer than 5). Every member's checkpoint is looked for and
+loaded (load_checkpoint's checks: truncated, edited, NaN weights or statistics) before any is evaluated,
+so a member without one, or with one that does not load, costs one line and no wasted evaluation.
 """
 
 from __future__ import annotations
@@ -51,15 +52,19 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
     setting: settings, label, members (their dirs), mean_returns, and member_statistics's fields over
     those (n: the members used, left_out: [dir, why] of a NaN or infinite one; mean_ci/iqm_ci None for
     n < 2; few: n < 5), with the interval's resamples, level, rng and ci_note (the n < 5 caveat, else None). Raises PopulationError for a broken population.json or a missing member directory,
-    CheckpointError naming the member without a checkpoint (before any member is evaluated) or a
-    checkpoint that does not load.
+    CheckpointError naming the member without a checkpoint or the checkpoint that does not load (both
+    before any member is evaluated).
     """
-    from .checkpoint import load_policy
+    from .checkpoint import load_checkpoint, load_policy
     from .evaluate import evaluate
 
     run_dir = Path(run_dir)
     settings = read_settings(run_dir)
     checkpoints = {d: member_checkpoint(d, best) for s in settings for _, d in s.members}
+    # each one loads before any member is evaluated (a damaged one costs no evaluation of the others);
+    # read again below rather than held: P members' weights at once may not fit
+    for path in checkpoints.values():
+        load_checkpoint(path)
     rows = {}
     for s in settings:
         for member_seed, d in s.members:

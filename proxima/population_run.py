@@ -46,7 +46,7 @@ from .atomic import write_atomic
 from .config import ConfigError, PPOConfig
 from .envs import EnvError
 from .population import PER_MEMBER_FIELDS, UNSUPPORTED, Population, _fmt, check_population_fits
-from .signals import OutsideLoop, TrainingInterrupted, workers_stopped
+from .signals import OutsideLoop, TrainingInterrupted, checkpoint_line, workers_stopped
 
 POPULATION_FILE = "population.json"
 #: in a member directory: when and why the member diverged (population_run._diverged), absent while it has not
@@ -207,11 +207,13 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
               "trains for --total-timesteps", file=sys.stderr)
     session = RunSession()
     outside = OutsideLoop()  # a signal outside the loop's SignalGuard: TrainingInterrupted at once, handled below
+    finished = None  # the checkpoint training ended with, once it has: the end-of-run evaluation follows
     try:
         outside.__enter__()
         session.claim_fresh(run_dir, overwrite, restart_note)
         dirs = _write_layout(run_dir, pop, seeds, sweep, argv)
-        _train_loop(pop, run_dir, dirs, seeds, sweep, quiet=quiet, evaluate_at_end=evaluate_at_end, stop_after=stop_after)
+        wall, finished = _train_loop(pop, run_dir, dirs, seeds, sweep, quiet=quiet, stop_after=stop_after)
+        _finish(run_dir, pop, dirs, seeds, sweep, wall, evaluate_at_end, quiet)
     except TrainingInterrupted as e:
         outside.__exit__()
         if e.checkpoint is not None:  # the loop's own clean stop, after its checkpoint
@@ -219,8 +221,7 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
         if pop.iteration == 0:  # stopped before it trained: as a single run, nothing is kept
             session.discard_fresh()
             raise TrainingInterrupted(e.signum, None, "before training started; nothing was kept") from None
-        raise TrainingInterrupted(e.signum, None, f"outside an iteration (the end-of-run evaluation); the population's "
-                                  f"checkpoints are kept; `proxima eval {run_dir}` evaluates it") from None
+        raise _stopped_outside(e, run_dir, finished) from None
     except Exception:
         if pop.iteration == 0:  # as a single run: a failure before the first iteration leaves nothing behind
             session.discard_fresh()
@@ -258,7 +259,12 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
     treat_as_data(run_dir)  # never import env code from the run directory itself
     session = RunSession()
     pop = None
+    # a signal outside the loop's SignalGuard (the checks, building the population, the end-of-run
+    # evaluation): TrainingInterrupted at once, handled below, so the lock goes and the stop is said
+    outside = OutsideLoop()
+    path = finished = None  # the checkpoint resumed from; the one training ended with (the evaluation follows)
     try:
+        outside.__enter__()
         session.lock_existing(run_dir)  # also refuses links out of the run at its checkpoints/, population.json
         state, configs, names, recorded_seeds, recorded_sweep = checked_resume(
             run_dir, overrides, env_id, trust_run, seeds, sweep, checkpoint, typed_members)
@@ -291,15 +297,61 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
         # the target as extended (--total-timesteps): a report of a resume stopped early says "N of M steps so far"
         _write_population_json(run_dir, pop, recorded_seeds, recorded_sweep, dirs)
         if pop.iteration < pop.num_iterations:  # a resume that trains: each member's record says so, as a single run's
+            _write_member_configs(pop, dirs)  # the flags it changed (--total-timesteps, --eval-episodes, ...)
             _record_resume(dirs, pop.iteration * pop.steps_per_member)
-        _train_loop(pop, run_dir, dirs, recorded_seeds, recorded_sweep, quiet=quiet, evaluate_at_end=evaluate_at_end,
-                    stop_after=stop_after, elapsed=float(state.get("elapsed", 0.0)), last_checkpoint=Path(path))
+        # (a complete population resumed trains nothing: its members' files stay as its training left them)
+        wall, finished = _train_loop(pop, run_dir, dirs, recorded_seeds, recorded_sweep, quiet=quiet, stop_after=stop_after,
+                                     elapsed=float(state.get("elapsed", 0.0)), last_checkpoint=Path(path))
+        _finish(run_dir, pop, dirs, recorded_seeds, recorded_sweep, wall, evaluate_at_end, quiet)
+    except TrainingInterrupted as e:
+        outside.__exit__()
+        if e.checkpoint is not None:  # the loop's own clean stop, after its checkpoint
+            raise
+        raise _stopped_outside(e, run_dir, finished, path) from None
     finally:
+        outside.__exit__()
         if pop is not None:
             pop.close()
         session.release()
     return run_dir
 
+
+def _stopped_outside(e: TrainingInterrupted, run_dir: Path, finished: Optional[Path],
+                     resumed_from: Optional[Path] = None) -> TrainingInterrupted:
+    """The stop to raise for a signal outside the loop's own checkpointed stop (OutsideLoop's) once
+    the population has trained, or while a resume sets up: in the end-of-run evaluation (``finished``:
+    the checkpoint training ended with) training is complete; before it, the population is as its
+    last checkpoint left it (``resumed_from``, else the newest on disk), which a resume continues."""
+    if e.what is not None:  # a stop that says where it landed already (workers_stopped: the env's workers ended)
+        return e
+    if finished is not None:
+        return TrainingInterrupted(e.signum, finished, f"during the end-of-run evaluation; training is complete (checkpoint: "
+                                   f"{finished}); the population's checkpoints are kept; `proxima eval {run_dir}` evaluates it")
+    if resumed_from is None:
+        listed = ckpt.list_checkpoints(run_dir) if Path(run_dir).is_dir() else []
+        resumed_from = listed[-1] if listed else None
+    return TrainingInterrupted(e.signum, resumed_from, "outside an iteration; the population is as its last checkpoint left it; "
+                               + checkpoint_line(resumed_from))
+
+
+def _write_member_configs(pop: Population, dirs: list) -> None:
+    """Each member's config.yaml as a resume that trains runs it, replaced (atomically, never through a
+    link) where it differs, as a single run's resume replaces its own (train_state.open_run_dir):
+    ``proxima report RUN/<member dir>`` reads the target and settings from it. Each keeps its own
+    folder and the encoder its run recorded, as _write_layout wrote them."""
+    from .config import dump_yaml
+    from .diskspace import write_error
+
+    for cfg, d in zip(pop.configs, dirs):
+        cfg.encoder = pop.encoder_kind
+        cfg.run_dir = str(d)  # where the member is now (the run may have been moved), as a single run's resume records
+        path = d / "config.yaml"
+        text = dump_yaml(cfg.to_dict())
+        try:
+            if not path.is_file() or path.read_text(errors="replace") != text:
+                write_atomic(path, text)
+        except OSError as e:
+            raise write_error(path, e, "could not resume the population") from None
 
 
 def _record_resume(dirs, step: int) -> None:
@@ -360,7 +412,7 @@ def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[st
     if env_id is None and not trust_run:
         refuse_recorded_env(configs[0].env_id, path, "resume")
     typed = dict(overrides or {})
-    check_resume_flags(typed, recorded_sweep, configs[0], path)
+    check_resume_flags(typed, recorded_sweep, configs[0], path, recorded_seeds)
     # the same flags for every member; a note (e.g. "the run is complete") is said once
     not_safe = tuple(UNSUPPORTED)
     configs = [apply_resume_overrides(configs[0], typed, state, not_safe)] + [
@@ -396,11 +448,14 @@ def check_finite_weights(pop: Population, names: list, path) -> None:
                                        "is damaged: resume from an older checkpoint or another copy of the run")
 
 
-def check_resume_flags(overrides: dict, sweep: dict, recorded: PPOConfig, checkpoint) -> None:
+def check_resume_flags(overrides: dict, sweep: dict, recorded: PPOConfig, checkpoint, seeds: Optional[Sequence[int]] = None) -> None:
     """What a population refuses on resume before any member's flags are applied (one line each):
-    a swept field (each setting has its own value; one flag cannot say which), a switch populations
-    do not support (population.UNSUPPORTED), given or recorded by a population trained before it
-    was refused."""
+    --seed (each member has its own seed, ``seeds``; one flag cannot say which), a swept field (each
+    setting has its own value), a switch populations do not support (population.UNSUPPORTED), given
+    or recorded by a population trained before it was refused."""
+    if "seed" in overrides:  # checked per member, it would name one member's seed as the run's
+        which = f"are {seeds_spec(seeds)} " if seeds else ""
+        raise ConfigError(f"--seed: a population's seeds {which}(set per member, with --seeds, not --seed); drop --seed")
     for name in overrides:
         if name in sweep:
             values = ", ".join(_fmt(v) for v in sweep[name])
@@ -421,11 +476,12 @@ def _quietly(fn, *args):
         return fn(*args)
 
 
-def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, quiet: bool, evaluate_at_end: bool,
-                stop_after: Optional[int], elapsed: float = 0.0, last_checkpoint: Optional[Path] = None) -> None:
-    """Iterations until the end, logging every member, checkpointing as a single run does; then
-    the members' evaluations. A resumed population (``last_checkpoint`` set) truncates the members'
-    logs to the checkpoint's step first."""
+def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, quiet: bool,
+                stop_after: Optional[int], elapsed: float = 0.0, last_checkpoint: Optional[Path] = None) -> tuple:
+    """Iterations until the end, logging every member, checkpointing as a single run does. Returns
+    (wall seconds, the last checkpoint): the caller then runs the members' evaluations (_finish),
+    knowing that a signal landing there finds training complete. A resumed population
+    (``last_checkpoint`` set) truncates the members' logs to the checkpoint's step first."""
     from .logger import RunLogger, logged_past
     from .signals import SignalGuard
 
@@ -475,10 +531,10 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
                 if stop.signum:
                     raise TrainingInterrupted(stop.signum, last_checkpoint)
         wall = time.perf_counter() - t_start
-        _finish(run_dir, pop, dirs, seeds, sweep, wall, evaluate_at_end, quiet)
     finally:
         for lg in loggers:
             lg.close()
+    return wall, last_checkpoint
 
 
 UPDATE_DIVERGED = "non-finite loss, gradient or weights in its update; try a lower --lr or --max-grad-norm"
