@@ -27,6 +27,7 @@ from typing import Optional
 
 from .config import ConfigError
 from .diskspace import write_error
+from .signals import stops_held
 
 LOCK_NAME = ".proxima.lock"
 _LOCK_MAX_BYTES = 64 * 1024  # a lock is ~200 bytes of JSON
@@ -122,10 +123,11 @@ def check_not_in_use(run_dir: Path) -> None:
 def _write_new_file(path: Path, text: str) -> Path:
     """A new file next to ``path`` holding ``text``, at a random name created with O_EXCL and
     O_NOFOLLOW: a link planted in the run directory at a name Proxima would write is never
-    followed (atomic.py). Returns its path; removed again on an error."""
+    followed (atomic.py). Returns its path; removed again on an error. The name holds this
+    process's id (``.NAME.<pid>.<random>.tmp``), so a failed start can tell its own (_remove_empty_dir)."""
     from .atomic import new_temp_file
 
-    fd, tmp = new_temp_file(path)
+    fd, tmp = new_temp_file(path.with_name(f"{path.name}.{os.getpid()}"))
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
@@ -347,21 +349,29 @@ class RunSession:
 
     def lock_existing(self, run_dir: Path) -> None:
         """Lock a run directory that is being continued (resume), and refuse one whose files lead
-        out of it (check_own_entries): a resume truncates metrics.csv and prunes checkpoints/."""
-        lock = RunLock(run_dir)
-        lock.acquire()
-        try:
-            check_own_entries(run_dir)
-        except BaseException:
-            lock.release()
-            raise
-        self.lock = lock
+        out of it (check_own_entries): a resume truncates metrics.csv and prunes checkpoints/. A
+        stop meanwhile is raised once the lock is recorded as the session's (signals.stops_held),
+        so release() removes it."""
+        with stops_held():
+            lock = RunLock(run_dir)
+            lock.acquire()
+            try:
+                check_own_entries(run_dir)
+            except BaseException:
+                lock.release()
+                raise
+            self.lock = lock
 
     def claim_fresh(self, run_dir: Path, overwrite: bool = False, restart_note: Optional[str] = None) -> None:
         """Lock ``run_dir`` for a new run: refuse one in use; one that holds files only with
         ``overwrite`` (moved aside, said on stderr) or ``restart_note`` (a run that never wrote a
-        checkpoint, restarted by --resume auto; moved aside too)."""
-        run_dir = Path(run_dir)
+        checkpoint, restarted by --resume auto; moved aside too). A stop (SIGINT/SIGTERM) meanwhile
+        is raised as this returns (signals.stops_held), never between the lock's files being made and
+        recorded here, where no cleanup would know of them."""
+        with stops_held():
+            self._claim_fresh(Path(run_dir), overwrite, restart_note)
+
+    def _claim_fresh(self, run_dir: Path, overwrite: bool, restart_note: Optional[str]) -> None:
         check_not_in_use(run_dir)
         if holds_files(run_dir):
             # --resume auto restarts a run that never checkpointed: a folder that holds no run (a
@@ -423,7 +433,18 @@ def _remove_contents(run_dir: Path) -> None:
 
 
 def _remove_empty_dir(path: Path) -> None:
-    """Remove ``path`` if it is an empty folder: what a failed start created, and nothing more."""
+    """Remove ``path`` if it is an empty folder: what a failed start created, and nothing more. This
+    process's own lock temp files (_write_new_file) do not count: a failed start removes them."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        names = []
+    for name in names:
+        if name.startswith(f"{LOCK_NAME}.{os.getpid()}.") and name.endswith(".tmp"):
+            try:
+                os.unlink(os.path.join(path, name))
+            except OSError:
+                pass
     try:
         os.rmdir(path)
     except OSError:

@@ -7,6 +7,7 @@ REPEAT_WINDOW seconds is the same stop delivered twice, not a second interrupt (
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -35,6 +36,10 @@ class TrainingInterrupted(BaseException):
         return type(self), (self.signum, self.checkpoint, self.what)
 
 
+#: where workers_stopped's stop landed (train() says it of a new run's first iteration too, whose files it removes)
+WORKERS_ENDED = "it ended the env's worker processes (--vector async) too, before the iteration's end"
+
+
 def workers_stopped(stop: "Stop", vector: str, checkpoint: Optional[Path], what: str = "run") -> Optional[TrainingInterrupted]:
     """The TrainingInterrupted for an env failure during an iteration in which a stop signal arrived
     and the envs run in worker processes (--vector async): the same signal, sent to the process
@@ -42,8 +47,8 @@ def workers_stopped(stop: "Stop", vector: str, checkpoint: Optional[Path], what:
     otherwise: the failure is the env's own."""
     if not stop.signum or vector != "async":
         return None
-    return TrainingInterrupted(stop.signum, checkpoint, "it ended the env's worker processes (--vector async) too, before "
-                               f"the iteration's end; the {what} is as its last checkpoint left it; {checkpoint_line(checkpoint)}")
+    return TrainingInterrupted(stop.signum, checkpoint, f"{WORKERS_ENDED}; the {what} is as its last checkpoint left it; "
+                               f"{checkpoint_line(checkpoint)}")
 
 
 def checkpoint_line(checkpoint: Optional[Path]) -> str:
@@ -104,6 +109,7 @@ class SignalGuard:
             if signum == self.stop.signum and now - self._first_at < self._window:
                 return  # the same stop delivered again (directly and through torchrun): keep going to the checkpoint
             sys.stderr.write(f"\nproxima: second interrupt, exiting now ({self._kept()})\n")
+            sys.stderr.flush()  # os._exit flushes nothing
             os._exit(128 + signum)
         self.stop.signum, self._first_at = signum, now
         again = (f"the same signal again {self._window:g} s or more from now exits at once" if self._window
@@ -136,11 +142,12 @@ class OutsideLoop:
     A signal whose exception was swallowed where it landed (a probe that catches everything but
     KeyboardInterrupt: doctor.collect, for meta.json) is raised again by ``check()``, which the
     loop's SignalGuard calls as it starts: the stop comes late, before the first iteration, but
-    is never lost."""
+    is never lost. Within ``stops_held()`` a signal is only recorded, and raised as that block ends."""
 
     def __init__(self):
         self._old = {}
         self.signum = 0
+        self.held = 0  # nested stops_held() blocks now running
 
     def __enter__(self):
         if threading_main():
@@ -149,6 +156,9 @@ class OutsideLoop:
         return self
 
     def _handle(self, signum, frame):
+        if self.held:  # raised by stops_held() as its block ends
+            self.signum = self.signum or signum
+            return
         self.signum = signum
         raise TrainingInterrupted(signum, None)
 
@@ -161,6 +171,30 @@ class OutsideLoop:
         for sig, old in self._old.items():
             signal.signal(sig, old)
         return False
+
+
+@contextlib.contextmanager
+def stops_held():
+    """A few steps that must all happen or none (RunSession taking a run's lock and recording that it
+    holds it): a SIGINT/SIGTERM that lands meanwhile is recorded by OutsideLoop's handler and raised
+    as the block ends, where the caller's cleanup finds the lock either not taken or held and
+    recorded, never a lock file (or its temp file) that no one will remove. A no-op where OutsideLoop's
+    handler is not installed, and off the main thread (Python runs handlers in the main thread only).
+
+    Not the signal mask (pthread_sigmask): it is one thread's, and the OS delivers a signal sent to
+    the process to any thread that does not block it (torch's, gloo's under torchrun), after which
+    Python runs the handler in the main thread all the same."""
+    outside = getattr(signal.getsignal(signal.SIGINT), "__self__", None) if threading_main() else None
+    if not isinstance(outside, OutsideLoop):
+        yield
+        return
+    outside.held += 1
+    try:
+        yield
+    finally:
+        outside.held -= 1
+        if not outside.held:
+            outside.check()
 
 
 def threading_main() -> bool:

@@ -14,13 +14,32 @@ import sys
 
 
 def main(argv=None) -> int:
+    from torch.distributed.elastic.multiprocessing import api
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import main as torchrun_main
 
+    raise_stop = getattr(api, "_terminate_process_handler", None)
+    if raise_stop is not None:  # installed by torchrun when it starts the ranks (api.PContext.start)
+        stopping: list = []
+
+        def first_stop_only(signum, frame):
+            # A job-wide stop reaches torchrun more than once (Slurm and systemd signal every process,
+            # and the launcher forwards its own copy): once torchrun is stopping its ranks (passing the
+            # signal on, waiting, then killing them), a copy that raised again would land inside that
+            # shutdown, in its logging, as a traceback. A stop at once goes to the ranks (launch.py).
+            if stopping:
+                return
+            stopping.append(signum)
+            raise_stop(signum, frame)
+
+        api._terminate_process_handler = first_stop_only
     try:
         torchrun_main(argv)
     except SignalException as e:
         return 128 + int(e.sigval)
+    finally:
+        if raise_stop is not None:
+            api._terminate_process_handler = raise_stop
     return 0
 
 

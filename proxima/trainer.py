@@ -524,6 +524,7 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     from . import distributed
     from .run_setup import diagnose_failure, resolve_start
     from .rundir import RunSession
+    from .signals import WORKERS_ENDED
 
     if config is not None:  # the run resolves fields (encoder "auto") in its own copy: the caller's may train the next env
         config = copy.copy(config)  # shallow: nothing writes into a field's list or dict (copy.copy keeps _sources)
@@ -542,6 +543,12 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
         if out_dir is not None:  # training had finished: the end-of-run evaluation was cut short
             return TrainingInterrupted(e.signum, last, f"during the end-of-run evaluation; training is complete "
                                        f"(checkpoint: {last}); `proxima eval {out_dir}` evaluates it")
+        if trainer is None and session.created is None and session.lock is not None:
+            # a resume stopped as it set up (its run locked, the checkpoint being read): the run is untouched
+            listed = ckpt.list_checkpoints(session.lock.run_dir)
+            last = listed[-1] if listed else None
+            return TrainingInterrupted(e.signum, last, "before training started; the run is as its last checkpoint left it; "
+                                       + checkpoint_line(last))
         if trainer is None or (trainer.iteration == 0 and not resumed):
             session.discard_fresh()  # a new run stopped before it trained: nothing is kept, no half run
             return TrainingInterrupted(e.signum, None, "before training started; nothing was kept")
@@ -581,7 +588,12 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             outside.__exit__()
             if e.checkpoint is not None:  # the loop's own clean stop, after its checkpoint
                 raise
-            raise stopped_outside(e) from None
+            if e.what is not None:  # the loop's own stop before any checkpoint, saying where it landed (workers_stopped)
+                if trainer is not None and trainer.iteration == 0 and not resumed:
+                    session.discard_fresh()  # in a new run's first iteration: nothing trained, nothing is kept
+                    raise TrainingInterrupted(e.signum, None, f"{WORKERS_ENDED} (the run's first); nothing was kept") from None
+                raise
+            raise stopped_outside(e) from None  # OutsideLoop's: it says nothing of where it landed
         except Exception as e:
             if trainer is None or trainer.iteration == 0:
                 session.discard_fresh()  # a new run that failed before its first iteration leaves nothing behind

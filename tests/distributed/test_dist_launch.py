@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -23,6 +24,40 @@ def test_torchrun_command():
     cmd = launch.torchrun_command(3, ["train", "CartPole-v1", "--nproc", "3", "--seed", "7"], python="py")
     assert cmd == ["py", "-m", "proxima.torchrun", "--nproc-per-node", "3", "--standalone",
                    "-m", "proxima", "train", "CartPole-v1", "--seed", "7"]
+
+
+def test_torchrun_takes_a_stop_once_and_exits_with_its_code(monkeypatch):
+    """A copy of the stop that reaches torchrun while it stops its ranks is not raised inside that
+    shutdown (it printed a traceback from torchrun's logging); the stop ends in 128 + signum."""
+    import os
+    import signal
+
+    import torch.distributed.run as run
+    from torch.distributed.elastic.multiprocessing import api
+
+    from proxima import torchrun
+
+    raised = []
+
+    def fake_torchrun(argv):  # as torchrun's agent: the handler installed, the signal, the shutdown
+        old = signal.signal(signal.SIGTERM, api._terminate_process_handler)
+        try:
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.1)
+            except api.SignalException:
+                raised.append(1)
+                os.kill(os.getpid(), signal.SIGTERM)  # the job-wide copy, during the shutdown
+                time.sleep(0.1)
+                raised.append("shutdown finished")
+                raise
+        finally:
+            signal.signal(signal.SIGTERM, old)
+
+    monkeypatch.setattr(run, "main", fake_torchrun)
+    original = api._terminate_process_handler
+    assert torchrun.main([]) == 143 and raised == [1, "shutdown finished"]
+    assert api._terminate_process_handler is original  # as it was, for whatever runs next in this process
 
 
 @pytest.fixture
