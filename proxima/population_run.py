@@ -296,10 +296,13 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
                           "divergence after the checkpoint resumed from (population.json does not list it)", file=sys.stderr)
         # the target as extended (--total-timesteps): a report of a resume stopped early says "N of M steps so far"
         _write_population_json(run_dir, pop, recorded_seeds, recorded_sweep, dirs)
-        if pop.iteration < pop.num_iterations:  # a resume that trains: each member's record says so, as a single run's
-            _write_member_configs(pop, dirs)  # the flags it changed (--total-timesteps, --eval-episodes, ...)
+        trains = pop.iteration < pop.num_iterations
+        if trains or not overrides:
+            # where they differ, the flags a resume that trains runs with (--total-timesteps, --eval-episodes,
+            # ...), or a plain resume's, the checkpoint's: one cut short before it trained is put back
+            _write_member_configs(pop, dirs)
+        if trains:  # a resume that trains: each member's record says so, as a single run's
             _record_resume(dirs, pop.iteration * pop.steps_per_member)
-        # (a complete population resumed trains nothing: its members' files stay as its training left them)
         wall, finished = _train_loop(pop, run_dir, dirs, recorded_seeds, recorded_sweep, quiet=quiet, stop_after=stop_after,
                                      elapsed=float(state.get("elapsed", 0.0)), last_checkpoint=Path(path))
         _finish(run_dir, pop, dirs, recorded_seeds, recorded_sweep, wall, evaluate_at_end, quiet)

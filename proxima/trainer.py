@@ -543,12 +543,18 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
         if out_dir is not None:  # training had finished: the end-of-run evaluation was cut short
             return TrainingInterrupted(e.signum, last, f"during the end-of-run evaluation; training is complete "
                                        f"(checkpoint: {last}); `proxima eval {out_dir}` evaluates it")
-        if trainer is None and session.created is None and session.lock is not None:
-            # a resume stopped as it set up (its run locked, the checkpoint being read): the run is untouched
-            listed = ckpt.list_checkpoints(session.lock.run_dir)
+        if trainer is None and session.created is None and (resumed or session.lock is not None):
+            # a resume stopped as it set up (rank 0: its run locked, the checkpoint being read; every rank:
+            # the env and agent being built): the run is untouched
+            where = session.lock.run_dir if session.lock is not None else run_dir
+            listed = ckpt.list_checkpoints(where) if where is not None else []
             last = listed[-1] if listed else None
             return TrainingInterrupted(e.signum, last, "before training started; the run is as its last checkpoint left it; "
                                        + checkpoint_line(last))
+        if trainer is None and resume is not None and not dctx.is_main:
+            # a torchrun rank still learning from rank 0 what the resume continues: rank 0, which holds the
+            # run's lock, says what was kept
+            return TrainingInterrupted(e.signum, None, "before training started")
         if trainer is None or (trainer.iteration == 0 and not resumed):
             session.discard_fresh()  # a new run stopped before it trained: nothing is kept, no half run
             return TrainingInterrupted(e.signum, None, "before training started; nothing was kept")

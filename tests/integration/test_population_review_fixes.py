@@ -170,6 +170,30 @@ def test_a_resume_rewrites_each_members_config_yaml_with_the_flags_it_changed(tm
     assert "| total_timesteps | 128 |" in report and "| keep_checkpoints | 7 |" in report and "| eval_episodes | 2 |" in report
 
 
+def test_a_resume_cut_short_before_it_trained_then_resumed_plainly_puts_back_the_checkpoints_config(tmp_path, capsys,
+                                                                                                      monkeypatch):
+    """The stop line says `proxima resume RUN`; that plain resume finds the population complete at the
+    checkpoint's target and puts the members' config.yaml back to it, as a single run's resume does."""
+    from proxima import population_run
+    from proxima.signals import TrainingInterrupted
+
+    run = _train(tmp_path, capsys, "CartPole-v1", "--seeds", "1-2", "--total-timesteps", "64", "--eval-episodes", "0")
+    members = sorted(p for p in run.iterdir() if p.name.startswith("m0"))
+
+    def stopped(*a, **k):  # a stop as the loop starts: nothing trained
+        raise TrainingInterrupted(signal.SIGTERM, None)
+
+    with monkeypatch.context() as m:
+        m.setattr(population_run, "_train_loop", stopped)
+        code, _, err = run_main(["resume", str(run), "--total-timesteps", "128", "--quiet"], capsys)
+    assert code == 143 and "outside an iteration; the population is as its last checkpoint left it" in err, err
+    assert yaml.safe_load((members[0] / "config.yaml").read_text())["total_timesteps"] == 128  # the resume that was to train
+    code, _, err = run_main(["resume", str(run), "--quiet"], capsys)
+    assert code == 0, err
+    for d in members:
+        assert yaml.safe_load((d / "config.yaml").read_text())["total_timesteps"] == 64, d
+
+
 # --- resume --seed ------------------------------------------------------------------------------------
 def test_resume_refuses_seed_naming_the_populations_seeds(tmp_path, capsys):
     run = _train(tmp_path, capsys, "CartPole-v1", "--seeds", "1-3", "--total-timesteps", "64", "--eval-episodes", "0")
