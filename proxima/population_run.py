@@ -46,7 +46,7 @@ from .atomic import write_atomic
 from .config import ConfigError, PPOConfig
 from .envs import EnvError
 from .population import PER_MEMBER_FIELDS, UNSUPPORTED, Population, _fmt, check_population_fits
-from .signals import OutsideLoop, TrainingInterrupted, checkpoint_line, workers_stopped
+from .signals import WORKERS_ENDED, OutsideLoop, TrainingInterrupted, checkpoint_line, workers_stopped
 
 POPULATION_FILE = "population.json"
 #: in a member directory: when and why the member diverged (population_run._diverged), absent while it has not
@@ -220,7 +220,9 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
             raise
         if pop.iteration == 0:  # stopped before it trained: as a single run, nothing is kept
             session.discard_fresh()
-            raise TrainingInterrupted(e.signum, None, "before training started; nothing was kept") from None
+            # the loop's own stop in its first iteration (workers_stopped: the env's workers ended), or OutsideLoop's
+            where = f"{WORKERS_ENDED} (the population's first)" if e.what is not None else "before training started"
+            raise TrainingInterrupted(e.signum, None, f"{where}; nothing was kept") from None
         raise _stopped_outside(e, run_dir, finished) from None
     except Exception:
         if pop.iteration == 0:  # as a single run: a failure before the first iteration leaves nothing behind

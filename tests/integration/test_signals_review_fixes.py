@@ -231,6 +231,28 @@ def test_async_workers_ended_in_a_new_runs_first_iteration_keep_nothing(tmp_path
     assert not run.exists()
 
 
+def test_async_workers_ended_in_a_new_populations_first_iteration_say_so_and_keep_nothing(tmp_path, monkeypatch):
+    from proxima import population_run
+    from proxima.envs import EnvError
+    from proxima.population import Population, member_configs
+    from proxima.signals import TrainingInterrupted
+
+    real_stopped = population_run.workers_stopped
+    monkeypatch.setattr(population_run, "workers_stopped", lambda stop, vector, last, what: real_stopped(stop, "async", last, what))
+
+    def iteration(self):  # the group's SIGTERM ends the workers in the first iteration
+        _kill_self(signal.SIGTERM)
+        raise EnvError("env CartPole-v1: a worker process died")
+
+    monkeypatch.setattr(Population, "train_iteration", iteration)
+    run = tmp_path / "pop"
+    with pytest.raises(TrainingInterrupted) as info:
+        population_run.train_population(member_configs(_config(run), [1, 2]), [1, 2], {}, run_dir=run, quiet=True)
+    assert str(info.value) == ("stopped by SIGTERM; it ended the env's worker processes (--vector async) too, before the "
+                               "iteration's end (the population's first); nothing was kept")
+    assert not run.exists()
+
+
 def test_a_sync_run_stopped_in_its_first_iteration_names_the_checkpoint_it_wrote(tmp_path, monkeypatch):
     from proxima import train
     from proxima import trainer as trainer_mod
