@@ -271,8 +271,12 @@ def space_to_dict(space: gym.spaces.Space) -> dict:
     if isinstance(space, gym.spaces.MultiDiscrete):
         return {"type": "MultiDiscrete", "nvec": np.asarray(space.nvec).tolist(), "start": np.asarray(space.start).tolist()}
     if isinstance(space, gym.spaces.Box):
-        return {"type": "Box", "shape": list(space.shape), "low": torch.as_tensor(space.low.astype(np.float64)),
-                "high": torch.as_tensor(space.high.astype(np.float64)), "dtype": str(np.dtype(space.dtype))}
+        out = {"type": "Box", "shape": list(space.shape), "low": torch.as_tensor(space.low.astype(np.float64)),
+               "high": torch.as_tensor(space.high.astype(np.float64)), "dtype": str(np.dtype(space.dtype))}
+        declared = getattr(space, "declared", None)  # envs.spaces.FlatBox: the env's own shape, (1, 4) read as (4,)
+        if isinstance(declared, gym.spaces.Box) and tuple(declared.shape) != tuple(space.shape):
+            out["declared_shape"] = list(declared.shape)  # Policy.act takes one observation in it as one, not a batch
+        return out
     if isinstance(space, gym.spaces.Dict):  # a list of pairs keeps the key order the packed obs uses
         return {"type": "Dict", "spaces": [[str(k), space_to_dict(v)] for k, v in space.spaces.items()]}
     raise CheckpointError(f"cannot record space {space}")
@@ -366,7 +370,17 @@ def _box_from_dict(d: dict, where: str) -> gym.spaces.Space:
         if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(shape) or value.is_complex():
             raise _not_a_space(where, f"'{key}' is not a tensor of shape {tuple(shape)}")
         bounds.append(value.detach().cpu().numpy().astype(dtype))
-    return gym.spaces.Box(bounds[0], bounds[1], tuple(shape), dtype)
+    declared = d.get("declared_shape")  # a flat vector's shape as the env declared it (space_to_dict)
+    if declared is None:
+        return gym.spaces.Box(bounds[0], bounds[1], tuple(shape), dtype)
+    if (not isinstance(declared, (list, tuple)) or not all(_is_int(n) and n >= 0 for n in declared) or len(shape) != 1
+            or int(np.prod(declared)) != shape[0]):
+        raise _not_a_space(where, f"'declared_shape' is {_one_line(repr(declared), 60)}, not the shape of {shape[0]} values")
+    from .envs.spaces import FlatBox
+
+    # the declared Box in its shape, with the tensor's bounds and dtype (what Policy.act and messages read)
+    own = gym.spaces.Box(bounds[0].reshape(declared), bounds[1].reshape(declared), tuple(declared), dtype)
+    return FlatBox(own, bounds[0], bounds[1], tuple(shape), dtype)
 
 
 def _dict_from_dict(d: dict, where: str) -> gym.spaces.Space:
@@ -803,7 +817,10 @@ class Policy:
         x = torch.as_tensor(np.asarray(obs, dtype=np_dtype) if isinstance(obs, np.ndarray) or is_numpy else obs,
                             dtype=layout.dtype, device=self.device)
         per_env = int(np.prod(layout.shape))
-        batched = x.dim() > len(layout.shape) and x.numel() == x.shape[0] * per_env > 0
+        # one observation in the env's declared shape (a Box (1, 4), whose tensors are flat (4,)) is not a batch of one
+        declared = getattr(self.observation_space, "declared", None)
+        own_shape = declared is not None and tuple(x.shape) == tuple(declared.shape)
+        batched = not own_shape and x.dim() > len(layout.shape) and x.numel() == x.shape[0] * per_env > 0
         # one value per observation (a scalar Box, recorded as (1,)): a 1-D (B,) array is B observations
         batched = batched or (per_env == 1 and x.dim() == 1 and x.shape[0] > 1)
         single = not batched and x.numel() == per_env

@@ -177,17 +177,27 @@ class EnvGuard:
                 n = int(torch.nonzero(bad)[0, 0])
                 self._fail(f"action {fmt_values(action[n])} of {self.where(t, n)} is not finite (the policy produced NaN/inf)")
 
-    def _check_obs(self, field: str, x: torch.Tensor, ok: Optional[torch.Tensor], t: int) -> None:
+    def check_reset(self, obs: torch.Tensor, global_step: int) -> None:
+        """--debug-checks: the observations (N, ...) the run starts from (a reset's, or a checkpoint's)
+        against the observation space, as every step's are (check_reset has found them finite)."""
+        if self.debug:
+            rank = f" (rank {self.trainer.dist.rank})" if self.ws > 1 else ""
+            self._check_obs("observation", obs, None, 0, at=f"reset (global step {global_step}){rank}")
+
+    def _check_obs(self, field: str, x: torch.Tensor, ok: Optional[torch.Tensor], t: int, at: Optional[str] = None) -> None:
+        """``at``: where the observations come from when not step t of this rollout (check_reset's 'reset (global step S)')."""
         N = self.N
+        when = at or f"global step {self.step0 + (t + 1) * N * self.ws}"
+        where = (lambda n: f"env {n} at {at}") if at else (lambda n: self.where(t, n))
         if not torch.is_tensor(x) or tuple(x.shape) != (N, *self.obs_shape):
             shape = tuple(x.shape) if torch.is_tensor(x) else type(x).__name__
-            self._fail(f"{field}s at global step {self.step0 + (t + 1) * N * self.ws} have shape {shape}, expected {(N, *self.obs_shape)}")
+            self._fail(f"{field}s at {when} have shape {shape}, expected {(N, *self.obs_shape)}")
         if x.dtype != self.obs_dtype:
-            self._fail(f"{field}s at global step {self.step0 + (t + 1) * N * self.ws} have dtype {x.dtype}, expected {self.obs_dtype}")
+            self._fail(f"{field}s at {when} have dtype {x.dtype}, expected {self.obs_dtype}")
         flat = x.reshape(N, -1)
         if ok is not None and not bool(ok.all()):
             n = int(torch.nonzero(~ok)[0, 0])
-            raise NonFiniteError(f"non-finite {field} {fmt_values(flat[n])} from {self.where(t, n)}; "
+            raise NonFiniteError(f"non-finite {field} {fmt_values(flat[n])} from {where(n)}; "
                                  f"check the env's step() with: {self.check_cmd}")
         if self.low is not None:
             xd = flat.to(torch.float64)
@@ -202,7 +212,7 @@ class EnvGuard:
                     key, offset, size = next(part for part in self.keys if part[1] <= k < part[1] + part[2])
                     what = f"obs['{key}'] entry {k - offset}"
                     flat = flat[:, offset:offset + size]  # the values shown: that key's
-                self._fail(f"{field} {fmt_values(flat[n])} of {self.where(t, n)} is outside the observation space "
+                self._fail(f"{field} {fmt_values(flat[n])} of {where(n)} is outside the observation space "
                            f"({what} = {float(xd[n, k]):.6g} {side})")
 
     def _check_result(self, obs, reward, terminated, truncated, info, t: int) -> None:

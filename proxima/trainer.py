@@ -241,8 +241,9 @@ class Trainer:
                 t_start = time.perf_counter() - self.elapsed
                 try:
                     check_reset(self.next_obs, self.global_step, cfg.env_id, cfg.env_kwargs)
-                except NonFiniteError as e:
-                    raise NonFiniteError(f"{e}; {self._last_good(last_ckpt)}") from None
+                    self._env_guard().check_reset(self.next_obs, self.global_step)  # --debug-checks: against the space too
+                except (NonFiniteError, DebugCheckError) as e:
+                    raise type(e)(f"{e}; {self._last_good(last_ckpt)}") from None
                 while self.iteration < self.num_iterations and self.stopped_at_return is None:
                     t_iter = time.perf_counter()
                     self.dist.check_test_failure(self.iteration)  # test hook, off unless PROXIMA_TEST_FAIL_RANK is set

@@ -57,7 +57,8 @@ Notes are not violations: they say how Proxima will read an observation that hol
 not an image to it (a uint8 (84, 84), a frame stack (4, 84, 84, 1), a float32 (84, 84, 3); see
 ``spaces.image_note``): an MLP on the flattened values, and what to change for the CNN; and when a
 Box action space is far from the policy's unit scale (0 outside its bounds, a range wider than 100
-or narrower than 0.01; ``spaces.action_scale_note``): wrap it in Gymnasium's RescaleAction.
+or narrower than 0.01; ``spaces.action_scale_note``): wrap it in Gymnasium's RescaleAction (an integer Box:
+declare a float Box(-1, 1) and map it in the env).
 
 ``reset`` is called as Gymnasium's vector envs call it, ``reset(seed=s, options=None)``: a reset
 without an ``options`` parameter is a ``reset`` violation (``proxima train`` could not reset it).

@@ -286,7 +286,9 @@ def env_actions(actions: np.ndarray, space: gym.spaces.Space, num: int) -> np.nd
         return (actions.reshape(num, *space.nvec.shape) + np.asarray(space.start)).astype(space.dtype)
     a = actions.reshape(num, *space.shape)
     if np.issubdtype(space.dtype, np.integer):
-        a = np.rint(a)
+        # clipped in float64 before the cast: a float32 action at an int32 bound of 2**31 - 1 is 2**31,
+        # which the cast would wrap to the other end of the range
+        a = np.clip(np.rint(a.astype(np.float64)), space.low, space.high)
     return np.clip(a.astype(space.dtype), space.low, space.high)
 
 
@@ -326,5 +328,9 @@ def action_scale_note(space: gym.spaces.Space) -> Optional[str]:
         why = f"its range{entry} [{lo}, {hi}] is far wider than the policy's samples (std 1 around 0), which reach only a sliver of it"
     else:
         why = f"its range{entry} [{lo}, {hi}] is far narrower than the policy's samples (std 1 around 0), which mostly clip to a bound"
-    return (f"action_space {space}: {why}; Proxima clips Box actions to the bounds but does not rescale them: wrap the env "
-            f"in gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)")
+    if np.issubdtype(space.dtype, np.integer):  # RescaleAction of an integer Box keeps its dtype: only -1, 0, 1 remain
+        fix = ("declare a float Box(-1, 1) and map it to the integers in the env, or use Discrete/MultiDiscrete if the "
+               "values are choices")
+    else:
+        fix = "wrap the env in gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)"
+    return f"action_space {space}: {why}; Proxima clips Box actions to the bounds but does not rescale them: {fix}"

@@ -220,6 +220,20 @@ def test_debug_checks_obs_outside_the_space_cli(tmp_path, monkeypatch, capsys):
     assert cli.main(argv + ["--run-dir", str(tmp_path / "plain")]) == 0
 
 
+def test_debug_checks_the_reset_observation_against_the_space(tmp_path, monkeypatch, capsys):
+    """The observation the run starts from too, not only what step() returns: an env whose episodes never
+    end would otherwise train on an out-of-space reset observation unnoticed."""
+    monkeypatch.setitem(classic.NATIVE_ENVS, "Glitch-v0", glitch("reset", value=5.0, bad_env=1))
+    argv = ["train", "Glitch-v0", "--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1",
+            "--total-timesteps", str(2 * STEPS), "--run-dir", str(tmp_path / "run"), "--no-progress", "--eval-episodes", "0"]
+    assert cli.main(argv + ["--debug-checks"]) == 2
+    message = one_error_line(capsys.readouterr().err)
+    assert message.startswith("--debug-checks: observation [") and message.endswith(
+        "of env 1 at reset (global step 0) is outside the observation space (component 1 = 5 > high 1); no checkpoint was "
+        "written yet (--checkpoint-every N writes one every N iterations)"), message
+    assert not (tmp_path / "run").exists()
+
+
 def test_debug_checks_action_outside_the_space(tmp_path, monkeypatch):
     real_step, calls = Agent.policy_step, []
 

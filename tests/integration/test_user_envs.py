@@ -74,6 +74,28 @@ def test_box_actions_from_policy_act_fit_the_space(tmp_path, cls, shape, dtype):
     assert isinstance(as_torch, torch.Tensor) and tuple(as_torch.shape) == (5, *shape)
 
 
+def test_policy_act_takes_one_observation_in_the_envs_own_shape_as_one(tmp_path):
+    """A Box (1, 4) is read flat as (4,): the env's own observation of shape (1, 4) is one observation
+    (a scalar action the env takes), not a batch of one; the checkpoint records the declared shape."""
+    import torch as _torch
+
+    from proxima.checkpoint import CheckpointError, space_from_dict, space_to_dict
+
+    policy = _train(tmp_path, "user_envs:RowObs")
+    obs = np.full((1, 4), 0.5, np.float32)
+    action = policy.act(obs)
+    assert np.ndim(action) == 0 and policy.action_space.contains(action), action
+    assert policy.act(np.zeros((3, 1, 4), np.float32)).shape == (3,)  # a batch in the env's shape
+    assert policy.act(np.zeros((3, 4), np.float32)).shape == (3,)  # and flat, as before
+    recorded = space_to_dict(policy.observation_space)
+    assert recorded["shape"] == [4] and recorded["declared_shape"] == [1, 4]
+    assert space_from_dict(recorded).declared.shape == (1, 4)
+    with pytest.raises(CheckpointError, match="'declared_shape' is \\[3\\], not the shape of 4 values"):
+        space_from_dict({**recorded, "declared_shape": [3]}, "ckpt: spaces.observation")
+    plain = {k: v for k, v in recorded.items() if k != "declared_shape"}  # a checkpoint from before: as it read then
+    assert type(space_from_dict(plain)).__name__ == "Box" and isinstance(plain["low"], _torch.Tensor)
+
+
 def test_int_box_actions_are_rounded_not_truncated():
     import gymnasium as gym
 

@@ -122,6 +122,14 @@ def test_a_float64_box_action_is_clipped_in_the_spaces_own_dtype():
     assert ints.tolist() == [[4, 0]] and ints.dtype == np.int64
 
 
+def test_an_action_at_the_top_of_a_wide_int32_box_reaches_the_env_as_its_top():
+    """float32(2**31 - 1) is 2**31: cast to int32 it wrapped to the bottom, which the clip kept as low."""
+    space = spaces.Box(-2**31, 2**31 - 1, (2,), np.int32)
+    top = np.clip(np.array([[3e9, -3e9]], np.float32), space.low.astype(np.float32), space.high.astype(np.float32))
+    out = env_actions(top, space, 1)
+    assert out.tolist() == [[2**31 - 1, -2**31]] and out.dtype == np.int32 and space.contains(out[0])
+
+
 @pytest.mark.parametrize("space, note", [
     (spaces.Box(10.0, 20.0, (1,), np.float32),
      "action_space Box(10.0, 20.0, (1,), float32): 0 lies outside its range [10, 20], so the early actions all clip to one "
@@ -136,6 +144,10 @@ def test_a_float64_box_action_is_clipped_in_the_spaces_own_dtype():
      "action_space Box(-0.001, 0.001, (3,), float64): its range entry 0 [-0.001, 0.001] is far narrower than the policy's "
      "samples (std 1 around 0), which mostly clip to a bound; Proxima clips Box actions to the bounds but does not rescale "
      "them: wrap the env in gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)"),
+    (spaces.Box(0, 1000, (2,), np.int32),  # RescaleAction keeps an int dtype: it would leave only -1, 0, 1
+     "action_space Box(0, 1000, (2,), int32): its range entry 0 [0, 1000] is far wider than the policy's samples (std 1 "
+     "around 0), which reach only a sliver of it; Proxima clips Box actions to the bounds but does not rescale them: declare "
+     "a float Box(-1, 1) and map it to the integers in the env, or use Discrete/MultiDiscrete if the values are choices"),
     (spaces.Box(-1.0, 1.0, (6,), np.float32), None),
     (spaces.Box(-2.0, 2.0, (1,), np.float32), None),  # Pendulum
     (spaces.Box(0.0, 1.0, (2,), np.float32), None),  # 0 on a bound is inside

@@ -320,13 +320,14 @@ def test_dict_env_is_packed_and_its_space_survives_a_checkpoint(fixtures_on_path
     assert list(restored.spaces) == ["image", "vec"] and restored["image"] == space["image"]
 
 
-def test_a_flattened_box_remembers_its_declared_shape_yet_records_and_compares_as_a_plain_box():
+def test_a_flattened_box_remembers_its_declared_shape_yet_compares_as_a_plain_box():
     gray = gym.spaces.Box(0, 255, (84, 84), np.uint8)
     flat = tensor_space(gray, obs_layout(gray))
     plain = gym.spaces.Box(0, 255, (7056,), np.float32)
     assert flat == plain and obs_layout(flat) == obs_layout(plain) and obs_layout(flat).parts[0].source is gray
-    restored = ckpt.space_from_dict(ckpt.space_to_dict(flat))
-    assert type(restored) is gym.spaces.Box and restored == plain
+    restored = ckpt.space_from_dict(ckpt.space_to_dict(flat))  # the declared shape recorded too (Policy.act reads it)
+    assert restored == plain and obs_layout(restored) == obs_layout(plain) and restored.declared.shape == (84, 84)
+    assert type(ckpt.space_from_dict(ckpt.space_to_dict(plain))) is gym.spaces.Box
 
 
 @pytest.mark.parametrize("shape, dtype, image, fix", [
