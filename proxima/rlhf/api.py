@@ -14,6 +14,7 @@ from . import dist as D
 from . import loop, rundir
 from .config import ConfigError, RLHFConfig, from_dict, reward_specs, validate
 from ..device import resolve_device
+from ..signals import TrainingInterrupted
 from ..diskspace import StorageError
 
 
@@ -130,6 +131,10 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False, quiet:
     except (ConfigError, StorageError, CheckpointError) as e:  # RunDirError is a ConfigError; StorageError: a lock that cannot be written
         print(f"proxima resume: error: {e}", file=sys.stderr)
         return 2
+    except TrainingInterrupted as e:  # SIGINT/SIGTERM: the step finished and checkpointed (exit 128 + signum)
+        sys.stderr.write(f"proxima: {e}\n")
+        sys.stderr.flush()
+        return e.exit_code
     except KeyboardInterrupt:
         return 130
     finally:

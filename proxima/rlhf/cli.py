@@ -14,6 +14,7 @@ import sys
 
 from ..checkpoint import CheckpointError
 from ..diskspace import StorageError
+from ..signals import TrainingInterrupted
 from .config import FIELDS, ConfigError, RLHFConfig, from_dict
 
 PROG = "proxima rlhf"
@@ -154,6 +155,10 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, StorageError, CheckpointError) as e:  # a full disk: one line naming the file
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    except TrainingInterrupted as e:  # SIGINT/SIGTERM: the step finished and checkpointed (exit 128 + signum)
+        sys.stderr.write(f"proxima: {e}\n")
+        sys.stderr.flush()
+        return e.exit_code
     except KeyboardInterrupt:
         return 130
     summary_file = run_dir / "summary.json"

@@ -13,8 +13,6 @@ import math
 import os
 import re
 import shutil
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -25,6 +23,7 @@ from . import dist as D
 from . import fsdp
 from . import rundir
 from ..diskspace import StorageError, write_error
+from ..signals import REPEAT_WINDOW, SignalGuard, TrainingInterrupted
 from .config import ConfigError
 from .models import original_config
 from .rewards import RewardError
@@ -46,8 +45,12 @@ def run(t, run_dir: Path, resumed: bool = False) -> dict:
 def _run(t, run_dir: Path, resumed: bool) -> dict:
     cfg, main = t.cfg, t.dist.is_main
     logger = rundir.MetricsLogger(run_dir, resume_step=t.step if resumed else None) if main else None
-    stop = {"requested": False}
-    restore = _install_signal_handlers(stop)
+    saved: list = []  # the checkpoints this run wrote: a second interrupt says whether one is on disk
+    # SIGINT/SIGTERM: finish the step, write a checkpoint, stop (exit 128 + signum); a second one exits
+    # at once; under torchrun the same signal again within REPEAT_WINDOW is the same stop (signals.SignalGuard)
+    guard = SignalGuard(lambda: saved[-1] if saved else (rundir.list_checkpoints(run_dir) or [None])[-1],
+                        REPEAT_WINDOW if t.dist.enabled else 0.0)
+    stop = guard.__enter__()
     try:
         while t.step < cfg.steps:
             t0 = time.perf_counter()
@@ -64,19 +67,21 @@ def _run(t, run_dir: Path, resumed: bool) -> dict:
                     logger.log_samples(t.step, samples)
                 if cfg.print_every and (t.step == 1 or t.step % cfg.print_every == 0):
                     print(progress_line(t.step, cfg.steps, metrics), flush=True)
-            stopping = D.any_across(stop["requested"], t.dist, t.device)  # all processes stop at the same step
+            stopping = D.any_across(bool(stop.signum), t.dist, t.device)  # all processes stop at the same step
             if stopping or t.step == cfg.steps or (cfg.checkpoint_every and t.step % cfg.checkpoint_every == 0):
                 save_checkpoint(t, run_dir)
+                saved.append(run_dir / "checkpoints" / f"step_{t.step:06d}.pt")  # rundir.save_checkpoint's name
+                # a signal while the checkpoint was written: stop now, not after one more step
+                stopping = stopping or D.any_across(bool(stop.signum), t.dist, t.device)
             if stopping:
-                if main:
-                    print(f"stopped at step {t.step}; continue with {resume_advice(run_dir)}", flush=True)
-                raise KeyboardInterrupt
+                signum = max(D.gather_objects(int(stop.signum), t.dist))  # the rank that got none: the others'
+                raise TrainingInterrupted(signum, saved[-1])  # "stopped by SIGTERM; checkpoint: ...; continue with: ..."
         if logger is not None:
             logger.close()  # every log on disk before the final files
             logger = None
         return finish(t, run_dir)
     finally:
-        restore()
+        guard.__exit__()
         if logger is not None:  # an error is on its way (a full disk already, most often): it is the one to report
             with contextlib.suppress(StorageError):
                 logger.close()
@@ -278,18 +283,6 @@ def _save_unsharded(sharded: torch.nn.Module, state: dict, folder: Path) -> None
         model.generation_config = copy.deepcopy(sharded.generation_config)
     with original_config(sharded, model.config):
         model.save_pretrained(folder)
-
-
-def _install_signal_handlers(stop: dict):
-    """SIGINT/SIGTERM finish the current step, write a checkpoint and stop: a stop is never a loss."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def handler(signum, frame):
-        stop["requested"] = True
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    return lambda: [signal.signal(s, h) for s, h in old.items()]
 
 
 # ---------------------------------------------------------------------------------------------
