@@ -252,7 +252,9 @@ def cmd_train(args) -> int:
             print(f"run directory: {run_dir}")
         return 0
     except TrainingInterrupted as e:
-        _say_stopped(e)
+        from .signals import say_stopped
+
+        say_stopped(e)
         return e.exit_code
     except _user_errors() as e:
         if cfg is not None and args.resume is None:  # preflight's and train's own checks (the device, memory, the env)
@@ -401,7 +403,9 @@ def cmd_resume(args) -> int:
             print(f"run directory: {run_dir}")
         return 0
     except TrainingInterrupted as e:
-        _say_stopped(e)
+        from .signals import say_stopped
+
+        say_stopped(e)
         return e.exit_code
     except json.JSONDecodeError:
         return fail(prog, f"{meta}: not valid JSON")
@@ -747,13 +751,6 @@ def _doctor(argv: list) -> int:
     except BrokenPipeError:  # `proxima doctor | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13
-
-
-def _say_stopped(e) -> None:
-    """The stop's line in one write: under torchrun every rank says it, and a print() (its text, then
-    the newline) let two ranks' lines run together."""
-    sys.stderr.write(f"proxima: {e}\n")
-    sys.stderr.flush()
 
 
 def main(argv: Optional[list] = None) -> int:

@@ -36,6 +36,13 @@ class TrainingInterrupted(BaseException):
         return type(self), (self.signum, self.checkpoint, self.what)
 
 
+def say_stopped(e: TrainingInterrupted) -> None:
+    """The stop's line on stderr in one write: under torchrun every rank says it, and print() (its
+    text, then the newline) let two ranks' lines run together."""
+    sys.stderr.write(f"proxima: {e}\n")
+    sys.stderr.flush()
+
+
 #: where workers_stopped's stop landed (train() says it of a new run's first iteration too, whose files it removes)
 WORKERS_ENDED = "it ended the env's worker processes (--vector async) too, before the iteration's end"
 

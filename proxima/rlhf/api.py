@@ -14,7 +14,7 @@ from . import dist as D
 from . import loop, rundir
 from .config import ConfigError, RLHFConfig, from_dict, reward_specs, validate
 from ..device import resolve_device
-from ..signals import TrainingInterrupted
+from ..signals import TrainingInterrupted, say_stopped
 from ..diskspace import StorageError
 
 
@@ -132,8 +132,7 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False, quiet:
         print(f"proxima resume: error: {e}", file=sys.stderr)
         return 2
     except TrainingInterrupted as e:  # SIGINT/SIGTERM: the step finished and checkpointed (exit 128 + signum)
-        sys.stderr.write(f"proxima: {e}\n")
-        sys.stderr.flush()
+        say_stopped(e)
         return e.exit_code
     except KeyboardInterrupt:
         return 130

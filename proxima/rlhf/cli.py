@@ -14,7 +14,7 @@ import sys
 
 from ..checkpoint import CheckpointError
 from ..diskspace import StorageError
-from ..signals import TrainingInterrupted
+from ..signals import TrainingInterrupted, say_stopped
 from .config import FIELDS, ConfigError, RLHFConfig, from_dict
 
 PROG = "proxima rlhf"
@@ -156,8 +156,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except TrainingInterrupted as e:  # SIGINT/SIGTERM: the step finished and checkpointed (exit 128 + signum)
-        sys.stderr.write(f"proxima: {e}\n")
-        sys.stderr.flush()
+        say_stopped(e)
         return e.exit_code
     except KeyboardInterrupt:
         return 130
