@@ -14,7 +14,7 @@ from . import dist as D
 from . import loop, rundir
 from .config import ConfigError, RLHFConfig, from_dict, reward_specs, validate
 from ..device import resolve_device
-from ..signals import TrainingInterrupted, say_stopped
+from ..signals import TrainingInterrupted, checkpoint_line, say_stopped
 from ..diskspace import StorageError
 
 
@@ -39,44 +39,69 @@ def _absolute_paths(cfg: RLHFConfig) -> RLHFConfig:
 def train_rlhf(cfg: RLHFConfig) -> Path:
     """Train; return the run directory. Bad input raises ConfigError before anything is written.
 
-    Under torchrun every process calls this; rank 0 writes the run directory.
+    Under torchrun every process calls this; rank 0 writes the run directory. A run stopped by
+    SIGINT/SIGTERM or failed before its first step keeps nothing (rank 0 removes what it wrote, and the
+    folder if it made it): the same call runs again. A stop before the first step raises
+    TrainingInterrupted at once (signals.OutsideLoop), saying so; the loop's own stops checkpoint.
     """
     from .trainer import RLHFTrainer
 
-    from ..rundir import RunLock, check_own_entries
+    from ..rundir import check_own_entries
+    from ..signals import OutsideLoop
 
-    validate(cfg)
-    cfg = _absolute_paths(cfg)
-    d = D.init_distributed(resolve_device(cfg.device).type)
-    lock = None
+    outside = OutsideLoop()  # SIGINT/SIGTERM outside the loop's SignalGuard: TrainingInterrupted, handled below
+    session = rundir.FreshRun()  # rank 0's lock on the run directory, and what to take back
+    trainer, d = None, None
     try:
+        outside.__enter__()
+        validate(cfg)
+        cfg = _absolute_paths(cfg)
+        d = D.init_distributed(resolve_device(cfg.device).type)
         if cfg.run_dir:
             run_dir = Path(cfg.run_dir)
             rundir.check_new_run_dir(run_dir)
         trainer = RLHFTrainer(cfg, d)  # loads every model, file and function: the last place bad input can fail
-        if not cfg.run_dir:  # created by rank 0 now that the input is known good
-            run_dir = D.broadcast_object(rundir.claim_run_dir(rundir.default_run_dir(cfg.seed)) if d.is_main else None, d)
+        if d.is_main:  # the directory (created by rank 0 now that the input is known good, without --run-dir)
+            # locked as `proxima train`'s: a second trainer or a resume of this live run is refused
+            run_dir = session.claim(Path(cfg.run_dir) if cfg.run_dir else None, rundir.default_run_dir(cfg.seed))
+        if not cfg.run_dir:
+            run_dir = D.broadcast_object(run_dir if d.is_main else None, d)
         if d.is_main:
-            lock = RunLock(run_dir)  # as `proxima train`'s: a second trainer or a resume of this live run is refused
-            lock.acquire()
             rundir.check_new_run_dir(run_dir)  # another run may have started here while the models loaded
             check_own_entries(run_dir)  # a checkpoints/ (or other) link planted there would be written and pruned through
-            try:
-                rundir.write_run_files(run_dir, dataclasses.replace(cfg, run_dir=str(run_dir)).to_dict(), d.world_size,
-                                       str(trainer.device))
-            except StorageError:  # it left no run file; nor is the folder left, when this run created it
-                lock.release()
-                if lock.made_dir or not cfg.run_dir:
-                    with contextlib.suppress(OSError):
-                        run_dir.rmdir()
-                raise
+            rundir.write_run_files(run_dir, dataclasses.replace(cfg, run_dir=str(run_dir)).to_dict(), d.world_size,
+                                   str(trainer.device))
         loop.run(trainer, run_dir)
+        outside.__exit__()  # trained: a signal now is what it was before this run
+    except TrainingInterrupted as e:
+        # another signal while the files are taken back (torchrun passes one on to rank 0 once another rank has
+        # stopped) is recorded, not raised: none is left half-removed
+        outside.held += 1
+        stop = e
+        if e.checkpoint is None and e.what is None:  # OutsideLoop's: it says nothing of where it landed
+            if trainer is None or trainer.step == 0:  # a new run stopped before its first step: nothing is kept
+                session.discard_fresh()
+                stop = TrainingInterrupted(e.signum, None, "before training started; nothing was kept")
+            else:
+                last = (rundir.list_checkpoints(run_dir) or [None])[-1]
+                stop = TrainingInterrupted(e.signum, last, "outside a step; the run is as its last checkpoint left it; "
+                                           + checkpoint_line(last))
+        outside.__exit__()
+        if d is not None:
+            D.shutdown(d, clean=False)
+        if stop is e:  # the loop's own stop, after its checkpoint
+            raise
+        raise stop from None
     except BaseException:
-        D.shutdown(d, clean=False)
+        outside.held += 1  # a stop meanwhile: recorded, the files are taken back whole (above)
+        if trainer is None or trainer.step == 0:
+            session.discard_fresh()  # a new run that failed before its first step leaves nothing behind
+        outside.__exit__()
+        if d is not None:
+            D.shutdown(d, clean=False)
         raise
     finally:
-        if lock is not None:
-            lock.release()
+        session.release()
     D.shutdown(d)
     return run_dir
 
@@ -88,43 +113,56 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False, quiet:
     A run directory is data: a reward its config.yaml records as ``module:function`` or
     ``file.py:function`` (other than Proxima's built-in rewards) is imported only with ``trust_run``
     (``proxima resume --trust-run``); otherwise the resume stops with one line saying so.
-    Returns an exit status: 0 done, 2 bad input (one line on stderr), 130 stopped by a signal.
+    Returns an exit status: 0 done, 2 bad input (one line on stderr), 130/143 stopped by SIGINT/SIGTERM
+    (one line; stopped as it sets up, before its first step, it leaves the run's files as they were).
     """
     from .models import quiet_transformers
     from .trainer import RLHFTrainer
 
     from ..checkpoint import CheckpointError
-    from ..rundir import RunLock
+    from ..rundir import RunSession
+    from ..signals import OutsideLoop
 
     quiet_transformers()
     path = Path(run_dir)
-    lock = None
+    session = RunSession()  # rank 0's lock on the run (never discard_fresh: the run is not this call's)
+    outside = OutsideLoop()  # SIGINT/SIGTERM outside the loop's SignalGuard: TrainingInterrupted at once, said below
+    where = "before training started"  # where such a stop lands, for its line
     try:
+        outside.__enter__()
         cfg = check_resume(path, steps, trust_run)
         if os.environ.get("RANK", "0") == "0":  # rank 0 holds the run's lock, as for `proxima train`
-            lock = RunLock(path)
-            lock.acquire()
+            session.lock_existing(path)  # a stop meanwhile leaves no lock behind (signals.stops_held)
         d = D.init_distributed(resolve_device(cfg.device).type)
+        trainer, recorded = None, None
         try:
             # --quiet: no progress lines for this resume only (config.yaml keeps the run's print_every)
             trainer = RLHFTrainer(dataclasses.replace(cfg, print_every=0) if quiet else cfg, d)
             file, state = rundir.load_newest_usable(path, set_aside=not d.enabled)  # a damaged newest: the one before
             if file is not None:
                 loop.load_checkpoint(trainer, file, state)
+            start = trainer.step
             if trainer.step < cfg.steps:
                 if steps is not None and d.is_main:
+                    recorded = (path / "config.yaml").read_text(encoding="utf-8")
                     rundir.write_config(path, cfg.to_dict())
                 loop.run(trainer, path, resumed=True)
+                where = "after training finished"
             elif not D.broadcast_object(loop.is_finished(path, trainer.step) if d.is_main else None, d):
                 # killed while writing policy/ or summary.json: the last checkpoint holds everything they need
                 if d.is_main:
                     print(f"{path}: at step {trainer.step} of {cfg.steps} but policy/ or summary.json is missing or "
                           f"incomplete; writing them", flush=True)
+                where = "while policy/ and summary.json were written"
                 with loop.naming_last_good(path):
                     loop.finish(trainer, path)
+                where = "after training finished"
             elif d.is_main:
                 print(f"{path}: already at step {trainer.step} of {cfg.steps}; nothing to do")
         except BaseException:
+            if recorded is not None and trainer.step == start:  # stopped or failed before a step: --steps as it was
+                with contextlib.suppress(StorageError):
+                    rundir.write_config_text(path, recorded)
             D.shutdown(d, clean=False)
             raise
         D.shutdown(d)
@@ -132,13 +170,17 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False, quiet:
         print(f"proxima resume: error: {e}", file=sys.stderr)
         return 2
     except TrainingInterrupted as e:  # SIGINT/SIGTERM: the step finished and checkpointed (exit 128 + signum)
+        if e.checkpoint is None and e.what is None:  # OutsideLoop's: outside a step, nothing of the run was changed
+            last = (rundir.list_checkpoints(path) or [None])[-1]
+            e = TrainingInterrupted(e.signum, last, f"{where}; the run is as its last checkpoint left it; "
+                                    + checkpoint_line(last))
         say_stopped(e)
         return e.exit_code
     except KeyboardInterrupt:
         return 130
     finally:
-        if lock is not None:
-            lock.release()
+        outside.__exit__()
+        session.release()
     return 0
 
 

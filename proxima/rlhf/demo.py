@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from . import rundir
-from .config import ConfigError, RLHFConfig, validate
+from .config import RLHFConfig, validate
 
 SUBJECTS = ["the movie", "the film", "the food", "the service", "the book", "the game", "the show", "the hotel",
             "the music", "the staff", "the story", "the room", "the concert", "the coffee", "the trip", "the app"]
@@ -148,9 +148,12 @@ def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
     """Build the demo's model and prompts, then train_rlhf; returns the run directory.
 
     Bad input (a config value, a --device this machine lacks, a --reward that does not import) fails
-    before anything is written or pretrained.
+    before anything is written or pretrained. A stop (SIGINT/SIGTERM: TrainingInterrupted, signals.OutsideLoop)
+    or an error before PPO's first step, during the pretraining too, keeps nothing: the demo's files go with
+    the run's, and the run directory with the folders above it that the demo made.
     """
     from ..device import resolve_device
+    from ..signals import OutsideLoop, TrainingInterrupted, stops_held
     from .api import train_rlhf
     from .config import reward_specs
     from .rewards import load_rewards
@@ -164,31 +167,44 @@ def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
 
     given = cfg.run_dir
     run_dir = Path(given) if given else rundir.default_run_dir(cfg.seed, "rlhf-demo")
-    cfg = placed(run_dir)
-    validate(cfg)
-    resolve_device(cfg.device)  # --device cuda on a machine without CUDA: one line now, not after the pretraining
-    rundir.check_new_run_dir(run_dir)
-    # a bad --reward is reported before the pretraining
-    load_rewards(reward_specs(cfg), cfg.reward_weights, torch.device("cpu"), import_path=cfg.reward_import_path)
-    existed = run_dir.exists()
-    # the folders above the run directory that the demo creates (runs/, or a --run-dir's new parents): taken
-    # back too on failure, when empty; deepest first
-    new_parents = [p for p in run_dir.absolute().parents if not p.exists()]
-    if not given:  # one atomic mkdir: a demo started in the same second gets base-2
-        run_dir = rundir.claim_run_dir(run_dir)
-        cfg = placed(run_dir)
-    torch.set_num_threads(cfg.threads)
+    claimed, existed, new_parents = False, True, []  # what a failure takes back (below): nothing yet
+    outside = OutsideLoop()  # SIGINT/SIGTERM before PPO's loop (train_rlhf installs its own): TrainingInterrupted at once
     try:
+        outside.__enter__()
+        cfg = placed(run_dir)
+        validate(cfg)
+        resolve_device(cfg.device)  # --device cuda on a machine without CUDA: one line now, not after the pretraining
+        rundir.check_new_run_dir(run_dir)
+        # a bad --reward is reported before the pretraining
+        load_rewards(reward_specs(cfg), cfg.reward_weights, torch.device("cpu"), import_path=cfg.reward_import_path)
+        existed = run_dir.exists()
+        # the folders above the run directory that the demo creates (runs/, or a --run-dir's new parents): taken
+        # back too on failure, when empty; deepest first
+        new_parents = [p for p in run_dir.absolute().parents if not p.exists()]
+        with stops_held():  # a stop meanwhile is raised once what the demo may take back is known here
+            if not given:  # one atomic mkdir: a demo started in the same second gets base-2
+                run_dir = rundir.claim_run_dir(run_dir)
+            claimed = True  # a given --run-dir: the demo's own folder (or demo/ in it, when it existed), from here on
+        cfg = placed(run_dir)
+        torch.set_num_threads(cfg.threads)
         build_assets(run_dir / "demo", pretrain_steps, cfg.seed)
-        return train_rlhf(cfg)
-    except ConfigError:
-        # input the trainer refuses (a prompt longer than the model's positions, a LoRA target that is not
-        # there) stops it before it writes the run's files: take back the demo's own files too
-        if not (run_dir / "config.yaml").exists():
+        run = train_rlhf(cfg)
+        outside.__exit__()
+        return run
+    except BaseException as e:
+        outside.held += 1  # another signal while the demo's files are taken back is recorded, not raised (api.train_rlhf)
+        # stopped or failed before the run wrote its files (the pretraining, input the trainer refuses: a prompt
+        # longer than the model's positions, a LoRA target that is not there), or train_rlhf took them back (a
+        # stop or an error before its first step): take back the demo's own files too. A run that trained keeps all.
+        if claimed and not (run_dir / "config.yaml").exists():
             shutil.rmtree(run_dir if not existed or not given else run_dir / "demo", ignore_errors=True)
             for folder in new_parents:
                 try:
                     folder.rmdir()  # only an empty one: another run may have been started there meanwhile
                 except OSError:
                     break
+        outside.__exit__()
+        if isinstance(e, TrainingInterrupted) and e.checkpoint is None and e.what is None:
+            # OutsideLoop's, during the pretraining: it says nothing of where it landed (train_rlhf's stops say)
+            raise TrainingInterrupted(e.signum, None, "before training started; nothing was kept") from None
         raise

@@ -11,6 +11,7 @@ import json
 import math
 import platform
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -21,6 +22,8 @@ import yaml
 
 from ..config import dump_yaml
 from ..diskspace import write_error
+from ..rundir import LOCK_NAME, RunLock, RunSession, _remove_empty_dir
+from ..signals import stops_held
 from .config import ConfigError
 
 CHECKPOINT_RE = re.compile(r"^step_(\d+)\.pt$")
@@ -52,6 +55,59 @@ def check_new_run_dir(path: Path) -> None:
         raise ConfigError(f"--run-dir {str(path)!r}: exists and is not a directory")
 
 
+class FreshRun(RunSession):
+    """Rank 0's hold on a new RLHF run's directory (proxima.rundir.RunSession, as `proxima train`'s): its
+    lock, and what to take back when the run stops or fails before its first step (discard_fresh).
+
+    Unlike a PPO run's, the directory may hold files when it is locked (the demo's ``demo/``, anything
+    that is not a run: check_new_run_dir); those stay. What appeared in it after the lock was taken is
+    this run's, and goes; the folder too, when this run made it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kept: set = set()  # what the directory held when it was locked
+
+    def claim(self, run_dir: Optional[Path], default: Path) -> Path:
+        """Lock ``run_dir`` (None: claim ``default``, or default-2, ... : claim_run_dir) and return it. A stop
+        meanwhile is raised once the lock is recorded here (signals.stops_held), so discard_fresh finds it."""
+        with stops_held():
+            made = run_dir is None
+            if made:
+                run_dir = claim_run_dir(default)
+            lock = RunLock(run_dir)
+            try:
+                lock.acquire()
+            except BaseException:
+                if made or lock.made_dir:
+                    _remove_empty_dir(run_dir)
+                raise
+            lock.made_dir = lock.made_dir or made  # the folder is this run's: discard_fresh removes it
+            self.kept = {p.name for p in run_dir.iterdir() if p.name != LOCK_NAME}
+            self.lock, self.created = lock, run_dir
+        return run_dir
+
+    def discard_fresh(self) -> None:
+        """A new run that stopped or failed before its first step: remove what it wrote, and its folder if it
+        made it. A checkpoint (step_000000.pt, written when step 1's reward failed) keeps the whole run."""
+        run_dir = self.created
+        if run_dir is None or not run_dir.is_dir() or list_checkpoints(run_dir):  # RLHF's names, not PPO's
+            self.created = None
+            return
+        if not self.kept:
+            super().discard_fresh()  # claimed empty: everything in it is this run's
+            return
+        self.created = None
+        for entry in run_dir.iterdir():
+            if entry.name in self.kept or entry.name == LOCK_NAME:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+        self.release()  # a folder that held files before this run is not its own: it stays
+
+
 def write_run_files(path: Path, config: dict, world_size: int, device: str) -> None:
     """A new run's checkpoints/, config.yaml and meta.json. A write that fails (disk full) is a StorageError
     naming the file, and leaves neither file: a folder holding one would pass for a run, which a new run
@@ -75,6 +131,11 @@ def write_run_files(path: Path, config: dict, world_size: int, device: str) -> N
 
 def write_config(path: Path, config: dict) -> None:
     _atomic_write(path / "config.yaml", dump_yaml(config))
+
+
+def write_config_text(path: Path, text: str) -> None:
+    """config.yaml as ``text`` (what it held: a resume that stopped before its first step puts it back)."""
+    _atomic_write(path / "config.yaml", text)
 
 
 def _meta(world_size: int, device: str) -> dict:
