@@ -22,7 +22,7 @@ import shutil
 import struct
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from .atomic import atomic_open
 from .diskspace import write_error
@@ -40,36 +40,65 @@ CSV_COLUMNS = [
 ]
 
 
-def read_csv_rows(path: Path) -> tuple:
-    """(rows, unreadable): the rows of a CSV file that is data (a run directory may come from anyone):
-    bytes that are not UTF-8 are read as U+FFFD, and a line the csv module refuses (a field over its
-    size limit, a stray quote) is skipped and counted instead of raising."""
-    rows, unreadable = [], 0
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        reader = csv.reader(f)
-        while True:
+class BadLine(NamedTuple):
+    """A line of a CSV file that is not a CSV row: its number (1-based), why, and whether it is
+    bytes that are not UTF-8 (plot refuses such a file; a resume drops the line)."""
+    line: int
+    why: str
+    not_utf8: bool = False
+
+
+def read_csv_lines(path: Path) -> tuple:
+    """([(line number, cells)], [BadLine]): every physical line of a CSV file that is data (a run
+    directory may come from anyone), each parsed on its own, so a damaged line costs that line
+    alone. Proxima writes only numbers and fixed header names to its metrics.csv files, so one row is
+    one line; a csv.reader over the whole file would let a hand-edited ``"`` open a quoted field
+    that swallows every later line. A line that is not UTF-8 text or that the csv module refuses
+    (a field over its size limit, a carriage return inside) is a BadLine; blank lines are neither.
+    Lines are numbered from 1, as editors number them. OSError when the file cannot be read."""
+    lines, bad = [], []
+    with open(path, "rb") as f:
+        offset = 0
+        for number, raw in enumerate(f, 1):
             try:
-                row = next(reader)
-            except StopIteration:
-                break
-            except csv.Error:
-                unreadable += 1
-                continue
-            if any("\ufffd" in cell for cell in row):  # not UTF-8: not a row Proxima wrote
-                unreadable += 1
-                continue
-            rows.append(row)
-    return rows, unreadable
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                bad.append(BadLine(number, f"not UTF-8 text: byte 0x{raw[e.start]:02x} at offset {offset + e.start}", True))
+            else:
+                try:
+                    cells = next(csv.reader((text,)), [])
+                except csv.Error as e:
+                    bad.append(BadLine(number, f"not CSV: {e}"))
+                else:
+                    if cells:
+                        lines.append((number, cells))
+            offset += len(raw)
+    return lines, bad
+
+
+def line_numbers(numbers: list) -> str:
+    """Line numbers for a note: 'line 9', 'lines 4, 9, 12' (the first five, then how many more)."""
+    shown = ", ".join(map(str, numbers[:5])) + (f" and {len(numbers) - 5} more" if len(numbers) > 5 else "")
+    return f"line{'s' if len(numbers) > 1 else ''} {shown}"
+
+
+def read_csv_rows(path: Path) -> tuple:
+    """(rows, unreadable): the rows of a CSV file that is data (read_csv_lines: each line on its
+    own): a line that is not UTF-8 text or that the csv module refuses (a field over its size limit)
+    is skipped and counted instead of raising."""
+    lines, bad = read_csv_lines(path)
+    return [cells for _, cells in lines], len(bad)
 
 
 def truncate_csv(path: Path, max_step: int) -> None:
     """Keep the rows with global_step <= max_step under the current header (rewritten atomically).
 
     A file left empty or cut short by a kill (no header, a half row) becomes a whole CSV again;
-    rows of an older header are kept by column name. The file is data: a line that is not CSV
-    text Proxima wrote (bytes that are not UTF-8, a field too long for the csv module, a row
-    without a step) is dropped with a note on stderr naming the file, not a traceback. The file is
-    replaced, never written through a symbolic link (atomic.py).
+    rows of an older header are kept by column name. The file is data: a line that is not a row
+    Proxima wrote (bytes that are not UTF-8, a field too long for the csv module, a hand-edited
+    quote or cell, a row without a step) is dropped with a note on stderr naming the file and the
+    line, not a traceback; the rows around it are kept. The file is replaced, never written through
+    a symbolic link (atomic.py).
     """
     if not os.path.lexists(path):
         return
@@ -96,28 +125,40 @@ def logged_past(path: Path, step: int) -> bool:
 def rows_up_to(path: Path, step_column: str, max_step: int) -> tuple:
     """(header, rows) of a metrics CSV that is data, keeping the whole rows (as many cells as the
     header; a kill can cut the last one short) whose ``step_column`` is at most ``max_step``. A line
-    that is not a row Proxima wrote (not UTF-8, not CSV, no step; every line of a file without the
-    step column in its header) is dropped with one note naming the file. Shared by the PPO and RLHF
-    resumes; header [] when there is none to keep."""
+    that is not a row Proxima wrote (not UTF-8, not CSV, a number of cells other than the header's,
+    no step; every line of a file without the step column in its header) is dropped with one note
+    naming the file and the lines; the rows after it are kept (each line is read on its own,
+    read_csv_lines). Shared by the PPO and RLHF resumes; header [] when there is none to keep."""
     header, kept, _, unreadable = _split_rows(path, step_column, max_step)
     if unreadable:
-        print(f"proxima: note: {path}: dropped {unreadable} line(s) that are not rows Proxima wrote (not UTF-8 text, "
-              "not CSV, or without a step); the other rows are kept", file=sys.stderr)
+        print(f"proxima: note: {path}: dropped {len(unreadable)} line(s) that are not rows Proxima wrote (not UTF-8 text, "
+              f"not CSV, a wrong number of cells, or without a step: {line_numbers(unreadable)}); the other rows are kept",
+              file=sys.stderr)
     return header, kept
 
 
 def _split_rows(path: Path, step_column: str, max_step: int) -> tuple:
-    """(header, rows up to max_step, rows after it, lines that are not rows): rows_up_to's reading, silent."""
-    rows, unreadable = read_csv_rows(path)
-    header, body = (rows[0], rows[1:]) if rows and step_column in rows[0] else ([], [])
-    if not header and len(rows) > 1:  # (one line alone: a header a kill cut short)
-        unreadable += len(rows)  # no header of Proxima's: none of its rows can be read by name
+    """(header, rows up to max_step, rows after it, numbers of the lines that are not rows):
+    rows_up_to's reading, silent. A last line with fewer cells than the header is what a kill
+    leaves (a row cut short): it is dropped and not counted."""
+    lines, bad = read_csv_lines(path)
+    unreadable = [b.line for b in bad]
+    header, body = (lines[0][1], lines[1:]) if lines and step_column in lines[0][1] else ([], [])
+    if not header and len(lines) > 1:  # (one line alone: a header a kill cut short)
+        unreadable += [n for n, _ in lines]  # no header of Proxima's: none of its rows can be read by name
+    last = max([n for n, _ in lines] + unreadable, default=0)
     col = header.index(step_column) if header else 0
-    whole = [r for r in body if len(r) == len(header)]
-    unreadable += sum(1 for r in whole if _int_or_none(r[col]) is None)
-    kept = [r for r in whole if _int_or_none(r[col]) is not None and _int_or_none(r[col]) <= max_step]
-    after = [r for r in whole if _int_or_none(r[col]) is not None and _int_or_none(r[col]) > max_step]
-    return header, kept, after, unreadable
+    kept, after = [], []
+    for n, r in body:
+        if len(r) == len(header):
+            step = _int_or_none(r[col])
+            if step is None:
+                unreadable.append(n)
+            else:
+                (kept if step <= max_step else after).append(r)
+        elif not (n == last and len(r) < len(header)):  # (the last line, fewer cells: cut short by a kill)
+            unreadable.append(n)
+    return header, kept, after, sorted(unreadable)
 
 
 def set_aside_logs(run_dir: Path, step: int, dest: Path) -> str:

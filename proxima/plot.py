@@ -23,8 +23,10 @@ are not PPO runs with the metric (an RLHF run, a folder without metrics.csv) or 
 (no episode finished yet) are skipped with a line; a run given alone is the error line instead.
 
 Rows where a metric was not measured (an empty CSV cell, e.g. no episode finished in that
-iteration) are skipped, and so is a last row a kill cut short. ``--smooth K`` applies a trailing moving average over K points per run
-before aggregating. Drawing uses matplotlib's Agg canvas directly (no pyplot, no global backend
+iteration) are skipped, and so is a last row a kill cut short; a line that is not a metrics row
+(hand-edited: a stray quote, a cell too many or too few) is skipped with a note naming the file and
+the line. ``--smooth K`` applies a trailing moving average over K points per run before
+aggregating. Drawing uses matplotlib's Agg canvas directly (no pyplot, no global backend
 switch), so it works headless and inside notebooks alike. The image is written atomically: on
 any error no file is left behind.
 """
@@ -32,7 +34,6 @@ any error no file is left behind.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import os
 import sys
@@ -74,39 +75,71 @@ def check_run_dir(run_dir: PathLike) -> Path:
 def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
     """metrics.csv of a run as column name -> float64 array (NaN where a cell is empty or not a number).
 
-    Column order is the CSV's; a row with fewer cells than the header (the last one, cut short by a
-    kill) is not read. Raises PlotError when the directory is not a run directory or the CSV holds no
-    whole row yet.
+    Column order is the CSV's. Each line is read on its own (logger.read_csv_lines, as a resume
+    reads it): a row with fewer cells than the header on the last line (cut short by a kill) is not
+    read, and a line that is not a metrics row (a hand-edited quote or cell: not CSV, a number of
+    cells other than the header's) is skipped with one note on stderr naming the file and the line
+    (once per file and content: a report reads a run more than once), the rows around it read.
+    Raises PlotError when the directory is not a run directory, the file is not CSV text (bytes
+    that are not UTF-8, a header line the csv module refuses, an unreadable file: like an empty
+    metrics.csv, one line for one run and a skipped run with a note among several, usable_runs) or
+    it holds no whole row yet.
     """
+    from .logger import line_numbers, read_csv_lines
+
     path = check_run_dir(run_dir) / "metrics.csv"
-    rows = _read_csv_rows(path)
-    if not rows:
+    try:
+        lines, bad = read_csv_lines(path)
+        stat = path.stat()
+    except OSError as e:
+        raise PlotError(f"{path}: cannot read ({e.strerror or e})") from None
+    for b in bad:
+        if b.not_utf8:
+            raise PlotError(f"{path}: not a metrics.csv written by Proxima ({b.why})")
+    first = min([n for n, _ in lines[:1]] + [b.line for b in bad], default=None)
+    if first is None:
         raise PlotError(f"{path}: empty (no header; was the run started?)")
-    header, body = rows[0], rows[1:]
-    # a kill can cut the last row short ("9,46"): only whole rows are read, as logger.rows_up_to keeps them
-    body = [r for r in body if len(r) >= len(header)]
-    if not body:
+    if bad and bad[0].line == first:  # the header line itself
+        raise PlotError(f"{path}: not a metrics.csv written by Proxima (line {first}, the header, is {bad[0].why})")
+    (_, header), body = lines[0], lines[1:]
+    last = max([n for n, _ in lines[-1:]] + [b.line for b in bad])
+    skipped = {b.line: b.why for b in bad}
+    rows = []
+    for n, r in body:
+        if len(r) == len(header):
+            rows.append(r)
+        elif not (n == last and len(r) < len(header)):  # a kill can cut the last row short ("9,46"): not read
+            skipped[n] = f"{len(r)} cell(s), the header has {len(header)}"
+    if skipped and not rows:
+        raise PlotError(f"{path}: no rows Proxima wrote ({line_numbers(sorted(skipped))} after the header "
+                        f"{'is not a metrics row' if len(skipped) == 1 else 'are not metrics rows'})")
+    if not rows:
         raise PlotError(f"{path}: no rows yet (the run logged no iteration)")
+    if skipped:
+        _note_skipped(path, stat, skipped)
     columns: dict[str, np.ndarray] = {}
     for j, name in enumerate(header):
-        columns[name] = np.array([_to_float(r[j]) for r in body], dtype=np.float64)
+        columns[name] = np.array([_to_float(r[j]) for r in rows], dtype=np.float64)
     return columns
 
 
-def _read_csv_rows(path: Path) -> list[list[str]]:
-    """The non-empty rows of a CSV file; PlotError naming the file when it cannot be read as CSV text
-    (bytes that are not UTF-8, a NUL byte, an unreadable file): like an empty metrics.csv, it is
-    one line for one run and a skipped run with a note among several (usable_runs)."""
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            return [r for r in csv.reader(f) if r]
-    except UnicodeDecodeError as e:
-        raise PlotError(f"{path}: not a metrics.csv written by Proxima (not UTF-8 text: byte 0x{e.object[e.start]:02x} "
-                        f"at offset {e.start})") from None
-    except csv.Error as e:
-        raise PlotError(f"{path}: not a metrics.csv written by Proxima (not CSV: {e})") from None
-    except OSError as e:
-        raise PlotError(f"{path}: cannot read ({e.strerror or e})") from None
+#: (file, modification time, size) of the metrics.csv files whose skipped lines were noted: one note per file
+_NOTED: set = set()
+
+
+def _note_skipped(path: Path, stat: os.stat_result, skipped: dict) -> None:
+    """One line on stderr naming the file and the lines of it that are not metrics rows, once for a
+    file's content however often it is read."""
+    from .logger import line_numbers
+
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    if key in _NOTED:
+        return
+    _NOTED.add(key)
+    numbers = sorted(skipped)
+    why = f" ({skipped[numbers[0]]})" if len(numbers) == 1 else ""
+    sys.stderr.write(f"proxima: note: {path}: {line_numbers(numbers)}{why} "
+                     f"{'is not a metrics row' if len(numbers) == 1 else 'are not metrics rows'} Proxima wrote; skipped\n")
 
 
 def _to_float(cell: str) -> float:

@@ -312,16 +312,27 @@ class MetricsLogger:
 
 
 def read_metrics(path: Path) -> dict:
-    """metrics.csv -> {column: [float, ...]} with a 'step' column (NaN for a cell that is not a number)."""
+    """metrics.csv -> {column: [float, ...]} with a 'step' column (NaN for a cell that is not a number).
+    A line that is not a row (not CSV, another number of cells) is skipped with a note naming it; a last
+    row cut short by a kill goes without one."""
     def number(cell) -> float:
         try:
             return float(cell)
         except (TypeError, ValueError):
             return float("nan")
 
-    with open(path / "metrics.csv", newline="", encoding="utf-8", errors="replace") as f:
-        rows = list(csv.DictReader(f))
-    return {k: [number(r[k]) for r in rows] for k in (rows[0].keys() if rows else [])}
+    from ..logger import line_numbers, read_csv_lines
+
+    file = path / "metrics.csv"
+    lines, bad = read_csv_lines(file)  # each line on its own: a hand-edited quote costs its line, not the rest
+    header = lines[0][1] if lines else []
+    last = max([n for n, _ in lines] + [b.line for b in bad], default=0)
+    rows = [cells for _, cells in lines[1:] if len(cells) == len(header)]
+    skipped = sorted([b.line for b in bad] + [n for n, cells in lines[1:] if len(cells) != len(header)
+                                              and not (n == last and len(cells) < len(header))])  # (cut short by a kill)
+    if skipped:
+        print(f"proxima: note: {file}: {line_numbers(skipped)} not metrics rows Proxima wrote; skipped", file=sys.stderr)
+    return {k: [number(r[i]) for r in rows] for i, k in enumerate(header)}
 
 
 # ---------------------------------------------------------------------------------------------
