@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import warm_python
 
 #: 2 ranks x 8 envs x 32 steps = 512 steps an iteration; small enough for a shared 2-core machine
 SMALL = ["--num-envs", "8", "--num-steps", "32", "--num-minibatches", "4", "--update-epochs", "2",
@@ -34,11 +35,11 @@ def train_cmd(*args) -> list:
 
 
 def run(cmd, cwd: Path, timeout: float = LIMIT, **extra) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=cwd, env=env(**extra), capture_output=True, text=True, timeout=timeout)
+    return warm_python.run(cmd, cwd=cwd, env=env(**extra), capture_output=True, text=True, timeout=timeout)
 
 
 def start(cmd, cwd: Path, **extra) -> subprocess.Popen:
-    return subprocess.Popen(cmd, cwd=cwd, env=env(**extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return warm_python.Popen(cmd, cwd=cwd, env=env(**extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def csv_rows(path: Path) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from types import SimpleNamespace
@@ -13,6 +12,7 @@ import torch
 from proxima import distributed, launch
 from proxima.cli import main
 from proxima.config import ConfigError
+import warm_python
 
 
 def test_strip_nproc():
@@ -227,7 +227,7 @@ def test_exit_process_keeps_the_status_and_the_output(body, world, code, err, tm
                       "atexit.register(lambda: print('finalized', end=''))\n"
                       f"def main():\n    {body}\nexit_process(main)\n")
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    res = subprocess.run([sys.executable, str(script)], env={**env, "WORLD_SIZE": world}, capture_output=True, text=True, timeout=60)
+    res = warm_python.run([sys.executable, str(script)], env={**env, "WORLD_SIZE": world}, capture_output=True, text=True, timeout=60)
     assert res.returncode == code
     assert err in res.stderr
     assert res.stdout.startswith("out") == ("print" in body)
@@ -340,7 +340,7 @@ def test_patient_collective_outlasts_the_hang_timeout(tmp_path):
         "os._exit(0)\n")
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("PROXIMA_")}
     env.update(OMP_NUM_THREADS="1", PROXIMA_DIST_TIMEOUT="1")
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", str(script)],
-                         env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    res = warm_python.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone", str(script)],
+                          env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert "rank 0: evaluated" in res.stdout and "rank 1: evaluated" in res.stdout, res.stdout + res.stderr[-3000:]
     assert "rank 1: plain wait failed" in res.stdout, res.stdout  # the timeout still catches a rank that does not answer

@@ -12,6 +12,7 @@ import textwrap
 import time
 
 from distributed_helpers import SMALL, env, start, train_cmd, wait_for_rows
+import warm_python
 
 GUARD = textwrap.dedent("""
     import os, signal, sys, time
@@ -30,8 +31,8 @@ GUARD = textwrap.dedent("""
 def _guard(tmp_path, window: float, gap: float, last: str = "") -> subprocess.CompletedProcess:
     script = tmp_path / "guard.py"
     script.write_text(GUARD)
-    return subprocess.run([sys.executable, str(script), str(window), str(gap), last], env=env(), capture_output=True,
-                          text=True, timeout=60)
+    return warm_python.run([sys.executable, str(script), str(window), str(gap), last], env=env(), capture_output=True,
+                           text=True, timeout=60)
 
 
 def test_the_same_signal_again_within_the_window_is_the_same_stop(tmp_path):

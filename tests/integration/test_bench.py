@@ -7,6 +7,7 @@ import json
 import pytest
 
 from proxima.cli import main
+import warm_python
 
 
 def test_tiny_bench_prints_json_for_both_backends_and_writes_the_table(tmp_path, capsys):
@@ -78,13 +79,12 @@ def test_without_out_the_bench_only_prints(tmp_path, capsys, monkeypatch):
 
 def test_threads_benchmark_writes_both_counts_and_the_ratio(tmp_path):
     """benchmarks/threads.py: --threads 1 and 2 as whole `proxima bench` processes, one row per env count."""
-    import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
     out = tmp_path / "threads.md"
-    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "threads.py"), "--num-envs", "8", "--rounds", "1",
+    proc = warm_python.run([sys.executable, str(root / "benchmarks" / "threads.py"), "--num-envs", "8", "--rounds", "1",
                            "--seconds", "0.05", "--out", str(out)], capture_output=True, text=True, cwd=root, timeout=300)
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()

@@ -8,7 +8,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -20,6 +19,7 @@ from proxima import checkpoint as ckpt
 from proxima import cli
 from proxima.config import PPOConfig, from_dict
 from proxima.trainer import Trainer, train
+import warm_python
 
 STEPS = 64  # 4 envs x 16 steps per iteration
 
@@ -175,7 +175,7 @@ def test_file_that_runs_code_on_unpickle_is_refused_and_runs_nothing(tmp_path, g
 
     # the CLI, in a fresh process: exit 2, one line naming the file, nothing run
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "-m", "proxima", "eval", str(evil)], capture_output=True, text=True,
+    out = warm_python.run([sys.executable, "-m", "proxima", "eval", str(evil)], capture_output=True, text=True,
                          cwd=tmp_path, env=env, timeout=120)
     assert out.returncode == 2, out.stderr
     line = one_error_line(out.stderr, "proxima eval")

@@ -19,6 +19,7 @@ from proxima import checkpoint as ckpt
 from proxima import cli
 from proxima.config import FIELDS
 from proxima.logger import CSV_COLUMNS
+import warm_python
 
 TAGS = ["charts/episodic_return", "charts/SPS", "charts/learning_rate", "losses/policy_loss", "losses/value_loss",
         "losses/entropy", "losses/approx_kl", "losses/clipfrac", "losses/explained_variance"]
@@ -34,7 +35,7 @@ def help_text(command: str, capsys) -> str:
 
 def proxima_cmd(*args: str, cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, "-m", "proxima", *args], cwd=cwd, env=env, capture_output=True,
+    return warm_python.run([sys.executable, "-m", "proxima", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -306,7 +307,7 @@ def test_output_into_a_closed_pipe_is_quiet():
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "proxima", "presets"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = warm_python.Popen([sys.executable, "-m", "proxima", "presets"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()  # the reader is gone before the table is written (start-up takes a second)
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141, err

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -23,6 +22,7 @@ from proxima import checkpoint as ckpt
 from proxima.config import ConfigError, PPOConfig
 from proxima.population import Population, member_configs
 from proxima.population_run import resume_population
+import warm_python
 
 #: CartPole whose copies reset with seeds 3..4 (member 1's rows of a --seeds 1-2 population of 2 envs
 #: each: the rows are seeded 1..4) return NaN observations from their 12th step on
@@ -230,7 +230,7 @@ HOOKED = textwrap.dedent("""
 
 def _hooked(tmp_path: Path, where: str, signum: int, *argv: str) -> tuple[int, str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, "-c", HOOKED, where, signal.Signals(signum).name, *argv], cwd=tmp_path, env=env,
+    proc = warm_python.run([sys.executable, "-c", HOOKED, where, signal.Signals(signum).name, *argv], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     return proc.returncode, proc.stderr
 

@@ -26,6 +26,7 @@ from proxima import checkpoint as ckpt
 from proxima import cli, rundir
 from proxima.logger import CSV_COLUMNS
 from cli_helpers import error_line, run_main
+import warm_python
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +38,7 @@ SMALL = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--up
 
 def proxima_cmd(*args: str, cwd: Path, timeout: int = 180) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "proxima", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return warm_python.run([sys.executable, "-m", "proxima", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def read_csv(run_dir: Path) -> list[dict]:
@@ -176,7 +177,7 @@ def test_resume_writes_a_header_into_an_empty_or_cut_metrics_csv(tmp_path, capsy
 
 
 def sleeper() -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    return warm_python.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 
 
 def write_lock(run_dir: Path, pid: int, **extra) -> None:
@@ -258,7 +259,7 @@ def test_a_reused_pid_does_not_keep_a_lock_alive():
 def test_resume_of_a_run_that_is_still_training_is_refused(tmp_path):
     """Two real processes: a long run holds its directory; `proxima resume` on it exits 2 naming the pid."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "PYTHONPATH": str(ROOT)}
-    first = subprocess.Popen([sys.executable, "-m", "proxima", "train", "CartPole-v1", "--run-dir", "run", "--num-envs", "4",
+    first = warm_python.Popen([sys.executable, "-m", "proxima", "train", "CartPole-v1", "--run-dir", "run", "--num-envs", "4",
                               "--num-steps", "16", "--total-timesteps", "10000000", "--checkpoint-every", "1", "--no-progress"],
                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:

@@ -17,6 +17,7 @@ import pytest
 
 from proxima import checkpoint as ckpt
 from cli_helpers import stop
+import warm_python
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -54,7 +55,7 @@ def wait_for_rows(proc: subprocess.Popen, run_dir: Path, more_than: int, timeout
 def signal_after_rows(args: list, cwd: Path, watch: Path, more_than: int, signum: int) -> tuple[int, str]:
     """Run ``proxima ARGS`` until ``watch``/metrics.csv has more than ``more_than`` rows, then send
     ``signum``: (exit code, stderr)."""
-    proc = subprocess.Popen([sys.executable, "-m", "proxima", *args], cwd=cwd, env=env(),
+    proc = warm_python.Popen([sys.executable, "-m", "proxima", *args], cwd=cwd, env=env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_rows(proc, watch, more_than)
     return stop(proc, signum)
@@ -115,7 +116,7 @@ def test_second_sigint_exits_at_once_and_the_last_checkpoint_stays_loadable(tmp_
     script.write_text(SECOND_SIGINT_MID_WRITE)
     cmd = [sys.executable, str(script), "train", "CartPole-v1", "--total-timesteps", "100000", "--num-steps", "32",
            "--run-dir", str(run_dir), "--no-progress", "--checkpoint-every", "1", "--eval-episodes", "0"]
-    out = subprocess.run(cmd, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=180)
+    out = warm_python.run(cmd, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=180)
     assert out.returncode == 130, out.stderr
     assert "second interrupt, exiting now (last checkpoint kept)" in out.stderr
     assert "still running" not in out.stderr and "Traceback" not in out.stderr
@@ -250,7 +251,7 @@ def test_a_signal_to_the_whole_process_group_of_an_async_run_stops_it_cleanly(tm
     args = ["train", "CartPole-v1", "--backend", "gymnasium", "--vector", "async", "--num-envs", "2", "--num-steps", "128",
             "--total-timesteps", "10000000", "--eval-episodes", "0", "--threads", "1", "--run-dir", str(run_dir),
             "--no-progress", "--checkpoint-every", "1"]
-    proc = subprocess.Popen([sys.executable, "-m", "proxima", *args], cwd=tmp_path, env=env(), start_new_session=True,
+    proc = warm_python.Popen([sys.executable, "-m", "proxima", *args], cwd=tmp_path, env=env(), start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_rows(proc, run_dir, 1)
     os.killpg(proc.pid, signum)

@@ -6,12 +6,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
+
+import warm_python  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -54,8 +55,8 @@ def tiny_cfg(assets):
 def torchrun(*args):
     """``torchrun --nproc-per-node 2 -m ARGS`` on CPU (gloo); fails the test with the stderr tail."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONFAULTHANDLER": "1"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", *args], capture_output=True, text=True, timeout=180, env=env)
+    proc = warm_python.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                            "-m", *args], capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 

@@ -4,13 +4,13 @@
 import json
 import os
 import shutil
-import subprocess
 import sys
 from types import SimpleNamespace
 
 import pytest
 import yaml
 from distributed_helpers import RecordingPopen, record_launches
+import warm_python
 
 
 def test_two_processes_train_data_parallel_and_stay_in_sync(assets, ddp_run):
@@ -118,7 +118,7 @@ def test_proxima_resume_continues_a_two_process_run_with_two(ddp_run, tmp_path):
     """The real launcher: `proxima resume RUN --steps 3` of the 2-process run trains step 3 with 2 processes."""
     run_dir = shutil.copytree(ddp_run, tmp_path / "ddp")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    res = subprocess.run([sys.executable, "-m", "proxima", "resume", str(run_dir), "--steps", "3"], capture_output=True,
+    res = warm_python.run([sys.executable, "-m", "proxima", "resume", str(run_dir), "--steps", "3"], capture_output=True,
                          text=True, timeout=180, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "is an RLHF run of 2 processes: resuming with 2 processes" in res.stderr

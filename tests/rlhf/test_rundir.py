@@ -14,6 +14,7 @@ from proxima.rlhf import loop, resume, rundir, train_rlhf
 from proxima.rlhf.config import ConfigError
 from proxima.rlhf.rundir import list_checkpoints, read_metrics
 from proxima.rlhf.trainer import RLHFTrainer
+import warm_python
 
 
 def test_two_runs_with_the_same_default_name_get_two_directories(tiny_cfg, tmp_path, monkeypatch):
@@ -450,8 +451,8 @@ def test_a_real_sigkill_mid_run_then_resume_leaves_every_step_logged_once(assets
             "--reward", "proxima.rlhf.demo:keyword_sentiment", "--run-dir", str(run_dir), "--batch-size", "4",
             "--max-new-tokens", "4", "--update-epochs", "1", "--steps", "400", "--checkpoint-every", "3",
             "--sample-every", "1", "--samples-logged", "2", "--print-every", "0", "--no-plot"]
-    proc = subprocess.Popen(args, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = warm_python.Popen(args, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 120
         while not (run_dir / "checkpoints" / "step_000006.pt").exists() and proc.poll() is None and time.time() < deadline:

@@ -15,6 +15,7 @@ import torch
 
 from proxima.rlhf import rundir
 from proxima.rlhf.rundir import read_metrics
+import warm_python
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -46,7 +47,7 @@ def test_sigterm_stops_after_the_step_with_143_and_the_resume_ends_as_an_uninter
     assert line == (f"proxima: stopped by SIGTERM; checkpoint: {tmp_path / 'run' / 'checkpoints' / 'step_000002.pt'}; "
                     f"continue with: proxima resume {tmp_path / 'run'}"), stopped.stderr[-3000:]
     assert "Traceback" not in stopped.stderr
-    resumed = subprocess.run([sys.executable, "-m", "proxima", "resume", str(tmp_path / "run"), "--trust-run"],
+    resumed = warm_python.run([sys.executable, "-m", "proxima", "resume", str(tmp_path / "run"), "--trust-run"],
                              env=_env(), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert read_metrics(tmp_path / "run")["step"] == [1.0, 2.0, 3.0, 4.0]

@@ -14,10 +14,12 @@ import shlex
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
 
+import warm_python
 from tests.static.test_docker import tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,7 +153,7 @@ def test_the_compile_tests_run_last_and_only_there(tmp_path):
     assert len(runs) == 2
     summary = (out / "summary.txt").read_text().splitlines()
     assert summary[-1].startswith("pytest-cuda-compile: exit 0")
-    first, last = (selected_by(argv[2:]) for argv in runs)
+    first, last = selected_by(*(argv[2:] for argv in runs))
     assert last and all("compile+graphs" in t for t in last), last
     assert first and not first & last and not any("compile+graphs" in t for t in first)
     assert any("[graphs-CartPole-v1]" in t for t in first)  # the graphed-equals-eager tests stay in the first run
@@ -218,28 +220,47 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 _SELECTED: dict = {}
+_STARTED: dict = {}  # argv -> (process, its stdout file): collections started ahead, beside each other
 
 
-def selected_by(argv: list) -> set:
-    """The node ids ``pytest ARGV`` would run (its -m/-k applied), collected once per ARGV for this module:
-    each collection imports the whole suite (~15 s on 2 cores), and two tests ask for the same two."""
+def _start_selection(argv: list) -> None:
     key = tuple(argv)
-    if key not in _SELECTED:
+    if key not in _SELECTED and key not in _STARTED:
+        out = tempfile.TemporaryFile("w+")
         # -qq: with the step's -v, node ids one per line (as -q alone lists them)
-        proc = subprocess.run([sys.executable, "-m", "pytest", *argv, "--collect-only", "-qq"], cwd=ROOT,
-                              capture_output=True, text=True, timeout=600)
-        _SELECTED[key] = {line.strip() for line in proc.stdout.splitlines() if "::" in line}
-    return _SELECTED[key]
+        proc = warm_python.Popen([sys.executable, "-m", "pytest", *argv, "--collect-only", "-qq"], cwd=ROOT,
+                                 stdout=out, stderr=subprocess.DEVNULL, text=True)
+        _STARTED[key] = (proc, out)
 
 
-def collect(tmp_path: Path, argv: list, name: str) -> list:
-    """[{id, gpu, skips_without_cuda}] of every test ``pytest ARGV`` collects (before any -m/-k), CUDA hidden."""
+def selected_by(*argvs: list) -> list:
+    """[the node ids ``pytest ARGV`` would run (its -m/-k applied)] for each ARGV, collected once per ARGV for
+    this module, the collections side by side: each imports the whole suite (~10 s on 2 cores), and two tests
+    ask for the same two."""
+    for argv in argvs:
+        _start_selection(argv)
+    for argv in argvs:
+        key = tuple(argv)
+        if key in _STARTED:
+            proc, out = _STARTED.pop(key)
+            proc.wait(timeout=600)
+            out.seek(0)
+            _SELECTED[key] = {line.strip() for line in out.read().splitlines() if "::" in line}
+            out.close()
+    return [_SELECTED[tuple(argv)] for argv in argvs]
+
+
+def collect(tmp_path: Path, argv: list, name: str, beside: tuple = ()) -> list:
+    """[{id, gpu, skips_without_cuda}] of every test ``pytest ARGV`` collects (before any -m/-k), CUDA hidden;
+    the selections of ``beside`` (argv lists for selected_by) are collected meanwhile."""
     (tmp_path / "hide_cuda_plugin.py").write_text(HIDE_CUDA)
     out = tmp_path / f"{name}.json"
     env = {**os.environ, "COLLECTED_JSON": str(out), "PYTHONPATH": os.pathsep.join(
         [str(tmp_path), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "hide_cuda_plugin", *argv],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    for other in beside:
+        _start_selection(other)
+    proc = warm_python.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "hide_cuda_plugin", *argv],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -251,18 +272,18 @@ def test_every_test_that_needs_cuda_is_marked_gpu_and_runs_in_the_session(tmp_pa
     reason) carries the `gpu` marker, and the session's two pytest steps together run exactly the
     `gpu` tests, each once. (A test that calls pytest.skip() in its body is not seen here: use the
     marker and skipif.)"""
-    everything = collect(tmp_path, ["-p", "no:cacheprovider", "tests"], "all")
+    r, out = run_session(tmp_path / "session")
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = [argv[2:] for argv in stub_calls(out) if argv[:2] == ["-m", "pytest"]]
+    assert len(runs) == 2 and all(run[run.index("-m") + 1] == "gpu and not slow" for run in runs), runs
+    everything = collect(tmp_path, ["-p", "no:cacheprovider", "tests"], "all", beside=runs)
     unmarked = [x["id"] for x in everything if x["skips_without_cuda"] and not x["gpu"]]
     assert not unmarked, f"tests that skip without CUDA but lack @pytest.mark.gpu: {unmarked}"
     gpu = {x["id"] for x in everything if x["gpu"]}
     assert {"tests/unit/test_accel.py::test_fp16_checkpoint_holds_grad_scaler_state",
             "tests/unit/test_doctor.py::test_gpu_machine_reports_gpus",
             "tests/unit/test_doctor.py::test_cli_require_cuda_passes_on_gpu"} <= gpu
-    r, out = run_session(tmp_path / "session")
-    assert r.returncode == 0, r.stdout + r.stderr
-    runs = [argv[2:] for argv in stub_calls(out) if argv[:2] == ["-m", "pytest"]]
-    assert len(runs) == 2 and all(run[run.index("-m") + 1] == "gpu and not slow" for run in runs), runs
-    selected = [selected_by(argv) for argv in runs]
+    selected = selected_by(*runs)
     assert not selected[0] & selected[1]
     assert selected[0] | selected[1] == gpu, (gpu - (selected[0] | selected[1]), (selected[0] | selected[1]) - gpu)
 

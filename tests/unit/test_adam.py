@@ -1,13 +1,13 @@
 """adam.Adam: torch.optim.Adam(fused=True)'s numbers and checkpoint layout, without importing torch._dynamo."""
 
 import copy
-import subprocess
 import sys
 
 import pytest
 import torch
 
 from proxima.adam import Adam
+import warm_python
 
 
 def _params(seed=0):
@@ -164,6 +164,6 @@ def test_training_does_not_import_the_compiler():
         "t.train_iteration(); t.train_iteration(); t.optimizer.load_state_dict(t.state_dict()['optimizer'])\n"
         "print('torch._dynamo' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = warm_python.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False"

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import warm_python
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -395,7 +396,7 @@ def test_section_updates_replace_only_the_run_s_own_section_and_survive_sigkill(
             f"s = tables.Section({str(out)!r}, 'x.py')\n"
             "s.update('## run\\n\\nrow 1\\n'); s.update('## run\\n\\nrow 1\\nrow 2\\n')\n"
             "os.kill(os.getpid(), signal.SIGKILL)\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=60)
+    proc = warm_python.run([sys.executable, "-c", code], cwd=ROOT, timeout=60)
     assert proc.returncode == -9
     assert section_of(out) == "## run\n\nrow 1\nrow 2\n"
     assert [p.name for p in tmp_path.iterdir()] == ["results.md"]  # no temporary file left

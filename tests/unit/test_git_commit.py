@@ -11,6 +11,7 @@ import pytest
 
 import proxima
 from proxima.train_state import git_commit
+import warm_python
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -73,7 +74,7 @@ def test_a_copy_inside_another_projects_checkout_does_not_record_that_projects_c
     monkeypatch.delenv("PROXIMA_GIT_COMMIT", raising=False)
     monkeypatch.delenv("GIT_DIR", raising=False)
     code = "from proxima.train_state import git_commit; print(git_commit())"
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+    out = warm_python.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(package.parent)})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "None"
@@ -90,7 +91,7 @@ def _git_record_of(package_parent: Path, tmp_path: Path, **env) -> dict:
 
     code = "import json; from proxima.train_state import git_record; print(json.dumps(git_record()))"
     base = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "PROXIMA_GIT_COMMIT")}
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+    out = warm_python.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                          env={**base, "PYTHONPATH": str(package_parent), **env})
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from cli_helpers import run_main
+import warm_python
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NO_CKPT = "no checkpoint was written yet (--checkpoint-every N writes one every N iterations)"
@@ -69,7 +70,7 @@ def isolated(args: list, tmp_path, timeout: int = 60) -> subprocess.CompletedPro
     """``python ARGS`` with tests/fixtures on the path, in a process group of its own: a hang fails
     the test after ``timeout`` seconds (its processes killed) instead of blocking the suite."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, *args], cwd=tmp_path, env=env, start_new_session=True,
+    proc = warm_python.Popen([sys.executable, *args], cwd=tmp_path, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=timeout)

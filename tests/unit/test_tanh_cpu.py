@@ -10,6 +10,7 @@ from torch import nn
 from proxima import mlp_cpu, tanh_cpu
 from proxima.config import ConfigError
 from proxima.nets import mlp
+import warm_python
 
 
 @pytest.fixture
@@ -160,17 +161,16 @@ def test_plain_nn_tanh_stays_torch_tanh_in_the_kernel(sigmoid_mode):
 
 def test_the_cli_refuses_a_bad_override_in_one_line(tmp_path):
     import os
-    import subprocess
     import sys
 
     env = dict(os.environ, PROXIMA_CPU_TANH="fast")
-    proc = subprocess.run([sys.executable, "-m", "proxima", "train", "CartPole-v1", "--run-dir", str(tmp_path / "run")],
+    proc = warm_python.run([sys.executable, "-m", "proxima", "train", "CartPole-v1", "--run-dir", str(tmp_path / "run")],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "proxima train: error: PROXIMA_CPU_TANH='fast': must be one of torch, sigmoid, numpy (or unset: chosen by CPU)"]
     assert not (tmp_path / "run").exists()
     # doctor reports it instead of refusing to run
-    proc = subprocess.run([sys.executable, "-m", "proxima", "doctor"], capture_output=True, text=True, env=env, timeout=120)
+    proc = warm_python.run([sys.executable, "-m", "proxima", "doctor"], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "probe cpu_tanh failed: ConfigError: PROXIMA_CPU_TANH='fast': must be one of" in proc.stdout
