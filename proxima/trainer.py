@@ -553,9 +553,9 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             return TrainingInterrupted(e.signum, last, "before training started; the run is as its last checkpoint left it; "
                                        + checkpoint_line(last))
         if trainer is None and resume is not None and not dctx.is_main:
-            # a torchrun rank still learning from rank 0 what the resume continues: rank 0, which holds the
-            # run's lock, says what was kept
-            return TrainingInterrupted(e.signum, None, "before training started")
+            # a torchrun rank still learning from rank 0 what the resume continues (a resume changes nothing
+            # before it trains): rank 0, which holds the run's lock and reads its checkpoints, names the checkpoint
+            return TrainingInterrupted(e.signum, None, "before training started; the run is as its last checkpoint left it")
         if trainer is None or (trainer.iteration == 0 and not resumed):
             session.discard_fresh()  # a new run stopped before it trained: nothing is kept, no half run
             return TrainingInterrupted(e.signum, None, "before training started; nothing was kept")

@@ -39,9 +39,10 @@ def test_a_resume_stopped_while_its_envs_are_built_leaves_the_run_as_it_was_on_e
     assert res.returncode == 128 + signal.SIGTERM, res.stderr[-3000:]
     lines = [line for line in res.stderr.splitlines() if line.startswith("proxima: stopped by SIGTERM")]
     assert len(lines) == 2, res.stderr[-3000:]  # one per rank
-    for line in lines:
+    for line in lines:  # (a rank still learning from rank 0 what the resume continues leaves the checkpoint to rank 0)
         assert line.startswith("proxima: stopped by SIGTERM; before training started; the run is as its last checkpoint "
-                               "left it; checkpoint: "), res.stderr[-3000:]
+                               "left it"), res.stderr[-3000:]
+    assert any("left it; checkpoint: " in line for line in lines), res.stderr[-3000:]
     assert "nothing was kept" not in res.stderr and "Traceback" not in res.stderr
     assert sorted(p.name for p in (tmp_path / "R" / "checkpoints").iterdir()) == before
     assert not (tmp_path / "R" / ".proxima.lock").exists()
