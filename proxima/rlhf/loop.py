@@ -317,9 +317,10 @@ def save_checkpoint(t, run_dir: Path) -> None:
                   "opt_value": t.opt_value.state_dict() if t.critic else {}}
     state = {"format": CHECKPOINT_FORMAT, "step": t.step, "seconds": t.seconds, "ranks": ranks, "fsdp": t.cfg.fsdp,
              **models, "kl": t.kl_ctl.state_dict(), "prompts": {"count": len(t.prompts), "sha256": t.prompts_sha256},
-             "initial_policy": {"weights": t.policy_fingerprint, "vocab_sha256": t.vocab_sha256},
-             "reward_models": [{"path": m.path, "weights": m.fingerprint, "vocab_sha256": m.vocab_sha256}
-                               for m in t.reward.models]}
+             "initial_policy": {"weights": t.policy_fingerprint, "vocab_sha256": t.vocab_sha256,
+                                "chat_template_sha256": t.template_sha256},
+             "reward_models": [{"path": m.path, "weights": m.fingerprint, "vocab_sha256": m.vocab_sha256,
+                                "chat_template_sha256": m.template_sha256} for m in t.reward.models]}
     rundir.save_checkpoint(run_dir, t.step, state, t.cfg.keep_checkpoints)
 
 
@@ -384,18 +385,24 @@ def _check_same_initial_policy(t, file: Path, state: dict) -> None:
     recorded = state.get("initial_policy")
     if not isinstance(recorded, dict):
         return
-    _check_same_model(recorded, t.policy_fingerprint, t.vocab_sha256, f"--policy {t.cfg.policy}", t.tokenizer_source, file)
+    _check_same_model(recorded, t.policy_fingerprint, t.vocab_sha256, t.template_sha256, f"--policy {t.cfg.policy}",
+                      t.tokenizer_source, file)
 
 
-def _check_same_model(recorded: dict, weights: str, vocab_sha256: str, folder: str, tokenizer: str, file: Path) -> None:
-    """ConfigError naming ``folder`` (or ``tokenizer``) when the weights (or the tokenizer's vocabulary)
-    loaded now differ from those ``recorded`` in checkpoint ``file``."""
+def _check_same_model(recorded: dict, weights: str, vocab_sha256: str, template_sha256: str, folder: str, tokenizer: str,
+                      file: Path) -> None:
+    """ConfigError naming ``folder`` (or ``tokenizer``) when the weights (or the tokenizer's vocabulary or
+    chat template) loaded now differ from those ``recorded`` in checkpoint ``file``. (The chat template
+    is recorded since 2026-12-03: an older checkpoint's is not checked.)"""
     if recorded.get("weights") != weights:
         raise ConfigError(f"{folder}: its weights differ from those checkpoint {file.stem} was written with; restore "
                           f"them or start a new run")
     if recorded.get("vocab_sha256") != vocab_sha256:
         raise ConfigError(f"{tokenizer}: its tokenizer's vocabulary differs from the one checkpoint {file.stem} was "
                           f"written with; restore it or start a new run")
+    if "chat_template_sha256" in recorded and recorded["chat_template_sha256"] != template_sha256:
+        raise ConfigError(f"{tokenizer}: its tokenizer's chat template differs from the one checkpoint {file.stem} was "
+                          f"written with (conversation prompts would render as other texts); restore it or start a new run")
 
 
 def _check_same_reward_models(t, file: Path, state: dict) -> None:
@@ -413,7 +420,8 @@ def _check_same_reward_models(t, file: Path, state: dict) -> None:
                           f"resume loads {len(models)}; restore the --reward folders or start a new run")
     for entry, m in zip(recorded, models):
         entry = entry if isinstance(entry, dict) else {}
-        _check_same_model(entry, m.fingerprint, m.vocab_sha256, f"--reward {m.path}", f"--reward {m.path}", file)
+        _check_same_model(entry, m.fingerprint, m.vocab_sha256, m.template_sha256, f"--reward {m.path}", f"--reward {m.path}",
+                          file)
 
 
 def trainable_state(model: torch.nn.Module) -> dict:

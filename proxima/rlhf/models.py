@@ -252,6 +252,13 @@ def vocabulary_sha256(tokenizer) -> str:
     return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()
 
 
+def chat_template_sha256(tokenizer) -> str:
+    """sha256 of a tokenizer's chat template (None, one template, or named ones): conversation prompts
+    are rendered through it, so another template trains on other texts with the same vocabulary."""
+    template = getattr(tokenizer, "chat_template", None)
+    return hashlib.sha256(json.dumps(template, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
+
+
 def check_causal(model: nn.Module, spec: str) -> None:
     """ConfigError unless the logits at a position ignore every later token, probed with two forwards of 4
     tokens that differ in the last one only.

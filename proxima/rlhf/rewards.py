@@ -28,7 +28,7 @@ from typing import Callable, Optional
 import torch
 
 from .config import ConfigError
-from .models import (load_pretrained, max_positions, tokenizer_from_dir, use_fused_gelu, vocabulary_sha256,
+from .models import (chat_template_sha256, load_pretrained, max_positions, tokenizer_from_dir, use_fused_gelu, vocabulary_sha256,
                      weights_fingerprint)
 
 
@@ -225,6 +225,7 @@ class RewardModel:
         # (loop._check_same_reward_models), as a changed folder would change the objective
         self.fingerprint = weights_fingerprint(model)
         self.vocab_sha256 = vocabulary_sha256(self.tokenizer)
+        self.template_sha256 = chat_template_sha256(self.tokenizer)
         self.model = use_fused_gelu(model).to(device).eval()
         self.model.requires_grad_(False)
         if self.tokenizer.pad_token_id is None:

@@ -35,7 +35,7 @@ from .masked import masked_mean, masked_sum, masked_whiten
 from ..device import resolve_device
 from .models import (DTYPES, apply_lora, enable_checkpointing, end_ids, load_policy, logprobs_and_entropy,
                      make_reference, make_value_model, max_positions, read_tokenizer, response_logits, token_logprobs,
-                     training_tokenizer, vocabulary_sha256, weights_fingerprint)
+                     training_tokenizer, vocabulary_sha256, weights_fingerprint, chat_template_sha256)
 from .rewards import RewardBatch, load_rewards
 
 
@@ -82,6 +82,7 @@ class RLHFTrainer:
         # under the adapter) and the tokenizer from their folders again, and checks them by these
         self.policy_fingerprint = weights_fingerprint(policy)
         self.vocab_sha256 = vocabulary_sha256(self.tokenizer_as_loaded)
+        self.template_sha256 = chat_template_sha256(self.tokenizer_as_loaded)
         self.tokenizer_source = f"{tokenizer_flag} {tokenizer_dir}"  # for the resume's message
         self.ref = make_reference(policy, cfg.lora)
         if cfg.lora:

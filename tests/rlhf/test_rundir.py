@@ -304,7 +304,8 @@ def test_a_full_disk_while_a_run_finishes_is_one_line_and_resume_finishes_it(nam
     assert loop.is_finished(run_dir, 2) and (run_dir / "curve.png").is_file()
 
 
-@pytest.mark.parametrize("change", ["the release over the policy folder", "another LoRA base", "another tokenizer"])
+@pytest.mark.parametrize("change", ["the release over the policy folder", "another LoRA base", "another tokenizer",
+                                    "another chat template"])
 def test_a_resume_refuses_a_policy_folder_that_changed_since_the_checkpoint(change, tiny_cfg, assets, tmp_path, capsys):
     """Checkpoints hold the trained weights only: the frozen reference (with LoRA, the base) is loaded from
     --policy again, and must be what the run started from."""
@@ -321,6 +322,13 @@ def test_a_resume_refuses_a_policy_folder_that_changed_since_the_checkpoint(chan
         shutil.copytree(run_dir / "policy", sft)
     elif change == "another LoRA base":
         save_gpt2(sft, seed=7)
+    elif change == "another chat template":  # same vocabulary: conversation prompts would render as other texts
+        from transformers import AutoTokenizer
+
+        shutil.copytree(assets / "model", sft)
+        tok = AutoTokenizer.from_pretrained(sft)
+        tok.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+        tok.save_pretrained(sft)
     else:  # as many tokens, other ids
         shutil.copytree(assets / "model", sft)
         word_tokenizer(reverse=True).save_pretrained(sft)
@@ -330,6 +338,10 @@ def test_a_resume_refuses_a_policy_folder_that_changed_since_the_checkpoint(chan
     if change == "another tokenizer":
         assert err == (f"proxima resume: error: --policy {sft}: its tokenizer's vocabulary differs from the one checkpoint "
                        f"step_000002 was written with; restore it or start a new run")
+    elif change == "another chat template":
+        assert err == (f"proxima resume: error: --policy {sft}: its tokenizer's chat template differs from the one checkpoint "
+                       f"step_000002 was written with (conversation prompts would render as other texts); restore it or "
+                       f"start a new run")
     else:
         assert err == (f"proxima resume: error: --policy {sft}: its weights differ from those checkpoint step_000002 "
                        f"was written with; restore them or start a new run")
