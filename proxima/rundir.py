@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -229,11 +230,47 @@ class RunLock:
 
 # ------------------------------------------------------------------------------------------------
 def holds_files(run_dir: Path) -> bool:
-    """True when ``run_dir`` exists and holds anything besides a lock file."""
+    """True when ``run_dir`` exists and holds anything besides a lock file (and what a process killed
+    while it took the lock left: lock_leftover)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return run_dir.exists()
-    return any(p.name != LOCK_NAME for p in run_dir.iterdir())
+    return any(p.name != LOCK_NAME and not lock_leftover(p.name) for p in run_dir.iterdir())
+
+
+_LEFTOVER = re.compile(rf"^{re.escape(LOCK_NAME)}\.(?:(\d+)\.[A-Za-z0-9_]+\.tmp|stale\.(\d+))$")
+
+
+def lock_leftover(name: str) -> bool:
+    """Whether ``name`` is a lock's temp file (_write_new_file) or a stale lock moved aside (_take_over)
+    of a process that no longer runs on this machine: what a SIGKILL in those microseconds leaves, which
+    is no one's data and must not make the folder "not empty". (A process of the same pid on another
+    machine sharing the folder is taken as alive: it may be taking the lock now.)"""
+    m = _LEFTOVER.match(name)
+    if not m:
+        return False
+    pid = int(m.group(1) or m.group(2))
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False
+
+
+def _remove_leftovers(run_dir: Path) -> None:
+    """Remove lock_leftover files (under the run's own lock: no process can be making one now here)."""
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return
+    for name in names:
+        if lock_leftover(name):
+            try:
+                os.unlink(os.path.join(run_dir, name))
+            except OSError:
+                pass
 
 
 def move_aside(run_dir: Path) -> Path:
@@ -293,7 +330,7 @@ def recorded_kind(path: "Path | str", strict: bool = False) -> Optional[str]:
 
 
 def not_empty_message(run_dir: Path) -> str:
-    names = sorted(p.name for p in Path(run_dir).iterdir() if p.name != LOCK_NAME)[:4]
+    names = sorted(p.name for p in Path(run_dir).iterdir() if p.name != LOCK_NAME and not lock_leftover(p.name))[:4]
     if not holds_a_run(run_dir):
         return (f"{run_dir} is not empty ({', '.join(names)}...) and holds no Proxima run (no meta.json of one beside its "
                 "config.yaml or metrics.csv); choose another --run-dir, or --overwrite to move it aside and start there")
@@ -393,6 +430,7 @@ class RunSession:
         if holds_files(run_dir):  # another process started a run here between the check and the lock
             lock.release()
             raise RunDirError(not_empty_message(run_dir))
+        _remove_leftovers(run_dir)
         self.lock, self.created = lock, run_dir
 
     def discard_fresh(self) -> None:

@@ -555,3 +555,25 @@ def test_each_resume_is_recorded_in_meta_json(tmp_path, capsys, finished_run):
     assert code == 0, err
     assert "meta.json: resumes is not a list (a dict)" in err and steps(run_dir)[-1] == 384
     assert json.loads((run_dir / "meta.json").read_text())["resumes"] == {"edited": True}
+
+
+def test_what_a_kill_while_locking_left_does_not_make_the_folder_not_empty(tmp_path, capsys):
+    """A SIGKILL in the microseconds a process takes the lock leaves its temp file (.proxima.lock.<pid>.<hex>.tmp)
+    or a stale lock it moved aside (.proxima.lock.stale.<pid>): the same command was then refused, "not empty".
+    A dead process's leftovers are no one's data: the run starts and removes them; a live process's are a
+    run starting there, and still refuse."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    run_dir = tmp_path / "R"
+    run_dir.mkdir()
+    leftovers = [f".proxima.lock.{gone.pid}.0a1b2c3d4e5f.tmp", f".proxima.lock.stale.{gone.pid}"]
+    for name in leftovers:
+        (run_dir / name).write_text('{"pid": %d}' % gone.pid)
+    code, _, err = run_main(["train", "CartPole-v1", "--run-dir", str(run_dir), *SMALL], capsys)
+    assert code == 0, err
+    assert (run_dir / "config.yaml").is_file() and not any((run_dir / n).exists() for n in leftovers)
+    live = tmp_path / "L"
+    live.mkdir()
+    (live / f".proxima.lock.{os.getpid()}.0a1b2c3d4e5f.tmp").write_text("{}")
+    code, _, err = run_main(["train", "CartPole-v1", "--run-dir", str(live), *SMALL], capsys)
+    error_line(code, err, "is not empty", f".proxima.lock.{os.getpid()}.0a1b2c3d4e5f.tmp")
