@@ -167,7 +167,7 @@ def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
 
     given = cfg.run_dir
     run_dir = Path(given) if given else rundir.default_run_dir(cfg.seed, "rlhf-demo")
-    claimed, existed, new_parents = False, True, []  # what a failure takes back (below): nothing yet
+    claimed, existed, demo_existed, new_parents = False, True, True, []  # what a failure takes back (below): nothing yet
     outside = OutsideLoop()  # SIGINT/SIGTERM before PPO's loop (train_rlhf installs its own): TrainingInterrupted at once
     try:
         outside.__enter__()
@@ -178,6 +178,7 @@ def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
         # a bad --reward is reported before the pretraining
         load_rewards(reward_specs(cfg), cfg.reward_weights, torch.device("cpu"), import_path=cfg.reward_import_path)
         existed = run_dir.exists()
+        demo_existed = (run_dir / "demo").exists()  # a user's own demo/ in a --run-dir that was there: never removed
         # the folders above the run directory that the demo creates (runs/, or a --run-dir's new parents): taken
         # back too on failure, when empty; deepest first
         new_parents = [p for p in run_dir.absolute().parents if not p.exists()]
@@ -197,7 +198,10 @@ def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
         # longer than the model's positions, a LoRA target that is not there), or train_rlhf took them back (a
         # stop or an error before its first step): take back the demo's own files too. A run that trained keeps all.
         if claimed and not (run_dir / "config.yaml").exists():
-            shutil.rmtree(run_dir if not existed or not given else run_dir / "demo", ignore_errors=True)
+            if not existed or not given:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            elif not demo_existed:
+                shutil.rmtree(run_dir / "demo", ignore_errors=True)
             for folder in new_parents:
                 try:
                     folder.rmdir()  # only an empty one: another run may have been started there meanwhile

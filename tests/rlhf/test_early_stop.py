@@ -139,3 +139,18 @@ def test_a_resume_stopped_as_it_sets_up_leaves_the_run_as_it_was(assets, tmp_pat
     assert _stop_line(proc.stderr) == (f"proxima: stopped by SIGTERM; before training started; the run is as its last "
                                        f"checkpoint left it; checkpoint: {last}; continue with: proxima resume {run}")
     assert _files(run) == before  # byte for byte, and no lock left
+
+
+def test_a_demo_stopped_in_a_given_run_dir_keeps_a_demo_folder_that_was_there(tmp_path, monkeypatch, capsys):
+    """The demo's files go to RUN/demo/: a stop took back RUN/demo whole, a user's own demo/ folder (in a
+    --run-dir that was there before) with it."""
+    from proxima.rlhf import demo
+    from proxima.rlhf.__main__ import main
+
+    run_dir = tmp_path / "X"
+    (run_dir / "demo").mkdir(parents=True)
+    (run_dir / "demo" / "notes.txt").write_text("mine")
+    (run_dir / "other.txt").write_text("mine too")
+    monkeypatch.setattr(demo, "pretrain", _signal_self(signal.SIGINT))
+    assert main(["--demo", "--demo-pretrain-steps", "1", "--threads", "1", "--run-dir", str(run_dir)]) == 130
+    assert (run_dir / "demo" / "notes.txt").read_text() == "mine" and (run_dir / "other.txt").read_text() == "mine too"
