@@ -58,21 +58,23 @@ def read_csv_lines(path: Path) -> tuple:
     Lines are numbered from 1, as editors number them. OSError when the file cannot be read."""
     lines, bad = [], []
     with open(path, "rb") as f:
-        offset = 0
-        for number, raw in enumerate(f, 1):
+        data = f.read()
+    offset = 0
+    # lines end in \n, \r\n or \r (a CSV saved by another system's spreadsheet), as the csv module reads them
+    for number, raw in enumerate(data.splitlines(keepends=True), 1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            bad.append(BadLine(number, f"not UTF-8 text: byte 0x{raw[e.start]:02x} at offset {offset + e.start}", True))
+        else:
             try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                bad.append(BadLine(number, f"not UTF-8 text: byte 0x{raw[e.start]:02x} at offset {offset + e.start}", True))
+                cells = next(csv.reader((text.rstrip("\r\n"),)), [])
+            except csv.Error as e:
+                bad.append(BadLine(number, f"not CSV: {e}"))
             else:
-                try:
-                    cells = next(csv.reader((text,)), [])
-                except csv.Error as e:
-                    bad.append(BadLine(number, f"not CSV: {e}"))
-                else:
-                    if cells:
-                        lines.append((number, cells))
-            offset += len(raw)
+                if cells:
+                    lines.append((number, cells))
+        offset += len(raw)
     return lines, bad
 
 
@@ -80,6 +82,22 @@ def line_numbers(numbers: list) -> str:
     """Line numbers for a note: 'line 9', 'lines 4, 9, 12' (the first five, then how many more)."""
     shown = ", ".join(map(str, numbers[:5])) + (f" and {len(numbers) - 5} more" if len(numbers) > 5 else "")
     return f"line{'s' if len(numbers) > 1 else ''} {shown}"
+
+
+_NOTED: set = set()
+
+
+def note_skipped(path: Path, stat: os.stat_result, skipped: dict) -> None:
+    """One line on stderr naming the file and the lines of it ({line: why}) that are not metrics rows
+    (plot, report, the RLHF curve and summary), once for a file's content however often it is read."""
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    if key in _NOTED:
+        return
+    _NOTED.add(key)
+    numbers = sorted(skipped)
+    why = f" ({skipped[numbers[0]]})" if len(numbers) == 1 else ""
+    sys.stderr.write(f"proxima: note: {path}: {line_numbers(numbers)}{why} "
+                     f"{'is not a metrics row' if len(numbers) == 1 else 'are not metrics rows'} Proxima wrote; skipped\n")
 
 
 def read_csv_rows(path: Path) -> tuple:

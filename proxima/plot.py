@@ -85,7 +85,7 @@ def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
     metrics.csv, one line for one run and a skipped run with a note among several, usable_runs) or
     it holds no whole row yet.
     """
-    from .logger import line_numbers, read_csv_lines
+    from .logger import line_numbers, note_skipped, read_csv_lines
 
     path = check_run_dir(run_dir) / "metrics.csv"
     try:
@@ -116,7 +116,7 @@ def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
     if not rows:
         raise PlotError(f"{path}: no rows yet (the run logged no iteration)")
     if skipped:
-        _note_skipped(path, stat, skipped)
+        note_skipped(path, stat, skipped)
     columns: dict[str, np.ndarray] = {}
     for j, name in enumerate(header):
         columns[name] = np.array([_to_float(r[j]) for r in rows], dtype=np.float64)
@@ -124,24 +124,6 @@ def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
 
 
 #: (file, modification time, size) of the metrics.csv files whose skipped lines were noted: one note per file
-_NOTED: set = set()
-
-
-def _note_skipped(path: Path, stat: os.stat_result, skipped: dict) -> None:
-    """One line on stderr naming the file and the lines of it that are not metrics rows, once for a
-    file's content however often it is read."""
-    from .logger import line_numbers
-
-    key = (str(path), stat.st_mtime_ns, stat.st_size)
-    if key in _NOTED:
-        return
-    _NOTED.add(key)
-    numbers = sorted(skipped)
-    why = f" ({skipped[numbers[0]]})" if len(numbers) == 1 else ""
-    sys.stderr.write(f"proxima: note: {path}: {line_numbers(numbers)}{why} "
-                     f"{'is not a metrics row' if len(numbers) == 1 else 'are not metrics rows'} Proxima wrote; skipped\n")
-
-
 def _to_float(cell: str) -> float:
     try:
         return float(cell)

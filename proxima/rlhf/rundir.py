@@ -321,17 +321,19 @@ def read_metrics(path: Path) -> dict:
         except (TypeError, ValueError):
             return float("nan")
 
-    from ..logger import line_numbers, read_csv_lines
+    from ..logger import note_skipped, read_csv_lines
 
     file = path / "metrics.csv"
+    stat = file.stat()
     lines, bad = read_csv_lines(file)  # each line on its own: a hand-edited quote costs its line, not the rest
     header = lines[0][1] if lines else []
     last = max([n for n, _ in lines] + [b.line for b in bad], default=0)
     rows = [cells for _, cells in lines[1:] if len(cells) == len(header)]
-    skipped = sorted([b.line for b in bad] + [n for n, cells in lines[1:] if len(cells) != len(header)
-                                              and not (n == last and len(cells) < len(header))])  # (cut short by a kill)
+    skipped = {b.line: b.why for b in bad}
+    skipped.update({n: f"{len(cells)} cell(s), the header has {len(header)}" for n, cells in lines[1:]
+                    if len(cells) != len(header) and not (n == last and len(cells) < len(header))})  # (cut short by a kill)
     if skipped:
-        print(f"proxima: note: {file}: {line_numbers(skipped)} not metrics rows Proxima wrote; skipped", file=sys.stderr)
+        note_skipped(file, stat, skipped)  # once per file content: the curve and the summary both read it
     return {k: [number(r[i]) for r in rows] for i, k in enumerate(header)}
 
 

@@ -172,5 +172,22 @@ def test_rlhf_metrics_skip_a_stray_quote_and_a_short_row_and_keep_the_rest(tmp_p
     (tmp_path / "metrics.csv").write_text("\n".join(rows) + "\n8,0")  # and a last row cut short by a kill
     m = read_metrics(tmp_path)
     assert m["step"] == [1.0, 2.0, 4.0, 5.0, 7.0] and m["objective/kl"] == [0.01, 0.02, 0.04, 0.05, 0.07]
+    assert read_metrics(tmp_path)["step"] == m["step"]  # read again (the curve, then the summary): one note
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "metrics.csv: lines 4, 7 not metrics rows Proxima wrote; skipped" in err[0], err
+    assert len(err) == 1 and "metrics.csv: lines 4, 7 are not metrics rows Proxima wrote; skipped" in err[0], err
+
+
+@pytest.mark.parametrize("end", ["\r", "\n", "\r\n"])
+def test_every_line_ending_reads_every_row(tmp_path, capsys, end):
+    """Lines ending in a lone CR (a CSV saved by a Mac spreadsheet) were one damaged line once lines were
+    read one by one: plot refused the file and a resume kept its header alone."""
+    from proxima.rlhf.rundir import read_metrics as rlhf_metrics
+
+    path = _write(tmp_path / "metrics.csv", _rows(6), end=end)
+    assert read_metrics(tmp_path)["global_step"].tolist() == [128, 256, 384, 512, 640, 768]
+    (tmp_path / "rlhf").mkdir()
+    _write(tmp_path / "rlhf" / "metrics.csv", ["step,objective/kl", "1,0.5", "2,0.25"], end=end)
+    assert rlhf_metrics(tmp_path / "rlhf")["step"] == [1.0, 2.0]
+    truncate_csv(path, 640)
+    assert _steps(path) == [128, 256, 384, 512, 640]
+    assert capsys.readouterr().err == ""
