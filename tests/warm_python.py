@@ -19,6 +19,13 @@ or a PYTHONPATH entry that shadows a module the server holds.
 Tests of start-up itself (an import that fails, a signal while torch imports) must use
 ``subprocess``: the server has imported the real packages already.
 
+What a fork does not reproduce, knowingly: every child has the server's str hash seed (a fresh
+interpreter draws its own; a test that compares two runs for equality should not lean on set
+order); interpreter teardown is skipped after atexit handlers, thread joins, a final flush of
+stdout/stderr and a garbage collection, so a file still referenced from a module global at exit is
+not flushed and __del__ methods do not run then (a fresh interpreter's finalization would); and a
+child is in the server's session and process group unless started with ``start_new_session``.
+
 The server is one process for the test session (a Unix socket in a temporary folder); it ends when
 the test process does (its stdin is a pipe from it).
 """
@@ -44,7 +51,7 @@ PRELOAD = ["numpy", "torch", "torch.nn", "torch.optim", "torch.utils.tensorboard
 #: environment variables the child takes from its request; other differences run a plain subprocess
 CARRIED = {"PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONWARNINGS", "PYTHONFAULTHANDLER", "OMP_NUM_THREADS"}
 READ_AT_START = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "GOMP_", "CUDA", "NCCL", "LD_", "MALLOC_",
-                 "GLIBC_", "NUMPY", "OPENBLAS", "KINETO", "TF_", "TENSORBOARD")
+                 "GLIBC_", "NUMPY", "OPENBLAS", "KINETO", "TF_", "TENSORBOARD", "TQDM_")
 DISABLE = "PROXIMA_TESTS_COLD"  # set (to 1) to start every process fresh, as before
 
 _HEAD = struct.Struct("!i")
@@ -198,6 +205,12 @@ def _place(request: dict, fds: list) -> None:
             numpy.random.seed()  # a fresh interpreter's global NumPy state is its own, not the server's
         except ImportError:
             pass
+        try:
+            import torch
+
+            torch.seed()  # and its torch default generator too: forks of one server would all draw alike
+        except ImportError:
+            pass
     except BaseException:  # noqa: BLE001 -- the program never started: say why, exit 125
         import traceback
 
@@ -209,7 +222,9 @@ def _place(request: dict, fds: list) -> None:
 def _std_streams(unbuffered: bool) -> None:
     """stdin/stdout/stderr as a fresh interpreter opens them on fds 0-2: stdout block-buffered unless
     a terminal or PYTHONUNBUFFERED, stderr line-buffered, stderr's errors backslashreplace."""
-    enc = sys.stdout.encoding if sys.stdout else "utf-8"
+    enc = sys.__stdout__.encoding if sys.__stdout__ else "utf-8"
+    # the error handlers the interpreter chose for this locale (C/POSIX/C.UTF-8: surrogateescape)
+    errs = {name: getattr(getattr(sys, f"__{name}__"), "errors", None) or "strict" for name in ("stdin", "stdout")}
 
     def out(fd: int, errors: str, line: bool):
         raw = io.FileIO(fd, "w", closefd=False)
@@ -217,8 +232,9 @@ def _std_streams(unbuffered: bool) -> None:
         return io.TextIOWrapper(buf, encoding=enc, errors=errors, line_buffering=line or raw.isatty(),
                                 write_through=unbuffered)
 
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding=enc)
-    sys.stdout = sys.__stdout__ = out(1, "strict", False)
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding=enc,
+                                                 errors=errs["stdin"])
+    sys.stdout = sys.__stdout__ = out(1, errs["stdout"], False)
     sys.stderr = sys.__stderr__ = out(2, "backslashreplace", True)
 
 
@@ -226,6 +242,7 @@ def _run(request: dict) -> None:
     """Run the program as ``python`` would. Its end: SystemExit (or none) ends the process as
     interpreter shutdown would, without tearing down the modules (~0.7 s with torch loaded); any other
     exception goes on to the interpreter's top level (a traceback and 1; for KeyboardInterrupt, death by SIGINT)."""
+    import builtins
     import runpy
     import types
 
@@ -240,7 +257,7 @@ def _run(request: dict) -> None:
         else:
             sys.argv = ["-c", *args]
             main = types.ModuleType("__main__")
-            main.__dict__["__builtins__"] = __builtins__
+            main.__dict__["__builtins__"] = builtins
             sys.modules["__main__"] = main
             exec(compile(target, "<string>", "exec"), main.__dict__)  # noqa: S102 -- the test's own code
     except SystemExit as e:
@@ -524,7 +541,9 @@ class Popen:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
+        if exc_type is not None and not issubclass(exc_type, Exception):  # interrupted: as subprocess.Popen's with-block
+            self.kill()
         for stream in (self.stdout, self.stderr, self.stdin):
             if stream is not None:
                 try:
@@ -542,20 +561,15 @@ def run(args, *, input=None, capture_output: bool = False, timeout: Optional[flo
     if input is not None:
         kw["stdin"] = subprocess.PIPE
     proc = Popen(args, **kw)
-    if isinstance(proc, subprocess.Popen):
-        with proc:
-            try:
-                out, err = proc.communicate(input, timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-                raise
-    else:
+    with proc:
         try:
             out, err = proc.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
+            raise
+        except BaseException:  # the test interrupted (pytest-timeout, Ctrl-C): no child left running, as subprocess.run
+            proc.kill()
             raise
     result = subprocess.CompletedProcess(args, proc.returncode, out, err)
     if check:

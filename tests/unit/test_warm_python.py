@@ -125,3 +125,32 @@ def test_what_a_fork_cannot_reproduce_runs_as_a_plain_subprocess(tmp_path):
     out = warm_python.run([sys.executable, "-c", "import torch"], env={**os.environ, "PYTHONPATH": str(shadow)},
                           capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "ImportError: stand-in" in out.stderr
+
+
+def test_an_interrupted_run_kills_its_child_and_children_draw_their_own_random_numbers(tmp_path):
+    """subprocess.run kills its child when the test is interrupted (pytest-timeout, Ctrl-C): so does
+    warm_python.run. And two warm children do not share the server's torch or NumPy random state."""
+    marker = tmp_path / "pid"
+    code = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 2.0)
+        with pytest.raises(KeyboardInterrupt):
+            warm_python.run([sys.executable, "-c", code], timeout=30)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    pid = int(marker.read_text())
+    for _ in range(100):  # reaped by the server once it died
+        if not os.path.exists(f"/proc/{pid}"):
+            break
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}")
+    draw = "import torch, numpy; print(torch.rand(1).item(), numpy.random.rand())"
+    a, b = (warm_python.run([sys.executable, "-c", draw], capture_output=True, text=True, timeout=60).stdout.split()
+            for _ in range(2))
+    assert a[0] != b[0] and a[1] != b[1]
