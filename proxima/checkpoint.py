@@ -799,12 +799,15 @@ class Policy:
         if isinstance(obs, dict):
             is_numpy = not any(isinstance(v, torch.Tensor) for v in obs.values())
             obs = {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v for k, v in obs.items()}
+            missing = [part.key for part in layout.parts if part.key not in obs]
+            if missing:
+                keys = ", ".join(repr(part.key) for part in layout.parts)
+                raise ValueError(f"Policy.act: obs lacks the key {missing[0]!r} (the policy's observations have {keys})")
             for part in layout.parts:
                 if part.layout is not None and part.key in obs:
                     self._check_image_shape(obs[part.key], part, f"obs['{part.key}']")
                     self._check_pixel_values(obs[part.key], part, f"obs['{part.key}']", is_numpy)
-            batched = np.asarray(obs[layout.parts[0].key]).ndim > len(layout.parts[0].shape)
-            n = len(np.asarray(obs[layout.parts[0].key])) if batched else 1
+            batched, n = self._dict_batch(obs, layout)
             obs = pack_numpy(obs if batched else {k: np.asarray(v)[None] for k, v in obs.items()}, layout, n)
             obs = obs if batched else obs[0]
         else:
@@ -834,6 +837,22 @@ class Policy:
         if single:
             out = out[0]
         return out if is_numpy else torch.as_tensor(out, device=action.device)
+
+    @staticmethod
+    def _dict_batch(obs: dict, layout) -> tuple:
+        """(batched, n) of a dict observation: every key one observation, or every key a batch of the same
+        n; ValueError naming the key that is neither (numpy's reshape error named no key)."""
+        first = layout.parts[0]
+        a0 = np.asarray(obs[first.key])
+        batched = a0.ndim > len(first.shape)
+        n = len(a0) if batched else 1
+        for part in layout.parts:
+            a = np.asarray(obs[part.key])
+            if a.size != n * part.size or (a.ndim > len(part.shape)) != batched:
+                what = f"a batch of {n} like" if batched else "one observation like"
+                raise ValueError(f"Policy.act: obs[{part.key!r}] of shape {a.shape} is not {what} obs[{first.key!r}] of "
+                                 f"shape {a0.shape} (each of shape {part.shape})")
+        return batched, n
 
     def _check_image_shape(self, x, part, name: str) -> None:
         """ValueError, one line naming the expected and given shapes, unless ``x`` is one image of

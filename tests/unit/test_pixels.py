@@ -361,6 +361,13 @@ def test_policy_act_takes_images_and_dicts_of_arrays():
     single = {"image": np.zeros((36, 36, 3), np.uint8), "vec": np.zeros(2, np.float32)}
     batch = {"image": np.zeros((5, 36, 36, 3), np.uint8), "vec": np.zeros((5, 2), np.float32)}
     assert policy.act(single).shape == () and policy.act(batch).shape == (5,)
+    # a key missing, or keys of different batch sizes: one line naming the key (was KeyError 'vec', numpy's reshape)
+    with pytest.raises(ValueError, match=r"^Policy.act: obs lacks the key 'vec' \(the policy's observations have 'image', 'vec'\)$"):
+        policy.act({"image": single["image"]})
+    with pytest.raises(ValueError, match=r"obs\['vec'\] of shape \(2,\) is not a batch of 5 like obs\['image'\] of shape \(5, 36, 36, 3\)"):
+        policy.act({"image": batch["image"], "vec": single["vec"]})
+    with pytest.raises(ValueError, match=r"obs\['vec'\] of shape \(3, 2\) is not a batch of 5"):
+        policy.act({"image": batch["image"], "vec": np.zeros((3, 2), np.float32)})
 
 
 def test_debug_checks_accept_uint8_images(small_config):
