@@ -478,7 +478,9 @@ def make_reference(policy: nn.Module, lora: bool) -> Optional[nn.Module]:
     return ref.eval()
 
 
-def apply_lora(model: nn.Module, cfg, task_type: str):
+def apply_lora(model: nn.Module, cfg, task_type: str, value_backbone: bool = False):
+    """``model`` with LoRA adapters on --lora-target-modules; ConfigError naming the flag (and, for the value
+    model's backbone, that it gets its own adapter with the same targets) when a target is not there."""
     from peft import LoraConfig, get_peft_model
 
     targets = list(cfg.lora_target_modules) or None
@@ -489,16 +491,24 @@ def apply_lora(model: nn.Module, cfg, task_type: str):
     try:
         return get_peft_model(model, lora_cfg)
     except ValueError as e:
-        raise ConfigError(f"--lora-target-modules {cfg.lora_target_modules!r}: {str(e).splitlines()[0]}") from None
+        why = str(e).splitlines()[0]
+        if value_backbone:  # peft blames "the base model": here the value model's, which the policy's flag also adapts
+            why = (f"not in the value model's backbone ({type(model).__name__}), which gets its own adapter with the "
+                   f"same targets (peft: {why}); name modules both models have, or use a critic-free --advantage "
+                   f"(grpo, rloo)")
+        raise ConfigError(f"--lora-target-modules {cfg.lora_target_modules!r}: {why}") from None
 
 
 def enable_checkpointing(model: nn.Module) -> None:
     """Gradient (activation) checkpointing, non-reentrant so that frozen inputs (LoRA) still get gradients."""
     kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.x renamed it
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    try:
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers 5.x renamed it
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    except ValueError as e:  # "JetMoeForCausalLM does not support activation checkpointing."
+        raise ConfigError(f"--gradient-checkpointing: {str(e).splitlines()[0].rstrip('.')}; drop the flag") from None
 
 
 class ValueModel(nn.Module):

@@ -90,7 +90,7 @@ class RLHFTrainer:
             torch.manual_seed(cfg.seed + 2)
             policy = apply_lora(policy, cfg, "CAUSAL_LM")
             if self.value is not None:
-                self.value.backbone = apply_lora(self.value.backbone, cfg, "FEATURE_EXTRACTION")
+                self.value.backbone = apply_lora(self.value.backbone, cfg, "FEATURE_EXTRACTION", value_backbone=True)
         if cfg.gradient_checkpointing:
             enable_checkpointing(policy)
             if self.value is not None:

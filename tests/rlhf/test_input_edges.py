@@ -334,3 +334,22 @@ def test_numpy_and_tensor_scalars_in_an_rlhf_config_train_and_are_recorded_as_nu
     run_dir = train_rlhf(cfg)  # config.yaml could not be written before: RepresenterError after the models loaded
     recorded = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert (recorded["lr"], recorded["batch_size"]) == (2e-4, 8) and abs(recorded["temperature"] - 0.9) < 1e-6
+
+
+def test_a_lora_target_only_the_policy_has_names_the_value_model(assets, tmp_path, capsys):
+    """With a critic the value backbone gets an adapter on the same targets: `lm_head` (the policy's output
+    layer, not the backbone's) was refused as "not found in the base model", which the policy has."""
+    err = one_line_error(capsys, main(args(assets, tmp_path / "run", "--lora", "--lora-target-modules", "lm_head")))
+    assert "not in the value model's backbone (GPT2Model)" in err and "critic-free --advantage" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_gradient_checkpointing_on_a_model_without_it_is_one_line(assets, tmp_path, capsys, monkeypatch):
+    """transformers raises ValueError for a causal LM without checkpointing (JetMoe, CTRL, XLNet, ...): a
+    traceback and exit 1 before."""
+    from transformers import GPT2LMHeadModel
+
+    monkeypatch.setattr(GPT2LMHeadModel, "supports_gradient_checkpointing", False)
+    err = one_line_error(capsys, main(args(assets, tmp_path / "run", "--gradient-checkpointing")))
+    assert err.startswith("proxima rlhf: error: --gradient-checkpointing: ") and err.endswith("; drop the flag"), err
+    assert not (tmp_path / "run").exists()
