@@ -547,7 +547,9 @@ def add_trust_flags(p: argparse.ArgumentParser, command: str, env_help: str = ""
 
 # ------------------------------------------------------------------------------------ parser
 #: modules that add their own subcommand with register(subparsers)
-PLUGINS = ("proxima.bench", "proxima.envs.checker", "proxima.doctor", "proxima.plot", "proxima.report", "proxima.rlhf.cli")
+#: (none imports torch or gymnasium: `proxima --help` and a mistyped flag answer without them; a command
+#: imports what it needs when it runs)
+PLUGINS = ("proxima.bench", "proxima.check_env_cli", "proxima.doctor", "proxima.plot", "proxima.report", "proxima.rlhf.cli")
 
 
 def build_parser() -> ArgParser:
@@ -715,7 +717,7 @@ def _attach_negative_numbers(parser: argparse.ArgumentParser, argv: list) -> lis
     return out
 
 
-#: what every command but doctor needs to import (build_parser's plugins import both)
+#: what every command but doctor needs to import (checked once the command line is read: help needs neither)
 REQUIRED_IMPORTS = ("torch", "gymnasium")
 
 
@@ -734,8 +736,8 @@ def broken_import() -> Optional[str]:
 
 
 def _doctor(argv: list) -> int:
-    """``proxima doctor``, parsed apart from build_parser, whose plugins import torch and gymnasium:
-    doctor must run to report either one that does not import."""
+    """``proxima doctor``, parsed apart from build_parser (whose plugins import what the other
+    commands' parsers need): doctor must run to report any package that does not import."""
     from . import doctor
 
     parser = ArgParser(prog="proxima doctor", description=doctor.__doc__.splitlines()[0])
@@ -755,19 +757,19 @@ def _doctor(argv: list) -> int:
 
 def main(argv: Optional[list] = None) -> int:
     try:
-        return _main(argv)
-    except KeyboardInterrupt:  # Ctrl-C anywhere, while torch imports or the flags are read too: a stop, no traceback
+        args = _read(argv)
+    except KeyboardInterrupt:  # Ctrl-C while the flags are read: a stop, no traceback
         return 130
+    return args if isinstance(args, int) else _command(args)
 
 
-def _main(argv: Optional[list]) -> int:
+def _read(argv: Optional[list]):
+    """Read the command line: an exit status when there is nothing more to run (a usage error, help;
+    doctor, which runs here; --help and --version exit), else the command's parsed arguments, for
+    _command to run. Nothing here imports torch or gymnasium."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["doctor"]:
         return _doctor(argv[1:])
-    broken = broken_import()
-    if broken:
-        command = next((w for w in argv if not w.startswith("-")), None)
-        return fail(f"proxima {command}" if command else "proxima", broken)
     parser = build_parser()
     argv = _attach_negative_numbers(parser, argv)
     bool_value = _bool_flag_value(parser, argv)
@@ -783,14 +785,25 @@ def _main(argv: Optional[list]) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
-    if args.command != "doctor":  # doctor diagnoses the environment's settings rather than refusing to run
-        try:  # the environment's settings first: a bad PROXIMA_CPU_TANH is one line, exit 2
-            from . import tanh_cpu  # noqa: F401
-        except ConfigError as e:
-            return fail(f"{parser.prog} {args.command}", str(e))
+    return args
+
+
+def _command(args: argparse.Namespace) -> int:
+    """Run the command read by _read: first that torch and gymnasium import (one line naming the one
+    that does not, exit 2; doctor diagnoses that rather than needing them), then the environment's
+    settings."""
+    prog = f"proxima {args.command}"
     try:
+        if args.command != "doctor":  # doctor diagnoses the environment's settings rather than refusing to run
+            broken = broken_import()
+            if broken:
+                return fail(prog, broken)
+            try:  # the environment's settings first: a bad PROXIMA_CPU_TANH is one line, exit 2
+                from . import tanh_cpu  # noqa: F401
+            except ConfigError as e:
+                return fail(prog, str(e))
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C anywhere, while torch imports too: a stop, no traceback
         return 130
     except BrokenPipeError:  # `proxima presets | head`: the reader left; no traceback, and none at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -798,17 +811,22 @@ def _main(argv: Optional[list]) -> int:
 
 
 def entry() -> None:
-    """The ``proxima`` console script and ``python -m proxima``: main() ended by exit_process (a
-    torchrun rank skips interpreter finalization; see proxima.distributed.exit_process). Doctor, and
-    any command when torch or gymnasium does not import, end the ordinary way: exit_process's module
-    imports torch, and neither is a rank's work."""
-    try:  # importing torch takes seconds: a Ctrl-C then is a stop (130), not a traceback
-        if sys.argv[1:2] == ["doctor"] or broken_import():
+    """The ``proxima`` console script and ``python -m proxima``: the command line is read first
+    (help, --version and usage errors import neither torch nor gymnasium), then a command that runs
+    is ended by exit_process (a torchrun rank skips interpreter finalization; see
+    proxima.distributed.exit_process). Doctor, and any command when torch or gymnasium does not
+    import, end the ordinary way: exit_process's module imports torch, and neither is a rank's work."""
+    try:
+        args = _read(None)
+        if isinstance(args, int):  # nothing more to run: a usage error, help, doctor
+            raise SystemExit(args)
+        # importing torch takes seconds: a Ctrl-C then is a stop (130), not a traceback
+        if args.command == "doctor" or broken_import():
             exit_process = None
         else:
             from .distributed import exit_process
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     if exit_process is None:
-        raise SystemExit(main())
-    exit_process(main)
+        raise SystemExit(_command(args))
+    exit_process(functools.partial(_command, args))

@@ -766,26 +766,7 @@ def format_violations(target: str, violations: list[Violation], checks: Optional
     return "\n".join(lines)
 
 
-# --- CLI -----------------------------------------------------------------------------------
-
-def register(subparsers) -> argparse.ArgumentParser:
-    """Add ``check-env TARGET [--steps N] [--seed S]`` to an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "check-env",
-        help="Check your env against the Gymnasium API and Proxima's contract.",
-        description="Check an env (a Gymnasium id or module:ClassName) against the Gymnasium API and Proxima's "
-        "contract: spaces, reset(seed) and step determinism, obs shape/dtype/bounds, finite values, the 5-tuple step, autoreset. "
-        "Exit status: 0 clean, 1 violations, 2 the target cannot be resolved.",
-    )
-    p.add_argument("target", metavar="TARGET", help="Gymnasium id (CartPole-v1) or module:ClassName of your gymnasium.Env.")
-    p.add_argument("--steps", type=int, default=200, metavar="N", help="Random steps to run, with resets when episodes end (default 200).")
-    p.add_argument("--seed", type=int, default=0,
-                   help=f"Seed of reset() and of the random actions, 0 to {MAX_SEED:,} as for proxima train (default 0).")
-    p.add_argument("--env-kwargs", default="", metavar="JSON",
-                   help="Keyword arguments of the env's constructor as JSON, as for `proxima train --env-kwargs`.")
-    p.set_defaults(func=run)
-    return p
-
+# --- CLI (the parser: proxima.check_env_cli.register, imported above) ---------------------------
 
 def seed_error(seed: int) -> str:
     """Why --seed ``seed`` is refused: proxima train's words (config.validate), so that check-env takes

@@ -7,7 +7,22 @@ The algorithm reuses the core ``proxima.ppo.compute_gae`` (on the token axis) an
 (masked to response tokens); see docs/rlhf.md and the RLHF section of PPO_NOTES.md.
 """
 
-from .api import resume, train_rlhf
 from .config import ConfigError, RLHFConfig
 
 __all__ = ["RLHFConfig", "ConfigError", "train_rlhf", "resume"]
+
+
+def __getattr__(name: str):
+    """train_rlhf and resume on first use (PEP 562): .api imports torch, which `proxima rlhf --help`
+    (proxima.rlhf.cli, a module of this package) does not need."""
+    if name in ("train_rlhf", "resume"):
+        from . import api
+
+        value = getattr(api, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

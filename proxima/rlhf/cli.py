@@ -11,10 +11,6 @@ import json
 import os
 import sys
 
-
-from ..checkpoint import CheckpointError
-from ..diskspace import StorageError
-from ..signals import TrainingInterrupted, say_stopped
 from .config import FIELDS, ConfigError, RLHFConfig, from_dict
 
 PROG = "proxima rlhf"
@@ -129,6 +125,10 @@ def build_config(args: argparse.Namespace, base: RLHFConfig = None) -> RLHFConfi
 
 
 def run(args: argparse.Namespace) -> int:
+    # here, not at the top: ..checkpoint imports torch, which `proxima rlhf --help` does not need
+    from ..checkpoint import CheckpointError
+    from ..diskspace import StorageError
+    from ..signals import TrainingInterrupted, say_stopped
     from .models import quiet_transformers
 
     quiet_transformers()

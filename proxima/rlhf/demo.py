@@ -17,9 +17,6 @@ import random
 import shutil
 from pathlib import Path
 
-import torch
-
-from . import rundir
 from .config import RLHFConfig, validate
 
 SUBJECTS = ["the movie", "the film", "the food", "the service", "the book", "the game", "the show", "the hotel",
@@ -92,6 +89,7 @@ def build_tokenizer():
 
 def build_model(tokenizer, n_layer: int = 2, n_embd: int = 64, n_head: int = 4, n_positions: int = 64, seed: int = 0):
     """A fresh GPT-2 sized for the demo vocabulary, with dropout off."""
+    import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=n_positions, n_embd=n_embd, n_layer=n_layer,
@@ -104,6 +102,8 @@ def build_model(tokenizer, n_layer: int = 2, n_embd: int = 64, n_head: int = 4, 
 
 def pretrain(model, tokenizer, sentences: list, steps: int, batch_size: int = 32, lr: float = 5e-3, seed: int = 0) -> float:
     """Next-token training on ``sentences`` (each followed by EOS); returns the last loss."""
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     encoded = [tokenizer(s, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for s in sentences]
     width = max(len(e) for e in encoded)
@@ -152,8 +152,11 @@ def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
     or an error before PPO's first step, during the pretraining too, keeps nothing: the demo's files go with
     the run's, and the run directory with the folders above it that the demo made.
     """
+    import torch
+
     from ..device import resolve_device
     from ..signals import OutsideLoop, TrainingInterrupted, stops_held
+    from . import rundir
     from .api import train_rlhf
     from .config import reward_specs
     from .rewards import load_rewards

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import run_main
-from proxima.envs.checker import check_env, register
+from proxima.check_env_cli import register
+from proxima.envs.checker import check_env
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from proxima.envs.checker import ALL_CHECKS, Violation, Violations, check_env, format_violations, register
+from proxima.check_env_cli import register
+from proxima.envs.checker import ALL_CHECKS, Violation, Violations, check_env, format_violations
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
