@@ -840,18 +840,23 @@ class Policy:
 
     @staticmethod
     def _dict_batch(obs: dict, layout) -> tuple:
-        """(batched, n) of a dict observation: every key one observation, or every key a batch of the same
-        n; ValueError naming the key that is neither (numpy's reshape error named no key)."""
+        """(batched, n) of a dict observation, the first key deciding: every key one observation, or every
+        key a batch of the same n (a key of one value may come as (B,)); ValueError naming the key that is
+        neither (numpy's reshape error named no key)."""
         first = layout.parts[0]
         a0 = np.asarray(obs[first.key])
         batched = a0.ndim > len(first.shape)
         n = len(a0) if batched else 1
         for part in layout.parts:
             a = np.asarray(obs[part.key])
-            if a.size != n * part.size or (a.ndim > len(part.shape)) != batched:
-                what = f"a batch of {n} like" if batched else "one observation like"
-                raise ValueError(f"Policy.act: obs[{part.key!r}] of shape {a.shape} is not {what} obs[{first.key!r}] of "
-                                 f"shape {a0.shape} (each of shape {part.shape})")
+            if a.size == n * part.size and (not batched or (a.ndim >= 1 and len(a) == n)):
+                continue
+            if part is first:
+                raise ValueError(f"Policy.act: obs[{part.key!r}] of shape {a.shape} is neither one observation of shape "
+                                 f"{part.shape} nor a batch (B, *{part.shape})")
+            what = f"a batch of {n} like" if batched else "one observation like"
+            raise ValueError(f"Policy.act: obs[{part.key!r}] of shape {a.shape} is not {what} obs[{first.key!r}] of "
+                             f"shape {a0.shape} (each of shape {part.shape})")
         return batched, n
 
     def _check_image_shape(self, x, part, name: str) -> None:

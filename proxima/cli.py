@@ -718,7 +718,7 @@ def _attach_negative_numbers(parser: argparse.ArgumentParser, argv: list) -> lis
 
 
 #: what every command but doctor needs to import (checked once the command line is read: help needs neither)
-REQUIRED_IMPORTS = ("torch", "gymnasium")
+REQUIRED_IMPORTS = ("numpy", "torch", "gymnasium")
 
 
 @functools.lru_cache(maxsize=None)
@@ -770,7 +770,14 @@ def _read(argv: Optional[list]):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["doctor"]:
         return _doctor(argv[1:])
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except Exception:  # a plugin's import failed (numpy broken or missing): the one line a command would give
+        broken = broken_import()
+        if broken:
+            command = next((w for w in argv if not w.startswith("-")), None)
+            return fail(f"proxima {command}" if command else "proxima", broken)
+        raise
     argv = _attach_negative_numbers(parser, argv)
     bool_value = _bool_flag_value(parser, argv)
     if bool_value:

@@ -17,7 +17,7 @@ import random
 import shutil
 from pathlib import Path
 
-from .config import RLHFConfig, validate
+from .config import ConfigError, RLHFConfig, validate
 
 SUBJECTS = ["the movie", "the film", "the food", "the service", "the book", "the game", "the show", "the hotel",
             "the music", "the staff", "the story", "the room", "the concert", "the coffee", "the trip", "the app"]
@@ -178,6 +178,9 @@ def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
         validate(cfg)
         resolve_device(cfg.device)  # --device cuda on a machine without CUDA: one line now, not after the pretraining
         rundir.check_new_run_dir(run_dir)
+        if given and (run_dir / "demo").exists():  # where the demo writes its model and prompts: never over a user's
+            raise ConfigError(f"--run-dir {given}: holds a demo/ entry, where the demo writes its model and prompts; "
+                              "choose another --run-dir (or move demo/ away)")
         # a bad --reward is reported before the pretraining
         load_rewards(reward_specs(cfg), cfg.reward_weights, torch.device("cpu"), import_path=cfg.reward_import_path)
         existed = run_dir.exists()

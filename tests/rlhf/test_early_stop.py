@@ -143,7 +143,7 @@ def test_a_resume_stopped_as_it_sets_up_leaves_the_run_as_it_was(assets, tmp_pat
 
 def test_a_demo_stopped_in_a_given_run_dir_keeps_a_demo_folder_that_was_there(tmp_path, monkeypatch, capsys):
     """The demo's files go to RUN/demo/: a stop took back RUN/demo whole, a user's own demo/ folder (in a
-    --run-dir that was there before) with it."""
+    --run-dir that was there before) with it, and a run wrote its model and prompts over the user's files."""
     from proxima.rlhf import demo
     from proxima.rlhf.__main__ import main
 
@@ -152,5 +152,10 @@ def test_a_demo_stopped_in_a_given_run_dir_keeps_a_demo_folder_that_was_there(tm
     (run_dir / "demo" / "notes.txt").write_text("mine")
     (run_dir / "other.txt").write_text("mine too")
     monkeypatch.setattr(demo, "pretrain", _signal_self(signal.SIGINT))
-    assert main(["--demo", "--demo-pretrain-steps", "1", "--threads", "1", "--run-dir", str(run_dir)]) == 130
+    assert main(["--demo", "--demo-pretrain-steps", "1", "--threads", "1", "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"proxima rlhf: error: --run-dir {run_dir}: holds a demo/ entry, where the demo writes its model and "
+                   "prompts; choose another --run-dir (or move demo/ away)"], err
+    # refused before anything was written into it (the demo's model and prompts.txt once replaced a user's)
+    assert sorted(p.name for p in (run_dir / "demo").iterdir()) == ["notes.txt"]
     assert (run_dir / "demo" / "notes.txt").read_text() == "mine" and (run_dir / "other.txt").read_text() == "mine too"

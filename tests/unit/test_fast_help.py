@@ -135,3 +135,13 @@ def test_the_check_env_parser_is_defined_once():
     from proxima.envs import checker
 
     assert not hasattr(checker, "register")  # proxima/check_env_cli.py holds it (imported without torch)
+
+
+def test_a_numpy_that_does_not_import_is_one_line_even_for_help(tmp_path):
+    """The parser's plugins (plot, report) import numpy: reading the command line before the import check
+    turned a broken numpy into a traceback and exit 1 for every command, --help included."""
+    env = _broken("numpy", tmp_path)
+    why = "numpy does not import (ImportError: libcudnn.so.9: cannot open shared object file); run proxima doctor for what to fix"
+    for argv, prog in ((["--help"], "proxima"), (["presets"], "proxima presets"), (["train", "CartPole-v1"], "proxima train")):
+        proc = _fresh("-m", "proxima", *argv, env=env, cwd=tmp_path)
+        assert (proc.returncode, proc.stderr.splitlines()) == (2, [f"{prog}: error: {why}"]), (argv, proc.stderr[-2000:])

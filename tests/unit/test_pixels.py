@@ -368,6 +368,14 @@ def test_policy_act_takes_images_and_dicts_of_arrays():
         policy.act({"image": batch["image"], "vec": single["vec"]})
     with pytest.raises(ValueError, match=r"obs\['vec'\] of shape \(3, 2\) is not a batch of 5"):
         policy.act({"image": batch["image"], "vec": np.zeros((3, 2), np.float32)})
+    # a key of one value may come as (B,) in a batch, or (1,) in a batch of one, as before the checks
+    space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,), np.float32), "t": gym.spaces.Box(0, 1, (1,), np.float32)})
+    policy = ckpt.Policy(Agent(space, gym.spaces.Discrete(2)), None, {"env_id": "x"}, space, gym.spaces.Discrete(2), "cpu")
+    assert policy.act({"pos": np.zeros((4, 2), np.float32), "t": np.zeros(4, np.float32)}).shape == (4,)
+    assert policy.act({"pos": np.zeros((1, 2), np.float32), "t": np.zeros(1, np.float32)}).shape == (1,)
+    with pytest.raises(ValueError, match=r"^Policy.act: obs\['pos'\] of shape \(3,\) is neither one observation of shape "
+                                         r"\(2,\) nor a batch \(B, \*\(2,\)\)$"):
+        policy.act({"pos": np.zeros(3, np.float32), "t": [0.1]})
 
 
 def test_debug_checks_accept_uint8_images(small_config):
