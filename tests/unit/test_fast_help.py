@@ -145,3 +145,13 @@ def test_a_numpy_that_does_not_import_is_one_line_even_for_help(tmp_path):
     for argv, prog in ((["--help"], "proxima"), (["presets"], "proxima presets"), (["train", "CartPole-v1"], "proxima train")):
         proc = _fresh("-m", "proxima", *argv, env=env, cwd=tmp_path)
         assert (proc.returncode, proc.stderr.splitlines()) == (2, [f"{prog}: error: {why}"]), (argv, proc.stderr[-2000:])
+
+
+def test_python_m_proxima_rlhf_help_imports_no_torch(tmp_path):
+    """torchrun's -m target answers --help without torch too (its __main__ imported exit_process first)."""
+    code = ("import runpy, sys\nsys.argv = ['proxima.rlhf', '--help']\n"
+            "try:\n    runpy.run_module('proxima.rlhf', run_name='__main__')\nexcept SystemExit as e:\n    code = e.code\n"
+            "print('RESULT', code, 'torch' in sys.modules)\n")
+    proc = _fresh("-c", code, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "RESULT 0 False" and "usage: proxima rlhf" in proc.stdout
