@@ -78,6 +78,25 @@ def read_csv_lines(path: Path) -> tuple:
     return lines, bad
 
 
+def whole_rows(lines: list, bad: list) -> tuple:
+    """(header, [(line number, cells)] of the rows with the header's number of cells, {line number: why}
+    of the lines that are not rows) of read_csv_lines' result: the first parsed line is the header; a
+    last line with fewer cells than it is a row a kill cut short, neither kept nor counted. Shared by
+    the resume (rows_up_to), plot/report (plot.read_metrics) and the RLHF curve."""
+    skipped = {b.line: b.why for b in bad}
+    if not lines:
+        return [], [], skipped
+    (_, header), body = lines[0], lines[1:]
+    last = max([n for n, _ in lines] + list(skipped))
+    rows = []
+    for n, cells in body:
+        if len(cells) == len(header):
+            rows.append((n, cells))
+        elif not (n == last and len(cells) < len(header)):
+            skipped[n] = f"{len(cells)} cell(s), the header has {len(header)}"
+    return header, rows, skipped
+
+
 def line_numbers(numbers: list) -> str:
     """Line numbers for a note: 'line 9', 'lines 4, 9, 12' (the first five, then how many more)."""
     shown = ", ".join(map(str, numbers[:5])) + (f" and {len(numbers) - 5} more" if len(numbers) > 5 else "")
@@ -160,22 +179,18 @@ def _split_rows(path: Path, step_column: str, max_step: int) -> tuple:
     rows_up_to's reading, silent. A last line with fewer cells than the header is what a kill
     leaves (a row cut short): it is dropped and not counted."""
     lines, bad = read_csv_lines(path)
-    unreadable = [b.line for b in bad]
-    header, body = (lines[0][1], lines[1:]) if lines and step_column in lines[0][1] else ([], [])
-    if not header and len(lines) > 1:  # (one line alone: a header a kill cut short)
-        unreadable += [n for n, _ in lines]  # no header of Proxima's: none of its rows can be read by name
-    last = max([n for n, _ in lines] + unreadable, default=0)
-    col = header.index(step_column) if header else 0
-    kept, after = [], []
-    for n, r in body:
-        if len(r) == len(header):
-            step = _int_or_none(r[col])
-            if step is None:
-                unreadable.append(n)
-            else:
-                (kept if step <= max_step else after).append(r)
-        elif not (n == last and len(r) < len(header)):  # (the last line, fewer cells: cut short by a kill)
+    header, rows, skipped = whole_rows(lines, bad)
+    if step_column not in header:  # no header of Proxima's: none of its rows can be read by name
+        extra = [n for n, _ in lines] if len(lines) > 1 else []  # (one line alone: a header a kill cut short)
+        return [], [], [], sorted({b.line for b in bad} | set(extra))
+    col = header.index(step_column)
+    unreadable, kept, after = list(skipped), [], []
+    for n, r in rows:
+        step = _int_or_none(r[col])
+        if step is None:
             unreadable.append(n)
+        else:
+            (kept if step <= max_step else after).append(r)
     return header, kept, after, sorted(unreadable)
 
 

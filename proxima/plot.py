@@ -85,7 +85,7 @@ def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
     metrics.csv, one line for one run and a skipped run with a note among several, usable_runs) or
     it holds no whole row yet.
     """
-    from .logger import line_numbers, note_skipped, read_csv_lines
+    from .logger import line_numbers, note_skipped, read_csv_lines, whole_rows
 
     path = check_run_dir(run_dir) / "metrics.csv"
     try:
@@ -101,15 +101,8 @@ def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
         raise PlotError(f"{path}: empty (no header; was the run started?)")
     if bad and bad[0].line == first:  # the header line itself
         raise PlotError(f"{path}: not a metrics.csv written by Proxima (line {first}, the header, is {bad[0].why})")
-    (_, header), body = lines[0], lines[1:]
-    last = max([n for n, _ in lines[-1:]] + [b.line for b in bad])
-    skipped = {b.line: b.why for b in bad}
-    rows = []
-    for n, r in body:
-        if len(r) == len(header):
-            rows.append(r)
-        elif not (n == last and len(r) < len(header)):  # a kill can cut the last row short ("9,46"): not read
-            skipped[n] = f"{len(r)} cell(s), the header has {len(header)}"
+    header, numbered, skipped = whole_rows(lines, bad)  # a kill can cut the last row short ("9,46"): not read
+    rows = [r for _, r in numbered]
     if skipped and not rows:
         raise PlotError(f"{path}: no rows Proxima wrote ({line_numbers(sorted(skipped))} after the header "
                         f"{'is not a metrics row' if len(skipped) == 1 else 'are not metrics rows'})")

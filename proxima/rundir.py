@@ -259,16 +259,16 @@ def lock_leftover(name: str) -> bool:
     return False
 
 
-def _remove_leftovers(run_dir: Path) -> None:
-    """Remove lock_leftover files (under the run's own lock: no process can be making one now here)."""
+def _remove_lock_files(folder: Path, which) -> None:
+    """Remove the files of ``folder`` whose name ``which(name)`` picks (lock temp files, lock_leftover's)."""
     try:
-        names = os.listdir(run_dir)
+        names = os.listdir(folder)
     except OSError:
         return
     for name in names:
-        if lock_leftover(name):
+        if which(name):
             try:
-                os.unlink(os.path.join(run_dir, name))
+                os.unlink(os.path.join(folder, name))
             except OSError:
                 pass
 
@@ -430,7 +430,7 @@ class RunSession:
         if holds_files(run_dir):  # another process started a run here between the check and the lock
             lock.release()
             raise RunDirError(not_empty_message(run_dir))
-        _remove_leftovers(run_dir)
+        _remove_lock_files(run_dir, lock_leftover)  # under the run's own lock: no process is making one here now
         self.lock, self.created = lock, run_dir
 
     def discard_fresh(self) -> None:
@@ -452,12 +452,12 @@ class RunSession:
             self.lock = None
 
 
-def _remove_contents(run_dir: Path) -> None:
-    """Remove what ``run_dir`` holds but its lock, keeping the folder (through a link given as the run
-    directory, its target's entries, never the link); a link inside is removed, never followed. Best
-    effort, as the failure that called it is the error to report."""
+def _remove_contents(run_dir: Path, keep: frozenset = frozenset()) -> None:
+    """Remove what ``run_dir`` holds but its lock (and the names in ``keep``), keeping the folder (through
+    a link given as the run directory, its target's entries, never the link); a link inside is removed,
+    never followed. Best effort, as the failure that called it is the error to report."""
     try:
-        entries = [p for p in run_dir.iterdir() if p.name != LOCK_NAME]
+        entries = [p for p in run_dir.iterdir() if p.name != LOCK_NAME and p.name not in keep]
     except OSError:
         return
     for entry in entries:
@@ -473,16 +473,8 @@ def _remove_contents(run_dir: Path) -> None:
 def _remove_empty_dir(path: Path) -> None:
     """Remove ``path`` if it is an empty folder: what a failed start created, and nothing more. This
     process's own lock temp files (_write_new_file) do not count: a failed start removes them."""
-    try:
-        names = os.listdir(path)
-    except OSError:
-        names = []
-    for name in names:
-        if name.startswith(f"{LOCK_NAME}.{os.getpid()}.") and name.endswith(".tmp"):
-            try:
-                os.unlink(os.path.join(path, name))
-            except OSError:
-                pass
+    own = f"{LOCK_NAME}.{os.getpid()}."
+    _remove_lock_files(path, lambda name: name.startswith(own) and name.endswith(".tmp"))
     try:
         os.rmdir(path)
     except OSError:

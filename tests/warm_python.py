@@ -396,12 +396,14 @@ class Popen:
                 log.write(f"{'cold ' + why if cold else 'warm'}\t{os.environ.get('PYTEST_CURRENT_TEST', '')}\t{[str(a)[:40] for a in args[:4]]}\n")
         if cold:
             return subprocess.Popen(args, **kw)
-        return super().__new__(cls)
+        obj = super().__new__(cls)
+        obj._server, obj._planned = server, plan  # what __init__ runs
+        return obj
 
     def __init__(self, args, stdin=None, stdout=None, stderr=None, cwd=None, env=None, text=None,
                  universal_newlines=None, encoding=None, errors=None, start_new_session=False, bufsize=-1, close_fds=True):
-        server = _get_server()
-        kind, target, rest, child_env = _plan(args, env, server)[0]
+        server = self._server
+        kind, target, rest, child_env = self._planned
         self.args = args
         self.returncode = None
         self._text = bool(text or universal_newlines or encoding or errors)

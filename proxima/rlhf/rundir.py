@@ -11,7 +11,6 @@ import json
 import math
 import platform
 import re
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ import yaml
 
 from ..config import dump_yaml
 from ..diskspace import write_error
-from ..rundir import LOCK_NAME, RunLock, RunSession, _remove_empty_dir
+from ..rundir import LOCK_NAME, RunLock, RunSession, _remove_contents, _remove_empty_dir
 from ..signals import stops_held
 from .config import ConfigError
 
@@ -97,14 +96,7 @@ class FreshRun(RunSession):
             super().discard_fresh()  # claimed empty: everything in it is this run's
             return
         self.created = None
-        for entry in run_dir.iterdir():
-            if entry.name in self.kept or entry.name == LOCK_NAME:
-                continue
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    entry.unlink()
+        _remove_contents(run_dir, keep=frozenset(self.kept))
         self.release()  # a folder that held files before this run is not its own: it stays
 
 
@@ -321,20 +313,15 @@ def read_metrics(path: Path) -> dict:
         except (TypeError, ValueError):
             return float("nan")
 
-    from ..logger import note_skipped, read_csv_lines
+    from ..logger import note_skipped, read_csv_lines, whole_rows
 
     file = path / "metrics.csv"
     stat = file.stat()
-    lines, bad = read_csv_lines(file)  # each line on its own: a hand-edited quote costs its line, not the rest
-    header = lines[0][1] if lines else []
-    last = max([n for n, _ in lines] + [b.line for b in bad], default=0)
-    rows = [cells for _, cells in lines[1:] if len(cells) == len(header)]
-    skipped = {b.line: b.why for b in bad}
-    skipped.update({n: f"{len(cells)} cell(s), the header has {len(header)}" for n, cells in lines[1:]
-                    if len(cells) != len(header) and not (n == last and len(cells) < len(header))})  # (cut short by a kill)
+    # each line on its own: a hand-edited quote costs its line, not the rest
+    header, rows, skipped = whole_rows(*read_csv_lines(file))
     if skipped:
         note_skipped(file, stat, skipped)  # once per file content: the curve and the summary both read it
-    return {k: [number(r[i]) for r in rows] for i, k in enumerate(header)}
+    return {k: [number(r[i]) for _, r in rows] for i, k in enumerate(header)}
 
 
 # ---------------------------------------------------------------------------------------------
