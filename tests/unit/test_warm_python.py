@@ -90,10 +90,8 @@ def test_a_warm_child_is_a_real_process_for_signals_and_sessions(tmp_path):
 
 def test_a_warm_child_starts_with_torch_loaded_and_nothing_of_proxima(tmp_path):
     code = "import sys; print('torch' in sys.modules, any(m.split('.')[0] == 'proxima' for m in sys.modules))"
-    start = time.monotonic()
     out = warm_python.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["True", "False"], out.stderr
-    assert time.monotonic() - start < 10
 
 
 def test_modules_scripts_and_pythonpath_run_as_python_runs_them(tmp_path):
