@@ -73,8 +73,8 @@ class PPOConfig:
     target_kl: Optional[float] = _f(None, "Stop the epoch loop after the minibatch whose approx_kl exceeds this; that minibatch's step is kept, as CleanRL's per-epoch check keeps its epoch's (none = never).")
     bootstrap_truncation: bool = _f(True, "Bootstrap truncated episodes from V(final_obs); --no-bootstrap-truncation gives ppo2's behaviour.")
     # --- network / normalization ---
-    hidden_sizes: list = _f([64, 64], "Hidden layer widths of the actor and of the critic MLP (separated by commas or spaces).")
-    activation: str = _f("tanh", "Hidden activation: tanh or relu.", choices=("tanh", "relu"))
+    hidden_sizes: list = _f([64, 64], "Hidden layer widths of the actor and of the critic MLP (separated by commas or spaces), on the MLP encoder or a Dict's encoders; no effect with the CNN encoder of a single image observation (Atari, PixelQuadrant-v0), whose actor and critic are linear heads on its 512 features.")
+    activation: str = _f("tanh", "Hidden activation of the actor and critic MLP: tanh or relu; no effect with the CNN encoder of a single image observation (linear heads; the CNN uses ReLU).", choices=("tanh", "relu"))
     encoder: str = _f("auto", "Observation encoder: cnn (Nature CNN, for uint8 image observations), mlp, or auto (cnn when the observation holds images of at least 36x36, else mlp); config.yaml records the one used.", choices=("auto", "cnn", "mlp"))
     norm_obs: bool = _f(False, "Running observation normalization, clipped to [-clip_obs, clip_obs].")
     norm_reward: bool = _f(False, "Scale rewards by the std of the running discounted return, clipped to [-clip_reward, clip_reward].")
@@ -474,7 +474,9 @@ def _check_types(cfg: PPOConfig) -> None:
     ConfigError naming the field, before anything is built or written. Ints pass for floats, a
     path for run_dir; a string never passes for a number or a bool (NaN is validate's to refuse).
     A numpy scalar is replaced in ``cfg`` by the Python value it holds (``plain``): config.yaml
-    could not record it."""
+    could not record it. A whole float for an integer field (``num_envs=4.0``, ``hidden_sizes=[64.0]``)
+    is replaced by its int, a fraction refused: torch refuses float sizes, and config.yaml would
+    record ``4.0``."""
     for name in FIELDS:
         value = getattr(cfg, name)
         if name == "run_dir" and isinstance(value, os.PathLike):
@@ -492,6 +494,11 @@ def _check_types(cfg: PPOConfig) -> None:
         if not same or wrong_kind or (isinstance(value, bool) and not isinstance(default, bool)):
             expected = "a number or None" if name in OPTIONAL_NUMBERS else _type_name(default)
             raise ConfigError(f"PPOConfig.{name} = {value!r}: expected {expected}")
+        # 4.0 == 4, so ``same`` let a whole float through; the run must get the int (float fields
+        # keep an int as given: 1 for lr computes as 1.0 does)
+        if isinstance(default, list) or (isinstance(default, int) and not isinstance(default, bool)):
+            if repr(coerced) != repr(value):
+                setattr(cfg, name, coerced)
 
 
 def validate(cfg: PPOConfig, world_size: int = 1) -> None:
