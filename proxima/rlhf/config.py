@@ -185,6 +185,14 @@ def validate(cfg: RLHFConfig) -> None:
             bad(name, "is required" + (" (a path or module:function)" if name == "reward" else " (a path)")
                 + ("; give --policy PATH (or --config FILE.yaml with policy:), or try the offline demo: proxima rlhf --demo"
                    if name == "policy" else ""))
+    # the Python API (RLHFConfig(steps=4.0)) skips from_dict: the same conversions here, so a whole float is
+    # its int (config.yaml would record 4.0, range() refuses it) and a wrong type is one line, not a TypeError later
+    for name, f in FIELDS.items():
+        value = getattr(cfg, name)
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        if value is not None or not f.metadata["optional"]:
+            setattr(cfg, name, coerce(name, value, "RLHFConfig"))
     if cfg.reward_weights and len(cfg.reward_weights) != len(cfg.reward):
         bad("reward_weights", f"needs one weight per --reward ({len(cfg.reward)})")
     if any(not math.isfinite(w) for w in cfg.reward_weights):

@@ -5,6 +5,7 @@ with ``4`` and config.yaml records ``4``; a non-whole float is still refused nam
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import yaml
@@ -51,3 +52,20 @@ def test_a_python_run_with_whole_floats_trains_and_records_ints(tmp_path):
         assert type(recorded[name]) is int, (name, recorded[name])
     assert recorded["hidden_sizes"] == [8, 8] and all(type(h) is int for h in recorded["hidden_sizes"])
     assert (recorded["num_envs"], recorded["num_steps"], recorded["total_timesteps"], recorded["seed"]) == (4, 16, 128, 3)
+
+
+def test_rlhf_config_from_python_converts_whole_floats_and_names_a_wrong_type():
+    """RLHFConfig built in Python skips from_dict's conversions: validate does them, so batch_size=4.0
+    is 4 (config.yaml records 4) and steps='abc' is one ConfigError naming the field, not a TypeError."""
+    from proxima.rlhf.config import RLHFConfig
+    from proxima.rlhf.config import validate as validate_rlhf
+
+    base = dict(policy=Path("/models/policy"), reward="proxima.rlhf.demo:keyword_sentiment", prompts="p.txt")
+    cfg = RLHFConfig(batch_size=4.0, seed=1.0, steps=2.0, **base)
+    validate_rlhf(cfg)
+    assert (cfg.batch_size, cfg.seed, cfg.steps) == (4, 1, 2)
+    assert all(type(v) is int for v in (cfg.batch_size, cfg.seed, cfg.steps))
+    assert cfg.policy == "/models/policy"
+    for field, value, expected in (("steps", 2.5, "an integer"), ("steps", "abc", "an integer"), ("lr", "x", "a number")):
+        with pytest.raises(ConfigError, match=rf"^RLHFConfig: field '{field}' got {value!r}, expected {expected}$"):
+            validate_rlhf(RLHFConfig(**{**base, field: value}))
