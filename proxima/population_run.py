@@ -43,7 +43,7 @@ from typing import Optional, Sequence
 
 from . import checkpoint as ckpt
 from .atomic import write_atomic
-from .config import ConfigError, PPOConfig
+from .config import FIELDS, ConfigError, PPOConfig
 from .envs import EnvError
 from .population import PER_MEMBER_FIELDS, UNSUPPORTED, Population, _fmt, check_population_fits
 from .signals import WORKERS_ENDED, OutsideLoop, TrainingInterrupted, checkpoint_line, workers_stopped
@@ -185,6 +185,38 @@ def _kind(value) -> str:
     return f"{'an' if type(value).__name__[0] in 'aeiou' else 'a'} {type(value).__name__}"
 
 
+#: fields of a single run a population does not use, with the value that says so: every member trains
+#: for --total-timesteps (one batched program has no early end for one member)
+SINGLE_RUN_ONLY = {"stop_return": None, "stop_episodes": FIELDS["stop_episodes"].default}
+
+
+def as_member_config(cfg: PPOConfig) -> PPOConfig:
+    """``cfg`` with the SINGLE_RUN_ONLY fields at the values a member trains with, so its config.yaml
+    and checkpoints describe the run it is (``train --config MEMBER/config.yaml`` retrains it), not
+    a --stop-return it never applied."""
+    import dataclasses
+
+    return dataclasses.replace(cfg, **SINGLE_RUN_ONLY)
+
+
+def note_single_run_only(asked: dict, quiet: bool = False) -> None:
+    """One note naming the SINGLE_RUN_ONLY values ``asked`` ({field: value}: a new population's config,
+    a resume's flags) that differ from what a population does, which it then does not apply."""
+    flags = [f"--{n.replace('_', '-')} {_fmt(v)}" for n, v in asked.items()
+             if n in SINGLE_RUN_ONLY and v != SINGLE_RUN_ONLY[n]]
+    if flags and not quiet:
+        print(f"proxima: note: {' and '.join(flags)} appl{'y' if len(flags) > 1 else 'ies'} to single runs; each member "
+              "of the population trains for --total-timesteps", file=sys.stderr)
+
+
+def refuse_processes(nproc: Optional[int] = None) -> None:
+    """A population trains in one process: ``--nproc K`` or torchrun's ranks (WORLD_SIZE) would each
+    train, or resume, the same population in the same directory."""
+    world = os.environ.get("WORLD_SIZE", "1").strip()
+    if (nproc and nproc > 1) or (world.isdigit() and int(world) > 1):
+        raise ConfigError("--nproc: a population trains in one process; drop --nproc (or torchrun)")
+
+
 def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: dict, run_dir=None, argv=None,
                      quiet: bool = False, overwrite: bool = False, evaluate_at_end: bool = True,
                      stop_after: Optional[int] = None, restart_note: Optional[str] = None) -> Path:
@@ -201,10 +233,8 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
     device = resolve_device(base.device)
     check_population_fits(base, len(members), device, env_probe(base))  # before anything is allocated
     run_dir = Path(run_dir or base.run_dir or unique_default(default_population_dir(base, seeds)))
-    pop = Population(members, device)
-    if base.stop_return is not None and not quiet:  # e.g. the fast preset's: its members still train in one program
-        print(f"proxima: note: --stop-return {base.stop_return:g} applies to single runs; each member of the population "
-              "trains for --total-timesteps", file=sys.stderr)
+    note_single_run_only(base.to_dict(), quiet)  # e.g. the fast preset's --stop-return: its members still train in one program
+    pop = Population([as_member_config(c) for c in members], device)
     session = RunSession()
     outside = OutsideLoop()  # a signal outside the loop's SignalGuard: TrainingInterrupted at once, handled below
     finished = None  # the checkpoint training ended with, once it has: the end-of-run evaluation follows
@@ -255,6 +285,7 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
     from .envs.gym_adapter import treat_as_data
     from .rundir import RunSession
 
+    refuse_processes()  # every rank would resume it: refused before the lock is raced for or population.json written
     run_dir = Path(run_dir)
     if not is_population_dir(run_dir):
         raise ConfigError(f"{run_dir}: not a population run directory (no {POPULATION_FILE})")
@@ -269,7 +300,7 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
         outside.__enter__()
         session.lock_existing(run_dir)  # also refuses links out of the run at its checkpoints/, population.json
         state, configs, names, recorded_seeds, recorded_sweep = checked_resume(
-            run_dir, overrides, env_id, trust_run, seeds, sweep, checkpoint, typed_members)
+            run_dir, overrides, env_id, trust_run, seeds, sweep, checkpoint, typed_members, quiet=quiet)
         path = state["path"]
         device = resolve_device(configs[0].device)
         check_population_fits(configs[0], len(configs), device)
@@ -378,12 +409,14 @@ def _record_resume(dirs, step: int) -> None:
 
 def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[str], trust_run: bool,
                    seeds: Optional[Sequence[int]], sweep: Optional[dict], checkpoint, typed_members: Sequence[str],
-                   dry_run: bool = False) -> tuple:
+                   dry_run: bool = False, quiet: bool = False) -> tuple:
     """(state, configs, member folder names, recorded seeds, recorded sweep) a resume of the population
     in ``run_dir`` continues with: its checkpoint loaded and every check of resume_population made
     (arguments as there), ``overrides`` applied to each member's config. ``dry_run`` (``train --seeds
     ... --resume ... --dry-run``): read only, as a single run's dry run: a newest checkpoint that does
-    not load is named, not renamed."""
+    not load is named, not renamed. The SINGLE_RUN_ONLY fields, typed or recorded (a population
+    written before they were reset), come back at a member's values, with the note a new population
+    prints for those typed."""
     from .config import from_dict
     from .envs.gym_adapter import refuse_recorded_env
     from .rundir import check_own_entries
@@ -422,7 +455,8 @@ def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[st
     not_safe = tuple(UNSUPPORTED)
     configs = [apply_resume_overrides(configs[0], typed, state, not_safe)] + [
         _quietly(apply_resume_overrides, c, typed, state, not_safe) for c in configs[1:]]
-    return state, configs, names, recorded_seeds, recorded_sweep
+    note_single_run_only(typed, quiet)
+    return state, [as_member_config(c) for c in configs], names, recorded_seeds, recorded_sweep
 
 def _set_aside_member_checkpoints(dirs: list, step: int) -> None:
     """Members' checkpoints newer than ``step`` (the population checkpoint resumed from): members are
@@ -801,8 +835,7 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
     """``proxima train ... --seeds S [--sweep F=v1,v2]``: called by cli.cmd_train."""
     from .population import member_configs, parse_seeds, parse_sweep
 
-    if (args.nproc and args.nproc > 1) or int(os.environ.get("WORLD_SIZE", "1")) > 1:  # cli.cmd_train checks before launching
-        raise ConfigError("--nproc: a population trains in one process; drop --nproc (or torchrun)")
+    refuse_processes(args.nproc)  # cli.cmd_train checks --nproc before launching
     if "seed" in vars(args):
         raise ConfigError("--seed: give a population's seeds with --seeds (e.g. --seeds 1-8), not --seed")
     from .cli import typed_flags
@@ -861,7 +894,7 @@ def _dry_run_resume(args, cfg: PPOConfig, run_dir: Path, checkpoint, seeds: list
     treat_as_data(run_dir)  # the env is built next: never from the run's files
     state, configs, _, recorded_seeds, recorded_sweep = checked_resume(
         run_dir, _population_resume_overrides(args, cfg, sweep), args.env_id, args.trust_run, seeds, sweep, checkpoint,
-        given, dry_run=True)
+        given, dry_run=True, quiet=args.quiet)
     check_env_builds(configs[0])
     check_population_fits(configs[0], len(configs), resolve_device(configs[0].device), env_probe(configs[0]))
     print(json.dumps({"members": len(configs), "seeds": recorded_seeds, "sweep": recorded_sweep, "resume": str(state["path"]),
