@@ -4,13 +4,15 @@ The launcher runs::
 
     python -m proxima.torchrun --nproc-per-node K --standalone -m proxima train <args without --nproc>
 
-(``proxima.torchrun`` is torchrun's own ``main``; a stop by signal exits 130/143 instead of
-printing torchrun's ``SignalException`` traceback) and waits for it. torchrun starts K ranks on this machine (``--standalone``: a local rendezvous on a
-free port), and tears all of them down when one fails. The launcher forwards SIGINT/SIGTERM to
-torchrun once (torchrun passes it on to every rank; the ranks agree on the iteration to stop at,
-rank 0 writes a checkpoint, all exit); a second signal is sent straight to the ranks, which then
-exit at once if it comes 3 s or more after the first (signals.SignalGuard: within that, a rank takes
-it for the same stop reaching it twice); the last checkpoint stays loadable (written atomically).
+(``proxima.torchrun`` is torchrun's own ``main``; a stop by signal exits 130/143 instead of printing
+torchrun's ``SignalException`` traceback) with PYTHONSAFEPATH=1, so that neither torchrun nor a rank
+imports from the current directory (torchrun_command), and waits for it. torchrun starts K ranks on
+this machine (``--standalone``: a local rendezvous on a free port), and tears all of them down when
+one fails. The launcher forwards SIGINT/SIGTERM to torchrun once (torchrun passes it on to every
+rank; the ranks agree on the iteration to stop at, rank 0 writes a checkpoint, all exit); a second
+signal is sent straight to the ranks, which then exit at once if it comes 3 s or more after the
+first (signals.SignalGuard: within that, a rank takes it for the same stop reaching it twice); the
+last checkpoint stays loadable (written atomically).
 
 Exit status: torchrun's, except that a run stopped by a signal the launcher forwarded exits
 128 + signum (130 for SIGINT, 143 for SIGTERM), like a single-process run. Multi-node runs call
@@ -54,10 +56,30 @@ def strip_nproc(argv: list) -> list:
     return out
 
 
+#: Python 3.11+ reads PYTHONSAFEPATH (set in launch_torchrun); torchrun passes it on to every rank it starts
+SAFE_PATH_ENV = sys.version_info >= (3, 11)
+#: set beside PYTHONSAFEPATH when the launch added it, so that a rank can drop both from its environment
+SAFE_PATH_SET_ENV = "PROXIMA_SAFE_PATH_SET"
+
+# Before 3.11, `python -m` always puts the current directory first on sys.path, so there torchrun and
+# each rank start through `-c` code that drops it before importing anything (runpy included).
+_DROP_CWD = "import sys\nif sys.path[:1] == ['']:\n    del sys.path[0]\n"
+_TORCHRUN_BOOT = _DROP_CWD + "from proxima.torchrun import main\nsys.exit(main())\n"
+_RANK_BOOT = _DROP_CWD + "from proxima.cli import entry\nentry()\n"
+
+
 def torchrun_command(nproc: int, argv: list, python: Optional[str] = None) -> list:
-    """The torchrun command line for ``proxima <argv>`` (argv starts with the subcommand, ``train``)."""
-    return [python or sys.executable, "-m", "proxima.torchrun", "--nproc-per-node", str(nproc), "--standalone",
-            "-m", "proxima", *strip_nproc(list(argv))]
+    """The torchrun command line for ``proxima <argv>`` (argv starts with the subcommand, ``train``).
+
+    None of the processes it starts may import from the current directory: ``cd RUN && proxima
+    resume .`` of a downloaded run would otherwise import the run's own ``proxima/`` (or ``torch.py``)
+    in place of the real one, --trust-run or not (docs/reliability.md, "Data, never code")."""
+    python = python or sys.executable
+    torchrun_args = ["--nproc-per-node", str(nproc), "--standalone"]
+    if SAFE_PATH_ENV:
+        return [python, "-m", "proxima.torchrun", *torchrun_args, "-m", "proxima", *strip_nproc(list(argv))]
+    return [python, "-c", _TORCHRUN_BOOT, *torchrun_args, "--no-python", python, "-u", "-c", _RANK_BOOT,
+            *strip_nproc(list(argv))]
 
 
 def under_torchrun() -> bool:
@@ -185,6 +207,9 @@ def launch_torchrun(nproc: int, argv: list, env: Optional[dict] = None, announce
     cmd = torchrun_command(nproc, argv)
     child_env = dict(os.environ if env is None else env)
     child_env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default too; --threads sets torch's own
+    if SAFE_PATH_ENV and not child_env.get("PYTHONSAFEPATH"):  # see torchrun_command; PYTHONPATH entries (a
+        child_env["PYTHONSAFEPATH"] = "1"  # user's own env package) still count
+        child_env[SAFE_PATH_SET_ENV] = "1"  # a rank takes it out again for what it starts (proxima/__main__.py)
     # meta.json records the command the user typed (with --nproc), not the ranks' own argv
     child_env[COMMAND_ENV] = json.dumps([sys.argv[0], *argv])
     # a session of its own: a Ctrl-C in the terminal reaches torchrun once (forwarded below), not

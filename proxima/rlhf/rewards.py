@@ -14,6 +14,7 @@ per response; booleans and strings refused) before it reaches the loss:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -154,7 +155,31 @@ def load_reward(spec: str, device: torch.device, dtype: torch.dtype = torch.floa
     module_name, sep, func_name = spec.rpartition(":")
     if not sep or not module_name or not func_name:
         raise ConfigError(f"--reward {spec!r}: neither a reward-model directory nor module:function")
-    return RewardFunction(_import_function(module_name, func_name, spec, import_path or [os.getcwd()]), spec, func_name)
+    # Proxima's own rewards never search the run's recorded folders: a resume without --trust-run
+    # loads them, and a folder left on sys.path would be searched first for every later import
+    # (sympy, PIL as the models load), so a run shipping sympy.py would run it
+    search = None if _is_builtin(module_name) or module_name.endswith(".py") else list(import_path or [os.getcwd()])
+    return RewardFunction(_import_function(module_name, func_name, spec, search or []), spec, func_name, search)
+
+
+def _is_builtin(module_name: str) -> bool:
+    return module_name == "proxima" or module_name.startswith("proxima.")
+
+
+@contextlib.contextmanager
+def _searching(folders: Optional[list]):
+    """``folders`` first on sys.path inside the block, taken out again after it: only the user's
+    reward (its import, and each call, which may import a module next to it then) searches them."""
+    added = [f for f in dict.fromkeys(folders or []) if f not in sys.path]
+    sys.path[:0] = added
+    try:
+        yield
+    finally:
+        for folder in added:  # what the reward itself put on sys.path stays
+            try:
+                sys.path.remove(folder)
+            except ValueError:
+                pass
 
 
 def _import_function(module_name: str, func_name: str, spec: str, import_path: list) -> Callable:
@@ -167,10 +192,8 @@ def _import_function(module_name: str, func_name: str, spec: str, import_path: l
             mod_spec.loader.exec_module(module)
         else:
             # the run's recorded directories first: a resume started elsewhere imports the same module
-            for folder in reversed(import_path):
-                if folder not in sys.path:
-                    sys.path.insert(0, folder)
-            module = importlib.import_module(module_name)
+            with _searching(import_path):
+                module = importlib.import_module(module_name)
     except ConfigError:
         raise
     except SystemExit as e:  # a script that is also a reward module (argparse at import): not the CLI's exit
@@ -186,8 +209,9 @@ def _import_function(module_name: str, func_name: str, spec: str, import_path: l
 class RewardFunction:
     """``f(prompts, responses, **columns)``; the columns passed are those f names (all with **kwargs)."""
 
-    def __init__(self, func: Callable, spec: str, name: str):
+    def __init__(self, func: Callable, spec: str, name: str, import_path: Optional[list] = None):
         self.func, self.spec, self.name = func, spec, name
+        self.import_path = import_path  # searched during each call too (load_reward)
         try:
             params = inspect.signature(func).parameters.values()
         except (TypeError, ValueError):  # a builtin or C function: positional arguments only
@@ -199,7 +223,8 @@ class RewardFunction:
         columns = {k: [r.columns[k] for r in batch.rows] for k in batch.rows[0].columns
                    if self.all_columns or k in self.named}
         try:
-            return self.func([r.prompt for r in batch.rows], list(batch.responses), **columns)
+            with _searching(self.import_path):
+                return self.func([r.prompt for r in batch.rows], list(batch.responses), **columns)
         except Exception as e:  # user code: one line naming the reward and the step
             msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise RewardError(f"reward {self.spec} {batch.where()}: raised {type(e).__name__}: {msg}") from None
