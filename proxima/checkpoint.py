@@ -577,13 +577,27 @@ def _refuse_population(state: dict, allow_population: bool = False) -> dict:
     """A population member's checkpoint holds its weights only, and a population's own checkpoint is
     resumed as a whole (population_run.py): neither resumes as a single run."""
     if state.get("population_member"):
-        where = state.get("population") or "its population's run directory"
+        where = member_population(state)
         raise CheckpointError(f"{state['path']}: a member of a population (--seeds/--sweep) holds its weights only; "
                               f"resume the whole population: proxima resume {where}")
     if state.get("kind") == "ppo-population" and not allow_population:
         raise CheckpointError(f"{state['path']}: a population checkpoint (--seeds/--sweep); resume the whole population: "
                               f"proxima resume {run_dir_of(state['path'])}")
     return state
+
+
+def member_population(state: dict) -> str:
+    """The population run directory that holds a member's checkpoint ``state``: the member directory's
+    parent when that holds population.json (where the population is now, also after it was moved or
+    copied, and as an absolute path whatever folder it was trained from); else the recorded one (a
+    member copied out of its population)."""
+    from .population_run import POPULATION_FILE
+
+    parent = run_dir_of(state["path"]).parent
+    if (parent / POPULATION_FILE).is_file():
+        return str(parent)
+    recorded = state.get("population")
+    return recorded if isinstance(recorded, str) and recorded else "its population's run directory"
 
 
 def _one_line(text: str, limit: int = 160) -> str:
@@ -630,6 +644,48 @@ def _zip_problem(f) -> Optional[str]:
                         "torch.save stores records uncompressed")
         bad = zf.testzip()  # reads every record and checks its CRC-32
     return None if bad is None else f"checksum mismatch in record '{bad}'"
+
+
+def check_views(path, state) -> None:
+    """CheckpointError ``PATH: FIELD is a view larger than its data`` for the first tensor in ``state``
+    (dicts, lists and tuples, at any depth) that holds more elements than its storage: torch.save
+    writes a view's storage, not its size, so ``torch.zeros(1).expand(2**33, 1)`` is 4 bytes on disk
+    and 32 GB the first time anything reads it whole (a finiteness check, ``.numpy().astype``).
+    Proxima writes whole tensors (a view of part of a larger storage is harmless: it is no larger
+    than what the file holds). Iterative and visiting each container once: a pickle can nest deeper
+    than Python's recursion limit, and can hold a list that contains itself."""
+    stack, seen = [(None, state)], set()
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, torch.Tensor):
+            if value.layout == torch.strided and value.numel() * value.element_size() > _storage_bytes(value):
+                raise CheckpointError(f"{path}: {_one_line(_field_name(where), 120)} is a view larger than its data (shape "
+                                      f"{tuple(value.shape)}, strides {value.stride()}, over {_storage_bytes(value):,} "
+                                      "bytes stored); the checkpoint is damaged or was edited")
+            continue
+        if not isinstance(value, (dict, list, tuple)) or id(value) in seen:
+            continue
+        seen.add(id(value))
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        # reversed onto the stack: the first offending tensor in the file's own order is the one named
+        stack.extend(reversed([((where, key, isinstance(value, dict)), sub) for key, sub in items]))
+
+
+def _storage_bytes(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):  # no storage to read (a meta tensor): nothing to materialise
+        return t.numel() * t.element_size()
+
+
+def _field_name(where) -> str:
+    """``agent.critic.0.weight``, ``rng.numpy[1]``: the key path check_views keeps as linked (parent, key,
+    is_dict) triples, spelled out only for the one tensor named."""
+    parts = []
+    while where is not None:
+        where, key, is_dict = where
+        parts.append(f".{key}" if is_dict else f"[{key}]")
+    return "".join(reversed(parts)).removeprefix(".") or "the checkpoint"
 
 
 def _describe(obj) -> str:
@@ -711,6 +767,10 @@ def _load_open(path: Path, f, map_location) -> dict:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # keep the error to one line
             state = torch.load(f, map_location=map_location, weights_only=True)
+        # before any check reads a tensor whole: a view is stored as its storage, never its size
+        check_views(path, state)
+    except CheckpointError:
+        raise
     except pickle.UnpicklingError as e:
         found = re.search(r"GLOBAL ([\w.]+)", str(e))
         if found:

@@ -11,6 +11,7 @@ calls these; the loop lives there.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from datetime import datetime
@@ -101,7 +102,30 @@ def best_on_disk(run_dir: Path) -> Optional[float]:
         best = ckpt.load_checkpoint(path).get("best_eval")
     except ckpt.CheckpointError:
         return None
-    return float(best) if isinstance(best, (int, float)) and not isinstance(best, bool) else None
+    # a damaged value (NaN, inf, not a number) counts as none: NaN would never be beaten, and best.pt never replaced
+    return float(best) if _finite_number(best) else None
+
+
+def _finite_number(x) -> bool:
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:  # an int beyond any float: not a mean return either
+        return False
+
+
+def best_eval(state: dict) -> Optional[float]:
+    """A checkpoint's ``best_eval`` (--eval-every: the best mean eval return so far; None before the
+    first evaluation, or in checkpoints written before it was recorded). CheckpointError naming the
+    file when it is neither None nor a finite number: a resumed run compares each evaluation's mean
+    with it (``mean > best``), which is never true of NaN or inf, so best.pt would never be written again."""
+    best = state.get("best_eval")
+    if best is not None and not _finite_number(best):
+        raise ckpt.CheckpointError(f"{state.get('path', 'checkpoint')}: best_eval is {ckpt._one_line(repr(best), 60)}, not a "
+                                   "finite mean return (or None, before the first --eval-every evaluation); the "
+                                   "checkpoint is damaged or was edited")
+    return None if best is None else float(best)
 
 
 def capture(t: "Trainer") -> dict:
@@ -263,8 +287,7 @@ def restore(t: "Trainer", state: dict) -> None:
     t.elapsed = float(state.get("elapsed", 0.0))
     t.last_checkpoint = Path(path) if "path" in state else None
     t.return_window = return_window(state)
-    best = state.get("best_eval")
-    t.best_eval = float(best) if isinstance(best, (int, float)) and not isinstance(best, bool) else None
+    t.best_eval = best_eval(state)
     if state.get("env") is not None and t.env.can_save_state and state.get("env_backend") == t.env.backend:
         if "next_obs" not in state:
             raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing 'next_obs')")
