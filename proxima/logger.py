@@ -55,10 +55,13 @@ def read_csv_lines(path: Path) -> tuple:
     one line; a csv.reader over the whole file would let a hand-edited ``"`` open a quoted field
     that swallows every later line. A line that is not UTF-8 text or that the csv module refuses
     (a field over its size limit, a carriage return inside) is a BadLine; blank lines are neither.
-    Lines are numbered from 1, as editors number them. OSError when the file cannot be read."""
+    Lines are numbered from 1, as editors number them. OSError when the file cannot be read:
+    rundir.RunFileError (one line naming it) for a FIFO planted at its name, which a plain read
+    would block on forever, or a file over rundir.LOG_MAX_BYTES (a sparse file claiming terabytes)."""
+    from . import rundir
+
     lines, bad = [], []
-    with open(path, "rb") as f:
-        data = f.read()
+    data = rundir.read_run_bytes(path, rundir.LOG_MAX_BYTES)
     offset = 0
     # lines end in \n, \r\n or \r (a CSV saved by another system's spreadsheet), as the csv module reads them
     for number, raw in enumerate(data.splitlines(keepends=True), 1):
@@ -123,8 +126,20 @@ def read_csv_rows(path: Path) -> tuple:
     """(rows, unreadable): the rows of a CSV file that is data (read_csv_lines: each line on its
     own): a line that is not UTF-8 text or that the csv module refuses (a field over its size limit)
     is skipped and counted instead of raising."""
-    lines, bad = read_csv_lines(path)
+    lines, bad = _resume_lines(path)
     return [cells for _, cells in lines], len(bad)
+
+
+def _resume_lines(path: Path) -> tuple:
+    """read_csv_lines for a resume, whose callers turn an OSError into "could not write/open" with
+    the free space: a file that is no readable regular file within its cap (rundir.RunFileError) is
+    a RunDirError naming it instead, one line that stops the resume before it rewrites the file."""
+    from .rundir import RunDirError, RunFileError
+
+    try:
+        return read_csv_lines(path)
+    except RunFileError as e:
+        raise RunDirError(f"{e}; proxima resume reads and rewrites it") from None
 
 
 def truncate_csv(path: Path, max_step: int) -> None:
@@ -178,7 +193,7 @@ def _split_rows(path: Path, step_column: str, max_step: int) -> tuple:
     """(header, rows up to max_step, rows after it, numbers of the lines that are not rows):
     rows_up_to's reading, silent. A last line with fewer cells than the header is what a kill
     leaves (a row cut short): it is dropped and not counted."""
-    lines, bad = read_csv_lines(path)
+    lines, bad = _resume_lines(path)
     header, rows, skipped = whole_rows(lines, bad)
     if step_column not in header:  # no header of Proxima's: none of its rows can be read by name
         extra = [n for n, _ in lines] if len(lines) > 1 else []  # (one line alone: a header a kill cut short)
@@ -232,12 +247,19 @@ def _event_files(run_dir: Path) -> list:
 def _event_records(path: Path) -> list:
     """[(record bytes, Event)]: the whole records of an event file (TFRecord framing), in order, up
     to the first one that is cut short (a kill while writing) or not an Event; the bytes are kept
-    as they are, to be written back unchanged."""
+    as they are, to be written back unchanged. A file over rundir.LOG_MAX_BYTES (a sparse file
+    planted at an event file's name) is a RunDirError naming it, not a MemoryError."""
     from google.protobuf.message import DecodeError
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
-    data, records, pos = path.read_bytes(), [], 0
+    from . import rundir
+
+    try:
+        data = rundir.read_run_bytes(path, rundir.LOG_MAX_BYTES)
+    except rundir.RunFileError as e:  # not an OSError for the callers: they would call it a full disk
+        raise rundir.RunDirError(f"{e}; proxima resume reads and rewrites it") from None
+    records, pos = [], 0
     while pos + 12 <= len(data):
         header = data[pos:pos + 8]
         length = struct.unpack("<Q", header)[0]

@@ -27,8 +27,12 @@ iteration) are skipped, and so is a last row a kill cut short; a line that is no
 (hand-edited: a stray quote, a cell too many or too few) is skipped with a note naming the file and
 the line. ``--smooth K`` applies a trailing moving average over K points per run before
 aggregating. Drawing uses matplotlib's Agg canvas directly (no pyplot, no global backend
-switch), so it works headless and inside notebooks alike. The image is written atomically: on
-any error no file is left behind.
+switch), so it works headless and inside notebooks alike. Every text is drawn as written (a ``$``
+in an env id, a run name or --title is a dollar sign, never matplotlib mathtext), and a curve
+matplotlib cannot draw is a PlotError like any other. The image is written atomically: on any
+error no file is left behind. Run files are read without waiting on a FIFO planted at their name
+and within rundir's size caps (read_run_bytes): metrics.csv past its cap is an error line, a
+config.yaml that cannot be read a note (the env is then 'unknown').
 """
 
 from __future__ import annotations
@@ -86,11 +90,14 @@ def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
     it holds no whole row yet.
     """
     from .logger import line_numbers, note_skipped, read_csv_lines, whole_rows
+    from .rundir import RunFileError
 
     path = check_run_dir(run_dir) / "metrics.csv"
     try:
         lines, bad = read_csv_lines(path)
         stat = path.stat()
+    except RunFileError as e:  # over its size cap, or swapped for a FIFO since check_run_dir: the line names it
+        raise PlotError(str(e)) from None
     except OSError as e:
         raise PlotError(f"{path}: cannot read ({e.strerror or e})") from None
     for b in bad:
@@ -245,14 +252,27 @@ RUN_ONLY_FIELDS = frozenset({"seed", "run_dir", "device", "threads", "progress",
                              "compile_mode", "cudagraphs", "vector", "flush_denormal", "keep_host_memory"})
 
 
+#: the config.yaml files run_config has said it cannot read: one note per file (it is read once per use)
+_NOTED_CONFIGS: set = set()
+
+
 def run_config(run_dir: PathLike) -> dict:
-    """The run's config.yaml as a dict ({} when absent, unreadable, or holding a YAML alias)."""
+    """The run's config.yaml as a dict ({} when absent, unreadable, or holding a YAML alias). A
+    FIFO at its name or a file over rundir.TEXT_MAX_BYTES is unreadable too (never waited on or
+    read whole), with one note on stderr naming it, as the curve is then labelled 'unknown'."""
     import yaml
 
     from .config import load_yaml
+    from .rundir import TEXT_MAX_BYTES, RunFileError, read_run_text
 
+    path = Path(run_dir) / "config.yaml"
     try:
-        cfg = load_yaml((Path(run_dir) / "config.yaml").read_text(encoding="utf-8"))
+        cfg = load_yaml(read_run_text(path, TEXT_MAX_BYTES))
+    except RunFileError as e:
+        if str(path) not in _NOTED_CONFIGS:
+            _NOTED_CONFIGS.add(str(path))
+            sys.stderr.write(f"proxima: note: {e}; its config is not read (env 'unknown')\n")
+        return {}
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return {}
     return cfg if isinstance(cfg, dict) else {}
@@ -553,11 +573,14 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
             line, = ax.plot(c.x, c.y, lw=1.6 if c.lo is None else 1.8, label=c.label, marker="o" if len(c.x) == 1 else None)
             if c.lo is not None:
                 ax.fill_between(c.x, c.lo, c.hi, color=line.get_color(), alpha=0.25, lw=0, label=c.band_label)
-        ax.set_title(panel_title if title is None else (f"{title}: {panel_title}" if n > 1 else title))
-        ax.set_xlabel(X_LABELS[x])
-        ax.set_ylabel(metric_name + (f" (moving average, {smooth})" if smooth > 1 else ""))
+        # every text is drawn as written, never as $mathtext$: env ids, config values, run and member
+        # names and metric names come from the run's files, where a "$" would be parsed (and could fail)
+        ax.set_title(panel_title if title is None else (f"{title}: {panel_title}" if n > 1 else title), parse_math=False)
+        ax.set_xlabel(X_LABELS[x], parse_math=False)
+        ax.set_ylabel(metric_name + (f" (moving average, {smooth})" if smooth > 1 else ""), parse_math=False)
         ax.grid(True, alpha=0.3)
-        ax.legend(loc="best", fontsize="small")
+        for text in ax.legend(loc="best", fontsize="small").get_texts():
+            text.set_parse_math(False)
     from .atomic import atomic_open
 
     try:
@@ -568,6 +591,9 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
         from .diskspace import describe
 
         raise PlotError(describe(out, e)) from None
+    except (ValueError, OverflowError, RuntimeError) as e:  # matplotlib could not draw it (no file is left):
+        why = ([ln.strip() for ln in str(e).splitlines() if ln.strip()] or [type(e).__name__])[-1]  # report: "No curve"
+        raise PlotError(f"{out}: could not draw the curve ({why})") from None
     return out
 
 
@@ -586,7 +612,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--band", default=None, choices=tuple(BANDS), help="the shaded band: min-max over runs, mean +- 1 std, "
                    "or the 95%% bootstrap confidence interval of --stat (default: ci for a population's settings, "
                    "minmax for a group of runs)")
-    p.add_argument("--title", default=None, help="plot title (default: the env id)")
+    p.add_argument("--title", default=None, help="plot title, drawn as typed (default: the env id)")
 
 
 def register(subparsers) -> argparse.ArgumentParser:

@@ -11,7 +11,8 @@ Several runs get one column each; runs of one env share a mean + spread curve. A
 directory (``train --seeds/--sweep``) is reported alone, by population_report, its curve drawn with
 ``--metric``/``--x``/``--smooth`` and placed as a single run's. A population's member that diverged
 says so at the top of its report and is not evaluated. Errors a user can act on (missing or foreign run directory, empty
-metrics, an unknown metric, a run file that is not UTF-8, an eval.json field that is not a number
+metrics, an unknown metric, a run file that is not UTF-8, or not a regular file within its size cap
+(a FIFO, a sparse file planted at its name: rundir.read_run_bytes), an eval.json field that is not a number
 (null included), a meta.json section that is not a mapping, a population among other runs,
 ``--threshold`` for single runs or not finite (nan, inf), an ``--out`` that is not a .md file (so it is never one of a run's
 own files) or is under a file) are one line naming the file or flag,
@@ -45,13 +46,24 @@ MISSING = "\u2014"  # em dash for "not recorded"
 
 # ------------------------------------------------------------------------------------ one run
 def _read_text(path: Path) -> str:
-    """A run file's text; ReportError naming it when it is not UTF-8 text or cannot be read."""
+    """A run file's text; ReportError naming it when it is not UTF-8 text or cannot be read: a FIFO
+    at its name (never waited on) or a file over rundir.TEXT_MAX_BYTES (never read whole) included."""
+    from .rundir import TEXT_MAX_BYTES, RunFileError, read_run_text
+
     try:
-        return path.read_text(encoding="utf-8")
+        return read_run_text(path, TEXT_MAX_BYTES)
     except UnicodeDecodeError as e:
         raise ReportError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
+    except RunFileError as e:
+        raise ReportError(str(e)) from None
     except OSError as e:
         raise ReportError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def _absent(path: Path) -> bool:
+    """A run file that is not there (nor a link to one): {} for the report. Anything else at its name,
+    a FIFO or a folder too, is read, so _read_text refuses it with a line rather than skipping it unsaid."""
+    return not path.exists()
 
 
 def _read_yaml(path: Path) -> dict:
@@ -62,7 +74,7 @@ def _read_yaml(path: Path) -> dict:
 
     from .config import load_yaml, yaml_alias_error
 
-    if not path.is_file():
+    if _absent(path):
         return {}
     try:
         data = load_yaml(_read_text(path))
@@ -74,7 +86,7 @@ def _read_yaml(path: Path) -> dict:
 
 
 def _read_json(path: Path) -> dict:
-    if not path.is_file():
+    if _absent(path):
         return {}
     try:
         data = json.loads(_read_text(path))

@@ -109,6 +109,57 @@ def _read_json_file(path: Path, unreadable=None) -> Optional[dict]:
     return info if isinstance(info, dict) else bad(f"expected a JSON object, got {type(info).__name__}")
 
 
+# Caps on run files read whole: a run directory may come from anyone, and a sparse file claiming
+# terabytes must be one line, not a MemoryError. Proxima writes far less than these.
+TEXT_MAX_BYTES = 16 << 20  # config.yaml, eval.json, summary.json, meta.json-like files
+LOG_MAX_BYTES = 2 << 30  # metrics.csv, samples.jsonl (long runs write a row per iteration)
+
+
+class RunFileError(OSError):
+    """A run file that is there but is not a readable regular file within its size cap; the
+    message is one line naming the file. An OSError, so callers that treat an unreadable file
+    as unreadable keep doing so."""
+
+
+def read_run_bytes(path, limit: int = TEXT_MAX_BYTES) -> bytes:
+    """The whole content of the run file ``path``, read without blocking on a FIFO planted at its
+    name and refusing anything but a regular file of at most ``limit`` bytes (RunFileError naming
+    it). FileNotFoundError when it is not there, as for open()."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise RunFileError(f"{path}: is a directory, not a file") from None
+    except OSError as e:
+        raise RunFileError(f"{path}: cannot read ({e.strerror or e})") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise RunFileError(f"{path}: is a directory, not a file")
+        if not stat.S_ISREG(info.st_mode):
+            raise RunFileError(f"{path}: is not a regular file (a FIFO, device or socket); the run directory was edited")
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        if info.st_size > limit:
+            raise RunFileError(f"{path}: {info.st_size:,} bytes, more than the {limit:,} a run writes there; "
+                               "the run directory was damaged or edited")
+        os.set_blocking(fd, True)
+        data = f.read(limit + 1)
+    if len(data) > limit:  # grew while read
+        raise RunFileError(f"{path}: more than the {limit:,} bytes a run writes there; the run directory was damaged or edited")
+    return data
+
+
+def read_run_text(path, limit: int = TEXT_MAX_BYTES) -> str:
+    """read_run_bytes decoded as UTF-8 (UnicodeDecodeError as from Path.read_text)."""
+    return read_run_bytes(path, limit).decode("utf-8")
+
+
 def in_use_message(run_dir: Path, info: dict) -> str:
     host = "" if info.get("host") == socket.gethostname() else f" on host {info.get('host')}"
     return (f"run {run_dir} is in use by pid {info.get('pid')}{host} (since {info.get('since', '?')}); wait for it to "
