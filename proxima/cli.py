@@ -287,7 +287,7 @@ def _dry_run_train(args, cfg, overrides: dict, world_size: int = 1) -> int:
             validate(cfg, world_size)  # as train validates a resumed config
             return _dry_run(cfg, world_size)
     _validate_new(cfg, world_size)
-    return _dry_run(cfg, world_size, overrides)
+    return _dry_run(cfg, world_size, overrides, notes=not args.quiet)
 
 
 def _member_fields(args) -> set:
@@ -335,17 +335,22 @@ def recorded_argv() -> list:
         return sys.argv
 
 
-def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None) -> int:
+def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: bool = False) -> int:
     """Check what train would refuse (run_setup.preflight), print the resolved config as YAML, train
-    nothing, write nothing. ``overrides``: a new run's typed flags, for train's notes on them."""
+    nothing, write nothing. ``overrides``: a new run's typed flags, for train's notes on them;
+    ``notes``: a new run's, not --quiet: the note on a Box action range that the run would print."""
     from .config import dump_yaml
+    from .envs.gym_adapter import action_spaces_built
 
     from .run_setup import preflight
-    from .trainer import _note_whole_iterations
+    from .trainer import _note_action_scale, _note_whole_iterations
 
-    preflight(cfg, world_size)  # a refusal of a value from --config FILE names the file: cmd_train's handler
+    with action_spaces_built() as spaces:  # the env preflight builds: none built only for the note
+        preflight(cfg, world_size)  # a refusal of a value from --config FILE names the file: cmd_train's handler
     if "total_timesteps" in (overrides or {}):  # the YAML shows the total typed; the note, what would train
         _note_whole_iterations(cfg, world_size)
+    if notes and spaces:
+        _note_action_scale(cfg.env_id, spaces[0])
     print(dump_yaml(cfg.to_dict()), end="")
     return 0
 
@@ -397,7 +402,8 @@ def cmd_resume(args) -> int:
                 f"{prog}: {path} was written by {world} processes: resuming with {world} processes on this machine "
                 "(torchrun; a multi-node run resumes under its own torchrun command, docs/distributed.md)"))
         # the config comes from the checkpoint; typed flags may change only config.RESUME_SAFE fields
-        run_dir, _ = train(None, resume=path, argv=sys.argv, quiet=args.quiet, env_id=args.env, trust_run=args.trust_run,
+        # under the torchrun that launch_torchrun started above, the command the user typed, not the rank's own
+        run_dir, _ = train(None, resume=path, argv=recorded_argv(), quiet=args.quiet, env_id=args.env, trust_run=args.trust_run,
                            overrides=typed_flags(args))
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the job
             print(f"run directory: {run_dir}")

@@ -210,6 +210,13 @@ class Trainer:
         return f"last good checkpoint: {last}" if last else "no checkpoint was written yet (--checkpoint-every N writes one every N iterations)"
 
     # --- the loop --------------------------------------------------------------------------------
+    def trains(self) -> bool:
+        """Whether run() trains an iteration: not for a resume of a complete run, nor of one that
+        --stop-return ended (its restored window still reaches the target)."""
+        window = list(self.return_window)  # ReturnTarget trims the list it is given; run() does that to the real one
+        reached = ReturnTarget(self.cfg.stop_return, self.cfg.stop_episodes, window).reached()
+        return self.iteration < self.num_iterations and reached is None
+
     def run(self, resumed: bool = False, stop_after: Optional[int] = None) -> Path:
         """Train until ``num_iterations``; checkpoint every ``checkpoint_every`` iterations and at the end.
 
@@ -231,7 +238,7 @@ class Trainer:
         # empty TensorBoard file per resume, unless rows logged after the checkpoint must go
         from .logger import logged_past
 
-        trains = self.iteration < self.num_iterations and self.stopped_at_return is None
+        trains = self.trains()
         train_state.open_run_dir(self, resumed, trains)
         if self.dist.is_main and (not resumed or trains or logged_past(self.run_dir / "metrics.csv", self.global_step)):
             self.logger = _make_logger(self, resumed)
@@ -580,7 +587,9 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
                 dctx.from_main(lambda: session.claim_fresh(trainer.run_dir, overwrite, restart))
                 if not quiet and dctx.is_main:
                     _note_action_scale(config.env_id, trainer.env.single_action_space)
-            if resumed and not quiet and trainer.dist.is_main:
+            # a resume of a complete run, or of one --stop-return ended, trains nothing and its note says so
+            # (run_setup.apply_resume_overrides): "resuming at step N" would claim otherwise
+            if resumed and trainer.trains() and not quiet and trainer.dist.is_main:
                 print(f"proxima: resuming {trainer.run_dir} at global step {trainer.global_step:,} (iteration {trainer.iteration})", file=sys.stderr)
             out_dir = trainer.run(resumed=resumed)
             if trainer.stopped_at_return is not None and not quiet and trainer.dist.is_main:

@@ -7,6 +7,7 @@ terminated/truncated) is the same as for the native envs.
 
 from __future__ import annotations
 
+import contextlib
 import decimal
 import difflib
 import importlib
@@ -101,6 +102,22 @@ def _import_env_module(module_name: str):
         sys.path[:] = saved
 
 
+def import_failure_line(e: ImportError, module_name: str, env_id: str) -> str:
+    """The line for a ``module:Class`` env whose import failed. Only when the module itself (or a
+    package above it) was not found is the path to blame; an import inside the user's module that
+    fails is named with its file:line (user_frame): a dependency that is not installed, or a name
+    its module lacks."""
+    own = isinstance(e, ModuleNotFoundError) and e.name is not None and (
+        e.name == module_name or module_name.startswith(e.name + "."))
+    if own:
+        where = "PYTHONPATH (run directories are never searched)" if _DATA_DIRS else "the current directory or on PYTHONPATH"
+        return f"cannot import module '{module_name}' for env '{env_id}': {e} (is it in {where}?)"
+    if isinstance(e, ModuleNotFoundError) and e.name:
+        return (f"cannot import module '{module_name}' for env '{env_id}': it imports '{e.name}'{user_frame(e)}, which is "
+                "not installed")
+    return f"importing '{module_name}' for env '{env_id}' raised {type(e).__name__}: {e}{user_frame(e)}"
+
+
 def check_env_cmd(env_id: str, env_kwargs: Optional[dict] = None) -> str:
     """``proxima check-env ENV --env-kwargs JSON``, the command that checks the env a run built: without
     the run's kwargs check-env would build another env, which may well pass."""
@@ -124,8 +141,7 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
         try:
             module = _import_env_module(module_name)
         except ImportError as e:
-            where = "PYTHONPATH (run directories are never searched)" if _DATA_DIRS else "the current directory or on PYTHONPATH"
-            raise EnvError(f"cannot import module '{module_name}' for env '{env_id}': {e} (is it in {where}?)") from None
+            raise EnvError(import_failure_line(e, module_name, env_id)) from None
         except Exception as e:  # user code failed at import time
             raise EnvError(f"importing '{module_name}' for env '{env_id}' raised {type(e).__name__}: {e}") from None
         cls = getattr(module, attr, None)
@@ -582,6 +598,24 @@ def count_episodes(returns: np.ndarray, lengths: np.ndarray, reward: np.ndarray,
     return ep_ret, ep_len
 
 
+#: lists that action_spaces_built() fills with the action space of each GymnasiumEnv built meanwhile
+_BUILT_ACTION_SPACES: list = []
+
+
+@contextlib.contextmanager
+def action_spaces_built():
+    """The action spaces of the Gymnasium-backed envs built inside the ``with``, in order: ``train
+    --dry-run`` prints a run's note on a Box range (trainer._note_action_scale) from the one env its
+    checks build (run_setup.preflight, which returns none of it), rather than build the user's env
+    a second time. The native envs' Box ranges never call for that note."""
+    seen: list = []
+    _BUILT_ACTION_SPACES.append(seen)
+    try:
+        yield seen
+    finally:
+        _BUILT_ACTION_SPACES.remove(seen)
+
+
 class GymnasiumEnv(BatchedEnv):
     """N copies of a Gymnasium env in a Sync/AsyncVectorEnv (same-step autoreset), as tensors."""
 
@@ -606,6 +640,8 @@ class GymnasiumEnv(BatchedEnv):
         self.layout = obs_layout(obs_space, env_id)
         self.single_observation_space = tensor_space(obs_space, self.layout)
         self.single_action_space = act_space
+        for seen in _BUILT_ACTION_SPACES:
+            seen.append(act_space)
         cls = gym.vector.AsyncVectorEnv if vector == "async" else gym.vector.SyncVectorEnv
         if vector == "async":
             _quiet_worker_env_errors()
