@@ -381,8 +381,10 @@ def cmd_resume(args) -> int:
                     "machine (torchrun; a multi-node run resumes under its own torchrun command, docs/rlhf.md)"))
             return rlhf_resume(path, steps=args.steps, trust_run=args.trust_run, quiet=args.quiet)
         # a population's run directory, or one of its own checkpoints/step_N.pt (from that one; newer ones set aside)
-        population_file = path.is_file() and path.parent.name == "checkpoints" and (path.parent.parent / "population.json").is_file()
-        if (path / "population.json").is_file() or population_file:  # continue every member (population_run.py)
+        from .population_run import is_population_dir
+
+        population_file = path.is_file() and path.parent.name == "checkpoints" and is_population_dir(path.parent.parent)
+        if is_population_dir(path) or population_file:  # continue every member (population_run.py)
             from .population_run import resume_population
 
             if args.steps is not None:
@@ -486,7 +488,9 @@ def cmd_eval(args) -> int:
         # train's parsing and checks of the JSON (one line naming --env-kwargs)
         env_kwargs = coerce("env_kwargs", args.env_kwargs, source="flag") if args.env_kwargs is not None else None
         path = args.path
-        if (Path(path) / "population.json").is_file():  # every member, then statistics per setting
+        from .population_run import is_population_dir
+
+        if is_population_dir(path):  # every member, then statistics per setting
             from .population_eval import cmd_eval_population
 
             return cmd_eval_population(args, resolve_device(args.device), env_kwargs)

@@ -31,7 +31,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .population_run import DIVERGED_FILE, POPULATION_FILE
+from .population_run import DIVERGED_FILE, POPULATION_FILE, is_population_dir
+from .rundir import read_run_text
 
 #: resamples of every percentile-bootstrap interval: the report's table, eval's lines and plot's band
 BOOTSTRAP_RESAMPLES = 2000
@@ -74,8 +75,7 @@ def setting_label(settings: dict) -> str:
     return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in settings.items())
 
 
-def is_population(run_dir) -> bool:
-    return (Path(run_dir) / POPULATION_FILE).is_file()
+is_population = is_population_dir
 
 
 def read_settings(run_dir) -> list:
@@ -88,7 +88,7 @@ def read_settings(run_dir) -> list:
     run_dir = Path(run_dir)
     path = run_dir / POPULATION_FILE
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(read_run_text(path))
         entries = [(e["dir"], e["seed"], e.get("settings") or {}, e.get("diverged")) for e in doc["member_dirs"]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise PopulationError(f"{path}: not a readable population file ({type(e).__name__})") from None
@@ -124,11 +124,11 @@ def member_divergence(member_dir) -> Optional[str]:
     directory copied out of its population)."""
     member_dir = Path(member_dir).resolve()
     try:
-        doc = json.loads((member_dir.parent / POPULATION_FILE).read_text(encoding="utf-8"))
+        doc = json.loads(read_run_text(member_dir.parent / POPULATION_FILE))
         record = next(e for e in doc["member_dirs"] if isinstance(e, dict) and e.get("dir") == member_dir.name).get("diverged")
     except (OSError, ValueError, KeyError, TypeError, StopIteration):
         try:
-            record = json.loads((member_dir / DIVERGED_FILE).read_text(encoding="utf-8"))
+            record = json.loads(read_run_text(member_dir / DIVERGED_FILE))
         except (OSError, ValueError):
             return None
     if record is None:
@@ -390,7 +390,7 @@ def ci_cell(ci, few: bool, digits: int = 1) -> str:
 
 
 def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: int = 0) -> str:
-    doc = json.loads((run_dir / POPULATION_FILE).read_text(encoding="utf-8", errors="replace"))  # read_settings checked it
+    doc = json.loads(read_run_text(run_dir / POPULATION_FILE))  # read_settings checked it
     f = lambda v: "\u2014" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.1f}"  # noqa: E731
     kinds = {" / ".join(r["sources"]) for r in rows}
     if len(kinds) <= 1:

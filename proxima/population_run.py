@@ -46,6 +46,7 @@ from .atomic import write_atomic
 from .config import FIELDS, ConfigError, PPOConfig
 from .envs import EnvError
 from .population import PER_MEMBER_FIELDS, UNSUPPORTED, Population, _fmt, check_population_fits
+from .rundir import holds_text, read_run_text
 from .signals import WORKERS_ENDED, OutsideLoop, TrainingInterrupted, checkpoint_line, workers_stopped
 
 POPULATION_FILE = "population.json"
@@ -67,7 +68,10 @@ def default_population_dir(cfg: PPOConfig, seeds: Sequence[int]) -> Path:
 
 
 def is_population_dir(path) -> bool:
-    return (Path(path) / POPULATION_FILE).is_file()
+    """Whether ``path`` holds an entry named population.json, whatever it is: one that is not a
+    readable file (a FIFO, a link, a folder planted there) is then refused by its reader in one line,
+    rather than the population taken for a single run."""
+    return os.path.lexists(Path(path) / POPULATION_FILE)
 
 
 def is_plain_name(name) -> bool:
@@ -82,7 +86,7 @@ def read_population_doc(run_dir: Path) -> dict:
     (the run directory is data: it may have been damaged or edited)."""
     path = Path(run_dir) / POPULATION_FILE
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_run_text(path))
     except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise ckpt.CheckpointError(f"{path}: not readable JSON ({type(e).__name__}); the population's "
                                    f"{POPULATION_FILE} was damaged or edited") from None
@@ -384,7 +388,7 @@ def _write_member_configs(pop: Population, dirs: list) -> None:
         path = d / "config.yaml"
         text = dump_yaml(cfg.to_dict())
         try:
-            if not path.is_file() or path.read_text(errors="replace") != text:
+            if not holds_text(path, text):
                 write_atomic(path, text)
         except OSError as e:
             raise write_error(path, e, "could not resume the population") from None

@@ -160,6 +160,16 @@ def read_run_text(path, limit: int = TEXT_MAX_BYTES) -> str:
     return read_run_bytes(path, limit).decode("utf-8")
 
 
+def holds_text(path, text: str) -> bool:
+    """Whether the run file ``path`` holds exactly ``text``; False when it is missing, not a regular
+    file or longer (read no further than ``text``'s length: a resume compares before it rewrites)."""
+    data = text.encode("utf-8")
+    try:
+        return read_run_bytes(path, len(data)) == data
+    except OSError:
+        return False
+
+
 def in_use_message(run_dir: Path, info: dict) -> str:
     host = "" if info.get("host") == socket.gethostname() else f" on host {info.get('host')}"
     return (f"run {run_dir} is in use by pid {info.get('pid')}{host} (since {info.get('since', '?')}); wait for it to "

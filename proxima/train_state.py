@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from . import checkpoint as ckpt
+from .rundir import holds_text
 from .config import PPOConfig
 
 if TYPE_CHECKING:
@@ -375,7 +376,7 @@ def open_run_dir(t: "Trainer", resumed: bool, trains: bool = True) -> None:
         path = t.run_dir / "config.yaml"
         text = dump_yaml(t.cfg.to_dict())
         if resumed:  # the flags a resume may change (an extended --total-timesteps): config.yaml says what runs now
-            if not path.is_file() or path.read_text(errors="replace") != text:
+            if not holds_text(path, text):
                 write_atomic(path, text)  # never through a link planted at config.yaml or a temp name
             if (t.run_dir / "meta.json").exists():
                 path = t.run_dir / "meta.json"

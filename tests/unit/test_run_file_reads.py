@@ -241,3 +241,53 @@ def test_a_curve_matplotlib_cannot_draw_is_a_line_for_plot_and_a_no_curve_note_i
     assert code == 0, err
     assert f"No curve: {run / 'curve.png'}: {why}" in (run / "report.md").read_text()
     assert sorted(_listing(run)) == sorted([*before, "report.md"])
+
+
+# ------------------------------------------------------------------------------------ resume's compare-then-write, populations
+def test_a_resume_that_trains_on_replaces_a_sparse_config_yaml_without_reading_it(trained, tmp_path, capsys):
+    """A resume compares config.yaml with what it runs before rewriting it: no further than that text's
+    length (a planted 30 GB sparse file was read whole: MemoryError)."""
+    import shutil
+
+    run = Path(shutil.copytree(trained, tmp_path / "run"))
+    _replace_with_sparse(run / "config.yaml", 30 << 30)
+    code, _, err = run_main(["resume", str(run), "--total-timesteps", "192", "--no-progress", "--quiet"], capsys)
+    assert code == 0 and "Traceback" not in err, err
+    text = (run / "config.yaml").read_text()
+    assert "total_timesteps: 192" in text and len(text) < 10_000
+
+
+def test_holds_text_reads_no_further_than_the_text(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("a: 1\n")
+    assert rundir.holds_text(path, "a: 1\n") and not rundir.holds_text(path, "a: 2\n")
+    assert not rundir.holds_text(path, "a: 1")  # longer than the text: not the same
+    _replace_with_sparse(path, 30 << 30)
+    assert not rundir.holds_text(path, "a: 1\n")
+    assert not rundir.holds_text(tmp_path / "missing.yaml", "")
+
+
+@pytest.fixture(scope="module")
+def population(tmp_path_factory) -> Path:
+    from proxima import cli
+
+    run = tmp_path_factory.mktemp("popfiles") / "pop"
+    assert cli.main(["train", "CartPole-v1", "--seeds", "1,2", "--run-dir", str(run), "--total-timesteps", "128",
+                     "--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1",
+                     "--eval-episodes", "0", "--threads", "1", "--no-progress", "--quiet"]) == 0
+    return run
+
+
+@pytest.mark.timeout(FIFO_TIMEOUT)
+@pytest.mark.parametrize("command", ["report", "resume"])
+def test_a_fifo_at_population_json_is_one_line(population, tmp_path, capsys, command):
+    import shutil
+
+    run = Path(shutil.copytree(population, tmp_path / "pop"))
+    _replace_with_fifo(run / "population.json")
+    argv = ["report", str(run), "--episodes", "0", "--out", str(tmp_path / "r.md")] if command == "report" else ["resume", str(run)]
+    code, _, err = run_main(argv, capsys)
+    assert code == 2 and "Traceback" not in err, err
+    errors = [ln for ln in err.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and str(run / "population.json") in errors[0], err
+    assert stat.S_ISFIFO((run / "population.json").lstat().st_mode)
