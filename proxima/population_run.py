@@ -316,7 +316,7 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
         except (RuntimeError, ValueError, TypeError) as e:
             raise ckpt.CheckpointError(f"{path}: does not match the population's config ({str(e).splitlines()[0][:160]})") from None
         check_finite_weights(pop, names, path)
-        if not quiet:
+        if not quiet and pop.iteration < pop.num_iterations:  # a complete one trains nothing: its note said so
             print(f"proxima: resuming population {run_dir} ({len(configs)} members) at step {pop.iteration * pop.steps_per_member:,} "
                   f"per member (iteration {pop.iteration})", file=sys.stderr)
         dirs = [run_dir / n for n in names]

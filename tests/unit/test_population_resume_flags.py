@@ -105,3 +105,16 @@ def test_an_older_population_that_recorded_stop_return_still_resumes_and_records
     for d in _member_dirs(run):
         assert _last_step(d) == 3 * TOTAL
         assert _config_yaml(d)["stop_return"] is None
+
+
+def test_resuming_a_complete_population_prints_only_its_note(tmp_path, capsys):
+    """A complete population trains nothing on resume: its note says so, and no "resuming population
+    ... at step N" line claims otherwise (as for a single run)."""
+    run = _population(tmp_path / "pop")
+    capsys.readouterr()
+    code, _, err = run_main(["resume", str(run)], capsys)
+    assert code == 0, err
+    assert "resuming population" not in err
+    assert [ln for ln in err.splitlines() if ln.startswith("proxima:")] == [
+        ln for ln in err.splitlines() if "the run is complete" in ln]
+    assert any("the run is complete" in ln for ln in err.splitlines())
