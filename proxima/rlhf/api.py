@@ -14,6 +14,7 @@ from . import dist as D
 from . import loop, rundir
 from .config import ConfigError, RLHFConfig, from_dict, reward_specs, validate
 from ..device import resolve_device
+from ..rundir import read_run_text
 from ..signals import TrainingInterrupted, checkpoint_line, say_stopped
 from ..diskspace import StorageError
 
@@ -59,7 +60,7 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
         d = D.init_distributed(resolve_device(cfg.device).type)
         if cfg.run_dir:
             run_dir = Path(cfg.run_dir)
-            rundir.check_new_run_dir(run_dir)
+            rundir.check_new_run_dir(run_dir, cfg)
         trainer = RLHFTrainer(cfg, d)  # loads every model, file and function: the last place bad input can fail
         if d.is_main:  # the directory (created by rank 0 now that the input is known good, without --run-dir)
             # locked as `proxima train`'s: a second trainer or a resume of this live run is refused
@@ -67,7 +68,7 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
         if not cfg.run_dir:
             run_dir = D.broadcast_object(run_dir if d.is_main else None, d)
         if d.is_main:
-            rundir.check_new_run_dir(run_dir)  # another run may have started here while the models loaded
+            rundir.check_new_run_dir(run_dir, cfg)  # another run may have started here while the models loaded
             check_own_entries(run_dir)  # a checkpoints/ (or other) link planted there would be written and pruned through
             rundir.write_run_files(run_dir, dataclasses.replace(cfg, run_dir=str(run_dir)).to_dict(), d.world_size,
                                    str(trainer.device))
@@ -241,7 +242,7 @@ def resume_processes(path: Path) -> int:
 
 def _read_meta(path: Path) -> dict:
     try:
-        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+        meta = json.loads(read_run_text(path / "meta.json"))
     except (OSError, ValueError) as e:
         raise ConfigError(f"{path}: not a run directory (cannot read meta.json: {e})") from None
     if not isinstance(meta, dict):

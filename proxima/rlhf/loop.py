@@ -13,6 +13,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import time
 from pathlib import Path
 from typing import Optional
@@ -23,12 +24,13 @@ from . import dist as D
 from . import fsdp
 from . import rundir
 from ..diskspace import StorageError, write_error
+from .. import rundir as run_files
 from ..signals import REPEAT_WINDOW, SignalGuard, TrainingInterrupted
 from .config import ConfigError
 from .models import original_config
 from .rewards import RewardError
 
-CHECKPOINT_FORMAT = "proxima-rlhf-1"
+CHECKPOINT_FORMAT = rundir.CHECKPOINT_FORMAT
 
 
 class DivergedError(ConfigError):
@@ -229,7 +231,9 @@ def _fsync_tree(folder: Path) -> None:
 
 def policy_complete(folder: Path) -> bool:
     """A saved policy: its config (or adapter config), its weight files whole, and a tokenizer. For runs
-    whose policy/ was written in place (before the rename above), a kill mid-save left some missing or cut short."""
+    whose policy/ was written in place (before the rename above), a kill mid-save left some missing or cut short.
+    A file that is not what a save writes (a FIFO, a header or index edited or damaged) makes it incomplete too:
+    a resume writes policy/ again from the last checkpoint, never reading more than a header's worth."""
     if not ((folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()):
         return False
     if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
@@ -237,23 +241,44 @@ def policy_complete(folder: Path) -> bool:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
-            shards = set(json.loads(index.read_text())["weight_map"].values())
-        except (OSError, ValueError, KeyError, AttributeError):
+            weight_map = json.loads(run_files.read_run_text(index, run_files.TEXT_MAX_BYTES))["weight_map"]
+            shards = set(weight_map.values())
+        except (OSError, ValueError, KeyError, AttributeError, TypeError, RecursionError):
+            return False
+        # shard names are file names of this folder, as save_pretrained writes them
+        if not shards or not all(isinstance(s, str) and s and Path(s).name == s and s not in (".", "..") for s in shards):
             return False
         return all(_safetensors_whole(folder / shard) for shard in shards)
     files = [folder / n for n in ("model.safetensors", "adapter_model.safetensors") if (folder / n).is_file()]
     return bool(files) and all(_safetensors_whole(f) for f in files)
 
 
+#: the largest header the safetensors library reads (its MAX_HEADER_SIZE); a save writes far less
+_SAFETENSORS_HEADER_MAX = 100_000_000
+
+
 def _safetensors_whole(file: Path) -> bool:
-    """The file is as long as its header says: 8-byte header size, JSON header, then the tensor data."""
+    """The file is as long as its header says: 8-byte header size, JSON header, then the tensor data. Opened
+    without waiting on a FIFO planted at the name; a header size beyond the file (or the library's limit) is a
+    damaged file, not a read of that many bytes."""
     try:
-        with open(file, "rb") as f:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            size = info.st_size
+            if not stat.S_ISREG(info.st_mode):
+                return False
+            os.set_blocking(fd, True)
             n = int.from_bytes(f.read(8), "little")
+            if n > min(size - 8, _SAFETENSORS_HEADER_MAX):
+                return False
             header = json.loads(f.read(n))
         end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-        return file.stat().st_size == 8 + n + end
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return size == 8 + n + end
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError):
         return False
 
 
@@ -261,8 +286,8 @@ def is_finished(run_dir: Path, step: int) -> bool:
     """Whether the run's final files for ``step`` are all there: summary.json (written last) readable and of
     this step, and a complete policy/. Otherwise a resume at its last step writes them again."""
     try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
+        summary = json.loads(run_files.read_run_text(run_dir / "summary.json", run_files.TEXT_MAX_BYTES))
+    except (OSError, ValueError, RecursionError):  # RunFileError (a FIFO, a huge file) is an OSError: unreadable
         return False
     if not isinstance(summary, dict) or summary.get("final_step", summary.get("steps")) != step:
         return False
@@ -325,11 +350,13 @@ def save_checkpoint(t, run_dir: Path) -> None:
 
 
 def load_checkpoint(t, file: Path, state: dict = None) -> None:
-    """Restore ``t`` from checkpoint ``file`` (``state``: its content, when the caller loaded it already)."""
+    """Restore ``t`` from checkpoint ``file`` (``state``: its content, when the caller loaded it already). Everything
+    is checked before anything is restored: the file's own fields (rundir.check_checkpoint, unless the caller's
+    loader ran it), then that it fits this run (_check_fits); a ConfigError naming the file and the field otherwise."""
     state = rundir.load_checkpoint(file) if state is None else state
     if state.get("format") != CHECKPOINT_FORMAT:
         raise ConfigError(f"{file}: not a Proxima RLHF checkpoint")
-    if len(state["ranks"]) != t.dist.world_size:
+    if isinstance(state.get("ranks"), list) and len(state["ranks"]) != t.dist.world_size:
         written, run = len(state["ranks"]), Path(file).parent.parent
         how = (f"`proxima resume {run}` starts {written} on this machine" if written > 1
                else f"`proxima resume {run}` resumes it in one process, without torchrun")
@@ -337,13 +364,15 @@ def load_checkpoint(t, file: Path, state: dict = None) -> None:
                           f"count ({how})")
     if bool(state.get("fsdp", False)) != t.cfg.fsdp:
         raise ConfigError(f"{file}: written with fsdp {bool(state.get('fsdp'))}, resumed with fsdp {t.cfg.fsdp}")
+    if not isinstance(state, rundir.CheckedState):
+        state = rundir.check_checkpoint(file, state)
     _check_same_prompts(t, file, state)
     _check_same_initial_policy(t, file, state)
     _check_same_reward_models(t, file, state)
+    _check_fits(t, file, state)
     models = [(t.policy, t.opt_policy, "policy")] + ([(t.value, t.opt_value, "value")] if t.critic else [])
     for model, opt, name in models:
         if t.cfg.fsdp:
-            _check_names(model, state[name], file)
             fsdp.load_full_model_state(model, state[name])
             fsdp.load_full_optimizer_state(model, opt, state["opt_" + name])
         else:
@@ -352,6 +381,50 @@ def load_checkpoint(t, file: Path, state: dict = None) -> None:
     t.kl_ctl.load_state_dict(state["kl"])
     set_random_state(t, state["ranks"][t.dist.rank])
     t.step, t.seconds = int(state["step"]), float(state["seconds"])
+
+
+def _check_fits(t, file: Path, state: dict) -> None:
+    """ConfigError naming the file and the field unless the checkpoint's weights, optimizer states, prompt order
+    and RNG fit the models, optimizers, prompts and device of ``t`` (built from config.yaml): a weight of another
+    shape would fail in copy_, one of another dtype be cast without a word, an optimizer moment of another shape
+    be read out of bounds by the fused Adam kernel."""
+    models = [(t.policy, t.opt_policy, "policy")] + ([(t.value, t.opt_value, "value")] if t.critic else [])
+    for model, opt, name in models:
+        params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        _check_names(model, state[name], file)
+        for n, p in params.items():
+            w = state[name][n]
+            if tuple(w.shape) != tuple(p.shape) or w.dtype != p.dtype:
+                raise ConfigError(f"{file}: {name}.{n} is a {str(w.dtype).replace('torch.', '')} tensor of shape "
+                                  f"{tuple(w.shape)}, the model built from config.yaml has {str(p.dtype).replace('torch.', '')} "
+                                  f"{tuple(p.shape)}; the checkpoint is not this run's, or was edited")
+        # torch.optim numbers the parameters in the model's order; FSDP's full state names them
+        rundir.check_optimizer(file, "opt_" + name, state["opt_" + name], params, values=False)
+        saved, own = state["opt_" + name]["param_groups"][0], opt.param_groups[0]
+        for key, value in own.items():  # amsgrad, capturable, fused ...: what this run's optimizer was built with
+            if key in ("params", "lr", "betas", "eps", "initial_lr") or key not in saved:
+                continue
+            if not _same_setting(saved[key], value):
+                raise ConfigError(f"{file}: opt_{name}.param_groups[0].{key} is {rundir._shown(saved[key])}, this run's optimizer has "
+                                  f"{value!r}; the checkpoint is not this run's, or was edited")
+    n = len(t.prompts)
+    for i, rank in enumerate(state["ranks"]):
+        order = rank["sampler"]["order"]
+        if len(order) and int(order.max()) >= n:
+            raise ConfigError(f"{file}: ranks[{i}].sampler.order draws prompt index {int(order.max())} of {n} prompts; "
+                              "the checkpoint is damaged or was edited")
+    cuda = state["ranks"][t.dist.rank].get("cuda_rng")
+    if cuda is not None and t.device.type == "cuda":
+        try:  # a fresh generator on the device: the size and invariants checked, nothing of this process changed
+            torch.Generator(device=t.device).set_state(cuda)
+        except (RuntimeError, ValueError, TypeError) as e:
+            raise ConfigError(f"{file}: ranks[{t.dist.rank}].cuda_rng is not a CUDA RNG state torch accepts "
+                              f"({str(e).splitlines()[0][:120]}); the checkpoint is damaged or was edited") from None
+
+
+def _same_setting(saved, own) -> bool:
+    """Whether an optimizer setting read from a checkpoint (a plain value, or whatever an edit put there) is ``own``."""
+    return isinstance(saved, (bool, int, float, str, type(None))) and saved == own
 
 
 def _check_same_prompts(t, file: Path, state: dict) -> None:

@@ -9,10 +9,13 @@ import csv
 import io
 import json
 import math
+import os
 import platform
 import re
+import stat
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -21,7 +24,9 @@ import yaml
 
 from ..config import dump_yaml
 from ..diskspace import write_error
-from ..rundir import LOCK_NAME, RunLock, RunSession, _remove_contents, _remove_empty_dir
+from .. import rundir as run_files
+from ..rundir import (LOCK_NAME, RunFileError, RunLock, RunSession, _remove_contents, _remove_empty_dir,
+                      check_own_entries)
 from ..signals import stops_held
 from .config import ConfigError
 
@@ -46,21 +51,67 @@ def claim_run_dir(base: Path) -> Path:
     raise ConfigError(f"{base}: 9999 run directories of that name exist; pass --run-dir")
 
 
-def check_new_run_dir(path: Path) -> None:
-    """A new run may go into a missing or empty-of-runs directory, never over another run."""
-    if (path / "config.yaml").exists() or (path / "meta.json").exists():
-        raise ConfigError(f"--run-dir {str(path)!r}: already holds a run; continue it with `proxima resume {path}` or pick another directory")
+#: what a new run writes in its directory (the names its writers rename through included), and the TensorBoard
+#: event files' prefix: a new run never writes over any of them (check_new_run_dir)
+RUN_NAMES = ("config.yaml", "meta.json", "checkpoints", "metrics.csv", "samples.jsonl", "policy", ".policy.partial",
+             ".policy.old", "curve.png", "summary.json")
+EVENTS_PREFIX = "events.out.tfevents."
+
+
+def _run_name(name: str) -> bool:
+    return name in RUN_NAMES or name.startswith(EVENTS_PREFIX)
+
+
+def check_new_run_dir(path: Path, cfg=None) -> None:
+    """A new run may go into a missing directory, or one that holds none of the names it writes (RUN_NAMES, event
+    files): it replaces policy/, metrics.csv, summary.json ... whole, so a user's own file there would be lost, and an
+    input model there (``--policy RUN/policy``) replaced by the run's output. Files of other names (notes.txt, the
+    demo's demo/) stay. ``cfg`` (the run's RLHFConfig): an input inside one of those names is named by its flag."""
+    path = Path(path)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"--run-dir {str(path)!r}: exists and is not a directory")
+    if cfg is not None:
+        _refuse_inputs_inside(path, cfg)
+    if not path.is_dir():
+        return
+    if (path / "meta.json").exists():
+        raise ConfigError(f"--run-dir {str(path)!r}: already holds a run; continue it with `proxima resume {path}` or pick another directory")
+    check_own_entries(path)  # a link planted at such a name, leading out of the folder: the line that says so
+    found = sorted(p.name + ("/" if p.is_dir() and not p.is_symlink() else "") for p in path.iterdir() if _run_name(p.name))
+    if found:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise ConfigError(f"--run-dir {path}: already holds {shown}, which a new run writes (and would replace); "
+                          "choose another --run-dir, or move those away (other files may stay)")
+
+
+def _refuse_inputs_inside(path: Path, cfg) -> None:
+    """ConfigError naming the flag whose file or folder lies inside one of the names the run writes in ``path``."""
+    from .config import reward_specs
+
+    inputs = [("--policy", cfg.policy), ("--tokenizer", cfg.tokenizer), ("--prompts", cfg.prompts)]
+    inputs += [("--reward", spec) for spec in reward_specs(cfg)]
+    run = os.path.realpath(path)
+    for flag, spec in inputs:
+        if not spec:
+            continue
+        target = spec
+        if not os.path.exists(target) and ":" in spec:  # file.py:function
+            target = spec.rpartition(":")[0]
+        if not os.path.exists(target):
+            continue
+        inside = os.path.relpath(os.path.realpath(target), run).split(os.sep)
+        if inside[0] not in (os.curdir, os.pardir) and _run_name(inside[0]):
+            raise ConfigError(f"{flag} {spec}: lies in {inside[0]} of --run-dir {path}, which a new run writes (and "
+                              f"would replace); choose another --run-dir, or move it out of there")
 
 
 class FreshRun(RunSession):
     """Rank 0's hold on a new RLHF run's directory (proxima.rundir.RunSession, as `proxima train`'s): its
     lock, and what to take back when the run stops or fails before its first step (discard_fresh).
 
-    Unlike a PPO run's, the directory may hold files when it is locked (the demo's ``demo/``, anything
-    that is not a run: check_new_run_dir); those stay. What appeared in it after the lock was taken is
-    this run's, and goes; the folder too, when this run made it."""
+    Unlike a PPO run's, the directory may hold files when it is locked (the demo's ``demo/``, a user's
+    notes), but none of the names the run writes (check_new_run_dir refuses those); those files stay. What
+    appeared in it after the lock was taken is this run's, and goes; the folder too, when this run made it."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -154,10 +205,18 @@ def read_config(path: Path) -> dict:
     from ..config import load_yaml
 
     try:
-        data = load_yaml((path / "config.yaml").read_text(encoding="utf-8"))
+        # bounded, and never waiting on a FIFO planted at the name (a run directory is data)
+        data = load_yaml(run_files.read_run_text(path / "config.yaml", run_files.TEXT_MAX_BYTES))
+    except RunFileError as e:
+        raise ConfigError(str(e)) from None
     except (OSError, ValueError, yaml.YAMLError) as e:  # ValueError: bytes that are not UTF-8
         raise ConfigError(f"{path}: cannot read config.yaml: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     return data or {}
+
+
+def _unreadable(file: Path, e: OSError) -> ConfigError:
+    """A run file that could not be read, as one line naming it (RunFileError's own: a FIFO, an oversized file)."""
+    return ConfigError(str(e) if isinstance(e, RunFileError) else f"{file}: cannot read ({e.strerror or e})")
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -204,6 +263,9 @@ class MetricsLogger:
         self.csv_path = path / "metrics.csv"
         self.columns: Optional[list] = None
         resumed = resume_step is not None
+        if resumed:  # both read (a FIFO or an oversized file refused) before anything of the run is rewritten
+            csv_text = self._csv_up_to(resume_step) if self.csv_path.exists() else None
+            samples_text = self._samples_up_to(resume_step)
         _quiet_event_threads()
         try:
             if resumed:  # rewritten, not purge_step: TensorBoard's default loader ignores purge markers
@@ -214,33 +276,39 @@ class MetricsLogger:
             self.writer = SummaryWriter(str(path))
         except OSError as e:
             raise write_error(e.filename or path / "events.out.tfevents.*", e, "could not open the run's logs") from None
-        if resumed and self.csv_path.exists():
-            self._truncate_csv(resume_step)
-        if resumed:
-            self._truncate_samples(resume_step)
+        if resumed and csv_text is not None:
+            _atomic_write(self.csv_path, csv_text)
+        if resumed and samples_text is not None:
+            _atomic_write(self.path / "samples.jsonl", samples_text)
 
-    def _truncate_csv(self, step: int) -> None:
-        """On resume, drop rows written after the checkpoint (they will be recomputed), and a row that a
-        SIGKILL cut short (fewer cells than the header). The file is data: a line that is not a row
+    def _csv_up_to(self, step: int) -> str:
+        """On resume, metrics.csv without the rows written after the checkpoint (they will be recomputed) and a
+        row that a SIGKILL cut short (fewer cells than the header). The file is data: a line that is not a row
         Proxima wrote (not UTF-8, not CSV, no step) is dropped with a note naming the file."""
         from ..logger import rows_up_to
 
-        header, kept = rows_up_to(self.csv_path, "step", step)
-        if header:
-            self.columns = header[1:]
-            text = io.StringIO()
-            csv.writer(text).writerows([header, *kept])
-            _atomic_write(self.csv_path, text.getvalue())
-        else:  # written anew, header first, by the next log()
-            _atomic_write(self.csv_path, "")
+        try:  # a FIFO or an oversized file: RunDirError (logger._resume_lines), one line naming it
+            header, kept = rows_up_to(self.csv_path, "step", step)
+        except OSError as e:
+            raise _unreadable(self.csv_path, e) from None
+        if not header:  # written anew, header first, by the next log()
             self.columns = None
+            return ""
+        self.columns = header[1:]
+        text = io.StringIO()
+        csv.writer(text).writerows([header, *kept])
+        return text.getvalue()
 
-    def _truncate_samples(self, step: int) -> None:
-        """On resume (after a stop, or a SIGKILL between a step's logs and its checkpoint), drop logged
-        samples of steps after the checkpoint: they are generated again."""
+    def _samples_up_to(self, step: int) -> Optional[str]:
+        """On resume (after a stop, or a SIGKILL between a step's logs and its checkpoint), samples.jsonl
+        without the samples of steps after the checkpoint: they are generated again. None without the file."""
         file = self.path / "samples.jsonl"
-        if not file.exists():
-            return
+        try:
+            data = run_files.read_run_bytes(file, run_files.LOG_MAX_BYTES)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise _unreadable(file, e) from None
 
         def logged_by_then(line: str) -> bool:  # a line that a SIGKILL cut short is dropped too
             try:
@@ -249,9 +317,8 @@ class MetricsLogger:
             except (ValueError, KeyError, TypeError, RecursionError):
                 return False
 
-        keep = [line for line in file.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
-                if logged_by_then(line)]
-        _atomic_write(file, "".join(line if line.endswith("\n") else line + "\n" for line in keep))
+        keep = [line for line in data.decode("utf-8", errors="replace").splitlines(keepends=True) if logged_by_then(line)]
+        return "".join(line if line.endswith("\n") else line + "\n" for line in keep)
 
     def log(self, step: int, metrics: dict) -> None:
         try:
@@ -316,11 +383,14 @@ def read_metrics(path: Path) -> dict:
     from ..logger import note_skipped, read_csv_lines, whole_rows
 
     file = path / "metrics.csv"
-    stat = file.stat()
-    # each line on its own: a hand-edited quote costs its line, not the rest
-    header, rows, skipped = whole_rows(*read_csv_lines(file))
+    try:
+        info = file.stat()
+        # each line on its own: a hand-edited quote costs its line, not the rest
+        header, rows, skipped = whole_rows(*read_csv_lines(file))
+    except OSError as e:
+        raise _unreadable(file, e) from None
     if skipped:
-        note_skipped(file, stat, skipped)  # once per file content: the curve and the summary both read it
+        note_skipped(file, info, skipped)  # once per file content: the curve and the summary both read it
     return {k: [number(r[i]) for _, r in rows] for i, k in enumerate(header)}
 
 
@@ -350,25 +420,244 @@ def list_checkpoints(path: Path) -> list:
     return [p for _, p in sorted(found)]
 
 
+CHECKPOINT_FORMAT = "proxima-rlhf-1"
+
+
 def load_checkpoint(file: Path) -> dict:
+    """The content of checkpoint ``file``, as written: read once, without running code (weights_only), without
+    waiting on a FIFO planted at its name, and with its zip records' checksums verified first (PPO's
+    checkpoint._check_archive: a flipped bit is a damaged file, not a wrong weight). ConfigError naming the file
+    otherwise. Its fields are not checked here: check_checkpoint (load_sound_checkpoint does both)."""
+    from ..checkpoint import CheckpointError, _check_archive, _Vanished, check_views, not_a_file
+
     try:
-        state = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as e:  # truncated, corrupted or foreign: one line naming the file
-        raise ConfigError(f"{file}: not a readable Proxima RLHF checkpoint ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        if os.path.islink(file):
+            raise ConfigError(f"{file}: {not_a_file(Path(file))}") from None
+        # removed since it was listed (--keep-checkpoints): newest_that_loads goes on to the one before
+        raise _Vanished(f"{file}: no such file or directory") from None
+    except OSError as e:
+        raise ConfigError(f"{file}: cannot read checkpoint ({e.strerror or e})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"{file}: {not_a_file(Path(file)) or 'is not a regular file'}")
+        os.set_blocking(fd, True)
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        try:
+            _check_archive(Path(file), f)
+        except CheckpointError as e:
+            raise ConfigError(str(e)) from None
+        except OSError as e:
+            raise ConfigError(f"{file}: cannot read checkpoint ({e.strerror or e})") from None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # keep the error to one line
+                state = torch.load(f, map_location="cpu", weights_only=True)
+        except Exception as e:  # corrupted or foreign: one line naming the file
+            raise ConfigError(f"{file}: not a readable Proxima RLHF checkpoint ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''})") from None
     if not isinstance(state, dict) or "format" not in state:
         raise ConfigError(f"{file}: not a Proxima RLHF checkpoint")
+    try:  # before any check reads a tensor whole: a view is stored as its storage, never its size
+        check_views(Path(file), state)
+    except CheckpointError as e:
+        raise ConfigError(str(e)) from None
     return state
 
 
+class CheckedState(dict):
+    """A checkpoint's content that check_checkpoint passed: loop.load_checkpoint does not check it again
+    (the check reads every weight and optimizer moment once)."""
+
+
+def load_sound_checkpoint(file: Path) -> CheckedState:
+    """load_checkpoint, then check_checkpoint: what a resume picks its checkpoint with, so that a damaged newest
+    one (an edited field, a NaN weight) is set aside for the one before, as one cut short is."""
+    return check_checkpoint(file, load_checkpoint(file))
+
+
+def check_checkpoint(file: Path, state: dict) -> CheckedState:
+    """``state`` when it holds what save_checkpoint writes, of the kinds it writes, else ConfigError naming the
+    file and the field, before any of it reaches a model, an optimizer or an RNG: every key there, ``step`` an
+    integer >= 0, every weight a finite floating tensor, each optimizer's moments finite and shaped as the
+    weights they belong to with a step count >= 0 (the fused Adam kernel reads a moment of another shape out of
+    bounds), every process's RNG state one torch accepts, its prompt order a list of indices. What needs the
+    model built from config.yaml (names, shapes and dtypes of its parameters) is loop.load_checkpoint's."""
+    from ..checkpoint import CheckpointError
+
+    try:
+        _check_fields(Path(file), state)
+    except CheckpointError as e:  # PPO's checks (check_finite_tensor), in the same words
+        raise ConfigError(str(e)) from None
+    return state if isinstance(state, CheckedState) else CheckedState(state)
+
+
+def _damaged(file: Path, field: str, value, wanted: str) -> ConfigError:
+    return ConfigError(f"{file}: {field} is {_shown(value)}, not {wanted}; the checkpoint is damaged or was edited")
+
+
+def _shown(value) -> str:
+    from ..checkpoint import _describe, _one_line
+
+    if isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).replace('torch.', '')} tensor of shape {tuple(value.shape)}"
+    if isinstance(value, (dict, list, tuple)):
+        return _describe(value) if isinstance(value, dict) else f"a {type(value).__name__} of {len(value)}"
+    return _one_line(repr(value), 60)
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _check_fields(file: Path, state: dict) -> None:
+    if state.get("format") != CHECKPOINT_FORMAT:
+        raise ConfigError(f"{file}: not a Proxima RLHF checkpoint (format {_shown(state.get('format'))})")
+    for key in ("step", "seconds", "ranks", "policy", "opt_policy", "value", "opt_value", "kl"):
+        if key not in state:
+            raise ConfigError(f"{file}: incomplete checkpoint (missing '{key}'); the checkpoint is damaged or was edited")
+    if not _is_int(state["step"]) or state["step"] < 0:
+        raise _damaged(file, "step", state["step"], "an integer >= 0")
+    if not _is_number(state["seconds"]) or state["seconds"] < 0:
+        raise _damaged(file, "seconds", state["seconds"], "a number of seconds >= 0")
+    if not isinstance(state.get("fsdp", False), bool):
+        raise _damaged(file, "fsdp", state["fsdp"], "true or false")
+    ranks = state["ranks"]
+    if not isinstance(ranks, list) or not ranks:
+        raise _damaged(file, "ranks", ranks, "a list of every process's random state")
+    for i, rank in enumerate(ranks):
+        _check_random_state(file, f"ranks[{i}]", rank)
+    for name in ("policy", "value"):
+        _check_weights(file, name, state[name], allow_empty=name == "value")
+        check_optimizer(file, "opt_" + name, state["opt_" + name], state[name])
+    kl = state["kl"]
+    if not isinstance(kl, dict) or "value" not in kl:
+        raise _damaged(file, "kl", kl, "a mapping with the KL coefficient 'value'")
+    if not _is_number(kl["value"]) or kl["value"] < 0:
+        raise _damaged(file, "kl.value", kl["value"], "a finite number >= 0")
+
+
+def _check_random_state(file: Path, field: str, rank) -> None:
+    """One process's RNG states and place in the prompt order (loop.random_state)."""
+    if not isinstance(rank, dict):
+        raise _damaged(file, field, rank, "a mapping of rng, cuda_rng and sampler")
+    for key in ("rng", "sampler"):
+        if key not in rank:
+            raise ConfigError(f"{file}: incomplete checkpoint (missing '{field}.{key}'); the checkpoint is damaged or was edited")
+    rng = rank["rng"]
+    if not isinstance(rng, torch.Tensor) or rng.dtype != torch.uint8 or rng.dim() != 1:
+        raise _damaged(file, f"{field}.rng", rng, "a CPU RNG state (a 1-D uint8 tensor)")
+    try:  # torch checks the size and the generator's own invariants; a fresh generator: nothing of this process changes
+        torch.Generator().set_state(rng)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise ConfigError(f"{file}: {field}.rng is not a CPU RNG state torch accepts ({str(e).splitlines()[0][:120]}); "
+                          "the checkpoint is damaged or was edited") from None
+    cuda = rank.get("cuda_rng")
+    if cuda is not None and (not isinstance(cuda, torch.Tensor) or cuda.dtype != torch.uint8 or cuda.dim() != 1):
+        raise _damaged(file, f"{field}.cuda_rng", cuda, "a CUDA RNG state (a 1-D uint8 tensor) or none")
+    sampler = rank["sampler"]
+    if not isinstance(sampler, dict) or "order" not in sampler or "pos" not in sampler:
+        raise _damaged(file, f"{field}.sampler", sampler, "a mapping of order and pos")
+    order, pos = sampler["order"], sampler["pos"]
+    if (not isinstance(order, torch.Tensor) or order.dim() != 1 or order.dtype in (torch.bool, torch.uint8)
+            or order.is_floating_point() or order.is_complex() or (len(order) and int(order.min()) < 0)):
+        raise _damaged(file, f"{field}.sampler.order", order, "a 1-D tensor of prompt indices >= 0")
+    if not _is_int(pos) or not 0 <= pos <= len(order):
+        raise _damaged(file, f"{field}.sampler.pos", pos, f"an integer from 0 to {len(order)}")
+
+
+def _check_weights(file: Path, field: str, weights, allow_empty: bool) -> None:
+    from ..checkpoint import check_finite_tensor
+
+    if not isinstance(weights, dict) or not (weights or allow_empty):
+        raise _damaged(file, field, weights, "a mapping of parameter names to weights")
+    for name, value in weights.items():
+        if not isinstance(name, str):
+            raise _damaged(file, f"{field} key", name, "a parameter name")
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            raise _damaged(file, f"{field}.{name}", value, "a floating-point tensor")
+        check_finite_tensor(file, f"{field}.{name}", value)
+
+
+def check_optimizer(file: Path, field: str, opt, weights: dict, values: bool = True) -> None:
+    """ConfigError naming the file and the field unless ``opt`` is an Adam state_dict for ``weights`` (name ->
+    the tensor or parameter it optimizes, in the order the optimizer holds them): one parameter group, every
+    parameter's exp_avg and exp_avg_sq of its shape, a step count (PPO's Adam.load_state_dict checks these,
+    here on shapes alone, on the meta device). With ``values``, also what they hold: finite moments, exp_avg_sq
+    and the step >= 0, a learning rate >= 0, betas in [0, 1), eps > 0. FSDP's full state names its parameters
+    where torch.optim numbers them."""
+    from ..adam import Adam
+    from ..checkpoint import check_finite_tensor
+
+    if not weights:  # no value model (grpo, rloo): save_checkpoint writes {}
+        if not (opt is None or (isinstance(opt, dict) and not opt)):
+            raise _damaged(file, field, opt, "empty (the checkpoint holds no weights for it)")
+        return
+    if not isinstance(opt, dict) or not isinstance(opt.get("state"), dict) or not isinstance(opt.get("param_groups"), list):
+        raise _damaged(file, field, opt, "an optimizer state_dict (state and param_groups)")
+    groups = opt["param_groups"]
+    ids = groups[0].get("params") if len(groups) == 1 and isinstance(groups[0], dict) else None
+    order, keys = list(weights), None
+    if isinstance(ids, list) and ids and all(isinstance(i, str) for i in ids):
+        if sorted(ids) != sorted(weights):
+            raise ConfigError(f"{file}: {field}.param_groups[0].params names other parameters than {field[4:]} holds; "
+                              "the checkpoint is damaged or was edited")
+        order, index = ids, {name: i for i, name in enumerate(ids)}
+        keys = {index.get(k, k): k for k in opt["state"]}
+        opt = {"state": {index.get(k, k): v for k, v in opt["state"].items()},
+               "param_groups": [{**groups[0], "params": list(range(len(ids)))}]}
+    like = [torch.empty(tuple(weights[name].shape), device="meta") for name in order]
+    try:
+        Adam(like, lr=torch.zeros((), device="meta")).load_state_dict(opt)
+    except ValueError as e:
+        which = re.search(r"parameter (\d+)", str(e))
+        name = f" (parameter {which.group(1)} is {field[4:]}.{order[int(which.group(1))]})" if which and \
+            int(which.group(1)) < len(order) else ""
+        raise ConfigError(f"{file}: {field}: {e}{name}; the checkpoint is damaged or was edited") from None
+    if not values:
+        return
+    group = opt["param_groups"][0]
+    lr = float(group["lr"]) if torch.is_tensor(group["lr"]) else group["lr"]
+    if lr < 0:
+        raise _damaged(file, f"{field}.param_groups[0].lr", lr, "a learning rate >= 0")
+    if not all(_is_number(b) and 0 <= b < 1 for b in group["betas"]):
+        raise _damaged(file, f"{field}.param_groups[0].betas", group["betas"], "two numbers in [0, 1)")
+    if not _is_number(group["eps"]) or group["eps"] <= 0:
+        raise _damaged(file, f"{field}.param_groups[0].eps", group["eps"], "a number > 0")
+    for index, entry in opt["state"].items():
+        where = f"{field}.state.{keys[index] if keys else index}"
+        for k in ("exp_avg", "exp_avg_sq"):
+            if not entry[k].is_floating_point():
+                raise _damaged(file, f"{where}.{k}", entry[k], "a floating-point tensor")
+            check_finite_tensor(file, f"{where}.{k}", entry[k])
+        step = entry["step"]
+        if not (step.is_floating_point() or step.dtype in (torch.int32, torch.int64)) or not bool(torch.isfinite(step).all()) \
+                or float(step.reshape(())) < 0:
+            raise _damaged(file, f"{where}.step", step, "a step count >= 0")
+        if bool((entry["exp_avg_sq"] < 0).any()):  # its square root scales the update: NaN from the first step
+            raise ConfigError(f"{file}: {where}.exp_avg_sq holds negative values (a mean of squares is >= 0); the "
+                              "checkpoint is damaged or was edited")
+
+
 def load_newest_usable(path: Path, set_aside: bool = True) -> tuple:
-    """(file, state) of the newest checkpoint of run ``path`` that loads, or (None, None) without any;
-    a damaged newer one is skipped and set aside as for ``proxima train`` (checkpoint.newest_that_loads)."""
+    """(file, state) of the newest checkpoint of run ``path`` that loads and holds what a checkpoint holds
+    (load_sound_checkpoint), or (None, None) without any; a damaged newer one is skipped and set aside as for
+    ``proxima train`` (checkpoint.newest_that_loads)."""
     from ..checkpoint import newest_that_loads
 
     checkpoints = list_checkpoints(path)
     if not checkpoints:
         return None, None
-    return newest_that_loads(checkpoints, load_checkpoint, ConfigError, set_aside)
+    return newest_that_loads(checkpoints, load_sound_checkpoint, ConfigError, set_aside)
 
 
 # ---------------------------------------------------------------------------------------------
