@@ -35,6 +35,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional
 
+from .terminal import printable
+
 DEFAULT_SIZES = "1,4,64,1024,4096"
 MEASURES = ("env", "rollout", "train")
 
@@ -536,7 +538,7 @@ def run(args: argparse.Namespace) -> int:
     prog = "proxima bench"
 
     def fail(message: str) -> int:
-        sys.stderr.write(f"{prog}: error: {message}\n")
+        sys.stderr.write(f"{prog}: error: {printable(str(message))}\n")
         return 2
 
     problem = arguments_problem(args)
@@ -582,7 +584,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as e:
             from .diskspace import describe
 
-            print(f"{prog}: error: {describe(out, e)}", file=sys.stderr)
+            print(f"{prog}: error: {printable(describe(out, e))}", file=sys.stderr)
             return 2
         print(f"{prog}: {'appended a section to' if existed else 'wrote'} {out}", file=sys.stderr)
     return 0

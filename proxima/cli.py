@@ -31,7 +31,9 @@ class ArgParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
-        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        from .terminal import printable
+
+        sys.stderr.write(f"{self.prog}: error: {printable(message)} (see {self.prog} --help)\n")
         sys.exit(EXIT_USAGE)
 
 
@@ -47,7 +49,9 @@ def _user_errors():
 
 
 def fail(prog: str, message: str) -> int:
-    sys.stderr.write(f"{prog}: error: {message}\n")
+    from .terminal import printable
+
+    sys.stderr.write(f"{prog}: error: {printable(str(message))}\n")
     return EXIT_USAGE
 
 

@@ -47,6 +47,8 @@ from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 
+from .terminal import printable
+
 DEFAULT_METRIC = "charts/episodic_return"
 X_COLUMNS = {"step": "global_step", "time": "time"}
 X_LABELS = {"step": "global step", "time": "wall time (s)"}
@@ -634,7 +636,7 @@ def run(args) -> int:
         path = plot_runs(run_dirs, out, metric=args.metric, x=args.x, smooth=args.smooth, band=args.band, title=args.title,
                          stat=args.stat)
     except PlotError as e:
-        sys.stderr.write(f"{prog}: error: {e}\n")
+        sys.stderr.write(f"{prog}: error: {printable(str(e))}\n")
         return 2
     print(f"wrote {path}")
     return 0

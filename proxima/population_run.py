@@ -76,8 +76,9 @@ def is_population_dir(path) -> bool:
 
 def is_plain_name(name) -> bool:
     """Whether ``name`` (read from a population's files, which are data) names a folder directly in
-    the run directory: a non-empty string without a path separator, not ``.`` or ``..``, no NUL."""
-    return (isinstance(name, str) and name not in ("", ".", "..") and "\0" not in name and "/" not in name
+    the run directory: a non-empty string without a path separator, not ``.`` or ``..``, all of it
+    printable (no NUL, no newline or ESC, which notes naming members would print to the terminal)."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and name.isprintable() and "/" not in name
             and (os.altsep is None or os.altsep not in name) and Path(name).name == name)
 
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from .diskspace import describe
 from .plot import DEFAULT_METRIC, X_LABELS, PlotError, group_runs, plot_runs, read_metrics, run_env_id, unique_dirs, usable_runs
+from .terminal import printable
 
 
 class ReportError(ValueError):
@@ -633,7 +634,7 @@ def run(args) -> int:
         path = build_report(run_dirs, out=args.out, episodes=args.episodes, device=args.device,
                             metric=args.metric, x=args.x, smooth=args.smooth, quiet=False)
     except ReportError as e:
-        sys.stderr.write(f"{prog}: error: {e}\n")
+        sys.stderr.write(f"{prog}: error: {printable(str(e))}\n")
         return 2
     print(f"wrote {path}")
     return 0

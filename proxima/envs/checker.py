@@ -84,6 +84,7 @@ from .base import EnvError
 from .gym_adapter import (F32_MAX, TENSOR_FIX, _extra_for, beyond_float32, check_spaces, creator_error, native_only,
                           number_text, resolve_env_fn, tensor_numpy, unknown_kwarg_line)
 from .spaces import action_scale_note, image_note, pixels_fix
+from ..terminal import printable
 
 #: a reset() without an ``options`` parameter, as Python words the TypeError
 _NO_OPTIONS = re.compile(r"unexpected keyword argument 'options'")
@@ -790,7 +791,7 @@ def run(args: argparse.Namespace) -> int:
         kwargs = coerce("env_kwargs", getattr(args, "env_kwargs", ""), "--env-kwargs")
         violations = check_env(args.target, steps=steps, seed=seed, env_kwargs=kwargs)
     except (EnvError, ConfigError) as e:
-        print(f"proxima check-env: error: {_one_line(str(e), 500)}", file=sys.stderr)
+        print(f"proxima check-env: error: {printable(_one_line(str(e), 500))}", file=sys.stderr)
         return 2
     print(format_violations(args.target, violations))
     return 1 if violations else 0

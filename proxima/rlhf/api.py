@@ -17,6 +17,7 @@ from ..device import resolve_device
 from ..rundir import read_run_text
 from ..signals import TrainingInterrupted, checkpoint_line, say_stopped
 from ..diskspace import StorageError
+from ..terminal import printable
 
 
 def _absolute_paths(cfg: RLHFConfig) -> RLHFConfig:
@@ -168,7 +169,7 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False, quiet:
             raise
         D.shutdown(d)
     except (ConfigError, StorageError, CheckpointError) as e:  # RunDirError is a ConfigError; StorageError: a lock that cannot be written
-        print(f"proxima resume: error: {e}", file=sys.stderr)
+        print(f"proxima resume: error: {printable(str(e))}", file=sys.stderr)
         return 2
     except TrainingInterrupted as e:  # SIGINT/SIGTERM: the step finished and checkpointed (exit 128 + signum)
         if e.checkpoint is None and e.what is None:  # OutsideLoop's: outside a step, nothing of the run was changed

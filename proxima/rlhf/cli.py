@@ -12,6 +12,7 @@ import os
 import sys
 
 from .config import FIELDS, ConfigError, RLHFConfig, from_dict
+from ..terminal import printable
 
 PROG = "proxima rlhf"
 
@@ -68,7 +69,7 @@ def _defaults_text(doc: str, default, demo_default) -> str:
 
 def one_line_error(message: str):
     """argparse's error(), without the usage block: one line on stderr, exit status 2."""
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    print(f"{PROG}: error: {printable(str(message))}", file=sys.stderr)
     raise SystemExit(2)
 
 
@@ -153,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
 
             run_dir = train_rlhf(build_config(args))
     except (ConfigError, StorageError, CheckpointError) as e:  # a full disk: one line naming the file
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {printable(str(e))}", file=sys.stderr)
         return 2
     except TrainingInterrupted as e:  # SIGINT/SIGTERM: the step finished and checkpointed (exit 128 + signum)
         say_stopped(e)
