@@ -415,14 +415,20 @@ def _run_meta(t: "Trainer") -> dict:
 
 
 def _resume_entry(t: "Trainer") -> dict:
-    return resume_entry(t.global_step, t.argv)
+    return resume_entry(t.global_step, t.argv, cpu=t.device.type == "cpu")
 
 
-def resume_entry(step: int, argv=None) -> dict:
+def resume_entry(step: int, argv=None, cpu: bool = False) -> dict:
     """One entry of meta.json's ``resumes``: what trains from ``step`` on (the first start's record
-    at the top of meta.json says what trained before); ``argv``: the command, sys.argv when None."""
-    return {"started": datetime.now().isoformat(timespec="seconds"), "step": int(step),
-            "command": argv if argv is not None else sys.argv, "versions": versions(), **git_record()}
+    at the top of meta.json says what trained before); ``argv``: the command, sys.argv when None.
+    ``cpu``: a run on the CPU, whose entry records the CPU tanh it computes with."""
+    entry = {"started": datetime.now().isoformat(timespec="seconds"), "step": int(step),
+             "command": argv if argv is not None else sys.argv, "versions": versions()}
+    if cpu:  # the CPU tanh (chosen by the CPU's maker) is part of what makes a resume bit-identical: beside the
+        from .tanh_cpu import MODE  # first start's machine.cpu_tanh, and record_resume notes a change
+
+        entry["cpu_tanh"] = MODE
+    return {**entry, **git_record()}
 
 
 class _DamagedMeta(Exception):
@@ -450,6 +456,11 @@ def record_resume(path: Path, entry: dict) -> bool:
     except _DamagedMeta as e:
         print(f"proxima: note: {e}; this resume is not recorded in it", file=sys.stderr)
         return False
+    machine = meta.get("machine")
+    before = machine.get("cpu_tanh") if isinstance(machine, dict) else None
+    if before in ("torch", "sigmoid", "numpy") and entry.get("cpu_tanh") not in (None, before):
+        print(f"proxima: note: the run started with the CPU tanh '{before}' and resumes with '{entry['cpu_tanh']}' (another "
+              "kind of CPU, or PROXIMA_CPU_TANH): it trains on validly, not bit for bit as it would have", file=sys.stderr)
     resumes = resumes + [entry]
     dropped = meta.get("resumes_dropped")
     dropped = dropped if _int_count(dropped) and dropped > 0 else 0

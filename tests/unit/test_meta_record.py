@@ -94,3 +94,18 @@ def test_a_population_member_records_what_a_single_run_does(tmp_path):
         assert meta["machine"]["cpu_tanh"] == metas[0]["machine"]["cpu_tanh"] is not None
         assert meta["machine"]["torch"] == meta["versions"]["torch"]
         assert "git_dirty" in meta and meta["git_dirty"] in (True, False, None)
+
+
+def test_a_resume_with_another_cpu_tanh_is_noted_and_recorded(tmp_path, capsys):
+    """Bit-identity of a CPU resume needs the CPU tanh the run started with (chosen by the CPU's maker):
+    a resume on another kind of CPU says it trains on validly but not bit for bit, and records its own."""
+    from proxima.train_state import resume_entry
+
+    path = _meta(tmp_path, {"kind": "ppo", "machine": {"cpu_tanh": "torch"}})
+    entry = resume_entry(128, ["proxima", "resume", "RUN"], cpu=True)
+    assert record_resume(path, {**entry, "cpu_tanh": "numpy"})
+    assert "the run started with the CPU tanh 'torch' and resumes with 'numpy'" in capsys.readouterr().err
+    assert record_resume(path, {**entry, "cpu_tanh": "torch"})
+    assert capsys.readouterr().err == ""
+    assert [r["cpu_tanh"] for r in json.loads(path.read_text())["resumes"]] == ["numpy", "torch"]
+    assert "cpu_tanh" not in resume_entry(128, [], cpu=False)  # a GPU run computes no CPU tanh
