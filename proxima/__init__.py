@@ -55,7 +55,8 @@ def train(config: PPOConfig, **kwargs):
 
 
 def load(path, device="cpu"):
-    """Load a policy from a run directory or checkpoint file; see proxima.checkpoint.load_policy."""
+    """Load a policy from a run directory or checkpoint file onto ``device`` ("cpu", "cuda", "cuda:1" or
+    "auto", as --device takes them); see proxima.checkpoint.load_policy."""
     from .checkpoint import load_policy
 
     return load_policy(path, device=device)

@@ -1140,8 +1140,11 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
     replace the recorded constructor arguments; without it the recorded ones are used for the
     recorded env id, none for another ``env_id``.
     """
+    from .device import resolve_device
     from .envs.gym_adapter import imports_code, treat_as_data
+    from .trainer import hold_float32
 
+    device = resolve_device(device)  # "auto" as everywhere else; "cuda" without CUDA is one ConfigError line
     state = load_checkpoint(path)
     if state.get("kind") == "ppo-population":
         run = run_dir_of(state["path"])
@@ -1155,8 +1158,12 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
     # ``device``: that device's generator is the one drawn from
     built_on = torch.get_default_device()
     cuda = [built_on.index if built_on.index is not None else torch.cuda.current_device()] if built_on.type == "cuda" else []
-    with torch.random.fork_rng(devices=cuda):
-        agent, obs_norm, obs_space, act_space = build_agent(state, device)
+    release = hold_float32()  # the caller's default dtype may be float64: the policy computes in float32, as it trained
+    try:
+        with torch.random.fork_rng(devices=cuda):
+            agent, obs_norm, obs_space, act_space = build_agent(state, device)
+    finally:
+        release()
     recorded = str(state["config"].get("env_id", ""))
     trusted = env_id is not None or trust_env or not imports_code(recorded)
     return Policy(agent, obs_norm, state["config"], obs_space, act_space, device, state["path"], env_id=env_id, env_trusted=trusted,

@@ -21,6 +21,8 @@ import os
 import shutil
 import struct
 import sys
+import threading
+import weakref
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -357,22 +359,46 @@ def wait_for_new_second(run_dir: Path) -> None:
         time.sleep(max(0.0, newest + 1 - time.time()) + 0.01)
 
 
-def _quiet_writer_thread(writer) -> None:
-    """TensorBoard writes from a thread that hands a failed write (disk full) to the next add_scalar,
-    where RunLogger turns it into one line; the thread's own traceback on stderr is not printed."""
-    import threading
+#: the writer threads whose failed write is not printed (a weak set: a logger never closed does not keep
+#: its finished thread), and the hook threading.excepthook held before _quiet_hook went in
+_quiet_threads: "weakref.WeakSet" = weakref.WeakSet()
+_hook_lock = threading.Lock()
+_hook_below = None
 
+
+def _quiet_hook(args) -> None:
+    if args.thread in _quiet_threads and issubclass(args.exc_type, OSError):
+        return
+    (_hook_below or threading.__excepthook__)(args)
+
+
+def _quiet_writer_thread(writer):
+    """TensorBoard writes from a thread that hands a failed write (disk full) to the next add_scalar,
+    where RunLogger turns it into one line; the thread's own traceback on stderr is not printed.
+    Returns the undo (RunLogger.close calls it). One hook serves every live logger (runs in several
+    threads at once) and goes once the last is closed: a hook per run, each wrapping the one before,
+    kept every finished run's thread alive and, after ~1,000 runs in one process, turned a thread's
+    error into a RecursionError."""
+    global _hook_below
     worker = getattr(getattr(getattr(writer.file_writer, "event_writer", None), "_async_writer", None), "_worker", None)
     if worker is None:
-        return
-    previous = threading.excepthook
+        return lambda: None
+    with _hook_lock:
+        _quiet_threads.add(worker)
+        # a hook the caller set over ours after a run began may still call ours: ours is not put on top of it again
+        if threading.excepthook is not _quiet_hook and _hook_below is None:
+            _hook_below = threading.excepthook
+            threading.excepthook = _quiet_hook
 
-    def hook(args) -> None:
-        if args.thread is worker and issubclass(args.exc_type, OSError):
-            return
-        previous(args)
+    def undo() -> None:
+        global _hook_below
+        with _hook_lock:
+            _quiet_threads.discard(worker)
+            # replaced since by the caller's own hook: left to it (ours passes everything else on)
+            if not _quiet_threads and threading.excepthook is _quiet_hook:
+                threading.excepthook, _hook_below = _hook_below, None
 
-    threading.excepthook = hook
+    return undo
 
 
 class RunLogger:
@@ -386,13 +412,14 @@ class RunLogger:
         from .rundir import check_own_entries
 
         check_own_entries(self.run_dir, ("metrics.csv",))  # a link planted there would be appended to
+        self._unquiet = lambda: None
         try:
             if resume_step is not None:  # what a killed run logged after its checkpoint goes (set_aside_logs
                 truncate_csv(self.csv_path, resume_step)  # has kept an abandoned timeline's already)
                 drop_events_after(self.run_dir, resume_step)
                 wait_for_new_second(self.run_dir)
             self.writer = SummaryWriter(str(self.run_dir))
-            _quiet_writer_thread(self.writer)
+            self._unquiet = _quiet_writer_thread(self.writer)
             # a file killed before its header reached the disk is empty: it gets the header now
             new = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
             self._csv_file = open(self.csv_path, "a", newline="")
@@ -401,6 +428,7 @@ class RunLogger:
                 self._csv.writeheader()
                 self._csv_file.flush()
         except OSError as e:
+            self._unquiet()  # a logger that failed to open is never closed
             raise write_error(e.filename or self.csv_path, e, "could not open the run's logs") from None
         self.last_return = math.nan
         self.bar = None
@@ -453,6 +481,7 @@ class RunLogger:
                 close()
             except OSError as e:
                 error = error or write_error(self._event_file() if what != "metrics" else self.csv_path, e, f"could not write {what}")
+        self._unquiet()  # after the writer's thread has ended: a failed last write of it is still not printed
         if error is not None:
             raise error
 

@@ -11,6 +11,7 @@ import math
 import random
 import signal
 import sys
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -25,6 +26,7 @@ from .adam import Adam
 from .agent import Agent, action_dtype, action_shape
 from .config import ConfigError, PPOConfig, batch_size, cpu_preset_hint, num_iterations, preset_of, validate
 from .envs import BatchedEnv, EnvError, make_env
+from .envs.gym_adapter import hold_env_module_path
 from .normalize import ObsNormalizer, RewardScaler
 from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
 from .rollout import Rollout
@@ -41,7 +43,40 @@ def seed_everything(seed: int) -> None:
 
 def flush_denormal_on() -> bool:
     """Whether this thread flushes denormal floats to zero (torch.set_flush_denormal has no getter)."""
-    return float(torch.tensor([1e-39]) * 1.0) == 0.0  # a float32 denormal
+    return float(torch.tensor([1e-39], dtype=torch.float32) * 1.0) == 0.0  # a float32 denormal (not one in float64)
+
+
+_dtype_lock = threading.Lock()
+_dtype_holds = 0  # runs going on (hold_float32)
+_callers_dtype = torch.float32
+
+
+def hold_float32():
+    """Make float32 torch's default dtype while a run goes on, whatever the caller set (a notebook's
+    torch.set_default_dtype(torch.float64)): what the run makes without naming a dtype (the agent, the
+    learning rate, the native envs' state) is meant as float32, as the observations are, so the run
+    computes and draws as in a float32 process. Returns the release; the caller's default comes back
+    when the last run going on releases it (runs in two threads at once: the first to end must not
+    switch the other to float64). Process-wide, as torch's default dtype is."""
+    global _dtype_holds, _callers_dtype
+    with _dtype_lock:
+        if _dtype_holds == 0:
+            _callers_dtype = torch.get_default_dtype()
+            torch.set_default_dtype(torch.float32)
+        _dtype_holds += 1
+    done = []
+
+    def release() -> None:
+        global _dtype_holds
+        with _dtype_lock:
+            if done:
+                return
+            done.append(True)
+            _dtype_holds -= 1
+            if _dtype_holds == 0:
+                torch.set_default_dtype(_callers_dtype)
+
+    return release
 
 
 # ------------------------------------------------------------------------------------------------
@@ -59,7 +94,8 @@ class Trainer:
         check_device_flags(cfg, self.device, self.dist.world_size)  # before anything process-wide is changed
         # the caller's process-wide settings this trainer changes, each a callable that puts the caller's
         # value back: close() calls them (a notebook or sweep runs on in the same process)
-        self._undo = [partial(torch.set_num_threads, torch.get_num_threads()), partial(torch.set_flush_denormal, flush_denormal_on())]
+        self._undo = [partial(torch.set_num_threads, torch.get_num_threads()), partial(torch.set_flush_denormal, flush_denormal_on()),
+                      hold_float32(), hold_env_module_path()]
         self.env, self.side = None, None
         try:
             self._build(run_dir, resume_state, argv)
@@ -373,7 +409,7 @@ class Trainer:
 
     def close(self) -> None:
         """End the env (its worker processes) and the side thread, and put back the caller's process-wide
-        settings (thread count, flush-denormal mode, --compile's inductor switch). Also called by a
+        settings (thread count, flush-denormal mode, default dtype, sys.path, --compile's inductor switch). Also called by a
         failed __init__, on what it had built.
 
         Drops what refers back to the trainer (the EnvGuard, the iteration's parts): without that cycle
@@ -569,6 +605,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
         return TrainingInterrupted(e.signum, last, "outside an iteration; the run is as its last checkpoint left it; "
                                    + checkpoint_line(last))
 
+    # before the config is resolved: a failure's diagnosis (it builds the env) and the final evaluation too
+    held = [hold_float32(), hold_env_module_path()]
     try:
         try:
             outside = OutsideLoop()  # a signal before or after the loop: TrainingInterrupted at once, handled below
@@ -633,6 +671,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     finally:
         session.release()
         ckpt.set_rng_state(caller_rng)
+        for release in reversed(held):
+            release()
     return out_dir, trainer.agent
 
 

@@ -19,6 +19,7 @@ import re
 import shlex
 import signal
 import sys
+import threading
 import traceback
 import warnings
 from pathlib import Path
@@ -86,12 +87,49 @@ def _inside_data_dir(entry: str) -> bool:
     return any(path == d or path.startswith(d + os.sep) for d in _DATA_DIRS)
 
 
+_path_lock = threading.Lock()
+_path_holds = 0  # runs going on (hold_env_module_path)
+_paths_added: list = []  # folders _import_env_module put on sys.path while one was
+
+
+def hold_env_module_path() -> Callable[[], None]:
+    """Hold, for a run, the folder _import_env_module puts on sys.path for a ``module:Class`` env:
+    returns the release, and once the last run going on releases it, the folder leaves sys.path
+    (train() and Trainer hold it: a script run from another folder would otherwise import its later
+    modules from the run's current directory first). Until then it stays: envs built later in the run
+    (the evaluation's, an env whose own imports run in its constructor) and AsyncVectorEnv workers
+    started by spawn or forkserver, which take the parent's sys.path as they start and import the
+    module again to unpickle the env factory (fork's inherit the imported module), find it."""
+    global _path_holds
+    with _path_lock:
+        _path_holds += 1
+    done = []
+
+    def release() -> None:
+        global _path_holds
+        with _path_lock:
+            if done:
+                return
+            done.append(True)
+            _path_holds -= 1
+            if _path_holds == 0:
+                for folder in _paths_added:
+                    with contextlib.suppress(ValueError):  # the caller took it off already
+                        sys.path.remove(folder)
+                _paths_added.clear()
+
+    return release
+
+
 def _import_env_module(module_name: str):
     """Import the module of a ``module:Class`` env id from the current directory or sys.path;
     sys.path entries inside a run directory given to eval/resume are skipped for the import."""
     cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path and not _inside_data_dir(cwd):
-        sys.path.insert(0, cwd)  # the user's own env module, next to where they run proxima
+    with _path_lock:
+        if cwd not in sys.path and "" not in sys.path and not _inside_data_dir(cwd):
+            sys.path.insert(0, cwd)  # the user's own env module, next to where they run proxima
+            if _path_holds:
+                _paths_added.append(cwd)  # outside a run (make_env, load) it stays, as the env built may import on
     if not _DATA_DIRS:
         return importlib.import_module(module_name)
     saved = sys.path[:]
@@ -643,16 +681,20 @@ class GymnasiumEnv(BatchedEnv):
         for seen in _BUILT_ACTION_SPACES:
             seen.append(act_space)
         cls = gym.vector.AsyncVectorEnv if vector == "async" else gym.vector.SyncVectorEnv
-        if vector == "async":
-            _quiet_worker_env_errors()
         self.check_cmd = check_env_cmd(env_id, env_kwargs)
         # the envs' info reaches the vector env only where _episode_stats reads it (Atari's game statistics): EnvCalls
         keep_info = type(self)._episode_stats is not GymnasiumEnv._episode_stats
         env_fns = [_checked(env_fn, i, self.layout, env_id, self.check_cmd, keep_info) for i in range(self.num_envs)]
+        # from the constructor on: it already asks the workers for their spaces
+        self._unquiet = _quiet_worker_env_errors() if vector == "async" else (lambda: None)
         try:
             self.envs = cls(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         except Exception as e:
+            self._unquiet()  # no env to close
             raise EnvError(f"building {self.num_envs} x '{env_id}' ({vector}) raised {type(e).__name__}: {e}") from None
+        except BaseException:
+            self._unquiet()
+            raise
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
         self._started = False
@@ -779,6 +821,12 @@ class GymnasiumEnv(BatchedEnv):
             raise EnvError(f"env '{self.env_id}' cannot render: its render() raised {type(e).__name__}: {e}") from None
 
     def close(self) -> None:
+        try:
+            self._close_envs()
+        finally:
+            self._unquiet()  # after the workers' last results were read: their notes were hidden up to here
+
+    def _close_envs(self) -> None:
         # after a failed call an AsyncVectorEnv may have read some workers' results and not others: a graceful
         # close would wait for them again, on pipes that stay empty; terminate=True ends the workers instead
         terminate = {"terminate": True} if self._failed and isinstance(self.envs, gym.vector.AsyncVectorEnv) else {}
@@ -807,16 +855,52 @@ class GymnasiumEnv(BatchedEnv):
                     end.close()
 
 
-def _quiet_worker_env_errors() -> None:
+#: AsyncVectorEnv's notes around a worker's EnvError, as warnings.filterwarnings would file them
+_WORKER_ERROR_FILTERS = tuple(("ignore", re.compile(message, re.I), UserWarning, None, 0) for message in (
+    r"(\x1b\[\d+m)?ERROR: Received the following error from Worker",
+    r"(\x1b\[\d+m)?ERROR: Raising the last exception back",
+    r"(\x1b\[\d+m)?ERROR: Traceback[\s\S]*proxima\.envs\.base\.EnvError"))
+_quiet_lock = threading.Lock()
+_quiet_users = 0  # async GymnasiumEnvs open
+_quiet_added: list = []  # the filters of _WORKER_ERROR_FILTERS that were not there before the first
+
+
+def _quiet_worker_env_errors() -> Callable[[], None]:
     """Hide AsyncVectorEnv's warnings around a worker's EnvError (EnvCalls' line reaches the main
     process and is what the user sees): its traceback and its "Received the following error" and
-    "Raising the last exception" notes. Any other exception's traceback still shows."""
-    import warnings
+    "Raising the last exception" notes. Any other exception's traceback still shows. Returns the
+    undo, which GymnasiumEnv.close calls.
 
-    for message in (r"(\x1b\[\d+m)?ERROR: Received the following error from Worker",
-                    r"(\x1b\[\d+m)?ERROR: Raising the last exception back",
-                    r"(\x1b\[\d+m)?ERROR: Traceback[\s\S]*proxima\.envs\.base\.EnvError"):
-        warnings.filterwarnings("ignore", message=message, category=UserWarning)
+    The filters are process-wide while an async env is open, and go when the last one closes: the
+    user's own AsyncVectorEnv after a run says what its workers raised. Not warnings.catch_warnings
+    around the calls that warn (the constructor, reset, step, close): it swaps the process's whole
+    filter list, on every step, and is not thread-safe: two runs in two threads put back each
+    other's lists and could leave a filter for good."""
+    global _quiet_users
+    with _quiet_lock:
+        if _quiet_users == 0:
+            for item in reversed(_WORKER_ERROR_FILTERS):
+                if item not in warnings.filters:  # the caller's own equal filter is the caller's to keep
+                    warnings.filterwarnings(item[0], message=item[1].pattern, category=item[2])
+                    _quiet_added.append(item)
+        _quiet_users += 1
+    done = []
+
+    def undo() -> None:
+        global _quiet_users
+        with _quiet_lock:
+            if done:
+                return
+            done.append(True)
+            _quiet_users -= 1
+            if _quiet_users == 0:
+                for item in _quiet_added:
+                    with contextlib.suppress(ValueError):  # the caller's resetwarnings() took it already
+                        warnings.filters.remove(item)
+                _quiet_added.clear()
+                getattr(warnings, "_filters_mutated", lambda: None)()  # what the module's own functions call
+
+    return undo
 
 
 def _exit_reason(code: int) -> str:

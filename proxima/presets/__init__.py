@@ -17,6 +17,7 @@ listed under ``<Game>-v5`` (atari.yaml).
 
 from __future__ import annotations
 
+import copy
 from functools import lru_cache
 from pathlib import Path
 
@@ -79,8 +80,10 @@ def preset_names(env_id: str) -> list[str]:
 
 
 def resolve(env_id: str, preset: str | None = None, base: PPOConfig | None = None) -> PPOConfig:
-    """The config for ``env_id`` with its preset applied (``default`` when preset is None)."""
-    cfg = base if base is not None else PPOConfig()
+    """The config for ``env_id`` with its preset applied (``default`` when preset is None); ``base``
+    is left as it was."""
+    # copy.copy keeps which source set each field (from_dict's _sources), which dataclasses.replace drops
+    cfg = copy.copy(base) if base is not None else PPOConfig()
     cfg.env_id = env_id  # as given: ALE/Pong-v5 stays Gymnasium's id, with Pong-v5's presets
     key = preset_env_id(env_id)
     presets = presets_for(env_id)
