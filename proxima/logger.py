@@ -28,6 +28,7 @@ from typing import NamedTuple, Optional
 
 from .atomic import atomic_open
 from .diskspace import write_error
+from .shared_change import SharedChange
 
 try:  # tensorboard's own proto (torch.utils.tensorboard needs the tensorboard package anyway)
     from tensorboard.compat.proto.summary_pb2 import Summary
@@ -360,16 +361,27 @@ def wait_for_new_second(run_dir: Path) -> None:
 
 
 #: the writer threads whose failed write is not printed (a weak set: a logger never closed does not keep
-#: its finished thread), and the hook threading.excepthook held before _quiet_hook went in
+#: its finished thread)
 _quiet_threads: "weakref.WeakSet" = weakref.WeakSet()
-_hook_lock = threading.Lock()
-_hook_below = None
 
 
-def _quiet_hook(args) -> None:
-    if args.thread in _quiet_threads and issubclass(args.exc_type, OSError):
-        return
-    (_hook_below or threading.__excepthook__)(args)
+def _install_quiet_hook():
+    below = threading.excepthook
+
+    def hook(args) -> None:
+        if args.thread in _quiet_threads and issubclass(args.exc_type, OSError):
+            return
+        below(args)
+
+    threading.excepthook = hook
+
+    def undo() -> None:
+        if threading.excepthook is hook:  # replaced since by the caller's own hook: left to it (ours passes the rest on)
+            threading.excepthook = below
+    return undo
+
+
+_quiet_hook = SharedChange(_install_quiet_hook)
 
 
 def _quiet_writer_thread(writer):
@@ -379,24 +391,15 @@ def _quiet_writer_thread(writer):
     threads at once) and goes once the last is closed: a hook per run, each wrapping the one before,
     kept every finished run's thread alive and, after ~1,000 runs in one process, turned a thread's
     error into a RecursionError."""
-    global _hook_below
     worker = getattr(getattr(getattr(writer.file_writer, "event_writer", None), "_async_writer", None), "_worker", None)
     if worker is None:
         return lambda: None
-    with _hook_lock:
-        _quiet_threads.add(worker)
-        # a hook the caller set over ours after a run began may still call ours: ours is not put on top of it again
-        if threading.excepthook is not _quiet_hook and _hook_below is None:
-            _hook_below = threading.excepthook
-            threading.excepthook = _quiet_hook
+    release = _quiet_hook.hold()
+    _quiet_threads.add(worker)
 
     def undo() -> None:
-        global _hook_below
-        with _hook_lock:
-            _quiet_threads.discard(worker)
-            # replaced since by the caller's own hook: left to it (ours passes everything else on)
-            if not _quiet_threads and threading.excepthook is _quiet_hook:
-                threading.excepthook, _hook_below = _hook_below, None
+        _quiet_threads.discard(worker)
+        release()
 
     return undo
 

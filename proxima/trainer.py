@@ -11,7 +11,6 @@ import math
 import random
 import signal
 import sys
-import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -30,6 +29,7 @@ from .envs.gym_adapter import hold_env_module_path
 from .normalize import ObsNormalizer, RewardScaler
 from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
 from .rollout import Rollout
+from .shared_change import SharedChange
 from .signals import REPEAT_WINDOW, OutsideLoop, SignalGuard, TrainingInterrupted, checkpoint_line, workers_stopped
 from .sizing import check_fits, env_sizes
 from .train_state import default_run_dir
@@ -46,37 +46,18 @@ def flush_denormal_on() -> bool:
     return float(torch.tensor([1e-39], dtype=torch.float32) * 1.0) == 0.0  # a float32 denormal (not one in float64)
 
 
-_dtype_lock = threading.Lock()
-_dtype_holds = 0  # runs going on (hold_float32)
-_callers_dtype = torch.float32
+def _float32_default():
+    callers = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    return lambda: torch.set_default_dtype(callers)
 
 
-def hold_float32():
-    """Make float32 torch's default dtype while a run goes on, whatever the caller set (a notebook's
-    torch.set_default_dtype(torch.float64)): what the run makes without naming a dtype (the agent, the
-    learning rate, the native envs' state) is meant as float32, as the observations are, so the run
-    computes and draws as in a float32 process. Returns the release; the caller's default comes back
-    when the last run going on releases it (runs in two threads at once: the first to end must not
-    switch the other to float64). Process-wide, as torch's default dtype is."""
-    global _dtype_holds, _callers_dtype
-    with _dtype_lock:
-        if _dtype_holds == 0:
-            _callers_dtype = torch.get_default_dtype()
-            torch.set_default_dtype(torch.float32)
-        _dtype_holds += 1
-    done = []
-
-    def release() -> None:
-        global _dtype_holds
-        with _dtype_lock:
-            if done:
-                return
-            done.append(True)
-            _dtype_holds -= 1
-            if _dtype_holds == 0:
-                torch.set_default_dtype(_callers_dtype)
-
-    return release
+#: float32 as torch's default dtype while a run goes on, whatever the caller set (a notebook's
+#: torch.set_default_dtype(torch.float64)): what the run makes without naming a dtype (the agent, the
+#: learning rate, the native envs' state) is meant as float32, as the observations are, so the run
+#: computes and draws as in a float32 process. Process-wide, as torch's default dtype is; the
+#: caller's comes back when the last run going on ends. ``hold_float32()`` returns the release.
+hold_float32 = SharedChange(_float32_default).hold
 
 
 # ------------------------------------------------------------------------------------------------

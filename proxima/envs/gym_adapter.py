@@ -19,7 +19,6 @@ import re
 import shlex
 import signal
 import sys
-import threading
 import traceback
 import warnings
 from pathlib import Path
@@ -30,6 +29,7 @@ import numpy as np
 import torch
 
 from ..config import install_hint
+from ..shared_change import SharedChange
 from .base import BatchedEnv, EnvError
 from .spaces import ObsLayout, env_actions, obs_layout, pack_numpy, tensor_space
 
@@ -87,48 +87,37 @@ def _inside_data_dir(entry: str) -> bool:
     return any(path == d or path.startswith(d + os.sep) for d in _DATA_DIRS)
 
 
-_path_lock = threading.Lock()
-_path_holds = 0  # runs going on (hold_env_module_path)
-_paths_added: list = []  # folders _import_env_module put on sys.path while one was
+_paths_added: list = []  # folders _import_env_module put on sys.path while a run was going on
 
 
-def hold_env_module_path() -> Callable[[], None]:
-    """Hold, for a run, the folder _import_env_module puts on sys.path for a ``module:Class`` env:
-    returns the release, and once the last run going on releases it, the folder leaves sys.path
-    (train() and Trainer hold it: a script run from another folder would otherwise import its later
-    modules from the run's current directory first). Until then it stays: envs built later in the run
-    (the evaluation's, an env whose own imports run in its constructor) and AsyncVectorEnv workers
-    started by spawn or forkserver, which take the parent's sys.path as they start and import the
-    module again to unpickle the env factory (fork's inherit the imported module), find it."""
-    global _path_holds
-    with _path_lock:
-        _path_holds += 1
-    done = []
+def _take_paths_off():
+    def undo() -> None:
+        for folder in _paths_added:
+            with contextlib.suppress(ValueError):  # the caller took it off already
+                sys.path.remove(folder)
+        _paths_added.clear()
+    return undo
 
-    def release() -> None:
-        global _path_holds
-        with _path_lock:
-            if done:
-                return
-            done.append(True)
-            _path_holds -= 1
-            if _path_holds == 0:
-                for folder in _paths_added:
-                    with contextlib.suppress(ValueError):  # the caller took it off already
-                        sys.path.remove(folder)
-                _paths_added.clear()
 
-    return release
+#: Hold, for a run, the folder _import_env_module puts on sys.path for a ``module:Class`` env; once the
+#: last run going on releases it, the folder leaves sys.path (train() and Trainer hold it: a script run
+#: from another folder would otherwise import its later modules from the run's current directory
+#: first). Until then it stays: envs built later in the run (the evaluation's, an env whose own imports
+#: run in its constructor) and AsyncVectorEnv workers started by spawn or forkserver, which take the
+#: parent's sys.path as they start and import the module again to unpickle the env factory (fork's
+#: inherit the imported module), find it. ``hold_env_module_path()`` returns the release.
+_module_path = SharedChange(_take_paths_off)
+hold_env_module_path = _module_path.hold
 
 
 def _import_env_module(module_name: str):
     """Import the module of a ``module:Class`` env id from the current directory or sys.path;
     sys.path entries inside a run directory given to eval/resume are skipped for the import."""
     cwd = os.getcwd()
-    with _path_lock:
+    with _module_path.lock:
         if cwd not in sys.path and "" not in sys.path and not _inside_data_dir(cwd):
             sys.path.insert(0, cwd)  # the user's own env module, next to where they run proxima
-            if _path_holds:
+            if _module_path.held:
                 _paths_added.append(cwd)  # outside a run (make_env, load) it stays, as the env built may import on
     if not _DATA_DIRS:
         return importlib.import_module(module_name)
@@ -860,9 +849,25 @@ _WORKER_ERROR_FILTERS = tuple(("ignore", re.compile(message, re.I), UserWarning,
     r"(\x1b\[\d+m)?ERROR: Received the following error from Worker",
     r"(\x1b\[\d+m)?ERROR: Raising the last exception back",
     r"(\x1b\[\d+m)?ERROR: Traceback[\s\S]*proxima\.envs\.base\.EnvError"))
-_quiet_lock = threading.Lock()
-_quiet_users = 0  # async GymnasiumEnvs open
-_quiet_added: list = []  # the filters of _WORKER_ERROR_FILTERS that were not there before the first
+_quiet_added: list = []  # the filters of _WORKER_ERROR_FILTERS that were not there before
+
+
+def _add_worker_error_filters():
+    for item in reversed(_WORKER_ERROR_FILTERS):
+        if item not in warnings.filters:  # the caller's own equal filter is the caller's to keep
+            warnings.filterwarnings(item[0], message=item[1].pattern, category=item[2])
+            _quiet_added.append(item)
+
+    def undo() -> None:
+        for item in _quiet_added:
+            with contextlib.suppress(ValueError):  # the caller's resetwarnings() took it already
+                warnings.filters.remove(item)
+        _quiet_added.clear()
+        getattr(warnings, "_filters_mutated", lambda: None)()  # what the module's own functions call
+    return undo
+
+
+_worker_error_filters = SharedChange(_add_worker_error_filters)
 
 
 def _quiet_worker_env_errors() -> Callable[[], None]:
@@ -876,31 +881,7 @@ def _quiet_worker_env_errors() -> Callable[[], None]:
     around the calls that warn (the constructor, reset, step, close): it swaps the process's whole
     filter list, on every step, and is not thread-safe: two runs in two threads put back each
     other's lists and could leave a filter for good."""
-    global _quiet_users
-    with _quiet_lock:
-        if _quiet_users == 0:
-            for item in reversed(_WORKER_ERROR_FILTERS):
-                if item not in warnings.filters:  # the caller's own equal filter is the caller's to keep
-                    warnings.filterwarnings(item[0], message=item[1].pattern, category=item[2])
-                    _quiet_added.append(item)
-        _quiet_users += 1
-    done = []
-
-    def undo() -> None:
-        global _quiet_users
-        with _quiet_lock:
-            if done:
-                return
-            done.append(True)
-            _quiet_users -= 1
-            if _quiet_users == 0:
-                for item in _quiet_added:
-                    with contextlib.suppress(ValueError):  # the caller's resetwarnings() took it already
-                        warnings.filters.remove(item)
-                _quiet_added.clear()
-                getattr(warnings, "_filters_mutated", lambda: None)()  # what the module's own functions call
-
-    return undo
+    return _worker_error_filters.hold()
 
 
 def _exit_reason(code: int) -> str:

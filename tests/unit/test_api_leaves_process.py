@@ -159,3 +159,24 @@ def test_presets_resolve_leaves_the_base_config_as_given(env_id):
     cfg = resolve(env_id, base=base)
     assert cfg is not base and cfg.env_id == env_id and cfg.seed == 3
     assert base.to_dict() == before
+
+
+def test_a_shared_change_is_made_by_the_first_holder_and_undone_after_the_last():
+    from proxima.shared_change import SharedChange
+
+    log = []
+
+    def make():
+        log.append("made")
+        return lambda: log.append("undone")
+
+    change = SharedChange(make)
+    first, second = change.hold(), change.hold()
+    assert log == ["made"] and change.held
+    first()
+    first()  # a release called twice counts once
+    assert log == ["made"] and change.held
+    second()
+    assert log == ["made", "undone"] and not change.held
+    change.hold()()
+    assert log == ["made", "undone", "made", "undone"]
