@@ -222,6 +222,24 @@ def refuse_processes(nproc: Optional[int] = None) -> None:
         raise ConfigError("--nproc: a population trains in one process; drop --nproc (or torchrun)")
 
 
+def _in_float32(fn):
+    """Run ``fn`` with float32 as torch's default dtype (trainer.hold_float32), as a single run does: a
+    caller's float64 default would build the stacked agent in float64 against float32 observations."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        from .trainer import hold_float32
+
+        release = hold_float32()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            release()
+    return run
+
+
+@_in_float32
 def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: dict, run_dir=None, argv=None,
                      quiet: bool = False, overwrite: bool = False, evaluate_at_end: bool = True,
                      stop_after: Optional[int] = None, restart_note: Optional[str] = None) -> Path:
@@ -270,6 +288,7 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
     return run_dir
 
 
+@_in_float32
 def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = False, env_id: Optional[str] = None,
                       trust_run: bool = False, evaluate_at_end: bool = True, stop_after: Optional[int] = None,
                       seeds: Optional[Sequence[int]] = None, sweep: Optional[dict] = None, checkpoint=None,

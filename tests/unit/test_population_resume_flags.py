@@ -118,3 +118,20 @@ def test_resuming_a_complete_population_prints_only_its_note(tmp_path, capsys):
     assert [ln for ln in err.splitlines() if ln.startswith("proxima:")] == [
         ln for ln in err.splitlines() if "the run is complete" in ln]
     assert any("the run is complete" in ln for ln in err.splitlines())
+
+
+def test_a_population_trains_and_resumes_in_float32_under_a_float64_default(tmp_path):
+    """As a single run: the caller's float64 default dtype does not reach the stacked agent (it failed with
+    "Input dtypes must be the same"), and is the default again afterwards."""
+    import torch
+
+    callers = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        run = _population(tmp_path / "pop")
+        assert torch.get_default_dtype() == torch.float64
+        population_run.resume_population(run, overrides={"total_timesteps": 2 * TOTAL}, quiet=True, evaluate_at_end=False)
+        assert torch.get_default_dtype() == torch.float64
+        assert [_last_step(d) for d in _member_dirs(run)] == [2 * TOTAL] * len(SEEDS)
+    finally:
+        torch.set_default_dtype(callers)
