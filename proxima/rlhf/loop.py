@@ -186,8 +186,7 @@ def _save_policy(t, full_policy, run_dir: Path) -> None:
     final, partial, old = run_dir / "policy", run_dir / ".policy.partial", run_dir / ".policy.old"
     try:
         for stale in (partial, old):  # left by a kill during an earlier save
-            if stale.exists():
-                shutil.rmtree(stale)
+            _remove_entry(stale)
         base = t.policy.get_base_model() if hasattr(t.policy, "get_base_model") else t.policy
         if full_policy is not None:
             _save_unsharded(t.policy, full_policy, partial)
@@ -197,18 +196,33 @@ def _save_policy(t, full_policy, run_dir: Path) -> None:
                 policy.save_pretrained(partial)
         t.tokenizer_as_loaded.save_pretrained(partial)
         _fsync_tree(partial)
-        if final.exists():
+        if os.path.lexists(final):
             os.replace(final, old)
         os.replace(partial, final)
-        if old.exists():
-            shutil.rmtree(old)
+        _remove_entry(old)
     except Exception as e:
         error = _os_error(e)
         if error is None:
             raise
-        shutil.rmtree(partial, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            _remove_entry(partial)
         kept = "the previous policy/ is kept; " if final.exists() else ""
         raise write_error(final, error, suffix=f"; {kept}{resume_advice(run_dir)} writes it from the last checkpoint") from None
+
+
+def _remove_entry(path: Path) -> None:
+    """Remove whatever is at ``path`` (policy/ set aside, or a save's leftover), as it is there: a real
+    directory with its contents; anything else (a file, a FIFO, a symbolic link, wherever it points) is
+    unlinked, never opened or followed. rmtree would wait forever on a FIFO, and fail on a file or a link,
+    and that failure would recur at every resume."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
 
 
 def _os_error(e: Exception) -> Optional[OSError]:
@@ -300,7 +314,7 @@ def _save_unsharded(sharded: torch.nn.Module, state: dict, folder: Path) -> None
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(sharded.config)
+        model = AutoModelForCausalLM.from_config(sharded.config, trust_remote_code=False)
     model.load_state_dict(state, strict=False, assign=True)
     model.tie_weights()
     # from_config builds a default generation_config from the config alone

@@ -101,8 +101,11 @@ def load_pretrained(auto_class, path: str, what: str, dtype: torch.dtype, **kwar
     """
     check_weights_present(Path(path), what)
     try:
-        model, info = auto_class.from_pretrained(path, dtype=dtype, output_loading_info=True, **kwargs)
+        model, info = auto_class.from_pretrained(path, dtype=dtype, output_loading_info=True,
+                                                 trust_remote_code=False, **kwargs)
     except Exception as e:  # corrupt safetensors, a truncated file, a bad config: one line naming the directory
+        if _needs_custom_code(e):
+            raise _refuse_custom_code(path, what, "use a model of an architecture transformers ships") from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise ConfigError(f"{what} {path!r}: cannot load {auto_class.__name__}: {type(e).__name__}: {first}") from None
     problems = [f"{label} {_names(info.get(key) or ())}" for key, label in
@@ -114,6 +117,28 @@ def load_pretrained(auto_class, path: str, what: str, dtype: torch.dtype, **kwar
                           f"refusing to start from random or dropped weights")
     check_finite(model, what, path)
     return model
+
+
+def _needs_custom_code(e: Exception) -> bool:
+    """Whether ``e`` is transformers refusing a folder whose auto_map names its own Python code: under
+    trust_remote_code=False it raises this ValueError instead of asking on stdin."""
+    return isinstance(e, ValueError) and "trust_remote_code" in str(e)
+
+
+def _refuse_custom_code(path: str, what: str, hint: str) -> ConfigError:
+    """The one line for a model or tokenizer folder that transformers could load only by importing its .py
+    files. A folder is data (a run's config.yaml may name one it ships), so its code is never run: with
+    trust_remote_code left unset, transformers would ask on stdin, and a "y" piped in would import it."""
+    found = []
+    for name in ("config.json", "tokenizer_config.json"):
+        file = Path(path) / name
+        try:
+            if file.is_file() and "auto_map" in json.loads(file.read_text(encoding="utf-8")):
+                found.append(name)
+        except (OSError, ValueError, TypeError):
+            continue
+    where = f" (auto_map in {' and '.join(found)})" if found else ""
+    return ConfigError(f"{what} {path!r}: holds custom code{where}, which Proxima does not run; {hint}")
 
 
 def check_finite(model: nn.Module, what: str, path: str) -> None:
@@ -156,7 +181,7 @@ def load_policy(spec: str, seed: int, dtype: torch.dtype = torch.float32) -> tup
                 config = AutoConfig.for_model(config_dict.pop("model_type"), **config_dict)
                 _check_sizes(config, config_dict)
                 torch.manual_seed(seed)
-                model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+                model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=False)
                 _check_forward(model)
             except _UnusableModel as e:
                 raise ConfigError(f"--policy {spec!r}: {e}") from None
@@ -345,8 +370,10 @@ def tokenizer_from_dir(path: str, what: str, hint: str):
     if not has_tokenizer_files(Path(path)):
         raise ConfigError(f"{what} {path!r}: no tokenizer files ({TOKENIZER_FILES_SHOWN}); {hint}")
     try:
-        tok = AutoTokenizer.from_pretrained(path)
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except Exception as e:  # the Rust tokenizers library raises a bare Exception for a malformed tokenizer.json
+        if _needs_custom_code(e):
+            raise _refuse_custom_code(path, what, "use a tokenizer of a class transformers ships") from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"{what} {path!r}: cannot load the tokenizer ({_bad_tokenizer_file(Path(path))}): "
                           f"{first}") from None

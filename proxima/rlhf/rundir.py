@@ -401,12 +401,14 @@ def save_checkpoint(path: Path, step: int, state: dict, keep: int) -> Path:
     folder = path / "checkpoints"
     folder.mkdir(exist_ok=True)
     target = folder / f"step_{step:06d}.pt"
-    from ..checkpoint import atomic_torch_save
+    from ..checkpoint import _is_regular, atomic_torch_save
 
     # PPO's writer: a fresh temp name renamed over the target (never through a link), CRCs on, a full
     # disk as one line (CheckpointError naming the file)
     atomic_torch_save(state, target)
-    for old in list_checkpoints(path)[:-keep]:
+    # as PPO's pruning: only files count and go; a folder or FIFO at a checkpoint's name is no checkpoint
+    # this run wrote (a resume sets it aside when it is the newest: load_newest_usable)
+    for old in [p for p in list_checkpoints(path) if _is_regular(p)][:-keep]:
         old.unlink(missing_ok=True)
     for stale in folder.glob(".step_*.tmp"):  # temp files of a save killed before its rename
         if not stale.is_dir():
