@@ -22,7 +22,6 @@ import shutil
 import struct
 import sys
 import threading
-import weakref
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -360,16 +359,11 @@ def wait_for_new_second(run_dir: Path) -> None:
         time.sleep(max(0.0, newest + 1 - time.time()) + 0.01)
 
 
-#: the writer threads whose failed write is not printed (a weak set: a logger never closed does not keep
-#: its finished thread)
-_quiet_threads: "weakref.WeakSet" = weakref.WeakSet()
-
-
 def _install_quiet_hook():
     below = threading.excepthook
 
     def hook(args) -> None:
-        if args.thread in _quiet_threads and issubclass(args.exc_type, OSError):
+        if type(args.thread).__name__ == "_AsyncWriterThread" and issubclass(args.exc_type, OSError):
             return
         below(args)
 
@@ -381,27 +375,14 @@ def _install_quiet_hook():
     return undo
 
 
-_quiet_hook = SharedChange(_install_quiet_hook)
-
-
-def _quiet_writer_thread(writer):
-    """TensorBoard writes from a thread that hands a failed write (disk full) to the next add_scalar,
-    where RunLogger turns it into one line; the thread's own traceback on stderr is not printed.
-    Returns the undo (RunLogger.close calls it). One hook serves every live logger (runs in several
-    threads at once) and goes once the last is closed: a hook per run, each wrapping the one before,
-    kept every finished run's thread alive and, after ~1,000 runs in one process, turned a thread's
-    error into a RecursionError."""
-    worker = getattr(getattr(getattr(writer.file_writer, "event_writer", None), "_async_writer", None), "_worker", None)
-    if worker is None:
-        return lambda: None
-    release = _quiet_hook.hold()
-    _quiet_threads.add(worker)
-
-    def undo() -> None:
-        _quiet_threads.discard(worker)
-        release()
-
-    return undo
+#: TensorBoard writes from a thread (its ``_AsyncWriterThread``) that hands a failed write (disk full)
+#: to the writer's next call, where the run's logger turns it into one line: the thread's own
+#: traceback on stderr is not printed. Held by a logger (PPO's RunLogger, RLHF's MetricsLogger) from
+#: before its SummaryWriter is built (whose first write may fail) until it is closed; one hook for the
+#: runs going on, gone after the last (a hook per run, each wrapping the one before, kept every
+#: finished run's thread alive and, after ~1,000 runs in one process, turned a thread's error into a
+#: RecursionError). ``quiet_event_writers()`` returns the release.
+quiet_event_writers = SharedChange(_install_quiet_hook).hold
 
 
 class RunLogger:
@@ -415,14 +396,13 @@ class RunLogger:
         from .rundir import check_own_entries
 
         check_own_entries(self.run_dir, ("metrics.csv",))  # a link planted there would be appended to
-        self._unquiet = lambda: None
+        self._unquiet = quiet_event_writers()
         try:
             if resume_step is not None:  # what a killed run logged after its checkpoint goes (set_aside_logs
                 truncate_csv(self.csv_path, resume_step)  # has kept an abandoned timeline's already)
                 drop_events_after(self.run_dir, resume_step)
                 wait_for_new_second(self.run_dir)
             self.writer = SummaryWriter(str(self.run_dir))
-            self._unquiet = _quiet_writer_thread(self.writer)
             # a file killed before its header reached the disk is empty: it gets the header now
             new = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
             self._csv_file = open(self.csv_path, "a", newline="")
@@ -433,6 +413,9 @@ class RunLogger:
         except OSError as e:
             self._unquiet()  # a logger that failed to open is never closed
             raise write_error(e.filename or self.csv_path, e, "could not open the run's logs") from None
+        except BaseException:  # a damaged log refused (RunDirError), a stop
+            self._unquiet()
+            raise
         self.last_return = math.nan
         self.bar = None
         if progress:

@@ -230,25 +230,6 @@ def _atomic_write(path: Path, text: str) -> None:
         raise write_error(path, e) from None
 
 
-def _quiet_event_threads() -> None:
-    """TensorBoard writes from a thread that hands a failed write (disk full) to the writer's next call,
-    where MetricsLogger turns it into one line; the thread's own traceback on stderr is not printed.
-    Installed before a writer exists (once per process), as its first write, at construction, may fail."""
-    import threading
-
-    previous = threading.excepthook
-    if getattr(previous, "proxima_quiet_events", False):
-        return
-
-    def hook(args) -> None:
-        if type(args.thread).__name__ == "_AsyncWriterThread" and issubclass(args.exc_type, OSError):
-            return
-        previous(args)
-
-    hook.proxima_quiet_events = True
-    threading.excepthook = hook
-
-
 class MetricsLogger:
     """TensorBoard scalars and text, plus metrics.csv (one row per step, the columns of the first row).
 
@@ -266,7 +247,9 @@ class MetricsLogger:
         if resumed:  # both read (a FIFO or an oversized file refused) before anything of the run is rewritten
             csv_text = self._csv_up_to(resume_step) if self.csv_path.exists() else None
             samples_text = self._samples_up_to(resume_step)
-        _quiet_event_threads()
+        from ..logger import quiet_event_writers
+
+        self._unquiet = quiet_event_writers()  # released by close(), or below when the logs cannot be opened
         try:
             if resumed:  # rewritten, not purge_step: TensorBoard's default loader ignores purge markers
                 from ..logger import drop_events_after, wait_for_new_second
@@ -275,11 +258,19 @@ class MetricsLogger:
                 wait_for_new_second(path)
             self.writer = SummaryWriter(str(path))
         except OSError as e:
+            self._unquiet()
             raise write_error(e.filename or path / "events.out.tfevents.*", e, "could not open the run's logs") from None
-        if resumed and csv_text is not None:
-            _atomic_write(self.csv_path, csv_text)
-        if resumed and samples_text is not None:
-            _atomic_write(self.path / "samples.jsonl", samples_text)
+        except BaseException:
+            self._unquiet()
+            raise
+        try:
+            if resumed and csv_text is not None:
+                _atomic_write(self.csv_path, csv_text)
+            if resumed and samples_text is not None:
+                _atomic_write(self.path / "samples.jsonl", samples_text)
+        except BaseException:
+            self._unquiet()
+            raise
 
     def _csv_up_to(self, step: int) -> str:
         """On resume, metrics.csv without the rows written after the checkpoint (they will be recomputed) and a
@@ -368,6 +359,8 @@ class MetricsLogger:
             self.writer.close()
         except OSError as e:
             raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
+        finally:
+            self._unquiet()  # after the writer's thread has ended: a failed last write of it is still not printed
 
 
 def read_metrics(path: Path) -> dict:
