@@ -12,6 +12,7 @@ import random
 import signal
 import sys
 import time
+import functools
 from functools import partial
 from pathlib import Path
 from typing import Optional
@@ -60,6 +61,21 @@ def _float32_default():
 hold_float32 = SharedChange(_float32_default).hold
 
 
+def _run_settings(method):
+    """``method`` of a Trainer runs with float32 as the default dtype and a module:Class env's folder on
+    sys.path (hold_float32, hold_env_module_path), released when it returns: held per call, not for the
+    Trainer's life, so that one never closed (a test's, a notebook's) does not keep them for the process."""
+    @functools.wraps(method)
+    def held(self, *args, **kwargs):
+        releases = [hold_float32(), hold_env_module_path()]
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            for release in reversed(releases):
+                release()
+    return held
+
+
 # ------------------------------------------------------------------------------------------------
 class Trainer:
     """Owns the state of one run (TrainState of DESIGN.md) and runs its iterations."""
@@ -75,8 +91,7 @@ class Trainer:
         check_device_flags(cfg, self.device, self.dist.world_size)  # before anything process-wide is changed
         # the caller's process-wide settings this trainer changes, each a callable that puts the caller's
         # value back: close() calls them (a notebook or sweep runs on in the same process)
-        self._undo = [partial(torch.set_num_threads, torch.get_num_threads()), partial(torch.set_flush_denormal, flush_denormal_on()),
-                      hold_float32(), hold_env_module_path()]
+        self._undo = [partial(torch.set_num_threads, torch.get_num_threads()), partial(torch.set_flush_denormal, flush_denormal_on())]
         self.env, self.side = None, None
         try:
             self._build(run_dir, resume_state, argv)
@@ -84,6 +99,7 @@ class Trainer:
             self.close()
             raise
 
+    @_run_settings
     def _build(self, run_dir: Optional[Path], resume_state: Optional[dict], argv: Optional[list]) -> None:
         """The rest of __init__: env, agent, optimizer, buffers and the iteration's parts (close() undoes it on an error)."""
         cfg = self.cfg
@@ -193,6 +209,7 @@ class Trainer:
         return train_state.save(self)
 
     # --- one iteration ---------------------------------------------------------------------------
+    @_run_settings
     def train_iteration(self) -> dict:
         """One iteration: rollout, advantages, update (graphs.py: eager calls or CUDA-graph replays).
 
@@ -234,6 +251,7 @@ class Trainer:
         reached = ReturnTarget(self.cfg.stop_return, self.cfg.stop_episodes, window).reached()
         return self.iteration < self.num_iterations and reached is None
 
+    @_run_settings
     def run(self, resumed: bool = False, stop_after: Optional[int] = None) -> Path:
         """Train until ``num_iterations``; checkpoint every ``checkpoint_every`` iterations and at the end.
 
@@ -343,6 +361,7 @@ class Trainer:
         every = self.cfg.eval_every
         return bool(every) and (self.global_step - self.steps_per_iteration) // every != self.global_step // every
 
+    @_run_settings
     def _evaluate_now(self) -> dict:
         """Evaluate a frozen copy of the current policy (``eval_episodes`` deterministic episodes, the
         end-of-run seed) on rank 0; a new best mean return is written to checkpoints/best.pt. Training's
@@ -390,7 +409,7 @@ class Trainer:
 
     def close(self) -> None:
         """End the env (its worker processes) and the side thread, and put back the caller's process-wide
-        settings (thread count, flush-denormal mode, default dtype, sys.path, --compile's inductor switch). Also called by a
+        settings (thread count, flush-denormal mode, --compile's inductor switch). Also called by a
         failed __init__, on what it had built.
 
         Drops what refers back to the trainer (the EnvGuard, the iteration's parts): without that cycle

@@ -129,8 +129,11 @@ def test_a_trainer_under_a_float64_default_puts_back_the_callers_dtype_and_flush
         pytest.skip("this CPU has no flush-to-zero mode")
     trainer = Trainer(small_config(run_dir=str(tmp_path)))
     try:
-        assert torch.get_default_dtype() == torch.float32  # held until close(), as the thread count is
+        # held while the trainer works (built, an iteration), not for its life: one never closed keeps nothing
+        assert torch.get_default_dtype() == torch.float64
         trainer.train_iteration()
+        assert torch.get_default_dtype() == torch.float64
+        assert {p.dtype for p in trainer.agent.parameters()} == {torch.float32}
     finally:
         trainer.close()
     assert torch.get_default_dtype() == torch.float64
