@@ -191,6 +191,9 @@ def validate(cfg: RLHFConfig) -> None:
         value = getattr(cfg, name)
         if isinstance(value, os.PathLike):
             value = os.fspath(value)
+        elif f.metadata["kind"] is list and not isinstance(value, (str, bytes)) and hasattr(value, "__iter__"):
+            # a pathlib.Path wherever a string goes (docs/rlhf.md), a numpy array of weights
+            value = [os.fspath(v) if isinstance(v, os.PathLike) else plain(v) for v in value]
         if value is not None or not f.metadata["optional"]:
             setattr(cfg, name, coerce(name, value, "RLHFConfig"))
     if cfg.reward_weights and len(cfg.reward_weights) != len(cfg.reward):

@@ -69,3 +69,18 @@ def test_rlhf_config_from_python_converts_whole_floats_and_names_a_wrong_type():
     for field, value, expected in (("steps", 2.5, "an integer"), ("steps", "abc", "an integer"), ("lr", "x", "a number")):
         with pytest.raises(ConfigError, match=rf"^RLHFConfig: field '{field}' got {value!r}, expected {expected}$"):
             validate_rlhf(RLHFConfig(**{**base, field: value}))
+
+
+def test_rlhf_config_from_python_takes_paths_in_lists_and_a_numpy_weight_array():
+    """docs/rlhf.md: a pathlib.Path wherever a string goes; list fields too (reward_import_path), and a
+    numpy array of reward weights, as before validate converted fields."""
+    import numpy as np
+
+    from proxima.rlhf.config import RLHFConfig
+    from proxima.rlhf.config import validate as validate_rlhf
+
+    cfg = RLHFConfig(policy="/m", reward=["a:f", "b:g"], prompts="p.txt", reward_import_path=[Path("rw"), "x"],
+                     reward_weights=np.array([0.5, 1.5]))
+    validate_rlhf(cfg)
+    assert cfg.reward_import_path == ["rw", "x"]
+    assert cfg.reward_weights == [0.5, 1.5] and all(type(w) is float for w in cfg.reward_weights)
