@@ -73,7 +73,7 @@ def check_run_dir(run_dir: PathLike) -> Path:
         raise PlotError(f"{path}: no such directory")
     if not path.is_dir():
         raise PlotError(f"{path}: not a directory (give a run directory, e.g. runs/CartPole-v1__1__<time>)")
-    if not (path / "metrics.csv").is_file():
+    if not os.path.lexists(path / "metrics.csv"):  # one that is there but no file: read_metrics names it
         raise PlotError(f"{path}: not a run directory (no metrics.csv)")
     return path
 

@@ -291,3 +291,16 @@ def test_a_fifo_at_population_json_is_one_line(population, tmp_path, capsys, com
     errors = [ln for ln in err.splitlines() if "error:" in ln]
     assert len(errors) == 1 and str(run / "population.json") in errors[0], err
     assert stat.S_ISFIFO((run / "population.json").lstat().st_mode)
+
+
+@pytest.mark.timeout(FIFO_TIMEOUT)
+@pytest.mark.parametrize("command", ["plot", "report"])
+def test_a_fifo_at_metrics_csv_is_named_as_such_not_as_missing(tmp_path, capsys, command):
+    run = _write_run(tmp_path / "run")
+    _replace_with_fifo(run / "metrics.csv")
+    argv = [command, str(run), "--out", str(tmp_path / ("c.png" if command == "plot" else "r.md"))]
+    if command == "report":
+        argv += ["--episodes", "0"]
+    code, _, err = run_main(argv, capsys)
+    assert code == 2, err
+    assert f"{run / 'metrics.csv'}: is not a regular file" in err and "no metrics.csv" not in err, err
