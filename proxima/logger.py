@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import stat
 import shutil
 import struct
 import sys
@@ -142,6 +143,29 @@ def _resume_lines(path: Path) -> tuple:
         return read_csv_lines(path)
     except RunFileError as e:
         raise RunDirError(f"{e}; proxima resume reads and rewrites it") from None
+
+
+def check_logs_readable(run_dir: Path) -> None:
+    """RunDirError naming metrics.csv or an event file of ``run_dir`` that is there but is no regular
+    file within rundir.LOG_MAX_BYTES (a FIFO, a sparse file planted at the name): what the resume's
+    logger would refuse, found before the resume rewrites config.yaml or meta.json. A file that
+    passes is not read here (stat only)."""
+    from . import rundir
+
+    for path in [Path(run_dir) / "metrics.csv", *_event_files(run_dir)]:
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            info = None
+        if info is None or not stat.S_ISREG(info.st_mode) or info.st_size > rundir.LOG_MAX_BYTES:
+            try:  # its refusal in the readers' own words (it waits on no FIFO, reads no oversized file)
+                rundir.read_run_bytes(path, rundir.LOG_MAX_BYTES)
+            except rundir.RunFileError as e:
+                raise rundir.RunDirError(f"{e}; proxima resume reads and rewrites it") from None
+            except OSError:
+                pass  # gone or unreadable meanwhile: the logger says so in its own words
 
 
 def truncate_csv(path: Path, max_step: int) -> None:

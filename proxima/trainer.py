@@ -274,6 +274,10 @@ class Trainer:
         from .logger import logged_past
 
         trains = self.trains()
+        if resumed and self.dist.is_main:  # a log the resume's logger would refuse: refused before anything is rewritten
+            from .logger import check_logs_readable
+
+            check_logs_readable(self.run_dir)
         train_state.open_run_dir(self, resumed, trains)
         if self.dist.is_main and (not resumed or trains or logged_past(self.run_dir / "metrics.csv", self.global_step)):
             self.logger = _make_logger(self, resumed)

@@ -182,6 +182,7 @@ def test_resume_that_trains_on_stops_at_a_fifo_at_metrics_csv_and_releases_the_l
 
     run = Path(shutil.copytree(trained, tmp_path / "run"))
     _replace_with_fifo(run / "metrics.csv")
+    before = {name: (run / name).read_bytes() for name in ("config.yaml", "meta.json")}
     code, _, err = run_main(["resume", str(run), "--total-timesteps", "192"], capsys)
     assert code == 2 and "Traceback" not in err, err
     assert [ln for ln in err.splitlines() if "error:" in ln] == [
@@ -190,6 +191,8 @@ def test_resume_that_trains_on_stops_at_a_fifo_at_metrics_csv_and_releases_the_l
     assert stat.S_ISFIFO((run / "metrics.csv").lstat().st_mode)
     assert not (run / rundir.LOCK_NAME).exists() and sorted(p.name for p in (run / "checkpoints").iterdir()) == \
         sorted(p.name for p in (trained / "checkpoints").iterdir())
+    # refused before the resume rewrote anything: no new total in config.yaml, no resume entry in meta.json
+    assert {name: (run / name).read_bytes() for name in ("config.yaml", "meta.json")} == before
 
 
 # ------------------------------------------------------------------------------------ text drawn as written
