@@ -359,7 +359,7 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
             # ...), or a plain resume's, the checkpoint's: one cut short before it trained is put back
             _write_member_configs(pop, dirs)
         if trains:  # a resume that trains: each member's record says so, as a single run's
-            _record_resume(dirs, pop.iteration * pop.steps_per_member)
+            _record_resume(dirs, pop.iteration * pop.steps_per_member, device.type == "cpu")
         wall, finished = _train_loop(pop, run_dir, dirs, recorded_seeds, recorded_sweep, quiet=quiet, stop_after=stop_after,
                                      elapsed=float(state.get("elapsed", 0.0)), last_checkpoint=Path(path))
         _finish(run_dir, pop, dirs, recorded_seeds, recorded_sweep, wall, evaluate_at_end, quiet)
@@ -414,19 +414,20 @@ def _write_member_configs(pop: Population, dirs: list) -> None:
             raise write_error(path, e, "could not resume the population") from None
 
 
-def _record_resume(dirs, step: int) -> None:
+def _record_resume(dirs, step: int, cpu: bool) -> None:
     """Add this resume to each member's meta.json ``resumes`` (train_state.record_resume: a damaged
-    meta.json is a note, a full disk one line naming the file)."""
+    meta.json is a note, a full disk one line naming the file). ``cpu``: the entry records the CPU
+    tanh, and a change from the one the population started with is noted once, not per member."""
     from .diskspace import write_error
     from .train_state import record_resume, resume_entry
 
-    entry = resume_entry(step)
-    for d in dirs:
+    entry = resume_entry(step, cpu=cpu)
+    for i, d in enumerate(dirs):
         path = d / "meta.json"
         if not path.exists():
             continue
         try:
-            record_resume(path, entry)
+            record_resume(path, entry, note_tanh=i == 0)
         except OSError as e:
             raise write_error(path, e, "could not resume the population") from None
 

@@ -435,7 +435,7 @@ class _DamagedMeta(Exception):
     pass
 
 
-def record_resume(path: Path, entry: dict) -> bool:
+def record_resume(path: Path, entry: dict, note_tanh: bool = True) -> bool:
     """Append ``entry`` to the ``resumes`` list of the meta.json at ``path``, rewritten atomically (never
     through a link); whether it was. A meta.json that is not a JSON object (or whose ``resumes`` is not
     a list) is left as it is, with a note: the run's record is damaged, not its checkpoints, and the
@@ -458,7 +458,7 @@ def record_resume(path: Path, entry: dict) -> bool:
         return False
     machine = meta.get("machine")
     before = machine.get("cpu_tanh") if isinstance(machine, dict) else None
-    if before in ("torch", "sigmoid", "numpy") and entry.get("cpu_tanh") not in (None, before):
+    if note_tanh and before in ("torch", "sigmoid", "numpy") and entry.get("cpu_tanh") not in (None, before):
         print(f"proxima: note: the run started with the CPU tanh '{before}' and resumes with '{entry['cpu_tanh']}' (another "
               "kind of CPU, or PROXIMA_CPU_TANH): it trains on validly, not bit for bit as it would have", file=sys.stderr)
     resumes = resumes + [entry]

@@ -109,3 +109,17 @@ def test_a_resume_with_another_cpu_tanh_is_noted_and_recorded(tmp_path, capsys):
     assert capsys.readouterr().err == ""
     assert [r["cpu_tanh"] for r in json.loads(path.read_text())["resumes"]] == ["numpy", "torch"]
     assert "cpu_tanh" not in resume_entry(128, [], cpu=False)  # a GPU run computes no CPU tanh
+
+
+def test_a_population_resume_records_the_cpu_tanh_in_each_member_and_notes_a_change_once(tmp_path, capsys, monkeypatch):
+    from proxima import tanh_cpu
+    from proxima.population_run import _record_resume
+
+    dirs = [tmp_path / "m000", tmp_path / "m001"]
+    for d in dirs:
+        d.mkdir()
+        _meta(d, {"kind": "ppo", "machine": {"cpu_tanh": "torch"}})
+    monkeypatch.setattr(tanh_cpu, "MODE", "numpy")  # resumed on another kind of CPU
+    _record_resume(dirs, 128, cpu=True)
+    assert capsys.readouterr().err.count("the run started with the CPU tanh 'torch' and resumes with 'numpy'") == 1
+    assert [json.loads((d / "meta.json").read_text())["resumes"][0]["cpu_tanh"] for d in dirs] == ["numpy", "numpy"]
