@@ -13,7 +13,6 @@ import pickle
 import random
 import re
 import stat
-import warnings
 import zipfile
 from pathlib import Path
 from typing import Optional, Union
@@ -21,6 +20,8 @@ from typing import Optional, Union
 import gymnasium as gym
 import numpy as np
 import torch
+
+from .warnings_guard import quiet_warnings
 
 FORMAT = "proxima-checkpoint"
 SCHEMA_VERSION = 1
@@ -732,28 +733,20 @@ def _load_newest(run_dir: Path, map_location) -> dict:
 
 
 def _load_file(path: Path, map_location) -> dict:
+    from .rundir import NotRegularFileError, open_run_file
+
     try:
-        # once: a file replaced or removed meanwhile is read as it was when opened; O_NONBLOCK: a FIFO
-        # planted at the name is not waited on (it is refused below, as anything but a regular file)
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        # once: a file replaced or removed meanwhile is read as it was when opened; a FIFO planted at
+        # the name is not waited on
+        f = open_run_file(path)
     except FileNotFoundError:
         if os.path.islink(path):  # a dangling link: not a file that vanished
             raise CheckpointError(f"{path}: {not_a_file(path)}") from None
         raise _Vanished(f"{path}: no such file or directory") from None
-    except IsADirectoryError:
-        raise CheckpointError(f"{path}: is a directory, not a checkpoint file") from None
     except OSError as e:
+        if isinstance(e, (IsADirectoryError, NotRegularFileError)):
+            raise CheckpointError(f"{path}: {not_a_file(path) or 'is not a regular file'}") from None
         raise CheckpointError(f"{path}: cannot read checkpoint ({e.strerror or e})") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise CheckpointError(f"{path}: {not_a_file(path) or 'is not a regular file'}")
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
-        f = os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
     with f:
         return _load_open(path, f, map_location)
 
@@ -764,8 +757,7 @@ def _load_open(path: Path, f, map_location) -> dict:
     except OSError as e:
         raise CheckpointError(f"{path}: cannot read checkpoint ({e.strerror or e})") from None
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # keep the error to one line
+        with quiet_warnings():  # keep the error to one line
             state = torch.load(f, map_location=map_location, weights_only=True)
         # before any check reads a tensor whole: a view is stored as its storage, never its size
         check_views(path, state)

@@ -121,34 +121,50 @@ class RunFileError(OSError):
     as unreadable keep doing so."""
 
 
+class NotRegularFileError(RunFileError):
+    """A FIFO, device or socket at a run file's name (open_run_file): never waited on or read."""
+
+
+def open_run_file(path):
+    """The run file ``path`` opened for reading, as a blocking binary file object, without waiting on
+    a FIFO planted at its name: opened once (a file replaced or removed meanwhile is read as it was
+    when opened) and refused unless it is a regular file. Raises FileNotFoundError when it is not
+    there and the other OSErrors of opening it as open() does (PermissionError, ...),
+    IsADirectoryError for a directory, NotRegularFileError (a RunFileError naming it) for a FIFO,
+    device or socket: each caller says it in its own words (a checkpoint, a run file, a shard)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):  # opening one read-only succeeds on Linux
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(f"{path}: is not a regular file (a FIFO, device or socket); the run directory was edited")
+        if hasattr(os, "set_blocking"):  # O_NONBLOCK was for the open only: reads wait for their bytes
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_run_bytes(path, limit: int = TEXT_MAX_BYTES) -> bytes:
     """The whole content of the run file ``path``, read without blocking on a FIFO planted at its
     name and refusing anything but a regular file of at most ``limit`` bytes (RunFileError naming
     it). FileNotFoundError when it is not there, as for open()."""
     path = Path(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
+        f = open_run_file(path)
+    except (FileNotFoundError, NotRegularFileError):
         raise
     except IsADirectoryError:
         raise RunFileError(f"{path}: is a directory, not a file") from None
     except OSError as e:
         raise RunFileError(f"{path}: cannot read ({e.strerror or e})") from None
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise RunFileError(f"{path}: is a directory, not a file")
-        if not stat.S_ISREG(info.st_mode):
-            raise RunFileError(f"{path}: is not a regular file (a FIFO, device or socket); the run directory was edited")
-        f = os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
     with f:
-        if info.st_size > limit:
-            raise RunFileError(f"{path}: {info.st_size:,} bytes, more than the {limit:,} a run writes there; "
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise RunFileError(f"{path}: {size:,} bytes, more than the {limit:,} a run writes there; "
                                "the run directory was damaged or edited")
-        os.set_blocking(fd, True)
         data = f.read(limit + 1)
     if len(data) > limit:  # grew while read
         raise RunFileError(f"{path}: more than the {limit:,} bytes a run writes there; the run directory was damaged or edited")

@@ -71,7 +71,6 @@ import copy
 import numbers
 import re
 import sys
-import warnings
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -85,6 +84,7 @@ from .gym_adapter import (F32_MAX, TENSOR_FIX, _extra_for, beyond_float32, check
                           number_text, resolve_env_fn, tensor_numpy, unknown_kwarg_line)
 from .spaces import action_scale_note, image_note, pixels_fix
 from ..terminal import printable
+from ..warnings_guard import quiet_warnings
 
 #: a reset() without an ``options`` parameter, as Python words the TypeError
 _NO_OPTIONS = re.compile(r"unexpected keyword argument 'options'")
@@ -456,8 +456,7 @@ class _Checker:
 
             env_fn = unchecked  # resolve_env_fn above still ran: an unknown id is its EnvError (exit 2)
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with quiet_warnings():
             try:
                 env = env_fn()
             except gym.error.DependencyNotInstalled as e:

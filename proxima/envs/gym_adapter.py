@@ -28,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from .. import warnings_guard
 from ..config import install_hint
 from ..shared_change import SharedChange
 from .base import BatchedEnv, EnvError
@@ -283,7 +284,7 @@ def _probe(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict
     """Build one env; a failure is one EnvError line. Gymnasium's warnings while building (a
     DeprecationWarning in ANSI colours for HalfCheetah-v4, ...) are held back: shown as usual once
     the env is built, dropped when building fails, so the error stays the one line."""
-    with warnings.catch_warnings(record=True) as held:
+    with warnings_guard.catch_warnings(record=True) as held:
         warnings.simplefilter("always")
         try:
             env = _build(env_fn, env_id, env_kwargs)
@@ -820,7 +821,7 @@ class GymnasiumEnv(BatchedEnv):
         # close would wait for them again, on pipes that stay empty; terminate=True ends the workers instead
         terminate = {"terminate": True} if self._failed and isinstance(self.envs, gym.vector.AsyncVectorEnv) else {}
         try:
-            with warnings.catch_warnings():  # "Calling `close` while waiting for a pending call to `step`": a worker died mid-step
+            with warnings_guard.catch_warnings():  # "Calling `close` while waiting for a pending call to `step`": a worker died mid-step
                 warnings.filterwarnings("ignore", message=".*Calling `close` while waiting")
                 self.envs.close(**terminate)
         except (EOFError, ConnectionError):  # a worker already gone: end the rest, never wait on it again

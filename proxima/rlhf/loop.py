@@ -276,16 +276,8 @@ def _safetensors_whole(file: Path) -> bool:
     without waiting on a FIFO planted at the name; a header size beyond the file (or the library's limit) is a
     damaged file, not a read of that many bytes."""
     try:
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return False
-    try:
-        with os.fdopen(fd, "rb") as f:
-            info = os.fstat(f.fileno())
-            size = info.st_size
-            if not stat.S_ISREG(info.st_mode):
-                return False
-            os.set_blocking(fd, True)
+        with run_files.open_run_file(file) as f:  # OSError (a FIFO, a folder, gone): not whole
+            size = os.fstat(f.fileno()).st_size
             n = int.from_bytes(f.read(8), "little")
             if n > min(size - 8, _SAFETENSORS_HEADER_MAX):
                 return False

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from .config import ConfigError
+from ..warnings_guard import catch_warnings
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 # files that look like weights: a directory holding some of these but none of WEIGHT_FILES (a sharded
@@ -175,7 +176,7 @@ def load_policy(spec: str, seed: int, dtype: torch.dtype = torch.float32) -> tup
     else:
         # the build's warnings ("Initializing zero-element tensors" for an empty dimension) are shown only for
         # a model that passes its checks: a refused one is the error's one line
-        with warnings.catch_warnings(record=True) as caught:
+        with catch_warnings(record=True) as caught:
             try:
                 config_dict = dict(source)
                 config = AutoConfig.for_model(config_dict.pop("model_type"), **config_dict)

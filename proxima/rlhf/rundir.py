@@ -12,10 +12,8 @@ import math
 import os
 import platform
 import re
-import stat
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -28,6 +26,7 @@ from .. import rundir as run_files
 from ..rundir import (LOCK_NAME, RunFileError, RunLock, RunSession, _remove_contents, _remove_empty_dir,
                       check_own_entries)
 from ..signals import stops_held
+from ..warnings_guard import quiet_warnings
 from .config import ConfigError
 
 CHECKPOINT_RE = re.compile(r"^step_(\d+)\.pt$")
@@ -426,22 +425,16 @@ def load_checkpoint(file: Path) -> dict:
     from ..checkpoint import CheckpointError, _check_archive, _Vanished, check_views, not_a_file
 
     try:
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        f = run_files.open_run_file(file)
     except FileNotFoundError:
         if os.path.islink(file):
             raise ConfigError(f"{file}: {not_a_file(Path(file))}") from None
         # removed since it was listed (--keep-checkpoints): newest_that_loads goes on to the one before
         raise _Vanished(f"{file}: no such file or directory") from None
     except OSError as e:
+        if isinstance(e, (IsADirectoryError, run_files.NotRegularFileError)):
+            raise ConfigError(f"{file}: {not_a_file(Path(file)) or 'is not a regular file'}") from None
         raise ConfigError(f"{file}: cannot read checkpoint ({e.strerror or e})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigError(f"{file}: {not_a_file(Path(file)) or 'is not a regular file'}")
-        os.set_blocking(fd, True)
-        f = os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
     with f:
         try:
             _check_archive(Path(file), f)
@@ -450,8 +443,7 @@ def load_checkpoint(file: Path) -> dict:
         except OSError as e:
             raise ConfigError(f"{file}: cannot read checkpoint ({e.strerror or e})") from None
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # keep the error to one line
+            with quiet_warnings():  # keep the error to one line
                 state = torch.load(f, map_location="cpu", weights_only=True)
         except Exception as e:  # corrupted or foreign: one line naming the file
             raise ConfigError(f"{file}: not a readable Proxima RLHF checkpoint ({type(e).__name__}: "
