@@ -407,8 +407,9 @@ out="$(timeout 600 podman exec "$PREFIX-main" proxima resume "runs/$RUN_NAME" --
 rc=$?
 set -e
 expect_rc 0 "$rc" "proxima resume runs/$RUN_NAME --eval-episodes 3" "$out"
-grep -q "resuming .*$RUN_NAME at global step $("$PY" -c "print(f'{$last_step:,}')")" <<<"$out" \
-  || die "proxima resume: no 'resuming ... $RUN_NAME at global step $last_step' line: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
+# a complete run trains nothing: its note names the checkpoint loaded (no "resuming at step N" line)
+grep -q "$RUN_NAME/checkpoints/step_.*: the run is complete ($("$PY" -c "print(f'{$last_step:,}')") steps)" <<<"$out" \
+  || die "proxima resume: no '... the run is complete ($last_step steps)' note: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
 (("$(stat -c %Y "$RUN/eval.json")" > eval_before)) || die "proxima resume --eval-episodes 3 did not evaluate again (eval.json unchanged)"
 grep -q '"episodes": 3' "$RUN/eval.json" || die "proxima resume --eval-episodes 3: eval.json does not hold 3 episodes"
 ok "proxima resume runs/$RUN_NAME inside the restarted container: loaded step $last_step, evaluated again (3 episodes)"
