@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from types import SimpleNamespace
@@ -137,7 +138,8 @@ def test_resume_starts_as_many_processes_as_wrote_the_checkpoint(monkeypatch, ca
     assert "written by 10000 processes, more than this machine's 8 CPUs; resume it under the torchrun command" in capsys.readouterr().err
 
 
-def test_launcher_returns_child_exit_code(monkeypatch):
+def fake_launch(monkeypatch, code: int) -> dict:
+    """launch.subprocess.Popen replaced by a torchrun that exits ``code`` at once: {cmd, kw} of the call."""
     calls = {}
 
     class Fake:
@@ -147,16 +149,35 @@ def test_launcher_returns_child_exit_code(monkeypatch):
             calls["cmd"], calls["kw"] = cmd, kw
 
         def wait(self):
-            return 3
+            return code
 
         def poll(self):
-            return 3
+            return code
 
     monkeypatch.setattr(launch, "subprocess", SimpleNamespace(Popen=Fake))
+    return calls
+
+
+def test_launcher_returns_child_exit_code(monkeypatch):
+    calls = fake_launch(monkeypatch, 3)
     assert launch.launch_torchrun(2, ["train", "CartPole-v1", "--nproc", "2"]) == 3
     assert calls["cmd"][1:] == ["-m", "proxima.torchrun", "--nproc-per-node", "2", "--standalone", "-m", "proxima", "train", "CartPole-v1"]
     assert calls["kw"]["start_new_session"] is True
     assert calls["kw"]["env"]["OMP_NUM_THREADS"]
+
+
+def test_the_launch_keeps_the_current_directory_off_every_processs_path(monkeypatch, tmp_path):
+    """A run directory is data: torchrun and its ranks never import from the current directory
+    (PYTHONSAFEPATH, or the -c start before 3.11; tests/unit/test_run_code_safety.py runs it)."""
+    calls = fake_launch(monkeypatch, 0)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "my_envs"))
+    assert launch.launch_torchrun(2, ["train", "CartPole-v1", "--nproc", "2"], env=dict(os.environ)) == 0
+    cmd, child_env = calls["cmd"], calls["kw"]["env"]
+    if sys.version_info >= (3, 11):  # read by torchrun and inherited by the ranks it starts
+        assert child_env.get("PYTHONSAFEPATH") == "1"
+    else:
+        assert cmd[1] == "-c" and "--no-python" in cmd
+    assert child_env["PYTHONPATH"] == str(tmp_path / "my_envs")  # the user's own env modules still import
 
 
 def test_single_process_context_is_a_no_op():

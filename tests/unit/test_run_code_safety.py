@@ -6,14 +6,12 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 import warm_python
 from distributed_helpers import SMALL, env
-from proxima import launch
 from proxima.rlhf.rewards import RewardBatch, load_rewards
 
 
@@ -27,32 +25,7 @@ def plant(folder: Path, marker: Path) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # `proxima resume` / `train --nproc K`: torchrun and its ranks never search the current directory
-
-
-def test_the_launch_keeps_the_current_directory_off_every_processs_path(monkeypatch, tmp_path):
-    calls = {}
-
-    class Fake:
-        pid = 0
-
-        def __init__(self, cmd, **kw):
-            calls["cmd"], calls["kw"] = cmd, kw
-
-        def wait(self):
-            return 0
-
-        def poll(self):
-            return 0
-
-    monkeypatch.setattr(launch, "subprocess", SimpleNamespace(Popen=Fake))
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "my_envs"))
-    assert launch.launch_torchrun(2, ["train", "CartPole-v1", "--nproc", "2"], env=dict(__import__("os").environ)) == 0
-    cmd, child_env = calls["cmd"], calls["kw"]["env"]
-    if sys.version_info >= (3, 11):  # read by torchrun and inherited by the ranks it starts
-        assert child_env.get("PYTHONSAFEPATH") == "1"
-    else:
-        assert cmd[1] == "-c" and "--no-python" in cmd
-    assert child_env["PYTHONPATH"] == str(tmp_path / "my_envs")  # the user's own env modules still import
+# (the launch's environment: tests/distributed/test_dist_launch.py)
 
 
 #: records, in each rank, the PYTHONSAFEPATH a program the env starts would inherit: the launch's is
