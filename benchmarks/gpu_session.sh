@@ -11,14 +11,20 @@
 # accel-cuda.md, population-cuda.md, and logs.tar.gz (doctor.txt, purejaxrl-solve.json,
 # pendulum-cudagraphs.txt, a .log per step), repacked after every step so that a call cut short
 # still returns what ran; each table script rewrites its table after every row, so a step cut short
-# by its limit still leaves the rows it finished (marked partial). Step limits add up to 540 s, each
-# with the estimate behind it (../shared/perf/H200-2026-11-30.md); pip and the import check take
-# ~20 s of the call's 600 s, and `timeout -k 10` ends a step that ignores SIGTERM 10 s later.
+# by its limit still leaves the rows it finished (marked partial). Step limits add up to 513 s, each
+# with the estimate behind it (../shared/perf/H200-2026-11-30.md), and `timeout -k 3` ends a step
+# that ignores SIGTERM 3 s later: 540 s at worst, which leaves ~60 s of the call's 600 s for pip,
+# the import check (~20 s) and slack.
 set -uo pipefail
 
 out="${OUT:-benchmarks/results/gpu}"
-logs="$(mktemp -d "${TMPDIR:-/tmp}/gpu-session.XXXXXX")"  # everything but the tables; packed into $out/logs.tar.gz
-trap 'rm -rf "$logs" "$logs.tar.gz"' EXIT
+# a fresh folder per run: a fixed --run-dir would hold the last run's files on a warm machine, and
+# proxima train refuses a run folder that is not empty
+work="$(mktemp -d "${TMPDIR:-/tmp}/gpu-session.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+logs="$work/logs"  # everything but the tables; packed into $out/logs.tar.gz
+runs="$work/runs"  # the run folders of steps that train; not packed (checkpoints), gone at exit
+mkdir -p "$logs" "$runs"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # the package from this tree, not installed
@@ -41,12 +47,14 @@ step() {  # step NAME LIMIT_SECONDS COMMAND...: run it, record its status and ti
   local name="$1" limit="$2" t0 rc
   shift 2
   t0=$(date +%s)
-  # -k 10: a process stuck in a CUDA call (or proxima deferring SIGTERM to the end of an iteration)
-  # gets SIGKILL 10 s after the SIGTERM, instead of holding the call until its 600 s are gone. timeout
+  # -k 3: a process stuck in a CUDA call (or proxima deferring SIGTERM to the end of an iteration)
+  # gets SIGKILL 3 s after the SIGTERM, instead of holding the call until its 600 s are gone. Every
+  # step may use it, so it is in the budget (9 x 3 s); an iteration, the part SIGTERM waits for, takes
+  # well under a second here, and a call stuck in CUDA does not end by waiting longer. timeout
   # sends that SIGKILL to its own child only: a driver script's children (proxima train/bench, the
   # anchor) stay in timeout's process group, which is killed whole once timeout returns, so nothing a
   # step started holds the GPU through the next ones
-  timeout -k 10 "$limit" "$@" &
+  timeout -k 3 "$limit" "$@" &
   local tpid=$!
   wait "$tpid"
   rc=$?
@@ -56,21 +64,22 @@ step() {  # step NAME LIMIT_SECONDS COMMAND...: run it, record its status and ti
 }
 
 pack() {  # logs.tar.gz from $logs, replaced whole (never a half-written archive)
-  tar -czf "$logs.tar.gz" -C "$logs" . && mv -f "$logs.tar.gz" "$out/logs.tar.gz"
+  tar -czf "$work/logs.tar.gz" -C "$logs" . && mv -f "$work/logs.tar.gz" "$out/logs.tar.gz"
 }
 
 : > "$out/summary.txt"
 # Step limits (s), from the H200 timings of ../shared/perf/H200-2026-11-30.md; a process start-up
-# (Python, torch, CUDA) is ~7-9 s there:
-#   doctor 15 + pytest-cuda 60 + vs-purejaxrl 125 + purejaxrl-solve 25 + solve-gpu 50 + pendulum 30
-#   + accel 55 + population-256 120 + pytest-cuda-compile 60 = 540
+# (Python, torch, CUDA) is ~7-9 s there. Trimmed from 540 s in all where the estimates leave room,
+# so that the 9 kill graces of 3 s fit too:
+#   doctor 13 + pytest-cuda 55 + vs-purejaxrl 125 + purejaxrl-solve 20 + solve-gpu 45 + pendulum 25
+#   + accel 50 + population-256 120 + pytest-cuda-compile 60 = 513, + 9 x 3 s of kill grace = 540
 # est. ~10 s: imports and probes
-step doctor 15 "$py" -m proxima doctor > "$logs/doctor.txt" 2>&1
+step doctor 13 "$py" -m proxima doctor > "$logs/doctor.txt" 2>&1
 # issue 12 items 1-2: graphed == eager, checkpoints across modes, launches per iteration, hot loop, native envs,
 # graphed populations, fp16 checkpoints, doctor on a GPU: every test marked `gpu` (each test that skips without
 # CUDA carries it; tests/static/test_gpu_session.py checks that, and that these files hold them all).
-# est. 35-50 s: ~45 tests building small trainers, no compilation (the compile+graphs ones run last, below)
-step pytest-cuda 60 "$py" -m pytest -v -rfE -p no:cacheprovider -m "gpu and not slow" -k "not compile+graphs" \
+# est. 35-50 s: ~47 tests building small trainers, no compilation (the compile+graphs ones run last, below)
+step pytest-cuda 55 "$py" -m pytest -v -rfE -p no:cacheprovider -m "gpu and not slow" -k "not compile+graphs" \
   tests/unit/test_graphs.py tests/unit/test_hot_loop.py tests/unit/test_native_envs.py tests/unit/test_accel.py tests/unit/test_population.py \
   tests/unit/test_doctor.py > "$out/pytest-cuda.txt" 2>&1
 # item 3: throughput side by side with PureJaxRL, one process per side (--single-call: 2 start-ups instead of 18)
@@ -84,10 +93,10 @@ if [[ -n "$anchor" ]]; then
   step vs-purejaxrl 125 "$py" benchmarks/vs_purejaxrl.py --device cuda --cudagraphs --single-call --jax-python "$py" --anchor "$anchor" \
     --num-envs 2048,65536,1048576 --repeats 3 --seconds 1 --time-budget 120 --out "$out/vs-purejaxrl-cuda.md" > "$logs/vs-purejaxrl-cuda.log" 2>&1
   # item 5: PureJaxRL's time to solve from launch (4 envs x 128 steps, 500k steps), as solve_time.py times ours.
-  # est. 16 s: measured 15.7 s (import 3.7, compile 5.8, run 5.8). The anchor's stderr tail goes into the log
+  # est. 16 s: measured 15.7 s (import 3.7, compile 5.8, run 5.8); limit 20. The anchor's stderr tail goes into the log
   # and its exit status is the step's (a signal N as 128+N; 1 when it exits 0 with no result, only an "error" or
   # "skipped" line), so a failed run is not a summary line saying 0
-  step purejaxrl-solve 25 "$py" -c "import subprocess, sys, time; t0 = time.perf_counter(); \
+  step purejaxrl-solve 20 "$py" -c "import subprocess, sys, time; t0 = time.perf_counter(); \
 p = subprocess.run([sys.executable, '$anchor', '--no-warm-run', '--configs', '4x128x5e5'], capture_output=True, text=True); \
 print(p.stdout.strip()); print('wall_from_launch_seconds', round(time.perf_counter() - t0, 2)); \
 tail = p.stderr.strip().splitlines()[-20:]; print('\n'.join(['anchor stderr, last lines:', *tail]), file=sys.stderr) if tail else None; \
@@ -99,16 +108,16 @@ fi
 # item 5: the gpu preset, wall from launch, seeds 1-10, 5 at a time (16 CPU cores, one GPU: each wall is
 # still from its own launch, and sharing can only lengthen it). est. ~25-40 s: per seed ~9-11 s (start-up
 # 7-9, up to 550k steps replayed as graphs ~1-2 s, 20-episode evaluation), two waves, some slowdown from sharing
-# (limit 50: 10 s over the estimate's top; 10 s moved to population-256, 5 to vs-purejaxrl)
-step solve-gpu 50 "$py" benchmarks/solve_time.py --preset gpu --device cuda --seeds 1-10 --parallel 5 --out "$out/solve-gpu.md" > "$logs/solve-gpu.log" 2>&1
+# (limit 45: 5 s over the estimate's top; it had 10 more before, 10 moved to population-256, 5 to vs-purejaxrl)
+step solve-gpu 45 "$py" benchmarks/solve_time.py --preset gpu --device cuda --seeds 1-10 --parallel 5 --out "$out/solve-gpu.md" > "$logs/solve-gpu.log" 2>&1
 # item 6: continuous control on the graphed path. est. ~15-20 s: start-up 8, 300k steps (73 iterations of
-# 10 epochs x 16 minibatches, one graph replay each part), 20-episode evaluation
-step pendulum-cudagraphs 30 "$py" -m proxima train Pendulum-v1 --device cuda --cudagraphs --no-progress \
-  --run-dir /tmp/pendulum-cudagraphs --eval-episodes 20 > "$logs/pendulum-cudagraphs.txt" 2>&1
+# 10 epochs x 16 minibatches, one graph replay each part), 20-episode evaluation; limit 25
+step pendulum-cudagraphs 25 "$py" -m proxima train Pendulum-v1 --device cuda --cudagraphs --no-progress \
+  --run-dir "$runs/pendulum-cudagraphs" --eval-episodes 20 > "$logs/pendulum-cudagraphs.txt" 2>&1
 # the issue's shape only: native CartPole, 16-step rollouts, 4 x 4, 64x64 (case 2: 16,384 envs); the cold
 # compile last, so that a time-out keeps the other two. est. ~45 s: start-up 8, eager and cudagraphs ~3 s each
-# (3 warm-up + 3 timed iterations of 262k steps), compile+cudagraphs ~25-30 s (a cold inductor compile)
-step accel 55 "$py" benchmarks/accel.py --device cuda --cases 2 --modes eager,cudagraphs,compile+cudagraphs --repeats 3 \
+# (3 warm-up + 3 timed iterations of 262k steps), compile+cudagraphs ~25-30 s (a cold inductor compile); limit 50
+step accel 50 "$py" benchmarks/accel.py --device cuda --cases 2 --modes eager,cudagraphs,compile+cudagraphs --repeats 3 \
   --out "$out/accel-cuda.md" > "$logs/accel-cuda.log" 2>&1
 # issue 13 item 4: 256 agents x 4 envs x 128 steps x 500k steps, population --cudagraphs vs PureJaxRL's vmap over seeds.
 # est. ~85-105 s: the script's start-up ~5 (torch's import, counted in its --time-budget); PureJaxRL first, ~25-30 s

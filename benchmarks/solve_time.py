@@ -12,7 +12,9 @@ median and range of the wall time. Runs are sequential, one torch thread each; `
 K seeds at a time (a GPU machine's start-ups overlap: each wall is still from its own launch, and
 sharing the machine can only lengthen it, so the figures are upper bounds). With ``--out`` the
 section is rewritten after every seed (marked partial until the last), so a run stopped by a time
-limit leaves the seeds it finished; a run whose every seed failed appends nothing.
+limit leaves the seeds it finished; a run whose every seed failed appends nothing. A seed of a
+``--cudagraphs`` preset (``gpu``) whose capture fell back to eager (``proxima train``'s note on
+stderr) is marked "graphs fell back" in its row, and the summary line says how many did.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from population_vs_purejaxrl import graphs_note  # the tables read train's fallback note one way
 from tables import Section, arg_problem, command, machine_line, partial_note, refuse, started  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,8 +56,10 @@ def run_seed(args, seed: int, workdir: Path) -> dict:
     result = json.loads((run_dir / "eval.json").read_text())
     with open(run_dir / "metrics.csv") as f:  # the steps trained: fewer than the total where --stop-return stopped it
         steps = int(list(csv.DictReader(f))[-1]["global_step"])
-    return {"seed": seed, "wall": wall, "mean_return": result["mean_return"], "std_return": result["std_return"],
-            "steps": steps, "command": shlex.join(["proxima", *cmd[3:]])}
+    row = {"seed": seed, "wall": wall, "mean_return": result["mean_return"], "std_return": result["std_return"],
+           "steps": steps, "command": shlex.join(["proxima", *cmd[3:]])}
+    note = graphs_note(proc.stderr)  # a failed capture exits 0: its wall is an eager one, not a graph replay's
+    return {**row, "graphs": note} if note else row
 
 
 def table(args, rows: list, machine: str, command_line: str, total: int = 0) -> str:
@@ -64,6 +69,7 @@ def table(args, rows: list, machine: str, command_line: str, total: int = 0) -> 
     solved = [r for r in rows if r.get("mean_return", -1e9) >= args.threshold]
     done = [r for r in rows if "error" not in r]
     failed = [r for r in rows if "error" in r]
+    eager = [r for r in done if r.get("graphs")]
     walls = [r["wall"] for r in done]
     lines = [f"## `proxima train {args.env_id} --preset {args.preset}`" + (" " + " ".join(f"--{s}" for s in args.set) if args.set else ""),
              *(["", partial_note(len(rows), total, "seeds")] if total > len(rows) else []),
@@ -74,13 +80,17 @@ def table(args, rows: list, machine: str, command_line: str, total: int = 0) -> 
     for r in rows:
         ev = f"{r['mean_return']:.1f} +- {r['std_return']:.1f}" if "mean_return" in r else f"error: {r['error']}"
         steps = f"{r['steps']:,}" if "steps" in r else "-"
-        lines.append(f"| {r['seed']} | {r['wall']:.2f} | {steps} | {ev} | {'yes' if r in solved else 'no'} |")
+        seed = f"{r['seed']} **{r['graphs']}**" if r.get("graphs") else str(r["seed"])
+        lines.append(f"| {seed} | {r['wall']:.2f} | {steps} | {ev} | {'yes' if r in solved else 'no'} |")
     summary = (f"**{len(solved)} of {len(rows)} seeds solved**; wall median {statistics.median(walls):.2f} s "
                f"(range {min(walls):.2f}-{max(walls):.2f} s)")
     if failed:
         summary += (f" over the {len(done)} seeds that finished; seed{'s' if len(failed) > 1 else ''} "
                     f"{', '.join(str(r['seed']) for r in failed)} failed (the error in the row) and {'are' if len(failed) > 1 else 'is'} "
                     "left out of it")
+    if eager:
+        summary += (f"; {len(eager)} of {len(done)} seeds fell back from CUDA graphs to eager (marked in the row): "
+                    + ("their walls are not graph-replay times" if len(eager) > 1 else "its wall is not a graph-replay time"))
     lines += ["", summary + ".", "", command_line, ""]
     return "\n".join(lines)
 
@@ -130,7 +140,8 @@ def main(argv=None) -> int:
         for future in concurrent.futures.as_completed(futures):
             r = future.result()
             rows = sorted([*rows, r], key=lambda row: seeds.index(row["seed"]))
-            print(f"seed {r['seed']}: {r['wall']:.2f} s, " + (f"eval {r['mean_return']:.1f}" if "mean_return" in r else r["error"]), flush=True)
+            print(f"seed {r['seed']}: {r['wall']:.2f} s, " + (f"eval {r['mean_return']:.1f}" if "mean_return" in r else r["error"])
+                  + (f" ({r['graphs']})" if r.get("graphs") else ""), flush=True)
             if any("error" not in r for r in rows) and len(rows) < len(seeds):  # the seeds so far, in case the run is cut short
                 section.update(table(args, rows, machine_line(1, start), command("solve_time.py", p, args), len(seeds)))
     if all("error" in r for r in rows):  # a table of errors is no result: nothing is appended

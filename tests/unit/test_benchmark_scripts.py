@@ -277,6 +277,34 @@ def test_every_seed_failing_appends_nothing(monkeypatch, tmp_path, capsys):
     assert not out.exists()
 
 
+def test_a_seed_whose_cuda_graphs_fell_back_is_marked_and_counted(monkeypatch, tmp_path, capsys):
+    """A --preset gpu seed whose capture failed still exits 0 (train runs that part eagerly and says
+    so on stderr): run_seed read stderr only on failure, so its eager wall was a graphed row."""
+    note = "proxima: note: could not capture the update as a CUDA graph (operation not permitted); it runs eagerly\n"
+    real = subprocess.run
+
+    def fake_train(cmd, *args, **kwargs):  # proxima train as it ends: eval.json, metrics.csv, its stderr
+        if list(cmd[1:3]) != ["-m", "proxima"]:
+            return real(cmd, *args, **kwargs)
+        run_dir, seed = Path(cmd[cmd.index("--run-dir") + 1]), int(cmd[cmd.index("--seed") + 1])
+        run_dir.mkdir(parents=True)
+        (run_dir / "eval.json").write_text(json.dumps({"mean_return": 500.0, "std_return": 0.0}))
+        (run_dir / "metrics.csv").write_text("global_step\n65536\n")
+        return subprocess.CompletedProcess(cmd, 0, "", note if seed == 2 else "")
+
+    monkeypatch.setattr(subprocess, "run", fake_train)
+    out = tmp_path / "solve.md"
+    code, printed, _ = run_main("solve_time", ["--preset", "gpu", "--device", "cuda", "--seeds", "1-3", "--out", str(out)], capsys)
+    text = out.read_text()
+    assert code == 0
+    assert "seed 2: " in printed and printed.count("(graphs fell back: eager (update))") == 1
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "seed" not in line]
+    assert [row.split(" | ")[0] for row in rows] == ["| 1", "| 2 **graphs fell back: eager (update)**", "| 3"]
+    assert ("**3 of 3 seeds solved**; wall median ") in text
+    assert ("; 1 of 3 seeds fell back from CUDA graphs to eager (marked in the row): its wall is not a graph-replay "
+            "time.") in text
+
+
 # ------------------------------------------------------------------------------------ item 10
 def test_machine_line_names_the_gpu_the_date_and_the_load(monkeypatch):
     import torch

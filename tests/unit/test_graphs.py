@@ -13,6 +13,7 @@ import torch
 
 from proxima.config import ConfigError, PPOConfig
 from proxima.debug import HostSyncError, HostTensorError, forbid_host_sync, forbid_host_tensors
+from proxima.graphs import PARTS, trainer_graph_states
 from proxima.trainer import Trainer, _check_cudagraphs
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -154,7 +155,8 @@ def test_graph_replayed_training_equals_eager_on_cuda(env_id, mode, tmp_path):
     iters = 4
     _, eager = _train_params(tmp_path / "eager", iters, env_id=env_id)
     graphed_trainer, graphed = _train_params(tmp_path / "graphed", iters, env_id=env_id, **mode)
-    assert graphed_trainer._update.graph is not None and graphed_trainer._rollout.graph is not None
+    # a failed capture runs that part eagerly, so equal parameters alone would not show a replay
+    assert trainer_graph_states(graphed_trainer) == dict.fromkeys(PARTS, "graph")
     for name, value in eager.items():
         torch.testing.assert_close(graphed[name], value, rtol=1e-4, atol=1e-5, msg=name)
 
@@ -345,6 +347,26 @@ def test_capture_error_names_the_part_s_own_error_before_capture_end_s():
     assert text == ("CUDA error: operation not permitted when stream is capturing; "
                     "then: CUDA error: operation failed due to a previous error during capture")
     assert capture_error(ValueError("")) == "ValueError"
+
+
+def test_trainer_graph_states_reads_each_of_the_trainer_s_three_parts(monkeypatch, tmp_path):
+    # what the CUDA equality test asserts with, checked here so that a wrong name fails on the CPU:
+    # an eager trainer's parts are 'eager'; wrapped in Replay (torch.cuda stubbed), 'warm-up', then
+    # 'graph' once captured
+    from proxima import graphs
+
+    trainer = Trainer(_cfg(tmp_path))
+    assert trainer_graph_states(trainer) == {"rollout": "eager", "advantages": "eager", "update": "eager"}
+    _stub_cuda(monkeypatch, [])
+    for name in PARTS:
+        setattr(trainer, f"_{name}", graphs.Replay(getattr(trainer, f"_{name}"), torch.device("cuda")))
+    assert trainer_graph_states(trainer) == dict.fromkeys(PARTS, "warm-up")
+    for _ in range(graphs.WARMUP + 1):
+        _parts_once(trainer)
+    assert trainer_graph_states(trainer) == {"rollout": "graph", "advantages": "graph", "update": "graph"}
+    trainer._advantages.graph, trainer._advantages.fallback = None, "capture invalidated"
+    assert trainer_graph_states(trainer)["advantages"] == "eager: capture failed (capture invalidated)"
+    trainer.close()
 
 
 def test_replay_warms_up_then_captures_once_and_replays(monkeypatch):

@@ -1,7 +1,10 @@
-"""The hot loop stays on the device: rollout, GAE and update run under ``forbid_host_sync()``,
-a deliberate host read inside the guard raises, and the rollout is written in place."""
+"""The hot loop stays on the device: rollout, GAE and update run under ``forbid_host_sync()`` (on
+CUDA with deterministic algorithms on, as a Trainer runs them by default, and off), a deliberate
+host read inside the guard raises, and the rollout is written in place."""
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 import pytest
@@ -15,12 +18,32 @@ from proxima.envs import NATIVE_ENVS, make_env
 from proxima.rollout import Rollout
 
 ENV_IDS = [e for e in ("CartPole-v1", "Pendulum-v1") if e in NATIVE_ENVS]
-DEVICES = [
-    "cpu",
-    pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]),
-]
+CUDA = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
 #: what a CUDA sync looks like to each mode of the guard
 SYNC_ERROR = {"cpu": HostSyncError, "cuda": RuntimeError}
+#: (device, deterministic): a CUDA Trainer turns torch.use_deterministic_algorithms on (the default
+#: cfg.deterministic) or off, process-wide, and a deterministic kernel may sync where the default one does not
+SYNC_CASES = [
+    pytest.param("cpu", None, id="cpu"),
+    pytest.param("cuda", True, marks=CUDA, id="cuda-deterministic"),
+    pytest.param("cuda", False, marks=CUDA, id="cuda-nondeterministic"),
+]
+
+
+@contextlib.contextmanager
+def algorithms_as_the_trainer_sets_them(deterministic):
+    """torch.use_deterministic_algorithms(deterministic, warn_only=True) as Trainer.__init__ calls it
+    on CUDA, and the setting before it put back after; ``None``: left as it is (a CPU Trainer)."""
+    if deterministic is None:
+        yield
+        return
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 def build(env_id: str, device: str, num_envs: int = 8, num_steps: int = 16):
@@ -50,17 +73,28 @@ def one_iteration(env, agent, optimizer, rollout, next_obs, cfg) -> tuple:
     return next_obs, metrics
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("device, deterministic", SYNC_CASES)
 @pytest.mark.parametrize("env_id", ENV_IDS)
-def test_rollout_gae_and_update_make_no_host_sync(env_id, device):
-    env, agent, optimizer, rollout, next_obs, cfg = build(env_id, device)
-    one_iteration(env, agent, optimizer, rollout, next_obs, cfg)  # warm-up: lazy init outside the guard
-    with forbid_host_sync(device):
-        next_obs, metrics = one_iteration(env, agent, optimizer, rollout, next_obs, cfg)
+def test_rollout_gae_and_update_make_no_host_sync(env_id, device, deterministic):
+    with algorithms_as_the_trainer_sets_them(deterministic):
+        env, agent, optimizer, rollout, next_obs, cfg = build(env_id, device)
+        one_iteration(env, agent, optimizer, rollout, next_obs, cfg)  # warm-up: lazy init outside the guard
+        with forbid_host_sync(device):
+            next_obs, metrics = one_iteration(env, agent, optimizer, rollout, next_obs, cfg)
     # read once, after the block, as the trainer does
     assert not bool(metrics["nonfinite"])
     assert all(bool(torch.isfinite(v).all()) for k, v in metrics.items() if k != "nonfinite")
     assert next_obs.shape == (8, *env.obs_shape)
+
+
+def test_the_cuda_cases_determinism_is_the_trainer_s_default_and_is_put_back():
+    assert PPOConfig().deterministic  # what "cuda-deterministic" stands for: every CUDA Trainer by default
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    for deterministic in (True, False):
+        with algorithms_as_the_trainer_sets_them(deterministic):
+            assert torch.are_deterministic_algorithms_enabled() is deterministic
+            assert torch.is_deterministic_algorithms_warn_only_enabled()
+        assert (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()) == before
 
 
 @pytest.mark.parametrize("path", ["blocks", "autograd"])

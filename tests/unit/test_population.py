@@ -254,12 +254,38 @@ def test_population_cudagraphs_needs_a_cuda_device(small_config):
         Population(member_configs(small_config(cudagraphs=True), [1, 2]))
 
 
+def population_graph_states(pop: Population) -> dict:
+    """graphs.part_states of a population's rollout, advantages and update (its ``_parts``, in that order)."""
+    from proxima.graphs import PARTS, part_states
+
+    return part_states(dict(zip(PARTS, pop._parts, strict=True)))
+
+
+def test_population_graph_states_reads_the_three_parts(small_config, monkeypatch):
+    # the helper the CUDA test asserts with, checked here so that a wrong name fails on the CPU: an
+    # eager population's parts are 'eager'; built as --cudagraphs builds them (the CUDA-only check and
+    # the graph pool left out), each is a Replay not captured yet
+    from proxima.graphs import PARTS
+
+    pop = Population(member_configs(small_config(), [1, 2]))
+    assert population_graph_states(pop) == {"rollout": "eager", "advantages": "eager", "update": "eager"}
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: "pool")
+    pop.cfg = dataclasses.replace(pop.cfg, cudagraphs=True)
+    pop._build_parts()
+    assert population_graph_states(pop) == dict.fromkeys(PARTS, "warm-up")
+    pop._parts[1].graph = object()  # as a capture leaves it
+    assert population_graph_states(pop)["advantages"] == "graph"
+    pop.close()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("sweep", [None, {"target_kl": [1e-6, None]}], ids=["plain", "target_kl"])
 def test_cuda_graphed_population_equals_eager(small_config, sweep):
     # run by benchmarks/gpu_session.sh (-m gpu): every part replayed as a CUDA graph, the same
     # random draws as eager (one generator per device on a GPU), parameters equal after 4 iterations
+    from proxima.graphs import PARTS
+
     cfg = small_config(device="cuda", num_envs=8, num_steps=16)
     params = []
     for graphs in (False, True):
@@ -268,6 +294,8 @@ def test_cuda_graphed_population_equals_eager(small_config, sweep):
         for _ in range(4):
             out = pop.train_iteration()
         assert not bool(out["nonfinite"].any())
+        # a failed capture runs that part eagerly, so equal parameters alone would not show a replay
+        assert population_graph_states(pop) == dict.fromkeys(PARTS, "graph" if graphs else "eager")
         params.append({k: v.detach().cpu() for k, v in pop.params.items()})
         pop.close()
     for k in params[0]:
