@@ -8,7 +8,10 @@ its own line; a group of several runs is drawn as the mean over runs (``--stat i
 interquartile mean) with a band (min-max by default, mean +- one standard deviation with ``--band
 std``, or a 95% bootstrap confidence interval of the statistic with ``--band ci``; the legend says
 which), after interpolating every run onto a common x grid that reaches the end of the group's
-longest run. One panel per group.
+longest run; a band at a single x (one logged value) is drawn as an error bar. One panel per group,
+titled with the env and the settings that differ (group_runs: a group is one exact setting, and no
+two titles read alike), wrapped to the panel's width; a title past three lines ends in `` ...`` and
+its whole text heads the panel's legend.
 
 A population directory (``proxima train --seeds/--sweep``, population_run.py) is one panel with one
 curve per setting (a combination of swept values; all its seeds): by default the IQM over the
@@ -24,8 +27,8 @@ are not PPO runs with the metric (an RLHF run, a folder without metrics.csv) or 
 
 Rows where a metric was not measured (an empty CSV cell, e.g. no episode finished in that
 iteration) are skipped, and so is a last row a kill cut short; a line that is not a metrics row
-(hand-edited: a stray quote, a cell too many or too few) is skipped with a note naming the file and
-the line. ``--smooth K`` applies a trailing moving average over K points per run before
+(hand-edited: a stray quote, a cell too many or too few, a global_step that is empty or not a finite
+number) is skipped with a note naming the file and the line. ``--smooth K`` applies a trailing moving average over K points per run before
 aggregating. Drawing uses matplotlib's Agg canvas directly (no pyplot, no global backend
 switch), so it works headless and inside notebooks alike. Every text is drawn as written (a ``$``
 in an env id, a run name or --title is a dollar sign, never matplotlib mathtext), and a curve
@@ -41,6 +44,7 @@ import argparse
 import math
 import os
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
@@ -84,7 +88,7 @@ def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
     Column order is the CSV's. Each line is read on its own (logger.read_csv_lines, as a resume
     reads it): a row with fewer cells than the header on the last line (cut short by a kill) is not
     read, and a line that is not a metrics row (a hand-edited quote or cell: not CSV, a number of
-    cells other than the header's) is skipped with one note on stderr naming the file and the line
+    cells other than the header's, a global_step that is empty or not a finite number) is skipped with one note on stderr naming the file and the line
     (once per file and content: a report reads a run more than once), the rows around it read.
     Raises PlotError when the directory is not a run directory, the file is not CSV text (bytes
     that are not UTF-8, a header line the csv module refuses, an unreadable file: like an empty
@@ -111,7 +115,13 @@ def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
     if bad and bad[0].line == first:  # the header line itself
         raise PlotError(f"{path}: not a metrics.csv written by Proxima (line {first}, the header, is {bad[0].why})")
     header, numbered, skipped = whole_rows(lines, bad)  # a kill can cut the last row short ("9,46"): not read
-    rows = [r for _, r in numbered]
+    if "global_step" in header:  # Proxima writes a step on every row: one without is hand-edited, not "not measured"
+        j = header.index("global_step")
+        for n, r in numbered:
+            why = _bad_step(r[j])
+            if why:
+                skipped[n] = why
+    rows = [r for n, r in numbered if n not in skipped]
     if skipped and not rows:
         raise PlotError(f"{path}: no rows Proxima wrote ({line_numbers(sorted(skipped))} after the header "
                         f"{'is not a metrics row' if len(skipped) == 1 else 'are not metrics rows'})")
@@ -125,7 +135,19 @@ def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
     return columns
 
 
-#: (file, modification time, size) of the metrics.csv files whose skipped lines were noted: one note per file
+def _bad_step(cell: str) -> Optional[str]:
+    """Why a global_step cell is no step (empty, not a number, NaN or infinite: the row has no place
+    on the x axis), or None for a step."""
+    if not cell.strip():
+        return "no global_step"
+    shown = repr(cell) if len(cell) <= 30 else repr(cell[:27]) + "..."
+    try:
+        value = float(cell)
+    except ValueError:
+        return f"global_step {shown} is not a number"
+    return None if math.isfinite(value) else f"global_step {shown} is not a finite number"
+
+
 def _to_float(cell: str) -> float:
     try:
         return float(cell)
@@ -283,25 +305,74 @@ def run_config(run_dir: PathLike) -> dict:
 def group_runs(run_dirs: Iterable[PathLike]) -> dict[str, list[Path]]:
     """Group label -> its run directories, in the order given.
 
-    Runs are grouped by env and by their settings (the preset and flags: every config field but
-    RUN_ONLY_FIELDS). The label is the env id, followed, when one env has several settings, by the
-    fields that differ (``CartPole-v1 (lr=0.001, num_envs=8)``), so no curve averages two settings.
+    Runs are grouped by env and by their exact settings (the preset and flags: every config field
+    but RUN_ONLY_FIELDS), never by the label. The label is the env id, followed, when one env has
+    several settings, by the first three fields that differ (``CartPole-v1 (lr=0.001, num_envs=8,
+    gamma=0.98, ...)``); where two settings' labels would read alike, theirs name every field that
+    differs, then its exact value (``lr=0.0010000001``), so each label is one setting's.
     """
     by_env: dict[str, list[Path]] = {}
     for d in run_dirs:
         by_env.setdefault(run_env_id(d), []).append(Path(d))
     groups: dict[str, list[Path]] = {}
     for env, dirs in by_env.items():
-        settings = [{k: v for k, v in run_config(d).items() if k not in RUN_ONLY_FIELDS and k != "env_id"} for d in dirs]
-        variants = [v for i, v in enumerate(settings) if v not in settings[:i]]
+        variants: dict[str, tuple[dict, list[Path]]] = {}  # exact settings -> (settings, runs)
+        for d in dirs:
+            setting = {k: v for k, v in run_config(d).items() if k not in RUN_ONLY_FIELDS and k != "env_id"}
+            variants.setdefault(_exact(setting), (setting, []))[1].append(d)
         if len(variants) == 1:
-            groups[env] = dirs
-            continue
-        differ = [k for k in dict.fromkeys(k for v in variants for k in v) if len({repr(v.get(k)) for v in variants}) > 1]
-        for d, v in zip(dirs, settings):
-            shown = ", ".join(f"{k}={_short(v.get(k))}" for k in differ[:3]) + (", ..." if len(differ) > 3 else "")
-            groups.setdefault(f"{env} ({shown})", []).append(d)
+            labels = [env]
+        else:
+            labels = _setting_labels(env, [v for v, _ in variants.values()])
+        for label, (_, members) in zip(labels, variants.values()):
+            unique, n = label, 1
+            while unique in groups:  # two envs whose labels read alike (an env id "X (a=1)"): still two curves
+                n += 1
+                unique = f"{label} [{n}]"
+            groups[unique] = members
     return groups
+
+
+_UNSET = object()  # a field one run's config.yaml lacks: unlike any value, None included
+
+
+def _exact(value) -> str:
+    """A value as a key that tells apart what reads alike (0.001 and 0.0010000001, 1 and 1.0, a
+    missing field and null) and not what is alike (one mapping with its keys in another order)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_exact(v)}" for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(map(_exact, value)) + "]"
+    return "<unset>" if value is _UNSET else f"{type(value).__name__}:{value!r}"
+
+
+def _setting_labels(env: str, variants: list[dict]) -> list[str]:
+    """A distinct label per setting of one env: the first three fields that differ; the labels that
+    read alike then name every field that differs; those still alike (%g rounds 0.0010000001 to
+    0.001) show the exact values."""
+    differ = [k for k in dict.fromkeys(k for v in variants for k in v)
+              if len({_exact(v.get(k, _UNSET)) for v in variants}) > 1]
+
+    def label(v: dict, level: int) -> str:
+        fields = differ if level > 1 else differ[:3]
+        show = _short if level < 3 else repr
+        shown = ", ".join(f"{k}=" + ("(unset)" if k not in v else show(v[k])) for k in fields)
+        return f"{env} ({shown}{', ...' if len(fields) < len(differ) else ''})"
+
+    levels = [1] * len(variants)
+    while True:
+        labels = [label(v, level) for v, level in zip(variants, levels)]
+        alike = [i for i, text in enumerate(labels) if labels.count(text) > 1 and levels[i] < 3]
+        if not alike:
+            break
+        for i in alike:
+            levels[i] += 1
+    seen: dict[str, int] = {}
+    for i, text in enumerate(labels):  # alike even as exact values (a dict and its repr as a string): numbered
+        seen[text] = seen.get(text, 0) + 1
+        if labels.count(text) > 1:
+            labels[i] = f"{text} [{seen[text]}]"
+    return labels
 
 
 def _short(value) -> str:
@@ -521,6 +592,30 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x
 
 
 # ------------------------------------------------------------------------------------ drawing
+#: characters of a panel title's line: a 6.4-inch panel fits about 60 of the title font's average width
+TITLE_CHARS = 56
+TITLE_LINES = 3
+#: characters of a line of the legend's title (the whole panel title, when the title is cut short)
+LEGEND_CHARS = 60
+
+
+def wrap_title(text: str, width: int = TITLE_CHARS, lines: int = TITLE_LINES) -> str:
+    """A panel title wrapped to the panel's width, at most ``lines`` lines, the last ending in
+    `` ...`` when the text is longer: a long group label (env_kwargs) would print over the next panel."""
+    out = textwrap.wrap(text, width, max_lines=lines, placeholder=" ...", break_on_hyphens=False)
+    return "\n".join(out) if out else text
+
+
+def _title_cut(text: str, width: int = TITLE_CHARS, lines: int = TITLE_LINES) -> bool:
+    """Whether wrap_title leaves part of ``text`` out."""
+    return len(textwrap.wrap(text, width, break_on_hyphens=False)) > lines
+
+
+def _one_x_band(c: "Curve") -> bool:
+    """A band at a single x (a group or setting with one logged value): drawn as an error bar, where it has one."""
+    return len(c.x) == 1 and bool(np.isfinite(c.lo[0]) and np.isfinite(c.hi[0]))
+
+
 def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT_METRIC, x: str = "step",
               smooth: int = 1, band: Optional[str] = None, title: Optional[str] = None, stat: Optional[str] = None) -> Path:
     """Draw ``metric`` against ``x`` ("step" or "time") for the runs; write the image to ``out``.
@@ -558,8 +653,9 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
         for c in curves:
             if len(c.x) == 1:
                 who = f"{panel_title}" + (f" ({c.label})" if len(curves) > 1 and c.label else "")
+                band = ", its band as an error bar" if c.lo is not None and _one_x_band(c) else ""
                 sys.stderr.write(f"proxima: note: {who}: only one logged value of {metric_name} ({c.y[0]:g} at {X_LABELS[x]} "
-                                 f"{c.x[0]:,g}), drawn as a single point; a longer run draws a curve\n")
+                                 f"{c.x[0]:,g}), drawn as a single point{band}; a longer run draws a curve\n")
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -573,15 +669,22 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
     for ax, (panel_title, metric_name, curves) in zip(axes, panels):
         for c in curves:
             line, = ax.plot(c.x, c.y, lw=1.6 if c.lo is None else 1.8, label=c.label, marker="o" if len(c.x) == 1 else None)
-            if c.lo is not None:
+            if c.lo is not None and _one_x_band(c):  # fill_between over one x has no width: nothing drawn
+                ax.errorbar(c.x, (c.lo + c.hi) / 2, yerr=np.abs(c.hi - c.lo) / 2, fmt="none", ecolor=line.get_color(),
+                            alpha=0.6, lw=2, capsize=6, label=c.band_label)
+            elif c.lo is not None:
                 ax.fill_between(c.x, c.lo, c.hi, color=line.get_color(), alpha=0.25, lw=0, label=c.band_label)
         # every text is drawn as written, never as $mathtext$: env ids, config values, run and member
         # names and metric names come from the run's files, where a "$" would be parsed (and could fail)
-        ax.set_title(panel_title if title is None else (f"{title}: {panel_title}" if n > 1 else title), parse_math=False)
+        full = panel_title if title is None else (f"{title}: {panel_title}" if n > 1 else title)
+        ax.set_title(wrap_title(full), parse_math=False)
         ax.set_xlabel(X_LABELS[x], parse_math=False)
         ax.set_ylabel(metric_name + (f" (moving average, {smooth})" if smooth > 1 else ""), parse_math=False)
         ax.grid(True, alpha=0.3)
-        for text in ax.legend(loc="best", fontsize="small").get_texts():
+        # a title cut short keeps its whole text above the curves it names, wrapped to the legend's width
+        whole = textwrap.fill(full, LEGEND_CHARS, break_on_hyphens=False) if _title_cut(full) else None
+        legend = ax.legend(loc="best", fontsize="small", title=whole, title_fontsize="small")
+        for text in [*legend.get_texts(), legend.get_title()]:
             text.set_parse_math(False)
     from .atomic import atomic_open
 
