@@ -111,7 +111,8 @@ def measure(fn: Callable[[], None], steps_per_call: int, seconds: float, repeats
 
 
 def random_actions(space, num_envs: int, device, count: int = 16):
-    """``count`` batches of random actions (count, N, ...) for ``space``, drawn on ``device``."""
+    """``count`` batches of random actions (count, N, ...) for ``space``, drawn on ``device``, as
+    BatchedEnv.step takes them: the space's own values (a Discrete's and MultiDiscrete's from its start)."""
     import gymnasium as gym
     import numpy as np
     import torch
@@ -119,8 +120,9 @@ def random_actions(space, num_envs: int, device, count: int = 16):
     if isinstance(space, gym.spaces.Discrete):
         return torch.randint(int(space.start), int(space.start) + int(space.n), (count, num_envs), device=device)
     if isinstance(space, gym.spaces.MultiDiscrete):
-        nvec = torch.as_tensor(np.asarray(space.nvec).reshape(-1), device=device)
-        return (torch.rand((count, num_envs, nvec.numel()), device=device) * nvec).long()
+        nvec = torch.as_tensor(np.asarray(space.nvec, dtype=np.int64).reshape(-1), device=device)
+        start = torch.as_tensor(np.asarray(space.start, dtype=np.int64).reshape(-1), device=device)
+        return (torch.rand((count, num_envs, nvec.numel()), device=device) * nvec).long().clamp(max=nvec - 1) + start
     low = torch.as_tensor(space.low.reshape(-1), dtype=torch.float32, device=device)
     high = torch.as_tensor(space.high.reshape(-1), dtype=torch.float32, device=device)
     return low + (high - low) * torch.rand((count, num_envs, low.numel()), device=device)

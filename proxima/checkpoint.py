@@ -8,11 +8,13 @@ unpickled is refused. Writes go to a temp file in the same folder, flushed and f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import random
 import re
 import stat
+import threading
 import zipfile
 from pathlib import Path
 from typing import Optional, Union
@@ -48,9 +50,7 @@ def atomic_torch_save(obj, path: Union[str, Path]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         # a new file under a random name (O_EXCL | O_NOFOLLOW): never a file or link planted at the temp name
         fd, tmp = new_temp_file(path)
-        crc = torch.serialization.get_crc32_options()
-        torch.serialization.set_crc32_options(True)  # load_checkpoint verifies the zip CRCs
-        try:
+        with _zip_crcs():  # load_checkpoint verifies the zip CRCs
             with os.fdopen(fd, "wb") as f:
                 writer = _RecordingWriter(f)
                 try:
@@ -62,8 +62,6 @@ def atomic_torch_save(obj, path: Union[str, Path]) -> Path:
                     raise
                 f.flush()
                 os.fsync(f.fileno())
-        finally:
-            torch.serialization.set_crc32_options(crc)
         _before_replace(tmp, path)
         os.replace(tmp, path)
     except OSError as e:
@@ -82,6 +80,29 @@ def atomic_torch_save(obj, path: Union[str, Path]) -> Path:
     except OSError:  # some filesystems do not fsync folders
         pass
     return path
+
+
+_crc_lock = threading.Lock()
+_crc_saves = [0, None]  # saves under way, the caller's setting to restore after the last
+
+
+@contextlib.contextmanager
+def _zip_crcs():
+    """torch.save writes zip CRCs while any save is under way, the caller's setting back after the
+    last: a population writes its members' checkpoints on several threads (population_run._each),
+    and one save's restore must not turn them off under another's."""
+    with _crc_lock:
+        if _crc_saves[0] == 0:
+            _crc_saves[1] = torch.serialization.get_crc32_options()
+            torch.serialization.set_crc32_options(True)
+        _crc_saves[0] += 1
+    try:
+        yield
+    finally:
+        with _crc_lock:
+            _crc_saves[0] -= 1
+            if _crc_saves[0] == 0:
+                torch.serialization.set_crc32_options(_crc_saves[1])
 
 
 class _RecordingWriter:
@@ -835,11 +856,12 @@ class Policy:
     @torch.no_grad()
     def act(self, obs, deterministic: bool = True):
         """obs (B, *obs_shape) or (*obs_shape,), numpy or tensor -> actions of the same kind, as the
-        env's ``step`` takes them (envs.spaces.env_actions): Box actions clipped to the bounds and
+        action space defines them (envs.spaces.env_actions), which is how a Gymnasium env's ``step``
+        and every BatchedEnv's ``step`` (``make_env``) take them: Box actions clipped to the bounds and
         shaped and typed as the action space, Discrete/MultiDiscrete actions with the space's
-        ``start``. obs_shape as the env's tensors (envs/spaces.py): a flat vector, an image
-        (uint8), or a Dict's packed keys; a Dict observation may also be given as a dict of arrays
-        or tensors (batched or not)."""
+        ``start`` (Discrete(3, start=1): 1..3). obs_shape as the env's tensors (envs/spaces.py): a
+        flat vector, an image (uint8), or a Dict's packed keys; a Dict observation may also be given
+        as a dict of arrays or tensors (batched or not)."""
         from .envs.spaces import ObsLayout, ObsPart, env_actions, obs_layout, pack_numpy
 
         if self.observation_space is not None:
@@ -953,10 +975,11 @@ class Policy:
 
     @torch.no_grad()
     def batched_act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
-        """obs (B, *obs_shape) tensor on the policy's device -> the agent's actions, as a BatchedEnv's
-        ``step`` takes them (Proxima's envs add a space's ``start`` and shape themselves): Discrete
-        (B,) indices from 0, MultiDiscrete (B, K), Box (B, prod(shape)) clipped to the bounds, all on
-        the device (no host copy; evaluate() steps its env with these)."""
+        """obs (B, *obs_shape) tensor on the policy's device -> the agent's actions: Discrete (B,)
+        indices from 0, MultiDiscrete (B, K) indices from 0, Box (B, prod(shape)) clipped to the
+        bounds, all on the device (no host copy). A BatchedEnv's ``step`` takes the space's values:
+        add ``env.action_offset`` (a Discrete/MultiDiscrete start; None when every start is 0) first,
+        as evaluate() does, or use :meth:`act`."""
         if self.obs_normalizer is not None:
             obs = self.obs_normalizer(obs, update=False)
         action = self.agent.act(obs, deterministic=deterministic)

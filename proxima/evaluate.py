@@ -180,7 +180,8 @@ class FrameRecorder:
 
 
 def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None) -> tuple:
-    """Step ``env`` (from ``obs``) with ``act(obs) -> action`` until every env finished its first
+    """Step ``env`` (from ``obs``) with ``act(obs) -> action`` (the agent's actions: Discrete indices from 0,
+    the env's ``action_offset`` added here) until every env finished its first
     episode or ``max_steps`` steps ran; returns (returns float64 (N,), lengths int64 (N,), finished
     bool (N,)) of those episodes (an unfinished one's sums so far). ``before_step(finished)`` is
     called before each step (video frames)."""
@@ -188,10 +189,14 @@ def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None
     returns = torch.zeros(n, dtype=torch.float64, device=env.device)
     lengths = torch.zeros(n, dtype=torch.int64, device=env.device)
     finished = torch.zeros(n, dtype=torch.bool, device=env.device)
+    # ``act`` gives the agent's indices, a BatchedEnv takes its space's values (start added); an env that is
+    # not one (duck-typed, no action_offset) takes the actions as they come
+    offset = getattr(env, "action_offset", None)
     for _ in range(max_steps):
         if before_step is not None:
             before_step(finished)
-        obs, reward, terminated, truncated, _ = env.step(act(obs))
+        action = act(obs)
+        obs, reward, terminated, truncated, _ = env.step(action if offset is None else action + offset)
         returns += torch.where(finished, 0.0, reward.to(torch.float64))
         lengths += (~finished).to(torch.int64)
         finished |= terminated | truncated

@@ -150,23 +150,23 @@ class EnvGuard:
             if isinstance(space, gym.spaces.Discrete):
                 if tuple(action.shape) not in ((N,), (N, 1)):
                     self._fail(f"actions at global step {step} have shape {tuple(action.shape)}, expected ({N},) for {space}")
-                # the agent acts in index space, 0..n-1 (the env adds the space's start: spaces.env_actions)
+                # the env gets the space's values, start..start+n-1 (collect_rollout added env.action_offset)
                 a = action.reshape(N, 1)
-                low = torch.zeros(1, dtype=torch.int64, device=a.device)
+                low = torch.full((1,), int(space.start), dtype=torch.int64, device=a.device)
                 high = low + int(space.n) - 1
             else:
                 nvec = np.asarray(space.nvec).reshape(-1)
                 if tuple(action.shape) != (N, nvec.size):
                     self._fail(f"actions at global step {step} have shape {tuple(action.shape)}, expected ({N}, {nvec.size}) for {space}")
                 a = action
-                low = torch.zeros(nvec.size, dtype=torch.int64, device=a.device)
+                low = torch.as_tensor(np.asarray(space.start, dtype=np.int64).reshape(-1), device=a.device)
                 high = low + torch.as_tensor(nvec, device=a.device) - 1
             bad = ((a < low) | (a > high)).any(-1)
             if bool(bad.any()):
                 n = int(torch.nonzero(bad)[0, 0])
                 value = fmt_values(action[n])
                 starts = np.asarray(space.start).reshape(-1)
-                note = f" (the agent's indices from 0: {fmt_values(low)}..{fmt_values(high)})" if starts.any() else ""
+                note = f" (values {fmt_values(low)}..{fmt_values(high)})" if starts.any() else ""
                 self._fail(f"action {value} of {self.where(t, n)} is outside the action space {space}{note}")
         elif isinstance(space, gym.spaces.Box):
             size = int(np.prod(space.shape))

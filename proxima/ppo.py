@@ -32,6 +32,9 @@ def collect_rollout(env, policy_step: Callable, rollout: Rollout, next_obs: torc
     """
     rollout.reset_stats()
     bounds = env.action_bounds  # (low, high) for Box actions, else None
+    # the env takes its space's values, the agent acts from 0: a Discrete/MultiDiscrete start is added
+    # to what the env gets (None when every start is 0, as in the native envs: nothing added)
+    offset = getattr(env, "action_offset", None)  # a duck-typed env without one takes the indices
     obs = obs_normalizer(next_obs, update=False) if obs_normalizer is not None else next_obs
     for t in range(rollout.num_steps):
         action, logprob, value = policy_step(obs)
@@ -44,6 +47,8 @@ def collect_rollout(env, policy_step: Callable, rollout: Rollout, next_obs: torc
         # not in each env: native MountainCarContinuous, like Gymnasium's, charges the action
         # penalty on the action as given.
         env_action = action if bounds is None else torch.clamp(action, bounds[0], bounds[1])
+        if offset is not None:
+            env_action = env_action + offset
         raw_next, reward, terminated, truncated, info = env.step(env_action)
         done = terminated | truncated
         rollout.raw_rewards[t] = reward

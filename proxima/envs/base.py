@@ -2,7 +2,11 @@
 
 Contract (DESIGN.md): ``reset(seed=None) -> obs[N, ...]``; ``step(action[N, ...]) -> obs,
 reward[N], terminated[N], truncated[N], info`` — all torch tensors on ``env.device`` (obs float32,
-or uint8 for images, see spaces.py; rewards float32, flags bool). Autoreset is *same-step*: for an env that finished, the returned obs
+or uint8 for images, see spaces.py; rewards float32, flags bool). ``step`` takes actions as
+``single_action_space`` defines them, which is what ``Policy.act`` returns: a Discrete's and a
+MultiDiscrete's values with their ``start`` (Discrete(3, start=1): 1..3), a Box's values (clipped to
+its bounds), flat (N, size) or in the space's shape. The agent acts in index space (0..n-1): its
+loops add ``action_offset`` (None when every start is 0, as in every native env). Autoreset is *same-step*: for an env that finished, the returned obs
 is the first obs of its next episode and ``info["final_obs"]`` (N, ...) holds the last obs of the
 finished one (rows of unfinished envs equal the returned obs). ``info["episode_return"]`` and
 ``info["episode_length"]`` (N,) hold the undiscounted return and length of the episodes that just
@@ -41,6 +45,7 @@ class BatchedEnv:
         raise NotImplementedError
 
     def step(self, action: torch.Tensor):
+        """Step every env with ``action`` (N, ...) in the action space's own values (see the module's docstring)."""
         raise NotImplementedError
 
     def state_dict(self) -> dict:
@@ -67,6 +72,15 @@ class BatchedEnv:
             return None
         as_t = lambda x: torch.as_tensor(x.reshape(-1), dtype=torch.float32, device=self.device)  # noqa: E731
         return as_t(space.low), as_t(space.high)
+
+    @cached_property
+    def action_offset(self) -> Optional[torch.Tensor]:
+        """The Discrete/MultiDiscrete ``start`` to add to the agent's index actions before ``step``, a
+        tensor on the env's device built once; None where every start is 0 (every native env: their
+        rollout, which CUDA graphs capture, gets no extra op)."""
+        from .spaces import action_offset
+
+        return action_offset(self.single_action_space, self.device)
 
     @property
     def obs_shape(self) -> tuple:

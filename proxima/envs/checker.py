@@ -34,14 +34,23 @@ A Dict observation is checked key by key: each key's Box gets the Box checks abo
 obs bounds), and a violation names the key (``obs['vec'][0] = 4.2, above high[0] = 1, at step 3``).
   step               step(action) does not raise
   step returns       step returns 5 values (obs, reward, terminated, truncated, info), a tuple or a list
-  reward type        reward is a real scalar (int/float/numpy scalar), not an array or a bool
+  reward type        reward is a real scalar (int/float/numpy scalar, a 0-d array of one), not a bool or
+                     an array of 1 value
   reward finite      reward is not NaN/inf, nor beyond float32's range (Proxima trains in float32: 1e300 is inf there)
-  terminated type    terminated is a bool (Python or numpy)
-  truncated type     truncated is a bool
+  terminated type    terminated is a bool (Python or numpy, or a 0-d bool array), not 0/1, None or a string
+  truncated type     truncated is a bool, as terminated
   info type          info is a dict
-  action not mutated step does not modify the action array it was given in place (Proxima passes
-                     views of its rollout buffers: an in-place edit corrupts the stored actions)
+  action not mutated step does not modify the action array it was given in place: the array is the
+                     caller's. Proxima's training hands each env a copy, so its rollouts are not
+                     affected, but a loop of your own that keeps the array would be
   autoreset          after an episode ends, reset() works and a new episode can be stepped
+
+The reward and flag rules are those of ``proxima train`` too (gym_adapter.EnvCalls: FLAG_RULE,
+REWARD_RULE) and of Gymnasium's own env checker: a flag that is no bool is read by its truth value
+("False", a string, ends every episode; None never ends one), so train refuses it with one line
+naming the env index and step, as it refuses a bool reward. A ``sys.exit()`` in the env's
+constructor, ``reset`` or ``step`` is that call's violation (``build``, ``reset``, ``step``, with the
+exit status), not the end of check-env.
 
 Observation dtype rule: an obs passes when its dtype casts *safely* to the declared dtype
 (``np.can_cast(obs.dtype, space.dtype)``), the rule of Gymnasium's ``Box.contains``. So a float32
@@ -80,8 +89,9 @@ import torch
 
 from ..config import MAX_SEED, install_hint
 from .base import EnvError
-from .gym_adapter import (F32_MAX, TENSOR_FIX, _extra_for, beyond_float32, check_spaces, creator_error, native_only,
-                          number_text, resolve_env_fn, tensor_numpy, unknown_kwarg_line)
+from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, TENSOR_FIX, _extra_for, beyond_float32, check_spaces,
+                          creator_error, exit_text, native_only, number_text, resolve_env_fn, tensor_numpy,
+                          unknown_kwarg_line)
 from .spaces import action_scale_note, image_note, pixels_fix
 from ..terminal import printable
 from ..warnings_guard import quiet_warnings
@@ -128,6 +138,8 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 
 def _exc(e: BaseException) -> str:
+    if isinstance(e, SystemExit):  # "SystemExit: 3" says less than what ended the process and how
+        return f"SystemExit: the env called {exit_text(e)}; {EXIT_FIX}"
     msg = _one_line(str(e), 200)
     return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
 
@@ -418,7 +430,7 @@ class _Checker:
                          "proxima train) call it",
                          f"{_exc(e)} (declare the parameter: def reset(self, *, seed=None, options=None))")
                 out = env.reset(**kw)
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # a sys.exit() in reset is its violation, not check-env's end
             expected = "reset() works again after an episode ends" if check == "autoreset" else f"{call} returns (obs, info)"
             self.bad(check, expected, f"{at} raised {_exc(e)}")
             return False, None
@@ -466,7 +478,7 @@ class _Checker:
             except EnvError as e:
                 self.bad("build", "a gymnasium.Env instance", _one_line(str(e)))
                 return self.result()
-            except Exception as e:
+            except (Exception, SystemExit) as e:
                 line = unknown_kwarg_line(self.target, e, self.env_kwargs)
                 if line is not None:  # the user's --env-kwargs, not the env, is what to fix
                     raise EnvError(line) from None
@@ -563,7 +575,7 @@ class _Checker:
         before = copy.deepcopy(action)
         try:
             out = env.step(action)
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # a sys.exit() in step is its violation, not check-env's end
             shown = _fmt_array(action) if isinstance(action, (np.ndarray, np.generic)) else repr(action)
             self.bad("step", "step(action) returns without raising", f"step({shown}) {where} raised {_exc(e)}")
             return None
@@ -571,8 +583,10 @@ class _Checker:
         if _same(before, action):
             self.ok("action not mutated")
         else:
-            self.bad("action not mutated", f"the action passed to step() unchanged ({_fmt_array(before)})",
-                     f"step() changed it in place to {_fmt_array(action)} {where}; copy it first (np.clip(a, lo, hi) rather than a.clip(..., out=a))")
+            self.bad("action not mutated", f"the action passed to step() unchanged ({_fmt_array(before)}): it is the caller's",
+                     f"step() changed it in place to {_fmt_array(action)} {where}; copy it first (np.clip(a, lo, hi), not "
+                     "a.clip(..., out=a)): Proxima's training steps each env with a copy, its rollouts are safe, but a "
+                     "caller's own array would change")
         violation = step_returns_violation(out, where)
         if violation is not None:
             self.bad(violation.check, violation.expected, violation.actual)
@@ -584,8 +598,10 @@ class _Checker:
         got = f"{_describe(reward)} {where}"
         if isinstance(reward, np.ndarray):
             real = reward.ndim == 0 and reward.dtype.kind in "iuf"
-            if reward.ndim:
+            if reward.ndim or reward.dtype == np.bool_:
                 got += " (return float(reward))"
+        elif isinstance(reward, (bool, np.bool_)):
+            got += " (return float(reward))"
         if real:
             self.ok("reward type")
             if beyond_float32(reward):  # finite (10**400 too), but inf in Proxima's float32 rollouts
@@ -596,14 +612,14 @@ class _Checker:
             else:
                 self.bad("reward finite", "a finite reward", f"reward = {float(reward):g} {where}")
         else:
-            self.bad("reward type", "reward: a real scalar (float, int or numpy scalar)", got)
+            self.bad("reward type", f"reward: {REWARD_RULE}, which proxima train takes", got)
         flags = []
         for name, flag in (("terminated", terminated), ("truncated", truncated)):
-            if isinstance(flag, (bool, np.bool_)):
+            if isinstance(flag, (bool, np.bool_)) or (isinstance(flag, np.ndarray) and flag.shape == () and flag.dtype == np.bool_):
                 self.ok(f"{name} type")
                 flags.append(bool(flag))
             else:
-                self.bad(f"{name} type", f"{name}: a bool (Python or numpy)", f"{_describe(flag)} {where}")
+                self.bad(f"{name} type", f"{name}: {FLAG_RULE}, which proxima train takes", f"{_describe(flag)} {where}")
                 try:
                     flags.append(bool(flag))
                 except Exception:
@@ -638,7 +654,7 @@ class _Checker:
                     env.reset(seed=self.seed, options=None)
                 else:
                     env.reset(seed=self.seed)
-            except Exception:
+            except (Exception, SystemExit):
                 return
             rng = _rng_state(env)
             out = _quiet_step(env, action)
@@ -719,7 +735,7 @@ def _quiet_step(env: gym.Env, action: Any) -> Optional[tuple]:
         out = env.step(copy.deepcopy(action))
         if isinstance(out, (tuple, list)) and len(out) == 5:
             return copy.deepcopy(tuple(out[:4]))
-    except Exception:
+    except (Exception, SystemExit):
         pass
     return None
 

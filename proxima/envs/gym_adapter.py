@@ -32,7 +32,7 @@ from .. import warnings_guard
 from ..config import install_hint
 from ..shared_change import SharedChange
 from .base import BatchedEnv, EnvError
-from .spaces import ObsLayout, env_actions, obs_layout, pack_numpy, tensor_space
+from .spaces import ObsLayout, obs_layout, pack_numpy, space_actions, tensor_space
 
 #: extras that provide an env family; used to say what to install when an env cannot be built.
 EXTRAS = {"box2d": ("LunarLander", "BipedalWalker", "CarRacing"), "mujoco": ("HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "Swimmer", "Reacher", "Pusher", "InvertedPendulum", "InvertedDoublePendulum")}
@@ -130,6 +130,26 @@ def _import_env_module(module_name: str):
         sys.path[:] = saved
 
 
+def file_as_module_line(module_name: str, env_id: str) -> Optional[str]:
+    """The line for a ``module:Class`` env whose module part is a file path (``myenvs.py:Env``,
+    ``envs/cart.py:Env``), naming the module form to use instead; None for a module name. Python
+    imports modules by dotted name from the folders on sys.path, never by file path."""
+    if not (module_name.endswith(".py") or "/" in module_name or os.sep in module_name):
+        return None
+    attr = env_id.partition(":")[2]
+    path = Path(module_name[:-3] if module_name.endswith(".py") else module_name)
+    folder, stem = path.parent, path.name
+    if str(folder) in ("", "."):
+        fix = f"{stem}:{attr}"
+    elif path.is_absolute() or ".." in folder.parts:  # no dotted name reaches it from here
+        fix = f"{stem}:{attr} with its folder on PYTHONPATH (PYTHONPATH={shlex.quote(str(folder))})"
+    else:  # a package path from here (folders with __init__.py), or the folder on PYTHONPATH
+        fix = (f"{'.'.join(folder.parts + (stem,))}:{attr} (a package: pkg.sub.envs:Name) or, with PYTHONPATH="
+               f"{shlex.quote(str(folder))}, {stem}:{attr}")
+    return (f"env '{env_id}': '{module_name}' is a file path, but the part before ':' is a module name, "
+            f"imported from the current directory or PYTHONPATH: use {fix}")
+
+
 def import_failure_line(e: ImportError, module_name: str, env_id: str) -> str:
     """The line for a ``module:Class`` env whose import failed. Only when the module itself (or a
     package above it) was not found is the path to blame; an import inside the user's module that
@@ -137,6 +157,8 @@ def import_failure_line(e: ImportError, module_name: str, env_id: str) -> str:
     its module lacks."""
     own = isinstance(e, ModuleNotFoundError) and e.name is not None and (
         e.name == module_name or module_name.startswith(e.name + "."))
+    if own and file_as_module_line(module_name, env_id) is not None:  # 'myenvs.py': myenvs imported, then no 'py' in it
+        return file_as_module_line(module_name, env_id)
     if own:
         where = "PYTHONPATH (run directories are never searched)" if _DATA_DIRS else "the current directory or on PYTHONPATH"
         return f"cannot import module '{module_name}' for env '{env_id}': {e} (is it in {where}?)"
@@ -166,6 +188,8 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
         kwargs["render_mode"] = render_mode
     if ":" in env_id:
         module_name, _, attr = env_id.partition(":")
+        if "/" in module_name or os.sep in module_name:  # no module's name: importlib would say less (or raise TypeError)
+            raise EnvError(file_as_module_line(module_name, env_id))
         try:
             module = _import_env_module(module_name)
         except ImportError as e:
@@ -305,6 +329,8 @@ def _build(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict
         raise EnvError(f"env '{env_id}' needs an optional dependency: {hint}") from None
     except EnvError:
         raise
+    except SystemExit as e:
+        raise EnvError(f"building env '{env_id}' ended the process: {exit_text(e)}{user_frame(e)}; {EXIT_FIX}") from None
     except Exception as e:
         line = unknown_kwarg_line(env_id, e, env_kwargs)
         if line is not None:
@@ -329,6 +355,22 @@ _CASTS_TO_F32 = frozenset(np.dtype(t) for t in (np.float32, np.float16, np.bool_
                                                  np.uint8, np.uint16, np.uint32, np.uint64))
 #: reward types EnvCalls.step takes at a glance (once within float32's range); any other gets the full check
 _FAST_REWARDS = (float, int, np.float64, np.float32)
+#: terminated/truncated types EnvCalls.step takes at a glance; a 0-d bool array gets the full check
+_FAST_FLAGS = (bool, np.bool_)
+#: the rule for terminated/truncated and the reward, proxima train's (EnvCalls) and check-env's alike, as
+#: Gymnasium's env checker has it: a flag is a bool (0/1, None or "False" would be read by truth value: the
+#: string ends every episode, None none), a reward a real number but not a bool
+FLAG_RULE = "a bool (Python or numpy, or a 0-d bool array; not 0/1, None or a string)"
+REWARD_RULE = "a real scalar (float, int or numpy scalar, or a 0-d array of one; not a bool)"
+#: what to do about an env that calls sys.exit() in reset() or step()
+EXIT_FIX = "raise an exception instead (Proxima names the env and step it came from)"
+
+
+def exit_text(e: SystemExit) -> str:
+    """'sys.exit('license expired') (exit status 1)': what an env's SystemExit would have ended the process with."""
+    code = e.code
+    status = 0 if code is None else code if isinstance(code, int) else 1
+    return f"sys.exit({'' if code is None else ' '.join(repr(code).split())[:120]}) (exit status {status})"
 
 
 def beyond_float32(x) -> bool:
@@ -381,8 +423,11 @@ class EnvCalls(gym.Wrapper):
     dtype (float pixels in [0, 1] cast to uint8 would silently become zeros; what casts safely to
     uint8, as check-env's obs dtype rule says, goes on: uint8, and a bool mask as uint8 0/1); ``reset``
     (obs, info) as check-env reads it (checker.reset_returns: a tuple or list of 2; an obs returned
-    alone, a 2-vector or a 2-key dict too, is named so, not unpacked into obs and info); the reward a real
-    number within float32's range; ``info`` a dict. One line naming the env index and its step. A
+    alone, a 2-vector or a 2-key dict too, is named so, not unpacked into obs and info); the reward
+    REWARD_RULE within float32's range; ``terminated`` and ``truncated`` FLAG_RULE (check-env's rules);
+    ``info`` a dict. One line naming the env index and its step; a ``sys.exit()`` in the env's
+    ``reset``/``step`` too, which would end the trainer's process with no word of the env (in an
+    AsyncVectorEnv worker it ends the worker, named by the main process with its exit code). A
     torch tensor in the obs goes on as the numpy array np.asarray makes of it (check-env reads it so);
     one numpy cannot read (on a GPU, requiring grad) is such a line.
 
@@ -398,9 +443,12 @@ class EnvCalls(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env, index: int, layout: ObsLayout, env_id: str, check_cmd: Optional[str] = None,
-                 keep_info: bool = False):
+                 keep_info: bool = False, in_worker: bool = False):
         super().__init__(env)
         self.index, self.env_id, self.steps, self.keep_info = index, env_id, 0, keep_info
+        # a sys.exit() in the trainer's own process is made this env's one line; in an AsyncVectorEnv worker it
+        # ends the worker, which the main process names with its exit code (GymnasiumEnv._workers_ended)
+        self.in_worker = in_worker
         self.check_cmd = check_cmd or check_env_cmd(env_id)
         self.is_dict = layout.is_dict
         self.parts = layout.parts
@@ -491,16 +539,34 @@ class EnvCalls(gym.Wrapper):
         return x
 
     def _check_reward(self, reward, when: str) -> None:
-        """A real number (a 0-d array too) within float32's range; NaN/inf go on to the trainer's guard."""
+        """REWARD_RULE (check-env's "reward type") within float32's range; NaN/inf go on to the trainer's guard."""
         fix = "step() returns the reward as one number (float(reward))"
         if isinstance(reward, np.ndarray):
-            if reward.ndim or reward.dtype.kind not in "biuf":
-                raise self._bad(f"a reward of shape {reward.shape} dtype {reward.dtype}", when, fix)
-        elif not isinstance(reward, (numbers.Real, np.bool_)):  # None, a string, a complex, a list
+            if reward.ndim or reward.dtype.kind not in "iuf":
+                raise self._bad(f"a reward of shape {reward.shape} dtype {reward.dtype}", when,
+                                fix + (f": {REWARD_RULE}" if reward.dtype == np.bool_ else ""))
+        elif isinstance(reward, (bool, np.bool_)):  # a number to Python, but no reward to Gymnasium's checker nor to check-env
+            raise self._bad(f"a reward of type {type(reward).__name__} ({reward})", when, f"{fix}: {REWARD_RULE}")
+        elif not isinstance(reward, numbers.Real):  # None, a string, a complex, a list
             raise self._bad(f"a reward of type {type(reward).__name__} ({' '.join(repr(reward).split())[:40]})", when, fix)
         if beyond_float32(reward):
             raise self._bad(f"a reward of {number_text(reward)}, beyond float32's range (+-{F32_MAX:.3g})", when,
                             "Proxima trains in float32: scale it down in the env")
+
+    def _check_flag(self, flag, name: str, when: str) -> None:
+        """FLAG_RULE (check-env's "terminated type"/"truncated type"): the vector env reads a flag by its truth
+        value, so "False" (a string) would end every episode after one step and None never end one."""
+        if isinstance(flag, (bool, np.bool_)) or (isinstance(flag, np.ndarray) and flag.shape == () and flag.dtype == np.bool_):
+            return
+        if isinstance(flag, np.ndarray):
+            what = f"{name} of shape {flag.shape} dtype {flag.dtype}"
+        else:
+            what = f"{name} of type {type(flag).__name__} ({' '.join(repr(flag).split())[:40]})"
+        raise self._bad(what, when, f"step() returns {name} as {FLAG_RULE}")
+
+    def _exited(self, e: SystemExit, when: str) -> EnvError:
+        return EnvError(f"env '{self.env_id}': env {self.index} ended the process with {exit_text(e)}{user_frame(e)} at {when}; "
+                        f"{EXIT_FIX}")
 
     def _raised(self, e: Exception, when: str) -> EnvError:
         at = user_frame(e)
@@ -518,6 +584,10 @@ class EnvCalls(gym.Wrapper):
             raise
         except Exception as e:
             raise self._raised(e, when) from None
+        except SystemExit as e:  # in the trainer's process (--vector sync) it would end the run with no word of the env
+            if self.in_worker:
+                raise
+            raise self._exited(e, when) from None
         if type(out) is tuple and len(out) == 2 and type(out[1]) is dict:  # the common case at a glance
             obs, info = out
         else:  # check-env's rule and words: an obs returned alone (a 2-vector, a 2-key dict) is not unpacked as (obs, info)
@@ -537,26 +607,27 @@ class EnvCalls(gym.Wrapper):
             out = self.env.step(action)
         except EnvError:
             raise
-        except Exception as e:
+        except (Exception, SystemExit) as e:
+            if isinstance(e, SystemExit) and self.in_worker:
+                raise
             shown = " ".join(str(action).split())
-            raise self._raised(e, f"env step {self.steps + 1} (action {shown[:60] + '...' if len(shown) > 60 else shown})") from None
+            when = f"env step {self.steps + 1} (action {shown[:60] + '...' if len(shown) > 60 else shown})"
+            raise (self._exited(e, when) if isinstance(e, SystemExit) else self._raised(e, when)) from None
         self.steps += 1
         # the common case in a few operations (a plain non-image Box, an ndarray obs of a dtype that casts,
-        # a float reward in range, a dict info): this runs for every env step; anything else takes the full check
+        # a float reward in range, bool flags, a dict info): this runs for every env step; anything else takes the full check
         try:
             obs, reward, terminated, truncated, info = out
-            fast = (type(info) is dict and self._shape is not None and obs.shape == self._shape
-                    and self._casts(obs, self._dtypes[0]) and type(reward) in _FAST_REWARDS and -F32_MAX <= reward <= F32_MAX)
+            fast = (type(info) is dict and type(terminated) in _FAST_FLAGS and type(truncated) in _FAST_FLAGS
+                    and self._shape is not None and obs.shape == self._shape and self._casts(obs, self._dtypes[0])
+                    and type(reward) in _FAST_REWARDS and -F32_MAX <= reward <= F32_MAX)
         except Exception:
             fast = False
         if not fast:
             obs = self._check_step(out)
             _, reward, terminated, truncated, info = out
-        try:
-            if terminated or truncated:  # the vector env keeps this obs object as final_obs, then resets the env:
-                obs = _own(obs, self.parts)  # an env that returns its own buffer and zeroes it in reset() would change it
-        except Exception:  # flags that are no bools: left to the vector env, which names the step that returned them
-            pass
+        if terminated or truncated:  # the vector env keeps this obs object as final_obs, then resets the env:
+            obs = _own(obs, self.parts)  # an env that returns its own buffer and zeroes it in reset() would change it
         return obs, reward, terminated, truncated, (info if self.keep_info else {})
 
     def _check_step(self, out):
@@ -571,6 +642,8 @@ class EnvCalls(gym.Wrapper):
             raise self._bad(f"info of type {type(out[4]).__name__}", when, "step() returns info as a dict (return {} for none)")
         obs = self._check(out[0], when)
         self._check_reward(out[1], when)
+        self._check_flag(out[2], "terminated", when)
+        self._check_flag(out[3], "truncated", when)
         return obs
 
 
@@ -687,6 +760,7 @@ class GymnasiumEnv(BatchedEnv):
             raise
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
+        self._index_range = _start_range(act_space)
         self._started = False
         self._steps = 0  # vector steps since construction (for error messages)
         self._failed = False  # a reset or step of the vector env raised: close() ends its workers without waiting
@@ -747,9 +821,12 @@ class GymnasiumEnv(BatchedEnv):
         return self._obs(obs)
 
     def step(self, action: torch.Tensor):
-        # the agent's indices and flat Box actions (clipped by the caller: collect_rollout, Policy.act)
-        # as the env takes them: start added, shape and dtype
-        a = env_actions(action.detach().cpu().numpy(), self.single_action_space, self.num_envs)
+        # the space's own values (a start included: BatchedEnv's contract), flat or shaped, as each env takes
+        # them: a copy in the space's shape and dtype, Box actions clipped to the bounds
+        a = action.detach().cpu().numpy() if isinstance(action, torch.Tensor) else np.asarray(action)
+        a = space_actions(a, self.single_action_space, self.num_envs)
+        if self._index_range is not None:
+            self._check_start(a)
         try:
             obs, reward, terminated, truncated, info = self.envs.step(a)
         except BaseException as e:
@@ -777,6 +854,20 @@ class GymnasiumEnv(BatchedEnv):
             torch.as_tensor(np.asarray(truncated, dtype=bool), device=dev),
             out_info,
         )
+
+    def _check_start(self, a: np.ndarray) -> None:
+        """EnvError for actions outside a Discrete/MultiDiscrete space whose start is not 0 (step takes the
+        space's values): the agent's index from 0, passed as it is, would reach the env as another action."""
+        low, high = self._index_range
+        flat = a.reshape(self.num_envs, -1)
+        bad = (flat < low) | (flat > high)
+        if bad.any():
+            i = int(np.flatnonzero(bad.any(1))[0])
+            space = self.single_action_space
+            raise EnvError(f"env '{self.env_id}': action {' '.join(str(a[i]).split())} for env {i} at vector step "
+                           f"{self._steps + 1} is outside its action space {space}: step() takes the space's values "
+                           f"(from its start); add the start to the agent's indices from 0 (env.action_offset), as "
+                           f"Policy.act and Proxima's loops do")
 
     def continue_step_count(self, steps: int) -> None:
         """Count each env's steps on from ``steps`` (a resumed run: the steps each env had taken), so
@@ -898,6 +989,18 @@ def _exit_reason(code: int) -> str:
     return f"killed by {name}"
 
 
+def _start_range(space: gym.spaces.Space) -> Optional[tuple]:
+    """(low, high) flat arrays of a Discrete or MultiDiscrete space with a start that is not 0, else None:
+    GymnasiumEnv.step checks those actions (a Box's are clipped; a start of 0 keeps its step as fast as ever)."""
+    if not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        return None
+    start = np.asarray(space.start, dtype=np.int64).reshape(-1)
+    if not start.any():
+        return None
+    n = np.asarray(space.n if isinstance(space, gym.spaces.Discrete) else space.nvec, dtype=np.int64).reshape(-1)
+    return start, start + n - 1
+
+
 def _own(obs, parts):
     """A copy of a checked obs (of a Dict: each declared key's part, the rest as it is), which the env
     cannot change after returning it."""
@@ -919,9 +1022,10 @@ def _checked(env_fn: Callable[[], gym.Env], index: int, layout: ObsLayout, env_i
     parent = os.getpid()
 
     def make() -> gym.Env:
-        if os.getpid() != parent:  # an AsyncVectorEnv worker: see _worker_signals
+        worker = os.getpid() != parent
+        if worker:  # an AsyncVectorEnv worker: see _worker_signals
             _worker_signals()
-        return EnvCalls(env_fn(), index, layout, env_id, check_cmd, keep_info)
+        return EnvCalls(env_fn(), index, layout, env_id, check_cmd, keep_info, in_worker=worker)
 
     return make
 

@@ -269,27 +269,54 @@ def _overflow(obs, layout: ObsLayout, num: int) -> str:
 
 
 def env_actions(actions: np.ndarray, space: gym.spaces.Space, num: int) -> np.ndarray:
-    """The agent's actions for ``num`` envs as the env's ``step`` takes them.
+    """The agent's actions for ``num`` envs as the env's action space defines them (:func:`space_actions`).
 
     The agent acts in index space: Discrete (num,) in 0..n-1, MultiDiscrete (num, nvec.size) in
-    0..nvec-1, Box (num, prod(shape)) already clipped to the bounds. Here: the space's ``start``
-    added (Discrete(3, start=1) takes 1..3), MultiDiscrete and Box reshaped to the space's shape
-    (a 2-D nvec, a (2, 2) Box), and the space's dtype (an integer Box gets the nearest integer,
-    not a truncation). A Box action is clipped again after the cast, in the space's dtype against
-    the space's own bounds: a bound clipped in float32 and cast back to a float64 space
-    (float32(-0.3) = -0.30000001) lies outside it, and an env that asserts
-    ``action_space.contains(a)`` would refuse it.
+    0..nvec-1, Box (num, prod(shape)) already clipped to the bounds. Here the space's ``start`` is
+    added (Discrete(3, start=1) takes 1..3), then shape and dtype as :func:`space_actions` gives
+    them. Policy.act returns these; Proxima's own loops add :func:`action_offset` on the device.
     """
     if isinstance(space, gym.spaces.Discrete):
-        return (actions.reshape(num) + int(space.start)).astype(space.dtype)
+        actions = actions.reshape(num) + int(space.start)
+    elif isinstance(space, gym.spaces.MultiDiscrete):
+        actions = actions.reshape(num, *space.nvec.shape) + np.asarray(space.start)
+    return space_actions(actions, space, num)
+
+
+def space_actions(actions: np.ndarray, space: gym.spaces.Space, num: int) -> np.ndarray:
+    """Actions for ``num`` envs, given as ``space`` defines them (a Discrete's and MultiDiscrete's
+    values with their ``start``), as each env's ``step`` takes them: a new array (never a view of
+    the caller's), MultiDiscrete and Box reshaped to the space's shape (a 2-D nvec, a (2, 2) Box),
+    in the space's dtype (an integer Box gets the nearest integer, not a truncation). A Box action
+    is clipped to the bounds, after the cast too, in the space's dtype against the space's own
+    bounds: a bound clipped in float32 and cast back to a float64 space (float32(-0.3) =
+    -0.30000001) lies outside it, and an env that asserts ``action_space.contains(a)`` would refuse it.
+    """
+    if isinstance(space, gym.spaces.Discrete):
+        return actions.reshape(num).astype(space.dtype)
     if isinstance(space, gym.spaces.MultiDiscrete):
-        return (actions.reshape(num, *space.nvec.shape) + np.asarray(space.start)).astype(space.dtype)
+        return actions.reshape(num, *space.nvec.shape).astype(space.dtype)
     a = actions.reshape(num, *space.shape)
     if np.issubdtype(space.dtype, np.integer):
         # clipped in float64 before the cast: a float32 action at an int32 bound of 2**31 - 1 is 2**31,
         # which the cast would wrap to the other end of the range
         a = np.clip(np.rint(a.astype(np.float64)), space.low, space.high)
     return np.clip(a.astype(space.dtype), space.low, space.high)
+
+
+def action_offset(space: gym.spaces.Space, device) -> Optional[torch.Tensor]:
+    """What turns the agent's index actions into the space's values on ``device``: a Discrete's
+    ``start`` (a 0-d tensor) or a MultiDiscrete's starts, flat as the agent's (nvec.size,) actions;
+    None for a Box and where every start is 0 (every native env), so that those loops add nothing."""
+    if isinstance(space, gym.spaces.Discrete):
+        start = np.asarray(int(space.start))
+    elif isinstance(space, gym.spaces.MultiDiscrete):
+        start = np.asarray(space.start, dtype=np.int64).reshape(-1)
+    else:
+        return None
+    if not start.any():
+        return None
+    return torch.as_tensor(start, dtype=torch.int64, device=device)
 
 
 #: action_scale_note's rule: a Box entry whose range spans more than this, or less than MIN, is far
