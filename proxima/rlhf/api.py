@@ -15,7 +15,7 @@ from . import loop, rundir
 from .config import ConfigError, RLHFConfig, from_dict, reward_specs, validate
 from ..device import resolve_device
 from ..rundir import read_run_text
-from ..signals import TrainingInterrupted, checkpoint_line, say_stopped
+from ..signals import TrainingInterrupted, say_stopped
 from ..diskspace import StorageError
 from ..terminal import printable
 
@@ -87,7 +87,7 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
             else:
                 last = (rundir.list_checkpoints(run_dir) or [None])[-1]
                 stop = TrainingInterrupted(e.signum, last, "outside a step; the run is as its last checkpoint left it; "
-                                           + checkpoint_line(last))
+                                           + loop.stop_line(last, loop.needs_trust(cfg)))
         outside.__exit__()
         if d is not None:
             D.shutdown(d, clean=False)
@@ -130,6 +130,7 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False, quiet:
     session = RunSession()  # rank 0's lock on the run (never discard_fresh: the run is not this call's)
     outside = OutsideLoop()  # SIGINT/SIGTERM outside the loop's SignalGuard: TrainingInterrupted at once, said below
     where = "before training started"  # where such a stop lands, for its line
+    cfg = None
     try:
         outside.__enter__()
         cfg = check_resume(path, steps, trust_run)
@@ -174,8 +175,10 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False, quiet:
     except TrainingInterrupted as e:  # SIGINT/SIGTERM: the step finished and checkpointed (exit 128 + signum)
         if e.checkpoint is None and e.what is None:  # OutsideLoop's: outside a step, nothing of the run was changed
             last = (rundir.list_checkpoints(path) or [None])[-1]
+            # a stop before config.yaml was read: whether the resume needs --trust-run is not known; the caller's choice
+            trust = loop.needs_trust(cfg) if cfg is not None else trust_run
             e = TrainingInterrupted(e.signum, last, f"{where}; the run is as its last checkpoint left it; "
-                                    + checkpoint_line(last))
+                                    + loop.stop_line(last, trust))
         say_stopped(e)
         return e.exit_code
     except KeyboardInterrupt:

@@ -40,7 +40,7 @@ class RLHFConfig:
     tokenizer: Optional[str] = _f(None, "Tokenizer directory (default: the policy's directory).", str, optional=True)
     reward: list = _f([], "Reward: a local AutoModelForSequenceClassification directory, or module:function(prompts, responses, **columns) -> list[float] (module may be path/to/file.py); repeat the flag for several rewards.", list, repeat=True)
     reward_weights: list = _f([], "Weights of the rewards, comma separated, in --reward order (default: 1 each); the score is their weighted sum.", list, item=float)
-    reward_import_path: list = _f([], "Directories, comma separated, searched first to import module:function rewards (default: the current directory, recorded absolute so that a resume works from anywhere).", list)
+    reward_import_path: list = _f([], "Directories, comma separated, searched first to import module:function rewards and the modules a file.py:function reward imports (after the file's own folder; default: the current directory, recorded absolute so that a resume works from anywhere).", list)
     value_init: str = _f("policy", "Initialize the value model from the policy's backbone or the reward model's (needs the same vocabulary).", choices=("policy", "reward"))
     prompts: str = _f("", "Prompts: a JSONL file (objects with a 'prompt' field, or strings) or a text file with one prompt per line.")
     max_prompt_length: int = _f(128, "Longest prompt in tokens (after the chat template); a longer one is an error naming its line, unless truncate_prompts.")

@@ -55,8 +55,9 @@ def load_prompts(path: str) -> list:
     if not file.is_file():
         raise ConfigError(f"--prompts {path!r}: no such file")
     try:
-        # utf-8-sig: editors on Windows start files with a BOM, which would otherwise open prompt 1
-        text = file.read_text(encoding="utf-8-sig")
+        # utf-8-sig: editors on Windows start files with a BOM, which would otherwise open prompt 1. Bytes,
+        # not read_text: its universal newlines would end a row at a lone \r too (below)
+        text = file.read_bytes().decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"--prompts {path!r}: cannot read: {e}") from None
     suffix = file.suffix.lower()
@@ -64,10 +65,12 @@ def load_prompts(path: str) -> list:
     if suffix == ".json" and text.lstrip().startswith("["):
         rows = [_parse_row(item, f"--prompts {path}:{number}", number) for item, number in _json_array(text, path)]
     else:
-        # "\n" only (read_text turned \r\n and \r into it): str.splitlines() also breaks at U+2028, U+2029,
-        # U+0085, \x0b, \x0c and \x1c-\x1e, which a JSON string or a text prompt may hold, and would cut
-        # the row and shift every later line number
+        # rows end at "\n" (or "\r\n") only: str.splitlines() also breaks at \r, U+2028, U+2029, U+0085,
+        # \x0b, \x0c and \x1c-\x1e, which a JSON string or a text prompt may hold, and would cut the row and
+        # shift every later line number
         for number, line in enumerate(text.split("\n"), 1):
+            if line.endswith("\r"):
+                line = line[:-1]
             if not line.strip():
                 continue
             if suffix in JSON_SUFFIXES:
@@ -78,7 +81,7 @@ def load_prompts(path: str) -> list:
                     raise ConfigError(f"--prompts {path}:{number}: not JSON ({e}){hint}") from None
                 rows.append(_parse_row(item, f"--prompts {path}:{number}", number))
             else:
-                rows.append(PromptRow(line.rstrip("\n"), line=number))
+                rows.append(PromptRow(line, line=number))
     if not rows:
         raise ConfigError(f"--prompts {path!r}: no prompts in the file")
     names = sorted({k for r in rows for k in r.columns})

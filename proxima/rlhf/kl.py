@@ -2,8 +2,9 @@
 
 With r = log q(token) - log p(token) (q the reference, p the policy, token sampled from p):
 k1 = -r is unbiased for KL(p || q) but can be negative per token; k3 = (e^r - 1) - r is unbiased
-and never negative (Schulman, "Approximating KL divergence", 2020). A negative mean k1 usually
-means the log-probs were scored with settings (temperature, dropout) other than the sampling ones.
+and never negative (Schulman, "Approximating KL divergence", 2020). k1's mean over a small batch is
+noisy and often negative for a step; one that stays negative over many steps suggests the log-probs
+were scored with settings (temperature, dropout) other than the sampling ones.
 """
 
 from __future__ import annotations

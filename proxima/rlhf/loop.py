@@ -25,10 +25,10 @@ from . import fsdp
 from . import rundir
 from ..diskspace import StorageError, write_error
 from .. import rundir as run_files
-from ..signals import REPEAT_WINDOW, SignalGuard, TrainingInterrupted
-from .config import ConfigError
+from ..signals import REPEAT_WINDOW, SignalGuard, TrainingInterrupted, checkpoint_line
+from .config import ConfigError, reward_specs
 from .models import original_config
-from .rewards import RewardError
+from .rewards import RewardError, imports_code
 
 CHECKPOINT_FORMAT = rundir.CHECKPOINT_FORMAT
 
@@ -77,7 +77,7 @@ def _run(t, run_dir: Path, resumed: bool) -> dict:
                 stopping = stopping or D.any_across(bool(stop.signum), t.dist, t.device)
             if stopping:
                 signum = max(D.gather_objects(int(stop.signum), t.dist))  # the rank that got none: the others'
-                raise TrainingInterrupted(signum, saved[-1])  # "stopped by SIGTERM; checkpoint: ...; continue with: ..."
+                raise TrainingInterrupted(signum, saved[-1], stop_line(saved[-1], needs_trust(cfg)))
         if logger is not None:
             logger.close()  # every log on disk before the final files
             logger = None
@@ -99,14 +99,49 @@ def naming_last_good(run_dir: Path):
         raise StorageError(f"{e}; {_last_good(run_dir)}") from None
 
 
-def resume_advice(run_dir: Path) -> str:
+def needs_trust(cfg) -> bool:
+    """Whether a resume of a run of ``cfg`` needs --trust-run (trust_run=True): its config.yaml records a
+    reward that imports code, which api.check_resume refuses otherwise. None (not known): False."""
+    return cfg is not None and any(imports_code(spec) for spec in reward_specs(cfg))
+
+
+def _multi_node() -> Optional[str]:
+    """The process count of a torchrun job spread over several machines, else None."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    return world if world.isdigit() and int(world) > 1 and os.environ.get("LOCAL_WORLD_SIZE", world) != world else None
+
+
+def resume_command(run_dir: Path, trust_run: bool = False) -> str:
+    return f"proxima resume --trust-run {run_dir}" if trust_run else f"proxima resume {run_dir}"
+
+
+def python_call(run_dir: Path) -> str:
+    """The API's form of `proxima resume --trust-run RUN`."""
+    return f"resume({str(run_dir)!r}, trust_run=True)"
+
+
+def resume_advice(run_dir: Path, trust_run: bool = False) -> str:
     """The command that continues the run: `proxima resume RUN`, which starts as many processes on this
     machine as the run trains with (meta.json's world_size; api.resume_processes); a run across
-    several machines resumes under its own torchrun command, on every machine."""
-    world = os.environ.get("WORLD_SIZE", "1")
-    if world.isdigit() and int(world) > 1 and os.environ.get("LOCAL_WORLD_SIZE", world) != world:
-        return f"`proxima resume {run_dir}` under the same torchrun command ({world} processes)"
+    several machines resumes under its own torchrun command, on every machine. ``trust_run``
+    (:func:`needs_trust`): the resume is refused without --trust-run, so the advice names it."""
+    world = _multi_node()
+    if world:
+        return f"`{resume_command(run_dir, trust_run)}` under the same torchrun command ({world} processes)"
+    if trust_run:
+        return f"`{resume_command(run_dir, True)}` (`{python_call(run_dir)}` in Python)"
     return f"`proxima resume {run_dir}`"
+
+
+def stop_line(checkpoint: Optional[Path], trust_run: bool) -> str:
+    """signals.checkpoint_line (``checkpoint: ...; continue with: proxima resume RUN``), naming --trust-run
+    and the Python call when the resume needs them."""
+    line = checkpoint_line(checkpoint)
+    head = f"checkpoint: {checkpoint}; continue with: proxima resume "
+    if not trust_run or checkpoint is None or not line.startswith(head):
+        return line
+    run_dir = Path(checkpoint).parent.parent  # an RLHF checkpoint is RUN/checkpoints/step_N.pt
+    return f"{head}--trust-run {line[len(head):]}" + ("" if _multi_node() else f" ({python_call(run_dir)} in Python)")
 
 
 def _last_good(run_dir: Path) -> str:
@@ -148,10 +183,10 @@ def _checkpoint_after_reward_failure(t, run_dir: Path, before: dict) -> str:
     if not t.dist.enabled:
         set_random_state(t, before)
         save_checkpoint(t, run_dir)
-        return f"checkpoint of step {t.step} written; fix the reward and continue with `proxima resume {run_dir}`"
+        return f"checkpoint of step {t.step} written; fix the reward and continue with {resume_advice(run_dir, needs_trust(t.cfg))}"
     checkpoints = rundir.list_checkpoints(run_dir)
     if checkpoints:
-        return f"continue from {checkpoints[-1].name} with {resume_advice(run_dir)}"
+        return f"continue from {checkpoints[-1].name} with {resume_advice(run_dir, needs_trust(t.cfg))}"
     return "no checkpoint was written yet (--checkpoint-every)"
 
 
@@ -207,7 +242,8 @@ def _save_policy(t, full_policy, run_dir: Path) -> None:
         with contextlib.suppress(OSError):
             _remove_entry(partial)
         kept = "the previous policy/ is kept; " if final.exists() else ""
-        raise write_error(final, error, suffix=f"; {kept}{resume_advice(run_dir)} writes it from the last checkpoint") from None
+        advice = resume_advice(run_dir, needs_trust(t.cfg))
+        raise write_error(final, error, suffix=f"; {kept}{advice} writes it from the last checkpoint") from None
 
 
 def _remove_entry(path: Path) -> None:
@@ -364,8 +400,9 @@ def load_checkpoint(t, file: Path, state: dict = None) -> None:
         raise ConfigError(f"{file}: not a Proxima RLHF checkpoint")
     if isinstance(state.get("ranks"), list) and len(state["ranks"]) != t.dist.world_size:
         written, run = len(state["ranks"]), Path(file).parent.parent
-        how = (f"`proxima resume {run}` starts {written} on this machine" if written > 1
-               else f"`proxima resume {run}` resumes it in one process, without torchrun")
+        command = resume_command(run, needs_trust(getattr(t, "cfg", None)))  # a stand-in trainer may carry no cfg
+        how = (f"`{command}` starts {written} on this machine" if written > 1
+               else f"`{command}` resumes it in one process, without torchrun")
         raise ConfigError(f"{file}: written by {written} process(es), resumed with {t.dist.world_size}; use the same "
                           f"count ({how})")
     if bool(state.get("fsdp", False)) != t.cfg.fsdp:

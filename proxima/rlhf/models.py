@@ -498,11 +498,15 @@ def use_fused_gelu(model: nn.Module) -> nn.Module:
 
 
 def make_reference(policy: nn.Module, lora: bool) -> Optional[nn.Module]:
-    """A frozen copy of the initial policy, or None under LoRA (the reference is then the adapter-off policy)."""
+    """A copy of the initial policy that is never trained, or None under LoRA (the reference is then the
+    adapter-off policy)."""
     if lora:
         return None
+    # its parameters keep requires_grad: no optimizer holds them and it runs only under no_grad (the rollout).
+    # torch's matmul picks its path by the weight's requires_grad even then (lm_head on the hidden states
+    # that logits_to_keep slices), so a frozen copy scored the same weights 6e-8 off the policy: a KL of
+    # -1e-7 at step 0 rather than 0
     ref = copy.deepcopy(policy)
-    ref.requires_grad_(False)
     return ref.eval()
 
 
@@ -549,8 +553,10 @@ class ValueModel(nn.Module):
     def forward(self, input_ids, attention_mask, position_ids) -> torch.Tensor:
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                use_cache=False).last_hidden_state
-        # the head is in the backbone's dtype; under autocast the matmul runs in bf16 whatever the inputs
-        return self.head(hidden.to(self.head.weight.dtype)).squeeze(-1).float()
+        # the head is in the backbone's dtype; under autocast the matmul runs in bf16 whatever the inputs.
+        # A copy, not squeeze's view: FSDP2 warns at every forward of a module that returns a view (an
+        # in-place op on it would skip its pre-backward hook)
+        return self.head(hidden.to(self.head.weight.dtype)).squeeze(-1).to(torch.float32, copy=True)
 
 
 def make_value_model(init: str, policy: nn.Module, reward_dir: Optional[str], seed: int,

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import math
 import numbers
 import os
 import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -158,7 +160,9 @@ def load_reward(spec: str, device: torch.device, dtype: torch.dtype = torch.floa
     # Proxima's own rewards never search the run's recorded folders: a resume without --trust-run
     # loads them, and a folder left on sys.path would be searched first for every later import
     # (sympy, PIL as the models load), so a run shipping sympy.py would run it
-    search = None if _is_builtin(module_name) or module_name.endswith(".py") else list(import_path or [os.getcwd()])
+    search = None if _is_builtin(module_name) else list(import_path or [os.getcwd()])
+    if module_name.endswith(".py"):  # its own folder first, as `python file.py` has: `from helpers import x` beside it
+        search = [os.path.dirname(os.path.abspath(module_name))] + search
     return RewardFunction(_import_function(module_name, func_name, spec, search or []), spec, func_name, search)
 
 
@@ -189,11 +193,14 @@ def _import_function(module_name: str, func_name: str, spec: str, import_path: l
                 raise ConfigError(f"--reward {spec!r}: no such file {module_name}")
             mod_spec = importlib.util.spec_from_file_location(Path(module_name).stem, module_name)
             module = importlib.util.module_from_spec(mod_spec)
-            mod_spec.loader.exec_module(module)
+            with _searching(import_path):
+                _exec_source(mod_spec, module)
+        elif _is_builtin(module_name):
+            module = importlib.import_module(module_name)  # Proxima's own code: never re-executed (tests patch it)
         else:
             # the run's recorded directories first: a resume started elsewhere imports the same module
             with _searching(import_path):
-                module = importlib.import_module(module_name)
+                module = _fresh_import(module_name)
     except ConfigError:
         raise
     except SystemExit as e:  # a script that is also a reward module (argparse at import): not the CLI's exit
@@ -204,6 +211,89 @@ def _import_function(module_name: str, func_name: str, spec: str, import_path: l
     if not callable(func):
         raise ConfigError(f"--reward {spec!r}: {module_name} has no function {func_name}")
     return func
+
+
+def _fresh_import(name: str):
+    """Module ``name`` executed from its source as it is on disk now, even when this process imported it
+    before: importlib.import_module would hand back the sys.modules copy, so a reward fixed in place
+    (``resume(run, trust_run=True)``, or a second train_rlhf in a notebook) would keep its old code.
+
+    A module already imported is re-executed in the same module object, as importlib.reload does (whoever
+    holds it, the user's notebook or a test, sees the new code), but from a cleared namespace, so a function
+    deleted from the file is gone; if the new code fails, the module gets back its old namespace whole.
+    Its parent packages and the helpers it imports come from sys.modules as any import does."""
+    spec = _find_spec(name)
+    if not isinstance(spec.loader, importlib.machinery.SourceFileLoader) or _installed(spec.origin):
+        # built in, compiled, a namespace package, or a library's (not edited between runs, and run twice its
+        # registries and classes that its other modules hold would clash): imported once, as always
+        return importlib.import_module(name)
+    fresh = importlib.util.module_from_spec(spec)  # __spec__, __file__, __path__ ... as the import system sets them
+    old = sys.modules.get(name)
+    if isinstance(old, types.ModuleType):
+        saved = dict(old.__dict__)
+        old.__dict__.clear()
+        old.__dict__.update(fresh.__dict__)
+        try:
+            _exec_source(spec, old)
+        except BaseException:
+            old.__dict__.clear()
+            old.__dict__.update(saved)
+            raise
+        return old
+    # in sys.modules while it runs, as an import has it (relative imports, dataclasses and pickle look it up there)
+    sys.modules[name] = fresh
+    try:
+        _exec_source(spec, fresh)
+    except BaseException:
+        if sys.modules.get(name) is fresh:
+            if old is None:
+                del sys.modules[name]
+            else:
+                sys.modules[name] = old
+        raise
+    parent, _, leaf = name.rpartition(".")
+    if parent in sys.modules:
+        setattr(sys.modules[parent], leaf, fresh)
+    return fresh
+
+
+def _find_spec(name: str):
+    """The spec the import system would find for ``name`` on the current sys.path, never the one of a copy
+    in sys.modules (importlib.util.find_spec returns that). Parent packages are imported as usual."""
+    parent, _, _ = name.rpartition(".")
+    path = None
+    if parent:
+        path = getattr(importlib.import_module(parent), "__path__", None)
+        if path is None:
+            raise ModuleNotFoundError(f"No module named {name!r}; {parent!r} is not a package", name=name)
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        spec = find(name, path) if find is not None else None
+        if spec is not None:
+            return spec
+    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+def _installed(origin: str) -> bool:
+    """Whether ``origin`` is a file of the Python installation: the standard library or a site-packages
+    folder (an editable install's source lies outside them)."""
+    import site
+    import sysconfig
+
+    folders = [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    with contextlib.suppress(AttributeError):  # site lacks these in some embedded interpreters
+        folders += site.getsitepackages() + [site.getusersitepackages()]
+    real = os.path.realpath(origin)
+    return any(real.startswith(os.path.join(os.path.realpath(f), "")) for f in folders if f)
+
+
+def _exec_source(spec, module) -> None:
+    """Run a reward's source file in ``module``, compiled from the file as it is now: a __pycache__ entry
+    is trusted by the file's mtime in whole seconds and its size, and a fix saved within the same second
+    that keeps the size (1.0 -> 2.0) would run the old bytecode."""
+    loader = spec.loader
+    code = loader.source_to_code(loader.get_data(spec.origin), spec.origin)
+    exec(code, module.__dict__)
 
 
 class RewardFunction:

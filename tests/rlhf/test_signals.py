@@ -45,7 +45,8 @@ def test_sigterm_stops_after_the_step_with_143_and_the_resume_ends_as_an_uninter
     assert stopped.returncode == 143, stopped.stderr[-3000:]
     line = stopped.stderr.strip().splitlines()[-1]
     assert line == (f"proxima: stopped by SIGTERM; checkpoint: {tmp_path / 'run' / 'checkpoints' / 'step_000002.pt'}; "
-                    f"continue with: proxima resume {tmp_path / 'run'}"), stopped.stderr[-3000:]
+                    f"continue with: proxima resume --trust-run {tmp_path / 'run'} "
+                    f"(resume('{tmp_path / 'run'}', trust_run=True) in Python)"), stopped.stderr[-3000:]
     assert "Traceback" not in stopped.stderr
     resumed = warm_python.run([sys.executable, "-m", "proxima", "resume", str(tmp_path / "run"), "--trust-run"],
                              env=_env(), capture_output=True, text=True, timeout=300)
