@@ -16,13 +16,16 @@ checkpoints/abandoned-TIME/metrics.csv and the event files it rewrites go there 
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import os
 import stat
 import shutil
+import socket
 import struct
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -31,9 +34,9 @@ from .diskspace import write_error
 from .shared_change import SharedChange
 
 try:  # tensorboard's own proto (torch.utils.tensorboard needs the tensorboard package anyway)
-    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.compat.proto.event_pb2 import Event
 except ImportError:  # pragma: no cover - tensorboard is a dependency
-    Summary = None
+    Event = None
 
 CSV_COLUMNS = [
     "iteration", "global_step", "time", "episodes",
@@ -399,47 +402,165 @@ def _install_quiet_hook():
     return undo
 
 
-#: TensorBoard writes from a thread (its ``_AsyncWriterThread``) that hands a failed write (disk full)
-#: to the writer's next call, where the run's logger turns it into one line: the thread's own
-#: traceback on stderr is not printed. Held by a logger (PPO's RunLogger, RLHF's MetricsLogger) from
-#: before its SummaryWriter is built (whose first write may fail) until it is closed; one hook for the
-#: runs going on, gone after the last (a hook per run, each wrapping the one before, kept every
-#: finished run's thread alive and, after ~1,000 runs in one process, turned a thread's error into a
-#: RecursionError). ``quiet_event_writers()`` returns the release.
+#: TensorBoard's SummaryWriter writes from a thread (its ``_AsyncWriterThread``) that hands a failed
+#: write (disk full) to the writer's next call, where the run's logger turns it into one line: the
+#: thread's own traceback on stderr is not printed. Held by RLHF's MetricsLogger from before its
+#: SummaryWriter is built (whose first write may fail) until it is closed; PPO's RunLogger, which
+#: writes its events in the caller's thread (EventFile), holds it for the life of its run as well, as
+#: it did when it had such a writer. One hook for the runs going on, gone after the last (a hook per run,
+#: each wrapping the one before, kept every finished run's thread alive and, after ~1,000 runs in one
+#: process, turned a thread's error into a RecursionError). ``quiet_event_writers()`` returns the release.
 quiet_event_writers = SharedChange(_install_quiet_hook).hold
 
 
+#: bytes one lookup table of _crc32c covers; longer data is taken in pieces of this size
+_CRC_SPAN = 1024
+_crc_tables: Optional[tuple] = None
+
+
+def _crc_lookup() -> tuple:
+    """(table, offsets, byte table, numpy) for _crc32c, built once (~1 MiB, a few ms): table[d * 256 + b] is the CRC-32C
+    register after byte b followed by d zero bytes, from 0; offsets[_CRC_SPAN - L + i] is the row
+    (times 256) of byte i of L bytes. CRC-32C is linear over GF(2), so the register after L bytes is
+    the XOR of each byte's entry: one numpy gather instead of a Python loop over every byte."""
+    global _crc_tables
+    if _crc_tables is None:
+        import numpy as np
+        from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import CRC_TABLE  # ~0.2 s to import: when first needed
+
+        base = np.array(CRC_TABLE, dtype=np.uint32)
+        table = np.empty((_CRC_SPAN, 256), dtype=np.uint32)
+        table[0] = base
+        for d in range(1, _CRC_SPAN):
+            table[d] = base[table[d - 1] & 0xFF] ^ (table[d - 1] >> 8)
+        offsets = np.arange(_CRC_SPAN - 1, -1, -1, dtype=np.intp) * 256
+        _crc_tables = (table.reshape(-1), offsets, CRC_TABLE, np)
+    return _crc_tables
+
+
+def _crc32c(data: bytes) -> int:
+    """CRC-32C of ``data``, as tensorboard's crc32c computes it (its pure-Python loop over every byte
+    took ~0.2 ms for one iteration's event: a population's P events per iteration would spend most of
+    the iteration there)."""
+    table, offsets, byte_table, np = _crc_lookup()
+    reg = 0xFFFFFFFF
+    for start in range(0, len(data), _CRC_SPAN):
+        piece = data[start:start + _CRC_SPAN]
+        n = len(piece)
+        if n < 4:  # too short to take the register in through its first four bytes
+            for b in piece:
+                reg = byte_table[(reg ^ b) & 0xFF] ^ (reg >> 8)
+            continue
+        got = int(np.bitwise_xor.reduce(table.take(offsets[_CRC_SPAN - n:] + np.frombuffer(piece, dtype=np.uint8))))
+        # the register going in acts as four bytes XORed onto the piece's first four
+        row = (n - 1) * 256
+        for k in range(4):
+            got ^= int(table[row - k * 256 + ((reg >> (8 * k)) & 0xFF)])
+        reg = got
+    return reg ^ 0xFFFFFFFF
+
+
+def _masked_crc32c(data: bytes) -> int:
+    x = _crc32c(data)
+    return (((x >> 15) | (x << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+_record_heads: dict = {}
+
+
+def _record(data: bytes) -> bytes:
+    """One TFRecord: length, its masked CRC, the data, its masked CRC (what tensorboard's RecordWriter writes)."""
+    head = _record_heads.get(len(data))
+    if head is None:
+        length = struct.pack("<Q", len(data))
+        head = _record_heads.setdefault(len(data), length + struct.pack("<I", _masked_crc32c(length)))
+    return head + data + struct.pack("<I", _masked_crc32c(data))
+
+
+def _uid() -> int:
+    """The last part of an event file's name: tensorboard's own counter where it has one, so a
+    SummaryWriter in this process never picks the same name."""
+    try:
+        from tensorboard.summary.writer.event_file_writer import _global_uid
+    except ImportError:  # pragma: no cover - a tensorboard without it
+        return next(_own_uid)
+    return _global_uid.get()
+
+
+_own_uid = itertools.count()
+
+
+class EventFile:
+    """A TensorBoard event file written in the caller's thread, as SummaryWriter names and frames
+    one (events.out.tfevents.SECONDS.HOST.PID.N; a file_version event, then one record per event).
+    SummaryWriter's thread opened, appended to and closed the file for every event and computed its
+    checksums byte by byte in Python: with P loggers (a population) that was most of an iteration's
+    host time. Here events go to a buffered file that ``flush()`` hands to the OS; an OSError (disk
+    full) is raised by the call that writes or flushes."""
+
+    def __init__(self, run_dir: Path):
+        from tensorboard.compat.proto.event_pb2 import SourceMetadata
+
+        name = "events.out.tfevents.%010d.%s.%s.%s" % (time.time(), socket.gethostname(), os.getpid(), _uid())
+        self.path = Path(run_dir) / name
+        self._file = open(self.path, "xb")  # a new file: never one (or a link) already at the name
+        try:
+            self.add(Event(wall_time=time.time(), file_version="brain.Event:2",
+                           source_metadata=SourceMetadata(writer="tensorboard.summary.writer.event_file_writer")))
+            self.flush()
+        except BaseException:
+            self._file.close()
+            raise
+
+    def add(self, event) -> None:
+        self._file.write(_record(event.SerializeToString()))
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
 class RunLogger:
-    """Writes one TensorBoard scalar set and one CSV row per iteration; rank 0 only."""
+    """Writes one TensorBoard scalar set and one CSV row per iteration; rank 0 only.
 
-    def __init__(self, run_dir: Path, total_steps: int, resume_step: Optional[int] = None, progress: bool = True):
-        from torch.utils.tensorboard import SummaryWriter
+    ``flush_seconds``: 0 (a single run) hands each row and event to the OS as it is logged; more (a
+    population, whose P loggers each log every iteration) at most that often per logger, with
+    ``flush()`` called before every checkpoint and by ``close()``: a kill then loses at most that
+    many seconds of rows, all logged after the last checkpoint, which a resume drops anyway."""
 
+    def __init__(self, run_dir: Path, total_steps: int, resume_step: Optional[int] = None, progress: bool = True,
+                 flush_seconds: float = 0.0):
         self.run_dir = Path(run_dir)
         self.csv_path = self.run_dir / "metrics.csv"
         from .rundir import check_own_entries
 
         check_own_entries(self.run_dir, ("metrics.csv",))  # a link planted there would be appended to
         self._unquiet = quiet_event_writers()
+        self._events = None
+        self.flush_seconds = float(flush_seconds)
         try:
             if resume_step is not None:  # what a killed run logged after its checkpoint goes (set_aside_logs
                 truncate_csv(self.csv_path, resume_step)  # has kept an abandoned timeline's already)
                 drop_events_after(self.run_dir, resume_step)
                 wait_for_new_second(self.run_dir)
-            self.writer = SummaryWriter(str(self.run_dir))
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._events = EventFile(self.run_dir)
             # a file killed before its header reached the disk is empty: it gets the header now
             new = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
             self._csv_file = open(self.csv_path, "a", newline="")
-            self._csv = csv.DictWriter(self._csv_file, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+            self._csv = csv.writer(self._csv_file)
             if new:
-                self._csv.writeheader()
+                self._csv.writerow(CSV_COLUMNS)
                 self._csv_file.flush()
         except OSError as e:
-            self._unquiet()  # a logger that failed to open is never closed
+            self._abandon()  # a logger that failed to open is never closed
             raise write_error(e.filename or self.csv_path, e, "could not open the run's logs") from None
         except BaseException:  # a damaged log refused (RunDirError), a stop
-            self._unquiet()
+            self._abandon()
             raise
+        self._flush_due = time.monotonic() + self.flush_seconds
         self.last_return = math.nan
         self.bar = None
         if progress:
@@ -448,23 +569,33 @@ class RunLogger:
             self.bar = tqdm(total=total_steps, initial=resume_step or 0, unit="step", unit_scale=True,
                             dynamic_ncols=True, file=sys.stderr, smoothing=0.1, mininterval=0.5)
 
+    def _abandon(self) -> None:
+        if self._events is not None:
+            try:
+                self._events.close()
+            except OSError:
+                pass
+        self._unquiet()
+
     def log(self, iteration: int, global_step: int, metrics: dict) -> None:
         """metrics: name -> float (NaN = not measured this iteration, e.g. no episode finished)."""
         try:
             # one event holding every scalar of the iteration: add_scalar writes one event per value,
             # ~6x the host time (a population logs P members every iteration)
-            values = [Summary.Value(tag=name, simple_value=float(value)) for name, value in metrics.items()
+            values = [{"tag": name, "simple_value": float(value)} for name, value in metrics.items()
                       if "/" in name and value is not None and math.isfinite(value)]
             if values:
-                self.writer.file_writer.add_summary(Summary(value=values), global_step)
-        except OSError as e:  # the event writer's thread hands its write error to the next call
+                self._events.add(Event(wall_time=time.time(), step=global_step, summary={"value": values}))
+        except OSError as e:
             raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
         row = {"iteration": iteration, "global_step": global_step, **metrics}
         try:
-            self._csv.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
-            self._csv_file.flush()
+            self._csv.writerow(["" if isinstance(v, float) and math.isnan(v) else v
+                                for v in (row.get(k, "") for k in CSV_COLUMNS)])
         except OSError as e:
             raise write_error(self.csv_path, e) from None
+        if time.monotonic() >= self._flush_due:
+            self.flush()
         ret = metrics.get("charts/episodic_return", math.nan)
         if math.isfinite(ret):
             self.last_return = ret
@@ -472,29 +603,42 @@ class RunLogger:
             self.bar.update(global_step - self.bar.n)
             self.bar.set_postfix_str(f"SPS {metrics.get('charts/SPS', 0):,.0f} | return {self.last_return:.1f}", refresh=False)
 
+    def flush(self) -> None:
+        """Hand every row and event logged so far to the OS (StorageError naming the file when it
+        cannot be written): before a checkpoint, so a resume from it finds the rows it keeps."""
+        try:
+            self._csv_file.flush()
+        except OSError as e:
+            raise write_error(self.csv_path, e) from None
+        try:
+            self._events.flush()
+        except OSError as e:
+            raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
+        self._flush_due = time.monotonic() + self.flush_seconds
+
     def text(self, tag: str, text: str, step: int) -> None:
-        self.writer.add_text(tag, text, step)
+        from torch.utils.tensorboard.summary import text as text_summary
+
+        try:
+            self._events.add(Event(wall_time=time.time(), step=step, summary=text_summary(tag, text)))
+        except OSError as e:
+            raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
+        if time.monotonic() >= self._flush_due:
+            self.flush()
 
     def _event_file(self) -> Path:
-        try:
-            return Path(self.writer.file_writer.event_writer._file_name)
-        except AttributeError:
-            return self.run_dir / "events.out.tfevents.*"
+        return self._events.path if self._events is not None else self.run_dir / "events.out.tfevents.*"
 
     def close(self) -> None:
         """Flush and close both files; a failure is raised (StorageError) after all were closed."""
         if self.bar is not None:
             self.bar.close()
         error = None
-        for what, close in (("TensorBoard events", self._close_writer), ("metrics", self._csv_file.close)):
+        for what, close in (("TensorBoard events", self._events.close), ("metrics", self._csv_file.close)):
             try:
                 close()
             except OSError as e:
                 error = error or write_error(self._event_file() if what != "metrics" else self.csv_path, e, f"could not write {what}")
-        self._unquiet()  # after the writer's thread has ended: a failed last write of it is still not printed
+        self._unquiet()
         if error is not None:
             raise error
-
-    def _close_writer(self) -> None:
-        self.writer.flush()
-        self.writer.close()

@@ -201,6 +201,7 @@ class Population:
         self._prefixed_buffers = {"agent." + k: v for k, v in self.buffers.items()}
         self._vmapped: dict = {}
         self.agent_template = agents[0]  # a real Agent: unstacked members are loaded into copies of it
+        self._member_keys: Optional[list] = None  # its state_dict's keys, in order (member_state_dict)
         # per-member scalars, (P,) float32
         col = lambda name: torch.tensor([math.inf if getattr(c, name) is None else float(getattr(c, name)) for c in configs],  # noqa: E731
                                         dtype=torch.float32, device=self.device)  # target_kl None: never stop
@@ -605,9 +606,17 @@ class Population:
     def member_agent(self, index: int) -> Agent:
         """A plain Agent holding member ``index``'s current parameters (for evaluation and export)."""
         agent = copy.deepcopy(self.agent_template)
-        state = {k: v[index].detach().clone() for k, v in {**self.params, **self.buffers}.items()}
-        agent.load_state_dict(state)
+        agent.load_state_dict(self.member_state_dict(index))
         return agent
+
+    def member_state_dict(self, index: int) -> dict:
+        """``member_agent(index).state_dict()`` (the same keys, in its order, and values) without
+        building the Agent: a population checkpoint saves P of them, and P deep copies of the template
+        took most of a large population's save."""
+        if self._member_keys is None:
+            self._member_keys = list(self.agent_template.state_dict())
+        stacked = {**self.params, **self.buffers}
+        return {k: stacked[k][index].detach().clone() for k in self._member_keys}
 
     def close(self) -> None:
         self.env.close()
