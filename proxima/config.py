@@ -86,9 +86,9 @@ class PPOConfig:
     threads: int = _f(1, "CPU threads for the learner. With 2 or more on the CPU, a discrete-action MLP agent's actor and critic run side by side on two threads for batches of 2,048 rows or more (1.34x at 4,096 CartPole envs on 2 cores; at 2, the same numbers as 1 thread), each with threads // 2 intra-op threads; other agents use them as torch intra-op threads, which rarely helps small MLPs.")
     flush_denormal: bool = _f(True, "Flush denormal floats to zero on CPU (x86 FTZ/DAZ, as XLA does): arithmetic on values below ~1e-38 is many times slower and changes nothing that matters to PPO.")
     keep_host_memory: bool = _f(True, "Keep freed tensor memory in the process (glibc malloc; CPU runs) instead of returning it to the OS, from which every new large tensor would page-fault back in (at 4,096 CartPole envs 9,122 page faults an iteration without it against 2 with it; 1.12x training steps/s before the CPU MLP kernel, 1.05x (0.64-1.19) with it: benchmarks/results/hostmem-cpu.md). The process holds its peak memory until it exits.")
-    deterministic: bool = _f(True, "torch deterministic algorithms on CUDA (CPU runs are bit-identical for a fixed thread count without it).")
+    deterministic: bool = _f(True, "Reproducible numbers: torch deterministic algorithms on CUDA, and with --compile (CPU too) inductor's random numbers drawn from torch's generator, so a compiled run samples what the eager run samples. Eager CPU runs are bit-identical for a fixed thread count either way.")
     compile: bool = _f(False, "torch.compile the acting step and the update step.")
-    compile_mode: str = _f("default", "torch.compile mode.", choices=("default", "reduce-overhead", "max-autotune"))
+    compile_mode: str = _f("default", "torch.compile mode (only with --compile).", choices=("default", "reduce-overhead", "max-autotune"))
     cudagraphs: bool = _f(False, "Capture rollout and update steps as CUDA graphs (CUDA only).")
     amp: str = _f("none", "Mixed precision for forward passes: none, bf16 or fp16 (fp16 uses a GradScaler, CUDA only).", choices=("none", "bf16", "fp16"))
     run_dir: Optional[str] = _f(None, "Run directory (default runs/<env>__<seed>__<time>).")
@@ -449,6 +449,10 @@ def _type_name(default: Any) -> str:
 #: without a time limit does not hang the end of a run
 MAX_EVAL_STEPS = 100_000
 
+#: the largest finite float32 (torch.finfo(torch.float32).max, without importing torch): a float field
+#: above it becomes inf in the run's float32 tensors
+FLOAT32_MAX = 3.4028234663852886e38
+
 #: the largest --seed: numpy takes seeds below 2**32, and a run adds 10,000 per rank and 1,000,000 for evaluation
 MAX_SEED = 2**31 - 1
 
@@ -517,8 +521,15 @@ def validate(cfg: PPOConfig, world_size: int = 1) -> None:
     for name in ("lr", "gamma", "gae_lambda", "clip_coef", "ent_coef", "vf_coef", "max_grad_norm", "clip_obs", "clip_reward"):
         if not math.isfinite(getattr(cfg, name)):
             bad(name, "must be a finite number")
+        # the run uses these in float32 (the learning rate tensor, a population's per-member coefficients,
+        # the clips of float32 observations and rewards): beyond its range a value turns inf there, and
+        # the run crashes (the learning rate's fill) or trains into NaN weights
+        if getattr(cfg, name) > FLOAT32_MAX:  # below 0 each is refused further on
+            bad(name, f"must be at most {FLOAT32_MAX:.4g} (float32's largest value, which the run computes in)")
     if cfg.target_kl is not None and not (math.isfinite(cfg.target_kl) and cfg.target_kl > 0):
         bad("target_kl", "must be a positive number or none")
+    if cfg.target_kl is not None and cfg.target_kl > FLOAT32_MAX:
+        bad("target_kl", f"must be at most {FLOAT32_MAX:.4g} (float32's largest value, which the run computes in), or none for no limit")
     if cfg.stop_return is not None and not math.isfinite(cfg.stop_return):
         bad("stop_return", "must be a finite number or none")
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "threads", "stop_episodes"):

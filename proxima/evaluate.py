@@ -45,7 +45,9 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
     ``video``: a file for env 0's first episode (FrameRecorder says which frames; video.write_video
     the formats), checked with the env's first frame before any episode runs; ``result["video"]``
     is the path written. A video that cannot be written after the episodes is a VideoError that
-    holds the result (write_episode_video).
+    holds the result (write_episode_video). A NaN/inf reward or observation from an env during its
+    episode is a NonFiniteError naming the env index and the step (first_episodes): no result
+    with a NaN mean is returned, nor written as JSON.
     """
     if not getattr(policy, "env_trusted", True):
         from .envs.gym_adapter import refuse_recorded_env
@@ -66,7 +68,8 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
         with torch.random.fork_rng(devices=devices):  # stochastic actions drawn from ``seed``'s stream
             torch.manual_seed(seed)
             returns, lengths, finished = first_episodes(env, obs, lambda o: policy.batched_act(o, deterministic=deterministic),
-                                                        max_steps, before_step=recorder.before_step if recorder else None)
+                                                        max_steps, before_step=recorder.before_step if recorder else None,
+                                                        env_id=policy.env_id, env_kwargs=eval_env_kwargs(policy))
     finally:
         env.close()
     result = summarize(policy.env_id, returns, lengths, deterministic, finished, max_steps)
@@ -90,12 +93,17 @@ def write_episode_video(frames: list, video: str, result: dict) -> str:
         raise error from None
 
 
+def eval_env_kwargs(policy) -> Optional[dict]:
+    """The env kwargs the evaluation builds ``policy``'s env with (given, or the checkpoint's recorded ones)."""
+    return getattr(policy, "env_kwargs", policy.config.get("env_kwargs"))
+
+
 def make_eval_env(policy, episodes: int, backend: str, seed: int, render_mode: Optional[str] = None):
     """``episodes`` envs of the policy's env, built with its env_kwargs (checkpoint.Policy: given,
     or the checkpoint's recorded ones for the recorded env id). A build that fails with the recorded
     kwargs names the checkpoint they come from (not config.yaml, which eval never reads), so the
     user knows they can replace them."""
-    kwargs = getattr(policy, "env_kwargs", policy.config.get("env_kwargs"))
+    kwargs = eval_env_kwargs(policy)
     check_eval_fits(policy, episodes, backend, kwargs)
     try:
         # training=False: Atari plays full games with raw rewards (no episodic life, no reward clipping)
@@ -179,12 +187,19 @@ class FrameRecorder:
         self.steps += 1
 
 
-def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None) -> tuple:
+def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None, env_id: Optional[str] = None,
+                   env_kwargs: Optional[dict] = None, env_name=None) -> tuple:
     """Step ``env`` (from ``obs``) with ``act(obs) -> action`` (the agent's actions: Discrete indices from 0,
     the env's ``action_offset`` added here) until every env finished its first
     episode or ``max_steps`` steps ran; returns (returns float64 (N,), lengths int64 (N,), finished
     bool (N,)) of those episodes (an unfinished one's sums so far). ``before_step(finished)`` is
-    called before each step (video frames)."""
+    called before each step (video frames).
+
+    A NaN/inf reward of an env in its first episode, or observation it is about to act on (the
+    reset's included), raises NonFiniteError naming the field, the env index (``env_name(n)``,
+    default ``env n``) and the evaluation step; with ``env_id`` the line ends with the check-env
+    command (``env_kwargs``: the env's). Values after an env's first episode count for nothing and are
+    not judged. Checked on the device each step and read with the per-step "all finished?" read."""
     n = obs.shape[0]
     returns = torch.zeros(n, dtype=torch.float64, device=env.device)
     lengths = torch.zeros(n, dtype=torch.int64, device=env.device)
@@ -192,17 +207,66 @@ def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None
     # ``act`` gives the agent's indices, a BatchedEnv takes its space's values (start added); an env that is
     # not one (duck-typed, no action_offset) takes the actions as they come
     offset = getattr(env, "action_offset", None)
-    for _ in range(max_steps):
+    check = _NonFiniteCheck(env_id, env_kwargs, env_name)
+    check.reset(obs)
+    for step in range(1, max_steps + 1):
         if before_step is not None:
             before_step(finished)
         action = act(obs)
         obs, reward, terminated, truncated, _ = env.step(action if offset is None else action + offset)
+        bad_reward = ~finished & ~torch.isfinite(reward)
         returns += torch.where(finished, 0.0, reward.to(torch.float64))
         lengths += (~finished).to(torch.int64)
         finished |= terminated | truncated
-        if bool(finished.all()):
+        bad_obs = ~finished & ~_finite_rows(obs)  # acted on at the next step
+        all_done, broken = torch.stack((finished.all(), bad_reward.any() | bad_obs.any())).tolist()  # one host read a step
+        if broken:
+            check.fail(step, reward, bad_reward, obs, bad_obs)
+        if all_done:
             break
     return returns, lengths, finished
+
+
+def _finite_rows(obs: torch.Tensor) -> torch.Tensor:
+    """(N,) bool: every value of each env's observation is finite (integer observations always are)."""
+    flat = obs.reshape(obs.shape[0], -1)
+    if not flat.is_floating_point():
+        return torch.ones(flat.shape[0], dtype=torch.bool, device=flat.device)
+    return torch.isfinite(flat).all(-1)
+
+
+class _NonFiniteCheck:
+    """first_episodes' error lines: as training's guards word them (guards.py), with the evaluation's step."""
+
+    def __init__(self, env_id: Optional[str], env_kwargs: Optional[dict], env_name):
+        self.env_id, self.env_kwargs = env_id, env_kwargs
+        self.name = env_name or (lambda i: f"env {i}")
+
+    def _hint(self, call: str) -> str:
+        if self.env_id is None:
+            return ""
+        from .envs.gym_adapter import check_env_cmd
+
+        return f"; check the env's {call}() with: {check_env_cmd(self.env_id, self.env_kwargs)}"
+
+    def reset(self, obs: torch.Tensor) -> None:
+        bad = ~_finite_rows(obs)
+        if bool(bad.any()):
+            from .guards import NonFiniteError, fmt_values
+
+            i = int(torch.nonzero(bad)[0, 0])
+            raise NonFiniteError(f"non-finite observation {fmt_values(obs[i])} from {self.name(i)} at the evaluation's "
+                                 f"reset{self._hint('reset')}")
+
+    def fail(self, step: int, reward: torch.Tensor, bad_reward: torch.Tensor, obs: torch.Tensor, bad_obs: torch.Tensor) -> None:
+        from .guards import NonFiniteError, fmt_values
+
+        # at one step the reward is named before the observation (a failure path: these reads cost nothing)
+        field, values, bad = ("reward", reward, bad_reward) if bool(bad_reward.any()) else ("observation", obs, bad_obs)
+        i = int(torch.nonzero(bad)[0, 0])
+        value = fmt_values(values[i])
+        raise NonFiniteError(f"non-finite {field} {value} from {self.name(i)} at evaluation step {step} (its first "
+                             f"episode){self._hint('step')}")
 
 
 def summarize(env_id: str, returns: torch.Tensor, lengths: torch.Tensor, deterministic: bool,

@@ -53,10 +53,12 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
     those (n: the members used, left_out: [dir, why] of a NaN or infinite one; mean_ci/iqm_ci None for
     n < 2; few: n < 5), with the interval's resamples, level, rng and ci_note (the n < 5 caveat, else None). Raises PopulationError for a broken population.json or a missing member directory,
     CheckpointError naming the member without a checkpoint or the checkpoint that does not load (both
-    before any member is evaluated).
+    before any member is evaluated), NonFiniteError naming the member's directory, the env and the
+    step when its env returns NaN/inf during its evaluation (evaluate.first_episodes).
     """
     from .checkpoint import load_checkpoint, load_policy
     from .evaluate import evaluate
+    from .guards import NonFiniteError
 
     run_dir = Path(run_dir)
     settings = read_settings(run_dir)
@@ -70,9 +72,12 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
         for member_seed, d in s.members:
             policy = load_policy(checkpoints[d], device=device, env_id=env_id, trust_env=trust_env, env_kwargs=env_kwargs)
             eval_seed = seed if seed is not None else int(policy.config["seed"]) + 1_000_000
-            result = evaluate(policy, episodes=episodes, deterministic=deterministic, seed=eval_seed,
-                              backend=backend or policy.config.get("backend", "auto"),
-                              **({} if max_steps is None else {"max_steps": max_steps}))
+            try:
+                result = evaluate(policy, episodes=episodes, deterministic=deterministic, seed=eval_seed,
+                                  backend=backend or policy.config.get("backend", "auto"),
+                                  **({} if max_steps is None else {"max_steps": max_steps}))
+            except NonFiniteError as e:  # the env's NaN/inf, not the member's: the line says whose evaluation met it
+                raise NonFiniteError(f"{d}: {e}") from None
             rows[d] = {"dir": d.name, "seed": member_seed, "settings": s.settings, "checkpoint": str(checkpoints[d]),
                        "eval_seed": eval_seed, **result}
             if d.name in s.diverged:  # evaluated as asked (its last finite weights), but no result of training
@@ -135,5 +140,5 @@ def cmd_eval_population(args, device, env_kwargs: Optional[dict] = None) -> int:
                                  device=device, backend=args.backend, env_id=args.env, trust_env=args.trust_run,
                                  best=args.best, on_member=progress, max_steps=getattr(args, "max_steps", None),
                                  env_kwargs=env_kwargs)
-    print(json.dumps(result) if args.json else format_summary(result))
+    print(json.dumps(result, allow_nan=False) if args.json else format_summary(result))  # strict JSON: no bare NaN
     return 0

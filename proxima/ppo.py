@@ -266,7 +266,8 @@ def update(agent, optimizer: torch.optim.Optimizer, batch: dict, cfg, grad_step:
     grad_step(mb) -> dict of loss terms: one optimizer step on a minibatch (``make_grad_step``; the
     trainer may pass a compiled one). permutation(b, device, generator) -> (b,) indices of one epoch
     (default ``minibatch_permutation``; a population passes per-member ones). Returns the mean of each loss term over the minibatches run,
-    plus ``nonfinite`` (bool tensor: some loss or gradient was NaN/inf). ValueError when the batch
+    plus ``nonfinite`` (bool tensor: some loss or gradient was NaN/inf) and, given an ``agent``,
+    ``nonfinite_weights`` (bool tensor: a parameter is NaN/inf after the last step). ValueError when the batch
     of B rows does not split into ``cfg.num_minibatches`` equal minibatches (B not a multiple of it,
     or fewer rows than minibatches); the config's check makes B a multiple for training.
     """
@@ -299,8 +300,26 @@ def update(agent, optimizer: torch.optim.Optimizer, batch: dict, cfg, grad_step:
             n += 1
             # the one host sync of the update, only when target_kl is set
             if cfg.target_kl is not None and bool(out["approx_kl"] > cfg.target_kl):
-                return {k: v / n if k != "nonfinite" else v for k, v in totals.items()}
-    return {k: (v / n if k != "nonfinite" else v) for k, v in totals.items()}
+                return _with_weights_check(agent, {k: v / n if k != "nonfinite" else v for k, v in totals.items()})
+    return _with_weights_check(agent, {k: (v / n if k != "nonfinite" else v) for k, v in totals.items()})
+
+
+def _with_weights_check(agent, metrics: dict) -> dict:
+    """``metrics`` plus ``nonfinite_weights`` when there is an ``agent`` (a population passes None:
+    its MemberAdam refuses a step that would make a member's weights non-finite). Each step's
+    ``nonfinite`` judges the loss and gradient norm computed before its optimizer step, so an
+    overflowing last step (a huge --lr) would otherwise leave inf/NaN weights for the checkpoint.
+    One fused reduction on the device, read with the iteration's other metrics: no host sync here,
+    and nothing a CUDA graph cannot record (the whole update is captured, this check with it)."""
+    if agent is None:
+        return metrics
+    params = [p.detach() for p in agent.parameters()]
+    if params:
+        # the inf-norm: propagates NaN (max_propagate_nan on CUDA) and, unlike a 2-norm, cannot
+        # overflow for finite weights, so only a truly non-finite weight trips it
+        largest = torch.stack(torch._foreach_norm(params, float("inf")))
+        metrics["nonfinite_weights"] = ~torch.isfinite(largest).all()
+    return metrics
 
 
 def minibatch_permutation(b: int, device: torch.device, generator: Optional[torch.Generator] = None) -> torch.Tensor:

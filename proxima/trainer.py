@@ -256,8 +256,9 @@ class Trainer:
         """Train until ``num_iterations``; checkpoint every ``checkpoint_every`` iterations and at the end.
 
         SIGINT/SIGTERM: finish the iteration, checkpoint, raise TrainingInterrupted (exit 128+signum).
-        NaN/inf from an env, in the loss or in the gradients: NonFiniteError naming the last good
-        checkpoint (nothing is written for the bad iteration); an exception from the env's code:
+        NaN/inf from an env (an --eval-every evaluation's too), in the loss or in the gradients, or in
+        the weights after the update: NonFiniteError naming the last good checkpoint (nothing is
+        written for the bad iteration); an exception from the env's code:
         EnvError naming the env, its step and the last good checkpoint. ``stop_after`` (a test hook) acts as a
         SIGINT arriving during iteration ``stop_after`` (counted from the start of the run).
         """
@@ -309,6 +310,10 @@ class Trainer:
                         raise NonFiniteError(f"non-finite loss or gradient in the update at global step {self.global_step} "
                                              f"(iteration {self.iteration}); {self._last_good(last_ckpt)}; "
                                              "try a lower --lr or --max-grad-norm, or --norm-obs/--norm-reward")
+                    if metrics.get("nonfinite_weights"):  # the update's last Adam step overflowed: never saved
+                        raise NonFiniteError(f"non-finite weights after the update's last optimizer step at global step "
+                                             f"{self.global_step} (iteration {self.iteration}); {self._last_good(last_ckpt)}; "
+                                             "try a lower --lr")
                     self.elapsed = time.perf_counter() - t_start
                     sps = self.steps_per_iteration / max(time.perf_counter() - t_iter, 1e-9)
                     row = _metric_row(metrics, sps, self.optimizer, self.elapsed)
@@ -316,7 +321,11 @@ class Trainer:
                     # before an evaluation, whose best.pt holds the window: resumed from, it stops where this run does
                     self.stopped_at_return = target.add(float(metrics["ep_return_sum"]), int(metrics["ep_count"]))
                     if self._eval_due():  # every rank: rank 0 evaluates, all write best.pt (their pieces)
-                        row.update(self._evaluate_now())
+                        try:
+                            row.update(self._evaluate_now())
+                        except (NonFiniteError, EnvError) as e:  # before this iteration's row, best.pt or checkpoint
+                            raise type(e)(f"{e}; in the --eval-every evaluation at global step {self.global_step}; "
+                                          f"{self._last_good(last_ckpt)}") from None
                     if self.logger is not None:
                         self.logger.log(self.iteration, self.global_step, row)
                     if resumed and self.dist.is_main and not getattr(self, "_stale_eval_gone", False):
@@ -399,7 +408,8 @@ class Trainer:
         finally:
             ckpt.set_rng_state(rng)
         mean = float(result["mean_return"])
-        improved = self.best_eval is None or mean > self.best_eval
+        # a NaN best would compare false with every later mean and be refused in every later checkpoint
+        improved = math.isfinite(mean) and (self.best_eval is None or mean > self.best_eval)
         return mean, float(result["std_return"]), mean if improved else self.best_eval, improved
 
     def _checkpoint_due(self) -> bool:
@@ -624,6 +634,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             # under --quiet too: a warning that the run trains other than typed, not a summary line
             if not resumed and dctx.is_main and "total_timesteps" in (overrides or {}):
                 _note_whole_iterations(config, dctx.world_size)
+            if dctx.is_main:
+                _note_compile_mode(config, overrides if overrides is not None else set_fields(config))
             trainer = Trainer(config, run_dir=run_dir, resume_state=state, argv=argv, quiet=quiet)
             if not resumed:  # the env built: now take the directory (nothing is written before this)
                 dctx.from_main(lambda: session.claim_fresh(trainer.run_dir, overwrite, restart))
@@ -701,6 +713,14 @@ def _note_whole_iterations(cfg: PPOConfig, world_size: int) -> None:
               f"({steps // per:,} iterations)", file=sys.stderr)
 
 
+def _note_compile_mode(cfg: PPOConfig, typed: dict) -> None:
+    """A note on stderr when --compile-mode was given but the run does not compile: the mode would
+    otherwise be dropped without a word. Not refused: compile_mode is resume-safe, and a run compiled
+    with a mode resumes with --no-compile, its recorded mode kept for a later --compile."""
+    if "compile_mode" in typed and not cfg.compile:
+        print(f"proxima: note: --compile-mode {cfg.compile_mode} has no effect without --compile", file=sys.stderr)
+
+
 def _note_action_scale(env_id: str, action_space) -> None:
     """A note on stderr when a Box action space is far from the policy's unit scale (spaces.action_scale_note)."""
     from .envs.spaces import action_scale_note
@@ -725,9 +745,9 @@ def finish_run(trainer: Trainer, quiet: bool) -> None:
         try:
             policy = ckpt.load_policy(last, device=trainer.device, env_id=cfg.env_id)
             result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend)
-        except (EnvError, ckpt.CheckpointError) as e:
-            # the eval envs could not be built, raised (or broke the env contract) mid-episode, or do not
-            # fit the policy read back: training itself is done, and the line says so
+        except (EnvError, NonFiniteError, ckpt.CheckpointError) as e:
+            # the eval envs could not be built, raised (or broke the env contract) or returned NaN/inf
+            # mid-episode, or do not fit the policy read back: training itself is done, and the line says so
             raise type(e)(f"{e}; training finished, its checkpoints are kept ({last})") from None
         path = trainer.run_dir / "eval.json"
         # the step it evaluates: a reader tells a final evaluation from one a later resume left behind
@@ -735,7 +755,8 @@ def finish_run(trainer: Trainer, quiet: bool) -> None:
         try:
             from .atomic import write_atomic
 
-            write_atomic(path, json.dumps(result, indent=2))  # whole or not at all, never through a planted link
+            # whole or not at all, never through a planted link; strict JSON (evaluate refuses NaN/inf values)
+            write_atomic(path, json.dumps(result, indent=2, allow_nan=False))
         except OSError as e:
             from .diskspace import write_error
 
