@@ -592,7 +592,10 @@ class Population:
                 # as Policy.act: the env gets the action clipped to its bounds
                 return action if bounds is None else torch.clamp(action, bounds[0], bounds[1])
 
-            returns, lengths, finished = first_episodes(env, obs, act, max_steps)
+            # a NaN/inf names the member and its env, not the batched env's row p * E + e
+            returns, lengths, finished = first_episodes(env, obs, act, max_steps, env_id=self.cfg.env_id,
+                                                        env_kwargs=self.cfg.env_kwargs,
+                                                        env_name=lambda n: f"member {n // E} env {n % E}")
         finally:
             env.close()
         rows = [slice(p * E, (p + 1) * E) for p in range(P)]

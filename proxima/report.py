@@ -237,12 +237,13 @@ def evaluate_latest(run_dir: Path, episodes: int, device: str = "cpu") -> dict:
     from .checkpoint import CheckpointError, load_policy
     from .envs import EnvError
     from .evaluate import evaluate
+    from .guards import NonFiniteError
 
     try:
         policy = load_policy(run_dir, device=device)
         # seed None: the end-of-training eval's (evaluate.default_seed)
         result = evaluate(policy, episodes=episodes, backend=policy.config.get("backend", "auto"))
-    except (CheckpointError, EnvError) as e:
+    except (CheckpointError, EnvError, NonFiniteError) as e:  # a NaN the env returned: the report says so, goes on
         in_progress = _in_progress(run_dir)
         if in_progress and not any((run_dir / "checkpoints").glob("step_*.pt")):
             return {"error": f"could not evaluate: the run is in progress ({in_progress}) and has no checkpoint yet"}
