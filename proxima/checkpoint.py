@@ -13,6 +13,7 @@ import os
 import pickle
 import random
 import re
+import shlex
 import stat
 import threading
 import zipfile
@@ -213,9 +214,19 @@ def prune_checkpoints(run_dir: Union[str, Path], keep: int) -> None:
 
 def save_train_state(run_dir: Union[str, Path], state: dict, keep: int) -> Path:
     check_own_folder(run_dir)
+    config = state.get("config") or next(iter(state.get("configs") or []), None)
+    entry = _entry_point_of(config.get("env_id")) if isinstance(config, dict) else None
+    if entry is not None:  # read where the user's code has not registered the id, it names the module to give
+        state["env_entry_point"] = entry
     path = atomic_torch_save(state, checkpoint_path(run_dir, int(state["global_step"])))
     prune_checkpoints(run_dir, keep)
     return path
+
+
+def _entry_point_of(env_id) -> Optional[str]:
+    from .envs import registered_entry_point
+
+    return registered_entry_point(env_id) if isinstance(env_id, str) else None
 
 
 def set_aside_newer(checkpoint: Union[str, Path], global_step: Optional[int] = None) -> Optional[Path]:
@@ -518,12 +529,24 @@ def no_checkpoint_error(path: Path) -> CheckpointError:
         return CheckpointError(f"{odd[-1]}: {not_a_file(odd[-1])}{more}; {path} has no checkpoint file to load")
     if not any((path / name).is_file() for name in _RUN_FILES):
         return CheckpointError(f"{path}: not a Proxima run directory (no checkpoints/step_*.pt inside)")
+    from .population_run import POPULATION_FILE
     from .rundir import holder_alive, read_lock
 
-    info = read_lock(path)
-    state = "is in progress and " if info and holder_alive(info) else ""
-    return CheckpointError(f"{path}: the run {state}has no checkpoint yet (one is written every --checkpoint-every N "
-                           "iterations and at the end); wait for its first, or train with a smaller --checkpoint-every")
+    population = path.parent if (path.parent / POPULATION_FILE).is_file() else None  # a member: its population holds the lock
+    info = read_lock(population or path)
+    if info and holder_alive(info):
+        return CheckpointError(f"{path}: the run is in progress and has no checkpoint yet (one is written every "
+                               "--checkpoint-every N iterations and at the end); wait for its first, or train with a "
+                               "smaller --checkpoint-every")
+    # no trainer holds it: it stopped (an env failure, a kill) before its first checkpoint, and never writes one
+    stopped = (f"{path}: the {'population' if population else 'run'} stopped before its first checkpoint (one is written "
+               "every --checkpoint-every N iterations and at the end), so there is nothing to evaluate or resume; ")
+    if population is not None:
+        return CheckpointError(stopped + f"train the population {population} again from the start: its command "
+                               f"({POPULATION_FILE}) with --overwrite")
+    again = (f"proxima train --config {shlex.quote(str(path / 'config.yaml'))} --resume auto" if (path / "config.yaml").is_file()
+             else f"proxima train ENV_ID --run-dir {shlex.quote(str(path))} --overwrite")
+    return CheckpointError(stopped + f"train it again from the start: {again} (its files are moved aside)")
 
 
 def load_resumable(path: Union[str, Path], allow_population: bool = False) -> dict:
@@ -825,15 +848,21 @@ class Policy:
             obs_normalizer.eval()
         self.config, self.env_id = config, env_id or config["env_id"]
         #: the constructor arguments evaluate() builds the env with: ``env_kwargs`` when given, else
-        #: the recorded ones (the checkpoint's config) for the recorded env id only: another env's constructor
-        #: was not written for them
-        self.env_kwargs_recorded = env_kwargs is None and self.env_id == config.get("env_id")
+        #: the recorded ones (the checkpoint's config) for the recorded env (its id, or the id's
+        #: ``module:EnvId`` form, envs.same_env) only: another env's constructor was not written for them
+        from .envs import same_env
+
+        recorded = config.get("env_id")
+        self.env_kwargs_recorded = env_kwargs is None and isinstance(recorded, str) and same_env(self.env_id, recorded)
         if env_kwargs is not None:
             self.env_kwargs = dict(env_kwargs)
         else:
             self.env_kwargs = dict(config.get("env_kwargs") or {}) if self.env_kwargs_recorded else {}
         #: False when env_id came from the file and names a module to import: evaluate() refuses it
         self.env_trusted = env_trusted
+        #: the registration's entry point the checkpoint recorded (save_train_state), for the line
+        #: naming the module to give when the id is not registered here; None when unknown
+        self.env_entry_point: Optional[str] = None
         self.observation_space, self.action_space = observation_space, action_space
         self.device, self.path = torch.device(device), path
 
@@ -1153,7 +1182,8 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
     only built by :func:`proxima.evaluate.evaluate` when the caller names it (``env_id``, the
     ``--env`` flag) or trusts the file (``trust_env``, ``--trust-run``). ``env_kwargs`` (``--env-kwargs``)
     replace the recorded constructor arguments; without it the recorded ones are used for the
-    recorded env id, none for another ``env_id``.
+    recorded env id (also given as ``module:EnvId``, the module that registers a recorded id: a run
+    trained from Python records the id alone), none for another ``env_id``.
     """
     from .device import resolve_device
     from .envs.gym_adapter import imports_code, treat_as_data
@@ -1181,8 +1211,11 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
         release()
     recorded = str(state["config"].get("env_id", ""))
     trusted = env_id is not None or trust_env or not imports_code(recorded)
-    return Policy(agent, obs_norm, state["config"], obs_space, act_space, device, state["path"], env_id=env_id, env_trusted=trusted,
-                  env_kwargs=env_kwargs)
+    policy = Policy(agent, obs_norm, state["config"], obs_space, act_space, device, state["path"], env_id=env_id,
+                    env_trusted=trusted, env_kwargs=env_kwargs)
+    entry = state.get("env_entry_point")
+    policy.env_entry_point = entry if isinstance(entry, str) else None
+    return policy
 
 
 def run_dir_of(checkpoint: Union[str, Path]) -> Path:

@@ -509,6 +509,7 @@ def cmd_eval(args) -> int:
                 raise CheckpointError(f"{args.path}: no checkpoints/best.pt (written when training with --eval-every N)")
         policy = load_policy(path, device=resolve_device(args.device),  # one-line error for a bad --device
                              env_id=args.env, trust_env=args.trust_run, env_kwargs=env_kwargs)
+        _check_registered(policy)
         # seed None: evaluate's default, the run's seed + 1,000,000 (the end-of-training eval's)
         result = evaluate(policy, episodes=args.episodes, deterministic=not args.stochastic, seed=args.seed,
                           backend=args.backend or policy.config.get("backend", "auto"), video=args.video, max_steps=args.max_steps)
@@ -523,6 +524,17 @@ def cmd_eval(args) -> int:
         if result.get("video"):
             print(f"video: {result['video']}")
     return 0
+
+
+def _check_registered(policy) -> None:
+    """EnvError naming the --env to give when the run's env id is not registered in this process (a
+    run trained from Python after importing the module that registers it): building it would only
+    say "unknown env id"."""
+    from .envs import EnvError, unregistered, unregistered_line
+
+    if policy.env_id == policy.config.get("env_id") and unregistered(policy.env_id):
+        kept = bool(policy.env_kwargs) and policy.env_kwargs_recorded
+        raise EnvError(unregistered_line(policy.env_id, policy.path, "--env {env}", policy.env_entry_point, kwargs=kept))
 
 
 # ------------------------------------------------------------------------------------ presets
@@ -555,7 +567,8 @@ def cmd_presets(args) -> int:
 def add_trust_flags(p: argparse.ArgumentParser, command: str, env_help: str = "") -> None:
     """--env / --trust-run: the two ways a user allows a recorded module:Class env id to be imported."""
     p.add_argument("--env", default=None, metavar="ENV_ID", help="the env to build, named by you: needed when the run's "
-                   "env is module:Class (a run directory is data; its recorded env id is never imported on its own)" + env_help)
+                   "env is module:Class (a run directory is data; its recorded env id is never imported on its own), or "
+                   "an id the training code registered itself (MODULE:ID: the module whose import registers ID)" + env_help)
     p.add_argument("--trust-run", action="store_true", help=f"trust this run's files: let {command} import the module:Class env they record")
 
 
@@ -615,8 +628,8 @@ def build_parser() -> ArgParser:
     p.add_argument("--backend", default=None, choices=("auto", "native", "gymnasium", "envpool"), help="env backend (default: the run's)")
     p.add_argument("--video", default=None, metavar="FILE", help="record env 0's first episode to FILE (.mp4, .mov, .mkv, .webm or .gif; no suffix: .mp4)")
     p.add_argument("--best", action="store_true", help="evaluate the run's best checkpoint (checkpoints/best.pt, kept by --eval-every) instead of its latest")
-    add_trust_flags(p, "eval", env_help=" (another env id than the run's is built without the run's --env-kwargs; "
-                    "give its own with --env-kwargs)")
+    add_trust_flags(p, "eval", env_help=" (another env id than the run's, or than MODULE:ID of the run's ID, is built "
+                    "without the run's --env-kwargs; give its own with --env-kwargs)")
     p.add_argument("--env-kwargs", default=None, metavar="JSON", help="keyword arguments of the env's constructor as JSON, "
                    "e.g. '{\"continuous\": true}', instead of those recorded in the checkpoint (as in the run's config.yaml) ('{}': none)")
     p.set_defaults(func=cmd_eval)

@@ -370,6 +370,10 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
             _record_resume(dirs, pop.iteration * pop.steps_per_member, device.type == "cpu")
         wall, finished = _train_loop(pop, run_dir, dirs, recorded_seeds, recorded_sweep, quiet=quiet, stop_after=stop_after,
                                      elapsed=float(state.get("elapsed", 0.0)), last_checkpoint=Path(path))
+        if not trains:
+            # the checkpoint's elapsed was taken before the final save: the time the run printed and
+            # recorded stays, so `proxima report` and this resume's line say what the run said
+            wall = _recorded_wall(run_dir, wall)
         _finish(run_dir, pop, dirs, recorded_seeds, recorded_sweep, wall, evaluate_at_end, quiet)
     except TrainingInterrupted as e:
         outside.__exit__()
@@ -382,6 +386,16 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
             pop.close()
         session.release()
     return run_dir
+
+
+def _recorded_wall(run_dir: Path, default: float) -> float:
+    """population.json's wall_seconds (the training time the run recorded at its end), else ``default``."""
+    try:
+        wall = read_population_doc(run_dir).get("wall_seconds")
+    except ckpt.CheckpointError:
+        return default
+    ok = isinstance(wall, (int, float)) and not isinstance(wall, bool) and math.isfinite(wall) and wall >= 0
+    return float(wall) if ok else default
 
 
 def _stopped_outside(e: TrainingInterrupted, run_dir: Path, finished: Optional[Path],
@@ -451,9 +465,8 @@ def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[st
     written before they were reset), come back at a member's values, with the note a new population
     prints for those typed."""
     from .config import from_dict
-    from .envs.gym_adapter import refuse_recorded_env
     from .rundir import check_own_entries
-    from .run_setup import apply_resume_overrides
+    from .run_setup import apply_resume_overrides, check_resumed_env, resume_trains
 
     read_population_doc(run_dir)  # rewritten at the end: a damaged one is one line now, not a traceback then
     listed = ckpt.list_checkpoints(run_dir)
@@ -478,16 +491,16 @@ def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[st
         check_own_entries(run_dir, (name,))
         check_own_entries(run_dir / name, root=run_dir)
     check_same_members(run_dir, seeds, sweep, recorded_seeds, recorded_sweep, typed_members)
-    if env_id is not None and env_id != configs[0].env_id:
-        raise ConfigError(f"{path}: the run trains '{configs[0].env_id}', not '{env_id}'; resume continues the same env")
-    if env_id is None and not trust_run:
-        refuse_recorded_env(configs[0].env_id, path, "resume")
+    check_resumed_env(configs[0], state, env_id, trust_run, "resume")
     typed = dict(overrides or {})
     check_resume_flags(typed, recorded_sweep, configs[0], path, recorded_seeds)
     # the same flags for every member; a note (e.g. "the run is complete") is said once
     not_safe = tuple(UNSUPPORTED)
     configs = [apply_resume_overrides(configs[0], typed, state, not_safe)] + [
         _quietly(apply_resume_overrides, c, typed, state, not_safe) for c in configs[1:]]
+    if env_id is not None and env_id != configs[0].env_id and resume_trains(configs[0], state):
+        for c in configs:  # the module form named (run_setup.resumed_config); a complete one's files stay as recorded
+            c.env_id = env_id
     note_single_run_only(typed, quiet)
     return state, [as_member_config(c) for c in configs], names, recorded_seeds, recorded_sweep
 

@@ -226,17 +226,52 @@ def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, override
     named or trusted, and ``overrides`` applied (apply_resume_overrides). Shared by the resume and
     by ``train --resume ... --dry-run``, so a dry run refuses what the resume would."""
     from .distributed import check_rank_pieces
-    from .envs.gym_adapter import refuse_recorded_env
     from .train_state import check_counters
 
     check_rank_pieces(state)  # a multi-process best.pt of older versions: rank 0's envs only
     recorded = from_dict(state["config"], source=state["path"])
     check_counters(state, batch_size(recorded))  # before any of them is used (apply_resume_overrides)
-    if env_id is not None and env_id != recorded.env_id:
+    check_resumed_env(recorded, state, env_id, trust_run, command)
+    config = apply_resume_overrides(recorded, overrides or {}, state)
+    if env_id is not None and env_id != recorded.env_id and resume_trains(config, state):
+        # the module form the user named: every process that builds the env (torchrun's ranks too)
+        # imports the module, and the checkpoints from here on name it. A resume that trains nothing
+        # leaves config.yaml as the run recorded it
+        config.env_id = env_id
+    return config
+
+
+def check_resumed_env(recorded: PPOConfig, state: dict, env_id: Optional[str], trust_run: bool, command: str) -> None:
+    """What a resume refuses of the env: an ``env_id`` (``--env``) that is not the run's (the same id,
+    or its ``module:EnvId`` form, whose module is imported here and must register it), a recorded
+    module env neither named nor trusted, and a recorded id this process has not registered (a run
+    trained from Python after importing the module that registers it), with the --env that builds it."""
+    from .envs import EnvError, check_registers, same_env, unregistered, unregistered_line
+    from .envs.gym_adapter import refuse_recorded_env
+
+    if env_id is not None and not same_env(env_id, recorded.env_id):
         raise ConfigError(f"{state['path']}: the run trains '{recorded.env_id}', not '{env_id}'; resume continues the same env")
+    if env_id is not None and env_id != recorded.env_id:
+        check_registers(env_id)
     if env_id is None and not trust_run:
         refuse_recorded_env(recorded.env_id, state["path"], command)
-    return apply_resume_overrides(recorded, overrides or {}, state)
+    if unregistered(env_id or recorded.env_id):
+        how = "proxima train {env} --resume ..." if command == "train --resume" else "--env {env}"
+        raise EnvError(unregistered_line(recorded.env_id, state["path"], how, state.get("env_entry_point"),
+                                         kwargs=bool(recorded.env_kwargs)))
+
+
+def resume_trains(config: PPOConfig, state: dict) -> bool:
+    """Whether a resume of ``state`` with ``config`` trains a further iteration: one fits in
+    total_timesteps and --stop-return's target is not reached (apply_resume_overrides notes either)."""
+    if config.total_timesteps < int(state["global_step"]) + batch_size(config) * int(state.get("world_size", 1)):
+        return False
+    if config.stop_return is None:
+        return True
+    from .train_state import return_window
+    from .trainer import ReturnTarget
+
+    return ReturnTarget(config.stop_return, config.stop_episodes, return_window(state)).reached() is None
 
 
 def preflight(cfg: PPOConfig, world_size: int = 1):

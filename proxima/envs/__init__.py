@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import torch
@@ -19,6 +20,101 @@ NATIVE_ENVS.setdefault(PixelQuadrant.env_id, PixelQuadrant)  # the image task of
 BACKENDS = ("auto", "native", "gymnasium", "envpool")
 
 __all__ = ["BatchedEnv", "NativeEnv", "EnvError", "GymnasiumEnv", "NATIVE_ENVS", "make_env"]
+
+
+def names_registered_id(given: str, recorded: str) -> bool:
+    """Whether ``given`` is Gymnasium's ``module:EnvId`` form of ``recorded``, a registered id without
+    a module: a run trained from Python after ``import myenvs`` records ``MyReg-v0``, which a command
+    line can only build as ``myenvs:MyReg-v0`` (nothing else imports the module that registers it)."""
+    module, sep, name = str(given).partition(":")
+    return bool(sep and module) and ":" not in str(recorded) and name == str(recorded)
+
+
+def same_env(given: str, recorded: str) -> bool:
+    """Whether the env id a user names (``--env``, train's ENV_ID) is the env a run recorded: the same
+    id, or its ``module:EnvId`` form (names_registered_id)."""
+    return str(given) == str(recorded) or names_registered_id(given, recorded)
+
+
+def check_registers(given: str) -> None:
+    """EnvError unless ``given`` (``module:EnvId``, named by the user, so imported) builds the registered
+    id EnvId: importing the module must register it, and the module must have no attribute of that
+    name, which resolve_env_fn would build instead (without the registration's wrappers and kwargs)."""
+    import gymnasium as gym
+
+    from .gym_adapter import _import_env_module, import_failure_line
+
+    module_name, _, name = str(given).partition(":")
+    try:
+        module = _import_env_module(module_name)
+    except ImportError as e:
+        raise EnvError(import_failure_line(e, module_name, given)) from None
+    except Exception as e:  # the user's module failed as it was imported
+        raise EnvError(f"importing '{module_name}' for env '{given}' raised {type(e).__name__}: {e}") from None
+    if getattr(module, name, None) is not None:
+        raise EnvError(f"--env {given}: module '{module_name}' has an attribute '{name}', which {given} builds instead of "
+                       f"the registered env id '{name}' the run trains; resume it from Python after `import {module_name}` "
+                       "(train(None, resume=RUN))")
+    if name not in gym.registry:
+        raise EnvError(f"--env {given}: importing module '{module_name}' did not register env id '{name}', which the run "
+                       "trains; name the module whose import registers it (gymnasium.register)")
+
+
+def unregistered(env_id: str) -> bool:
+    """True for an env id without a module that this process cannot build: no native env, no Atari
+    game, not in Gymnasium's registry. A run trained from Python on an id its own code registered
+    records it so; read elsewhere, nothing has registered it."""
+    import gymnasium as gym
+
+    env_id = str(env_id)
+    if ":" in env_id or env_id in NATIVE_ENVS or env_id in gym.registry:
+        return False
+    try:
+        return atari.game_name(env_id) is None
+    except EnvError:  # an Atari id refused with its own line when built
+        return False
+
+
+#: a recorded entry point shown in a line: "module.sub:Attr" only (the checkpoint is data)
+_ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]{0,150}:[A-Za-z_][\w.]{0,100}$")
+
+
+def registered_entry_point(env_id: str) -> Optional[str]:
+    """'module:attr' of the registration a plain env id builds, when code other than Gymnasium's own
+    registered it; None otherwise. Checkpoints record it (checkpoint.save_train_state), so a process
+    in which the id is not registered can say which module most likely registers it."""
+    import gymnasium as gym
+
+    if ":" in str(env_id):
+        return None
+    spec = gym.registry.get(str(env_id))
+    entry = getattr(spec, "entry_point", None)
+    if entry is None:
+        return None
+    text = entry if isinstance(entry, str) else f"{getattr(entry, '__module__', '')}:{getattr(entry, '__qualname__', '')}"
+    if text.split(":")[0].split(".")[0] == "gymnasium":
+        return None
+    return text if _ENTRY_POINT.match(text) else None
+
+
+def unregistered_line(env_id: str, source, how: str, entry_point=None, kwargs: bool = False) -> str:
+    """The line for a run's recorded ``env_id`` that is not registered here (unregistered): it names
+    the module to give, from the recorded ``entry_point`` when there is one (the module of its class,
+    which usually registers it too; not '__main__', a script, which no command line can import).
+    ``how``: the flag or command with ``{env}`` where the id to give goes (``--env {env}``)."""
+    module = None
+    if isinstance(entry_point, str) and _ENTRY_POINT.match(entry_point):
+        module = entry_point.partition(":")[0]
+    kept = " (the run's env kwargs are kept)" if kwargs else ""
+    line = f"{source}: env id '{env_id}' is not registered in this process"
+    if module == "__main__":
+        return (f"{line} (the script that trained the run registered it, entry point {entry_point}); move that class and "
+                f"its gymnasium.register call into a module and name it: {how.replace('{env}', f'MODULE:{env_id}')}{kept}")
+    if module is not None:
+        return (f"{line} (the code that trained the run registered it, entry point {entry_point}); name the module whose "
+                f"import registers it, most likely: {how.replace('{env}', f'{module}:{env_id}')}{kept}")
+    return (f"{line} (the code that trained the run registered it); name the module whose import registers it: "
+            f"{how.replace('{env}', f'MODULE:{env_id}')}{kept}")
 
 
 def auto_backend(env_id: str, env_kwargs: Optional[dict] = None) -> str:

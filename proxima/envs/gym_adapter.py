@@ -223,7 +223,11 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
         if env_id in NATIVE_ENVS:  # reached the adapter by --backend gymnasium, or by --env-kwargs under auto
             raise EnvError(native_only_line(env_id, env_kwargs))
         close = difflib.get_close_matches(env_id, sorted(suggestable_ids()), n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(close)}?" if close else "; see `proxima presets` or gymnasium's registry"
+        # an id the user's own module registers is only in the registry once that module is imported:
+        # in a process that has not (the command line), naming the module is the fix
+        hint = (f"; did you mean {', '.join(close)}?" if close else
+                f"; see `proxima presets` or gymnasium's registry; an id your own module registers (gymnasium.register) "
+                f"is given with that module, MODULE:{env_id}, which imports it first")
         raise EnvError(f"unknown env id '{env_id}'{hint}")
 
     return _make_registered(env_id, kwargs)

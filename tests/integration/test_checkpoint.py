@@ -335,8 +335,9 @@ def test_eval_of_a_run_with_no_checkpoint_yet_says_so(tmp_path, capsys):
         (run_dir / name).write_text("")
     assert cli.main(["eval", str(run_dir)]) == 2
     assert one_error_line(capsys.readouterr().err, "proxima eval") == (
-        f"proxima eval: error: {run_dir}: the run has no checkpoint yet (one is written every --checkpoint-every N "
-        "iterations and at the end); wait for its first, or train with a smaller --checkpoint-every")
+        f"proxima eval: error: {run_dir}: the run stopped before its first checkpoint (one is written every "
+        "--checkpoint-every N iterations and at the end), so there is nothing to evaluate or resume; train it again "
+        f"from the start: proxima train --config {run_dir / 'config.yaml'} --resume auto (its files are moved aside)")
     (run_dir / ".proxima.lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))  # training now
     assert cli.main(["eval", str(run_dir)]) == 2
     assert f"{run_dir}: the run is in progress and has no checkpoint yet (" in one_error_line(capsys.readouterr().err, "proxima eval")
