@@ -141,16 +141,19 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
     return cfg
 
 
-def close_field(word: str) -> Optional[str]:
+def close_field(word: str, names=None) -> Optional[str]:
     """The field a misspelt key means: an alias (learning_rate -> lr), a dashed flag name, or the
-    nearest field or alias name (difflib)."""
+    nearest field or alias name (difflib). ``names``: the fields to choose from (default PPOConfig's;
+    rlhf.config passes RLHFConfig's), of ALIASES those that name one of them."""
+    names = list(FIELDS if names is None else names)
+    aliases = {alias: name for alias, name in ALIASES.items() if name in names}
     key = word.strip().lstrip("-").replace("-", "_").lower()
-    if key in FIELDS:
+    if key in names:
         return key
-    if key in ALIASES:
-        return ALIASES[key]
-    close = _close(key, list(FIELDS) + list(ALIASES))
-    return ALIASES.get(close, close) if close else None
+    if key in aliases:
+        return aliases[key]
+    close = _close(key, names + list(aliases))
+    return aliases.get(close, close) if close else None
 
 
 def source_of(cfg: PPOConfig, name: str) -> Optional[str]:
@@ -318,15 +321,75 @@ def _close(word: str, options) -> Optional[str]:
 #: fields that hold a number or None (``none`` on the command line and in YAML)
 OPTIONAL_NUMBERS = ("target_kl", "stop_return")
 
+#: coerce's ``source`` for a value typed on the command line (PPO's cli, rlhf/cli.py): a refusal
+#: names the flag as the user wrote it, not a field of a file
+FLAG_SOURCES = ("flag", "command line")
+
+
+def value_refused(name: str, value: Any, source: str, why: str) -> ConfigError:
+    """The one line refusing ``value`` of field ``name``: ``--num-envs 'x': expected an integer`` for a
+    flag, ``FILE: field 'num_envs' got 'x', expected an integer`` for a file (PPO and RLHF alike).
+    ``why``: ``expected ...``, or a clause of its own (``empty; give ...``)."""
+    if source in FLAG_SOURCES:
+        return ConfigError(f"--{name.replace('_', '-')} {value!r}: {why}")
+    return ConfigError(f"{source}: field '{name}' got {value!r}" + (", " if why.startswith("expected ") else ": ") + why)
+
+
+def is_blank(value: Any) -> bool:
+    """An empty or whitespace-only string: an unset shell variable or a stray quote, never a value
+    (``none`` unsets an optional field): read as "no value" it trained into the default run
+    directory or dropped a preset's --stop-return without a word."""
+    return isinstance(value, str) and not value.strip()
+
+
+def parse_int(text: str) -> int:
+    """An integer typed as text: ``4096``, ``4_096``, or a whole number in e-notation (``1e3``,
+    ``2.5e3``), as every integer flag and field takes it; ValueError for a fraction or other text."""
+    text = text.replace("_", "")
+    if any(c in text for c in ".eE"):
+        number = float(text)
+        if not number.is_integer():  # inf and nan are not either
+            raise ValueError(f"not a whole number: {text!r}")
+        return int(number)
+    return int(text)
+
+
+def int_arg(text: str) -> int:
+    """argparse ``type=`` of an integer option outside PPOConfig (``plot --smooth``): parse_int, so
+    ``1e3`` is taken there as by the config flags; argparse's own line for anything else."""
+    import argparse
+
+    try:
+        return parse_int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+
+
+def expected_text(name: str) -> str:
+    """What field ``name`` takes, as its refusals say it."""
+    f = FIELDS[name]
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    if name in OPTIONAL_NUMBERS:
+        return "a number or none"
+    if name == "run_dir":
+        return "a directory, or none for the default"
+    if name == "device":
+        return "a device: cpu, cuda, cuda:1 or auto"
+    if f.metadata.get("choices"):
+        return "one of " + ", ".join(f.metadata["choices"])
+    return _type_name(default)
+
 
 def coerce(name: str, value: Any, source: str = "config") -> Any:
     """Convert a YAML/CLI value to the field's type; raise ConfigError naming the field."""
     f = FIELDS[name]
     default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-    value = plain(value)
+    value = given = plain(value)  # the refusal names the value as given, not as split or parsed so far
+    if is_blank(value) and name != "env_id":  # env_id '' is validate's (ENV_ID has no flag)
+        raise value_refused(name, value, source, f"empty; give {expected_text(name)}")
     try:
         if name in OPTIONAL_NUMBERS or name == "run_dir":
-            if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "")):
+            if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
                 return None
             if isinstance(value, bool) or (name == "run_dir" and not isinstance(value, (str, int, float))):
                 raise ValueError  # a YAML list or mapping is not a path
@@ -343,9 +406,7 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError
             if isinstance(value, str):
-                value = float(value.replace("_", "")) if any(c in value for c in ".eE") else int(value.replace("_", ""))
-                if isinstance(value, float) and not value.is_integer():
-                    raise ValueError
+                return parse_int(value)
             return int(value)
         if isinstance(default, float):
             if isinstance(value, bool):
@@ -356,10 +417,9 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
                 import json
 
                 try:
-                    value = json.loads(value) if value.strip() else {}
+                    value = json.loads(value)
                 except json.JSONDecodeError as e:
-                    where = f"--{name.replace('_', '-')} {value!r}" if source == "flag" else f"{source}: field '{name}' got {value!r}"
-                    raise ConfigError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+                    raise value_refused(name, value, source, f"not valid JSON ({e.msg} at column {e.colno})") from None
             if value is None:
                 return {}
             if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
@@ -381,9 +441,7 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
     except (TypeError, ValueError, OverflowError):
         pass
     expected = "a number or none" if name in OPTIONAL_NUMBERS else _type_name(default)
-    if source == "flag":  # typed on the command line: name the flag as the user wrote it
-        raise ConfigError(f"--{name.replace('_', '-')} {value!r}: expected {expected}")
-    raise ConfigError(f"{source}: field '{name}' got {value!r}, expected {expected}")
+    raise value_refused(name, given, source, f"expected {expected}")
 
 
 def plain(value: Any) -> Any:
@@ -424,10 +482,11 @@ def _check_json_values(name: str, value: dict, source: str) -> None:
 
 
 def _whole(v: Any) -> int:
-    """One integer of a list field: 64, "64" or 64.0, never 64.7 (truncated) or true (1)."""
+    """One integer of a list field: 64, "64", "1e3" (as an integer field takes it) or 64.0, never
+    64.7 (truncated) or true (1)."""
     if isinstance(v, bool) or (isinstance(v, float) and not v.is_integer()):
         raise ValueError
-    return int(v)
+    return parse_int(v) if isinstance(v, str) else int(v)
 
 
 def _type_name(default: Any) -> str:
@@ -488,6 +547,8 @@ def _check_types(cfg: PPOConfig) -> None:
         if plain(value) is not value:  # numpy scalars (a sweep over np.logspace): the Python values they hold
             value = plain(value)
             setattr(cfg, name, value)
+        if is_blank(value) and name != "env_id":
+            raise ConfigError(f"PPOConfig.{name} = {value!r}: empty; give {expected_text(name).replace('none', 'None')}")
         try:
             coerced = coerce(name, value, "PPOConfig")
             same = same_value(coerced, value)
@@ -566,8 +627,14 @@ def validate(cfg: PPOConfig, world_size: int = 1) -> None:
     batch = cfg.num_envs * cfg.num_steps
     if batch % cfg.num_minibatches:
         bad("num_minibatches", f"must divide the batch num_envs x num_steps = {batch}")
-    if batch // cfg.num_minibatches < 2:
-        bad("num_minibatches", f"gives minibatches of {batch // cfg.num_minibatches} sample; advantage normalization needs at least 2")
+    if batch < 2:  # torch's var of one sample warns and is NaN
+        e = ConfigError(f"one batch (--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}) is 1 step; the update logs the "
+                        "batch's explained variance, which needs at least 2: raise --num-steps or --num-envs")
+        e.fields = ("num_envs", "num_steps")
+        raise e
+    if batch // cfg.num_minibatches < 2 and cfg.norm_adv:  # a minibatch's std; its other terms are per-sample means
+        bad("num_minibatches", f"gives minibatches of {batch // cfg.num_minibatches} sample; advantage normalization needs "
+                               "at least 2 (lower --num-minibatches, or add --no-norm-adv)")
     if cfg.total_timesteps < batch * world_size:
         procs = f" x {world_size} processes" if world_size > 1 else ""
         e = ConfigError(f"one batch (--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}{procs} = {batch * world_size:,} steps) "

@@ -87,6 +87,23 @@ def under_torchrun() -> bool:
     return bool(os.environ.get("TORCHELASTIC_RUN_ID") or (os.environ.get("WORLD_SIZE") and os.environ.get("RANK")))
 
 
+#: a typed --nproc may be at most this many times the CPUs here, on a new run and on a resume alike: a
+#: few processes more than cores still run (a multi-process test on a laptop), a thousand is a typo that
+#: would start a thousand. A count recorded by a run is data and is taken only up to the CPUs
+#: (`proxima resume`: cli.py, rlhf/api.py); above them the user types it, and this limit applies.
+PROCS_PER_CPU = 4
+
+
+def check_nproc(nproc: int) -> None:
+    """ConfigError for a typed --nproc above PROCS_PER_CPU x this machine's CPUs."""
+    cpus = os.cpu_count() or 1
+    limit = PROCS_PER_CPU * cpus
+    if nproc > limit:
+        raise ConfigError(f"--nproc {nproc}: must be at most {limit} ({PROCS_PER_CPU} x this machine's {cpus} "
+                          f"CPU{'s' if cpus != 1 else ''}); give --nproc {limit} or fewer (several machines: torchrun on "
+                          "each, docs/distributed.md)")
+
+
 def _check(nproc: int, argv: list) -> None:
     """Fail fast, in this process, on what would make every rank fail the same way."""
     if nproc < 1:
@@ -130,6 +147,7 @@ def _check(nproc: int, argv: list) -> None:
 
         # every rank would refuse it (train_state.restore) after torchrun started them all
         check_processes(state, nproc, launcher=True)
+        check_nproc(nproc)  # after check_processes: a count other than the run's is told the run's
         check_rank_pieces(state)
         # what every rank checks of the config it resumes with (trainer.train: validate, then the
         # device flags), as a new run's is checked below: --threads 0, --device cuda without CUDA
@@ -142,6 +160,7 @@ def _check(nproc: int, argv: list) -> None:
     from .rundir import RunDirError, check_not_in_use, holds_files, not_empty_message
     from .run_setup import check_run_dir_path, preflight
 
+    check_nproc(nproc)
     cfg = config_from_args(args, "proxima train")
     validate(cfg, nproc)
     preflight(cfg, nproc)  # device flags, the env, memory: what every rank would refuse alike

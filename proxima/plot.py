@@ -24,6 +24,8 @@ them (``2 of 3 members; m001 diverged at iteration 4``). A member directory (``R
 a plain run. Population and plain run directories can be mixed. Of several directories, those that
 are not PPO runs with the metric (an RLHF run, a folder without metrics.csv) or hold no value of it
 (no episode finished yet) are skipped with a line; a run given alone is the error line instead.
+On the command line, a path that does not exist or is a file is an error however many are given
+(a typo, not a folder to skip).
 
 Rows where a metric was not measured (an empty CSV cell, e.g. no episode finished in that
 iteration) are skipped, and so is a last row a kill cut short; a line that is not a metrics row
@@ -51,6 +53,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 
+from .config import int_arg
 from .terminal import printable
 
 DEFAULT_METRIC = "charts/episodic_return"
@@ -711,7 +714,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME",
                    help=f"any metrics.csv column, e.g. losses/value_loss (default {DEFAULT_METRIC})")
     p.add_argument("--x", default="step", choices=tuple(X_COLUMNS), help="x axis: global step or wall time in seconds (default step)")
-    p.add_argument("--smooth", type=int, default=1, metavar="K", help="trailing moving average over K points (default 1: none)")
+    p.add_argument("--smooth", type=int_arg, default=1, metavar="K", help="trailing moving average over K points (default 1: none)")
     p.add_argument("--stat", default=None, choices=tuple(STATS), help="the line over several runs or members: mean or "
                    "interquartile mean (default: iqm for a population's settings, mean for a group of runs)")
     p.add_argument("--band", default=None, choices=tuple(BANDS), help="the shaded band: min-max over runs, mean +- 1 std, "
@@ -732,6 +735,11 @@ def register(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     prog = "proxima plot"
     out = args.out
+    for d in args.run_dirs:  # a typo among several would be skipped with a note, and the plot made of the rest
+        problem = "no such directory" if not os.path.exists(d) else None if os.path.isdir(d) else "a file, not a run directory"
+        if problem:
+            sys.stderr.write(f"{prog}: error: {printable(f'{d}: {problem}')}\n")
+            return 2
     run_dirs = unique_dirs(args.run_dirs)  # `plot RUN RUN` is one run: its curve goes where one run's goes
     if out is None:
         out = run_dirs[0] / "curve.png" if len(run_dirs) == 1 else Path("curve.png")

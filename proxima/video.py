@@ -71,7 +71,15 @@ def _ffmpeg_encoders() -> frozenset:
 def check_video_path(path: Union[str, Path]) -> None:
     """VideoError (one line naming the file) when ``write_video`` could not write ``path``: an
     unsupported suffix, an ffmpeg without the suffix's encoder, a parent that is a file. Call it
-    before collecting frames, so a bad name fails before an evaluation, not after it."""
+    before collecting frames, so a bad name fails before an evaluation, not after it. A name that
+    names no file (empty, ``.``, ``..``, a trailing slash, an existing directory) is refused, not
+    made ``<folder>.mp4`` beside that folder."""
+    import os
+
+    text = os.fspath(path)
+    if not text.strip() or text.endswith(tuple(filter(None, ("/", os.sep, os.altsep)))) or os.path.basename(text) in (".", "..") or os.path.isdir(text):
+        shown = text if text.strip() else repr(text)
+        raise VideoError(f"--video {shown}: give a file name, e.g. {os.path.join(text.strip(), 'episode.mp4')}")
     path = Path(path)
     if not path.suffix:  # written as <name>.mp4
         path = path.with_suffix(".mp4")

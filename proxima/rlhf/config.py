@@ -9,13 +9,12 @@ before anything is written to disk.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..config import ConfigError, plain
+from ..config import ConfigError, close_field, is_blank, parse_int, plain, value_refused
 
 __all__ = ["RLHFConfig", "ConfigError", "FIELDS", "from_dict", "coerce", "validate", "reward_specs"]
 
@@ -119,13 +118,13 @@ def from_dict(values: dict, base: Optional[RLHFConfig] = None, source: str = "co
     for key, value in values.items():
         key = str(key).replace("-", "_")
         if key not in FIELDS:
-            close = difflib.get_close_matches(key, list(FIELDS), n=1)
-            raise ConfigError(f"{source}: unknown field '{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+            close = close_field(key, FIELDS)  # PPO's: an alias (learning_rate -> lr) too
+            raise ConfigError(f"{source}: unknown field '{key}'" + (f" (did you mean '{close}'?)" if close else ""))
         setattr(cfg, key, coerce(key, value, source))
     return cfg
 
 
-_NONE = ("none", "null", "")
+_NONE = ("none", "null")
 _BOOL = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
 
@@ -133,6 +132,8 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
     """Convert a YAML or flag value to the field's type; raise ConfigError naming the field."""
     meta = FIELDS[name].metadata
     kind = meta["kind"]
+    if is_blank(value):  # as PPO's coerce: "" is an unset variable, not "none" or the default
+        raise value_refused(name, value, source, f"empty; give {_expected(name)}" + (" or none" if meta["optional"] else ""))
     if meta["optional"] and (value is None or (isinstance(value, str) and value.lower() in _NONE)):
         return None
     try:
@@ -143,11 +144,7 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
                 return _BOOL[value.lower()]
         elif kind is int and not isinstance(value, bool):
             if isinstance(value, str):
-                text = value.replace("_", "").strip()
-                try:
-                    return int(text)  # exact, however many digits
-                except ValueError:
-                    value = float(text)  # 1e3
+                return parse_int(value.strip())  # exact, however many digits; 1e3 too
             if float(value).is_integer():
                 return int(value)
         elif kind is float and not isinstance(value, bool):
@@ -166,9 +163,15 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
             return str(value)
     except (TypeError, ValueError, OverflowError):
         pass
-    expected = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
-                list: "a comma-separated list" + (" of numbers" if meta["item"] is float else "")}[kind]
-    raise ConfigError(f"{source}: field '{name}' got {value!r}, expected {expected}")
+    raise value_refused(name, value, source, f"expected {_expected(name)}")
+
+
+def _expected(name: str) -> str:
+    meta = FIELDS[name].metadata
+    if meta["choices"]:
+        return "one of " + ", ".join(meta["choices"])
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+            list: "a comma-separated list" + (" of numbers" if meta["item"] is float else "")}[meta["kind"]]
 
 
 def validate(cfg: RLHFConfig) -> None:

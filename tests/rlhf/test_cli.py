@@ -28,7 +28,7 @@ def one_line_error(capsys, code, expected_code=2):
 @pytest.mark.parametrize("change, words", [
     (["--prompts", "missing.txt"], "--prompts"),
     (["--policy", "no/such/model"], "--policy"),
-    (["--lr", "fast"], "'lr'"),
+    (["--lr", "fast"], "--lr 'fast'"),
     (["--batch-size", "5", "--num-minibatches", "2"], "--num-minibatches"),
     (["--advantage", "grpo"], "--samples-per-prompt"),
     (["--reward", "no_such_module:score"], "--reward"),
