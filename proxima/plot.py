@@ -723,6 +723,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--title", default=None, help="plot title, drawn as typed (default: the env id)")
 
 
+def path_problem(d: PathLike) -> Optional[str]:
+    """'D: no such directory' or 'D: a file, not a run directory' for a path given as a run, else None.
+    plot and report refuse these even among several runs: a typo would otherwise be skipped with a note
+    and the rest drawn or reported as if it were all."""
+    if not os.path.exists(d):
+        return f"{d}: no such directory"
+    return None if os.path.isdir(d) else f"{d}: a file, not a run directory"
+
+
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the `plot` subcommand to an argparse subparsers object."""
     p = subparsers.add_parser("plot", help="plot learning curves of one or several runs or populations to an image",
@@ -736,9 +745,9 @@ def run(args) -> int:
     prog = "proxima plot"
     out = args.out
     for d in args.run_dirs:  # a typo among several would be skipped with a note, and the plot made of the rest
-        problem = "no such directory" if not os.path.exists(d) else None if os.path.isdir(d) else "a file, not a run directory"
+        problem = path_problem(d)
         if problem:
-            sys.stderr.write(f"{prog}: error: {printable(f'{d}: {problem}')}\n")
+            sys.stderr.write(f"{prog}: error: {printable(problem)}\n")
             return 2
     run_dirs = unique_dirs(args.run_dirs)  # `plot RUN RUN` is one run: its curve goes where one run's goes
     if out is None:

@@ -34,7 +34,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .diskspace import describe
-from .plot import DEFAULT_METRIC, X_LABELS, PlotError, group_runs, plot_runs, read_metrics, run_env_id, unique_dirs, usable_runs
+from .plot import (DEFAULT_METRIC, X_LABELS, PlotError, group_runs, path_problem, plot_runs, read_metrics, run_env_id, unique_dirs,
+                   usable_runs)
 from .terminal import printable
 
 
@@ -465,6 +466,9 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
     """
     if not run_dirs:
         raise ReportError("no run directories given")
+    for d in run_dirs:  # a typo among several would be skipped with a note, and the rest reported as if all
+        if path_problem(d):
+            raise ReportError(path_problem(d))
     run_dirs = unique_dirs(run_dirs)  # a run named twice is reported (and averaged) once
     if len(run_dirs) > 1:
         from .population_report import is_population

@@ -140,6 +140,13 @@ def test_plot_refuses_a_run_directory_that_does_not_exist_or_is_a_file(run, tmp_
     assert code == 0 and "note: skipping notes" in err and (tmp_path / "two.png").is_file(), err
 
 
+def test_report_refuses_a_run_directory_that_does_not_exist_among_several(run, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(["report", str(run), "Acrobot", "--out", "two.md", "--episodes", "0"], capsys)
+    assert one_error_line(err, "proxima report") == "Acrobot: no such directory"  # not skipped with a note
+    assert code == 2 and not (tmp_path / "two.md").exists()
+
+
 # ------------------------------------------------------------------------------------ RLHF wording
 def test_rlhf_names_a_refused_flag_and_suggests_an_alias_as_ppo_does(tmp_path, capsys):
     with pytest.raises(ConfigError, match=r"^--steps '1.5': expected an integer$"):
