@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from .config import MAX_SEED
+from .config import MAX_SEED, int_arg
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -19,10 +19,11 @@ def register(subparsers) -> argparse.ArgumentParser:
         "Exit status: 0 clean, 1 violations, 2 the target cannot be resolved.",
     )
     p.add_argument("target", metavar="TARGET", help="Gymnasium id (CartPole-v1) or module:ClassName of your gymnasium.Env.")
-    p.add_argument("--steps", type=int, default=200, metavar="N", help="Random steps to run, with resets when episodes end (default 200).")
-    p.add_argument("--seed", type=int, default=0,
+    p.add_argument("--steps", type=int_arg, default=200, metavar="N", help="Random steps to run, with resets when episodes end (default 200).")
+    p.add_argument("--seed", type=int_arg, default=0,
                    help=f"Seed of reset() and of the random actions, 0 to {MAX_SEED:,} as for proxima train (default 0).")
-    p.add_argument("--env-kwargs", default="", metavar="JSON",
+    # None when not given: config.coerce refuses '' (an unset shell variable) as train does
+    p.add_argument("--env-kwargs", default=None, metavar="JSON",
                    help="Keyword arguments of the env's constructor as JSON, as for `proxima train --env-kwargs`.")
     p.set_defaults(func=run)
     return p

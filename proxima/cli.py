@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from .config import ALIASES, FIELDS, MAX_EVAL_STEPS, ConfigError, coerce
+from .config import ALIASES, FIELDS, MAX_EVAL_STEPS, ConfigError, coerce, int_arg
 
 EXIT_USAGE = 2
 
@@ -236,11 +236,13 @@ def cmd_train(args) -> int:
 
             # the config here too: a refusal of the launcher's checks names the --config file, as below
             cfg = config_from_args(args, prog)
+            _check_combination(args, cfg, prog)
             overrides, sources = resume_overrides(args, cfg) if args.resume is not None else (typed_flags(args), {})
             if args.dry_run:  # once, here: no processes to start for a run that trains nothing
                 return _dry_run_train(args, cfg, overrides, args.nproc)
             return launch_torchrun(args.nproc, sys.argv[1:])
         cfg = config_from_args(args, prog)
+        _check_combination(args, cfg, prog)
         overrides, sources = resume_overrides(args, cfg) if args.resume is not None else (typed_flags(args), {})
         if args.seeds is not None or args.sweep:  # a population: one batched program (population_run.py)
             from .population_run import cmd_train_population
@@ -264,6 +266,18 @@ def cmd_train(args) -> int:
         if cfg is not None and args.resume is None:  # preflight's and train's own checks (the device, memory, the env)
             e = _name_config_file(e, cfg, exclude=_member_fields(args))
         return fail(prog, str(_name_resume_source(e, sources)))
+
+
+def _check_combination(args, cfg, prog: str) -> None:
+    """Flags that would do nothing together: refused when the user asked for an effect the run would
+    not have (--overwrite of a run --resume continues in place), noted when only a setting goes unused."""
+    if args.overwrite and _resumes_a_run(args, {"run_dir": cfg.run_dir}):
+        raise ConfigError(f"--overwrite with --resume {args.resume}: the resume continues the run in place and moves "
+                          "nothing aside; drop --overwrite, or drop --resume to start a new run there")
+    if ("vector" in vars(args) and cfg.backend in ("native", "envpool") and not args.quiet
+            and os.environ.get("RANK", "0") == "0"):
+        print(f"{prog}: note: --vector {cfg.vector}: applies to the gymnasium backend only; --backend {cfg.backend} "
+              "ignores it", file=sys.stderr)
 
 
 def _validate_new(cfg, world_size: int = 1) -> None:
@@ -291,6 +305,10 @@ def _dry_run_train(args, cfg, overrides: dict, world_size: int = 1) -> int:
             validate(cfg, world_size)  # as train validates a resumed config
             return _dry_run(cfg, world_size)
     _validate_new(cfg, world_size)
+    if cfg.run_dir is not None:  # none: the run makes a new default directory, which needs no check
+        from .run_setup import check_new_run_dir
+
+        check_new_run_dir(cfg.run_dir, overwrite=args.overwrite, restart=args.resume == "auto")
     return _dry_run(cfg, world_size, overrides, notes=not args.quiet)
 
 
@@ -466,9 +484,35 @@ def _written_by(path: Path) -> int:
         return 1
     cpus = os.cpu_count() or 1
     if world > cpus:  # a recorded count is data: never start more processes than this machine has CPUs
-        raise ConfigError(f"{path}: written by {world} processes, more than this machine's {cpus} CPUs; resume it under "
-                          f"the torchrun command that ran it (torchrun ... -m proxima resume {path}, docs/distributed.md)")
+        from .launch import PROCS_PER_CPU
+
+        # a hand-started torchrun job, or more processes than --nproc may start here (several machines' worth)
+        if _torchrun_launched(path) or world > PROCS_PER_CPU * cpus:
+            raise ConfigError(f"{path}: written by {world} processes, more than this machine's {cpus} CPUs; resume it under "
+                              f"the torchrun command that ran it (torchrun ... -m proxima resume {path}, docs/distributed.md)")
+        # a run started by `train --nproc K` ran K processes on one machine: the same command resumes it
+        raise ConfigError(f"{path}: written by {world} processes, more than this machine's {cpus} CPUs (proxima resume "
+                          f"starts no more); to run {world} here anyway: proxima train --resume {path} --nproc {world}")
     return world
+
+
+def _torchrun_launched(path: Path) -> bool:
+    """Whether the run of ``path`` (a run directory, or a checkpoint in its checkpoints/) records a
+    launch by torchrun started by hand (which may have spanned several machines): its meta.json's
+    command lacks --nproc, which `train --nproc K` records. Unknown (no meta.json: a loose checkpoint,
+    an unreadable one) counts as not: `train --resume ... --nproc K` works on one machine either way."""
+    from .rundir import RunFileError, read_run_text
+
+    run_dir = path if path.is_dir() else path.parent.parent if path.parent.name == "checkpoints" else None
+    if run_dir is None:
+        return False
+    try:
+        command = json.loads(read_run_text(run_dir / "meta.json")).get("command")
+    except (OSError, RunFileError, ValueError, AttributeError):
+        return False
+    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+        return False
+    return not any(a == "--nproc" or a.startswith("--nproc=") for a in command)
 
 
 # ------------------------------------------------------------------------------------ eval
@@ -596,9 +640,10 @@ def build_parser() -> ArgParser:
                    "with --resume, its values are checked as flags are")
     p.add_argument("--resume", default=None, metavar="auto|PATH", help="continue a run: a checkpoint or run directory, or auto (the --run-dir's latest checkpoint, if any); only the fields "
                    "listed in docs/reliability.md may change, by flag, --config FILE or --preset NAME; any other must equal the run's")
-    p.add_argument("--overwrite", action="store_true", help="start a new run in a --run-dir that holds files: the old directory is moved aside (DIR.old-TIME)")
+    p.add_argument("--overwrite", action="store_true", help="start a new run in a --run-dir that holds files: the old directory is moved aside (DIR.old-TIME); "
+                   "refused with a --resume that continues a checkpoint")
     p.add_argument("--trust-run", action="store_true", help="with --resume: import the module:Class env recorded in the checkpoint (otherwise name it as ENV_ID)")
-    p.add_argument("--nproc", type=int, default=None, metavar="K", help="launch K processes with torchrun (data-parallel, one policy; K >= 1)")
+    p.add_argument("--nproc", type=int_arg, default=None, metavar="K", help="launch K processes with torchrun (data-parallel, one policy; K >= 1)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary lines")
     p.add_argument("--dry-run", action="store_true", help="print the resolved config (defaults < preset < --config FILE < flags), "
                    "check the env builds and the run fits, train nothing, write nothing; with --resume, the config the resume "
@@ -617,12 +662,12 @@ def build_parser() -> ArgParser:
                        "(train --seeds/--sweep), evaluate every member and sum up each setting: mean and IQM over members "
                        "with 95% bootstrap CIs (docs/populations.md).")  # a description is printed as written: no %% escape
     p.add_argument("path", help="run directory, checkpoint file or population directory")
-    p.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
+    p.add_argument("--episodes", type=int_arg, default=10, help="episodes to run (default 10)")
     p.add_argument("--stochastic", action="store_true", help="sample actions instead of the deterministic mode")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--seed", type=int, default=None, help="seed of the envs and of --stochastic's action samples (default: the "
+    p.add_argument("--seed", type=int_arg, default=None, help="seed of the envs and of --stochastic's action samples (default: the "
                    "run's seed + 1,000,000, as in the end-of-training eval)")
-    p.add_argument("--max-steps", type=int, default=MAX_EVAL_STEPS, metavar="N",
+    p.add_argument("--max-steps", type=int_arg, default=MAX_EVAL_STEPS, metavar="N",
                    help=f"steps to run at most (default {MAX_EVAL_STEPS:,}); episodes still running then count with their return so far and are named as cut")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--backend", default=None, choices=("auto", "native", "gymnasium", "envpool"), help="env backend (default: the run's)")
@@ -643,7 +688,7 @@ def build_parser() -> ArgParser:
     p.add_argument("path", metavar="RUN_DIR|CHECKPOINT", help="run directory (continued from its newest usable checkpoint), "
                    "or a checkpoint file: one in RUN/checkpoints/ continues RUN from it, a loose one needs --run-dir DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary lines")
-    p.add_argument("--steps", type=int, default=None, metavar="N", help="RLHF runs: continue until step N (extends the run)")
+    p.add_argument("--steps", type=int_arg, default=None, metavar="N", help="RLHF runs: continue until step N (extends the run)")
     add_trust_flags(p, "resume")
     # a run resumes in its own directory (RUN_DIR); a different --run-dir is refused
     add_config_flags(p, recorded=True, help_overrides={"run_dir": "a loose checkpoint file only (one not in a run's "
@@ -744,6 +789,54 @@ def _attach_negative_numbers(parser: argparse.ArgumentParser, argv: list) -> lis
     return out
 
 
+def _subparser(parser: argparse.ArgumentParser, argv: list) -> Optional[argparse.ArgumentParser]:
+    """The parser of the command ``argv`` names, None when it names none."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    command = next((w for w in argv if not w.startswith("-")), None)
+    return subs[0].choices.get(command) if subs and command else None
+
+
+#: flags whose second use would silently replace the first (argparse keeps the last)
+ONCE_FLAGS = ("--config",)
+
+
+def _repeated_flag(parser: argparse.ArgumentParser, argv: list) -> Optional[str]:
+    """A line refusing a flag of ONCE_FLAGS given twice (``--config a.yaml --config b.yaml``): the
+    earlier file would be dropped without a word, though the user meant both. None otherwise."""
+    target = _subparser(parser, argv)
+    if target is None:
+        return None
+    options = {o for a in target._actions for o in a.option_strings}
+    for flag in ONCE_FLAGS:
+        if flag not in options:
+            continue
+        values = []
+        for i, word in enumerate(argv):
+            if word == "--":
+                break
+            if word == flag:
+                values.append(argv[i + 1] if i + 1 < len(argv) else "")
+            elif word.startswith(flag + "="):
+                values.append(word[len(flag) + 1:])
+        if len(values) > 1:
+            return f"{flag} given {len(values)} times ({', '.join(values)}); merge them into one file"
+    return None
+
+
+#: options and positionals whose empty value ('': an unset shell variable) would be read as "none"
+#: or as the current directory; refused instead, naming the flag
+NOT_EMPTY = ("out", "resume", "config", "path")
+
+
+def _empty_value(parser: argparse.ArgumentParser, argv: list, args: argparse.Namespace) -> Optional[str]:
+    target = _subparser(parser, argv)
+    for action in target._actions if target is not None else ():
+        if action.dest in NOT_EMPTY and getattr(args, action.dest, None) == "":
+            name = action.option_strings[0] if action.option_strings else (action.metavar or action.dest)
+            return f"{name} '': empty; give a path (an unset shell variable?)"
+    return None
+
+
 #: what every command but doctor needs to import (checked once the command line is read: help needs neither)
 REQUIRED_IMPORTS = ("numpy", "torch", "gymnasium")
 
@@ -816,6 +909,9 @@ def _read(argv: Optional[list]):
         prog = f"{parser.prog} {command}" if command else parser.prog
         hint = _did_you_mean(parser, command, extra)
         return fail(prog, f"unrecognized arguments: {' '.join(extra)}{hint} (see {prog} --help)")
+    refused = _repeated_flag(parser, argv) or _empty_value(parser, argv, args)
+    if refused:
+        return fail(f"{parser.prog} {args.command}", refused)
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE

@@ -116,10 +116,13 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
     else:
         session.lock_existing(target_dir)
         state = ckpt.load_resumable(resume)
-    config = resumed_config(state, env_id, trust_run, overrides, "resume" if config is None else "train --resume")
+    config = resumed_config(state, env_id, trust_run, overrides, "resume" if config is None else "train --resume",
+                            notes=not loose)
+    if loose:
+        refuse_loose_finished(resume, config, state, target_dir)
     run_dir = target_dir  # the directory locked and checked is the one written
     if loose:  # a new run directory, claimed as a fresh run's (refused when it holds files)
-        session.claim_fresh(target_dir)
+        session.claim_fresh(target_dir, command="resume")
     else:  # an explicit older checkpoint (or best.pt): the newer ones are another timeline
         ckpt.set_aside_newer(checkpoint_in_run(state["path"]), int(state["global_step"]))
     if config.run_dir is None or Path(config.run_dir).resolve() != Path(run_dir).resolve():
@@ -189,13 +192,17 @@ def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: 
     src, target_dir = resumed_run_dir(resume)  # a missing path: the resume's own line
     for folder in ckpt.data_folders(src):
         treat_as_data(folder)  # the env is built next (preflight): never from the run's files
-    if target_dir is None:
+    loose = target_dir is None
+    if loose:
         target_dir = loose_run_dir(resume, config, overrides=overrides)
     if Path(resume).is_dir():  # its newest checkpoint that loads; a damaged newer one is named, not renamed
         files = ckpt.list_checkpoints(resume)
         src, _ = ckpt.newest_that_loads(files, ckpt.load_sound, ckpt.CheckpointError, set_aside=False)
     state = ckpt.load_resumable(src)  # a file: loaded as the resume loads it (a population's refused), nothing written
-    cfg = resumed_config(state, env_id, trust_run, overrides, "train --resume")
+    cfg = resumed_config(state, env_id, trust_run, overrides, "train --resume", notes=not loose)
+    if loose:
+        refuse_loose_finished(resume, cfg, state, target_dir)
+        check_new_run_dir(target_dir, command="resume")  # the directory resolve_start claims as a new run's
     check_processes(state, processes)
     cfg.run_dir = str(target_dir)  # where the resume trains, as resolve_start records it
     keep_recorded_eval(cfg, target_dir, state, overrides)
@@ -211,20 +218,26 @@ def check_processes(state: dict, processes: int, launcher: Optional[bool] = None
     written = state.get("world_size", 1)
     if not isinstance(written, int) or isinstance(written, bool) or written == processes:
         return  # not a count: check_counters names it
+    import os
+
     path = state.get("path", "checkpoint")
+    # proxima resume starts no more processes than this machine has CPUs (cli._written_by): not named where it would refuse
+    fits = written <= (os.cpu_count() or 1)
+    starts = f"proxima resume RUN_DIR starts {written}; or " if fits else ""
     if launcher if launcher is not None else processes > 1:
         raise ckpt.CheckpointError(f"{path}: written by {written} process(es), resumed with --nproc {processes}; "
-                                   f"use the same count (proxima resume RUN_DIR starts {written})")
+                                   f"use the same count ({f'proxima resume RUN_DIR starts {written}' if fits else f'--nproc {written}'})")
     raise ckpt.CheckpointError(f"{path}: written by {written} process(es), resumed with {processes}; use the same --nproc"
-                               + (f" (proxima resume RUN_DIR starts {written}; or proxima train --resume RUN_DIR "
-                                  f"--nproc {written})" if written > 1 else ""))
+                               + (f" ({starts}proxima train --resume RUN_DIR --nproc {written})" if written > 1 else ""))
 
 
-def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, overrides: Optional[dict], command: str) -> PPOConfig:
+def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, overrides: Optional[dict], command: str,
+                   notes: bool = True) -> PPOConfig:
     """The config a resume of the loaded checkpoint ``state`` trains with: the recorded one, its
     counters checked, the env id given (if any) the run's, a recorded module env refused unless
     named or trusted, and ``overrides`` applied (apply_resume_overrides). Shared by the resume and
-    by ``train --resume ... --dry-run``, so a dry run refuses what the resume would."""
+    by ``train --resume ... --dry-run``, so a dry run refuses what the resume would. ``notes``:
+    apply_resume_overrides's notes on a run that trains nothing (a loose checkpoint's refusal says it instead)."""
     from .distributed import check_rank_pieces
     from .train_state import check_counters
 
@@ -232,7 +245,7 @@ def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, override
     recorded = from_dict(state["config"], source=state["path"])
     check_counters(state, batch_size(recorded))  # before any of them is used (apply_resume_overrides)
     check_resumed_env(recorded, state, env_id, trust_run, command)
-    config = apply_resume_overrides(recorded, overrides or {}, state)
+    config = apply_resume_overrides(recorded, overrides or {}, state, notes=notes)
     if env_id is not None and env_id != recorded.env_id and resume_trains(config, state):
         # the module form the user named: every process that builds the env (torchrun's ranks too)
         # imports the module, and the checkpoints from here on name it. A resume that trains nothing
@@ -259,6 +272,22 @@ def check_resumed_env(recorded: PPOConfig, state: dict, env_id: Optional[str], t
         how = "proxima train {env} --resume ..." if command == "train --resume" else "--env {env}"
         raise EnvError(unregistered_line(recorded.env_id, state["path"], how, state.get("env_entry_point"),
                                          kwargs=bool(recorded.env_kwargs)))
+
+
+def refuse_loose_finished(resume, config: PPOConfig, state: dict, target_dir) -> None:
+    """ConfigError when a loose checkpoint's resume into the new ``target_dir`` would train nothing (the
+    run is complete, or --stop-return ended it): refused before the directory is made, as it would hold
+    a config and an evaluation but no checkpoint, a run that could be neither resumed nor evaluated.
+    (Copying the checkpoint in instead would write a second copy of a run the user did not ask for.)"""
+    if resume_trains(config, state):
+        return
+    step = int(state["global_step"])
+    least = step + batch_size(config) * int(state.get("world_size", 1))
+    if config.total_timesteps < least:
+        raise ConfigError(f"{resume}: the run is complete ({step:,} steps); give --total-timesteps of at least {least:,} "
+                          f"to extend it into {target_dir} (nothing was written)")
+    raise ConfigError(f"{resume}: the run stopped at --stop-return {config.stop_return:g}; give --stop-return none or a "
+                      f"higher target to continue it into {target_dir} (nothing was written)")
 
 
 def resume_trains(config: PPOConfig, state: dict) -> bool:
@@ -337,11 +366,27 @@ def check_run_dir_path(run_dir: Path) -> None:
         raise ConfigError(f"--run-dir {run_dir}: {problem}")
 
 
-def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_safe: tuple = ()) -> PPOConfig:
+def check_new_run_dir(run_dir, overwrite: bool = False, restart: bool = False, command: str = "train") -> None:
+    """What a new run's claim of ``run_dir`` (rundir.RunSession.claim_fresh) would refuse, checked
+    read-only: a path that cannot be a directory, a run in use, a directory holding files without
+    ``overwrite`` (``restart``: --resume auto, which moves aside only a run that never checkpointed).
+    For ``train --dry-run`` and the --nproc launcher, which must refuse what the run refuses.
+    ``command``: rundir.not_empty_message's."""
+    from .rundir import RunDirError, check_not_in_use, holds_a_run, holds_files, not_empty_message
+
+    run_dir = Path(run_dir)
+    check_run_dir_path(run_dir)
+    check_not_in_use(run_dir)
+    if holds_files(run_dir) and not (overwrite or (restart and holds_a_run(run_dir))):
+        raise RunDirError(not_empty_message(run_dir, command))
+
+
+def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_safe: tuple = (), notes: bool = True) -> PPOConfig:
     """``cfg`` with the flags given to a resume: RESUME_SAFE fields applied, any other refused unless
     it equals the checkpoint's value. ``not_safe``: RESUME_SAFE fields this kind of run refuses
     itself (a population's unsupported switches), left out of the list of flags safe to change.
-    A --run-dir other than the run's own directory is refused: a run continues where it is."""
+    A --run-dir other than the run's own directory is refused: a run continues where it is.
+    ``notes``: say on stderr when the run trains nothing (complete, or stopped by --stop-return)."""
     import dataclasses
 
     from .config import RESUME_SAFE
@@ -373,9 +418,10 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_saf
         if cfg.total_timesteps != recorded_total:  # asked to extend it (the run's own total, e.g. from its config.yaml, asks nothing)
             raise ConfigError(f"--total-timesteps {cfg.total_timesteps}: the run is already at step {step:,} and trains "
                               f"whole iterations of {per_iteration:,} steps; give at least {step + per_iteration:,} to extend it")
-        print(f"proxima: note: {state['path']}: the run is complete ({step:,} steps); "
-              "--total-timesteps N (more steps) extends it", file=sys.stderr)
-    elif cfg.stop_return is not None:
+        if notes:
+            print(f"proxima: note: {state['path']}: the run is complete ({step:,} steps); "
+                  "--total-timesteps N (more steps) extends it", file=sys.stderr)
+    elif cfg.stop_return is not None and notes:
         from .train_state import return_window
         from .trainer import ReturnTarget
 

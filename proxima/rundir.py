@@ -406,8 +406,16 @@ def recorded_kind(path: "Path | str", strict: bool = False) -> Optional[str]:
     return kind if isinstance(kind, str) else None
 
 
-def not_empty_message(run_dir: Path) -> str:
+def not_empty_message(run_dir: Path, command: str = "train") -> str:
+    """Why a new run refuses ``run_dir``, and what to do, in the words of what was asked: ``command``
+    "train" a new run (--overwrite and --resume auto apply), "resume" a loose checkpoint continued
+    in a new directory (either command), where neither does."""
     names = sorted(p.name for p in Path(run_dir).iterdir() if p.name != LOCK_NAME and not lock_leftover(p.name))[:4]
+    if command == "resume":
+        what = "it holds another run" if holds_a_run(run_dir) else "it holds no Proxima run"
+        also = f", or continue that run with `proxima resume {run_dir}`" if holds_a_run(run_dir) else ""
+        return (f"{run_dir} is not empty ({', '.join(names)}...): {what}; a checkpoint continues in a new or empty "
+                f"directory: choose another --run-dir{also}")
     if not holds_a_run(run_dir):
         return (f"{run_dir} is not empty ({', '.join(names)}...) and holds no Proxima run (no meta.json of one beside its "
                 "config.yaml or metrics.csv); choose another --run-dir, or --overwrite to move it aside and start there")
@@ -476,22 +484,23 @@ class RunSession:
                 raise
             self.lock = lock
 
-    def claim_fresh(self, run_dir: Path, overwrite: bool = False, restart_note: Optional[str] = None) -> None:
+    def claim_fresh(self, run_dir: Path, overwrite: bool = False, restart_note: Optional[str] = None,
+                    command: str = "train") -> None:
         """Lock ``run_dir`` for a new run: refuse one in use; one that holds files only with
         ``overwrite`` (moved aside, said on stderr) or ``restart_note`` (a run that never wrote a
         checkpoint, restarted by --resume auto; moved aside too). A stop (SIGINT/SIGTERM) meanwhile
         is raised as this returns (signals.stops_held), never between the lock's files being made and
-        recorded here, where no cleanup would know of them."""
+        recorded here, where no cleanup would know of them. ``command``: not_empty_message's."""
         with stops_held():
-            self._claim_fresh(Path(run_dir), overwrite, restart_note)
+            self._claim_fresh(Path(run_dir), overwrite, restart_note, command)
 
-    def _claim_fresh(self, run_dir: Path, overwrite: bool, restart_note: Optional[str]) -> None:
+    def _claim_fresh(self, run_dir: Path, overwrite: bool, restart_note: Optional[str], command: str) -> None:
         check_not_in_use(run_dir)
         if holds_files(run_dir):
             # --resume auto restarts a run that never checkpointed: a folder that holds no run (a
             # project, someone's files) is not one, and is never moved aside without --overwrite
             if not (overwrite or (restart_note and holds_a_run(run_dir))):
-                raise RunDirError(not_empty_message(run_dir))
+                raise RunDirError(not_empty_message(run_dir, command))
             dest = move_aside(run_dir)
             why = restart_note or "--overwrite"
             print(f"proxima: {why}: moved the old {run_dir} to {dest}", file=sys.stderr)
@@ -506,7 +515,7 @@ class RunSession:
             raise
         if holds_files(run_dir):  # another process started a run here between the check and the lock
             lock.release()
-            raise RunDirError(not_empty_message(run_dir))
+            raise RunDirError(not_empty_message(run_dir, command))
         _remove_lock_files(run_dir, lock_leftover)  # under the run's own lock: no process is making one here now
         self.lock, self.created = lock, run_dir
 

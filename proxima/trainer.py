@@ -594,6 +594,7 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     dctx = distributed.context()
     session = RunSession()  # rank 0's lock on the run directory
     trainer, resumed, out_dir = None, False, None
+    looping = False  # trainer.run has started
 
     def stopped_outside(e: TrainingInterrupted) -> TrainingInterrupted:
         """The stop to raise for a signal outside the loop's own checkpointed stop, saying where it landed."""
@@ -645,6 +646,7 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             # (run_setup.apply_resume_overrides): "resuming at step N" would claim otherwise
             if resumed and trainer.trains() and not quiet and trainer.dist.is_main:
                 print(f"proxima: resuming {trainer.run_dir} at global step {trainer.global_step:,} (iteration {trainer.iteration})", file=sys.stderr)
+            looping = True
             out_dir = trainer.run(resumed=resumed)
             if trainer.stopped_at_return is not None and not quiet and trainer.dist.is_main:
                 print(f"proxima: stopped at global step {trainer.global_step:,} (iteration {trainer.iteration}): the last "
@@ -668,7 +670,9 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             if trainer is None or trainer.iteration == 0:
                 session.discard_fresh()  # a new run that failed before its first iteration leaves nothing behind
             try:  # the diagnosis builds and steps the user's env: a stop may land there
-                problem = diagnose_failure(e, config, getattr(trainer, "_last_good", None))
+                # a failure before the loop (taking the run's directory, building the env) is no training
+                # failure: --checkpoint-every's hint about a checkpoint to go back to does not apply
+                problem = diagnose_failure(e, config, trainer._last_good if looping else None)
             except TrainingInterrupted as stop:
                 outside.__exit__()
                 raise stopped_outside(stop) from None

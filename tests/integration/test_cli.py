@@ -522,7 +522,8 @@ def test_eval_env_kwargs_replace_the_recorded_ones_and_are_parsed_as_trains(kwar
 
 def test_eval_help_says_how_env_and_env_kwargs_combine(capsys):
     text = help_text("eval", capsys)
-    assert "another env id than the run's is built without the run's --env-kwargs; give its own with --env-kwargs" in text
+    assert ("another env id than the run's, or than MODULE:ID of the run's ID, is built without the run's --env-kwargs; "
+            "give its own with --env-kwargs") in text
     assert "--env-kwargs JSON" in text
 
 
@@ -577,7 +578,9 @@ def test_config_run_dir_is_kept_from_a_hand_written_file_and_for_resume_auto(tmp
     # --run-dir given: no note, the flag wins
     code, out, err = run_main(["train", "--config", "R/config.yaml", "--run-dir", "Y", "--dry-run"], capsys)
     assert code == 0 and yaml.safe_load(out)["run_dir"] == "Y" and err == ""
-    # --resume auto continues the run the file names: its run_dir stays
+    # --resume auto continues the run the file names: its run_dir stays (a run's folder: meta.json marks it one;
+    # a folder holding only a config.yaml is no run, and the real command refuses it, as the dry run now does)
+    (tmp_path / "R" / "meta.json").write_text('{"kind": "ppo"}')
     code, out, err = run_main(["train", "--config", "R/config.yaml", "--resume", "auto", "--dry-run"], capsys)
     assert code == 0 and yaml.safe_load(out)["run_dir"] == "R" and err == ""
 
