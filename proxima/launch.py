@@ -157,20 +157,16 @@ def _check(nproc: int, argv: list) -> None:
         validate(cfg, nproc)
         check_device_flags(cfg, resolve_device(cfg.device), nproc)
         return
-    from .rundir import RunDirError, check_not_in_use, holds_files, not_empty_message
-    from .run_setup import check_run_dir_path, preflight
+    from .run_setup import check_new_run_dir, preflight
 
     check_nproc(nproc)
     cfg = config_from_args(args, "proxima train")
     validate(cfg, nproc)
     preflight(cfg, nproc)  # device flags, the env, memory: what every rank would refuse alike
     run_dir = args.run_dir if getattr(args, "run_dir", None) is not None else cfg.run_dir
-    if run_dir is not None:
-        run_dir = Path(run_dir)
-        check_run_dir_path(run_dir)
-        check_not_in_use(run_dir)
-        if holds_files(run_dir) and not getattr(args, "overwrite", False):
-            raise RunDirError(not_empty_message(run_dir))
+    if run_dir is not None:  # what rank 0's claim of the directory would refuse, as train --dry-run checks it
+        check_new_run_dir(run_dir, overwrite=getattr(args, "overwrite", False),
+                          restart=getattr(args, "resume", None) == "auto")
 
 
 def _is_rlhf_run(path: Path) -> bool:
