@@ -302,7 +302,7 @@ def _dry_run_train(args, cfg, overrides: dict, world_size: int = 1) -> int:
         resumed = dry_run_resume(cfg, args.resume, args.env_id, args.trust_run, overrides, world_size)
         if resumed is not None:
             cfg, world_size = resumed
-            validate(cfg, world_size)  # as train validates a resumed config
+            validate(cfg, world_size, resume=True)  # as train validates a resumed config
             return _dry_run(cfg, world_size)
     _validate_new(cfg, world_size)
     if cfg.run_dir is not None:  # none: the run makes a new default directory, which needs no check

@@ -524,7 +524,7 @@ def max_threads() -> int:
     return THREADS_PER_CPU * (os.cpu_count() or 1)
 
 
-def threads_limit_text(resume_may_change: bool = True) -> str:
+def threads_limit_text(resume_may_change: bool = False) -> str:
     """Why a --threads value is refused (PPO and RLHF say it alike)."""
     cpus = os.cpu_count() or 1
     return (f"must be at most {max_threads()} ({THREADS_PER_CPU} x this machine's {cpus} CPU{'s' if cpus != 1 else ''}); "
@@ -566,8 +566,9 @@ def _check_types(cfg: PPOConfig) -> None:
                 setattr(cfg, name, coerced)
 
 
-def validate(cfg: PPOConfig, world_size: int = 1) -> None:
-    """Raise ConfigError with one actionable line for the first invalid value."""
+def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False) -> None:
+    """Raise ConfigError with one actionable line for the first invalid value. ``resume``: the config
+    a resume continues with (a refused --threads then says that the resume may change it)."""
 
     def bad(name: str, why: str) -> None:
         raise ConfigError(f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: {why}")
@@ -597,7 +598,7 @@ def validate(cfg: PPOConfig, world_size: int = 1) -> None:
         if getattr(cfg, name) < 1:
             bad(name, "must be at least 1")
     if cfg.threads > max_threads():
-        bad("threads", threads_limit_text())
+        bad("threads", threads_limit_text(resume_may_change=resume))
     if not (math.isfinite(cfg.checkpoint_minutes) and cfg.checkpoint_minutes >= 0):
         bad("checkpoint_minutes", "must be 0 (off) or a positive number of minutes")
     if cfg.eval_every and not cfg.eval_episodes:

@@ -154,7 +154,7 @@ def _check(nproc: int, argv: list) -> None:
         from .device import resolve_device
         from .trainer import check_device_flags
 
-        validate(cfg, nproc)
+        validate(cfg, nproc, resume=True)
         check_device_flags(cfg, resolve_device(cfg.device), nproc)
         return
     from .run_setup import check_new_run_dir, preflight

@@ -85,7 +85,7 @@ class Trainer:
         from . import distributed
 
         self.dist = distributed.context()
-        validate(cfg, self.dist.world_size)
+        validate(cfg, self.dist.world_size, resume=resume_state is not None)
         self.cfg, self.quiet = cfg, quiet
         self.device = self.dist.device_for(cfg.device)  # under torchrun: cuda:LOCAL_RANK or cpu
         check_device_flags(cfg, self.device, self.dist.world_size)  # before anything process-wide is changed
@@ -628,7 +628,7 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             outside.__enter__()
             state, config, run_dir, resumed, restart = dctx.from_main(
                 lambda: resolve_start(config, run_dir, resume, session, env_id, trust_run, overrides))
-            validate(config, dctx.world_size)
+            validate(config, dctx.world_size, resume=resumed)
             # before any env is built: the sizes as a lower bound (an absurd --num-envs); the Trainer checks
             # again with the env it builds, before the agent and buffers, so no env is built only to be sized
             check_fits(config, dctx.device_for(config.device))

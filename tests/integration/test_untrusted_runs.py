@@ -249,6 +249,7 @@ def test_a_huge_thread_count_is_one_line_typed_or_recorded(finished_run, tmp_pat
     cap = 4 * (os.cpu_count() or 1)
     code, _, err = run_main(["train", "CartPole-v1", "--run-dir", str(tmp_path / "new"), *SMALL, "--threads", "1000000"], capsys)
     error_line(code, err, f"--threads 1000000: must be at most {cap}")
+    assert "resume may change it" not in err  # a new run: the hint is a resume's
     assert not (tmp_path / "new").exists()
     config = tmp_path / "c.yaml"
     config.write_text("threads: 1000000\n")
