@@ -233,6 +233,12 @@ def _fresh_import(name: str):
         saved = dict(old.__dict__)
         old.__dict__.clear()
         old.__dict__.update(fresh.__dict__)
+        # a package's links to its submodules, set once when each was first imported: an `import pkg.helpers`
+        # in the code run again finds the submodule in sys.modules and does not set the attribute again
+        prefix = name + "."
+        for sub_name, sub in list(sys.modules.items()):
+            if sub_name.startswith(prefix) and "." not in sub_name[len(prefix):] and sub is not None:
+                old.__dict__[sub_name[len(prefix):]] = sub
         try:
             _exec_source(spec, old)
         except BaseException:

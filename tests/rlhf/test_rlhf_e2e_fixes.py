@@ -57,6 +57,21 @@ def test_a_reward_module_edited_in_place_is_executed_again(tmp_path, clean_impor
         load_rewards(spec, [], torch.device("cpu"), import_path=[str(tmp_path)])
 
 
+def test_a_reward_package_loaded_twice_keeps_its_links_to_its_submodules(tmp_path, clean_imports):
+    """Two rewards of one package (or a resume in the same process) run it again: its code that reaches a
+    submodule through the package (pkg.helpers.f) still finds it."""
+    pkg = tmp_path / "pkg_e2efix"
+    pkg.mkdir()
+    (pkg / "helpers.py").write_text("def n_words(text):\n    return len(text.split())\n")
+    (pkg / "__init__.py").write_text(
+        "import pkg_e2efix.helpers\n\n"
+        "def length(prompts, responses):\n    return [float(pkg_e2efix.helpers.n_words(r)) for r in responses]\n\n"
+        "def brevity(prompts, responses):\n    return [-float(len(r)) for r in responses]\n")
+    reward = load_rewards(["pkg_e2efix:length", "pkg_e2efix:brevity"], [1.0, 0.0], torch.device("cpu"),
+                          import_path=[str(tmp_path)])
+    assert reward(_batch(["two words"]))[0].tolist() == [2.0]
+
+
 def test_a_first_import_that_fails_leaves_nothing_in_sys_modules(tmp_path, clean_imports):
     (tmp_path / "broken_e2efix.py").write_text("raise ValueError('not yet')\n")
     with pytest.raises(ConfigError, match="cannot import broken_e2efix: ValueError: not yet"):
