@@ -239,6 +239,9 @@ def cmd_train(args) -> int:
             _check_combination(args, cfg, prog)
             overrides, sources = resume_overrides(args, cfg) if args.resume is not None else (typed_flags(args), {})
             if args.dry_run:  # once, here: no processes to start for a run that trains nothing
+                from .launch import check_nproc
+
+                check_nproc(args.nproc)  # as the launcher refuses it
                 return _dry_run_train(args, cfg, overrides, args.nproc)
             return launch_torchrun(args.nproc, sys.argv[1:])
         cfg = config_from_args(args, prog)
@@ -274,10 +277,14 @@ def _check_combination(args, cfg, prog: str) -> None:
     if args.overwrite and _resumes_a_run(args, {"run_dir": cfg.run_dir}):
         raise ConfigError(f"--overwrite with --resume {args.resume}: the resume continues the run in place and moves "
                           "nothing aside; drop --overwrite, or drop --resume to start a new run there")
-    if ("vector" in vars(args) and cfg.backend in ("native", "envpool") and not args.quiet
-            and os.environ.get("RANK", "0") == "0"):
-        print(f"{prog}: note: --vector {cfg.vector}: applies to the gymnasium backend only; --backend {cfg.backend} "
-              "ignores it", file=sys.stderr)
+    if "vector" in vars(args) and not args.quiet and os.environ.get("RANK", "0") == "0":
+        from .envs import auto_backend
+
+        backend = auto_backend(cfg.env_id, cfg.env_kwargs) if cfg.backend == "auto" and cfg.env_id else cfg.backend
+        if backend in ("native", "envpool"):
+            chosen = f"--backend {cfg.backend}" if cfg.backend == backend else f"--backend auto (here: {backend})"
+            print(f"{prog}: note: --vector {cfg.vector}: applies to the gymnasium backend only; {chosen} ignores it",
+                  file=sys.stderr)
 
 
 def _validate_new(cfg, world_size: int = 1) -> None:

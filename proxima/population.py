@@ -634,12 +634,12 @@ class _NoDraw:
 _NO_DRAW = _NoDraw()
 
 
-def check_members(configs: Sequence[PPOConfig]) -> None:
+def check_members(configs: Sequence[PPOConfig], resume: bool = False) -> None:
     """Raise ConfigError when members differ in a field that is not per-member, or ask for what a
     population does not support yet (one line naming the flag)."""
     base = configs[0]
     for c in configs:
-        validate(c)
+        validate(c, resume=resume)  # a resume's refusal says what a resume may change
     for f in dataclasses.fields(PPOConfig):
         if f.name in _MEMBER_OWN:
             continue

@@ -45,7 +45,7 @@ from . import checkpoint as ckpt
 from .atomic import write_atomic
 from .config import FIELDS, ConfigError, PPOConfig
 from .envs import EnvError
-from .population import PER_MEMBER_FIELDS, UNSUPPORTED, Population, _fmt, check_population_fits
+from .population import PER_MEMBER_FIELDS, UNSUPPORTED, Population, _fmt, check_members, check_population_fits
 from .rundir import holds_text, read_run_text
 from .signals import WORKERS_ENDED, OutsideLoop, TrainingInterrupted, checkpoint_line, workers_stopped
 
@@ -334,6 +334,7 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
         state, configs, names, recorded_seeds, recorded_sweep = checked_resume(
             run_dir, overrides, env_id, trust_run, seeds, sweep, checkpoint, typed_members, quiet=quiet)
         path = state["path"]
+        check_members(configs, resume=True)  # before the build's own check: a refusal says what a resume may change
         device = resolve_device(configs[0].device)
         check_population_fits(configs[0], len(configs), device)
         pop = Population(configs, device)
@@ -950,11 +951,14 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
     members = member_configs(cfg, seeds, sweep)
     if args.dry_run:
         from .device import resolve_device
-        from .population import check_members
         from .run_setup import check_env_builds
         from .sizing import env_probe
 
         check_members(members)
+        if cfg.run_dir is not None:  # what the population's claim of the directory would refuse (as for one run)
+            from .run_setup import check_new_run_dir
+
+            check_new_run_dir(cfg.run_dir, overwrite=args.overwrite, restart=args.resume == "auto")
         check_env_builds(members[0])  # the env and the encoder, as a single run's dry run checks them
         check_population_fits(members[0], len(members), resolve_device(members[0].device), env_probe(members[0]))
         # the config every member shares, resolved as a single run's dry run prints it (preset < --config

@@ -33,6 +33,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .config import int_arg
+
 from .diskspace import describe
 from .plot import (DEFAULT_METRIC, X_LABELS, PlotError, group_runs, path_problem, plot_runs, read_metrics, run_env_id, unique_dirs,
                    usable_runs)
@@ -593,12 +595,12 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
     p.add_argument("--out", default=None, metavar="FILE.md", help="report file, ending in .md (default RUN_DIR/report.md; needed for several runs)")
-    p.add_argument("--episodes", type=int, default=10, metavar="N",
+    p.add_argument("--episodes", type=int_arg, default=10, metavar="N",
                    help="episodes to evaluate when a run (or a population's member) has no eval.json (default 10; 0: skip)")
     p.add_argument("--device", default="cpu", help="torch device for that evaluation (default cpu)")
     p.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME", help=f"metric for the curve and the summary (default {DEFAULT_METRIC})")
     p.add_argument("--x", default="step", choices=tuple(X_LABELS), help="curve x axis: global step or wall time (default step)")
-    p.add_argument("--smooth", type=int, default=1, metavar="K", help="moving average over K points for the curve (default 1)")
+    p.add_argument("--smooth", type=int_arg, default=1, metavar="K", help="moving average over K points for the curve (default 1)")
     p.add_argument("--threshold", type=float, default=None, metavar="R", help="a population (--seeds/--sweep) given "
                    "alone: report the fraction of members per setting whose final return is >= R, a finite number "
                    "(docs/populations.md); refused for single runs")

@@ -803,7 +803,7 @@ def run(args: argparse.Namespace) -> int:
     from ..config import ConfigError, coerce
 
     try:
-        kwargs = coerce("env_kwargs", getattr(args, "env_kwargs", ""), "--env-kwargs")
+        kwargs = coerce("env_kwargs", getattr(args, "env_kwargs", None), "flag")  # worded as train's --env-kwargs
         violations = check_env(args.target, steps=steps, seed=seed, env_kwargs=kwargs)
     except (EnvError, ConfigError) as e:
         print(f"proxima check-env: error: {printable(_one_line(str(e), 500))}", file=sys.stderr)

@@ -193,3 +193,27 @@ def test_integer_options_outside_the_config_take_e_notation(run, capsys):
     code, _, err = run_main(["eval", str(run), "--seed", "-1e3"], capsys)
     assert one_error_line(err, "proxima eval").startswith("--seed -1000: must be an integer from 0 to ")
     assert code == 2
+
+
+def test_a_dry_run_refuses_what_the_real_run_refuses_for_populations_nproc_and_auto_vector(tmp_path, capsys, monkeypatch):
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1-2", "--run-dir", "busy", "--dry-run", "--threads", "1"], capsys)
+    assert code == 2 and "busy is not empty" in err, err
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    code, _, err = run_main(["train", "CartPole-v1", "--nproc", "9", "--total-timesteps", "1e7", "--dry-run", "--threads", "1"],
+                            capsys)
+    assert code == 2 and "--nproc 9: must be at most 8" in err, err
+    # --backend auto builds the native CartPole: --vector does nothing there, and the note says so
+    code, _, err = run_main(["train", "CartPole-v1", "--vector", "async", "--dry-run", "--threads", "1"], capsys)
+    assert code == 0 and "--vector async: applies to the gymnasium backend only; --backend auto (here: native) ignores it" in err, err
+
+
+def test_report_and_check_env_read_numbers_and_env_kwargs_as_train_does(tmp_path, capsys):
+    code, _, err = run_main(["report", str(tmp_path / "none"), "--smooth", "1e1", "--episodes", "1e1"], capsys)
+    assert "invalid int value" not in err and "no such directory" in err, err  # e-notation read; the path refused
+    code, _, err = run_main(["check-env", "CartPole-v1", "--env-kwargs", "x"], capsys)
+    assert code == 2 and "--env-kwargs 'x'" in err and "field 'env_kwargs'" not in err, err
