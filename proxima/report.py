@@ -469,8 +469,9 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
     if not run_dirs:
         raise ReportError("no run directories given")
     for d in run_dirs:  # a typo among several would be skipped with a note, and the rest reported as if all
-        if path_problem(d):
-            raise ReportError(path_problem(d))
+        problem = path_problem(d)
+        if problem:
+            raise ReportError(problem)
     run_dirs = unique_dirs(run_dirs)  # a run named twice is reported (and averaged) once
     if len(run_dirs) > 1:
         from .population_report import is_population

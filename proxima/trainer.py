@@ -9,6 +9,7 @@ import copy
 import json
 import math
 import random
+import os
 import signal
 import sys
 import time
@@ -584,6 +585,9 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     from .rundir import RunSession
     from .signals import WORKERS_ENDED
 
+    for name, value in (("run_dir", run_dir), ("resume", resume)):  # as PPOConfig(run_dir='') is refused
+        if isinstance(value, (str, os.PathLike)) and not os.fspath(value).strip():
+            raise ConfigError(f"train({name}={os.fspath(value)!r}): empty; give a directory (or None)")
     if config is not None:  # the run resolves fields (encoder "auto") in its own copy: the caller's may train the next env
         config = copy.copy(config)  # shallow: nothing writes into a field's list or dict (copy.copy keeps _sources)
     if resume is not None and config is not None and overrides is None:

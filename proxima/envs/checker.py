@@ -89,7 +89,7 @@ import torch
 
 from ..config import MAX_SEED, install_hint
 from .base import EnvError
-from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, TENSOR_FIX, _extra_for, beyond_float32, check_spaces,
+from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, is_flag, TENSOR_FIX, _extra_for, beyond_float32, check_spaces,
                           creator_error, exit_text, native_only, number_text, resolve_env_fn, tensor_numpy,
                           unknown_kwarg_line)
 from .spaces import action_scale_note, image_note, pixels_fix
@@ -615,7 +615,7 @@ class _Checker:
             self.bad("reward type", f"reward: {REWARD_RULE}, which proxima train takes", got)
         flags = []
         for name, flag in (("terminated", terminated), ("truncated", truncated)):
-            if isinstance(flag, (bool, np.bool_)) or (isinstance(flag, np.ndarray) and flag.shape == () and flag.dtype == np.bool_):
+            if is_flag(flag):
                 self.ok(f"{name} type")
                 flags.append(bool(flag))
             else:

@@ -370,6 +370,11 @@ REWARD_RULE = "a real scalar (float, int or numpy scalar, or a 0-d array of one;
 EXIT_FIX = "raise an exception instead (Proxima names the env and step it came from)"
 
 
+def is_flag(flag) -> bool:
+    """FLAG_RULE: a Python or numpy bool, or a 0-d bool array (train's EnvCalls and check-env alike)."""
+    return isinstance(flag, (bool, np.bool_)) or (isinstance(flag, np.ndarray) and flag.shape == () and flag.dtype == np.bool_)
+
+
 def exit_text(e: SystemExit) -> str:
     """'sys.exit('license expired') (exit status 1)': what an env's SystemExit would have ended the process with."""
     code = e.code
@@ -560,7 +565,7 @@ class EnvCalls(gym.Wrapper):
     def _check_flag(self, flag, name: str, when: str) -> None:
         """FLAG_RULE (check-env's "terminated type"/"truncated type"): the vector env reads a flag by its truth
         value, so "False" (a string) would end every episode after one step and None never end one."""
-        if isinstance(flag, (bool, np.bool_)) or (isinstance(flag, np.ndarray) and flag.shape == () and flag.dtype == np.bool_):
+        if is_flag(flag):
             return
         if isinstance(flag, np.ndarray):
             what = f"{name} of shape {flag.shape} dtype {flag.dtype}"

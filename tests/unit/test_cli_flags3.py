@@ -217,3 +217,14 @@ def test_report_and_check_env_read_numbers_and_env_kwargs_as_train_does(tmp_path
     assert "invalid int value" not in err and "no such directory" in err, err  # e-notation read; the path refused
     code, _, err = run_main(["check-env", "CartPole-v1", "--env-kwargs", "x"], capsys)
     assert code == 2 and "--env-kwargs 'x'" in err and "field 'env_kwargs'" not in err, err
+
+
+def test_the_python_api_refuses_an_empty_run_dir_or_resume_as_the_config_does(tmp_path, monkeypatch):
+    from proxima import PPOConfig, train
+    from proxima.config import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    for kwargs in ({"run_dir": ""}, {"run_dir": " "}, {"resume": ""}):
+        with pytest.raises(ConfigError, match="empty; give a directory"):
+            train(PPOConfig(env_id="CartPole-v1", total_timesteps=512, num_envs=4, threads=1, progress=False), **kwargs)
+    assert list(tmp_path.iterdir()) == []  # nothing trained into the current directory
