@@ -78,3 +78,15 @@ def stop(proc, signum: int) -> tuple[int, str]:
         proc.kill()
         pytest.fail(f"the process did not exit after {signal.Signals(signum).name}")
     return proc.returncode, err
+
+
+#: one iteration of 4 envs x 16 steps, no evaluation: the CLI edge tests' tiny run
+TINY_RUN = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "0",
+            "--no-progress", "--threads", "1"]
+
+
+def tiny_cartpole_run(tmp_path_factory, name: str):
+    """A finished 2-iteration (128-step) CartPole run: a checkpoint to evaluate or resume, a metrics.csv to plot."""
+    run_dir = tmp_path_factory.mktemp(name) / "run"
+    assert cli.main(["train", "CartPole-v1", *TINY_RUN, "--total-timesteps", "128", "--run-dir", str(run_dir), "--quiet"]) == 0
+    return run_dir

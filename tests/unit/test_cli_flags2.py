@@ -12,23 +12,19 @@ import warnings
 from types import SimpleNamespace
 
 import pytest
-from cli_helpers import error_line, one_error_line, run_main, snapshot
+from cli_helpers import TINY_RUN, tiny_cartpole_run, error_line, one_error_line, run_main, snapshot
 
-from proxima import cli, launch
+from proxima import launch
 from proxima.config import ConfigError, PPOConfig, coerce, from_dict, validate
 from proxima.rlhf import config as rlhf_config
 
-#: one iteration of 4 envs x 16 steps
-SMALL = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "0",
-         "--no-progress", "--threads", "1"]
+SMALL = TINY_RUN
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A finished 2-iteration CartPole run (a checkpoint to evaluate, a metrics.csv to plot)."""
-    run_dir = tmp_path_factory.mktemp("flags2") / "run"
-    assert cli.main(["train", "CartPole-v1", *SMALL, "--total-timesteps", "128", "--run-dir", str(run_dir), "--quiet"]) == 0
-    return run_dir
+    return tiny_cartpole_run(tmp_path_factory, "flags2")
 
 
 # ------------------------------------------------------------------------------------ eval --video

@@ -11,22 +11,18 @@ import os
 import shutil
 
 import pytest
-from cli_helpers import edit_checkpoint, one_error_line, run_main, snapshot
+from cli_helpers import TINY_RUN, tiny_cartpole_run, edit_checkpoint, one_error_line, run_main, snapshot
 
 from proxima import checkpoint as ckpt
 from proxima import cli
 
-#: one iteration of 4 envs x 16 steps
-SMALL = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "0",
-         "--no-progress", "--threads", "1"]
+SMALL = TINY_RUN
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A complete 2-iteration CartPole run (128 steps)."""
-    run_dir = tmp_path_factory.mktemp("flags3") / "run"
-    assert cli.main(["train", "CartPole-v1", *SMALL, "--total-timesteps", "128", "--run-dir", str(run_dir), "--quiet"]) == 0
-    return run_dir
+    return tiny_cartpole_run(tmp_path_factory, "flags3")
 
 
 @pytest.fixture
