@@ -212,13 +212,20 @@ def prune_checkpoints(run_dir: Union[str, Path], keep: int) -> None:
                     stale.unlink(missing_ok=True)
 
 
-def save_train_state(run_dir: Union[str, Path], state: dict, keep: int) -> Path:
-    check_own_folder(run_dir)
+def with_entry_point(state: dict) -> dict:
+    """``state`` with ``env_entry_point`` (text, never imported) when its env id was registered by the user's
+    own code: read where that code has not registered the id, it names the module to give (--env MODULE:ID).
+    Every checkpoint a run writes carries it: the periodic ones and best.pt."""
     config = state.get("config") or next(iter(state.get("configs") or []), None)
     entry = _entry_point_of(config.get("env_id")) if isinstance(config, dict) else None
-    if entry is not None:  # read where the user's code has not registered the id, it names the module to give
+    if entry is not None:
         state["env_entry_point"] = entry
-    path = atomic_torch_save(state, checkpoint_path(run_dir, int(state["global_step"])))
+    return state
+
+
+def save_train_state(run_dir: Union[str, Path], state: dict, keep: int) -> Path:
+    check_own_folder(run_dir)
+    path = atomic_torch_save(with_entry_point(state), checkpoint_path(run_dir, int(state["global_step"])))
     prune_checkpoints(run_dir, keep)
     return path
 

@@ -393,7 +393,7 @@ class Trainer:
 
                 state["ranks"] = self.dist.gather_to_main({k: state[k] for k in RANK_KEYS})
             # rank 0 writes; an error (disk full) stops every rank with the same line
-            self.dist.from_main(lambda: ckpt.atomic_torch_save(state, ckpt.best_checkpoint_path(self.run_dir)))
+            self.dist.from_main(lambda: ckpt.atomic_torch_save(ckpt.with_entry_point(state), ckpt.best_checkpoint_path(self.run_dir)))
         return {"eval/mean_return": mean, "eval/std_return": std}
 
     def _evaluate_on_main(self) -> tuple:

@@ -69,7 +69,7 @@ def trained(tmp_path_factory):
         __import__(MODULE)
         cfg = PPOConfig(env_id=ENV_ID, env_kwargs={"length": 3}, num_envs=2, num_steps=32, total_timesteps=64,
                         num_minibatches=2, update_epochs=1, progress=False, checkpoint_every=0, eval_episodes=2,
-                        threads=1, run_dir=str(home / "runs" / "trained"))
+                        eval_every=32, threads=1, run_dir=str(home / "runs" / "trained"))
         run_dir, _ = train(cfg, quiet=True)
     finally:
         sys.path.remove(str(home))
@@ -132,11 +132,13 @@ def test_a_module_that_does_not_register_the_id_is_named(run, capsys):
         "trains; name the module whose import registers it (gymnasium.register)")
 
 
-@pytest.mark.parametrize("command", ["eval", "resume"])
+@pytest.mark.parametrize("command", ["eval", "resume", "eval --best"])
 def test_an_unregistered_recorded_id_names_the_module_to_give(run, capsys, command):
-    code, _, err = run_main([command, str(run)], capsys)
+    code, _, err = run_main([*command.split()[:1], str(run), *command.split()[1:]], capsys)
     assert code == 2
-    checkpoint = sorted((run / "checkpoints").glob("step_*.pt"))[-1]
+    # best.pt records the entry point as the periodic checkpoints do
+    checkpoint = run / "checkpoints" / "best.pt" if "--best" in command else sorted((run / "checkpoints").glob("step_*.pt"))[-1]
+    command = command.split()[0]
     assert one_error_line(err, f"proxima {command}") == (
         f"{checkpoint}: env id '{ENV_ID}' is not registered in this process (the code that trained the run registered "
         f"it, entry point {MODULE}:Walk); name the module whose import registers it, most likely: "
