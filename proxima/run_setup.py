@@ -281,8 +281,7 @@ def refuse_loose_finished(resume, config: PPOConfig, state: dict, target_dir) ->
     (Copying the checkpoint in instead would write a second copy of a run the user did not ask for.)"""
     if resume_trains(config, state):
         return
-    step = int(state["global_step"])
-    least = step + batch_size(config) * int(state.get("world_size", 1))
+    step, least = int(state["global_step"]), least_total(config, state)
     if config.total_timesteps < least:
         raise ConfigError(f"{resume}: the run is complete ({step:,} steps); give --total-timesteps of at least {least:,} "
                           f"to extend it into {target_dir} (nothing was written)")
@@ -290,17 +289,26 @@ def refuse_loose_finished(resume, config: PPOConfig, state: dict, target_dir) ->
                       f"higher target to continue it into {target_dir} (nothing was written)")
 
 
-def resume_trains(config: PPOConfig, state: dict) -> bool:
-    """Whether a resume of ``state`` with ``config`` trains a further iteration: one fits in
-    total_timesteps and --stop-return's target is not reached (apply_resume_overrides notes either)."""
-    if config.total_timesteps < int(state["global_step"]) + batch_size(config) * int(state.get("world_size", 1)):
-        return False
+def least_total(config: PPOConfig, state: dict) -> int:
+    """The total_timesteps a resume of ``state`` needs to train one more iteration: the run trains whole
+    iterations (of every process's envs), so it is complete when no further one fits."""
+    return int(state["global_step"]) + batch_size(config) * int(state.get("world_size", 1))
+
+
+def stop_return_mean(config: PPOConfig, state: dict) -> Optional[float]:
+    """The mean training return that reached --stop-return in ``state``'s window, or None (not reached, or none set)."""
     if config.stop_return is None:
-        return True
+        return None
     from .train_state import return_window
     from .trainer import ReturnTarget
 
-    return ReturnTarget(config.stop_return, config.stop_episodes, return_window(state)).reached() is None
+    return ReturnTarget(config.stop_return, config.stop_episodes, return_window(state)).reached()
+
+
+def resume_trains(config: PPOConfig, state: dict) -> bool:
+    """Whether a resume of ``state`` with ``config`` trains a further iteration: one fits in
+    total_timesteps and --stop-return's target is not reached (apply_resume_overrides notes either)."""
+    return config.total_timesteps >= least_total(config, state) and stop_return_mean(config, state) is None
 
 
 def preflight(cfg: PPOConfig, world_size: int = 1):
@@ -412,20 +420,16 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_saf
         raise ConfigError(f"--device {cfg.device}: the run was trained with --cudagraphs, which needs a CUDA device; "
                           "add --no-cudagraphs to resume it on the CPU")
     step = int(state["global_step"])  # checked by train_state.check_counters
-    # the run trains whole iterations: it is complete when no further one fits in total_timesteps
-    per_iteration = batch_size(cfg) * int(state.get("world_size", 1))
-    if cfg.total_timesteps < step + per_iteration:
+    least = least_total(cfg, state)
+    if cfg.total_timesteps < least:
         if cfg.total_timesteps != recorded_total:  # asked to extend it (the run's own total, e.g. from its config.yaml, asks nothing)
             raise ConfigError(f"--total-timesteps {cfg.total_timesteps}: the run is already at step {step:,} and trains "
-                              f"whole iterations of {per_iteration:,} steps; give at least {step + per_iteration:,} to extend it")
+                              f"whole iterations of {least - step:,} steps; give at least {least:,} to extend it")
         if notes:
             print(f"proxima: note: {state['path']}: the run is complete ({step:,} steps); "
                   "--total-timesteps N (more steps) extends it", file=sys.stderr)
-    elif cfg.stop_return is not None and notes:
-        from .train_state import return_window
-        from .trainer import ReturnTarget
-
-        mean = ReturnTarget(cfg.stop_return, cfg.stop_episodes, return_window(state)).reached()
+    elif notes:
+        mean = stop_return_mean(cfg, state)
         if mean is not None:
             print(f"proxima: note: {state['path']}: the run stopped at --stop-return {cfg.stop_return:g} (its last "
                   f"{cfg.stop_episodes}+ training episodes averaged {mean:.1f}); --stop-return none or a higher "
