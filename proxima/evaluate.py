@@ -250,13 +250,10 @@ class _NonFiniteCheck:
         return f"; check the env's {call}() with: {check_env_cmd(self.env_id, self.env_kwargs)}"
 
     def reset(self, obs: torch.Tensor) -> None:
-        bad = ~_finite_rows(obs)
-        if bool(bad.any()):
-            from .guards import NonFiniteError, fmt_values
+        if obs.is_floating_point():  # integer observations are always finite
+            from .guards import check_reset
 
-            i = int(torch.nonzero(bad)[0, 0])
-            raise NonFiniteError(f"non-finite observation {fmt_values(obs[i])} from {self.name(i)} at the evaluation's "
-                                 f"reset{self._hint('reset')}")
+            check_reset(obs, None, self.env_id, self.env_kwargs, at="the evaluation's reset", name=self.name)
 
     def fail(self, step: int, reward: torch.Tensor, bad_reward: torch.Tensor, obs: torch.Tensor, bad_obs: torch.Tensor) -> None:
         from .guards import NonFiniteError, fmt_values

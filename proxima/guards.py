@@ -252,11 +252,16 @@ def first_bad(fields) -> Optional[tuple]:
     return t, field, n
 
 
-def check_reset(obs: torch.Tensor, global_step: int, env_id: str, env_kwargs: Optional[dict] = None) -> None:
+def check_reset(obs: torch.Tensor, global_step: Optional[int], env_id: Optional[str], env_kwargs: Optional[dict] = None,
+                at: Optional[str] = None, name=None) -> None:
     """NaN/inf in the observations (N, ...) of a reset -> NonFiniteError naming the env (one host sync);
-    its check-env command holds ``env_kwargs`` (the run's --env-kwargs)."""
+    its check-env command holds ``env_kwargs`` (the run's --env-kwargs; none without ``env_id``).
+    ``at``: where (default ``reset (global step S)``); ``name(n)``: the env (default ``env n``), as an
+    evaluation names them (evaluate.first_episodes)."""
     bad = ~torch.isfinite(obs.reshape(obs.shape[0], -1)).all(-1)
     if bool(bad.any()):
         n = int(torch.nonzero(bad)[0, 0])
-        raise NonFiniteError(f"non-finite observation {fmt_values(obs[n])} from env {n} at reset (global step {global_step}); "
-                             f"check the env's reset() with: {check_env_cmd(env_id, env_kwargs)}")
+        where = at or f"reset (global step {global_step})"
+        hint = "" if env_id is None else f"; check the env's reset() with: {check_env_cmd(env_id, env_kwargs)}"
+        raise NonFiniteError(f"non-finite observation {fmt_values(obs[n])} from {name(n) if name else f'env {n}'} at {where}"
+                             f"{hint}")
