@@ -74,13 +74,26 @@ def check_new_run_dir(path: Path, cfg=None) -> None:
     if not path.is_dir():
         return
     if (path / "meta.json").exists():
-        raise ConfigError(f"--run-dir {str(path)!r}: already holds a run; continue it with `proxima resume {path}` or pick another directory")
+        raise ConfigError(f"--run-dir {str(path)!r}: already holds a run; continue it with `{_resume_of(path)}` or pick another directory")
     check_own_entries(path)  # a link planted at such a name, leading out of the folder: the line that says so
     found = sorted(p.name + ("/" if p.is_dir() and not p.is_symlink() else "") for p in path.iterdir() if _run_name(p.name))
     if found:
         shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
         raise ConfigError(f"--run-dir {path}: already holds {shown}, which a new run writes (and would replace); "
                           "choose another --run-dir, or move those away (other files may stay)")
+
+
+def _resume_of(path: Path) -> str:
+    """The command that continues the run in ``path``: with --trust-run where its config.yaml records a reward
+    that imports code (a plain `proxima resume` is refused then); the plain command when that cannot be read."""
+    from .config import from_dict
+    from .loop import needs_trust, resume_command
+
+    try:
+        trust = needs_trust(from_dict(read_config(path), source=str(path / "config.yaml")))
+    except Exception:  # an unreadable config: the resume itself says what is wrong with it
+        trust = False
+    return resume_command(path, trust)
 
 
 def _refuse_inputs_inside(path: Path, cfg) -> None:

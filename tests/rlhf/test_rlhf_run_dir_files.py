@@ -159,3 +159,15 @@ def test_a_damaged_policy_of_a_finished_run_is_written_again_from_its_checkpoint
     assert resume(run) == 0
     assert "policy/ or summary.json is missing or incomplete; writing them" in capsys.readouterr().out
     assert loop.is_finished(run, 2)
+
+
+@pytest.mark.parametrize("reward, command", [("myreward.py:score", "proxima resume --trust-run"),
+                                             ("proxima.rlhf.demo:keyword_sentiment", "proxima resume ")])
+def test_a_folder_holding_a_run_names_the_resume_that_works(tmp_path, reward, command):
+    # a run whose reward imports code resumes only with --trust-run: the advice must say so
+    (tmp_path / "meta.json").write_text('{"kind": "rlhf"}')
+    (tmp_path / "config.yaml").write_text(f"reward: {reward}\n")
+    with pytest.raises(ConfigError) as e:
+        rundir.check_new_run_dir(tmp_path)
+    assert f"continue it with `{command}" in str(e.value) and str(tmp_path) in str(e.value)
+    assert ("--trust-run" in str(e.value)) == (command.endswith("--trust-run"))
