@@ -508,6 +508,8 @@ def _type_name(default: Any) -> str:
 #: without a time limit does not hang the end of a run
 MAX_EVAL_STEPS = 100_000
 
+#: float32's rounding of any positive number up to this one (2**-150, half its smallest subnormal) is 0
+FLOAT32_ROUNDS_TO_ZERO = 2.0 ** -150
 #: the largest finite float32 (torch.finfo(torch.float32).max, without importing torch): a float field
 #: above it becomes inf in the run's float32 tensors
 FLOAT32_MAX = 3.4028234663852886e38
@@ -612,12 +614,12 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False) -> None:
         bad("gamma", "must be in (0, 1]")
     if not 0.0 <= cfg.gae_lambda <= 1.0:
         bad("gae_lambda", "must be in [0, 1]")
-    if cfg.lr <= 0:
-        bad("lr", "must be positive")
-    if cfg.clip_coef <= 0:
-        bad("clip_coef", "must be positive")
-    if cfg.max_grad_norm <= 0:
-        bad("max_grad_norm", "must be positive")
+    for name in ("lr", "clip_coef", "max_grad_norm"):
+        if getattr(cfg, name) <= 0:
+            bad(name, "must be positive")
+        # a value this small is 0 in the run's float32 tensors: the run would not train, or clip everything
+        if getattr(cfg, name) <= FLOAT32_ROUNDS_TO_ZERO:
+            bad(name, f"must be above {FLOAT32_ROUNDS_TO_ZERO:.4g} (smaller values are 0 in float32, which the run computes in)")
     for name in ("ent_coef", "vf_coef"):
         if getattr(cfg, name) < 0:
             bad(name, "must be 0 or more")

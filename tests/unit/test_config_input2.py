@@ -176,3 +176,13 @@ def test_validate_makes_zero_dim_arrays_and_tensors_python_values():
     validate(cfg)
     assert (type(cfg.lr), cfg.num_envs, cfg.hidden_sizes) == (float, 4, [64]) and type(cfg.num_envs) is int
     assert load_yaml(dump_yaml(cfg.to_dict()))["lr"] == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("flag", ["--lr", "--clip-coef", "--max-grad-norm"])
+def test_a_positive_value_that_is_zero_in_float32_is_refused(tmp_path, monkeypatch, capsys, flag):
+    # 1e-46 passed "must be positive" and became 0.0 in the run's float32 tensors (no learning, or all clipped)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(["train", flag, "1e-46", "--dry-run"], capsys)
+    error_line(code, err, f"proxima train: error: {flag} 1e-46: must be above 7.006e-46 (smaller values are 0 in float32")
+    code, _, err = run_main(["train", flag, "1e-45", "--dry-run", "--quiet"], capsys)
+    assert code == 0, err
