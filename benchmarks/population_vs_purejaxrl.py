@@ -197,7 +197,9 @@ def report(p, args, start, rows: dict, ours, theirs, partial: str = "") -> str:
     return ((f"{partial}\n\n" if partial else "")
             + f"{args.agents} CartPole agents, 4 envs x 128 steps, {args.total:,} steps each, device {args.device}. "
             f"{machine_line(1, start)}. PureJaxRL ran first, without a warm run (`--no-warm-run`): both sides' training s "
-            "is their first run.\n\n"
+            "is their first run. Proxima's training s (population.json's wall_seconds) also holds what it writes while it "
+            "trains (each agent's metrics.csv and TensorBoard rows, its checkpoints, the last one included); PureJaxRL's "
+            "(the anchor's run_seconds) is the jitted training call alone, its metrics kept on the device.\n\n"
             f"| program | training s | process s (launch to exit) | {final} |\n|---|---:|---:|---:|\n"
             + "\n".join(rows[side] for side in ("proxima", "purejaxrl") if side in rows) + ratio
             + f"\n\n{command('population_vs_purejaxrl.py', p, args)}\n")
