@@ -1181,6 +1181,17 @@ def check_weight_shapes(path, expected: dict, weights: dict) -> None:
                                   f"{tuple(weights[name].shape)}, the recorded config.hidden_sizes and spaces give {shape})")
 
 
+def check_registered(policy) -> None:
+    """EnvError naming the --env to give when the run's env id is not registered in this process (a
+    run trained from Python after importing the module that registers it): building it would only
+    say "unknown env id". ``policy``: load_policy's result (its path names the run in the line)."""
+    from .envs import EnvError, unregistered, unregistered_line
+
+    if policy.env_id == policy.config.get("env_id") and unregistered(policy.env_id):
+        kept = bool(policy.env_kwargs) and policy.env_kwargs_recorded
+        raise EnvError(unregistered_line(policy.env_id, policy.path, "--env {env}", policy.env_entry_point, kwargs=kept))
+
+
 def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = None, trust_env: bool = False,
                 env_kwargs: Optional[dict] = None) -> Policy:
     """Load a policy from a checkpoint or run directory (its latest checkpoint).

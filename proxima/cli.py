@@ -558,9 +558,11 @@ def cmd_eval(args) -> int:
             path = best_checkpoint_path(args.path)
             if not path.is_file():
                 raise CheckpointError(f"{args.path}: no checkpoints/best.pt (written when training with --eval-every N)")
+        from .checkpoint import check_registered
+
         policy = load_policy(path, device=resolve_device(args.device),  # one-line error for a bad --device
                              env_id=args.env, trust_env=args.trust_run, env_kwargs=env_kwargs)
-        _check_registered(policy)
+        check_registered(policy)
         # seed None: evaluate's default, the run's seed + 1,000,000 (the end-of-training eval's)
         result = evaluate(policy, episodes=args.episodes, deterministic=not args.stochastic, seed=args.seed,
                           backend=args.backend or policy.config.get("backend", "auto"), video=args.video, max_steps=args.max_steps)
@@ -575,17 +577,6 @@ def cmd_eval(args) -> int:
         if result.get("video"):
             print(f"video: {result['video']}")
     return 0
-
-
-def _check_registered(policy) -> None:
-    """EnvError naming the --env to give when the run's env id is not registered in this process (a
-    run trained from Python after importing the module that registers it): building it would only
-    say "unknown env id"."""
-    from .envs import EnvError, unregistered, unregistered_line
-
-    if policy.env_id == policy.config.get("env_id") and unregistered(policy.env_id):
-        kept = bool(policy.env_kwargs) and policy.env_kwargs_recorded
-        raise EnvError(unregistered_line(policy.env_id, policy.path, "--env {env}", policy.env_entry_point, kwargs=kept))
 
 
 # ------------------------------------------------------------------------------------ presets

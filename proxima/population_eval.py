@@ -56,7 +56,7 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
     before any member is evaluated), NonFiniteError naming the member's directory, the env and the
     step when its env returns NaN/inf during its evaluation (evaluate.first_episodes).
     """
-    from .checkpoint import load_checkpoint, load_policy
+    from .checkpoint import check_registered, load_checkpoint, load_policy
     from .evaluate import evaluate
     from .guards import NonFiniteError
 
@@ -71,6 +71,7 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
     for s in settings:
         for member_seed, d in s.members:
             policy = load_policy(checkpoints[d], device=device, env_id=env_id, trust_env=trust_env, env_kwargs=env_kwargs)
+            check_registered(policy)  # the first member's, before any evaluation: the --env MODULE:ID to give
             eval_seed = seed if seed is not None else int(policy.config["seed"]) + 1_000_000
             try:
                 result = evaluate(policy, episodes=episodes, deterministic=deterministic, seed=eval_seed,

@@ -227,3 +227,29 @@ def test_resuming_a_complete_population_keeps_its_recorded_training_time(tmp_pat
     assert "the run is complete" in err
     assert json.loads(path.read_text())["wall_seconds"] == 1234.5
     assert "; 1234.5s of training" in out
+
+
+# ------------------------------------------------------------------ a population on a registered id
+def test_a_population_on_an_unregistered_recorded_id_names_the_module_to_give(tmp_path, capsys, monkeypatch):
+    # eval POP built the first member's env and said only "unknown env id"; a single run's eval named the module
+    (tmp_path / f"{MODULE}.py").write_text(ENV_CODE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(tmp_path)] + sys.path)
+    _forget()
+    try:
+        __import__(MODULE)  # trained where the module is imported (from Python, or a notebook)
+        code, _, err = run_main(["train", ENV_ID, "--seeds", "1-2", "--total-timesteps", "64", "--num-envs", "2",
+                                 "--num-steps", "32", "--eval-episodes", "1", "--run-dir", "pop", "--quiet"], capsys)
+        assert code == 0, err
+        _forget()
+        code, out, err = run_main(["eval", "pop", "--episodes", "1"], capsys)
+        assert code == 2 and out == ""
+        line = one_error_line(err, "proxima eval")
+        assert line.startswith("pop/") and line.endswith(
+            f": env id '{ENV_ID}' is not registered in this process (the code that trained the run registered it, entry "
+            f"point {MODULE}:Walk); name the module whose import registers it, most likely: --env {MODULE}:{ENV_ID}"), line
+        code, out, err = run_main(["eval", "pop", "--episodes", "1", "--env", f"{MODULE}:{ENV_ID}", "--json"], capsys)
+        assert code == 0, err
+        assert [m["mean_return"] for m in json.loads(out)["members"]] == [7.0, 7.0]  # the registration's time limit
+    finally:
+        _forget()
