@@ -143,7 +143,7 @@ def started() -> tuple:
 
 def machine_line(threads, start: tuple) -> str:
     """The machine a table was measured on, which decides its figures: CPU model and vendor, cores,
-    torch and the torch threads used, the GPU (or none), the CPU tanh (``proxima.tanh_cpu.MODE``:
+    its vector instructions (one "AMD EPYC" has AVX-512, another not: which CPU tanh is fast differs), torch and the torch threads used, the GPU (or none), the CPU tanh (``proxima.tanh_cpu.MODE``:
     MKL's tanh is slow on CPUs that are not Intel's); then the date and the load average (1 min) at
     the start (``start``, from ``started()``) and now, at the end."""
     import platform
@@ -151,12 +151,13 @@ def machine_line(threads, start: tuple) -> str:
     import torch
 
     from proxima.bench import cpu_model
+    from proxima.cpuinfo import simd_text
     from proxima.tanh_cpu import MODE, cpu_vendor
 
     vendor = cpu_vendor()
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
     when, load = start
-    return (f"CPU: {cpu_model()}{f' ({vendor})' if vendor else ''}, {os.cpu_count()} cores; torch {torch.__version__}, "
+    return (f"CPU: {cpu_model()}{f' ({vendor})' if vendor else ''}, {os.cpu_count()} cores, SIMD {simd_text()}; torch {torch.__version__}, "
             f"torch threads: {threads}; GPU: {gpu}; Python {platform.python_version()}; CPU tanh: {MODE}; "
             f"{when:%Y-%m-%d %H:%M}, load average (1 min) {load:.2f} at start, {os.getloadavg()[0]:.2f} at end")
 

@@ -314,7 +314,11 @@ def machine_lines(device, threads) -> list:
     import torch
 
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    rows = [f"- CPU: {cpu_model()}, {os.cpu_count()} logical cores ({usable} usable by this process)",
+    from .cpuinfo import simd_text
+    from .tanh_cpu import MODE
+
+    rows = [f"- CPU: {cpu_model()}, {os.cpu_count()} logical cores ({usable} usable by this process); SIMD {simd_text()}; "
+            f"CPU tanh {MODE}",
             f"- torch {torch.__version__}, gymnasium {gymnasium.__version__}, Python {platform.python_version()}, "
             f"{platform.system()} {platform.release()}",
             f"- torch intra-op threads: {threads}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"]

@@ -22,3 +22,26 @@ def cpu_vendor() -> str:
     """The CPU's vendor id ("GenuineIntel", "AuthenticAMD", ...) where the OS says it; "" otherwise."""
     name = platform.processor()  # e.g. Windows: "AMD64 Family 25 Model 17 Stepping 1, AuthenticAMD"
     return cpuinfo("vendor_id") or next((v for v in ("GenuineIntel", "AuthenticAMD") if v in name), "")
+
+
+def numpy_tanh_target() -> "str | None":
+    """The SIMD target numpy's float32 tanh dispatches to on this CPU ("X86_V4" or "AVX512_SKX" for AVX-512,
+    "X86_V3" or "AVX2" ...), None where this numpy cannot say (numpy.lib.introspect is numpy >= 2.0)."""
+    try:
+        from numpy.lib.introspect import opt_func_info
+
+        return str(opt_func_info(func_name="^tanh$", signature="float32")["tanh"]["ff"]["current"])
+    except Exception:  # an older numpy, or a layout this code does not know: not known
+        return None
+
+
+def simd_text() -> str:
+    """The vector instructions the CPU code runs here, which decide which CPU tanh is fast: torch's kernels'
+    ("AVX2", "AVX512", ...) and numpy's float32 tanh's target; e.g. "torch AVX2, numpy tanh X86_V3"."""
+    try:
+        import torch
+
+        torch_simd = torch.backends.cpu.get_cpu_capability()
+    except Exception:
+        torch_simd = None
+    return f"torch {torch_simd or 'unknown'}, numpy tanh {numpy_tanh_target() or 'unknown'}"

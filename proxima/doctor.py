@@ -24,7 +24,7 @@ import sys
 from typing import Any, Callable
 
 from .config import install_hint
-from .cpuinfo import cpu_vendor
+from .cpuinfo import cpu_vendor, simd_text
 
 TORCH_PIN = "2.13.0"
 
@@ -223,6 +223,7 @@ def collect() -> dict:
         "torch_threads": None,
         "cpu_vendor": None,
         "cpu_tanh": None,
+        "cpu_simd": None,
         "packages": {},
         "importable": {},
         "hints": hints,
@@ -278,6 +279,7 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list) -> None:
     tanh_cpu = _probe(errors, "cpu_tanh", lambda: importlib.import_module("proxima.tanh_cpu"))
     if tanh_cpu is not None:
         info["cpu_tanh"] = tanh_cpu.MODE
+    info["cpu_simd"] = _probe(errors, "cpu_simd", simd_text)  # what decides that choice on a CPU not Intel's
     cuda_built = _probe(errors, "torch_build", lambda: torch.version.cuda)
     hip_built = _probe(errors, "torch_build", lambda: getattr(torch.version, "hip", None))
     if cuda_built:
@@ -429,7 +431,7 @@ def format_report(info: dict) -> str:
             "cpu",
             f"{_or_dash(info.get('cpu_count'))} cores ({_or_dash(info.get('cpu_affinity'))} usable), "
             f"torch intra-op threads {_or_dash(info.get('torch_threads'))}, vendor {_or_dash(info.get('cpu_vendor'))}, "
-            f"tanh {_or_dash(info.get('cpu_tanh'))}",
+            f"tanh {_or_dash(info.get('cpu_tanh'))} (SIMD: {_or_dash(info.get('cpu_simd'))})",
         )
     )
     importable = info.get("importable") or {}

@@ -18,8 +18,10 @@ MKL's (benchmarks/results/cpu-parts.md). In ``mlp_cpu``'s kernel its first op fo
 (``folded``: weights and bias doubled, which is exact), the same bits with one pass less a block.
 ``PROXIMA_CPU_TANH=sigmoid`` computes what runs of that time computed, bit for bit.
 
-``MODE`` is chosen once per process, so a run computes one function throughout: "numpy" where
-torch has MKL and the CPU's vendor is known and is not Intel, "torch" otherwise (Intel, ARM, an
+``MODE`` is chosen once per process, so a run computes one function throughout: where torch has
+MKL and the CPU's vendor is known and is not Intel, "numpy" when numpy's float32 tanh runs its
+AVX-512 code here, else "sigmoid" (numpy's AVX2 tanh, on an EPYC without AVX-512, took 2-2.5x the
+sigmoid form's time: 918 against 396 us a 4,096 x 64 block); "torch" otherwise (Intel, ARM, an
 unknown vendor); the environment variable ``PROXIMA_CPU_TANH=torch|sigmoid|numpy`` overrides it
 (for A/B measurements, or to compute bit for bit what another machine computes). ``proxima doctor``
 and each run's meta.json (its "machine" record) say which. On CUDA, and inside ``torch.compile``
@@ -38,24 +40,33 @@ import torch
 from torch import nn
 
 from .config import ConfigError
-from .cpuinfo import cpu_vendor
+from .cpuinfo import cpu_vendor, numpy_tanh_target
 
 MODES = ("torch", "sigmoid", "numpy")
 ENV_VAR = "PROXIMA_CPU_TANH"
 
 
-def choose_mode(env: str | None, mkl: bool, vendor: str) -> str:
-    """The mode for an ``env`` override (None or "" for none), whether torch has MKL, and the vendor.
-    ConfigError naming the variable when the override is not a mode."""
+def _avx512(target: str | None) -> bool:
+    return bool(target) and (target == "X86_V4" or target.startswith("AVX512"))
+
+
+def choose_mode(env: str | None, mkl: bool, vendor: str, numpy_target: str | None = None) -> str:
+    """The mode for an ``env`` override (None or "" for none), whether torch has MKL, the vendor and
+    the target numpy's float32 tanh runs (numpy_tanh_target). ConfigError naming the variable when the
+    override is not a mode."""
     if env:
         if env not in MODES:
             raise ConfigError(f"{ENV_VAR}={env!r}: must be one of {', '.join(MODES)} (or unset: chosen by CPU)")
         return env
-    return "numpy" if mkl and vendor and vendor != "GenuineIntel" else "torch"
+    if not (mkl and vendor and vendor != "GenuineIntel"):
+        return "torch"
+    # numpy's AVX-512 tanh beats the sigmoid form 1.25x; its AVX2 one (an EPYC before Zen 4) is 2-2.5x slower
+    # than it, as MKL's own is: benchmarks/results/cpu-parts.md
+    return "numpy" if _avx512(numpy_target) else "sigmoid"
 
 
 # importing this module (every CLI command does: nets imports it) raises ConfigError on a bad override
-MODE = choose_mode(os.environ.get(ENV_VAR), torch.backends.mkl.is_available(), cpu_vendor())
+MODE = choose_mode(os.environ.get(ENV_VAR), torch.backends.mkl.is_available(), cpu_vendor(), numpy_tanh_target())
 
 
 #: -1 as a 0-dim tensor per dtype: ``torch.add(-1, s, alpha=2)`` takes a tensor first

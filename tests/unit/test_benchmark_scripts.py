@@ -310,7 +310,7 @@ def test_machine_line_names_the_gpu_the_date_and_the_load(monkeypatch):
     import torch
 
     line = tables.machine_line(1, tables.started())
-    assert re.search(r"CPU: .+, \d+ cores; torch \S+, torch threads: 1; GPU: \S.*; Python \S+; CPU tanh: \w+; "
+    assert re.search(r"CPU: .+, \d+ cores, SIMD torch \w+, numpy tanh \w+; torch \S+, torch threads: 1; GPU: \S.*; Python \S+; CPU tanh: \w+; "
                      r"\d{4}-\d\d-\d\d \d\d:\d\d, load average \(1 min\) \d+\.\d\d at start, \d+\.\d\d at end$", line), line
     if not torch.cuda.is_available():
         assert "GPU: none;" in line

@@ -23,18 +23,33 @@ def numpy_mode(monkeypatch):
     monkeypatch.setattr(tanh_cpu, "MODE", "numpy")
 
 
-@pytest.mark.parametrize("env, mkl, vendor, mode", [
-    (None, True, "AuthenticAMD", "numpy"),  # MKL's VML on AMD: the slow tanh
-    (None, True, "HygonGenuine", "numpy"),
-    (None, True, "GenuineIntel", "torch"),
-    (None, False, "AuthenticAMD", "torch"),   # no MKL (e.g. ARM builds): torch's own vectorized tanh
-    (None, True, "", "torch"),                # vendor unknown: keep torch's
-    ("torch", True, "AuthenticAMD", "torch"),
-    ("sigmoid", False, "GenuineIntel", "sigmoid"),
-    ("numpy", True, "GenuineIntel", "numpy"),
+@pytest.mark.parametrize("env, mkl, vendor, target, mode", [
+    (None, True, "AuthenticAMD", "X86_V4", "numpy"),  # MKL's VML on AMD: the slow tanh; numpy's AVX-512 one is fast
+    (None, True, "AuthenticAMD", "AVX512_SKX", "numpy"),  # numpy < 2.3 names its targets by feature
+    (None, True, "HygonGenuine", "X86_V4", "numpy"),
+    # numpy's AVX2 tanh (an EPYC without AVX-512) is 2-2.5x slower than the sigmoid form: that, not numpy
+    (None, True, "AuthenticAMD", "X86_V3", "sigmoid"),
+    (None, True, "AuthenticAMD", "AVX2", "sigmoid"),
+    (None, True, "AuthenticAMD", None, "sigmoid"),      # numpy cannot say: the form that is never the slow one
+    (None, True, "GenuineIntel", "X86_V4", "torch"),
+    (None, False, "AuthenticAMD", "X86_V4", "torch"),   # no MKL (e.g. ARM builds): torch's own vectorized tanh
+    (None, True, "", "X86_V4", "torch"),                # vendor unknown: keep torch's
+    ("torch", True, "AuthenticAMD", "X86_V4", "torch"),
+    ("sigmoid", False, "GenuineIntel", None, "sigmoid"),
+    ("numpy", True, "GenuineIntel", "X86_V3", "numpy"),
 ])
-def test_the_mode_by_mkl_vendor_and_override(env, mkl, vendor, mode):
-    assert tanh_cpu.choose_mode(env, mkl, vendor) == mode
+def test_the_mode_by_mkl_vendor_numpy_target_and_override(env, mkl, vendor, target, mode):
+    assert tanh_cpu.choose_mode(env, mkl, vendor, target) == mode
+
+
+def test_numpy_names_the_target_its_float32_tanh_runs():
+    import numpy as np
+
+    target = tanh_cpu.numpy_tanh_target()
+    # the pinned numpy (>= 2.0) can say; on x86 its name is one of the SIMD targets it reports as available
+    assert target is not None
+    if np.lib.introspect.opt_func_info("^tanh$", "float32")["tanh"]["ff"]["available"]:
+        assert target in np.lib.introspect.opt_func_info("^tanh$", "float32")["tanh"]["ff"]["available"]
 
 
 def test_a_bad_override_names_the_variable():
@@ -174,3 +189,13 @@ def test_the_cli_refuses_a_bad_override_in_one_line(tmp_path):
     proc = warm_python.run([sys.executable, "-m", "proxima", "doctor"], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "probe cpu_tanh failed: ConfigError: PROXIMA_CPU_TANH='fast': must be one of" in proc.stdout
+
+
+def test_doctor_and_the_tables_name_the_simd_that_decides_the_mode():
+    # two "AMD EPYC" machines, one with AVX-512 and one without, choose different modes: the record must tell them apart
+    from proxima.cpuinfo import simd_text
+    from proxima.doctor import collect
+
+    text = simd_text()
+    assert text == f"torch {torch.backends.cpu.get_cpu_capability()}, numpy tanh {tanh_cpu.numpy_tanh_target()}"
+    assert collect()["cpu_simd"] == text
