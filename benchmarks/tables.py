@@ -1,12 +1,14 @@
 """What the benchmark scripts share: checks of their arguments, a "median (min-max)" cell, the line
 naming the machine, the date and the load, the command that reproduces a table, and a table printed
-and appended to the results file given with ``--out`` (``emit``: at the end; ``Section``: rewritten
-after every row, so a run cut short leaves the rows it finished). Imported as ``tables`` (a script's own
+and appended to the results file given with ``--out`` (``emit``: at the end; ``Section``: its own
+section rewritten after every row, so a run cut short leaves the rows it finished, and what others
+write to the file meanwhile is kept). Imported as ``tables`` (a script's own
 directory is first on sys.path when it runs as ``python benchmarks/NAME.py``)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import shlex
@@ -190,27 +192,42 @@ class Section:
     """One run's section of the results file ``out``, written as the run goes: ``update(text)``
     after each completed row replaces the section with the rows so far (the caller marks it
     partial: ``partial_note``), ``finish(text)`` prints the final text and writes it, as ``emit``
-    does. What ``out`` held before the run (read here, at the start) is kept byte for byte, and each
-    write replaces the whole file at once (``proxima.bench.write_file``), so a run killed at any
-    point leaves that content plus the section as last written, never half of one. The final file
-    is what ``emit`` would have appended: the old content, a blank line when there was any, the text.
-    Without ``out`` nothing is written and ``finish`` only prints."""
+    does. Each write reads ``out`` as it is then and replaces only this run's section, found by the
+    HTML comments (invisible in rendered Markdown) that mark its begin and end with a token of this
+    run: a note added to the file by hand while the run goes, or another run's section (two runs
+    given the same ``--out``), is kept. A section not there yet (the first write, or the file
+    replaced meanwhile) is appended after a blank line. Each write replaces the whole file at once
+    (``proxima.bench.write_file``) under a lock on its folder, so a run killed at any point leaves
+    the file with its section as last written (markers included), never half of one. ``finish``
+    drops the markers: when nothing else wrote to ``out``, the final file is what ``emit`` would
+    have appended: the old content, a blank line when there was any, the text. Without ``out``
+    nothing is written and ``finish`` only prints."""
 
     def __init__(self, out: Optional[str], script: str = "benchmark"):
+        import secrets
+
         self.out, self.script = out, script
-        self.before = b""
         self.warned = False
-        if out:
-            from proxima.bench import has_content
+        # random, not the pid or the time: two runs started together on two machines sharing a folder must not match
+        token = secrets.token_hex(8)
+        self.begin = f"<!-- section {token} of {script}: rewritten as the run goes -->\n".encode("utf-8")
+        self.end = f"<!-- end of section {token} -->\n".encode("utf-8")
 
-            if has_content(out):
-                self.before = Path(os.path.realpath(out)).read_bytes()
-
-    def _write(self, text: str) -> None:
+    def _write(self, text: str, final: bool = False) -> None:
         from proxima.bench import write_file
 
-        body = text.strip("\n") + "\n"
-        write_file(self.out, self.before + (b"\n" if self.before else b"") + body.encode("utf-8"))
+        body = (text.strip("\n") + "\n").encode("utf-8")
+        block = body if final else self.begin + body + self.end
+        real = Path(os.path.realpath(self.out))  # a symlinked results file stays a link to the updated file
+        with folder_lock(real.parent):
+            now = real.read_bytes() if real.is_file() else b""
+            start = now.find(self.begin)
+            stop = now.find(self.end, start + len(self.begin)) if start >= 0 else -1
+            if stop >= 0:
+                data = now[:start] + block + now[stop + len(self.end):]
+            else:
+                data = now + (b"\n" if now else b"") + block
+            write_file(real, data)
 
     def update(self, text: str) -> None:
         """Write the section as it stands. A write that fails is said once on stderr and the run goes
@@ -233,12 +250,36 @@ class Section:
         if not self.out:
             return 0
         try:
-            self._write(text)
+            self._write(text, final=True)
         except OSError as e:
             from proxima.diskspace import describe
 
             return refuse(self.script, describe(self.out, e))
         return 0
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path):
+    """Hold an exclusive lock (flock) on ``folder`` while the block runs, so that two runs writing
+    one results file do not read it at the same time and each replace it without the other's latest
+    section. The folder, not the file: the file is replaced by a rename, so a lock on it would be on
+    a file no longer there; and no lock file is left beside the results. Best effort: where a
+    folder cannot be locked (no fcntl, a filesystem without flock), the block runs unlocked and a
+    section lost to a race comes back at that run's next write."""
+    fd = None
+    try:
+        import fcntl
+
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except (ImportError, OSError):
+        pass
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the lock
 
 
 def ab_report(caption: str, table: str, ratio_label: str, ratios: list, script: str, parser, args, start: tuple,

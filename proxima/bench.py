@@ -16,7 +16,8 @@ the threads as the Trainer set them; ``--train-only`` times train alone (what a
 comparison of training throughput uses: the env and rollout measurements are a third of the time).
 Results go to the console (or one JSON object per line with ``--json``, which with ``--cudagraphs``
 also says whether every part was really replayed as a graph) and to a Markdown file that describes
-the machine and the command.
+the machine and the command. With ``--cudagraphs`` only train replays the graphs: env and rollout
+are timed with eager calls, and their cells say "timed eager" (``timed_eager`` in the JSON).
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ from .terminal import printable
 
 DEFAULT_SIZES = "1,4,64,1024,4096"
 MEASURES = ("env", "rollout", "train")
+#: the measures timed with eager calls even under --cudagraphs: a lone env.step is never captured,
+#: and the rollout is timed by calling ``ppo.collect_rollout`` itself, not the trainer's captured
+#: rollout part (only ``train_iteration`` replays the graphs), so they are marked, not passed off
+#: as graph replays
+EAGER_UNDER_GRAPHS = ("env", "rollout")
 
 
 @dataclass
@@ -65,6 +71,12 @@ class Line:
         (False: some part ran eagerly, so the train figure is not a graph-replay figure); None without."""
         return None if self.graphs is None else all(v == "graph" for v in self.graphs.values())
 
+    @property
+    def timed_eager(self) -> Optional[list]:
+        """With --cudagraphs: the measured columns that were timed eagerly all the same
+        (``EAGER_UNDER_GRAPHS``); None without --cudagraphs, where every column is eager."""
+        return None if self.graphs is None else [m for m in EAGER_UNDER_GRAPHS if self.samples.get(m)]
+
     def stat(self, measure: str) -> tuple:
         """(median, min, max) steps/s of ``measure``, or (None, None, None)."""
         xs = self.samples.get(measure)
@@ -85,16 +97,22 @@ def measure(fn: Callable[[], None], steps_per_call: int, seconds: float, repeats
             durations: Optional[list] = None) -> list:
     """Warm ``fn`` up, then time ``repeats`` runs of about ``seconds`` each; steps/s per run.
     ``durations``: a list that gets each run's seconds (a run is whole calls, at least one)."""
-    warm_calls, warm_start, per_call = 0, time.perf_counter(), math.inf
+    warm_start, times = time.perf_counter(), []
     while True:  # at least 3 calls (lazy init, allocator, --cudagraphs capture) and 20% of the budget, unless one call is long
         _sync(device)
         t0 = time.perf_counter()
         fn()
         _sync(device)
-        per_call = time.perf_counter() - t0
-        warm_calls += 1
-        if (per_call >= seconds and warm_calls >= 3) or (warm_calls >= 3 and time.perf_counter() - warm_start >= 0.2 * seconds):
+        times.append(time.perf_counter() - t0)
+        if len(times) >= 3 and (times[-1] >= seconds or time.perf_counter() - warm_start >= 0.2 * seconds):
             break
+    # Calls per run from a typical warm-up call: the last one alone let one stall (a GC pause, another
+    # process) shrink every run's window to a few calls. The median, without the first call (lazy
+    # init, a graph capture), and the lower of the two middle ones so a stall is never half of it.
+    # Not "call until the clock says seconds": reading the clock between unsynchronized calls would
+    # either need a sync per call on CUDA (which changes what is timed) or end late by whatever the
+    # host had queued ahead of the device.
+    per_call = statistics.median_low(times[1:])
     calls = max(1, int(seconds / max(per_call, 1e-9)))
     out = []
     for _ in range(repeats):
@@ -258,7 +276,7 @@ def table_rows(lines: list) -> list:
         g = gym_train.get(ln.num_envs)
         if ln.backend in ("native", "envpool") and g:
             ratio = f"{ln.stat('train')[0] / g:.1f}x"
-        cells = [fmt_cell(ln, m) for m in MEASURES]
+        cells = [fmt_cell(ln, m) + (" timed eager" if m in (ln.timed_eager or ()) else "") for m in MEASURES]
         if ln.graphs_live is False:  # never an eager figure under a --cudagraphs heading
             cells[-1] += " graphs fell back: eager (" + "; ".join(f"{k}: {v}" for k, v in ln.graphs.items() if v != "graph") + ")"
         rows.append((ln.backend, f"{ln.num_envs:,}", *cells, ratio))
@@ -294,7 +312,9 @@ def json_line(line: Line, args, cfg, device) -> dict:
          "train_only": bool(getattr(args, "train_only", False)),
          # what ran, not what was asked: with --cudagraphs, whether every part was replayed as a graph
          # (false when a capture failed and that part fell back to eager) and each part's state
-         "cudagraphs_live": line.graphs_live, "graph_parts": line.graphs}
+         "cudagraphs_live": line.graphs_live, "graph_parts": line.graphs,
+         # with --cudagraphs, the *_sps figures of these measures are eager calls, not graph replays
+         "timed_eager": line.timed_eager}
     for m in MEASURES:
         med, lo, hi = line.stat(m)
         d[f"{m}_sps"], d[f"{m}_sps_min"], d[f"{m}_sps_max"] = med, lo, hi
@@ -397,7 +417,9 @@ def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime
         "env: `env.step` with random actions, no policy; rollout: `collect_rollout` with the policy; "
         "train: `Trainer.train_iteration` (rollout + GAE + update). "
         "train x gym: the train median of the native or EnvPool backend over Gymnasium's at the same num_envs."
-        + (" --train-only: env and rollout were not measured ('-')." if getattr(args, "train_only", False) else ""),
+        + (" --train-only: env and rollout were not measured ('-')." if getattr(args, "train_only", False) else "")
+        + (" --cudagraphs: only train replays the graphs; env and rollout are timed with eager calls ('timed eager')."
+           if getattr(args, "cudagraphs", False) and not getattr(args, "train_only", False) else ""),
         "",
         markdown_table(lines),
         "",
@@ -615,14 +637,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip the Gymnasium backend above this many envs; it steps envs one by one in Python (default 4096)")
     p.add_argument("--compile", action="store_true", help="torch.compile the acting and update steps (needs proxima.accel)")
     p.add_argument("--cudagraphs", action="store_true",
-                   help="replay each iteration's rollout, advantages and update as CUDA graphs (CUDA only; with --compile, of the compiled steps)")
+                   help="replay each iteration's rollout, advantages and update as CUDA graphs (CUDA only; with --compile, of the compiled steps); "
+                        "only the train column replays them: env and rollout are timed eagerly, marked 'timed eager'")
     p.add_argument("--amp", default="none", choices=("none", "bf16", "fp16"), help="mixed precision of the forward passes (default none)")
     p.add_argument("--train-only", action="store_true",
                    help="time whole training iterations only, not the env alone nor the rollout alone (their columns show "
                         "'-'; about a third of the time per size): what a training-throughput comparison needs")
     p.add_argument("--json", action="store_true", help="print one JSON object per backend and num_envs instead of the table; "
                    "with --cudagraphs, \"cudagraphs_live\" says whether every part was replayed as a graph (false: a capture "
-                   "failed and that part ran eagerly)")
+                   "failed and that part ran eagerly) and \"timed_eager\" lists the measures timed with eager calls "
+                   "(env and rollout: only train replays the graphs)")
     p.add_argument("--out", default=None, metavar="FILE", help="also write the results as Markdown (table, machine, "
                    "command) to FILE, e.g. benchmarks/results/bench-CartPole-v1-cpu.md; when FILE exists, they are appended "
                    "to it as a new dated section and what it holds is kept (default: print only)")

@@ -411,10 +411,17 @@ def recorded_file(tmp_path) -> Path:
     return out
 
 
+#: the comments around a section still being written (tables.Section); a finished one has none
+SECTION_MARKS = re.compile(r"<!-- section [0-9a-f]{16} of [^\n]*: rewritten as the run goes -->\n|<!-- end of section [0-9a-f]{16} -->\n")
+
+
 def section_of(out: Path) -> str:
+    """The run's section of ``out``, without the markers a run that did not finish leaves around it."""
     data = out.read_bytes()
     assert data.startswith(RECORDED + b"\n"), data[:200]  # what the file held, untouched, then a blank line
-    return data[len(RECORDED) + 1:].decode()
+    text = data[len(RECORDED) + 1:].decode()
+    assert len(SECTION_MARKS.findall(text)) in (0, 2), text  # none, or one begin and one end
+    return SECTION_MARKS.sub("", text)
 
 
 def test_section_updates_replace_only_the_run_s_own_section_and_survive_sigkill(tmp_path):
@@ -427,6 +434,7 @@ def test_section_updates_replace_only_the_run_s_own_section_and_survive_sigkill(
     proc = warm_python.run([sys.executable, "-c", code], cwd=ROOT, timeout=60)
     assert proc.returncode == -9
     assert section_of(out) == "## run\n\nrow 1\nrow 2\n"
+    assert out.read_bytes()[len(RECORDED) + 1:].startswith(b"<!-- section ")  # still marked: the run did not finish
     assert [p.name for p in tmp_path.iterdir()] == ["results.md"]  # no temporary file left
 
 
