@@ -76,7 +76,10 @@ class IterationParts:
         def value_of(obs):  # (k, N, *obs_shape) -> (k, N)
             return t.agent.get_value(obs.reshape(-1, *obs.shape[2:])).reshape(obs.shape[:2])
 
-        next_values = ppo.next_values(ro.values, ro.final_obs, ro.dones, terminated, value_of)
+        # off the CPU the critic runs over every final obs: no more rows at once than the update's
+        # minibatch (ppo.update's b // num_minibatches), whose activations the memory check counts
+        next_values = ppo.next_values(ro.values, ro.final_obs, ro.dones, terminated, value_of,
+                                      max_rows=ro.values.numel() // cfg.num_minibatches)
         advantages, returns = ppo.compute_gae(ro.rewards, ro.values, next_values, terminated, ro.dones, cfg.gamma, cfg.gae_lambda)
         self.advantages_buf.copy_(advantages)
         self.returns_buf.copy_(returns)

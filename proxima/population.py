@@ -312,7 +312,10 @@ class Population:
         def value_of(obs):  # (k, P*N, *obs_shape) -> (k, P*N)
             return from_members(self._call("get_value", to_members(obs, P)), obs.shape[0])
 
-        next_values = ppo.next_values(ro.values, ro.final_obs, ro.dones, terminated, value_of)
+        # off the CPU the critic runs over every final obs: no more rows at once than the update's
+        # minibatch of all members (P x T*N / num_minibatches), whose activations the memory check counts
+        next_values = ppo.next_values(ro.values, ro.final_obs, ro.dones, terminated, value_of,
+                                      max_rows=ro.values.numel() // cfg.num_minibatches)
         adv, ret = ppo.compute_gae(ro.rewards, ro.values, next_values, terminated, ro.dones, self.gamma_rows, self.lam_rows)
         self.advantages_buf.copy_(adv)
         self.returns_buf.copy_(ret)

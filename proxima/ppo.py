@@ -68,12 +68,14 @@ def collect_rollout(env, policy_step: Callable, rollout: Rollout, next_obs: torc
 # 2. GAE (detail 5), time-major, terminated and done kept apart
 # ---------------------------------------------------------------------------------------------
 def next_values(values: torch.Tensor, final_obs: torch.Tensor, dones: torch.Tensor, terminated: torch.Tensor,
-                value_of: Callable) -> torch.Tensor:
+                value_of: Callable, max_rows: Optional[int] = None) -> torch.Tensor:
     """V(s_{t+1}) of every step, (T, N), for compute_gae.
 
     values: (T, N) V(s_t) as the rollout computed it; final_obs: (T, N, *obs_shape) the obs that
     followed step t; dones, terminated: (T, N) bool, ``terminated`` as compute_gae takes it (no
     bootstrap there, so the value is unused); value_of(obs (k, N, *obs_shape)) -> (k, N).
+    max_rows: the most rows one value_of call may take off the CPU (the callers pass the update's
+    minibatch rows); None: no bound.
 
     On the CPU a running episode's next state is the next step's obs, whose value the rollout has
     already computed (values[t + 1]: the same network on the same obs, equal within float
@@ -81,10 +83,10 @@ def next_values(values: torch.Tensor, final_obs: torch.Tensor, dones: torch.Tens
     episode was truncated (its final obs, not the reset obs that follows), k batches of N rows,
     a shape the host knows on the CPU. At 4,096 CartPole envs x 16 steps this skips a 65,536-row
     critic pass, ~10 ms of a ~400 ms iteration. Elsewhere (CUDA) every step's final obs is
-    evaluated: fixed shapes, which a CUDA graph needs.
+    evaluated, in chunks of whole steps (``values_in_chunks``): fixed shapes, which a CUDA graph needs.
     """
     if values.device.type != "cpu":
-        return value_of(final_obs)
+        return values_in_chunks(final_obs, value_of, max_rows)
     out = torch.empty_like(values)
     out[-1:] = value_of(final_obs[-1:])
     if values.shape[0] > 1:
@@ -94,6 +96,30 @@ def next_values(values: torch.Tensor, final_obs: torch.Tensor, dones: torch.Tens
         if steps.numel():
             out[steps] = torch.where(cut[steps], value_of(final_obs[steps]), out[steps])
     return out
+
+
+def bootstrap_steps(num_steps: int, rows_per_step: int, max_rows: Optional[int]) -> int:
+    """Steps per value_of call of ``values_in_chunks``: the most whole steps of ``rows_per_step``
+    rows within ``max_rows`` (all of them when None), at least one. sizing.py counts one such chunk."""
+    if max_rows is None:
+        return num_steps
+    return max(1, min(num_steps, max_rows // max(rows_per_step, 1)))
+
+
+def values_in_chunks(final_obs: torch.Tensor, value_of: Callable, max_rows: Optional[int]) -> torch.Tensor:
+    """value_of over every step of final_obs (T, N, *obs_shape) -> (T, N), k whole steps a call
+    (``bootstrap_steps``). One pass over all T x N rows would hold the critic's activations for the
+    whole batch at once (a Nature CNN's on 84x84x4 frames: ~195 KiB a row, ~24 GiB at 1,024 envs x
+    128 steps), far more than the one minibatch the memory check counts. The chunks' shapes come
+    from T, N and max_rows alone (the last one may be shorter, the same every iteration): no host
+    read, so a captured CUDA graph replays them. Equal to one value_of call over all steps bit for
+    bit where value_of's result for a row does not depend on the batch around it; a BLAS that picks
+    another kernel for another batch size rounds within float precision."""
+    num_steps = final_obs.shape[0]
+    k = bootstrap_steps(num_steps, final_obs.shape[1], max_rows)
+    if k >= num_steps:
+        return value_of(final_obs)
+    return torch.cat([value_of(final_obs[start:start + k]) for start in range(0, num_steps, k)])
 
 
 def compute_gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor,

@@ -3,7 +3,8 @@
 
 The estimate counts what grows with the batch T x N: the rollout buffers (obs and final_obs,
 actions, log-probs, values, rewards, flags), the update's per-sample tensors (advantages, returns,
-bootstrap values, the permutation, the critic's activations over the batch) and the envs' own state
+bootstrap values, the permutation), the critic's activations in the bootstrap pass (ppo.next_values:
+at most one chunk of whole steps, ``bootstrap_bytes``) and the envs' own state
 (torch-native: a few numbers per env; Gymnasium: a Python object per env, counted as 20 KB), and
 check_fits adds the evaluation's envs (one per --eval-episodes episode, built while the buffers
 are held). The observation is sized as the env's tensor is, read from one env that check_fits
@@ -63,16 +64,39 @@ def obs_bytes(cfg: PPOConfig, layout) -> int:
 
 
 def estimate_bytes(cfg: PPOConfig, obs_size: int, act_size: int, native: bool, layout=None) -> int:
-    """Lower bound of the memory a run needs (bytes): per-sample buffers x T x N + per-env state x N.
-    ``layout`` (the env's ObsLayout; None: float32 obs, an MLP): the obs buffers' element size and
-    whether the critic has hidden layers (a single image through the CNN: linear heads only)."""
-    hidden = sum(_mlp_hidden(cfg, layout))
+    """Lower bound of the memory a run needs (bytes): per-sample buffers x T x N + per-env state x N,
+    plus the bootstrap pass's critic activations counted as at most one chunk (``bootstrap_bytes``:
+    off the CPU ppo.next_values evaluates k whole steps at a time, k x N rows within one minibatch's
+    or a single step's, never all T x N at once).
+    ``layout`` (the env's ObsLayout; None: float32 obs, an MLP): the obs buffers' element size, and
+    the critic's activations (hidden layers, none for a single image; the CNN's feature maps)."""
     per_sample = (2 * obs_size * obs_bytes(cfg, layout)  # obs, final_obs (float32; uint8 pixels)
                   + act_size * 8              # actions (int64 or float32)
                   + 4 * 4 + 2                 # logprobs, values, rewards, raw_rewards; terminated, dones
-                  + 3 * 4 + 8                 # advantages, returns, next values; the minibatch permutation
-                  + hidden * 4)               # the critic's activations over the batch (bootstrap values)
-    return cfg.num_steps * cfg.num_envs * per_sample + cfg.num_envs * env_bytes(obs_size, native)
+                  + 3 * 4 + 8)                # advantages, returns, next values; the minibatch permutation
+    return (cfg.num_steps * cfg.num_envs * per_sample + bootstrap_bytes(cfg, layout)
+            + cfg.num_envs * env_bytes(obs_size, native))
+
+
+def bootstrap_rows(cfg: PPOConfig) -> int:
+    """Rows of one chunk of ppo.next_values' critic pass: ``ppo.bootstrap_steps`` whole steps of
+    num_envs rows, at most one minibatch's rows (at least one step's)."""
+    from .ppo import bootstrap_steps
+
+    return bootstrap_steps(cfg.num_steps, cfg.num_envs, minibatch_rows(cfg)) * cfg.num_envs
+
+
+def bootstrap_bytes(cfg: PPOConfig, layout=None) -> int:
+    """The bootstrap pass's critic activations, counted as at most one chunk (``bootstrap_rows``; off
+    the CPU every step is evaluated a chunk at a time, on the CPU the last step and the truncated
+    ones): its hidden layers over the chunk, on top of the rest as this estimate always counted
+    them, and the Nature CNN's input and feature maps only for the rows by which a chunk exceeds a
+    minibatch (num_minibatches > num_steps: one step of N rows). The pass ends before the update
+    starts, whose minibatch activations (network_terms) then reuse its memory, so those already
+    bound the CNN's part of a chunk no larger than a minibatch."""
+    rows = bootstrap_rows(cfg)
+    beyond = max(0, rows - minibatch_rows(cfg))
+    return (rows * sum(_mlp_hidden(cfg, layout)) + beyond * _cnn_activations(cfg, layout)) * 4
 
 
 def env_bytes(obs_size: int, native: bool) -> int:
@@ -112,6 +136,15 @@ def network_terms(cfg: PPOConfig, obs_size: int, act_size: int, layout=None) -> 
         layers = [feat, *sizes, out]
         params += sum(a * b + b for a, b in zip(layers[:-1], layers[1:]))
     return 4 * 4 * params, minibatch_rows(cfg) * (2 * sum(sizes) + per_row) * 4
+
+
+def _cnn_activations(cfg: PPOConfig, layout) -> int:
+    """Float activations per row of the Nature CNNs the config builds for ``layout`` (0 without one)."""
+    from .nets import cnn_takes
+
+    if layout is None or not (layout.is_dict or layout.has_image) or _encoder(cfg, layout) != "cnn":
+        return 0
+    return sum(_cnn_terms(part)[1] for part in layout.parts if cnn_takes(part))
 
 
 def _encoder(cfg: PPOConfig, layout) -> str:
@@ -198,8 +231,8 @@ def check_fits(cfg: PPOConfig, device: torch.device, probe=None, processes: int 
     if evals >= buffers / 2:  # the evaluation's envs are what does not fit (--eval-episodes 10**11)
         raise ConfigError(f"--eval-episodes {cfg.eval_episodes:,}: the evaluation builds one env per episode, ~{human_bytes(evals)} "
                           f"on {device} (~{human_bytes(buffers + nets)} in all), {human_bytes(free)} free; lower --eval-episodes")
-    # the critic's activations over the whole batch grow with the layer widths too
-    wide = cfg.num_steps * cfg.num_envs * sum(_mlp_hidden(cfg, layout)) * 4 >= buffers / 2
+    # the bootstrap pass's critic activations grow with the layer widths too
+    wide = bootstrap_rows(cfg) * sum(_mlp_hidden(cfg, layout)) * 4 >= buffers / 2
     lower = "--num-envs, --num-steps or --hidden-sizes" if wide else "--num-envs or --num-steps"
     raise ConfigError(f"--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}: needs ~{human_bytes(buffers + nets)} on {device}, "
                       f"{human_bytes(free)} free; lower {lower}")
