@@ -172,9 +172,11 @@ BAD_TRAIN = {
     "stop return inf": (TRAIN + ["--stop-return", "inf"], ["--stop-return inf", "finite number or none"]),
     "stop return word": (TRAIN + ["--stop-return", "high"], ["--stop-return 'high': expected a number or none"]),
     "stop episodes 0": (TRAIN + ["--stop-return", "400", "--stop-episodes", "0"], ["--stop-episodes 0", "at least 1"]),
-    # refused by the size estimate before any env or buffer is allocated (68.8 TB for CartPole)
+    # refused by the size estimate before any env or buffer is allocated (~51 TB for CartPole, most of it
+    # one minibatch's activations)
     "a billion envs": (TRAIN + ["--num-envs", "1000000000", "--total-timesteps", str(10**12)],
-                       ["--num-envs 1000000000 x --num-steps 128: needs ~", " TB on cpu, ", " free; lower --num-envs"]),
+                       ["(--num-envs 1000000000 x --num-steps 128 / --num-minibatches 4 = 32,000,000,000 rows) needs ~",
+                        " TB of activations on cpu (~", " free; raise --num-minibatches, or lower --num-envs"]),
     # 2 x 10^10 weights: their memory (with gradients and Adam's) is refused before torch tries to allocate it
     "huge network": (TRAIN + ["--hidden-sizes", "100000,100000", "--total-timesteps", "2048"],
                      ["--hidden-sizes 100000,100000: the actor and critic need ~", " GB on cpu", "lower --hidden-sizes"]),
@@ -362,8 +364,9 @@ def test_whole_iterations_a_note_then_resume_extends_only_by_whole_ones(tmp_path
 
 
 @pytest.mark.parametrize("flags, needle", [
-    (["--num-envs", "1000000000"], "--num-envs 1000000000 x --num-steps 128: needs ~"),
-    (["--num-envs", "1,1000000000"], "--num-envs 1000000000 x --num-steps 128: needs ~"),  # before size 1 is measured
+    # the minibatch's activations are what does not fit first (the bootstrap pass counts one chunk: sizing.py)
+    (["--num-envs", "1000000000"], "(--num-envs 1000000000 x --num-steps 128 / --num-minibatches 4 = 32,000,000,000 rows) needs ~"),
+    (["--num-envs", "1,1000000000"], "(--num-envs 1000000000 x --num-steps 128 / --num-minibatches 4 = 32,000,000,000 rows) needs ~"),
     (["--num-envs", "4", "--num-steps", "0"], "--num-steps 0: must be at least 1"),
     (["--num-envs", "1,,2"], "--num-envs '1,,2': expected a comma-separated list"),
     (["--num-envs", "4", "--max-gym-envs", "-1"], "--max-gym-envs -1: must be 0 or more"),

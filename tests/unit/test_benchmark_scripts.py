@@ -913,7 +913,7 @@ def test_threads_refuses_a_size_bench_would_refuse_before_measuring(no_work, tmp
     out = tmp_path / "t.md"
     code, _, err = run_main("threads", ["--num-envs", "8,1000000000", "--rounds", "1", "--out", str(out)], capsys)
     (line,) = err.splitlines()
-    assert code == 2 and line.startswith("threads.py: error: --num-envs 1000000000 x --num-steps 16: needs ~") and "free" in line
+    assert code == 2 and line.startswith("threads.py: error: one minibatch (--num-envs 1000000000 x --num-steps 16 / --num-minibatches 4 = 4,000,000,000 rows) needs ~") and "free" in line
     assert not out.exists()
 
 
@@ -934,7 +934,7 @@ def test_vs_revision_refuses_a_size_bench_would_refuse_before_making_a_worktree(
     out = tmp_path / "rev.md"
     code, _, err = run_main("vs_revision", ["--rev", "HEAD", "--num-envs", "1000000000", "--out", str(out)], capsys)
     (line,) = err.splitlines()
-    assert code == 2 and line.startswith("vs_revision.py: error: --num-envs 1000000000 x --num-steps 16: needs ~")
+    assert code == 2 and line.startswith("vs_revision.py: error: one minibatch (--num-envs 1000000000 x --num-steps 16 / --num-minibatches 4 = 4,000,000,000 rows) needs ~")
     assert not out.exists()
 
 
