@@ -987,7 +987,7 @@ class Policy:
         would all become 0, a black frame; the words of the adapter's check on the env's images,
         envs/gym_adapter.py, the fix in torch's words for a tensor caller) and integers outside
         0..255 (the cast wraps them: 300 becomes 44)."""
-        from .envs.spaces import pixels_fix
+        from .envs.spaces import uint8_pixels
 
         dtype = x.dtype if isinstance(x, (np.ndarray, np.generic, torch.Tensor)) else np.asarray(x).dtype
         if dtype in ((torch.uint8, torch.bool) if isinstance(dtype, torch.dtype) else (np.uint8, np.bool_)):
@@ -996,10 +996,8 @@ class Policy:
         values = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
         dtype_name = str(dtype).replace("torch.", "")
         if floating:
-            unit = values.size > 0 and bool(np.nanmax(values) <= 1) and bool(np.nanmin(values) >= 0)
-            scaled = f"({name} * 255)" if unit else name
-            fix = (pixels_fix(name, unit).replace("return ", "") if is_numpy
-                   else f"torch.uint8 pixels 0..255 as {scaled}.to(torch.uint8)")
+            # from the range the space declares (a 0/1 board is cast, not scaled by 255), as check-env advises
+            _, fix = uint8_pixels(part.source, name, values, tensor=not is_numpy)
             raise ValueError(f"Policy.act: {name} holds {dtype_name} pixels where {self.env_id}'s observations are uint8 "
                              f"images {part.shape} (the network scales the declared range to [0, 1] itself); pass {fix}")
         lo, hi = (int(values.min()), int(values.max())) if values.size else (0, 0)

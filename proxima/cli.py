@@ -365,21 +365,30 @@ def recorded_argv() -> list:
 
 
 def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: bool = False) -> int:
-    """Check what train would refuse (run_setup.preflight), print the resolved config as YAML, train
-    nothing, write nothing. ``overrides``: a new run's typed flags, for train's notes on them;
-    ``notes``: a new run's, not --quiet: the note on a Box action range that the run would print."""
+    """Check what train would refuse (run_setup.preflight), print the resolved config as YAML (encoder
+    auto as the one the run would record), train nothing, write nothing. ``overrides``: a new run's
+    typed flags, for train's notes on them; ``notes``: a new run's, not --quiet: the notes on a Box
+    action range and on pixels read as a vector that the run would print."""
+    import copy
+
     from .config import dump_yaml
     from .envs.gym_adapter import action_spaces_built
-
+    from .nets import encoders_resolved
     from .run_setup import preflight
-    from .trainer import _note_action_scale, _note_whole_iterations
+    from .trainer import _note_action_scale, _note_pixels, _note_whole_iterations
 
-    with action_spaces_built() as spaces:  # the env preflight builds: none built only for the note
+    # the env preflight builds, and the encoder it chooses for it: none built only for the notes
+    with action_spaces_built() as spaces, encoders_resolved() as encoders:
         preflight(cfg, world_size)  # a refusal of a value from --config FILE names the file: cmd_train's handler
     if "total_timesteps" in (overrides or {}):  # the YAML shows the total typed; the note, what would train
         _note_whole_iterations(cfg, world_size)
     if notes and spaces:
         _note_action_scale(cfg.env_id, spaces[0])
+    if notes and encoders:
+        _note_pixels(cfg.env_id, encoders[0][1])
+    if encoders and cfg.encoder != encoders[0][0]:  # auto: config.yaml records the encoder the Trainer built
+        cfg = copy.copy(cfg)  # copy.copy keeps _sources, as train's own copy does
+        cfg.encoder = encoders[0][0]
     print(dump_yaml(cfg.to_dict()), end="")
     return 0
 

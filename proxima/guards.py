@@ -99,7 +99,9 @@ class EnvGuard:
         if self.debug:
             self._check_action(action, t)
         obs, reward, terminated, truncated, info = self.env.step(action)
-        if t < self.T:
+        # integer observations (pixels) are always finite: their rows keep begin()'s True. The dtype is
+        # fixed for the run, so a CUDA graph captures the same ops, or none, on every replay
+        if t < self.T and obs.is_floating_point():
             torch.all(torch.isfinite(obs.reshape(self.N, -1)), -1, out=self.obs_ok[t])
             torch.all(torch.isfinite(info["final_obs"].reshape(self.N, -1)), -1, out=self.final_ok[t])
         if self.debug:

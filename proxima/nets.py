@@ -10,6 +10,7 @@ declares (:func:`pixel_range`: 0..255 divided by 255, a 0/1 board kept as it is)
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import gymnasium as gym
@@ -80,11 +81,37 @@ def mlp(in_dim: int, hidden: list, out_dim: int, out_std: float, activation: str
     return MLP(*layers)
 
 
+#: lists that encoders_resolved() fills with the (encoder, layout) of each resolve_encoder call meanwhile
+_RESOLVED: list = []
+
+
+@contextlib.contextmanager
+def encoders_resolved():
+    """(encoder, layout) of each :func:`resolve_encoder` call inside the ``with``, in order: ``train
+    --dry-run`` prints the encoder the run would record for auto (the Trainer writes the resolved
+    one into config.yaml) and the run's note on pixels read as a vector from the one env its checks
+    build (run_setup.preflight, which returns neither), rather than build the user's env twice."""
+    seen: list = []
+    _RESOLVED.append(seen)
+    try:
+        yield seen
+    finally:
+        _RESOLVED.remove(seen)
+
+
 def resolve_encoder(encoder: str, layout: ObsLayout) -> str:
     """'cnn' or 'mlp' for ``--encoder``. Under cnn each image key of at least the CNN's 36x36
     (:func:`cnn_takes`) gets the Nature CNN and every other key is flattened; under mlp every key is
     flattened. auto: cnn when the observation holds an image the CNN takes, else mlp. ConfigError
     when cnn is asked of a space without an image or whose images are all smaller than the CNN takes."""
+    kind = _resolve_encoder(encoder, layout)
+    for seen in _RESOLVED:
+        seen.append((kind, layout))
+    return kind
+
+
+def _resolve_encoder(encoder: str, layout: ObsLayout) -> str:
+    """resolve_encoder's choice, before encoders_resolved() is told of it."""
     if encoder not in ENCODERS:
         raise ConfigError(f"--encoder {encoder!r}: must be one of {', '.join(ENCODERS)}")
     if encoder == "auto":

@@ -646,6 +646,7 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
                 dctx.from_main(lambda: session.claim_fresh(trainer.run_dir, overwrite, restart))
                 if not quiet and dctx.is_main:
                     _note_action_scale(config.env_id, trainer.env.single_action_space)
+                    _note_pixels(config.env_id, trainer.env.single_observation_space)
             # a resume of a complete run, or of one --stop-return ended, trains nothing and its note says so
             # (run_setup.apply_resume_overrides): "resuming at step N" would claim otherwise
             if resumed and trainer.trains() and not quiet and trainer.dist.is_main:
@@ -735,6 +736,17 @@ def _note_action_scale(env_id: str, action_space) -> None:
 
     note = action_scale_note(action_space)
     if note:
+        print(f"proxima: note: env '{env_id}': {note}", file=sys.stderr)
+
+
+def _note_pixels(env_id: str, obs) -> None:
+    """A note on stderr for each key whose pixels the run reads as a vector (spaces.image_notes, check-env's
+    note): an MLP on 0..255 values flattened unscaled (a grayscale (H, W), a frame stack (N, H, W, C))
+    saturates its first tanh layer, and nothing else in the run's output or config.yaml shows it.
+    ``obs``: the env's observation space, or its ObsLayout (train --dry-run's, from the env it built)."""
+    from .envs.spaces import ObsLayout, image_notes, obs_layout
+
+    for note in image_notes(obs if isinstance(obs, ObsLayout) else obs_layout(obs, env_id)):
         print(f"proxima: note: env '{env_id}': {note}", file=sys.stderr)
 
 

@@ -32,7 +32,7 @@ from .. import warnings_guard
 from ..config import install_hint
 from ..shared_change import SharedChange
 from .base import BatchedEnv, EnvError
-from .spaces import ObsLayout, obs_layout, pack_numpy, space_actions, tensor_space
+from .spaces import ObsLayout, obs_layout, pack_numpy, space_actions, tensor_space, uint8_pixels
 
 #: extras that provide an env family; used to say what to install when an env cannot be built.
 EXTRAS = {"box2d": ("LunarLander", "BipedalWalker", "CarRacing"), "mujoco": ("HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "Swimmer", "Reacher", "Pusher", "InvertedPendulum", "InvertedDoublePendulum")}
@@ -528,8 +528,10 @@ class EnvCalls(gym.Wrapper):
                 # every other part here; the vector env's buffer is uint8, cast here so no backend need do it
                 return x.astype(np.uint8)
             if dtype != np.uint8 or shape != part.shape:
+                # the range the network maps to [0, 1]: a 0/1 board Box(0, 1) is not to be scaled to 0..255
+                (lo, hi), _ = uint8_pixels(part.source) if part.source is not None else ((0, 255), "")
                 raise self._bad(f"an image{where} of dtype {dtype} shape {shape}", when,
-                                f"the observation space declares uint8 {part.shape} (return np.uint8 pixels 0..255 of that shape)")
+                                f"the observation space declares uint8 {part.shape} (return np.uint8 pixels {lo}..{hi} of that shape)")
             return x
         declared = "observation_space" + (f"['{part.key}']" if part.key is not None else "")
         if shape != part.shape:

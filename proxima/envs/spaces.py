@@ -74,34 +74,82 @@ def image_layout(space: gym.spaces.Space) -> Optional[str]:
 
 
 def pixels_fix(expr: str, unit: Optional[bool], name: Optional[str] = None) -> str:
-    """The fix for float pixels where Proxima takes uint8, in the words of train's image check
-    (gym_adapter: "return np.uint8 pixels 0..255"), used by check-env and :func:`image_note`: values
-    in [0, 1] (``unit`` True) are scaled first, since a bare cast would make every pixel 0; values
-    0..255 (False) are cast; when the scale is not known (None: bounds of -inf..inf and no values
-    seen) both, the scaling first, told apart by the values of ``name`` (the observation ``expr``
-    reshapes; ``expr`` itself by default)."""
-    scaled, cast = f"({expr} * 255).astype(np.uint8)", f"{expr}.astype(np.uint8)"
-    if unit is None:
-        return f"return np.uint8 pixels 0..255 as {scaled} if {name or expr} is in [0, 1], or {cast} if it is 0..255"
-    return "return np.uint8 pixels 0..255 as " + (scaled if unit else cast)
+    """:func:`uint8_pixels`' words for float pixels when only their scale is known, not the space:
+    in [0, 1] (``unit`` True), 0..255 (False), or either (None: both casts, the scaling first, told
+    apart by the values of ``name``). A caller that has the space passes it to uint8_pixels instead."""
+    return "return " + uint8_pixels(_UNIT if unit else _BYTE if unit is False else _ANY, expr, name=name)[1]
 
 
-def pixel_scale(space: gym.spaces.Box, values=None) -> Optional[bool]:
-    """Whether the float pixels of ``space`` are in [0, 1] (True) or 0..255 (False), for
-    :func:`pixels_fix`: its declared high when that shows the scale (at most 1: [0, 1]; finite up to
-    255: 0..255), else the observed ``values`` when given (an observation of the space), else None:
-    Box(-inf, inf) holding [0, 1] pixels must not be told to cast, which would make every pixel 0."""
-    high = np.asarray(space.high, dtype=np.float64)
-    if high.size and np.all(high <= 1):
-        return True
-    if high.size and np.all(np.isfinite(high)) and np.all(high <= 255):
-        return False
+#: the spaces pixels_fix reads its ``unit`` as: float pixels in [0, 1], 0..255, of no known scale
+_UNIT = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+_BYTE = gym.spaces.Box(0.0, 255.0, (1,), np.float32)
+_ANY = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+
+def box_range(space: gym.spaces.Box) -> tuple:
+    """(low, high) of ``space`` as the network reads an image's range (nets.pixel_range): the smallest
+    low and the largest high, floats (infinite where the Box is unbounded)."""
+    low, high = np.asarray(space.low, dtype=np.float64), np.asarray(space.high, dtype=np.float64)
+    return (float(low.min()), float(high.max())) if low.size else (-np.inf, np.inf)
+
+
+def uint8_pixels(space: gym.spaces.Box, expr: str = "obs", values=None, name: Optional[str] = None,
+                 tensor: bool = False) -> tuple:
+    """((low, high), words): the uint8 range the pixels of ``space`` are to hold and how to make the
+    observation ``expr`` into them ("np.uint8 pixels LOW..HIGH as EXPR"), from the range ``space``
+    declares, which the network maps to [0, 1] (nets.pixel_range). The advice of check-env, of
+    train's image check and of Policy.act, so that all three say the same thing:
+
+    * an integer Box (uint8, bool, uint16, ...) whose range fits in a uint8 keeps it: a cast, so a
+      0/1 board Box(0, 1, ..., np.uint8) stays 0 and 1 (scaled by 255 the network would see 255
+      where it trained on 1); float ``values`` in [0, 1] where the range is wider are scaled to it;
+    * any other finite range is mapped onto 0..255 (a float image in [0, 1] by * 255; a uint16
+      depth image 0..65535 by np.interp, as a cast would wrap 51951 to 239);
+    * unbounded: the observed ``values`` (an observation of the space) tell [0, 1] from 0..255;
+      with none, both casts, the scaling first (a bare cast of [0, 1] pixels makes them all 0),
+      told apart by the values of ``name`` (``expr`` by default).
+
+    ``tensor``: in torch's words (``.to(torch.uint8)``) for a caller that gave a tensor."""
+    lo, hi = box_range(space)
+    integral = bool(np.issubdtype(space.dtype, np.integer) or space.dtype == np.bool_)
+    unit = None
     if values is not None:
         v = np.asarray(values, dtype=np.float64)
         v = v[np.isfinite(v)]
-        if v.size:
-            return bool(v.min() >= 0 and v.max() <= 1)
-    return None
+        unit = bool(v.min() >= 0 and v.max() <= 1) if v.size else None
+    to_u8 = (lambda x: f"{x}.to(torch.uint8)") if tensor else (lambda x: f"{x}.astype(np.uint8)")
+    cast = to_u8(expr)
+    unit_to = lambda a, b: to_u8(f"({expr} * {b - a:g})" if a == 0 else f"({a:g} + {expr} * {b - a:g})")  # noqa: E731
+    both = None
+    if integral and 0 <= lo and hi <= 255:
+        target = (int(lo), int(hi))
+        if hi <= 1 or unit is False:
+            way = cast
+        elif unit:
+            way = unit_to(lo, hi)
+        else:
+            way, both = unit_to(lo, hi), f"{cast} if it is {target[0]}..{target[1]}"
+    elif np.isfinite(lo) and np.isfinite(hi) and hi > lo:
+        target = (0, 255)
+        if (lo, hi) == (0.0, 1.0) and not integral:
+            way = unit_to(0, 255)
+        elif (lo, hi) == (0.0, 255.0):
+            way = cast
+        elif tensor:
+            shifted = f"({expr} - {lo:g})" if lo > 0 else f"({expr} + {-lo:g})" if lo < 0 else expr
+            way = to_u8(f"({shifted} / {hi - lo:g} * 255)")
+        else:
+            way = to_u8(f"np.interp({expr}, ({lo:g}, {hi:g}), (0, 255))")
+    else:  # the bounds do not show the scale
+        target = (0, 255)
+        if unit is None:
+            way, both = unit_to(0, 255), f"{cast} if it is 0..255"
+        else:
+            way = unit_to(0, 255) if unit else cast
+    words = f"{'torch' if tensor else 'np'}.uint8 pixels {target[0]}..{target[1]} as {way}"
+    if both is not None:
+        words += f" if {name or expr} is in [0, 1], or {both}"
+    return target, words
 
 
 def _as_image(shape: tuple, expr: str) -> Optional[tuple]:
@@ -135,8 +183,9 @@ def image_note(space: gym.spaces.Space, expr: str = "obs", values=None) -> Optio
     stack, a cube), or a float Box of 3 or 4 dims that one reshaping makes an image. ``expr`` names
     the observation in the fix (``obs``, ``obs['image']``); ``values``, an observation of the space
     when the caller has one, tells float pixels in [0, 1] from 0..255 where the bounds do not
-    (:func:`pixel_scale`). Proxima does not guess these: it reads them as vectors, so the user is
-    told here (check-env's note, ``--encoder cnn``'s error)."""
+    (:func:`uint8_pixels`, whose range the suggested Box declares). Proxima does not guess these: it
+    reads them as vectors, so the user is told here (check-env's note, train's note at the start of
+    a run and in --dry-run, ``--encoder cnn``'s error)."""
     if not isinstance(space, gym.spaces.Box) or image_layout(space) is not None:
         return None
     shape, u8 = tuple(space.shape), space.dtype == np.uint8
@@ -147,21 +196,35 @@ def image_note(space: gym.spaces.Space, expr: str = "obs", values=None) -> Optio
     from ..nets import CNN_MIN_SIZE  # nets imports this module: imported when a note is made
 
     size = int(np.prod(shape))
+    (lo, hi), words = uint8_pixels(space, fix[1] if fix is not None else expr, values, expr)
     if u8:
         how = (f"uint8 Box {shape} is not an image to Proxima (an image is a uint8 Box (H, W, C) or (C, H, W) whose "
                f"channel axis, at one end, is smaller than the other two), so it trains an MLP on its {size} values "
-               f"flattened and unscaled (0..255)")
+               f"flattened and unscaled ({lo}..{hi})")
     else:
         how = (f"{np.dtype(space.dtype)} Box {shape} has an image's shape but Proxima reads only uint8 Boxes as images, so it "
                f"trains an MLP on its {size} values flattened as they are")
     if fix is None:
         return how, "if it is an image, put its channels on an axis at one end, smaller than the other two"
     new, value = fix
-    value = f"return {value}" if u8 else pixels_fix(value, pixel_scale(space, values), expr)
+    value = f"return {value}" if u8 else f"return {words}"  # uint8 pixels keep their range: only the shape changes
     change = ("add a channel axis" if len(shape) == 2 else "merge the frame stack into channels" if len(shape) == 4
               else "make it uint8")
     return how, (f"to have it read as an image (pixels scaled to [0, 1], the CNN from {CNN_MIN_SIZE}x{CNN_MIN_SIZE}), "
-                 f"{change}: declare Box(0, 255, {new}, np.uint8) and {value}")
+                 f"{change}: declare Box({lo}, {hi}, {new}, np.uint8) and {value}")
+
+
+def image_notes(layout: ObsLayout) -> list:
+    """The :func:`image_note` lines of an observation's layout, one per key that has one, as
+    check-env words them ("observation_space['cam']: how; what to do"): train's note at the start
+    of a run and in --dry-run, on pixels it reads as a vector."""
+    lines = []
+    for part in layout.parts:
+        at = "" if part.key is None else f"[{part.key!r}]"
+        note = image_note(part.source, f"obs{at}")
+        if note:
+            lines.append(f"observation_space{at}: {note[0]}; {note[1]}")
+    return lines
 
 
 def _where(key: Optional[str]) -> str:
