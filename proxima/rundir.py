@@ -297,12 +297,22 @@ class RunLock:
         moved.unlink(missing_ok=True)
 
     def release(self) -> None:
+        """Remove the lock, best effort: it runs in train()'s final cleanup, where a failure would replace
+        what the run is raising (its error line, a stop's exit 130) with a traceback. A lock that stays
+        (a run directory made read-only, or remounted so, mid-run) names a process that is gone once
+        this one exits, and the next run takes it over (acquire); a note says so."""
         if not self.held:
             return
         self.held = False
         info = read_lock(self.run_dir)
         if info and info.get("pid") == os.getpid() and info.get("host") == socket.gethostname():
-            self.path.unlink(missing_ok=True)
+            try:
+                self.path.unlink(missing_ok=True)
+            except OSError as e:
+                sys.stderr.write(f"proxima: note: could not remove the run's lock file {self.path} "
+                                 f"({e.strerror or type(e).__name__}); it was left, and the next run or resume there "
+                                 "takes it over as stale, since this process will no longer be running\n")
+                sys.stderr.flush()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -60,17 +60,49 @@ def workers_stopped(stop: "Stop", vector: str, checkpoint: Optional[Path], what:
 
 def checkpoint_line(checkpoint: Optional[Path]) -> str:
     """``checkpoint: RUN/checkpoints/step_N.pt; continue with: proxima resume RUN`` (a population's
-    checkpoint is RUN/checkpoints/step_N.pt too: resume continues every member). None (no checkpoint
-    on disk yet): ``no checkpoint was written`` (docs/distributed.md)."""
+    checkpoint is RUN/checkpoints/step_N.pt too: resume continues every member); ``proxima resume
+    --env MODULE:CLASS RUN`` when the run trains a module env, which resume imports only when the
+    user names it (_resume_env). None (no checkpoint on disk yet): ``no checkpoint was written``
+    (docs/distributed.md)."""
     if checkpoint is None:
         return "no checkpoint was written"
     path = Path(checkpoint)
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    command = f"proxima resume {_resume_env(run_dir)}{run_dir}"
     world = os.environ.get("WORLD_SIZE", "1")
     # a resume needs as many processes (train_state.load): `proxima resume` starts them on one machine
     if world.isdigit() and int(world) > 1 and os.environ.get("LOCAL_WORLD_SIZE", world) != world:
-        return f"checkpoint: {checkpoint}; continue with: proxima resume {run_dir}, under the same torchrun command ({world} processes)"
-    return f"checkpoint: {checkpoint}; continue with: proxima resume {run_dir}"
+        return f"checkpoint: {checkpoint}; continue with: {command}, under the same torchrun command ({world} processes)"
+    return f"checkpoint: {checkpoint}; continue with: {command}"
+
+
+def _resume_env(run_dir: Path) -> str:
+    """``--env ENV_ID `` when the env id ``run_dir`` records (population.json's, else config.yaml's:
+    what the run trains now, a resume's --env included) is one a resume refuses to import unless
+    the user names it (run_setup.check_resumed_env: gym_adapter.imports_code); else "". Read from
+    the run's files rather than passed in, so that every stop line (a run's, a population's, a
+    worker's) says it; best effort: on the way out of a stop, an unreadable file only leaves it out."""
+    try:
+        import json
+        import shlex
+
+        from .config import load_yaml
+        from .rundir import read_run_text
+
+        try:
+            recorded = json.loads(read_run_text(run_dir / "population.json"))
+        except FileNotFoundError:
+            recorded = load_yaml(read_run_text(run_dir / "config.yaml"))
+        env_id = recorded.get("env_id") if isinstance(recorded, dict) else None
+        if not isinstance(env_id, str):  # an RLHF run's config has none: gymnasium need not be imported for it
+            return ""
+        from .envs.gym_adapter import imports_code
+
+        if imports_code(env_id):
+            return f"--env {shlex.quote(env_id)} "
+    except Exception:  # noqa: BLE001 - the stop's line must come out whatever the run's files hold
+        pass
+    return ""
 
 
 @dataclass
