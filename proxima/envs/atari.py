@@ -1,9 +1,15 @@
 """Atari (ids like ``Pong-v5``) with CleanRL's ``ppo_atari`` settings, through EnvPool or Gymnasium's ALE.
 
-Both backends give the same observations and rules (Machado et al. / CleanRL defaults):
-frame skip 4 with a max over the last two frames, 84x84 grayscale, a stack of the last 4 frames
-as (4, 84, 84) uint8 (an image: the Nature CNN reads it), up to 30 no-ops at reset, FIRE at reset
-in games that need it, no sticky actions, 27,000 agent steps (108,000 frames) at most per game.
+Both backends apply the same rules (Machado et al. / CleanRL defaults): frame skip 4 with a max
+over the last two frames, 84x84 grayscale, a stack of the last 4 frames as (4, 84, 84) uint8 (an
+image: the Nature CNN reads it), up to 30 no-op frames at a new game's reset, FIRE at reset in
+games that need it, no sticky actions, 27,000 agent steps (108,000 frames) at most per game. Their
+resets differ, each as CleanRL's script for that backend has it (ppo_atari_envpool.py,
+ppo_atari.py): EnvPool's reset, after a lost life too, is 1-30 no-op frames (0-29 and one FIRE
+frame in FIRE games), and after a lost life it keeps the stack (the next episode's first
+observation holds 3 frames of the lost life); Gymnasium's ALE continues a game after a lost life
+with one no-op step, then FIRE and action 2 (RIGHT in Breakout) as two steps in FIRE games, and
+restarts the stack (4 copies of one frame), as at a new game. docs/atari.md lists the differences.
 While training (``training=True``) a lost life ends the episode (``terminated``: no bootstrap)
 and rewards are clipped to their sign; the episode statistics (``info["episode_return"]``,
 ``["episode_length"]``) count **full games** with unclipped rewards, their lengths in agent steps
@@ -324,19 +330,27 @@ def _extra_step(env: gym.Env, stats: Optional[GameStats], action: int):
 
 class FireReset(gym.Wrapper):
     """Press FIRE (then one more action) after a reset, for games that wait for it (Breakout); those
-    steps are not the agent's (``stats``: the GameStats inside, which does not count them)."""
+    steps are not the agent's (``stats``: the GameStats inside, which does not count them). A game
+    that ends during the reset (a press, or EpisodicLife's no-op, loses its last life or meets the
+    time limit) is reported in the reset's info (``game_return``, ``game_length``)."""
 
     def __init__(self, env: gym.Env, stats: Optional[GameStats] = None):
         super().__init__(env)
         self.stats = stats
 
     def reset(self, **kwargs):
-        _, reset_info = self.env.reset(**kwargs)
+        _, info = self.env.reset(**kwargs)
+        # a game that ends in here (in EpisodicLife's no-op, on a press, by the time limit on a press)
+        # is reported by nothing but this reset's info: the step that ended the episode carries it
+        ended = _game_numbers(info)
         for action in (1, 2):
             obs, _, terminated, truncated, info = _extra_step(self.env, self.stats, action)
             if terminated or truncated:
+                ended = _game_numbers(info) or ended
                 obs, info = self.env.reset(**kwargs)
-        return obs, {**info, **_game_numbers(reset_info)}  # a game EpisodicLife's no-op ended
+                # one info holds one game: two would have to end within these 3 env steps
+                ended = _game_numbers(info) or ended
+        return obs, {**info, **ended}
 
 
 class FireAfterLifeLoss(gym.Wrapper):
@@ -415,8 +429,8 @@ class AleAtari(GymnasiumEnv):
 
     def _episode_stats(self, reward: np.ndarray, done: np.ndarray, info: dict):
         """Full games from GameStats: they end on a step that also ends an episode, so their numbers
-        are in the vector env's ``final_info``; or, rarely, in the no-op of the reset after a lost
-        life (EpisodicLife), then in that reset's info, on the row of the step that lost the life."""
+        are in the vector env's ``final_info``; or, rarely, in the reset after a lost life (EpisodicLife's
+        no-op, FireReset's presses), then in that reset's info, on the row of the step that lost the life."""
         ep_ret, ep_len = np.zeros(self.num_envs), np.zeros(self.num_envs, dtype=np.int64)
         for where in (info, info.get("final_info", {})):  # at most one of them holds a row's game
             mask = np.asarray(where.get("_game_return", np.zeros(self.num_envs, dtype=bool)), dtype=bool) & done
