@@ -10,10 +10,14 @@ the same statistics as ``proxima report``; a NaN or infinite mean return is left
 interval for fewer than 2 members, a flagged one for fewer than 5). Every member's checkpoint is looked for and
 loaded (load_checkpoint's checks: truncated, edited, NaN weights or statistics) before any is evaluated,
 so a member without one, or with one that does not load, costs one line and no wasted evaluation.
+A population still training removes its members' older checkpoints as it writes new ones
+(--keep-checkpoints): a member's checkpoint gone by the time it is read is replaced by its newest
+then, as ``proxima eval RUN/<member dir>`` reads a live run, and its row names the file evaluated.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -38,6 +42,20 @@ def member_checkpoint(member_dir: Path, best: bool = False) -> Path:
     return ckpts[-1]
 
 
+def _or_newest(load, path: Path, member_dir: Path, best: bool, **kw):
+    """``load(path, **kw)``; when ``path`` is gone since it was listed (a population still training
+    rotates its members' checkpoints: --keep-checkpoints), ``load(member_dir)``: the member's newest
+    then, read as ``proxima eval RUN/<member dir>`` reads it (checkpoint._load_newest, which retries
+    a file that vanishes under it). A file that is there but does not load stays an error: an older
+    one is never evaluated in its place. best.pt is replaced in place, never removed: not retried."""
+    try:
+        return load(path, **kw)
+    except CheckpointError:
+        if best or os.path.lexists(path):
+            raise
+    return load(member_dir, **kw)
+
+
 def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True, seed: Optional[int] = None,
                         device="cpu", backend: Optional[str] = None, env_id: Optional[str] = None, trust_env: bool = False,
                         best: bool = False, on_member: Optional[Callable[[dict], None]] = None, max_steps: Optional[int] = None,
@@ -47,7 +65,7 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
 
     Returns dict(run_dir, env_id, episodes, deterministic, members, settings): ``members`` is one
     row per member, setting by setting (population.json's order, which population_run writes
-    setting by setting): dir, seed, settings, checkpoint, eval_seed and the fields of
+    setting by setting): dir, seed, settings, checkpoint (the file evaluated), eval_seed and the fields of
     evaluate.evaluate (mean_return, std_return, returns, lengths, ...); ``settings`` is one row per
     setting: settings, label, members (their dirs), mean_returns, and member_statistics's fields over
     those (n: the members used, left_out: [dir, why] of a NaN or infinite one; mean_ci/iqm_ci None for
@@ -65,12 +83,13 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
     checkpoints = {d: member_checkpoint(d, best) for s in settings for _, d in s.members}
     # each one loads before any member is evaluated (a damaged one costs no evaluation of the others);
     # read again below rather than held: P members' weights at once may not fit
-    for path in checkpoints.values():
-        load_checkpoint(path)
+    for d, path in checkpoints.items():
+        checkpoints[d] = Path(_or_newest(load_checkpoint, path, d, best)["path"])
     rows = {}
     for s in settings:
         for member_seed, d in s.members:
-            policy = load_policy(checkpoints[d], device=device, env_id=env_id, trust_env=trust_env, env_kwargs=env_kwargs)
+            policy = _or_newest(load_policy, checkpoints[d], d, best, device=device, env_id=env_id, trust_env=trust_env,
+                                env_kwargs=env_kwargs)
             check_registered(policy)  # the first member's, before any evaluation: the --env MODULE:ID to give
             eval_seed = seed if seed is not None else int(policy.config["seed"]) + 1_000_000
             try:
@@ -79,7 +98,7 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
                                   **({} if max_steps is None else {"max_steps": max_steps}))
             except NonFiniteError as e:  # the env's NaN/inf, not the member's: the line says whose evaluation met it
                 raise NonFiniteError(f"{d}: {e}") from None
-            rows[d] = {"dir": d.name, "seed": member_seed, "settings": s.settings, "checkpoint": str(checkpoints[d]),
+            rows[d] = {"dir": d.name, "seed": member_seed, "settings": s.settings, "checkpoint": str(policy.path),
                        "eval_seed": eval_seed, **result}
             if d.name in s.diverged:  # evaluated as asked (its last finite weights), but no result of training
                 rows[d]["diverged"] = s.diverged[d.name]
@@ -116,7 +135,8 @@ def format_summary(result: dict) -> str:
     for s in result["settings"]:
         name = s["label"] or "all seeds"
         m = len(s["members"])
-        used = f"{s['n']} of {m} members" if s["n"] < m else f"{m} members"
+        noun = "member" if m == 1 else "members"
+        used = f"{s['n']} of {m} {noun}" if s["n"] < m else f"{m} {noun}"
         left = "; left out: " + ", ".join(f"{d} ({why})" for d, why in s["left_out"]) if s["left_out"] else ""
         lines.append(f"{result['env_id']} {name} ({used}): mean {num(s['mean'])} {ci_cell(s['mean_ci'], s['few'], 2)}, "
                      f"IQM {num(s['iqm'])} {ci_cell(s['iqm_ci'], s['few'], 2)} (95% percentile-bootstrap CIs over members, "

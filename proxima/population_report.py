@@ -31,7 +31,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .population_run import DIVERGED_FILE, POPULATION_FILE, is_population_dir
+from .population_run import DIVERGED_FILE, POPULATION_FILE, is_population_dir, shown
 from .rundir import read_run_text
 
 #: resamples of every percentile-bootstrap interval: the report's table, eval's lines and plot's band
@@ -72,7 +72,8 @@ class Setting:
 
 
 def setting_label(settings: dict) -> str:
-    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in settings.items())
+    """``lr=0.001, target_kl=none``: values as --sweep spells them (population_run.shown)."""
+    return ", ".join(f"{k}={shown(v)}" for k, v in settings.items())
 
 
 is_population = is_population_dir
@@ -185,34 +186,41 @@ def bootstrap_ci(x: np.ndarray, stat: Callable[[np.ndarray], float], resamples: 
 
 def bootstrap_band(stack: np.ndarray, stat: str = "iqm", resamples: int = BAND_RESAMPLES, seed: int = BOOTSTRAP_SEED,
                    level: float = CI_LEVEL) -> tuple:
-    """bootstrap_ci at every x point at once: (low (X,), high (X,)) of ``stat`` ("mean" or "iqm").
+    """bootstrap_ci at every x point: (low (X,), high (X,)) of ``stat`` ("mean" or "iqm").
 
     stack: (n, X) float, member i's value at x point j, NaN where member i has none. At each x point
-    the members present there (n_j of them) are resampled with replacement, n_j draws per resample,
-    so a point some members do not reach gets the interval of the members that do. NaN (no band
-    drawn) where n_j < MIN_CI_MEMBERS. The x points are done in blocks (memory stays ~50 MB at
-    any length), the draws of one numpy default_rng(seed) in block order, so an image is reproducible.
+    the members present there (n_j of them, in member order) are resampled exactly as bootstrap_ci
+    resamples them: the indices of a fresh numpy default_rng(seed).integers(0, n_j, (resamples, n_j)),
+    so the band at a point equals the table's interval of those values, bit for bit, and a point
+    some members do not reach gets the interval of the members that do. NaN (no band drawn) where
+    n_j < MIN_CI_MEMBERS. Columns with the same n_j share those indices, drawn once; they are done
+    in blocks (memory stays ~50 MB at any length).
     """
     if stat not in STATISTICS:
         raise ValueError(f"stat {stat!r}: choose one of {', '.join(STATISTICS)}")
     stack = np.asarray(stack, dtype=np.float64)
     n, points = stack.shape
-    present_first = np.sort(stack, axis=0)  # per column, its n_j values first, NaN after
-    n_j = (~np.isnan(present_first)).sum(axis=0)  # (X,)
-    rng = np.random.default_rng(seed)
+    missing = np.isnan(stack)
+    # per column, its n_j values first in member order (bootstrap_ci's x), NaN after
+    present_first = np.take_along_axis(stack, np.argsort(missing, axis=0, kind="stable"), axis=0)
+    n_j = n - missing.sum(axis=0)  # (X,)
     alpha = (1 - level) / 2
     lo, hi = np.full(points, np.nan), np.full(points, np.nan)
-    block = max(1, 2_000_000 // max(1, resamples * n))
-    for a in range(0, points, block):
-        cols = np.arange(a, min(points, a + block))
-        rows = (rng.random((resamples, n, cols.size)) * n_j[cols]).astype(np.int64)  # (R, n, B), each in [0, n_j)
-        draws = present_first[rows, cols]
-        draws[:, np.arange(n)[:, None] >= n_j[cols]] = np.nan  # a resample of column j holds n_j draws
-        stats = STATISTICS[stat](draws, axis=1)  # (R, B)
-        with np.errstate(invalid="ignore"):
-            lo[cols], hi[cols] = np.quantile(stats, [alpha, 1 - alpha], axis=0)
-    few = n_j < MIN_CI_MEMBERS
-    lo[few], hi[few] = np.nan, np.nan
+    for k in np.unique(n_j[n_j >= MIN_CI_MEMBERS]):
+        k = int(k)
+        idx = np.random.default_rng(seed).integers(0, k, size=(resamples, k))  # bootstrap_ci's draws for k members
+        cols = np.flatnonzero(n_j == k)
+        block = max(1, 2_000_000 // (resamples * k))
+        for a in range(0, cols.size, block):
+            c = cols[a:a + block]
+            values = np.ascontiguousarray(present_first[:k, c].T)  # (B, k)
+            # (B, R, k), C order: a sum over strided values adds in another order than bootstrap_ci's
+            # x[i].sum() and differs in the last bits
+            draws = np.ascontiguousarray(values[:, idx])
+            stats = STATISTICS[stat](draws, axis=-1)  # (B, R)
+            with np.errstate(invalid="ignore"):  # an inf and a -inf among the values: a NaN statistic, no warning
+                lo[c] = np.quantile(stats, alpha, axis=1)
+                hi[c] = np.quantile(stats, 1 - alpha, axis=1)
     return lo, hi
 
 
@@ -306,7 +314,8 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: int
     fields over the members' final returns of one kind: "eval" (the deterministic evaluation return)
     when any member of the setting has one, the members without one then left out ("no eval.json");
     else "training" (every member's last training return). ``episodes``/``device``: how a member
-    without eval.json is evaluated (member_final_return); eval_missing: the members still without one."""
+    without eval.json is evaluated (member_final_return); eval_missing: the members still without one;
+    not_evaluated: {member: (why, command or None)} of those the evaluation failed for (_not_evaluated)."""
     from .report import ReportError
 
     try:
@@ -322,6 +331,7 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: int
         why = unevaluated[0][1].removeprefix("could not evaluate: ")  # it names the member's directory
         print(f"proxima: note: {len(unevaluated)} member(s) without eval.json could not be evaluated, so they are left out "
               f"of settings whose other members have an evaluation (first: {why})", file=sys.stderr)
+    why_not = {d.name: _not_evaluated(d, error, episodes, device) for d, error in unevaluated}
     out = []
     for setting, members in zip(settings, finals):
         evaluated = [source in EVAL_SOURCES for *_, source in members]
@@ -333,10 +343,53 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: int
                                               if not ok and c and kind == "eval"],
                "sources": sorted({src for (*_, v, src), ok, c in zip(members, evaluated, counted) if c and (ok or kind == "training")}),
                "diverged": dict(setting.diverged)}
+        row["not_evaluated"] = {name: why_not[name] for name in row["eval_missing"] if name in why_not}
         row.update(member_statistics(row["dirs"], values, threshold, excluded=setting.diverged))
         row["left_out"] = [[name, "no eval.json" if name in row["eval_missing"] else why] for name, why in row["left_out"]]
         out.append(row)
     return out
+
+
+def _not_evaluated(member_dir: Path, error: str, episodes: int, device: str) -> tuple:
+    """(why, command) for a member the report could not evaluate (report.evaluate_latest's ``error``):
+    why in a few words, its own paths relative to the member; command: the ``proxima eval`` that
+    evaluates it where the report would not, else None. The report never imports a ``module:Class``
+    env its run's files record (data, never code), so such a member's command is eval's --trust-run."""
+    import shlex
+
+    from .checkpoint import CheckpointError, load_checkpoint
+    from .envs.gym_adapter import imports_code
+
+    why = error.removeprefix("could not evaluate: ").replace(f"{member_dir}{os.sep}", "")
+    try:
+        env_id = str(load_checkpoint(member_dir)["config"].get("env_id", ""))
+    except (CheckpointError, AttributeError):  # the checkpoint is the reason, said by why
+        return why, None
+    if not imports_code(env_id):
+        return why, None
+    command = (f"proxima eval {shlex.quote(str(member_dir))} --trust-run --episodes {episodes}"
+               + (f" --device {shlex.quote(str(device))}" if str(device) != "cpu" else ""))
+    return f"its env {env_id} is a module:Class, which the report does not import from a run's files", command
+
+
+def _not_evaluated_note(row: dict) -> str:
+    """``m001-seed2: checkpoints/step_...pt: truncated ...; m002-seed3, m003-seed4: its env ... (`proxima
+    eval RUN/m002-seed3 --trust-run --episodes 10` evaluates it, and the same for m003-seed4, if you trust
+    that module)``: the members of ``row["eval_missing"]`` grouped by why the report could not evaluate them."""
+    groups: dict = {}
+    for name in row["eval_missing"]:
+        why, command = row["not_evaluated"].get(name, ("no checkpoint", None))
+        groups.setdefault((why, command is not None), []).append((name, command))
+    parts = []
+    for (why, _), members in groups.items():
+        names = [name for name, _ in members]
+        text = f"{', '.join(names)}: {why}"
+        command = members[0][1]
+        if command is not None:
+            others = f", and the same for {', '.join(names[1:])}," if len(names) > 1 else ""
+            text += f" (`{command}` evaluates it{others} if you trust that module)"
+        parts.append(text)
+    return "; ".join(parts)
 
 
 def training_progress(run_dir: Path, doc: dict) -> str:
@@ -414,7 +467,7 @@ def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: int 
         if r["eval_missing"]:
             k, m = len(r["eval_missing"]), r["members"]
             how = (f"run `proxima report {run_dir} --episodes N` to evaluate them" if episodes < 1 else
-                   "they could not be evaluated (no checkpoint)")
+                   f"the report could not evaluate {'them' if k != 1 else 'it'}: {_not_evaluated_note(r)}")
             notes.append(f"- {name}: eval for {m - k} of {m}; {k} member{'s' if k != 1 else ''} without eval.json "
                          f"({', '.join(r['eval_missing'])}), left out rather than mixed with training returns: {how}.")
         other = [f"{d} ({why})" for d, why in r["left_out"] if d not in r["eval_missing"]]

@@ -64,9 +64,17 @@ LOG_FLUSH_SECONDS = 1.0
 MEMBER_WRITERS = 16
 
 
+def shown(value) -> str:
+    """A field's value as flags spell it: ``0.001``, and ``none`` for None (``--sweep target_kl=none``),
+    not Python's ``None``."""
+    return "none" if value is None else _fmt(value)
+
+
 def member_dir_name(index: int, cfg: PPOConfig, swept: Sequence[str]) -> str:
-    """``m003-seed4-lr0.001``: index, seed and the swept values, so a listing reads as the grid."""
-    return "-".join([f"m{index:03d}", f"seed{cfg.seed}", *(f"{n}{_fmt(getattr(cfg, n))}" for n in swept)])
+    """``m003-seed4-lr0.001``: index, seed and the swept values, so a listing reads as the grid. Used
+    for a new population only: a resume finds its members by the names its checkpoint records, so
+    an older run's ``target_klNone`` still resolves."""
+    return "-".join([f"m{index:03d}", f"seed{cfg.seed}", *(f"{n}{shown(getattr(cfg, n))}" for n in swept)])
 
 
 def default_population_dir(cfg: PPOConfig, seeds: Sequence[int]) -> Path:
@@ -215,7 +223,7 @@ def as_member_config(cfg: PPOConfig) -> PPOConfig:
 def note_single_run_only(asked: dict, quiet: bool = False) -> None:
     """One note naming the SINGLE_RUN_ONLY values ``asked`` ({field: value}: a new population's config,
     a resume's flags) that differ from what a population does, which it then does not apply."""
-    flags = [f"--{n.replace('_', '-')} {_fmt(v)}" for n, v in asked.items()
+    flags = [f"--{n.replace('_', '-')} {shown(v)}" for n, v in asked.items()
              if n in SINGLE_RUN_ONLY and v != SINGLE_RUN_ONLY[n]]
     if flags and not quiet:
         print(f"proxima: note: {' and '.join(flags)} appl{'y' if len(flags) > 1 else 'ies'} to single runs; each member "
@@ -250,12 +258,14 @@ def _in_float32(fn):
 @_in_float32
 def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: dict, run_dir=None, argv=None,
                      quiet: bool = False, overwrite: bool = False, evaluate_at_end: bool = True,
-                     stop_after: Optional[int] = None, restart_note: Optional[str] = None) -> Path:
+                     stop_after: Optional[int] = None, restart_note: Optional[str] = None, typed_total: bool = False) -> Path:
     """Train every member in one process; returns the run directory. Errors before training (bad
     config, memory, env) leave nothing behind, as does a failure before the first iteration ends; a
     later failure keeps the members' metrics and the last checkpoint for the diagnosis.
     SIGINT/SIGTERM: finish the iteration, write a checkpoint, raise TrainingInterrupted (exit
-    128+signum). ``stop_after`` (a test hook) acts as a SIGINT arriving during that iteration."""
+    128+signum). ``stop_after`` (a test hook) acts as a SIGINT arriving during that iteration.
+    ``typed_total``: --total-timesteps was typed, so a total that is not a whole number of iterations
+    gets train's note (once the population is set up: a refusal before it stays one line)."""
     from .device import resolve_device
     from .rundir import RunSession, unique_default
     from .sizing import env_probe
@@ -272,6 +282,7 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
     try:
         outside.__enter__()
         session.claim_fresh(run_dir, overwrite, restart_note)
+        _note_whole_iterations(base, typed_total)
         dirs = _write_layout(run_dir, pop, seeds, sweep, argv)
         wall, finished = _train_loop(pop, run_dir, dirs, seeds, sweep, quiet=quiet, stop_after=stop_after)
         _finish(run_dir, pop, dirs, seeds, sweep, wall, evaluate_at_end, quiet)
@@ -544,7 +555,7 @@ def check_resume_flags(overrides: dict, sweep: dict, recorded: PPOConfig, checkp
         raise ConfigError(f"--seed: a population's seeds {which}(set per member, with --seeds, not --seed); drop --seed")
     for name in overrides:
         if name in sweep:
-            values = ", ".join(_fmt(v) for v in sweep[name])
+            values = ", ".join(shown(v) for v in sweep[name])
             raise ConfigError(f"--{name.replace('_', '-')} is swept in this population ({values}); it cannot be given on resume")
     for name, (off, why) in UNSUPPORTED.items():
         flag = "--" + name.replace("_", "-")
@@ -935,7 +946,7 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
     for name in sweep:  # one value typed for a field the sweep sets too: the sweep would silently drop it
         if name in typed:
             flag = "--" + name.replace("_", "-")
-            raise ConfigError(f"{flag} {_fmt(typed[name])} and --sweep {name}=... both set {name}; drop one")
+            raise ConfigError(f"{flag} {shown(typed[name])} and --sweep {name}=... both set {name}; drop one")
     if args.resume is not None:
         target = _resume_target(args, cfg)
         if target is not None:  # continue it; the seeds and sweep this command describes must be the run's, typed or not
@@ -961,15 +972,28 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
             check_new_run_dir(cfg.run_dir, overwrite=args.overwrite, restart=args.resume == "auto")
         check_env_builds(members[0])  # the env and the encoder, as a single run's dry run checks them
         check_population_fits(members[0], len(members), resolve_device(members[0].device), env_probe(members[0]))
+        _note_whole_iterations(members[0], "total_timesteps" in typed)
         # the config every member shares, resolved as a single run's dry run prints it (preset < --config
         # FILE < flags); the seed and the swept fields are per member: given by "seeds" and "sweep"
         shared = {k: v for k, v in members[0].to_dict().items() if k != "seed" and k not in sweep}
         print(json.dumps({"members": len(members), "seeds": seeds, "sweep": sweep, "config": shared}))
         return 0
     restart = "--resume auto found no checkpoint to continue" if args.resume == "auto" else None
-    run_dir = train_population(members, seeds, sweep, argv=sys.argv, quiet=args.quiet, overwrite=args.overwrite, restart_note=restart)
+    run_dir = train_population(members, seeds, sweep, argv=sys.argv, quiet=args.quiet, overwrite=args.overwrite, restart_note=restart,
+                               typed_total="total_timesteps" in typed)
     print(f"run directory: {run_dir}")
     return 0
+
+
+def _note_whole_iterations(cfg: PPOConfig, typed_total: bool) -> None:
+    """A new single run's note on a typed --total-timesteps that is not a whole number of iterations
+    (trainer._note_whole_iterations: one process), under --quiet and --dry-run too: the members train
+    the whole iterations (population.json's total_timesteps_per_member) while their config.yaml, as a
+    single run's, keeps the total typed. total_timesteps is not swept: one note holds for every member."""
+    if typed_total:
+        from .trainer import _note_whole_iterations as note
+
+        note(cfg, 1)
 
 
 def _dry_run_resume(args, cfg: PPOConfig, run_dir: Path, checkpoint, seeds: list, sweep: dict, given: list) -> int:

@@ -118,10 +118,20 @@ def test_the_band_uses_the_tables_resamples_and_is_its_interval_at_each_x():
     from proxima.population_report import BAND_RESAMPLES, BOOTSTRAP_RESAMPLES, bootstrap_ci
 
     assert BAND_RESAMPLES == BOOTSTRAP_RESAMPLES == 2000
-    x = np.array([1.0, 5.0, 2.0, 8.0, 3.0, 9.0])
-    lo, hi = bootstrap_band(x[:, None], "mean")  # one x point: the same percentile bootstrap as the table's
-    ci = bootstrap_ci(x, np.mean)
-    assert abs(lo[0] - ci[0]) < 0.5 and abs(hi[0] - ci[1]) < 0.5
+    x = np.array([30.0, 40.0, 5.0, 100.0, 2.0, 7.0, 50.0])
+    assert bootstrap_ci(x, iqm) == (5.6, 60.0)  # the table's IQM interval (the band drew (7.0, 61.4) from its own draws)
+    # x at the middle one of three points, every member present there: the band is the table's interval, bit for bit;
+    # at the others, some members missing, it is the interval of those present (in member order)
+    stack = np.stack([x * 0.5, x, x + 1.0], axis=1)
+    stack[[1, 4], 0] = np.nan
+    for stat, fn in (("iqm", iqm), ("mean", np.mean)):
+        lo, hi = bootstrap_band(stack, stat)
+        assert (lo[1], hi[1]) == bootstrap_ci(x, fn)
+        assert (lo[0], hi[0]) == bootstrap_ci(stack[~np.isnan(stack[:, 0]), 0], fn)
+        assert (lo[2], hi[2]) == bootstrap_ci(x + 1.0, fn)
+    many = np.random.default_rng(3).normal(100.0, 50.0, size=(40, 5))  # 40 members: sums past numpy's 8-wide blocks
+    lo, hi = bootstrap_band(many, "mean")
+    assert all((lo[j], hi[j]) == bootstrap_ci(many[:, j], np.mean) for j in range(5))
 
 
 def test_members_with_empty_cells_carry_their_last_value_on_the_logged_steps(tmp_path):

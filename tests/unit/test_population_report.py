@@ -142,7 +142,7 @@ def test_eval_summary_lines_share_the_report_statistics_and_say_how_the_ci_is_ma
     text = format_summary({"env_id": "CartPole-v1", "settings": [one, few]})
     lo, hi = bootstrap_ci(np.array([1.0, 3.0]), np.mean)
     assert text.splitlines() == [
-        "CartPole-v1 lr=0.001 (1 members): mean 184.30 \u2014, IQM 184.30 \u2014 (95% percentile-bootstrap CIs over "
+        "CartPole-v1 lr=0.001 (1 member): mean 184.30 \u2014, IQM 184.30 \u2014 (95% percentile-bootstrap CIs over "
         "members, 2000 resamples, numpy default_rng(0))",
         f"CartPole-v1 lr=0.0003 (2 of 3 members): mean 2.00 [{lo:.2f}, {hi:.2f}] \u2020, IQM 2.00 [{lo:.2f}, {hi:.2f}] "
         "\u2020 (95% percentile-bootstrap CIs over members, 2000 resamples, numpy default_rng(0)); left out: c (inf)",
