@@ -481,6 +481,33 @@ def _action_signature(space) -> tuple:
     return type(space).__name__, str(space)
 
 
+def env_spaces_mismatch(path, env_id: str, recorded: dict, env_obs, env_act) -> Optional[str]:
+    """The line refusing to resume ``path`` in an env whose observations or actions are not the ones its
+    run was trained on (``recorded``: the checkpoint's ``spaces``), else None; eval's comparison
+    (Policy.check_env_spaces), so that a changed env is named as such, never as weights that do not
+    fit the recorded config."""
+    obs = space_from_dict(recorded["observation"], f"{path}: spaces.observation")
+    act = space_from_dict(recorded["action"], f"{path}: spaces.action")
+    fix = "resume it with the env it was trained on, or train a new run on this one"
+    if _obs_signature(env_obs) != _obs_signature(obs):
+        now, then = _space_words(env_obs, obs), _space_words(obs, env_obs)
+        return f"{path}: env '{env_id}' now observes {now}, the run was trained on {then}; {fix}"
+    if _action_signature(env_act) != _action_signature(act):
+        return (f"{path}: env '{env_id}' now takes actions {describe_space(env_act)}, the run was trained on "
+                f"{describe_space(act)}; {fix}")
+    return None
+
+
+def _space_words(space, other) -> str:
+    """A Box observation space as its shape, ``(5,)`` (with its dtype when the shapes agree, where
+    the dtype is what differs); any other space as describe_space."""
+    if isinstance(space, gym.spaces.Box) and isinstance(other, gym.spaces.Box):
+        if tuple(space.shape) != tuple(other.shape):
+            return str(tuple(space.shape))
+        return f"{tuple(space.shape)} {np.dtype(space.dtype)}"
+    return describe_space(space)
+
+
 # ------------------------------------------------------------------------------------ reading
 def resolve_checkpoint(path: Union[str, Path]) -> Path:
     """A checkpoint file, or the latest checkpoint of a run directory, as named; CheckpointError
@@ -529,7 +556,8 @@ def no_checkpoint_error(path: Path) -> CheckpointError:
     """The line for a directory without checkpoints/step_*.pt: a run that has written none yet
     (its start-up files are there: one in progress, or stopped before its first checkpoint) is
     told apart from a folder that is no run at all; a step_*.pt that is no file (a folder, a dangling
-    link, a FIFO) is named as what it is."""
+    link, a FIFO) is named as what it is; a run that did write checkpoints, gone since (removed,
+    moved), is told so, with its best.pt to continue from when it is there (_trained_past_checkpoint)."""
     odd = _not_files(path)
     if odd:
         more = f" (and {len(odd) - 1} more like it)" if len(odd) > 1 else ""
@@ -545,15 +573,66 @@ def no_checkpoint_error(path: Path) -> CheckpointError:
         return CheckpointError(f"{path}: the run is in progress and has no checkpoint yet (one is written every "
                                "--checkpoint-every N iterations and at the end); wait for its first, or train with a "
                                "smaller --checkpoint-every")
+    again = (f"proxima train --config {shlex.quote(str(path / 'config.yaml'))} --resume auto" if (path / "config.yaml").is_file()
+             else f"proxima train ENV_ID --run-dir {shlex.quote(str(path))} --overwrite")
+    trained = None if population is not None else _trained_past_checkpoint(path)
+    if trained is not None:  # it wrote checkpoints that are gone: "never wrote one" would hide where its training went
+        best = best_checkpoint_path(path)
+        then = (f"resume from its best.pt: proxima resume {shlex.quote(str(best))} (proxima eval reads it too)" if _is_regular(best)
+                else f"train it again from the start: {again} (its files are moved aside)")
+        return CheckpointError(f"{path}: its checkpoints are missing ({trained}, but no checkpoints/step_*.pt is there: "
+                               f"removed or moved); put them back in {path / 'checkpoints'} to evaluate or resume it, or {then}")
     # no trainer holds it: it stopped (an env failure, a kill) before its first checkpoint, and never writes one
     stopped = (f"{path}: the {'population' if population else 'run'} stopped before its first checkpoint (one is written "
                "every --checkpoint-every N iterations and at the end), so there is nothing to evaluate or resume; ")
     if population is not None:
         return CheckpointError(stopped + f"train the population {population} again from the start: its command "
                                f"({POPULATION_FILE}) with --overwrite")
-    again = (f"proxima train --config {shlex.quote(str(path / 'config.yaml'))} --resume auto" if (path / "config.yaml").is_file()
-             else f"proxima train ENV_ID --run-dir {shlex.quote(str(path))} --overwrite")
     return CheckpointError(stopped + f"train it again from the start: {again} (its files are moved aside)")
+
+
+def _trained_past_checkpoint(run: Path) -> Optional[str]:
+    """What shows that the run in ``run`` wrote a checkpoint (its best.pt; metrics.csv logging the
+    iteration --checkpoint-every or the end of the run writes one at, by its config.yaml), in words
+    for the line; None when nothing does (rows alone do not: a kill before the first checkpoint
+    leaves rows too). Its files are data: one that cannot be read shows nothing."""
+    from .config import load_yaml
+    from .logger import read_csv_lines, whole_rows
+    from .rundir import read_run_text
+
+    seen = []
+    try:
+        header, rows, _ = whole_rows(*read_csv_lines(run / "metrics.csv"))
+    except OSError:
+        header, rows = [], []
+    last = None
+    if "iteration" in header and "global_step" in header:
+        logged = [(_count(r[header.index("iteration")]), _count(r[header.index("global_step")])) for _, r in rows]
+        logged = [(i, s) for i, s in logged if i is not None and s is not None]
+        last = max(logged) if logged else None
+    if last is not None:
+        try:
+            cfg = load_yaml(read_run_text(run / "config.yaml"))
+        except Exception:  # any damage: no config to tell when a checkpoint was due
+            cfg = None
+        cfg = cfg if isinstance(cfg, dict) else {}
+        every, total = cfg.get("checkpoint_every"), cfg.get("total_timesteps")
+        batch = cfg.get("num_envs", 0) * cfg.get("num_steps", 0) if all(
+            _is_int(cfg.get(k)) for k in ("num_envs", "num_steps")) else 0
+        due = (_is_int(every) and 0 < every <= last[0]) or (_is_int(total) and batch > 0 and last[0] >= total // batch > 0)
+        if due:
+            seen.append(f"metrics.csv logs {last[0]} iteration(s), to step {last[1]:,}")
+    if _is_regular(best_checkpoint_path(run)):
+        seen.append("checkpoints/best.pt is there")
+    return ", and ".join(seen) or None
+
+
+def _count(text: str) -> Optional[int]:
+    try:
+        n = int(text)
+    except ValueError:
+        return None
+    return n if n >= 0 else None
 
 
 def load_resumable(path: Union[str, Path], allow_population: bool = False) -> dict:
@@ -574,11 +653,16 @@ def load_resumable(path: Union[str, Path], allow_population: bool = False) -> di
 
 def load_sound(path: Union[str, Path]) -> dict:
     """load_checkpoint, and what a resume restores beyond the policy checked (normalizer statistics,
-    optimizer moments: train_state.check_resumable): the loader a resume picks its checkpoint with,
-    so that a damaged newest file falls back to an older one, not only fails at restore."""
-    from .train_state import check_resumable
+    optimizer moments: train_state.check_resumable) and the file consistent with itself (counters,
+    weights and next observation against its recorded config and spaces: train_state.check_consistent):
+    the loader a resume picks its checkpoint with, so that a damaged or edited newest file that still
+    unpickles falls back to an older one, not only fails at restore."""
+    from .train_state import check_consistent, check_resumable
 
-    return check_resumable(load_checkpoint(path))
+    state = check_resumable(load_checkpoint(path))
+    if state.get("kind") != "ppo-population" and not state.get("population_member"):
+        check_consistent(state)
+    return state
 
 
 def newest_that_loads(files: list, load, error: type = None, set_aside: bool = True) -> tuple:
@@ -1122,29 +1206,16 @@ def build_agent(state: dict, device="cpu"):
 
     Every way the file's data can fail to describe an agent is a CheckpointError naming the file
     (check_policy_state, space_from_dict, and weights that do not fit the recorded config)."""
-    from .agent import Agent
     from .config import ConfigError
     from .envs import EnvError
     from .normalize import ObsNormalizer
 
     path = state.get("path", "checkpoint")
     cfg = check_policy_state(state)
-    obs_space = space_from_dict(state["spaces"]["observation"], f"{path}: spaces.observation")
-    act_space = space_from_dict(state["spaces"]["action"], f"{path}: spaces.action")
+    obs_space, act_space, make = _agent_maker(state)
     from .envs.spaces import obs_layout
 
-    def make():  # checkpoints from before the encoder field hold flat-Box MLP agents
-        return Agent(obs_space, act_space, cfg["hidden_sizes"], cfg["activation"], cfg.get("encoder", "mlp"))
-
-    try:  # a recorded space or encoder the agent cannot use (an edited file): EnvError/ConfigError/ValueError
-        # first without memory (the meta device: shapes only): the weights the config describes are
-        # compared with the file's before anything is allocated, so a small file cannot make eval
-        # allocate a network of any size its config names
-        with torch.device("meta"):
-            shapes = {k: tuple(v.shape) for k, v in make().state_dict().items()}
-    except (EnvError, ConfigError, ValueError, TypeError, OverflowError, RuntimeError, MemoryError) as e:
-        raise CheckpointError(f"{path}: the recorded spaces and config do not describe an agent ({_one_line(e, 160)})") from None
-    check_weight_shapes(path, shapes, state["agent"])
+    check_agent_weights(state, make)
     try:
         agent = make().to(device)
     except (EnvError, ConfigError, ValueError, TypeError, OverflowError, RuntimeError, MemoryError) as e:
@@ -1158,6 +1229,42 @@ def build_agent(state: dict, device="cpu"):
     except (RuntimeError, KeyError) as e:
         raise CheckpointError(f"{path}: weights do not match the recorded config ({str(e).splitlines()[0][:160]})") from None
     return agent, obs_norm, obs_space, act_space
+
+
+def _agent_maker(state: dict) -> tuple:
+    """(observation space, action space, make): the recorded spaces and a function building the
+    agent the recorded config and spaces describe (check_policy_state has checked the config)."""
+    from .agent import Agent
+
+    path, cfg = state.get("path", "checkpoint"), state["config"]
+    obs_space = space_from_dict(state["spaces"]["observation"], f"{path}: spaces.observation")
+    act_space = space_from_dict(state["spaces"]["action"], f"{path}: spaces.action")
+
+    def make():  # checkpoints from before the encoder field hold flat-Box MLP agents
+        return Agent(obs_space, act_space, cfg["hidden_sizes"], cfg["activation"], cfg.get("encoder", "mlp"))
+
+    return obs_space, act_space, make
+
+
+def check_agent_weights(state: dict, make=None) -> None:
+    """CheckpointError naming the file unless the agent's weights have the shapes its recorded config
+    and spaces give: eval's check, and a resume's choice of a run directory's checkpoint
+    (train_state.check_consistent), so that an edited hidden_sizes falls back to an older file."""
+    from .config import ConfigError
+    from .envs import EnvError
+
+    path = state.get("path", "checkpoint")
+    if make is None:
+        make = _agent_maker(state)[2]
+    try:  # a recorded space or encoder the agent cannot use (an edited file): EnvError/ConfigError/ValueError
+        # without memory (the meta device: shapes only): the weights the config describes are
+        # compared with the file's before anything is allocated, so a small file cannot make eval
+        # allocate a network of any size its config names
+        with torch.device("meta"):
+            shapes = {k: tuple(v.shape) for k, v in make().state_dict().items()}
+    except (EnvError, ConfigError, ValueError, TypeError, OverflowError, RuntimeError, MemoryError) as e:
+        raise CheckpointError(f"{path}: the recorded spaces and config do not describe an agent ({_one_line(e, 160)})") from None
+    check_weight_shapes(path, shapes, state["agent"])
 
 
 def check_weight_shapes(path, expected: dict, weights: dict) -> None:

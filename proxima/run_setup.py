@@ -110,12 +110,15 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
     for folder in ckpt.data_folders(src):
         treat_as_data(folder)  # never import env code from the run directory itself
     loose = target_dir is None
+    recorded = None  # the run's config.yaml: (config, why it was not read)
     if loose:
         target_dir = loose_run_dir(resume, config, run_dir, overrides)
         state = ckpt.load_resumable(src)
     else:
         session.lock_existing(target_dir)
         state = ckpt.load_resumable(resume)
+        recorded = read_run_config(target_dir)
+        check_same_run(state, target_dir, recorded[0])
     config = resumed_config(state, env_id, trust_run, overrides, "resume" if config is None else "train --resume",
                             notes=not loose)
     if loose:
@@ -128,7 +131,160 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
     if config.run_dir is None or Path(config.run_dir).resolve() != Path(run_dir).resolve():
         config.run_dir = str(run_dir)  # config.yaml records where the run is, not where the file says it was
     keep_recorded_eval(config, run_dir, state, overrides)
+    if recorded is not None:
+        note_config_edits(config, run_dir, recorded, overrides)
+        note_missing_rows(state, run_dir, resume_trains(config, state))
     return state, config, run_dir, True, None
+
+
+#: what makes a run the run it is: a checkpoint of the run directory that differs in one of these from
+#: its config.yaml was not written by that run (none of them can change on resume)
+RUN_IDENTITY = ("env_id", "num_envs", "num_steps", "seed")
+
+
+def read_run_config(run_dir) -> tuple:
+    """(config, why not): the run's config.yaml as a PPOConfig, or None with the reason it could not be
+    read (not YAML, a field no config holds, not a regular file); (None, None) when there is none.
+    The file is data: read without following a FIFO, within rundir.TEXT_MAX_BYTES."""
+    import yaml
+
+    from .config import load_yaml
+    from .rundir import read_run_text
+
+    path = Path(run_dir) / "config.yaml"
+    try:
+        values = load_yaml(read_run_text(path))
+    except FileNotFoundError:
+        return None, None
+    except OSError as e:  # rundir.RunFileError: its own line names the file
+        return None, str(e).removeprefix(f"{path}: ")
+    except UnicodeDecodeError as e:
+        return None, f"not UTF-8 text (byte {e.start})"
+    except yaml.YAMLError as e:
+        return None, f"not valid YAML ({' '.join(str(e).split())[:120]})"
+    if not isinstance(values, dict):
+        return None, f"not a mapping of field: value (a {type(values).__name__})"
+    try:
+        return from_dict(values, source=str(path)), None
+    except ConfigError as e:
+        return None, str(e).removeprefix(f"{path}: ")
+
+
+def check_same_run(state: dict, run_dir, recorded: Optional[PPOConfig]) -> None:
+    """ConfigError when the checkpoint ``state``, read from ``run_dir``'s checkpoints/, records another
+    env or size of run (RUN_IDENTITY) than the run's config.yaml (``recorded``; None: not read, nothing
+    to compare): another run's checkpoint copied in would continue there, rewriting its config.yaml
+    and appending another env's rows to its metrics.csv. Refused whether the run directory or the
+    file was named: either resume writes into that run."""
+    from .envs import same_env
+
+    if recorded is None:
+        return
+    cfg = state.get("config") or {}
+    differ = []
+    for name in RUN_IDENTITY:
+        mine, theirs = cfg.get(name), getattr(recorded, name)
+        same = (isinstance(mine, str) and (same_env(mine, theirs) or same_env(theirs, mine))) if name == "env_id" else mine == theirs
+        if not same:
+            differ.append((name, mine, theirs))
+    if not differ:
+        return
+    yaml_path = Path(run_dir) / "config.yaml"
+    records = " and ".join(f"{name} {mine!r}" for name, mine, _ in differ)
+    says = " and ".join(f"{theirs!r}" for _, _, theirs in differ)
+    name, mine, _ = differ[0]
+    raise ConfigError(f"{state['path']}: records {records} where {yaml_path} says {says}: not this run's checkpoint; "
+                      f"move it out of {Path(run_dir) / 'checkpoints'} (resume it on its own with --run-dir NEW_DIR), "
+                      f"or, if config.yaml was edited, set {name} back to {mine!r} there")
+
+
+def note_config_edits(config: PPOConfig, run_dir, recorded: tuple, overrides: Optional[dict]) -> None:
+    """A note on stderr when the run's config.yaml (``recorded``: read_run_config's) says other than
+    what the resume runs with, in a field the resume does not set itself (run_dir, a flag given): an
+    edit there is not read (the config is the checkpoint's) and the file is rewritten, so the edit
+    would vanish without a word. An unreadable config.yaml gets the same note."""
+    import dataclasses
+
+    from .config import RESUME_SAFE, same_value
+    from .envs import same_env
+
+    yaml_path = Path(run_dir) / "config.yaml"
+    values, why = recorded
+    example = f"proxima resume {run_dir} --total-timesteps N"
+    if values is None:
+        if why is not None:
+            print(f"proxima: note: {yaml_path}: {why}; resume does not read it (the config is the checkpoint's, changed "
+                  f"by flags: {example}) and rewrites it", file=sys.stderr)
+        return
+    differ = []
+    for f in dataclasses.fields(PPOConfig):
+        name = f.name
+        if name == "run_dir" or name in (overrides or {}):
+            continue
+        mine, theirs = getattr(config, name), getattr(values, name)
+        if name == "env_id" and (same_env(mine, theirs) or same_env(theirs, mine)):
+            continue
+        if not same_value(mine, theirs):
+            differ.append((name, mine, theirs))
+    if not differ:
+        return
+    name, mine, theirs = differ[0]
+    more = f" (and {', '.join(n for n, _, _ in differ[1:])})" if len(differ) > 1 else ""
+    flag = "--" + name.replace("_", "-")
+    how = (f"give it as a flag: proxima resume {run_dir} {flag} {_flag_value(theirs)}" if name in RESUME_SAFE else
+           f"{name} cannot change on resume (flags change the safe fields: {example})")
+    print(f"proxima: note: {yaml_path}: {name} {theirs!r}{more} differs from the checkpoint's {mine!r}; resume reads the "
+          f"config from the checkpoint, not config.yaml, and rewrites config.yaml from it; {how}", file=sys.stderr)
+
+
+def _flag_value(value) -> str:
+    import shlex
+
+    return "none" if value is None else shlex.quote(str(value).lower() if isinstance(value, bool) else str(value))
+
+
+def note_missing_rows(state: dict, run_dir, trains: bool = True) -> None:
+    """A note on stderr when the run's metrics.csv ends before the checkpoint's step (rows lost: a copied
+    or restored file, an edit): the resume logs on after the checkpoint, so the iterations between
+    stay missing from the curve. Not refused: the checkpoint is the run's state, the log its record.
+    ``trains``: whether this resume trains on (resume_trains), which the note then says."""
+    from .logger import read_csv_lines, whole_rows
+
+    step, iteration = int(state["global_step"]), int(state["iteration"])
+    if iteration <= 0:
+        return
+    path = Path(run_dir) / "metrics.csv"
+    there = True
+    try:
+        header, rows, _ = whole_rows(*read_csv_lines(path))
+    except FileNotFoundError:
+        header, rows, there = [], [], False
+    except OSError:  # the resume's logger names a file it cannot read
+        return
+    per = step // iteration
+    last_step, last_iter = 0, 0
+    if "global_step" in header:
+        col, icol = header.index("global_step"), header.index("iteration") if "iteration" in header else None
+        for _, r in rows:
+            s = _whole(r[col])
+            if s is not None and last_step <= s <= step:
+                last_step = s
+                it = _whole(r[icol]) if icol is not None else None
+                last_iter = it if it is not None else (s // per if per else 0)
+    if last_step >= step or last_iter >= iteration:
+        return
+    missing = f"iteration {iteration}" if last_iter + 1 == iteration else f"iterations {last_iter + 1}-{iteration}"
+    ends = f"ends at iteration {last_iter} (step {last_step:,})" if last_iter else "holds no rows" if there else "is missing"
+    print(f"proxima: note: {path} {ends}, the checkpoint {state['path']} is at iteration {iteration} (step {step:,}): "
+          f"{missing} are missing from it (rows lost)" + (f"; the run logs on from iteration {iteration + 1}" if trains else ""),
+          file=sys.stderr)
+
+
+def _whole(text: str) -> Optional[int]:
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 def keep_recorded_eval(config: PPOConfig, run_dir, state: dict, overrides: Optional[dict]) -> None:
@@ -199,6 +355,8 @@ def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: 
         files = ckpt.list_checkpoints(resume)
         src, _ = ckpt.newest_that_loads(files, ckpt.load_sound, ckpt.CheckpointError, set_aside=False)
     state = ckpt.load_resumable(src)  # a file: loaded as the resume loads it (a population's refused), nothing written
+    if not loose:
+        check_same_run(state, target_dir, read_run_config(target_dir)[0])
     cfg = resumed_config(state, env_id, trust_run, overrides, "train --resume", notes=not loose)
     if loose:
         refuse_loose_finished(resume, cfg, state, target_dir)

@@ -235,6 +235,34 @@ def check_resumable(state: dict) -> dict:
     return state
 
 
+def check_consistent(state: dict) -> None:
+    """CheckpointError naming the file and the field unless a checkpoint agrees with itself: its counters
+    with its recorded batch (check_counters), its weights with the network its recorded config and
+    spaces give, and its next observation with num_envs and the recorded observation space. What
+    restore would refuse of the file alone, found without a trainer: a resume of a run directory
+    (checkpoint.load_sound) then falls back to an older checkpoint instead of failing on every try."""
+    from .envs import EnvError
+    from .envs.spaces import obs_layout
+
+    path, cfg = state.get("path", "checkpoint"), state["config"]
+    num_envs, num_steps = cfg.get("num_envs"), cfg.get("num_steps")
+    if _int_count(num_envs) and _int_count(num_steps) and num_envs > 0 and num_steps > 0:  # else from_dict names it
+        check_counters(state, num_envs * num_steps)
+    ckpt.check_agent_weights(state)
+    obs = state.get("next_obs")
+    if not isinstance(obs, torch.Tensor) or not _int_count(num_envs):
+        return  # absent where restore does not read it; not a tensor: restore names it
+    try:
+        layout = obs_layout(ckpt.space_from_dict(state["spaces"]["observation"], f"{path}: spaces.observation"))
+    except EnvError:  # check_agent_weights built an agent from it: not reached
+        return
+    shape = (num_envs, *layout.shape)
+    if tuple(obs.shape) != shape or obs.is_floating_point() != layout.dtype.is_floating_point or obs.is_complex():
+        raise ckpt.CheckpointError(f"{path}: next_obs is a {str(obs.dtype).replace('torch.', '')} tensor of shape "
+                                   f"{tuple(obs.shape)}; its num_envs ({num_envs}) and spaces.observation give "
+                                   f"{str(layout.dtype).replace('torch.', '')} {shape}; the checkpoint is damaged or was edited")
+
+
 def _check_loadable(t: "Trainer", path, state: dict) -> None:
     """CheckpointError naming the file and the tensor before anything is loaded: the agent's weights
     and the normalizers' statistics of this run's shapes (the first weight that differs named with
@@ -263,6 +291,13 @@ def restore(t: "Trainer", state: dict) -> None:
 
     state = local_state(state, t.dist.rank)  # this rank's env, RNG and normalizer pieces
     path = state.get("path", "checkpoint")
+    # the file against itself, then the env: an env that changed its spaces since the run trained is
+    # named as such, an edited spaces entry as the file's fault, neither as weights that do not fit this run
+    ckpt.check_agent_weights(state)
+    changed = ckpt.env_spaces_mismatch(path, t.cfg.env_id, state["spaces"], t.env.single_observation_space,
+                                       t.env.single_action_space)
+    if changed:
+        raise ckpt.CheckpointError(changed)
     _check_loadable(t, path, state)
     try:
         t.agent.load_state_dict(state["agent"])

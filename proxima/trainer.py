@@ -725,8 +725,15 @@ def _note_whole_iterations(cfg: PPOConfig, world_size: int) -> None:
 def _note_compile_mode(cfg: PPOConfig, typed: dict) -> None:
     """A note on stderr when --compile-mode was given but the run does not compile: the mode would
     otherwise be dropped without a word. Not refused: compile_mode is resume-safe, and a run compiled
-    with a mode resumes with --no-compile, its recorded mode kept for a later --compile."""
-    if "compile_mode" in typed and not cfg.compile:
+    with a mode resumes with --no-compile, its recorded mode kept for a later --compile. The default
+    mode is never noted: a run that does not compile drops nothing by it, and every run's config.yaml
+    records it, so ``train --config RUN/config.yaml --resume auto`` (whose file values count as given)
+    would note it for every run. (Told apart by value, since a resume's values no longer say whether
+    a flag or the file gave them.)"""
+    import dataclasses
+
+    default = next(f.default for f in dataclasses.fields(PPOConfig) if f.name == "compile_mode")
+    if "compile_mode" in typed and not cfg.compile and cfg.compile_mode != default:
         print(f"proxima: note: --compile-mode {cfg.compile_mode} has no effect without --compile", file=sys.stderr)
 
 

@@ -179,7 +179,8 @@ def test_eval_refuses_a_negative_observation_variance(normalized_run, tmp_path, 
 def test_resume_names_the_first_weight_whose_shape_differs_from_the_recorded_config(normalized_run, tmp_path, capsys):
     run = _copy(normalized_run, tmp_path)
     path = edit_checkpoint(run, lambda s: s["config"].__setitem__("hidden_sizes", [32, 32]))
-    code, _, err = run_main(["resume", str(run), "--total-timesteps", "256"], capsys)
+    # the file itself: a run directory's resume sets such a file aside and continues from the one before
+    code, _, err = run_main(["resume", str(path), "--total-timesteps", "256"], capsys)
     line = error_line(code, err, f"{path}: weights do not match the recorded config (agent.")
     assert "has shape (64, 4), the recorded config.hidden_sizes and spaces give (32, 4)" in line
 
