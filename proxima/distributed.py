@@ -4,7 +4,7 @@ Under ``torchrun`` (``RANK``/``WORLD_SIZE`` set, ``WORLD_SIZE > 1``) :func:`cont
 process group; otherwise it returns a context with world_size 1 whose methods are no-ops, so the
 trainer has one code path. See docs/distributed.md.
 
-Backends: ``gloo`` on a machine without CUDA; with CUDA ``cpu:gloo,cuda:nccl``, so gradients of a
+Backends: ``gloo`` on a machine without CUDA (or a torch build without NCCL); with CUDA ``cpu:gloo,cuda:nccl``, so gradients of a
 CUDA model go through NCCL (one GPU per rank, chosen by ``LOCAL_RANK``) and the small CPU objects
 (run directory name, checkpoint pieces) through gloo. Every collective has the timeout
 ``PROXIMA_DIST_TIMEOUT`` (seconds, default 300): a rank that stops answering ends the job instead of
@@ -340,7 +340,15 @@ def init() -> DistContext:
     device = torch.device("cpu")
     backend = "gloo"
     if torch.cuda.is_available():
-        backend = "cpu:gloo,cuda:nccl"  # CPU objects through gloo, CUDA tensors through NCCL
+        if dist.is_nccl_available():
+            backend = "cpu:gloo,cuda:nccl"  # CPU objects through gloo, CUDA tensors through NCCL
+        else:
+            # asking for nccl in a build without it fails at init ("doesn't have NCCL built in");
+            # gloo moves CUDA tensors too, only slower (proxima doctor's hint)
+            backend = "gloo"
+            if rank == 0:
+                print("proxima: note: this torch build has no NCCL; the ranks exchange GPU tensors through gloo "
+                      "(slower; a torch build with NCCL uses it)", file=sys.stderr)
         if local < torch.cuda.device_count():
             torch.cuda.set_device(local)
             device = torch.device("cuda", local)

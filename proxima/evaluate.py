@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -20,6 +20,11 @@ EVAL_SEED_OFFSET = 1_000_000
 FALLBACK_SEED = 12345
 
 
+class EvaluationStopped(Exception):
+    """``evaluate(stop=...)``: the stop check said yes before the episodes ended; no result exists
+    (a mean over part of the episodes would be a number for an evaluation that never happened)."""
+
+
 def default_seed(policy) -> int:
     """The env seed ``proxima eval`` uses by default: the run's seed + 1,000,000 (envs the run never
     trained on, and the numbers of its end-of-training eval.json)."""
@@ -29,7 +34,7 @@ def default_seed(policy) -> int:
 
 @torch.no_grad()
 def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optional[int] = None, backend: str = "auto",
-             max_steps: int = MAX_STEPS, video: Optional[str] = None) -> dict:
+             max_steps: int = MAX_STEPS, video: Optional[str] = None, stop: Optional[Callable[[], bool]] = None) -> dict:
     """Run ``episodes`` episodes, one per env, each env's first episode (no bias towards short ones).
 
     The policy's observation normalizer is applied frozen (its training statistics). Returns a
@@ -47,7 +52,9 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
     is the path written. A video that cannot be written after the episodes is a VideoError that
     holds the result (write_episode_video). A NaN/inf reward or observation from an env during its
     episode is a NonFiniteError naming the env index and the step (first_episodes): no result
-    with a NaN mean is returned, nor written as JSON.
+    with a NaN mean is returned, nor written as JSON. ``stop``: checked before each step; once it
+    returns true the evaluation is abandoned with EvaluationStopped (training's --eval-every: a
+    SIGINT/SIGTERM must reach its checkpoint before torchrun's shutdown timeout kills the ranks).
     """
     if not getattr(policy, "env_trusted", True):
         from .envs.gym_adapter import refuse_recorded_env
@@ -69,7 +76,7 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
             torch.manual_seed(seed)
             returns, lengths, finished = first_episodes(env, obs, lambda o: policy.batched_act(o, deterministic=deterministic),
                                                         max_steps, before_step=recorder.before_step if recorder else None,
-                                                        env_id=policy.env_id, env_kwargs=eval_env_kwargs(policy))
+                                                        env_id=policy.env_id, env_kwargs=eval_env_kwargs(policy), stop=stop)
     finally:
         env.close()
     result = summarize(policy.env_id, returns, lengths, deterministic, finished, max_steps)
@@ -188,7 +195,7 @@ class FrameRecorder:
 
 
 def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None, env_id: Optional[str] = None,
-                   env_kwargs: Optional[dict] = None, env_name=None) -> tuple:
+                   env_kwargs: Optional[dict] = None, env_name=None, stop: Optional[Callable[[], bool]] = None) -> tuple:
     """Step ``env`` (from ``obs``) with ``act(obs) -> action`` (the agent's actions: Discrete indices from 0,
     the env's ``action_offset`` added here) until every env finished its first
     episode or ``max_steps`` steps ran; returns (returns float64 (N,), lengths int64 (N,), finished
@@ -199,7 +206,8 @@ def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None
     reset's included), raises NonFiniteError naming the field, the env index (``env_name(n)``,
     default ``env n``) and the evaluation step; with ``env_id`` the line ends with the check-env
     command (``env_kwargs``: the env's). Values after an env's first episode count for nothing and are
-    not judged. Checked on the device each step and read with the per-step "all finished?" read."""
+    not judged. Checked on the device each step and read with the per-step "all finished?" read.
+    ``stop``: checked before each step; true raises EvaluationStopped."""
     n = obs.shape[0]
     returns = torch.zeros(n, dtype=torch.float64, device=env.device)
     lengths = torch.zeros(n, dtype=torch.int64, device=env.device)
@@ -210,6 +218,8 @@ def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None
     check = _NonFiniteCheck(env_id, env_kwargs, env_name)
     check.reset(obs)
     for step in range(1, max_steps + 1):
+        if stop is not None and stop():
+            raise EvaluationStopped(f"evaluation stopped before its step {step}")
         if before_step is not None:
             before_step(finished)
         action = act(obs)

@@ -256,7 +256,8 @@ class Trainer:
     def run(self, resumed: bool = False, stop_after: Optional[int] = None) -> Path:
         """Train until ``num_iterations``; checkpoint every ``checkpoint_every`` iterations and at the end.
 
-        SIGINT/SIGTERM: finish the iteration, checkpoint, raise TrainingInterrupted (exit 128+signum).
+        SIGINT/SIGTERM: finish the iteration (abandoning an --eval-every evaluation under way: no eval
+        value logged, best.pt untouched), checkpoint, raise TrainingInterrupted (exit 128+signum).
         NaN/inf from an env (an --eval-every evaluation's too), in the loss or in the gradients, or in
         the weights after the update: NonFiniteError naming the last good checkpoint (nothing is
         written for the bad iteration); an exception from the env's code:
@@ -323,7 +324,7 @@ class Trainer:
                     self.stopped_at_return = target.add(float(metrics["ep_return_sum"]), int(metrics["ep_count"]))
                     if self._eval_due():  # every rank: rank 0 evaluates, all write best.pt (their pieces)
                         try:
-                            row.update(self._evaluate_now())
+                            row.update(self._evaluate_now(stop))
                         except (NonFiniteError, EnvError) as e:  # before this iteration's row, best.pt or checkpoint
                             raise type(e)(f"{e}; in the --eval-every evaluation at global step {self.global_step}; "
                                           f"{self._last_good(last_ckpt)}") from None
@@ -376,7 +377,7 @@ class Trainer:
         return bool(every) and (self.global_step - self.steps_per_iteration) // every != self.global_step // every
 
     @_run_settings
-    def _evaluate_now(self) -> dict:
+    def _evaluate_now(self, stop=None) -> dict:
         """Evaluate a frozen copy of the current policy (``eval_episodes`` deterministic episodes, the
         end-of-run seed) on rank 0; a new best mean return is written to checkpoints/best.pt. Training's
         RNG streams are saved and put back, so a run with evaluations trains exactly as one without.
@@ -384,8 +385,14 @@ class Trainer:
         Under torchrun every rank calls this at the same iteration: the others wait for rank 0's
         evaluation in a collective without the hang timeout (from_main(patient=True): an evaluation
         may take longer than PROXIMA_DIST_TIMEOUT), and best.pt holds every rank's pieces, as a
-        periodic checkpoint does, so it resumes with each rank's own envs."""
-        mean, std, self.best_eval, improved = self.dist.from_main(self._evaluate_on_main, patient=True)
+        periodic checkpoint does, so it resumes with each rank's own envs.
+
+        ``stop`` (the loop's signals.Stop): once rank 0's has a signal the evaluation is abandoned
+        and {} returned: no eval value in the row, best.pt untouched, and the loop goes on to the
+        stop's checkpoint (under torchrun, before the shutdown timeout kills the ranks)."""
+        mean, std, self.best_eval, improved = self.dist.from_main(lambda: self._evaluate_on_main(stop), patient=True)
+        if mean is None:
+            return {}
         if improved:
             state = train_state.capture(self)
             if self.dist.enabled:
@@ -396,16 +403,26 @@ class Trainer:
             self.dist.from_main(lambda: ckpt.atomic_torch_save(ckpt.with_entry_point(state), ckpt.best_checkpoint_path(self.run_dir)))
         return {"eval/mean_return": mean, "eval/std_return": std}
 
-    def _evaluate_on_main(self) -> tuple:
-        """(mean return, std, best mean so far, whether this one is a new best): rank 0's evaluation."""
-        from .evaluate import evaluate
+    def _evaluate_on_main(self, stop=None) -> tuple:
+        """(mean return, std, best mean so far, whether this one is a new best): rank 0's evaluation;
+        (None, None, best so far, False) when ``stop`` holds a signal before it ends (_evaluate_now)."""
+        from .evaluate import EvaluationStopped, evaluate
 
+        stopped = (lambda: bool(stop.signum)) if stop is not None else None
         cfg, rng = self.cfg, ckpt.rng_state()
         try:
+            if stopped is not None and stopped():
+                raise EvaluationStopped("stopped before the evaluation began")
             norm = copy.deepcopy(self.obs_norm) if self.obs_norm is not None else None
             policy = ckpt.Policy(copy.deepcopy(self.agent), norm, cfg.to_dict(), self.env.single_observation_space,
                                  self.env.single_action_space, self.device)
-            result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend)
+            result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend,
+                              stop=stopped)
+        except EvaluationStopped:
+            if not self.quiet:
+                print(f"proxima: note: the --eval-every evaluation at global step {self.global_step:,} was abandoned "
+                      "for the stop; no eval value is logged for this iteration", file=sys.stderr)
+            return None, None, self.best_eval, False
         finally:
             ckpt.set_rng_state(rng)
         mean = float(result["mean_return"])
