@@ -15,7 +15,8 @@ first (signals.SignalGuard: within that, a rank takes it for the same stop reach
 last checkpoint stays loadable (written atomically).
 
 Exit status: torchrun's, except that a run stopped by a signal the launcher forwarded exits
-128 + signum (130 for SIGINT, 143 for SIGTERM), like a single-process run. Multi-node runs call
+128 + signum (130 for SIGINT, 143 for SIGTERM), like a single-process run; ranks that all refused
+(2) or stopped (130/143) alike give their code, other failures 1 with one line (proxima.torchrun). Multi-node runs call
 torchrun directly (docs/distributed.md).
 """
 
@@ -131,18 +132,30 @@ def _check(nproc: int, argv: list) -> None:
 
         from .config import from_dict
         from .distributed import check_rank_pieces
-        from .rundir import check_not_in_use
-        from .run_setup import apply_resume_overrides, resumed_run_dir
+        from .envs.gym_adapter import treat_as_data
+        from .logger import check_logs_readable
+        from .run_setup import apply_resume_overrides, check_resumed_env, resumed_run_dir
 
         # the lock first: reading a live run's checkpoints could set its newest one aside mid-write
-        _, run_dir = resumed_run_dir(resume)
+        src, own_dir = resumed_run_dir(resume)
+        run_dir = own_dir
         if run_dir is None:  # a loose checkpoint file trains in the --run-dir given (without one, every rank refuses it)
             run_dir = getattr(args, "run_dir", None)
         if run_dir is not None:
-            check_not_in_use(Path(run_dir))
+            _check_not_in_use(Path(run_dir))
+        for folder in ckpt.data_folders(src):  # as rank 0 does (run_setup.resolve_start) before any env import
+            treat_as_data(folder)
         state = ckpt.load_resumable(resume)
+        command = "resume" if args.command == "resume" else "train --resume"
+        env_id = getattr(args, "env", None) if args.command == "resume" else getattr(args, "env_id", None)
+        recorded = from_dict(state["config"], source=state["path"])
+        # what rank 0 refuses of the env (run_setup.resumed_config): a recorded module env neither
+        # named (--env) nor trusted, another env, one not registered; once here, not once per rank
+        check_resumed_env(recorded, state, env_id, getattr(args, "trust_run", False), command)
         with contextlib.redirect_stderr(io.StringIO()):  # its notes are rank 0's to say
-            cfg = apply_resume_overrides(from_dict(state["config"], source=state["path"]), typed_flags(args), state)
+            cfg = apply_resume_overrides(recorded, typed_flags(args), state)
+        if own_dir is not None:  # what rank 0's logger would refuse (trainer.run), before it rewrites anything
+            check_logs_readable(Path(own_dir))
         from .run_setup import check_processes
 
         # every rank would refuse it (train_state.restore) after torchrun started them all
@@ -157,6 +170,7 @@ def _check(nproc: int, argv: list) -> None:
         validate(cfg, nproc, resume=True)
         check_device_flags(cfg, resolve_device(cfg.device), nproc)
         return
+    from .rundir import RunDirError
     from .run_setup import check_new_run_dir, preflight
 
     check_nproc(nproc)
@@ -165,8 +179,73 @@ def _check(nproc: int, argv: list) -> None:
     preflight(cfg, nproc)  # device flags, the env, memory: what every rank would refuse alike
     run_dir = args.run_dir if getattr(args, "run_dir", None) is not None else cfg.run_dir
     if run_dir is not None:  # what rank 0's claim of the directory would refuse, as train --dry-run checks it
-        check_new_run_dir(run_dir, overwrite=getattr(args, "overwrite", False),
-                          restart=getattr(args, "resume", None) == "auto")
+        try:
+            check_new_run_dir(run_dir, overwrite=getattr(args, "overwrite", False),
+                              restart=getattr(args, "resume", None) == "auto")
+        except RunDirError as e:
+            raise RunDirError(f"{e}{_launcher_note(Path(run_dir))}") from None
+        _check_writable(Path(run_dir))
+
+
+def _check_writable(run_dir: Path) -> None:
+    """StorageError, in the words of rank 0's claim of ``run_dir`` (rundir.RunLock), when the folder
+    it would create the run in (or the run directory itself, when it is there) is not writable for
+    this user, by the system's own answer (access(2)): every rank would fail on it after start-up.
+    Nothing is created to find out; what access(2) cannot tell (a folder where mkdir fails whoever
+    asks, as in /proc) still fails in the ranks, with their line and exit 2."""
+    import errno
+
+    from .diskspace import write_error
+    from .rundir import LOCK_NAME
+
+    folder = next((p for p in (run_dir, *run_dir.parents) if p.exists()), None)
+    if folder is None or not folder.is_dir() or os.access(folder, os.W_OK | os.X_OK):
+        return
+    code = errno.EROFS if os.statvfs(folder).f_flag & os.ST_RDONLY else errno.EACCES
+    raise write_error(run_dir / LOCK_NAME, OSError(code, os.strerror(code)), "could not take the run's lock")
+
+
+def _check_not_in_use(run_dir: Path) -> None:
+    """rundir.check_not_in_use, naming the launcher to signal when the run is a --nproc run."""
+    from .rundir import RunDirError, check_not_in_use
+
+    try:
+        check_not_in_use(run_dir)
+    except RunDirError as e:
+        raise RunDirError(f"{e}{_launcher_note(run_dir)}") from None
+
+
+def _parent_pid(pid: int) -> Optional[int]:
+    try:  # /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces and parentheses
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _launcher_note(run_dir: Path) -> str:
+    """For a lock held by rank 0 of a live ``--nproc`` run on this machine: the process to signal. The
+    lock names rank 0 (it writes the run), but the job is the launcher's: a stop sent there reaches
+    every rank (a second one, 3 s later, ends them at once) and the launcher exits with its code. "" otherwise."""
+    from .rundir import holder_alive, read_lock
+
+    def cmdline(pid) -> bytes:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return b""
+
+    info = read_lock(run_dir) or {}
+    pid = info.get("pid")
+    if not (isinstance(pid, int) and pid > 0 and holder_alive(info)):
+        return ""
+    torchrun = _parent_pid(pid)
+    if torchrun is None or b"proxima.torchrun" not in cmdline(torchrun):
+        return ""
+    launcher = _parent_pid(torchrun)
+    if launcher is None or b"proxima" not in cmdline(launcher):  # torchrun started by hand
+        return f"; pid {pid} is rank 0 of a multi-process run: stop the run by signalling its torchrun, pid {torchrun}"
+    return (f"; pid {pid} is rank 0 of a --nproc run: stop that run by signalling its launcher, pid {launcher} "
+            f"(kill -INT {launcher}: every rank checkpoints and stops)")
 
 
 def _is_rlhf_run(path: Path) -> bool:
