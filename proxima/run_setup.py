@@ -378,15 +378,20 @@ def check_processes(state: dict, processes: int, launcher: Optional[bool] = None
         return  # not a count: check_counters names it
     import os
 
+    import shlex
+
     path = state.get("path", "checkpoint")
+    # the commands name what to resume: the run directory of RUN/checkpoints/step_N.pt, else the file itself
+    where = Path(path) if "path" in state else None
+    run = "RUN_DIR" if where is None else shlex.quote(str(where.parent.parent if where.parent.name == "checkpoints" else where))
     # proxima resume starts no more processes than this machine has CPUs (cli._written_by): not named where it would refuse
     fits = written <= (os.cpu_count() or 1)
-    starts = f"proxima resume RUN_DIR starts {written}; or " if fits else ""
+    starts = f"proxima resume {run} starts {written}; or " if fits else ""
     if launcher if launcher is not None else processes > 1:
         raise ckpt.CheckpointError(f"{path}: written by {written} process(es), resumed with --nproc {processes}; "
-                                   f"use the same count ({f'proxima resume RUN_DIR starts {written}' if fits else f'--nproc {written}'})")
+                                   f"use the same count ({f'proxima resume {run} starts {written}' if fits else f'--nproc {written}'})")
     raise ckpt.CheckpointError(f"{path}: written by {written} process(es), resumed with {processes}; use the same --nproc"
-                               + (f" ({starts}proxima train --resume RUN_DIR --nproc {written})" if written > 1 else ""))
+                               + (f" ({starts}proxima train --resume {run} --nproc {written})" if written > 1 else ""))
 
 
 def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, overrides: Optional[dict], command: str,

@@ -279,7 +279,8 @@ def test_resume_with_another_process_count_fails_before_launching(no_spawn, caps
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
-    assert "written by 2 process(es), resumed with --nproc 3; use the same count (proxima resume RUN_DIR starts 2)" in err[0]
+    # the command names the run (it said "RUN_DIR", a placeholder, before)
+    assert f"written by 2 process(es), resumed with --nproc 3; use the same count (proxima resume {run_dir} starts 2)" in err[0]
 
 
 def test_resume_of_a_run_in_use_fails_before_reading_it(no_spawn, capsys, monkeypatch, tmp_path):

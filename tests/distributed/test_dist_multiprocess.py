@@ -8,6 +8,7 @@ checkpoint); a rank that raises ends the job in bounded time.
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import time
@@ -66,7 +67,8 @@ def test_checkpoint_holds_every_rank(reference):
     from proxima.checkpoint import CheckpointError
     from proxima.trainer import train
 
-    with pytest.raises(CheckpointError, match=r"written by 2 process\(es\), resumed with 1; use the same --nproc \(proxima resume RUN_DIR starts 2;"):
+    with pytest.raises(CheckpointError, match=r"written by 2 process\(es\), resumed with 1; use the same --nproc \(proxima resume "
+                       + re.escape(str(run_dir)) + " starts 2;"):
         train(None, resume=run_dir, quiet=True)
 
 
