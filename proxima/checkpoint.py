@@ -580,8 +580,12 @@ def no_checkpoint_error(path: Path) -> CheckpointError:
         best = best_checkpoint_path(path)
         then = (f"resume from its best.pt: proxima resume {shlex.quote(str(best))} (proxima eval reads it too)" if _is_regular(best)
                 else f"train it again from the start: {again} (its files are moved aside)")
+        # "removed or moved" only on best.pt's evidence: rows logged at a due checkpoint also follow a save that failed
+        # (a full disk, a kill during the save), whose run said "no checkpoint was written yet"
+        how = "removed or moved" if "best.pt" in trained else "removed, moved, or never written because its save failed"
         return CheckpointError(f"{path}: its checkpoints are missing ({trained}, but no checkpoints/step_*.pt is there: "
-                               f"removed or moved); put them back in {path / 'checkpoints'} to evaluate or resume it, or {then}")
+                               f"{how}); put them back in {path / 'checkpoints'} to evaluate or resume it, if there "
+                               f"are any, or {then}")
     # no trainer holds it: it stopped (an env failure, a kill) before its first checkpoint, and never writes one
     stopped = (f"{path}: the {'population' if population else 'run'} stopped before its first checkpoint (one is written "
                "every --checkpoint-every N iterations and at the end), so there is nothing to evaluate or resume; ")

@@ -277,7 +277,9 @@ def _check_combination(args, cfg, prog: str) -> None:
     if args.overwrite and _resumes_a_run(args, {"run_dir": cfg.run_dir}):
         raise ConfigError(f"--overwrite with --resume {args.resume}: the resume continues the run in place and moves "
                           "nothing aside; drop --overwrite, or drop --resume to start a new run there")
-    if "vector" in vars(args) and not args.quiet and os.environ.get("RANK", "0") == "0":
+    # only a value validate() accepts: a bad one gets validate's error line alone, not a note before it
+    if ("vector" in vars(args) and not args.quiet and os.environ.get("RANK", "0") == "0"
+            and cfg.vector in FIELDS["vector"].metadata.get("choices", ())):
         from .envs import auto_backend
 
         backend = auto_backend(cfg.env_id, cfg.env_kwargs) if cfg.backend == "auto" and cfg.env_id else cfg.backend

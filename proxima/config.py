@@ -510,6 +510,8 @@ MAX_EVAL_STEPS = 100_000
 
 #: float32's rounding of any positive number up to this one (2**-150, half its smallest subnormal) is 0
 FLOAT32_ROUNDS_TO_ZERO = 2.0 ** -150
+#: float32's smallest normal value (torch.finfo(torch.float32).tiny): with denormals flushed, anything below is 0
+FLOAT32_TINY = 2.0 ** -126
 #: the largest finite float32 (torch.finfo(torch.float32).max, without importing torch): a float field
 #: above it becomes inf in the run's float32 tensors
 FLOAT32_MAX = 3.4028234663852886e38
@@ -617,7 +619,11 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False) -> None:
     for name in ("lr", "clip_coef", "max_grad_norm"):
         if getattr(cfg, name) <= 0:
             bad(name, "must be positive")
-        # a value this small is 0 in the run's float32 tensors: the run would not train, or clip everything
+        # a value this small is 0 in the run's float32 tensors: the run would not train, or clip everything;
+        # with flush_denormal (the default) every float32 below the smallest normal one is 0 too
+        if cfg.flush_denormal and 0 < getattr(cfg, name) < FLOAT32_TINY:
+            bad(name, f"must be at least {FLOAT32_TINY:.4g} (float32's smallest normal value: smaller ones are 0 in the "
+                      "run, which flushes denormals; --no-flush-denormal keeps them)")
         if getattr(cfg, name) <= FLOAT32_ROUNDS_TO_ZERO:
             bad(name, f"must be above {FLOAT32_ROUNDS_TO_ZERO:.4g} (smaller values are 0 in float32, which the run computes in)")
     for name in ("ent_coef", "vf_coef"):

@@ -30,8 +30,16 @@ def numpy_tanh_target() -> "str | None":
     try:
         from numpy.lib.introspect import opt_func_info
 
-        return str(opt_func_info(func_name="^tanh$", signature="float32")["tanh"]["ff"]["current"])
-    except Exception:  # an older numpy, or a layout this code does not know: not known
+        current = str(opt_func_info(func_name="^tanh$", signature="float32")["tanh"]["ff"]["current"])
+        # a numpy built for the target as its baseline says so: "baseline(X86_V4)"
+        return current[len("baseline("):-1] if current.startswith("baseline(") and current.endswith(")") else current
+    except Exception:  # an older numpy, or a layout this code does not know: its CPU features, below
+        pass
+    try:  # numpy 1.x: its float32 tanh has AVX-512 (SKX) code, used where the CPU has those features
+        from numpy.core._multiarray_umath import __cpu_features__
+
+        return "AVX512_SKX" if __cpu_features__.get("AVX512_SKX") else None
+    except Exception:
         return None
 
 

@@ -134,7 +134,7 @@ def _check(nproc: int, argv: list) -> None:
         from .distributed import check_rank_pieces
         from .envs.gym_adapter import treat_as_data
         from .logger import check_logs_readable
-        from .run_setup import apply_resume_overrides, check_resumed_env, resumed_run_dir
+        from .run_setup import apply_resume_overrides, check_resumed_env, check_same_run, read_run_config, resumed_run_dir
 
         # the lock first: reading a live run's checkpoints could set its newest one aside mid-write
         src, own_dir = resumed_run_dir(resume)
@@ -146,6 +146,8 @@ def _check(nproc: int, argv: list) -> None:
         for folder in ckpt.data_folders(src):  # as rank 0 does (run_setup.resolve_start) before any env import
             treat_as_data(folder)
         state = ckpt.load_resumable(resume)
+        if own_dir is not None:  # another run's checkpoint copied in: every rank would refuse it (run_setup.resolve_start)
+            check_same_run(state, own_dir, read_run_config(own_dir)[0])
         command = "resume" if args.command == "resume" else "train --resume"
         env_id = getattr(args, "env", None) if args.command == "resume" else getattr(args, "env_id", None)
         recorded = from_dict(state["config"], source=state["path"])

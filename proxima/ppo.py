@@ -74,7 +74,7 @@ def next_values(values: torch.Tensor, final_obs: torch.Tensor, dones: torch.Tens
     values: (T, N) V(s_t) as the rollout computed it; final_obs: (T, N, *obs_shape) the obs that
     followed step t; dones, terminated: (T, N) bool, ``terminated`` as compute_gae takes it (no
     bootstrap there, so the value is unused); value_of(obs (k, N, *obs_shape)) -> (k, N).
-    max_rows: the most rows one value_of call may take off the CPU (the callers pass the update's
+    max_rows: the most rows one value_of call may take (the callers pass the update's
     minibatch rows); None: no bound.
 
     On the CPU a running episode's next state is the next step's obs, whose value the rollout has
@@ -94,7 +94,9 @@ def next_values(values: torch.Tensor, final_obs: torch.Tensor, dones: torch.Tens
         cut = dones[:-1] & ~terminated[:-1]  # (T-1, N): truncated before the last step, bootstrapped
         steps = cut.any(1).nonzero().squeeze(1)
         if steps.numel():
-            out[steps] = torch.where(cut[steps], value_of(final_obs[steps]), out[steps])
+            # as many steps as were cut, up to all T-1 with staggered time limits: chunked as off the CPU
+            # (sizing counts one chunk); each row's value is the same in any batch here (the MLP kernel)
+            out[steps] = torch.where(cut[steps], values_in_chunks(final_obs[steps], value_of, max_rows), out[steps])
     return out
 
 

@@ -173,3 +173,14 @@ def test_a_run_in_use_by_a_nproc_run_names_its_launcher(tmp_path, capsys, monkey
                 except ProcessLookupError:
                     pass
         launcher.wait(timeout=30)
+
+
+def test_another_runs_checkpoint_is_refused_before_launch(two_process_run, capsys, monkeypatch):
+    # every rank refused it (run_setup.check_same_run) after torchrun started them: K copies of the line
+    started = record_launches(monkeypatch)
+    edit_checkpoint(two_process_run, lambda s: s["config"].__setitem__("seed", 7))
+    code, _, err = run_main(["resume", "R"], capsys)
+    assert code == 2, err
+    line = one_error_line(err, "proxima resume")
+    assert line.startswith("R/checkpoints/step_000000000128.pt: records seed 7 where ") and "says 1: not this run's checkpoint" in line, line
+    assert started == []

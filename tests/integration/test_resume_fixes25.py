@@ -228,7 +228,9 @@ def test_a_run_whose_checkpoints_were_removed_is_not_said_to_have_stopped_before
     for command in ("resume", "eval"):
         code, _, err = run_main([command, str(run)], capsys)
         line = error_line(code, err, f"{run}: its checkpoints are missing (metrics.csv logs 6 iteration(s), to step 384",
-                          f"put them back in {folder} to evaluate or resume it, or ")
+                          f"put them back in {folder} to evaluate or resume it, if there are any, or ")
+        # rows alone also follow a save that failed (its run said no checkpoint was written): not "removed or moved"
+        assert ("removed or moved)" in line) == (removed == "all but best.pt"), line
         assert "before its first checkpoint" not in line
     if removed != "all but best.pt":
         assert line.endswith(f"train it again from the start: proxima train --config {run / 'config.yaml'} --resume auto "

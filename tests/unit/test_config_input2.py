@@ -182,7 +182,21 @@ def test_validate_makes_zero_dim_arrays_and_tensors_python_values():
 def test_a_positive_value_that_is_zero_in_float32_is_refused(tmp_path, monkeypatch, capsys, flag):
     # 1e-46 passed "must be positive" and became 0.0 in the run's float32 tensors (no learning, or all clipped)
     monkeypatch.chdir(tmp_path)
-    code, _, err = run_main(["train", flag, "1e-46", "--dry-run"], capsys)
+    code, _, err = run_main(["train", flag, "1e-46", "--dry-run", "--no-flush-denormal"], capsys)
     error_line(code, err, f"proxima train: error: {flag} 1e-46: must be above 7.006e-46 (smaller values are 0 in float32")
-    code, _, err = run_main(["train", flag, "1e-45", "--dry-run", "--quiet"], capsys)
+    code, _, err = run_main(["train", flag, "1e-45", "--dry-run", "--quiet", "--no-flush-denormal"], capsys)
     assert code == 0, err
+    # flushing denormals (the default) makes every float32 below the smallest normal one 0: 1e-44 trained at lr 0
+    code, _, err = run_main(["train", flag, "1e-44", "--dry-run"], capsys)
+    error_line(code, err, f"proxima train: error: {flag} 1e-44: must be at least 1.175e-38 (float32's smallest normal value")
+    code, _, err = run_main(["train", flag, "1.2e-38", "--dry-run", "--quiet"], capsys)
+    assert code == 0, err
+
+
+def test_a_bad_vector_value_gets_the_error_line_alone_not_the_native_note_before_it(tmp_path, monkeypatch, capsys):
+    # hypothesis found `train CartPole-v1 --vector 0`: the "applies to the gymnasium backend only" note, then the error
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(["train", "CartPole-v1", "--vector", "0", "--dry-run"], capsys)
+    assert code == 2 and err.splitlines() == ["proxima train: error: --vector '0': must be one of sync, async"], err
+    code, _, err = run_main(["train", "CartPole-v1", "--vector", "async", "--dry-run"], capsys)
+    assert code == 0 and "--vector async: applies to the gymnasium backend only" in err, err

@@ -56,18 +56,21 @@ def test_next_values_off_the_cpu_evaluates_every_step_in_bounded_chunks():
     assert out.shape == (T, N) and calls == [32] * 4
 
 
-def test_next_values_on_the_cpu_is_unchanged_by_the_bound():
-    # the CPU path runs the critic only on the last step and on truncated steps: the bound does not apply
+def test_next_values_on_the_cpu_chunks_the_truncated_steps_within_the_bound():
+    # the CPU path runs the critic on the last step and on the truncated steps, up to T - 1 of them with
+    # staggered time limits: those go in chunks within the bound too (sizing counts one chunk on the CPU as
+    # well); the result does not change
     T, N = 6, 4
     g = torch.Generator().manual_seed(0)
     values, final_obs = torch.randn(T, N, generator=g), torch.randn(T, N, 3, generator=g)
     dones = torch.zeros(T, N, dtype=torch.bool)
-    dones[2, 1] = True  # truncated
+    dones[:5, 1] = True  # truncated at every step but the last
     terminated = torch.zeros_like(dones)
     calls_free, calls_bound = [], []
     free = ppo.next_values(values, final_obs, dones, terminated, _recording(calls_free))
-    bound = ppo.next_values(values, final_obs, dones, terminated, _recording(calls_bound), max_rows=1)
-    assert torch.equal(free, bound) and calls_free == calls_bound == [N, N]
+    bound = ppo.next_values(values, final_obs, dones, terminated, _recording(calls_bound), max_rows=2 * N)
+    assert torch.equal(free, bound)
+    assert calls_free == [N, 5 * N] and calls_bound == [N, 2 * N, 2 * N, N]
 
 
 def _capture_bound(monkeypatch, seen: dict):
