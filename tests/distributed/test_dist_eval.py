@@ -60,7 +60,7 @@ def test_best_checkpoint_without_ranks_is_refused_for_resume_and_still_evaluates
     out = run([sys.executable, "-m", "proxima", "resume", str(path)], cwd, PYTHONPATH=HERE, timeout=120)
     assert out.returncode == 2, out.stderr[-3000:]
     lines = [line for line in out.stderr.splitlines() if "cannot be resumed" in line]
-    assert len(lines) == 1 and "Traceback" not in out.stderr
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
     assert f"proxima eval {cwd / 'run'} --best" in lines[0] and "checkpoints/step_N.pt" in lines[0]
     ev = run([sys.executable, "-m", "proxima", "eval", "run", "--best", "--episodes", "2", "--seed", "3", "--env", ENV_ID], cwd,
              PYTHONPATH=HERE, timeout=120)

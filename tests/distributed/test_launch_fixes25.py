@@ -83,6 +83,8 @@ def test_a_resume_of_a_module_env_run_without_env_is_refused_before_launch(two_p
         state["config"]["env_id"] = "failenv:FailEnv"
 
     edit_checkpoint(two_process_run, module_env)
+    config = two_process_run / "config.yaml"  # the run's own record says so too: not another run's checkpoint
+    config.write_text(config.read_text().replace("env_id: CartPole-v1", "env_id: failenv:FailEnv"))
     started = record_launches(monkeypatch)
     code, _, err = run_main(["resume", "R"], capsys)
     assert code == 2, err
