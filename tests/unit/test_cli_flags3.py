@@ -87,7 +87,7 @@ def test_a_run_torchrun_started_keeps_the_torchrun_advice(run_of_two, capsys):
 
 
 @pytest.mark.parametrize("processes, launcher, expected", [
-    (1, None, "p: written by 2 process(es), resumed with 1; use the same --nproc (proxima train --resume RUN_DIR --nproc 2)"),
+    (1, None, "p: written by 2 process(es), resumed with 1; use the same --nproc (proxima train --resume p --nproc 2)"),
     (3, True, "p: written by 2 process(es), resumed with --nproc 3; use the same count (--nproc 2)")])
 def test_the_process_count_line_offers_proxima_resume_only_where_it_would_start(monkeypatch, processes, launcher, expected):
     from proxima.run_setup import check_processes
