@@ -170,21 +170,27 @@ def read_run_config(run_dir) -> tuple:
         return None, str(e).removeprefix(f"{path}: ")
 
 
+def _one_env(a, b) -> bool:
+    """Whether two recorded env ids name one env, either way round: ``ID`` and its ``module:ID`` form
+    (a resume given --env MODULE:ID records that form from then on)."""
+    from .envs import same_env
+
+    return isinstance(a, str) and isinstance(b, str) and (same_env(a, b) or same_env(b, a))
+
+
 def check_same_run(state: dict, run_dir, recorded: Optional[PPOConfig]) -> None:
     """ConfigError when the checkpoint ``state``, read from ``run_dir``'s checkpoints/, records another
     env or size of run (RUN_IDENTITY) than the run's config.yaml (``recorded``; None: not read, nothing
     to compare): another run's checkpoint copied in would continue there, rewriting its config.yaml
     and appending another env's rows to its metrics.csv. Refused whether the run directory or the
     file was named: either resume writes into that run."""
-    from .envs import same_env
-
     if recorded is None:
         return
     cfg = state.get("config") or {}
     differ = []
     for name in RUN_IDENTITY:
         mine, theirs = cfg.get(name), getattr(recorded, name)
-        same = (isinstance(mine, str) and (same_env(mine, theirs) or same_env(theirs, mine))) if name == "env_id" else mine == theirs
+        same = _one_env(mine, theirs) if name == "env_id" else mine == theirs
         if not same:
             differ.append((name, mine, theirs))
     if not differ:
@@ -206,7 +212,6 @@ def note_config_edits(config: PPOConfig, run_dir, recorded: tuple, overrides: Op
     import dataclasses
 
     from .config import RESUME_SAFE, same_value
-    from .envs import same_env
 
     yaml_path = Path(run_dir) / "config.yaml"
     values, why = recorded
@@ -222,7 +227,7 @@ def note_config_edits(config: PPOConfig, run_dir, recorded: tuple, overrides: Op
         if name == "run_dir" or name in (overrides or {}):
             continue
         mine, theirs = getattr(config, name), getattr(values, name)
-        if name == "env_id" and (same_env(mine, theirs) or same_env(theirs, mine)):
+        if name == "env_id" and _one_env(mine, theirs):
             continue
         if not same_value(mine, theirs):
             differ.append((name, mine, theirs))
