@@ -10,7 +10,6 @@ declares (:func:`pixel_range`: 0..255 divided by 255, a 0/1 board kept as it is)
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import gymnasium as gym
@@ -21,6 +20,7 @@ from torch import nn
 from . import mlp_cpu, tanh_cpu
 from .config import ConfigError
 from .envs.spaces import ObsLayout, ObsPart, image_note
+from .sightings import Sightings
 
 #: Nature CNN (Mnih et al. 2015): conv 8x8/4, 4x4/2, 3x3/1; the smallest image it takes
 CNN_MIN_SIZE = 36
@@ -81,22 +81,16 @@ def mlp(in_dim: int, hidden: list, out_dim: int, out_std: float, activation: str
     return MLP(*layers)
 
 
-#: lists that encoders_resolved() fills with the (encoder, layout) of each resolve_encoder call meanwhile
-_RESOLVED: list = []
+#: the (encoder, layout) of each resolve_encoder call, for encoders_resolved()
+_RESOLVED = Sightings()
 
 
-@contextlib.contextmanager
 def encoders_resolved():
     """(encoder, layout) of each :func:`resolve_encoder` call inside the ``with``, in order: ``train
     --dry-run`` prints the encoder the run would record for auto (the Trainer writes the resolved
     one into config.yaml) and the run's note on pixels read as a vector from the one env its checks
     build (run_setup.preflight, which returns neither), rather than build the user's env twice."""
-    seen: list = []
-    _RESOLVED.append(seen)
-    try:
-        yield seen
-    finally:
-        _RESOLVED.remove(seen)
+    return _RESOLVED.watch()
 
 
 def resolve_encoder(encoder: str, layout: ObsLayout) -> str:
@@ -105,8 +99,7 @@ def resolve_encoder(encoder: str, layout: ObsLayout) -> str:
     flattened. auto: cnn when the observation holds an image the CNN takes, else mlp. ConfigError
     when cnn is asked of a space without an image or whose images are all smaller than the CNN takes."""
     kind = _resolve_encoder(encoder, layout)
-    for seen in _RESOLVED:
-        seen.append((kind, layout))
+    _RESOLVED.report((kind, layout))
     return kind
 
 

@@ -31,6 +31,7 @@ import torch
 from .. import warnings_guard
 from ..config import install_hint
 from ..shared_change import SharedChange
+from ..sightings import Sightings
 from .base import BatchedEnv, EnvError
 from .spaces import ObsLayout, obs_layout, pack_numpy, space_actions, tensor_space, uint8_pixels
 
@@ -710,22 +711,16 @@ def count_episodes(returns: np.ndarray, lengths: np.ndarray, reward: np.ndarray,
     return ep_ret, ep_len
 
 
-#: lists that action_spaces_built() fills with the action space of each GymnasiumEnv built meanwhile
-_BUILT_ACTION_SPACES: list = []
+#: the action space of each GymnasiumEnv built, for action_spaces_built()
+_BUILT_ACTION_SPACES = Sightings()
 
 
-@contextlib.contextmanager
 def action_spaces_built():
     """The action spaces of the Gymnasium-backed envs built inside the ``with``, in order: ``train
     --dry-run`` prints a run's note on a Box range (trainer._note_action_scale) from the one env its
     checks build (run_setup.preflight, which returns none of it), rather than build the user's env
     a second time. The native envs' Box ranges never call for that note."""
-    seen: list = []
-    _BUILT_ACTION_SPACES.append(seen)
-    try:
-        yield seen
-    finally:
-        _BUILT_ACTION_SPACES.remove(seen)
+    return _BUILT_ACTION_SPACES.watch()
 
 
 class GymnasiumEnv(BatchedEnv):
@@ -752,8 +747,7 @@ class GymnasiumEnv(BatchedEnv):
         self.layout = obs_layout(obs_space, env_id)
         self.single_observation_space = tensor_space(obs_space, self.layout)
         self.single_action_space = act_space
-        for seen in _BUILT_ACTION_SPACES:
-            seen.append(act_space)
+        _BUILT_ACTION_SPACES.report(act_space)
         cls = gym.vector.AsyncVectorEnv if vector == "async" else gym.vector.SyncVectorEnv
         self.check_cmd = check_env_cmd(env_id, env_kwargs)
         # the envs' info reaches the vector env only where _episode_stats reads it (Atari's game statistics): EnvCalls
