@@ -21,7 +21,9 @@ life lost in training), so a policy that never presses FIRE cannot stall a game 
 
 * ``EnvPoolAtari``: EnvPool's C++ batched ALE (``--backend envpool``). EnvPool resets a finished
   env on the *next* step; the adapter sends that reset-step to the finished envs at once (EnvPool
-  steps a subset of envs by id), so the contract's same-step autoreset and ``final_obs`` hold.
+  steps a subset of envs by id), so the contract's same-step autoreset and ``final_obs`` hold. An
+  unseeded reset() goes on with the games in progress (EnvPool's reset does), a seeded one builds
+  the pool anew; a game that ends inside EnvPool's reset no-ops is counted with the next (docs/atari.md).
 * ``AleAtari``: Gymnasium's ``ALE/<Game>-v5`` with AtariPreprocessing and the wrappers below in a
   Sync/AsyncVectorEnv (``--backend gymnasium``): the fallback when EnvPool is not installed.
 
@@ -180,14 +182,18 @@ class EnvPoolAtari(BatchedEnv):
         self._started = False
 
     def reset(self, seed: Optional[int] = None) -> torch.Tensor:
-        seed = self._seed if seed is None and not self._started else seed
-        self._started = True
-        if seed is not None and seed != self._seed:  # EnvPool seeds its envs when it builds them
+        """A seeded reset starts new games (reset(seed=s) twice gives the same obs, as on Gymnasium's
+        ALE); an unseeded one goes on with the games in progress, as EnvPool's reset does."""
+        if seed is not None and (self._started or int(seed) != self._seed):
+            # EnvPool seeds its envs only when it builds them, and its reset restarts no game in progress
             self.close()
-            self.envs, self._seed = self._make(seed), int(seed)
+            self.envs, self._seed = self._make(int(seed)), int(seed)
+            self._game_return[:] = 0
+            self._game_length[:] = 0
+        self._started = True
+        # no counter is cleared otherwise: with episodic_life EnvPool's reset starts a new game only
+        # after a game over or the time limit, and step() has reported and cleared those games already
         obs, info = self.envs.reset()
-        self._game_return[:] = 0
-        self._game_length[:] = 0
         return torch.as_tensor(self._in_id_order(obs, info["env_id"]), device=self.device)
 
     def _in_id_order(self, x: np.ndarray, env_id: np.ndarray) -> np.ndarray:

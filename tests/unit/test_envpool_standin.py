@@ -155,3 +155,48 @@ def test_proxima_train_runs_on_the_envpool_backend(envpool, tmp_path, monkeypatc
     assert float(rows[0]["charts/episodic_return"]) == POINTS * (9 + 12) / 2
     assert float(rows[0]["charts/episodic_length"]) == (9 + 12) / 2
     assert "backend: envpool" in (tmp_path / "D" / "config.yaml").read_text()
+
+
+def _first_games(env, steps: int) -> list:
+    """Per env, (return, length) of the first game reported within ``steps`` steps of zeros."""
+    first = [None] * env.num_envs
+    for _ in range(steps):
+        info = env.step(_zeros(env))[4]
+        for i in range(env.num_envs):
+            if first[i] is None and int(info["episode_length"][i]) > 0:
+                first[i] = (float(info["episode_return"][i]), int(info["episode_length"][i]))
+    return first
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_an_unseeded_reset_goes_on_with_the_games_and_their_statistics_count_all_of_them(envpool, training):
+    env = make_env("Breakout-v5", 3, backend="envpool", seed=0, training=training)
+    try:
+        env.reset()
+        for _ in range(2):
+            env.step(_zeros(env))
+        env.reset()  # EnvPool goes on with each game (none is over): its 2 steps so far are the game's
+        env.step(_zeros(env))
+        obs = env.reset()  # and again, one step later
+        assert [_shown(obs[i])[-1][:3] for i in range(3)] == [(i, 0, 0) for i in range(3)]  # game 0, no life lost
+        games = _first_games(env, 15)
+    finally:
+        env.close()
+    # 3 steps before the resets, then LIVES lives of 3 + i steps (the stand-in's lives restart at a reset)
+    assert games == [(POINTS * (3 + LIVES * (3 + i)), 3 + LIVES * (3 + i)) for i in range(3)]
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_a_seeded_reset_starts_new_games_and_their_statistics_start_with_them(envpool, seed):
+    env = make_env("Breakout-v5", 3, backend="envpool", seed=0)
+    try:
+        first = env.reset(seed=seed)
+        for _ in range(5):
+            env.step(_zeros(env))
+        again = env.reset(seed=seed)  # the same seed as the pool's too: new games, the same observations
+        assert torch.equal(again, first)
+        assert [_shown(again[i]) for i in range(3)] == [[(i, 0, 0, 0)] * 4 for i in range(3)]
+        games = _first_games(env, 15)
+    finally:
+        env.close()
+    assert games == [(POINTS * LIVES * (3 + i), LIVES * (3 + i)) for i in range(3)]
