@@ -379,9 +379,13 @@ def _setting_labels(env: str, variants: list[dict]) -> list[str]:
 
 
 def _short(value) -> str:
+    """A config value as a population's labels show it (population_run.shown: ``none``, not ``None``),
+    so the same setting reads the same in a group's legend and a population's."""
+    from .population_run import shown
+
     if isinstance(value, list):
-        return ",".join(map(str, value))
-    return f"{value:g}" if isinstance(value, float) else str(value)
+        return ",".join(map(shown, value))
+    return shown(value)
 
 
 def usable_runs(run_dirs: Sequence[PathLike], metric: str, strict: Optional[bool] = None) -> tuple[list[Path], str]:

@@ -427,7 +427,9 @@ def training_progress(run_dir: Path, doc: dict) -> str:
     if live:
         status = f"in progress: {live}"
     elif list_checkpoints(run_dir):
-        status = f"stopped; `proxima resume {run_dir}` continues it"
+        from .rundir import resume_command
+
+        status = f"stopped; `{resume_command(run_dir)}` continues it"
     else:
         status = "stopped before its first checkpoint"
     wall = max(seconds) if seconds else None

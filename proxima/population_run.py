@@ -419,8 +419,13 @@ def _stopped_outside(e: TrainingInterrupted, run_dir: Path, finished: Optional[P
     if e.what is not None:  # a stop that says where it landed already (workers_stopped: the env's workers ended)
         return e
     if finished is not None:
+        import shlex
+
+        from .signals import env_flag  # eval, as resume, builds a module:Class env only when --env names it
+
+        command = f"proxima eval {env_flag(Path(run_dir))}{shlex.quote(str(run_dir))}"
         return TrainingInterrupted(e.signum, finished, f"during the end-of-run evaluation; training is complete (checkpoint: "
-                                   f"{finished}); the population's checkpoints are kept; `proxima eval {run_dir}` evaluates it")
+                                   f"{finished}); the population's checkpoints are kept; `{command}` evaluates it")
     if resumed_from is None:
         listed = ckpt.list_checkpoints(run_dir) if Path(run_dir).is_dir() else []
         resumed_from = listed[-1] if listed else None

@@ -62,13 +62,13 @@ def checkpoint_line(checkpoint: Optional[Path]) -> str:
     """``checkpoint: RUN/checkpoints/step_N.pt; continue with: proxima resume RUN`` (a population's
     checkpoint is RUN/checkpoints/step_N.pt too: resume continues every member); ``proxima resume
     --env MODULE:CLASS RUN`` when the run trains a module env, which resume imports only when the
-    user names it (_resume_env). None (no checkpoint on disk yet): ``no checkpoint was written``
+    user names it (env_flag). None (no checkpoint on disk yet): ``no checkpoint was written``
     (docs/distributed.md)."""
     if checkpoint is None:
         return "no checkpoint was written"
     path = Path(checkpoint)
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
-    command = f"proxima resume {_resume_env(run_dir)}{run_dir}"
+    command = f"proxima resume {env_flag(run_dir)}{run_dir}"
     world = os.environ.get("WORLD_SIZE", "1")
     # a resume needs as many processes (train_state.load): `proxima resume` starts them on one machine
     if world.isdigit() and int(world) > 1 and os.environ.get("LOCAL_WORLD_SIZE", world) != world:
@@ -76,7 +76,7 @@ def checkpoint_line(checkpoint: Optional[Path]) -> str:
     return f"checkpoint: {checkpoint}; continue with: {command}"
 
 
-def _resume_env(run_dir: Path) -> str:
+def env_flag(run_dir: Path) -> str:
     """``--env ENV_ID `` when the env id ``run_dir`` records (population.json's, else config.yaml's:
     what the run trains now, a resume's --env included) is one a resume refuses to import unless
     the user names it (run_setup.check_resumed_env: gym_adapter.imports_code); else "". Read from

@@ -102,7 +102,7 @@ def test_a_signal_in_the_end_of_run_evaluation_of_a_gymnasium_env_says_training_
     assert code == 143, err
     assert "Traceback" not in err and "raised TrainingInterrupted" not in err, err
     assert err.strip().splitlines()[-1] == (f"proxima: stopped by SIGTERM; during the end-of-run evaluation; training is complete "
-                                            f"(checkpoint: {last.relative_to(tmp_path)}); `proxima eval R` evaluates it")
+                                            f"(checkpoint: {last.relative_to(tmp_path)}); `proxima eval --env slow_env:Slow R` evaluates it")
     assert last.name == "step_000000000064.pt"
     assert not (run / "eval.json").exists() and not (run / ".proxima.lock").exists()
 

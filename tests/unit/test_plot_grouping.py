@@ -75,7 +75,7 @@ def test_values_alike_under_g_are_two_groups_labelled_with_their_exact_values(tm
     unset = _run(tmp_path, "unset")  # no lr field at all: not the same as lr: null either
     null = _run(tmp_path, "null", lr=None)
     assert group_runs([a, b, unset, null]) == {"Fake-v0 (lr=0.001)": [a], "Fake-v0 (lr=0.0010000001)": [b],
-                                               "Fake-v0 (lr=(unset))": [unset], "Fake-v0 (lr=None)": [null]}
+                                               "Fake-v0 (lr=(unset))": [unset], "Fake-v0 (lr=none)": [null]}
 
 
 def test_report_over_n_runs_statistic_is_per_setting(tmp_path):
