@@ -601,20 +601,17 @@ def _trained_past_checkpoint(run: Path) -> Optional[str]:
     for the line; None when nothing does (rows alone do not: a kill before the first checkpoint
     leaves rows too). Its files are data: one that cannot be read shows nothing."""
     from .config import load_yaml
-    from .logger import read_csv_lines, whole_rows
     from .rundir import read_run_text
 
     seen = []
     try:
-        header, rows, _ = whole_rows(*read_csv_lines(run / "metrics.csv"))
+        logged = [(i, s) for i, s in logged_steps(run) if i is not None]
     except OSError:
-        header, rows = [], []
-    last = None
-    if "iteration" in header and "global_step" in header:
-        logged = [(_count(r[header.index("iteration")]), _count(r[header.index("global_step")])) for _, r in rows]
-        logged = [(i, s) for i, s in logged if i is not None and s is not None]
-        last = max(logged) if logged else None
+        logged = []
+    last = max(logged) if logged else None
     if last is not None:
+        # the raw values, not run_setup.read_run_config's PPOConfig: a file damaged in another field still
+        # says when a checkpoint was due, and a field it lacks must not read as PPOConfig's default
         try:
             cfg = load_yaml(read_run_text(run / "config.yaml"))
         except Exception:  # any damage: no config to tell when a checkpoint was due
@@ -631,7 +628,29 @@ def _trained_past_checkpoint(run: Path) -> Optional[str]:
     return ", and ".join(seen) or None
 
 
+def logged_steps(run_dir: Union[str, Path]) -> list:
+    """(iteration, global_step) of each whole row of ``run_dir``'s metrics.csv that logs a step, in the
+    file's order: how far a run logged (_trained_past_checkpoint, run_setup.note_missing_rows), each
+    caller taking its own last row. ``iteration`` is None where the column is absent or the cell holds
+    no count. OSError (FileNotFoundError: no metrics.csv) for the caller to judge."""
+    from .logger import read_csv_lines, whole_rows
+
+    header, rows, _ = whole_rows(*read_csv_lines(Path(run_dir) / "metrics.csv"))
+    if "global_step" not in header:
+        return []
+    col = header.index("global_step")
+    icol = header.index("iteration") if "iteration" in header else None
+    logged = []
+    for _, r in rows:
+        step = _count(r[col])
+        if step is not None:
+            logged.append((_count(r[icol]) if icol is not None else None, step))
+    return logged
+
+
 def _count(text: str) -> Optional[int]:
+    """A cell of the run's log as a count, or None: the file is data, and a cell that is not an integer
+    >= 0 (damaged, edited) is no step or iteration a run logged."""
     try:
         n = int(text)
     except ValueError:
@@ -660,12 +679,13 @@ def load_sound(path: Union[str, Path]) -> dict:
     optimizer moments: train_state.check_resumable) and the file consistent with itself (counters,
     weights and next observation against its recorded config and spaces: train_state.check_consistent):
     the loader a resume picks its checkpoint with, so that a damaged or edited newest file that still
-    unpickles falls back to an older one, not only fails at restore."""
+    unpickles falls back to an older one, not only fails at restore. A single run's state comes back as
+    a train_state.SoundState, which the resume then does not check again."""
     from .train_state import check_consistent, check_resumable
 
     state = check_resumable(load_checkpoint(path))
     if state.get("kind") != "ppo-population" and not state.get("population_member"):
-        check_consistent(state)
+        return check_consistent(state)
     return state
 
 

@@ -253,29 +253,23 @@ def note_missing_rows(state: dict, run_dir, trains: bool = True) -> None:
     or restored file, an edit): the resume logs on after the checkpoint, so the iterations between
     stay missing from the curve. Not refused: the checkpoint is the run's state, the log its record.
     ``trains``: whether this resume trains on (resume_trains), which the note then says."""
-    from .logger import read_csv_lines, whole_rows
-
     step, iteration = int(state["global_step"]), int(state["iteration"])
     if iteration <= 0:
         return
     path = Path(run_dir) / "metrics.csv"
     there = True
     try:
-        header, rows, _ = whole_rows(*read_csv_lines(path))
+        logged = ckpt.logged_steps(run_dir)
     except FileNotFoundError:
-        header, rows, there = [], [], False
+        logged, there = [], False
     except OSError:  # the resume's logger names a file it cannot read
         return
     per = step // iteration
     last_step, last_iter = 0, 0
-    if "global_step" in header:
-        col, icol = header.index("global_step"), header.index("iteration") if "iteration" in header else None
-        for _, r in rows:
-            s = _whole(r[col])
-            if s is not None and last_step <= s <= step:
-                last_step = s
-                it = _whole(r[icol]) if icol is not None else None
-                last_iter = it if it is not None else (s // per if per else 0)
+    for it, s in logged:  # the last row up to the checkpoint's step: rows after it are iterations the resume trains again
+        if last_step <= s <= step:
+            last_step = s
+            last_iter = it if it is not None else (s // per if per else 0)
     if last_step >= step or last_iter >= iteration:
         return
     missing = f"iteration {iteration}" if last_iter + 1 == iteration else f"iterations {last_iter + 1}-{iteration}"
@@ -283,13 +277,6 @@ def note_missing_rows(state: dict, run_dir, trains: bool = True) -> None:
     print(f"proxima: note: {path} {ends}, the checkpoint {state['path']} is at iteration {iteration} (step {step:,}): "
           f"{missing} are missing from it (rows lost)" + (f"; the run logs on from iteration {iteration + 1}" if trains else ""),
           file=sys.stderr)
-
-
-def _whole(text: str) -> Optional[int]:
-    try:
-        return int(text)
-    except ValueError:
-        return None
 
 
 def keep_recorded_eval(config: PPOConfig, run_dir, state: dict, overrides: Optional[dict]) -> None:
@@ -407,11 +394,12 @@ def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, override
     by ``train --resume ... --dry-run``, so a dry run refuses what the resume would. ``notes``:
     apply_resume_overrides's notes on a run that trains nothing (a loose checkpoint's refusal says it instead)."""
     from .distributed import check_rank_pieces
-    from .train_state import check_counters
+    from .train_state import check_counters, counters_checked
 
     check_rank_pieces(state)  # a multi-process best.pt of older versions: rank 0's envs only
     recorded = from_dict(state["config"], source=state["path"])
-    check_counters(state, batch_size(recorded))  # before any of them is used (apply_resume_overrides)
+    if not counters_checked(state, batch_size(recorded)):  # a run directory's: load_sound checked them
+        check_counters(state, batch_size(recorded))  # before any of them is used (apply_resume_overrides)
     check_resumed_env(recorded, state, env_id, trust_run, command)
     config = apply_resume_overrides(recorded, overrides or {}, state, notes=notes)
     if env_id is not None and env_id != recorded.env_id and resume_trains(config, state):

@@ -235,32 +235,52 @@ def check_resumable(state: dict) -> dict:
     return state
 
 
-def check_consistent(state: dict) -> None:
-    """CheckpointError naming the file and the field unless a checkpoint agrees with itself: its counters
-    with its recorded batch (check_counters), its weights with the network its recorded config and
-    spaces give, and its next observation with num_envs and the recorded observation space. What
-    restore would refuse of the file alone, found without a trainer: a resume of a run directory
-    (checkpoint.load_sound) then falls back to an older checkpoint instead of failing on every try."""
+class SoundState(dict):
+    """A loaded checkpoint that check_consistent passed, as checkpoint.load_sound returns it: its weights
+    fit its recorded config and spaces, and its counters agree with a batch of ``counted`` steps (its
+    recorded num_envs x num_steps; None when the config gives none, and they were not checked).
+    resumed_config and restore do not check those again for the same batch (a second pass over the
+    file's data); restore under torchrun does, each rank checking the state it received. Only
+    check_consistent makes one: a loaded file is a plain dict."""
+
+    counted: Optional[int] = None
+
+
+def check_consistent(state: dict) -> SoundState:
+    """``state`` as a SoundState, or CheckpointError naming the file and the field unless a checkpoint
+    agrees with itself: its counters with its recorded batch (check_counters), its weights with the
+    network its recorded config and spaces give, and its next observation with num_envs and the
+    recorded observation space. What restore would refuse of the file alone, found without a trainer:
+    a resume of a run directory (checkpoint.load_sound) then falls back to an older checkpoint instead
+    of failing on every try."""
     from .envs import EnvError
     from .envs.spaces import obs_layout
 
     path, cfg = state.get("path", "checkpoint"), state["config"]
+    sound = SoundState(state)
     num_envs, num_steps = cfg.get("num_envs"), cfg.get("num_steps")
     if _int_count(num_envs) and _int_count(num_steps) and num_envs > 0 and num_steps > 0:  # else from_dict names it
         check_counters(state, num_envs * num_steps)
+        sound.counted = num_envs * num_steps
     ckpt.check_agent_weights(state)
     obs = state.get("next_obs")
     if not isinstance(obs, torch.Tensor) or not _int_count(num_envs):
-        return  # absent where restore does not read it; not a tensor: restore names it
+        return sound  # absent where restore does not read it; not a tensor: restore names it
     try:
         layout = obs_layout(ckpt.space_from_dict(state["spaces"]["observation"], f"{path}: spaces.observation"))
     except EnvError:  # check_agent_weights built an agent from it: not reached
-        return
+        return sound
     shape = (num_envs, *layout.shape)
     if tuple(obs.shape) != shape or obs.is_floating_point() != layout.dtype.is_floating_point or obs.is_complex():
         raise ckpt.CheckpointError(f"{path}: next_obs is a {str(obs.dtype).replace('torch.', '')} tensor of shape "
                                    f"{tuple(obs.shape)}; its num_envs ({num_envs}) and spaces.observation give "
                                    f"{str(layout.dtype).replace('torch.', '')} {shape}; the checkpoint is damaged or was edited")
+    return sound
+
+
+def counters_checked(state: dict, batch: int) -> bool:
+    """Whether check_counters(state, batch) already passed on this very state (a SoundState)."""
+    return isinstance(state, SoundState) and state.counted == batch
 
 
 def _check_loadable(t: "Trainer", path, state: dict) -> None:
@@ -291,9 +311,12 @@ def restore(t: "Trainer", state: dict) -> None:
 
     state = local_state(state, t.dist.rank)  # this rank's env, RNG and normalizer pieces
     path = state.get("path", "checkpoint")
+    # load_sound checked this very state in this process; under torchrun each rank checks what it received
+    sound = isinstance(state, SoundState) and not t.dist.enabled
     # the file against itself, then the env: an env that changed its spaces since the run trained is
     # named as such, an edited spaces entry as the file's fault, neither as weights that do not fit this run
-    ckpt.check_agent_weights(state)
+    if not sound:
+        ckpt.check_agent_weights(state)
     changed = ckpt.env_spaces_mismatch(path, t.cfg.env_id, state["spaces"], t.env.single_observation_space,
                                        t.env.single_action_space)
     if changed:
@@ -316,7 +339,9 @@ def restore(t: "Trainer", state: dict) -> None:
     from .run_setup import check_processes
 
     check_processes({**state, "path": path}, t.dist.world_size, launcher=False)
-    check_counters(state, t.steps_per_iteration // t.dist.world_size)
+    batch = t.steps_per_iteration // t.dist.world_size
+    if not (sound and counters_checked(state, batch)):
+        check_counters(state, batch)
     if "rng" not in state:
         raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing 'rng')")
     t.iteration, t.global_step = state["iteration"], state["global_step"]
