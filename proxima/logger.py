@@ -24,14 +24,12 @@ import shutil
 import socket
 import struct
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import NamedTuple, Optional
 
 from .atomic import atomic_open
 from .diskspace import write_error
-from .shared_change import SharedChange
 
 try:  # tensorboard's own proto (torch.utils.tensorboard needs the tensorboard package anyway)
     from tensorboard.compat.proto.event_pb2 import Event
@@ -386,33 +384,6 @@ def wait_for_new_second(run_dir: Path) -> None:
         time.sleep(max(0.0, newest + 1 - time.time()) + 0.01)
 
 
-def _install_quiet_hook():
-    below = threading.excepthook
-
-    def hook(args) -> None:
-        if type(args.thread).__name__ == "_AsyncWriterThread" and issubclass(args.exc_type, OSError):
-            return
-        below(args)
-
-    threading.excepthook = hook
-
-    def undo() -> None:
-        if threading.excepthook is hook:  # replaced since by the caller's own hook: left to it (ours passes the rest on)
-            threading.excepthook = below
-    return undo
-
-
-#: TensorBoard's SummaryWriter writes from a thread (its ``_AsyncWriterThread``) that hands a failed
-#: write (disk full) to the writer's next call, where the run's logger turns it into one line: the
-#: thread's own traceback on stderr is not printed. Held by RLHF's MetricsLogger from before its
-#: SummaryWriter is built (whose first write may fail) until it is closed; PPO's RunLogger, which
-#: writes its events in the caller's thread (EventFile), holds it for the life of its run as well, as
-#: it did when it had such a writer. One hook for the runs going on, gone after the last (a hook per run,
-#: each wrapping the one before, kept every finished run's thread alive and, after ~1,000 runs in one
-#: process, turned a thread's error into a RecursionError). ``quiet_event_writers()`` returns the release.
-quiet_event_writers = SharedChange(_install_quiet_hook).hold
-
-
 #: bytes one lookup table of _crc32c covers; longer data is taken in pieces of this size
 _CRC_SPAN = 1024
 _crc_tables: Optional[tuple] = None
@@ -492,11 +463,14 @@ _own_uid = itertools.count()
 
 class EventFile:
     """A TensorBoard event file written in the caller's thread, as SummaryWriter names and frames
-    one (events.out.tfevents.SECONDS.HOST.PID.N; a file_version event, then one record per event).
+    one (events.out.tfevents.SECONDS.HOST.PID.N; a file_version event, then one record per event):
+    the package's one TensorBoard writer (PPO's RunLogger, RLHF's MetricsLogger).
     SummaryWriter's thread opened, appended to and closed the file for every event and computed its
     checksums byte by byte in Python: with P loggers (a population) that was most of an iteration's
-    host time. Here events go to a buffered file that ``flush()`` hands to the OS; an OSError (disk
-    full) is raised by the call that writes or flushes."""
+    host time, and a failed write (disk full) reached the caller only at its next call, the thread's
+    traceback printed meanwhile. Here events go to a buffered file that ``flush()`` hands to the OS;
+    an OSError (disk full) is raised by the call that writes or flushes, with ``filename`` set to the
+    file. A file whose header could not be written is removed: it would hold no event."""
 
     def __init__(self, run_dir: Path):
         from tensorboard.compat.proto.event_pb2 import SourceMetadata
@@ -509,17 +483,50 @@ class EventFile:
                            source_metadata=SourceMetadata(writer="tensorboard.summary.writer.event_file_writer")))
             self.flush()
         except BaseException:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError:
+                pass  # the error on its way says the same
+            self.path.unlink(missing_ok=True)
             raise
 
     def add(self, event) -> None:
-        self._file.write(_record(event.SerializeToString()))
+        try:
+            self._file.write(_record(event.SerializeToString()))
+        except OSError as e:
+            raise self._named(e)
+
+    def scalars(self, step: int, values: dict) -> None:
+        """One event holding every finite value of ``values`` (tag -> number; NaN is "not measured"):
+        add_scalar writes one event per value, ~6x the host time (a population logs P members every
+        iteration). TensorBoard shows them as add_scalar's (simple_value)."""
+        shown = [{"tag": tag, "simple_value": float(value)} for tag, value in values.items()
+                 if value is not None and math.isfinite(value)]
+        if shown:
+            self.add(Event(wall_time=time.time(), step=step, summary={"value": shown}))
+
+    def text(self, tag: str, text: str, step: int) -> None:
+        """A text summary, the one SummaryWriter.add_text writes (TensorBoard's Text tab, markdown)."""
+        from torch.utils.tensorboard.summary import text as text_summary
+
+        self.add(Event(wall_time=time.time(), step=step, summary=text_summary(tag, text)))
+
+    def _named(self, e: OSError) -> OSError:
+        if e.filename is None:  # a buffered write's error names no file; the user's one line names this one
+            e.filename = str(self.path)
+        return e
 
     def flush(self) -> None:
-        self._file.flush()
+        try:
+            self._file.flush()
+        except OSError as e:
+            raise self._named(e)
 
     def close(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()  # closed even when its last flush fails
+        except OSError as e:
+            raise self._named(e)
 
 
 class RunLogger:
@@ -537,7 +544,6 @@ class RunLogger:
         from .rundir import check_own_entries
 
         check_own_entries(self.run_dir, ("metrics.csv",))  # a link planted there would be appended to
-        self._unquiet = quiet_event_writers()
         self._events = None
         self.flush_seconds = float(flush_seconds)
         try:
@@ -575,17 +581,11 @@ class RunLogger:
                 self._events.close()
             except OSError:
                 pass
-        self._unquiet()
 
     def log(self, iteration: int, global_step: int, metrics: dict) -> None:
         """metrics: name -> float (NaN = not measured this iteration, e.g. no episode finished)."""
-        try:
-            # one event holding every scalar of the iteration: add_scalar writes one event per value,
-            # ~6x the host time (a population logs P members every iteration)
-            values = [{"tag": name, "simple_value": float(value)} for name, value in metrics.items()
-                      if "/" in name and value is not None and math.isfinite(value)]
-            if values:
-                self._events.add(Event(wall_time=time.time(), step=global_step, summary={"value": values}))
+        try:  # the CSV-only columns (time, episodes) have no "/"
+            self._events.scalars(global_step, {name: value for name, value in metrics.items() if "/" in name})
         except OSError as e:
             raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
         row = {"iteration": iteration, "global_step": global_step, **metrics}
@@ -617,10 +617,8 @@ class RunLogger:
         self._flush_due = time.monotonic() + self.flush_seconds
 
     def text(self, tag: str, text: str, step: int) -> None:
-        from torch.utils.tensorboard.summary import text as text_summary
-
         try:
-            self._events.add(Event(wall_time=time.time(), step=step, summary=text_summary(tag, text)))
+            self._events.text(tag, text, step)
         except OSError as e:
             raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
         if time.monotonic() >= self._flush_due:
@@ -639,6 +637,5 @@ class RunLogger:
                 close()
             except OSError as e:
                 error = error or write_error(self._event_file() if what != "metrics" else self.csv_path, e, f"could not write {what}")
-        self._unquiet()
         if error is not None:
             raise error

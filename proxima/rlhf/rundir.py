@@ -245,12 +245,15 @@ def _atomic_write(path: Path, text: str) -> None:
 class MetricsLogger:
     """TensorBoard scalars and text, plus metrics.csv (one row per step, the columns of the first row).
 
-    A write that fails (disk full) is a StorageError naming the file (diskspace.write_error)."""
+    Events go through logger.EventFile, PPO's writer, in the caller's thread, each step's handed to the
+    OS before log() returns (a SIGKILL after it leaves that step for the resume to drop). A write that
+    fails (disk full) is a StorageError naming the file (diskspace.write_error), raised by the call
+    that wrote."""
 
     def __init__(self, path: Path, resume_step: Optional[int] = None):
         """resume_step: None for a new run; for a resumed one the step of its checkpoint (0 when it is
         resumed from before any checkpoint, after a SIGKILL): what was logged after it is dropped."""
-        from torch.utils.tensorboard import SummaryWriter
+        from ..logger import EventFile, drop_events_after, wait_for_new_second
 
         self.path = path
         self.csv_path = path / "metrics.csv"
@@ -259,29 +262,23 @@ class MetricsLogger:
         if resumed:  # both read (a FIFO or an oversized file refused) before anything of the run is rewritten
             csv_text = self._csv_up_to(resume_step) if self.csv_path.exists() else None
             samples_text = self._samples_up_to(resume_step)
-        from ..logger import quiet_event_writers
-
-        self._unquiet = quiet_event_writers()  # released by close(), or below when the logs cannot be opened
         try:
             if resumed:  # rewritten, not purge_step: TensorBoard's default loader ignores purge markers
-                from ..logger import drop_events_after, wait_for_new_second
-
                 drop_events_after(path, resume_step)
                 wait_for_new_second(path)
-            self.writer = SummaryWriter(str(path))
+            path.mkdir(parents=True, exist_ok=True)  # a folder not made yet: SummaryWriter made it too
+            self._events = EventFile(path)
         except OSError as e:
-            self._unquiet()
             raise write_error(e.filename or path / "events.out.tfevents.*", e, "could not open the run's logs") from None
-        except BaseException:
-            self._unquiet()
-            raise
         try:
             if resumed and csv_text is not None:
                 _atomic_write(self.csv_path, csv_text)
             if resumed and samples_text is not None:
                 _atomic_write(self.path / "samples.jsonl", samples_text)
-        except BaseException:
-            self._unquiet()
+        except BaseException:  # a logger that failed to open is never closed; its file holds no event
+            with contextlib.suppress(OSError):
+                self._events.close()
+                self._events.path.unlink()
             raise
 
     def _csv_up_to(self, step: int) -> str:
@@ -325,9 +322,9 @@ class MetricsLogger:
 
     def log(self, step: int, metrics: dict) -> None:
         try:
-            for key, value in metrics.items():
-                self.writer.add_scalar(key, value, step)
-        except OSError as e:  # the event writer's thread hands its write error to the next call
+            self._events.scalars(step, metrics)
+            self._events.flush()
+        except OSError as e:
             raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
         try:
             if self.columns is None:
@@ -348,7 +345,8 @@ class MetricsLogger:
         table = "| prompt | response | score |\n|---|---|---|\n" + "".join(
             f"| {cell(r['prompt'])} | {cell(r['response'])} | {r['score']:.3f} |\n" for r in rows)
         try:
-            self.writer.add_text("samples", table, step)
+            self._events.text("samples", table, step)
+            self._events.flush()
         except OSError as e:
             raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
         try:
@@ -359,20 +357,14 @@ class MetricsLogger:
             raise write_error(self.path / "samples.jsonl", e) from None
 
     def _event_file(self) -> Path:
-        try:
-            return Path(self.writer.file_writer.event_writer._file_name)
-        except AttributeError:
-            return self.path / "events.out.tfevents.*"
+        return self._events.path
 
     def close(self) -> None:
         """Flush and close the TensorBoard file; a write that fails there is a StorageError."""
         try:
-            self.writer.flush()
-            self.writer.close()
+            self._events.close()
         except OSError as e:
             raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
-        finally:
-            self._unquiet()  # after the writer's thread has ended: a failed last write of it is still not printed
 
 
 def read_metrics(path: Path) -> dict:

@@ -42,18 +42,6 @@ def test_runs_leave_threading_excepthook_as_it_was_and_free_their_writer_threads
     assert _writer_threads() == threads
 
 
-def test_two_loggers_open_at_once_put_the_hook_back_whichever_closes_first(tmp_path):
-    from proxima.logger import RunLogger
-
-    hook = threading.excepthook
-    for order in ((0, 1), (1, 0)):
-        loggers = [RunLogger(tmp_path / f"{order}-{i}", total_steps=1, progress=False) for i in (0, 1)]
-        loggers[order[0]].close()
-        assert threading.excepthook is not hook  # the other one still writes: its failed write stays quiet
-        loggers[order[1]].close()
-        assert threading.excepthook is hook
-
-
 # --- warning filters and sys.path ---------------------------------------------------------------
 def test_an_async_run_leaves_no_warning_filter_hiding_the_users_own_worker_errors(small_config, tmp_path):
     before = list(warnings.filters)
