@@ -147,9 +147,12 @@ class DistContext:
     def from_main(self, fn: Callable[[], Any], patient: bool = False) -> Any:
         """Run ``fn`` on rank 0 and return its result on every rank (picklable values).
 
-        An exception raised by ``fn`` on rank 0 is raised on every rank, so a bad checkpoint or an
-        unwritable run directory stops all ranks with the same message instead of leaving the others
-        waiting for a broadcast that never comes.
+        An exception raised by ``fn`` on rank 0 stops every rank, so a bad checkpoint or an unwritable
+        run directory does not leave the others waiting for a broadcast that never comes. Rank 0
+        raises it; the others raise it too (report_failure stays silent for them), except in a
+        process that ends with its command (exit_process: the CLI's ranks), where they wait for rank 0
+        to exit and end quietly (FollowedMain, exit 143), so the user reads its error once. A stop
+        (TrainingInterrupted) is raised on every rank.
 
         ``patient``: the other ranks wait for ``fn`` without the hang timeout (PROXIMA_DIST_TIMEOUT),
         for work of rank 0 that may rightly take longer (the --eval-every evaluation); see
@@ -173,8 +176,38 @@ class DistContext:
         dist.broadcast_object_list(payload, src=0, group=group)
         kind, value = payload[0]
         if kind == "error":
-            raise error if error is not None else value
+            if error is not None:
+                _mark(error, _MAIN_WORK)
+                raise error
+            if _ENDS_WITH_COMMAND and not isinstance(value, TrainingInterrupted):
+                self._follow_main_failure()
+            _mark(value, _FOLLOWED)
+            raise value
         return value
+
+    def _follow_main_failure(self) -> NoReturn:
+        """End this rank quietly after rank 0's failure in from_main, in a process that ends with its command.
+
+        Rank 0 prints the error; had every rank raised it too, the user would read the same line once per
+        rank (and each rank's "failed" line beside it). This rank waits for rank 0's process to end first:
+        torchrun ends the job on the first rank to exit, and its SIGTERM would cut rank 0's line short.
+        (A stop is not followed: every rank got the signal and says where it stopped.)
+        """
+        import signal
+
+        import torch.distributed as dist
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:  # torchrun's teardown SIGTERM ends this rank silently, not as a stop with its own line
+                signal.signal(sig, signal.SIG_DFL)
+            except ValueError:  # not the main thread: the handlers stay
+                pass
+        try:  # rank 0 never sends: the wait ends when its process exits (its connections close) or times out
+            dist.recv(torch.zeros(1), src=0)
+        except Exception:
+            pass
+        # torchrun.TEARDOWN_CODES: the launcher's exit is then rank 0's own code (2 for a refusal)
+        raise FollowedMain(128 + signal.SIGTERM)
 
     def _patient_group(self):
         """A second gloo group over all ranks whose collectives wait PATIENT_TIMEOUT, made the first
@@ -206,12 +239,27 @@ class DistContext:
 
     # --- failures and test hooks ------------------------------------------------------------------
     def report_failure(self, exc: BaseException) -> None:
-        """One line naming the rank, before the traceback (torchrun then ends the other ranks)."""
-        if not self.enabled:
+        """One line naming the rank, before the traceback (torchrun then ends the other ranks).
+
+        Nothing for rank 0's error that another rank re-raised from from_main (rank 0 reports it),
+        nor for a refusal of rank 0's from_main work (the command's own error line names it: the same
+        line twice otherwise)."""
+        if not self.enabled or getattr(exc, _FOLLOWED, False):
             return
+        if getattr(exc, _MAIN_WORK, False) and self.is_main:
+            from .cli import _user_errors
+
+            if isinstance(exc, _user_errors()):
+                return
         first = (str(exc).strip().splitlines() or [""])[0][:400]
         text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-        if is_peer_loss(exc):
+        if is_peer_loss(exc) and is_timeout(exc):
+            # the gloo/NCCL error names no peer; with two ranks there is only one it can be
+            who = f"rank {1 - self.rank}" if self.world_size == 2 else "another rank"
+            sys.stderr.write(f"proxima: rank {self.rank} stopped: {who} did not reach the same collective within "
+                             f"PROXIMA_DIST_TIMEOUT={dist_timeout():g} s (it hangs, e.g. in an env step, or is that much "
+                             f"slower; raise PROXIMA_DIST_TIMEOUT if it is only slow): {text}\n")
+        elif is_peer_loss(exc):
             sys.stderr.write(f"proxima: rank {self.rank} stopped: lost contact with another rank "
                              f"(it failed or was stopped; look for 'proxima: rank ... failed' above): {text}\n")
         else:
@@ -276,6 +324,22 @@ def to_cpu(obj: Any) -> Any:
     return obj
 
 
+class FollowedMain(SystemExit):
+    """How a rank ends after rank 0 failed in from_main, under exit_process: quietly, rank 0 said why."""
+
+
+#: attributes from_main sets on the error it raises: rank 0's own, and its copy on another rank
+_MAIN_WORK = "_proxima_main_work"
+_FOLLOWED = "_proxima_followed_main"
+
+
+def _mark(exc: BaseException, name: str) -> None:
+    try:
+        setattr(exc, name, True)
+    except Exception:  # an exception type that takes no attributes: reported as before
+        pass
+
+
 def _picklable(exc: Exception) -> Exception:
     try:
         pickle.loads(pickle.dumps(exc))
@@ -299,6 +363,17 @@ def is_peer_loss(exc: BaseException) -> bool:
 _is_peer_loss = is_peer_loss  # the former name
 
 
+def is_timeout(exc: BaseException) -> bool:
+    """Whether a peer loss (is_peer_loss) is the process-group timeout: a rank that did not answer, not one that left."""
+    text = str(exc).lower()
+    return "timed out" in text or "timeout" in text
+
+
+def dist_timeout() -> float:
+    """PROXIMA_DIST_TIMEOUT: the seconds every collective waits (default 300)."""
+    return float(os.environ.get("PROXIMA_DIST_TIMEOUT", "300"))
+
+
 def lost_peer(exc: BaseException) -> bool:
     """A peer loss (is_peer_loss) in a process that is in a process group: the error of a rank that
     another one left, which says nothing about this rank's env or config (run_setup.diagnose_failure)."""
@@ -312,6 +387,9 @@ def lost_peer(exc: BaseException) -> bool:
 # ------------------------------------------------------------------------------------------------
 _CONTEXT: DistContext | None = None
 _OWNS_GROUP = False
+#: set by exit_process: this process ends when its command returns or raises (a torchrun rank of the CLI),
+#: so a rank that follows rank 0's failure may end quietly instead of raising rank 0's error again
+_ENDS_WITH_COMMAND = False
 
 
 def context() -> DistContext:
@@ -340,23 +418,30 @@ def init() -> DistContext:
     device = torch.device("cpu")
     backend = "gloo"
     if torch.cuda.is_available():
-        if dist.is_nccl_available():
-            backend = "cpu:gloo,cuda:nccl"  # CPU objects through gloo, CUDA tensors through NCCL
-        else:
-            # asking for nccl in a build without it fails at init ("doesn't have NCCL built in");
-            # gloo moves CUDA tensors too, only slower (proxima doctor's hint)
-            backend = "gloo"
-            if rank == 0:
-                print("proxima: note: this torch build has no NCCL; the ranks exchange GPU tensors through gloo "
-                      "(slower; a torch build with NCCL uses it)", file=sys.stderr)
+        backend = cuda_backend("cpu:gloo,cuda:nccl", rank)  # CPU objects through gloo, CUDA tensors through NCCL
         if local < torch.cuda.device_count():
             torch.cuda.set_device(local)
             device = torch.device("cuda", local)
-    timeout = datetime.timedelta(seconds=float(os.environ.get("PROXIMA_DIST_TIMEOUT", "300")))
+    timeout = datetime.timedelta(seconds=dist_timeout())
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, timeout=timeout)
         _OWNS_GROUP = True
     return DistContext(rank, world, local, device, **_test_hooks(rank))
+
+
+def cuda_backend(nccl: str, rank: int) -> str:
+    """The process-group backend for ranks on CUDA: ``nccl`` (the backend string that uses it) when this
+    torch build has NCCL, else gloo, with a note from rank 0 (the PPO trainer's init and rlhf.dist)."""
+    import torch.distributed as dist
+
+    if dist.is_nccl_available():
+        return nccl
+    # asking for nccl in a build without it fails at init ("doesn't have NCCL built in");
+    # gloo moves CUDA tensors too, only slower (proxima doctor's hint)
+    if rank == 0:
+        print("proxima: note: this torch build has no NCCL; the ranks exchange GPU tensors through gloo "
+              "(slower; a torch build with NCCL uses it)", file=sys.stderr)
+    return "gloo"
 
 
 def shutdown() -> None:
@@ -396,8 +481,11 @@ def exit_process(main: Callable[[], Optional[int]]) -> NoReturn:
     which aborts the rank ("terminate called without an active exception", SIGABRT) after a run
     that succeeded. Other processes exit the ordinary way.
     """
+    global _ENDS_WITH_COMMAND
+
     if not is_torchrun_rank():
         raise SystemExit(main())
+    _ENDS_WITH_COMMAND = True
     try:
         code = main()
     except SystemExit as e:

@@ -595,7 +595,9 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     Under torchrun every process calls this (docs/distributed.md): rank 0 finds and loads the
     checkpoint and sends it to the others, so all ranks restore the same one; rank 0 alone writes
     the run directory and runs the final evaluation. A rank that fails prints
-    ``proxima: rank R failed: <error>`` before its traceback; torchrun then ends the others.
+    ``proxima: rank R failed: <error>`` before its traceback; torchrun then ends the others. An
+    error of rank 0's own work (loading the checkpoint, the run directory) is raised on every rank
+    but reported by rank 0 alone (distributed.DistContext.from_main).
     """
     from . import distributed
     from .run_setup import diagnose_failure, resolve_start

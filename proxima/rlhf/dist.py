@@ -31,13 +31,15 @@ class Dist:
 
 
 def init_distributed(device_type: str) -> Dist:
-    """Join the torchrun process group when WORLD_SIZE > 1 (gloo on CPU, nccl on CUDA)."""
-    from ..distributed import is_torchrun_rank
+    """Join the torchrun process group when WORLD_SIZE > 1 (gloo on CPU; nccl on CUDA, or gloo with a
+    note in a torch build without NCCL, as the PPO trainer does)."""
+    from ..distributed import cuda_backend, is_torchrun_rank
 
     if not is_torchrun_rank():  # the same test as the entry points' exit_process
         return Dist()
     if not tdist.is_initialized():
-        tdist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+        rank = int(os.environ.get("RANK", "0"))
+        tdist.init_process_group(backend=cuda_backend("nccl", rank) if device_type == "cuda" else "gloo")
     return Dist(tdist.get_rank(), tdist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
