@@ -90,3 +90,25 @@ def tiny_cartpole_run(tmp_path_factory, name: str):
     run_dir = tmp_path_factory.mktemp(name) / "run"
     assert cli.main(["train", "CartPole-v1", *TINY_RUN, "--total-timesteps", "128", "--run-dir", str(run_dir), "--quiet"]) == 0
     return run_dir
+
+
+#: a module env of the smallest kind (2 floats, 2 actions, 8-step episodes) for tests of module:Class runs
+TINY_ENV = '''
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class Tiny(gym.Env):
+    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(2, np.float32), float(action), False, self.t >= 8, {}
+'''

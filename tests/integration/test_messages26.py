@@ -22,33 +22,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_helpers import error_line, run_main
+from cli_helpers import TINY_ENV, error_line, run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = "fix26_tiny_env"
 ENV = f"{MODULE}:Tiny"
 TINY = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--threads", "1",
         "--no-progress"]
-
-TINY_ENV = '''
-import gymnasium as gym
-import numpy as np
-from gymnasium import spaces
-
-
-class Tiny(gym.Env):
-    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
-    action_space = spaces.Discrete(2)
-
-    def reset(self, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.zeros(2, np.float32), {}
-
-    def step(self, action):
-        self.t += 1
-        return np.zeros(2, np.float32), float(action), False, self.t >= 8, {}
-'''
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from cli_helpers import error_line, run_main
+from cli_helpers import TINY_ENV, error_line, run_main
 
 from proxima.rundir import LOCK_NAME
 
@@ -110,27 +110,6 @@ def test_an_eval_json_that_cannot_be_written_keeps_its_one_error_line_when_the_l
 
 
 # ------------------------------------------------------------------------------------ 2. the stop line of a module env
-TINY_ENV = '''
-import gymnasium as gym
-import numpy as np
-from gymnasium import spaces
-
-
-class Tiny(gym.Env):
-    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
-    action_space = spaces.Discrete(2)
-
-    def reset(self, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.zeros(2, np.float32), {}
-
-    def step(self, action):
-        self.t += 1
-        return np.zeros(2, np.float32), float(action), False, self.t >= 8, {}
-'''
-
-
 def test_the_stop_line_of_a_module_env_run_names_the_env_and_its_command_resumes(tmp_path, monkeypatch, capsys,
                                                                                   stop_after_first):
     mods = tmp_path / "mods"
