@@ -325,3 +325,50 @@ def test_the_update_metrics_are_means_over_its_minibatches(env_id):
     assert abs(out["ratio"] - 1.0) < 0.2 and 0.0 <= out["approx_kl"] < 0.5
     assert 0.0 < max(r["clipfrac"] for r in refs)  # the lr moves the policy: clipfrac and approx_kl are not all 0
     assert not math.isclose(out["approx_kl"], 0.0)
+
+
+@pytest.mark.parametrize("norm_obs", [False, True])
+def test_the_rollout_stores_each_steps_final_obs_normalized_as_the_next_obs_is(short_pendulum, norm_obs):
+    """rollout.final_obs[t], which V bootstraps step t from, is the env's info["final_obs"] where an
+    episode ended (not the next episode's first obs) and the next obs elsewhere, normalized with the
+    statistics that count this step's obs (what obs[t + 1] is normalized with). Recorded from the
+    env's own step outputs and the normalizer's own copy, independently of what the rollout wrote."""
+    import copy
+
+    t = _trainer(env_id=short_pendulum, num_envs=2, num_steps=16, total_timesteps=32, norm_obs=norm_obs)
+    try:
+        real_step, want = t.env.step, []
+
+        def step(action):
+            out = real_step(action)
+            raw_next, info = out[0], out[4]
+            if norm_obs:  # the normalizer as it stands after this step's update, applied to the final obs
+                norm = copy.deepcopy(t.obs_norm)
+                norm(raw_next.clone())
+                want.append(norm(info["final_obs"].clone(), update=False))
+            else:
+                want.append(info["final_obs"].clone())
+            return out
+
+        t.env.step = step
+        t._rollout()
+        ro = t.rollout
+        truncated = [4, 9, 14]
+        assert ro.dones.nonzero()[:, 0].unique().tolist() == truncated
+        _assert_close(ro.final_obs, torch.stack(want), rtol=1e-6, atol=1e-6)
+        # the final obs of an ended episode is not the next episode's first obs ...
+        assert all((ro.final_obs[s] - ro.obs[s + 1]).abs().amax(-1).min() > 1e-3 for s in truncated)
+        # ... and elsewhere it is the next obs itself, as the rollout normalized it for the policy
+        kept = [s for s in range(15) if s not in truncated]
+        _assert_close(ro.final_obs[kept], ro.obs[[s + 1 for s in kept]], rtol=1e-6, atol=1e-6)
+    finally:
+        t.close()
+
+
+def test_the_trainers_adam_uses_ppos_eps():
+    """PPO_NOTES detail 3: Adam with eps 1e-5 (CleanRL, the original implementation), not torch's 1e-8."""
+    t = _trainer()
+    try:
+        assert [g["eps"] for g in t.optimizer.param_groups] == [1e-5] * len(t.optimizer.param_groups)
+    finally:
+        t.close()
