@@ -2,13 +2,16 @@
 # Proxima container entrypoint (runs under tini, as the unprivileged user).
 #
 #   1. refuses to start when JUPYTER_TOKEN is empty, unset or shorter than 16 characters (an open or
-#      guessable Jupyter is a shell for anyone);
+#      guessable Jupyter is a shell for anyone); then as root or as a uid other than the image's user
+#      (--user 1234: no passwd entry, a home it cannot write), and when /workspace/runs, checkpoints or
+#      notebooks is not writable (a host folder Docker created for the mount is root's): one line each;
 #   2. starts a key-only sshd on $SSH_PORT (default 2222) when authorized keys are provided, from
 #      /run/secrets/authorized_keys, a mounted ~/.ssh/authorized_keys, or $SSH_AUTHORIZED_KEYS;
 #      host keys are generated here, at start, never baked into the image; it is said to be started
 #      once it listens (a port it cannot bind stops the container, exit 1);
-#   3. runs JupyterLab on $JUPYTER_PORT (default 8888; token read from $JUPYTER_TOKEN), or the given
-#      command, and stays as its parent to stop the container gracefully (4);
+#   3. runs JupyterLab on $JUPYTER_PORT (default 8888, and no other: a port in use stops it at start;
+#      token read from $JUPYTER_TOKEN), or the given command, and stays as its parent to stop the
+#      container gracefully (4);
 #   4. on SIGTERM (docker/podman stop, compose down) or when that command ends: SIGTERM to every process
 #      of this user, so a training run started anywhere (tmux, docker exec, SSH, a Jupyter terminal,
 #      ci_train.sh) writes its checkpoint and exits 143 (its own workers, e.g. --vector async's, are
@@ -47,13 +50,39 @@ JUPYTER_PORT="${JUPYTER_PORT:-8888}"
 LISTEN_ADDRESS="${PROXIMA_LISTEN_ADDRESS:-0.0.0.0}"
 NOTEBOOK_DIR="${PROXIMA_NOTEBOOK_DIR:-/workspace}"
 KEYS_SECRET="${SSH_AUTHORIZED_KEYS_FILE:-/run/secrets/authorized_keys}"
+WORKSPACE="${PROXIMA_WORKSPACE:-/workspace}"
 HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
 SSHD_DIR="${PROXIMA_SSHD_DIR:-$HOME/.sshd}"
-USER_NAME="$(id -un)"
+MY_UID="$(id -u)"
+MY_GID="$(id -g)"
 
-if [[ "$(id -u)" == 0 && "$DRY_RUN" != 1 ]]; then
+if [[ "$MY_UID" == 0 && "$DRY_RUN" != 1 ]]; then
   die "running as root; this image runs as the unprivileged user 'proxima' (do not pass --user 0 / user: root)"
 fi
+# Another uid (--user 1234, compose's user:) has no passwd entry and owns neither the home nor
+# /workspace: Jupyter, sshd and `id -un` would each fail later with a traceback of their own.
+IMAGE_USER="${PROXIMA_USER:-proxima}"
+if IMAGE_IDS="$(getent passwd "$IMAGE_USER" | cut -d: -f3,4)" && [[ -n "$IMAGE_IDS" ]] \
+  && [[ "$MY_UID" != 0 && "$MY_UID" != "${IMAGE_IDS%%:*}" ]]; then
+  die "running as uid $MY_UID (--user, or compose's user:), but this image's user is $IMAGE_USER, uid ${IMAGE_IDS%%:*}: leave out --user, or rebuild the image with --build-arg PROXIMA_UID=$MY_UID --build-arg PROXIMA_GID=$MY_GID (docker/README.md), or with rootless podman run with --userns=keep-id:uid=${IMAGE_IDS%%:*},gid=${IMAGE_IDS#*:}"
+fi
+USER_NAME="$(id -un)"
+
+# The folders work is kept in: a run that cannot write runs/ fails later with an error that blames
+# its lock file, and Jupyter would refuse to save a notebook only when it is saved.
+for dir in "$WORKSPACE/runs" "$WORKSPACE/checkpoints" "$WORKSPACE/notebooks"; do
+  [[ -d "$dir" && (! -w "$dir" || ! -x "$dir") ]] || continue
+  read -r owner group mode < <(stat -L -c '%u %g %a' "$dir")
+  if [[ "$owner" == "$MY_UID" ]]; then
+    fix="mount it read-write and give its owner write permission (on the host: chmod u+rwx on the folder mounted there)"
+  else
+    # uid 0 is no uid to rebuild with (the build refuses it): a folder Docker made for the mount
+    fix="on the host, give the folder mounted there to uid $MY_UID: sudo chown $MY_UID:$MY_GID ${dir##*/}"
+    [[ "$owner" == 0 ]] || fix+=", or rebuild the image with --build-arg PROXIMA_UID=$owner --build-arg PROXIMA_GID=$group"
+    fix+="; with rootless podman run with --userns=keep-id:uid=$MY_UID,gid=$MY_GID"
+  fi
+  die "$dir is not writable by $USER_NAME (uid $MY_UID): it is owned by uid $owner, gid $group, mode $mode; $fix"
+done
 
 # proc_field PID KEY: FIELD = the first word of KEY (State, Uid, SigIgn...) in /proc/PID/status
 # (no subshell: these run for every process, every half second while waiting)
@@ -240,8 +269,10 @@ if (($# > 0)); then
   fi
 else
   main_is_jupyter=1
+  # port_retries=0: by default Jupyter moves to the next free port in silence when JUPYTER_PORT is
+  # taken (--network host), and the health check and the user's tunnel then reach another server
   cmd=(jupyter lab --ip="$LISTEN_ADDRESS" --port="$JUPYTER_PORT" --no-browser
-    --ServerApp.root_dir="$NOTEBOOK_DIR")
+    --ServerApp.port_retries=0 --ServerApp.root_dir="$NOTEBOOK_DIR")
 fi
 STOP_GRACE="${PROXIMA_STOP_GRACE:-45}"
 [[ "$STOP_GRACE" =~ ^[0-9]+$ ]] || die "PROXIMA_STOP_GRACE must be a whole number of seconds, got '$STOP_GRACE'"
@@ -254,7 +285,6 @@ fi
 # Why not `exec`: tini (process 1) forwards a signal to its child only, and when that child exits the
 # kernel SIGKILLs every other process of the container. A run started in tmux, with docker exec, over
 # SSH or in a Jupyter terminal would never see the SIGTERM it turns into a checkpoint (docs/reliability.md).
-MY_UID="$(id -u)"
 main_pid=""
 
 # ignores_term PID: SIGTERM is ignored by PID (an interactive shell): nothing to wait for

@@ -16,17 +16,51 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 
+# The container image's pins (docker/Dockerfile): requirements.lock's versions. Its presence says
+# that this Proxima is the image's, which has no repository checkout and no .venv.
+IMAGE_CONSTRAINTS = "/usr/local/share/proxima/constraints.txt"
+
+
+def _in_image() -> bool:
+    return os.path.isfile(IMAGE_CONSTRAINTS)
+
+
+def _extra_requirements(extra: str) -> list:
+    """The requirements of the installed Proxima's extra `extra`, without their markers (the image
+    is Linux, the only platform a marker names), e.g. ['gymnasium[mujoco]<2,>=1.1']."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        reqs = requires("proxima") or []
+    except PackageNotFoundError:
+        return []
+    out = []
+    for req in reqs:
+        spec, _, marker = req.partition(";")
+        if re.search(rf"""\bextra\s*==\s*["']{re.escape(extra)}["']""", marker):
+            out.append(spec.strip())
+    return out
+
+
 def extra_install(extra: str) -> str:
     """The command that installs Proxima's optional dependency group `extra` (README, Makefile).
 
     Not `pip install 'proxima[extra]'`: PyPI's `proxima` is an unrelated package. Proxima is
-    installed from its repository, editable, with the pinned versions of requirements.lock.
+    installed from its repository, editable, with the pinned versions of requirements.lock. In the
+    container image, which has neither, the extra's own requirements with the image's constraints
+    (docker/README.md, "Env families in the image").
     """
+    reqs = _extra_requirements(extra) if _in_image() else []
+    if reqs:  # never `proxima[extra]` (the unrelated PyPI package) when the extra names nothing
+        return f"pip install -c {IMAGE_CONSTRAINTS} " + " ".join(f"'{r}'" for r in reqs)
     return f".venv/bin/pip install -c requirements.lock -e '.[{extra}]'"
 
 
 def install_hint(extra: str) -> str:
-    """'install it from the repository root with: <command>': the one wording of every install hint."""
+    """'install it from the repository root with: <command>': the one wording of every install hint
+    (in the container image: 'install it in this container with: <command>')."""
+    if _in_image():
+        return f"install it in this container with: {extra_install(extra)}"
     return f"install it from the repository root with: {extra_install(extra)}"
 
 

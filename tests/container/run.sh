@@ -20,7 +20,10 @@
 #      "stopped by SIGTERM".
 # Every wait is bounded, every container is removed by name on exit. Needs root (debootstrap and
 # rootful podman). Settings: IMAGE (default proxima:<version>), PROXIMA_CONTAINER_CACHE (default
-# ~/.cache/proxima-container), PYTHON (a Python >= 3.11 with pip, for the wheel download).
+# ~/.cache/proxima-container), PYTHON (a Python >= 3.11 with pip, for the wheel download),
+# PROXIMA_TEST_PREFIX (the containers' names, default proxima-test) and PROXIMA_TEST_PORT_BASE (the
+# first port to try for the servers; default: any free port), so that two runs on one machine, or a
+# run beside other containers, need not collide.
 
 # "A && B || die ...": die exits, so it runs exactly when A or B fails (what SC2015 warns about).
 # shellcheck disable=SC2015
@@ -33,7 +36,7 @@ IMAGE="${IMAGE:-proxima:$VERSION}"
 BASE="localhost/proxima-test-base:bookworm"
 CACHE="${PROXIMA_CONTAINER_CACHE:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/proxima-container}"
 PY="${PYTHON:-python3}"
-PREFIX="proxima-test" # container names: $PREFIX-token, -main, -control (removed at start and on exit)
+PREFIX="${PROXIMA_TEST_PREFIX:-proxima-test}" # container names: $PREFIX-token, -main, ... (removed at start and on exit)
 LOGS="$CACHE/logs"
 START=$SECONDS
 CHECKS=0
@@ -77,7 +80,7 @@ timeout 60 podman info >"$LOGS/podman-info.log" 2>&1 \
   || die "podman does not work here ($(grep -m1 -i error "$LOGS/podman-info.log" || tail -n1 "$LOGS/podman-info.log")); see $LOGS/podman-info.log"
 
 # Containers are removed by name at start (a killed earlier run) and on every exit.
-CONTAINERS=("$PREFIX-token" "$PREFIX-main" "$PREFIX-control")
+CONTAINERS=("$PREFIX-token" "$PREFIX-main" "$PREFIX-control" "$PREFIX-busy")
 CI_PID="" # a background make ci-train (5e): stopped on exit
 WORK=""
 # one name per call: podman 4.3 here once left a running container in place, exit status 0, when
@@ -158,6 +161,25 @@ timeout 1500 podman build --format docker -f docker/Dockerfile --ignorefile dock
   --build-context wheels="$WHEELS" -t "$IMAGE" . >"$LOGS/build.log" 2>&1 </dev/null \
   || die "podman build failed; last lines: $(tail -n 3 "$LOGS/build.log" | tr '\n' ' ') (all in $LOGS/build.log)"
 ok "image $IMAGE built in $((SECONDS - t0)) s"
+# PROXIMA_UID=0 (--build-arg PROXIMA_UID="$(id -u)" run as root) is refused with one line, in the
+# user step: the layers above it come from the cache, as PROXIMA_UID is declared only there.
+t0=$SECONDS
+set +e
+timeout 600 podman build --format docker -f docker/Dockerfile --ignorefile docker/Dockerfile.dockerignore \
+  --build-arg BASE_IMAGE="$BASE" --build-arg TORCH_CUDA=0 --build-arg PIP_NO_INDEX=1 \
+  --build-arg PROXIMA_GIT_COMMIT="$COMMIT" --build-arg PROXIMA_UID=0 \
+  --build-context wheels="$WHEELS" . >"$LOGS/build-uid0.log" 2>&1 </dev/null
+rc=$?
+set -e
+((rc != 0)) || die "a build with PROXIMA_UID=0 succeeded; it must refuse uid 0"
+[[ "$(grep -c 'PROXIMA_UID=0 is refused' "$LOGS/build-uid0.log")" == 1 ]] \
+  && grep -q "PROXIMA_UID=0 is refused: the image's user needs a number other than 0 (root); build with the default 1000" "$LOGS/build-uid0.log" \
+  && ! grep -q 'useradd:' "$LOGS/build-uid0.log" \
+  || die "a build with PROXIMA_UID=0: expected one line 'PROXIMA_UID=0 is refused: ...'; see $LOGS/build-uid0.log"
+# every RUN above the user step (apt, the dependencies, the project) was taken from the cache
+cached="$(awk '/STEP [0-9]+\/[0-9]+: RUN /{run=1; next} run && /^--> Using cache/{n++} {run=0} END {print n+0}' "$LOGS/build-uid0.log")"
+((cached >= 3)) || die "a build with PROXIMA_UID=0 re-ran the layers above the user step ($cached RUN steps from the cache; see $LOGS/build-uid0.log): declare ARG PROXIMA_UID just before it"
+ok "a build with PROXIMA_UID=0 fails in the user step with one line (exit $rc), the $cached RUN layers above it from the cache ($((SECONDS - t0)) s)"
 env_commit="$(podman image inspect -f '{{range .Config.Env}}{{println .}}{{end}}' "$IMAGE" | sed -n 's/^PROXIMA_GIT_COMMIT=//p')"
 [[ "$env_commit" == "$COMMIT" ]] || die "the image's PROXIMA_GIT_COMMIT is '$env_commit', expected $COMMIT"
 ok "the image records the commit it was built from (PROXIMA_GIT_COMMIT=${COMMIT:0:12})"
@@ -186,19 +208,32 @@ print(len(both))
 EOF
 )" || die "$checked"
 ok "the image's packages are requirements.lock's versions ($checked checked, torch without its +cpu)"
+env_lines="$(podman image inspect -f '{{range .Config.Env}}{{println .}}{{end}}' "$IMAGE")"
+grep -qx 'SHELL=/bin/bash' <<<"$env_lines" && grep -qx 'PIP_BREAK_SYSTEM_PACKAGES=1' <<<"$env_lines" \
+  || die "the image's environment lacks SHELL=/bin/bash (Jupyter's terminals) or PIP_BREAK_SYSTEM_PACKAGES=1 (pip on Debian's Python): $(tr '\n' ' ' <<<"$env_lines")"
+ok "the image sets SHELL=/bin/bash (Jupyter terminals open bash) and PIP_BREAK_SYSTEM_PACKAGES=1"
 # The previous build's image, untagged now, would keep its ~2 GB of layers: drop dangling images
 # (the layers this build shares with them stay, being its own).
 timeout 300 podman image prune -f >/dev/null 2>&1 || true
 
 WORK="$(mktemp -d /tmp/proxima-test-container.XXXXXX)"
 chmod 755 "$WORK" # the host user with uid 1000 reads the runs below it
-mkdir -p "$WORK/runs" "$WORK/checkpoints"
-chown 1000:1000 "$WORK/runs" "$WORK/checkpoints" # the image's user (uid/gid 1000)
-read -r JUPYTER_PORT SSH_PORT CONTROL_PORT < <("$PY" -c '
-import socket
-socks = [socket.socket() for _ in range(3)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
+mkdir -p "$WORK/runs" "$WORK/checkpoints" "$WORK/notebooks"
+cp notebooks/quickstart.ipynb "$WORK/notebooks/" # as the repository's notebooks/ is mounted (compose.yaml)
+chown -R 1000:1000 "$WORK/runs" "$WORK/checkpoints" "$WORK/notebooks" # the image's user (uid/gid 1000)
+read -r JUPYTER_PORT SSH_PORT CONTROL_PORT < <(PORT_BASE="${PROXIMA_TEST_PORT_BASE:-0}" "$PY" -c '
+import os, socket
+base, socks = int(os.environ["PORT_BASE"]), []
+for port in ([0] * 3 if base == 0 else range(base, base + 1000)):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        s.close()
+        continue
+    socks.append(s)
+    if len(socks) == 3:
+        break
 print(*(s.getsockname()[1] for s in socks))
 ')
 TOKEN="$("$PY" -c 'import secrets; print(secrets.token_hex(24))')"
@@ -261,12 +296,39 @@ want="proxima-entrypoint: error: SSH key file /run/secrets/authorized_keys is no
   || die "an unreadable authorized_keys: expected one line '$want ...', got: $out"
 ok "a mounted authorized_keys it cannot read stops the container (exit 1, one line: file, owner root:root, mode 600)"
 
+# Another uid than the image's user (--user 1234:1234) stops it with one line, before Jupyter and
+# sshd fail on a home and a passwd entry they do not have.
+set +e
+out="$(timeout 120 podman run --rm --name "$PREFIX-token" --network none --user 1234:1234 -e JUPYTER_TOKEN="$TOKEN" "$IMAGE" 2>&1)"
+rc=$?
+set -e
+expect_rc 1 "$rc" "--user 1234:1234" "$out"
+want="proxima-entrypoint: error: running as uid 1234 (--user, or compose's user:), but this image's user is proxima, uid 1000: leave out --user, or rebuild the image with --build-arg PROXIMA_UID=1234 --build-arg PROXIMA_GID=1234 (docker/README.md), or with rootless podman run with --userns=keep-id:uid=1000,gid=1000"
+[[ "$(grep -c '^proxima-entrypoint:' <<<"$out")" == 1 ]] && grep -qxF "$want" <<<"$out" && ! grep -q Traceback <<<"$out" \
+  || die "--user 1234:1234: expected the one line '$want', got: $out"
+ok "--user 1234:1234 stops the container (exit 1, one line naming PROXIMA_UID and --userns=keep-id)"
+
+# A runs/ the image's user cannot write (what Docker creates for a missing host folder: root's,
+# mode 755) stops it with one line naming the folder, its owner and mode, and the fix.
+mkdir -m 755 "$WORK/rootruns"
+set +e
+out="$(timeout 120 podman run --rm --name "$PREFIX-token" --network none -e JUPYTER_TOKEN="$TOKEN" \
+  -v "$WORK/rootruns:/workspace/runs" -v "$WORK/notebooks:/workspace/notebooks" "$IMAGE" 2>&1)"
+rc=$?
+set -e
+expect_rc 1 "$rc" "a root-owned runs/" "$out"
+want="proxima-entrypoint: error: /workspace/runs is not writable by proxima (uid 1000): it is owned by uid 0, gid 0, mode 755; on the host, give the folder mounted there to uid 1000: sudo chown 1000:1000 runs; with rootless podman run with --userns=keep-id:uid=1000,gid=1000"
+[[ "$(grep -c '^proxima-entrypoint:' <<<"$out")" == 1 ]] && grep -qxF "$want" <<<"$out" \
+  || die "a root-owned runs/: expected the one line '$want', got: $out"
+ok "a mounted runs/ owned by root (mode 755) stops the container (exit 1, one line: folder, uid 0, mode 755, chown 1000:1000)"
+
 # ---- 5b. the real container: Jupyter with a token, key-only SSH, volumes -------------------------
 say "starting $PREFIX-main (--network host, Jupyter on 127.0.0.1:$JUPYTER_PORT, SSH on 127.0.0.1:$SSH_PORT)"
 timeout 120 podman run -d --name "$PREFIX-main" --network host \
   -e JUPYTER_TOKEN="$TOKEN" -e JUPYTER_PORT="$JUPYTER_PORT" -e SSH_PORT="$SSH_PORT" \
   -e PROXIMA_LISTEN_ADDRESS=127.0.0.1 -e SSH_AUTHORIZED_KEYS="$(cat "$WORK/id_ed25519.pub")" \
-  -v "$WORK/runs:/workspace/runs" -v "$WORK/checkpoints:/workspace/checkpoints" "$IMAGE" \
+  -v "$WORK/runs:/workspace/runs" -v "$WORK/checkpoints:/workspace/checkpoints" \
+  -v "$WORK/notebooks:/workspace/notebooks" "$IMAGE" \
   >/dev/null 2>"$LOGS/podman-run.log" || die "podman run failed; see $LOGS/podman-run.log"
 t0=$SECONDS
 wait_for "Jupyter on 127.0.0.1:$JUPYTER_PORT" 120 "$PREFIX-main" jupyter_up
@@ -299,6 +361,30 @@ ok "/api/status with the token (header and query): 200"
 location="$(curl -s -o /dev/null -w '%{http_code} %{redirect_url}' --max-time 10 "http://127.0.0.1:$JUPYTER_PORT/lab")"
 [[ "$location" =~ ^302\ .*/login ]] || die "/lab without a token: '$location', expected 302 to the login page"
 ok "/lab without a token: 302 to /login"
+
+# Jupyter's work is kept in the notebooks/ volume: the quickstart shows there, and a notebook saved
+# through Jupyter lands in the host folder, so a new container finds it.
+listing="$(curl -s --max-time 10 -H "Authorization: token $TOKEN" "http://127.0.0.1:$JUPYTER_PORT/api/contents/notebooks")"
+grep -q '"name": *"quickstart.ipynb"' <<<"$listing" || die "Jupyter's notebooks/ does not list quickstart.ipynb: $(head -c 300 <<<"$listing")"
+status="$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 -X PUT -H "Authorization: token $TOKEN" \
+  -H 'Content-Type: application/json' --data '{"type": "notebook"}' \
+  "http://127.0.0.1:$JUPYTER_PORT/api/contents/notebooks/saved-by-test.ipynb")"
+[[ "$status" == 201 ]] || die "saving notebooks/saved-by-test.ipynb through Jupyter: HTTP $status, expected 201"
+[[ "$(stat -c %u "$WORK/notebooks/saved-by-test.ipynb" 2>/dev/null)" == 1000 ]] \
+  || die "a notebook saved in Jupyter's notebooks/ is not in the mounted host folder (owned by uid 1000)"
+ok "Jupyter's notebooks/ is the mounted volume: quickstart.ipynb is listed, a saved notebook lands on the host"
+
+# A JUPYTER_PORT in use (--network host) stops the container at start: Jupyter does not move to the
+# next port in silence, where the health check and the user's tunnel would reach another server.
+set +e
+out="$(timeout 120 podman run --rm --name "$PREFIX-busy" --network host --no-healthcheck -e JUPYTER_TOKEN="$TOKEN" \
+  -e JUPYTER_PORT="$JUPYTER_PORT" -e PROXIMA_LISTEN_ADDRESS=127.0.0.1 "$IMAGE" 2>&1)"
+rc=$?
+set -e
+expect_rc 1 "$rc" "a second container on the busy JUPYTER_PORT=$JUPYTER_PORT" "$out"
+grep -q "port $JUPYTER_PORT is not available" <<<"$out" && ! grep -q 'http://127\.0\.0\.1:[0-9]*/lab' <<<"$out" \
+  || die "a busy JUPYTER_PORT: expected Jupyter's 'port $JUPYTER_PORT is not available' and no server, got: $(tail -n 5 <<<"$out" | tr '\n' ' ')"
+ok "a JUPYTER_PORT in use stops the container at start (exit 1: 'port $JUPYTER_PORT is not available'), no server on another port"
 
 set +e
 out="$(timeout 60 "${KEY_SSH[@]}" proxima@127.0.0.1 'id -un; id -u' 2>&1)"
@@ -357,6 +443,37 @@ set -e
 expect_rc 0 "$rc" "proxima doctor over ssh" "$out"
 grep -Eq '^ +torch +2\.13\.0\+cpu' <<<"$out" || die "proxima doctor: no 'torch 2.13.0+cpu' line in: $out"
 ok "proxima doctor runs inside (over ssh): torch 2.13.0+cpu"
+# install advice in the image names the image's command (no .venv, no checkout there), and that
+# command works as the user on Debian's Python (PEP 668) as on the pytorch base's conda
+want="mujoco not installed: install it in this container with: pip install -c /usr/local/share/proxima/constraints.txt 'gymnasium[mujoco]<2,>=1.1'"
+grep -qF "$want" <<<"$out" && ! grep -q '\.venv/bin/pip' <<<"$out" \
+  || die "proxima doctor in the image: no hint '$want' (or one naming .venv): $(grep -i 'mujoco' <<<"$out" | tr '\n' ' ')"
+hint="$(timeout 60 podman exec "$PREFIX-main" python -c 'from proxima.config import install_hint; print(install_hint("rlhf"))')"
+command="${hint#install it in this container with: }"
+[[ "$command" == "pip install -c /usr/local/share/proxima/constraints.txt "* ]] || die "install_hint in the image: '$hint'"
+set +e
+# PIP_NO_INDEX: the rlhf extra is installed, so the command must only find it satisfied, offline
+out="$(timeout 120 podman exec -e PIP_NO_INDEX=1 "$PREFIX-main" bash -c "$command" 2>&1)"
+rc=$?
+control="$(timeout 120 podman exec -e PIP_NO_INDEX=1 "$PREFIX-main" env -u PIP_BREAK_SYSTEM_PACKAGES bash -c "$command" 2>&1)"
+control_rc=$?
+set -e
+expect_rc 0 "$rc" "the install hint's command in the image ($command)" "$out"
+grep -q 'Requirement already satisfied: transformers' <<<"$out" || die "the install hint's command: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
+((control_rc != 0)) && grep -q 'externally-managed-environment' <<<"$control" \
+  || die "control: without PIP_BREAK_SYSTEM_PACKAGES, Debian's pip should refuse (PEP 668); got exit $control_rc: $(tail -n 2 <<<"$control" | tr '\n' ' ')"
+ok "install hints in the image name its pip command (doctor: mujoco), and the rlhf one runs as proxima (refused by PEP 668 without the image's PIP_BREAK_SYSTEM_PACKAGES)"
+
+# The documented tmux line keeps the pane after an early failure, so attaching shows the error
+set +e
+out="$(timeout 60 "${KEY_SSH[@]}" proxima@127.0.0.1 "cd /workspace && tmux new -d -s early 'proxima train NoSuchEnv-v0; exec bash' \
+  && for i in \$(seq 60); do tmux capture-pane -p -J -t early | grep -q NoSuchEnv-v0 && break; sleep 1; done; \
+  tmux capture-pane -p -J -t early; tmux kill-session -t early" 2>&1)"
+rc=$?
+set -e
+expect_rc 0 "$rc" "tmux new -d -s early 'proxima train NoSuchEnv-v0; exec bash' over ssh" "$out"
+grep -q "^proxima train: error: unknown env id 'NoSuchEnv-v0'" <<<"$out" || die "the documented tmux line lost an early failure; the pane showed: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
+ok "tmux new -d -s NAME 'proxima train ...; exec bash' (the README's line): an early failure stays readable in the pane"
 
 t0=$SECONDS
 set +e

@@ -182,7 +182,48 @@ def test_no_ssh_host_keys_baked_into_the_image():
 def test_ports_and_workspace_dirs():
     exposed = " ".join(rest for word, rest in instructions() if word == "EXPOSE").split()
     assert {"8888", "2222"} <= set(exposed)
-    assert any("/workspace/runs" in r and "/workspace/checkpoints" in r for r in run_runs())
+    assert any("/workspace/runs" in r and "/workspace/checkpoints" in r and "/workspace/notebooks" in r
+               for r in run_runs())
+
+
+def test_user_build_args_are_declared_just_before_the_user_step():
+    """A RUN sees every ARG declared above it: PROXIMA_UID/GID at the top made another uid re-run
+    the apt and pip layers. Nothing but COPY may come between them and the user step."""
+    steps = instructions()
+    where = {rest.split("=")[0]: i for i, (word, rest) in enumerate(steps) if word == "ARG"}
+    useradd = next(i for i, (word, rest) in enumerate(steps) if word == "RUN" and "useradd" in rest)
+    for arg in ("PROXIMA_UID", "PROXIMA_GID"):
+        between = [word for word, _ in steps[where[arg] + 1:useradd]]
+        assert where[arg] < useradd and set(between) <= {"ARG", "COPY"}, (arg, between)
+
+
+def _uid_guard() -> str:
+    useradd = next(r for r in run_runs() if "useradd" in r)
+    m = re.match(r"(for id in .*?\bdone)\s+&&", useradd)
+    assert m, f"the user step does not start with the PROXIMA_UID/GID check: {useradd[:200]}"
+    return m.group(1)
+
+
+@pytest.mark.parametrize("uid, gid, refused", [("0", "1000", "PROXIMA_UID=0"), ("1000", "0", "PROXIMA_GID=0"),
+                                               ("", "1000", "PROXIMA_UID="), ("1000", "1000", None),
+                                               ("1234", "1234", None)])
+def test_build_refuses_uid_or_gid_0_in_one_line(uid, gid, refused):
+    """--build-arg PROXIMA_UID="$(id -u)" as root: useradd's 'UID 0 is not unique', exit 4, before."""
+    r = subprocess.run(["bash", "-o", "pipefail", "-c", _uid_guard()], env={"PATH": "/usr/bin:/bin",
+                       "PROXIMA_UID": uid, "PROXIMA_GID": gid}, capture_output=True, text=True, timeout=30)
+    if refused is None:
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        return
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stderr.startswith(f"{refused} is refused: the image's user needs a number other than 0 (root); "
+                               "build with the default 1000"), r.stderr
+    assert "chown -R 1000:1000 runs checkpoints notebooks" in r.stderr
+
+
+def test_image_environment_sets_bash_for_terminals_and_lets_pip_install():
+    env = " ".join(rest for word, rest in instructions() if word == "ENV").split()
+    assert "SHELL=/bin/bash" in env  # Jupyter's terminals open $SHELL (dash otherwise)
+    assert "PIP_BREAK_SYSTEM_PACKAGES=1" in env  # the install hints' pip command on Debian's Python
 
 
 def test_build_context_filter_lets_the_copies_through():
@@ -205,6 +246,7 @@ def test_entrypoint_is_strict_bash_with_sshd_settings():
     assert 'SSH_PORT="${SSH_PORT:-2222}"' in text
     assert "/run/secrets/authorized_keys" in text and "SSH_AUTHORIZED_KEYS" in text
     assert '--ip="$LISTEN_ADDRESS"' in text and "--no-browser" in text and '--port="$JUPYTER_PORT"' in text
+    assert "--ServerApp.port_retries=0" in text  # a busy JUPYTER_PORT fails, never moves on in silence
     assert 'JUPYTER_PORT="${JUPYTER_PORT:-8888}"' in text
     assert 'LISTEN_ADDRESS="${PROXIMA_LISTEN_ADDRESS:-0.0.0.0}"' in text
     assert os.access(ENTRYPOINT, os.X_OK), "entrypoint.sh should be executable in git"
@@ -324,6 +366,103 @@ def test_entrypoint_rejects_a_garbage_line_beside_a_valid_key(sandbox, keypair):
     r = _dry_run(env, SSH_AUTHORIZED_KEYS=f"{keypair}\nssh-ed25519 AAAAmistyped laptop")
     assert r.returncode == 1 and "SSH key line 2 is not a valid public key" in r.stderr, r.stderr
     assert "would start" not in r.stderr and not (home / ".sshd" / "one_key.pub").exists()
+
+
+# ------------------------------------------------------------------- entrypoint: user and folders
+def _as_other_user(base, prefix, **extra):
+    """The entrypoint's dry run as an unprivileged user, with base/ws as its /workspace."""
+    entrypoint = base / "entrypoint.sh"
+    shutil.copy(ENTRYPOINT, entrypoint)
+    entrypoint.chmod(0o755)
+    home = base / "home"
+    home.mkdir(exist_ok=True)
+    home.chmod(0o777)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "JUPYTER_TOKEN": "0123456789abcdef0123",
+           "PROXIMA_ENTRYPOINT_DRY_RUN": "1", "SSH_AUTHORIZED_KEYS": "", "PROXIMA_WORKSPACE": str(base / "ws"),
+           "SSH_AUTHORIZED_KEYS_FILE": str(base / "no-such-secret"), **extra}
+    return subprocess.run([*prefix, "bash", str(entrypoint)], env=env, capture_output=True, text=True,
+                          timeout=60, cwd=base)
+
+
+def _other_account():
+    """(name, uid, gid) of an account that is neither root nor the unprivileged fixture's user"""
+    import pwd
+    me = os.geteuid() if os.geteuid() != 0 else 65534
+    return next((e.pw_name, e.pw_uid, e.pw_gid) for e in pwd.getpwall() if e.pw_uid not in (0, me))
+
+
+def test_entrypoint_refuses_a_uid_other_than_the_images_user(unprivileged):
+    """--user 1234:1234 failed with tracebacks (no passwd entry, a home it cannot write)."""
+    base, prefix = unprivileged
+    name, uid, gid = _other_account()
+    r = _as_other_user(base, prefix, PROXIMA_USER=name)
+    me = 65534 if prefix else os.geteuid()
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.splitlines() == [
+        f"proxima-entrypoint: error: running as uid {me} (--user, or compose's user:), but this image's user is "
+        f"{name}, uid {uid}: leave out --user, or rebuild the image with --build-arg PROXIMA_UID={me} "
+        f"--build-arg PROXIMA_GID={me} (docker/README.md), or with rootless podman run with "
+        f"--userns=keep-id:uid={uid},gid={gid}"], r.stderr
+    assert list((base / "home").iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("folder", ["runs", "checkpoints", "notebooks"])
+def test_entrypoint_refuses_a_workspace_folder_it_cannot_write(unprivileged, folder):
+    """What Docker creates for a missing host folder (root's, mode 755): every run failed later with
+    a lock error, and Jupyter refused to save only when saving."""
+    base, prefix = unprivileged
+    if not prefix:
+        pytest.skip("needs root, to make a folder the entrypoint's user cannot write")
+    ws = base / "ws"
+    for name in ("runs", "checkpoints", "notebooks"):
+        (ws / name).mkdir(parents=True)
+        if name != folder:
+            os.chown(ws / name, 65534, 65534)
+    (ws / folder).chmod(0o755)  # root's
+    r = _as_other_user(base, prefix)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.splitlines() == [
+        f"proxima-entrypoint: error: {ws / folder} is not writable by nobody (uid 65534): it is owned by uid 0, "
+        f"gid 0, mode 755; on the host, give the folder mounted there to uid 65534: sudo chown 65534:65534 "
+        f"{folder}; with rootless podman run with --userns=keep-id:uid=65534,gid=65534"], r.stderr
+    assert not (base / "home" / ".sshd").exists()
+    # the folders writable: it goes on to the dry run
+    os.chown(ws / folder, 65534, 65534)
+    r = _as_other_user(base, prefix)
+    assert r.returncode == 0 and "dry run: would exec jupyter lab" in r.stderr, r.stderr
+
+
+def test_entrypoint_names_a_rebuild_for_a_folder_of_another_user(unprivileged):
+    base, prefix = unprivileged
+    if not prefix:
+        pytest.skip("needs root, to give a folder to another user")
+    (base / "ws" / "runs").mkdir(parents=True)
+    os.chown(base / "ws" / "runs", 1234, 1235)
+    r = _as_other_user(base, prefix)
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert ("it is owned by uid 1234, gid 1235, mode 755; on the host, give the folder mounted there to uid "
+            "65534: sudo chown 65534:65534 runs, or rebuild the image with --build-arg PROXIMA_UID=1234 "
+            "--build-arg PROXIMA_GID=1235;") in r.stderr, r.stderr
+
+
+# ----------------------------------------------------------------------- install advice in the image
+def test_install_hint_in_the_image_names_the_images_pip_command(monkeypatch, tmp_path):
+    """The image has no checkout and no .venv: its advice is docker/README.md's command."""
+    from proxima import config
+
+    monkeypatch.setattr(config, "IMAGE_CONSTRAINTS", str(tmp_path / "absent.txt"))
+    assert config.install_hint("mujoco") == ("install it from the repository root with: "
+                                             ".venv/bin/pip install -c requirements.lock -e '.[mujoco]'")
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("numpy==2.4.0\n")
+    monkeypatch.setattr(config, "IMAGE_CONSTRAINTS", str(constraints))
+    command = f"pip install -c {constraints} 'gymnasium[mujoco]<2,>=1.1'"
+    assert config.install_hint("mujoco") == f"install it in this container with: {command}"
+    assert config.extra_install("atari") == (f"pip install -c {constraints} 'envpool>=1.2.5' 'ale-py>=0.9' "
+                                             "'opencv-python-headless>=4.8'")  # Linux: no marker
+    # docker/README.md documents the same command (with the image's path)
+    readme = (DOCKER / "README.md").read_text()
+    assert command.replace(str(constraints), "/usr/local/share/proxima/constraints.txt") in readme
 
 
 # ------------------------------------------------------------------- entrypoint: SSH environment
@@ -577,16 +716,41 @@ def test_compose_requires_the_jupyter_token():
 def test_compose_volumes_and_build():
     svc = compose_service()
     targets = {v.split(":")[1] for v in svc["volumes"]}
-    assert {"/workspace/runs", "/workspace/checkpoints"} <= targets
+    # notebooks/: what is saved in Jupyter outside a volume goes with the container
+    assert {"/workspace/runs", "/workspace/checkpoints", "/workspace/notebooks"} <= targets
+    # the repository's notebooks/, so the quickstart shows in Jupyter
+    assert "../notebooks:/workspace/notebooks" in svc["volumes"]
+    assert "mkdir -p runs checkpoints notebooks" in COMPOSE.read_text()
     context = (COMPOSE.parent / svc["build"]["context"]).resolve()
     assert context == ROOT and (context / svc["build"]["dockerfile"]).resolve() == DOCKERFILE
 
 
 def test_readme_covers_the_recipe():
     text = (DOCKER / "README.md").read_text()
-    for needle in ("docker build", "podman build", "JUPYTER_TOKEN", "ssh -p 2222", "tmux new -d -s train 'proxima train CartPole-v1'",
+    for needle in ("docker build", "podman build", "JUPYTER_TOKEN", "ssh -p 2222",
+                   "tmux new -d -s train 'proxima train CartPole-v1; exec bash'",
                    "make test-container", "make ci-train", "torch==", "pyproject.toml", "--build-context wheels="):
         assert needle in text, needle
+
+
+@pytest.mark.parametrize("doc", ["docker/README.md", "README.md"])
+def test_docs_run_lines_create_and_mount_the_three_folders(doc):
+    """A run line without `mkdir -p`: podman fails (statfs), Docker makes the folder root's. Every
+    documented docker/podman run mounts notebooks/ too, and tmux keeps an early failure's pane."""
+    text = (ROOT / doc).read_text()
+    if doc == "README.md":
+        text = text[text.index("## Container"):text.index("## Docs")]
+    blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
+    runs = [b for b in blocks if re.search(r"^(docker|podman) run -d", b, re.M)]
+    assert runs, doc
+    for block in runs:
+        mkdir = block.find("mkdir -p runs checkpoints notebooks")
+        assert 0 <= mkdir < block.index(" run -d"), block
+        for command in re.findall(r"^(?:docker|podman) run -d.*?(?<!\\)\n", block, re.M | re.S):
+            for folder in ("runs", "checkpoints", "notebooks"):
+                assert f'-v "$PWD/{folder}:/workspace/{folder}"' in command, (folder, command)
+    tmux = re.findall(r"tmux new -d -s train '[^']*'", text)
+    assert tmux and all(t.endswith("; exec bash'") for t in tmux), tmux
 
 
 def test_image_is_named_proxima_version_everywhere():
