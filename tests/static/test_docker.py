@@ -3,7 +3,6 @@ with bash. The rules checked here are the ones docker/README.md promises."""
 
 import json
 import os
-import pty
 import re
 import shlex
 import shutil
