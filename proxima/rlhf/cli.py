@@ -28,6 +28,10 @@ def register(subparsers) -> argparse.ArgumentParser:
                    "keyword-sentiment reward (or --reward module:function); writes curve.png.")
     p.add_argument("--demo-pretrain-steps", type=int, default=None, metavar="N",
                    help="--demo only: next-token pretraining steps before PPO (default: 200).")
+    p.add_argument("--trust-run", action="store_true",
+                   help="Trust the --config file: import the module:function or file.py:function rewards it names and "
+                        "search the folders of its reward_import_path (otherwise give them as --reward and "
+                        "--reward-import-path).")
     from .demo import demo_config
 
     plain, demo = RLHFConfig(), demo_config()
@@ -83,15 +87,17 @@ def flag_values(args: argparse.Namespace) -> dict:
 
 
 def load_yaml(path: str) -> dict:
-    """``--config FILE.yaml`` for rlhf: the same reader and errors as ``proxima train --config``."""
+    """``--config FILE.yaml`` for rlhf: the same reader and errors as ``proxima train --config`` (a FIFO or
+    device is refused, not waited on; the size is capped, as for a run's files)."""
     from ..config import load_config_file
 
     return load_config_file(path)
 
 
 def is_run_config(path: str, values: dict) -> bool:
-    """Whether ``--config FILE`` is a run's recorded config.yaml (data, maybe a stranger's): its folder
-    holds a meta.json, or the run_dir it records is its own folder."""
+    """Whether ``--config FILE`` is a run's recorded config.yaml: its folder holds a meta.json, or the
+    run_dir it records is its own folder (such a file always records reward_import_path: the folder
+    that run started in, not a choice of the user's)."""
     from pathlib import Path
 
     try:
@@ -105,24 +111,45 @@ def is_run_config(path: str, values: dict) -> bool:
 
 
 def build_config(args: argparse.Namespace, base: RLHFConfig = None) -> RLHFConfig:
-    """defaults (``base``) < ``--config FILE`` < flags. A run's own config.yaml given as FILE is data:
-    a reward it records that would import code (``module:function``, ``file.py:function``) is refused
-    unless ``--reward`` names the rewards on the command line, and the folders it records in
-    reward_import_path are searched only when ``--reward-import-path`` names them too."""
-    from .config import reward_specs
-    from .rewards import refuse_recorded_rewards
-
+    """defaults (``base``) < ``--config FILE`` < flags. FILE is data, whoever wrote it (a run's
+    config.yaml downloaded alone, a file pasted from elsewhere), as PPO's ``train --config`` treats a
+    module env id: a reward it names that would import code (``module:function``, ``file.py:function``)
+    is refused unless ``--reward`` names the rewards on the command line or ``--trust-run`` trusts the
+    file; the folders of its reward_import_path are searched for such a reward only with
+    ``--reward-import-path`` or ``--trust-run`` (a run's own config.yaml: left out, as that run's start
+    folder; any other file: refused)."""
     cfg = base or RLHFConfig()
     typed = flag_values(args)
+    if getattr(args, "trust_run", False) and not args.config:  # a flag this run would ignore
+        raise ConfigError("--trust-run: trusts the rewards of a --config file; give --config FILE, or drop --trust-run "
+                          "(a --reward on the command line is yours already)")
     if args.config:
         values = load_yaml(args.config)
-        if is_run_config(args.config, values):
-            values = {k: v for k, v in values.items() if str(k).replace("-", "_") != "reward_import_path"}
-            if "reward" not in typed:
-                refuse_recorded_rewards(reward_specs(from_dict(values, cfg, source=args.config)), args.config,
-                                        "give it on the command line (--reward {spec})")
+        if not getattr(args, "trust_run", False):
+            values = _untrusted_file(args.config, values, typed, cfg)
         cfg = from_dict(values, cfg, source=args.config)
     return from_dict(typed, cfg, source="command line")
+
+
+def _untrusted_file(path: str, values: dict, typed: dict, base: RLHFConfig) -> dict:
+    """``values`` of --config ``path`` without what would run code the command line did not name."""
+    from .config import reward_specs
+    from .rewards import imports_code, refuse_recorded_rewards
+
+    how = "give it on the command line (--reward {spec}), or pass --trust-run"
+    if "reward" not in typed:
+        refuse_recorded_rewards(reward_specs(from_dict(values, base, source=path)), path, how, origin="a --config file")
+    key = next((k for k in values if str(k).replace("-", "_") == "reward_import_path"), None)
+    if key is None or "reward_import_path" in typed:
+        return values
+    folders = from_dict({key: values[key]}, base, source=path).reward_import_path
+    rewards = reward_specs(from_dict(typed, from_dict(values, base, source=path), source="command line"))
+    if folders and any(imports_code(r) for r in rewards) and not is_run_config(path, values):
+        shown = printable(",".join(folders))[:200]
+        raise ConfigError(f"{path}: reward_import_path {shown} would be searched first to import the reward's module; "
+                          "not done for folders read from a --config file: give them on the command line "
+                          f"(--reward-import-path {shown}), or pass --trust-run, if you trust them")
+    return {k: v for k, v in values.items() if k != key}
 
 
 def run(args: argparse.Namespace) -> int:

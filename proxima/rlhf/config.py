@@ -109,6 +109,23 @@ FIELDS = {f.name: f for f in dataclasses.fields(RLHFConfig)}
 #: the lowest --temperature: the logits are divided by it, and below this float32 logits can overflow
 MIN_TEMPERATURE = 1e-3
 
+# Fixed caps on the sizes that multiply into memory, checked before anything loads (the model, so its
+# vocabulary and width, is not known yet). Generation samples the whole batch at once: each token step
+# holds batch x vocabulary float32 logits (65,536 responses of a 32K-token vocabulary: 8.6 GB) and the
+# KV cache holds every token of every response in every layer. Published RLHF recipes use 64 to 1,024
+# responses a step and contexts up to 128K tokens, so these are far above any run that fits, and far
+# below the sizes (10**12) that would allocate for minutes and end in a MemoryError.
+#: --batch-size: responses per rollout per process (num_minibatches, micro_batch_size and
+#: samples_per_prompt must divide it, so they are bounded by it too)
+MAX_BATCH_SIZE = 1 << 16
+#: --max-prompt-length and --max-new-tokens, each (the policy's positions bound them later too)
+MAX_SEQUENCE_TOKENS = 1 << 20
+#: batch_size x (max_prompt_length + max_new_tokens): the tokens of one rollout, each held as ids, masks,
+#: per-token log-probs, values and advantages, and in the KV cache while generating
+MAX_ROLLOUT_TOKENS = 1 << 26
+#: --lora-r: the adapter's A and B matrices grow with it; a rank above the model's width adds nothing
+MAX_LORA_R = 1 << 16
+
 
 def from_dict(values: dict, base: Optional[RLHFConfig] = None, source: str = "config") -> RLHFConfig:
     """Apply a plain dict (YAML file, flags) on top of ``base``; unknown keys are errors."""
@@ -217,6 +234,18 @@ def validate(cfg: RLHFConfig) -> None:
                  "samples_per_prompt", "threads", "keep_checkpoints", "samples_logged", "lora_r", "lora_alpha", "kl_horizon"):
         if getattr(cfg, name) < 1:
             bad(name, "must be at least 1")
+    for name, cap, what in (("batch_size", MAX_BATCH_SIZE, "responses per rollout per process, all generated at once"),
+                            ("max_prompt_length", MAX_SEQUENCE_TOKENS, "tokens"),
+                            ("max_new_tokens", MAX_SEQUENCE_TOKENS, "tokens"),
+                            ("lora_r", MAX_LORA_R, "a rank above the model's width adds nothing")):
+        if getattr(cfg, name) > cap:
+            bad(name, f"must be at most {cap:,} ({what}); lower it")
+    tokens = cfg.batch_size * (cfg.max_prompt_length + cfg.max_new_tokens)
+    if tokens > MAX_ROLLOUT_TOKENS:  # each within its cap, their product is the rollout's memory
+        bad("batch_size", f"x (max_prompt_length {cfg.max_prompt_length} + max_new_tokens {cfg.max_new_tokens}) = "
+                          f"{tokens:,} tokens in one rollout, more than the {MAX_ROLLOUT_TOKENS:,} a process can hold "
+                          "(ids, log-probs, values and the KV cache of every token); lower --batch-size, "
+                          "--max-prompt-length or --max-new-tokens")
     from ..config import max_threads, threads_limit_text
 
     if cfg.threads > max_threads():  # a huge count (typed, or recorded in a run's config.yaml) crashes torch

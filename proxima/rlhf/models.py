@@ -17,6 +17,8 @@ import hashlib
 import inspect
 import json
 import os
+import pickle
+import re
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -107,6 +109,8 @@ def load_pretrained(auto_class, path: str, what: str, dtype: torch.dtype, **kwar
     except Exception as e:  # corrupt safetensors, a truncated file, a bad config: one line naming the directory
         if _needs_custom_code(e):
             raise _refuse_custom_code(path, what, "use a model of an architecture transformers ships") from None
+        if isinstance(e, pickle.UnpicklingError):  # torch's own message advises weights_only=False: never passed on
+            raise _refuse_pickle(path, what, e) from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise ConfigError(f"{what} {path!r}: cannot load {auto_class.__name__}: {type(e).__name__}: {first}") from None
     problems = [f"{label} {_names(info.get(key) or ())}" for key, label in
@@ -118,6 +122,20 @@ def load_pretrained(auto_class, path: str, what: str, dtype: torch.dtype, **kwar
                           f"refusing to start from random or dropped weights")
     check_finite(model, what, path)
     return model
+
+
+def _refuse_pickle(path: str, what: str, e: Exception) -> ConfigError:
+    """The one line for a pytorch_model.bin that torch's weights_only unpickler refused, in PPO's words
+    (checkpoint.py): the GLOBAL it references (posix.system: code that would run as the file loads), or
+    the file is damaged; torch's advice to retry with weights_only=False would run that code."""
+    found = re.search(r"GLOBAL ([\w.]+)", f"{e} {e.__cause__ or ''} {e.__context__ or ''}")
+    if found:
+        return ConfigError(f"{what} {path!r}: refused to load its weights: the file references {found.group(1)}, which "
+                           "would run code when unpickled; model weights hold only tensors (do not open it with "
+                           "weights_only=False unless you trust its source; a model.safetensors copy holds no code)")
+    last = [line.strip() for line in str(e).splitlines() if line.strip() and "weights_only" not in line]
+    why = (last[-1] if last else type(e).__name__)[:120]
+    return ConfigError(f"{what} {path!r}: corrupted weights (unpickling failed: {why}); use another copy of the model")
 
 
 def _needs_custom_code(e: Exception) -> bool:
@@ -161,14 +179,20 @@ def max_positions(config) -> Optional[int]:
     return None
 
 
-def load_policy(spec: str, seed: int, dtype: torch.dtype = torch.float32) -> tuple:
+def load_policy(spec: str, seed: int, dtype: torch.dtype = torch.float32, fits=None) -> tuple:
     """(model, tokenizer_dir or None). A fresh model (from a config.json) is initialized under ``seed``.
 
     The tokenizer directory is the policy's own, or None when it holds no tokenizer files (then
-    --tokenizer must name one); the model must be causal (:func:`check_causal`)."""
+    --tokenizer must name one); the model must be causal (:func:`check_causal`). ``fits(n_params)``,
+    when given, is called with the model's parameter count before any weight is allocated (counted on
+    the meta device) and raises ConfigError when the run cannot hold it (:func:`check_model_fits`)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     kind, source, folder = _policy_source(spec)
+    if fits is not None:
+        n_params = parameter_count(source if kind == "pretrained" else dict(source))
+        if n_params is not None:
+            fits(n_params)
     if kind == "pretrained":
         check_generation_config(Path(source), "--policy")
         model = load_pretrained(AutoModelForCausalLM, source, "--policy", dtype)
@@ -196,6 +220,51 @@ def load_policy(spec: str, seed: int, dtype: torch.dtype = torch.float32) -> tup
     disable_dropout(model)
     check_causal(model, spec)
     return use_fused_gelu(model), folder
+
+
+def parameter_count(source) -> Optional[int]:
+    """Parameters of the causal LM that ``source`` (a model folder, or a config.json's dict) describes,
+    counted on the meta device: nothing is allocated, so a config.json asking for 40 GB costs nothing.
+    None when the config cannot be built this way: the real load then reports what is wrong with it."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        with catch_warnings(record=True):
+            if isinstance(source, dict):
+                fields = dict(source)
+                config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+            else:
+                config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+        return sum(p.numel() for p in model.parameters())  # tied weights counted once, as they are stored
+    except Exception:
+        return None
+
+
+def check_model_fits(spec: str, n_params: int, dtype: torch.dtype, copies: int, what: str, device: torch.device,
+                     processes: int = 1, lora: bool = False) -> None:
+    """ConfigError when ``copies`` copies of a model of ``n_params`` parameters in ``dtype`` (``what``
+    names them) surely do not fit in the free memory of ``device``, or one copy (loaded on the host first)
+    not in the host's. ``processes``: ranks on one host that each hold their own copies (CPU); only a
+    lower bound is counted (no activations, no KV cache), so only runs that cannot fit are refused."""
+    from .. import sizing
+    from ..diskspace import human_bytes
+
+    one = n_params * torch.empty((), dtype=dtype).element_size()
+    host = sizing.free_memory(torch.device("cpu"))
+    need, free = one * copies * processes, host
+    if device.type != "cpu":
+        free = sizing.free_memory(device)
+        if host is not None and one > host:
+            need, free, copies, what, device = one, host, 1, "loaded on the host first", torch.device("cpu")
+    if free is None or need <= free:
+        return
+    dtype_name = str(dtype).replace("torch.", "")
+    ranks = f" in each of {processes} processes" if processes > 1 else ""
+    raise ConfigError(f"--policy {spec!r}: {n_params:,} parameters, {human_bytes(one)} in {dtype_name}; the run holds "
+                      f"{copies} {'copy' if copies == 1 else 'copies'}{ranks} ({what}), ~{human_bytes(need)} on {device}, {human_bytes(free)} free; "
+                      f"use a smaller model{'' if lora else ', --lora'} or a device with more memory")
 
 
 class _UnusableModel(Exception):

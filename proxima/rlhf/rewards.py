@@ -127,10 +127,10 @@ def imports_code(spec) -> bool:
     return bool(sep and module_name and func_name)
 
 
-def refuse_recorded_rewards(specs: list, source, how: str) -> None:
-    """ConfigError when a reward in ``specs``, read from ``source`` (a run's config.yaml), would
-    import and run code: a run directory is data, never code, until the user says otherwise
-    (``how``: the flag or command that does; ``{spec}`` in it is the reward's spec)."""
+def refuse_recorded_rewards(specs: list, source, how: str, origin: str = "a run's files") -> None:
+    """ConfigError when a reward in ``specs``, read from ``source`` (a run's config.yaml, a --config
+    file: ``origin`` in the message), would import and run code: a file is data, never code, until
+    the user says otherwise (``how``: the flag or command that does; ``{spec}`` in it is the reward's spec)."""
     def shown(text: str) -> str:  # a value from a file, in one line of reasonable length
         return text if text.isprintable() and len(text) <= 200 else repr(text[:200])
 
@@ -140,7 +140,7 @@ def refuse_recorded_rewards(specs: list, source, how: str) -> None:
             module = spec.rpartition(":")[0]
             what = f"the file {shown(module)}" if module.endswith(".py") else f"module '{shown(module)}'"
             raise ConfigError(f"{source}: the recorded reward '{shown(spec)}' would import and run {what}; not done for a "
-                              f"reward read from a run's files: {how.format(spec=shown(spec))} if you trust that code")
+                              f"reward read from {origin}: {how.format(spec=shown(spec))} if you trust that code")
 
 
 def load_rewards(specs: list, weights: list, device: torch.device, dtype: torch.dtype = torch.float32,

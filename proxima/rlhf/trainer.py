@@ -16,6 +16,7 @@ optimizers and processes around it, and loop.py runs the steps, logs and writes 
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import time
 from typing import Optional
@@ -33,7 +34,7 @@ from .generation import (SamplingSettings, decode_responses, generate, pad_left,
 from .kl import KLController, kl_per_token
 from .masked import masked_mean, masked_sum, masked_whiten
 from ..device import resolve_device
-from .models import (DTYPES, apply_lora, enable_checkpointing, end_ids, load_policy, logprobs_and_entropy,
+from .models import (DTYPES, apply_lora, check_model_fits, enable_checkpointing, end_ids, load_policy, logprobs_and_entropy,
                      make_reference, make_value_model, max_positions, read_tokenizer, response_logits, token_logprobs,
                      training_tokenizer, vocabulary_sha256, weights_fingerprint, chat_template_sha256)
 from .rewards import RewardBatch, load_rewards
@@ -59,7 +60,7 @@ class RLHFTrainer:
         self.prompts_sha256 = prompts_sha256(self.prompts)  # recorded in checkpoints: a resume checks the file
         self.reward = load_rewards(reward_specs(cfg), cfg.reward_weights, self.device, dtype, cfg.bf16,
                                    cfg.reward_import_path)
-        policy, tokenizer_dir = load_policy(cfg.policy, cfg.seed, dtype)
+        policy, tokenizer_dir = load_policy(cfg.policy, cfg.seed, dtype, fits=self._model_fits(dtype))
         # the tokenizer's folder and the flag that named it, for messages: --tokenizer when it was given,
         # else --policy (its own tokenizer; None when it has none, which read_tokenizer refuses)
         tokenizer_dir, tokenizer_flag = (cfg.tokenizer, "--tokenizer") if cfg.tokenizer else (tokenizer_dir, "--policy")
@@ -119,6 +120,27 @@ class RLHFTrainer:
         torch.manual_seed(cfg.seed * 1000 + self.dist.rank)
         self.sampler = PromptSampler(len(self.prompts), self.dist.rank, self.dist.world_size)
         self.step, self.seconds = 0, 0.0
+
+    def _model_fits(self, dtype: torch.dtype):
+        """load_policy's ``fits``: refuse a policy whose copies this run holds cannot fit, before it is built
+        (a config.json may ask for 40 GB). Counted: the policy, and without LoRA its gradients, Adam's two
+        moments and the frozen reference; with a critic (gae, --value-init policy) the value model's
+        backbone copy, and without LoRA its gradients and moments. Reward models and activations are not
+        counted, so the estimate is a lower bound."""
+        cfg = self.cfg
+        parts = [("policy", 1)] if cfg.lora else [("policy", 1), ("its gradients", 1), ("Adam's 2 moments", 2),
+                                                   ("reference", 1)]
+        if self.critic and cfg.value_init == "policy":
+            parts += [("value model", 1)] if cfg.lora else [("value model with its gradients and moments", 4)]
+        copies = sum(n for _, n in parts)
+        processes = self.dist.world_size
+        if cfg.fsdp and self.device.type != "cpu":  # each GPU holds 1/N of every copy
+            copies, processes = max(1, -(-copies // processes)), 1
+        elif self.device.type != "cpu" or cfg.fsdp:  # a GPU each; or CPU shards that share the host's memory
+            processes = 1
+        return functools.partial(check_model_fits, cfg.policy, dtype=dtype, copies=copies,
+                                 what=", ".join(name for name, _ in parts), device=self.device,
+                                 processes=processes, lora=cfg.lora)
 
     def _stop_ids(self, policy, tokenizer_dir: str) -> list:
         """The ids that end a response: the tokenizer's EOS and, as Hugging Face's generate does, the

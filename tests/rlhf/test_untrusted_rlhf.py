@@ -91,7 +91,10 @@ def test_a_runs_config_given_to_proxima_rlhf_is_data_too(planted, tmp_path, caps
     assert recorded["reward"] == ["proxima.rlhf.demo:keyword_sentiment"] and recorded["reward_import_path"] == [str(tmp_path)]
 
 
-def test_a_config_file_of_ones_own_may_name_a_reward_module(assets, tmp_path, monkeypatch, clean_imports, capsys):
+def test_a_config_file_of_ones_own_may_name_a_reward_module_with_trust_run(assets, tmp_path, monkeypatch, clean_imports,
+                                                                           capsys):
+    """A file's reward module runs only with --trust-run (any --config file may be a downloaded run's:
+    tests/rlhf/test_rlhf_untrusted26.py has the refusal)."""
     lib = tmp_path / "lib"
     lib.mkdir()
     (lib / "my_rewards_untrusted_test.py").write_text("def short(prompts, responses):\n    return [-len(r) for r in responses]\n")
@@ -100,7 +103,7 @@ def test_a_config_file_of_ones_own_may_name_a_reward_module(assets, tmp_path, mo
                                    "reward": "my_rewards_untrusted_test:short", "reward_import_path": [str(lib)], "steps": 1,
                                    "batch_size": 4, "max_new_tokens": 4, "update_epochs": 1, "print_every": 0, "plot": False}))
     monkeypatch.chdir(tmp_path)
-    assert rlhf_main(["--config", str(own), "--run-dir", str(tmp_path / "run")]) == 0, capsys.readouterr().err
+    assert rlhf_main(["--config", str(own), "--trust-run", "--run-dir", str(tmp_path / "run")]) == 0, capsys.readouterr().err
     sys.modules.pop("my_rewards_untrusted_test", None)
 
 
