@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import itertools
 import math
+import operator
 import os
 import stat
 import shutil
@@ -25,6 +26,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -52,6 +54,76 @@ class BadLine(NamedTuple):
     not_utf8: bool = False
 
 
+#: columns a metrics.csv header may name: a PPO run logs len(CSV_COLUMNS) (a population's members each the
+#: same), an RLHF run "step" and its few dozen metrics; a header past this is no file of a run, and reading
+#: its rows would cost memory and a --metric error listing every name
+MAX_CSV_COLUMNS = 256
+#: a file up to this size has its rows read as lists of str (~26x its size, fast to read cell by cell);
+#: a larger one as CsvCells (a few times its size)
+_LIST_BYTES = 8 << 20
+#: bytes of the file looked at in one piece when finding its lines and cells (bounds the temporary arrays)
+_CHUNK = 1 << 18
+
+
+class CsvCells(Sequence):
+    """The cells of one line of a CSV file, read from the file's bytes when asked for: a list of str
+    per row costs ~26x the file (a 60 MB metrics.csv took 1.8 GB to plot), these the file's bytes
+    and 4 bytes a cell (_CsvTable)."""
+    __slots__ = ("_table", "_i")
+
+    def __init__(self, table: "_CsvTable", i: int):
+        self._table, self._i = table, i
+
+    def __len__(self) -> int:
+        return self._table.count[self._i] + 1
+
+    def __getitem__(self, j):
+        # plot reads every cell of a column, row after row: one call, no helper, per cell
+        t, i = self._table, self._i
+        if type(j) is not int:
+            if isinstance(j, slice):
+                return list(self)[j]
+            j = operator.index(j)
+        k = t.count[i]
+        if j < 0:
+            j += k + 1
+        if not 0 <= j <= k:
+            raise IndexError("cell index out of range")
+        c = t.first[i] + j
+        return t.data[t.start[i] if j == 0 else t.commas[c - 1] + 1:t.end[i] if j == k else t.commas[c]].decode("utf-8")
+
+    def __iter__(self):
+        return iter(self._table.cells(self._i))
+
+    def __eq__(self, other):
+        return isinstance(other, (list, tuple, CsvCells)) and list(self) == list(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
+class _CsvTable:
+    """The file's bytes and, per line kept, where it starts and ends and where its commas are: the
+    cells are sliced and decoded when read (the file's lines are checked UTF-8 and without quotes
+    first; a line with a quote is parsed by the csv module and kept as its list)."""
+
+    def __init__(self, data: bytes, starts, ends, comma_first, comma_count, commas):
+        import numpy as np
+
+        def packed(values):  # 4 bytes an entry, read back as plain ints (a numpy scalar per cell read is slow), not copied
+            return memoryview(np.ascontiguousarray(values, dtype=np.uintc))
+
+        self.data = data
+        self.start, self.end, self.first, self.count = map(packed, (starts, ends, comma_first, comma_count))
+        self.commas = packed(commas)
+
+
+    def cells(self, i: int) -> list:
+        return self.data[self.start[i]:self.end[i]].decode("utf-8").split(",")
+
+
 def read_csv_lines(path: Path) -> tuple:
     """([(line number, cells)], [BadLine]): every physical line of a CSV file that is data (a run
     directory may come from anyone), each parsed on its own, so a damaged line costs that line
@@ -59,30 +131,131 @@ def read_csv_lines(path: Path) -> tuple:
     one line; a csv.reader over the whole file would let a hand-edited ``"`` open a quoted field
     that swallows every later line. A line that is not UTF-8 text or that the csv module refuses
     (a field over its size limit, a carriage return inside) is a BadLine; blank lines are neither.
-    Lines are numbered from 1, as editors number them. OSError when the file cannot be read:
+    Lines are numbered from 1, as editors number them. The cells are CsvCells (a sequence of str
+    read from the file's bytes when asked for), a list for a line with a quote: the file near its
+    2 GiB cap is read in a few times its size. OSError when the file cannot be read:
     rundir.RunFileError (one line naming it) for a FIFO planted at its name, which a plain read
-    would block on forever, or a file over rundir.LOG_MAX_BYTES (a sparse file claiming terabytes)."""
+    would block on forever, a file over rundir.LOG_MAX_BYTES (a sparse file claiming terabytes), or
+    a header of more than MAX_CSV_COLUMNS columns (no run logs that many)."""
+    import numpy as np
+
     from . import rundir
 
-    lines, bad = [], []
     data = rundir.read_run_bytes(path, rundir.LOG_MAX_BYTES)
-    offset = 0
-    # lines end in \n, \r\n or \r (a CSV saved by another system's spreadsheet), as the csv module reads them
-    for number, raw in enumerate(data.splitlines(keepends=True), 1):
+    starts, ends = _line_bounds(data, np)
+    _check_header_width(path, data, starts, ends, np)
+    keep = ends > starts  # blank lines are neither rows nor bad
+    commas = _positions(data, ord(","), np)
+    bad, special, limit = [], {}, csv.field_size_limit()
+    for i in _lines_to_parse(data, starts, ends, np):  # not UTF-8, a quote, a field past the csv module's limit
+        s, e = int(starts[i]), int(ends[i])
         try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            bad.append(BadLine(number, f"not UTF-8 text: byte 0x{raw[e.start]:02x} at offset {offset + e.start}", True))
-        else:
-            try:
-                cells = next(csv.reader((text.rstrip("\r\n"),)), [])
-            except csv.Error as e:
-                bad.append(BadLine(number, f"not CSV: {e}"))
-            else:
-                if cells:
-                    lines.append((number, cells))
-        offset += len(raw)
+            text = data[s:e].decode("utf-8")
+        except UnicodeDecodeError as err:
+            bad.append(BadLine(i + 1, f"not UTF-8 text: byte 0x{data[s + err.start]:02x} at offset {s + err.start}", True))
+            keep[i] = False
+            continue
+        if '"' not in text:  # a long line: its fields are the gaps between commas (no list of a million cells)
+            a, b = np.searchsorted(commas, [s, e])
+            edges = np.concatenate([[s - 1], commas[a:b].astype(np.int64), [e]])
+            if int(np.diff(edges).max()) - 1 > limit:
+                bad.append(BadLine(i + 1, f"not CSV: field larger than field limit ({limit})"))
+                keep[i] = False
+            continue
+        try:
+            special[i] = next(csv.reader((text,)), [])
+        except csv.Error as err:
+            bad.append(BadLine(i + 1, f"not CSV: {err}"))
+            keep[i] = False
+    kept = np.flatnonzero(keep)
+    first = np.searchsorted(commas, starts[kept])
+    count = np.searchsorted(commas, ends[kept]) - first
+    table = _CsvTable(data, starts[kept], ends[kept], first, count, commas)
+    if len(data) <= _LIST_BYTES:  # a list of str per row reads faster, and a file this small costs little so
+        lines = [(n + 1, special[n] if n in special else table.cells(j)) for j, n in enumerate(kept.tolist())]
+    else:
+        lines = [(n + 1, special[n] if n in special else CsvCells(table, j)) for j, n in enumerate(kept.tolist())]
     return lines, bad
+
+
+def _check_header_width(path: Path, data: bytes, starts, ends, np) -> None:
+    """RunFileError when the first line that is not blank names more than MAX_CSV_COLUMNS columns:
+    refused before its rows are read, in one line that names three of them."""
+    from .rundir import RunFileError
+
+    full = np.flatnonzero(ends > starts)
+    if not len(full):
+        return
+    s, e = int(starts[full[0]]), int(ends[full[0]])
+    if data.count(b",", s, e) < MAX_CSV_COLUMNS:
+        return
+    try:
+        text = data[s:e].decode("utf-8")
+        names = text.split(",") if '"' not in text else next(csv.reader((text,)))
+    except (UnicodeDecodeError, csv.Error):
+        return  # not a header at all: the readers refuse it in their own words
+    if len(names) > MAX_CSV_COLUMNS:
+        shown = ", ".join(name[:40] for name in names[:3])
+        raise RunFileError(f"{path}: its header (line {int(full[0]) + 1}) names {len(names):,} columns ({shown} and "
+                           f"{len(names) - 3:,} more), more than the {MAX_CSV_COLUMNS} a run logs; it is no metrics.csv "
+                           "Proxima wrote (was it edited?)")
+
+
+def _positions(data: bytes, byte: int, np):
+    """Offsets (uint32: the file is under 4 GiB) of every ``byte`` in ``data``, found a piece at a time."""
+    view, found = np.frombuffer(data, dtype=np.uint8), np.empty(data.count(bytes([byte])), dtype=np.uintc)
+    at = 0
+    for a in range(0, len(data), _CHUNK):
+        piece = np.flatnonzero(view[a:a + _CHUNK] == byte)
+        found[at:at + len(piece)] = piece + a
+        at += len(piece)
+    return found
+
+
+def _line_bounds(data: bytes, np) -> tuple:
+    """(starts, ends) of the physical lines of ``data``, the end before its \\n, \\r\\n or \\r, as
+    bytes.splitlines (and the csv module) splits them."""
+    nl, cr = _positions(data, 10, np), _positions(data, 13, np)
+    crlf = np.zeros(len(cr), dtype=bool)
+    if len(cr):
+        after = cr.astype(np.int64) + 1
+        inside = after < len(data)
+        crlf[inside] = np.frombuffer(data, dtype=np.uint8)[after[inside]] == 10
+    lone_nl = np.setdiff1d(nl, cr[crlf] + np.uintc(1), assume_unique=True)
+    ends = np.sort(np.concatenate([cr, lone_nl]))
+    next_start = ends + 1 + np.isin(ends, cr[crlf]).astype(np.uintc)
+    starts = np.concatenate([np.zeros(1, dtype=np.uintc), next_start]).astype(np.uintc)
+    if len(next_start) and int(next_start[-1]) == len(data):  # the last line ends with its line end
+        starts = starts[:-1]
+    else:
+        ends = np.concatenate([ends, np.array([len(data)], dtype=np.uintc)])
+    return starts, ends
+
+
+def _lines_to_parse(data: bytes, starts, ends, np) -> list:
+    """Indices of the lines the commas alone do not split as the csv module does: bytes that are
+    not UTF-8, a quote, a line longer than the csv module's field limit (the module refuses a longer
+    field); the others' cells are what lies between their commas."""
+    lines = set()
+
+    def line_of(offsets):
+        return np.searchsorted(starts, offsets, side="right") - 1
+
+    lines.update(line_of(_positions(data, ord('"'), np)).tolist())
+    lines.update(np.flatnonzero((ends - starts) > csv.field_size_limit()).tolist())
+    for a in range(0, len(data), _CHUNK):  # UTF-8 is checked a piece at a time; a piece that fails, line by line
+        i, j = np.searchsorted(starts, [a, a + _CHUNK])
+        if i == j:
+            continue
+        try:
+            data[int(starts[i]):int(ends[j - 1])].decode("utf-8")
+        except UnicodeDecodeError:
+            for k in range(i, j):
+                try:
+                    data[int(starts[k]):int(ends[k])].decode("utf-8")
+                except UnicodeDecodeError:
+                    lines.add(k)
+    return sorted(lines)
 
 
 def whole_rows(lines: list, bad: list) -> tuple:
@@ -94,6 +267,7 @@ def whole_rows(lines: list, bad: list) -> tuple:
     if not lines:
         return [], [], skipped
     (_, header), body = lines[0], lines[1:]
+    header = list(header)  # read by name many times: a list, not CsvCells
     last = max([n for n, _ in lines] + list(skipped))
     rows = []
     for n, cells in body:

@@ -27,6 +27,9 @@ from .diskspace import human_bytes
 
 #: bytes of one Gymnasium env instance (a Python object with its spaces and RNG), a conservative guess
 GYM_ENV_BYTES = 20_000
+#: bytes of one ``--vector async`` worker process of its own (forked: what it does not share with the
+#: run; measured ~5 MB private, ~20 MB PSS, per Pendulum-v1 worker), a lower bound
+ASYNC_WORKER_BYTES = 4 << 20
 
 
 def free_memory(device: torch.device) -> Optional[int]:
@@ -54,7 +57,13 @@ class EnvSizes(tuple):
     def __new__(cls, obs_size: int, act_size: int, native: bool, layout=None):
         self = super().__new__(cls, (int(obs_size), int(act_size), bool(native)))
         self.layout = layout
+        self.processes = []  # the async worker processes of the env the sizes were read from (env_sizes)
         return self
+
+    @property
+    def workers(self) -> int:
+        """How many of ``processes`` still run (their env not closed)."""
+        return sum(map(_running, self.processes))
 
 
 def obs_bytes(cfg: PPOConfig, layout) -> int:
@@ -198,11 +207,20 @@ def check_fits(cfg: PPOConfig, device: torch.device, probe=None, processes: int 
     28,224, a camera millions). Without a probe the env is sized as 1 value each way: a lower bound
     that refuses absurd --num-envs before any env is built (train() checks so, then the Trainer
     again with the env it built, before the agent and buffers exist).
+
+    ``--vector async`` forks a worker process per Gymnasium env (per rank): more than RLIMIT_NPROC
+    or pid_max allows, or more than the host's free memory holds at ASYNC_WORKER_BYTES each beside
+    the run, is refused naming --num-envs and --vector (the probe is then called even when the
+    device's free memory is unknown; workers of an env still open are not counted again).
     """
     free = free_memory(device)
+    sizes = probe() if probe is not None and (free is not None or cfg.vector == "async") else None
+    workers = max(0, processes * async_workers(cfg, None if sizes is None else sizes[2]) - getattr(sizes, "workers", 0))
+    check_process_count(cfg, workers, processes)
     if free is None:
+        check_workers_memory(cfg, workers, device, 0)
         return
-    sizes = probe() if probe is not None else (1, 1, True)
+    sizes = sizes if sizes is not None else (1, 1, True)
     obs_size, act_size, native = sizes
     layout = getattr(sizes, "layout", None)
     evals = eval_bytes(cfg, obs_size, native)  # held with the run's buffers: they add up
@@ -210,9 +228,11 @@ def check_fits(cfg: PPOConfig, device: torch.device, probe=None, processes: int 
     nets = network_bytes(cfg, obs_size, act_size, layout)
     if buffers + nets <= free:
         ranks = processes if device.type == "cpu" else 1
-        if ranks <= 1 or ranks * (buffers + nets) - (ranks - 1) * evals <= free:  # rank 0 alone evaluates at the end
+        need = ranks * (buffers + nets) - (ranks - 1) * evals  # rank 0 alone evaluates at the end
+        if ranks <= 1 or need <= free:
+            # the workers live in the host's memory, beside the run's buffers when those are there too
+            check_workers_memory(cfg, workers, device, need if device.type == "cpu" else 0)
             return
-        need = ranks * (buffers + nets) - (ranks - 1) * evals
         raise ConfigError(f"--nproc {ranks}: {ranks} processes on {device} each hold their own buffers and networks, "
                           f"~{human_bytes(buffers + nets)} each, ~{human_bytes(need)} in all, {human_bytes(free)} free; "
                           "lower --nproc, --num-envs or --num-steps")
@@ -236,6 +256,68 @@ def check_fits(cfg: PPOConfig, device: torch.device, probe=None, processes: int 
     lower = "--num-envs, --num-steps or --hidden-sizes" if wide else "--num-envs or --num-steps"
     raise ConfigError(f"--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}: needs ~{human_bytes(buffers + nets)} on {device}, "
                       f"{human_bytes(free)} free; lower {lower}")
+
+
+def async_workers(cfg: PPOConfig, native: Optional[bool] = None) -> int:
+    """Worker processes one run's env forks: ``--vector async`` gives each Gymnasium env its own,
+    forked at once; the native and EnvPool envs ignore --vector. ``native``: what the probe read
+    from a built env (None: from --backend, as make_env resolves it)."""
+    if cfg.vector != "async":
+        return 0
+    if native is None:
+        from .envs import auto_backend
+
+        native = (cfg.backend if cfg.backend != "auto" else auto_backend(cfg.env_id, cfg.env_kwargs)) != "gymnasium"
+    return 0 if native else cfg.num_envs
+
+
+def process_limit() -> Optional[tuple]:
+    """(processes, what bounds them) this user may start: RLIMIT_NPROC's soft limit or the kernel's
+    pid_max, the lower; None when neither is known or bounded."""
+    import resource
+
+    limits = []
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+        if soft != resource.RLIM_INFINITY and soft > 0:
+            limits.append((int(soft), "the RLIMIT_NPROC limit (ulimit -u)"))
+    except (AttributeError, OSError, ValueError):
+        pass
+    try:
+        with open("/proc/sys/kernel/pid_max") as f:
+            limits.append((int(f.read().split()[0]), "the kernel's pid_max"))
+    except (OSError, ValueError, IndexError):
+        pass
+    return min(limits) if limits else None
+
+
+def _async_flags(cfg: PPOConfig) -> str:
+    return f"--num-envs {cfg.num_envs} with --vector async (one worker process per env)"
+
+
+def check_process_count(cfg: PPOConfig, workers: int, processes: int = 1) -> None:
+    """ConfigError when the async workers of the run (all its ranks) are more processes than this
+    user may start: forking them would fail part way, each fork a traceback."""
+    limit = process_limit() if workers > 0 else None
+    if limit is not None and workers >= limit[0]:
+        ranks = f" for --nproc {processes}" if processes > 1 else ""
+        raise ConfigError(f"{_async_flags(cfg)}: {workers:,} processes{ranks}, more than {limit[1]} allows ({limit[0]:,}); "
+                          "use --vector sync (one process) or lower --num-envs")
+
+
+def check_workers_memory(cfg: PPOConfig, workers: int, device: torch.device, held: int) -> None:
+    """ConfigError when the async workers (ASYNC_WORKER_BYTES each), with ``held`` bytes the run
+    keeps in host memory beside them, surely do not fit in the host's free memory (whatever
+    ``device`` trains on: the workers are CPU processes)."""
+    if workers <= 0:
+        return
+    free = free_memory(torch.device("cpu"))
+    need = workers * ASYNC_WORKER_BYTES
+    if free is not None and need + held > free:
+        beside = f" beside the run's ~{human_bytes(held)}" if held else ""
+        raise ConfigError(f"{_async_flags(cfg)}: {workers:,} processes need ~{human_bytes(need)} of memory (~"
+                          f"{human_bytes(ASYNC_WORKER_BYTES)} each){beside}, {human_bytes(free)} free; use --vector sync "
+                          "(one process) or lower --num-envs")
 
 
 def cnn_weight_bytes(cfg: PPOConfig, layout) -> int:
@@ -269,7 +351,18 @@ def env_sizes(env, env_id: str) -> EnvSizes:
     # the obs tensor's shape, not the space's: a Dict space has none (its keys are packed)
     obs = int(math.prod(env.obs_shape))
     act = int(math.prod(env.single_action_space.shape or (1,)))
-    return EnvSizes(obs, act, env.backend != "gymnasium", obs_layout(env.single_observation_space, env_id))
+    sizes = EnvSizes(obs, act, env.backend != "gymnasium", obs_layout(env.single_observation_space, env_id))
+    # an env kept open (the Trainer's) has forked its async workers already: free memory counts them,
+    # and check_fits must not count them again; a probe's env closed since (preflight's) has none left
+    sizes.processes = list(getattr(getattr(env, "envs", None), "processes", None) or ())
+    return sizes
+
+
+def _running(process) -> bool:
+    try:
+        return process.is_alive()
+    except ValueError:  # closed
+        return False
 
 
 def env_probe(cfg: PPOConfig):
