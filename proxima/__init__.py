@@ -54,9 +54,13 @@ def train(config: PPOConfig, **kwargs):
     return _train(config, **kwargs)
 
 
-def load(path, device="cpu"):
+def load(path, device="cpu", env_id=None, trust_env=False, env_kwargs=None):
     """Load a policy from a run directory or checkpoint file onto ``device`` ("cpu", "cuda", "cuda:1" or
-    "auto", as --device takes them); see proxima.checkpoint.load_policy."""
+    "auto", as --device takes them); see proxima.checkpoint.load_policy.
+
+    A run's recorded env id is data: a ``module:Class`` one is evaluated (proxima.evaluate.evaluate)
+    only when named here, ``env_id="module:Class"``, or with ``trust_env=True`` (eval's --env and
+    --trust-run). ``env_kwargs``: the env's constructor arguments instead of the recorded ones."""
     from .checkpoint import load_policy
 
-    return load_policy(path, device=device)
+    return load_policy(path, device=device, env_id=env_id, trust_env=trust_env, env_kwargs=env_kwargs)

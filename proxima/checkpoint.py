@@ -13,6 +13,7 @@ import os
 import pickle
 import random
 import re
+import reprlib
 import shlex
 import stat
 import threading
@@ -978,6 +979,10 @@ class Policy:
         #: the registration's entry point the checkpoint recorded (save_train_state), for the line
         #: naming the module to give when the id is not registered here; None when unknown
         self.env_entry_point: Optional[str] = None
+        #: the run's torch thread count and flush-denormal mode, which evaluate() computes under so
+        #: that its numbers are the run's eval.json's (load_policy sets them; None: the caller's kept)
+        self.run_threads: Optional[int] = None
+        self.run_flush_denormal: Optional[bool] = None
         self.observation_space, self.action_space = observation_space, action_space
         self.device, self.path = torch.device(device), path
 
@@ -1004,8 +1009,11 @@ class Policy:
         and every BatchedEnv's ``step`` (``make_env``) take them: Box actions clipped to the bounds and
         shaped and typed as the action space, Discrete/MultiDiscrete actions with the space's
         ``start`` (Discrete(3, start=1): 1..3). obs_shape as the env's tensors (envs/spaces.py): a
-        flat vector, an image (uint8), or a Dict's packed keys; a Dict observation may also be given
-        as a dict of arrays or tensors (batched or not)."""
+        flat vector, an image (uint8), or a Dict's packed keys, or the Box's own shape where the env
+        declared another ((1, 4), a scalar's ()); a Dict observation may also be given as a dict of
+        arrays or tensors (batched or not). Shapes are held to these, not to their element count
+        (ValueError naming the shape given and those taken); B = 0 gives an empty batch of actions;
+        a NaN/inf in float observations is a ValueError naming its row and column."""
         from .envs.spaces import ObsLayout, ObsPart, env_actions, obs_layout, pack_numpy
 
         if self.observation_space is not None:
@@ -1014,7 +1022,8 @@ class Policy:
             size = int(np.prod(np.shape(obs)[-1:])) if np.ndim(obs) else 1
             layout = ObsLayout((ObsPart(None, (size,), None, 0, size),), (size,), torch.float32, False)
         np_dtype = np.uint8 if layout.dtype == torch.uint8 else np.float32
-        if isinstance(obs, dict):
+        from_dict = isinstance(obs, dict)
+        if from_dict:
             is_numpy = not any(isinstance(v, torch.Tensor) for v in obs.values())
             obs = {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v for k, v in obs.items()}
             missing = [part.key for part in layout.parts if part.key not in obs]
@@ -1037,18 +1046,16 @@ class Policy:
                 self._check_pixel_values(obs, part, "obs", is_numpy)
         x = torch.as_tensor(np.asarray(obs, dtype=np_dtype) if isinstance(obs, np.ndarray) or is_numpy else obs,
                             dtype=layout.dtype, device=self.device)
-        per_env = int(np.prod(layout.shape))
-        # one observation in the env's declared shape (a Box (1, 4), whose tensors are flat (4,)) is not a batch of one
-        declared = getattr(self.observation_space, "declared", None)
-        own_shape = declared is not None and tuple(x.shape) == tuple(declared.shape)
-        batched = not own_shape and x.dim() > len(layout.shape) and x.numel() == x.shape[0] * per_env > 0
-        # one value per observation (a scalar Box, recorded as (1,)): a 1-D (B,) array is B observations
-        batched = batched or (per_env == 1 and x.dim() == 1 and x.shape[0] > 1)
-        single = not batched and x.numel() == per_env
-        if not (batched or single):
-            raise ValueError(f"Policy.act: obs of shape {tuple(x.shape)} does not hold (B, *{layout.shape}) observations of {self.env_id}")
-        n = 1 if single else x.shape[0]
-        action = self.batched_act(x.reshape(n, *layout.shape), deterministic)
+        if not from_dict:  # a dict's keys were held to their shapes by _dict_batch
+            batched, n = self._array_batch(tuple(x.shape), layout)
+        single = not batched
+        if n == 0:  # an empty batch: no rows to act on (a Dict or image encoder cannot reshape zero of them)
+            probe = torch.zeros((1, *layout.shape), dtype=layout.dtype, device=self.device)
+            action = self.batched_act(probe, deterministic=True)[:0]  # its shape and dtype only; draws nothing
+        else:
+            x = x.reshape(n, *layout.shape)
+            self._check_finite(x, layout, batched)
+            action = self.batched_act(x, deterministic)
         out = action.cpu().numpy()
         if self.action_space is not None:
             out = env_actions(out, self.action_space, n)
@@ -1058,16 +1065,19 @@ class Policy:
 
     @staticmethod
     def _dict_batch(obs: dict, layout) -> tuple:
-        """(batched, n) of a dict observation, the first key deciding: every key one observation, or every
-        key a batch of the same n (a key of one value may come as (B,)); ValueError naming the key that is
-        neither (numpy's reshape error named no key)."""
+        """(batched, n) of a dict observation, the first key deciding: every key one observation in its
+        own shape, or every key a batch (n, *its shape) of the same n, n = 0 included (a key of one value
+        may come as (B,)); ValueError naming the key that is neither (numpy's reshape error named no key)."""
         first = layout.parts[0]
         a0 = np.asarray(obs[first.key])
         batched = a0.ndim > len(first.shape)
         n = len(a0) if batched else 1
         for part in layout.parts:
             a = np.asarray(obs[part.key])
-            if a.size == n * part.size and (not batched or (a.ndim >= 1 and len(a) == n)):
+            if part.size > 1:  # held to the key's shape: a (2, 2) key given as (4,) would be read scrambled
+                if a.shape == ((n, *part.shape) if batched else tuple(part.shape)):
+                    continue
+            elif a.size == n and (not batched or (a.ndim >= 1 and len(a) == n)):
                 continue
             if part is first:
                 raise ValueError(f"Policy.act: obs[{part.key!r}] of shape {a.shape} is neither one observation of shape "
@@ -1076,6 +1086,59 @@ class Policy:
             raise ValueError(f"Policy.act: obs[{part.key!r}] of shape {a.shape} is not {what} obs[{first.key!r}] of "
                              f"shape {a0.shape} (each of shape {part.shape})")
         return batched, n
+
+    def _one_shapes(self, layout) -> tuple:
+        """(shapes of one observation, shapes each row of a batch may have): the tensors' shape
+        (``layout.shape``) and the Box the env declared (a (1, 4) Box whose tensors are flat (4,)). A
+        scalar Box (declared (), tensors (1,)): one observation is a 0-d value, a batch (B,) or (B, 1),
+        so the (1,) of a one-env vector env is a batch of one (its step takes (1,) actions back)."""
+        flat = tuple(layout.shape)
+        declared = getattr(self.observation_space, "declared", None)
+        declared = tuple(declared.shape) if declared is not None else None
+        if declared == ():
+            return ((),), ((), flat)
+        if declared is not None and declared != flat:
+            return (declared, flat), (declared, flat)
+        # a one-value observation recorded before declared shapes were (or without a space): a scalar is one too
+        return ((flat, ()) if flat == (1,) else (flat,)), (flat,)
+
+    def _array_batch(self, shape: tuple, layout) -> tuple:
+        """(batched, n) of an array observation of ``shape``: one observation, or a batch (B, *shape)
+        of any B, 0 included. Held to the shapes themselves, not their element count: (2, 2) or (4, 1)
+        hold as many values as one CartPole observation (4,) and were acted on as one. ValueError, one
+        line naming the shape given and the shapes taken."""
+        ones, rows = self._one_shapes(layout)
+        if shape in ones:
+            return False, 1
+        if len(shape) >= 1 and shape[1:] in rows:
+            return True, shape[0]
+        if rows == ((1,),) and len(shape) == 1:  # one value per observation (a scalar without a declared shape): (B,) is B of them
+            return True, shape[0]
+
+        def batch(s: tuple) -> str:
+            return str(("B", *s)).replace("'B'", "B")
+
+        raise ValueError(f"Policy.act: obs of shape {shape} does not hold (B, *{tuple(layout.shape)}) observations of "
+                         f"{self.env_id}: give one observation of shape {' or '.join(map(str, ones))}, or a batch of shape "
+                         f"{' or '.join(batch(s) for s in rows)}")
+
+    def _check_finite(self, x: torch.Tensor, layout, batched: bool) -> None:
+        """ValueError, one line naming the row and column, for a NaN/inf in float observations ``x``
+        (n, *layout.shape), as training and evaluate() refuse them (guards.py): the network would
+        turn it into a NaN action, or into the last action index, without a word. Integer observations
+        are always finite and are not read."""
+        if not x.is_floating_point():
+            return
+        flat = x.reshape(x.shape[0], -1)
+        bad = ~torch.isfinite(flat)
+        if not bool(bad.any()):
+            return
+        i, j = (int(v) for v in torch.nonzero(bad)[0])
+        part = next(p for p in layout.parts if p.offset <= j < p.offset + p.size)
+        where = f"column {j - part.offset}" + (f" of obs[{part.key!r}]" if part.key is not None else "")
+        where = f"row {i}, {where}" if batched else where
+        raise ValueError(f"Policy.act: non-finite observation value {float(flat[i, j])} at {where}; a policy acts on finite "
+                         "observations only (training and evaluation refuse them too): replace it, or find where it came from")
 
     def _check_image_shape(self, x, part, name: str) -> None:
         """ValueError, one line naming the expected and given shapes, unless ``x`` is one image of
@@ -1147,11 +1210,19 @@ _POLICY_FIELDS = {
                      "a list of positive widths"),
     "activation": (lambda v: v in ("tanh", "relu"), "tanh or relu"),
 }
+def _nesting_ok(value) -> bool:
+    """Whether ``value`` nests at most MAX_NESTING deep: json.dumps and config.plain recurse on it."""
+    from .config import MAX_NESTING, nesting_depth
+
+    return nesting_depth(value) <= MAX_NESTING
+
+
 #: fields older checkpoints may lack (encoder: flat-Box MLP agents) and those read only when present
 _OPTIONAL_FIELDS = {
     "encoder": (lambda v: v in ("auto", "cnn", "mlp"), "auto, cnn or mlp"),
     "clip_obs": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "a positive number"),
-    "env_kwargs": (lambda v: v is None or isinstance(v, dict), "a mapping"),
+    "env_kwargs": (lambda v: v is None or (isinstance(v, dict) and _nesting_ok(v)),
+                   "a mapping nested at most 32 levels deep"),
     "backend": (lambda v: isinstance(v, str), "a string"),
 }
 
@@ -1186,10 +1257,10 @@ def check_policy_state(state: dict) -> dict:
         if name not in cfg:
             raise CheckpointError(f"{path}: config has no '{name}'")
         if not ok(cfg[name]):
-            raise CheckpointError(f"{path}: config.{name} is {_one_line(repr(cfg[name]), 60)}, not {wanted}")
+            raise CheckpointError(f"{path}: config.{name} is {_one_line(reprlib.repr(cfg[name]), 60)}, not {wanted}")
     for name, (ok, wanted) in _OPTIONAL_FIELDS.items():
         if name in cfg and not ok(cfg[name]):
-            raise CheckpointError(f"{path}: config.{name} is {_one_line(repr(cfg[name]), 60)}, not {wanted}")
+            raise CheckpointError(f"{path}: config.{name} is {_one_line(reprlib.repr(cfg[name]), 60)}, not {wanted}")
     if state.get("obs_normalizer") is not None and "clip_obs" not in cfg:
         raise CheckpointError(f"{path}: config has no 'clip_obs' (the observation normalizer needs it)")
     spaces = state["spaces"]
@@ -1362,7 +1433,32 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
                     env_trusted=trusted, env_kwargs=env_kwargs)
     entry = state.get("env_entry_point")
     policy.env_entry_point = entry if isinstance(entry, str) else None
+    policy.run_threads = _run_threads(state, agent, policy.device)
+    flush = state["config"].get("flush_denormal")
+    policy.run_flush_denormal = flush if isinstance(flush, bool) else None
     return policy
+
+
+def _run_threads(state: dict, agent, device: torch.device) -> Optional[int]:
+    """The intra-op thread count the run's own evaluations ran with (the Trainer's: config.threads,
+    halved where it put the critic on a side thread, side_thread.pairs; a population and a
+    torchrun run keep config.threads): evaluate() computes under it, since a matrix product splits
+    its sums by thread and eval.json's numbers change in the last bits with another count. None where
+    the config records no count this machine takes (an old checkpoint, an edited one, or more
+    threads than config.max_threads() here): the caller's count is kept."""
+    from types import SimpleNamespace
+
+    from .config import max_threads
+    from .side_thread import pairs
+
+    config = state["config"]
+    threads = config.get("threads")
+    if not _is_int(threads) or not 1 <= threads <= max_threads():
+        return None
+    if state.get("population_member") or state.get("world_size", 1) != 1:
+        return threads
+    as_trained = SimpleNamespace(threads=threads, compile=config.get("compile") is True, amp=config.get("amp", "none"))
+    return threads // 2 if pairs(as_trained, device, agent) else threads
 
 
 def run_dir_of(checkpoint: Union[str, Path]) -> Path:

@@ -535,6 +535,13 @@ def _torchrun_launched(path: Path) -> bool:
 
 # ------------------------------------------------------------------------------------ eval
 def cmd_eval(args) -> int:
+    from .evaluate import command_line
+
+    with command_line("eval"):  # a recorded module:Class env is refused naming --env / --trust-run, not load()'s arguments
+        return _cmd_eval(args)
+
+
+def _cmd_eval(args) -> int:
     from .checkpoint import load_policy
     from .evaluate import evaluate, format_result
 

@@ -324,12 +324,18 @@ def dump_yaml(data) -> str:
 
 
 def load_config_file(path: str) -> dict:
-    """``--config FILE.yaml``: a mapping of PPOConfig fields; ConfigError naming the file otherwise."""
+    """``--config FILE.yaml``: a mapping of PPOConfig fields; ConfigError naming the file otherwise.
+    Read as a run's files are (rundir.read_run_text): ``--config RUN/config.yaml`` names a file in a
+    run directory, which is data, so a FIFO planted there is refused rather than waited on forever,
+    and a file past rundir.TEXT_MAX_BYTES is not read whole. A link is followed: the user named it."""
     import yaml
 
+    from .rundir import TEXT_MAX_BYTES, RunFileError, read_run_text
+
     try:
-        with open(path, encoding="utf-8") as f:
-            values = load_yaml(f)
+        values = load_yaml(read_run_text(path, TEXT_MAX_BYTES, follow=True))
+    except RunFileError as e:
+        raise ConfigError(f"--config {path}: {e.why}; give a YAML file of field: value lines") from None
     except OSError as e:
         raise ConfigError(f"--config {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
@@ -414,10 +420,66 @@ def expected_text(name: str) -> str:
     return _type_name(default)
 
 
+#: how deeply lists and mappings may nest in a field's value (env_kwargs, the one free-form field):
+#: far more than any env's keyword arguments need. A file or checkpoint is data, and a value nested
+#: thousands deep would end every recursive walk of it (plain, json.dumps, yaml.safe_dump) in a
+#: RecursionError traceback rather than a line
+MAX_NESTING = 32
+#: values (lists, mappings and what they hold, counted as written out) a field's value may hold: a
+#: checkpoint's pickle can share one list many times over, which nests few levels but writes out as billions
+MAX_NESTED_VALUES = 1_000_000
+
+
+def nesting_depth(value: Any, limit: int = MAX_NESTING, max_values: Optional[int] = MAX_NESTED_VALUES) -> int:
+    """How deeply lists, tuples and mappings nest in ``value`` (0 for a scalar, 1 for ``[1, 2]``),
+    counted without recursion and never past ``limit + 1`` levels or ``max_values`` values (then
+    ``limit + 1``; None: no count, for a value parsed from text, which shares nothing): a value nested
+    past Python's stack, or one list shared many times over, is measured in bounded time."""
+    deepest, seen, stack = 0, 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        seen += 1
+        if max_values is not None and seen > max_values:
+            return limit + 1
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        depth += 1
+        if depth > limit:
+            return depth
+        deepest = max(deepest, depth)
+        stack.extend((child, depth) for child in children)
+    return deepest
+
+
+def _nested_too_deep(name: str, value: Any, source: str) -> Optional[ConfigError]:
+    """too_deep_error's line for a value of field ``name`` nested past MAX_NESTING (or too big to
+    walk); None when it is fine."""
+    return too_deep_error(name, source) if nesting_depth(value) > MAX_NESTING else None
+
+
+def too_deep_error(name: str, source: str) -> ConfigError:
+    """The one line refusing a value of field ``name`` nested past MAX_NESTING: it names the field and
+    where the value came from, never the value (its repr would recurse too)."""
+    why = (f"nests lists or mappings more than {MAX_NESTING} levels deep (or holds more than {MAX_NESTED_VALUES:,} "
+           "values), more than any keyword argument needs")
+    if source in FLAG_SOURCES:
+        return ConfigError(f"--{name.replace('_', '-')}: {why}; give a flatter value")
+    if source == "PPOConfig":
+        return ConfigError(f"PPOConfig.{name}: {why}; give a flatter value")
+    return ConfigError(f"{source}: field '{name}' {why}; the file was damaged or edited (give a flatter value)")
+
+
 def coerce(name: str, value: Any, source: str = "config") -> Any:
     """Convert a YAML/CLI value to the field's type; raise ConfigError naming the field."""
     f = FIELDS[name]
     default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    refused = _nested_too_deep(name, value, source)  # before plain(), which walks it recursively
+    if refused is not None:
+        raise refused
     value = given = plain(value)  # the refusal names the value as given, not as split or parsed so far
     if is_blank(value) and name != "env_id":  # env_id '' is validate's (ENV_ID has no flag)
         raise value_refused(name, value, source, f"empty; give {expected_text(name)}")
@@ -454,6 +516,11 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
                     value = json.loads(value)
                 except json.JSONDecodeError as e:
                     raise value_refused(name, value, source, f"not valid JSON ({e.msg} at column {e.colno})") from None
+                except RecursionError:  # '[' nested past Python's stack
+                    raise too_deep_error(name, source) from None
+                refused = _nested_too_deep(name, value, source)
+                if refused is not None:
+                    raise refused
             if value is None:
                 return {}
             if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
@@ -582,6 +649,9 @@ def _check_types(cfg: PPOConfig) -> None:
         value = getattr(cfg, name)
         if name == "run_dir" and isinstance(value, os.PathLike):
             continue
+        refused = _nested_too_deep(name, value, "PPOConfig")  # before plain(), which walks it recursively
+        if refused is not None:
+            raise refused
         if plain(value) is not value:  # numpy scalars (a sweep over np.logspace): the Python values they hold
             value = plain(value)
             setattr(cfg, name, value)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
 import sys
@@ -46,7 +48,9 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
     None: :func:`default_seed`, the run's seed + 1,000,000, as ``proxima eval`` (and the run's
     eval.json), so the numbers match the command line's.
     An env id read from the checkpoint that would import a module is refused (UntrustedEnvError)
-    unless the policy was loaded with ``env_id=`` or ``trust_env=True`` (checkpoint.load_policy).
+    unless the policy was loaded with ``env_id=`` or ``trust_env=True`` (proxima.load,
+    checkpoint.load_policy), in a line that names those arguments (the CLI's flags within
+    :func:`command_line`).
     ``video``: a file for env 0's first episode (FrameRecorder says which frames; video.write_video
     the formats), checked with the env's first frame before any episode runs; ``result["video"]``
     is the path written. A video that cannot be written after the episodes is a VideoError that
@@ -55,17 +59,26 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
     with a NaN mean is returned, nor written as JSON. ``stop``: checked before each step; once it
     returns true the evaluation is abandoned with EvaluationStopped (training's --eval-every: a
     SIGINT/SIGTERM must reach its checkpoint before torchrun's shutdown timeout kills the ranks).
+    ``episodes`` and ``max_steps`` must be integers of at least 1 and ``seed`` None or one from 0 to
+    MAX_SEED + EVAL_SEED_OFFSET, as the CLI's flags (ValueError naming the argument). A policy from
+    load_policy is evaluated under the run's torch thread count and flush-denormal mode (put back
+    after: run_settings), so that its numbers are those of the run's own eval.json.
     """
+    episodes, max_steps, seed = check_arguments(episodes, max_steps, seed)
     if not getattr(policy, "env_trusted", True):
-        from .envs.gym_adapter import refuse_recorded_env
-
-        refuse_recorded_env(policy.env_id, policy.path or "checkpoint")
+        refuse_untrusted(policy)
     if seed is None:
         seed = default_seed(policy)
     if video is not None:  # a name that cannot be written fails now, not after the episodes
         from .video import check_video_path
 
         check_video_path(video)
+    with run_settings(policy):
+        return _evaluate(policy, episodes, deterministic, seed, backend, max_steps, video, stop)
+
+
+def _evaluate(policy, episodes: int, deterministic: bool, seed: int, backend: str, max_steps: int,
+              video: Optional[str], stop: Optional[Callable[[], bool]]) -> dict:
     env = make_eval_env(policy, episodes, backend, seed, render_mode="rgb_array" if video else None)
     try:
         policy.check_env_spaces(env)  # a checkpoint evaluated on an env with other spaces: one line, not a shape error
@@ -83,6 +96,88 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
     if video is not None:
         result["video"] = write_episode_video(recorder.frames, video, result)
     return result
+
+
+def _is_int(value) -> bool:
+    import numbers
+
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_arguments(episodes, max_steps, seed) -> tuple:
+    """(episodes, max_steps, seed) as ints (seed may be None), or ValueError, one line naming the
+    argument: what `proxima eval` checks of --episodes, --max-steps and --seed before it calls
+    evaluate(), for a library caller (episodes=0 was a reshape error, seed=2**64 an overflow)."""
+    from .config import MAX_SEED
+
+    if not _is_int(episodes) or episodes < 1:
+        raise ValueError(f"evaluate: episodes={episodes!r}: must be an integer of at least 1")
+    if not _is_int(max_steps) or max_steps < 1:
+        raise ValueError(f"evaluate: max_steps={max_steps!r}: must be an integer of at least 1")
+    top = MAX_SEED + EVAL_SEED_OFFSET
+    if seed is not None and (not _is_int(seed) or not 0 <= seed <= top):
+        raise ValueError(f"evaluate: seed={seed!r}: must be None (the run's seed + {EVAL_SEED_OFFSET:,}) or an integer "
+                         f"from 0 to {top:,}")
+    return int(episodes), int(max_steps), None if seed is None else int(seed)
+
+
+#: the command whose flags an untrusted env id's refusal names (command_line); None: a library caller's
+_COMMAND: contextvars.ContextVar = contextvars.ContextVar("proxima_eval_command", default=None)
+
+
+@contextlib.contextmanager
+def command_line(command: str = "eval"):
+    """Within it, evaluate()'s refusal of a recorded module:Class env id names the flags of
+    ``proxima <command>`` (--env, --trust-run); outside it, load()'s arguments, which are what a
+    library caller can give."""
+    token = _COMMAND.set(command)
+    try:
+        yield
+    finally:
+        _COMMAND.reset(token)
+
+
+def refuse_untrusted(policy) -> None:
+    """UntrustedEnvError when the env id ``policy`` read from its file would import a module, in the
+    words of the caller who can allow it: the CLI's flags (gym_adapter.refuse_recorded_env) inside
+    command_line(), else the arguments of proxima.load / checkpoint.load_policy."""
+    from .envs.gym_adapter import UntrustedEnvError, imports_code, refuse_recorded_env
+
+    source, command = policy.path or "checkpoint", _COMMAND.get()
+    if command is not None:
+        refuse_recorded_env(policy.env_id, source, command)
+    elif imports_code(policy.env_id):
+        module = policy.env_id.partition(":")[0]
+        raise UntrustedEnvError(f"{source}: the recorded env '{policy.env_id}' would import and run module '{module}'; "
+                                f"not done for an env id read from a file: load it with proxima.load({str(source)!r}, "
+                                f"env_id={policy.env_id!r}) if you trust that module (or with trust_env=True to trust "
+                                "this run's files)")
+
+
+@contextlib.contextmanager
+def run_settings(policy):
+    """Torch's thread count and flush-denormal mode as the run had them while it evaluated
+    (``policy.run_threads``, ``policy.run_flush_denormal``: load_policy reads them from the
+    checkpoint), put back after. Both change the last bits of a float sum: `proxima eval` with
+    torch's default threads gave -1219.33295288 where the run's eval.json holds -1219.33291303.
+    Process-wide, as the Trainer sets them; a policy without them keeps the caller's."""
+    threads, flush = getattr(policy, "run_threads", None), getattr(policy, "run_flush_denormal", None)
+    undo = []
+    if threads is not None and threads != torch.get_num_threads():
+        undo.append(lambda before=torch.get_num_threads(): torch.set_num_threads(before))
+        torch.set_num_threads(threads)
+    if flush is not None:
+        from .trainer import flush_denormal_on
+
+        before = flush_denormal_on()
+        if before != flush:
+            undo.append(lambda: torch.set_flush_denormal(before))
+            torch.set_flush_denormal(flush)
+    try:
+        yield
+    finally:
+        for put_back in reversed(undo):
+            put_back()
 
 
 def write_episode_video(frames: list, video: str, result: dict) -> str:
@@ -298,16 +393,12 @@ def current_eval(run_dir, global_step: int, episodes: int) -> Optional[dict]:
     would make: written at ``global_step`` with ``episodes`` deterministic episodes (the seed is the
     run's: the same numbers again). Else None: a missing, unreadable, edited (report.py's field
     checks) or other evaluation. Only a regular file is read (the run directory is data)."""
-    import stat
-
     from .report import ReportError, _check_eval
+    from .rundir import read_run_json
 
     path = Path(run_dir) / "eval.json"
-    try:
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > 10_000_000:
-            return None
-        data = json.loads(path.read_text(encoding="utf-8"))
+    try:  # a regular file of at most 10 MB, no link out of the run, no nesting a parser recurses on (RunFileError)
+        data = read_run_json(path, limit=10_000_000)
         if not isinstance(data, dict):
             return None
         _check_eval(path, data)

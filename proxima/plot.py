@@ -298,7 +298,7 @@ def run_config(run_dir: PathLike) -> dict:
     except RunFileError as e:
         if str(path) not in _NOTED_CONFIGS:
             _NOTED_CONFIGS.add(str(path))
-            sys.stderr.write(f"proxima: note: {e}; its config is not read (env 'unknown')\n")
+            sys.stderr.write(printable(f"proxima: note: {e}; its config is not read (env 'unknown')") + "\n")
         return {}
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return {}
@@ -415,7 +415,8 @@ def usable_runs(run_dirs: Sequence[PathLike], metric: str, strict: Optional[bool
             from .rundir import recorded_kind
 
             kind = recorded_kind(Path(d) / "meta.json")
-            sys.stderr.write(f"proxima: note: skipping {d}" + (f" (a '{kind}' run, not PPO)" if kind not in ("ppo", "", None) else "") + f": {e}\n")
+            foreign = f" (a '{kind}' run, not PPO)" if kind not in ("ppo", "", None) else ""
+            sys.stderr.write(printable(f"proxima: note: skipping {d}{foreign}: {e}") + "\n")
             continue
         kept.append(Path(d))
         name = this
@@ -521,7 +522,7 @@ def _member_curve(member_dir: Path, metric: str, x: str, smooth: int, strict: bo
     except PlotError as e:
         if strict:
             raise
-        sys.stderr.write(f"proxima: note: leaving out {member_dir}: {e}\n")
+        sys.stderr.write(printable(f"proxima: note: leaving out {member_dir}: {e}") + "\n")
         return None
 
 
@@ -578,7 +579,7 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x
                 if strict:
                     raise
                 first_error = first_error or e
-                sys.stderr.write(f"proxima: note: skipping {d}: {e}\n")
+                sys.stderr.write(printable(f"proxima: note: skipping {d}: {e}") + "\n")
         for label, dirs in group_runs(list(curves)).items():
             runs = [(d, curves[d]) for d in dirs]
             panels.append((label, name, [group_curve(runs, stat or "mean", band or "minmax")]))
@@ -590,7 +591,7 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x
             if strict:
                 raise
             first_error = first_error or e
-            sys.stderr.write(f"proxima: note: skipping {d}: {e}\n")
+            sys.stderr.write(printable(f"proxima: note: skipping {d}: {e}") + "\n")
             continue
         panels.append((f"{env}: population {d.name}", name, curves))
     if not panels:
@@ -604,6 +605,16 @@ TITLE_CHARS = 56
 TITLE_LINES = 3
 #: characters of a line of the legend's title (the whole panel title, when the title is cut short)
 LEGEND_CHARS = 60
+
+
+def drawable(text: Optional[str], lines: bool = False) -> Optional[str]:
+    """``text`` without control characters (ESC, BEL, other non-printing codes), a whitespace one
+    (a tab; a newline unless ``lines``) as a space: env ids, config values and run names come from
+    the run's files, and the font has no glyph for them (matplotlib warns "Glyph 27 missing" for
+    each and draws a box). None stays None (no legend entry)."""
+    if text is None or text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or (lines and c == "\n") else " " if c.isspace() else "" for c in text)
 
 
 def wrap_title(text: str, width: int = TITLE_CHARS, lines: int = TITLE_LINES) -> str:
@@ -661,8 +672,10 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
             if len(c.x) == 1:
                 who = f"{panel_title}" + (f" ({c.label})" if len(curves) > 1 and c.label else "")
                 band = ", its band as an error bar" if c.lo is not None and _one_x_band(c) else ""
-                sys.stderr.write(f"proxima: note: {who}: only one logged value of {metric_name} ({c.y[0]:g} at {X_LABELS[x]} "
-                                 f"{c.x[0]:,g}), drawn as a single point{band}; a longer run draws a curve\n")
+                # the panel title and label hold the run's env id and config values: no escape reaches the terminal
+                sys.stderr.write(printable(f"proxima: note: {who}: only one logged value of {metric_name} ({c.y[0]:g} at "
+                                           f"{X_LABELS[x]} {c.x[0]:,g}), drawn as a single point{band}; a longer run draws "
+                                           f"a curve") + "\n")
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -675,18 +688,20 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
         ax.set_visible(False)
     for ax, (panel_title, metric_name, curves) in zip(axes, panels):
         for c in curves:
-            line, = ax.plot(c.x, c.y, lw=1.6 if c.lo is None else 1.8, label=c.label, marker="o" if len(c.x) == 1 else None)
+            line, = ax.plot(c.x, c.y, lw=1.6 if c.lo is None else 1.8, label=drawable(c.label),
+                            marker="o" if len(c.x) == 1 else None)
+            band_label = drawable(c.band_label, lines=True)  # its own line breaks are the layout's
             if c.lo is not None and _one_x_band(c):  # fill_between over one x has no width: nothing drawn
                 ax.errorbar(c.x, (c.lo + c.hi) / 2, yerr=np.abs(c.hi - c.lo) / 2, fmt="none", ecolor=line.get_color(),
-                            alpha=0.6, lw=2, capsize=6, label=c.band_label)
+                            alpha=0.6, lw=2, capsize=6, label=band_label)
             elif c.lo is not None:
-                ax.fill_between(c.x, c.lo, c.hi, color=line.get_color(), alpha=0.25, lw=0, label=c.band_label)
+                ax.fill_between(c.x, c.lo, c.hi, color=line.get_color(), alpha=0.25, lw=0, label=band_label)
         # every text is drawn as written, never as $mathtext$: env ids, config values, run and member
         # names and metric names come from the run's files, where a "$" would be parsed (and could fail)
-        full = panel_title if title is None else (f"{title}: {panel_title}" if n > 1 else title)
+        full = drawable(panel_title if title is None else (f"{title}: {panel_title}" if n > 1 else title))
         ax.set_title(wrap_title(full), parse_math=False)
         ax.set_xlabel(X_LABELS[x], parse_math=False)
-        ax.set_ylabel(metric_name + (f" (moving average, {smooth})" if smooth > 1 else ""), parse_math=False)
+        ax.set_ylabel(drawable(metric_name) + (f" (moving average, {smooth})" if smooth > 1 else ""), parse_math=False)
         ax.grid(True, alpha=0.3)
         # a title cut short keeps its whole text above the curves it names, wrapped to the legend's width
         whole = textwrap.fill(full, LEGEND_CHARS, break_on_hyphens=False) if _title_cut(full) else None
@@ -762,5 +777,5 @@ def run(args) -> int:
     except PlotError as e:
         sys.stderr.write(f"{prog}: error: {printable(str(e))}\n")
         return 2
-    print(f"wrote {path}")
+    print(printable(f"wrote {path}"))
     return 0

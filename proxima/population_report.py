@@ -32,7 +32,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .population_run import DIVERGED_FILE, POPULATION_FILE, is_population_dir, shown
-from .rundir import read_run_text
+from .rundir import RunFileError, read_run_json, read_run_text
 
 #: resamples of every percentile-bootstrap interval: the report's table, eval's lines and plot's band
 BOOTSTRAP_RESAMPLES = 2000
@@ -84,13 +84,17 @@ def read_settings(run_dir) -> list:
 
     Raises PopulationError naming the file for an unreadable population.json or an entry that is
     not a member folder of this run (the file is data: ``../elsewhere`` is refused), or naming the
-    member directory for one it lists that is missing.
+    member directory for one it lists that is missing or is a link out of the population.
     """
+    from .atomic import leads_outside
+
     run_dir = Path(run_dir)
     path = run_dir / POPULATION_FILE
     try:
-        doc = json.loads(read_run_text(path))
+        doc = read_run_json(path)
         entries = [(e["dir"], e["seed"], e.get("settings") or {}, e.get("diverged")) for e in doc["member_dirs"]]
+    except RunFileError as e:  # a link out of the run, a FIFO, nesting past Python's stack: its own line
+        raise PopulationError(str(e)) from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise PopulationError(f"{path}: not a readable population file ({type(e).__name__})") from None
     groups: dict = {}
@@ -100,6 +104,10 @@ def read_settings(run_dir) -> list:
         if not is_plain_name(name) or not isinstance(settings, dict):
             raise PopulationError(f"{path}: member entry {name!r} is not a member folder of this run with its settings")
         d = run_dir / name
+        if leads_outside(d, run_dir):  # eval, plot and report would read (and write) another run's files as this one's
+            raise PopulationError(f"{d}: is a symbolic link to {os.path.realpath(d)}, outside the population directory "
+                                  f"{run_dir}; Proxima does not read a run's files through it: remove the link (or copy what "
+                                  "it points to into the population) and try again")
         if not d.is_dir():
             raise PopulationError(f"{d}: member directory listed in {POPULATION_FILE} is missing")
         key = json.dumps(settings, sort_keys=True)

@@ -46,7 +46,7 @@ from .atomic import write_atomic
 from .config import FIELDS, ConfigError, PPOConfig
 from .envs import EnvError
 from .population import PER_MEMBER_FIELDS, UNSUPPORTED, Population, _fmt, check_members, check_population_fits
-from .rundir import holds_text, read_run_text
+from .rundir import RunFileError, holds_text, read_run_text
 from .signals import WORKERS_ENDED, OutsideLoop, TrainingInterrupted, checkpoint_line, workers_stopped
 
 POPULATION_FILE = "population.json"
@@ -105,8 +105,8 @@ def read_population_doc(run_dir: Path) -> dict:
     try:
         doc = json.loads(read_run_text(path))
     except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise ckpt.CheckpointError(f"{path}: not readable JSON ({type(e).__name__}); the population's "
-                                   f"{POPULATION_FILE} was damaged or edited") from None
+        why = str(e) if isinstance(e, RunFileError) else f"{path}: not readable JSON ({type(e).__name__})"
+        raise ckpt.CheckpointError(f"{why}; the population's {POPULATION_FILE} was damaged or edited") from None
     if not isinstance(doc, dict):
         raise ckpt.CheckpointError(f"{path}: expected a JSON object, got {type(doc).__name__}; the population's "
                                    f"{POPULATION_FILE} was damaged or edited")

@@ -239,13 +239,15 @@ def evaluate_latest(run_dir: Path, episodes: int, device: str = "cpu") -> dict:
     members."""
     from .checkpoint import CheckpointError, load_policy
     from .envs import EnvError
-    from .evaluate import evaluate
+    from .evaluate import command_line, evaluate
     from .guards import NonFiniteError
 
     try:
         policy = load_policy(run_dir, device=device)
-        # seed None: the end-of-training eval's (evaluate.default_seed)
-        result = evaluate(policy, episodes=episodes, backend=policy.config.get("backend", "auto"))
+        # seed None: the end-of-training eval's (evaluate.default_seed); a module:Class env is refused
+        # naming the `proxima eval --env` command that evaluates it (the report takes no --env)
+        with command_line("eval"):
+            result = evaluate(policy, episodes=episodes, backend=policy.config.get("backend", "auto"))
     except (CheckpointError, EnvError, NonFiniteError) as e:  # a NaN the env returned: the report says so, goes on
         in_progress = _in_progress(run_dir)
         if in_progress and not any((run_dir / "checkpoints").glob("step_*.pt")):
@@ -307,6 +309,19 @@ def _eval_line(ev: dict) -> str:
     mode = "deterministic" if ev.get("deterministic", True) else "stochastic"
     return (f"{ev['mean_return']:.2f} \u00b1 {ev.get('std_return', 0.0):.2f} over {ev.get('episodes', '?')} episodes ({mode})"
             + unfinished_note(ev))
+
+
+def _episodes_note(evals: list) -> str:
+    """" (their evaluations ran 3, 3 and 10 episodes; each run's mean counts once)" when the runs'
+    evaluations differ in their number of episodes (an eval.json of --eval-episodes 3 beside one made
+    now with --episodes 10), else "". The runs stay one group: the statistic is over runs, each
+    run's mean one value whatever its episodes, and splitting them by episodes would part runs of
+    one setting and drop the summary of a group left with one run; the note says what was averaged."""
+    counts = [ev.get("episodes") for ev in evals]
+    if len(set(map(repr, counts))) < 2:
+        return ""
+    words = [f"{c:,}" if isinstance(c, int) and not isinstance(c, bool) else "?" for c in counts]
+    return f" (their evaluations ran {', '.join(words[:-1])} and {words[-1]} episodes; each run's mean counts once)"
 
 
 def _versions(meta: dict) -> dict:
@@ -394,10 +409,11 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
         lines += ["", f"{metric}: one value per iteration, as logged in metrics.csv."]
     if len(runs) > 1:  # one summary per group (env and settings): returns of different envs are never averaged
         for group in dict.fromkeys(r.get("group", r["env"]) for r in runs):
-            evals = [r["eval"]["mean_return"] for r in runs if r.get("group", r["env"]) == group and "mean_return" in r["eval"]]
+            members = [r["eval"] for r in runs if r.get("group", r["env"]) == group and "mean_return" in r["eval"]]
+            evals = [ev["mean_return"] for ev in members]
             if len(evals) > 1:
-                lines += [f"Final eval of {group} over {len(evals)} runs: mean {np.mean(evals):.2f}, std {np.std(evals):.2f}, "
-                          f"min {np.min(evals):.2f}, max {np.max(evals):.2f}."]
+                lines += [f"Final eval of {group} over {len(evals)} runs{_episodes_note(members)}: mean {np.mean(evals):.2f}, "
+                          f"std {np.std(evals):.2f}, min {np.min(evals):.2f}, max {np.max(evals):.2f}."]
     lines.append("")
 
     lines += ["## Learning curve", ""]

@@ -9,7 +9,6 @@ the one line the CLI prints. The loop itself is trainer.py; the directory rules 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -210,16 +209,18 @@ def note_config_edits(config: PPOConfig, run_dir, recorded: tuple, overrides: Op
     edit there is not read (the config is the checkpoint's) and the file is rewritten, so the edit
     would vanish without a word. An unreadable config.yaml gets the same note."""
     import dataclasses
+    import shlex
 
     from .config import RESUME_SAFE, same_value
+    from .terminal import printable
 
     yaml_path = Path(run_dir) / "config.yaml"
     values, why = recorded
-    example = f"proxima resume {run_dir} --total-timesteps N"
+    example = f"proxima resume {shlex.quote(str(run_dir))} --total-timesteps N"
     if values is None:
-        if why is not None:
-            print(f"proxima: note: {yaml_path}: {why}; resume does not read it (the config is the checkpoint's, changed "
-                  f"by flags: {example}) and rewrites it", file=sys.stderr)
+        if why is not None:  # printable: the file's values and name may hold terminal escapes
+            print(printable(f"proxima: note: {yaml_path}: {why}; resume does not read it (the config is the checkpoint's, "
+                            f"changed by flags: {example}) and rewrites it"), file=sys.stderr)
         return
     differ = []
     for f in dataclasses.fields(PPOConfig):
@@ -236,16 +237,21 @@ def note_config_edits(config: PPOConfig, run_dir, recorded: tuple, overrides: Op
     name, mine, theirs = differ[0]
     more = f" (and {', '.join(n for n, _, _ in differ[1:])})" if len(differ) > 1 else ""
     flag = "--" + name.replace("_", "-")
-    how = (f"give it as a flag: proxima resume {run_dir} {flag} {_flag_value(theirs)}" if name in RESUME_SAFE else
-           f"{name} cannot change on resume (flags change the safe fields: {example})")
-    print(f"proxima: note: {yaml_path}: {name} {theirs!r}{more} differs from the checkpoint's {mine!r}; resume reads the "
-          f"config from the checkpoint, not config.yaml, and rewrites config.yaml from it; {how}", file=sys.stderr)
+    how = (f"give it as a flag: proxima resume {shlex.quote(str(run_dir))} {flag} {_flag_value(theirs)}" if name in RESUME_SAFE
+           else f"{name} cannot change on resume (flags change the safe fields: {example})")
+    print(printable(f"proxima: note: {yaml_path}: {name} {theirs!r}{more} differs from the checkpoint's {mine!r}; resume "
+                    f"reads the config from the checkpoint, not config.yaml, and rewrites config.yaml from it; {how}"),
+          file=sys.stderr)
 
 
 def _flag_value(value) -> str:
+    """``value`` as a flag's argument in a suggested command: shell-quoted, and with any character a
+    terminal would act on written as its escape (``\\x1b``): the value is config.yaml's, not the user's."""
     import shlex
 
-    return "none" if value is None else shlex.quote(str(value).lower() if isinstance(value, bool) else str(value))
+    from .terminal import printable
+
+    return printable("none" if value is None else shlex.quote(str(value).lower() if isinstance(value, bool) else str(value)))
 
 
 def note_missing_rows(state: dict, run_dir, trains: bool = True) -> None:
@@ -285,19 +291,14 @@ def keep_recorded_eval(config: PPOConfig, run_dir, state: dict, overrides: Optio
     ``--eval-episodes N`` rewrote eval.json and config.yaml but wrote no checkpoint, and a later
     resume of it shows that evaluation and writes nothing rather than evaluate again with the
     checkpoint's count. Only a typed --eval-episodes other than eval.json's evaluates again."""
-    import os
-    import stat
-
     from .evaluate import current_eval
+    from .rundir import read_run_json
 
     if "eval_episodes" in (overrides or {}):
         return
     path = Path(run_dir) / "eval.json"
     try:  # only a regular file is read (the run directory is data); current_eval checks the rest
-        st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > 10_000_000:
-            return
-        episodes = json.loads(path.read_text(encoding="utf-8")).get("episodes")
+        episodes = read_run_json(path, limit=10_000_000).get("episodes")
     except (OSError, UnicodeDecodeError, ValueError, AttributeError):
         return
     if (isinstance(episodes, int) and not isinstance(episodes, bool) and episodes >= 1 and episodes != config.eval_episodes

@@ -79,17 +79,22 @@ def read_lock(run_dir: Path) -> Optional[dict]:
 def _read_json_file(path: Path, unreadable=None) -> Optional[dict]:
     """A small JSON object file (a lock, a run's meta.json) as a dict; None when missing; when it is
     there but no small regular file holding a JSON object: ``unreadable`` ({} when not given), or, if
-    that is an exception class, that exception raised with a line naming the file."""
+    that is an exception class, that exception raised with a line naming the file. A symbolic link
+    is read when it stays inside the folder holding it, and refused (said so) when it leads out."""
 
-    def bad(why: str):
+    def bad(why: str, whole: bool = False):
         if isinstance(unreadable, type) and issubclass(unreadable, Exception):
-            raise unreadable(f"{path}: {why}; the run directory's {Path(path).name} was damaged or edited")
+            raise unreadable(why if whole else f"{path}: {why}; the run directory's {Path(path).name} was damaged or edited")
         return {} if unreadable is None else unreadable
 
     try:
-        # non-blocking and never through a link: a FIFO planted at the file's name would block a
-        # plain read forever; anything but a small regular file is unreadable
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        target = _inside_target(Path(path), Path(path).parent)
+    except RunFileError as e:
+        return bad(str(e), whole=True)
+    try:
+        # non-blocking, and never through a link swapped in since it was resolved: a FIFO planted at
+        # the file's name would block a plain read forever; anything but a small regular file is unreadable
+        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -104,7 +109,7 @@ def _read_json_file(path: Path, unreadable=None) -> Optional[dict]:
     try:
         with os.fdopen(fd, "rb") as f:
             info = json.loads(f.read(_LOCK_MAX_BYTES).decode("utf-8"))  # cut short: not JSON
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: '[' nested past Python's stack
         return bad(f"not readable JSON ({type(e).__name__})")
     return info if isinstance(info, dict) else bad(f"expected a JSON object, got {type(info).__name__}")
 
@@ -116,29 +121,57 @@ LOG_MAX_BYTES = 2 << 30  # metrics.csv, samples.jsonl (long runs write a row per
 
 
 class RunFileError(OSError):
-    """A run file that is there but is not a readable regular file within its size cap; the
-    message is one line naming the file. An OSError, so callers that treat an unreadable file
-    as unreadable keep doing so."""
+    """A run file that is there but is not a readable regular file within its size cap, or a link
+    that leads out of the run; the message is one line naming the file. An OSError, so callers that
+    treat an unreadable file as unreadable keep doing so. ``why``: what is wrong, without the file's
+    name or the run's words, for a caller that reads a file the user named (``--config``)."""
+
+    def __init__(self, message: str, why: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.why = why or message
 
 
 class NotRegularFileError(RunFileError):
     """A FIFO, device or socket at a run file's name (open_run_file): never waited on or read."""
 
 
-def open_run_file(path):
+def _inside_target(path: Path, root) -> Path:
+    """What to open for the run file ``path``: ``path`` itself, or for a symbolic link that stays inside
+    ``root`` the file it resolves to (opened with O_NOFOLLOW, so a link swapped in since is not
+    followed). RunFileError naming ``path`` and where it leads when it resolves outside ``root``: a run
+    directory is data, and a link planted there (``config.yaml -> ../hosts.yml``) would have a
+    report copy another file's secrets into report.md."""
+    from .atomic import leads_outside
+
+    link = os.path.islink(path)
+    if not leads_outside(path, root):
+        return Path(os.path.realpath(path)) if link else path
+    where = "is a symbolic link" if link else "is a symbolic link (or lies under one)"
+    raise RunFileError(f"{path}: {where} to {os.path.realpath(path)}, outside the run directory {root}; Proxima does not "
+                       "read a run's files through it: remove the link (or copy what it points to into the run) and try again",
+                       f"{where} to {os.path.realpath(path)}, outside its folder")
+
+
+def open_run_file(path, root=None):
     """The run file ``path`` opened for reading, as a blocking binary file object, without waiting on
     a FIFO planted at its name: opened once (a file replaced or removed meanwhile is read as it was
     when opened) and refused unless it is a regular file. Raises FileNotFoundError when it is not
     there and the other OSErrors of opening it as open() does (PermissionError, ...),
     IsADirectoryError for a directory, NotRegularFileError (a RunFileError naming it) for a FIFO,
-    device or socket: each caller says it in its own words (a checkpoint, a run file, a shard)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    device or socket: each caller says it in its own words (a checkpoint, a run file, a shard).
+    ``root``: the run directory a symbolic link at ``path`` must stay inside (a RunFileError naming
+    it otherwise); None: not checked here (a file the user named, or checkpoint.check_inside_run's)."""
+    path = Path(path)
+    target = _inside_target(path, root) if root is not None else path
+    nofollow = getattr(os, "O_NOFOLLOW", 0) if target is not path else 0  # the link resolved: no other may replace it
+    fd = os.open(target, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | nofollow)
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):  # opening one read-only succeeds on Linux
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         if not stat.S_ISREG(mode):
-            raise NotRegularFileError(f"{path}: is not a regular file (a FIFO, device or socket); the run directory was edited")
+            raise NotRegularFileError(f"{path}: is not a regular file (a FIFO, device or socket); the run directory was edited",
+                                      "is not a regular file (a FIFO, device or socket)")
         if hasattr(os, "set_blocking"):  # O_NONBLOCK was for the open only: reads wait for their bytes
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
@@ -147,33 +180,78 @@ def open_run_file(path):
         raise
 
 
-def read_run_bytes(path, limit: int = TEXT_MAX_BYTES) -> bytes:
+def read_run_bytes(path, limit: int = TEXT_MAX_BYTES, root=None, follow: bool = False) -> bytes:
     """The whole content of the run file ``path``, read without blocking on a FIFO planted at its
     name and refusing anything but a regular file of at most ``limit`` bytes (RunFileError naming
-    it). FileNotFoundError when it is not there, as for open()."""
+    it). FileNotFoundError when it is not there, as for open(). A symbolic link is read when it
+    stays inside ``root`` (default: the folder holding ``path``, the run directory) and refused
+    (RunFileError naming it and where it leads) otherwise; ``follow``: any link is read (a file the
+    user named: ``--config FILE``)."""
     path = Path(path)
     try:
-        f = open_run_file(path)
-    except (FileNotFoundError, NotRegularFileError):
+        f = open_run_file(path, None if follow else (path.parent if root is None else root))
+    except (FileNotFoundError, RunFileError):
         raise
     except IsADirectoryError:
-        raise RunFileError(f"{path}: is a directory, not a file") from None
+        raise RunFileError(f"{path}: is a directory, not a file", "is a directory, not a file") from None
     except OSError as e:
-        raise RunFileError(f"{path}: cannot read ({e.strerror or e})") from None
+        raise RunFileError(f"{path}: cannot read ({e.strerror or e})", f"cannot read ({e.strerror or e})") from None
     with f:
         size = os.fstat(f.fileno()).st_size
         if size > limit:
             raise RunFileError(f"{path}: {size:,} bytes, more than the {limit:,} a run writes there; "
-                               "the run directory was damaged or edited")
+                               "the run directory was damaged or edited", f"{size:,} bytes, more than the {limit:,} read from it")
         data = f.read(limit + 1)
     if len(data) > limit:  # grew while read
-        raise RunFileError(f"{path}: more than the {limit:,} bytes a run writes there; the run directory was damaged or edited")
+        raise RunFileError(f"{path}: more than the {limit:,} bytes a run writes there; the run directory was damaged or edited",
+                           f"more than the {limit:,} bytes read from it")
     return data
 
 
-def read_run_text(path, limit: int = TEXT_MAX_BYTES) -> str:
-    """read_run_bytes decoded as UTF-8 (UnicodeDecodeError as from Path.read_text)."""
-    return read_run_bytes(path, limit).decode("utf-8")
+#: how deeply arrays and objects may nest in a run's JSON file (eval.json, meta.json, population.json):
+#: Proxima's nest a few levels (a config's env_kwargs at most config.MAX_NESTING more); thousands of
+#: '[' would end the reader's json.loads, or a later walk of what it read, in a RecursionError
+JSON_MAX_DEPTH = 64
+
+
+def _json_value(path: Path, text: str):
+    """``json.loads(text)``; RunFileError naming ``path`` when it nests deeper than JSON_MAX_DEPTH
+    (ValueError, as from json.loads, when it is no JSON)."""
+    from .config import nesting_depth
+
+    try:
+        value = json.loads(text)
+        deep = nesting_depth(value, JSON_MAX_DEPTH, max_values=None) > JSON_MAX_DEPTH
+    except RecursionError:
+        deep = True
+    if deep:
+        raise RunFileError(f"{path}: nests arrays or objects more than {JSON_MAX_DEPTH} deep, which no run writes; the "
+                           f"run directory's {path.name} was damaged or edited",
+                           f"nests arrays or objects more than {JSON_MAX_DEPTH} deep")
+    return value
+
+
+def read_run_text(path, limit: int = TEXT_MAX_BYTES, root=None, follow: bool = False) -> str:
+    """read_run_bytes decoded as UTF-8 (UnicodeDecodeError as from Path.read_text). A ``*.json`` file
+    nested deeper than JSON_MAX_DEPTH is a RunFileError naming it, so that every reader that parses
+    it (report, resume, a population's eval, plot and report) says so in its one line rather than
+    ending in a RecursionError; its other faults are left to the reader's own json.loads."""
+    path = Path(path)
+    text = read_run_bytes(path, limit, root, follow).decode("utf-8")
+    if path.name.endswith(".json"):
+        try:
+            _json_value(path, text)
+        except ValueError:
+            pass
+    return text
+
+
+def read_run_json(path, limit: int = TEXT_MAX_BYTES, root=None):
+    """The JSON value of the run file ``path``, read as read_run_text reads it: RunFileError (an
+    OSError) for a file that cannot be read, a link out of ``root`` or nesting past JSON_MAX_DEPTH;
+    ValueError (UnicodeDecodeError, json.JSONDecodeError) for one that is not JSON."""
+    path = Path(path)
+    return _json_value(path, read_run_bytes(path, limit, root).decode("utf-8"))
 
 
 def holds_text(path, text: str) -> bool:

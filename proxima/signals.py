@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -39,7 +40,9 @@ class TrainingInterrupted(BaseException):
 def say_stopped(e: TrainingInterrupted) -> None:
     """The stop's line on stderr in one write: under torchrun every rank says it, and print() (its
     text, then the newline) let two ranks' lines run together."""
-    sys.stderr.write(f"proxima: {e}\n")
+    from .terminal import printable  # the run directory and env id in it are the run's: no escape reaches the terminal
+
+    sys.stderr.write(f"proxima: {printable(str(e))}\n")
     sys.stderr.flush()
 
 
@@ -68,7 +71,7 @@ def checkpoint_line(checkpoint: Optional[Path]) -> str:
         return "no checkpoint was written"
     path = Path(checkpoint)
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
-    command = f"proxima resume {env_flag(run_dir)}{run_dir}"
+    command = f"proxima resume {env_flag(run_dir)}{shlex.quote(str(run_dir))}"  # a path with a space or $(...) pastes as itself
     world = os.environ.get("WORLD_SIZE", "1")
     # a resume needs as many processes (train_state.load): `proxima resume` starts them on one machine
     if world.isdigit() and int(world) > 1 and os.environ.get("LOCAL_WORLD_SIZE", world) != world:

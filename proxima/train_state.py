@@ -506,7 +506,7 @@ def record_resume(path: Path, entry: dict, note_tanh: bool = True) -> bool:
     from .rundir import _LOCK_MAX_BYTES, _read_json_file
 
     try:
-        meta = _read_json_file(path, _DamagedMeta)  # without following links or blocking: a run directory is data
+        meta = _read_json_file(path, _DamagedMeta)  # never through a link out of the run, never blocking: a run directory is data
         if meta is None:
             return False  # gone since it was seen: nothing to add to
         resumes = meta.get("resumes", [])

@@ -102,19 +102,25 @@ def unregistered_line(env_id: str, source, how: str, entry_point=None, kwargs: b
     the module to give, from the recorded ``entry_point`` when there is one (the module of its class,
     which usually registers it too; not '__main__', a script, which no command line can import).
     ``how``: the flag or command with ``{env}`` where the id to give goes (``--env {env}``)."""
+    import shlex
+
     module = None
     if isinstance(entry_point, str) and _ENTRY_POINT.match(entry_point):
         module = entry_point.partition(":")[0]
+
+    def give(env: str) -> str:  # the id comes from the run's file: quoted, a pasted command cannot run what it hides
+        return how.replace("{env}", shlex.quote(env))
+
     kept = " (the run's env kwargs are kept)" if kwargs else ""
     line = f"{source}: env id '{env_id}' is not registered in this process"
     if module == "__main__":
         return (f"{line} (the script that trained the run registered it, entry point {entry_point}); move that class and "
-                f"its gymnasium.register call into a module and name it: {how.replace('{env}', f'MODULE:{env_id}')}{kept}")
+                f"its gymnasium.register call into a module and name it: {give(f'MODULE:{env_id}')}{kept}")
     if module is not None:
         return (f"{line} (the code that trained the run registered it, entry point {entry_point}); name the module whose "
-                f"import registers it, most likely: {how.replace('{env}', f'{module}:{env_id}')}{kept}")
+                f"import registers it, most likely: {give(f'{module}:{env_id}')}{kept}")
     return (f"{line} (the code that trained the run registered it); name the module whose import registers it: "
-            f"{how.replace('{env}', f'MODULE:{env_id}')}{kept}")
+            f"{give(f'MODULE:{env_id}')}{kept}")
 
 
 def auto_backend(env_id: str, env_kwargs: Optional[dict] = None) -> str:

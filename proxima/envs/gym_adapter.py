@@ -61,32 +61,78 @@ def refuse_recorded_env(env_id: str, source, command: str = "eval") -> None:
     would import code: a stranger's run directory must stay data. The user names it on the command
     line (``--env``) or trusts the run (``--trust-run``) to run it."""
     if imports_code(env_id):
+        # the id and path come from the file: quoted, a pasted command cannot run what they hide ($(...), ;)
+        env, path = shlex.quote(env_id), shlex.quote(str(source))
         if command == "train":
-            how = f"name it on the command line (proxima train {env_id} --config {source}) if you trust that module"
+            how = f"name it on the command line (proxima train {env} --config {path}) if you trust that module"
         elif command == "train --resume":  # train's ENV_ID argument is its --env
-            how = (f"name it on the command line (proxima train {env_id} --resume ...) if you trust that module "
+            how = (f"name it on the command line (proxima train {env} --resume ...) if you trust that module "
                    "(or --trust-run to trust this run's files)")
         else:
-            how = f"pass --env {env_id} to `proxima {command}` if you trust that module (or --trust-run to trust this run's files)"
+            how = f"pass --env {env} to `proxima {command}` if you trust that module (or --trust-run to trust this run's files)"
         raise UntrustedEnvError(f"{source}: the recorded env '{env_id}' would import and run module '{env_id.partition(':')[0]}'; "
                                 f"not done for an env id read from a file: {how}")
 
 
-#: folders never searched for an env's module (run directories being evaluated or resumed)
+#: run directories no env module is imported from (given to eval/resume), for the rest of the process
 _DATA_DIRS: list = []
+
+
+def _holds_a_run(folder: str) -> bool:
+    from ..rundir import holds_a_run
+
+    try:
+        return holds_a_run(Path(folder))
+    except OSError:  # unreadable: what it holds is unknown, so it is kept from the import path
+        return True
 
 
 def treat_as_data(folder) -> None:
     """Never import an env module from ``folder`` or below (a run directory given to eval/resume),
-    even when it is the current directory."""
+    even when it is the current directory. Only a folder that holds a run's files
+    (rundir.holds_a_run) is data: a loose checkpoint's folder, or a project whose checkpoints/ folder
+    holds one, is where the user's own env module lives. A folder the user put on PYTHONPATH is
+    searched all the same (_import_env_module)."""
     path = os.path.realpath(folder)
-    if path not in _DATA_DIRS:
+    if path not in _DATA_DIRS and _holds_a_run(path):
         _DATA_DIRS.append(path)
 
 
-def _inside_data_dir(entry: str) -> bool:
+def _data_dir_of(entry: str) -> Optional[str]:
+    """The run directory (treat_as_data) that ``entry`` (a sys.path entry, "" the current directory) is in, else None."""
     path = os.path.realpath(entry or os.getcwd())
-    return any(path == d or path.startswith(d + os.sep) for d in _DATA_DIRS)
+    return next((d for d in list(_DATA_DIRS) if path == d or path.startswith(d.rstrip(os.sep) + os.sep)), None)
+
+
+def _inside_data_dir(entry: str) -> bool:
+    return _data_dir_of(entry) is not None
+
+
+def _on_pythonpath() -> set:
+    """The real paths of the folders the user named on PYTHONPATH: naming a folder there is their
+    consent to import from it, run directory or not. A relative entry ("." in a shell's profile)
+    names no folder, only wherever the command runs, a downloaded run's included: not counted."""
+    return {os.path.realpath(e) for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(e)}
+
+
+class SkippedModuleError(ModuleNotFoundError):
+    """The env's module was not found because the folder that holds it is in a run directory (treat_as_data)."""
+
+    def __init__(self, e: ModuleNotFoundError, folder: str, run_dir: str):
+        super().__init__(str(e), name=e.name, path=e.path)
+        self.folder, self.run_dir = folder, run_dir
+
+
+def _skipped_holder(module_name: str, skipped: list) -> Optional[tuple]:
+    """(folder, run directory) of the first skipped sys.path entry that holds ``module_name``'s top package or module."""
+    from importlib.machinery import PathFinder
+
+    top = module_name.partition(".")[0]
+    for entry in skipped:
+        with contextlib.suppress(Exception):  # a finder's trouble is no reason to hide the plain import error
+            if PathFinder.find_spec(top, [entry or os.getcwd()]) is not None:
+                return os.path.realpath(entry or os.getcwd()), _data_dir_of(entry)
+    return None
 
 
 _paths_added: list = []  # folders _import_env_module put on sys.path while a run was going on
@@ -114,7 +160,8 @@ hold_env_module_path = _module_path.hold
 
 def _import_env_module(module_name: str):
     """Import the module of a ``module:Class`` env id from the current directory or sys.path;
-    sys.path entries inside a run directory given to eval/resume are skipped for the import."""
+    sys.path entries inside a run directory given to eval/resume are skipped for the import, unless
+    the user put them on PYTHONPATH. A module found only in a skipped folder raises SkippedModuleError."""
     cwd = os.getcwd()
     with _module_path.lock:
         if cwd not in sys.path and "" not in sys.path and not _inside_data_dir(cwd):
@@ -123,10 +170,20 @@ def _import_env_module(module_name: str):
                 _paths_added.append(cwd)  # outside a run (make_env, load) it stays, as the env built may import on
     if not _DATA_DIRS:
         return importlib.import_module(module_name)
+    explicit = _on_pythonpath()
     saved = sys.path[:]
-    sys.path[:] = [e for e in saved if not _inside_data_dir(e)]
+    skipped = [e for e in saved if _inside_data_dir(e) and os.path.realpath(e or cwd) not in explicit]
+    if cwd not in saved and "" not in saved and _inside_data_dir(cwd) and os.path.realpath(cwd) not in explicit:
+        skipped.append(cwd)  # the folder the user's own module is looked for in first, had it not been a run's
+    sys.path[:] = [e for e in saved if e not in skipped]
     try:
         return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        own = e.name is not None and (e.name == module_name or module_name.startswith(e.name + "."))
+        holder = _skipped_holder(module_name, skipped) if own else None
+        if holder is None:
+            raise
+        raise SkippedModuleError(e, *holder) from None
     finally:
         sys.path[:] = saved
 
@@ -160,9 +217,13 @@ def import_failure_line(e: ImportError, module_name: str, env_id: str) -> str:
         e.name == module_name or module_name.startswith(e.name + "."))
     if own and file_as_module_line(module_name, env_id) is not None:  # 'myenvs.py': myenvs imported, then no 'py' in it
         return file_as_module_line(module_name, env_id)
+    if own and isinstance(e, SkippedModuleError):
+        inside = "it holds" if e.folder == e.run_dir else f"it is inside {e.run_dir}, which holds"
+        return (f"cannot import module '{module_name}' for env '{env_id}': not imported from {e.folder}: {inside} a run's "
+                f"files (run directories are never searched: a downloaded run must not supply the code its env id names); "
+                f"move your module out of it, or, if you trust it, name the folder: PYTHONPATH={shlex.quote(e.folder)}")
     if own:
-        where = "PYTHONPATH (run directories are never searched)" if _DATA_DIRS else "the current directory or on PYTHONPATH"
-        return f"cannot import module '{module_name}' for env '{env_id}': {e} (is it in {where}?)"
+        return f"cannot import module '{module_name}' for env '{env_id}': {e} (is it in the current directory or on PYTHONPATH?)"
     if isinstance(e, ModuleNotFoundError) and e.name:
         return (f"cannot import module '{module_name}' for env '{env_id}': it imports '{e.name}'{user_frame(e)}, which is "
                 "not installed")
