@@ -150,8 +150,6 @@ def _check(nproc: int, argv: list) -> None:
             check_same_run(state, own_dir, read_run_config(own_dir)[0])
         command = "resume" if args.command == "resume" else "train --resume"
         env_id = getattr(args, "env", None) if args.command == "resume" else getattr(args, "env_id", None)
-        from .distributed import check_rank_pieces
-
         check_rank_pieces(state)  # as resumed_config does, first: a refusal that no --env would lift
         recorded = from_dict(state["config"], source=state["path"])
         # what rank 0 refuses of the env (run_setup.resumed_config): a recorded module env neither
