@@ -81,6 +81,7 @@ class RLHFConfig:
     # --- efficiency switches ---
     bf16: bool = _f(False, "bf16 autocast for all model forwards (log-probs and losses stay float32).")
     dtype: str = _f("float32", "dtype of the weights (and so of Adam's state), whatever dtype the checkpoint is stored in: float32 master weights keep the small updates that bfloat16 rounds away; use --bf16 for fast compute.", choices=("float32", "bfloat16"))
+    release_dtype: str = _f("auto", "dtype of the released policy/ (full models; a LoRA adapter keeps its own): auto is the dtype --policy's config.json says it is stored in (--dtype when it says none), so a bfloat16 checkpoint trained with float32 master weights is released in bfloat16; checkpoints keep --dtype.", choices=("auto", "float32", "bfloat16", "float16"))
     gradient_checkpointing: bool = _f(False, "Gradient checkpointing in the policy and value model.")
     lora: bool = _f(False, "Train LoRA adapters (peft); the reference is then the policy with its adapter switched off.")
     lora_r: int = _f(16, "LoRA rank.")

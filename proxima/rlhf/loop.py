@@ -46,6 +46,8 @@ def run(t, run_dir: Path, resumed: bool = False) -> dict:
 
 def _run(t, run_dir: Path, resumed: bool) -> dict:
     cfg, main = t.cfg, t.dist.is_main
+    t.reward.read_with(t.tokenizer)  # a reward model of another vocabulary reads no policy special token
+    t.reward.take_truncations()  # the trial call's cuts belong to no step
     logger = rundir.MetricsLogger(run_dir, resume_step=t.step if resumed else None) if main else None
     saved: list = []  # the checkpoints this run wrote: a second interrupt says whether one is on disk
     # SIGINT/SIGTERM: finish the step, write a checkpoint, stop (exit 128 + signum); a second one exits
@@ -62,6 +64,7 @@ def _run(t, run_dir: Path, resumed: bool) -> dict:
             except RewardError as e:
                 raise RewardError(f"{e}; {_checkpoint_after_reward_failure(t, run_dir, before)}") from None
             t.seconds += time.perf_counter() - t0
+            metrics.update(_truncations(t))
             _stop_if_diverged(t, run_dir, metrics)  # the same averaged metrics on every process: all stop together
             if main:
                 logger.log(t.step, metrics)
@@ -149,6 +152,16 @@ def _last_good(run_dir: Path) -> str:
     return f"last good checkpoint: {checkpoints[-1]}" if checkpoints else "no checkpoint was written yet (--checkpoint-every)"
 
 
+def _truncations(t) -> dict:
+    """{rewards/<name>/truncated: inputs of this step cut to that reward model's positions, on all
+    processes} (a collective under torchrun, on every process, as each step is)."""
+    counts = t.reward.take_truncations()
+    if counts and t.dist.enabled:
+        gathered = D.gather_objects(counts, t.dist)
+        counts = {k: sum(c[k] for c in gathered) for k in counts}
+    return {k: float(v) for k, v in counts.items()}
+
+
 def _stop_if_diverged(t, run_dir: Path, metrics: dict) -> None:
     """DivergedError naming the first non-finite metric of step ``t.step`` (rewards are checked as they arrive)."""
     bad = next((name for name, value in metrics.items() if not math.isfinite(value)), None)
@@ -223,13 +236,20 @@ def _save_policy(t, full_policy, run_dir: Path) -> None:
         for stale in (partial, old):  # left by a kill during an earlier save
             _remove_entry(stale)
         base = t.policy.get_base_model() if hasattr(t.policy, "get_base_model") else t.policy
+        dtype = rundir.release_dtype(base, getattr(t.cfg, "release_dtype", "auto"))
         if full_policy is not None:
-            _save_unsharded(t.policy, full_policy, partial)
-        else:
-            policy = t.policy.merge_and_unload() if t.cfg.lora and t.cfg.merge_lora else t.policy
+            _save_unsharded(t.policy, full_policy, partial, dtype)
+        elif t.cfg.lora and not t.cfg.merge_lora:
             with original_config(base):  # the release keeps the dropout rates training switched off
-                policy.save_pretrained(partial)
-        t.tokenizer_as_loaded.save_pretrained(partial)
+                t.policy.save_pretrained(partial)  # the adapter, in the dtype it trained in
+        else:
+            tied = rundir.embeddings_tied(t.policy)
+            policy = t.policy.merge_and_unload() if t.cfg.lora else t.policy
+            with original_config(base) as config, rundir.release_config(config, dtype, tied):
+                policy.save_pretrained(partial, state_dict=rundir.release_state(policy.state_dict(), dtype))
+                config.dtype = str(dtype).removeprefix("torch.")  # save_pretrained wrote the dtype they trained in
+                config.save_pretrained(partial)
+        rundir.write_release_tokenizer(t.tokenizer_as_loaded, partial)
         _fsync_tree(partial)
         if os.path.lexists(final):
             os.replace(final, old)
@@ -336,19 +356,23 @@ def is_finished(run_dir: Path, step: int) -> bool:
     return policy_complete(run_dir / "policy")
 
 
-def _save_unsharded(sharded: torch.nn.Module, state: dict, folder: Path) -> None:
-    """A sharded policy's full weights into a plain model of its class, saved in Hugging Face format
-    with the original's generation_config (sampling defaults, end-of-turn ids) and config values."""
+def _save_unsharded(sharded: torch.nn.Module, state: dict, folder: Path, dtype: torch.dtype = None) -> None:
+    """A sharded policy's full weights into a plain model of its class, saved in Hugging Face format in
+    ``dtype`` (default: the weights') with the original's generation_config (sampling defaults, end-of-turn
+    ids) and config values, its embeddings tied only where the trained policy's are."""
     from transformers import AutoModelForCausalLM
 
+    tied = rundir.embeddings_tied(sharded)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(sharded.config, trust_remote_code=False)
-    model.load_state_dict(state, strict=False, assign=True)
-    model.tie_weights()
+    model.load_state_dict(rundir.release_state(state, dtype) if dtype is not None else state, strict=False, assign=True)
+    if tied:  # tie_weights() on an untied policy would replace its trained lm_head with the embedding
+        model.tie_weights()
     # from_config builds a default generation_config from the config alone
     if getattr(sharded, "generation_config", None) is not None:
         model.generation_config = copy.deepcopy(sharded.generation_config)
-    with original_config(sharded, model.config):
+    with original_config(sharded, model.config) as config, \
+            rundir.release_config(config, dtype or next(iter(model.parameters())).dtype, tied):
         model.save_pretrained(folder)
 
 

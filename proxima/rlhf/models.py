@@ -197,6 +197,10 @@ def load_policy(spec: str, seed: int, dtype: torch.dtype = torch.float32, fits=N
         check_generation_config(Path(source), "--policy")
         model = load_pretrained(AutoModelForCausalLM, source, "--policy", dtype)
         folder = folder if has_tokenizer_files(Path(folder)) else None
+        try:  # transformers has just read it
+            stored = stored_dtype(json.loads((Path(source) / "config.json").read_text(encoding="utf-8")))
+        except (OSError, ValueError, AttributeError):
+            stored = None
     else:
         # the build's warnings ("Initializing zero-element tensors" for an empty dimension) are shown only for
         # a model that passes its checks: a refused one is the error's one line
@@ -217,9 +221,23 @@ def load_policy(spec: str, seed: int, dtype: torch.dtype = torch.float32, fits=N
                 raise ConfigError(f"--policy {spec!r}: cannot build a causal LM: {first}") from None
         for w in caught:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+        stored = stored_dtype(source)
+    # from_pretrained rewrites config.dtype to the training dtype: the release (--release-dtype auto) needs the stored one
+    setattr(model, SOURCE_DTYPE, stored)
     disable_dropout(model)
     check_causal(model, spec)
     return use_fused_gelu(model), folder
+
+
+SOURCE_DTYPE = "_proxima_source_dtype"  # model attribute: the dtype --policy's config.json says it is stored in
+_STORED_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def stored_dtype(config: dict) -> Optional[torch.dtype]:
+    """The dtype a Hugging Face config.json records (``dtype``, or 4.x's ``torch_dtype``); None when it records none
+    of float32, bfloat16 and float16."""
+    name = (config.get("dtype") or config.get("torch_dtype")) if isinstance(config, dict) else None
+    return _STORED_DTYPES.get(name.removeprefix("torch.")) if isinstance(name, str) else None
 
 
 def parameter_count(source) -> Optional[int]:
@@ -407,7 +425,41 @@ def read_tokenizer(path: Optional[str], what: str = "--tokenizer"):
     tok = tokenizer_from_dir(path, what, "give --tokenizer DIR (the policy's tokenizer)")
     if tok.eos_token_id is None:
         raise ConfigError(f"{what} {path!r}: the tokenizer has no EOS token; responses could never end")
+    # read now, not when policy/ is written: the folder may have changed by then (a resume days later)
+    setattr(tok, TOKENIZER_SOURCE, TokenizerFiles(Path(path), tokenizer_state(tok)))
     return tok
+
+
+TOKENIZER_SOURCE = "_proxima_tokenizer_files"  # tokenizer attribute: the files it was read from (TokenizerFiles)
+#: the files a tokenizer is read from besides those _is_tokenizer_file names
+_TOKENIZER_SIDE_FILES = ("special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "chat_template.json")
+_TEMPLATES_DIR = "additional_chat_templates"
+
+
+class TokenizerFiles(dict):
+    """{relative path: bytes} of the tokenizer files of a folder, and ``state``, what the tokenizer read from them
+    held (tokenizer_state): policy/ gets these bytes while the tokenizer still holds that. transformers 5's
+    save_pretrained rewrites them (another tokenizer_class, the chat template moved to its own file, new keys)
+    into files a 4.x stack may not load."""
+
+    def __init__(self, folder: Path, state: str):
+        super().__init__()
+        self.state = state
+        names = [p for p in folder.iterdir() if p.is_file() and (_is_tokenizer_file(p.name) or p.name in _TOKENIZER_SIDE_FILES)]
+        if (folder / _TEMPLATES_DIR).is_dir():
+            names += [p for p in (folder / _TEMPLATES_DIR).iterdir() if p.is_file()]
+        for p in names:
+            self[p.relative_to(folder).as_posix()] = p.read_bytes()
+
+    def __deepcopy__(self, memo):  # the trainer's copy of the tokenizer shares them: never changed, possibly large
+        return self
+
+
+def tokenizer_state(tok) -> str:
+    """A hash of what a saved tokenizer holds: vocabulary, special tokens, chat template, padding side."""
+    h = hashlib.sha256(f"{vocabulary_sha256(tok)} {chat_template_sha256(tok)} {tok.padding_side}".encode())
+    h.update(json.dumps(tok.special_tokens_map, sort_keys=True, default=str).encode())
+    return h.hexdigest()
 
 
 #: the files a tokenizer is saved as (tokenizer.json, tokenizer_config.json, a slow tokenizer's vocabulary

@@ -8,8 +8,10 @@ per response; booleans and strings refused) before it reaches the loss:
               responses: the response texts before EOS; columns: the other fields of the prompts'
               JSONL rows, as lists (``answer=[...]``), passed when f names them or takes **kwargs.
     model     a frozen AutoModelForSequenceClassification with one label; the score is its logit at
-              the last token. It reads the prompt and response with the policy's special tokens (chat
-              template, BOS) kept, or, for a conversation, its own chat template when it has one.
+              the last token. For a conversation it reads its own chat template when it has one; else,
+              with the policy's vocabulary, the prompt and response with the policy's special tokens
+              (chat template, BOS) kept, and with another vocabulary the same text without them. An
+              input longer than its positions keeps its leading special tokens and its last tokens.
 """
 
 from __future__ import annotations
@@ -70,6 +72,20 @@ class Rewards:
     @property
     def models(self) -> list:
         return [p for p in self.parts if isinstance(p, RewardModel)]
+
+    def read_with(self, policy_tokenizer) -> None:
+        """Tell every reward model the policy's tokenizer (RewardModel.read_with)."""
+        for m in self.models:
+            m.read_with(policy_tokenizer)
+
+    def take_truncations(self) -> dict:
+        """{metric name: inputs cut to a reward model's positions since the last call}, one entry per
+        reward model (0 included, so metrics.csv has the column from the first step)."""
+        out = {}
+        for name, part in zip(self.names, self.parts):
+            if isinstance(part, RewardModel):
+                out[f"rewards/{name}/truncated"], part.truncated = part.truncated, 0
+        return out
 
 
 def _unique(names: list) -> list:
@@ -350,7 +366,11 @@ class RewardModel:
         self.model = use_fused_gelu(model).to(device).eval()
         self.model.requires_grad_(False)
         if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token or self.tokenizer.unk_token
+            fallback = self.tokenizer.eos_token or self.tokenizer.unk_token
+            if fallback is None:  # else the first batch of two fails in tokenizer.pad, a traceback at step 1
+                raise ConfigError(f"--reward {path!r}: its tokenizer has no pad, eos or unk token; set pad_token in "
+                                  f"tokenizer_config.json")
+            self.tokenizer.pad_token = fallback
         # right padding: the classifier reads the last non-pad token
         self.tokenizer.padding_side = "right"
         self.model.config.pad_token_id = self.tokenizer.pad_token_id
@@ -358,10 +378,31 @@ class RewardModel:
         self.adds_bos = bos is not None and self.tokenizer("x")["input_ids"][:1] == [bos]
         self.limit = max_positions(self.model.config)
         self.name, self.path, self.device, self.bf16 = Path(path).name, path, device, bf16
+        self.truncated = 0  # inputs cut to self.limit since Rewards.take_truncations last read it
+        self.noted = False  # the first cut is said once on stderr; the count goes to the metrics
+        # None: the policy's tokenizer is not known (read_with), so its text is read as it is
+        self.policy_specials: Optional[list] = None
+        # the leading special tokens an input keeps when cut: BOS, a template's first markers
+        self.special_ids = set(self.tokenizer.all_special_ids) | {
+            i for i, t in self.tokenizer.added_tokens_decoder.items() if t.special}
+
+    def read_with(self, policy_tokenizer) -> None:
+        """With another vocabulary than the policy's, the policy's special tokens (``<|begin_of_text|>``,
+        ``<|im_start|>``) would be read as characters, a dozen tokens of noise each: such a model reads the
+        policy's text without them (what decode(skip_special_tokens=True) gives). The same vocabulary
+        reads them as the tokens they are."""
+        if vocabulary_sha256(policy_tokenizer) == self.vocab_sha256:
+            self.policy_specials = []
+            return
+        specials = set(policy_tokenizer.all_special_tokens) | {
+            t.content for t in policy_tokenizer.added_tokens_decoder.values() if t.special}
+        # longest first: a special token that holds another is removed whole
+        self.policy_specials = sorted((t for t in specials if t), key=len, reverse=True)
 
     def render(self, row, response: str, text: str, where: str = "before training") -> str:
         """The text the model reads: its own chat template for a conversation when it has one, else the
-        policy's view of prompt + response (chat template and BOS included). A template that raises
+        policy's view of prompt + response (chat template and BOS included; without the policy's special
+        tokens when its vocabulary is another, read_with). A template that raises
         (``raise_exception('System role not supported')``) is a RewardError naming the prompts line."""
         if row.is_conversation and getattr(self.tokenizer, "chat_template", None):
             try:
@@ -371,6 +412,8 @@ class RewardModel:
                 msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
                 raise RewardError(f"reward model {self.path} {where}: its chat template failed on prompts line "
                                   f"{row.line}: {type(e).__name__}: {msg}") from None
+        for special in self.policy_specials or ():
+            text = text.replace(special, "")
         return text
 
     def encode(self, rows: list, responses: list, texts: list, where: str = "before training") -> list:
@@ -380,13 +423,34 @@ class RewardModel:
         bos = self.tokenizer.bos_token_id
         return [[bos] + x if self.adds_bos and x[:1] != [bos] else x for x in ids]
 
+    def fit(self, x: list) -> list:
+        """``x`` cut to the model's positions: its leading special tokens (BOS, a chat template's first
+        markers) and its last tokens kept. The score is read at the last token, after the response,
+        so the end stays whole and the prompt loses its beginning, as --truncate-prompts cuts one; a
+        response longer than the room left loses its beginning too. Counting a response in the policy's
+        tokens cannot bound it in another tokenizer's, so no length is refused: a refusal mid-run would
+        come back at every resume, which samples the same response again."""
+        if not self.limit or len(x) <= self.limit:
+            return x
+        head = 0
+        while head < min(len(x), self.limit // 2) and x[head] in self.special_ids:
+            head += 1
+        return x[:head] + x[len(x) - (self.limit - head):]
+
     @torch.no_grad()
     def __call__(self, batch: RewardBatch) -> torch.Tensor:
         ids = self.encode(batch.rows, batch.responses, batch.texts, batch.where())
-        for i, x in enumerate(ids):
-            if self.limit and len(x) > self.limit:
-                raise RewardError(f"reward model {self.path} {batch.where()}: {batch.sample(i)} is {len(x)} tokens, "
-                                  f"more than its {self.limit} positions; lower --max-new-tokens or --max-prompt-length")
+        cut = [i for i, x in enumerate(ids) if self.limit and len(x) > self.limit]
+        if cut and not self.noted and os.environ.get("RANK", "0") == "0":
+            i = cut[0]
+            print(f"proxima rlhf: note: reward model {self.path} {batch.where()}: {batch.sample(i)} is {len(ids[i])} "
+                  f"tokens in its tokenizer, more than its {self.limit} positions; this and every longer input keeps its "
+                  f"leading special tokens and its last tokens (the prompt's beginning is cut), counted in the metric "
+                  f"rewards/<name>/truncated; lower --max-new-tokens for the model to read whole texts",
+                  file=sys.stderr, flush=True)
+            self.noted = True
+        self.truncated += len(cut)
+        ids = [self.fit(x) for x in ids]
         padded = self.tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             logits = self.model(**padded).logits

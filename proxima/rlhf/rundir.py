@@ -653,6 +653,87 @@ def load_newest_usable(path: Path, set_aside: bool = True) -> tuple:
 
 
 # ---------------------------------------------------------------------------------------------
+# the release (policy/): what loop._save_policy writes besides the trained weights
+# ---------------------------------------------------------------------------------------------
+def release_dtype(model, wanted: str) -> torch.dtype:
+    """The dtype policy/ is saved in: --release-dtype, or with ``auto`` the one --policy's config.json records
+    (models.SOURCE_DTYPE), else the trained weights' own."""
+    from .models import SOURCE_DTYPE
+
+    if wanted != "auto":
+        return getattr(torch, wanted)
+    return getattr(model, SOURCE_DTYPE, None) or next(p.dtype for p in model.parameters() if p.is_floating_point())
+
+
+def release_state(state: dict, dtype: torch.dtype) -> dict:
+    """``state`` with its floating tensors in ``dtype``. Tensors that share storage (tied embeddings) still share
+    it: save_pretrained finds tied weights by their storage, and would otherwise write both."""
+    out, cast = {}, {}
+    for name, value in state.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != dtype:
+            key = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape), value.stride())
+            if key not in cast:
+                cast[key] = value.to(dtype)
+            value = cast[key]
+        out[name] = value
+    return out
+
+
+def embeddings_tied(model) -> Optional[bool]:
+    """Whether the trained policy's input and output embeddings are one tensor (None: it has not both). A
+    checkpoint whose config says tie_word_embeddings but that stores its own lm_head loads untied, and is
+    trained untied."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        inp, out = base.get_input_embeddings(), base.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None
+    if inp is None or out is None or getattr(inp, "weight", None) is None or getattr(out, "weight", None) is None:
+        return None
+    a, b = inp.weight, out.weight
+    if a is b:
+        return True
+    a, b = (w.to_local() if hasattr(w, "to_local") else w for w in (a, b))  # FSDP: this process's shards
+    return a.numel() > 0 and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+@contextlib.contextmanager
+def release_config(config, dtype: torch.dtype, tied: Optional[bool]):
+    """While the block runs, ``config`` says ``dtype`` and, when known, whether the embeddings are tied, as the
+    release's weights are: a 4.x loader reading tie_word_embeddings true ties lm_head to the embedding and drops
+    the trained one."""
+    configs = [config] + [c for c in (config.get_text_config(),) if c is not config] if hasattr(config, "get_text_config") else [config]
+    saved = [(c, {k: getattr(c, k) for k in ("dtype", "tie_word_embeddings") if hasattr(c, k)}) for c in configs]
+    try:
+        for c in configs:
+            c.dtype = str(dtype).removeprefix("torch.")
+            if tied is not None and hasattr(c, "tie_word_embeddings"):
+                c.tie_word_embeddings = tied
+        yield config
+    finally:
+        for c, values in saved:
+            for k, v in values.items():
+                setattr(c, k, v)
+
+
+def write_release_tokenizer(tok, folder: Path) -> None:
+    """The tokenizer into ``folder``: the files it was read from, byte for byte (models.TokenizerFiles), while it
+    holds what they held; a tokenizer changed since (none is, today: the trainer pads a copy) is saved by
+    save_pretrained, which writes what it holds in transformers' current format."""
+    from .models import TOKENIZER_SOURCE, tokenizer_state
+
+    files = getattr(tok, TOKENIZER_SOURCE, None)
+    if not files or files.state != tokenizer_state(tok):
+        tok.save_pretrained(folder)
+        return
+    for name, data in files.items():
+        target = folder / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "wb") as f:
+            f.write(data)
+
+
+# ---------------------------------------------------------------------------------------------
 # summary and plot
 # ---------------------------------------------------------------------------------------------
 def write_summary(path: Path, seconds: float, extra: dict) -> dict:

@@ -67,6 +67,7 @@ class RLHFTrainer:
         # the tokenizer as stored goes into policy/; the copy that trains left-pads and has a pad token
         self.tokenizer_as_loaded = read_tokenizer(tokenizer_dir, tokenizer_flag)
         self.tokenizer = training_tokenizer(self.tokenizer_as_loaded)
+        self.reward.read_with(self.tokenizer)  # before the trial call and the positions note read with it
         if len(self.tokenizer) > policy.get_input_embeddings().num_embeddings:
             raise ConfigError(f"{tokenizer_flag} {tokenizer_dir!r}: the tokenizer has {len(self.tokenizer)} tokens but "
                               f"the policy embeds only {policy.get_input_embeddings().num_embeddings}")
@@ -206,10 +207,13 @@ class RLHFTrainer:
         for rm in self.reward.models:
             lengths = [len(x) for x in rm.encode(self.prompts, [""] * len(texts), texts)]
             i = max(range(len(lengths)), key=lengths.__getitem__)
-            if rm.limit and lengths[i] + self.cfg.max_new_tokens > rm.limit:
-                raise ConfigError(f"--max-new-tokens {self.cfg.max_new_tokens}: prompt line {self.prompts[i].line} is "
-                                  f"{lengths[i]} tokens for the reward model {rm.path}; with the new tokens that is "
-                                  f"{lengths[i] + self.cfg.max_new_tokens}, more than its {rm.limit} positions")
+            # a note, not a refusal: the reward model cuts a longer input (RewardModel.fit), and new tokens
+            # counted in the policy's tokenizer bound nothing in its own
+            if rm.limit and lengths[i] + self.cfg.max_new_tokens > rm.limit and self.dist.is_main:
+                print(f"proxima rlhf: note: --max-new-tokens {self.cfg.max_new_tokens}: prompt line "
+                      f"{self.prompts[i].line} is {lengths[i]} tokens for the reward model {rm.path}, with the new "
+                      f"tokens about {lengths[i] + self.cfg.max_new_tokens}, more than its {rm.limit} positions; "
+                      f"longer inputs lose the prompt's beginning", file=sys.stderr, flush=True)
 
     def trained_models(self) -> list:
         return [self.policy] + ([self.value] if self.critic else [])
