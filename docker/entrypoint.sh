@@ -3,8 +3,9 @@
 #
 #   1. refuses to start when JUPYTER_TOKEN is empty, unset or shorter than 16 characters (an open or
 #      guessable Jupyter is a shell for anyone); then as root or as a uid other than the image's user
-#      (--user 1234: no passwd entry, a home it cannot write), and when /workspace/runs, checkpoints or
-#      notebooks is not writable (a host folder Docker created for the mount is root's): one line each;
+#      (--user 1234: no passwd entry, a home it cannot write), and when /workspace/runs is not writable
+#      (a host folder Docker created for the mount is root's): one line each (checkpoints/ and
+#      notebooks/ not writable: a note, they may be read-only on purpose);
 #   2. starts a key-only sshd on $SSH_PORT (default 2222) when authorized keys are provided, from
 #      /run/secrets/authorized_keys, a mounted ~/.ssh/authorized_keys, or $SSH_AUTHORIZED_KEYS;
 #      host keys are generated here, at start, never baked into the image; it is said to be started
@@ -81,7 +82,11 @@ for dir in "$WORKSPACE/runs" "$WORKSPACE/checkpoints" "$WORKSPACE/notebooks"; do
     [[ "$owner" == 0 ]] || fix+=", or rebuild the image with --build-arg PROXIMA_UID=$owner --build-arg PROXIMA_GID=$group"
     fix+="; with rootless podman run with --userns=keep-id:uid=$MY_UID,gid=$MY_GID"
   fi
-  die "$dir is not writable by $USER_NAME (uid $MY_UID): it is owned by uid $owner, gid $group, mode $mode; $fix"
+  line="$dir is not writable by $USER_NAME (uid $MY_UID): it is owned by uid $owner, gid $group, mode $mode; $fix"
+  # runs/ is where every run writes; checkpoints/ and notebooks/ may be read-only on purpose (a
+  # mounted set of checkpoints to evaluate): a note, and the container starts
+  [[ "$dir" == "$WORKSPACE/runs" ]] && die "$line"
+  log "note: $line (fine if it is read-only on purpose)"
 done
 
 # proc_field PID KEY: FIELD = the first word of KEY (State, Uid, SigIgn...) in /proc/PID/status

@@ -1211,7 +1211,8 @@ _POLICY_FIELDS = {
     "activation": (lambda v: v in ("tanh", "relu"), "tanh or relu"),
 }
 def _nesting_ok(value) -> bool:
-    """Whether ``value`` nests at most MAX_NESTING deep: json.dumps and config.plain recurse on it."""
+    """Whether ``value`` nests at most MAX_NESTING deep (json.dumps and config.plain recurse on it) and
+    holds at most MAX_NESTED_VALUES values written out (a pickle can share one list many times over)."""
     from .config import MAX_NESTING, nesting_depth
 
     return nesting_depth(value) <= MAX_NESTING
@@ -1222,7 +1223,7 @@ _OPTIONAL_FIELDS = {
     "encoder": (lambda v: v in ("auto", "cnn", "mlp"), "auto, cnn or mlp"),
     "clip_obs": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "a positive number"),
     "env_kwargs": (lambda v: v is None or (isinstance(v, dict) and _nesting_ok(v)),
-                   "a mapping nested at most 32 levels deep"),
+                   "a mapping nested at most 32 levels deep, of at most 1,000,000 values"),
     "backend": (lambda v: isinstance(v, str), "a string"),
 }
 

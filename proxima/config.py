@@ -323,6 +323,13 @@ def dump_yaml(data) -> str:
     return yaml.dump(data, Dumper=_DUMPER, sort_keys=False)
 
 
+def _is_stream(path: str) -> bool:
+    """Whether ``path`` names the user's own stream (/dev/stdin, /dev/fd/N, /proc/self/fd/N: process
+    substitution), not a file in a folder: a FIFO planted in a run directory is still refused."""
+    text = os.path.normpath(str(path))
+    return text == "/dev/stdin" or text.startswith(("/dev/fd/", "/proc/self/fd/"))
+
+
 def load_config_file(path: str) -> dict:
     """``--config FILE.yaml``: a mapping of PPOConfig fields; ConfigError naming the file otherwise.
     Read as a run's files are (rundir.read_run_text): ``--config RUN/config.yaml`` names a file in a
@@ -333,7 +340,15 @@ def load_config_file(path: str) -> dict:
     from .rundir import TEXT_MAX_BYTES, RunFileError, read_run_text
 
     try:
-        values = load_yaml(read_run_text(path, TEXT_MAX_BYTES, follow=True))
+        if _is_stream(path):  # `--config <(...)`, `--config /dev/stdin`: a pipe the user's shell made, read to its end
+            with open(path, "rb") as f:
+                data = f.read(TEXT_MAX_BYTES + 1)
+            if len(data) > TEXT_MAX_BYTES:
+                raise ConfigError(f"--config {path}: more than {TEXT_MAX_BYTES:,} bytes; give a YAML file of field: value lines")
+            text = data.decode("utf-8")
+        else:
+            text = read_run_text(path, TEXT_MAX_BYTES, follow=True)
+        values = load_yaml(text)
     except RunFileError as e:
         raise ConfigError(f"--config {path}: {e.why}; give a YAML file of field: value lines") from None
     except OSError as e:
@@ -425,8 +440,9 @@ def expected_text(name: str) -> str:
 #: thousands deep would end every recursive walk of it (plain, json.dumps, yaml.safe_dump) in a
 #: RecursionError traceback rather than a line
 MAX_NESTING = 32
-#: values (lists, mappings and what they hold, counted as written out) a field's value may hold: a
-#: checkpoint's pickle can share one list many times over, which nests few levels but writes out as billions
+#: values (lists, mappings and what they hold, counted as written out) a checkpoint's env_kwargs may
+#: hold (checkpoint._nesting_ok): its pickle can share one list many times over, which nests few levels
+#: but writes out as billions
 MAX_NESTED_VALUES = 1_000_000
 
 
@@ -458,14 +474,15 @@ def nesting_depth(value: Any, limit: int = MAX_NESTING, max_values: Optional[int
 def _nested_too_deep(name: str, value: Any, source: str) -> Optional[ConfigError]:
     """too_deep_error's line for a value of field ``name`` nested past MAX_NESTING (or too big to
     walk); None when it is fine."""
-    return too_deep_error(name, source) if nesting_depth(value) > MAX_NESTING else None
+    # depth alone: a value parsed from text, or the user's own object, shares nothing to count (a
+    # checkpoint's pickled value is counted where the checkpoint is checked, checkpoint._nesting_ok)
+    return too_deep_error(name, source) if nesting_depth(value, max_values=None) > MAX_NESTING else None
 
 
 def too_deep_error(name: str, source: str) -> ConfigError:
     """The one line refusing a value of field ``name`` nested past MAX_NESTING: it names the field and
     where the value came from, never the value (its repr would recurse too)."""
-    why = (f"nests lists or mappings more than {MAX_NESTING} levels deep (or holds more than {MAX_NESTED_VALUES:,} "
-           "values), more than any keyword argument needs")
+    why = f"nests lists or mappings more than {MAX_NESTING} levels deep, more than any keyword argument needs"
     if source in FLAG_SOURCES:
         return ConfigError(f"--{name.replace('_', '-')}: {why}; give a flatter value")
     if source == "PPOConfig":

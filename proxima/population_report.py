@@ -435,7 +435,7 @@ def training_progress(run_dir: Path, doc: dict) -> str:
     if live:
         status = f"in progress: {live}"
     elif list_checkpoints(run_dir):
-        from .rundir import resume_command
+        from .signals import resume_command
 
         status = f"stopped; `{resume_command(run_dir)}` continues it"
     else:

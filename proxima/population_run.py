@@ -419,11 +419,9 @@ def _stopped_outside(e: TrainingInterrupted, run_dir: Path, finished: Optional[P
     if e.what is not None:  # a stop that says where it landed already (workers_stopped: the env's workers ended)
         return e
     if finished is not None:
-        import shlex
+        from .signals import eval_command
 
-        from .signals import env_flag  # eval, as resume, builds a module:Class env only when --env names it
-
-        command = f"proxima eval {env_flag(Path(run_dir))}{shlex.quote(str(run_dir))}"
+        command = eval_command(run_dir)
         return TrainingInterrupted(e.signum, finished, f"during the end-of-run evaluation; training is complete (checkpoint: "
                                    f"{finished}); the population's checkpoints are kept; `{command}` evaluates it")
     if resumed_from is None:

@@ -499,6 +499,8 @@ def not_empty_message(run_dir: Path, command: str = "train") -> str:
     "train" a new run (--overwrite and --resume auto apply), "resume" a loose checkpoint continued
     in a new directory (either command), where neither does."""
     names = sorted(p.name for p in Path(run_dir).iterdir() if p.name != LOCK_NAME and not lock_leftover(p.name))[:4]
+    from .signals import resume_command
+
     resume = resume_command(run_dir)
     if command == "resume":
         what = "it holds another run" if holds_a_run(run_dir) else "it holds no Proxima run"
@@ -511,17 +513,6 @@ def not_empty_message(run_dir: Path, command: str = "train") -> str:
     return (f"{run_dir} is not empty ({', '.join(names)}...): it holds another run; continue it with --resume auto "
             f"(or `{resume}`), start over with --overwrite (the old directory is moved aside), "
             "or choose another --run-dir")
-
-
-def resume_command(run_dir) -> str:
-    """``proxima resume RUN``, with the ``--env`` a run of a ``module:Class`` env needs: a resume never
-    imports a module named only in the run's files (signals.env_flag), so without it the command
-    printed would be refused."""
-    import shlex
-
-    from .signals import env_flag
-
-    return f"proxima resume {env_flag(Path(run_dir))}{shlex.quote(str(run_dir))}"
 
 
 #: the "kind" a Proxima run records in its meta.json (train_state.open_run_dir, rlhf/rundir.py; "": an

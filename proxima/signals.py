@@ -71,12 +71,25 @@ def checkpoint_line(checkpoint: Optional[Path]) -> str:
         return "no checkpoint was written"
     path = Path(checkpoint)
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
-    command = f"proxima resume {env_flag(run_dir)}{shlex.quote(str(run_dir))}"  # a path with a space or $(...) pastes as itself
+    command = resume_command(run_dir)
     world = os.environ.get("WORLD_SIZE", "1")
     # a resume needs as many processes (train_state.load): `proxima resume` starts them on one machine
     if world.isdigit() and int(world) > 1 and os.environ.get("LOCAL_WORLD_SIZE", world) != world:
         return f"checkpoint: {checkpoint}; continue with: {command}, under the same torchrun command ({world} processes)"
     return f"checkpoint: {checkpoint}; continue with: {command}"
+
+
+def resume_command(run_dir) -> str:
+    """``proxima resume RUN``, with the ``--env`` a run of a ``module:Class`` env needs (env_flag: a
+    resume never imports a module named only in the run's files) and the path shell-quoted (a path
+    with a space or ``$(...)`` pastes as itself)."""
+    return f"proxima resume {env_flag(Path(run_dir))}{shlex.quote(str(run_dir))}"
+
+
+def eval_command(run_dir) -> str:
+    """``proxima eval RUN``, with the ``--env`` and quoting of resume_command (eval, as resume, builds a
+    module:Class env only when --env names it)."""
+    return f"proxima eval {env_flag(Path(run_dir))}{shlex.quote(str(run_dir))}"
 
 
 def env_flag(run_dir: Path) -> str:

@@ -623,13 +623,10 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
         """The stop to raise for a signal outside the loop's own checkpointed stop, saying where it landed."""
         last = getattr(trainer, "last_checkpoint", None)
         if out_dir is not None:  # training had finished: the end-of-run evaluation was cut short
-            import shlex
-
-            from .signals import env_flag  # eval, as resume, builds a module:Class env only when --env names it
+            from .signals import eval_command
 
             return TrainingInterrupted(e.signum, last, f"during the end-of-run evaluation; training is complete "
-                                       f"(checkpoint: {last}); `proxima eval {env_flag(Path(out_dir))}"
-                                       f"{shlex.quote(str(out_dir))}` evaluates it")
+                                       f"(checkpoint: {last}); `{eval_command(out_dir)}` evaluates it")
         if trainer is None and session.created is None and (resumed or session.lock is not None):
             # a resume stopped as it set up (rank 0: its run locked, the checkpoint being read; every rank:
             # the env and agent being built): the run is untouched

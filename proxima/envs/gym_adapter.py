@@ -74,27 +74,18 @@ def refuse_recorded_env(env_id: str, source, command: str = "eval") -> None:
                                 f"not done for an env id read from a file: {how}")
 
 
-#: run directories no env module is imported from (given to eval/resume), for the rest of the process
+#: folders no env module is imported from (run directories and checkpoint folders given to eval/resume)
 _DATA_DIRS: list = []
 
 
-def _holds_a_run(folder: str) -> bool:
-    from ..rundir import holds_a_run
-
-    try:
-        return holds_a_run(Path(folder))
-    except OSError:  # unreadable: what it holds is unknown, so it is kept from the import path
-        return True
-
-
 def treat_as_data(folder) -> None:
-    """Never import an env module from ``folder`` or below (a run directory given to eval/resume),
-    even when it is the current directory. Only a folder that holds a run's files
-    (rundir.holds_a_run) is data: a loose checkpoint's folder, or a project whose checkpoints/ folder
-    holds one, is where the user's own env module lives. A folder the user put on PYTHONPATH is
-    searched all the same (_import_env_module)."""
+    """Never import an env module from ``folder`` or below (a run directory or a checkpoint's folder
+    given to eval/resume), even when it is the current directory: whoever made the folder decides
+    what it holds, its run files included, so every such folder is data. A folder the user put on
+    PYTHONPATH (an absolute entry) is searched all the same (_import_env_module), which is how a
+    project keeping its own env module beside its checkpoints names it."""
     path = os.path.realpath(folder)
-    if path not in _DATA_DIRS and _holds_a_run(path):
+    if path not in _DATA_DIRS:
         _DATA_DIRS.append(path)
 
 
@@ -218,10 +209,11 @@ def import_failure_line(e: ImportError, module_name: str, env_id: str) -> str:
     if own and file_as_module_line(module_name, env_id) is not None:  # 'myenvs.py': myenvs imported, then no 'py' in it
         return file_as_module_line(module_name, env_id)
     if own and isinstance(e, SkippedModuleError):
-        inside = "it holds" if e.folder == e.run_dir else f"it is inside {e.run_dir}, which holds"
-        return (f"cannot import module '{module_name}' for env '{env_id}': not imported from {e.folder}: {inside} a run's "
-                f"files (run directories are never searched: a downloaded run must not supply the code its env id names); "
-                f"move your module out of it, or, if you trust it, name the folder: PYTHONPATH={shlex.quote(e.folder)}")
+        inside = "it is" if e.folder == e.run_dir else f"it is inside {e.run_dir},"
+        return (f"cannot import module '{module_name}' for env '{env_id}': not imported from {e.folder}: {inside} the "
+                f"folder of the run or checkpoint being read (run directories are never searched: a downloaded run must "
+                f"not supply the code its env id names); if the module is yours, name the folder: "
+                f"PYTHONPATH={shlex.quote(e.folder)}")
     if own:
         return f"cannot import module '{module_name}' for env '{env_id}': {e} (is it in the current directory or on PYTHONPATH?)"
     if isinstance(e, ModuleNotFoundError) and e.name:

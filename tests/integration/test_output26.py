@@ -4,9 +4,9 @@
    edited config.yaml, plot's one-point note) and reached matplotlib ("Glyph 27 missing");
 2. commands suggested with an env id or path read from a file were not shell-quoted: pasting
    ``--env evil:Env $(touch X)`` ran ``touch X``;
-3. a loose checkpoint's folder (and the parent of any checkpoints/ folder) was made a "data dir"
-   for the rest of the process, so the user's own env module beside it could not be imported,
-   not even with its folder on PYTHONPATH, and the error did not say which folder was skipped.
+3. a checkpoint's folder is kept off the import path (a downloaded folder must not supply the code an
+   env id names, whatever files it holds), but the user's own env module beside it could not be
+   imported even with its folder on PYTHONPATH, and the error did not say which folder was skipped.
 """
 
 from __future__ import annotations
@@ -154,42 +154,26 @@ def project(tmp_path):
 
 
 @pytest.mark.parametrize("checkpoint", ["policy.pt", "checkpoints/policy.pt"])
-def test_eval_of_a_projects_checkpoint_imports_the_users_module_beside_it(project, checkpoint):
+def test_a_checkpoints_folder_is_named_as_skipped_and_pythonpath_lets_the_users_module_in(project, checkpoint):
     proj, _ = project
-    result = _proxima("eval", checkpoint, "--env", ENV, "--episodes", "1", "--json", cwd=proj)
+    result = _proxima("eval", checkpoint, "--env", ENV, "--episodes", "1", cwd=proj)
+    line = error_line(result.returncode, result.stderr, f"cannot import module '{MODULE}'")
+    assert f"not imported from {proj.resolve()}: it is" in line and "run directories are never searched" in line, line
+    assert f"PYTHONPATH={proj.resolve()}" in line, line
+    result = _proxima("eval", checkpoint, "--env", ENV, "--episodes", "1", "--json", cwd=proj, pythonpath=proj)
     assert result.returncode == 0, result.stderr
 
 
-def test_load_then_make_env_from_python_still_finds_the_users_module(project, monkeypatch, fresh_data_dirs):
-    from proxima import load, make_env
-
-    proj, _ = project
-    monkeypatch.chdir(proj)
-    load("policy.pt")
-    env = make_env(ENV, num_envs=1)
-    env.close()
-
-
-def test_a_run_directorys_module_is_named_as_skipped_and_pythonpath_lets_it_in(project):
+def test_a_run_directorys_module_is_skipped_even_without_its_run_files(project):
+    """Whoever made the folder decides what it holds: without meta.json it is still the run being read."""
     _, trained = project
     shutil.copy(project[0] / f"{MODULE}.py", trained)
+    (trained / "meta.json").unlink()
     result = _proxima("eval", ".", "--env", ENV, "--episodes", "1", cwd=trained)
     line = error_line(result.returncode, result.stderr, f"cannot import module '{MODULE}'")
-    assert f"not imported from {trained.resolve()}: it holds a run's files" in line, line
-    assert f"PYTHONPATH={trained.resolve()}" in line, line
+    assert f"not imported from {trained.resolve()}: it is the folder of the run or checkpoint being read" in line, line
     # "." names no folder (a profile's PYTHONPATH=. holds in every downloaded run too): still skipped
     result = _proxima("eval", ".", "--env", ENV, "--episodes", "1", cwd=trained, pythonpath=".")
     error_line(result.returncode, result.stderr, f"not imported from {trained.resolve()}")
     result = _proxima("eval", ".", "--env", ENV, "--episodes", "1", "--json", cwd=trained, pythonpath=trained)
     assert result.returncode == 0, result.stderr
-
-
-def test_only_a_folder_holding_a_runs_files_is_data(project, fresh_data_dirs):
-    from proxima.envs import gym_adapter
-
-    proj, trained = project
-    gym_adapter.treat_as_data(proj)  # no run's files there: never data
-    assert not gym_adapter._inside_data_dir(str(proj))
-    gym_adapter.treat_as_data(trained)
-    assert gym_adapter._inside_data_dir(str(trained / "checkpoints"))
-

@@ -162,7 +162,8 @@ def _deep_env_kwargs_run(finished_run, tmp_path):
     return run, _with_deep_stack(lambda: edit_checkpoint(run, edit))
 
 
-DEEP_KWARGS = f"config.env_kwargs is {{'a': [[[[[[...]]]]]]}}, not a mapping nested at most {MAX_NESTING} levels deep"
+DEEP_KWARGS = (f"config.env_kwargs is {{'a': [[[[[[...]]]]]]}}, not a mapping nested at most {MAX_NESTING} levels deep, "
+               "of at most 1,000,000 values")
 
 
 def test_eval_of_a_checkpoint_whose_env_kwargs_nests_thousands_deep_is_one_line(finished_run, tmp_path, capsys):
@@ -220,3 +221,23 @@ def test_train_config_follows_a_link_the_user_named(tmp_path, capsys):
     (tmp_path / "proj" / "c.yaml").symlink_to("../shared/c.yaml")
     code, _, err = run_main(["train", "--config", str(tmp_path / "proj" / "c.yaml"), "--run-dir", str(tmp_path / "r")], capsys)
     error_line(code, err, "num_envs")  # read through the link: its value is the one refused
+
+
+def test_train_config_reads_the_users_own_stream_process_substitution_and_stdin(tmp_path):
+    """A pipe the user's shell made (`--config <(...)`, /dev/stdin) is read; a FIFO at a file's name is not (above)."""
+    yaml_text = "env_id: CartPole-v1\nnum_envs: 3\n"
+    proxima = str(Path(sys.executable).parent / "proxima")
+    (tmp_path / "c.yaml").write_text(yaml_text)
+    sub = subprocess.run(["bash", "-c", f"{proxima} train --config <(cat c.yaml) --dry-run"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert sub.returncode == 0 and "num_envs: 3" in sub.stdout, sub.stderr
+    piped = subprocess.run([proxima, "train", "--config", "/dev/stdin", "--dry-run"], input=yaml_text,
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert piped.returncode == 0 and "num_envs: 3" in piped.stdout, piped.stderr
+
+
+def test_a_large_but_flat_env_kwargs_from_a_file_is_accepted(tmp_path):
+    """The value count guards pickled checkpoints (shared lists); text shares nothing: a 1000 x 1000
+    grid nests 3 deep and is a legitimate keyword argument."""
+    grid = [[0] * 1000 for _ in range(1000)]
+    assert coerce("env_kwargs", {"grid": grid}, source=str(tmp_path / "c.yaml")) == {"grid": grid}

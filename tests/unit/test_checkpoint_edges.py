@@ -104,17 +104,9 @@ def test_a_checkpoint_linked_inside_its_run_still_evaluates(run_dir, capsys):
 
 
 # ------------------------------------------------------------------ 2. the folder of a linked checkpoint is never an import path
-def test_eval_of_a_linked_checkpoint_never_imports_from_the_run_directory_it_was_named_in(trained, tmp_path, monkeypatch,
-                                                                                        capsys):
-    """A downloaded run (its files beside a link to the checkpoint) supplies no module an id names; a
-    folder holding no run's files (a project with a loose checkpoint) is searched as usual
-    (tests/integration/test_output26.py)."""
-    import shutil
-
+def test_eval_of_a_linked_checkpoint_never_imports_from_the_folder_it_was_named_in(trained, tmp_path, monkeypatch, capsys):
     folder = tmp_path / "downloads"
     folder.mkdir()
-    for name in ("meta.json", "config.yaml"):
-        shutil.copy(trained / name, folder / name)
     marker = tmp_path / "IMPORTED"
     (folder / "shadow_env_ck.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit('shadow module ran')\n")
     (folder / "model.pt").symlink_to(ckpt.list_checkpoints(trained)[-1])
