@@ -112,3 +112,26 @@ class Tiny(gym.Env):
         self.t += 1
         return np.zeros(2, np.float32), float(action), False, self.t >= 8, {}
 '''
+
+
+def fake_run_dir(root, name: str, steps=(100, 200), returns=(1.0, 2.0), **config):
+    """A run directory of env Fake-v0 (seed 1 and ``config`` in its config.yaml) whose metrics.csv
+    logs one iteration per step in ``steps`` with the episodic return in ``returns``: what plot and
+    report read, without training."""
+    import csv
+    from pathlib import Path
+
+    import yaml
+
+    from proxima.logger import CSV_COLUMNS
+
+    d = Path(root) / name
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text(yaml.safe_dump({"env_id": "Fake-v0", "seed": 1, **config}, sort_keys=False))
+    with open(d / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        for i, (s, r) in enumerate(zip(steps, returns)):
+            w.writerow({"iteration": i + 1, "global_step": s, "time": 0.1 * (i + 1), "episodes": 1,
+                        "charts/episodic_return": r})
+    return d

@@ -46,7 +46,6 @@ def run(t, run_dir: Path, resumed: bool = False) -> dict:
 
 def _run(t, run_dir: Path, resumed: bool) -> dict:
     cfg, main = t.cfg, t.dist.is_main
-    t.reward.read_with(t.tokenizer)  # a reward model of another vocabulary reads no policy special token
     t.reward.take_truncations()  # the trial call's cuts belong to no step
     logger = rundir.MetricsLogger(run_dir, resume_step=t.step if resumed else None) if main else None
     saved: list = []  # the checkpoints this run wrote: a second interrupt says whether one is on disk

@@ -5,7 +5,6 @@ evaluate() checks its arguments, and a report says when it averages evaluations 
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 import torch
 
 import proxima
-from cli_helpers import one_error_line, run_main
+from cli_helpers import fake_run_dir, one_error_line, run_main
 from proxima.agent import Agent
 from proxima.checkpoint import Policy
 from proxima.envs import make_env
@@ -172,16 +171,7 @@ def test_eval_cli_keeps_its_flag_lines(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------ 6. report of several runs
 def _fake_run(root: Path, name: str, episodes: int, mean: float) -> Path:
-    from proxima.logger import CSV_COLUMNS
-
-    d = root / name
-    d.mkdir()
-    (d / "config.yaml").write_text("env_id: Fake-v0\nseed: 1\n")
-    with open(d / "metrics.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        for i in range(2):
-            w.writerow({"iteration": i + 1, "global_step": 100 * (i + 1), "time": 0.1, "episodes": 1, "charts/episodic_return": 1.0})
+    d = fake_run_dir(root, name, returns=(1.0, 1.0))
     (d / "eval.json").write_text(json.dumps({"env_id": "Fake-v0", "episodes": episodes, "mean_return": mean, "std_return": 0.0,
                                              "returns": [mean] * episodes, "lengths": [5] * episodes, "deterministic": True}))
     return d

@@ -12,7 +12,6 @@ refused with --seeds, so there is no periodic population evaluation to make stop
 
 from __future__ import annotations
 
-import csv
 import os
 import re
 import shlex
@@ -21,8 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from cli_helpers import TINY_ENV, error_line, run_main
+from cli_helpers import TINY_ENV, error_line, fake_run_dir, run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE = "fix26_tiny_env"
@@ -132,21 +130,6 @@ def test_eval_video_of_a_module_env_population_names_the_member_command_with_its
 
 
 # ------------------------------------------------------------------------------------ 2. plot labels spell None "none"
-def _plain_run(root: Path, name: str, **config) -> Path:
-    from proxima.logger import CSV_COLUMNS
-
-    d = root / name
-    d.mkdir(parents=True)
-    (d / "config.yaml").write_text(yaml.safe_dump({"env_id": "Fake-v0", "seed": 1, **config}, sort_keys=False))
-    with open(d / "metrics.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        for i, (s, r) in enumerate(((100, 1.0), (200, 2.0))):
-            w.writerow({"iteration": i + 1, "global_step": s, "time": 0.1 * (i + 1), "episodes": 1,
-                        "charts/episodic_return": r})
-    return d
-
-
 def test_multi_run_plot_labels_spell_none_as_population_labels_do(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure
@@ -158,8 +141,8 @@ def test_multi_run_plot_labels_spell_none_as_population_labels_do(tmp_path, monk
     figures, real = [], Figure.savefig
     monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), real(self, *a, **k))[1])
     long = {f"option_{i}": "x" * 12 for i in range(12)}  # a label longer than the panel: the legend's title holds it whole
-    off = _plain_run(tmp_path, "off", target_kl=None, env_kwargs=long)
-    on = _plain_run(tmp_path, "on", target_kl=0.01, env_kwargs={**long, "option_0": "y"})
+    off = fake_run_dir(tmp_path, "off", target_kl=None, env_kwargs=long)
+    on = fake_run_dir(tmp_path, "on", target_kl=0.01, env_kwargs={**long, "option_0": "y"})
     [label_off, label_on] = group_runs([off, on])
     assert setting_label({"target_kl": None}) in label_off and "target_kl=0.01" in label_on
     assert main(["plot", str(off), str(on), "--out", str(tmp_path / "c.png")]) == 0

@@ -48,16 +48,6 @@ def run(finished, tmp_path):
     return copy
 
 
-@pytest.fixture
-def fresh_data_dirs(monkeypatch):
-    """No folder marked as data by an earlier test in this process (a CLI process runs one command)."""
-    from proxima.envs import gym_adapter
-
-    monkeypatch.setattr(gym_adapter, "_DATA_DIRS", [])
-    monkeypatch.setattr(sys, "path", sys.path[:])
-    monkeypatch.delitem(sys.modules, MODULE, raising=False)
-
-
 def _no_raw_controls(text: str) -> None:
     assert "\x1b" not in text and "\x07" not in text, repr(text)
 

@@ -3,33 +3,21 @@ a step is noted, a band at one x is drawn, long panel titles are wrapped to the 
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
+from cli_helpers import fake_run_dir
 from proxima.cli import main
-from proxima.logger import CSV_COLUMNS
 from proxima.plot import TITLE_CHARS, group_runs
 from proxima.report import build_report
 
 pytest.importorskip("matplotlib")
 
 
-def _run(root: Path, name: str, steps=(100, 200), returns=(1.0, 2.0), **config) -> Path:
-    d = root / name
-    d.mkdir(parents=True)
-    (d / "config.yaml").write_text(yaml.safe_dump({"env_id": "Fake-v0", "seed": 1, **config}, sort_keys=False))
-    with open(d / "metrics.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        for i, (s, r) in enumerate(zip(steps, returns)):
-            w.writerow({"iteration": i + 1, "global_step": s, "time": 0.1 * (i + 1), "episodes": 1,
-                        "charts/episodic_return": r})
-    return d
+_run = fake_run_dir
 
 
 def _eval(run: Path, mean: float) -> Path:
