@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from ..config import ConfigError, close_field, is_blank, parse_int, plain, value_refused
 
-__all__ = ["RLHFConfig", "ConfigError", "FIELDS", "from_dict", "coerce", "validate", "reward_specs"]
+__all__ = ["RLHFConfig", "ConfigError", "FIELDS", "from_dict", "coerce", "validate", "check_kl_horizon", "reward_specs"]
 
 
 def _f(default: Any, doc: str, kind: type = None, optional: bool = False, choices: tuple = (), repeat: bool = False,
@@ -56,7 +56,7 @@ class RLHFConfig:
     kl_estimator: str = _f("k1", "Per-token KL estimator: k1 (log p - log q) or k3 ((q/p - 1) - log(q/p), non-negative).", choices=("k1", "k3"))
     adaptive_kl: bool = _f(False, "Adapt kl_coef towards kl_target (Ziegler et al. 2019) instead of keeping it fixed.")
     kl_target: float = _f(6.0, "Adaptive KL: target KL per response (summed over its tokens).")
-    kl_horizon: int = _f(10000, "Adaptive KL: horizon in responses.")
+    kl_horizon: int = _f(10000, "Adaptive KL: horizon, counted in responses (all processes together): after each step beta is multiplied by 1 + clip(KL / kl_target - 1, -0.2, 0.2) x responses per update / horizon, so the horizon must be above 0.2 x the responses per update (batch_size x processes), or beta could reach 0 or turn negative.")
     whiten_rewards: bool = _f(False, "Whiten the per-token rewards under the response mask before GAE.")
     # --- advantages ---
     advantage: str = _f("gae", "Advantage estimator: gae (PPO with a value model), grpo (group-normalized) or rloo (leave-one-out); grpo and rloo use no critic.", choices=("gae", "grpo", "rloo"))
@@ -67,7 +67,7 @@ class RLHFConfig:
     steps: int = _f(100, "PPO iterations (one rollout of batch_size responses and its update each).")
     batch_size: int = _f(16, "Responses per rollout per process (prompts x samples_per_prompt).")
     num_minibatches: int = _f(1, "Minibatches per epoch; must divide batch_size.")
-    micro_batch_size: int = _f(0, "Responses per forward/backward inside a minibatch (gradient accumulation); 0: the whole minibatch.")
+    micro_batch_size: int = _f(0, "Responses per forward/backward inside a minibatch (gradient accumulation), and per forward of the policy, reference, value and reward models scoring a rollout; 0: the whole minibatch (the whole batch in the rollout).")
     update_epochs: int = _f(4, "Epochs over each rollout.")
     lr: float = _f(1e-5, "Policy learning rate (Adam, eps 1e-5).")
     value_lr: Optional[float] = _f(None, "Value model learning rate (default: lr).", float, optional=True)
@@ -75,7 +75,7 @@ class RLHFConfig:
     clip_coef: float = _f(0.2, "PPO clip epsilon of the policy ratio.")
     vf_clip_coef: float = _f(0.2, "Clip range of the value prediction around its rollout value.")
     clip_vloss: bool = _f(True, "Clip the value loss.")
-    vf_coef: float = _f(0.1, "Value loss coefficient.")
+    vf_coef: float = _f(0.1, "Value loss coefficient (advantage gae only: grpo and rloo have no value model). It scales the value model's gradient before that model's own gradient-norm clip; its own Adam ignores a constant scale, so it changes the value update only through the clip (--max-grad-norm) and Adam's eps. It never touches the policy's gradient; --value-lr sets the value model's step size.")
     ent_coef: float = _f(0.0, "Entropy bonus coefficient.")
     max_grad_norm: float = _f(1.0, "Gradient-norm clip, applied to the policy and to the value model separately.")
     # --- efficiency switches ---
@@ -291,6 +291,21 @@ def validate(cfg: RLHFConfig) -> None:
         bad("micro_batch_size", f"must divide the minibatch size batch_size / num_minibatches = {mb_size}")
     if cfg.value_init == "reward" and cfg.advantage == "gae" and not any(os.path.isdir(r) for r in cfg.reward):
         bad("value_init", "'reward' needs a --reward that is a reward-model directory")
+    check_kl_horizon(cfg)
+
+
+def check_kl_horizon(cfg: RLHFConfig, world_size: int = 1) -> None:
+    """--adaptive-kl multiplies beta by 1 + e * n / horizon with e in [-0.2, 0.2] and n the responses of one
+    update over all ``world_size`` processes: a horizon of 0.2 * n or less can send beta to 0 (where it stays)
+    or below it (a KL bonus), so it is refused. validate() knows one process; the trainer checks the count."""
+    if not cfg.adaptive_kl:
+        return
+    n = cfg.batch_size * world_size
+    if cfg.kl_horizon * 5 <= n:  # horizon <= 0.2 * n, in integers
+        each = f" (--batch-size {cfg.batch_size} x {world_size} process{'es' if world_size > 1 else ''})"
+        raise ConfigError(f"--kl-horizon {cfg.kl_horizon}: with --adaptive-kl each step multiplies beta by as little as "
+                          f"1 - 0.2 x {n} responses per update{each} / {cfg.kl_horizon}, which is 0 or negative; use "
+                          f"--kl-horizon {n // 5 + 1} or more (the smallest allowed for {n} responses per update)")
 
 
 def reward_specs(cfg: RLHFConfig) -> list:

@@ -26,7 +26,8 @@ class KLController:
     """beta of the KL penalty: fixed, or adapted towards a target KL (Ziegler et al. 2019, sec. 2.2).
 
     Adaptive: beta <- beta * (1 + clip(kl / target - 1, -0.2, 0.2) * n / horizon) after every batch of
-    n responses whose mean summed KL was ``kl``.
+    n responses whose mean summed KL was ``kl``. The horizon is counted in responses and must exceed
+    0.2 * n, or the factor can be 0 or negative (config.check_kl_horizon refuses such a run).
     """
 
     def __init__(self, init: float, adaptive: bool = False, target: float = 6.0, horizon: int = 10000):

@@ -8,10 +8,13 @@ per response; booleans and strings refused) before it reaches the loss:
               responses: the response texts before EOS; columns: the other fields of the prompts'
               JSONL rows, as lists (``answer=[...]``), passed when f names them or takes **kwargs.
     model     a frozen AutoModelForSequenceClassification with one label; the score is its logit at
-              the last token. For a conversation it reads its own chat template when it has one; else,
-              with the policy's vocabulary, the prompt and response with the policy's special tokens
-              (chat template, BOS) kept, and with another vocabulary the same text without them. An
-              input longer than its positions keeps its leading special tokens and its last tokens.
+              the last token of its input (the last position of the attention mask, so a final token
+              that happens to be its pad id still counts). For a conversation it reads its own chat
+              template when it has one; else, with the policy's vocabulary, the prompt and response with
+              the policy's special tokens (chat template, BOS) and the stop token the policy emitted kept,
+              and with another vocabulary the same text without them. An input longer than its positions
+              keeps its leading special tokens and its last tokens. It runs micro_batch_size inputs per
+              forward (0: the whole batch).
 """
 
 from __future__ import annotations
@@ -47,8 +50,11 @@ class RewardBatch:
 
     rows: list  # B PromptRows: the prompt (text or messages), the other JSONL fields, the line number
     responses: list  # B response texts before EOS, special tokens dropped
-    texts: list  # B prompt + response as the policy saw them, decoded with their special tokens (no padding)
+    texts: list  # B prompt + response as the policy saw them, decoded with their special tokens (no padding, no EOS)
     step: int  # the PPO step being computed (1-based); 0 for the trial call before training
+    # texts with the stop token each response emitted (decoded with it; a response cut at --max-new-tokens
+    # has none): what a reward model of the policy's vocabulary reads. None: texts, as for the trial call
+    texts_with_stop: Optional[list] = None
 
     def where(self) -> str:
         return "on the trial call before training" if self.step == 0 else f"at step {self.step}"
@@ -160,16 +166,16 @@ def refuse_recorded_rewards(specs: list, source, how: str, origin: str = "a run'
 
 
 def load_rewards(specs: list, weights: list, device: torch.device, dtype: torch.dtype = torch.float32,
-                 bf16: bool = False, import_path: Optional[list] = None) -> Rewards:
+                 bf16: bool = False, import_path: Optional[list] = None, micro_batch_size: int = 0) -> Rewards:
     """Every ``--reward`` spec loaded (a directory -> RewardModel, ``module:function`` -> RewardFunction)."""
-    parts = [load_reward(s, device, dtype, bf16, import_path) for s in specs]
+    parts = [load_reward(s, device, dtype, bf16, import_path, micro_batch_size) for s in specs]
     return Rewards(parts, list(weights) or [1.0] * len(parts))
 
 
 def load_reward(spec: str, device: torch.device, dtype: torch.dtype = torch.float32, bf16: bool = False,
-                import_path: Optional[list] = None):
+                import_path: Optional[list] = None, micro_batch_size: int = 0):
     if os.path.isdir(spec):
-        return RewardModel(spec, device, dtype, bf16)
+        return RewardModel(spec, device, dtype, bf16, micro_batch_size)
     module_name, sep, func_name = spec.rpartition(":")
     if not sep or not module_name or not func_name:
         raise ConfigError(f"--reward {spec!r}: neither a reward-model directory nor module:function")
@@ -345,7 +351,8 @@ class RewardFunction:
 class RewardModel:
     """A frozen AutoModelForSequenceClassification with one output; the score is its logit at the last token."""
 
-    def __init__(self, path: str, device: torch.device, dtype: torch.dtype = torch.float32, bf16: bool = False):
+    def __init__(self, path: str, device: torch.device, dtype: torch.dtype = torch.float32, bf16: bool = False,
+                 micro_batch_size: int = 0):
         from transformers import AutoModelForSequenceClassification
 
         model = load_pretrained(AutoModelForSequenceClassification, path, "--reward", dtype)
@@ -371,9 +378,12 @@ class RewardModel:
                 raise ConfigError(f"--reward {path!r}: its tokenizer has no pad, eos or unk token; set pad_token in "
                                   f"tokenizer_config.json")
             self.tokenizer.pad_token = fallback
-        # right padding: the classifier reads the last non-pad token
+        # right padding, so the last real token is at attention_mask.sum(1) - 1 (__call__ reads it there);
+        # transformers' own pooling takes the rightmost token that is not the pad id, one or more tokens
+        # early when the input ends in that id (a sampled [PAD], or an EOS standing in for pad)
         self.tokenizer.padding_side = "right"
-        self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        self.model.config.pad_token_id = self.tokenizer.pad_token_id  # its pooling refuses a batch without one
+        self.micro_batch_size = micro_batch_size  # inputs per forward, as --micro-batch-size bounds the policy's
         bos = self.tokenizer.bos_token_id
         self.adds_bos = bos is not None and self.tokenizer("x")["input_ids"][:1] == [bos]
         self.limit = max_positions(self.model.config)
@@ -439,7 +449,12 @@ class RewardModel:
 
     @torch.no_grad()
     def __call__(self, batch: RewardBatch) -> torch.Tensor:
-        ids = self.encode(batch.rows, batch.responses, batch.texts, batch.where())
+        texts = batch.texts
+        # the policy's vocabulary reads the EOS it emitted as the token it is (TRL keeps it too: a model trained
+        # on "...response<eos>" scores there); another vocabulary reads text, and special tokens are no text
+        if self.policy_specials == [] and batch.texts_with_stop is not None:
+            texts = batch.texts_with_stop
+        ids = self.encode(batch.rows, batch.responses, texts, batch.where())
         cut = [i for i, x in enumerate(ids) if self.limit and len(x) > self.limit]
         if cut and not self.noted and os.environ.get("RANK", "0") == "0":
             i = cut[0]
@@ -451,7 +466,26 @@ class RewardModel:
             self.noted = True
         self.truncated += len(cut)
         ids = [self.fit(x) for x in ids]
+        chunk = self.micro_batch_size or len(ids)
+        return torch.cat([self._scores(ids[s:s + chunk]) for s in range(0, len(ids), chunk)])
+
+    def _scores(self, ids: list) -> torch.Tensor:
+        """(B,) float32 scores of inputs ``ids``: the head's output at each input's last real token."""
         padded = self.tokenizer.pad({"input_ids": ids}, return_tensors="pt").to(self.device)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            logits = self.model(**padded).logits
+        per_token = []
+        head = getattr(self.model, "score", None)  # the per-token head of transformers' decoder classifiers
+        hook = None
+        if isinstance(head, torch.nn.Module):
+            hook = head.register_forward_hook(lambda module, args, out: per_token.append(out))
+        try:
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                logits = self.model(**padded).logits
+        finally:
+            if hook is not None:
+                hook.remove()
+        width = padded["input_ids"].shape[1]
+        if len(per_token) == 1 and per_token[0].dim() == 3 and per_token[0].shape[1] == width:
+            last = padded["attention_mask"].sum(1) - 1
+            logits = per_token[0][torch.arange(len(ids), device=last.device), last]
+        # else an encoder's classifier (a pooled first token): its logits need no position
         return logits[:, 0].float().cpu()

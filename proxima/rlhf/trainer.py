@@ -27,7 +27,7 @@ from ..ppo import ppo_loss
 from . import dist as D
 from . import fsdp
 from .algorithm import gae_advantages, group_advantages, sequence_rewards, token_rewards
-from .config import ConfigError, RLHFConfig, reward_specs
+from .config import ConfigError, RLHFConfig, check_kl_horizon, reward_specs
 from .data import PromptSampler, encode_prompts, load_prompts, prompts_sha256
 from .generation import (SamplingSettings, decode_responses, generate, pad_left, position_ids_from_mask,
                          response_masks, response_token_lists)
@@ -49,6 +49,7 @@ class RLHFTrainer:
 
     def __init__(self, cfg: RLHFConfig, d: Optional[D.Dist] = None):
         self.cfg, self.dist = cfg, d or D.Dist()
+        check_kl_horizon(cfg, self.dist.world_size)  # validate() saw one process; before any model loads
         self.device = resolve_device(cfg.device)
         if self.device.type == "cuda" and self.dist.enabled:
             self.device = torch.device("cuda", self.dist.local_rank)
@@ -59,7 +60,7 @@ class RLHFTrainer:
         self.prompts = load_prompts(cfg.prompts)
         self.prompts_sha256 = prompts_sha256(self.prompts)  # recorded in checkpoints: a resume checks the file
         self.reward = load_rewards(reward_specs(cfg), cfg.reward_weights, self.device, dtype, cfg.bf16,
-                                   cfg.reward_import_path)
+                                   cfg.reward_import_path, micro_batch_size=cfg.micro_batch_size)
         policy, tokenizer_dir = load_policy(cfg.policy, cfg.seed, dtype, fits=self._model_fits(dtype))
         # the tokenizer's folder and the flag that named it, for messages: --tokenizer when it was given,
         # else --policy (its own tokenizer; None when it has none, which read_tokenizer refuses)
@@ -252,9 +253,12 @@ class RLHFTrainer:
         rows = [self.prompts[i] for i in prompt_idx]
         response_ids = response_token_lists(responses, lengths, has_eos)
         texts = decode_responses(self.tokenizer, response_ids)
-        # what the policy saw, special tokens (chat template, BOS) kept, padding and EOS not
+        # what the policy saw, special tokens (chat template, BOS) kept, padding not; with and without the
+        # stop token it emitted, since only a reward model of the policy's vocabulary reads that token
         full = [self.tokenizer.decode(self.prompt_ids[i] + r) for i, r in zip(prompt_idx, response_ids)]
-        raw, b["reward_parts"] = self.reward(RewardBatch(rows, texts, full, step=self.step + 1))
+        stopped = [self.tokenizer.decode(self.prompt_ids[i] + row[:n]) if e else f
+                   for i, row, n, e, f in zip(prompt_idx, responses.tolist(), lengths.tolist(), has_eos.tolist(), full)]
+        raw, b["reward_parts"] = self.reward(RewardBatch(rows, texts, full, step=self.step + 1, texts_with_stop=stopped))
         # PPO_NOTES: a fixed penalty for responses that never emit EOS
         b["scores"] = raw.to(self.device) - cfg.missing_eos_penalty * (~has_eos).float()
         b["kl"] = kl_per_token(b["logprobs"], b["ref_logprobs"], cfg.kl_estimator)
@@ -324,7 +328,9 @@ class RLHFTrainer:
         """Gradients of one minibatch, summed over its micro-batches.
 
         Each micro-batch's loss is a mean over its own response tokens, so it is weighted by its share
-        of the minibatch's tokens: the accumulated gradient is exactly the full minibatch's.
+        of the minibatch's tokens: the accumulated gradient is exactly the full minibatch's. Under torchrun
+        that holds per process: each takes the mean over its own tokens and _step averages the processes
+        with equal weight, not by their token counts.
         """
         for opt in (self.opt_policy, self.opt_value):
             if opt is not None:
