@@ -11,7 +11,8 @@ import torch
 from . import atari
 from .base import BatchedEnv, EnvError, NativeEnv
 from .classic import NATIVE_ENVS
-from .gym_adapter import GymnasiumEnv, check_spaces
+from .gym_adapter import GymnasiumEnv
+from .spaces import check_spaces
 from .synthetic import LinearQuadratic, PixelQuadrant
 
 NATIVE_ENVS.setdefault(LinearQuadratic.env_id, LinearQuadratic)  # benchmark task, no Gymnasium twin

@@ -11,7 +11,9 @@ The checks (names as they appear in the report):
   build              the constructor returns a gymnasium.Env without raising
   spaces declared    observation_space and action_space are gymnasium Spaces
   spaces supported   observation Box (images: uint8 HWC or CHW) or Dict of Box; action Discrete,
-                     MultiDiscrete or Box with finite bounds
+                     MultiDiscrete or Box with finite bounds; none of them empty (Box(-1, 1, (0,)),
+                     MultiDiscrete([])). A refused Discrete/Tuple observation or MultiBinary action
+                     is told its fix (FlattenObservation, MultiDiscrete([2] * n))
   reset              reset(seed=...) does not raise
   reset returns      reset returns (obs, info) with info a dict (a tuple or a list of the two, as Gymnasium's vector
                      envs and so ``proxima train`` take them; an obs returned alone is named as the old gym API)
@@ -89,12 +91,16 @@ import torch
 
 from ..config import MAX_SEED, install_hint
 from .base import EnvError
-from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, is_flag, TENSOR_FIX, _extra_for, beyond_float32, check_spaces,
+from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, is_flag, TENSOR_FIX, _extra_for, beyond_float32,
                           creator_error, exit_text, native_only, number_text, resolve_env_fn, tensor_numpy,
                           unknown_kwarg_line)
-from .spaces import action_scale_note, image_note, pixels_fix
+from .spaces import action_scale_note, check_spaces, image_note, pixels_fix
 from ..terminal import printable
 from ..warnings_guard import quiet_warnings
+
+#: how much of a refused space's line check-env shows: the line ends with its fix (FlattenObservation
+#: in a factory, MultiDiscrete([2] * n)), which the usual 300 characters would cut off
+SPACES_LIMIT = 1000
 
 #: a reset() without an ``options`` parameter, as Python words the TypeError
 _NO_OPTIONS = re.compile(r"unexpected keyword argument 'options'")
@@ -117,7 +123,8 @@ class Violation:
     actual: str
 
     def __str__(self) -> str:
-        return f"{self.check}: expected {_one_line(self.expected)}; got {_one_line(self.actual)}"
+        limit = SPACES_LIMIT if self.check == "spaces supported" else 300
+        return f"{self.check}: expected {_one_line(self.expected)}; got {_one_line(self.actual, limit)}"
 
 
 class Violations(list):

@@ -33,7 +33,7 @@ from ..config import install_hint
 from ..shared_change import SharedChange
 from ..sightings import Sightings
 from .base import BatchedEnv, EnvError
-from .spaces import ObsLayout, obs_layout, pack_numpy, space_actions, tensor_space, uint8_pixels
+from .spaces import ObsLayout, check_spaces, obs_layout, pack_numpy, space_actions, tensor_space, uint8_pixels
 
 #: extras that provide an env family; used to say what to install when an env cannot be built.
 EXTRAS = {"box2d": ("LunarLander", "BipedalWalker", "CarRacing"), "mujoco": ("HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "Swimmer", "Reacher", "Pusher", "InvertedPendulum", "InvertedDoublePendulum")}
@@ -395,14 +395,6 @@ def _build(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict
             raise EnvError(line) from None
         e = creator_error(e)
         raise EnvError(f"building env '{env_id}' raised {type(e).__name__}: {e}") from None
-
-
-def check_spaces(env_id: str, obs_space: gym.spaces.Space, act_space: gym.spaces.Space) -> None:
-    obs_layout(obs_space, env_id)  # Box, image Box or Dict of Box; else EnvError naming the space and key
-    if not isinstance(act_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.Box)):
-        raise EnvError(f"env '{env_id}': not supported yet: action space {act_space} (Discrete, MultiDiscrete, Box)")
-    if isinstance(act_space, gym.spaces.Box) and not (np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
-        raise EnvError(f"env '{env_id}': Box action space needs finite bounds, got {act_space}")
 
 
 #: float32's largest value: Proxima trains in float32, and Gymnasium's vector env casts a wider

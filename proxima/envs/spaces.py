@@ -13,7 +13,13 @@ Which end of an image holds the channels: the smallest dimension, when it is str
 the other two (84x84x3 -> HWC, 4x84x84 -> CHW); a uint8 3-D Box with no such dimension is not an
 image and goes the flat way (:func:`image_note` says so, and what to do, for what looks like
 pixels: a grayscale (H, W), a frame stack (N, H, W, C), a float image). Any other space (Text,
-Graph, Sequence, Tuple, Discrete as an observation, ...) raises EnvError naming the space and the key.
+Graph, Sequence, Tuple, Discrete as an observation, ...) raises EnvError naming the space and the key;
+for a Discrete, MultiDiscrete, MultiBinary or Tuple of those and Boxes the line gives the fix:
+gymnasium.wrappers.FlattenObservation in a ``module:function`` factory (at a Dict key: that key
+declared as the Box gymnasium.spaces.flatten_space makes of it).
+
+Actions (:func:`check_action_space`): Discrete, MultiDiscrete, or a Box with finite bounds, holding
+one value or more; a MultiBinary is refused with its MultiDiscrete([2] * n) twin as the fix.
 """
 
 from __future__ import annotations
@@ -243,16 +249,77 @@ def _check_key(key, env_id: str) -> None:
                        f"which cannot be empty or hold '.': rename it (e.g. {(key.replace('.', '_') or 'obs')!r})")
 
 
+#: the spaces gymnasium.spaces.flatten_space makes a Box of that is worth training on: one-hot
+#: Discrete values, Boxes flattened (a Text flattens too, but to character indices, and is left out)
+_FLATTENS = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+
+
+def _flattens(space: gym.spaces.Space) -> bool:
+    if isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict)):
+        subs = list(space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces)
+        return bool(subs) and all(_flattens(sub) for sub in subs)
+    return isinstance(space, _FLATTENS)
+
+
+def _env_call(env_id: str) -> str:
+    """How a factory of the user's builds the env ``env_id`` names, for the FlattenObservation fix."""
+    module, sep, name = str(env_id).partition(":")
+    if sep and name.isidentifier():  # module:Class (or module:factory): resolve_env_fn calls the attribute
+        return f"{module}.{name}(**kw)"
+    if sep or env_id in gym.registry:
+        return f"gymnasium.make({env_id!r}, **kw)"
+    return "YourEnv(**kw)"
+
+
+def _flatten_fix(space: gym.spaces.Space, key: Optional[str], env_id: str) -> str:
+    """'; what to do' for an observation space FlattenObservation turns into a Box, else ''."""
+    if not _flattens(space):
+        return ""
+    flat = gym.spaces.flatten_space(space)
+    if key is not None:  # FlattenObservation would flatten the whole Dict, image keys too
+        return (f"; declare key {key!r} as {flat} (gymnasium.spaces.flatten_space of it) and return "
+                f"gymnasium.spaces.flatten(that {type(space).__name__}, value) at that key")
+    return (f"; gymnasium.wrappers.FlattenObservation makes it {flat}: put def flat(**kw): return "
+            f"gymnasium.wrappers.FlattenObservation({_env_call(env_id)}) in a module of yours and use MODULE:flat as the env")
+
+
 def _check_box(space: gym.spaces.Space, key: Optional[str], env_id: str) -> None:
     if isinstance(space, gym.spaces.Box):
         if int(np.prod(space.shape)) == 0:  # a scalar Box (shape ()) holds one value: flattened to (1,)
-            raise EnvError(f"env '{env_id}': observation space {space}{_where(key)} is empty (shape {space.shape})")
+            raise EnvError(f"env '{env_id}': observation space {space}{_where(key)} is empty (shape {space.shape}); "
+                           "declare one value or more")
         return
     kind = type(space).__name__
     if isinstance(space, gym.spaces.Dict) and key is not None:
         raise EnvError(f"env '{env_id}': not supported: nested Dict observation space{_where(key)} (one level of Dict of Box)")
     raise EnvError(f"env '{env_id}': not supported: {kind} observation space {space}{_where(key)} "
-                   "(supported: Box, images as uint8 Box, and Dict of Box)")
+                   f"(supported: Box, images as uint8 Box, and Dict of Box){_flatten_fix(space, key, env_id)}")
+
+
+def check_spaces(env_id: str, obs_space: gym.spaces.Space, act_space: gym.spaces.Space) -> None:
+    """EnvError, one line, unless Proxima trains on these spaces (:func:`obs_layout`,
+    :func:`check_action_space`): check-env's "spaces supported" and make_env's rule."""
+    obs_layout(obs_space, env_id)
+    check_action_space(act_space, env_id)
+
+
+def check_action_space(space: gym.spaces.Space, env_id: str = "env") -> None:
+    """EnvError, one line naming the space, unless the agent can act in ``space``: a Discrete, a
+    MultiDiscrete or a Box with finite bounds (the policy's Normal has no sample to clip to an
+    infinite one), of one value or more (an empty one has no action distribution: the first update
+    would fail inside torch)."""
+    if isinstance(space, gym.spaces.MultiBinary):
+        twin = f"[2] * {space.shape[0]}" if len(space.shape) == 1 else f"np.full({tuple(space.shape)}, 2)"
+        raise EnvError(f"env '{env_id}': not supported: action space {space}; declare MultiDiscrete({twin}) instead, which "
+                       "takes the same 0/1 actions: in the env, or in a gymnasium.ActionWrapper whose action_space it is and "
+                       "whose action(a) returns a")
+    if not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.Box)):
+        raise EnvError(f"env '{env_id}': not supported yet: action space {space} (Discrete, MultiDiscrete, Box)")
+    if isinstance(space, gym.spaces.Box) and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+        raise EnvError(f"env '{env_id}': Box action space needs finite bounds, got {space}")
+    if isinstance(space, (gym.spaces.MultiDiscrete, gym.spaces.Box)) and int(np.prod(space.shape)) == 0:
+        raise EnvError(f"env '{env_id}': action space {space} is empty (shape {space.shape}); declare one action value "
+                       "or more")
 
 
 def obs_layout(space: gym.spaces.Space, env_id: str = "env") -> ObsLayout:
@@ -293,8 +360,11 @@ def tensor_space(space: gym.spaces.Space, layout: ObsLayout) -> gym.spaces.Space
     Box as it is, and the Dict itself (its keys packed by the layout)."""
     if layout.is_dict or layout.is_image:
         return space
-    return FlatBox(space, space.low.reshape(-1).astype(np.float32), space.high.reshape(-1).astype(np.float32),
-                   layout.shape, np.float32)
+    # a float64 Box's "unbounded" +-finfo(float64).max is beyond float32's range: the cast makes it
+    # +-inf, which is what it means, and numpy's overflow warning would only alarm the user
+    with np.errstate(over="ignore"):
+        low, high = space.low.reshape(-1).astype(np.float32), space.high.reshape(-1).astype(np.float32)
+    return FlatBox(space, low, high, layout.shape, np.float32)
 
 
 def pack_numpy(obs, layout: ObsLayout, num: int) -> np.ndarray:
