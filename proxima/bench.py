@@ -1,8 +1,12 @@
 """``proxima bench ENV_ID``: steps per second of the env alone, of the rollout and of full training.
 
 For each ``--num-envs`` value and each backend (native torch env and Gymnasium adapter side by
-side, or the comma-separated ``--backend`` list, e.g. ``envpool,gymnasium`` for Atari), one Trainer is built from the env's preset with ``num_envs`` overridden (no run directory,
-no logger) and three things are timed on it:
+side, or the comma-separated ``--backend`` list, e.g. ``envpool,gymnasium`` for Atari), one Trainer is built from the env's
+preset (no run directory, no logger) and three things are timed on it. The bench sets num_envs,
+the backend and --threads (default 1); --device, --compile, --cudagraphs, --amp, --vector and
+--num-steps override the preset only when typed (``--preset gpu`` measures on CUDA with CUDA graphs,
+and is refused without CUDA as ``train --preset gpu`` is). A typed --device that is not CUDA turns
+the preset's --cudagraphs off (a note says so; --cudagraphs typed with it is refused):
 
   env       ``env.step`` with random actions drawn ahead of time (no policy)
   rollout   ``ppo.collect_rollout`` with the policy: T x N steps per call
@@ -45,6 +49,9 @@ MEASURES = ("env", "rollout", "train")
 #: rollout part (only ``train_iteration`` replays the graphs), so they are marked, not passed off
 #: as graph replays
 EAGER_UNDER_GRAPHS = ("env", "rollout")
+#: the flags that override the preset only when typed (None: not typed, the preset's value stands):
+#: a default of their own would measure CPU eager under a --preset gpu label
+PRESET_FLAGS = ("device", "compile", "cudagraphs", "amp")
 
 
 @dataclass
@@ -147,21 +154,44 @@ def random_actions(space, num_envs: int, device, count: int = 16):
 
 
 # ------------------------------------------------------------------------------------ one line
-def bench_config(args, backend: str, num_envs: int):
-    """The preset's PPOConfig for ``args.env_id`` with the bench's overrides."""
+def base_config(args, notes: Optional[list] = None):
+    """The preset's PPOConfig for ``args.env_id`` with the typed PRESET_FLAGS, --vector and
+    --num-steps over it (ConfigError for an unknown preset). ``notes`` gets one line per preset value
+    the typed flags turned off."""
     from . import presets
-    from .config import PPOConfig
+    from .config import ConfigError, PPOConfig
+    from .device import resolve_device
 
     cfg = presets.resolve(args.env_id, args.preset, PPOConfig())
-    cfg.backend, cfg.num_envs, cfg.device, cfg.threads = backend, num_envs, args.device, args.threads
-    if args.vector:
+    sources = getattr(cfg, "_sources", None) or {}
+    for name in PRESET_FLAGS:
+        value = getattr(args, name, None)
+        if value is not None:
+            setattr(cfg, name, value)
+            sources.pop(name, None)  # typed: a refusal names the flag, not the preset, even where they agree
+    if getattr(args, "vector", None):
         cfg.vector = args.vector
-    if args.num_steps is not None:  # 0 reaches validate (the Trainer) and is refused there, not ignored
+    if getattr(args, "num_steps", None) is not None:  # 0 reaches validate (the Trainer) and is refused there, not ignored
         cfg.num_steps = args.num_steps
+    if cfg.cudagraphs and getattr(args, "cudagraphs", None) is None and getattr(args, "device", None) is not None:
+        try:
+            cuda = resolve_device(cfg.device).type == "cuda"
+        except ConfigError:
+            cuda = True  # not turned off: the device's own refusal follows
+        if not cuda:  # the typed device wins; graphs cannot run on it, and the table must not say they did
+            cfg.cudagraphs = False
+            if notes is not None:
+                whose = f"--preset {args.preset}'s" if args.preset else "the env's default preset's"
+                notes.append(f"--device {cfg.device}: {whose} --cudagraphs is off (CUDA graphs need a CUDA device); "
+                             "this measures eager calls")
+    return cfg
+
+
+def bench_config(args, backend: str, num_envs: int):
+    """The preset's PPOConfig for ``args.env_id`` with the bench's overrides (``base_config``)."""
+    cfg = base_config(args)
+    cfg.backend, cfg.num_envs, cfg.threads = backend, num_envs, args.threads
     cfg.progress, cfg.checkpoint_every, cfg.eval_episodes = False, 0, 0
-    cfg.compile = bool(args.compile)
-    cfg.cudagraphs = bool(args.cudagraphs)
-    cfg.amp = args.amp
     # far more steps than the bench runs, so the annealed learning rate stays near its start
     cfg.total_timesteps = cfg.num_envs * cfg.num_steps * 1_000_000
     return cfg
@@ -173,11 +203,14 @@ def check_line(args, backend: str, num_envs: int):
     from .config import ConfigError, validate
     from .device import resolve_device
     from .sizing import check_fits, env_probe
+    from .trainer import check_device_flags
 
     cfg = bench_config(args, backend, num_envs)
     try:
         validate(cfg)
-        check_fits(cfg, resolve_device(cfg.device), env_probe(cfg))
+        device = resolve_device(cfg.device)
+        check_device_flags(cfg, device)  # --cudagraphs on a CPU: refused before a line is measured, not at its Trainer
+        check_fits(cfg, device, env_probe(cfg))
     except ConfigError as e:
         raise in_bench_flags(e, cfg) from None
     return cfg
@@ -304,11 +337,12 @@ def markdown_table(lines: list) -> str:
 
 
 def json_line(line: Line, args, cfg, device) -> dict:
+    ran = cfg if cfg is not None else base_config(args)  # a skipped line has no config of its own
     d = {"env_id": args.env_id, "device": str(device), "backend": line.backend, "num_envs": line.num_envs,
          "num_steps": cfg.num_steps if cfg else None, "update_epochs": cfg.update_epochs if cfg else None,
          "num_minibatches": cfg.num_minibatches if cfg else None, "threads": args.threads, "repeats": args.repeats,
-         "preset": args.preset or "default", "compile": bool(args.compile), "cudagraphs": bool(args.cudagraphs),
-         "amp": args.amp, "skipped": line.skipped,  # the switches too: a compiled result is told from an eager one
+         "preset": args.preset or "default", "compile": bool(ran.compile), "cudagraphs": bool(ran.cudagraphs),
+         "amp": ran.amp, "skipped": line.skipped,  # the switches too: a compiled result is told from an eager one
          "train_only": bool(getattr(args, "train_only", False)),
          # what ran, not what was asked: with --cudagraphs, whether every part was replayed as a graph
          # (false when a capture failed and that part fell back to eager) and each part's state
@@ -374,20 +408,24 @@ def repeats_text(lines: list, args) -> str:
 
 
 def command_line(args) -> str:
-    """The canonical command that reproduces this run (every option spelled out)."""
-    argv = ["proxima", "bench", args.env_id, "--num-envs", args.num_envs, "--device", args.device,
+    """The canonical command that reproduces this run (every option spelled out, the preset's
+    switches as they ran: --no-cudagraphs where the preset's was turned off)."""
+    from . import presets
+    from .config import PPOConfig
+
+    ran, preset = base_config(args), presets.resolve(args.env_id, args.preset, PPOConfig())
+    argv = ["proxima", "bench", args.env_id, "--num-envs", args.num_envs, "--device", str(ran.device),
             "--backend", args.backend, "--repeats", str(args.repeats), "--threads", str(args.threads),
             "--seconds", f"{args.seconds:g}", "--max-gym-envs", str(args.max_gym_envs)]
     if args.preset:
         argv += ["--preset", args.preset]
     if args.num_steps is not None:
         argv += ["--num-steps", str(args.num_steps)]
-    if args.compile:
-        argv.append("--compile")
-    if args.cudagraphs:
-        argv.append("--cudagraphs")
-    if args.amp != "none":
-        argv += ["--amp", args.amp]
+    for name in ("compile", "cudagraphs"):
+        if getattr(ran, name) or getattr(preset, name):
+            argv.append(f"--{name}" if getattr(ran, name) else f"--no-{name}")
+    if ran.amp != "none" or preset.amp != "none":
+        argv += ["--amp", ran.amp]
     if args.vector:
         argv += ["--vector", args.vector]
     if getattr(args, "train_only", False):
@@ -419,7 +457,7 @@ def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime
         "train x gym: the train median of the native or EnvPool backend over Gymnasium's at the same num_envs."
         + (" --train-only: env and rollout were not measured ('-')." if getattr(args, "train_only", False) else "")
         + (" --cudagraphs: only train replays the graphs; env and rollout are timed with eager calls ('timed eager')."
-           if getattr(args, "cudagraphs", False) and not getattr(args, "train_only", False) else ""),
+           if (cfg if cfg is not None else base_config(args)).cudagraphs and not getattr(args, "train_only", False) else ""),
         "",
         markdown_table(lines),
         "",
@@ -538,17 +576,22 @@ def arguments_problem(args: argparse.Namespace) -> str:
         problem = path_problem(args.out, example="results.md")
         if problem:
             return f"--out {args.out}: {problem}"
-    if args.compile and not accel_available():
-        return ("--compile needs proxima.accel (torch.compile / CUDA graphs), which this build does not have yet; "
-                "run without --compile")
-
-    from .config import ConfigError
+    from .config import ConfigError, cpu_preset_hint, preset_of
     from .device import resolve_device
 
     try:
-        resolve_device(args.device)
-    except ConfigError as e:
+        base = base_config(args)
+    except ConfigError as e:  # an unknown --preset
         return str(e)
+    if base.compile and not accel_available():
+        return ("--compile needs proxima.accel (torch.compile / CUDA graphs), which this build does not have yet; "
+                "run without --compile")
+    try:
+        resolve_device(base.device)
+    except ConfigError as e:
+        preset = preset_of(base, "device")  # not typed: the preset asked for it, as train says
+        return (f"--preset {preset} needs CUDA, which is not usable here (run `proxima doctor`); {cpu_preset_hint(base)}"
+                if preset else str(e))
     try:  # every line's config and size first: a size that cannot fit stops before any other is measured
         for n in sizes:
             for backend in backends:
@@ -581,8 +624,11 @@ def run(args: argparse.Namespace) -> int:
     from .envs import EnvError
 
     sizes, backends = parse_sizes(args.num_envs), backends_for(args.env_id, args.backend)  # checked above
+    notes = []
+    device = resolve_device(base_config(args, notes).device)
+    for note in notes:
+        print(f"{prog}: note: {printable(note)}", file=sys.stderr, flush=True)
     torch.set_num_threads(args.threads)
-    device = resolve_device(args.device)
     started, load0 = datetime.now(), os.getloadavg()[0]
     lines, last_cfg = [], None
     for n in sizes:
@@ -621,13 +667,15 @@ def run(args: argparse.Namespace) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("env_id", metavar="ENV_ID", help="Gymnasium id or module:ClassName")
     p.add_argument("--num-envs", default=DEFAULT_SIZES, metavar="N1,N2,...", help=f"env counts to measure (default {DEFAULT_SIZES})")
-    p.add_argument("--device", default="cpu", help="torch device: cpu, cuda, cuda:1 or auto (default cpu)")
+    p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:1 or auto (default: the preset's, which is cpu "
+                   "unless the preset says cuda, as --preset gpu does); one that is not CUDA turns the preset's --cudagraphs off")
     p.add_argument("--backend", default="both", metavar="{auto,native,gymnasium,envpool,both}[,...]",
                    help="env backend(s), comma separated (envpool,gymnasium for Atari); both = native and Gymnasium "
                         "side by side where a native env exists; auto = the one train uses by default (default both)")
     p.add_argument("--vector", default=None, choices=("sync", "async"),
                    help="Gymnasium vectorization for the gymnasium backend (default: the preset's, else sync)")
-    p.add_argument("--preset", default=None, help="the env's preset to take the training settings from (default: its 'default')")
+    p.add_argument("--preset", default=None, help="the env's preset to take the training settings from (default: its 'default'); "
+                   "the bench's --num-envs, --backend and --threads replace the preset's, the other flags only when typed")
     p.add_argument("--num-steps", type=int, default=None, metavar="T", help="override the preset's steps per env per rollout")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement; the table shows median and min-max (default 3)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads, as train's --threads: with 2, actor and critic side by side for a discrete-action agent at 2,048+ rows (default 1)")
@@ -635,11 +683,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(a train call is one iteration, which may take longer); --out records the measured time (default 1.0)")
     p.add_argument("--max-gym-envs", type=int, default=4096,
                    help="skip the Gymnasium backend above this many envs; it steps envs one by one in Python (default 4096)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the acting and update steps (needs proxima.accel)")
-    p.add_argument("--cudagraphs", action="store_true",
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the acting and update steps (needs proxima.accel; default: the preset's, off)")
+    p.add_argument("--cudagraphs", action=argparse.BooleanOptionalAction, default=None,
                    help="replay each iteration's rollout, advantages and update as CUDA graphs (CUDA only; with --compile, of the compiled steps); "
-                        "only the train column replays them: env and rollout are timed eagerly, marked 'timed eager'")
-    p.add_argument("--amp", default="none", choices=("none", "bf16", "fp16"), help="mixed precision of the forward passes (default none)")
+                        "only the train column replays them: env and rollout are timed eagerly, marked 'timed eager' "
+                        "(default: the preset's, on for --preset gpu)")
+    p.add_argument("--amp", default=None, choices=("none", "bf16", "fp16"),
+                   help="mixed precision of the forward passes (default: the preset's, none)")
     p.add_argument("--train-only", action="store_true",
                    help="time whole training iterations only, not the env alone nor the rollout alone (their columns show "
                         "'-'; about a third of the time per size): what a training-throughput comparison needs")

@@ -1,4 +1,5 @@
-"""Run logging: TensorBoard events, metrics.csv (one row per iteration) and a progress bar.
+"""Run logging: TensorBoard events, metrics.csv (one row per iteration) and a progress bar (on a
+terminal; elsewhere a plain progress line every LINE_SECONDS and at the end).
 
 Metric names follow the common convention (DESIGN.md): charts/episodic_return,
 charts/episodic_length, charts/SPS, charts/learning_rate, losses/policy_loss, losses/value_loss,
@@ -703,6 +704,62 @@ class EventFile:
             raise self._named(e)
 
 
+def _is_terminal(stream) -> bool:
+    """Whether ``stream`` redraws a '\\r' frame in place: a tty, or a Jupyter cell's output (ipykernel's
+    stream says it is no tty, but its front end draws tqdm's frames in place)."""
+    if type(stream).__module__.startswith("ipykernel"):
+        return True
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+#: seconds between two progress lines where stderr is not a terminal
+LINE_SECONDS = 30.0
+
+
+class LineProgress:
+    """The progress bar where stderr is not a terminal (a log file, a pipe): tqdm's '\\r' frames there
+    pile up on one physical line that grows all run (~0.5 MB an hour). Instead one newline-terminated
+    line at most every ``interval`` seconds, and one at the end (the last step, or ``close``), each
+    with the postfix set before the update it follows. The attributes RunLogger uses of tqdm's
+    (``n``, ``total``, ``update``, ``set_postfix_str``, ``close``) and nothing more."""
+
+    def __init__(self, total: int, initial: int, file, interval: Optional[float] = None):
+        self.total, self.n, self.file = total, initial, file
+        self.interval = float(LINE_SECONDS if interval is None else interval)
+        self.postfix = ""
+        self._start = time.monotonic()
+        self._due = self._start + self.interval
+        self._shown = initial  # no line until a step is made: a resume's first line is its first progress
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        self.postfix = text  # shown with the next line, never on its own
+
+    def update(self, steps: int) -> None:
+        self.n += steps
+        now = time.monotonic()
+        if now >= self._due or self.n >= self.total:
+            self._line(now)
+
+    def close(self) -> None:
+        if self.n != self._shown:  # stopped early (--stop-return, Ctrl-C) since the last line
+            self._line(time.monotonic())
+
+    def _line(self, now: float) -> None:
+        seconds = int(now - self._start)
+        elapsed = f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+        share = f" ({100 * self.n / self.total:.0f}%)" if self.total else ""
+        text = f"step {self.n:,}/{self.total:,}{share} {elapsed}" + (f" | {self.postfix}" if self.postfix else "")
+        try:
+            self.file.write(text + "\n")
+            self.file.flush()
+        except (OSError, ValueError):  # a full disk or a closed stream: progress is not worth a failed run
+            pass
+        self._shown, self._due = self.n, now + self.interval
+
+
 class RunLogger:
     """Writes one TensorBoard scalar set and one CSV row per iteration; rank 0 only.
 
@@ -743,7 +800,9 @@ class RunLogger:
         self._flush_due = time.monotonic() + self.flush_seconds
         self.last_return = math.nan
         self.bar = None
-        if progress:
+        if progress and not _is_terminal(sys.stderr):
+            self.bar = LineProgress(total_steps, resume_step or 0, sys.stderr)
+        elif progress:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total_steps, initial=resume_step or 0, unit="step", unit_scale=True,
@@ -774,8 +833,9 @@ class RunLogger:
         if math.isfinite(ret):
             self.last_return = ret
         if self.bar is not None:
-            self.bar.update(global_step - self.bar.n)
+            # the postfix before the update, which draws: else each frame showed the iteration before's
             self.bar.set_postfix_str(f"SPS {metrics.get('charts/SPS', 0):,.0f} | return {self.last_return:.1f}", refresh=False)
+            self.bar.update(global_step - self.bar.n)
 
     def flush(self) -> None:
         """Hand every row and event logged so far to the OS (StorageError naming the file when it
