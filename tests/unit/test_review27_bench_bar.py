@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import re
 
-import pytest
 import torch
 
 from proxima import bench
