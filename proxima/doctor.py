@@ -1,6 +1,7 @@
 """`proxima doctor`: what this machine can do for training, and what to fix when it can't.
 
-`collect()` probes Python, torch, CUDA/cuDNN/NCCL, GPUs, bf16, torch.compile, distributed
+`collect()` probes Python, torch, CUDA/cuDNN/NCCL, GPUs, bf16 (and whether in hardware or
+emulated), torch.compile (its C++ compiler and Python.h, and where its caches go), distributed
 backends, CPU threads, the CPU's vendor and tanh (tanh_cpu.MODE) and optional packages. Every probe
 is wrapped: on a strange machine a probe reports None/False and leaves a hint; `collect()` itself
 never raises. Nothing here allocates more than a few bytes on a device, so it runs in a second or
@@ -21,10 +22,12 @@ import os
 import platform
 import shutil
 import sys
+import sysconfig
+from pathlib import Path
 from typing import Any, Callable
 
 from .config import install_hint
-from .cpuinfo import cpu_vendor, simd_text
+from .cpuinfo import cpu_vendor, cpuinfo, simd_text
 
 TORCH_PIN = "2.13.0"
 
@@ -146,9 +149,51 @@ def inductor_cxx() -> tuple[str | None, str]:
     return None, f"{shown} not found, and inductor tries no other compiler while CXX is set: set CXX to an installed one or {fix}"
 
 
+def python_headers() -> tuple[str | None, str]:
+    """Python.h, which every C++ kernel inductor builds includes (and triton's launchers on a GPU):
+    looked up in the folders ``torch._inductor.cpp_builder._get_python_related_args`` passes with -I
+    (sysconfig's "include" path, with a macOS framework's Headers in its place when it does not
+    exist, and the "include" of the posix_prefix scheme), nothing imported or run. A Debian or Ubuntu
+    Python without its -dev package has the folder name but not the file, and inductor then fails
+    with a C++ compiler error deep inside the first compiled call. Returns ``(path of Python.h, "")``,
+    or ``(None, why)``: one clause naming the folder and the package to install."""
+    first = Path(sysconfig.get_path("include"))
+    if not first.exists() and platform.system() == "Darwin":
+        first = (Path(sysconfig.get_path("stdlib")).parent.parent / "Headers").absolute()
+    folders = [first]
+    extra = sysconfig.get_path("include", scheme="nt" if sys.platform == "win32" else "posix_prefix")
+    if extra:
+        folders.append(Path(extra))
+    for folder in folders:
+        if (folder / "Python.h").is_file():
+            return str(folder / "Python.h"), ""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if sys.platform == "linux":
+        fix = (f"install python{version}-dev on Debian or Ubuntu, python{version}-devel on Fedora, "
+               "or your distribution's Python headers")
+    else:
+        fix = f"install a Python {version} that ships its C headers"
+    return None, f"Python.h is not in {first}: {fix}"
+
+
 def _find_cxx() -> str | None:
     """The C++ compiler torch.compile's CPU backend will use (inductor_cxx), or None."""
     return inductor_cxx()[0]
+
+
+def cpu_bf16_native() -> tuple[bool | None, str]:
+    """Whether this CPU has bf16 arithmetic in hardware, from the flags Linux lists in /proc/cpuinfo:
+    x86's avx512_bf16 or amx_bf16, Arm's bf16. Without them torch still computes bf16 (collect()'s
+    probe passes), converting to and from float32 in software: slower than float32 itself (--amp
+    bf16 trained about 9x slower than fp32 on an AVX2 EPYC). Returns ``(True, the flags
+    found)``, ``(False, the flags looked for)``, or ``(None, "")`` where the OS lists no flags."""
+    x86 = cpuinfo("flags")
+    listed = x86 or cpuinfo("features")
+    if not listed:
+        return None, ""
+    wanted = ("avx512_bf16", "amx_bf16") if x86 else ("bf16",)
+    found = [flag for flag in wanted if flag in listed.split()]
+    return (True, ", ".join(found)) if found else (False, " or ".join(wanted))
 
 
 def _compile_cache_dir() -> str:
@@ -156,6 +201,13 @@ def _compile_cache_dir() -> str:
     from .accel import compile_cache_dir
 
     return str(compile_cache_dir())
+
+
+def _precompiled_header_dir() -> str:
+    """Where --compile puts inductor's precompiled headers (accel.precompiled_header_dir)."""
+    from .accel import precompiled_header_dir
+
+    return str(precompiled_header_dir())
 
 
 def _compile_cache() -> str:
@@ -214,7 +266,10 @@ def collect() -> dict:
         "gpu_count": 0,
         "gpus": [],
         "bf16": False,
-        "compile": {"cxx": None, "triton": None, "ok": False, "cache": None, "cache_dir": None},
+        "bf16_native": None,  # bf16 in hardware (None: not known); False: emulated, slower than fp32
+        "bf16_flags": None,  # the CPU flags that say so: those found, or (not native) those looked for
+        "compile": {"cxx": None, "python_h": None, "triton": None, "ok": False, "cache": None, "cache_dir": None,
+                    "precompiled_headers": None},
         "distributed": {"gloo": False, "nccl": False, "mpi": False},
         "cpu_count": _probe(errors, "cpu_count", os.cpu_count),
         "cpu_affinity": _probe(
@@ -239,8 +294,11 @@ def collect() -> dict:
     compile_info = info["compile"]
     cxx_found, cxx_why = _probe(errors, "cxx", inductor_cxx, (None, "the compiler probe failed"))
     compile_info["cxx"] = cxx_found
+    python_h, python_h_why = _probe(errors, "python_h", python_headers, (None, "the Python.h probe failed"))
+    compile_info["python_h"] = python_h
     compile_info["cache"] = _probe(errors, "compile_cache", _compile_cache)  # for people: the path and its size
     compile_info["cache_dir"] = _probe(errors, "compile_cache", _compile_cache_dir)  # for programs (--json): the path
+    compile_info["precompiled_headers"] = _probe(errors, "compile_cache", _precompiled_header_dir)
     compile_info["triton"] = _probe(errors, "triton", lambda: _pkg_version("triton")) or _probe(
         errors, "triton", lambda: _pkg_version("pytorch-triton")
     )
@@ -251,9 +309,11 @@ def collect() -> dict:
             compile_info["triton"] = None
     if compile_info["cxx"] is None:
         hints.append(f"torch.compile unavailable (it needs a C++ compiler on the CPU): {cxx_why}; train with compile off")
+    if python_h is None:
+        hints.append(f"torch.compile unavailable (its C++ kernels include Python.h): {python_h_why}; train with compile off")
     if info["cuda_usable"] and compile_info["triton"] is None:
         hints.append("torch.compile on GPU unavailable: triton not importable; pip install triton (matching torch)")
-    compile_info["ok"] = torch is not None and compile_info["cxx"] is not None and (
+    compile_info["ok"] = torch is not None and compile_info["cxx"] is not None and python_h is not None and (
         not info["cuda_usable"] or compile_info["triton"] is not None
     )
 
@@ -359,8 +419,13 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list) -> None:
                 info["gpus"].append(gpu)
 
     # --- bf16 ------------------------------------------------------------------------------------
+    # "bf16" says whether bf16 works at all; "bf16_native" whether it is fast (None: not known), so
+    # a program reading --json keeps its bool
     if info["cuda_usable"]:
         info["bf16"] = bool(_probe(errors, "bf16", torch.cuda.is_bf16_supported, False))
+        if info["bf16"]:
+            info["bf16_native"] = _probe(
+                errors, "bf16", lambda: bool(torch.cuda.is_bf16_supported(including_emulation=False)))
         where = "this GPU"
     else:
         def cpu_bf16():
@@ -368,9 +433,19 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list) -> None:
             return bool(torch.isfinite((a @ a).float()).all())
 
         info["bf16"] = bool(_probe(errors, "bf16", cpu_bf16, False))
+        native, flags = _probe(errors, "bf16", cpu_bf16_native, (None, ""))
+        if info["bf16"]:
+            info["bf16_native"] = native
+            info["bf16_flags"] = flags or None
         where = "this CPU"
     if not info["bf16"]:
         hints.append(f"bf16 not supported on {where}: train in fp32 (or fp16 AMP on a GPU)")
+    elif info["bf16_native"] is False and info["cuda_usable"]:
+        hints.append("bf16 on this GPU is emulated (compute capability below 8.0): --amp bf16 is slower than "
+                     "fp32 here; use --amp fp16 or none")
+    elif info["bf16_native"] is False:
+        hints.append(f"bf16 on this CPU is emulated (no {info['bf16_flags']} in /proc/cpuinfo): --amp bf16 trains "
+                     "several times slower than fp32 here; keep --amp none on CPU")
 
     # --- distributed -----------------------------------------------------------------------------
     dist = info["distributed"]
@@ -395,6 +470,19 @@ def _or_dash(v: Any) -> str:
     return "-" if v is None else str(v)
 
 
+def _bf16_text(info: dict) -> str:
+    """The bf16 row: whether it works, and whether in hardware or emulated (slow)."""
+    if not info.get("bf16"):
+        return "no"
+    flags = info.get("bf16_flags")
+    if info.get("bf16_native") is False:
+        where = f"this CPU has no {flags}" if flags else "no native bf16 on this GPU"
+        return f"yes, emulated: slower than fp32 ({where})"
+    if info.get("bf16_native") and flags:
+        return f"yes, native ({flags})"
+    return "yes"
+
+
 def format_report(info: dict) -> str:
     """Aligned human-readable lines, hints at the end."""
     rows: list[tuple[str, str]] = []
@@ -414,16 +502,20 @@ def format_report(info: dict) -> str:
         rows.append(
             (f"  gpu {gpu.get('index')}", f"{gpu.get('name')}, {gpu.get('memory_gib')} GiB, sm {gpu.get('capability')}")
         )
-    rows.append(("bf16", _yn(info.get("bf16"))))
+    rows.append(("bf16", _bf16_text(info)))
     comp = info.get("compile") or {}
     rows.append(
         (
             "torch.compile",
-            f"{_yn(comp.get('ok'))} (c++: {_or_dash(comp.get('cxx'))}, triton: {_or_dash(comp.get('triton'))})",
+            f"{_yn(comp.get('ok'))} (c++: {_or_dash(comp.get('cxx'))}, Python.h: "
+            f"{'found' if comp.get('python_h') else 'missing'}, "
+            f"triton: {_or_dash(comp.get('triton'))})",
         )
     )
     if comp.get("cache"):
         rows.append(("compile cache", comp["cache"]))
+    if comp.get("precompiled_headers"):
+        rows.append(("compile headers", f"{comp['precompiled_headers']} (inductor's precompiled C++ headers)"))
     dist = info.get("distributed") or {}
     rows.append(("distributed", ", ".join(f"{k} {_yn(dist.get(k))}" for k in ("gloo", "nccl", "mpi"))))
     rows.append(

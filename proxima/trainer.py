@@ -507,15 +507,19 @@ def check_device_flags(cfg: PPOConfig, device: torch.device, world_size: int = 1
 
 def _check_compile(cfg: PPOConfig, device: torch.device) -> None:
     """--compile on the CPU: inductor builds C++ kernels with the compiler it finds (doctor.inductor_cxx,
-    a PATH lookup as inductor's own, nothing run), and without one it fails inside the first rollout,
-    a hundred lines of traceback later. On CUDA the kernels are triton's: not checked here."""
+    a PATH lookup as inductor's own, nothing run) against Python.h (doctor.python_headers, a file
+    lookup), and without either it fails inside the first rollout, a hundred lines of traceback later.
+    On CUDA the kernels are triton's: not checked here."""
     if not cfg.compile or device.type != "cpu":
         return
-    from .doctor import inductor_cxx
+    from .doctor import inductor_cxx, python_headers
 
     found, why = inductor_cxx()
     if found is None:
         raise ConfigError(f"--compile: torch.compile on the CPU needs a C++ compiler ({why}); or drop --compile")
+    found, why = python_headers()
+    if found is None:
+        raise ConfigError(f"--compile: torch.compile on the CPU needs Python's C headers ({why}); or drop --compile")
 
 
 def _check_cudagraphs(cfg: PPOConfig, device: torch.device, world_size: int) -> None:
