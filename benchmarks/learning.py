@@ -2,7 +2,13 @@
 
 Each run is ``proxima train ENV_ID --seed S --run-dir DIR`` (the env's ``default`` preset: flags
 are only the seed, the run directory, one thread and no progress bar), one at a time, then the
-end-of-training evaluation (10 deterministic episodes, eval.json) is read back. Results are merged
+end-of-training evaluation (the preset's --eval-episodes deterministic episodes, 10 unless it sets
+them; eval.json) and the training return of the stochastic policy (metrics.csv: the episode-weighted
+mean of the last 100 training episodes) are read back. The table counts seeds that reach the target
+twice: by the deterministic evaluation and by the training return, the latter being what the
+references report. Runs whose recorded config differs from today's resolved preset in a field that
+changes learning are listed as "(other config: FIELDS)" and left out of the counts and means. A run
+that exits 0 without eval.json (--extra '--eval-episodes 0') is a failed run. Results are merged
 into ``benchmarks/results/learning.md`` (a JSON copy of every run is kept in an HTML comment at the
 end of that file), so envs and seeds can be run in separate invocations as compute allows:
 
@@ -73,12 +79,14 @@ NOTES = [
     "The stochastic policy often hovers until the 1000-step time-out (training return about 110-130 in every "
     "variant) while the deterministic one lands in about 600 steps. Also tried at 1M, one seed each, bootstrapping "
     "on: no value-loss clipping 171.7 (s1), constant learning rate 137.1 (s2). PPO_NOTES' reference says 1M steps; "
-    "at 2M steps (the preset until 2026-12-02) 9 of seeds 1-10 cleared 200 (seed 4: 191.5 +- 42.5, mean 223.1); "
-    "the preset now trains 3M steps (anneal_lr over the longer run): 10 of 10, 213.9-247.8, mean 230.5.",
+    "at 2M steps (the preset until 2026-12-02) 9 of seeds 1-10 cleared 200 by deterministic evaluation (seed 4: "
+    "191.5 +- 42.5, mean 223.1); the preset now trains 3M steps (anneal_lr over the longer run): 10 of 10 by "
+    "deterministic evaluation, 213.9-247.8, mean 230.5, but 4 of 10 by training return (learning-10-seeds.md), "
+    "the count comparable with the reference.",
     "LunarLanderContinuous-v3, HalfCheetah-v5, Hopper-v5, Walker2d-v5: presets run as written, not tuned.",
     "Observation normalization (--norm-obs) counts each observation once since 2026-12-03 (before, each rollout's "
     "first obs was counted a second time). The --norm-obs rows were re-run after that change, 10 seeds each "
-    "(before -> after, mean of seeds 1-10, pass): Pendulum-v1 -163.6 -> -163.5, 10/10 both (worst -212.6 -> -227.3); "
+    "(before -> after, mean of seeds 1-10 and pass, by deterministic evaluation): Pendulum-v1 -163.6 -> -163.5, 10/10 both (worst -212.6 -> -227.3); "
     "MountainCarContinuous-v0 93.3 -> 93.1, 10/10 both; LunarLanderContinuous-v3 279.5 -> 280.8, 10/10 both. "
     "HalfCheetah-v5, Hopper-v5 and Walker2d-v5 (learning.md: 2, 2 and 1 seeds) were recorded before it.",
 ]
@@ -134,11 +142,20 @@ def run_one(env_id: str, seed: int, runs_dir: Path, threads: int, extra: list, l
         record["error"] = (proc.stderr.strip().splitlines() or ["(no stderr)"])[-1][:300]
         log(f"  FAILED ({proc.returncode}): {record['error']}")
         return record
-    result = json.loads((run_dir / "eval.json").read_text())
+    eval_path = run_dir / "eval.json"
+    if not eval_path.exists():  # train skips the evaluation at --eval-episodes 0 and still exits 0
+        record["error"] = (f"exited 0 without {eval_path} (--eval-episodes 0 skips the evaluation this table scores): "
+                           "run it with --eval-episodes 1 or more")
+        log(f"  FAILED: {record['error']}")
+        return record
+    result = json.loads(eval_path.read_text())
     config = _read_yaml(run_dir / "config.yaml")
+    metrics = run_dir / "metrics.csv"
+    last, covered = _last_episodes_return(metrics, LAST_EPISODES)
     record.update(eval_mean=result["mean_return"], eval_std=result["std_return"], episodes=result["episodes"],
-                  steps=_last_step(run_dir / "metrics.csv"), train_s=_train_time(run_dir / "metrics.csv"),
-                  final_episodic_return=_last_return(run_dir / "metrics.csv"), config=config)
+                  steps=_last_step(metrics), train_s=_train_time(metrics),
+                  final_episodic_return=_last_return(metrics), train_return_last100=last,
+                  train_episodes_last100=covered, config=config)
     return record
 
 
@@ -168,10 +185,46 @@ def _train_time(path: Path):
 
 
 def _last_return(path: Path):
-    """Mean episodic return (training, stochastic) over the last 10 logged iterations with episodes."""
+    """Unweighted mean of the per-iteration mean episodic returns (training, stochastic) of the last 10
+    logged iterations with episodes: the ``final_episodic_return`` of every run recorded before
+    ``train_return_last100`` existed, kept so old and new records read alike."""
     vals = [float(r["charts/episodic_return"]) for r in _csv_rows(path) if r.get("charts/episodic_return") not in ("", None, "nan")]
     vals = [v for v in vals if math.isfinite(v)][-10:]
     return round(sum(vals) / len(vals), 1) if vals else None
+
+
+#: training episodes the training return averages over (the references' "mean of the last 100 episodes")
+LAST_EPISODES = 100
+
+
+def _last_episodes_return(path: Path, n: int = LAST_EPISODES) -> tuple:
+    """(mean return, episodes covered) of the last ``n`` training episodes: each iteration's mean
+    weighted by its ``episodes`` count, iterations taken from the end until ``n`` are covered, the
+    last one taken partially (metrics.csv has per-iteration means, not single episodes). Fewer than
+    ``n`` covered when the run finished fewer; (None, 0) when none."""
+    iterations = []
+    for r in _csv_rows(path):
+        try:
+            count, mean = int(float(r.get("episodes") or 0)), float(r.get("charts/episodic_return") or "nan")
+        except ValueError:
+            continue
+        if count > 0 and math.isfinite(mean):
+            iterations.append((count, mean))
+    total, covered = 0.0, 0
+    for count, mean in reversed(iterations):
+        take = min(count, n - covered)
+        total, covered = total + take * mean, covered + take
+        if covered >= n:
+            break
+    return (round(total / covered, 1), covered) if covered else (None, 0)
+
+
+def training_return(run: dict) -> tuple:
+    """(value, kind) of a run's training return: the last-100-episode mean where recorded ("100 ep.",
+    runs since 2026-12-05), else the older mean of the last 10 iterations' means ("10 it.")."""
+    if run.get("train_return_last100") is not None:
+        return run["train_return_last100"], "100 ep."
+    return run.get("final_episodic_return"), "10 it."
 
 
 # ------------------------------------------------------------------------------------ table
@@ -180,55 +233,118 @@ def _fmt(x, nd=1):
 
 
 def preset_summary(env_id: str) -> str:
-    from proxima.presets import all_presets
+    from proxima.presets import presets_for
 
-    p = all_presets().get(env_id, {}).get("default")
+    p = presets_for(env_id).get("default")  # ALE/Pong-v5 and SpaceInvaders-v5 take atari.yaml's, as train does
     if not p:
         return "no preset"
     return f"{p['file']}: " + ", ".join(f"{k} {v}" for k, v in p["config"].items())
 
 
-def stale(run: dict) -> bool:
-    """True when a recorded run's config differs from the env's current default preset."""
-    from proxima.presets import all_presets
-
-    preset = all_presets().get(run["env_id"], {}).get("default", {}).get("config", {})
-    cfg = run.get("config") or {}
-    flags = {a.split("=")[0] for a in shlex.split(run.get("extra") or "") if a.startswith("--")}
-    return bool(flags - WHERE_FLAGS) or any(k in cfg and cfg[k] != v for k, v in preset.items())
-
-
-#: --extra flags that say where and how fast a run trains, not what it learns (not "other config")
+#: --extra flags that say where and how fast a run trains, not what it learns (not "other config");
+#: --eval-episodes sets how many episodes score it, which the table's header reports
 WHERE_FLAGS = {"--device", "--threads", "--no-progress", "--progress", "--checkpoint-every", "--checkpoint-minutes",
-               "--keep-checkpoints", "--compile", "--compile-mode", "--cudagraphs", "--quiet"}
+               "--keep-checkpoints", "--compile", "--compile-mode", "--cudagraphs", "--quiet", "--eval-episodes"}
+
+#: PPOConfig fields left out of the config comparison: the row's env, the seed, where the run writes,
+#: what it prints, where and how fast it computes (device, threads, compile, CUDA graphs, host memory,
+#: denormal flushing below ~1e-38), when it saves, and how many episodes score it (the header says)
+NOT_LEARNING = {"env_id", "seed", "run_dir", "threads", "progress", "plot", "debug_checks", "device", "compile",
+                "compile_mode", "cudagraphs", "keep_host_memory", "flush_denormal", "checkpoint_every",
+                "checkpoint_minutes", "keep_checkpoints", "eval_episodes"}
+
+
+def other_config(run: dict) -> list:
+    """What makes a recorded run differ from the env's current default preset, as it resolves today
+    (PPOConfig defaults <- preset), in a field that changes learning: field names, --extra flags, or
+    ["no recorded config"]; [] when it is a run of today's preset.
+
+    A field missing from the record was added after the run: it compares as PPOConfig's default (a
+    new field defaults to the behaviour from before it). ``encoder: auto`` matches the encoder
+    config.yaml recorded (train records what auto chose for the env)."""
+    from proxima.config import PPOConfig
+    from proxima.presets import resolve
+
+    cfg = run.get("config")
+    flags = sorted({a.split("=")[0] for a in shlex.split(run.get("extra") or "") if a.startswith("--")} - WHERE_FLAGS)
+    if not cfg:
+        return ["no recorded config", *flags]
+    defaults = PPOConfig().to_dict()
+    fields = []
+    for key, now in resolve(run["env_id"]).to_dict().items():
+        if key in NOT_LEARNING:
+            continue
+        then = cfg.get(key, defaults[key])
+        if key == "encoder" and now == "auto" and then in ("auto", "cnn", "mlp"):
+            continue
+        if then != now:
+            fields.append(key)
+    return fields + flags
+
+
+def stale(run: dict) -> bool:
+    """True when a recorded run is not a run of the env's current default preset (other_config)."""
+    return bool(other_config(run))
+
+
+def _episodes_header(runs: list) -> tuple:
+    """(the eval column's episode count, e.g. "10" or "3, 10", the count most runs used)."""
+    counts = [r["episodes"] for r in runs if r.get("episodes") is not None]
+    if not counts:
+        return "", None
+    common = max(sorted(set(counts)), key=counts.count)
+    return ", ".join(str(c) for c in sorted(set(counts))) + " ", common
+
+
+def _training_cell(done: list, marks: dict) -> str:
+    """Per seed, in the order of the eval column; the kind (training_return) once when all share it."""
+    kinds = {training_return(r)[1] for r in done}
+    vals = []
+    for r in done:
+        value, kind = training_return(r)
+        few = r.get("train_episodes_last100")
+        text = _fmt(value) + (f" ({few} ep.)" if kind == "100 ep." and few and few < LAST_EPISODES else "")
+        vals.append(text + ("" if len(kinds) == 1 else f" ({kind})") + marks[id(r)])
+    return (f"{kinds.pop()}: " if len(kinds) == 1 else "") + ", ".join(vals)
 
 
 def table(runs: list) -> list:
-    rows = ["| env | target | seeds | eval return per seed (10 det. episodes) | mean | pass | training return (stoch.) | "
-            "env steps | wall time per seed (train) | reference (PPO_NOTES) |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+    ok_runs = [r for r in runs if r.get("eval_mean") is not None]
+    episodes, common = _episodes_header(ok_runs)
+    rows = [f"| env | target | seeds | eval return per seed ({episodes}det. episodes) | mean | pass (det. eval) | "
+            "training return per seed (stoch.) | pass (training return) | env steps | wall time per seed (train) | "
+            "reference (PPO_NOTES) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     envs = list(TASKS) + sorted({r["env_id"] for r in runs} - set(TASKS))
     for env_id in envs:
         target, _, ref = TASKS.get(env_id, (None, 1, "-"))
-        done = sorted((r for r in runs if r["env_id"] == env_id and r.get("eval_mean") is not None), key=lambda r: r["seed"])
+        done = sorted((r for r in ok_runs if r["env_id"] == env_id), key=lambda r: r["seed"])
         failed = [r for r in runs if r["env_id"] == env_id and r.get("eval_mean") is None]
         tgt = "-" if target is None else f">= {target:g}"
         if not done:
             status = "failed: " + failed[-1].get("error", "?") if failed else "not run (compute)"
-            rows.append(f"| {env_id} | {tgt} | 0 | {status} | - | - | - | - | - | {ref} |")
+            rows.append(f"| {env_id} | {tgt} | 0 | {status} | - | - | - | - | - | - | {ref} |")
             continue
-        per = ", ".join(f"s{r['seed']}: {r['eval_mean']:.1f}" + (" (other config)" if stale(r) else "") for r in done)
-        mean = sum(r["eval_mean"] for r in done) / len(done)
-        if target is None:
-            ok = "-"
+        marks = {}
+        for r in done:
+            why = other_config(r)
+            marks[id(r)] = f" (other config: {', '.join(why)})" if why else ""
+        current = [r for r in done if not marks[id(r)]]  # runs of another config are listed, not counted
+        per = ", ".join(f"s{r['seed']}: {r['eval_mean']:.1f}"
+                        + (f" ({r['episodes']} ep.)" if r.get("episodes") not in (None, common) else "")
+                        + marks[id(r)] for r in done)
+        mean = f"{sum(r['eval_mean'] for r in current) / len(current):.1f}" if current else "-"
+        trained = [training_return(r)[0] for r in current if training_return(r)[0] is not None]
+        if target is None or not current:
+            ok = ok_train = "-"
         else:
-            n_ok = sum(r["eval_mean"] >= target for r in done)
-            ok = f"{n_ok}/{len(done)}"
+            ok = f"{sum(r['eval_mean'] >= target for r in current)}/{len(current)}"
+            ok_train = f"{sum(v >= target for v in trained)}/{len(trained)}" if trained else "-"
         steps = {r.get("steps") for r in done}
         steps_s = ", ".join(f"{s:,}" for s in sorted(s for s in steps if s is not None))
         walls = ", ".join(f"{r['wall_s']:,.0f} s ({_fmt(r.get('train_s'), 0)} s)" for r in done)
-        train = ", ".join(_fmt(r.get("final_episodic_return")) for r in done)
-        rows.append(f"| {env_id} | {tgt} | {len(done)} | {per} | {mean:.1f} | {ok} | {train} | {steps_s} | {walls} | {ref} |")
+        rows.append(f"| {env_id} | {tgt} | {len(current)} | {per} | {mean} | {ok} | {_training_cell(done, marks)} | "
+                    f"{ok_train} | {steps_s} | {walls} | {ref} |")
     return rows
 
 
@@ -273,17 +389,28 @@ def run_dates(runs: list) -> str:
 
 
 def write_markdown(path: Path, runs: list, invocations: list) -> None:
+    invocations = producing(invocations, runs)  # a line whose every run was replaced is no longer where a row came from
     loads = [r[k] for r in runs for k in ("load_start", "load_end") if r.get(k) is not None]
     text = [
         "# Learning benchmark",
         "",
-        "Each env trains its `default` preset (`proxima presets`) for the listed seeds; the score is the "
-        "end-of-training evaluation: mean return of 10 deterministic episodes (policy mean / argmax, "
-        "frozen observation statistics), eval seed = training seed + 1,000,000. "
-        "`pass` counts the seeds at or above the target. Training return: mean episodic return of the "
-        "stochastic policy over the last 10 logged iterations, per seed (the references are training returns "
-        "of this kind, mean of the last 100 episodes). Wall time is the whole `proxima train` process "
-        "(start-up, training, evaluation); in brackets the training loop alone.",
+        "Each env trains its `default` preset (`proxima presets`) for the listed seeds. Eval return: the "
+        "end-of-training evaluation, mean return of the deterministic policy (policy mean / argmax, frozen "
+        "observation statistics) over the episodes the column header gives, eval seed = training seed + "
+        "1,000,000. Training return: the stochastic (sampling) policy's returns during training, per seed; "
+        "`100 ep.`: the mean of the last 100 training episodes (each logged iteration's mean weighted by its "
+        "episode count, iterations taken from the end, the earliest in part); `10 it.`: what runs recorded "
+        "before 2026-12-05 have, the unweighted mean of the per-iteration means of the last 10 iterations that "
+        "finished episodes (their metrics.csv are gone, so it cannot be recomputed). `pass (training return)` "
+        "counts the seeds whose training return is at or above the target: it is the like-for-like count, since "
+        "the references and targets are training returns of this kind (CleanRL, ppo2: mean of the last 100 "
+        "episodes; a `10 it.` value only approximates that). `pass (det. eval)` counts seeds whose "
+        "deterministic evaluation reaches the target; it can pass where the sampling policy does not "
+        "(LunarLander's hovers until the time-out), so it is not comparable with the references. A seed "
+        "marked `other config` ran a config that differs from today's preset in the fields named "
+        "(learning.py's other_config): it is listed but left out of `seeds`, the mean and both pass counts. "
+        "Wall time is the whole `proxima train` process (start-up, training, evaluation); in brackets the "
+        "training loop alone.",
         "",
         *machine_lines(runs),
         f"- load average (1 min) during the runs: {min(loads):.1f} to {max(loads):.1f}" if loads else "- load average: -",
@@ -350,6 +477,40 @@ def kept_sections(path: Path) -> list:
     return kept
 
 
+def producing(invocations: list, runs: list) -> list:
+    """The invocations that still produced a run of ``runs``: a learning.py line whose --envs,
+    --seeds and --runs-dir (or their defaults) cover a run's env, seed and run directory, or a
+    ``proxima train`` line whose --run-dir is a run's. A line that is neither (a note) is kept."""
+    return [i for i in invocations if _produced(i, runs) is not False]
+
+
+def _produced(invocation: str, runs: list):
+    """True or False as above; None when the line is no command this can read."""
+    try:
+        argv = shlex.split(invocation, comments=True)
+    except ValueError:
+        return None
+    at = next((k for k, a in enumerate(argv) if a == "learning.py" or a.endswith("/learning.py")), None)
+    if at is not None:
+        opts = argparse.ArgumentParser(add_help=False)
+        opts.add_argument("--envs", default=",".join(e for e in TASKS if e not in NOT_BY_DEFAULT))
+        opts.add_argument("--seeds", default=None)
+        opts.add_argument("--runs-dir", default="runs/learning")
+        try:
+            args, _ = opts.parse_known_args(argv[at + 1:])
+            envs = {e.strip() for e in args.envs.split(",") if e.strip()}
+            seeds = {int(x) for x in args.seeds.split(",")} if args.seeds else None
+        except (SystemExit, ValueError):
+            return None
+        return any(r["env_id"] in envs and r.get("run_dir") and Path(r["run_dir"]).parent == Path(args.runs_dir)
+                   and r["seed"] in (seeds if seeds is not None else range(1, TASKS.get(r["env_id"], (0, 1))[1] + 1))
+                   for r in runs)
+    if "proxima" in argv and "train" in argv and "--run-dir" in argv[:-1]:
+        run_dir = argv[argv.index("--run-dir") + 1]
+        return any(r.get("run_dir") == run_dir for r in runs)
+    return None
+
+
 def _compact_json(runs: list, invocations: list) -> str:
     """The records as JSON, one run per line (the comment stays readable in a diff)."""
     body = ",\n".join(json.dumps(r, sort_keys=True) for r in runs)
@@ -385,13 +546,13 @@ def _legacy_machine(path: Path):
 def _argument_problem(envs: list, seeds, threads: int = 1):
     """Why --envs/--seeds/--threads cannot run (empty, not integers, an env without a preset, fewer
     than 1 thread), else None."""
-    from proxima.presets import all_presets
+    from proxima.presets import presets_for
 
     if threads < 1:  # every `proxima train` would refuse it: each seed a failed run, minutes after the start
         return f"--threads {threads}: must be at least 1"
     if not envs:
         return "--envs: no env id given"
-    unknown = [e for e in envs if "default" not in all_presets().get(e, {})]
+    unknown = [e for e in envs if "default" not in presets_for(e)]  # ALE/Pong-v5, SpaceInvaders-v5 as train takes them
     if unknown:
         return f"--envs {','.join(unknown)}: no default preset (see `proxima presets`)"
     if seeds is not None:

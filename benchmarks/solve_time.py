@@ -7,7 +7,9 @@
 Each seed is one ``proxima train ENV --preset P --seed S`` subprocess, timed from launch to exit
 (Python start, imports, training, the checkpoint and the final evaluation). "Solved" means the final
 deterministic evaluation over ``--eval-episodes`` (20) episodes has a mean return >= ``--threshold``
-(475). The table gives, per seed, the wall time and the evaluation, then the count solved and the
+(475). The section's header records the preset's config as it resolved when the table was made
+(PPOConfig defaults <- the preset), so a later change to the preset does not pass for the one that
+ran. The table gives, per seed, the wall time and the evaluation, then the count solved and the
 median and range of the wall time. Runs are sequential, one torch thread each; ``--parallel K`` runs
 K seeds at a time (a GPU machine's start-ups overlap: each wall is still from its own launch, and
 sharing the machine can only lengthen it, so the figures are upper bounds). With ``--out`` the
@@ -76,6 +78,7 @@ def table(args, rows: list, machine: str, command_line: str, total: int = 0) -> 
              "", f"device {args.device}, {machine}; "
              + (f"{args.parallel} seeds at a time (each wall from its own launch); " if args.parallel > 1 else "")
              + f"{args.eval_episodes}-episode deterministic evaluation, solved = mean >= {args.threshold:g}", "",
+             preset_line(args), "",
              "| seed | wall from launch (s) | steps trained | eval mean +- std | solved |", "|---:|---:|---:|---:|:---:|"]
     for r in rows:
         ev = f"{r['mean_return']:.1f} +- {r['std_return']:.1f}" if "mean_return" in r else f"error: {r['error']}"
@@ -93,6 +96,20 @@ def table(args, rows: list, machine: str, command_line: str, total: int = 0) -> 
                     + ("their walls are not graph-replay times" if len(eager) > 1 else "its wall is not a graph-replay time"))
     lines += ["", summary + ".", "", command_line, ""]
     return "\n".join(lines)
+
+
+#: fields run_seed sets on the command line (or that only name where a seed writes): not the preset's to record
+PER_RUN = ("env_id", "seed", "run_dir", "threads", "progress", "device", "eval_episodes")
+
+
+def preset_line(args) -> str:
+    """The preset as it resolves now, every field but PER_RUN, as compact JSON: presets change
+    (CartPole's fast was 450k steps at clip 0.2 on 2026-11-29) and the heading names only the preset."""
+    from proxima.presets import resolve
+
+    cfg = {k: v for k, v in resolve(args.env_id, args.preset).to_dict().items() if k not in PER_RUN}
+    given = " (the heading's flags override it)" if args.set else ""
+    return f"`{args.preset}` preset as resolved for this table{given}: `{json.dumps(cfg, separators=(',', ':'))}`"
 
 
 def build_parser() -> argparse.ArgumentParser:

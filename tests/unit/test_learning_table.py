@@ -11,11 +11,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import learning  # noqa: E402
 
+from proxima.presets import resolve  # noqa: E402
+
 
 def _run(env_id, seed, mean, machine=None):
     r = {"env_id": env_id, "seed": seed, "eval_mean": mean, "eval_std": 1.0, "steps": 1000, "wall_s": 10.0,
          "train_s": 9.0, "final_episodic_return": mean, "command": f"proxima train {env_id} --seed {seed}",
-         "config": {}}
+         "config": resolve(env_id).to_dict()}  # a run of today's preset: a record without a config is "other config"
     if machine:
         r["machine"] = machine
     return r
