@@ -21,19 +21,23 @@ if _sys.argv[:1] == ["-m"] and _sys.path and _sys.path[0] in ("", _os.getcwd()):
 from .config import ConfigError, PPOConfig  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["PPOConfig", "ConfigError", "train", "load", "make_env", "__version__"]
+__all__ = ["PPOConfig", "ConfigError", "UntrustedEnvError", "train", "load", "make_env", "__version__"]
+
+#: imported on first use, as make_env: their modules import torch or gymnasium (see __getattr__)
+_LAZY = {"make_env": "envs", "UntrustedEnvError": "envs.gym_adapter"}
 
 
 def __getattr__(name: str):
-    # make_env is imported on first use, not with the package: importing it imports torch and
-    # gymnasium, and `proxima doctor` (this package's import included) must run to diagnose either
-    # one that does not import (a CUDA wheel missing libcudnn)
-    if name == "make_env":
-        from .envs import make_env
-
-        globals()["make_env"] = make_env
-        return make_env
+    # make_env and UntrustedEnvError (which load and evaluate raise) are imported on first use, not
+    # with the package: importing them imports torch and gymnasium, and `proxima doctor` (this
+    # package's import included) must run to diagnose either one that does not import (a CUDA wheel
+    # missing libcudnn)
     import importlib
+
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
 
     try:  # `import proxima; proxima.envs...`: a submodule, imported on first use as make_env is
         return importlib.import_module(f".{name}", __name__)
@@ -44,7 +48,7 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | {"make_env"})
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def train(config: PPOConfig, **kwargs):

@@ -501,11 +501,10 @@ def _written_by(path: Path) -> int:
     if not isinstance(world, int) or isinstance(world, bool) or world <= 1:
         return 1
     cpus = os.cpu_count() or 1
-    if world > cpus:  # a recorded count is data: never start more processes than this machine has CPUs
-        from .launch import PROCS_PER_CPU
-
+    route = _resume_world(path, world)
+    if route != "resume":  # a recorded count is data: never start more processes than this machine has CPUs
         # a hand-started torchrun job, or more processes than --nproc may start here (several machines' worth)
-        if _torchrun_launched(path) or world > PROCS_PER_CPU * cpus:
+        if route == "torchrun":
             raise ConfigError(f"{path}: written by {world} processes, more than this machine's {cpus} CPUs; resume it under "
                               f"the torchrun command that ran it (torchrun ... -m proxima resume {path}, docs/distributed.md)")
         # a run started by `train --nproc K` ran K processes on one machine: the same command resumes it
@@ -514,23 +513,14 @@ def _written_by(path: Path) -> int:
     return world
 
 
-def _torchrun_launched(path: Path) -> bool:
-    """Whether the run of ``path`` (a run directory, or a checkpoint in its checkpoints/) records a
-    launch by torchrun started by hand (which may have spanned several machines): its meta.json's
-    command lacks --nproc, which `train --nproc K` records. Unknown (no meta.json: a loose checkpoint,
-    an unreadable one) counts as not: `train --resume ... --nproc K` works on one machine either way."""
-    from .rundir import RunFileError, read_run_text
+def _resume_world(path: Path, world: int) -> str:
+    """signals.resume_route for ``path`` (a run directory, or a checkpoint in its checkpoints/; a loose
+    checkpoint has no run files, as a run of `train --nproc K`): the stop lines and the other
+    suggestions of a command decide as this refusal does, so the command they name works."""
+    from .signals import resume_route
 
     run_dir = path if path.is_dir() else path.parent.parent if path.parent.name == "checkpoints" else None
-    if run_dir is None:
-        return False
-    try:
-        command = json.loads(read_run_text(run_dir / "meta.json")).get("command")
-    except (OSError, RunFileError, ValueError, AttributeError):
-        return False
-    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
-        return False
-    return not any(a == "--nproc" or a.startswith("--nproc=") for a in command)
+    return resume_route(run_dir, world)
 
 
 # ------------------------------------------------------------------------------------ eval
@@ -639,6 +629,12 @@ def add_trust_flags(p: argparse.ArgumentParser, command: str, env_help: str = ""
 PLUGINS = ("proxima.bench", "proxima.check_env_cli", "proxima.doctor", "proxima.plot", "proxima.report", "proxima.rlhf.cli")
 
 
+#: --quiet of train and resume: what it leaves out, and the lines a user still needs (trainer.train, finish_run)
+QUIET_HELP = ("no progress bar or summary lines (final eval, resuming/stopped at step N) and no advisory notes (action "
+              "scale, pixels, settings that do not apply); errors, notes of what the run does otherwise than asked (a "
+              "directory moved aside, steps rounded to whole iterations) and the 'run directory:' line still print")
+
+
 def build_parser() -> ArgParser:
     from . import __version__
 
@@ -660,7 +656,7 @@ def build_parser() -> ArgParser:
                    "refused with a --resume that continues a checkpoint")
     p.add_argument("--trust-run", action="store_true", help="with --resume: import the module:Class env recorded in the checkpoint (otherwise name it as ENV_ID)")
     p.add_argument("--nproc", type=int_arg, default=None, metavar="K", help="launch K processes with torchrun (data-parallel, one policy; K >= 1)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or summary lines")
+    p.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     p.add_argument("--dry-run", action="store_true", help="print the resolved config (defaults < preset < --config FILE < flags), "
                    "check the env builds and the run fits, train nothing, write nothing; with --resume, the config the resume "
                    "would continue with, read from its checkpoint (nothing locked or moved); with --seeds/--sweep, one JSON line: members, "
@@ -699,11 +695,13 @@ def build_parser() -> ArgParser:
                        description="Continue a stopped run in its directory from its newest usable checkpoint. Flags change "
                        "only what is safe to change (docs/reliability.md): --total-timesteps extends the run, others such as "
                        "--checkpoint-every or --eval-episodes; any other flag that differs from the run's config is refused. A run of "
-                       "K processes (--nproc K) resumes with K processes on this machine (started through torchrun). An RLHF "
+                       "K processes (--nproc K) resumes with K processes on this machine (started through torchrun) when K is at most "
+                       "its CPUs; beyond that, continue it with proxima train --resume RUN_DIR --nproc K (a run torchrun started by "
+                       "hand, or one of more processes than --nproc allows here: under its own torchrun command). An RLHF "
                        "run (proxima rlhf) takes only --steps, --trust-run and --quiet; any other flag is refused.")
     p.add_argument("path", metavar="RUN_DIR|CHECKPOINT", help="run directory (continued from its newest usable checkpoint), "
                    "or a checkpoint file: one in RUN/checkpoints/ continues RUN from it, a loose one needs --run-dir DIR")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or summary lines")
+    p.add_argument("--quiet", action="store_true", help=QUIET_HELP)
     p.add_argument("--steps", type=int_arg, default=None, metavar="N", help="RLHF runs: continue until step N (extends the run)")
     add_trust_flags(p, "resume")
     # a run resumes in its own directory (RUN_DIR); a different --run-dir is refused

@@ -14,6 +14,7 @@ import torch
 
 from .config import MAX_EVAL_STEPS as MAX_STEPS
 from .envs import EnvError, make_env
+from .envs.gym_adapter import UntrustedEnvError  # noqa: F401 - what evaluate raises for a recorded module env
 
 
 #: the end-of-training evaluation's env seed is the run's seed plus this (``proxima eval``'s default too)
@@ -141,7 +142,7 @@ def refuse_untrusted(policy) -> None:
     """UntrustedEnvError when the env id ``policy`` read from its file would import a module, in the
     words of the caller who can allow it: the CLI's flags (gym_adapter.refuse_recorded_env) inside
     command_line(), else the arguments of proxima.load / checkpoint.load_policy."""
-    from .envs.gym_adapter import UntrustedEnvError, imports_code, refuse_recorded_env
+    from .envs.gym_adapter import imports_code, refuse_recorded_env
 
     source, command = policy.path or "checkpoint", _COMMAND.get()
     if command is not None:

@@ -534,16 +534,19 @@ def check_run_dir_path(run_dir: Path) -> None:
 def check_new_run_dir(run_dir, overwrite: bool = False, restart: bool = False, command: str = "train") -> None:
     """What a new run's claim of ``run_dir`` (rundir.RunSession.claim_fresh) would refuse, checked
     read-only: a path that cannot be a directory, a run in use, a directory holding files without
-    ``overwrite`` (``restart``: --resume auto, which moves aside only a run that never checkpointed).
+    ``overwrite`` (``restart``: --resume auto, which moves aside only a run that never checkpointed),
+    and one that would be moved aside but cannot be (it is or holds the current directory: move_aside).
     For ``train --dry-run`` and the --nproc launcher, which must refuse what the run refuses.
     ``command``: rundir.not_empty_message's."""
-    from .rundir import RunDirError, check_not_in_use, holds_a_run, holds_files, not_empty_message
+    from .rundir import RunDirError, check_movable, check_not_in_use, holds_a_run, holds_files, not_empty_message
 
     run_dir = Path(run_dir)
     check_run_dir_path(run_dir)
     check_not_in_use(run_dir)
-    if holds_files(run_dir) and not (overwrite or (restart and holds_a_run(run_dir))):
-        raise RunDirError(not_empty_message(run_dir, command))
+    if holds_files(run_dir):
+        if not (overwrite or (restart and holds_a_run(run_dir))):
+            raise RunDirError(not_empty_message(run_dir, command))
+        check_movable(run_dir)  # the claim moves it aside (claim_fresh): refused there before the rename
 
 
 def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_safe: tuple = (), notes: bool = True) -> PPOConfig:

@@ -444,14 +444,8 @@ def move_aside(run_dir: Path) -> Path:
     The name is made absolute first (``.`` and ``sub/..`` have no name of their own to add to); a
     directory that is, or holds, the current directory is refused (the process would go on working
     inside the moved-aside one), and a rename that fails is a RunDirError naming it."""
-    given = run_dir
+    check_movable(run_dir)
     run_dir = Path(os.path.abspath(run_dir))
-    cwd = os.path.realpath(os.getcwd())
-    real = os.path.realpath(run_dir)
-    if cwd == real or cwd.startswith(real.rstrip(os.sep) + os.sep) or run_dir.parent == run_dir:
-        where = "is the current directory" if cwd == real else "holds the current directory"
-        raise RunDirError(f"--run-dir {given}: {where}, which cannot be moved aside; run from another directory "
-                          "(cd ..) or choose another --run-dir")
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     dest = run_dir.with_name(f"{run_dir.name}.old-{stamp}")
     n = 2
@@ -465,6 +459,19 @@ def move_aside(run_dir: Path) -> Path:
 
         raise RunDirError(describe(run_dir, e, f"could not move it aside to {dest.name}")) from None
     return dest
+
+
+def check_movable(run_dir: Path) -> None:
+    """RunDirError when move_aside would refuse ``run_dir`` before trying the rename: it is, or holds,
+    the current directory, or it is the root. Read-only, so train --dry-run and the --nproc launcher
+    (run_setup.check_new_run_dir) refuse an --overwrite the run would refuse, in the same line."""
+    absolute = Path(os.path.abspath(run_dir))
+    cwd = os.path.realpath(os.getcwd())
+    real = os.path.realpath(absolute)
+    if cwd == real or cwd.startswith(real.rstrip(os.sep) + os.sep) or absolute.parent == absolute:
+        where = "is the current directory" if cwd == real else "holds the current directory"
+        raise RunDirError(f"--run-dir {run_dir}: {where}, which cannot be moved aside; run from another directory "
+                          "(cd ..) or choose another --run-dir")
 
 
 def holds_a_run(run_dir: Path) -> bool:
@@ -499,19 +506,19 @@ def not_empty_message(run_dir: Path, command: str = "train") -> str:
     "train" a new run (--overwrite and --resume auto apply), "resume" a loose checkpoint continued
     in a new directory (either command), where neither does."""
     names = sorted(p.name for p in Path(run_dir).iterdir() if p.name != LOCK_NAME and not lock_leftover(p.name))[:4]
-    from .signals import resume_command
+    from .signals import resume_advice
 
-    resume = resume_command(run_dir)
+    resume, how = resume_advice(run_dir)  # how: a run only its own torchrun command resumes here says so
     if command == "resume":
         what = "it holds another run" if holds_a_run(run_dir) else "it holds no Proxima run"
-        also = f", or continue that run with `{resume}`" if holds_a_run(run_dir) else ""
+        also = f", or continue that run with `{resume}`{how}" if holds_a_run(run_dir) else ""
         return (f"{run_dir} is not empty ({', '.join(names)}...): {what}; a checkpoint continues in a new or empty "
                 f"directory: choose another --run-dir{also}")
     if not holds_a_run(run_dir):
         return (f"{run_dir} is not empty ({', '.join(names)}...) and holds no Proxima run (no meta.json of one beside its "
                 "config.yaml or metrics.csv); choose another --run-dir, or --overwrite to move it aside and start there")
     return (f"{run_dir} is not empty ({', '.join(names)}...): it holds another run; continue it with --resume auto "
-            f"(or `{resume}`), start over with --overwrite (the old directory is moved aside), "
+            f"(or `{resume}`{how}), start over with --overwrite (the old directory is moved aside), "
             "or choose another --run-dir")
 
 

@@ -65,25 +65,100 @@ def checkpoint_line(checkpoint: Optional[Path]) -> str:
     """``checkpoint: RUN/checkpoints/step_N.pt; continue with: proxima resume RUN`` (a population's
     checkpoint is RUN/checkpoints/step_N.pt too: resume continues every member); ``proxima resume
     --env MODULE:CLASS RUN`` when the run trains a module env, which resume imports only when the
-    user names it (env_flag). None (no checkpoint on disk yet): ``no checkpoint was written``
+    user names it (env_flag); the command that works for a run of more processes than this machine
+    has CPUs (resume_advice). None (no checkpoint on disk yet): ``no checkpoint was written``
     (docs/distributed.md)."""
     if checkpoint is None:
         return "no checkpoint was written"
     path = Path(checkpoint)
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
-    command = resume_command(run_dir)
     world = os.environ.get("WORLD_SIZE", "1")
     # a resume needs as many processes (train_state.load): `proxima resume` starts them on one machine
     if world.isdigit() and int(world) > 1 and os.environ.get("LOCAL_WORLD_SIZE", world) != world:
+        command = resume_command(run_dir, 1)  # the ranks' own command: what each machine's torchrun runs
         return f"checkpoint: {checkpoint}; continue with: {command}, under the same torchrun command ({world} processes)"
-    return f"checkpoint: {checkpoint}; continue with: {command}"
+    command, how = resume_advice(run_dir, int(world) if world.isdigit() and int(world) > 1 else None)
+    return f"checkpoint: {checkpoint}; continue with: {command}{how}"
 
 
-def resume_command(run_dir) -> str:
+def resume_command(run_dir, world: Optional[int] = None) -> str:
     """``proxima resume RUN``, with the ``--env`` a run of a ``module:Class`` env needs (env_flag: a
     resume never imports a module named only in the run's files) and the path shell-quoted (a path
-    with a space or ``$(...)`` pastes as itself)."""
-    return f"proxima resume {env_flag(Path(run_dir))}{shlex.quote(str(run_dir))}"
+    with a space or ``$(...)`` pastes as itself); ``proxima train [ENV_ID] --resume RUN --nproc K``
+    where `proxima resume` would refuse the run's K processes and that command starts them
+    (resume_route "nproc"). ``world``: the run's process count (None: its meta.json's)."""
+    return resume_advice(run_dir, world)[0]
+
+
+def resume_advice(run_dir, world: Optional[int] = None) -> tuple:
+    """(command, how): resume_command's command and what to add after it: ", under the same torchrun
+    command (K processes)" for a run that only its own torchrun command can resume here (resume_route
+    "torchrun"), else ""."""
+    run_dir = Path(run_dir)
+    flag, quoted = env_flag(run_dir), shlex.quote(str(run_dir))
+    world = recorded_world(run_dir) if world is None else world
+    try:
+        route = resume_route(run_dir, world)
+    except Exception:  # noqa: BLE001 - a stop's line must come out whatever the run's files hold
+        route = "resume"
+    if route == "nproc":  # train takes a module env as ENV_ID, where resume takes --env
+        return f"proxima train {flag[len('--env '):]}--resume {quoted} --nproc {world}", ""
+    how = f", under the same torchrun command ({world} processes)" if route == "torchrun" else ""
+    return f"proxima resume {flag}{quoted}", how
+
+
+def resume_route(run_dir: Optional[Path], world: int) -> str:
+    """How a PPO run of ``world`` processes resumes on this machine, the one decision of the refusal of
+    `proxima resume` (cli._written_by) and of every line that suggests a command: "resume" (`proxima
+    resume` starts them: no more than this machine's CPUs, a recorded count being data); "nproc"
+    (more: a run that `train --nproc K` started resumes with `proxima train --resume RUN --nproc K`,
+    up to launch.PROCS_PER_CPU x the CPUs); "torchrun" (more still, or a run torchrun started by hand:
+    under its own torchrun command). An RLHF run is always "resume" (it has its own advice: rlhf/loop.py).
+    ``run_dir`` None: no run's files (a loose checkpoint), taken as a run of `train --nproc K`."""
+    cpus = os.cpu_count() or 1
+    if world <= cpus:
+        return "resume"
+    from .rundir import recorded_kind
+
+    if run_dir is not None and recorded_kind(Path(run_dir) / "meta.json") == "rlhf":
+        return "resume"
+    from .launch import PROCS_PER_CPU
+
+    by_hand = run_dir is not None and started_by_torchrun(Path(run_dir))
+    return "torchrun" if by_hand or world > PROCS_PER_CPU * cpus else "nproc"
+
+
+def started_by_torchrun(run_dir: Path) -> bool:
+    """Whether ``run_dir``'s meta.json records a launch by torchrun started by hand (which may have
+    spanned several machines): its command lacks --nproc, which `train --nproc K` records. Unknown
+    (no meta.json, an unreadable one) counts as not: `train --resume ... --nproc K` works on one
+    machine either way."""
+    import json
+
+    from .rundir import RunFileError, read_run_text
+
+    try:
+        command = json.loads(read_run_text(Path(run_dir) / "meta.json")).get("command")
+    except (OSError, RunFileError, ValueError, AttributeError):
+        return False
+    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+        return False
+    return not any(a == "--nproc" or a.startswith("--nproc=") for a in command)
+
+
+def recorded_world(run_dir: Path) -> int:
+    """The process count the run ``run_dir`` records (meta.json's world_size; every checkpoint of a
+    run has that count: a resume with another is refused); 1 when unknown. Only read for a line
+    that suggests a command: it starts nothing."""
+    import json
+
+    from .rundir import read_run_text
+
+    try:
+        world = json.loads(read_run_text(Path(run_dir) / "meta.json")).get("world_size", 1)
+    except Exception:  # noqa: BLE001 - a stop's line must come out whatever the run's files hold
+        return 1
+    return world if isinstance(world, int) and not isinstance(world, bool) and world > 1 else 1
 
 
 def eval_command(run_dir) -> str:

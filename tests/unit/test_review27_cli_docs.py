@@ -1,0 +1,190 @@
+"""A docs review's findings on the CLI (round 27): the command a stop line offers for a run of more
+processes than this machine has CPUs works; --dry-run refuses a --run-dir the real run cannot move
+aside; UntrustedEnvError is importable from proxima; --quiet's help says what still prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+import yaml
+from cli_helpers import TINY_RUN, edit_checkpoint, one_error_line, run_main
+
+import proxima
+from proxima import checkpoint as ckpt
+from proxima import cli
+
+
+def help_text(command: str, capsys) -> str:
+    """``proxima COMMAND --help`` as one line of words (argparse wraps at the terminal width)."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([command, "--help"])
+    assert exit_info.value.code == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
+@pytest.fixture(scope="module")
+def run256(tmp_path_factory):
+    """A finished 4-iteration (256-step) CartPole run."""
+    run_dir = tmp_path_factory.mktemp("review27") / "run"
+    assert cli.main(["train", "CartPole-v1", *TINY_RUN, "--total-timesteps", "256", "--run-dir", str(run_dir), "--quiet"]) == 0
+    return run_dir
+
+
+def _as_processes(run_dir, world: int, command: list) -> None:
+    """The run as `command` with ``world`` processes records it: every checkpoint's counters and pieces,
+    meta.json's world_size and command."""
+    def edit(state):
+        state["world_size"], state["iteration"], state["ranks"] = world, state["iteration"] // world, [{}] * world
+
+    edit_checkpoint(run_dir, edit)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    meta.update(world_size=world, command=command)
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.fixture
+def run_of_four(run256, tmp_path, monkeypatch):
+    """A copy of the run as `train --nproc 4` writes it, on a machine of 2 CPUs (up to 8 processes may start)."""
+    copy = tmp_path / "R"
+    shutil.copytree(run256, copy)
+    for older in ckpt.list_checkpoints(copy)[:-1]:  # the newest alone: each would need the edit
+        older.unlink()
+    _as_processes(copy, 4, ["proxima", "train", "--nproc", "4", "--run-dir", "R"])
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.chdir(tmp_path)
+    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    return copy
+
+
+def _stop_line(checkpoint) -> str:
+    from proxima.signals import TrainingInterrupted
+
+    return str(TrainingInterrupted(signal.SIGINT, checkpoint))
+
+
+# ------------------------------------------------------------------------------------ 1. the continue command works
+@pytest.mark.parametrize("in_rank", [True, False])
+def test_the_stop_line_of_a_run_of_more_processes_than_cpus_names_train_nproc_and_it_works(run_of_four, capsys, monkeypatch,
+                                                                                            in_rank):
+    if in_rank:  # a rank of `train --nproc 4` on one machine says it; else the count comes from meta.json
+        monkeypatch.setenv("WORLD_SIZE", "4")
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    last = ckpt.list_checkpoints("R")[-1]  # as the run names it: R/checkpoints/step_N.pt
+    line = _stop_line(last)
+    assert line == f"stopped by SIGINT; checkpoint: {last}; continue with: proxima train --resume R --nproc 4"
+    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+
+    # `proxima resume` still refuses a recorded count above the CPUs, naming the same command
+    code, out, err = run_main(["resume", "R"], capsys)
+    assert (code, out) == (2, "")
+    assert one_error_line(err, "proxima resume").endswith("to run 4 here anyway: proxima train --resume R --nproc 4")
+
+    command = shlex.split(line.rpartition("continue with: ")[2])
+    assert command[:2] == ["proxima", "train"]
+    code, out, err = run_main([*command[1:], "--total-timesteps", "512", "--dry-run"], capsys)
+    assert code == 0, err
+    assert yaml.safe_load(out)["total_timesteps"] == 512
+
+
+def test_the_not_empty_line_names_the_command_that_works_too(run_of_four, capsys):
+    code, _, err = run_main(["train", "--run-dir", "R", "--dry-run"], capsys)
+    assert code == 2
+    assert "(or `proxima train --resume R --nproc 4`)" in one_error_line(err, "proxima train")
+
+
+def test_a_run_torchrun_started_by_hand_is_told_its_torchrun_command(run_of_four):
+    meta = json.loads((run_of_four / "meta.json").read_text())
+    meta["command"] = ["/x/proxima/__main__.py", "train", "--run-dir", "R"]  # a rank's argv: no --nproc
+    (run_of_four / "meta.json").write_text(json.dumps(meta))
+    line = _stop_line(ckpt.list_checkpoints("R")[-1])
+    assert line.endswith("continue with: proxima resume R, under the same torchrun command (4 processes)")
+
+
+def test_a_run_the_cpus_can_start_keeps_proxima_resume(run_of_four, monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    assert _stop_line(ckpt.list_checkpoints("R")[-1]).endswith("continue with: proxima resume R")
+
+
+def test_resume_help_says_where_proxima_resume_stops_starting_processes(capsys):
+    text = help_text("resume", capsys)
+    assert ("resumes with K processes on this machine (started through torchrun) when K is at most its CPUs; beyond "
+            "that, continue it with proxima train --resume RUN_DIR --nproc K") in text
+
+
+# ------------------------------------------------------------------------------------ 2. --dry-run and a --run-dir that cannot move
+@pytest.mark.parametrize("where, run_dir, expected", [
+    ("R", ".", "--run-dir .: is the current directory, which cannot be moved aside; run from another directory (cd ..) "
+               "or choose another --run-dir"),
+    ("R/checkpoints", "..", "--run-dir ..: holds the current directory, which cannot be moved aside; run from another "
+                            "directory (cd ..) or choose another --run-dir")])
+def test_dry_run_refuses_overwrite_of_the_current_directory_as_the_run_does(run256, tmp_path, capsys, monkeypatch,
+                                                                             where, run_dir, expected):
+    shutil.copytree(run256, tmp_path / "R")
+    monkeypatch.chdir(tmp_path / where)
+    command = ["train", "Acrobot-v1", *TINY_RUN, "--total-timesteps", "64", "--run-dir", run_dir, "--overwrite"]
+    code, out, real = run_main(command, capsys)
+    assert (code, out) == (2, "")
+    assert one_error_line(real, "proxima train") == expected
+    for extra in (["--dry-run"], ["--seeds", "1,2", "--dry-run"]):
+        code, out, dry = run_main([*command, *extra], capsys)
+        assert (code, out) == (2, "")
+        assert one_error_line(dry, "proxima train") == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["R"]  # nothing moved aside
+
+
+# ------------------------------------------------------------------------------------ 3. UntrustedEnvError
+def test_untrusted_env_error_is_importable_from_proxima_and_evaluate():
+    from proxima import UntrustedEnvError
+    from proxima.envs.gym_adapter import UntrustedEnvError as where_defined
+    from proxima.evaluate import UntrustedEnvError as from_evaluate, refuse_untrusted
+
+    assert UntrustedEnvError is where_defined is from_evaluate
+    assert "UntrustedEnvError" in proxima.__all__ and "UntrustedEnvError" in dir(proxima)
+    assert all(hasattr(proxima, name) for name in proxima.__all__)
+
+    class Recorded:  # what load() returns for a run whose recorded env would import a module
+        path, env_id = "R/checkpoints/step_1.pt", "their_module:Env"
+
+    with pytest.raises(proxima.UntrustedEnvError, match="would import and run module 'their_module'"):
+        refuse_untrusted(Recorded())
+
+
+def test_importing_proxima_still_imports_neither_torch_nor_gymnasium():
+    code = ("import sys, proxima; assert 'torch' not in sys.modules and 'gymnasium' not in sys.modules; "
+            "from proxima import UntrustedEnvError; assert issubclass(UntrustedEnvError, Exception)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+# ------------------------------------------------------------------------------------ 4. --quiet's help is true
+QUIET_STAYS = "errors, notes of what the run does otherwise than asked (a directory moved aside, steps rounded to whole " \
+              "iterations) and the 'run directory:' line still print"
+
+
+@pytest.mark.parametrize("command", ["train", "resume"])
+def test_quiet_help_names_what_still_prints(capsys, command):
+    text = help_text(command, capsys)
+    assert f"--quiet no progress bar or summary lines (final eval, resuming/stopped at step N) and no advisory notes " \
+           f"(action scale, pixels, settings that do not apply); {QUIET_STAYS}" in text
+
+
+def test_a_quiet_run_prints_what_its_help_says_and_nothing_else(run256, tmp_path, capsys, monkeypatch):
+    shutil.copytree(run256, tmp_path / "R")
+    monkeypatch.chdir(tmp_path)
+    tiny = [a for a in TINY_RUN if a != "--no-progress"]
+    code, out, err = run_main(["train", *tiny, "--eval-episodes", "2", "--total-timesteps", "100", "--run-dir", "R",
+                               "--overwrite", "--quiet"], capsys)
+    assert code == 0, err
+    assert out == "run directory: R\n"  # no eval line
+    lines = err.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("proxima: note: --total-timesteps 100 is not a multiple of the batch")
+    assert lines[1].startswith("proxima: --overwrite: moved the old R to ")
