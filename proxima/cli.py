@@ -377,13 +377,15 @@ def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: 
     from .envs.gym_adapter import action_spaces_built
     from .nets import encoders_resolved
     from .run_setup import preflight
-    from .trainer import _note_action_scale, _note_pixels, _note_whole_iterations
+    from .trainer import _note_action_scale, _note_other_version, _note_pixels, _note_whole_iterations
 
     # the env preflight builds, and the encoder it chooses for it: none built only for the notes
     with action_spaces_built() as spaces, encoders_resolved() as encoders:
         preflight(cfg, world_size)  # a refusal of a value from --config FILE names the file: cmd_train's handler
     if "total_timesteps" in (overrides or {}):  # the YAML shows the total typed; the note, what would train
         _note_whole_iterations(cfg, world_size)
+    if notes:
+        _note_other_version(cfg.env_id)
     if notes and spaces:
         _note_action_scale(cfg.env_id, spaces[0])
     if notes and encoders:

@@ -670,6 +670,7 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             if not resumed:  # the env built: now take the directory (nothing is written before this)
                 dctx.from_main(lambda: session.claim_fresh(trainer.run_dir, overwrite, restart))
                 if not quiet and dctx.is_main:
+                    _note_other_version(config.env_id)
                     _note_action_scale(config.env_id, trainer.env.single_action_space)
                     _note_pixels(config.env_id, trainer.env.single_observation_space)
             # a resume of a complete run, or of one --stop-return ended, trains nothing and its note says so
@@ -760,6 +761,15 @@ def _note_compile_mode(cfg: PPOConfig, typed: dict) -> None:
     default = next(f.default for f in dataclasses.fields(PPOConfig) if f.name == "compile_mode")
     if "compile_mode" in typed and not cfg.compile and cfg.compile_mode != default:
         print(f"proxima: note: --compile-mode {cfg.compile_mode} has no effect without --compile", file=sys.stderr)
+
+
+def _note_other_version(env_id: str) -> None:
+    """A note on stderr when the env has no preset but another version of it has (presets.other_version_note)."""
+    from .presets import other_version_note
+
+    note = other_version_note(env_id)
+    if note:
+        print(f"proxima: note: {note}", file=sys.stderr)
 
 
 def _note_action_scale(env_id: str, action_space) -> None:

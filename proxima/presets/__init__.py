@@ -75,6 +75,25 @@ def presets_for(env_id: str) -> dict:
     return all_presets().get(preset_env_id(env_id), {})
 
 
+def other_version_note(env_id: str) -> str | None:
+    """A note when ``env_id`` has no preset but another version of the same env has
+    (``HalfCheetah-v4``: the MuJoCo presets are for ``-v5``), else None: without it such a run trains
+    PPOConfig's classic-control defaults (4 envs x 128 steps, no normalization) without a word."""
+    if presets_for(env_id) or ":" in env_id:
+        return None
+    base, sep, _ = env_id.rpartition("-v")
+    if not sep or not base:
+        return None
+    others = sorted(e for e in all_presets() if e.rpartition("-v")[0] == base and e != env_id)
+    if not others:
+        return None
+    where = all_presets()[others[0]]
+    first = next(iter(where.values()))["file"]
+    return (f"no preset for {env_id}: PPOConfig's defaults (4 envs x 128 steps, no normalization) and your flags; "
+            f"{' and '.join(others)} {'has' if len(others) == 1 else 'have'} one (`proxima presets {others[0]}`, "
+            f"its settings in proxima/presets/{first}): give them as flags or in --config FILE.yaml")
+
+
 def preset_names(env_id: str) -> list[str]:
     return sorted(presets_for(env_id))
 
