@@ -11,8 +11,10 @@ weights non-finite is skipped the same way and reported (``step`` returns the me
 The parameters are re-pointed at views of one (P, D) buffer, so the step, the per-member gradient
 norm and the clip are a dozen ops on one tensor whatever the number of layers (a few hundred small
 ops per minibatch otherwise). Tensor ops only (no host reads), so a CUDA graph can record it. The
-arithmetic is torch.optim.Adam's single-tensor path (``lerp`` of the first moment, the second
-moment, bias corrections from the step count), per member.
+arithmetic is torch.optim.Adam(fused=True)'s, which a single run uses (``proxima.adam``), per member:
+``lerp`` of the first moment, the second moment, and the step size and bias correction computed
+from the step count in float64 and rounded to float32 (tests/unit/test_review27_population.py
+compares each member with torch's fused Adam run on it alone).
 """
 
 from __future__ import annotations
@@ -64,9 +66,12 @@ class MemberAdam:
         b1, b2 = self.beta1, self.beta2
         on = torch.ones_like(self.step_count, dtype=torch.bool) if active is None else active
         count = self.step_count + on.to(self.step_count.dtype)
-        step = count.clamp(min=1.0)  # a member that never stepped: any value, it is masked out
-        bias2_sqrt = (1 - b2 ** step).sqrt().unsqueeze(1)
-        step_size = (lr / (1 - b1 ** step)).unsqueeze(1)  # (P, 1)
+        # Bias corrections in float64, rounded to float32 once, as torch's fused Adam (the single
+        # run's optimizer) computes them: in float32, 1 - 0.999**1 is 0.0009999871, which puts every
+        # step of every member ~7e-6 relative off the single run's. (P,) tensor ops: no host read.
+        step = count.clamp(min=1.0).double()  # a member that never stepped: any value, it is masked out
+        bias2_sqrt = (1 - b2 ** step).sqrt().to(self.flat.dtype).unsqueeze(1)
+        step_size = (lr.double() / (1 - b1 ** step)).to(self.flat.dtype).unsqueeze(1)  # (P, 1)
         new_m = torch.lerp(self.exp_avg, grad, 1 - b1)
         new_v = self.exp_avg_sq * b2 + (1 - b2) * grad * grad
         new_p = self.flat - step_size * new_m / (new_v.sqrt() / bias2_sqrt + self.eps)

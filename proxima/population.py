@@ -458,34 +458,69 @@ class Population:
         as a single run's guard does (its first bad value). One host read per iteration, outside the
         parts (a CUDA graph cannot raise); the search runs only on failure. A member recorded as
         diverged (diverged_at) is not reported again: it acts on frozen weights, and its env may go on
-        returning NaN."""
+        returning NaN.
+
+        What a step returned is judged as the rollout kept it: the observation the member acts on next
+        (a reset's where the episode ended), and, where the step ended an episode (dones), the final
+        observation too. Without --norm-obs the rollout holds them raw and the message shows the env's
+        values. With --norm-obs it holds them normalized (the hot loop keeps no raw copy), so the
+        message says "normalized" and shows those, but for the last step's observation (next_obs,
+        raw). An observation's NaN/inf enters its member's running statistics at that step, which
+        makes that component NaN in every env of the member: with more than one env the env that
+        returned it cannot be told, and the message says so instead of naming the first. (A final
+        observation never enters them: its NaN is found in its own env; its inf is clipped to
+        +-clip_obs and is not found.)"""
         from .envs.gym_adapter import check_env_cmd
         from .guards import first_bad, fmt_values
 
         ro, P = self.rollout, self.members
         T, PN = ro.raw_rewards.shape
         N = PN // P
+        normalized = self.obs_norm is not None
 
-        def rows_bad(x):  # (T, P*N, ...) -> (T, P*N) bool
-            return ~torch.isfinite(x.reshape(T, PN, -1)).all(-1) if x.dtype.is_floating_point else torch.zeros(T, PN, dtype=torch.bool, device=x.device)
+        def rows_bad(x):  # (k, P*N, ...) -> (k, P*N) bool
+            k = x.shape[0]
+            return ~torch.isfinite(x.reshape(k, PN, -1)).all(-1) if x.dtype.is_floating_point else torch.zeros(k, PN, dtype=torch.bool, device=x.device)
 
-        fields = (("observation", rows_bad(ro.obs)), ("final observation", rows_bad(ro.final_obs)),
-                  ("reward", ~torch.isfinite(ro.raw_rewards)))
-        members_bad = torch.stack([bad.reshape(T, P, N).any(2).any(0) for _, bad in fields]).any(0)
+        # row s of these (T + 1, P*N) masks: what each env returned with its s-th step of this rollout
+        # (s = 0: the observation the rollout started from); ro.obs[s] is step s-1's next observation,
+        # next_obs step T-1's, ro.final_obs[s-1] equals it where no episode ended (judged once, as it)
+        none = torch.zeros(1, PN, dtype=torch.bool, device=ro.raw_rewards.device)
+        fields = (("observation", torch.cat([rows_bad(ro.obs), rows_bad(self.next_obs.unsqueeze(0))])),
+                  ("final observation", torch.cat([none, rows_bad(ro.final_obs) & ro.dones])),
+                  ("reward", torch.cat([none, ~torch.isfinite(ro.raw_rewards)])))
+        members_bad = torch.stack([bad.reshape(T + 1, P, N).any(2).any(0) for _, bad in fields]).any(0)
         if not bool(members_bad.any()):
             return []
         out = []
         for p in members_bad.nonzero()[:, 0].tolist():
             if self.diverged_at[p] is not None:  # diverged before this rollout (a NaN reward of this one froze it too:
                 continue                         # its update's loss went NaN, but the env is the cause to name)
-            t, field, n = first_bad([(name, bad[:, p * N:(p + 1) * N]) for name, bad in fields])
+            own = [(name, bad[:, p * N:(p + 1) * N]) for name, bad in fields]
+            s, field, n = first_bad(own)
             row = p * N + n
-            step = (self.iteration - 1) * self.steps_per_member + (t + (0 if field == "observation" else 1)) * N
-            value = {"observation": lambda: fmt_values(ro.obs[t, row]), "final observation": lambda: fmt_values(ro.final_obs[t, row]),
-                     "reward": lambda: fmt_values(ro.raw_rewards[t, row])}[field]()
+            step = (self.iteration - 1) * self.steps_per_member + s * N
+            if field == "reward":
+                got, raw = ro.raw_rewards[s - 1, row], True
+            elif field == "final observation":
+                got, raw = ro.final_obs[s - 1, row], not normalized
+            else:
+                got, raw = (self.next_obs[row], True) if s == T else (ro.obs[s, row], not normalized)
             name = f" ({member_names[p]})" if member_names else ""
-            out.append((p, f"non-finite {field} {value} from env {n} of member {p}{name} at step {step:,} of that member; "
-                           f"check the env's step() with: {check_env_cmd(self.cfg.env_id, self.cfg.env_kwargs)}"))
+            check = f"check the env's step() with: {check_env_cmd(self.cfg.env_id, self.cfg.env_kwargs)}"
+            if field == "observation" and not raw and N > 1 and bool(own[0][1][s].all()):
+                # every env's row went bad at once: the member's statistics took the value in (see above)
+                member_obs = (ro.obs[s, p * N:(p + 1) * N]).reshape(N, -1)
+                cols = (~torch.isfinite(member_obs)).all(0).nonzero()[:, 0].tolist()
+                which = f" in component{'s' if len(cols) > 1 else ''} {', '.join(map(str, cols))}" if cols else ""
+                out.append((p, f"non-finite observation{which} from at least one of the {N} envs of member {p}{name} at step "
+                               f"{step:,} of that member (--norm-obs took it into the member's running statistics, so every "
+                               f"env's normalized observation is non-finite there and neither the env nor the raw value is "
+                               f"known); {check}"))
+                continue
+            label = field if raw else f"normalized {field}"
+            out.append((p, f"non-finite {label} {fmt_values(got)} from env {n} of member {p}{name} at step {step:,} "
+                           f"of that member; {check}"))
         return out
 
     def mark_diverged(self, member: int, reason: str, iteration: Optional[int] = None) -> None:

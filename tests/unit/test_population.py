@@ -37,7 +37,7 @@ def test_population_of_one_equals_a_single_run_after_one_iteration(small_config,
     pop.train_iteration()
     member = pop.member_agent(0).state_dict()
     assert member.keys() == single.keys()
-    for k in single:  # batched matmuls and the lr-scaled Adam step round differently in the last bits
+    for k in single:  # batched matmuls and torch.sqrt round differently in the last bits
         torch.testing.assert_close(member[k], single[k], rtol=0, atol=1e-6, msg=k)
 
 
