@@ -5,8 +5,9 @@ side, or the comma-separated ``--backend`` list, e.g. ``envpool,gymnasium`` for 
 preset (no run directory, no logger) and three things are timed on it. The bench sets num_envs,
 the backend and --threads (default 1); --device, --compile, --cudagraphs, --amp, --vector and
 --num-steps override the preset only when typed (``--preset gpu`` measures on CUDA with CUDA graphs,
-and is refused without CUDA as ``train --preset gpu`` is). A typed --device that is not CUDA turns
-the preset's --cudagraphs off (a note says so; --cudagraphs typed with it is refused):
+and is refused without CUDA as ``train --preset gpu`` is). A typed --device that is not CUDA leaves
+the preset's --cudagraphs on, so it is refused as train refuses it: add --no-cudagraphs to measure
+eager calls there (the --out file's settings and the JSON then say cudagraphs false):
 
   env       ``env.step`` with random actions drawn ahead of time (no policy)
   rollout   ``ppo.collect_rollout`` with the policy: T x N steps per call
@@ -154,13 +155,14 @@ def random_actions(space, num_envs: int, device, count: int = 16):
 
 
 # ------------------------------------------------------------------------------------ one line
-def base_config(args, notes: Optional[list] = None):
+def base_config(args):
     """The preset's PPOConfig for ``args.env_id`` with the typed PRESET_FLAGS, --vector and
-    --num-steps over it (ConfigError for an unknown preset). ``notes`` gets one line per preset value
-    the typed flags turned off."""
+    --num-steps over it (ConfigError for an unknown preset). A typed --device never turns the
+    preset's --cudagraphs off: train refuses that pair (check_line refuses it here too), and eager
+    calls measured under the preset's label would pass for its graphed setting; --no-cudagraphs is
+    how a user asks for eager."""
     from . import presets
-    from .config import ConfigError, PPOConfig
-    from .device import resolve_device
+    from .config import PPOConfig
 
     cfg = presets.resolve(args.env_id, args.preset, PPOConfig())
     sources = getattr(cfg, "_sources", None) or {}
@@ -173,17 +175,6 @@ def base_config(args, notes: Optional[list] = None):
         cfg.vector = args.vector
     if getattr(args, "num_steps", None) is not None:  # 0 reaches validate (the Trainer) and is refused there, not ignored
         cfg.num_steps = args.num_steps
-    if cfg.cudagraphs and getattr(args, "cudagraphs", None) is None and getattr(args, "device", None) is not None:
-        try:
-            cuda = resolve_device(cfg.device).type == "cuda"
-        except ConfigError:
-            cuda = True  # not turned off: the device's own refusal follows
-        if not cuda:  # the typed device wins; graphs cannot run on it, and the table must not say they did
-            cfg.cudagraphs = False
-            if notes is not None:
-                whose = f"--preset {args.preset}'s" if args.preset else "the env's default preset's"
-                notes.append(f"--device {cfg.device}: {whose} --cudagraphs is off (CUDA graphs need a CUDA device); "
-                             "this measures eager calls")
     return cfg
 
 
@@ -409,7 +400,7 @@ def repeats_text(lines: list, args) -> str:
 
 def command_line(args) -> str:
     """The canonical command that reproduces this run (every option spelled out, the preset's
-    switches as they ran: --no-cudagraphs where the preset's was turned off)."""
+    switches as they ran: --no-cudagraphs where it turned the preset's off)."""
     from . import presets
     from .config import PPOConfig
 
@@ -624,10 +615,7 @@ def run(args: argparse.Namespace) -> int:
     from .envs import EnvError
 
     sizes, backends = parse_sizes(args.num_envs), backends_for(args.env_id, args.backend)  # checked above
-    notes = []
-    device = resolve_device(base_config(args, notes).device)
-    for note in notes:
-        print(f"{prog}: note: {printable(note)}", file=sys.stderr, flush=True)
+    device = resolve_device(base_config(args).device)
     torch.set_num_threads(args.threads)
     started, load0 = datetime.now(), os.getloadavg()[0]
     lines, last_cfg = [], None
@@ -668,7 +656,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("env_id", metavar="ENV_ID", help="Gymnasium id or module:ClassName")
     p.add_argument("--num-envs", default=DEFAULT_SIZES, metavar="N1,N2,...", help=f"env counts to measure (default {DEFAULT_SIZES})")
     p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:1 or auto (default: the preset's, which is cpu "
-                   "unless the preset says cuda, as --preset gpu does); one that is not CUDA turns the preset's --cudagraphs off")
+                   "unless the preset says cuda, as --preset gpu does); one that is not CUDA with a preset that turns on "
+                   "--cudagraphs (gpu) is refused, as train refuses it: add --no-cudagraphs to measure eager calls")
     p.add_argument("--backend", default="both", metavar="{auto,native,gymnasium,envpool,both}[,...]",
                    help="env backend(s), comma separated (envpool,gymnasium for Atari); both = native and Gymnasium "
                         "side by side where a native env exists; auto = the one train uses by default (default both)")

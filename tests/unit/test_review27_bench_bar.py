@@ -5,8 +5,10 @@ elsewhere."""
 from __future__ import annotations
 
 import io
+import json
 import re
 
+import pytest
 import torch
 
 from proxima import bench
@@ -39,7 +41,35 @@ def test_bench_preset_gpu_without_cuda_is_refused_as_train_refuses_it(monkeypatc
     assert not out.exists()
 
 
-def test_bench_preset_gpu_with_a_typed_cpu_device_measures_eager_and_says_so(monkeypatch, tmp_path, capsys):
+@pytest.mark.parametrize("device", ["cpu", "auto"])
+def test_bench_preset_gpu_with_a_non_cuda_device_is_refused_as_train_refuses_it(device, monkeypatch, tmp_path, capsys):
+    # the preset's CUDA graphs are never turned off quietly: eager figures under a "--preset gpu" label
+    # would pass for the graphed setting, and train refuses the same pair
+    import proxima.trainer
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # --device auto resolves to the CPU
+    built = []
+
+    class Spy(proxima.trainer.Trainer):
+        def __init__(self, cfg, *a, **kw):
+            built.append(cfg)
+            super().__init__(cfg, *a, **kw)
+
+    monkeypatch.setattr(proxima.trainer, "Trainer", Spy)
+    refusal = (f"--preset gpu turns on --cudagraphs, which needs a CUDA device (got --device {device}); "
+               "on a CPU use --preset fast, or add --no-cudagraphs\n")
+    out = tmp_path / "bench.md"
+    code = main(["bench", "CartPole-v1", "--preset", "gpu", "--device", device, "--num-envs", "16", *TINY,
+                 "--json", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.err == "proxima bench: error: " + refusal
+    assert captured.out == "" and not out.exists() and not built
+    assert main(["train", "CartPole-v1", "--preset", "gpu", "--device", device, "--dry-run"]) == 2
+    assert capsys.readouterr().err == "proxima train: error: " + refusal  # the same words as train
+
+
+def test_bench_preset_gpu_on_a_cpu_with_no_cudagraphs_typed_measures_eager_and_says_so(monkeypatch, tmp_path, capsys):
     import proxima.trainer
 
     built = []
@@ -51,18 +81,18 @@ def test_bench_preset_gpu_with_a_typed_cpu_device_measures_eager_and_says_so(mon
 
     monkeypatch.setattr(proxima.trainer, "Trainer", Spy)
     out = tmp_path / "bench.md"
-    code = main(["bench", "CartPole-v1", "--preset", "gpu", "--device", "cpu", "--num-envs", "16", *TINY,
-                 "--json", "--out", str(out)])
+    code = main(["bench", "CartPole-v1", "--preset", "gpu", "--device", "cpu", "--no-cudagraphs", "--num-envs", "16",
+                 *TINY, "--json", "--out", str(out)])
     captured = capsys.readouterr()
     assert code == 0
     (ran,) = built
     assert (str(ran.device), ran.cudagraphs, ran.num_steps) == ("cpu", False, 16)  # the typed device; the preset's T
-    assert ("proxima bench: note: --device cpu: --preset gpu's --cudagraphs is off (CUDA graphs need a CUDA device); "
-            "this measures eager calls\n") in captured.err
-    assert '"cudagraphs": false' in captured.out and '"cudagraphs_live": null' in captured.out
+    assert "note:" not in captured.err
+    (row,) = [json.loads(r) for r in captured.out.splitlines()]
+    assert (row["preset"], row["device"], row["cudagraphs"], row["cudagraphs_live"]) == ("gpu", "cpu", False, None)
     text = out.read_text()
-    (settings,) = [row for row in text.splitlines() if row.startswith("- preset `gpu`: ")]
-    assert f"T = {ran.num_steps} steps" in settings and f"cudagraphs {ran.cudagraphs}," in settings
+    (settings,) = [r for r in text.splitlines() if r.startswith("- preset `gpu`: ")]
+    assert f"T = {ran.num_steps} steps" in settings and "cudagraphs False," in settings
     assert f"compile {ran.compile}," in settings and f"amp {ran.amp}," in settings
     assert "--device cpu " in text and " --preset gpu --no-cudagraphs " in text  # the command reproduces what ran
     assert "--cudagraphs: only train replays" not in text
