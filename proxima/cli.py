@@ -369,23 +369,25 @@ def recorded_argv() -> list:
 def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: bool = False) -> int:
     """Check what train would refuse (run_setup.preflight), print the resolved config as YAML (encoder
     auto as the one the run would record), train nothing, write nothing. ``overrides``: a new run's
-    typed flags, for train's notes on them; ``notes``: a new run's, not --quiet: the notes on a Box
-    action range and on pixels read as a vector that the run would print."""
+    typed flags, for train's notes on them; ``notes``: a new run's, not --quiet: the advisory notes the
+    run would print (--compile-mode without --compile, another version's preset, a Box action range,
+    pixels read as a vector)."""
     import copy
 
     from .config import dump_yaml
     from .envs.gym_adapter import action_spaces_built
     from .nets import encoders_resolved
     from .run_setup import preflight
-    from .trainer import _note_action_scale, _note_other_version, _note_pixels, _note_whole_iterations
+    from .trainer import _note_action_scale, _note_compile_mode, _note_other_version, _note_pixels, _note_whole_iterations
 
     # the env preflight builds, and the encoder it chooses for it: none built only for the notes
     with action_spaces_built() as spaces, encoders_resolved() as encoders:
         preflight(cfg, world_size)  # a refusal of a value from --config FILE names the file: cmd_train's handler
     if "total_timesteps" in (overrides or {}):  # the YAML shows the total typed; the note, what would train
         _note_whole_iterations(cfg, world_size)
-    if notes:
-        _note_other_version(cfg.env_id)
+    if notes:  # as train prints them, --quiet's advisory notes included
+        _note_compile_mode(cfg, overrides or {})
+        _note_other_version(cfg)
     if notes and spaces:
         _note_action_scale(cfg.env_id, spaces[0])
     if notes and encoders:
@@ -505,24 +507,34 @@ def _written_by(path: Path) -> int:
     cpus = os.cpu_count() or 1
     route = _resume_world(path, world)
     if route != "resume":  # a recorded count is data: never start more processes than this machine has CPUs
+        from .signals import resume_advice
+
+        # the stop line's builder: the path quoted, a module env named, so the command pasted resumes this run
+        command, _ = resume_advice(_run_dir_of(path), world, path=path)
         # a hand-started torchrun job, or more processes than --nproc may start here (several machines' worth)
         if route == "torchrun":
             raise ConfigError(f"{path}: written by {world} processes, more than this machine's {cpus} CPUs; resume it under "
-                              f"the torchrun command that ran it (torchrun ... -m proxima resume {path}, docs/distributed.md)")
+                              f"the torchrun command that ran it (torchrun ... -m {command}, "
+                              "docs/distributed.md)")
         # a run started by `train --nproc K` ran K processes on one machine: the same command resumes it
         raise ConfigError(f"{path}: written by {world} processes, more than this machine's {cpus} CPUs (proxima resume "
-                          f"starts no more); to run {world} here anyway: proxima train --resume {path} --nproc {world}")
+                          f"starts no more); to run {world} here anyway: {command}")
     return world
 
 
+def _run_dir_of(path: Path) -> Optional[Path]:
+    """The run directory of ``path`` (a run directory, or a checkpoint in its checkpoints/); None for a
+    loose checkpoint, which has no run files."""
+    return path if path.is_dir() else path.parent.parent if path.parent.name == "checkpoints" else None
+
+
 def _resume_world(path: Path, world: int) -> str:
-    """signals.resume_route for ``path`` (a run directory, or a checkpoint in its checkpoints/; a loose
-    checkpoint has no run files, as a run of `train --nproc K`): the stop lines and the other
+    """signals.resume_route for ``path`` (a run directory, a checkpoint in its checkpoints/, or a loose
+    checkpoint: no run files, taken as a run of `train --nproc K`): the stop lines and the other
     suggestions of a command decide as this refusal does, so the command they name works."""
     from .signals import resume_route
 
-    run_dir = path if path.is_dir() else path.parent.parent if path.parent.name == "checkpoints" else None
-    return resume_route(run_dir, world)
+    return resume_route(_run_dir_of(path), world)
 
 
 # ------------------------------------------------------------------------------------ eval

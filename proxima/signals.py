@@ -90,13 +90,17 @@ def resume_command(run_dir, world: Optional[int] = None) -> str:
     return resume_advice(run_dir, world)[0]
 
 
-def resume_advice(run_dir, world: Optional[int] = None) -> tuple:
+def resume_advice(run_dir, world: Optional[int] = None, path=None) -> tuple:
     """(command, how): resume_command's command and what to add after it: ", under the same torchrun
     command (K processes)" for a run that only its own torchrun command can resume here (resume_route
-    "torchrun"), else ""."""
-    run_dir = Path(run_dir)
-    flag, quoted = env_flag(run_dir), shlex.quote(str(run_dir))
-    world = recorded_world(run_dir) if world is None else world
+    "torchrun"), else "". ``path``: what the command resumes from where it is not ``run_dir`` (a
+    checkpoint in RUN/checkpoints/, or a loose one: ``run_dir`` None, no run files to read), as
+    `proxima resume PATH`'s refusal names it (cli._written_by)."""
+    run_dir = None if run_dir is None else Path(run_dir)
+    flag = "" if run_dir is None else env_flag(run_dir)
+    quoted = shlex.quote(str(run_dir if path is None else path))
+    if world is None:
+        world = 1 if run_dir is None else recorded_world(run_dir)
     try:
         route = resume_route(run_dir, world)
     except Exception:  # noqa: BLE001 - a stop's line must come out whatever the run's files hold
@@ -113,7 +117,8 @@ def resume_route(run_dir: Optional[Path], world: int) -> str:
     resume` starts them: no more than this machine's CPUs, a recorded count being data); "nproc"
     (more: a run that `train --nproc K` started resumes with `proxima train --resume RUN --nproc K`,
     up to launch.PROCS_PER_CPU x the CPUs); "torchrun" (more still, or a run torchrun started by hand:
-    under its own torchrun command). An RLHF run is always "resume" (it has its own advice: rlhf/loop.py).
+    under its own torchrun command). An RLHF run above the CPUs is "torchrun": it has no --nproc, and
+    rlhf.api.resume_processes refuses `proxima resume` there.
     ``run_dir`` None: no run's files (a loose checkpoint), taken as a run of `train --nproc K`."""
     cpus = os.cpu_count() or 1
     if world <= cpus:
@@ -121,7 +126,7 @@ def resume_route(run_dir: Optional[Path], world: int) -> str:
     from .rundir import recorded_kind
 
     if run_dir is not None and recorded_kind(Path(run_dir) / "meta.json") == "rlhf":
-        return "resume"
+        return "torchrun"
     from .launch import PROCS_PER_CPU
 
     by_hand = run_dir is not None and started_by_torchrun(Path(run_dir))
@@ -223,6 +228,9 @@ class SignalGuard:
         self._last_checkpoint = last_checkpoint
         self._window = float(repeat_window)
         self._first_at = 0.0
+        from .logger import _is_terminal  # here, not in the handler: no import where a signal lands
+
+        self._is_terminal = _is_terminal
 
     def __enter__(self):
         if threading_main():
@@ -238,14 +246,23 @@ class SignalGuard:
         if self.stop.signum:
             if signum == self.stop.signum and now - self._first_at < self._window:
                 return  # the same stop delivered again (directly and through torchrun): keep going to the checkpoint
-            sys.stderr.write(f"\nproxima: second interrupt, exiting now ({self._kept()})\n")
+            sys.stderr.write(f"{self._lead()}proxima: second interrupt, exiting now ({self._kept()})\n")
             sys.stderr.flush()  # os._exit flushes nothing
             os._exit(128 + signum)
         self.stop.signum, self._first_at = signum, now
         again = (f"the same signal again {self._window:g} s or more from now exits at once" if self._window
                  else "interrupt again to exit at once")
-        sys.stderr.write(f"\nproxima: {signal.Signals(signum).name} received; writing a checkpoint after this iteration "
-                         f"({again})\n")
+        sys.stderr.write(f"{self._lead()}proxima: {signal.Signals(signum).name} received; writing a checkpoint after this "
+                         f"iteration ({again})\n")
+
+    def _lead(self) -> str:
+        """A newline first where stderr redraws a progress bar's '\\r' frame in place (a terminal, Jupyter),
+        so that the message does not land inside the frame; elsewhere (a log file, logger.LineProgress's
+        whole lines) it would only leave a blank line."""
+        try:
+            return "\n" if self._is_terminal(sys.stderr) else ""
+        except Exception:  # noqa: BLE001 - in a signal handler: never fail on the way out
+            return "\n"
 
     def _kept(self) -> str:
         if self._last_checkpoint is None:  # the caller did not say (a population): true either way

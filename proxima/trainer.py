@@ -664,13 +664,13 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             # under --quiet too: a warning that the run trains other than typed, not a summary line
             if not resumed and dctx.is_main and "total_timesteps" in (overrides or {}):
                 _note_whole_iterations(config, dctx.world_size)
-            if dctx.is_main:
+            if dctx.is_main and not quiet:  # advice on a setting that does not apply: --quiet drops it (its --help)
                 _note_compile_mode(config, overrides if overrides is not None else set_fields(config))
             trainer = Trainer(config, run_dir=run_dir, resume_state=state, argv=argv, quiet=quiet)
             if not resumed:  # the env built: now take the directory (nothing is written before this)
                 dctx.from_main(lambda: session.claim_fresh(trainer.run_dir, overwrite, restart))
                 if not quiet and dctx.is_main:
-                    _note_other_version(config.env_id)
+                    _note_other_version(config)
                     _note_action_scale(config.env_id, trainer.env.single_action_space)
                     _note_pixels(config.env_id, trainer.env.single_observation_space)
             # a resume of a complete run, or of one --stop-return ended, trains nothing and its note says so
@@ -763,11 +763,18 @@ def _note_compile_mode(cfg: PPOConfig, typed: dict) -> None:
         print(f"proxima: note: --compile-mode {cfg.compile_mode} has no effect without --compile", file=sys.stderr)
 
 
-def _note_other_version(env_id: str) -> None:
-    """A note on stderr when the env has no preset but another version of it has (presets.other_version_note)."""
+def _note_other_version(cfg: PPOConfig) -> None:
+    """A note on stderr when the env has no preset but another version of it has (presets.other_version_note).
+    None when a --config file set any of the run's settings (env_id and run_dir aside): the note's advice,
+    already taken; a file's values are told apart from a preset's by their source (config.source_of)."""
+    from .config import source_of
     from .presets import other_version_note
 
-    note = other_version_note(env_id)
+    for name in getattr(cfg, "_sources", None) or {}:
+        source = source_of(cfg, name) if name not in ("env_id", "run_dir") else None
+        if source is not None and not source.startswith("preset "):
+            return
+    note = other_version_note(cfg.env_id)
     if note:
         print(f"proxima: note: {note}", file=sys.stderr)
 

@@ -87,11 +87,17 @@ def other_version_note(env_id: str) -> str | None:
     others = sorted(e for e in all_presets() if e.rpartition("-v")[0] == base and e != env_id)
     if not others:
         return None
-    where = all_presets()[others[0]]
-    first = next(iter(where.values()))["file"]
+    first = next(iter(all_presets()[others[0]].values()))["file"]
+
+    def named(other: str) -> str:  # each preset by name: CartPole-v1's three are not "one"
+        names = sorted(all_presets()[other])
+        return f"{other} has {'presets' if len(names) > 1 else 'a preset'} ({', '.join(names)})"
+
+    one = len(others) == 1 and len(all_presets()[others[0]]) == 1
+    them, them_s = ("it", "its") if one else ("them", "their")
     return (f"no preset for {env_id}: PPOConfig's defaults (4 envs x 128 steps, no normalization) and your flags; "
-            f"{' and '.join(others)} {'has' if len(others) == 1 else 'have'} one (`proxima presets {others[0]}`, "
-            f"its settings in proxima/presets/{first}): give them as flags or in --config FILE.yaml")
+            f"{' and '.join(named(o) for o in others)}: `proxima presets {others[0]}` shows {them} (proxima/presets/"
+            f"{first}); give {them_s} settings as flags or in --config FILE.yaml")
 
 
 def preset_names(env_id: str) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Optional
 
 from . import dist as D
 from . import loop, rundir
-from .config import ConfigError, RLHFConfig, from_dict, reward_specs, validate
+from .config import ConfigError, RLHFConfig, check_kl_horizon, from_dict, reward_specs, validate
 from ..device import resolve_device
 from ..rundir import read_run_text
 from ..signals import TrainingInterrupted, say_stopped
@@ -213,6 +213,8 @@ def check_resume(path: Path, steps: Optional[int] = None, trust_run: bool = Fals
         raise ConfigError(f"{path / 'config.yaml'}: records {', '.join(filtered)} (allowed by earlier versions), which "
                           "makes PPO's samples off-policy: its log-probs and KL score the whole softmax; set top_k: 0 "
                           "and top_p: 1.0 there to continue with unfiltered sampling, or start a new run")
+    # before validate(), whose line names --kl-horizon, a flag resume does not take; with the run's own count
+    check_kl_horizon(cfg, recorded_processes(path), recorded=path / "config.yaml")
     validate(cfg)
     check_own_entries(path)  # metrics.csv, checkpoints/, policy/ ... are rewritten: none may lead out of the run
     return cfg

@@ -294,13 +294,22 @@ def validate(cfg: RLHFConfig) -> None:
     check_kl_horizon(cfg)
 
 
-def check_kl_horizon(cfg: RLHFConfig, world_size: int = 1) -> None:
+def check_kl_horizon(cfg: RLHFConfig, world_size: int = 1, recorded: Optional[os.PathLike] = None) -> None:
     """--adaptive-kl multiplies beta by 1 + e * n / horizon with e in [-0.2, 0.2] and n the responses of one
     update over all ``world_size`` processes: a horizon of 0.2 * n or less can send beta to 0 (where it stays)
-    or below it (a KL bonus), so it is refused. validate() knows one process; the trainer checks the count."""
+    or below it (a KL bonus), so it is refused. validate() knows one process; the trainer checks the count.
+    ``recorded``: the config.yaml a resume continues (api.check_resume), which the line names: `proxima
+    resume` takes no --kl-horizon, and a run an earlier version started may record such a horizon."""
     if not cfg.adaptive_kl:
         return
     n = cfg.batch_size * world_size
+    if cfg.kl_horizon * 5 <= n and recorded is not None:
+        # still refused: a beta of 0 or below would train another run than the one recorded
+        raise ConfigError(f"{recorded}: records kl_horizon {cfg.kl_horizon} with adaptive_kl (allowed by earlier "
+                          f"versions), with which each step multiplies beta by as little as 1 - 0.2 x {n} responses per "
+                          f"update (batch_size {cfg.batch_size} x {world_size} process{'es' if world_size > 1 else ''}) / "
+                          f"{cfg.kl_horizon}, which is 0 or negative; set kl_horizon: {n // 5 + 1} or more there (the "
+                          f"smallest allowed for {n} responses per update) to continue, or start a new run")
     if cfg.kl_horizon * 5 <= n:  # horizon <= 0.2 * n, in integers
         each = f" (--batch-size {cfg.batch_size} x {world_size} process{'es' if world_size > 1 else ''})"
         raise ConfigError(f"--kl-horizon {cfg.kl_horizon}: with --adaptive-kl each step multiplies beta by as little as "

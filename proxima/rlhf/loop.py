@@ -113,6 +113,23 @@ def _multi_node() -> Optional[str]:
     return world if world.isdigit() and int(world) > 1 and os.environ.get("LOCAL_WORLD_SIZE", world) != world else None
 
 
+def _torchrun_only(run_dir: Path) -> Optional[str]:
+    """The process count of a run that only its own torchrun command resumes: one across several machines
+    (_multi_node), or one of more processes than this machine's CPUs, where api.resume_processes refuses
+    `proxima resume` (signals.resume_route "torchrun", which decides the stop line too); else None."""
+    world = _multi_node()
+    if world:
+        return world
+    from ..signals import recorded_world, resume_route
+
+    ranks = os.environ.get("WORLD_SIZE", "1")  # a rank's own count; else (the API after the job) meta.json's
+    count = int(ranks) if ranks.isdigit() and int(ranks) > 1 else recorded_world(Path(run_dir))
+    try:
+        return str(count) if count > 1 and resume_route(Path(run_dir), count) == "torchrun" else None
+    except Exception:  # noqa: BLE001 - advice on the way out must come out whatever the run's files hold
+        return None
+
+
 def resume_command(run_dir: Path, trust_run: bool = False) -> str:
     return f"proxima resume --trust-run {run_dir}" if trust_run else f"proxima resume {run_dir}"
 
@@ -125,9 +142,10 @@ def python_call(run_dir: Path) -> str:
 def resume_advice(run_dir: Path, trust_run: bool = False) -> str:
     """The command that continues the run: `proxima resume RUN`, which starts as many processes on this
     machine as the run trains with (meta.json's world_size; api.resume_processes); a run across
-    several machines resumes under its own torchrun command, on every machine. ``trust_run``
-    (:func:`needs_trust`): the resume is refused without --trust-run, so the advice names it."""
-    world = _multi_node()
+    several machines, or of more processes than this machine's CPUs, resumes under its own torchrun
+    command (_torchrun_only). ``trust_run`` (:func:`needs_trust`): the resume is refused without
+    --trust-run, so the advice names it."""
+    world = _torchrun_only(run_dir)
     if world:
         return f"`{resume_command(run_dir, trust_run)}` under the same torchrun command ({world} processes)"
     if trust_run:
@@ -143,7 +161,7 @@ def stop_line(checkpoint: Optional[Path], trust_run: bool) -> str:
     if not trust_run or checkpoint is None or not line.startswith(head):
         return line
     run_dir = Path(checkpoint).parent.parent  # an RLHF checkpoint is RUN/checkpoints/step_N.pt
-    return f"{head}--trust-run {line[len(head):]}" + ("" if _multi_node() else f" ({python_call(run_dir)} in Python)")
+    return f"{head}--trust-run {line[len(head):]}" + ("" if _torchrun_only(run_dir) else f" ({python_call(run_dir)} in Python)")
 
 
 def _last_good(run_dir: Path) -> str:

@@ -201,3 +201,84 @@ def test_processes_are_averaged_equally_so_the_token_mean_is_per_process(tiny_cf
     torch.testing.assert_close((n0 * g0 + n1 * g1) / (n0 + n1), full, rtol=1e-4, atol=1e-6)
     assert ((g0 + g1) / 2 - full).norm() > 1e-3 * full.norm()
     assert "Under torchrun this holds per process: each process takes the token mean over" in DOCS.read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# day-diff review: a resume of an RLHF run (its stop line above the CPUs; a horizon recorded earlier)
+# ---------------------------------------------------------------------------------------------
+def _rlhf_run_files(run_dir: Path, cfg, world: int) -> Path:
+    """The files a resume reads first (meta.json, config.yaml) of an RLHF run of ``world`` processes."""
+    import json
+
+    import yaml
+
+    run_dir.mkdir()
+    (run_dir / "meta.json").write_text(json.dumps({"kind": "rlhf", "world_size": world,
+                                                   "command": ["proxima", "rlhf", "--run-dir", str(run_dir)]}))
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**cfg.to_dict(), "run_dir": str(run_dir)}))
+    return run_dir
+
+
+@pytest.fixture
+def no_torchrun(monkeypatch):
+    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "RANK", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize("in_rank", [False, True])
+def test_an_rlhf_run_above_the_cpus_is_told_its_torchrun_command_as_resume_refuses(tiny_cfg, tmp_path, monkeypatch,
+                                                                                    no_torchrun, in_rank):
+    from proxima import signals
+    from proxima.rlhf import loop
+    from proxima.rlhf.api import resume_processes
+
+    monkeypatch.chdir(tmp_path)
+    _rlhf_run_files(tmp_path / "R", tiny_cfg(), 4)
+    last = Path("R") / "checkpoints" / "step_000002.pt"
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    with pytest.raises(ConfigError, match="under the torchrun command that ran it"):
+        resume_processes(Path("R"))  # `proxima resume R` refuses
+    if in_rank:  # a rank of the job says it (its own count); else the count comes from meta.json
+        monkeypatch.setenv("WORLD_SIZE", "4")
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert signals.resume_route(Path("R"), 4) == "torchrun"
+    how = "under the same torchrun command (4 processes)"
+    assert signals.checkpoint_line(last) == f"checkpoint: {last}; continue with: proxima resume R, {how}"
+    assert loop.stop_line(last, False) == f"checkpoint: {last}; continue with: proxima resume R, {how}"
+    assert loop.stop_line(last, True) == f"checkpoint: {last}; continue with: proxima resume --trust-run R, {how}"
+    assert loop.resume_advice(Path("R")) == f"`proxima resume R` {how}"
+
+    monkeypatch.setattr("os.cpu_count", lambda: 4)  # the CPUs for every process: `proxima resume` starts them
+    assert signals.checkpoint_line(last) == f"checkpoint: {last}; continue with: proxima resume R"
+    assert loop.stop_line(last, True) == (f"checkpoint: {last}; continue with: proxima resume --trust-run R "
+                                          "(resume('R', trust_run=True) in Python)")
+    assert loop.resume_advice(Path("R")) == "`proxima resume R`"
+
+
+@pytest.mark.parametrize("world, batch, each", [(1, 16, "batch_size 16 x 1 process"), (2, 8, "batch_size 8 x 2 processes")])
+def test_a_recorded_horizon_now_refused_names_config_yaml_and_the_way_to_continue(tiny_cfg, tmp_path, monkeypatch,
+                                                                                 capsys, no_torchrun, world, batch, each):
+    """A run an earlier version started with horizon 3 for 16 responses per update: still refused (beta could
+    turn negative), in words a resume can act on, not a --kl-horizon flag `proxima resume` does not take."""
+    from proxima import cli
+    from proxima.rlhf.api import check_resume
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    run_dir = _rlhf_run_files(tmp_path / "R", tiny_cfg(adaptive_kl=True, batch_size=batch, num_minibatches=2,
+                                                       kl_horizon=3), world)
+    config = run_dir / "config.yaml"
+    expected = (f"{config}: records kl_horizon 3 with adaptive_kl (allowed by earlier versions), with which each step "
+                f"multiplies beta by as little as 1 - 0.2 x 16 responses per update ({each}) / 3, which is 0 or "
+                "negative; set kl_horizon: 4 or more there (the smallest allowed for 16 responses per update) to "
+                "continue, or start a new run")
+    with pytest.raises(ConfigError) as e:
+        check_resume(run_dir)  # the resume's first step, and the launcher's before it starts the run's processes
+    assert str(e.value) == expected
+    if world == 1:
+        before = config.read_text()
+        assert cli.main(["resume", str(run_dir)]) == 2
+        out, err = capsys.readouterr()
+        assert (out, err) == ("", f"proxima resume: error: {expected}\n")
+        assert config.read_text() == before and sorted(p.name for p in run_dir.iterdir()) == ["config.yaml", "meta.json"]
+    config.write_text(config.read_text().replace("kl_horizon: 3", "kl_horizon: 4"))  # the way out it names
+    assert check_resume(run_dir).kl_horizon == 4

@@ -263,7 +263,7 @@ def test_deterministic_help_says_it_matters_with_compile_on_the_cpu_too():
 
 def test_compile_mode_without_compile_gets_a_note(tmp_path, capsys):
     argv = ["train", "CartPole-v1", "--total-timesteps", str(STEPS), "--num-envs", "4", "--num-steps", "16",
-            "--no-progress", "--eval-episodes", "0", "--quiet"]
+            "--no-progress", "--eval-episodes", "0"]  # not --quiet, which drops the note (test_review27_cli_docs)
     code, _, err = run_main(argv + ["--compile-mode", "max-autotune", "--run-dir", str(tmp_path / "a")], capsys)
     assert code == 0, err
     assert "proxima: note: --compile-mode max-autotune has no effect without --compile" in err.splitlines()

@@ -1,9 +1,12 @@
 """A docs review's findings on the CLI (round 27): the command a stop line offers for a run of more
 processes than this machine has CPUs works; --dry-run refuses a --run-dir the real run cannot move
-aside; UntrustedEnvError is importable from proxima; --quiet's help says what still prints."""
+aside; UntrustedEnvError is importable from proxima; --quiet's help says what still prints. The day-diff
+review's: `proxima resume`'s refusal names the stop line's command (quoted, with a module env), --quiet
+drops the --compile-mode note, a stop's message starts a new line only on a terminal."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shlex
@@ -188,3 +191,91 @@ def test_a_quiet_run_prints_what_its_help_says_and_nothing_else(run256, tmp_path
     assert len(lines) == 2, lines
     assert lines[0].startswith("proxima: note: --total-timesteps 100 is not a multiple of the batch")
     assert lines[1].startswith("proxima: --overwrite: moved the old R to ")
+
+
+# ------------------------------------------------------------------------------------ day-diff review (fixes)
+# 1. `proxima resume`'s refusal names the stop line's command: the path quoted, a module env's ENV_ID
+@pytest.fixture
+def run_of_four_spaced(run_of_four, tmp_path):
+    """The run of four processes, in a directory whose name holds a space (beside it: a run named R)."""
+    spaced = tmp_path / "R b"
+    shutil.copytree(run_of_four, spaced)
+    return spaced
+
+
+def test_the_refusal_of_proxima_resume_names_the_stop_lines_command_and_it_resumes_that_run(run_of_four_spaced, capsys):
+    line = _stop_line(ckpt.list_checkpoints("R b")[-1])
+    command = line.rpartition("continue with: ")[2]
+    assert command == "proxima train --resume 'R b' --nproc 4"
+    code, out, err = run_main(["resume", "R b"], capsys)
+    assert (code, out) == (2, "")
+    assert one_error_line(err, "proxima resume") == (
+        "R b: written by 4 processes, more than this machine's 2 CPUs (proxima resume starts no more); to run 4 here "
+        f"anyway: {command}")
+    code, out, err = run_main([*shlex.split(command)[1:], "--total-timesteps", "512", "--dry-run"], capsys)
+    assert code == 0, err
+    assert yaml.safe_load(out)["total_timesteps"] == 512
+
+
+def test_the_refusal_names_a_module_env_and_the_checkpoint_it_was_given(run_of_four_spaced, capsys):
+    config = run_of_four_spaced / "config.yaml"  # what env_flag reads: a module env is named, never imported
+    config.write_text(config.read_text().replace("env_id: CartPole-v1", "env_id: my_envs:Walker"))
+    line = _stop_line(ckpt.list_checkpoints("R b")[-1])
+    assert line.endswith("continue with: proxima train my_envs:Walker --resume 'R b' --nproc 4")
+    code, _, err = run_main(["resume", "R b"], capsys)
+    assert code == 2
+    assert one_error_line(err, "proxima resume").endswith("anyway: proxima train my_envs:Walker --resume 'R b' --nproc 4")
+    last = ckpt.list_checkpoints("R b")[-1]
+    code, _, err = run_main(["resume", str(last)], capsys)
+    assert code == 2
+    assert one_error_line(err, "proxima resume").endswith(
+        f"anyway: proxima train my_envs:Walker --resume {shlex.quote(str(last))} --nproc 4")
+
+
+def test_a_hand_started_torchrun_run_is_told_its_command_quoted(run_of_four_spaced, capsys):
+    meta = json.loads((run_of_four_spaced / "meta.json").read_text())
+    meta["command"] = ["/x/proxima/__main__.py", "train", "--run-dir", "R b"]  # no --nproc: torchrun by hand
+    (run_of_four_spaced / "meta.json").write_text(json.dumps(meta))
+    code, _, err = run_main(["resume", "R b"], capsys)
+    assert code == 2
+    assert "under the torchrun command that ran it (torchrun ... -m proxima resume 'R b', docs/distributed.md)" in \
+        one_error_line(err, "proxima resume")
+
+
+# 4. --quiet drops the --compile-mode note, as its help says; train and --dry-run alike
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_the_compile_mode_note_prints_unless_quiet(tmp_path, capsys, monkeypatch, dry_run):
+    monkeypatch.chdir(tmp_path)
+    note = "proxima: note: --compile-mode max-autotune has no effect without --compile"
+    base = ["train", *TINY_RUN, "--total-timesteps", "128", "--compile-mode", "max-autotune"]
+    for quiet in (False, True):
+        argv = base + (["--dry-run"] if dry_run else ["--run-dir", f"r{int(quiet)}"]) + (["--quiet"] if quiet else [])
+        code, _, err = run_main(argv, capsys)
+        assert code == 0, err
+        assert (note in err.splitlines()) is not quiet, err
+
+
+# 6. a stop's message begins with a newline only where a progress frame is redrawn in place
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("stream, lead", [(io.StringIO, ""), (_Terminal, "\n")])
+def test_the_stop_messages_start_a_new_line_only_on_a_terminal(monkeypatch, stream, lead):
+    from proxima.signals import SignalGuard
+
+    err = stream()
+    monkeypatch.setattr(sys, "stderr", err)
+    guard = SignalGuard(last_checkpoint=lambda: None)
+    guard._handle(signal.SIGINT, None)
+    assert err.getvalue() == (f"{lead}proxima: SIGINT received; writing a checkpoint after this iteration (interrupt "
+                              "again to exit at once)\n")
+
+    def exited(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(os, "_exit", exited)
+    with pytest.raises(SystemExit):
+        guard._handle(signal.SIGINT, None)
+    assert err.getvalue().endswith(f"once)\n{lead}proxima: second interrupt, exiting now (no checkpoint was written)\n")
