@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import stat
 import time
@@ -131,7 +132,9 @@ def _torchrun_only(run_dir: Path) -> Optional[str]:
 
 
 def resume_command(run_dir: Path, trust_run: bool = False) -> str:
-    return f"proxima resume --trust-run {run_dir}" if trust_run else f"proxima resume {run_dir}"
+    """`proxima resume [--trust-run] RUN`, the path shell-quoted (one with a space or `$(...)` pastes as itself)."""
+    quoted = shlex.quote(str(run_dir))
+    return f"proxima resume --trust-run {quoted}" if trust_run else f"proxima resume {quoted}"
 
 
 def python_call(run_dir: Path) -> str:
@@ -150,7 +153,7 @@ def resume_advice(run_dir: Path, trust_run: bool = False) -> str:
         return f"`{resume_command(run_dir, trust_run)}` under the same torchrun command ({world} processes)"
     if trust_run:
         return f"`{resume_command(run_dir, True)}` (`{python_call(run_dir)}` in Python)"
-    return f"`proxima resume {run_dir}`"
+    return f"`{resume_command(run_dir)}`"
 
 
 def stop_line(checkpoint: Optional[Path], trust_run: bool) -> str:

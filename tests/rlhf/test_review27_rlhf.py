@@ -282,3 +282,14 @@ def test_a_recorded_horizon_now_refused_names_config_yaml_and_the_way_to_continu
         assert config.read_text() == before and sorted(p.name for p in run_dir.iterdir()) == ["config.yaml", "meta.json"]
     config.write_text(config.read_text().replace("kl_horizon: 3", "kl_horizon: 4"))  # the way out it names
     assert check_resume(run_dir).kl_horizon == 4
+
+
+def test_rlhf_resume_commands_quote_the_run_path():
+    # was: `proxima resume r b` (pasted, it resumed a run named r with a stray argument)
+    from pathlib import Path
+
+    from proxima.rlhf.loop import resume_advice, resume_command
+
+    assert resume_command(Path("runs/r b")) == "proxima resume 'runs/r b'"
+    assert resume_command(Path("runs/$(touch X)"), True) == "proxima resume --trust-run 'runs/$(touch X)'"
+    assert resume_advice(Path("runs/r b")) == "`proxima resume 'runs/r b'`"
