@@ -207,6 +207,9 @@ class Population:
                                         dtype=torch.float32, device=self.device)  # target_kl None: never stop
         self.coef = {name: col(name) for name in PER_MEMBER_FIELDS}
         self.lr_now = self.coef["lr"].clone()  # annealed in place (detail 4)
+        # the learning rates in float64: annealed from these and rounded once, as the single run's
+        # frac * cfg.lr (a Python float) is, not from their float32 roundings
+        self._lr64 = torch.tensor([float(c.lr) for c in configs], dtype=torch.float64, device=self.device)
         # P independent Adams (eps 1e-5, detail 3) with per-member learning rates and step counts
         self.optimizer = MemberAdam(list(self.params.values()), P, eps=1e-5)
         # members still updating in this update (target_kl stops a member's epochs, per member)
@@ -439,7 +442,7 @@ class Population:
         explained_variance, ep_return_sum, ep_length_sum, ep_count (copies: the parts' buffers are
         overwritten by the next iteration)."""
         if self.cfg.anneal_lr:  # detail 4, per member
-            self.lr_now.copy_((1.0 - self.iteration / self.num_iterations) * self.coef["lr"])
+            self.lr_now.copy_((1.0 - self.iteration / self.num_iterations) * self._lr64)
         rollout, advantages, update = self._parts
         rollout()
         advantages()

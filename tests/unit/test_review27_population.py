@@ -170,3 +170,22 @@ def test_a_nan_final_observation_is_called_one_and_normalized_only_when_it_is(sm
     assert len(failures) == 1
     assert re.fullmatch(rf"non-finite {label} \[nan, \S+, \S+, \S+\] from env 1 of member 1 at step {2 * t} of that member"
                         + re.escape(CHECK), failures[0][1]), failures[0][1]
+
+
+def test_annealed_learning_rates_are_the_single_runs_bit_for_bit(small_config):
+    # was: frac * (lr rounded to float32), rounded again; the single run rounds frac * lr once
+    lrs = [1e-2, 2.9e-3, 7e-4]
+    configs = [small_config(seed=s, lr=lr, total_timesteps=128 * 7) for s, lr in enumerate(lrs, 1)]
+    pop = Population(configs)
+    singles = [Trainer(c) for c in configs]
+    try:
+        for _ in range(5):
+            pop.train_iteration()
+            for t in singles:
+                t.train_iteration()
+            want = torch.stack([t.optimizer.param_groups[0]["lr"].reshape(()).float().cpu() for t in singles])
+            assert torch.equal(pop.lr_now.cpu(), want), (pop.lr_now, want)
+    finally:
+        pop.close()
+        for t in singles:
+            t.close()
