@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from proxima import ppo
 from proxima.config import PPOConfig
 from proxima.normalize import RewardScaler
 from proxima.population import Population, from_members, member_configs, to_members
