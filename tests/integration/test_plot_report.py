@@ -15,7 +15,7 @@ from proxima import PPOConfig
 from proxima.cli import main
 from proxima.logger import CSV_COLUMNS
 from proxima.plot import PlotError, aggregate, load_curve, moving_average, plot_runs
-from proxima.report import build_report
+from proxima.report import ReportError, build_report
 
 PIL = pytest.importorskip("PIL.Image")
 STEPS = 2048
@@ -192,7 +192,7 @@ def test_report_errors(runs, tmp_path, capsys):
     assert main(["report", str(runs[0]), "--metric", "bogus", "--out", str(tmp_path / "r.md")]) == 2
     assert "unknown metric 'bogus'" in capsys.readouterr().err
     assert not (tmp_path / "r.md").exists()
-    with pytest.raises(Exception):
+    with pytest.raises(ReportError, match="^no run directories given$"):
         build_report([])
 
 

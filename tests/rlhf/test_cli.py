@@ -154,8 +154,9 @@ def test_nan_weights_are_never_written(tiny_cfg, tmp_path, monkeypatch):
 
 def test_python_api_returns_the_run_directory(tiny_cfg, tmp_path):
     run_dir = train_rlhf(tiny_cfg(steps=1, run_dir=str(tmp_path / "api")))
-    assert (run_dir / "summary.json").exists()
-    assert isinstance(RLHFConfig(), RLHFConfig)
+    assert run_dir.resolve() == (tmp_path / "api").resolve()
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 1
+    assert (run_dir / "policy").is_dir() and [p.name for p in list_checkpoints(run_dir)] != []
 
 
 def test_bare_rlhf_says_to_give_a_policy_a_config_or_try_the_demo(tmp_path, capsys, monkeypatch):
