@@ -41,21 +41,28 @@ def test_bench_preset_gpu_without_cuda_is_refused_as_train_refuses_it(monkeypatc
     assert not out.exists()
 
 
-@pytest.mark.parametrize("device", ["cpu", "auto"])
-def test_bench_preset_gpu_with_a_non_cuda_device_is_refused_as_train_refuses_it(device, monkeypatch, tmp_path, capsys):
-    # the preset's CUDA graphs are never turned off quietly: eager figures under a "--preset gpu" label
-    # would pass for the graphed setting, and train refuses the same pair
+@pytest.fixture
+def built(monkeypatch) -> list:
+    """The configs of every Trainer the bench builds (a Trainer subclass put in its place)."""
     import proxima.trainer
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # --device auto resolves to the CPU
-    built = []
+    configs = []
 
     class Spy(proxima.trainer.Trainer):
         def __init__(self, cfg, *a, **kw):
-            built.append(cfg)
+            configs.append(cfg)
             super().__init__(cfg, *a, **kw)
 
     monkeypatch.setattr(proxima.trainer, "Trainer", Spy)
+    return configs
+
+
+@pytest.mark.parametrize("device", ["cpu", "auto"])
+def test_bench_preset_gpu_with_a_non_cuda_device_is_refused_as_train_refuses_it(device, built, monkeypatch, tmp_path,
+                                                                                  capsys):
+    # the preset's CUDA graphs are never turned off quietly: eager figures under a "--preset gpu" label
+    # would pass for the graphed setting, and train refuses the same pair
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # --device auto resolves to the CPU
     refusal = (f"--preset gpu turns on --cudagraphs, which needs a CUDA device (got --device {device}); "
                "on a CPU use --preset fast, or add --no-cudagraphs\n")
     out = tmp_path / "bench.md"
@@ -69,17 +76,7 @@ def test_bench_preset_gpu_with_a_non_cuda_device_is_refused_as_train_refuses_it(
     assert capsys.readouterr().err == "proxima train: error: " + refusal  # the same words as train
 
 
-def test_bench_preset_gpu_on_a_cpu_with_no_cudagraphs_typed_measures_eager_and_says_so(monkeypatch, tmp_path, capsys):
-    import proxima.trainer
-
-    built = []
-
-    class Spy(proxima.trainer.Trainer):
-        def __init__(self, cfg, *a, **kw):
-            built.append(cfg)
-            super().__init__(cfg, *a, **kw)
-
-    monkeypatch.setattr(proxima.trainer, "Trainer", Spy)
+def test_bench_preset_gpu_on_a_cpu_with_no_cudagraphs_typed_measures_eager_and_says_so(built, tmp_path, capsys):
     out = tmp_path / "bench.md"
     code = main(["bench", "CartPole-v1", "--preset", "gpu", "--device", "cpu", "--no-cudagraphs", "--num-envs", "16",
                  *TINY, "--json", "--out", str(out)])
