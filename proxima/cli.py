@@ -505,9 +505,11 @@ def _written_by(path: Path) -> int:
     if not isinstance(world, int) or isinstance(world, bool) or world <= 1:
         return 1
     cpus = os.cpu_count() or 1
-    route = _resume_world(path, world)
+    from .signals import resume_advice, resume_route
+
+    # the decision of every suggested command too (signals.resume_route), so the command they name works
+    route = resume_route(_run_dir_of(path), world)
     if route != "resume":  # a recorded count is data: never start more processes than this machine has CPUs
-        from .signals import resume_advice
 
         # the stop line's builder: the path quoted, a module env named, so the command pasted resumes this run
         command, _ = resume_advice(_run_dir_of(path), world, path=path)
@@ -526,15 +528,6 @@ def _run_dir_of(path: Path) -> Optional[Path]:
     """The run directory of ``path`` (a run directory, or a checkpoint in its checkpoints/); None for a
     loose checkpoint, which has no run files."""
     return path if path.is_dir() else path.parent.parent if path.parent.name == "checkpoints" else None
-
-
-def _resume_world(path: Path, world: int) -> str:
-    """signals.resume_route for ``path`` (a run directory, a checkpoint in its checkpoints/, or a loose
-    checkpoint: no run files, taken as a run of `train --nproc K`): the stop lines and the other
-    suggestions of a command decide as this refusal does, so the command they name works."""
-    from .signals import resume_route
-
-    return resume_route(_run_dir_of(path), world)
 
 
 # ------------------------------------------------------------------------------------ eval
