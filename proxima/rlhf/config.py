@@ -41,7 +41,7 @@ class RLHFConfig:
     reward_weights: list = _f([], "Weights of the rewards, comma separated, in --reward order (default: 1 each); the score is their weighted sum.", list, item=float)
     reward_import_path: list = _f([], "Directories, comma separated, searched first to import module:function rewards and the modules a file.py:function reward imports (after the file's own folder; default: the current directory, recorded absolute so that a resume works from anywhere).", list)
     value_init: str = _f("policy", "Initialize the value model from the policy's backbone or the reward model's (needs the same vocabulary).", choices=("policy", "reward"))
-    prompts: str = _f("", "Prompts: a JSONL file (objects with a 'prompt' field, or strings) or a text file with one prompt per line.")
+    prompts: str = _f("", "Prompts: JSON lines (.jsonl or .json: per line a string, {\"prompt\": text or [messages], ...} or {\"messages\": [{\"role\": ..., \"content\": ...}, ...], ...}, trailing assistant messages dropped; other fields go to reward functions), a .json file holding one array of such rows, or a text file with one prompt per line. .csv, .tsv, .parquet and .arrow files are refused.")
     max_prompt_length: int = _f(128, "Longest prompt in tokens (after the chat template); a longer one is an error naming its line, unless truncate_prompts.")
     truncate_prompts: bool = _f(False, "Cut prompts longer than max_prompt_length to their last tokens instead of refusing them.")
     # --- generation ---

@@ -41,6 +41,10 @@ class PromptRow:
 
 
 JSON_SUFFIXES = (".jsonl", ".json")  # any case: .JSONL, .Json
+# read as text, a table would give its header as a prompt and each row's answer inside its prompt
+TABLE_SUFFIXES = (".csv", ".tsv", ".parquet", ".arrow")
+SUPPORTED_FORMS = ("JSON lines (.jsonl or .json: a string, {\"prompt\": ...} or {\"messages\": ...} per line), "
+                   "a .json file holding one array of such rows, or a text file of one prompt per line")
 _SEPARATORS = re.compile(r"[ \t\r\n,]*")
 
 
@@ -49,18 +53,29 @@ def load_prompts(path: str) -> list:
     file (any other name: one prompt per line). A UTF-8 byte-order mark is dropped.
 
     JSON rows: a JSON string; ``{"prompt": "text" | [messages], ...}``; or ``{"messages": [...], ...}``
-    (trailing assistant messages, a reference answer, are dropped from the prompt).
+    (trailing assistant messages, a reference answer, are dropped from the prompt). A table (.csv, .tsv,
+    .parquet, .arrow) is refused rather than read as lines of text.
     """
     file = Path(path)
+    if file.is_dir():
+        raise ConfigError(f"--prompts {path!r}: is a directory, not a file; give the prompts file itself")
     if not file.is_file():
         raise ConfigError(f"--prompts {path!r}: no such file")
+    suffix = file.suffix.lower()
+    if suffix in TABLE_SUFFIXES:
+        raise ConfigError(f"--prompts {path!r}: a {suffix} file is not read; give {SUPPORTED_FORMS}")
     try:
         # utf-8-sig: editors on Windows start files with a BOM, which would otherwise open prompt 1. Bytes,
         # not read_text: its universal newlines would end a row at a lone \r too (below)
         text = file.read_bytes().decode("utf-8-sig")
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise ConfigError(f"--prompts {path!r}: cannot read: {e}") from None
-    suffix = file.suffix.lower()
+    except UnicodeDecodeError as e:
+        # e.object: the bytes after the BOM, which holds no newline, so the line count is the file's
+        line = e.object.count(b"\n", 0, e.start) + 1
+        column = e.start - e.object.rfind(b"\n", 0, e.start)
+        raise ConfigError(f"--prompts {path}:{line}: byte 0x{e.object[e.start]:02x} at column {column} is not UTF-8 "
+                          f"({e.reason}); save the file as UTF-8") from None
     rows = []
     if suffix == ".json" and text.lstrip().startswith("["):
         rows = [_parse_row(item, f"--prompts {path}:{number}", number) for item, number in _json_array(text, path)]
@@ -133,6 +148,8 @@ def _parse_row(item, where: str, number: int) -> PromptRow:
     key = "prompt" if "prompt" in item else "messages"
     prompt = item[key]
     if isinstance(prompt, list):
+        if not prompt:
+            raise ConfigError(f"{where}: the conversation is empty; give at least one message")
         _check_messages(prompt, where)
         while key == "messages" and prompt and prompt[-1]["role"] == "assistant":
             prompt = prompt[:-1]
@@ -156,31 +173,38 @@ def _check_messages(messages: list, where: str) -> None:
 def encode_prompts(tokenizer, rows: list, max_prompt_length: int, truncate: bool, what: str = "--prompts") -> list:
     """Token ids of each prompt (once per run).
 
-    Text goes through the tokenizer with its special tokens (BOS where the tokenizer adds one); a
-    conversation through the tokenizer's chat template with the generation prompt (the template writes
-    its own BOS). A prompt longer than ``max_prompt_length`` is an error naming its line, or, with
+    Text goes through the tokenizer with its special tokens (BOS where the tokenizer adds one, and not a
+    second one before text that starts with it); a conversation through the tokenizer's chat template with
+    the generation prompt (the template writes its own BOS). A prompt longer than ``max_prompt_length`` is an error naming its file and line, or, with
     ``truncate``, keeps its last tokens (and its BOS). An empty prompt becomes [bos] (or [eos]).
     """
-    fallback = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    bos = tokenizer.bos_token_id
+    fallback = bos if bos is not None else tokenizer.eos_token_id
     out = []
     for row in rows:
+        where = f"{what} {row.file}:{row.line}" if row.file else f"{what} line {row.line}"
         if row.is_conversation:
             if not getattr(tokenizer, "chat_template", None):
-                raise ConfigError(f"{what} line {row.line}: a conversation, but the tokenizer has no chat template "
+                raise ConfigError(f"{where}: a conversation, but the tokenizer has no chat template "
                                   f"(set 'chat_template' in its tokenizer_config.json, or give plain-text prompts)")
             try:
                 text = tokenizer.apply_chat_template(row.prompt, add_generation_prompt=True, tokenize=False)
             except Exception as e:  # jinja2's TemplateError (the template's raise_exception), or a bug in it
                 msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-                where = f"{what} {row.file}:{row.line}" if row.file else f"{what} line {row.line}"
                 raise ConfigError(f"{where}: the tokenizer's chat template refused the conversation: "
                                   f"{type(e).__name__}: {msg}") from None
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         else:
             ids = tokenizer(row.prompt)["input_ids"]
+            # text rendered by a chat template (apply_chat_template(tokenize=False)) starts with the BOS
+            # already; the tokenizer would put a second one before it, which the model never saw in training
+            if bos is not None and ids[:2] == [bos, bos]:
+                plain = tokenizer(row.prompt, add_special_tokens=False)["input_ids"]
+                if plain[:1] == [bos] and ids[1:1 + len(plain)] == plain:
+                    ids = ids[1:]
         if len(ids) > max_prompt_length:
             if not truncate:
-                raise ConfigError(f"{what} line {row.line}: {len(ids)} tokens, more than --max-prompt-length "
+                raise ConfigError(f"{where}: {len(ids)} tokens, more than --max-prompt-length "
                                   f"{max_prompt_length}; raise it, or pass --truncate-prompts to keep the last tokens")
             keep_bos = ids[0] == tokenizer.bos_token_id and tokenizer.bos_token_id is not None
             ids = ids[:1] + ids[len(ids) - max_prompt_length + 1:] if keep_bos else ids[-max_prompt_length:]

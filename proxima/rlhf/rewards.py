@@ -20,13 +20,16 @@ per response; booleans and strings refused) before it reaches the loss:
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import importlib.machinery
 import importlib.util
 import inspect
+import itertools
 import math
 import numbers
 import os
+import re
 import sys
 import types
 from dataclasses import dataclass
@@ -73,6 +76,13 @@ class Rewards:
     def __call__(self, batch: RewardBatch) -> tuple:
         each = {name: validate_scores(part(batch), batch, name) for name, part in zip(self.names, self.parts)}
         total = sum(w * s for w, s in zip(self.weights, each.values()))
+        bad = (~torch.isfinite(total)).nonzero().flatten().tolist()
+        if bad:  # finite scores times a large weight, or added up, can still leave float32's range
+            i = bad[0]
+            terms = " + ".join(f"{w:g} x {name} ({s[i].item():g})" for w, (name, s) in zip(self.weights, each.items()))
+            raise RewardError(f"rewards {batch.where()}: {batch.sample(i)}: the weighted sum {terms} is "
+                              f"{total[i].item()} in float32 (largest about {F32_MAX:.1e}); lower --reward-weights "
+                              f"or scale the rewards down")
         return total, each
 
     @property
@@ -104,11 +114,28 @@ def _unique(names: list) -> list:
     return out
 
 
+F32_MAX = torch.finfo(torch.float32).max
+
+
+def _shown(v) -> str:
+    """``repr(v)`` in at most 40 characters (an int of 10**5000 digits has no repr at all)."""
+    try:
+        text = repr(v)
+    except ValueError:  # ints past sys.get_int_max_str_digits()
+        return f"an int of {v.bit_length()} bits"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def validate_scores(raw, batch: RewardBatch, name: str) -> torch.Tensor:
-    """One real finite number per response -> (B,) float32; otherwise a RewardError naming step and sample."""
+    """One real number per response, finite in float32 -> (B,) float32; otherwise a RewardError naming step
+    and sample."""
     n = len(batch.responses)
     where = f"reward {name} {batch.where()}"
     if type(raw).__module__ == "numpy" and hasattr(raw, "tolist"):
+        shape = getattr(raw, "shape", None)
+        if isinstance(shape, tuple) and len(shape) > 1:  # tolist() would give rows of lists, refused as non-numbers
+            raise RewardError(f"{where}: returned a {raw.dtype} numpy array of shape {shape}; expected ({n},) real "
+                              f"numbers, one per response")
         raw = raw.tolist()  # numpy booleans and strings become Python ones, refused below
     if isinstance(raw, torch.Tensor):
         if raw.dtype == torch.bool or raw.is_complex() or raw.dim() != 1:
@@ -128,10 +155,21 @@ def validate_scores(raw, batch: RewardBatch, name: str) -> torch.Tensor:
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             raise RewardError(f"{where}: {batch.sample(i)} got {v!r} ({type(v).__name__}); a reward returns real numbers, "
                               f"not booleans or strings")
-        if not math.isfinite(float(v)):
-            raise RewardError(f"{where}: {batch.sample(i)} got the non-finite score {v}")
-        scores.append(float(v))
-    return torch.tensor(scores, dtype=torch.float32)
+        try:
+            scores.append(float(v))
+        except (OverflowError, ValueError) as e:  # 10**400, a Fraction as large: no float holds them
+            raise RewardError(f"{where}: {batch.sample(i)} got {_shown(v)} ({type(v).__name__}), which is no float "
+                              f"({e}); a reward returns numbers within float32's range (about {F32_MAX:.1e})") from None
+    out = torch.tensor(scores, dtype=torch.float32)
+    # checked in float32, where the loss is computed: 1e39 is a finite float64 but an infinite float32
+    bad = (~torch.isfinite(out)).nonzero().flatten().tolist()
+    if bad:
+        i = bad[0]
+        if not math.isfinite(scores[i]):
+            raise RewardError(f"{where}: {batch.sample(i)} got the non-finite score {scores[i]}")
+        raise RewardError(f"{where}: {batch.sample(i)} got {scores[i]:g}, past float32's largest number (about "
+                          f"{F32_MAX:.1e}), where the loss is computed; scale the reward down")
+    return out
 
 
 #: the reward functions that ship with Proxima: naming one imports only Proxima's own code
@@ -208,15 +246,30 @@ def _searching(folders: Optional[list]):
                 pass
 
 
+#: numbers the file.py:function reward modules, each loaded afresh (the file may have changed since)
+_FILE_MODULES = itertools.count(1)
+
+
 def _import_function(module_name: str, func_name: str, spec: str, import_path: list) -> Callable:
     try:
         if module_name.endswith(".py"):
             if not os.path.isfile(module_name):
                 raise ConfigError(f"--reward {spec!r}: no such file {module_name}")
-            mod_spec = importlib.util.spec_from_file_location(Path(module_name).stem, module_name)
+            # in sys.modules while it runs and after, as an import has it (dataclasses, typing and pickle look
+            # a class's module up there), under a name of its own: a file named like a module (json.py, or
+            # helpers.py that the reward imports as a module too) must not replace it
+            stem = re.sub(r"\W", "_", Path(module_name).stem)
+            unique = f"_proxima_reward_file_{next(_FILE_MODULES)}_{stem}"
+            mod_spec = importlib.util.spec_from_file_location(unique, module_name)
             module = importlib.util.module_from_spec(mod_spec)
-            with _searching(import_path):
-                _exec_source(mod_spec, module)
+            sys.modules[unique] = module
+            try:
+                with _searching(import_path):
+                    _exec_source(mod_spec, module)
+            except BaseException:
+                if sys.modules.get(unique) is module:
+                    del sys.modules[unique]
+                raise
         elif _is_builtin(module_name):
             module = importlib.import_module(module_name)  # Proxima's own code: never re-executed (tests patch it)
         else:
@@ -338,11 +391,15 @@ class RewardFunction:
         self.named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
     def __call__(self, batch: RewardBatch):
-        columns = {k: [r.columns[k] for r in batch.rows] for k in batch.rows[0].columns
+        # copies, one per response: a function that builds on its arguments (a judge appending the response
+        # to the conversation) would otherwise change the run's prompts for every later step, the logs and the
+        # other rewards, and with --samples-per-prompt > 1 the same list appears several times in one call
+        columns = {k: [copy.deepcopy(r.columns[k]) for r in batch.rows] for k in batch.rows[0].columns
                    if self.all_columns or k in self.named}
+        prompts = [copy.deepcopy(r.prompt) for r in batch.rows]
         try:
             with _searching(self.import_path):
-                return self.func([r.prompt for r in batch.rows], list(batch.responses), **columns)
+                return self.func(prompts, list(batch.responses), **columns)
         except Exception as e:  # user code: one line naming the reward and the step
             msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise RewardError(f"reward {self.spec} {batch.where()}: raised {type(e).__name__}: {msg}") from None

@@ -84,7 +84,7 @@ def test_plain_text_prompts_get_bos_as_the_tokenizer_adds_it(tmp_path):
 
 def test_a_conversation_without_a_chat_template_is_refused_naming_the_line(chat_assets):
     tok = chat_tokenizer(template=None)
-    with pytest.raises(ConfigError, match="line 1: a conversation, but the tokenizer has no chat template"):
+    with pytest.raises(ConfigError, match=r"chat\.jsonl:1: a conversation, but the tokenizer has no chat template"):
         encode_prompts(tok, load_prompts(str(chat_assets / "chat.jsonl")), 64, truncate=False)
 
 

@@ -265,7 +265,7 @@ def test_prompt_plus_new_tokens_beyond_the_reward_model_positions_is_a_note(tiny
 
 
 def test_a_prompt_longer_than_max_prompt_length_is_refused_unless_truncation_is_asked_for(tiny_cfg):
-    with pytest.raises(ConfigError, match="line 1: 3 tokens, more than --max-prompt-length 2"):
+    with pytest.raises(ConfigError, match=":1: 3 tokens, more than --max-prompt-length 2"):
         RLHFTrainer(tiny_cfg(max_prompt_length=2))
     t = RLHFTrainer(tiny_cfg(max_prompt_length=2, truncate_prompts=True))
     assert max(len(ids) for ids in t.prompt_ids) == 2
