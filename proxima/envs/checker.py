@@ -58,7 +58,11 @@ Observation dtype rule: an obs passes when its dtype casts *safely* to the decla
 (``np.can_cast(obs.dtype, space.dtype)``), the rule of Gymnasium's ``Box.contains``. So a float32
 obs in a float64 Box passes, but a float64 obs in a float32 Box (the common forgotten
 ``.astype(np.float32)``) *is flagged*: the obs is not in the declared space, Gymnasium's own checker
-rejects it, and the fix is one line. Proxima would cast it to float32 and train anyway. A torch
+rejects it, and the fix is one line. Proxima would cast it to float32 and train anyway. A list is
+read as ``np.asarray`` reads it, its values as they are; its Python numbers have a kind but no
+width, so their kind is what must cast (floats in a float Box pass, floats in an integer or bool
+Box are flagged, as ``proxima train`` refuses them: Gymnasium's vector env would truncate them or
+fail with numpy's TypeError). A torch
 tensor is read as ``np.asarray`` reads it, in its own dtype, as ``proxima train`` reads it; one that
 numpy cannot read (on a GPU, requiring grad) is an obs dtype violation, as train refuses it.
 
@@ -92,7 +96,7 @@ import torch
 from ..config import MAX_SEED, install_hint
 from .base import EnvError
 from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, is_flag, TENSOR_FIX, _extra_for, beyond_float32,
-                          creator_error, exit_text, native_only, number_text, resolve_env_fn, tensor_numpy,
+                          creator_error, exit_text, kind_casts, native_only, number_text, resolve_env_fn, tensor_numpy,
                           unknown_kwarg_line)
 from .spaces import action_scale_note, check_spaces, image_note, pixels_fix
 from ..terminal import printable
@@ -371,9 +375,9 @@ class _Checker:
             if arr is None:
                 bad("obs dtype", f"{name}: a numpy array of dtype {space.dtype} ({declared}.dtype)", f"{who}{what} {where} ({TENSOR_FIX})")
                 return
-        else:
+        else:  # a list: its own numbers, not cast to the space's dtype (floats cast to int would hide both faults)
             try:
-                arr = np.asarray(x, dtype=space.dtype)
+                arr = np.asarray(x)
             except Exception:
                 bad("obs shape", f"{name}: an array of shape {space.shape} dtype {space.dtype}", f"{who}{_describe(x)} {where}")
                 return
@@ -381,9 +385,13 @@ class _Checker:
             bad("obs shape", f"shape {space.shape} ({declared}.shape)", f"{who}shape {arr.shape} {where}{_transposed(arr.shape, space.shape, name, declared)}")
             return
         self.ok("obs shape")
-        if arr.dtype.kind not in "biuf" or not np.can_cast(arr.dtype, space.dtype):
+        listed = not isinstance(x, (np.ndarray, torch.Tensor))
+        # a list's Python numbers have a kind but no width: a list of floats is no float64 obs in a float32 Box
+        casts = kind_casts(arr.dtype, space.dtype) if listed else np.can_cast(arr.dtype, space.dtype)
+        if arr.dtype.kind not in "biuf" or not casts:
             tensor = isinstance(x, torch.Tensor)
-            got, fixed = (f"a torch tensor of dtype {x.dtype}", f"{name}.detach().cpu().numpy()") if tensor else (f"dtype {arr.dtype}", name)
+            got, fixed = ((f"a torch tensor of dtype {x.dtype}", f"{name}.detach().cpu().numpy()") if tensor else
+                          (f"dtype {arr.dtype}", f"np.asarray({name})" if listed else name))
             bad("obs dtype", f"dtype {space.dtype} ({declared}.dtype)", f"{who}{got} {where} ({_dtype_fix(arr, space, fixed)})")
             if arr.dtype.kind not in "biuf":
                 return
@@ -520,7 +528,7 @@ class _Checker:
         if scale:
             self.notes.append(scale)
         try:
-            check_spaces(self.target, obs_space, act_space)
+            check_spaces(self.target, obs_space, act_space, env)
             self.ok("spaces supported")
         except EnvError as e:
             msg = str(e)

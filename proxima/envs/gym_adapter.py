@@ -15,6 +15,7 @@ import json
 import math
 import numbers
 import os
+import random
 import re
 import shlex
 import signal
@@ -27,6 +28,7 @@ from typing import Callable, NoReturn, Optional
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.vector.async_vector_env import AsyncState
 
 from .. import warnings_guard
 from ..config import install_hint
@@ -378,7 +380,10 @@ def _probe(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict
     return env
 
 
-def _build(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict]) -> gym.Env:
+def _build(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict], index: Optional[int] = None) -> gym.Env:
+    """``env_fn()``, or one EnvError line; ``index``: the vector env's env being built, named with the
+    user's line that raised (one env of N can fail where the probe did not: a port, a file, a licence)."""
+    building = f"building env '{env_id}'" if index is None else f"building env {index} of '{env_id}'"
     try:
         return env_fn()
     except gym.error.DependencyNotInstalled as e:
@@ -388,13 +393,15 @@ def _build(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict
     except EnvError:
         raise
     except SystemExit as e:
-        raise EnvError(f"building env '{env_id}' ended the process: {exit_text(e)}{user_frame(e)}; {EXIT_FIX}") from None
+        raise EnvError(f"{building} ended the process: {exit_text(e)}{user_frame(e)}; {EXIT_FIX}") from None
     except Exception as e:
         line = unknown_kwarg_line(env_id, e, env_kwargs)
         if line is not None:
             raise EnvError(line) from None
         e = creator_error(e)
-        raise EnvError(f"building env '{env_id}' raised {type(e).__name__}: {e}") from None
+        if index is None:
+            raise EnvError(f"{building} raised {type(e).__name__}: {e}") from None
+        raise EnvError(f"{building} raised {type(e).__name__}: {' '.join(str(e).split())}{user_frame(e)}") from None
 
 
 #: float32's largest value: Proxima trains in float32, and Gymnasium's vector env casts a wider
@@ -403,6 +410,19 @@ F32_MAX = float(np.finfo(np.float32).max)
 #: obs dtypes whose every value casts to float32 as a number: taken at a glance by EnvCalls
 _CASTS_TO_F32 = frozenset(np.dtype(t) for t in (np.float32, np.float16, np.bool_, np.int8, np.int16, np.int32, np.int64,
                                                  np.uint8, np.uint16, np.uint32, np.uint64))
+#: the kinds of number (numpy's dtype.kind) a declared dtype's kind holds as they are: the vector env copies an obs
+#: into a buffer of the declared dtype, where a float in an integer or bool Box loses its fraction (under
+#: --vector sync numpy refuses the copy with a TypeError) and an int in a bool Box becomes True
+_KINDS_HELD = {"f": "biuf", "i": "biu", "u": "biu", "b": "b"}
+
+
+def kind_casts(dtype, declared) -> bool:
+    """Whether numbers of ``dtype`` keep their kind in the ``declared`` dtype: floats only in a float Box, ints
+    in an integer or float Box, bools anywhere. proxima train's rule for every obs (EnvCalls), and check-env's
+    obs dtype rule for a list, whose Python numbers have a kind but no width of their own."""
+    return np.dtype(dtype).kind in _KINDS_HELD.get(np.dtype(declared).kind, "")
+
+
 #: reward types EnvCalls.step takes at a glance (once within float32's range); any other gets the full check
 _FAST_REWARDS = (float, int, np.float64, np.float32)
 #: terminated/truncated types EnvCalls.step takes at a glance; a 0-d bool array gets the full check
@@ -473,9 +493,11 @@ class EnvCalls(gym.Wrapper):
     vector env, a wrong number later, or check-env's diagnosis of an env (its own, seed 0) that may
     never show it: ``step`` 5 values (check-env's words for the old gym API); every observation
     part's shape against the declared space (a Dict: a dict holding each declared key), numbers
-    (not strings or objects) within float32's range where the space is narrower than the obs (the
-    vector env casts into a buffer of the space's dtype: float64 1e39 would become inf), an image's
-    dtype (float pixels in [0, 1] cast to uint8 would silently become zeros; what casts safely to
+    (not strings or objects) of a kind the declared dtype holds (kind_casts: floats, a list's
+    too, in an integer or bool Box are check-env's obs dtype fault, which the vector env would
+    truncate or refuse with numpy's TypeError) within float32's range where the space is
+    narrower than the obs (the vector env casts into a buffer of the space's dtype: float64 1e39
+    would become inf), an image's dtype (float pixels in [0, 1] cast to uint8 would silently become zeros; what casts safely to
     uint8, as check-env's obs dtype rule says, goes on: uint8, and a bool mask as uint8 0/1); ``reset``
     (obs, info) as check-env reads it (checker.reset_returns: a tuple or list of 2; an obs returned
     alone, a 2-vector or a 2-key dict too, is named so, not unpacked into obs and info); the reward
@@ -507,30 +529,36 @@ class EnvCalls(gym.Wrapper):
         self.check_cmd = check_cmd or check_env_cmd(env_id)
         self.is_dict = layout.is_dict
         self.parts = layout.parts
-        # each part's dtypes taken at a glance: those that cast to float32 as they are, and the declared one
-        # (the vector env's buffer holds it unchanged; pack_numpy judges its values)
-        self._dtypes = [_CASTS_TO_F32 | {np.dtype(getattr(p.source, "dtype", np.float32))} for p in layout.parts]
+        # each part's dtypes taken at a glance: those that cast to float32 as they are and whose kind the declared
+        # dtype holds, and the declared one (the vector env's buffer holds it unchanged; pack_numpy judges its values)
+        declared = [np.dtype(getattr(p.source, "dtype", np.float32)) for p in layout.parts]
+        self._dtypes = [frozenset(d for d in _CASTS_TO_F32 | {dt} if kind_casts(d, dt)) for dt in declared]
+        self._floats = [dt.kind == "f" for dt in declared]  # a float obs within float32's range goes at a glance
         # a plain Box: (declared shape, is an image), compared with the obs's without a loop
         self._box = None if layout.is_dict else (layout.parts[0].shape, layout.parts[0].layout is not None)
         # step()'s fast path: the declared shape of a plain Box that is not an image (None: always the full check)
         self._shape = layout.parts[0].shape if self._box is not None and not self._box[1] else None
 
+    def proxima_built(self) -> bool:
+        """True: GymnasiumEnv asks each AsyncVectorEnv worker this once built (an _Unbuilt raises its EnvError)."""
+        return True
+
     def _bad(self, what: str, when: str, fix: str) -> EnvError:
         return EnvError(f"env '{self.env_id}': env {self.index} returned {what} at {when}; {fix} (check with: {self.check_cmd})")
 
     @staticmethod
-    def _casts(x, dtypes: frozenset) -> bool:
-        """At a glance: ``x``'s values reach Proxima's float32 as they are (a dtype of ``dtypes``, or floats
-        within float32's range; ~2 us for a float64 obs in a float32 Box, which the vector env casts).
-        False for a dtype that is not numpy's (a torch tensor's: _check_part reads it as numpy)."""
+    def _casts(x, dtypes: frozenset, floats: bool) -> bool:
+        """At a glance: ``x``'s values reach Proxima's float32 as they are (a dtype of ``dtypes``, or, in a float
+        Box (``floats``), floats within float32's range; ~2 us for a float64 obs in a float32 Box, which the
+        vector env casts). False for a dtype that is not numpy's (a torch tensor's: _check_part reads it as numpy)."""
         dtype = getattr(x, "dtype", None)
-        return dtype in dtypes or (getattr(dtype, "kind", None) == "f" and np.abs(x).max() <= F32_MAX)
+        return dtype in dtypes or (floats and getattr(dtype, "kind", None) == "f" and np.abs(x).max() <= F32_MAX)
 
     def _check(self, obs, when: str):
         """``obs`` if it is right, with a torch tensor (of a part) read as numpy; else EnvError."""
         box = self._box
         if box is not None:  # the common case first: one getattr, one tuple compare, one set lookup
-            if (getattr(obs, "shape", None) != box[0] or not self._casts(obs, self._dtypes[0])
+            if (getattr(obs, "shape", None) != box[0] or not self._casts(obs, self._dtypes[0], self._floats[0])
                     or (box[1] and obs.dtype != np.uint8)):
                 obs = self._check_part(obs, self.parts[0], self._dtypes[0], when)
             return obs
@@ -539,12 +567,12 @@ class EnvCalls(gym.Wrapper):
             raise self._bad(f"an observation of type {type(obs).__name__}", when,
                             f"the observation space is a Dict: return a dict with the keys {keys}")
         given = obs
-        for part, dtypes in zip(self.parts, self._dtypes):
+        for part, dtypes, floats in zip(self.parts, self._dtypes, self._floats):
             if part.key not in obs:
                 raise self._bad(f"an observation without the key '{part.key}'", when,
                                 f"the observation space declares it: return obs['{part.key}'] too")
             x = obs[part.key]
-            if (getattr(x, "shape", None) != part.shape or not self._casts(x, dtypes)
+            if (getattr(x, "shape", None) != part.shape or not self._casts(x, dtypes, floats)
                     or (part.layout is not None and x.dtype != np.uint8)):
                 y = self._check_part(x, part, dtypes, when)
                 if y is not x:  # a tensor read as numpy: in a dict of our own, the env's stays as it gave it
@@ -587,6 +615,15 @@ class EnvCalls(gym.Wrapper):
         if values.dtype.kind not in "biuf":  # strings, objects: the vector env's cast fails or makes nonsense
             raise self._bad(f"an observation{where} of dtype {values.dtype}", when,
                             f"{declared} holds numbers: return a numeric array")
+        dtype = np.dtype(getattr(part.source, "dtype", np.float32))
+        if not kind_casts(values.dtype, dtype):  # check-env's obs dtype fault, in its words
+            from .checker import _dtype_fix
+
+            name = "obs" + (f"['{part.key}']" if part.key is not None else "")
+            name = name if isinstance(x, np.ndarray) else f"np.asarray({name})"
+            raise self._bad(f"an observation{where} of dtype {values.dtype}", when,
+                            f"obs dtype: {declared}.dtype is {dtype}, and {values.dtype} "
+                            f"{_dtype_fix(values, part.source, name)}")
         if values.dtype not in dtypes and values.dtype.kind == "f":  # a float wider than the space: cast before Proxima sees it
             big = np.isfinite(values) & (np.abs(values) > F32_MAX)
             if big.any():
@@ -676,7 +713,7 @@ class EnvCalls(gym.Wrapper):
         try:
             obs, reward, terminated, truncated, info = out
             fast = (type(info) is dict and type(terminated) in _FAST_FLAGS and type(truncated) in _FAST_FLAGS
-                    and self._shape is not None and obs.shape == self._shape and self._casts(obs, self._dtypes[0])
+                    and self._shape is not None and obs.shape == self._shape and self._casts(obs, self._dtypes[0], self._floats[0])
                     and type(reward) in _FAST_REWARDS and -F32_MAX <= reward <= F32_MAX)
         except Exception:
             fast = False
@@ -787,7 +824,7 @@ class GymnasiumEnv(BatchedEnv):
         probe = _probe(env_fn, env_id, env_kwargs)
         obs_space, act_space = probe.observation_space, probe.action_space
         probe.close()
-        check_spaces(env_id, obs_space, act_space)
+        check_spaces(env_id, obs_space, act_space, probe)
         self._raw_obs_space = obs_space
         self.layout = obs_layout(obs_space, env_id)
         self.single_observation_space = tensor_space(obs_space, self.layout)
@@ -797,23 +834,37 @@ class GymnasiumEnv(BatchedEnv):
         self.check_cmd = check_env_cmd(env_id, env_kwargs)
         # the envs' info reaches the vector env only where _episode_stats reads it (Atari's game statistics): EnvCalls
         keep_info = type(self)._episode_stats is not GymnasiumEnv._episode_stats
-        env_fns = [_checked(env_fn, i, self.layout, env_id, self.check_cmd, keep_info) for i in range(self.num_envs)]
+        env_fns = [_checked(env_fn, i, self.layout, env_id, self.check_cmd, keep_info, seed, env_kwargs, (obs_space, act_space))
+                   for i in range(self.num_envs)]
+        built: list = []  # SyncVectorEnv drops the envs it built when a later one raises: kept here to close them
+        if vector != "async":
+            env_fns = [_kept(fn, built) for fn in env_fns]
         # from the constructor on: it already asks the workers for their spaces
         self._unquiet = _quiet_worker_env_errors() if vector == "async" else (lambda: None)
+        self._worker_gone = False  # an AsyncVectorEnv worker ended: close() ends the rest without waiting
         try:
             self.envs = cls(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
-        except Exception as e:
-            self._unquiet()  # no env to close
-            raise EnvError(f"building {self.num_envs} x '{env_id}' ({vector}) raised {type(e).__name__}: {e}") from None
-        except BaseException:
+        except BaseException as e:
             self._unquiet()
-            raise
+            for env in built:
+                with contextlib.suppress(Exception):  # the line that matters is the one below
+                    env.close()
+            if isinstance(e, EnvError) or not isinstance(e, Exception):  # an EnvError: one env's constructor (_checked)
+                raise
+            raise EnvError(f"building {self.num_envs} x '{env_id}' ({vector}) raised {type(e).__name__}: {e}") from None
+        finally:
+            built.clear()  # the vector env holds its envs; the factories it keeps would hold them too
+        if vector == "async":
+            try:  # a worker whose env's constructor raised holds the EnvError (_Unbuilt): raised here, the others closed
+                self.envs.call("proxima_built")
+            except BaseException:
+                self.close()
+                raise
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
         self._index_range = _start_range(act_space)
         self._started = False
         self._steps = 0  # vector steps since construction (for error messages)
-        self._failed = False  # a reset or step of the vector env raised: close() ends its workers without waiting
 
     def _obs(self, obs) -> torch.Tensor:
         """(N, *obs_shape) tensor: float32 vectors, uint8 pixels, or packed Dict keys (spaces.py)."""
@@ -833,9 +884,9 @@ class GymnasiumEnv(BatchedEnv):
     def _raise_failure(self, e: BaseException, when: str) -> NoReturn:
         """Raise what the user sees of ``e``, raised by the vector env at ``when`` ('reset', 'vector step
         23'): one line for a worker gone and for results Gymnasium could not read (what EnvCalls' checks
-        let through), ``e`` itself otherwise. From now on close() does not wait on the workers."""
-        self._failed = True
+        let through), ``e`` itself otherwise. A worker gone: from now on close() does not wait on the workers."""
         if isinstance(e, (EOFError, ConnectionError)):  # an AsyncVectorEnv worker is gone
+            self._worker_gone = True
             raise EnvError(f"env '{self.env_id}' (--vector async): {self._workers_ended(when)}") from None
         # at reset, what EnvCalls' checks let through is left to the trainer's check-env diagnosis
         if isinstance(e, (ValueError, TypeError)) and when != "reset":
@@ -958,9 +1009,14 @@ class GymnasiumEnv(BatchedEnv):
             self._unquiet()  # after the workers' last results were read: their notes were hidden up to here
 
     def _close_envs(self) -> None:
-        # after a failed call an AsyncVectorEnv may have read some workers' results and not others: a graceful
-        # close would wait for them again, on pipes that stay empty; terminate=True ends the workers instead
-        terminate = {"terminate": True} if self._failed and isinstance(self.envs, gym.vector.AsyncVectorEnv) else {}
+        # a call that failed partway (a worker gone, results it could not read, a Ctrl-C) may leave an AsyncVectorEnv
+        # with some workers' results read and not others: a graceful close would wait for them again, on pipes that
+        # stay empty; terminate=True ends the workers instead. After one env raised, Gymnasium has read every pipe
+        # and is back in its DEFAULT state: the healthy workers close their envs (the user's close() runs)
+        envs = self.envs
+        partway = isinstance(envs, gym.vector.AsyncVectorEnv) and (
+            self._worker_gone or getattr(envs, "_state", AsyncState.DEFAULT) != AsyncState.DEFAULT)
+        terminate = {"terminate": True} if partway else {}
         try:
             with warnings_guard.catch_warnings():  # "Calling `close` while waiting for a pending call to `step`": a worker died mid-step
                 warnings.filterwarnings("ignore", message=".*Calling `close` while waiting")
@@ -1068,16 +1124,69 @@ def _one(obs, layout: ObsLayout):
 
 
 def _checked(env_fn: Callable[[], gym.Env], index: int, layout: ObsLayout, env_id: str,
-             check_cmd: Optional[str] = None, keep_info: bool = False) -> Callable[[], gym.Env]:
+             check_cmd: Optional[str] = None, keep_info: bool = False, seed: Optional[int] = None,
+             env_kwargs: Optional[dict] = None, spaces: Optional[tuple] = None) -> Callable[[], gym.Env]:
+    """The factory of env ``index``: the user's env in EnvCalls; a constructor that raises is one EnvError
+    naming the index and the user's line. ``spaces``: the probe's (observation, action) spaces, which an
+    AsyncVectorEnv worker whose env could not be built declares (_Unbuilt)."""
     parent = os.getpid()
 
     def make() -> gym.Env:
         worker = os.getpid() != parent
-        if worker:  # an AsyncVectorEnv worker: see _worker_signals
+        if worker:  # an AsyncVectorEnv worker: see _worker_signals, _seed_worker
             _worker_signals()
-        return EnvCalls(env_fn(), index, layout, env_id, check_cmd, keep_info, in_worker=worker)
+            _seed_worker(seed, index)
+        try:
+            env = _build(env_fn, env_id, env_kwargs, index)
+        except EnvError as e:
+            if not worker or spaces is None:
+                raise
+            return _Unbuilt(e, *spaces)
+        return EnvCalls(env, index, layout, env_id, check_cmd, keep_info, in_worker=worker)
 
     return make
+
+
+def _kept(make: Callable[[], gym.Env], built: list) -> Callable[[], gym.Env]:
+    def keep() -> gym.Env:
+        env = make()
+        built.append(env)
+        return env
+
+    return keep
+
+
+class _Unbuilt(gym.Env):
+    """An AsyncVectorEnv worker's stand-in for an env whose constructor raised ``error``: Gymnasium's worker
+    builds its env outside its error handling, so an exception there would end the worker with a traceback,
+    the main process would see only a pipe reset, and the envs the other workers built would never be closed.
+    The worker runs on instead, and its first call (GymnasiumEnv's proxima_built) hands ``error`` to the main
+    process through Gymnasium's error queue, as a step's EnvError goes."""
+
+    def __init__(self, error: EnvError, observation_space: gym.spaces.Space, action_space: gym.spaces.Space):
+        self.error, self.observation_space, self.action_space = error, observation_space, action_space
+
+    def proxima_built(self) -> NoReturn:
+        raise self.error
+
+    def reset(self, *, seed=None, options=None):
+        raise self.error
+
+    def step(self, action):
+        raise self.error
+
+
+def _seed_worker(seed: Optional[int], index: int) -> None:
+    """Seed an AsyncVectorEnv worker's global RNGs (numpy's, Python's random, torch's CPU generator) from the
+    run's seed and the env's index (with no seed, from the OS): a forked worker starts with the main process's
+    states, so envs drawing from np.random would all draw the same numbers (a spawned one would draw anew each
+    run). --vector sync envs share the main process's streams, which the trainer seeds, as before."""
+    entropy = None if seed is None else [int(seed) % (1 << 128), index]  # SeedSequence takes no negative seed
+    words = np.random.SeedSequence(entropy).generate_state(10)
+    np.random.seed(words[:4])
+    # words of its own: both are MT19937, and the same words would make random.random() equal np.random.rand()
+    random.seed(int.from_bytes(words[4:8].tobytes(), "little"))
+    torch.random.default_generator.manual_seed(int(words[8]) | int(words[9]) << 32)
 
 
 def _worker_signals() -> None:

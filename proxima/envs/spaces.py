@@ -19,7 +19,9 @@ gymnasium.wrappers.FlattenObservation in a ``module:function`` factory (at a Dic
 declared as the Box gymnasium.spaces.flatten_space makes of it).
 
 Actions (:func:`check_action_space`): Discrete, MultiDiscrete, or a Box with finite bounds, holding
-one value or more; a MultiBinary is refused with its MultiDiscrete([2] * n) twin as the fix.
+one value or more; a MultiBinary is refused with its MultiDiscrete([2] * n) twin as the fix, and
+gymnasium.wrappers.ClipAction (whose Box is unbounded) with its removal as the fix: Proxima clips
+Box actions to the env's own bounds.
 """
 
 from __future__ import annotations
@@ -296,18 +298,33 @@ def _check_box(space: gym.spaces.Space, key: Optional[str], env_id: str) -> None
                    f"(supported: Box, images as uint8 Box, and Dict of Box){_flatten_fix(space, key, env_id)}")
 
 
-def check_spaces(env_id: str, obs_space: gym.spaces.Space, act_space: gym.spaces.Space) -> None:
+def check_spaces(env_id: str, obs_space: gym.spaces.Space, act_space: gym.spaces.Space,
+                 env: Optional[gym.Env] = None) -> None:
     """EnvError, one line, unless Proxima trains on these spaces (:func:`obs_layout`,
-    :func:`check_action_space`): check-env's "spaces supported" and make_env's rule."""
+    :func:`check_action_space`): check-env's "spaces supported" and make_env's rule. ``env``: the
+    env they are of, whose wrappers name the fix of an unbounded Box action space."""
     obs_layout(obs_space, env_id)
-    check_action_space(act_space, env_id)
+    check_action_space(act_space, env_id, env)
 
 
-def check_action_space(space: gym.spaces.Space, env_id: str = "env") -> None:
+def _clipped_space(env: Optional[gym.Env]) -> Optional[gym.spaces.Box]:
+    """The bounded Box action space under a gymnasium.wrappers.ClipAction in ``env``'s wrappers, else None."""
+    while isinstance(env, gym.Wrapper):
+        inner = env.env
+        if isinstance(env, gym.wrappers.ClipAction):
+            space = getattr(inner, "action_space", None)
+            if isinstance(space, gym.spaces.Box) and np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high)):
+                return space
+        env = inner
+    return None
+
+
+def check_action_space(space: gym.spaces.Space, env_id: str = "env", env: Optional[gym.Env] = None) -> None:
     """EnvError, one line naming the space, unless the agent can act in ``space``: a Discrete, a
     MultiDiscrete or a Box with finite bounds (the policy's Normal has no sample to clip to an
     infinite one), of one value or more (an empty one has no action distribution: the first update
-    would fail inside torch)."""
+    would fail inside torch). ``env``: the env whose space it is; a ClipAction among its wrappers
+    (which declares Box(-inf, inf)) is named as what to drop."""
     if isinstance(space, gym.spaces.MultiBinary):
         twin = f"[2] * {space.shape[0]}" if len(space.shape) == 1 else f"np.full({tuple(space.shape)}, 2)"
         raise EnvError(f"env '{env_id}': not supported: action space {space}; declare MultiDiscrete({twin}) instead, which "
@@ -316,6 +333,11 @@ def check_action_space(space: gym.spaces.Space, env_id: str = "env") -> None:
     if not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.Box)):
         raise EnvError(f"env '{env_id}': not supported yet: action space {space} (Discrete, MultiDiscrete, Box)")
     if isinstance(space, gym.spaces.Box) and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+        clipped = _clipped_space(env)
+        if clipped is not None:  # not unwrapped: the env stays as the user's factory built it
+            raise EnvError(f"env '{env_id}': Box action space needs finite bounds, got {space} from "
+                           f"gymnasium.wrappers.ClipAction (the env's own is {clipped}); drop gymnasium.wrappers.ClipAction: "
+                           "Proxima clips Box actions to the env's bounds")
         raise EnvError(f"env '{env_id}': Box action space needs finite bounds, got {space}")
     if isinstance(space, (gym.spaces.MultiDiscrete, gym.spaces.Box)) and int(np.prod(space.shape)) == 0:
         raise EnvError(f"env '{env_id}': action space {space} is empty (shape {space.shape}); declare one action value "
