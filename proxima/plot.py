@@ -11,7 +11,9 @@ which), after interpolating every run onto a common x grid that reaches the end 
 longest run; a band at a single x (one logged value) is drawn as an error bar. One panel per group,
 titled with the env and the settings that differ (group_runs: a group is one exact setting, and no
 two titles read alike), wrapped to the panel's width; a title past three lines ends in `` ...`` and
-its whole text heads the panel's legend.
+its whole text heads the panel's legend. A run drawn alone is named in the legend, and a population
+in its panel's title, by its directory's name (``.`` by the directory it is), or, where two given
+share a name (``a/run``, ``b/run``), by the paths as given.
 
 A population directory (``proxima train --seeds/--sweep``, population_run.py) is one panel with one
 curve per setting (a combination of swept values; all its seeds): by default the IQM over the
@@ -30,9 +32,11 @@ On the command line, a path that does not exist or is a file is an error however
 Rows where a metric was not measured (an empty CSV cell, e.g. no episode finished in that
 iteration) are skipped, and so is a last row a kill cut short; a line that is not a metrics row
 (hand-edited: a stray quote, a cell too many or too few, a global_step that is empty or not a finite
-number) is skipped with a note naming the file and the line. ``--smooth K`` applies a trailing moving average over K points per run before
-aggregating. Drawing uses matplotlib's Agg canvas directly (no pyplot, no global backend
-switch), so it works headless and inside notebooks alike. Every text is drawn as written (a ``$``
+number) is skipped with a note naming the file and the line; a global_step logged on more than one
+row (rows appended again) is read from its last row, with a note naming the file. ``--smooth K``
+applies a trailing moving average over K points per run before aggregating. Drawing uses
+matplotlib's Agg canvas directly (no pyplot, no global backend switch), so it works headless and
+inside notebooks alike. Every text is drawn as written (a ``$``
 in an env id, a run name or --title is a dollar sign, never matplotlib mathtext), and a curve
 matplotlib cannot draw is a PlotError like any other. The image is written atomically: on any
 error no file is left behind. Run files are read without waiting on a FIFO planted at their name
@@ -72,6 +76,10 @@ class PlotError(ValueError):
     """A user-fixable problem (missing or foreign run directory, empty metrics, unknown metric)."""
 
 
+class UnknownMetric(PlotError):
+    """--metric names no column of a run's metrics.csv (resolve_metric)."""
+
+
 # ------------------------------------------------------------------------------------ reading
 def check_run_dir(run_dir: PathLike) -> Path:
     """The run directory as a Path, or PlotError naming what is wrong with it."""
@@ -92,7 +100,8 @@ def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
     reads it): a row with fewer cells than the header on the last line (cut short by a kill) is not
     read, and a line that is not a metrics row (a hand-edited quote or cell: not CSV, a number of
     cells other than the header's, a global_step that is empty or not a finite number) is skipped with one note on stderr naming the file and the line
-    (once per file and content: a report reads a run more than once), the rows around it read.
+    (once per file and content: a report reads a run more than once), the rows around it read. Of
+    rows that log one global_step, only the last is read (_last_row_per_step), with a note.
     Raises PlotError when the directory is not a run directory, the file is not CSV text (bytes
     that are not UTF-8, a header line the csv module refuses, an unreadable file: like an empty
     metrics.csv, one line for one run and a skipped run with a note among several, usable_runs) or
@@ -124,7 +133,10 @@ def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
             why = _bad_step(r[j])
             if why:
                 skipped[n] = why
-    rows = [r for n, r in numbered if n not in skipped]
+    rows = [(n, r) for n, r in numbered if n not in skipped]
+    if rows and "global_step" in header:
+        rows = _last_row_per_step(path, stat, rows, header.index("global_step"))
+    rows = [r for _, r in rows]
     if skipped and not rows:
         raise PlotError(f"{path}: no rows Proxima wrote ({line_numbers(sorted(skipped))} after the header "
                         f"{'is not a metrics row' if len(skipped) == 1 else 'are not metrics rows'})")
@@ -136,6 +148,32 @@ def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
     for j, name in enumerate(header):
         columns[name] = np.array([_to_float(r[j]) for r in rows], dtype=np.float64)
     return columns
+
+
+#: (file, mtime, size) of the metrics.csv files whose repeated steps have had their note
+_NOTED_REPEATS: set = set()
+
+
+def _last_row_per_step(path: Path, stat: os.stat_result, rows: list, j: int) -> list:
+    """``rows`` ([(line number, cells)]) with one row per global_step (column ``j``), the last: a file
+    with rows appended again (a copy, a hand merge; Proxima's own resume moves the rows it gives up
+    to checkpoints/abandoned-*/) would count those steps' episodes twice and draw a sawtooth. One
+    note on stderr names the file and the lines skipped, once per file content."""
+    last = {float(r[j]): n for n, r in rows}
+    if len(last) == len(rows):
+        return rows
+    from .logger import line_numbers
+
+    dropped = [(n, float(r[j])) for n, r in rows if last[float(r[j])] != n]
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    if key not in _NOTED_REPEATS:
+        _NOTED_REPEATS.add(key)
+        steps = sorted({s for _, s in dropped})
+        span = f"{steps[0]:,.0f}" + (f" to {steps[-1]:,.0f}" if len(steps) > 1 else "")
+        sys.stderr.write(printable(f"proxima: note: {path}: {len(steps)} global_step value(s) logged more than once "
+                                   f"({span}); the last row of each is read, {line_numbers([n for n, _ in dropped])} "
+                                   "skipped") + "\n")
+    return [(n, r) for n, r in rows if last[float(r[j])] == n]
 
 
 def _bad_step(cell: str) -> Optional[str]:
@@ -178,7 +216,31 @@ def resolve_metric(name: str, available: Sequence[str], run_dir: Optional[PathLi
     if len(short) == 1:
         return short[0]
     where = f" in {Path(run_dir) / 'metrics.csv'}" if run_dir is not None else ""
-    raise PlotError(f"unknown metric {name!r}{where}; available: {', '.join(available)}")
+    raise UnknownMetric(f"unknown metric {name!r}{where}; available: {', '.join(available)}")
+
+
+def check_metric_somewhere(run_dirs: Sequence[PathLike], metric: str) -> None:
+    """UnknownMetric, one line, when not one of several run or population directories has ``metric``:
+    a --metric typo, which would otherwise print a "skipping" note per run (each listing every
+    column) before the same error. Returns as soon as one directory has it, or when one cannot be
+    read (not a run, no metrics.csv yet): its own note says so where it is skipped."""
+    from .population_report import PopulationError, is_population, read_settings
+
+    first = None
+    for d in run_dirs:
+        try:
+            if is_population(d):
+                d = next(m for s in read_settings(d) for _, m in s.members if (m / "metrics.csv").is_file())
+            columns = list(read_metrics(d))
+            resolve_metric(metric, columns, d)
+            return
+        except UnknownMetric:
+            first = first or (d, columns)
+        except (PlotError, PopulationError, StopIteration):
+            return
+    d, columns = first
+    raise UnknownMetric(f"unknown metric {metric!r}: none of the {len(run_dirs)} runs has it; available in "
+                        f"{Path(d) / 'metrics.csv'}: {', '.join(columns)}")
 
 
 def load_curve(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -220,7 +282,8 @@ def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minm
     (groups of plain runs, whose x values need not match): each curve is linearly interpolated onto
     ``points`` evenly spaced x values over the range of all runs together, so the group is drawn to
     the end of its longest run; a run counts only inside its own range (never extrapolated), so past
-    a shorter run's end the statistic is over the runs that got there. ``align="carry"`` (a
+    a shorter run's end, or before a later run's first x (``--x time``), the statistic is over the
+    runs that are there (count). ``align="carry"`` (a
     population's members, which log in lockstep): the grid is the union of the x values the curves
     have, and a curve's value at x is its last value at or before x (carried forward, as the latest
     finished episodes' return is the member's return until it finishes more), so a member never
@@ -388,19 +451,24 @@ def _short(value) -> str:
     return shown(value)
 
 
-def usable_runs(run_dirs: Sequence[PathLike], metric: str, strict: Optional[bool] = None) -> tuple[list[Path], str]:
+def usable_runs(run_dirs: Sequence[PathLike], metric: str, strict: Optional[bool] = None,
+                whole: bool = True) -> tuple[list[Path], str]:
     """(run directories that hold ``metric``, its resolved column name).
 
     Given one run (or ``strict``: the members of a population given alone), any problem is a
     PlotError. Given several, a directory that is not a PPO run with that metric (an RLHF run, a
     folder without metrics.csv) is skipped with a line on stderr, so ``proxima plot runs/*`` draws
-    what it can; a PlotError only when none is left.
+    what it can; a PlotError only when none is left, and only that line when none has the metric
+    (check_metric_somewhere). ``whole``: ``run_dirs`` are all the directories given (False: the plain
+    runs among populations, which may hold the metric when none of these does: each is skipped with its line).
     """
     if strict is None:
         strict = len(run_dirs) == 1
     if strict and len(run_dirs) == 1:  # the error as it is, without a "skipping" line
         d = check_run_dir(run_dirs[0])
         return [d], resolve_metric(metric, list(read_metrics(d)), d)
+    if not strict and whole:
+        check_metric_somewhere(run_dirs, metric)
     kept, name, first_error = [], None, None
     for d in run_dirs:
         try:
@@ -438,13 +506,47 @@ class Curve:
     band_label: Optional[str] = None  # the band's own legend entry (None: the line's label covers it)
 
 
-def group_curve(runs: Sequence[tuple[Path, tuple[np.ndarray, np.ndarray]]], stat: str = "mean", band: str = "minmax") -> Curve:
-    """The curve of a group of plain runs: the run itself, or ``stat`` over several with a band."""
+def dir_name(d: PathLike) -> str:
+    """A directory's name as its reader knows it: ``.``, ``..`` and ``runs/..`` have none of their own
+    (Path(".").name is ""), so theirs is the directory they resolve to."""
+    path = Path(d)
+    if path.name not in ("", ".", ".."):
+        return path.name
+    return path.resolve().name or str(path.resolve())
+
+
+def run_names(run_dirs: Sequence[PathLike]) -> list[str]:
+    """A name per directory, told apart: their names (dir_name), or, when two share one (``a/run``
+    and ``b/run``), every path as given, so no two columns, legends or panel titles read alike."""
+    names = [dir_name(d) for d in run_dirs]
+    if len(set(names)) == len(names):
+        return names
+    return [str(Path(d).resolve()) if Path(d).name in ("", "..") else str(d) for d in run_dirs]
+
+
+def _uneven_note(count: np.ndarray, runs: int) -> str:
+    """Where fewer than all ``runs`` are averaged, as the picture has it (count: runs per x): runs
+    logged from different first x (wall time: each run's first iteration took its own time) are few
+    at the start, runs of different lengths at the end."""
+    full = np.flatnonzero(count >= runs)
+    if full.size == len(count):
+        return ""
+    if full.size and full[0] == 0:
+        return " (fewer past the shorter runs' end)"
+    if full.size and full[-1] == len(count) - 1:
+        return " (fewer before the later runs' start)"
+    return " (fewer where the runs' ranges do not overlap)"
+
+
+def group_curve(runs: Sequence[tuple[Path, tuple[np.ndarray, np.ndarray]]], stat: str = "mean", band: str = "minmax",
+                names: Optional[dict] = None) -> Curve:
+    """The curve of a group of plain runs: the run itself, or ``stat`` over several with a band.
+    ``names``: {directory: its label} (run_names); default its dir_name."""
     if len(runs) == 1:
         d, (xs, ys) = runs[0]
-        return Curve(d.name, xs, ys)
+        return Curve((names or {}).get(d) or dir_name(d), xs, ys)
     agg = aggregate([c for _, c in runs], band=band, stat=stat)
-    uneven = " (fewer past the shorter runs' end)" if agg["count"].min() < len(runs) else ""
+    uneven = _uneven_note(agg["count"], len(runs))
     band_label = f"95% bootstrap CI of the {STATS[stat]}" if band == "ci" else BANDS[band]
     return Curve(f"{STATS[stat]} of {len(runs)} runs{uneven}", agg["x"], agg["y"], agg["lo"], agg["hi"], band_label)
 
@@ -562,11 +664,14 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x
     populations = [d for d in paths if is_population(d)]
     plain = [d for d in paths if not is_population(d)]
     strict = len(paths) == 1
+    names = dict(zip(paths, run_names(paths)))  # two a/run, b/run: their paths, as the report's columns
+    if not strict and populations:  # usable_runs checks the plain runs among themselves
+        check_metric_somewhere(paths, metric)
     panels: list[tuple[str, str, list[Curve]]] = []
     first_error: Optional[PlotError] = None
     if plain:
         try:  # each plain directory that cannot be drawn has had its line; none left is an error
-            kept, name = usable_runs(plain, metric, strict=strict)
+            kept, name = usable_runs(plain, metric, strict=strict, whole=not populations)
         except PlotError as e:
             if not populations:
                 raise
@@ -582,7 +687,7 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x
                 sys.stderr.write(printable(f"proxima: note: skipping {d}: {e}") + "\n")
         for label, dirs in group_runs(list(curves)).items():
             runs = [(d, curves[d]) for d in dirs]
-            panels.append((label, name, [group_curve(runs, stat or "mean", band or "minmax")]))
+            panels.append((label, name, [group_curve(runs, stat or "mean", band or "minmax", names)]))
     for d in populations:
         try:
             env, name, curves = population_curves(d, metric, x, smooth, stat or POPULATION_DEFAULTS["stat"],
@@ -593,7 +698,7 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x
             first_error = first_error or e
             sys.stderr.write(printable(f"proxima: note: skipping {d}: {e}") + "\n")
             continue
-        panels.append((f"{env}: population {d.name}", name, curves))
+        panels.append((f"{env}: population {names[d]}", name, curves))
     if not panels:
         raise first_error or PlotError("no run directories given")
     return panels

@@ -406,7 +406,6 @@ def training_progress(run_dir: Path, doc: dict) -> str:
     seconds are the members' metrics.csv's, ``1,024 of 29,952 steps each so far (in progress: locked
     by pid P ...), 3.2 s of training``; a number there is none of is "—"."""
     from .plot import PlotError, read_metrics
-    from .report import _in_progress
 
     total = doc.get("total_timesteps_per_member")
     total = total if isinstance(total, int) and not isinstance(total, bool) else None
@@ -423,26 +422,50 @@ def training_progress(run_dir: Path, doc: dict) -> str:
         if times.size:
             seconds.append(float(times[-1]))
     step = min(done) if done else None  # members train in lockstep; the slowest says how far all are
-    live = _in_progress(run_dir)
     wall = doc.get("wall_seconds")
-    finished = not live and step is not None and total is not None and step >= total
+    status = progress_status(run_dir, step, total)
     num = lambda v: "\u2014" if v is None else f"{v:,}"  # noqa: E731
-    if finished:
+    if status is None:
         wall = wall if isinstance(wall, (int, float)) and not isinstance(wall, bool) else (max(seconds) if seconds else None)
         return f"{step:,} steps each, " + ("\u2014" if wall is None else f"{wall:.1f}") + " s of training"
-    from .checkpoint import list_checkpoints
-
-    if live:
-        status = f"in progress: {live}"
-    elif list_checkpoints(run_dir):
-        from .signals import resume_command
-
-        status = f"stopped; `{resume_command(run_dir)}` continues it"
-    else:
-        status = "stopped before its first checkpoint"
     wall = max(seconds) if seconds else None
     return (f"{num(step)} of {num(total)} steps each so far ({status}), " + ("\u2014" if wall is None else f"{wall:.1f}")
             + " s of training")
+
+
+def progress_status(run_dir: Path, step: Optional[int], total: Optional[int]) -> Optional[str]:
+    """None for a run (or population) in ``run_dir`` that has trained ``total`` steps and that no
+    process holds; else why not, as the reports say it: ``in progress: locked by pid P ...``,
+    ``stopped; `proxima resume RUN` continues it`` (it has a checkpoint), or ``stopped before its
+    first checkpoint``. Shared by a population's first line and a single run's steps (report.run_progress)."""
+    from .checkpoint import list_checkpoints
+    from .report import _in_progress
+
+    live = _in_progress(run_dir)
+    if live:
+        return f"in progress: {live}"
+    if step is not None and total is not None and step >= total:
+        return None
+    if list_checkpoints(run_dir):
+        from .signals import resume_command
+
+        return f"stopped; `{resume_command(run_dir)}` continues it"
+    return "stopped before its first checkpoint"
+
+
+def member_population(member_dir) -> Optional[tuple]:
+    """(population directory, its population.json) when ``member_dir`` is a member that population
+    lists, else None: a member is trained, locked and resumed with its population."""
+    given, member_dir = Path(member_dir), Path(member_dir).resolve()
+    pop = Path(os.path.normpath(given / ".."))  # as the user spells it: the resume command names it
+    if pop.resolve() != member_dir.parent:  # the member reached through a link
+        pop = member_dir.parent
+    try:
+        doc = json.loads(read_run_text(pop / POPULATION_FILE))
+        listed = any(isinstance(e, dict) and e.get("dir") == member_dir.name for e in doc["member_dirs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (pop, doc) if listed and isinstance(doc, dict) else None
 
 
 def ci_cell(ci, few: bool, digits: int = 1) -> str:
@@ -461,7 +484,9 @@ def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: int 
     else:
         sources = "Final return per member, per setting: " + "; ".join(
             f"{setting_label(r['settings']) or '(seeds only)'}: {' / '.join(r['sources']) or chr(0x2014)}" for r in rows) + "."
-    lines = [f"# Population report: {run_dir.name}", "",
+    from .plot import dir_name
+
+    lines = [f"# Population report: {dir_name(run_dir)}", "",
              f"{doc.get('env_id')}: {doc.get('members')} members ({len(doc['seeds']) if isinstance(doc.get('seeds'), list) else chr(0x2014)} seeds x {len(rows)} setting{'s' if len(rows) != 1 else ''}), "
              f"{training_progress(run_dir, doc)} in one process.", "",
              f"{sources} 95% CIs: {CI_METHOD}; none (\u2014) for fewer than {MIN_CI_MEMBERS} members. {IQM_TEXT}.", "",
@@ -529,11 +554,11 @@ def curve_caption(rows: list, metric: str) -> str:
 def build_population_report(run_dir, out=None, threshold: Optional[float] = None, metric: str = "charts/episodic_return",
                             x: str = "step", smooth: int = 1, episodes: int = 0, device: str = "cpu", quiet: bool = True) -> Path:
     """Write RUN/report.md (or ``out``) for a population, its curve ``metric`` against ``x`` smoothed
-    over ``smooth`` points (RUN/curve.png for a report in RUN, else <stem>_curve.png next to it, as a
-    single run's report places it), evaluating members without eval.json over ``episodes`` episodes on
+    over ``smooth`` points (<stem>_curve.png next to the report, named after it as a single run's
+    report's: RUN/report_curve.png by default), evaluating members without eval.json over ``episodes`` episodes on
     ``device`` (0: their last training return); ReportError (nothing written) on a broken run."""
     from .diskspace import describe
-    from .report import ReportError, _curve_path
+    from .report import ReportError, _curve_path, image_link
 
     run_dir = Path(run_dir)
     if threshold is not None and not math.isfinite(threshold):  # as `proxima report` refuses it
@@ -543,7 +568,7 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     text = render(run_dir, rows, threshold, episodes)
     from .plot import PlotError, plot_runs
 
-    curve = _curve_path(out, [run_dir])  # as a single run's: curve.png in the run, else <stem>_curve.png by the report
+    curve = _curve_path(out)  # the report's own, not plot's curve.png, which a later plot would replace
     try:  # --out in a folder not made yet, made as a single run's report makes it (before the curve, which may fail)
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -552,7 +577,7 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
         plot_runs([run_dir], curve, metric=metric, x=x, smooth=smooth)
         name = resolved_metric(run_dir, metric)  # what was drawn: `--metric value_loss` drew losses/value_loss
         alt = f"learning curves: IQM over members of {name} with a 95% bootstrap CI, per setting"
-        text += (f"\n![{alt}]({Path(os.path.relpath(curve.resolve(), out.parent.resolve())).as_posix()})\n\n"
+        text += (f"\n![{alt}]({image_link(Path(os.path.relpath(curve.resolve(), out.parent.resolve())).as_posix())})\n\n"
                  f"{curve_caption(rows, name)}\n")
     except PlotError as e:
         text += f"\nNo learning curve: {e}\n"

@@ -2,10 +2,14 @@
 
 Writes ``report.md`` into the run directory (one run) or to ``--out FILE`` (needed for several
 runs) with: a results summary (steps, iterations, wall time, throughput, the final value of
-``--metric`` and its best (a return: the max) or its max and min (any other metric), final evaluation), the learning curve (drawn by proxima.plot.plot_runs next to the report and
-embedded with a relative link), the final evaluation (``eval.json`` written at the end of
-training, used when it is of the run's last step; without it the latest checkpoint is evaluated
-now for ``--episodes N`` episodes, not saved), the resolved config (``config.yaml``) and the versions and machine (``meta.json``).
+``--metric`` and its best (a return: the max) or its max and min (any other metric), final evaluation;
+of a run short of its total steps, ``3,584 of 4,096 steps so far (in progress: locked by pid ...)``
+or ``(stopped; `proxima resume RUN` continues it)``; inf cells left out and named), the learning
+curve (drawn by proxima.plot.plot_runs next to the report, named after it: ``report.md`` gets
+``report_curve.png``, never plot's ``curve.png``, and embedded with a percent-encoded relative
+link), the final evaluation (``eval.json`` written at the end of training, used when it is of the
+run's last step; without it the latest checkpoint is evaluated now for ``--episodes N`` episodes,
+not saved; the step of the policy evaluated is given), the resolved config (``config.yaml``) and the versions and machine (``meta.json``).
 
 Several runs get one column each; runs of one env share a mean + spread curve. A population
 directory (``train --seeds/--sweep``) is reported alone, by population_report, its curve drawn with
@@ -36,8 +40,8 @@ import numpy as np
 from .config import int_arg
 
 from .diskspace import describe
-from .plot import (DEFAULT_METRIC, X_LABELS, PlotError, group_runs, path_problem, plot_runs, read_metrics, run_env_id, unique_dirs,
-                   usable_runs)
+from .plot import (DEFAULT_METRIC, X_LABELS, PlotError, group_runs, path_problem, plot_runs, read_metrics, run_env_id, run_names,
+                   unique_dirs, usable_runs)
 from .terminal import printable
 
 
@@ -147,7 +151,8 @@ EPISODIC_METRICS = ("charts/episodic_return", "charts/episodic_length")
 def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> dict:
     """Steps, iterations, wall time, throughput, episodes, final value of ``metric``, its max and
     min (``max``/``max_step``, ``min``/``min_step``) and ``best``/``best_step``: the max for a
-    return (RETURN_METRICS), None for any other metric."""
+    return (RETURN_METRICS), None for any other metric. Of the finite cells only; ``nonfinite``:
+    {column: [(step, inf or -inf)]} of those left out, which the report names."""
     def last(name):
         col = metrics.get(name)
         if col is None:
@@ -157,17 +162,23 @@ def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> d
 
     out = {"global_step": last("global_step"), "iterations": last("iteration"), "time": last("time"),
            "episodes": None, "final": None, "best": None, "best_step": None,
-           "max": None, "max_step": None, "min": None, "min_step": None}
+           "max": None, "max_step": None, "min": None, "min_step": None, "nonfinite": {}}
+    steps = metrics.get("global_step")
+    for name in dict.fromkeys(("iteration", "time", "episodes", metric, "eval/mean_return")):
+        col = metrics.get(name)  # an inf is no value the summary can use: left out, and said (nonfinite)
+        if col is not None and np.isinf(col).any():
+            out["nonfinite"][name] = [(None if steps is None else float(steps[i]), float(col[i]))
+                                      for i in np.flatnonzero(np.isinf(col))]
     if "episodes" in metrics:
         ep = metrics["episodes"]
-        out["episodes"] = int(np.nansum(ep)) if np.isfinite(ep).any() else None
+        ep = ep[np.isfinite(ep)]  # an inf cell would make the count inf (int() of it raises)
+        out["episodes"] = int(ep.sum()) if ep.size else None
     if out["global_step"] and out["time"]:
         out["sps"] = out["global_step"] / out["time"]
     col = metrics.get(metric)
     if col is not None and np.isfinite(col).any():
         ok = np.flatnonzero(np.isfinite(col))
         out["final"] = float(col[ok[-1]])
-        steps = metrics.get("global_step")
         for key, pick in (("max", np.argmax), ("min", np.argmin)):
             i = ok[pick(col[ok])]  # the first row with that value
             out[key] = float(col[i])
@@ -253,7 +264,75 @@ def evaluate_latest(run_dir: Path, episodes: int, device: str = "cpu") -> dict:
         if in_progress and not any((run_dir / "checkpoints").glob("step_*.pt")):
             return {"error": f"could not evaluate: the run is in progress ({in_progress}) and has no checkpoint yet"}
         return {"error": f"could not evaluate: {e}"}
-    return {**result, "source": f"evaluated now from {Path(policy.path).name} (no eval.json)"}
+    name = Path(policy.path).name
+    step = name[len("step_"):-len(".pt")] if name.startswith("step_") and name.endswith(".pt") else ""
+    # the step of what was evaluated: a run in progress has a newer checkpoint than its metrics.csv's last row
+    at = {"global_step": int(step)} if step.isdigit() else {}
+    return {**result, **at, "source": f"evaluated now from {name} (no eval.json)"}
+
+
+def _planned_steps(config: dict, meta: dict) -> Optional[int]:
+    """The steps a single run trains: whole iterations of num_envs x num_steps (x processes) within
+    config.yaml's total_timesteps, as the trainer counts them (config.num_iterations); None when the
+    files do not say."""
+    def count(v):
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+    total, envs, steps = (count(config.get(k)) for k in ("total_timesteps", "num_envs", "num_steps"))
+    world = count(meta.get("world_size")) or 1
+    if None in (total, envs, steps):
+        return None
+    per = envs * steps * world
+    return total // per * per
+
+
+def run_progress(run_dir: Path, step: Optional[float], config: dict, meta: dict) -> tuple:
+    """(progress, total): why a run has not trained its total steps yet, in
+    population_report.progress_status's words: ``in progress: locked by pid P ...`` (its process, or
+    a member's population's, holds the lock), ``stopped; `proxima resume RUN` continues it``,
+    ``stopped before its first checkpoint``; None for a run that trained its total, ended at
+    --stop-return, or wrote its end-of-training eval.json. total: the steps it trains (None: not recorded)."""
+    from .population_report import member_population, progress_status
+
+    member = member_population(run_dir)  # a member trains, locks and resumes with its population
+    if member is not None:
+        lock_dir, doc = member
+        total = doc.get("total_timesteps_per_member")
+        total = total if isinstance(total, int) and not isinstance(total, bool) else None
+    else:
+        lock_dir, total = run_dir, _planned_steps(config, meta)
+    if not _in_progress(lock_dir):
+        if total is None:
+            return None, None  # no target to fall short of
+        try:
+            saved = _read_json(run_dir / "eval.json")
+        except ReportError:  # final_eval names the file
+            saved = {}
+        if saved.get("mean_return") is not None and not _stale_eval(run_dir, saved):
+            return None, total  # written at the end of training: --stop-return ended it, or the total
+        if member is None and _stopped_at_return(run_dir, config):
+            return None, total
+    return progress_status(lock_dir, None if step is None else int(step), total), total
+
+
+def _stopped_at_return(run_dir: Path, config: dict) -> bool:
+    """Whether --stop-return ended the run (its newest checkpoint's return window reaches it): then
+    a run short of its total is complete, and a resume would train nothing."""
+    if config.get("stop_return") is None:
+        return False
+    from types import SimpleNamespace
+
+    from .checkpoint import CheckpointError, load_checkpoint
+    from .config import PPOConfig
+    from .run_setup import stop_return_mean
+
+    try:
+        state = load_checkpoint(run_dir)
+        episodes = config.get("stop_episodes", PPOConfig.stop_episodes)
+        stop = SimpleNamespace(stop_return=float(config["stop_return"]), stop_episodes=int(episodes))
+        return stop_return_mean(stop, state) is not None
+    except (CheckpointError, OSError, ValueError, TypeError, KeyError):
+        return False
 
 
 def _in_progress(run_dir: Path) -> Optional[str]:
@@ -308,7 +387,39 @@ def _eval_line(ev: dict) -> str:
         return ev["error"]
     mode = "deterministic" if ev.get("deterministic", True) else "stochastic"
     return (f"{ev['mean_return']:.2f} \u00b1 {ev.get('std_return', 0.0):.2f} over {ev.get('episodes', '?')} episodes ({mode})"
-            + unfinished_note(ev))
+            + _eval_step(ev) + unfinished_note(ev))
+
+
+def _eval_step(ev: dict, words: str = " of the policy at step") -> str:
+    """`` of the policy at step 15,360`` (eval.json's global_step, or the checkpoint evaluated now): of
+    a run in progress it is newer than the table's steps; "" when not recorded (an older eval.json)."""
+    step = ev.get("global_step")
+    return f"{words} {step:,}" if isinstance(step, int) and not isinstance(step, bool) else ""
+
+
+def _steps_cell(summary: dict, progress: Optional[str]) -> Optional[str]:
+    """``4,096``; of a run short of its total, ``3,584 of 4,096 steps so far (stopped; ...)`` as a
+    population's first line says it (population_report.training_progress)."""
+    step = _num(summary["global_step"])
+    if progress is None:
+        return step
+    total = summary.get("total")
+    return f"{step or MISSING}{'' if total is None else f' of {total:,}'} steps so far ({progress})"
+
+
+def _nonfinite_notes(runs: list) -> list[str]:
+    """A line per column of a run whose inf or -inf cells the summary leaves out (summarize's
+    ``nonfinite``), as a population's report names a member left out for an inf: a final value
+    silently taken from an earlier row would read as the run's last."""
+    lines = []
+    for r in runs:
+        who = f"{r['name']}: " if len(runs) > 1 else ""
+        for column, cells in r["summary"].get("nonfinite", {}).items():
+            shown = ", ".join(("inf" if v > 0 else "-inf") + ("" if s is None else f" at step {s:,.0f}")
+                              for s, v in cells[:3]) + (f" and {len(cells) - 3} more" if len(cells) > 3 else "")
+            lines.append(f"- {who}metrics.csv's {column} is not finite in {len(cells)} row(s) ({shown}): left out, "
+                         "the rows above are of its finite values.")
+    return lines
 
 
 def _episodes_note(evals: list) -> str:
@@ -381,7 +492,7 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     rows = []
     s = [r["summary"] for r in runs]
     rows.append(["env"] + [r["env"] for r in runs])
-    rows.append(["steps"] + [_num(x["global_step"]) for x in s])
+    rows.append(["steps"] + [_steps_cell(r["summary"], r.get("progress")) for r in runs])
     rows.append(["iterations"] + [_num(x["iterations"]) for x in s])
     rows.append(["wall time"] + [_num(x["time"], "{:,.1f} s") for x in s])
     rows.append(["throughput"] + [_num(x.get("sps"), "{:,.0f} steps/s") for x in s])
@@ -407,6 +518,9 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
         lines += ["", f"{metric} per iteration (metrics.csv): the mean over the episodes that finished in that iteration."]
     else:
         lines += ["", f"{metric}: one value per iteration, as logged in metrics.csv."]
+    notes = _nonfinite_notes(runs)
+    if notes:
+        lines += [""] + notes
     if len(runs) > 1:  # one summary per group (env and settings): returns of different envs are never averaged
         for group in dict.fromkeys(r.get("group", r["env"]) for r in runs):
             members = [r["eval"] for r in runs if r.get("group", r["env"]) == group and "mean_return" in r["eval"]]
@@ -418,7 +532,7 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
 
     lines += ["## Learning curve", ""]
     if curve is not None:
-        lines += [f"![{metric} against {X_LABELS[x]}]({curve})", ""]
+        lines += [f"![{metric} against {X_LABELS[x]}]({image_link(curve)})", ""]
         if len(runs) > 1:
             lines += ["Runs of one env and settings are drawn as their mean with the min-max band over runs, "
                       "to the end of the longest run.", ""]
@@ -436,7 +550,7 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
             continue
         lines += [f"- {head}mean return **{ev['mean_return']:.2f}** \u00b1 {ev.get('std_return', 0.0):.2f} over "
                   f"{ev.get('episodes', '?')} episodes, {'deterministic' if ev.get('deterministic', True) else 'stochastic'} "
-                  f"policy{unfinished_note(ev)}; source: {ev['source']}"]
+                  f"policy{_eval_step(ev, ' at step')}{unfinished_note(ev)}; source: {ev['source']}"]
         rets = ev.get("returns") or []
         if rets:
             shown = ", ".join(f"{v:g}" for v in rets[:20]) + (", ..." if len(rets) > 20 else "")
@@ -468,10 +582,19 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
 
 
 # ------------------------------------------------------------------------------------ library
-def _curve_path(report: Path, run_dirs: list[Path]) -> Path:
-    if len(run_dirs) == 1 and report.parent.resolve() == run_dirs[0].resolve():
-        return report.parent / "curve.png"
+def _curve_path(report: Path) -> Path:
+    """The report's own image, named after it (report.md: report_curve.png), in a run directory too:
+    curve.png there is `proxima plot RUN`'s and train --plot's, which would replace the report's
+    picture with theirs, and so would another report written beside it."""
     return report.with_name(report.stem + "_curve.png")
+
+
+def image_link(relpath: str) -> str:
+    """A relative path as a Markdown link destination: percent-encoded, so a name with a space or a
+    parenthesis (``my report (1)_curve.png``) is still an image in CommonMark; a plain name stays as it is."""
+    from urllib.parse import quote
+
+    return quote(relpath, safe="/")
 
 
 def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str = "cpu", metric: str = DEFAULT_METRIC,
@@ -479,7 +602,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
     """Write the Markdown report of the runs; return its path.
 
     out: the report file (default RUN_DIR/report.md for one run; required for several). The curve
-    is written next to it (curve.png in the run directory, else <stem>_curve.png). Raises
+    is written next to it, named after it (<stem>_curve.png: report_curve.png). Raises
     ReportError (nothing written) for a missing or foreign run directory or empty metrics.
     """
     if not run_dirs:
@@ -508,9 +631,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
     out = Path(out)
     check_out(out)
     check_device(device, episodes)
-    names = [d.name for d in dirs]
-    if len(set(names)) < len(names):
-        names = [str(d) for d in dirs]
+    names = run_names(dirs)  # `.` by the directory it is; a/run and b/run by their paths
     from .population_report import member_divergence
 
     runs = []
@@ -523,13 +644,16 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
             ev = final_eval(d, config, meta, episodes, device)
         if not quiet and "error" not in ev and not ev["source"].startswith("eval.json"):
             print(f"evaluated {d}: {_eval_line(ev)}", file=sys.stderr)
+        summary = summarize(m, metric)
+        # a diverged member's report says so at its top: it trains no further, whatever its steps
+        progress, summary["total"] = (None, None) if diverged else run_progress(d, summary["global_step"], config, meta)
         runs.append({"dir": d, "name": name, "env": run_env_id(d), "config": config, "meta": meta,
-                     "summary": summarize(m, metric), "eval": ev, "diverged": diverged})
+                     "summary": summary, "eval": ev, "diverged": diverged, "progress": progress})
     for label, members in group_runs(dirs).items():
         for r in runs:
             if r["dir"] in members:
                 r["group"] = label
-    curve_file = _curve_path(out, dirs)
+    curve_file = _curve_path(out)
     curve = Path(os.path.relpath(curve_file.resolve(), out.parent.resolve())).as_posix()
     text = render(runs, curve, None, metric, x)  # before any file: a run the report cannot format writes nothing
     try:
@@ -611,7 +735,8 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
 # ------------------------------------------------------------------------------------ CLI
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
-    p.add_argument("--out", default=None, metavar="FILE.md", help="report file, ending in .md (default RUN_DIR/report.md; needed for several runs)")
+    p.add_argument("--out", default=None, metavar="FILE.md", help="report file, ending in .md (default RUN_DIR/report.md; "
+                   "needed for several runs); its curve is <stem>_curve.png beside it")
     p.add_argument("--episodes", type=int_arg, default=10, metavar="N",
                    help="episodes to evaluate when a run (or a population's member) has no eval.json (default 10; 0: skip)")
     p.add_argument("--device", default="cpu", help="torch device for that evaluation (default cpu)")

@@ -144,8 +144,8 @@ def test_report_one_run(runs, capsys):
         assert re.search(rf"^\| {pkg} \| {re.escape(meta['versions'][pkg])} \|$", text, re.M)
     ev = json.loads((run / "eval.json").read_text())
     assert f"{ev['mean_return']:.2f}" in text and "eval.json" in text
-    assert "](curve.png)" in text
-    _assert_png(run / "curve.png")
+    assert "](report_curve.png)" in text
+    _assert_png(run / "report_curve.png")
     assert f"| steps | {STEPS:,} |" in text
     for section in ("## Results", "## Learning curve", "## Final evaluation", "## Config", "## Versions and machine"):
         assert section in text

@@ -161,7 +161,7 @@ def test_report_of_a_real_population_has_a_row_per_setting_and_a_curve(populatio
     assert cli.main(["report", str(run_dir), "--threshold", "10"]) == 0
     text = (run_dir / "report.md").read_text()
     assert "| lr=0.001 | 2 |" in text and "| lr=0.0003 | 2 |" in text
-    assert "(curve.png)" in text and (run_dir / "curve.png").stat().st_size > 0
+    assert "(report_curve.png)" in text and (run_dir / "report_curve.png").stat().st_size > 0
 
 
 def test_a_nan_reward_from_a_members_env_freezes_that_member_and_ends_a_population_only_when_all_diverged(tmp_path, monkeypatch,

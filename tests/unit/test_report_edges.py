@@ -75,7 +75,7 @@ def test_a_setting_that_diverged_at_iteration_1_is_named_and_the_healthy_ones_ar
         code, _, err = run_main(["report", str(pop), "--episodes", "0", *extra], capsys)
         assert code == 0, err
         text = (pop / "report.md").read_text()
-        assert "No learning curve" not in text and "](curve.png)" in text
+        assert "No learning curve" not in text and "](report_curve.png)" in text
         assert "Diverged members are left out of the curves, as of the table." in text
 
 
@@ -178,8 +178,8 @@ def test_a_population_report_written_elsewhere_puts_its_curve_next_to_it(tmp_pat
     assert code == 0, err
     assert (tmp_path / "x" / "report_curve.png").is_file() and not (pop / "curve.png").exists()
     assert "](report_curve.png)" in out.read_text()
-    code, _, err = run_main(["report", str(pop), "--episodes", "0"], capsys)  # in the run: its curve.png, as a run's
-    assert code == 0 and "](curve.png)" in (pop / "report.md").read_text() and (pop / "curve.png").is_file()
+    code, _, err = run_main(["report", str(pop), "--episodes", "0"], capsys)  # in the run: report_curve.png, leaving curve.png to plot
+    assert code == 0 and "](report_curve.png)" in (pop / "report.md").read_text() and (pop / "report_curve.png").is_file()
 
 
 def test_a_population_report_makes_its_folder_even_when_no_curve_is_drawn(tmp_path, capsys):

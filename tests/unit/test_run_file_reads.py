@@ -224,7 +224,7 @@ def test_text_from_run_files_is_drawn_as_written_not_as_mathtext(tmp_path, capsy
     code, out, err = run_main(["report", str(run), "--episodes", "0"], capsys)
     assert code == 0, err
     text = (run / "report.md").read_text()
-    assert "](curve.png)" in text and "No curve" not in text and (run / "curve.png").is_file()
+    assert "](report_curve.png)" in text and "No curve" not in text and (run / "report_curve.png").is_file()
 
 
 def test_a_curve_matplotlib_cannot_draw_is_a_line_for_plot_and_a_no_curve_note_in_the_report(tmp_path, capsys, monkeypatch):
@@ -242,7 +242,7 @@ def test_a_curve_matplotlib_cannot_draw_is_a_line_for_plot_and_a_no_curve_note_i
     assert _listing(run) == before  # no image, no temp file
     code, _, err = run_main(["report", str(run), "--episodes", "0"], capsys)  # docs/reliability.md: report.md still written
     assert code == 0, err
-    assert f"No curve: {run / 'curve.png'}: {why}" in (run / "report.md").read_text()
+    assert f"No curve: {run / 'report_curve.png'}: {why}" in (run / "report.md").read_text()
     assert sorted(_listing(run)) == sorted([*before, "report.md"])
 
 
