@@ -608,10 +608,16 @@ class Population:
         episodes, one per env, env seed ``seeds[p]``), computed in one batched env of P x episodes
         rows whose block p draws as a lone eval env seeded ``seeds[p]`` would, with the stacked
         agent acting for all: one evaluation's cost instead of P. None where that is not possible
-        (an encoder agent, an env without per-member streams): evaluate members one by one then."""
+        (an encoder agent, an env without per-member streams): evaluate members one by one then.
+        That is decided before any env is built: for a Gymnasium or Atari backend no env is made here."""
         if len(seeds) != self.members:
             raise ValueError(f"evaluate_members: {len(seeds)} seeds for {self.members} members")
         if not self.stacked:
+            return None
+        # the eval env resolves to the training env's backend and class (same id, backend, kwargs):
+        # asking the training env spares building P x E envs (with --vector async, P x E worker
+        # processes) only to throw them away when they are not native
+        if self.env.backend != "native" or not getattr(self.env, "supports_member_streams", False):
             return None
         from .evaluate import MAX_STEPS, first_episodes, summarize
 
