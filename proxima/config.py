@@ -659,12 +659,15 @@ def _check_types(cfg: PPOConfig) -> None:
     ConfigError naming the field, before anything is built or written. Ints pass for floats, a
     path for run_dir; a string never passes for a number or a bool (NaN is validate's to refuse).
     A numpy scalar is replaced in ``cfg`` by the Python value it holds (``plain``): config.yaml
-    could not record it. A whole float for an integer field (``num_envs=4.0``, ``hidden_sizes=[64.0]``)
-    is replaced by its int, a fraction refused: torch refuses float sizes, and config.yaml would
-    record ``4.0``."""
+    could not record it, nor a path (``run_dir=Path(...)``), which is replaced by its str. A whole float
+    for an integer field (``num_envs=4.0``, ``hidden_sizes=[64.0]``) is replaced by its int, a fraction
+    refused: torch refuses float sizes, and config.yaml would record ``4.0``. A tuple of widths
+    (``hidden_sizes=(32, 32)``) is replaced by the list config.yaml records."""
     for name in FIELDS:
         value = getattr(cfg, name)
         if name == "run_dir" and isinstance(value, os.PathLike):
+            # as a str: config.yaml (yaml.safe_dump) cannot write a Path, and it is written after the env is built
+            setattr(cfg, name, os.fsdecode(value))
             continue
         refused = _nested_too_deep(name, value, "PPOConfig")  # before plain(), which walks it recursively
         if refused is not None:
@@ -674,12 +677,13 @@ def _check_types(cfg: PPOConfig) -> None:
             setattr(cfg, name, value)
         if is_blank(value) and name != "env_id":
             raise ConfigError(f"PPOConfig.{name} = {value!r}: empty; give {expected_text(name).replace('none', 'None')}")
+        default = FIELDS[name].default if FIELDS[name].default is not dataclasses.MISSING else FIELDS[name].default_factory()
         try:
             coerced = coerce(name, value, "PPOConfig")
-            same = same_value(coerced, value)
+            # a tuple of widths holds what the list does (from_dict takes one too); its items are still compared
+            same = same_value(coerced, list(value) if isinstance(default, list) and isinstance(value, tuple) else value)
         except ConfigError:
             same = False
-        default = FIELDS[name].default if FIELDS[name].default is not dataclasses.MISSING else FIELDS[name].default_factory()
         wrong_kind = isinstance(value, str) and not isinstance(default, str) and name not in ("run_dir",)
         if not same or wrong_kind or (isinstance(value, bool) and not isinstance(default, bool)):
             expected = "a number or None" if name in OPTIONAL_NUMBERS else _type_name(default)
@@ -691,12 +695,39 @@ def _check_types(cfg: PPOConfig) -> None:
                 setattr(cfg, name, coerced)
 
 
-def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False) -> None:
+#: a flag in a line of validate's (``--num-envs 4``, ``--no-norm-adv``), for python_words
+_FLAG_IN_LINE = re.compile(r"--(no-)?([a-z][a-z0-9-]*)(?: (-?[0-9][0-9_.e+-]*))?")
+
+
+def python_words(line: str) -> str:
+    """``line`` with each PPOConfig flag it names written as the field a Python caller sets:
+    ``--num-envs 4`` -> ``num_envs=4``, ``--no-norm-adv`` -> ``norm_adv=False``, ``--gamma`` -> ``gamma``;
+    other flags (``--preset``) as they are."""
+    def field(m: "re.Match") -> str:
+        name = m.group(2).replace("-", "_")
+        if name not in FIELDS or (m.group(1) and not isinstance(FIELDS[name].default, bool)):
+            return m.group(0)
+        if m.group(1):
+            return f"{name}=False" + (f" {m.group(3)}" if m.group(3) else "")
+        return f"{name}={m.group(3)}" if m.group(3) else name
+    return _FLAG_IN_LINE.sub(field, line)
+
+
+def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: bool = False) -> None:
     """Raise ConfigError with one actionable line for the first invalid value. ``resume``: the config
-    a resume continues with (a refused --threads then says that the resume may change it)."""
+    a resume continues with (a refused --threads then says that the resume may change it). ``python``:
+    the config was built in Python, not from flags: the line names ``PPOConfig.gamma = 1.5``, as a
+    wrong type's does, and each field it mentions as the field (python_words), not the flag."""
 
     def bad(name: str, why: str) -> None:
+        if python:
+            raise ConfigError(f"PPOConfig.{name} = {getattr(cfg, name)!r}: {python_words(why)}")
         raise ConfigError(f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: {why}")
+
+    def several(line: str, fields: tuple) -> ConfigError:  # a line about several fields (cli names those from a file)
+        e = ConfigError(python_words(line) if python else line)
+        e.fields = fields
+        return e
 
     if not isinstance(cfg, PPOConfig):
         raise ConfigError(f"expected a PPOConfig, got {type(cfg).__name__} (PPOConfig(**fields), or from_dict for a mapping)")
@@ -758,19 +789,16 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False) -> None:
     if batch % cfg.num_minibatches:
         bad("num_minibatches", f"must divide the batch num_envs x num_steps = {batch}")
     if batch < 2:  # torch's var of one sample warns and is NaN
-        e = ConfigError(f"one batch (--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}) is 1 step; the update logs the "
-                        "batch's explained variance, which needs at least 2: raise --num-steps or --num-envs")
-        e.fields = ("num_envs", "num_steps")
-        raise e
+        raise several(f"one batch (--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}) is 1 step; the update logs the "
+                      "batch's explained variance, which needs at least 2: raise --num-steps or --num-envs", ("num_envs", "num_steps"))
     if batch // cfg.num_minibatches < 2 and cfg.norm_adv:  # a minibatch's std; its other terms are per-sample means
         bad("num_minibatches", f"gives minibatches of {batch // cfg.num_minibatches} sample; advantage normalization needs "
                                "at least 2 (lower --num-minibatches, or add --no-norm-adv)")
     if cfg.total_timesteps < batch * world_size:
         procs = f" x {world_size} processes" if world_size > 1 else ""
-        e = ConfigError(f"one batch (--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}{procs} = {batch * world_size:,} steps) "
-                        f"is larger than --total-timesteps {cfg.total_timesteps}: lower --num-envs or --num-steps, or raise --total-timesteps")
-        e.fields = ("num_envs", "num_steps", "total_timesteps")  # a line about three fields: cli names those from a file
-        raise e
+        raise several(f"one batch (--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}{procs} = {batch * world_size:,} steps) "
+                      f"is larger than --total-timesteps {cfg.total_timesteps}: lower --num-envs or --num-steps, or raise "
+                      "--total-timesteps", ("num_envs", "num_steps", "total_timesteps"))
     if not 0 <= cfg.seed <= MAX_SEED:
         bad("seed", f"must be an integer from 0 to {MAX_SEED:,} (numpy seeds are 32-bit; ranks and evaluation add offsets)")
     if not cfg.env_id.strip():  # no --env-id flag: ENV_ID on the command line, env_id in a file or PPOConfig

@@ -238,24 +238,33 @@ def refuse_processes(nproc: Optional[int] = None) -> None:
         raise ConfigError("--nproc: a population trains in one process; drop --nproc (or torchrun)")
 
 
-def _in_float32(fn):
+def _as_a_single_run(fn):
     """Run ``fn`` with float32 as torch's default dtype (trainer.hold_float32), as a single run does: a
-    caller's float64 default would build the stacked agent in float64 against float32 observations."""
+    caller's float64 default would build the stacked agent in float64 against float32 observations.
+    The caller's torch thread count, flush-denormal mode and random, numpy and torch random streams
+    are put back when it returns or raises, as train() puts them back: a sweep script or notebook
+    that trains a population goes on as it was."""
     import functools
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        from .trainer import hold_float32
+        import torch
 
+        from .trainer import flush_denormal_on, hold_float32
+
+        threads, flush, rng = torch.get_num_threads(), flush_denormal_on(), ckpt.rng_state()
         release = hold_float32()
         try:
             return fn(*args, **kwargs)
         finally:
             release()
+            ckpt.set_rng_state(rng)
+            torch.set_num_threads(threads)
+            torch.set_flush_denormal(flush)
     return run
 
 
-@_in_float32
+@_as_a_single_run
 def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: dict, run_dir=None, argv=None,
                      quiet: bool = False, overwrite: bool = False, evaluate_at_end: bool = True,
                      stop_after: Optional[int] = None, restart_note: Optional[str] = None, typed_total: bool = False) -> Path:
@@ -307,7 +316,7 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
     return run_dir
 
 
-@_in_float32
+@_as_a_single_run
 def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = False, env_id: Optional[str] = None,
                       trust_run: bool = False, evaluate_at_end: bool = True, stop_after: Optional[int] = None,
                       seeds: Optional[Sequence[int]] = None, sweep: Optional[dict] = None, checkpoint=None,

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
+import numbers
 import re
 from typing import Optional
-
-import torch
 
 from . import atari
 from .base import BatchedEnv, EnvError, NativeEnv
@@ -144,8 +143,18 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
     episode, rewards clipped to their sign); False plays full games with raw rewards (evaluation).
     env_kwargs: keyword arguments of the env's constructor (``--env-kwargs``); Gymnasium envs only
     (with ``auto`` a native env is skipped when kwargs are given; Atari ids refuse them).
+    num_envs: an integer of 1 or more; device: as ``load`` takes it (cpu, cuda, cuda:1, auto, or a
+    torch.device); either refused with one ConfigError line.
     """
-    device = torch.device(device)
+    from ..config import ConfigError
+    from ..device import resolve_device
+
+    # checked here, not by each backend: a native env of 0 envs builds empty, a string or negative count
+    # fails deep inside with torch's or Gymnasium's own error
+    if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
+        raise ConfigError(f"make_env(num_envs={num_envs!r}): must be an integer of 1 or more (the number of envs to build)")
+    num_envs = int(num_envs)  # numpy's integers too
+    device = resolve_device(device)  # "auto" and an unusable "cuda" as load() and --device take them
     if backend not in BACKENDS:
         raise EnvError(f"unknown backend '{backend}': use {', '.join(BACKENDS)}")
     if backend == "auto":

@@ -105,8 +105,14 @@ def preset_names(env_id: str) -> list[str]:
 
 
 def resolve(env_id: str, preset: str | None = None, base: PPOConfig | None = None) -> PPOConfig:
-    """The config for ``env_id`` with its preset applied (``default`` when preset is None); ``base``
-    is left as it was."""
+    """The config for ``env_id`` with its preset applied (``default`` when preset is None) on top of
+    ``base`` (PPOConfig's defaults when None), which is left as it was.
+
+    The preset wins: every field the preset sets replaces ``base``'s, whatever ``base`` holds
+    (``resolve("CartPole-v1", "fast", PPOConfig(lr=1e-2)).lr`` is the preset's 0.005), as the CLI's
+    order is defaults < preset < flags. Set your own values on the result:
+    ``cfg = resolve(env_id, "fast"); cfg.lr = 1e-2``. (A field of ``base`` cannot tell a value
+    you set from a default, so ``base`` does not decide which fields the preset may change.)"""
     # copy.copy keeps which source set each field (from_dict's _sources), which dataclasses.replace drops
     cfg = copy.copy(base) if base is not None else PPOConfig()
     cfg.env_id = env_id  # as given: ALE/Pong-v5 stays Gymnasium's id, with Pong-v5's presets

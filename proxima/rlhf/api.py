@@ -1,4 +1,4 @@
-"""The Python API: train_rlhf(cfg) -> run directory, and resume(run_dir) -> exit status."""
+"""The Python API: train_rlhf(cfg) -> run directory, and resume(run_dir); both raise on bad input."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -15,9 +14,8 @@ from . import loop, rundir
 from .config import ConfigError, RLHFConfig, check_kl_horizon, from_dict, reward_specs, validate
 from ..device import resolve_device
 from ..rundir import read_run_text
-from ..signals import TrainingInterrupted, say_stopped
+from ..signals import TrainingInterrupted
 from ..diskspace import StorageError
-from ..terminal import printable
 
 
 def _absolute_paths(cfg: RLHFConfig) -> RLHFConfig:
@@ -38,6 +36,46 @@ def _absolute_paths(cfg: RLHFConfig) -> RLHFConfig:
                                reward_import_path=import_path)
 
 
+@contextlib.contextmanager
+def _caller_state_kept():
+    """Puts back what a run changes in its process when train_rlhf or resume returns or raises, as
+    proxima.train does (a notebook or a sweep runs on): torch's thread count (the run's ``threads``), the
+    random, numpy, torch and CUDA random streams (the run seeds torch's for its models and samples), and
+    the warning filters, to which gymnasium adds one ('once' for its DeprecationWarnings) when first
+    imported: the run's records import it (proxima.checkpoint), here, where that filter is taken back."""
+    import torch
+
+    from ..warnings_guard import catch_warnings
+
+    with catch_warnings():
+        from .. import checkpoint as ckpt
+    threads, rng = torch.get_num_threads(), ckpt.rng_state()
+    try:
+        yield
+    finally:
+        ckpt.set_rng_state(rng)
+        torch.set_num_threads(threads)
+
+
+def _check_python_types(cfg: RLHFConfig) -> None:
+    """ConfigError naming the field when a number or switch is a string (``RLHFConfig(steps="2")``), as
+    PPOConfig refuses one: text is converted only where it is text, flags and YAML files (from_dict, with
+    which the CLI and a resume build their configs), so a typo's quotes are not silently read as a number."""
+    from .config import FIELDS, _expected
+
+    for name, f in FIELDS.items():
+        value, meta = getattr(cfg, name), f.metadata
+        if meta["kind"] in (int, float, bool):
+            items = [value]
+        elif meta["kind"] is list and meta["item"] is float:
+            items = value if isinstance(value, (list, tuple)) else [value]
+        else:
+            continue
+        if any(isinstance(v, (str, bytes)) for v in items):
+            none = " or None" if meta["optional"] else ""
+            raise ConfigError(f"RLHFConfig.{name} = {value!r}: expected {_expected(name)}{none}, not a string")
+
+
 def train_rlhf(cfg: RLHFConfig) -> Path:
     """Train; return the run directory. Bad input raises ConfigError before anything is written.
 
@@ -45,7 +83,17 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
     SIGINT/SIGTERM or failed before its first step keeps nothing (rank 0 removes what it wrote, and the
     folder if it made it): the same call runs again. A stop before the first step raises
     TrainingInterrupted at once (signals.OutsideLoop), saying so; the loop's own stops checkpoint.
+    torch's thread count, the random streams and the warning filters are as the caller left them when
+    this returns or raises (_caller_state_kept).
     """
+    if not isinstance(cfg, RLHFConfig):
+        raise ConfigError(f"expected an RLHFConfig, got {type(cfg).__name__} (RLHFConfig(**fields), or from_dict for a mapping)")
+    _check_python_types(cfg)
+    with _caller_state_kept():
+        return _train_rlhf(cfg)
+
+
+def _train_rlhf(cfg: RLHFConfig) -> Path:
     from .trainer import RLHFTrainer
 
     from ..rundir import check_own_entries
@@ -115,18 +163,25 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False, quiet:
     A run directory is data: a reward its config.yaml records as ``module:function`` or
     ``file.py:function`` (other than Proxima's built-in rewards) is imported only with ``trust_run``
     (``proxima resume --trust-run``); otherwise the resume stops with one line saying so.
-    Returns an exit status: 0 done, 2 bad input (one line on stderr), 130/143 stopped by SIGINT/SIGTERM
-    (one line; stopped as it sets up, before its first step, it leaves the run's files as they were).
+    Returns 0 (the exit status `proxima resume` gives) once the run is complete. Raises as train_rlhf
+    does: ConfigError for bad input (one line; a run directory that is none, a recorded reward that
+    needs ``trust_run=True``), CheckpointError or StorageError for a checkpoint or file that cannot be
+    used, TrainingInterrupted for SIGINT/SIGTERM (stopped as it sets up, before its first step, it
+    leaves the run's files as they were); `proxima resume` turns each into its line and exit status.
+    torch's thread count, the random streams and the warning filters are as the caller left them.
     """
+    with _caller_state_kept():
+        return _resume(Path(run_dir), steps, trust_run, quiet)
+
+
+def _resume(path: Path, steps: Optional[int], trust_run: bool, quiet: bool) -> int:
     from .models import quiet_transformers
     from .trainer import RLHFTrainer
 
-    from ..checkpoint import CheckpointError
     from ..rundir import RunSession
     from ..signals import OutsideLoop
 
     quiet_transformers()
-    path = Path(run_dir)
     session = RunSession()  # rank 0's lock on the run (never discard_fresh: the run is not this call's)
     outside = OutsideLoop()  # SIGINT/SIGTERM outside the loop's SignalGuard: TrainingInterrupted at once, said below
     where = "before training started"  # where such a stop lands, for its line
@@ -169,20 +224,15 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False, quiet:
             D.shutdown(d, clean=False)
             raise
         D.shutdown(d)
-    except (ConfigError, StorageError, CheckpointError) as e:  # RunDirError is a ConfigError; StorageError: a lock that cannot be written
-        print(f"proxima resume: error: {printable(str(e))}", file=sys.stderr)
-        return 2
     except TrainingInterrupted as e:  # SIGINT/SIGTERM: the step finished and checkpointed (exit 128 + signum)
-        if e.checkpoint is None and e.what is None:  # OutsideLoop's: outside a step, nothing of the run was changed
-            last = (rundir.list_checkpoints(path) or [None])[-1]
-            # a stop before config.yaml was read: whether the resume needs --trust-run is not known; the caller's choice
-            trust = loop.needs_trust(cfg) if cfg is not None else trust_run
-            e = TrainingInterrupted(e.signum, last, f"{where}; the run is as its last checkpoint left it; "
-                                    + loop.stop_line(last, trust))
-        say_stopped(e)
-        return e.exit_code
-    except KeyboardInterrupt:
-        return 130
+        if e.checkpoint is not None or e.what is not None:  # the loop's own stop, saying where it landed
+            raise
+        # OutsideLoop's: outside a step, nothing of the run was changed
+        last = (rundir.list_checkpoints(path) or [None])[-1]
+        # a stop before config.yaml was read: whether the resume needs --trust-run is not known; the caller's choice
+        trust = loop.needs_trust(cfg) if cfg is not None else trust_run
+        raise TrainingInterrupted(e.signum, last, f"{where}; the run is as its last checkpoint left it; "
+                                  + loop.stop_line(last, trust)) from None
     finally:
         outside.__exit__()
         session.release()
@@ -206,8 +256,10 @@ def check_resume(path: Path, steps: Optional[int] = None, trust_run: bool = Fals
     if steps is not None:
         cfg.steps = steps
     if not trust_run:  # before anything is imported, loaded or written
-        refuse_recorded_rewards(reward_specs(cfg), path / "config.yaml",
-                                "pass --trust-run to `proxima resume`")
+        try:
+            refuse_recorded_rewards(reward_specs(cfg), path / "config.yaml", "pass --trust-run to `proxima resume`")
+        except ConfigError as e:  # the caller may be Python, not the command line: both ways to trust it
+            raise ConfigError(f"{e} (`{loop.python_call(path)}` in Python)") from None
     filtered = [f"{name}: {getattr(cfg, name)}" for name, off in (("top_k", 0), ("top_p", 1.0)) if getattr(cfg, name) != off]
     if filtered:  # recorded by a version that allowed it; validate() would name a flag nobody typed
         raise ConfigError(f"{path / 'config.yaml'}: records {', '.join(filtered)} (allowed by earlier versions), which "

@@ -26,6 +26,16 @@ PLAIN_TEMPLATE = "{% for m in messages %}{{ m['content'] }} {% endfor %}{% if ad
 NO_SYSTEM = "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
 
 
+def resume_refused(*args, **kwargs) -> str:
+    """resume()'s refusal of bad input (it raises), as the one line `proxima resume` prints for it."""
+    from proxima.checkpoint import CheckpointError
+    from proxima.diskspace import StorageError
+
+    with pytest.raises((ConfigError, StorageError, CheckpointError)) as e:
+        resume(*args, **kwargs)
+    return f"proxima resume: error: {e.value}"
+
+
 def args(assets, run_dir, *extra):
     return ["--policy", str(assets / "model"), "--prompts", str(assets / "prompts.txt"),
             "--reward", "proxima.rlhf.demo:keyword_sentiment", "--run-dir", str(run_dir), "--batch-size", "4",
@@ -213,15 +223,13 @@ def test_resume_refuses_a_prompts_file_that_changed_before_rewriting_anything(as
     original = prompts.read_text()
 
     prompts.write_text("the movie was\n")  # regenerated with fewer rows: the checkpoint's prompt order indexes 80
-    assert resume(run_dir, steps=4) == 2
-    err = capsys.readouterr().err.strip()
+    err = resume_refused(run_dir, steps=4)
     assert err == (f"proxima resume: error: --prompts {prompts}: 1 prompts, but checkpoint step_000002 was written "
                    "with 80 (the file changed); restore it or start a new run"), err
     assert untouched(run_dir) == before  # config.yaml still says steps: 2
 
     prompts.write_text(original.replace("the movie was", "the movie is"))  # as many rows, another prompt
-    assert resume(run_dir, steps=4) == 2
-    err = capsys.readouterr().err.strip()
+    err = resume_refused(run_dir, steps=4)
     assert f"--prompts {prompts}: its 80 prompts differ from those checkpoint step_000002 was written with" in err, err
     assert untouched(run_dir) == before
 
@@ -237,8 +245,7 @@ def test_a_checkpoint_without_the_prompts_record_resumes_and_is_checked_for_rang
         torch.save(state, file)
     original = prompts.read_text()
     prompts.write_text("the movie was\nthe film is\n")
-    assert resume(run_dir, steps=3) == 2
-    err = capsys.readouterr().err.strip()
+    err = resume_refused(run_dir, steps=3)
     assert f"--prompts {prompts}: 2 prompts, but checkpoint step_000002 draws prompt " in err, err
     assert "(the file changed); restore it or start a new run" in err
 

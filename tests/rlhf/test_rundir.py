@@ -17,6 +17,16 @@ from proxima.rlhf.trainer import RLHFTrainer
 import warm_python
 
 
+def resume_refused(*args, **kwargs) -> str:
+    """resume()'s refusal of bad input (it raises), as the one line `proxima resume` prints for it."""
+    from proxima.checkpoint import CheckpointError
+    from proxima.diskspace import StorageError
+
+    with pytest.raises((ConfigError, StorageError, CheckpointError)) as e:
+        resume(*args, **kwargs)
+    return f"proxima resume: error: {e.value}"
+
+
 def test_two_runs_with_the_same_default_name_get_two_directories(tiny_cfg, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(rundir, "default_run_dir", lambda seed, prefix="rlhf": rundir.Path("runs") / "same_second")
@@ -101,8 +111,7 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_one_before_resumes(tin
     assert a["step"] == b["step"] == 3 and all(torch.equal(a["policy"][k], b["policy"][k]) for k in a["policy"])
     for c in list_checkpoints(run_dir):  # none loads: one line naming the newest
         c.write_bytes(b"junk")
-    assert resume(run_dir, steps=4) == 2
-    assert "older checkpoint(s) loads either" in capsys.readouterr().err
+    assert "older checkpoint(s) loads either" in resume_refused(run_dir, steps=4)
 
 
 def test_a_live_run_directory_is_locked_against_a_resume(tiny_cfg, tmp_path, capsys):
@@ -115,8 +124,7 @@ def test_a_live_run_directory_is_locked_against_a_resume(tiny_cfg, tmp_path, cap
     for lock in held:
         lock.acquire()
     try:
-        assert resume(run_dir, steps=2) == 2
-        assert f"is in use by pid {os.getpid()}" in capsys.readouterr().err
+        assert f"is in use by pid {os.getpid()}" in resume_refused(run_dir, steps=2)
         with pytest.raises(ConfigError, match="in use by pid"):
             train_rlhf(tiny_cfg(steps=1, run_dir=str(fresh)))
     finally:
@@ -138,7 +146,7 @@ def test_a_module_function_reward_resolves_when_resuming_from_another_directory(
 
     sys.path[:] = [p for p in sys.path if p not in (str(work), "")]
     sys.modules.pop("local_reward_mod", None)
-    assert resume(run_dir, steps=2) == 2  # a run's recorded module:function is imported only when trusted
+    resume_refused(run_dir, steps=2)  # a run's recorded module:function is imported only when trusted
     assert resume(run_dir, steps=2, trust_run=True) == 0
     assert read_metrics(run_dir)["step"] == [1.0, 2.0]
 
@@ -181,8 +189,7 @@ def test_a_save_that_fails_midway_keeps_the_previous_policy_whole(tiny_cfg, tmp_
 
     monkeypatch.setattr(loop, "_fsync_tree", disk_full)  # every file of the new policy written, not yet renamed
     capsys.readouterr()
-    assert resume(run_dir, steps=2) == 2
-    err = one_line(capsys, "proxima resume: error: ")
+    err = resume_refused(run_dir, steps=2)
     assert err.startswith(f"proxima resume: error: {run_dir / 'policy'}: could not write (No space left on device; ")
     assert err.endswith(f"free there); free some space (or choose another folder) and try again; the previous policy/ "
                         f"is kept; `proxima resume {run_dir}` writes it from the last checkpoint; last good checkpoint: "
@@ -332,9 +339,7 @@ def test_a_resume_refuses_a_policy_folder_that_changed_since_the_checkpoint(chan
     else:  # as many tokens, other ids
         shutil.copytree(assets / "model", sft)
         word_tokenizer(reverse=True).save_pretrained(sft)
-    capsys.readouterr()
-    assert resume(run_dir, steps=3) == 2
-    err = one_line(capsys, "proxima resume: error: ")
+    err = resume_refused(run_dir, steps=3)
     if change == "another tokenizer":
         assert err == (f"proxima resume: error: --policy {sft}: its tokenizer's vocabulary differs from the one checkpoint "
                        f"step_000002 was written with; restore it or start a new run")
@@ -379,9 +384,7 @@ def test_a_resume_refuses_a_reward_model_folder_that_changed_since_the_checkpoin
         weights = load_file(str(changed / "model.safetensors"))
         weights["score.weight"] = weights["score.weight"] + 1e-3
         save_file(weights, str(changed / "model.safetensors"), metadata={"format": "pt"})
-    capsys.readouterr()
-    assert resume(run_dir, steps=3) == 2
-    err = one_line(capsys, "proxima resume: error: ")
+    err = resume_refused(run_dir, steps=3)
     if change == "another reward tokenizer":
         assert err == (f"proxima resume: error: --reward {changed}: its tokenizer's vocabulary differs from the one "
                        f"checkpoint step_000002 was written with; restore it or start a new run")

@@ -12,8 +12,19 @@ from proxima.cli import main as proxima_main
 from proxima.rlhf import resume, train_rlhf
 from proxima.rlhf.__main__ import main as rlhf_main
 from proxima.rlhf.rundir import list_checkpoints, plot_curves, read_metrics
+from proxima.rlhf.config import ConfigError
 
 EVIL = 'open({marker!r}, "w").write("ran")\n\ndef f(prompts, responses):\n    return [0.0] * len(prompts)\n'
+
+
+def resume_refused(*args, **kwargs) -> str:
+    """resume()'s refusal of bad input (it raises), as the one line `proxima resume` prints for it."""
+    from proxima.checkpoint import CheckpointError
+    from proxima.diskspace import StorageError
+
+    with pytest.raises((ConfigError, StorageError, CheckpointError)) as e:
+        resume(*args, **kwargs)
+    return f"proxima resume: error: {e.value}"
 
 
 def one_line_error(capsys, code, prefix: str) -> str:
@@ -62,8 +73,7 @@ def test_resume_refuses_a_recorded_reward_file_too(planted, capsys):
     config = yaml.safe_load((run / "config.yaml").read_text())
     config["reward"] = [f"{run / 'evilreward.py'}:f"]
     (run / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    assert resume(run, steps=2) == 2
-    err = capsys.readouterr().err
+    err = resume_refused(run, steps=2)
     assert f"would import and run the file {run / 'evilreward.py'}" in err and not marker.exists()
 
 
