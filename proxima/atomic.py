@@ -26,17 +26,27 @@ from typing import Iterator, Optional, Union
 
 PathLike = Union[str, os.PathLike]
 
-#: the longest part of the target's name kept in the temporary name (a file name is at most 255 bytes)
+#: the most bytes of the target's name kept in the temporary name: with "." and ".<12 hex>.tmp"
+#: (18 bytes) it stays within the 255 bytes a file name may have on most filesystems
 _NAME_PART = 200
+
+
+def _name_part(name: str) -> str:
+    """``name`` cut to at most _NAME_PART bytes as the filesystem encodes it, on a character
+    boundary: the limit is on bytes, and a character cut short would not decode."""
+    part = name[:_NAME_PART]  # each character is at least one byte
+    while len(os.fsencode(part)) > _NAME_PART:
+        part = part[:-1]
+    return part
 
 
 def new_temp_file(path: Path) -> tuple:
     """(fd, temp path): a new file next to ``path`` (``.NAME.<random>.tmp``), opened for writing,
     never an existing file or link (O_CREAT | O_EXCL | O_NOFOLLOW)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    hidden = "" if path.name.startswith(".") else "."
+    hidden, part = "" if path.name.startswith(".") else ".", _name_part(path.name)
     for _ in range(100):
-        tmp = path.with_name(f"{hidden}{path.name[:_NAME_PART]}.{secrets.token_hex(6)}.tmp")
+        tmp = path.with_name(f"{hidden}{part}.{secrets.token_hex(6)}.tmp")
         try:
             return os.open(tmp, flags, 0o666), tmp
         except FileExistsError:

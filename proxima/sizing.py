@@ -4,7 +4,8 @@
 The estimate counts what grows with the batch T x N: the rollout buffers (obs and final_obs,
 actions, log-probs, values, rewards, flags), the update's per-sample tensors (advantages, returns,
 bootstrap values, the permutation), the critic's activations in the bootstrap pass (ppo.next_values:
-at most one chunk of whole steps, ``bootstrap_bytes``) and the envs' own state
+one chunk of whole steps off the CPU, the last step on it; ``bootstrap_bytes`` counts only what the
+update's minibatch activations, which reuse that memory, do not already) and the envs' own state
 (torch-native: a few numbers per env; Gymnasium: a Python object per env, counted as 20 KB), and
 check_fits adds the evaluation's envs (one per --eval-episodes episode, built while the buffers
 are held). The observation is sized as the env's tensor is, read from one env that check_fits
@@ -17,6 +18,7 @@ are refused.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Optional
 
@@ -72,40 +74,48 @@ def obs_bytes(cfg: PPOConfig, layout) -> int:
     return 1 if layout is not None and layout.dtype == torch.uint8 and not cfg.norm_obs else 4
 
 
-def estimate_bytes(cfg: PPOConfig, obs_size: int, act_size: int, native: bool, layout=None) -> int:
-    """Lower bound of the memory a run needs (bytes): per-sample buffers x T x N + per-env state x N,
-    plus the bootstrap pass's critic activations counted as at most one chunk (``bootstrap_bytes``:
-    off the CPU ppo.next_values evaluates k whole steps at a time, k x N rows within one minibatch's
-    or a single step's, never all T x N at once).
+def estimate_bytes(cfg: PPOConfig, obs_size: int, act_size: int, native: bool, layout=None,
+                   device: Optional[torch.device] = None) -> int:
+    """Lower bound of the memory a run needs (bytes) beside network_bytes: per-sample buffers x T x N
+    + per-env state x N, plus what the bootstrap pass's critic activations on ``device`` take beyond
+    one minibatch's activations (``bootstrap_bytes``; None: as off the CPU).
     ``layout`` (the env's ObsLayout; None: float32 obs, an MLP): the obs buffers' element size, and
     the critic's activations (hidden layers, none for a single image; the CNN's feature maps)."""
     per_sample = (2 * obs_size * obs_bytes(cfg, layout)  # obs, final_obs (float32; uint8 pixels)
                   + act_size * 8              # actions (int64 or float32)
                   + 4 * 4 + 2                 # logprobs, values, rewards, raw_rewards; terminated, dones
                   + 3 * 4 + 8)                # advantages, returns, next values; the minibatch permutation
-    return (cfg.num_steps * cfg.num_envs * per_sample + bootstrap_bytes(cfg, layout)
+    return (cfg.num_steps * cfg.num_envs * per_sample + bootstrap_bytes(cfg, layout, device)
             + cfg.num_envs * env_bytes(obs_size, native))
 
 
-def bootstrap_rows(cfg: PPOConfig) -> int:
-    """Rows of one chunk of ppo.next_values' critic pass: ``ppo.bootstrap_steps`` whole steps of
-    num_envs rows, at most one minibatch's rows (at least one step's)."""
+def bootstrap_rows(cfg: PPOConfig, device: Optional[torch.device] = None) -> int:
+    """Rows of one critic call of ppo.next_values on ``device``. Off the CPU (and for None) it
+    evaluates every step, ``ppo.bootstrap_steps`` whole steps of num_envs rows a call: at most one
+    minibatch's rows, at least one step's. On the CPU it surely evaluates only the last step,
+    num_envs rows; the truncated steps come in such chunks too, but only where episodes were
+    truncated, which no config promises, so a lower bound leaves them out."""
     from .ppo import bootstrap_steps
 
+    if device is not None and torch.device(device).type == "cpu":
+        return cfg.num_envs
     return bootstrap_steps(cfg.num_steps, cfg.num_envs, minibatch_rows(cfg)) * cfg.num_envs
 
 
-def bootstrap_bytes(cfg: PPOConfig, layout=None) -> int:
-    """The bootstrap pass's critic activations, counted as at most one chunk (``bootstrap_rows``; off
-    the CPU every step is evaluated a chunk at a time, on the CPU the last step and the truncated
-    ones): its hidden layers over the chunk, on top of the rest as this estimate always counted
-    them, and the Nature CNN's input and feature maps only for the rows by which a chunk exceeds a
-    minibatch (num_minibatches > num_steps: one step of N rows). The pass ends before the update
-    starts, whose minibatch activations (network_terms) then reuse its memory, so those already
-    bound the CNN's part of a chunk no larger than a minibatch."""
-    rows = bootstrap_rows(cfg)
-    beyond = max(0, rows - minibatch_rows(cfg))
-    return (rows * sum(_mlp_hidden(cfg, layout)) + beyond * _cnn_activations(cfg, layout)) * 4
+def bootstrap_bytes(cfg: PPOConfig, layout=None, device: Optional[torch.device] = None) -> int:
+    """What the bootstrap pass's critic activations (``bootstrap_rows`` on ``device``, each its hidden
+    layers and the Nature CNN's input and feature maps) take beyond one minibatch's activations
+    (network_terms: both MLPs and the CNN over minibatch_rows). The pass ends before the update
+    starts, whose activations then reuse its memory: the run holds the larger of the two, never
+    their sum. Nonzero only when a call's rows exceed a minibatch's (num_minibatches > num_steps:
+    one step of N rows)."""
+    per_row = sum(_mlp_hidden(cfg, layout)) + _cnn_activations(cfg, layout)
+    return max(0, bootstrap_rows(cfg, device) * per_row - _minibatch_activations(cfg, layout) // 4) * 4
+
+
+def _minibatch_activations(cfg: PPOConfig, layout) -> int:
+    """network_terms's activations: one minibatch through both MLPs and the CNN (bytes)."""
+    return minibatch_rows(cfg) * (2 * sum(_mlp_hidden(cfg, layout)) + _cnn_activations(cfg, layout)) * 4
 
 
 def env_bytes(obs_size: int, native: bool) -> int:
@@ -224,7 +234,7 @@ def check_fits(cfg: PPOConfig, device: torch.device, probe=None, processes: int 
     obs_size, act_size, native = sizes
     layout = getattr(sizes, "layout", None)
     evals = eval_bytes(cfg, obs_size, native)  # held with the run's buffers: they add up
-    buffers = estimate_bytes(cfg, obs_size, act_size, native, layout) + evals
+    buffers = estimate_bytes(cfg, obs_size, act_size, native, layout, device) + evals
     nets = network_bytes(cfg, obs_size, act_size, layout)
     if buffers + nets <= free:
         ranks = processes if device.type == "cpu" else 1
@@ -240,10 +250,17 @@ def check_fits(cfg: PPOConfig, device: torch.device, probe=None, processes: int 
         weights, activations = network_terms(cfg, obs_size, act_size, layout)
         if activations > weights:  # one minibatch's rows through both MLPs
             lower = "--num-envs or --num-steps" if cfg.num_steps > 1 else "--num-envs"
-            raise ConfigError(f"one minibatch (--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps} / --num-minibatches "
-                              f"{cfg.num_minibatches} = {minibatch_rows(cfg):,} rows) needs ~{human_bytes(activations)} of "
-                              f"activations on {device} (~{human_bytes(buffers + nets)} in all), {human_bytes(free)} free; "
-                              f"raise --num-minibatches, or lower {lower}")
+            head = (f"one minibatch (--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps} / --num-minibatches "
+                    f"{cfg.num_minibatches} = {minibatch_rows(cfg):,} rows) needs ~{human_bytes(activations)} of "
+                    f"activations on {device} (~{human_bytes(buffers + nets)} in all), {human_bytes(free)} free; ")
+            # more minibatches shrink only the activations: name them only if they are enough
+            most = dataclasses.replace(cfg, num_minibatches=most_minibatches(cfg))
+            least = (estimate_bytes(most, obs_size, act_size, native, layout, device) + evals
+                     + network_bytes(most, obs_size, act_size, layout))
+            if least <= free:
+                raise ConfigError(f"{head}raise --num-minibatches, or lower {lower}")
+            raise ConfigError(f"{head}lower {_rows_flags(most, layout, device, least)}: even --num-minibatches "
+                              f"{most.num_minibatches} (the most the batch allows) needs ~{human_bytes(least)}")
         if 2 * cnn_weight_bytes(cfg, layout) > weights:  # the CNN's (the image size), not the MLPs' (--hidden-sizes)
             raise ConfigError(cnn_refusal(cfg, layout, device, weights, nets, free))
         raise ConfigError(f"--hidden-sizes {','.join(map(str, cfg.hidden_sizes))}: the actor and critic need ~{human_bytes(nets)} "
@@ -251,11 +268,42 @@ def check_fits(cfg: PPOConfig, device: torch.device, probe=None, processes: int 
     if evals >= buffers / 2:  # the evaluation's envs are what does not fit (--eval-episodes 10**11)
         raise ConfigError(f"--eval-episodes {cfg.eval_episodes:,}: the evaluation builds one env per episode, ~{human_bytes(evals)} "
                           f"on {device} (~{human_bytes(buffers + nets)} in all), {human_bytes(free)} free; lower --eval-episodes")
-    # the bootstrap pass's critic activations grow with the layer widths too
-    wide = bootstrap_rows(cfg) * sum(_mlp_hidden(cfg, layout)) * 4 >= buffers / 2
-    lower = "--num-envs, --num-steps or --hidden-sizes" if wide else "--num-envs or --num-steps"
     raise ConfigError(f"--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}: needs ~{human_bytes(buffers + nets)} on {device}, "
-                      f"{human_bytes(free)} free; lower {lower}")
+                      f"{human_bytes(free)} free; lower {_rows_flags(cfg, layout, device, buffers)}")
+
+
+def _rows_flags(cfg: PPOConfig, layout, device: torch.device, need: int) -> str:
+    """The flags to lower when the batch's rows are what does not fit (``need`` bytes): --num-envs,
+    --num-steps unless it is 1 already, and --hidden-sizes where the bootstrap pass's critic
+    activations, which grow with the layer widths too, are half of it or more."""
+    flags = ["--num-envs"] + (["--num-steps"] if cfg.num_steps > 1 else [])
+    if bootstrap_rows(cfg, device) * sum(_mlp_hidden(cfg, layout)) * 4 >= need / 2:
+        flags.append("--hidden-sizes")
+    return ", ".join(flags[:-1]) + " or " + flags[-1] if len(flags) > 1 else flags[0]
+
+
+def most_minibatches(cfg: PPOConfig) -> int:
+    """The largest --num-minibatches config.validate accepts for this batch: one that divides
+    num_envs x num_steps and, with --norm-adv, leaves minibatches of 2 rows or more (the smallest
+    prime factor of the batch, which is the smaller of its factors')."""
+    batch = cfg.num_envs * cfg.num_steps
+    if not cfg.norm_adv:
+        return max(batch, 1)
+    factors = [_smallest_factor(n) for n in (cfg.num_envs, cfg.num_steps) if n > 1]
+    return batch // min(factors) if factors else 1
+
+
+def _smallest_factor(n: int) -> int:
+    """The smallest prime factor of n > 1; trial division up to 10**6, above which n is taken as
+    prime (a count of that size surely does not fit anyway, whatever the minibatches)."""
+    if n % 2 == 0:
+        return 2
+    d = 3
+    while d * d <= n and d <= 10**6:
+        if n % d == 0:
+            return d
+        d += 2
+    return n
 
 
 def async_workers(cfg: PPOConfig, native: Optional[bool] = None) -> int:

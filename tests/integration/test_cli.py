@@ -176,7 +176,7 @@ BAD_TRAIN = {
     # one minibatch's activations)
     "a billion envs": (TRAIN + ["--num-envs", "1000000000", "--total-timesteps", str(10**12)],
                        ["(--num-envs 1000000000 x --num-steps 128 / --num-minibatches 4 = 32,000,000,000 rows) needs ~",
-                        " TB of activations on cpu (~", " free; raise --num-minibatches, or lower --num-envs"]),
+                        " TB of activations on cpu (~", " free; lower --num-envs or --num-steps: even --num-minibatches 64000000000 (the most the batch allows) needs ~"]),
     # 2 x 10^10 weights: their memory (with gradients and Adam's) is refused before torch tries to allocate it
     "huge network": (TRAIN + ["--hidden-sizes", "100000,100000", "--total-timesteps", "2048"],
                      ["--hidden-sizes 100000,100000: the actor and critic need ~", " GB on cpu", "lower --hidden-sizes"]),

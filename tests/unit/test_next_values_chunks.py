@@ -160,9 +160,10 @@ def test_sizing_counts_the_bootstrap_chunk_beyond_a_minibatch():
 
 def test_sizing_counts_an_mlp_critics_bootstrap_layers_over_one_chunk_not_the_batch():
     cfg = PPOConfig(num_envs=8, num_steps=128, num_minibatches=4)  # 64,64 hidden; chunk 32 steps x 8 = 256 rows
-    assert sizing.bootstrap_rows(cfg) == 256 and sizing.bootstrap_bytes(cfg) == 256 * 128 * 4
+    # the bootstrap's chunk reuses a minibatch's activations (256 rows each here): nothing beyond them
+    assert sizing.bootstrap_rows(cfg) == 256 and sizing.bootstrap_bytes(cfg) == 0
     whole = PPOConfig(num_envs=8, num_steps=128, num_minibatches=1)  # one minibatch: the whole batch, as before
-    assert sizing.bootstrap_bytes(whole) == 1024 * 128 * 4
+    assert sizing.bootstrap_bytes(whole) == 0
 
 
 def test_check_fits_refuses_an_image_run_whose_bootstrap_chunk_does_not_fit(monkeypatch):
