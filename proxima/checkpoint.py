@@ -242,9 +242,10 @@ def set_aside_newer(checkpoint: Union[str, Path], global_step: Optional[int] = N
     belong to the timeline being abandoned. They are moved into ``RUN/checkpoints/abandoned-<time>/`` (kept,
     never pruned or resumed by name again), with what the run logged after the step resumed from
     (logger.set_aside_logs: metrics.csv's rows after it, into that folder's metrics.csv, and the event files
-    holding events after it, whole), and a line on stderr; returns that folder, or None when none is
-    newer. ``global_step``: the step of the state loaded from it, which a name other than step_N.pt
-    (best.pt) does not say; without it such a file sets nothing aside."""
+    holding events after it, whole) and a best.pt written after that step (_newer_best), and a line on
+    stderr; returns that folder, or None when none is newer. ``global_step``: the step of the state
+    loaded from it, which a name other than step_N.pt (best.pt) does not say; without it such a file
+    sets nothing aside."""
     import sys
     from datetime import datetime
 
@@ -260,6 +261,7 @@ def set_aside_newer(checkpoint: Union[str, Path], global_step: Optional[int] = N
     if not newer:
         return None
     folder = check_own_folder(run_dir)
+    best, best_step = _newer_best(run_dir, step)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     dest, n = folder / f"abandoned-{stamp}", 2
     while os.path.lexists(dest):
@@ -268,12 +270,31 @@ def set_aside_newer(checkpoint: Union[str, Path], global_step: Optional[int] = N
     # the logs first: a failure (disk full) leaves the newer checkpoints in place, so a retry sets
     # aside what is left again instead of taking the rows after the checkpoint for a killed run's
     logs = set_aside_logs(run_dir, step, dest)
+    # best.pt before the step files: a kill between the two leaves newer ones, so a retry still sets it aside
+    if best is not None:
+        os.replace(best, dest / best.name)
     for p in newer:
         os.replace(p, dest / p.name)
+    best_too = f" and best.pt (its step {best_step:,}; the resumed run's best starts from {checkpoint.name}'s)" if best else ""
     print(f"proxima: note: resuming from {checkpoint.name}, older than the run's newest checkpoint: moved the {len(newer)} "
-          f"newer one(s) ({newer[0].name}{'..' + newer[-1].name if len(newer) > 1 else ''}) to {dest}{', with ' + logs if logs else ''} "
+          f"newer one(s) ({newer[0].name}{'..' + newer[-1].name if len(newer) > 1 else ''}){best_too} to {dest}"
+          f"{', with ' + logs if logs else ''} "
           f"(the run continues from {checkpoint.name}{'; its own logs now end there' if logs else ''})", file=sys.stderr)
     return dest
+
+
+def _newer_best(run_dir: Path, step: int) -> tuple:
+    """(RUN/checkpoints/best.pt, its step) when it was written after ``step`` (on the timeline a resume
+    from ``step`` abandons: its policy and value are not the resumed run's, whose best_eval then comes
+    from its checkpoint alone), else (None, None). A best.pt that does not load, or a link, stays."""
+    path = best_checkpoint_path(run_dir)
+    if not path.is_file() or path.is_symlink():
+        return None, None
+    try:
+        best_step = load_checkpoint(path).get("global_step")
+    except CheckpointError:
+        return None, None
+    return (path, best_step) if _is_int(best_step) and best_step > step else (None, None)
 
 
 # ------------------------------------------------------------------------------------ RNG
@@ -667,12 +688,58 @@ def load_resumable(path: Union[str, Path], allow_population: bool = False) -> di
     (population_run.resume_population)."""
     path = Path(path)
     if not path.is_dir():
-        return _refuse_population(load_checkpoint(path), allow_population)
+        try:
+            state = load_checkpoint(path)
+        except LinkOutOfRunError:
+            raise
+        except CheckpointError as e:  # named, it has no fallback: say where the run's sound state is
+            raise CheckpointError(f"{e}{named_file_advice(path)}") from None
+        return _refuse_population(state, allow_population)
     ckpts = list_checkpoints(path)
     if not ckpts:
         raise no_checkpoint_error(path)
-    _, state = newest_that_loads(ckpts, load_sound, CheckpointError)
+    _, state = newest_that_loads(ckpts, load_sound, CheckpointError, none_loads=f"; {start_over(path)}")
     return _refuse_population(state, allow_population)
+
+
+def named_file_advice(path: Union[str, Path]) -> str:
+    """What to do when the checkpoint file ``path``, named by the user, does not load: for a file in a
+    run's checkpoints/ folder, that resuming the run directory continues from its newest sound checkpoint
+    (named; the run directory's resume sets the damaged ones aside), or that none of the run's loads
+    (start_over); "" for a loose file. Only reads: nothing is renamed."""
+    path = Path(path)
+    if path.absolute().parent.name != "checkpoints":
+        return ""
+    run = path.parent.parent if path.parent.name == "checkpoints" else run_dir_of(path)  # as named, where it can be
+    for other in reversed(list_checkpoints(run)):
+        if other.name == path.name:
+            continue
+        try:
+            state = load_sound(other)
+        except CheckpointError:
+            continue
+        if state.get("population_member"):
+            return ""  # a member resumes with its population, which names its own checkpoint
+        return (f"; resuming the run directory instead (proxima resume {shlex.quote(str(run))}) continues from its newest "
+                f"sound checkpoint, {other}")
+    return f"; no other checkpoint of {run} loads either: {start_over(run)}"
+
+
+def start_over(run: Union[str, Path]) -> str:
+    """The next step when none of the run's checkpoints loads: a copy of them, or the run trained again
+    in its own directory (the old one moved aside)."""
+    from .population_run import POPULATION_FILE
+
+    run = Path(run)
+    folder = run / "checkpoints"
+    if (run / POPULATION_FILE).is_file():
+        again = f"train the population again: its command ({run / POPULATION_FILE}) with --overwrite"
+    elif (run / "config.yaml").is_file():
+        again = (f"start over with proxima train --config {shlex.quote(str(run / 'config.yaml'))} --run-dir "
+                 f"{shlex.quote(str(run))} --overwrite (the old run is moved aside)")
+    else:
+        again = f"start over with proxima train ENV_ID --run-dir {shlex.quote(str(run))} --overwrite (the old run is moved aside)"
+    return f"restore a copy of {folder} if you have one, or {again}"
 
 
 def load_sound(path: Union[str, Path]) -> dict:
@@ -690,11 +757,12 @@ def load_sound(path: Union[str, Path]) -> dict:
     return state
 
 
-def newest_that_loads(files: list, load, error: type = None, set_aside: bool = True) -> tuple:
+def newest_that_loads(files: list, load, error: type = None, set_aside: bool = True, none_loads: str = "") -> tuple:
     """(file, state) of the newest of ``files`` (oldest first) that ``load(file)`` reads without raising
     ``error``. Each newer one that does not (cut short by a full disk, damaged) gets a line on stderr
-    and, with ``set_aside``, is renamed ``*.corrupt`` so that no later prune or resume picks it; when
-    none loads, ``error`` naming the newest (and nothing is renamed). Shared by PPO and RLHF resumes."""
+    and, with ``set_aside``, is renamed ``*.corrupt`` so that no later prune or resume picks it (else
+    left as it is: a dry run); when none loads, ``error`` naming the newest, ending in ``none_loads``
+    (what to do then), and nothing is renamed. Shared by PPO and RLHF resumes."""
     import sys
 
     error = error or CheckpointError
@@ -710,19 +778,19 @@ def newest_that_loads(files: list, load, error: type = None, set_aside: bool = T
             unusable.append((candidate, str(e).removeprefix(f"{candidate}: ")))
             continue
         for bad, why in unusable:
-            kept = bad.name
+            kept = "left as it is"
             if set_aside:
                 aside = _free_name(bad.with_name(bad.name + ".corrupt"))
                 os.replace(bad, aside)
-                kept = aside.name
+                kept = f"kept as {aside.name}"
             print(f"proxima: note: {bad} is unusable ({why}); resuming from {candidate} instead "
-                  f"(the bad file is kept as {kept})", file=sys.stderr)
+                  f"(the bad file is {kept})", file=sys.stderr)
         return candidate, state
     if not unusable:
         raise error(f"{files[-1].parent}: its checkpoints were removed while being read; try again")
     newest, why = unusable[0]
     older = f"; none of the {len(files) - 1} older checkpoint(s) loads either" if len(files) > 1 else ""
-    raise error(f"{newest}: {why}{older}")
+    raise error(f"{newest}: {why}{older}{none_loads}")
 
 
 def _free_name(path: Path) -> Path:

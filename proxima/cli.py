@@ -13,6 +13,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Optional
@@ -203,21 +204,38 @@ def resume_overrides(args: argparse.Namespace, cfg) -> tuple[dict, dict]:
     return overrides, {name: where for name, where in sources.items() if name not in typed}
 
 
-def _name_resume_source(e: Exception, sources: dict) -> Exception:
+def _name_resume_source(e: Exception, sources: dict, run: Optional[str] = None) -> Exception:
     """A resume's refusal names a field as its flag (``--lr 0.01: cannot change when resuming``); when
     the value came from --config FILE or --preset NAME (``sources``), not typed, the line names that
     instead (``--config ext.yaml: lr 0.01: ...``): the user never typed the flag. A line about
     several fields (ConfigError.fields: one batch larger than --total-timesteps) is prefixed with
-    the source and those of its fields that came from it."""
+    the source and those of its fields that came from it. A preset's value that is not the run's
+    (the preset changed since the run trained with it) ends in the command that continues the run
+    with its own config (``run``: what the resume names, proxima resume's argument)."""
     message = str(e)
     for name, where in sources.items():
         flag = f"--{name.replace('_', '-')} "
         if isinstance(e, ConfigError) and message.startswith(flag):
+            if where.startswith("--preset ") and "cannot change when resuming" in message and run is not None:
+                message = message.split("; safe to change on resume: ")[0]
+                return ConfigError(f"{where}: {name} {message[len(flag):]}; the preset's value differs from the run's (the "
+                                   f"preset changed since the run trained, or the run set {name} itself): `proxima resume "
+                                   f"{shlex.quote(run)}` continues the run with its own config")
             return ConfigError(f"{where}: {name} {message[len(flag):]}")
     named = [name for name in getattr(e, "fields", ()) if name in sources]
     if named:
         return ConfigError(f"{sources[named[0]]}: {', '.join(named)}: {message}")
     return e
+
+
+def _resume_target(args, cfg) -> Optional[str]:
+    """What ``proxima resume`` takes to continue the run a ``train --resume`` names: the path given, or
+    for --resume auto the --run-dir; None when the command resumes nothing."""
+    resume = getattr(args, "resume", None)
+    if resume != "auto":
+        return resume
+    run_dir = getattr(args, "run_dir", None) or (cfg.run_dir if cfg is not None else None)
+    return str(run_dir) if run_dir is not None else None
 
 
 def cmd_train(args) -> int:
@@ -242,7 +260,7 @@ def cmd_train(args) -> int:
                 from .launch import check_nproc
 
                 check_nproc(args.nproc)  # as the launcher refuses it
-                return _dry_run_train(args, cfg, overrides, args.nproc)
+                return _dry_run_train(args, cfg, overrides, args.nproc, sources)
             return launch_torchrun(args.nproc, sys.argv[1:])
         cfg = config_from_args(args, prog)
         _check_combination(args, cfg, prog)
@@ -252,11 +270,11 @@ def cmd_train(args) -> int:
 
             return cmd_train_population(args, cfg)  # TrainingInterrupted: handled below, as for one run
         if args.dry_run:
-            return _dry_run_train(args, cfg, overrides)
+            return _dry_run_train(args, cfg, overrides, sources=sources)
         if args.resume is None:  # a resumed run's config is the checkpoint's (checked by train)
             _validate_new(cfg)
         run_dir, _ = train(cfg, resume=args.resume, argv=recorded_argv(), quiet=args.quiet, overwrite=args.overwrite,
-                           env_id=args.env_id, trust_run=args.trust_run, overrides=overrides)
+                           env_id=args.env_id, trust_run=args.trust_run, overrides=overrides, sources=sources)
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the job
             print(f"run directory: {run_dir}")
         return 0
@@ -268,7 +286,7 @@ def cmd_train(args) -> int:
     except _user_errors() as e:
         if cfg is not None and args.resume is None:  # preflight's and train's own checks (the device, memory, the env)
             e = _name_config_file(e, cfg, exclude=_member_fields(args))
-        return fail(prog, str(_name_resume_source(e, sources)))
+        return fail(prog, str(_name_resume_source(e, sources, _resume_target(args, cfg))))
 
 
 def _check_combination(args, cfg, prog: str) -> None:
@@ -277,8 +295,10 @@ def _check_combination(args, cfg, prog: str) -> None:
     if args.overwrite and _resumes_a_run(args, {"run_dir": cfg.run_dir}):
         raise ConfigError(f"--overwrite with --resume {args.resume}: the resume continues the run in place and moves "
                           "nothing aside; drop --overwrite, or drop --resume to start a new run there")
-    # only a value validate() accepts: a bad one gets validate's error line alone, not a note before it
+    # only a value validate() accepts: a bad one gets validate's error line alone, not a note before it. A
+    # resume notes it itself, by the run's own backend (run_setup.apply_resume_overrides)
     if ("vector" in vars(args) and not args.quiet and os.environ.get("RANK", "0") == "0"
+            and not _resumes_a_run(args, {"run_dir": cfg.run_dir})
             and cfg.vector in FIELDS["vector"].metadata.get("choices", ())):
         from .envs import auto_backend
 
@@ -299,7 +319,7 @@ def _validate_new(cfg, world_size: int = 1) -> None:
         raise _name_config_file(e, cfg) from None
 
 
-def _dry_run_train(args, cfg, overrides: dict, world_size: int = 1) -> int:
+def _dry_run_train(args, cfg, overrides: dict, world_size: int = 1, sources: Optional[dict] = None) -> int:
     """``train --dry-run``: a new run's config; with --resume, the config the resume would continue
     with, read from the checkpoint without locking or writing anything (run_setup.dry_run_resume),
     the overrides checked as the resume checks them. ``--resume auto`` without a checkpoint in
@@ -308,7 +328,7 @@ def _dry_run_train(args, cfg, overrides: dict, world_size: int = 1) -> int:
     from .run_setup import dry_run_resume
 
     if args.resume is not None:  # a checkpoint of another process count: refused as the resume refuses it
-        resumed = dry_run_resume(cfg, args.resume, args.env_id, args.trust_run, overrides, world_size)
+        resumed = dry_run_resume(cfg, args.resume, args.env_id, args.trust_run, overrides, world_size, sources, args.quiet)
         if resumed is not None:
             cfg, world_size = resumed
             validate(cfg, world_size, resume=True)  # as train validates a resumed config
@@ -539,8 +559,7 @@ def cmd_eval(args) -> int:
 
 
 def _cmd_eval(args) -> int:
-    from .checkpoint import load_policy
-    from .evaluate import evaluate, format_result
+    from .evaluate import evaluate, format_result, load_run_policy
 
     prog = "proxima eval"
     if args.episodes < 1:
@@ -575,8 +594,9 @@ def _cmd_eval(args) -> int:
                 raise CheckpointError(f"{args.path}: no checkpoints/best.pt (written when training with --eval-every N)")
         from .checkpoint import check_registered
 
-        policy = load_policy(path, device=resolve_device(args.device),  # one-line error for a bad --device
-                             env_id=args.env, trust_env=args.trust_run, env_kwargs=env_kwargs)
+        # a run directory whose newest checkpoint is damaged: refused, naming its newest sound one
+        policy = load_run_policy(path, device=resolve_device(args.device),  # one-line error for a bad --device
+                                 env_id=args.env, trust_env=args.trust_run, env_kwargs=env_kwargs)
         check_registered(policy)
         # seed None: evaluate's default, the run's seed + 1,000,000 (the end-of-training eval's)
         result = evaluate(policy, episodes=args.episodes, deterministic=not args.stochastic, seed=args.seed,

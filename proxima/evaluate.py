@@ -28,6 +28,37 @@ class EvaluationStopped(Exception):
     (a mean over part of the episodes would be a number for an evaluation that never happened)."""
 
 
+def load_run_policy(path, **kwargs):
+    """checkpoint.load_policy(``path``, **kwargs) for ``proxima eval``. A run directory whose newest
+    checkpoint does not load (cut short, damaged) is refused as before, never evaluated from another
+    step in its place (``--json`` carries no step: an older checkpoint's numbers would pass for the
+    run's), but the line names the newest one that does load, to evaluate by name, or, when none does,
+    what to do then (checkpoint.start_over). Only reads: nothing is renamed (a resume sets the damaged
+    one aside)."""
+    import shlex
+
+    from .checkpoint import CheckpointError, LinkOutOfRunError, list_checkpoints, load_policy, start_over
+
+    try:
+        return load_policy(path, **kwargs)
+    except LinkOutOfRunError:
+        raise
+    except CheckpointError as e:
+        files = list_checkpoints(path) if Path(path).is_dir() else []
+        if not files or not str(e).startswith(f"{files[-1]}: "):  # a file named, none at all, or none stayed to be read
+            raise
+        for older in reversed(files[:-1]):
+            try:
+                load_policy(older, **kwargs)
+            except CheckpointError:
+                continue
+            raise CheckpointError(f"{e}; the run's newest sound checkpoint is {older}: evaluate it with proxima eval "
+                                  f"{shlex.quote(str(older))} (proxima resume {shlex.quote(str(path))} continues from it "
+                                  "and sets the damaged one aside)") from None
+        others = f"; none of the {len(files) - 1} older checkpoint(s) loads either" if len(files) > 1 else ""
+        raise CheckpointError(f"{e}{others}; {start_over(path)}") from None
+
+
 def default_seed(policy) -> int:
     """The env seed ``proxima eval`` uses by default: the run's seed + 1,000,000 (envs the run never
     trained on, and the numbers of its end-of-training eval.json)."""

@@ -88,9 +88,11 @@ def checkpoint_in_run(checkpoint) -> Path:
 
 
 def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id: Optional[str] = None,
-                    trust_run: bool = False, overrides: Optional[dict] = None):
+                    trust_run: bool = False, overrides: Optional[dict] = None, sources: Optional[dict] = None,
+                    quiet: bool = False):
     """(state, config, run_dir, resumed, restart_note): the checkpoint to continue from, if any (rank 0
-    runs this; a resumed run directory is locked in ``session`` before its checkpoint is read)."""
+    runs this; a resumed run directory is locked in ``session`` before its checkpoint is read).
+    ``sources``, ``quiet``: apply_resume_overrides's."""
     from .envs.gym_adapter import treat_as_data
     from .rundir import unique_default
 
@@ -119,7 +121,7 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
         recorded = read_run_config(target_dir)
         check_same_run(state, target_dir, recorded[0])
     config = resumed_config(state, env_id, trust_run, overrides, "resume" if config is None else "train --resume",
-                            notes=not loose)
+                            notes=not loose, sources=sources, quiet=quiet)
     if loose:
         refuse_loose_finished(resume, config, state, target_dir)
     run_dir = target_dir  # the directory locked and checked is the one written
@@ -244,6 +246,31 @@ def note_config_edits(config: PPOConfig, run_dir, recorded: tuple, overrides: Op
           file=sys.stderr)
 
 
+def _shown(value) -> str:
+    """A config value in a note: as a flag takes it (none, true, 0.005, 64,64)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _run_backend(cfg: PPOConfig, state: dict) -> str:
+    """The env backend the run trains on: the checkpoint's record, else what its config resolves to."""
+    recorded = state.get("env_backend")
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    from .envs import auto_backend
+
+    return auto_backend(cfg.env_id, cfg.env_kwargs) if cfg.backend == "auto" else cfg.backend
+
+
+def _ignores_vector(cfg: PPOConfig, state: dict) -> bool:
+    return _run_backend(cfg, state) in ("native", "envpool")
+
+
 def _flag_value(value) -> str:
     """``value`` as a flag's argument in a suggested command: shell-quoted, and with any character a
     terminal would act on written as its escape (``\\x1b``): the value is config.yaml's, not the user's."""
@@ -326,7 +353,7 @@ def loose_run_dir(resume, config: Optional[PPOConfig], run_dir=None, overrides: 
 
 
 def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: bool, overrides: dict,
-                   processes: int = 1) -> Optional[tuple]:
+                   processes: int = 1, sources: Optional[dict] = None, quiet: bool = False) -> Optional[tuple]:
     """(config, processes) a resume of ``resume`` would train with, found as resolve_start finds them
     but read-only (``train --resume ... --dry-run``): no lock taken, no file written, renamed or set
     aside; the same errors for a missing path, a damaged checkpoint, a refused flag or a checkpoint
@@ -346,11 +373,12 @@ def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: 
         target_dir = loose_run_dir(resume, config, overrides=overrides)
     if Path(resume).is_dir():  # its newest checkpoint that loads; a damaged newer one is named, not renamed
         files = ckpt.list_checkpoints(resume)
-        src, _ = ckpt.newest_that_loads(files, ckpt.load_sound, ckpt.CheckpointError, set_aside=False)
+        src, _ = ckpt.newest_that_loads(files, ckpt.load_sound, ckpt.CheckpointError, set_aside=False,
+                                        none_loads=f"; {ckpt.start_over(resume)}")
     state = ckpt.load_resumable(src)  # a file: loaded as the resume loads it (a population's refused), nothing written
     if not loose:
         check_same_run(state, target_dir, read_run_config(target_dir)[0])
-    cfg = resumed_config(state, env_id, trust_run, overrides, "train --resume", notes=not loose)
+    cfg = resumed_config(state, env_id, trust_run, overrides, "train --resume", notes=not loose, sources=sources, quiet=quiet)
     if loose:
         refuse_loose_finished(resume, cfg, state, target_dir)
         check_new_run_dir(target_dir, command="resume")  # the directory resolve_start claims as a new run's
@@ -388,12 +416,13 @@ def check_processes(state: dict, processes: int, launcher: Optional[bool] = None
 
 
 def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, overrides: Optional[dict], command: str,
-                   notes: bool = True) -> PPOConfig:
+                   notes: bool = True, sources: Optional[dict] = None, quiet: bool = False) -> PPOConfig:
     """The config a resume of the loaded checkpoint ``state`` trains with: the recorded one, its
     counters checked, the env id given (if any) the run's, a recorded module env refused unless
     named or trusted, and ``overrides`` applied (apply_resume_overrides). Shared by the resume and
     by ``train --resume ... --dry-run``, so a dry run refuses what the resume would. ``notes``:
-    apply_resume_overrides's notes on a run that trains nothing (a loose checkpoint's refusal says it instead)."""
+    apply_resume_overrides's notes on a run that trains nothing (a loose checkpoint's refusal says it instead);
+    ``sources``, ``quiet``: apply_resume_overrides's."""
     from .distributed import check_rank_pieces
     from .train_state import check_counters, counters_checked
 
@@ -402,7 +431,7 @@ def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, override
     if not counters_checked(state, batch_size(recorded)):  # a run directory's: load_sound checked them
         check_counters(state, batch_size(recorded))  # before any of them is used (apply_resume_overrides)
     check_resumed_env(recorded, state, env_id, trust_run, command)
-    config = apply_resume_overrides(recorded, overrides or {}, state, notes=notes)
+    config = apply_resume_overrides(recorded, overrides or {}, state, notes=notes, sources=sources, quiet=quiet)
     if env_id is not None and env_id != recorded.env_id and resume_trains(config, state):
         # the module form the user named: every process that builds the env (torchrun's ranks too)
         # imports the module, and the checkpoints from here on name it. A resume that trains nothing
@@ -549,18 +578,25 @@ def check_new_run_dir(run_dir, overwrite: bool = False, restart: bool = False, c
         check_movable(run_dir)  # the claim moves it aside (claim_fresh): refused there before the rename
 
 
-def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_safe: tuple = (), notes: bool = True) -> PPOConfig:
+def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_safe: tuple = (), notes: bool = True,
+                           sources: Optional[dict] = None, quiet: bool = False) -> PPOConfig:
     """``cfg`` with the flags given to a resume: RESUME_SAFE fields applied, any other refused unless
     it equals the checkpoint's value. ``not_safe``: RESUME_SAFE fields this kind of run refuses
     itself (a population's unsupported switches), left out of the list of flags safe to change.
     A --run-dir other than the run's own directory is refused: a run continues where it is.
-    ``notes``: say on stderr when the run trains nothing (complete, or stopped by --stop-return)."""
+    ``notes``: say on stderr when the run trains nothing (complete, or stopped by --stop-return).
+    ``sources``: {field: '--preset NAME' or '--config FILE'} for the values the user did not type;
+    when one of those changes a field, one note lists every change and where it came from
+    (a preset's total_timesteps would otherwise extend a finished run without a word). --vector,
+    which only the gymnasium backend reads, is not checked on a run of another backend: noted
+    (unless ``quiet``), as train notes it for a new run."""
     import dataclasses
 
-    from .config import RESUME_SAFE
+    from .config import RESUME_SAFE, same_value
 
     cfg = dataclasses.replace(cfg)
     recorded_total = cfg.total_timesteps
+    changes, sources = [], sources or {}
     for name, value in overrides.items():
         flag = "--" + name.replace("_", "-")
         if name == "run_dir":
@@ -568,13 +604,23 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_saf
             continue  # it named the run itself (train --resume auto --run-dir RUN)
         if name == "encoder" and value == "auto":
             continue  # the run recorded what auto chose (config.yaml); a re-run of the same command keeps it
+        if name == "vector" and _ignores_vector(cfg, state):
+            if not quiet and name not in sources:
+                print(f"proxima: note: --vector {value}: applies to the gymnasium backend only; the run's backend "
+                      f"({_run_backend(cfg, state)}) ignores it", file=sys.stderr)
+            continue
         if name not in RESUME_SAFE:
             if value != getattr(cfg, name):
                 safe = ", ".join("--" + n.replace("_", "-") for n in RESUME_SAFE if n != "run_dir" and n not in not_safe)
                 raise ConfigError(f"{flag} {value!r}: cannot change when resuming (the run was trained with "
                                   f"{getattr(cfg, name)!r}); safe to change on resume: {safe}")
             continue
+        if not same_value(value, getattr(cfg, name)):
+            said = f"{name} {_shown(getattr(cfg, name))} -> {_shown(value)} ({sources.get(name, flag)})"
+            changes.append((said, name in sources))
         setattr(cfg, name, value)
+    if any(untyped for _, untyped in changes):  # the typed flags alone say what they change
+        print(f"proxima: note: {state['path']}: the resume changes {', '.join(text for text, _ in changes)}", file=sys.stderr)
     if cfg.cudagraphs and "cudagraphs" not in overrides and str(cfg.device).startswith("cpu"):
         # the recorded switch, not one the user typed: say how to resume a graphed run on the CPU
         raise ConfigError(f"--device {cfg.device}: the run was trained with --cudagraphs, which needs a CUDA device; "

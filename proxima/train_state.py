@@ -130,8 +130,9 @@ def best_eval(state: dict) -> Optional[float]:
 
 
 def capture(t: "Trainer") -> dict:
-    """The whole TrainState: everything needed to continue as if never stopped."""
-    return {
+    """The whole TrainState: everything needed to continue as if never stopped; with ``eval_pending``
+    when a stop left an --eval-every evaluation due (trainer.Trainer.run: the resume runs it first)."""
+    state = {
         "format": ckpt.FORMAT, "schema_version": ckpt.SCHEMA_VERSION, "versions": versions(),
         "config": t.cfg.to_dict(), "iteration": t.iteration, "global_step": t.global_step,
         "elapsed": t.elapsed, "world_size": t.dist.world_size,
@@ -151,6 +152,10 @@ def capture(t: "Trainer") -> dict:
         # --stop-return's window (trainer.ReturnTarget): [[return sum, episodes], ...] of recent iterations
         "return_window": [[float(r), int(c)] for r, c in t.return_window],
     }
+    pending = getattr(t, "eval_pending", None)
+    if pending is not None:  # only then: every other checkpoint stays as earlier versions wrote it
+        state["eval_pending"] = pending
+    return state
 
 
 def _int_count(x) -> bool:

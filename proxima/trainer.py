@@ -170,15 +170,19 @@ class Trainer:
             self.obs_norm.count_reset(self.next_obs)
         # the iteration's three parts, eager or replayed as CUDA graphs (graphs.py)
         self.parts, self._rollout, self._advantages, self._update = graphs.build_parts(self)
+        self.eval_pending: Optional[dict] = None  # run(): an --eval-every evaluation a stop left due (_pending_eval)
         if resume_state is not None:
             train_state.restore(self, resume_state)
+            self.eval_pending = _pending_eval(resume_state)
             # a Gymnasium env's error names its env step: count on from where the run was, not from 0
             continue_steps = getattr(self.env, "continue_step_count", None)
             if continue_steps is not None:
                 continue_steps(self.global_step // (cfg.num_envs * self.dist.world_size))
         # rank 0's (time-stamped) default, the same path on every rank
         self.run_dir = Path(self.dist.from_main(lambda: Path(run_dir) if run_dir is not None else Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)))
-        if resume_state is not None and self.dist.is_main:  # best.pt is replaced only by a better policy
+        # best.pt is replaced only by a better policy, also after a crash left it newer than the checkpoint; a
+        # resume from an explicitly older one has set such a best.pt aside (checkpoint.set_aside_newer)
+        if resume_state is not None and self.dist.is_main:
             on_disk = train_state.best_on_disk(self.run_dir)
             if on_disk is not None and (self.best_eval is None or on_disk > self.best_eval):
                 self.best_eval = on_disk
@@ -206,7 +210,10 @@ class Trainer:
         return train_state.capture(self)
 
     def save(self) -> Optional[Path]:
-        """Write a checkpoint (train_state.save; under torchrun every rank calls it at the same iteration)."""
+        """Write a checkpoint (train_state.save; under torchrun every rank calls it at the same iteration).
+        The checkpoint of a stop that abandoned a due --eval-every evaluation also records it as
+        ``eval_pending`` ({global_step, row}: the iteration's metrics row without its eval values), so
+        the resume runs it first (run) and logs that row whole."""
         return train_state.save(self)
 
     # --- one iteration ---------------------------------------------------------------------------
@@ -256,8 +263,11 @@ class Trainer:
     def run(self, resumed: bool = False, stop_after: Optional[int] = None) -> Path:
         """Train until ``num_iterations``; checkpoint every ``checkpoint_every`` iterations and at the end.
 
-        SIGINT/SIGTERM: finish the iteration (abandoning an --eval-every evaluation under way: no eval
-        value logged, best.pt untouched), checkpoint, raise TrainingInterrupted (exit 128+signum).
+        SIGINT/SIGTERM: finish the iteration, checkpoint, raise TrainingInterrupted (exit 128+signum). An
+        --eval-every evaluation due in that iteration is not run (or abandoned, under way): its row is
+        logged without eval values, best.pt is untouched, and the checkpoint records the evaluation as
+        pending; a resume runs it first (_run_pending_eval), so metrics.csv, TensorBoard, best.pt and
+        best_eval end as an uninterrupted run's.
         NaN/inf from an env (an --eval-every evaluation's too), in the loss or in the gradients, or in
         the weights after the update: NonFiniteError naming the last good checkpoint (nothing is
         written for the bad iteration); an exception from the env's code:
@@ -277,13 +287,16 @@ class Trainer:
         from .logger import logged_past
 
         trains = self.trains()
+        pending = self.eval_pending if resumed else None
         if resumed and self.dist.is_main:  # a log the resume's logger would refuse: refused before anything is rewritten
             from .logger import check_logs_readable
 
             check_logs_readable(self.run_dir)
         train_state.open_run_dir(self, resumed, trains)
-        if self.dist.is_main and (not resumed or trains or logged_past(self.run_dir / "metrics.csv", self.global_step)):
-            self.logger = _make_logger(self, resumed)
+        if self.dist.is_main and (not resumed or trains or pending is not None
+                                  or logged_past(self.run_dir / "metrics.csv", self.global_step)):
+            # a pending evaluation's row is logged again whole: the logger drops the one the stop logged
+            self.logger = _make_logger(self, resumed, relog=pending is not None)
         try:
             # under torchrun a rank gets one stop twice (directly and from torchrun): signals.SignalGuard
             with SignalGuard(lambda: last_ckpt, REPEAT_WINDOW if self.dist.enabled else 0.0) as stop:
@@ -293,6 +306,8 @@ class Trainer:
                     self._env_guard().check_reset(self.next_obs, self.global_step)  # --debug-checks: against the space too
                 except (NonFiniteError, DebugCheckError) as e:
                     raise type(e)(f"{e}; {self._last_good(last_ckpt)}") from None
+                if pending is not None:
+                    last_ckpt = self._run_pending_eval(pending, stop, last_ckpt)
                 while self.iteration < self.num_iterations and self.stopped_at_return is None:
                     t_iter = time.perf_counter()
                     self.dist.check_test_failure(self.iteration)  # test hook, off unless PROXIMA_TEST_FAIL_RANK is set
@@ -324,10 +339,13 @@ class Trainer:
                     self.stopped_at_return = target.add(float(metrics["ep_return_sum"]), int(metrics["ep_count"]))
                     if self._eval_due():  # every rank: rank 0 evaluates, all write best.pt (their pieces)
                         try:
-                            row.update(self._evaluate_now(stop))
+                            evaluated = self._evaluate_now(stop)
                         except (NonFiniteError, EnvError) as e:  # before this iteration's row, best.pt or checkpoint
                             raise type(e)(f"{e}; in the --eval-every evaluation at global step {self.global_step}; "
                                           f"{self._last_good(last_ckpt)}") from None
+                        if not evaluated:  # abandoned for a stop: the stop's checkpoint (below) records it as due
+                            self.eval_pending = {"global_step": self.global_step, "row": dict(row)}
+                        row.update(evaluated)
                     if self.logger is not None:
                         self.logger.log(self.iteration, self.global_step, row)
                     if resumed and self.dist.is_main and not getattr(self, "_stale_eval_gone", False):
@@ -355,6 +373,36 @@ class Trainer:
 
         self._stale_eval_gone = True
         remove_stale_eval(self.run_dir)
+
+    def _run_pending_eval(self, pending: dict, stop, last_ckpt):
+        """A resume from the checkpoint of a stop that left an --eval-every evaluation due (Trainer.save's
+        ``eval_pending``): run it now, on the state it was due on (the checkpoint's: the evaluation's
+        own seed, and the training RNGs put back after it, make it the uninterrupted run's), log that
+        iteration's row again with its eval values, write best.pt if it is a new best, and write the
+        checkpoint at that step again without the pending entry, with the best_eval it leads to.
+        Returns the last checkpoint. A resume that no longer evaluates (--eval-every 0) drops it; a
+        stop during it logs the row as it was and stops with the checkpoint still recording it."""
+        self.eval_pending = None
+        if not self.cfg.eval_every:
+            if self.logger is not None:
+                self.logger.log(self.iteration, self.global_step, dict(pending["row"]))
+            return last_ckpt
+        row = dict(pending["row"])
+        try:
+            evaluated = self._evaluate_now(stop)
+        except (NonFiniteError, EnvError) as e:
+            raise type(e)(f"{e}; in the --eval-every evaluation at global step {self.global_step} (due when the run "
+                          f"was stopped); {self._last_good(last_ckpt)}") from None
+        row.update(evaluated)
+        if self.logger is not None:
+            self.logger.log(self.iteration, self.global_step, row)
+        if not evaluated:  # stopped again: the checkpoint resumed from still records the evaluation as due
+            raise TrainingInterrupted(self.dist.agree_stop(stop.signum), last_ckpt)
+        if self.logger is not None:
+            self.logger.flush()
+        last_ckpt = self.last_checkpoint = self.save() or last_ckpt
+        self._saved_at = time.monotonic()
+        return last_ckpt
 
     def _env_failure(self, e: EnvError) -> Exception:
         """The error for an env that raised (or broke the contract) mid-rollout: a NaN/inf the envs
@@ -389,7 +437,8 @@ class Trainer:
 
         ``stop`` (the loop's signals.Stop): once rank 0's has a signal the evaluation is abandoned
         and {} returned: no eval value in the row, best.pt untouched, and the loop goes on to the
-        stop's checkpoint (under torchrun, before the shutdown timeout kills the ranks)."""
+        stop's checkpoint (under torchrun, before the shutdown timeout kills the ranks), which
+        records the evaluation as pending for the resume."""
         mean, std, self.best_eval, improved = self.dist.from_main(lambda: self._evaluate_on_main(stop), patient=True)
         if mean is None:
             return {}
@@ -421,7 +470,8 @@ class Trainer:
         except EvaluationStopped:
             if not self.quiet:
                 print(f"proxima: note: the --eval-every evaluation at global step {self.global_step:,} was abandoned "
-                      "for the stop; no eval value is logged for this iteration", file=sys.stderr)
+                      "for the stop; no eval value is logged for this iteration until the run is resumed (its checkpoint "
+                      "records the evaluation as due, and the resume runs it first)", file=sys.stderr)
             return None, None, self.best_eval, False
         finally:
             ckpt.set_rng_state(rng)
@@ -458,6 +508,22 @@ class Trainer:
                 self.side.close()
             while self._undo:  # the last change first
                 self._undo.pop()()
+
+
+def _pending_eval(state: dict) -> Optional[dict]:
+    """A checkpoint's ``eval_pending`` (Trainer.save), or None (none due, or a checkpoint written before
+    it was recorded). CheckpointError naming the file when it is not what a stop writes: the
+    checkpoint's own global step and a row of numbers."""
+    pending = state.get("eval_pending")
+    if pending is None:
+        return None
+    row = pending.get("row") if isinstance(pending, dict) else None
+    if (not isinstance(pending, dict) or pending.get("global_step") != state.get("global_step") or not isinstance(row, dict)
+            or not all(isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in row.items())):
+        raise ckpt.CheckpointError(f"{state.get('path', 'checkpoint')}: eval_pending is {ckpt._one_line(repr(pending), 60)}, "
+                                   "not the --eval-every evaluation a stop left due ({global_step: the checkpoint's, row: "
+                                   "{metric: number}}); the checkpoint is damaged or was edited")
+    return {"global_step": int(pending["global_step"]), "row": dict(row)}
 
 
 class ReturnTarget:
@@ -553,12 +619,15 @@ def _autocast_fn(fn, autocast):
     return wrapped
 
 
-def _make_logger(trainer: "Trainer", resumed: bool):
+def _make_logger(trainer: "Trainer", resumed: bool, relog: bool = False):
+    """``relog``: the checkpoint's own iteration is logged again (a pending evaluation), so its row and
+    events go too."""
     from .logger import RunLogger
 
     total = trainer.num_iterations * trainer.steps_per_iteration
     show = trainer.cfg.progress and not trainer.quiet
-    return RunLogger(trainer.run_dir, total, resume_step=trainer.global_step if resumed else None, progress=show)
+    step = trainer.global_step - (trainer.steps_per_iteration if relog else 0)
+    return RunLogger(trainer.run_dir, total, resume_step=step if resumed else None, progress=show)
 
 
 def _metric_row(m: dict, sps: float, optimizer, elapsed: float) -> dict:
@@ -576,7 +645,8 @@ def _metric_row(m: dict, sps: float, optimizer, elapsed: float) -> dict:
 
 # ------------------------------------------------------------------------------------------------
 def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True,
-          overwrite: bool = False, env_id: Optional[str] = None, trust_run: bool = False, overrides: Optional[dict] = None):
+          overwrite: bool = False, env_id: Optional[str] = None, trust_run: bool = False, overrides: Optional[dict] = None,
+          sources: Optional[dict] = None):
     """Train PPO. Returns (run_dir, agent).
 
     A run directory belongs to one run (proxima/rundir.py): a new run refuses a directory that
@@ -592,7 +662,9 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     the checkpoint's run directory with the checkpoint's config; ``overrides`` ({field: value}, the
     flags a user typed) may change only config.RESUME_SAFE fields (total_timesteps extends the run),
     any other that differs is refused; from Python (``overrides`` None) the fields where ``config``
-    differs from PPOConfig's defaults count as the ones typed. A run directory's newest checkpoint that cannot be loaded is
+    differs from PPOConfig's defaults count as the ones typed; ``sources`` ({field: '--preset NAME' or
+    '--config FILE'}) names where an override the user did not type came from, and a resume that such
+    a value changes says so in a note listing each change. A run directory's newest checkpoint that cannot be loaded is
     set aside and the one before it used. An env id read from a checkpoint that would import a
     module (``module:Class``) is refused unless ``env_id`` names the same env or ``trust_run``.
 
@@ -656,7 +728,7 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             outside = OutsideLoop()  # a signal before or after the loop: TrainingInterrupted at once, handled below
             outside.__enter__()
             state, config, run_dir, resumed, restart = dctx.from_main(
-                lambda: resolve_start(config, run_dir, resume, session, env_id, trust_run, overrides))
+                lambda: resolve_start(config, run_dir, resume, session, env_id, trust_run, overrides, sources, quiet))
             validate(config, dctx.world_size, resume=resumed)
             # before any env is built: the sizes as a lower bound (an absurd --num-envs); the Trainer checks
             # again with the env it builds, before the agent and buffers, so no env is built only to be sized
