@@ -84,11 +84,12 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
     checkpoint.load_policy), in a line that names those arguments (the CLI's flags within
     :func:`command_line`).
     ``video``: a file for env 0's first episode (FrameRecorder says which frames; video.write_video
-    the formats), checked with the env's first frame before any episode runs; ``result["video"]``
-    is the path written. A video that cannot be written after the episodes is a VideoError that
-    holds the result (write_episode_video). A NaN/inf reward or observation from an env during its
-    episode is a NonFiniteError naming the env index and the step (first_episodes): no result
-    with a NaN mean is returned, nor written as JSON. ``stop``: checked before each step; once it
+    the formats), checked with the env's first frame before any episode runs, written as the frames
+    come at the env's render_fps (video.VideoFeed, video.render_fps); ``result["video"]`` is the path
+    written. A video that cannot be finished is a VideoError that holds the result
+    (write_episode_video); an evaluation that stops leaves no part of one (video.recording).
+    A NaN/inf reward or observation from an env during its episode is a NonFiniteError naming the env
+    index and the step (first_episodes): no result with a NaN mean is returned, nor written as JSON. ``stop``: checked before each step; once it
     returns true the evaluation is abandoned with EvaluationStopped (training's --eval-every: a
     SIGINT/SIGTERM must reach its checkpoint before torchrun's shutdown timeout kills the ranks).
     ``episodes`` and ``max_steps`` must be integers of at least 1 and ``seed`` None or one from 0 to
@@ -101,32 +102,38 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
         refuse_untrusted(policy)
     if seed is None:
         seed = default_seed(policy)
-    if video is not None:  # a name that cannot be written fails now, not after the episodes
-        from .video import check_video_path
+    from .video import check_video_path, recording
 
+    if video is not None:  # a name that cannot be written fails now, not after the episodes
         check_video_path(video)
-    with run_settings(policy):
+    with recording(video is not None), run_settings(policy):  # headless SDL; SIGTERM removes the video's temp file
         return _evaluate(policy, episodes, deterministic, seed, backend, max_steps, video, stop)
 
 
 def _evaluate(policy, episodes: int, deterministic: bool, seed: int, backend: str, max_steps: int,
               video: Optional[str], stop: Optional[Callable[[], bool]]) -> dict:
     env = make_eval_env(policy, episodes, backend, seed, render_mode="rgb_array" if video else None)
+    recorder = None
     try:
-        policy.check_env_spaces(env)  # a checkpoint evaluated on an env with other spaces: one line, not a shape error
-        obs = env.reset(seed=seed)
-        recorder = FrameRecorder(env, policy.env_id, video) if video is not None else None
-        devices = [policy.device] if policy.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):  # stochastic actions drawn from ``seed``'s stream
-            torch.manual_seed(seed)
-            returns, lengths, finished = first_episodes(env, obs, lambda o: policy.batched_act(o, deterministic=deterministic),
-                                                        max_steps, before_step=recorder.before_step if recorder else None,
-                                                        env_id=policy.env_id, env_kwargs=eval_env_kwargs(policy), stop=stop)
-    finally:
-        env.close()
-    result = summarize(policy.env_id, returns, lengths, deterministic, finished, max_steps)
-    if video is not None:
-        result["video"] = write_episode_video(recorder.frames, video, result)
+        try:
+            policy.check_env_spaces(env)  # a checkpoint evaluated on an env with other spaces: one line, not a shape error
+            obs = env.reset(seed=seed)
+            recorder = FrameRecorder(env, policy.env_id, video, feed=True) if video is not None else None
+            devices = [policy.device] if policy.device.type == "cuda" else []
+            with torch.random.fork_rng(devices=devices):  # stochastic actions drawn from ``seed``'s stream
+                torch.manual_seed(seed)
+                returns, lengths, finished = first_episodes(env, obs, lambda o: policy.batched_act(o, deterministic=deterministic),
+                                                            max_steps, before_step=recorder.before_step if recorder else None,
+                                                            env_id=policy.env_id, env_kwargs=eval_env_kwargs(policy), stop=stop)
+        finally:
+            env.close()
+        result = summarize(policy.env_id, returns, lengths, deterministic, finished, max_steps)
+        if video is not None:
+            result["video"] = write_episode_video(recorder, video, result)
+    except BaseException:
+        if recorder is not None:  # a NaN, a stop, a Ctrl-C, SIGTERM: the video's temp file goes, not left beside --video
+            recorder.abandon()
+        raise
     return result
 
 
@@ -212,16 +219,17 @@ def run_settings(policy):
             put_back()
 
 
-def write_episode_video(frames: list, video: str, result: dict) -> str:
-    """video.write_video(frames, video); a VideoError (frames that change shape, a full disk) comes
-    after the episodes ran, so it names --video and the file and carries the evaluation: in its one
-    line (what the command line prints) and as its ``result`` attribute (for library callers)."""
+def write_episode_video(recorder: "FrameRecorder", video: str, result: dict) -> str:
+    """The video file of ``recorder``'s frames, finished (its VideoFeed's, or its list's written by
+    video.write_video); a VideoError (frames that change shape, a full disk) comes after the
+    episodes ran, so it names --video and the file and carries the evaluation: in its one line (what
+    the command line prints) and as its ``result`` attribute (for library callers)."""
     from .video import VideoError, write_video
 
     try:
-        return write_video(frames, video)
+        return recorder.feed.finish() if recorder.feed is not None else write_video(recorder.frames, video, recorder.fps)
     except VideoError as e:
-        why = str(e).removeprefix(f"{Path(video)}: ").removeprefix(f"--video {video}: ")
+        why = str(e).removeprefix(f"{Path(video)}: ").removeprefix(f"{recorder.target}: ").removeprefix(f"--video {video}: ")
         error = VideoError(f"--video {video}: {why}; the evaluation itself ran: {format_result(result)}")
         error.result = result
         raise error from None
@@ -280,13 +288,16 @@ class FrameRecorder:
     ``before_autoreset`` hook (after the dynamics, before the reset). Gymnasium's vector envs and the Atari backends reset a finished env inside
     their own step before a frame can be taken: there the video has the L frames s0..s(L-1) and
     stops one frame before the final state.
+
+    ``feed`` (evaluate): each frame goes to a video.VideoFeed that writes ``video`` as the frames come
+    (at the env's video.render_fps), none kept; without it they are kept in ``frames``.
     """
 
-    def __init__(self, env, env_id: str, video):
+    def __init__(self, env, env_id: str, video, feed: bool = False):
         from .envs import EnvError, NativeEnv
-        from .video import VideoError, check_frame
+        from .video import VideoError, VideoFeed, check_frame, render_fps, video_target
 
-        self.env, self.frames, self.steps, self.done = env, [], 0, False
+        self.env, self.frames, self.steps, self.done, self.feed = env, [], 0, False, None
         try:
             first = env.render(0)
         except EnvError as e:  # the env's own reason (a missing pygame: Gymnasium's install hint)
@@ -298,7 +309,10 @@ class FrameRecorder:
             check_frame(first)
         except VideoError as e:
             raise VideoError(f"--video {video}: env '{env_id}' renders {e}; evaluate without --video") from None
-        self.frames.append(first)
+        self.fps, self.target = render_fps(env), video_target(video) if feed else Path(video)
+        if feed:  # its thread starts once the env gave a frame a video holds
+            self.feed = VideoFeed(self.target, self.fps)
+        self._keep(first)
         # NativeEnv.step calls before_autoreset between the dynamics and the same-step autoreset: the
         # state each step reached, the final one included (an env that overrides step() does not)
         self.in_step = isinstance(env, NativeEnv) and type(env).step is NativeEnv.step
@@ -312,7 +326,18 @@ class FrameRecorder:
     def _take(self) -> None:
         frame = self.env.render(0)
         if frame is not None:
+            self._keep(frame)
+
+    def _keep(self, frame) -> None:
+        if self.feed is not None:
+            self.feed.put(frame)
+        else:
             self.frames.append(frame)
+
+    def abandon(self) -> None:
+        """The evaluation stopped: the video's temp file is removed (VideoFeed.abandon)."""
+        if self.feed is not None:
+            self.feed.abandon()
 
     def before_step(self, finished: torch.Tensor) -> None:
         self.done = bool(finished[0])

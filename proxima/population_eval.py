@@ -162,7 +162,7 @@ def cmd_eval_population(args, device, env_kwargs: Optional[dict] = None) -> int:
         env = (f"--env {shlex.quote(args.env)} " if args.env else "--trust-run " if args.trust_run
                else env_flag(Path(args.path)))
         raise ConfigError(f"--video: {args.path} is a population; record one member: proxima eval {env}"
-                          f"{args.path}/<member dir> --video {args.video}")
+                          f"{args.path}/<member dir> --video {shlex.quote(args.video)}")
     progress = None if args.json else lambda row: print(format_member(row), flush=True)  # a line as each member finishes
     result = evaluate_population(args.path, episodes=args.episodes, deterministic=not args.stochastic, seed=args.seed,
                                  device=device, backend=args.backend, env_id=args.env, trust_env=args.trust_run,

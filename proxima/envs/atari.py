@@ -56,6 +56,9 @@ _OLDER_ATARI_ID = re.compile(r"^([A-Z][A-Za-z0-9]*?)(?:NoFrameskip|Deterministic
 KNOWN_GAMES = ("Pong", "Breakout", "SpaceInvaders", "Seaquest", "BeamRider", "Qbert", "Enduro", "MsPacman",
                "Asteroids", "Freeway", "Boxing", "Alien", "Amidar", "Assault", "Asterix", "Atlantis", "Gopher")
 STACK, SIZE, FRAME_SKIP, NOOP_MAX, MAX_STEPS = 4, 84, 4, 30, 27_000
+#: frames a second of a video of agent steps (evaluate's --video): the ALE runs at 60 Hz and an agent step
+#: is FRAME_SKIP of its frames, so a step's frame at 60 / FRAME_SKIP plays the game at its own speed
+RENDER_FPS = 60 / FRAME_SKIP
 
 
 def has_envpool() -> bool:
@@ -150,6 +153,7 @@ class EnvPoolAtari(BatchedEnv):
 
     backend = "envpool"
     can_save_state = False
+    render_fps = RENDER_FPS
 
     def __init__(self, env_id: str, game: str, num_envs: int, device, seed: Optional[int] = None,
                  render_mode: Optional[str] = None, training: bool = True):
@@ -427,6 +431,7 @@ class AleAtari(GymnasiumEnv):
     """Gymnasium's ALE with CleanRL's wrappers in a Sync/AsyncVectorEnv; full-game statistics."""
 
     backend = "gymnasium"
+    render_fps = RENDER_FPS  # not the ALE env's metadata: its step here is FRAME_SKIP frames
 
     def __init__(self, env_id: str, game: str, num_envs: int, device, vector: str = "sync", seed: Optional[int] = None,
                  render_mode: Optional[str] = None, training: bool = True):

@@ -14,6 +14,11 @@ from typing import Sequence
 import numpy as np
 
 Color = tuple[int, int, int]
+#: frames a second of each native env's video (a frame a step): Gymnasium's metadata["render_fps"] of the
+#: env whose frames these copy, so a video plays at the speed Gymnasium's own does (a fixed 30 played
+#: CartPole's 50 steps a second 0.6x slow); tests/unit/test_review28_video.py holds them to Gymnasium's
+RENDER_FPS = {"CartPole-v1": 50, "Acrobot-v1": 15, "MountainCar-v0": 30, "MountainCarContinuous-v0": 30,
+              "Pendulum-v1": 30}
 WHITE: Color = (255, 255, 255)
 BLACK: Color = (0, 0, 0)
 
