@@ -47,7 +47,7 @@ def atomic_torch_save(obj, path: Union[str, Path]) -> Path:
     from .atomic import new_temp_file
 
     path = Path(path)
-    tmp = None
+    tmp = writer = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # a new file under a random name (O_EXCL | O_NOFOLLOW): never a file or link planted at the temp name
@@ -62,14 +62,18 @@ def atomic_torch_save(obj, path: Union[str, Path]) -> Path:
                     if writer.error is not None:
                         raise writer.error from None
                     raise
+                writer.complete = True
                 f.flush()
                 os.fsync(f.fileno())
         _before_replace(tmp, path)
         os.replace(tmp, path)
     except OSError as e:
-        from .diskspace import describe
-
-        raise CheckpointError(describe(path, e, "could not write checkpoint") + "; any earlier checkpoint is kept") from None
+        # the half-written temp file goes first: the free space the line reports is what the user has
+        # to work with, not what that file left over (0 B on a disk it filled)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        raise CheckpointError(_write_failure(obj, path, e, writer)) from None
     finally:
         if tmp is not None and os.path.lexists(tmp):
             tmp.unlink()
@@ -108,20 +112,77 @@ def _zip_crcs():
 
 
 class _RecordingWriter:
-    """A binary file for torch.save that remembers the OSError of a failed write."""
+    """A binary file for torch.save that remembers the OSError of a failed write and how many bytes
+    it took (``complete`` once torch.save returned: then ``written`` is the checkpoint's size)."""
 
     def __init__(self, f) -> None:
-        self.f, self.error = f, None
+        self.f, self.error, self.written, self.complete = f, None, 0, False
 
     def write(self, data) -> int:
         try:
-            return self.f.write(data)
+            n = self.f.write(data)
         except OSError as e:
             self.error = e
             raise
+        self.written += n
+        return n
 
     def flush(self) -> None:
         self.f.flush()
+
+
+class _Counter:
+    """A binary sink for torch.save that keeps only the byte count."""
+
+    def __init__(self) -> None:
+        self.written = 0
+
+    def write(self, data) -> int:
+        n = memoryview(data).nbytes
+        self.written += n
+        return n
+
+    def flush(self) -> None:
+        pass
+
+
+def _write_failure(obj, path: Path, e: OSError, writer: Optional[_RecordingWriter]) -> str:
+    """The line of a checkpoint that could not be written: the file, the reason and the free space
+    there (diskspace.describe), on a full disk the size the checkpoint needs, and whether an earlier
+    checkpoint is left to resume from."""
+    import errno
+
+    from .diskspace import describe, human_bytes
+
+    line = describe(path, e, "could not write checkpoint")
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        # the room to make is what the user needs to know: a save cut short is sized again in memory
+        # (serialized into a counter, nothing kept), the bytes it got to are the floor if even that fails
+        size = writer.written if writer is not None and writer.complete else _serialized_size(obj)
+        if size is not None:
+            line += f"; the checkpoint needs {human_bytes(size)}"
+        elif writer is not None and writer.written:
+            line += f"; the checkpoint needs more than the {human_bytes(writer.written)} written before the disk filled"
+    return line + ("; any earlier checkpoint is kept" if _earlier_kept(path) else "; there is no earlier checkpoint")
+
+
+def _serialized_size(obj) -> Optional[int]:
+    counter = _Counter()
+    try:
+        with _zip_crcs():
+            torch.save(obj, counter)
+    except Exception:
+        return None
+    return counter.written
+
+
+def _earlier_kept(path: Path) -> bool:
+    """Whether the failed save left a checkpoint beside it: an earlier version of the file it was to
+    replace, or another step_*.pt of the run (a failed best.pt leaves the step checkpoints)."""
+    try:
+        return _is_regular(path) or any(_is_regular(p) for p in path.parent.glob("step_*.pt"))
+    except OSError:  # an unreadable folder: words that do not say there is one
+        return True
 
 
 def _before_replace(tmp: Path, path: Path) -> None:
