@@ -52,7 +52,8 @@ def __dir__():
 
 
 def train(config: PPOConfig, **kwargs):
-    """Train PPO; return (run_dir: pathlib.Path, agent). See proxima.trainer.train."""
+    """Train PPO; return (run_dir: pathlib.Path, policy): the run's policy as load(run_dir) gives it
+    (``policy.agent`` is the network). See proxima.trainer.train."""
     from .trainer import train as _train
 
     return _train(config, **kwargs)

@@ -108,7 +108,12 @@ def config_from_args(args: argparse.Namespace, prog: str):
     from .envs.gym_adapter import imports_code, refuse_recorded_env
 
     file_values = load_config_file(args.config) if getattr(args, "config", None) else {}
-    if file_values.get("run_dir") and _own_run_dir(args.config, file_values["run_dir"]):
+    recorded = file_values.get("run_dir")
+    # a run trained from Python (train(cfg, run_dir=X)) or in the default directory records none: its resume
+    # (`train --config RUN/config.yaml --resume auto`, what a run stopped before its first checkpoint is told
+    # to run) continues in the file's folder as well
+    if (file_values and (recorded or (recorded is None and getattr(args, "resume", None) is not None))
+            and _own_run_dir(args.config, recorded)):
         file_values = _own_config_run_dir(args, file_values, prog)
     if args.env_id is not None and not args.env_id.strip():  # "" is a mistake (an unset variable), not the default env
         raise ConfigError(f"ENV_ID {args.env_id!r}: empty; name an env (e.g. {DEFAULT_ENV}), or leave ENV_ID out for {DEFAULT_ENV}")
@@ -150,7 +155,8 @@ def _own_config_run_dir(args, file_values: dict, prog: str) -> dict:
     """``--config RUN/config.yaml``'s values with its run_dir (that run's own directory) taken care
     of: a new run gets a new directory, so it is dropped (with a note); a resume continues that run,
     so it names the file's folder, wherever the command runs (config.yaml records the path relative
-    to the directory the run was started in)."""
+    to the directory the run was started in, or none). A new run comes here only when the file
+    records one, which the note names."""
     if getattr(args, "resume", None) is not None:
         return {**file_values, "run_dir": str(Path(args.config).parent)}
     if "run_dir" not in vars(args) and not getattr(args, "quiet", False) and os.environ.get("RANK", "0") == "0":
@@ -160,7 +166,8 @@ def _own_config_run_dir(args, file_values: dict, prog: str) -> dict:
 
 
 def _own_run_dir(config_file: str, run_dir) -> bool:
-    """Whether ``run_dir`` (from ``--config FILE``) is FILE's own folder: the file is a run's config.yaml.
+    """Whether ``run_dir`` (from ``--config FILE``; None: the file records none) is FILE's own folder:
+    the file is a run's config.yaml.
 
     Either run_dir resolves to FILE's folder, or FILE is config.yaml in a run directory
     (rundir.holds_a_run), whatever run_dir says: config.yaml records run_dir as given when the run
@@ -168,11 +175,11 @@ def _own_run_dir(config_file: str, run_dir) -> bool:
     a copied or moved run directory (how a run is continued elsewhere) keeps the original's path, so
     neither the path nor its last name can be relied on. A run's config.yaml edited to send a new run
     elsewhere loses that run_dir, with the note that says to choose it with --run-dir."""
-    if not isinstance(run_dir, str):
+    if run_dir is not None and not isinstance(run_dir, str):
         return False
     try:
         folder = Path(config_file).resolve().parent
-        if folder == Path(run_dir).resolve():
+        if run_dir is not None and folder == Path(run_dir).resolve():
             return True
         from .rundir import holds_a_run  # the one definition of a run directory (not any folder with a checkpoints/)
 
@@ -710,7 +717,9 @@ def build_parser() -> ArgParser:
                    help=f"steps to run at most (default {MAX_EVAL_STEPS:,}); episodes still running then count with their return so far and are named as cut")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--backend", default=None, choices=("auto", "native", "gymnasium", "envpool"), help="env backend (default: the run's)")
-    p.add_argument("--video", default=None, metavar="FILE", help="record env 0's first episode to FILE (.mp4, .mov, .mkv, .webm or .gif; no suffix: .mp4)")
+    p.add_argument("--video", default=None, metavar="FILE", help="record env 0's first episode to FILE at the env's "
+                   "render_fps (its metadata's; 30 if it names none; Atari 15) (.mp4, .mov, .mkv, .webm or .gif; no "
+                   "suffix, or one that is no file type as in run.seed1: .mp4 appended; an existing FILE is replaced)")
     p.add_argument("--best", action="store_true", help="evaluate the run's best checkpoint (checkpoints/best.pt, kept by --eval-every) instead of its latest")
     add_trust_flags(p, "eval", env_help=" (another env id than the run's, or than MODULE:ID of the run's ID, is built "
                     "without the run's --env-kwargs; give its own with --env-kwargs)")

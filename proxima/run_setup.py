@@ -40,7 +40,8 @@ def diagnose_failure(e: Exception, config: Optional[PPOConfig], last_good) -> Ex
         return write_error(e.filename or "a file of the run", e, suffix=f"; {last_good()}" if last_good else "")
     if isinstance(e, StorageError) and last_good and "checkpoint" not in str(e):
         return StorageError(f"{e}; {last_good()}")
-    if isinstance(e, CheckpointError) and "could not write checkpoint" in str(e) and last_good:
+    # "there is no earlier checkpoint" says it already: no "(no checkpoint was written yet ...)" after it
+    if isinstance(e, CheckpointError) and str(e).endswith("any earlier checkpoint is kept") and last_good:
         return CheckpointError(f"{e} ({last_good()})")
     if config is None or isinstance(e, (ConfigError, EnvError, CheckpointError, NonFiniteError, StorageError)):
         return e
@@ -102,10 +103,13 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
         if resume is None:  # nothing to continue: a new run (files of one that never checkpointed are moved aside)
             restart = "--resume auto found no checkpoint to continue"
     if resume is None:
+        given = run_dir
         if run_dir is None and config.run_dir is None:
             run_dir = unique_default(default_run_dir(config))
         run_dir = Path(run_dir if run_dir is not None else config.run_dir)
         check_run_dir_path(run_dir)
+        if given is not None:  # train(cfg, run_dir=X): config.yaml records X, not the config's other directory or none
+            config.run_dir = str(run_dir)
         return None, config, run_dir, False, restart
     src, target_dir = resumed_run_dir(resume)  # a missing path fails here, before anything is locked
     for folder in ckpt.data_folders(src):

@@ -1,7 +1,8 @@
 """Clean stops: SIGINT/SIGTERM finish the iteration, write a checkpoint, and exit 130/143.
 
-A second SIGINT exits at once; checkpoints are written atomically (checkpoint.py), so the last one
-stays loadable whatever moment the process dies. Under torchrun a repeat of the first signal within
+A second SIGINT exits at once (from the Python API it raises KeyboardInterrupt instead: SignalGuard's
+``second_raises``); checkpoints are written atomically (checkpoint.py), so the last one stays
+loadable whatever moment the process dies. Under torchrun a repeat of the first signal within
 REPEAT_WINDOW seconds is the same stop delivered twice, not a second interrupt (SignalGuard).
 """
 
@@ -214,6 +215,12 @@ class SignalGuard:
     """First SIGINT/SIGTERM: finish the iteration, checkpoint, stop. Second SIGINT: exit at once
     (checkpoints are written atomically, so the last one stays loadable).
 
+    ``second_raises`` (the trainer passes it for a run started from Python, trainer.train without
+    argv): a second SIGINT raises KeyboardInterrupt where it lands instead of os._exit, which took a
+    Jupyter kernel, and everything the user had in it, down with the run; train() then ends the env
+    workers, releases the run's lock and puts back the caller's settings on the way out. A second
+    SIGTERM still exits at once: it asks for the process to end.
+
     ``repeat_window`` (seconds; the trainer passes REPEAT_WINDOW under torchrun): the same signal
     again within that long of the first is ignored. A job-wide stop reaches a rank twice: once
     directly (Slurm's scancel and time limit, systemd's KillMode=control-group signal every process)
@@ -222,8 +229,10 @@ class SignalGuard:
     checkpoint. A single process keeps the immediate second Ctrl-C (window 0).
     ``last_checkpoint``: returns the checkpoint on disk (None: none yet), so the exit line is true."""
 
-    def __init__(self, last_checkpoint: Optional[Callable[[], Optional[Path]]] = None, repeat_window: float = 0.0):
+    def __init__(self, last_checkpoint: Optional[Callable[[], Optional[Path]]] = None, repeat_window: float = 0.0,
+                 second_raises: bool = False):
         self.stop = Stop()
+        self._raises = bool(second_raises)
         self._old = {}
         self._last_checkpoint = last_checkpoint
         self._window = float(repeat_window)
@@ -246,12 +255,19 @@ class SignalGuard:
         if self.stop.signum:
             if signum == self.stop.signum and now - self._first_at < self._window:
                 return  # the same stop delivered again (directly and through torchrun): keep going to the checkpoint
+            if self._raises and signum == signal.SIGINT:
+                sys.stderr.write(f"{self._lead()}proxima: second interrupt, stopping now without this iteration's "
+                                 f"checkpoint ({self._kept()}): KeyboardInterrupt\n")
+                raise KeyboardInterrupt
             sys.stderr.write(f"{self._lead()}proxima: second interrupt, exiting now ({self._kept()})\n")
             sys.stderr.flush()  # os._exit flushes nothing
             os._exit(128 + signum)
         self.stop.signum, self._first_at = signum, now
-        again = (f"the same signal again {self._window:g} s or more from now exits at once" if self._window
-                 else "interrupt again to exit at once")
+        if self._window:
+            again = (f"the same signal again {self._window:g} s or more from now "
+                     + ("stops at once with KeyboardInterrupt" if self._raises and signum == signal.SIGINT else "exits at once"))
+        else:  # "interrupt": a Ctrl-C, whichever signal came first
+            again = "interrupt again to " + ("stop at once with KeyboardInterrupt" if self._raises else "exit at once")
         sys.stderr.write(f"{self._lead()}proxima: {signal.Signals(signum).name} received; writing a checkpoint after this "
                          f"iteration ({again})\n")
 

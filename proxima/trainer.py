@@ -86,7 +86,7 @@ class Trainer:
         from . import distributed
 
         self.dist = distributed.context()
-        validate(cfg, self.dist.world_size, resume=resume_state is not None)
+        validate(cfg, self.dist.world_size, resume=resume_state is not None, python=argv is None)
         self.cfg, self.quiet = cfg, quiet
         self.device = self.dist.device_for(cfg.device)  # under torchrun: cuda:LOCAL_RANK or cpu
         check_device_flags(cfg, self.device, self.dist.world_size)  # before anything process-wide is changed
@@ -247,6 +247,22 @@ class Trainer:
             guard = self._guard = EnvGuard(self)
         return guard
 
+    def _nonfinite_advice(self) -> str:
+        """What to try after a non-finite loss or gradient. Rewards far beyond unit scale (legal, finite:
+        an env paying 1e20) overflow the value loss's float32 squares whatever the learning rate, so the
+        batch's largest |reward| is named when it is large; read only once the update has failed."""
+        general = "try a lower --lr or --max-grad-norm, or --norm-obs/--norm-reward"
+        try:
+            biggest = float(self.rollout.raw_rewards.abs().max())
+        except Exception:  # noqa: BLE001 - the stop's line must come out whatever the buffer holds
+            return general
+        if not biggest > 1e6:  # NaN too: the env guard names a non-finite reward itself
+            return general
+        size = f"{biggest:.0e}".replace("e+", "e")
+        if self.cfg.norm_reward:
+            return f"rewards reach ~{size}: scale them down in the env, or try a lower --lr or --max-grad-norm"
+        return f"rewards reach ~{size}: --norm-reward (or scale them down in the env)"
+
     def _last_good(self, last=None) -> str:
         last = last or getattr(self, "last_checkpoint", None)
         return f"last good checkpoint: {last}" if last else "no checkpoint was written yet (--checkpoint-every N writes one every N iterations)"
@@ -263,7 +279,8 @@ class Trainer:
     def run(self, resumed: bool = False, stop_after: Optional[int] = None) -> Path:
         """Train until ``num_iterations``; checkpoint every ``checkpoint_every`` iterations and at the end.
 
-        SIGINT/SIGTERM: finish the iteration, checkpoint, raise TrainingInterrupted (exit 128+signum). An
+        SIGINT/SIGTERM: finish the iteration, checkpoint, raise TrainingInterrupted (exit 128+signum); a
+        second SIGINT exits at once, or raises KeyboardInterrupt in a run started from Python (no argv). An
         --eval-every evaluation due in that iteration is not run (or abandoned, under way): its row is
         logged without eval values, best.pt is untouched, and the checkpoint records the evaluation as
         pending; a resume runs it first (_run_pending_eval), so metrics.csv, TensorBoard, best.pt and
@@ -298,8 +315,10 @@ class Trainer:
             # a pending evaluation's row is logged again whole: the logger drops the one the stop logged
             self.logger = _make_logger(self, resumed, relog=pending is not None)
         try:
-            # under torchrun a rank gets one stop twice (directly and from torchrun): signals.SignalGuard
-            with SignalGuard(lambda: last_ckpt, REPEAT_WINDOW if self.dist.enabled else 0.0) as stop:
+            # under torchrun a rank gets one stop twice (directly and from torchrun): signals.SignalGuard. A run
+            # started from Python (no argv: a notebook) survives a second Ctrl-C as a KeyboardInterrupt
+            with SignalGuard(lambda: last_ckpt, REPEAT_WINDOW if self.dist.enabled else 0.0,
+                             second_raises=self.argv is None) as stop:
                 t_start = time.perf_counter() - self.elapsed
                 try:
                     check_reset(self.next_obs, self.global_step, cfg.env_id, cfg.env_kwargs)
@@ -326,7 +345,7 @@ class Trainer:
                     if metrics["nonfinite"]:
                         raise NonFiniteError(f"non-finite loss or gradient in the update at global step {self.global_step} "
                                              f"(iteration {self.iteration}); {self._last_good(last_ckpt)}; "
-                                             "try a lower --lr or --max-grad-norm, or --norm-obs/--norm-reward")
+                                             f"{self._nonfinite_advice()}")
                     if metrics.get("nonfinite_weights"):  # the update's last Adam step overflowed: never saved
                         raise NonFiniteError(f"non-finite weights after the update's last optimizer step at global step "
                                              f"{self.global_step} (iteration {self.iteration}); {self._last_good(last_ckpt)}; "
@@ -647,7 +666,9 @@ def _metric_row(m: dict, sps: float, optimizer, elapsed: float) -> dict:
 def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True,
           overwrite: bool = False, env_id: Optional[str] = None, trust_run: bool = False, overrides: Optional[dict] = None,
           sources: Optional[dict] = None):
-    """Train PPO. Returns (run_dir, agent).
+    """Train PPO. Returns (run_dir, policy): a TrainedPolicy, which acts on raw observations as
+    ``load(run_dir)`` does (the run's frozen observation normalizer applied); ``policy.agent`` is the
+    trained network.
 
     A run directory belongs to one run (proxima/rundir.py): a new run refuses a directory that
     holds files unless ``overwrite`` (the old one is moved aside); the trainer holds the directory's
@@ -680,6 +701,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     from .rundir import RunSession
     from .signals import WORKERS_ENDED
 
+    if config is not None and not isinstance(config, PPOConfig):
+        validate(config)  # its one line for train(dict) or train("CartPole-v1"), not an AttributeError mid-setup
     for name, value in (("run_dir", run_dir), ("resume", resume)):  # as PPOConfig(run_dir='') is refused
         if isinstance(value, (str, os.PathLike)) and not os.fspath(value).strip():
             raise ConfigError(f"train({name}={os.fspath(value)!r}): empty; give a directory (or None)")
@@ -729,7 +752,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             outside.__enter__()
             state, config, run_dir, resumed, restart = dctx.from_main(
                 lambda: resolve_start(config, run_dir, resume, session, env_id, trust_run, overrides, sources, quiet))
-            validate(config, dctx.world_size, resume=resumed)
+            # from Python (no argv) a refusal names PPOConfig's field, not the flag the CLI user would type
+            validate(config, dctx.world_size, resume=resumed, python=argv is None)
             # before any env is built: the sizes as a lower bound (an absurd --num-envs); the Trainer checks
             # again with the env it builds, before the agent and buffers, so no env is built only to be sized
             check_fits(config, dctx.device_for(config.device))
@@ -796,7 +820,43 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
         ckpt.set_rng_state(caller_rng)
         for release in reversed(held):
             release()
-    return out_dir, trainer.agent
+    return out_dir, trained_policy(trainer)
+
+
+class TrainedPolicy(ckpt.Policy):
+    """What train() returns: the run's policy as ``load(run_dir)`` gives it, in memory. The bare Agent
+    it returned before acted on observations as the network sees them: under ``norm_obs`` a raw
+    observation (an env's) gave other actions than the saved policy's, without a word. Here ``act``
+    and ``batched_act`` apply the run's frozen observation normalizer, in eval mode, and ``act``
+    shapes, clips and offsets the actions as the env's action space, as a loaded policy does.
+
+    ``agent`` is the trained network (it acts on normalized observations). Its other attributes
+    (``parameters()``, ``state_dict()``, ``encoder``, ``encoder_kind``) answer through this object
+    too: code written against the Agent train() returned keeps working."""
+
+    def __getattr__(self, name: str):
+        agent = self.__dict__.get("agent")  # absent while copy or pickle rebuild an instance: no recursion
+        if agent is None or name.startswith("__"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        try:
+            return getattr(agent, name)
+        except AttributeError:
+            raise AttributeError(f"{type(self).__name__!r} object (nor its agent) has no attribute {name!r}") from None
+
+
+def trained_policy(trainer: Trainer) -> TrainedPolicy:
+    """``trainer``'s policy, built as checkpoint.load_policy builds one from its last checkpoint (the
+    same normalizer, spaces, env id and kwargs, thread count and flush-denormal mode for evaluate())."""
+    cfg = trainer.cfg
+    last = getattr(trainer, "last_checkpoint", None)
+    config = cfg.to_dict()
+    policy = TrainedPolicy(trainer.agent, trainer.obs_norm, config, trainer.env.single_observation_space,
+                           trainer.env.single_action_space, trainer.device, str(last) if last is not None else None)
+    policy.env_entry_point = ckpt.with_entry_point({"config": config}).get("env_entry_point")
+    policy.run_threads = ckpt._run_threads({"config": config, "world_size": trainer.dist.world_size}, trainer.agent,
+                                           policy.device)
+    policy.run_flush_denormal = bool(cfg.flush_denormal)
+    return policy
 
 
 def set_fields(config: PPOConfig) -> dict:
