@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
 import inspect
-import itertools
 import math
 import numbers
 import os
@@ -246,10 +246,6 @@ def _searching(folders: Optional[list]):
                 pass
 
 
-#: numbers the file.py:function reward modules, each loaded afresh (the file may have changed since)
-_FILE_MODULES = itertools.count(1)
-
-
 def _import_function(module_name: str, func_name: str, spec: str, import_path: list) -> Callable:
     try:
         if module_name.endswith(".py"):
@@ -258,17 +254,24 @@ def _import_function(module_name: str, func_name: str, spec: str, import_path: l
             # in sys.modules while it runs and after, as an import has it (dataclasses, typing and pickle look
             # a class's module up there), under a name of its own: a file named like a module (json.py, or
             # helpers.py that the reward imports as a module too) must not replace it
+            # One name per file (its resolved path): loading it again (a notebook's next run) replaces the entry,
+            # so the earlier copy, and whatever it loaded at import (a judge model), can be freed
             stem = re.sub(r"\W", "_", Path(module_name).stem)
-            unique = f"_proxima_reward_file_{next(_FILE_MODULES)}_{stem}"
+            digest = hashlib.sha1(os.fsencode(os.path.realpath(module_name))).hexdigest()[:12]
+            unique = f"_proxima_reward_file_{digest}_{stem}"
             mod_spec = importlib.util.spec_from_file_location(unique, module_name)
             module = importlib.util.module_from_spec(mod_spec)
+            previous = sys.modules.get(unique)
             sys.modules[unique] = module
             try:
                 with _searching(import_path):
                     _exec_source(mod_spec, module)
             except BaseException:
-                if sys.modules.get(unique) is module:
-                    del sys.modules[unique]
+                if sys.modules.get(unique) is module:  # the copy that loaded before stays, as a failed reload keeps it
+                    if previous is None:
+                        del sys.modules[unique]
+                    else:
+                        sys.modules[unique] = previous
                 raise
         elif _is_builtin(module_name):
             module = importlib.import_module(module_name)  # Proxima's own code: never re-executed (tests patch it)

@@ -177,8 +177,22 @@ def test_a_reward_file_defining_a_dataclass_and_an_enum_loads_and_pickles(tmp_pa
     rubric = f.func.__globals__["Rubric"]
     assert pickle.loads(pickle.dumps(rubric(2.0))) == rubric(2.0)
     assert sys.modules["json"] is json
-    again = load_reward(f"{tmp_path / name}:score", torch.device("cpu"))  # a second load: its own module
-    assert again.func.__module__ != f.func.__module__ and again(batch([PromptRow("a", line=1)])) == [1.0]
+    before = {k for k in sys.modules if k.startswith("_proxima_reward_file_")}
+    again = load_reward(f"{tmp_path / name}:score", torch.device("cpu"))  # a second load: run afresh, same name
+    assert again.func is not f.func and again(batch([PromptRow("a", line=1)])) == [1.0]
+    assert again.func.__module__ == f.func.__module__ and sys.modules[again.func.__module__].score is again.func
+    # loading the file again replaces its entry: a notebook's runs do not pile up copies (and what they loaded)
+    assert {k for k in sys.modules if k.startswith("_proxima_reward_file_")} == before
+
+
+def test_a_reward_file_that_fails_on_its_second_load_leaves_the_first_copy_in_place(tmp_path):
+    path = tmp_path / "r28_reload.py"
+    path.write_text("def score(prompts, responses):\n    return [1.0] * len(responses)\n")
+    f = load_reward(f"{path}:score", torch.device("cpu"))
+    path.write_text("raise RuntimeError('broken edit')\n")
+    with pytest.raises(ConfigError, match="broken edit"):
+        load_reward(f"{path}:score", torch.device("cpu"))
+    assert sys.modules[f.func.__module__].score is f.func
 
 
 # ---------------------------------------------------------------------------------------------
