@@ -830,9 +830,11 @@ class TrainedPolicy(ckpt.Policy):
     and ``batched_act`` apply the run's frozen observation normalizer, in eval mode, and ``act``
     shapes, clips and offsets the actions as the env's action space, as a loaded policy does.
 
-    ``agent`` is the trained network (it acts on normalized observations). Its other attributes
-    (``parameters()``, ``state_dict()``, ``encoder``, ``encoder_kind``) answer through this object
-    too: code written against the Agent train() returned keeps working."""
+    ``agent`` is the trained network (it acts on normalized observations), in eval mode as a loaded
+    policy's (``agent.train()`` to train it further). Its other attributes (``parameters()``,
+    ``state_dict()``, ``encoder``, ``encoder_kind``) answer through this object too, but it is no
+    nn.Module: calling the network, isinstance checks, torch.compile and ``.to()`` want ``.agent``;
+    and ``act`` now takes raw observations, where the Agent's took normalized ones."""
 
     def __getattr__(self, name: str):
         agent = self.__dict__.get("agent")  # absent while copy or pickle rebuild an instance: no recursion
