@@ -133,14 +133,20 @@ def test_checkpoint_with_junk_entries_is_one_line_naming_file_and_field(case, ru
 
     code, out, err = run_main(["eval", str(run_dir), "--episodes", "2"], capsys)
     assert code == 2 and out == ""
-    assert one_error_line(err, "proxima eval") == f"{path}: {why}"
+    # the run's only checkpoint is damaged: the line says what to do (checkpoint.py's advice)
+    assert one_error_line(err, "proxima eval") == f"{path}: {why}; {_start_over(run_dir)}"
 
 
 def test_resume_of_a_checkpoint_whose_config_is_a_string_is_one_line(run_dir, capsys):
     path = edit_checkpoint(run_dir, JUNK["config string"][0])
     code, out, err = run_main(["resume", str(run_dir)], capsys)
     assert code == 2
-    assert one_error_line(err, "proxima resume") == f"{path}: config is not a mapping (a str)"
+    assert one_error_line(err, "proxima resume") == f"{path}: config is not a mapping (a str); {_start_over(run_dir)}"
+
+
+def _start_over(run_dir) -> str:
+    return (f"restore a copy of {run_dir / 'checkpoints'} if you have one, or start over with proxima train --config "
+            f"{run_dir / 'config.yaml'} --run-dir {run_dir} --overwrite (the old run is moved aside)")
 
 
 # ------------------------------------------------------------------------------------ 3: eval.json, meta.json
