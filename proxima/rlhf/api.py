@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import numbers
 import os
 from pathlib import Path
 from typing import Optional
@@ -171,7 +172,19 @@ def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False, quiet:
     torch's thread count, the random streams and the warning filters are as the caller left them.
     """
     with _caller_state_kept():
-        return _resume(Path(run_dir), steps, trust_run, quiet)
+        return _resume(Path(run_dir), _steps_argument(steps), trust_run, quiet)
+
+
+def _steps_argument(steps) -> Optional[int]:
+    """resume()'s ``steps``: None, or an integer (numpy's too); a string is refused, as train_rlhf refuses
+    one (_check_python_types): a quoted typo must not be read as a number. The CLI passes argparse's int."""
+    if steps is None:
+        return None
+    if isinstance(steps, (bool, str, bytes)) or not isinstance(steps, numbers.Integral):
+        raise ConfigError(f"resume(steps={steps!r}): expected an integer number of steps (or None)")
+    if steps < 1:
+        raise ConfigError(f"resume(steps={steps!r}): must be at least 1")
+    return int(steps)
 
 
 def _resume(path: Path, steps: Optional[int], trust_run: bool, quiet: bool) -> int:

@@ -286,3 +286,12 @@ def test_plain_text_rendered_by_a_chat_template_keeps_one_bos(tmp_path):
         ["[BOS]", "the", "movie", "was"],  # a BOS still added to text without one
         ["[BOS]", "[BOS]", "the", "food"],  # two written in the text: the tokenizer's is the one dropped
     ]
+
+
+@pytest.mark.parametrize("steps, words", [("5", "expected an integer number of steps"), (True, "expected an integer"),
+                                          (2.0, "expected an integer"), (0, "must be at least 1")])
+def test_resume_from_python_refuses_steps_that_are_no_count_before_reading_the_run(tmp_path, steps, words):
+    from proxima.rlhf import resume
+
+    with pytest.raises(ConfigError, match=rf"^resume\(steps={steps!r}\): {words}"):
+        resume(tmp_path / "no-such-run", steps=steps)  # refused first: the directory is not even looked at
