@@ -542,6 +542,12 @@ def accel_available() -> bool:
     return importlib.util.find_spec("proxima.accel") is not None
 
 
+#: the most --repeats and --seconds take: a bench of 1e23 repeats, or of repeats of 1e23 s, ran until
+#: killed, printing nothing; at these bounds one measurement already takes most of a day
+MAX_REPEATS = 100
+MAX_SECONDS = 600.0
+
+
 def arguments_problem(args: argparse.Namespace) -> str:
     """What ``proxima bench`` would refuse in ``args`` before measuring, as its one error line
     (without the "proxima bench: error: " prefix), or ''. Besides ``run``, the benchmark scripts
@@ -557,8 +563,12 @@ def arguments_problem(args: argparse.Namespace) -> str:
     for name in ("repeats", "threads"):
         if getattr(args, name) < 1:
             return f"--{name} {getattr(args, name)}: must be at least 1"
+    if args.repeats > MAX_REPEATS:
+        return f"--repeats {args.repeats}: must be at most {MAX_REPEATS} (timed repeats of each measurement)"
     if not (args.seconds > 0 and math.isfinite(args.seconds)):  # inf: the warm-up loop would never end
         return f"--seconds {args.seconds:g}: must be a positive number"
+    if args.seconds > MAX_SECONDS:
+        return f"--seconds {args.seconds:g}: must be at most {MAX_SECONDS:g} (the target of one timed repeat, 10 minutes)"
     if args.max_gym_envs < 0:
         return f"--max-gym-envs {args.max_gym_envs}: must be 0 or more"
     if args.out:  # a file that cannot be written fails now, not after minutes of measuring
@@ -666,9 +676,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default=None, help="the env's preset to take the training settings from (default: its 'default'); "
                    "the bench's --num-envs, --backend and --threads replace the preset's, the other flags only when typed")
     p.add_argument("--num-steps", type=int, default=None, metavar="T", help="override the preset's steps per env per rollout")
-    p.add_argument("--repeats", type=int, default=3, help="timed repeats per measurement; the table shows median and min-max (default 3)")
+    p.add_argument("--repeats", type=int, default=3, help=f"timed repeats per measurement, at most {MAX_REPEATS}; the table "
+                   "shows median and min-max (default 3)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads, as train's --threads: with 2, actor and critic side by side for a discrete-action agent at 2,048+ rows (default 1)")
-    p.add_argument("--seconds", type=float, default=1.0, help="target time of one timed repeat: whole calls, at least one "
+    p.add_argument("--seconds", type=float, default=1.0, help=f"target time of one timed repeat, at most {MAX_SECONDS:g}: "
+                   "whole calls, at least one "
                    "(a train call is one iteration, which may take longer); --out records the measured time (default 1.0)")
     p.add_argument("--max-gym-envs", type=int, default=4096,
                    help="skip the Gymnasium backend above this many envs; it steps envs one by one in Python (default 4096)")

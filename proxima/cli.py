@@ -264,9 +264,11 @@ def cmd_train(args) -> int:
             _check_combination(args, cfg, prog)
             overrides, sources = resume_overrides(args, cfg) if args.resume is not None else (typed_flags(args), {})
             if args.dry_run:  # once, here: no processes to start for a run that trains nothing
+                from .distributed import dist_timeout
                 from .launch import check_nproc
 
                 check_nproc(args.nproc)  # as the launcher refuses it
+                dist_timeout()  # and PROXIMA_DIST_TIMEOUT, which the ranks would read
                 return _dry_run_train(args, cfg, overrides, args.nproc, sources)
             return launch_torchrun(args.nproc, sys.argv[1:])
         cfg = config_from_args(args, prog)
@@ -302,6 +304,14 @@ def _check_combination(args, cfg, prog: str) -> None:
     if args.overwrite and _resumes_a_run(args, {"run_dir": cfg.run_dir}):
         raise ConfigError(f"--overwrite with --resume {args.resume}: the resume continues the run in place and moves "
                           "nothing aside; drop --overwrite, or drop --resume to start a new run there")
+    from .launch import COMMAND_ENV
+
+    # once: by the --nproc launcher (whose ranks have COMMAND_ENV) or by rank 0 of a torchrun started by hand;
+    # and not before validate's refusal, which stays its one line
+    if (args.trust_run and args.resume is None and not args.quiet and os.environ.get("RANK", "0") == "0"
+            and COMMAND_ENV not in os.environ and _validates(cfg, args.nproc or 1)):
+        print(f"{prog}: note: --trust-run does nothing without --resume (it lets a resume import the module:Class env "
+              "its checkpoint records); a new run imports only the ENV_ID you name", file=sys.stderr)
     # only a value validate() accepts: a bad one gets validate's error line alone, not a note before it. A
     # resume notes it itself, by the run's own backend (run_setup.apply_resume_overrides)
     if ("vector" in vars(args) and not args.quiet and os.environ.get("RANK", "0") == "0"
@@ -314,6 +324,16 @@ def _check_combination(args, cfg, prog: str) -> None:
             chosen = f"--backend {cfg.backend}" if cfg.backend == backend else f"--backend auto (here: {backend})"
             print(f"{prog}: note: --vector {cfg.vector}: applies to the gymnasium backend only; {chosen} ignores it",
                   file=sys.stderr)
+
+
+def _validates(cfg, world_size: int) -> bool:
+    from .config import validate
+
+    try:
+        validate(cfg, world_size)
+    except ConfigError:
+        return False
+    return True
 
 
 def _validate_new(cfg, world_size: int = 1) -> None:
@@ -874,16 +894,20 @@ def _repeated_flag(parser: argparse.ArgumentParser, argv: list) -> Optional[str]
 
 
 #: options and positionals whose empty value ('': an unset shell variable) would be read as "none"
-#: or as the current directory; refused instead, naming the flag
-NOT_EMPTY = ("out", "resume", "config", "path")
+#: or as the current directory (report and plot's RUN_DIR... list: `proxima report ''` wrote report.md
+#: into it); refused instead, naming the flag; {dest: what the line says after "empty"}
+_A_PATH = "; give a path (an unset shell variable?)"
+NOT_EMPTY = {"out": _A_PATH, "resume": _A_PATH, "config": _A_PATH, "path": _A_PATH, "run_dirs": _A_PATH,
+             "env": " (an unset shell variable?); name the env, or leave --env out for the run's own"}
 
 
 def _empty_value(parser: argparse.ArgumentParser, argv: list, args: argparse.Namespace) -> Optional[str]:
     target = _subparser(parser, argv)
     for action in target._actions if target is not None else ():
-        if action.dest in NOT_EMPTY and getattr(args, action.dest, None) == "":
+        value = getattr(args, action.dest, None)
+        if action.dest in NOT_EMPTY and (value == "" or (isinstance(value, list) and "" in value)):
             name = action.option_strings[0] if action.option_strings else (action.metavar or action.dest)
-            return f"{name} '': empty; give a path (an unset shell variable?)"
+            return f"{name} '': empty{NOT_EMPTY[action.dest]}"
     return None
 
 
@@ -957,6 +981,14 @@ def _read(argv: Optional[list]):
     if extra:  # named by the command they were given to: `proxima train: error: unrecognized arguments: ...`
         command = getattr(args, "command", None)
         prog = f"{parser.prog} {command}" if command else parser.prog
+        if command == "resume" and any(w == "--nproc" or w.startswith("--nproc=") for w in extra):
+            # resume --help speaks of --nproc K at length: "unrecognized; did you mean --plot?" contradicted it
+            at = next(i for i, w in enumerate(argv) if w == "--nproc" or w.startswith("--nproc="))
+            # `resume --nproc 2 RUN` read 2 as the run: then the path is not known
+            run = "RUN_DIR" if argv[at] == "--nproc" and argv[at + 1:at + 2] == [args.path] else shlex.quote(args.path)
+            return fail(prog, f"--nproc: proxima resume starts as many processes as the run was trained with (up to this "
+                        f"machine's CPUs); to give the count yourself: proxima train --resume {run} --nproc K, K the "
+                        "run's process count (see proxima resume --help)")
         hint = _did_you_mean(parser, command, extra)
         return fail(prog, f"unrecognized arguments: {' '.join(extra)}{hint} (see {prog} --help)")
     refused = _repeated_flag(parser, argv) or _empty_value(parser, argv, args)

@@ -12,6 +12,7 @@ import dataclasses
 import math
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -506,6 +507,11 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
                 return None
             if isinstance(value, bool) or (name == "run_dir" and not isinstance(value, (str, int, float))):
                 raise ValueError  # a YAML list or mapping is not a path
+            if name == "run_dir" and source in FLAG_SOURCES and any(unicodedata.category(c) == "Cc" for c in str(value)):
+                # $'a\nb' (a pasted newline, a stray escape) made a directory whose name no line prints as typed;
+                # only typed: a recorded run_dir names a directory that exists already
+                raise value_refused(name, value, source, "holds a control character (a newline, tab or escape); "
+                                    "give a directory name without one")
             return str(value) if name == "run_dir" else float(value)
         if isinstance(default, bool):
             if isinstance(value, bool):
@@ -530,7 +536,9 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
                 import json
 
                 try:
-                    value = json.loads(value)
+                    value = json.loads(value, object_pairs_hook=_json_object_once)
+                except _RepeatedKey as e:  # json.loads kept the last value silently; a YAML file's is refused too
+                    raise value_refused(name, given, source, f"key {e.key!r} given twice; give each key once") from None
                 except json.JSONDecodeError as e:
                     raise value_refused(name, value, source, f"not valid JSON ({e.msg} at column {e.colno})") from None
                 except RecursionError:  # '[' nested past Python's stack
@@ -538,6 +546,8 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
                 refused = _nested_too_deep(name, value, source)
                 if refused is not None:
                     raise refused
+                if value is None:  # text that is not an object, as [1] and "s" are; taken as {} it hid a typo
+                    raise value_refused(name, given, source, "give a JSON object, {} for none")
             if value is None:
                 return {}
             if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
@@ -560,6 +570,22 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
         pass
     expected = "a number or none" if name in OPTIONAL_NUMBERS else _type_name(default)
     raise value_refused(name, given, source, f"expected {expected}")
+
+
+class _RepeatedKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _json_object_once(pairs: list) -> dict:
+    """json.loads's object_pairs_hook: a JSON object, refusing a key given twice at any depth."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _RepeatedKey(key)
+        out[key] = value
+    return out
 
 
 def plain(value: Any) -> Any:
@@ -786,6 +812,12 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
     if not cfg.hidden_sizes or any(h < 1 for h in cfg.hidden_sizes):
         bad("hidden_sizes", "must be one or more positive widths, e.g. 64,64")
     batch = cfg.num_envs * cfg.num_steps
+    # before the minibatch checks: --num-steps 1e23 is the mistake, not the --num-minibatches that does not divide it
+    if cfg.total_timesteps < batch * world_size:
+        procs = f" x {world_size} processes" if world_size > 1 else ""
+        raise several(f"one batch (--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}{procs} = {batch * world_size:,} steps) "
+                      f"is larger than --total-timesteps {cfg.total_timesteps}: lower --num-envs or --num-steps, or raise "
+                      "--total-timesteps", ("num_envs", "num_steps", "total_timesteps"))
     if batch % cfg.num_minibatches:
         bad("num_minibatches", f"must divide the batch num_envs x num_steps = {batch}")
     if batch < 2:  # torch's var of one sample warns and is NaN
@@ -794,11 +826,6 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
     if batch // cfg.num_minibatches < 2 and cfg.norm_adv:  # a minibatch's std; its other terms are per-sample means
         bad("num_minibatches", f"gives minibatches of {batch // cfg.num_minibatches} sample; advantage normalization needs "
                                "at least 2 (lower --num-minibatches, or add --no-norm-adv)")
-    if cfg.total_timesteps < batch * world_size:
-        procs = f" x {world_size} processes" if world_size > 1 else ""
-        raise several(f"one batch (--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}{procs} = {batch * world_size:,} steps) "
-                      f"is larger than --total-timesteps {cfg.total_timesteps}: lower --num-envs or --num-steps, or raise "
-                      "--total-timesteps", ("num_envs", "num_steps", "total_timesteps"))
     if not 0 <= cfg.seed <= MAX_SEED:
         bad("seed", f"must be an integer from 0 to {MAX_SEED:,} (numpy seeds are 32-bit; ranks and evaluation add offsets)")
     if not cfg.env_id.strip():  # no --env-id flag: ENV_ID on the command line, env_id in a file or PPOConfig

@@ -369,9 +369,34 @@ def is_timeout(exc: BaseException) -> bool:
     return "timed out" in text or "timeout" in text
 
 
+#: PROXIMA_DIST_TIMEOUT's range: a timedelta keeps milliseconds (less is 0, which fails every collective
+#: at once), and a week (PATIENT_TIMEOUT, the one wait meant to have no practical limit) is past any hang
+#: worth waiting for
+DIST_TIMEOUT_RANGE = (0.001, PATIENT_TIMEOUT)
+
+
 def dist_timeout() -> float:
-    """PROXIMA_DIST_TIMEOUT: the seconds every collective waits (default 300)."""
-    return float(os.environ.get("PROXIMA_DIST_TIMEOUT", "300"))
+    """PROXIMA_DIST_TIMEOUT: the seconds every collective waits (default 300; unset or empty: the
+    default). ConfigError naming the variable for any other text than a number of seconds in
+    DIST_TIMEOUT_RANGE: read as it was, "abc" and "nan" raised in every rank, and "0" timed out in C++.
+    The launcher checks it before torchrun starts (launch._check); a rank checks it again here, for
+    a torchrun started by hand."""
+    import math
+
+    from .config import ConfigError
+
+    raw = os.environ.get("PROXIMA_DIST_TIMEOUT", "")
+    if not raw.strip():
+        return 300.0
+    low, high = DIST_TIMEOUT_RANGE
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and low <= seconds <= high):
+        raise ConfigError(f"PROXIMA_DIST_TIMEOUT={raw!r}: must be a number of seconds from {low:g} to {high:,.0f} (a week); "
+                          "unset it for the default, 300")
+    return seconds
 
 
 def lost_peer(exc: BaseException) -> bool:

@@ -122,6 +122,9 @@ def _check(nproc: int, argv: list) -> None:
     if args.command == "resume" and _is_rlhf_run(Path(args.path)):
         _check_rlhf_resume(nproc, args)
         return
+    from .distributed import dist_timeout
+
+    dist_timeout()  # read by every rank as it joins the process group: a bad value would fail each of them alike
     resume = args.path if args.command == "resume" else getattr(args, "resume", None)
     if resume == "auto":  # a run directory without a checkpoint starts afresh
         target = getattr(args, "run_dir", None) or config_from_args(args, "proxima train").run_dir

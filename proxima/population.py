@@ -763,8 +763,17 @@ def estimate_bytes(cfg: PPOConfig, members: int, obs_size: int, act_size: int, n
             + members * sizing.network_bytes(cfg, obs_size, act_size, layout))
 
 
+#: host memory a member takes beyond estimate_bytes, whatever the device: its Python objects, logger,
+#: directory and checkpoint pieces. A lower bound of the ~0.66 MB measured (CartPole, --num-envs 2:
+#: 2,000 members peaked at 2.0 GB RSS, one at 0.27 GB, estimate_bytes counting 0.22 MB a member);
+#: without it 100,001 members were costed at 22 GB (~88 GB at the rate measured), taken as fitting in
+#: 22.6 GB free, and the run sat silent for minutes building them
+MEMBER_HOST_BYTES = 512 * 1024
+
+
 def check_population_fits(cfg: PPOConfig, members: int, device: torch.device, probe=None) -> None:
-    """Refuse a population that surely does not fit in ``device``'s free memory, before allocating.
+    """Refuse a population that surely does not fit in ``device``'s free memory, before allocating
+    (and, on a GPU, whose members' host state does not fit in the host's: MEMBER_HOST_BYTES each).
 
     The end-of-run evaluation's envs (sizing.eval_bytes: E = --eval-episodes) count once: it runs
     while the population is held, member by member (E envs at a time), or, where it can, all members
@@ -772,18 +781,26 @@ def check_population_fits(cfg: PPOConfig, members: int, device: torch.device, pr
     from .diskspace import human_bytes
     from .sizing import eval_bytes, free_memory
 
+    host = members * MEMBER_HOST_BYTES
+    if device.type != "cpu":
+        host_free = free_memory(torch.device("cpu"))
+        if host_free is not None and host > host_free:
+            raise ConfigError(f"--seeds/--sweep: {members:,} members need ~{human_bytes(host)} of host memory (each "
+                              f"member's own state, logs and checkpoint pieces), {human_bytes(host_free)} free; train "
+                              "fewer members at once")
+        host = 0
     free = free_memory(device)
     if free is None:
         return
     sizes = probe() if probe is not None else (1, 1, True)
     obs_size, act_size, native = sizes
     evals = eval_bytes(cfg, obs_size, native)
-    need = estimate_bytes(cfg, members, obs_size, act_size, native, getattr(sizes, "layout", None)) + evals
+    need = estimate_bytes(cfg, members, obs_size, act_size, native, getattr(sizes, "layout", None)) + evals + host
     if need > free and evals >= need / 2:  # the evaluation's envs are what does not fit (--eval-episodes 10**11)
         raise ConfigError(f"--eval-episodes {cfg.eval_episodes:,}: the evaluation builds one env per episode, ~{human_bytes(evals)} "
                           f"on {device} (~{human_bytes(need)} in all), {human_bytes(free)} free; lower --eval-episodes")
     if need > free:
-        raise ConfigError(f"--seeds/--sweep: {members} members x {cfg.num_envs} envs x {cfg.num_steps} steps needs "
+        raise ConfigError(f"--seeds/--sweep: {members:,} members x {cfg.num_envs} envs x {cfg.num_steps} steps needs "
                           f"~{human_bytes(need)} on {device}, {human_bytes(free)} free; train fewer members at once "
                           "or lower --num-envs/--num-steps")
 

@@ -267,21 +267,24 @@ def _as_a_single_run(fn):
 @_as_a_single_run
 def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: dict, run_dir=None, argv=None,
                      quiet: bool = False, overwrite: bool = False, evaluate_at_end: bool = True,
-                     stop_after: Optional[int] = None, restart_note: Optional[str] = None, typed_total: bool = False) -> Path:
+                     stop_after: Optional[int] = None, restart_note: Optional[str] = None, typed_total: bool = False,
+                     probe=None) -> Path:
     """Train every member in one process; returns the run directory. Errors before training (bad
     config, memory, env) leave nothing behind, as does a failure before the first iteration ends; a
     later failure keeps the members' metrics and the last checkpoint for the diagnosis.
     SIGINT/SIGTERM: finish the iteration, write a checkpoint, raise TrainingInterrupted (exit
     128+signum). ``stop_after`` (a test hook) acts as a SIGINT arriving during that iteration.
     ``typed_total``: --total-timesteps was typed, so a total that is not a whole number of iterations
-    gets train's note (once the population is set up: a refusal before it stays one line)."""
+    gets train's note (once the population is set up: a refusal before it stays one line).
+    ``probe``: the env's sizes for the memory check (sizing.env_probe of members[0]), when the caller
+    has them already (cmd_train_population sizes the population before building its members)."""
     from .device import resolve_device
     from .rundir import RunSession, unique_default
     from .sizing import env_probe
 
     base = members[0]
     device = resolve_device(base.device)
-    check_population_fits(base, len(members), device, env_probe(base))  # before anything is allocated
+    check_population_fits(base, len(members), device, probe or env_probe(base))  # before anything is allocated
     run_dir = Path(run_dir or base.run_dir or unique_default(default_population_dir(base, seeds)))
     note_single_run_only(base.to_dict(), quiet)  # e.g. the fast preset's --stop-return: its members still train in one program
     pop = Population([as_member_config(c) for c in members], device)
@@ -971,19 +974,17 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
                                         checkpoint=checkpoint, typed_members=given)
             print(f"run directory: {run_dir}")
             return 0
+    # sized before the members are built: each is a config to validate, then a member to build (~3 ms
+    # and 0.25 MB here), so --seeds 0-100000 sat silent for minutes before any refusal
+    first = member_configs(cfg, seeds[:1], {name: values[:1] for name, values in sweep.items()})[0]
+    probe = _size_population(first, len(seeds) * math.prod(len(values) for values in sweep.values()), args.dry_run)
     members = member_configs(cfg, seeds, sweep)
     if args.dry_run:
-        from .device import resolve_device
-        from .run_setup import check_env_builds
-        from .sizing import env_probe
-
         check_members(members)
         if cfg.run_dir is not None:  # what the population's claim of the directory would refuse (as for one run)
             from .run_setup import check_new_run_dir
 
             check_new_run_dir(cfg.run_dir, overwrite=args.overwrite, restart=args.resume == "auto")
-        check_env_builds(members[0])  # the env and the encoder, as a single run's dry run checks them
-        check_population_fits(members[0], len(members), resolve_device(members[0].device), env_probe(members[0]))
         _note_whole_iterations(members[0], "total_timesteps" in typed)
         # the config every member shares, resolved as a single run's dry run prints it (preset < --config
         # FILE < flags); the seed and the swept fields are per member: given by "seeds" and "sweep"
@@ -992,9 +993,31 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
         return 0
     restart = "--resume auto found no checkpoint to continue" if args.resume == "auto" else None
     run_dir = train_population(members, seeds, sweep, argv=sys.argv, quiet=args.quiet, overwrite=args.overwrite, restart_note=restart,
-                               typed_total="total_timesteps" in typed)
+                               typed_total="total_timesteps" in typed, probe=probe)
     print(f"run directory: {run_dir}")
     return 0
+
+
+def _size_population(first: PPOConfig, count: int, dry_run: bool):
+    """check_population_fits for ``count`` members like ``first`` (the first member's config, checked
+    first as check_members would: its line, not a sizing of a config that cannot run); returns the
+    probe of the env's sizes, asked once, for train_population's own check. A dry run builds the env
+    as a single run's dry run does (run_setup.check_env_builds: the encoder too)."""
+    import functools
+
+    from .config import validate
+    from .device import resolve_device
+    from .run_setup import check_env_builds
+    from .sizing import env_probe
+
+    validate(first)
+    if dry_run:
+        sizes = check_env_builds(first)
+        probe = lambda: sizes  # noqa: E731
+    else:
+        probe = functools.lru_cache(maxsize=None)(env_probe(first))
+    check_population_fits(first, count, resolve_device(first.device), probe)
+    return probe
 
 
 def _note_whole_iterations(cfg: PPOConfig, typed_total: bool) -> None:

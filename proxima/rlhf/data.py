@@ -59,7 +59,9 @@ def load_prompts(path: str) -> list:
     file = Path(path)
     if file.is_dir():
         raise ConfigError(f"--prompts {path!r}: is a directory, not a file; give the prompts file itself")
-    if not file.is_file():
+    if not file.is_file():  # a FIFO or device exists: "no such file" sent the user looking for a typo
+        if file.exists():
+            raise ConfigError(f"--prompts {path!r}: is not a regular file (a FIFO, device or socket); give the prompts file itself")
         raise ConfigError(f"--prompts {path!r}: no such file")
     suffix = file.suffix.lower()
     if suffix in TABLE_SUFFIXES:
