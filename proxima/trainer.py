@@ -5,6 +5,7 @@ a checkpoint holds and the run directory's files live in train_state.py.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -25,7 +26,7 @@ from . import checkpoint as ckpt
 from . import graphs, hostmem, ppo, side_thread, train_state
 from .adam import Adam
 from .agent import Agent, action_dtype, action_shape
-from .config import ConfigError, PPOConfig, batch_size, cpu_preset_hint, num_iterations, preset_of, validate
+from .config import ConfigError, PPOConfig, batch_size, cpu_preset_hint, num_iterations, preset_of, python_words, validate
 from .envs import BatchedEnv, EnvError, make_env
 from .envs.gym_adapter import hold_env_module_path
 from .normalize import ObsNormalizer, RewardScaler
@@ -89,7 +90,8 @@ class Trainer:
         validate(cfg, self.dist.world_size, resume=resume_state is not None, python=argv is None)
         self.cfg, self.quiet = cfg, quiet
         self.device = self.dist.device_for(cfg.device)  # under torchrun: cuda:LOCAL_RANK or cpu
-        check_device_flags(cfg, self.device, self.dist.world_size)  # before anything process-wide is changed
+        with _python_words(argv is None):
+            check_device_flags(cfg, self.device, self.dist.world_size)  # before anything process-wide is changed
         # the caller's process-wide settings this trainer changes, each a callable that puts the caller's
         # value back: close() calls them (a notebook or sweep runs on in the same process)
         self._undo = [partial(torch.set_num_threads, torch.get_num_threads()), partial(torch.set_flush_denormal, flush_denormal_on())]
@@ -123,7 +125,8 @@ class Trainer:
         seed_everything(rank_seed)
         self.env: BatchedEnv = make_env(cfg.env_id, cfg.num_envs, self.device, cfg.backend, cfg.vector, seed=rank_seed,
                                          env_kwargs=cfg.env_kwargs)
-        check_fits(cfg, self.device, lambda: env_sizes(self.env, cfg.env_id))  # before the agent and buffers exist
+        with _python_words(argv is None):
+            check_fits(cfg, self.device, lambda: env_sizes(self.env, cfg.env_id))  # before the agent and buffers exist
         obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
         self.agent = Agent(obs_space, act_space, cfg.hidden_sizes, cfg.activation, cfg.encoder).to(self.device)
         from .run_setup import check_norm_obs
@@ -581,6 +584,19 @@ class ReturnTarget:
         return mean if mean >= self.target else None
 
 
+@contextlib.contextmanager
+def _python_words(python: bool):
+    """A ConfigError of the device and size checks, for a config built in Python (``python``: no argv),
+    with each flag it names written as the PPOConfig field (config.python_words), as validate(python=True)
+    words its own lines: a notebook user set ``num_envs=4096``, never typed ``--num-envs``."""
+    try:
+        yield
+    except ConfigError as e:
+        if not python:
+            raise
+        raise ConfigError(python_words(str(e))) from None
+
+
 def check_device_flags(cfg: PPOConfig, device: torch.device, world_size: int = 1) -> None:
     """The flags that need a CUDA device (--cudagraphs, --amp fp16), and what --compile needs on the
     CPU, against ``device``: one line each (the Trainer, and ``train --dry-run``)."""
@@ -756,7 +772,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             validate(config, dctx.world_size, resume=resumed, python=argv is None)
             # before any env is built: the sizes as a lower bound (an absurd --num-envs); the Trainer checks
             # again with the env it builds, before the agent and buffers, so no env is built only to be sized
-            check_fits(config, dctx.device_for(config.device))
+            with _python_words(argv is None):
+                check_fits(config, dctx.device_for(config.device))
             # under --quiet too: a warning that the run trains other than typed, not a summary line
             if not resumed and dctx.is_main and "total_timesteps" in (overrides or {}):
                 _note_whole_iterations(config, dctx.world_size)

@@ -246,6 +246,9 @@ def _dtype_fix(arr: np.ndarray, space: gym.spaces.Box, name: str) -> str:
             and bool(np.all((arr >= 0) & (arr <= 1))))
     if unit:
         return f"does not cast safely to uint8; its values lie in [0, 1]: {pixels_fix(name, True)}"
+    if arr.dtype.kind == "f" and space.dtype.kind in "iub":  # astype would drop the fractions this refusal is about
+        return (f"does not cast safely to {space.dtype} (a float would lose its fraction): declare a float Box, or round "
+                f"on purpose: return np.rint({name}).astype(np.{space.dtype})")
     return f"does not cast safely to {space.dtype}: return {name}.astype(np.{space.dtype})"
 
 

@@ -123,11 +123,17 @@ def test_after_one_env_raises_mid_run_under_async_the_other_envs_are_closed(tmp_
 
 
 # ------------------------------------------------------------------------------ 4. floats for an integer Box
+def _fix(kind: str) -> str:
+    """The advice for floats in an integer Box: rounding on purpose, not astype, which drops the fractions too."""
+    name = "np.asarray(obs)" if kind == "list" else "obs"
+    return (f"(a float would lose its fraction): declare a float Box, or round on purpose: "
+            f"return np.rint({name}).astype(np.int64)")
+
+
 def train_line(kind: str) -> str:
     kwargs = json.dumps({"kind": kind})
-    fix = "np.asarray(obs).astype(np.int64)" if kind == "list" else "obs.astype(np.int64)"
     return (f"env 'review28_envs:IntFedFloats': env 0 returned an observation of dtype float64 at reset (after env step 0); "
-            f"obs dtype: observation_space.dtype is int64, and float64 does not cast safely to int64: return {fix} "
+            f"obs dtype: observation_space.dtype is int64, and float64 does not cast safely to int64 {_fix(kind)} "
             f"(check with: proxima check-env review28_envs:IntFedFloats --env-kwargs '{kwargs}')")
 
 
@@ -137,11 +143,10 @@ def test_check_env_and_train_refuse_floats_for_an_integer_box_in_one_line(capsys
     a float64 array got check-env's diagnosis after the TypeError, at reset only."""
     kwargs = json.dumps({"kind": kind})
     code, out, err = run_main(["check-env", "review28_envs:IntFedFloats", "--env-kwargs", kwargs], capsys)
-    fix = "np.asarray(obs).astype(np.int64)" if kind == "list" else "obs.astype(np.int64)"
     assert code == 1, out + err
     assert out.splitlines()[0].startswith(
         "FAIL obs dtype: expected dtype int64 (observation_space.dtype); got dtype float64 at reset(seed=0) "
-        f"(does not cast safely to int64: return {fix})"), out
+        f"(does not cast safely to int64 {_fix(kind)})"), out
     code, _, err = run_main(["train", "review28_envs:IntFedFloats", *SMALL, "--env-kwargs", kwargs], capsys)
     assert code == 2, err
     assert one_error_line(err, "proxima train") == train_line(kind)

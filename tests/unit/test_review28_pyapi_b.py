@@ -299,3 +299,20 @@ def test_a_non_finite_update_from_huge_rewards_names_their_size(tmp_path, monkey
                    "~1e20: --norm-reward (or scale them down in the env)\n")
     code, _, err = run_main(argv + ["--norm-reward", "--overwrite"], capsys)  # the advice, taken
     assert code == 0, err
+
+
+def test_device_and_size_refusals_from_python_name_the_fields_not_the_flags(tmp_path):
+    """validate(python=True) named PPOConfig's fields, but the device and size checks train() also runs kept
+    the command line's flags: a notebook user never typed --cudagraphs or --num-envs."""
+    import proxima
+    from proxima.config import ConfigError, PPOConfig
+
+    with pytest.raises(ConfigError) as info:
+        proxima.train(PPOConfig(env_id="CartPole-v1", cudagraphs=True, threads=1, run_dir=str(tmp_path / "a")))
+    assert str(info.value).startswith("cudagraphs needs a CUDA device (got device cpu)"), str(info.value)
+    with pytest.raises(ConfigError) as info:
+        proxima.train(PPOConfig(env_id="CartPole-v1", num_envs=4096, num_steps=16384, num_minibatches=1,
+                                total_timesteps=10**11, threads=1, run_dir=str(tmp_path / "b")))
+    line = str(info.value)
+    assert line.startswith("one minibatch (num_envs=4096 x num_steps=16384 / num_minibatches=1 = 67,108,864 rows)"), line
+    assert "--" not in line and not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
