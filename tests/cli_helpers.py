@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import warm_python
 from proxima import cli
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 def run_main(argv: list, capsys) -> tuple[int, str, str]:
@@ -135,3 +146,20 @@ def fake_run_dir(root, name: str, steps=(100, 200), returns=(1.0, 2.0), **config
             w.writerow({"iteration": i + 1, "global_step": s, "time": 0.1 * (i + 1), "episodes": 1,
                         "charts/episodic_return": r})
     return d
+
+
+def isolated(args: list, tmp_path, timeout: int = 120) -> subprocess.CompletedProcess:
+    """``python ARGS`` with tests/fixtures on the path, in a process group of its own (async workers fork
+    from it, not from pytest): a hang fails the test after ``timeout`` seconds, its processes killed,
+    instead of blocking the suite."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    proc = warm_python.Popen([sys.executable, *args], cwd=tmp_path, env=env, start_new_session=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"hung for {timeout} s: python {' '.join(args[-4:])}", pytrace=False)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)

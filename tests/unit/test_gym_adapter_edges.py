@@ -7,17 +7,12 @@ tests/fixtures/adapter_edge_envs.py)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from cli_helpers import run_main
-import warm_python
+from cli_helpers import isolated, run_main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NO_CKPT = "no checkpoint was written yet (--checkpoint-every N writes one every N iterations)"
@@ -66,21 +61,6 @@ print(sum(os.path.exists(f"/proc/{pid}") for pid in pids), "workers alive")  # j
 """
 
 
-def isolated(args: list, tmp_path, timeout: int = 60) -> subprocess.CompletedProcess:
-    """``python ARGS`` with tests/fixtures on the path, in a process group of its own: a hang fails
-    the test after ``timeout`` seconds (its processes killed) instead of blocking the suite."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
-    proc = warm_python.Popen([sys.executable, *args], cwd=tmp_path, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        out = None
-    if out is None:
-        pytest.fail(f"hung for {timeout} s: python {' '.join(args[-4:])}", pytrace=False)
-    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 @pytest.mark.parametrize("fault, why", [

@@ -6,17 +6,12 @@ tests/fixtures/review28_envs.py)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-import warm_python
-from cli_helpers import one_error_line, run_main
+from cli_helpers import isolated, one_error_line, run_main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SMALL = ["--seed", "7", "--num-envs", "3", "--num-steps", "8", "--num-minibatches", "2", "--total-timesteps", "48",
@@ -35,19 +30,6 @@ def fixtures_on_path(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
 
 
-def isolated(args: list, tmp_path, timeout: int = 120) -> subprocess.CompletedProcess:
-    """``python ARGS`` with tests/fixtures on the path, in a process group of its own (async workers fork
-    from it, not from pytest): a hang fails the test after ``timeout`` seconds, its processes killed."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
-    proc = warm_python.Popen([sys.executable, *args], cwd=tmp_path, env=env, start_new_session=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"hung for {timeout} s: python {' '.join(args[-4:])}", pytrace=False)
-    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 # ------------------------------------------------------------------------------ 1. async workers' global RNGs
