@@ -412,8 +412,10 @@ _CASTS_TO_F32 = frozenset(np.dtype(t) for t in (np.float32, np.float16, np.bool_
                                                  np.uint8, np.uint16, np.uint32, np.uint64))
 #: the kinds of number (numpy's dtype.kind) a declared dtype's kind holds as they are: the vector env copies an obs
 #: into a buffer of the declared dtype, where a float in an integer or bool Box loses its fraction (under
-#: --vector sync numpy refuses the copy with a TypeError) and an int in a bool Box becomes True
-_KINDS_HELD = {"f": "biuf", "i": "biu", "u": "biu", "b": "b"}
+#: --vector sync numpy refuses the copy with a TypeError) and an int in a bool Box becomes True. A signed int in an
+#: unsigned Box is numpy's TypeError under sync too, and under async its shared memory wrapped -1 to 255 and 300
+#: to 44 without a word: refused under both, as check-env does
+_KINDS_HELD = {"f": "biuf", "i": "biu", "u": "bu", "b": "b"}
 
 
 def kind_casts(dtype, declared) -> bool:
