@@ -706,13 +706,20 @@ class EventFile:
 
 def _is_terminal(stream) -> bool:
     """Whether ``stream`` redraws a '\\r' frame in place: a tty, or a Jupyter cell's output (ipykernel's
-    stream says it is no tty, but its front end draws tqdm's frames in place)."""
+    stream says it is no tty, but its front end draws tqdm's frames in place). A tty that reports 0
+    columns (a pty never given a size: ``script``, some CI runners, ``docker exec -t`` before its
+    resize) is not one: tqdm sizes its frame to the width and would draw a bare '\\r' each time."""
     if type(stream).__module__.startswith("ipykernel"):
         return True
     try:
-        return bool(stream.isatty())
+        if not stream.isatty():
+            return False
     except (AttributeError, ValueError):  # no isatty, or a closed stream
         return False
+    try:
+        return os.get_terminal_size(stream.fileno()).columns > 0
+    except (AttributeError, OSError, ValueError):  # no descriptor to ask: tqdm cannot ask either, and draws unsized
+        return True
 
 
 #: seconds between two progress lines where stderr is not a terminal

@@ -632,7 +632,9 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
                 if resumed:  # as a single run: the earlier end's evaluations describe a step now behind
                     resumed = False
                     _drop_stale_evals(run_dir, pop, dirs, seeds, sweep)
-                if not quiet and (pop.iteration % max(1, pop.num_iterations // 10) == 0 or pop.iteration == pop.num_iterations):
+                # --no-progress drops these lines as a single run's drops its bar; the end's summary stays
+                if not quiet and cfg.progress and (pop.iteration % max(1, pop.num_iterations // 10) == 0
+                                                   or pop.iteration == pop.num_iterations):
                     _progress(values, pop, step, elapsed)
                 if stop_after is not None and pop.iteration >= stop_after and not stop.signum:
                     stop.signum = signal.SIGINT
