@@ -109,6 +109,48 @@ class DistContext:
             out["nonfinite"] = bool(out["nonfinite"])
         return out
 
+    def sync_normalizers(self, *modules) -> None:
+        """Merge the running statistics (mean, var) of each given ObsNormalizer / RewardScaler (None:
+        off) across ranks, once per iteration, so that all ranks normalize alike and the checkpoint's
+        statistics (rank 0's, which eval uses) count every rank's envs. Nothing when not distributed.
+
+        Each rank keeps its own ``count`` (ranks see equally many rows: equal --num-envs and steps)
+        and after the merge holds the pooled rows' mean and a share of their summed squared
+        deviations in proportion to its count: merging those shares again, with the rows each rank
+        adds next, gives the pooled statistics of every row so far: with K ranks of equal counts,
+        what one RunningMeanStd(epsilon=K * epsilon) fed all of them holds (the prior counted once per
+        rank). Unequal counts merge exactly too (weighted by count). The reward scaler's per-env
+        ``returns`` stay per rank. Two all-reduces of float64 tensors on the statistics' device, no
+        host read.
+        """
+        stats = [m.rms for m in modules if m is not None]
+        if not self.enabled or not stats:
+            return
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            seen = [r.count - r.epsilon for r in stats]  # rows this rank has counted (count less the prior)
+            first = torch.cat([torch.cat([(r.mean * n).reshape(-1), n.reshape(1)]) for r, n in zip(stats, seen)])
+            dist.all_reduce(first, op=dist.ReduceOp.SUM)
+            means, totals, at = [], [], 0
+            for r in stats:
+                k = r.mean.numel()
+                total = first[at + k].clamp_min(1e-300)  # no rows anywhere: never after an iteration
+                means.append((first[at:at + k] / total).reshape(r.mean.shape))
+                totals.append(total)
+                at += k + 1
+            # each rank's squared deviations about the pooled mean (parallel-axis theorem)
+            second = torch.cat([((r.var * r.count - r.epsilon).clamp_min(0.0) + n * (r.mean - m).pow(2)).reshape(-1)
+                                for r, n, m in zip(stats, seen, means)])
+            dist.all_reduce(second, op=dist.ReduceOp.SUM)
+            at = 0
+            for r, n, m, total in zip(stats, seen, means, totals):
+                k = r.mean.numel()
+                m2 = second[at:at + k].reshape(r.mean.shape)
+                r.mean.copy_(m)
+                r.var.copy_((m2 * (n / total) + r.epsilon) / r.count)
+                at += k
+
     def agree_stop(self, signum: int) -> int:
         """The stop signal every rank acts on this iteration: the largest signal number any rank has
         received (0: none). Ranks get a signal at slightly different times; without this one could

@@ -66,7 +66,7 @@ def test_float32_inputs_accumulate_in_float64():
     # a float32 accumulator would be off by ~1e-3 here (1e4 +- 0.01); float64 matches to ~1e-12
     np.testing.assert_allclose(rms.mean.numpy(), one.mean.numpy(), rtol=1e-12)
     np.testing.assert_allclose(rms.var.numpy(), one.var.numpy(), rtol=1e-6)
-    # the epsilon prior (count 1e-4 at mean 0, var 1) is the only difference from the plain moments
+    # the epsilon prior (count 1e-4, var 1) weighs in the variance only: the mean is the plain one
     np.testing.assert_allclose(rms.mean.numpy(), x.double().mean(0).numpy(), rtol=1e-7)
 
 
