@@ -3,8 +3,8 @@
 Public API::
 
     from proxima import PPOConfig, train, load, make_env
-    run_dir, agent = train(PPOConfig(env_id="CartPole-v1", total_timesteps=100_000))
-    policy = load(run_dir)             # a run directory or a checkpoint file
+    run_dir, policy = train(PPOConfig(env_id="CartPole-v1", total_timesteps=100_000))
+    policy = load(run_dir)             # the same policy, from a run directory or a checkpoint file
     action = policy.act(obs)           # obs: (B, obs_dim) tensor or numpy array
 """
 
@@ -21,10 +21,12 @@ if _sys.argv[:1] == ["-m"] and _sys.path and _sys.path[0] in ("", _os.getcwd()):
 from .config import ConfigError, PPOConfig  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["PPOConfig", "ConfigError", "UntrustedEnvError", "train", "load", "make_env", "__version__"]
+__all__ = ["PPOConfig", "ConfigError", "UntrustedEnvError", "TrainingInterrupted", "train", "load", "make_env",
+           "__version__"]
 
-#: imported on first use, as make_env: their modules import torch or gymnasium (see __getattr__)
-_LAZY = {"make_env": "envs", "UntrustedEnvError": "envs.gym_adapter"}
+#: imported on first use, as make_env: their modules import torch or gymnasium (see __getattr__);
+#: TrainingInterrupted (what train() raises on Ctrl-C) too, so the package's import stays what it was
+_LAZY = {"make_env": "envs", "UntrustedEnvError": "envs.gym_adapter", "TrainingInterrupted": "signals"}
 
 
 def __getattr__(name: str):

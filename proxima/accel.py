@@ -15,6 +15,7 @@ captures whole parts of the iteration (eager or compiled) into CUDA graphs of it
 from __future__ import annotations
 
 import os
+import tempfile
 from functools import partial
 from pathlib import Path
 
@@ -24,34 +25,82 @@ from . import ppo
 
 
 def compile_cache_dir() -> Path:
-    """Where inductor keeps compiled kernels between launches: $TORCHINDUCTOR_CACHE_DIR when set,
-    else ~/.cache/proxima/inductor (XDG_CACHE_HOME honoured). A second launch of the same run reads
-    its kernels from here instead of compiling them again; ``proxima doctor`` prints the path."""
+    """Where inductor keeps compiled kernels between launches, as an absolute path: $TORCHINDUCTOR_CACHE_DIR
+    when set, else ~/.cache/proxima/inductor ($XDG_CACHE_HOME in place of ~/.cache when it is absolute;
+    the XDG spec says to ignore a relative one). A second launch of the same run reads its kernels from
+    here instead of compiling them again; ``proxima doctor`` prints the path."""
     env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if env:
-        return Path(env)
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "proxima" / "inductor"
+        # inductor makes it absolute against the cwd of the process that compiles: say that folder
+        return Path(os.path.abspath(env))
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+    return Path(os.path.abspath(base / "proxima" / "inductor"))
 
 
 def precompiled_header_dir() -> Path:
     """Where --compile keeps the C++ compiler's precompiled headers: ``precompiled_headers`` inside
-    compile_cache_dir(), made absolute (inductor makes its cache dir absolute the same way)."""
-    return Path(os.path.abspath(compile_cache_dir())) / "precompiled_headers"
+    compile_cache_dir()."""
+    return compile_cache_dir() / "precompiled_headers"
+
+
+def _cache_source() -> str:
+    """The setting that chose compile_cache_dir(), for an error to name."""
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        return "TORCHINDUCTOR_CACHE_DIR"
+    return "XDG_CACHE_HOME" if os.path.isabs(os.environ.get("XDG_CACHE_HOME", "")) else "HOME"
+
+
+def compile_cache_problem(keep: bool = True) -> str:
+    """"" when compile_cache_dir() can be created and written, else one line naming the folder, the
+    reason and the setting to change. Creates the folder and writes (and removes) a file in it:
+    inductor's own os.makedirs failed inside ``import torch._inductor.codecache``, which left
+    torch._dynamo half imported, and the next import died with an unrelated AssertionError.
+    ``keep=False`` (doctor): the folders this call created are removed again."""
+    path = compile_cache_dir()
+    missing = [p for p in (path, *path.parents) if not os.path.lexists(p)]
+    try:
+        os.makedirs(path, exist_ok=True)
+        if not path.is_dir():
+            raise NotADirectoryError(20, "Not a directory")
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        source = _cache_source()
+        shown = f"{source}={os.environ.get(source, '')}" if source != "HOME" else f"HOME={Path.home()}"
+        return (f"the compile cache {path} cannot be created or written ({e.strerror or type(e).__name__}; "
+                f"from {shown}): set TORCHINDUCTOR_CACHE_DIR (or XDG_CACHE_HOME) to a writable folder")
+    finally:
+        if not keep:
+            for folder in missing:  # innermost first; a folder someone else filled meanwhile stays
+                try:
+                    os.rmdir(folder)
+                except OSError:
+                    break
+    return ""
 
 
 def setup_compile_cache() -> Path:
     """Point inductor's on-disk caches at compile_cache_dir() for the rest of the process: kernels
-    through $TORCHINDUCTOR_CACHE_DIR (set when unset), precompiled headers through
-    precompiled_header_dir(). Returns the header folder."""
+    through $TORCHINDUCTOR_CACHE_DIR (set when unset or empty), precompiled headers through
+    precompiled_header_dir(). Returns the header folder. ConfigError (one line: the folder and the
+    variable to set) when the folder cannot be created or written, checked before torch._inductor
+    is imported."""
+    from .config import ConfigError
+
+    problem = compile_cache_problem()
+    if problem:
+        raise ConfigError(f"--compile: {problem}, or drop --compile")
     # a stable on-disk cache (torch's default lives under /tmp, which many machines wipe at boot);
-    # set before the first compilation reads it
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(compile_cache_dir()))
+    # set before the first compilation reads it. An empty value is set too: inductor would make
+    # "" absolute, the current directory
+    if not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache_dir())
     headers = precompiled_header_dir()
-    try:
-        from torch._inductor import codecache
-    except Exception:  # an inductor that does not import: torch.compile itself will say why
-        return headers
+    # not wrapped: a failed import leaves torch._dynamo half imported, and swallowing it here only
+    # moved the traceback to the first compiled call, under an unrelated error
+    from torch._inductor import codecache
+
     # torch (2.13) has no setting for the header folder: codecache computes the private _HEADER_DIR
     # once, at import, under tempfile.gettempdir() whatever $TORCHINDUCTOR_CACHE_DIR says, and
     # _precompile_header reads it (and _HEADER_LOCK_DIR) at each call. Left there, a wiped /tmp makes

@@ -358,9 +358,10 @@ def machine_lines(device, threads) -> list:
     import gymnasium
     import torch
 
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    from .cpuinfo import simd_text
+    from .cpuinfo import simd_text, usable_cpus
     from .tanh_cpu import MODE
+
+    usable = usable_cpus()
 
     rows = [f"- CPU: {cpu_model()}, {os.cpu_count()} logical cores ({usable} usable by this process); SIMD {simd_text()}; "
             f"CPU tanh {MODE}",

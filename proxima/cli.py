@@ -425,13 +425,13 @@ def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: 
     from .envs.gym_adapter import action_spaces_built
     from .nets import encoders_resolved
     from .run_setup import preflight
-    from .trainer import _note_action_scale, _note_compile_mode, _note_other_version, _note_pixels, _note_whole_iterations
+    from .trainer import _note_action_scale, _note_compile_mode, _note_given_total, _note_other_version, _note_pixels
 
     # the env preflight builds, and the encoder it chooses for it: none built only for the notes
     with action_spaces_built() as spaces, encoders_resolved() as encoders:
         preflight(cfg, world_size)  # a refusal of a value from --config FILE names the file: cmd_train's handler
-    if "total_timesteps" in (overrides or {}):  # the YAML shows the total typed; the note, what would train
-        _note_whole_iterations(cfg, world_size)
+    # the YAML shows the total given (typed or from --config FILE); the note, what would train
+    _note_given_total(cfg, world_size, False, None, overrides or {}, {}, python=False)
     if notes:  # as train prints them, --quiet's advisory notes included
         _note_compile_mode(cfg, overrides or {})
         _note_other_version(cfg)
@@ -551,22 +551,23 @@ def _written_by(path: Path) -> int:
         return 1
     if not isinstance(world, int) or isinstance(world, bool) or world <= 1:
         return 1
-    cpus = os.cpu_count() or 1
+    from .cpuinfo import cpus_text, usable_cpus
     from .signals import resume_advice, resume_route
 
+    cpus = cpus_text(usable_cpus())
     # the decision of every suggested command too (signals.resume_route), so the command they name works
     route = resume_route(_run_dir_of(path), world)
-    if route != "resume":  # a recorded count is data: never start more processes than this machine has CPUs
+    if route != "resume":  # a recorded count is data: never start more processes than the CPUs it may use
 
         # the stop line's builder: the path quoted, a module env named, so the command pasted resumes this run
         command, _ = resume_advice(_run_dir_of(path), world, path=path)
         # a hand-started torchrun job, or more processes than --nproc may start here (several machines' worth)
         if route == "torchrun":
-            raise ConfigError(f"{path}: written by {world} processes, more than this machine's {cpus} CPUs; resume it under "
+            raise ConfigError(f"{path}: written by {world} processes, more than {cpus}; resume it under "
                               f"the torchrun command that ran it (torchrun ... -m {command}, "
                               "docs/distributed.md)")
         # a run started by `train --nproc K` ran K processes on one machine: the same command resumes it
-        raise ConfigError(f"{path}: written by {world} processes, more than this machine's {cpus} CPUs (proxima resume "
+        raise ConfigError(f"{path}: written by {world} processes, more than {cpus} (proxima resume "
                           f"starts no more); to run {world} here anyway: {command}")
     return world
 
@@ -618,7 +619,9 @@ def _cmd_eval(args) -> int:
                                       f"to evaluate this file, drop --best")
             path = best_checkpoint_path(args.path)
             if not path.is_file():
-                raise CheckpointError(f"{args.path}: no checkpoints/best.pt (written when training with --eval-every N)")
+                from .trainer import no_best_line
+
+                raise CheckpointError(no_best_line(args.path))  # why, where the run records --eval-every
         from .checkpoint import check_registered
 
         # a run directory whose newest checkpoint is damaged: refused, naming its newest sound one

@@ -117,7 +117,7 @@ class PPOConfig:
     clip_reward: float = _f(10.0, "Clip bound of scaled rewards.")
     # --- run ---
     seed: int = _f(1, "Random seed (envs, network init, sampling).")
-    device: str = _f("cpu", "Torch device: cpu, cuda, cuda:1, or auto (cuda when available).")
+    device: str = _f("cpu", "Torch device: cpu, cuda, cuda:1, or auto (cuda when a tiny op runs there, else cpu with a note).")
     threads: int = _f(1, "CPU threads for the learner. With 2 or more on the CPU, a discrete-action MLP agent's actor and critic run side by side on two threads for batches of 2,048 rows or more (1.34x at 4,096 CartPole envs on 2 cores; at 2, the same numbers as 1 thread), each with threads // 2 intra-op threads; other agents use them as torch intra-op threads, which rarely helps small MLPs.")
     flush_denormal: bool = _f(True, "Flush denormal floats to zero on CPU (x86 FTZ/DAZ, as XLA does): arithmetic on values below ~1e-38 is many times slower and changes nothing that matters to PPO.")
     keep_host_memory: bool = _f(True, "Keep freed tensor memory in the process (glibc malloc; CPU runs) instead of returning it to the OS, from which every new large tensor would page-fault back in (at 4,096 CartPole envs 9,122 page faults an iteration without it against 2 with it; 1.12x training steps/s before the CPU MLP kernel, 1.05x (0.64-1.19) with it: benchmarks/results/hostmem-cpu.md). The process holds its peak memory until it exits.")
@@ -663,20 +663,25 @@ FLOAT32_MAX = 3.4028234663852886e38
 #: the largest --seed: numpy takes seeds below 2**32, and a run adds 10,000 per rank and 1,000,000 for evaluation
 MAX_SEED = 2**31 - 1
 
-#: --threads may be at most this many times the CPUs here: more only contend, and a huge count
-#: (a typo, or a number recorded in a run's files) makes torch's thread pool crash the process
+#: --threads may be at most this many times the CPUs this process may use (cpuinfo.usable_cpus: the
+#: affinity mask and a cgroup quota count, as a container's `--cpus` does): more only contend, and a
+#: huge count (a typo, or a number recorded in a run's files) makes torch's thread pool crash the process
 THREADS_PER_CPU = 4
 
 
 def max_threads() -> int:
-    return THREADS_PER_CPU * (os.cpu_count() or 1)
+    from .cpuinfo import usable_cpus
+
+    return THREADS_PER_CPU * usable_cpus()
 
 
 def threads_limit_text(resume_may_change: bool = False) -> str:
     """Why a --threads value is refused (PPO and RLHF say it alike)."""
-    cpus = os.cpu_count() or 1
-    return (f"must be at most {max_threads()} ({THREADS_PER_CPU} x this machine's {cpus} CPU{'s' if cpus != 1 else ''}); "
-            f"more threads than cores only slow torch down; give --threads {max_threads()} or fewer"
+    from .cpuinfo import cpus_text, usable_cpus
+
+    cpus = usable_cpus()
+    return (f"must be at most {THREADS_PER_CPU * cpus} ({THREADS_PER_CPU} x {cpus_text(cpus)}); "
+            f"more threads than cores only slow torch down; give --threads {THREADS_PER_CPU * cpus} or fewer"
             + (" (resume may change it)" if resume_may_change else ""))
 
 

@@ -10,6 +10,8 @@ two (most of it is `import torch`).
     proxima doctor                 human-readable report, hints at the end
     proxima doctor --json          one JSON object (the dict collect() returns)
     proxima doctor --require-cuda  exit 1 with a one-line reason when CUDA is not usable
+
+A stdout that takes nothing (a full disk) is one line on stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .config import install_hint
-from .cpuinfo import cpu_vendor, cpuinfo, simd_text
+from .cpuinfo import cpu_vendor, cpuinfo, simd_text, usable_cpus
 
 TORCH_PIN = "2.13.0"
 
@@ -87,8 +89,12 @@ def _probe(errors: dict, name: str, fn: Callable[[], Any], default: Any = None) 
     except BaseException as e:  # noqa: BLE001 - a probe must never take the report down
         if isinstance(e, KeyboardInterrupt):
             raise
-        errors[name] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        _record(errors, name, e)
         return default
+
+
+def _record(errors: dict, name: str, e: BaseException) -> None:
+    errors[name] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
 
 
 def _version_str(v: Any) -> str | None:
@@ -210,11 +216,22 @@ def _precompiled_header_dir() -> str:
     return str(precompiled_header_dir())
 
 
-def _compile_cache() -> str:
-    """The on-disk torch.compile cache --compile uses (accel.compile_cache_dir), and its size."""
+def _compile_cache_problem() -> str:
+    """What --compile checks before importing inductor (accel.setup_compile_cache), the folders it
+    creates for that removed again."""
+    from .accel import compile_cache_problem
+
+    return compile_cache_problem(keep=False)
+
+
+def _compile_cache(problem: str = "") -> str:
+    """The on-disk torch.compile cache --compile uses (accel.compile_cache_dir), and its size;
+    ``problem``: accel.compile_cache_problem's, when it cannot be created or written."""
     from .accel import compile_cache_dir
 
     path = compile_cache_dir()
+    if problem:
+        return f"{path} (not usable: see the hints)"
     if not path.is_dir():
         return f"{path} (empty: the first --compile run fills it)"
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
@@ -246,8 +263,13 @@ def _package(name: str) -> tuple[str | None, bool, str]:
     return version or str(getattr(mod, "__version__", "") or "") or "unknown version", True, ""
 
 
-def collect() -> dict:
-    """Probe the machine; return a JSON-serialisable dict (see module docstring). Never raises."""
+def collect(device: Any = None, threads: int | None = None) -> dict:
+    """Probe the machine; return a JSON-serialisable dict (see module docstring). Never raises.
+
+    A run's meta.json records it with its own ``device`` (the CUDA device the tiny op runs on:
+    probing the current one from a --device cuda:1 run would hold a context on GPU 0 for the run's
+    life; None or a CPU device: the current one) and ``threads`` (its --threads, recorded as
+    torch_threads: this thread's count is a side thread's threads // 2 by then)."""
     errors: dict[str, str] = {}
     hints: list[str] = []
     info: dict[str, Any] = {
@@ -273,7 +295,7 @@ def collect() -> dict:
         "distributed": {"gloo": False, "nccl": False, "mpi": False},
         "cpu_count": _probe(errors, "cpu_count", os.cpu_count),
         "cpu_affinity": _probe(
-            errors, "cpu_affinity", lambda: len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+            errors, "cpu_affinity", usable_cpus
         ),
         "torch_threads": None,
         "cpu_vendor": None,
@@ -289,14 +311,18 @@ def collect() -> dict:
     if torch is None:
         hints.append(f"torch not importable ({errors.get('torch', 'unknown error')}): pip install torch=={TORCH_PIN}")
     else:
-        _collect_torch(torch, info, errors, hints)
+        _collect_torch(torch, info, errors, hints, device)
+        if threads is not None:
+            info["torch_threads"] = int(threads)
+        _check_settings(errors, hints)
 
     compile_info = info["compile"]
     cxx_found, cxx_why = _probe(errors, "cxx", inductor_cxx, (None, "the compiler probe failed"))
     compile_info["cxx"] = cxx_found
     python_h, python_h_why = _probe(errors, "python_h", python_headers, (None, "the Python.h probe failed"))
     compile_info["python_h"] = python_h
-    compile_info["cache"] = _probe(errors, "compile_cache", _compile_cache)  # for people: the path and its size
+    cache_problem = _probe(errors, "compile_cache", _compile_cache_problem, "")
+    compile_info["cache"] = _probe(errors, "compile_cache", lambda: _compile_cache(cache_problem))  # for people: the path and its size
     compile_info["cache_dir"] = _probe(errors, "compile_cache", _compile_cache_dir)  # for programs (--json): the path
     compile_info["precompiled_headers"] = _probe(errors, "compile_cache", _precompiled_header_dir)
     compile_info["triton"] = _probe(errors, "triton", lambda: _pkg_version("triton")) or _probe(
@@ -313,9 +339,11 @@ def collect() -> dict:
         hints.append(f"torch.compile unavailable (its C++ kernels include Python.h): {python_h_why}; train with compile off")
     if info["cuda_usable"] and compile_info["triton"] is None:
         hints.append("torch.compile on GPU unavailable: triton not importable; pip install triton (matching torch)")
+    if cache_problem:
+        hints.append(f"torch.compile unavailable: {cache_problem}; or train with compile off")
     compile_info["ok"] = torch is not None and compile_info["cxx"] is not None and python_h is not None and (
         not info["cuda_usable"] or compile_info["triton"] is not None
-    )
+    ) and not cache_problem
 
     for name, how in OPTIONAL_PACKAGES.items():
         version, importable, why = _probe(errors, f"package:{name}", lambda n=name: _package(n), (None, False, "probe failed"))
@@ -331,14 +359,34 @@ def collect() -> dict:
     return info
 
 
-def _collect_torch(torch, info: dict, errors: dict, hints: list) -> None:
+def _check_settings(errors: dict, hints: list) -> None:
+    """Proxima's environment variables that train refuses, each a hint saying what to set: a
+    setting to fix, not a probe that failed."""
+    from .config import ConfigError
+
+    try:
+        from .distributed import dist_timeout
+
+        dist_timeout()  # read only: what `train --nproc K` refuses before starting torchrun
+    except ConfigError as e:
+        hints.append(str(e))
+    except Exception as e:  # noqa: BLE001 - a distributed module that does not import: a probe failure
+        _record(errors, "dist_timeout", e)
+
+
+def _collect_torch(torch, info: dict, errors: dict, hints: list, device: Any = None) -> None:
     info["torch"] = str(torch.__version__)
     info["torch_threads"] = _probe(errors, "torch_threads", torch.get_num_threads)
     # which tanh the MLPs compute on this CPU (tanh_cpu: MKL's is slow where the CPU is not Intel's)
     info["cpu_vendor"] = _probe(errors, "cpu_vendor", cpu_vendor) or None  # not tanh_cpu's: its import fails on a bad setting
-    tanh_cpu = _probe(errors, "cpu_tanh", lambda: importlib.import_module("proxima.tanh_cpu"))
-    if tanh_cpu is not None:
-        info["cpu_tanh"] = tanh_cpu.MODE
+    from .config import ConfigError
+
+    try:
+        info["cpu_tanh"] = importlib.import_module("proxima.tanh_cpu").MODE
+    except ConfigError as e:  # PROXIMA_CPU_TANH: a setting to fix, worded as train refuses it
+        hints.append(str(e))
+    except Exception as e:  # noqa: BLE001
+        _record(errors, "cpu_tanh", e)
     info["cpu_simd"] = _probe(errors, "cpu_simd", simd_text)  # what decides that choice on a CPU not Intel's
     cuda_built = _probe(errors, "torch_build", lambda: torch.version.cuda)
     hip_built = _probe(errors, "torch_build", lambda: getattr(torch.version, "hip", None))
@@ -354,20 +402,12 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list) -> None:
 
     # --- CUDA ------------------------------------------------------------------------------------
     available = bool(_probe(errors, "cuda", torch.cuda.is_available, False))
-    op_error = None
+    op_error = ""
     if available:
-        def tiny_op():
-            x = torch.ones(4, device="cuda")
-            y = (x * 2).sum()
-            torch.cuda.synchronize()
-            return float(y.item()) == 8.0
+        from .device import cuda_op_problem  # the check --device auto and --device cuda make
 
-        try:
-            info["cuda_usable"] = bool(tiny_op())
-            if not info["cuda_usable"]:
-                op_error = "wrong result"
-        except Exception as e:  # noqa: BLE001
-            op_error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        op_error = _probe(errors, "cuda", lambda: cuda_op_problem(device), "the tiny-op probe failed")
+        info["cuda_usable"] = not op_error
     if cuda_built:
         info["cuda"] = str(cuda_built)
     elif hip_built:
@@ -395,10 +435,7 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list) -> None:
                 "check nvidia-smi"
             )
         else:
-            hints.append(
-                f"CUDA not usable: a tiny tensor op on cuda:0 failed ({op_error}); "
-                f"the driver may be too old for CUDA {cuda_built}"
-            )
+            hints.append(f"CUDA not usable: {op_error}; the driver may be too old for CUDA {cuda_built}")
 
     # --- GPUs ------------------------------------------------------------------------------------
     if available:
@@ -522,7 +559,8 @@ def format_report(info: dict) -> str:
         (
             "cpu",
             f"{_or_dash(info.get('cpu_count'))} cores ({_or_dash(info.get('cpu_affinity'))} usable), "
-            f"torch intra-op threads {_or_dash(info.get('torch_threads'))}, vendor {_or_dash(info.get('cpu_vendor'))}, "
+            f"torch's default threads {_or_dash(info.get('torch_threads'))} (train uses --threads, default 1), "
+            f"vendor {_or_dash(info.get('cpu_vendor'))}, "
             f"tanh {_or_dash(info.get('cpu_tanh'))} (SIMD: {_or_dash(info.get('cpu_simd'))})",
         )
     )
@@ -554,13 +592,43 @@ def cuda_reason(info: dict) -> str:
     return "CUDA not usable"
 
 
+def _stdout_name() -> str:
+    """The file stdout writes to when it is a regular file (its filesystem's free space is the
+    one that counts), else "<stdout>"."""
+    import stat
+
+    try:
+        if stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode):
+            target = os.readlink(f"/proc/self/fd/{sys.stdout.fileno()}")
+            if os.path.isabs(target):
+                return target
+    except (OSError, ValueError, AttributeError):
+        pass
+    return "<stdout>"
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of `proxima doctor`; returns the exit status."""
     info = collect()
-    if getattr(args, "json", False):
-        print(json.dumps(info, sort_keys=False))
-    else:
-        print(format_report(info))
+    try:
+        print(json.dumps(info, sort_keys=False) if getattr(args, "json", False) else format_report(info))
+        sys.stdout.flush()  # a full disk shows here, not in a traceback at exit
+    except BrokenPipeError:
+        raise  # `proxima doctor | head`: the CLI's exit 141, no traceback
+    except OSError as e:
+        from .diskspace import describe
+
+        name = _stdout_name()
+        if name == "<stdout>":  # a device or pipe: the free space of some folder would mislead
+            why = f"<stdout>: could not write ({e.strerror or type(e).__name__}); send the report to a file or pipe that takes it"
+        else:
+            why = describe(name, e)
+        try:  # what is left in the buffer would fail again, with a traceback, at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        print(f"proxima doctor: error: {why}", file=sys.stderr)
+        return 2
     if getattr(args, "require_cuda", False) and not info.get("cuda_usable"):
         reason = cuda_reason(info)
         if "CUDA" not in reason:

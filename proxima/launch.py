@@ -88,7 +88,8 @@ def under_torchrun() -> bool:
     return bool(os.environ.get("TORCHELASTIC_RUN_ID") or (os.environ.get("WORLD_SIZE") and os.environ.get("RANK")))
 
 
-#: a typed --nproc may be at most this many times the CPUs here, on a new run and on a resume alike: a
+#: a typed --nproc may be at most this many times the CPUs this process may use (cpuinfo.usable_cpus),
+#: on a new run and on a resume alike: a
 #: few processes more than cores still run (a multi-process test on a laptop), a thousand is a typo that
 #: would start a thousand. A count recorded by a run is data and is taken only up to the CPUs
 #: (`proxima resume`: cli.py, rlhf/api.py); above them the user types it, and this limit applies.
@@ -96,13 +97,14 @@ PROCS_PER_CPU = 4
 
 
 def check_nproc(nproc: int) -> None:
-    """ConfigError for a typed --nproc above PROCS_PER_CPU x this machine's CPUs."""
-    cpus = os.cpu_count() or 1
+    """ConfigError for a typed --nproc above PROCS_PER_CPU x the CPUs this process may use."""
+    from .cpuinfo import cpus_text, usable_cpus
+
+    cpus = usable_cpus()
     limit = PROCS_PER_CPU * cpus
     if nproc > limit:
-        raise ConfigError(f"--nproc {nproc}: must be at most {limit} ({PROCS_PER_CPU} x this machine's {cpus} "
-                          f"CPU{'s' if cpus != 1 else ''}); give --nproc {limit} or fewer (several machines: torchrun on "
-                          "each, docs/distributed.md)")
+        raise ConfigError(f"--nproc {nproc}: must be at most {limit} ({PROCS_PER_CPU} x {cpus_text(cpus)}); give "
+                          f"--nproc {limit} or fewer (several machines: torchrun on each, docs/distributed.md)")
 
 
 def _check(nproc: int, argv: list) -> None:

@@ -795,7 +795,7 @@ def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> l
     try:
         from .doctor import collect
 
-        shared["machine"] = collect()
+        shared["machine"] = collect(device=pop.device)
     except Exception:  # doctor is best-effort here, as for a single run
         pass
     swept = list(sweep)

@@ -401,16 +401,16 @@ def check_processes(state: dict, processes: int, launcher: Optional[bool] = None
     written = state.get("world_size", 1)
     if not isinstance(written, int) or isinstance(written, bool) or written == processes:
         return  # not a count: check_counters names it
-    import os
-
     import shlex
+
+    from .cpuinfo import usable_cpus
 
     path = state.get("path", "checkpoint")
     # the commands name what to resume: the run directory of RUN/checkpoints/step_N.pt, else the file itself
     where = Path(path) if "path" in state else None
     run = "RUN_DIR" if where is None else shlex.quote(str(where.parent.parent if where.parent.name == "checkpoints" else where))
-    # proxima resume starts no more processes than this machine has CPUs (cli._written_by): not named where it would refuse
-    fits = written <= (os.cpu_count() or 1)
+    # proxima resume starts no more processes than the CPUs it may use (cli._written_by): not named where it would refuse
+    fits = written <= usable_cpus()
     starts = f"proxima resume {run} starts {written}; or " if fits else ""
     if launcher if launcher is not None else processes > 1:
         raise ckpt.CheckpointError(f"{path}: written by {written} process(es), resumed with --nproc {processes}; "

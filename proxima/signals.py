@@ -115,13 +115,16 @@ def resume_advice(run_dir, world: Optional[int] = None, path=None) -> tuple:
 def resume_route(run_dir: Optional[Path], world: int) -> str:
     """How a PPO run of ``world`` processes resumes on this machine, the one decision of the refusal of
     `proxima resume` (cli._written_by) and of every line that suggests a command: "resume" (`proxima
-    resume` starts them: no more than this machine's CPUs, a recorded count being data); "nproc"
+    resume` starts them: no more than the CPUs this process may use, cpuinfo.usable_cpus, a recorded
+    count being data); "nproc"
     (more: a run that `train --nproc K` started resumes with `proxima train --resume RUN --nproc K`,
     up to launch.PROCS_PER_CPU x the CPUs); "torchrun" (more still, or a run torchrun started by hand:
     under its own torchrun command). An RLHF run above the CPUs is "torchrun": it has no --nproc, and
     rlhf.api.resume_processes refuses `proxima resume` there.
     ``run_dir`` None: no run's files (a loose checkpoint), taken as a run of `train --nproc K`."""
-    cpus = os.cpu_count() or 1
+    from .cpuinfo import usable_cpus
+
+    cpus = usable_cpus()
     if world <= cpus:
         return "resume"
     from .rundir import recorded_kind

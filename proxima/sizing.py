@@ -35,20 +35,28 @@ ASYNC_WORKER_BYTES = 4 << 20
 
 
 def free_memory(device: torch.device) -> Optional[int]:
-    """Bytes free on ``device`` (cuda: mem_get_info; cpu: MemAvailable of /proc/meminfo), None if unknown."""
+    """Bytes free on ``device`` (cuda: mem_get_info; cpu: MemAvailable of /proc/meminfo, or less where
+    a cgroup memory limit leaves less: cpuinfo.cgroup_free_memory), None if unknown."""
     if device.type == "cuda":
         try:
             return int(torch.cuda.mem_get_info(device)[0])
         except Exception:
             return None
+    from .cpuinfo import cgroup_free_memory
+
+    host = None
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
+                    host = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
         pass
-    return None
+    # a container (`docker --memory`) sees the host's MemAvailable: past its own limit the kernel
+    # SIGKILLs the run without a word, so the limit is what must fit
+    known = [v for v in (host, cgroup_free_memory()) if v is not None]
+    return min(known) if known else None
 
 
 class EnvSizes(tuple):

@@ -345,6 +345,7 @@ class Trainer:
                     if stop_after is not None and self.iteration >= stop_after and not stop.signum:
                         stop.signum = signal.SIGINT  # the test hook: as if SIGINT arrived during this iteration
                     metrics = self.dist.reduce_metrics(out)
+                    self.dist.sync_normalizers(self.obs_norm, self.reward_scaler)  # one network: every rank normalizes alike
                     if metrics["nonfinite"]:
                         raise NonFiniteError(f"non-finite loss or gradient in the update at global step {self.global_step} "
                                              f"(iteration {self.iteration}); {self._last_good(last_ckpt)}; "
@@ -480,15 +481,14 @@ class Trainer:
         from .evaluate import EvaluationStopped, evaluate
 
         stopped = (lambda: bool(stop.signum)) if stop is not None else None
-        cfg, rng = self.cfg, ckpt.rng_state()
+        cfg, rng, seed = self.cfg, ckpt.rng_state(), self.cfg.seed + 1_000_000
         try:
             if stopped is not None and stopped():
                 raise EvaluationStopped("stopped before the evaluation began")
             norm = copy.deepcopy(self.obs_norm) if self.obs_norm is not None else None
             policy = ckpt.Policy(copy.deepcopy(self.agent), norm, cfg.to_dict(), self.env.single_observation_space,
                                  self.env.single_action_space, self.device)
-            result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend,
-                              stop=stopped)
+            result = evaluate(policy, episodes=cfg.eval_episodes, seed=seed, backend=cfg.backend, stop=stopped)
         except EvaluationStopped:
             if not self.quiet:
                 print(f"proxima: note: the --eval-every evaluation at global step {self.global_step:,} was abandoned "
@@ -497,6 +497,10 @@ class Trainer:
             return None, None, self.best_eval, False
         finally:
             ckpt.set_rng_state(rng)
+        # what it ran under, for finish_run: a run that ends at this step would evaluate the same policy again
+        self.loop_eval = {"global_step": self.global_step, "episodes": cfg.eval_episodes, "seed": seed, "backend": cfg.backend,
+                          "device": self.device, "threads": torch.get_num_threads(), "flush_denormal": flush_denormal_on(),
+                          "result": result}
         mean = float(result["mean_return"])
         # a NaN best would compare false with every later mean and be refused in every later checkpoint
         improved = math.isfinite(mean) and (self.best_eval is None or mean > self.best_eval)
@@ -610,8 +614,16 @@ def _check_compile(cfg: PPOConfig, device: torch.device) -> None:
     """--compile on the CPU: inductor builds C++ kernels with the compiler it finds (doctor.inductor_cxx,
     a PATH lookup as inductor's own, nothing run) against Python.h (doctor.python_headers, a file
     lookup), and without either it fails inside the first rollout, a hundred lines of traceback later.
-    On CUDA the kernels are triton's: not checked here."""
-    if not cfg.compile or device.type != "cpu":
+    On CUDA the kernels are triton's: not checked here. The compile cache is checked on both (--dry-run
+    too): a folder inductor cannot create ends in an unrelated traceback (accel.compile_cache_problem)."""
+    if not cfg.compile:
+        return
+    from .accel import compile_cache_problem
+
+    problem = compile_cache_problem(keep=False)
+    if problem:
+        raise ConfigError(f"--compile: {problem}, or drop --compile")
+    if device.type != "cpu":
         return
     from .doctor import inductor_cxx, python_headers
 
@@ -774,9 +786,9 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             # again with the env it builds, before the agent and buffers, so no env is built only to be sized
             with _python_words(argv is None):
                 check_fits(config, dctx.device_for(config.device))
-            # under --quiet too: a warning that the run trains other than typed, not a summary line
-            if not resumed and dctx.is_main and "total_timesteps" in (overrides or {}):
-                _note_whole_iterations(config, dctx.world_size)
+            # under --quiet too: a warning that the run trains other than asked, not a summary line
+            if dctx.is_main:
+                _note_given_total(config, dctx.world_size, resumed, state, overrides, sources, python=argv is None)
             if dctx.is_main and not quiet:  # advice on a setting that does not apply: --quiet drops it (its --help)
                 _note_compile_mode(config, overrides if overrides is not None else set_fields(config))
             trainer = Trainer(config, run_dir=run_dir, resume_state=state, argv=argv, quiet=quiet)
@@ -786,6 +798,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
                     _note_other_version(config)
                     _note_action_scale(config.env_id, trainer.env.single_action_space)
                     _note_pixels(config.env_id, trainer.env.single_observation_space)
+            if trainer.dist.is_main and (not resumed or trainer.trains()):  # under --quiet too, as the note above
+                _note_eval_every(trainer, python=argv is None)
             # a resume of a complete run, or of one --stop-return ended, trains nothing and its note says so
             # (run_setup.apply_resume_overrides): "resuming at step N" would claim otherwise
             if resumed and trainer.trains() and not quiet and trainer.dist.is_main:
@@ -850,13 +864,34 @@ class TrainedPolicy(ckpt.Policy):
     ``agent`` is the trained network (it acts on normalized observations), in eval mode as a loaded
     policy's (``agent.train()`` to train it further). Its other attributes (``parameters()``,
     ``state_dict()``, ``encoder``, ``encoder_kind``) answer through this object too, but it is no
-    nn.Module: calling the network, isinstance checks, torch.compile and ``.to()`` want ``.agent``;
-    and ``act`` now takes raw observations, where the Agent's took normalized ones."""
+    nn.Module: calling the network, isinstance checks and torch.compile want ``.agent``, and the
+    Module methods that return the module or convert it (``to``, ``cpu``, ``cuda``, ``float``,
+    ``double``, ``half``, ``train``, ``apply``, ... : MODULE_ONLY) are an AttributeError naming
+    ``.agent``; ``eval()`` returns the policy. ``act`` takes raw observations, where the Agent's took
+    normalized ones."""
+
+    #: nn.Module methods that return the module: delegated, ``policy.to(...)`` gave the bare Agent (which acts
+    #: on normalized observations: under norm_obs other actions, without a word), and ``policy.double()``
+    #: left the policy feeding float32 observations to a float64 network
+    MODULE_ONLY = frozenset({"to", "cpu", "cuda", "xpu", "ipu", "mtia", "type", "float", "double", "half", "bfloat16",
+                             "to_empty", "train", "requires_grad_", "apply", "share_memory"})
+
+    def eval(self) -> "TrainedPolicy":
+        """The policy itself, its network and normalizer in eval mode (as act() uses them): the
+        ``policy.eval()`` an nn.Module's caller writes before inference keeps the policy."""
+        self.agent.eval()
+        if self.obs_normalizer is not None:
+            self.obs_normalizer.eval()
+        return self
 
     def __getattr__(self, name: str):
         agent = self.__dict__.get("agent")  # absent while copy or pickle rebuild an instance: no recursion
         if agent is None or name.startswith("__"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        if name in self.MODULE_ONLY:
+            raise AttributeError(f"{type(self).__name__}.{name}(): the policy is no torch.nn.Module; call policy.agent.{name}() "
+                                 "for the bare network (it acts on normalized observations, without the policy's normalizer "
+                                 "and action shaping), or load(run_dir, device=...) for the policy on another device")
         try:
             return getattr(agent, name)
         except AttributeError:
@@ -888,15 +923,57 @@ def set_fields(config: PPOConfig) -> dict:
             if f.name not in ("env_id", "run_dir") and getattr(config, f.name) != getattr(default, f.name)}
 
 
-def _note_whole_iterations(cfg: PPOConfig, world_size: int) -> None:
-    """A note on stderr when a typed --total-timesteps is not a whole number of iterations: what trains
-    (train, --quiet included, and train --dry-run, whose config shows the total as typed)."""
+def _note_whole_iterations(cfg: PPOConfig, world_size: int, given: Optional[str] = None, resumed: bool = False) -> None:
+    """A note on stderr when the run's total is not a whole number of iterations: what trains (train,
+    --quiet included, and train --dry-run, whose config shows the total as given). ``given``: the
+    total as the user gave it (``--config f.yaml: total_timesteps 5,000``, ``PPOConfig.total_timesteps
+    = 5,000``); None: the typed flag. ``resumed``: the step the run trains to, not a count from 0."""
     per = batch_size(cfg) * world_size
     if cfg.total_timesteps % per:
         steps = num_iterations(cfg, world_size) * per
-        print(f"proxima: note: --total-timesteps {cfg.total_timesteps:,} is not a multiple of the batch ({per:,} steps = "
-              f"num_envs x num_steps{' x processes' if world_size > 1 else ''}): training {steps:,} steps "
-              f"({steps // per:,} iterations)", file=sys.stderr)
+        trains = (f"the run trains to step {steps:,} ({steps // per:,} iterations)" if resumed
+                  else f"training {steps:,} steps ({steps // per:,} iterations)")
+        print(f"proxima: note: {given or f'--total-timesteps {cfg.total_timesteps:,}'} is not a multiple of the batch "
+              f"({per:,} steps = num_envs x num_steps{' x processes' if world_size > 1 else ''}): {trains}", file=sys.stderr)
+
+
+def _note_given_total(cfg: PPOConfig, world_size: int, resumed: bool, state: Optional[dict], overrides: Optional[dict],
+                      sources: Optional[dict], python: bool) -> None:
+    """_note_whole_iterations for a total the user gave: typed, from a --config file, set in a PPOConfig
+    (not its default), or asked of a resume. A preset's total (500,000 over 512-step batches) is the
+    preset's choice, not the user's, and goes without it; so does a resume's of the run's own total from
+    a file (``--config RUN/config.yaml --resume auto``): noted when the run was given it."""
+    from .config import same_value, source_of
+
+    name = "total_timesteps"
+    where = (sources or {}).get(name)  # a resume's (or --resume auto's) override the user did not type
+    if overrides is not None and name in overrides:
+        recorded = (state or {}).get("config")
+        if where is not None and (where.startswith("--preset ") or (
+                resumed and isinstance(recorded, dict) and same_value(recorded.get(name), cfg.total_timesteps))):
+            return
+    elif resumed:
+        return  # the run's recorded total, noted when the run was given it
+    else:
+        source = source_of(cfg, name)
+        if (source is None and not python) or (source or "").startswith("preset "):
+            return
+        if source is None and cfg.total_timesteps == PPOConfig().total_timesteps:
+            return  # PPOConfig's default: no more the user's than a preset's
+        where = f"--config {source}" if source is not None else None
+    given = (f"{where}: total_timesteps {cfg.total_timesteps:,}" if where is not None
+             else f"PPOConfig.total_timesteps = {cfg.total_timesteps:,}" if python else None)
+    _note_whole_iterations(cfg, world_size, given, resumed)
+
+
+def _note_eval_every(trainer: "Trainer", python: bool) -> None:
+    """A note on stderr when --eval-every is more than the steps the run trains: no evaluation would
+    run, no best.pt be written, and nothing else says so (proxima eval --best found no best.pt)."""
+    every, total = trainer.cfg.eval_every, trainer.num_iterations * trainer.steps_per_iteration
+    if every and every > total:
+        flag = "PPOConfig.eval_every =" if python else "--eval-every"
+        print(f"proxima: note: {flag} {every:,} is more than the {total:,} steps the run trains: no evaluation runs during "
+              "training and no checkpoints/best.pt is written (the end-of-run evaluation, eval.json, still runs)", file=sys.stderr)
 
 
 def _note_compile_mode(cfg: PPOConfig, typed: dict) -> None:
@@ -950,8 +1027,51 @@ def _note_pixels(env_id: str, obs) -> None:
         print(f"proxima: note: env '{env_id}': {note}", file=sys.stderr)
 
 
+def no_best_line(run) -> str:
+    """``proxima eval RUN --best``'s line for a run directory without checkpoints/best.pt: why, by what
+    the run records (config.yaml's eval_every, metrics.csv's last step; both data, read as the run's
+    files are, and a file that cannot be read says nothing), so that a run trained with --eval-every
+    is not told to train with it."""
+    from .config import load_yaml
+    from .rundir import read_run_text
+
+    try:
+        recorded = load_yaml(read_run_text(Path(run) / "config.yaml"))
+    except Exception:  # noqa: BLE001 - any damage: nothing recorded to say why
+        recorded = None
+    every = recorded.get("eval_every") if isinstance(recorded, dict) else None
+    if not ckpt._is_int(every) or every < 1:
+        return f"{run}: no checkpoints/best.pt (written when training with --eval-every N)"
+    try:
+        last = max((step for _, step in ckpt.logged_steps(run)), default=None)
+    except (OSError, ValueError):
+        last = None
+    if last is not None and last < every:
+        return (f"{run}: no checkpoints/best.pt: the run was trained with --eval-every {every:,} but only to step {last:,}, "
+                "so no evaluation ran; drop --best to evaluate its last checkpoint")
+    return (f"{run}: no checkpoints/best.pt: the run records --eval-every {every:,} but no evaluation wrote one (one a "
+            "stop left due runs when the run is resumed); drop --best to evaluate its last checkpoint")
+
+
+def _loop_eval_at_end(trainer: Trainer, policy, seed: int) -> Optional[dict]:
+    """The result of the --eval-every evaluation the last iteration ran (Trainer.loop_eval), when it is
+    the one the end-of-run evaluation would make: at the run's last step (its policy is the last
+    checkpoint's), with the same episodes, seed, backend and device, under the thread count and
+    flush-denormal mode evaluate() takes for ``policy`` (they change the last bits). Else None."""
+    done = getattr(trainer, "loop_eval", None)
+    if done is None:
+        return None
+    threads = policy.run_threads if policy.run_threads is not None else torch.get_num_threads()
+    flush = policy.run_flush_denormal if policy.run_flush_denormal is not None else flush_denormal_on()
+    same = (done["global_step"] == trainer.global_step and done["episodes"] == trainer.cfg.eval_episodes
+            and done["seed"] == seed and done["backend"] == trainer.cfg.backend and done["device"] == policy.device
+            and done["threads"] == threads and done["flush_denormal"] == flush)
+    return dict(done["result"]) if same else None
+
+
 def finish_run(trainer: Trainer, quiet: bool) -> None:
-    """Final evaluation (written to eval.json) and the optional learning-curve plot."""
+    """Final evaluation (written to eval.json; the last iteration's --eval-every evaluation's result where
+    it is the same evaluation, _loop_eval_at_end) and the optional learning-curve plot."""
     from .evaluate import current_eval, evaluate, format_result
 
     cfg = trainer.cfg
@@ -964,7 +1084,10 @@ def finish_run(trainer: Trainer, quiet: bool) -> None:
         last = getattr(trainer, "last_checkpoint", None) or ckpt.list_checkpoints(trainer.run_dir)[-1]
         try:
             policy = ckpt.load_policy(last, device=trainer.device, env_id=cfg.env_id)
-            result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + 1_000_000, backend=cfg.backend)
+            seed = cfg.seed + 1_000_000
+            result = _loop_eval_at_end(trainer, policy, seed)
+            if result is None:
+                result = evaluate(policy, episodes=cfg.eval_episodes, seed=seed, backend=cfg.backend)
         except (EnvError, NonFiniteError, ckpt.CheckpointError) as e:
             # the eval envs could not be built, raised (or broke the env contract) or returned NaN/inf
             # mid-episode, or do not fit the policy read back: training itself is done, and the line says so

@@ -298,15 +298,18 @@ def recorded_processes(path: Path) -> int:
 def resume_processes(path: Path) -> int:
     """How many processes ``proxima resume PATH`` starts for the RLHF run PATH (cli.cmd_resume, through
     launch.launch_torchrun when more than 1): the count it records; 1 under torchrun (the ranks are
-    started already). A count over this machine's CPUs is refused (meta.json is data)."""
+    started already). A count over the CPUs this process may use (cpuinfo.usable_cpus) is refused
+    (meta.json is data)."""
     from ..launch import under_torchrun
 
     if under_torchrun():
         return 1
+    from ..cpuinfo import cpus_text, usable_cpus
+
     world = recorded_processes(path)
-    cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     if world > cpus:
-        raise ConfigError(f"{path}: an RLHF run of {world} processes, more than this machine's {cpus} CPUs; resume it "
+        raise ConfigError(f"{path}: an RLHF run of {world} processes, more than {cpus_text(cpus)}; resume it "
                           f"under the torchrun command that ran it (torchrun ... -m proxima resume {path}, docs/rlhf.md)")
     return world
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from proxima import distributed, launch
+from proxima import cpuinfo, distributed, launch
 from proxima.cli import main
 from proxima.config import ConfigError
 import warm_python
@@ -133,6 +133,8 @@ def test_resume_starts_as_many_processes_as_wrote_the_checkpoint(monkeypatch, ca
     # a count recorded in a file is data: never more processes than this machine has CPUs
     monkeypatch.setattr(checkpoint, "load_checkpoint", lambda path: {"world_size": 10_000})
     monkeypatch.setattr(launch.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(cpuinfo, "CGROUP_ROOT", "/nonexistent-cgroup")  # a CI box's CPU quota must not count
     assert main(argv) == 2
     assert len(started) == 1
     assert "written by 10000 processes, more than this machine's 8 CPUs; resume it under the torchrun command" in capsys.readouterr().err

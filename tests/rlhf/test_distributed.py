@@ -88,7 +88,7 @@ def test_what_every_rank_would_refuse_is_one_line_before_any_starts(rlhf_run, mo
     assert capsys.readouterr().err.splitlines() == ["proxima resume: error: --steps 0: must be at least 1"]
     monkeypatch.setattr(os, "cpu_count", lambda: 1)  # a count recorded in meta.json is data
     assert _resume(monkeypatch, rlhf_run.path) == 2
-    assert "an RLHF run of 2 processes, more than this machine's 1 CPUs; resume it under the torchrun command" in \
+    assert "an RLHF run of 2 processes, more than this machine's 1 CPU; resume it under the torchrun command" in \
         capsys.readouterr().err
     assert RecordingPopen.started == [] and rlhf_run.in_process == []
 

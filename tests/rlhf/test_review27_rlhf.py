@@ -249,6 +249,8 @@ def test_an_rlhf_run_above_the_cpus_is_told_its_torchrun_command_as_resume_refus
     assert loop.resume_advice(Path("R")) == f"`proxima resume R` {how}"
 
     monkeypatch.setattr("os.cpu_count", lambda: 4)  # the CPUs for every process: `proxima resume` starts them
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    monkeypatch.setattr("proxima.cpuinfo.CGROUP_ROOT", "/nonexistent-cgroup")  # a CI box's CPU quota must not count
     assert signals.checkpoint_line(last) == f"checkpoint: {last}; continue with: proxima resume R"
     assert loop.stop_line(last, True) == (f"checkpoint: {last}; continue with: proxima resume --trust-run R "
                                           "(resume('R', trust_run=True) in Python)")

@@ -74,7 +74,7 @@ def test_a_run_of_train_nproc_beyond_the_cpus_is_told_train_nproc(run_of_two, ca
     _record_command(run_of_two, ["proxima", "train", "--nproc", "2", "--run-dir", "run2"])
     code, out, err = run_main(["resume", "run2"], capsys)
     line = one_error_line(err, "proxima resume")
-    assert line == ("run2: written by 2 processes, more than this machine's 1 CPUs (proxima resume starts no more); "
+    assert line == ("run2: written by 2 processes, more than this machine's 1 CPU (proxima resume starts no more); "
                     "to run 2 here anyway: proxima train --resume run2 --nproc 2")
     assert (code, out) == (2, "")
 

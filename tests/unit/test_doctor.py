@@ -41,7 +41,9 @@ def run_cli(argv, capsys):
     return rc, out, err
 
 
-def test_collect_keys_and_types():
+def test_collect_keys_and_types(monkeypatch):
+    for name in ("PROXIMA_CPU_TANH", "PROXIMA_DIST_TIMEOUT", "CXX"):  # the developer's settings: not this test's
+        monkeypatch.delenv(name, raising=False)
     info = doctor.collect()
     assert isinstance(info["python"], str) and info["python"].count(".") == 2
     assert isinstance(info["platform"], str) and info["platform"]

@@ -21,6 +21,7 @@ from cli_helpers import TINY_RUN, edit_checkpoint, one_error_line, run_main
 
 import proxima
 from proxima import checkpoint as ckpt
+from proxima import cpuinfo
 from proxima import cli
 
 
@@ -114,6 +115,8 @@ def test_a_run_torchrun_started_by_hand_is_told_its_torchrun_command(run_of_four
 
 def test_a_run_the_cpus_can_start_keeps_proxima_resume(run_of_four, monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    monkeypatch.setattr(cpuinfo, "CGROUP_ROOT", "/nonexistent-cgroup")  # a CI box's CPU quota must not count
     assert _stop_line(ckpt.list_checkpoints("R")[-1]).endswith("continue with: proxima resume R")
 
 
