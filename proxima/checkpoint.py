@@ -336,7 +336,7 @@ def set_aside_newer(checkpoint: Union[str, Path], global_step: Optional[int] = N
         os.replace(best, dest / best.name)
     for p in newer:
         os.replace(p, dest / p.name)
-    best_too = f" and best.pt (its step {best_step:,}; the resumed run's best starts from {checkpoint.name}'s)" if best else ""
+    best_too = f" and best.pt (its step {best_step:,}; the resumed run's best is {checkpoint.name}'s, or starts afresh where no best.pt holds it)" if best else ""
     print(f"proxima: note: resuming from {checkpoint.name}, older than the run's newest checkpoint: moved the {len(newer)} "
           f"newer one(s) ({newer[0].name}{'..' + newer[-1].name if len(newer) > 1 else ''}){best_too} to {dest}"
           f"{', with ' + logs if logs else ''} "

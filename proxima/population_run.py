@@ -391,7 +391,7 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
             # ...), or a plain resume's, the checkpoint's: one cut short before it trained is put back
             _write_member_configs(pop, dirs)
         if trains:  # a resume that trains: each member's record says so, as a single run's
-            _record_resume(dirs, pop.iteration * pop.steps_per_member, device.type == "cpu")
+            _record_resume(dirs, pop.iteration * pop.steps_per_member, device)
         wall, finished = _train_loop(pop, run_dir, dirs, recorded_seeds, recorded_sweep, quiet=quiet, stop_after=stop_after,
                                      elapsed=float(state.get("elapsed", 0.0)), last_checkpoint=Path(path))
         if not trains:
@@ -463,14 +463,15 @@ def _write_member_configs(pop: Population, dirs: list) -> None:
             raise write_error(path, e, "could not resume the population") from None
 
 
-def _record_resume(dirs, step: int, cpu: bool) -> None:
+def _record_resume(dirs, step: int, device: torch.device) -> None:
     """Add this resume to each member's meta.json ``resumes`` (train_state.record_resume: a damaged
-    meta.json is a note, a full disk one line naming the file). ``cpu``: the entry records the CPU
-    tanh, and a change from the one the population started with is noted once, not per member."""
+    meta.json is a note, a full disk one line naming the file). On the CPU the entry records the CPU
+    tanh, and a change from the one the population started with is noted once, not per member; the entry
+    records ``device`` (a resume may change --device), as a single run's does."""
     from .diskspace import write_error
     from .train_state import record_resume, resume_entry
 
-    entry = resume_entry(step, cpu=cpu)
+    entry = resume_entry(step, cpu=device.type == "cpu", device=str(device))
     for i, d in enumerate(dirs):
         path = d / "meta.json"
         if not path.exists():

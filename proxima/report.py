@@ -191,7 +191,35 @@ def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> d
         i = ok[np.argmax(ev[ok])]
         out["eval_last"], out["eval_best"] = float(ev[ok[-1]]), float(ev[i])
         out["eval_best_step"] = float(metrics["global_step"][i]) if "global_step" in metrics else None
+        # every step that reached the best: best.pt holds the first policy to reach it since the run (re)started
+        steps = metrics.get("global_step")
+        out["eval_best_steps"] = [] if steps is None else [float(steps[j]) for j in ok if ev[j] == ev[i]]
     return out
+
+
+def _best_pt_step(run_dir: Path) -> Optional[int]:
+    """The step RUN/checkpoints/best.pt was written at, or None: no such file (never written, or set
+    aside by a resume from an older checkpoint), a link, or one that does not load."""
+    from . import checkpoint as ckpt
+
+    path = ckpt.best_checkpoint_path(run_dir)
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        step = ckpt.load_checkpoint(path).get("global_step")
+    except (ckpt.CheckpointError, OSError):
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def _name_best_pt(run_dir: Path, summary: dict) -> None:
+    """``summary["best_pt"]`` True when checkpoints/best.pt holds the policy of the best eval row, whose
+    step it then gives (of tied rows, best.pt's): the report names the file only then."""
+    if summary.get("eval_best") is None:
+        return
+    step = _best_pt_step(run_dir)
+    if step is not None and float(step) in summary.get("eval_best_steps", []):
+        summary["eval_best_step"], summary["best_pt"] = float(step), True
 
 
 def final_eval(run_dir: Path, config: dict, meta: dict, episodes: int, device: str = "cpu") -> dict:
@@ -440,7 +468,33 @@ def _versions(meta: dict) -> dict:
     for key in ("proxima", "python", "torch", "gymnasium", "numpy", "transformers", "peft"):
         if key not in v and meta.get(key) is not None:  # RLHF runs keep them at the top level
             v[key] = meta[key]
+    for key in v:
+        v[key] = _on_resume(meta, v[key], lambda r, key=key: (r.get("versions") or {}).get(key)
+                            if isinstance(r.get("versions") or {}, dict) else None)
     return v
+
+
+def _on_resume(meta: dict, first, of_resume, show=None) -> object:
+    """``first`` (the first start's value in meta.json), followed by `` -> VALUE from step N`` for each
+    resume (meta.json ``resumes``) whose value (``of_resume(entry)``; None: not recorded) differs from
+    the one before: meta.json's top says only what the run started with, and a resume may run other
+    code, versions or devices. ``show(record)``: how the first start's record (meta) and a resume's
+    entry are written, when not as their values are (a commit marked "uncommitted changes").
+    ``first`` as it is when none changed (or the first start recorded none)."""
+    resumes = meta.get("resumes")
+    show = show or (lambda record: first if record is meta else of_resume(record))
+    if first is None or first == "" or not isinstance(resumes, list):
+        return show(meta)
+    cell, now = None, first
+    for entry in resumes:
+        value = of_resume(entry) if isinstance(entry, dict) else None
+        if value is None or value == now:
+            continue
+        step = entry.get("step")
+        cell = (cell or _cell(show(meta))) + f" -> {_cell(show(entry))}" + (
+            f" from step {step:,}" if isinstance(step, int) and not isinstance(step, bool) else "")
+        now = value
+    return show(meta) if cell is None else cell
 
 
 def _machine(meta: dict) -> dict:
@@ -448,11 +502,13 @@ def _machine(meta: dict) -> dict:
     gpus = [f"{g.get('name', '?')} ({g.get('memory_gib', '?')} GiB)" for g in m.get("gpus") or [] if isinstance(g, dict)]
     command, resumes = meta.get("command"), meta.get("resumes")
     return {
-        "device": meta.get("device"), "world size": meta.get("world_size"), "env backend": meta.get("env_backend"),
+        "device": _on_resume(meta, meta.get("device"), lambda r: r.get("device")), "world size": meta.get("world_size"),
+        "env backend": meta.get("env_backend"),
         "platform": m.get("platform"), "cpu": m.get("machine"), "cpu count": m.get("cpu_count"),
         "torch build": m.get("torch_build"), "CUDA": m.get("cuda"), "CUDA driver": m.get("cuda_driver"),
         "cuDNN": m.get("cudnn"), "GPUs": gpus or (m.get("gpu_count") if m else None), "bf16": m.get("bf16"),
-        "git commit": _git_cell(meta), "started": meta.get("started") or meta.get("created"),
+        "git commit": _on_resume(meta, meta.get("git_commit"), lambda r: r.get("git_commit"), _git_cell),
+        "started": meta.get("started") or meta.get("created"),
         "command": " ".join(map(str, command)) if isinstance(command, list) else command,
         "resumes": len(resumes) if isinstance(resumes, list) and resumes else None,
     }
@@ -510,7 +566,8 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
         rows.append(["eval return during training, last"] + [_num(x.get("eval_last"), "{:.2f}") for x in s])
         rows.append(["eval return during training, best"] + [
             None if x.get("eval_best") is None else f"{x['eval_best']:.2f}" + (
-                f" at step {x['eval_best_step']:,.0f} (checkpoints/best.pt)" if x.get("eval_best_step") is not None else "")
+                f" at step {x['eval_best_step']:,.0f}" if x.get("eval_best_step") is not None else "") + (
+                " (checkpoints/best.pt)" if x.get("best_pt") else "")
             for x in s])
     rows.append(["final eval return"] + [_eval_line(r["eval"]) for r in runs])
     lines += _table([""] + names, rows)
@@ -645,6 +702,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
         if not quiet and "error" not in ev and not ev["source"].startswith("eval.json"):
             print(f"evaluated {d}: {_eval_line(ev)}", file=sys.stderr)
         summary = summarize(m, metric)
+        _name_best_pt(d, summary)
         # a diverged member's report says so at its top: it trains no further, whatever its steps
         progress, summary["total"] = (None, None) if diverged else run_progress(d, summary["global_step"], config, meta)
         runs.append({"dir": d, "name": name, "env": run_env_id(d), "config": config, "meta": meta,

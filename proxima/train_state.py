@@ -352,6 +352,8 @@ def restore(t: "Trainer", state: dict) -> None:
     t.iteration, t.global_step = state["iteration"], state["global_step"]
     t.elapsed = float(state.get("elapsed", 0.0))
     t.last_checkpoint = Path(path) if "path" in state else None
+    # what config.yaml says of a resume that trains nothing (open_run_dir): the run's own config, not this resume's flags
+    t.checkpoint_config = state.get("config") if isinstance(state.get("config"), dict) else None
     t.return_window = return_window(state)
     t.best_eval = best_eval(state)
     if state.get("env") is not None and t.env.can_save_state and state.get("env_backend") == t.env.backend:
@@ -421,6 +423,10 @@ def open_run_dir(t: "Trainer", resumed: bool, trains: bool = True) -> None:
     """Rank 0: create the run directory; a new run also gets config.yaml and meta.json, a resumed
     one's config.yaml is replaced (atomically) when a resume changed a field (--total-timesteps), and
     its meta.json, which describes the first start, gets an entry in ``resumes`` (record_resume).
+    A resume's config.yaml records the run directory's absolute path (however the run was named); one
+    that trains nothing (``trains`` False: a complete or --stop-return-ended run) records the
+    checkpoint's config, not its flags (_resumed_config). A resume whose best_eval has no best.pt
+    left in the run gets it back from a checkpoint, or forgets that value (_mend_lost_best).
 
     A write that fails (disk full) raises StorageError naming the file and the free space; the
     trainer then removes the new run's directory (rundir.RunSession.discard_fresh)."""
@@ -439,22 +445,28 @@ def open_run_dir(t: "Trainer", resumed: bool, trains: bool = True) -> None:
         from .config import dump_yaml
 
         path = t.run_dir / "config.yaml"
-        text = dump_yaml(t.cfg.to_dict())
-        if resumed:  # the flags a resume may change (an extended --total-timesteps): config.yaml says what runs now
+        if resumed:
+            if trains or getattr(t, "eval_pending", None) is not None:
+                path = ckpt.best_checkpoint_path(t.run_dir)
+                _mend_lost_best(t)
+                path = t.run_dir / "config.yaml"
+            # a loose checkpoint resumed into a new --run-dir: that run has no meta.json yet (below), and needs config.yaml
+            fresh = not (t.run_dir / "meta.json").exists()
+            # the flags a resume may change (an extended --total-timesteps): config.yaml says what runs now
+            text = dump_yaml(_resumed_config(t, trains or fresh))
             if not holds_text(path, text):
                 write_atomic(path, text)  # never through a link planted at config.yaml or a temp name
-            if (t.run_dir / "meta.json").exists():
+            if not fresh:
                 path = t.run_dir / "meta.json"
                 # a resume that trains records what it trains with; one of a complete run (nothing to
                 # train, its evaluation shown from eval.json) leaves the run's files as they are
                 if trains:
                     record_resume(path, _resume_entry(t))
                 return
-            # a loose checkpoint resumed into a new --run-dir: that run has no meta.json yet (below)
         else:
             _drop_link(path)  # a new run's directory was claimed empty: never write through a link planted since
             with open(path, "w") as f:
-                f.write(text)
+                f.write(dump_yaml(t.cfg.to_dict()))
         meta = meta if meta is not None else _run_meta(t)
         path = t.run_dir / "meta.json"
         _drop_link(path)
@@ -462,6 +474,100 @@ def open_run_dir(t: "Trainer", resumed: bool, trains: bool = True) -> None:
             json.dump(meta, f, indent=2, default=str)
     except OSError as e:
         raise write_error(path, e, "could not start the run") from None
+
+
+def _resumed_config(t: "Trainer", trains: bool) -> dict:
+    """The config.yaml a resume writes (where the file does not already say it). The run directory is
+    absolute: resumed by its name (relative to where that command ran) or from a checkpoint file, the
+    file says the same. A resume that trains nothing writes no checkpoint, so config.yaml says what the
+    checkpoint holds (an edit there is undone, as the resume's note says), not the flags given to it
+    (--keep-checkpoints 1 ran nothing, and the next resume would take it for an edit), but for
+    eval_episodes: an end-of-run evaluation recomputed with another --eval-episodes (eval.json) has
+    its count recorded (docs/reliability.md); and a run_dir the file already names this directory by
+    stays, so a resume of an untouched complete run writes nothing."""
+    from .config import RESUME_SAFE
+    from .run_setup import read_run_config
+
+    here = Path(t.run_dir).resolve()
+    values = {**t.cfg.to_dict(), "run_dir": str(here)}
+    # a pending --eval-every evaluation rewrites the checkpoint with this resume's config (Trainer._run_pending_eval)
+    if trains or (getattr(t, "eval_pending", None) is not None and t.cfg.eval_every):
+        return values
+    recorded = getattr(t, "checkpoint_config", None) or {}
+    for key in RESUME_SAFE:
+        if key not in ("eval_episodes", "run_dir") and key in recorded and key in values:
+            values[key] = recorded[key]
+    if t.cfg.eval_episodes <= 0 and "eval_episodes" in recorded:  # --eval-episodes 0 evaluates nothing
+        values["eval_episodes"] = recorded["eval_episodes"]
+    on_file = read_run_config(t.run_dir)[0]
+    if on_file is not None and on_file.run_dir and Path(on_file.run_dir).resolve() == here:
+        values["run_dir"] = on_file.run_dir
+    return values
+
+
+def _mend_lost_best(t: "Trainer") -> None:
+    """A resumed run's best_eval is the mean return of the policy in RUN/checkpoints/best.pt. When no
+    best.pt is there (a resume from an explicitly older checkpoint set aside the newer best.pt that
+    had replaced the one this value was: checkpoint.set_aside_newer; a removed file; a loose checkpoint
+    in a new --run-dir), an evaluation that only equals it would write none, and the run would have no
+    best.pt at all while `proxima eval --best` and the report look for one. A checkpoint still in the
+    run that scored that value (_scored_best) becomes best.pt again, as the run had it; else the best
+    starts afresh, so the next evaluation writes best.pt. OSError (a full disk) propagates."""
+    from .atomic import write_atomic
+
+    path = ckpt.best_checkpoint_path(t.run_dir)
+    if t.best_eval is None or os.path.lexists(path):
+        return
+    name = t.last_checkpoint.name if getattr(t, "last_checkpoint", None) is not None else "the checkpoint"
+    gone = (f"proxima: note: {name} records a best eval return of {t.best_eval:.2f}, but {path} that held it is not there "
+            "(set aside with the newer checkpoints, or removed)")
+    source = _scored_best(Path(t.run_dir), t.global_step, t.best_eval)
+    if source is not None:
+        write_atomic(path, source.read_bytes())  # never through a link planted at best.pt
+        print(f"{gone}: {source.name}, which scored it, is best.pt again", file=sys.stderr)
+        return
+    t.best_eval = None
+    if t.cfg.eval_every:
+        print(f"{gone}: the resumed run's best starts afresh, and its next --eval-every evaluation writes best.pt",
+              file=sys.stderr)
+
+
+def _scored_best(run_dir: Path, step: int, best: float) -> Optional[Path]:
+    """The run's checkpoint of the first step up to ``step`` whose evaluation scored ``best``
+    (metrics.csv's eval/mean_return, written in full precision), recording it as its best_eval: the
+    policy best.pt held, written in the same iteration; None when metrics.csv names none whose file is
+    still there (kept checkpoints are pruned) and loads."""
+    from .logger import read_csv_rows
+    from .rundir import RunDirError
+
+    try:
+        rows, _ = read_csv_rows(run_dir / "metrics.csv")
+    except (OSError, RunDirError):
+        return None
+    header = list(rows[0]) if rows else []
+    if "global_step" not in header or "eval/mean_return" not in header:
+        return None
+    at, score = header.index("global_step"), header.index("eval/mean_return")
+    kept = {p.name: p for p in ckpt.list_checkpoints(run_dir)}
+    for cells in rows[1:]:
+        cells = list(cells)
+        if len(cells) != len(header):
+            continue
+        try:
+            k, value = int(cells[at]), float(cells[score])
+        except ValueError:
+            continue
+        source = kept.get(ckpt.checkpoint_path(run_dir, k).name) if 0 < k <= step and value == best else None
+        if source is None:
+            continue
+        try:
+            state = ckpt.load_checkpoint(source)
+        except ckpt.CheckpointError:
+            continue
+        # a checkpoint that still records the evaluation as due was written before it ran
+        if state.get("global_step") == k and state.get("best_eval") == best and "eval_pending" not in state:
+            return source
+    return None
 
 
 def _run_meta(t: "Trainer") -> dict:
@@ -473,22 +579,27 @@ def _run_meta(t: "Trainer") -> dict:
     try:
         from .doctor import collect
 
-        meta["machine"] = collect()
+        # the run's own device (a cuda:1 run must not hold a context on GPU 0) and --threads (this thread's
+        # count is a side thread's threads // 2 by now)
+        meta["machine"] = collect(device=t.device, threads=t.cfg.threads)
     except Exception:  # doctor is best-effort here
         pass
     return meta
 
 
 def _resume_entry(t: "Trainer") -> dict:
-    return resume_entry(t.global_step, t.argv, cpu=t.device.type == "cpu")
+    return resume_entry(t.global_step, t.argv, cpu=t.device.type == "cpu", device=str(t.device))
 
 
-def resume_entry(step: int, argv=None, cpu: bool = False) -> dict:
+def resume_entry(step: int, argv=None, cpu: bool = False, device: Optional[str] = None) -> dict:
     """One entry of meta.json's ``resumes``: what trains from ``step`` on (the first start's record
     at the top of meta.json says what trained before); ``argv``: the command, sys.argv when None.
-    ``cpu``: a run on the CPU, whose entry records the CPU tanh it computes with."""
+    ``cpu``: a run on the CPU, whose entry records the CPU tanh it computes with. ``device``: the
+    device it trains on (--device may change on resume), recorded when given, as the first start's is."""
     entry = {"started": datetime.now().isoformat(timespec="seconds"), "step": int(step),
              "command": argv if argv is not None else sys.argv, "versions": versions()}
+    if device is not None:
+        entry["device"] = str(device)
     if cpu:  # the CPU tanh (chosen by the CPU's maker) is part of what makes a resume bit-identical: beside the
         from .tanh_cpu import MODE  # first start's machine.cpu_tanh, and record_resume notes a change
 

@@ -805,8 +805,9 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             if resumed and trainer.trains() and not quiet and trainer.dist.is_main:
                 print(f"proxima: resuming {trainer.run_dir} at global step {trainer.global_step:,} (iteration {trainer.iteration})", file=sys.stderr)
             looping = True
+            trains = trainer.trains()  # a resume that trains nothing has said why in its note: no stop line after it
             out_dir = trainer.run(resumed=resumed)
-            if trainer.stopped_at_return is not None and not quiet and trainer.dist.is_main:
+            if trains and trainer.stopped_at_return is not None and not quiet and trainer.dist.is_main:
                 print(f"proxima: stopped at global step {trainer.global_step:,} (iteration {trainer.iteration}): the last "
                       f"{config.stop_episodes}+ training episodes averaged {trainer.stopped_at_return:.1f} >= --stop-return "
                       f"{config.stop_return:g}", file=sys.stderr)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from proxima import cli, rundir
 from proxima.report import _machine
@@ -120,6 +121,7 @@ def test_a_population_resume_records_the_cpu_tanh_in_each_member_and_notes_a_cha
         d.mkdir()
         _meta(d, {"kind": "ppo", "machine": {"cpu_tanh": "torch"}})
     monkeypatch.setattr(tanh_cpu, "MODE", "numpy")  # resumed on another kind of CPU
-    _record_resume(dirs, 128, cpu=True)
+    _record_resume(dirs, 128, torch.device("cpu"))
     assert capsys.readouterr().err.count("the run started with the CPU tanh 'torch' and resumes with 'numpy'") == 1
     assert [json.loads((d / "meta.json").read_text())["resumes"][0]["cpu_tanh"] for d in dirs] == ["numpy", "numpy"]
+    assert [json.loads((d / "meta.json").read_text())["resumes"][0]["device"] for d in dirs] == ["cpu", "cpu"]

@@ -201,7 +201,7 @@ def test_resuming_an_explicit_older_checkpoint_sets_the_newer_best_pt_aside(tmp_
     abandoned = list((run / "checkpoints").glob("abandoned-*"))
     assert len(abandoned) == 1 and (abandoned[0] / "best.pt").is_file()
     assert torch.load(abandoned[0] / "best.pt", weights_only=True)["global_step"] == 4 * STEPS
-    assert ("step_000000000384.pt) and best.pt (its step 256; the resumed run's best starts from step_000000000128.pt's) "
+    assert ("step_000000000384.pt) and best.pt (its step 256; the resumed run's best is step_000000000128.pt's, or starts afresh where no best.pt holds it) "
             f"to {abandoned[0]}, with ") in err, err
     _same(_state(ckpt.best_checkpoint_path(run)), _state(ckpt.best_checkpoint_path(reference)), "best.pt")
 
