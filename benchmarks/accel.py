@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from tables import Section, arg_problem, command, machine_line, partial_note, refuse, started  # benchmarks/tables.py
+from tables import Section, arg_problem, command, machine_line, median_range, partial_note, refuse, started  # benchmarks/tables.py
 
 MODES = {
     "eager": {},
@@ -83,16 +83,17 @@ def fell_back(graphs) -> str:
 
 
 def cell(result, base) -> str:
-    """One mode's cell: 'median [min-max] (ratio to the base mode)', '-' when not measured (yet),
-    'failed: ...' when it raised; marked when its graphs fell back to eager."""
+    """One mode's cell: 'median (min-max), ratio to the base mode' (the README's "median (min-max)",
+    as every other table writes it), '-' when not measured (yet), 'failed: ...' when it raised;
+    marked when its graphs fell back to eager."""
     if result is None:
         return "-"
     if "error" in result:
         return f"failed: {result['error']}"
     sps = result["sps"]
     med = statistics.median(sps)
-    ratio = f" ({med / statistics.median(base['sps']):.2f}x)" if base and "sps" in base else ""
-    text = f"{med:,.0f} [{min(sps):,.0f}-{max(sps):,.0f}]{ratio}"
+    ratio = f", {med / statistics.median(base['sps']):.2f}x" if base and "sps" in base else ""
+    text = median_range(sps, fmt=lambda v: f"{v:,.0f}") + ratio
     fallback = fell_back(result.get("graphs"))
     return f"**graphs fell back: eager** ({fallback}) {text}" if fallback else text
 
@@ -178,8 +179,8 @@ def report(p, args, modes: list, rows: list, start: tuple, partial: str = "") ->
              *([partial, ""] if partial else []),
              f"{machine_line(args.threads, start)}.", "",
              command("accel.py", p, args), "",
-             "Full PPO iterations (rollout + GAE + update at the preset's epochs/minibatches), env steps/s, median of "
-             f"{args.repeats} iterations after a warm-up (compile time excluded), range in brackets; ratio = median / {base} median.", "",
+             "Full PPO iterations (rollout + GAE + update at the preset's epochs/minibatches), env steps/s: median (min-max) of "
+             f"{args.repeats} iterations after a warm-up (compile time excluded), then the ratio median / {base} median.", "",
              "| task | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
     for label, results in rows:
         lines.append(f"| {label} | " + " | ".join(cell(results.get(m), results.get(base)) for m in modes) + " |")

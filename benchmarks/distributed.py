@@ -8,7 +8,9 @@ per process (``--threads 1``, ``OMP_NUM_THREADS=1``), for a fixed number of iter
 
 Steps/s is read from the run's metrics.csv: (global steps after the last iteration - after the
 first) / (loop time between them), so start-up and the first (warm-up) iteration are left out; global
-steps count every process's envs. Each configuration is repeated, runs one at a time; the median
+steps count every process's envs (``--iterations`` 2 times the second alone). A run that fails is
+one error line naming it (exit 2), and a SIGTERM or Ctrl-C kills the running processes and removes
+the temporary folder (exit 143 or 130). Each configuration is repeated, runs one at a time; the median
 and the range are reported. Writes benchmarks/results/distributed-cpu.md (or --out; a new dated
 section is appended when the file exists):
 
@@ -23,14 +25,12 @@ import os
 import platform
 import shlex
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
 
-from tables import arg_problem, refuse  # benchmarks/tables.py
+from tables import ChildFailed, arg_problem, refuse, run_child, stopping_children  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "distributed-cpu.md"
@@ -52,8 +52,8 @@ def command(procs: int, args: list) -> list:
 def steps_per_second(metrics: Path) -> float:
     with open(metrics, newline="") as f:
         rows = list(csv.DictReader(f))
-    if len(rows) < 3:
-        raise RuntimeError(f"{metrics}: {len(rows)} iterations logged; run more (--iterations)")
+    if len(rows) < 2:  # the first row is the start of the timed span: one row times nothing (main asks for 2)
+        raise ChildFailed(f"{metrics}: {len(rows)} iteration(s) logged, 2 are needed to time one; run more (--iterations)")
     first, last = rows[0], rows[-1]
     return (int(last["global_step"]) - int(first["global_step"])) / (float(last["time"]) - float(first["time"]))
 
@@ -71,10 +71,11 @@ def run_once(procs: int, args_fn, workdir: Path, tag: str) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     load0 = loadavg()
     t0 = time.perf_counter()
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    res = run_child(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    if res.returncode != 0:
-        raise RuntimeError(f"{shlex.join(cmd)} exited {res.returncode}:\n{res.stderr[-3000:]}")
+    if res.returncode != 0:  # one line: the run and its last stderr line, not 3,000 characters of it
+        shown = shlex.join(["python", *cmd[1:]])
+        raise ChildFailed(f"`{shown}` failed (exit {res.returncode}): {(res.stderr.strip().splitlines() or ['no output'])[-1]}")
     return {"procs": procs, "sps": steps_per_second(run_dir / "metrics.csv"), "wall": wall, "load": (load0 + loadavg()) / 2}
 
 
@@ -141,15 +142,18 @@ def main(argv=None) -> int:
         return refuse("distributed.py", str(e))
     problem = arg_problem(a, at_least_one=("repeats", "num_envs", "num_steps"), files=("out",) if a.out != "-" else ())
     if not problem and a.iterations < 2:  # the first iteration is left out: one leaves nothing to time
-        problem = f"--iterations {a.iterations}: must be at least 2"
+        problem = f"--iterations {a.iterations}: must be at least 2 (the first is left out of steps/s)"
     if problem:
         return refuse("distributed.py", problem)
     results = []
     started = datetime.now().isoformat(timespec="seconds")
-    with tempfile.TemporaryDirectory(prefix="proxima-bench-dist-") as tmp:
+    with stopping_children("distributed.py", "proxima-bench-dist-") as tmp:
         for rep in range(a.repeats):  # interleaved, so slow phases of a shared machine hit every configuration
             for p in procs_list:
-                r = run_once(p, lambda d, p=p: train_args(a.num_envs, a.num_steps, a.iterations, p, d), Path(tmp), f"p{p}-r{rep}")
+                try:
+                    r = run_once(p, lambda d, p=p: train_args(a.num_envs, a.num_steps, a.iterations, p, d), tmp, f"p{p}-r{rep}")
+                except ChildFailed as e:  # one line, not a traceback; nothing is written (the table comes at the end)
+                    return refuse("distributed.py", str(e))
                 r["envs"] = a.num_envs
                 results.append(r)
                 print(f"procs {p} repeat {rep + 1}: {r['sps']:,.0f} steps/s (process wall {r['wall']:.1f} s, load {r['load']:.1f})", flush=True)

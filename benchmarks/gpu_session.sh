@@ -13,8 +13,10 @@
 # still returns what ran; each table script rewrites its table after every row, so a step cut short
 # by its limit still leaves the rows it finished (marked partial). Step limits add up to 513 s, each
 # with the estimate behind it (../shared/perf/H200-2026-11-30.md), and `timeout -k 3` ends a step
-# that ignores SIGTERM 3 s later: 540 s at worst, which leaves ~60 s of the call's 600 s for pip,
-# the import check (~20 s) and slack.
+# that ignores SIGTERM 3 s later: 540 s at worst. The start-up's own limits (pip 10 s, the import
+# check 20 s, each with a 3 s grace: 36 s at worst, ~12 s as measured) come out of the remaining
+# ~60 s of the call's 600 s, with packing the logs and slack: the steps keep the limits their
+# estimates need, since a start-up that hangs leaves nothing for them anyway.
 set -uo pipefail
 
 out="${OUT:-benchmarks/results/gpu}"
@@ -30,22 +32,45 @@ export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # the package from this tree, not installed
 py="${PYTHON:-python3}"
 
-# packages the machine's image lacks travel as wheels in .whl/ (benchmarks/README.md says which)
+# packages the machine's image lacks travel as wheels in .whl/ (benchmarks/README.md says which).
+# Each start-up command has a limit too: a pip or a CUDA initialisation that hangs would otherwise
+# take the whole call. est. ~3 s (4 small wheels, no index, no deps); limit 10
 if compgen -G ".whl/*.whl" > /dev/null; then
-  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+  if timeout -k 3 10 "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
+    export PYTHONPATH="$PYTHONPATH:/tmp/site"
+  else
+    echo "gpu_session: installing .whl/*.whl failed or took over 10 s (exit $?); going on without them"
+  fi
 fi
-if ! "$py" -c "import gymnasium, torch; assert torch.cuda.is_available()" 2> "$out/import-error.txt"; then
-  echo "gpu_session: need gymnasium and a CUDA torch here (see $out/import-error.txt)" | tee "$out/summary.txt"
+# est. ~7-9 s (torch's import and CUDA's set-up, as a process start-up); limit 20
+if ! timeout -k 3 20 "$py" -c "import gymnasium, torch; assert torch.cuda.is_available()" 2> "$out/import-error.txt"; then
+  echo "gpu_session: need gymnasium and a CUDA torch here, imported within 20 s (see $out/import-error.txt)" | tee "$out/summary.txt"
   exit 2
 fi
 rm -f "$out/import-error.txt"
 anchor=""
 for a in ../shared/anchors/purejaxrl_cartpole.py .anchors/purejaxrl_cartpole.py; do [[ -f "$a" ]] && anchor="$a" && break; done
 
+# what a step started in a process group of its own (the benchmark scripts start their children so,
+# to kill them on SIGTERM) is out of reach of the group kill below when the script itself got the
+# SIGKILL: each step's processes carry a token in their environment, and whatever still carries it
+# once the step is over is killed (bash builtins only: nothing forked here inherits the token)
+sweep() {  # sweep TOKEN: SIGKILL every process whose environment holds GPU_SESSION_STEP=TOKEN
+  local d kv
+  for d in /proc/[0-9]*; do
+    [[ -r "$d/environ" ]] || continue
+    while IFS= read -r -d '' kv; do
+      if [[ "$kv" == "GPU_SESSION_STEP=$1" ]]; then kill -KILL "${d#/proc/}" 2> /dev/null; break; fi
+    done 2> /dev/null < "$d/environ"  # 2> first: a process gone meanwhile is no error line
+  done
+}
+
+step_note=""  # appended to the next step's summary line (population-256 without an anchor)
+
 step() {  # step NAME LIMIT_SECONDS COMMAND...: run it, record its status and time in summary.txt
   local name="$1" limit="$2" t0 rc
   shift 2
+  export GPU_SESSION_STEP="$$-$name"
   t0=$(date +%s)
   # -k 3: a process stuck in a CUDA call (or proxima deferring SIGTERM to the end of an iteration)
   # gets SIGKILL 3 s after the SIGTERM, instead of holding the call until its 600 s are gone. Every
@@ -59,7 +84,10 @@ step() {  # step NAME LIMIT_SECONDS COMMAND...: run it, record its status and ti
   wait "$tpid"
   rc=$?
   kill -KILL -- "-$tpid" 2> /dev/null
-  echo "$name: exit $rc, $(( $(date +%s) - t0 )) s" | tee -a "$out/summary.txt"
+  sweep "$GPU_SESSION_STEP"
+  unset GPU_SESSION_STEP
+  echo "$name: exit $rc, $(( $(date +%s) - t0 )) s$step_note" | tee -a "$out/summary.txt"
+  step_note=""
   pack
 }
 
@@ -73,6 +101,8 @@ pack() {  # logs.tar.gz from $logs, replaced whole (never a half-written archive
 # so that the 9 kill graces of 3 s fit too:
 #   doctor 13 + pytest-cuda 55 + vs-purejaxrl 125 + purejaxrl-solve 20 + solve-gpu 45 + pendulum 25
 #   + accel 50 + population-256 120 + pytest-cuda-compile 60 = 513, + 9 x 3 s of kill grace = 540
+#   (the start-up's 36 s at worst fits in the call's remaining 60 s). No step times a second --compile launch against the disk compile
+#   cache: two launches need ~45 s, which these 540 s do not have (benchmarks/README.md)
 # est. ~10 s: imports and probes
 step doctor 13 "$py" -m proxima doctor > "$logs/doctor.txt" 2>&1
 # issue 12 items 1-2: graphed == eager, checkpoints across modes, launches per iteration, hot loop, native envs,
@@ -81,7 +111,7 @@ step doctor 13 "$py" -m proxima doctor > "$logs/doctor.txt" 2>&1
 # est. 35-50 s: ~47 tests building small trainers, no compilation (the compile+graphs ones run last, below)
 step pytest-cuda 55 "$py" -m pytest -v -rfE -p no:cacheprovider -m "gpu and not slow" -k "not compile+graphs" \
   tests/unit/test_graphs.py tests/unit/test_hot_loop.py tests/unit/test_native_envs.py tests/unit/test_accel.py tests/unit/test_population.py \
-  tests/unit/test_doctor.py > "$out/pytest-cuda.txt" 2>&1
+  tests/unit/test_doctor.py tests/unit/test_review29_normalize.py > "$out/pytest-cuda.txt" 2>&1
 # item 3: throughput side by side with PureJaxRL, one process per side (--single-call: 2 start-ups instead of 18)
 if [[ -n "$anchor" ]]; then
   # est. ~95 s: Proxima ~21 s (start-up 8, then per size ~4.5 s of warm-up and 3 x 1 s, training only: --train-only);
@@ -102,8 +132,10 @@ print(p.stdout.strip()); print('wall_from_launch_seconds', round(time.perf_count
 tail = p.stderr.strip().splitlines()[-20:]; print('\n'.join(['anchor stderr, last lines:', *tail]), file=sys.stderr) if tail else None; \
 rc = p.returncode if p.returncode >= 0 else 128 - p.returncode; sys.exit(rc or int('steps_per_second' not in p.stdout))" \
     > "$logs/purejaxrl-solve.json" 2>&1
-else
-  echo "vs-purejaxrl: skipped, no anchor (carry .anchors/purejaxrl_cartpole.py)" | tee -a "$out/summary.txt"
+else  # one line per step not run, in the steps' order: a step missing from the summary was a step lost unsaid
+  for name in vs-purejaxrl purejaxrl-solve; do
+    echo "$name: skipped, no anchor (carry .anchors/purejaxrl_cartpole.py)" | tee -a "$out/summary.txt"
+  done
 fi
 # item 5: the gpu preset, wall from launch, seeds 1-10, 5 at a time (16 CPU cores, one GPU: each wall is
 # still from its own launch, and sharing can only lengthen it). est. ~25-40 s: per seed ~9-11 s (start-up
@@ -123,9 +155,14 @@ step accel 50 "$py" benchmarks/accel.py --device cuda --cases 2 --modes eager,cu
 # est. ~85-105 s: the script's start-up ~5 (torch's import, counted in its --time-budget); PureJaxRL first, ~25-30 s
 # (import 4, jit ~8.4, its one timed run 8.6: --no-warm-run drops the 8.6 s warm run the table never showed);
 # Proxima ~55-70 s (977 iterations, 256 members' metrics rows each). --time-budget 115 (3 s of it for the table):
-# the side left without time, Proxima, is a row saying so; the step's limit 5 s above it
+# the side left without time, Proxima, is a row saying so; the step's limit 5 s above it. Without an anchor
+# Proxima's side runs alone (the script measures PureJaxRL only with one), and the summary line says so
 if [[ -n "$anchor" ]]; then
   step population-256 120 "$py" benchmarks/population_vs_purejaxrl.py --device cuda --cudagraphs --jax-python "$py" --anchor "$anchor" \
+    --timeout 110 --time-budget 115 --out "$out/population-cuda.md" > "$logs/population-cuda.log" 2>&1
+else
+  step_note=" (Proxima only: PureJaxRL skipped, no anchor)"
+  step population-256 120 "$py" benchmarks/population_vs_purejaxrl.py --device cuda --cudagraphs \
     --timeout 110 --time-budget 115 --out "$out/population-cuda.md" > "$logs/population-cuda.log" 2>&1
 fi
 # issue 12 item 1, compiled: compile+graphs == eager, last (two cold inductor compiles, the slowest and least

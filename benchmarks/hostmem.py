@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from tables import ab_report, arg_problem, markdown_table, median_range, refuse, started  # benchmarks/tables.py
+from tables import (ChildFailed, ab_report, arg_problem, markdown_table, median_range, refuse, run_child, started,  # benchmarks/tables.py
+                    stopping_children)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,10 +43,11 @@ print(json.dumps({"sps": n * 16 * iters / dt, "faults": (resource.getrusage(reso
 
 def measure(num_envs: int, iterations: int, keep: bool) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-    proc = subprocess.run([sys.executable, "-c", PROBE, str(num_envs), str(iterations), "1" if keep else "0"],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    proc = run_child([sys.executable, "-c", PROBE, str(num_envs), str(iterations), "1" if keep else "0"],
+                     capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     if proc.returncode != 0:
-        raise RuntimeError((proc.stderr.strip().splitlines() or ["?"])[-1])
+        raise ChildFailed(f"the {'on' if keep else 'off'} process failed (exit {proc.returncode}): "
+                          f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -62,10 +63,14 @@ def main(argv=None) -> int:
         return refuse("hostmem.py", problem)
     start = started()
     rows = {True: [], False: []}
-    for r in range(args.repeats):
-        for keep in ((True, False) if r % 2 == 0 else (False, True)):
-            rows[keep].append(measure(args.num_envs, args.iterations, keep))
-        print(f"round {r + 1}: on {rows[True][-1]['sps']:,.0f} steps/s, off {rows[False][-1]['sps']:,.0f} steps/s", file=sys.stderr)
+    with stopping_children("hostmem.py"):  # a SIGTERM or Ctrl-C kills the running process too
+        for r in range(args.repeats):
+            for keep in ((True, False) if r % 2 == 0 else (False, True)):
+                try:
+                    rows[keep].append(measure(args.num_envs, args.iterations, keep))
+                except ChildFailed as e:  # one line, not a traceback; nothing is written (the table comes at the end)
+                    return refuse("hostmem.py", str(e))
+            print(f"round {r + 1}: on {rows[True][-1]['sps']:,.0f} steps/s, off {rows[False][-1]['sps']:,.0f} steps/s", file=sys.stderr)
     ratios = [a["sps"] / b["sps"] for a, b in zip(rows[True], rows[False])]
     sps = {keep: [x["sps"] for x in rows[keep]] for keep in rows}
     faults = {keep: [x["faults"] for x in rows[keep]] for keep in rows}

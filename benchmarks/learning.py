@@ -28,11 +28,13 @@ import os
 import platform
 import re
 import shlex
-import subprocess
+import subprocess  # noqa: F401  (tables.run_child calls subprocess.run: tests stand in for it here)
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
+
+from tables import run_child, stopping_children  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "learning.md"
@@ -132,7 +134,7 @@ def run_one(env_id: str, seed: int, runs_dir: Path, threads: int, extra: list, l
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     load0 = load_average()
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "proxima", *argv[1:]], env=env, capture_output=True, text=True)
+    proc = run_child([sys.executable, "-m", "proxima", *argv[1:]], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     record = {"env_id": env_id, "seed": seed, "command": shlex.join(argv), "run_dir": str(run_dir),
               "wall_s": round(wall, 1), "load_start": round(load0, 2), "load_end": round(load_average(), 2),
@@ -597,28 +599,29 @@ def main(argv=None) -> int:
     invocation = "OMP_NUM_THREADS=1 python benchmarks/learning.py " + shlex.join(a for a in (argv if argv is not None else sys.argv[1:]))
     runs_dir = Path(args.runs_dir)
     failed, total = [], 0
-    for env_id in envs:
-        n_default = TASKS.get(env_id, (None, 1, ""))[1]
-        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(range(1, n_default + 1))
-        for seed in seeds:
-            total += 1
-            print(f"{datetime.now():%H:%M:%S} {env_id} seed {seed} ...", flush=True)
-            record = run_one(env_id, seed, runs_dir, args.threads, extra, lambda m: print(m, flush=True))
-            if extra:
-                record["extra"] = args.extra
-            if not succeeded(record):
-                failed.append(f"{env_id} seed {seed}: {record.get('error', '?')}")
-            merged = merge(runs, record)
-            if merged is runs:
-                print(f"  kept the recorded successful run of {env_id} seed {seed} (this one failed)", flush=True)
-                continue
-            runs = merged
-            # listed under "invocations that produced these rows" only once it produced one
-            invocations = [i for i in invocations if i != invocation] + [invocation]
-            write_markdown(out, runs, invocations)
-            if succeeded(record):
-                print(f"  eval {record['eval_mean']:.1f} +- {record['eval_std']:.1f}, {record['steps']:,} steps, "
-                      f"{record['wall_s']:.0f} s", flush=True)
+    with stopping_children("learning.py"):  # a SIGTERM or Ctrl-C kills the running `proxima train` too
+        for env_id in envs:
+            n_default = TASKS.get(env_id, (None, 1, ""))[1]
+            seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(range(1, n_default + 1))
+            for seed in seeds:
+                total += 1
+                print(f"{datetime.now():%H:%M:%S} {env_id} seed {seed} ...", flush=True)
+                record = run_one(env_id, seed, runs_dir, args.threads, extra, lambda m: print(m, flush=True))
+                if extra:
+                    record["extra"] = args.extra
+                if not succeeded(record):
+                    failed.append(f"{env_id} seed {seed}: {record.get('error', '?')}")
+                merged = merge(runs, record)
+                if merged is runs:
+                    print(f"  kept the recorded successful run of {env_id} seed {seed} (this one failed)", flush=True)
+                    continue
+                runs = merged
+                # listed under "invocations that produced these rows" only once it produced one
+                invocations = [i for i in invocations if i != invocation] + [invocation]
+                write_markdown(out, runs, invocations)
+                if succeeded(record):
+                    print(f"  eval {record['eval_mean']:.1f} +- {record['eval_std']:.1f}, {record['steps']:,} steps, "
+                          f"{record['wall_s']:.0f} s", flush=True)
     if failed:
         # the table is written (the runs that worked are kept), but a caller must not read this as a clean run
         print(f"learning.py: error: {len(failed)} of {total} run(s) failed, see above ({failed[0]}"

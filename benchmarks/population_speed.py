@@ -18,15 +18,13 @@ import argparse
 import csv
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from proxima.bench import parse_sizes
 from tables import (ChildFailed, arg_problem, command as command_line, emit, machine_line, median_range, refuse,  # benchmarks/tables.py
-                    started)
+                    run_child, started, stopping_children)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +54,7 @@ def measure(args, size: int, workdir: Path, round_: int) -> dict:
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    proc = run_child(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         which = "1 seed" if size == 1 else f"{size} seeds"
@@ -107,11 +105,11 @@ def main(argv=None) -> int:
         return refuse("population_speed.py", str(e))
     start = started()
     rounds = []
-    with tempfile.TemporaryDirectory(prefix="proxima-popspeed-") as tmp:
+    with stopping_children("population_speed.py", "proxima-popspeed-") as tmp:
         for r in range(args.repeats):
             order = sizes if r % 2 == 0 else list(reversed(sizes))
             try:
-                rounds.append({size: measure(args, size, Path(tmp), r) for size in order})
+                rounds.append({size: measure(args, size, tmp, r) for size in order})
             except ChildFailed as e:  # one line, not a traceback; nothing is written (the table comes at the end)
                 return refuse("population_speed.py", str(e))
             print(f"round {r + 1}: " + ", ".join(f"{s} seeds {rounds[-1][s]['wall']:.1f}s" for s in sizes), file=sys.stderr)

@@ -24,6 +24,15 @@ pool takes every core otherwise). With ``--out`` the section is written after ea
 included: a caller's time limit counts it too), and each subprocess gets at most what is left of
 it, so a slow first side leaves the second one a row saying it ran out of time rather than a killed
 script. A ``--cudagraphs`` population whose capture fell back to eager says so in its row.
+
+PureJaxRL runs in its own interpreter, ``--jax-python`` (default, as ``vs_purejaxrl.py``'s:
+``.jax-venv/bin/python`` when it exists, else ``python3``), which must import jax, chex, flax, optax
+and gymnax: with an anchor to run, that is checked before anything is measured (else one error line
+naming --jax-python, exit 2, nothing written), as are --device (default ``auto``: CUDA when it is
+usable, else the CPU) and the arguments. Without an anchor (none found, no --anchor) only Proxima's
+row is measured. The exit status is 1 when a side has a failed row (it says why): a table without
+both figures is no comparison. A SIGTERM (a time limit) or Ctrl-C kills the running side's
+processes and removes the temporary folder (exit 143 or 130); the section keeps the rows finished.
 """
 
 from __future__ import annotations
@@ -41,13 +50,13 @@ import re  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from tables import Section, arg_problem, command, machine_line, partial_note, refuse, started  # noqa: E402
-from vs_purejaxrl import ANCHORS, cpu_binding, single_thread_env  # noqa: E402
+from tables import (Section, arg_problem, command, machine_line, partial_note, refuse, run_child, started,  # noqa: E402
+                    stopping_children)
+from vs_purejaxrl import ANCHORS, cpu_binding, default_jax_python, jax_python_problem, single_thread_env  # noqa: E402
 
 
 #: seconds kept back from --time-budget for writing the table after the last subprocess
@@ -79,9 +88,9 @@ def run_proxima(args, run_dir: Path, timeout: float = None) -> dict:
            "--checkpoint-every", "0", "--no-progress", "--quiet", "--run-dir", str(run_dir)]
     cmd += ["--cudagraphs"] if args.cudagraphs else []
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=single_thread_env(args.device), cwd=ROOT,
-                          timeout=args.timeout if timeout is None else timeout,
-                          preexec_fn=cpu_binding("one" if args.device == "cpu" else "all"))
+    proc = run_child(cmd, capture_output=True, text=True, env=single_thread_env(args.device), cwd=ROOT,
+                     timeout=args.timeout if timeout is None else timeout,
+                     preexec_fn=cpu_binding("one" if args.device == "cpu" else "all"))
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"proxima failed ({proc.returncode}): {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
@@ -111,9 +120,9 @@ def run_purejaxrl(args, timeout: float = None) -> dict:
     cmd = [args.jax_python, str(args.anchor), "--no-warm-run", "--tail-frac", f"{TAIL_FRAC:g}",
            "--configs", f"4x128x{args.total:g}x{args.agents}"]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=single_thread_env(args.device), cwd=ROOT,
-                          timeout=args.timeout if timeout is None else timeout,
-                          preexec_fn=cpu_binding("one" if args.device == "cpu" else "all"))
+    proc = run_child(cmd, capture_output=True, text=True, env=single_thread_env(args.device), cwd=ROOT,
+                     timeout=args.timeout if timeout is None else timeout,
+                     preexec_fn=cpu_binding("one" if args.device == "cpu" else "all"))
     wall = time.perf_counter() - t0
     lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -131,12 +140,17 @@ def failure(e: Exception) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="cuda")
+    p.add_argument("--device", default="auto",
+                   help="cpu, cuda, cuda:N or auto: CUDA when it is usable, else the CPU (default auto)")
     p.add_argument("--cudagraphs", action="store_true")
     p.add_argument("--agents", type=int, default=256)
     p.add_argument("--total", type=float, default=5e5, help="steps per agent (default 500k)")
-    p.add_argument("--jax-python", default=sys.executable)
-    p.add_argument("--anchor", default=next((str(a) for a in ANCHORS if a.is_file()), None))
+    p.add_argument("--jax-python", default=default_jax_python(),
+                   help="PureJaxRL's interpreter, with jax, chex, flax, optax and gymnax (default: .jax-venv/bin/python "
+                        "when it exists, else python3; checked before anything is measured)")
+    p.add_argument("--anchor", default=next((str(a) for a in ANCHORS if a.is_file()), None),
+                   help="PureJaxRL's purejaxrl_cartpole.py (default: ../shared/anchors/ or .anchors/ when there; "
+                        "without one, Proxima's row only)")
     p.add_argument("--timeout", type=float, default=300, help="seconds per subprocess (default 300)")
     p.add_argument("--time-budget", type=float, default=None,
                    help="seconds for the whole run (a time limit around it): each subprocess gets at most what is left "
@@ -156,6 +170,19 @@ def main(argv=None, launched: float = None) -> int:
         problem = f"--time-budget {args.time_budget:g}: must be a positive number"
     if problem:
         return refuse("population_vs_purejaxrl.py", problem)
+    from proxima.config import ConfigError
+    from proxima.device import resolve_device
+
+    try:  # train's own check, before either side runs: --device cuda on a CPU machine was two failed rows and exit 0
+        args.device = str(resolve_device(args.device))  # auto -> what ran, in the table and its Command: line
+    except ConfigError as e:
+        return refuse("population_vs_purejaxrl.py", str(e))
+    # an anchor file that is not there fails as PureJaxRL's row (its own message); one that is needs the interpreter
+    if args.anchor and Path(args.anchor).is_file():
+        left = args.timeout if args.time_budget is None else t0 + args.time_budget - time.perf_counter() - RESERVE
+        problem = jax_python_problem(args.jax_python, single_thread_env(args.device), max(1.0, min(args.timeout, left)))
+        if problem:
+            return refuse("population_vs_purejaxrl.py", problem)
     args.total = int(args.total)
     start = started()
     deadline = None if args.time_budget is None else t0 + args.time_budget
@@ -163,11 +190,11 @@ def main(argv=None, launched: float = None) -> int:
     sides = ["purejaxrl", "proxima"] if args.anchor else ["proxima"]  # PureJaxRL first: module docstring
     rows: dict = {}
     results: dict = {}
-    with tempfile.TemporaryDirectory(prefix="proxima-pop-") as tmp:
+    with stopping_children("population_vs_purejaxrl.py", "proxima-pop-") as tmp:
         for side in sides:
             try:
                 if side == "proxima":
-                    ours = results[side] = run_proxima(args, Path(tmp) / "pop", timeout_for(args, deadline))
+                    ours = results[side] = run_proxima(args, tmp / "pop", timeout_for(args, deadline))
                     rows[side] = (f"| Proxima population{' --cudagraphs' if args.cudagraphs else ''}"
                                   f"{' **' + ours['graphs'] + '**' if ours.get('graphs') else ''} | {ours['train']:.2f} | "
                                   f"{ours['wall']:.1f} | {ours['mean_final_return']:.1f} |")
@@ -183,7 +210,13 @@ def main(argv=None, launched: float = None) -> int:
             if len(rows) < len(sides):
                 section.update(report(p, args, start, rows, results.get("proxima"), results.get("purejaxrl"),
                                       partial_note(len(rows), len(sides), "rows")))
-    return section.finish(report(p, args, start, rows, results.get("proxima"), results.get("purejaxrl")))
+    code = section.finish(report(p, args, start, rows, results.get("proxima"), results.get("purejaxrl")))
+    failed = [side for side in sides if results.get(side) is None]
+    if code == 0 and failed:  # gpu_session.sh's summary read "population-256: exit 0" over two failed rows
+        names = " and ".join("Proxima" if side == "proxima" else "PureJaxRL" for side in failed)
+        print(f"population_vs_purejaxrl.py: error: {names} failed (the table's row says why)", file=sys.stderr)
+        return 1
+    return code
 
 
 def report(p, args, start, rows: dict, ours, theirs, partial: str = "") -> str:

@@ -16,7 +16,10 @@ and including EOS over the wall-clock time spent in generation.
     python benchmarks/rlhf.py --repeats 3 --threads 1
 
 The TRL venv is separate because TRL pins its own dependencies; the models and tokenizer are built
-once by this script and loaded by both from a temporary directory (nothing is downloaded).
+once by this script and loaded by both from a temporary directory (nothing is downloaded). Bad
+arguments are one error line (exit 2) before anything runs; a library whose repeat failed is a row
+saying why, and the exit status is then 1. The table ends with its ``Command:`` line. A SIGTERM or
+Ctrl-C kills the running worker and removes the temporary directory (exit 143 or 130).
 """
 
 from __future__ import annotations
@@ -25,15 +28,19 @@ import argparse
 import json
 import os
 import random
+import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+# benchmarks/tables.py: stdlib at import (the workers run it in TRL's venv too); machine_line imports torch when called
+from tables import ChildFailed, arg_problem, command, machine_line, refuse, run_child, started, stopping_children
+
 ROOT = Path(__file__).resolve().parent.parent
 TRL_VENV = ROOT / ".bench-venv" / "trl"
+LIBRARIES = ("proxima", "trl")
 SETTINGS = dict(batch_size=16, response_length=32, n_layer=2, n_embd=64, vocab_words=1021, epochs=4, minibatches=1,
                 temperature=0.7, kl_coef=0.05, lr=1e-5)
 
@@ -170,15 +177,19 @@ def worker_trl(assets: Path, steps: int, warmup: int) -> dict:
 # orchestration
 # ---------------------------------------------------------------------------------------------
 def setup_trl() -> None:
-    subprocess.run([sys.executable, "-m", "venv", str(TRL_VENV)], check=True)
-    subprocess.run([str(TRL_VENV / "bin" / "pip"), "install", "trl==1.12.*", "torch==2.13.0"], check=True)
+    """Create TRL_VENV; ChildFailed (one line: the step and its last output line) when a step fails."""
+    for cmd in ([sys.executable, "-m", "venv", str(TRL_VENV)], [str(TRL_VENV / "bin" / "pip"), "install", "trl==1.12.*", "torch==2.13.0"]):
+        proc = run_child(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
+            raise ChildFailed(f"`{shlex.join(cmd)}` failed (exit {proc.returncode}): {last}")
 
 
 def run_worker(python: str, library: str, assets: Path, steps: int, warmup: int, threads: int, epochs: int) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "BENCH_THREADS": str(threads),
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run([python, __file__, "--worker", library, "--assets", str(assets), "--steps", str(steps),
-                           "--warmup", str(warmup), "--epochs", str(epochs)], capture_output=True, text=True, env=env)
+    proc = run_child([python, __file__, "--worker", library, "--assets", str(assets), "--steps", str(steps),
+                      "--warmup", str(warmup), "--epochs", str(epochs)], capture_output=True, text=True, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
@@ -186,9 +197,11 @@ def run_worker(python: str, library: str, assets: Path, steps: int, warmup: int,
 
 
 def summarize(results: list) -> str:
+    """The row's cells after the library's name: as many as the header has (a failed library's
+    row was two cells in a six-column table)."""
     ok = [r for r in results if "error" not in r]
     if not ok:
-        return f"failed: {results[0]['error']}"
+        return f"failed: {results[0]['error']} | - | - | - | 0"
 
     def cell(key: str, fmt: str) -> str:
         xs = [r[key] for r in ok]
@@ -198,40 +211,51 @@ def summarize(results: list) -> str:
             f"{statistics.mean(r['length'] for r in ok):.1f} | {len(ok)}")
 
 
-def main() -> int:
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3, help="fresh processes per library (at least 3 for a range)")
     p.add_argument("--steps", type=int, default=8, help="timed PPO steps per repeat (median taken)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed PPO steps first")
+    p.add_argument("--warmup", type=int, default=2, help="untimed PPO steps first (0 or more)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (and OMP_NUM_THREADS)")
     p.add_argument("--epochs", type=int, default=4, help="PPO epochs per step (TRL's default is 4)")
-    p.add_argument("--libraries", default="proxima,trl", help="comma separated: proxima, trl")
+    p.add_argument("--libraries", default="proxima,trl", help="comma separated, of: proxima, trl (default both)")
     p.add_argument("--setup-trl", action="store_true", help=f"create {TRL_VENV} with trl==1.12.* and torch==2.13.0, then exit")
     p.add_argument("--worker", choices=("proxima", "trl"), help=argparse.SUPPRESS)
     p.add_argument("--assets", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     SETTINGS["epochs"] = args.epochs
     if args.worker:
         fn = worker_proxima if args.worker == "proxima" else worker_trl
         print(json.dumps(fn(Path(args.assets), args.steps, args.warmup)), flush=True)
         return 0
+    # before anything is built or run: --libraries foo was a KeyError and --repeats 0 an IndexError, as tracebacks
+    problem = arg_problem(args, at_least_one=("repeats", "steps", "threads", "epochs"), files=())
+    if not problem and args.warmup < 0:
+        problem = f"--warmup {args.warmup}: must be 0 or more"
+    libraries = list(dict.fromkeys(name.strip() for name in args.libraries.split(",") if name.strip()))
+    unknown = [name for name in libraries if name not in LIBRARIES]
+    if not problem and (unknown or not libraries):
+        problem = f"--libraries {args.libraries}: " + (f"no library {unknown[0]!r}" if unknown else "none given") + \
+            f"; name some of {', '.join(LIBRARIES)}, comma separated"
+    if problem:
+        return refuse("rlhf.py", problem)
     if args.setup_trl:
-        setup_trl()
+        try:
+            setup_trl()
+        except ChildFailed as e:
+            return refuse("rlhf.py", str(e))
         return 0
-    from tables import machine_line, started  # benchmarks/tables.py (not in the workers: TRL's venv runs them)
-
     start = started()
     pythons = {"proxima": sys.executable, "trl": str(TRL_VENV / "bin" / "python")}
-    libraries = [name.strip() for name in args.libraries.split(",") if name.strip()]
     results = {name: [] for name in libraries}
-    with tempfile.TemporaryDirectory() as tmp:
-        build_assets(Path(tmp))
+    with stopping_children("rlhf.py", "proxima-rlhf-") as tmp:
+        build_assets(tmp)
         for repeat in range(args.repeats):  # interleaved, so that load on the machine hits both alike
             for name in libraries:
                 if name == "trl" and not Path(pythons["trl"]).exists():
                     results[name].append({"error": f"{TRL_VENV} missing: run `python benchmarks/rlhf.py --setup-trl`"})
                     continue
-                results[name].append(run_worker(pythons[name], name, Path(tmp), args.steps, args.warmup, args.threads,
+                results[name].append(run_worker(pythons[name], name, tmp, args.steps, args.warmup, args.threads,
                                                 args.epochs))
                 print(f"repeat {repeat + 1} {name}: {json.dumps(results[name][-1])}", file=sys.stderr, flush=True)
     print(f"threads {args.threads}, {args.steps} timed steps after {args.warmup} warm-up, {args.repeats} repeats; "
@@ -243,6 +267,11 @@ def main() -> int:
     for name in libraries:
         label = "Proxima" if name == "proxima" else "TRL 1.12 (trl.experimental.ppo)"
         print(f"| {label} | {summarize(results[name])} |")
+    print(f"\n{command('rlhf.py', p, args)}", flush=True)
+    failed = [(name, r["error"]) for name in libraries for r in results[name] if "error" in r]
+    if failed:  # a row of errors is no measurement: a caller must not read the run as clean
+        print(f"rlhf.py: error: {len(failed)} repeat(s) failed ({failed[0][0]}: {failed[0][1]}); the table says which", file=sys.stderr)
+        return 1
     return 0
 
 

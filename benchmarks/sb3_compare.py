@@ -25,7 +25,10 @@ Measured, in this order:
 
 Results go to the console and to ``--out`` (default ``benchmarks/results/sb3-compare.md``): a new
 file, or a new dated section appended to the file there (what it holds, such as its "Reading"
-section, is kept).
+section, is kept). A part that fails (an SB3 worker, a ``proxima train``) ends the run with one error
+line (exit 2), after the report of what was measured before it is written, marked incomplete (and
+``--json``); a ``.bench-venv`` that cannot be made (pip, no network) is one line too. A SIGTERM or
+Ctrl-C kills the running worker and removes the temporary folder (exit 143 or 130).
 """
 
 from __future__ import annotations
@@ -36,14 +39,12 @@ import os
 import resource
 import shlex
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
 
-from tables import arg_problem, command_text, flag, refuse  # benchmarks/tables.py
+from tables import ChildFailed, arg_problem, command_text, flag, refuse, run_child, stopping_children  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_VENV = ROOT / ".bench-venv"
@@ -146,15 +147,24 @@ def sb3_worker(argv: list) -> int:
 # Orchestration: runs in the project's .venv
 # =============================================================================================
 def ensure_bench_venv() -> None:
-    """Create .bench-venv with torch 2.13.0 and SB3 2.9 unless it already works."""
+    """Create .bench-venv with torch 2.13.0 and SB3 2.9 unless it already works. ChildFailed (one
+    line: the step, its exit status, its last output line, what to do) when a step fails: pip
+    without a network was a CalledProcessError traceback."""
     check = "import stable_baselines3, torch; assert torch.__version__.split('+')[0] == '2.13.0', torch.__version__"
-    if BENCH_PY.exists() and subprocess.run([str(BENCH_PY), "-c", check], capture_output=True).returncode == 0:
+    if BENCH_PY.exists() and run_child([str(BENCH_PY), "-c", check], capture_output=True).returncode == 0:
         return
     log(f"creating {BENCH_VENV} ({' '.join(SB3_REQUIREMENTS)}) ...")
     base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", str(BENCH_VENV)], check=True)
-    subprocess.run([str(BENCH_PY), "-m", "pip", "install", "--quiet", *SB3_REQUIREMENTS], check=True)
-    subprocess.run([str(BENCH_PY), "-c", check], check=True)
+    for cmd in ([base, "-m", "venv", str(BENCH_VENV)], [str(BENCH_PY), "-m", "pip", "install", "--quiet", *SB3_REQUIREMENTS],
+                [str(BENCH_PY), "-c", check]):
+        try:
+            p = run_child(cmd, capture_output=True, text=True)
+        except OSError as e:
+            raise ChildFailed(f"{BENCH_VENV}: cannot run `{shlex.join(cmd)}` ({e.strerror or e})") from None
+        if p.returncode != 0:
+            last = (p.stderr.strip().splitlines() or p.stdout.strip().splitlines() or ["no output"])[-1]
+            raise ChildFailed(f"{BENCH_VENV} could not be made: `{shlex.join(cmd)}` failed (exit {p.returncode}): {last}; "
+                              f"it needs the network (or create it by hand: pip install {' '.join(SB3_REQUIREMENTS)})")
 
 
 def log(msg: str) -> None:
@@ -167,12 +177,13 @@ def run_sb3(mode: str, *args: str) -> tuple:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     launched, t0 = time.time(), time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    p = run_child(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if p.returncode != 0:
-        raise RuntimeError(f"SB3 worker failed ({p.returncode}): {p.stderr[-2000:]}")
-    line = next(x for x in p.stdout.splitlines() if x.startswith("SB3RESULT "))
+    line = next((x for x in p.stdout.splitlines() if x.startswith("SB3RESULT ")), None)
+    if p.returncode != 0 or line is None:
+        last = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ChildFailed(f"the SB3 {mode} worker ({' '.join(args)}) failed (exit {p.returncode}): {last}")
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     return json.loads(line[len("SB3RESULT "):]), launched, wall, cpu
 
@@ -211,11 +222,12 @@ def proxima_fast_solve(seed: int, workdir: Path) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=workdir)
+    p = run_child(cmd, capture_output=True, text=True, env=env, cwd=workdir)
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
-        raise RuntimeError(f"proxima train failed ({p.returncode}): {p.stderr[-2000:]}")
+        raise ChildFailed(f"`proxima train CartPole-v1 --preset fast --seed {seed}` failed (exit {p.returncode}): "
+                          f"{(p.stderr.strip().splitlines() or ['no output'])[-1]}")
     result = json.loads((run_dir / "eval.json").read_text())
     return {"seed": seed, "wall": wall, "cpu": (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime),
             "eval": result["mean_return"], "command": shlex.join(["proxima", *shown, "--run-dir", "DIR", "--no-progress"])}
@@ -258,6 +270,8 @@ def write_report(path: Path, a, res: dict, started: datetime, loads: list) -> st
         "",
         f"Recorded {started.isoformat(timespec='seconds')} by `{res['command']}` (one run; every number below comes from it).",
         "",
+        *([f"**Incomplete: the run stopped at a failure ({res['failed']}); the parts below are those measured before it.**", ""]
+          if res.get("failed") else []),
         *machine_lines(torch.device("cpu"), 1),
         f"- SB3 {res.get('sb3_version', '?')} with torch {res.get('sb3_torch', '?')} in `.bench-venv`; Proxima in `.venv`",
         f"- load average (1 min) at start / after each part: {' / '.join(f'{x:.2f}' for x in loads)}",
@@ -269,14 +283,14 @@ def write_report(path: Path, a, res: dict, started: datetime, loads: list) -> st
         "|---|---|---:|",
         f"| SB3 PPO | CleanRL settings: 4 envs (DummyVecEnv) x 128 steps, 4 epochs x 4 minibatches of 128, 64x64 tanh | {med_range(sb3_sps)} |",
     ]
-    for T, px_sps in res["proxima_sps"].items():
+    for T, px_sps in res.get("proxima_sps", {}).items():
         ratio = statistics.median(px_sps) / statistics.median(sb3_sps)
         lo, hi = min(px_sps) / max(sb3_sps), max(px_sps) / min(sb3_sps)
         mb = a.proxima_envs * int(T) // 4
         L += [f"| Proxima PPO | native CartPole, {a.proxima_envs:,} envs x {T} steps, 4 epochs x 4 minibatches of {mb:,}, 64x64 tanh | {med_range(px_sps)} |",
               f"| **ratio** | Proxima ({T} steps) / SB3, of medians (range: worst-best pairing); target >= 20x | **{ratio:.1f}x** ({lo:.1f}x-{hi:.1f}x) |"]
     L.append("")
-    if "sb3_solve" in res:
+    if res.get("sb3_solve"):
         s = res["sb3_solve"]
         L += ["## SB3 time to solve (CleanRL settings)", "",
               "Deterministic policy evaluated on 10 episodes every 10k steps, from the launch of the process. "
@@ -300,7 +314,7 @@ def write_report(path: Path, a, res: dict, started: datetime, loads: list) -> st
         L.append("")
         for row in s:
             L += [f"Evaluations, seed {row['seed']} (step: mean return): " + ", ".join(f"{h[0] // 1000}k: {h[1]:.0f}" for h in row["history"]), ""]
-    if "fast" in res:
+    if res.get("fast"):
         rows = res["fast"]
         walls = [r["wall"] for r in rows]
         episodes = fast_preset().get("eval_episodes", PPOConfig().eval_episodes)  # what the runs were evaluated on
@@ -352,9 +366,31 @@ def main(argv=None) -> int:
     except ValueError as e:
         return refuse("sb3_compare.py", str(e))
     started, loads = datetime.now(), [os.getloadavg()[0]]
-    ensure_bench_venv()
     res: dict = {"command": command_text("sb3_compare.py", p, a)}
+    with stopping_children("sb3_compare.py", "proxima-fast-") as tmp:
+        try:
+            ensure_bench_venv()
+        except ChildFailed as e:  # nothing measured yet: nothing to write
+            return refuse("sb3_compare.py", str(e))
+        try:
+            measure_all(a, res, steps, seeds, sb3_seeds, tmp, loads)
+        except ChildFailed as e:
+            # the parts measured before (minutes of them) are written, marked incomplete, rather than lost
+            res["failed"] = str(e)
+    if res.get("sb3_sps"):
+        text = write_report(Path(a.out), a, res, started, loads)
+        print(text)
+        log(f"wrote {a.out}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=1))
+    if "failed" in res:
+        where = [x for x in (a.out if res.get("sb3_sps") else None, a.json) if x]
+        return refuse("sb3_compare.py", res["failed"] + (f"; what was measured before it is in {' and '.join(where)}" if where else ""))
+    return 0
 
+
+def measure_all(a, res: dict, steps: list, seeds: list, sb3_seeds: list, tmp: Path, loads: list) -> None:
+    """Every part, in order, into ``res`` as each finishes (a part's failure leaves the ones before)."""
     log(f"SB3 throughput: {a.repeats} x {a.sb3_rollouts} rollouts ...")
     out, _, _, _ = run_sb3("sps", "--repeats", str(a.repeats), "--rollouts", str(a.sb3_rollouts))
     res["sb3_sps"], res["sb3_version"], res["sb3_torch"] = out["sps"], out["sb3"], out["torch"]
@@ -365,12 +401,11 @@ def main(argv=None) -> int:
         log(f"Proxima ({T} steps): {med_range(sps)} steps/s; ratio {statistics.median(sps) / statistics.median(res['sb3_sps']):.1f}x")
     loads.append(os.getloadavg()[0])
 
-    with tempfile.TemporaryDirectory(prefix="proxima-fast-") as tmp:
-        res["fast"], res["fast_preset"] = [], fast_preset_line()
-        for seed in seeds:
-            r = proxima_fast_solve(seed, Path(tmp))
-            log(f"proxima --preset fast seed {seed}: {r['wall']:.2f} s wall, {r['cpu']:.2f} s CPU, eval {r['eval']:.1f}")
-            res["fast"].append(r)
+    res["fast"], res["fast_preset"] = [], fast_preset_line()
+    for seed in seeds:
+        r = proxima_fast_solve(seed, tmp)
+        log(f"proxima --preset fast seed {seed}: {r['wall']:.2f} s wall, {r['cpu']:.2f} s CPU, eval {r['eval']:.1f}")
+        res["fast"].append(r)
     loads.append(os.getloadavg()[0])
 
     if not a.skip_sb3_solve:
@@ -385,13 +420,6 @@ def main(argv=None) -> int:
             log(f"SB3 seed {seed}: solved at step {row['solved_step']}, {row['to_solve']} s; whole run {wall:.1f} s")
             res["sb3_solve"].append(row)
         loads.append(os.getloadavg()[0])
-
-    text = write_report(Path(a.out), a, res, started, loads)
-    print(text)
-    if a.json:
-        Path(a.json).write_text(json.dumps(res, indent=1))
-    log(f"wrote {a.out}")
-    return 0
 
 
 if __name__ == "__main__":

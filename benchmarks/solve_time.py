@@ -16,7 +16,9 @@ sharing the machine can only lengthen it, so the figures are upper bounds). With
 section is rewritten after every seed (marked partial until the last), so a run stopped by a time
 limit leaves the seeds it finished; a run whose every seed failed appends nothing. A seed of a
 ``--cudagraphs`` preset (``gpu``) whose capture fell back to eager (``proxima train``'s note on
-stderr) is marked "graphs fell back" in its row, and the summary line says how many did.
+stderr) is marked "graphs fell back" in its row, and the summary line says how many did. A SIGTERM
+(a time limit) or Ctrl-C kills the seeds' processes and removes their temporary folder
+(``tables.stopping_children``), exit status 143 or 130; the section keeps the seeds finished.
 """
 
 from __future__ import annotations
@@ -28,14 +30,13 @@ import json
 import os
 import shlex
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from population_vs_purejaxrl import graphs_note  # the tables read train's fallback note one way
-from tables import Section, arg_problem, command, machine_line, partial_note, refuse, started  # benchmarks/tables.py
+from tables import (Section, arg_problem, command, machine_line, partial_note, refuse, run_child, started,  # benchmarks/tables.py
+                    stopping_children)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +52,7 @@ def run_seed(args, seed: int, workdir: Path) -> dict:
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)  # keep carried wheels' path
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    proc = run_child(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         return {"seed": seed, "wall": wall, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
@@ -151,9 +152,9 @@ def main(argv=None) -> int:
     start = started()
     section = Section(args.out, "solve_time.py")
     rows = []
-    with tempfile.TemporaryDirectory(prefix="proxima-solve-") as tmp, \
+    with stopping_children("solve_time.py", "proxima-solve-") as tmp, \
             concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        futures = [pool.submit(run_seed, args, seed, Path(tmp)) for seed in seeds]
+        futures = [pool.submit(run_seed, args, seed, tmp) for seed in seeds]
         for future in concurrent.futures.as_completed(futures):
             r = future.result()
             rows = sorted([*rows, r], key=lambda row: seeds.index(row["seed"]))

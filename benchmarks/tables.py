@@ -2,8 +2,10 @@
 naming the machine, the date and the load, the command that reproduces a table, and a table printed
 and appended to the results file given with ``--out`` (``emit``: at the end; ``Section``: its own
 section rewritten after every row, so a run cut short leaves the rows it finished, and what others
-write to the file meanwhile is kept). Imported as ``tables`` (a script's own
-directory is first on sys.path when it runs as ``python benchmarks/NAME.py``)."""
+write to the file meanwhile is kept), and the child processes a script starts (``run_child``,
+``start_child``, ``stopping_children``: a SIGTERM or Ctrl-C kills them and removes their temporary
+folder). Imported as ``tables`` (a script's own directory is first on sys.path when it runs as
+``python benchmarks/NAME.py``)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,14 @@ import contextlib
 import math
 import os
 import shlex
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
+import tempfile
+import threading
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional
@@ -82,6 +90,145 @@ def refuse(script: str, problem: str) -> int:
     """Print ``problem`` as the one error line of ``script``; the exit status of bad arguments (2)."""
     print(f"{script}: error: {problem}", file=sys.stderr)
     return 2
+
+
+# ------------------------------------------------------------------------------------ children
+#: Popen keywords that start a child in a process group of its own (its pid is the group's id): a
+#: SIGTERM or Ctrl-C to a script then kills the child and whatever the child started (torchrun's
+#: workers, a population's processes) with one killpg, none of it left running reparented to init.
+#: The group stays in the script's session, so gpu_session.sh's sweep still finds what a killed
+#: script leaves.
+OWN_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+
+_stopping = threading.Event()  # set by the signal handler: no child is started after it
+
+
+def _not_stopping(cmd) -> None:
+    if _stopping.is_set():  # a worker thread (solve_time.py --parallel) about to start the next seed
+        raise ChildFailed(f"`{shlex.join(map(str, cmd))}` not started: the script is stopping")
+
+
+def run_child(cmd, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, **kwargs)`` with the child in a process group of its own (``OWN_GROUP``),
+    for ``stopping_children`` to kill. Looked up as ``subprocess.run`` at each call, so a test's
+    stand-in for it stands in here too."""
+    _not_stopping(cmd)
+    return subprocess.run(cmd, **OWN_GROUP, **kwargs)
+
+
+def start_child(cmd, **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen(cmd, **kwargs)`` in a process group of its own; end it with ``kill_group``."""
+    _not_stopping(cmd)
+    return subprocess.Popen(cmd, **OWN_GROUP, **kwargs)
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group of a child of ``run_child``/``start_child`` (the group's id is the
+    child's pid): the child and what it started, stragglers included once the child has exited (the
+    group outlives its leader while a member runs). Nothing when the group is gone."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _children(own_groups: bool = False) -> list:
+    """[(pid, leads its own group)] of this process's children (Linux /proc: their parent pid), found
+    without a registry: ``subprocess.run`` does not hand its Popen out. ``own_groups``: only those
+    that lead a process group of their own (started by ``run_child`` or ``start_child``)."""
+    me, found = os.getpid(), []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[1]) == me and (not own_groups or int(fields[2]) == int(entry)):
+            found.append((int(entry), int(fields[2]) == int(entry)))
+    return found
+
+
+def kill_children(own_groups: bool = False) -> list:
+    """SIGKILL the children of this process (``_children``), each leading a group of its own with
+    that group (``kill_group``), another (one between fork and setpgid, or started without
+    ``OWN_GROUP``) alone; their pids."""
+    found = _children(own_groups)
+    for pid, leader in found:
+        if leader:
+            kill_group(pid)
+        else:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    return [pid for pid, _ in found]
+
+
+class Stopped(SystemExit):
+    """SIGTERM or SIGINT reached a script inside ``stopping_children``: its exit status is 128 + the
+    signal (143, 130), as a shell reports a process the signal ended."""
+
+
+@contextlib.contextmanager
+def stopping_children(script: str, prefix: Optional[str] = None):
+    """While the block runs, a SIGTERM (a time limit's) or SIGINT (Ctrl-C) kills every child process
+    of the script with its process group, removes the temporary folder this yields (made with
+    ``prefix``; None without one) and ends the script with 128 + the signal and one line on stderr.
+    Without this the script died alone: its ``proxima train`` went on burning a core, reparented to
+    init, and /tmp/proxima-solve-XXXX stayed on disk. The section a ``Section`` wrote so far stays,
+    "Partial k of n" and all. The folder is removed at the end of the block in any case."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix)) if prefix else None
+    old = {}
+
+    def sweep() -> None:
+        # a child whose launch raced the handler (a worker thread past the check) is killed too,
+        # within 50 ms; only group leaders: what a `finally` starts to clean up (vs_revision.py's
+        # `git worktree remove`) runs in the script's own group and must finish
+        while _stopping.is_set():
+            kill_children(own_groups=True)
+            time.sleep(0.05)
+
+    def handler(signum, frame) -> None:
+        if _stopping.is_set():  # a second signal while unwinding: the first one's cleanup goes on
+            kill_children()
+            return
+        _stopping.set()
+        kill_children()
+        threading.Thread(target=sweep, daemon=True).start()
+        raise Stopped(128 + signum)
+
+    if threading.current_thread() is threading.main_thread():  # signal.signal works only there
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            old[sig] = signal.signal(sig, handler)
+    try:
+        yield folder
+    except Stopped as e:
+        name = signal.Signals(e.code - 128).name
+        removed = f"; {folder} removed" if folder else ""
+        _remove(folder)
+        print(f"{script}: stopped by {name}: its child processes were killed{removed}", file=sys.stderr, flush=True)
+        raise
+    finally:
+        _remove(folder)
+        for sig, before in old.items():
+            signal.signal(sig, before)
+        _stopping.clear()
+
+
+def _remove(folder: Optional[Path]) -> None:
+    """Remove ``folder``, trying again briefly while a killed child's last files land in it."""
+    for _ in range(10):
+        if folder is None or not folder.exists():
+            return
+        shutil.rmtree(folder, ignore_errors=True)
+        if folder.exists():
+            time.sleep(0.1)
 
 
 # ------------------------------------------------------------------------------------ tables

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 from proxima.bench import parse_sizes
 from tables import (ChildFailed, arg_problem, bench_problem, command, emit, machine_line, markdown_table, median_range,
-                    refuse, started)  # benchmarks/tables.py
+                    refuse, started, stopping_children)  # benchmarks/tables.py
 from vs_purejaxrl import proxima_cmd, run_json, single_thread_env
 
 
@@ -40,7 +40,8 @@ def main(argv=None) -> int:
     if problem:
         return refuse("threads.py", problem)
     try:
-        return measure_all(p, args, sizes)
+        with stopping_children("threads.py"):  # a SIGTERM or Ctrl-C kills the running `proxima bench` too
+            return measure_all(p, args, sizes)
     except ChildFailed as e:  # one line, not a traceback; nothing is written (the table comes at the end)
         return refuse("threads.py", str(e))
 

@@ -25,7 +25,8 @@ end: a run stopped by a time limit leaves what it measured. ``--time-budget`` bo
 for a caller with a time limit (the GPU session): PureJaxRL then reports the configs it has no time
 for as "skipped", and "skipped" or "error" lines are notes in the table. With ``--cudagraphs`` a
 size whose graphs fell back to eager says so in its row (``proxima bench --json``'s
-"cudagraphs_live").
+"cudagraphs_live"). A SIGTERM (a time limit) or Ctrl-C kills both sides' processes and removes the
+temporary folder (exit 143 or 130); the section keeps what was measured.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ import threading  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from proxima.bench import parse_sizes  # noqa: E402
-from tables import (ChildFailed, Section, arg_problem, command, machine_line, median_range, partial_note, refuse,  # noqa: E402
-                    started)  # benchmarks/tables.py
+from tables import (ChildFailed, Section, arg_problem, command, kill_group, machine_line, median_range, partial_note,  # noqa: E402
+                    refuse, run_child, start_child, started, stopping_children)  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 ANCHORS = (ROOT.parent / "shared" / "anchors" / "purejaxrl_cartpole.py", ROOT / ".anchors" / "purejaxrl_cartpole.py")
@@ -111,9 +112,13 @@ def proxima_cmd(args, envs, repeats: int = 1) -> list:
     return cmd + (["--compile"] if args.compile else []) + (["--cudagraphs"] if args.cudagraphs else [])
 
 
+def pjr_total(args, envs: int) -> float:
+    """PureJaxRL's TOTAL timesteps at ``envs``: PJR_TOTAL's, else 200 updates of envs x 16."""
+    return PJR_TOTAL.get(args.device.split(":")[0], {}).get(envs, envs * 16 * 200)
+
+
 def pjr_config(args, envs: int) -> str:
-    total = PJR_TOTAL.get(args.device.split(":")[0], {}).get(envs, envs * 16 * 200)
-    return f"{envs}x16x{total:g}"
+    return f"{envs}x16x{pjr_total(args, envs):g}"
 
 
 def pjr_cmd(args, envs: int) -> list:
@@ -144,8 +149,8 @@ def stream_json_lines(cmd: list, env: dict, timeout: float, cpus: str = "all", o
     killed, lines = False, []
     with tempfile.TemporaryFile("w+") as err:
         try:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=ROOT,
-                                    preexec_fn=cpu_binding(cpus))
+            proc = start_child(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=ROOT,
+                               preexec_fn=cpu_binding(cpus))
         except OSError as e:  # no such interpreter, not executable: a problem of this side, as an exit would be
             return [], f"cannot start {cmd[0]}: {e.strerror or e}", 0.0
         printed: queue.Queue = queue.Queue()
@@ -177,14 +182,13 @@ def stream_json_lines(cmd: list, env: dict, timeout: float, cpus: str = "all", o
                 now = time.perf_counter()
                 if proc.poll() is None and now - t0 > timeout:
                     killed = True
-                    proc.kill()
+                    kill_group(proc.pid)
                 if proc.poll() is not None:
                     ended = ended or now
                     if now - ended > 2.0:
                         break
         finally:
-            if proc.poll() is None:
-                proc.kill()
+            kill_group(proc.pid)  # what it started and left running too (the 2 s above), not only itself
             proc.wait()
         wall = time.perf_counter() - t0
         err.seek(0)
@@ -224,7 +228,7 @@ def jax_python_problem(jax_python: str, env: dict, timeout: float) -> str:
     found only at PureJaxRL's first run, after minutes of Proxima, as a traceback."""
     cmd = [jax_python, "-c", f"import {', '.join(PJR_PACKAGES)}"]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
+        proc = run_child(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
     except OSError as e:
         return f"--jax-python {jax_python}: cannot run it ({e.strerror or e}); give an interpreter with {', '.join(PJR_PACKAGES)}"
     except subprocess.TimeoutExpired:
@@ -479,8 +483,16 @@ def report(p, args, rows: list, start: tuple, partial: str = "") -> str:
              *table_lines(args, rows)]
     lines += ["", command("vs_purejaxrl.py", p, args),
               f"Proxima: `{shlex.join(['proxima', *proxima_cmd(args, 0, args.repeats if args.single_call else 1)[3:]]).replace('--num-envs 0', '--num-envs N')}`",
-              f"PureJaxRL: `python purejaxrl_cartpole.py --configs Nx16xTOTAL` (TOTAL: {PJR_TOTAL.get(args.device.split(':')[0], {})})", ""]
+              "PureJaxRL: `python purejaxrl_cartpole.py --configs Nx16xTOTAL` (TOTAL per envs N: "
+              + ", ".join(f"{r['envs']:,}: {pjr_total(args, r['envs']):,.0f}" for r in rows) + ")", ""]
     return "\n".join(lines)
+
+
+def default_jax_python() -> str:
+    """PureJaxRL's interpreter when --jax-python is not given: .jax-venv's (the README installs it
+    there), else python3. Not this interpreter: the project's .venv has no JAX."""
+    venv = ROOT / ".jax-venv"
+    return str(venv / "bin" / "python") if venv.exists() else "python3"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -498,7 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="Proxima's --threads (default 1)")
     p.add_argument("--compile", action="store_true", help="Proxima with --compile")
     p.add_argument("--cudagraphs", action="store_true", help="Proxima with --cudagraphs")
-    p.add_argument("--jax-python", default=str(ROOT / ".jax-venv" / "bin" / "python") if (ROOT / ".jax-venv").exists() else "python3")
+    p.add_argument("--jax-python", default=default_jax_python())
     p.add_argument("--anchor", type=Path, default=next((a for a in ANCHORS if a.exists()), ANCHORS[0]))
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per subprocess")
     p.add_argument("--time-budget", type=float, default=None,
@@ -565,8 +577,8 @@ def main(argv=None, launched: float = None) -> int:
         done = sum(res.complete(n) for n in sizes)
         section.update(report(p, args, res.rows(args.single_call), start, partial_note(done, len(sizes), "sizes complete")))
 
-    with tempfile.TemporaryDirectory(prefix="proxima-jax-cache-") as cache:
-        args.jax_cache_dir = cache if args.jax_cache == "on" else None
+    with stopping_children("vs_purejaxrl.py", "proxima-jax-cache-") as cache:
+        args.jax_cache_dir = str(cache) if args.jax_cache == "on" else None
         rows = (single_call if args.single_call else alternating)(args, env, sizes, deadline, results, update)
         code = section.finish(report(p, args, rows, start))
     if code == 0 and not any(r["ratios"] for r in rows):

@@ -19,11 +19,10 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from tables import (ChildFailed, ab_report, arg_problem, bench_problem, markdown_table, median_range, refuse,  # benchmarks/tables.py
-                    started)
+                    run_child, started, stopping_children)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +38,7 @@ def bench_sps(tree: Path, args, name: str = "") -> float:
     line: which tree, the exit status and the process's last stderr line) when it fails."""
     cmd = [sys.executable, "-m", "proxima", "bench", *bench_argv(args)]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(tree))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree, timeout=600)
+    proc = run_child(cmd, capture_output=True, text=True, env=env, cwd=tree, timeout=600)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise ChildFailed(f"proxima bench of {name or tree} failed (exit {proc.returncode}): "
@@ -68,8 +67,9 @@ def main(argv=None) -> int:
     args.rev = rev.stdout.strip()  # the Command: line names the commit measured, not HEAD~1 (which moves)
     short = args.rev[:10]
     start = started()
-    with tempfile.TemporaryDirectory(prefix="proxima-rev-") as tmp:
-        other = Path(tmp) / "tree"
+    # a SIGTERM or Ctrl-C kills the running `proxima bench`; the `finally` below still removes the worktree
+    with stopping_children("vs_revision.py", "proxima-rev-") as tmp:
+        other = tmp / "tree"
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(other), args.rev], cwd=ROOT, check=True)
         sps = {"this": [], "rev": []}
         failed = ""

@@ -105,6 +105,7 @@ def test_sync_normalizers_is_a_no_op_in_a_single_process():
         assert all(torch.equal(b[k], v) for k, v in m.state_dict().items())
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_the_update_is_captured_in_a_cuda_graph_without_a_host_read():
     rms = RunningMeanStd((3,)).cuda()
