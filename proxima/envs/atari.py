@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
-import os
 import re
 from typing import Optional
 
@@ -163,8 +162,10 @@ class EnvPoolAtari(BatchedEnv):
         self.training = training
         self._seed = 0 if seed is None else int(seed)
         kw = dict(render_mode=render_mode) if render_mode else {}
-        # EnvPool's default is a thread per env; more threads than usable cores only contend
-        threads = min(self.num_envs, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        # EnvPool's default is a thread per env; more threads than usable cores (affinity mask, cgroup quota) only contend
+        from ..cpuinfo import usable_cpus
+
+        threads = min(self.num_envs, usable_cpus())
 
         def make(seed: int):
             try:
