@@ -181,20 +181,23 @@ def cpus_text(cpus: int) -> str:
 
 def cgroup_free_memory(root=None) -> Optional[int]:
     """Bytes this process's cgroups still let it allocate: the least, over its cgroup and each above it
-    with a memory limit, of the limit less the memory in use (less the inactive page cache, which the
-    kernel reclaims before it kills: what ``docker stats`` counts). None where no limit is set or readable.
-    Past the limit the kernel's OOM killer sends SIGKILL, with no message, whatever /proc/meminfo says."""
+    with a memory limit, of the limit less the memory in use, less the page cache on the file LRU lists
+    (active_file + inactive_file: the kernel reclaims both before its OOM killer acts, and /proc/meminfo's
+    MemAvailable counts them as available; shmem is on the anon lists, so it stays counted as used). None
+    where no limit is set or readable. Past the limit the OOM killer sends SIGKILL, with no message,
+    whatever /proc/meminfo says."""
     found = []
     for d in _dirs("memory", root):
         if _words(d / "memory.max") is not None:  # v2 ("max": none)
-            limit, usage, cache_key = _number(d / "memory.max"), _number(d / "memory.current"), "inactive_file"
+            limit, usage, cache_keys = (_number(d / "memory.max"), _number(d / "memory.current"),
+                                        ("active_file", "inactive_file"))
         else:  # v1
-            limit, usage, cache_key = (_number(d / "memory.limit_in_bytes"), _number(d / "memory.usage_in_bytes"),
-                                       "total_inactive_file")
+            limit, usage, cache_keys = (_number(d / "memory.limit_in_bytes"), _number(d / "memory.usage_in_bytes"),
+                                        ("total_active_file", "total_inactive_file"))
         if limit is None or usage is None or not 0 <= limit < NO_LIMIT:
             continue
         stat = _words(d / "memory.stat") or []
-        cache = next((stat[i + 1] for i in range(0, len(stat) - 1, 2) if stat[i] == cache_key), "0")
-        cache = int(cache) if cache.isdigit() else 0
+        values = {stat[i]: stat[i + 1] for i in range(0, len(stat) - 1, 2)}
+        cache = sum(int(values[k]) for k in cache_keys if values.get(k, "").isdigit())
         found.append(max(0, limit - max(0, usage - cache)))
     return min(found) if found else None

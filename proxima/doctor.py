@@ -268,7 +268,7 @@ def collect(device: Any = None, threads: int | None = None) -> dict:
 
     A run's meta.json records it with its own ``device`` (the CUDA device the tiny op runs on:
     probing the current one from a --device cuda:1 run would hold a context on GPU 0 for the run's
-    life; None or a CPU device: the current one) and ``threads`` (its --threads, recorded as
+    life; None: the current one; a CPU device: none, cuda_usable None, "not probed") and ``threads`` (its --threads, recorded as
     torch_threads: this thread's count is a side thread's threads // 2 by then)."""
     errors: dict[str, str] = {}
     hints: list[str] = []
@@ -294,9 +294,11 @@ def collect(device: Any = None, threads: int | None = None) -> dict:
                     "precompiled_headers": None},
         "distributed": {"gloo": False, "nccl": False, "mpi": False},
         "cpu_count": _probe(errors, "cpu_count", os.cpu_count),
+        # the affinity mask (taskset, a cpuset), and what this process may use: that and the cgroup quota
         "cpu_affinity": _probe(
-            errors, "cpu_affinity", usable_cpus
+            errors, "cpu_affinity", lambda: len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
         ),
+        "usable_cpus": _probe(errors, "usable_cpus", usable_cpus),
         "torch_threads": None,
         "cpu_vendor": None,
         "cpu_tanh": None,
@@ -403,7 +405,12 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list, device: Any = N
     # --- CUDA ------------------------------------------------------------------------------------
     available = bool(_probe(errors, "cuda", torch.cuda.is_available, False))
     op_error = ""
-    if available:
+    # a CPU run's meta.json probes no GPU: the tiny op would hold a CUDA context (hundreds of MiB) on
+    # cuda:0 for the run's whole life on a shared GPU machine; None says "not probed"
+    cpu_run = device is not None and torch.device(device).type == "cpu"
+    if available and cpu_run:
+        info["cuda_usable"] = None
+    elif available:
         from .device import cuda_op_problem  # the check --device auto and --device cuda make
 
         op_error = _probe(errors, "cuda", lambda: cuda_op_problem(device), "the tiny-op probe failed")
@@ -558,7 +565,7 @@ def format_report(info: dict) -> str:
     rows.append(
         (
             "cpu",
-            f"{_or_dash(info.get('cpu_count'))} cores ({_or_dash(info.get('cpu_affinity'))} usable), "
+            f"{_or_dash(info.get('cpu_count'))} cores ({_or_dash(info.get('usable_cpus'))} usable), "
             f"torch's default threads {_or_dash(info.get('torch_threads'))} (train uses --threads, default 1), "
             f"vendor {_or_dash(info.get('cpu_vendor'))}, "
             f"tanh {_or_dash(info.get('cpu_tanh'))} (SIMD: {_or_dash(info.get('cpu_simd'))})",

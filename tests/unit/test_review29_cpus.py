@@ -182,6 +182,19 @@ def test_free_memory_on_cpu_is_what_the_cgroup_memory_limit_leaves(machine, v2):
     assert sizing.free_memory(torch.device("cpu")) == 50 * MIB
 
 
+@pytest.mark.parametrize("v2", [True, False])
+def test_active_page_cache_counts_as_free_as_memavailable_counts_it(machine, v2):
+    """Only inactive_file was taken off the usage: a container that had read a big file (6 GiB of active
+    page cache, which the kernel reclaims before it kills) was refused runs that fit. Shmem stays used."""
+    stat = (f"anon {MIB}\nshmem {MIB}\nactive_file {6 * MIB}\ninactive_file {MIB}\n" if v2 else
+            f"total_shmem {MIB}\ntotal_active_file {6 * MIB}\ntotal_inactive_file {MIB}\n")
+    pre = "" if v2 else "memory/"
+    files = {f"{pre}memory.max" if v2 else f"{pre}memory.limit_in_bytes": f"{10 * MIB}\n",
+             f"{pre}memory.current" if v2 else f"{pre}memory.usage_in_bytes": f"{9 * MIB}\n", f"{pre}memory.stat": stat}
+    machine(v2=v2, files=files, self_cgroup="0::/\n" if v2 else "5:memory:/\n")
+    assert cpuinfo.cgroup_free_memory() == 8 * MIB  # 10 - (9 - 6 - 1)
+
+
 def test_a_parents_memory_limit_counts_and_no_limit_is_none(machine):
     machine(self_cgroup="0::/job\n",
             files={"memory.max": f"{80 * MIB}\n", "memory.current": f"{70 * MIB}\n",  # the parent: 10 MiB left

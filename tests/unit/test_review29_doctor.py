@@ -240,3 +240,21 @@ def test_doctor_words_bad_settings_as_what_to_set(monkeypatch):
     assert timeout.startswith("PROXIMA_DIST_TIMEOUT='abc': must be a number of seconds from ")
     assert timeout.endswith("; unset it for the default, 300")
     assert not any(h.startswith("probe ") for h in info["hints"])
+
+
+def test_a_cpu_runs_record_probes_no_gpu_and_usable_cpus_is_its_own_key(monkeypatch):
+    """Review 29b: collect(device=cpu) (every CPU run's meta.json) ran the tiny op on cuda:0, holding a
+    CUDA context there for the run's life on a shared GPU machine; cpu_affinity held the cgroup quota."""
+    from proxima import device as device_mod
+    from proxima import doctor
+
+    probed = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(device_mod, "cuda_op_problem", lambda dev=None: probed.append(dev) or "")
+    info = doctor.collect(device=torch.device("cpu"), threads=1)
+    assert probed == [] and info["cuda_usable"] is None
+    info = doctor.collect(device=torch.device("cuda", 1), threads=1)
+    assert len(probed) == 1 and info["cuda_usable"] is True
+    monkeypatch.setattr(doctor, "usable_cpus", lambda: 1)
+    info = doctor.collect()
+    assert info["usable_cpus"] == 1 and info["cpu_affinity"] == len(os.sched_getaffinity(0))
