@@ -244,7 +244,8 @@ def check_metric_somewhere(run_dirs: Sequence[PathLike], metric: str) -> None:
 
 
 def load_curve(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """(x, y) of one run: the rows where both are finite, sorted by x, y smoothed over ``smooth`` points."""
+    """(x, y) of one run: the rows where both are finite, sorted by x, y smoothed over ``smooth`` points
+    (an inf value is left out with a note on stderr naming its row, as the report names it)."""
     if x not in X_COLUMNS:
         raise PlotError(f"--x {x!r}: choose one of {', '.join(X_COLUMNS)}")
     cols = read_metrics(run_dir)
@@ -254,6 +255,12 @@ def load_curve(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = "step",
         raise PlotError(f"{Path(run_dir) / 'metrics.csv'}: no {xcol!r} column for --x {x}")
     xs, ys = cols[xcol], cols[name]
     keep = np.isfinite(xs) & np.isfinite(ys)
+    infinite = np.flatnonzero(np.isfinite(xs) & np.isinf(ys))
+    if infinite.size:  # no point to draw, as the report leaves an inf cell out: said, not dropped unsaid
+        i = infinite[0]
+        more = f" (and {infinite.size - 1} more)" if infinite.size > 1 else ""
+        sys.stderr.write(printable(f"proxima: note: {Path(run_dir) / 'metrics.csv'}: {name} is {ys[i]:+} at "
+                                   f"{xcol} {xs[i]:,.6g}{more}; left out of the curve") + "\n")
     if not keep.any():
         hint = " (no episode finished yet?)" if name == "charts/episodic_return" else ""
         raise PlotError(f"{Path(run_dir) / 'metrics.csv'}: no values of {name}{hint}")
