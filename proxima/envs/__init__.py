@@ -145,6 +145,10 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
     (with ``auto`` a native env is skipped when kwargs are given; Atari ids refuse them).
     num_envs: an integer of 1 or more; device: as ``load`` takes it (cpu, cuda, cuda:1, auto, or a
     torch.device); either refused with one ConfigError line.
+    seed: seeds the envs' random draws (start states, Gymnasium's ``np_random``); ``reset(seed=...)``
+    re-seeds them. None draws a seed from the OS's entropy, as Gymnasium does, so unseeded envs play
+    different episodes on every build (native and Gymnasium backends; EnvPool's Atari uses seed 0).
+    Training and evaluation always pass one (the run's ``--seed``, evaluation's ``--seed``).
     """
     from ..config import ConfigError
     from ..device import resolve_device

@@ -126,18 +126,24 @@ class NativeEnv(BatchedEnv):
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
         self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(0 if seed is None else int(seed))
+        if seed is None:  # as Gymnasium: unseeded envs must not all replay the same episodes
+            self.generator.seed()  # from std::random_device (the OS's entropy)
+        else:
+            self.generator.manual_seed(int(seed))
         self.state: dict[str, torch.Tensor] = {}
         n = self.num_envs
         self.elapsed = torch.zeros(n, dtype=torch.int64, device=self.device)
         self.ep_return = torch.zeros(n, dtype=torch.float32, device=self.device)
         self.member_generators: Optional[list] = None
+        self._member_offsets: list = []
 
     def use_member_streams(self, seeds) -> bool:
         """Split the N rows into len(seeds) equal blocks, block p drawing its random numbers from its
         own generator seeded ``seeds[p]``: the draws a lone env of N / len(seeds) rows seeded
         ``seeds[p]`` makes, so population member p steps through the episodes the single run with
-        that seed steps through. False (nothing changed) where the env cannot."""
+        that seed steps through. False (nothing changed) where the env cannot. A later
+        ``reset(seed=s)`` re-seeds block p with ``s + seeds[p] - seeds[0]``: ``s = seeds[0] + k``
+        gives each block what a lone env's ``reset(seed=seeds[p] + k)`` draws (a resume's reseed)."""
         if not self.supports_member_streams or self.num_envs % len(seeds):
             return False
         self.member_generators = []
@@ -145,6 +151,7 @@ class NativeEnv(BatchedEnv):
             g = torch.Generator(device=self.device)
             g.manual_seed(int(seed))
             self.member_generators.append(g)
+        self._member_offsets = [int(seed) - int(seeds[0]) for seed in seeds]
         return True
 
     # --- subclass hooks ---
@@ -175,6 +182,9 @@ class NativeEnv(BatchedEnv):
     def reset(self, seed: Optional[int] = None) -> torch.Tensor:
         if seed is not None:
             self.generator.manual_seed(int(seed))
+            # with member streams on, _uniform draws from these, not self.generator
+            for g, offset in zip(self.member_generators or (), self._member_offsets):
+                g.manual_seed(int(seed) + offset)
         fresh = self._sample_initial_state(self.num_envs)
         if self.state.keys() == fresh.keys() and all(self.state[k].shape == v.shape for k, v in fresh.items()):
             for key, value in fresh.items():
@@ -186,6 +196,8 @@ class NativeEnv(BatchedEnv):
         return self._observe()
 
     def step(self, action: torch.Tensor):
+        if not self.state:  # a dict's truth, no tensor read: free under graph capture
+            raise EnvError(f"{getattr(self, 'env_id', type(self).__name__)}: call reset() before step()")
         buffers = dict(self.state)  # the persistent tensors; _dynamics may rebind self.state[key]
         reward, terminated = self._dynamics(action)
         if self.before_autoreset is not None:

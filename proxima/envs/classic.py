@@ -8,9 +8,10 @@ operations so that float64 runs round the same way (MountainCarContinuous within
 step: Gymnasium keeps its state in float32 and mixes float32 and float64 arithmetic); see
 tests/unit/test_env_parity.py.
 
-Actions: Discrete envs take integer actions (N,) (or (N, 1)); Box envs take (N, 1) (or (N,)) and
-clip them to the action space inside ``_dynamics`` as Gymnasium does. Actions are not validated
-(that would need a host sync): an out-of-range discrete action gives an out-of-range force.
+Actions: Discrete envs take integer actions (N,) (or (N, 1)) of any integer dtype (uint8 too);
+Box envs take (N, 1) (or (N,)) and clip them to the action space inside ``_dynamics`` as Gymnasium
+does. Actions are not validated (that would need a host sync): an out-of-range discrete action
+gives an out-of-range force.
 """
 
 from __future__ import annotations
@@ -47,6 +48,12 @@ class _ClassicEnv(NativeEnv):
         """(N,) view of a (N,) or (N, 1) action tensor, on this env's device."""
         return torch.as_tensor(action, device=self.device).reshape(self.num_envs)
 
+    def _index_action(self, action: torch.Tensor) -> torch.Tensor:
+        """(N,) integer action as int64 (no copy when it is already): ``a - 1`` or ``a * 2 - 1`` in a
+        uint8 action wraps 0 to 255, a valid action (Gymnasium takes uint8 ones) turned into a huge force."""
+        a = self._flat_action(action)
+        return a if a.is_floating_point() else a.long()
+
     def _box_action(self, action: torch.Tensor) -> torch.Tensor:
         # Keep the action's own float dtype: Gymnasium computes with the float32 action as given
         # (NumPy 2 keeps float32 * python-float in float32), and torch promotes the same way.
@@ -79,7 +86,7 @@ class CartPole(_ClassicEnv):
         x, x_dot, theta, theta_dot = s.unbind(-1)
         # +-force_mag as arithmetic on the action: a Python number inside torch.where becomes a new
         # tensor every step (a host-to-device copy on CUDA)
-        force = (self._flat_action(action) * 2 - 1).to(s.dtype) * self.force_mag
+        force = (self._index_action(action) * 2 - 1).to(s.dtype) * self.force_mag
         costheta, sintheta = torch.cos(theta), torch.sin(theta)
         # Gymnasium's grouping: polemass_length * square(theta_dot), masspole * square(costheta)
         temp = (force + self.polemass_length * (theta_dot * theta_dot) * sintheta) / self.total_mass
@@ -167,7 +174,7 @@ class Acrobot(_ClassicEnv):
 
     def _dynamics(self, action):
         s = self.state["s"]
-        torque = (self._flat_action(action) - 1).to(s.dtype)  # AVAIL_TORQUE = [-1, 0, +1]; torque noise 0
+        torque = (self._index_action(action) - 1).to(s.dtype)  # AVAIL_TORQUE = [-1, 0, +1]; torque noise 0
         # One classic RK4 step over [0, dt] (Gymnasium's rk4 with t = [0, dt]): four evaluations.
         y0 = s.unbind(-1)
         dt = self.dt - 0
@@ -219,7 +226,7 @@ class MountainCar(_ClassicEnv):
     def _dynamics(self, action):
         s = self.state["s"]
         position, velocity = s.unbind(-1)
-        push = (self._flat_action(action) - 1).to(s.dtype) * self.force
+        push = (self._index_action(action) - 1).to(s.dtype) * self.force
         velocity = velocity + (push + torch.cos(3 * position) * (-self.gravity))
         velocity = velocity.clamp(-self.max_speed, self.max_speed)
         position = (position + velocity).clamp(self.min_position, self.max_position)
