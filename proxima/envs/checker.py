@@ -249,6 +249,15 @@ def _dtype_fix(arr: np.ndarray, space: gym.spaces.Box, name: str) -> str:
     if arr.dtype.kind == "f" and space.dtype.kind in "iub":  # astype would drop the fractions this refusal is about
         return (f"does not cast safely to {space.dtype} (a float would lose its fraction): declare a float Box, or round "
                 f"on purpose: return np.rint({name}).astype(np.{space.dtype})")
+    from .gym_adapter import int_range_fault
+
+    fault = int_range_fault(arr, space.dtype)
+    if fault is not None:  # astype would wrap the very values that do not fit
+        i, value, wrapped, holds = fault
+        limits = np.iinfo(space.dtype)
+        return (f"does not cast safely to {space.dtype}; {name}{_index(i, arr.shape)} = {value} is outside its range "
+                f"[{limits.min}, {limits.max}] (astype would make it {wrapped}): declare a wider dtype ({holds}) or "
+                f"clip/scale the values in the env")
     return f"does not cast safely to {space.dtype}: return {name}.astype(np.{space.dtype})"
 
 

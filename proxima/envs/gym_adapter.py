@@ -425,6 +425,26 @@ def kind_casts(dtype, declared) -> bool:
     return np.dtype(dtype).kind in _KINDS_HELD.get(np.dtype(declared).kind, "")
 
 
+def int_range_fault(values: np.ndarray, declared) -> Optional[tuple]:
+    """(entry, value, what the cast makes of it, a dtype that holds the values) for the first integer of ``values``
+    outside the integer dtype ``declared``'s range, else None. Both vector envs copy an obs into a buffer of the
+    declared dtype with numpy's same_kind casting, which lets int16 into int8 and uint16 into uint8 through and
+    wraps what does not fit (300 becomes 44; uint8 200 in int8, -56) without a word."""
+    declared = np.dtype(declared)
+    if values.dtype.kind not in "iu" or declared.kind not in "iu" or np.can_cast(values.dtype, declared, "safe") or not values.size:
+        return None
+    limits = np.iinfo(declared)
+    lo, hi = values.min(), values.max()
+    if lo >= limits.min and hi <= limits.max:
+        return None
+    i = int(np.flatnonzero(((values < limits.min) | (values > limits.max)).reshape(-1))[0])
+    value = values.reshape(-1)[i]
+    kind = "i" if lo < 0 else declared.kind  # the declared kind, unless it has no room for the negatives
+    holds = next((f"np.{t}" for t in (np.dtype(f"{kind}{n}") for n in (2, 4, 8)) if t.itemsize > declared.itemsize
+                  and np.iinfo(t).min <= lo and hi <= np.iinfo(t).max), "a float dtype")
+    return i, int(value), int(value.astype(declared)), holds
+
+
 #: reward types EnvCalls.step takes at a glance (once within float32's range); any other gets the full check
 _FAST_REWARDS = (float, int, np.float64, np.float32)
 #: terminated/truncated types EnvCalls.step takes at a glance; a 0-d bool array gets the full check
@@ -497,7 +517,8 @@ class EnvCalls(gym.Wrapper):
     part's shape against the declared space (a Dict: a dict holding each declared key), numbers
     (not strings or objects) of a kind the declared dtype holds (kind_casts: floats, a list's
     too, in an integer or bool Box are check-env's obs dtype fault, which the vector env would
-    truncate or refuse with numpy's TypeError) within float32's range where the space is
+    truncate or refuse with numpy's TypeError), ints within an integer Box's dtype range (int_range_fault: the
+    vector env's cast would wrap uint16 300 in a uint8 Box to 44), within float32's range where the space is
     narrower than the obs (the vector env casts into a buffer of the space's dtype: float64 1e39
     would become inf), an image's dtype (float pixels in [0, 1] cast to uint8 would silently become zeros; what casts safely to
     uint8, as check-env's obs dtype rule says, goes on: uint8, and a bool mask as uint8 0/1); ``reset``
@@ -532,10 +553,16 @@ class EnvCalls(gym.Wrapper):
         self.is_dict = layout.is_dict
         self.parts = layout.parts
         # each part's dtypes taken at a glance: those that cast to float32 as they are and whose kind the declared
-        # dtype holds, and the declared one (the vector env's buffer holds it unchanged; pack_numpy judges its values)
+        # dtype holds, and the declared one (the vector env's buffer holds it unchanged; pack_numpy judges its values).
+        # An integer or bool Box takes only what casts safely: the vector env's cast of a wider int wraps what does not fit
         declared = [np.dtype(getattr(p.source, "dtype", np.float32)) for p in layout.parts]
-        self._dtypes = [frozenset(d for d in _CASTS_TO_F32 | {dt} if kind_casts(d, dt)) for dt in declared]
-        self._floats = [dt.kind == "f" for dt in declared]  # a float obs within float32's range goes at a glance
+        self._dtypes = [frozenset(d for d in _CASTS_TO_F32 | {dt} if (kind_casts(d, dt) if dt.kind == "f" else np.can_cast(d, dt, "safe")))
+                        for dt in declared]
+        # what else goes at a glance: True, in a float Box, floats within float32's range; in an integer Box,
+        # (kinds, min, max): ints of a kind it holds within its dtype's range (an int64 obs in an int32 Box, a common one)
+        self._wider = [True if dt.kind == "f" else
+                       (tuple(_KINDS_HELD[dt.kind].replace("b", "")), int(np.iinfo(dt).min), int(np.iinfo(dt).max))
+                       if dt.kind in "iu" else None for dt in declared]
         # a plain Box: (declared shape, is an image), compared with the obs's without a loop
         self._box = None if layout.is_dict else (layout.parts[0].shape, layout.parts[0].layout is not None)
         # step()'s fast path: the declared shape of a plain Box that is not an image (None: always the full check)
@@ -549,18 +576,24 @@ class EnvCalls(gym.Wrapper):
         return EnvError(f"env '{self.env_id}': env {self.index} returned {what} at {when}; {fix} (check with: {self.check_cmd})")
 
     @staticmethod
-    def _casts(x, dtypes: frozenset, floats: bool) -> bool:
+    def _casts(x, dtypes: frozenset, wider) -> bool:
         """At a glance: ``x``'s values reach Proxima's float32 as they are (a dtype of ``dtypes``, or, in a float
-        Box (``floats``), floats within float32's range; ~2 us for a float64 obs in a float32 Box, which the
-        vector env casts). False for a dtype that is not numpy's (a torch tensor's: _check_part reads it as numpy)."""
+        Box (``wider`` True), floats within float32's range; ~2 us for a float64 obs in a float32 Box, which the
+        vector env casts; in an integer Box (``wider`` (kinds, min, max)), ints within its dtype's range). False
+        for a dtype that is not numpy's (a torch tensor's: _check_part reads it as numpy)."""
         dtype = getattr(x, "dtype", None)
-        return dtype in dtypes or (floats and getattr(dtype, "kind", None) == "f" and np.abs(x).max() <= F32_MAX)
+        if dtype in dtypes:
+            return True
+        if wider is True:
+            return getattr(dtype, "kind", None) == "f" and np.abs(x).max() <= F32_MAX
+        return (wider is not None and getattr(dtype, "kind", None) in wider[0]
+                and (x.size == 0 or (wider[1] <= x.min() and x.max() <= wider[2])))
 
     def _check(self, obs, when: str):
         """``obs`` if it is right, with a torch tensor (of a part) read as numpy; else EnvError."""
         box = self._box
         if box is not None:  # the common case first: one getattr, one tuple compare, one set lookup
-            if (getattr(obs, "shape", None) != box[0] or not self._casts(obs, self._dtypes[0], self._floats[0])
+            if (getattr(obs, "shape", None) != box[0] or not self._casts(obs, self._dtypes[0], self._wider[0])
                     or (box[1] and obs.dtype != np.uint8)):
                 obs = self._check_part(obs, self.parts[0], self._dtypes[0], when)
             return obs
@@ -569,12 +602,12 @@ class EnvCalls(gym.Wrapper):
             raise self._bad(f"an observation of type {type(obs).__name__}", when,
                             f"the observation space is a Dict: return a dict with the keys {keys}")
         given = obs
-        for part, dtypes, floats in zip(self.parts, self._dtypes, self._floats):
+        for part, dtypes, wider in zip(self.parts, self._dtypes, self._wider):
             if part.key not in obs:
                 raise self._bad(f"an observation without the key '{part.key}'", when,
                                 f"the observation space declares it: return obs['{part.key}'] too")
             x = obs[part.key]
-            if (getattr(x, "shape", None) != part.shape or not self._casts(x, dtypes, floats)
+            if (getattr(x, "shape", None) != part.shape or not self._casts(x, dtypes, wider)
                     or (part.layout is not None and x.dtype != np.uint8)):
                 y = self._check_part(x, part, dtypes, when)
                 if y is not x:  # a tensor read as numpy: in a dict of our own, the env's stays as it gave it
@@ -626,6 +659,13 @@ class EnvCalls(gym.Wrapper):
             raise self._bad(f"an observation{where} of dtype {values.dtype}", when,
                             f"obs dtype: {declared}.dtype is {dtype}, and {values.dtype} "
                             f"{_dtype_fix(values, part.source, name)}")
+        fault = int_range_fault(values, dtype)
+        if fault is not None:
+            i, value, wrapped, holds = fault
+            limits = np.iinfo(dtype)
+            raise self._bad(f"an observation value {value}{where} (entry {i}) outside {dtype}'s range [{limits.min}, "
+                            f"{limits.max}]", when, f"{declared}.dtype is {dtype}, and the vector env's cast would make it "
+                            f"{wrapped}: declare a wider dtype ({holds}) or clip/scale the values in the env")
         if values.dtype not in dtypes and values.dtype.kind == "f":  # a float wider than the space: cast before Proxima sees it
             big = np.isfinite(values) & (np.abs(values) > F32_MAX)
             if big.any():
@@ -715,7 +755,7 @@ class EnvCalls(gym.Wrapper):
         try:
             obs, reward, terminated, truncated, info = out
             fast = (type(info) is dict and type(terminated) in _FAST_FLAGS and type(truncated) in _FAST_FLAGS
-                    and self._shape is not None and obs.shape == self._shape and self._casts(obs, self._dtypes[0], self._floats[0])
+                    and self._shape is not None and obs.shape == self._shape and self._casts(obs, self._dtypes[0], self._wider[0])
                     and type(reward) in _FAST_REWARDS and -F32_MAX <= reward <= F32_MAX)
         except Exception:
             fast = False
