@@ -1084,7 +1084,8 @@ def _load_open(path: Path, f, map_location) -> dict:
 
 # ------------------------------------------------------------------------------------ policy
 class Policy:
-    """A trained policy for inference: frozen obs normalizer + actor. ``act(obs)`` -> actions."""
+    """A trained policy for inference: frozen obs normalizer + actor. ``act(obs)`` -> actions;
+    ``eval()`` returns the policy itself (as train()'s TrainedPolicy's does)."""
 
     def __init__(self, agent, obs_normalizer, config: dict, observation_space, action_space, device, path: Optional[str] = None,
                  env_id: Optional[str] = None, env_trusted: bool = True, env_kwargs: Optional[dict] = None):
@@ -1114,6 +1115,15 @@ class Policy:
         self.run_flush_denormal: Optional[bool] = None
         self.observation_space, self.action_space = observation_space, action_space
         self.device, self.path = torch.device(device), path
+
+    def eval(self) -> "Policy":
+        """The policy itself, its network and normalizer in eval mode (as act() uses them): the
+        ``policy.eval()`` an nn.Module's caller writes before inference keeps the policy, whether it
+        came from load() or train()."""
+        self.agent.eval()
+        if self.obs_normalizer is not None:
+            self.obs_normalizer.eval()
+        return self
 
     def check_env_spaces(self, env) -> None:
         """CheckpointError, one line naming the checkpoint, the spaces it was trained on and the env's,

@@ -357,15 +357,39 @@ def _dry_run_train(args, cfg, overrides: dict, world_size: int = 1, sources: Opt
     if args.resume is not None:  # a checkpoint of another process count: refused as the resume refuses it
         resumed = dry_run_resume(cfg, args.resume, args.env_id, args.trust_run, overrides, world_size, sources, args.quiet)
         if resumed is not None:
+            state = _dry_run_state(cfg, args.resume)
             cfg, world_size = resumed
             validate(cfg, world_size, resume=True)  # as train validates a resumed config
-            return _dry_run(cfg, world_size)
+            return _dry_run(cfg, world_size, overrides, resumed=True, state=state, sources=sources)
     _validate_new(cfg, world_size)
     if cfg.run_dir is not None:  # none: the run makes a new default directory, which needs no check
         from .run_setup import check_new_run_dir
 
         check_new_run_dir(cfg.run_dir, overwrite=args.overwrite, restart=args.resume == "auto")
     return _dry_run(cfg, world_size, overrides, notes=not args.quiet)
+
+
+def _dry_run_state(cfg, resume) -> Optional[dict]:
+    """The checkpoint ``train --resume RESUME --dry-run`` continues from, read again as dry_run_resume
+    read it (which returns the config alone): the resume's notes on the total and --eval-every depend on
+    its step and recorded config. Nothing written or set aside; None when it cannot be read again."""
+    from . import checkpoint as ckpt
+    from .run_setup import auto_resume_target
+
+    target = auto_resume_target(cfg) if resume == "auto" else Path(resume)
+    if target is None:
+        return None
+    try:
+        if not target.is_dir():
+            return ckpt.load_checkpoint(target)
+        for candidate in reversed(ckpt.list_checkpoints(target)):
+            try:
+                return ckpt.load_sound(candidate)
+            except ckpt.CheckpointError:
+                continue  # a damaged newer one: dry_run_resume has named it already
+    except (ckpt.CheckpointError, OSError):
+        return None
+    return None
 
 
 def _member_fields(args) -> set:
@@ -413,25 +437,36 @@ def recorded_argv() -> list:
         return sys.argv
 
 
-def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: bool = False) -> int:
+def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: bool = False, resumed: bool = False,
+             state: Optional[dict] = None, sources: Optional[dict] = None) -> int:
     """Check what train would refuse (run_setup.preflight), print the resolved config as YAML (encoder
-    auto as the one the run would record), train nothing, write nothing. ``overrides``: a new run's
-    typed flags, for train's notes on them; ``notes``: a new run's, not --quiet: the advisory notes the
-    run would print (--compile-mode without --compile, another version's preset, a Box action range,
-    pixels read as a vector)."""
+    auto as the one the run would record), train nothing, write nothing. ``overrides``: the typed flags
+    (a resume's, or a new run's), for train's notes on them; ``notes``: a new run's, not --quiet: the
+    advisory notes the run would print (--compile-mode without --compile, another version's preset, a
+    Box action range, pixels read as a vector). ``resumed``: a resume's dry run, of the checkpoint
+    ``state`` (None: not read again), ``sources`` its overrides' --config/--preset: the notes on a total
+    that is not whole iterations and on an --eval-every beyond the run (under --quiet too) are then
+    the resume's."""
     import copy
 
     from .config import dump_yaml
     from .envs.gym_adapter import action_spaces_built
     from .nets import encoders_resolved
-    from .run_setup import preflight
-    from .trainer import _note_action_scale, _note_compile_mode, _note_given_total, _note_other_version, _note_pixels
+    from .run_setup import preflight, resume_trains
+    from .trainer import (_note_action_scale, _note_compile_mode, _note_eval_every, _note_given_total, _note_other_version,
+                          _note_pixels, _pending_eval)
 
     # the env preflight builds, and the encoder it chooses for it: none built only for the notes
     with action_spaces_built() as spaces, encoders_resolved() as encoders:
         preflight(cfg, world_size)  # a refusal of a value from --config FILE names the file: cmd_train's handler
     # the YAML shows the total given (typed or from --config FILE); the note, what would train
-    _note_given_total(cfg, world_size, False, None, overrides or {}, {}, python=False)
+    _note_given_total(cfg, world_size, resumed, state, overrides or {}, sources or {}, python=False)
+    if not resumed:
+        _note_eval_every(cfg, world_size, python=False)
+    elif state is None or resume_trains(cfg, state):  # a resume that trains nothing: its own note says so
+        pending = _pending_eval(state) if state is not None and cfg.eval_every else None
+        _note_eval_every(cfg, world_size, python=False, resumed=True, run_dir=cfg.run_dir,
+                         pending_step=pending["global_step"] if pending else None)
     if notes:  # as train prints them, --quiet's advisory notes included
         _note_compile_mode(cfg, overrides or {})
         _note_other_version(cfg)

@@ -507,11 +507,18 @@ def _machine(meta: dict) -> dict:
         "platform": m.get("platform"), "cpu": m.get("machine"), "cpu count": m.get("cpu_count"),
         "torch build": m.get("torch_build"), "CUDA": m.get("cuda"), "CUDA driver": m.get("cuda_driver"),
         "cuDNN": m.get("cudnn"), "GPUs": gpus or (m.get("gpu_count") if m else None), "bf16": m.get("bf16"),
-        "git commit": _on_resume(meta, meta.get("git_commit"), lambda r: r.get("git_commit"), _git_cell),
+        "git commit": _on_resume(meta, _git_code(meta), _git_code, _git_cell),
         "started": meta.get("started") or meta.get("created"),
         "command": " ".join(map(str, command)) if isinstance(command, list) else command,
         "resumes": len(resumes) if isinstance(resumes, list) and resumes else None,
     }
+
+
+def _git_code(record: dict):
+    """What code a record (meta.json, or a resume's entry) says ran: its commit and whether the checkout
+    had uncommitted changes (a resume may run edits on the same commit), None when no commit is recorded."""
+    commit = record.get("git_commit")
+    return None if commit is None or commit == "" else (commit, record.get("git_dirty") is True)
 
 
 def _git_cell(meta: dict):

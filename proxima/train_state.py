@@ -483,8 +483,8 @@ def _resumed_config(t: "Trainer", trains: bool) -> dict:
     checkpoint holds (an edit there is undone, as the resume's note says), not the flags given to it
     (--keep-checkpoints 1 ran nothing, and the next resume would take it for an edit), but for
     eval_episodes: an end-of-run evaluation recomputed with another --eval-episodes (eval.json) has
-    its count recorded (docs/reliability.md); and a run_dir the file already names this directory by
-    stays, so a resume of an untouched complete run writes nothing."""
+    its count recorded (docs/reliability.md); and the file's run_dir stays as it is, so a resume of an
+    untouched complete run writes nothing, from whatever directory it is run."""
     from .config import RESUME_SAFE
     from .run_setup import read_run_config
 
@@ -500,7 +500,9 @@ def _resumed_config(t: "Trainer", trains: bool) -> dict:
     if t.cfg.eval_episodes <= 0 and "eval_episodes" in recorded:  # --eval-episodes 0 evaluates nothing
         values["eval_episodes"] = recorded["eval_episodes"]
     on_file = read_run_config(t.run_dir)[0]
-    if on_file is not None and on_file.run_dir and Path(on_file.run_dir).resolve() == here:
+    # a relative run_dir names the directory from where the run was started, which this command need not
+    # be run from: resolved here, it told another directory and the file was rewritten for nothing trained
+    if on_file is not None:
         values["run_dir"] = on_file.run_dir
     return values
 

@@ -799,15 +799,19 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
                     _note_action_scale(config.env_id, trainer.env.single_action_space)
                     _note_pixels(config.env_id, trainer.env.single_observation_space)
             if trainer.dist.is_main and (not resumed or trainer.trains()):  # under --quiet too, as the note above
-                _note_eval_every(trainer, python=argv is None)
+                pending = trainer.eval_pending if resumed else None
+                _note_eval_every(trainer.cfg, trainer.dist.world_size, python=argv is None, resumed=resumed,
+                                 run_dir=trainer.run_dir, pending_step=pending["global_step"] if pending else None)
             # a resume of a complete run, or of one --stop-return ended, trains nothing and its note says so
             # (run_setup.apply_resume_overrides): "resuming at step N" would claim otherwise
             if resumed and trainer.trains() and not quiet and trainer.dist.is_main:
                 print(f"proxima: resuming {trainer.run_dir} at global step {trainer.global_step:,} (iteration {trainer.iteration})", file=sys.stderr)
             looping = True
-            trains = trainer.trains()  # a resume that trains nothing has said why in its note: no stop line after it
+            # a complete run (at its total) that a new --stop-return target would call reached did not stop
+            # there: its note says it is complete, and a stop line after it would claim a stop that never was
+            complete = trainer.iteration >= trainer.num_iterations
             out_dir = trainer.run(resumed=resumed)
-            if trains and trainer.stopped_at_return is not None and not quiet and trainer.dist.is_main:
+            if not complete and trainer.stopped_at_return is not None and not quiet and trainer.dist.is_main:
                 print(f"proxima: stopped at global step {trainer.global_step:,} (iteration {trainer.iteration}): the last "
                       f"{config.stop_episodes}+ training episodes averaged {trainer.stopped_at_return:.1f} >= --stop-return "
                       f"{config.stop_return:g}", file=sys.stderr)
@@ -865,38 +869,65 @@ class TrainedPolicy(ckpt.Policy):
     ``agent`` is the trained network (it acts on normalized observations), in eval mode as a loaded
     policy's (``agent.train()`` to train it further). Its other attributes (``parameters()``,
     ``state_dict()``, ``encoder``, ``encoder_kind``) answer through this object too, but it is no
-    nn.Module: calling the network, isinstance checks and torch.compile want ``.agent``, and the
-    Module methods that return the module or convert it (``to``, ``cpu``, ``cuda``, ``float``,
-    ``double``, ``half``, ``train``, ``apply``, ... : MODULE_ONLY) are an AttributeError naming
-    ``.agent``; ``eval()`` returns the policy. ``act`` takes raw observations, where the Agent's took
-    normalized ones."""
+    nn.Module: calling the network, isinstance checks and torch.compile want ``.agent``. An
+    AttributeError naming ``.agent`` answers the Module methods that return the module or convert it
+    (``to``, ``cpu``, ``cuda``, ``train``, ``apply``, ... : MODULE_ONLY; the dtype ones, DTYPE_ONLY, say
+    the policy computes in float32) and the Agent's methods that take observations (``get_value``,
+    ``get_action_and_value``, ``features``, ``forward``, ``policy``, ``policy_step``: TAKES_OBS), which
+    want them normalized (``obs_normalizer(obs, update=False)``). ``eval()`` returns the policy.
+    ``act`` takes raw observations, where the Agent's took normalized ones."""
 
     #: nn.Module methods that return the module: delegated, ``policy.to(...)`` gave the bare Agent (which acts
-    #: on normalized observations: under norm_obs other actions, without a word), and ``policy.double()``
-    #: left the policy feeding float32 observations to a float64 network
+    #: on normalized observations: under norm_obs other actions, without a word)
     MODULE_ONLY = frozenset({"to", "cpu", "cuda", "xpu", "ipu", "mtia", "type", "float", "double", "half", "bfloat16",
                              "to_empty", "train", "requires_grad_", "apply", "share_memory"})
-
-    def eval(self) -> "TrainedPolicy":
-        """The policy itself, its network and normalizer in eval mode (as act() uses them): the
-        ``policy.eval()`` an nn.Module's caller writes before inference keeps the policy."""
-        self.agent.eval()
-        if self.obs_normalizer is not None:
-            self.obs_normalizer.eval()
-        return self
+    #: of those, the ones that change the network's dtype: the normalizer and act() feed it float32, so
+    #: ``policy.agent.double()`` (what the line once advised) made ``policy.act`` fail on a dtype mismatch
+    DTYPE_ONLY = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16", "type": None}
+    #: the Agent's methods that take observations (``policy`` the features of them): delegated, they read a raw
+    #: observation as a normalized one (under norm_obs, values and actions of other inputs, without a word)
+    TAKES_OBS = frozenset({"features", "get_value", "get_action_and_value", "forward", "policy", "policy_step"})
 
     def __getattr__(self, name: str):
         agent = self.__dict__.get("agent")  # absent while copy or pickle rebuild an instance: no recursion
         if agent is None or name.startswith("__"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        if name in self.DTYPE_ONLY:
+            raise AttributeError(self._dtype_line(name))
         if name in self.MODULE_ONLY:
             raise AttributeError(f"{type(self).__name__}.{name}(): the policy is no torch.nn.Module; call policy.agent.{name}() "
                                  "for the bare network (it acts on normalized observations, without the policy's normalizer "
                                  "and action shaping), or load(run_dir, device=...) for the policy on another device")
+        if name in self.TAKES_OBS:
+            raise AttributeError(self._takes_obs_line(name))
         try:
             return getattr(agent, name)
         except AttributeError:
             raise AttributeError(f"{type(self).__name__!r} object (nor its agent) has no attribute {name!r}") from None
+
+    def _dtype_line(self, name: str) -> str:
+        head = f"{type(self).__name__}.{name}(): the policy is no torch.nn.Module and computes in float32"
+        dtype = self.DTYPE_ONLY[name]
+        if dtype == "float32":
+            return f"{head} already (policy.agent is a float32 network): nothing to convert"
+        # converting policy.agent in place would leave act() feeding the network float32 observations
+        inputs = ("observations normalized by policy.obs_normalizer(obs, update=False)" if self.obs_normalizer is not None
+                  else "observations")
+        call, of = (f"{name}()", f"a {dtype}") if dtype else ("type(dtype)", "another dtype's")
+        return (f"{head}; for {of} network use a copy, copy.deepcopy(policy.agent).{call}, on {inputs} cast to "
+                f"{dtype or 'that dtype'} (policy.agent.{call} itself would make policy.act fail on a dtype mismatch)")
+
+    def _takes_obs_line(self, name: str) -> str:
+        head = f"{type(self).__name__}.{name}()"
+        if self.obs_normalizer is None:
+            return (f"{head}: the policy does not pass observations to its network's {name}() (under norm_obs it takes "
+                    f"normalized ones); call policy.agent.{name}(obs), obs a tensor on policy.device (this run has no "
+                    "observation normalizer)")
+        obs = "policy.obs_normalizer(obs, update=False)"
+        if name == "policy":  # it takes the features of normalized observations
+            obs = f"policy.agent.features({obs})"
+        return (f"{head}: policy.agent's {name}() takes normalized observations, the policy raw ones; call "
+                f"policy.agent.{name}({obs}), obs a tensor on policy.device")
 
 
 def trained_policy(trainer: Trainer) -> TrainedPolicy:
@@ -943,10 +974,19 @@ def _note_given_total(cfg: PPOConfig, world_size: int, resumed: bool, state: Opt
     """_note_whole_iterations for a total the user gave: typed, from a --config file, set in a PPOConfig
     (not its default), or asked of a resume. A preset's total (500,000 over 512-step batches) is the
     preset's choice, not the user's, and goes without it; so does a resume's of the run's own total from
-    a file (``--config RUN/config.yaml --resume auto``): noted when the run was given it."""
+    a file (``--config RUN/config.yaml --resume auto``): noted when the run was given it. Nor is a
+    resume's total noted when it is the run's recorded one, or when the resume trains nothing (a complete
+    run: its own note says so, and "the run trains to step N" would contradict it)."""
     from .config import same_value, source_of
 
     name = "total_timesteps"
+    if resumed and isinstance(state, dict):
+        from .run_setup import resume_trains
+
+        recorded = state.get("config")
+        if ((isinstance(recorded, dict) and same_value(recorded.get(name), cfg.total_timesteps))
+                or not resume_trains(cfg, state)):
+            return
     where = (sources or {}).get(name)  # a resume's (or --resume auto's) override the user did not type
     if overrides is not None and name in overrides:
         recorded = (state or {}).get("config")
@@ -967,14 +1007,28 @@ def _note_given_total(cfg: PPOConfig, world_size: int, resumed: bool, state: Opt
     _note_whole_iterations(cfg, world_size, given, resumed)
 
 
-def _note_eval_every(trainer: "Trainer", python: bool) -> None:
+def _note_eval_every(cfg: PPOConfig, world_size: int, python: bool, resumed: bool = False, run_dir=None,
+                     pending_step: Optional[int] = None) -> None:
     """A note on stderr when --eval-every is more than the steps the run trains: no evaluation would
-    run, no best.pt be written, and nothing else says so (proxima eval --best found no best.pt)."""
-    every, total = trainer.cfg.eval_every, trainer.num_iterations * trainer.steps_per_iteration
-    if every and every > total:
-        flag = "PPOConfig.eval_every =" if python else "--eval-every"
+    run, no best.pt be written, and nothing else says so (proxima eval --best found no best.pt). On a
+    resume (``resumed``), of ``run_dir``: earlier evaluations may have written best.pt, which then stays,
+    and ``pending_step``, an evaluation a stop left due (Trainer.eval_pending), still runs."""
+    every, total = cfg.eval_every, num_iterations(cfg, world_size) * batch_size(cfg) * world_size
+    if not every or every <= total:
+        return
+    flag = "PPOConfig.eval_every =" if python else "--eval-every"
+    if not resumed:
         print(f"proxima: note: {flag} {every:,} is more than the {total:,} steps the run trains: no evaluation runs during "
               "training and no checkpoints/best.pt is written (the end-of-run evaluation, eval.json, still runs)", file=sys.stderr)
+        return
+    has_best = run_dir is not None and ckpt.best_checkpoint_path(run_dir).is_file()
+    due = f" but the one a stop left due at step {pending_step:,}" if pending_step is not None else ""
+    if has_best:
+        best = "; checkpoints/best.pt changes only if that one scores a new best" if due else "; checkpoints/best.pt stays as it is"
+    else:
+        best = "" if due else "; no checkpoints/best.pt is written"
+    print(f"proxima: note: {flag} {every:,} is more than the {total:,} steps the run trains to: no further evaluation runs "
+          f"in this resume{due}{best} (the end-of-run evaluation, eval.json, still runs)", file=sys.stderr)
 
 
 def _note_compile_mode(cfg: PPOConfig, typed: dict) -> None:

@@ -140,7 +140,7 @@ def test_memory_estimate_grows_with_members():
 
 
 def test_train_closing_and_progress_lines_are_per_setting(tmp_path, capsys):
-    small = [a for a in SMALL if a != "--quiet"]
+    small = [a for a in SMALL if a not in ("--quiet", "--no-progress")]  # the per-iteration lines are --progress's
     assert cli.main(["train", "CartPole-v1", "--seeds", "1,2", "--sweep", "lr=1e-3,3e-4", "--run-dir", str(tmp_path / "R"),
                      *small]) == 0
     out, err = capsys.readouterr()

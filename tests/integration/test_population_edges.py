@@ -91,7 +91,7 @@ def test_swept_values_that_print_alike_are_refused_with_one_line(tmp_path, capsy
 def test_the_closing_summary_never_pools_settings_whose_labels_print_alike(tmp_path, capsys):
     # built in Python, past --sweep's check: each setting still gets its own line, labelled exactly
     sweep = {"gamma": [0.9999995, 1.0]}
-    members = member_configs(_cfg(eval_episodes=1), [1, 2], sweep)
+    members = member_configs(_cfg(eval_episodes=1, progress=True), [1, 2], sweep)  # the per-iteration lines: --progress's
     train_population(members, [1, 2], sweep, run_dir=tmp_path / "R", quiet=False)
     out, err = capsys.readouterr()
     lines = [ln for ln in out.splitlines() if ln.startswith("eval ")]
