@@ -463,11 +463,11 @@ def _write_member_configs(pop: Population, dirs: list) -> None:
             raise write_error(path, e, "could not resume the population") from None
 
 
-def _record_resume(dirs, step: int, device: torch.device) -> None:
+def _record_resume(dirs, step: int, device) -> None:
     """Add this resume to each member's meta.json ``resumes`` (train_state.record_resume: a damaged
     meta.json is a note, a full disk one line naming the file). On the CPU the entry records the CPU
     tanh, and a change from the one the population started with is noted once, not per member; the entry
-    records ``device`` (a resume may change --device), as a single run's does."""
+    records ``device`` (a torch.device: a resume may change --device), as a single run's does."""
     from .diskspace import write_error
     from .train_state import record_resume, resume_entry
 

@@ -18,7 +18,6 @@ import tarfile
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
