@@ -429,7 +429,7 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list, device: Any = N
                 if isinstance(v, int) and v > 0:
                     info["cuda_driver"] = f"{v // 1000}.{(v % 1000) // 10}"
 
-    if not info["cuda_usable"]:
+    if info["cuda_usable"] is False:  # None: a CPU run's record, which probes no GPU (no hint either way)
         if info["torch_build"] == "cpu":
             hints.append(
                 f"CUDA not usable: this torch is a CPU build ({info['torch']}); "
@@ -534,7 +534,8 @@ def format_report(info: dict) -> str:
     rows.append(("python", py))
     rows.append(("platform", f"{_or_dash(info.get('platform'))} [{_or_dash(info.get('machine'))}]"))
     rows.append(("torch", f"{_or_dash(info.get('torch'))} (build: {_or_dash(info.get('torch_build'))})"))
-    rows.append(("cuda usable", _yn(info.get("cuda_usable"))))
+    usable = info.get("cuda_usable")
+    rows.append(("cuda usable", "not probed (a CPU run's record)" if usable is None else _yn(usable)))
     cuda = _or_dash(info.get("cuda"))
     if info.get("cuda_driver"):
         cuda += f" (driver supports {info['cuda_driver']})"

@@ -258,3 +258,18 @@ def test_a_cpu_runs_record_probes_no_gpu_and_usable_cpus_is_its_own_key(monkeypa
     monkeypatch.setattr(doctor, "usable_cpus", lambda: 1)
     info = doctor.collect()
     assert info["usable_cpus"] == 1 and info["cpu_affinity"] == len(os.sched_getaffinity(0))
+
+
+def test_a_cpu_runs_record_on_a_gpu_machine_says_not_probed_not_a_driver_hint(monkeypatch):
+    """Review 29c: cuda_usable None (not probed) was read as False: every --device cpu run on a healthy GPU
+    machine recorded "CUDA not usable: ; the driver may be too old for CUDA 12.4", and the report said "no"."""
+    from proxima import device as device_mod
+    from proxima import doctor
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(device_mod, "cuda_op_problem", lambda dev=None: "")
+    info = doctor.collect(device=torch.device("cpu"), threads=1)
+    assert info["cuda_usable"] is None
+    assert not [h for h in info["hints"] if h.startswith("CUDA not usable")], info["hints"]
+    assert "  cuda usable      not probed (a CPU run's record)" in doctor.format_report(info).splitlines()
