@@ -371,6 +371,10 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
         if not quiet and pop.iteration < pop.num_iterations:  # a complete one trains nothing: its note said so
             print(f"proxima: resuming population {run_dir} ({len(configs)} members) at step {pop.iteration * pop.steps_per_member:,} "
                   f"per member (iteration {pop.iteration})", file=sys.stderr)
+        if pop.iteration < pop.num_iterations and "total_timesteps" in (overrides or {}):
+            from .trainer import _note_whole_iterations as note  # a single run's resume note, under --quiet too
+
+            note(configs[0], 1, resumed=True)
         dirs = [run_dir / n for n in names]
         # every check passed: from here the run directory is made to describe the resumed timeline
         if checkpoint is not None:
