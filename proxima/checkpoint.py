@@ -1085,7 +1085,79 @@ def _load_open(path: Path, f, map_location) -> dict:
 # ------------------------------------------------------------------------------------ policy
 class Policy:
     """A trained policy for inference: frozen obs normalizer + actor. ``act(obs)`` -> actions;
-    ``eval()`` returns the policy itself (as train()'s TrainedPolicy's does)."""
+    ``eval()`` returns the policy itself (as train()'s TrainedPolicy's does).
+
+    It is no nn.Module and passes nothing through to ``agent``: the Module methods that return or
+    convert the module (MODULE_ONLY, the dtype ones DTYPE_ONLY), the Agent's methods that take
+    observations (TAKES_OBS) and its submodules (SUBMODULES: ``encoder``, ``actor``, ``critic``) are an
+    AttributeError of one line saying what to call on ``policy.agent`` instead, as on train()'s
+    TrainedPolicy (which passes the Agent's other attributes through)."""
+
+    #: nn.Module methods that return the module: on the policy they would give the bare Agent (which acts
+    #: on normalized observations: under norm_obs other actions, without a word)
+    MODULE_ONLY = frozenset({"to", "cpu", "cuda", "xpu", "ipu", "mtia", "type", "float", "double", "half", "bfloat16",
+                             "to_empty", "train", "requires_grad_", "apply", "share_memory"})
+    #: of those, the ones that change the network's dtype: the normalizer and act() feed it float32, so
+    #: ``policy.agent.double()`` (what the line once advised) made ``policy.act`` fail on a dtype mismatch
+    DTYPE_ONLY = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16", "type": None}
+    #: the Agent's methods that take observations (``policy`` the features of them): passed through, they
+    #: read a raw observation as a normalized one (under norm_obs, values and actions of other inputs)
+    TAKES_OBS = frozenset({"features", "get_value", "get_action_and_value", "forward", "policy", "policy_step"})
+    #: the Agent's submodules: ``encoder`` takes normalized observations, ``actor`` and ``critic`` the
+    #: features of them (a raw observation given to policy.critic gave the value of another input)
+    SUBMODULES = frozenset({"encoder", "actor", "critic"})
+    #: of the above, those that take features (``agent.features(obs)``), not observations
+    TAKES_FEATURES = frozenset({"policy", "actor", "critic"})
+
+    def __getattr__(self, name: str):
+        line = self._refusal(name)
+        raise AttributeError(line or f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _refusal(self, name: str) -> Optional[str]:
+        """The line refusing ``name`` (see the class docstring), or None for a name the policy does not refuse."""
+        agent = self.__dict__.get("agent")  # absent while copy or pickle rebuild an instance: no recursion
+        if agent is None or name.startswith("__"):
+            return None
+        if name in self.DTYPE_ONLY:
+            return self._dtype_line(name)
+        if name in self.MODULE_ONLY:
+            return (f"{type(self).__name__}.{name}(): the policy is no torch.nn.Module; call policy.agent.{name}() for the "
+                    "bare network (it acts on normalized observations, without the policy's normalizer and action "
+                    "shaping), or load(run_dir, device=...) for the policy on another device")
+        # a submodule an Agent of another make adds takes observations or features as well
+        children = getattr(agent, "_modules", None) or {}
+        if name in self.TAKES_OBS or name in self.SUBMODULES or (name in children and not name.startswith("_")):
+            return self._takes_obs_line(name)
+        return None
+
+    def _dtype_line(self, name: str) -> str:
+        head = f"{type(self).__name__}.{name}(): the policy is no torch.nn.Module and computes in float32"
+        dtype = self.DTYPE_ONLY[name]
+        if dtype == "float32":
+            return f"{head} already (policy.agent is a float32 network): nothing to convert"
+        # converting policy.agent in place would leave act() feeding the network float32 observations
+        inputs = ("observations normalized by policy.obs_normalizer(obs, update=False)"
+                  if self.__dict__.get("obs_normalizer") is not None else "observations")
+        call, of = (f"{name}()", f"a {dtype}") if dtype else ("type(dtype)", "another dtype's")
+        return (f"{head}; for {of} network use a copy, copy.deepcopy(policy.agent).{call}, on {inputs} cast to "
+                f"{dtype or 'that dtype'} (policy.agent.{call} itself would make policy.act fail on a dtype mismatch)")
+
+    def _takes_obs_line(self, name: str) -> str:
+        head, own = ((f"{type(self).__name__}.{name}()", f"{name}()") if name in self.TAKES_OBS
+                     else (f"{type(self).__name__}.{name}", name))
+        normalized = self.__dict__.get("obs_normalizer") is not None
+        obs = "policy.obs_normalizer(obs, update=False)" if normalized else "obs"
+        if name == "encoder" and self.agent.__dict__.get("encoder", True) is None:  # a flat Box's Agent
+            return (f"{head}: policy.agent has no encoder (None: its features are its observations); call "
+                    f"policy.agent.features({obs}), obs a tensor on policy.device")
+        feat = name in self.TAKES_FEATURES
+        takes = "the features of normalized observations" if feat else "normalized observations"
+        call = f"policy.agent.{name}(policy.agent.features({obs}))" if feat else f"policy.agent.{name}({obs})"
+        if not normalized:
+            return (f"{head}: the policy does not pass observations to its network's {own} (under norm_obs it takes "
+                    f"{'the features of normalized ones' if feat else 'normalized ones'}); call {call}, obs a tensor on "
+                    "policy.device (this run has no observation normalizer)")
+        return f"{head}: policy.agent's {own} takes {takes}, the policy raw ones; call {call}, obs a tensor on policy.device"
 
     def __init__(self, agent, obs_normalizer, config: dict, observation_space, action_space, device, path: Optional[str] = None,
                  env_id: Optional[str] = None, env_trusted: bool = True, env_kwargs: Optional[dict] = None):

@@ -868,66 +868,27 @@ class TrainedPolicy(ckpt.Policy):
 
     ``agent`` is the trained network (it acts on normalized observations), in eval mode as a loaded
     policy's (``agent.train()`` to train it further). Its other attributes (``parameters()``,
-    ``state_dict()``, ``encoder``, ``encoder_kind``) answer through this object too, but it is no
-    nn.Module: calling the network, isinstance checks and torch.compile want ``.agent``. An
-    AttributeError naming ``.agent`` answers the Module methods that return the module or convert it
-    (``to``, ``cpu``, ``cuda``, ``train``, ``apply``, ... : MODULE_ONLY; the dtype ones, DTYPE_ONLY, say
-    the policy computes in float32) and the Agent's methods that take observations (``get_value``,
-    ``get_action_and_value``, ``features``, ``forward``, ``policy``, ``policy_step``: TAKES_OBS), which
-    want them normalized (``obs_normalizer(obs, update=False)``). ``eval()`` returns the policy.
-    ``act`` takes raw observations, where the Agent's took normalized ones."""
-
-    #: nn.Module methods that return the module: delegated, ``policy.to(...)`` gave the bare Agent (which acts
-    #: on normalized observations: under norm_obs other actions, without a word)
-    MODULE_ONLY = frozenset({"to", "cpu", "cuda", "xpu", "ipu", "mtia", "type", "float", "double", "half", "bfloat16",
-                             "to_empty", "train", "requires_grad_", "apply", "share_memory"})
-    #: of those, the ones that change the network's dtype: the normalizer and act() feed it float32, so
-    #: ``policy.agent.double()`` (what the line once advised) made ``policy.act`` fail on a dtype mismatch
-    DTYPE_ONLY = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16", "type": None}
-    #: the Agent's methods that take observations (``policy`` the features of them): delegated, they read a raw
-    #: observation as a normalized one (under norm_obs, values and actions of other inputs, without a word)
-    TAKES_OBS = frozenset({"features", "get_value", "get_action_and_value", "forward", "policy", "policy_step"})
+    ``state_dict()``, ``encoder_kind``) answer through this object too, but it is no nn.Module: calling
+    the network, isinstance checks and torch.compile want ``.agent``. What ckpt.Policy refuses, this
+    object refuses in the same AttributeError naming ``.agent``: the Module methods that return the
+    module or convert it (``to``, ``cpu``, ``cuda``, ``train``, ``apply``, ... : MODULE_ONLY; the dtype
+    ones, DTYPE_ONLY, say the policy computes in float32), the Agent's methods that take observations
+    (``get_value``, ``get_action_and_value``, ``features``, ``forward``, ``policy``, ``policy_step``:
+    TAKES_OBS) and its submodules (``encoder``, ``actor``, ``critic``: SUBMODULES), which want them
+    normalized (``obs_normalizer(obs, update=False)``). ``eval()`` returns the policy. ``act`` takes raw
+    observations, where the Agent's took normalized ones."""
 
     def __getattr__(self, name: str):
         agent = self.__dict__.get("agent")  # absent while copy or pickle rebuild an instance: no recursion
         if agent is None or name.startswith("__"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        if name in self.DTYPE_ONLY:
-            raise AttributeError(self._dtype_line(name))
-        if name in self.MODULE_ONLY:
-            raise AttributeError(f"{type(self).__name__}.{name}(): the policy is no torch.nn.Module; call policy.agent.{name}() "
-                                 "for the bare network (it acts on normalized observations, without the policy's normalizer "
-                                 "and action shaping), or load(run_dir, device=...) for the policy on another device")
-        if name in self.TAKES_OBS:
-            raise AttributeError(self._takes_obs_line(name))
+        line = self._refusal(name)
+        if line is not None:
+            raise AttributeError(line)
         try:
             return getattr(agent, name)
         except AttributeError:
             raise AttributeError(f"{type(self).__name__!r} object (nor its agent) has no attribute {name!r}") from None
-
-    def _dtype_line(self, name: str) -> str:
-        head = f"{type(self).__name__}.{name}(): the policy is no torch.nn.Module and computes in float32"
-        dtype = self.DTYPE_ONLY[name]
-        if dtype == "float32":
-            return f"{head} already (policy.agent is a float32 network): nothing to convert"
-        # converting policy.agent in place would leave act() feeding the network float32 observations
-        inputs = ("observations normalized by policy.obs_normalizer(obs, update=False)" if self.obs_normalizer is not None
-                  else "observations")
-        call, of = (f"{name}()", f"a {dtype}") if dtype else ("type(dtype)", "another dtype's")
-        return (f"{head}; for {of} network use a copy, copy.deepcopy(policy.agent).{call}, on {inputs} cast to "
-                f"{dtype or 'that dtype'} (policy.agent.{call} itself would make policy.act fail on a dtype mismatch)")
-
-    def _takes_obs_line(self, name: str) -> str:
-        head = f"{type(self).__name__}.{name}()"
-        if self.obs_normalizer is None:
-            return (f"{head}: the policy does not pass observations to its network's {name}() (under norm_obs it takes "
-                    f"normalized ones); call policy.agent.{name}(obs), obs a tensor on policy.device (this run has no "
-                    "observation normalizer)")
-        obs = "policy.obs_normalizer(obs, update=False)"
-        if name == "policy":  # it takes the features of normalized observations
-            obs = f"policy.agent.features({obs})"
-        return (f"{head}: policy.agent's {name}() takes normalized observations, the policy raw ones; call "
-                f"policy.agent.{name}({obs}), obs a tensor on policy.device")
 
 
 def trained_policy(trainer: Trainer) -> TrainedPolicy:
