@@ -64,7 +64,10 @@ width, so their kind is what must cast (floats in a float Box pass, floats in an
 Box are flagged, as ``proxima train`` refuses them: Gymnasium's vector env would truncate them or
 fail with numpy's TypeError). A torch
 tensor is read as ``np.asarray`` reads it, in its own dtype, as ``proxima train`` reads it; one that
-numpy cannot read (on a GPU, requiring grad) is an obs dtype violation, as train refuses it.
+numpy cannot read (on a GPU, requiring grad) is an obs dtype violation, as train refuses it. Its fix is
+``astype`` only while every occurrence's values fit the declared dtype: ints outside its range at any step
+(int64 3e9 in an int32 Box, which astype wraps to -1294967296, inside the bounds) get "declare a wider dtype or
+clip/scale the values", naming the first such value and its step.
 
 Each kind of violation is reported once, at its first occurrence, with how many more steps showed it.
 
@@ -96,15 +99,22 @@ import torch
 from ..config import MAX_SEED, install_hint
 from .base import EnvError
 from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, is_flag, TENSOR_FIX, _extra_for, beyond_float32,
-                          creator_error, exit_text, kind_casts, native_only, number_text, resolve_env_fn, tensor_numpy,
-                          unknown_kwarg_line)
+                          creator_error, exit_text, int_range_fault, kind_casts, native_only, number_text, resolve_env_fn,
+                          tensor_numpy, unknown_kwarg_line)
 from .spaces import action_scale_note, check_spaces, image_note, pixels_fix
 from ..terminal import printable
 from ..warnings_guard import quiet_warnings
 
 #: how much of a refused space's line check-env shows: the line ends with its fix (FlattenObservation
-#: in a factory, MultiDiscrete([2] * n)), which the usual 300 characters would cut off
+#: in a factory, MultiDiscrete([2] * n)), which the usual 300 characters would cut off; so does an obs dtype
+#: line that names a Dict key, a value out of range and the step of an episode that showed it
 SPACES_LIMIT = 1000
+_LONG_CHECKS = ("spaces supported", "obs dtype")
+
+#: inspect_obs's notes to check_obs beside the violations it found: (the words before the advice of the obs dtype
+#: violation it kept, whether that advice is the range one), and the range advice of the first entry whose values
+#: astype would wrap, naming where
+_DTYPE_HEAD, _DTYPE_WRAPS = "obs dtype: head", "obs dtype: wraps"
 
 #: a reset() without an ``options`` parameter, as Python words the TypeError
 _NO_OPTIONS = re.compile(r"unexpected keyword argument 'options'")
@@ -127,7 +137,7 @@ class Violation:
     actual: str
 
     def __str__(self) -> str:
-        limit = SPACES_LIMIT if self.check == "spaces supported" else 300
+        limit = SPACES_LIMIT if self.check in _LONG_CHECKS else 300
         return f"{self.check}: expected {_one_line(self.expected)}; got {_one_line(self.actual, limit)}"
 
 
@@ -239,9 +249,15 @@ def _transposed(got: tuple, want: tuple, name: str, declared: str) -> str:
     return ""
 
 
-def _dtype_fix(arr: np.ndarray, space: gym.spaces.Box, name: str) -> str:
+#: _dtype_fix's default: look the range fault up (a caller that has it passes it, None too)
+_FIND = object()
+
+
+def _dtype_fix(arr: np.ndarray, space: gym.spaces.Box, name: str, fault: Any = _FIND, at: str = "") -> str:
     """How to return ``arr`` in ``space``'s dtype. Float pixels in [0, 1] where a uint8 space goes
-    up to 255 are scaled first: a bare astype(np.uint8) would turn every pixel into 0."""
+    up to 255 are scaled first: a bare astype(np.uint8) would turn every pixel into 0. ``fault`` is
+    int_range_fault's for ``arr``; ``at`` names the occurrence of a value out of range when it is not
+    the one the line names first (check-env's later steps)."""
     unit = (space.dtype == np.uint8 and arr.dtype.kind == "f" and arr.size > 0 and bool(np.all(space.high > 1))
             and bool(np.all((arr >= 0) & (arr <= 1))))
     if unit:
@@ -249,13 +265,12 @@ def _dtype_fix(arr: np.ndarray, space: gym.spaces.Box, name: str) -> str:
     if arr.dtype.kind == "f" and space.dtype.kind in "iub":  # astype would drop the fractions this refusal is about
         return (f"does not cast safely to {space.dtype} (a float would lose its fraction): declare a float Box, or round "
                 f"on purpose: return np.rint({name}).astype(np.{space.dtype})")
-    from .gym_adapter import int_range_fault
-
-    fault = int_range_fault(arr, space.dtype)
+    fault = int_range_fault(arr, space.dtype) if fault is _FIND else fault
     if fault is not None:  # astype would wrap the very values that do not fit
         i, value, wrapped, holds = fault
         limits = np.iinfo(space.dtype)
-        return (f"does not cast safely to {space.dtype}; {name}{_index(i, arr.shape)} = {value} is outside its range "
+        at = f", {at}," if at else ""
+        return (f"does not cast safely to {space.dtype}; {name}{_index(i, arr.shape)} = {value}{at} is outside its range "
                 f"[{limits.min}, {limits.max}] (astype would make it {wrapped}): declare a wider dtype ({holds}) or "
                 f"clip/scale the values in the env")
     return f"does not cast safely to {space.dtype}: return {name}.astype(np.{space.dtype})"
@@ -304,6 +319,9 @@ class _Checker:
         self.ran: list[str] = []
         self.takes_options = True  # False once reset(seed=..., options=None) was refused (reported once)
         self.found: dict[str, list] = {}  # check -> [Violation, count of later occurrences]
+        # the obs dtype violation's words before its advice, and whether that advice already is the range one
+        self.dtype_head: Optional[str] = None
+        self.dtype_wraps = False
         self.notes: list[str] = []
 
     def ok(self, check: str) -> None:
@@ -332,8 +350,16 @@ class _Checker:
     def check_obs(self, obs: Any, where: str) -> None:
         found: dict = {}
         self.inspect_obs(obs, self.obs_space, "obs", "observation_space", where, found)
+        head, wraps = found.pop(_DTYPE_HEAD, None), found.pop(_DTYPE_WRAPS, None)
+        if head is not None and "obs dtype" not in self.found:
+            self.dtype_head, self.dtype_wraps = head
         for check, (expected, actual) in found.items():  # per check, the first key that broke it
             self.bad(check, expected, actual)
+        if wraps is not None and self.dtype_head is not None and not self.dtype_wraps:
+            # the astype advice of an earlier, in-range occurrence would wrap these values into ones the bounds may
+            # well take (int32: 3e9 becomes -1294967296), and the env would pass check-env feeding garbage
+            self.found["obs dtype"][0].actual = f"{self.dtype_head} ({wraps})"
+            self.dtype_wraps = True
 
     def inspect_obs(self, x: Any, space: gym.spaces.Space, name: str, declared: str, where: str, found: dict) -> None:
         """Check ``x`` (``name``: obs, obs['vec']) against ``space`` (``declared``: observation_space,
@@ -404,7 +430,13 @@ class _Checker:
             tensor = isinstance(x, torch.Tensor)
             got, fixed = ((f"a torch tensor of dtype {x.dtype}", f"{name}.detach().cpu().numpy()") if tensor else
                           (f"dtype {arr.dtype}", f"np.asarray({name})" if listed else name))
-            bad("obs dtype", f"dtype {space.dtype} ({declared}.dtype)", f"{who}{got} {where} ({_dtype_fix(arr, space, fixed)})")
+            fault = int_range_fault(arr, space.dtype)
+            head = f"{who}{got} {where}"
+            if "obs dtype" not in found:
+                found[_DTYPE_HEAD] = (head, fault is not None)
+            bad("obs dtype", f"dtype {space.dtype} ({declared}.dtype)", f"{head} ({_dtype_fix(arr, space, fixed, fault)})")
+            if fault is not None:
+                found.setdefault(_DTYPE_WRAPS, _dtype_fix(arr, space, fixed, fault, where))
             if arr.dtype.kind not in "biuf":
                 return
             # numbers of another dtype: their values are still checked (NaN, range, bounds compare as numbers

@@ -440,8 +440,10 @@ def int_range_fault(values: np.ndarray, declared) -> Optional[tuple]:
     i = int(np.flatnonzero(((values < limits.min) | (values > limits.max)).reshape(-1))[0])
     value = values.reshape(-1)[i]
     kind = "i" if lo < 0 else declared.kind  # the declared kind, unless it has no room for the negatives
-    holds = next((f"np.{t}" for t in (np.dtype(f"{kind}{n}") for n in (2, 4, 8)) if t.itemsize > declared.itemsize
-                  and np.iinfo(t).min <= lo and hi <= np.iinfo(t).max), "a float dtype")
+    wider = [np.dtype(f"{kind}{n}") for n in (2, 4, 8) if n > declared.itemsize]
+    if lo >= 0:  # then an unsigned dtype, of the declared width too, holds what no signed one does (uint64 above int64's max)
+        wider += [np.dtype(f"u{n}") for n in (2, 4, 8) if n >= declared.itemsize]
+    holds = next((f"np.{t}" for t in wider if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max), "a float dtype")
     return i, int(value), int(value.astype(declared)), holds
 
 
