@@ -341,16 +341,8 @@ def test_the_venv_is_said_once_where_the_commands_are():
 
 # ------------------------------------------------------------------------------------ item 8: gpu_session.sh
 SESSION = ROOT / "benchmarks" / "gpu_session.sh"
-STUB = r"""#!/usr/bin/env bash
-[[ "$1" == "-c" && "$2" == *"torch.cuda.is_available"* ]] && exit 0
-echo "stub:$(printf ' %q' "$@")"
-while [[ $# -gt 0 ]]; do
-  if [[ "$1" == "--out" ]]; then echo "| table |" >> "$2"; fi
-  shift
-done
-"""
-STEPS = ["doctor", "pytest-cuda", "vs-purejaxrl", "purejaxrl-solve", "solve-gpu", "pendulum-cudagraphs", "accel",
-         "population-256", "pytest-cuda-compile"]
+# the GPU machine's stand-in python3 and the steps in order: test_gpu_session.py's
+from tests.static.test_gpu_session import STEPS, STUB  # noqa: E402
 
 
 def run_session(tmp_path: Path, stub: str = STUB, anchor: bool = True) -> tuple:

@@ -22,20 +22,13 @@ from cli_helpers import run_main, snapshot
 from proxima import checkpoint as ckpt
 from proxima.config import PPOConfig
 
-SMALL = dict(num_envs=4, num_steps=16, threads=1, progress=False)
-FLAGS = ["--num-envs", "4", "--num-steps", "16", "--threads", "1", "--no-progress"]
-BATCH_NOTE = "is not a multiple of the batch (64 steps = num_envs x num_steps)"
+# the same tiny settings and norm_obs Pendulum run as test_review29_trainer.py's (pytest runs its fixture here too)
+from tests.unit import test_review29_trainer as trainer_tests  # noqa: E402
+
+SMALL, FLAGS, BATCH_NOTE = trainer_tests.SMALL, trainer_tests.FLAGS, trainer_tests.BATCH_NOTE
+pendulum_run = trainer_tests.pendulum_run
+
 NOT_WHOLE = "is not a multiple of the batch"
-
-
-@pytest.fixture(scope="module")
-def pendulum_run(tmp_path_factory):
-    """A norm_obs Pendulum run: its network on raw observations differs from the policy's inputs."""
-    run = tmp_path_factory.mktemp("a") / "R"
-    run_dir, trained = proxima.train(PPOConfig(env_id="Pendulum-v1", norm_obs=True, total_timesteps=256, eval_episodes=0,
-                                               run_dir=str(run), **SMALL), quiet=True)
-    obs = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32) * 3
-    return run_dir, trained, obs
 
 
 # --- 1. the dtype methods -------------------------------------------------------------------------------------
