@@ -74,7 +74,14 @@ class IterationParts:
         terminated = ro.terminated if cfg.bootstrap_truncation else ro.dones
 
         def value_of(obs):  # (k, N, *obs_shape) -> (k, N)
-            return t.agent.get_value(obs.reshape(-1, *obs.shape[2:])).reshape(obs.shape[:2])
+            return t.agent.get_value(obs.reshape(-1, *obs.shape[2:])).reshape(obs.shape[:2]).float()
+
+        if t.autocast is not None:  # --amp: the rollout's values came from the same autocast, one GAE one precision
+            plain = value_of
+
+            def value_of(obs):
+                with t.autocast():
+                    return plain(obs)
 
         # off the CPU the critic runs over every final obs: no more rows at once than the update's
         # minibatch (ppo.update's b // num_minibatches), whose activations the memory check counts

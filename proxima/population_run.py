@@ -986,8 +986,17 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
     first = member_configs(cfg, seeds[:1], {name: values[:1] for name, values in sweep.items()})[0]
     probe = _size_population(first, len(seeds) * math.prod(len(values) for values in sweep.values()), args.dry_run)
     members = member_configs(cfg, seeds, sweep)
+    from .trainer import _note_compile_mode
+
+    if not args.quiet:  # advice, as a single run's (--quiet drops it): populations never compile, so the mode does nothing
+        _note_compile_mode(members[0], typed)
     if args.dry_run:
         check_members(members)
+        from .device import resolve_device
+        from .trainer import check_device_flags
+
+        # what the real run's build refuses (--cudagraphs off CUDA), so a dry run never passes a config it would not
+        check_device_flags(members[0], resolve_device(members[0].device))
         if cfg.run_dir is not None:  # what the population's claim of the directory would refuse (as for one run)
             from .run_setup import check_new_run_dir
 
