@@ -1154,9 +1154,11 @@ class Policy:
         takes = "the features of normalized observations" if feat else "normalized observations"
         call = f"policy.agent.{name}(policy.agent.features({obs}))" if feat else f"policy.agent.{name}({obs})"
         if not normalized:
-            return (f"{head}: the policy does not pass observations to its network's {own} (under norm_obs it takes "
-                    f"{'the features of normalized ones' if feat else 'normalized ones'}); call {call}, obs a tensor on "
-                    "policy.device (this run has no observation normalizer)")
+            # an image's pixels are never normalized (--norm-obs is refused for them): no word of norm_obs there
+            why = ("" if getattr(self.agent, "has_pixels", False) else
+                   f" (under norm_obs it takes {'the features of normalized ones' if feat else 'normalized ones'})")
+            return (f"{head}: the policy does not pass observations to its network's {own}{why}; call {call}, obs a "
+                    "tensor on policy.device (this run has no observation normalizer)")
         return f"{head}: policy.agent's {own} takes {takes}, the policy raw ones; call {call}, obs a tensor on policy.device"
 
     def __init__(self, agent, obs_normalizer, config: dict, observation_space, action_space, device, path: Optional[str] = None,

@@ -986,10 +986,9 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
     first = member_configs(cfg, seeds[:1], {name: values[:1] for name, values in sweep.items()})[0]
     probe = _size_population(first, len(seeds) * math.prod(len(values) for values in sweep.values()), args.dry_run)
     members = member_configs(cfg, seeds, sweep)
-    from .trainer import _note_compile_mode
-
-    if not args.quiet:  # advice, as a single run's (--quiet drops it): populations never compile, so the mode does nothing
-        _note_compile_mode(members[0], typed)
+    if not args.quiet and "compile_mode" in typed:  # advice, as a single run's (--quiet drops it)
+        print(f"proxima: note: --compile-mode {members[0].compile_mode} has no effect: a population (--seeds/--sweep) "
+              "does not compile", file=sys.stderr)
     if args.dry_run:
         check_members(members)
         from .device import resolve_device

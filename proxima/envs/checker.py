@@ -322,6 +322,7 @@ class _Checker:
         # the obs dtype violation's words before its advice, and whether that advice already is the range one
         self.dtype_head: Optional[str] = None
         self.dtype_wraps = False
+        self.dtype_key: Optional[str] = None  # the obs part (obs, obs['key']) the head names
         self.notes: list[str] = []
 
     def ok(self, check: str) -> None:
@@ -352,13 +353,18 @@ class _Checker:
         self.inspect_obs(obs, self.obs_space, "obs", "observation_space", where, found)
         head, wraps = found.pop(_DTYPE_HEAD, None), found.pop(_DTYPE_WRAPS, None)
         if head is not None and "obs dtype" not in self.found:
-            self.dtype_head, self.dtype_wraps = head
+            self.dtype_head, self.dtype_wraps, self.dtype_key = head
         for check, (expected, actual) in found.items():  # per check, the first key that broke it
             self.bad(check, expected, actual)
         if wraps is not None and self.dtype_head is not None and not self.dtype_wraps:
             # the astype advice of an earlier, in-range occurrence would wrap these values into ones the bounds may
             # well take (int32: 3e9 becomes -1294967296), and the env would pass check-env feeding garbage
-            self.found["obs dtype"][0].actual = f"{self.dtype_head} ({wraps})"
+            text, key = wraps
+            violation = self.found["obs dtype"][0]
+            if key == self.dtype_key:
+                violation.actual = f"{self.dtype_head} ({text})"
+            else:  # another key of a Dict: the head's own advice stands, this key's range clause goes beside it
+                violation.actual = f"{violation.actual}; {key} too: {text}"
             self.dtype_wraps = True
 
     def inspect_obs(self, x: Any, space: gym.spaces.Space, name: str, declared: str, where: str, found: dict) -> None:
@@ -433,10 +439,10 @@ class _Checker:
             fault = int_range_fault(arr, space.dtype)
             head = f"{who}{got} {where}"
             if "obs dtype" not in found:
-                found[_DTYPE_HEAD] = (head, fault is not None)
+                found[_DTYPE_HEAD] = (head, fault is not None, name)
             bad("obs dtype", f"dtype {space.dtype} ({declared}.dtype)", f"{head} ({_dtype_fix(arr, space, fixed, fault)})")
             if fault is not None:
-                found.setdefault(_DTYPE_WRAPS, _dtype_fix(arr, space, fixed, fault, where))
+                found.setdefault(_DTYPE_WRAPS, (_dtype_fix(arr, space, fixed, fault, where), name))
             if arr.dtype.kind not in "biuf":
                 return
             # numbers of another dtype: their values are still checked (NaN, range, bounds compare as numbers

@@ -101,15 +101,18 @@ def test_a_value_out_of_range_at_a_later_step_gets_the_range_advice_naming_it(en
 
 
 def test_a_dict_key_out_of_range_later_is_named_with_its_step_and_episode(envs, capsys):
-    """The line names the key, value, step and episode, and is not cut off before its fix (300 characters were)."""
+    """The line names the key, value, step and episode, and is not cut off before its fix (300 characters were).
+    The head's key ('position', in range throughout) keeps its own astype advice: the other key's range clause
+    goes beside it (review 29d: it had replaced it, telling 'position' about int16 for a key that is int32)."""
     code, lines = check_env_lines("DictLate", capsys, "--steps", "40")
     assert code == 1
     line = dtype_line(lines)
     assert line == (
         "FAIL obs dtype: expected dtype int32 (observation_space['position'].dtype); got obs['position'] dtype int64 at "
-        "reset(seed=0) (does not cast safely to int32; obs['velocity'][1] = 5000000000, at step 27 (step 7 of episode 3), "
+        "reset(seed=0) (does not cast safely to int32: return obs['position'].astype(np.int32)); obs['velocity'] too: "
+        "does not cast safely to int32; obs['velocity'][1] = 5000000000, at step 27 (step 7 of episode 3), "
         "is outside its range [-2147483648, 2147483647] (astype would make it 705032704): declare a wider dtype "
-        "(np.int64) or clip/scale the values in the env) (and 45 more times)"), line
+        "(np.int64) or clip/scale the values in the env (and 45 more times)"), line
 
 
 def test_the_astype_advice_stays_when_every_value_fits(envs, capsys):

@@ -137,3 +137,13 @@ def test_copies_and_pickles_of_both_act_alike_and_refuse_alike(cartpole_run, whi
     with pytest.raises(AttributeError) as e:
         twin.critic
     assert str(e.value) == feature_line(type(policy).__name__, "critic")
+
+
+def test_a_pixel_policys_refusal_says_nothing_of_norm_obs(tmp_path):
+    """Review 29d: an image run cannot have --norm-obs, yet the encoder's refusal spoke of it."""
+    run = tmp_path / "pix"
+    proxima.train(PPOConfig(env_id="PixelQuadrant-v0", num_envs=2, num_steps=16, total_timesteps=32, eval_episodes=0,
+                            threads=1, progress=False, run_dir=str(run)), quiet=True)
+    with pytest.raises(AttributeError) as e:
+        proxima.load(run).encoder
+    assert "norm_obs" not in str(e.value) and "policy.agent.encoder(obs)" in str(e.value), e.value

@@ -18,6 +18,6 @@ def test_a_population_dry_run_refuses_cudagraphs_on_the_cpu_as_the_run_does(caps
 def test_a_population_notes_a_compile_mode_that_does_nothing(capsys):
     code, _, err = run_main([*ARGS, "--compile-mode", "max-autotune"], capsys)
     assert code == 0, err
-    assert "proxima: note: --compile-mode max-autotune has no effect without --compile" in err
+    assert "proxima: note: --compile-mode max-autotune has no effect: a population (--seeds/--sweep) does not compile" in err
     code, _, err = run_main([*ARGS, "--compile-mode", "max-autotune", "--quiet"], capsys)
     assert code == 0 and "--compile-mode" not in err, err
