@@ -85,7 +85,9 @@ def machine() -> dict:
     from proxima.bench import cpu_model
 
     cpu = cpu_model()
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    from proxima.cpuinfo import usable_cpus
+
+    usable = usable_cpus()  # the affinity mask and a container's CPU quota, as proxima bench counts them
     return {"cpu": cpu, "cores": os.cpu_count(), "usable": usable, "torch": torch.__version__,
             "python": platform.python_version(), "os": f"{platform.system()} {platform.release()}"}
 

@@ -129,7 +129,8 @@ class DistContext:
         import torch.distributed as dist
 
         with torch.no_grad():
-            seen = [r.count - r.epsilon for r in stats]  # rows this rank has counted (count less the prior)
+            moments = [r.moments() for r in stats]  # (rows this rank has counted, their squared deviations)
+            seen = [n for n, _ in moments]
             first = torch.cat([torch.cat([(r.mean * n).reshape(-1), n.reshape(1)]) for r, n in zip(stats, seen)])
             dist.all_reduce(first, op=dist.ReduceOp.SUM)
             means, totals, at = [], [], 0
@@ -140,15 +141,14 @@ class DistContext:
                 totals.append(total)
                 at += k + 1
             # each rank's squared deviations about the pooled mean (parallel-axis theorem)
-            second = torch.cat([((r.var * r.count - r.epsilon).clamp_min(0.0) + n * (r.mean - m).pow(2)).reshape(-1)
-                                for r, n, m in zip(stats, seen, means)])
+            second = torch.cat([(m2 + n * (r.mean - m).pow(2)).reshape(-1)
+                                for r, (n, m2), m in zip(stats, moments, means)])
             dist.all_reduce(second, op=dist.ReduceOp.SUM)
             at = 0
             for r, n, m, total in zip(stats, seen, means, totals):
                 k = r.mean.numel()
                 m2 = second[at:at + k].reshape(r.mean.shape)
-                r.mean.copy_(m)
-                r.var.copy_((m2 * (n / total) + r.epsilon) / r.count)
+                r.set_moments(m, m2 * (n / total), r.count.clone())
                 at += k
 
     def agree_stop(self, signum: int) -> int:

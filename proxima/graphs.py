@@ -77,11 +77,9 @@ class IterationParts:
             return t.agent.get_value(obs.reshape(-1, *obs.shape[2:])).reshape(obs.shape[:2]).float()
 
         if t.autocast is not None:  # --amp: the rollout's values came from the same autocast, one GAE one precision
-            plain = value_of
+            from .trainer import _autocast_fn
 
-            def value_of(obs):
-                with t.autocast():
-                    return plain(obs)
+            value_of = _autocast_fn(value_of, t.autocast)
 
         # off the CPU the critic runs over every final obs: no more rows at once than the update's
         # minibatch (ppo.update's b // num_minibatches), whose activations the memory check counts

@@ -47,15 +47,24 @@ class RunningMeanStd(nn.Module):
         # Chan's merge of the rows seen (n, mean, m2) with the batch; the prior's epsilon weighs in the
         # variance only, so it adds no mean**2 term (n is 0 before the first update: the batch's own
         # moments). Tensor arithmetic only, no branch on a value: the rollout may be a captured CUDA graph
-        seen = self.count - self.epsilon
-        m2_seen = (self.var * self.count - self.epsilon).clamp_min(0.0)
+        seen, m2_seen = self.moments()
         delta = batch_mean - self.mean
         tot = self.count + batch_count
         new_mean = self.mean + delta * batch_count / (seen + batch_count)
         m2 = m2_seen + batch_var * batch_count + delta.pow(2) * seen * batch_count / (seen + batch_count)
-        self.mean.copy_(new_mean)
-        self.var.copy_((m2 + self.epsilon) / tot)
-        self.count.copy_(tot)
+        self.set_moments(new_mean, m2, tot)
+
+    def moments(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(n, m2): the rows counted (count less the prior) and their summed squared deviations about
+        ``mean`` (the variance less the prior's share): what an update, or distributed.sync_normalizers'
+        merge across ranks, combines."""
+        return self.count - self.epsilon, (self.var * self.count - self.epsilon).clamp_min(0.0)
+
+    def set_moments(self, mean: torch.Tensor, m2: torch.Tensor, count) -> None:
+        """Hold ``mean`` and ``m2`` over ``count`` (rows plus the prior): var = (m2 + epsilon) / count."""
+        self.mean.copy_(mean)
+        self.var.copy_((m2 + self.epsilon) / count)
+        self.count.copy_(count)
 
 
 class ObsNormalizer(nn.Module):

@@ -301,7 +301,8 @@ class Trainer:
         # over self.return_window, in place (restored from a checkpoint: a run that had stopped there
         # does not train on; the checkpoints below record it)
         target = ReturnTarget(cfg.stop_return, cfg.stop_episodes, self.return_window)
-        self.stopped_at_return = target.reached()
+        # a run already at its total never stopped for --stop-return, whatever a new target says of its window
+        self.stopped_at_return = target.reached() if self.iteration < self.num_iterations else None
         # a resume of a complete run (or of one --stop-return ended) trains nothing: no logger, so no
         # empty TensorBoard file per resume, unless rows logged after the checkpoint must go
         from .logger import logged_past
@@ -807,11 +808,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             if resumed and trainer.trains() and not quiet and trainer.dist.is_main:
                 print(f"proxima: resuming {trainer.run_dir} at global step {trainer.global_step:,} (iteration {trainer.iteration})", file=sys.stderr)
             looping = True
-            # a complete run (at its total) that a new --stop-return target would call reached did not stop
-            # there: its note says it is complete, and a stop line after it would claim a stop that never was
-            complete = trainer.iteration >= trainer.num_iterations
             out_dir = trainer.run(resumed=resumed)
-            if not complete and trainer.stopped_at_return is not None and not quiet and trainer.dist.is_main:
+            if trainer.stopped_at_return is not None and not quiet and trainer.dist.is_main:
                 print(f"proxima: stopped at global step {trainer.global_step:,} (iteration {trainer.iteration}): the last "
                       f"{config.stop_episodes}+ training episodes averaged {trainer.stopped_at_return:.1f} >= --stop-return "
                       f"{config.stop_return:g}", file=sys.stderr)
