@@ -1089,9 +1089,10 @@ class Policy:
 
     It is no nn.Module and passes nothing through to ``agent``: the Module methods that return or
     convert the module (MODULE_ONLY, the dtype ones DTYPE_ONLY), the Agent's methods that take
-    observations (TAKES_OBS) and its submodules (SUBMODULES: ``encoder``, ``actor``, ``critic``) are an
-    AttributeError of one line saying what to call on ``policy.agent`` instead, as on train()'s
-    TrainedPolicy (which passes the Agent's other attributes through)."""
+    observations (TAKES_OBS) and, under an obs normalizer, its submodules (SUBMODULES: ``encoder``,
+    ``actor``, ``critic``) are an AttributeError of one line saying what to call on ``policy.agent``
+    instead, as on train()'s TrainedPolicy (which passes the Agent's other attributes through: without
+    a normalizer the submodules too, whose inputs are then the policy's own)."""
 
     #: nn.Module methods that return the module: on the policy they would give the bare Agent (which acts
     #: on normalized observations: under norm_obs other actions, without a word)
@@ -1124,9 +1125,13 @@ class Policy:
             return (f"{type(self).__name__}.{name}(): the policy is no torch.nn.Module; call policy.agent.{name}() for the "
                     "bare network (it acts on normalized observations, without the policy's normalizer and action "
                     "shaping), or load(run_dir, device=...) for the policy on another device")
-        # a submodule an Agent of another make adds takes observations or features as well
+        if name in self.TAKES_OBS:
+            return self._takes_obs_line(name)
+        # a submodule (one an Agent of another make adds too) is the network's part, read for inspection as often
+        # as called: refused only where the policy's inputs are not the network's, under an obs normalizer
         children = getattr(agent, "_modules", None) or {}
-        if name in self.TAKES_OBS or name in self.SUBMODULES or (name in children and not name.startswith("_")):
+        if (name in self.SUBMODULES or (name in children and not name.startswith("_"))) \
+                and self.__dict__.get("obs_normalizer") is not None:
             return self._takes_obs_line(name)
         return None
 

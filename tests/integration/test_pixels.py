@@ -49,7 +49,7 @@ def test_dict_env_with_an_image_and_a_vector_trains_and_evaluates(tmp_path, monk
     cfg = PPOConfig(env_id="bad_envs:ImageDictObs", backend="gymnasium", num_envs=2, num_steps=16, total_timesteps=64,
                     eval_episodes=0, progress=False, checkpoint_every=0, threads=1)
     run_dir, agent = train(cfg, run_dir=tmp_path / "run", quiet=True)
-    assert agent.encoder_kind == "cnn" and set(agent.encoder.encoders) == {"image", "vec"}
+    assert agent.encoder_kind == "cnn" and set(agent.agent.encoder.encoders) == {"image", "vec"}
     policy = load_policy(run_dir, env_id="bad_envs:ImageDictObs")  # a module env from a file is named by the caller
     result = evaluate(policy, episodes=2, seed=3, backend="gymnasium")
     assert result["lengths"] == [10, 10]

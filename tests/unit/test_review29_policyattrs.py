@@ -67,7 +67,9 @@ def test_a_flat_box_policy_refuses_encoder_saying_there_is_none(cartpole_run):
                             f"call policy.agent.features({NORM}), obs a tensor on policy.device")
 
 
-def test_an_encoder_module_and_any_other_submodule_are_refused():
+def test_without_a_normalizer_the_submodules_answer_for_inspection():
+    """The submodules are refused only under an obs normalizer: without one the policy's inputs are the
+    network's, and `policy.encoder.encoders` (inspection, as the pixel tests do) must keep working."""
     from proxima.trainer import TrainedPolicy
 
     space = gym.spaces.Dict({"a": gym.spaces.Box(-1.0, 1.0, (2,), np.float32), "b": gym.spaces.Box(-1.0, 1.0, (3,), np.float32)})
@@ -76,21 +78,17 @@ def test_an_encoder_module_and_any_other_submodule_are_refused():
     assert isinstance(agent.encoder, torch.nn.Module)
     agent.add_module("aux", torch.nn.Linear(4, 1))  # an Agent of another make: a head of its own
     policy = TrainedPolicy(agent, None, {"env_id": "X-v0"}, space, act, "cpu")
-    with pytest.raises(AttributeError) as e:
-        policy.encoder
-    assert str(e.value) == ("TrainedPolicy.encoder: the policy does not pass observations to its network's encoder (under "
-                            "norm_obs it takes normalized ones); call policy.agent.encoder(obs), obs a tensor on policy.device "
-                            "(this run has no observation normalizer)")
-    with pytest.raises(AttributeError) as e:
-        policy.aux
-    assert str(e.value).startswith("TrainedPolicy.aux: the policy does not pass observations to its network's aux")
+    assert policy.encoder is agent.encoder and policy.aux is agent.aux and policy.critic is agent.critic
+    with pytest.raises(AttributeError) as e:  # the methods that take observations stay refused
+        policy.get_value
+    assert str(e.value).startswith("TrainedPolicy.get_value(): the policy does not pass observations to its network's")
     assert policy.nvec == [2] and policy.encoder_kind == "mlp"  # plain attributes still answer
 
 
 def test_readme_no_longer_lists_encoder_among_what_answers():
     text = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
     assert "(`parameters()`, `state_dict()`, `encoder`) answer through the policy" not in text
-    assert "`policy_step()`, `encoder`, `actor`, `critic`): they want them normalized" in text
+    assert "`policy_step()`), nor, under `norm_obs`, its submodules (`encoder`, `actor`, `critic`): they want them normalized" in text
     assert "`load(run_dir)`'s policy answers these names in the same words" in text
 
 
@@ -139,11 +137,13 @@ def test_copies_and_pickles_of_both_act_alike_and_refuse_alike(cartpole_run, whi
     assert str(e.value) == feature_line(type(policy).__name__, "critic")
 
 
-def test_a_pixel_policys_refusal_says_nothing_of_norm_obs(tmp_path):
-    """Review 29d: an image run cannot have --norm-obs, yet the encoder's refusal spoke of it."""
+def test_a_pixel_policys_encoder_answers_and_its_refusals_say_nothing_of_norm_obs(tmp_path):
+    """Review 29d: an image run cannot have --norm-obs, yet the refusals spoke of it; and its encoder, whose
+    input is the policy's own raw pixels, was refused (the pixel tests read policy.encoder.encoders)."""
     run = tmp_path / "pix"
-    proxima.train(PPOConfig(env_id="PixelQuadrant-v0", num_envs=2, num_steps=16, total_timesteps=32, eval_episodes=0,
-                            threads=1, progress=False, run_dir=str(run)), quiet=True)
+    _, trained = proxima.train(PPOConfig(env_id="PixelQuadrant-v0", num_envs=2, num_steps=16, total_timesteps=32,
+                                         eval_episodes=0, threads=1, progress=False, run_dir=str(run)), quiet=True)
+    assert trained.encoder is trained.agent.encoder
     with pytest.raises(AttributeError) as e:
-        proxima.load(run).encoder
-    assert "norm_obs" not in str(e.value) and "policy.agent.encoder(obs)" in str(e.value), e.value
+        proxima.load(run).get_value
+    assert "norm_obs" not in str(e.value) and "policy.agent.get_value(obs)" in str(e.value), e.value
