@@ -17,8 +17,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
-
-import pytest
+from typing import Optional
 
 import warm_python
 from tests.static.test_docker import tool
@@ -42,11 +41,15 @@ STEPS = ["doctor", "pytest-cuda", "vs-purejaxrl", "purejaxrl-solve", "solve-gpu"
          "population-256", "pytest-cuda-compile"]
 
 
-def run_session(tmp_path: Path, stub: str = STUB, anchor_text: str = "# the anchor\n",
+def run_session(tmp_path: Path, stub: str = STUB, anchor_text: Optional[str] = "# the anchor\n",
                 out_name: str = "out") -> tuple[subprocess.CompletedProcess, Path]:
+    """gpu_session.sh on a fake tree (TMPDIR and OUT in ``tmp_path``) with a stand-in python3; ``anchor_text``
+    None: no anchor carried."""
     work, out = tmp_path / "tree", tmp_path / out_name
-    (work / ".anchors").mkdir(parents=True, exist_ok=True)
-    (work / ".anchors" / "purejaxrl_cartpole.py").write_text(anchor_text)
+    work.mkdir(parents=True, exist_ok=True)
+    if anchor_text is not None:
+        (work / ".anchors").mkdir(exist_ok=True)
+        (work / ".anchors" / "purejaxrl_cartpole.py").write_text(anchor_text)
     out.mkdir()
     python = tmp_path / "python3"
     python.write_text(stub)

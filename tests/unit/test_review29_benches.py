@@ -342,27 +342,11 @@ def test_the_venv_is_said_once_where_the_commands_are():
 # ------------------------------------------------------------------------------------ item 8: gpu_session.sh
 SESSION = ROOT / "benchmarks" / "gpu_session.sh"
 # the GPU machine's stand-in python3 and the steps in order: test_gpu_session.py's
-from tests.static.test_gpu_session import STEPS, STUB  # noqa: E402
-
-
-def run_session(tmp_path: Path, stub: str = STUB, anchor: bool = True) -> tuple:
-    """gpu_session.sh on a fake tree (TMPDIR and OUT in ``tmp_path``) with a stand-in python3."""
-    work, out = tmp_path / "tree", tmp_path / "out"
-    work.mkdir()
-    if anchor:
-        (work / ".anchors").mkdir()
-        (work / ".anchors" / "purejaxrl_cartpole.py").write_text("# the anchor\n")
-    out.mkdir()
-    python = tmp_path / "python3"
-    python.write_text(stub)
-    python.chmod(0o755)
-    env = {**os.environ, "OUT": str(out), "PYTHON": str(python), "TMPDIR": str(tmp_path)}
-    r = subprocess.run(["bash", str(SESSION)], cwd=work, env=env, capture_output=True, text=True, timeout=120)
-    return r, out
+from tests.static.test_gpu_session import STEPS, STUB, run_session  # noqa: E402
 
 
 def test_gpu_session_without_an_anchor_says_each_skipped_step_and_runs_proxima_s_population(tmp_path):
-    r, out = run_session(tmp_path, anchor=False)
+    r, out = run_session(tmp_path, anchor_text=None)
     assert r.returncode == 0, r.stdout + r.stderr
     summary = (out / "summary.txt").read_text().splitlines()
     assert [line.split(":")[0] for line in summary] == STEPS, summary
