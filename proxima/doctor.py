@@ -182,11 +182,6 @@ def python_headers() -> tuple[str | None, str]:
     return None, f"Python.h is not in {first}: {fix}"
 
 
-def _find_cxx() -> str | None:
-    """The C++ compiler torch.compile's CPU backend will use (inductor_cxx), or None."""
-    return inductor_cxx()[0]
-
-
 def cpu_bf16_native() -> tuple[bool | None, str]:
     """Whether this CPU has bf16 arithmetic in hardware, from the flags Linux lists in /proc/cpuinfo:
     x86's avx512_bf16 or amx_bf16, Arm's bf16. Without them torch still computes bf16 (collect()'s

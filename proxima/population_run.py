@@ -475,7 +475,7 @@ def _record_resume(dirs, step: int, device) -> None:
     from .diskspace import write_error
     from .train_state import record_resume, resume_entry
 
-    entry = resume_entry(step, cpu=device.type == "cpu", device=str(device))
+    entry = resume_entry(step, device=str(device))
     for i, d in enumerate(dirs):
         path = d / "meta.json"
         if not path.exists():

@@ -590,14 +590,15 @@ def _run_meta(t: "Trainer") -> dict:
 
 
 def _resume_entry(t: "Trainer") -> dict:
-    return resume_entry(t.global_step, t.argv, cpu=t.device.type == "cpu", device=str(t.device))
+    return resume_entry(t.global_step, t.argv, device=str(t.device))
 
 
-def resume_entry(step: int, argv=None, cpu: bool = False, device: Optional[str] = None) -> dict:
+def resume_entry(step: int, argv=None, device: Optional[str] = None) -> dict:
     """One entry of meta.json's ``resumes``: what trains from ``step`` on (the first start's record
     at the top of meta.json says what trained before); ``argv``: the command, sys.argv when None.
-    ``cpu``: a run on the CPU, whose entry records the CPU tanh it computes with. ``device``: the
-    device it trains on (--device may change on resume), recorded when given, as the first start's is."""
+    ``device``: the device it trains on (--device may change on resume), recorded when given, as the
+    first start's is; on the CPU the entry also records the CPU tanh it computes with."""
+    cpu = device is not None and str(device).split(":")[0] == "cpu"
     entry = {"started": datetime.now().isoformat(timespec="seconds"), "step": int(step),
              "command": argv if argv is not None else sys.argv, "versions": versions()}
     if device is not None:

@@ -197,7 +197,7 @@ def test_cxx_env_var_is_honoured(monkeypatch, tmp_path):
     fake.write_text("#!/bin/sh\n")
     fake.chmod(0o755)
     monkeypatch.setenv("CXX", str(fake))
-    assert doctor._find_cxx() == str(fake)
+    assert doctor.inductor_cxx()[0] == str(fake)
 
 
 def test_collect_never_raises_when_probes_blow_up(monkeypatch):
@@ -321,7 +321,7 @@ def test_a_dangling_cxx_makes_compile_unavailable(monkeypatch, tmp_path, capsys)
     assert rc == 0 and any(line.split()[:2] == ["torch.compile", "no"] for line in out.splitlines())
     assert f"CXX={cxx} not found" in out
     monkeypatch.delenv("CXX")
-    assert doctor._find_cxx() == doctor.shutil.which("g++")  # unset: g++ on PATH, as inductor (None here without one)
+    assert doctor.inductor_cxx()[0] == doctor.shutil.which("g++")  # unset: g++ on PATH, as inductor (None here without one)
 
 
 # --- a torch or gymnasium that does not import ----------------------------------------------------------------

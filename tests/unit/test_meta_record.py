@@ -106,13 +106,13 @@ def test_a_resume_with_another_cpu_tanh_is_noted_and_recorded(tmp_path, capsys):
     from proxima.train_state import resume_entry
 
     path = _meta(tmp_path, {"kind": "ppo", "machine": {"cpu_tanh": "torch"}})
-    entry = resume_entry(128, ["proxima", "resume", "RUN"], cpu=True)
+    entry = resume_entry(128, ["proxima", "resume", "RUN"], device="cpu")
     assert record_resume(path, {**entry, "cpu_tanh": "numpy"})
     assert "the run started with the CPU tanh 'torch' and resumes with 'numpy'" in capsys.readouterr().err
     assert record_resume(path, {**entry, "cpu_tanh": "torch"})
     assert capsys.readouterr().err == ""
     assert [r["cpu_tanh"] for r in json.loads(path.read_text())["resumes"]] == ["numpy", "torch"]
-    assert "cpu_tanh" not in resume_entry(128, [], cpu=False)  # a GPU run computes no CPU tanh
+    assert "cpu_tanh" not in resume_entry(128, [], device="cuda:0")  # a GPU run computes no CPU tanh
 
 
 def test_a_population_resume_records_the_cpu_tanh_in_each_member_and_notes_a_change_once(tmp_path, capsys, monkeypatch):
