@@ -334,14 +334,16 @@ collect_user_pids() {
 }
 # collect_first_wave: WAVE = the processes to stop first. Not the servers that hold terminals (above),
 # nor the JupyterLab this script runs (its shutdown closes its terminals), nor a session leader with a
-# terminal while another of these runs in its session: `bash -c 'proxima train ...; echo done'` in a
-# tmux pane, dying of SIGTERM first, would hang up the pane's terminal under proxima (SIGHUP).
+# terminal and no SIGTERM handler while another of these runs in its session: `bash -c 'proxima train
+# ...; echo done'` in a tmux pane, dying of SIGTERM first, would hang up the pane's terminal under
+# proxima (SIGHUP).
 # Nor a worker whose parent is in the wave, has a SIGTERM handler and runs the same program:
 # --vector async's env workers under proxima train, torchrun under the --nproc launcher and the ranks
 # under torchrun. The parent stops them itself once its checkpoint is written; a SIGTERM of their own
 # would kill them inside the iteration the parent finishes first, and no checkpoint would come. (A
 # Jupyter kernel stays in the wave: its parent, the JupyterLab above, is not in it.)
 WAVE=()
+HELD="" # the session leaders held back, and the processes in their sessions, for the log
 collect_first_wave() {
   local pid parent stat rest sid tty top i
   local -a candidates=() kept=()
@@ -362,16 +364,25 @@ collect_first_wave() {
     read -r stat 2>/dev/null <"/proc/$pid/stat" || continue
     rest="${stat##*) }" # the fields after "(comm)", which may hold spaces
     read -r _ _ _ sid tty _ <<<"$rest"
-    if [[ "$sid" == "$pid" && "$tty" != 0 ]]; then
+    # A leader with a SIGTERM handler of its own (proxima train leading its tmux pane) decides itself
+    # when to exit and so when its terminal hangs up: it is never held back. Held back, it would leave
+    # its workers to be signalled themselves whenever another program ran in its session, even one
+    # gone a moment later (the container test caught one in CI).
+    if [[ "$sid" == "$pid" && "$tty" != 0 ]] && ! handles_term "$pid"; then
       leader_sid[$pid]="$sid"
     else
-      busy_sid[$sid]=1
+      busy_sid[$sid]+=" $pid"
     fi
     kept+=("$pid")
   done
   WAVE=()
+  HELD=""
   for pid in "${kept[@]}"; do
-    [[ -n "${leader_sid[$pid]:-}" && -n "${busy_sid[${leader_sid[$pid]}]:-}" ]] && continue
+    if [[ -n "${leader_sid[$pid]:-}" && -n "${busy_sid[${leader_sid[$pid]}]:-}" ]]; then
+      # shellcheck disable=SC2086 # the session's pids, split on purpose
+      HELD+="; $(describe "$pid") until $(describe ${busy_sid[${leader_sid[$pid]}]}) in its terminal session"
+      continue
+    fi
     WAVE+=("$pid")
     in_wave[$pid]=1
   done
@@ -421,6 +432,7 @@ stop_all() {
   collect_first_wave
   if ((${#WAVE[@]})); then
     log "$why: SIGTERM to $(describe "${WAVE[@]}") (a training run writes a checkpoint and exits 143); waiting up to ${STOP_GRACE} s"
+    [[ -z "$HELD" ]] || log "$why: held back${HELD#;}"
     for pid in "${WAVE[@]}"; do
       kill -TERM "$pid" 2>/dev/null && kill -CONT "$pid" 2>/dev/null || true
     done

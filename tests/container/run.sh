@@ -632,11 +632,13 @@ wait "$CI_PID"
 ci_rc=$?
 set -e
 CI_PID=""
-wave="$(podman logs "$PREFIX-main" 2>&1 | { grep '^proxima-entrypoint: SIGTERM: SIGTERM to ' || true; } | tail -n 1)"
+podman logs "$PREFIX-main" >"$LOGS/main.log" 2>&1 || true
+wave="$({ grep '^proxima-entrypoint: SIGTERM: SIGTERM to ' "$LOGS/main.log" || true; } | tail -n 1)"
+held="$({ grep '^proxima-entrypoint: SIGTERM: held back ' "$LOGS/main.log" || true; } | tail -n 1)"
 signalled="$({ grep -Eo '[0-9]+ \(proxima\)' <<<"$wave" || true; } | cut -d' ' -f1 | sort -n | paste -sd' ' -)"
 want="$(printf '%s\n' "${trainers[@]}" | sort -n | paste -sd' ' -)"
 [[ "$signalled" == "$want" ]] \
-  || die "the stop's first SIGTERM reached proxima processes ${signalled:-none}; expected the trainers $want only, not their env workers ${workers[*]}: $wave"
+  || die "the stop's first SIGTERM reached proxima processes ${signalled:-none}; expected the trainers $want only, not their env workers ${workers[*]}: $wave${held:+ ($held)}; the container's log: $LOGS/main.log"
 ok "the stop's first SIGTERM went to the 3 trainers and none of their ${#workers[@]} env workers (each trainer stops its own)"
 for run in stop-tmux stop-pane stop-exec; do
   err="$WORK/runs/$run.err"
