@@ -1038,11 +1038,66 @@ def _read(argv: Optional[list]):
     return args
 
 
+class _StdoutWatch:
+    """sys.stdout while a command runs: the stream itself in every respect, but a write or flush
+    that fails (a full disk under ``proxima report > out.md``) is remembered, so that _command can
+    tell stdout's OSError from any other. Flushing again cannot tell: the failed print has already
+    emptied the buffer."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.failed: Optional[OSError] = None
+
+    def _watch(self, name, *a):
+        try:
+            return getattr(self._stream, name)(*a)
+        except BrokenPipeError:  # the reader left: _command's exit 141, as before
+            raise
+        except OSError as e:
+            self.failed = self.failed or e
+            raise
+
+    def write(self, text):
+        return self._watch("write", text)
+
+    def writelines(self, lines):
+        return self._watch("writelines", lines)
+
+    def flush(self):
+        return self._watch("flush")
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def _command(args: argparse.Namespace) -> int:
     """Run the command read by _read: first that torch and gymnasium import (one line naming the one
     that does not, exit 2; doctor diagnoses that rather than needing them), then the environment's
-    settings."""
+    settings. Output that stdout does not take (a full disk) is one line naming the file, exit 2,
+    also when the command swallowed the error: what it printed is lost."""
     prog = f"proxima {args.command}"
+    stdout = sys.stdout
+    watch = sys.stdout = _StdoutWatch(stdout) if stdout is not None else None
+    try:
+        code = _run_command(args, prog)
+        if watch is not None and watch.failed is None:
+            sys.stdout.flush()  # a full disk shows here, not as a traceback at exit
+        if watch is not None and watch.failed is not None:
+            raise watch.failed
+        return code
+    except OSError as e:
+        if watch is None or watch.failed is None or isinstance(e, BrokenPipeError) \
+                or watch.failed not in (e, e.__cause__, e.__context__):
+            raise
+        from .diskspace import stdout_problem
+
+        return fail(prog, stdout_problem(watch.failed))
+    finally:
+        if sys.stdout is watch:
+            sys.stdout = stdout
+
+
+def _run_command(args: argparse.Namespace, prog: str) -> int:
     try:
         if args.command != "doctor":  # doctor diagnoses the environment's settings rather than refusing to run
             broken = broken_import()

@@ -8,7 +8,9 @@ prints as one line with exit status 2.
 from __future__ import annotations
 
 import errno
+import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Optional, Union
 
@@ -65,3 +67,29 @@ def describe(path: Union[str, Path], exc: OSError, what: str = "could not write"
 
 def write_error(path: Union[str, Path], exc: OSError, what: str = "could not write", suffix: str = "") -> StorageError:
     return StorageError(describe(path, exc, what) + suffix)
+
+
+def stdout_problem(exc: OSError, what: str = "the output") -> str:
+    """Why stdout took no more output, for a command's one line: the file it writes to and the free
+    space there when it is a regular file (``proxima report > out.md`` on a full disk), else
+    ``<stdout>`` (a device or pipe, where the free space of some folder would mislead). Then fd 1 is
+    pointed at /dev/null: what is left in the buffer would fail again, with a traceback, at exit."""
+    name = "<stdout>"
+    try:
+        import stat
+
+        if stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode):
+            target = os.readlink(f"/proc/self/fd/{sys.stdout.fileno()}")
+            if os.path.isabs(target):
+                name = target
+    except (OSError, ValueError, AttributeError):
+        pass
+    if name == "<stdout>":
+        why = f"<stdout>: could not write ({exc.strerror or type(exc).__name__}); send {what} to a file or pipe that takes it"
+    else:
+        why = describe(name, exc)
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    return why

@@ -595,21 +595,6 @@ def cuda_reason(info: dict) -> str:
     return "CUDA not usable"
 
 
-def _stdout_name() -> str:
-    """The file stdout writes to when it is a regular file (its filesystem's free space is the
-    one that counts), else "<stdout>"."""
-    import stat
-
-    try:
-        if stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode):
-            target = os.readlink(f"/proc/self/fd/{sys.stdout.fileno()}")
-            if os.path.isabs(target):
-                return target
-    except (OSError, ValueError, AttributeError):
-        pass
-    return "<stdout>"
-
-
 def run(args: argparse.Namespace) -> int:
     """Entry point of `proxima doctor`; returns the exit status."""
     info = collect()
@@ -619,17 +604,9 @@ def run(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         raise  # `proxima doctor | head`: the CLI's exit 141, no traceback
     except OSError as e:
-        from .diskspace import describe
+        from .diskspace import stdout_problem
 
-        name = _stdout_name()
-        if name == "<stdout>":  # a device or pipe: the free space of some folder would mislead
-            why = f"<stdout>: could not write ({e.strerror or type(e).__name__}); send the report to a file or pipe that takes it"
-        else:
-            why = describe(name, e)
-        try:  # what is left in the buffer would fail again, with a traceback, at exit
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
+        why = stdout_problem(e, "the report")
         print(f"proxima doctor: error: {why}", file=sys.stderr)
         return 2
     if getattr(args, "require_cuda", False) and not info.get("cuda_usable"):

@@ -1,0 +1,86 @@
+"""Output that stdout does not take (a full disk) is one line naming where, exit 2, for every
+command, not only doctor: `proxima presets > /dev/full` gave a traceback, and a command that
+swallowed the failed print exited 0 with its output lost."""
+
+import errno
+import os
+import subprocess
+import sys
+
+import pytest
+
+from proxima import cli
+from tests import warm_python
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_presets_to_a_full_device_is_one_line_exit_2(tmp_path):
+    with open("/dev/full", "w") as full:
+        proc = warm_python.run([sys.executable, "-m", "proxima", "presets"], cwd=tmp_path, stdout=full,
+                               stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == ["proxima presets: error: <stdout>: could not write (No space left on device); "
+                                        "send the output to a file or pipe that takes it"]
+
+
+class _FullStream:
+    """A stdout whose writes fail as a full disk's do; fileno is a pipe's, so the line says <stdout>."""
+
+    def __init__(self):
+        self.r, self.w = os.pipe()
+
+    def write(self, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def flush(self):
+        pass
+
+    def fileno(self):
+        return self.w
+
+
+def _args(func):
+    import argparse
+
+    return argparse.Namespace(command="doctor", func=func)  # doctor: no import check, the func alone runs
+
+
+def test_a_swallowed_stdout_failure_is_still_one_line_exit_2(monkeypatch, capsys):
+    def swallowing(args):
+        try:
+            print("the table")
+        except OSError:  # a command that went on: its output is lost all the same
+            pass
+        return 0
+
+    stream = _FullStream()
+    monkeypatch.setattr(sys, "stdout", stream)
+    assert cli._command(_args(swallowing)) == 2
+    assert sys.stdout is stream  # put back
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["proxima doctor: error: <stdout>: could not write (No space left on device); "
+                                "send the output to a file or pipe that takes it"]
+
+
+def test_another_oserror_is_not_taken_for_stdout(monkeypatch):
+    def failing(args):
+        raise OSError(errno.ENOSPC, "No space left on device", "/elsewhere/file")
+
+    monkeypatch.setattr(sys, "stdout", _FullStream())
+    with pytest.raises(OSError) as e:
+        cli._command(_args(failing))
+    assert e.value.filename == "/elsewhere/file"
+
+
+def test_stdout_is_the_stream_itself_for_a_command(monkeypatch, capsys):
+    seen = {}
+
+    def looking(args):
+        seen["isatty"] = sys.stdout.isatty()
+        seen["encoding"] = sys.stdout.encoding
+        print("hello")
+        return 3
+
+    assert cli._command(_args(looking)) == 3
+    assert capsys.readouterr().out == "hello\n"
+    assert seen["isatty"] is False and seen["encoding"]
