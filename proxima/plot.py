@@ -19,8 +19,13 @@ A population directory (``proxima train --seeds/--sweep``, population_run.py) is
 curve per setting (a combination of swept values; all its seeds): by default the IQM over the
 setting's members at each x with a shaded 95% percentile-bootstrap confidence interval (members
 resampled at each x, population_report.bootstrap_band, a fixed seed so the image is reproducible);
-``--stat`` and ``--band`` choose others. The legend names the setting: ``lr=0.001: IQM, 95% CI (4
-members)``. A member that diverged is left out of its setting's curve, as the report's table leaves
+``--stat`` and ``--band`` choose others. A member's last value is carried forward to the last step
+it logged a row at, so each curve ends where training did. The legend names the setting:
+``lr=0.001: IQM, 95% CI (4 members)`` (``lr=0.001: IQM (1 member)``: one member has no CI, and no
+band is drawn or listed). Past 10 settings each curve takes its own colour from a colormap and a
+line style in turn (curve_styles), where matplotlib's cycle would repeat its colours. A population
+whose every member diverged is a PlotError saying so. A member that diverged is left out of its
+setting's curve, as the report's table leaves
 it out, and so is (of several directories) a member without values of the metric; the legend names
 them (``2 of 3 members; m001 diverged at iteration 4``). A member directory (``RUN/m000-seed1``) is
 a plain run. Population and plain run directories can be mixed. Of several directories, those that
@@ -248,7 +253,11 @@ def load_curve(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = "step",
     (an inf value is left out with a note on stderr naming its row, as the report names it)."""
     if x not in X_COLUMNS:
         raise PlotError(f"--x {x!r}: choose one of {', '.join(X_COLUMNS)}")
-    cols = read_metrics(run_dir)
+    return _curve_of(read_metrics(run_dir), run_dir, metric, x, smooth)
+
+
+def _curve_of(cols: dict, run_dir: PathLike, metric: str, x: str, smooth: int) -> tuple[np.ndarray, np.ndarray]:
+    """load_curve of the columns ``cols`` read from ``run_dir``'s metrics.csv."""
     name = resolve_metric(metric, list(cols), run_dir)
     xcol = X_COLUMNS[x]
     if xcol not in cols:
@@ -567,23 +576,30 @@ def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = 
     """(env id, resolved metric, one Curve per setting) of a population run directory (population_run.py).
 
     A setting's curve is ``stat`` over its members at each logged x (aggregate, align="carry": a
-    member's last value carried forward over the iterations in which it logged none) with its band;
-    its label names the setting and the statistic: ``lr=0.001: IQM, 95% CI (4 members)``, with
-    ``, fewer before step S`` when some member has no value yet before S; the first curve's band
-    legend entry says how they are made (carried forward; the CI's resamples and RNG). A member that
-    diverged (population.json, Setting.diverged) is left out whole, as the report's table leaves it
+    member's last value carried forward over the iterations in which it logged none, and on to the
+    last x it logged a row at, _member_curve) with its band; its label names the setting, the
+    statistic and the band where it has a value: ``lr=0.001: IQM, 95% CI (4 members)``, ``lr=0.001:
+    IQM (1 member)``, with ``, fewer before step S`` when some member has no value yet before S; the
+    first banded curve's band legend entry (else the first curve's band_label, which draw_panels puts
+    in the legend's title) says how they are made (carried forward; the CI's resamples and RNG). A
+    population whose every member diverged is a PlotError saying so (every_member_diverged). A
+    member that diverged (population.json, Setting.diverged) is left out whole, as the report's table leaves it
     out: its values before the divergence carried forward would stand for a member that no longer
     learns. A member without values of the metric is a PlotError when ``strict``, else left out with
     a line on stderr. The label names the members left out (``2 of 3 members; m001 diverged at
     iteration 4``); a setting none of whose members is left is an empty Curve whose label says why,
     so the legend still names it. PlotError when no setting has a member to draw.
     """
-    from .population_report import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, MIN_CI_MEMBERS, PopulationError, read_settings
+    from .population_report import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, MIN_CI_MEMBERS, PopulationError,
+                                    every_member_diverged, read_settings)
 
     try:
         settings = read_settings(run_dir)
     except PopulationError as e:
         raise PlotError(str(e)) from None
+    everyone = every_member_diverged(run_dir, settings)
+    if everyone:
+        raise PlotError(f"{run_dir}: no curve to draw: {everyone}")
     dirs = [d for s in settings for _, d in s.members]
     first = next((d for d in dirs if (d / "metrics.csv").is_file()), None)
     if first is None:
@@ -610,24 +626,39 @@ def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = 
         full = np.flatnonzero(agg["count"] == len(member_curves))
         full_from = agg["x"][full[0]] if full.size else None  # from here on every member has a value (carried forward)
         late = "" if full_from is None or full[0] == 0 else (f", fewer before step {full_from:,.0f}" if x == "step" else f", fewer before {full_from:.1f} s")
-        count = (f"{len(member_curves)} of {len(s.members)} members; {_left_out_note(left)}" if left
-                 else f"{len(member_curves)} members") + late
-        curves.append(Curve(f"{head}{STATS[stat]}, {BAND_SHORT[band]} ({count})", agg["x"], agg["y"], agg["lo"], agg["hi"]))
+        members = "member" if len(s.members) == 1 else "members"
+        count = (f"{len(member_curves)} of {len(s.members)} {members}; {_left_out_note(left)}" if left
+                 else f"{len(member_curves)} {members}") + late
+        # one member has no CI (NaN throughout): the label names only what is drawn
+        shown_band = f", {BAND_SHORT[band]}" if np.isfinite(agg["lo"]).any() else ""
+        curves.append(Curve(f"{head}{STATS[stat]}{shown_band} ({count})", agg["x"], agg["y"], agg["lo"], agg["hi"]))
     drawn = [c for c in curves if len(c.x)]
     if not drawn:
         raise PlotError(f"{run_dir}: no member to draw (" + "; ".join(not_drawn) + ")")
     how = "last value carried forward" + ("; diverged members left out" if any(s.diverged for s in settings) else "")
-    if band == "ci":
+    banded = [c for c in drawn if np.isfinite(c.lo).any()]
+    if band == "ci" and banded:
         how += f"\n95% CI: {BOOTSTRAP_RESAMPLES} bootstrap resamples,\ndefault_rng({BOOTSTRAP_SEED}); none for < {MIN_CI_MEMBERS} members"
-    drawn[0].band_label = how  # how the panel's curves are made, once, on its first band's legend entry
+    # how the panel's curves are made, once, on its first band's legend entry (no band: draw_panels
+    # puts it in the legend's title rather than beside a swatch of nothing)
+    (banded or drawn)[0].band_label = how
     return run_env_id(first), name, curves
 
 
 def _member_curve(member_dir: Path, metric: str, x: str, smooth: int, strict: bool) -> Optional[tuple[np.ndarray, np.ndarray]]:
-    """A member's (x, y) (load_curve); when it has none to draw (no values of the metric, no
-    metrics.csv): PlotError when ``strict``, else None and a line on stderr naming it and why."""
+    """A member's (x, y) (load_curve), its last value carried on to the last x it logged a row at
+    (any row: an iteration without a finished episode has a step but no return), so a setting's
+    curve ends where its members' training does, not at the last iteration one finished an episode.
+    When it has none to draw (no values of the metric, no metrics.csv): PlotError when ``strict``,
+    else None and a line on stderr naming it and why."""
     try:
-        return load_curve(member_dir, metric, x, smooth)
+        cols = read_metrics(member_dir)
+        xs, ys = _curve_of(cols, member_dir, metric, x, smooth)
+        logged = cols.get(X_COLUMNS[x], np.array([]))
+        logged = logged[np.isfinite(logged)]
+        if logged.size and logged.max() > xs[-1]:
+            xs, ys = np.append(xs, logged.max()), np.append(ys, ys[-1])
+        return xs, ys
     except PlotError as e:
         if strict:
             raise
@@ -746,6 +777,68 @@ def _one_x_band(c: "Curve") -> bool:
     return len(c.x) == 1 and bool(np.isfinite(c.lo[0]) and np.isfinite(c.hi[0]))
 
 
+#: matplotlib's default cycle has this many colours: a panel with more curves would draw two alike
+CYCLE_COLOURS = 10
+#: line styles taken in turn, past CYCLE_COLOURS curves, so neighbours in the colormap differ in style too
+LINE_STYLES = ("-", "--", "-.", ":")
+
+
+def curve_styles(n: int) -> list[dict]:
+    """Keyword arguments of ax.plot for the ``n`` curves of a panel: {} each (matplotlib's colour
+    cycle) up to CYCLE_COLOURS; past that the cycle repeats (lr=0.0001 and lr=0.002 both blue), so
+    each curve takes its own colour from the turbo colormap sampled at ``n`` points, and a line style
+    in turn, so no two legend entries look alike and a sweep's order reads as the colour's."""
+    if n <= CYCLE_COLOURS:
+        return [{} for _ in range(n)]
+    from matplotlib import colormaps
+
+    cmap = colormaps["turbo"]
+    return [{"color": cmap(0.05 + 0.9 * i / (n - 1)), "linestyle": LINE_STYLES[i % len(LINE_STYLES)]} for i in range(n)]
+
+
+def draw_panels(panels: list, x: str = "step", smooth: int = 1, title: Optional[str] = None):
+    """The matplotlib Figure (Agg canvas, not saved) of collect_panels's ``panels``, up to three panels
+    a row. A curve whose band has no value (one member: no CI) draws no band, and its band_label (how
+    the panel's curves are made) heads the legend instead of a swatch of nothing."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    n = len(panels)
+    fig = Figure(figsize=(6.4 * min(n, 3), 4.2 * math.ceil(n / 3)), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(math.ceil(n / 3), min(n, 3), squeeze=False).ravel()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    for ax, (panel_title, metric_name, curves) in zip(axes, panels):
+        notes = []
+        for c, style in zip(curves, curve_styles(len(curves))):
+            line, = ax.plot(c.x, c.y, lw=1.6 if c.lo is None else 1.8, label=drawable(c.label),
+                            marker="o" if len(c.x) == 1 else None, **style)
+            band_label = drawable(c.band_label, lines=True)  # its own line breaks are the layout's
+            if c.lo is not None and len(c.x) and not (np.isfinite(c.lo).any() and np.isfinite(c.hi).any()):
+                if band_label:
+                    notes.append(band_label)
+            elif c.lo is not None and _one_x_band(c):  # fill_between over one x has no width: nothing drawn
+                ax.errorbar(c.x, (c.lo + c.hi) / 2, yerr=np.abs(c.hi - c.lo) / 2, fmt="none", ecolor=line.get_color(),
+                            alpha=0.6, lw=2, capsize=6, label=band_label)
+            elif c.lo is not None:
+                ax.fill_between(c.x, c.lo, c.hi, color=line.get_color(), alpha=0.25, lw=0, label=band_label)
+        # every text is drawn as written, never as $mathtext$: env ids, config values, run and member
+        # names and metric names come from the run's files, where a "$" would be parsed (and could fail)
+        full = drawable(panel_title if title is None else (f"{title}: {panel_title}" if n > 1 else title))
+        ax.set_title(wrap_title(full), parse_math=False)
+        ax.set_xlabel(X_LABELS[x], parse_math=False)
+        ax.set_ylabel(drawable(metric_name) + (f" (moving average, {smooth})" if smooth > 1 else ""), parse_math=False)
+        ax.grid(True, alpha=0.3)
+        # a title cut short keeps its whole text above the curves it names, wrapped to the legend's width
+        whole = textwrap.fill(full, LEGEND_CHARS, break_on_hyphens=False) if _title_cut(full) else None
+        heading = "\n".join(t for t in (whole, *notes) if t) or None
+        legend = ax.legend(loc="best", fontsize="small", title=heading, title_fontsize="small")
+        for text in [*legend.get_texts(), legend.get_title()]:
+            text.set_parse_math(False)
+    return fig
+
+
 def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT_METRIC, x: str = "step",
               smooth: int = 1, band: Optional[str] = None, title: Optional[str] = None, stat: Optional[str] = None) -> Path:
     """Draw ``metric`` against ``x`` ("step" or "time") for the runs; write the image to ``out``.
@@ -789,37 +882,7 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
                                            f"{X_LABELS[x]} {c.x[0]:,g}), drawn as a single point{band}; a longer run draws "
                                            f"a curve") + "\n")
 
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    n = len(panels)
-    fig = Figure(figsize=(6.4 * min(n, 3), 4.2 * math.ceil(n / 3)), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(math.ceil(n / 3), min(n, 3), squeeze=False).ravel()
-    for ax in axes[n:]:
-        ax.set_visible(False)
-    for ax, (panel_title, metric_name, curves) in zip(axes, panels):
-        for c in curves:
-            line, = ax.plot(c.x, c.y, lw=1.6 if c.lo is None else 1.8, label=drawable(c.label),
-                            marker="o" if len(c.x) == 1 else None)
-            band_label = drawable(c.band_label, lines=True)  # its own line breaks are the layout's
-            if c.lo is not None and _one_x_band(c):  # fill_between over one x has no width: nothing drawn
-                ax.errorbar(c.x, (c.lo + c.hi) / 2, yerr=np.abs(c.hi - c.lo) / 2, fmt="none", ecolor=line.get_color(),
-                            alpha=0.6, lw=2, capsize=6, label=band_label)
-            elif c.lo is not None:
-                ax.fill_between(c.x, c.lo, c.hi, color=line.get_color(), alpha=0.25, lw=0, label=band_label)
-        # every text is drawn as written, never as $mathtext$: env ids, config values, run and member
-        # names and metric names come from the run's files, where a "$" would be parsed (and could fail)
-        full = drawable(panel_title if title is None else (f"{title}: {panel_title}" if n > 1 else title))
-        ax.set_title(wrap_title(full), parse_math=False)
-        ax.set_xlabel(X_LABELS[x], parse_math=False)
-        ax.set_ylabel(drawable(metric_name) + (f" (moving average, {smooth})" if smooth > 1 else ""), parse_math=False)
-        ax.grid(True, alpha=0.3)
-        # a title cut short keeps its whole text above the curves it names, wrapped to the legend's width
-        whole = textwrap.fill(full, LEGEND_CHARS, break_on_hyphens=False) if _title_cut(full) else None
-        legend = ax.legend(loc="best", fontsize="small", title=whole, title_fontsize="small")
-        for text in [*legend.get_texts(), legend.get_title()]:
-            text.set_parse_math(False)
+    fig = draw_panels(panels, x, smooth, title)
     from .atomic import atomic_open
 
     try:

@@ -9,7 +9,8 @@ up as their mean and interquartile mean with 95% bootstrap intervals (population
 the same statistics as ``proxima report``; a NaN or infinite mean return is left out and named, no
 interval for fewer than 2 members, a flagged one for fewer than 5). Every member's checkpoint is looked for and
 loaded (load_checkpoint's checks: truncated, edited, NaN weights or statistics) before any is evaluated,
-so a member without one, or with one that does not load, costs one line and no wasted evaluation.
+so a member without one, or with one that does not load, costs one line and no wasted evaluation
+(a population whose every member diverged before its first checkpoint: one line saying so).
 A population still training removes its members' older checkpoints as it writes new ones
 (--keep-checkpoints): a member's checkpoint gone by the time it is read is replaced by its newest
 then, as ``proxima eval RUN/<member dir>`` reads a live run, and its row names the file evaluated.
@@ -24,7 +25,7 @@ from typing import Callable, Optional
 
 from .checkpoint import CheckpointError, best_checkpoint_path, list_checkpoints
 from .population_report import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CI_LEVEL, FEW_MEMBERS_NOTE, ci_cell,
-                                member_statistics, read_settings)
+                                every_member_diverged, member_statistics, read_settings)
 
 
 def member_checkpoint(member_dir: Path, best: bool = False) -> Path:
@@ -80,6 +81,10 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
 
     run_dir = Path(run_dir)
     settings = read_settings(run_dir)
+    everyone = every_member_diverged(run_dir, settings, " before the first checkpoint")
+    # the first member's "no checkpoint; evaluate the others" would send the user to others that have none
+    if everyone and not any(list_checkpoints(d) for s in settings for _, d in s.members):
+        raise CheckpointError(f"{run_dir}: no member has a checkpoint to evaluate: {everyone}")
     checkpoints = {d: member_checkpoint(d, best) for s in settings for _, d in s.members}
     # each one loads before any member is evaluated (a damaged one costs no evaluation of the others);
     # read again below rather than held: P members' weights at once may not fit

@@ -125,6 +125,29 @@ def diverged_text(entry) -> str:
     return f"diverged at iteration {iteration}" if ok else "diverged"
 
 
+def every_member_diverged(run_dir, settings: list, when: str = "") -> Optional[str]:
+    """``every member diverged (each one's iteration and cause: RUN/population.json; the first,
+    m000-seed1, at iteration 1: non-finite loss, ...; try a lower --lr or --max-grad-norm)`` when
+    every member of ``settings`` (read_settings) diverged, else None. ``when``: words after "diverged"
+    (`` before the first checkpoint``). Plot, eval and report say this one line: with no member left,
+    what each would say of the first member (no rows, no checkpoint) hides why and what to change."""
+    members = [d for s in settings for _, d in s.members]
+    if not members or any(d.name not in s.diverged for s in settings for _, d in s.members):
+        return None
+    path = Path(run_dir) / POPULATION_FILE
+    first = ""
+    try:  # the cause is only in the file; without it the line still says who and where to look
+        records = [(e["diverged"].get("iteration"), i, e["dir"], e["diverged"].get("reason"))
+                   for i, e in enumerate(read_run_json(path)["member_dirs"])
+                   if isinstance(e, dict) and isinstance(e.get("diverged"), dict)]
+        it, _, name, reason = min(records, key=lambda r: (r[0] if isinstance(r[0], int) else math.inf, r[1]))
+        at = f" at iteration {it}" if isinstance(it, int) and not isinstance(it, bool) else ""
+        first = f"; the first, {name},{at}" + (f": {reason}" if isinstance(reason, str) and reason else "")
+    except (RunFileError, OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return f"every member diverged{when} (each one's iteration and cause: {path}{first})"
+
+
 def member_divergence(member_dir) -> Optional[str]:
     """``diverged at iteration 4 (non-finite loss)`` for a population's member that diverged; None for
     one that did not, or a plain run. The record is its population's population.json entry when the
@@ -468,6 +491,13 @@ def member_population(member_dir) -> Optional[tuple]:
     return (pop, doc) if listed and isinstance(doc, dict) else None
 
 
+def _count(n, noun: str) -> str:
+    """``1 seed``, ``12 settings``; ``— seeds`` for a count the file does not hold."""
+    if not isinstance(n, int) or isinstance(n, bool):
+        return f"\u2014 {noun}s"
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def ci_cell(ci, few: bool, digits: int = 1) -> str:
     """``[428.0, 483.2]``, ``[428.0, 483.2] †`` for n < FEW_CI_MEMBERS, "—" for none (n < 2)."""
     if ci is None:
@@ -478,16 +508,22 @@ def ci_cell(ci, few: bool, digits: int = 1) -> str:
 def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: int = 0) -> str:
     doc = json.loads(read_run_text(run_dir / POPULATION_FILE))  # read_settings checked it
     f = lambda v: "\u2014" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.1f}"  # noqa: E731
-    kinds = {" / ".join(r["sources"]) for r in rows}
-    if len(kinds) <= 1:
-        sources = "Final return per member: " + (kinds.pop() if kinds else "\u2014") + "."
+    kinds = {" / ".join(r["sources"]) for r in rows}  # "": a setting whose every member diverged, no source counted
+    everyone = every_member_diverged(run_dir, read_settings(run_dir)) if kinds == {""} else None
+    if everyone:
+        sources = f"Final return per member: none, as {everyone}."
+    elif len(kinds) <= 1:
+        sources = "Final return per member: " + (kinds.pop() or "\u2014" if kinds else "\u2014") + "."
     else:
         sources = "Final return per member, per setting: " + "; ".join(
-            f"{setting_label(r['settings']) or '(seeds only)'}: {' / '.join(r['sources']) or chr(0x2014)}" for r in rows) + "."
+            f"{setting_label(r['settings']) or '(seeds only)'}: {' / '.join(r['sources']) or 'none (every member diverged)'}"
+            for r in rows) + "."
     from .plot import dir_name
 
+    seeds = len(doc["seeds"]) if isinstance(doc.get("seeds"), list) else None
     lines = [f"# Population report: {dir_name(run_dir)}", "",
-             f"{doc.get('env_id')}: {doc.get('members')} members ({len(doc['seeds']) if isinstance(doc.get('seeds'), list) else chr(0x2014)} seeds x {len(rows)} setting{'s' if len(rows) != 1 else ''}), "
+             f"{doc.get('env_id')}: {_count(doc.get('members'), 'member')} "
+             f"({_count(seeds, 'seed')} x {_count(len(rows), 'setting')}), "
              f"{training_progress(run_dir, doc)} in one process.", "",
              f"{sources} 95% CIs: {CI_METHOD}; none (\u2014) for fewer than {MIN_CI_MEMBERS} members. {IQM_TEXT}.", "",
              f"| setting | members | mean | mean 95% CI | IQM | IQM 95% CI | >= {threshold if threshold is not None else 'threshold'} |",
@@ -569,6 +605,7 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     from .plot import PlotError, plot_runs
 
     curve = _curve_path(out)  # the report's own, not plot's curve.png, which a later plot would replace
+    everyone = any(r["diverged"] for r in rows) and all(len(r["diverged"]) == len(r["dirs"]) for r in rows)
     try:  # --out in a folder not made yet, made as a single run's report makes it (before the curve, which may fail)
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -579,8 +616,9 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
         alt = f"learning curves: IQM over members of {name} with a 95% bootstrap CI, per setting"
         text += (f"\n![{alt}]({image_link(Path(os.path.relpath(curve.resolve(), out.parent.resolve())).as_posix())})\n\n"
                  f"{curve_caption(rows, name)}\n")
-    except PlotError as e:
-        text += f"\nNo learning curve: {e}\n"
+    except PlotError as e:  # every member diverged: the line above the table has said who and why once
+        text += ("\nNo learning curve: every member diverged, and a diverged member is left out of its setting's "
+                 "curve, as of the table.\n" if everyone else f"\nNo learning curve: {e}\n")
     from .atomic import write_atomic
 
     try:

@@ -640,7 +640,7 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
                 # --no-progress drops these lines as a single run's drops its bar; the end's summary stays
                 if not quiet and cfg.progress and (pop.iteration % max(1, pop.num_iterations // 10) == 0
                                                    or pop.iteration == pop.num_iterations):
-                    _progress(values, pop, step, elapsed)
+                    _progress(values, pop, step, elapsed, list(sweep))
                 if stop_after is not None and pop.iteration >= stop_after and not stop.signum:
                     stop.signum = signal.SIGINT
                 periodic = bool(cfg.checkpoint_every) and pop.iteration % cfg.checkpoint_every == 0
@@ -872,12 +872,15 @@ def _log_members(loggers, values: dict, pop: Population, sps: float, elapsed: fl
         lg.log(pop.iteration, step, row)
 
 
-def _setting_of(configs) -> list:
-    """Each member's setting: {field: value} of the fields its config differs in from the others'
-    (not the seed nor its directory); {} for all of a population of seeds only."""
+def _setting_of(configs, sweep: Sequence[str] = ()) -> list:
+    """Each member's setting: {field: value} of the swept fields (``sweep``: population.json's, so a
+    sweep of one value, ``--sweep lr=1e-3``, is labelled here as in the report and the plot), then of
+    the other fields its config differs in from the others' (not the seed nor its directory: a
+    population built in Python); {} for all of a population of seeds only."""
     rows = [c.to_dict() for c in configs]
-    varied = [k for k in rows[0] if k not in ("seed", "run_dir") and len({repr(r.get(k)) for r in rows}) > 1]
-    return [{k: r[k] for k in varied} for r in rows]
+    varied = [k for k in rows[0] if k not in ("seed", "run_dir") and k not in sweep
+              and len({repr(r.get(k)) for r in rows}) > 1]
+    return [{k: r[k] for k in [*sweep, *varied]} for r in rows]
 
 
 def _per_setting(settings: list, values: list) -> list:
@@ -896,17 +899,49 @@ def _per_setting(settings: list, values: list) -> list:
             for label, (setting, vs) in zip(labels, groups.values())]
 
 
-def _progress(values: dict, pop: Population, step: int, elapsed: float) -> None:
+#: the progress line's width where stderr is no terminal (a log file, a pipe) or one of 0 columns
+PROGRESS_WIDTH = 200
+
+
+def _progress_width() -> int:
+    """Columns of the terminal stderr writes to; PROGRESS_WIDTH where it is none (or reports 0)."""
+    try:
+        columns = os.get_terminal_size(sys.stderr.fileno()).columns if sys.stderr.isatty() else 0
+    except (OSError, ValueError, AttributeError):
+        columns = 0
+    return columns or PROGRESS_WIDTH
+
+
+def _progress(values: dict, pop: Population, step: int, elapsed: float, sweep: Sequence[str] = (),
+              width: Optional[int] = None) -> None:
     """One line: the mean episodic return of the episodes finished this iteration, per setting (of its
-    members that finished one; "—" where none did)."""
+    members that finished one; "—" where none did; "diverged" for a setting none of whose members is
+    left). The settings that do not fit ``width`` (default: the terminal's, _progress_width) are
+    counted, ``+N more settings``, not printed: a sweep of 12 values made a 700-character line
+    each iteration. The first setting is always shown."""
     rets = [s / c if c else None for s, c in zip(values["ep_return_sum"], values["ep_count"])]
+    live = [at is None for at in pop.diverged_at]
     parts = []
-    for label, rs in _per_setting(_setting_of(pop.configs), rets):
-        done = [r for r in rs if r is not None]
+    for label, rs in _per_setting(_setting_of(pop.configs, sweep), list(zip(rets, live))):
+        head = f"{label}: " if label else ""
+        alive = [r for r, ok in rs if ok]
+        if not alive:
+            parts.append(f"{head}diverged")
+            continue
+        done = [r for r in alive if r is not None]
         mean = f"{sum(done) / len(done):.1f}" if done else "\u2014"
-        parts.append((f"{label}: " if label else "") + f"{mean} ({len(done)} of {len(rs)} members finished an episode)")
-    print(f"population {pop.members} members | step {step:,}/member | mean episodic return " + "; ".join(parts)
-          + f" | {elapsed:.1f}s", file=sys.stderr)
+        frozen = f", {len(rs) - len(alive)} diverged" if len(alive) < len(rs) else ""
+        parts.append(f"{head}{mean} ({len(done)} of {len(alive)} member{'s' if len(alive) != 1 else ''} finished an "
+                     f"episode{frozen})")
+    start = f"population {pop.members} member{'s' if pop.members != 1 else ''} | step {step:,}/member | mean episodic return "
+    end = f" | {elapsed:.1f}s"
+    width = width or _progress_width()
+    for k in range(len(parts), 0, -1):
+        rest = len(parts) - k
+        middle = "; ".join(parts[:k] + ([f"+{rest} more setting{'s' if rest != 1 else ''}"] if rest else []))
+        if len(start) + len(middle) + len(end) <= width:
+            break
+    print(start + middle + end, file=sys.stderr)
 
 
 def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: float, evaluate_at_end: bool, quiet: bool) -> None:
@@ -942,9 +977,10 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
     else:  # --eval-episodes 0: the evaluations still on disk (a finished run resumed with nothing to train) stay
         _write_population_json(run_dir, pop, seeds, sweep, dirs, wall=wall)
     if not quiet and any(e is not None for e in evals):  # one line per setting: settings are not pooled
-        lines = [f"eval {pop.cfg.env_id}{' ' + label if label else ''}: {len(done)} members, mean of means "
-                 f"{sum(done) / len(done):.2f} (min {min(done):.2f}, max {max(done):.2f})"
-                 for label, values in _per_setting(_setting_of(pop.configs), evals)
+        lines = [f"eval {pop.cfg.env_id}{' ' + label if label else ''}: "
+                 + (f"{len(done)} members, mean of means {sum(done) / len(done):.2f} (min {min(done):.2f}, max {max(done):.2f})"
+                    if len(done) > 1 else f"1 member, mean {done[0]:.2f}")
+                 for label, values in _per_setting(_setting_of(pop.configs, list(sweep)), evals)
                  for done in [[e for e in values if e is not None]] if done]
         lines[-1] += f"; {wall:.1f}s of training"
         diverged = [d.name for d, at in zip(dirs, pop.diverged_at) if at is not None]
