@@ -129,6 +129,8 @@ def config_from_args(args: argparse.Namespace, prog: str):
     cfg = presets.resolve(str(env_id), getattr(args, "preset", None), PPOConfig())
     cfg = from_dict(file_values, cfg, source=args.config) if file_values else cfg
     cfg.env_id = str(env_id)
+    if args.env_id is not None:  # typed: a refusal of it names ENV_ID, not the file that also holds one
+        (getattr(cfg, "_sources", None) or {}).pop("env_id", None)
     for name in FIELDS:
         if name != "env_id" and name in vars(args):
             setattr(cfg, name, coerce(name, getattr(args, name), source="flag"))
@@ -262,6 +264,7 @@ def cmd_train(args) -> int:
             # the config here too: a refusal of the launcher's checks names the --config file, as below
             cfg = config_from_args(args, prog)
             _check_combination(args, cfg, prog)
+            _note_preset_unused(args, cfg, prog)
             overrides, sources = resume_overrides(args, cfg) if args.resume is not None else (typed_flags(args), {})
             if args.dry_run:  # once, here: no processes to start for a run that trains nothing
                 from .distributed import dist_timeout
@@ -273,6 +276,7 @@ def cmd_train(args) -> int:
             return launch_torchrun(args.nproc, sys.argv[1:])
         cfg = config_from_args(args, prog)
         _check_combination(args, cfg, prog)
+        _note_preset_unused(args, cfg, prog)
         overrides, sources = resume_overrides(args, cfg) if args.resume is not None else (typed_flags(args), {})
         if args.seeds is not None or args.sweep:  # a population: one batched program (population_run.py)
             from .population_run import cmd_train_population
@@ -324,6 +328,32 @@ def _check_combination(args, cfg, prog: str) -> None:
             chosen = f"--backend {cfg.backend}" if cfg.backend == backend else f"--backend auto (here: {backend})"
             print(f"{prog}: note: --vector {cfg.vector}: applies to the gymnasium backend only; {chosen} ignores it",
                   file=sys.stderr)
+
+
+def _note_preset_unused(args, cfg, prog: str) -> None:
+    """A note when a typed --preset changes nothing: --config FILE (with the typed flags) sets every
+    field the preset sets, so the run is the file's whatever the preset says. Once (the --nproc
+    launcher's ranks and torchrun's other ranks skip it), not under --quiet, and not before
+    validate's refusal, which stays its one line."""
+    from .launch import COMMAND_ENV
+
+    if (getattr(args, "preset", None) is None or not getattr(args, "config", None) or args.quiet
+            or os.environ.get("RANK", "0") != "0" or COMMAND_ENV in os.environ):
+        return
+    from .config import source_of
+    from .presets import presets_for
+
+    preset = presets_for(cfg.env_id).get(args.preset)
+    fields = [name for name in (preset or {}).get("config", {}) if name in FIELDS]
+    typed = set(typed_fields(args))
+    from_file = [name for name in fields if name not in typed and source_of(cfg, name) == args.config]
+    if not fields or not from_file or any(name not in typed and source_of(cfg, name) != args.config for name in fields):
+        return
+    if not _validates(cfg, args.nproc or 1):
+        return
+    by = f"--config {args.config}" + (" and the flags" if len(from_file) < len(fields) else "")
+    print(f"{prog}: note: --preset {args.preset} changes nothing: {by} set{'' if by.endswith('flags') else 's'} every "
+          f"field it sets ({', '.join(fields)})", file=sys.stderr)
 
 
 def _validates(cfg, world_size: int) -> bool:
@@ -422,6 +452,31 @@ def _name_config_file(e: Exception, cfg, exclude=()) -> Exception:
     source = source_of(cfg, "env_id")
     if message.startswith("env_id ") and source and not source.startswith("preset "):
         return ConfigError(f"{source}: {message}")
+    if message.startswith("unknown env id ") and source and not source.startswith("preset "):
+        return type(e)(f"{source}: env_id: {message}")  # EnvError: the id is the file's, not an ENV_ID typed
+    return _name_file_run_dir(e, cfg)
+
+
+def _name_file_run_dir(e: Exception, cfg) -> Exception:
+    """A refusal of a new run's directory that came from --config FILE's run_dir (a copied config.yaml
+    names its own run's): the line starts ``FILE: run_dir DIR:``, and one that finds the directory not
+    empty says to choose another --run-dir or edit the file, rather than to resume or --overwrite
+    the run there, which is not the one the user meant to train."""
+    from .config import source_of
+    from .rundir import RunDirError, not_empty_message
+
+    source = source_of(cfg, "run_dir")
+    if not isinstance(e, RunDirError) or cfg.run_dir is None or not source or source.startswith("preset "):
+        return e
+    message, run_dir = str(e), Path(cfg.run_dir)
+    try:
+        plain = not_empty_message(run_dir)
+        if message.startswith(plain):  # the launcher may add a line's end of its own: kept
+            return RunDirError(not_empty_message(run_dir, from_file=source) + message[len(plain):])
+    except OSError:  # gone or unreadable since: the line as it was, named below
+        pass
+    if message.startswith(f"{run_dir} "):
+        return RunDirError(f"{source}: run_dir {message}")
     return e
 
 
@@ -683,6 +738,9 @@ def _cmd_eval(args) -> int:
 def cmd_presets(args) -> int:
     from .presets import all_presets, preset_env_id
 
+    if args.env_id is not None and not args.env_id.strip():  # an unset variable: not "every env", as train refuses it
+        return fail("proxima presets", f"ENV_ID {args.env_id!r}: empty; name an env (e.g. {DEFAULT_ENV}), or leave "
+                    "ENV_ID out for every env's presets")
     rows = []
     known = all_presets()
     wanted = preset_env_id(args.env_id) if args.env_id else None  # ALE/Pong-v5: Pong-v5's presets
@@ -738,10 +796,12 @@ def build_parser() -> ArgParser:
     p.add_argument("env_id", nargs="?", default=None, metavar="ENV_ID", help="Gymnasium id or module:ClassName (default CartPole-v1)")
     p.add_argument("--preset", default=None, help="named preset for the env (see `proxima presets`; default: the env's 'default'); "
                    "with --resume, a preset given (with the run's ENV_ID) is checked as flags are (the env's default preset is not applied)")
-    p.add_argument("--config", default=None, metavar="FILE.yaml", help="YAML file of PPOConfig fields (e.g. a run's config.yaml: "
-                   "its run_dir, that run's own directory, is not reused; the new run gets a new one or --run-dir's); "
-                   "precedence: defaults < preset < this file < flags; a module:Class env_id in it must be given as ENV_ID too; "
-                   "with --resume, its values are checked as flags are")
+    p.add_argument("--config", default=None, metavar="FILE.yaml", help="YAML file of PPOConfig fields (e.g. a run's config.yaml "
+                   "in its run directory: its run_dir, that run's own directory, is not reused; the new run gets a new one or "
+                   "--run-dir's; a copy elsewhere is a file like any other, and a new run trains in the run_dir it names, "
+                   "refused when that directory holds files); numbers are read as YAML 1.2 reads them (010 is 10; quote a "
+                   "name that looks like a number: run_dir: '1.10'); precedence: defaults < preset < this file < flags; a "
+                   "module:Class env_id in it must be given as ENV_ID too; with --resume, its values are checked as flags are")
     p.add_argument("--resume", default=None, metavar="auto|PATH", help="continue a run: a checkpoint or run directory, or auto (the --run-dir's latest checkpoint, if any); only the fields "
                    "listed in docs/reliability.md may change, by flag, --config FILE or --preset NAME; any other must equal the run's")
     p.add_argument("--overwrite", action="store_true", help="start a new run in a --run-dir that holds files: the old directory is moved aside (DIR.old-TIME); "
@@ -897,6 +957,42 @@ def _attach_negative_numbers(parser: argparse.ArgumentParser, argv: list) -> lis
     return out
 
 
+#: a word that continues a list flag's value (``--hidden-sizes 64 64``): a number or numbers with commas
+#: (``64,``, ``-1``, ``1e3``); a word that starts otherwise (an ENV_ID, a flag) ends the list
+_LIST_WORD = re.compile(r"^-?[0-9][0-9_.eE+-]*(?:,+-?[0-9][0-9_.eE+-]*)*,*$")
+
+
+def _join_list_values(parser: argparse.ArgumentParser, argv: list) -> list:
+    """argv with a list field's widths given as several words (``--hidden-sizes 64 64``, as its help
+    says: "separated by commas or spaces") joined into the flag's one value, ``--hidden-sizes=64 64``:
+    argparse took the first and read the second as ENV_ID ("unknown env id '64'"). An argument of
+    nargs="+" would take a following ENV_ID as a width too (``--hidden-sizes 32 CartPole-v1``), so only
+    words that are numbers are joined."""
+    target = _subparser(parser, argv)
+    if target is None or target.prog.split()[-1] not in ("train", "resume"):
+        return argv
+    lists = {name for name, f in FIELDS.items() if callable(f.default_factory) and isinstance(f.default_factory(), list)}
+    flags = {o for a in target._actions if a.dest in lists for o in a.option_strings}
+    out, i = [], 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return out + argv[i:]
+        flag, eq, value = word.partition("=")
+        if flag in flags and (eq or i + 1 < len(argv)):
+            values, j = [value] if eq else [argv[i + 1]], i + 1 if eq else i + 2
+            while j < len(argv) and _LIST_WORD.match(argv[j]):
+                values.append(argv[j])
+                j += 1
+            if len(values) > 1:
+                out.append(f"{flag}={' '.join(values)}")
+                i = j
+                continue
+        out.append(word)
+        i += 1
+    return out
+
+
 def _subparser(parser: argparse.ArgumentParser, argv: list) -> Optional[argparse.ArgumentParser]:
     """The parser of the command ``argv`` names, None when it names none."""
     subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -1010,7 +1106,7 @@ def _read(argv: Optional[list]):
             command = next((w for w in argv if not w.startswith("-")), None)
             return fail(f"proxima {command}" if command else "proxima", broken)
         raise
-    argv = _attach_negative_numbers(parser, argv)
+    argv = _join_list_values(parser, _attach_negative_numbers(parser, argv))
     bool_value = _bool_flag_value(parser, argv)
     if bool_value:
         command, message = bool_value

@@ -168,12 +168,24 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
     sources = dict(getattr(base, "_sources", None) or {})
     for key, value in values.items():
         if key not in FIELDS:
+            if _rlhf_field(key):  # a `proxima rlhf` file given to train: a close PPO name would mislead
+                raise ConfigError(f"{source}: unknown field '{key}': it is a `proxima rlhf` setting (RLHFConfig), not "
+                                  "a PPO one; give the file to `proxima rlhf --config`, or drop the line for `proxima train`")
             close = close_field(str(key))  # YAML keys may be numbers or null
             raise ConfigError(f"{source}: unknown field '{key}'" + (f" (did you mean '{close}'?)" if close else ""))
         setattr(cfg, key, coerce(key, value, source))
         sources[key] = (source, getattr(cfg, key))
     cfg._sources = sources  # not a field: asdict/config.yaml leave it out
     return cfg
+
+
+def _rlhf_field(key: Any) -> bool:
+    """Whether ``key`` names a field of RLHFConfig (kl_coef, policy) that PPOConfig does not have."""
+    if not isinstance(key, str):
+        return False
+    from .rlhf.config import FIELDS as RLHF_FIELDS  # here: rlhf.config imports this module
+
+    return key in RLHF_FIELDS and key not in FIELDS
 
 
 def close_field(word: str, names=None) -> Optional[str]:
@@ -234,10 +246,20 @@ _NO_ALIAS_LOADER = None
 #: keyword argument received as such. A plain scalar only: a quoted ``'1e1'`` stays a string.
 YAML12_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$")
 
+#: YAML 1.2 core schema's integers: decimal (a leading zero is still decimal: ``010`` is 10), ``0o17``,
+#: ``0x1F``. YAML 1.1's other forms, which PyYAML reads, reread what a user typed without a word:
+#: ``010`` as octal 8, ``1:30`` as base-60 90, ``2024_01_15`` as 20240115; under this schema
+#: those are strings, which a number field refuses and a name keeps as typed.
+YAML12_INT = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+#: YAML 1.2 core schema's floats (no ``_``, no base 60), ``.inf`` and ``.nan`` included
+YAML12_FLOATS = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                           r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+
 
 def yaml_alias_error():
     """The exception class load_yaml raises for a file it refuses as data (a yaml.YAMLError): an
-    alias, or a key given twice in one mapping. Its message is one clause, without the file's name."""
+    alias, a merge key (``<<``), or a key given twice in one mapping. Its message is one clause,
+    without the file's name."""
     return _no_alias_loader().DataError
 
 
@@ -256,11 +278,15 @@ def _no_alias_loader():
             """A mapping that gives one key twice: PyYAML keeps the last silently, so a value added at
             the top of a copied config.yaml would lose to the file's own line further down."""
 
+        class MergeKeyError(DataError):
+            """A merge key (``<<: {...}``): its mapping's keys are added without the check for a key
+            given twice, and the first or last of them wins depending on where it nests."""
+
         class NoAliasLoader(yaml.SafeLoader):
             """yaml.SafeLoader that refuses aliases: nested aliases make a few hundred bytes stand for
             billions of values, which printing or comparing the result never finishes. It also refuses
-            a key given twice in one mapping (any depth: env_kwargs too), and reads YAML 1.2's floats
-            with an exponent and no dot (``1e-3``) as floats (YAML12_FLOAT)."""
+            a key given twice in one mapping (any depth: env_kwargs too) and a merge key (``<<``), and
+            reads numbers as YAML 1.2's core schema does (YAML12_INT, YAML12_FLOATS)."""
 
             def compose_node(self, parent, index):
                 if self.check_event(yaml.events.AliasEvent):
@@ -273,7 +299,11 @@ def _no_alias_loader():
                 if isinstance(node, yaml.MappingNode):
                     seen = {}
                     for key_node, _ in node.value:
-                        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                        if isinstance(key_node, yaml.ScalarNode) and key_node.tag == "tag:yaml.org,2002:merge":
+                            raise MergeKeyError(f"holds a YAML merge key (<<, line {key_node.start_mark.line + 1}); "
+                                                "a file Proxima writes holds none, and merge keys are not read: "
+                                                "write each field out once")
+                        if not isinstance(key_node, yaml.ScalarNode):
                             continue  # a list or mapping as a key: PyYAML's own error (unhashable)
                         key, line = self.construct_object(key_node), key_node.start_mark.line + 1
                         if key in seen:
@@ -282,19 +312,45 @@ def _no_alias_loader():
                         seen[key] = line
                 return super().construct_mapping(node, deep=deep)
 
-        NoAliasLoader.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOAT, list("-+0123456789."))
+        def construct_int(loader, node):  # YAML 1.2's forms only (YAML12_INT): SafeLoader's reads 010 as octal
+            text = loader.construct_scalar(node)
+            if text.startswith("0o"):
+                return int(text[2:], 8)
+            return int(text, 16) if text.startswith("0x") else int(text, 10)
+
+        _yaml12_numbers(NoAliasLoader)
+        NoAliasLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
         NoAliasLoader.DataError = DataError
+        NoAliasLoader.MergeKeyError = MergeKeyError
         NoAliasLoader.AliasError = AliasError
         NoAliasLoader.DuplicateKeyError = DuplicateKeyError
         _NO_ALIAS_LOADER = NoAliasLoader
     return _NO_ALIAS_LOADER
 
 
+def _yaml12_numbers(cls) -> None:
+    """Make loader or dumper class ``cls`` resolve plain scalars to int and float as YAML 1.2's core
+    schema does (YAML12_INT, YAML12_FLOATS) instead of YAML 1.1's rules: its own copy of the
+    resolvers, PyYAML's classes are left as they are."""
+    cls.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+        for first, resolvers in cls.yaml_implicit_resolvers.items()}
+    # int before float: a float's pattern matches every integer too
+    cls.add_implicit_resolver("tag:yaml.org,2002:int", YAML12_INT, list("-+0123456789"))
+    cls.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOATS, list("-+0123456789."))
+
+
 def load_yaml(stream):
-    """``yaml.safe_load`` of a run file or config file, which is data: an alias (``*name``) or a key
-    given twice in one mapping raises yaml_alias_error() (a yaml.YAMLError) instead of being
-    expanded or silently keeping the last. Proxima writes its YAML with dump_yaml (yaml.safe_dump) of plain
-    values, which never holds either. ``1e-3`` is a float, as YAML 1.2 reads it (YAML12_FLOAT).
+    """``yaml.safe_load`` of a run file or config file, which is data: an alias (``*name``), a merge
+    key (``<<``) or a key given twice in one mapping raises yaml_alias_error() (a yaml.YAMLError)
+    instead of being expanded or silently keeping the last (or the first). Proxima writes its YAML with
+    dump_yaml (yaml.safe_dump) of plain values, which never holds any of them.
+
+    Numbers are read by YAML 1.2's core schema, not PyYAML's YAML 1.1: integers are decimal (``010``
+    is 10, not octal 8), ``0o17`` or ``0x1F``; floats ``1.5``, ``1e-3`` (YAML 1.1 wants ``1.0e-3``),
+    ``.inf``, ``.nan``. YAML 1.1's base 60 (``1:30``) and underscores (``1_000``) are not numbers
+    there, so they stay the strings typed: a number field refuses them with its own line, a name
+    (run_dir, an env keyword argument) keeps them. Booleans are YAML 1.1's still (``yes``, ``on``).
     Collections nested deeper than Python's stack (thousands of '[') are a yaml.YAMLError too, so
     every reader's own line reports them."""
     import yaml
@@ -309,9 +365,10 @@ _DUMPER = None
 
 
 def dump_yaml(data) -> str:
-    """``yaml.safe_dump(data, sort_keys=False)`` that quotes a string load_yaml reads as a float
-    (``'1e1'``), so a string written to config.yaml (an env keyword argument, a run_dir) reads back as
-    the same string. A SafeDumper subclass of our own: PyYAML's shared dumper is left as it is."""
+    """``yaml.safe_dump(data, sort_keys=False)`` that quotes a string load_yaml reads as a number
+    (``'1e1'``, ``'08'``, ``'0o17'``) as well as those YAML 1.1 reads as one (``'1:30'``), so a string
+    written to config.yaml (an env keyword argument, a run_dir) reads back as the same string under
+    either. A SafeDumper subclass of our own: PyYAML's shared dumper is left as it is."""
     import yaml
 
     global _DUMPER
@@ -320,6 +377,9 @@ def dump_yaml(data) -> str:
             pass
 
         ConfigDumper.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOAT, list("-+0123456789."))
+        # after YAML 1.1's own, which still decide how a str is quoted; these only add quotes
+        ConfigDumper.add_implicit_resolver("tag:yaml.org,2002:int", YAML12_INT, list("-+0123456789"))
+        ConfigDumper.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOATS, list("-+0123456789."))
         _DUMPER = ConfigDumper
     return yaml.dump(data, Dumper=_DUMPER, sort_keys=False)
 
@@ -505,8 +565,11 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
         if name in OPTIONAL_NUMBERS or name == "run_dir":
             if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
                 return None
-            if isinstance(value, bool) or (name == "run_dir" and not isinstance(value, (str, int, float))):
-                raise ValueError  # a YAML list or mapping is not a path
+            if name == "run_dir" and not isinstance(value, str):
+                _refuse_unquoted(name, given, source)
+                raise ValueError  # a YAML list or mapping is not a path; a number only from a file
+            if isinstance(value, bool):
+                raise ValueError
             if name == "run_dir" and source in FLAG_SOURCES and any(unicodedata.category(c) == "Cc" for c in str(value)):
                 # $'a\nb' (a pasted newline, a stray escape) made a directory whose name no line prints as typed;
                 # only typed: a recorded run_dir names a directory that exists already
@@ -562,14 +625,36 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
             return [_whole(v) for v in value]
         if isinstance(default, str):
             if not isinstance(value, str):
+                if name == "env_id":
+                    _refuse_unquoted(name, given, source)
                 raise ValueError
             return value
     except ConfigError:  # already the precise line (not valid JSON); a ValueError too
         raise
     except (TypeError, ValueError, OverflowError):
         pass
-    expected = "a number or none" if name in OPTIONAL_NUMBERS else _type_name(default)
-    raise value_refused(name, given, source, f"expected {expected}")
+    raise value_refused(name, given, source, f"expected {expected_text(name)}")
+
+
+def _refuse_unquoted(name: str, value: Any, source: str) -> None:
+    """ConfigError for a name (run_dir, env_id) that a YAML file gave as a number, boolean or date:
+    its str() is not what was typed (``1.10`` is 1.1, ``007`` is 7, ``1e3`` is 1000.0), so it is
+    refused with the fix rather than turned into another name. Nothing for a flag's value (always
+    text), a list or mapping (the caller's own refusal), or PPOConfig (_check_types names the type)."""
+    import datetime
+
+    if source in FLAG_SOURCES or source == "PPOConfig" or value is None or isinstance(value, (list, tuple, dict)):
+        return
+    if isinstance(value, bool):
+        kind, why, example = "a boolean", " (YAML reads an unquoted yes, on or true as one)", "yes"
+    elif isinstance(value, (int, float)):
+        kind, why, example = "a number", " (YAML reads an unquoted 1.10 as 1.1, 007 as 7)", "1.10"
+    elif isinstance(value, datetime.date):  # a datetime too
+        kind, why, example = "a date", " (YAML reads an unquoted 2024-01-15 as one)", str(value)
+    else:
+        return
+    raise ConfigError(f"{source}: field '{name}' got {value!r}, {kind}, not text{why}; "
+                      f"quote it{'' if kind == 'a date' else ' as you wrote it'} ({name}: '{example}')")
 
 
 class _RepeatedKey(ValueError):
@@ -633,16 +718,20 @@ def _whole(v: Any) -> int:
     return parse_int(v) if isinstance(v, str) else int(v)
 
 
-def _type_name(default: Any) -> str:
+def _type_name(default: Any, python: bool = False) -> str:
+    """What a field of ``default``'s type takes, in a flag's or file's words, or (``python``) in those of
+    a PPOConfig built in Python, where a list and a dict are given as such, not as text."""
     if isinstance(default, bool):
-        return "true or false"
+        return "True or False" if python else "true or false"
     if isinstance(default, int):
         return "an integer"
     if isinstance(default, float):
         return "a number"
     if isinstance(default, list):
-        return "a comma-separated list of integers"
+        return "a list of ints, e.g. [64, 64]" if python else "a comma-separated list of integers"
     if isinstance(default, dict):
+        if python:
+            return "a dict of keyword arguments, e.g. {'continuous': True} ({} for none)"
         return "a JSON object of keyword arguments, e.g. {\"k\": 1}"
     return "a string"
 
@@ -717,7 +806,12 @@ def _check_types(cfg: PPOConfig) -> None:
             same = False
         wrong_kind = isinstance(value, str) and not isinstance(default, str) and name not in ("run_dir",)
         if not same or wrong_kind or (isinstance(value, bool) and not isinstance(default, bool)):
-            expected = "a number or None" if name in OPTIONAL_NUMBERS else _type_name(default)
+            if name in OPTIONAL_NUMBERS:
+                expected = "a number or None"
+            elif FIELDS[name].metadata.get("choices") or name in ("run_dir", "device"):
+                expected = expected_text(name).replace("none for", "None for")
+            else:
+                expected = _type_name(default, python=True)
             raise ConfigError(f"PPOConfig.{name} = {value!r}: expected {expected}")
         # 4.0 == 4, so ``same`` let a whole float through; the run must get the int (float fields
         # keep an int as given: 1 for lr computes as 1.0 does)

@@ -351,15 +351,20 @@ def _stopped_at_return(run_dir: Path, config: dict) -> bool:
     from types import SimpleNamespace
 
     from .checkpoint import CheckpointError, load_checkpoint
-    from .config import PPOConfig
+    from .config import PPOConfig, coerce
     from .run_setup import stop_return_mean
 
     try:
+        # read as a config file's values are: a hand-edited `stop_episodes: .inf` or `stop_return: x` is
+        # a ConfigError (a ValueError), so the report goes on without this answer, not a traceback
+        stop_return = coerce("stop_return", config["stop_return"], source="config.yaml")
+        episodes = coerce("stop_episodes", config.get("stop_episodes", PPOConfig.stop_episodes), source="config.yaml")
+        if stop_return is None or episodes < 1:
+            return False
         state = load_checkpoint(run_dir)
-        episodes = config.get("stop_episodes", PPOConfig.stop_episodes)
-        stop = SimpleNamespace(stop_return=float(config["stop_return"]), stop_episodes=int(episodes))
+        stop = SimpleNamespace(stop_return=stop_return, stop_episodes=episodes)
         return stop_return_mean(stop, state) is not None
-    except (CheckpointError, OSError, ValueError, TypeError, KeyError):
+    except (CheckpointError, OSError, ValueError, TypeError, KeyError, OverflowError):
         return False
 
 

@@ -501,11 +501,18 @@ def recorded_kind(path: "Path | str", strict: bool = False) -> Optional[str]:
     return kind if isinstance(kind, str) else None
 
 
-def not_empty_message(run_dir: Path, command: str = "train") -> str:
+def not_empty_message(run_dir: Path, command: str = "train", from_file: Optional[str] = None) -> str:
     """Why a new run refuses ``run_dir``, and what to do, in the words of what was asked: ``command``
     "train" a new run (--overwrite and --resume auto apply), "resume" a loose checkpoint continued
-    in a new directory (either command), where neither does."""
+    in a new directory (either command), where neither does. ``from_file``: the --config file whose
+    run_dir this is (a new run's, not typed): the line starts with the file and says to choose another
+    directory, never to resume or overwrite what is there (a copied config.yaml names its run's own)."""
     names = sorted(p.name for p in Path(run_dir).iterdir() if p.name != LOCK_NAME and not lock_leftover(p.name))[:4]
+    if from_file is not None and command == "train":
+        what = ("it holds another run, whose directory the file names (a run's config.yaml, copied, keeps its run_dir)"
+                if holds_a_run(run_dir) else "it holds no Proxima run")
+        return (f"{from_file}: run_dir {run_dir}: not empty ({', '.join(names)}...): {what}; choose another --run-dir, "
+                f"or edit run_dir in {from_file}")
     from .signals import resume_advice
 
     resume, how = resume_advice(run_dir)  # how: a run only its own torchrun command resumes here says so

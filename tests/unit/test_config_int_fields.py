@@ -35,7 +35,7 @@ def test_whole_float_hidden_sizes_become_ints_and_a_fraction_is_refused():
     assert cfg.hidden_sizes == [64, 32] and [type(h) for h in cfg.hidden_sizes] == [int, int]
     with pytest.raises(ConfigError) as info:
         validate(PPOConfig(hidden_sizes=[64.0, 32.5]))
-    assert str(info.value) == "PPOConfig.hidden_sizes = [64.0, 32.5]: expected a comma-separated list of integers"
+    assert str(info.value) == "PPOConfig.hidden_sizes = [64.0, 32.5]: expected a list of ints, e.g. [64, 64]"
 
 
 def test_a_python_run_with_whole_floats_trains_and_records_ints(tmp_path):

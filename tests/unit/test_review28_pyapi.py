@@ -56,7 +56,7 @@ def test_hidden_sizes_take_a_tuple_as_from_dict_does_and_record_a_list():
     cfg = PPOConfig(hidden_sizes=(32, 32))
     validate(cfg)  # was: "PPOConfig.hidden_sizes = (32, 32): expected a comma-separated list of integers"
     assert cfg.hidden_sizes == [32, 32] and type(cfg.hidden_sizes) is list
-    with pytest.raises(ConfigError, match=r"^PPOConfig.hidden_sizes = \('32', 32\): expected a comma-separated list"):
+    with pytest.raises(ConfigError, match=r"^PPOConfig.hidden_sizes = \('32', 32\): expected a list of ints"):
         validate(PPOConfig(hidden_sizes=("32", 32)))  # a string is still no width, in a tuple too
 
 
