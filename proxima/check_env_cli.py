@@ -16,6 +16,8 @@ def register(subparsers) -> argparse.ArgumentParser:
         help="Check your env against the Gymnasium API and Proxima's contract.",
         description="Check an env (a Gymnasium id or module:ClassName) against the Gymnasium API and Proxima's "
         "contract: spaces, reset(seed) and step determinism, obs shape/dtype/bounds, finite values, the 5-tuple step, autoreset. "
+        "An Atari id (Pong-v5) is checked as Gymnasium's ALE with Proxima's wrappers, the env --backend gymnasium trains on "
+        "(it needs ale-py); EnvPool's envs, which --backend auto trains on when EnvPool is installed, are not checked. "
         "Exit status: 0 clean, 1 violations, 2 the target cannot be resolved.",
     )
     p.add_argument("target", metavar="TARGET", help="Gymnasium id (CartPole-v1) or module:ClassName of your gymnasium.Env.")

@@ -248,7 +248,8 @@ def make_eval_env(policy, episodes: int, backend: str, seed: int, render_mode: O
     kwargs = eval_env_kwargs(policy)
     check_eval_fits(policy, episodes, backend, kwargs)
     try:
-        # training=False: Atari plays full games with raw rewards (no episodic life, no reward clipping)
+        # training=False: Atari plays full games with raw rewards (no reward clipping), a lost life ending no
+        # episode (EnvPool still builds with episodic_life, whose reset presses FIRE, and the step hides those ends)
         return make_env(policy.env_id, episodes, device=policy.device, backend=backend, seed=seed,
                         render_mode=render_mode, training=False, env_kwargs=kwargs)
     except EnvError as e:

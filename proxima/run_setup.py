@@ -126,6 +126,7 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
         check_same_run(state, target_dir, recorded[0])
     config = resumed_config(state, env_id, trust_run, overrides, "resume" if config is None else "train --resume",
                             notes=not loose, sources=sources, quiet=quiet)
+    backend = resumed_backend(config, state)  # refused before any file is set aside or claimed
     if loose:
         refuse_loose_finished(resume, config, state, target_dir)
     run_dir = target_dir  # the directory locked and checked is the one written
@@ -139,6 +140,8 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
     if recorded is not None:
         note_config_edits(config, run_dir, recorded, overrides)
         note_missing_rows(state, run_dir, resume_trains(config, state))
+    # after note_config_edits: config.yaml's auto is what the run was given, not an edit
+    use_backend(config, backend, quiet)
     return state, config, run_dir, True, None
 
 
@@ -271,6 +274,45 @@ def _run_backend(cfg: PPOConfig, state: dict) -> str:
     return auto_backend(cfg.env_id, cfg.env_kwargs) if cfg.backend == "auto" else cfg.backend
 
 
+def resumed_backend(cfg: PPOConfig, state: dict) -> Optional[str]:
+    """The backend a resume with ``--backend auto`` must name so that it trains on the one the run
+    trained on (the checkpoint's ``env_backend``), or None when auto picks that one here. Only an
+    Atari game's auto depends on what is installed (EnvPool, else Gymnasium's ALE), and the two reset,
+    stack frames and count games differently: one metrics.csv would mix them. EnvError (one line,
+    exit 2) when the recorded backend is not installed: --backend cannot change on resume."""
+    recorded = state.get("env_backend")
+    if cfg.backend != "auto" or recorded not in ("envpool", "gymnasium"):
+        return None
+    from .envs import EnvError, atari, auto_backend
+
+    try:
+        if atari.game_name(cfg.env_id) is None or auto_backend(cfg.env_id, cfg.env_kwargs) == recorded:
+            return None
+    except EnvError:  # an id that no longer resolves: building the env says so
+        return None
+    if recorded == "envpool" and not atari.has_envpool():
+        raise EnvError(f"{state['path']}: the run trained '{cfg.env_id}' on EnvPool (--backend auto), which is not installed "
+                       f"here; to resume it, {atari.INSTALL} (a resume keeps the run's backend: Gymnasium's ALE resets, "
+                       "stacks frames and counts games otherwise; to train on it, start a new run with --backend gymnasium)")
+    if recorded == "gymnasium" and not atari.has_ale():
+        raise EnvError(f"{state['path']}: the run trained '{cfg.env_id}' on Gymnasium's ALE (--backend auto), which needs "
+                       f"ale-py and opencv, not installed here; to resume it, {atari.INSTALL} (a resume keeps the run's "
+                       "backend: EnvPool resets, stacks frames and counts games otherwise; to train on it, start a new run "
+                       "with --backend envpool)")
+    return recorded
+
+
+def use_backend(cfg: PPOConfig, backend: Optional[str], quiet: bool = False) -> None:
+    """Set resumed_backend's ``backend`` in ``cfg``: config.yaml and the checkpoints name it from now on."""
+    if backend is None:
+        return
+    cfg.backend = backend
+    if not quiet:
+        other = "EnvPool" if backend == "gymnasium" else "Gymnasium's ALE"
+        print(f"proxima: note: --backend auto resumes on {backend}, the backend the run trained on "
+              f"(auto would pick {other} here)", file=sys.stderr)
+
+
 def _ignores_vector(cfg: PPOConfig, state: dict) -> bool:
     return _run_backend(cfg, state) in ("native", "envpool")
 
@@ -387,6 +429,7 @@ def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: 
         refuse_loose_finished(resume, cfg, state, target_dir)
         check_new_run_dir(target_dir, command="resume")  # the directory resolve_start claims as a new run's
     check_processes(state, processes)
+    use_backend(cfg, resumed_backend(cfg, state), quiet)
     cfg.run_dir = str(target_dir)  # where the resume trains, as resolve_start records it
     keep_recorded_eval(cfg, target_dir, state, overrides)
     return cfg, int(state.get("world_size", 1))

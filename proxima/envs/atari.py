@@ -21,9 +21,12 @@ life lost in training), so a policy that never presses FIRE cannot stall a game 
 
 * ``EnvPoolAtari``: EnvPool's C++ batched ALE (``--backend envpool``). EnvPool resets a finished
   env on the *next* step; the adapter sends that reset-step to the finished envs at once (EnvPool
-  steps a subset of envs by id), so the contract's same-step autoreset and ``final_obs`` hold. An
-  unseeded reset() goes on with the games in progress (EnvPool's reset does), a seeded one builds
-  the pool anew; a game that ends inside EnvPool's reset no-ops is counted with the next (docs/atari.md).
+  steps a subset of envs by id), so the contract's same-step autoreset and ``final_obs`` hold. Every
+  reset() starts new games (EnvPool 1.2.5's reset restarts a game in progress; a seeded one also
+  builds the pool anew) and clears the games' statistics; a game that ends inside EnvPool's reset
+  no-ops is counted with the next (docs/atari.md). EnvPool takes int32 seeds only: every seed it is
+  given is folded into 0..2**31-1 (:func:`envpool_seed`), so the run's offsets (evaluation's
+  +1,000,000, a resume's +iteration) work with any --seed the config accepts.
 * ``AleAtari``: Gymnasium's ``ALE/<Game>-v5`` with AtariPreprocessing and the wrappers below in a
   Sync/AsyncVectorEnv (``--backend gymnasium``): the fallback when EnvPool is not installed.
 
@@ -94,16 +97,49 @@ def game_name(env_id: str) -> Optional[str]:
 
 
 def _listed_game(game: str) -> Optional[bool]:
-    """Whether EnvPool's Atari list (when installed) or else ale-py's has ``game``; None with neither installed."""
+    """Whether EnvPool's Atari list (when installed) or else ale-py's has ``game`` (in any case: the
+    two spell TicTacToe3D differently); None with neither installed."""
     # EnvPool also has 'HalfCheetah-v5' & co: only its Atari list counts
     if has_envpool():
-        from envpool.atari.registration import atari_game_list
-
-        return game in {"".join(w.capitalize() for w in g.split("_")) for g in atari_game_list}
+        return game.lower() in _envpool_games()
     if importlib.util.find_spec("ale_py") is not None:
-        _register_ale()
-        return f"ALE/{game}-v5" in gym.registry
+        return game.lower() in _ale_games()
     return None
+
+
+def _envpool_games() -> dict:
+    """{lower-case name: the name in EnvPool's task ids} of EnvPool's Atari games ('TicTacToe3d')."""
+    from envpool.atari.registration import atari_game_list
+
+    names = ("".join(w.capitalize() for w in g.split("_")) for g in atari_game_list)
+    return {n.lower(): n for n in names}
+
+
+def _ale_games() -> dict:
+    """{lower-case name: the name in ale-py's ``ALE/<Name>-v5`` ids} of ale-py's games ('TicTacToe3D')."""
+    _register_ale()
+    return {k[4:-3].lower(): k[4:-3] for k in gym.registry if k.startswith("ALE/") and k.endswith("-v5")}
+
+
+def envpool_game(game: str) -> str:
+    """``game`` as EnvPool spells it in its ids: EnvPool writes TicTacToe3d where ale-py writes
+    TicTacToe3D, and either id reaches either backend."""
+    return _envpool_games().get(game.lower(), game)
+
+
+def ale_game(game: str) -> str:
+    """``game`` as ale-py spells it in its ``ALE/<Name>-v5`` ids (TicTacToe3d -> TicTacToe3D)."""
+    return _ale_games().get(game.lower(), game)
+
+
+#: EnvPool asserts that a seed is an int32; only 0..2**31-1 is used, as Proxima's seeds are not negative
+ENVPOOL_SEEDS = 2**31
+
+
+def envpool_seed(seed: int) -> int:
+    """``seed`` folded into EnvPool's seed range (``seed % 2**31``): the run's offsets take a seed that
+    validate accepts (up to 2**31 - 1) past it. Seeds below 2**31 are EnvPool's unchanged."""
+    return int(seed) % ENVPOOL_SEEDS
 
 
 def _registered_elsewhere(env_id: str) -> bool:
@@ -171,7 +207,8 @@ class EnvPoolAtari(BatchedEnv):
             try:
                 # episodic_life also in evaluation: EnvPool's reset after a lost life is what presses
                 # FIRE; step() hides those ends there (training=False: an episode is a full game)
-                return envpool.make(f"{game}-v5", env_type="gymnasium", num_envs=self.num_envs, seed=seed, num_threads=threads,
+                return envpool.make(f"{envpool_game(game)}-v5", env_type="gymnasium", num_envs=self.num_envs,
+                                    seed=envpool_seed(seed), num_threads=threads,
                                     episodic_life=True, reward_clip=training, stack_num=STACK, frame_skip=FRAME_SKIP,
                                     noop_max=NOOP_MAX, img_height=SIZE, img_width=SIZE, gray_scale=True,
                                     repeat_action_probability=0.0, max_episode_steps=MAX_STEPS, **kw)
@@ -187,17 +224,17 @@ class EnvPoolAtari(BatchedEnv):
         self._started = False
 
     def reset(self, seed: Optional[int] = None) -> torch.Tensor:
-        """A seeded reset starts new games (reset(seed=s) twice gives the same obs, as on Gymnasium's
-        ALE); an unseeded one goes on with the games in progress, as EnvPool's reset does."""
+        """New games in every env, their statistics from zero: EnvPool 1.2.5's reset restarts a game
+        in progress (its force_reset), the envs' random streams going on. A seeded reset also builds
+        the pool anew with that seed (reset(seed=s) twice gives the same obs, as on Gymnasium's ALE)."""
         if seed is not None and (self._started or int(seed) != self._seed):
-            # EnvPool seeds its envs only when it builds them, and its reset restarts no game in progress
+            # EnvPool seeds its envs only when it builds them
             self.close()
             self.envs, self._seed = self._make(int(seed)), int(seed)
-            self._game_return[:] = 0
-            self._game_length[:] = 0
         self._started = True
-        # no counter is cleared otherwise: with episodic_life EnvPool's reset starts a new game only
-        # after a game over or the time limit, and step() has reported and cleared those games already
+        # the abandoned games' points and steps would otherwise open the next games' statistics
+        self._game_return[:] = 0
+        self._game_length[:] = 0
         obs, info = self.envs.reset()
         return torch.as_tensor(self._in_id_order(obs, info["env_id"]), device=self.device)
 
@@ -403,7 +440,7 @@ def ale_env_fn(game: str, render_mode: Optional[str], training: bool):
         from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
 
         _register_ale()
-        env = gym.make(f"ALE/{game}-v5", frameskip=1, repeat_action_probability=0.0, full_action_space=False,
+        env = gym.make(f"ALE/{ale_game(game)}-v5", frameskip=1, repeat_action_probability=0.0, full_action_space=False,
                        max_episode_steps=MAX_STEPS * FRAME_SKIP, render_mode=render_mode)
         # no-ops at reset, skip 4 with a max over the last two frames, 84x84 grayscale
         env = AtariPreprocessing(env, noop_max=NOOP_MAX, frame_skip=FRAME_SKIP, screen_size=SIZE, grayscale_obs=True,

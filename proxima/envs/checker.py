@@ -4,7 +4,9 @@ TARGET is a registered Gymnasium id (``CartPole-v1``) or ``module:ClassName`` im
 current directory or PYTHONPATH. :func:`check_env` builds one env, resets it, runs ``steps`` random
 actions (resetting whenever an episode ends) and returns a list of :class:`Violation`, each with
 what was expected and what the env actually did. Exceptions raised by user code never escape: they
-become a violation naming the call (``reset``/``step``) and the exception.
+become a violation naming the call (``reset``/``step``) and the exception. An Atari id (``Pong-v5``)
+is checked as Gymnasium's ALE with Proxima's wrappers (atari.ale_env_fn: what ``--backend gymnasium``
+trains on); EnvPool's envs are no gymnasium.Env and are not checked.
 
 The checks (names as they appear in the report):
 
@@ -515,9 +517,11 @@ class _Checker:
         from . import atari
 
         game = atari.game_name(self.target)
-        if game is not None:  # Atari: the wrapped ALE env Proxima trains on (Gymnasium backend)
+        if game is not None:  # Atari: the wrapped ALE env --backend gymnasium trains on; EnvPool's is no gymnasium.Env
             if not atari.has_ale():
-                raise EnvError(f"check-env '{self.target}' needs ale-py and opencv; {atari.INSTALL}")
+                also = " (EnvPool, installed, is not checked)" if atari.has_envpool() else ""
+                raise EnvError(f"check-env '{self.target}' checks Gymnasium's ALE build of the game (--backend gymnasium's)"
+                               f"{also} and needs ale-py and opencv; {atari.INSTALL}")
             env_fn = atari.ale_env_fn(game, None, training=True)
         elif native_only(self.target):  # resolve_env_fn's line speaks of --backend, which check-env has not
             raise EnvError(f"'{self.target}' is a torch-native env with no Gymnasium version: check-env checks Gymnasium "

@@ -200,3 +200,74 @@ def test_with_ale_py_older_ids_get_the_v5_line_and_typos_only_ids_proxima_trains
     for argv in (["check-env", "PongNoFrameskip-v4"], ["train", "Pong-v4", "--total-timesteps", "512"]):
         code, _, err = run_main(argv, capsys)
         error_line(code, err, "Atari games are trained as Pong-v5 (or ALE/Pong-v5)")
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.skipif(not atari.has_envpool(), reason="envpool not installed (proxima[atari])")
+def test_an_unseeded_reset_on_envpool_starts_a_game_counted_from_it(training):
+    """EnvPool 1.2.5's reset restarts a game in progress: the adapter kept the abandoned game's steps
+    and points, so the next game was reported longer than played (305 for 245 agent steps)."""
+    env = make_env("Breakout-v5", 1, backend="envpool", seed=11, training=training)
+    try:
+        env.reset(seed=11)
+        g = torch.Generator().manual_seed(1)
+        for _ in range(60):
+            env.step(torch.randint(0, 4, (1,), generator=g))
+        env.reset()
+        for step in range(1, 3000):
+            info = env.step(torch.randint(0, 4, (1,), generator=g))[4]
+            if int(info["episode_length"][0]) > 0:
+                break
+    finally:
+        env.close()
+    assert int(info["episode_length"][0]) == step
+
+
+@pytest.mark.skipif(not atari.has_envpool(), reason="envpool not installed (proxima[atari])")
+def test_envpool_takes_any_seed_a_run_hands_it_folded_into_int32():
+    """EnvPool asserts int32 seeds: --seed 2147483647's evaluation (+1,000,000) and resume (+iteration) crashed."""
+    from proxima.config import MAX_SEED
+
+    def trajectory(seed: int) -> list:
+        env = make_env("Breakout-v5", 2, backend="envpool", seed=seed)
+        try:
+            obs = [env.reset(seed=seed)]
+            g = torch.Generator().manual_seed(0)
+            obs += [env.step(torch.randint(0, 4, (2,), generator=g))[0] for _ in range(40)]
+        finally:
+            env.close()
+        return obs
+
+    got, folded = trajectory(MAX_SEED + 1_000_000), trajectory(999_999)  # (2**31 - 1 + 10**6) % 2**31
+    assert all(torch.equal(a, b) for a, b in zip(got, folded))
+
+
+@pytest.mark.parametrize("env_id", ["ALE/TicTacToe3D-v5", "TicTacToe3D-v5", "TicTacToe3d-v5"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_either_spelling_of_tictactoe3d_builds_on_either_backend(backend, env_id):
+    """EnvPool names it TicTacToe3d, ale-py TicTacToe3D: each backend refused the other's spelling."""
+    env = make_env(env_id, 1, backend=backend, seed=0)
+    try:
+        assert env.backend == backend and env.reset().shape == (1, 4, 84, 84)
+    finally:
+        env.close()
+
+
+@pytest.mark.skipif(not (atari.has_envpool() and atari.has_ale()), reason="needs both EnvPool and ale-py (proxima[atari])")
+def test_a_run_trained_on_gymnasiums_ale_resumes_there_with_envpool_installed(tmp_path, monkeypatch, capsys):
+    """--backend auto picked EnvPool on resume where the run had trained on Gymnasium's ALE: other
+    resets, frame stacks and game statistics in the same metrics.csv."""
+    from proxima import checkpoint as ckpt
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", "Pong-v5", "--num-envs", "1", "--num-steps", "16", "--num-minibatches", "1", "--update-epochs", "1",
+            "--total-timesteps", "16", "--eval-episodes", "0", "--checkpoint-every", "1", "--run-dir", "D", "--no-progress"]
+    with monkeypatch.context() as m:
+        m.setattr(atari, "has_envpool", lambda: False)  # a machine without EnvPool
+        code, _, err = run_main(argv, capsys)
+    assert code == 0, err
+    code, _, err = run_main(["resume", "D", "--total-timesteps", "32", "--no-progress"], capsys)
+    assert code == 0, err
+    assert "--backend auto resumes on gymnasium, the backend the run trained on" in err
+    assert ckpt.load_checkpoint(tmp_path / "D")["env_backend"] == "gymnasium"
+    assert "backend: gymnasium" in (tmp_path / "D" / "config.yaml").read_text()

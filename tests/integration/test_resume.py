@@ -258,7 +258,7 @@ def test_the_python_api_resume_applies_or_refuses_its_config(tmp_path):
     ("total_timesteps", 1024.5, "PPOConfig.total_timesteps = 1024.5: expected an integer"),
     ("keep_checkpoints", 2.5, "PPOConfig.keep_checkpoints = 2.5: expected an integer"),
     ("stop_return", "475", "PPOConfig.stop_return = '475': expected a number or None"),
-    ("compile", "yes", "PPOConfig.compile = 'yes': expected true or false"),
+    ("compile", "yes", "PPOConfig.compile = 'yes': expected True or False"),
     ("threads", True, "PPOConfig.threads = True: expected an integer"),
     ("hidden_sizes", 64, "PPOConfig.hidden_sizes = 64: expected"),
 ])
