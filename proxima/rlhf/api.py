@@ -15,7 +15,7 @@ from . import loop, rundir
 from .config import ConfigError, RLHFConfig, check_kl_horizon, from_dict, reward_specs, validate
 from ..device import resolve_device
 from ..rundir import read_run_text
-from ..signals import TrainingInterrupted
+from ..signals import OutsideLoop, TrainingInterrupted
 from ..diskspace import StorageError
 
 
@@ -58,6 +58,21 @@ def _caller_state_kept():
         torch.set_num_threads(threads)
 
 
+class _RankOutside(OutsideLoop):
+    """OutsideLoop, except that torchrun's SIGTERM after another rank failed (D.teardown_signal) is no stop:
+    this rank's next collective fails and it ends with its one line (D.lost_contact)."""
+
+    def _handle(self, signum, frame):
+        if D.teardown_signal(signum):
+            return
+        super()._handle(signum, frame)
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        self._old = {}  # restored once: a later call must not undo D.end_after_failure's SIGTERM setting
+        return False
+
+
 def _check_python_types(cfg: RLHFConfig) -> None:
     """ConfigError naming the field when a number or switch is a string (``RLHFConfig(steps="2")``), as
     PPOConfig refuses one: text is converted only where it is text, flags and YAML files (from_dict, with
@@ -98,9 +113,8 @@ def _train_rlhf(cfg: RLHFConfig) -> Path:
     from .trainer import RLHFTrainer
 
     from ..rundir import check_own_entries
-    from ..signals import OutsideLoop
 
-    outside = OutsideLoop()  # SIGINT/SIGTERM outside the loop's SignalGuard: TrainingInterrupted, handled below
+    outside = _RankOutside()  # SIGINT/SIGTERM outside the loop's SignalGuard: TrainingInterrupted, handled below
     session = rundir.FreshRun()  # rank 0's lock on the run directory, and what to take back
     trainer, d = None, None
     try:
@@ -139,22 +153,35 @@ def _train_rlhf(cfg: RLHFConfig) -> Path:
                                            + loop.stop_line(last, loop.needs_trust(cfg)))
         outside.__exit__()
         if d is not None:
-            D.shutdown(d, clean=False)
+            D.end_after_failure(d, e)
         if stop is e:  # the loop's own stop, after its checkpoint
             raise
         raise stop from None
-    except BaseException:
+    except BaseException as e:
         outside.held += 1  # a stop meanwhile: recorded, the files are taken back whole (above)
         if trainer is None or trainer.step == 0:
             session.discard_fresh()  # a new run that failed before its first step leaves nothing behind
         outside.__exit__()
-        if d is not None:
-            D.shutdown(d, clean=False)
+        _raise_ended(d, e)
         raise
     finally:
         session.release()
-    D.shutdown(d)
+    try:  # its barrier fails when another rank failed after the last step (rank 0 writing policy/)
+        D.shutdown(d)
+    except Exception as e:
+        _raise_ended(d, e)
+        raise
     return run_dir
+
+
+def _raise_ended(d: Optional[D.Dist], e: BaseException) -> None:
+    """Leave the process group after ``e`` (D.end_after_failure) and raise what takes its place: one line for a
+    rank that lost contact with another; nothing when ``e`` itself is to be raised (the caller's bare raise)."""
+    if d is None:
+        return
+    ended = D.end_after_failure(d, e)
+    if ended is not e:
+        raise ended from None
 
 
 def resume(run_dir, steps: Optional[int] = None, trust_run: bool = False, quiet: bool = False) -> int:
@@ -192,11 +219,10 @@ def _resume(path: Path, steps: Optional[int], trust_run: bool, quiet: bool) -> i
     from .trainer import RLHFTrainer
 
     from ..rundir import RunSession
-    from ..signals import OutsideLoop
 
     quiet_transformers()
     session = RunSession()  # rank 0's lock on the run (never discard_fresh: the run is not this call's)
-    outside = OutsideLoop()  # SIGINT/SIGTERM outside the loop's SignalGuard: TrainingInterrupted at once, said below
+    outside = _RankOutside()  # SIGINT/SIGTERM outside the loop's SignalGuard: TrainingInterrupted at once, said below
     where = "before training started"  # where such a stop lands, for its line
     cfg = None
     try:
@@ -230,13 +256,20 @@ def _resume(path: Path, steps: Optional[int], trust_run: bool, quiet: bool) -> i
                 where = "after training finished"
             elif d.is_main:
                 print(f"{path}: already at step {trainer.step} of {cfg.steps}; nothing to do")
-        except BaseException:
+        except BaseException as e:
+            outside.held += 1  # a stop meanwhile is recorded: config.yaml is put back whole
             if recorded is not None and trainer.step == start:  # stopped or failed before a step: --steps as it was
                 with contextlib.suppress(StorageError):
                     rundir.write_config_text(path, recorded)
-            D.shutdown(d, clean=False)
+            outside.__exit__()
+            _raise_ended(d, e)
             raise
-        D.shutdown(d)
+        try:  # as train_rlhf's: another rank may have failed after the last step
+            D.shutdown(d)
+        except Exception as e:
+            outside.__exit__()
+            _raise_ended(d, e)
+            raise
     except TrainingInterrupted as e:  # SIGINT/SIGTERM: the step finished and checkpointed (exit 128 + signum)
         if e.checkpoint is not None or e.what is not None:  # the loop's own stop, saying where it landed
             raise

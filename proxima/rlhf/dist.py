@@ -8,11 +8,32 @@ most parameters; averaging the gradients of the trainable parameters covers all 
 from __future__ import annotations
 
 import os
+import signal
+import time
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import torch.distributed as tdist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+from .config import ConfigError
+
+#: seconds a rank other than 0 that failed waits for rank 0's error, to end quietly when it is the same
+SAME_ERROR_WAIT = 2.0
+#: the store's key counting the ranks that ended with an error, and under it/R rank R's own error line
+_FAILED = "proxima_rlhf_failed"
+#: the process group's store (torchrun's rendezvous store), kept by init_distributed: it outlives the group
+_STORE = None
+#: process groups this process has joined: every rank joins in the same order, so the count tells one run's
+#: keys in the store from those of an earlier run of the same job (a script that trains twice)
+_JOINED = 0
+
+
+class LostContact(ConfigError):
+    """A collective of this rank failed because another rank is gone (it failed or was stopped) or did not
+    answer: one line naming this rank; the other rank's own line says why. A ConfigError so that both
+    entry points (`proxima rlhf`, `proxima resume`) print it as their one error line, exit 2."""
 
 
 @dataclass
@@ -37,9 +58,15 @@ def init_distributed(device_type: str) -> Dist:
 
     if not is_torchrun_rank():  # the same test as the entry points' exit_process
         return Dist()
+    global _STORE, _JOINED
     if not tdist.is_initialized():
         rank = int(os.environ.get("RANK", "0"))
         tdist.init_process_group(backend=cuda_backend("nccl", rank) if device_type == "cuda" else "gloo")
+    _JOINED += 1
+    try:
+        _STORE = tdist.distributed_c10d._get_default_store()
+    except Exception:  # noqa: BLE001 - without it a rank takes torchrun's teardown for a stop, as it did before
+        _STORE = None
     return Dist(tdist.get_rank(), tdist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
 
 
@@ -47,8 +74,10 @@ def shutdown(d: Dist, clean: bool = True) -> None:
     """Leave the process group. ``clean``: every rank got here at the same point, after its last
     collective (see proxima.distributed.leave_process_group); False on the way out of an error, where
     a barrier could wait for a rank that is still in another collective."""
+    global _STORE
     if not d.enabled:
         return
+    _STORE = None
     if clean:
         from ..distributed import leave_process_group
 
@@ -57,11 +86,93 @@ def shutdown(d: Dist, clean: bool = True) -> None:
         tdist.destroy_process_group()
 
 
-def broadcast_parameters(module: torch.nn.Module, d: Dist) -> None:
-    """Start every process from rank 0's weights (same seed gives the same init; this makes it certain)."""
+def lost_contact(exc: BaseException, d: Dist) -> Optional[LostContact]:
+    """The LostContact line for ``exc`` when it is a collective's error for another rank that is gone or silent
+    (proxima.distributed.is_peer_loss, the PPO trainer's test, in its words), else None."""
+    from ..distributed import is_peer_loss, is_timeout
+
+    if not d.enabled or not isinstance(exc, RuntimeError) or not is_peer_loss(exc):  # torch's are RuntimeErrors
+        return None
+    first = (str(exc).strip().splitlines() or [""])[0][:400]
+    text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    if is_timeout(exc):
+        # the gloo/NCCL error names no peer; with two ranks there is only one it can be
+        who = f"rank {1 - d.rank}" if d.world_size == 2 else "another rank"
+        return LostContact(f"rank {d.rank} stopped: {who} did not reach the same collective within the process group's "
+                           f"timeout (it hangs, e.g. in a reward, or is that much slower): {text}")
+    return LostContact(f"rank {d.rank} stopped: lost contact with another rank (it failed or was stopped; its own "
+                       f"line says why): {text}")
+
+
+def end_after_failure(d: Dist, exc: BaseException) -> BaseException:
+    """Leave the process group after ``exc`` ended this rank's run; returns what the caller raises instead.
+
+    A collective's error for a lost peer becomes the one line of :func:`lost_contact`. Any error is recorded in
+    the store first, so that the other ranks take torchrun's SIGTERM, which follows this rank's exit, for the
+    teardown it is (:func:`teardown_signal`) and end with their own line at their next collective rather than
+    as a stop. In a process that ends with its command (the CLI's ranks) SIGTERM is ignored from here until it
+    exits, so that its own line is printed whichever rank exits first; and a rank whose error is word for word
+    rank 0's (a bad input every rank refuses alike), given up to SAME_ERROR_WAIT seconds to arrive, ends
+    quietly, exit 2: the line is printed once. A stop (TrainingInterrupted) or KeyboardInterrupt only leaves
+    the group."""
+    if not d.enabled:
+        return exc
+    from .. import distributed
+
+    ends = distributed._ENDS_WITH_COMMAND
+    if ends:  # before the others can learn that this rank ended (and exit, whereupon torchrun signals it)
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            pass
+    lost = lost_contact(exc, d)
+    own = isinstance(exc, Exception) and lost is None
+    store, said, failed = _STORE, f"{type(exc).__name__}: {exc}", f"{_FAILED}/{_JOINED}"
+    try:
+        if store is not None and own:
+            store.set(f"{failed}/{d.rank}", said)
+        if store is not None and isinstance(exc, Exception):
+            store.add(failed, 1)
+    except Exception:  # noqa: BLE001 - the store went with the job: nobody is left to tell
+        store = None
+    shutdown(d, clean=False)
+    if own and ends and d.rank > 0 and store is not None:
+        key, deadline = f"{failed}/0", time.monotonic() + SAME_ERROR_WAIT
+        try:
+            while not store.check([key]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if store.check([key]) and store.get(key).decode("utf-8", "replace") == said:
+                return SystemExit(2)
+        except Exception:  # noqa: BLE001 - the store went with the job: this rank says it
+            pass
+    return lost or exc
+
+
+def teardown_signal(signum: int) -> bool:
+    """Whether ``signum`` is torchrun's SIGTERM to the other ranks after a rank failed (end_after_failure
+    recorded it): not a stop to checkpoint at, since this rank's next collective fails and ends it with its own
+    line. For the signal handlers of a rank's loop and setup (loop.RankGuard, api's RankOutside)."""
+    if signum != signal.SIGTERM or _STORE is None:
+        return False
+    try:
+        return _STORE.add(f"{_FAILED}/{_JOINED}", 0) > 0
+    except Exception:  # noqa: BLE001 - no store to ask: a signal as any other
+        return False
+
+
+def broadcast_parameters(module: torch.nn.Module, d: Dist, via: Optional[torch.device] = None) -> None:
+    """Start every process from rank 0's weights (same seed gives the same init; this makes it certain).
+    ``via``: the device the backend sends from (NCCL takes no CPU tensor); a weight elsewhere (on the host,
+    where --fsdp keeps the models until they are sharded) goes through it one tensor at a time."""
     if d.enabled:
         for p in module.parameters():
-            tdist.broadcast(p.data, src=0)
+            if via is None or p.device == via:
+                tdist.broadcast(p.data, src=0)
+            else:
+                sent = p.data.to(via)
+                tdist.broadcast(sent, src=0)
+                p.data.copy_(sent)
+                del sent
 
 
 def average_gradients(params: list, d: Dist) -> None:
@@ -86,6 +197,15 @@ def mean_across(values: torch.Tensor, d: Dist) -> torch.Tensor:
         tdist.all_reduce(values)
         values /= d.world_size
     return values
+
+
+def max_across(value: float, d: Dist, device: torch.device) -> float:
+    """The largest of a number over processes (a step's wall-clock time: the slowest process's)."""
+    if not d.enabled:
+        return value
+    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
+    return float(t.item())
 
 
 def any_across(flag: bool, d: Dist, device: torch.device) -> bool:

@@ -15,7 +15,6 @@ import re
 import shlex
 import shutil
 import stat
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -39,6 +38,17 @@ class DivergedError(ConfigError):
     before it logs or saves anything of that step; the message names the last good checkpoint."""
 
 
+class RankGuard(SignalGuard):
+    """The loop's SignalGuard, except that torchrun's SIGTERM after another rank failed (D.teardown_signal) is
+    no stop: this rank's next collective fails and it ends with its one line (D.lost_contact), not with a
+    "SIGTERM received" line, a checkpoint it cannot finish, and then that line."""
+
+    def _handle(self, signum, frame):
+        if D.teardown_signal(signum):
+            return
+        super()._handle(signum, frame)
+
+
 def run(t, run_dir: Path, resumed: bool = False) -> dict:
     """Train ``t`` (an RLHFTrainer) until cfg.steps; return summary.json's content. Rank 0 writes the files."""
     with naming_last_good(run_dir):
@@ -52,18 +62,16 @@ def _run(t, run_dir: Path, resumed: bool) -> dict:
     saved: list = []  # the checkpoints this run wrote: a second interrupt says whether one is on disk
     # SIGINT/SIGTERM: finish the step, write a checkpoint, stop (exit 128 + signum); a second one exits
     # at once; under torchrun the same signal again within REPEAT_WINDOW is the same stop (signals.SignalGuard)
-    guard = SignalGuard(lambda: saved[-1] if saved else (rundir.list_checkpoints(run_dir) or [None])[-1],
-                        REPEAT_WINDOW if t.dist.enabled else 0.0)
+    guard = RankGuard(lambda: saved[-1] if saved else (rundir.list_checkpoints(run_dir) or [None])[-1],
+                      REPEAT_WINDOW if t.dist.enabled else 0.0)
     stop = guard.__enter__()
     try:
         while t.step < cfg.steps:
-            t0 = time.perf_counter()
             before = random_state(t)
             try:
-                metrics, samples = t.train_step()
+                metrics, samples = t.train_step()  # adds the step's seconds to t.seconds (one clock with the metrics)
             except RewardError as e:
                 raise RewardError(f"{e}; {_checkpoint_after_reward_failure(t, run_dir, before)}") from None
-            t.seconds += time.perf_counter() - t0
             metrics.update(_truncations(t))
             _stop_if_diverged(t, run_dir, metrics)  # the same averaged metrics on every process: all stop together
             if main:

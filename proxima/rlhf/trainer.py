@@ -58,6 +58,11 @@ class RLHFTrainer:
 
         dtype = DTYPES[cfg.dtype]
         self.prompts = load_prompts(cfg.prompts)
+        world = self.dist.world_size
+        if len(self.prompts) < world:  # on every rank, before any model loads: a rank's share would be empty
+            raise ConfigError(f"--prompts {cfg.prompts}: {len(self.prompts)} prompt(s) for {world} processes, each of "
+                              f"which draws from its own share (prompts rank, rank + {world}, ...); give at least "
+                              f"{world} prompts, or train with fewer processes")
         self.prompts_sha256 = prompts_sha256(self.prompts)  # recorded in checkpoints: a resume checks the file
         self.reward = load_rewards(reward_specs(cfg), cfg.reward_weights, self.device, dtype, cfg.bf16,
                                    cfg.reward_import_path, micro_batch_size=cfg.micro_batch_size)
@@ -98,12 +103,15 @@ class RLHFTrainer:
             enable_checkpointing(policy)
             if self.value is not None:
                 enable_checkpointing(self.value.backbone)
-        self.policy = policy.to(self.device)
-        self.ref = self.ref.to(self.device) if self.ref is not None else None
-        self.value = self.value.to(self.device) if self.value is not None else None
+        if cfg.fsdp:  # on the host until sharded: only this process's shards reach the device (_shard)
+            self.policy = policy
+        else:
+            self.policy = policy.to(self.device)
+            self.ref = self.ref.to(self.device) if self.ref is not None else None
+            self.value = self.value.to(self.device) if self.value is not None else None
 
         for m in self.trained_models():
-            D.broadcast_parameters(m, self.dist)
+            D.broadcast_parameters(m, self.dist, via=self.device)
         self.param_numel_full = fsdp.full_numel(self.trained_models())
         if cfg.fsdp:
             self._shard()
@@ -122,27 +130,41 @@ class RLHFTrainer:
         torch.manual_seed(cfg.seed * 1000 + self.dist.rank)
         self.sampler = PromptSampler(len(self.prompts), self.dist.rank, self.dist.world_size)
         self.step, self.seconds = 0, 0.0
+        self._step_ended: Optional[float] = None  # perf_counter when the last step's metrics were reduced (train_step)
 
     def _model_fits(self, dtype: torch.dtype):
         """load_policy's ``fits``: refuse a policy whose copies this run holds cannot fit, before it is built
         (a config.json may ask for 40 GB). Counted: the policy, and without LoRA its gradients, Adam's two
         moments and the frozen reference; with a critic (gae, --value-init policy) the value model's
         backbone copy, and without LoRA its gradients and moments. Reward models and activations are not
-        counted, so the estimate is a lower bound."""
+        counted, so the estimate is a lower bound.
+
+        --fsdp: each process loads its models whole on the host (the policy, the reference, the value model:
+        ``loaded``) and only its shards reach the device (_shard). On GPUs each holds 1/N of every copy, the
+        load's 1/N of the loaded models included, which is never more than training's; on the CPU the shards
+        share the host's memory, and while loading every process holds its own whole models."""
         cfg = self.cfg
         parts = [("policy", 1)] if cfg.lora else [("policy", 1), ("its gradients", 1), ("Adam's 2 moments", 2),
                                                    ("reference", 1)]
         if self.critic and cfg.value_init == "policy":
             parts += [("value model", 1)] if cfg.lora else [("value model with its gradients and moments", 4)]
         copies = sum(n for _, n in parts)
+        what = ", ".join(name for name, _ in parts)
         processes = self.dist.world_size
-        if cfg.fsdp and self.device.type != "cpu":  # each GPU holds 1/N of every copy
-            copies, processes = max(1, -(-copies // processes)), 1
-        elif self.device.type != "cpu" or cfg.fsdp:  # a GPU each; or CPU shards that share the host's memory
+        if cfg.fsdp:
+            loaded = 2 + (1 if self.critic and cfg.value_init == "policy" else 0)  # --fsdp refuses --lora
+            if self.device.type != "cpu":
+                copies, processes = max(fsdp.share(copies, processes), fsdp.share(loaded, processes)), 1
+            else:
+                if loaded * processes > copies:
+                    copies = loaded * processes
+                    what = (f"policy, reference{', value model' if loaded == 3 else ''}, loaded whole by each of "
+                            f"{processes} processes before sharding")
+                processes = 1
+        elif self.device.type != "cpu":  # a GPU each
             processes = 1
-        return functools.partial(check_model_fits, cfg.policy, dtype=dtype, copies=copies,
-                                 what=", ".join(name for name, _ in parts), device=self.device,
-                                 processes=processes, lora=cfg.lora)
+        return functools.partial(check_model_fits, cfg.policy, dtype=dtype, copies=copies, what=what,
+                                 device=self.device, processes=processes, lora=cfg.lora)
 
     def _stop_ids(self, policy, tokenizer_dir: str) -> list:
         """The ids that end a response: the tokenizer's EOS and, as Hugging Face's generate does, the
@@ -174,13 +196,23 @@ class RLHFTrainer:
                           f"in the reward model's, {ours.get(token)} in the policy's); use --value-init policy")
 
     def _shard(self) -> None:
+        """Shard the policy, the reference and the value model, which are on the host, onto the device: each
+        model's weights are taken out to the host first (the models become meta skeletons), so that no model
+        ever reaches the device whole, then each is sharded and only this process's shards are copied there.
+        The device's peak while loading is 1/N of the three models (_model_fits counts it)."""
         if not self.dist.enabled:
             raise ConfigError("--fsdp shards the models across processes: start it with torchrun --nproc-per-node N (N >= 2)")
-        fsdp.shard(self.policy, self.policy)
-        if self.ref is not None:
-            fsdp.shard(self.ref, self.ref)
-        if self.value is not None:
-            fsdp.shard(self.value, self.value.backbone)
+        if self.device.type == "cuda":  # FSDP places the shards on the current device
+            torch.cuda.set_device(self.device)
+        models = [(self.policy, self.policy)] + ([(self.ref, self.ref)] if self.ref is not None else []) \
+            + ([(self.value, self.value.backbone)] if self.value is not None else [])
+        fsdp.check_blocks([blocks for _, blocks in models])
+        weights = [fsdp.take_weights(model) for model, _ in models]
+        mesh = fsdp.mesh(self.device, self.dist.world_size)
+        for (model, blocks), held in zip(models, weights):
+            fsdp.shard(model, blocks, mesh)
+            fsdp.place_shards(model, held, self.device)
+            held.clear()  # the host's copy of this model goes now
 
     def _all_done(self, done: torch.Tensor) -> bool:
         return D.all_across(bool(done.all()), self.dist, self.device)
@@ -385,11 +417,15 @@ class RLHFTrainer:
             self.opt_policy.param_groups[0]["lr"] = frac * cfg.lr
             if self.opt_value is not None:
                 self.opt_value.param_groups[0]["lr"] = frac * (cfg.value_lr or cfg.lr)
-        t0 = time.perf_counter()
+        # one clock for the run: a step lasts from the end of the last one (its logging and checkpoint included)
+        # to the end of this one's metrics, which every process leaves together; charts/seconds_per_step is the
+        # slowest process's, and the run's seconds (summary.json, `done: N steps in X s`) are their sum
+        t0 = self._step_ended if self._step_ended is not None else time.perf_counter()
         b = self.compute_advantages(self.rollout())
         losses = self.update(b)
-        seconds = time.perf_counter() - t0
-        metrics = self._metrics(b, losses, seconds)
+        metrics = self._metrics(b, losses, time.perf_counter() - t0)
+        self._step_ended = time.perf_counter()
+        self.seconds += metrics["charts/seconds_per_step"]
         self.kl_ctl.update(metrics["objective/kl"], cfg.batch_size * self.dist.world_size)
         self.step += 1
         return metrics, b["texts"]
@@ -427,6 +463,8 @@ class RLHFTrainer:
             named["val/grad_norm"] = losses["value_grad_norm"]
         values = D.mean_across(torch.stack([v.detach().float().to(self.device) for v in named.values()]), self.dist)
         metrics = dict(zip(named, values.tolist()))
+        # the slowest process's: a process that waited in a collective took as long in wall-clock time
+        metrics["charts/seconds_per_step"] = D.max_across(seconds, self.dist, self.device)
         metrics["objective/kl_coef"] = self.kl_ctl.value
         metrics["charts/learning_rate"] = self.opt_policy.param_groups[0]["lr"]
         return metrics
