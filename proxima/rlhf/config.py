@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..config import ConfigError, close_field, is_blank, parse_int, plain, value_refused
+from ..config import FLAG_SOURCES, ConfigError, close_field, is_blank, parse_int, plain, value_refused
 
 __all__ = ["RLHFConfig", "ConfigError", "FIELDS", "from_dict", "coerce", "validate", "check_kl_horizon", "reward_specs"]
 
@@ -133,8 +133,12 @@ def from_dict(values: dict, base: Optional[RLHFConfig] = None, source: str = "co
     if not isinstance(values, dict):
         raise ConfigError(f"{source}: expected a mapping of field: value, got {type(values).__name__}")
     cfg = dataclasses.replace(base) if base is not None else RLHFConfig()
+    seen: dict = {}
     for key, value in values.items():
-        key = str(key).replace("-", "_")
+        written, key = key, str(key).replace("-", "_")
+        if key in seen:  # batch-size and batch_size: YAML's duplicate-key check sees two keys, the later one won
+            raise ConfigError(f"{source}: field '{key}' is given twice ({seen[key]!r} and {written!r}); keep one")
+        seen[key] = written
         if key not in FIELDS:
             close = close_field(key, FIELDS)  # PPO's: an alias (learning_rate -> lr) too
             raise ConfigError(f"{source}: unknown field '{key}'" + (f" (did you mean '{close}'?)" if close else ""))
@@ -154,6 +158,11 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
         raise value_refused(name, value, source, f"empty; give {_expected(name)}" + (" or none" if meta["optional"] else ""))
     if meta["optional"] and (value is None or (isinstance(value, str) and value.lower() in _NONE)):
         return None
+    if (kind is str and isinstance(value, (int, float)) and not isinstance(value, bool)
+            and source not in FLAG_SOURCES and source != "RLHFConfig"):
+        # a file's unquoted 0123 or 1e3 is a number by the time it is here: str() would name another path
+        raise value_refused(name, value, source, "a number, not text (YAML reads unquoted digits as a number); "
+                            f"quote it as you wrote it ({name}: '...')")
     try:
         if kind is bool:
             if isinstance(value, bool):
