@@ -247,7 +247,7 @@ def test_a_refused_preset_value_says_the_preset_changed_and_how_to_continue_the_
     code, _, err = run_main(["train", "CartPole-v1", "--preset", "fast", "--num-envs", "4", "--resume", "auto",
                              "--run-dir", str(run), "--dry-run"], capsys)
     line = error_line(code, err)
-    assert line == (f"proxima train: error: --preset fast: lr 0.005: cannot change when resuming (the run was trained with "
+    assert line == (f"proxima train: error: --preset fast: lr 0.008: cannot change when resuming (the run was trained with "
                     f"0.004); the preset's value differs from the run's (the preset changed since the run trained, or the "
                     f"run set lr itself): `proxima resume {run}` continues the run with its own config")
     code, _, err = run_main(["train", "CartPole-v1", "--num-envs", "4", "--resume", "auto", "--run-dir", str(run),
