@@ -10,14 +10,14 @@ one thread), CPU time (``time.process_time``) per call of:
   and backward from the new log-probs, values and entropies of a real minibatch;
 * head: ``agent._categorical_logprob_entropy`` on the CPU (``_CategoricalCPU``) vs the plain
   log_softmax / gather / entropy over the last axis, forward and backward, 16,384 x 2 logits;
-  and acting (no_grad, the fast preset's 256 envs): its forward called directly vs through
+  and acting (no_grad, 256 envs: the fast preset's until 2026-12-05, 96 now): its forward called directly vs through
   ``Function.apply``;
 * optimizer: ``adam.Adam`` vs ``torch.optim.Adam(fused=True)``: zero_grad, clip and step on the
   agent's parameters;
 * advantages: ``ppo.next_values`` (the rollout's values reused) vs the critic on every final obs,
   then GAE, on a real rollout;
 * gradients: ``grad_cpu.BlockGradients`` vs the agent's forward, ``loss_cpu.ppo_loss`` and
-  autograd's backward, for a minibatch of 1,024 rows (one block: the fast preset's minibatch) and
+  autograd's backward, for a minibatch of 1,024 rows (one block: the fast preset's minibatch until 2026-12-05) and
   of 16,384 rows (four blocks of 4,096 rows; eight in the tables of 2,048-row blocks);
 * tanh (``proxima/tanh_cpu.py``): ``torch.tanh`` vs ``2 sigmoid(2x) - 1`` on a row block (4,096 x 64)
   in place, the ``Tanh`` module acting in 4 envs, and a 16,384-row minibatch's gradients, each with

@@ -1,6 +1,6 @@
 """A PPO minibatch's gradients on the CPU without autograd: autograd's ops, called from a plain function.
 
-Why: a preset's minibatch (at most 2,048 rows; the fast CartPole preset's: 1,024) is small enough
+Why: a preset's minibatch (at most 2,048 rows; the fast CartPole preset's: 384) is small enough
 that autograd's machinery and the modules' calls cost as much as the arithmetic: the graph, a
 Function per stage, ``nn.Linear``/``nn.Tanh`` calls, the closed-form head and loss each wrapped
 for autograd. Here the same ops run straight from a plain function, the same bits: a 1,024-row

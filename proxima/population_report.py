@@ -360,7 +360,7 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: int
               for setting in settings]
     if unevaluated and not quiet:  # one line, not one per member
         why = unevaluated[0][1].removeprefix("could not evaluate: ")  # it names the member's directory
-        print(f"proxima: note: {len(unevaluated)} member(s) without eval.json could not be evaluated, so they are left out "
+        print(f"proxima: note: {_count(len(unevaluated), 'member')} without eval.json could not be evaluated, so they are left out "
               f"of settings whose other members have an evaluation (first: {why})", file=sys.stderr)
     why_not = {d.name: _not_evaluated(d, error, episodes, device) for d, error in unevaluated}
     out = []
@@ -545,7 +545,7 @@ def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: int 
         if other:
             notes.append(f"- {name}: left out: {', '.join(other)}.")
         if r["left_out"] and threshold is not None:
-            notes.append(f"- {name}: the {len(r['left_out'])} member(s) left out count as not reaching {threshold}.")
+            notes.append(f"- {name}: the {_count(len(r['left_out']), 'member')} left out count{'s' if len(r['left_out']) == 1 else ''} as not reaching {threshold}.")
     if any(r["few"] and r["mean_ci"] is not None for r in rows):
         notes.append(f"- \u2020 {FEW_MEMBERS_NOTE}.")
     if notes:

@@ -358,6 +358,13 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
             run_dir, overrides, env_id, trust_run, seeds, sweep, checkpoint, typed_members, quiet=quiet)
         path = state["path"]
         check_members(configs, resume=True)  # before the build's own check: a refusal says what a resume may change
+        # the backend the population trained on (an Atari game's auto depends on what is installed), as a single run's
+        from .run_setup import resumed_backend, use_backend
+
+        recorded = state["population"].get("env_backend") if isinstance(state.get("population"), dict) else None
+        backend = resumed_backend(configs[0], {"env_backend": recorded, "path": path})
+        for i, member in enumerate(configs):
+            use_backend(member, backend, quiet=quiet or i > 0)
         device = resolve_device(configs[0].device)
         check_population_fits(configs[0], len(configs), device)
         pop = Population(configs, device)
@@ -545,7 +552,7 @@ def _set_aside_member_checkpoints(dirs: list, step: int) -> None:
     moved = [folder for d in dirs if (folder := _quietly(ckpt.set_aside_newer, ckpt.checkpoint_path(d, step))) is not None]
     if moved:
         logs = any((f / "metrics.csv").exists() or any(f.glob("events.out.tfevents.*")) for f in moved)
-        print(f"proxima: note: {len(moved)} member(s) held checkpoints newer than step {step:,}, from the abandoned timeline: "
+        print(f"proxima: note: {_members(len(moved))} held checkpoints newer than step {step:,}, from the abandoned timeline: "
               f"moved to each one's checkpoints/{moved[0].name}/"
               f"{' with their metrics.csv rows and TensorBoard event files from after that step' if logs else ''} "
               f"(e.g. {moved[0]})", file=sys.stderr)
@@ -731,7 +738,7 @@ def _diverged(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, fa
         at = pop.diverged_at[p]
         print(f"proxima: note: member {p} ({dirs[p].name}) diverged at iteration {at['iteration']} "
               f"({at['reason']}): it keeps its last finite weights, takes no further step and is left out of the "
-              f"statistics; the other {left} member(s) train on", file=sys.stderr)
+              f"statistics; the other {_members(left)} train{'s' if left == 1 else ''} on", file=sys.stderr)
 
 
 def _blank_diverged(values: dict, pop: Population) -> None:
@@ -872,6 +879,10 @@ def _log_members(loggers, values: dict, pop: Population, sps: float, elapsed: fl
         lg.log(pop.iteration, step, row)
 
 
+def _members(n: int) -> str:
+    return f"{n} member{'' if n == 1 else 's'}"
+
+
 def _setting_of(configs, sweep: Sequence[str] = ()) -> list:
     """Each member's setting: {field: value} of the swept fields (``sweep``: population.json's, so a
     sweep of one value, ``--sweep lr=1e-3``, is labelled here as in the report and the plot), then of
@@ -985,7 +996,7 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
         lines[-1] += f"; {wall:.1f}s of training"
         diverged = [d.name for d, at in zip(dirs, pop.diverged_at) if at is not None]
         if diverged:
-            lines.append(f"{len(diverged)} member(s) diverged and were not evaluated: {', '.join(diverged)} (population.json says when)")
+            lines.append(f"{_members(len(diverged))} diverged and {'was' if len(diverged) == 1 else 'were'} not evaluated: {', '.join(diverged)} (population.json says when)")
         print("\n".join(lines))
 
 

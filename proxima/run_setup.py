@@ -649,8 +649,10 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_saf
         if name == "run_dir":
             check_own_run_dir(value, state["path"])
             continue  # it named the run itself (train --resume auto --run-dir RUN)
-        if name == "encoder" and value == "auto":
-            continue  # the run recorded what auto chose (config.yaml); a re-run of the same command keeps it
+        if name in ("encoder", "backend") and value == "auto":
+            # the run recorded what auto chose (config.yaml; a resume keeps the run's backend, resumed_backend):
+            # a re-run of the same command keeps it
+            continue
         if name == "vector" and _ignores_vector(cfg, state):
             if not quiet and name not in sources:
                 print(f"proxima: note: --vector {value}: applies to the gymnasium backend only; the run's backend "

@@ -109,7 +109,7 @@ def resolve(env_id: str, preset: str | None = None, base: PPOConfig | None = Non
     ``base`` (PPOConfig's defaults when None), which is left as it was.
 
     The preset wins: every field the preset sets replaces ``base``'s, whatever ``base`` holds
-    (``resolve("CartPole-v1", "fast", PPOConfig(lr=1e-2)).lr`` is the preset's 0.005), as the CLI's
+    (``resolve("CartPole-v1", "fast", PPOConfig(lr=1e-2)).lr`` is the preset's 0.008), as the CLI's
     order is defaults < preset < flags. Set your own values on the result:
     ``cfg = resolve(env_id, "fast"); cfg.lr = 1e-2``. (A field of ``base`` cannot tell a value
     you set from a default, so ``base`` does not decide which fields the preset may change.)"""

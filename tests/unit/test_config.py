@@ -220,5 +220,7 @@ def test_preset_then_flags_override():
     from proxima import presets
 
     cfg = presets.resolve("CartPole-v1", "fast", PPOConfig())
-    assert (cfg.num_envs, cfg.num_steps, cfg.backend) == (256, 16, "native")
+    given = presets.presets_for("CartPole-v1")["fast"]["config"]  # the preset's own values, whatever a retune sets
+    assert (cfg.num_envs, cfg.num_steps, cfg.backend) == (given["num_envs"], given["num_steps"], "native")
+    assert cfg.num_envs != PPOConfig().num_envs  # the preset applied, not the default
     validate(cfg)

@@ -101,7 +101,7 @@ def test_non_finite_members_are_named_left_out_and_not_solved(tmp_path):
     assert "| lr=0.001 | 5 of 6 | 320.0 |" in text and "| 33% (2 of 6) |" in text
     assert "- lr=0.001: left out: m000-seed1-lr0.001 (NaN)." in text
     assert "- lr=0.0003: left out: m006-seed1-lr0.0003 (inf)." in text
-    assert "- lr=0.001: the 1 member(s) left out count as not reaching 475.0." in text
+    assert "- lr=0.001: the 1 member left out counts as not reaching 475.0." in text
 
 
 def test_members_without_eval_json_are_left_out_not_mixed_with_training_returns(tmp_path):
