@@ -334,9 +334,9 @@ collect_user_pids() {
 }
 # collect_first_wave: WAVE = the processes to stop first. Not the servers that hold terminals (above),
 # nor the JupyterLab this script runs (its shutdown closes its terminals), nor a session leader with a
-# terminal and no SIGTERM handler while another of these runs in its session: `bash -c 'proxima train
-# ...; echo done'` in a tmux pane, dying of SIGTERM first, would hang up the pane's terminal under
-# proxima (SIGHUP).
+# terminal while a process with a SIGTERM handler of its own runs in its session: `bash -c 'proxima
+# train ...; echo done'` or `timeout 900 proxima train ...` in a tmux pane, exiting first, would hang
+# up the pane's terminal under proxima (SIGHUP).
 # Nor a worker whose parent is in the wave, has a SIGTERM handler and runs the same program:
 # --vector async's env workers under proxima train, torchrun under the --nproc launcher and the ranks
 # under torchrun. The parent stops them itself once its checkpoint is written; a SIGTERM of their own
@@ -364,13 +364,14 @@ collect_first_wave() {
     read -r stat 2>/dev/null <"/proc/$pid/stat" || continue
     rest="${stat##*) }" # the fields after "(comm)", which may hold spaces
     read -r _ _ _ sid tty _ <<<"$rest"
-    # A leader with a SIGTERM handler of its own (proxima train leading its tmux pane) decides itself
-    # when to exit and so when its terminal hangs up: it is never held back. Held back, it would leave
-    # its workers to be signalled themselves whenever another program ran in its session, even one
-    # gone a moment later (the container test caught one in CI).
-    if [[ "$sid" == "$pid" && "$tty" != 0 ]] && ! handles_term "$pid"; then
+    # What holds a leader back is a process in its session that stops gracefully, a SIGTERM handler of
+    # its own (proxima train under `timeout`, a shell's trap or `bash -c '...; echo'`): the leader's
+    # exit would hang up its terminal mid-checkpoint. A process without a handler dies of the same
+    # wave anyway: counted, a short-lived one (the container test caught one in CI) held back proxima
+    # leading its pane, whose env workers were then signalled themselves and the checkpoint was lost.
+    if [[ "$sid" == "$pid" && "$tty" != 0 ]]; then
       leader_sid[$pid]="$sid"
-    else
+    elif handles_term "$pid"; then
       busy_sid[$sid]+=" $pid"
     fi
     kept+=("$pid")

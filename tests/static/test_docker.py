@@ -632,11 +632,18 @@ def process_tree(tmp_path):
     spawn(py, str(node), "trainer+sleep", "held", str(pids), tty=True)
     spawn("/bin/bash", "-c", f"echo shell $$ >>{pids}; {py} {node} trainer shell.trainer {pids}; echo done",
           tty=True)  # run.sh's form: a shell around proxima train
+    # leaders with SIGTERM handlers of their own around proxima train: they pass the signal on or exit
+    spawn("/bin/bash", "-c", f"echo timeout $$ >>{pids}; exec timeout 120 {py} {node} trainer timeout.trainer {pids}",
+          tty=True)
+    spawn("/bin/bash", "-c", f"echo trap $$ >>{pids}; trap 'exit 143' TERM; {py} {node} trainer trap.trainer {pids} & wait",
+          tty=True)
     spawn(py, str(node), "jupyter", "jupyter", str(pids))
     spawn(py, str(node), "plain", "plain", str(pids))
     want = {"exec", "exec.w1", "exec.w1.g", "exec.w2", "exec.sleep", "pane", "pane.w1", "pane.w1.g", "pane.w2",
             "held", "held.w1", "held.w1.g", "held.w2", "held.sleep", "shell.trainer", "shell.trainer.w1",
-            "shell", "shell.trainer.w1.g", "shell.trainer.w2", "jupyter", "jupyter.kernel", "plain", "plain.child"}
+            "shell", "shell.trainer.w1.g", "shell.trainer.w2", "jupyter", "jupyter.kernel", "plain", "plain.child",
+            *(f"{lead}{part}" for lead in ("timeout", "trap")
+              for part in ("", ".trainer", ".trainer.w1", ".trainer.w1.g", ".trainer.w2"))}
     names: dict = {}
     try:
         for _ in range(300):
@@ -686,6 +693,7 @@ def test_first_wave_leaves_a_programs_own_workers_to_it(process_tree):
         "exec", "exec.sleep",  # a program it runs that is not itself is signalled too
         "pane",  # the README's tmux form: proxima leads its pane's session, its workers in it
         "shell.trainer",  # under `bash -c 'proxima train ...; echo'`, the shell being held back
+        "timeout.trainer", "trap.trainer",  # under `timeout` and a shell's trap, which are held back
         # a leader with a SIGTERM handler of its own is not held back for another program in its
         # session: it stops its workers itself; the other program is signalled itself
         "held", "held.sleep",
