@@ -69,6 +69,12 @@ def write_error(path: Union[str, Path], exc: OSError, what: str = "could not wri
     return StorageError(describe(path, exc, what) + suffix)
 
 
+def is_stdout_failure(exc: BaseException) -> bool:
+    """True when ``exc`` is a failed write of the command's own stdout, which cli._StdoutWatch records
+    (``failed``) and reports in one line of its own: not a file of the run to name and measure."""
+    return exc is not None and getattr(sys.stdout, "failed", None) is exc
+
+
 def stdout_problem(exc: OSError, what: str = "the output") -> str:
     """Why stdout took no more output, for a command's one line: the file it writes to and the free
     space there when it is a regular file (``proxima report > out.md`` on a full disk), else

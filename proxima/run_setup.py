@@ -31,10 +31,10 @@ def diagnose_failure(e: Exception, config: Optional[PPOConfig], last_good) -> Ex
 
     from .checkpoint import CheckpointError
     from .distributed import lost_peer
-    from .diskspace import StorageError, write_error
+    from .diskspace import StorageError, is_stdout_failure, write_error
     from .envs import NATIVE_ENVS, EnvError
 
-    if lost_peer(e):
+    if lost_peer(e) or is_stdout_failure(e):  # stdout's own failure: the CLI says so in its one line
         return e
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
         return write_error(e.filename or "a file of the run", e, suffix=f"; {last_good()}" if last_good else "")

@@ -84,3 +84,17 @@ def test_stdout_is_the_stream_itself_for_a_command(monkeypatch, capsys):
     assert cli._command(_args(looking)) == 3
     assert capsys.readouterr().out == "hello\n"
     assert seen["isatty"] is False and seen["encoding"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_train_to_a_full_device_is_the_stdout_line_alone(tmp_path):
+    """Day review: train's own failure diagnosis named stdout's ENOSPC "a file of the run" with the free
+    space of some disk, a line before the CLI's <stdout> line."""
+    with open("/dev/full", "w") as full:
+        proc = warm_python.run([sys.executable, "-m", "proxima", "train", "--total-timesteps", "256", "--num-envs", "2",
+                                "--threads", "1", "--eval-episodes", "1", "--no-progress", "--run-dir", str(tmp_path / "r")],
+                               cwd=tmp_path, stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert errors == ["proxima train: error: <stdout>: could not write (No space left on device); "
+                      "send the output to a file or pipe that takes it"], proc.stderr
