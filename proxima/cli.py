@@ -969,7 +969,7 @@ def _join_list_values(parser: argparse.ArgumentParser, argv: list) -> list:
     nargs="+" would take a following ENV_ID as a width too (``--hidden-sizes 32 CartPole-v1``), so only
     words that are numbers are joined."""
     target = _subparser(parser, argv)
-    if target is None or target.prog.split()[-1] not in ("train", "resume"):
+    if target is None or target.prog.split()[-1] != "train":  # resume: hidden_sizes cannot change, and its RUN_DIR may be a number
         return argv
     lists = {name for name, f in FIELDS.items() if callable(f.default_factory) and isinstance(f.default_factory(), list)}
     flags = {o for a in target._actions if a.dest in lists for o in a.option_strings}

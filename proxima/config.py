@@ -246,13 +246,16 @@ _NO_ALIAS_LOADER = None
 #: keyword argument received as such. A plain scalar only: a quoted ``'1e1'`` stays a string.
 YAML12_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$")
 
-#: YAML 1.2 core schema's integers: decimal (a leading zero is still decimal: ``010`` is 10), ``0o17``,
-#: ``0x1F``. YAML 1.1's other forms, which PyYAML reads, reread what a user typed without a word:
-#: ``010`` as octal 8, ``1:30`` as base-60 90, ``2024_01_15`` as 20240115; under this schema
-#: those are strings, which a number field refuses and a name keeps as typed.
-YAML12_INT = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
-#: YAML 1.2 core schema's floats (no ``_``, no base 60), ``.inf`` and ``.nan`` included
-YAML12_FLOATS = re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+#: Integers: YAML 1.2 core schema's decimal without a leading zero, and ``0x1F``. YAML 1.1's other
+#: forms, which PyYAML reads, reread what a user typed without a word: ``010`` as octal 8, ``1:30`` as
+#: base-60 90, ``2024_01_15`` as 20240115. A leading zero stays text too (``run_dir: 007``, an env
+#: keyword ``level: 08``, which dump_yaml of versions before 2026-12-05 wrote unquoted): an integer
+#: field reads the text as decimal (``seed: 010`` is 10), a name keeps it as typed. ``0o17`` stays text
+#: for the same reason.
+YAML12_INT = re.compile(r"^(?:[-+]?(?:0|[1-9][0-9]*)|0x[0-9a-fA-F]+)$")
+#: YAML 1.2 core schema's floats (no ``_``, no base 60), ``.inf`` and ``.nan`` included, with a point or
+#: an exponent (``08`` is no float either: text, as above)
+YAML12_FLOATS = re.compile(r"^(?:[-+]?(?:(?:\.[0-9]+|[0-9]+\.[0-9]*)(?:[eE][-+]?[0-9]+)?|[0-9]+[eE][-+]?[0-9]+)"
                            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
 
 
@@ -346,11 +349,11 @@ def load_yaml(stream):
     instead of being expanded or silently keeping the last (or the first). Proxima writes its YAML with
     dump_yaml (yaml.safe_dump) of plain values, which never holds any of them.
 
-    Numbers are read by YAML 1.2's core schema, not PyYAML's YAML 1.1: integers are decimal (``010``
-    is 10, not octal 8), ``0o17`` or ``0x1F``; floats ``1.5``, ``1e-3`` (YAML 1.1 wants ``1.0e-3``),
-    ``.inf``, ``.nan``. YAML 1.1's base 60 (``1:30``) and underscores (``1_000``) are not numbers
-    there, so they stay the strings typed: a number field refuses them with its own line, a name
-    (run_dir, an env keyword argument) keeps them. Booleans are YAML 1.1's still (``yes``, ``on``).
+    Numbers are read by YAML 1.2's core schema, not PyYAML's YAML 1.1: integers are decimal or ``0x1F``;
+    floats ``1.5``, ``1e-3`` (YAML 1.1 wants ``1.0e-3``), ``.inf``, ``.nan``. A leading zero (``010``,
+    ``007``), ``0o17``, YAML 1.1's base 60 (``1:30``) and underscores (``1_000``) stay the strings typed:
+    an integer field reads a decimal one as decimal (``seed: 010`` is 10, never octal 8), another
+    number field refuses them with its own line, a name (run_dir, an env keyword argument) keeps them. Booleans are YAML 1.1's still (``yes``, ``on``).
     Collections nested deeper than Python's stack (thousands of '[') are a yaml.YAMLError too, so
     every reader's own line reports them."""
     import yaml
@@ -638,7 +641,7 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
 
 def _refuse_unquoted(name: str, value: Any, source: str) -> None:
     """ConfigError for a name (run_dir, env_id) that a YAML file gave as a number, boolean or date:
-    its str() is not what was typed (``1.10`` is 1.1, ``007`` is 7, ``1e3`` is 1000.0), so it is
+    its str() may not be what was typed (``1.10`` is 1.1, ``1e3`` is 1000.0), so it is
     refused with the fix rather than turned into another name. Nothing for a flag's value (always
     text), a list or mapping (the caller's own refusal), or PPOConfig (_check_types names the type)."""
     import datetime
@@ -646,15 +649,17 @@ def _refuse_unquoted(name: str, value: Any, source: str) -> None:
     if source in FLAG_SOURCES or source == "PPOConfig" or value is None or isinstance(value, (list, tuple, dict)):
         return
     if isinstance(value, bool):
-        kind, why, example = "a boolean", " (YAML reads an unquoted yes, on or true as one)", "yes"
-    elif isinstance(value, (int, float)):
-        kind, why, example = "a number", " (YAML reads an unquoted 1.10 as 1.1, 007 as 7)", "1.10"
+        kind, why, example = "a boolean", " (YAML reads an unquoted yes, on or true as one)", "..."
+    elif isinstance(value, int):  # decimal without a leading zero (load_yaml): its digits are the ones typed
+        kind, why, example = "a number", "", str(value)
+    elif isinstance(value, float):
+        kind, why, example = "a number", " (YAML reads an unquoted 1.10 as 1.1, 1e3 as 1000.0)", "..."
     elif isinstance(value, datetime.date):  # a datetime too
         kind, why, example = "a date", " (YAML reads an unquoted 2024-01-15 as one)", str(value)
     else:
         return
     raise ConfigError(f"{source}: field '{name}' got {value!r}, {kind}, not text{why}; "
-                      f"quote it{'' if kind == 'a date' else ' as you wrote it'} ({name}: '{example}')")
+                      f"quote it{' as you wrote it' if example == '...' else ''} ({name}: '{example}')")
 
 
 class _RepeatedKey(ValueError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+import yaml
 from cli_helpers import error_line, run_main, snapshot
 
 from proxima import cli
@@ -65,17 +66,31 @@ def test_an_env_id_from_the_file_is_named_with_its_file(tmp_path, monkeypatch, c
 
 
 # ------------------------------------------------------------------ 2. a name YAML reads as a number
-@pytest.mark.parametrize("text,got,kind", [
-    ("1.10", "1.1", "a number"), ("007", "7", "a number"), ("1e3", "1000.0", "a number"), ("yes", "True", "a boolean"),
-    ("2024-01-15", "datetime.date(2024, 1, 15)", "a date")])
-def test_a_run_dir_yaml_reads_as_another_type_is_refused_with_quote_it(text, got, kind, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("text,end", [
+    ("1.10", "got 1.1, a number, not text (YAML reads an unquoted 1.10 as 1.1, 1e3 as 1000.0); quote it as you wrote it "
+             "(run_dir: '...')"),
+    ("1e3", "got 1000.0, a number, not text (YAML reads an unquoted 1.10 as 1.1, 1e3 as 1000.0); quote it as you wrote "
+            "it (run_dir: '...')"),
+    ("123", "got 123, a number, not text; quote it (run_dir: '123')"),
+    ("yes", "got True, a boolean, not text (YAML reads an unquoted yes, on or true as one); quote it as you wrote it "
+            "(run_dir: '...')"),
+    ("2024-01-15", "got datetime.date(2024, 1, 15), a date, not text (YAML reads an unquoted 2024-01-15 as one); quote "
+                   "it (run_dir: '2024-01-15')")])
+def test_a_run_dir_yaml_reads_as_another_type_is_refused_with_quote_it(text, end, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "c.yaml", f"run_dir: {text}\n")
     code, out, err = run_main(["train", "--config", "c.yaml", "--dry-run"], capsys)
-    line = error_line(code, err, f"proxima train: error: c.yaml: field 'run_dir' got {got}, {kind}, not text (YAML reads an "
-                                 "unquoted ", "; quote it")
-    assert ("(run_dir: '2024-01-15')" in line) if kind == "a date" else ("quote it as you wrote it (run_dir: '" in line)
+    error_line(code, err, f"proxima train: error: c.yaml: field 'run_dir' {end}")
     assert out == "" and sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
+
+
+def test_a_run_dir_with_a_leading_zero_is_the_text_typed(tmp_path, monkeypatch, capsys):
+    """YAML 1.2 read 007 as 7; a leading zero stays text (an old run's config.yaml wrote 08 unquoted)."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "c.yaml", "run_dir: 007\nseed: 010\n")
+    code, out, err = run_main(["train", "--config", "c.yaml", "--dry-run"], capsys)
+    assert code == 0, err
+    assert (yaml.safe_load(out)["run_dir"], yaml.safe_load(out)["seed"]) == ("007", 10)
 
 
 def test_an_env_id_yaml_reads_as_a_number_is_refused_with_quote_it():
@@ -85,8 +100,9 @@ def test_an_env_id_yaml_reads_as_a_number_is_refused_with_quote_it():
 
 # ------------------------------------------------------------------ 3. YAML 1.2 numbers
 @pytest.mark.parametrize("text,value", [
-    ("seed: 010", {"seed": 10}), ("seed: 08", {"seed": 8}), ("hidden_sizes: [64, 010]", {"hidden_sizes": [64, 10]}),
-    ("seed: 0o17", {"seed": 15}), ("seed: 0x1F", {"seed": 31}), ("lr: 1:30", {"lr": "1:30"}),
+    ("seed: 010", {"seed": "010"}), ("seed: 08", {"seed": "08"}), ("hidden_sizes: [64, 010]", {"hidden_sizes": [64, "010"]}),
+    ("seed: 0o17", {"seed": "0o17"}), ("seed: 0x1F", {"seed": 31}), ("lr: 1:30", {"lr": "1:30"}), ("a: 0", {"a": 0}),
+    ("a: -7", {"a": -7}), ("a: 1.", {"a": 1.0}), ("a: 01.5", {"a": 1.5}),
     ("run_dir: 2024_01_15", {"run_dir": "2024_01_15"}), ("run_dir: 12:30", {"run_dir": "12:30"}),
     ("lr: 1e-3", {"lr": 1e-3}), ("stop_return: .inf", {"stop_return": float("inf")}), ("progress: yes", {"progress": True})])
 def test_load_yaml_reads_numbers_as_yaml_1_2(text, value):
@@ -206,3 +222,13 @@ def test_presets_refuses_an_empty_env_id(env_id, capsys):
     code, out, err = run_main(["presets", env_id], capsys)
     error_line(code, err, f"proxima presets: error: ENV_ID {env_id!r}: empty; name an env (e.g. CartPole-v1)")
     assert out == ""
+
+
+def test_resume_keeps_a_numeric_run_dir_after_hidden_sizes(tmp_path, monkeypatch, capsys):
+    """Day review: `proxima resume --hidden-sizes 64,64 7` took the run directory 7 as a width."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(["train", "CartPole-v1", "--num-envs", "2", "--num-steps", "16", "--total-timesteps", "32",
+                             "--eval-episodes", "0", "--no-progress", "--run-dir", "7"], capsys)
+    assert code == 0, err
+    code, _, err = run_main(["resume", "--hidden-sizes", "64,64", "7"], capsys)  # complete: trains nothing
+    assert code == 0, err
