@@ -60,12 +60,27 @@ def _caller_state_kept():
 
 class _RankOutside(OutsideLoop):
     """OutsideLoop, except that torchrun's SIGTERM after another rank failed (D.teardown_signal) is no stop:
-    this rank's next collective fails and it ends with its one line (D.lost_contact)."""
+    this rank ends at once (D.PeerEnded), and the caller's cleanup takes back a new run's files and lock before
+    it says D.lost_contact's line. Within stops_held() it is raised as the block ends, as a stop is."""
+
+    def __init__(self):
+        super().__init__()
+        self.torn = False
 
     def _handle(self, signum, frame):
         if D.teardown_signal(signum):
+            if self.held:
+                self.torn = True
+            else:
+                D.leave_at_teardown()
             return
         super()._handle(signum, frame)
+
+    def check(self) -> None:
+        if self.torn:
+            self.torn = False
+            D.leave_at_teardown()
+        super().check()
 
     def __exit__(self, *exc):
         super().__exit__(*exc)

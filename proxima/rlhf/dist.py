@@ -19,7 +19,8 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from .config import ConfigError
 
-#: seconds a rank other than 0 that failed waits for rank 0's error, to end quietly when it is the same
+#: seconds a rank other than 0 that failed waits for rank 0's error, to end quietly when it is the same, and
+#: rank 0 with its own error waits for the other ranks to end (end_after_failure)
 SAME_ERROR_WAIT = 2.0
 #: the store's key counting the ranks that ended with an error, and under it/R rank R's own error line
 _FAILED = "proxima_rlhf_failed"
@@ -28,6 +29,17 @@ _STORE = None
 #: process groups this process has joined: every rank joins in the same order, so the count tells one run's
 #: keys in the store from those of an earlier run of the same job (a script that trains twice)
 _JOINED = 0
+#: whether this rank has raised PeerEnded in this group: torchrun's teardown then only ends what is under way
+_ENDED = False
+
+
+class PeerEnded(BaseException):
+    """Raised by a rank's signal handler (:func:`leave_at_teardown`) at torchrun's SIGTERM after another rank
+    recorded its failure. torchrun kills a rank 30 s after that SIGTERM, so a rank with no collective coming
+    soon (loading a model, in a slow reward) must end then, not at its next collective. A BaseException, as
+    TrainingInterrupted is: it lands wherever the rank is, and an ``except Exception`` there (the reward
+    wrapper's, a library's) must not take it for its own failure. :func:`end_after_failure` turns it into the
+    LostContact line once the caller has taken back what it must (a new run's files and lock)."""
 
 
 class LostContact(ConfigError):
@@ -52,32 +64,39 @@ class Dist:
 
 
 def init_distributed(device_type: str) -> Dist:
-    """Join the torchrun process group when WORLD_SIZE > 1 (gloo on CPU; nccl on CUDA, or gloo with a
-    note in a torch build without NCCL, as the PPO trainer does)."""
+    """Join the torchrun process group when WORLD_SIZE > 1: gloo on CPU; on CUDA, as the PPO trainer does
+    (proxima.distributed.init), gloo for CPU tensors and the object collectives, nccl for CUDA tensors (gloo
+    alone, with a note, in a torch build without NCCL), with this process's GPU (LOCAL_RANK) made current."""
     from ..distributed import cuda_backend, is_torchrun_rank
 
     if not is_torchrun_rank():  # the same test as the entry points' exit_process
         return Dist()
-    global _STORE, _JOINED
+    global _STORE, _JOINED, _ENDED
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device_type == "cuda" and torch.cuda.is_available() and local < torch.cuda.device_count():
+        # before the group starts: NCCL work without a current device runs on cuda:0 on every rank (the
+        # checkpoints' object collectives: a duplicate-GPU error, or a hang)
+        torch.cuda.set_device(local)
     if not tdist.is_initialized():
         rank = int(os.environ.get("RANK", "0"))
-        tdist.init_process_group(backend=cuda_backend("nccl", rank) if device_type == "cuda" else "gloo")
+        tdist.init_process_group(backend=cuda_backend("cpu:gloo,cuda:nccl", rank) if device_type == "cuda" else "gloo")
     _JOINED += 1
+    _ENDED = False
     try:
         _STORE = tdist.distributed_c10d._get_default_store()
     except Exception:  # noqa: BLE001 - without it a rank takes torchrun's teardown for a stop, as it did before
         _STORE = None
-    return Dist(tdist.get_rank(), tdist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+    return Dist(tdist.get_rank(), tdist.get_world_size(), local)
 
 
 def shutdown(d: Dist, clean: bool = True) -> None:
     """Leave the process group. ``clean``: every rank got here at the same point, after its last
     collective (see proxima.distributed.leave_process_group); False on the way out of an error, where
     a barrier could wait for a rank that is still in another collective."""
-    global _STORE
+    global _STORE, _ENDED
     if not d.enabled:
         return
-    _STORE = None
+    _STORE, _ENDED = None, False
     if clean:
         from ..distributed import leave_process_group
 
@@ -91,6 +110,9 @@ def lost_contact(exc: BaseException, d: Dist) -> Optional[LostContact]:
     (proxima.distributed.is_peer_loss, the PPO trainer's test, in its words), else None."""
     from ..distributed import is_peer_loss, is_timeout
 
+    if isinstance(exc, PeerEnded) and d.enabled:
+        return LostContact(f"rank {d.rank} stopped: lost contact with another rank (it failed or was stopped; its own "
+                           "line says why): it failed, and torchrun's teardown (SIGTERM) ended this rank")
     if not d.enabled or not isinstance(exc, RuntimeError) or not is_peer_loss(exc):  # torch's are RuntimeErrors
         return None
     first = (str(exc).strip().splitlines() or [""])[0][:400]
@@ -107,14 +129,16 @@ def lost_contact(exc: BaseException, d: Dist) -> Optional[LostContact]:
 def end_after_failure(d: Dist, exc: BaseException) -> BaseException:
     """Leave the process group after ``exc`` ended this rank's run; returns what the caller raises instead.
 
-    A collective's error for a lost peer becomes the one line of :func:`lost_contact`. Any error is recorded in
-    the store first, so that the other ranks take torchrun's SIGTERM, which follows this rank's exit, for the
-    teardown it is (:func:`teardown_signal`) and end with their own line at their next collective rather than
-    as a stop. In a process that ends with its command (the CLI's ranks) SIGTERM is ignored from here until it
-    exits, so that its own line is printed whichever rank exits first; and a rank whose error is word for word
-    rank 0's (a bad input every rank refuses alike), given up to SAME_ERROR_WAIT seconds to arrive, ends
-    quietly, exit 2: the line is printed once. A stop (TrainingInterrupted) or KeyboardInterrupt only leaves
-    the group."""
+    A collective's error for a lost peer, and PeerEnded, become the one line of :func:`lost_contact`. Any error
+    is recorded in the store first, so that the other ranks take torchrun's SIGTERM, which follows this rank's
+    exit, for the teardown it is (:func:`teardown_signal`) and end at once with their own line
+    (:func:`leave_at_teardown`) rather than as a stop. In a process that ends with its command (the CLI's ranks)
+    SIGTERM is ignored from here until it exits, so that its own line is printed whichever rank exits first;
+    and a rank whose error is word for word rank 0's (a bad input every rank refuses alike), given up to
+    SAME_ERROR_WAIT seconds to arrive, ends quietly, exit 2, while rank 0 with its own error waits as long for
+    the others to end: the line is printed once when the ranks reach it within SAME_ERROR_WAIT of each other (a
+    rank much later than that ends with the lost-contact line instead). A stop (TrainingInterrupted) or
+    KeyboardInterrupt only leaves the group."""
     if not d.enabled:
         return exc
     from .. import distributed
@@ -145,19 +169,44 @@ def end_after_failure(d: Dist, exc: BaseException) -> BaseException:
                 return SystemExit(2)
         except Exception:  # noqa: BLE001 - the store went with the job: this rank says it
             pass
+    elif own and ends and store is not None:
+        # rank 0's exit brings torchrun's teardown, which ends a rank still on its way to the same error with a
+        # lost-contact line (leave_at_teardown): the same SAME_ERROR_WAIT for every rank to have ended
+        deadline = time.monotonic() + SAME_ERROR_WAIT
+        try:
+            while store.add(failed, 0) < d.world_size and time.monotonic() < deadline:
+                time.sleep(0.05)
+        except Exception:  # noqa: BLE001 - the store went with the job: nobody is left to wait for
+            pass
     return lost or exc
 
 
 def teardown_signal(signum: int) -> bool:
     """Whether ``signum`` is torchrun's SIGTERM to the other ranks after a rank failed (end_after_failure
-    recorded it): not a stop to checkpoint at, since this rank's next collective fails and ends it with its own
-    line. For the signal handlers of a rank's loop and setup (loop.RankGuard, api's RankOutside)."""
-    if signum != signal.SIGTERM or _STORE is None:
+    recorded it): not a stop to checkpoint at (a checkpoint's collectives would fail), but the end of this rank
+    (:func:`leave_at_teardown`). For the signal handlers of a rank's loop and setup (loop.RankGuard, api's
+    _RankOutside)."""
+    if signum != signal.SIGTERM:
+        return False
+    if _ENDED:  # a repeat while this rank is on its way out: no store to ask, which may have gone with the job
+        return True
+    if _STORE is None:
         return False
     try:
         return _STORE.add(f"{_FAILED}/{_JOINED}", 0) > 0
     except Exception:  # noqa: BLE001 - no store to ask: a signal as any other
         return False
+
+
+def leave_at_teardown() -> None:
+    """Raise PeerEnded, once per process group: for a signal handler that found torchrun's teardown
+    (:func:`teardown_signal`). A repeat returns, and the handler ignores it: the rank is already leaving, and a
+    second exception would cut its cleanup short."""
+    global _ENDED
+    if _ENDED:
+        return
+    _ENDED = True
+    raise PeerEnded()
 
 
 def broadcast_parameters(module: torch.nn.Module, d: Dist, via: Optional[torch.device] = None) -> None:

@@ -40,11 +40,13 @@ class DivergedError(ConfigError):
 
 class RankGuard(SignalGuard):
     """The loop's SignalGuard, except that torchrun's SIGTERM after another rank failed (D.teardown_signal) is
-    no stop: this rank's next collective fails and it ends with its one line (D.lost_contact), not with a
-    "SIGTERM received" line, a checkpoint it cannot finish, and then that line."""
+    no stop: this rank ends at once with its one line (D.PeerEnded, then D.lost_contact's line), not with a
+    "SIGTERM received" line and a checkpoint whose collectives fail, nor waiting for its next collective, which
+    torchrun's SIGKILL 30 s later would not let a slow reward or generation reach."""
 
     def _handle(self, signum, frame):
         if D.teardown_signal(signum):
+            D.leave_at_teardown()
             return
         super()._handle(signum, frame)
 

@@ -130,7 +130,7 @@ class RLHFTrainer:
         torch.manual_seed(cfg.seed * 1000 + self.dist.rank)
         self.sampler = PromptSampler(len(self.prompts), self.dist.rank, self.dist.world_size)
         self.step, self.seconds = 0, 0.0
-        self._step_ended: Optional[float] = None  # perf_counter when the last step's metrics were reduced (train_step)
+        self._step_ended: Optional[float] = None  # perf_counter after the last step's metrics were reduced (_metrics)
 
     def _model_fits(self, dtype: torch.dtype):
         """load_policy's ``fits``: refuse a policy whose copies this run holds cannot fit, before it is built
@@ -202,8 +202,8 @@ class RLHFTrainer:
         The device's peak while loading is 1/N of the three models (_model_fits counts it)."""
         if not self.dist.enabled:
             raise ConfigError("--fsdp shards the models across processes: start it with torchrun --nproc-per-node N (N >= 2)")
-        if self.device.type == "cuda":  # FSDP places the shards on the current device
-            torch.cuda.set_device(self.device)
+        if self.device.type == "cuda":  # FSDP places the shards on the current device; a caller's own Dist and
+            torch.cuda.set_device(self.device)  # process group (no init_distributed) may not have made it this one
         models = [(self.policy, self.policy)] + ([(self.ref, self.ref)] if self.ref is not None else []) \
             + ([(self.value, self.value.backbone)] if self.value is not None else [])
         fsdp.check_blocks([blocks for _, blocks in models])
@@ -418,20 +418,20 @@ class RLHFTrainer:
             if self.opt_value is not None:
                 self.opt_value.param_groups[0]["lr"] = frac * (cfg.value_lr or cfg.lr)
         # one clock for the run: a step lasts from the end of the last one (its logging and checkpoint included)
-        # to the end of this one's metrics, which every process leaves together; charts/seconds_per_step is the
-        # slowest process's, and the run's seconds (summary.json, `done: N steps in X s`) are their sum
+        # to the end of this one's metrics reduction, which every process leaves together; charts/seconds_per_step
+        # is the slowest process's, and the run's seconds (summary.json, `done: N steps in X s`) are their sum
         t0 = self._step_ended if self._step_ended is not None else time.perf_counter()
         b = self.compute_advantages(self.rollout())
         losses = self.update(b)
-        metrics = self._metrics(b, losses, time.perf_counter() - t0)
-        self._step_ended = time.perf_counter()
+        metrics, self._step_ended = self._metrics(b, losses, t0)
         self.seconds += metrics["charts/seconds_per_step"]
         self.kl_ctl.update(metrics["objective/kl"], cfg.batch_size * self.dist.world_size)
         self.step += 1
         return metrics, b["texts"]
 
-    def _metrics(self, b: dict, losses: dict, seconds: float) -> dict:
-        """Per-step metrics, TRL's names where TRL has one; one host sync for all of them."""
+    def _metrics(self, b: dict, losses: dict, started: float) -> tuple:
+        """(per-step metrics, TRL's names where TRL has one, with one host sync for all of them; the perf_counter
+        at which the step ended, after that sync). ``started``: the perf_counter at which the step began."""
         mask = b["mask"]
         kl_sum = masked_sum(b["kl"], mask, dim=1)
         non_score = b["non_score_rewards"].sum(1)
@@ -454,7 +454,7 @@ class RLHFTrainer:
             "val/advantage_mean": masked_mean(b["advantages"], mask),
             "policy/grad_norm": losses["policy_grad_norm"],
             "charts/tokens_per_second": tokens / max(b["gen_seconds"], 1e-9),
-            "charts/seconds_per_step": torch.tensor(seconds),
+            "charts/seconds_per_step": torch.zeros(()),  # known after the reduction below; here for the column order
         }
         for name, part in b["reward_parts"].items():  # each reward's own mean, before its weight
             named[f"rewards/{name}"] = part.mean()
@@ -463,8 +463,10 @@ class RLHFTrainer:
             named["val/grad_norm"] = losses["value_grad_norm"]
         values = D.mean_across(torch.stack([v.detach().float().to(self.device) for v in named.values()]), self.dist)
         metrics = dict(zip(named, values.tolist()))
+        # after the reduction and its host sync, which wait for the slowest process: part of this step
+        ended = time.perf_counter()
         # the slowest process's: a process that waited in a collective took as long in wall-clock time
-        metrics["charts/seconds_per_step"] = D.max_across(seconds, self.dist, self.device)
+        metrics["charts/seconds_per_step"] = D.max_across(ended - started, self.dist, self.device)
         metrics["objective/kl_coef"] = self.kl_ctl.value
         metrics["charts/learning_rate"] = self.opt_policy.param_groups[0]["lr"]
-        return metrics
+        return metrics, ended

@@ -257,3 +257,62 @@ def test_fewer_prompts_than_processes_is_one_line_from_every_rank_before_any_mod
         "its own share (prompts rank, rank + 2, ...); give at least 2 prompts, or train with fewer processes"], res.stderr
     assert "Traceback" not in res.stderr and "stopped by" not in res.stderr
     assert not (tmp_path / "run").exists()
+
+
+# --- 6. torchrun's teardown ends a rank outside any collective at once, with its line -------------------------------
+SLOW_REWARD = '''import os, time
+calls = {"n": 0}
+
+
+def r(prompts, responses):
+    calls["n"] += 1  # 1: the trial call before training; 2: step 1
+    if calls["n"] >= 2:
+        if os.environ.get("RANK") == "1":
+            raise RuntimeError("rank 1 reward broke")
+        time.sleep(40)  # rank 0's step-1 reward outlasts torchrun's 30 s from its SIGTERM to its SIGKILL
+    return [0.0 for _ in responses]
+'''
+
+
+def test_a_rank_in_a_slow_reward_ends_at_torchruns_teardown_with_its_line_and_leaves_no_new_run(assets, tmp_path):
+    import time
+
+    (tmp_path / "slow.py").write_text(SLOW_REWARD)
+    cfg = config(assets, tmp_path)
+    start = time.monotonic()
+    res = launch([*TORCHRUN, "-m", "proxima.rlhf", "--config", str(cfg), "--reward", f"{tmp_path}/slow.py:r",
+                  "--steps", "3", "--run-dir", "run"], tmp_path)
+    took = time.monotonic() - start
+    # the old rank 0 ignored the SIGTERM and slept on: killed 30 s later, no line, run/ and its lock left, exit 1
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert took < 40, took  # not after the sleep: at the SIGTERM that followed rank 1's exit
+    assert "Traceback" not in res.stderr and "stopped by" not in res.stderr, res.stderr
+    assert lines(res.stderr, "proxima") == [
+        f"proxima rlhf: error: reward {tmp_path}/slow.py:r at step 1: raised RuntimeError: rank 1 reward broke; "
+        "no checkpoint was written yet (--checkpoint-every)",
+        f"proxima rlhf: error: {LOST}it failed, and torchrun's teardown (SIGTERM) ended this rank"], res.stderr
+    assert not (tmp_path / "run").exists()  # a new run that failed before its first step: nothing kept
+
+
+SAME_LATER = '''import os, time
+
+
+def r(prompts, responses):
+    if os.environ.get("RANK") == "1":
+        time.sleep(1)  # rank 1 reaches rank 0's error a second later
+    raise RuntimeError("bad input on every rank")
+'''
+
+
+def test_an_error_every_rank_gives_within_the_wait_is_printed_once_when_rank_0_is_first(assets, tmp_path):
+    (tmp_path / "bad.py").write_text(SAME_LATER)
+    cfg = config(assets, tmp_path)
+    res = launch([*TORCHRUN, "-m", "proxima.rlhf", "--config", str(cfg), "--reward", f"{tmp_path}/bad.py:r",
+                  "--run-dir", "run"], tmp_path)
+    assert res.returncode == 2, res.stderr[-3000:]
+    # rank 0 waits for rank 1 to end (dist.SAME_ERROR_WAIT) before its exit brings torchrun's teardown, which would
+    # end rank 1 on its way there with the lost-contact line
+    assert lines(res.stderr, "proxima") == [
+        f"proxima rlhf: error: reward {tmp_path}/bad.py:r on the trial call before training: raised RuntimeError: bad "
+        "input on every rank"], res.stderr
+    assert not (tmp_path / "run").exists()

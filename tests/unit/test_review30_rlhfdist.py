@@ -104,3 +104,178 @@ def test_one_process_seconds_add_up_to_the_runs(tmp_path):
     per_step = read_metrics(run)["charts/seconds_per_step"]
     seconds = json.loads((run / "summary.json").read_text())["seconds"]
     assert len(per_step) == 3 and abs(sum(per_step) - seconds) <= 0.002, (per_step, seconds)
+
+
+# --- day review: the teardown ends a rank at once; CUDA's current device; the step's clock; rank 0's wait ---------
+class _Store:
+    """torchrun's store, as much of it as rlhf.dist uses: a failure count and string keys."""
+
+    def __init__(self, failed=0, others=0, after=0.0):
+        import time
+
+        self.failed, self.others, self.at, self.keys = failed, others, time.monotonic() + after, {}
+
+    def add(self, key, n):
+        import time
+
+        if self.others and time.monotonic() >= self.at:  # the other ranks record their ends ``after`` s from now
+            self.failed, self.others = self.failed + self.others, 0
+        self.failed += n
+        return self.failed
+
+    def set(self, key, value):
+        self.keys[key] = value.encode() if isinstance(value, str) else value
+
+    def check(self, keys):
+        return all(k in self.keys for k in keys)
+
+    def get(self, key):
+        return self.keys[key]
+
+
+@pytest.fixture
+def store(monkeypatch):
+    """D's module state as after init_distributed, with a store of our own; restored after."""
+    monkeypatch.setattr(D, "_ENDED", False, raising=False)
+    monkeypatch.setattr(D, "_JOINED", 1)
+
+    def use(s):
+        monkeypatch.setattr(D, "_STORE", s)
+        return s
+    return use
+
+
+def test_torchruns_sigterm_after_a_peers_failure_ends_the_loop_at_once_and_a_users_sigterm_still_stops(store):
+    import signal
+
+    from proxima.rlhf.loop import RankGuard
+
+    store(_Store(failed=1))  # another rank recorded its failure
+    guard = RankGuard(lambda: None, 3.0)
+    with pytest.raises(D.PeerEnded):  # the old handler returned, and the rank waited for its next collective
+        guard._handle(signal.SIGTERM, None)
+    guard._handle(signal.SIGTERM, None)  # a repeat while the rank leaves: no second exception in its cleanup
+    assert guard.stop.signum == 0
+    line = D.end_after_failure(Dist(0, 2, 0), D.PeerEnded())
+    assert isinstance(line, D.LostContact) and str(line) == (
+        "rank 0 stopped: lost contact with another rank (it failed or was stopped; its own line says why): it failed, "
+        "and torchrun's teardown (SIGTERM) ended this rank")
+
+    store(_Store(failed=0))  # nobody failed: the user's SIGTERM, a stop with its checkpoint
+    D._ENDED = False
+    guard = RankGuard(lambda: None, 3.0)
+    guard._handle(signal.SIGTERM, None)
+    assert guard.stop.signum == signal.SIGTERM
+
+
+def test_the_teardown_outside_the_loop_ends_setup_at_once_or_as_a_held_block_ends(store):
+    import signal
+
+    from proxima.rlhf.api import _RankOutside
+    from proxima.signals import TrainingInterrupted
+
+    store(_Store(failed=1))
+    outside = _RankOutside()
+    with pytest.raises(D.PeerEnded):  # not TrainingInterrupted: "stopped by SIGTERM" would be no true line
+        outside._handle(signal.SIGTERM, None)
+    D._ENDED = False
+    outside = _RankOutside()
+    outside.held += 1  # claiming the run's lock: raised once that is recorded
+    outside._handle(signal.SIGTERM, None)
+    outside.held -= 1
+    with pytest.raises(D.PeerEnded):
+        outside.check()
+    store(_Store(failed=0))
+    D._ENDED = False
+    outside = _RankOutside()
+    with pytest.raises(TrainingInterrupted):
+        outside._handle(signal.SIGTERM, None)
+
+
+def test_on_cuda_init_distributed_makes_the_local_gpu_current_before_the_group_starts(monkeypatch):
+    import torch.distributed as tdist
+
+    calls = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", device)))
+    monkeypatch.setattr(tdist, "is_nccl_available", lambda: True)
+    monkeypatch.setattr(tdist, "is_initialized", lambda: False)
+    monkeypatch.setattr(tdist, "init_process_group", lambda backend, **k: calls.append(("init", backend)))
+    monkeypatch.setattr(tdist, "get_rank", lambda: 1)
+    monkeypatch.setattr(tdist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(D, "_JOINED", 0)
+    monkeypatch.setattr(D, "_STORE", None)
+    d = D.init_distributed("cuda")
+    # the PPO trainer's: CPU objects (the checkpoints' object collectives) through gloo, CUDA tensors through NCCL
+    # on this rank's GPU; the old code started "nccl" with no device set: cuda:0 on every rank
+    assert calls == [("set_device", 1), ("init", "cpu:gloo,cuda:nccl")]
+    assert (d.rank, d.world_size, d.local_rank) == (1, 2, 1)
+    calls.clear()
+    assert D.init_distributed("cpu").enabled and calls == [("init", "gloo")]  # the CPU's group is as it was
+
+
+def test_rank_0_with_its_own_error_gives_the_others_time_to_reach_it(store, monkeypatch):
+    import time
+
+    from proxima import distributed
+
+    monkeypatch.setattr(distributed, "_ENDS_WITH_COMMAND", True)
+    monkeypatch.setattr(D.signal, "signal", lambda *a: None)  # this test process keeps its SIGTERM
+    monkeypatch.setattr(D, "SAME_ERROR_WAIT", 1.0)
+    store(_Store(others=1, after=0.4))  # rank 1 records its end 0.4 s after rank 0
+    start = time.monotonic()
+    assert isinstance(D.end_after_failure(Dist(0, 2, 0), ValueError("bad input")), ValueError)
+    waited = time.monotonic() - start
+    # rank 0's exit brings torchrun's teardown, which would end a rank on its way to the same error with the
+    # lost-contact line instead of its quiet exit: rank 0 leaves once every rank has ended, or after the wait
+    assert 0.35 <= waited < 0.9, waited
+    store(_Store(failed=0))  # the other rank never ends by itself: the wait is bounded
+    start = time.monotonic()
+    D.end_after_failure(Dist(0, 2, 0), ValueError("bad input"))
+    assert 0.95 <= time.monotonic() - start < 1.6
+
+
+def test_a_steps_seconds_include_its_metrics_reduction(tmp_path, monkeypatch):
+    import time
+
+    from rlhf_assets import save_gpt2
+
+    from proxima.rlhf import train_rlhf
+    from proxima.rlhf.demo import prompts_list
+    from proxima.rlhf.rundir import read_metrics
+
+    reduce, steps = D.mean_across, []
+
+    def slow_mean(values, d):  # a host sync that waits: stands for the slowest process's
+        time.sleep(0.3)
+        return reduce(values, d)
+
+    step = RLHFTrainer.train_step
+
+    def timed(self):
+        start = time.perf_counter()
+        out = step(self)
+        steps.append((start, time.perf_counter()))
+        return out
+
+    monkeypatch.setattr(D, "mean_across", slow_mean)
+    monkeypatch.setattr(RLHFTrainer, "train_step", timed)
+    save_gpt2(tmp_path / "model")
+    (tmp_path / "prompts.txt").write_text("\n".join(prompts_list()) + "\n")
+    run = train_rlhf(RLHFConfig(policy=str(tmp_path / "model"), prompts=str(tmp_path / "prompts.txt"),
+                                reward="proxima.rlhf.demo:keyword_sentiment", batch_size=4, num_minibatches=2,
+                                max_new_tokens=4, steps=3, print_every=0, checkpoint_every=0, plot=False,
+                                run_dir=str(tmp_path / "run"), threads=1))
+    per_step = read_metrics(run)["charts/seconds_per_step"]
+    seconds = json.loads((run / "summary.json").read_text())["seconds"]
+    assert len(per_step) == len(steps) == 3
+    # each step at least the wall time of its train_step measured out here (the old clock stopped before the
+    # reduction: 0.3 s short a step), and the steps together the time from the first's start to the last's end
+    for (start, end), got in zip(steps, per_step):
+        assert got >= end - start - 0.05, (per_step, steps)
+    assert abs(sum(per_step) - (steps[-1][1] - steps[0][0])) <= 0.1, (per_step, steps)
+    assert abs(sum(per_step) - seconds) <= 0.002
