@@ -6,9 +6,6 @@ and ale-py: tests/integration/test_pixels_atari.py."""
 from __future__ import annotations
 
 import csv
-import importlib
-import sys
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -17,32 +14,9 @@ from cli_helpers import error_line, run_main, snapshot
 from proxima import run_setup
 from proxima.config import MAX_SEED, PPOConfig
 from proxima.envs import EnvError, atari, make_env
+from tests.unit.test_envpool_standin import envpool  # noqa: F401 - the stand-in as ``envpool``, one test at a time
 
-STANDIN = Path(__file__).resolve().parents[1] / "fixtures" / "envpool_standin"
 EVAL_OFFSET = 1_000_000
-
-
-def _envpool_modules() -> dict:
-    return {k: m for k, m in sys.modules.items() if k == "envpool" or k.startswith("envpool.")}
-
-
-@pytest.fixture
-def envpool(monkeypatch):
-    """The stand-in as ``envpool`` for this test only (as tests/unit/test_envpool_standin.py's fixture)."""
-    before = _envpool_modules()
-    for k in before:
-        del sys.modules[k]
-    monkeypatch.syspath_prepend(str(STANDIN))
-    importlib.invalidate_caches()
-    try:
-        import envpool as standin
-
-        assert atari.has_envpool() and Path(standin.__file__).parent.parent == STANDIN
-        yield standin
-    finally:
-        for k in _envpool_modules():
-            del sys.modules[k]
-        sys.modules.update(before)
 
 
 def _train(tmp_path, *extra) -> list:
