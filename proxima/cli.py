@@ -967,9 +967,10 @@ def _join_list_values(parser: argparse.ArgumentParser, argv: list) -> list:
     says: "separated by commas or spaces") joined into the flag's one value, ``--hidden-sizes=64 64``:
     argparse took the first and read the second as ENV_ID ("unknown env id '64'"). An argument of
     nargs="+" would take a following ENV_ID as a width too (``--hidden-sizes 32 CartPole-v1``), so only
-    words that are numbers are joined."""
+    words that are numbers are joined, and for resume none that names a path (its RUN_DIR ``7``)."""
     target = _subparser(parser, argv)
-    if target is None or target.prog.split()[-1] != "train":  # resume: hidden_sizes cannot change, and its RUN_DIR may be a number
+    command = target.prog.split()[-1] if target is not None else None
+    if command not in ("train", "resume"):
         return argv
     lists = {name for name, f in FIELDS.items() if callable(f.default_factory) and isinstance(f.default_factory(), list)}
     flags = {o for a in target._actions if a.dest in lists for o in a.option_strings}
@@ -981,7 +982,8 @@ def _join_list_values(parser: argparse.ArgumentParser, argv: list) -> list:
         flag, eq, value = word.partition("=")
         if flag in flags and (eq or i + 1 < len(argv)):
             values, j = [value] if eq else [argv[i + 1]], i + 1 if eq else i + 2
-            while j < len(argv) and _LIST_WORD.match(argv[j]):
+            # resume's RUN_DIR may be a number (a run named by its seed): a word that names a path is that
+            while j < len(argv) and _LIST_WORD.match(argv[j]) and not (command == "resume" and os.path.exists(argv[j])):
                 values.append(argv[j])
                 j += 1
             if len(values) > 1:

@@ -352,8 +352,8 @@ def load_yaml(stream):
     Numbers are read by YAML 1.2's core schema, not PyYAML's YAML 1.1: integers are decimal or ``0x1F``;
     floats ``1.5``, ``1e-3`` (YAML 1.1 wants ``1.0e-3``), ``.inf``, ``.nan``. A leading zero (``010``,
     ``007``), ``0o17``, YAML 1.1's base 60 (``1:30``) and underscores (``1_000``) stay the strings typed:
-    an integer field reads a decimal one as decimal (``seed: 010`` is 10, never octal 8), another
-    number field refuses them with its own line, a name (run_dir, an env keyword argument) keeps them. Booleans are YAML 1.1's still (``yes``, ``on``).
+    a number field reads a decimal one as decimal (``seed: 010`` is 10, never octal 8) and refuses the
+    others with its own line, a name (run_dir, an env keyword argument) keeps them. Booleans are YAML 1.1's still (``yes``, ``on``).
     Collections nested deeper than Python's stack (thousands of '[') are a yaml.YAMLError too, so
     every reader's own line reports them."""
     import yaml
@@ -650,8 +650,8 @@ def _refuse_unquoted(name: str, value: Any, source: str) -> None:
         return
     if isinstance(value, bool):
         kind, why, example = "a boolean", " (YAML reads an unquoted yes, on or true as one)", "..."
-    elif isinstance(value, int):  # decimal without a leading zero (load_yaml): its digits are the ones typed
-        kind, why, example = "a number", "", str(value)
+    elif isinstance(value, int):  # 0x1F and +7 are ints too: the digits typed may not be str()'s
+        kind, why, example = "a number", "", "..."
     elif isinstance(value, float):
         kind, why, example = "a number", " (YAML reads an unquoted 1.10 as 1.1, 1e3 as 1000.0)", "..."
     elif isinstance(value, datetime.date):  # a datetime too

@@ -71,7 +71,8 @@ def test_an_env_id_from_the_file_is_named_with_its_file(tmp_path, monkeypatch, c
              "(run_dir: '...')"),
     ("1e3", "got 1000.0, a number, not text (YAML reads an unquoted 1.10 as 1.1, 1e3 as 1000.0); quote it as you wrote "
             "it (run_dir: '...')"),
-    ("123", "got 123, a number, not text; quote it (run_dir: '123')"),
+    ("123", "got 123, a number, not text; quote it as you wrote it (run_dir: '...')"),
+    ("0x1F", "got 31, a number, not text; quote it as you wrote it (run_dir: '...')"),
     ("yes", "got True, a boolean, not text (YAML reads an unquoted yes, on or true as one); quote it as you wrote it "
             "(run_dir: '...')"),
     ("2024-01-15", "got datetime.date(2024, 1, 15), a date, not text (YAML reads an unquoted 2024-01-15 as one); quote "
@@ -231,4 +232,15 @@ def test_resume_keeps_a_numeric_run_dir_after_hidden_sizes(tmp_path, monkeypatch
                              "--eval-episodes", "0", "--no-progress", "--run-dir", "7"], capsys)
     assert code == 0, err
     code, _, err = run_main(["resume", "--hidden-sizes", "64,64", "7"], capsys)  # complete: trains nothing
+    assert code == 0, err
+
+
+def test_resume_joins_the_widths_as_train_does(tmp_path, monkeypatch, capsys):
+    """Final review: `proxima resume RUN --hidden-sizes 32 32` (the train line's widths) said
+    "unrecognized arguments: 32" once resume no longer joined them."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(["train", "CartPole-v1", "--num-envs", "2", "--num-steps", "16", "--total-timesteps", "32",
+                             "--eval-episodes", "0", "--no-progress", "--hidden-sizes", "32", "32", "--run-dir", "r"], capsys)
+    assert code == 0, err
+    code, _, err = run_main(["resume", "r", "--hidden-sizes", "32", "32"], capsys)  # complete: trains nothing
     assert code == 0, err
