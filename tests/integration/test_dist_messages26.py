@@ -129,4 +129,4 @@ def test_rlhf_on_cuda_with_nccl_asks_for_nccl_without_a_note(monkeypatch, capsys
     monkeypatch.setattr(tdist, "get_rank", lambda: 1)
     monkeypatch.setattr(tdist, "get_world_size", lambda: 2)
     dist.init_distributed("cuda")
-    assert asked == ["nccl"] and capsys.readouterr().err == ""
+    assert asked == ["cpu:gloo,cuda:nccl"] and capsys.readouterr().err == ""
