@@ -88,7 +88,9 @@ def test_a_lost_peer_is_one_line_naming_the_rank():
     assert D.end_after_failure(Dist(), ValueError("x")).args == ("x",)
 
 
-def test_one_process_seconds_add_up_to_the_runs(tmp_path):
+def _three_steps(tmp_path, checkpoint_every: int) -> tuple:
+    """A 3-step one-process run of the tiny GPT-2 on the demo's prompts and reward: (per-step seconds from
+    metrics.csv, summary.json's seconds)."""
     from rlhf_assets import save_gpt2
 
     from proxima.rlhf import train_rlhf
@@ -99,10 +101,13 @@ def test_one_process_seconds_add_up_to_the_runs(tmp_path):
     (tmp_path / "prompts.txt").write_text("\n".join(prompts_list()) + "\n")
     run = train_rlhf(RLHFConfig(policy=str(tmp_path / "model"), prompts=str(tmp_path / "prompts.txt"),
                                 reward="proxima.rlhf.demo:keyword_sentiment", batch_size=4, num_minibatches=2,
-                                max_new_tokens=4, steps=3, print_every=0, checkpoint_every=1, plot=False,
+                                max_new_tokens=4, steps=3, print_every=0, checkpoint_every=checkpoint_every, plot=False,
                                 run_dir=str(tmp_path / "run"), threads=1))
-    per_step = read_metrics(run)["charts/seconds_per_step"]
-    seconds = json.loads((run / "summary.json").read_text())["seconds"]
+    return read_metrics(run)["charts/seconds_per_step"], json.loads((run / "summary.json").read_text())["seconds"]
+
+
+def test_one_process_seconds_add_up_to_the_runs(tmp_path):
+    per_step, seconds = _three_steps(tmp_path, checkpoint_every=1)
     assert len(per_step) == 3 and abs(sum(per_step) - seconds) <= 0.002, (per_step, seconds)
 
 
@@ -242,12 +247,6 @@ def test_rank_0_with_its_own_error_gives_the_others_time_to_reach_it(store, monk
 def test_a_steps_seconds_include_its_metrics_reduction(tmp_path, monkeypatch):
     import time
 
-    from rlhf_assets import save_gpt2
-
-    from proxima.rlhf import train_rlhf
-    from proxima.rlhf.demo import prompts_list
-    from proxima.rlhf.rundir import read_metrics
-
     reduce, steps = D.mean_across, []
 
     def slow_mean(values, d):  # a host sync that waits: stands for the slowest process's
@@ -264,14 +263,7 @@ def test_a_steps_seconds_include_its_metrics_reduction(tmp_path, monkeypatch):
 
     monkeypatch.setattr(D, "mean_across", slow_mean)
     monkeypatch.setattr(RLHFTrainer, "train_step", timed)
-    save_gpt2(tmp_path / "model")
-    (tmp_path / "prompts.txt").write_text("\n".join(prompts_list()) + "\n")
-    run = train_rlhf(RLHFConfig(policy=str(tmp_path / "model"), prompts=str(tmp_path / "prompts.txt"),
-                                reward="proxima.rlhf.demo:keyword_sentiment", batch_size=4, num_minibatches=2,
-                                max_new_tokens=4, steps=3, print_every=0, checkpoint_every=0, plot=False,
-                                run_dir=str(tmp_path / "run"), threads=1))
-    per_step = read_metrics(run)["charts/seconds_per_step"]
-    seconds = json.loads((run / "summary.json").read_text())["seconds"]
+    per_step, seconds = _three_steps(tmp_path, checkpoint_every=0)
     assert len(per_step) == len(steps) == 3
     # each step at least the wall time of its train_step measured out here (the old clock stopped before the
     # reduction: 0.3 s short a step), and the steps together the time from the first's start to the last's end
