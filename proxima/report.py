@@ -485,14 +485,15 @@ def _on_resume(meta: dict, first, of_resume, show=None) -> object:
     the one before: meta.json's top says only what the run started with, and a resume may run other
     code, versions or devices. ``show(record)``: how the first start's record (meta) and a resume's
     entry are written, when not as their values are (a commit marked "uncommitted changes").
-    ``first`` as it is when none changed (or the first start recorded none)."""
+    ``first`` as it is when none changed (or the first start recorded none). A resume on an abandoned
+    timeline (_abandoned) is left out: the run's history never went through it."""
     resumes = meta.get("resumes")
     show = show or (lambda record: first if record is meta else of_resume(record))
     if first is None or first == "" or not isinstance(resumes, list):
         return show(meta)
     cell, now = None, first
-    for entry in resumes:
-        value = of_resume(entry) if isinstance(entry, dict) else None
+    for entry, gone in zip(resumes, _abandoned(resumes)):
+        value = of_resume(entry) if isinstance(entry, dict) and not gone else None
         if value is None or value == now:
             continue
         step = entry.get("step")
@@ -502,10 +503,35 @@ def _on_resume(meta: dict, first, of_resume, show=None) -> object:
     return show(meta) if cell is None else cell
 
 
+def _abandoned(resumes: list) -> list:
+    """Per entry of meta.json's ``resumes``, whether it is on an abandoned timeline: marked so
+    (train_state.record_resume), or followed by a resume from an earlier step (a meta.json written
+    before that mark): that resume went back to an older checkpoint, and set aside what trained after it."""
+    flags, low = [], None
+    for entry in reversed(resumes):
+        step = entry.get("step") if isinstance(entry, dict) else None
+        step = step if isinstance(step, int) and not isinstance(step, bool) else None
+        marked = isinstance(entry, dict) and entry.get("abandoned") is True
+        flags.append(marked or (step is not None and low is not None and step > low))
+        if step is not None:
+            low = step if low is None else min(low, step)
+    return flags[::-1]
+
+
+def _resume_count(resumes) -> object:
+    """The report's resumes cell: how many resumes the run's history went through, and apart, how many
+    more ran on an abandoned timeline; None when none was recorded (or the list was edited into another type)."""
+    if not isinstance(resumes, list) or not resumes:
+        return None
+    gone = sum(_abandoned(resumes))
+    kept = len(resumes) - gone
+    return kept if not gone else f"{kept} ({gone} more on an abandoned timeline)"
+
+
 def _machine(meta: dict) -> dict:
     m = meta.get("machine") or {}
     gpus = [f"{g.get('name', '?')} ({g.get('memory_gib', '?')} GiB)" for g in m.get("gpus") or [] if isinstance(g, dict)]
-    command, resumes = meta.get("command"), meta.get("resumes")
+    command = meta.get("command")
     return {
         "device": _on_resume(meta, meta.get("device"), lambda r: r.get("device")), "world size": meta.get("world_size"),
         "env backend": meta.get("env_backend"),
@@ -515,7 +541,7 @@ def _machine(meta: dict) -> dict:
         "git commit": _on_resume(meta, _git_code(meta), _git_code, _git_cell),
         "started": meta.get("started") or meta.get("created"),
         "command": " ".join(map(str, command)) if isinstance(command, list) else command,
-        "resumes": len(resumes) if isinstance(resumes, list) and resumes else None,
+        "resumes": _resume_count(meta.get("resumes")),
     }
 
 

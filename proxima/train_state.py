@@ -618,7 +618,10 @@ def record_resume(path: Path, entry: dict, note_tanh: bool = True) -> bool:
     """Append ``entry`` to the ``resumes`` list of the meta.json at ``path``, rewritten atomically (never
     through a link); whether it was. A meta.json that is not a JSON object (or whose ``resumes`` is not
     a list) is left as it is, with a note: the run's record is damaged, not its checkpoints, and the
-    resume goes on. The oldest entries give way (counted in ``resumes_dropped``) before the file would
+    resume goes on. An entry recorded before with a step past ``entry``'s gets ``"abandoned": true``
+    (kept, in its place): this resume continues from an older checkpoint, and what that one trained is
+    on the timeline set aside (checkpoints/abandoned-TIME), not in the run's history any more. The
+    oldest entries give way (counted in ``resumes_dropped``) before the file would
     outgrow what a run's meta.json may be when read back (rundir._read_json_file), where the run
     would no longer count as one. OSError (a full disk) propagates, as for config.yaml."""
     from .atomic import write_atomic
@@ -640,6 +643,13 @@ def record_resume(path: Path, entry: dict, note_tanh: bool = True) -> bool:
     if note_tanh and before in ("torch", "sigmoid", "numpy") and entry.get("cpu_tanh") not in (None, before):
         print(f"proxima: note: the run started with the CPU tanh '{before}' and resumes with '{entry['cpu_tanh']}' (another "
               "kind of CPU, or PROXIMA_CPU_TANH): it trains on validly, not bit for bit as it would have", file=sys.stderr)
+    step = entry.get("step")
+    if _int_count(step):
+        # `proxima report` would otherwise show that timeline's devices and versions as changes the run went
+        # through, its steps going backwards (report._abandoned reads older meta.json files the same way)
+        for old in resumes:
+            if isinstance(old, dict) and _int_count(old.get("step")) and old["step"] > step:
+                old["abandoned"] = True
     resumes = resumes + [entry]
     dropped = meta.get("resumes_dropped")
     dropped = dropped if _int_count(dropped) and dropped > 0 else 0
