@@ -358,6 +358,9 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
             run_dir, overrides, env_id, trust_run, seeds, sweep, checkpoint, typed_members, quiet=quiet)
         path = state["path"]
         check_members(configs, resume=True)  # before the build's own check: a refusal says what a resume may change
+        if not quiet and "compile_mode" in (overrides or {}):  # advice, as train --seeds gives it
+            print(f"proxima: note: --compile-mode {configs[0].compile_mode} has no effect: a population (--seeds/--sweep) "
+                  "does not compile", file=sys.stderr)
         # the backend the population trained on (an Atari game's auto depends on what is installed), as a single run's
         from .run_setup import resumed_backend, use_backend
 

@@ -21,3 +21,13 @@ def test_a_population_notes_a_compile_mode_that_does_nothing(capsys):
     assert "proxima: note: --compile-mode max-autotune has no effect: a population (--seeds/--sweep) does not compile" in err
     code, _, err = run_main([*ARGS, "--compile-mode", "max-autotune", "--quiet"], capsys)
     assert code == 0 and "--compile-mode" not in err, err
+
+
+def test_a_population_resume_notes_a_compile_mode_that_does_nothing(capsys, tmp_path):
+    """Review 31: `proxima resume POP --compile-mode M` recorded M in every member's config.yaml without a word."""
+    run = tmp_path / "pop"
+    code, _, err = run_main([*ARGS[:-1], "--run-dir", str(run), "--eval-episodes", "1", "--quiet"], capsys)
+    assert code == 0, err
+    code, _, err = run_main(["resume", str(run), "--total-timesteps", "512", "--compile-mode", "max-autotune"], capsys)
+    assert code == 0, err
+    assert "proxima: note: --compile-mode max-autotune has no effect: a population (--seeds/--sweep) does not compile" in err
