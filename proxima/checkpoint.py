@@ -1549,13 +1549,14 @@ def _agent_maker(state: dict) -> tuple:
     """(observation space, action space, make): the recorded spaces and a function building the
     agent the recorded config and spaces describe (check_policy_state has checked the config)."""
     from .agent import Agent
+    from .config import ABSENT_MEANS
 
     path, cfg = state.get("path", "checkpoint"), state["config"]
     obs_space = space_from_dict(state["spaces"]["observation"], f"{path}: spaces.observation")
     act_space = space_from_dict(state["spaces"]["action"], f"{path}: spaces.action")
 
-    def make():  # checkpoints from before the encoder field hold flat-Box MLP agents
-        return Agent(obs_space, act_space, cfg["hidden_sizes"], cfg["activation"], cfg.get("encoder", "mlp"))
+    def make():  # checkpoints from before the encoder field hold flat-Box MLP agents (what a resume reads too)
+        return Agent(obs_space, act_space, cfg["hidden_sizes"], cfg["activation"], cfg.get("encoder", ABSENT_MEANS["encoder"]))
 
     return obs_space, act_space, make
 

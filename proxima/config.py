@@ -153,6 +153,32 @@ RESUME_SAFE = ("total_timesteps", "stop_return", "stop_episodes", "checkpoint_ev
                "progress", "plot", "threads", "keep_host_memory", "device", "debug_checks", "compile", "compile_mode", "cudagraphs",
                "run_dir")
 
+#: what a field a run's recorded config lacks (a checkpoint or config.yaml of an older Proxima, from
+#: before the field) means: the value that version ran as, which need not be today's default. A
+#: resume continues the run as it trained, and refuses a flag only against what the run really did
+#: (a run from before --flush-denormal never flushed, so --no-flush-denormal changes nothing).
+#: Resume-safe fields too: the run goes on as it ran until a flag changes them. Every field added
+#: after the first version is here (tests/unit/test_review31_oldckpt.py holds the table to that).
+ABSENT_MEANS = {
+    "env_kwargs": {},  # envs were built without keyword arguments
+    "encoder": "mlp",  # flat-Box observations only, always an MLP (checkpoint._agent_maker reads it too)
+    "flush_denormal": False,  # torch's default: denormals kept
+    "keep_host_memory": False,  # glibc's default: freed memory returned to the OS
+    "checkpoint_minutes": 0.0,  # checkpoints by iteration count only
+    "stop_return": None,
+    "stop_episodes": 20,  # read only with stop_return
+    "eval_every": 0,
+}
+
+
+def recorded_config(values: dict, source: str) -> PPOConfig:
+    """The config a run recorded (a checkpoint's ``config``, its config.yaml): ``values`` as from_dict
+    reads them, a field they lack taken from ABSENT_MEANS rather than today's default."""
+    import copy
+
+    base = dataclasses.replace(PPOConfig(), **{k: copy.deepcopy(v) for k, v in ABSENT_MEANS.items()})
+    return from_dict(values, base, source=source)
+
 
 #: other names of fields, as accepted on the command line (--learning-rate for --lr); a YAML key
 #: spelled so is suggested its field

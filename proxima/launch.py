@@ -135,7 +135,7 @@ def _check(nproc: int, argv: list) -> None:
         import contextlib
         import io
 
-        from .config import from_dict
+        from .config import recorded_config
         from .distributed import check_rank_pieces
         from .envs.gym_adapter import treat_as_data
         from .logger import check_logs_readable
@@ -156,7 +156,7 @@ def _check(nproc: int, argv: list) -> None:
         command = "resume" if args.command == "resume" else "train --resume"
         env_id = getattr(args, "env", None) if args.command == "resume" else getattr(args, "env_id", None)
         check_rank_pieces(state)  # as resumed_config does, first: a refusal that no --env would lift
-        recorded = from_dict(state["config"], source=state["path"])
+        recorded = recorded_config(state["config"], source=state["path"])  # a field an older run lacks: as it ran
         # what rank 0 refuses of the env (run_setup.resumed_config): a recorded module env neither
         # named (--env) nor trusted, another env, one not registered; once here, not once per rank
         check_resumed_env(recorded, state, env_id, getattr(args, "trust_run", False), command)

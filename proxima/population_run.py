@@ -506,7 +506,7 @@ def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[st
     not load is named, not renamed. The SINGLE_RUN_ONLY fields, typed or recorded (a population
     written before they were reset), come back at a member's values, with the note a new population
     prints for those typed."""
-    from .config import from_dict
+    from .config import recorded_config
     from .rundir import check_own_entries
     from .run_setup import apply_resume_overrides, check_resumed_env, resume_trains
 
@@ -528,7 +528,7 @@ def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[st
     if state.get("kind") != CHECKPOINT_KIND:
         raise ckpt.CheckpointError(f"{path}: not a population checkpoint")
     raw_configs, recorded_seeds, recorded_sweep, names = check_population_state(state, path)
-    configs = [from_dict(c, source=path) for c in raw_configs]
+    configs = [recorded_config(c, source=path) for c in raw_configs]  # a field an older run lacks: as it ran
     for name in names:  # each member folder, and what resume writes in it, stays inside the run
         check_own_entries(run_dir, (name,))
         check_own_entries(run_dir / name, root=run_dir)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import checkpoint as ckpt
-from .config import ConfigError, PPOConfig, batch_size, from_dict
+from .config import ConfigError, PPOConfig, batch_size, recorded_config
 from .guards import NonFiniteError
 from .train_state import default_run_dir
 
@@ -151,7 +151,8 @@ RUN_IDENTITY = ("env_id", "num_envs", "num_steps", "seed")
 
 
 def read_run_config(run_dir) -> tuple:
-    """(config, why not): the run's config.yaml as a PPOConfig, or None with the reason it could not be
+    """(config, why not): the run's config.yaml as a PPOConfig (a field an older Proxima did not write
+    read as config.ABSENT_MEANS says, as the checkpoint's is), or None with the reason it could not be
     read (not YAML, a field no config holds, not a regular file); (None, None) when there is none.
     The file is data: read without following a FIFO, within rundir.TEXT_MAX_BYTES."""
     import yaml
@@ -173,7 +174,7 @@ def read_run_config(run_dir) -> tuple:
     if not isinstance(values, dict):
         return None, f"not a mapping of field: value (a {type(values).__name__})"
     try:
-        return from_dict(values, source=str(path)), None
+        return recorded_config(values, str(path)), None
     except ConfigError as e:
         return None, str(e).removeprefix(f"{path}: ")
 
@@ -464,8 +465,9 @@ def check_processes(state: dict, processes: int, launcher: Optional[bool] = None
 
 def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, overrides: Optional[dict], command: str,
                    notes: bool = True, sources: Optional[dict] = None, quiet: bool = False) -> PPOConfig:
-    """The config a resume of the loaded checkpoint ``state`` trains with: the recorded one, its
-    counters checked, the env id given (if any) the run's, a recorded module env refused unless
+    """The config a resume of the loaded checkpoint ``state`` trains with: the recorded one (a field an
+    older Proxima did not record read as what that version ran as: config.ABSENT_MEANS), its counters
+    checked, the env id given (if any) the run's, a recorded module env refused unless
     named or trusted, and ``overrides`` applied (apply_resume_overrides). Shared by the resume and
     by ``train --resume ... --dry-run``, so a dry run refuses what the resume would. ``notes``:
     apply_resume_overrides's notes on a run that trains nothing (a loose checkpoint's refusal says it instead);
@@ -474,7 +476,7 @@ def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, override
     from .train_state import check_counters, counters_checked
 
     check_rank_pieces(state)  # a multi-process best.pt of older versions: rank 0's envs only
-    recorded = from_dict(state["config"], source=state["path"])
+    recorded = recorded_config(state["config"], state["path"])
     if not counters_checked(state, batch_size(recorded)):  # a run directory's: load_sound checked them
         check_counters(state, batch_size(recorded))  # before any of them is used (apply_resume_overrides)
     check_resumed_env(recorded, state, env_id, trust_run, command)
