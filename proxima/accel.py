@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -118,35 +117,68 @@ def setup_compile_cache() -> Path:
     return headers
 
 
+def mode_options(mode: str) -> dict:
+    """inductor's options for ``--compile-mode MODE``: what torch.compile(mode=MODE) would apply
+    (torch._inductor.list_mode_options), as a new dict. "default" is {} without importing inductor;
+    any other mode imports torch._inductor, which creates its cache folder at import: done here
+    under compile_cache_dir() (the folder setup_compile_cache later points inductor at), and the
+    caller makes sure that folder is writable (compile_cache_problem) first."""
+    if mode in (None, "default"):
+        return {}
+    # inductor fixes some cache paths when it is first imported: the ones a later
+    # setup_compile_cache would give, not torch's /tmp default
+    saved = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not saved:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache_dir())
+    try:
+        from torch._inductor import list_mode_options
+    finally:
+        if saved is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        elif not saved:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved
+    return dict(list_mode_options(mode))
+
+
+def compile_options(cfg) -> dict:
+    """The options every torch.compile of a trainer gets: its --compile-mode's (mode_options) and,
+    under --deterministic, inductor's ``fallback_random``: random numbers drawn through torch's own
+    generator, so a compiled run samples exactly what the eager run samples (compiled == eager,
+    resume exact). Passed per call, not through the process-wide inductor config: torch.compile's
+    wrappers with equal options compare equal and share their compiled code, so a switch flipped
+    globally let a deterministic trainer reuse kernels compiled for an earlier non-deterministic one
+    in the same process (and draw other numbers)."""
+    options = mode_options(cfg.compile_mode)
+    if cfg.deterministic:
+        options["fallback_random"] = True
+    return options
+
+
 def accelerate(trainer):
-    """Return (policy_step, grad_step) for the trainer's agent and optimizer, compiled.
+    """Return (policy_step, grad_step) for the trainer's agent and optimizer, compiled with
+    compile_options(trainer.cfg).
 
     Process-wide: $TORCHINDUCTOR_CACHE_DIR is set for the rest of the process when unset, and
     inductor's precompiled headers go inside that folder (setup_compile_cache). Neither is put back:
     inductor reads the variable whenever it loads or writes a kernel, and kernels compiled here and
-    loaded later must stay in one place; under --deterministic inductor's ``fallback_random`` is on
-    for the trainer's life only (``trainer.close()`` puts the caller's value back)."""
+    loaded later must stay in one place. Inductor's global config is left alone."""
     cfg = trainer.cfg
     setup_compile_cache()
-    if cfg.deterministic:
-        # inductor draws random numbers from its own generator by default; fall back to torch's so a
-        # compiled run samples exactly what the eager run samples (compiled == eager, resume exact).
-        # Read when a function is compiled, which happens during the run (the first calls)
-        import torch._inductor.config as inductor_config
+    options = compile_options(cfg)
 
-        trainer._undo.append(partial(setattr, inductor_config, "fallback_random", inductor_config.fallback_random))
-        inductor_config.fallback_random = True
-    mode = cfg.compile_mode
-    if mode == "default":
-        mode = None  # torch.compile's own default
-    policy_step = torch.compile(trainer.policy_step, mode=mode, dynamic=False)  # autocast-wrapped under --amp
+    def compiled(fn):
+        # torch refuses mode= and options= together: the mode's own options are in ``options``.
+        # A fresh dict each call: torch.compile pops keys of its own from the one it gets
+        return torch.compile(fn, options=dict(options) if options else None, dynamic=False)
+
+    policy_step = compiled(trainer.policy_step)  # autocast-wrapped under --amp
     eager_step = ppo.make_grad_step(trainer.model, trainer.optimizer, cfg, trainer.autocast, trainer.scaler)
     if trainer.dist.world_size > 1:
         # DDP's gradient hooks do not trace well inside a compiled region: compile the forward only
-        trainer.model = torch.compile(trainer.model, mode=mode, dynamic=False)
+        trainer.model = compiled(trainer.model)
         return policy_step, ppo.make_grad_step(trainer.model, trainer.optimizer, cfg, trainer.autocast, trainer.scaler)
     # Adam's fused kernel has no fake (meta) implementation for inductor to trace: its step runs
     # eagerly between the compiled graphs, as torch.optim.Adam(fused=True) does under torch.compile
     trainer.optimizer.step = torch.compiler.disable(trainer.optimizer.step)
-    grad_step = torch.compile(eager_step, mode=mode, dynamic=False)
+    grad_step = compiled(eager_step)
     return policy_step, grad_step

@@ -33,7 +33,8 @@ inside the parts; fused, capturable Adam. Parts that cannot be captured stay eag
 Gymnasium (host) env, and the update when ``--target-kl`` needs its per-minibatch host check. A
 part whose capture fails anyway runs eagerly from then on, after ``recover_from_failed_capture``
 has undone what the failed capture left (current stream, allocator pool routing, generators in
-capture mode); ``Replay.state`` and ``part_states`` say which parts really replay, so that
+capture mode; when that fails too, the generators get fresh states and every part runs eagerly);
+``Replay.state`` and ``part_states`` say which parts really replay, so that
 ``proxima bench --json`` and the benchmark scripts never report eager figures as graph replays.
 """
 
@@ -105,14 +106,17 @@ class Replay:
 
     A capture that fails leaves the part eager for the rest of the run, says so once on stderr and
     keeps the reason in ``fallback`` (``state`` reads it: benchmarks must not label eager numbers as
-    graph replays)."""
+    graph replays). ``group``: the Replays of one trainer (a list each appends itself to), which a
+    failure whose generators had to be given fresh states turns all eager (recover_from_failed_capture)."""
 
     def __init__(self, fn: Callable[[], None], device: torch.device, warmup: int = WARMUP,
-                 generators: tuple = (), pool=None):
+                 generators: tuple = (), pool=None, group: Optional[list] = None):
         self.fn, self.device, self.warmup, self.generators, self.pool = fn, device, warmup, generators, pool
         self.calls = 0
         self.graph: Optional[torch.cuda.CUDAGraph] = None
         self.fallback: Optional[str] = None  # why the capture failed, when it did
+        self.group = group if group is not None else []
+        self.group.append(self)
 
     @property
     def state(self) -> str:
@@ -156,10 +160,20 @@ class Replay:
         if failure is not None:
             # capture only records, so nothing of this call has run yet: run it eagerly, from now on always
             del graph  # its destructor drops what the failed capture registered (generator capture states, newer torch)
-            recover_from_failed_capture(self.device, current, pool, self.generators)
+            fresh_states = recover_from_failed_capture(self.device, current, pool, self.generators)
             name = getattr(self.fn, "__name__", "part")
-            print(f"proxima: note: could not capture the {name} as a CUDA graph ({failure}); it runs eagerly",
-                  file=sys.stderr, flush=True)
+            if fresh_states:
+                # graphs captured before hold the generators' old states: their replays would draw
+                # numbers the eager parts draw again, and a checkpoint would save neither stream
+                for other in self.group:
+                    if other is not self:
+                        other.graph = None
+                        other.fallback = f"dropped: the {name}'s capture failed ({failure})"
+                print(f"proxima: note: could not capture the {name} as a CUDA graph ({failure}), nor take the "
+                      "random generators out of capture mode; every part runs eagerly", file=sys.stderr, flush=True)
+            else:
+                print(f"proxima: note: could not capture the {name} as a CUDA graph ({failure}); it runs eagerly",
+                      file=sys.stderr, flush=True)
             self.graph, self.fallback = None, failure
             self.fn()
             return
@@ -179,7 +193,7 @@ def capture_error(e: BaseException) -> str:
     return f"{line(cause)}; then: {line(e)}"[:300] if cause is not None else line(e)
 
 
-def recover_from_failed_capture(device: torch.device, stream, pool, generators: tuple = ()) -> None:
+def recover_from_failed_capture(device: torch.device, stream, pool, generators: tuple = ()) -> bool:
     """Undo what a failed ``torch.cuda.graph`` capture leaves behind, so that the eager calls after
     it run as they would have without the attempt. ``torch.cuda.graph.__exit__`` calls
     ``capture_end`` before it leaves its stream context, and ``capture_end`` raises (the capture was
@@ -187,7 +201,10 @@ def recover_from_failed_capture(device: torch.device, stream, pool, generators: 
     RNG generators leave capture mode. Left like that, the capture stream would stay current for
     the rest of the process, and torch < 2.13 would refuse the next random number drawn outside a
     capture ("Offset increment outside graph capture encountered unexpectedly"). Each step is
-    best-effort: one that does not apply to this torch (or was already done) is skipped."""
+    best-effort: one that does not apply to this torch (or was already done) is skipped.
+
+    True when the generators were given fresh states (the last resort, below): graphs captured
+    before still hold the old ones, and the caller must stop replaying them (Replay.group)."""
     torch.cuda.set_stream(stream)  # the stream that was current before the capture
     index = device.index if device.index is not None else torch.cuda.current_device()
     end_pool = getattr(torch._C, "_cuda_endAllocateToPool", None) or getattr(torch._C, "_cuda_endAllocateCurrentStreamToPool", None)
@@ -199,7 +216,9 @@ def recover_from_failed_capture(device: torch.device, stream, pool, generators: 
     # The generators leave capture mode through a capture that ends: an empty one (one kernel on a
     # scratch scalar) on a fresh stream, with the same generators registered, takes the very
     # generator states the other parts' graphs replay with in and out of capture mode. Should that
-    # fail too, each generator gets a fresh copy of its state (same seed and offset, not capturing).
+    # fail too, each generator gets a fresh copy of its state (same seed and offset, not capturing),
+    # which the other parts' graphs do not share: the caller drops them (the True returned).
+    fresh = False
     try:
         scratch = torch.zeros((), device=device)
         resync = torch.cuda.CUDAGraph()
@@ -213,6 +232,7 @@ def recover_from_failed_capture(device: torch.device, stream, pool, generators: 
         del resync
     except Exception:  # noqa: BLE001
         torch.cuda.set_stream(stream)
+        fresh = True
         for generator in (torch.cuda.default_generators[index], *generators):
             try:
                 generator.graphsafe_set_state(generator.clone_state())
@@ -220,6 +240,7 @@ def recover_from_failed_capture(device: torch.device, stream, pool, generators: 
                 pass
     torch.cuda.set_stream(stream)
     torch.cuda.synchronize(device)
+    return fresh
 
 
 PARTS = ("rollout", "advantages", "update")
@@ -247,9 +268,10 @@ def build_parts(trainer) -> tuple:
         env_gen = getattr(trainer.env, "generator", None)
         generators = (env_gen,) if isinstance(env_gen, torch.Generator) and env_gen.device.type == "cuda" else ()
         pool = torch.cuda.graph_pool_handle()  # one memory pool: the parts run one after another
+        group: list = []  # they share the default CUDA generator: one failure can leave them all on fresh states
         if trainer.env.backend == "native":  # a Gymnasium env steps on the host: not capturable
-            rollout = Replay(parts.rollout, device, generators=generators, pool=pool)
-        advantages = Replay(parts.advantages, device, pool=pool)
+            rollout = Replay(parts.rollout, device, generators=generators, pool=pool, group=group)
+        advantages = Replay(parts.advantages, device, pool=pool, group=group)
         if trainer.cfg.target_kl is None:  # target_kl reads approx_kl on the host after each minibatch
-            update = Replay(parts.update, device, pool=pool)
+            update = Replay(parts.update, device, pool=pool, group=group)
     return parts, rollout, advantages, update

@@ -518,8 +518,8 @@ class Trainer:
 
     def close(self) -> None:
         """End the env (its worker processes) and the side thread, and put back the caller's process-wide
-        settings (thread count, flush-denormal mode, --compile's inductor switch). Also called by a
-        failed __init__, on what it had built.
+        settings (thread count, flush-denormal mode). Also called by a failed __init__, on what it had
+        built. (--compile changes no inductor setting to put back: accel.compile_options.)
 
         Drops what refers back to the trainer (the EnvGuard, the iteration's parts): without that cycle
         the trainer and its env are freed as soon as the caller lets go of them (train() returns), an
@@ -653,8 +653,15 @@ def _check_cudagraphs(cfg: PPOConfig, device: torch.device, world_size: int) -> 
         raise ConfigError("--amp fp16 checks its GradScaler on the host each step, which a CUDA graph cannot record; use --amp bf16 with --cudagraphs")
     if world_size > 1:
         raise ConfigError("--cudagraphs is not supported under torchrun yet (gradients are all-reduced outside the graph); drop --cudagraphs")
-    if cfg.compile and cfg.compile_mode == "reduce-overhead":
-        raise ConfigError("--compile-mode reduce-overhead records its own CUDA graphs inside Proxima's (--cudagraphs); use --compile-mode default")
+    if cfg.compile and cfg.compile_mode != "default":
+        from .accel import compile_cache_problem, mode_options
+
+        # a mode is refused for what its inductor options turn on, as torch defines the mode (max-autotune
+        # turns on CUDA graphs too); an unwritable cache folder is left to _check_compile to name, as
+        # importing inductor there dies in an unrelated traceback
+        if not compile_cache_problem(keep=False) and mode_options(cfg.compile_mode).get("triton.cudagraphs"):
+            raise ConfigError(f"--compile-mode {cfg.compile_mode} records inductor's own CUDA graphs inside Proxima's (--cudagraphs); "
+                              "use --compile-mode default, or drop --cudagraphs")
 
 
 def _autocast_fn(fn, autocast):

@@ -180,13 +180,17 @@ def test_async_runs_free_their_pipes_without_the_cycle_collector(small_config, t
 
 
 # --- 8. --compile's inductor switch -------------------------------------------------------------
-def test_compile_puts_back_inductors_fallback_random(small_config, tmp_path):
+def test_compile_leaves_inductors_global_fallback_random_alone(small_config, tmp_path):
+    """--deterministic's fallback_random goes into each torch.compile call's options (accel.compile_options):
+    the global switch stays the caller's, during the trainer's life and after (review 31: a global switch
+    let a later compiled trainer reuse an earlier one's kernels, which sampled otherwise)."""
     import torch._inductor.config as inductor_config
 
-    with inductor_config.patch(fallback_random=False):  # the caller's value (monkeypatch cannot undo a config module's)
-        trainer = Trainer(small_config(compile=True, deterministic=True, run_dir=str(tmp_path)))  # compiles lazily: nothing yet
-        try:
-            assert inductor_config.fallback_random  # compiled code samples from torch's generator, as the eager run
-        finally:
-            trainer.close()
-        assert inductor_config.fallback_random is False
+    for caller in (False, True):
+        with inductor_config.patch(fallback_random=caller):  # monkeypatch cannot undo a config module's
+            trainer = Trainer(small_config(compile=True, deterministic=not caller, run_dir=str(tmp_path / str(caller))))
+            try:
+                assert inductor_config.fallback_random is caller
+            finally:
+                trainer.close()
+            assert inductor_config.fallback_random is caller
