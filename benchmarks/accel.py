@@ -11,9 +11,13 @@ the min-max range of env steps per second and the ratio to eager measured in the
 Prints the table; with ``--out FILE`` also appends it to FILE as a new dated section (the tables
 recorded there are kept), rewritten after every case and mode measured and marked partial until the
 last, so a run stopped by a time limit keeps what it measured (list a slow mode, e.g. a cold
-compile, last). A mode that fails is a cell with its error, not the end of the run; a graphed mode
-whose capture fell back to eager says so in its cell ("graphs fell back: eager"), never passing
-eager figures off as graph replays.
+compile, last). Every case and mode is checked as train checks it (--threads, --device, a mode the
+device cannot run: ``cudagraphs`` on the CPU) before the first is measured: one error line, exit
+status 2, nothing written. A mode named twice in --modes (or a case in --cases) is measured once. A
+mode that fails while measured (a failed compile) is a cell with its error, not the end of the run;
+when no cell was measured, the table is printed, nothing is written and the exit status is 1. A
+graphed mode whose capture fell back to eager says so in its cell ("graphs fell back: eager"),
+never passing eager figures off as graph replays.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from tables import Section, arg_problem, command, machine_line, median_range, partial_note, refuse, started  # benchmarks/tables.py
+from tables import (Section, arg_problem, command, distinct, machine_line, median_range, partial_note, refuse,  # benchmarks/tables.py
+                    started)
 
 MODES = {
     "eager": {},
@@ -44,21 +49,53 @@ CASES = [  # (label, env id, num_envs, overrides)
 ]
 
 
-def measure(env_id: str, num_envs: int, overrides: dict, mode: dict, device: str, repeats: int, threads: int) -> dict:
-    """{"sps": steps/s of each timed iteration, "graphs": each part's state (graphs.part_states) with
-    --cudagraphs, else None}."""
-    import torch
-
+def case_config(env_id: str, num_envs: int, overrides: dict, mode: dict, device: str, repeats: int, threads: int):
+    """The PPOConfig one case and mode train with: the env's default preset, the case's overrides, the mode's."""
     from proxima.config import PPOConfig
-    from proxima.graphs import WARMUP, trainer_graph_states
+    from proxima.graphs import WARMUP
     from proxima.presets import resolve
-    from proxima.trainer import Trainer
 
     cfg = resolve(env_id, None, PPOConfig())
     cfg.num_envs, cfg.device, cfg.threads, cfg.progress = num_envs, device, threads, False
     for k, v in {**overrides, **mode}.items():
         setattr(cfg, k, v)
     cfg.total_timesteps = cfg.num_envs * cfg.num_steps * (repeats + WARMUP + 3)
+    return cfg
+
+
+def config_problem(args, device, cases: list, modes: list) -> str:
+    """What the Trainer would refuse in some case and mode, as one line naming accel.py's flag, or '':
+    train's checks (validate, the flags the device cannot run, free memory) without building
+    anything. The Trainer's own refusal names the field (PPOConfig.threads) and became a "failed:"
+    cell in every column of a table written to --out with exit status 0. The cases without a mode
+    first: what is wrong there is --threads or --device, whatever --modes says. ``device``: --device resolved."""
+    from proxima.config import ConfigError, validate
+    from proxima.sizing import check_fits, env_probe
+    from proxima.trainer import check_device_flags
+
+    for m in [None, *modes]:
+        for label, env_id, n, overrides in cases:
+            cfg = case_config(env_id, n, overrides, MODES[m] if m else {}, args.device, args.repeats, args.threads)
+            try:
+                validate(cfg)  # flag words (--threads 100), not PPOConfig's
+                check_device_flags(cfg, device)
+                check_fits(cfg, device, env_probe(cfg))
+            except ConfigError as e:
+                if m is None:
+                    return str(e)
+                return f"--modes {args.modes}: mode {m!r} ({label}): {e}; drop it from --modes"
+    return ""
+
+
+def measure(env_id: str, num_envs: int, overrides: dict, mode: dict, device: str, repeats: int, threads: int) -> dict:
+    """{"sps": steps/s of each timed iteration, "graphs": each part's state (graphs.part_states) with
+    --cudagraphs, else None}."""
+    import torch
+
+    from proxima.graphs import WARMUP, trainer_graph_states
+    from proxima.trainer import Trainer
+
+    cfg = case_config(env_id, num_envs, overrides, mode, device, repeats, threads)
     trainer = Trainer(cfg, run_dir=Path("/tmp/proxima-bench-unused"), quiet=True)
     for _ in range(WARMUP + 1):  # warm-up: compilation, allocator, caches, and the graphs' capture
         trainer.train_iteration()
@@ -108,15 +145,15 @@ def parse_cases(text: str) -> list:
         picked = []
     if not picked or any(not 0 <= i < len(CASES) for i in picked):
         raise ValueError(f"--cases {text!r}: expected comma-separated case numbers from 0 to {len(CASES) - 1}, e.g. 0,2")
-    return [CASES[i] for i in picked]
+    return [CASES[i] for i in distinct(picked)]
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu")
     p.add_argument("--modes", default="eager,compile,bf16",
-                   help=f"comma-separated, measured in this order (a slow one, such as a cold compile, last), "
-                        f"the first is the base of the ratios: {', '.join(MODES)}")
+                   help=f"comma-separated, measured in this order (a slow one, such as a cold compile, last; one "
+                        f"named twice is measured once), the first is the base of the ratios: {', '.join(MODES)}")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--cases", default="", help="comma-separated case indices (default all): "
@@ -129,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
-    modes = args.modes.split(",")
+    modes = distinct(args.modes.split(","))  # twice in the table's columns showed the second measurement in both
     unknown = [m for m in modes if m not in MODES]
     if unknown:  # before the first mode is measured, not at the unknown one
         return refuse("accel.py", f"--modes {args.modes}: no mode {unknown[0]!r} (modes: {', '.join(MODES)})")
@@ -147,14 +184,21 @@ def main(argv=None) -> int:
     from proxima.device import resolve_device
 
     try:  # --device cuda on a machine without one: train's one line, before the first case
-        resolve_device(args.device)
+        device = resolve_device(args.device)
     except ConfigError as e:
         return refuse("accel.py", str(e))
+    problem = config_problem(args, device, cases, modes)
+    if problem:
+        return refuse("accel.py", problem)
     torch.set_num_threads(args.threads)
     start = started()
     section = Section(args.out, "accel.py")
     rows = [(label, {}) for label, *_ in cases]
     total, done = len(cases) * len(modes), 0
+
+    def measured() -> bool:
+        return any("sps" in r for _, results in rows for r in results.values())
+
     for (label, env_id, n, overrides), (_, results) in zip(cases, rows):
         for m in modes:
             try:
@@ -167,8 +211,14 @@ def main(argv=None) -> int:
                 results[m] = {"error": (str(e).strip().splitlines() or [type(e).__name__])[0][:200]}
                 print(f"{label:<42} {m:<13} failed: {results[m]['error']}", file=sys.stderr, flush=True)
             done += 1
-            if done < total:
+            if done < total and measured():  # a section of "failed:" cells alone is no result
                 section.update(report(p, args, modes, rows, start, partial_note(done, total, "case and mode measurements")))
+    if not measured():
+        print(report(p, args, modes, rows, start), flush=True)
+        first = next(r["error"] for _, results in rows for r in results.values())
+        print(f"accel.py: error: no case and mode was measured{' (nothing written to --out)' if args.out else ''}; "
+              f"the first failed: {first}", file=sys.stderr)
+        return 1
     return section.finish(report(p, args, modes, rows, start))
 
 

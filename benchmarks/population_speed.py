@@ -91,7 +91,7 @@ def main(argv=None) -> int:
         sizes = list(dict.fromkeys(parse_sizes(args.sizes, "--sizes")))  # a size named twice is measured once
     except ValueError as e:
         return refuse("population_speed.py", str(e))
-    problem = arg_problem(args, at_least_one=("repeats",))
+    problem = arg_problem(args, at_least_one=("repeats",), finite=("threshold",))
     if problem:
         return refuse("population_speed.py", problem)
     from proxima.config import ConfigError, PPOConfig

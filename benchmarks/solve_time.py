@@ -132,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
-    problem = arg_problem(args, at_least_one=("eval_episodes", "parallel"))  # no evaluation, nothing to call solved
+    # no evaluation, or a threshold of nan, leaves nothing to call solved
+    problem = arg_problem(args, at_least_one=("eval_episodes", "parallel"), finite=("threshold",))
     for item in args.set:
         field, equals, _ = item.partition("=")
         if not (field and equals):
@@ -141,12 +142,14 @@ def main(argv=None) -> int:
         return refuse("solve_time.py", problem)
 
     from proxima.config import ConfigError, PPOConfig
+    from proxima.device import resolve_device
     from proxima.population import parse_seeds
     from proxima.presets import resolve
 
-    try:  # train's own checks of --seeds and --preset, before any seed is run
+    try:  # train's own checks of --seeds, --preset and --device, before any seed is run (each refused it alike)
         seeds = parse_seeds(args.seeds)
         resolve(args.env_id, args.preset, PPOConfig())
+        resolve_device(args.device)
     except ConfigError as e:
         return refuse("solve_time.py", str(e))
     start = started()

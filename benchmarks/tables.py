@@ -26,6 +26,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional
 
+# the one lock of results files: proxima bench's --out (save_markdown), emit and Section take it alike
+from proxima.bench import folder_lock
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -44,16 +47,17 @@ def out_problem(name: str, path: Optional[str]) -> str:
     before measuring: a bad name found only when the table is written loses the whole run."""
     if not path:
         return ""
-    from proxima.diskspace import path_problem
+    from proxima.bench import out_file_problem
 
-    problem = path_problem(path, example="results.md")
+    problem = out_file_problem(path, example="results.md")
     return f"{name} {path}: {problem}" if problem else ""
 
 
-def arg_problem(args, at_least_one=(), positive=(), files=("out",)) -> str:
+def arg_problem(args, at_least_one=(), positive=(), files=("out",), finite=()) -> str:
     """The first thing wrong with parsed ``args`` as one line naming the flag and its value, or '':
     an integer option of ``at_least_one`` below 1 (0 repeats append an empty table), a number of
-    ``positive`` not above 0 (or not finite), a file option of ``files`` that cannot be written."""
+    ``positive`` not above 0 (or not finite), a number of ``finite`` that is nan or infinite (a
+    threshold of nan counts no run as solved), a file option of ``files`` that cannot be written."""
     for dest in at_least_one:
         value = getattr(args, dest)
         if value < 1:
@@ -62,11 +66,21 @@ def arg_problem(args, at_least_one=(), positive=(), files=("out",)) -> str:
         value = getattr(args, dest)
         if not (value > 0 and math.isfinite(value)):
             return f"{flag(dest)} {shown(value)}: must be a positive number"
+    for dest in finite:
+        value = getattr(args, dest)
+        if not math.isfinite(value):
+            return f"{flag(dest)} {shown(value)}: must be a finite number"
     for dest in files:
         problem = out_problem(flag(dest), getattr(args, dest))
         if problem:
             return problem
     return ""
+
+
+def distinct(values: list) -> list:
+    """``values`` without repeats, in their first order: a size or mode named twice is measured once
+    (a table keyed by it showed one measurement, or both pooled, in two rows)."""
+    return list(dict.fromkeys(values))
 
 
 def bench_problem(bench_argv: list) -> str:
@@ -318,12 +332,12 @@ def emit(text: str, out: Optional[str] = None, file_text: Optional[str] = None, 
     print(text, flush=True)
     if not out:
         return 0
-    from proxima.bench import append_file, has_content
+    from proxima.bench import append_file
     from proxima.diskspace import describe
 
     body = (text if file_text is None else file_text).strip("\n") + "\n"
     try:
-        append_file(out, ("\n" if has_content(out) else "") + body)
+        append_file(out, body, between="\n")  # under the results folder's lock, as Section's writes
     except OSError as e:
         return refuse(script, describe(out, e))
     return 0
@@ -403,30 +417,6 @@ class Section:
 
             return refuse(self.script, describe(self.out, e))
         return 0
-
-
-@contextlib.contextmanager
-def folder_lock(folder: Path):
-    """Hold an exclusive lock (flock) on ``folder`` while the block runs, so that two runs writing
-    one results file do not read it at the same time and each replace it without the other's latest
-    section. The folder, not the file: the file is replaced by a rename, so a lock on it would be on
-    a file no longer there; and no lock file is left beside the results. Best effort: where a
-    folder cannot be locked (no fcntl, a filesystem without flock), the block runs unlocked and a
-    section lost to a race comes back at that run's next write."""
-    fd = None
-    try:
-        import fcntl
-
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except (ImportError, OSError):
-        pass
-    try:
-        yield
-    finally:
-        if fd is not None:
-            os.close(fd)  # releases the lock
 
 
 def ab_report(caption: str, table: str, ratio_label: str, ratios: list, script: str, parser, args, start: tuple,

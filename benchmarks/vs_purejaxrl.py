@@ -19,7 +19,8 @@ exists, else ``python3``) from the anchor file (``--anchor``, default ../shared/
 purejaxrl_cartpole.py or .anchors/purejaxrl_cartpole.py); ../shared/anchors/README.md says how to
 install it, with JAX's persistent compilation cache in a temporary folder (``--jax-cache``), so that
 only the first run of each config compiles. Before anything is measured, that interpreter must import
-jax, chex, flax, optax and gymnax (else one error line naming --jax-python, exit 2, nothing written).
+jax, chex, flax, optax and gymnax (else one error line naming --jax-python, exit 2, nothing written),
+and what ``proxima bench`` would refuse in Proxima's flags is refused the same way before that check.
 Results: the table on stdout, appended to ``--out`` when given, where it is rewritten after every result either side prints and marked partial until the
 end: a run stopped by a time limit leaves what it measured. ``--time-budget`` bounds the whole run
 for a caller with a time limit (the GPU session): PureJaxRL then reports the configs it has no time
@@ -52,8 +53,8 @@ import threading  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from proxima.bench import parse_sizes  # noqa: E402
-from tables import (ChildFailed, Section, arg_problem, command, kill_group, machine_line, median_range, partial_note,  # noqa: E402
-                    refuse, run_child, start_child, started, stopping_children)  # benchmarks/tables.py
+from tables import (ChildFailed, Section, arg_problem, bench_problem, command, distinct, kill_group, machine_line,  # noqa: E402
+                    median_range, partial_note, refuse, run_child, start_child, started, stopping_children)  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parents[1]
 ANCHORS = (ROOT.parent / "shared" / "anchors" / "purejaxrl_cartpole.py", ROOT / ".anchors" / "purejaxrl_cartpole.py")
@@ -498,7 +499,7 @@ def default_jax_python() -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cpu")
-    p.add_argument("--num-envs", default="4096", help="comma-separated env counts")
+    p.add_argument("--num-envs", default="4096", help="comma-separated env counts (one named twice is measured once)")
     p.add_argument("--repeats", type=int, default=3, help="alternating rounds (default 3)")
     p.add_argument("--seconds", type=float, default=10.0,
                    help="Proxima's timed seconds per round (default 10: on a shared machine the load comes in "
@@ -538,7 +539,7 @@ def main(argv=None, launched: float = None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
     try:
-        sizes = parse_sizes(args.num_envs)
+        sizes = distinct(parse_sizes(args.num_envs))  # a size named twice pooled both sizes' rounds into one row, printed twice
     except ValueError as e:
         return refuse("vs_purejaxrl.py", str(e))
     problem = arg_problem(args, at_least_one=("repeats", "threads"), positive=("seconds", "timeout"))
@@ -561,6 +562,13 @@ def main(argv=None, launched: float = None) -> int:
         return refuse("vs_purejaxrl.py", f"--threads {args.threads}: above 1 needs --cpus all (one core bound runs one thread at a time)")
     if not args.anchor.exists():
         return refuse("vs_purejaxrl.py", f"--anchor {args.anchor}: no PureJaxRL anchor there (see ../shared/anchors/README.md)")
+    # what Proxima's `proxima bench` would refuse (--seconds above its limit, a size that cannot fit, --device
+    # cuda without CUDA), checked here in seconds: found by the first bench process, it came after the JAX
+    # check's ~15 s and appended a section with no row
+    repeats = args.repeats if args.single_call else 1
+    problem = bench_problem(proxima_cmd(args, ",".join(map(str, sizes)), repeats)[4:])
+    if problem:
+        return refuse("vs_purejaxrl.py", problem)
     env = single_thread_env(args.device)
     # before Proxima is measured and --out is touched; inside --time-budget like every process
     probe_limit = args.timeout if args.time_budget is None else max(1.0, min(args.timeout, t0 + args.time_budget - time.perf_counter() - RESERVE))

@@ -28,6 +28,7 @@ are timed with eager calls, and their cells say "timed eager" (``timed_eager`` i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -69,7 +70,7 @@ class Line:
     #: seconds each timed repeat took, per measure: what --seconds asked is a target, not a limit
     seconds: dict = field(default_factory=dict)
     #: how the Trainer ran on the CPU: torch intra-op threads, and whether actor and critic were
-    #: paired on a thread each (side_thread.pairs), which --threads alone does not say
+    #: computed on a thread each for some batch (``paired_batches``), which --threads alone does not say
     intra_op: Optional[int] = None
     paired: Optional[bool] = None
 
@@ -233,7 +234,7 @@ def bench_line(args, backend: str, num_envs: int) -> tuple:
     cfg = check_line(args, backend, num_envs)
     trainer = Trainer(cfg, quiet=True)
     # as the Trainer set them: --threads 2 may mean one intra-op thread each for actor and critic
-    line = Line(backend, num_envs, intra_op=torch.get_num_threads(), paired=trainer.side is not None)
+    line = Line(backend, num_envs, intra_op=torch.get_num_threads(), paired=paired_batches(cfg, trainer.side is not None))
     try:
         env, device = trainer.env, trainer.device
         actions = random_actions(env.single_action_space, num_envs, device)
@@ -263,6 +264,17 @@ def bench_line(args, backend: str, num_envs: int) -> tuple:
     finally:
         trainer.close()
     return line, cfg, trainer.device
+
+
+def paired_batches(cfg, side: bool) -> bool:
+    """Whether a Trainer with a side thread (``side``: side_thread.pairs said yes) computes some batch
+    of ``cfg`` with actor and critic side by side: the rollout's (num_envs rows) or a minibatch's
+    reaches side_thread.MIN_ROWS. Below it every batch runs on the caller's thread, as with --threads 1,
+    though the Trainer halved its intra-op threads."""
+    from .side_thread import MIN_ROWS
+
+    minibatch = cfg.num_envs * cfg.num_steps // max(cfg.num_minibatches, 1)
+    return side and max(cfg.num_envs, minibatch) >= MIN_ROWS
 
 
 def measures_of(args) -> tuple:
@@ -339,7 +351,10 @@ def json_line(line: Line, args, cfg, device) -> dict:
          # (false when a capture failed and that part fell back to eager) and each part's state
          "cudagraphs_live": line.graphs_live, "graph_parts": line.graphs,
          # with --cudagraphs, the *_sps figures of these measures are eager calls, not graph replays
-         "timed_eager": line.timed_eager}
+         "timed_eager": line.timed_eager,
+         # what --threads became: torch's intra-op threads, and whether actor and critic ran side by side
+         # for some batch (false at --threads 2 where every batch is below side_thread.MIN_ROWS)
+         "intra_op": line.intra_op, "paired": line.paired}
     for m in MEASURES:
         med, lo, hi = line.stat(m)
         d[f"{m}_sps"], d[f"{m}_sps_min"], d[f"{m}_sps_max"] = med, lo, hi
@@ -378,14 +393,23 @@ def machine_lines(device, threads) -> list:
 
 def threads_text(lines: list, asked: int) -> str:
     """How the measured lines' Trainers ran, from what each recorded: '1', or with actor and critic
-    paired (side_thread.py) '1 each on two threads, actor and critic side by side ...' (--threads 2)."""
+    paired (side_thread.py) '1 each on two threads, actor and critic side by side ...' (--threads 2),
+    or, where the Trainer halved its threads for a side thread that no batch reached, that it was not paired."""
     from .side_thread import MIN_ROWS
 
     ran = sorted({(ln.intra_op, ln.paired) for ln in lines if ln.intra_op is not None})
     if not ran:
         return f"{asked} (--threads {asked}; no line was measured)"
-    return "; ".join(f"{n} each on two threads, actor and critic side by side for batches of {MIN_ROWS:,}+ rows "
-                     f"(--threads {asked})" if paired else str(n) for n, paired in ran)
+
+    def text(n: int, paired: bool) -> str:
+        if paired:
+            return (f"{n} each on two threads, actor and critic side by side for batches of {MIN_ROWS:,}+ rows "
+                    f"(--threads {asked})")
+        if n < asked:  # a side thread took half, but every batch was below MIN_ROWS: one thread did the work
+            return f"{n} (--threads {asked}: not paired, every batch below {MIN_ROWS:,} rows: the same as --threads {n})"
+        return str(n)
+
+    return "; ".join(text(n, paired) for n, paired in ran)
 
 
 def repeats_text(lines: list, args) -> str:
@@ -457,6 +481,30 @@ def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime
     save_markdown(path, text)
 
 
+@contextlib.contextmanager
+def folder_lock(folder: Path):
+    """Hold an exclusive lock (flock) on ``folder`` while the block runs, so that two runs writing
+    one results file do not read it at the same time and each replace it without the other's latest
+    section. The folder, not the file: the file is replaced by a rename, so a lock on it would be on
+    a file no longer there; and no lock file is left beside the results. Not reentrant: a second
+    lock of the same folder inside the block waits for ever (flock locks per open). Best effort:
+    where a folder cannot be locked (no fcntl, a filesystem without flock), the block runs unlocked."""
+    fd = None
+    try:
+        import fcntl
+
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except (ImportError, OSError):
+        pass
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the lock
+
+
 def write_file(path, data) -> None:
     """Replace ``path`` (created with its folders if missing) with ``data`` (bytes, or text written
     as UTF-8), all or nothing: ``data`` goes to a temporary file that then replaces ``path``, so a
@@ -468,12 +516,21 @@ def write_file(path, data) -> None:
     write_atomic(path, data)  # the temp file at a fresh name (O_EXCL): a link planted at a temp name is never followed
 
 
-def append_file(path, text: str) -> None:
+def append_file(path, text: str, between: str = "") -> None:
     """Append ``text`` to ``path`` (created with its folders if missing), all or nothing
-    (``write_file``): what the file held is kept byte for byte, line endings included."""
+    (``write_file``): what the file held is kept byte for byte, line endings included. ``between``
+    goes first when the file already holds something (a blank line between two sections)."""
+    _append(path, lambda had: (between if had else "") + text)
+
+
+def _append(path, text_for: Callable[[bool], str]) -> None:
+    """Append ``text_for(whether the file holds something)`` to ``path``, reading and replacing it
+    under ``folder_lock``: two runs appending to one results file at once each read the file and
+    replaced it with their own section added, and one of the two sections was lost."""
     real = Path(os.path.realpath(path))
-    old = real.read_bytes() if real.exists() else b""
-    write_file(real, old + text.encode("utf-8"))
+    with folder_lock(real.parent):
+        old = real.read_bytes() if real.exists() else b""
+        write_file(real, old + text_for(bool(old)).encode("utf-8"))
 
 
 def demote_headings(text: str) -> str:
@@ -496,10 +553,7 @@ def save_markdown(path, text: str) -> None:
     """Write a report (``text``, under one '# ' title) to ``path``. A file that already holds something
     keeps it: the report is appended as a new section (its headings one level down), because results
     files also hold analysis written by hand ("Reading the table") that a new run must not delete."""
-    if has_content(path):
-        append_file(path, "\n" + demote_headings(text.strip("\n")) + "\n")
-    else:
-        append_file(path, text.lstrip("\n").rstrip("\n") + "\n")
+    _append(path, lambda had: "\n" + demote_headings(text.strip("\n")) + "\n" if had else text.strip("\n") + "\n")
 
 
 # ------------------------------------------------------------------------------------ command
@@ -543,6 +597,29 @@ def accel_available() -> bool:
     return importlib.util.find_spec("proxima.accel") is not None
 
 
+def out_file_problem(path, example: str = "results.md") -> str:
+    """Why a results file cannot be written at ``path`` ('' when it can): diskspace.path_problem's
+    checks of the name, then a file created (O_EXCL, a name of its own) and removed in the folder
+    the write will create its temporary file in (the nearest existing one when folders are missing):
+    /proc/x.md or a read-only folder passed the name checks and failed only after the measuring.
+    Nothing is left behind."""
+    import tempfile
+
+    from .diskspace import path_problem
+
+    problem = path_problem(path, example=example)
+    if problem:
+        return problem
+    real = Path(os.path.realpath(path))
+    folder = next((p for p in real.parents if p.exists()), real.parent)
+    try:
+        with tempfile.TemporaryFile(dir=folder):  # O_EXCL (or O_TMPFILE): never an existing file, gone when closed
+            pass
+    except OSError as e:
+        return f"cannot create a file in {folder} ({e.strerror or type(e).__name__}); give a file in a folder you can write"
+    return ""
+
+
 #: the most --repeats and --seconds take: a bench of 1e23 repeats, or of repeats of 1e23 s, ran until
 #: killed, printing nothing; at these bounds one measurement already takes most of a day
 MAX_REPEATS = 100
@@ -573,9 +650,7 @@ def arguments_problem(args: argparse.Namespace) -> str:
     if args.max_gym_envs < 0:
         return f"--max-gym-envs {args.max_gym_envs}: must be 0 or more"
     if args.out:  # a file that cannot be written fails now, not after minutes of measuring
-        from .diskspace import path_problem
-
-        problem = path_problem(args.out, example="results.md")
+        problem = out_file_problem(args.out)
         if problem:
             return f"--out {args.out}: {problem}"
     from .config import ConfigError, cpu_preset_hint, preset_of
@@ -699,7 +774,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object per backend and num_envs instead of the table; "
                    "with --cudagraphs, \"cudagraphs_live\" says whether every part was replayed as a graph (false: a capture "
                    "failed and that part ran eagerly) and \"timed_eager\" lists the measures timed with eager calls "
-                   "(env and rollout: only train replays the graphs)")
+                   "(env and rollout: only train replays the graphs); \"intra_op\" and \"paired\" say how --threads ran "
+                   "(paired: actor and critic side by side for some batch of 2,048+ rows)")
     p.add_argument("--out", default=None, metavar="FILE", help="also write the results as Markdown (table, machine, "
                    "command) to FILE, e.g. benchmarks/results/bench-CartPole-v1-cpu.md; when FILE exists, they are appended "
                    "to it as a new dated section and what it holds is kept (default: print only)")

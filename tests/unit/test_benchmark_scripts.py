@@ -293,6 +293,7 @@ def test_a_seed_whose_cuda_graphs_fell_back_is_marked_and_counted(monkeypatch, t
         return subprocess.CompletedProcess(cmd, 0, "", note if seed == 2 else "")
 
     monkeypatch.setattr(subprocess, "run", fake_train)
+    monkeypatch.setattr("proxima.device.resolve_device", lambda name: None)  # a CUDA machine's flags; this one may have none
     out = tmp_path / "solve.md"
     code, printed, _ = run_main("solve_time", ["--preset", "gpu", "--device", "cuda", "--seeds", "1-3", "--out", str(out)], capsys)
     text = out.read_text()
@@ -484,6 +485,7 @@ def test_accel_killed_during_the_last_mode_keeps_the_modes_measured(monkeypatch,
                 "graphs": {"rollout": "graph", "advantages": "graph", "update": "graph"} if mode.get("cudagraphs") else None}
 
     monkeypatch.setattr(MODULES["accel"], "measure", measure)
+    monkeypatch.setattr(MODULES["accel"], "config_problem", lambda *a: "")  # cudagraphs modes: a CUDA machine's run
     out = recorded_file(tmp_path)
     with pytest.raises(Killed):
         run_main("accel", ["--cases", "2", "--modes", "eager,cudagraphs,compile+cudagraphs", "--repeats", "1", "--out", str(out)], capsys)
@@ -500,6 +502,7 @@ def test_accel_marks_graphs_that_fell_back_and_a_failed_mode(monkeypatch, tmp_pa
         return {"sps": [1000.0], "graphs": graphs}
 
     monkeypatch.setattr(MODULES["accel"], "measure", measure)
+    monkeypatch.setattr(MODULES["accel"], "config_problem", lambda *a: "")  # cudagraphs modes: a CUDA machine's run
     out = tmp_path / "accel.md"
     code, _, err = run_main("accel", ["--cases", "2", "--modes", "eager,cudagraphs,compile+cudagraphs", "--repeats", "1",
                                       "--out", str(out)], capsys)
@@ -646,6 +649,7 @@ def test_population_proxima_row_averages_the_members_final_returns(monkeypatch, 
 def fake_streams(monkeypatch, ours: list, theirs: list, kill_after: int = None, calls: list = None):
     mod = MODULES["vs_purejaxrl"]
     monkeypatch.setattr(mod, "jax_python_problem", lambda *a, **k: "")  # "py" stands for an interpreter with jax
+    monkeypatch.setattr(mod, "bench_problem", lambda argv: "")  # VS_ARGS are a CUDA machine's; this one may have none
     printed = {"n": 0}
 
     def stream(cmd, env, timeout, cpus="all", on_line=None):
@@ -728,6 +732,7 @@ def test_vs_purejaxrl_without_any_pair_still_writes_the_table_and_fails(monkeypa
 
     monkeypatch.setattr(mod, "stream_json_lines", stream)
     monkeypatch.setattr(mod, "jax_python_problem", lambda *a, **k: "")
+    monkeypatch.setattr(mod, "bench_problem", lambda argv: "")  # VS_ARGS are a CUDA machine's; this one may have none
     out = tmp_path / "vs.md"
     code, _, err = run_main("vs_purejaxrl", [*VS_ARGS, "--out", str(out)], capsys)
     assert code == 1 and "no size was measured on both sides" in err
