@@ -725,10 +725,17 @@ def _cmd_eval(args) -> int:
         if args.json and getattr(e, "result", None) is not None:
             print(json.dumps(e.result))  # the episodes ran before the video failed: --json readers still get them
         return fail(prog, str(e))
+    from .evaluate import diverged_note, member_diverged
+
+    diverged = member_diverged(policy.path)  # a frozen member's score would otherwise read as a trained one's
+    if diverged:
+        result["diverged"] = diverged
     if args.json:
         print(json.dumps(result))
     else:
         print(format_result(result))
+        if diverged:
+            print(diverged_note(diverged))
         if result.get("video"):
             print(f"video: {result['video']}")
     return 0

@@ -494,6 +494,29 @@ def unfinished_note(result: dict) -> str:
     return note
 
 
+def member_diverged(checkpoint) -> Optional[dict]:
+    """``{"iteration": 4, "text": "diverged at iteration 4 (non-finite loss, ...)"}`` when ``checkpoint``
+    (the file evaluated) is of a population member that diverged (population_report.member_divergence:
+    its population.json entry, else its diverged.json), else None. Its weights are its last finite ones,
+    frozen since: a score of them is no result of training, which ``proxima eval RUN/<member dir>`` says."""
+    import re
+
+    from .checkpoint import run_dir_of
+    from .population_report import member_divergence
+
+    text = member_divergence(run_dir_of(checkpoint))
+    if text is None:
+        return None
+    at = re.match(r"diverged at iteration (\d+)", text)  # diverged_text's words; "diverged" alone: no iteration recorded
+    return {"iteration": int(at.group(1)) if at else None, "text": text}
+
+
+def diverged_note(diverged: dict) -> str:
+    """The line ``proxima eval`` prints under the score of a member that diverged (member_diverged)."""
+    return (f"note: this population member {diverged['text']}: its checkpoints since hold its last finite weights, "
+            "frozen, so this score is no result of training (its population's statistics leave it out)")
+
+
 def format_result(result: dict) -> str:
     mode = "deterministic" if result["deterministic"] else "stochastic"
     line = f"{result['env_id']}: {result['mean_return']:.2f} +- {result['std_return']:.2f} over {result['episodes']} episodes ({mode})"

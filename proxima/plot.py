@@ -28,7 +28,9 @@ whose every member diverged is a PlotError saying so. A member that diverged is 
 setting's curve, as the report's table leaves
 it out, and so is (of several directories) a member without values of the metric; the legend names
 them (``2 of 3 members; m001 diverged at iteration 4``). A member directory (``RUN/m000-seed1``) is
-a plain run. Population and plain run directories can be mixed. Of several directories, those that
+a plain run; one that diverged is drawn with a note saying when (population_report.member_divergence),
+and one with no value to draw is the error line saying it diverged before logging one. Population and
+plain run directories can be mixed. Of several directories, those that
 are not PPO runs with the metric (an RLHF run, a folder without metrics.csv) or hold no value of it
 (no episode finished yet) are skipped with a line; a run given alone is the error line instead.
 On the command line, a path that does not exist or is a file is an error however many are given
@@ -248,15 +250,19 @@ def check_metric_somewhere(run_dirs: Sequence[PathLike], metric: str) -> None:
                         f"{Path(d) / 'metrics.csv'}: {', '.join(columns)}")
 
 
-def load_curve(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1) -> tuple[np.ndarray, np.ndarray]:
+def load_curve(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1,
+               diverged: Optional[str] = None) -> tuple[np.ndarray, np.ndarray]:
     """(x, y) of one run: the rows where both are finite, sorted by x, y smoothed over ``smooth`` points
-    (an inf value is left out with a note on stderr naming its row, as the report names it)."""
+    (an inf value is left out with a note on stderr naming its row, as the report names it).
+    ``diverged``: a population member's ``diverged at iteration N (...)`` (population_report.member_divergence),
+    which the error for no values at all gives as the reason."""
     if x not in X_COLUMNS:
         raise PlotError(f"--x {x!r}: choose one of {', '.join(X_COLUMNS)}")
-    return _curve_of(read_metrics(run_dir), run_dir, metric, x, smooth)
+    return _curve_of(read_metrics(run_dir), run_dir, metric, x, smooth, diverged)
 
 
-def _curve_of(cols: dict, run_dir: PathLike, metric: str, x: str, smooth: int) -> tuple[np.ndarray, np.ndarray]:
+def _curve_of(cols: dict, run_dir: PathLike, metric: str, x: str, smooth: int,
+              diverged: Optional[str] = None) -> tuple[np.ndarray, np.ndarray]:
     """load_curve of the columns ``cols`` read from ``run_dir``'s metrics.csv."""
     name = resolve_metric(metric, list(cols), run_dir)
     xcol = X_COLUMNS[x]
@@ -272,6 +278,9 @@ def _curve_of(cols: dict, run_dir: PathLike, metric: str, x: str, smooth: int) -
                                    f"{xcol} {xs[i]:,.6g}{more}; left out of the curve") + "\n")
     if not keep.any():
         hint = " (no episode finished yet?)" if name == "charts/episodic_return" else ""
+        if diverged:  # its rows are blank from then on: it will never log one, whatever the hint would guess
+            hint = (f": this population member {diverged} before logging one, and its later rows are blank (but for "
+                    "iteration, step, time and SPS)")
         raise PlotError(f"{Path(run_dir) / 'metrics.csv'}: no values of {name}{hint}")
     xs, ys = xs[keep], ys[keep]
     order = np.argsort(xs, kind="stable")
@@ -715,14 +724,22 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x
                 raise
             kept, first_error = [], e
         curves = {}
+        from .population_report import member_divergence
+
         for d in kept:  # a run that holds the metric but no value of it (no episode finished yet): skipped too
+            diverged = member_divergence(d)  # a member plotted on its own: frozen, which its curve does not show
             try:
-                curves[d] = load_curve(d, name, x, smooth)
+                curves[d] = load_curve(d, name, x, smooth, diverged)
             except PlotError as e:
                 if strict:
                     raise
                 first_error = first_error or e
                 sys.stderr.write(printable(f"proxima: note: skipping {d}: {e}") + "\n")
+                continue
+            if diverged:
+                sys.stderr.write(printable(f"proxima: note: {d}: this population member {diverged}: frozen from then on, "
+                                           "its later metrics.csv rows are blank (but for iteration, step, time and SPS) "
+                                           "and its population's statistics and curves leave it out") + "\n")
         for label, dirs in group_runs(list(curves)).items():
             runs = [(d, curves[d]) for d in dirs]
             panels.append((label, name, [group_curve(runs, stat or "mean", band or "minmax", names)]))

@@ -10,10 +10,15 @@ the same statistics as ``proxima report``; a NaN or infinite mean return is left
 interval for fewer than 2 members, a flagged one for fewer than 5). Every member's checkpoint is looked for and
 loaded (load_checkpoint's checks: truncated, edited, NaN weights or statistics) before any is evaluated,
 so a member without one, or with one that does not load, costs one line and no wasted evaluation
-(a population whose every member diverged before its first checkpoint: one line saying so).
+(a population none of whose members has one: one line saying why, as ``proxima report`` says it: every
+member diverged before the first, the population stopped before its first, or is still training
+towards it).
 A population still training removes its members' older checkpoints as it writes new ones
 (--keep-checkpoints): a member's checkpoint gone by the time it is read is replaced by its newest
-then, as ``proxima eval RUN/<member dir>`` reads a live run, and its row names the file evaluated.
+then, as ``proxima eval RUN/<member dir>`` reads a live run, and its row names the file evaluated
+and its step; the members of a population still training can so be of different steps, which the
+summary says under its lines. A setting's line also says how many of the members it counts had
+episodes cut at ``--max-steps`` (counted with their return so far, as each member's line says).
 """
 
 from __future__ import annotations
@@ -23,9 +28,14 @@ from pathlib import Path
 from typing import Callable, Optional
 
 
-from .checkpoint import CheckpointError, best_checkpoint_path, list_checkpoints
+from .checkpoint import _NAME as STEP_FILE
+from .checkpoint import CheckpointError, best_checkpoint_path, list_checkpoints, no_checkpoint_error
+from .config import MAX_EVAL_STEPS
 from .population_report import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CI_LEVEL, FEW_MEMBERS_NOTE, ci_cell,
                                 every_member_diverged, member_statistics, read_settings)
+
+#: a population of seeds only (no --sweep) has one setting with no values to name: the report's name for it
+SEEDS_ONLY = "(seeds only)"
 
 
 def member_checkpoint(member_dir: Path, best: bool = False) -> Path:
@@ -57,6 +67,30 @@ def _or_newest(load, path: Path, member_dir: Path, best: bool, **kw):
     return load(member_dir, **kw)
 
 
+def _no_member_checkpoint(run_dir: Path, settings: list) -> Optional[str]:
+    """The line for a population none of whose members has a checkpoint, else None. The first member's
+    own line ("evaluate the others one by one") would send the user to members that have none either."""
+    dirs = [d for s in settings for _, d in s.members]
+    if not dirs or any(list_checkpoints(d) for d in dirs):
+        return None
+    why = every_member_diverged(run_dir, settings, " before the first checkpoint")
+    if why is None:  # stopped before its first checkpoint, or still training towards it: the report's words
+        first = dirs[0]
+        line = str(no_checkpoint_error(first))
+        # those lines speak of "the population"/"the run"; any other (a damaged member) stays the member's own
+        why = line.removeprefix(f"{first}: ") if line.startswith(f"{first}: the ") else f"the first, {line}"
+    return f"{run_dir}: no member has a checkpoint to evaluate: {why}"
+
+
+def _step_of(path: Path, known: dict) -> Optional[int]:
+    """The global step of the checkpoint ``path``: the one its load recorded (``known``), else the one
+    its name holds (a member's newest, read in place of one rotated away since it was checked)."""
+    if path in known:
+        return known[path]
+    named = STEP_FILE.match(path.name)
+    return int(named.group(1)) if named else None
+
+
 def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True, seed: Optional[int] = None,
                         device="cpu", backend: Optional[str] = None, env_id: Optional[str] = None, trust_env: bool = False,
                         best: bool = False, on_member: Optional[Callable[[dict], None]] = None, max_steps: Optional[int] = None,
@@ -64,16 +98,19 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
     """Evaluate every member of the population at ``run_dir``; ``on_member(row)`` is called as each finishes.
     ``env_kwargs`` replaces the members' recorded env kwargs (as ``proxima eval --env-kwargs`` for one run).
 
-    Returns dict(run_dir, env_id, episodes, deterministic, members, settings): ``members`` is one
+    Returns dict(run_dir, env_id, episodes, deterministic, max_steps, members, settings): ``members`` is one
     row per member, setting by setting (population.json's order, which population_run writes
-    setting by setting): dir, seed, settings, checkpoint (the file evaluated), eval_seed and the fields of
-    evaluate.evaluate (mean_return, std_return, returns, lengths, ...); ``settings`` is one row per
+    setting by setting): dir, seed, settings, checkpoint (the file evaluated), global_step (its step),
+    eval_seed and the fields of evaluate.evaluate (mean_return, std_return, returns, lengths, ...); ``settings`` is one row per
     setting: settings, label, members (their dirs), mean_returns, and member_statistics's fields over
     those (n: the members used, left_out: [dir, why] of a NaN or infinite one; mean_ci/iqm_ci None for
-    n < 2; few: n < 5), with the interval's resamples, level, rng and ci_note (the n < 5 caveat, else None). Raises PopulationError for a broken population.json or a missing member directory,
-    CheckpointError naming the member without a checkpoint or the checkpoint that does not load (both
-    before any member is evaluated), NonFiniteError naming the member's directory, the env and the
-    step when its env returns NaN/inf during its evaluation (evaluate.first_episodes).
+    n < 2; few: n < 5), with the interval's resamples, level, rng, ci_note (the n < 5 caveat, else None) and
+    cut_members (how many of the n members used had episodes cut at ``max_steps``, counted with their
+    return so far). Raises PopulationError for a broken population.json or a missing member directory,
+    CheckpointError naming the member without a checkpoint or the checkpoint that does not load, or
+    saying why no member has a checkpoint (all before any member is evaluated), NonFiniteError naming
+    the member's directory, the env and the step when its env returns NaN/inf during its evaluation
+    (evaluate.first_episodes).
     """
     from .checkpoint import check_registered, load_checkpoint, load_policy
     from .evaluate import evaluate
@@ -81,15 +118,17 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
 
     run_dir = Path(run_dir)
     settings = read_settings(run_dir)
-    everyone = every_member_diverged(run_dir, settings, " before the first checkpoint")
-    # the first member's "no checkpoint; evaluate the others" would send the user to others that have none
-    if everyone and not any(list_checkpoints(d) for s in settings for _, d in s.members):
-        raise CheckpointError(f"{run_dir}: no member has a checkpoint to evaluate: {everyone}")
+    nothing = _no_member_checkpoint(run_dir, settings)
+    if nothing:
+        raise CheckpointError(nothing)
     checkpoints = {d: member_checkpoint(d, best) for s in settings for _, d in s.members}
+    steps: dict = {}
     # each one loads before any member is evaluated (a damaged one costs no evaluation of the others);
     # read again below rather than held: P members' weights at once may not fit
     for d, path in checkpoints.items():
-        checkpoints[d] = Path(_or_newest(load_checkpoint, path, d, best)["path"])
+        state = _or_newest(load_checkpoint, path, d, best)
+        checkpoints[d] = Path(state["path"])
+        steps[checkpoints[d]] = int(state["global_step"])
     rows = {}
     for s in settings:
         for member_seed, d in s.members:
@@ -104,7 +143,7 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
             except NonFiniteError as e:  # the env's NaN/inf, not the member's: the line says whose evaluation met it
                 raise NonFiniteError(f"{d}: {e}") from None
             rows[d] = {"dir": d.name, "seed": member_seed, "settings": s.settings, "checkpoint": str(policy.path),
-                       "eval_seed": eval_seed, **result}
+                       "global_step": _step_of(Path(policy.path), steps), "eval_seed": eval_seed, **result}
             if d.name in s.diverged:  # evaluated as asked (its last finite weights), but no result of training
                 rows[d]["diverged"] = s.diverged[d.name]
             if on_member is not None:
@@ -114,41 +153,69 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
         names, means = [d.name for _, d in s.members], [float(rows[d]["mean_return"]) for _, d in s.members]
         stats = member_statistics(names, means, excluded=s.diverged)  # a diverged member: left out, named
         stats.pop("members"), stats.pop("solved"), stats.pop("solved_count")
+        left = {name for name, _ in stats["left_out"]}
+        # a cut episode's return so far is in its member's mean, so in the summary: said there too
+        cut = sum(1 for _, d in s.members if d.name not in left and rows[d].get("unfinished"))
         summaries.append({"settings": s.settings, "label": s.label, "members": names, "mean_returns": means, **stats,
                           "resamples": BOOTSTRAP_RESAMPLES, "level": CI_LEVEL, "rng": f"numpy default_rng({BOOTSTRAP_SEED})",
-                          "ci_note": FEW_MEMBERS_NOTE if stats["few"] and stats["mean_ci"] is not None else None})
+                          "ci_note": FEW_MEMBERS_NOTE if stats["few"] and stats["mean_ci"] is not None else None,
+                          "cut_members": cut})
     members = list(rows.values())
     return {"run_dir": str(run_dir), "env_id": members[0]["env_id"] if members else None, "episodes": episodes,
-            "deterministic": deterministic, "members": members, "settings": summaries}
+            "deterministic": deterministic, "max_steps": MAX_EVAL_STEPS if max_steps is None else max_steps,
+            "members": members, "settings": summaries}
 
 
 def format_member(row: dict) -> str:
-    """``m000-seed1-lr0.001: 500.00 +- 0.00 over 10 episodes (deterministic)``."""
+    """``m000-seed1-lr0.001: 500.00 +- 0.00 at step 29,952 over 10 episodes (deterministic)``."""
     mode = "deterministic" if row["deterministic"] else "stochastic"
     frozen = f"; {row['diverged']}: its last finite weights, left out of the statistics" if row.get("diverged") else ""
+    step = row.get("global_step")
+    # members of a population still training may be of different steps: each line says which it is
+    at = f" at step {step:,}" if isinstance(step, int) and not isinstance(step, bool) else ""
     from .evaluate import unfinished_note
 
-    return (f"{row['dir']}: {row['mean_return']:.2f} +- {row['std_return']:.2f} over {row['episodes']} episodes ({mode}{frozen})"
-            + unfinished_note(row))
+    return (f"{row['dir']}: {row['mean_return']:.2f} +- {row['std_return']:.2f}{at} over {row['episodes']} episodes "
+            f"({mode}{frozen})" + unfinished_note(row))
 
 
 def format_summary(result: dict) -> str:
     """One line per setting: its members' mean and IQM of their mean returns, each with its 95% CI
-    ("—" for fewer than 2 members, "†" for fewer than 5, explained in a last line); members left out named."""
+    ("—" for fewer than 2 members, "†" for fewer than 5, explained in a later line); members left out
+    named, and how many of those counted had episodes cut at --max-steps. A last line when the members
+    were evaluated at different steps."""
     lines = []
     num = lambda v: "\u2014" if v is None else f"{v:.2f}"  # noqa: E731
     for s in result["settings"]:
-        name = s["label"] or "all seeds"
+        name = s["label"] or SEEDS_ONLY
         m = len(s["members"])
         noun = "member" if m == 1 else "members"
         used = f"{s['n']} of {m} {noun}" if s["n"] < m else f"{m} {noun}"
         left = "; left out: " + ", ".join(f"{d} ({why})" for d, why in s["left_out"]) if s["left_out"] else ""
         lines.append(f"{result['env_id']} {name} ({used}): mean {num(s['mean'])} {ci_cell(s['mean_ci'], s['few'], 2)}, "
                      f"IQM {num(s['iqm'])} {ci_cell(s['iqm_ci'], s['few'], 2)} (95% percentile-bootstrap CIs over members, "
-                     f"{s['resamples']} resamples, {s['rng']}){left}")
+                     f"{s['resamples']} resamples, {s['rng']}){left}{_cut_note(s, result.get('max_steps'))}")
     if any(s["few"] and s["mean_ci"] is not None for s in result["settings"]):
         lines.append(f"\u2020 {FEW_MEMBERS_NOTE}")
+    steps = [m.get("global_step") for m in result.get("members", [])]
+    steps = [v for v in steps if isinstance(v, int) and not isinstance(v, bool)]
+    if steps and min(steps) != max(steps):  # a population read while training: its settings compare unequal training
+        lines.append(f"note: the members were evaluated at different steps ({min(steps):,}-{max(steps):,}; each member's line "
+                     "says its own), so the settings compare unequal amounts of training (a population still training "
+                     "writes new checkpoints as they are read: evaluate it again once it has stopped)")
     return "\n".join(lines)
+
+
+def _cut_note(setting: dict, max_steps: Optional[int]) -> str:
+    """``; 2 of the 3 members counted had episodes cut at 100 steps (--max-steps), with their return so far``; "" for none."""
+    k, n = setting.get("cut_members"), setting["n"]
+    if not k:
+        return ""
+    where = (f"at {max_steps:,} steps (--max-steps)" if isinstance(max_steps, int) and not isinstance(max_steps, bool)
+             else "at --max-steps")
+    who = ("its one member counted" if n == 1 else f"all {n} members counted" if k == n
+           else f"{k} of the {n} members counted")
+    return f"; {who} had episodes cut {where}, with their return so far"
 
 
 def cmd_eval_population(args, device, env_kwargs: Optional[dict] = None) -> int:
