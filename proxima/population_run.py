@@ -400,10 +400,10 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
         # the target as extended (--total-timesteps): a report of a resume stopped early says "N of M steps so far"
         _write_population_json(run_dir, pop, recorded_seeds, recorded_sweep, dirs)
         trains = pop.iteration < pop.num_iterations
-        if trains or not overrides:
-            # where they differ, the flags a resume that trains runs with (--total-timesteps, --eval-episodes,
-            # ...), or a plain resume's, the checkpoint's: one cut short before it trained is put back
-            _write_member_configs(pop, dirs)
+        # where they differ, the flags a resume that trains runs with (--total-timesteps, --eval-episodes, ...);
+        # one that trains nothing writes no checkpoint, so it records the checkpoint's values (one cut short
+        # before it trained is put back), as a single run's does, but for the count of the evaluation it shows
+        _write_member_configs(pop, dirs, None if trains else _complete_configs(pop, state, run_dir, names))
         if trains:  # a resume that trains: each member's record says so, as a single run's
             _record_resume(dirs, pop.iteration * pop.steps_per_member, device)
         wall, finished = _train_loop(pop, run_dir, dirs, recorded_seeds, recorded_sweep, quiet=quiet, stop_after=stop_after,
@@ -457,15 +457,16 @@ def _stopped_outside(e: TrainingInterrupted, run_dir: Path, finished: Optional[P
                                + checkpoint_line(resumed_from))
 
 
-def _write_member_configs(pop: Population, dirs: list) -> None:
-    """Each member's config.yaml as a resume that trains runs it, replaced (atomically, never through a
-    link) where it differs, as a single run's resume replaces its own (train_state.open_run_dir):
-    ``proxima report RUN/<member dir>`` reads the target and settings from it. Each keeps its own
-    folder and the encoder its run recorded, as _write_layout wrote them."""
+def _write_member_configs(pop: Population, dirs: list, configs: Optional[list] = None) -> None:
+    """Each member's config.yaml as a resume that trains runs it (``configs``, else the population's),
+    replaced (atomically, never through a link) where it differs, as a single run's resume replaces
+    its own (train_state.open_run_dir): ``proxima report RUN/<member dir>`` reads the target and
+    settings from it. Each keeps its own folder and the encoder its run recorded, as _write_layout
+    wrote them."""
     from .config import dump_yaml
     from .diskspace import write_error
 
-    for cfg, d in zip(pop.configs, dirs):
+    for cfg, d in zip(configs or pop.configs, dirs):
         cfg.encoder = pop.encoder_kind
         cfg.run_dir = str(d)  # where the member is now (the run may have been moved), as a single run's resume records
         path = d / "config.yaml"
@@ -475,6 +476,49 @@ def _write_member_configs(pop: Population, dirs: list) -> None:
                 write_atomic(path, text)
         except OSError as e:
             raise write_error(path, e, "could not resume the population") from None
+
+
+def _complete_configs(pop: Population, state: dict, run_dir: Path, names: list) -> list:
+    """The members' configs a resume of a complete population records (train_state._resumed_config for
+    a single run): the checkpoint's, whose values a later resume starts from, with eval_episodes the
+    count of the evaluation this resume shows or makes: a typed --eval-episodes N (which rewrites
+    eval.json) is recorded, so the next plain resume shows that evaluation; --eval-episodes 0
+    evaluates nothing and leaves the count of the one on disk."""
+    import dataclasses
+
+    from .config import RESUME_SAFE, recorded_config
+
+    episodes = pop.cfg.eval_episodes
+    if episodes <= 0:
+        episodes = _recorded_eval_count(run_dir, names, int(state["global_step"])) or None
+    configs = []
+    for cfg, raw in zip(pop.configs, state["configs"]):
+        recorded = as_member_config(recorded_config(raw, source=state["path"]))
+        kept = {k: getattr(recorded, k) for k in RESUME_SAFE if k != "run_dir"}
+        if episodes is not None:
+            kept["eval_episodes"] = episodes
+        configs.append(dataclasses.replace(cfg, **kept))
+    return configs
+
+
+def _recorded_eval_count(run_dir: Path, names: Sequence[str], step: int) -> Optional[int]:
+    """The episode count of the members' end-of-run evaluations at ``step`` (each eval.json that
+    evaluate.current_eval takes for one), when they all hold the same one; None when none is there or
+    they differ (a member then evaluated again would not match the others: all are, with the run's
+    count). A diverged member has none and is not counted."""
+    from .evaluate import current_eval
+    from .rundir import read_run_json
+
+    counts = set()
+    for name in names:
+        path = Path(run_dir) / name / "eval.json"
+        try:  # only a regular file is read (the run directory is data); current_eval checks the rest
+            episodes = read_run_json(path, limit=10_000_000).get("episodes")
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            continue
+        if _is_int(episodes) and episodes >= 1 and current_eval(path.parent, step, episodes) is not None:
+            counts.add(episodes)
+    return counts.pop() if len(counts) == 1 else None
 
 
 def _record_resume(dirs, step: int, device) -> None:
@@ -540,6 +584,13 @@ def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[st
     not_safe = tuple(UNSUPPORTED)
     configs = [apply_resume_overrides(configs[0], typed, state, not_safe)] + [
         _quietly(apply_resume_overrides, c, typed, state, not_safe) for c in configs[1:]]
+    if "eval_episodes" not in typed:
+        # as a single run's resume (run_setup.keep_recorded_eval): the count of the members' evaluations at
+        # the checkpoint's step, which a complete population's resume with --eval-episodes N recorded in
+        # config.yaml but no checkpoint holds; shown, not evaluated again with the checkpoint's count
+        episodes = _recorded_eval_count(run_dir, names, int(state["global_step"]))
+        for c in configs:
+            c.eval_episodes = episodes or c.eval_episodes
     if env_id is not None and env_id != configs[0].env_id and resume_trains(configs[0], state):
         for c in configs:  # the module form named (run_setup.resumed_config); a complete one's files stay as recorded
             c.env_id = env_id
