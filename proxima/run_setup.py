@@ -133,7 +133,7 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
     if loose:  # a new run directory, claimed as a fresh run's (refused when it holds files)
         session.claim_fresh(target_dir, command="resume")
     else:  # an explicit older checkpoint (or best.pt): the newer ones are another timeline
-        ckpt.set_aside_newer(checkpoint_in_run(state["path"]), int(state["global_step"]))
+        set_aside_timeline(checkpoint_in_run(state["path"]), int(state["global_step"]))
     if config.run_dir is None or Path(config.run_dir).resolve() != Path(run_dir).resolve():
         config.run_dir = str(run_dir)  # config.yaml records where the run is, not where the file says it was
     keep_recorded_eval(config, run_dir, state, overrides)
@@ -143,6 +143,32 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
     # after note_config_edits: config.yaml's auto is what the run was given, not an edit
     use_backend(config, backend, quiet)
     return state, config, run_dir, True, None
+
+
+def set_aside_timeline(checkpoint: Path, step: int) -> None:
+    """checkpoint.set_aside_newer for a resume from ``checkpoint`` (at global ``step``), with SIGINT/SIGTERM
+    held until it is done (signals.stops_held): stopped halfway, the run's metrics.csv ended at ``step``
+    while its newest checkpoint was still the abandoned timeline's, and resuming that (what the stop line
+    said) left the rows in between out of the run's logs. A stop held here is taken once all is set aside,
+    its line naming the checkpoint the run now ends at."""
+    from .signals import TrainingInterrupted, checkpoint_line, resume_advice, stops_held
+
+    moved = None
+    try:
+        with stops_held():
+            moved = ckpt.set_aside_newer(checkpoint, step)
+    except TrainingInterrupted as e:
+        if moved is None:  # nothing was newer, or the set-aside failed: the usual line, from the run's own files
+            raise
+        listed = ckpt.list_checkpoints(checkpoint.parent.parent)
+        if listed and listed[-1] == checkpoint:
+            line = checkpoint_line(checkpoint)
+        else:  # a best.pt past the newest step_N.pt left: `proxima resume RUN` would go back to that one
+            command, how = resume_advice(checkpoint.parent.parent, path=checkpoint)
+            line = f"checkpoint: {checkpoint}; continue with: {command}{how}"
+        raise TrainingInterrupted(e.signum, checkpoint, f"before training started, once the checkpoints newer than "
+                                  f"{checkpoint.name} were set aside (see the note above); the run now ends at it; "
+                                  f"{line}") from None
 
 
 #: what makes a run the run it is: a checkpoint of the run directory that differs in one of these from

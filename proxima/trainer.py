@@ -385,6 +385,13 @@ class Trainer:
                     if self.stopped_at_return is not None:
                         break
                 self.dist.dump_parameters(self.agent, self.iteration, self.global_step, self.run_dir)  # test hook (PROXIMA_DEBUG_DUMP_PARAMS)
+                # a signal during the final checkpoint (or after it) would be dropped as the guard exits, and the
+                # run go on through its whole end-of-run evaluation: it stops here, after that checkpoint, as a
+                # stop in the loop does (a resume of the complete run evaluates). Every rank leaves the loop
+                # at the same iteration, so all of them call this collective once
+                signum = self.dist.agree_stop(stop.signum)
+                if signum:
+                    raise TrainingInterrupted(signum, last_ckpt)
         finally:
             if self.logger is not None:
                 self.logger.close()
@@ -757,11 +764,21 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     def stopped_outside(e: TrainingInterrupted) -> TrainingInterrupted:
         """The stop to raise for a signal outside the loop's own checkpointed stop, saying where it landed."""
         last = getattr(trainer, "last_checkpoint", None)
-        if out_dir is not None:  # training had finished: the end-of-run evaluation was cut short
+        if out_dir is not None:  # training had finished: the end-of-run evaluation or --plot was cut short
+            import shlex
+
+            from .evaluate import current_eval
             from .signals import eval_command
 
-            return TrainingInterrupted(e.signum, last, f"during the end-of-run evaluation; training is complete "
-                                       f"(checkpoint: {last}); `{eval_command(out_dir)}` evaluates it")
+            episodes = trainer.cfg.eval_episodes
+            if episodes > 0 and current_eval(out_dir, trainer.global_step, episodes) is None:
+                return TrainingInterrupted(e.signum, last, f"during the end-of-run evaluation; training is complete "
+                                           f"(checkpoint: {last}); `{eval_command(out_dir)}` evaluates it")
+            # eval.json is this run's (or none was asked for): the stop landed after it, in --plot's drawing
+            done = "eval.json is written" if episodes > 0 else "--eval-episodes 0 asked for no evaluation"
+            where, redo = ("while drawing curve.png", f"; `proxima plot {shlex.quote(str(out_dir))}` draws it") \
+                if trainer.cfg.plot else ("after the end-of-run evaluation", "")
+            return TrainingInterrupted(e.signum, last, f"{where}; training is complete (checkpoint: {last}) and {done}{redo}")
         if trainer is None and session.created is None and (resumed or session.lock is not None):
             # a resume stopped as it set up (rank 0: its run locked, the checkpoint being read; every rank:
             # the env and agent being built): the run is untouched
