@@ -71,13 +71,17 @@ def test_bench_auto_is_the_backend_train_builds():
 
 # ------------------------------------------------------------------------------- 2. bench --out
 def test_bench_out_records_the_threads_the_trainer_set(tmp_path, capsys):
-    """--threads 2 on a discrete-action MLP: actor and critic on a thread each, one intra-op thread each."""
-    out = tmp_path / "bench.md"
-    code, _, err = run_main(["bench", "CartPole-v1", "--num-envs", "4", "--backend", "native", "--threads", "2", "--train-only",
-                             *TINY_BENCH, "--out", str(out)], capsys)
-    assert code == 0, err
-    assert ("- torch intra-op threads: 1 each on two threads, actor and critic side by side for batches of 2,048+ rows "
-            "(--threads 2); OMP_NUM_THREADS=") in out.read_text()
+    """--threads 2 on a discrete-action MLP: actor and critic on a thread each, one intra-op thread each,
+    for batches of 2,048+ rows; at 4 envs no batch reaches that, and the record says so (review 31)."""
+    for envs, text in (("4", "- torch intra-op threads: 1 (--threads 2: not paired, every batch below 2,048 rows: the "
+                             "same as --threads 1); OMP_NUM_THREADS="),
+                       ("2048", "- torch intra-op threads: 1 each on two threads, actor and critic side by side for "
+                                "batches of 2,048+ rows (--threads 2); OMP_NUM_THREADS=")):
+        out = tmp_path / f"bench{envs}.md"
+        code, _, err = run_main(["bench", "CartPole-v1", "--num-envs", envs, "--backend", "native", "--threads", "2",
+                                 "--train-only", "--num-steps", "2" if envs == "4" else "1", *TINY_BENCH, "--out", str(out)], capsys)
+        assert code == 0, err
+        assert text in out.read_text(), envs
 
 
 def test_bench_out_reports_how_long_a_repeat_really_took(tmp_path, capsys):
