@@ -92,6 +92,10 @@ def stop(proc, signum: int) -> tuple[int, str]:
 
 
 #: one iteration of 4 envs x 16 steps, no evaluation: the CLI edge tests' tiny run
+#: the population flags of the tiny population tests (2 envs x 16 steps, 2 minibatches, 1 epoch)
+TINY_POP = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--threads", "1",
+            "--no-progress"]
+
 TINY_RUN = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "0",
             "--no-progress", "--threads", "1"]
 

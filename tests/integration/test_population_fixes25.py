@@ -14,13 +14,12 @@ from pathlib import Path
 
 import yaml
 
-from cli_helpers import error_line, run_main
+from cli_helpers import TINY_POP, error_line, run_main
 from proxima import checkpoint as ckpt
 from proxima import population_eval, population_run
 from proxima.population_eval import evaluate_population
 
-TINY = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--threads", "1",
-        "--no-progress"]
+TINY = TINY_POP
 
 
 def _train(tmp_path: Path, capsys, *args: str, name: str = "R") -> Path:

@@ -174,6 +174,7 @@ def test_bench_threads_text_says_when_threads_2_paired_nothing():
 
 
 # ------------------------------------------------------------------------------------ 7. an --out no file can be made in
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc takes no new file on Linux only")
 def test_bench_out_in_a_folder_that_takes_no_file_is_refused_before_measuring(monkeypatch, tmp_path, capsys):
     from proxima import bench
     from proxima.cli import build_parser
@@ -189,6 +190,7 @@ def test_bench_out_in_a_folder_that_takes_no_file_is_refused_before_measuring(mo
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc takes no new file on Linux only")
 def test_a_script_s_out_in_a_folder_that_takes_no_file_is_refused_first(no_work, capsys):
     code, _, err = run_main("threads", ["--num-envs", "8", "--out", "/proc/nope.md"], capsys)
     assert (code, err.splitlines()) == (2, ["threads.py: error: --out /proc/nope.md: cannot create a file in /proc (No such file "

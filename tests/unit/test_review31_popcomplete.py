@@ -9,10 +9,9 @@ import json
 
 import yaml
 
-from cli_helpers import run_main
+from cli_helpers import TINY_POP, run_main
 
-TINY = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--threads", "1",
-        "--no-progress"]
+TINY = TINY_POP
 
 
 def _members(run):

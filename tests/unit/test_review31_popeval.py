@@ -18,7 +18,7 @@ from cli_helpers import error_line, run_main, snapshot
 from proxima import checkpoint as ckpt
 from proxima import cli
 from proxima.population_eval import evaluate_population
-from tests.integration.test_population_fixes25 import TINY
+from cli_helpers import TINY_POP as TINY
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "populations.md"
 # 2 iterations of 32 steps, a checkpoint at each (the default --keep-checkpoints keeps both)
