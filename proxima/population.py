@@ -29,7 +29,9 @@ The algorithm is ppo.py's, parametrized, never copied (DESIGN.md "Growing withou
 A member's first iteration equals a single run with the same seed up to float rounding (test:
 tests/unit/test_population.py): the same initial parameters, the same env rows and the same
 action samples and permutations for a population of one; vmapped (batched) matmuls and the
-learning-rate scaling of the Adam step round differently in the last bits.
+learning-rate scaling of the Adam step round differently in the last bits. That holds for MLP
+agents (stacked); an encoder agent (CNN) runs under vmap, whose samples come from one stream, so
+its actions differ from the single run's from the first step on.
 """
 
 from __future__ import annotations
