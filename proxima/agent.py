@@ -100,13 +100,19 @@ def _categorical_logprob_entropy(logits: torch.Tensor, action: torch.Tensor):
         # CPU reductions over a last axis of a few entries are slow (log_softmax of 16,384 x 2
         # logits: 624 us, of the same numbers laid out 2 x 16,384: 61 us; microbenchmarks on this
         # project's CPU), and so is autograd's chain of small backwards: _CategoricalCPU. Values equal
-        # to the lines below within rounding (bit for bit at n <= 4 for most batch sizes here; the
+        # to _categorical_autograd's within rounding (bit for bit at n <= 4 for most batch sizes here; the
         # vectorized and scalar exp/log round differently, and sums of more actions can too)
         if torch.is_grad_enabled():
             lp, ent, _, _ = _CategoricalCPU.apply(logits, action)
         else:  # acting (no_grad): the same ops without Function.apply (68 -> 29 us at 256 rows: benchmarks/results/cpu-parts.md)
             lp, ent, _, _ = _CategoricalCPU.forward(logits, action)
         return lp, ent
+    return _categorical_autograd(logits, action)
+
+
+def _categorical_autograd(logits: torch.Tensor, action: torch.Tensor):
+    """The off-CPU body of ``_categorical_logprob_entropy`` (plain ops for autograd, CUDA graphs and
+    torch.compile), a function of its own so that the CPU-only test suite can check it too."""
     logp = torch.log_softmax(logits, dim=-1)
     lp = logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
     ent = -(logp.exp() * logp).sum(-1)

@@ -355,8 +355,13 @@ def minibatch_permutation(b: int, device: torch.device, generator: Optional[torc
     float64 keys, which a CUDA graph can record (randperm of a small n runs on the host there);
     elsewhere randperm."""
     if device.type == "cuda":
-        return torch.argsort(torch.rand(b, device=device, dtype=torch.float64, generator=generator))
+        return _argsort_permutation(b, device, generator)
     return torch.randperm(b, device=device, generator=generator)
+
+
+def _argsort_permutation(b: int, device: torch.device, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """minibatch_permutation's CUDA body, a function of its own so that the CPU-only test suite can check it too."""
+    return torch.argsort(torch.rand(b, device=device, dtype=torch.float64, generator=generator))
 
 
 def make_grad_step(agent, optimizer, cfg, autocast=None, scaler=None, side=None) -> Callable:
