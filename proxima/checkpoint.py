@@ -1654,6 +1654,8 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
     entry = state.get("env_entry_point")
     policy.env_entry_point = entry if isinstance(entry, str) else None
     policy.run_threads = _run_threads(state, agent, policy.device)
+    step = state.get("global_step")
+    policy.global_step = step if isinstance(step, int) and not isinstance(step, bool) else None  # the step it was saved at
     flush = state["config"].get("flush_denormal")
     policy.run_flush_denormal = flush if isinstance(flush, bool) else None
     return policy

@@ -727,7 +727,8 @@ def _cmd_eval(args) -> int:
         return fail(prog, str(e))
     from .evaluate import diverged_note, member_diverged
 
-    diverged = member_diverged(policy.path)  # a frozen member's score would otherwise read as a trained one's
+    # a frozen member's score would otherwise read as a trained one's (a checkpoint from before it diverged is one)
+    diverged = member_diverged(policy.path, getattr(policy, "global_step", None))
     if diverged:
         result["diverged"] = diverged
     if args.json:

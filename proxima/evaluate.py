@@ -494,18 +494,24 @@ def unfinished_note(result: dict) -> str:
     return note
 
 
-def member_diverged(checkpoint) -> Optional[dict]:
+def member_diverged(checkpoint, step: Optional[int] = None) -> Optional[dict]:
     """``{"iteration": 4, "text": "diverged at iteration 4 (non-finite loss, ...)"}`` when ``checkpoint``
     (the file evaluated) is of a population member that diverged (population_report.member_divergence:
     its population.json entry, else its diverged.json), else None. Its weights are its last finite ones,
-    frozen since: a score of them is no result of training, which ``proxima eval RUN/<member dir>`` says."""
+    frozen since: a score of them is no result of training, which ``proxima eval RUN/<member dir>`` says.
+    ``step``: the checkpoint's global step; one before the diverging iteration's (the record's
+    global_step, the step that iteration ended at) holds weights that training made: None then."""
     import re
 
     from .checkpoint import run_dir_of
-    from .population_report import member_divergence
+    from .population_report import divergence_record, member_divergence
 
-    text = member_divergence(run_dir_of(checkpoint))
+    member = run_dir_of(checkpoint)
+    text = member_divergence(member)
     if text is None:
+        return None
+    at_step = (divergence_record(member) or {}).get("global_step")
+    if isinstance(step, int) and isinstance(at_step, int) and not isinstance(at_step, bool) and step < at_step:
         return None
     at = re.match(r"diverged at iteration (\d+)", text)  # diverged_text's words; "diverged" alone: no iteration recorded
     return {"iteration": int(at.group(1)) if at else None, "text": text}

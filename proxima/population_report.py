@@ -148,12 +148,8 @@ def every_member_diverged(run_dir, settings: list, when: str = "") -> Optional[s
     return f"every member diverged{when} (each one's iteration and cause: {path}{first})"
 
 
-def member_divergence(member_dir) -> Optional[str]:
-    """``diverged at iteration 4 (non-finite loss)`` for a population's member that diverged; None for
-    one that did not, or a plain run. The record is its population's population.json entry when the
-    directory above lists the member (the timeline trained: a resume from before the divergence drops
-    it, and a diverged.json it could not remove), else the member's own diverged.json (a member
-    directory copied out of its population)."""
+def divergence_record(member_dir) -> Optional[dict]:
+    """The divergence record ({"iteration", "global_step", "reason"}) member_divergence reads, or None."""
     member_dir = Path(member_dir).resolve()
     try:
         doc = json.loads(read_run_text(member_dir.parent / POPULATION_FILE))
@@ -163,6 +159,16 @@ def member_divergence(member_dir) -> Optional[str]:
             record = json.loads(read_run_text(member_dir / DIVERGED_FILE))
         except (OSError, ValueError):
             return None
+    return record if record is None or isinstance(record, dict) else {}
+
+
+def member_divergence(member_dir) -> Optional[str]:
+    """``diverged at iteration 4 (non-finite loss)`` for a population's member that diverged; None for
+    one that did not, or a plain run. The record is its population's population.json entry when the
+    directory above lists the member (the timeline trained: a resume from before the divergence drops
+    it, and a diverged.json it could not remove), else the member's own diverged.json (a member
+    directory copied out of its population)."""
+    record = divergence_record(member_dir)
     if record is None:
         return None
     reason = record.get("reason") if isinstance(record, dict) else None

@@ -174,3 +174,18 @@ def test_the_docs_give_evaluate_populations_signature_and_say_the_other_tools_ar
         default = "" if value is inspect.Parameter.empty else f'="{value}"' if isinstance(value, str) else f"={value!r}"
         assert (f"{name}{default}" if name != "run_dir" else '"runs/sweep"') in call, name
     assert "its report and its plot are command-line only" in text
+
+
+def test_a_checkpoint_from_before_a_member_diverged_gets_no_note(diverged, tmp_path, capsys):
+    """Day review 31: the note came with every checkpoint of a member that diverged at some point,
+    though one saved before the diverging iteration's step holds weights training made."""
+    alone = tmp_path / "alone"
+    shutil.copytree(diverged / "m001-seed1-lr1e+38", alone)  # its own diverged.json, as if it diverged at iteration 2
+    record = json.loads((alone / "diverged.json").read_text())
+    record.update(iteration=2, global_step=64)
+    (alone / "diverged.json").write_text(json.dumps(record))
+    first, last = ckpt.list_checkpoints(alone)
+    code, out, _ = run_main(["eval", str(first), "--episodes", "1", "--json"], capsys)  # step 32: before it
+    assert code == 0 and "diverged" not in json.loads(out)
+    code, out, _ = run_main(["eval", str(last), "--episodes", "1", "--json"], capsys)  # step 64: frozen from then on
+    assert code == 0 and json.loads(out)["diverged"]["iteration"] == 2
