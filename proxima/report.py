@@ -505,14 +505,14 @@ def _on_resume(meta: dict, first, of_resume, show=None) -> object:
 
 def _abandoned(resumes: list) -> list:
     """Per entry of meta.json's ``resumes``, whether it is on an abandoned timeline: marked so
-    (train_state.record_resume), or followed by a resume from an earlier step (a meta.json written
-    before that mark): that resume went back to an older checkpoint, and set aside what trained after it."""
+    (train_state.record_resume), or followed by a resume from the same or an earlier step (a meta.json
+    written before that mark): that resume went back to that checkpoint, and set aside what trained after it."""
     flags, low = [], None
     for entry in reversed(resumes):
         step = entry.get("step") if isinstance(entry, dict) else None
         step = step if isinstance(step, int) and not isinstance(step, bool) else None
         marked = isinstance(entry, dict) and entry.get("abandoned") is True
-        flags.append(marked or (step is not None and low is not None and step > low))
+        flags.append(marked or (step is not None and low is not None and step >= low))
         if step is not None:
             low = step if low is None else min(low, step)
     return flags[::-1]

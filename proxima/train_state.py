@@ -618,9 +618,10 @@ def record_resume(path: Path, entry: dict, note_tanh: bool = True) -> bool:
     """Append ``entry`` to the ``resumes`` list of the meta.json at ``path``, rewritten atomically (never
     through a link); whether it was. A meta.json that is not a JSON object (or whose ``resumes`` is not
     a list) is left as it is, with a note: the run's record is damaged, not its checkpoints, and the
-    resume goes on. An entry recorded before with a step past ``entry``'s gets ``"abandoned": true``
+    resume goes on. An entry recorded before with a step at or past ``entry``'s gets ``"abandoned": true``
     (kept, in its place): this resume continues from an older checkpoint, and what that one trained is
-    on the timeline set aside (checkpoints/abandoned-TIME), not in the run's history any more. The
+    on the timeline set aside (checkpoints/abandoned-TIME), not in the run's history any more (one at
+    the same step trained nothing that this one keeps: it went back to that checkpoint too). The
     oldest entries give way (counted in ``resumes_dropped``) before the file would
     outgrow what a run's meta.json may be when read back (rundir._read_json_file), where the run
     would no longer count as one. OSError (a full disk) propagates, as for config.yaml."""
@@ -648,7 +649,7 @@ def record_resume(path: Path, entry: dict, note_tanh: bool = True) -> bool:
         # `proxima report` would otherwise show that timeline's devices and versions as changes the run went
         # through, its steps going backwards (report._abandoned reads older meta.json files the same way)
         for old in resumes:
-            if isinstance(old, dict) and _int_count(old.get("step")) and old["step"] > step:
+            if isinstance(old, dict) and _int_count(old.get("step")) and old["step"] >= step:
                 old["abandoned"] = True
     resumes = resumes + [entry]
     dropped = meta.get("resumes_dropped")

@@ -69,7 +69,7 @@ def test_many_resumes_keep_meta_json_readable_as_a_run_s(tmp_path):
 
 def test_the_report_marks_a_commit_with_uncommitted_changes_and_counts_resumes():
     dirty = {**ENTRY, "git_dirty": True}  # resumed on the same dirty checkout: nothing changed on resume
-    machine = _machine({"git_commit": "abc1234", "git_dirty": True, "resumes": [dirty, dirty]})
+    machine = _machine({"git_commit": "abc1234", "git_dirty": True, "resumes": [dirty, {**dirty, "step": ENTRY["step"] + 64}]})
     assert machine["git commit"] == "abc1234 (uncommitted changes)" and machine["resumes"] == 2
     machine = _machine({"git_commit": "abc1234", "git_dirty": True, "resumes": [ENTRY]})  # committed since
     assert machine["git commit"] == "abc1234 (uncommitted changes) -> abc1234 from step 64"
