@@ -391,7 +391,12 @@ class Trainer:
                 # at the same iteration, so all of them call this collective once
                 signum = self.dist.agree_stop(stop.signum)
                 if signum:
-                    raise TrainingInterrupted(signum, last_ckpt)
+                    from .signals import checkpoint_line
+
+                    # training is complete: what the resume "continues" is the end-of-run evaluation
+                    raise TrainingInterrupted(signum, last_ckpt, "after the final checkpoint, before the end-of-run "
+                                              f"evaluation; training is complete; {checkpoint_line(last_ckpt)} "
+                                              "(it trains nothing more and evaluates)")
         finally:
             if self.logger is not None:
                 self.logger.close()

@@ -48,7 +48,9 @@ def test_a_signal_during_the_final_checkpoint_stops_the_run_and_resume_evaluates
     # was: exit 0 after the whole end-of-run evaluation, the stop the user asked for dropped
     assert code == 143, err
     assert "SIGTERM received; writing a checkpoint after this iteration" in err
-    assert last_line(err) == f"proxima: stopped by SIGTERM; checkpoint: {final}; continue with: proxima resume {run}"
+    assert last_line(err) == (f"proxima: stopped by SIGTERM; after the final checkpoint, before the end-of-run evaluation; "
+                              f"training is complete; checkpoint: {final}; continue with: proxima resume {run} (it trains "
+                              "nothing more and evaluates)")
     assert not (run / "eval.json").exists() and not out.startswith("eval ")
     assert ckpt.list_checkpoints(run)[-1] == final and ckpt.load_checkpoint(final)["global_step"] == 1024
     assert not (run / ".proxima.lock").exists()
