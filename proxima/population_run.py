@@ -468,7 +468,8 @@ def _write_member_configs(pop: Population, dirs: list, configs: Optional[list] =
 
     for cfg, d in zip(configs or pop.configs, dirs):
         cfg.encoder = pop.encoder_kind
-        cfg.run_dir = str(d)  # where the member is now (the run may have been moved), as a single run's resume records
+        if configs is None:  # _complete_configs keeps the run_dir on file
+            cfg.run_dir = str(d)  # where the member is now (the run may have been moved), as a single run's resume records
         path = d / "config.yaml"
         text = dump_yaml(cfg.to_dict())
         try:
@@ -483,20 +484,26 @@ def _complete_configs(pop: Population, state: dict, run_dir: Path, names: list) 
     a single run): the checkpoint's, whose values a later resume starts from, with eval_episodes the
     count of the evaluation this resume shows or makes: a typed --eval-episodes N (which rewrites
     eval.json) is recorded, so the next plain resume shows that evaluation; --eval-episodes 0
-    evaluates nothing and leaves the count of the one on disk."""
+    evaluates nothing and leaves the count of the one on disk. Each keeps the run_dir its config.yaml
+    records, so a resume of an untouched complete population writes nothing, from whatever directory."""
     import dataclasses
 
     from .config import RESUME_SAFE, recorded_config
+    from .run_setup import read_run_config
 
     episodes = pop.cfg.eval_episodes
     if episodes <= 0:
         episodes = _recorded_eval_count(run_dir, names, int(state["global_step"])) or None
     configs = []
-    for cfg, raw in zip(pop.configs, state["configs"]):
+    for cfg, raw, name in zip(pop.configs, state["configs"], names):
         recorded = as_member_config(recorded_config(raw, source=state["path"]))
         kept = {k: getattr(recorded, k) for k in RESUME_SAFE if k != "run_dir"}
         if episodes is not None:
             kept["eval_episodes"] = episodes
+        # a relative run_dir names the member from where the population was started, not from where this
+        # command runs: made to name it from here, the file would be rewritten though nothing trained
+        on_file = read_run_config(Path(run_dir) / name)[0]
+        kept["run_dir"] = on_file.run_dir if on_file is not None else str(Path(run_dir) / name)
         configs.append(dataclasses.replace(cfg, **kept))
     return configs
 
@@ -914,7 +921,9 @@ def _write_population_json(run_dir: Path, pop: Population, seeds, sweep: dict, d
         doc["command"] = list(argv)
     if wall is not None:
         doc["wall_seconds"] = round(wall, 3)
-    write_atomic(path, json.dumps(doc, indent=2))  # a fresh temp name, renamed over the file: never through a link
+    text = json.dumps(doc, indent=2)
+    if not holds_text(path, text):  # a resume of a complete population changes nothing: its file is left as it is
+        write_atomic(path, text)  # a fresh temp name, renamed over the file: never through a link
 
 
 def _log_members(loggers, values: dict, pop: Population, sps: float, elapsed: float, step: int) -> None:

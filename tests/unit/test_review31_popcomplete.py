@@ -85,3 +85,37 @@ def test_members_whose_evaluations_disagree_are_evaluated_again_with_the_checkpo
     for d in _members(run):
         assert json.loads((d / "eval.json").read_text())["episodes"] == 3
         assert _config(d)["eval_episodes"] == 3
+
+
+def _stamps(run) -> dict:
+    """Each member's config.yaml and population.json: bytes, mtime and inode (write_atomic renames a new file in)."""
+    files = [d / "config.yaml" for d in _members(run)] + [run / "population.json"]
+    return {str(p.relative_to(run)): (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino) for p in files}
+
+
+def test_a_plain_resume_of_a_complete_population_writes_nothing_from_whatever_directory(tmp_path, capsys, monkeypatch):
+    """As a single run's (train_state._resumed_config): a resume that trains nothing keeps each member's
+    recorded run_dir (here relative to where it was trained) rather than the path as this command names
+    it, and rewrites no file whose content it would not change."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1-2", "--total-timesteps", "64", "--eval-episodes", "1",
+                             *TINY, "--run-dir", "pop", "--quiet"], capsys)
+    assert code == 0, err
+    run = tmp_path / "pop"
+    before = _stamps(run)
+    assert [_config(d)["run_dir"] for d in _members(run)] == [f"pop/{d.name}" for d in _members(run)]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for cwd, name in ((run, "."), (elsewhere, "../pop"), (elsewhere, str(run))):
+        monkeypatch.chdir(cwd)
+        code, out, err = run_main(["resume", name], capsys)
+        assert code == 0, (name, err)
+        assert "eval CartPole-v1: 2 members" in out, name
+        assert _stamps(run) == before, name
+
+    monkeypatch.chdir(elsewhere)  # a typed count is still recorded; the run_dir on file stays
+    code, _, err = run_main(["resume", "../pop", "--eval-episodes", "2", "--quiet"], capsys)
+    assert code == 0, err
+    for d in _members(run):
+        assert (json.loads((d / "eval.json").read_text())["episodes"], _config(d)["eval_episodes"]) == (2, 2)
+        assert _config(d)["run_dir"] == f"pop/{d.name}"
