@@ -91,7 +91,8 @@ WRITER = textwrap.dedent("""
     sys.path.insert(0, {benchmarks!r})
     from proxima.bench import save_markdown
     import tables
-    out, tag, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+    out, tag, count, go, ready = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]), Path(sys.argv[5])
+    ready.touch()  # imported (torch with proxima.bench): the test says go once both writers are here
     while not go.exists():
         time.sleep(0.005)
     for i in range(count):
@@ -105,20 +106,36 @@ WRITER = textwrap.dedent("""
 def test_two_runs_appending_to_one_results_file_at_once_keep_every_section(tmp_path):
     """save_markdown (proxima bench --out) and tables.emit read the file and replaced it without a
     lock: two runs at once lost 288 of 600 sections. Both now take the results folder's lock."""
-    out, go, count = tmp_path / "results.md", tmp_path / "go", 150
+    sync = tmp_path / "sync"  # go and the writers' ready files, away from the results folder's listing
+    sync.mkdir()
+    out, go, count = tmp_path / "results.md", sync / "go", 150
+    ready = [sync / f"ready-{tag}" for tag in "ab"]
     code = WRITER.format(benchmarks=str(ROOT / "benchmarks"))
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(out), tag, str(count), str(go)], cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for tag in "ab"]
-    time.sleep(0.5)
-    go.touch()
-    for proc in procs:
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(out), tag, str(count), str(go), str(r)], cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for tag, r in zip("ab", ready)]
+    try:
+        # go only once both have imported (a fixed wait was shorter than torch's import on a loaded
+        # machine): both then start writing together, whatever the machine's speed
+        deadline = time.monotonic() + 120
+        while not all(r.exists() for r in ready):
+            for proc in procs:
+                assert proc.poll() is None, f"a writer ended before it was ready: {proc.communicate()[1]}"
+            assert time.monotonic() < deadline, "the writers were not ready after 120 s"
+            time.sleep(0.01)
+        go.touch()
+        for proc in procs:
+            _, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
     headings = [line for line in out.read_text().splitlines() if line.startswith("#")]
     for tag in "ab":
         got = sorted(int(h.split()[-1]) for h in headings if h.split()[-2] == tag)
         assert got == list(range(count)), f"{tag}: {count - len(got)} of {count} sections lost"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["go", "results.md"]  # no lock file beside the results
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.md", "sync"]  # no lock file beside the results
 
 
 def test_tables_and_bench_share_one_lock():

@@ -33,33 +33,71 @@ def doc_texts() -> dict[str, str]:
     return pages
 
 
+def flat(text: str) -> str:
+    """``text`` with every run of whitespace one space: a phrase the docs wrap still matches."""
+    return " ".join(text.split())
+
+
 def paragraphs(text: str) -> list[str]:
-    return [" ".join(p.split()) for p in re.split(r"\n\s*\n", text) if p.strip()]
+    return [flat(p) for p in re.split(r"\n\s*\n", text) if p.strip()]
 
 
-# What marks a paragraph's 256-env figures as the old preset's rather than today's.
-DATED = ("of then", "previous", "256-env preset", "2026-11-30", "2026-12-01", "2026-12-02", "was 256 envs")
+# What dates a 256-env figure as the old fast preset's: the day it was measured, or a name that says
+# it is the old preset. A bare "previous" or "of then" does not (it dates nothing a reader can check),
+# and a marker anywhere in the paragraph does not: it must be within NEAR characters of the figure.
+DATE_MARKER = re.compile(r"2026-11-30|2026-12-01|2026-12-02|256-env preset|\bprevious preset\b")
+NEAR = 200
 OLD_SHAPE = re.compile(r"256 envs|256 acting rows|1,024-row minibatches|of 134\b|~40 ms alone")
+MENTIONS_FAST = re.compile(r"fast preset|--preset\s+fast|`fast`|\bfast\b.*preset")
+# 256-env figures in a paragraph that mentions the fast preset but are not the preset's
+NOT_THE_PRESET = {
+    # PureJaxRL's comparison shape, in the paragraph after the `--preset fast` command block
+    "benchmarks/README.md": ("on this machine's CPU, 256 envs x 16 steps: 9.2-11.2 s of `jit_only_seconds`",),
+}
+
+
+def stale_figures(name: str, text: str) -> list[str]:
+    """Each 256-env figure in ``text`` (page ``name``) that a paragraph mentioning the fast preset gives
+    with no date marker near it."""
+    stale = []
+    for para in paragraphs(text):
+        if not MENTIONS_FAST.search(para):
+            continue
+        exempt = [(i, i + len(s)) for s in NOT_THE_PRESET.get(name, ()) for i in [para.find(flat(s))] if i >= 0]
+        for m in OLD_SHAPE.finditer(para):
+            if any(a <= m.start() < b for a, b in exempt):
+                continue
+            if not DATE_MARKER.search(para, max(0, m.start() - NEAR), m.end() + NEAR):
+                stale.append(f"{name}: ...{para[max(0, m.start() - 80):m.end() + 80]}...")
+    return stale
 
 
 def test_no_page_gives_the_256_env_fast_preset_as_today_s():
-    stale = []
-    for name, text in doc_texts().items():
-        for para in paragraphs(text):
-            mentions_fast = re.search(r"fast preset|--preset\s+fast|`fast`|\bfast\b.*preset", para)
-            if mentions_fast and OLD_SHAPE.search(para) and not any(d in para for d in DATED):
-                stale.append(f"{name}: {para[:160]}")
+    stale = [line for name, text in doc_texts().items() for line in stale_figures(name, text)]
     assert not stale, "\n".join(stale)
 
 
+def test_a_256_env_figure_passes_only_with_a_date_marker_near_it():
+    today = "The fast preset is tuned for seconds. It runs 256 envs x 16 steps."
+    assert stale_figures("x.md", today)
+    for loose in ("The previous commit measured it.", "The tables of then name no CPU.", "(2026-12-01)"):
+        # a word that dates nothing, or a date far from the figure, lets nothing through
+        assert stale_figures("x.md", loose + " " + "filler " * 40 + today), loose
+    for dated in ("the fast preset of 2026-12-01 (256 envs at lr 5e-3)", "the fast preset: the previous preset (256\nenvs)",
+                  "the fast preset; the 256-env preset's 256 acting rows"):
+        assert not stale_figures("x.md", dated), dated
+    whole = "`--preset fast`\non this machine's CPU, 256 envs x 16 steps: 9.2-11.2 s of\n`jit_only_seconds`"
+    assert not stale_figures("benchmarks/README.md", whole) and stale_figures("docs/x.md", whole)
+
+
 def test_today_s_fast_preset_figures_are_the_results_file_s():
-    solve = read("benchmarks/results/solve-cpu.md")
+    solve = flat(read("benchmarks/results/solve-cpu.md"))
     # the 2026-12-05 tables: seeds 1-10 and 11-30 of the 96-env preset on the AVX2 EPYC
     assert "**10 of 10 seeds solved**; wall median 4.88 s (range 4.61-5.95 s)" in solve
     assert "**20 of 20 seeds solved**; wall median 5.18 s (range 4.21-6.72 s)" in solve
-    perf = " ".join(read("docs/performance.md").split())
+    perf = flat(read("docs/performance.md"))
     assert "median 4.88 s (4.61-5.95 s" in perf and "seeds 11-30 20 of 20 (median 5.18 s)" in perf
-    readme = " ".join(read("README.md").split())
+    readme = flat(read("README.md"))
     assert "2026-12-05, 2 CPU cores, an AMD EPYC with AVX2 only" in readme and "4.88 s (4.61-5.95 s)" in readme
 
 
@@ -70,7 +108,7 @@ def test_the_gpu_preset_says_it_has_not_been_measured_on_a_gpu(capsys):
     readme = read("README.md")
     row = next(line for line in readme.splitlines() if line.startswith("| CartPole-v1 | gpu |"))
     assert "not yet measured on a GPU" in row
-    assert "replayed as three CUDA\ngraphs; not yet measured on a GPU)" in readme
+    assert "replayed as three CUDA graphs; not yet measured on a GPU)" in flat(readme)
 
 
 def test_gpu_session_timings_are_estimates_but_the_one_measured():
@@ -89,9 +127,8 @@ def test_gpu_session_timings_are_estimates_but_the_one_measured():
 
 def test_item_4_is_behind_on_avx2_and_each_ratio_is_in_the_results_file():
     perf = read("docs/performance.md")
-    flat = " ".join(perf.split())
-    assert "is met on the Xeon and level on the EPYC." not in flat
-    assert "behind (0.87) on AVX2-only CPUs" in flat
+    assert "is met on the Xeon and level on the EPYC." not in flat(perf)
+    assert "behind (0.87) on AVX2-only CPUs" in flat(perf)
     table = perf.split("Issue 12's item 4", 1)[1].split("\n\n", 2)[1]
     results = read("benchmarks/results/vs-purejaxrl-cpu.md")
     ratios = re.findall(r"\d\.\d\d \(\d\.\d\d-\d\.\d\d\)", table)
@@ -101,25 +138,25 @@ def test_item_4_is_behind_on_avx2_and_each_ratio_is_in_the_results_file():
 
 
 def test_population_speed_quotes_the_final_code_run_and_no_unrecorded_machine():
-    speed = " ".join(read("docs/populations.md").split("## Speed", 1)[1].split())
+    speed = flat(read("docs/populations.md").split("## Speed", 1)[1])
     assert "torch 2.13.0+cpu" not in speed and "the 2-core development machine" not in speed
     assert "2.47x (2.36-2.68)" in speed and "2026-11-30 23:51" in speed
-    assert "| 2.47 (2.36-2.68)x |" in read("benchmarks/results/population-cpu.md")
+    assert "| 2.47 (2.36-2.68)x |" in flat(read("benchmarks/results/population-cpu.md"))
     assert "256 envs x 16 steps, 450k steps, clip 0.2" in speed
     assert "the command below now runs today's fast preset" in speed
 
 
 def test_ten_seed_learning_claims_name_their_machines():
-    readme = " ".join(read("README.md").split())
+    readme = flat(read("README.md"))
     claim = readme.split("on 10 seeds each", 1)[1][:400]
     assert "CartPole and Acrobot on a 2-core AMD EPYC with CPU tanh numpy" in claim
     assert "the others on a 2-core Intel Xeon with CPU tanh torch" in claim
-    results = read("benchmarks/results/learning-10-seeds.md")
+    results = flat(read("benchmarks/results/learning-10-seeds.md"))
     assert "machine (CartPole-v1, Acrobot-v1): AMD EPYC" in results and "CPU tanh: numpy" in results
 
 
 def test_mountaincar_continuous_preset_claims_what_ten_seeds_reached():
-    text = read("proxima/presets/continuous.yaml")
+    text = flat(read("proxima/presets/continuous.yaml"))
     assert "holds 93+" not in text and "about 92.5-93 by the end (10 seeds, learning-10-seeds.md)" in text
     row = next(line for line in read("benchmarks/results/learning-10-seeds.md").splitlines()
                if line.startswith("| MountainCarContinuous-v0 |"))
@@ -128,7 +165,7 @@ def test_mountaincar_continuous_preset_claims_what_ten_seeds_reached():
 
 
 def test_atari_page_says_proxima_s_10m_returns_are_not_measured():
-    atari = " ".join(read("docs/atari.md").split())
+    atari = flat(read("docs/atari.md"))
     assert "has what Proxima reached" not in atari
     assert "What Proxima reaches at 10M steps is not yet measured" in atari
     assert "| Pong-v5 | - | 0 | not run (compute) |" in read("benchmarks/results/learning.md")
@@ -136,25 +173,25 @@ def test_atari_page_says_proxima_s_10m_returns_are_not_measured():
 
 def test_the_notebook_marks_its_return_range_unrecorded():
     nb = json.loads(read("notebooks/quickstart.ipynb"))
-    first = " ".join("".join(nb["cells"][0]["source"]).split())
+    first = flat("".join(nb["cells"][0]["source"]))
     assert "420-490" in first and "An unrecorded observation, with no results file behind it" in first
 
 
 def test_threads_help_names_the_machine_and_the_later_measurement():
     help_text = FIELDS["threads"].metadata["help"]
     assert "AVX-512 AMD EPYC" in help_text and "1.34x, later 1.31x" in help_text
-    threads = read("benchmarks/results/threads-cpu.md")
+    threads = flat(read("benchmarks/results/threads-cpu.md"))
     assert "**1.34 (1.09-1.41)**" in threads and "**1.31 (1.17-1.60)**" in threads
 
 
 def test_unrecorded_figures_say_so_and_pointers_resolve():
-    flat = " ".join(read("docs/performance.md").split())
-    assert "not in a results file, as it was run without `--out`" in flat  # 0.95 (0.95-0.98)
-    assert "0.41x acting in 4,096 envs (unrecorded" in flat
+    perf = flat(read("docs/performance.md"))
+    assert "not in a results file, as it was run without `--out`" in perf  # 0.95 (0.95-0.98)
+    assert "0.41x acting in 4,096 envs (unrecorded" in perf
     assert "0.34x" not in read("benchmarks/results/cpu-parts.md")
     dist = read("benchmarks/results/distributed-cpu.md")
     assert "benchmarks/learning.md" not in dist and "benchmarks/results/learning.md" in dist
     assert (ROOT / "benchmarks" / "results" / "learning.md").exists()
-    solve = " ".join(read("benchmarks/results/solve-cpu.md").split())
+    solve = flat(read("benchmarks/results/solve-cpu.md"))
     assert "115.8k vs 114.3k steps/s at 4,096 envs (unrecorded" in solve
     assert "aebc3c9" not in read("benchmarks/results/vs-revision-cpu.md")
