@@ -915,10 +915,10 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
         bad("checkpoint_minutes", "must be 0 (off) or a positive number of minutes")
     if cfg.eval_every and not cfg.eval_episodes:
         bad("eval_every", "needs --eval-episodes of 1 or more")
-    for name in ("checkpoint_every", "eval_episodes", "eval_every", "keep_checkpoints"):
+    for name in ("checkpoint_every", "eval_episodes", "eval_every"):
         if getattr(cfg, name) < 0:
             bad(name, "must be 0 or more")
-    if cfg.keep_checkpoints < 1:
+    if cfg.keep_checkpoints < 1:  # -1 gets this line too: "0 or more" would send the user to 0, refused here
         bad("keep_checkpoints", "must be at least 1")
     if not 0.0 < cfg.gamma <= 1.0:
         bad("gamma", "must be in (0, 1]")
