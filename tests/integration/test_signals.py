@@ -168,13 +168,15 @@ def test_a_signal_after_config_yaml_but_before_the_loop_leaves_no_half_run(tmp_p
     from proxima import train_state
     from cli_helpers import run_main
 
+    # pytest started under nohup or `&` has SIGINT ignored, not default_int_handler: what was there is put back
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     _signal_after(monkeypatch, train_state, "open_run_dir", signum)  # config.yaml and meta.json are written
     code, _, err = run_main(["train", "CartPole-v1", "--total-timesteps", "1024", "--run-dir", str(tmp_path / "R"),
                              "--no-progress", "--threads", "1"], capsys)
     assert code == 128 + signum
     assert err.strip().splitlines()[-1] == f"proxima: stopped by {signal.Signals(signum).name}; before training started; nothing was kept"
     assert not (tmp_path / "R").exists()  # no config.yaml, meta.json or lock left: a new train there just works
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL and signal.getsignal(signal.SIGINT) == signal.default_int_handler
+    assert {sig: signal.getsignal(sig) for sig in before} == before
 
 
 def test_a_signal_during_the_end_of_run_eval_says_training_is_complete(tmp_path, capsys, monkeypatch):
