@@ -38,6 +38,20 @@ def run(cmd, cwd: Path, timeout: float = LIMIT, **extra) -> subprocess.Completed
     return warm_python.run(cmd, cwd=cwd, env=env(**extra), capture_output=True, text=True, timeout=timeout)
 
 
+def two_ranks(script: str, folder: Path) -> Path:
+    """Run ``script`` (Python text, given the output folder as argv[1]) as 2 ranks of torchrun --standalone
+    in ``folder``; the output folder, once both exited 0 (an assertion with torchrun's stderr otherwise)."""
+    import sys
+
+    (folder / "ranks.py").write_text(script)
+    out = folder / "out"
+    out.mkdir()
+    res = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               str(folder / "ranks.py"), str(out)], folder)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return out
+
+
 def start(cmd, cwd: Path, **extra) -> subprocess.Popen:
     return warm_python.Popen(cmd, cwd=cwd, env=env(**extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -18,7 +18,7 @@ import textwrap
 
 import pytest
 import torch
-from distributed_helpers import SMALL, STEPS_PER_ITER, run
+from distributed_helpers import SMALL, STEPS_PER_ITER, run, two_ranks
 
 SCRIPT = textwrap.dedent('''
     import sys
@@ -68,12 +68,7 @@ def _same(a: dict, b: dict, keys) -> bool:
 def test_the_merge_gives_every_rank_the_pooled_statistics(tmp_path):
     from proxima.normalize import RunningMeanStd
 
-    (tmp_path / "merge.py").write_text(SCRIPT)
-    out = tmp_path / "out"
-    out.mkdir()
-    res = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               str(tmp_path / "merge.py"), str(out)], tmp_path)
-    assert res.returncode == 0, res.stderr[-4000:]
+    out = two_ranks(SCRIPT, tmp_path)
     r0, r1 = (torch.load(out / f"rank{r}.pt", weights_only=True) for r in (0, 1))
 
     # every rank the same mean and var; each its own count (equal here: same rows per rank)

@@ -10,11 +10,10 @@ with inputs that differ per rank, so a wrong reduction shows as a wrong number.
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 
 import pytest
-from distributed_helpers import run
+from distributed_helpers import two_ranks
 
 SCRIPT = textwrap.dedent('''
     import json
@@ -51,13 +50,7 @@ SCRIPT = textwrap.dedent('''
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     """What each of the 2 ranks of SCRIPT wrote: [rank 0's, rank 1's]."""
-    tmp = tmp_path_factory.mktemp("dist31")
-    (tmp / "reduce.py").write_text(SCRIPT)
-    out = tmp / "out"
-    out.mkdir()
-    res = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               str(tmp / "reduce.py"), str(out)], tmp)
-    assert res.returncode == 0, res.stderr[-4000:]
+    out = two_ranks(SCRIPT, tmp_path_factory.mktemp("dist31"))
     return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 
