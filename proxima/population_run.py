@@ -469,7 +469,8 @@ def _write_member_configs(pop: Population, dirs: list, configs: Optional[list] =
     for cfg, d in zip(configs or pop.configs, dirs):
         cfg.encoder = pop.encoder_kind
         if configs is None:  # _complete_configs keeps the run_dir on file
-            cfg.run_dir = str(d)  # where the member is now (the run may have been moved), as a single run's resume records
+            # where the member is now (the run may have been moved), absolute, as a single run's resume records
+            cfg.run_dir = str(Path(d).resolve())
         path = d / "config.yaml"
         text = dump_yaml(cfg.to_dict())
         try:

@@ -381,7 +381,7 @@ class Trainer:
                         last_ckpt = self.last_checkpoint = self.save() or last_ckpt
                         self._saved_at = time.monotonic()
                     if signum:
-                        raise TrainingInterrupted(signum, last_ckpt)
+                        raise _stopped(signum, last_ckpt, complete=done)
                     if self.stopped_at_return is not None:
                         break
                 self.dist.dump_parameters(self.agent, self.iteration, self.global_step, self.run_dir)  # test hook (PROXIMA_DEBUG_DUMP_PARAMS)
@@ -391,12 +391,7 @@ class Trainer:
                 # at the same iteration, so all of them call this collective once
                 signum = self.dist.agree_stop(stop.signum)
                 if signum:
-                    from .signals import checkpoint_line
-
-                    # training is complete: what the resume "continues" is the end-of-run evaluation
-                    raise TrainingInterrupted(signum, last_ckpt, "after the final checkpoint, before the end-of-run "
-                                              f"evaluation; training is complete; {checkpoint_line(last_ckpt)} "
-                                              "(it trains nothing more and evaluates)")
+                    raise _stopped(signum, last_ckpt, complete=True)
         finally:
             if self.logger is not None:
                 self.logger.close()
@@ -711,6 +706,17 @@ def _metric_row(m: dict, sps: float, optimizer, elapsed: float) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------
+def _stopped(signum: int, checkpoint, complete: bool) -> TrainingInterrupted:
+    """The loop's stop after ``checkpoint``; ``complete``: that checkpoint ends the training (the last
+    iteration, or --stop-return's), so what `proxima resume` "continues" is the end-of-run evaluation."""
+    if not complete:
+        return TrainingInterrupted(signum, checkpoint)
+    from .signals import checkpoint_line
+
+    return TrainingInterrupted(signum, checkpoint, "after the final checkpoint, before the end-of-run evaluation; training "
+                               f"is complete; {checkpoint_line(checkpoint)} (it trains nothing more and evaluates)")
+
+
 def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True,
           overwrite: bool = False, env_id: Optional[str] = None, trust_run: bool = False, overrides: Optional[dict] = None,
           sources: Optional[dict] = None):
@@ -930,6 +936,7 @@ def trained_policy(trainer: Trainer) -> TrainedPolicy:
     policy.run_threads = ckpt._run_threads({"config": config, "world_size": trainer.dist.world_size}, trainer.agent,
                                            policy.device)
     policy.run_flush_denormal = bool(cfg.flush_denormal)
+    policy.global_step = int(trainer.global_step)  # the step its weights are of, as load_policy records it
     return policy
 
 

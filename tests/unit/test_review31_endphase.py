@@ -126,3 +126,26 @@ def test_the_docs_say_what_these_stops_do():
     assert "while the final checkpoint is written" in text
     assert "sets the newer checkpoints aside" in text
     assert "while drawing `curve.png`" in text
+
+
+def test_a_signal_during_the_last_iteration_says_training_is_complete(tmp_path, capsys, monkeypatch):
+    """Day review 31: a signal in the last iteration (not in its checkpoint) gave the plain "continue with"
+    line, though the checkpoint it wrote ends the training and the resume only evaluates."""
+    from proxima.trainer import Trainer
+
+    run = tmp_path / "R"
+    real = Trainer.train_iteration
+
+    def signal_in_last(self, *a, **k):
+        if self.iteration == self.num_iterations - 1:  # the last one starts
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Trainer, "train_iteration", signal_in_last)
+    code, _, err = run_main(["train", "CartPole-v1", *RUN, "--total-timesteps", "1024", "--eval-episodes", "2",
+                             "--run-dir", str(run)], capsys)
+    final = ckpt.checkpoint_path(run, 1024)
+    assert code == 130, err
+    assert last_line(err) == (f"proxima: stopped by SIGINT; after the final checkpoint, before the end-of-run evaluation; "
+                              f"training is complete; checkpoint: {final}; continue with: proxima resume {run} (it trains "
+                              "nothing more and evaluates)")

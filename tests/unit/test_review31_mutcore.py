@@ -154,3 +154,16 @@ def test_both_permutation_bodies_give_fresh_permutations_from_an_advancing_gener
     # the generator drives it: the same seed gives the same sequence
     g2 = torch.Generator().manual_seed(0)
     assert torch.equal(body(b, torch.device("cpu"), g2), perms[0])
+
+
+def test_off_the_cpu_the_dispatchers_call_the_bodies_checked_above(monkeypatch):
+    """Day review 31: the bodies are tested on the CPU; this pins that the CUDA (non-CPU) branches still
+    call them (a `meta` tensor takes the categorical head's non-CPU branch; no GPU is needed)."""
+    from proxima import agent as agent_module
+    from proxima import ppo
+
+    monkeypatch.setattr(agent_module, "_categorical_autograd", lambda logits, action: ("body", logits.device.type))
+    logits = torch.zeros(4, 3, device="meta")
+    assert agent_module._categorical_logprob_entropy(logits, torch.zeros(4, device="meta")) == ("body", "meta")
+    monkeypatch.setattr(ppo, "_argsort_permutation", lambda b, device, generator=None: ("body", b, device.type))
+    assert ppo.minibatch_permutation(8, torch.device("cuda")) == ("body", 8, "cuda")
