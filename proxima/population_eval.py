@@ -23,6 +23,7 @@ episodes cut at ``--max-steps`` (counted with their return so far, as each membe
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Callable, Optional
@@ -220,7 +221,8 @@ def _cut_note(setting: dict, max_steps: Optional[int]) -> str:
 
 def cmd_eval_population(args, device, env_kwargs: Optional[dict] = None) -> int:
     """``proxima eval RUN`` for a population (called by cli.cmd_eval, which turns errors into one line):
-    a line per member as it finishes and a line per setting, or with ``--json`` one JSON object."""
+    a line per member as it finishes and a line per setting, or with ``--json`` one JSON object (strict:
+    a NaN or infinite number, such as a member's mean return left out of the statistics, is null)."""
     import json
 
     from .config import ConfigError
@@ -240,5 +242,18 @@ def cmd_eval_population(args, device, env_kwargs: Optional[dict] = None) -> int:
                                  device=device, backend=args.backend, env_id=args.env, trust_env=args.trust_run,
                                  best=args.best, on_member=progress, max_steps=getattr(args, "max_steps", None),
                                  env_kwargs=env_kwargs)
-    print(json.dumps(result, allow_nan=False) if args.json else format_summary(result))  # strict JSON: no bare NaN
+    # strict JSON (no bare NaN/Infinity, which most parsers refuse): a non-finite number is null, its
+    # member named with why ("inf") in its setting's left_out
+    print(json.dumps(json_numbers(result), allow_nan=False) if args.json else format_summary(result))
     return 0
+
+
+def json_numbers(value):
+    """``value`` with every NaN or infinite float, however deep in dicts, lists and tuples, as None (JSON null)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_numbers(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_numbers(v) for v in value]
+    return value

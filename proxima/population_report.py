@@ -266,14 +266,16 @@ EVALUATED_NOW = "evaluated now from the latest checkpoint (no eval.json)"
 
 
 def member_final_return(member_dir: Path, episodes: int = 0, device: str = "cpu", quiet: bool = True,
-                        unevaluated: Optional[list] = None) -> tuple:
+                        unevaluated: Optional[list] = None, stale: Optional[dict] = None) -> tuple:
     """(return, source): eval.json's mean return; else, with ``episodes`` >= 1, a fresh evaluation of
     the member's latest checkpoint (``report --episodes N --device D``, as a single run's report
     makes one); else (or when it has no checkpoint yet: its error is appended to ``unevaluated``)
-    the last logged charts/episodic_return (None, "no result", before the first is logged)."""
+    the last logged charts/episodic_return (None, "no result", before the first is logged). An
+    eval.json of another step than the member's last is not its result: ``stale`` gets
+    {member dir name: "eval.json of step X, not the member's last step N"}."""
     ev = member_dir / "eval.json"
     if ev.is_file():  # data: read and checked as a single run's report reads it (one line, never a traceback)
-        from .report import ReportError, _check_eval, _read_json, _stale_eval
+        from .report import ReportError, _check_eval, _last_step, _read_json, _stale_eval
 
         saved = _check_eval(ev, _read_json(ev))
         if "mean_return" not in saved:
@@ -281,6 +283,9 @@ def member_final_return(member_dir: Path, episodes: int = 0, device: str = "cpu"
         # of an earlier step than the member's newest checkpoint (a resume that could not remove it): not its result
         if not _stale_eval(member_dir, saved):
             return float(saved["mean_return"]), "eval"
+        if stale is not None:  # "no eval.json" would send the user looking for a file that is there
+            stale[member_dir.name] = (f"eval.json of step {saved['global_step']:,}, not the member's last step "
+                                      f"{_last_step(member_dir):,}")
     if episodes >= 1:
         from .report import _eval_line, evaluate_latest
 
@@ -352,7 +357,9 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: int
     when any member of the setting has one, the members without one then left out ("no eval.json");
     else "training" (every member's last training return). ``episodes``/``device``: how a member
     without eval.json is evaluated (member_final_return); eval_missing: the members still without one;
-    not_evaluated: {member: (why, command or None)} of those the evaluation failed for (_not_evaluated)."""
+    not_evaluated: {member: (why, command or None)} of those the evaluation failed for (_not_evaluated);
+    stale_eval: {member: "eval.json of step X, not the member's last step N"} of those whose eval.json is
+    there but of another step (their left_out reason, where the others' is "no eval.json")."""
     from .report import ReportError
 
     try:
@@ -360,14 +367,16 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: int
     except PopulationError as e:
         raise ReportError(str(e)) from None
     unevaluated: list = []
+    stale: dict = {}
     # a diverged member has no result (its frozen weights are not evaluated): left out, named
     finals = [[(seed, d, None, "diverged") if d.name in setting.diverged else
-               (seed, d, *member_final_return(d, episodes, device, quiet, unevaluated)) for seed, d in setting.members]
+               (seed, d, *member_final_return(d, episodes, device, quiet, unevaluated, stale)) for seed, d in setting.members]
               for setting in settings]
     if unevaluated and not quiet:  # one line, not one per member
         why = unevaluated[0][1].removeprefix("could not evaluate: ")  # it names the member's directory
-        print(f"proxima: note: {_count(len(unevaluated), 'member')} without eval.json could not be evaluated, so they are left out "
-              f"of settings whose other members have an evaluation (first: {why})", file=sys.stderr)
+        print(f"proxima: note: {_count(len(unevaluated), 'member')} without an eval.json of its last step could not be "
+              f"evaluated, so they are left out of settings whose other members have an evaluation (first: {why})",
+              file=sys.stderr)
     why_not = {d.name: _not_evaluated(d, error, episodes, device) for d, error in unevaluated}
     out = []
     for setting, members in zip(settings, finals):
@@ -381,8 +390,10 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: int
                "sources": sorted({src for (*_, v, src), ok, c in zip(members, evaluated, counted) if c and (ok or kind == "training")}),
                "diverged": dict(setting.diverged)}
         row["not_evaluated"] = {name: why_not[name] for name in row["eval_missing"] if name in why_not}
+        row["stale_eval"] = {name: stale[name] for name in row["eval_missing"] if name in stale}
         row.update(member_statistics(row["dirs"], values, threshold, excluded=setting.diverged))
-        row["left_out"] = [[name, "no eval.json" if name in row["eval_missing"] else why] for name, why in row["left_out"]]
+        row["left_out"] = [[name, row["stale_eval"].get(name, "no eval.json") if name in row["eval_missing"] else why]
+                           for name, why in row["left_out"]]
         out.append(row)
     return out
 
@@ -545,8 +556,15 @@ def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: int 
             k, m = len(r["eval_missing"]), r["members"]
             how = (f"run `proxima report {run_dir} --episodes N` to evaluate them" if episodes < 1 else
                    f"the report could not evaluate {'them' if k != 1 else 'it'}: {_not_evaluated_note(r)}")
-            notes.append(f"- {name}: eval for {m - k} of {m}; {k} member{'s' if k != 1 else ''} without eval.json "
-                         f"({', '.join(r['eval_missing'])}), left out rather than mixed with training returns: {how}.")
+            old = r.get("stale_eval") or {}
+            absent = [d for d in r["eval_missing"] if d not in old]
+            which = ([f"{len(absent)} member{'s' if len(absent) != 1 else ''} without eval.json ({', '.join(absent)})"]
+                     if absent else [])
+            if old:  # its eval.json is there, of an older (or given-up) step: said so, not "without eval.json"
+                which.append(f"{len(old)} member{'s' if len(old) != 1 else ''} whose eval.json is not of its last step ("
+                             + "; ".join(f"{d}: {why}" for d, why in old.items()) + ")")
+            notes.append(f"- {name}: eval for {m - k} of {m}; {' and '.join(which)}, left out rather than mixed with "
+                         f"training returns: {how}.")
         other = [f"{d} ({why})" for d, why in r["left_out"] if d not in r["eval_missing"]]
         if other:
             notes.append(f"- {name}: left out: {', '.join(other)}.")
