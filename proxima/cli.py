@@ -677,7 +677,7 @@ def cmd_eval(args) -> int:
 
 
 def _cmd_eval(args) -> int:
-    from .evaluate import evaluate, format_result, load_run_policy
+    from .evaluate import evaluate, format_result, json_numbers, load_run_policy
 
     prog = "proxima eval"
     if args.episodes < 1:
@@ -723,7 +723,7 @@ def _cmd_eval(args) -> int:
                           backend=args.backend or policy.config.get("backend", "auto"), video=args.video, max_steps=args.max_steps)
     except _user_errors() as e:
         if args.json and getattr(e, "result", None) is not None:
-            print(json.dumps(e.result))  # the episodes ran before the video failed: --json readers still get them
+            print(json.dumps(json_numbers(e.result), allow_nan=False))  # the episodes ran before the video failed: --json readers still get them
         return fail(prog, str(e))
     from .evaluate import diverged_note, member_diverged
 
@@ -732,7 +732,7 @@ def _cmd_eval(args) -> int:
     if diverged:
         result["diverged"] = diverged
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(json_numbers(result), allow_nan=False))  # strict JSON: a non-finite number is null
     else:
         print(format_result(result))
         if diverged:

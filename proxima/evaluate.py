@@ -523,6 +523,19 @@ def diverged_note(diverged: dict) -> str:
             "frozen, so this score is no result of training (its population's statistics leave it out)")
 
 
+def json_numbers(value):
+    """``value`` with every NaN or infinite float, however deep in dicts, lists and tuples, as None (JSON null)."""
+    if isinstance(value, float):
+        import math
+
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_numbers(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_numbers(v) for v in value]
+    return value
+
+
 def format_result(result: dict) -> str:
     mode = "deterministic" if result["deterministic"] else "stochastic"
     line = f"{result['env_id']}: {result['mean_return']:.2f} +- {result['std_return']:.2f} over {result['episodes']} episodes ({mode})"

@@ -23,7 +23,6 @@ episodes cut at ``--max-steps`` (counted with their return so far, as each membe
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Callable, Optional
@@ -244,16 +243,7 @@ def cmd_eval_population(args, device, env_kwargs: Optional[dict] = None) -> int:
                                  env_kwargs=env_kwargs)
     # strict JSON (no bare NaN/Infinity, which most parsers refuse): a non-finite number is null, its
     # member named with why ("inf") in its setting's left_out
+    from .evaluate import json_numbers
+
     print(json.dumps(json_numbers(result), allow_nan=False) if args.json else format_summary(result))
     return 0
-
-
-def json_numbers(value):
-    """``value`` with every NaN or infinite float, however deep in dicts, lists and tuples, as None (JSON null)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: json_numbers(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_numbers(v) for v in value]
-    return value

@@ -150,3 +150,15 @@ def test_a_run_stopped_at_stop_return_without_eval_is_not_so_far(tmp_path, capsy
     text = (run / "report.md").read_text()
     [line] = [ln for ln in text.splitlines() if ln.startswith("| steps |")]
     assert "so far" not in line and "51,200" not in line, line
+
+
+def test_eval_json_of_one_run_with_an_infinite_mean_is_strict_json_with_null(pop, monkeypatch, capsys):
+    """As a population's: a single run's `eval --json` wrote a bare Infinity, which strict parsers refuse."""
+    import proxima.evaluate as ev
+
+    real = ev.evaluate
+    monkeypatch.setattr(ev, "evaluate", lambda policy, **kw: {**real(policy, **kw), "mean_return": float("inf")})
+    code, out, err = run_main(["eval", str(pop / "m000-seed1"), "--episodes", "1", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out, parse_constant=lambda c: pytest.fail(f"bare {c} in --json output"))
+    assert doc["mean_return"] is None and doc["episodes"] == 1
