@@ -85,8 +85,10 @@ def test_a_sigint_stopped_run_whose_lock_cannot_be_removed_exits_130_with_its_st
     code, _, err = run_main(["train", "CartPole-v1", *TINY, "--run-dir", str(run)], capsys)
     assert code == 130, err
     assert "Traceback" not in err, err
-    assert (f"proxima: stopped by SIGINT; checkpoint: {run}/checkpoints/step_000000000064.pt; "
-            f"continue with: proxima resume {run}\n") in err, err
+    # its one iteration was its last: the line says training is complete (day review 31)
+    assert (f"proxima: stopped by SIGINT; after the final checkpoint, before the end-of-run evaluation; training is "
+            f"complete; checkpoint: {run}/checkpoints/step_000000000064.pt; continue with: proxima resume {run} (it "
+            "trains nothing more and evaluates)\n") in err, err
     assert len(_note_lines(err, run)) == 1, err
 
 
@@ -123,7 +125,7 @@ def test_the_stop_line_of_a_module_env_run_names_the_env_and_its_command_resumes
     stop = [ln for ln in err.splitlines() if ln.startswith("proxima: stopped by SIGINT")]
     assert len(stop) == 1, err
     command = f"proxima resume --env fix25_tiny_env:Tiny {run}"
-    assert stop[0].endswith(f"continue with: {command}"), stop[0]
+    assert stop[0].endswith(f"continue with: {command} (it trains nothing more and evaluates)"), stop[0]  # its last iteration
 
     monkeypatch.undo()  # the command as given, without the test hook
     monkeypatch.syspath_prepend(str(mods))
