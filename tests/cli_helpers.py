@@ -167,3 +167,20 @@ def isolated(args: list, tmp_path, timeout: int = 120) -> subprocess.CompletedPr
         proc.communicate()
         pytest.fail(f"hung for {timeout} s: python {' '.join(args[-4:])}", pytrace=False)
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+def bad_action_at_call_5(monkeypatch, value) -> None:
+    """The agent's 5th policy_step hands env 3 the action ``value`` (what --debug-checks must name)."""
+    from proxima.agent import Agent
+
+    real, calls = Agent.policy_step, []
+
+    def bad(self, obs):
+        action, logprob, v = real(self, obs)
+        calls.append(1)
+        if len(calls) == 5:
+            action = action.clone()
+            action[3] = value
+        return action, logprob, v
+
+    monkeypatch.setattr(Agent, "policy_step", bad)

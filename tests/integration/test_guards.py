@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
+from cli_helpers import bad_action_at_call_5
 from proxima import checkpoint as ckpt
 from proxima import cli, grad_cpu
-from proxima.agent import Agent
 from proxima.config import PPOConfig
 from proxima.envs import EnvError, NativeEnv, classic
 from proxima.trainer import DebugCheckError, NonFiniteError, train
@@ -235,17 +235,7 @@ def test_debug_checks_the_reset_observation_against_the_space(tmp_path, monkeypa
 
 
 def test_debug_checks_action_outside_the_space(tmp_path, monkeypatch):
-    real_step, calls = Agent.policy_step, []
-
-    def bad_action_at_call_5(self, obs):
-        action, logprob, value = real_step(self, obs)
-        calls.append(1)
-        if len(calls) == 5:
-            action = action.clone()
-            action[3] = 2  # CartPole's space is Discrete(2)
-        return action, logprob, value
-
-    monkeypatch.setattr(Agent, "policy_step", bad_action_at_call_5)
+    bad_action_at_call_5(monkeypatch, 2)  # CartPole's space is Discrete(2)
     with pytest.raises(DebugCheckError) as info:
         train(config("CartPole-v1", debug_checks=True), run_dir=tmp_path / "run", quiet=True, evaluate_at_end=False)
     assert isinstance(info.value, EnvError)  # the CLI's exit-2 family

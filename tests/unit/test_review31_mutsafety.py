@@ -9,13 +9,11 @@ import json
 import math
 import os
 import socket
-from pathlib import Path
 
 import pytest
-from cli_helpers import FIXTURES
+from cli_helpers import FIXTURES, bad_action_at_call_5
 
 from proxima import rundir
-from proxima.agent import Agent
 from proxima.atomic import leads_outside, write_atomic
 from proxima.config import PPOConfig
 from proxima.envs import gym_adapter
@@ -102,18 +100,6 @@ def test_claim_fresh_refuses_a_folder_another_writer_filled_before_its_lock(tmp_
 
 
 # ------------------------------------------------------------------------------------- --debug-checks
-def _bad_action_at_call_5(monkeypatch, value):
-    real, calls = Agent.policy_step, []
-
-    def bad(self, obs):
-        action, logprob, v = real(self, obs)
-        calls.append(1)
-        if len(calls) == 5:
-            action = action.clone()
-            action[3] = value
-        return action, logprob, v
-
-    monkeypatch.setattr(Agent, "policy_step", bad)
 
 
 def _cfg(env_id, **kw):
@@ -122,7 +108,7 @@ def _cfg(env_id, **kw):
 
 
 def test_debug_checks_name_a_nan_box_action_before_the_env_sees_it(tmp_path, monkeypatch):
-    _bad_action_at_call_5(monkeypatch, math.nan)
+    bad_action_at_call_5(monkeypatch, math.nan)
     with pytest.raises(DebugCheckError) as e:
         train(_cfg("Pendulum-v1"), run_dir=tmp_path / "run", quiet=True, evaluate_at_end=False)
     assert str(e.value).startswith("--debug-checks: action [nan] of env 3 at global step 20 (env step 5) is not finite"), str(e.value)
@@ -130,7 +116,7 @@ def test_debug_checks_name_a_nan_box_action_before_the_env_sees_it(tmp_path, mon
 
 def test_debug_checks_name_an_action_one_above_a_started_discretes_top(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(FIXTURES))
-    _bad_action_at_call_5(monkeypatch, 3)  # the agent's index 3 is the env's 4: Discrete(3, start=1) takes 1..3
+    bad_action_at_call_5(monkeypatch, 3)  # the agent's index 3 is the env's 4: Discrete(3, start=1) takes 1..3
     with pytest.raises(DebugCheckError) as e:
         train(_cfg("user_envs:DiscreteFrom1", backend="gymnasium"), run_dir=tmp_path / "run", quiet=True,
               evaluate_at_end=False)
