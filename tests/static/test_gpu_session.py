@@ -361,10 +361,14 @@ def test_nothing_a_step_started_outlives_it(tmp_path):
     """timeout's SIGKILL reaches its own child only: a driver script's children (proxima train, the
     anchor), or anything a step left running, would hold the GPU through the later steps. Here the
     first step (doctor) leaves a process that ignores SIGTERM; it is gone once that step ends."""
-    pidfile = tmp_path / "left.pid"
+    pidfile, ready = tmp_path / "left.pid", tmp_path / "left.ready"
+    # the stub writes the pid it started ($!) itself, at once: a pid file written by the child could
+    # be caught empty (truncated, not yet written) when a loaded machine is slow to start it and the
+    # step's kill comes first; the ready file only makes the wait for the SIGTERM trap likely
     leave = (f'if [[ "$*" == *doctor* ]]; then\n'
-             f'  bash -c \'trap "" TERM; echo $$ > {pidfile}; exec sleep 60\' &\n'
-             f'  for _ in $(seq 50); do [[ -s {pidfile} ]] && break; sleep 0.1; done\n'
+             f'  bash -c \'trap "" TERM; : > {ready}; exec sleep 60\' &\n'
+             f'  echo $! > {pidfile}\n'
+             f'  for _ in $(seq 80); do [[ -e {ready} ]] && break; sleep 0.1; done\n'
              f'fi\n')
     stub = STUB.replace('echo "stub:', leave + 'echo "stub:', 1)
     r, _ = run_session(tmp_path, stub=stub)
