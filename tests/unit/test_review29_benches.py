@@ -378,11 +378,14 @@ def test_gpu_session_kills_what_a_step_left_in_a_process_group_of_its_own(tmp_pa
     """A driver script killed by timeout's SIGKILL leaves its children (now in process groups of their
     own, for the script to kill on SIGTERM) out of reach of the step's group kill: the doctor step's
     stand-in leaves such a process behind; it is gone once the step ends."""
-    pidfile = tmp_path / "left.pid"
+    pidfile, ready = tmp_path / "left.pid", tmp_path / "left.ready"
+    # the pid is the one the stub started ($!), written at once: a pid file written by the child
+    # itself could still be empty when a loaded machine starts it slowly and the step ends first
     leave = (f'if [[ "$*" == *doctor* ]]; then\n'
-             f'  {sys.executable} -c "import os, time; os.setpgid(0, 0); open({str(pidfile)!r}, \'w\').write(str(os.getpid())); '
+             f'  {sys.executable} -c "import os, time; os.setpgid(0, 0); open({str(ready)!r}, \'w\').close(); '
              f'time.sleep(60)" &\n'
-             f'  for _ in $(seq 100); do [[ -s {pidfile} ]] && break; sleep 0.05; done\n'
+             f'  echo $! > {pidfile}\n'
+             f'  for _ in $(seq 160); do [[ -e {ready} ]] && break; sleep 0.05; done\n'
              f'fi\n')
     stub = STUB.replace('echo "stub:', leave + 'echo "stub:', 1)
     r, _ = run_session(tmp_path, stub=stub)
