@@ -34,8 +34,9 @@ from .config import MAX_EVAL_STEPS
 from .population_report import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CI_LEVEL, FEW_MEMBERS_NOTE, ci_cell,
                                 every_member_diverged, member_statistics, read_settings)
 
-#: a population of seeds only (no --sweep) has one setting with no values to name: the report's name for it
-SEEDS_ONLY = "(seeds only)"
+#: a population of seeds only (no --sweep) has one setting with no values to name: its line says so in
+#: the members' count (the report's table names it "(seeds only)")
+SEEDS_ONLY = "seeds only"
 
 
 def member_checkpoint(member_dir: Path, best: bool = False) -> Path:
@@ -187,12 +188,13 @@ def format_summary(result: dict) -> str:
     lines = []
     num = lambda v: "\u2014" if v is None else f"{v:.2f}"  # noqa: E731
     for s in result["settings"]:
-        name = s["label"] or SEEDS_ONLY
         m = len(s["members"])
         noun = "member" if m == 1 else "members"
         used = f"{s['n']} of {m} {noun}" if s["n"] < m else f"{m} {noun}"
+        # a swept setting is named before the count; seeds only go inside its parentheses, not in a second pair
+        name, used = (s["label"], used) if s["label"] else ("", f"{used}, {SEEDS_ONLY}")
         left = "; left out: " + ", ".join(f"{d} ({why})" for d, why in s["left_out"]) if s["left_out"] else ""
-        lines.append(f"{result['env_id']} {name} ({used}): mean {num(s['mean'])} {ci_cell(s['mean_ci'], s['few'], 2)}, "
+        lines.append(f"{result['env_id']} {name + ' ' if name else ''}({used}): mean {num(s['mean'])} {ci_cell(s['mean_ci'], s['few'], 2)}, "
                      f"IQM {num(s['iqm'])} {ci_cell(s['iqm_ci'], s['few'], 2)} (95% percentile-bootstrap CIs over members, "
                      f"{s['resamples']} resamples, {s['rng']}){left}{_cut_note(s, result.get('max_steps'))}")
     if any(s["few"] and s["mean_ci"] is not None for s in result["settings"]):

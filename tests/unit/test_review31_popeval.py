@@ -89,7 +89,7 @@ def test_a_settings_line_and_json_count_the_members_with_episodes_cut_at_max_ste
     code, out, err = run_main(["eval", str(seeds), "--episodes", "2", "--max-steps", "5"], capsys)
     assert code == 0, err
     setting = out.strip().splitlines()[2]
-    assert setting.startswith("CartPole-v1 (seeds only) (2 members): mean 5.00 ")
+    assert setting.startswith("CartPole-v1 (2 members, seeds only): mean 5.00 ")
     assert setting.endswith("; all 2 members counted had episodes cut at 5 steps (--max-steps), with their return so far")
     code, out, err = run_main(["eval", str(seeds), "--episodes", "2", "--max-steps", "5", "--json"], capsys)
     result = json.loads(out)
@@ -160,7 +160,7 @@ def test_eval_names_the_no_sweep_setting_as_the_report_does(seeds, tmp_path, cap
     run = _copy(seeds, tmp_path)
     code, out, err = run_main(["eval", str(run), "--episodes", "1"], capsys)
     assert code == 0, err
-    assert out.strip().splitlines()[2].startswith("CartPole-v1 (seeds only) (2 members): ")
+    assert out.strip().splitlines()[2].startswith("CartPole-v1 (2 members, seeds only): ")
     assert cli.main(["report", str(run)]) == 0
     assert "| (seeds only) | 2 |" in (run / "report.md").read_text()
 
