@@ -208,6 +208,9 @@ def env_flag(run_dir: Path) -> str:
 @dataclass
 class Stop:
     signum: int = 0
+    #: set by the loop as the final checkpoint is written: a stop now comes after that checkpoint, with
+    #: training complete, so the handler's line says so rather than "after this iteration"
+    final: bool = False
 
 
 #: seconds after the first signal in which the same signal again is the same stop (SignalGuard)
@@ -271,8 +274,9 @@ class SignalGuard:
                      + ("stops at once with KeyboardInterrupt" if self._raises and signum == signal.SIGINT else "exits at once"))
         else:  # "interrupt": a Ctrl-C, whichever signal came first
             again = "interrupt again to " + ("stop at once with KeyboardInterrupt" if self._raises else "exit at once")
-        sys.stderr.write(f"{self._lead()}proxima: {signal.Signals(signum).name} received; writing a checkpoint after this "
-                         f"iteration ({again})\n")
+        what = ("training is complete: stopping after the final checkpoint, before the end-of-run evaluation"
+                if self.stop.final else "writing a checkpoint after this iteration")
+        sys.stderr.write(f"{self._lead()}proxima: {signal.Signals(signum).name} received; {what} ({again})\n")
 
     def _lead(self) -> str:
         """A newline first where stderr redraws a progress bar's '\\r' frame in place (a terminal, Jupyter),

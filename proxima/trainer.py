@@ -378,6 +378,7 @@ class Trainer:
                     signum = self.dist.agree_stop(stop.signum)  # all ranks stop at the same iteration
                     done = self.iteration == self.num_iterations or self.stopped_at_return is not None
                     if periodic or signum or done:
+                        stop.final = done  # a signal from here on lands after the last iteration
                         last_ckpt = self.last_checkpoint = self.save() or last_ckpt
                         self._saved_at = time.monotonic()
                     if signum:

@@ -47,7 +47,10 @@ def test_a_signal_during_the_final_checkpoint_stops_the_run_and_resume_evaluates
                                "--run-dir", str(run)], capsys)
     # was: exit 0 after the whole end-of-run evaluation, the stop the user asked for dropped
     assert code == 143, err
-    assert "SIGTERM received; writing a checkpoint after this iteration" in err
+    # was: "writing a checkpoint after this iteration", with no iteration left and that checkpoint being written
+    assert ("proxima: SIGTERM received; training is complete: stopping after the final checkpoint, before the "
+            "end-of-run evaluation (interrupt again to exit at once)") in err
+    assert "after this iteration" not in err
     assert last_line(err) == (f"proxima: stopped by SIGTERM; after the final checkpoint, before the end-of-run evaluation; "
                               f"training is complete; checkpoint: {final}; continue with: proxima resume {run} (it trains "
                               "nothing more and evaluates)")
