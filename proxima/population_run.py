@@ -47,7 +47,7 @@ from .config import FIELDS, ConfigError, PPOConfig
 from .envs import EnvError
 from .population import PER_MEMBER_FIELDS, UNSUPPORTED, Population, _fmt, check_members, check_population_fits
 from .rundir import RunFileError, holds_text, read_run_text
-from .signals import WORKERS_ENDED, OutsideLoop, TrainingInterrupted, checkpoint_line, workers_stopped
+from .signals import WORKERS_ENDED, OutsideLoop, TrainingInterrupted, checkpoint_line, loop_stopped, workers_stopped
 
 POPULATION_FILE = "population.json"
 #: in a member directory: when and why the member diverged (population_run._diverged), absent while it has not
@@ -714,13 +714,15 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
                     stop.signum = signal.SIGINT
                 periodic = bool(cfg.checkpoint_every) and pop.iteration % cfg.checkpoint_every == 0
                 periodic = periodic or (bool(cfg.checkpoint_minutes) and time.monotonic() - saved_at >= 60.0 * cfg.checkpoint_minutes)
-                if periodic or stop.signum or pop.iteration == pop.num_iterations:
+                done = pop.iteration == pop.num_iterations
+                if periodic or stop.signum or done:
+                    stop.final = done  # a signal from here on lands after the last iteration
                     for lg in loggers:  # a resume from this checkpoint keeps the rows up to it: they are in the files first
                         lg.flush()
                     last_checkpoint = save_population(pop, run_dir, dirs, seeds, sweep, elapsed)
                     saved_at = time.monotonic()
                 if stop.signum:
-                    raise TrainingInterrupted(stop.signum, last_checkpoint)
+                    raise loop_stopped(stop.signum, last_checkpoint, complete=done)
         wall = time.perf_counter() - t_start
     finally:
         _close_loggers(loggers)

@@ -205,6 +205,16 @@ def env_flag(run_dir: Path) -> str:
     return ""
 
 
+def loop_stopped(signum: int, checkpoint, complete: bool) -> TrainingInterrupted:
+    """The loop's stop after ``checkpoint`` (a run's or a population's); ``complete``: that checkpoint
+    ends the training (the last iteration, or --stop-return's), so what `proxima resume` "continues"
+    is the end-of-run evaluation."""
+    if not complete:
+        return TrainingInterrupted(signum, checkpoint)
+    return TrainingInterrupted(signum, checkpoint, "after the final checkpoint, before the end-of-run evaluation; training "
+                               f"is complete; {checkpoint_line(checkpoint)} (it trains nothing more and evaluates)")
+
+
 @dataclass
 class Stop:
     signum: int = 0

@@ -33,7 +33,8 @@ from .normalize import ObsNormalizer, RewardScaler
 from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
 from .rollout import Rollout
 from .shared_change import SharedChange
-from .signals import REPEAT_WINDOW, OutsideLoop, SignalGuard, TrainingInterrupted, checkpoint_line, workers_stopped
+from .signals import (REPEAT_WINDOW, OutsideLoop, SignalGuard, TrainingInterrupted, checkpoint_line, loop_stopped,
+                      workers_stopped)
 from .sizing import check_fits, env_sizes
 from .train_state import default_run_dir
 
@@ -382,7 +383,7 @@ class Trainer:
                         last_ckpt = self.last_checkpoint = self.save() or last_ckpt
                         self._saved_at = time.monotonic()
                     if signum:
-                        raise _stopped(signum, last_ckpt, complete=done)
+                        raise loop_stopped(signum, last_ckpt, complete=done)
                     if self.stopped_at_return is not None:
                         break
                 self.dist.dump_parameters(self.agent, self.iteration, self.global_step, self.run_dir)  # test hook (PROXIMA_DEBUG_DUMP_PARAMS)
@@ -392,7 +393,7 @@ class Trainer:
                 # at the same iteration, so all of them call this collective once
                 signum = self.dist.agree_stop(stop.signum)
                 if signum:
-                    raise _stopped(signum, last_ckpt, complete=True)
+                    raise loop_stopped(signum, last_ckpt, complete=True)
         finally:
             if self.logger is not None:
                 self.logger.close()
@@ -707,17 +708,6 @@ def _metric_row(m: dict, sps: float, optimizer, elapsed: float) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------
-def _stopped(signum: int, checkpoint, complete: bool) -> TrainingInterrupted:
-    """The loop's stop after ``checkpoint``; ``complete``: that checkpoint ends the training (the last
-    iteration, or --stop-return's), so what `proxima resume` "continues" is the end-of-run evaluation."""
-    if not complete:
-        return TrainingInterrupted(signum, checkpoint)
-    from .signals import checkpoint_line
-
-    return TrainingInterrupted(signum, checkpoint, "after the final checkpoint, before the end-of-run evaluation; training "
-                               f"is complete; {checkpoint_line(checkpoint)} (it trains nothing more and evaluates)")
-
-
 def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True,
           overwrite: bool = False, env_id: Optional[str] = None, trust_run: bool = False, overrides: Optional[dict] = None,
           sources: Optional[dict] = None):
