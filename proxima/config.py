@@ -610,6 +610,8 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
                 return value
             if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
                 return value.lower() in ("true", "1", "yes", "on")
+            if type(value) is int and value in (0, 1):  # a YAML file's unquoted 1 or 0, as its '1' or '0'
+                return bool(value)
             raise ValueError
         if isinstance(default, int):
             if isinstance(value, bool):

@@ -45,3 +45,23 @@ def test_a_population_stopped_in_its_last_iteration_says_training_is_complete_an
         with open(d / "metrics.csv", newline="") as f:
             assert [int(r["global_step"]) for r in csv.DictReader(f)] == [32, 64]  # nothing more trained
     assert ckpt.list_checkpoints(run)[-1] == final
+
+
+# ------------------------------------------------------------------ a YAML file's unquoted 0 and 1
+def test_a_config_file_s_unquoted_one_and_zero_are_booleans_as_their_quoted_forms_are(tmp_path, capsys):
+    """`anneal_lr: 1` was refused ("got 1, expected true or false") while `anneal_lr: '1'` was taken;
+    other integers, and floats, are still refused."""
+    import yaml
+
+    for text, want in (("anneal_lr: 0\nnorm_obs: 1\n", {"anneal_lr": False, "norm_obs": True}),
+                       ("anneal_lr: '0'\nnorm_obs: '1'\n", {"anneal_lr": False, "norm_obs": True})):
+        path = tmp_path / "c.yaml"
+        path.write_text(text)
+        code, out, err = run_main(["train", "CartPole-v1", "--config", str(path), "--dry-run"], capsys)
+        assert code == 0, err
+        resolved = yaml.safe_load(out)
+        assert {k: resolved[k] for k in want} == want and all(type(resolved[k]) is bool for k in want), text
+    for bad in ("2", "1.0", "-1"):
+        path.write_text(f"anneal_lr: {bad}\n")
+        code, _, err = run_main(["train", "CartPole-v1", "--config", str(path), "--dry-run"], capsys)
+        assert code == 2 and f"field 'anneal_lr' got {bad}, expected true or false" in err, (bad, err)
