@@ -130,7 +130,7 @@ def test_eval_of_a_population_with_a_member_frozen_by_its_envs_nan_evaluates_eve
     assert lines[0].startswith("m000-seed1: ")
     assert lines[1].startswith("m001-seed2: ")
     assert f"diverged at iteration {at}: its last finite weights, left out of the statistics" in lines[1]
-    assert "(1 of 2 members)" in lines[2] and f"left out: m001-seed2 (diverged at iteration {at})" in lines[2]
+    assert "(1 of 2 members, seeds only)" in lines[2] and f"left out: m001-seed2 (diverged at iteration {at})" in lines[2]
 
 
 def test_eval_checks_every_members_checkpoint_before_it_evaluates_any(tmp_path, capsys):
