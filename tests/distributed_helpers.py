@@ -23,6 +23,14 @@ STEPS_PER_ITER = 2 * 8 * 32
 LIMIT = 240  # seconds: no test may hang the suite
 
 
+def pythonpath(folder) -> str:
+    """``folder`` ahead of the caller's PYTHONPATH (kept, not replaced): the subprocesses import the
+    proxima tree under test, not the installed one. Empty entries are dropped: one would put the
+    subprocess's current directory on its path."""
+    kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join([str(folder), *kept])
+
+
 def env(**extra) -> dict:
     e = {k: v for k, v in os.environ.items() if not k.startswith(("PROXIMA_TEST_", "PROXIMA_DEBUG_"))}
     e.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")  # a rank that aborts shows where

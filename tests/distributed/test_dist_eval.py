@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from distributed_helpers import SMALL, STEPS_PER_ITER, run
+from distributed_helpers import SMALL, STEPS_PER_ITER, pythonpath, run
 
 HERE = Path(__file__).resolve().parent
 ENV_ID = "slow_eval_env:SlowEval"
@@ -21,7 +21,7 @@ def evaluated_run(tmp_path_factory):
     cmd = [sys.executable, "-m", "proxima", "train", ENV_ID, "--nproc", "2", *SMALL, "--eval-episodes", "2", "--seed", "0",  # the last --eval-episodes counts
            "--total-timesteps", str(2 * STEPS_PER_ITER), "--eval-every", str(2 * STEPS_PER_ITER), "--run-dir", "run"]
     # the evaluation (slow_eval_env.py) sleeps 5 s, outlasting the 3 s hang timeout by a margin
-    res = run(cmd, cwd, PROXIMA_DIST_TIMEOUT=3, SLOW_EVAL_SLEEP=5, PYTHONPATH=HERE)
+    res = run(cmd, cwd, PROXIMA_DIST_TIMEOUT=3, SLOW_EVAL_SLEEP=5, PYTHONPATH=pythonpath(HERE))
     return cwd, res
 
 
@@ -57,11 +57,11 @@ def test_best_checkpoint_without_ranks_is_refused_for_resume_and_still_evaluates
     state = torch.load(path, weights_only=True)
     del state["ranks"]
     torch.save(state, path)
-    out = run([sys.executable, "-m", "proxima", "resume", str(path)], cwd, PYTHONPATH=HERE, timeout=120)
+    out = run([sys.executable, "-m", "proxima", "resume", str(path)], cwd, PYTHONPATH=pythonpath(HERE), timeout=120)
     assert out.returncode == 2, out.stderr[-3000:]
     lines = [line for line in out.stderr.splitlines() if "cannot be resumed" in line]
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
     assert f"proxima eval {cwd / 'run'} --best" in lines[0] and "checkpoints/step_N.pt" in lines[0]
     ev = run([sys.executable, "-m", "proxima", "eval", "run", "--best", "--episodes", "2", "--seed", "3", "--env", ENV_ID], cwd,
-             PYTHONPATH=HERE, timeout=120)
+             PYTHONPATH=pythonpath(HERE), timeout=120)
     assert ev.returncode == 0, ev.stderr[-3000:]

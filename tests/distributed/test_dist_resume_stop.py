@@ -7,7 +7,7 @@ import signal
 import sys
 import textwrap
 
-from distributed_helpers import SMALL, STEPS_PER_ITER, run
+from distributed_helpers import SMALL, STEPS_PER_ITER, pythonpath, run
 
 ENV = textwrap.dedent("""
     import os, signal, time
@@ -31,11 +31,11 @@ def test_a_resume_stopped_while_its_envs_are_built_leaves_the_run_as_it_was_on_e
     env_id = "stop_env:StopWhileBuilt"
     args = [*SMALL, "--num-envs", "2", "--run-dir", "R"]
     done = run([sys.executable, "-m", "proxima", "train", env_id, "--nproc", "2", *args, "--total-timesteps",
-                str(STEPS_PER_ITER // 4)], tmp_path, PYTHONPATH=tmp_path)
+                str(STEPS_PER_ITER // 4)], tmp_path, PYTHONPATH=pythonpath(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     before = sorted(p.name for p in (tmp_path / "R" / "checkpoints").iterdir())
     res = run([sys.executable, "-m", "proxima", "resume", "R", "--total-timesteps", str(STEPS_PER_ITER), "--env", env_id],
-              tmp_path, PYTHONPATH=tmp_path, STOP_WHILE_BUILT=1)
+              tmp_path, PYTHONPATH=pythonpath(tmp_path), STOP_WHILE_BUILT=1)
     assert res.returncode == 128 + signal.SIGTERM, res.stderr[-3000:]
     lines = [line for line in res.stderr.splitlines() if line.startswith("proxima: stopped by SIGTERM")]
     assert len(lines) == 2, res.stderr[-3000:]  # one per rank

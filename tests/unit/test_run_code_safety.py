@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import warm_python
-from distributed_helpers import SMALL, env
+from distributed_helpers import SMALL, env, pythonpath
 from proxima.rlhf.rewards import RewardBatch, load_rewards
 
 
@@ -41,7 +41,7 @@ LAUNCHER = ("import sys\ndel sys.path[0]\nfrom proxima import launch\nlaunch.SAF
 
 def launch_from(cwd: Path, lib: Path, safe: bool, *argv):
     res = warm_python.run([sys.executable, "-c", LAUNCHER.format(safe=safe), *argv], cwd=cwd, capture_output=True,
-                          text=True, timeout=180, env=env(PYTHONPATH=str(lib), SAFE_LOG=str(lib / "safe.log")))
+                          text=True, timeout=180, env=env(PYTHONPATH=pythonpath(lib), SAFE_LOG=str(lib / "safe.log")))
     assert res.returncode == 0, res.stderr[-3000:]
     return res
 
