@@ -17,6 +17,7 @@ import pytest
 
 from proxima import checkpoint as ckpt
 from cli_helpers import stop
+from distributed_helpers import pythonpath
 import warm_python
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -64,7 +65,7 @@ def start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path]:
     """``proxima train slow_env:Slow ARGS`` in ``tmp_path`` (the env's module there): (process, marker file)."""
     (tmp_path / "slow_env.py").write_text(SLOW_ENV)
     mark = tmp_path / "started"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONPATH=str(tmp_path), SLOW_ENV_MARK=str(mark))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONPATH=pythonpath(tmp_path), SLOW_ENV_MARK=str(mark))
     proc = warm_python.Popen([sys.executable, "-m", "proxima", "train", "slow_env:Slow", "--num-envs", "1", "--num-steps", "32",
                              "--threads", "1", "--no-progress", *args], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
