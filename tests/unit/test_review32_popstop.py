@@ -1,5 +1,6 @@
 """Review 32: a population stopped in its last iteration says, as a single run does, that training is
-complete and that `proxima resume` trains nothing more and evaluates; the resume does exactly that."""
+complete and that `proxima resume` trains nothing more and evaluates; the resume does exactly that.
+And a config file's unquoted 0 and 1 for a boolean field."""
 
 from __future__ import annotations
 
