@@ -378,10 +378,11 @@ def note_missing_rows(state: dict, run_dir, trains: bool = True) -> None:
             last_iter = it if it is not None else (s // per if per else 0)
     if last_step >= step or last_iter >= iteration:
         return
-    missing = f"iteration {iteration}" if last_iter + 1 == iteration else f"iterations {last_iter + 1}-{iteration}"
+    one = last_iter + 1 == iteration
+    missing = f"iteration {iteration} is" if one else f"iterations {last_iter + 1}-{iteration} are"
     ends = f"ends at iteration {last_iter} (step {last_step:,})" if last_iter else "holds no rows" if there else "is missing"
     print(f"proxima: note: {path} {ends}, the checkpoint {state['path']} is at iteration {iteration} (step {step:,}): "
-          f"{missing} are missing from it (rows lost)" + (f"; the run logs on from iteration {iteration + 1}" if trains else ""),
+          f"{missing} missing from it (rows lost)" + (f"; the run logs on from iteration {iteration + 1}" if trains else ""),
           file=sys.stderr)
 
 
