@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from proxima import bench, cli
-from proxima.logger import CSV_COLUMNS
 from proxima.plot import PlotError, aggregate, load_curve, plot_runs, population_curves, read_metrics
 from proxima.report import _planned_steps, _value, summarize
 from tests.cli_helpers import error_line, fake_run_dir, run_main
@@ -47,15 +46,7 @@ def _population(run: Path, returns, steps) -> Path:
     entries = []
     for seed, member in enumerate(returns, start=1):
         name = f"m{len(entries):03d}-seed{seed}"
-        d = run / name
-        d.mkdir(parents=True)
-        (d / "config.yaml").write_text(f"env_id: Fake-v0\nseed: {seed}\n")
-        with open(d / "metrics.csv", "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-            w.writeheader()
-            for i, (s, r) in enumerate(zip(steps, member)):
-                w.writerow({"iteration": i + 1, "global_step": s, "time": 0.1 * (i + 1), "episodes": 1,
-                            "charts/episodic_return": "" if np.isnan(r) else repr(float(r))})
+        fake_run_dir(run, name, steps, ["" if np.isnan(r) else repr(float(r)) for r in member], seed=seed)
         entries.append({"dir": name, "seed": seed, "settings": {}})
     (run / "population.json").write_text(json.dumps({"kind": "ppo-population", "env_id": "Fake-v0",
                                                      "members": len(entries), "member_dirs": entries}))

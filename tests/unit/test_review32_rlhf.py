@@ -271,24 +271,13 @@ def test_fsdp_refuses_a_model_that_names_no_transformer_block():
 
 
 # --- dist.py ------------------------------------------------------------------------------------------------------
-class _Store:
-    """torchrun's store, as much of it as end_after_failure uses."""
+def _store(keys: dict):
+    """test_review30_rlhfdist's fake torchrun store, holding ``keys`` already (rank 0's error)."""
+    from tests.unit.test_review30_rlhfdist import _Store
 
-    def __init__(self, keys=None):
-        self.failed, self.keys = 0, dict(keys or {})
-
-    def add(self, key, n):
-        self.failed += n
-        return self.failed
-
-    def set(self, key, value):
-        self.keys[key] = value.encode() if isinstance(value, str) else value
-
-    def check(self, keys):
-        return all(k in self.keys for k in keys)
-
-    def get(self, key):
-        return self.keys[key]
+    store = _Store()
+    store.keys.update(keys)
+    return store
 
 
 def test_a_rank_with_rank_0s_own_error_ends_quietly_with_exit_2(monkeypatch):
@@ -300,9 +289,9 @@ def test_a_rank_with_rank_0s_own_error_ends_quietly_with_exit_2(monkeypatch):
     monkeypatch.setattr(D, "_ENDED", False)
     monkeypatch.setattr(D, "_JOINED", 1)
     failed = f"{D._FAILED}/1"
-    monkeypatch.setattr(D, "_STORE", _Store({f"{failed}/0": b"ValueError: bad input"}))
+    monkeypatch.setattr(D, "_STORE", _store({f"{failed}/0": b"ValueError: bad input"}))
     out = D.end_after_failure(Dist(1, 2, 1), ValueError("bad input"))
     assert isinstance(out, SystemExit) and out.code == 2  # the CLI's exit code for bad input, rank 0 says the line
-    monkeypatch.setattr(D, "_STORE", _Store({f"{failed}/0": b"ValueError: another"}))
+    monkeypatch.setattr(D, "_STORE", _store({f"{failed}/0": b"ValueError: another"}))
     out = D.end_after_failure(Dist(1, 2, 1), ValueError("bad input"))
     assert isinstance(out, ValueError) and str(out) == "bad input"  # its own error: its own line
