@@ -76,24 +76,26 @@ def _inductor_backend(compiled):
     return backend
 
 
-def test_deterministic_and_not_compile_with_backends_that_do_not_share_code(tmp_path, monkeypatch):
+def test_deterministic_and_not_compile_with_backends_that_do_not_share_code(tmp_path):
     import torch._inductor.config as inductor_config
 
-    # a known start, whatever another test or TORCHINDUCTOR_* left in the process's inductor config
-    monkeypatch.setattr(inductor_config, "fallback_random", False)
-    nodet = Trainer(_cfg(tmp_path / "a", compile=True, deterministic=False))  # compiles lazily: nothing yet
-    det = Trainer(_cfg(tmp_path / "b", compile=True, deterministic=True))
-    try:
-        for name in ("policy_step", "grad_step"):
-            a, b = _inductor_backend(getattr(nodet, name)), _inductor_backend(getattr(det, name))
-            assert a != b, name  # equal backends would reuse each other's compiled code
-            assert b.config.get("fallback_random") is True and not a.config.get("fallback_random"), name
-            assert b.get_compiler_config()["fallback_random"] is True, name
-        assert inductor_config.fallback_random is False  # the global config is not touched
-    finally:
-        det.close()
-        nodet.close()
-    assert inductor_config.fallback_random is False
+    # a known start, whatever another test or TORCHINDUCTOR_* left in the process's inductor config.
+    # The config's own patch, not monkeypatch: monkeypatch's undo left the key unreadable
+    # ("fallback_random does not exist") for every later torch.compile in the process
+    with inductor_config.patch(fallback_random=False):
+        nodet = Trainer(_cfg(tmp_path / "a", compile=True, deterministic=False))  # compiles lazily: nothing yet
+        det = Trainer(_cfg(tmp_path / "b", compile=True, deterministic=True))
+        try:
+            for name in ("policy_step", "grad_step"):
+                a, b = _inductor_backend(getattr(nodet, name)), _inductor_backend(getattr(det, name))
+                assert a != b, name  # equal backends would reuse each other's compiled code
+                assert b.config.get("fallback_random") is True and not a.config.get("fallback_random"), name
+                assert b.get_compiler_config()["fallback_random"] is True, name
+            assert inductor_config.fallback_random is False  # the global config is not touched
+        finally:
+            det.close()
+            nodet.close()
+        assert inductor_config.fallback_random is False
 
 
 @pytest.mark.slow
