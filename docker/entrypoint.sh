@@ -281,6 +281,9 @@ else
 fi
 STOP_GRACE="${PROXIMA_STOP_GRACE:-45}"
 [[ "$STOP_GRACE" =~ ^[0-9]+$ ]] || die "PROXIMA_STOP_GRACE must be a whole number of seconds, got '$STOP_GRACE'"
+# 1: a stop also logs how it sorted each process of the user (the container test sets it, so that a
+# wave that missed a trainer says which rule left it out)
+STOP_DEBUG="${PROXIMA_STOP_DEBUG:-0}"
 if [[ "$DRY_RUN" == 1 ]]; then
   log "dry run: would exec ${cmd[*]}"
   exit 0
@@ -396,6 +399,32 @@ collect_first_wave() {
     done
     [[ -n "${in_wave[$top]:-}" ]] || WAVE+=("$pid")
   done
+  [[ "${STOP_DEBUG:-0}" != 1 ]] || sort_detail
+}
+# sort_detail (PROXIMA_STOP_DEBUG=1; called by collect_first_wave, whose locals it reads): SORTED =
+# each process of the user with the rule that placed it and what that rule read
+SORTED=""
+sort_detail() {
+  local pid comm role stat rest state ppid sid tty term
+  local -A waved=()
+  for pid in "${WAVE[@]}"; do waved[$pid]=1; done
+  SORTED=""
+  for pid in "${USER_PIDS[@]}"; do
+    if [[ -n "${waved[$pid]:-}" ]]; then role=wave
+    elif [[ -n "${stopper[$pid]:-}" ]]; then role="worker-of-${stopper[$pid]}"
+    elif [[ -z "${candidate[$pid]:-}" ]]; then role="not-a-candidate"
+    elif [[ -n "${leader_sid[$pid]:-}" ]]; then role=held
+    else role="left-out"
+    fi
+    read -r comm 2>/dev/null <"/proc/$pid/comm" || comm="?"
+    state="?" ppid="?" sid="?" tty="?"
+    if read -r stat 2>/dev/null <"/proc/$pid/stat"; then
+      rest="${stat##*) }"
+      read -r state ppid _ sid tty _ <<<"$rest"
+    fi
+    if handles_term "$pid"; then term=1; else term=0; fi
+    SORTED+=" $pid ($comm) $role: state $state ppid $ppid sid $sid tty $tty term-handler $term;"
+  done
 }
 # wait_gone SECONDS PID...: wait until each PID is gone, a zombie or ignores SIGTERM; 1 on timeout
 wait_gone() {
@@ -434,6 +463,7 @@ stop_all() {
   if ((${#WAVE[@]})); then
     log "$why: SIGTERM to $(describe "${WAVE[@]}") (a training run writes a checkpoint and exits 143); waiting up to ${STOP_GRACE} s"
     [[ -z "$HELD" ]] || log "$why: held back${HELD#;}"
+    [[ -z "$SORTED" ]] || log "$why: sorted:${SORTED%;}"
     for pid in "${WAVE[@]}"; do
       kill -TERM "$pid" 2>/dev/null && kill -CONT "$pid" 2>/dev/null || true
     done

@@ -326,7 +326,7 @@ ok "a mounted runs/ owned by root (mode 755) stops the container (exit 1, one li
 say "starting $PREFIX-main (--network host, Jupyter on 127.0.0.1:$JUPYTER_PORT, SSH on 127.0.0.1:$SSH_PORT)"
 timeout 120 podman run -d --name "$PREFIX-main" --network host \
   -e JUPYTER_TOKEN="$TOKEN" -e JUPYTER_PORT="$JUPYTER_PORT" -e SSH_PORT="$SSH_PORT" \
-  -e PROXIMA_LISTEN_ADDRESS=127.0.0.1 -e SSH_AUTHORIZED_KEYS="$(cat "$WORK/id_ed25519.pub")" \
+  -e PROXIMA_LISTEN_ADDRESS=127.0.0.1 -e SSH_AUTHORIZED_KEYS="$(cat "$WORK/id_ed25519.pub")" -e PROXIMA_STOP_DEBUG=1 \
   -v "$WORK/runs:/workspace/runs" -v "$WORK/checkpoints:/workspace/checkpoints" \
   -v "$WORK/notebooks:/workspace/notebooks" "$IMAGE" \
   >/dev/null 2>"$LOGS/podman-run.log" || die "podman run failed; see $LOGS/podman-run.log"
@@ -635,10 +635,12 @@ CI_PID=""
 podman logs "$PREFIX-main" >"$LOGS/main.log" 2>&1 || true
 wave="$({ grep '^proxima-entrypoint: SIGTERM: SIGTERM to ' "$LOGS/main.log" || true; } | tail -n 1)"
 held="$({ grep '^proxima-entrypoint: SIGTERM: held back ' "$LOGS/main.log" || true; } | tail -n 1)"
+# PROXIMA_STOP_DEBUG=1: which rule placed each process, so that a failure here says why a trainer was left out
+sorted="$({ grep '^proxima-entrypoint: SIGTERM: sorted:' "$LOGS/main.log" || true; } | tail -n 1)"
 signalled="$({ grep -Eo '[0-9]+ \(proxima\)' <<<"$wave" || true; } | cut -d' ' -f1 | sort -n | paste -sd' ' -)"
 want="$(printf '%s\n' "${trainers[@]}" | sort -n | paste -sd' ' -)"
 [[ "$signalled" == "$want" ]] \
-  || die "the stop's first SIGTERM reached proxima processes ${signalled:-none}; expected the trainers $want only, not their env workers ${workers[*]}: $wave${held:+ ($held)}; the container's log: $LOGS/main.log"
+  || die "the stop's first SIGTERM reached proxima processes ${signalled:-none}; expected the trainers $want only, not their env workers ${workers[*]}: $wave${held:+ ($held)}${sorted:+ ($sorted)}; the container's log: $LOGS/main.log"
 ok "the stop's first SIGTERM went to the 3 trainers and none of their ${#workers[@]} env workers (each trainer stops its own)"
 for run in stop-tmux stop-pane stop-exec; do
   err="$WORK/runs/$run.err"

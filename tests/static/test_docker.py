@@ -665,22 +665,29 @@ def process_tree(tmp_path):
             os.close(fd)
 
 
-def _first_wave(main_pid: int) -> set:
-    """Run the entrypoint's collect_first_wave as it runs at a stop, JupyterLab being main_pid."""
+def _first_wave(main_pid: int, debug: bool = False):
+    """Run the entrypoint's collect_first_wave as it runs at a stop, JupyterLab being main_pid: the
+    wave's pids; with ``debug`` (PROXIMA_STOP_DEBUG=1) also {pid: the role its sorted line gives}."""
     text = ENTRYPOINT.read_text()
     functions = ["proc_field", "alive", "ignores_term", "handles_term", "same_program", "holds_terminals", "describe",
-                 "collect_user_pids", "collect_first_wave"]
+                 "collect_user_pids", "collect_first_wave", "sort_detail"]
     bodies = []
     for name in functions:
         m = re.search(rf"^{name}\(\) \{{\n.*?^\}}\n", text, re.M | re.S)
         assert m, f"no function {name} in {ENTRYPOINT}"
         bodies.append(m.group(0))
-    script = "\n".join(["set -euo pipefail", 'FIELD=""', "USER_PIDS=()", "WAVE=()", *bodies,
-                        f'MY_UID="$(id -u)"; main_pid={main_pid}; main_is_jupyter=1',
-                        "collect_first_wave", 'printf "%s\\n" "${WAVE[@]}"'])
+    script = "\n".join(["set -euo pipefail", 'FIELD=""', "USER_PIDS=()", "WAVE=()", 'SORTED=""', *bodies,
+                        f'MY_UID="$(id -u)"; main_pid={main_pid}; main_is_jupyter=1; STOP_DEBUG={int(debug)}',
+                        "collect_first_wave", 'printf "%s\\n" "${WAVE[@]}"', 'printf "SORTED%s\\n" "$SORTED"'])
     r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    return {int(p) for p in r.stdout.split()}
+    *pids, sorted_line = r.stdout.splitlines()
+    wave = {int(p) for p in pids if p}
+    if not debug:
+        assert sorted_line == "SORTED", sorted_line  # nothing sorted, nothing logged, unless asked
+        return wave
+    roles = dict(re.findall(r" (\d+) \([^)]*\) ([\w-]+): state ", sorted_line))
+    return wave, {int(k): v for k, v in roles.items()}
 
 
 def test_first_wave_leaves_a_programs_own_workers_to_it(process_tree):
@@ -700,6 +707,17 @@ def test_first_wave_leaves_a_programs_own_workers_to_it(process_tree):
         "jupyter.kernel",  # the main JupyterLab is not in the wave, so its kernel is
         "plain", "plain.child",  # no SIGTERM handler in the parent: both
     }, sorted(got)
+
+
+def test_stop_debug_names_the_rule_that_placed_each_process(process_tree):
+    """PROXIMA_STOP_DEBUG=1 (the container check's setting) logs each process's role in the stop: the
+    same wave, and why each process of the tree is or is not in it."""
+    wave, roles = _first_wave(main_pid=process_tree["jupyter"], debug=True)
+    assert wave == _first_wave(main_pid=process_tree["jupyter"])
+    assert all(roles[pid] == "wave" for pid in wave)
+    assert roles[process_tree["jupyter"]] == "not-a-candidate"  # the main JupyterLab, kept for the end
+    assert roles[process_tree["shell"]] == "held"  # `bash -c 'proxima train ...; echo'`: its trainer is in the wave
+    assert roles[process_tree["pane.w2"]] == f"worker-of-{process_tree['pane']}"  # an async env worker: its trainer stops it
 
 
 # --------------------------------------------------------------------------------------- compose
