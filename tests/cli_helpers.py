@@ -107,6 +107,15 @@ def tiny_cartpole_run(tmp_path_factory, name: str):
     return run_dir
 
 
+def tiny_population(tmp_path_factory, name: str, steps: int):
+    """A finished seeds-only population (m000-seed1, m001-seed2) of ``steps`` steps per member, with
+    checkpoints and no eval.json (--eval-episodes 0)."""
+    run = tmp_path_factory.mktemp(name) / "R"
+    assert cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--run-dir", str(run), "--total-timesteps", str(steps),
+                     "--eval-episodes", "0", "--quiet", *TINY_POP]) == 0
+    return run
+
+
 #: a module env of the smallest kind (2 floats, 2 actions, 8-step episodes) for tests of module:Class runs
 TINY_ENV = '''
 import gymnasium as gym

@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli_helpers import TINY_POP, fake_run_dir, run_main
-from proxima import cli
+from cli_helpers import TINY_POP, fake_run_dir, run_main, tiny_population
 from proxima.population_eval import _cut_note, evaluate_population
 from proxima.population_report import (EVALUATED_NOW, FEW_MEMBERS_NOTE, member_statistics, summarize_settings,
                                        training_progress)
@@ -52,10 +51,7 @@ def test_a_members_eval_json_of_an_older_step_is_named_so_not_missing(tmp_path, 
 @pytest.fixture(scope="module")
 def pop(tmp_path_factory) -> Path:
     """Two members trained 64 steps, each with a checkpoint and no eval.json (--eval-episodes 0)."""
-    run = tmp_path_factory.mktemp("mutstats") / "R"
-    assert cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--run-dir", str(run), "--total-timesteps", "64",
-                     "--eval-episodes", "0", "--quiet", *TINY_POP]) == 0
-    return run
+    return tiny_population(tmp_path_factory, "mutstats", 64)
 
 
 @pytest.fixture

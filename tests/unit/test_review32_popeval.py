@@ -10,21 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from proxima import cli
 from proxima.config import MAX_EVAL_STEPS
 from proxima.population_eval import evaluate_population, format_member, format_summary
 from proxima.population_report import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FEW_MEMBERS_NOTE, PopulationError,
                                        member_statistics, read_settings)
-from tests.cli_helpers import TINY_POP, run_main
+from tests.cli_helpers import run_main, tiny_population
 
 
 @pytest.fixture(scope="module")
 def seeds(tmp_path_factory) -> Path:
     """A population of seeds only, m000-seed1 and m001-seed2, of one 32-step iteration each."""
-    run = tmp_path_factory.mktemp("seeds") / "R"
-    assert cli.main(["train", "CartPole-v1", "--seeds", "1-2", "--run-dir", str(run), "--total-timesteps", "32",
-                     "--eval-episodes", "0", "--quiet", *TINY_POP]) == 0
-    return run
+    return tiny_population(tmp_path_factory, "seeds", 32)
 
 
 def _setting(label: str, means: list) -> dict:
