@@ -105,12 +105,23 @@ class Rewards:
 
 
 def _unique(names: list) -> list:
-    """Names for the logs: a name given twice gets #2, #3."""
-    seen: dict = {}
+    """Names for the logs: a name given twice gets #2, #3, skipping any suffix another reward's own
+    name already has (``f#2``, ``f``, ``f`` gives ``f#2``, ``f``, ``f#3``): two equal names would
+    merge two rewards into one entry of the scores and their weights would go to the wrong ones."""
+    taken = set(names)
+    count: dict = {}
     out = []
     for n in names:
-        seen[n] = seen.get(n, 0) + 1
-        out.append(n if seen[n] == 1 else f"{n}#{seen[n]}")
+        count[n] = count.get(n, 0) + 1
+        if count[n] == 1:
+            out.append(n)
+            continue
+        k = count[n]
+        while f"{n}#{k}" in taken:
+            k += 1
+        count[n] = k
+        taken.add(f"{n}#{k}")
+        out.append(f"{n}#{k}")
     return out
 
 
