@@ -21,7 +21,7 @@ def register(subparsers) -> argparse.ArgumentParser:
         "Exit status: 0 clean, 1 violations, 2 the target cannot be resolved.",
     )
     p.add_argument("target", metavar="TARGET", help="Gymnasium id (CartPole-v1) or module:ClassName of your gymnasium.Env.")
-    p.add_argument("--steps", type=int_arg, default=200, metavar="N", help="Random steps to run, with resets when episodes end (default 200).")
+    p.add_argument("--steps", type=int_arg, default=200, metavar="N", help="Random steps to run, with resets when episodes end (default 200; 0 checks the spaces and reset only).")
     p.add_argument("--seed", type=int_arg, default=0,
                    help=f"Seed of reset() and of the random actions, 0 to {MAX_SEED:,} as for proxima train (default 0).")
     # None when not given: config.coerce refuses '' (an unset shell variable) as train does

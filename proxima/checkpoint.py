@@ -1063,6 +1063,9 @@ def _load_open(path: Path, f, map_location) -> dict:
         raise CheckpointError(f"{path}: corrupted checkpoint ({type(e).__name__}: {_one_line(e, 120)})") from None
     except Exception as e:  # any other loader failure is still the file's fault
         raise CheckpointError(f"{path}: unreadable checkpoint ({type(e).__name__})") from None
+    if isinstance(state, dict) and state.get("format") == "proxima-rlhf-1":  # rlhf.rundir.CHECKPOINT_FORMAT
+        raise CheckpointError(f"{path}: an RLHF checkpoint (proxima rlhf), not a PPO one: continue its run with proxima "
+                              "resume RUN; its trained policy is RUN/policy (docs/rlhf.md)")
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a Proxima checkpoint (a torch file holding {_describe(state)})")
     version = state.get("schema_version")

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from .config import ALIASES, FIELDS, MAX_EVAL_STEPS, ConfigError, coerce, int_arg
+from .config import ALIASES, EVAL_SEED_OFFSET, FIELDS, MAX_EVAL_STEPS, MAX_SEED, ConfigError, coerce, int_arg
 
 EXIT_USAGE = 2
 
@@ -62,14 +62,21 @@ def add_config_flags(p: argparse.ArgumentParser, recorded: bool = False, help_ov
     the flags a user typed override the preset. ``recorded``: the command takes the run's recorded
     values (resume): --help says "default: the run's".
     ``help_overrides``: {field: help text} for fields whose meaning differs in this command."""
+    from .config import RESUME_SAFE
+
+    if recorded:  # --help tells the few flags a resume may change from the many it only checks
+        changes = p.add_argument_group("what a resume may change", "these flags change the run from here on")
+        checked = p.add_argument_group("the run's settings", "a flag here must give the run's own value (checked: "
+                                       "another is refused, docs/reliability.md); the run continues as it trained")
     for name, f in FIELDS.items():
         if name == "env_id":
             continue
+        group = p if not recorded else changes if name in RESUME_SAFE else checked
         flag = "--" + name.replace("_", "-")
         default = f.default if f.default is not f.default_factory else None
         help_text = f.metadata["help"]
         if name in (help_overrides or {}):  # the whole text, default included
-            p.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=f.metadata.get("metavar", name.upper()),
+            group.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=f.metadata.get("metavar", name.upper()),
                            help=help_overrides[name])
             continue
         shown = f.default_factory() if callable(f.default_factory) else f.default
@@ -79,11 +86,11 @@ def add_config_flags(p: argparse.ArgumentParser, recorded: bool = False, help_ov
             shown = "the run's"
         shown_help = f"{help_text} (default: {shown})"
         if isinstance(default, bool):
-            p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=shown_help)
+            group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=shown_help)
         else:
             choices = f.metadata.get("choices")
             metavar = "{" + ",".join(choices) + "}" if choices else f.metadata.get("metavar", name.upper())
-            p.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=metavar, help=shown_help)
+            group.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=metavar, help=shown_help)
     for alias, name in ALIASES.items():  # hidden other names (--learning-rate), the ones a YAML key may use too
         p.add_argument("--" + alias.replace("_", "-"), dest=name, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
@@ -589,7 +596,7 @@ def cmd_resume(args) -> int:
         run_dir, _ = train(None, resume=path, argv=recorded_argv(), quiet=args.quiet, env_id=args.env, trust_run=args.trust_run,
                            overrides=typed_flags(args))
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the job
-            print(f"run directory: {run_dir}")
+            print(f"run directory: {_as_typed(run_dir, _run_dir_of(path))}")
         return 0
     except TrainingInterrupted as e:
         from .signals import say_stopped
@@ -662,6 +669,15 @@ def _written_by(path: Path) -> int:
     return world
 
 
+def _as_typed(run_dir, typed: Optional[Path]):
+    """``run_dir`` as the user typed it (relative, as train and a population resume print it) when
+    ``typed`` is that same directory; else as it is."""
+    try:
+        return typed if typed is not None and os.path.samefile(run_dir, typed) else run_dir
+    except OSError:
+        return run_dir
+
+
 def _run_dir_of(path: Path) -> Optional[Path]:
     """The run directory of ``path`` (a run directory, or a checkpoint in its checkpoints/); None for a
     loose checkpoint, which has no run files."""
@@ -684,17 +700,20 @@ def _cmd_eval(args) -> int:
         return fail(prog, f"--episodes {args.episodes}: must be at least 1")
     if args.max_steps < 1:
         return fail(prog, f"--max-steps {args.max_steps}: must be at least 1")
-    from .config import MAX_SEED
-    from .evaluate import EVAL_SEED_OFFSET
-
     if args.seed is not None and not 0 <= args.seed <= MAX_SEED + EVAL_SEED_OFFSET:
-        return fail(prog, f"--seed {args.seed}: must be an integer from 0 to {MAX_SEED + EVAL_SEED_OFFSET:,}")
+        return fail(prog, f"--seed {args.seed}: must be an integer from 0 to {MAX_SEED + EVAL_SEED_OFFSET:,} (train's "
+                    f"largest seed, {MAX_SEED:,}, plus the {EVAL_SEED_OFFSET:,} an eval adds to a run's seed)")
     try:
         from .device import resolve_device
 
         # train's parsing and checks of the JSON (one line naming --env-kwargs)
         env_kwargs = coerce("env_kwargs", args.env_kwargs, source="flag") if args.env_kwargs is not None else None
         path = args.path
+        from .rundir import recorded_kind, rlhf_run_line
+
+        run_dir = _run_dir_of(Path(path))
+        if run_dir is not None and recorded_kind(run_dir / "meta.json") == "rlhf":  # not a run that stopped before a checkpoint
+            return fail(prog, rlhf_run_line(run_dir))
         from .population_run import is_population_dir
 
         if is_population_dir(path):  # every member, then statistics per setting
@@ -800,7 +819,8 @@ def build_parser() -> ArgParser:
     parser.add_argument("--version", action="version", version=f"proxima {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgParser)
 
-    p = sub.add_parser("train", help="train PPO on an env", description="Train PPO. Flags override the env's preset, which overrides the defaults.")
+    p = sub.add_parser("train", help="train PPO on an env", description="Train PPO. Settings come from the defaults, then the env's preset (or --preset), then --config FILE, "
+                       "then flags: each overrides the ones before it.")
     p.add_argument("env_id", nargs="?", default=None, metavar="ENV_ID", help="Gymnasium id or module:ClassName (default CartPole-v1)")
     p.add_argument("--preset", default=None, help="named preset for the env (see `proxima presets`; default: the env's 'default'); "
                    "with --resume, a preset given (with the run's ENV_ID) is checked as flags are (the env's default preset is not applied)")
@@ -837,10 +857,11 @@ def build_parser() -> ArgParser:
     p.add_argument("--episodes", type=int_arg, default=10, help="episodes to run (default 10)")
     p.add_argument("--stochastic", action="store_true", help="sample actions instead of the deterministic mode")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--seed", type=int_arg, default=None, help="seed of the envs and of --stochastic's action samples (default: the "
-                   "run's seed + 1,000,000, as in the end-of-training eval)")
+    p.add_argument("--seed", type=int_arg, default=None, help="seed of the envs and of --stochastic's action samples, 0 to "
+                   f"{MAX_SEED + EVAL_SEED_OFFSET:,} (default: the run's seed + {EVAL_SEED_OFFSET:,}, as in the end-of-training eval)")
     p.add_argument("--max-steps", type=int_arg, default=MAX_EVAL_STEPS, metavar="N",
-                   help=f"steps to run at most (default {MAX_EVAL_STEPS:,}); episodes still running then count with their return so far and are named as cut")
+                   help=f"steps per episode at most (the episodes run side by side, one env each; default {MAX_EVAL_STEPS:,}); episodes still "
+                   "running then count with their return so far and are named as cut")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--backend", default=None, choices=("auto", "native", "gymnasium", "envpool"), help="env backend (default: the run's)")
     p.add_argument("--video", default=None, metavar="FILE", help="record env 0's first episode to FILE at the env's "

@@ -117,7 +117,7 @@ class PPOConfig:
     clip_reward: float = _f(10.0, "Clip bound of scaled rewards.")
     # --- run ---
     seed: int = _f(1, "Random seed (envs, network init, sampling).")
-    device: str = _f("cpu", "Torch device: cpu, cuda, cuda:1, or auto (cuda when a tiny op runs there, else cpu with a note).")
+    device: str = _f("cpu", "Torch device: cpu, cuda, cuda:1, or auto (cuda when a tiny op runs there, else cpu: with a note when a GPU is visible but fails; config.yaml keeps auto, so a resume picks again on its machine).")
     threads: int = _f(1, "CPU threads for the learner. With 2 or more on the CPU, a discrete-action MLP agent's actor and critic run side by side on two threads for batches of 2,048 rows or more (1.34x, later 1.31x, the training steps/s of 1 thread at 4,096 CartPole envs on a 2-core AVX-512 AMD EPYC, benchmarks/results/threads-cpu.md; at 2, the same numbers as 1 thread), each with threads // 2 intra-op threads; other agents use them as torch intra-op threads, which rarely helps small MLPs.")
     flush_denormal: bool = _f(True, "Flush denormal floats to zero on CPU (x86 FTZ/DAZ, as XLA does): arithmetic on values below ~1e-38 is many times slower and changes nothing that matters to PPO.")
     keep_host_memory: bool = _f(True, "Keep freed tensor memory in the process (glibc malloc; CPU runs) instead of returning it to the OS, from which every new large tensor would page-fault back in (at 4,096 CartPole envs 9,122 page faults an iteration without it against 2 with it; 1.12x training steps/s before the CPU MLP kernel, 1.05x (0.64-1.19) with it: benchmarks/results/hostmem-cpu.md). The process holds its peak memory until it exits.")
@@ -773,6 +773,8 @@ def _type_name(default: Any, python: bool = False) -> str:
 #: time-limited episode (a full Atari game is at most 27,000 steps) and short enough that an env
 #: without a time limit does not hang the end of a run
 MAX_EVAL_STEPS = 100_000
+#: the end-of-training evaluation's env seed is the run's seed plus this (``proxima eval``'s default too)
+EVAL_SEED_OFFSET = 1_000_000
 
 #: float32's rounding of any positive number up to this one (2**-150, half its smallest subnormal) is 0
 FLOAT32_ROUNDS_TO_ZERO = 2.0 ** -150

@@ -12,13 +12,12 @@ from typing import Callable, Optional
 
 import torch
 
+from .config import EVAL_SEED_OFFSET  # noqa: F401 - imported from here by the CLI and reports
 from .config import MAX_EVAL_STEPS as MAX_STEPS
 from .envs import EnvError, make_env
 from .envs.gym_adapter import UntrustedEnvError  # noqa: F401 - what evaluate raises for a recorded module env
 
 
-#: the end-of-training evaluation's env seed is the run's seed plus this (``proxima eval``'s default too)
-EVAL_SEED_OFFSET = 1_000_000
 #: the default env seed of a policy whose config records no seed
 FALLBACK_SEED = 12345
 

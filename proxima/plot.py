@@ -95,6 +95,10 @@ def check_run_dir(run_dir: PathLike) -> Path:
         raise PlotError(f"{path}: no such directory")
     if not path.is_dir():
         raise PlotError(f"{path}: not a directory (give a run directory, e.g. runs/CartPole-v1__1__<time>)")
+    from .rundir import recorded_kind, rlhf_run_line
+
+    if recorded_kind(path / "meta.json") == "rlhf":  # its metrics have no episodes and no global_step to draw
+        raise PlotError(rlhf_run_line(path))
     if not os.path.lexists(path / "metrics.csv"):  # one that is there but no file: read_metrics names it
         raise PlotError(f"{path}: not a run directory (no metrics.csv)")
     return path
@@ -508,7 +512,7 @@ def usable_runs(run_dirs: Sequence[PathLike], metric: str, strict: Optional[bool
             from .rundir import recorded_kind
 
             kind = recorded_kind(Path(d) / "meta.json")
-            foreign = f" (a '{kind}' run, not PPO)" if kind not in ("ppo", "", None) else ""
+            foreign = f" (a '{kind}' run, not PPO)" if kind not in ("ppo", "rlhf", "", None) else ""  # rlhf: the error says
             sys.stderr.write(printable(f"proxima: note: skipping {d}{foreign}: {e}") + "\n")
             continue
         kept.append(Path(d))

@@ -855,7 +855,14 @@ def parse_sweep(items: Sequence[str]) -> dict:
         if name in out:
             raise ConfigError(f"--sweep {name}: given twice; list all its values in one --sweep {name}=v1,v2")
         texts = [v.strip() for v in values.split(",")]
-        vals = [coerce(name, v, source="flag") for v in texts]
+        vals = []
+        for text in texts:
+            try:
+                vals.append(coerce(name, text, source="flag"))
+            except ConfigError as e:  # coerce names the flag --lr, which the user did not type: name the --sweep item
+                flag = f"--{name.replace('_', '-')} {text!r}: "
+                why = str(e)[len(flag):] if str(e).startswith(flag) else str(e)
+                raise ConfigError(f"--sweep {item}: {text!r}: {why}") from None
         if len(set(vals)) != len(vals):
             raise ConfigError(f"--sweep {name}: a value is repeated")
         # labels, member directory names and the closing summary print values with 6 significant digits:

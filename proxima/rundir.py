@@ -501,6 +501,14 @@ def recorded_kind(path: "Path | str", strict: bool = False) -> Optional[str]:
     return kind if isinstance(kind, str) else None
 
 
+def rlhf_run_line(run_dir) -> str:
+    """What eval, plot and report (PPO runs' commands) say of an RLHF run's directory: where that
+    run's results are instead, so the user is not sent to retrain it or to guess a metric."""
+    return (f"{run_dir}: an RLHF run (proxima rlhf), not a PPO run: its trained policy is {Path(run_dir) / 'policy'} "
+            f"(a Hugging Face model folder), its reward and KL curve {Path(run_dir) / 'curve.png'}, its numbers "
+            f"metrics.csv and summary.json there (docs/rlhf.md)")
+
+
 def not_empty_message(run_dir: Path, command: str = "train", from_file: Optional[str] = None) -> str:
     """Why a new run refuses ``run_dir``, and what to do, in the words of what was asked: ``command``
     "train" a new run (--overwrite and --resume auto apply), "resume" a loose checkpoint continued

@@ -93,7 +93,7 @@ class RLHFConfig:
     seed: int = _f(1, "Random seed (model init, prompt order, sampling).")
     device: str = _f("cpu", "Torch device: cpu, cuda, cuda:1, or auto.")
     threads: int = _f(1, "torch intra-op threads.")
-    run_dir: Optional[str] = _f(None, "Run directory (default runs/rlhf__<seed>__<time>, with a -2, -3, ... suffix if taken).", str, optional=True)
+    run_dir: Optional[str] = _f(None, "Run directory (default runs/rlhf__<seed>__<time>, with --demo runs/rlhf-demo__<seed>__<time>, with a -2, -3, ... suffix if taken).", str, optional=True)
     print_every: int = _f(10, "Print a progress line every N steps (0: quiet).")
     sample_every: int = _f(10, "Log sample generations as text every N steps (0: never).")
     samples_logged: int = _f(4, "Number of generations in each logged sample.")

@@ -237,7 +237,7 @@ def test_plot_and_report_of_mixed_directories_skip_non_ppo_runs_with_a_line(tmp_
     out = tmp_path / "all.png"
     assert main(["plot", str(ppo_a), str(rlhf), str(tmp_path / "notes"), str(ppo_b), "--out", str(out)]) == 0
     err = capsys.readouterr().err
-    assert f"proxima: note: skipping {rlhf} (a 'rlhf' run, not PPO): unknown metric 'charts/episodic_return'" in err
+    assert f"proxima: note: skipping {rlhf}: {rlhf}: an RLHF run (proxima rlhf), not a PPO run: its trained policy is {rlhf / 'policy'}" in err
     assert f"proxima: note: skipping {tmp_path / 'notes'}: " in err and err.count("skipping") == 2
     _assert_png(out)
     assert main(["plot", str(rlhf), str(tmp_path / "notes"), "--out", str(out)]) == 2  # nothing left to draw
