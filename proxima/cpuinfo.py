@@ -12,12 +12,15 @@ from typing import Optional
 
 
 def cpuinfo(key: str) -> str:
-    """The first ``key`` line of Linux's /proc/cpuinfo ("vendor_id", "model name", ...); "" elsewhere."""
+    """The value of the first ``key`` line of Linux's /proc/cpuinfo ("vendor_id", "model name", ...;
+    the whole name before the colon, in any case: "model" is not "model name"); "" elsewhere."""
+    key = key.strip().lower()
     try:
         with open("/proc/cpuinfo") as f:
             for row in f:
-                if row.lower().startswith(key):
-                    return row.split(":", 1)[1].strip()
+                name, colon, value = row.partition(":")
+                if colon and name.strip().lower() == key:
+                    return value.strip()
     except OSError:
         pass
     return ""
