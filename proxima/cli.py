@@ -567,7 +567,12 @@ def cmd_resume(args) -> int:
                 return launch_torchrun(world, sys.argv[1:], announce=(
                     f"{prog}: {path} is an RLHF run of {world} processes: resuming with {world} processes on this "
                     "machine (torchrun; a multi-node run resumes under its own torchrun command, docs/rlhf.md)"))
-            return rlhf_resume(path, steps=args.steps, trust_run=args.trust_run, quiet=args.quiet)
+            code = rlhf_resume(path, steps=args.steps, trust_run=args.trust_run, quiet=args.quiet)
+            if code == 0:  # the closing line, with the run directory: under --quiet too (as PPO's 'run directory:')
+                from .rlhf.cli import say_done
+
+                say_done(path)
+            return code
         # a population's run directory, or one of its own checkpoints/step_N.pt (from that one; newer ones set aside)
         from .population_run import is_population_dir
 
@@ -1154,6 +1159,10 @@ def _read(argv: Optional[list]):
             return fail(prog, f"--nproc: proxima resume starts as many processes as the run was trained with (up to this "
                         f"machine's CPUs); to give the count yourself: proxima train --resume {run} --nproc K, K the "
                         "run's process count (see proxima resume --help)")
+        if command == "rlhf" and any(w == "--nproc" or w.startswith("--nproc=") for w in extra):
+            # train takes --nproc and a resume starts an RLHF run's processes: "did you mean --policy?" helped no one
+            return fail(prog, "--nproc: proxima rlhf runs one process; a new run of K processes starts under torchrun: "
+                        "torchrun --nproc-per-node K -m proxima.rlhf ARGS (docs/rlhf.md); proxima resume restarts them itself")
         hint = _did_you_mean(parser, command, extra)
         return fail(prog, f"unrecognized arguments: {' '.join(extra)}{hint} (see {prog} --help)")
     refused = _repeated_flag(parser, argv) or _empty_value(parser, argv, args)

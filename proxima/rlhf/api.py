@@ -7,6 +7,7 @@ import dataclasses
 import json
 import numbers
 import os
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -43,16 +44,21 @@ def _caller_state_kept():
     proxima.train does (a notebook or a sweep runs on): torch's thread count (the run's ``threads``), the
     random, numpy, torch and CUDA random streams (the run seeds torch's for its models and samples), and
     the warning filters, to which gymnasium adds one ('once' for its DeprecationWarnings) when first
-    imported: the run's records import it (proxima.checkpoint), here, where that filter is taken back."""
+    imported: the run's records import it (proxima.checkpoint), here, where that filter is taken back.
+    transformers' verbosity and progress bars are quieted for the run (no bar per load and save) and put
+    back too."""
     import torch
 
     from ..warnings_guard import catch_warnings
 
     with catch_warnings():
         from .. import checkpoint as ckpt
+    from .models import transformers_quieted
+
     threads, rng = torch.get_num_threads(), ckpt.rng_state()
     try:
-        yield
+        with transformers_quieted():  # no progress bars per load and save, as on the command line
+            yield
     finally:
         ckpt.set_rng_state(rng)
         torch.set_num_threads(threads)
@@ -230,12 +236,10 @@ def _steps_argument(steps) -> Optional[int]:
 
 
 def _resume(path: Path, steps: Optional[int], trust_run: bool, quiet: bool) -> int:
-    from .models import quiet_transformers
     from .trainer import RLHFTrainer
 
     from ..rundir import RunSession
 
-    quiet_transformers()
     session = RunSession()  # rank 0's lock on the run (never discard_fresh: the run is not this call's)
     outside = _RankOutside()  # SIGINT/SIGTERM outside the loop's SignalGuard: TrainingInterrupted at once, said below
     where = "before training started"  # where such a stop lands, for its line
@@ -258,6 +262,8 @@ def _resume(path: Path, steps: Optional[int], trust_run: bool, quiet: bool) -> i
                 if steps is not None and d.is_main:
                     recorded = (path / "config.yaml").read_text(encoding="utf-8")
                     rundir.write_config(path, cfg.to_dict())
+                if d.is_main and not quiet:  # as a PPO resume says it (a short extension printed nothing before)
+                    print(f"proxima: resuming {path} at step {trainer.step} of {cfg.steps}", file=sys.stderr, flush=True)
                 loop.run(trainer, path, resumed=True)
                 where = "after training finished"
             elif not D.broadcast_object(loop.is_finished(path, trainer.step) if d.is_main else None, d):

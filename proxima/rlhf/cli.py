@@ -188,9 +188,21 @@ def run(args: argparse.Namespace) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         return 130
-    summary_file = run_dir / "summary.json"
-    if summary_file.exists() and os.environ.get("RANK", "0") == "0":
-        s = json.loads(summary_file.read_text())
-        print(f"done: {s['steps']} steps in {s['seconds']:.1f} s; score {s['reward_first']:+.3f} -> {s['reward_last']:+.3f}, "
-              f"KL {s['kl_last']:.3f}; run directory {run_dir}")
+    say_done(run_dir)
     return 0
+
+
+def say_done(run_dir) -> None:
+    """The closing line of a finished RLHF run (proxima rlhf, and proxima resume of one), from its
+    summary.json; rank 0 only."""
+    from ..rundir import TEXT_MAX_BYTES, read_run_text
+
+    if os.environ.get("RANK", "0") != "0":
+        return
+    try:  # a resume's summary.json may be an older, hand-edited one: no line then, never a traceback
+        s = json.loads(read_run_text(os.path.join(run_dir, "summary.json"), TEXT_MAX_BYTES))
+        line = (f"done: {s['steps']} steps in {s['seconds']:.1f} s; score {s['reward_first']:+.3f} -> {s['reward_last']:+.3f}, "
+                f"KL {s['kl_last']:.3f}; run directory {run_dir}")
+    except (OSError, ValueError, RecursionError, KeyError, TypeError):
+        return
+    print(line)

@@ -210,11 +210,13 @@ def validate(cfg: RLHFConfig) -> None:
     for f in dataclasses.fields(cfg):  # numpy/torch scalars (a sweep in Python): config.yaml records plain values
         setattr(cfg, f.name, plain(getattr(cfg, f.name)))
     cfg.reward = reward_specs(cfg)
+    what = {"policy": "a Hugging Face causal LM folder", "reward": "a reward model folder, file.py:function or module:function",
+            "prompts": "a .jsonl, .json or text file of prompts"}
     for name in ("policy", "reward", "prompts"):
-        if not getattr(cfg, name):
-            bad(name, "is required" + (" (a path or module:function)" if name == "reward" else " (a path)")
-                + ("; give --policy PATH (or --config FILE.yaml with policy:), or try the offline demo: proxima rlhf --demo"
-                   if name == "policy" else ""))
+        if not getattr(cfg, name):  # named, never quoted: '' or [] would read as a value the user gave
+            flag = f"--{name}"
+            raise ConfigError(f"{flag} is required ({what[name]}); give {flag} {'SPEC' if name == 'reward' else 'PATH'} (or --config FILE.yaml with "
+                              f"{name}:), or try the offline demo: proxima rlhf --demo")
     # the Python API (RLHFConfig(steps=4.0)) skips from_dict: the same conversions here, so a whole float is
     # its int (config.yaml would record 4.0, range() refuses it) and a wrong type is one line, not a TypeError later
     for name, f in FIELDS.items():

@@ -48,6 +48,22 @@ def quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
+@contextlib.contextmanager
+def transformers_quieted():
+    """quiet_transformers() for the Python API's runs (train_rlhf, resume), as the command line is:
+    a notebook gets no "Loading weights" and "Writing model shards" bars per run, and its own
+    transformers verbosity and progress-bar setting back when the run returns or raises."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    quiet_transformers()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        (hf_logging.enable_progress_bar if bars else hf_logging.disable_progress_bar)()
+
+
 def _policy_source(spec: str) -> tuple:
     """('pretrained', dir, dir) | ('config', config dict, None); ConfigError for anything else.
 

@@ -163,8 +163,8 @@ def test_bare_rlhf_says_to_give_a_policy_a_config_or_try_the_demo(tmp_path, caps
     monkeypatch.chdir(tmp_path)
     code = main([])
     err = one_line_error(capsys, code)
-    assert err == ("proxima rlhf: error: --policy '': is required (a path); give --policy PATH (or --config FILE.yaml "
-                   "with policy:), or try the offline demo: proxima rlhf --demo")
+    assert err == ("proxima rlhf: error: --policy is required (a Hugging Face causal LM folder); give --policy PATH (or "
+                   "--config FILE.yaml with policy:), or try the offline demo: proxima rlhf --demo")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -213,7 +213,8 @@ def test_an_rlhf_resume_with_quiet_prints_no_progress_lines_and_keeps_print_ever
     capsys.readouterr()
     assert proxima_main(["resume", str(run), "--steps", "3", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "step 3/3" not in out and "score" not in out, out
+    # no progress line; the closing done line (with the run directory) prints under --quiet too
+    assert "step 3/3" not in out and out.count("\n") == 1 and out.startswith("done: 3 steps in "), out
     assert load_checkpoint(list_checkpoints(run)[-1])["step"] == 3
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["steps"] == 3 and config["print_every"] == 1  # --quiet is this resume's, not the run's
