@@ -32,6 +32,7 @@ import io
 import json
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -662,6 +663,21 @@ def _quietly(fn, *args):
         return fn(*args)
 
 
+
+def _member_of_env(pop, message: str, names: list) -> str:
+    """What a single run's env error adds (its global step), for a population: the batch's env index
+    in the message (the first ``env N``) as the member and that member's env, and the member steps of
+    the iteration that failed. '' when the message names no env index."""
+    found = re.search(r"\benv (\d+)\b", message)
+    N = pop.cfg.num_envs
+    if found is None or int(found.group(1)) >= pop.members * N:
+        return ""
+    p, n = divmod(int(found.group(1)), N)
+    first = pop.iteration * pop.steps_per_member
+    return (f"; that is env {n} of member {p} ({names[p]}), in the iteration of its steps {first + 1:,} to "
+            f"{first + pop.steps_per_member:,}")
+
+
 def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, quiet: bool,
                 stop_after: Optional[int], elapsed: float = 0.0, last_checkpoint: Optional[Path] = None) -> tuple:
     """Iterations until the end, logging every member, checkpointing as a single run does. Returns
@@ -689,11 +705,11 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
                 t_iter = time.perf_counter()
                 try:
                     out = pop.train_iteration()
-                except EnvError:
+                except EnvError as e:
                     stopped = workers_stopped(stop, cfg.vector, last_checkpoint, "population")
                     if stopped is not None:
                         raise stopped from None
-                    raise
+                    raise EnvError(f"{e}{_member_of_env(pop, str(e), [d.name for d in dirs])}") from e.__cause__
                 failures = pop.env_failures([d.name for d in dirs])  # NaN/inf from an env: named, before the update's
                 values = {k: v.tolist() for k, v in out.items()}  # the one host read of the iteration
                 if failures or any(values["nonfinite"]):

@@ -341,9 +341,10 @@ class Trainer:
                         stopped = workers_stopped(stop, cfg.vector, last_ckpt) if isinstance(e, EnvError) else None
                         if stopped is not None:
                             raise stopped from None
+                        cause = e.__cause__  # the user's env's own exception, for a Python API user's traceback
                         if isinstance(e, EnvError) and not isinstance(e, DebugCheckError):
                             e = self._env_failure(e)
-                        raise type(e)(f"{e}; {self._last_good(last_ckpt)}") from None
+                        raise type(e)(f"{e}; {self._last_good(last_ckpt)}") from cause
                     if stop_after is not None and self.iteration >= stop_after and not stop.signum:
                         stop.signum = signal.SIGINT  # the test hook: as if SIGINT arrived during this iteration
                     metrics = self.dist.reduce_metrics(out)

@@ -721,7 +721,7 @@ class EnvCalls(gym.Wrapper):
         except EnvError:
             raise
         except Exception as e:
-            raise self._raised(e, when) from None
+            raise self._raised(e, when) from e  # the Python API keeps the env's own traceback (the CLI prints one line)
         except SystemExit as e:  # in the trainer's process (--vector sync) it would end the run with no word of the env
             if self.in_worker:
                 raise
@@ -750,7 +750,7 @@ class EnvCalls(gym.Wrapper):
                 raise
             shown = " ".join(str(action).split())
             when = f"env step {self.steps + 1} (action {shown[:60] + '...' if len(shown) > 60 else shown})"
-            raise (self._exited(e, when) if isinstance(e, SystemExit) else self._raised(e, when)) from None
+            raise (self._exited(e, when) if isinstance(e, SystemExit) else self._raised(e, when)) from e
         self.steps += 1
         # the common case in a few operations (a plain non-image Box, an ndarray obs of a dtype that casts,
         # a float reward in range, bool flags, a dict info): this runs for every env step; anything else takes the full check
