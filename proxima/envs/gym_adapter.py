@@ -400,8 +400,8 @@ def _build(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict
             raise EnvError(line) from None
         e = creator_error(e)
         if index is None:
-            raise EnvError(f"{building} raised {type(e).__name__}: {e}") from None
-        raise EnvError(f"{building} raised {type(e).__name__}: {' '.join(str(e).split())}{user_frame(e)}") from None
+            raise EnvError(f"{building} raised {type(e).__name__}: {e}") from e  # the API keeps the constructor's traceback
+        raise EnvError(f"{building} raised {type(e).__name__}: {' '.join(str(e).split())}{user_frame(e)}") from e
 
 
 #: float32's largest value: Proxima trains in float32, and Gymnasium's vector env casts a wider

@@ -34,6 +34,11 @@ ENV = textwrap.dedent('''
             if self.seeded == self.bad_seed and self.t == 3:
                 raise RuntimeError("sensor disconnected")
             return np.zeros(2, np.float32), 1.0, self.t >= 10, False, {}
+
+
+    class Picky(Flaky):
+        def __init__(self):
+            raise ValueError("no port")
 ''')
 
 
@@ -71,3 +76,13 @@ def test_the_command_line_still_prints_one_line_for_it(flaky, capsys):
     code, _, err = run_main(["train", flaky, *TINY_RUN, "--seed", "1", "--total-timesteps", "128", "--run-dir", "one", "--quiet"], capsys)
     error_line(code, err, "env 3 raised RuntimeError: sensor disconnected", "; global step")
     assert "Traceback" not in err and "direct cause" not in err
+
+
+
+def test_make_env_keeps_the_constructors_own_exception_as_the_cause(flaky):
+    from proxima.envs import make_env
+
+    with pytest.raises(EnvError) as e:
+        make_env("flaky_r33:Picky", 2)
+    assert "raised ValueError: no port" in str(e.value)
+    assert isinstance(e.value.__cause__, ValueError) and str(e.value.__cause__) == "no port"
