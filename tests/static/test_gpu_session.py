@@ -365,7 +365,7 @@ def test_nothing_a_step_started_outlives_it(tmp_path):
     # the stub writes the pid it started ($!) itself, at once: a pid file written by the child could
     # be caught empty (truncated, not yet written) when a loaded machine is slow to start it and the
     # step's kill comes first; the ready file only makes the wait for the SIGTERM trap likely
-    leave = (f'if [[ "$*" == *doctor* ]]; then\n'
+    leave = (f'if [[ "$*" == *"proxima doctor"* ]]; then\n'
              f'  bash -c \'trap "" TERM; : > {ready}; exec sleep 60\' &\n'
              f'  echo $! > {pidfile}\n'
              f'  for _ in $(seq 80); do [[ -e {ready} ]] && break; sleep 0.1; done\n'
@@ -379,3 +379,51 @@ def test_nothing_a_step_started_outlives_it(tmp_path):
     except FileNotFoundError:
         state = "gone"
     assert state in ("gone", "Z"), f"process {pid} left by a step is still running (state {state})"
+
+
+def _state(pid: int) -> str:
+    """The state letter of a process (Z: a zombie, dead), or "gone"."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[-1][0]
+    except (FileNotFoundError, ProcessLookupError):
+        return "gone"
+
+
+def test_each_kill_layer_of_a_step_is_needed(tmp_path):
+    """A step's two kill layers each reach what the other cannot: a process the step left in a session
+    (so a process group) of its own, out of reach of the group kill, is killed by the sweep of its
+    token; a process left in the step's group without the token is killed by the group kill. The
+    stand-in records its own process group and the leftover's before the step ends, so the first
+    leftover is known to be out of the group's reach (a setpgid could end up in the group anyway)."""
+    py = shlex.quote(sys.executable)
+    own, ready = tmp_path / "own.pid", tmp_path / "own.ready"
+    grouped, groups = tmp_path / "grouped.pid", tmp_path / "groups"
+    # `proxima doctor`, not *doctor*: the pytest-cuda step's argv holds tests/unit/test_doctor.py, and a second
+    # leftover started there (not yet out of its group) would take the pid files' place
+    leave = (f'if [[ "$*" == *"proxima doctor"* ]]; then\n'
+             f'  {py} -c "import os, signal, time; os.setsid(); signal.signal(signal.SIGTERM, signal.SIG_IGN); '
+             f'open({str(ready)!r}, \'w\').close(); time.sleep(60)" &\n'
+             f'  echo $! > {own}\n'
+             f'  env -u GPU_SESSION_STEP bash -c \'trap "" TERM; exec sleep 60\' &\n'
+             f'  echo $! > {grouped}\n'
+             f'  for _ in $(seq 200); do [[ -e {ready} ]] && break; sleep 0.05; done\n'
+             f'  echo "$(awk \'{{print $5}}\' /proc/$$/stat) $(awk \'{{print $5}}\' /proc/$(cat {own})/stat)" > {groups}\n'
+             f'fi\n')
+    stub = STUB.replace('echo "stub:', leave + 'echo "stub:', 1)
+    r, out = run_session(tmp_path, stub=stub)
+    pids = [int(p.read_text()) for p in (own, grouped) if p.exists() and p.read_text().strip()]
+    try:
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "doctor: exit 0, " in (out / "summary.txt").read_text()
+        assert len(pids) == 2 and ready.exists(), "the stand-in did not leave its two processes"
+        step_group, left_group = map(int, groups.read_text().split())
+        assert left_group == pids[0] != step_group  # out of the group kill's reach, before the step ended
+        for pid, layer in zip(pids, ("the token sweep", "the group kill")):
+            state = _state(pid)
+            assert state in ("gone", "Z"), f"process {pid} left by the doctor step outlived it ({layer}; state {state})"
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass

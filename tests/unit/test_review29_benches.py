@@ -381,7 +381,7 @@ def test_gpu_session_kills_what_a_step_left_in_a_process_group_of_its_own(tmp_pa
     pidfile, ready = tmp_path / "left.pid", tmp_path / "left.ready"
     # the pid is the one the stub started ($!), written at once: a pid file written by the child
     # itself could still be empty when a loaded machine starts it slowly and the step ends first
-    leave = (f'if [[ "$*" == *doctor* ]]; then\n'
+    leave = (f'if [[ "$*" == *"proxima doctor"* ]]; then\n'
              f'  {sys.executable} -c "import os, time; os.setpgid(0, 0); open({str(ready)!r}, \'w\').close(); '
              f'time.sleep(60)" &\n'
              f'  echo $! > {pidfile}\n'
