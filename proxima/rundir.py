@@ -532,9 +532,24 @@ def not_empty_message(run_dir: Path, command: str = "train", from_file: Optional
     if not holds_a_run(run_dir):
         return (f"{run_dir} is not empty ({', '.join(names)}...) and holds no Proxima run (no meta.json of one beside its "
                 "config.yaml or metrics.csv); choose another --run-dir, or --overwrite to move it aside and start there")
+    if not _wrote_a_checkpoint(run_dir):  # `proxima resume` would only say there is nothing to resume from
+        return (f"{run_dir} is not empty ({', '.join(names)}...): it holds another run, which wrote no checkpoint; "
+                "start over with --resume auto or --overwrite (either moves the old directory aside), or choose another "
+                "--run-dir")
     return (f"{run_dir} is not empty ({', '.join(names)}...): it holds another run; continue it with --resume auto "
             f"(or `{resume}`{how}), start over with --overwrite (the old directory is moved aside), "
             "or choose another --run-dir")
+
+
+def _wrote_a_checkpoint(run_dir) -> bool:
+    """``run_dir``/checkpoints holds a step_*.pt file (a PPO run's, a population's or an RLHF run's),
+    read without following links."""
+    try:
+        with os.scandir(Path(run_dir) / "checkpoints") as entries:
+            return any(e.name.startswith("step_") and e.name.endswith(".pt") and e.is_file(follow_symlinks=False)
+                       for e in entries)
+    except OSError:
+        return False
 
 
 #: the "kind" a Proxima run records in its meta.json (train_state.open_run_dir, rlhf/rundir.py; "": an

@@ -19,8 +19,8 @@ ENV = textwrap.dedent('''
         observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
         action_space = gym.spaces.Discrete(2)
 
-        def __init__(self, bad_seed=4):
-            self.bad_seed, self.seeded, self.t = bad_seed, None, 0
+        def __init__(self, bad_seed=4, nan_reward=False):
+            self.bad_seed, self.nan_reward, self.seeded, self.t = bad_seed, nan_reward, None, 0
 
         def reset(self, *, seed=None, options=None):
             super().reset(seed=seed)
@@ -33,7 +33,8 @@ ENV = textwrap.dedent('''
             self.t += 1
             if self.seeded == self.bad_seed and self.t == 3:
                 raise RuntimeError("sensor disconnected")
-            return np.zeros(2, np.float32), 1.0, self.t >= 10, False, {}
+            reward = float("nan") if self.nan_reward and self.t == 3 else 1.0
+            return np.zeros(2, np.float32), reward, self.t >= 10, False, {}
 
 
     class Picky(Flaky):
@@ -86,3 +87,16 @@ def test_make_env_keeps_the_constructors_own_exception_as_the_cause(flaky):
         make_env("flaky_r33:Picky", 2)
     assert "raised ValueError: no port" in str(e.value)
     assert isinstance(e.value.__cause__, ValueError) and str(e.value.__cause__) == "no port"
+
+
+def test_a_directory_whose_run_wrote_no_checkpoint_is_not_advised_a_resume(flaky, capsys):
+    # every member's env returns a NaN reward in iteration 1: the population keeps its records (population.json names
+    # each divergence) but no checkpoint, so a retry is told to start over, not to resume
+    argv = ["train", flaky, "--seeds", "3-4", "--env-kwargs", '{"bad_seed": -1, "nan_reward": true}', "--total-timesteps", "64", "--run-dir", "pop",
+            "--eval-episodes", "0", "--quiet", *TINY_POP]
+    code, _, err = run_main(argv, capsys)
+    assert code == 2 and not list((__import__("pathlib").Path("pop") / "checkpoints").glob("*.pt")), err
+    code, _, err = run_main(argv, capsys)
+    line = error_line(code, err, "pop is not empty (", "it holds another run, which wrote no checkpoint; start over with "
+                      "--resume auto or --overwrite (either moves the old directory aside), or choose another --run-dir")
+    assert "proxima resume" not in line
