@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .config import EVAL_SEED_OFFSET  # noqa: F401 - imported from here by the CLI and reports
+from .config import EVAL_SEED_OFFSET
 from .config import MAX_EVAL_STEPS as MAX_STEPS
 from .envs import EnvError, make_env
 from .envs.gym_adapter import UntrustedEnvError  # noqa: F401 - what evaluate raises for a recorded module env

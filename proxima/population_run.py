@@ -663,7 +663,6 @@ def _quietly(fn, *args):
         return fn(*args)
 
 
-
 def _member_of_env(pop, message: str, names: list) -> str:
     """What a single run's env error adds (its global step), for a population: the batch's env index
     in the message (the first ``env N``) as the member and that member's env, and the member steps of
@@ -709,7 +708,7 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
                     stopped = workers_stopped(stop, cfg.vector, last_checkpoint, "population")
                     if stopped is not None:
                         raise stopped from None
-                    raise EnvError(f"{e}{_member_of_env(pop, str(e), [d.name for d in dirs])}") from e.__cause__
+                    raise type(e)(f"{e}{_member_of_env(pop, str(e), [d.name for d in dirs])}") from e.__cause__
                 failures = pop.env_failures([d.name for d in dirs])  # NaN/inf from an env: named, before the update's
                 values = {k: v.tolist() for k, v in out.items()}  # the one host read of the iteration
                 if failures or any(values["nonfinite"]):

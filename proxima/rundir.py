@@ -543,7 +543,8 @@ def not_empty_message(run_dir: Path, command: str = "train", from_file: Optional
 
 def _wrote_a_checkpoint(run_dir) -> bool:
     """``run_dir``/checkpoints holds a step_*.pt file (a PPO run's, a population's or an RLHF run's),
-    read without following links."""
+    read without following links; checkpoint.list_checkpoints's question without importing torch
+    (this module is read by every command's error path)."""
     try:
         with os.scandir(Path(run_dir) / "checkpoints") as entries:
             return any(e.name.startswith("step_") and e.name.endswith(".pt") and e.is_file(follow_symlinks=False)
