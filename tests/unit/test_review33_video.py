@@ -16,19 +16,9 @@ import pytest
 from proxima import video
 from proxima.config import extra_install
 from proxima.envs import render
+from tests.unit.test_review28_video import gif_durations
 
 HAS_FFMPEG = video.has_mp4_encoder()
-
-
-def gif_durations(path) -> list:
-    from PIL import Image
-
-    with Image.open(path) as im:
-        out = []
-        for i in range(im.n_frames):
-            im.seek(i)
-            out.append(im.info["duration"])
-        return out
 
 
 def two_frames() -> list:
