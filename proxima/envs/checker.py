@@ -102,7 +102,7 @@ from ..config import MAX_SEED, install_hint
 from .base import EnvError
 from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, is_flag, TENSOR_FIX, _extra_for, beyond_float32,
                           creator_error, exit_text, int_range_fault, kind_casts, native_only, number_text, resolve_env_fn,
-                          tensor_numpy, unknown_kwarg_line)
+                          missing_kwarg_hint, tensor_numpy, unknown_kwarg_line)
 from .spaces import action_scale_note, check_spaces, image_note, pixels_fix
 from ..terminal import printable
 from ..warnings_guard import quiet_warnings
@@ -552,7 +552,8 @@ class _Checker:
                 if line is not None:  # the user's --env-kwargs, not the env, is what to fix
                     raise EnvError(line) from None
                 self.bad("build", "the constructor returns a gymnasium.Env",
-                         f"{self.target.partition(':')[2] or self.target}() raised {_exc(creator_error(e))}")
+                         f"{self.target.partition(':')[2] or self.target}() raised {_exc(creator_error(e))}"
+                         f"{missing_kwarg_hint(creator_error(e))}")
                 return self.result()
             self.ok("build")
             try:

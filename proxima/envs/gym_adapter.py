@@ -340,6 +340,17 @@ def _make_registered(env_id: str, kwargs: dict) -> Callable[[], gym.Env]:
 
 _CREATOR_NOTE = " was raised from the environment creator for "
 _UNEXPECTED_KWARG = re.compile(r"^(?P<fn>[\w.<>]+)\(\) got an unexpected keyword argument '(?P<arg>[^']+)'$")
+_MISSING_ARGS = re.compile(r"^(?P<fn>[\w.<>]+)\.__init__\(\) missing \d+ required (?:positional |keyword-only )?arguments?: "
+                           r"'(?P<arg>[^']+)'")
+
+
+def missing_kwarg_hint(e: BaseException) -> str:
+    """'; give it with --env-kwargs ...' when ``e`` is an env class's constructor missing a required
+    argument (the first named), which only --env-kwargs can give; else ''."""
+    m = _MISSING_ARGS.match(str(e).strip()) if isinstance(e, TypeError) else None
+    if m is None:
+        return ""
+    return f"; give the env's constructor its arguments with --env-kwargs (e.g. --env-kwargs '{{\"{m.group('arg')}\": ...}}')"
 
 
 def creator_error(e: BaseException) -> BaseException:
@@ -399,9 +410,10 @@ def _build(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict
         if line is not None:
             raise EnvError(line) from None
         e = creator_error(e)
+        hint = missing_kwarg_hint(e)
         if index is None:
-            raise EnvError(f"{building} raised {type(e).__name__}: {e}") from e  # the API keeps the constructor's traceback
-        raise EnvError(f"{building} raised {type(e).__name__}: {' '.join(str(e).split())}{user_frame(e)}") from e
+            raise EnvError(f"{building} raised {type(e).__name__}: {e}{hint}") from e  # the API keeps the constructor's traceback
+        raise EnvError(f"{building} raised {type(e).__name__}: {' '.join(str(e).split())}{user_frame(e)}{hint}") from e
 
 
 #: float32's largest value: Proxima trains in float32, and Gymnasium's vector env casts a wider

@@ -40,6 +40,11 @@ ENV = textwrap.dedent('''
     class Picky(Flaky):
         def __init__(self):
             raise ValueError("no port")
+
+
+    class NeedsLevel(Flaky):
+        def __init__(self, level):
+            super().__init__()
 ''')
 
 
@@ -100,3 +105,14 @@ def test_a_directory_whose_run_wrote_no_checkpoint_is_not_advised_a_resume(flaky
     line = error_line(code, err, "pop is not empty (", "it holds another run, which wrote no checkpoint; start over with "
                       "--resume auto or --overwrite (either moves the old directory aside), or choose another --run-dir")
     assert "proxima resume" not in line
+
+
+def test_a_constructor_missing_an_argument_is_pointed_to_env_kwargs(flaky, capsys):
+    hint = "give the env's constructor its arguments with --env-kwargs (e.g. --env-kwargs '{\"level\": ...}')"
+    code, _, err = run_main(["train", "flaky_r33:NeedsLevel", *TINY_RUN, "--total-timesteps", "64", "--run-dir", "r", "--quiet"],
+                            capsys)
+    error_line(code, err, "NeedsLevel.__init__() missing 1 required positional argument: 'level'; " + hint)
+    code, out, _ = run_main(["check-env", "flaky_r33:NeedsLevel"], capsys)
+    assert code == 1 and hint in out
+    code, _, err = run_main(["train", "flaky_r33:Picky", *TINY_RUN, "--total-timesteps", "64", "--run-dir", "r", "--quiet"], capsys)
+    assert "--env-kwargs" not in error_line(code, err, "raised ValueError: no port")  # no hint where no argument is missing
