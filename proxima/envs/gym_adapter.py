@@ -815,7 +815,7 @@ _LIBRARY_DIRS = _library_dirs()
 def _is_library(filename: str) -> bool:
     """A frame of Proxima, an installed package (site-packages, dist-packages), the standard library
     or frozen/generated code, rather than the user's env."""
-    if filename.startswith("<"):
+    if filename.startswith("<") or not filename.endswith(".py"):  # numpy's random is a .pyx frame with no real path
         return True
     path = os.path.realpath(filename) if os.path.isabs(filename) else filename
     parts = Path(path).parts

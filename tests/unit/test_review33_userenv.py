@@ -45,6 +45,12 @@ ENV = textwrap.dedent('''
     class NeedsLevel(Flaky):
         def __init__(self, level):
             super().__init__()
+
+
+    class BadDraw(Flaky):
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.np_random.integers(0, "big")  # numpy raises from a compiled (.pyx) frame
 ''')
 
 
@@ -116,3 +122,10 @@ def test_a_constructor_missing_an_argument_is_pointed_to_env_kwargs(flaky, capsy
     assert code == 1 and hint in out
     code, _, err = run_main(["train", "flaky_r33:Picky", *TINY_RUN, "--total-timesteps", "64", "--run-dir", "r", "--quiet"], capsys)
     assert "--env-kwargs" not in error_line(code, err, "raised ValueError: no port")  # no hint where no argument is missing
+
+
+def test_an_error_raised_inside_numpy_names_the_envs_own_line(flaky, capsys):
+    code, _, err = run_main(["train", "flaky_r33:BadDraw", *TINY_RUN, "--total-timesteps", "64", "--run-dir", "r", "--quiet"],
+                            capsys)
+    line = error_line(code, err, "raised ValueError: ", "(flaky_r33.py:")
+    assert ".pyx" not in line
