@@ -52,7 +52,8 @@ def test_eval_seed_takes_max_seed_plus_the_eval_offset_and_refuses_one_more(run,
     result = _eval_json(run, capsys, "--episodes", "1", "--max-steps", "8", "--seed", str(top))
     assert result["episodes"] == 1
     code, out, err = run_main(["eval", str(run), "--episodes", "1", "--seed", str(top + 1)], capsys)
-    assert error_line(code, err) == f"proxima eval: error: --seed {top + 1}: must be an integer from 0 to {top:,}"
+    assert error_line(code, err) == (f"proxima eval: error: --seed {top + 1}: must be an integer from 0 to {top:,} (train's "
+                                     f"largest seed, {MAX_SEED:,}, plus the {EVAL_SEED_OFFSET:,} an eval adds to a run's seed)")
     assert out == ""
 
 
