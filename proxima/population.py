@@ -688,7 +688,13 @@ def check_members(configs: Sequence[PPOConfig], resume: bool = False) -> None:
     population does not support yet (one line naming the flag)."""
     base = configs[0]
     for c in configs:
-        validate(c, resume=resume)  # a resume's refusal says what a resume may change
+        try:
+            validate(c, resume=resume)  # a resume's refusal says what a resume may change
+        except ConfigError as e:  # a swept value's refusal names --sweep, which the user typed, not --gamma
+            name = str(e).partition(" ")[0][2:].replace("-", "_")
+            if str(e).startswith("--") and name in PER_MEMBER_FIELDS and len({repr(getattr(o, name)) for o in configs}) > 1:
+                raise ConfigError(f"--sweep {name}: value {getattr(c, name)!r}: {str(e).partition(': ')[2]}") from None
+            raise
     for f in dataclasses.fields(PPOConfig):
         if f.name in _MEMBER_OWN:
             continue

@@ -98,3 +98,14 @@ def test_a_resume_prints_the_run_directory_as_typed(tmp_path, monkeypatch, capsy
     assert code == 0 and out.strip().splitlines()[-1] == "run directory: a"
     code, out, _ = run_main(["resume", "a/checkpoints/step_000000000128.pt", "--quiet"], capsys)
     assert code == 0 and out.strip().splitlines()[-1] == "run directory: a"
+
+
+@pytest.mark.parametrize("item, line", [("gamma=0.99,2", "--sweep gamma: value 2.0: must be in (0, 1]"),
+                                        ("lr=1e-3,-1", "--sweep lr: value -1.0: must be positive")])
+def test_a_swept_value_out_of_range_names_the_sweep(item, line, tmp_path, capsys):
+    code, _, err = run_main(["train", "CartPole-v1", "--sweep", item, "--dry-run", "--run-dir", str(tmp_path / "r")], capsys)
+    assert error_line(code, err) == f"proxima train: error: {line}"
+    # a value given as a flag to every member is still named by its flag
+    code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1-2", "--gamma", "2", "--dry-run", "--run-dir", str(tmp_path / "r")],
+                            capsys)
+    assert error_line(code, err) == "proxima train: error: --gamma 2.0: must be in (0, 1]"
