@@ -45,6 +45,17 @@ def one_error_line(err: str, prog: str) -> str:
     return lines[0].removeprefix(f"{prog}: error: ")
 
 
+def imports_taken_back(marker: str):
+    """For a fixture: sys.path as it was, and the modules whose name holds ``marker`` (the ones the
+    test wrote) taken out of sys.modules again, so a later test imports its own files afresh."""
+    path, modules = sys.path[:], set(sys.modules)
+    yield
+    sys.path[:] = path
+    for name in set(sys.modules) - modules:
+        if marker in name:
+            del sys.modules[name]
+
+
 def snapshot(folder) -> dict:
     """{relative path: what is there} for everything under ``folder``, links not followed: a file's
     bytes, a link's target, None for a folder. Equal snapshots: nothing was written, removed, renamed

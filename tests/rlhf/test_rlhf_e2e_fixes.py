@@ -17,6 +17,7 @@ from proxima.rlhf.config import ConfigError
 from proxima.rlhf.data import load_prompts
 from proxima.rlhf.rewards import RewardBatch, RewardError, load_rewards
 from proxima.signals import TrainingInterrupted
+from tests.cli_helpers import imports_taken_back
 
 
 def _batch(responses: list) -> RewardBatch:
@@ -28,12 +29,7 @@ def _batch(responses: list) -> RewardBatch:
 @pytest.fixture
 def clean_imports():
     """sys.path and sys.modules as they were: the modules these tests write are taken out again."""
-    path, modules = sys.path[:], set(sys.modules)
-    yield
-    sys.path[:] = path
-    for name in set(sys.modules) - modules:
-        if "e2efix" in name:
-            del sys.modules[name]
+    yield from imports_taken_back("e2efix")
 
 
 # --- 1. a module:function reward fixed on disk runs its new code in the same process ---------------------

@@ -19,7 +19,7 @@ from proxima.rlhf.config import ConfigError  # noqa: E402
 from proxima.rlhf.data import PromptRow  # noqa: E402
 from proxima.rlhf.rewards import (RewardBatch, RewardError, RewardFunction, RewardModel, Rewards,  # noqa: E402
                                   load_reward, load_rewards, validate_scores)
-from tests.cli_helpers import error_line, run_main  # noqa: E402
+from tests.cli_helpers import error_line, imports_taken_back, run_main  # noqa: E402
 from tests.rlhf import test_reward_models26 as m26  # noqa: E402
 from tests.rlhf import test_review28_inputs as m28  # noqa: E402
 
@@ -38,12 +38,7 @@ def constant(name, value):
 @pytest.fixture
 def clean_imports():
     """sys.path and sys.modules as they were: the modules these tests write are taken out again."""
-    path, modules = sys.path[:], set(sys.modules)
-    yield
-    sys.path[:] = path
-    for name in set(sys.modules) - modules:
-        if "r33" in name:
-            del sys.modules[name]
+    yield from imports_taken_back("r33")
 
 
 # --- weights and names -------------------------------------------------------------------------------------

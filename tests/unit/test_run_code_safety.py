@@ -13,6 +13,7 @@ import torch
 import warm_python
 from distributed_helpers import SMALL, env, pythonpath
 from proxima.rlhf.rewards import RewardBatch, load_rewards
+from tests.cli_helpers import imports_taken_back
 
 
 def plant(folder: Path, marker: Path) -> None:
@@ -87,12 +88,8 @@ def batch(responses):
 
 @pytest.fixture
 def restore_imports():
-    path, modules = sys.path[:], set(sys.modules)
-    yield
-    sys.path[:] = path
-    for name in set(sys.modules) - modules:
-        if "code_safety" in name:
-            del sys.modules[name]
+    """sys.path and sys.modules as they were (the code_safety modules taken out)."""
+    yield from imports_taken_back("code_safety")
 
 
 def test_a_builtin_reward_leaves_the_recorded_folders_off_sys_path(tmp_path, restore_imports):
