@@ -7,6 +7,8 @@ import signal
 import sys
 import textwrap
 
+import pytest
+
 from distributed_helpers import SMALL, STEPS_PER_ITER, pythonpath, run
 
 ENV = textwrap.dedent("""
@@ -26,6 +28,7 @@ ENV = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a multi-process job of 10-40 s: the slow tier (README)
 def test_a_resume_stopped_while_its_envs_are_built_leaves_the_run_as_it_was_on_every_rank(tmp_path):
     (tmp_path / "stop_env.py").write_text(ENV)
     env_id = "stop_env:StopWhileBuilt"

@@ -11,6 +11,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from distributed_helpers import SMALL, env, start, train_cmd, wait_for_rows
 import warm_python
 
@@ -52,6 +54,7 @@ def test_a_later_second_signal_exits_at_once_and_says_what_is_on_disk(tmp_path):
     assert "second interrupt, exiting now (last checkpoint kept)" in res.stderr
 
 
+@pytest.mark.slow  # a multi-process job of 10-40 s: the slow tier (README)
 def test_sigterm_to_every_process_of_the_job_still_checkpoints(tmp_path):
     from proxima.checkpoint import list_checkpoints, load_checkpoint
     from proxima.launch import _child_pids

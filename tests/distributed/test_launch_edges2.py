@@ -86,6 +86,7 @@ def test_a_stop_without_a_checkpoint_says_none_was_written():
     assert "None" not in str(TrainingInterrupted(signal.SIGTERM, None, "outside an iteration; " + checkpoint_line(None)))
 
 
+@pytest.mark.slow  # a multi-process job of 10-40 s: the slow tier (README)
 def test_gymnasium_env_rank_that_loses_its_peer_says_so(tmp_path):
     """The reviewer's repro: rank 1 fails at iteration 2 of a Gymnasium-backed run; rank 0 prints the
     documented line, not a stop with 'checkpoint: None' nor the env's contract (~20 s, 2 processes)."""

@@ -101,6 +101,7 @@ def test_the_merge_gives_every_rank_the_pooled_statistics(tmp_path):
     torch.testing.assert_close(m2, rows.var(0, unbiased=False) * len(rows), rtol=1e-10, atol=0.0)
 
 
+@pytest.mark.slow  # a multi-process job of 10-40 s: the slow tier (README)
 def test_a_two_process_run_saves_the_same_statistics_on_every_rank(tmp_path):
     from proxima.checkpoint import load_checkpoint
 

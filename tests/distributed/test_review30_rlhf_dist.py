@@ -119,6 +119,7 @@ def fits_copies(world: int, device: str) -> tuple:
     return check.keywords["copies"], check.keywords["processes"]
 
 
+@pytest.mark.slow  # a multi-process job of 10-40 s: the slow tier (README)
 def test_fsdp_puts_only_each_ranks_shards_on_the_device_and_the_memory_check_counts_that_peak(assets, tmp_path):
     script = tmp_path / "peak.py"
     script.write_text(PEAK)
@@ -208,6 +209,7 @@ def nanr(prompts, responses):
 '''
 
 
+@pytest.mark.slow  # a multi-process job of 10-40 s: the slow tier (README)
 def test_a_reward_that_fails_on_one_rank_gives_each_rank_one_line_and_exit_2(assets, tmp_path):
     (tmp_path / "rk.py").write_text(NAN_REWARD)
     cfg = config(assets, tmp_path)
@@ -232,6 +234,7 @@ def test_a_reward_that_fails_on_one_rank_gives_each_rank_one_line_and_exit_2(ass
 
 
 # --- 4. one clock: the steps' seconds add up to the run's -----------------------------------------------------------
+@pytest.mark.slow  # a multi-process job of 10-40 s: the slow tier (README)
 def test_seconds_per_step_add_up_to_the_runs_seconds_under_torchrun(assets, tmp_path):
     cfg = config(assets, tmp_path, steps=3)
     res = launch([*TORCHRUN, "-m", "proxima.rlhf", "--config", str(cfg), "--run-dir", "run"], tmp_path)
@@ -275,6 +278,7 @@ def r(prompts, responses):
 '''
 
 
+@pytest.mark.slow  # a multi-process job of 10-40 s: the slow tier (README)
 def test_a_rank_in_a_slow_reward_ends_at_torchruns_teardown_with_its_line_and_leaves_no_new_run(assets, tmp_path):
     import time
 
@@ -305,6 +309,7 @@ def r(prompts, responses):
 '''
 
 
+@pytest.mark.slow  # a multi-process job of 10-40 s: the slow tier (README)
 def test_an_error_every_rank_gives_within_the_wait_is_printed_once_when_rank_0_is_first(assets, tmp_path):
     (tmp_path / "bad.py").write_text(SAME_LATER)
     cfg = config(assets, tmp_path)

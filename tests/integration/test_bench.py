@@ -77,6 +77,7 @@ def test_without_out_the_bench_only_prints(tmp_path, capsys, monkeypatch):
     assert [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")] == ["benchmarks", "benchmarks/results"]
 
 
+@pytest.mark.slow  # a multi-process job of 10-40 s: the slow tier (README)
 def test_threads_benchmark_writes_both_counts_and_the_ratio(tmp_path):
     """benchmarks/threads.py: --threads 1 and 2 as whole `proxima bench` processes, one row per env count."""
     import sys

@@ -171,6 +171,7 @@ def test_a_tied_policy_stays_tied_in_the_unsharded_release(tmp_path):
     assert loaded.lm_head.weight is loaded.model.embed_tokens.weight
 
 
+@pytest.mark.slow  # a multi-process job of 10-40 s: the slow tier (README)
 def test_fsdp_releases_the_trained_lm_head_of_an_untied_policy(assets, tmp_path, two_processes):
     _, two_process_config, train_two_processes = two_processes
     source, _ = save_tied_config_own_head(tmp_path / "m")

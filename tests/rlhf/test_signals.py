@@ -38,6 +38,7 @@ def _weights(run_dir: Path) -> dict:
     return load_file(str(run_dir / "policy" / "model.safetensors"))
 
 
+@pytest.mark.slow  # a multi-process job of 10-40 s: the slow tier (README)
 def test_sigterm_stops_after_the_step_with_143_and_the_resume_ends_as_an_uninterrupted_run(assets, tmp_path):
     straight = _rlhf(assets, tmp_path / "straight")
     assert straight.returncode == 0, straight.stderr[-3000:]

@@ -61,6 +61,7 @@ def _faults(proc: subprocess.Popen) -> float:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or not _glibc(), reason="glibc's malloc only")
+@pytest.mark.slow  # a multi-process job of 10-40 s: the slow tier (README)
 def test_training_iterations_stop_page_faulting_their_tensors_back_in():
     # glibc's adaptive mmap threshold decides per process whether the default faults at all: since
     # grad_cpu took the 16,384-row minibatches (fewer temporaries) one default process in three or
