@@ -1,6 +1,6 @@
 """The agent: an encoder chosen by observation space, actor and critic on top, one action head per space.
 
-Encoders (``--encoder``, nets.py): flat Box -> no encoder, separate actor and critic MLPs (PPO_NOTES detail
+Encoders (``--encoder``, nets.py): flat Box -> no encoder, separate actor and critic MLPs (docs/ppo_notes.md detail
 13; the parameter names ``actor.*``/``critic.*`` of older checkpoints); image (uint8, HWC or CHW) ->
 the Nature-CNN trunk of DQN / CleanRL's ``ppo_atari`` shared by a linear actor and a linear critic;
 Dict -> one encoder per key (Nature CNN for images, flatten for vectors), concatenated, with actor

@@ -38,7 +38,7 @@ class EnvGuard:
 
     With ``--debug-checks`` (one sync per step): each action is checked against the action space
     before the step (Box actions for shape and finiteness only: the env clips them to the bounds,
-    PPO_NOTES.md), and the observation, final observation, reward and flags against the contract
+    docs/ppo_notes.md), and the observation, final observation, reward and flags against the contract
     after it; the first violation raises at once, naming the env index, the global step and the value.
     """
 

@@ -232,7 +232,7 @@ class Population:
         self._idle_metrics: Optional[dict] = None
         self.rollout = PopulationRollout(P, T, N, self.env.obs_shape, action_shape(act_space), action_dtype(act_space),
                                          self.device, obs_dtype=torch.float32 if base.norm_obs else self.env.obs_dtype)
-        # running normalizers (PPO_NOTES), one set of statistics per member over its own rows
+        # running normalizers (docs/ppo_notes.md), one set of statistics per member over its own rows
         self.obs_norm = ObsNormalizer(self.env.obs_shape, base.clip_obs, groups=P).to(self.device) if base.norm_obs else None
         self.reward_scaler = None
         if base.norm_reward:  # each member's discounted return with its own gamma (float64, as a single run's float)

@@ -2,7 +2,7 @@
 
 Everything here stays on ``rollout.device``: no ``.item()``, ``.cpu()`` or numpy, no per-env Python
 loops (the only loops are over time steps, epochs and minibatches). Metrics come back as tensors
-that the trainer reads once per iteration. Numbered comments cite PPO_NOTES.md "Core details".
+that the trainer reads once per iteration. Numbered comments cite docs/ppo_notes.md "Core details".
 """
 
 from __future__ import annotations

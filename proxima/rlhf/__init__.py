@@ -4,7 +4,7 @@
     run_dir = train_rlhf(RLHFConfig(policy="my-model/", reward="my_rewards:score", prompts="prompts.jsonl"))
 
 The algorithm reuses the core ``proxima.ppo.compute_gae`` (on the token axis) and ``ppo_loss``
-(masked to response tokens); see docs/rlhf.md and the RLHF section of PPO_NOTES.md.
+(masked to response tokens); see docs/rlhf.md and the RLHF section of docs/ppo_notes.md.
 """
 
 from .config import ConfigError, RLHFConfig

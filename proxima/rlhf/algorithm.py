@@ -5,7 +5,7 @@ response tokens up to and including the first EOS; ``lengths`` (B,) counts them 
 
     rewards   = token_rewards(scores, kl, ...)            -beta * KL per token, score at the last token
     adv, ret  = gae_advantages(rewards, values, ...)      the core compute_gae on the token axis
-    adv       = masked_whiten(adv, mask)                   (PPO_NOTES: whitened under the response mask)
+    adv       = masked_whiten(adv, mask)                   (docs/ppo_notes.md: whitened under the response mask)
 or, without a critic,
     adv       = group_advantages(sequence_rewards, G, "grpo" | "rloo")
 """

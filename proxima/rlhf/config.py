@@ -1,6 +1,6 @@
 """RLHF configuration: one dataclass, one docstring per field, every field a ``proxima rlhf`` flag.
 
-Defaults follow the RLHF section of PPO_NOTES.md (gamma 1, lambda 0.95, vf_coef 0.1, clip 0.2,
+Defaults follow the RLHF section of docs/ppo_notes.md (gamma 1, lambda 0.95, vf_coef 0.1, clip 0.2,
 a fixed missing-EOS penalty) and TRL's PPO where the notes are silent (temperature 0.7, 4 epochs,
 kl_coef 0.05). :func:`validate` checks everything that can be checked without loading a model,
 before anything is written to disk.

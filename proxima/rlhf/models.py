@@ -4,7 +4,7 @@ policy     any local ``AutoModelForCausalLM``: a directory with weights, or a co
 reference  a frozen copy of the initial policy; with LoRA, the policy itself with its adapter off
 value      a separate backbone with a scalar head, from the policy's or the reward model's backbone
 
-Every model has dropout switched off (PPO_NOTES: no dropout): with dropout the rollout and the
+Every model has dropout switched off (docs/ppo_notes.md: no dropout): with dropout the rollout and the
 update would score the same tokens differently and the ratio would not start at 1.
 """
 
@@ -742,7 +742,7 @@ def response_logits(model: nn.Module, input_ids, attention_mask, position_ids, n
 
     input_ids (B, P + R) = prompt then response. Returns (B, R, V) float32: position P - 1 + t predicts
     response token t. Dividing by the temperature here is what makes these log-probs those of the
-    distribution the tokens were sampled from (PPO_NOTES: otherwise the KL goes negative).
+    distribution the tokens were sampled from (docs/ppo_notes.md: otherwise the KL goes negative).
     """
     r = num_response_tokens
     base = model.get_base_model() if hasattr(model, "get_base_model") else model

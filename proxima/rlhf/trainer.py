@@ -118,7 +118,7 @@ class RLHFTrainer:
         self.policy_params = [p for p in self.policy.parameters() if p.requires_grad]
         self.value_params = [p for p in self.value.parameters() if p.requires_grad] if self.critic else []
         # separate optimizers: the value model may take its own learning rate, and one model's
-        # gradient norm never scales the other's step (PPO_NOTES core detail 3: Adam eps 1e-5);
+        # gradient norm never scales the other's step (docs/ppo_notes.md core detail 3: Adam eps 1e-5);
         # the fused kernel takes plain tensors only, so sharded parameters use the foreach one
         fused = not cfg.fsdp
         self.opt_policy = torch.optim.Adam(self.policy_params, lr=cfg.lr, eps=1e-5, fused=fused)
@@ -291,7 +291,7 @@ class RLHFTrainer:
         stopped = [self.tokenizer.decode(self.prompt_ids[i] + row[:n]) if e else f
                    for i, row, n, e, f in zip(prompt_idx, responses.tolist(), lengths.tolist(), has_eos.tolist(), full)]
         raw, b["reward_parts"] = self.reward(RewardBatch(rows, texts, full, step=self.step + 1, texts_with_stop=stopped))
-        # PPO_NOTES: a fixed penalty for responses that never emit EOS
+        # docs/ppo_notes.md: a fixed penalty for responses that never emit EOS
         b["scores"] = raw.to(self.device) - cfg.missing_eos_penalty * (~has_eos).float()
         b["kl"] = kl_per_token(b["logprobs"], b["ref_logprobs"], cfg.kl_estimator)
         b["texts"] = [{"prompt": r.prompt, "response": t, "score": float(s)} for r, t, s in
@@ -329,7 +329,7 @@ class RLHFTrainer:
             if cfg.whiten_rewards:
                 rewards = masked_whiten(rewards, mask, shift_mean=False)
             adv, returns = gae_advantages(rewards, b["values"], b["lengths"], cfg.gamma, cfg.gae_lambda)
-            adv = masked_whiten(adv, mask)  # PPO_NOTES: whitened under the response mask
+            adv = masked_whiten(adv, mask)  # docs/ppo_notes.md: whitened under the response mask
         else:
             seq_adv = group_advantages(sequence_rewards(b["scores"], b["kl"], mask, beta), cfg.samples_per_prompt,
                                        cfg.advantage)
