@@ -283,18 +283,20 @@ class FrameRecorder:
     while that episode runs.
 
     An episode of L steps gives L + 1 frames, s0 (after reset) to the final state sL, as
-    gymnasium.wrappers.RecordVideo records it, on the native envs (NativeEnv): their step autoresets
-    a finished env inside step(), so the frame of each step is taken inside it, in its
-    ``before_autoreset`` hook (after the dynamics, before the reset). Gymnasium's vector envs and the Atari backends reset a finished env inside
-    their own step before a frame can be taken: there the video has the L frames s0..s(L-1) and
-    stops one frame before the final state.
+    gymnasium.wrappers.RecordVideo records it. The backends reset a finished env inside their step,
+    so the final frame is taken inside it: on the native envs (NativeEnv) each step's frame, in its
+    ``before_autoreset`` hook (after the dynamics, before the reset); on Gymnasium's vector envs
+    (Gymnasium's ALE too) s1..s(L-1) before each next step and sL in env 0's EnvCalls when its episode
+    ends, before the vector env's same-step autoreset (GymnasiumEnv.on_episode_end). EnvPool's Atari
+    resets a finished game inside its own compiled step, where nothing can be called: there the
+    video has the L frames s0..s(L-1) and stops one frame before the final state.
 
     ``feed`` (evaluate): each frame goes to a video.VideoFeed that writes ``video`` as the frames come
     (at the env's video.render_fps), none kept; without it they are kept in ``frames``.
     """
 
     def __init__(self, env, env_id: str, video, feed: bool = False):
-        from .envs import EnvError, NativeEnv
+        from .envs import EnvError, GymnasiumEnv, NativeEnv
         from .video import VideoError, VideoFeed, check_frame, render_fps, video_target
 
         self.env, self.frames, self.steps, self.done, self.feed = env, [], 0, False, None
@@ -318,6 +320,8 @@ class FrameRecorder:
         self.in_step = isinstance(env, NativeEnv) and type(env).step is NativeEnv.step
         if self.in_step:
             env.before_autoreset = self._take_if_running  # this instance only; evaluate closes it
+        elif isinstance(env, GymnasiumEnv):  # the final state of env 0's first episode, before its autoreset
+            env.on_episode_end(0, self._take_if_running)
 
     def _take_if_running(self) -> None:
         if not self.done:  # the state this step reached, before a finished env is reset

@@ -11,6 +11,7 @@ declares (:func:`pixel_range`: 0..255 divided by 255, a 0/1 board kept as it is)
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import gymnasium as gym
 import numpy as np
@@ -159,6 +160,36 @@ def pixel_range(part: ObsPart) -> tuple:
     if not (math.isfinite(low) and math.isfinite(high)) or high <= low:  # a constant image: shifted to 0
         return (low, low + 1.0) if math.isfinite(low) else PIXELS_0_255
     return low, high
+
+
+def image_readings(layout: ObsLayout, encoder: Optional[str] = None) -> list:
+    """One line per image key of ``layout`` saying how the agent reads it ("observation: image (3, 64, 64)
+    channels-first, 0..255 scaled to [0, 1], CNN encoder"): train --dry-run's and check-env's, since
+    nothing else shows the layout, the scaling or the encoder an image gets. ``encoder``: the one
+    resolved (cnn, mlp), "auto" for the one --encoder auto would choose (check-env: no run's flags),
+    None to leave it unsaid. Empty for an observation without an image."""
+    said = encoder
+    if encoder == "auto":
+        encoder = _resolve_encoder("auto", layout)
+    lines = []
+    for part in layout.parts:
+        if part.layout is None:
+            continue
+        low, high = pixel_range(part)
+        where = "" if part.key is None else f"[{part.key!r}]"
+        order = "channels-first" if part.layout == "chw" else "channels-last"
+        if encoder is None:
+            how = ""
+        elif encoder == "cnn" and cnn_takes(part):
+            how = ", CNN encoder"
+        elif encoder == "cnn":
+            how = f", flattened (smaller than the CNN's {CNN_MIN_SIZE}x{CNN_MIN_SIZE})"
+        else:
+            how = ", flattened into the MLP"
+        if said == "auto" and how:
+            how += " under --encoder auto"
+        lines.append(f"observation{where}: image {part.shape} {order}, {low:g}..{high:g} scaled to [0, 1]{how}")
+    return lines
 
 
 class _Scaled(nn.Module):

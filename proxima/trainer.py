@@ -825,7 +825,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
                 if not quiet and dctx.is_main:
                     _note_other_version(config)
                     _note_action_scale(config.env_id, trainer.env.single_action_space)
-                    _note_pixels(config.env_id, trainer.env.single_observation_space)
+                    _note_pixels(config.env_id, trainer.env.single_observation_space, trainer.cfg.encoder,
+                                 overrides if overrides is not None else set_fields(config), python=argv is None)
             if trainer.dist.is_main and (not resumed or trainer.trains()):  # under --quiet too, as the note above
                 pending = trainer.eval_pending if resumed else None
                 _note_eval_every(trainer.cfg, trainer.dist.world_size, python=argv is None, resumed=resumed,
@@ -1058,15 +1059,45 @@ def _note_action_scale(env_id: str, action_space) -> None:
         print(f"proxima: note: env '{env_id}': {note}", file=sys.stderr)
 
 
-def _note_pixels(env_id: str, obs) -> None:
+def _note_pixels(env_id: str, obs, encoder: Optional[str] = None, typed: Optional[dict] = None, python: bool = False) -> None:
     """A note on stderr for each key whose pixels the run reads as a vector (spaces.image_notes, check-env's
     note): an MLP on 0..255 values flattened unscaled (a grayscale (H, W), a frame stack (N, H, W, C))
     saturates its first tanh layer, and nothing else in the run's output or config.yaml shows it.
-    ``obs``: the env's observation space, or its ObsLayout (train --dry-run's, from the env it built)."""
+    ``obs``: the env's observation space (train's), or its ObsLayout (train --dry-run's, from the env it
+    built), for which a line also says how each image is read (nets.image_readings: layout, scaling and,
+    given ``encoder``, the encoder), as nothing else in a dry run shows it. ``encoder``: the resolved one
+    (cnn, mlp); with ``typed`` (the flags the user gave), _note_cnn_heads' note."""
     from .envs.spaces import ObsLayout, image_notes, obs_layout
+    from .nets import image_readings
 
-    for note in image_notes(obs if isinstance(obs, ObsLayout) else obs_layout(obs, env_id)):
+    layout = obs if isinstance(obs, ObsLayout) else obs_layout(obs, env_id)
+    for note in image_notes(layout):
         print(f"proxima: note: env '{env_id}': {note}", file=sys.stderr)
+    if isinstance(obs, ObsLayout):
+        for line in image_readings(layout, encoder):
+            print(f"proxima: {line}", file=sys.stderr)
+    if encoder is not None and typed is not None:
+        _note_cnn_heads(layout, encoder, typed, python)
+
+
+def _note_cnn_heads(layout, encoder: str, typed: dict, python: bool = False) -> None:
+    """A note on stderr when --hidden-sizes or --activation was given for a run whose encoder is the CNN of a
+    single image: its actor and critic are linear heads on the CNN's features, so both would otherwise be
+    dropped without a word (config.yaml still records them). Only the given ones (``typed``: the typed
+    flags, or a Python caller's PPOConfig fields other than the defaults), as --compile-mode's note."""
+    from .nets import CNN_FEATURES
+
+    if encoder != "cnn" or not layout.is_image:
+        return
+    given = []
+    if "hidden_sizes" in typed:
+        sizes = ",".join(str(h) for h in typed["hidden_sizes"])
+        given.append(f"PPOConfig.hidden_sizes = [{sizes.replace(',', ', ')}]" if python else f"--hidden-sizes {sizes}")
+    if "activation" in typed:
+        given.append(f"PPOConfig.activation = {typed['activation']!r}" if python else f"--activation {typed['activation']}")
+    if given:
+        print(f"proxima: note: {' and '.join(given)} {'have' if len(given) > 1 else 'has'} no effect with the CNN encoder of a "
+              f"single image: its actor and critic are linear heads on the CNN's {CNN_FEATURES} features", file=sys.stderr)
 
 
 def no_best_line(run) -> str:

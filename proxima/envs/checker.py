@@ -103,7 +103,7 @@ from .base import EnvError
 from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, is_flag, TENSOR_FIX, _extra_for, beyond_float32,
                           creator_error, exit_text, int_range_fault, kind_casts, native_only, number_text, resolve_env_fn,
                           missing_kwarg_hint, tensor_numpy, unknown_kwarg_line)
-from .spaces import action_scale_note, check_spaces, image_note, pixels_fix
+from .spaces import action_scale_note, check_spaces, image_note, obs_layout, pixels_fix
 from ..terminal import printable
 from ..warnings_guard import quiet_warnings
 
@@ -147,10 +147,12 @@ class Violations(list):
     """A list of :class:`Violation` that also remembers which checks ran (``checks_run``) and the
     notes on the observation space (``notes``)."""
 
-    def __init__(self, items=(), checks_run=(), notes=()):
+    def __init__(self, items=(), checks_run=(), notes=(), readings=()):
         super().__init__(items)
         self.checks_run = list(checks_run)
         self.notes = list(notes)  #: lines that are not violations (how Proxima reads the observation)
+        #: how train reads each image of a supported observation space (nets.image_readings), for the OK line
+        self.readings = list(readings)
 
 
 # --- small helpers ---------------------------------------------------------------------------
@@ -326,6 +328,7 @@ class _Checker:
         self.dtype_wraps = False
         self.dtype_key: Optional[str] = None  # the obs part (obs, obs['key']) the head names
         self.notes: list[str] = []
+        self.readings: list[str] = []
 
     def ok(self, check: str) -> None:
         if check not in self.ran:
@@ -347,7 +350,7 @@ class _Checker:
                     v.actual += f" (and {more} more time{'s' if more > 1 else ''})"
                 out.append(v)
         ran = [c for c in ALL_CHECKS if c in self.ran]
-        return Violations(out, ran, self.notes)
+        return Violations(out, ran, self.notes, self.readings)
 
     # --- observations ---
     def check_obs(self, obs: Any, where: str) -> None:
@@ -585,6 +588,9 @@ class _Checker:
         try:
             check_spaces(self.target, obs_space, act_space, env)
             self.ok("spaces supported")
+            from ..nets import image_readings  # nets imports torch's nn: imported once the spaces are known
+
+            self.readings = image_readings(obs_layout(obs_space, self.target), "auto")
         except EnvError as e:
             msg = str(e)
             prefix = f"env '{self.target}': "
@@ -846,8 +852,9 @@ def format_violations(target: str, violations: list[Violation], checks: Optional
         ran = getattr(violations, "checks_run", None)
         checks = len(ran) if ran is not None else len(ALL_CHECKS)
     notes = [f"NOTE {_one_line(n, 600)}" for n in getattr(violations, "notes", ())]
-    if not violations:
-        return "\n".join(notes + [f"OK: {target} passes {checks} checks"])
+    if not violations:  # and how train reads an image, which nothing else says (nets.image_readings)
+        readings = "".join(f"; {r}" for r in getattr(violations, "readings", ()))
+        return "\n".join(notes + [f"OK: {target} passes {checks} checks{readings}"])
     lines = [f"FAIL {v}" for v in violations] + notes
     lines.append(f"{len(violations)} violation(s) in {target}")
     return "\n".join(lines)

@@ -35,7 +35,7 @@ from ..config import install_hint
 from ..shared_change import SharedChange
 from ..sightings import Sightings
 from .base import BatchedEnv, EnvError
-from .spaces import ObsLayout, check_spaces, obs_layout, pack_numpy, space_actions, tensor_space, uint8_pixels
+from .spaces import ObsLayout, box_range, check_spaces, obs_layout, pack_numpy, space_actions, tensor_space, uint8_pixels
 
 #: extras that provide an env family; used to say what to install when an env cannot be built.
 EXTRAS = {"box2d": ("LunarLander", "BipedalWalker", "CarRacing"), "mujoco": ("HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "Swimmer", "Reacher", "Pusher", "InvertedPendulum", "InvertedDoublePendulum")}
@@ -484,6 +484,22 @@ def exit_text(e: SystemExit) -> str:
     return f"sys.exit({'' if code is None else ' '.join(repr(code).split())[:120]}) (exit status {status})"
 
 
+def image_bounds(part) -> Optional[tuple]:
+    """(low, high) of the image ``part`` (an ObsPart) where a uint8 value can fall outside the range the
+    network scales it by (nets.pixel_range), each None where none can (low 0, high 255); None for a
+    0..255 image (the common case: nothing to check) or a part that is no image. EnvCalls refuses a
+    value beyond it: an image declared Box(0, 1, ..., np.uint8) whose env returns 0..255 pixels would
+    otherwise feed the network values up to 255 with no word (check-env and --debug-checks say so)."""
+    if part.layout is None or part.source is None:
+        return None
+    from ..nets import pixel_range
+
+    low, high = pixel_range(part)
+    low = math.ceil(low) if low > 0 else None
+    high = math.floor(high) if high < 255 else None
+    return None if low is None and high is None else (low, high)
+
+
 def beyond_float32(x) -> bool:
     """A finite real number (a Python int of any size too) beyond float32's range: Proxima's float32
     rollouts would hold it as inf."""
@@ -560,6 +576,9 @@ class EnvCalls(gym.Wrapper):
                  keep_info: bool = False, in_worker: bool = False):
         super().__init__(env)
         self.index, self.env_id, self.steps, self.keep_info = index, env_id, 0, keep_info
+        # called with no arguments when an episode ends, before the vector env's same-step autoreset
+        # (GymnasiumEnv.on_episode_end: a video's final frame)
+        self.at_episode_end: Optional[Callable[[], None]] = None
         # a sys.exit() in the trainer's own process is made this env's one line; in an AsyncVectorEnv worker it
         # ends the worker, which the main process names with its exit code (GymnasiumEnv._workers_ended)
         self.in_worker = in_worker
@@ -577,6 +596,9 @@ class EnvCalls(gym.Wrapper):
         self._wider = [True if dt.kind == "f" else
                        (tuple(_KINDS_HELD[dt.kind].replace("b", "")), int(np.iinfo(dt).min), int(np.iinfo(dt).max))
                        if dt.kind in "iu" else None for dt in declared]
+        # each image's declared range where a uint8 can fall outside it (image_bounds; None for 0..255):
+        # the network scales the image by that range, so a value beyond it reaches the network outside [0, 1]
+        self._bounds = [image_bounds(p) for p in layout.parts]
         # a plain Box: (declared shape, is an image), compared with the obs's without a loop
         self._box = None if layout.is_dict else (layout.parts[0].shape, layout.parts[0].layout is not None)
         # step()'s fast path: the declared shape of a plain Box that is not an image (None: always the full check)
@@ -610,13 +632,15 @@ class EnvCalls(gym.Wrapper):
             if (getattr(obs, "shape", None) != box[0] or not self._casts(obs, self._dtypes[0], self._wider[0])
                     or (box[1] and obs.dtype != np.uint8)):
                 obs = self._check_part(obs, self.parts[0], self._dtypes[0], when)
+            if self._bounds[0] is not None:
+                self._check_bounds(obs, self.parts[0], self._bounds[0], when)
             return obs
         if not isinstance(obs, dict):
             keys = ", ".join(repr(p.key) for p in self.parts)
             raise self._bad(f"an observation of type {type(obs).__name__}", when,
                             f"the observation space is a Dict: return a dict with the keys {keys}")
         given = obs
-        for part, dtypes, wider in zip(self.parts, self._dtypes, self._wider):
+        for part, dtypes, wider, bounds in zip(self.parts, self._dtypes, self._wider, self._bounds):
             if part.key not in obs:
                 raise self._bad(f"an observation without the key '{part.key}'", when,
                                 f"the observation space declares it: return obs['{part.key}'] too")
@@ -627,7 +651,34 @@ class EnvCalls(gym.Wrapper):
                 if y is not x:  # a tensor read as numpy: in a dict of our own, the env's stays as it gave it
                     obs = dict(obs) if obs is given else obs
                     obs[part.key] = y
+                x = y
+            if bounds is not None:
+                self._check_bounds(x, part, bounds, when)
         return obs
+
+    def _check_bounds(self, x: np.ndarray, part, bounds: tuple, when: str) -> None:
+        """EnvError when the uint8 image ``x`` (checked already: a numpy array of the part's shape) holds a
+        value outside ``bounds`` (image_bounds): a max and/or a min of a uint8 array, ~2 us for 64x64x3."""
+        low, high = bounds
+        value = side = None
+        if high is not None and x.size and x.max() > high:
+            value, side = int(x.max()), "high"
+        elif low is not None and x.size and x.min() < low:
+            value, side = int(x.min()), "low"
+        if value is None:
+            return
+        where = f" at key '{part.key}'" if part.key is not None else ""
+        declared = "observation_space" + (f"['{part.key}']" if part.key is not None else "")
+        lo, hi = box_range(part.source)
+        from ..nets import pixel_range
+
+        scale_lo, scale_hi = pixel_range(part)
+        fed = (value - scale_lo) / (scale_hi - scale_lo)
+        raise self._bad(f"an image value {value}{where}, {'above' if side == 'high' else 'below'} its declared {side} "
+                        f"{number_text(hi if side == 'high' else lo)}", when,
+                        f"the network scales this image by {declared}'s range {number_text(lo)}..{number_text(hi)} to "
+                        f"[0, 1], so {value} would reach it as {fed:.4g}: declare Box(0, 255, {part.shape}, np.uint8) for "
+                        f"0..255 pixels, or return values within {number_text(lo)}..{number_text(hi)}")
 
     def _check_part(self, x, part, dtypes: frozenset, when: str):
         """The slow path: ``x`` (one part of the obs) did not pass at a glance; raise if it is wrong, else
@@ -778,6 +829,8 @@ class EnvCalls(gym.Wrapper):
             _, reward, terminated, truncated, info = out
         if terminated or truncated:  # the vector env keeps this obs object as final_obs, then resets the env:
             obs = _own(obs, self.parts)  # an env that returns its own buffer and zeroes it in reset() would change it
+            if self.at_episode_end is not None:  # the env is still in its final state: the reset comes after this returns
+                self.at_episode_end()
         return obs, reward, terminated, truncated, (info if self.keep_info else {})
 
     def _check_step(self, out):
@@ -1040,6 +1093,18 @@ class GymnasiumEnv(BatchedEnv):
     def _episode_stats(self, reward: np.ndarray, done: np.ndarray, info: dict):
         """(return, length) (N,) of the episodes that ended this step, 0 elsewhere."""
         return count_episodes(self._ep_return, self._ep_length, reward, done)
+
+    def on_episode_end(self, index: int, fn: Callable[[], None]) -> bool:
+        """Have ``fn()`` called each time env ``index``'s episode ends, inside the vector env's step after the
+        env's own step and before its same-step autoreset, so ``render(index)`` there shows the final state
+        (evaluate's video: L + 1 frames for an episode of L steps, as on the native envs). False where the
+        env cannot be reached (an AsyncVectorEnv's, in a worker process, which renders no frames either)."""
+        envs = getattr(self.envs, "envs", None)  # a SyncVectorEnv's, in this process
+        env = envs[index] if envs is not None else None
+        if not isinstance(env, EnvCalls):
+            return False
+        env.at_episode_end = fn
+        return True
 
     def render(self, index: int = 0):
         """Env ``index``'s rgb_array frame; None where there is none to give (an AsyncVectorEnv, whose
