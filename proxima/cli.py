@@ -535,7 +535,7 @@ def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: 
     if notes and spaces:
         _note_action_scale(cfg.env_id, spaces[0])
     if notes and encoders:
-        _note_pixels(cfg.env_id, encoders[0][1])
+        _note_pixels(cfg.env_id, encoders[0][1], encoders[0][0], overrides or {})
     if encoders and cfg.encoder != encoders[0][0]:  # auto: config.yaml records the encoder the Trainer built
         cfg = copy.copy(cfg)  # copy.copy keeps _sources, as train's own copy does
         cfg.encoder = encoders[0][0]
@@ -701,7 +701,7 @@ def _cmd_eval(args) -> int:
     from .evaluate import evaluate, format_result, json_numbers, load_run_policy
 
     prog = "proxima eval"
-    if args.episodes < 1:
+    if args.episodes is not None and args.episodes < 1:
         return fail(prog, f"--episodes {args.episodes}: must be at least 1")
     if args.max_steps < 1:
         return fail(prog, f"--max-steps {args.max_steps}: must be at least 1")
@@ -742,8 +742,12 @@ def _cmd_eval(args) -> int:
         policy = load_run_policy(path, device=resolve_device(args.device),  # one-line error for a bad --device
                                  env_id=args.env, trust_env=args.trust_run, env_kwargs=env_kwargs)
         check_registered(policy)
-        # seed None: evaluate's default, the run's seed + 1,000,000 (the end-of-training eval's)
-        result = evaluate(policy, episodes=args.episodes, deterministic=not args.stochastic, seed=args.seed,
+        from .report import run_eval_episodes
+
+        # seed None: evaluate's default, the run's seed + 1,000,000 (the end-of-training eval's); no --episodes:
+        # the run's own count, so eval gives the number its eval.json and its report give
+        episodes = args.episodes if args.episodes is not None else run_eval_episodes(run_dir, policy.config)
+        result = evaluate(policy, episodes=episodes, deterministic=not args.stochastic, seed=args.seed,
                           backend=args.backend or policy.config.get("backend", "auto"), video=args.video, max_steps=args.max_steps)
     except _user_errors() as e:
         if args.json and getattr(e, "result", None) is not None:
@@ -859,7 +863,8 @@ def build_parser() -> ArgParser:
                        "(train --seeds/--sweep), evaluate every member and sum up each setting: mean and IQM over members "
                        "with 95% bootstrap CIs (docs/populations.md).")  # a description is printed as written: no %% escape
     p.add_argument("path", help="run directory, checkpoint file or population directory")
-    p.add_argument("--episodes", type=int_arg, default=10, help="episodes to run (default 10)")
+    p.add_argument("--episodes", type=int_arg, default=None, help="episodes to run (default: the run's --eval-episodes, "
+                   "as its eval.json and `proxima report` measure it; 10 where that is 0; a population: each member's)")
     p.add_argument("--stochastic", action="store_true", help="sample actions instead of the deterministic mode")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--seed", type=int_arg, default=None, help="seed of the envs and of --stochastic's action samples, 0 to "

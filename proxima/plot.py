@@ -26,8 +26,10 @@ band is drawn or listed). Past 10 settings each curve takes its own colour from 
 line style in turn (curve_styles), where matplotlib's cycle would repeat its colours. A population
 whose every member diverged is a PlotError saying so. A member that diverged is left out of its
 setting's curve, as the report's table leaves
-it out, and so is (of several directories) a member without values of the metric; the legend names
-them (``2 of 3 members; m001 diverged at iteration 4``). A member directory (``RUN/m000-seed1``) is
+it out, and so is a member without values of the metric yet (a population given alone too: an error
+only when no member has one); the legend names them (``2 of 3 members; m001 diverged at iteration
+4``). A setting's 95% CI of 2-4 members is marked ``†`` (``95% CI † (3 members)``), as the report
+marks it: it covers well under its nominal 95%. A member directory (``RUN/m000-seed1``) is
 a plain run; one that diverged is drawn with a note saying when (population_report.member_divergence),
 and one with no value to draw is the error line saying it diverged before logging one. Population and
 plain run directories can be mixed. Of several directories, those that
@@ -598,12 +600,15 @@ def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = 
     population whose every member diverged is a PlotError saying so (every_member_diverged). A
     member that diverged (population.json, Setting.diverged) is left out whole, as the report's table leaves it
     out: its values before the divergence carried forward would stand for a member that no longer
-    learns. A member without values of the metric is a PlotError when ``strict``, else left out with
-    a line on stderr. The label names the members left out (``2 of 3 members; m001 diverged at
-    iteration 4``); a setting none of whose members is left is an empty Curve whose label says why,
-    so the legend still names it. PlotError when no setting has a member to draw.
+    learns. A member without values of the metric yet is left out with a line on stderr (one whose
+    metrics.csv cannot be read too, unless ``strict``: then its PlotError). The label names the
+    members left out (``2 of 3 members; m001 diverged at iteration 4``); a setting none of whose
+    members is left is an empty Curve whose label says why, so the legend still names it. PlotError
+    when no setting has a member to draw (``strict``: the first member's own line, ``no values of
+    ...``). A 95% CI of fewer than FEW_CI_MEMBERS members is marked ``95% CI †`` in its label, as the
+    report marks its interval, and the band's legend entry says why.
     """
-    from .population_report import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, MIN_CI_MEMBERS, PopulationError,
+    from .population_report import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FEW_CI_MEMBERS, MIN_CI_MEMBERS, PopulationError,
                                     every_member_diverged, read_settings)
 
     try:
@@ -619,13 +624,13 @@ def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = 
         raise PlotError(f"{run_dir}: no member has a metrics.csv yet (was the population started?)")
     # members share one logger's columns: an unknown metric fails once, not once per member
     name = resolve_metric(metric, list(read_metrics(first)), first)
-    curves, not_drawn = [], []
+    curves, not_drawn, missed, few = [], [], [], False
     for s in settings:
         left = {d.name: s.diverged[d.name] for _, d in s.members if d.name in s.diverged}
         member_curves = []
         for _, d in s.members:
             if d.name not in left:
-                xy = _member_curve(d, name, x, smooth, strict)
+                xy = _member_curve(d, name, x, smooth, strict, missed)
                 if xy is None:
                     left[d.name] = "no values"
                 else:
@@ -644,26 +649,38 @@ def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = 
                  else f"{len(member_curves)} {members}") + late
         # one member has no CI (NaN throughout): the label names only what is drawn
         shown_band = f", {BAND_SHORT[band]}" if np.isfinite(agg["lo"]).any() else ""
+        if shown_band and band == "ci" and len(member_curves) < FEW_CI_MEMBERS:  # the report's † for the same n
+            shown_band, few = shown_band + " \u2020", True
         curves.append(Curve(f"{head}{STATS[stat]}{shown_band} ({count})", agg["x"], agg["y"], agg["lo"], agg["hi"]))
     drawn = [c for c in curves if len(c.x)]
+    if strict and missed and not drawn:  # given alone and no member has a value yet: the first one's own line, as before
+        raise missed[0][1]
+    for d, e in missed:
+        sys.stderr.write(printable(f"proxima: note: leaving out {d}: {e}") + "\n")
     if not drawn:
         raise PlotError(f"{run_dir}: no member to draw (" + "; ".join(not_drawn) + ")")
     how = "last value carried forward" + ("; diverged members left out" if any(s.diverged for s in settings) else "")
     banded = [c for c in drawn if np.isfinite(c.lo).any()]
     if band == "ci" and banded:
         how += f"\n95% CI: {BOOTSTRAP_RESAMPLES} bootstrap resamples,\ndefault_rng({BOOTSTRAP_SEED}); none for < {MIN_CI_MEMBERS} members"
+        if few:
+            how += f"\n\u2020 < {FEW_CI_MEMBERS} members: covers well under 95%"
     # how the panel's curves are made, once, on its first band's legend entry (no band: draw_panels
     # puts it in the legend's title rather than beside a swatch of nothing)
     (banded or drawn)[0].band_label = how
     return run_env_id(first), name, curves
 
 
-def _member_curve(member_dir: Path, metric: str, x: str, smooth: int, strict: bool) -> Optional[tuple[np.ndarray, np.ndarray]]:
+def _member_curve(member_dir: Path, metric: str, x: str, smooth: int, strict: bool,
+                  missed: list) -> Optional[tuple[np.ndarray, np.ndarray]]:
     """A member's (x, y) (load_curve), its last value carried on to the last x it logged a row at
     (any row: an iteration without a finished episode has a step but no return), so a setting's
     curve ends where its members' training does, not at the last iteration one finished an episode.
-    When it has none to draw (no values of the metric, no metrics.csv): PlotError when ``strict``,
-    else None and a line on stderr naming it and why."""
+    None when it has none to draw, its (member_dir, PlotError) appended to ``missed`` for the caller
+    to say: a member with no value of the metric yet (a live population's member that has finished
+    no episode) always; one whose metrics.csv is missing or cannot be read, or lacks the columns, only
+    when not ``strict`` (when strict: the PlotError)."""
+    cols = None
     try:
         cols = read_metrics(member_dir)
         xs, ys = _curve_of(cols, member_dir, metric, x, smooth)
@@ -673,9 +690,11 @@ def _member_curve(member_dir: Path, metric: str, x: str, smooth: int, strict: bo
             xs, ys = np.append(xs, logged.max()), np.append(ys, ys[-1])
         return xs, ys
     except PlotError as e:
-        if strict:
+        # read, with the columns, and no value yet: the others are drawn, as of several directories
+        no_value_yet = cols is not None and metric in cols and X_COLUMNS[x] in cols
+        if strict and not no_value_yet:
             raise
-        sys.stderr.write(printable(f"proxima: note: leaving out {member_dir}: {e}") + "\n")
+        missed.append((member_dir, e))
         return None
 
 

@@ -3,7 +3,9 @@
 Each member is evaluated as ``proxima eval RUN/<member dir>`` would evaluate it: its newest
 checkpoint (``--best``: its ``checkpoints/best.pt``, which no member has while populations refuse
 --eval-every), env seed = its own config's seed + 1,000,000
-(the end-of-training evaluation's) unless ``seed`` is given, ``episodes`` episodes, one per env.
+(the end-of-training evaluation's) unless ``seed`` is given, ``episodes`` episodes, one per env (None:
+each member's own --eval-episodes, report.run_eval_episodes, so eval measures what the members'
+eval.json and ``proxima report`` measured).
 Per setting (one combination of swept values; all its seeds) the members' mean returns are summed
 up as their mean and interquartile mean with 95% bootstrap intervals (population_report.member_statistics:
 the same statistics as ``proxima report``; a NaN or infinite mean return is left out and named, no
@@ -32,7 +34,7 @@ from .checkpoint import _NAME as STEP_FILE
 from .checkpoint import CheckpointError, best_checkpoint_path, list_checkpoints, no_checkpoint_error
 from .config import MAX_EVAL_STEPS
 from .population_report import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CI_LEVEL, FEW_MEMBERS_NOTE, ci_cell,
-                                every_member_diverged, member_statistics, read_settings)
+                                different_steps_note, every_member_diverged, member_statistics, read_settings)
 
 #: a population of seeds only (no --sweep) has one setting with no values to name: its line says so in
 #: the members' count (the report's table names it "(seeds only)")
@@ -92,14 +94,17 @@ def _step_of(path: Path, known: dict) -> Optional[int]:
     return int(named.group(1)) if named else None
 
 
-def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True, seed: Optional[int] = None,
+def evaluate_population(run_dir, episodes: Optional[int] = None, deterministic: bool = True, seed: Optional[int] = None,
                         device="cpu", backend: Optional[str] = None, env_id: Optional[str] = None, trust_env: bool = False,
                         best: bool = False, on_member: Optional[Callable[[dict], None]] = None, max_steps: Optional[int] = None,
                         env_kwargs: Optional[dict] = None) -> dict:
     """Evaluate every member of the population at ``run_dir``; ``on_member(row)`` is called as each finishes.
     ``env_kwargs`` replaces the members' recorded env kwargs (as ``proxima eval --env-kwargs`` for one run).
 
-    Returns dict(run_dir, env_id, episodes, deterministic, max_steps, members, settings): ``members`` is one
+    ``episodes``: per member (None: each member's own --eval-episodes, 10 where that is 0).
+
+    Returns dict(run_dir, env_id, episodes (the members' count; None if they differ), deterministic,
+    max_steps, members, settings): ``members`` is one
     row per member, setting by setting (population.json's order, which population_run writes
     setting by setting): dir, seed, settings, checkpoint (the file evaluated), global_step (its step),
     eval_seed and the fields of evaluate.evaluate (mean_return, std_return, returns, lengths, ...); ``settings`` is one row per
@@ -116,6 +121,7 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
     from .checkpoint import check_registered, load_checkpoint, load_policy
     from .evaluate import evaluate
     from .guards import NonFiniteError
+    from .report import run_eval_episodes
 
     run_dir = Path(run_dir)
     settings = read_settings(run_dir)
@@ -137,8 +143,9 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
                                 env_kwargs=env_kwargs)
             check_registered(policy)  # the first member's, before any evaluation: the --env MODULE:ID to give
             eval_seed = seed if seed is not None else int(policy.config["seed"]) + 1_000_000
+            count = episodes if episodes is not None else run_eval_episodes(d, policy.config)
             try:
-                result = evaluate(policy, episodes=episodes, deterministic=deterministic, seed=eval_seed,
+                result = evaluate(policy, episodes=count, deterministic=deterministic, seed=eval_seed,
                                   backend=backend or policy.config.get("backend", "auto"),
                                   **({} if max_steps is None else {"max_steps": max_steps}))
             except NonFiniteError as e:  # the env's NaN/inf, not the member's: the line says whose evaluation met it
@@ -162,6 +169,9 @@ def evaluate_population(run_dir, episodes: int = 10, deterministic: bool = True,
                           "ci_note": FEW_MEMBERS_NOTE if stats["few"] and stats["mean_ci"] is not None else None,
                           "cut_members": cut})
     members = list(rows.values())
+    counts = {m["episodes"] for m in members}
+    if episodes is None:  # the members' own: one count, unless their configs were made to differ
+        episodes = counts.pop() if len(counts) == 1 else None
     return {"run_dir": str(run_dir), "env_id": members[0]["env_id"] if members else None, "episodes": episodes,
             "deterministic": deterministic, "max_steps": MAX_EVAL_STEPS if max_steps is None else max_steps,
             "members": members, "settings": summaries}
@@ -199,12 +209,15 @@ def format_summary(result: dict) -> str:
                      f"{s['resamples']} resamples, {s['rng']}){left}{_cut_note(s, result.get('max_steps'))}")
     if any(s["few"] and s["mean_ci"] is not None for s in result["settings"]):
         lines.append(f"\u2020 {FEW_MEMBERS_NOTE}")
-    steps = [m.get("global_step") for m in result.get("members", [])]
-    steps = [v for v in steps if isinstance(v, int) and not isinstance(v, bool)]
-    if steps and min(steps) != max(steps):  # a population read while training: its settings compare unequal training
-        lines.append(f"note: the members were evaluated at different steps ({min(steps):,}-{max(steps):,}; each member's line "
-                     "says its own), so the settings compare unequal amounts of training (a population still training "
-                     "writes new checkpoints as they are read: evaluate it again once it has stopped)")
+    # a population read while training: its settings compare unequal training
+    steps = different_steps_note([m.get("global_step") for m in result.get("members", [])], "each member's line says its own")
+    if steps:
+        lines.append(f"note: {steps}")
+    counts = [m.get("episodes") for m in result.get("members", [])]
+    counts = [c for c in counts if isinstance(c, int) and not isinstance(c, bool)]
+    if counts and min(counts) != max(counts):  # members' own --eval-episodes made to differ: one kind per line, said
+        lines.append(f"note: the members' evaluations ran different numbers of episodes ({min(counts):,}-{max(counts):,}; "
+                     "each member's own --eval-episodes, each member's line says its count); --episodes N runs N for all")
     return "\n".join(lines)
 
 

@@ -2,9 +2,13 @@
 
 Per setting (one combination of the swept values; all seeds of it): the members' final returns, of
 one kind per setting (member_values): the deterministic evaluation return (each member's
-``eval.json`` mean; else, with ``--episodes N``, a fresh evaluation of its latest checkpoint) when
-any member of the setting has one, else the last logged (stochastic) training return; a member
-without a value of that kind, or with a NaN or infinite one, is left out and named. Over the values
+``eval.json`` mean; else a fresh evaluation of its latest checkpoint over ``--episodes N``, by
+default its own --eval-episodes, the count its eval.json would hold) when any member of the setting
+has one, else the last logged (stochastic) training return; a member without a value of that kind,
+or with a NaN or infinite one, is left out and named. The line above the table says at which step(s)
+and over how many episodes the evaluation returns were measured; members evaluated at different
+steps (a population read while training) or over different counts (an explicit ``--episodes`` beside
+eval.json's) are named in a note, as ``proxima eval`` says it, not averaged unsaid. Over the values
 used (n of them): their mean and interquartile mean (IQM: trimmed mean, floor(n/4) of the n values
 dropped at each end, rliable's, equal to ``scipy.stats.trim_mean(x, 0.25)``; equals the mean for
 n < 4), a 95% percentile-bootstrap confidence interval for each (members resampled with
@@ -265,14 +269,20 @@ def bootstrap_band(stack: np.ndarray, stat: str = "iqm", resamples: int = BAND_R
 EVALUATED_NOW = "evaluated now from the latest checkpoint (no eval.json)"
 
 
-def member_final_return(member_dir: Path, episodes: int = 0, device: str = "cpu", quiet: bool = True,
-                        unevaluated: Optional[list] = None, stale: Optional[dict] = None) -> tuple:
-    """(return, source): eval.json's mean return; else, with ``episodes`` >= 1, a fresh evaluation of
-    the member's latest checkpoint (``report --episodes N --device D``, as a single run's report
-    makes one); else (or when it has no checkpoint yet: its error is appended to ``unevaluated``)
-    the last logged charts/episodic_return (None, "no result", before the first is logged). An
-    eval.json of another step than the member's last is not its result: ``stale`` gets
-    {member dir name: "eval.json of step X, not the member's last step N"}."""
+def member_final_return(member_dir: Path, episodes: Optional[int] = 0, device: str = "cpu", quiet: bool = True,
+                        unevaluated: Optional[list] = None, stale: Optional[dict] = None,
+                        measured: Optional[dict] = None) -> tuple:
+    """(return, source): eval.json's mean return; else, with ``episodes`` >= 1 (None: the member's own
+    --eval-episodes, report.run_eval_episodes), a fresh evaluation of the member's latest checkpoint
+    (``report --episodes N --device D``, as a single run's report makes one); else (or when it has no
+    checkpoint yet: its error is appended to ``unevaluated``) the last logged charts/episodic_return
+    (None, "no result", before the first is logged). An eval.json of another step than the member's
+    last is not its result: ``stale`` gets {member dir name: "eval.json of step X, not the member's
+    last step N"}. An evaluation return's step and episodes go into ``measured``: {member dir name:
+    (global_step, episodes)}, None for one its eval.json does not record (an older one)."""
+    def count(v):
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
     ev = member_dir / "eval.json"
     if ev.is_file():  # data: read and checked as a single run's report reads it (one line, never a traceback)
         from .report import ReportError, _check_eval, _last_step, _read_json, _stale_eval
@@ -282,10 +292,16 @@ def member_final_return(member_dir: Path, episodes: int = 0, device: str = "cpu"
             raise ReportError(f"{ev}: has no mean_return")
         # of an earlier step than the member's newest checkpoint (a resume that could not remove it): not its result
         if not _stale_eval(member_dir, saved):
+            if measured is not None:
+                measured[member_dir.name] = (count(saved.get("global_step")), count(saved.get("episodes")))
             return float(saved["mean_return"]), "eval"
         if stale is not None:  # "no eval.json" would send the user looking for a file that is there
             stale[member_dir.name] = (f"eval.json of step {saved['global_step']:,}, not the member's last step "
                                       f"{_last_step(member_dir):,}")
+    if episodes is None:
+        from .report import run_eval_episodes
+
+        episodes = run_eval_episodes(member_dir)
     if episodes >= 1:
         from .report import _eval_line, evaluate_latest
 
@@ -293,6 +309,8 @@ def member_final_return(member_dir: Path, episodes: int = 0, device: str = "cpu"
         if "error" not in result:
             if not quiet:
                 print(f"evaluated {member_dir}: {_eval_line(result)}", file=sys.stderr)
+            if measured is not None:
+                measured[member_dir.name] = (count(result.get("global_step")), count(result.get("episodes")))
             return float(result["mean_return"]), EVALUATED_NOW
         if unevaluated is not None:
             unevaluated.append((member_dir, result["error"]))
@@ -350,7 +368,7 @@ def member_statistics(names: list, values: list, threshold: Optional[float] = No
 EVAL_SOURCES = ("eval", EVALUATED_NOW)
 
 
-def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: int = 0, device: str = "cpu",
+def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: Optional[int] = 0, device: str = "cpu",
                        quiet: bool = True) -> list:
     """One dict per setting: settings, seeds, dirs, kind, sources, eval_missing, and member_statistics's
     fields over the members' final returns of one kind: "eval" (the deterministic evaluation return)
@@ -359,7 +377,8 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: int
     without eval.json is evaluated (member_final_return); eval_missing: the members still without one;
     not_evaluated: {member: (why, command or None)} of those the evaluation failed for (_not_evaluated);
     stale_eval: {member: "eval.json of step X, not the member's last step N"} of those whose eval.json is
-    there but of another step (their left_out reason, where the others' is "no eval.json")."""
+    there but of another step (their left_out reason, where the others' is "no eval.json"); measured:
+    {member: (global_step, episodes)} of the evaluation returns the row holds (None where not recorded)."""
     from .report import ReportError
 
     try:
@@ -368,9 +387,11 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: int
         raise ReportError(str(e)) from None
     unevaluated: list = []
     stale: dict = {}
+    measured: dict = {}
     # a diverged member has no result (its frozen weights are not evaluated): left out, named
     finals = [[(seed, d, None, "diverged") if d.name in setting.diverged else
-               (seed, d, *member_final_return(d, episodes, device, quiet, unevaluated, stale)) for seed, d in setting.members]
+               (seed, d, *member_final_return(d, episodes, device, quiet, unevaluated, stale, measured))
+               for seed, d in setting.members]
               for setting in settings]
     if unevaluated and not quiet:  # one line, not one per member
         why = unevaluated[0][1].removeprefix("could not evaluate: ")  # it names the member's directory
@@ -391,6 +412,8 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: int
                "diverged": dict(setting.diverged)}
         row["not_evaluated"] = {name: why_not[name] for name in row["eval_missing"] if name in why_not}
         row["stale_eval"] = {name: stale[name] for name in row["eval_missing"] if name in stale}
+        row["measured"] = {d.name: measured[d.name] for (_, d, *_), ok in zip(members, evaluated)
+                           if ok and d.name in measured}
         row.update(member_statistics(row["dirs"], values, threshold, excluded=setting.diverged))
         row["left_out"] = [[name, row["stale_eval"].get(name, "no eval.json") if name in row["eval_missing"] else why]
                            for name, why in row["left_out"]]
@@ -398,7 +421,7 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: int
     return out
 
 
-def _not_evaluated(member_dir: Path, error: str, episodes: int, device: str) -> tuple:
+def _not_evaluated(member_dir: Path, error: str, episodes: Optional[int], device: str) -> tuple:
     """(why, command) for a member the report could not evaluate (report.evaluate_latest's ``error``):
     why in a few words, its own paths relative to the member; command: the ``proxima eval`` that
     evaluates it where the report would not, else None. The report never imports a ``module:Class``
@@ -415,7 +438,9 @@ def _not_evaluated(member_dir: Path, error: str, episodes: int, device: str) -> 
         return why, None
     if not imports_code(env_id):
         return why, None
-    command = (f"proxima eval {shlex.quote(str(member_dir))} --trust-run --episodes {episodes}"
+    # without --episodes, eval runs the member's own count, as the report's evaluation would have
+    command = (f"proxima eval {shlex.quote(str(member_dir))} --trust-run"
+               + (f" --episodes {episodes}" if episodes is not None else "")
                + (f" --device {shlex.quote(str(device))}" if str(device) != "cpu" else ""))
     return f"its env {env_id} is a module:Class, which the report does not import from a run's files", command
 
@@ -440,15 +465,11 @@ def _not_evaluated_note(row: dict) -> str:
     return "; ".join(parts)
 
 
-def training_progress(run_dir: Path, doc: dict) -> str:
-    """``446,464 steps each, 40.6 s of training`` for a finished population. One in progress or
-    stopped has not trained population.json's target (nor written its wall time): the steps and
-    seconds are the members' metrics.csv's, ``1,024 of 29,952 steps each so far (in progress: locked
-    by pid P ...), 3.2 s of training``; a number there is none of is "—"."""
+def _reached(run_dir: Path, doc: dict) -> tuple:
+    """(step, seconds): the step all members' metrics.csv reached (the slowest's; members train in
+    lockstep), None when no member lists; the wall seconds they logged, [] when none has."""
     from .plot import PlotError, read_metrics
 
-    total = doc.get("total_timesteps_per_member")
-    total = total if isinstance(total, int) and not isinstance(total, bool) else None
     done, seconds = [], []
     for entry in doc.get("member_dirs") or []:
         try:
@@ -461,7 +482,17 @@ def training_progress(run_dir: Path, doc: dict) -> str:
         done.append(int(steps[-1]) if steps.size else 0)
         if times.size:
             seconds.append(float(times[-1]))
-    step = min(done) if done else None  # members train in lockstep; the slowest says how far all are
+    return (min(done) if done else None), seconds  # members train in lockstep; the slowest says how far all are
+
+
+def training_progress(run_dir: Path, doc: dict) -> str:
+    """``446,464 steps each, 40.6 s of training`` for a finished population. One in progress or
+    stopped has not trained population.json's target (nor written its wall time): the steps and
+    seconds are the members' metrics.csv's, ``1,024 of 29,952 steps each so far (in progress: locked
+    by pid P ...), 3.2 s of training``; a number there is none of is "—"."""
+    total = doc.get("total_timesteps_per_member")
+    total = total if isinstance(total, int) and not isinstance(total, bool) else None
+    step, seconds = _reached(run_dir, doc)
     wall = doc.get("wall_seconds")
     status = progress_status(run_dir, step, total)
     num = lambda v: "\u2014" if v is None else f"{v:,}"  # noqa: E731
@@ -522,7 +553,58 @@ def ci_cell(ci, few: bool, digits: int = 1) -> str:
     return f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" + (" \u2020" if few else "")
 
 
-def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: int = 0) -> str:
+def different_steps_note(steps: list, each: str, again: str = "evaluate it again") -> Optional[str]:
+    """``the members were evaluated at different steps (1,024-1,536; EACH), so the settings compare
+    unequal amounts of training (...)``, as eval and the report say it, or None when the known steps
+    (ints of ``steps``) are one. ``again``: what to do once the population has stopped."""
+    steps = [v for v in steps if isinstance(v, int) and not isinstance(v, bool)]
+    if not steps or min(steps) == max(steps):
+        return None
+    return (f"the members were evaluated at different steps ({min(steps):,}-{max(steps):,}; {each}), so the settings "
+            "compare unequal amounts of training (a population still training writes new checkpoints as they are "
+            f"read: {again} once it has stopped)")
+
+
+def _measured_text(rows: list, reached: Optional[int]) -> str:
+    """`` Evaluated at step 3,200 (the members' newest checkpoints; their metrics.csv reached 4,064),
+    over 20 episodes per member.``: what the table's evaluation returns measured, of every row
+    holding them (row["measured"]); "" when none does. Members of a population read while it
+    trains, or whose eval.json and the report's evaluation ran different counts, differ: said as
+    a range, and named in the notes under the table."""
+    pairs = [m for r in rows for m in (r.get("measured") or {}).values()]
+    if not pairs:
+        return ""
+    steps = sorted({st for st, _ in pairs if st is not None})
+    counts = sorted({c for _, c in pairs if c is not None})
+    if not steps:
+        at = "a step not recorded (an older eval.json)"
+    elif len(steps) == 1:
+        at = f"step {steps[0]:,}"
+    else:
+        at = f"steps {steps[0]:,} to {steps[-1]:,} (members differ: see the note below)"
+    unknown = sum(st is None for st, _ in pairs)
+    if unknown and steps:
+        at += f" ({unknown} older eval.json without a step)"
+    if steps and reached is not None and steps[-1] < reached:  # a population stopped or read between checkpoints
+        at += f" (the members' newest checkpoints; their metrics.csv reached {reached:,})"
+    if not counts:
+        over = ""
+    elif len(counts) == 1:
+        over = f", over {counts[0]:,} episode{'s' if counts[0] != 1 else ''} per member"
+    else:
+        over = f", over {counts[0]:,} to {counts[-1]:,} episodes (members differ: see the note below)"
+    return f" Evaluated at {at}{over}."
+
+
+def _by_value(named: dict, fmt: Callable) -> str:
+    """``m000-seed1, m001-seed2 at 8,320; m002-seed3 at 10,240``: members grouped by a value, in value order."""
+    groups: dict = {}
+    for name, value in named.items():
+        groups.setdefault(value, []).append(name)
+    return "; ".join(f"{', '.join(names)} {fmt(value)}" for value, names in sorted(groups.items()))
+
+
+def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: Optional[int] = 0) -> str:
     doc = json.loads(read_run_text(run_dir / POPULATION_FILE))  # read_settings checked it
     f = lambda v: "\u2014" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.1f}"  # noqa: E731
     kinds = {" / ".join(r["sources"]) for r in rows}  # "": a setting whose every member diverged, no source counted
@@ -537,12 +619,13 @@ def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: int 
             for r in rows) + "."
     from .plot import dir_name
 
+    measured = "" if everyone else _measured_text(rows, _reached(run_dir, doc)[0])
     seeds = len(doc["seeds"]) if isinstance(doc.get("seeds"), list) else None
     lines = [f"# Population report: {dir_name(run_dir)}", "",
              f"{doc.get('env_id')}: {_count(doc.get('members'), 'member')} "
              f"({_count(seeds, 'seed')} x {_count(len(rows), 'setting')}), "
              f"{training_progress(run_dir, doc)} in one process.", "",
-             f"{sources} 95% CIs: {CI_METHOD}; none (\u2014) for fewer than {MIN_CI_MEMBERS} members. {IQM_TEXT}.", "",
+             f"{sources}{measured} 95% CIs: {CI_METHOD}; none (\u2014) for fewer than {MIN_CI_MEMBERS} members. {IQM_TEXT}.", "",
              f"| setting | members | mean | mean 95% CI | IQM | IQM 95% CI | >= {threshold if threshold is not None else 'threshold'} |",
              "|---|---|---|---|---|---|---|"]
     notes = []
@@ -554,7 +637,7 @@ def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: int 
                      f"{ci_cell(r['iqm_ci'], r['few'])} | {solved} |")
         if r["eval_missing"]:
             k, m = len(r["eval_missing"]), r["members"]
-            how = (f"run `proxima report {run_dir} --episodes N` to evaluate them" if episodes < 1 else
+            how = (f"run `proxima report {run_dir} --episodes N` to evaluate them" if episodes is not None and episodes < 1 else
                    f"the report could not evaluate {'them' if k != 1 else 'it'}: {_not_evaluated_note(r)}")
             old = r.get("stale_eval") or {}
             absent = [d for d in r["eval_missing"] if d not in old]
@@ -570,8 +653,17 @@ def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: int 
             notes.append(f"- {name}: left out: {', '.join(other)}.")
         if r["left_out"] and threshold is not None:
             notes.append(f"- {name}: the {_count(len(r['left_out']), 'member')} left out count{'s' if len(r['left_out']) == 1 else ''} as not reaching {threshold}.")
+        counts = {name: c for name, (_, c) in (r.get("measured") or {}).items() if c is not None}
+        if len(set(counts.values())) > 1:  # an explicit --episodes other than eval.json's: said, not averaged unsaid
+            notes.append(f"- {name}: its members' evaluations ran different numbers of episodes ("
+                         f"{_by_value(counts, lambda c: f'over {c:,}')}); each member's mean counts as one value: "
+                         f"`proxima eval {run_dir}` evaluates every member alike, over its own --eval-episodes.")
     if any(r["few"] and r["mean_ci"] is not None for r in rows):
         notes.append(f"- \u2020 {FEW_MEMBERS_NOTE}.")
+    at = {name: st for r in rows for name, (st, _) in (r.get("measured") or {}).items() if st is not None}
+    steps_note = different_steps_note(list(at.values()), _by_value(at, lambda st: f"at {st:,}"), "report it again")
+    if steps_note:  # eval's note: unequal training hides in one IQM otherwise
+        notes.append(f"- note: {steps_note}.")
     if notes:
         lines += [""] + notes
     lines += ["", "Per member: `proxima report RUN/<member dir>` (same files as a single run).", ""]
@@ -612,11 +704,13 @@ def curve_caption(rows: list, metric: str) -> str:
 
 
 def build_population_report(run_dir, out=None, threshold: Optional[float] = None, metric: str = "charts/episodic_return",
-                            x: str = "step", smooth: int = 1, episodes: int = 0, device: str = "cpu", quiet: bool = True) -> Path:
+                            x: str = "step", smooth: int = 1, episodes: Optional[int] = 0, device: str = "cpu",
+                            quiet: bool = True) -> Path:
     """Write RUN/report.md (or ``out``) for a population, its curve ``metric`` against ``x`` smoothed
     over ``smooth`` points (<stem>_curve.png next to the report, named after it as a single run's
     report's: RUN/report_curve.png by default), evaluating members without eval.json over ``episodes`` episodes on
-    ``device`` (0: their last training return); ReportError (nothing written) on a broken run."""
+    ``device`` (None: each member's own --eval-episodes; 0: their last training return); ReportError
+    (nothing written) on a broken run."""
     from .diskspace import describe
     from .report import ReportError, _curve_path, image_link
 

@@ -9,7 +9,9 @@ curve (drawn by proxima.plot.plot_runs next to the report, named after it: ``rep
 ``report_curve.png``, never plot's ``curve.png``, and embedded with a percent-encoded relative
 link), the final evaluation (``eval.json`` written at the end of training, used when it is of the
 run's last step; without it the latest checkpoint is evaluated now for ``--episodes N`` episodes,
-not saved; the step of the policy evaluated is given), the resolved config (``config.yaml``) and the versions and machine (``meta.json``).
+by default the run's own ``--eval-episodes`` (10 where that is 0), so it measures what eval.json would
+have; not saved; the step of the policy evaluated and the episodes are given; a population member's
+throughput is said to be per member), the resolved config (``config.yaml``) and the versions and machine (``meta.json``).
 
 Several runs get one column each; runs of one env share a mean + spread curve. A population
 directory (``train --seeds/--sweep``) is reported alone, by population_report, its curve drawn with
@@ -222,8 +224,32 @@ def _name_best_pt(run_dir: Path, summary: dict) -> None:
         summary["eval_best_step"], summary["best_pt"] = float(step), True
 
 
-def final_eval(run_dir: Path, config: dict, meta: dict, episodes: int, device: str = "cpu") -> dict:
-    """eval.json if the run wrote one, else a fresh evaluation of the latest checkpoint.
+#: episodes of a fresh evaluation of a run whose config asks for none (--eval-episodes 0), or records no count
+DEFAULT_EVAL_EPISODES = 10
+
+
+def run_eval_episodes(run_dir: Optional[Path], config: Optional[dict] = None) -> int:
+    """The episodes a fresh evaluation of a run runs when --episodes is not given: the run's own
+    ``eval_episodes`` (its config.yaml's, which its eval.json was written with; else ``config``'s, a
+    checkpoint's), so ``eval`` and ``report`` measure what the end-of-training eval.json measured
+    and one population's rows never mix counts; DEFAULT_EVAL_EPISODES where that is 0 or not recorded."""
+    def count(v):
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else None
+
+    found = None
+    if run_dir is not None:
+        try:  # data, read as the report reads it; one that cannot be read falls back to the checkpoint's
+            found = count(_read_yaml(Path(run_dir) / "config.yaml").get("eval_episodes"))
+        except ReportError:
+            found = None
+    if found is None and isinstance(config, dict):
+        found = count(config.get("eval_episodes"))
+    return found or DEFAULT_EVAL_EPISODES
+
+
+def final_eval(run_dir: Path, config: dict, meta: dict, episodes: Optional[int], device: str = "cpu") -> dict:
+    """eval.json if the run wrote one, else a fresh evaluation of the latest checkpoint over
+    ``episodes`` episodes (None: the run's own, run_eval_episodes).
 
     Returns the evaluation result (proxima.evaluate.evaluate's dict) with ``source`` added, or
     ``{"error": "..."}`` when there is none to give (no checkpoint, RLHF run, --episodes 0).
@@ -234,6 +260,8 @@ def final_eval(run_dir: Path, config: dict, meta: dict, episodes: int, device: s
         return {**saved, "source": "eval.json (end of training)"}
     if meta.get("kind") == "rlhf":
         return {"error": "not applicable to an RLHF run"}
+    if episodes is None:
+        episodes = run_eval_episodes(run_dir, config)
     if episodes < 1:
         if stale:
             return {"error": f"eval.json is of step {saved['global_step']:,}, not of the run's last step "
@@ -589,7 +617,9 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     rows.append(["steps"] + [_steps_cell(r["summary"], r.get("progress")) for r in runs])
     rows.append(["iterations"] + [_num(x["iterations"]) for x in s])
     rows.append(["wall time"] + [_num(x["time"], "{:,.1f} s") for x in s])
-    rows.append(["throughput"] + [_num(x.get("sps"), "{:,.0f} steps/s") for x in s])
+    # a population's member counts its own steps over the time the population took for all of them
+    rows.append(["throughput"] + [_num(r["summary"].get("sps"), "{:,.0f} steps/s" + (" per member" if r.get("member") else ""))
+                                  for r in runs])
     rows.append(["episodes finished"] + [_num(x["episodes"]) for x in s])
     def at_step(value, step):
         return None if value is None else _value(value) + (f" at step {step:,.0f}" if step is not None else "")
@@ -692,9 +722,12 @@ def image_link(relpath: str) -> str:
     return quote(relpath, safe="/")
 
 
-def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str = "cpu", metric: str = DEFAULT_METRIC,
-                 x: str = "step", smooth: int = 1, quiet: bool = True) -> Path:
+def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, device: str = "cpu",
+                 metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1, quiet: bool = True) -> Path:
     """Write the Markdown report of the runs; return its path.
+
+    episodes: of the fresh evaluation of a run without eval.json (None: the run's own --eval-episodes,
+    run_eval_episodes; 0: none).
 
     out: the report file (default RUN_DIR/report.md for one run; required for several). The curve
     is written next to it, named after it (<stem>_curve.png: report_curve.png). Raises
@@ -727,7 +760,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
     check_out(out)
     check_device(device, episodes)
     names = run_names(dirs)  # `.` by the directory it is; a/run and b/run by their paths
-    from .population_report import member_divergence
+    from .population_report import member_divergence, member_population
 
     runs = []
     for d, name, m in zip(dirs, names, metrics):  # every file read and checked before anything is written
@@ -744,7 +777,8 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
         # a diverged member's report says so at its top: it trains no further, whatever its steps
         progress, summary["total"] = (None, None) if diverged else run_progress(d, summary["global_step"], config, meta)
         runs.append({"dir": d, "name": name, "env": run_env_id(d), "config": config, "meta": meta,
-                     "summary": summary, "eval": ev, "diverged": diverged, "progress": progress})
+                     "summary": summary, "eval": ev, "diverged": diverged, "progress": progress,
+                     "member": member_population(d) is not None})
     for label, members in group_runs(dirs).items():
         for r in runs:
             if r["dir"] in members:
@@ -764,9 +798,9 @@ def build_report(run_dirs: Sequence, out=None, episodes: int = 10, device: str =
     return out
 
 
-def check_device(device: str, episodes: int) -> None:
+def check_device(device: str, episodes: Optional[int]) -> None:
     """ReportError for a --device that cannot evaluate, before any run is evaluated (--episodes 0: unused)."""
-    if episodes < 1:
+    if episodes is not None and episodes < 1:
         return
     from .config import ConfigError
     from .device import resolve_device
@@ -808,10 +842,11 @@ def _write_text(out: Path, text: str, also_written: Optional[Path] = None) -> No
 
 
 def build_population_report(run_dir, out=None, threshold: Optional[float] = None, metric: str = DEFAULT_METRIC,
-                            x: str = "step", smooth: int = 1, episodes: int = 0, device: str = "cpu", quiet: bool = True) -> Path:
+                            x: str = "step", smooth: int = 1, episodes: Optional[int] = 0, device: str = "cpu",
+                            quiet: bool = True) -> Path:
     """population_report.build_population_report, checked first (a bad --out, an unknown metric:
-    ReportError, nothing written); members without eval.json are evaluated over ``episodes`` on
-    ``device``, as final_eval evaluates a single run."""
+    ReportError, nothing written); members without eval.json are evaluated over ``episodes`` (None:
+    each member's own --eval-episodes) on ``device``, as final_eval evaluates a single run."""
     from . import population_report
     from .plot import population_curves
 
@@ -833,8 +868,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
     p.add_argument("--out", default=None, metavar="FILE.md", help="report file, ending in .md (default RUN_DIR/report.md; "
                    "needed for several runs); its curve is <stem>_curve.png beside it")
-    p.add_argument("--episodes", type=int_arg, default=10, metavar="N",
-                   help="episodes to evaluate when a run (or a population's member) has no eval.json (default 10; 0: skip)")
+    p.add_argument("--episodes", type=int_arg, default=None, metavar="N",
+                   help="episodes to evaluate when a run (or a population's member) has no eval.json (default: the run's "
+                   f"--eval-episodes, which its eval.json would hold; {DEFAULT_EVAL_EPISODES} where that is 0; 0: skip)")
     p.add_argument("--device", default="cpu", help="torch device for that evaluation (default cpu)")
     p.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME", help=f"metric for the curve and the summary (default {DEFAULT_METRIC})")
     p.add_argument("--x", default="step", choices=tuple(X_LABELS), help="curve x axis: global step or wall time (default step)")
@@ -855,7 +891,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     prog = "proxima report"
-    if args.episodes < 0:
+    if args.episodes is not None and args.episodes < 0:
         sys.stderr.write(f"{prog}: error: --episodes {args.episodes}: must be 0 or more\n")
         return 2
     if args.smooth < 1:

@@ -139,11 +139,11 @@ def test_members_with_empty_cells_carry_their_last_value_on_the_logged_steps(tmp
     returns = np.array([[np.nan, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0], [1.0, 4.0, 5.0, 6.0], [1.0, 0.0, 1.0, 2.0]])
     run = _fake_population(tmp_path / "R", [({}, returns)], steps)
     _, _, [curve] = population_curves(run, stat="mean")
-    assert curve.label == "mean, 95% CI (4 members, fewer before step 200)"  # no sweep: no setting name
+    assert curve.label == "mean, 95% CI \u2020 (4 members, fewer before step 200)"  # no sweep: no setting name
     np.testing.assert_allclose(curve.x, [100, 200, 300, 400])
     np.testing.assert_allclose(curve.y, [1.0, 2.0, 3.0, 4.0])
     assert curve.band_label == ("last value carried forward\n95% CI: 2000 bootstrap resamples,\ndefault_rng(0); none for < 2 "
-                                "members")
+                                "members\n\u2020 < 5 members: covers well under 95%")
 
 
 def test_population_curves_are_on_the_logged_steps_and_a_strong_member_never_drops_out(tmp_path):
@@ -158,7 +158,7 @@ def test_population_curves_are_on_the_logged_steps_and_a_strong_member_never_dro
     np.testing.assert_array_equal(cb.x, steps)
     # the strong member counts at every step with its last return: 500 at steps 768-1280
     np.testing.assert_allclose(ca.y, [(400 + 33) / 4, (400 + 63) / 4, (500 + 93) / 4, (500 + 123) / 4, (500 + 153) / 4])
-    assert ca.label == "lr=0.001: mean, 95% CI (4 members)"
+    assert ca.label == "lr=0.001: mean, 95% CI \u2020 (4 members)"
     _, _, (iq, _) = population_curves(run)  # IQM of 4: drops 1 at each end; the strong member is the top one
     assert iq.y[-1] == pytest.approx((51.0 + 52.0) / 2)
 def test_population_and_plain_runs_are_drawn_in_their_own_panels(tmp_path, capsys):
@@ -171,7 +171,7 @@ def test_population_and_plain_runs_are_drawn_in_their_own_panels(tmp_path, capsy
     [group], [setting] = panels[0][2], panels[1][2]
     assert group.label == "mean of 2 runs" and group.band_label == "min-max over runs"  # plain runs keep their defaults
     np.testing.assert_allclose(group.y, [1.0, 2.0, 3.0])
-    assert setting.label == "ent_coef=0.01: IQM, 95% CI (3 members)"
+    assert setting.label == "ent_coef=0.01: IQM, 95% CI \u2020 (3 members)"
     np.testing.assert_allclose(setting.y, [3.0, 4.0, 17 / 3])  # 3 members: nothing trimmed, IQM = mean
     code, _, _ = run_main(["plot", str(pop), str(tmp_path / "plain1"), str(tmp_path / "plain2"), "--out",
                            str(tmp_path / "mix.png")], capsys)
