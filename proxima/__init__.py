@@ -8,8 +8,11 @@ Public API::
     action = policy.act(obs)           # obs: (B, obs_dim) tensor or numpy array
 """
 
+from __future__ import annotations  # train()'s annotations as proxima.trainer.train's: the same signature
+
 import os as _os
 import sys as _sys
+from typing import Optional
 
 # `python -m proxima ...` imports this package with the current directory first on sys.path; inside
 # a stranger's run directory a shipped numpy.py or gymnasium.py would then run. The console script
@@ -53,12 +56,56 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 
-def train(config: PPOConfig, **kwargs):
+def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True,
+          overwrite: bool = False, env_id: Optional[str] = None, trust_run: bool = False, overrides: Optional[dict] = None,
+          sources: Optional[dict] = None):
     """Train PPO; return (run_dir: pathlib.Path, policy): the run's policy as load(run_dir) gives it
-    (``policy.agent`` is the network). See proxima.trainer.train."""
+    (``policy.agent`` is the network). Details: proxima.trainer.train.
+
+    config: a PPOConfig (``PPOConfig(...)`` or ``proxima.presets.resolve(env_id, preset)``); None only
+        with ``resume``, to continue a run with the config it recorded.
+    run_dir: the run directory (instead of ``config.run_dir``; default runs/<env>__<seed>__<time>).
+    resume: a run directory or checkpoint file to continue from, or "auto": continue ``run_dir`` when
+        it holds a checkpoint, else start it afresh (``proxima train --resume``).
+    quiet: no progress bar, summary lines or advisory notes (errors, and notes of what the run does
+        otherwise than asked, still print), as ``--quiet``.
+    evaluate_at_end: end with the evaluation of ``eval_episodes`` episodes (eval.json) and ``plot``'s curve.png.
+    overwrite: move a non-empty ``run_dir`` aside and start afresh in it, instead of refusing it.
+    env_id, trust_run: the env of a resumed run whose recorded env id is ``module:Class`` (imported only
+        when ``env_id`` names the same env, or with ``trust_run=True``).
+    argv, overrides, sources: the command line's (what it typed, and where each value came from); None
+        from Python.
+    """
+    if config is None:
+        _need_a_config(run_dir, resume)
+    elif isinstance(config, PPOConfig):
+        from .config import unknown_attribute
+
+        refused = unknown_attribute(config)  # here too: a resume replaces the config with the run's, the attribute unread
+        if refused is not None:
+            raise refused
     from .trainer import train as _train
 
-    return _train(config, **kwargs)
+    return _train(config, run_dir=run_dir, resume=resume, argv=argv, quiet=quiet, evaluate_at_end=evaluate_at_end,
+                  overwrite=overwrite, env_id=env_id, trust_run=trust_run, overrides=overrides, sources=sources)
+
+
+def _need_a_config(run_dir, resume) -> None:
+    """ConfigError where train(None, ...) has no run to continue, and so no config to train with (it
+    was an AttributeError deep in the run's setup)."""
+    wanted = "a PPOConfig (PPOConfig(...) or proxima.presets.resolve(...))"
+    if resume is None:
+        raise ConfigError(f"train(config): expected {wanted}, got None; train(None, resume=RUN_DIR) continues a run with "
+                          "its recorded config")
+    if isinstance(resume, str) and resume == "auto":
+        if run_dir is None:
+            raise ConfigError(f"train(None, resume='auto'): give run_dir=RUN_DIR (the run to continue) and {wanted} for "
+                              "the new run it starts when RUN_DIR holds no checkpoint")
+        from .checkpoint import list_checkpoints
+
+        if not list_checkpoints(run_dir):  # resume='auto' would start a new run, which needs a config
+            raise ConfigError(f"train(None, resume='auto'): {run_dir} holds no checkpoint to continue, and a new run "
+                              f"needs {wanted}")
 
 
 def load(path, device="cpu", env_id=None, trust_env=False, env_kwargs=None):

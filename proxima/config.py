@@ -9,6 +9,7 @@ is created on disk.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -82,7 +83,7 @@ def _f(default: Any, doc: str, **kw: Any) -> Any:
 
 @dataclass
 class PPOConfig:
-    """Everything a PPO run needs. Defaults are the classic-control settings of PPO_NOTES.md."""
+    """Everything a PPO run needs. Defaults are the classic-control settings of docs/ppo_notes.md."""
 
     # --- environment ---
     env_id: str = _f("CartPole-v1", "Environment: a Gymnasium id (CartPole-v1), module:ClassName of your own gymnasium.Env, or module:EnvId (imports module, which registers EnvId with Gymnasium).")
@@ -144,6 +145,27 @@ class PPOConfig:
 
 FIELDS = {f.name: f for f in dataclasses.fields(PPOConfig)}
 
+
+class UnknownFieldError(ConfigError, TypeError):
+    """``PPOConfig(learning_rate=...)``: a ConfigError with the field meant, and still the TypeError
+    that an unexpected keyword argument was before."""
+
+
+def _refuse_unknown_keywords(init):
+    @functools.wraps(init)  # inspect.signature (Jupyter's Shift-Tab) still shows every field
+    def __init__(self, *args, **kwargs):
+        unknown = [name for name in kwargs if name not in FIELDS]
+        if unknown:
+            name = unknown[0]
+            more = f" (and {len(unknown) - 1} more: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
+            raise UnknownFieldError(f"PPOConfig({name}={_short_repr(kwargs[name])}): not a PPOConfig field"
+                                    f"{did_you_mean(name)}{more}")
+        init(self, *args, **kwargs)
+    return __init__
+
+
+PPOConfig.__init__ = _refuse_unknown_keywords(PPOConfig.__init__)
+
 #: fields a resumed run may change (docs/reliability.md): how long it runs, how often it saves and
 #: evaluates, what it prints, where and how it runs (compile and cudagraphs are execution switches:
 #: a checkpoint moves between eager, compiled and graphed runs, and a graphed run resumes on a CPU).
@@ -184,12 +206,38 @@ def recorded_config(values: dict, source: str) -> PPOConfig:
 #: spelled so is suggested its field
 ALIASES = {"learning_rate": "lr"}
 
+#: Stable-Baselines3's and CleanRL's names (a few of baselines' ppo2) of PPO fields: suggested, never
+#: accepted (unlike ALIASES), as each means there only roughly what its field means here; difflib alone
+#: suggests a wrong field for some (clip_range -> clip_reward, policy_kwargs -> env_kwargs)
+FOREIGN_NAMES = {
+    "n_steps": "num_steps", "nsteps": "num_steps", "n_envs": "num_envs", "n_epochs": "update_epochs",
+    "noptepochs": "update_epochs", "num_epochs": "update_epochs", "batch_size": "num_minibatches",
+    "minibatch_size": "num_minibatches", "nminibatches": "num_minibatches", "clip_range": "clip_coef",
+    "cliprange": "clip_coef", "clip_range_vf": "clip_vloss", "lam": "gae_lambda", "normalize_advantage": "norm_adv",
+    "net_arch": "hidden_sizes", "policy_kwargs": "hidden_sizes", "activation_fn": "activation",
+    "torch_deterministic": "deterministic", "cuda": "device", "total_steps": "total_timesteps",
+}
+
+#: what to give where a foreign name's value is not its field's (SB3's batch_size is a minibatch's size
+#: in steps: copied into num_minibatches, it would train another run than the one meant)
+FOREIGN_NOTES = {
+    "batch_size": "it counts minibatches: num_envs x num_steps / your minibatch size",
+    "minibatch_size": "it counts minibatches: num_envs x num_steps / your minibatch size",
+    "clip_range_vf": "clip_vloss=True clips the value loss with clip_coef",
+    "policy_kwargs": "net_arch=[64, 64] is hidden_sizes=[64, 64], activation_fn is activation='tanh' or 'relu'",
+    "net_arch": "the widths of the actor's and of the critic's hidden layers, e.g. [64, 64]",
+    "cuda": "device='cuda'",
+}
+
 
 def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "config") -> PPOConfig:
     """Build a config from a plain dict (preset YAML, config.yaml), rejecting unknown keys.
 
     Which source set each field is kept on the config (``source_of``), so a message about a value
     the user did not type can name where it came from (``--preset gpu``, the --config file)."""
+    refused = unknown_attribute(base) if isinstance(base, PPOConfig) else None
+    if refused is not None:  # dataclasses.replace would drop it: the run would train with the field's value
+        raise refused
     cfg = dataclasses.replace(base) if base is not None else PPOConfig()
     sources = dict(getattr(base, "_sources", None) or {})
     for key, value in values.items():
@@ -197,8 +245,7 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
             if _rlhf_field(key):  # a `proxima rlhf` file given to train: a close PPO name would mislead
                 raise ConfigError(f"{source}: unknown field '{key}': it is a `proxima rlhf` setting (RLHFConfig), not "
                                   "a PPO one; give the file to `proxima rlhf --config`, or drop the line for `proxima train`")
-            close = close_field(str(key))  # YAML keys may be numbers or null
-            raise ConfigError(f"{source}: unknown field '{key}'" + (f" (did you mean '{close}'?)" if close else ""))
+            raise ConfigError(f"{source}: unknown field '{key}'{did_you_mean(str(key))}")  # YAML keys may be numbers or null
         setattr(cfg, key, coerce(key, value, source))
         sources[key] = (source, getattr(cfg, key))
     cfg._sources = sources  # not a field: asdict/config.yaml leave it out
@@ -215,11 +262,12 @@ def _rlhf_field(key: Any) -> bool:
 
 
 def close_field(word: str, names=None) -> Optional[str]:
-    """The field a misspelt key means: an alias (learning_rate -> lr), a dashed flag name, or the
-    nearest field or alias name (difflib). ``names``: the fields to choose from (default PPOConfig's;
-    rlhf.config passes RLHFConfig's), of ALIASES those that name one of them."""
+    """The field a misspelt key means: an alias (learning_rate -> lr) or another library's name
+    (n_steps -> num_steps, FOREIGN_NAMES), a dashed flag name, or the nearest field or such name
+    (difflib). ``names``: the fields to choose from (default PPOConfig's; rlhf.config passes
+    RLHFConfig's), of ALIASES and FOREIGN_NAMES those that name one of them."""
     names = list(FIELDS if names is None else names)
-    aliases = {alias: name for alias, name in ALIASES.items() if name in names}
+    aliases = {alias: name for alias, name in {**FOREIGN_NAMES, **ALIASES}.items() if name in names}
     key = word.strip().lstrip("-").replace("-", "_").lower()
     if key in names:
         return key
@@ -227,6 +275,34 @@ def close_field(word: str, names=None) -> Optional[str]:
         return aliases[key]
     close = _close(key, names + list(aliases))
     return aliases.get(close, close) if close else None
+
+
+def did_you_mean(word: str) -> str:
+    """`` (did you mean 'lr'?)`` for an unknown PPOConfig key, keyword or attribute ``word`` (close_field),
+    with what to give where another library's name means something else (FOREIGN_NOTES); "" for none."""
+    close = close_field(word)
+    if not close:
+        return ""
+    note = FOREIGN_NOTES.get(word.strip().lstrip("-").replace("-", "_").lower())
+    return f" (did you mean '{close}'?" + (f" {note})" if note else ")")
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def unknown_attribute(cfg: PPOConfig) -> Optional[ConfigError]:
+    """The refusal of an attribute set on ``cfg`` that is no field (``cfg.learning_rate = 1e-2``): the
+    run reads fields only, so it would train with the field's value, saying nothing. Names with a
+    leading underscore are the code's own bookkeeping (from_dict's ``_sources``), never a field misspelt."""
+    unknown = [name for name in vars(cfg) if name not in FIELDS and not name.startswith("_")]
+    if not unknown:
+        return None
+    name = unknown[0]
+    more = f" (and {len(unknown) - 1} more: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
+    return ConfigError(f"PPOConfig.{name} = {_short_repr(getattr(cfg, name))}: not a PPOConfig field, so the run "
+                       f"would ignore it{did_you_mean(name)}{more}")
 
 
 def source_of(cfg: PPOConfig, name: str) -> Optional[str]:
@@ -849,8 +925,9 @@ def _check_types(cfg: PPOConfig) -> None:
                 expected = _type_name(default, python=True)
             raise ConfigError(f"PPOConfig.{name} = {value!r}: expected {expected}")
         # 4.0 == 4, so ``same`` let a whole float through; the run must get the int (float fields
-        # keep an int as given: 1 for lr computes as 1.0 does)
-        if isinstance(default, list) or (isinstance(default, int) and not isinstance(default, bool)):
+        # keep an int as given: 1 for lr computes as 1.0 does). 0 == False too: a bool field given 0
+        # or 1 gets the bool, which config.yaml and report.md record as false/true, not 0/1
+        if isinstance(default, (list, int)):
             if repr(coerced) != repr(value):
                 setattr(cfg, name, coerced)
 
@@ -891,6 +968,9 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
 
     if not isinstance(cfg, PPOConfig):
         raise ConfigError(f"expected a PPOConfig, got {type(cfg).__name__} (PPOConfig(**fields), or from_dict for a mapping)")
+    refused = unknown_attribute(cfg)
+    if refused is not None:
+        raise refused
     _check_types(cfg)
     for name, f in FIELDS.items():
         choices = f.metadata.get("choices")

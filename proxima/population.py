@@ -734,6 +734,11 @@ def member_configs(base: PPOConfig, seeds: Sequence[int], sweep: Optional[dict] 
     one setting, trained with every seed."""
     import itertools
 
+    from .config import unknown_attribute
+
+    refused = unknown_attribute(base)  # dataclasses.replace would drop it unread, as train() refuses it
+    if refused is not None:
+        raise refused
     sweep = dict(sweep or {})
     for name in sweep:
         check_sweep_field(name)

@@ -226,3 +226,14 @@ def test_the_readme_claims_the_command_check_for_the_files_it_checks():
 ])
 def test_proxima_command_lines_are_recognized_with_env_settings_and_a_venv_path(line, argv):
     assert _proxima_argv(line.split()) == argv
+
+
+def test_the_code_cites_only_docs_a_clone_has():
+    """Comments and preset files cited PPO_NOTES.md, the team's notes outside the repository; the notes a
+    user can read are docs/ppo_notes.md. Every docs/NAME.md the package names exists."""
+    package = ROOT / "proxima"
+    texts = {path: path.read_text() for path in sorted(package.rglob("*")) if path.suffix in (".py", ".yaml")}
+    assert [str(p.relative_to(ROOT)) for p, text in texts.items() if "PPO_NOTES" in text] == []
+    cited = {name for text in texts.values() for name in re.findall(r"docs/([\w.-]+\.md)", text)}
+    assert "ppo_notes.md" in cited
+    assert sorted(name for name in cited if not (ROOT / "docs" / name).is_file()) == []
