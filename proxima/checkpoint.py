@@ -1633,9 +1633,7 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
     device = resolve_device(device)  # "auto" as everywhere else; "cuda" without CUDA is one ConfigError line
     state = load_checkpoint(path)
     if state.get("kind") == "ppo-population":
-        run = run_dir_of(state["path"])
-        raise CheckpointError(f"{state['path']}: a population checkpoint (--seeds/--sweep); evaluate the members: "
-                              f"proxima eval {run}/<member dir>")
+        raise CheckpointError(_population_refusal(state))
     for folder in data_folders(state["path"]):
         treat_as_data(folder)
     # building the Agent runs its random initialization before the file's weights replace it: on a fork
@@ -1662,6 +1660,26 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
     flush = state["config"].get("flush_denormal")
     policy.run_flush_denormal = flush if isinstance(flush, bool) else None
     return policy
+
+
+def _population_refusal(state: dict) -> str:
+    """Why load_policy refuses a population's own checkpoint (it holds every member's weights), and what
+    loads instead: inside `proxima eval` (evaluate.command_line) that command on a member folder; from
+    Python, proxima.load on the first member folder the checkpoint names that is there, a path the
+    caller can paste (a placeholder only when none is)."""
+    from .evaluate import command_in_use
+
+    run = run_dir_of(state["path"])
+    head = f"{state['path']}: a population checkpoint (--seeds/--sweep)"
+    if command_in_use() is not None:
+        return f"{head}; evaluate the members: proxima eval {run}/<member dir>"
+    from .population_run import is_plain_name
+
+    names = state.get("member_dirs")
+    names = [n for n in names if is_plain_name(n) and (run / n).is_dir()] if isinstance(names, list) else []
+    example = repr(str(run / names[0])) if names else f"'{run}/<member dir>'"
+    listed = f"one of its {len(names)} member folders" if len(names) > 1 else "a member folder"
+    return f"{head}; load one member at a time, from {listed} in {run}: proxima.load({example})"
 
 
 def _run_threads(state: dict, agent, device: torch.device) -> Optional[int]:

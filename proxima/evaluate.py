@@ -65,8 +65,15 @@ def default_seed(policy) -> int:
     return int(seed) + EVAL_SEED_OFFSET if isinstance(seed, int) and not isinstance(seed, bool) else FALLBACK_SEED
 
 
+def run_backend(policy) -> str:
+    """The env backend ``proxima eval`` uses by default: the one ``policy``'s run recorded in its config
+    (what it trained and wrote eval.json on), "auto" for a policy whose config records none."""
+    backend = (getattr(policy, "config", None) or {}).get("backend")
+    return backend if isinstance(backend, str) else "auto"
+
+
 @torch.no_grad()
-def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optional[int] = None, backend: str = "auto",
+def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optional[int] = None, backend: Optional[str] = None,
              max_steps: int = MAX_STEPS, video: Optional[str] = None, stop: Optional[Callable[[], bool]] = None) -> dict:
     """Run ``episodes`` episodes, one per env, each env's first episode (no bias towards short ones).
 
@@ -78,6 +85,10 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
     with ``deterministic=False``, the action samples (the caller's random state is left as it was);
     None: :func:`default_seed`, the run's seed + 1,000,000, as ``proxima eval`` (and the run's
     eval.json), so the numbers match the command line's.
+    ``backend``: "auto", "native", "gymnasium" or "envpool" (make_env's) given here wins; None (the
+    default): the backend the run recorded (:func:`run_backend`), as ``proxima eval`` without
+    --backend and the run's eval.json use: "auto" would build CartPole's native env for a run trained
+    on Gymnasium's, whose episodes (and returns) differ from the same seed.
     An env id read from the checkpoint that would import a module is refused (UntrustedEnvError)
     unless the policy was loaded with ``env_id=`` or ``trust_env=True`` (proxima.load,
     checkpoint.load_policy), in a line that names those arguments (the CLI's flags within
@@ -101,6 +112,8 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
         refuse_untrusted(policy)
     if seed is None:
         seed = default_seed(policy)
+    if backend is None:
+        backend = run_backend(policy)
     from .video import check_video_path, recording
 
     if video is not None:  # a name that cannot be written fails now, not after the episodes
@@ -173,6 +186,11 @@ def command_line(command: str = "eval"):
         yield
     finally:
         _COMMAND.reset(token)
+
+
+def command_in_use() -> Optional[str]:
+    """The ``proxima`` command whose words a refusal takes (command_line), None for a library caller."""
+    return _COMMAND.get()
 
 
 def refuse_untrusted(policy) -> None:

@@ -28,7 +28,7 @@ from typing import Optional
 
 from .config import ConfigError
 from .diskspace import write_error
-from .signals import stops_held
+from .signals import from_python, stops_held
 
 LOCK_NAME = ".proxima.lock"
 _LOCK_MAX_BYTES = 64 * 1024  # a lock is ~200 bytes of JSON
@@ -524,6 +524,8 @@ def not_empty_message(run_dir: Path, command: str = "train", from_file: Optional
     from .signals import resume_advice
 
     resume, how = resume_advice(run_dir)  # how: a run only its own torchrun command resumes here says so
+    if from_python():
+        return _not_empty_python(run_dir, names, command, f"`{resume}`{how}")
     if command == "resume":
         what = "it holds another run" if holds_a_run(run_dir) else "it holds no Proxima run"
         also = f", or continue that run with `{resume}`{how}" if holds_a_run(run_dir) else ""
@@ -539,6 +541,30 @@ def not_empty_message(run_dir: Path, command: str = "train", from_file: Optional
     return (f"{run_dir} is not empty ({', '.join(names)}...): it holds another run; continue it with --resume auto "
             f"(or `{resume}`{how}), start over with --overwrite (the old directory is moved aside), "
             "or choose another --run-dir")
+
+
+def _not_empty_python(run_dir: Path, names: list, command: str, shell: str) -> str:
+    """not_empty_message for a run started from Python (signals.from_python): train()'s arguments
+    (run_dir, resume='auto', overwrite=True) where the command line's line names its flags, which a
+    notebook cannot type; ``shell``: the command that continues the run there, for one that
+    train() in this process cannot resume (signals.python_resume)."""
+    from .signals import python_resume
+
+    listed = f"{run_dir} is not empty ({', '.join(names)}...)"
+    other = "give train() another run_dir"
+    if command == "resume":
+        what = "it holds another run" if holds_a_run(run_dir) else "it holds no Proxima run"
+        also = f", or continue that run with {python_resume(run_dir) or shell}" if holds_a_run(run_dir) else ""
+        return f"{listed}: {what}; a checkpoint continues in a new or empty directory: {other}{also}"
+    if not holds_a_run(run_dir):
+        return (f"{listed} and holds no Proxima run (no meta.json of one beside its config.yaml or metrics.csv); {other}, "
+                "or train(..., overwrite=True) to move it aside and start there")
+    if not _wrote_a_checkpoint(run_dir):
+        return (f"{listed}: it holds another run, which wrote no checkpoint; start over with train(..., resume='auto') or "
+                f"train(..., overwrite=True) (either moves the old directory aside), or {other}")
+    return (f"{listed}: it holds another run; continue it with train(..., resume='auto') (or "
+            f"{python_resume(run_dir) or shell}), start over with train(..., overwrite=True) (the old directory is "
+            f"moved aside), or {other}")
 
 
 def _wrote_a_checkpoint(run_dir) -> bool:
@@ -633,7 +659,7 @@ class RunSession:
             if not (overwrite or (restart_note and holds_a_run(run_dir))):
                 raise RunDirError(not_empty_message(run_dir, command))
             dest = move_aside(run_dir)
-            why = restart_note or "--overwrite"
+            why = restart_note or ("overwrite=True" if from_python() else "--overwrite")
             print(f"proxima: {why}: moved the old {run_dir} to {dest}", file=sys.stderr)
         lock = RunLock(run_dir)
         try:

@@ -9,6 +9,7 @@ REPEAT_WINDOW seconds is the same stop delivered twice, not a second interrupt (
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import shlex
 import signal
@@ -79,7 +80,46 @@ def checkpoint_line(checkpoint: Optional[Path]) -> str:
         command = resume_command(run_dir, 1)  # the ranks' own command: what each machine's torchrun runs
         return f"checkpoint: {checkpoint}; continue with: {command}, under the same torchrun command ({world} processes)"
     command, how = resume_advice(run_dir, int(world) if world.isdigit() and int(world) > 1 else None)
+    call = python_resume(run_dir) if from_python() and world == "1" and not how else None
+    if call is not None:  # a notebook continues the run in its own process; the shell command still works
+        return f"checkpoint: {checkpoint}; continue with: {call} (in a shell: {command})"
     return f"checkpoint: {checkpoint}; continue with: {command}{how}"
+
+
+#: whether the run going on in this context was started from Python (trainer.train without argv): the
+#: lines that say how to go on (checkpoint_line, rundir.not_empty_message) then name train()'s
+#: arguments, which a script or notebook can give, where the command line's name its flags
+_PYTHON_CALLER: contextvars.ContextVar = contextvars.ContextVar("proxima_python_caller", default=False)
+
+
+def hold_python_caller(python: bool) -> Callable[[], None]:
+    """Set for a run whether its caller is Python (trainer.train: ``argv is None``) until the release
+    this returns is called (train()'s ``held`` list); a context variable, so a run started by the CLI
+    and one started from Python never see each other's."""
+    token = _PYTHON_CALLER.set(bool(python))
+    return lambda: _PYTHON_CALLER.reset(token)
+
+
+def from_python() -> bool:
+    """Whether the run going on was started from Python (hold_python_caller)."""
+    return _PYTHON_CALLER.get()
+
+
+def python_resume(run_dir) -> Optional[str]:
+    """``proxima.train(None, resume='RUN')``, with ``env_id='module:Class'`` for a run of a module env
+    (a resume imports it only when named: module_env): how a Python caller continues the run
+    ``run_dir`` with the config it recorded, whatever the config in hand says (``train(cfg,
+    resume='auto')`` starts a new run when cfg names no run_dir). None for a run of several
+    processes (recorded_world): train() in one process cannot resume it, its command line can; None
+    too for a population's or an RLHF run's directory, which train() does not resume."""
+    from .rundir import recorded_kind
+
+    run_dir = Path(run_dir)
+    if recorded_world(run_dir) > 1 or os.path.lexists(run_dir / "population.json") or \
+            recorded_kind(run_dir / "meta.json") == "rlhf":
+        return None
+    env_id = module_env(run_dir)
+    return f"proxima.train(None, resume={str(run_dir)!r}" + ("" if env_id is None else f", env_id={env_id!r}") + ")"
 
 
 def resume_command(run_dir, world: Optional[int] = None) -> str:
@@ -182,9 +222,14 @@ def env_flag(run_dir: Path) -> str:
     the user names it (run_setup.check_resumed_env: gym_adapter.imports_code); else "". Read from
     the run's files rather than passed in, so that every stop line (a run's, a population's, a
     worker's) says it; best effort: on the way out of a stop, an unreadable file only leaves it out."""
+    env_id = module_env(run_dir)
+    return "" if env_id is None else f"--env {shlex.quote(env_id)} "
+
+
+def module_env(run_dir: Path) -> Optional[str]:
+    """The env id of env_flag's ``--env`` (a ``module:Class`` one ``run_dir`` records), else None."""
     try:
         import json
-        import shlex
 
         from .config import load_yaml
         from .rundir import read_run_text
@@ -195,14 +240,14 @@ def env_flag(run_dir: Path) -> str:
             recorded = load_yaml(read_run_text(run_dir / "config.yaml"))
         env_id = recorded.get("env_id") if isinstance(recorded, dict) else None
         if not isinstance(env_id, str):  # an RLHF run's config has none: gymnasium need not be imported for it
-            return ""
+            return None
         from .envs.gym_adapter import imports_code
 
         if imports_code(env_id):
-            return f"--env {shlex.quote(env_id)} "
+            return env_id
     except Exception:  # noqa: BLE001 - the stop's line must come out whatever the run's files hold
         pass
-    return ""
+    return None
 
 
 def loop_stopped(signum: int, checkpoint, complete: bool) -> TrainingInterrupted:

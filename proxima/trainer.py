@@ -33,8 +33,8 @@ from .normalize import ObsNormalizer, RewardScaler
 from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
 from .rollout import Rollout
 from .shared_change import SharedChange
-from .signals import (REPEAT_WINDOW, OutsideLoop, SignalGuard, TrainingInterrupted, checkpoint_line, loop_stopped,
-                      workers_stopped)
+from .signals import (REPEAT_WINDOW, OutsideLoop, SignalGuard, TrainingInterrupted, checkpoint_line, hold_python_caller,
+                      loop_stopped, workers_stopped)
 from .sizing import check_fits, env_sizes
 from .train_state import default_run_dir
 
@@ -801,7 +801,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
                                    + checkpoint_line(last))
 
     # before the config is resolved: a failure's diagnosis (it builds the env) and the final evaluation too
-    held = [hold_float32(), hold_env_module_path()]
+    # from Python, the lines that say how to go on (a stop's, a refused run directory's) name train()'s arguments
+    held = [hold_float32(), hold_env_module_path(), hold_python_caller(argv is None)]
     try:
         try:
             outside = OutsideLoop()  # a signal before or after the loop: TrainingInterrupted at once, handled below

@@ -120,7 +120,8 @@ def test_a_stop_as_a_resume_takes_the_lock_releases_it(tmp_path, monkeypatch):
     with pytest.raises(TrainingInterrupted) as info:
         train(None, resume=str(run), quiet=True, overrides={"total_timesteps": 128})
     assert str(info.value) == (f"stopped by SIGTERM; before training started; the run is as its last checkpoint left it; "
-                               f"checkpoint: {last}; continue with: proxima resume {run}")
+                               f"checkpoint: {last}; continue with: proxima.train(None, resume='{run}') (in a shell: "
+                               f"proxima resume {run})")
     assert sorted(p.name for p in run.iterdir() if p.name.startswith(rundir.LOCK_NAME)) == []
 
 
@@ -270,5 +271,6 @@ def test_a_sync_run_stopped_in_its_first_iteration_names_the_checkpoint_it_wrote
     with pytest.raises(TrainingInterrupted) as info:
         train(_config(run, checkpoint_every=100), quiet=True)
     first = ckpt.checkpoint_path(run, 16)
-    assert str(info.value) == f"stopped by SIGINT; checkpoint: {first}; continue with: proxima resume {run}"
+    assert str(info.value) == (f"stopped by SIGINT; checkpoint: {first}; continue with: proxima.train(None, resume='{run}') "
+                               f"(in a shell: proxima resume {run})")
     assert ckpt.list_checkpoints(run) == [first]
