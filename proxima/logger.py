@@ -841,7 +841,9 @@ class RunLogger:
             self.last_return = ret
         if self.bar is not None:
             # the postfix before the update, which draws: else each frame showed the iteration before's
-            self.bar.set_postfix_str(f"SPS {metrics.get('charts/SPS', 0):,.0f} | return {self.last_return:.1f}", refresh=False)
+            # "-" until an episode has ended: no return is measured yet, and "nan" read as a run gone wrong
+            shown = f"{self.last_return:.1f}" if math.isfinite(self.last_return) else "-"
+            self.bar.set_postfix_str(f"SPS {metrics.get('charts/SPS', 0):,.0f} | return {shown}", refresh=False)
             self.bar.update(global_step - self.bar.n)
 
     def flush(self) -> None:

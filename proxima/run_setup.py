@@ -597,6 +597,7 @@ def check_env_builds(cfg: PPOConfig):
     from .nets import resolve_encoder
     from .sizing import env_sizes
 
+    check_preset_backend(cfg)
     env = make_env(cfg.env_id, 1, "cpu", cfg.backend, cfg.vector, seed=cfg.seed, env_kwargs=cfg.env_kwargs)
     try:
         sizes = env_sizes(env, cfg.env_id)
@@ -605,6 +606,23 @@ def check_env_builds(cfg: PPOConfig):
         env.close()
     check_norm_obs(cfg, sizes.layout.has_image)
     return sizes
+
+
+def check_preset_backend(cfg: PPOConfig) -> None:
+    """EnvError for --env-kwargs on a native env whose --backend native a preset chose, not the user
+    (Pendulum-v1's preset): make_env's own line tells to use --backend gymnasium, which the user never
+    gave the other way, so this one names the preset that did."""
+    from .config import source_of
+    from .envs import NATIVE_ENVS, EnvError
+    from .envs.gym_adapter import native_only
+
+    source = source_of(cfg, "backend")
+    if (cfg.backend != "native" or not cfg.env_kwargs or cfg.env_id not in NATIVE_ENVS or native_only(cfg.env_id)
+            or not (source or "").startswith("preset ")):
+        return  # a native-only env has no Gymnasium version to build with them: make_env's line says so
+    raise EnvError(f"--env-kwargs: the native '{cfg.env_id}' takes no constructor arguments, and the preset "
+                   f"{source[len('preset '):]} chose --backend native; add --backend gymnasium (or auto) to build "
+                   f"Gymnasium's '{cfg.env_id}' with them")
 
 
 def check_norm_obs(cfg: PPOConfig, has_image: bool) -> None:

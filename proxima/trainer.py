@@ -124,6 +124,9 @@ class Trainer:
             torch.use_deterministic_algorithms(cfg.deterministic, warn_only=True)
         rank_seed = cfg.seed + 10_000 * self.dist.rank  # each rank its own envs and samples
         seed_everything(rank_seed)
+        from .run_setup import check_preset_backend
+
+        check_preset_backend(cfg)  # before make_env, whose line would tell to use a --backend the user never gave
         self.env: BatchedEnv = make_env(cfg.env_id, cfg.num_envs, self.device, cfg.backend, cfg.vector, seed=rank_seed,
                                          env_kwargs=cfg.env_kwargs)
         with _python_words(argv is None):
@@ -1022,7 +1025,8 @@ def _note_eval_every(cfg: PPOConfig, world_size: int, python: bool, resumed: boo
 
 def _note_compile_mode(cfg: PPOConfig, typed: dict) -> None:
     """A note on stderr when --compile-mode was given but the run does not compile: the mode would
-    otherwise be dropped without a word. Not refused: compile_mode is resume-safe, and a run compiled
+    otherwise be dropped without a word; so, by the same rule, for --clip-obs without --norm-obs and
+    --clip-reward without --norm-reward. Not refused: compile_mode is resume-safe, and a run compiled
     with a mode resumes with --no-compile, its recorded mode kept for a later --compile. The default
     mode is never noted: a run that does not compile drops nothing by it, and every run's config.yaml
     records it, so ``train --config RUN/config.yaml --resume auto`` (whose file values count as given)
@@ -1030,9 +1034,14 @@ def _note_compile_mode(cfg: PPOConfig, typed: dict) -> None:
     a flag or the file gave them.)"""
     import dataclasses
 
-    default = next(f.default for f in dataclasses.fields(PPOConfig) if f.name == "compile_mode")
-    if "compile_mode" in typed and not cfg.compile and cfg.compile_mode != default:
+    defaults = {f.name: f.default for f in dataclasses.fields(PPOConfig)}
+    if "compile_mode" in typed and not cfg.compile and cfg.compile_mode != defaults["compile_mode"]:
         print(f"proxima: note: --compile-mode {cfg.compile_mode} has no effect without --compile", file=sys.stderr)
+    # the clip bounds apply to what the normalizers give: without them the values pass unclipped (by the same rule)
+    for name, flag, needs, on in (("clip_obs", "--clip-obs", "--norm-obs", cfg.norm_obs),
+                                  ("clip_reward", "--clip-reward", "--norm-reward", cfg.norm_reward)):
+        if name in typed and not on and getattr(cfg, name) != defaults[name]:
+            print(f"proxima: note: {flag} {getattr(cfg, name):g} has no effect without {needs}", file=sys.stderr)
 
 
 def _note_other_version(cfg: PPOConfig) -> None:
@@ -1042,6 +1051,7 @@ def _note_other_version(cfg: PPOConfig) -> None:
     from .config import source_of
     from .presets import other_version_note
 
+    _note_built_env(cfg)  # here: train and train --dry-run call this once the env is built, and give it the config
     for name in getattr(cfg, "_sources", None) or {}:
         source = source_of(cfg, name) if name not in ("env_id", "run_dir") else None
         if source is not None and not source.startswith("preset "):
@@ -1049,6 +1059,55 @@ def _note_other_version(cfg: PPOConfig) -> None:
     note = other_version_note(cfg.env_id)
     if note:
         print(f"proxima: note: {note}", file=sys.stderr)
+
+
+def _preset_in_use(cfg: PPOConfig) -> Optional[str]:
+    """'ENV/NAME' of the preset that set a field of ``cfg`` still holding its value, else None."""
+    from .config import source_of
+
+    for name in getattr(cfg, "_sources", None) or {}:
+        source = source_of(cfg, name)
+        if source is not None and source.startswith("preset "):
+            return source[len("preset "):]
+    return None
+
+
+def _note_built_env(cfg: PPOConfig) -> None:
+    """Notes on stderr on what the Gymnasium env the run built showed (gym_adapter.built_env): Gymnasium's
+    normalization wrappers in a factory, whose statistics no checkpoint holds; a float64 observation whose
+    variation the float32 cast loses (across the envs' first observations); a Box action space where the
+    preset in use was tuned on the env id's Discrete one (--env-kwargs '{"continuous": true}' on
+    LunarLander-v3), named with the preset of the continuous twin when there is one."""
+    import gymnasium as gym
+
+    from .envs.gym_adapter import built_env, normalize_wrappers_note, registered_action_space
+
+    built = built_env(cfg.env_id, cfg.env_kwargs)
+    if built is None:  # a native env, or none built
+        return
+    if built["wrappers"]:
+        note = normalize_wrappers_note(cfg.env_id, built["wrappers"], cfg.norm_obs, cfg.norm_reward)
+        print(f"proxima: note: {note}", file=sys.stderr)
+    for note in built["spread"]:
+        print(f"proxima: note: {note}", file=sys.stderr)
+    preset = _preset_in_use(cfg)
+    if preset is None or not cfg.env_kwargs or not isinstance(built["action_space"], gym.spaces.Box):
+        return
+    tuned_on = preset.rpartition("/")[0]
+    if not isinstance(registered_action_space(tuned_on), (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        return
+    from .presets import all_presets
+
+    twins = sorted(e for e in all_presets() if e != tuned_on and e.replace("Continuous", "") == tuned_on)
+    if twins:
+        twin, body = twins[0], all_presets()[twins[0]]
+        named = "default" if "default" in body else sorted(body)[0]
+        fix = (f"{twin} is that env with Box actions and has a preset of its own ({named}: {body[named]['description']}): "
+               f"train {twin} instead")
+    else:
+        fix = "give the settings of a continuous-control preset as flags (`proxima presets` lists them)"
+    print(f"proxima: note: env '{cfg.env_id}' with --env-kwargs {json.dumps(cfg.env_kwargs)} has a Box action space, but "
+          f"the preset in use ({preset}) was tuned on {tuned_on}'s Discrete one; {fix}", file=sys.stderr)
 
 
 def _note_action_scale(env_id: str, action_space) -> None:

@@ -78,7 +78,11 @@ not an image to it (a uint8 (84, 84), a frame stack (4, 84, 84, 1), a float32 (8
 ``spaces.image_note``): an MLP on the flattened values, and what to change for the CNN; and when a
 Box action space is far from the policy's unit scale (0 outside its bounds, a range wider than 100
 or narrower than 0.01; ``spaces.action_scale_note``): wrap it in Gymnasium's RescaleAction (an integer Box:
-declare a float Box(-1, 1) and map it in the env).
+declare a float Box(-1, 1) and map it in the env); when an entry of a float64 observation varies over the
+observations read but float32, which train casts observations to before --norm-obs, rounds that variation
+away (its rounding step at the entry's mean is more than 1% of the entry's std: 1e6 + 0.01 * x;
+``gym_adapter.Float64Spread``): subtract the offset; and when the env is wrapped in Gymnasium's
+NormalizeObservation or NormalizeReward, whose statistics no checkpoint holds: use --norm-obs/--norm-reward.
 
 ``reset`` is called as Gymnasium's vector envs call it, ``reset(seed=s, options=None)``: a reset
 without an ``options`` parameter is a ``reset`` violation (``proxima train`` could not reset it).
@@ -100,8 +104,9 @@ import torch
 
 from ..config import MAX_SEED, install_hint
 from .base import EnvError
-from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, is_flag, TENSOR_FIX, _extra_for, beyond_float32,
-                          creator_error, exit_text, int_range_fault, kind_casts, native_only, number_text, resolve_env_fn,
+from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, is_flag, TENSOR_FIX, Float64Spread, _extra_for,
+                          beyond_float32, creator_error, exit_text, float64_spread_note, int_range_fault, kind_casts,
+                          native_only, normalize_wrappers, normalize_wrappers_note, number_text, resolve_env_fn,
                           missing_kwarg_hint, tensor_numpy, unknown_kwarg_line)
 from .spaces import action_scale_note, check_spaces, image_note, obs_layout, pixels_fix
 from ..terminal import printable
@@ -329,6 +334,8 @@ class _Checker:
         self.dtype_key: Optional[str] = None  # the obs part (obs, obs['key']) the head names
         self.notes: list[str] = []
         self.readings: list[str] = []
+        #: the spread of each float64 obs part (obs, obs['pos']) over the observations read: float32 may lose it
+        self.spreads: dict = {}
 
     def ok(self, check: str) -> None:
         if check not in self.ran:
@@ -350,7 +357,16 @@ class _Checker:
                     v.actual += f" (and {more} more time{'s' if more > 1 else ''})"
                 out.append(v)
         ran = [c for c in ALL_CHECKS if c in self.ran]
-        return Violations(out, ran, self.notes, self.readings)
+        return Violations(out, ran, self.notes + self.spread_notes(), self.readings)
+
+    def spread_notes(self) -> list:
+        """The notes on float64 obs parts whose variation float32, which train casts them to, loses."""
+        notes = []
+        for name, (shape, spread) in self.spreads.items():
+            note = float64_spread_note(name, shape, spread, f"over the {spread.n} observations check-env read")
+            if note:
+                notes.append(note)
+        return notes
 
     # --- observations ---
     def check_obs(self, obs: Any, where: str) -> None:
@@ -468,6 +484,8 @@ class _Checker:
                     f"{name}{_index(i, arr.shape)} = {_scalar(arr.reshape(-1)[i])} {where}")
                 return
             self.ok("obs float32 range")
+            if arr.ndim == 0 or arr.shape == tuple(space.shape):  # the shape every observation of the part has
+                self.spreads.setdefault(name, (arr.shape, Float64Spread()))[1].add(arr[None])
         low, high = np.broadcast_to(space.low, space.shape), np.broadcast_to(space.high, space.shape)
         out = (arr < low) | (arr > high)
         if out.any():
@@ -585,6 +603,9 @@ class _Checker:
         scale = action_scale_note(act_space)
         if scale:
             self.notes.append(scale)
+        wrapped = normalize_wrappers(env)
+        if wrapped:
+            self.notes.append(normalize_wrappers_note(self.target, wrapped))
         try:
             check_spaces(self.target, obs_space, act_space, env)
             self.ok("spaces supported")

@@ -939,6 +939,14 @@ class GymnasiumEnv(BatchedEnv):
         self.single_observation_space = tensor_space(obs_space, self.layout)
         self.single_action_space = act_space
         _BUILT_ACTION_SPACES.report(act_space)
+        self._built_key = _built_key(env_id, env_kwargs)
+        _BUILT[self._built_key] = {"action_space": act_space, "wrappers": normalize_wrappers(probe), "spread": []}
+        # the float64 parts whose spread across the envs' first observations float32 may lose: told once, from
+        # the first reset (no step pays for it); one env has no spread to judge
+        self._spread_parts = [p for p in self.layout.parts if isinstance(p.source, gym.spaces.Box)
+                              and np.dtype(p.source.dtype).kind == "f" and np.dtype(p.source.dtype).itemsize > 4]
+        if self.num_envs < 2:
+            self._spread_parts = []
         cls = gym.vector.AsyncVectorEnv if vector == "async" else gym.vector.SyncVectorEnv
         self.check_cmd = check_env_cmd(env_id, env_kwargs)
         # the envs' info reaches the vector env only where _episode_stats reads it (Atari's game statistics): EnvCalls
@@ -1028,7 +1036,28 @@ class GymnasiumEnv(BatchedEnv):
             self._raise_failure(e, "reset")
         self._ep_return[:] = 0
         self._ep_length[:] = 0
-        return self._obs(obs)
+        packed = self._obs(obs)
+        if self._spread_parts:
+            self._note_spread(obs)
+        return packed
+
+    def _note_spread(self, obs) -> None:
+        """float64_spread_note of each float64 part across the envs' first observations, for the run's notes."""
+        parts, self._spread_parts = self._spread_parts, []
+        notes = []
+        for part in parts:
+            spread = Float64Spread()
+            try:
+                spread.add(np.asarray(obs if part.key is None else obs[part.key]).reshape(self.num_envs, -1))
+            except (ValueError, TypeError, KeyError):  # what the obs checks let through: not this note's to name
+                continue
+            name = "obs" if part.key is None else f"obs[{part.key!r}]"
+            note = float64_spread_note(name, part.shape, spread, f"across the {self.num_envs} envs' first observations")
+            if note:
+                notes.append(f"env '{self.env_id}': {note} (`{self.check_cmd}` judges it over more steps)")
+        record = _BUILT.get(self._built_key)
+        if record is not None:
+            record["spread"] = notes
 
     def step(self, action: torch.Tensor):
         # the space's own values (a start included: BatchedEnv's contract), flat or shaped, as each env takes
@@ -1318,3 +1347,137 @@ def _worker_signals() -> None:
     a SIGTERM to the whole group ends the workers too, and the trainer says so (exit 143)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+# --- what a run is told about the env it built (trainer._note_built_env, check-env's notes) -------
+
+#: Float64Spread.lost's rule: a float64 entry whose float32 rounding step at its magnitude is more than this
+#: share of its spread keeps too little of it once cast (the rounding noise, step / sqrt(12), is then ~0.3% of it)
+SPREAD_SHARE = 0.01
+
+
+class Float64Spread:
+    """The spread of each entry of a float64 observation part over the observations given to ``add``,
+    and whether float32, which Proxima casts observations to before --norm-obs normalizes them, keeps
+    it. Sums are taken about the first observation, so that an offset of 1e6 costs them no precision."""
+
+    def __init__(self):
+        self.n = 0
+
+    def add(self, rows) -> None:
+        """``rows``: k observations of the part, (k, *shape)."""
+        rows = np.asarray(rows, dtype=np.float64)
+        rows = rows.reshape(len(rows), -1)
+        with np.errstate(over="ignore", invalid="ignore"):  # beyond float32's range: its own check names it
+            f32 = rows.astype(np.float32)
+        if self.n == 0:
+            self.first = rows[0].copy()
+            self.s1, self.s2 = np.zeros_like(self.first), np.zeros_like(self.first)
+            self.lo, self.hi = rows[0].copy(), rows[0].copy()
+            self.lo32, self.hi32 = f32[0].copy(), f32[0].copy()
+        d = rows - self.first
+        self.s1 += d.sum(0)
+        self.s2 += (d * d).sum(0)
+        self.lo, self.hi = np.minimum(self.lo, rows.min(0)), np.maximum(self.hi, rows.max(0))
+        self.lo32, self.hi32 = np.minimum(self.lo32, f32.min(0)), np.maximum(self.hi32, f32.max(0))
+        self.n += len(rows)
+
+    def lost(self) -> list:
+        """[(flat index, mean, std, float32 step at the mean, whether float32 made every value one)] for the
+        entries that vary in float64 but keep too little of it in float32 (SPREAD_SHARE's rule)."""
+        if self.n < 2:
+            return []
+        with np.errstate(over="ignore", invalid="ignore"):
+            shift = self.s1 / self.n
+            mean = self.first + shift
+            std = np.sqrt(np.maximum(self.s2 / self.n - shift * shift, 0.0))
+            step = np.spacing(np.abs(mean).astype(np.float32)).astype(np.float64)
+            varies = np.isfinite(mean) & (self.hi > self.lo)
+            one = self.hi32 == self.lo32
+            lost = varies & (one | (step > SPREAD_SHARE * std))
+        return [(int(i), float(mean[i]), float(std[i]), float(step[i]), bool(one[i])) for i in np.flatnonzero(lost)]
+
+
+def float64_spread_note(name: str, shape: tuple, spread: Float64Spread, over: str) -> Optional[str]:
+    """The note on a float64 observation part (``name``: obs, obs['pos']) whose spread float32 loses
+    (Float64Spread.lost), naming its first such entry; ``over``: the observations the spread is of
+    ('over the 201 observations check-env read'). None when float32 keeps every entry's spread."""
+    lost = spread.lost()
+    if not lost:
+        return None
+    i, mean, std, step, one = lost[0]
+    idx = np.unravel_index(i, shape) if len(shape) else ()
+    at = f"{name}[{', '.join(str(int(k)) for k in idx)}]" if idx else name
+    more = f" (and {len(lost) - 1} more of its entries)" if len(lost) > 1 else ""
+    kept = f": the float32 values are all {float(np.float32(mean)):g}" if one else ""
+    return (f"{at} is float64 and varies by std {std:.3g} around {mean:.7g} {over}{more}, but Proxima casts observations to "
+            f"float32 before --norm-obs normalizes them, and float32 values there are {step:.3g} apart, so the network "
+            f"sees little or none of that variation{kept}; subtract the offset in the env (or in a "
+            f"gymnasium.wrappers.TransformObservation of a module:function factory) so that the values vary around 0")
+
+
+#: Gymnasium's normalization wrappers, by the flag that does their work with statistics a checkpoint keeps
+NORMALIZE_WRAPPERS = {"NormalizeObservation": "--norm-obs", "NormalizeReward": "--norm-reward"}
+
+
+def normalize_wrappers(env) -> list:
+    """The names (NORMALIZE_WRAPPERS) of Gymnasium's normalization wrappers among ``env``'s wrappers,
+    outermost first: their running statistics live in the env, so checkpoints do not hold them."""
+    found = []
+    while isinstance(env, gym.Wrapper):
+        for name in NORMALIZE_WRAPPERS:
+            cls = getattr(gym.wrappers, name, None)
+            if cls is not None and isinstance(env, cls) and name not in found:
+                found.append(name)
+        env = env.env
+    return found
+
+
+def normalize_wrappers_note(env_id: str, names: list, norm_obs: Optional[bool] = None, norm_reward: Optional[bool] = None) -> str:
+    """What to do about the normalization wrappers ``names`` of the env ``env_id`` builds: use the flags,
+    whose statistics are checkpointed. ``norm_obs``/``norm_reward``: the run's flags (None: check-env's
+    words, which know of no run), a flag that is on doubles the wrapper's work."""
+    wrappers = " and ".join(f"gymnasium.wrappers.{n}" for n in names)
+    flags = " and ".join(NORMALIZE_WRAPPERS[n] for n in names)
+    twice = [NORMALIZE_WRAPPERS[n] for n, on in (("NormalizeObservation", norm_obs), ("NormalizeReward", norm_reward))
+             if n in names and on]
+    doubled = f"; with {' and '.join(twice)} the run normalizes a second time" if twice else ""
+    return (f"env '{env_id}' is wrapped in {wrappers}, whose running statistics are not saved in checkpoints (eval and "
+            f"resume start them afresh, so the policy sees other inputs than it trained on){doubled}: drop the "
+            f"wrapper and use {flags}, whose statistics are checkpointed")
+
+
+#: what the Gymnasium envs built in this process showed of themselves, by (env id, --env-kwargs): their
+#: action space, normalization wrappers and float64 spread note; trainer._note_built_env prints them (train,
+#: train --dry-run), which gets the run's config but not the env (--dry-run's is closed by then)
+_BUILT: dict = {}
+
+
+def _built_key(env_id: str, env_kwargs: Optional[dict]) -> tuple:
+    return str(env_id), json.dumps(env_kwargs or {}, sort_keys=True, default=repr)
+
+
+def built_env(env_id: str, env_kwargs: Optional[dict] = None) -> Optional[dict]:
+    """What the last Gymnasium env built for ``env_id`` with ``env_kwargs`` showed ({"action_space",
+    "wrappers", "spread"}), taken: a note is printed once; None when none was built since."""
+    return _BUILT.pop(_built_key(env_id, env_kwargs), None)
+
+
+#: registered_action_space's answers: an env built once per id and process
+_REGISTERED_SPACES: dict = {}
+
+
+def registered_action_space(env_id: str) -> Optional[gym.spaces.Space]:
+    """The action space of the registered id ``env_id`` built without arguments (what its preset was
+    tuned on), None when it is no registered id or does not build here."""
+    if env_id not in gym.registry:
+        return None
+    if env_id not in _REGISTERED_SPACES:
+        try:
+            with warnings_guard.quiet_warnings():
+                env = gym.make(env_id, disable_env_checker=True)
+            _REGISTERED_SPACES[env_id] = env.action_space
+            env.close()
+        except Exception:
+            _REGISTERED_SPACES[env_id] = None
+    return _REGISTERED_SPACES[env_id]
