@@ -1198,6 +1198,23 @@ class Policy:
         self.observation_space, self.action_space = observation_space, action_space
         self.device, self.path = torch.device(device), path
 
+    def __repr__(self) -> str:
+        # what a notebook cell shows: which run's policy this is, not an object address
+        d = self.__dict__  # never through __getattr__, which refuses the Agent's names
+        space = d.get("action_space")
+        if isinstance(space, gym.spaces.Discrete):
+            actions = f"Discrete({int(space.n)})"
+        elif isinstance(space, gym.spaces.MultiDiscrete):
+            actions = f"MultiDiscrete({np.asarray(space.nvec).tolist()})"
+        elif isinstance(space, gym.spaces.Box):
+            actions = f"Box{tuple(space.shape)}"
+        else:
+            actions = "?" if space is None else type(space).__name__
+        encoder = getattr(d.get("agent"), "encoder_kind", None) or (d.get("config") or {}).get("encoder")
+        step = d.get("global_step")
+        return (f"{type(self).__name__}(env_id={d.get('env_id')!r}, actions={actions}, encoder={encoder!r}, "
+                f"device='{d.get('device')}', step={step if step is not None else '?'})")
+
     def eval(self) -> "Policy":
         """The policy itself, its network and normalizer in eval mode (as act() uses them): the
         ``policy.eval()`` an nn.Module's caller writes before inference keeps the policy, whether it
@@ -1244,6 +1261,11 @@ class Policy:
             layout = ObsLayout((ObsPart(None, (size,), None, 0, size),), (size,), torch.float32, False)
         np_dtype = np.uint8 if layout.dtype == torch.uint8 else np.float32
         from_dict = isinstance(obs, dict)
+        if from_dict and not layout.is_dict:  # its keys would be looked up as None (no Dict space names any)
+            one = self._one_shapes(layout)[0][0]
+            batch = "(" + ", ".join(["B", *map(str, one)]) + ("," if not one else "") + ")"
+            raise ValueError(f"Policy.act: obs is a dict (keys {', '.join(map(repr, list(obs)[:4]))}), but this policy "
+                             f"takes a single array or tensor observation of shape {one} (or a batch {batch}), not a dict")
         if from_dict:
             is_numpy = not any(isinstance(v, torch.Tensor) for v in obs.values())
             obs = {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v for k, v in obs.items()}

@@ -140,10 +140,10 @@ class Population:
     them, the (P*N)-row env and the (T, P*N) rollout, and runs iterations with ``train_iteration``.
     """
 
-    def __init__(self, configs: Sequence[PPOConfig], device="cpu"):
+    def __init__(self, configs: Sequence[PPOConfig], device="cpu", python: bool = False):
         if not configs:
             raise ConfigError("--seeds: a population needs at least one member")
-        check_members(configs)
+        check_members(configs, python=python)
         self.configs = list(configs)
         base = self.cfg = configs[0]
         P, N, T = len(configs), base.num_envs, base.num_steps
@@ -683,13 +683,14 @@ class _NoDraw:
 _NO_DRAW = _NoDraw()
 
 
-def check_members(configs: Sequence[PPOConfig], resume: bool = False) -> None:
+def check_members(configs: Sequence[PPOConfig], resume: bool = False, python: bool = False) -> None:
     """Raise ConfigError when members differ in a field that is not per-member, or ask for what a
-    population does not support yet (one line naming the flag)."""
+    population does not support yet (one line naming the flag; ``python``: a member's refused value as
+    validate's Python caller's line, ``PPOConfig.gamma = 2.0``)."""
     base = configs[0]
     for c in configs:
         try:
-            validate(c, resume=resume)  # a resume's refusal says what a resume may change
+            validate(c, resume=resume, python=python)  # a resume's refusal says what a resume may change
         except ConfigError as e:  # a swept value's refusal names --sweep, which the user typed, not --gamma
             name = str(e).partition(" ")[0][2:].replace("-", "_")
             if str(e).startswith("--") and name in PER_MEMBER_FIELDS and len({repr(getattr(o, name)) for o in configs}) > 1:

@@ -288,7 +288,8 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
     check_population_fits(base, len(members), device, probe or env_probe(base))  # before anything is allocated
     run_dir = Path(run_dir or base.run_dir or unique_default(default_population_dir(base, seeds)))
     note_single_run_only(base.to_dict(), quiet)  # e.g. the fast preset's --stop-return: its members still train in one program
-    pop = Population([as_member_config(c) for c in members], device)
+    # from Python (no argv) a refused member names PPOConfig's field, as train()'s does, not the flag
+    pop = Population([as_member_config(c) for c in members], device, python=argv is None)
     session = RunSession()
     outside = OutsideLoop()  # a signal outside the loop's SignalGuard: TrainingInterrupted at once, handled below
     finished = None  # the checkpoint training ended with, once it has: the end-of-run evaluation follows
@@ -880,7 +881,11 @@ def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> l
 
     # what every member's meta.json shares, gathered once (doctor.collect takes ~0.2 s): the same record
     # as a single run's (train_state._run_meta), machine included, as a member holds a single run's files
-    shared = {"command": argv if argv is not None else sys.argv, "started": datetime.now().isoformat(timespec="seconds"),
+    from .rundir import python_command
+
+    # from Python (argv None) the process's argv is a script's or a notebook kernel's, no command that trains
+    command = argv if argv is not None else python_command("proxima.population_run.train_population(...)")
+    shared = {"command": command, "started": datetime.now().isoformat(timespec="seconds"),
               "versions": versions(), "device": str(pop.device), "world_size": 1, **git_record(),
               "env_backend": pop.env.backend}
     try:

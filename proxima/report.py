@@ -568,9 +568,19 @@ def _machine(meta: dict) -> dict:
         "cuDNN": m.get("cudnn"), "GPUs": gpus or (m.get("gpu_count") if m else None), "bf16": m.get("bf16"),
         "git commit": _on_resume(meta, _git_code(meta), _git_code, _git_cell),
         "started": meta.get("started") or meta.get("created"),
-        "command": " ".join(map(str, command)) if isinstance(command, list) else command,
+        "command": _command_cell(command),
         "resumes": _resume_count(meta.get("resumes")),
     }
+
+
+def _command_cell(command):
+    """meta.json's command as report.md shows it: a command line joined; a notebook kernel's argv (what
+    a run started from Python in Jupyter recorded) as the python_command it stands for."""
+    from .rundir import is_kernel_argv, python_command
+
+    if is_kernel_argv(command):
+        return python_command(argv=command)
+    return " ".join(map(str, command)) if isinstance(command, list) else command
 
 
 def _git_code(record: dict):

@@ -53,6 +53,36 @@ def _owner() -> dict:
             "since": datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv)[:300]}
 
 
+#: the scripts a notebook's kernel runs as (Jupyter, VS Code's notebooks, Colab): their argv (``-f
+#: /tmp/kernel-....json``) is the kernel's connection file, no command that trains anything
+KERNEL_LAUNCHERS = ("ipykernel_launcher.py", "colab_kernel_launcher.py")
+
+
+def python_command(call: str = "proxima.train(...)", argv: Optional[list] = None) -> str:
+    """What meta.json and report.md record as the command of a run started from Python (``argv``: the
+    process's, sys.argv when None): the call and where it ran, as ``python: proxima.train(...) from
+    t1.py --lr 3e-4`` or ``... from a Jupyter kernel``. The process's argv alone read as a command
+    line that trains (``ipykernel_launcher.py -f /tmp/tmpkos8ig2r.json``) and is none."""
+    argv = list(sys.argv if argv is None else argv)
+    first = str(argv[0]) if argv else ""
+    if os.path.basename(first) in KERNEL_LAUNCHERS:
+        where = "a Jupyter kernel"
+    elif first in ("", "-c"):  # the interpreter's prompt, or `python -c CODE` (whose code argv leaves out)
+        where = "an interactive Python session" if first == "" else "python -c"
+    else:
+        import shlex
+
+        where = shlex.join(map(str, argv))
+    return f"python: {call} from {where}"
+
+
+def is_kernel_argv(command) -> bool:
+    """Whether a recorded command (meta.json's list) is a notebook kernel's argv, which says nothing of
+    how the run was started (runs recorded before python_command)."""
+    return (isinstance(command, list) and bool(command) and isinstance(command[0], str)
+            and os.path.basename(command[0]) in KERNEL_LAUNCHERS)
+
+
 def holder_alive(info: dict) -> bool:
     """Whether the process recorded in a lock still runs (a lock from another host counts as alive:
     it cannot be checked from here)."""

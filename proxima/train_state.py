@@ -574,7 +574,10 @@ def _scored_best(run_dir: Path, step: int, best: float) -> Optional[Path]:
 
 def _run_meta(t: "Trainer") -> dict:
     """meta.json of a run: its kind, command, start time, versions, device, commit and machine facts."""
-    meta = {"kind": "ppo", "command": t.argv if t.argv is not None else sys.argv,
+    from .rundir import python_command
+
+    # from Python (argv None) the process's argv is a script's or a notebook kernel's, no command that trains
+    meta = {"kind": "ppo", "command": t.argv if t.argv is not None else python_command(),
             "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(),
             "device": str(t.device), "world_size": t.dist.world_size, **git_record(),
             "env_backend": t.env.backend}
@@ -590,7 +593,9 @@ def _run_meta(t: "Trainer") -> dict:
 
 
 def _resume_entry(t: "Trainer") -> dict:
-    return resume_entry(t.global_step, t.argv, device=str(t.device))
+    from .rundir import python_command
+
+    return resume_entry(t.global_step, t.argv if t.argv is not None else python_command(), device=str(t.device))
 
 
 def resume_entry(step: int, argv=None, device: Optional[str] = None) -> dict:

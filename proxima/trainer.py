@@ -717,7 +717,9 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
           sources: Optional[dict] = None):
     """Train PPO. Returns (run_dir, policy): a TrainedPolicy, which acts on raw observations as
     ``load(run_dir)`` does (the run's frozen observation normalizer applied); ``policy.agent`` is the
-    trained network.
+    trained network. ``run_dir`` is a Path in the form the caller named the directory (``run_dir``,
+    ``config.run_dir``, or ``resume``'s directory; relative when given relative), a fresh run's and a
+    resumed one's alike, as ``proxima train`` and ``proxima resume`` print it; else the real path.
 
     A run directory belongs to one run (proxima/rundir.py): a new run refuses a directory that
     holds files unless ``overwrite`` (the old one is moved aside); the trainer holds the directory's
@@ -762,6 +764,7 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     # the run seeds the global random, numpy and torch RNGs for its own draws; the caller's streams
     # (a random search's next draw) go on from where they were once train() returns or raises
     caller_rng = ckpt.rng_state()
+    named = _named_run_dirs(config, run_dir, resume)  # before resolve_start makes a resumed run's a real path
     dctx = distributed.context()
     session = RunSession()  # rank 0's lock on the run directory
     trainer, resumed, out_dir = None, False, None
@@ -886,7 +889,34 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
         ckpt.set_rng_state(caller_rng)
         for release in reversed(held):
             release()
-    return out_dir, trained_policy(trainer)
+    return _as_named(out_dir, named), trained_policy(trainer)
+
+
+def _named_run_dirs(config: Optional[PPOConfig], run_dir, resume) -> list:
+    """The run directories as the caller named them, for train() to return the run's in that form: a
+    resume's own is a real path (the lock is taken on it), a fresh run's as given, and a caller that
+    resumes and trains ``runs/x`` in one script got one of each (os.path.samefile decides which applies)."""
+    named = []
+    if resume is not None and resume != "auto":
+        path = Path(resume)
+        named.append(path.parent.parent if path.parent.name == "checkpoints" and not path.is_dir() else path)
+    given = run_dir if run_dir is not None else getattr(config, "run_dir", None)
+    if given is not None:
+        named.append(Path(given))
+    return named
+
+
+def _as_named(out_dir, named: list):
+    """``out_dir`` in the first form of ``named`` that is the same directory; else as it is."""
+    if out_dir is None:
+        return out_dir
+    for path in named:
+        try:
+            if os.path.samefile(path, out_dir):
+                return path
+        except OSError:
+            continue
+    return out_dir
 
 
 class TrainedPolicy(ckpt.Policy):
