@@ -1,7 +1,8 @@
 """The agent: an encoder chosen by observation space, actor and critic on top, one action head per space.
 
 Encoders (``--encoder``, nets.py): flat Box -> no encoder, separate actor and critic MLPs (docs/ppo_notes.md detail
-13; the parameter names ``actor.*``/``critic.*`` of older checkpoints); image (uint8, HWC or CHW) ->
+13; the parameter names ``actor.*``/``critic.*`` of older checkpoints); image (uint8, HWC or CHW, or a
+frame stack of them read as N * C channels; under ``--encoder cnn`` also a single float Box(0, 1) image) ->
 the Nature-CNN trunk of DQN / CleanRL's ``ppo_atari`` shared by a linear actor and a linear critic;
 Dict -> one encoder per key (Nature CNN for images, flatten for vectors), concatenated, with actor
 and critic MLPs on top (SB3's MultiInputPolicy shape). Pixels arrive as uint8 and are scaled to

@@ -1390,7 +1390,9 @@ class Policy:
         shape, n = tuple(np.shape(x)), len(part.shape)
         if shape[-n:] == part.shape and len(shape) in (n, n + 1):
             return
-        axes = "channels first (C, H, W)" if part.layout == "chw" else "channels last (H, W, C)"
+        from .envs.spaces import layout_words
+
+        axes = layout_words(part.layout)
         permuted = len(shape) >= n and sorted(shape[-n:]) == sorted(part.shape)
         fix = "move its channel axis (np.moveaxis, torch.movedim)" if permuted else f"give each image as {part.shape}"
         raise ValueError(f"Policy.act: {name} of shape {shape} does not hold (B, *{part.shape}) observations of "
@@ -1617,6 +1619,10 @@ def check_weight_shapes(path, expected: dict, weights: dict) -> None:
             raise CheckpointError(f"{path}: written before Proxima scaled a uint8 image by its declared range (this "
                                   "observation space declares one other than 0..255, which was divided by 255): its "
                                   "policy saw other inputs than it would now; retrain it with this version")
+        if missing and missing[0].endswith("frame_stack"):  # nets.FlatInput: a uint8 frame stack is an image since review 34
+            raise CheckpointError(f"{path}: written before Proxima read a uint8 frame stack (N, H, W, C) as an image: its MLP "
+                                  "read the stack's values unscaled (0..255), this version scales them to [0, 1]; retrain it "
+                                  "with this version")
         what = f"no agent.{missing[0]}" if missing else f"an unexpected agent.{extra[0]}"
         raise CheckpointError(f"{path}: weights do not match the recorded config ({what}; config.hidden_sizes, "
                               "config.encoder and the spaces describe another network)")

@@ -5,7 +5,10 @@ Encoders turn a batch of observations (B, *obs_shape) as the env's tensors hold 
 ``ppo_atari`` trunk) for images, a flatten for vectors, one of those per key for a Dict (the CNN
 for the image keys of at least 36x36, a flatten for the smaller ones). Pixels arrive as uint8 and
 are scaled to [0, 1] here, on the device, so buffers can keep them as uint8: by the range their Box
-declares (:func:`pixel_range`: 0..255 divided by 255, a 0/1 board kept as it is).
+declares (:func:`pixel_range`: 0..255 divided by 255, a 0/1 board kept as it is). A frame stack
+(N, H, W, C) or (N, C, H, W) reaches the CNN as N * C channels, frame after frame. Under
+``--encoder cnn`` a single float Box declared exactly (0, 1) of an image's shape, which the env's
+tensors hold flat as float32, is reshaped into its image and read as it is (:func:`cnn_image`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from torch import nn
 
 from . import mlp_cpu, tanh_cpu
 from .config import ConfigError
-from .envs.spaces import ObsLayout, ObsPart, image_note
+from .envs.spaces import STACKS, ObsLayout, ObsPart, image_chw, image_note, unit_image_layout
 from .sightings import Sightings
 
 #: Nature CNN (Mnih et al. 2015): conv 8x8/4, 4x4/2, 3x3/1; the smallest image it takes
@@ -109,9 +112,11 @@ def _resolve_encoder(encoder: str, layout: ObsLayout) -> str:
     if encoder not in ENCODERS:
         raise ConfigError(f"--encoder {encoder!r}: must be one of {', '.join(ENCODERS)}")
     if encoder == "auto":
-        return "cnn" if any(cnn_takes(p) for p in layout.parts) else "mlp"
+        # uint8 images only: a float image in [0, 1] keeps the MLP it always had (--encoder cnn takes it),
+        # so a float observation that merely has an image's shape and bounds is not read as one unasked
+        return "cnn" if any(p.layout is not None and cnn_takes(p) for p in layout.parts) else "mlp"
     if encoder == "cnn":
-        images = [p for p in layout.parts if p.layout is not None]
+        images = [p for p in layout.parts if cnn_image(p) is not None]
         if not images:
             # the shapes the env declares (a flat Box reaches the agent flattened: (84, 84) as (7056,)),
             # and spaces.image_note's fix for a key that holds pixels Proxima does not read as an image
@@ -133,14 +138,36 @@ def _resolve_encoder(encoder: str, layout: ObsLayout) -> str:
     return encoder
 
 
+def cnn_image(part: ObsPart) -> Optional[tuple]:
+    """(layout, shape, unit) of the image the CNN would read in ``part``, else None: a uint8 image or
+    frame stack as the layout has it (``unit`` False: scaled by its declared range), or a single float
+    Box declared exactly (0, 1) of an image's shape (spaces.unit_image_layout; ``unit`` True: already
+    in [0, 1], read as it is), which reaches the agent flat. A Dict's float keys stay vectors: a
+    checkpoint whose float key was flattened beside a CNN would otherwise no longer load."""
+    if part.layout is not None:
+        return part.layout, tuple(part.shape), False
+    if part.key is None and part.source is not None:
+        unit = unit_image_layout(part.source)
+        if unit is not None:
+            return unit, tuple(part.source.shape), True
+    return None
+
+
 def cnn_takes(part: ObsPart) -> bool:
-    """Whether the Nature CNN reads ``part`` under ``--encoder cnn``: an image of at least
-    CNN_MIN_SIZE x CNN_MIN_SIZE (a smaller image key of a Dict is flattened beside it)."""
-    return part.layout is not None and min(_image_hw(part)) >= CNN_MIN_SIZE
+    """Whether the Nature CNN reads ``part`` under ``--encoder cnn``: an image (:func:`cnn_image`) of at
+    least CNN_MIN_SIZE x CNN_MIN_SIZE (a smaller image key of a Dict is flattened beside it)."""
+    return cnn_image(part) is not None and min(_image_hw(part)) >= CNN_MIN_SIZE
+
+
+def cnn_chw(part: ObsPart) -> tuple:
+    """(C, H, W) of the CNN's input for the image ``part``: a frame stack's N frames of C channels are N * C
+    channels (sizing's estimate of the CNN reads the same)."""
+    layout, shape, _ = cnn_image(part)
+    return image_chw(layout, shape)
 
 
 def _image_hw(part: ObsPart) -> tuple:
-    return (part.shape[1], part.shape[2]) if part.layout == "chw" else (part.shape[0], part.shape[1])
+    return cnn_chw(part)[1:]
 
 
 #: the range most images declare, Box(0, 255, ..., np.uint8): scaled by 1/255 with no record in the
@@ -156,6 +183,8 @@ def pixel_range(part: ObsPart) -> tuple:
     box = part.source
     if not isinstance(box, gym.spaces.Box):
         return PIXELS_0_255
+    if part.layout is None and unit_image_layout(box) is not None:  # a float image in [0, 1]: as it is
+        return 0.0, 1.0
     low, high = float(np.min(box.low)), float(np.max(box.high))
     if not (math.isfinite(low) and math.isfinite(high)) or high <= low:  # a constant image: shifted to 0
         return (low, low + 1.0) if math.isfinite(low) else PIXELS_0_255
@@ -173,11 +202,16 @@ def image_readings(layout: ObsLayout, encoder: Optional[str] = None) -> list:
         encoder = _resolve_encoder("auto", layout)
     lines = []
     for part in layout.parts:
-        if part.layout is None:
+        image = cnn_image(part)
+        if image is None or (image[2] and encoder != "cnn"):  # a float image is one to the CNN only
             continue
+        kind, shape, unit = image
         low, high = pixel_range(part)
         where = "" if part.key is None else f"[{part.key!r}]"
-        order = "channels-first" if part.layout == "chw" else "channels-last"
+        order = "channels-first" if kind in ("chw", "nchw") else "channels-last"
+        if kind in STACKS:
+            order = f"a stack of {shape[0]} {order} frames ({image_chw(kind, shape)[0]} channels)"
+        scaled = "float 0..1 read as it is" if unit else f"{low:g}..{high:g} scaled to [0, 1]"
         if encoder is None:
             how = ""
         elif encoder == "cnn" and cnn_takes(part):
@@ -188,7 +222,7 @@ def image_readings(layout: ObsLayout, encoder: Optional[str] = None) -> list:
             how = ", flattened into the MLP"
         if said == "auto" and how:
             how += " under --encoder auto"
-        lines.append(f"observation{where}: image {part.shape} {order}, {low:g}..{high:g} scaled to [0, 1]{how}")
+        lines.append(f"observation{where}: image {shape} {order}, {scaled}{how}")
     return lines
 
 
@@ -209,21 +243,31 @@ class _Scaled(nn.Module):
         x = x.float()
         if self.low != 0.0:
             x = x - self.low
-        return x * self.scale
+        # a float image in [0, 1] (and a 0/1 board) is scaled by 1: left as it is, bit for bit
+        return x * self.scale if self.scale != 1.0 else x
 
 
 class PixelInput(_Scaled):
-    """(B, *image_shape) pixels (uint8, or float in a packed Dict) -> (B, C, H, W) float in [0, 1],
-    scaled by the declared range (0..255: / 255)."""
+    """(B, *image_shape) pixels (uint8, or float in a packed Dict; a float image in [0, 1] flat as
+    (B, H * W * C)) -> (B, C, H, W) float in [0, 1], scaled once by the declared range (0..255: / 255).
+    A frame stack's N frames become N * C channels, frame after frame, each frame's channels together
+    (the order of Gymnasium's FrameStackObservation, oldest first)."""
 
     def __init__(self, part: ObsPart):
         super().__init__()
-        self.hwc = part.layout == "hwc"
+        self.layout, self.shape, _ = cnn_image(part)
+        self.chw = image_chw(self.layout, self.shape)
         self._set_range(part)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.hwc:
+        b = x.shape[0]
+        x = x.reshape(b, *self.shape)  # a view: the image's own shape (a flat float image's too)
+        if self.layout == "hwc":
             x = x.permute(0, 3, 1, 2)
+        elif self.layout == "nhwc":  # (B, N, H, W, C) -> (B, N, C, H, W): each frame's channels together
+            x = x.permute(0, 1, 4, 2, 3)
+        if self.layout in STACKS:  # uint8 still: the copy the merge makes is a quarter of a float one
+            x = x.reshape(b, *self.chw)
         return self._scaled(x)
 
 
@@ -232,8 +276,7 @@ class NatureCNN(nn.Module):
 
     def __init__(self, part: ObsPart):
         super().__init__()
-        channels = part.shape[0] if part.layout == "chw" else part.shape[2]
-        h, w = _image_hw(part)
+        channels, h, w = cnn_chw(part)
         self.pixels = PixelInput(part)
         self.convs = nn.Sequential(
             layer_init(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
@@ -258,6 +301,10 @@ class FlatInput(_Scaled):
         self.low, self.scale = 0.0, 1.0
         if self.pixels:
             self._set_range(part)
+        if part.layout in STACKS:
+            # before frame stacks were images, an MLP read them as a vector, unscaled: its checkpoint lacks this
+            # record (and loads with one line, checkpoint.check_weight_shapes) rather than act on inputs / 255
+            self.register_buffer("frame_stack", torch.tensor(part.shape, dtype=torch.float32))
         self.out_dim = part.size
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -197,7 +197,9 @@ def _cnn_terms(part) -> tuple[int, int]:
     """(parameters, activations per row) of nets.NatureCNN for the image ``part``: conv 8/4, 4/2, 3/1
     (32, 64, 64 channels), then a 512-wide linear layer; the activations are the float input and
     the three feature maps."""
-    c, h, w = (part.shape[0], part.shape[1], part.shape[2]) if part.layout == "chw" else (part.shape[2], part.shape[0], part.shape[1])
+    from .nets import cnn_chw
+
+    c, h, w = cnn_chw(part)  # a frame stack (N, H, W, C): N * C channels
     params, acts, size = 0, c * h * w, (h, w)
     for c_in, c_out, k, stride in ((c, 32, 8, 4), (32, 64, 4, 2), (64, 64, 3, 1)):
         size = tuple((d - k) // stride + 1 for d in size)

@@ -1161,7 +1161,7 @@ def _note_pixels(env_id: str, obs, encoder: Optional[str] = None, typed: Optiona
     from .nets import image_readings
 
     layout = obs if isinstance(obs, ObsLayout) else obs_layout(obs, env_id)
-    for note in image_notes(layout):
+    for note in image_notes(layout, encoder):
         print(f"proxima: note: env '{env_id}': {note}", file=sys.stderr)
     if isinstance(obs, ObsLayout):
         for line in image_readings(layout, encoder):

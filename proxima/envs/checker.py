@@ -12,7 +12,7 @@ The checks (names as they appear in the report):
 
   build              the constructor returns a gymnasium.Env without raising
   spaces declared    observation_space and action_space are gymnasium Spaces
-  spaces supported   observation Box (images: uint8 HWC or CHW) or Dict of Box; action Discrete,
+  spaces supported   observation Box (images: uint8 HWC or CHW, or NHWC/NCHW frame stacks) or Dict of Box; action Discrete,
                      MultiDiscrete or Box with finite bounds; none of them empty (Box(-1, 1, (0,)),
                      MultiDiscrete([])). A refused Discrete/Tuple observation or MultiBinary action
                      is told its fix (FlattenObservation, MultiDiscrete([2] * n))
@@ -74,7 +74,7 @@ clip/scale the values", naming the first such value and its step.
 Each kind of violation is reported once, at its first occurrence, with how many more steps showed it.
 
 Notes are not violations: they say how Proxima will read an observation that holds pixels but is
-not an image to it (a uint8 (84, 84), a frame stack (4, 84, 84, 1), a float32 (84, 84, 3); see
+not an image to it (a uint8 (84, 84), a stack of 2-channel frames (4, 84, 84, 2), a float32 (84, 84, 3); see
 ``spaces.image_note``): an MLP on the flattened values, and what to change for the CNN; and when a
 Box action space is far from the policy's unit scale (0 outside its bounds, a range wider than 100
 or narrower than 0.01; ``spaces.action_scale_note``): wrap it in Gymnasium's RescaleAction (an integer Box:

@@ -1,18 +1,23 @@
 """Observation spaces as tensors: which spaces Proxima takes, and how each becomes one (N, ...) tensor.
 
 * a flat Box (any dtype but an image; a scalar Box of shape () too) -> (N, prod(shape)) float32;
-* an image, a Box of dtype uint8 with 3 dims, channels first (C, H, W) or last (H, W, C) -> kept
-  as (N, *shape) **uint8** from the env to the rollout buffer to the network, which scales it to
-  [0, 1] by the range the Box declares (4x less memory than float32): 0..255 divided by 255, a 0/1
-  board Box(0, 1, ..., np.uint8) kept as 0 and 1 (nets.pixel_range);
+* an image, a Box of dtype uint8 with 3 dims, channels first (C, H, W) or last (H, W, C), or a
+  stack of them with 4 (Gymnasium's FrameStackObservation: (N, H, W, C) or (N, C, H, W), frames of
+  1, 3 or 4 channels, which the CNN reads as N * C channels) -> kept as (N, *shape) **uint8** from
+  the env to the rollout buffer to the network, which scales it to [0, 1] by the range the Box
+  declares (4x less memory than float32): 0..255 divided by 255, a 0/1 board Box(0, 1, ..., np.uint8)
+  kept as 0 and 1 (nets.pixel_range);
 * a Dict of Boxes -> its keys, each flattened, packed side by side into one (N, D) tensor (uint8
   when every key is uint8, else float32); the agent unpacks them by key (one encoder per key).
   Keys are strings without '.' (they name the encoders; checkpoints record them as strings).
 
 Which end of an image holds the channels: the smallest dimension, when it is strictly smaller than
-the other two (84x84x3 -> HWC, 4x84x84 -> CHW); a uint8 3-D Box with no such dimension is not an
-image and goes the flat way (:func:`image_note` says so, and what to do, for what looks like
-pixels: a grayscale (H, W), a frame stack (N, H, W, C), a float image). Any other space (Text,
+the other two (84x84x3 -> HWC, 4x84x84 -> CHW); a uint8 3-D Box with no such dimension, or a 4-D
+one whose last 3 dims are no such frame of 1, 3 or 4 channels, is not an image and goes the flat
+way (:func:`image_note` says so, and what to do, for what looks like pixels: a grayscale (H, W), a
+stack of 2-channel frames, a float image). A float Box declared exactly Box(0, 1) of an image's
+shape (:func:`unit_image_layout`) is a vector too, float32, which ``--encoder cnn`` (nets) reshapes
+into an image and reads unscaled. Any other space (Text,
 Graph, Sequence, Tuple, Discrete as an observation, ...) raises EnvError naming the space and the key;
 for a Discrete, MultiDiscrete, MultiBinary or Tuple of those and Boxes the line gives the fix:
 gymnasium.wrappers.FlattenObservation in a ``module:function`` factory (at a Dict key: that key
@@ -42,7 +47,7 @@ class ObsPart:
 
     key: Optional[str]  #: Dict key, None for a plain Box
     shape: tuple  #: the key's own shape, e.g. (84, 84, 3)
-    layout: Optional[str]  #: "chw" or "hwc" for an image, None for a flat vector
+    layout: Optional[str]  #: "chw" or "hwc" for an image, "nchw" or "nhwc" for a frame stack, None for a flat vector
     offset: int  #: first column in the packed (N, D) tensor (Dict only)
     size: int  #: prod(shape)
     #: the Box the env declares for this key, as declared (the (84, 84) of a Box the env's tensors hold
@@ -69,16 +74,75 @@ class ObsLayout:
         return any(p.layout is not None for p in self.parts)
 
 
-def image_layout(space: gym.spaces.Space) -> Optional[str]:
-    """'chw' or 'hwc' for an image Box (uint8, 3 dims, channels the smallest end), else None."""
-    if not isinstance(space, gym.spaces.Box) or space.dtype != np.uint8 or len(space.shape) != 3:
+#: the channel counts a frame of a 4-D frame stack may have (grayscale, RGB, RGBA): a 4-D Box whose
+#: frame has another is not read as a stack (a voxel grid (16, 16, 16, 2) is no video)
+FRAME_CHANNELS = (1, 3, 4)
+#: the layouts of a frame stack (Gymnasium's FrameStackObservation of an HWC or CHW image)
+STACKS = ("nhwc", "nchw")
+
+
+def shape_layout(shape: tuple) -> Optional[str]:
+    """The image layout a shape alone gives: 'hwc' or 'chw' for 3 dims whose channels are the end
+    strictly smaller than the other two; 'nhwc' or 'nchw' for a stack of N such frames (N, H, W, C)
+    or (N, C, H, W) whose frames have 1, 3 or 4 channels (FrameStackObservation's shapes); else None.
+    A 3-D frame never has both ends strictly smallest, so a stack is never read two ways."""
+    shape = tuple(int(n) for n in shape)
+    if len(shape) == 3:
+        c_first, h, c_last = shape
+        if c_last < min(c_first, h):
+            return "hwc"
+        if c_first < min(h, c_last):
+            return "chw"
         return None
-    c_first, h, c_last = space.shape
-    if c_last < min(c_first, h):
-        return "hwc"
-    if c_first < min(h, c_last):
-        return "chw"
+    if len(shape) == 4 and shape[0] >= 1:
+        frame = shape_layout(shape[1:])
+        if frame == "hwc" and shape[3] in FRAME_CHANNELS:
+            return "nhwc"
+        if frame == "chw" and shape[1] in FRAME_CHANNELS:
+            return "nchw"
     return None
+
+
+def image_layout(space: gym.spaces.Space) -> Optional[str]:
+    """'chw' or 'hwc' for an image Box (uint8, 3 dims, channels the smallest end), 'nchw' or 'nhwc'
+    for a uint8 stack of such frames (:func:`shape_layout`), else None."""
+    if not isinstance(space, gym.spaces.Box) or space.dtype != np.uint8:
+        return None
+    return shape_layout(space.shape)
+
+
+def unit_image_layout(space: gym.spaces.Space) -> Optional[str]:
+    """:func:`shape_layout` of a float32/float64 Box that declares every low exactly 0 and every high
+    exactly 1 (pixels already in [0, 1]), else None: the images ``--encoder cnn`` reads as they are.
+    Any other float bounds (0..255, unbounded) do not say the scale, and such Boxes stay vectors."""
+    if not isinstance(space, gym.spaces.Box) or np.dtype(space.dtype) not in (np.float32, np.float64):
+        return None
+    low, high = np.asarray(space.low), np.asarray(space.high)
+    if not low.size or not (np.all(low == 0) and np.all(high == 1)):
+        return None
+    return shape_layout(space.shape)
+
+
+def image_chw(layout: str, shape: tuple) -> tuple:
+    """(C, H, W) of the CNN input an image of ``layout`` and ``shape`` becomes: a frame stack's N
+    frames of C channels give N * C channels, frame after frame."""
+    shape = tuple(int(n) for n in shape)
+    if layout == "chw":
+        return shape
+    if layout == "hwc":
+        return shape[2], shape[0], shape[1]
+    if layout == "nchw":
+        return shape[0] * shape[1], shape[2], shape[3]
+    if layout == "nhwc":
+        return shape[0] * shape[3], shape[1], shape[2]
+    raise ValueError(f"not an image layout: {layout!r}")
+
+
+def layout_words(layout: str) -> str:
+    """How messages name an image layout: 'channels last (H, W, C)', 'a stack of channels-first frames (N, C, H, W)'."""
+    return {"chw": "channels first (C, H, W)", "hwc": "channels last (H, W, C)",
+            "nchw": "a stack of channels-first frames (N, C, H, W)",
+            "nhwc": "a stack of channels-last frames (N, H, W, C)"}[layout]
 
 
 def pixels_fix(expr: str, unit: Optional[bool], name: Optional[str] = None) -> str:
@@ -163,14 +227,15 @@ def uint8_pixels(space: gym.spaces.Box, expr: str = "obs", values=None, name: Op
 def _as_image(shape: tuple, expr: str) -> Optional[tuple]:
     """(image shape, expression) for one reshaping that makes a Box of ``shape`` an image: a channel
     axis for (H, W), the stack merged into channels for a frame stack (N, H, W, C) or (N, C, H, W)
-    (Gymnasium's FrameStackObservation), the shape itself for 3 dims; None when none does."""
+    (Gymnasium's FrameStackObservation) whose frames have another channel count than 1, 3 or 4, the
+    shape itself for an image or a stack Proxima reads as one; None when none does."""
 
     def image(s: tuple) -> bool:
         return image_layout(gym.spaces.Box(0, 255, s, np.uint8)) is not None
 
     if len(shape) == 2 and image(shape + (1,)):
         return shape + (1,), f"{expr}[..., None]"
-    if len(shape) == 3 and image(shape):
+    if len(shape) in (3, 4) and image(shape):  # a float image or frame stack: only the dtype to change
         return shape, expr
     if len(shape) == 4:
         n, a, b, c = shape
@@ -185,7 +250,7 @@ def _as_image(shape: tuple, expr: str) -> Optional[tuple]:
     return None
 
 
-def image_note(space: gym.spaces.Space, expr: str = "obs", values=None) -> Optional[tuple]:
+def image_note(space: gym.spaces.Space, expr: str = "obs", values=None, single: bool = True) -> Optional[tuple]:
     """(how Proxima reads it, what to do) for a Box that holds pixels but is not an image to
     :func:`image_layout`, else None: a uint8 Box of 2 or more dims (a grayscale (H, W), a frame
     stack, a cube), or a float Box of 3 or 4 dims that one reshaping makes an image. ``expr`` names
@@ -193,7 +258,9 @@ def image_note(space: gym.spaces.Space, expr: str = "obs", values=None) -> Optio
     when the caller has one, tells float pixels in [0, 1] from 0..255 where the bounds do not
     (:func:`uint8_pixels`, whose range the suggested Box declares). Proxima does not guess these: it
     reads them as vectors, so the user is told here (check-env's note, train's note at the start of
-    a run and in --dry-run, ``--encoder cnn``'s error)."""
+    a run and in --dry-run, ``--encoder cnn``'s error). ``single``: the space is the whole observation,
+    not a Dict key: a float image in [0, 1] (:func:`unit_image_layout`) is then an image to
+    ``--encoder cnn``, which the note says."""
     if not isinstance(space, gym.spaces.Box) or image_layout(space) is not None:
         return None
     shape, u8 = tuple(space.shape), space.dtype == np.uint8
@@ -205,10 +272,16 @@ def image_note(space: gym.spaces.Space, expr: str = "obs", values=None) -> Optio
 
     size = int(np.prod(shape))
     (lo, hi), words = uint8_pixels(space, fix[1] if fix is not None else expr, values, expr)
+    unit = single and unit_image_layout(space) is not None
     if u8:
+        stacks = " (or a stack of such frames, (N, H, W, C) or (N, C, H, W), of 1, 3 or 4 channels)" if len(shape) == 4 else ""
         how = (f"uint8 Box {shape} is not an image to Proxima (an image is a uint8 Box (H, W, C) or (C, H, W) whose "
-               f"channel axis, at one end, is smaller than the other two), so it trains an MLP on its {size} values "
+               f"channel axis, at one end, is smaller than the other two{stacks}), so it trains an MLP on its {size} values "
                f"flattened and unscaled ({lo}..{hi})")
+    elif unit:
+        how = (f"{np.dtype(space.dtype)} Box {shape} declares pixels in [0, 1]: --encoder cnn reads it as an image as it is, "
+               f"but --encoder auto takes the CNN for uint8 images only, so it trains an MLP on its {size} values "
+               f"flattened as they are")
     else:
         how = (f"{np.dtype(space.dtype)} Box {shape} has an image's shape but Proxima reads only uint8 Boxes as images, so it "
                f"trains an MLP on its {size} values flattened as they are")
@@ -216,20 +289,26 @@ def image_note(space: gym.spaces.Space, expr: str = "obs", values=None) -> Optio
         return how, "if it is an image, put its channels on an axis at one end, smaller than the other two"
     new, value = fix
     value = f"return {value}" if u8 else f"return {words}"  # uint8 pixels keep their range: only the shape changes
-    change = ("add a channel axis" if len(shape) == 2 else "merge the frame stack into channels" if len(shape) == 4
-              else "make it uint8")
+    change = ("add a channel axis" if len(shape) == 2 else "make it uint8" if new == shape
+              else "merge the frame stack into channels")
+    if unit:
+        return how, (f"train with --encoder cnn, or (4x less memory, and --encoder auto takes the CNN from "
+                     f"{CNN_MIN_SIZE}x{CNN_MIN_SIZE}) make it uint8: declare Box({lo}, {hi}, {new}, np.uint8) and {value}")
     return how, (f"to have it read as an image (pixels scaled to [0, 1], the CNN from {CNN_MIN_SIZE}x{CNN_MIN_SIZE}), "
                  f"{change}: declare Box({lo}, {hi}, {new}, np.uint8) and {value}")
 
 
-def image_notes(layout: ObsLayout) -> list:
+def image_notes(layout: ObsLayout, encoder: Optional[str] = None) -> list:
     """The :func:`image_note` lines of an observation's layout, one per key that has one, as
     check-env words them ("observation_space['cam']: how; what to do"): train's note at the start
-    of a run and in --dry-run, on pixels it reads as a vector."""
+    of a run and in --dry-run, on pixels it reads as a vector. ``encoder``: the run's resolved one;
+    under cnn a float image in [0, 1] is read as an image, and gets no note."""
     lines = []
     for part in layout.parts:
         at = "" if part.key is None else f"[{part.key!r}]"
-        note = image_note(part.source, f"obs{at}")
+        if encoder == "cnn" and not layout.is_dict and unit_image_layout(part.source) is not None:
+            continue
+        note = image_note(part.source, f"obs{at}", single=not layout.is_dict)
         if note:
             lines.append(f"observation_space{at}: {note[0]}; {note[1]}")
     return lines

@@ -83,15 +83,11 @@ NOTES = [
                   "or (C, H, W) whose channel axis, at one end, is smaller than the other two), so it trains an MLP on its 7056 "
                   "values flattened and unscaled (0..255); to have it read as an image (pixels scaled to [0, 1], the CNN from "
                   "36x36), add a channel axis: declare Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None]"),
-    ("FrameStack", "NOTE observation_space: uint8 Box (4, 40, 40, 1) is not an image to Proxima (an image is a uint8 Box "
-                   "(H, W, C) or (C, H, W) whose channel axis, at one end, is smaller than the other two), so it trains an MLP "
-                   "on its 6400 values flattened and unscaled (0..255); to have it read as an image (pixels scaled to [0, 1], "
-                   "the CNN from 36x36), merge the frame stack into channels: declare Box(0, 255, (4, 40, 40), np.uint8) and "
-                   "return obs.squeeze(-1)"),
-    ("FloatImage", "NOTE observation_space: float32 Box (40, 40, 3) has an image's shape but Proxima reads only uint8 Boxes "
-                   "as images, so it trains an MLP on its 4800 values flattened as they are; to have it read as an image "
-                   "(pixels scaled to [0, 1], the CNN from 36x36), make it uint8: declare Box(0, 255, (40, 40, 3), np.uint8) "
-                   "and return np.uint8 pixels 0..255 as (obs * 255).astype(np.uint8)"),
+    ("FloatImage", "NOTE observation_space: float32 Box (40, 40, 3) declares pixels in [0, 1]: --encoder cnn reads it as an "
+                   "image as it is, but --encoder auto takes the CNN for uint8 images only, so it trains an MLP on its 4800 "
+                   "values flattened as they are; train with --encoder cnn, or (4x less memory, and --encoder auto takes the "
+                   "CNN from 36x36) make it uint8: declare Box(0, 255, (40, 40, 3), np.uint8) and return np.uint8 pixels "
+                   "0..255 as (obs * 255).astype(np.uint8)"),
 ]
 
 
@@ -100,6 +96,14 @@ def test_pixels_that_are_not_an_image_pass_with_a_note(cls, note, capsys):
     code, lines = report(cls, capsys=capsys)
     assert code == 0
     assert lines == [note, f"OK: bad_envs:{cls} passes 20 checks"]
+
+
+def test_a_frame_stack_is_an_image_with_no_note(capsys):
+    """FrameStackObservation's (4, 40, 40, 1): an image since review 34 (it had the note above before)."""
+    code, lines = report("FrameStack", capsys=capsys)
+    assert code == 0
+    assert lines == ["OK: bad_envs:FrameStack passes 20 checks; observation: image (4, 40, 40, 1) a stack of 4 channels-last "
+                     "frames (4 channels), 0..255 scaled to [0, 1], CNN encoder under --encoder auto"]
 
 
 def test_train_names_the_missing_key_and_refuses_int_keys_in_one_line(tmp_path, monkeypatch, capsys):

@@ -129,13 +129,14 @@ def test_encoder_errors_name_the_flag_and_what_to_do():
         "--encoder cnn needs an image observation (uint8 Box (H, W, C) or (C, H, W)); this env's observation has shape (84, 84); "
         "to have it read as an image (pixels scaled to [0, 1], the CNN from 36x36), add a channel axis: declare "
         "Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None]; or use --encoder mlp")
-    stack = gym.spaces.Dict({"frames": gym.spaces.Box(0, 255, (4, 84, 84, 3), np.uint8), "vec": gym.spaces.Box(-1, 1, (2,), np.float32)})
+    # frames of 2 channels: a stack of RGB frames (4, 84, 84, 3) is an image since review 34
+    stack = gym.spaces.Dict({"frames": gym.spaces.Box(0, 255, (4, 84, 84, 2), np.uint8), "vec": gym.spaces.Box(-1, 1, (2,), np.float32)})
     with pytest.raises(ConfigError) as err:
         Agent(stack, gym.spaces.Discrete(2), encoder="cnn")
     assert str(err.value).endswith(
-        "observation has shape [(4, 84, 84, 3), (2,)]; at key 'frames': to have it read as an image (pixels scaled to [0, 1], the CNN "
-        "from 36x36), merge the frame stack into channels: declare Box(0, 255, (84, 84, 12), np.uint8) and return "
-        "obs['frames'].transpose(1, 2, 0, 3).reshape(84, 84, 12); or use --encoder mlp")
+        "observation has shape [(4, 84, 84, 2), (2,)]; at key 'frames': to have it read as an image (pixels scaled to [0, 1], the CNN "
+        "from 36x36), merge the frame stack into channels: declare Box(0, 255, (84, 84, 8), np.uint8) and return "
+        "obs['frames'].transpose(1, 2, 0, 3).reshape(84, 84, 8); or use --encoder mlp")
     with pytest.raises(ConfigError, match=r"^--encoder cnn: image is 20x20, smaller than the Nature CNN's 36x36 minimum"):
         Agent(gym.spaces.Box(0, 255, (20, 20, 3), np.uint8), gym.spaces.Discrete(2), encoder="cnn")
 
@@ -248,9 +249,11 @@ def test_the_advice_for_float_pixels_of_unknown_scale_scales_them_first():
     assert image_note(UNBOUNDED, values=np.full((40, 40, 3), 0.5))[1].endswith(" as (obs * 255).astype(np.uint8)")
     assert image_note(UNBOUNDED, values=np.full((40, 40, 3), 200.0))[1].endswith(" as obs.astype(np.uint8)")
     assert image_note(gym.spaces.Box(0, 255, (40, 40, 3), np.float32))[1].endswith(" as obs.astype(np.uint8)")
-    stack = gym.spaces.Box(-np.inf, np.inf, (4, 40, 40, 1), np.float32)
-    assert image_note(stack)[1].endswith("as (obs.squeeze(-1) * 255).astype(np.uint8) if obs is in [0, 1], "
-                                         "or obs.squeeze(-1).astype(np.uint8) if it is 0..255")
+    stack = gym.spaces.Box(-np.inf, np.inf, (4, 40, 40, 1), np.float32)  # a uint8 stack of that shape is an image
+    assert image_note(stack)[1].endswith("declare Box(0, 255, (4, 40, 40, 1), np.uint8) and " + both)
+    stack = gym.spaces.Box(-np.inf, np.inf, (4, 40, 40, 2), np.float32)  # 2-channel frames: merged into channels
+    assert image_note(stack)[1].endswith("as (obs.transpose(1, 2, 0, 3).reshape(40, 40, 8) * 255).astype(np.uint8) if obs "
+                                         "is in [0, 1], or obs.transpose(1, 2, 0, 3).reshape(40, 40, 8).astype(np.uint8) if it is 0..255")
     with pytest.raises(ConfigError) as err:  # --encoder cnn repeats the advice
         Agent(tensor_space(UNBOUNDED, obs_layout(UNBOUNDED)), gym.spaces.Discrete(2), encoder="cnn")
     assert str(err.value).endswith("declare Box(0, 255, (40, 40, 3), np.uint8) and " + both + "; or use --encoder mlp")
@@ -332,8 +335,10 @@ def test_a_flattened_box_remembers_its_declared_shape_yet_compares_as_a_plain_bo
 
 @pytest.mark.parametrize("shape, dtype, image, fix", [
     ((84, 84), np.uint8, (84, 84, 1), "add a channel axis: declare Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None]"),
-    ((4, 40, 40, 1), np.uint8, (4, 40, 40), "merge the frame stack into channels: declare Box(0, 255, (4, 40, 40), np.uint8) and return obs.squeeze(-1)"),
-    ((4, 3, 84, 84), np.uint8, (12, 84, 84), "merge the frame stack into channels: declare Box(0, 255, (12, 84, 84), np.uint8) and return obs.reshape(12, 84, 84)"),
+    # stacks of 1, 3 or 4-channel frames are images since review 34; of 2-channel frames not
+    ((4, 40, 40, 2), np.uint8, (40, 40, 8), "merge the frame stack into channels: declare Box(0, 255, (40, 40, 8), np.uint8) and return obs.transpose(1, 2, 0, 3).reshape(40, 40, 8)"),
+    ((4, 2, 84, 84), np.uint8, (8, 84, 84), "merge the frame stack into channels: declare Box(0, 255, (8, 84, 84), np.uint8) and return obs.reshape(8, 84, 84)"),
+    ((4, 40, 40, 1), np.uint8, None, None), ((4, 3, 84, 84), np.uint8, None, None),
     ((40, 40, 3), np.float32, (40, 40, 3), "make it uint8: declare Box(0, 255, (40, 40, 3), np.uint8) and return np.uint8 pixels 0..255 as (obs * 255).astype(np.uint8)"),
     ((8, 8, 8), np.uint8, None, "if it is an image, put its channels on an axis at one end, smaller than the other two"),
     ((128,), np.uint8, None, None), ((1, 128), np.uint8, None, None), ((5, 5), np.float32, None, None), ((84, 84, 3), np.uint8, None, None),

@@ -57,7 +57,8 @@ class Stack(_Pixels):
 
     def __init__(self):
         super().__init__()
-        self.observation_space = gym.spaces.Box(0, 255, (4, 40, 40, 1), np.uint8)
+        # frames of 2 channels: a stack of 1, 3 or 4-channel frames is an image since review 34
+        self.observation_space = gym.spaces.Box(0, 255, (4, 40, 40, 2), np.uint8)
 
 
 class StackCHW(_Pixels):
@@ -88,8 +89,8 @@ NOTE = "proxima: note: env 'Pix25{}-v0': observation_space: uint8 Box {} is not 
 # ------------------------------------------------------------------------ 1. train notes pixels read as a vector
 @pytest.mark.parametrize("env, shape, fix", [
     ("Gray", (40, 40), "add a channel axis: declare Box(0, 255, (40, 40, 1), np.uint8) and return obs[..., None]"),
-    ("Stack", (4, 40, 40, 1), "merge the frame stack into channels: declare Box(0, 255, (4, 40, 40), np.uint8) and "
-                              "return obs.squeeze(-1)"),
+    ("Stack", (4, 40, 40, 2), "merge the frame stack into channels: declare Box(0, 255, (40, 40, 8), np.uint8) and "
+                              "return obs.transpose(1, 2, 0, 3).reshape(40, 40, 8)"),
 ])
 def test_train_dry_run_notes_pixels_it_would_read_as_a_vector(env, shape, fix, capsys):
     code, out, err = run_main(["train", f"Pix25{env}-v0", "--dry-run", "--threads", "1"], capsys)

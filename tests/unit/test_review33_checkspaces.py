@@ -181,14 +181,15 @@ def test_a_tuple_action_space_is_refused_in_one_line(envs):
 # ------------------------------------------------------------------ 4. advice on pixels and refused spaces
 def test_pixel_advice_takes_the_smallest_low_and_the_largest_high_of_per_entry_bounds():
     # a frame stack whose frames declare different bounds: the suggested Box has to hold every one of them
-    low, high = np.zeros((4, 84, 84, 1), np.uint8), np.full((4, 84, 84, 1), 255, np.uint8)
+    # (2-channel frames: a stack of 1, 3 or 4-channel frames is an image since review 34)
+    low, high = np.zeros((4, 84, 84, 2), np.uint8), np.full((4, 84, 84, 2), 255, np.uint8)
     low[1], high[0] = 10, 200
     space = gym.spaces.Box(low, high, dtype=np.uint8)
     assert box_range(space) == (0.0, 255.0)
     how, fix = image_note(space)
     assert how.endswith("flattened and unscaled (0..255)")
-    assert fix.endswith("merge the frame stack into channels: declare Box(0, 255, (4, 84, 84), np.uint8) and return "
-                        "obs.squeeze(-1)")
+    assert fix.endswith("merge the frame stack into channels: declare Box(0, 255, (84, 84, 8), np.uint8) and return "
+                        "obs.transpose(1, 2, 0, 3).reshape(84, 84, 8)")
 
 
 def test_an_empty_tuple_observation_is_refused_without_a_flatten_fix():
