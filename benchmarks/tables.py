@@ -263,8 +263,15 @@ def markdown_table(header: list, rows: list) -> str:
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 
 
-def _word(value) -> str:
+def _word(value, path: bool = False) -> str:
+    """``value`` as the recorded command (run from the repository root) needs it. A path (``path``:
+    the --out file; or any value naming something that exists from where the script was started) is
+    written relative to the repository root when inside it, absolute otherwise: a relative --out or
+    --jax-python was recorded as typed from another folder and ran from neither that folder nor the
+    root, while absolute repository paths were already made root-relative."""
     text = str(value)
+    if not os.path.isabs(text) and text and (path or os.path.exists(text)):
+        text = os.path.abspath(text)
     if os.path.isabs(text) and Path(text).is_relative_to(ROOT):  # the commands run from the repository root
         return os.path.relpath(text, ROOT)
     return text
@@ -290,7 +297,7 @@ def command_text(script: str, parser: argparse.ArgumentParser, args) -> str:
             for item in value or []:
                 words += [name, _word(item)]
         elif value is not None:
-            words += [name, _word(value)]
+            words += [name, _word(value, path=action.dest == "out")]
     return shlex.join(words)
 
 

@@ -15,7 +15,9 @@ eager calls there (the --out file's settings and the JSON then say cudagraphs fa
             minibatches, plus the once-per-iteration read the training loop does
 
 Each measurement is warmed up, then run ``--repeats`` times for about ``--seconds`` each (whole
-calls, at least one: a repeat of train is at least one iteration, however long); the table shows
+calls, at least one: a repeat of train is at least one iteration, however long); the warm-up is at
+least 3 whole calls and is not timed, so a lazy --compile's compilation and a --cudagraphs capture
+(both done in the first calls) are left out of every figure, and its seconds are reported; the table shows
 the median and the min-max over the repeats, the Markdown file how long the repeats really ran and
 the threads as the Trainer set them; ``--train-only`` times train alone (what a
 comparison of training throughput uses: the env and rollout measurements are a third of the time).
@@ -69,6 +71,9 @@ class Line:
     graphs: Optional[dict] = None
     #: seconds each timed repeat took, per measure: what --seconds asked is a target, not a limit
     seconds: dict = field(default_factory=dict)
+    #: seconds the untimed warm-up took, per measure: at 4,096 envs x 128 steps it can cost as much as
+    #: the measuring, and with --compile it holds the compilation, which no figure includes
+    warmup: dict = field(default_factory=dict)
     #: how the Trainer ran on the CPU: torch intra-op threads, and whether actor and critic were
     #: computed on a thread each for some batch (``paired_batches``), which --threads alone does not say
     intra_op: Optional[int] = None
@@ -102,10 +107,18 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+class Samples(list):
+    """Steps/s per timed run, with ``warmup_seconds``: the untimed warm-up's seconds (a --compile's
+    compilation and a --cudagraphs capture included), which no figure counts."""
+
+    warmup_seconds: Optional[float] = None
+
+
 def measure(fn: Callable[[], None], steps_per_call: int, seconds: float, repeats: int, device,
-            durations: Optional[list] = None) -> list:
-    """Warm ``fn`` up, then time ``repeats`` runs of about ``seconds`` each; steps/s per run.
-    ``durations``: a list that gets each run's seconds (a run is whole calls, at least one)."""
+            durations: Optional[list] = None) -> "Samples":
+    """Warm ``fn`` up, then time ``repeats`` runs of about ``seconds`` each; steps/s per run
+    (``Samples``: with the warm-up's seconds). ``durations``: a list that gets each run's seconds
+    (a run is whole calls, at least one)."""
     warm_start, times = time.perf_counter(), []
     while True:  # at least 3 calls (lazy init, allocator, --cudagraphs capture) and 20% of the budget, unless one call is long
         _sync(device)
@@ -115,6 +128,7 @@ def measure(fn: Callable[[], None], steps_per_call: int, seconds: float, repeats
         times.append(time.perf_counter() - t0)
         if len(times) >= 3 and (times[-1] >= seconds or time.perf_counter() - warm_start >= 0.2 * seconds):
             break
+    warm = sum(times)
     # Calls per run from a typical warm-up call: the last one alone let one stall (a GC pause, another
     # process) shrink every run's window to a few calls. The median, without the first call (lazy
     # init, a graph capture), and the lower of the two middle ones so a stall is never half of it.
@@ -123,7 +137,8 @@ def measure(fn: Callable[[], None], steps_per_call: int, seconds: float, repeats
     # host had queued ahead of the device.
     per_call = statistics.median_low(times[1:])
     calls = max(1, int(seconds / max(per_call, 1e-9)))
-    out = []
+    out = Samples()
+    out.warmup_seconds = warm
     for _ in range(repeats):
         _sync(device)
         t0 = time.perf_counter()
@@ -257,6 +272,8 @@ def bench_line(args, backend: str, num_envs: int) -> tuple:
             if name in measures_of(args):
                 line.seconds[name] = []
                 line.samples[name] = measure(fn, steps, args.seconds, args.repeats, device, line.seconds[name])
+                warm = getattr(line.samples[name], "warmup_seconds", None)
+                line.warmup[name] = [warm] if warm is not None else []
         if cfg.cudagraphs:
             from .graphs import trainer_graph_states
 
@@ -339,7 +356,9 @@ def markdown_table(lines: list) -> str:
     return "\n".join(out)
 
 
-def json_line(line: Line, args, cfg, device) -> dict:
+def json_line(line: Line, args, cfg, device, run: Optional[dict] = None) -> dict:
+    """One JSON object of a line. ``run``: what the whole run shares (``run_record``: timestamp,
+    machine, load); made here when not given."""
     ran = cfg if cfg is not None else base_config(args)  # a skipped line has no config of its own
     d = {"env_id": args.env_id, "device": str(device), "backend": line.backend, "num_envs": line.num_envs,
          "num_steps": cfg.num_steps if cfg else None, "update_epochs": cfg.update_epochs if cfg else None,
@@ -358,7 +377,26 @@ def json_line(line: Line, args, cfg, device) -> dict:
     for m in MEASURES:
         med, lo, hi = line.stat(m)
         d[f"{m}_sps"], d[f"{m}_sps_min"], d[f"{m}_sps_max"] = med, lo, hi
+    # what the --out file records and the medians alone do not: without them an async line reads as a
+    # sync one and a result cannot be placed on a machine or a date
+    d.update({"vector": ran.vector, "hidden_sizes": list(ran.hidden_sizes), "encoder": ran.encoder,
+              "seconds": getattr(args, "seconds", None),
+              # per measure, one entry per timed repeat: its steps/s and its measured seconds
+              "samples": {m: list(xs) for m, xs in line.samples.items()},
+              "durations": {m: list(xs) for m, xs in line.seconds.items()},
+              # the untimed warm-up (>= 3 whole calls; --compile's compilation happens in it)
+              "warmup_seconds": {m: (xs[0] if xs else None) for m, xs in line.warmup.items()}})
+    d.update(run if run is not None else run_record(device, datetime.now(), os.getloadavg()[0]))
     return d
+
+
+def run_record(device, started: datetime, load0: float, args=None) -> dict:
+    """What every JSON line of one run shares: when it started, the machine (as ``machine_lines``
+    writes it in the --out file), the 1-minute load average at its start and now, and the command
+    that reproduces it (None without ``args``)."""
+    return {"timestamp": started.isoformat(timespec="seconds"), "machine": machine_info(device),
+            "load_average": [round(load0, 2), round(os.getloadavg()[0], 2)],
+            "command": command_line(args) if args is not None else None}
 
 
 def cpu_model() -> str:
@@ -367,25 +405,34 @@ def cpu_model() -> str:
     return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
-def machine_lines(device, threads) -> list:
-    """The machine as a results file describes it; ``threads``: torch's intra-op threads (a count,
-    or threads_text's account of how bench's Trainers ran)."""
+def machine_info(device) -> dict:
+    """The machine as ``machine_lines`` writes it, as a mapping (the JSON lines' ``machine``)."""
     import gymnasium
     import torch
 
     from .cpuinfo import simd_text, usable_cpus
     from .tanh_cpu import MODE
 
-    usable = usable_cpus()
-
-    rows = [f"- CPU: {cpu_model()}, {os.cpu_count()} logical cores ({usable} usable by this process); SIMD {simd_text()}; "
-            f"CPU tanh {MODE}",
-            f"- torch {torch.__version__}, gymnasium {gymnasium.__version__}, Python {platform.python_version()}, "
-            f"{platform.system()} {platform.release()}",
-            f"- torch intra-op threads: {threads}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"]
+    device = torch.device(device)
+    gpu = None
     if torch.cuda.is_available():
-        rows.append(f"- GPU: {torch.cuda.get_device_name(device if device.type == 'cuda' else 0)} "
-                    f"(CUDA {torch.version.cuda}); this run used {device}")
+        gpu = f"{torch.cuda.get_device_name(device if device.type == 'cuda' else 0)} (CUDA {torch.version.cuda})"
+    return {"cpu": cpu_model(), "logical_cores": os.cpu_count(), "usable_cores": usable_cpus(), "simd": simd_text(),
+            "cpu_tanh": MODE, "torch": torch.__version__, "gymnasium": gymnasium.__version__,
+            "python": platform.python_version(), "os": f"{platform.system()} {platform.release()}",
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset"), "gpu": gpu}
+
+
+def machine_lines(device, threads) -> list:
+    """The machine as a results file describes it; ``threads``: torch's intra-op threads (a count,
+    or threads_text's account of how bench's Trainers ran)."""
+    m = machine_info(device)
+    rows = [f"- CPU: {m['cpu']}, {m['logical_cores']} logical cores ({m['usable_cores']} usable by this process); "
+            f"SIMD {m['simd']}; CPU tanh {m['cpu_tanh']}",
+            f"- torch {m['torch']}, gymnasium {m['gymnasium']}, Python {m['python']}, {m['os']}",
+            f"- torch intra-op threads: {threads}; OMP_NUM_THREADS={m['omp_num_threads']}"]
+    if m["gpu"]:
+        rows.append(f"- GPU: {m['gpu']}; this run used {device}")
     else:
         rows.append("- GPU: none available on this machine (CUDA numbers not measured)")
     return rows
@@ -421,6 +468,16 @@ def repeats_text(lines: list, args) -> str:
     took = f"{min(spans):.3g}-{max(spans):.3g} s" if max(spans) > min(spans) else f"{spans[0]:.3g} s"
     return (f"{args.repeats} repeats of {took} each (measured; --seconds {args.seconds:g} asks for about that much, "
             "but a repeat is at least one call, and one train call is one whole iteration)")
+
+
+def warmup_text(lines: list) -> str:
+    """The untimed warm-up as it ran: at least 3 whole calls per measurement, and their seconds."""
+    spans = [xs[0] for ln in lines for xs in ln.warmup.values() if xs]
+    took = ""
+    if spans:
+        took = f" ({min(spans):.3g}-{max(spans):.3g} s each)" if max(spans) > min(spans) else f" ({spans[0]:.3g} s each)"
+    return (f"an untimed warm-up of at least 3 whole calls per measurement{took}, which holds any --compile "
+            "compilation and --cudagraphs capture: no figure includes them")
 
 
 def command_line(args) -> str:
@@ -467,7 +524,7 @@ def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime
         f"- load average (1 min) at start / end: {load[0]:.2f} / {load[1]:.2f}",
         f"- {desc}",
         "",
-        f"Steps per second, median (min-max) of {repeats_text(lines, args)}, after a warm-up. "
+        f"Steps per second, median (min-max) of {repeats_text(lines, args)}, after {warmup_text(lines)}. "
         "env: `env.step` with random actions, no policy; rollout: `collect_rollout` with the policy; "
         "train: `Trainer.train_iteration` (rollout + GAE + update). "
         "train x gym: the train median of the native or EnvPool backend over Gymnasium's at the same num_envs."
@@ -704,6 +761,7 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(base_config(args).device)
     torch.set_num_threads(args.threads)
     started, load0 = datetime.now(), os.getloadavg()[0]
+    record = run_record(device, started, load0, args) if args.json else None
     lines, last_cfg = [], None
     for n in sizes:
         for backend in backends:
@@ -719,9 +777,14 @@ def run(args: argparse.Namespace) -> int:
                 except ImportError as e:  # --compile without proxima.accel, or a missing optional package
                     return fail(f"{e}")
                 last_cfg = cfg
+                if not args.json:  # the untimed part: minutes at 4,096 Gymnasium envs, and where a compile goes
+                    warm = sum(xs[0] for xs in line.warmup.values() if xs)
+                    print(f"{prog}: {backend} x {n:,} envs: warm-up {warm:.1f} s, not timed"
+                          + (" (compilation included)" if cfg.compile else ""), file=sys.stderr, flush=True)
             lines.append(line)
             if args.json:
-                print(json.dumps(json_line(line, args, cfg, device)), flush=True)
+                record["load_average"][1] = round(os.getloadavg()[0], 2)
+                print(json.dumps(json_line(line, args, cfg, device, record)), flush=True)
     if not args.json:
         print(format_table(lines))
     if args.out:  # results go only where --out says: the repository's recorded tables are never overwritten by default
@@ -757,11 +820,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1, help="CPU threads, as train's --threads: with 2, actor and critic side by side for a discrete-action agent at 2,048+ rows (default 1)")
     p.add_argument("--seconds", type=float, default=1.0, help=f"target time of one timed repeat, at most {MAX_SECONDS:g}: "
                    "whole calls, at least one "
-                   "(a train call is one iteration, which may take longer); --out records the measured time (default 1.0)")
+                   "(a train call is one iteration, which may take longer); --out records the measured time. An untimed "
+                   "warm-up of at least 3 whole calls comes first in every measurement (default 1.0)")
     p.add_argument("--max-gym-envs", type=int, default=4096,
                    help="skip the Gymnasium backend above this many envs; it steps envs one by one in Python (default 4096)")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="torch.compile the acting and update steps (needs proxima.accel; default: the preset's, off)")
+                   help="torch.compile the acting and update steps (needs proxima.accel; default: the preset's, off); "
+                        "compilation happens in the untimed warm-up, so no figure includes it (its seconds are printed)")
     p.add_argument("--cudagraphs", action=argparse.BooleanOptionalAction, default=None,
                    help="replay each iteration's rollout, advantages and update as CUDA graphs (CUDA only; with --compile, of the compiled steps); "
                         "only the train column replays them: env and rollout are timed eagerly, marked 'timed eager' "
