@@ -438,6 +438,10 @@ def _member_fields(args) -> set:
     return names
 
 
+#: make_env's advice for a native backend that cannot build the env (no native version, constructor kwargs)
+_BACKEND_ADVICE = ("use --backend gymnasium or auto", "use --backend gymnasium (or auto)")
+
+
 def _name_config_file(e: Exception, cfg, exclude=()) -> Exception:
     """A refusal names a field as its flag (``--seed ...``, ``--env-kwargs: ...``); when the value came
     from ``--config FILE`` (not typed), the line names the file and the field first, so the user knows
@@ -454,8 +458,26 @@ def _name_config_file(e: Exception, cfg, exclude=()) -> Exception:
             message.startswith(f"--{name.replace('_', '-')}{end}") for end in (" ", ":"))]
     from_file = [(name, source_of(cfg, name)) for name in about if name not in exclude]
     from_file = [(name, source) for name, source in from_file if source and not source.startswith("preset ")]
+    backend_file = source_of(cfg, "backend") if "backend" not in exclude else None
+    backend_file = backend_file if backend_file and not backend_file.startswith("preset ") else None
+    if backend_file:  # "use --backend gymnasium": a flag the user never typed; the file's line is to edit
+        for advice in _BACKEND_ADVICE:
+            message = message.replace(advice, f"edit backend in {backend_file} (gymnasium or auto)")
+    if from_file and not getattr(e, "fields", ()):
+        name, source = from_file[0]
+        # the value is the file's line `lr: inf`, not a flag typed: `t.yaml: lr inf: ...`, as a resume's
+        # refusal names a file's value (_name_resume_source) and the run_dir line does (_name_file_run_dir)
+        flag = f"--{name.replace('_', '-')}"
+        if name == "env_kwargs":  # gym_adapter's advice for a keyword the env does not take
+            message = message.replace("drop it from --env-kwargs", f"drop it from env_kwargs in {source}")
+        if message.startswith(f"{flag} "):
+            return ConfigError(f"{source}: {name} {message[len(flag) + 1:]}")
+        if message.startswith(f"{flag}:"):
+            return ConfigError(f"{source}: {name}{message[len(flag):]}")
     if from_file:
         return ConfigError(f"{from_file[0][1]}: {', '.join(name for name, _ in from_file)}: {message}")
+    if message != str(e):  # no native env for 'CartPole-v0', which the file's backend asked for
+        return type(e)(f"{backend_file}: backend {cfg.backend}: {message}")
     source = source_of(cfg, "env_id")
     if message.startswith("env_id ") and source and not source.startswith("preset "):
         return ConfigError(f"{source}: {message}")
@@ -772,32 +794,59 @@ def _cmd_eval(args) -> int:
 
 # ------------------------------------------------------------------------------------ presets
 def cmd_presets(args) -> int:
-    from .presets import all_presets, preset_env_id
+    from .config import dump_yaml
+    from .presets import all_presets, other_versions, preset_env_id, preset_config
 
+    prog = "proxima presets"
     if args.env_id is not None and not args.env_id.strip():  # an unset variable: not "every env", as train refuses it
-        return fail("proxima presets", f"ENV_ID {args.env_id!r}: empty; name an env (e.g. {DEFAULT_ENV}), or leave "
+        return fail(prog, f"ENV_ID {args.env_id!r}: empty; name an env (e.g. {DEFAULT_ENV}), or leave "
                     "ENV_ID out for every env's presets")
     rows = []
     known = all_presets()
     wanted = preset_env_id(args.env_id) if args.env_id else None  # ALE/Pong-v5: Pong-v5's presets
     if wanted and wanted not in known:
-        return fail("proxima presets", f"no presets for '{args.env_id}'; envs with presets: {', '.join(sorted(known))} "
+        others = other_versions(args.env_id)
+        if others:  # HalfCheetah-v4: the one env meant, not the list of every env
+            return fail(prog, f"no presets for '{args.env_id}'; {' and '.join(others)} "
+                        f"{'has' if len(others) == 1 else 'have'} presets: `proxima presets {others[0]}` lists them")
+        return fail(prog, f"no presets for '{args.env_id}'; envs with presets: {', '.join(sorted(known))} "
                     "(any other env trains with the defaults of PPOConfig)")
+    if args.name is not None:
+        choices = sorted(known[wanted])
+        if args.name not in choices:
+            close = _close_word(args.name, choices)
+            return fail(prog, f"NAME {args.name!r}: no such preset for {args.env_id} (choices: {', '.join(choices)})"
+                        + (f"; did you mean {close!r}?" if close else ""))
+        values = preset_config(args.env_id, args.name)
+        if not args.json:
+            # the fields the preset sets, no others: with the defaults mixed in (train --dry-run) a file
+            # could not tell what the preset chose; a --config file as it is (dump_yaml reads back alike)
+            print(f"# preset {wanted}/{args.name} (proxima/presets/{known[wanted][args.name]['file']}): "
+                  f"`proxima train {args.env_id} --config FILE.yaml` trains with these settings")
+            sys.stdout.write(dump_yaml(values) if values else "{}\n")
+            return 0
     for env_id, presets in sorted(known.items()):
         for name, body in sorted(presets.items()):
-            if wanted and env_id != wanted:
+            if (wanted and env_id != wanted) or (args.name is not None and name != args.name):
                 continue
             steps = int(body["config"].get("total_timesteps", FIELDS["total_timesteps"].default))
-            rows.append((env_id, name, steps, body["description"]))
-    if args.json:  # steps as a number
-        print(json.dumps([dict(zip(("env_id", "preset", "steps", "description"), r)) for r in rows]))
+            rows.append((env_id, name, steps, body["description"], body["config"]))
+    if args.json:  # steps as a number; config: the fields the preset sets, as `proxima presets ENV NAME` prints them
+        print(json.dumps([dict(zip(("env_id", "preset", "steps", "description", "config"), r)) for r in rows]))
         return 0
-    rows = [(e, n, f"{steps:,}", d) for e, n, steps, d in rows]
+    rows = [(e, n, f"{steps:,}", d) for e, n, steps, d, _ in rows]
     widths = [max(len(r[i]) for r in rows + [("env id", "preset", "steps", "")]) for i in range(3)]
     print(f"{'env id':<{widths[0]}}  {'preset':<{widths[1]}}  {'steps':>{widths[2]}}  description")
     for r in rows:
         print(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}")
     return 0
+
+
+def _close_word(word: str, choices) -> Optional[str]:
+    import difflib
+
+    close = difflib.get_close_matches(str(word), list(choices), n=1)
+    return close[0] if close else None
 
 
 def add_trust_flags(p: argparse.ArgumentParser, command: str, env_help: str = "") -> None:
@@ -903,12 +952,16 @@ def build_parser() -> ArgParser:
                      "itself, and another --run-dir is refused"})
     p.set_defaults(func=cmd_resume)
 
-    p = sub.add_parser("presets", help="list the tuned presets", description="List the tuned presets: env id, name, "
-                       "steps, description (any other env trains with the defaults of PPOConfig).")
+    p = sub.add_parser("presets", help="list the tuned presets, or print one's settings", description="List the tuned "
+                       "presets: env id, name, steps, description (any other env trains with the defaults of PPOConfig). "
+                       "With ENV_ID NAME: print the fields that preset sets, and only those, as YAML that --config "
+                       "FILE.yaml takes (`proxima presets CartPole-v1 fast > fast.yaml`).")
     p.add_argument("env_id", nargs="?", default=None, metavar="ENV_ID", help="list only this env's presets (default: every "
                    "env's; ALE/<Game>-v5 has <Game>-v5's)")
-    p.add_argument("--json", action="store_true", help="print one JSON list of {env_id, preset, steps, description} "
-                   "(steps as a number)")
+    p.add_argument("name", nargs="?", default=None, metavar="NAME", help="print this preset's settings (its config: block) "
+                   "as YAML, a --config file")
+    p.add_argument("--json", action="store_true", help="print one JSON list of {env_id, preset, steps, description, config} "
+                   "(steps as a number; config: the fields the preset sets)")
     p.set_defaults(func=cmd_presets)
 
     for name in PLUGINS:

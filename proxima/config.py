@@ -242,6 +242,9 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
     sources = dict(getattr(base, "_sources", None) or {})
     for key, value in values.items():
         if key not in FIELDS:
+            misplaced = _misplaced_key(key, value)
+            if misplaced is not None:
+                raise ConfigError(f"{source}: {misplaced}")
             if _rlhf_field(key):  # a `proxima rlhf` file given to train: a close PPO name would mislead
                 raise ConfigError(f"{source}: unknown field '{key}': it is a `proxima rlhf` setting (RLHFConfig), not "
                                   "a PPO one; give the file to `proxima rlhf --config`, or drop the line for `proxima train`")
@@ -250,6 +253,40 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
         sources[key] = (source, getattr(cfg, key))
     cfg._sources = sources  # not a field: asdict/config.yaml leave it out
     return cfg
+
+
+def _flag_text(value: Any) -> Optional[str]:
+    """``value`` as a flag's argument a user can paste (``1-3``, ``1,2,3``, ``0.001``), or None for a
+    value no flag takes as written (a mapping, text with spaces or control characters)."""
+    if isinstance(value, (list, tuple)):
+        items = [_flag_text(v) for v in value]
+        return ",".join(items) if items and None not in items and all("," not in v for v in items) else None
+    if isinstance(value, bool) or value is None or isinstance(value, dict):
+        return None
+    text = str(value)
+    return text if text and all(c.isprintable() and not c.isspace() for c in text) else None
+
+
+def _misplaced_key(key: Any, value: Any) -> Optional[str]:
+    """Why a key other tools' config files hold (Hydra's ``preset:``, a zoo's ``seeds:``, a preset
+    file's ``config:`` nesting) is no field here, with where its setting goes; None for any other key.
+    difflib alone sends ``sweep`` to 'seed' and says nothing of ``preset``."""
+    if key == "preset":
+        return f"'preset' is not a config field: pass --preset {_flag_text(value) or 'NAME'} on the command line"
+    if key == "seeds":
+        return f"'seeds' is a flag of train, not a config field: --seeds {_flag_text(value) or '1-3'}"
+    if key == "sweep":
+        flags = []
+        if isinstance(value, dict) and value:  # {lr: [1e-3, 3e-4]}: --sweep lr=0.001,0.0003
+            for name, values in value.items():
+                text = _flag_text(values if isinstance(values, (list, tuple)) else [values])
+                flags.append(f"--sweep {name}={text}" if isinstance(name, str) and text is not None else None)
+        example = " ".join(flags) if flags and None not in flags else "--sweep lr=1e-3,3e-4"
+        return f"'sweep' is a flag of train, not a config field: {example}"
+    if key == "config" and isinstance(value, dict):
+        return ("'config' is not a config field: put the fields at the top level (the preset files' config: nesting "
+                "is not a config file's)")
+    return None
 
 
 def _rlhf_field(key: Any) -> bool:
@@ -496,6 +533,20 @@ def _is_stream(path: str) -> bool:
     return text == "/dev/stdin" or text.startswith(("/dev/fd/", "/proc/self/fd/"))
 
 
+def yaml_error_where(e: Exception) -> str:
+    """`` at line L, column C: PROBLEM`` of a PyYAML syntax error: its first line is only the context
+    (``while scanning for the next token``), which names neither the place nor what is wrong there
+    (a tab, a bad indent). `` (FIRST LINE)`` for an error without a place (nested too deeply)."""
+    problem, mark = getattr(e, "problem", None), getattr(e, "problem_mark", None)
+    if problem and mark is not None:
+        text = f" at line {mark.line + 1}, column {mark.column + 1}: {' '.join(str(problem).split())}"
+        if "'\\t'" in text:  # the most common hand-edit mistake; PyYAML's words do not say what to do
+            text += " (YAML indents and separates with spaces, never tabs)"
+        return text
+    lines = str(e).splitlines()
+    return f" ({lines[0] if lines else type(e).__name__})"
+
+
 def load_config_file(path: str) -> dict:
     """``--config FILE.yaml``: a mapping of PPOConfig fields; ConfigError naming the file otherwise.
     Read as a run's files are (rundir.read_run_text): ``--config RUN/config.yaml`` names a file in a
@@ -524,7 +575,7 @@ def load_config_file(path: str) -> dict:
     except yaml_alias_error() as e:
         raise ConfigError(f"--config {path}: {e}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        raise ConfigError(f"--config {path}: not valid YAML{yaml_error_where(e)}") from None
     if values is None:
         return {}
     if not isinstance(values, dict):

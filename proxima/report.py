@@ -91,7 +91,9 @@ def _read_yaml(path: Path) -> dict:
     except yaml_alias_error() as e:
         raise ReportError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
-        raise ReportError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        from .config import yaml_error_where
+
+        raise ReportError(f"{path}: not valid YAML{yaml_error_where(e)}") from None
     return data if isinstance(data, dict) else {}
 
 

@@ -196,7 +196,9 @@ def read_run_config(run_dir) -> tuple:
     except UnicodeDecodeError as e:
         return None, f"not UTF-8 text (byte {e.start})"
     except yaml.YAMLError as e:
-        return None, f"not valid YAML ({' '.join(str(e).split())[:120]})"
+        from .config import yaml_error_where
+
+        return None, f"not valid YAML{yaml_error_where(e)}"
     if not isinstance(values, dict):
         return None, f"not a mapping of field: value (a {type(values).__name__})"
     try:

@@ -985,8 +985,9 @@ def _note_whole_iterations(cfg: PPOConfig, world_size: int, given: Optional[str]
     per = batch_size(cfg) * world_size
     if cfg.total_timesteps % per:
         steps = num_iterations(cfg, world_size) * per
-        trains = (f"the run trains to step {steps:,} ({steps // per:,} iterations)" if resumed
-                  else f"training {steps:,} steps ({steps // per:,} iterations)")
+        n = steps // per
+        its = f"{n:,} iteration{'' if n == 1 else 's'}"
+        trains = f"the run trains to step {steps:,} ({its})" if resumed else f"training {steps:,} steps ({its})"
         print(f"proxima: note: {given or f'--total-timesteps {cfg.total_timesteps:,}'} is not a multiple of the batch "
               f"({per:,} steps = num_envs x num_steps{' x processes' if world_size > 1 else ''}): {trains}", file=sys.stderr)
 

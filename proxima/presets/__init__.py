@@ -75,29 +75,71 @@ def presets_for(env_id: str) -> dict:
     return all_presets().get(preset_env_id(env_id), {})
 
 
+def other_versions(env_id: str) -> list:
+    """The other versions of ``env_id`` that have presets (``HalfCheetah-v4``: ['HalfCheetah-v5']) when
+    ``env_id`` itself has none; [] otherwise (a module:Class id has no versions)."""
+    if presets_for(env_id) or ":" in env_id:
+        return []
+    base, sep, _ = env_id.rpartition("-v")
+    if not sep or not base:
+        return []
+    return sorted(e for e in all_presets() if e.rpartition("-v")[0] == base and e != env_id)
+
+
+def _other_versions_text(others: list, name: str | None = None) -> str:
+    """'CartPole-v1 has presets (default, fast, gpu): `proxima presets CartPole-v1 NAME` prints one's
+    settings (proxima/presets/classic.yaml)': each preset by name (CartPole-v1's three are not "one"),
+    and the command that prints the values, not only their names (``name``, when the first version has
+    a preset of that name, instead of NAME)."""
+    def named(other: str) -> str:
+        names = sorted(all_presets()[other])
+        return f"{other} has {'presets' if len(names) > 1 else 'a preset'} ({', '.join(names)})"
+
+    names = sorted(all_presets()[others[0]])
+    first = all_presets()[others[0]][names[0]]["file"]
+    which, whose = (names[0], "its") if len(others) == 1 and len(names) == 1 else ("NAME", "one's")
+    if name in names:  # --preset fast of CartPole-v0: CartPole-v1's fast is the one meant
+        which, whose = name, "its"
+    return (f"{' and '.join(named(o) for o in others)}: `proxima presets {others[0]} {which}` prints {whose} settings "
+            f"(proxima/presets/{first})")
+
+
 def other_version_note(env_id: str) -> str | None:
     """A note when ``env_id`` has no preset but another version of the same env has
     (``HalfCheetah-v4``: the MuJoCo presets are for ``-v5``), else None: without it such a run trains
     PPOConfig's classic-control defaults (4 envs x 128 steps, no normalization) without a word."""
-    if presets_for(env_id) or ":" in env_id:
-        return None
-    base, sep, _ = env_id.rpartition("-v")
-    if not sep or not base:
-        return None
-    others = sorted(e for e in all_presets() if e.rpartition("-v")[0] == base and e != env_id)
+    others = other_versions(env_id)
     if not others:
         return None
-    first = next(iter(all_presets()[others[0]].values()))["file"]
-
-    def named(other: str) -> str:  # each preset by name: CartPole-v1's three are not "one"
-        names = sorted(all_presets()[other])
-        return f"{other} has {'presets' if len(names) > 1 else 'a preset'} ({', '.join(names)})"
-
     one = len(others) == 1 and len(all_presets()[others[0]]) == 1
-    them, them_s = ("it", "its") if one else ("them", "their")
     return (f"no preset for {env_id}: PPOConfig's defaults (4 envs x 128 steps, no normalization) and your flags; "
-            f"{' and '.join(named(o) for o in others)}: `proxima presets {others[0]}` shows {them} (proxima/presets/"
-            f"{first}); give {them_s} settings as flags or in --config FILE.yaml")
+            f"{_other_versions_text(others)}; give {'them' if one else 'the settings'} as flags or in --config FILE.yaml")
+
+
+def unknown_preset(env_id: str, name: str) -> str:
+    """The one line for a preset ``name`` that ``env_id`` does not have: its presets, the close one meant
+    (``fsat``: fast), and for an env without presets the other version that has them (other_versions)."""
+    import difflib
+
+    presets = presets_for(env_id)
+    known = ", ".join(sorted(presets)) or "none"
+    line = f"--preset {name!r}: no such preset for {env_id} (available: {known}; see `proxima presets`)"
+    close = difflib.get_close_matches(str(name), sorted(presets), n=1)
+    if close:
+        return f"{line}; did you mean --preset {close[0]}?"
+    others = other_versions(env_id)
+    if others:
+        return f"{line}; {_other_versions_text(others, name)}"
+    return line
+
+
+def preset_config(env_id: str, name: str) -> dict:
+    """The fields preset ``name`` of ``env_id`` sets, as its YAML file gives them (a copy); ConfigError
+    (unknown_preset's line) when there is no such preset."""
+    presets = presets_for(env_id)
+    if name not in presets:
+        raise ConfigError(unknown_preset(env_id, name))
+    return copy.deepcopy(presets[name]["config"])
 
 
 def preset_names(env_id: str) -> list[str]:
@@ -123,6 +165,5 @@ def resolve(env_id: str, preset: str | None = None, base: PPOConfig | None = Non
             cfg = from_dict(presets["default"]["config"], cfg, source=f"preset {key}/default")
         return cfg
     if preset not in presets:
-        known = ", ".join(sorted(presets)) or "none"
-        raise ConfigError(f"--preset {preset!r}: no such preset for {env_id} (available: {known}; see `proxima presets`)")
+        raise ConfigError(unknown_preset(env_id, preset))
     return from_dict(presets[preset]["config"], cfg, source=f"preset {key}/{preset}")

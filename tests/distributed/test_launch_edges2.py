@@ -168,5 +168,5 @@ def test_a_launch_refusing_a_config_file_value_names_the_file(tmp_path, monkeypa
         monkeypatch.setattr(sys, "argv", ["proxima", *argv])  # what the launcher passes on to its ranks
         code = main(argv)
         err = capsys.readouterr().err
-        assert code == 2 and err.strip().startswith(f"proxima train: error: {config}: num_minibatches: --num-minibatches 16"), err
+        assert code == 2 and err.strip().startswith(f"proxima train: error: {config}: num_minibatches 16"), err
     assert started == [] and not (tmp_path / "run").exists()

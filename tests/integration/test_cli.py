@@ -601,7 +601,9 @@ def test_resume_help_says_the_runs_values_are_the_defaults(capsys):
 def test_presets_help_explains_env_id_and_json(capsys):
     text = help_text("presets", capsys)
     assert "ENV_ID list only this env's presets (default: every env's; ALE/<Game>-v5 has <Game>-v5's)" in text
-    assert "--json print one JSON list of {env_id, preset, steps, description} (steps as a number)" in text
+    assert ("--json print one JSON list of {env_id, preset, steps, description, config} (steps as a number; config: "
+            "the fields the preset sets)") in text
+    assert "NAME print this preset's settings (its config: block) as YAML, a --config file" in text
 
 
 @pytest.mark.parametrize("argv, line", [

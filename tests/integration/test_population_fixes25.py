@@ -138,7 +138,7 @@ def test_report_names_the_eval_command_that_evaluates_a_member_of_a_module_env(t
 
 # --- 3. train --seeds notes a total that is not a whole number of iterations -------------------------
 NOTE = ("proxima: note: --total-timesteps 1,000 is not a multiple of the batch (512 steps = num_envs x num_steps): "
-        "training 512 steps (1 iterations)")
+        "training 512 steps (1 iteration)")
 
 
 def test_train_seeds_dry_run_notes_a_total_that_is_not_a_whole_number_of_iterations(tmp_path, capsys):

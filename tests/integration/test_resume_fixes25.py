@@ -287,7 +287,7 @@ def test_an_unparseable_config_yaml_gets_a_note_that_it_is_not_read(run, capsys)
     code, _, err = run_main(["resume", str(run)], capsys)
     assert code == 0, err
     notes = _notes(err, str(path))
-    assert len(notes) == 1 and notes[0].startswith(f"proxima: note: {path}: not valid YAML (") and notes[0].endswith(
+    assert len(notes) == 1 and notes[0].startswith(f"proxima: note: {path}: not valid YAML at line ") and notes[0].endswith(
         f"; resume does not read it (the config is the checkpoint's, changed by flags: proxima resume {run} "
         "--total-timesteps N) and rewrites it"), err
     assert _settings(path) == original

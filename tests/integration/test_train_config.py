@@ -107,7 +107,7 @@ def test_an_invalid_value_from_the_config_file_names_the_file(tmp_path, capsys):
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("gamma: 2\n")
     code, _, err = run_main(["train", "CartPole-v1", "--config", str(cfg_file), "--run-dir", str(tmp_path / "run")], capsys)
-    assert code == 2 and err.strip() == f"proxima train: error: {cfg_file}: gamma: --gamma 2.0: must be in (0, 1]"
+    assert code == 2 and err.strip() == f"proxima train: error: {cfg_file}: gamma 2.0: must be in (0, 1]"
     code, _, err = run_main(["train", "CartPole-v1", "--config", str(cfg_file), "--gamma", "3", "--run-dir", str(tmp_path / "run")],
                             capsys)
     assert code == 2 and err.strip() == "proxima train: error: --gamma 3.0: must be in (0, 1]"  # typed: the flag's own line

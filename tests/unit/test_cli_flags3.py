@@ -102,7 +102,7 @@ def test_the_process_count_line_offers_proxima_resume_only_where_it_would_start(
 @pytest.mark.parametrize("where, expected", [
     (["--run-dir", "afile"], "--run-dir afile: exists and is not a directory"),
     (["--run-dir", "afile/sub"], "--run-dir afile/sub: afile is a file, not a folder"),
-    (["--config", "file.yaml"], "file.yaml: run_dir: --run-dir afile: exists and is not a directory"),
+    (["--config", "file.yaml"], "file.yaml: run_dir afile: exists and is not a directory"),
     (["--run-dir", "RUN"], "RUN is not empty (checkpoints, config.yaml")])
 def test_dry_run_refuses_the_run_directories_the_run_refuses(run, tmp_path, capsys, monkeypatch, where, expected):
     monkeypatch.chdir(tmp_path)

@@ -11,15 +11,15 @@ from cli_helpers import run_main
 from proxima.presets import other_version_note
 
 NOTE = ("proxima: note: no preset for CartPole-v0: PPOConfig's defaults (4 envs x 128 steps, no normalization) and "
-        "your flags; CartPole-v1 has presets (default, fast, gpu): `proxima presets CartPole-v1` shows them "
-        "(proxima/presets/classic.yaml); give their settings as flags or in --config FILE.yaml")
+        "your flags; CartPole-v1 has presets (default, fast, gpu): `proxima presets CartPole-v1 NAME` prints one's settings "
+        "(proxima/presets/classic.yaml); give the settings as flags or in --config FILE.yaml")
 
 
 def test_an_older_version_of_a_preset_env_is_told_the_preset():
     assert other_version_note("HalfCheetah-v4") == (
         "no preset for HalfCheetah-v4: PPOConfig's defaults (4 envs x 128 steps, no normalization) and your flags; "
-        "HalfCheetah-v5 has a preset (default): `proxima presets HalfCheetah-v5` shows it (proxima/presets/mujoco.yaml); "
-        "give its settings as flags or in --config FILE.yaml")
+        "HalfCheetah-v5 has a preset (default): `proxima presets HalfCheetah-v5 default` prints its settings "
+        "(proxima/presets/mujoco.yaml); give them as flags or in --config FILE.yaml")
     assert "LunarLander-v3 has a preset (default):" in other_version_note("LunarLander-v2")
     assert "CartPole-v1 has presets (default, fast, gpu):" in other_version_note("CartPole-v0")  # three, each named
 

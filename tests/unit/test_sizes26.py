@@ -171,4 +171,4 @@ def test_train_dry_run_refuses_100000_async_envs(tmp_path, capsys):
     code, out, err = run_main(["train", "--config", str(cfg), "--dry-run"], capsys)
     assert code == 2, err
     line = one_error_line(err, "proxima train")
-    assert "--num-envs 100000" in line and "--vector async" in line and "--vector sync" in line, line
+    assert "async.yaml: num_envs 100000" in line and "--vector async" in line and "--vector sync" in line, line
