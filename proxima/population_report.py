@@ -21,6 +21,12 @@ neither scipy nor rliable is a dependency.
 The same statistics vectorized over the x points of a learning curve (``iqm_along``,
 ``bootstrap_band``) draw ``proxima plot RUN``'s IQM (or mean) and 95% band per setting, and
 ``read_settings`` is the one reader of ``population.json`` for ``report``, ``plot`` and ``eval``.
+
+Settings are compared (comparison_section; build_populations_report for ``report A B`` of several
+populations) by rliable's probability of improvement P(X > Y): over all member pairs, 1 for x > y and
+1/2 for a tie, averaged, with a percentile-bootstrap interval (poi_ci) that resamples each side's
+members independently from one default_rng(BOOTSTRAP_SEED), under the same MIN_CI_MEMBERS and
+FEW_CI_MEMBERS rules as the table's intervals.
 """
 
 from __future__ import annotations
@@ -604,9 +610,14 @@ def _by_value(named: dict, fmt: Callable) -> str:
     return "; ".join(f"{', '.join(names)} {fmt(value)}" for value, names in sorted(groups.items()))
 
 
-def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: Optional[int] = 0) -> str:
-    doc = json.loads(read_run_text(run_dir / POPULATION_FILE))  # read_settings checked it
-    f = lambda v: "\u2014" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.1f}"  # noqa: E731
+def _fmt(v) -> str:
+    """``467.4``; "—" for none or a non-finite value."""
+    return "\u2014" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.1f}"
+
+
+def _sources_text(run_dir: Path, doc: dict, rows: list) -> str:
+    """``Final return per member: eval. Evaluated at step 3,200, over 20 episodes per member.``: the kind
+    of final return of the population's rows, and when and over what it was measured."""
     kinds = {" / ".join(r["sources"]) for r in rows}  # "": a setting whose every member diverged, no source counted
     everyone = every_member_diverged(run_dir, read_settings(run_dir)) if kinds == {""} else None
     if everyone:
@@ -617,57 +628,180 @@ def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: Opti
         sources = "Final return per member, per setting: " + "; ".join(
             f"{setting_label(r['settings']) or '(seeds only)'}: {' / '.join(r['sources']) or 'none (every member diverged)'}"
             for r in rows) + "."
+    return sources + ("" if everyone else _measured_text(rows, _reached(run_dir, doc)[0]))
+
+
+def _first_line(run_dir: Path, doc: dict, rows: list) -> str:
+    """``CartPole-v1: 16 members (8 seeds x 2 settings), 548,864 steps each, 68.9 s of training in one process.``"""
+    seeds = len(doc["seeds"]) if isinstance(doc.get("seeds"), list) else None
+    return (f"{doc.get('env_id')}: {_count(doc.get('members'), 'member')} "
+            f"({_count(seeds, 'seed')} x {_count(len(rows), 'setting')}), "
+            f"{training_progress(run_dir, doc)} in one process.")
+
+
+def _row_cells(r: dict) -> str:
+    """``8 | 467.4 | [407.4, 499.7] | 499.4 | [435.4, 500.0] | 88% (7 of 8)``: a row's statistics in the table."""
+    used = f"{r['n']} of {r['members']}" if r["n"] < r["members"] else f"{r['members']}"
+    solved = f"{r['solved']:.0%} ({r['solved_count']} of {r['members']})" if r["solved"] is not None else "\u2014"
+    return (f"{used} | {_fmt(r.get('mean'))} | {ci_cell(r['mean_ci'], r['few'])} | {_fmt(r.get('iqm'))} | "
+            f"{ci_cell(r['iqm_ci'], r['few'])} | {solved}")
+
+
+def _row_notes(run_dir: Path, r: dict, name: str, threshold: Optional[float], episodes: Optional[int]) -> list:
+    """The notes under the table of the row ``r`` named ``name``: members left out and why, and
+    evaluations of different episode counts."""
+    notes = []
+    if r["eval_missing"]:
+        k, m = len(r["eval_missing"]), r["members"]
+        how = (f"run `proxima report {run_dir} --episodes N` to evaluate them" if episodes is not None and episodes < 1 else
+               f"the report could not evaluate {'them' if k != 1 else 'it'}: {_not_evaluated_note(r)}")
+        old = r.get("stale_eval") or {}
+        absent = [d for d in r["eval_missing"] if d not in old]
+        which = ([f"{len(absent)} member{'s' if len(absent) != 1 else ''} without eval.json ({', '.join(absent)})"]
+                 if absent else [])
+        if old:  # its eval.json is there, of an older (or given-up) step: said so, not "without eval.json"
+            which.append(f"{len(old)} member{'s' if len(old) != 1 else ''} whose eval.json is not of its last step ("
+                         + "; ".join(f"{d}: {why}" for d, why in old.items()) + ")")
+        notes.append(f"- {name}: eval for {m - k} of {m}; {' and '.join(which)}, left out rather than mixed with "
+                     f"training returns: {how}.")
+    other = [f"{d} ({why})" for d, why in r["left_out"] if d not in r["eval_missing"]]
+    if other:
+        notes.append(f"- {name}: left out: {', '.join(other)}.")
+    if r["left_out"] and threshold is not None:
+        notes.append(f"- {name}: the {_count(len(r['left_out']), 'member')} left out count{'s' if len(r['left_out']) == 1 else ''} as not reaching {threshold}.")
+    counts = {name: c for name, (_, c) in (r.get("measured") or {}).items() if c is not None}
+    if len(set(counts.values())) > 1:  # an explicit --episodes other than eval.json's: said, not averaged unsaid
+        notes.append(f"- {name}: its members' evaluations ran different numbers of episodes ("
+                     f"{_by_value(counts, lambda c: f'over {c:,}')}); each member's mean counts as one value: "
+                     f"`proxima eval {run_dir}` evaluates every member alike, over its own --eval-episodes.")
+    return notes
+
+
+def _steps_note(rows: list) -> Optional[str]:
+    """eval's note on members evaluated at different steps (unequal training hides in one IQM otherwise)."""
+    at = {name: st for r in rows for name, (st, _) in (r.get("measured") or {}).items() if st is not None}
+    steps_note = different_steps_note(list(at.values()), _by_value(at, lambda st: f"at {st:,}"), "report it again")
+    return f"- note: {steps_note}." if steps_note else None
+
+
+def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: Optional[int] = 0) -> str:
+    doc = json.loads(read_run_text(run_dir / POPULATION_FILE))  # read_settings checked it
     from .plot import dir_name
 
-    measured = "" if everyone else _measured_text(rows, _reached(run_dir, doc)[0])
-    seeds = len(doc["seeds"]) if isinstance(doc.get("seeds"), list) else None
-    lines = [f"# Population report: {dir_name(run_dir)}", "",
-             f"{doc.get('env_id')}: {_count(doc.get('members'), 'member')} "
-             f"({_count(seeds, 'seed')} x {_count(len(rows), 'setting')}), "
-             f"{training_progress(run_dir, doc)} in one process.", "",
-             f"{sources}{measured} 95% CIs: {CI_METHOD}; none (\u2014) for fewer than {MIN_CI_MEMBERS} members. {IQM_TEXT}.", "",
+    lines = [f"# Population report: {dir_name(run_dir)}", "", _first_line(run_dir, doc, rows), "",
+             f"{_sources_text(run_dir, doc, rows)} 95% CIs: {CI_METHOD}; none (\u2014) for fewer than {MIN_CI_MEMBERS} "
+             f"members. {IQM_TEXT}.", "",
              f"| setting | members | mean | mean 95% CI | IQM | IQM 95% CI | >= {threshold if threshold is not None else 'threshold'} |",
              "|---|---|---|---|---|---|---|"]
     notes = []
     for r in rows:
         name = setting_label(r["settings"]) or "(seeds only)"
-        used = f"{r['n']} of {r['members']}" if r["n"] < r["members"] else f"{r['members']}"
-        solved = f"{r['solved']:.0%} ({r['solved_count']} of {r['members']})" if r["solved"] is not None else "\u2014"
-        lines.append(f"| {name} | {used} | {f(r.get('mean'))} | {ci_cell(r['mean_ci'], r['few'])} | {f(r.get('iqm'))} | "
-                     f"{ci_cell(r['iqm_ci'], r['few'])} | {solved} |")
-        if r["eval_missing"]:
-            k, m = len(r["eval_missing"]), r["members"]
-            how = (f"run `proxima report {run_dir} --episodes N` to evaluate them" if episodes is not None and episodes < 1 else
-                   f"the report could not evaluate {'them' if k != 1 else 'it'}: {_not_evaluated_note(r)}")
-            old = r.get("stale_eval") or {}
-            absent = [d for d in r["eval_missing"] if d not in old]
-            which = ([f"{len(absent)} member{'s' if len(absent) != 1 else ''} without eval.json ({', '.join(absent)})"]
-                     if absent else [])
-            if old:  # its eval.json is there, of an older (or given-up) step: said so, not "without eval.json"
-                which.append(f"{len(old)} member{'s' if len(old) != 1 else ''} whose eval.json is not of its last step ("
-                             + "; ".join(f"{d}: {why}" for d, why in old.items()) + ")")
-            notes.append(f"- {name}: eval for {m - k} of {m}; {' and '.join(which)}, left out rather than mixed with "
-                         f"training returns: {how}.")
-        other = [f"{d} ({why})" for d, why in r["left_out"] if d not in r["eval_missing"]]
-        if other:
-            notes.append(f"- {name}: left out: {', '.join(other)}.")
-        if r["left_out"] and threshold is not None:
-            notes.append(f"- {name}: the {_count(len(r['left_out']), 'member')} left out count{'s' if len(r['left_out']) == 1 else ''} as not reaching {threshold}.")
-        counts = {name: c for name, (_, c) in (r.get("measured") or {}).items() if c is not None}
-        if len(set(counts.values())) > 1:  # an explicit --episodes other than eval.json's: said, not averaged unsaid
-            notes.append(f"- {name}: its members' evaluations ran different numbers of episodes ("
-                         f"{_by_value(counts, lambda c: f'over {c:,}')}); each member's mean counts as one value: "
-                         f"`proxima eval {run_dir}` evaluates every member alike, over its own --eval-episodes.")
+        lines.append(f"| {name} | {_row_cells(r)} |")
+        notes += _row_notes(run_dir, r, name, threshold, episodes)
     if any(r["few"] and r["mean_ci"] is not None for r in rows):
         notes.append(f"- \u2020 {FEW_MEMBERS_NOTE}.")
-    at = {name: st for r in rows for name, (st, _) in (r.get("measured") or {}).items() if st is not None}
-    steps_note = different_steps_note(list(at.values()), _by_value(at, lambda st: f"at {st:,}"), "report it again")
-    if steps_note:  # eval's note: unequal training hides in one IQM otherwise
-        notes.append(f"- note: {steps_note}.")
+    steps_note = _steps_note(rows)
+    if steps_note:
+        notes.append(steps_note)
     if notes:
         lines += [""] + notes
+    if len(rows) > 1:
+        lines += [""] + comparison_section(rows)
     lines += ["", "Per member: `proxima report RUN/<member dir>` (same files as a single run).", ""]
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ comparing settings
+#: what a probability of improvement is, as the reports say it
+POI_TEXT = ("the chance that a run of X scores higher than a run of Y (rliable's probability of improvement, "
+            "Agarwal et al. 2021: the mean over all member pairs (x of X, y of Y) of 1 if x > y, 1/2 if x = y, else 0; "
+            "0.5: neither is better)")
+POI_CI_METHOD = (f"percentile bootstrap, the members of X and of Y resampled independently, {BOOTSTRAP_RESAMPLES} "
+                 f"resamples, numpy default_rng({BOOTSTRAP_SEED})")
+
+
+def probability_of_improvement(x, y) -> float:
+    """P(X > Y) of the members' values x (n,) over y (m,): the mean over the n*m pairs of 1[x > y] + 0.5*1[x == y]."""
+    x = np.asarray(x, dtype=np.float64).reshape(-1, 1)
+    y = np.asarray(y, dtype=np.float64).reshape(1, -1)
+    return float(((x > y) + 0.5 * (x == y)).mean())
+
+
+def poi_ci(x, y, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED, level: float = CI_LEVEL):
+    """(low, high) percentile-bootstrap interval of probability_of_improvement(x, y); None when either
+    has fewer than MIN_CI_MEMBERS members. Each resample draws x's members, then y's, with replacement
+    from one numpy default_rng(seed): rng.integers(0, n, (resamples, n)), then rng.integers(0, m,
+    (resamples, m)). The two are independent runs, not pairs: resampling within each is rliable's
+    bootstrap of P(X > Y) over one task."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    n, m = x.size, y.size
+    if min(n, m) < MIN_CI_MEMBERS:
+        return None
+    rng = np.random.default_rng(seed)
+    ix, iy = rng.integers(0, n, size=(resamples, n)), rng.integers(0, m, size=(resamples, m))
+    stats = np.empty(resamples)
+    block = max(1, 2_000_000 // (n * m))  # the (block, n, m) comparisons stay ~16 MB
+    for a in range(0, resamples, block):
+        xs, ys = x[ix[a:a + block]][:, :, None], y[iy[a:a + block]][:, None, :]
+        stats[a:a + block] = ((xs > ys) + 0.5 * (xs == ys)).mean(axis=(1, 2))
+    alpha = (1 - level) / 2
+    return float(np.quantile(stats, alpha)), float(np.quantile(stats, 1 - alpha))
+
+
+def best_row(rows: list) -> Optional[int]:
+    """The index of the row with the highest IQM (the first of equal ones); None when no row has one."""
+    have = [i for i, r in enumerate(rows) if r.get("iqm") is not None and math.isfinite(r["iqm"])]
+    return max(have, key=lambda i: (rows[i]["iqm"], -i)) if have else None
+
+
+def compare_rows(row: dict, ref: dict) -> dict:
+    """{"p", "ci", "few", "why"}: P(row > ref) over the two rows' used returns, its poi_ci, few (either
+    has fewer than FEW_CI_MEMBERS) and why there is none ("no members", "another measure"), else None."""
+    out = {"p": None, "ci": None, "few": False, "why": None}
+    if row["kind"] != ref["kind"]:  # an eval return against a training return: not one measure
+        out["why"] = f"its final return is the {KIND_NAMES[row['kind']]}, the other's the {KIND_NAMES[ref['kind']]}"
+    elif not row["returns"] or not ref["returns"]:
+        out["why"] = "no member with a final return"
+    else:
+        x, y = row["returns"], ref["returns"]
+        out.update(p=probability_of_improvement(x, y), ci=poi_ci(x, y), few=min(len(x), len(y)) < FEW_CI_MEMBERS)
+    return out
+
+
+KIND_NAMES = {"eval": "deterministic eval return", "training": "last (stochastic) training return"}
+
+
+def _poi_cells(c: dict) -> str:
+    """``0.23 | [0.05, 0.45] †``: P(X > Y) and its interval in a table; "— | —" without one."""
+    if c["p"] is None:
+        return "\u2014 | \u2014"
+    return f"{c['p']:.2f} | {ci_cell(c['ci'], c['few'], digits=2)}"
+
+
+def comparison_section(rows: list) -> list:
+    """The lines of a report's "## Comparison": each setting X against the best one Y (best_row: the
+    highest IQM), P(X > Y) with its 95% interval; [] with fewer than two settings or no best."""
+    b = best_row(rows)
+    if len(rows) < 2 or b is None:
+        return []
+    ref = rows[b]
+    ref_name = setting_label(ref["settings"]) or "(seeds only)"
+    lines = ["## Comparison", "",
+             f"Each setting X against the best, Y = {ref_name} (the highest IQM): P(X > Y) is {POI_TEXT}. 95% CIs: {POI_CI_METHOD}; "
+             f"none (\u2014) when either has fewer than {MIN_CI_MEMBERS} members.", "",
+             "| setting X | members | P(X > Y) | 95% CI |", "|---|---|---|---|"]
+    notes = []
+    for i, r in enumerate(rows):
+        if i == b:
+            continue
+        name = setting_label(r["settings"]) or "(seeds only)"
+        c = compare_rows(r, ref)
+        lines.append(f"| {name} | {r['n']} vs {ref['n']} | {_poi_cells(c)} |")
+        if c["why"]:
+            notes.append(f"- {name}: not compared: {c['why']}.")
+        if c["few"] and c["ci"] is not None and not any("\u2020" in n for n in notes):
+            notes.append(f"- \u2020 either setting has fewer than {FEW_CI_MEMBERS} members: {FEW_MEMBERS_NOTE}.")
+    return lines + ([""] + notes if notes else [])
 
 
 def resolved_metric(run_dir: Path, metric: str) -> str:
@@ -744,3 +878,132 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     except OSError as e:
         raise ReportError(describe(out, e)) from None
     return out
+
+
+# ------------------------------------------------------------------------------------ several populations
+def _measure(rows: list) -> dict:
+    """{what: value} of the final returns a population's rows hold: their kind and evaluation episodes."""
+    kinds = sorted({r["kind"] for r in rows if r["sources"]}) or sorted({r["kind"] for r in rows})
+    counts = sorted({c for r in rows for _, c in (r.get("measured") or {}).values() if c is not None})
+    return {"final return": " / ".join(KIND_NAMES[k] for k in kinds),
+            "evaluation episodes": "/".join(f"{c:,}" for c in counts) or "\u2014"}
+
+
+def _differs(names: list, values: list, what: str) -> Optional[str]:
+    """``env id CartPole-v1 (runs/a) vs Acrobot-v1 (runs/b)`` for the first population whose ``what`` is
+    not the first's; None when all agree."""
+    for name, v in zip(names[1:], values[1:]):
+        if v != values[0]:
+            return f"{what} {values[0]} ({names[0]}) vs {v} ({name})"
+    return None
+
+
+def build_populations_report(run_dirs, out=None, threshold: Optional[float] = None, metric: str = "charts/episodic_return",
+                             x: str = "step", smooth: int = 1, episodes: Optional[int] = 0, device: str = "cpu",
+                             quiet: bool = True) -> Path:
+    """``proxima report A B ... --out FILE.md`` of two or more populations: one table with a row per
+    (population, setting), each row's statistics as the population's own report gives them, and the
+    probability of improvement of each row X over Y, the first population's best row (best_row: its
+    highest IQM; its only row for seeds only). Populations of different env ids, kinds of final return
+    or evaluation episode counts are no one measure: ReportError (one line naming what differs),
+    nothing written, as for a bad --out or an unknown metric. The curves are ``proxima plot``'s of the
+    populations, one panel each."""
+    from .diskspace import describe
+    from .plot import PlotError, plot_runs, population_curves, run_names
+    from .report import ReportError, _curve_path, check_device, check_out, image_link
+
+    run_dirs = [Path(d) for d in run_dirs]
+    if out is None:
+        raise ReportError(f"{len(run_dirs)} populations: give --out FILE.md for the combined report")
+    out = Path(out)
+    check_out(out)
+    if threshold is not None and not math.isfinite(threshold):
+        raise ReportError(f"--threshold {threshold:g}: must be a finite return (e.g. --threshold 475)")
+    names = run_names(run_dirs)
+    docs = []
+    for d in run_dirs:
+        try:
+            read_settings(d)  # a broken population.json: its own line, before any member is evaluated
+            docs.append(json.loads(read_run_text(d / POPULATION_FILE)))
+        except (PopulationError, OSError, ValueError) as e:
+            raise ReportError(str(e)) from None
+    how = "; a probability of improvement compares one measure: report them alone"
+    problem = _differs(names, [doc.get("env_id") for doc in docs], "env id")
+    if problem:  # checked before evaluating any member
+        raise ReportError(f"these populations do not measure the same: {problem}{how}")
+    if (metric, x, smooth) != ("charts/episodic_return", "step", 1):
+        for d in run_dirs:
+            try:
+                population_curves(d, metric, x, smooth)
+            except PlotError as e:
+                raise ReportError(str(e)) from None
+    check_device(device, episodes)
+    tables = [summarize_settings(d, threshold, episodes, device, quiet) for d in run_dirs]
+    measures = [_measure(rows) for rows in tables]
+    for what in ("final return", "evaluation episodes"):
+        problem = _differs(names, [m[what] for m in measures], what)
+        if problem:
+            raise ReportError(f"these populations do not measure the same: {problem}{how}")
+    text = render_populations(run_dirs, names, docs, tables, threshold, episodes)
+    curve = _curve_path(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ReportError(describe(out.parent, e, "could not create the folder")) from None
+    try:  # one panel per population, as `proxima plot A B` draws them
+        plot_runs(run_dirs, curve, metric=metric, x=x, smooth=smooth)
+        link = image_link(Path(os.path.relpath(curve.resolve(), out.parent.resolve())).as_posix())
+        text += (f"\n![learning curves: IQM over members of {resolved_metric(run_dirs[0], metric)} with a 95% bootstrap CI, "
+                 f"per setting, one panel per population]({link})\n\n{curve_caption([r for t in tables for r in t], resolved_metric(run_dirs[0], metric))}\n")
+    except PlotError as e:
+        text += f"\nNo learning curve: {e}\n"
+    from .atomic import write_atomic
+
+    try:
+        write_atomic(out, text)
+    except OSError as e:
+        raise ReportError(describe(out, e)) from None
+    return out
+
+
+def render_populations(run_dirs: list, names: list, docs: list, tables: list, threshold: Optional[float],
+                       episodes: Optional[int] = 0) -> str:
+    """The Markdown of build_populations_report: a line per population, one table, the notes."""
+    rows = [(name, r) for name, t in zip(names, tables) for r in t]
+    b = best_row(tables[0])
+    ref_name = f"{names[0]}: {setting_label(tables[0][b]['settings']) or '(seeds only)'}" if b is not None else None
+    lines = [f"# Population report: {', '.join(names)}", ""]
+    for d, name, doc, t in zip(run_dirs, names, docs, tables):
+        lines.append(f"- {name}: {_first_line(d, doc, t)} {_sources_text(d, doc, t)}")
+    compare = (f"P(X > Y) of each row X against Y = {ref_name} (the first population's highest IQM) is {POI_TEXT}; its 95% CIs: "
+               f"{POI_CI_METHOD}; none (\u2014) when either has fewer than {MIN_CI_MEMBERS} members."
+               if ref_name else "P(X > Y): none, as no row of the first population has a final return.")
+    lines += ["", f"95% CIs: {CI_METHOD}; none (\u2014) for fewer than {MIN_CI_MEMBERS} members. {IQM_TEXT}. {compare}", "",
+              f"| population | setting | members | mean | mean 95% CI | IQM | IQM 95% CI | "
+              f">= {threshold if threshold is not None else 'threshold'} | P(X > Y) | P 95% CI |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    notes = []
+    dirs = {name: d for d, name in zip(run_dirs, names)}
+    for i, (name, r) in enumerate(rows):
+        label = setting_label(r["settings"]) or "(seeds only)"
+        if b is None:
+            c = {"p": None}
+        elif i == b:
+            c = {"p": None, "ref": True}
+        else:
+            c = compare_rows(r, tables[0][b])
+            if c["why"]:
+                notes.append(f"- {name}: {label}: not compared: {c['why']}.")
+        poi = "Y (reference) | \u2014" if c.get("ref") else _poi_cells(c)
+        lines.append(f"| {name} | {label} | {_row_cells(r)} | {poi} |")
+        notes += _row_notes(dirs[name], r, f"{name}: {label}", threshold, episodes)
+    if any(r["few"] and r["mean_ci"] is not None for _, r in rows):
+        notes.append(f"- \u2020 {FEW_MEMBERS_NOTE}.")
+    for name, t in zip(names, tables):
+        steps_note = _steps_note(t)
+        if steps_note:
+            notes.append(steps_note.replace("- note:", f"- note: {name}:", 1))
+    if notes:
+        lines += [""] + notes
+    lines += ["", "Per population: `proxima report RUN`; per member: `proxima report RUN/<member dir>`.", ""]
+    return "\n".join(lines)

@@ -14,7 +14,8 @@ have; not saved; the step of the policy evaluated and the episodes are given; a 
 throughput is said to be per member), the resolved config (``config.yaml``) and the versions and machine (``meta.json``).
 
 Several runs get one column each; runs of one env share a mean + spread curve. A population
-directory (``train --seeds/--sweep``) is reported alone, by population_report, its curve drawn with
+directory (``train --seeds/--sweep``) is reported alone or beside other populations (one table of their
+settings, compared by probability of improvement), by population_report, its curve drawn with
 ``--metric``/``--x``/``--smooth`` and placed as a single run's. A population's member that diverged
 says so at the top of its report and is not evaluated. Errors a user can act on (missing or foreign run directory, empty
 metrics, an unknown metric, a run file that is not UTF-8, or not a regular file within its size cap
@@ -757,8 +758,9 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
 
         for d in run_dirs:
             if is_population(d):
-                raise ReportError(f"{d}: a population (population.json), not a single run; report it alone: "
-                                  f"proxima report {d}")
+                raise ReportError(f"{d}: a population (population.json), not a single run; report it alone "
+                                  f"(proxima report {d}) or beside other populations (proxima report {d} POP2 --out "
+                                  "FILE.md), not beside single runs")
     try:
         dirs, metric = usable_runs(list(run_dirs), metric)  # of several, non-PPO directories are skipped with a line
         metrics = [read_metrics(d) for d in dirs]
@@ -887,8 +889,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME", help=f"metric for the curve and the summary (default {DEFAULT_METRIC})")
     p.add_argument("--x", default="step", choices=tuple(X_LABELS), help="curve x axis: global step or wall time (default step)")
     p.add_argument("--smooth", type=int_arg, default=1, metavar="K", help="moving average over K points for the curve (default 1)")
-    p.add_argument("--threshold", type=float, default=None, metavar="R", help="a population (--seeds/--sweep) given "
-                   "alone: report the fraction of members per setting whose final return is >= R, a finite number "
+    p.add_argument("--threshold", type=float, default=None, metavar="R", help="populations (--seeds/--sweep) "
+                   "only: report the fraction of members per setting whose final return is >= R, a finite number "
                    "(docs/populations.md); refused for single runs")
 
 
@@ -919,6 +921,13 @@ def run(args) -> int:
         if len(run_dirs) == 1 and is_population(run_dirs[0]):  # statistics over members, per setting
             path = build_population_report(run_dirs[0], out=args.out, threshold=args.threshold, metric=args.metric,
                                            x=args.x, smooth=args.smooth, episodes=args.episodes, device=args.device, quiet=False)
+            print(f"wrote {path}")
+            return 0
+        if len(run_dirs) > 1 and all(is_population(d) for d in run_dirs):  # one table of (population, setting) rows
+            from .population_report import build_populations_report
+
+            path = build_populations_report(run_dirs, out=args.out, threshold=args.threshold, metric=args.metric, x=args.x,
+                                            smooth=args.smooth, episodes=args.episodes, device=args.device, quiet=False)
             print(f"wrote {path}")
             return 0
         if args.threshold is not None:

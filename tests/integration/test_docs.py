@@ -147,13 +147,16 @@ def test_documented_commands_run(tmp_path, monkeypatch, capsys):
     # the population docs/populations.md's report/plot/eval examples point at, kept tiny
     assert main(["train", "CartPole-v1", "--seeds", "1-2", "--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64",
                  "--run-dir", "runs/pop", "--quiet", "--eval-episodes", "1"]) == 0
+    # the second population README's `report runs/pop runs/pop2` compares with the first
+    assert main(["train", "CartPole-v1", "--seeds", "3-4", "--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64",
+                 "--run-dir", "runs/pop2", "--quiet", "--eval-episodes", "1"]) == 0
     ran = []
     for where, argv in COMMANDS:
         # multi-process launches (all of docs/distributed.md's, resume of a K-process run too): parse-checked
         if "torchrun" in where or where.startswith("docs/distributed.md") or not _runnable(argv):
             continue
         if argv[0] == "train":
-            if "--run-dir" in argv and argv[argv.index("--run-dir") + 1] in ("runs/acro", "runs/pop"):
+            if "--run-dir" in argv and argv[argv.index("--run-dir") + 1] in ("runs/acro", "runs/pop", "runs/pop2"):
                 continue  # the tiny run above stands in for it
             argv = argv + ["--dry-run"]
         if argv[0] == "eval" and "--video" in argv:

@@ -99,7 +99,9 @@ def test_population_report_draws_the_asked_metric_x_and_smoothing(pop_dir, tmp_p
 def test_report_of_a_population_and_a_run_says_report_the_population_alone(pop_dir, run_dir, tmp_path, capsys):
     code, _, err = run_cli(["report", pop_dir, run_dir, "--out", tmp_path / "mix.md"], capsys)
     assert one_error(code, err, "report") == (f"{pop_dir}: a population (population.json), not a single run; "
-                                              f"report it alone: proxima report {pop_dir}")
+                                              f"report it alone (proxima report {pop_dir}) or beside other "
+                                              f"populations (proxima report {pop_dir} POP2 --out FILE.md), not beside "
+                                              "single runs")
     assert not any(tmp_path.iterdir())
 
 
