@@ -7,7 +7,8 @@ response tokens up to and including the first EOS; ``lengths`` (B,) counts them 
     adv, ret  = gae_advantages(rewards, values, ...)      the core compute_gae on the token axis
     adv       = masked_whiten(adv, mask)                   (docs/ppo_notes.md: whitened under the response mask)
 or, without a critic,
-    adv       = group_advantages(sequence_rewards, G, "grpo" | "rloo")
+    adv       = group_advantages(sequence_rewards, G, "rloo")
+    adv       = grpo_advantages(scores, summed KL, G, beta)   the score normalised, the KL added after
 """
 
 from __future__ import annotations
@@ -60,6 +61,24 @@ def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, lengths: torch.T
 def sequence_rewards(scores: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, kl_coef: float) -> torch.Tensor:
     """Critic-free estimators see one reward per response: score - beta * (KL summed over its tokens). (B,)"""
     return scores.to(kl.dtype) - kl_coef * masked_sum(kl, mask, dim=1)
+
+
+def grpo_advantages(scores: torch.Tensor, kl_sums: torch.Tensor, group_size: int, kl_coef: float,
+                    eps: float = 1e-4) -> torch.Tensor:
+    """GRPO's advantages: (s - group mean s) / (group std s + eps) - beta * (kl - group mean kl). (B,)
+
+    scores, kl_sums (B,) (KL summed over each response's tokens), groups of ``group_size`` adjacent.
+    Only the score is normalised (Shao et al. 2024; TRL's GRPOTrainer): folding -beta * KL into the
+    reward before the division would cancel beta, so a group of tied scores (all right or all wrong,
+    common with 0/1 rewards) would get unit-size advantages made of KL noise whatever beta is. Here
+    such a group's advantage is exactly -beta * (its centred KL): beta sets the penalty's weight
+    against a score advantage of unit scale, and beta = 0 gives the score's advantage alone.
+    """
+    adv = group_advantages(scores.to(kl_sums.dtype), group_size, "grpo", eps)
+    kl = kl_sums.view(-1, group_size)
+    # centred in the group, as the score is (RLOO's baseline centres the KL too): each group's advantages
+    # still sum to 0, and only a response's KL relative to its siblings pushes it
+    return adv - kl_coef * (kl - kl.mean(1, keepdim=True)).reshape(-1)
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, kind: str, eps: float = 1e-4) -> torch.Tensor:

@@ -261,6 +261,7 @@ def _resume(path: Path, steps: Optional[int], trust_run: bool, quiet: bool) -> i
             if trainer.step < cfg.steps:
                 if steps is not None and d.is_main:
                     recorded = (path / "config.yaml").read_text(encoding="utf-8")
+                    _note_lr_schedule(cfg, rundir.read_config(path).get("steps"), trainer.step)
                     rundir.write_config(path, cfg.to_dict())
                 if d.is_main and not quiet:  # as a PPO resume says it (a short extension printed nothing before)
                     print(f"proxima: resuming {path} at step {trainer.step} of {cfg.steps}", file=sys.stderr, flush=True)
@@ -304,6 +305,19 @@ def _resume(path: Path, steps: Optional[int], trust_run: bool, quiet: bool) -> i
         outside.__exit__()
         session.release()
     return 0
+
+
+def _note_lr_schedule(cfg: RLHFConfig, planned, done: int) -> None:
+    """A note on stderr (--quiet included, as PPO's notes) when ``--steps`` changes an annealed run's length:
+    the linear schedule is recomputed over the new total, as PPO's resume with --total-timesteps does
+    (docs/reliability.md), so the rate can rise from the last step's; said, since a rate that rises late
+    in RLHF can spike the KL. ``planned``: the steps config.yaml recorded; ``done``: steps trained."""
+    if not cfg.anneal_lr or not isinstance(planned, int) or planned == cfg.steps or done < 1:
+        return
+    before, after = cfg.lr * (1 - (done - 1) / planned), cfg.lr * (1 - done / cfg.steps)
+    print(f"proxima: note: --anneal-lr: the learning rate schedule is recomputed over {cfg.steps} steps, as if the run "
+          f"had been planned for them (as `proxima resume --total-timesteps` does for PPO): step {done + 1} trains at lr "
+          f"{after:.3g}, step {done} trained at {before:.3g}", file=sys.stderr, flush=True)
 
 
 def check_resume(path: Path, steps: Optional[int] = None, trust_run: bool = False) -> RLHFConfig:

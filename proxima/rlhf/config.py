@@ -266,12 +266,13 @@ def validate(cfg: RLHFConfig) -> None:
                  "missing_eos_penalty", "vf_coef", "ent_coef"):
         if getattr(cfg, name) < 0:
             bad(name, "must be 0 or more")
-    for name in ("temperature", "lr", "clip_coef", "vf_clip_coef", "max_grad_norm", "kl_target"):
-        if getattr(cfg, name) <= 0:
-            bad(name, "must be positive")
+    # one rule for --temperature, 0 and negatives included: the lower bound below, not "positive"
     if cfg.temperature < MIN_TEMPERATURE:  # logits / temperature would overflow float32
         bad("temperature", f"must be at least {MIN_TEMPERATURE:g} (lower overflows the logits; a small value such as 0.01 "
                            "samples almost greedily)")
+    for name in ("lr", "clip_coef", "vf_clip_coef", "max_grad_norm", "kl_target"):
+        if getattr(cfg, name) <= 0:
+            bad(name, "must be positive")
     from ..config import MAX_SEED
 
     if not 0 <= cfg.seed <= MAX_SEED:
@@ -335,4 +336,12 @@ def reward_specs(cfg: RLHFConfig) -> list:
 
     if isinstance(cfg.reward, (str, os.PathLike)):
         return [spec(cfg.reward)] if spec(cfg.reward) else []
+    given = [cfg.reward] if callable(cfg.reward) else cfg.reward if isinstance(cfg.reward, (list, tuple)) else []
+    func = next((r for r in given if callable(r)), None)
+    if func is not None:  # a TRL habit (reward_funcs=[f]); without this, a TypeError or a "comma-separated list" line
+        name = getattr(func, "__qualname__", None) or type(func).__name__
+        raise ConfigError(f"RLHFConfig(reward=...): got the Python object {name}; pass its name as a string, "
+                          "'file.py:function' or 'module:function', or a reward-model folder: the run records its "
+                          "reward in config.yaml so that a resume can find it again, which an object cannot be")
+    return [spec(r) for r in cfg.reward or []]
     return [spec(r) for r in cfg.reward or []]

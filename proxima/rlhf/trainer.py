@@ -26,7 +26,7 @@ import torch
 from ..ppo import ppo_loss
 from . import dist as D
 from . import fsdp
-from .algorithm import gae_advantages, group_advantages, sequence_rewards, token_rewards
+from .algorithm import gae_advantages, group_advantages, grpo_advantages, sequence_rewards, token_rewards
 from .config import ConfigError, RLHFConfig, check_kl_horizon, reward_specs
 from .data import PromptSampler, encode_prompts, load_prompts, prompts_sha256
 from .generation import (SamplingSettings, decode_responses, generate, pad_left, position_ids_from_mask,
@@ -331,8 +331,11 @@ class RLHFTrainer:
             adv, returns = gae_advantages(rewards, b["values"], b["lengths"], cfg.gamma, cfg.gae_lambda)
             adv = masked_whiten(adv, mask)  # docs/ppo_notes.md: whitened under the response mask
         else:
-            seq_adv = group_advantages(sequence_rewards(b["scores"], b["kl"], mask, beta), cfg.samples_per_prompt,
-                                       cfg.advantage)
+            if cfg.advantage == "grpo":  # the KL outside the normalisation, so that beta scales it (algorithm.py)
+                seq_adv = grpo_advantages(b["scores"], masked_sum(b["kl"], mask, dim=1), cfg.samples_per_prompt, beta)
+            else:
+                seq_adv = group_advantages(sequence_rewards(b["scores"], b["kl"], mask, beta), cfg.samples_per_prompt,
+                                           cfg.advantage)
             adv = torch.where(mask, seq_adv[:, None], torch.zeros_like(b["kl"]))
             returns = torch.zeros_like(adv)
             b["values"] = torch.zeros_like(adv)

@@ -318,11 +318,12 @@ def _spy_rollout(trainer):
 
 @pytest.mark.parametrize("kind", ["grpo", "rloo"])
 def test_critic_free_advantages_match_a_recomputation_with_the_kl_subtracted(tiny_cfg, kind):
-    """Without a critic each response gets one reward, score - beta * (its KL summed over its own tokens),
-    compared with the other responses to the same prompt: grpo (r - group mean) / (group sample std + 1e-4),
-    rloo r - mean of the other G - 1. Recomputed row by row from the batch's scores and log-probs (k1 KL, a
-    policy moved off the reference, beta 0.3) and checked on every response token, 0 on padding.
-    Catches the KL penalty added instead of subtracted in the sequence-level reward."""
+    """Without a critic each response is compared with the other responses to the same prompt: rloo
+    r - mean of the other G - 1, with r = score - beta * (its KL summed over its own tokens); grpo
+    (s - group mean) / (group sample std + 1e-4) - beta * (kl - group mean kl), the score alone normalised
+    (review 34: folding the KL in before the division cancelled beta). Recomputed row by row from the
+    batch's scores and log-probs (k1 KL, a policy moved off the reference, beta 0.3) and checked on every
+    response token, 0 on padding. Catches the KL penalty added instead of subtracted."""
     import statistics
 
     g, beta = 4, 0.3
@@ -341,7 +342,10 @@ def test_critic_free_advantages_match_a_recomputation_with_the_kl_subtracted(tin
         group = rewards[start:start + g]
         for j, r in enumerate(group):
             if kind == "grpo":
-                expected.append((r - statistics.fmean(group)) / (statistics.stdev(group) + 1e-4))
+                sc = [float(b["scores"][i]) for i in range(start, start + g)]
+                kl = kl_sums[start:start + g]
+                expected.append((sc[j] - statistics.fmean(sc)) / (statistics.stdev(sc) + 1e-4)
+                                - beta * (kl[j] - statistics.fmean(kl)))
             else:
                 expected.append(r - statistics.fmean(group[:j] + group[j + 1:]))
     for i, n in enumerate(lengths):
