@@ -9,6 +9,7 @@ unpickled is refused. Writes go to a temp file in the same folder, flushed and f
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pickle
 import random
@@ -573,12 +574,64 @@ def env_spaces_mismatch(path, env_id: str, recorded: dict, env_obs, env_act) -> 
     act = space_from_dict(recorded["action"], f"{path}: spaces.action")
     fix = "resume it with the env it was trained on, or train a new run on this one"
     if _obs_signature(env_obs) != _obs_signature(obs):
+        stacked = old_frame_stack_line(path, env_id, obs, env_obs, "resume")
+        if stacked:
+            return stacked
         now, then = _space_words(env_obs, obs), _space_words(obs, env_obs)
         return f"{path}: env '{env_id}' now observes {now}, the run was trained on {then}; {fix}"
     if _action_signature(env_act) != _action_signature(act):
         return (f"{path}: env '{env_id}' now takes actions {describe_space(env_act)}, the run was trained on "
                 f"{describe_space(act)}; {fix}")
     return None
+
+
+def old_frame_stack_line(path, env_id: str, recorded_obs, env_obs, verb: str) -> Optional[str]:
+    """The line for a run trained before this version read a uint8 frame stack (N, H, W, C) as an image,
+    else None: that version fed its MLP the stack's N*H*W*C values flattened and unscaled, so its
+    checkpoint records a flat float32 Box of that size where the same env now gives a 4-D uint8 stack.
+    The env did not change, Proxima did: the generic mismatch lines would send the user to look for
+    another env. ``verb`` is what the user was doing ("evaluate", "resume")."""
+    from .envs import EnvError
+    from .envs.spaces import STACKS, obs_layout
+
+    if not (isinstance(recorded_obs, gym.spaces.Box) and isinstance(env_obs, gym.spaces.Box)
+            and len(recorded_obs.shape) == 1 and np.dtype(recorded_obs.dtype) == np.float32
+            and np.dtype(env_obs.dtype) == np.uint8 and recorded_obs.shape[0] == int(np.prod(env_obs.shape))):
+        return None
+    try:
+        layout = obs_layout(env_obs)
+    except EnvError:
+        return None
+    if layout.is_dict or layout.parts[0].layout not in STACKS:
+        return None
+    declared = getattr(recorded_obs, "declared", None)  # the stack's own shape, where the checkpoint records it
+    if declared is not None and tuple(declared.shape) != tuple(env_obs.shape):
+        return None  # another stack of as many values (N and C swapped, say): the env did change
+    return (f"{path}: trained before Proxima read a uint8 frame stack as an image: its MLP read the {tuple(env_obs.shape)} "
+            f"stack of env '{env_id}' as {recorded_obs.shape[0]} values flattened and unscaled (0..255), this version "
+            f"reads it as an image scaled to [0, 1]; retrain it with this version, or {verb} it with {_trained_by(path)}")
+
+
+def _trained_by(path) -> str:
+    """The Proxima that wrote the checkpoint ``path``, as its run's meta.json records it: its git commit,
+    else its version where it is not this one, else in words (a loose file, a meta.json that says neither)."""
+    from . import __version__
+
+    meta = None
+    if path is not None and Path(path).absolute().parent.name == "checkpoints":  # a loose file has no run to ask
+        try:
+            meta = json.loads((Path(path).absolute().parent.parent / "meta.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            meta = None
+    meta = meta if isinstance(meta, dict) else {}
+    commit, versions = meta.get("git_commit"), meta.get("versions")
+    if isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{7,40}", commit):
+        edited = ", with local edits" if meta.get("git_dirty") is True else ""
+        return f"the Proxima that trained it (git commit {commit[:7]}{edited})"
+    version = versions.get("proxima") if isinstance(versions, dict) else None
+    if isinstance(version, str) and version != __version__ and len(version) <= 40:
+        return f"the Proxima that trained it ({version})"
+    return "the Proxima version that trained it"
 
 
 def _space_words(space, other) -> str:
@@ -1236,6 +1289,9 @@ class Policy:
         if (_obs_signature(env_obs) == _obs_signature(self.observation_space)
                 and _action_signature(env_act) == _action_signature(self.action_space)):
             return
+        stacked = old_frame_stack_line(self.path or "policy", self.env_id, self.observation_space, env_obs, "evaluate")
+        if stacked:
+            raise CheckpointError(stacked)
         raise CheckpointError(f"{self.path or 'policy'}: trained on observations {describe_space(self.observation_space)} "
                               f"and actions {describe_space(self.action_space)}; env '{self.env_id}' has "
                               f"{describe_space(env_obs)} and {describe_space(env_act)}")
