@@ -471,11 +471,11 @@ def _name_config_file(e: Exception, cfg, exclude=()) -> Exception:
         if name == "env_kwargs":  # gym_adapter's advice for a keyword the env does not take
             message = message.replace("drop it from --env-kwargs", f"drop it from env_kwargs in {source}")
         if message.startswith(f"{flag} "):
-            return ConfigError(f"{source}: {name} {message[len(flag) + 1:]}")
+            return ConfigError(f"{source}: {name} {_file_advice(message[len(flag) + 1:], from_file)}")
         if message.startswith(f"{flag}:"):
-            return ConfigError(f"{source}: {name}{message[len(flag):]}")
+            return ConfigError(f"{source}: {name}{_file_advice(message[len(flag):], from_file)}")
     if from_file:
-        return ConfigError(f"{from_file[0][1]}: {', '.join(name for name, _ in from_file)}: {message}")
+        return ConfigError(f"{from_file[0][1]}: {', '.join(name for name, _ in from_file)}: {_file_advice(message, from_file)}")
     if message != str(e):  # no native env for 'CartPole-v0', which the file's backend asked for
         return type(e)(f"{backend_file}: backend {cfg.backend}: {message}")
     source = source_of(cfg, "env_id")
@@ -484,6 +484,19 @@ def _name_config_file(e: Exception, cfg, exclude=()) -> Exception:
     if message.startswith("unknown env id ") and source and not source.startswith("preset "):
         return type(e)(f"{source}: env_id: {message}")  # EnvError: the id is the file's, not an ENV_ID typed
     return _name_file_run_dir(e, cfg)
+
+
+def _file_advice(message: str, from_file: list) -> str:
+    """``message`` with its flags of the fields ``from_file`` ([(field, file)]) worded for the file the
+    values came from: ``use --device cpu`` is ``edit device in c.yaml (cpu)``, ``--total-timesteps 10``
+    (the file's value) is ``total_timesteps 10``, and ``raise --total-timesteps`` is ``raise total_timesteps
+    in c.yaml``; the flags of the other fields (typed, or defaults a flag changes) stay flags."""
+    for name, source in from_file:
+        flag = re.escape("--" + name.replace("_", "-"))
+        message = re.sub(rf"\buse {flag} ([^\s;,)]+)", lambda m: f"edit {name} in {source} ({m.group(1)})", message)
+        message = re.sub(rf"{flag}(?= [-\d'\"\[{{])", name, message)  # followed by a value: the file's
+        message = re.sub(rf"{flag}(?![\w-])", f"{name} in {source}", message)  # advice to change it
+    return message
 
 
 def _name_file_run_dir(e: Exception, cfg) -> Exception:
@@ -537,8 +550,7 @@ def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: 
     from .envs.gym_adapter import action_spaces_built
     from .nets import encoders_resolved
     from .run_setup import preflight, resume_trains
-    from .trainer import (_note_action_scale, _note_compile_mode, _note_eval_every, _note_given_total, _note_other_version,
-                          _note_pixels, _pending_eval)
+    from .trainer import _note_eval_every, _note_given_total, _pending_eval, note_run
 
     # the env preflight builds, and the encoder it chooses for it: none built only for the notes
     with action_spaces_built() as spaces, encoders_resolved() as encoders:
@@ -552,17 +564,19 @@ def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: 
         _note_eval_every(cfg, world_size, python=False, resumed=True, run_dir=cfg.run_dir,
                          pending_step=pending["global_step"] if pending else None)
     if notes:  # as train prints them, --quiet's advisory notes included
-        _note_compile_mode(cfg, overrides or {})
-        _note_other_version(cfg)
-    if notes and spaces:
-        _note_action_scale(cfg.env_id, spaces[0])
-    if notes and encoders:
-        _note_pixels(cfg.env_id, encoders[0][1], encoders[0][0], overrides or {})
+        note_run(cfg, overrides or {}, False, *built_for_notes(spaces, encoders))
     if encoders and cfg.encoder != encoders[0][0]:  # auto: config.yaml records the encoder the Trainer built
         cfg = copy.copy(cfg)  # copy.copy keeps _sources, as train's own copy does
         cfg.encoder = encoders[0][0]
     print(dump_yaml(cfg.to_dict()), end="")
     return 0
+
+
+def built_for_notes(spaces: list, encoders: list) -> tuple:
+    """(obs layout, action space, encoder) for trainer.note_run from what a dry run's checks built
+    (gym_adapter.action_spaces_built, nets.encoders_resolved); None for what none was built of."""
+    layout, encoder = (encoders[0][1], encoders[0][0]) if encoders else (None, None)
+    return layout, spaces[0] if spaces else None, encoder
 
 
 def cmd_resume(args) -> int:

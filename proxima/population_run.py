@@ -269,7 +269,7 @@ def _as_a_single_run(fn):
 def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: dict, run_dir=None, argv=None,
                      quiet: bool = False, overwrite: bool = False, evaluate_at_end: bool = True,
                      stop_after: Optional[int] = None, restart_note: Optional[str] = None, typed_total: bool = False,
-                     probe=None) -> Path:
+                     probe=None, typed: Optional[dict] = None) -> Path:
     """Train every member in one process; returns the run directory. Errors before training (bad
     config, memory, env) leave nothing behind, as does a failure before the first iteration ends; a
     later failure keeps the members' metrics and the last checkpoint for the diagnosis.
@@ -278,13 +278,18 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
     ``typed_total``: --total-timesteps was typed, so a total that is not a whole number of iterations
     gets train's note (once the population is set up: a refusal before it stays one line).
     ``probe``: the env's sizes for the memory check (sizing.env_probe of members[0]), when the caller
-    has them already (cmd_train_population sizes the population before building its members)."""
+    has them already (cmd_train_population sizes the population before building its members).
+    ``typed``: the flags given, for the run's notes (trainer.note_run; None: from Python, the fields
+    of ``members[0]`` other than the defaults, as train() takes them), printed once, not per member."""
     from .device import resolve_device
+    from .run_setup import check_preset_backend
     from .rundir import RunSession, unique_default
     from .sizing import env_probe
+    from .trainer import note_run, set_fields
 
     base = members[0]
     device = resolve_device(base.device)
+    check_preset_backend(base)  # as a single run's Trainer: before an env is built
     check_population_fits(base, len(members), device, probe or env_probe(base))  # before anything is allocated
     run_dir = Path(run_dir or base.run_dir or unique_default(default_population_dir(base, seeds)))
     note_single_run_only(base.to_dict(), quiet)  # e.g. the fast preset's --stop-return: its members still train in one program
@@ -297,6 +302,9 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
         outside.__enter__()
         session.claim_fresh(run_dir, overwrite, restart_note)
         _note_whole_iterations(base, typed_total)
+        if not quiet:  # a single run's notes, once: the env built (its first observations read), the directory taken
+            note_run(base, typed if typed is not None else set_fields(base), argv is None, pop.env.single_observation_space,
+                     pop.env.single_action_space, pop.encoder_kind, population=True)
         dirs = _write_layout(run_dir, pop, seeds, sweep, argv)
         wall, finished = _train_loop(pop, run_dir, dirs, seeds, sweep, quiet=quiet, stop_after=stop_after)
         _finish(run_dir, pop, dirs, seeds, sweep, wall, evaluate_at_end, quiet)
@@ -360,9 +368,10 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
             run_dir, overrides, env_id, trust_run, seeds, sweep, checkpoint, typed_members, quiet=quiet)
         path = state["path"]
         check_members(configs, resume=True)  # before the build's own check: a refusal says what a resume may change
-        if not quiet and "compile_mode" in (overrides or {}):  # advice, as train --seeds gives it
-            print(f"proxima: note: --compile-mode {configs[0].compile_mode} has no effect: a population (--seeds/--sweep) "
-                  "does not compile", file=sys.stderr)
+        if not quiet:  # advice, as train --seeds gives it
+            from .trainer import _note_compile_mode
+
+            _note_compile_mode(configs[0], overrides or {}, population=True)
         # the backend the population trained on (an Atari game's auto depends on what is installed), as a single run's
         from .run_setup import resumed_backend, use_backend
 
@@ -1116,12 +1125,14 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
             return 0
     # sized before the members are built: each is a config to validate, then a member to build (~3 ms
     # and 0.25 MB here), so --seeds 0-100000 sat silent for minutes before any refusal
-    first = member_configs(cfg, seeds[:1], {name: values[:1] for name, values in sweep.items()})[0]
-    probe = _size_population(first, len(seeds) * math.prod(len(values) for values in sweep.values()), args.dry_run)
-    members = member_configs(cfg, seeds, sweep)
-    if not args.quiet and "compile_mode" in typed:  # advice, as a single run's (--quiet drops it)
-        print(f"proxima: note: --compile-mode {members[0].compile_mode} has no effect: a population (--seeds/--sweep) "
-              "does not compile", file=sys.stderr)
+    from .envs.gym_adapter import action_spaces_built
+    from .nets import encoders_resolved
+
+    first = _keep_sources(member_configs(cfg, seeds[:1], {name: values[:1] for name, values in sweep.items()}), cfg)[0]
+    # the env a dry run's checks build, and the encoder chosen for it: the notes below are of that one
+    with action_spaces_built() as spaces, encoders_resolved() as encoders:
+        probe = _size_population(first, len(seeds) * math.prod(len(values) for values in sweep.values()), args.dry_run)
+    members = _keep_sources(member_configs(cfg, seeds, sweep), cfg)
     if args.dry_run:
         check_members(members)
         from .device import resolve_device
@@ -1134,6 +1145,11 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
 
             check_new_run_dir(cfg.run_dir, overwrite=args.overwrite, restart=args.resume == "auto")
         _note_whole_iterations(members[0], "total_timesteps" in typed)
+        if not args.quiet:  # the notes train --seeds prints once its env is built, as a single run's dry run does
+            from .cli import built_for_notes
+            from .trainer import note_run
+
+            note_run(members[0], typed, False, *built_for_notes(spaces, encoders), population=True)
         # the config every member shares, resolved as a single run's dry run prints it (preset < --config
         # FILE < flags); the seed and the swept fields are per member: given by "seeds" and "sweep"
         shared = {k: v for k, v in members[0].to_dict().items() if k != "seed" and k not in sweep}
@@ -1141,9 +1157,20 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
         return 0
     restart = "--resume auto found no checkpoint to continue" if args.resume == "auto" else None
     run_dir = train_population(members, seeds, sweep, argv=sys.argv, quiet=args.quiet, overwrite=args.overwrite, restart_note=restart,
-                               typed_total="total_timesteps" in typed, probe=probe)
+                               typed_total="total_timesteps" in typed, probe=probe, typed=typed)
     print(f"run directory: {run_dir}")
     return 0
+
+
+def _keep_sources(configs: list, cfg: PPOConfig) -> list:
+    """``configs`` (member_configs' copies of ``cfg``, which dataclasses.replace leaves without it) with
+    ``cfg``'s record of the values a preset or --config FILE set (config.source_of), so that a refusal
+    and a note name a preset's or file's value for every member as they do for a single run's."""
+    sources = getattr(cfg, "_sources", None)
+    if sources:
+        for c in configs:
+            c._sources = dict(sources)
+    return configs
 
 
 def _size_population(first: PPOConfig, count: int, dry_run: bool):
@@ -1155,7 +1182,7 @@ def _size_population(first: PPOConfig, count: int, dry_run: bool):
 
     from .config import validate
     from .device import resolve_device
-    from .run_setup import check_env_builds
+    from .run_setup import check_env_builds, check_preset_backend
     from .sizing import env_probe
 
     validate(first)
@@ -1163,6 +1190,7 @@ def _size_population(first: PPOConfig, count: int, dry_run: bool):
         sizes = check_env_builds(first)
         probe = lambda: sizes  # noqa: E731
     else:
+        check_preset_backend(first)  # before the probe builds the env, whose line would name a --backend never given
         probe = functools.lru_cache(maxsize=None)(env_probe(first))
     check_population_fits(first, count, resolve_device(first.device), probe)
     return probe

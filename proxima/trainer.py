@@ -824,16 +824,15 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             # under --quiet too: a warning that the run trains other than asked, not a summary line
             if dctx.is_main:
                 _note_given_total(config, dctx.world_size, resumed, state, overrides, sources, python=argv is None)
-            if dctx.is_main and not quiet:  # advice on a setting that does not apply: --quiet drops it (its --help)
-                _note_compile_mode(config, overrides if overrides is not None else set_fields(config))
+            typed = overrides if overrides is not None else set_fields(config)
+            if dctx.is_main and not quiet and resumed:  # advice on a setting that does not apply: --quiet drops it (its --help)
+                _note_compile_mode(config, typed)
             trainer = Trainer(config, run_dir=run_dir, resume_state=state, argv=argv, quiet=quiet)
             if not resumed:  # the env built: now take the directory (nothing is written before this)
                 dctx.from_main(lambda: session.claim_fresh(trainer.run_dir, overwrite, restart))
                 if not quiet and dctx.is_main:
-                    _note_other_version(config)
-                    _note_action_scale(config.env_id, trainer.env.single_action_space)
-                    _note_pixels(config.env_id, trainer.env.single_observation_space, trainer.cfg.encoder,
-                                 overrides if overrides is not None else set_fields(config), python=argv is None)
+                    note_run(config, typed, argv is None, trainer.env.single_observation_space,
+                             trainer.env.single_action_space, trainer.cfg.encoder)
             if trainer.dist.is_main and (not resumed or trainer.trains()):  # under --quiet too, as the note above
                 pending = trainer.eval_pending if resumed else None
                 _note_eval_every(trainer.cfg, trainer.dist.world_size, python=argv is None, resumed=resumed,
@@ -1054,7 +1053,24 @@ def _note_eval_every(cfg: PPOConfig, world_size: int, python: bool, resumed: boo
           f"in this resume{due}{best} (the end-of-run evaluation, eval.json, still runs)", file=sys.stderr)
 
 
-def _note_compile_mode(cfg: PPOConfig, typed: dict) -> None:
+def note_run(cfg: PPOConfig, typed: dict, python: bool = False, obs=None, action_space=None, encoder: Optional[str] = None,
+             population: bool = False) -> None:
+    """A new run's advisory notes (--quiet drops them all), once its env is built: train's, from the env
+    it trains on; train --dry-run's, from the one env its checks built; a population's (train
+    --seeds/--sweep and its --dry-run), once for all its members, from the members' config (``cfg``,
+    with the file's and preset's sources: config.source_of). ``typed``: the flags given (a Python
+    caller's fields other than the defaults, ``python``: then named as PPOConfig's); ``obs``: the
+    observation space, or the dry run's ObsLayout (_note_pixels); ``action_space``, ``encoder``: the
+    env's and the resolved encoder, None where the dry run built no such env."""
+    _note_compile_mode(cfg, typed, population)
+    _note_other_version(cfg)
+    if action_space is not None:
+        _note_action_scale(cfg.env_id, action_space)
+    if obs is not None:
+        _note_pixels(cfg.env_id, obs, encoder, typed, python)
+
+
+def _note_compile_mode(cfg: PPOConfig, typed: dict, population: bool = False) -> None:
     """A note on stderr when --compile-mode was given but the run does not compile: the mode would
     otherwise be dropped without a word; so, by the same rule, for --clip-obs without --norm-obs and
     --clip-reward without --norm-reward. Not refused: compile_mode is resume-safe, and a run compiled
@@ -1066,7 +1082,10 @@ def _note_compile_mode(cfg: PPOConfig, typed: dict) -> None:
     import dataclasses
 
     defaults = {f.name: f.default for f in dataclasses.fields(PPOConfig)}
-    if "compile_mode" in typed and not cfg.compile and cfg.compile_mode != defaults["compile_mode"]:
+    if population and "compile_mode" in typed:  # ``population``: a new one or a resume, which never compiles
+        print(f"proxima: note: --compile-mode {cfg.compile_mode} has no effect: a population (--seeds/--sweep) does not compile",
+              file=sys.stderr)
+    elif "compile_mode" in typed and not cfg.compile and cfg.compile_mode != defaults["compile_mode"]:
         print(f"proxima: note: --compile-mode {cfg.compile_mode} has no effect without --compile", file=sys.stderr)
     # the clip bounds apply to what the normalizers give: without them the values pass unclipped (by the same rule)
     for name, flag, needs, on in (("clip_obs", "--clip-obs", "--norm-obs", cfg.norm_obs),
@@ -1082,7 +1101,7 @@ def _note_other_version(cfg: PPOConfig) -> None:
     from .config import source_of
     from .presets import other_version_note
 
-    _note_built_env(cfg)  # here: train and train --dry-run call this once the env is built, and give it the config
+    _note_built_env(cfg)  # here: note_run calls this once the env is built, and gives it the config
     for name in getattr(cfg, "_sources", None) or {}:
         source = source_of(cfg, name) if name not in ("env_id", "run_dir") else None
         if source is not None and not source.startswith("preset "):
@@ -1106,7 +1125,8 @@ def _preset_in_use(cfg: PPOConfig) -> Optional[str]:
 def _note_built_env(cfg: PPOConfig) -> None:
     """Notes on stderr on what the Gymnasium env the run built showed (gym_adapter.built_env): Gymnasium's
     normalization wrappers in a factory, whose statistics no checkpoint holds; a float64 observation whose
-    variation the float32 cast loses (across the envs' first observations); a Box action space where the
+    variation the float32 cast loses (across the envs' first observations: none to judge with one env, as
+    with --num-envs 1 or train --dry-run's env, which no step or reset is spent on for it); a Box action space where the
     preset in use was tuned on the env id's Discrete one (--env-kwargs '{"continuous": true}' on
     LunarLander-v3), named with the preset of the continuous twin when there is one."""
     import gymnasium as gym
