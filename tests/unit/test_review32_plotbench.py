@@ -146,7 +146,8 @@ def test_train_x_gym_is_native_over_gymnasium():
 
 def test_json_line_records_the_threads_asked():
     args = argparse.Namespace(env_id="CartPole-v1", threads=2, repeats=3, preset=None, train_only=False)
-    cfg = SimpleNamespace(num_steps=16, update_epochs=1, num_minibatches=2, compile=False, cudagraphs=False, amp="none")
+    cfg = SimpleNamespace(num_steps=16, update_epochs=1, num_minibatches=2, compile=False, cudagraphs=False, amp="none",
+                          vector="sync", hidden_sizes=[64, 64], encoder="auto")
     d = bench.json_line(bench.Line("native", 4, samples={"train": [10.0]}), args, cfg, "cpu")
     assert d["threads"] == 2 and d["repeats"] == 3
 
