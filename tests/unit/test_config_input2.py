@@ -46,9 +46,9 @@ def test_a_typed_flag_equal_to_the_files_value_is_named_as_the_flag(tmp_path, ca
 # ------------------------------------------------------------------ 2. every refusal of a file's value names the file
 @pytest.mark.parametrize("text, want", [
     ("device: cuda:x\n", "big.yaml: device 'cuda:x': not a torch device"),
-    ("num_envs: 64\n", "big.yaml: num_envs: one batch (--num-envs 64 x --num-steps 128 = 8,192 steps) is larger than "
-                       "--total-timesteps 4096"),
-    ("num_envs: 64\nnum_steps: 256\n", "big.yaml: num_envs, num_steps: one batch (--num-envs 64 x --num-steps 256"),
+    ("num_envs: 64\n", "big.yaml: num_envs: one batch (num_envs 64 x --num-steps 128 = 8,192 steps) is larger than "
+                       "--total-timesteps 4096: lower num_envs in big.yaml or --num-steps, or raise --total-timesteps"),
+    ("num_envs: 64\nnum_steps: 256\n", "big.yaml: num_envs, num_steps: one batch (num_envs 64 x num_steps 256"),
     ("eval_episodes: 1000000000000\n", "big.yaml: eval_episodes 1,000,000,000,000: the evaluation builds "
                                        "one env per episode"),
     ("backend: gymnasium\nenv_kwargs: {nope: 1}\n", "big.yaml: env_kwargs: env 'CartPole-v1' takes no argument 'nope'"),
@@ -68,7 +68,7 @@ def test_the_batch_line_names_total_timesteps_when_the_file_set_it(tmp_path, cap
     config = write(tmp_path / "t.yaml", "total_timesteps: 100\n")
     code, _, err = run_main(["train", "--config", str(config), "--dry-run"], capsys)
     error_line(code, err, f"proxima train: error: {config}: total_timesteps: one batch (--num-envs 4 x --num-steps 128 = 512 steps) "
-                          "is larger than --total-timesteps 100")
+                          f"is larger than total_timesteps 100: lower --num-envs or --num-steps, or raise total_timesteps in {config}")
 
 
 def test_a_swept_value_is_named_as_the_flag_though_the_file_sets_the_field(tmp_path, capsys):
