@@ -344,4 +344,3 @@ def reward_specs(cfg: RLHFConfig) -> list:
                           "'file.py:function' or 'module:function', or a reward-model folder: the run records its "
                           "reward in config.yaml so that a resume can find it again, which an object cannot be")
     return [spec(r) for r in cfg.reward or []]
-    return [spec(r) for r in cfg.reward or []]
