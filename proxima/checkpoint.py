@@ -467,7 +467,9 @@ def _int_array(d: dict, key: str, where: str, minimum: Optional[int] = None, def
 
 
 def _discrete_from_dict(d: dict, where: str) -> gym.spaces.Space:
-    return gym.spaces.Discrete(_int_field(d, "n", where, minimum=1), start=_int_field(d, "start", where, default=0))
+    space = gym.spaces.Discrete(_int_field(d, "n", where, minimum=1), start=_int_field(d, "start", where, default=0))
+    space.start_unrecorded = "start" not in d  # an old checkpoint: its 0 is a guess, not compared (action_difference)
+    return space
 
 
 def _multidiscrete_from_dict(d: dict, where: str) -> gym.spaces.Space:
@@ -475,7 +477,9 @@ def _multidiscrete_from_dict(d: dict, where: str) -> gym.spaces.Space:
     start = _int_array(d, "start", where, default=np.zeros_like(nvec))
     if start.shape != nvec.shape:
         raise _not_a_space(where, f"'start' has shape {start.shape}, 'nvec' {nvec.shape}")
-    return gym.spaces.MultiDiscrete(nvec, start=start)
+    space = gym.spaces.MultiDiscrete(nvec, start=start)
+    space.start_unrecorded = "start" not in d
+    return space
 
 
 def _box_from_dict(d: dict, where: str) -> gym.spaces.Space:
@@ -553,8 +557,9 @@ def _obs_signature(space) -> Optional[tuple]:
 
 
 def _action_signature(space) -> tuple:
-    """What the agent's outputs depend on in an action space: its kind and n / nvec / shape (not the
-    bounds of a Box, which the env clips to, nor a Discrete's start, which the env adds)."""
+    """What the agent's outputs depend on in an action space: its kind and n / nvec / shape. A Box's
+    bounds and dtype and a Discrete's start are left to :func:`action_difference`: the network fits
+    an env that differs in them, but act() would shape its actions for the other space."""
     if isinstance(space, gym.spaces.Discrete):
         return "Discrete", int(space.n)
     if isinstance(space, gym.spaces.MultiDiscrete):
@@ -563,6 +568,57 @@ def _action_signature(space) -> tuple:
     if isinstance(space, gym.spaces.Box):
         return "Box", tuple(space.shape)
     return type(space).__name__, str(space)
+
+
+def _bounds_words(space: gym.spaces.Box) -> str:
+    """A Box's bounds in few words: one number each where every entry shares it, else the lists."""
+    low, high = np.asarray(space.low), np.asarray(space.high)
+    one = low.size and (low == low.reshape(-1)[0]).all() and (high == high.reshape(-1)[0]).all()
+    lo, hi = (low.reshape(-1)[0], high.reshape(-1)[0]) if one else (low.tolist(), high.tolist())
+    return _one_line(f"{lo}..{hi}", 80)
+
+
+def action_space_words(space) -> str:
+    """describe_space with what action_difference compares: a MultiDiscrete's start and a Box's bounds."""
+    if isinstance(space, gym.spaces.MultiDiscrete) and np.asarray(space.start).any():
+        return f"MultiDiscrete({np.asarray(space.nvec).tolist()}, start={np.asarray(space.start).tolist()})"
+    if isinstance(space, gym.spaces.Box):
+        return f"Box({_bounds_words(space)}, {tuple(space.shape)}, {np.dtype(space.dtype)})"
+    return describe_space(space)
+
+
+def action_difference(env_act, recorded) -> Optional[str]:
+    """What differs between two action spaces of one kind and shape (_action_signature) that act() and
+    evaluate() would shape actions by differently: a Discrete/MultiDiscrete start (a policy trained on
+    Discrete(3, start=5) sends 5..7 through act()), a Box's bounds or dtype; None when nothing does. A
+    start a checkpoint did not record (one from before it was, start_unrecorded) is not compared."""
+    if isinstance(recorded, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        if getattr(recorded, "start_unrecorded", False):
+            return None
+        mine, theirs = np.asarray(env_act.start), np.asarray(recorded.start)
+        if mine.shape != theirs.shape or (mine != theirs).any():
+            return f"start {theirs.tolist()} in training, {mine.tolist()} in the env"
+        return None
+    if isinstance(recorded, gym.spaces.Box) and isinstance(env_act, gym.spaces.Box):
+        what = []
+        if np.dtype(recorded.dtype) != np.dtype(env_act.dtype):
+            what.append(f"dtype {np.dtype(recorded.dtype)} in training, {np.dtype(env_act.dtype)} in the env")
+        same = all(np.array_equal(np.asarray(getattr(recorded, b), np.float64), np.asarray(getattr(env_act, b), np.float64))
+                   for b in ("low", "high"))
+        if not same:
+            what.append(f"bounds {_bounds_words(recorded)} in training, {_bounds_words(env_act)} in the env")
+        return "; ".join(what) or None
+    return None
+
+
+def action_difference_line(path, env_id: str, env_act, recorded, fix: str) -> Optional[str]:
+    """The one line refusing ``env_act`` for a policy trained on ``recorded`` (action_difference), else None."""
+    differs = action_difference(env_act, recorded)
+    if differs is None:
+        return None
+    return (f"{path}: env '{env_id}' takes actions {action_space_words(env_act)}, the run was trained on "
+            f"{action_space_words(recorded)} ({differs}): policy.act would give actions in the trained space and "
+            f"the env's own loop in the env's; {fix}")
 
 
 def env_spaces_mismatch(path, env_id: str, recorded: dict, env_obs, env_act) -> Optional[str]:
@@ -582,7 +638,7 @@ def env_spaces_mismatch(path, env_id: str, recorded: dict, env_obs, env_act) -> 
     if _action_signature(env_act) != _action_signature(act):
         return (f"{path}: env '{env_id}' now takes actions {describe_space(env_act)}, the run was trained on "
                 f"{describe_space(act)}; {fix}")
-    return None
+    return action_difference_line(path, env_id, env_act, act, fix)
 
 
 def old_frame_stack_line(path, env_id: str, recorded_obs, env_obs, verb: str) -> Optional[str]:
@@ -1281,13 +1337,19 @@ class Policy:
         """CheckpointError, one line naming the checkpoint, the spaces it was trained on and the env's,
         when ``env`` (a BatchedEnv, a gymnasium vector env or a single env) has another observation
         layout or action kind / count than this policy was trained on: an agent fed another env's
-        tensors fails deep in a matrix product, or silently acts on the wrong actions. Different
-        Box bounds of the same shape are accepted (the agent does not depend on them)."""
+        tensors fails deep in a matrix product, or silently acts on the wrong actions. Another
+        Discrete/MultiDiscrete start, Box action bounds or dtype is refused too (action_difference):
+        act() would shape actions for the trained space, evaluate() for the env's. Observation Box
+        bounds may differ (the agent does not depend on them)."""
         if self.observation_space is None or self.action_space is None:  # a policy built without spaces
             return
         env_obs, env_act = _single_space(env, "observation"), _single_space(env, "action")
         if (_obs_signature(env_obs) == _obs_signature(self.observation_space)
                 and _action_signature(env_act) == _action_signature(self.action_space)):
+            differs = action_difference_line(self.path or "policy", self.env_id, env_act, self.action_space,
+                                             "evaluate it on the env it was trained on, or train a new run on this one")
+            if differs:
+                raise CheckpointError(differs)
             return
         stacked = old_frame_stack_line(self.path or "policy", self.env_id, self.observation_space, env_obs, "evaluate")
         if stacked:
@@ -1479,13 +1541,39 @@ class Policy:
                              f"where {self.env_id}'s observations are uint8 images {part.shape}; the cast to uint8 would "
                              f"wrap them ({bad} would be {bad % 256}): pass pixels 0..255")
 
+    def _check_batched_obs(self, obs) -> None:
+        """ValueError unless ``obs`` is a tensor of the dtype the network reads (the env's packed tensors)."""
+        if not isinstance(obs, torch.Tensor):
+            what = f"a dict (keys {', '.join(map(repr, list(obs)[:4]))})" if isinstance(obs, dict) else f"a {type(obs).__name__}"
+            raise ValueError(f"Policy.batched_act: obs is {what}, it takes a tensor of the env's packed observations; "
+                             "call policy.act(obs) for a Gymnasium env's own observations (it packs and casts them)")
+        space = self.__dict__.get("observation_space")
+        cached = self.__dict__.get("_obs_dtype_of")
+        if cached is None or cached[0] is not space:  # once per space: evaluate() calls this every step
+            from .envs import EnvError
+            from .envs.spaces import obs_layout
+
+            try:
+                dtype = torch.float32 if space is None else obs_layout(space, self.env_id).dtype
+            except EnvError:  # a space act() names itself
+                dtype = None
+            cached = (space, dtype)
+            self.__dict__["_obs_dtype_of"] = cached
+        if cached[1] is not None and obs.dtype != cached[1]:
+            raise ValueError(f"Policy.batched_act: obs is a tensor of dtype {obs.dtype}, the policy's network takes "
+                             f"{cached[1]} (the env's packed observations); call policy.act(obs) for a Gymnasium env's "
+                             f"own observations (it casts them), or pass obs.to({cached[1]})")
+
     @torch.no_grad()
     def batched_act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
         """obs (B, *obs_shape) tensor on the policy's device -> the agent's actions: Discrete (B,)
         indices from 0, MultiDiscrete (B, K) indices from 0, Box (B, prod(shape)) clipped to the
         bounds, all on the device (no host copy). A BatchedEnv's ``step`` takes the space's values:
         add ``env.action_offset`` (a Discrete/MultiDiscrete start; None when every start is 0) first,
-        as evaluate() does, or use :meth:`act`."""
+        as evaluate() does, or use :meth:`act`. Anything else (a dict, an array, an int or bool tensor
+        of the env's raw observations) is a ValueError naming it and pointing to act(), which packs and
+        casts them, never a dtype error from inside the network."""
+        self._check_batched_obs(obs)
         if self.obs_normalizer is not None:
             obs = self.obs_normalizer(obs, update=False)
         action = self.agent.act(obs, deterministic=deterministic)
@@ -1743,7 +1831,38 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
     policy.global_step = step if isinstance(step, int) and not isinstance(step, bool) else None  # the step it was saved at
     flush = state["config"].get("flush_denormal")
     policy.run_flush_denormal = flush if isinstance(flush, bool) else None
+    from .envs import same_env
+
+    if trusted and ((env_id is not None and not same_env(env_id, recorded)) or env_kwargs is not None):
+        _check_named_env_actions(policy)
     return policy
+
+
+def _check_named_env_actions(policy: Policy) -> None:
+    """CheckpointError (action_difference_line) when the env load() was given takes actions of the policy's
+    kind and shape but another start, Box bounds or dtype: act() gives actions in the trained space, which
+    that env may not check (a Discrete(3) stepped with 5..7). One env is built to read its action space; an
+    env that does not build, or differs in more than that, is left to evaluate(), which names it."""
+    from .envs import make_env
+    from .evaluate import eval_env_kwargs, run_backend
+
+    if policy.action_space is None:
+        return
+    try:
+        env = make_env(policy.env_id, 1, device="cpu", backend=run_backend(policy), training=False,
+                       env_kwargs=eval_env_kwargs(policy))
+    except Exception:  # noqa: BLE001 - the env's own failure is evaluate()'s line to give, not load()'s
+        return
+    try:
+        env_act = env.single_action_space
+    finally:
+        env.close()
+    if _action_signature(env_act) != _action_signature(policy.action_space):
+        return
+    line = action_difference_line(policy.path or "policy", policy.env_id, env_act, policy.action_space,
+                                  "load it with the env it was trained on, or train a new run on this one")
+    if line:
+        raise CheckpointError(line)
 
 
 def _population_refusal(state: dict) -> str:

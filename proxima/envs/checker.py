@@ -78,7 +78,7 @@ not an image to it (a uint8 (84, 84), a stack of 2-channel frames (4, 84, 84, 2)
 ``spaces.image_note``): an MLP on the flattened values, and what to change for the CNN; and when a
 Box action space is far from the policy's unit scale (0 outside its bounds, a range wider than 100
 or narrower than 0.01; ``spaces.action_scale_note``): wrap it in Gymnasium's RescaleAction (an integer Box:
-declare a float Box(-1, 1) and map it in the env); when an entry of a float64 observation varies over the
+declare a float Box(-1, 1) and map it in the env); when an entry of a float64 (or int32/int64) observation varies over the
 observations read but float32, which train casts observations to before --norm-obs, rounds that variation
 away (its rounding step at the entry's mean is more than 1% of the entry's std: 1e6 + 0.01 * x;
 ``gym_adapter.Float64Spread``): subtract the offset; and when the env is wrapped in Gymnasium's
@@ -105,7 +105,7 @@ import torch
 from ..config import MAX_SEED, install_hint
 from .base import EnvError
 from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, is_flag, TENSOR_FIX, Float64Spread, _extra_for,
-                          beyond_float32, creator_error, exit_text, float64_spread_note, int_range_fault, kind_casts,
+                          beyond_float32, creator_error, exit_text, float64_spread_note, spread_dtype, int_range_fault, kind_casts,
                           native_only, normalize_wrappers, normalize_wrappers_note, number_text, resolve_env_fn,
                           missing_kwarg_hint, tensor_numpy, unknown_kwarg_line)
 from .spaces import action_scale_note, check_spaces, image_note, obs_layout, pixels_fix
@@ -485,7 +485,10 @@ class _Checker:
                 return
             self.ok("obs float32 range")
             if arr.ndim == 0 or arr.shape == tuple(space.shape):  # the shape every observation of the part has
-                self.spreads.setdefault(name, (arr.shape, Float64Spread()))[1].add(arr[None])
+                self.spreads.setdefault(name, (arr.shape, Float64Spread(arr.dtype)))[1].add(arr[None])
+        elif np.dtype(space.dtype).kind in "iu" and spread_dtype(space.dtype) and arr.dtype.kind in "iu":
+            # an int64 counter or timestamp loses its +1 steps in float32 as a float64 one does
+            self.spreads.setdefault(name, (arr.shape, Float64Spread(space.dtype)))[1].add(arr[None])
         low, high = np.broadcast_to(space.low, space.shape), np.broadcast_to(space.high, space.shape)
         out = (arr < low) | (arr > high)
         if out.any():

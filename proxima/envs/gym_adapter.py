@@ -944,7 +944,7 @@ class GymnasiumEnv(BatchedEnv):
         # the float64 parts whose spread across the envs' first observations float32 may lose: told once, from
         # the first reset (no step pays for it); one env has no spread to judge
         self._spread_parts = [p for p in self.layout.parts if isinstance(p.source, gym.spaces.Box)
-                              and np.dtype(p.source.dtype).kind == "f" and np.dtype(p.source.dtype).itemsize > 4]
+                              and spread_dtype(p.source.dtype)]
         if self.num_envs < 2:
             self._spread_parts = []
         cls = gym.vector.AsyncVectorEnv if vector == "async" else gym.vector.SyncVectorEnv
@@ -1046,7 +1046,7 @@ class GymnasiumEnv(BatchedEnv):
         parts, self._spread_parts = self._spread_parts, []
         notes = []
         for part in parts:
-            spread = Float64Spread()
+            spread = Float64Spread(part.source.dtype)
             try:
                 spread.add(np.asarray(obs if part.key is None else obs[part.key]).reshape(self.num_envs, -1))
             except (ValueError, TypeError, KeyError):  # what the obs checks let through: not this note's to name
@@ -1356,13 +1356,22 @@ def _worker_signals() -> None:
 SPREAD_SHARE = 0.01
 
 
-class Float64Spread:
-    """The spread of each entry of a float64 observation part over the observations given to ``add``,
-    and whether float32, which Proxima casts observations to before --norm-obs normalizes them, keeps
-    it. Sums are taken about the first observation, so that an offset of 1e6 costs them no precision."""
+def spread_dtype(dtype) -> bool:
+    """Whether an observation Box of ``dtype`` can hold a spread that float32 rounds away: float64 and
+    integers of 4 bytes or more (an int64 timestamp, 1.7e9 + t: float32 values there are 128 apart)."""
+    dtype = np.dtype(dtype)
+    return (dtype.kind == "f" and dtype.itemsize > 4) or (dtype.kind in "iu" and dtype.itemsize >= 4)
 
-    def __init__(self):
+
+class Float64Spread:
+    """The spread of each entry of a float64 (or wide integer: spread_dtype) observation part over the
+    observations given to ``add``, and whether float32, which Proxima casts observations to before
+    --norm-obs normalizes them, keeps it. Sums are taken about the first observation, so that an offset
+    of 1e6 costs them no precision. ``dtype``: the part's, which the note names."""
+
+    def __init__(self, dtype=np.float64):
         self.n = 0
+        self.dtype = np.dtype(dtype)
 
     def add(self, rows) -> None:
         """``rows``: k observations of the part, (k, *shape)."""
@@ -1399,7 +1408,7 @@ class Float64Spread:
 
 
 def float64_spread_note(name: str, shape: tuple, spread: Float64Spread, over: str) -> Optional[str]:
-    """The note on a float64 observation part (``name``: obs, obs['pos']) whose spread float32 loses
+    """The note on a float64 or wide-integer observation part (``name``: obs, obs['pos']) whose spread float32 loses
     (Float64Spread.lost), naming its first such entry; ``over``: the observations the spread is of
     ('over the 201 observations check-env read'). None when float32 keeps every entry's spread."""
     lost = spread.lost()
@@ -1410,7 +1419,7 @@ def float64_spread_note(name: str, shape: tuple, spread: Float64Spread, over: st
     at = f"{name}[{', '.join(str(int(k)) for k in idx)}]" if idx else name
     more = f" (and {len(lost) - 1} more of its entries)" if len(lost) > 1 else ""
     kept = f": the float32 values are all {float(np.float32(mean)):g}" if one else ""
-    return (f"{at} is float64 and varies by std {std:.3g} around {mean:.7g} {over}{more}, but Proxima casts observations to "
+    return (f"{at} is {spread.dtype} and varies by std {std:.3g} around {mean:.7g} {over}{more}, but Proxima casts observations to "
             f"float32 before --norm-obs normalizes them, and float32 values there are {step:.3g} apart, so the network "
             f"sees little or none of that variation{kept}; subtract the offset in the env (or in a "
             f"gymnasium.wrappers.TransformObservation of a module:function factory) so that the values vary around 0")

@@ -372,7 +372,15 @@ def _check_box(space: gym.spaces.Space, key: Optional[str], env_id: str) -> None
         return
     kind = type(space).__name__
     if isinstance(space, gym.spaces.Dict) and key is not None:
-        raise EnvError(f"env '{env_id}': not supported: nested Dict observation space{_where(key)} (one level of Dict of Box)")
+        try:
+            flat = f" as {gym.spaces.flatten_space(space)}"
+        except (NotImplementedError, ValueError, TypeError):  # a key of a kind flatten_space cannot take
+            flat = ""
+        # flattening the key alone keeps its siblings (an image key keeps its CNN), the whole env loses them
+        raise EnvError(f"env '{env_id}': not supported: nested Dict observation space{_where(key)} (one level of Dict of Box); "
+                       f"declare key {key!r}{flat} (gymnasium.spaces.flatten_space of it) and return gymnasium.spaces.flatten("
+                       f"that Dict, value) at that key, or, without image keys, make the env a def flat(**kw): return "
+                       f"gymnasium.wrappers.FlattenObservation({_env_call(env_id)}) in a module of yours and use MODULE:flat")
     raise EnvError(f"env '{env_id}': not supported: {kind} observation space {space}{_where(key)} "
                    f"(supported: Box, images as uint8 Box, and Dict of Box){_flatten_fix(space, key, env_id)}")
 
@@ -521,7 +529,7 @@ def space_actions(actions: np.ndarray, space: gym.spaces.Space, num: int) -> np.
     """Actions for ``num`` envs, given as ``space`` defines them (a Discrete's and MultiDiscrete's
     values with their ``start``), as each env's ``step`` takes them: a new array (never a view of
     the caller's), MultiDiscrete and Box reshaped to the space's shape (a 2-D nvec, a (2, 2) Box),
-    in the space's dtype (an integer Box gets the nearest integer, not a truncation). A Box action
+    in the space's dtype (an integer or bool Box gets the nearest integer, not a truncation). A Box action
     is clipped to the bounds, after the cast too, in the space's dtype against the space's own
     bounds: a bound clipped in float32 and cast back to a float64 space (float32(-0.3) =
     -0.30000001) lies outside it, and an env that asserts ``action_space.contains(a)`` would refuse it.
@@ -531,8 +539,9 @@ def space_actions(actions: np.ndarray, space: gym.spaces.Space, num: int) -> np.
     if isinstance(space, gym.spaces.MultiDiscrete):
         return actions.reshape(num, *space.nvec.shape).astype(space.dtype)
     a = actions.reshape(num, *space.shape)
-    if np.issubdtype(space.dtype, np.integer):
-        # clipped in float64 before the cast: a float32 action at an int32 bound of 2**31 - 1 is 2**31,
+    if np.issubdtype(space.dtype, np.integer) or np.dtype(space.dtype) == np.bool_:
+        # a bool Box rounds as an integer Box(0, 1) does (True from 0.5): its bare cast is True for any value
+        # above 0, half the policy's Gaussian around 0. Clipped in float64 before the cast: a float32 action at an int32 bound of 2**31 - 1 is 2**31,
         # which the cast would wrap to the other end of the range
         a = np.clip(np.rint(a.astype(np.float64)), space.low, space.high)
     return np.clip(a.astype(space.dtype), space.low, space.high)

@@ -68,9 +68,9 @@ def test_policy_accepts_its_own_env_and_other_box_bounds(run_dir):
     finally:
         env.close()
 
-    class OtherBounds:  # same shapes and kinds; bounds (and float64) are no reason to refuse
+    class OtherBounds:  # same shapes and kinds; observation bounds (and float64) are no reason to refuse
         observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float64)
-        action_space = gym.spaces.Discrete(2, start=1)
+        action_space = gym.spaces.Discrete(2)  # another start is refused (test_review34_spaces): act() would add the trained one
 
     policy.check_env_spaces(OtherBounds())
 
