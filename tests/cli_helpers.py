@@ -56,6 +56,21 @@ def imports_taken_back(marker: str):
             del sys.modules[name]
 
 
+def module_written_in(folder, monkeypatch, module: str, text: str):
+    """For a fixture (``yield from``): ``module``.py holding ``text`` written in ``folder``, which becomes
+    the current directory and the first entry of sys.path; both, and the module's import, taken back
+    afterwards (imports_taken_back)."""
+    from pathlib import Path
+
+    (Path(folder) / f"{module}.py").write_text(text)
+    monkeypatch.chdir(folder)
+    back = imports_taken_back(module)
+    next(back)
+    sys.path.insert(0, str(folder))
+    yield
+    next(back, None)
+
+
 def snapshot(folder) -> dict:
     """{relative path: what is there} for everything under ``folder``, links not followed: a file's
     bytes, a link's target, None for a folder. Equal snapshots: nothing was written, removed, renamed

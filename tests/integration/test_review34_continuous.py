@@ -7,11 +7,10 @@ Gymnasium's NormalizeObservation/NormalizeReward in a factory are told to give w
 
 import json
 import math
-import sys
 
 import pytest
 
-from tests.cli_helpers import TINY_RUN, error_line, imports_taken_back, run_main
+from tests.cli_helpers import TINY_RUN, error_line, module_written_in, run_main
 
 #: BigOffset: a float64 observation OFFSET + SCALE * N(0, 1) (after the review's myenvs.BigOffset);
 #: DictOffset: a Dict whose 'pos' holds a plain signal at entry 0 and an offset one at entry 1;
@@ -65,13 +64,7 @@ MODULE = "rev34cont_envs"
 @pytest.fixture(autouse=True)
 def envs_module(tmp_path, monkeypatch):
     """The env module in tmp_path, importable; sys.path and sys.modules put back afterwards."""
-    (tmp_path / f"{MODULE}.py").write_text(ENVS)
-    monkeypatch.chdir(tmp_path)
-    gen = imports_taken_back(MODULE)
-    next(gen)
-    sys.path.insert(0, str(tmp_path))
-    yield
-    next(gen, None)
+    yield from module_written_in(tmp_path, monkeypatch, MODULE, ENVS)
 
 
 def notes(err: str, needle: str) -> list:

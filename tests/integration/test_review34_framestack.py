@@ -6,7 +6,6 @@ of any other bounds is refused by --encoder cnn as before. A checkpoint of an ML
 not load into a network that scales it."""
 
 import json
-import sys
 
 import gymnasium as gym
 import numpy as np
@@ -14,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from tests.cli_helpers import TINY_RUN, error_line, imports_taken_back, run_main
+from tests.cli_helpers import TINY_RUN, error_line, module_written_in, run_main
 
 #: the quadrant task (which quadrant holds the bright square) as (36, 36, 3) HWC or (3, 36, 36) CHW frames, 36x36
 #: being the smallest image the CNN takes (nets.CNN_MIN_SIZE); the stacks are FrameStackObservation's of them
@@ -60,13 +59,7 @@ FRAMES = "rev34fs_envs:Frames"
 
 @pytest.fixture(autouse=True)
 def envs_module(tmp_path, monkeypatch):
-    (tmp_path / "rev34fs_envs.py").write_text(ENVS)
-    monkeypatch.chdir(tmp_path)
-    gen = imports_taken_back("rev34fs")
-    next(gen)
-    sys.path.insert(0, str(tmp_path))
-    yield
-    next(gen, None)
+    yield from module_written_in(tmp_path, monkeypatch, "rev34fs_envs", ENVS)
 
 
 def train(capsys, env, *args, kwargs=None, run="run", total=256):

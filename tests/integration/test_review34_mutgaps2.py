@@ -7,11 +7,10 @@ names the version running; Policy's repr without a step; --temperature at its mi
 
 import copy
 import json
-import sys
 
 import pytest
 
-from tests.cli_helpers import TINY_RUN, error_line, imports_taken_back, run_main
+from tests.cli_helpers import TINY_RUN, error_line, module_written_in, run_main
 
 #: a 36x36 image env (the smallest the CNN takes under --encoder auto), 8-step episodes
 ENVS = '''
@@ -43,13 +42,7 @@ TINY_MEMBER = dict(num_envs=2, num_steps=16, total_timesteps=32, num_minibatches
 
 @pytest.fixture(autouse=True)
 def in_tmp(tmp_path, monkeypatch):
-    (tmp_path / f"{MODULE}.py").write_text(ENVS)
-    monkeypatch.chdir(tmp_path)
-    gen = imports_taken_back(MODULE)
-    next(gen)
-    sys.path.insert(0, str(tmp_path))
-    yield
-    next(gen, None)
+    yield from module_written_in(tmp_path, monkeypatch, MODULE, ENVS)
 
 
 def notes(err: str) -> list:

@@ -11,7 +11,6 @@ buffer, which the old agent had no module for) dropped; its keys, shapes and dty
 at 281a38a (checked by hand against one, with the same line from eval and resume)."""
 
 import json
-import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -19,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.cli_helpers import TINY_RUN, edit_checkpoint, error_line, imports_taken_back, run_main, snapshot
+from tests.cli_helpers import TINY_RUN, edit_checkpoint, error_line, module_written_in, run_main, snapshot
 
 ENVS = '''
 import gymnasium as gym
@@ -62,13 +61,7 @@ OLD_COMMIT = "281a38a215dd47e5a7386edcfd77ce9332b3e7cb"  # the last commit that 
 
 @pytest.fixture(autouse=True)
 def envs_module(tmp_path, monkeypatch):
-    (tmp_path / "rev34old_envs.py").write_text(ENVS)
-    monkeypatch.chdir(tmp_path)
-    gen = imports_taken_back("rev34old")
-    next(gen)
-    sys.path.insert(0, str(tmp_path))
-    yield
-    next(gen, None)
+    yield from module_written_in(tmp_path, monkeypatch, "rev34old_envs", ENVS)
 
 
 def as_written_before_stacks_were_images(state):

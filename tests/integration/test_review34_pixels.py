@@ -4,13 +4,12 @@ a single-image CNN run get a note; train --dry-run and check-env say how an imag
 env's video ends on the episode's final frame (L + 1 frames for L steps)."""
 
 import json
-import sys
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from tests.cli_helpers import TINY_RUN, error_line, imports_taken_back, run_main
+from tests.cli_helpers import TINY_RUN, error_line, module_written_in, run_main
 
 #: (H, W, 3) uint8 images declared Box(low, high); every pixel ``low`` until env step ``at`` (0: the reset),
 #: ``value`` from then on; episodes of ``length`` steps (plus ``longer`` x the seed of a seeded reset: env i of a
@@ -56,13 +55,7 @@ ENV = "rev34pix_envs:Pixels"
 @pytest.fixture(autouse=True)
 def envs_module(tmp_path, monkeypatch):
     """The env module in tmp_path, importable; sys.path and sys.modules put back afterwards."""
-    (tmp_path / "rev34pix_envs.py").write_text(ENVS)
-    monkeypatch.chdir(tmp_path)
-    gen = imports_taken_back("rev34pix")
-    next(gen)
-    sys.path.insert(0, str(tmp_path))
-    yield
-    next(gen, None)
+    yield from module_written_in(tmp_path, monkeypatch, "rev34pix_envs", ENVS)
 
 
 def train(capsys, *args, kwargs=None, total=16):

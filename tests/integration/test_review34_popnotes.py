@@ -4,12 +4,11 @@ without --norm-obs, the float64 offset, Gymnasium's normalization wrappers, --hi
 README said train notes a float64 offset where it cannot judge one (one env, --dry-run); and a refusal of a
 --config FILE's device or total_timesteps advised flags the user never typed."""
 
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import TINY_POP, error_line, imports_taken_back, run_main
+from tests.cli_helpers import TINY_POP, error_line, module_written_in, run_main
 
 ENVS = '''
 import gymnasium as gym
@@ -60,13 +59,7 @@ POP = ["--seeds", "1-2", *TINY_POP, "--total-timesteps", "32", "--eval-episodes"
 
 @pytest.fixture(autouse=True)
 def envs_module(tmp_path, monkeypatch):
-    (tmp_path / f"{MODULE}.py").write_text(ENVS)
-    monkeypatch.chdir(tmp_path)
-    gen = imports_taken_back(MODULE)
-    next(gen)
-    sys.path.insert(0, str(tmp_path))
-    yield
-    next(gen, None)
+    yield from module_written_in(tmp_path, monkeypatch, MODULE, ENVS)
 
 
 def notes(err: str) -> list:
