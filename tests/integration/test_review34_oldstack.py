@@ -19,40 +19,9 @@ import pytest
 import torch
 
 from tests.cli_helpers import TINY_RUN, edit_checkpoint, error_line, module_written_in, run_main, snapshot
+from tests.integration import test_review34_framestack as framestack
 
-ENVS = '''
-import gymnasium as gym
-import numpy as np
-
-
-class Frames(gym.Env):
-    action_space = gym.spaces.Discrete(4)
-
-    def __init__(self):
-        self.t, self.q = 0, 0
-        self.observation_space = gym.spaces.Box(0, 255, (36, 36, 3), np.uint8)
-
-    def _obs(self):
-        img = np.zeros((36, 36, 3), np.uint8)
-        r, c = divmod(self.q, 2)
-        img[r * 18:(r + 1) * 18, c * 18:(c + 1) * 18] = 255
-        return img
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t, self.q = 0, int(self.np_random.integers(4))
-        return self._obs(), {}
-
-    def step(self, action):
-        reward = float(int(action) == self.q)
-        self.t += 1
-        self.q = int(self.np_random.integers(4))
-        return self._obs(), reward, False, self.t >= 8, {}
-
-
-def stack():
-    return gym.wrappers.FrameStackObservation(Frames(), 4)
-'''
+ENVS = framestack.ENVS  # its Frames at their defaults: (36, 36, 3) uint8 quadrant frames, stacked 4 deep
 STACK = "rev34old_envs:stack"
 SHAPE = (4, 36, 36, 3)
 SIZE = 4 * 36 * 36 * 3
