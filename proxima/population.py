@@ -732,7 +732,9 @@ def member_configs(base: PPOConfig, seeds: Sequence[int], sweep: Optional[dict] 
     """The members of ``--seeds`` crossed with ``--sweep``: settings outer, seeds inner.
 
     sweep: {field: [values]} of PER_MEMBER_FIELDS (checked here); every combination of values is
-    one setting, trained with every seed."""
+    one setting, trained with every seed. Each member keeps ``base``'s record of the values a preset
+    or --config file set (config.source_of), which dataclasses.replace drops, so a refusal or note
+    names a preset's or file's value for a member as it does for a single run."""
     import itertools
 
     from .config import unknown_attribute
@@ -744,10 +746,14 @@ def member_configs(base: PPOConfig, seeds: Sequence[int], sweep: Optional[dict] 
     for name in sweep:
         check_sweep_field(name)
     names = list(sweep)
+    sources = getattr(base, "_sources", None)
     out = []
     for combo in itertools.product(*(sweep[n] for n in names)) if names else [()]:
         for seed in seeds:
-            out.append(dataclasses.replace(base, seed=int(seed), **dict(zip(names, combo))))
+            member = dataclasses.replace(base, seed=int(seed), **dict(zip(names, combo)))
+            if sources:  # a swept value differs from the recorded one, so source_of stops naming the file for it
+                member._sources = dict(sources)
+            out.append(member)
     return out
 
 

@@ -1128,11 +1128,11 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
     from .envs.gym_adapter import action_spaces_built
     from .nets import encoders_resolved
 
-    first = _keep_sources(member_configs(cfg, seeds[:1], {name: values[:1] for name, values in sweep.items()}), cfg)[0]
+    first = member_configs(cfg, seeds[:1], {name: values[:1] for name, values in sweep.items()})[0]
     # the env a dry run's checks build, and the encoder chosen for it: the notes below are of that one
     with action_spaces_built() as spaces, encoders_resolved() as encoders:
         probe = _size_population(first, len(seeds) * math.prod(len(values) for values in sweep.values()), args.dry_run)
-    members = _keep_sources(member_configs(cfg, seeds, sweep), cfg)
+    members = member_configs(cfg, seeds, sweep)
     if args.dry_run:
         check_members(members)
         from .device import resolve_device
@@ -1160,17 +1160,6 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
                                typed_total="total_timesteps" in typed, probe=probe, typed=typed)
     print(f"run directory: {run_dir}")
     return 0
-
-
-def _keep_sources(configs: list, cfg: PPOConfig) -> list:
-    """``configs`` (member_configs' copies of ``cfg``, which dataclasses.replace leaves without it) with
-    ``cfg``'s record of the values a preset or --config FILE set (config.source_of), so that a refusal
-    and a note name a preset's or file's value for every member as they do for a single run's."""
-    sources = getattr(cfg, "_sources", None)
-    if sources:
-        for c in configs:
-            c._sources = dict(sources)
-    return configs
 
 
 def _size_population(first: PPOConfig, count: int, dry_run: bool):
