@@ -449,8 +449,6 @@ class RLHFTrainer:
             "policy/clipfrac": losses["clipfrac"],
             "policy/entropy": losses["entropy"],
             "losses/policy_loss": losses["policy_loss"],
-            "losses/value_loss": losses["value_loss"],
-            "val/clipfrac": losses["vf_clipfrac"],
             "val/ratio": losses["ratio"],
             "val/response_length": b["lengths"].float().mean(),
             "val/eos_rate": b["has_eos"].float().mean(),
@@ -461,7 +459,9 @@ class RLHFTrainer:
         }
         for name, part in b["reward_parts"].items():  # each reward's own mean, before its weight
             named[f"rewards/{name}"] = part.mean()
-        if self.critic:
+        if self.critic:  # grpo/rloo train no value model: a 0 loss in their logs would read as a perfect critic
+            named["losses/value_loss"] = losses["value_loss"]
+            named["val/clipfrac"] = losses["vf_clipfrac"]
             named["val/value_mean"] = masked_mean(b["values"], mask)
             named["val/grad_norm"] = losses["value_grad_norm"]
         values = D.mean_across(torch.stack([v.detach().float().to(self.device) for v in named.values()]), self.dist)
