@@ -58,7 +58,7 @@ def __dir__():
 
 def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True,
           overwrite: bool = False, env_id: Optional[str] = None, trust_run: bool = False, overrides: Optional[dict] = None,
-          sources: Optional[dict] = None):
+          sources: Optional[dict] = None, callback=None):
     """Train PPO; return (run_dir: pathlib.Path, policy): the run's policy as load(run_dir) gives it
     (``policy.agent`` is the network). Details: proxima.trainer.train.
 
@@ -73,6 +73,11 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     overwrite: move a non-empty ``run_dir`` aside and start afresh in it, instead of refusing it.
     env_id, trust_run: the env of a resumed run whose recorded env id is ``module:Class`` (imported only
         when ``env_id`` names the same env, or with ``trust_run=True``).
+    callback: ``callback(row)`` after each iteration (rank 0's, under torchrun): ``row`` a dict of
+        ``iteration``, ``global_step`` and the metrics.csv row (``charts/episodic_return``,
+        ``losses/value_loss``, ``eval/mean_return`` when evaluated, ...). Return False to stop the run
+        after this iteration: it checkpoints and ends as a finished run does (end evaluation,
+        the return value); ``train(None, resume=run_dir)`` trains on to the total.
     argv, overrides, sources: the command line's (what it typed, and where each value came from); None
         from Python.
     """
@@ -87,7 +92,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     from .trainer import train as _train
 
     return _train(config, run_dir=run_dir, resume=resume, argv=argv, quiet=quiet, evaluate_at_end=evaluate_at_end,
-                  overwrite=overwrite, env_id=env_id, trust_run=trust_run, overrides=overrides, sources=sources)
+                  overwrite=overwrite, env_id=env_id, trust_run=trust_run, overrides=overrides, sources=sources,
+                  callback=callback)
 
 
 def _need_a_config(run_dir, resume) -> None:

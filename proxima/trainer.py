@@ -17,7 +17,7 @@ import time
 import functools
 from functools import partial
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -155,6 +155,8 @@ class Trainer:
         self.steps_per_iteration = batch_size(cfg) * self.dist.world_size
         self.iteration, self.global_step, self.elapsed = 0, 0, 0.0
         self.stopped_at_return: Optional[float] = None  # run(): the window's mean once --stop-return ended it
+        self.stopped_by_callback = False  # run(): train()'s callback asked to stop before the total
+        self.callback_error: Optional[Exception] = None  # run(): the callback's own exception, when it raised
         self.return_window: list = []  # ReturnTarget.window: the recent iterations' (return sum, episodes)
         self.autocast, self.scaler = self._amp_setup()
         # --threads 2 and more: actor and critic side by side, each with threads // 2 intra-op threads
@@ -283,8 +285,14 @@ class Trainer:
         return self.iteration < self.num_iterations and reached is None
 
     @_run_settings
-    def run(self, resumed: bool = False, stop_after: Optional[int] = None) -> Path:
+    def run(self, resumed: bool = False, stop_after: Optional[int] = None, callback: Optional[Callable] = None) -> Path:
         """Train until ``num_iterations``; checkpoint every ``checkpoint_every`` iterations and at the end.
+
+        ``callback(row)``: called on rank 0 (the process that logs) after each iteration's row is logged, with a new dict of
+        ``iteration``, ``global_step`` and the row's metrics.csv columns (``eval/*`` when an evaluation
+        ran). A falsy return other than None ends the run after this iteration, with a checkpoint
+        (``stopped_by_callback``; a resume trains on to the total); its exception propagates, marked
+        by ``callback_error``, the run as its last checkpoint left it.
 
         SIGINT/SIGTERM: finish the iteration, checkpoint, raise TrainingInterrupted (exit 128+signum); a
         second SIGINT exits at once, or raises KeyboardInterrupt in a run started from Python (no argv). An
@@ -379,16 +387,20 @@ class Trainer:
                         self.logger.log(self.iteration, self.global_step, row)
                     if resumed and self.dist.is_main and not getattr(self, "_stale_eval_gone", False):
                         self._drop_stale_eval()
+                    asked = self._call_back(callback, row) if callback is not None else False
                     periodic = (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0) or self._checkpoint_due()
                     signum = self.dist.agree_stop(stop.signum)  # all ranks stop at the same iteration
                     done = self.iteration == self.num_iterations or self.stopped_at_return is not None
-                    if periodic or signum or done:
+                    if periodic or signum or done or asked:
                         stop.final = done  # a signal from here on lands after the last iteration
                         last_ckpt = self.last_checkpoint = self.save() or last_ckpt
                         self._saved_at = time.monotonic()
                     if signum:
                         raise loop_stopped(signum, last_ckpt, complete=done)
                     if self.stopped_at_return is not None:
+                        break
+                    if asked and not done:
+                        self.stopped_by_callback = True
                         break
                 self.dist.dump_parameters(self.agent, self.iteration, self.global_step, self.run_dir)  # test hook (PROXIMA_DEBUG_DUMP_PARAMS)
                 # a signal during the final checkpoint (or after it) would be dropped as the guard exits, and the
@@ -402,6 +414,19 @@ class Trainer:
             if self.logger is not None:
                 self.logger.close()
         return self.run_dir
+
+    def _call_back(self, callback: Callable, row: dict) -> bool:
+        """Whether ``callback`` (run's), called on rank 0, asks to stop after this iteration: every rank
+        learns the answer (one stopping alone would leave the others waiting in a collective)."""
+        asked = False
+        if self.dist.is_main:
+            try:
+                answer = callback({"iteration": self.iteration, "global_step": self.global_step, **row})
+            except Exception as e:
+                self.callback_error = e  # train() raises it as it came: no env diagnosis, no wrapping
+                raise
+            asked = answer is not None and not answer
+        return bool(self.dist.agree_stop(int(asked))) if self.dist.enabled else asked
 
     def _drop_stale_eval(self) -> None:
         """A resumed run has trained past the final evaluation of its earlier end (eval.json): that
@@ -714,7 +739,7 @@ def _metric_row(m: dict, sps: float, optimizer, elapsed: float) -> dict:
 # ------------------------------------------------------------------------------------------------
 def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True,
           overwrite: bool = False, env_id: Optional[str] = None, trust_run: bool = False, overrides: Optional[dict] = None,
-          sources: Optional[dict] = None):
+          sources: Optional[dict] = None, callback: Optional[Callable] = None):
     """Train PPO. Returns (run_dir, policy): a TrainedPolicy, which acts on raw observations as
     ``load(run_dir)`` does (the run's frozen observation normalizer applied); ``policy.agent`` is the
     trained network. ``run_dir`` is a Path in the form the caller named the directory (``run_dir``,
@@ -740,6 +765,10 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     set aside and the one before it used. An env id read from a checkpoint that would import a
     module (``module:Class``) is refused unless ``env_id`` names the same env or ``trust_run``.
 
+    callback: a function called after each iteration with its metrics (Trainer.run's ``callback``):
+    a falsy return other than None stops the run there, with a checkpoint, the end-of-run evaluation
+    and the return as for a finished run (a resume trains on); its exception is raised as it came.
+
     Under torchrun every process calls this (docs/distributed.md): rank 0 finds and loads the
     checkpoint and sends it to the others, so all ranks restore the same one; rank 0 alone writes
     the run directory and runs the final evaluation. A rank that fails prints
@@ -754,6 +783,11 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
 
     if config is not None and not isinstance(config, PPOConfig):
         validate(config)  # its one line for train(dict) or train("CartPole-v1"), not an AttributeError mid-setup
+    if callback is not None and not callable(callback):  # before the run: not a TypeError after its first iteration
+        from .config import _short_repr as short_repr
+
+        raise ConfigError(f"train(callback={short_repr(callback)}): expected a function of one argument (a dict of the "
+                          "iteration's metrics) that returns False to stop the run, or None")
     for name, value in (("run_dir", run_dir), ("resume", resume)):  # as PPOConfig(run_dir='') is refused
         if isinstance(value, (str, os.PathLike)) and not os.fspath(value).strip():
             raise ConfigError(f"train({name}={os.fspath(value)!r}): empty; give a directory (or None)")
@@ -842,7 +876,11 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             if resumed and trainer.trains() and not quiet and trainer.dist.is_main:
                 print(f"proxima: resuming {trainer.run_dir} at global step {trainer.global_step:,} (iteration {trainer.iteration})", file=sys.stderr)
             looping = True
-            out_dir = trainer.run(resumed=resumed)
+            out_dir = trainer.run(resumed=resumed, callback=callback)
+            if trainer.stopped_by_callback and not quiet and trainer.dist.is_main:
+                print(f"proxima: stopped at global step {trainer.global_step:,} (iteration {trainer.iteration} of "
+                      f"{trainer.num_iterations}): the callback asked to stop; train(None, resume={str(trainer.run_dir)!r}) "
+                      "trains on to the total", file=sys.stderr)
             if trainer.stopped_at_return is not None and not quiet and trainer.dist.is_main:
                 print(f"proxima: stopped at global step {trainer.global_step:,} (iteration {trainer.iteration}): the last "
                       f"{config.stop_episodes}+ training episodes averaged {trainer.stopped_at_return:.1f} >= --stop-return "
@@ -862,6 +900,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
                 raise
             raise stopped_outside(e) from None  # OutsideLoop's: it says nothing of where it landed
         except Exception as e:
+            if trainer is not None and e is trainer.callback_error:
+                raise  # the caller's own code failed, not the run: as it came (the run as its last checkpoint left it)
             if trainer is None or trainer.iteration == 0:
                 session.discard_fresh()  # a new run that failed before its first iteration leaves nothing behind
             try:  # the diagnosis builds and steps the user's env: a stop may land there
