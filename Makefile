@@ -11,9 +11,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.proxima-installed
 RUN    ?= runs/CartPole-v1__make-train__$(shell date +%Y%m%d-%H%M%S)
+# expanded once: `?=` alone runs `date` at each use, and train and eval could name two directories
+RUN    := $(RUN)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE  ?= proxima:$(VERSION)
 REPORT_RUN ?= runs/report-demo__$(shell date +%Y%m%d-%H%M%S)
+REPORT_RUN := $(REPORT_RUN)
 export OMP_NUM_THREADS ?= 1
 
 .PHONY: setup train test test-slow test-all test-container ci-train bench learning report clean

@@ -134,7 +134,9 @@ def auto_backend(env_id: str, env_kwargs: Optional[dict] = None) -> str:
 
 def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", vector: str = "sync", seed: Optional[int] = None,
              render_mode: Optional[str] = None, training: bool = True, env_kwargs: Optional[dict] = None) -> BatchedEnv:
-    """Build N envs of ``env_id`` on ``device``.
+    """Build N envs of ``env_id`` on ``device``. ``reset(seed=None)`` returns the observations alone,
+    (N, *obs_shape), not Gymnasium's ``(obs, info)`` pair; ``step(actions)`` returns Gymnasium's five
+    (obs, reward, terminated, truncated, info), batched as tensors.
 
     backend: ``auto`` picks the torch-native env when one exists, EnvPool for Atari ids when it is
     installed, else the Gymnasium adapter; ``native`` fails with EnvError when there is none;
