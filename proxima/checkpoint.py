@@ -1224,6 +1224,12 @@ class Policy:
 
     def __getattr__(self, name: str):
         line = self._refusal(name)
+        if line is None:
+            agent = self.__dict__.get("agent")
+            # train()'s policy answers the network's other names (parameters(), encoder_kind): say where they are
+            if agent is not None and not name.startswith("__") and hasattr(agent, name):
+                line = (f"{type(self).__name__!r} object has no attribute {name!r}; the network's is "
+                        f"policy.agent.{name}")
         raise AttributeError(line or f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _refusal(self, name: str) -> Optional[str]:
