@@ -1134,7 +1134,12 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
         probe = _size_population(first, len(seeds) * math.prod(len(values) for values in sweep.values()), args.dry_run)
     members = member_configs(cfg, seeds, sweep)
     if args.dry_run:
-        check_members(members)
+        # train_population's note, where it prints it (after the sizing, before the members are checked):
+        # the dry run's stderr is the run's. Checked and shown as the members train (no --stop-return); the
+        # notes below read the configs as given, as train_population's do
+        note_single_run_only(members[0].to_dict(), args.quiet)
+        trained = [as_member_config(c) for c in members]
+        check_members(trained)
         from .device import resolve_device
         from .trainer import check_device_flags
 
@@ -1151,8 +1156,14 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
 
             note_run(members[0], typed, False, *built_for_notes(spaces, encoders), population=True)
         # the config every member shares, resolved as a single run's dry run prints it (preset < --config
-        # FILE < flags); the seed and the swept fields are per member: given by "seeds" and "sweep"
-        shared = {k: v for k, v in members[0].to_dict().items() if k != "seed" and k not in sweep}
+        # FILE < flags, encoder auto as the one each member's config.yaml records); the seed and the swept
+        # fields are per member: given by "seeds" and "sweep"
+        import dataclasses
+
+        shown_cfg = trained[0]
+        if encoders and shown_cfg.encoder != encoders[0][0]:
+            shown_cfg = dataclasses.replace(shown_cfg, encoder=encoders[0][0])
+        shared = {k: v for k, v in shown_cfg.to_dict().items() if k != "seed" and k not in sweep}
         print(json.dumps({"members": len(members), "seeds": seeds, "sweep": sweep, "config": shared}))
         return 0
     restart = "--resume auto found no checkpoint to continue" if args.resume == "auto" else None
