@@ -202,29 +202,89 @@ def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> d
     return out
 
 
-def _best_pt_step(run_dir: Path) -> Optional[int]:
-    """The step RUN/checkpoints/best.pt was written at, or None: no such file (never written, or set
-    aside by a resume from an older checkpoint), a link, or one that does not load."""
+def _best_pt(run_dir: Path) -> Optional[tuple]:
+    """(step, best_eval) of RUN/checkpoints/best.pt as recorded in it (best_eval as stored: None in a
+    checkpoint older than the field), or None: no such file (never written, or set aside by a resume
+    from an older checkpoint), a link, or one that does not load or records no step."""
     from . import checkpoint as ckpt
 
     path = ckpt.best_checkpoint_path(run_dir)
     if path.is_symlink() or not path.is_file():
         return None
     try:
-        step = ckpt.load_checkpoint(path).get("global_step")
+        state = ckpt.load_checkpoint(path)  # weights_only: a run directory is data
     except (ckpt.CheckpointError, OSError):
         return None
-    return step if isinstance(step, int) and not isinstance(step, bool) else None
+    step = state.get("global_step")
+    if not isinstance(step, int) or isinstance(step, bool):
+        return None
+    return step, state.get("best_eval")
 
 
-def _name_best_pt(run_dir: Path, summary: dict) -> None:
-    """``summary["best_pt"]`` True when checkpoints/best.pt holds the policy of the best eval row, whose
-    step it then gives (of tied rows, best.pt's): the report names the file only then."""
+def _same_eval(a: float, b: float) -> bool:
+    """Whether two records of one evaluation's mean return agree: a metrics.csv may hold it to 6
+    significant digits (an RLHF run's writer, a file rewritten by another program), best.pt in full."""
+    return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-9)
+
+
+def _name_best_pt(run_dir: Path, summary: dict, meta: Optional[dict] = None,
+                  metrics: Optional[dict] = None) -> None:
+    """``summary["best_pt"]`` True when checkpoints/best.pt holds the policy of the best eval row: of
+    its step (of tied rows, best.pt's, which the row then gives) and recording the row's value as its
+    best_eval; the report names the file only then. The step alone does not tell: a resume after a
+    crash keeps the best.pt the lost training wrote (only a better policy replaces it), and the
+    resumed training evaluates that step again. Otherwise ``summary["best_pt_note"]`` says what
+    best.pt holds (_best_pt_note)."""
     if summary.get("eval_best") is None:
         return
-    step = _best_pt_step(run_dir)
-    if step is not None and float(step) in summary.get("eval_best_steps", []):
+    found = _best_pt(run_dir)
+    if found is None:
+        return
+    step, best = found
+    at_best_row = float(step) in summary.get("eval_best_steps", [])
+    if best is None:  # a checkpoint older than best_eval: its step is all there is to go by
+        if at_best_row:
+            summary["eval_best_step"], summary["best_pt"] = float(step), True
+        return
+    try:
+        best = float(best) if _is_number(best) else math.nan
+    except OverflowError:  # an int beyond any float
+        best = math.nan
+    if not math.isfinite(best):
+        return  # damaged: no value to name the file by, nor to say it holds
+    if at_best_row and _same_eval(best, summary["eval_best"]):
         summary["eval_best_step"], summary["best_pt"] = float(step), True
+        return
+    summary["best_pt_note"] = _best_pt_note(step, best, meta or {}, metrics or {})
+
+
+def _best_pt_note(step: int, best: float, meta: dict, metrics: dict) -> str:
+    """What checkpoints/best.pt holds when it is not the best eval row's policy: its step and value,
+    and, when no metrics.csv row records that evaluation, that training a resume went back on wrote
+    it: the resume named is meta.json's last from a step before best.pt's, since every training of
+    that step after it logged its row."""
+    head = f"checkpoints/best.pt holds the policy evaluated at step {step:,} ({best:.2f})"
+    steps, ev = metrics.get("global_step"), metrics.get("eval/mean_return")
+    if steps is not None and ev is not None and any(
+            s == step and np.isfinite(v) and _same_eval(float(v), best) for s, v in zip(steps, ev)):
+        return f"{head}, not the best evaluation above; `proxima eval RUN --best` evaluates that policy."
+    resumes = meta.get("resumes")
+    before = None
+    for entry in resumes if isinstance(resumes, list) else []:
+        s = entry.get("step") if isinstance(entry, dict) else None
+        if isinstance(s, int) and not isinstance(s, bool) and s < step:
+            before = entry
+    if before is not None:
+        try:  # meta.json is data: a time is shown as one, anything else left out
+            when = f", started {datetime.fromisoformat(before['started']).isoformat(timespec='seconds')}"
+        except (KeyError, TypeError, ValueError):
+            when = ""
+        lost = f"training before the resume from step {before['step']:,} (meta.json's resumes{when})"
+    else:
+        lost = "training that a resume went back on"
+    return (f"{head}, which no metrics.csv row records: {lost} wrote it and was lost (killed or crashed before its "
+            "next checkpoint); the resume kept it, as only a better policy replaces best.pt. The best above is the "
+            "resumed training's; `proxima eval RUN --best` evaluates best.pt's.")
 
 
 #: episodes of a fresh evaluation of a run whose config asks for none (--eval-episodes 0), or records no count
@@ -656,7 +716,8 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
         lines += ["", f"{metric} per iteration (metrics.csv): the mean over the episodes that finished in that iteration."]
     else:
         lines += ["", f"{metric}: one value per iteration, as logged in metrics.csv."]
-    notes = _nonfinite_notes(runs)
+    notes = _nonfinite_notes(runs) + [f"- {r['name'] + ': ' if len(runs) > 1 else ''}{r['summary']['best_pt_note']}"
+                                      for r in runs if r["summary"].get("best_pt_note")]
     if notes:
         lines += [""] + notes
     if len(runs) > 1:  # one summary per group (env and settings): returns of different envs are never averaged
@@ -787,7 +848,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
         if not quiet and "error" not in ev and not ev["source"].startswith("eval.json"):
             print(f"evaluated {d}: {_eval_line(ev)}", file=sys.stderr)
         summary = summarize(m, metric)
-        _name_best_pt(d, summary)
+        _name_best_pt(d, summary, meta, m)
         # a diverged member's report says so at its top: it trains no further, whatever its steps
         progress, summary["total"] = (None, None) if diverged else run_progress(d, summary["global_step"], config, meta)
         runs.append({"dir": d, "name": name, "env": run_env_id(d), "config": config, "meta": meta,
