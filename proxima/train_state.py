@@ -374,6 +374,11 @@ def restore(t: "Trainer", state: dict) -> None:
         if t.dist.is_main:
             print(f"proxima: note: {t.env.backend} envs cannot restore their state; resumed run restarts episodes", file=sys.stderr)
         _set_rng(path, state["rng"])
+        # async workers' global RNGs too (seeded at their start from the run's seed alone): else every resume's
+        # episodes would draw the np.random numbers of the run's start
+        reseed_workers = getattr(t.env, "reseed_workers", None)
+        if reseed_workers is not None:
+            reseed_workers(t.iteration)
         t.next_obs.copy_(t.env.reset(seed=t.cfg.seed + 10_000 * t.dist.rank + t.iteration))
         if t.obs_norm is not None:  # new observations, counted as a fresh run's reset obs is
             t.obs_norm.count_reset(t.next_obs)

@@ -608,6 +608,12 @@ class EnvCalls(gym.Wrapper):
         """True: GymnasiumEnv asks each AsyncVectorEnv worker this once built (an _Unbuilt raises its EnvError)."""
         return True
 
+    def proxima_reseed(self, seed: Optional[int], resumed_at: int) -> None:
+        """GymnasiumEnv.reseed_workers' call in each AsyncVectorEnv worker (_seed_worker); a sync env's global
+        RNGs are the main process's, which the resume restores."""
+        if self.in_worker:
+            _seed_worker(seed, self.index, resumed_at)
+
     def _bad(self, what: str, when: str, fix: str) -> EnvError:
         return EnvError(f"env '{self.env_id}': env {self.index} returned {what} at {when}; {fix} (check with: {self.check_cmd})")
 
@@ -1027,6 +1033,18 @@ class GymnasiumEnv(BatchedEnv):
         who = f"the worker process of env {envs}" if len(ended) == 1 else f"the worker processes of envs {envs}"
         return f"{who} ended at {when} ({_exit_reason(ended[0][1])})"
 
+    def reseed_workers(self, resumed_at: int) -> None:
+        """Reseed each AsyncVectorEnv worker's global RNGs for a resume at iteration ``resumed_at`` (train_state.restore,
+        before it restarts the episodes): a worker seeded only by the run's seed and its index would replay the
+        np.random numbers of the run's start after every resume. No-op under sync (the main process's restored
+        streams continue) and for ``resumed_at`` 0, a fresh run's seeding."""
+        if not isinstance(self.envs, gym.vector.AsyncVectorEnv) or not resumed_at:
+            return
+        try:
+            self.envs.call("proxima_reseed", self._seed, int(resumed_at))
+        except BaseException as e:
+            self._raise_failure(e, "resume")
+
     def reset(self, seed: Optional[int] = None) -> torch.Tensor:
         seed = self._seed if seed is None and not self._started else seed
         self._started = True
@@ -1326,13 +1344,19 @@ class _Unbuilt(gym.Env):
         raise self.error
 
 
-def _seed_worker(seed: Optional[int], index: int) -> None:
+def _seed_worker(seed: Optional[int], index: int, resumed_at: int = 0) -> None:
     """Seed an AsyncVectorEnv worker's global RNGs (numpy's, Python's random, torch's CPU generator) from the
     run's seed and the env's index (with no seed, from the OS): a forked worker starts with the main process's
     states, so envs drawing from np.random would all draw the same numbers (a spawned one would draw anew each
-    run). --vector sync envs share the main process's streams, which the trainer seeds, as before."""
+    run). --vector sync envs share the main process's streams, which the trainer seeds, as before.
+    ``resumed_at``: the iteration a resume starts from (GymnasiumEnv.reseed_workers), whose restarted episodes
+    draw anew, as its reset(seed + iteration) does, and alike on every resume from that checkpoint; 0 (a fresh run)
+    seeds as before."""
     entropy = None if seed is None else [int(seed) % (1 << 128), index]  # SeedSequence takes no negative seed
-    words = np.random.SeedSequence(entropy).generate_state(10)
+    # a spawn key (the stream SeedSequence.spawn gives its child k), not a third entropy word: [seed, index, k]
+    # are also the words of run seed + (index << 32)'s env k
+    spawn_key = (int(resumed_at),) if resumed_at else ()
+    words = np.random.SeedSequence(entropy, spawn_key=spawn_key).generate_state(10)
     np.random.seed(words[:4])
     # words of its own: both are MT19937, and the same words would make random.random() equal np.random.rand()
     random.seed(int.from_bytes(words[4:8].tobytes(), "little"))
