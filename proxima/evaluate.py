@@ -81,8 +81,9 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
     dict with env_id, episodes, mean_return, std_return, returns, lengths, deterministic (and
     ``unfinished``, ``max_steps`` when some episodes had not ended after ``max_steps`` steps: those
     count as cut there, with their return so far, as a time limit would cut them; leaving them
-    out would keep only the short episodes). ``seed`` seeds the envs and,
-    with ``deterministic=False``, the action samples (the caller's random state is left as it was);
+    out would keep only the short episodes). ``seed`` seeds the envs, numpy's global RNG, Python's
+    ``random`` and torch's CPU generator (which an env may draw from: global_streams) and, with
+    ``deterministic=False``, the action samples; the caller's random states are left as they were;
     None: :func:`default_seed`, the run's seed + 1,000,000, as ``proxima eval`` (and the run's
     eval.json), so the numbers match the command line's.
     ``backend``: "auto", "native", "gymnasium" or "envpool" (make_env's) given here wins; None (the
@@ -118,8 +119,34 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
 
     if video is not None:  # a name that cannot be written fails now, not after the episodes
         check_video_path(video)
-    with recording(video is not None), run_settings(policy):  # headless SDL; SIGTERM removes the video's temp file
+    # headless SDL; SIGTERM removes the video's temp file
+    with recording(video is not None), run_settings(policy), global_streams(seed):
         return _evaluate(policy, episodes, deterministic, seed, backend, max_steps, video, stop)
+
+
+@contextlib.contextmanager
+def global_streams(seed: int):
+    """numpy's global RNG, Python's ``random`` and torch's CPU generator seeded from ``seed`` for the
+    evaluation, the caller's states put back after (whether it returns or raises). An env that draws from
+    np.random or random in reset() or step() (hand-written research code does) shares these streams under
+    the sync vector env every evaluation builds: unseeded, each call drew other episodes, and none matched
+    the run's eval.json, which training computes after its own draws. Seeded as the trainer seeds them
+    (seed_everything) but from the evaluation's seed, so eval.json, ``proxima eval`` and evaluate() agree."""
+    import random
+
+    import numpy as np
+
+    states = np.random.get_state(), random.getstate(), torch.random.default_generator.get_state()
+    try:
+        random.seed(seed)
+        np.random.seed(seed)  # check_arguments keeps seed below 2**32, np.random.seed's bound
+        # the CPU generator only: torch.manual_seed would reseed every CUDA device's too, which nothing puts back
+        torch.random.default_generator.manual_seed(seed)
+        yield
+    finally:
+        np.random.set_state(states[0])
+        random.setstate(states[1])
+        torch.random.default_generator.set_state(states[2])
 
 
 def _evaluate(policy, episodes: int, deterministic: bool, seed: int, backend: str, max_steps: int,
