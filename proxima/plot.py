@@ -3,17 +3,20 @@
 Each run's ``metrics.csv`` (one row per iteration, written by proxima.logger) gives the metric
 (default ``charts/episodic_return``) against ``global_step`` (``--x step``) or wall time in seconds
 (``--x time``). Runs are grouped by the ``env_id`` of their ``config.yaml`` and by their settings
-(preset and flags; seeds, lengths and devices do not split a group): a group of one run is drawn as
-its own line; a group of several runs is drawn as the mean over runs (``--stat iqm``: the
-interquartile mean) with a band (min-max by default, mean +- one standard deviation with ``--band
-std``, or a 95% bootstrap confidence interval of the statistic with ``--band ci``; the legend says
-which), after interpolating every run onto a common x grid that reaches the end of the group's
-longest run; a band at a single x (one logged value) is drawn as an error bar. One panel per group,
-titled with the env and the settings that differ (group_runs: a group is one exact setting, and no
-two titles read alike), wrapped to the panel's width; a title past three lines ends in `` ...`` and
-its whole text heads the panel's legend. A run drawn alone is named in the legend, and a population
-in its panel's title, by its directory's name (``.`` by the directory it is), or, where two given
-share a name (``a/run``, ``b/run``), by the paths as given.
+(preset and flags, the number of processes of meta.json's ``world_size``, ``--backend auto`` read as
+the backend it built; seeds and devices do not split a group, nor do lengths under
+``--no-anneal-lr``: with the default annealing, --total-timesteps sets the learning rate's schedule,
+so another total is another setting; group_runs): a group of one run is drawn as its own line; a
+group of several runs is drawn as the mean over runs (``--stat iqm``: the interquartile mean) with a
+band (min-max by default, mean +- one standard deviation with ``--band std``, or a 95% bootstrap
+confidence interval of the statistic with ``--band ci``; the legend says which), after interpolating
+every run onto a common x grid that reaches the end of the group's longest run; a band at a single x
+(one logged value) is drawn as an error bar. One panel per group, titled with the env and the
+settings that differ (group_runs: a group is one exact setting, and no two titles read alike),
+wrapped to the panel's width; a title past three lines ends in `` ...`` and its whole text heads the
+panel's legend. A run drawn alone is named in the legend, and a population in its panel's title, by
+its directory's name (``.`` by the directory it is), or, where two given share a name (``a/run``,
+``b/run``), by the paths as given.
 
 A population directory (``proxima train --seeds/--sweep``, population_run.py) is one panel with one
 curve per setting (a combination of swept values; all its seeds): by default the IQM over the
@@ -366,7 +369,8 @@ def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minm
 
 #: config fields that tell the runs of one experiment apart without changing what is learned, or how:
 #: runs that differ only in these (seeds, length, where and how they ran: device, threads, compilation,
-#: CPU float and malloc settings) are drawn as one group
+#: CPU float and malloc settings) are drawn as one group. total_timesteps is one only under
+#: ``anneal_lr: false`` (group_runs): annealing spreads the learning rate's decay over the whole total
 RUN_ONLY_FIELDS = frozenset({"seed", "run_dir", "device", "threads", "progress", "plot", "checkpoint_every",
                              "checkpoint_minutes", "keep_checkpoints", "eval_episodes", "eval_every", "debug_checks",
                              "total_timesteps", "stop_return", "stop_episodes", "deterministic", "compile",
@@ -399,14 +403,62 @@ def run_config(run_dir: PathLike) -> dict:
     return cfg if isinstance(cfg, dict) else {}
 
 
+def run_setting(run_dir: PathLike) -> dict:
+    """What one run's curve is a repeat of, as group_runs compares runs: its config.yaml less env_id
+    and RUN_ONLY_FIELDS, with
+
+    - ``total_timesteps`` kept unless ``anneal_lr`` is false: annealing takes the learning rate to 0
+      at the total, so runs of another total (a resume that extended it included) train with another
+      rate at every step; without it only the length differs;
+    - ``backend: auto`` replaced by the backend the run built (auto_setting_backend), so a run given
+      no --backend and one given the backend auto picked for it are one setting;
+    - ``processes``: meta.json's ``world_size`` (1 when absent), the torchrun processes it trained
+      with (--nproc K: each iteration's batch K times larger, docs/distributed.md; a resume keeps it).
+    """
+    from .config import FIELDS
+    from .rundir import _read_json_file
+
+    cfg = run_config(run_dir)
+    # an absent anneal_lr is the default (annealing on); any value but false may anneal, so the total counts
+    anneal = cfg.get("anneal_lr", FIELDS["anneal_lr"].default) is not False
+    setting = {k: v for k, v in cfg.items()
+               if (k not in RUN_ONLY_FIELDS or (anneal and k == "total_timesteps")) and k != "env_id"}
+    meta = _read_json_file(Path(run_dir) / "meta.json") or {}  # missing, unreadable or damaged: nothing recorded
+    if setting.get("backend") == "auto":
+        setting["backend"] = auto_setting_backend(cfg, meta.get("env_backend"))
+    world = meta.get("world_size")
+    setting["processes"] = world if isinstance(world, int) and not isinstance(world, bool) and world > 1 else 1
+    return setting
+
+
+def auto_setting_backend(cfg: dict, recorded) -> str:
+    """The backend a run whose config.yaml says ``backend: auto`` built: meta.json's ``env_backend``
+    (``recorded``), which every Proxima run writes and a resume cannot change (run_setup.resumed_backend);
+    without one, what envs.auto_backend picks from the env id and env_kwargs alone; "auto" for an Atari
+    game, whose auto depended on whether EnvPool was installed where it trained, not here."""
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    try:
+        from .envs import atari, auto_backend
+
+        env_id, kwargs = cfg.get("env_id"), cfg.get("env_kwargs")
+        if isinstance(env_id, str) and atari.game_name(env_id) is None:
+            return auto_backend(env_id, kwargs)
+    except Exception:  # an id envs no longer takes (an older Atari id): left as recorded, never a crash of plot
+        pass
+    return "auto"
+
+
 def group_runs(run_dirs: Iterable[PathLike]) -> dict[str, list[Path]]:
     """Group label -> its run directories, in the order given.
 
-    Runs are grouped by env and by their exact settings (the preset and flags: every config field
-    but RUN_ONLY_FIELDS), never by the label. The label is the env id, followed, when one env has
-    several settings, by the first three fields that differ (``CartPole-v1 (lr=0.001, num_envs=8,
-    gamma=0.98, ...)``); where two settings' labels would read alike, theirs name every field that
-    differs, then its exact value (``lr=0.0010000001``), so each label is one setting's.
+    Runs are grouped by env and by their exact settings (run_setting: the preset and flags, every
+    config field but RUN_ONLY_FIELDS; total_timesteps too while anneal_lr is on; the number of
+    processes; ``backend: auto`` as the backend it built), never by the label. The label is the env
+    id, followed, when one env has several settings, by the first three fields that differ
+    (``CartPole-v1 (lr=0.001, num_envs=8, gamma=0.98, ...)``, ``CartPole-v1 (processes=2)``); where
+    two settings' labels would read alike, theirs name every field that differs, then its exact value
+    (``lr=0.0010000001``), so each label is one setting's.
     """
     by_env: dict[str, list[Path]] = {}
     for d in run_dirs:
@@ -415,7 +467,7 @@ def group_runs(run_dirs: Iterable[PathLike]) -> dict[str, list[Path]]:
     for env, dirs in by_env.items():
         variants: dict[str, tuple[dict, list[Path]]] = {}  # exact settings -> (settings, runs)
         for d in dirs:
-            setting = {k: v for k, v in run_config(d).items() if k not in RUN_ONLY_FIELDS and k != "env_id"}
+            setting = run_setting(d)
             variants.setdefault(_exact(setting), (setting, []))[1].append(d)
         if len(variants) == 1:
             labels = [env]

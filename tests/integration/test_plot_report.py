@@ -208,9 +208,11 @@ def _set_config(run_dir: Path, **fields) -> Path:
 def test_runs_are_grouped_by_env_and_settings_not_seed_or_length(tmp_path):
     from proxima.plot import group_runs
 
-    a1 = _set_config(_fake_run(tmp_path, "a1", [100, 200], [1.0, 2.0]), lr=0.00025, seed=1)
-    a2 = _set_config(_fake_run(tmp_path, "a2", [100, 200, 300], [1.0, 2.0, 3.0]), lr=0.00025, seed=2, total_timesteps=300)
-    fast = _set_config(_fake_run(tmp_path, "fast", [100, 200], [5.0, 6.0]), lr=0.001, seed=1)
+    # without lr annealing only the length differs (with it, --total-timesteps sets the lr's schedule: test_plot_grouping35)
+    a1 = _set_config(_fake_run(tmp_path, "a1", [100, 200], [1.0, 2.0]), lr=0.00025, seed=1, anneal_lr=False, total_timesteps=200)
+    a2 = _set_config(_fake_run(tmp_path, "a2", [100, 200, 300], [1.0, 2.0, 3.0]), lr=0.00025, seed=2, anneal_lr=False,
+                     total_timesteps=300)
+    fast = _set_config(_fake_run(tmp_path, "fast", [100, 200], [5.0, 6.0]), lr=0.001, seed=1, anneal_lr=False)
     other = _fake_run(tmp_path, "other", [100, 200], [1.0, 2.0], env_id="Other-v0")
     groups = group_runs([a1, fast, a2, other])
     assert groups == {"Fake-v0 (lr=0.00025)": [a1, a2], "Fake-v0 (lr=0.001)": [fast], "Other-v0": [other]}
