@@ -643,7 +643,12 @@ def _command_cell(command):
 
     if is_kernel_argv(command):
         return python_command(argv=command)
-    return " ".join(map(str, command)) if isinstance(command, list) else command
+    if isinstance(command, list):
+        import shlex
+
+        # quoted as a shell reads it: a path with a space or a JSON --env-kwargs is copied and run as recorded
+        return shlex.join(map(str, command))
+    return command
 
 
 def _git_code(record: dict):
