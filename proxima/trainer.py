@@ -868,6 +868,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
                     note_run(config, typed, argv is None, trainer.env.single_observation_space,
                              trainer.env.single_action_space, trainer.cfg.encoder)
             if trainer.dist.is_main and (not resumed or trainer.trains()):  # under --quiet too, as the note above
+                if resumed:
+                    _note_lr_schedule(trainer.cfg, trainer.dist.world_size, state)
                 pending = trainer.eval_pending if resumed else None
                 _note_eval_every(trainer.cfg, trainer.dist.world_size, python=argv is None, resumed=resumed,
                                  run_dir=trainer.run_dir, pending_step=pending["global_step"] if pending else None)
@@ -1069,12 +1071,52 @@ def _note_given_total(cfg: PPOConfig, world_size: int, resumed: bool, state: Opt
     _note_whole_iterations(cfg, world_size, given, resumed)
 
 
+def _note_lr_schedule(cfg: PPOConfig, world_size: int, state: dict) -> None:
+    """A note on stderr (--quiet included) when a resume of ``state`` changes the number of iterations of a
+    run under --anneal-lr: the linear schedule is recomputed over the new total (docs/reliability.md), so
+    the rate jumps from the last iteration's, up when the run is extended, and nothing else says so (a
+    late rise can undo a converged run, as RLHF's own note warns of the KL). Not when the recorded
+    iterations are the new ones: the schedule is the same."""
+    recorded, done = state.get("config"), state.get("iteration")
+    if not cfg.anneal_lr or not isinstance(recorded, dict) or not isinstance(done, int) or done < 1:
+        return
+    per = batch_size(cfg) * world_size
+    planned, total = recorded.get("total_timesteps"), num_iterations(cfg, world_size)
+    if not isinstance(planned, int) or planned // per < 1 or planned // per == total:
+        return
+    before, after = cfg.lr * (1 - (done - 1) / (planned // per)), cfg.lr * (1 - done / total)
+    print(f"proxima: note: --anneal-lr: the learning rate schedule is recomputed over the resume's total "
+          f"({cfg.total_timesteps:,} steps) as if the run had been planned for it, annealing to 0 at step {total * per:,}: "
+          f"iteration {done + 1} trains at lr {after:.3g}, iteration {done} trained at {before:.3g}", file=sys.stderr)
+
+
+def _note_checkpoint_every(cfg: PPOConfig, world_size: int, python: bool, resumed: bool = False) -> None:
+    """A note on stderr when --checkpoint-every, which counts iterations (where --eval-every counts
+    steps), is more than the run's iterations: no periodic checkpoint would be written, and nothing
+    else says so. The default is never noted (a short run is not asked for one), as --compile-mode's."""
+    import dataclasses
+
+    every, total = cfg.checkpoint_every, num_iterations(cfg, world_size)
+    default = {f.name: f.default for f in dataclasses.fields(PPOConfig)}["checkpoint_every"]
+    if not every or every <= total or every == default:
+        return
+    flag = "PPOConfig.checkpoint_every =" if python else "--checkpoint-every"
+    runs = f"the {total:,} iteration{'' if total == 1 else 's'} the run trains to" if resumed \
+        else f"the run's {total:,} iteration{'' if total == 1 else 's'}"
+    minutes = cfg.checkpoint_minutes
+    also = f" (and one every {minutes:g} minutes: --checkpoint-minutes {minutes:g})" if minutes else ""
+    print(f"proxima: note: {flag} {every:,} is more than {runs} (it counts iterations, not steps): only the final "
+          f"checkpoint is written{' in this resume' if resumed else ''}{also}", file=sys.stderr)
+
+
 def _note_eval_every(cfg: PPOConfig, world_size: int, python: bool, resumed: bool = False, run_dir=None,
                      pending_step: Optional[int] = None) -> None:
     """A note on stderr when --eval-every is more than the steps the run trains: no evaluation would
     run, no best.pt be written, and nothing else says so (proxima eval --best found no best.pt). On a
     resume (``resumed``), of ``run_dir``: earlier evaluations may have written best.pt, which then stays,
-    and ``pending_step``, an evaluation a stop left due (Trainer.eval_pending), still runs."""
+    and ``pending_step``, an evaluation a stop left due (Trainer.eval_pending), still runs. Its callers
+    (train, the dry run) get --checkpoint-every's note beyond the run from here too: the same case."""
+    _note_checkpoint_every(cfg, world_size, python, resumed)
     every, total = cfg.eval_every, num_iterations(cfg, world_size) * batch_size(cfg) * world_size
     if not every or every <= total:
         return
@@ -1127,9 +1169,12 @@ def _note_compile_mode(cfg: PPOConfig, typed: dict, population: bool = False) ->
               file=sys.stderr)
     elif "compile_mode" in typed and not cfg.compile and cfg.compile_mode != defaults["compile_mode"]:
         print(f"proxima: note: --compile-mode {cfg.compile_mode} has no effect without --compile", file=sys.stderr)
-    # the clip bounds apply to what the normalizers give: without them the values pass unclipped (by the same rule)
+    # the clip bounds apply to what the normalizers give: without them the values pass unclipped; --stop-episodes
+    # sizes --stop-return's window, which without a target never runs (by the same rule; a population's
+    # own note names --stop-episodes, population_run.note_single_run_only)
     for name, flag, needs, on in (("clip_obs", "--clip-obs", "--norm-obs", cfg.norm_obs),
-                                  ("clip_reward", "--clip-reward", "--norm-reward", cfg.norm_reward)):
+                                  ("clip_reward", "--clip-reward", "--norm-reward", cfg.norm_reward),
+                                  ("stop_episodes", "--stop-episodes", "--stop-return", population or cfg.stop_return is not None)):
         if name in typed and not on and getattr(cfg, name) != defaults[name]:
             print(f"proxima: note: {flag} {getattr(cfg, name):g} has no effect without {needs}", file=sys.stderr)
 

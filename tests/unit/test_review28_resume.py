@@ -307,5 +307,5 @@ def test_vector_on_the_resume_of_a_native_run_is_noted_not_refused(tmp_path, cap
     assert err == ("proxima: note: --vector async: applies to the gymnasium backend only; the run's backend (native) "
                    "ignores it\n")
     code, _, err = run_main(["resume", str(run), "--vector", "async", "--total-timesteps", "64", "--quiet"], capsys)
-    assert code == 0 and err == "", err
+    assert code == 0 and "--vector" not in err, err  # the extended total's learning-rate note prints under --quiet
     assert "vector: sync" in (run / "config.yaml").read_text()
