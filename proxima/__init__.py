@@ -12,7 +12,7 @@ from __future__ import annotations  # train()'s annotations as proxima.trainer.t
 
 import os as _os
 import sys as _sys
-from typing import Optional
+from typing import Callable, Optional
 
 # `python -m proxima ...` imports this package with the current directory first on sys.path; inside
 # a stranger's run directory a shipped numpy.py or gymnasium.py would then run. The console script
@@ -58,7 +58,7 @@ def __dir__():
 
 def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True,
           overwrite: bool = False, env_id: Optional[str] = None, trust_run: bool = False, overrides: Optional[dict] = None,
-          sources: Optional[dict] = None, callback=None):
+          sources: Optional[dict] = None, callback: Optional[Callable] = None):
     """Train PPO; return (run_dir: pathlib.Path, policy): the run's policy as load(run_dir) gives it
     (``policy.agent`` is the network). Details: proxima.trainer.train.
 

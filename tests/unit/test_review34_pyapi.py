@@ -142,7 +142,7 @@ def test_proxima_train_shows_and_passes_the_trainers_keyword_arguments(monkeypat
     seen = {}
     monkeypatch.setattr(proxima.trainer, "train", lambda config, **kw: seen.update(kw, config=config) or "trained")
     given = dict(run_dir="r", resume="auto", argv=["train"], quiet=True, evaluate_at_end=False, overwrite=True,
-                 env_id="m:E", trust_run=True, overrides={"lr": 0.1}, sources={"lr": "--preset fast"})
+                 env_id="m:E", trust_run=True, overrides={"lr": 0.1}, sources={"lr": "--preset fast"}, callback=print)
     cfg = PPOConfig()
     assert proxima.train(cfg, **given) == "trained"
     assert seen == {**given, "config": cfg}
