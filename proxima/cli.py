@@ -989,8 +989,65 @@ def build_parser() -> ArgParser:
     return parser
 
 
-def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra: list) -> str:
-    """``; did you mean --num-envs?`` for unknown flags close to one of the command's (difflib)."""
+#: Stable-Baselines3's and CleanRL's flags as flags here, where config.FOREIGN_NAMES' field alone is not
+#: what to type: the value comes too (--cuda is --device cuda) or the flag is the negated one
+FOREIGN_FLAGS = {"cuda": "--device cuda", "no_cuda": "--device cpu", "policy": "--encoder"}
+
+#: config.FOREIGN_NOTES in flag words (a test holds the two to the same names)
+FOREIGN_FLAG_NOTES = {
+    "batch_size": "it counts minibatches: --num-envs x --num-steps / your minibatch size",
+    "minibatch_size": "it counts minibatches: --num-envs x --num-steps / your minibatch size",
+    "clip_range_vf": "it clips the value loss with --clip-coef, no range of its own",
+    "policy_kwargs": "net_arch=[64, 64] is --hidden-sizes 64,64, activation_fn is --activation tanh or relu",
+    "net_arch": "the widths of the actor's and of the critic's hidden layers, e.g. --hidden-sizes 64,64",
+    "cuda": "",  # FOREIGN_FLAGS' --device cuda says it
+    "normalize": "the zoo's normalize: true is --norm-obs --norm-reward",
+    "exp_name": "the run's directory, by default runs/<env>__<seed>__<time>",
+    "policy": "MlpPolicy is --encoder mlp, CnnPolicy --encoder cnn",
+}
+
+_TRACKING = ("no Weights & Biases here: every run writes TensorBoard events and metrics.csv into its run directory "
+             "(tensorboard --logdir runs)")
+
+#: their flags of train or resume that no flag here stands for: what to do instead
+FOREIGN_ADVICE = {
+    "capture_video": "to record an episode of the trained policy: proxima eval RUN_DIR --video FILE.mp4",
+    "track": _TRACKING, "wandb_project_name": _TRACKING, "wandb_entity": _TRACKING,
+    "tensorboard_log": "every run writes its TensorBoard events into its run directory (--run-dir DIR)",
+}
+
+
+def _foreign_hint(key: str, value: Optional[str], command: Optional[str], target: argparse.ArgumentParser,
+                  known: list) -> Optional[tuple]:
+    """What an unknown flag of SB3 or CleanRL (``key``: its name, dashes as underscores) is on this
+    command: ("flag", the flag to type, a note or "") or ("advice", a clause), None for another flag.
+    difflib alone sends --clip-range to --clip-reward and --batch-size to --hidden-sizes."""
+    from .config import FOREIGN_NAMES
+
+    negated = key.startswith("no_") and key not in FOREIGN_FLAGS and key[3:] in FOREIGN_NAMES  # tyro's --no-cuda form
+    name = key[3:] if negated else key
+    flag = FOREIGN_FLAGS.get(name) or ("--" + FOREIGN_NAMES[name].replace("_", "-") if name in FOREIGN_NAMES else None)
+    if flag and negated:
+        flag = "--no-" + flag[2:]  # a boolean's other half; a flag of a value has none, so is not known below
+    if flag and flag.split(" ")[0] in known:
+        return ("flag", flag, "" if negated else FOREIGN_FLAG_NOTES.get(name, ""))
+    if name in ("env_id", "env"):
+        if "--env" in known:  # eval's and resume's name for it
+            return ("flag", "--env", "")
+        if any(a.dest == "env_id" and not a.option_strings for a in target._actions):  # train's, bench's positional
+            shown = shlex.quote(value) if value else "ENV_ID"
+            return ("advice", f"the env is the positional ENV_ID, no flag: proxima {command} {shown}")
+    if name == "capture_video" and "--video" in known:
+        return ("flag", "--video", "")
+    if name in FOREIGN_ADVICE and command in ("train", "resume"):
+        return ("advice", FOREIGN_ADVICE[name])
+    return None
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra: list, argv: Optional[list] = None) -> str:
+    """``; did you mean --num-envs?`` for unknown flags: another library's flag its counterpart here
+    (_foreign_hint), any other the command's closest flag (difflib). ``argv``: the whole command line,
+    where a flag's value is when argparse took it for a positional (``train --env-id CartPole-v1``)."""
     import difflib
 
     target = parser
@@ -998,12 +1055,24 @@ def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra
         subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
         target = subs[0].choices.get(command, parser) if subs else parser
     known = [o for a in target._actions for o in a.option_strings if o.startswith("--") and a.help is not argparse.SUPPRESS]
-    close = []
+    close, advice = [], []
+    words = list(argv if argv is not None else extra)
     for word in extra:
-        flag = word.split("=", 1)[0]
-        if flag.startswith("--"):
+        flag, eq, value = word.partition("=")
+        if not flag.startswith("--"):
+            continue
+        if not eq:  # the word after it, unless that is a flag
+            at = words.index(word) if word in words else -1
+            after = words[at + 1] if 0 <= at < len(words) - 1 else None
+            value = after if after is not None and not after.startswith("-") else None
+        hint = _foreign_hint(flag[2:].replace("-", "_").lower(), value or None, command, target, known)
+        if hint is None:
             close += [m for m in difflib.get_close_matches(flag, known, n=1) if m not in close]
-    return f"; did you mean {' or '.join(close)}?" if close else ""
+        elif hint[0] == "advice":
+            advice += [hint[1]] if hint[1] not in advice else []  # --track --wandb-entity E: one answer
+        else:
+            close += [m for m in [hint[1] + (f" ({hint[2]})" if hint[2] else "")] if m not in close]
+    return (f"; did you mean {' or '.join(close)}?" if close else "") + "".join(f"; {a}" for a in advice)
 
 
 #: words a user may write after a boolean flag as its value; config.coerce reads them in YAML files
@@ -1235,7 +1304,7 @@ def _read(argv: Optional[list]):
             # train takes --nproc and a resume starts an RLHF run's processes: "did you mean --policy?" helped no one
             return fail(prog, "--nproc: proxima rlhf runs one process; a new run of K processes starts under torchrun: "
                         "torchrun --nproc-per-node K -m proxima.rlhf ARGS (docs/rlhf.md); proxima resume restarts them itself")
-        hint = _did_you_mean(parser, command, extra)
+        hint = _did_you_mean(parser, command, extra, argv)
         return fail(prog, f"unrecognized arguments: {' '.join(extra)}{hint} (see {prog} --help)")
     refused = _repeated_flag(parser, argv) or _empty_value(parser, argv, args)
     if refused:

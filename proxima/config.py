@@ -216,6 +216,7 @@ FOREIGN_NAMES = {
     "cliprange": "clip_coef", "clip_range_vf": "clip_vloss", "lam": "gae_lambda", "normalize_advantage": "norm_adv",
     "net_arch": "hidden_sizes", "policy_kwargs": "hidden_sizes", "activation_fn": "activation",
     "torch_deterministic": "deterministic", "cuda": "device", "total_steps": "total_timesteps",
+    "n_timesteps": "total_timesteps", "normalize": "norm_obs", "env": "env_id", "exp_name": "run_dir",
 }
 
 #: what to give where a foreign name's value is not its field's (SB3's batch_size is a minibatch's size
@@ -227,6 +228,8 @@ FOREIGN_NOTES = {
     "policy_kwargs": "net_arch=[64, 64] is hidden_sizes=[64, 64], activation_fn is activation='tanh' or 'relu'",
     "net_arch": "the widths of the actor's and of the critic's hidden layers, e.g. [64, 64]",
     "cuda": "device='cuda'",
+    "normalize": "the zoo's normalize: true is norm_obs=True and norm_reward=True",
+    "exp_name": "the run's directory, by default runs/<env>__<seed>__<time>",
 }
 
 
@@ -245,6 +248,9 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
             misplaced = _misplaced_key(key, value)
             if misplaced is not None:
                 raise ConfigError(f"{source}: {misplaced}")
+            if _rlhf_field(key) and key in FOREIGN_NAMES:  # SB3's batch_size, and RLHFConfig's: the file may be either's
+                raise ConfigError(f"{source}: unknown field '{key}'{did_you_mean(key)}; it is also a `proxima rlhf` "
+                                  "setting (RLHFConfig): a file of those goes to `proxima rlhf --config`")
             if _rlhf_field(key):  # a `proxima rlhf` file given to train: a close PPO name would mislead
                 raise ConfigError(f"{source}: unknown field '{key}': it is a `proxima rlhf` setting (RLHFConfig), not "
                                   "a PPO one; give the file to `proxima rlhf --config`, or drop the line for `proxima train`")
