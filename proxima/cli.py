@@ -550,7 +550,7 @@ def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: 
     from .envs.gym_adapter import action_spaces_built
     from .nets import encoders_resolved
     from .run_setup import preflight, resume_trains
-    from .trainer import _note_eval_every, _note_given_total, _pending_eval, note_run
+    from .trainer import _note_eval_every, _note_given_total, _note_lr_schedule, _pending_eval, note_run
 
     # the env preflight builds, and the encoder it chooses for it: none built only for the notes
     with action_spaces_built() as spaces, encoders_resolved() as encoders:
@@ -560,6 +560,8 @@ def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: 
     if not resumed:
         _note_eval_every(cfg, world_size, python=False)
     elif state is None or resume_trains(cfg, state):  # a resume that trains nothing: its own note says so
+        if state is not None:
+            _note_lr_schedule(cfg, world_size, state)
         pending = _pending_eval(state) if state is not None and cfg.eval_every else None
         _note_eval_every(cfg, world_size, python=False, resumed=True, run_dir=cfg.run_dir,
                          pending_step=pending["global_step"] if pending else None)
