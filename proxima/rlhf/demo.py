@@ -151,13 +151,18 @@ def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
     before anything is written or pretrained. A stop (SIGINT/SIGTERM: TrainingInterrupted, signals.OutsideLoop)
     or an error before PPO's first step, during the pretraining too, keeps nothing: the demo's files go with
     the run's, and the run directory with the folders above it that the demo made.
+
+    Under torchrun every process calls this: rank 0 alone picks the run directory and builds the demo's files in
+    it; the others wait for it in a collective (which fails at once when rank 0 fails and leaves the process group,
+    or after the group's timeout) and train on what it wrote.
     """
     import torch
+    import torch.distributed as tdist
 
     from ..device import resolve_device
-    from ..signals import OutsideLoop, TrainingInterrupted, stops_held
-    from . import rundir
-    from .api import train_rlhf
+    from ..signals import TrainingInterrupted, stops_held
+    from . import dist as D, rundir
+    from .api import _RankOutside, train_rlhf
     from .config import reward_specs
     from .rewards import load_rewards
 
@@ -171,30 +176,45 @@ def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
     given = cfg.run_dir
     run_dir = Path(given) if given else rundir.default_run_dir(cfg.seed, "rlhf-demo")
     claimed, existed, demo_existed, new_parents = False, True, True, []  # what a failure takes back (below): nothing yet
-    outside = OutsideLoop()  # SIGINT/SIGTERM before PPO's loop (train_rlhf installs its own): TrainingInterrupted at once
+    d = None
+    # SIGINT/SIGTERM before PPO's loop (train_rlhf installs its own): TrainingInterrupted at once; torchrun's
+    # SIGTERM after another rank failed: that rank's end (dist.PeerEnded), said as lost contact
+    outside = _RankOutside()
     try:
         outside.__enter__()
         cfg = placed(run_dir)
         validate(cfg)
-        resolve_device(cfg.device)  # --device cuda on a machine without CUDA: one line now, not after the pretraining
+        # --device cuda on a machine without CUDA: one line now, not after the pretraining
+        device = resolve_device(cfg.device)
+        d = D.init_distributed(device.type)  # the group train_rlhf joins again (one group: it finds this one)
+        if not given:  # the name rank 0 will claim, so every rank checks the same directory
+            run_dir = Path(D.broadcast_object(str(run_dir) if d.is_main else None, d))
+            cfg = placed(run_dir)
         rundir.check_new_run_dir(run_dir)
         if given and (run_dir / "demo").exists():  # where the demo writes its model and prompts: never over a user's
             raise ConfigError(f"--run-dir {given}: holds a demo/ entry, where the demo writes its model and prompts; "
                               "choose another --run-dir (or move demo/ away)")
         # a bad --reward is reported before the pretraining
         load_rewards(reward_specs(cfg), cfg.reward_weights, torch.device("cpu"), import_path=cfg.reward_import_path)
-        existed = run_dir.exists()
-        demo_existed = (run_dir / "demo").exists()  # a user's own demo/ in a --run-dir that was there: never removed
-        # the folders above the run directory that the demo creates (runs/, or a --run-dir's new parents): taken
-        # back too on failure, when empty; deepest first
-        new_parents = [p for p in run_dir.absolute().parents if not p.exists()]
-        with stops_held():  # a stop meanwhile is raised once what the demo may take back is known here
-            if not given:  # one atomic mkdir: a demo started in the same second gets base-2
-                run_dir = rundir.claim_run_dir(run_dir)
-            claimed = True  # a given --run-dir: the demo's own folder (or demo/ in it, when it existed), from here on
-        cfg = placed(run_dir)
+        # every rank checked before rank 0 writes (an all-gather: a broadcast lets rank 0 go on at once): a rank
+        # still checking would find rank 0's demo/ and refuse it
+        D.gather_objects(None, d)
+        if d.is_main:
+            existed = run_dir.exists()
+            demo_existed = (run_dir / "demo").exists()  # a user's own demo/ in a --run-dir that was there: never removed
+            # the folders above the run directory that the demo creates (runs/, or a --run-dir's new parents): taken
+            # back too on failure, when empty; deepest first
+            new_parents = [p for p in run_dir.absolute().parents if not p.exists()]
+            with stops_held():  # a stop meanwhile is raised once what the demo may take back is known here
+                if not given:  # one atomic mkdir: a demo started in the same second gets base-2
+                    run_dir = rundir.claim_run_dir(run_dir)
+                claimed = True  # a given --run-dir: the demo's own folder (or demo/ in it, when it existed), from here on
         torch.set_num_threads(cfg.threads)
-        build_assets(run_dir / "demo", pretrain_steps, cfg.seed)
+        if d.is_main:
+            build_assets(run_dir / "demo", pretrain_steps, cfg.seed)
+        # the other ranks wait here for the finished files, and the directory rank 0 claimed (base-2 in a busy second)
+        run_dir = Path(D.broadcast_object(str(run_dir) if d.is_main else None, d))
+        cfg = placed(run_dir)
         run = train_rlhf(cfg)
         outside.__exit__()
         return run
@@ -203,6 +223,7 @@ def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
         # stopped or failed before the run wrote its files (the pretraining, input the trainer refuses: a prompt
         # longer than the model's positions, a LoRA target that is not there), or train_rlhf took them back (a
         # stop or an error before its first step): take back the demo's own files too. A run that trained keeps all.
+        # Only rank 0 claimed anything.
         if claimed and not (run_dir / "config.yaml").exists():
             if not existed or not given:
                 shutil.rmtree(run_dir, ignore_errors=True)
@@ -214,6 +235,11 @@ def run_demo(cfg: RLHFConfig = None, pretrain_steps: int = 200) -> Path:
                 except OSError:
                     break
         outside.__exit__()
+        # still in the group when train_rlhf was not reached (or refused the config before joining it; it leaves the
+        # group itself otherwise): leave it, so that the ranks waiting for this one end now with their line
+        ended = D.end_after_failure(d, e) if d is not None and d.enabled and tdist.is_initialized() else e
+        if ended is not e:  # a lost rank's line, or quiet when rank 0 says the same error
+            raise ended from None
         if isinstance(e, TrainingInterrupted) and e.checkpoint is None and e.what is None:
             # OutsideLoop's, during the pretraining: it says nothing of where it landed (train_rlhf's stops say)
             raise TrainingInterrupted(e.signum, None, "before training started; nothing was kept") from None
