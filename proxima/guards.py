@@ -94,6 +94,21 @@ class EnvGuard:
         rank = f" (rank {self.trainer.dist.rank})" if self.ws > 1 else ""
         return f"env {n}{rank} at global step {self.global_step_at(t)} (env step {self.step0 // (self.N * self.ws) + t + 1})"
 
+    def where_reset(self, t: int, n: int) -> str:
+        """'env n at reset (after env step k, global step S)': the observation of step t that env n's
+        autoreset returned, as the adapter names an exception in that reset ('at reset (after env step k)')."""
+        rank = f" (rank {self.trainer.dist.rank})" if self.ws > 1 else ""
+        return (f"env {n}{rank} at reset (after env step {self.step0 // (self.N * self.ws) + t + 1}, "
+                f"global step {self.global_step_at(t)})")
+
+    def _obs_line(self, t: int, n: int, values: str, from_reset: bool, cmd: str) -> str:
+        """The NonFiniteError line of env n's observation of step t; ``from_reset``: its episode ended
+        with that step and the final observation step() returned was finite, so the bad one is the
+        autoreset's reset() (the same-step autoreset hands it over as that step's observation)."""
+        if from_reset:
+            return f"non-finite observation{values} from {self.where_reset(t, n)}; check the env's reset() with: {cmd}"
+        return f"non-finite observation{values} from {self.where(t, n)}; check the env's step() with: {cmd}"
+
     def step(self, action: torch.Tensor):
         t = self.t
         if self.debug:
@@ -132,9 +147,16 @@ class EnvGuard:
         if found is None:
             return None
         t, field, n = found
+        cmd = check_env_cmd(env_id, self.trainer.cfg.env_kwargs)
+        if field == "observation":
+            # at one step first_bad names the observation before the final one: the reset is to blame only where
+            # the step ended the episode and returned a finite final observation (collect_rollout has written
+            # the dones of every step up to t by now)
+            dones = getattr(self.trainer.rollout, "dones", None)
+            from_reset = dones is not None and bool(dones[t, n]) and bool(self.final_ok[t, n])
+            return NonFiniteError(self._obs_line(t, n, "", from_reset, cmd))
         value = f" {fmt_values(raw_rewards[t, n])}" if field == "reward" else ""
-        return NonFiniteError(f"non-finite {field}{value} from {self.where(t, n)}; "
-                              f"check the env's step() with: {check_env_cmd(env_id, self.trainer.cfg.env_kwargs)}")
+        return NonFiniteError(f"non-finite {field}{value} from {self.where(t, n)}; check the env's step() with: {cmd}")
 
     def _fail(self, message: str):
         raise DebugCheckError(f"--debug-checks: {message}")
@@ -186,8 +208,10 @@ class EnvGuard:
             rank = f" (rank {self.trainer.dist.rank})" if self.ws > 1 else ""
             self._check_obs("observation", obs, None, 0, at=f"reset (global step {global_step}){rank}")
 
-    def _check_obs(self, field: str, x: torch.Tensor, ok: Optional[torch.Tensor], t: int, at: Optional[str] = None) -> None:
-        """``at``: where the observations come from when not step t of this rollout (check_reset's 'reset (global step S)')."""
+    def _check_obs(self, field: str, x: torch.Tensor, ok: Optional[torch.Tensor], t: int, at: Optional[str] = None,
+                   from_reset=None) -> None:
+        """``at``: where the observations come from when not step t of this rollout (check_reset's 'reset (global step S)');
+        ``from_reset(n)``: whether env n's observation is its autoreset's (_check_result), asked only of a non-finite one."""
         N = self.N
         when = at or f"global step {self.step0 + (t + 1) * N * self.ws}"
         where = (lambda n: f"env {n} at {at}") if at else (lambda n: self.where(t, n))
@@ -199,6 +223,8 @@ class EnvGuard:
         flat = x.reshape(N, -1)
         if ok is not None and not bool(ok.all()):
             n = int(torch.nonzero(~ok)[0, 0])
+            if from_reset is not None:
+                raise NonFiniteError(self._obs_line(t, n, f" {fmt_values(flat[n])}", from_reset(n), self.check_cmd))
             raise NonFiniteError(f"non-finite {field} {fmt_values(flat[n])} from {where(n)}; "
                                  f"check the env's step() with: {self.check_cmd}")
         if self.low is not None:
@@ -220,7 +246,12 @@ class EnvGuard:
     def _check_result(self, obs, reward, terminated, truncated, info, t: int) -> None:
         N = self.N
         step = self.step0 + (t + 1) * N * self.ws
-        self._check_obs("observation", obs, self.obs_ok[t] if t < self.T else None, t)
+
+        def from_reset(n: int) -> bool:  # env n's episode ended with this step and its final observation is finite
+            flags = [x for x in (terminated, truncated) if torch.is_tensor(x) and tuple(x.shape) == (N,)]
+            return len(flags) == 2 and bool(flags[0][n] | flags[1][n]) and bool(self.final_ok[t, n])
+
+        self._check_obs("observation", obs, self.obs_ok[t] if t < self.T else None, t, from_reset=from_reset)
         self._check_obs("final observation", info["final_obs"], self.final_ok[t] if t < self.T else None, t)
         for name, x in (("reward", reward), ("terminated", terminated), ("truncated", truncated)):
             if not torch.is_tensor(x) or tuple(x.shape) != (N,):

@@ -524,6 +524,13 @@ class Population:
                                f"known); {check}"))
                 continue
             label = field if raw else f"normalized {field}"
+            if field == "observation" and s > 0 and bool(ro.dones[s - 1, row]) and not bool(own[1][1][s, n]):
+                # the step ended the episode with a finite final observation: the bad one is the autoreset's reset()
+                # (with --norm-obs that final observation was normalized with the NaN taken in, so step() stays named)
+                out.append((p, f"non-finite {label} {fmt_values(got)} from env {n} of member {p}{name} at reset (after step "
+                               f"{step:,} of that member); check the env's reset() with: "
+                               f"{check_env_cmd(self.cfg.env_id, self.cfg.env_kwargs)}"))
+                continue
             out.append((p, f"non-finite {label} {fmt_values(got)} from env {n} of member {p}{name} at step {step:,} "
                            f"of that member; {check}"))
         return out

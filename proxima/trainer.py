@@ -1209,7 +1209,8 @@ def _preset_in_use(cfg: PPOConfig) -> Optional[str]:
 
 def _note_built_env(cfg: PPOConfig) -> None:
     """Notes on stderr on what the Gymnasium env the run built showed (gym_adapter.built_env): Gymnasium's
-    normalization wrappers in a factory, whose statistics no checkpoint holds; a float64 observation whose
+    normalization wrappers in a factory, whose statistics no checkpoint holds; a ``__main__:Class`` env,
+    which no process but the script's own can build (eval, resume, report); a float64 observation whose
     variation the float32 cast loses (across the envs' first observations: none to judge with one env, as
     with --num-envs 1 or train --dry-run's env, which no step or reset is spent on for it); a Box action space where the
     preset in use was tuned on the env id's Discrete one (--env-kwargs '{"continuous": true}' on
@@ -1224,7 +1225,7 @@ def _note_built_env(cfg: PPOConfig) -> None:
     if built["wrappers"]:
         note = normalize_wrappers_note(cfg.env_id, built["wrappers"], cfg.norm_obs, cfg.norm_reward)
         print(f"proxima: note: {note}", file=sys.stderr)
-    for note in built["spread"]:
+    for note in built["spread"] + built.get("notes", []):  # notes: gym_adapter.script_env_note's (a __main__:Class env)
         print(f"proxima: note: {note}", file=sys.stderr)
     preset = _preset_in_use(cfg)
     if preset is None or not cfg.env_kwargs or not isinstance(built["action_space"], gym.spaces.Box):

@@ -76,8 +76,9 @@ Each kind of violation is reported once, at its first occurrence, with how many 
 Notes are not violations: they say how Proxima will read an observation that holds pixels but is
 not an image to it (a uint8 (84, 84), a stack of 2-channel frames (4, 84, 84, 2), a float32 (84, 84, 3); see
 ``spaces.image_note``): an MLP on the flattened values, and what to change for the CNN; and when a
-Box action space is far from the policy's unit scale (0 outside its bounds, a range wider than 100
-or narrower than 0.01; ``spaces.action_scale_note``): wrap it in Gymnasium's RescaleAction (an integer Box:
+Box action space is far from the policy's unit scale (0 outside its bounds, 0 on a bound of a float
+Box, where half the early actions clip, a range wider than 100 or narrower than 0.01;
+``spaces.action_scale_note``): wrap it in Gymnasium's RescaleAction (an integer Box:
 declare a float Box(-1, 1) and map it in the env); when an entry of a float64 (or int32/int64) observation varies over the
 observations read but float32, which train casts observations to before --norm-obs, rounds that variation
 away (its rounding step at the entry's mean is more than 1% of the entry's std: 1e6 + 0.01 * x;

@@ -255,6 +255,8 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
         cls = getattr(module, attr, None)
         if cls is None and attr in gym.registry:  # Gymnasium's module:EnvId: the import registered the id
             return _make_registered(attr, kwargs)
+        if cls is None and module_name == "__main__":  # a run a script trained, read by another process
+            raise EnvError(script_env_line(env_id))
         if cls is None:
             raise EnvError(f"module '{module_name}' has no attribute '{attr}', nor did importing it register an env id "
                            f"'{attr}' (env '{env_id}')")
@@ -287,6 +289,29 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
         raise EnvError(f"unknown env id '{env_id}'{hint}")
 
     return _make_registered(env_id, kwargs)
+
+
+def script_env_line(env_id: str) -> str:
+    """The line for a ``__main__:Class`` env id this process cannot build: '__main__' is whatever script
+    a process runs, so the class exists only in the process of the script that defined it (a run it
+    trained, read by eval, resume or report, names it). The fix is the one unregistered_line gives a
+    class the script registered (gymnasium.register): a module."""
+    attr = str(env_id).partition(":")[2]
+    return (f"env '{env_id}' names a class of a script ('__main__' is whatever script a process runs), found only in that "
+            f"script's own process: this process's '__main__' has no '{attr}'; move that class into a module and name it: "
+            f"{shlex.quote(f'MODULE:{attr}')} (eval takes it with --env)")
+
+
+def script_env_note(env_id: str) -> Optional[str]:
+    """The note a run trained on a ``__main__:Class`` env gets (trainer._note_built_env), while the script
+    that defines the class can still be changed: eval, resume and report run in another process,
+    where script_env_line is all they can say. None for any other env id."""
+    module, _, attr = str(env_id).partition(":")
+    if module != "__main__" or not attr:
+        return None
+    return (f"env '{env_id}' is a class of the script this process runs ('__main__'), which no other process can import: "
+            f"`proxima eval`, `proxima train --resume` and `proxima report` of this run will not build it; move that class "
+            f"into a module and name it: {shlex.quote(f'MODULE:{attr}')}")
 
 
 def from_ale_py(spec) -> bool:
@@ -411,8 +436,8 @@ def _build(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict
             raise EnvError(line) from None
         e = creator_error(e)
         hint = missing_kwarg_hint(e)
-        if index is None:
-            raise EnvError(f"{building} raised {type(e).__name__}: {e}{hint}") from e  # the API keeps the constructor's traceback
+        if index is None:  # the API keeps the constructor's traceback (the line names its frame all the same, as step()'s)
+            raise EnvError(f"{building} raised {type(e).__name__}: {e}{user_frame(e)}{hint}") from e
         raise EnvError(f"{building} raised {type(e).__name__}: {' '.join(str(e).split())}{user_frame(e)}{hint}") from e
 
 
@@ -946,7 +971,9 @@ class GymnasiumEnv(BatchedEnv):
         self.single_action_space = act_space
         _BUILT_ACTION_SPACES.report(act_space)
         self._built_key = _built_key(env_id, env_kwargs)
-        _BUILT[self._built_key] = {"action_space": act_space, "wrappers": normalize_wrappers(probe), "spread": []}
+        note = script_env_note(env_id)
+        _BUILT[self._built_key] = {"action_space": act_space, "wrappers": normalize_wrappers(probe), "spread": [],
+                                   "notes": [note] if note else []}
         # the float64 parts whose spread across the envs' first observations float32 may lose: told once, from
         # the first reset (no step pays for it); one env has no spread to judge
         self._spread_parts = [p for p in self.layout.parts if isinstance(p.source, gym.spaces.Box)
@@ -1481,8 +1508,9 @@ def normalize_wrappers_note(env_id: str, names: list, norm_obs: Optional[bool] =
 
 
 #: what the Gymnasium envs built in this process showed of themselves, by (env id, --env-kwargs): their
-#: action space, normalization wrappers and float64 spread note; trainer._note_built_env prints them (train,
-#: train --dry-run), which gets the run's config but not the env (--dry-run's is closed by then)
+#: action space, normalization wrappers, float64 spread note and other notes (script_env_note's);
+#: trainer._note_built_env prints them (train, train --dry-run), which gets the run's config but not
+#: the env (--dry-run's is closed by then)
 _BUILT: dict = {}
 
 
@@ -1492,7 +1520,7 @@ def _built_key(env_id: str, env_kwargs: Optional[dict]) -> tuple:
 
 def built_env(env_id: str, env_kwargs: Optional[dict] = None) -> Optional[dict]:
     """What the last Gymnasium env built for ``env_id`` with ``env_kwargs`` showed ({"action_space",
-    "wrappers", "spread"}), taken: a note is printed once; None when none was built since."""
+    "wrappers", "spread", "notes"}), taken: a note is printed once; None when none was built since."""
     return _BUILT.pop(_built_key(env_id, env_kwargs), None)
 
 

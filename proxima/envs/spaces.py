@@ -574,9 +574,12 @@ def action_scale_note(space: gym.spaces.Space) -> Optional[str]:
     of a learned log-std starting at 0) and the env gets them clipped to the bounds, never rescaled
     (a rescaling would change every recorded run's results). So where 0 lies outside [low, high]
     every early action clips to the same bound, earns the same reward, and the policy gets no
-    signal to move towards the range; where a range is much wider than 1 (> ACTION_WIDTH_MAX) or
+    signal to move towards the range; where 0 is a bound of a float Box (Box(0, 1)), half of the
+    early actions clip to that bound; where a range is much wider than 1 (> ACTION_WIDTH_MAX) or
     much narrower (< ACTION_WIDTH_MIN) the samples cover a sliver of it or clip most of the time.
-    One sentence naming the first such entry, with the fix: Gymnasium's RescaleAction wrapper."""
+    An integer (or bool) Box with 0 on a bound gets no note for it: its samples are rounded to a few
+    values anyway, 0 among them, so the clipped ones are merely more 0s. One sentence naming the
+    first such entry, with the fix: Gymnasium's RescaleAction wrapper."""
     if not isinstance(space, gym.spaces.Box) or space.shape is None:
         return None
     low = np.broadcast_to(np.asarray(space.low, dtype=np.float64), space.shape).reshape(-1)
@@ -585,7 +588,8 @@ def action_scale_note(space: gym.spaces.Space) -> Optional[str]:
         return None  # infinite bounds are refused elsewhere (check_spaces)
     width = high - low
     no_zero, wide, narrow = (low > 0) | (high < 0), width > ACTION_WIDTH_MAX, width < ACTION_WIDTH_MIN
-    off = no_zero | wide | narrow
+    on_bound = ((low == 0) | (high == 0)) & (np.dtype(space.dtype).kind == "f")
+    off = no_zero | wide | narrow | on_bound
     if not off.any():
         return None
     i = int(np.flatnonzero(off)[0])
@@ -596,8 +600,11 @@ def action_scale_note(space: gym.spaces.Space) -> Optional[str]:
         why = f"0 lies outside its range [{lo}, {hi}]{which}, so the early actions all clip to one bound and the policy may never learn"
     elif wide[i]:
         why = f"its range{entry} [{lo}, {hi}] is far wider than the policy's samples (std 1 around 0), which reach only a sliver of it"
-    else:
+    elif narrow[i]:
         why = f"its range{entry} [{lo}, {hi}] is far narrower than the policy's samples (std 1 around 0), which mostly clip to a bound"
+    else:
+        why = (f"its range{entry} [{lo}, {hi}] has 0 as a bound, and the policy's early actions are centred on 0, so half of "
+               f"them clip to that bound")
     if np.issubdtype(space.dtype, np.integer):  # RescaleAction of an integer Box keeps its dtype: only -1, 0, 1 remain
         fix = ("declare a float Box(-1, 1) and map it to the integers in the env, or use Discrete/MultiDiscrete if the "
                "values are choices")

@@ -255,7 +255,9 @@ def test_other_constructor_type_errors_keep_their_text_without_gymnasiums_note(m
     monkeypatch.setitem(gym.registry, "ProximaTypeError-v0", gym.envs.registration.EnvSpec("ProximaTypeError-v0", entry_point=creator))
     with pytest.raises(EnvError) as e:
         GymnasiumEnv("ProximaTypeError-v0", 1, env_kwargs={"level": "x"})
-    assert str(e.value) == "building env 'ProximaTypeError-v0' raised TypeError: level must be an int, not str"
+    line = creator.__code__.co_firstlineno + 1  # its raise: the user's line, named as step()'s exceptions name theirs
+    assert str(e.value) == ("building env 'ProximaTypeError-v0' raised TypeError: level must be an int, not str "
+                            f"(test_user_envs.py:{line})")
 
 
 def test_gymnasium_warnings_while_building_do_not_precede_the_error_line(tmp_path, monkeypatch):
