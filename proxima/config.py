@@ -128,6 +128,7 @@ class PPOConfig:
     cudagraphs: bool = _f(False, "Capture rollout and update steps as CUDA graphs (CUDA only).")
     amp: str = _f("none", "Mixed precision for forward passes: none, bf16 or fp16 (fp16 uses a GradScaler, CUDA only).", choices=("none", "bf16", "fp16"))
     run_dir: Optional[str] = _f(None, "Run directory (default runs/<env>__<seed>__<time>).")
+    init_from: Optional[str] = _f(None, "Start a new run from the weights (and --norm-obs statistics) of this checkpoint, or of a run directory's newest: fresh optimizer, learning-rate schedule, counters and RNGs (fine-tuning, training on at another --lr). The spaces and the network (--hidden-sizes, --activation, encoder, --norm-obs) must be the checkpoint's. none: a fresh network.", metavar="PATH")
     checkpoint_every: int = _f(50, "Write a checkpoint every N iterations (0: none by iteration count; --checkpoint-minutes and the end of the run still write them).")
     checkpoint_minutes: float = _f(10.0, "Also write a checkpoint when this many minutes have passed since the last one (0: off).")
     keep_checkpoints: int = _f(3, "Keep the last K periodic checkpoints.")
@@ -598,6 +599,8 @@ def _close(word: str, options) -> Optional[str]:
 
 #: fields that hold a number or None (``none`` on the command line and in YAML)
 OPTIONAL_NUMBERS = ("target_kl", "stop_return")
+#: fields that hold a path or None
+PATH_FIELDS = ("run_dir", "init_from")
 
 #: coerce's ``source`` for a value typed on the command line (PPO's cli, rlhf/cli.py): a refusal
 #: names the flag as the user wrote it, not a field of a file
@@ -651,6 +654,8 @@ def expected_text(name: str) -> str:
         return "a number or none"
     if name == "run_dir":
         return "a directory, or none for the default"
+    if name == "init_from":
+        return "a checkpoint file or run directory, or none"
     if name == "device":
         return "a device: cpu, cuda, cuda:1 or auto"
     if f.metadata.get("choices"):
@@ -724,20 +729,20 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
     if is_blank(value) and name != "env_id":  # env_id '' is validate's (ENV_ID has no flag)
         raise value_refused(name, value, source, f"empty; give {expected_text(name)}")
     try:
-        if name in OPTIONAL_NUMBERS or name == "run_dir":
+        if name in OPTIONAL_NUMBERS or name in PATH_FIELDS:
             if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
                 return None
-            if name == "run_dir" and not isinstance(value, str):
+            if name in PATH_FIELDS and not isinstance(value, str):
                 _refuse_unquoted(name, given, source)
                 raise ValueError  # a YAML list or mapping is not a path; a number only from a file
             if isinstance(value, bool):
                 raise ValueError
-            if name == "run_dir" and source in FLAG_SOURCES and any(unicodedata.category(c) == "Cc" for c in str(value)):
+            if name in PATH_FIELDS and source in FLAG_SOURCES and any(unicodedata.category(c) == "Cc" for c in str(value)):
                 # $'a\nb' (a pasted newline, a stray escape) made a directory whose name no line prints as typed;
                 # only typed: a recorded run_dir names a directory that exists already
                 raise value_refused(name, value, source, "holds a control character (a newline, tab or escape); "
                                     "give a directory name without one")
-            return str(value) if name == "run_dir" else float(value)
+            return str(value) if name in PATH_FIELDS else float(value)
         if isinstance(default, bool):
             if isinstance(value, bool):
                 return value
@@ -953,7 +958,7 @@ def _check_types(cfg: PPOConfig) -> None:
     (``hidden_sizes=(32, 32)``) is replaced by the list config.yaml records."""
     for name in FIELDS:
         value = getattr(cfg, name)
-        if name == "run_dir" and isinstance(value, os.PathLike):
+        if name in PATH_FIELDS and isinstance(value, os.PathLike):
             # as a str: config.yaml (yaml.safe_dump) cannot write a Path, and it is written after the env is built
             setattr(cfg, name, os.fsdecode(value))
             continue
@@ -972,11 +977,11 @@ def _check_types(cfg: PPOConfig) -> None:
             same = same_value(coerced, list(value) if isinstance(default, list) and isinstance(value, tuple) else value)
         except ConfigError:
             same = False
-        wrong_kind = isinstance(value, str) and not isinstance(default, str) and name not in ("run_dir",)
+        wrong_kind = isinstance(value, str) and not isinstance(default, str) and name not in PATH_FIELDS
         if not same or wrong_kind or (isinstance(value, bool) and not isinstance(default, bool)):
             if name in OPTIONAL_NUMBERS:
                 expected = "a number or None"
-            elif FIELDS[name].metadata.get("choices") or name in ("run_dir", "device"):
+            elif FIELDS[name].metadata.get("choices") or name in (*PATH_FIELDS, "device"):
                 expected = expected_text(name).replace("none for", "None for")
             else:
                 expected = _type_name(default, python=True)
@@ -1043,6 +1048,8 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
             bad(name, f"must be at most {FLOAT32_MAX:.4g} (float32's largest value, which the run computes in)")
     if cfg.target_kl is not None and not (math.isfinite(cfg.target_kl) and cfg.target_kl > 0):
         bad("target_kl", "must be a positive number or none")
+    if cfg.init_from is not None and not resume and not os.path.exists(cfg.init_from):  # before the env is built
+        bad("init_from", "no such file or directory (a checkpoint file or a run directory)")
     if cfg.target_kl is not None and cfg.target_kl > FLOAT32_MAX:
         bad("target_kl", f"must be at most {FLOAT32_MAX:.4g} (float32's largest value, which the run computes in), or none for no limit")
     if cfg.stop_return is not None and not math.isfinite(cfg.stop_return):

@@ -727,6 +727,7 @@ UNSUPPORTED = {
     "debug_checks": (False, "not wired for populations yet"),
     "eval_every": (0, "no periodic evaluation or best.pt for members yet; `proxima eval RUN` evaluates every member"),
     "plot": (False, "`proxima plot RUN` or `proxima report RUN` draws the members' curves"),
+    "init_from": (None, "not wired for populations yet: members start from fresh networks"),
 }
 
 

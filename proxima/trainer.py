@@ -147,6 +147,11 @@ class Trainer:
                               capturable=self.device.type == "cuda")
         self.obs_norm = ObsNormalizer(self.env.obs_shape, cfg.clip_obs).to(self.device) if cfg.norm_obs else None
         self.reward_scaler = RewardScaler(cfg.num_envs, cfg.gamma, cfg.clip_reward).to(self.device) if cfg.norm_reward else None
+        if cfg.init_from is not None and resume_state is None:  # a resume reads the run's own weights
+            from .init_from import load_initial_policy
+
+            with _python_words(argv is None):
+                load_initial_policy(self, cfg.init_from, quiet=self.quiet)
         # the buffers hold the obs as the network saw it: normalized floats under --norm-obs, even where the
         # env's tensors are uint8 (a Dict of uint8 vectors: a uint8 buffer would store them truncated)
         self.rollout = Rollout(cfg.num_steps, cfg.num_envs, self.env.obs_shape, action_shape(act_space), action_dtype(act_space), self.device,
