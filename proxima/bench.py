@@ -44,7 +44,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional
 
-from .terminal import printable
+from .terminal import machine_stdout, printable
 
 DEFAULT_SIZES = "1,4,64,1024,4096"
 MEASURES = ("env", "rollout", "train")
@@ -740,6 +740,14 @@ def arguments_problem(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``proxima bench``; returns the exit status."""
+    # --json's lines are for a program: a module:Class env that prints as the checks or the timings
+    # build and reset it writes to stderr
+    with machine_stdout(args.json) as stdout:
+        return _run(args, stdout)
+
+
+def _run(args: argparse.Namespace, stdout) -> int:
+    """run, its --json lines printed to ``stdout`` (the real one)."""
     prog = "proxima bench"
 
     def fail(message: str) -> int:
@@ -784,7 +792,7 @@ def run(args: argparse.Namespace) -> int:
             lines.append(line)
             if args.json:
                 record["load_average"][1] = round(os.getloadavg()[0], 2)
-                print(json.dumps(json_line(line, args, cfg, device, record)), flush=True)
+                print(json.dumps(json_line(line, args, cfg, device, record)), file=stdout, flush=True)
     if not args.json:
         print(format_table(lines))
     if args.out:  # results go only where --out says: the repository's recorded tables are never overwritten by default

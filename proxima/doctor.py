@@ -597,7 +597,11 @@ def cuda_reason(info: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of `proxima doctor`; returns the exit status."""
-    info = collect()
+    from .terminal import machine_stdout
+
+    # --json's object is for a program: a library that prints as the probes import or call it writes to stderr
+    with machine_stdout(getattr(args, "json", False)):
+        info = collect()
     try:
         print(json.dumps(info, sort_keys=False) if getattr(args, "json", False) else format_report(info))
         sys.stdout.flush()  # a full disk shows here, not in a traceback at exit

@@ -1097,6 +1097,16 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
 
 def cmd_train_population(args, cfg: PPOConfig) -> int:
     """``proxima train ... --seeds S [--sweep F=v1,v2]``: called by cli.cmd_train."""
+    from .terminal import machine_stdout
+
+    # a dry run's stdout is its one JSON line, for a program to read: an env that prints as the checks
+    # build it (a research simulator's loading lines) writes to stderr instead
+    with machine_stdout(args.dry_run) as out:
+        return _train_population(args, cfg, out)
+
+
+def _train_population(args, cfg: PPOConfig, out) -> int:
+    """cmd_train_population, its dry run's JSON line printed to ``out`` (the real stdout)."""
     from .population import member_configs, parse_seeds, parse_sweep
 
     refuse_processes(args.nproc)  # cli.cmd_train checks --nproc before launching
@@ -1117,7 +1127,7 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
             run_dir, checkpoint = target
             given = [n for n, v in (("seeds", args.seeds), ("sweep", args.sweep)) if v is not None]
             if args.dry_run:  # resume_population trains: a dry run never reaches it
-                return _dry_run_resume(args, cfg, Path(run_dir), checkpoint, seeds, sweep, given)
+                return _dry_run_resume(args, cfg, Path(run_dir), checkpoint, seeds, sweep, given, out)
             run_dir = resume_population(run_dir, overrides=_population_resume_overrides(args, cfg, sweep), quiet=args.quiet,
                                         env_id=args.env_id, trust_run=args.trust_run, seeds=seeds, sweep=sweep,
                                         checkpoint=checkpoint, typed_members=given)
@@ -1164,7 +1174,7 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
         if encoders and shown_cfg.encoder != encoders[0][0]:
             shown_cfg = dataclasses.replace(shown_cfg, encoder=encoders[0][0])
         shared = {k: v for k, v in shown_cfg.to_dict().items() if k != "seed" and k not in sweep}
-        print(json.dumps({"members": len(members), "seeds": seeds, "sweep": sweep, "config": shared}))
+        print(json.dumps({"members": len(members), "seeds": seeds, "sweep": sweep, "config": shared}), file=out)
         return 0
     restart = "--resume auto found no checkpoint to continue" if args.resume == "auto" else None
     run_dir = train_population(members, seeds, sweep, argv=sys.argv, quiet=args.quiet, overwrite=args.overwrite, restart_note=restart,
@@ -1207,10 +1217,10 @@ def _note_whole_iterations(cfg: PPOConfig, typed_total: bool) -> None:
         note(cfg, 1)
 
 
-def _dry_run_resume(args, cfg: PPOConfig, run_dir: Path, checkpoint, seeds: list, sweep: dict, given: list) -> int:
+def _dry_run_resume(args, cfg: PPOConfig, run_dir: Path, checkpoint, seeds: list, sweep: dict, given: list, out) -> int:
     """``train --seeds ... --resume RUN --dry-run``: the resume's checks (checked_resume), read only:
-    nothing locked, written, renamed or set aside; prints what it would continue as one JSON line
-    (members, seeds, sweep, the checkpoint, its step per member, the total per member)."""
+    nothing locked, written, renamed or set aside; prints what it would continue as one JSON line to
+    ``out`` (members, seeds, sweep, the checkpoint, its step per member, the total per member)."""
     from .device import resolve_device
     from .envs.gym_adapter import treat_as_data
     from .run_setup import check_env_builds
@@ -1225,7 +1235,7 @@ def _dry_run_resume(args, cfg: PPOConfig, run_dir: Path, checkpoint, seeds: list
     check_env_builds(configs[0])
     check_population_fits(configs[0], len(configs), resolve_device(configs[0].device), env_probe(configs[0]))
     print(json.dumps({"members": len(configs), "seeds": recorded_seeds, "sweep": recorded_sweep, "resume": str(state["path"]),
-                      "global_step": int(state["global_step"]), "total_timesteps": configs[0].total_timesteps}))
+                      "global_step": int(state["global_step"]), "total_timesteps": configs[0].total_timesteps}), file=out)
     return 0
 
 
