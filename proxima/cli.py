@@ -397,13 +397,13 @@ def _dry_run_train(args, cfg, overrides: dict, world_size: int = 1, sources: Opt
             state = _dry_run_state(cfg, args.resume)
             cfg, world_size = resumed
             validate(cfg, world_size, resume=True)  # as train validates a resumed config
-            return _dry_run(cfg, world_size, overrides, resumed=True, state=state, sources=sources)
+            return _dry_run(cfg, world_size, overrides, resumed=True, state=state, sources=sources, quiet=args.quiet)
     _validate_new(cfg, world_size)
     if cfg.run_dir is not None:  # none: the run makes a new default directory, which needs no check
         from .run_setup import check_new_run_dir
 
         check_new_run_dir(cfg.run_dir, overwrite=args.overwrite, restart=args.resume == "auto")
-    return _dry_run(cfg, world_size, overrides, notes=not args.quiet)
+    return _dry_run(cfg, world_size, overrides, notes=not args.quiet, quiet=args.quiet)
 
 
 def _dry_run_state(cfg, resume) -> Optional[dict]:
@@ -535,7 +535,7 @@ def recorded_argv() -> list:
 
 
 def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: bool = False, resumed: bool = False,
-             state: Optional[dict] = None, sources: Optional[dict] = None) -> int:
+             state: Optional[dict] = None, sources: Optional[dict] = None, quiet: bool = False) -> int:
     """Check what train would refuse (run_setup.preflight), print the resolved config as YAML (encoder
     auto as the one the run would record), train nothing, write nothing. ``overrides``: the typed flags
     (a resume's, or a new run's), for train's notes on them; ``notes``: a new run's, not --quiet: the
@@ -543,7 +543,7 @@ def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: 
     Box action range, pixels read as a vector). ``resumed``: a resume's dry run, of the checkpoint
     ``state`` (None: not read again), ``sources`` its overrides' --config/--preset: the notes on a total
     that is not whole iterations and on an --eval-every beyond the run (under --quiet too) are then
-    the resume's."""
+    the resume's. ``quiet``: --quiet, which drops the line that sizes a multi-process run's iteration."""
     import copy
 
     from .config import dump_yaml
@@ -555,6 +555,8 @@ def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: 
     # the env preflight builds, and the encoder it chooses for it: none built only for the notes
     with action_spaces_built() as spaces, encoders_resolved() as encoders:
         preflight(cfg, world_size)  # a refusal of a value from --config FILE names the file: cmd_train's handler
+    if world_size > 1 and not quiet:  # the YAML is one process's config: the job's iteration is K of its batches
+        _note_processes(cfg, world_size, state if resumed else None)
     # the YAML shows the total given (typed or from --config FILE); the note, what would train
     _note_given_total(cfg, world_size, resumed, state, overrides or {}, sources or {}, python=False)
     if not resumed:
@@ -574,6 +576,19 @@ def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: 
     return 0
 
 
+def _note_processes(cfg, world_size: int, state: Optional[dict]) -> None:
+    """``proxima: 2 processes x 4 envs x 32 steps = 256 steps per iteration, 8 iterations`` on stderr
+    (stdout's YAML stays parseable): what --nproc K makes of the per-process num_envs and num_steps.
+    ``state``: a resume's checkpoint, whose iterations done are said too."""
+    from .config import batch_size, num_iterations
+
+    per = batch_size(cfg) * world_size
+    done = (state or {}).get("iteration")
+    done = f" in all ({done:,} done)" if isinstance(done, int) and not isinstance(done, bool) else ""
+    print(f"proxima: {world_size} processes x {cfg.num_envs:,} envs x {cfg.num_steps:,} steps = {per:,} steps per "
+          f"iteration, {num_iterations(cfg, world_size):,} iterations{done}", file=sys.stderr)
+
+
 def built_for_notes(spaces: list, encoders: list) -> tuple:
     """(obs layout, action space, encoder) for trainer.note_run from what a dry run's checks built
     (gym_adapter.action_spaces_built, nets.encoders_resolved); None for what none was built of."""
@@ -582,14 +597,14 @@ def built_for_notes(spaces: list, encoders: list) -> tuple:
 
 
 def cmd_resume(args) -> int:
-    from .rundir import recorded_kind
+    from .run_setup import resumes_rlhf
     from .trainer import TrainingInterrupted, train
 
     prog = "proxima resume"
     path = Path(args.path)
     meta = path / "meta.json"
     try:
-        if recorded_kind(meta, strict=True) == "rlhf":
+        if resumes_rlhf(path):  # a damaged meta.json of a PPO run: its resume goes on, as train --resume's does
             from .rlhf import resume as rlhf_resume
 
             ppo_flag = _ppo_flag_typed(args)
@@ -789,7 +804,8 @@ def _cmd_eval(args) -> int:
                           backend=args.backend or policy.config.get("backend", "auto"), video=args.video, max_steps=args.max_steps)
     except _user_errors() as e:
         if args.json and getattr(e, "result", None) is not None:
-            print(json.dumps(json_numbers(e.result), allow_nan=False))  # the episodes ran before the video failed: --json readers still get them
+            # the episodes ran before the video failed: --json readers still get them, placed as below
+            print(json.dumps(json_numbers({**e.result, **_evaluated(policy)}), allow_nan=False))
         return fail(prog, str(e))
     from .evaluate import diverged_note, member_diverged
 
@@ -798,14 +814,22 @@ def _cmd_eval(args) -> int:
     if diverged:
         result["diverged"] = diverged
     if args.json:
-        print(json.dumps(json_numbers(result), allow_nan=False))  # strict JSON: a non-finite number is null
+        # strict JSON: a non-finite number is null
+        print(json.dumps(json_numbers({**result, **_evaluated(policy)}), allow_nan=False))
     else:
-        print(format_result(result))
+        print(format_result(result, step=getattr(policy, "global_step", None)))
         if diverged:
             print(diverged_note(diverged))
         if result.get("video"):
             print(f"video: {result['video']}")
     return 0
+
+
+def _evaluated(policy) -> dict:
+    """What places an eval's numbers on the run's curve: the global step of the checkpoint evaluated
+    (as eval.json records it; null for a file that records none) and that file (a run directory's
+    newest, or best.pt), so a run still training is not read as evaluated at its end."""
+    return {"global_step": getattr(policy, "global_step", None), "checkpoint": str(policy.path)}
 
 
 # ------------------------------------------------------------------------------------ presets
@@ -937,7 +961,8 @@ def build_parser() -> ArgParser:
     p.add_argument("--max-steps", type=int_arg, default=MAX_EVAL_STEPS, metavar="N",
                    help=f"steps per episode at most (the episodes run side by side, one env each; default {MAX_EVAL_STEPS:,}); episodes still "
                    "running then count with their return so far and are named as cut")
-    p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu, whatever the run trained on; eval.json was "
+                   "measured on the run's device: give --device cuda to repeat a CUDA run's numbers)")
     p.add_argument("--backend", default=None, choices=("auto", "native", "gymnasium", "envpool"), help="env backend (default: the run's)")
     p.add_argument("--video", default=None, metavar="FILE", help="record env 0's first episode to FILE at the env's "
                    "render_fps (its metadata's; 30 if it names none; Atari 15) (.mp4, .mov, .mkv, .webm or .gif; no "

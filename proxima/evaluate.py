@@ -30,8 +30,8 @@ class EvaluationStopped(Exception):
 def load_run_policy(path, **kwargs):
     """checkpoint.load_policy(``path``, **kwargs) for ``proxima eval``. A run directory whose newest
     checkpoint does not load (cut short, damaged) is refused as before, never evaluated from another
-    step in its place (``--json`` carries no step: an older checkpoint's numbers would pass for the
-    run's), but the line names the newest one that does load, to evaluate by name, or, when none does,
+    step in its place (an older checkpoint's numbers would pass for the run's to a reader who does not
+    check their global_step), but the line names the newest one that does load, to evaluate by name, or, when none does,
     what to do then (checkpoint.start_over). Only reads: nothing is renamed (a resume sets the damaged
     one aside)."""
     import shlex
@@ -584,7 +584,12 @@ def json_numbers(value):
     return value
 
 
-def format_result(result: dict) -> str:
+def format_result(result: dict, step: Optional[int] = None) -> str:
+    """``CartPole-v1: 500.00 +- 0.00 over 10 episodes (deterministic)``; ``step``: the global step of the
+    checkpoint evaluated (``proxima eval``'s line: a run still training has several), said as a population
+    member's line says it (population_eval.format_member)."""
     mode = "deterministic" if result["deterministic"] else "stochastic"
-    line = f"{result['env_id']}: {result['mean_return']:.2f} +- {result['std_return']:.2f} over {result['episodes']} episodes ({mode})"
+    at = f" at step {step:,}" if isinstance(step, int) and not isinstance(step, bool) else ""
+    line = (f"{result['env_id']}: {result['mean_return']:.2f} +- {result['std_return']:.2f}{at} over {result['episodes']} "
+            f"episodes ({mode})")
     return line + unfinished_note(result)

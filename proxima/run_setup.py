@@ -9,6 +9,7 @@ the one line the CLI prints. The loop itself is trainer.py; the directory rules 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -88,6 +89,34 @@ def checkpoint_in_run(checkpoint) -> Path:
     return checkpoint if checkpoint.absolute().parent.name == "checkpoints" else checkpoint.resolve()
 
 
+def resumes_rlhf(path) -> bool:
+    """Whether ``proxima resume PATH`` continues an RLHF run (proxima rlhf): the "kind" its meta.json
+    records. A meta.json that is there but holds no JSON object (damaged or edited) does not stop a
+    PPO run's resume, which goes on and says so (train_state.record_resume), as train --resume does;
+    the run's other files decide then: checkpoints named as RLHF names them (step_N.pt in six digits,
+    rlhf.rundir.save_checkpoint; PPO's have twelve, checkpoint.checkpoint_path), or, before any
+    checkpoint, RLHF's samples.jsonl or policy/. Such a run's resume needs its meta.json (the process
+    count it records): the file's one line (RunDirError) is raised then."""
+    import re
+
+    from .rundir import RunDirError, recorded_kind
+
+    path = Path(path)
+    try:
+        return recorded_kind(path / "meta.json", strict=True) == "rlhf"
+    except RunDirError:
+        try:
+            names = [p.name for p in (path / "checkpoints").iterdir()] if (path / "checkpoints").is_dir() else []
+        except OSError:
+            names = []
+        steps = [m.group(1) for m in map(re.compile(r"^step_(\d+)\.pt$").match, names) if m]
+        if any(len(digits) == 12 for digits in steps):
+            return False
+        if steps or any(os.path.lexists(path / name) for name in ("samples.jsonl", "policy")):
+            raise
+        return False
+
+
 def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id: Optional[str] = None,
                     trust_run: bool = False, overrides: Optional[dict] = None, sources: Optional[dict] = None,
                     quiet: bool = False):
@@ -129,6 +158,10 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
     backend = resumed_backend(config, state)  # refused before any file is set aside or claimed
     if loose:
         refuse_loose_finished(resume, config, state, target_dir)
+    from .distributed import context
+
+    # here, in rank 0's work, not in each rank's restore: torchrun's ranks report it once (DistContext.from_main)
+    check_processes(state, context().world_size, launcher=False)
     run_dir = target_dir  # the directory locked and checked is the one written
     if loose:  # a new run directory, claimed as a fresh run's (refused when it holds files)
         session.claim_fresh(target_dir, command="resume")
@@ -470,13 +503,15 @@ def check_processes(state: dict, processes: int, launcher: Optional[bool] = None
     ``processes`` (the command's: --nproc, else 1; under torchrun, the world size), which a resume
     refuses: the optimizer's and the envs' state are per process. The one place of this line: the
     --nproc launcher's wording (launch._check; ``launcher`` None: when ``processes`` > 1), else the
-    running processes' (train_state.restore)."""
+    running processes' (resolve_start, on rank 0; train_state.restore), which under a torchrun started
+    by hand names torchrun's process count too: --nproc is not how that job was started."""
     written = state.get("world_size", 1)
     if not isinstance(written, int) or isinstance(written, bool) or written == processes:
         return  # not a count: check_counters names it
     import shlex
 
     from .cpuinfo import usable_cpus
+    from .launch import COMMAND_ENV, under_torchrun
 
     path = state.get("path", "checkpoint")
     # the commands name what to resume: the run directory of RUN/checkpoints/step_N.pt, else the file itself
@@ -488,6 +523,11 @@ def check_processes(state: dict, processes: int, launcher: Optional[bool] = None
     if launcher if launcher is not None else processes > 1:
         raise ckpt.CheckpointError(f"{path}: written by {written} process(es), resumed with --nproc {processes}; "
                                    f"use the same count ({f'proxima resume {run} starts {written}' if fits else f'--nproc {written}'})")
+    if under_torchrun() and COMMAND_ENV not in os.environ:  # a torchrun typed by hand, not --nproc's launcher
+        how = (f"torchrun --nproc-per-node {written} on one machine, or proxima train --resume {run} --nproc {written}"
+               if written > 1 else f"proxima train --resume {run}, without torchrun")
+        raise ckpt.CheckpointError(f"{path}: written by {written} process(es), resumed with {processes}; use the same "
+                                   f"number of processes, {written}{' in all' if written > 1 else ''} ({how})")
     raise ckpt.CheckpointError(f"{path}: written by {written} process(es), resumed with {processes}; use the same --nproc"
                                + (f" ({starts}proxima train --resume {run} --nproc {written})" if written > 1 else ""))
 

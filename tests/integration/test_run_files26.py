@@ -113,13 +113,23 @@ def test_a_population_member_folder_linked_out_is_refused_by_eval_plot_and_repor
 
 
 # ------------------------------------------------------------------------------------ 2. nesting past Python's stack
-@pytest.mark.parametrize("name, command", [("eval.json", "report"), ("meta.json", "report"), ("meta.json", "resume")])
+@pytest.mark.parametrize("name, command", [("eval.json", "report"), ("meta.json", "report")])
 def test_a_json_run_file_nested_thousands_deep_is_one_line(finished_run, tmp_path, capsys, name, command):
     run = copy_run(finished_run, tmp_path)
     (run / name).write_text(DEEP_JSON)
     argv = [command, str(run)] + (["--episodes", "0"] if command == "report" else ["--total-timesteps", "192", "--quiet"])
     code, _, err = run_main(argv, capsys)
     error_line(code, err, str(run / name), "damaged or edited")
+
+
+def test_a_meta_json_nested_thousands_deep_is_left_and_the_resume_goes_on(finished_run, tmp_path, capsys):
+    run = copy_run(finished_run, tmp_path)
+    (run / "meta.json").write_text(DEEP_JSON)
+    code, _, err = run_main(["resume", str(run), "--total-timesteps", "192", "--quiet"], capsys)
+    assert code == 0, err
+    assert "meta.json: not readable JSON (RecursionError); the run directory's meta.json was damaged or edited; this " \
+           "resume is not recorded in it" in err
+    assert (run / "meta.json").read_text() == DEEP_JSON
 
 
 @pytest.mark.parametrize("command", [["report", "--episodes", "0"], ["plot"], ["eval", "--episodes", "1"]])
