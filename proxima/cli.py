@@ -390,20 +390,24 @@ def _dry_run_train(args, cfg, overrides: dict, world_size: int = 1, sources: Opt
     --run-dir starts a new run, so it dry-runs one."""
     from .config import validate
     from .run_setup import dry_run_resume
+    from .terminal import machine_stdout
 
-    if args.resume is not None:  # a checkpoint of another process count: refused as the resume refuses it
-        resumed = dry_run_resume(cfg, args.resume, args.env_id, args.trust_run, overrides, world_size, sources, args.quiet)
-        if resumed is not None:
-            state = _dry_run_state(cfg, args.resume)
-            cfg, world_size = resumed
-            validate(cfg, world_size, resume=True)  # as train validates a resumed config
-            return _dry_run(cfg, world_size, overrides, resumed=True, state=state, sources=sources, quiet=args.quiet)
-    _validate_new(cfg, world_size)
-    if cfg.run_dir is not None:  # none: the run makes a new default directory, which needs no check
-        from .run_setup import check_new_run_dir
+    # stdout is the YAML alone, for a program to read: an env that prints as the checks build it writes to stderr
+    with machine_stdout() as out:
+        if args.resume is not None:  # a checkpoint of another process count: refused as the resume refuses it
+            resumed = dry_run_resume(cfg, args.resume, args.env_id, args.trust_run, overrides, world_size, sources, args.quiet)
+            if resumed is not None:
+                state = _dry_run_state(cfg, args.resume)
+                cfg, world_size = resumed
+                validate(cfg, world_size, resume=True)  # as train validates a resumed config
+                return _dry_run(cfg, world_size, overrides, resumed=True, state=state, sources=sources, quiet=args.quiet,
+                                out=out)
+        _validate_new(cfg, world_size)
+        if cfg.run_dir is not None:  # none: the run makes a new default directory, which needs no check
+            from .run_setup import check_new_run_dir
 
-        check_new_run_dir(cfg.run_dir, overwrite=args.overwrite, restart=args.resume == "auto")
-    return _dry_run(cfg, world_size, overrides, notes=not args.quiet, quiet=args.quiet)
+            check_new_run_dir(cfg.run_dir, overwrite=args.overwrite, restart=args.resume == "auto")
+        return _dry_run(cfg, world_size, overrides, notes=not args.quiet, quiet=args.quiet, out=out)
 
 
 def _dry_run_state(cfg, resume) -> Optional[dict]:
@@ -535,7 +539,7 @@ def recorded_argv() -> list:
 
 
 def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: bool = False, resumed: bool = False,
-             state: Optional[dict] = None, sources: Optional[dict] = None, quiet: bool = False) -> int:
+             state: Optional[dict] = None, sources: Optional[dict] = None, quiet: bool = False, out=None) -> int:
     """Check what train would refuse (run_setup.preflight), print the resolved config as YAML (encoder
     auto as the one the run would record), train nothing, write nothing. ``overrides``: the typed flags
     (a resume's, or a new run's), for train's notes on them; ``notes``: a new run's, not --quiet: the
@@ -543,7 +547,8 @@ def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: 
     Box action range, pixels read as a vector). ``resumed``: a resume's dry run, of the checkpoint
     ``state`` (None: not read again), ``sources`` its overrides' --config/--preset: the notes on a total
     that is not whole iterations and on an --eval-every beyond the run (under --quiet too) are then
-    the resume's. ``quiet``: --quiet, which drops the line that sizes a multi-process run's iteration."""
+    the resume's. ``quiet``: --quiet, which drops the line that sizes a multi-process run's iteration. ``out``:
+    where the YAML goes (None: sys.stdout)."""
     import copy
 
     from .config import dump_yaml
@@ -572,7 +577,7 @@ def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: 
     if encoders and cfg.encoder != encoders[0][0]:  # auto: config.yaml records the encoder the Trainer built
         cfg = copy.copy(cfg)  # copy.copy keeps _sources, as train's own copy does
         cfg.encoder = encoders[0][0]
-    print(dump_yaml(cfg.to_dict()), end="")
+    print(dump_yaml(cfg.to_dict()), end="", file=out)
     return 0
 
 
@@ -746,11 +751,14 @@ def _run_dir_of(path: Path) -> Optional[Path]:
 def cmd_eval(args) -> int:
     from .evaluate import command_line
 
-    with command_line("eval"):  # a recorded module:Class env is refused naming --env / --trust-run, not load()'s arguments
-        return _cmd_eval(args)
+    from .terminal import machine_stdout
+
+    # --json's object is for a program: an env that prints as it is built or reset writes to stderr
+    with command_line("eval"), machine_stdout(args.json) as out:  # a recorded module:Class env is refused naming --env / --trust-run
+        return _cmd_eval(args, out)
 
 
-def _cmd_eval(args) -> int:
+def _cmd_eval(args, out) -> int:
     from .evaluate import evaluate, format_result, json_numbers, load_run_policy
 
     prog = "proxima eval"
@@ -777,7 +785,7 @@ def _cmd_eval(args) -> int:
         if is_population_dir(path):  # every member, then statistics per setting
             from .population_eval import cmd_eval_population
 
-            return cmd_eval_population(args, resolve_device(args.device), env_kwargs)
+            return cmd_eval_population(args, resolve_device(args.device), env_kwargs, out=out)
         if args.best:
             from .checkpoint import CheckpointError, best_checkpoint_path
 
@@ -805,7 +813,7 @@ def _cmd_eval(args) -> int:
     except _user_errors() as e:
         if args.json and getattr(e, "result", None) is not None:
             # the episodes ran before the video failed: --json readers still get them, placed as below
-            print(json.dumps(json_numbers({**e.result, **_evaluated(policy)}), allow_nan=False))
+            print(json.dumps(json_numbers({**e.result, **_evaluated(policy)}), allow_nan=False), file=out)
         return fail(prog, str(e))
     from .evaluate import diverged_note, member_diverged
 
@@ -815,7 +823,7 @@ def _cmd_eval(args) -> int:
         result["diverged"] = diverged
     if args.json:
         # strict JSON: a non-finite number is null
-        print(json.dumps(json_numbers({**result, **_evaluated(policy)}), allow_nan=False))
+        print(json.dumps(json_numbers({**result, **_evaluated(policy)}), allow_nan=False), file=out)
     else:
         print(format_result(result, step=getattr(policy, "global_step", None)))
         if diverged:

@@ -233,10 +233,11 @@ def _cut_note(setting: dict, max_steps: Optional[int]) -> str:
     return f"; {who} had episodes cut {where}, with their return so far"
 
 
-def cmd_eval_population(args, device, env_kwargs: Optional[dict] = None) -> int:
+def cmd_eval_population(args, device, env_kwargs: Optional[dict] = None, out=None) -> int:
     """``proxima eval RUN`` for a population (called by cli.cmd_eval, which turns errors into one line):
     a line per member as it finishes and a line per setting, or with ``--json`` one JSON object (strict:
-    a NaN or infinite number, such as a member's mean return left out of the statistics, is null)."""
+    a NaN or infinite number, such as a member's mean return left out of the statistics, is null),
+    printed to ``out`` (None: sys.stdout; cli.cmd_eval's real stdout under --json)."""
     import json
 
     from .config import ConfigError
@@ -260,5 +261,5 @@ def cmd_eval_population(args, device, env_kwargs: Optional[dict] = None) -> int:
     # member named with why ("inf") in its setting's left_out
     from .evaluate import json_numbers
 
-    print(json.dumps(json_numbers(result), allow_nan=False) if args.json else format_summary(result))
+    print(json.dumps(json_numbers(result), allow_nan=False) if args.json else format_summary(result), file=out)
     return 0
