@@ -4,7 +4,10 @@
   run. It is created atomically (a hard link of a finished temp file, so a reader never sees half a
   lock). A second trainer, or a resume of a run that is still going, stops with
   ``run R is in use by pid P``. A lock whose process is gone (a SIGKILL, a crash, a reboot: the
-  start time tells a reused pid apart) is taken over with a line saying so.
+  start time tells a reused pid apart) is taken over with a line saying so. A lock written on
+  another host cannot be checked that way: its holder refreshes the file's mtime every
+  HEARTBEAT_SECONDS, and one not refreshed for STALE_SECONDS is taken over (a container or a job's
+  pod restarted after a kill comes back under a new hostname).
 * A new run refuses a directory that already holds files: ``--resume`` continues the run there,
   ``--overwrite`` moves the old directory aside (``R.old-YYYYmmdd-HHMMSS``) and says where.
 * A new run that fails before finishing its first iteration (a broken env, a full disk at the
@@ -22,6 +25,8 @@ import shutil
 import socket
 import stat
 import sys
+import threading
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Optional
@@ -32,6 +37,14 @@ from .signals import from_python, stops_held
 
 LOCK_NAME = ".proxima.lock"
 _LOCK_MAX_BYTES = 64 * 1024  # a lock is ~200 bytes of JSON
+
+#: how often a lock's holder refreshes its lock file's mtime (RunLock's heartbeat thread), and how
+#: long a lock from another host may go unrefreshed before it counts as left by a process that is
+#: gone: ten missed beats, so a slow shared filesystem or a busy host is never taken for a dead one.
+#: The age is this host's clock against the mtime the file server stores (its clock, or the writer's):
+#: they are assumed to agree within a minute or so (NTP); a reader whose clock runs behind only waits longer.
+HEARTBEAT_SECONDS = 60.0
+STALE_SECONDS = 600.0
 
 
 class RunDirError(ConfigError):
@@ -83,11 +96,27 @@ def is_kernel_argv(command) -> bool:
             and os.path.basename(command[0]) in KERNEL_LAUNCHERS)
 
 
+class LockInfo(dict):
+    """A lock's owner as read_lock read it, with the file's ``mtime`` then: its last heartbeat (a
+    dict still, so that it compares equal to the owner written)."""
+
+    mtime: Optional[float] = None
+
+
+def lock_age(info: dict) -> Optional[float]:
+    """Seconds since the lock was last refreshed; None when not known (a dict not from read_lock)."""
+    mtime = getattr(info, "mtime", None)
+    return None if mtime is None else max(0.0, time.time() - mtime)
+
+
 def holder_alive(info: dict) -> bool:
-    """Whether the process recorded in a lock still runs (a lock from another host counts as alive:
-    it cannot be checked from here)."""
+    """Whether the process recorded in a lock still runs. A lock from another host cannot be checked
+    from here: it counts as alive while refreshed within STALE_SECONDS (and when its age is unknown).
+    A lock of an older Proxima, which never refreshed it, ages from its creation: one from another host
+    is taken over STALE_SECONDS after it was taken, even if its trainer still runs there."""
     if info.get("host") != socket.gethostname():
-        return True
+        age = lock_age(info)
+        return age is None or age < STALE_SECONDS
     pid = info.get("pid")
     if not isinstance(pid, int) or pid <= 0:
         return False
@@ -102,15 +131,17 @@ def holder_alive(info: dict) -> bool:
 
 
 def read_lock(run_dir: Path) -> Optional[dict]:
-    """The lock's owner, {} for an unreadable lock, None when there is no lock."""
-    return _read_json_file(Path(run_dir) / LOCK_NAME)
+    """The lock's owner (a LockInfo, with its mtime), {} for an unreadable lock, None when there is no lock."""
+    return _read_json_file(Path(run_dir) / LOCK_NAME, with_mtime=True)
 
 
-def _read_json_file(path: Path, unreadable=None) -> Optional[dict]:
+def _read_json_file(path: Path, unreadable=None, with_mtime: bool = False) -> Optional[dict]:
     """A small JSON object file (a lock, a run's meta.json) as a dict; None when missing; when it is
     there but no small regular file holding a JSON object: ``unreadable`` ({} when not given), or, if
     that is an exception class, that exception raised with a line naming the file. A symbolic link
-    is read when it stays inside the folder holding it, and refused (said so) when it leads out."""
+    is read when it stays inside the folder holding it, and refused (said so) when it leads out.
+    ``with_mtime``: a LockInfo holding the mtime of the file read (the same open file: a lock put in
+    its place meanwhile is not mistaken for it)."""
 
     def bad(why: str, whole: bool = False):
         if isinstance(unreadable, type) and issubclass(unreadable, Exception):
@@ -130,7 +161,8 @@ def _read_json_file(path: Path, unreadable=None) -> Optional[dict]:
     except OSError as e:
         return bad(f"not readable ({type(e).__name__})")
     try:
-        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        st = os.fstat(fd)
+        regular = stat.S_ISREG(st.st_mode)
     except OSError:
         regular = False
     if not regular:
@@ -141,7 +173,12 @@ def _read_json_file(path: Path, unreadable=None) -> Optional[dict]:
             info = json.loads(f.read(_LOCK_MAX_BYTES).decode("utf-8"))  # cut short: not JSON
     except (OSError, ValueError, RecursionError) as e:  # RecursionError: '[' nested past Python's stack
         return bad(f"not readable JSON ({type(e).__name__})")
-    return info if isinstance(info, dict) else bad(f"expected a JSON object, got {type(info).__name__}")
+    if not isinstance(info, dict):
+        return bad(f"expected a JSON object, got {type(info).__name__}")
+    if with_mtime:
+        info = LockInfo(info)
+        info.mtime = st.st_mtime
+    return info
 
 
 # Caps on run files read whole: a run directory may come from anyone, and a sparse file claiming
@@ -294,10 +331,27 @@ def holds_text(path, text: str) -> bool:
         return False
 
 
+def _minutes(seconds: float) -> str:
+    minutes = int(seconds // 60)
+    return f"{minutes} minute{'' if minutes == 1 else 's'}" if minutes else f"{int(seconds)} s"
+
+
 def in_use_message(run_dir: Path, info: dict) -> str:
-    host = "" if info.get("host") == socket.gethostname() else f" on host {info.get('host')}"
-    return (f"run {run_dir} is in use by pid {info.get('pid')}{host} (since {info.get('since', '?')}); wait for it to "
-            f"finish or stop it (a lock left by a process that is gone is taken over; {Path(run_dir) / LOCK_NAME})")
+    lock = Path(run_dir) / LOCK_NAME
+    host = info.get("host")
+    if host == socket.gethostname():
+        return (f"run {run_dir} is in use by pid {info.get('pid')} (since {info.get('since', '?')}); wait for it to "
+                f"finish or stop it (a lock left by a process that is gone is taken over; {lock})")
+    import shlex
+
+    # no pid check reaches another host, and a restarted container or job's pod comes back under a new
+    # hostname: say when the lock goes stale by itself, and which file to delete to go on sooner
+    age = lock_age(info)
+    refreshed = "" if age is None else f"; lock refreshed {_minutes(age)} ago"
+    return (f"run {run_dir} is in use by pid {info.get('pid')} on host {host} (since {info.get('since', '?')}{refreshed}), "
+            f"which cannot be checked from this host: wait for it to finish, or, if no process on host {host} runs it "
+            f"any more (a container or job that was restarted), delete {shlex.quote(str(lock))} (a lock not refreshed "
+            f"for {_minutes(STALE_SECONDS)} is taken over)")
 
 
 def check_not_in_use(run_dir: Path) -> None:
@@ -355,6 +409,8 @@ class RunLock:
         self.path = self.run_dir / LOCK_NAME
         self.held = False
         self.made_dir = False  # acquire() created the run directory: only then may a failed start remove it
+        self._beat_stop: Optional[threading.Event] = None
+        self._pid = os.getpid()
 
     def acquire(self) -> None:
         """Take the lock or raise RunDirError naming the pid that holds it; take over a stale one."""
@@ -367,7 +423,8 @@ class RunLock:
                 raise write_error(self.path, e, "could not take the run's lock") from None
             try:
                 _link_exclusive(tmp, self.path)
-                self.held = True
+                self.held, self._pid = True, os.getpid()
+                self._start_heartbeat(me)
                 return
             except FileExistsError:
                 pass
@@ -391,12 +448,18 @@ class RunLock:
             os.rename(self.path, moved)
         except FileNotFoundError:
             return
-        got = _read_json_file(moved) or {}
-        if got != stale and got and holder_alive(got):  # a live lock taken by a faster process: put it back
+        got = _read_json_file(moved, with_mtime=True) or {}
+        # a live lock taken by a faster process, or another host's refreshed since it was read: put it back
+        if got and holder_alive(got):
             try:
                 os.link(moved, self.path)
             except OSError:
                 pass
+        elif stale and stale.get("host") != socket.gethostname():
+            age = lock_age(got or stale)
+            print(f"proxima: note: {self.run_dir}: took over the lock left by pid {stale.get('pid')} on host "
+                  f"{stale.get('host')} (since {stale.get('since', '?')}), not refreshed for "
+                  f"{_minutes(age if age is not None else STALE_SECONDS)}", file=sys.stderr)
         elif stale:
             print(f"proxima: note: {self.run_dir}: took over the lock left by pid {stale.get('pid')} "
                   f"(since {stale.get('since', '?')}), which is no longer running", file=sys.stderr)
@@ -409,9 +472,12 @@ class RunLock:
         what the run is raising (its error line, a stop's exit 130) with a traceback. A lock that stays
         (a run directory made read-only, or remounted so, mid-run) names a process that is gone once
         this one exits, and the next run takes it over (acquire); a note says so."""
-        if not self.held:
+        if not self.held or os.getpid() != self._pid:  # a forked child holds a copy, not the lock
             return
         self.held = False
+        if self._beat_stop is not None:
+            self._beat_stop.set()
+            self._beat_stop = None
         info = read_lock(self.run_dir)
         if info and info.get("pid") == os.getpid() and info.get("host") == socket.gethostname():
             try:
@@ -421,6 +487,43 @@ class RunLock:
                                  f"({e.strerror or type(e).__name__}); it was left, and the next run or resume there "
                                  "takes it over as stale, since this process will no longer be running\n")
                 sys.stderr.flush()
+
+    def _start_heartbeat(self, owner: dict) -> None:
+        """Keep the lock fresh for readers on other hosts (holder_alive) while this process holds it: a
+        daemon thread, so it never keeps the process alive, and one that fork does not copy into the
+        env workers; it refreshes only the lock that is still ``owner``'s and stops on release()."""
+        stop = threading.Event()
+        try:
+            threading.Thread(target=_heartbeat, args=(self.path, owner, stop), name="proxima-lock-heartbeat",
+                             daemon=True).start()
+        except RuntimeError as e:  # no thread to be had (RLIMIT_NPROC): the lock still holds on this host
+            print(f"proxima: note: {self.run_dir}: could not start the thread that refreshes the run's lock ({e}); "
+                  f"a trainer on another host sharing this folder would take it over after {_minutes(STALE_SECONDS)}",
+                  file=sys.stderr)
+            return
+        self._beat_stop = stop
+
+
+def _heartbeat(path: Path, owner: dict, stop: threading.Event) -> None:
+    while not stop.wait(HEARTBEAT_SECONDS):
+        _beat(path, owner)
+
+
+def _beat(path: Path, owner: dict) -> None:
+    """Set the lock file's mtime to now if it still holds ``owner``. The file checked is the one touched
+    (through its descriptor): a lock another process put at the name since is never refreshed for us.
+    Errors are skipped (a full or stalled filesystem): the next beat tries again."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode) and json.loads(os.read(fd, _LOCK_MAX_BYTES)) == owner:
+            os.utime(fd if os.utime in os.supports_fd else path)
+    except Exception:  # noqa: BLE001 - a traceback from this thread would only interleave with the run's output
+        pass
+    finally:
+        os.close(fd)
 
 
 # ------------------------------------------------------------------------------------------------

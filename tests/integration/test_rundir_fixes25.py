@@ -47,7 +47,7 @@ def stop_after_first(monkeypatch):
     from proxima.trainer import Trainer
 
     real = Trainer.run
-    monkeypatch.setattr(Trainer, "run", lambda self, resumed=False, stop_after=None: real(self, resumed=resumed, stop_after=1))
+    monkeypatch.setattr(Trainer, "run", lambda self, resumed=False, stop_after=None, callback=None: real(self, resumed=resumed, stop_after=1, callback=callback))
 
 
 def _note_lines(err: str, run) -> list:
