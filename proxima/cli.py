@@ -559,7 +559,7 @@ def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: 
 
     # the env preflight builds, and the encoder it chooses for it: none built only for the notes
     with action_spaces_built() as spaces, encoders_resolved() as encoders:
-        preflight(cfg, world_size)  # a refusal of a value from --config FILE names the file: cmd_train's handler
+        preflight(cfg, world_size, resumed=resumed)  # a refusal of a value from --config FILE names the file: cmd_train's handler
     if world_size > 1 and not quiet:  # the YAML is one process's config: the job's iteration is K of its batches
         _note_processes(cfg, world_size, state if resumed else None)
     # the YAML shows the total given (typed or from --config FILE); the note, what would train

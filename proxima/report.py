@@ -409,8 +409,9 @@ def run_progress(run_dir: Path, step: Optional[float], config: dict, meta: dict)
     """(progress, total): why a run has not trained its total steps yet, in
     population_report.progress_status's words: ``in progress: locked by pid P ...`` (its process, or
     a member's population's, holds the lock), ``stopped; `proxima resume RUN` continues it``,
-    ``stopped before its first checkpoint``; None for a run that trained its total, ended at
-    --stop-return, or wrote its end-of-training eval.json. total: the steps it trains (None: not recorded)."""
+    ``stopped before its first checkpoint``, ``stopped by train()'s callback; ...`` (its checkpoint
+    records it: eval.json is written at such a stop too); None for a run that trained its total, ended
+    at --stop-return, or wrote its end-of-training eval.json. total: the steps it trains (None: not recorded)."""
     from .population_report import member_population, progress_status
 
     member = member_population(run_dir)  # a member trains, locks and resumes with its population
@@ -427,11 +428,45 @@ def run_progress(run_dir: Path, step: Optional[float], config: dict, meta: dict)
             saved = _read_json(run_dir / "eval.json")
         except ReportError:  # final_eval names the file
             saved = {}
+        short = step is not None and math.isfinite(step) and step < total
+        if member is None and short and _stopped_by_callback(run_dir):  # its end-of-run eval.json says nothing of it
+            return f"stopped by train()'s callback; `{_python_resume(run_dir)}` trains on", total
         if saved.get("mean_return") is not None and not _stale_eval(run_dir, saved):
             return None, total  # written at the end of training: --stop-return ended it, or the total
         if member is None and _stopped_at_return(run_dir, config):
             return None, total
     return progress_status(lock_dir, None if step is None else int(step), total), total
+
+
+def _stopped_by_callback(run_dir: Path) -> bool:
+    """Whether train()'s callback ended the run (its newest checkpoint records ``stopped_by_callback``,
+    which a resume's checkpoints drop as it trains on)."""
+    from .checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        return load_checkpoint(run_dir).get("stopped_by_callback") is True
+    except (CheckpointError, OSError, ValueError):
+        return False
+
+
+def _python_resume(run_dir: Path) -> str:
+    """How a Python caller trains the run on (signals.python_resume), else its command."""
+    from .signals import python_resume, resume_command
+
+    return python_resume(run_dir) or resume_command(run_dir)
+
+
+def _started_from(meta: dict) -> Optional[str]:
+    """``PATH (step N of ENV)``: the checkpoint an --init-from run started from (meta.json's init_from);
+    None for a run that started from a fresh network. Data: a value of another type is left out."""
+    record = meta.get("init_from")
+    if not isinstance(record, dict) or not isinstance(record.get("checkpoint"), str):
+        return None
+    step, env = record.get("global_step"), record.get("env_id")
+    where = [f"step {step:,}" if isinstance(step, int) and not isinstance(step, bool) else None,
+             f"of {env}" if isinstance(env, str) else None]
+    where = " ".join(w for w in where if w)
+    return record["checkpoint"] + (f" ({where})" if where else "")
 
 
 def _stopped_at_return(run_dir: Path, config: dict) -> bool:
@@ -693,6 +728,9 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     s = [r["summary"] for r in runs]
     rows.append(["env"] + [r["env"] for r in runs])
     rows.append(["steps"] + [_steps_cell(r["summary"], r.get("progress")) for r in runs])
+    started = [_started_from(r["meta"]) for r in runs]
+    if any(started):  # --init-from: which weights, once the source has been extended or its files rotated
+        rows.append(["started from"] + started)
     rows.append(["iterations"] + [_num(x["iterations"]) for x in s])
     rows.append(["wall time"] + [_num(x["time"], "{:,.1f} s") for x in s])
     # a population's member counts its own steps over the time the population took for all of them

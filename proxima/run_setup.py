@@ -615,26 +615,31 @@ def resume_trains(config: PPOConfig, state: dict) -> bool:
     return config.total_timesteps >= least_total(config, state) and stop_return_mean(config, state) is None
 
 
-def preflight(cfg: PPOConfig, world_size: int = 1):
+def preflight(cfg: PPOConfig, world_size: int = 1, resumed: bool = False):
     """What a new run would refuse, checked before anything starts (``train --dry-run`` and the
     ``--nproc`` launcher, which would otherwise see every rank fail the same way): the flags that
-    need CUDA, the env (built once on the CPU) and the memory the run needs. Returns the device."""
+    need CUDA, the env (built once on the CPU), --init-from's checkpoint against that env and the
+    config (not for a resume, ``resumed``: it reads its own checkpoints, and its init_from is
+    history) and the memory the run needs. Returns the device."""
     from .device import resolve_device
     from .sizing import check_fits
     from .trainer import check_device_flags
 
     device = resolve_device(cfg.device)
     check_device_flags(cfg, device, world_size)
-    sizes = check_env_builds(cfg)  # the one env built here is also the one sized
+    sizes = check_env_builds(cfg, init_from=not resumed)  # the one env built here is also the one sized
     check_fits(cfg, device, lambda: sizes, processes=world_size)  # --nproc K on the CPU: K copies share its memory
     return device
 
 
-def check_env_builds(cfg: PPOConfig):
+def check_env_builds(cfg: PPOConfig, init_from: bool = True):
     """Build the env once on the CPU and choose the agent's encoder for its observations, as a run
     does (Agent: nets.resolve_encoder): EnvError or ConfigError (``--encoder cnn`` of an env without
-    an image, ``--norm-obs`` of one with an image) now, before anything starts. Returns the env's
-    sizes (sizing.env_sizes) for the memory check, so that it builds no env of its own."""
+    an image, ``--norm-obs`` of one with an image, an ``--init-from`` checkpoint the run would refuse
+    when ``init_from``) now, before anything starts. Returns the env's sizes (sizing.env_sizes) for
+    the memory check, so that it builds no env of its own."""
+    import dataclasses
+
     from .envs import make_env
     from .nets import resolve_encoder
     from .sizing import env_sizes
@@ -643,10 +648,16 @@ def check_env_builds(cfg: PPOConfig):
     env = make_env(cfg.env_id, 1, "cpu", cfg.backend, cfg.vector, seed=cfg.seed, env_kwargs=cfg.env_kwargs)
     try:
         sizes = env_sizes(env, cfg.env_id)
-        resolve_encoder(cfg.encoder, sizes.layout)
+        encoder = resolve_encoder(cfg.encoder, sizes.layout)
+        spaces = env.single_observation_space, env.single_action_space
     finally:
         env.close()
     check_norm_obs(cfg, sizes.layout.has_image)
+    if init_from and cfg.init_from is not None:
+        from .init_from import check_initial_policy
+
+        # the network as the Trainer builds it (encoder auto resolved), against the checkpoint's
+        check_initial_policy(cfg.init_from, dataclasses.replace(cfg, encoder=encoder), *spaces, run_dir=cfg.run_dir)
     return sizes
 
 
@@ -672,6 +683,39 @@ def check_norm_obs(cfg: PPOConfig, has_image: bool) -> None:
     Trainer's own check, also here so --dry-run and the --nproc launcher refuse it once, up front."""
     if cfg.norm_obs and has_image:
         raise ConfigError("--norm-obs: this env's observations hold an image, which the network scales to [0, 1]; drop --norm-obs")
+
+
+def same_init_source(given, recorded) -> bool:
+    """Whether ``given`` (a rerun's --init-from: the run directory, its checkpoints/ folder or the file,
+    relative to here) names the checkpoint the run ``recorded`` (the absolute file it loaded; an older
+    run's config records the path as given): so a preempted script rerun with resume="auto", which
+    gives its init_from again, resumes, even after the source run has moved on or is gone."""
+    if given is None or recorded is None:
+        return given is None and recorded is None
+    if os.fspath(given) == os.fspath(recorded):
+        return True
+    file = Path(os.path.abspath(recorded))
+    for named in {Path(os.path.abspath(given)), Path(given).resolve()}:
+        if file == named or (file.parent.name == "checkpoints" and named in (file.parent, file.parent.parent)):
+            return True
+    return False
+
+
+def init_from_on_resume(value, cfg: PPOConfig) -> str:
+    """The line refusing --init-from on a resume: the run goes on from its own checkpoints; a new run
+    (of another --run-dir) is what starts from another policy."""
+    import shlex
+
+    from .signals import from_python
+
+    if from_python():
+        given, had = f"PPOConfig.init_from = {str(value)!r}", f"init_from={cfg.init_from!r}"
+        how = f"train(PPOConfig(env_id={cfg.env_id!r}, init_from={str(value)!r}, ...), run_dir=NEW_DIR)"
+    else:
+        given, had = f"--init-from {value}", f"--init-from {'none' if cfg.init_from is None else cfg.init_from}"
+        how = f"proxima train {shlex.quote(str(cfg.env_id))} --init-from {shlex.quote(str(value))} --run-dir NEW_DIR"
+    return (f"{given}: a resume continues from the run's own checkpoints (the run was trained with {had}); to start "
+            f"a new run from that policy: {how}")
 
 
 def check_own_run_dir(run_dir, checkpoint) -> None:
@@ -747,6 +791,10 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_saf
                 print(f"proxima: note: --vector {value}: applies to the gymnasium backend only; the run's backend "
                       f"({_run_backend(cfg, state)}) ignores it", file=sys.stderr)
             continue
+        if name == "init_from":
+            if not same_init_source(value, cfg.init_from):
+                raise ConfigError(init_from_on_resume(value, cfg))
+            continue  # the run records the file it started from: kept, whatever form the rerun names it in
         if name not in RESUME_SAFE:
             if value != getattr(cfg, name):
                 safe = ", ".join("--" + n.replace("_", "-") for n in RESUME_SAFE if n != "run_dir" and n not in not_safe)

@@ -155,6 +155,8 @@ def capture(t: "Trainer") -> dict:
     pending = getattr(t, "eval_pending", None)
     if pending is not None:  # only then: every other checkpoint stays as earlier versions wrote it
         state["eval_pending"] = pending
+    if getattr(t, "stopped_by_callback", False):  # train()'s callback ended the run short of its total: the report says so
+        state["stopped_by_callback"] = True  # a resume trains on, and its checkpoints no longer hold it
     return state
 
 
@@ -586,6 +588,8 @@ def _run_meta(t: "Trainer") -> dict:
             "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(),
             "device": str(t.device), "world_size": t.dist.world_size, **git_record(),
             "env_backend": t.env.backend}
+    if getattr(t, "init_from_record", None):  # --init-from: the file it started from, its step and env (init_from.py)
+        meta["init_from"] = t.init_from_record
     try:
         from .doctor import collect
 

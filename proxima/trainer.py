@@ -147,11 +147,15 @@ class Trainer:
                               capturable=self.device.type == "cuda")
         self.obs_norm = ObsNormalizer(self.env.obs_shape, cfg.clip_obs).to(self.device) if cfg.norm_obs else None
         self.reward_scaler = RewardScaler(cfg.num_envs, cfg.gamma, cfg.clip_reward).to(self.device) if cfg.norm_reward else None
+        self.init_from_record: Optional[dict] = None  # meta.json's init_from: the checkpoint a new run started from
         if cfg.init_from is not None and resume_state is None:  # a resume reads the run's own weights
             from .init_from import load_initial_policy
 
-            with _python_words(argv is None):
-                load_initial_policy(self, cfg.init_from, quiet=self.quiet)
+            initial = load_initial_policy(self, cfg.init_from, quiet=self.quiet, python=argv is None,
+                                          run_dir=run_dir if run_dir is not None else cfg.run_dir)
+            # the file itself, absolute: config.yaml replays from any directory, and names these weights
+            # after the source run is extended or rotates its checkpoints
+            cfg.init_from = str(initial.checkpoint)
         # the buffers hold the obs as the network saw it: normalized floats under --norm-obs, even where the
         # env's tensors are uint8 (a Dict of uint8 vectors: a uint8 buffer would store them truncated)
         self.rollout = Rollout(cfg.num_steps, cfg.num_envs, self.env.obs_shape, action_shape(act_space), action_dtype(act_space), self.device,
@@ -161,6 +165,7 @@ class Trainer:
         self.iteration, self.global_step, self.elapsed = 0, 0, 0.0
         self.stopped_at_return: Optional[float] = None  # run(): the window's mean once --stop-return ended it
         self.stopped_by_callback = False  # run(): train()'s callback asked to stop before the total
+        self.last_checkpoint: Optional[Path] = None  # the newest checkpoint written or resumed from (a callback reads it)
         self.callback_error: Optional[Exception] = None  # run(): the callback's own exception, when it raised
         self.return_window: list = []  # ReturnTarget.window: the recent iterations' (return sum, episodes)
         self.autocast, self.scaler = self._amp_setup()
@@ -293,11 +298,13 @@ class Trainer:
     def run(self, resumed: bool = False, stop_after: Optional[int] = None, callback: Optional[Callable] = None) -> Path:
         """Train until ``num_iterations``; checkpoint every ``checkpoint_every`` iterations and at the end.
 
-        ``callback(row)``: called on rank 0 (the process that logs) after each iteration's row is logged, with a new dict of
-        ``iteration``, ``global_step`` and the row's metrics.csv columns (``eval/*`` when an evaluation
-        ran). A falsy return other than None ends the run after this iteration, with a checkpoint
+        ``callback(row)`` or ``callback(row, trainer)`` (callback_arity): called on rank 0 (the process that
+        logs) after each iteration's row is logged and its due checkpoint written (``last_checkpoint``),
+        with a new dict of ``iteration``, ``global_step`` and the row's metrics.csv columns (``eval/*``
+        when an evaluation ran; also for the row a resume's pending evaluation logs again). A falsy
+        return other than None ends the run after this iteration, with a checkpoint that records it
         (``stopped_by_callback``; a resume trains on to the total); its exception propagates, marked
-        by ``callback_error``, the run as its last checkpoint left it.
+        by ``callback_error``, once a checkpoint of this iteration is written.
 
         SIGINT/SIGTERM: finish the iteration, checkpoint, raise TrainingInterrupted (exit 128+signum); a
         second SIGINT exits at once, or raises KeyboardInterrupt in a run started from Python (no argv). An
@@ -312,6 +319,7 @@ class Trainer:
         SIGINT arriving during iteration ``stop_after`` (counted from the start of the run).
         """
         cfg = self.cfg
+        self.callback_takes_trainer = callback is not None and callback_arity(callback) == 2
         self._saved_at = time.monotonic()
         self.best_eval = getattr(self, "best_eval", None)  # restored from the checkpoint on resume
         last_ckpt = getattr(self, "last_checkpoint", None)
@@ -347,8 +355,8 @@ class Trainer:
                 except (NonFiniteError, DebugCheckError) as e:
                     raise type(e)(f"{e}; {self._last_good(last_ckpt)}") from None
                 if pending is not None:
-                    last_ckpt = self._run_pending_eval(pending, stop, last_ckpt)
-                while self.iteration < self.num_iterations and self.stopped_at_return is None:
+                    last_ckpt = self._run_pending_eval(pending, stop, last_ckpt, callback)
+                while self.iteration < self.num_iterations and self.stopped_at_return is None and not self.stopped_by_callback:
                     t_iter = time.perf_counter()
                     self.dist.check_test_failure(self.iteration)  # test hook, off unless PROXIMA_TEST_FAIL_RANK is set
                     try:
@@ -392,20 +400,21 @@ class Trainer:
                         self.logger.log(self.iteration, self.global_step, row)
                     if resumed and self.dist.is_main and not getattr(self, "_stale_eval_gone", False):
                         self._drop_stale_eval()
-                    asked = self._call_back(callback, row) if callback is not None else False
                     periodic = (cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0) or self._checkpoint_due()
                     signum = self.dist.agree_stop(stop.signum)  # all ranks stop at the same iteration
                     done = self.iteration == self.num_iterations or self.stopped_at_return is not None
-                    if periodic or signum or done or asked:
+                    saved = bool(periodic or signum or done)
+                    if saved:
                         stop.final = done  # a signal from here on lands after the last iteration
                         last_ckpt = self.last_checkpoint = self.save() or last_ckpt
                         self._saved_at = time.monotonic()
+                    # after this iteration's checkpoint: the callback (an SB3-style one copying it) finds it on disk
+                    if callback is not None:
+                        last_ckpt = self._call_back_then_save(callback, row, saved, stop_asked=not (signum or done),
+                                                              last_ckpt=last_ckpt)
                     if signum:
                         raise loop_stopped(signum, last_ckpt, complete=done)
-                    if self.stopped_at_return is not None:
-                        break
-                    if asked and not done:
-                        self.stopped_by_callback = True
+                    if self.stopped_at_return is not None or self.stopped_by_callback:
                         break
                 self.dist.dump_parameters(self.agent, self.iteration, self.global_step, self.run_dir)  # test hook (PROXIMA_DEBUG_DUMP_PARAMS)
                 # a signal during the final checkpoint (or after it) would be dropped as the guard exits, and the
@@ -413,25 +422,53 @@ class Trainer:
                 # stop in the loop does (a resume of the complete run evaluates). Every rank leaves the loop
                 # at the same iteration, so all of them call this collective once
                 signum = self.dist.agree_stop(stop.signum)
-                if signum:
-                    raise loop_stopped(signum, last_ckpt, complete=True)
+                if signum:  # a callback's stop is short of the total: a resume trains on
+                    raise loop_stopped(signum, last_ckpt, complete=not self.stopped_by_callback)
         finally:
             if self.logger is not None:
                 self.logger.close()
         return self.run_dir
 
-    def _call_back(self, callback: Callable, row: dict) -> bool:
-        """Whether ``callback`` (run's), called on rank 0, asks to stop after this iteration: every rank
-        learns the answer (one stopping alone would leave the others waiting in a collective)."""
-        asked = False
+    def _call_back(self, callback: Callable, row: dict) -> int:
+        """``callback`` (run's) called on rank 0 with ``row``: CALLBACK_GOES_ON, CALLBACK_STOPS (a falsy
+        answer other than None) or CALLBACK_FAILED (it raised: ``callback_error``), the same on every rank
+        (one stopping alone would leave the others waiting in a collective)."""
+        answer = CALLBACK_GOES_ON
         if self.dist.is_main:
+            row = {"iteration": self.iteration, "global_step": self.global_step, **row}
             try:
-                answer = callback({"iteration": self.iteration, "global_step": self.global_step, **row})
+                said = callback(row, self) if getattr(self, "callback_takes_trainer", False) else callback(row)
             except Exception as e:
                 self.callback_error = e  # train() raises it as it came: no env diagnosis, no wrapping
-                raise
-            asked = answer is not None and not answer
-        return bool(self.dist.agree_stop(int(asked))) if self.dist.enabled else asked
+                answer = CALLBACK_FAILED
+            else:
+                answer = CALLBACK_STOPS if said is not None and not said else CALLBACK_GOES_ON
+        return self.dist.agree_stop(answer) if self.dist.enabled else answer
+
+    def _call_back_then_save(self, callback: Callable, row: dict, saved: bool, stop_asked: bool, last_ckpt):
+        """Call ``callback`` with this iteration's ``row`` (``saved``: its checkpoint is written). A stop
+        it asks for (``stop_asked``: the run is not ending anyway) is recorded in a checkpoint at this
+        step (``stopped_by_callback``: the report tells it from a finished run; a resume, which trains
+        on, writes none), written again if one was; its exception is raised as it came once a
+        checkpoint at this step is on disk: no iteration since the last periodic one is lost. Returns
+        the last checkpoint."""
+        answer = self._call_back(callback, row)
+        if answer == CALLBACK_STOPS and stop_asked:
+            self.stopped_by_callback = True
+            last_ckpt = self.last_checkpoint = self.save() or last_ckpt
+            self._saved_at = time.monotonic()
+        elif answer == CALLBACK_FAILED:
+            if not saved:
+                try:
+                    last_ckpt = self.last_checkpoint = self.save() or last_ckpt
+                except Exception as e:  # noqa: BLE001 - the caller's own error is the one to see, a full disk noted
+                    if self.dist.is_main:
+                        print(f"proxima: note: no checkpoint after the callback's error: {e}", file=sys.stderr)
+            if self.callback_error is None:  # another rank than rank 0: it stops with it, naming its cause
+                self.callback_error = CallbackFailed(f"rank 0's train() callback raised at global step {self.global_step:,}; "
+                                                     f"{self._last_good(last_ckpt)}")
+            raise self.callback_error
+        return last_ckpt
 
     def _drop_stale_eval(self) -> None:
         """A resumed run has trained past the final evaluation of its earlier end (eval.json): that
@@ -441,14 +478,17 @@ class Trainer:
         self._stale_eval_gone = True
         remove_stale_eval(self.run_dir)
 
-    def _run_pending_eval(self, pending: dict, stop, last_ckpt):
+    def _run_pending_eval(self, pending: dict, stop, last_ckpt, callback: Optional[Callable] = None):
         """A resume from the checkpoint of a stop that left an --eval-every evaluation due (Trainer.save's
         ``eval_pending``): run it now, on the state it was due on (the checkpoint's: the evaluation's
         own seed, and the training RNGs put back after it, make it the uninterrupted run's), log that
         iteration's row again with its eval values, write best.pt if it is a new best, and write the
-        checkpoint at that step again without the pending entry, with the best_eval it leads to.
-        Returns the last checkpoint. A resume that no longer evaluates (--eval-every 0) drops it; a
-        stop during it logs the row as it was and stops with the checkpoint still recording it."""
+        checkpoint at that step again without the pending entry, with the best_eval it leads to; then
+        ``callback`` gets that row (its eval values are what an eval-threshold stop waits for): a stop
+        it asks for ends the resume there, before any training, recorded in that checkpoint
+        (_call_back_then_save). Returns the last checkpoint. A resume that no longer evaluates
+        (--eval-every 0) drops it, and the callback is not called again with the row it already had;
+        a stop during it logs the row as it was and stops with the checkpoint still recording it."""
         self.eval_pending = None
         if not self.cfg.eval_every:
             if self.logger is not None:
@@ -469,6 +509,10 @@ class Trainer:
             self.logger.flush()
         last_ckpt = self.last_checkpoint = self.save() or last_ckpt
         self._saved_at = time.monotonic()
+        if callback is not None:
+            # a run that is complete (or --stop-return ended) has nothing left that a stop would spare
+            ending = self.iteration >= self.num_iterations or self.stopped_at_return is not None
+            last_ckpt = self._call_back_then_save(callback, row, saved=True, stop_asked=not ending, last_ckpt=last_ckpt)
         return last_ckpt
 
     def _env_failure(self, e: EnvError) -> Exception:
@@ -578,6 +622,48 @@ class Trainer:
                 self.side.close()
             while self._undo:  # the last change first
                 self._undo.pop()()
+
+
+def callback_arity(callback) -> int:
+    """How train() calls ``callback``: 2 for ``f(row, trainer)`` (it names two positional parameters and
+    can be called with two), else 1 for ``f(row)``. ConfigError (one line, before the run starts) for
+    what is not callable or cannot be called with one positional argument nor two: found out only after a
+    whole iteration otherwise. A callable whose signature Python cannot read (some builtins) is taken as
+    ``f(row)``."""
+    import inspect
+
+    from .config import _short_repr as short_repr
+
+    wanted = ("expected f(row) or f(row, trainer): a function of the iteration's metrics (a dict), and optionally "
+              "the Trainer, that returns False to stop the run, or None")
+    if not callable(callback):
+        raise ConfigError(f"train(callback={short_repr(callback)}): not callable; {wanted}")
+    try:
+        signature = inspect.signature(callback)
+    except (TypeError, ValueError):
+        return 1
+    positional = [p for p in signature.parameters.values()
+                  if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    for arity in (2, 1):
+        if arity == 2 and len(positional) < 2:  # f(row, *rest) or print(*args): called with the row alone
+            continue
+        try:
+            signature.bind(*[None] * arity)
+        except TypeError:
+            continue
+        return arity
+    name = getattr(callback, "__qualname__", None) or short_repr(callback)
+    raise ConfigError(f"train(callback={name}): its signature {signature} cannot be called with one positional argument "
+                      f"(the row) nor two (the row and the trainer); {wanted}")
+
+
+#: Trainer._call_back's answers, agreed as the largest over ranks: a failure outranks a stop
+CALLBACK_GOES_ON, CALLBACK_STOPS, CALLBACK_FAILED = 0, 1, 2
+
+
+class CallbackFailed(RuntimeError):
+    """Raised under torchrun by the ranks other than rank 0 when rank 0's train() callback raised (rank 0
+    raises the callback's own exception)."""
 
 
 def _pending_eval(state: dict) -> Optional[dict]:
@@ -770,9 +856,18 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     set aside and the one before it used. An env id read from a checkpoint that would import a
     module (``module:Class``) is refused unless ``env_id`` names the same env or ``trust_run``.
 
-    callback: a function called after each iteration with its metrics (Trainer.run's ``callback``):
-    a falsy return other than None stops the run there, with a checkpoint, the end-of-run evaluation
-    and the return as for a finished run (a resume trains on); its exception is raised as it came.
+    callback: ``f(row)`` or ``f(row, trainer)``, called after each iteration once its metrics.csv row
+    is logged and its due checkpoint written (Trainer.run's ``callback``). ``row``: a dict of
+    ``iteration``, ``global_step`` and the row's columns (``eval/mean_return`` when an evaluation ran,
+    the one a stopped run's resume runs first included). ``trainer``, passed to a function of two
+    positional parameters: the Trainer, for SB3-style callbacks that reach the model:
+    ``trainer.agent`` (the network, training: read it, do not step it), ``trainer.obs_norm``,
+    ``trainer.run_dir``, ``trainer.last_checkpoint`` (the newest checkpoint file, this iteration's
+    when one was due) and ``trainer.cfg``. A falsy return other than None stops the run there, with a
+    checkpoint that records the stop (``proxima report`` says so), the end-of-run evaluation and the
+    return as for a finished run; ``train(None, resume=run_dir)`` trains on. Its exception is raised
+    as it came, after a checkpoint of that iteration is written. A callback that cannot be called
+    with one or two positional arguments is a ConfigError before the run starts.
 
     Under torchrun every process calls this (docs/distributed.md): rank 0 finds and loads the
     checkpoint and sends it to the others, so all ranks restore the same one; rank 0 alone writes
@@ -788,11 +883,10 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
 
     if config is not None and not isinstance(config, PPOConfig):
         validate(config)  # its one line for train(dict) or train("CartPole-v1"), not an AttributeError mid-setup
-    if callback is not None and not callable(callback):  # before the run: not a TypeError after its first iteration
-        from .config import _short_repr as short_repr
-
-        raise ConfigError(f"train(callback={short_repr(callback)}): expected a function of one argument (a dict of the "
-                          "iteration's metrics) that returns False to stop the run, or None")
+    if isinstance(config, PPOConfig) and not isinstance(config.env_id, str):  # before a run directory is named after it
+        raise ConfigError(env_id_refusal(config.env_id))
+    if callback is not None:  # before the run: not a TypeError after its first iteration
+        callback_arity(callback)
     for name, value in (("run_dir", run_dir), ("resume", resume)):  # as PPOConfig(run_dir='') is refused
         if isinstance(value, (str, os.PathLike)) and not os.fspath(value).strip():
             raise ConfigError(f"train({name}={os.fspath(value)!r}): empty; give a directory (or None)")
@@ -936,6 +1030,28 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
         for release in reversed(held):
             release()
     return _as_named(out_dir, named), trained_policy(trainer)
+
+
+def env_id_refusal(env_id) -> str:
+    """The line refusing a PPOConfig.env_id that is not a string: an env object (SB3's ``PPO("MlpPolicy",
+    env)``), a class or a factory function. The run builds its envs itself, num_envs of them and again for
+    each evaluation, so it takes what names the env: its id, or ``module:Class`` for a class or factory."""
+    import inspect
+
+    from .config import _short_repr as short_repr
+
+    head = f"PPOConfig.env_id = {short_repr(env_id)}: takes an env id string ('CartPole-v1') or 'module:Class'"
+    if inspect.isclass(env_id) or inspect.isfunction(env_id):
+        kind = "class" if inspect.isclass(env_id) else "function"
+        return f"{head}, not the {kind} itself; give '{env_id.__module__}:{env_id.__qualname__}'"
+    spec = getattr(env_id, "spec", None)
+    if isinstance(getattr(spec, "id", None), str):
+        kwargs = getattr(spec, "kwargs", None)
+        extra = " (and env_kwargs= for its arguments)" if kwargs else ""
+        return f"{head}, not an env object: the run builds its own envs; give its id {spec.id!r}{extra}"
+    if hasattr(env_id, "step") and hasattr(env_id, "reset"):
+        return f"{head}, not an env object: the run builds its own envs; give 'its_module:ClassName' of its class"
+    return f"{head}; for a class, give 'its_module:ClassName'"
 
 
 def _named_run_dirs(config: Optional[PPOConfig], run_dir, resume) -> list:

@@ -88,7 +88,7 @@ def test_presets_command_lists_pongs_preset_for_the_ale_id(capsys):
 def test_train_dry_run_of_an_ale_id_resolves_pongs_preset_before_building_the_env(monkeypatch, capsys):
     seen = {}
 
-    def stop(cfg, world_size=1):  # run_setup.preflight would build the env (proxima[atari])
+    def stop(cfg, world_size=1, resumed=False):  # run_setup.preflight would build the env (proxima[atari])
         seen["cfg"] = cfg
         raise ConfigError("stopped by the test")
 

@@ -23,8 +23,9 @@ def source(tmp_path_factory):
 
 
 def _config(**kw) -> PPOConfig:
-    return PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2, update_epochs=1, threads=1,
-                     progress=False, eval_episodes=0, norm_obs=True, total_timesteps=128, **kw)
+    values = dict(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2, update_epochs=1, threads=1,
+                  progress=False, eval_episodes=0, norm_obs=True, total_timesteps=128)
+    return PPOConfig(**{**values, **kw})
 
 
 def test_the_new_run_starts_with_the_checkpoints_weights_and_statistics_and_nothing_else(source, tmp_path):
@@ -56,7 +57,8 @@ def test_a_run_from_the_cli_trains_on_says_where_it_started_and_resumes_from_its
                              "--init-from", str(source), "--run-dir", str(run)], capsys)
     assert code == 0, err
     assert f"proxima: starting from the policy of {source}/checkpoints/step_000000000256.pt (CartPole-v1, step 256)" in err
-    assert "init_from: " + str(source) in (run / "config.yaml").read_text()
+    # the file loaded, absolute: the source's newest checkpoint changes as that run is extended
+    assert f"init_from: {source}/checkpoints/step_000000000256.pt\n" in (run / "config.yaml").read_text()
     assert load(run).global_step == 128  # its own steps, counted from 0
     code, _, err = run_main(["resume", str(run), "--total-timesteps", "192", "--quiet"], capsys)
     assert code == 0, err
@@ -93,3 +95,148 @@ def test_a_missing_path_is_refused_before_the_env_is_built_and_populations_refus
         train(_config(init_from=str(tmp_path / "nope")), run_dir=tmp_path / "y")
     code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--seeds", "1,2", "--init-from", str(tmp_path)], capsys)
     error_line(code, err, "--init-from is not supported with --seeds/--sweep")
+
+
+def _source_file(source) -> str:
+    return str(source / "checkpoints" / "step_000000000256.pt")
+
+
+def test_the_run_records_the_absolute_checkpoint_file_and_replays_from_another_directory(source, tmp_path, capsys,
+                                                                                       monkeypatch):
+    import json
+
+    monkeypatch.chdir(source.parent)
+    run = tmp_path / "b"
+    code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--norm-obs", "--total-timesteps", "64",
+                             "--init-from", source.name, "--run-dir", str(run), "--quiet"], capsys)  # relative, as typed
+    assert code == 0, err
+    assert f"init_from: {_source_file(source)}\n" in (run / "config.yaml").read_text()
+    assert json.loads((run / "meta.json").read_text())["init_from"] == {
+        "checkpoint": _source_file(source), "global_step": 256, "env_id": "CartPole-v1"}
+    code, _, err = run_main(["report", str(run), "--episodes", "0"], capsys)
+    assert code == 0, err
+    assert f"| started from | {_source_file(source)} (step 256 of CartPole-v1) |" in (run / "report.md").read_text()
+    monkeypatch.chdir(tmp_path)  # where runs/src names nothing: the file's path still does
+    code, out, err = run_main(["train", "--config", str(run / "config.yaml"), "--run-dir", str(tmp_path / "again"),
+                               "--dry-run"], capsys)
+    assert code == 0, err
+    assert f"init_from: {_source_file(source)}" in out
+
+
+def test_a_checkpoint_inside_the_run_directory_the_new_run_takes_is_refused(source, tmp_path, capsys):
+    import shutil
+
+    own = tmp_path / "self"
+    shutil.copytree(source, own)
+    for dry in ([], ["--dry-run"]):
+        code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--norm-obs", "--init-from", str(own), "--run-dir",
+                                 str(own), "--overwrite", *dry], capsys)
+        assert error_line(code, err) == (f"proxima train: error: --init-from {own}: {own}/checkpoints/step_000000000256.pt "
+                                         f"is inside --run-dir {own}, which this new run takes; copy the checkpoint out of "
+                                         "it, or give another --run-dir")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["self"]  # --overwrite moved nothing aside
+
+
+@pytest.mark.parametrize("flags, given, line", [
+    (["Acrobot-v1", "--norm-obs"], "{source}", "its policy acts on the observation space Box(..., (4,), float32), and "
+     "Acrobot-v1's is Box(..., (6,), float32); it can only start a run on an env of the same spaces"),
+    (["CartPole-v1", "--no-norm-obs"], "{source}", "its network has norm_obs True, this run's False; give --norm-obs to "
+     "start from it"),
+    (["CartPole-v1", "--norm-obs"], "{source}/config.yaml", "{source}/config.yaml: not a Proxima checkpoint"),
+    (["CartPole-v1", "--norm-obs"], "{empty}", "{empty}: not a Proxima run directory (no checkpoints/step_*.pt inside)"),
+])
+def test_the_dry_run_checks_the_checkpoint_as_the_run_would(source, tmp_path, capsys, flags, given, line):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    given = given.format(source=source, empty=empty)
+    code, out, err = run_main(["train", flags[0], *TINY_RUN, *flags[1:], "--init-from", given, "--dry-run"], capsys)
+    line = line.format(source=source, empty=empty)
+    assert error_line(code, err).startswith(f"proxima train: error: --init-from {given}: {line}")
+    assert out == ""
+
+
+def test_the_checkpoints_folder_is_read_as_its_run(source, tmp_path, capsys):
+    run = tmp_path / "b"
+    code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--norm-obs", "--total-timesteps", "64",
+                             "--init-from", str(source / "checkpoints"), "--run-dir", str(run)], capsys)
+    assert code == 0, err
+    assert f"starting from the policy of {_source_file(source)} (CartPole-v1, step 256)" in err
+
+
+def test_python_refusals_name_the_fields_as_a_python_caller_sets_them(source, tmp_path):
+    from proxima import train
+
+    cfg = _config(init_from=str(source))
+    cfg.norm_obs = False
+    with pytest.raises(ConfigError, match=r"^PPOConfig.init_from = '.*': its network has norm_obs True, this run's False; "
+                                          r"give norm_obs=True to start from it$"):
+        train(cfg, run_dir=tmp_path / "a", quiet=True)
+    with pytest.raises(ConfigError, match=r"its network has hidden_sizes \[64, 64\], this run's \[32, 32\]; give "
+                                          r"hidden_sizes=\[64, 64\] to start from it$"):
+        train(_config(init_from=str(source), hidden_sizes=[32, 32]), run_dir=tmp_path / "b", quiet=True)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_resume_with_init_from_says_none_and_how_to_start_a_new_run_from_it(source, tmp_path, capsys):
+    run = tmp_path / "b"
+    code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--norm-obs", "--total-timesteps", "64", "--run-dir",
+                             str(run), "--quiet"], capsys)
+    assert code == 0, err
+    code, _, err = run_main(["resume", str(run), "--init-from", str(source)], capsys)
+    assert error_line(code, err) == (f"proxima resume: error: --init-from {source}: a resume continues from the run's own "
+                                     "checkpoints (the run was trained with --init-from none); to start a new run from "
+                                     f"that policy: proxima train CartPole-v1 --init-from {source} --run-dir NEW_DIR")
+    from proxima import train
+
+    with pytest.raises(ConfigError, match=r"^PPOConfig.init_from = '.*': a resume continues from the run's own checkpoints "
+                                          r"\(the run was trained with init_from=None\); to start a new run from that "
+                                          r"policy: train\(PPOConfig\(env_id='CartPole-v1', init_from='.*', \.\.\.\), "
+                                          r"run_dir=NEW_DIR\)$"):
+        train(_config(init_from=str(source)), resume=run, quiet=True)
+
+
+def test_a_rerun_of_the_same_script_with_resume_auto_resumes_from_its_own_checkpoint(source, tmp_path, capsys):
+    """The run records the file it loaded; the script names the source directory (relative or not) again."""
+    from proxima import train
+
+    cfg = _config(init_from=str(source), total_timesteps=128, checkpoint_every=1)
+    train(cfg, run_dir=tmp_path / "b", quiet=True, evaluate_at_end=False, callback=lambda row: row["iteration"] < 1)
+    _, policy = train(cfg, run_dir=tmp_path / "b", resume="auto", quiet=True, evaluate_at_end=False)
+    assert policy.global_step == 128
+
+
+def test_an_env_object_or_class_as_env_id_is_a_config_error_naming_the_field(tmp_path, monkeypatch):
+    import gymnasium as gym
+
+    monkeypatch.chdir(tmp_path)  # the default run directory, runs/..., would be named here
+    from proxima import train
+    from proxima.envs.classic import CartPole
+
+    env = gym.make("CartPole-v1")
+    try:
+        with pytest.raises(ConfigError, match=r"^PPOConfig.env_id = <TimeLimit.*: takes an env id string \('CartPole-v1'\) or "
+                                              r"'module:Class', not an env object: the run builds its own envs; give its id "
+                                              r"'CartPole-v1'$"):
+            train(_config(env_id=env), quiet=True)
+    finally:
+        env.close()
+    with pytest.raises(ConfigError, match=r"not the class itself; give 'proxima.envs.classic:CartPole'$"):
+        train(_config(env_id=CartPole), quiet=True)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_resume_and_its_dry_run_do_not_need_the_source_any_more(source, tmp_path, capsys):
+    import shutil
+
+    copy, run = tmp_path / "src", tmp_path / "b"
+    shutil.copytree(source, copy)
+    code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--norm-obs", "--total-timesteps", "64", "--init-from",
+                             str(copy), "--run-dir", str(run), "--quiet"], capsys)
+    assert code == 0, err
+    shutil.rmtree(copy)  # its init_from is history: the run goes on from its own checkpoints
+    code, out, err = run_main(["train", "--resume", str(run), "--total-timesteps", "128", "--dry-run"], capsys)
+    assert code == 0, err
+    assert "total_timesteps: 128" in out
+    code, _, err = run_main(["resume", str(run), "--total-timesteps", "128", "--quiet"], capsys)
+    assert code == 0, err
+    assert load(run).global_step == 128

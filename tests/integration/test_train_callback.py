@@ -5,6 +5,7 @@ import csv
 import math
 
 import pytest
+import torch
 
 from proxima import PPOConfig, load, train
 from proxima.config import ConfigError
@@ -90,6 +91,159 @@ def test_the_callbacks_own_exception_comes_back_as_it_was_raised_and_the_run_sta
 
 
 def test_a_callback_that_is_not_callable_is_refused_before_the_run_starts(tmp_path):
-    with pytest.raises(ConfigError, match=r"train\(callback=5\): expected a function of one argument"):
+    with pytest.raises(ConfigError, match=r"train\(callback=5\): not callable; expected f\(row\) or f\(row, trainer\)"):
         train(PPOConfig(**TINY), run_dir=tmp_path / "r", callback=5)
     assert not (tmp_path / "r").exists()
+
+
+def no_args():
+    pass
+
+
+@pytest.mark.parametrize("callback, shown", [
+    (no_args, r"no_args\): its signature \(\) cannot be called"),
+    (lambda row, trainer, extra: None, r"<lambda>\): its signature \(row, trainer, extra\) cannot be called"),
+    (lambda row, *, every: None, r"<lambda>\): its signature \(row, \*, every\) cannot be called"),
+])
+def test_a_callback_of_another_signature_is_refused_in_one_line_before_the_run_starts(tmp_path, callback, shown):
+    with pytest.raises(ConfigError, match=r"^train\(callback=" + shown + r" with one positional argument \(the row\) nor two "
+                                          r"\(the row and the trainer\); expected f\(row\) or f\(row, trainer\)") as caught:
+        train(PPOConfig(**TINY), run_dir=tmp_path / "r", callback=callback)
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "r").exists()  # refused before anything was built or written
+
+
+def test_the_callback_runs_after_the_iterations_due_checkpoint_and_a_two_parameter_one_gets_the_trainer(tmp_path):
+    from proxima.trainer import Trainer
+
+    run_dir = tmp_path / "r"
+    seen = []
+
+    def newest(row):  # one parameter: as before, the row alone
+        seen.append((row["global_step"], sorted(p.name for p in (run_dir / "checkpoints").glob("step_*.pt"))[-1:]))
+
+    train(PPOConfig(**{**TINY, "checkpoint_every": 2, "keep_checkpoints": 10}), run_dir=run_dir, quiet=True,
+          evaluate_at_end=False, callback=newest)
+    # every second iteration's checkpoint (and the last) is on disk when the callback sees that iteration
+    assert seen == [(64, []), (128, ["step_000000000128.pt"]), (192, ["step_000000000128.pt"]),
+                    (256, ["step_000000000256.pt"]), (320, ["step_000000000256.pt"]), (384, ["step_000000000384.pt"])]
+
+    got = []
+
+    def with_trainer(row, trainer):  # an SB3 CheckpointCallback: reaches the model and the checkpoint just written
+        assert isinstance(trainer, Trainer) and trainer.run_dir == tmp_path / "t"
+        saved = torch.load(trainer.last_checkpoint, weights_only=True)["agent"]
+        got.append((row["iteration"], trainer.global_step, trainer.last_checkpoint.name,
+                    all(torch.equal(saved[k], v) for k, v in trainer.agent.state_dict().items())))
+
+    train(PPOConfig(**{**TINY, "checkpoint_every": 1, "total_timesteps": 128}), run_dir=tmp_path / "t", quiet=True,
+          evaluate_at_end=False, callback=with_trainer)
+    assert got == [(1, 64, "step_000000000064.pt", True), (2, 128, "step_000000000128.pt", True)]
+
+
+def test_an_exception_in_the_callback_writes_a_checkpoint_of_that_iteration_first(tmp_path):
+    class Down(Exception):
+        pass
+
+    def fails_at(n):
+        def callback(row):
+            if row["iteration"] == n:
+                raise Down("wandb is down")
+        return callback
+
+    config = PPOConfig(**{**TINY, "checkpoint_every": 50})  # no periodic checkpoint in the run's 6 iterations
+    with pytest.raises(Down):
+        train(config, run_dir=tmp_path / "r", quiet=True, callback=fails_at(4))
+    assert [p.name for p in sorted((tmp_path / "r" / "checkpoints").glob("step_*.pt"))] == ["step_000000000256.pt"]
+    _, policy = train(None, resume=tmp_path / "r", quiet=True, evaluate_at_end=False)
+    assert policy.global_step == 384 and len(_rows(tmp_path / "r")) == 6  # nothing trained twice, nothing lost
+    # in a new run's first iteration too: a run that can be resumed, not a directory that blocks the same call
+    with pytest.raises(Down):
+        train(config, run_dir=tmp_path / "first", quiet=True, callback=fails_at(1))
+    _, policy = train(None, resume=tmp_path / "first", quiet=True, evaluate_at_end=False)
+    assert policy.global_step == 384
+
+
+def _stopped_with_an_evaluation_due(run_dir):
+    """A run stopped (as by SIGTERM) in iteration 2, whose --eval-every evaluation was then due: the
+    checkpoint records it as pending, and metrics.csv's row 2 has no eval value yet."""
+    from proxima.trainer import Trainer, TrainingInterrupted
+
+    config = PPOConfig(**{**TINY, "eval_every": 128, "eval_episodes": 1})
+    trainer = Trainer(config, run_dir=run_dir, quiet=True)
+    try:
+        with pytest.raises(TrainingInterrupted):
+            trainer.run(stop_after=2)
+    finally:
+        trainer.close()
+    assert _rows(run_dir)[-1]["eval/mean_return"] == ""
+
+
+def test_a_resume_calls_back_with_the_row_its_pending_evaluation_logs_again(tmp_path):
+    run_dir = tmp_path / "r"
+    _stopped_with_an_evaluation_due(run_dir)
+    seen = []
+    train(None, resume=run_dir, quiet=True, evaluate_at_end=False, callback=seen.append)
+    assert [r["iteration"] for r in seen] == [2, 3, 4, 5, 6]
+    assert seen[0]["global_step"] == 128
+    logged = _rows(run_dir)
+    assert seen[0]["eval/mean_return"] == pytest.approx(float(logged[1]["eval/mean_return"]))
+
+
+def test_a_stop_asked_on_the_pending_evaluations_row_ends_the_resume_there_recorded(tmp_path, capsys):
+    run_dir = tmp_path / "r"
+    _stopped_with_an_evaluation_due(run_dir)
+    capsys.readouterr()
+    seen = []
+
+    def over_threshold(row):  # an eval-threshold early stop: the pending evaluation is the one that crosses it
+        seen.append(row["iteration"])
+        return "eval/mean_return" not in row
+
+    _, policy = train(None, resume=run_dir, quiet=False, evaluate_at_end=False, callback=over_threshold)
+    assert seen == [2] and policy.global_step == 128 and len(_rows(run_dir)) == 2  # nothing trained past it
+    assert "stopped at global step 128 (iteration 2 of 6): the callback asked to stop" in capsys.readouterr().err
+    files = sorted((run_dir / "checkpoints").glob("step_*.pt"))
+    assert [p.name for p in files] == ["step_000000000128.pt"]
+    state = torch.load(files[-1], weights_only=True)
+    assert state.get("stopped_by_callback") is True and "eval_pending" not in state
+    _, resumed = train(None, resume=run_dir, quiet=True, evaluate_at_end=False)  # trains on, the evaluation not run again
+    assert resumed.global_step == 384 and [r["iteration"] for r in _rows(run_dir)] == [str(i) for i in range(1, 7)]
+    assert "stopped_by_callback" not in torch.load(sorted((run_dir / "checkpoints").glob("step_*.pt"))[-1], weights_only=True)
+
+
+def test_the_report_says_a_run_the_callback_stopped_is_short_of_its_total(tmp_path, capsys):
+    from tests.cli_helpers import run_main
+
+    run_dir = tmp_path / "r"
+    # iteration 3 writes its periodic checkpoint before the callback asks to stop: written again, recording the stop
+    train(PPOConfig(**{**TINY, "eval_episodes": 1, "checkpoint_every": 3}), run_dir=run_dir, quiet=True,
+          callback=lambda row: row["iteration"] < 3)
+    assert (run_dir / "eval.json").is_file()  # the end-of-run evaluation ran, as for a finished run
+    code, _, err = run_main(["report", str(run_dir)], capsys)
+    assert code == 0, err
+    assert (f"| steps | 192 of 384 steps so far (stopped by train()'s callback; `proxima.train(None, resume='{run_dir}')` "
+            "trains on) |") in (run_dir / "report.md").read_text()
+    train(None, resume=run_dir, quiet=True)
+    code, _, err = run_main(["report", str(run_dir)], capsys)
+    assert code == 0, err
+    assert "| steps | 384 |" in (run_dir / "report.md").read_text()
+
+
+def test_a_signal_after_the_callbacks_stop_does_not_call_the_run_complete(tmp_path):
+    import os
+    import signal
+
+    from proxima.trainer import TrainingInterrupted
+
+    def interrupted_as_it_stops(row):  # Ctrl-C lands once the stop's checkpoint is written
+        if row["iteration"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+            return False
+
+    with pytest.raises(TrainingInterrupted) as caught:
+        train(PPOConfig(**TINY), run_dir=tmp_path / "r", quiet=True, callback=interrupted_as_it_stops)
+    assert caught.value.checkpoint.name == "step_000000000128.pt"
+    assert "training is complete" not in str(caught.value)  # 2 of 6 iterations: a resume trains on
+    _, policy = train(None, resume=tmp_path / "r", quiet=True, evaluate_at_end=False)
+    assert policy.global_step == 384
