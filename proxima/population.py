@@ -602,6 +602,11 @@ class Population:
             print(f"proxima: note: {self.env.backend} envs cannot restore their state; the resumed population restarts "
                   "episodes", file=sys.stderr)
             ckpt.set_rng_state(state["rng"])
+            # async workers' global RNGs too, before the reset that draws from them (as train_state.restore
+            # does): else every resume's restarted episodes would draw the np.random numbers of the run's start
+            reseed_workers = getattr(self.env, "reseed_workers", None)
+            if reseed_workers is not None:
+                reseed_workers(self.iteration)
             self.next_obs.copy_(self.env.reset(seed=self.cfg.seed + self.iteration))
             if self.obs_norm is not None:
                 saved = self._statistics_now()

@@ -10,6 +10,7 @@ import json
 import random
 
 import numpy as np
+import pytest
 import torch
 
 from proxima.envs.gym_adapter import _seed_worker
@@ -74,10 +75,27 @@ def test_a_resumed_workers_streams_differ_from_the_runs_start_and_repeat_for_the
     assert _draws(7, 1, 2) == resumed  # the same checkpoint, the same numbers
     assert _draws(7, 1, 3)[0] != resumed[0]  # another iteration, others
     assert _draws(7, 0, 2)[0] != resumed[0]  # each env its own, as at the start
+    # a resume at iteration k draws as child k of the fresh worker's SeedSequence (its spawn key), the env's own
+    # entropy kept: words of [seed, index + k] would be another env's
+    child = np.random.SeedSequence([7, 1]).spawn(3)[2]
+    assert resumed[0] == np.random.RandomState(child.generate_state(10)[:4]).randint(1 << 30, size=4).tolist()
+
+
+def test_a_workers_numpy_and_python_streams_are_not_one_stream():
+    """Both are MT19937: seeded from the same words, random.random() would be np.random.random_sample()."""
+    states = np.random.get_state(), random.getstate()
+    try:
+        for resumed_at in (0, 2):
+            _seed_worker(7, 1, resumed_at)
+            assert np.random.random_sample(3).tolist() != [random.random() for _ in range(3)]
+    finally:
+        np.random.set_state(states[0])
+        random.setstate(states[1])
 
 
 #: the reset obs of 2 async workers: at the start (seed 5); after reseed_workers(2) and reset(seed 7), as
-#: train_state.restore does, on the same vector env and on a second one built afresh; then a sync env's
+#: train_state.restore does, on the same vector env and on a second one built afresh; after reseed_workers(3)
+#: (a resume from another checkpoint) and the same reset(seed 7); then a sync env's
 _VECTOR = """
 import json
 from proxima.envs.gym_adapter import GymnasiumEnv
@@ -93,6 +111,11 @@ env = GymnasiumEnv("draws_env:Draws", 2, vector="async", seed=5)
 env.reset(seed=5)
 env.reseed_workers(2)
 out["again"] = env.reset(seed=7).tolist()
+env.close()
+env = GymnasiumEnv("draws_env:Draws", 2, vector="async", seed=5)
+env.reset(seed=5)
+env.reseed_workers(3)
+out["other"] = env.reset(seed=7).tolist()
 env.close()
 seed_everything(5)
 env = GymnasiumEnv("draws_env:Draws", 2, vector="sync", seed=5)
@@ -113,6 +136,8 @@ def test_reseed_workers_gives_each_async_worker_new_draws_and_leaves_sync_envs_a
         assert out["resumed"][env][0] != out["start"][env][0], out  # np.random
         assert out["resumed"][env][1] != out["start"][env][1], out  # random
     assert out["again"] == out["resumed"]
+    for env in (0, 1):  # the iteration resumed at is part of the workers' seeds, not only whether it is a resume
+        assert out["other"][env][0] != out["resumed"][env][0], out
     # --vector sync: the envs draw from the main process's stream, which the resume restores itself
     assert [round(row[0] * 30) for row in out["sync"]] == np.random.RandomState(5).randint(2, 30, size=2).tolist()
 
@@ -126,8 +151,38 @@ def _lengths(log) -> dict:
     return drawn
 
 
-#: a 2-iteration async run (2 envs x 16 steps), then two resumes to 4 iterations from copies of its checkpoint;
-#: each run's draws moved from the env's log to a file of its own
+def test_a_worker_gone_before_the_resume_is_named_at_resume(tmp_path):
+    """Reseeding is the resume's first call into the workers: a worker that died is told there, not at reset."""
+    (tmp_path / "draws_env.py").write_text(DRAWS_ENV)
+    program = """
+import os, signal, sys
+sys.path.insert(0, ".")
+from proxima.envs.base import EnvError
+from proxima.envs.gym_adapter import GymnasiumEnv
+
+env = GymnasiumEnv("draws_env:Draws", 2, vector="async", seed=5)
+env.reset(seed=5)
+worker = env.envs.processes[0]
+os.kill(worker.pid, signal.SIGKILL)
+worker.join(10)
+try:
+    env.reseed_workers(2)
+except EnvError as e:
+    print(e)
+else:
+    print("no error")
+env.close()
+"""
+    result = isolated(["-c", program], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == (
+        "env 'draws_env:Draws' (--vector async): the worker process of env 0 ended at resume (killed by SIGKILL: "
+        "out of memory (the kernel's OOM killer), or killed by hand?)")
+
+
+#: a 2-iteration async run (2 envs x 16 steps; a population: 2 members' 2 envs each), then two resumes to
+#: 4 iterations from copies of its checkpoint; each run's draws moved from the env's log to a file of its own;
+#: the seed flags are the program's arguments
 _RUNS = """
 import shutil, sys
 from pathlib import Path
@@ -137,7 +192,7 @@ from proxima import cli
 log = Path("draws.log")
 args = ["--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "0",
         "--no-progress", "--threads", "1", "--quiet"]
-code = cli.main(["train", "draws_env:Draws", "--vector", "async", "--num-envs", "2", "--seed", "3", "--env-kwargs",
+code = cli.main(["train", "draws_env:Draws", "--vector", "async", "--num-envs", "2", *sys.argv[1:], "--env-kwargs",
                  '{"log": "%s"}' % log.resolve(), "--total-timesteps", "64", "--run-dir", "A", *args])
 assert code == 0, code
 log.rename("fresh.log")
@@ -149,17 +204,21 @@ for run in ("A", "B"):
 """
 
 
-def test_a_resumed_async_run_draws_anew_and_two_resumes_draw_alike(tmp_path):
+# a population restores through Population.load_state_dict, not train_state.restore: it reseeds its workers too
+@pytest.mark.parametrize("seeds, workers", [(["--seed", "3"], 2), (["--seeds", "1,2"], 4)], ids=["run", "population"])
+def test_a_resumed_async_run_draws_anew_and_two_resumes_draw_alike(tmp_path, seeds, workers):
     """The reviewer's run (probes:GlobalLog): every resume's workers drew the numbers the run's start had drawn."""
     (tmp_path / "draws_env.py").write_text(DRAWS_ENV)
-    result = isolated(["-c", _RUNS], tmp_path, timeout=240)
+    result = isolated(["-c", _RUNS, *seeds], tmp_path, timeout=240)
     assert result.returncode == 0, result.stderr
     # the worker of env i is not known by its pid: each run's sequences compared as a set
     fresh, a, b = (sorted(_lengths(tmp_path / f"{name}.log").values()) for name in ("fresh", "A", "B"))
-    assert len(fresh) == len(a) == len(b) == 2
+    assert len(fresh) == len(a) == len(b) == workers
     for drawn in a:
         # its first reset is the trainer's at construction (the run's seed alone), whose episodes restore's reset replaces
         after = drawn[1:]
         assert len(after) >= 2, a
+        # restore's reset is the first draw of the reseeded stream: reseeded after it, it drew the fresh run's 2nd number
+        assert all(after[0] != start[1] for start in fresh), (a, fresh)
         assert all(after != start[1:1 + len(after)] and after != start[:len(after)] for start in fresh), (a, fresh)
     assert a == b  # two resumes from one checkpoint draw the same numbers

@@ -39,6 +39,14 @@ class Base(gym.Env):
         return np.array([np.nan if bad else 0.0, 0.0], np.float32), 1.0, False, self.t >= 4, {}
 
 
+class Term(Base):
+    """Base whose episodes terminate (the env's own end, not a time limit) where Base's are truncated."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, truncated, False, info
+
+
 class InitFail(gym.Env):
     def __init__(self):
         raise FileNotFoundError("assets/level1.xml")
@@ -88,9 +96,21 @@ def test_a_nan_observation_names_reset_only_where_the_step_ended_the_episode_wit
     assert line.startswith(f"proxima train: error: non-finite observation{values} from env 0 {where} with: {check(nan)}; "), line
 
 
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_terminated_episodes_nan_reset_is_named_as_a_truncated_ones(envs35, capsys, debug):
+    """--debug-checks reads the autoreset from terminated as well as truncated: Base's episodes only truncate."""
+    code, _, err = run_main(["train", "msgs35_envs:Term", *TINY_RUN, "--total-timesteps", "64", "--run-dir", "R",
+                             *(["--debug-checks"] if debug else [])], capsys)
+    values = " [nan, 0]" if debug else ""
+    assert error_line(code, err).startswith(
+        f"proxima train: error: non-finite observation{values} from env 0 at reset (after env step 4, global step 16); "
+        "check the env's reset() with: proxima check-env msgs35_envs:Term; "), err
+
+
 @pytest.mark.parametrize("nan, where", [
     ("reset", "at reset (after step 8 of that member); check the env's reset()"),
     ("both", "at step 8 of that member; check the env's step()"),
+    ("step", "at step 4 of that member; check the env's step()"),  # mid-episode: no episode ended before it
 ])
 def test_a_population_names_reset_as_a_single_run_does(envs35, capsys, nan, where):
     code, _, err = run_main(["train", "msgs35_envs:Base", "--env-kwargs", f'{{"nan": "{nan}"}}', "--seeds", "1-2",

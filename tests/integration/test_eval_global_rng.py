@@ -37,6 +37,21 @@ class Drawn(gym.Env):
     def step(self, action):
         self.t += 1
         return np.zeros(2, np.float32), random.random(), self.t >= self.length, False, {}
+
+
+class Told(gym.Env):
+    """One-step episodes whose reward is the np.random number its reset drew: the stream, read off the returns."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.drawn = float(np.random.rand())
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), self.drawn, True, False, {}
 '''
 MODULE = "evalrng_envs"
 
@@ -92,3 +107,19 @@ def test_evaluate_leaves_the_callers_streams_as_they_were(capsys):
         after = caller_draws()
         np.random.set_state(saved[0]), random.setstate(saved[1]), torch.set_rng_state(saved[2])
         assert after == caller_draws()
+
+
+def test_evaluate_seeds_numpys_stream_with_the_eval_seed_itself(capsys):
+    """global_streams(seed), as seed_everything(seed) seeds a run: `proxima eval --seed S` of an env drawing from
+    np.random draws what a script that calls np.random.seed(S) draws (the env seeds themselves are S + i)."""
+    from proxima import load
+    from proxima.evaluate import evaluate
+
+    code, _, err = run_main(["train", f"{MODULE}:Told", "--backend", "gymnasium", *TINY_RUN, "--total-timesteps", "64",
+                             "--run-dir", "T", "--quiet"], capsys)
+    assert code == 0, err
+    policy = load("T", trust_env=True)
+    for seed in (5, 123):
+        # the sync vector env resets envs 0 and 1 in order: the stream's first two numbers (rewards are float32)
+        want = np.random.RandomState(seed).rand(2).astype(np.float32).tolist()
+        assert evaluate(policy, episodes=2, seed=seed)["returns"] == want, seed

@@ -117,3 +117,29 @@ def test_two_flags_of_one_meaning_get_one_answer(capsys):
                              "--wandb-entity", "e"], capsys)
     line = error_line(code, err)
     assert line.count("--num-minibatches") == 1 and line.count("Weights & Biases") == 1, line
+
+
+# --- where the hint must not be given, or must be given exactly ---------------------------------------------------------
+@pytest.mark.parametrize("argv, line", [
+    # report has neither --env nor a positional ENV_ID: no advice to write one
+    (["report", "R", "--env-id", "X"], "proxima report: error: unrecognized arguments: --env-id X (see proxima report --help)"),
+    # the word after --env-id is the next flag, not the env: the placeholder, never "proxima train --num-envs"
+    (["train", "--env-id", "--num-envs", "2"], "proxima train: error: unrecognized arguments: --env-id; the env is the "
+     "positional ENV_ID, no flag: proxima train ENV_ID (see proxima train --help)"),
+    # the command line shown is one the shell runs: an env id with a space quoted
+    (["train", "--env-id", "a b"], "proxima train: error: unrecognized arguments: --env-id; the env is the positional "
+     "ENV_ID, no flag: proxima train 'a b' (see proxima train --help)"),
+    # eval takes no tracking advice (that is train's and resume's): difflib's nearest flag only
+    (["eval", "R", "--track"], "proxima eval: error: unrecognized arguments: --track; did you mean --backend? "
+     "(see proxima eval --help)"),
+    # the negated form of a foreign flag whose note is about its value: the flag alone, no note
+    (["train", "CartPole-v1", "--no-clip-range-vf"], "proxima train: error: unrecognized arguments: --no-clip-range-vf; "
+     "did you mean --no-clip-vloss? (see proxima train --help)"),
+    # a capitalised foreign flag is still theirs (difflib finds no flag near --Batch-Size)
+    (["train", "CartPole-v1", "--Batch-Size", "64"], "proxima train: error: unrecognized arguments: --Batch-Size 64; "
+     f"did you mean --num-minibatches {MINIBATCH_NOTE}? (see proxima train --help)"),
+], ids=["no-env-on-report", "flag-after-env-id", "quoted-env", "no-tracking-advice-on-eval", "negated-no-note", "capitalised"])
+def test_foreign_hints_only_where_they_apply(argv, line, capsys):
+    code, out, err = run_main(argv, capsys)
+    assert error_line(code, err) == line
+    assert out == ""

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 import yaml
@@ -174,9 +175,11 @@ def test_single_run_dry_run_yaml_is_stdout_alone(noisy, capfd):
 
 
 # ------------------------------------------------------------------------------- a real process
-def test_population_dry_run_in_a_process_keeps_c_printf_off_stdout(tmp_path):
+def test_population_dry_run_in_a_process_keeps_c_printf_off_stdout(tmp_path, monkeypatch):
     """A real fd 1 (a pipe): the JSON line is written with fd 1 pointed back at it; C's stdio buffer
     of the env's printf is flushed to stderr before it is, not at exit onto stdout after the JSON."""
+    # block-buffered, as `proxima train ... | jq` is: with PYTHONUNBUFFERED every write would flush itself
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
     (tmp_path / f"{MODULE}.py").write_text(ENVS)
     result = isolated(["-c", "import sys; sys.path.insert(0, '.'); from proxima.cli import entry; entry()",
                        "train", f"{MODULE}:NC", "--seeds", "1,2", "--dry-run", "--num-envs", "2"], tmp_path)
@@ -184,3 +187,84 @@ def test_population_dry_run_in_a_process_keeps_c_printf_off_stdout(tmp_path):
     doc = json.loads(result.stdout)
     assert (doc["members"], doc["config"]["env_id"]) == (2, f"{MODULE}:NC")
     _noise_on_stderr(result.stderr, "N: loading simulator assets", "N: fd1 loading", "N: C printf")
+
+
+# ------------------------------------------------------------------------------- the flushes, in a block-buffered pipe
+#: (what the process runs, its stdout, its stderr): each is what a buffer left unflushed at one point would misroute
+BUFFERED = {
+    # the pre-block flush: what was printed before the block is stdout's, not stderr's
+    "printed-before": ("""
+        print("before")
+        with machine_stdout() as out:
+            print("{}", file=out)
+        """, "before\n{}\n", ""),
+    # the flush after each write: the JSON leaves the buffer while fd 1 is the real stdout
+    "json-line": ("""
+        with machine_stdout() as out:
+            print("noise")
+            print('{"a": 1}', file=out)
+            print("more noise")
+        """, '{"a": 1}\n', "noise\nmore noise\n"),
+    # fd 1 goes back to stderr after each write: bench --json writes several lines, the env runs between them
+    "fd1-between-lines": ("""
+        with machine_stdout() as out:
+            print('{"a": 1}', file=out)
+            os.write(1, b"late fd noise\\n")
+            print('{"b": 2}', file=out)
+        """, '{"a": 1}\n{"b": 2}\n', "late fd noise\n"),
+    # a library's write through the sys.stdout it took before the block: flushed to stderr before the JSON's
+    "held-reference": ("""
+        old = sys.stdout
+        with machine_stdout() as out:
+            old.write("held noise\\n")
+            print('{"a": 1}', file=out)
+        """, '{"a": 1}\n', "held noise\n"),
+    # ... and at the block's end, before fd 1 is the real stdout again
+    "held-reference-at-exit": ("""
+        old = sys.stdout
+        with machine_stdout() as out:
+            print('{"a": 1}', file=out)
+            old.write("held noise\\n")
+        print("after")
+        """, '{"a": 1}\nafter\n', "held noise\n"),
+    # a C printf made before the block is stdout's, flushed there before the diversion
+    "c-printf-before": ("""
+        ctypes.CDLL(None).printf(b"c before\\n")
+        with machine_stdout() as out:
+            print('{"a": 1}', file=out)
+        """, 'c before\n{"a": 1}\n', ""),
+    # a nested block shares the outer one's real stdout (its JSON is not sent to stderr) and diversion
+    "nested": ("""
+        with machine_stdout() as a:
+            with machine_stdout() as b:
+                print('{"a": 1}', file=b)
+                os.write(1, b"inner noise\\n")
+            os.write(1, b"outer noise\\n")
+            print('{"b": 1}', file=a)
+        """, '{"a": 1}\n{"b": 1}\n', "inner noise\nouter noise\n"),
+    # the stream handed out, written after the block: to stdout, not to a closed (or reused) fd
+    "stream-after-block": ("""
+        with machine_stdout() as out:
+            pass
+        print("late", file=out)
+        os.write(1, b"fd after\\n")
+        """, "late\nfd after\n", ""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUFFERED))
+def test_machine_stdout_in_a_block_buffered_pipe(name, tmp_path, monkeypatch):
+    code, want_out, want_err = BUFFERED[name]
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)  # a pipe's stdout is block-buffered: only flushes move it
+    program = "import ctypes, os, sys\nfrom proxima.terminal import machine_stdout\n" + textwrap.dedent(code)
+    result = isolated(["-c", program], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (result.stdout, result.stderr) == (want_out, want_err)
+
+
+def test_machine_stdout_closes_the_copy_of_fd1_it_made():
+    before = sorted(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        with machine_stdout():
+            pass
+    assert sorted(os.listdir("/proc/self/fd")) == before  # bench --json, one block per env: one fd leaked each
