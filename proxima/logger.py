@@ -1,5 +1,6 @@
 """Run logging: TensorBoard events, metrics.csv (one row per iteration) and a progress bar (on a
-terminal; elsewhere a plain progress line every LINE_SECONDS and at the end).
+terminal; elsewhere a plain progress line after the first iteration, then every LINE_SECONDS, and at
+the end).
 
 Metric names follow the common convention (DESIGN.md): charts/episodic_return,
 charts/episodic_length, charts/SPS, charts/learning_rate, losses/policy_loss, losses/value_loss,
@@ -729,7 +730,8 @@ LINE_SECONDS = 30.0
 class LineProgress:
     """The progress bar where stderr is not a terminal (a log file, a pipe): tqdm's '\\r' frames there
     pile up on one physical line that grows all run (~0.5 MB an hour). Instead one newline-terminated
-    line at most every ``interval`` seconds, and one at the end (the last step, or ``close``), each
+    line after the first update (a job's log shows at once that training runs, and its speed), then at
+    most every ``interval`` seconds, and one at the end (the last step, or ``close``), each
     with the postfix set before the update it follows. The attributes RunLogger uses of tqdm's
     (``n``, ``total``, ``update``, ``set_postfix_str``, ``close``) and nothing more."""
 
@@ -738,7 +740,7 @@ class LineProgress:
         self.interval = float(LINE_SECONDS if interval is None else interval)
         self.postfix = ""
         self._start = time.monotonic()
-        self._due = self._start + self.interval
+        self._due = self._start  # the first update's line is due at once
         self._shown = initial  # no line until a step is made: a resume's first line is its first progress
 
     def set_postfix_str(self, text: str, refresh: bool = True) -> None:

@@ -153,18 +153,18 @@ def test_without_a_terminal_progress_is_plain_lines_at_an_interval(monkeypatch, 
         assert re.fullmatch(rf"step {20 * i}/200 \({10 * i}%\) 0:00:0\d \| SPS {20 * i} \| return {i}\.0", line), line
 
 
-def test_line_progress_waits_its_interval_and_ends_with_the_last_step(monkeypatch):
+def test_line_progress_shows_the_first_step_waits_its_interval_and_ends_with_the_last_step(monkeypatch):
     clock = [100.0]
     monkeypatch.setattr("proxima.logger.time.monotonic", lambda: clock[0])
     stream = io.StringIO()
     bar = run_logging.LineProgress(1000, 0, stream, interval=30.0)
-    for step in range(100, 701, 100):  # 10 s apart: a line at 30 s and 60 s
+    for step in range(100, 701, 100):  # 10 s apart: a line at the first update, then 30 s after it
         clock[0] += 10.0
         bar.set_postfix_str(f"SPS {step}", refresh=False)
         bar.update(100)
     bar.close()  # stopped early at 700: its last step still gets a line
-    assert stream.getvalue() == ("step 300/1,000 (30%) 0:00:30 | SPS 300\n"
-                                 "step 600/1,000 (60%) 0:01:00 | SPS 600\n"
+    assert stream.getvalue() == ("step 100/1,000 (10%) 0:00:10 | SPS 100\n"  # a job's log says at once that it trains
+                                 "step 400/1,000 (40%) 0:00:40 | SPS 400\n"
                                  "step 700/1,000 (70%) 0:01:10 | SPS 700\n")
 
 
@@ -174,7 +174,8 @@ def test_a_training_run_into_a_file_writes_lines_not_frames(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 0
     assert "\r" not in err
-    (last,) = [row for row in err.split("\n") if row.startswith("step ")]  # a short run: the final line only
+    first, last = [row for row in err.split("\n") if row.startswith("step ")]  # a short run: the first and final lines
+    assert first.startswith("step 512/1,024 (50%) ")
     assert re.fullmatch(r"step 1,024/1,024 \(100%\) \d:\d\d:\d\d \| SPS [\d,]+ \| return (nan|[\d.]+)", last), last
 
 
