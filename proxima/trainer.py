@@ -437,13 +437,28 @@ class Trainer:
         if self.dist.is_main:
             row = {"iteration": self.iteration, "global_step": self.global_step, **row}
             try:
-                said = callback(row, self) if getattr(self, "callback_takes_trainer", False) else callback(row)
+                with self._rng_kept():
+                    said = callback(row, self) if getattr(self, "callback_takes_trainer", False) else callback(row)
             except Exception as e:
                 self.callback_error = e  # train() raises it as it came: no env diagnosis, no wrapping
                 answer = CALLBACK_FAILED
             else:
                 answer = CALLBACK_STOPS if said is not None and not said else CALLBACK_GOES_ON
         return self.dist.agree_stop(answer) if self.dist.enabled else answer
+
+    @contextlib.contextmanager
+    def _rng_kept(self):
+        """The process's global RNGs (Python, numpy, torch and this run's CUDA device) put back as they
+        were afterwards, even on a raise: the run draws its sampling and minibatch order from them, so a
+        callback's own draws (a torch.rand, an eval with noise) would otherwise change the training."""
+        devices = [self.device] if self.device.type == "cuda" else []  # not every GPU: a CPU run starts no CUDA
+        python, numpy_state = random.getstate(), np.random.get_state()
+        with torch.random.fork_rng(devices=devices):
+            try:
+                yield
+            finally:
+                random.setstate(python)
+                np.random.set_state(numpy_state)
 
     def _call_back_then_save(self, callback: Callable, row: dict, saved: bool, stop_asked: bool, last_ckpt):
         """Call ``callback`` with this iteration's ``row`` (``saved``: its checkpoint is written). A stop

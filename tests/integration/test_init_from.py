@@ -73,27 +73,30 @@ def test_a_run_from_the_cli_trains_on_says_where_it_started_and_resumes_from_its
 ])
 def test_another_network_is_refused_naming_the_flag_and_nothing_is_written(source, tmp_path, capsys, flags, line):
     run = tmp_path / "x"
-    code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, *flags, "--init-from", str(source), "--run-dir", str(run)], capsys)
+    code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, *flags, "--total-timesteps", "64", "--init-from", str(source),
+                             "--run-dir", str(run)], capsys)
     full = line if line.endswith("to start from it") else line + " to start from it"
     assert error_line(code, err) == f"proxima train: error: --init-from {source}: {full}"
     assert not run.exists()
 
 
 def test_another_envs_spaces_are_refused(source, tmp_path, capsys):
-    code, _, err = run_main(["train", "Acrobot-v1", *TINY_RUN, "--norm-obs", "--init-from", str(source),
-                             "--run-dir", str(tmp_path / "x")], capsys)
+    code, _, err = run_main(["train", "Acrobot-v1", *TINY_RUN, "--norm-obs", "--total-timesteps", "64", "--init-from",
+                             str(source), "--run-dir", str(tmp_path / "x")], capsys)
     error_line(code, err, "its policy acts on the observation space Box(..., (4,), float32), and Acrobot-v1's is "
                "Box(..., (6,), float32); it can only start a run on an env of the same spaces")
 
 
 def test_a_missing_path_is_refused_before_the_env_is_built_and_populations_refuse_the_flag(tmp_path, capsys):
-    code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--init-from", str(tmp_path / "nope")], capsys)
+    code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--total-timesteps", "64", "--init-from",
+                             str(tmp_path / "nope")], capsys)
     error_line(code, err, "no such file or directory (a checkpoint file or a run directory)")
     with pytest.raises(ConfigError, match=r"PPOConfig.init_from = .*no such file or directory"):
         from proxima import train
 
         train(_config(init_from=str(tmp_path / "nope")), run_dir=tmp_path / "y")
-    code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--seeds", "1,2", "--init-from", str(tmp_path)], capsys)
+    code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--total-timesteps", "64", "--seeds", "1,2", "--init-from",
+                             str(tmp_path)], capsys)
     error_line(code, err, "--init-from is not supported with --seeds/--sweep")
 
 
@@ -110,6 +113,7 @@ def test_the_run_records_the_absolute_checkpoint_file_and_replays_from_another_d
     code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--norm-obs", "--total-timesteps", "64",
                              "--init-from", source.name, "--run-dir", str(run), "--quiet"], capsys)  # relative, as typed
     assert code == 0, err
+    assert "starting from" not in err  # --quiet
     assert f"init_from: {_source_file(source)}\n" in (run / "config.yaml").read_text()
     assert json.loads((run / "meta.json").read_text())["init_from"] == {
         "checkpoint": _source_file(source), "global_step": 256, "env_id": "CartPole-v1"}
@@ -129,8 +133,8 @@ def test_a_checkpoint_inside_the_run_directory_the_new_run_takes_is_refused(sour
     own = tmp_path / "self"
     shutil.copytree(source, own)
     for dry in ([], ["--dry-run"]):
-        code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--norm-obs", "--init-from", str(own), "--run-dir",
-                                 str(own), "--overwrite", *dry], capsys)
+        code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--norm-obs", "--total-timesteps", "64", "--init-from",
+                                 str(own), "--run-dir", str(own), "--overwrite", *dry], capsys)
         assert error_line(code, err) == (f"proxima train: error: --init-from {own}: {own}/checkpoints/step_000000000256.pt "
                                          f"is inside --run-dir {own}, which this new run takes; copy the checkpoint out of "
                                          "it, or give another --run-dir")
@@ -237,6 +241,123 @@ def test_a_resume_and_its_dry_run_do_not_need_the_source_any_more(source, tmp_pa
     code, out, err = run_main(["train", "--resume", str(run), "--total-timesteps", "128", "--dry-run"], capsys)
     assert code == 0, err
     assert "total_timesteps: 128" in out
-    code, _, err = run_main(["resume", str(run), "--total-timesteps", "128", "--quiet"], capsys)
+    code, _, err = run_main(["resume", str(run), "--total-timesteps", "128"], capsys)  # not --quiet: no start line to hide
     assert code == 0, err
+    assert "starting from" not in err and "resuming" in err
     assert load(run).global_step == 128
+    from proxima import train
+
+    _, policy = train(_config(total_timesteps=192), resume=run, quiet=True, evaluate_at_end=False)
+    assert policy.global_step == 192
+
+
+#: envs of one kind but for the named part: 40x40 images (the cnn encoder's default), action bounds
+ENVS = '''
+import gymnasium as gym
+import numpy as np
+
+
+class Image(gym.Env):
+    observation_space = gym.spaces.Box(0, 255, (40, 40, 3), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros((40, 40, 3), np.uint8), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full((40, 40, 3), self.t, np.uint8), 1.0, self.t >= 8, False, {}
+
+
+class Unit(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(2, np.float32), 1.0, self.t >= 8, False, {}
+
+
+class Double(Unit):
+    action_space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+'''
+
+SHORT = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "0",
+         "--no-progress", "--threads", "1", "--total-timesteps", "32"]
+
+
+@pytest.fixture
+def envs(tmp_path, monkeypatch):
+    from tests.cli_helpers import module_written_in
+
+    yield from module_written_in(tmp_path, monkeypatch, "initfrom35_envs", ENVS)
+
+
+def test_an_mlp_checkpoint_on_an_image_env_is_refused_naming_the_encoder_flag(envs, tmp_path, capsys):
+    code, _, err = run_main(["train", "initfrom35_envs:Image", *SHORT, "--encoder", "mlp", "--run-dir", "a", "--quiet"], capsys)
+    assert code == 0, err
+    code, _, err = run_main(["train", "initfrom35_envs:Image", *SHORT, "--init-from", "a", "--run-dir", "b"], capsys)
+    assert error_line(code, err) == ("proxima train: error: --init-from a: its network has encoder mlp, this run's cnn; "
+                                     "give --encoder mlp to start from it")
+    assert not (tmp_path / "b").exists()
+
+
+def test_action_spaces_that_differ_only_in_their_bounds_are_refused_showing_both(envs, tmp_path, capsys):
+    # the actions a policy learned are offset and clipped by its bounds: on other ones it would act otherwise
+    code, _, err = run_main(["train", "initfrom35_envs:Unit", *SHORT, "--run-dir", "a", "--quiet"], capsys)
+    assert code == 0, err
+    code, _, err = run_main(["train", "initfrom35_envs:Double", *SHORT, "--init-from", "a", "--run-dir", "b"], capsys)
+    assert error_line(code, err) == (
+        "proxima train: error: --init-from a: its policy acts on the action space Box(-1.0, 1.0, (1,), float32), and "
+        "initfrom35_envs:Double's is Box(-2.0, 2.0, (1,), float32); it can only start a run on an env of the same spaces")
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_population_directory_is_refused_naming_a_members(tmp_path, capsys):
+    from tests.cli_helpers import TINY_POP
+
+    pop = tmp_path / "pop"
+    code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1,2", *TINY_POP, "--eval-episodes", "0", "--total-timesteps",
+                             "32", "--run-dir", str(pop), "--quiet"], capsys)
+    assert code == 0, err
+    code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--total-timesteps", "64", "--init-from", str(pop),
+                             "--run-dir", str(tmp_path / "b")], capsys)
+    assert error_line(code, err) == (f"proxima train: error: --init-from {pop}: a population's checkpoint holds many members; "
+                                     "give one member's run directory (RUN/m000-seed1 ...)")
+
+
+def test_a_source_without_norm_obs_names_the_no_flag_and_an_older_checkpoint_without_encoder_is_an_mlp(tmp_path, capsys):
+    plain = tmp_path / "plain"
+    code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--total-timesteps", "64", "--run-dir", str(plain), "--quiet"],
+                            capsys)
+    assert code == 0, err
+    code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--norm-obs", "--total-timesteps", "64", "--init-from",
+                             str(plain), "--run-dir", str(tmp_path / "x")], capsys)
+    error_line(code, err, "its network has norm_obs False, this run's True; give --no-norm-obs to start from it")
+    # a checkpoint written before the encoder field existed: its network is an MLP, as this run's
+    old = tmp_path / "old.pt"
+    state = torch.load(plain / "checkpoints" / "step_000000000064.pt", weights_only=True)
+    del state["config"]["encoder"]
+    torch.save(state, old)
+    code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--total-timesteps", "64", "--init-from", str(old),
+                             "--run-dir", str(tmp_path / "b")], capsys)
+    assert code == 0, err
+    assert f"starting from the policy of {old} (CartPole-v1, step 64)" in err
+
+
+def test_a_path_object_as_init_from_starts_the_run_and_config_yaml_records_text(source, tmp_path):
+    from pathlib import Path
+
+    from proxima import train
+
+    _, policy = train(_config(init_from=Path(source), total_timesteps=64), run_dir=tmp_path / "b", quiet=True,
+                      evaluate_at_end=False)
+    assert policy.global_step == 64
+    assert f"init_from: {_source_file(source)}\n" in (tmp_path / "b" / "config.yaml").read_text()  # a str, not !!python/object

@@ -98,3 +98,26 @@ def test_trained_runs_with_and_without_backend_native_are_one_group_and_another_
     auto, native, longer = (runs / n for n in ("auto", "native", "longer"))
     assert group_runs([auto, native, longer]) == {"CartPole-v1 (total_timesteps=128)": [auto, native],
                                                   "CartPole-v1 (total_timesteps=256)": [longer]}
+
+
+def test_an_old_config_without_anneal_lr_anneals_so_its_totals_are_two_settings(tmp_path):
+    import yaml
+
+    def without_anneal_key(run: Path) -> Path:  # written before the field existed: the default (annealing on) applied
+        cfg = yaml.safe_load((run / "config.yaml").read_text())
+        del cfg["anneal_lr"]
+        (run / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        return run
+
+    short = without_anneal_key(_run(tmp_path, "short", total_timesteps=8192))
+    long = without_anneal_key(_run(tmp_path, "long", total_timesteps=16384, seed=2))
+    assert group_runs([short, long]) == {"CartPole-v1 (total_timesteps=8192)": [short],
+                                         "CartPole-v1 (total_timesteps=16384)": [long]}
+
+
+def test_an_old_atari_id_that_auto_no_longer_takes_is_grouped_as_recorded_not_a_crash(tmp_path):
+    # backend auto, no meta.json: envs refuse a v4 Atari id today, which is no reason for plot or report to fail
+    old = _run(tmp_path, "old", env_id="PongNoFrameskip-v4", backend="auto")
+    again = _run(tmp_path, "again", env_id="PongNoFrameskip-v4", backend="auto", seed=2)
+    assert group_runs([old, again]) == {"PongNoFrameskip-v4": [old, again]}
+    assert [title for title, *_ in collect_panels([old, again])] == ["PongNoFrameskip-v4"]

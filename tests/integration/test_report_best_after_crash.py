@@ -109,9 +109,60 @@ def test_a_best_pt_kept_from_training_lost_before_a_resume_is_not_credited_with_
         f"{lost} wrote it and was lost (killed or crashed before its next checkpoint); the resume kept it, as only "
         "a better policy replaces best.pt. The best above is the resumed training's; `proxima eval RUN --best` "
         "evaluates best.pt's."]
+    # two resumes from before best.pt's step: the note names the last, the one whose training it outlived
+    meta = json.loads((run / "meta.json").read_text())
+    meta["resumes"].insert(0, {"step": 32, "started": "2020-01-01T00:00:00"})
+    (run / "meta.json").write_text(json.dumps(meta))
+    (note,) = _notes(_report(run))
+    assert f": {lost} wrote it" in note
+    # the best row records best.pt's value at another step (a capped return scored twice): still no row of ITS step
+    _set_eval_cell(run, 128, "500.0")
+    text = _report(run)
+    assert _row(text) == f"| {LABEL} | 500.00 at step 128 |"
+    (note,) = _notes(text)
+    assert note.startswith("- checkpoints/best.pt holds the policy evaluated at step 96 (500.00), which no metrics.csv "
+                           f"row records: {lost} wrote it")
     # a meta.json that records no resume: the same, without naming one
     meta = json.loads((run / "meta.json").read_text())
     del meta["resumes"]
     (run / "meta.json").write_text(json.dumps(meta))
     (note,) = _notes(_report(run))
     assert ", which no metrics.csv row records: training that a resume went back on wrote it" in note
+
+
+def test_an_older_damaged_or_linked_best_pt_and_several_runs_notes(tmp_path, capsys, scripted_evals):
+    import math
+    import shutil
+
+    import torch
+
+    run = tmp_path / "r"
+    scripted_evals += [10.0, 1000 / 3, 20.0, 30.0]  # best.pt at step 64 (333.33)
+    code, _, err = run_main(["train", "CartPole-v1", "--run-dir", str(run), *TINY, "--total-timesteps", "128"], capsys)
+    assert code == 0, err
+    best = run / "checkpoints" / "best.pt"
+    state = torch.load(best, weights_only=True)
+    named = f"| {LABEL} | 333.33 at step 64 (checkpoints/best.pt) |"
+    # several runs: each note names its run, and a run's own is kept whichever run it is
+    shutil.copytree(run, tmp_path / "a")
+    shutil.copytree(run, tmp_path / "b")
+    _set_eval_cell(tmp_path / "b", 96, "400.0")
+    text = build_report([tmp_path / "a", tmp_path / "b"], out=tmp_path / "both.md", episodes=0).read_text()
+    assert [line for line in text.splitlines() if "checkpoints/best.pt holds" in line] == [
+        "- b: checkpoints/best.pt holds the policy evaluated at step 64 (333.33), not the best evaluation above; "
+        "`proxima eval RUN --best` evaluates that policy."]
+    # written before checkpoints recorded best_eval: its step, the best row's, is all there is to go by
+    del state["best_eval"]
+    torch.save(state, best)
+    assert _row(_report(run)) == named
+    # a damaged value: nothing to name the file by, nor a note saying what it holds
+    state["best_eval"] = math.nan
+    torch.save(state, best)
+    text = _report(run)
+    assert _row(text) == f"| {LABEL} | 333.33 at step 64 |" and _notes(text) == []
+    # a link, even within the run to a file with the very evaluation: not a best.pt the run wrote, so not named
+    state["best_eval"] = 1000 / 3
+    torch.save(state, run / "kept.pt")
+    best.unlink()
+    best.symlink_to(run / "kept.pt")
+    assert _row(_report(run)) == f"| {LABEL} | 333.33 at step 64 |"

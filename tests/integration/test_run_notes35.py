@@ -134,3 +134,27 @@ def test_reliability_md_quotes_the_learning_rate_note_the_resume_prints(capsys):
     assert line.endswith("iteration 4 trains at lr 0.0001, iteration 3 trained at 8.33e-05"), line
     docs = " ".join((Path(__file__).resolve().parents[2] / "docs" / "reliability.md").read_text().split())
     assert f"`{line}`" in docs
+
+
+def test_a_populations_stop_episodes_gets_its_own_note_alone_not_the_single_runs(tmp_path, capsys):
+    from tests.cli_helpers import TINY_POP
+
+    code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1,2", *TINY_POP, "--total-timesteps", "64",
+                             "--stop-episodes", "5", "--run-dir", str(tmp_path / "P"), "--dry-run"], capsys)
+    assert code == 0, err
+    assert ("proxima: note: --stop-episodes 5 applies to single runs; each member of the population trains for "
+            "--total-timesteps\n") in err
+    assert "has no effect without --stop-return" not in err  # a second note, telling another story
+
+
+def test_the_learning_rate_note_counts_every_process_steps_and_none_before_an_iteration(capsys):
+    from proxima.trainer import _note_lr_schedule
+
+    # two processes: 512-step iterations (2 x 4 envs x 64 steps); 3 of 3 done, extended to 5
+    config = PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=64, total_timesteps=2560, lr=2.5e-4)
+    recorded = {**config.to_dict(), "total_timesteps": 1536}
+    _note_lr_schedule(config, 2, {"config": recorded, "iteration": 3})
+    assert capsys.readouterr().err.strip().endswith(
+        "annealing to 0 at step 2,560: iteration 4 trains at lr 0.0001, iteration 3 trained at 8.33e-05")
+    _note_lr_schedule(config, 2, {"config": recorded, "iteration": 0})  # no iteration trained: no rate it trained at
+    assert capsys.readouterr().err == ""

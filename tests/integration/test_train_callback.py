@@ -247,3 +247,77 @@ def test_a_signal_after_the_callbacks_stop_does_not_call_the_run_complete(tmp_pa
     assert "training is complete" not in str(caught.value)  # 2 of 6 iterations: a resume trains on
     _, policy = train(None, resume=tmp_path / "r", quiet=True, evaluate_at_end=False)
     assert policy.global_step == 384
+
+
+def _draws(row):  # what a user's callback may do: sample, shuffle, jitter, with the global generators
+    import random
+
+    import numpy as np
+
+    torch.rand(3)
+    np.random.rand(3)
+    random.random()
+
+
+def _final(run_dir) -> tuple:
+    """The run's checkpoints (parameters, optimizer, RNG states: every tensor) and metrics.csv, clock aside."""
+    saved = {p.name: torch.load(p, weights_only=True) for p in sorted((run_dir / "checkpoints").glob("step_*.pt"))}
+    rows = [{c: v for c, v in r.items() if c not in ("time", "charts/SPS")} for r in _rows(run_dir)]
+    return saved, rows
+
+
+def _assert_same_run(a, b) -> None:
+    (saved, rows), (expected, expected_rows) = a, b
+    assert sorted(saved) == sorted(expected) and rows == expected_rows
+    for name, state in expected.items():
+        for key, value in state["agent"].items():
+            assert torch.equal(saved[name]["agent"][key], value), (name, key)
+        _assert_same_rng(saved[name]["rng"], state["rng"], name)
+
+
+def _assert_same_rng(rng, want, name) -> None:
+    import numpy as np
+
+    assert torch.equal(rng["torch"], want["torch"]), name
+    assert torch.equal(rng["numpy"][1], want["numpy"][1]) and rng["numpy"][2] == want["numpy"][2], name
+    assert np.array_equal(np.asarray(rng["python"][1]), np.asarray(want["python"][1])), name
+
+
+def test_a_callback_drawing_from_the_global_generators_leaves_the_training_as_it_is_without_one(tmp_path):
+    # a checkpoint every iteration: each one after the first is written after a callback has drawn
+    config = PPOConfig(**{**TINY, "total_timesteps": 192, "checkpoint_every": 1, "keep_checkpoints": 5})
+    train(config, run_dir=tmp_path / "none", quiet=True, evaluate_at_end=False)
+    expected = _final(tmp_path / "none")
+    train(config, run_dir=tmp_path / "drawn", quiet=True, evaluate_at_end=False, callback=_draws)
+    _assert_same_run(_final(tmp_path / "drawn"), expected)
+
+    class Down(Exception):
+        pass
+
+    def draws_then_raises(row):  # the checkpoint its raise writes holds the RNG states the resume goes on from
+        _draws(row)
+        if row["iteration"] == 2:
+            raise Down
+
+    once = PPOConfig(**{**TINY, "total_timesteps": 192, "checkpoint_every": 50, "keep_checkpoints": 5})
+    with pytest.raises(Down):
+        train(once, run_dir=tmp_path / "raised", quiet=True, evaluate_at_end=False, callback=draws_then_raises)
+    saved, _ = _final(tmp_path / "raised")
+    _assert_same_rng(saved["step_000000000128.pt"]["rng"], expected[0]["step_000000000128.pt"]["rng"], "the raise's")
+    train(None, resume=tmp_path / "raised", quiet=True, evaluate_at_end=False)
+    last = "step_000000000192.pt"
+    saved, rows = _final(tmp_path / "raised")
+    for key, value in expected[0][last]["agent"].items():
+        assert torch.equal(saved[last]["agent"][key], value), key
+    assert rows == expected[1]
+
+
+def test_a_stop_asked_on_the_last_iteration_is_no_stop_and_a_quiet_stop_prints_nothing(tmp_path, capsys):
+    config = PPOConfig(**{**TINY, "total_timesteps": 128})
+    _, policy = train(config, run_dir=tmp_path / "r", evaluate_at_end=False, callback=lambda row: row["iteration"] < 2)
+    assert policy.global_step == 128
+    assert "the callback asked to stop" not in capsys.readouterr().err  # the run ended at its total anyway
+    assert "stopped_by_callback" not in torch.load(tmp_path / "r" / "checkpoints" / "step_000000000128.pt", weights_only=True)
+    _, policy = train(config, run_dir=tmp_path / "q", quiet=True, evaluate_at_end=False, callback=lambda row: False)
+    assert policy.global_step == 64
+    assert capsys.readouterr().err == ""

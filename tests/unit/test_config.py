@@ -224,3 +224,11 @@ def test_preset_then_flags_override():
     assert (cfg.num_envs, cfg.num_steps, cfg.backend) == (given["num_envs"], given["num_steps"], "native")
     assert cfg.num_envs != PPOConfig().num_envs  # the preset applied, not the default
     validate(cfg)
+
+
+@pytest.mark.parametrize("value", [5, 1.5, True])
+def test_a_yaml_number_or_boolean_as_init_from_is_refused_with_quote_it(value):
+    # its str() may not be what was typed (1.10 reads 1.1): refused, not taken as a path '5' that may exist
+    with pytest.raises(ConfigError, match=r"^f\.yaml: field 'init_from' got .*, not text.*; quote it as you wrote it "
+                                          r"\(init_from: '\.\.\.'\)$"):
+        from_dict({"init_from": value}, source="f.yaml")
