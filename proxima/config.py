@@ -191,6 +191,7 @@ ABSENT_MEANS = {
     "stop_return": None,
     "stop_episodes": 20,  # read only with stop_return
     "eval_every": 0,
+    "init_from": None,  # a fresh network
 }
 
 
