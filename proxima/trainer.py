@@ -165,6 +165,8 @@ class Trainer:
         self.iteration, self.global_step, self.elapsed = 0, 0, 0.0
         self.stopped_at_return: Optional[float] = None  # run(): the window's mean once --stop-return ended it
         self.stopped_by_callback = False  # run(): train()'s callback asked to stop before the total
+        # run(): iterations trained by this process, and the training episodes that ended in them
+        self.iterations_run, self.episodes_ended = 0, 0
         self.last_checkpoint: Optional[Path] = None  # the newest checkpoint written or resumed from (a callback reads it)
         self.callback_error: Optional[Exception] = None  # run(): the callback's own exception, when it raised
         self.return_window: list = []  # ReturnTarget.window: the recent iterations' (return sum, episodes)
@@ -387,6 +389,8 @@ class Trainer:
                     # --stop-return: every rank reads the same all-reduced episode sums, so all stop here. Added
                     # before an evaluation, whose best.pt holds the window: resumed from, it stops where this run does
                     self.stopped_at_return = target.add(float(metrics["ep_return_sum"]), int(metrics["ep_count"]))
+                    self.iterations_run += 1
+                    self.episodes_ended += int(metrics["ep_count"])
                     if self._eval_due():  # every rank: rank 0 evaluates, all write best.pt (their pieces)
                         try:
                             evaluated = self._evaluate_now(stop)
@@ -1486,6 +1490,14 @@ def finish_run(trainer: Trainer, quiet: bool) -> None:
         if not quiet:
             print(f"eval {format_result(done)} (eval.json, at step {trainer.global_step:,})")
     elif cfg.eval_episodes > 0:
+        if trainer.iterations_run and not trainer.episodes_ended and not quiet:
+            # an env that never ends its episodes: each evaluation episode runs to the step cap, silently for minutes
+            from .evaluate import MAX_STEPS
+
+            steps = trainer.iterations_run * trainer.steps_per_iteration
+            print(f"proxima: note: no training episode ended in the {steps:,} steps trained; the end-of-run evaluation "
+                  f"plays {cfg.eval_episodes} episode{'s' if cfg.eval_episodes != 1 else ''} of up to {MAX_STEPS:,} steps "
+                  "each, which may take long (--eval-episodes 0 skips it; give the env a time limit)", file=sys.stderr)
         # this run's own last checkpoint, with the env id the user gave it (not one read back from disk)
         last = getattr(trainer, "last_checkpoint", None) or ckpt.list_checkpoints(trainer.run_dir)[-1]
         try:
