@@ -541,7 +541,7 @@ def recorded_argv() -> list:
 def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: bool = False, resumed: bool = False,
              state: Optional[dict] = None, sources: Optional[dict] = None, quiet: bool = False, out=None) -> int:
     """Check what train would refuse (run_setup.preflight), print the resolved config as YAML (encoder
-    auto as the one the run would record), train nothing, write nothing. ``overrides``: the typed flags
+    auto and --init-from as the run would record them), train nothing, write nothing. ``overrides``: the typed flags
     (a resume's, or a new run's), for train's notes on them; ``notes``: a new run's, not --quiet: the
     advisory notes the run would print (--compile-mode without --compile, another version's preset, a
     Box action range, pixels read as a vector). ``resumed``: a resume's dry run, of the checkpoint
@@ -559,7 +559,8 @@ def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: 
 
     # the env preflight builds, and the encoder it chooses for it: none built only for the notes
     with action_spaces_built() as spaces, encoders_resolved() as encoders:
-        preflight(cfg, world_size, resumed=resumed)  # a refusal of a value from --config FILE names the file: cmd_train's handler
+        # a refusal of a value from --config FILE names the file: cmd_train's handler
+        _, checkpoint = preflight(cfg, world_size, resumed=resumed)
     if world_size > 1 and not quiet:  # the YAML is one process's config: the job's iteration is K of its batches
         _note_processes(cfg, world_size, state if resumed else None)
     # the YAML shows the total given (typed or from --config FILE); the note, what would train
@@ -574,9 +575,11 @@ def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: 
                          pending_step=pending["global_step"] if pending else None)
     if notes:  # as train prints them, --quiet's advisory notes included
         note_run(cfg, overrides or {}, False, *built_for_notes(spaces, encoders))
+    cfg = copy.copy(cfg)  # copy.copy keeps _sources, as train's own copy does
     if encoders and cfg.encoder != encoders[0][0]:  # auto: config.yaml records the encoder the Trainer built
-        cfg = copy.copy(cfg)  # copy.copy keeps _sources, as train's own copy does
         cfg.encoder = encoders[0][0]
+    if checkpoint is not None:  # config.yaml records the file loaded, not the path typed (a run directory, relative)
+        cfg.init_from = checkpoint
     print(dump_yaml(cfg.to_dict()), end="", file=out)
     return 0
 

@@ -647,10 +647,16 @@ def int_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
 
 
+def field_default(name: str) -> Any:
+    """Field ``name``'s default, a fresh copy of a mutable one (its default_factory's)."""
+    f = FIELDS[name]
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+
+
 def expected_text(name: str) -> str:
     """What field ``name`` takes, as its refusals say it."""
     f = FIELDS[name]
-    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    default = field_default(name)
     if name in OPTIONAL_NUMBERS:
         return "a number or none"
     if name == "run_dir":
@@ -721,8 +727,7 @@ def too_deep_error(name: str, source: str) -> ConfigError:
 
 def coerce(name: str, value: Any, source: str = "config") -> Any:
     """Convert a YAML/CLI value to the field's type; raise ConfigError naming the field."""
-    f = FIELDS[name]
-    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    default = field_default(name)
     refused = _nested_too_deep(name, value, source)  # before plain(), which walks it recursively
     if refused is not None:
         raise refused
@@ -739,10 +744,11 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
             if isinstance(value, bool):
                 raise ValueError
             if name in PATH_FIELDS and source in FLAG_SOURCES and any(unicodedata.category(c) == "Cc" for c in str(value)):
-                # $'a\nb' (a pasted newline, a stray escape) made a directory whose name no line prints as typed;
-                # only typed: a recorded run_dir names a directory that exists already
+                # $'a\nb' (a pasted newline, a stray escape) names a path no line prints as typed (--run-dir made
+                # a directory so); only typed: a recorded run_dir names a directory that exists already
+                named = "a directory name" if name == "run_dir" else "the path of a checkpoint file or run directory"
                 raise value_refused(name, value, source, "holds a control character (a newline, tab or escape); "
-                                    "give a directory name without one")
+                                    f"give {named} without one")
             return str(value) if name in PATH_FIELDS else float(value)
         if isinstance(default, bool):
             if isinstance(value, bool):
@@ -971,7 +977,7 @@ def _check_types(cfg: PPOConfig) -> None:
             setattr(cfg, name, value)
         if is_blank(value) and name != "env_id":
             raise ConfigError(f"PPOConfig.{name} = {value!r}: empty; give {expected_text(name).replace('none', 'None')}")
-        default = FIELDS[name].default if FIELDS[name].default is not dataclasses.MISSING else FIELDS[name].default_factory()
+        default = field_default(name)
         try:
             coerced = coerce(name, value, "PPOConfig")
             # a tuple of widths holds what the list does (from_dict takes one too); its items are still compared

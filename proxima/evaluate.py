@@ -119,7 +119,9 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
 
     if video is not None:  # a name that cannot be written fails now, not after the episodes
         check_video_path(video)
-    # headless SDL; SIGTERM removes the video's temp file
+    # global_streams: an env drawing from np.random, random or torch plays the same episodes on every
+    # call of one seed, and the caller's streams are put back; recording: headless SDL, and a SIGTERM
+    # still removes the video's temp file
     with recording(video is not None), run_settings(policy), global_streams(seed):
         return _evaluate(policy, episodes, deterministic, seed, backend, max_steps, video, stop)
 

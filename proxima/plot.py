@@ -407,6 +407,11 @@ def run_setting(run_dir: PathLike) -> dict:
     """What one run's curve is a repeat of, as group_runs compares runs: its config.yaml less env_id
     and RUN_ONLY_FIELDS, with
 
+    - a field a PPO run's config.yaml lacks (one an older Proxima wrote, before the field) read as
+      what that version ran as (config.ABSENT_MEANS): an older run is a repeat of today's run of the
+      same setting, which records the field (``init_from: null``, ``encoder: mlp``);
+    - ``init_from`` kept: a run fine-tuned from a checkpoint (the absolute file config.yaml records)
+      is another setting than a fresh one, and than one fine-tuned from another checkpoint;
     - ``total_timesteps`` kept unless ``anneal_lr`` is false: annealing takes the learning rate to 0
       at the total, so runs of another total (a resume that extended it included) train with another
       rate at every step; without it only the length differs;
@@ -415,10 +420,14 @@ def run_setting(run_dir: PathLike) -> dict:
     - ``processes``: meta.json's ``world_size`` (1 when absent), the torchrun processes it trained
       with (--nproc K: each iteration's batch K times larger, docs/distributed.md; a resume keeps it).
     """
-    from .config import FIELDS
+    import copy
+
+    from .config import ABSENT_MEANS, FIELDS
     from .rundir import _read_json_file
 
     cfg = run_config(run_dir)
+    if "env_id" in cfg:  # a PPO run's (an RLHF run's config has other fields); after its own, as labels list them
+        cfg = {**cfg, **{k: copy.deepcopy(v) for k, v in ABSENT_MEANS.items() if k not in cfg}}
     # an absent anneal_lr is the default (annealing on); any value but false may anneal, so the total counts
     anneal = cfg.get("anneal_lr", FIELDS["anneal_lr"].default) is not False
     setting = {k: v for k, v in cfg.items()

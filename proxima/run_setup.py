@@ -620,16 +620,17 @@ def preflight(cfg: PPOConfig, world_size: int = 1, resumed: bool = False):
     ``--nproc`` launcher, which would otherwise see every rank fail the same way): the flags that
     need CUDA, the env (built once on the CPU), --init-from's checkpoint against that env and the
     config (not for a resume, ``resumed``: it reads its own checkpoints, and its init_from is
-    history) and the memory the run needs. Returns the device."""
+    history) and the memory the run needs. Returns (the device, the absolute checkpoint file
+    --init-from names, as the run records it in config.yaml; None without --init-from or for a resume)."""
     from .device import resolve_device
     from .sizing import check_fits
     from .trainer import check_device_flags
 
     device = resolve_device(cfg.device)
     check_device_flags(cfg, device, world_size)
-    sizes = check_env_builds(cfg, init_from=not resumed)  # the one env built here is also the one sized
+    sizes, checkpoint = env_build_checks(cfg, init_from=not resumed)  # the one env built here is also the one sized
     check_fits(cfg, device, lambda: sizes, processes=world_size)  # --nproc K on the CPU: K copies share its memory
-    return device
+    return device, checkpoint
 
 
 def check_env_builds(cfg: PPOConfig, init_from: bool = True):
@@ -638,6 +639,12 @@ def check_env_builds(cfg: PPOConfig, init_from: bool = True):
     an image, ``--norm-obs`` of one with an image, an ``--init-from`` checkpoint the run would refuse
     when ``init_from``) now, before anything starts. Returns the env's sizes (sizing.env_sizes) for
     the memory check, so that it builds no env of its own."""
+    return env_build_checks(cfg, init_from)[0]
+
+
+def env_build_checks(cfg: PPOConfig, init_from: bool = True) -> tuple:
+    """check_env_builds, returning (the env's sizes, the absolute checkpoint file ``cfg.init_from``
+    names: a run directory's newest, as the run records it; None when unset or not ``init_from``)."""
     import dataclasses
 
     from .envs import make_env
@@ -653,12 +660,15 @@ def check_env_builds(cfg: PPOConfig, init_from: bool = True):
     finally:
         env.close()
     check_norm_obs(cfg, sizes.layout.has_image)
+    checkpoint = None
     if init_from and cfg.init_from is not None:
         from .init_from import check_initial_policy
 
         # the network as the Trainer builds it (encoder auto resolved), against the checkpoint's
-        check_initial_policy(cfg.init_from, dataclasses.replace(cfg, encoder=encoder), *spaces, run_dir=cfg.run_dir)
-    return sizes
+        initial = check_initial_policy(cfg.init_from, dataclasses.replace(cfg, encoder=encoder), *spaces,
+                                       run_dir=cfg.run_dir)
+        checkpoint = str(initial.checkpoint)  # what Trainer writes to cfg.init_from, so config.yaml
+    return sizes, checkpoint
 
 
 def check_preset_backend(cfg: PPOConfig) -> None:

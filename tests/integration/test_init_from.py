@@ -127,6 +127,21 @@ def test_the_run_records_the_absolute_checkpoint_file_and_replays_from_another_d
     assert f"init_from: {_source_file(source)}" in out
 
 
+def test_the_dry_run_prints_the_checkpoint_file_the_run_records(source, tmp_path, capsys, monkeypatch):
+    import yaml
+
+    monkeypatch.chdir(source.parent)
+    argv = ["train", "CartPole-v1", *TINY_RUN, "--norm-obs", "--total-timesteps", "64", "--init-from", source.name,
+            "--run-dir", str(tmp_path / "b"), "--quiet"]  # a run directory, relative, as typed
+    code, out, err = run_main([*argv, "--dry-run"], capsys)
+    assert code == 0, err
+    code, _, err = run_main(argv, capsys)
+    assert code == 0, err
+    recorded = yaml.safe_load((tmp_path / "b" / "config.yaml").read_text())
+    assert recorded["init_from"] == _source_file(source)
+    assert yaml.safe_load(out) == recorded
+
+
 def test_a_checkpoint_inside_the_run_directory_the_new_run_takes_is_refused(source, tmp_path, capsys):
     import shutil
 

@@ -121,3 +121,21 @@ def test_an_old_atari_id_that_auto_no_longer_takes_is_grouped_as_recorded_not_a_
     again = _run(tmp_path, "again", env_id="PongNoFrameskip-v4", backend="auto", seed=2)
     assert group_runs([old, again]) == {"PongNoFrameskip-v4": [old, again]}
     assert [title for title, *_ in collect_panels([old, again])] == ["PongNoFrameskip-v4"]
+
+
+# ------------------------------------------------------------------------------------ 4. fields an older config lacks
+def test_an_old_config_without_the_newer_fields_groups_with_todays_run_and_a_fine_tuned_run_is_its_own(tmp_path):
+    import yaml
+
+    from proxima.config import ABSENT_MEANS
+
+    today = _run(tmp_path, "today", encoder="mlp")  # as train records it: the encoder auto built
+    old = _run(tmp_path, "old", encoder="mlp", seed=2)
+    cfg = yaml.safe_load((old / "config.yaml").read_text())
+    for name in ABSENT_MEANS:  # written before these fields: init_from, encoder, env_kwargs, eval_every ...
+        del cfg[name]
+    (old / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    source = str(tmp_path / "src" / "checkpoints" / "step_000000008192.pt")  # as a fine-tuned run records it
+    tuned = _run(tmp_path, "tuned", encoder="mlp", init_from=source, seed=3)
+    assert group_runs([today, old, tuned]) == {"CartPole-v1 (init_from=none)": [today, old],
+                                               f"CartPole-v1 (init_from={source})": [tuned]}
