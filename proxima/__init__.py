@@ -73,17 +73,21 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     overwrite: move a non-empty ``run_dir`` aside and start afresh in it, instead of refusing it.
     env_id, trust_run: the env of a resumed run whose recorded env id is ``module:Class`` (imported only
         when ``env_id`` names the same env, or with ``trust_run=True``).
-    callback: ``callback(row)`` after each iteration (rank 0's, under torchrun), once its row is logged
-        and its due checkpoint written: ``row`` a dict of ``iteration``, ``global_step`` and the
-        metrics.csv row (``charts/episodic_return``, ``losses/value_loss``, ``eval/mean_return`` when
-        evaluated, the evaluation a stopped run's resume runs first included, ...). A function of two
-        positional parameters is called ``callback(row, trainer)``: the Trainer (``trainer.agent``,
-        ``trainer.run_dir``, ``trainer.last_checkpoint``, ``trainer.cfg``), as SB3 callbacks reach
-        the model. Return False to stop the run after this iteration: it checkpoints (recording the
-        stop, which ``proxima report`` shows) and ends as a finished run does (end evaluation, the
-        return value); ``train(None, resume=run_dir)`` trains on to the total. Its exception is
-        raised as it came, after a checkpoint of that iteration; a callback that takes neither one
-        nor two positional arguments is a ConfigError before the run starts.
+    callback: ``callback(row)`` after each iteration, once its row is logged and its due checkpoint
+        written: ``row`` a dict of ``iteration``, ``global_step`` and the metrics.csv row
+        (``charts/episodic_return``, ``losses/value_loss``, ``eval/mean_return`` when evaluated, the
+        evaluation a stopped run's resume runs first included, ...). A function whose second
+        positional parameter has no default is called ``callback(row, trainer)``: the Trainer
+        (``trainer.agent``, ``trainer.run_dir``, ``trainer.last_checkpoint``, ``trainer.cfg``), as SB3
+        callbacks reach the model. Return False to stop the run after this iteration: it checkpoints
+        (recording the stop, which ``proxima report`` shows) and ends as a finished run does (end
+        evaluation, the return value); ``train(None, resume=run_dir)`` trains on to the total. Its
+        exception (SystemExit and KeyboardInterrupt too) is raised as it came, after a checkpoint of
+        that iteration; so is a TypeError for an answer with no truth value (a numpy array). A
+        callback that takes neither one nor two positional arguments is a ConfigError before the run
+        starts. Under torchrun rank 0's callback alone is called and every rank follows its answer;
+        the other ranks may pass None (``callback=cb if rank == 0 else None``), and one given on other
+        ranks but not on rank 0 is a ConfigError on every rank.
     argv, overrides, sources: the command line's (what it typed, and where each value came from); None
         from Python.
     """

@@ -137,7 +137,6 @@ def load_initial_policy(trainer, path, quiet: bool = False, python: bool = False
     if trainer.obs_norm is not None:
         trainer.obs_norm.load_state_dict(initial.obs_norm.state_dict())
     trainer.init_from_record = initial.record()
-    trainer.init_from_checkpoint = str(initial.checkpoint)
     if not quiet and trainer.dist.is_main:
         print(f"proxima: starting from the policy of {initial.checkpoint} ({initial.env_id}, step {initial.global_step:,}): "
               "new optimizer, learning-rate schedule and counters", file=sys.stderr)
@@ -146,14 +145,9 @@ def load_initial_policy(trainer, path, quiet: bool = False, python: bool = False
 
 def ckpt_default(name: str):
     """What a checkpoint that lacks field ``name`` ran with (config.ABSENT_MEANS, else the default)."""
-    import dataclasses
+    from .config import ABSENT_MEANS, field_default
 
-    from .config import ABSENT_MEANS, FIELDS
-
-    if name in ABSENT_MEANS:
-        return ABSENT_MEANS[name]
-    f = FIELDS[name]
-    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    return ABSENT_MEANS[name] if name in ABSENT_MEANS else field_default(name)
 
 
 def _shown(value, python: bool = False) -> str:

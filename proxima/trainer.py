@@ -168,7 +168,7 @@ class Trainer:
         # run(): iterations trained by this process, and the training episodes that ended in them
         self.iterations_run, self.episodes_ended = 0, 0
         self.last_checkpoint: Optional[Path] = None  # the newest checkpoint written or resumed from (a callback reads it)
-        self.callback_error: Optional[Exception] = None  # run(): the callback's own exception, when it raised
+        self.callback_error: Optional[BaseException] = None  # run(): the callback's own exception, when it raised
         self.return_window: list = []  # ReturnTarget.window: the recent iterations' (return sum, episodes)
         self.autocast, self.scaler = self._amp_setup()
         # --threads 2 and more: actor and critic side by side, each with threads // 2 intra-op threads
@@ -305,8 +305,10 @@ class Trainer:
         with a new dict of ``iteration``, ``global_step`` and the row's metrics.csv columns (``eval/*``
         when an evaluation ran; also for the row a resume's pending evaluation logs again). A falsy
         return other than None ends the run after this iteration, with a checkpoint that records it
-        (``stopped_by_callback``; a resume trains on to the total); its exception propagates, marked
-        by ``callback_error``, once a checkpoint of this iteration is written.
+        (``stopped_by_callback``; a resume trains on to the total); its exception (SystemExit and
+        KeyboardInterrupt too), or a TypeError for an answer with no truth value, propagates, marked
+        by ``callback_error``, once a checkpoint of this iteration is written. Under torchrun rank 0
+        alone may pass it (_agree_on_callback).
 
         SIGINT/SIGTERM: finish the iteration, checkpoint, raise TrainingInterrupted (exit 128+signum); a
         second SIGINT exits at once, or raises KeyboardInterrupt in a run started from Python (no argv). An
@@ -321,6 +323,8 @@ class Trainer:
         SIGINT arriving during iteration ``stop_after`` (counted from the start of the run).
         """
         cfg = self.cfg
+        if self._agree_on_callback(callback) and callback is None:
+            callback = _goes_on  # a rank other than 0 given none: it still joins each iteration's agreement on the answer
         self.callback_takes_trainer = callback is not None and callback_arity(callback) == 2
         self._saved_at = time.monotonic()
         self.best_eval = getattr(self, "best_eval", None)  # restored from the checkpoint on resume
@@ -433,21 +437,41 @@ class Trainer:
                 self.logger.close()
         return self.run_dir
 
+    def _agree_on_callback(self, callback: Optional[Callable]) -> bool:
+        """Whether the loop calls back, the same on every rank: under torchrun each iteration's answer
+        is agreed in a collective that every rank must join, and ``callback=cb if rank == 0 else
+        None`` is how a script logs from rank 0 alone. One all-reduce (none for a single process).
+        Rank 0's callback is the one called, so one given only on other ranks would never be: a
+        ConfigError on every rank (all of them stop, none waits for the others)."""
+        given = callback is not None
+        if not self.dist.enabled:
+            return given
+        agreed = self.dist.agree_stop(2 if given and self.dist.is_main else int(given))  # MAX: 2 when rank 0 has one
+        if agreed == 1:
+            raise ConfigError("train(callback=...): given on another rank but not on rank 0, whose callback alone is called "
+                              "under torchrun; pass it on rank 0 (or on every rank)")
+        return agreed == 2
+
     def _call_back(self, callback: Callable, row: dict) -> int:
         """``callback`` (run's) called on rank 0 with ``row``: CALLBACK_GOES_ON, CALLBACK_STOPS (a falsy
-        answer other than None) or CALLBACK_FAILED (it raised: ``callback_error``), the same on every rank
-        (one stopping alone would leave the others waiting in a collective)."""
+        answer other than None) or CALLBACK_FAILED (it raised, SystemExit and KeyboardInterrupt too, or
+        answered with something that has no truth value: ``callback_error``), the same on every rank
+        (one stopping alone would leave the others waiting in a collective). A second Ctrl-C landing in
+        it is raised at once, as anywhere in the loop: SignalGuard has said no checkpoint follows."""
         answer = CALLBACK_GOES_ON
         if self.dist.is_main:
             row = {"iteration": self.iteration, "global_step": self.global_step, **row}
             try:
                 with self._rng_kept():
                     said = callback(row, self) if getattr(self, "callback_takes_trainer", False) else callback(row)
-            except Exception as e:
+                stops = said is not None and not _truth(said, callback)
+            except BaseException as e:  # noqa: BLE001 - the caller's sys.exit too: checkpointed, then raised as it came
+                if _second_interrupt(e):
+                    raise
                 self.callback_error = e  # train() raises it as it came: no env diagnosis, no wrapping
                 answer = CALLBACK_FAILED
             else:
-                answer = CALLBACK_STOPS if said is not None and not said else CALLBACK_GOES_ON
+                answer = CALLBACK_STOPS if stops else CALLBACK_GOES_ON
         return self.dist.agree_stop(answer) if self.dist.enabled else answer
 
     @contextlib.contextmanager
@@ -468,7 +492,8 @@ class Trainer:
         """Call ``callback`` with this iteration's ``row`` (``saved``: its checkpoint is written). A stop
         it asks for (``stop_asked``: the run is not ending anyway) is recorded in a checkpoint at this
         step (``stopped_by_callback``: the report tells it from a finished run; a resume, which trains
-        on, writes none), written again if one was; its exception is raised as it came once a
+        on, writes none), written again if one was; its exception (a SystemExit or KeyboardInterrupt
+        too: every rank learns of it first, none is left waiting) is raised as it came once a
         checkpoint at this step is on disk: no iteration since the last periodic one is lost. Returns
         the last checkpoint."""
         answer = self._call_back(callback, row)
@@ -644,8 +669,9 @@ class Trainer:
 
 
 def callback_arity(callback) -> int:
-    """How train() calls ``callback``: 2 for ``f(row, trainer)`` (it names two positional parameters and
-    can be called with two), else 1 for ``f(row)``. ConfigError (one line, before the run starts) for
+    """How train() calls ``callback``: 2 for ``f(row, trainer)`` (it names two positional parameters, the
+    second without a default, and can be called with two), else 1 for ``f(row)``: ``f(row, verbose=False)``
+    keeps its default rather than get the Trainer. ConfigError (one line, before the run starts) for
     what is not callable or cannot be called with one positional argument nor two: found out only after a
     whole iteration otherwise. A callable whose signature Python cannot read (some builtins) is taken as
     ``f(row)``."""
@@ -664,8 +690,8 @@ def callback_arity(callback) -> int:
     positional = [p for p in signature.parameters.values()
                   if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     for arity in (2, 1):
-        if arity == 2 and len(positional) < 2:  # f(row, *rest) or print(*args): called with the row alone
-            continue
+        if arity == 2 and (len(positional) < 2 or positional[1].default is not inspect.Parameter.empty):
+            continue  # f(row, *rest), print(*args) or f(row, n=10): called with the row alone
         try:
             signature.bind(*[None] * arity)
         except TypeError:
@@ -678,6 +704,33 @@ def callback_arity(callback) -> int:
 
 #: Trainer._call_back's answers, agreed as the largest over ranks: a failure outranks a stop
 CALLBACK_GOES_ON, CALLBACK_STOPS, CALLBACK_FAILED = 0, 1, 2
+
+
+def _goes_on(row) -> None:
+    """The callback of a torchrun rank other than 0 given none while rank 0 has one: never called
+    (rank 0's alone is), it makes the rank answer "go on" in each iteration's agreement."""
+
+
+def _truth(said, callback) -> bool:
+    """The callback's answer as a bool; TypeError (one line) for one with no truth value (a numpy
+    array or tensor of several elements), which would otherwise fail inside the trainer as its error."""
+    try:
+        return bool(said)
+    except Exception as e:
+        from .config import _short_repr as short_repr
+
+        name = getattr(callback, "__qualname__", None) or short_repr(callback)
+        raise TypeError(f"train(callback={name}): returned a value of type {type(said).__name__}, whose truth value is "
+                        "ambiguous; return False to stop, None or True to go on") from e
+
+
+def _second_interrupt(e: BaseException) -> bool:
+    """Whether ``e`` is SignalGuard's KeyboardInterrupt for a second Ctrl-C (a run started from Python),
+    not one the callback raised itself: its traceback runs through the guard's handler."""
+    import traceback
+
+    return isinstance(e, KeyboardInterrupt) and any(
+        frame.f_code is SignalGuard._handle.__code__ for frame, _ in traceback.walk_tb(e.__traceback__))
 
 
 class CallbackFailed(RuntimeError):
@@ -878,15 +931,18 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     callback: ``f(row)`` or ``f(row, trainer)``, called after each iteration once its metrics.csv row
     is logged and its due checkpoint written (Trainer.run's ``callback``). ``row``: a dict of
     ``iteration``, ``global_step`` and the row's columns (``eval/mean_return`` when an evaluation ran,
-    the one a stopped run's resume runs first included). ``trainer``, passed to a function of two
-    positional parameters: the Trainer, for SB3-style callbacks that reach the model:
+    the one a stopped run's resume runs first included). ``trainer``, passed to a function whose second
+    positional parameter has no default: the Trainer, for SB3-style callbacks that reach the model:
     ``trainer.agent`` (the network, training: read it, do not step it), ``trainer.obs_norm``,
     ``trainer.run_dir``, ``trainer.last_checkpoint`` (the newest checkpoint file, this iteration's
     when one was due) and ``trainer.cfg``. A falsy return other than None stops the run there, with a
     checkpoint that records the stop (``proxima report`` says so), the end-of-run evaluation and the
-    return as for a finished run; ``train(None, resume=run_dir)`` trains on. Its exception is raised
-    as it came, after a checkpoint of that iteration is written. A callback that cannot be called
-    with one or two positional arguments is a ConfigError before the run starts.
+    return as for a finished run; ``train(None, resume=run_dir)`` trains on. Its exception (SystemExit
+    and KeyboardInterrupt too) is raised as it came, after a checkpoint of that iteration is written;
+    so is a TypeError for an answer with no truth value (a numpy array). A callback that cannot be
+    called with one or two positional arguments is a ConfigError before the run starts. Under torchrun
+    rank 0's callback alone is called, and the other ranks may pass None (``callback=cb if rank == 0
+    else None``); one given on other ranks but not on rank 0 is a ConfigError on every rank.
 
     Under torchrun every process calls this (docs/distributed.md): rank 0 finds and loads the
     checkpoint and sends it to the others, so all ranks restore the same one; rank 0 alone writes

@@ -3,6 +3,7 @@ end the run early (an SB3 callback returning False) without losing it: a checkpo
 policy and a resume that trains on to the total."""
 import csv
 import math
+import sys
 
 import pytest
 import torch
@@ -321,3 +322,77 @@ def test_a_stop_asked_on_the_last_iteration_is_no_stop_and_a_quiet_stop_prints_n
     _, policy = train(config, run_dir=tmp_path / "q", quiet=True, evaluate_at_end=False, callback=lambda row: False)
     assert policy.global_step == 64
     assert capsys.readouterr().err == ""
+
+
+def _checkpoints(run_dir) -> list:
+    return [p.name for p in sorted((run_dir / "checkpoints").glob("step_*.pt"))]
+
+
+@pytest.mark.parametrize("leaving", [SystemExit, KeyboardInterrupt])
+def test_sys_exit_or_keyboardinterrupt_in_the_callback_comes_back_after_a_checkpoint_of_that_iteration(tmp_path, leaving):
+    def leaves_at_the_second(row):
+        if row["iteration"] == 2:
+            if leaving is SystemExit:
+                sys.exit(3)  # a script's callback ending the program
+            raise KeyboardInterrupt("mine")
+
+    config = PPOConfig(**{**TINY, "total_timesteps": 192, "checkpoint_every": 50})  # no periodic checkpoint
+    with pytest.raises(leaving) as caught:
+        train(config, run_dir=tmp_path / "r", quiet=True, evaluate_at_end=False, callback=leaves_at_the_second)
+    assert type(caught.value) is leaving and caught.value.args == ((3,) if leaving is SystemExit else ("mine",))
+    assert _checkpoints(tmp_path / "r") == ["step_000000000128.pt"]  # the 2 trained iterations kept
+    _, policy = train(None, resume=tmp_path / "r", quiet=True, evaluate_at_end=False)
+    assert policy.global_step == 192
+
+
+def test_a_second_ctrl_c_in_the_callback_stops_at_once_without_that_iterations_checkpoint(tmp_path, capsys):
+    import os
+    import signal
+
+    def interrupted_twice(row):  # SignalGuard's KeyboardInterrupt: it promised no checkpoint follows
+        if row["iteration"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    config = PPOConfig(**{**TINY, "total_timesteps": 192, "checkpoint_every": 50})
+    with pytest.raises(KeyboardInterrupt):
+        train(config, run_dir=tmp_path / "r", evaluate_at_end=False, callback=interrupted_twice)
+    assert "second interrupt, stopping now without this iteration's checkpoint" in capsys.readouterr().err
+    assert _checkpoints(tmp_path / "r") == []
+
+
+def test_an_answer_with_no_truth_value_is_a_one_line_type_error_after_the_checkpoint(tmp_path, monkeypatch):
+    import numpy as np
+
+    from proxima import run_setup
+
+    def no_diagnosis(e, *args):  # the caller's answer, not the env, is at fault
+        raise AssertionError(f"the env was diagnosed for {e!r}")
+
+    monkeypatch.setattr(run_setup, "diagnose_failure", no_diagnosis)
+
+    def scores(row):
+        return np.array([1.0, 2.0]) if row["iteration"] == 2 else None
+
+    config = PPOConfig(**{**TINY, "total_timesteps": 192, "checkpoint_every": 50})
+    with pytest.raises(TypeError) as caught:
+        train(config, run_dir=tmp_path / "r", quiet=True, evaluate_at_end=False, callback=scores)
+    assert str(caught.value) == (
+        "train(callback=test_an_answer_with_no_truth_value_is_a_one_line_type_error_after_the_checkpoint.<locals>.scores): "
+        "returned a value of type ndarray, whose truth value is ambiguous; return False to stop, None or True to go on")
+    assert _checkpoints(tmp_path / "r") == ["step_000000000128.pt"]
+
+
+def test_a_second_parameter_with_a_default_keeps_it_rather_than_get_the_trainer(tmp_path):
+    from proxima.trainer import callback_arity
+
+    got = []
+
+    def verbose_logger(row, verbose=False):
+        got.append(verbose)
+
+    train(PPOConfig(**{**TINY, "total_timesteps": 64}), run_dir=tmp_path / "r", quiet=True, evaluate_at_end=False,
+          callback=verbose_logger)
+    assert got == [False]
+    assert callback_arity(lambda row, n=10: None) == 1
+    assert callback_arity(lambda row, trainer, n=10: None) == 2  # the trainer still reaches a second parameter without one
