@@ -13,28 +13,11 @@ import pytest
 from proxima import checkpoint as ckpt
 from proxima.report import build_report
 from tests.cli_helpers import run_main
+from tests.unit.test_review29_runrecord import scripted_evals  # noqa: F401  (the fixture: scripted --eval-every means)
 
 TINY = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "1", "--update-epochs", "1", "--threads", "1",
         "--no-progress", "--eval-every", "32", "--eval-episodes", "1"]
 LABEL = "eval return during training, best"
-
-
-@pytest.fixture
-def scripted_evals(monkeypatch):
-    """--eval-every evaluations (the only caller passing ``stop``) return the means put in the list, in
-    order; the end-of-run evaluation stays real."""
-    from proxima import evaluate as ev
-
-    real, means = ev.evaluate, []
-
-    def fake(*args, **kwargs):
-        result = real(*args, **kwargs)
-        if "stop" in kwargs:
-            result = {**result, "mean_return": means.pop(0), "std_return": 0.0}
-        return result
-
-    monkeypatch.setattr(ev, "evaluate", fake)
-    return means
 
 
 def _report(run) -> str:
