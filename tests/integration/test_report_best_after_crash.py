@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import json
 
-import pytest
 
 from proxima import checkpoint as ckpt
 from proxima.report import build_report
