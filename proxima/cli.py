@@ -527,15 +527,11 @@ def _name_file_run_dir(e: Exception, cfg) -> Exception:
 
 
 def recorded_argv() -> list:
-    """The command line meta.json records: the one the user typed (``--nproc K`` included: the
-    launcher passes it to its ranks, launch.COMMAND_ENV), else this process's."""
-    from .launch import COMMAND_ENV
+    """The command line meta.json records: the one the user typed (launch.typed_command: ``--nproc K``
+    included, ``python -m proxima`` and a hand-typed torchrun's words rebuilt)."""
+    from .launch import typed_command
 
-    try:
-        argv = json.loads(os.environ[COMMAND_ENV])
-        return argv if isinstance(argv, list) and all(isinstance(a, str) for a in argv) else sys.argv
-    except (KeyError, ValueError):
-        return sys.argv
+    return typed_command()
 
 
 def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: bool = False, resumed: bool = False,

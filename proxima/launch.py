@@ -34,8 +34,70 @@ from . import checkpoint as ckpt
 from .config import ConfigError
 
 
-#: the launcher's command line, as JSON, for the ranks to record in meta.json (cli.recorded_argv)
+#: the launcher's command line, as JSON, for the ranks to record in meta.json (typed_command)
 COMMAND_ENV = "PROXIMA_LAUNCH_COMMAND"
+
+#: the packages whose __main__.py starts a command: `python -m MODULE`
+_MAIN_MODULES = {("proxima",): "proxima", ("proxima", "rlhf"): "proxima.rlhf"}
+
+
+def _main_module(argv0: str) -> Optional[str]:
+    """``proxima`` or ``proxima.rlhf`` when ``argv0`` is that package's __main__.py, None otherwise."""
+    path = Path(argv0)
+    if path.name != "__main__.py":
+        return None
+    return next((m for parts, m in _MAIN_MODULES.items() if path.parent.parts[-len(parts):] == parts), None)
+
+
+def _program(argv0: str) -> list:
+    """The words that start the command ``argv0`` began. ``python -m proxima`` leaves the package's
+    __main__.py in argv[0], and that file run as a script fails on its relative imports."""
+    module = _main_module(argv0)
+    return [sys.executable, "-m", module] if module else [argv0]
+
+
+def _torchrun_words(environ) -> Optional[list]:
+    """``torchrun --nproc-per-node K [--nnodes N]`` for a process that torchrun started (its agent sets
+    LOCAL_WORLD_SIZE, the processes per machine, and GROUP_WORLD_SIZE, the machines, in every rank's
+    environment), None for any other. The rendezvous flags of a multi-machine job are not in the environment."""
+    if not environ.get("TORCHELASTIC_RUN_ID"):
+        return None
+    try:
+        local = int(environ["LOCAL_WORLD_SIZE"])
+        nodes = int(environ.get("GROUP_WORLD_SIZE", "1"))
+    except (KeyError, ValueError):
+        return None
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")  # the one beside this Python, as for python -m
+    words = [torchrun if os.path.isfile(torchrun) else "torchrun", "--nproc-per-node", str(local)]
+    return words + ["--nnodes", str(nodes)] if nodes > 1 else words
+
+
+def typed_command(argv: Optional[list] = None, environ=None) -> list:
+    """The command line that started this run, as the user typed it, for meta.json (README, "Run
+    directory"): the --nproc launcher's in its ranks (COMMAND_ENV, ``--nproc K`` included); else this
+    process's ``argv`` (sys.argv), with ``python -m proxima`` (or ``proxima.rlhf``) for the package's
+    __main__.py, and, in a rank of a torchrun started by hand, the torchrun words before it: the
+    process count is part of the run, and a rank's argv alone starts one process."""
+    environ = os.environ if environ is None else environ
+    argv = list(sys.argv if argv is None else argv)
+    try:
+        typed = json.loads(environ[COMMAND_ENV])
+        if isinstance(typed, list) and all(isinstance(a, str) for a in typed):
+            return typed
+    except (KeyError, ValueError):
+        pass
+    if not argv or argv[0] in ("", "-c"):  # the interpreter's prompt, python -c: no program to name
+        return argv
+    torchrun = _torchrun_words(environ)
+    if torchrun is None:
+        return [*_program(argv[0]), *argv[1:]]
+    module = _main_module(argv[0])
+    if module:
+        return [*torchrun, "-m", module, *argv[1:]]
+    # torchrun runs a .py file with Python and anything else (a console script: proxima) as it is
+    return [*torchrun, *([] if argv[0].endswith(".py") else ["--no-python"]), *argv]
+
+
 
 
 def strip_nproc(argv: list) -> list:

@@ -609,12 +609,15 @@ def _resume_entry(t: "Trainer") -> dict:
 
 def resume_entry(step: int, argv=None, device: Optional[str] = None) -> dict:
     """One entry of meta.json's ``resumes``: what trains from ``step`` on (the first start's record
-    at the top of meta.json says what trained before); ``argv``: the command, sys.argv when None.
+    at the top of meta.json says what trained before); ``argv``: the command, the one this process
+    was started with when None (launch.typed_command).
     ``device``: the device it trains on (--device may change on resume), recorded when given, as the
     first start's is; on the CPU the entry also records the CPU tanh it computes with."""
+    from .launch import typed_command
+
     cpu = device is not None and str(device).split(":")[0] == "cpu"
     entry = {"started": datetime.now().isoformat(timespec="seconds"), "step": int(step),
-             "command": argv if argv is not None else sys.argv, "versions": versions()}
+             "command": argv if argv is not None else typed_command(), "versions": versions()}
     if device is not None:
         entry["device"] = str(device)
     if cpu:  # the CPU tanh (chosen by the CPU's maker) is part of what makes a resume bit-identical: beside the

@@ -12,7 +12,6 @@ import math
 import os
 import platform
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -202,6 +201,7 @@ def _meta(world_size: int, device: str) -> dict:
         peft_version: Optional[str] = peft.__version__
     except ImportError:
         peft_version = None
+    from ..launch import typed_command
     from ..train_state import git_record
 
     git = git_record()  # one rule for PPO and RLHF runs (the image's recorded commit included)
@@ -209,7 +209,7 @@ def _meta(world_size: int, device: str) -> dict:
 
     return {"kind": "rlhf", "proxima": __version__, "python": platform.python_version(), "torch": torch.__version__,
             "transformers": transformers.__version__, "peft": peft_version, **git, "device": device,
-            "world_size": world_size, "command": sys.argv, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            "world_size": world_size, "command": typed_command(), "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
 def read_config(path: Path) -> dict:
