@@ -16,8 +16,10 @@ last checkpoint stays loadable (written atomically).
 
 Exit status: torchrun's, except that a run stopped by a signal the launcher forwarded exits
 128 + signum (130 for SIGINT, 143 for SIGTERM), like a single-process run; ranks that all refused
-(2) or stopped (130/143) alike give their code, other failures 1 with one line (proxima.torchrun). Multi-node runs call
-torchrun directly (docs/distributed.md).
+(2) or stopped (130/143) alike give their code, other failures 1 with one line (proxima.torchrun). A stop
+that comes before any rank could take it (the checks, torchrun or the ranks importing torch) prints
+the line a single process prints for a stop before training, once, and no traceback. Multi-node runs
+call torchrun directly (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Optional
 
 from . import checkpoint as ckpt
 from .config import ConfigError
+from .torchrun import STOPS, EarlyStop, handles_stops
 
 
 #: the launcher's command line, as JSON, for the ranks to record in meta.json (typed_command)
@@ -96,8 +100,6 @@ def typed_command(argv: Optional[list] = None, environ=None) -> list:
         return [*torchrun, "-m", module, *argv[1:]]
     # torchrun runs a .py file with Python and anything else (a console script: proxima) as it is
     return [*torchrun, *([] if argv[0].endswith(".py") else ["--no-python"]), *argv]
-
-
 
 
 def strip_nproc(argv: list) -> list:
@@ -362,30 +364,85 @@ def _die_with_parent() -> None:
         pass
 
 
+def _resumes(args) -> bool:
+    """Whether proxima's arguments ``args`` (the subcommand first) continue a run: ``resume``, ``--resume``."""
+    flags = args[:args.index("--")] if "--" in args else args
+    return bool(flags) and (flags[0] == "resume" or any(a == "--resume" or a.startswith("--resume=") for a in flags))
+
+
+def early_stop_line(signum: int, args) -> str:
+    """The line for a stop that came before any rank trained, in the words a single process uses for a
+    stop before its first iteration (trainer.train): nothing of a new run is kept, a resumed run is untouched."""
+    what = "the run is as its last checkpoint left it" if _resumes(args) else "nothing was kept"
+    return f"proxima: stopped by {signal.Signals(signum).name}; before training started; {what}"
+
+
+def _block_stops() -> None:
+    """In torchrun's process, before it starts Python: SIGINT/SIGTERM held until proxima.torchrun.main
+    takes them (torchrun.EarlyStops). A stop forwarded while Python starts would otherwise land in the
+    imports before ``main``, as a KeyboardInterrupt traceback (or SIGTERM's silent death)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+
+
+def _preexec() -> None:
+    _die_with_parent()
+    _block_stops()
+
+
+class _RankWatch:
+    """Whether a rank of the torchrun ``pid`` has had proxima's stop handling in place: a rank catches
+    SIGTERM from its run's start (trainer.train: signals.OutsideLoop) to its end, and says where a
+    stop found it. One stopped before (Python starting, torch importing) exits 130/143 without a
+    line, as does torchrun: the launcher says it then (launch_torchrun). Polled from the start, as
+    a rank past its run's end has no handler either, and a stop then is no stop before training.
+    ``seen`` is True from the start where /proc lists no process's children: nothing to tell, no line."""
+
+    def __init__(self, pid: int):
+        me = os.getpid()
+        self.seen = not Path(f"/proc/{me}/task/{me}/children").exists()
+        self._pid, self._done = pid, threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="proxima-rank-watch", daemon=True)
+        self._thread.start()
+
+    def look(self) -> bool:
+        if not self.seen:
+            self.seen = any(handles_stops(rank) for rank in _child_pids(self._pid))
+        return self.seen
+
+    def _poll(self) -> None:
+        while not self.look() and not self._done.wait(0.2):
+            pass
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
 def launch_torchrun(nproc: int, argv: list, env: Optional[dict] = None, announce: Optional[str] = None) -> int:
     """Run ``proxima <argv>`` (without --nproc) under torchrun with ``nproc`` processes; return its exit code.
-    ``announce``: a line for stderr once the checks have passed (so a refused launch prints only its error)."""
-    _check(nproc, argv)
-    if announce:
-        print(announce, file=sys.stderr)
-    cmd = torchrun_command(nproc, argv)
-    child_env = dict(os.environ if env is None else env)
-    child_env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default too; --threads sets torch's own
-    if SAFE_PATH_ENV and not child_env.get("PYTHONSAFEPATH"):  # see torchrun_command; PYTHONPATH entries (a
-        child_env["PYTHONSAFEPATH"] = "1"  # user's own env package) still count
-        child_env[SAFE_PATH_SET_ENV] = "1"  # a rank takes it out again for what it starts (proxima/__main__.py)
-    # meta.json records the command the user typed (with --nproc), not the ranks' own argv
-    child_env[COMMAND_ENV] = json.dumps([sys.argv[0], *argv])
-    # a session of its own: a Ctrl-C in the terminal reaches torchrun once (forwarded below), not
-    # twice (terminal + launcher), which would cut torchrun's graceful shutdown short
-    proc = subprocess.Popen(cmd, env=child_env, start_new_session=True,
-                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
-    received: list = []
+    ``announce``: a line for stderr once the checks have passed (so a refused launch prints only its error).
 
-    def forward(signum, frame):
+    A stop (SIGINT/SIGTERM) that comes before any rank could take it exits 128 + signum with one line,
+    as a single process stopped before its first iteration: during the checks here, while torchrun
+    starts, or while the ranks import torch (_RankWatch); from then on the ranks say where they stopped."""
+    received: list = []
+    forwarded: list = []
+    proc = watch = None
+    checking, early = True, []
+
+    def on_stop(signum, frame):
+        if checking:  # the checks build the env and may take seconds: a stop ends them
+            early.append(signum)
+            raise EarlyStop(signum)
         received.append(signum)
+        if proc is not None:  # before, torchrun gets it once it is started (below)
+            pass_on(signum)
+
+    def pass_on(signum):
         try:
-            if len(received) == 1:
+            if not forwarded:
+                forwarded.append(signum)
+                watch.look()  # whether a rank will say where it stopped, before the stop reaches them
                 proc.send_signal(signum)  # torchrun passes it to every rank: checkpoint and stop
             else:
                 for pid in _child_pids(proc.pid):  # the ranks: second signal, exit now
@@ -394,20 +451,49 @@ def launch_torchrun(nproc: int, argv: list, env: Optional[dict] = None, announce
             pass
 
     old = {}
-    import threading
-
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            old[sig] = signal.signal(sig, forward)
+        for sig in STOPS:
+            old[sig] = signal.signal(sig, on_stop)
     try:
+        try:
+            _check(nproc, argv)
+            if early:  # its exception swallowed where it landed (torch's C code importing NumPy clears any)
+                raise EarlyStop(early[0])
+            if announce:
+                print(announce, file=sys.stderr)
+            checking = False
+        except KeyboardInterrupt as e:  # EarlyStop; a KeyboardInterrupt off the main thread
+            signum = getattr(e, "signum", signal.SIGINT)
+            print(early_stop_line(signum, argv), file=sys.stderr)
+            return 128 + signum
+        cmd = torchrun_command(nproc, argv)
+        child_env = dict(os.environ if env is None else env)
+        child_env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default too; --threads sets torch's own
+        if SAFE_PATH_ENV and not child_env.get("PYTHONSAFEPATH"):  # see torchrun_command; PYTHONPATH entries (a
+            child_env["PYTHONSAFEPATH"] = "1"  # user's own env package) still count
+            child_env[SAFE_PATH_SET_ENV] = "1"  # a rank takes it out again for what it starts (proxima/__main__.py)
+        # meta.json records the command the user typed (with --nproc), not the ranks' own argv
+        child_env[COMMAND_ENV] = json.dumps([*_program(sys.argv[0]), *argv])
+        # a session of its own: a Ctrl-C in the terminal reaches torchrun once (forwarded), not
+        # twice (terminal + launcher), which would cut torchrun's graceful shutdown short
+        started = subprocess.Popen(cmd, env=child_env, start_new_session=True,
+                                   preexec_fn=_preexec if sys.platform.startswith("linux") else None)
+        watch = _RankWatch(started.pid)
+        proc = started
+        if received and not forwarded:  # a stop while torchrun was being started: it takes it in its main
+            pass_on(received[0])
         rc = proc.wait()
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-        if proc.poll() is None:  # only when wait() itself was interrupted by an exception
+        if proc is not None and proc.poll() is None:  # only when wait() itself was interrupted by an exception
             proc.terminate()
+        if watch is not None:
+            watch.close()
     if rc < 0:
         rc = 128 - rc
     if received and rc != 0:
+        if rc == 128 + received[0] and not watch.seen:  # no rank said it (_RankWatch)
+            print(early_stop_line(received[0], argv), file=sys.stderr)
         return 128 + received[0]
     return rc

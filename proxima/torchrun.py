@@ -11,12 +11,21 @@ ended alike, with a refusal (2) or a stop (130, 143), exits with that code and p
 any other failure prints one line naming each failed rank's exit code and exits 1. Everything else
 is torchrun's own ``main`` with its own arguments: ``python -m proxima.torchrun --nproc-per-node K --standalone
 -m proxima train ...`` behaves as ``python -m torch.distributed.run ...`` does.
+
+A stop before torchrun starts the ranks (while it imports torch, or meets itself at the rendezvous)
+ends it with 128 + signum and no traceback; the launcher, which sent the stop, says the line
+(launch.launch_torchrun). The launcher starts it with SIGINT/SIGTERM blocked, so that a stop that
+comes while Python itself starts waits for ``main`` instead of interrupting the imports before it.
+A stop while torchrun starts the ranks reaches them once all are started (torchrun would otherwise
+leave them running), and a Ctrl-C reaches ranks that have no stop handling yet as SIGTERM (_passed_on).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import threading
 
 #: exit codes a rank ends with after printing its own line: a refusal (a user error, docs/reliability.md)
 #: and a stop by SIGINT/SIGTERM with its checkpoint
@@ -68,15 +77,118 @@ def child_failure_exit(failures: dict, first=None) -> int:
     return 1
 
 
+#: the signals that stop a run
+STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
+class EarlyStop(KeyboardInterrupt):
+    """SIGINT/SIGTERM before any rank started (EarlyStops): nothing was written yet. A KeyboardInterrupt,
+    so that code that lets Ctrl-C pass (``except Exception``) lets it pass too."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class EarlyStops:
+    """Within ``with EarlyStops(...) as stops:`` SIGINT and SIGTERM raise EarlyStop (SIGTERM's default
+    would end the process with no line). ``unblock``: and take them out of the signal mask, where the
+    launcher put them (launch._block_stops), so that one sent meanwhile is raised here.
+
+    A stop whose exception was swallowed where it landed (C code that imports NumPy for torch and
+    clears any error it raises) is raised again by ``check()``, which the caller calls before it
+    starts anything, as signals.OutsideLoop does: the stop comes late, but is never lost."""
+
+    def __init__(self, unblock: bool = False):
+        self.unblock, self.signum, self._old = unblock, 0, {}
+
+    def __enter__(self):
+        try:
+            if threading.current_thread() is threading.main_thread():
+                for sig in STOPS:
+                    self._old[sig] = signal.signal(sig, self._raise)
+            if self.unblock and hasattr(signal, "pthread_sigmask"):
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _raise(self, signum, frame):
+        self.signum = self.signum or signum
+        raise EarlyStop(signum)
+
+    def check(self) -> None:
+        if self.signum:
+            raise EarlyStop(self.signum)
+
+    def __exit__(self, *exc):
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        self._old.clear()
+        return False
+
+
+def child_pids(pid: int) -> list:
+    """Direct children of ``pid``'s main thread (Linux /proc; empty elsewhere): torchrun's, its ranks."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _sigterm(pid: int) -> "str | None":
+    """How process ``pid`` takes SIGTERM (/proc/PID/status): "caught", "ignored", "default"; None when unknown."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            masks = dict(line.split(":", 1) for line in f if line.startswith(("SigCgt:", "SigIgn:")))
+        bit = 1 << (signal.SIGTERM - 1)
+        return "caught" if int(masks["SigCgt"], 16) & bit else "ignored" if int(masks["SigIgn"], 16) & bit else "default"
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def handles_stops(pid: int) -> bool:
+    """Whether process ``pid`` has a SIGTERM handler of its own: in a rank, proxima's stop handling, in
+    place from its run's start to its end (trainer.train: signals.OutsideLoop), which says where it stopped."""
+    return _sigterm(pid) == "caught"
+
+
+def _passed_on(signum: int) -> int:
+    """The signal torchrun passes to its ranks for a stop by ``signum``: SIGTERM for a SIGINT while every
+    rank takes SIGTERM by its default, none having stop handling yet. Such a rank has written nothing,
+    and SIGTERM ends it at once and silently, where SIGINT's KeyboardInterrupt lands wherever it is: in
+    Python's own start-up, a "Fatal Python error" and a traceback."""
+    ranks = child_pids(os.getpid())
+    if signum == signal.SIGINT and ranks and all(_sigterm(r) == "default" for r in ranks):
+        return signal.SIGTERM
+    return signum
+
+
 def main(argv=None) -> int:
+    try:
+        with EarlyStops(unblock=True) as early:  # until torchrun's handlers replace these as it starts the ranks
+            return _run(argv, early)
+    except KeyboardInterrupt as e:  # EarlyStop: the launcher, which sent the stop, says its line
+        return 128 + getattr(e, "signum", signal.SIGINT)
+
+
+def _run(argv, early: EarlyStops) -> int:
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
     from torch.distributed.elastic.multiprocessing import api
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
+    early.check()
+
     raise_stop = getattr(api, "_terminate_process_handler", None)
+    start_workers = getattr(LocalElasticAgent, "_start_workers", None)
+    stopping: list = []  # the stop torchrun passed on
+    starting: list = []  # not empty while the agent starts the ranks (start_workers_whole)
+    held: list = []  # a stop that came meanwhile, raised once the agent holds them
     if raise_stop is not None:  # installed by torchrun when it starts the ranks (api.PContext.start)
-        stopping: list = []
 
         def first_stop_only(signum, frame):
             # A job-wide stop reaches torchrun more than once (Slurm and systemd signal every process,
@@ -85,19 +197,42 @@ def main(argv=None) -> int:
             # shutdown, in its logging, as a traceback. A stop at once goes to the ranks (launch.py).
             if stopping:
                 return
+            if starting:
+                held.append(signum)
+                return
             stopping.append(signum)
-            raise_stop(signum, frame)
+            raise_stop(_passed_on(signum), frame)
+
+        def start_workers_whole(self, *args, **kwargs):
+            # torchrun's handler is in place before it starts the first rank, but the agent records the
+            # ranks (self._pcontext) only once all are started: a stop raised in between would leave the
+            # ones started without a signal, running on after torchrun exits, holding the terminal
+            early.check()  # a stop before, swallowed where it landed: no rank is started
+            starting.append(True)
+            try:
+                return start_workers(self, *args, **kwargs)
+            finally:
+                starting.clear()
+                if early.signum and not held:  # one that landed as the agent set the ranks up, swallowed or not
+                    held.append(early.signum)
+                if held and not stopping:
+                    stopping.append(held[0])
+                    raise_stop(_passed_on(held[0]), None)
 
         api._terminate_process_handler = first_stop_only
+        if start_workers is not None:
+            LocalElasticAgent._start_workers = start_workers_whole
     try:
         torchrun_main(argv)
     except SignalException as e:
-        return 128 + int(e.sigval)
+        return 128 + (stopping[0] if stopping else int(e.sigval))  # the stop's, whatever went on to the ranks
     except ChildFailedError as e:
         return child_failure_exit(e.failures, e.get_first_failure()[0])
     finally:
         if raise_stop is not None:
             api._terminate_process_handler = raise_stop
+            if start_workers is not None:
+                LocalElasticAgent._start_workers = start_workers
     return 0
 
 
