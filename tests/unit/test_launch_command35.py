@@ -247,7 +247,6 @@ def test_torchruns_main_ends_a_stop_before_the_ranks_start_with_its_code(monkeyp
 
 
 def test_a_stop_while_torchrun_starts_the_ranks_is_raised_once_it_holds_them(monkeypatch):
-    import torch.distributed.run
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
     from torch.distributed.elastic.multiprocessing import api
 
@@ -256,6 +255,18 @@ def test_a_stop_while_torchrun_starts_the_ranks_is_raised_once_it_holds_them(mon
         signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # the stop lands as the ranks start
         self._pcontext = "the ranks"
         return {}
+
+    assert _ranks_holding_the_stop(monkeypatch, start_ranks) == ["the ranks"]  # not None: no rank left running without the stop
+    assert LocalElasticAgent._start_workers is start_ranks  # torchrun's own back
+
+
+def _ranks_holding_the_stop(monkeypatch, start_ranks) -> list:
+    """torchrun.main with the agent's _start_workers replaced by ``start_ranks`` (in which a stop lands):
+    its exit is 130, and the list holds what the agent's _pcontext held when the stop was raised (the
+    ranks its shutdown signals)."""
+    import torch.distributed.run
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+    from torch.distributed.elastic.multiprocessing import api
 
     held_by = []
 
@@ -271,8 +282,7 @@ def test_a_stop_while_torchrun_starts_the_ranks_is_raised_once_it_holds_them(mon
     monkeypatch.setattr(torch.distributed.run, "main", agent_run)
     monkeypatch.setattr(torchrun, "child_pids", lambda pid: [])
     assert stopped(torchrun.main, []) == 130
-    assert held_by == ["the ranks"]  # not None: no rank left running without the stop
-    assert LocalElasticAgent._start_workers is start_ranks  # torchrun's own back
+    return held_by
 
 
 def test_a_stop_swallowed_as_torchrun_imports_is_raised_before_any_rank_starts(monkeypatch):
@@ -292,29 +302,11 @@ def test_a_stop_swallowed_as_torchrun_imports_is_raised_before_any_rank_starts(m
 
 
 def test_a_stop_swallowed_as_the_agent_sets_up_the_ranks_stops_them_once_it_holds_them(monkeypatch):
-    import torch.distributed.run
-    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
-    from torch.distributed.elastic.multiprocessing import api
-
     def start_ranks(self, worker_group):  # the stop lands (and is swallowed) before torchrun's handler is in
         swallowed_stop()
         self._pcontext = "the ranks"
 
-    held_by = []
-
-    def agent_run(argv):
-        agent = SimpleNamespace(_pcontext=None)
-        try:
-            LocalElasticAgent._start_workers(agent, None)
-        except api.SignalException:
-            held_by.append(agent._pcontext)
-            raise
-
-    monkeypatch.setattr(LocalElasticAgent, "_start_workers", start_ranks)
-    monkeypatch.setattr(torch.distributed.run, "main", agent_run)
-    monkeypatch.setattr(torchrun, "child_pids", lambda pid: [])
-    assert stopped(torchrun.main, []) == 130
-    assert held_by == ["the ranks"]
+    assert _ranks_holding_the_stop(monkeypatch, start_ranks) == ["the ranks"]  # not None: no rank left running without the stop
 
 
 def test_ranks_without_stop_handling_yet_get_sigterm_for_a_ctrl_c(monkeypatch):
