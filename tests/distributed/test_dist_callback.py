@@ -11,12 +11,8 @@ import textwrap
 import pytest
 from distributed_helpers import two_ranks
 
-SCRIPT = textwrap.dedent('''
-    import json
-    import sys
-
-    from proxima import PPOConfig, distributed, train
-
+#: both scripts' callback (it stops after iteration 2), config and rank; after their imports
+RANK_SETUP = textwrap.dedent('''
     seen = []
 
     def until_second(row):
@@ -26,10 +22,19 @@ SCRIPT = textwrap.dedent('''
     cfg = PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2, update_epochs=1,
                     threads=1, progress=False, eval_episodes=0, total_timesteps=128 * 5)
     rank = distributed.context().rank
+''')
+
+SCRIPT = textwrap.dedent('''
+    import json
+    import sys
+
+    from proxima import PPOConfig, distributed, train
+
+    {RANK_SETUP}
     _, policy = train(cfg, run_dir=f"{sys.argv[1]}/run", quiet=True, callback=until_second)
     with open(f"{sys.argv[1]}/rank{rank}.json", "w") as f:
         json.dump({"seen": seen, "step": policy.global_step}, f)
-''')
+''').replace("{RANK_SETUP}", RANK_SETUP)
 
 
 @pytest.mark.slow  # a multi-process job of 10-40 s: the slow tier (README)
@@ -51,15 +56,7 @@ ONLY_ONE_RANK = textwrap.dedent('''
     from proxima import PPOConfig, distributed, train
     from proxima.config import ConfigError
 
-    seen = []
-
-    def until_second(row):
-        seen.append(row["iteration"])
-        return row["iteration"] < 2
-
-    cfg = PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2, update_epochs=1,
-                    threads=1, progress=False, eval_episodes=0, total_timesteps=128 * 5)
-    rank = distributed.context().rank
+    {RANK_SETUP}
     try:  # on rank 1 alone it would never be called: every rank refuses it, none waits for the others
         train(cfg, run_dir=f"{sys.argv[1]}/on1", quiet=True, callback=until_second if rank == 1 else None)
         refused = None
@@ -69,7 +66,7 @@ ONLY_ONE_RANK = textwrap.dedent('''
     _, policy = train(cfg, run_dir=f"{sys.argv[1]}/on0", quiet=True, callback=until_second if rank == 0 else None)
     with open(f"{sys.argv[1]}/rank{rank}.json", "w") as f:
         json.dump({"refused": refused, "seen": seen, "step": policy.global_step}, f)
-''')
+''').replace("{RANK_SETUP}", RANK_SETUP)
 
 
 @pytest.mark.slow  # a multi-process job of 10-40 s: the slow tier (README)
