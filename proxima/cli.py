@@ -641,7 +641,7 @@ def cmd_resume(args) -> int:
                 return fail(prog, f"--steps: {path} is a PPO population; --steps extends RLHF runs only (use --total-timesteps)")
             run_dir, checkpoint = (path.parent.parent, path) if population_file else (path, None)
             run_dir = resume_population(run_dir, overrides=typed_flags(args), quiet=args.quiet, env_id=args.env,
-                                        trust_run=args.trust_run, checkpoint=checkpoint)
+                                        trust_run=args.trust_run, checkpoint=checkpoint, argv=recorded_argv())
             print(f"run directory: {run_dir}")
             return 0
         if args.steps is not None:

@@ -46,6 +46,7 @@ from . import checkpoint as ckpt
 from .atomic import write_atomic
 from .config import FIELDS, ConfigError, PPOConfig
 from .envs import EnvError
+from .launch import typed_command
 from .population import PER_MEMBER_FIELDS, UNSUPPORTED, Population, _fmt, check_members, check_population_fits
 from .rundir import RunFileError, holds_text, read_run_text
 from .signals import WORKERS_ENDED, OutsideLoop, TrainingInterrupted, checkpoint_line, loop_stopped, workers_stopped
@@ -333,7 +334,7 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
 def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = False, env_id: Optional[str] = None,
                       trust_run: bool = False, evaluate_at_end: bool = True, stop_after: Optional[int] = None,
                       seeds: Optional[Sequence[int]] = None, sweep: Optional[dict] = None, checkpoint=None,
-                      typed_members: Sequence[str] = ("seeds", "sweep")) -> Path:
+                      typed_members: Sequence[str] = ("seeds", "sweep"), argv: Optional[list] = None) -> Path:
     """Continue the population in ``run_dir`` from its newest loadable checkpoint (one that does not
     load is set aside, as for a single run), or from ``checkpoint`` (one of its checkpoints/step_N.pt,
     ``train --seeds ... --resume FILE``). Checkpoints newer than the one resumed from, the
@@ -345,7 +346,8 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
     --seeds/--sweep ... --resume``: the population that command would start, its seeds and sweep whether typed or not,
     ``typed_members`` naming the flags typed), must be the run's (check_same_members); None: not checked (``proxima
     resume RUN``). An env id that would import a module is refused
-    unless ``env_id`` names it or ``trust_run``."""
+    unless ``env_id`` names it or ``trust_run``. ``argv``: the command line meta.json records for this
+    resume (the CLI's, launch.typed_command); None: called from Python, recorded as that call and its script."""
     from .device import resolve_device
     from .envs.gym_adapter import treat_as_data
     from .rundir import RunSession
@@ -416,7 +418,7 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
         # before it trained is put back), as a single run's does, but for the count of the evaluation it shows
         _write_member_configs(pop, dirs, None if trains else _complete_configs(pop, state, run_dir, names))
         if trains:  # a resume that trains: each member's record says so, as a single run's
-            _record_resume(dirs, pop.iteration * pop.steps_per_member, device)
+            _record_resume(dirs, pop.iteration * pop.steps_per_member, device, argv)
         wall, finished = _train_loop(pop, run_dir, dirs, recorded_seeds, recorded_sweep, quiet=quiet, stop_after=stop_after,
                                      elapsed=float(state.get("elapsed", 0.0)), last_checkpoint=Path(path))
         if not trains:
@@ -540,15 +542,18 @@ def _recorded_eval_count(run_dir: Path, names: Sequence[str], step: int) -> Opti
     return counts.pop() if len(counts) == 1 else None
 
 
-def _record_resume(dirs, step: int, device) -> None:
+def _record_resume(dirs, step: int, device, argv: Optional[list] = None) -> None:
     """Add this resume to each member's meta.json ``resumes`` (train_state.record_resume: a damaged
     meta.json is a note, a full disk one line naming the file). On the CPU the entry records the CPU
     tanh, and a change from the one the population started with is noted once, not per member; the entry
-    records ``device`` (a torch.device: a resume may change --device), as a single run's does."""
+    records ``device`` (a torch.device: a resume may change --device), as a single run's does, and
+    ``argv`` (None: resume_population called from Python, recorded as that call, as train_population records one)."""
     from .diskspace import write_error
+    from .rundir import python_command
     from .train_state import record_resume, resume_entry
 
-    entry = resume_entry(step, device=str(device))
+    command = argv if argv is not None else python_command("proxima.population_run.resume_population(...)")
+    entry = resume_entry(step, command, device=str(device))
     for i, d in enumerate(dirs):
         path = d / "meta.json"
         if not path.exists():
@@ -886,7 +891,7 @@ def save_population(pop: Population, run_dir: Path, dirs: list, seeds, sweep: di
 def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> list:
     from .config import dump_yaml
 
-    from .train_state import git_record, versions
+    from .train_state import git_record, versions, where_started
 
     # what every member's meta.json shares, gathered once (doctor.collect takes ~0.2 s): the same record
     # as a single run's (train_state._run_meta), machine included, as a member holds a single run's files
@@ -895,7 +900,7 @@ def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> l
     # from Python (argv None) the process's argv is a script's or a notebook kernel's, no command that trains
     command = argv if argv is not None else python_command("proxima.population_run.train_population(...)")
     shared = {"command": command, "started": datetime.now().isoformat(timespec="seconds"),
-              "versions": versions(), "device": str(pop.device), "world_size": 1, **git_record(),
+              "versions": versions(), "device": str(pop.device), "world_size": 1, **git_record(), **where_started(),
               "env_backend": pop.env.backend}
     try:
         from .doctor import collect
@@ -1130,7 +1135,7 @@ def _train_population(args, cfg: PPOConfig, out) -> int:
                 return _dry_run_resume(args, cfg, Path(run_dir), checkpoint, seeds, sweep, given, out)
             run_dir = resume_population(run_dir, overrides=_population_resume_overrides(args, cfg, sweep), quiet=args.quiet,
                                         env_id=args.env_id, trust_run=args.trust_run, seeds=seeds, sweep=sweep,
-                                        checkpoint=checkpoint, typed_members=given)
+                                        checkpoint=checkpoint, typed_members=given, argv=typed_command())
             print(f"run directory: {run_dir}")
             return 0
     # sized before the members are built: each is a config to validate, then a member to build (~3 ms
@@ -1177,7 +1182,7 @@ def _train_population(args, cfg: PPOConfig, out) -> int:
         print(json.dumps({"members": len(members), "seeds": seeds, "sweep": sweep, "config": shared}), file=out)
         return 0
     restart = "--resume auto found no checkpoint to continue" if args.resume == "auto" else None
-    run_dir = train_population(members, seeds, sweep, argv=sys.argv, quiet=args.quiet, overwrite=args.overwrite, restart_note=restart,
+    run_dir = train_population(members, seeds, sweep, argv=typed_command(), quiet=args.quiet, overwrite=args.overwrite, restart_note=restart,
                                typed_total="total_timesteps" in typed, probe=probe, typed=typed)
     print(f"run directory: {run_dir}")
     return 0

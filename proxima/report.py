@@ -665,10 +665,20 @@ def _machine(meta: dict) -> dict:
         "torch build": m.get("torch_build"), "CUDA": m.get("cuda"), "CUDA driver": m.get("cuda_driver"),
         "cuDNN": m.get("cudnn"), "GPUs": gpus or (m.get("gpu_count") if m else None), "bf16": m.get("bf16"),
         "git commit": _on_resume(meta, _git_code(meta), _git_code, _git_cell),
-        "started": meta.get("started") or meta.get("created"),
-        "command": _command_cell(command),
+        "host": meta.get("host"),
+        "started": _recreated(meta, meta.get("started") or meta.get("created")),
+        "command": _recreated(meta, _command_cell(command)),
         "resumes": _resume_count(meta.get("resumes")),
     }
+
+
+def _recreated(meta: dict, cell):
+    """A cell of the first start (its time, its command) marked when a resume recreated a lost meta.json
+    (train_state.open_run_dir): then it is that resume's, and the first start's is not known."""
+    step = meta.get("recreated_at_step")
+    if cell is None or not isinstance(step, int) or isinstance(step, bool):
+        return cell
+    return f"{cell} (a resume at step {step:,}: meta.json was lost and recreated)"
 
 
 def _command_cell(command):

@@ -86,6 +86,20 @@ def git_record() -> dict:
     return {"git_commit": commit, "git_dirty": dirty}
 
 
+def where_started() -> dict:
+    """meta.json's ``host`` and ``cwd``: where a start or resume ran, so that its recorded command (whose
+    relative paths, --config c.yaml or --env-id mymod:Env, are the working directory's) can be run again,
+    and a run shared by a cluster's hosts says which one trained each part. ``cwd`` is None when the
+    working directory was removed under the process."""
+    import socket
+
+    try:
+        cwd: Optional[str] = os.getcwd()
+    except OSError:
+        cwd = None
+    return {"host": socket.gethostname(), "cwd": cwd}
+
+
 def default_run_dir(cfg: PPOConfig) -> Path:
     safe_env = cfg.env_id.replace("/", "_").replace(":", "_")
     return Path("runs") / f"{safe_env}__{cfg.seed}__{datetime.now().strftime('%Y%m%d-%H%M%S')}"
@@ -459,6 +473,8 @@ def open_run_dir(t: "Trainer", resumed: bool, trains: bool = True) -> None:
                 path = t.run_dir / "config.yaml"
             # a loose checkpoint resumed into a new --run-dir: that run has no meta.json yet (below), and needs config.yaml
             fresh = not (t.run_dir / "meta.json").exists()
+            # ... or a run whose meta.json was deleted: its record starts again here, saying so
+            lost_meta = fresh and path.exists()
             # the flags a resume may change (an extended --total-timesteps): config.yaml says what runs now
             text = dump_yaml(_resumed_config(t, trains or fresh))
             if not holds_text(path, text):
@@ -476,6 +492,11 @@ def open_run_dir(t: "Trainer", resumed: bool, trains: bool = True) -> None:
                 f.write(dump_yaml(t.cfg.to_dict()))
         meta = meta if meta is not None else _run_meta(t)
         path = t.run_dir / "meta.json"
+        if resumed and lost_meta:
+            # the first start's command, versions and machine are gone: what follows is this resume's, and says so
+            meta["recreated_at_step"] = int(t.global_step)
+            print(f"proxima: note: {path} was missing; recreated from this resume at step {t.global_step:,} (the first "
+                  "start's command, versions and machine are not known)", file=sys.stderr)
         _drop_link(path)
         with open(path, "w") as f:
             json.dump(meta, f, indent=2, default=str)
@@ -586,7 +607,7 @@ def _run_meta(t: "Trainer") -> dict:
     # from Python (argv None) the process's argv is a script's or a notebook kernel's, no command that trains
     meta = {"kind": "ppo", "command": t.argv if t.argv is not None else python_command(),
             "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(),
-            "device": str(t.device), "world_size": t.dist.world_size, **git_record(),
+            "device": str(t.device), "world_size": t.dist.world_size, **git_record(), **where_started(),
             "env_backend": t.env.backend}
     if getattr(t, "init_from_record", None):  # --init-from: the file it started from, its step and env (init_from.py)
         meta["init_from"] = t.init_from_record
@@ -624,7 +645,7 @@ def resume_entry(step: int, argv=None, device: Optional[str] = None) -> dict:
         from .tanh_cpu import MODE  # first start's machine.cpu_tanh, and record_resume notes a change
 
         entry["cpu_tanh"] = MODE
-    return {**entry, **git_record()}
+    return {**entry, **git_record(), **where_started()}
 
 
 class _DamagedMeta(Exception):

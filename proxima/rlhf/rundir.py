@@ -202,14 +202,15 @@ def _meta(world_size: int, device: str) -> dict:
     except ImportError:
         peft_version = None
     from ..launch import typed_command
-    from ..train_state import git_record
+    from ..train_state import git_record, where_started
 
     git = git_record()  # one rule for PPO and RLHF runs (the image's recorded commit included)
     from .. import __version__
 
     return {"kind": "rlhf", "proxima": __version__, "python": platform.python_version(), "torch": torch.__version__,
             "transformers": transformers.__version__, "peft": peft_version, **git, "device": device,
-            "world_size": world_size, "command": typed_command(), "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            "world_size": world_size, "command": typed_command(), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            **where_started()}
 
 
 def read_config(path: Path) -> dict:

@@ -70,7 +70,8 @@ def test_sigint_checkpoints_and_resume_continues_bit_identically(tmp_path):
         first = json.loads((tmp_path / "A" / m["dir"] / "meta.json").read_text())
         meta = json.loads((tmp_path / "B" / m["dir"] / "meta.json").read_text())
         assert "resumes" not in first and [r["step"] for r in meta["resumes"]] == [128]
-        assert set(meta["resumes"][0]) == {"started", "step", "command", "versions", "cpu_tanh", "git_commit", "git_dirty", "device"}
+        assert set(meta["resumes"][0]) == {"started", "step", "command", "versions", "cpu_tanh", "git_commit", "git_dirty", "device",
+                                "host", "cwd"}
 
 
 def test_resume_drops_what_was_logged_after_the_checkpoint_and_falls_back_past_a_corrupt_one(tmp_path, capsys):

@@ -546,7 +546,8 @@ def test_each_resume_is_recorded_in_meta_json(tmp_path, capsys, finished_run):
     assert {k: v for k, v in meta.items() if k != "resumes"} == first
     assert [r["step"] for r in meta["resumes"]] == [192, 256]
     for entry in meta["resumes"]:
-        assert set(entry) == {"started", "step", "command", "versions", "cpu_tanh", "git_commit", "git_dirty", "device"}
+        assert set(entry) == {"started", "step", "command", "versions", "cpu_tanh", "git_commit", "git_dirty", "device",
+                                "host", "cwd"}
         assert entry["cpu_tanh"] == first["machine"]["cpu_tanh"]  # the same machine: no note
         assert isinstance(entry["command"], list)  # this process's argv (in a test: pytest's), as a first start's
         assert entry["versions"] == first["versions"]
