@@ -1,6 +1,8 @@
 """`proxima rlhf` from the command line: one-line errors, the run directory, resume."""
 
 import json
+import os
+import socket
 
 import pytest
 import torch
@@ -66,7 +68,8 @@ def test_a_run_writes_config_meta_events_metrics_checkpoints_samples_and_summary
     assert main(base_args(assets, run_dir) + ["--config", str(cfg_file), "--steps", "4"]) == 0  # flag beats file
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     assert config["steps"] == 4 and config["lr"] == 1e-3
-    assert json.loads((run_dir / "meta.json").read_text())["kind"] == "rlhf"
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["kind"] == "rlhf" and meta["host"] == socket.gethostname() and meta["cwd"] == os.getcwd()
     assert [p.name for p in list_checkpoints(run_dir)] == ["step_000002.pt", "step_000004.pt"]
     assert (run_dir / "policy" / "config.json").exists()
     summary = json.loads((run_dir / "summary.json").read_text())
