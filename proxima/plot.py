@@ -9,9 +9,14 @@ the backend it built; seeds and devices do not split a group, nor do lengths und
 so another total is another setting; group_runs): a group of one run is drawn as its own line; a
 group of several runs is drawn as the mean over runs (``--stat iqm``: the interquartile mean) with a
 band (min-max by default, mean +- one standard deviation with ``--band std``, or a 95% bootstrap
-confidence interval of the statistic with ``--band ci``; the legend says which), after interpolating
-every run onto a common x grid that reaches the end of the group's longest run; a band at a single x
-(one logged value) is drawn as an error bar. One panel per group, titled with the env and the
+confidence interval of the statistic with ``--band ci``; the legend says which), aligned as a
+population's members are: at the steps the runs logged, each run's last value carried forward to
+the last step it logged a row at (an iteration in which no episode ended logs no return, and the run
+still counts), so the curve reaches the end of the group's longest run and only a run that trained
+fewer steps drops out past its end (``mean of 3 runs (fewer past the shorter runs' end)``). A run of
+the group with no value of the metric is skipped with a line and counted in the legend (``mean of 2
+of 3 runs; 1 without values``). A band at a single x (one logged value) is drawn as an error bar.
+One panel per group, titled with the env and the
 settings that differ (group_runs: a group is one exact setting, and no two titles read alike),
 wrapped to the panel's width; a title past three lines ends in `` ...`` and its whole text heads the
 panel's legend. A run drawn alone is named in the legend, and a population in its panel's title, by
@@ -39,7 +44,9 @@ plain run directories can be mixed. Of several directories, those that
 are not PPO runs with the metric (an RLHF run, a folder without metrics.csv) or hold no value of it
 (no episode finished yet) are skipped with a line; a run given alone is the error line instead.
 On the command line, a path that does not exist or is a file is an error however many are given
-(a typo, not a folder to skip).
+(a typo, not a folder to skip), and a folder that is no run but holds run directories (``plot runs``)
+stands for them (expand_run_folders). ``--label DIR=NAME`` names DIR's curve in the legend;
+``--dpi N`` sets a PNG's resolution; a PDF embeds TrueType fonts (no Type 3).
 
 Rows where a metric was not measured (an empty CSV cell, e.g. no episode finished in that
 iteration) are skipped, and so is a last row a kill cut short; a line that is not a metrics row
@@ -80,6 +87,11 @@ STATS = {"mean": "mean", "iqm": "IQM"}
 #: what a population's settings are drawn with unless --stat/--band say otherwise (groups of plain runs: mean, minmax)
 POPULATION_DEFAULTS = {"stat": "iqm", "band": "ci"}
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+#: a PNG's pixels per inch (--dpi): matplotlib's default, a 6.4-inch panel 640 pixels wide
+DEFAULT_DPI = 100
+#: the most --dpi takes: 1,200 dpi is past any print need, and three panels a row are then 23,040
+#: pixels wide (~0.5 GB of canvas a row); far more exhausts memory before matplotlib's own limit
+MAX_DPI = 1200
 
 PathLike = Union[str, os.PathLike]
 
@@ -286,7 +298,7 @@ def _curve_of(cols: dict, run_dir: PathLike, metric: str, x: str, smooth: int,
         sys.stderr.write(printable(f"proxima: note: {Path(run_dir) / 'metrics.csv'}: {name} is {ys[i]:+} at "
                                    f"{xcol} {xs[i]:,.6g}{more}; left out of the curve") + "\n")
     if not keep.any():
-        hint = " (no episode finished yet?)" if name == "charts/episodic_return" else ""
+        hint = " (no episode finished yet?)" if name == "charts/episodic_return" else _eval_hint(run_dir, name)
         if diverged:  # its rows are blank from then on: it will never log one, whatever the hint would guess
             hint = (f": this population member {diverged} before logging one, and its later rows are blank (but for "
                     "iteration, step, time and SPS)")
@@ -294,6 +306,17 @@ def _curve_of(cols: dict, run_dir: PathLike, metric: str, x: str, smooth: int,
     xs, ys = xs[keep], ys[keep]
     order = np.argsort(xs, kind="stable")
     return xs[order], moving_average(ys[order], smooth)
+
+
+def _eval_hint(run_dir: PathLike, name: str) -> str:
+    """Why an ``eval/*`` column holds no value: only a run given --eval-every evaluates while it
+    trains (its config.yaml's eval_every); "" for other columns."""
+    if not name.startswith("eval/"):
+        return ""
+    every = run_config(run_dir).get("eval_every")
+    if isinstance(every, int) and not isinstance(every, bool) and every > 0:
+        return f" (no evaluation yet: this run evaluates every {every:,} steps, --eval-every)"
+    return " (the run was trained without --eval-every N, which logs eval/* every N steps)"
 
 
 def moving_average(y: np.ndarray, k: int) -> np.ndarray:
@@ -308,27 +331,24 @@ def moving_average(y: np.ndarray, k: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------ aggregate
-def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minmax", points: int = 200,
-              stat: str = "mean", align: str = "interp") -> dict[str, np.ndarray]:
+def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minmax",
+              stat: str = "mean") -> dict[str, np.ndarray]:
     """A statistic and a band of several (x, y) curves on a common x grid.
 
-    When every run has the same x values they are used as they are. Otherwise, ``align="interp"``
-    (groups of plain runs, whose x values need not match): each curve is linearly interpolated onto
-    ``points`` evenly spaced x values over the range of all runs together, so the group is drawn to
-    the end of its longest run; a run counts only inside its own range (never extrapolated), so past
-    a shorter run's end, or before a later run's first x (``--x time``), the statistic is over the
-    runs that are there (count). ``align="carry"`` (a
-    population's members, which log in lockstep): the grid is the union of the x values the curves
-    have, and a curve's value at x is its last value at or before x (carried forward, as the latest
-    finished episodes' return is the member's return until it finishes more), so a member never
-    drops out of the statistic for an iteration in which it finished no episode; before its first
-    value it is missing. Returns dict(x, y, mean, lo, hi, n, count), arrays of shape (X,): y is
-    ``stat`` over runs at each x ("mean", or "iqm": the interquartile mean, population_report.iqm_along);
-    lo/hi are the min and max over runs (band="minmax"), the mean -+ the population std (band="std"),
-    or the 95% percentile-bootstrap interval of ``stat`` over runs (band="ci",
-    population_report.bootstrap_band: BOOTSTRAP_RESAMPLES resamples, numpy default_rng(0), so an image
-    is reproducible; NaN, no band, where fewer than 2 runs have a value); count is the number of runs
-    at each x.
+    The grid is the union of the x values the curves have (the steps they logged: no point that no
+    run logged, no logged extreme smoothed away), and a curve's value at x is its last value at or
+    before x (carried forward, as the latest finished episodes' return is the run's return until it
+    finishes more), so a run never drops out of the statistic for an iteration in which it finished
+    no episode. Before a curve's first x and past its last it is missing: the statistic there is over
+    the runs that are there (count). Groups of plain runs and a population's members are aligned
+    alike, each curve ending at the last step its run logged a row at (_carried_to_end), so a group
+    and a population of the same metrics.csv files draw the same curve. Returns dict(x, y, mean, lo,
+    hi, n, count), arrays of shape (X,): y is ``stat`` over runs at each x ("mean", or "iqm": the
+    interquartile mean, population_report.iqm_along); lo/hi are the min and max over runs
+    (band="minmax"), the mean -+ the population std (band="std"), or the 95% percentile-bootstrap
+    interval of ``stat`` over runs (band="ci", population_report.bootstrap_band: BOOTSTRAP_RESAMPLES
+    resamples, numpy default_rng(0), so an image is reproducible; NaN, no band, where fewer than 2
+    runs have a value); count is the number of runs at each x.
     """
     from .population_report import STATISTICS, bootstrap_band
 
@@ -336,8 +356,6 @@ def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minm
         raise PlotError(f"band {band!r}: choose one of {', '.join(BANDS)}")
     if stat not in STATISTICS:
         raise PlotError(f"stat {stat!r}: choose one of {', '.join(STATISTICS)}")
-    if align not in ("interp", "carry"):
-        raise PlotError(f"align {align!r}: choose interp or carry")
     if not curves:
         raise PlotError("no runs to aggregate")
     xs = [np.asarray(c[0], dtype=np.float64) for c in curves]
@@ -345,17 +363,13 @@ def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minm
     if all(x.shape == xs[0].shape and np.array_equal(x, xs[0]) for x in xs):
         grid = xs[0]
         stack = np.stack(ys)
-    elif align == "carry":
+    else:
         grid = np.unique(np.concatenate(xs))
         last = [np.searchsorted(x, grid, side="right") - 1 for x in xs]  # each curve's last x at or before the grid's
-        stack = np.stack([np.where(i >= 0, y[np.maximum(i, 0)], np.nan) for i, y in zip(last, ys)])
-    else:
-        start, stop = min(float(x[0]) for x in xs), max(float(x[-1]) for x in xs)
-        n = max(2, min(points, max(len(x) for x in xs))) if stop > start else 1
-        grid = np.linspace(start, stop, n)
-        stack = np.stack([np.where((grid >= x[0]) & (grid <= x[-1]), np.interp(grid, x, y), np.nan) for x, y in zip(xs, ys)])
+        stack = np.stack([np.where((i >= 0) & (grid <= x[-1]), y[np.maximum(i, 0)], np.nan)
+                          for i, x, y in zip(last, xs, ys)])
     count = np.isfinite(stack).sum(axis=0)
-    mean = np.nanmean(stack, axis=0)  # every grid point is inside at least one run's range
+    mean = np.nanmean(stack, axis=0)  # every grid point is some curve's own x: at least one run has a value
     if band == "minmax":
         lo, hi = np.nanmin(stack, axis=0), np.nanmax(stack, axis=0)
     elif band == "std":
@@ -365,6 +379,22 @@ def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minm
         lo, hi = bootstrap_band(stack, stat)
     y = mean if stat == "mean" else STATISTICS[stat](stack, axis=0)
     return {"x": grid, "y": y, "mean": mean, "lo": lo, "hi": hi, "n": np.int64(len(curves)), "count": count}
+
+
+def _carried_to_end(xs: np.ndarray, ys: np.ndarray, end: float) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) with the last value carried on to ``end``, the last x its run logged a row at (any row:
+    an iteration in which no episode ended logs a step but no return), so a run counts in aggregate
+    to where its training ended, not to the last iteration it happened to finish an episode in."""
+    if xs.size and end > xs[-1]:
+        return np.append(xs, end), np.append(ys, ys[-1])
+    return xs, ys
+
+
+def _logged_end(cols: dict, x: str) -> float:
+    """The last x (``--x``) a run's metrics.csv logged a row at; NaN when it has none."""
+    logged = cols.get(X_COLUMNS[x], np.array([]))
+    logged = logged[np.isfinite(logged)]
+    return float(logged.max()) if logged.size else math.nan
 
 
 #: config fields that tell the runs of one experiment apart without changing what is learned, or how:
@@ -631,16 +661,32 @@ def _uneven_note(count: np.ndarray, runs: int) -> str:
 
 
 def group_curve(runs: Sequence[tuple[Path, tuple[np.ndarray, np.ndarray]]], stat: str = "mean", band: str = "minmax",
-                names: Optional[dict] = None) -> Curve:
-    """The curve of a group of plain runs: the run itself, or ``stat`` over several with a band.
-    ``names``: {directory: its label} (run_names); default its dir_name."""
+                names: Optional[dict] = None, ends: Optional[dict] = None, without: int = 0,
+                label: Optional[str] = None) -> Curve:
+    """The curve of a group of plain runs: the run itself, or ``stat`` over several with a band,
+    aligned as a population's members are (aggregate: the steps logged, each run's last value
+    carried forward). ``names``: {directory: its label} (run_names); default its dir_name.
+    ``ends``: {directory: the last x its metrics.csv logged a row at}, where its last value is
+    carried to (default: its last value's x), so runs of one length are averaged to the end and
+    only a run that trained fewer steps drops out. ``without``: the group's runs with no value of
+    the metric (skipped with a line), which the label counts (``1 of 3 runs; 2 without values``) so
+    the figure does not pass for all of them; with ``runs`` empty the curve is empty and its label
+    says why. ``label``: the group's --label, in place of the run's name or before the statistic."""
+    total = len(runs) + without
+    counted = f"{len(runs)} of {total} runs; {without} without values" if without else f"{len(runs)} runs"
+    if not runs:  # an entry in the legend, no line: the group is named, not dropped unsaid
+        return Curve(f"{label + ': ' if label else ''}not drawn ({total} run{'s' if total > 1 else ''} without values)",
+                     np.array([]), np.array([]))
     if len(runs) == 1:
         d, (xs, ys) = runs[0]
-        return Curve((names or {}).get(d) or dir_name(d), xs, ys)
-    agg = aggregate([c for _, c in runs], band=band, stat=stat)
+        shown = label or (names or {}).get(d) or dir_name(d)
+        return Curve(f"{shown} ({counted})" if without else shown, xs, ys)
+    ends = ends or {}
+    agg = aggregate([_carried_to_end(xs, ys, ends.get(d, math.nan)) for d, (xs, ys) in runs], band=band, stat=stat)
     uneven = _uneven_note(agg["count"], len(runs))
     band_label = f"95% bootstrap CI of the {STATS[stat]}" if band == "ci" else BANDS[band]
-    return Curve(f"{STATS[stat]} of {len(runs)} runs{uneven}", agg["x"], agg["y"], agg["lo"], agg["hi"], band_label)
+    return Curve(f"{label + ': ' if label else ''}{STATS[stat]} of {counted}{uneven}", agg["x"], agg["y"], agg["lo"],
+                 agg["hi"], band_label)
 
 
 #: band names as a population's legend says them, after the statistic: "IQM, 95% CI (16 members)"
@@ -651,11 +697,12 @@ def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = 
                       stat: str = "iqm", band: str = "ci", strict: bool = True) -> tuple[str, str, list[Curve]]:
     """(env id, resolved metric, one Curve per setting) of a population run directory (population_run.py).
 
-    A setting's curve is ``stat`` over its members at each logged x (aggregate, align="carry": a
-    member's last value carried forward over the iterations in which it logged none, and on to the
-    last x it logged a row at, _member_curve) with its band; its label names the setting, the
-    statistic and the band where it has a value: ``lr=0.001: IQM, 95% CI (4 members)``, ``lr=0.001:
-    IQM (1 member)``, with ``, fewer before step S`` when some member has no value yet before S; the
+    A setting's curve is ``stat`` over its members at each logged x (aggregate: a member's last
+    value carried forward over the iterations in which it logged none, and on to the last x it
+    logged a row at, _member_curve) with its band; its label names the setting, the statistic and
+    the band where it has a value: ``lr=0.001: IQM, 95% CI (4 members)``, ``lr=0.001: IQM (1
+    member)``, with ``, fewer before step S`` when some member has no value yet before S and ``,
+    fewer past step S`` when some member's rows end at S (a member behind the others); the
     first banded curve's band legend entry (else the first curve's band_label, which draw_panels puts
     in the legend's title) says how they are made (carried forward; the CI's resamples and RNG). A
     population whose every member diverged is a PlotError saying so (every_member_diverged). A
@@ -701,10 +748,13 @@ def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = 
             not_drawn.append(_left_out_note(left))
             curves.append(Curve(f"{head}not drawn ({not_drawn[-1]})", np.array([]), np.array([])))
             continue
-        agg = aggregate(member_curves, band=band, stat=stat, align="carry")
+        agg = aggregate(member_curves, band=band, stat=stat)
         full = np.flatnonzero(agg["count"] == len(member_curves))
-        full_from = agg["x"][full[0]] if full.size else None  # from here on every member has a value (carried forward)
-        late = "" if full_from is None or full[0] == 0 else (f", fewer before step {full_from:,.0f}" if x == "step" else f", fewer before {full_from:.1f} s")
+        late = ""
+        if full.size and full[0] > 0:  # from here on every member has a value (carried forward)
+            late += f", fewer before {_at(agg['x'][full[0]], x)}"
+        if full.size and full[-1] < len(agg["x"]) - 1:  # a member's rows end here: it is not carried past its end
+            late += f", fewer past {_at(agg['x'][full[-1]], x)}"
         members = "member" if len(s.members) == 1 else "members"
         count = (f"{len(member_curves)} of {len(s.members)} {members}; {_left_out_note(left)}" if left
                  else f"{len(member_curves)} {members}") + late
@@ -732,6 +782,11 @@ def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = 
     return run_env_id(first), name, curves
 
 
+def _at(value: float, x: str) -> str:
+    """An x as a legend says it: ``step 1,024`` or ``12.3 s``."""
+    return f"step {value:,.0f}" if x == "step" else f"{value:.1f} s"
+
+
 def _member_curve(member_dir: Path, metric: str, x: str, smooth: int, strict: bool,
                   missed: list) -> Optional[tuple[np.ndarray, np.ndarray]]:
     """A member's (x, y) (load_curve), its last value carried on to the last x it logged a row at
@@ -745,11 +800,7 @@ def _member_curve(member_dir: Path, metric: str, x: str, smooth: int, strict: bo
     try:
         cols = read_metrics(member_dir)
         xs, ys = _curve_of(cols, member_dir, metric, x, smooth)
-        logged = cols.get(X_COLUMNS[x], np.array([]))
-        logged = logged[np.isfinite(logged)]
-        if logged.size and logged.max() > xs[-1]:
-            xs, ys = np.append(xs, logged.max()), np.append(ys, ys[-1])
-        return xs, ys
+        return _carried_to_end(xs, ys, _logged_end(cols, x))
     except PlotError as e:
         # read, with the columns, and no value yet: the others are drawn, as of several directories
         no_value_yet = cols is not None and metric in cols and X_COLUMNS[x] in cols
@@ -783,19 +834,29 @@ def unique_dirs(run_dirs: Sequence[PathLike]) -> list[Path]:
 
 
 def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1,
-                   band: Optional[str] = None, stat: Optional[str] = None) -> list[tuple[str, str, list[Curve]]]:
+                   band: Optional[str] = None, stat: Optional[str] = None,
+                   labels: Optional[dict] = None) -> list[tuple[str, str, list[Curve]]]:
     """(title, metric column, curves) per panel: one per group of plain runs (group_runs), then one per
     population with a curve per setting. ``stat``/``band`` default to mean/minmax for groups of plain
     runs and to POPULATION_DEFAULTS (IQM with a 95% bootstrap CI) for populations. Of several
-    directories, one that cannot be drawn is skipped with a line; a PlotError when none is left.
+    directories, one that cannot be drawn is skipped with a line; a PlotError when none is left. A
+    run that holds the metric but no value of it is skipped with a line and counted in its group's
+    legend (``1 of 3 runs; 2 without values``; a group with none to draw: an empty panel whose
+    legend says so), as a population's legend names its members left out. ``labels``: {directory:
+    its legend name} (``--label DIR=NAME``): a run's own line, a group's statistic (``NAME: mean of
+    3 runs``; the group's runs labelled alike) or a population's panel title.
     """
     from .population_report import is_population
 
+    if x not in X_COLUMNS:
+        raise PlotError(f"--x {x!r}: choose one of {', '.join(X_COLUMNS)}")
     paths = unique_dirs(run_dirs)
     populations = [d for d in paths if is_population(d)]
     plain = [d for d in paths if not is_population(d)]
     strict = len(paths) == 1
     names = dict(zip(paths, run_names(paths)))  # two a/run, b/run: their paths, as the report's columns
+    given = {Path(k).resolve(): str(v) for k, v in (labels or {}).items()}
+    label_of = {d: given.get(d.resolve()) for d in paths}
     if not strict and populations:  # usable_runs checks the plain runs among themselves
         check_metric_somewhere(paths, metric)
     panels: list[tuple[str, str, list[Curve]]] = []
@@ -807,26 +868,31 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x
             if not populations:
                 raise
             kept, first_error = [], e
-        curves = {}
+        curves, ends, without = {}, {}, set()
         from .population_report import member_divergence
 
         for d in kept:  # a run that holds the metric but no value of it (no episode finished yet): skipped too
             diverged = member_divergence(d)  # a member plotted on its own: frozen, which its curve does not show
             try:
-                curves[d] = load_curve(d, name, x, smooth, diverged)
+                cols = read_metrics(d)
+                curves[d] = _curve_of(cols, d, name, x, smooth, diverged)
+                ends[d] = _logged_end(cols, x)
             except PlotError as e:
                 if strict:
                     raise
                 first_error = first_error or e
                 sys.stderr.write(printable(f"proxima: note: skipping {d}: {e}") + "\n")
+                without.add(d)  # not drawn, but one of its group's runs: the legend counts it
                 continue
             if diverged:
                 sys.stderr.write(printable(f"proxima: note: {d}: this population member {diverged}: frozen from then on, "
                                            "its later metrics.csv rows are blank (but for iteration, step, time and SPS) "
                                            "and its population's statistics and curves leave it out") + "\n")
-        for label, dirs in group_runs(list(curves)).items():
-            runs = [(d, curves[d]) for d in dirs]
-            panels.append((label, name, [group_curve(runs, stat or "mean", band or "minmax", names)]))
+        for title, dirs in group_runs(kept).items():
+            runs = [(d, curves[d]) for d in dirs if d in curves]
+            panels.append((title, name, [group_curve(runs, stat or "mean", band or "minmax", names, ends=ends,
+                                                     without=sum(d in without for d in dirs),
+                                                     label=_group_label(dirs, label_of))]))
     for d in populations:
         try:
             env, name, curves = population_curves(d, metric, x, smooth, stat or POPULATION_DEFAULTS["stat"],
@@ -837,10 +903,21 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x
             first_error = first_error or e
             sys.stderr.write(printable(f"proxima: note: skipping {d}: {e}") + "\n")
             continue
-        panels.append((f"{env}: population {names[d]}", name, curves))
-    if not panels:
+        panels.append((f"{env}: {label_of[d] or f'population {names[d]}'}", name, curves))
+    if not any(len(c.x) for _, _, cs in panels for c in cs):  # only runs without values: nothing to draw
         raise first_error or PlotError("no run directories given")
     return panels
+
+
+def _group_label(dirs: Sequence[Path], label_of: dict) -> Optional[str]:
+    """The --label of a group of plain runs (one curve): the one its labelled runs share, or None;
+    PlotError when two of its runs are labelled differently, since they are drawn as one line."""
+    given = {d: label_of.get(d) for d in dirs if label_of.get(d)}
+    if len(set(given.values())) > 1:
+        a, la = next(iter(given.items()))
+        b, lb = next((d, v) for d, v in given.items() if v != la)
+        raise PlotError(f"--label: {a} and {b} are one curve (same env and settings) but labelled {la!r} and {lb!r}")
+    return next(iter(given.values()), None)
 
 
 # ------------------------------------------------------------------------------------ drawing
@@ -941,7 +1018,8 @@ def draw_panels(panels: list, x: str = "step", smooth: int = 1, title: Optional[
 
 
 def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT_METRIC, x: str = "step",
-              smooth: int = 1, band: Optional[str] = None, title: Optional[str] = None, stat: Optional[str] = None) -> Path:
+              smooth: int = 1, band: Optional[str] = None, title: Optional[str] = None, stat: Optional[str] = None,
+              dpi: int = DEFAULT_DPI, labels: Optional[dict] = None) -> Path:
     """Draw ``metric`` against ``x`` ("step" or "time") for the runs; write the image to ``out``.
 
     One panel per group of plain runs (group_runs: env and settings); several runs of one group are
@@ -949,7 +1027,9 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
     run. One panel per population directory, with one curve per setting: ``stat`` (default IQM) over
     its members + ``band`` (default the 95% bootstrap CI). Of several directories, those that are not
     PPO runs holding values of the metric are skipped with a line (usable_runs, collect_panels). The format follows the suffix
-    (.png, .svg, .pdf). Returns the written path. Raises PlotError (nothing written) for a missing or
+    (.png, .svg, .pdf); ``dpi``: a PNG's pixels per inch. A PDF embeds its fonts as TrueType (Type 42),
+    never Type 3, which conference PDF checks refuse. ``labels``: {directory given: its legend name}
+    (collect_panels). Returns the written path. Raises PlotError (nothing written) for a missing or
     foreign run directory, empty metrics or an unknown metric.
     """
     from .population_report import STATISTICS
@@ -958,6 +1038,11 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
         raise PlotError("no run directories given")
     if smooth < 1:
         raise PlotError(f"--smooth {smooth}: must be at least 1")
+    if isinstance(dpi, bool) or not isinstance(dpi, int) or not 1 <= dpi <= MAX_DPI:
+        raise PlotError(f"--dpi {dpi}: must be a whole number from 1 to {MAX_DPI}")
+    for d in labels or {}:
+        if Path(d).resolve() not in {Path(r).resolve() for r in run_dirs}:
+            raise PlotError(f"--label {d}=...: {d} is not one of the directories plotted")
     if band is not None and band not in BANDS:
         raise PlotError(f"--band {band!r}: choose one of {', '.join(BANDS)}")
     if stat is not None and stat not in STATISTICS:
@@ -972,7 +1057,7 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
     if problem:
         raise PlotError(f"--out {out}: {problem}")
     # read and check everything before drawing, so an error leaves no file behind
-    panels = collect_panels(list(run_dirs), metric, x, smooth, band, stat)
+    panels = collect_panels(list(run_dirs), metric, x, smooth, band, stat, labels)
     for panel_title, metric_name, curves in panels:  # one value is no line: drawn as a marker, and said
         for c in curves:
             if len(c.x) == 1:
@@ -984,12 +1069,16 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
                                            f"a curve") + "\n")
 
     fig = draw_panels(panels, x, smooth, title)
+    from matplotlib import rc_context
+
     from .atomic import atomic_open
 
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_open(out, "wb") as f:  # a fresh temp name, renamed over out: never through a link
-            fig.savefig(f, format=fmt)
+        # TrueType fonts in a PDF/EPS (matplotlib's default is Type 3, which IEEE/ACM checks reject);
+        # a context, not rcParams, so a notebook's own settings are left as they were
+        with atomic_open(out, "wb") as f, rc_context({"pdf.fonttype": 42, "ps.fonttype": 42}):
+            fig.savefig(f, format=fmt, dpi=dpi)
     except OSError as e:  # disk full, read-only folder: one line naming the file and the free space
         from .diskspace import describe
 
@@ -1002,8 +1091,10 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
 
 # ------------------------------------------------------------------------------------ CLI
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (several runs of one env: mean + spread "
-                   "band) or population directories (`train --seeds`: per setting, IQM + 95%% CI over members)")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (several runs of one env and settings: "
+                   "mean + spread band, each run's last value carried forward to its last step) or population directories "
+                   "(`train --seeds`: per setting, IQM + 95%% CI over members); a folder holding run directories (runs/) "
+                   "stands for those runs")
     p.add_argument("--out", default=None, metavar="FILE.png",
                    help="image to write (.png, .svg, .pdf; default: RUN_DIR/curve.png for one run, ./curve.png for several)")
     p.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME",
@@ -1016,6 +1107,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "or the 95%% bootstrap confidence interval of --stat (default: ci for a population's settings, "
                    "minmax for a group of runs)")
     p.add_argument("--title", default=None, help="plot title, drawn as typed (default: the env id)")
+    p.add_argument("--label", action="append", default=[], metavar="DIR=NAME",
+                   help="legend name of the curve RUN_DIR DIR is drawn in (a run's line, a group's statistic: "
+                   "'NAME: mean of 3 runs', a population's panel); repeat for several")
+    p.add_argument("--dpi", type=int_arg, default=DEFAULT_DPI, metavar="N",
+                   help=f"pixels per inch of a .png (default {DEFAULT_DPI}; 300 for print). A .pdf embeds TrueType "
+                   "fonts, not Type 3")
 
 
 def path_problem(d: PathLike) -> Optional[str]:
@@ -1036,6 +1133,58 @@ def register(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def _is_run(d: Path) -> bool:
+    """Whether ``d`` is itself something plot draws or names: a run (a metrics.csv, an RLHF run's
+    meta.json) or a population."""
+    from .population_report import is_population
+
+    return os.path.lexists(d / "metrics.csv") or os.path.lexists(d / "meta.json") or is_population(d)
+
+
+def expand_run_folders(run_dirs: Sequence[PathLike]) -> list[Path]:
+    """The directories given, a folder that is no run but holds run directories (``plot runs``, as
+    ``plot runs/*``) replaced by those, sorted by name, with a note on stderr saying how many: its
+    runs are what was meant, and "not a run directory" would only say what it is not. Only the
+    folder's own subfolders count (not deeper, nor hidden ones: .ipynb_checkpoints); a folder with
+    none is kept, for its error."""
+    out = []
+    for d in map(Path, run_dirs):
+        if not d.is_dir() or _is_run(d):
+            out.append(d)
+            continue
+        try:
+            inside = sorted(c for c in d.iterdir() if not c.name.startswith(".") and c.is_dir() and _is_run(c))
+        except OSError:  # unreadable: its own error says so
+            inside = []
+        if not inside:
+            out.append(d)
+            continue
+        sys.stderr.write(printable(f"proxima: note: {d} is not a run directory; plotting the {len(inside)} run "
+                                   f"director{'y' if len(inside) == 1 else 'ies'} in it") + "\n")
+        out.extend(inside)
+    return out
+
+
+def parse_labels(texts: Sequence[str], run_dirs: Sequence[Path]) -> dict[Path, str]:
+    """{directory: NAME} of the ``--label DIR=NAME`` given. DIR is one of ``run_dirs`` (as given or
+    any path to it), found by trying each ``=`` in turn, so a NAME may hold one (``lr=0.001``);
+    PlotError naming the --label otherwise, and for an empty NAME or a DIR labelled twice."""
+    known = {d.resolve(): d for d in run_dirs}
+    labels: dict[Path, str] = {}
+    for text in texts:
+        cuts = [i for i, c in enumerate(text) if c == "="]
+        hit = next((i for i in cuts if Path(text[:i]).resolve() in known), None) if text[:1] != "=" else None
+        if hit is None:
+            raise PlotError(f"--label {text}: give DIR=NAME, DIR one of the directories plotted")
+        d, name = known[Path(text[:hit]).resolve()], text[hit + 1:]
+        if not name.strip():
+            raise PlotError(f"--label {text}: NAME is empty")
+        if d in labels:
+            raise PlotError(f"--label {text}: {d} is labelled twice")
+        labels[d] = name
+    return labels
+
+
 def run(args) -> int:
     prog = "proxima plot"
     out = args.out
@@ -1044,12 +1193,18 @@ def run(args) -> int:
         if problem:
             sys.stderr.write(f"{prog}: error: {printable(problem)}\n")
             return 2
-    run_dirs = unique_dirs(args.run_dirs)  # `plot RUN RUN` is one run: its curve goes where one run's goes
+    # `plot RUN RUN` is one run: its curve goes where one run's goes
+    run_dirs = unique_dirs(expand_run_folders(args.run_dirs))
+    if len(run_dirs) == 1 and not _is_run(run_dirs[0]):  # nor a folder of runs: expand_run_folders kept it
+        sys.stderr.write(f"{prog}: error: {printable(str(run_dirs[0]))}: not a run directory (no metrics.csv), nor a "
+                         "folder holding run directories; give RUN_DIR (e.g. runs/CartPole-v1__1__<time>)\n")
+        return 2
     if out is None:
         out = run_dirs[0] / "curve.png" if len(run_dirs) == 1 else Path("curve.png")
     try:
+        labels = parse_labels(args.label, run_dirs)
         path = plot_runs(run_dirs, out, metric=args.metric, x=args.x, smooth=args.smooth, band=args.band, title=args.title,
-                         stat=args.stat)
+                         stat=args.stat, dpi=args.dpi, labels=labels)
     except PlotError as e:
         sys.stderr.write(f"{prog}: error: {printable(str(e))}\n")
         return 2

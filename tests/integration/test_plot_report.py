@@ -85,13 +85,13 @@ def test_aggregate_mean_and_band_on_synthetic_runs(tmp_path):
     np.testing.assert_allclose(std["lo"], [0.0, 10.0])  # mean -+ population std (5)
     np.testing.assert_allclose(std["hi"], [10.0, 20.0])
 
-    # different x values: interpolated onto a common grid over the overlap, empty cells skipped
+    # different x values: the steps logged (empty cells skipped), each run's last value carried forward
     c = _fake_run(tmp_path, "c", [0, 100, 200, 300], [0.0, None, 20.0, 30.0])
     d = _fake_run(tmp_path, "d", [0, 150, 300], [10.0, 25.0, 40.0])
-    agg = aggregate([load_curve(c), load_curve(d)])  # as many grid points as the longest run (3 finite)
-    np.testing.assert_allclose(agg["x"], [0, 150, 300])
-    np.testing.assert_allclose(agg["mean"], [5.0, (15.0 + 25.0) / 2, 35.0])
-    np.testing.assert_allclose(agg["lo"], [0.0, 15.0, 30.0])
+    agg = aggregate([load_curve(c), load_curve(d)])
+    np.testing.assert_allclose(agg["x"], [0, 150, 200, 300])
+    np.testing.assert_allclose(agg["mean"], [5.0, (0.0 + 25.0) / 2, (20.0 + 25.0) / 2, 35.0])
+    np.testing.assert_allclose(agg["lo"], [0.0, 0.0, 20.0, 30.0])
 
     # wall-time axis and smoothing
     e = _fake_run(tmp_path, "e", [1, 2, 3], [1.0, 2.0, 6.0], times=[0.5, 1.0, 1.5])
