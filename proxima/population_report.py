@@ -26,7 +26,12 @@ Settings are compared (comparison_section; build_populations_report for ``report
 populations) by rliable's probability of improvement P(X > Y): over all member pairs, 1 for x > y and
 1/2 for a tie, averaged, with a percentile-bootstrap interval (poi_ci) that resamples each side's
 members independently from one default_rng(BOOTSTRAP_SEED), under the same MIN_CI_MEMBERS and
-FEW_CI_MEMBERS rules as the table's intervals.
+FEW_CI_MEMBERS rules as the table's intervals. Y is the highest IQM among the settings none of whose
+members diverged (best_row: a diverged member is left out of the statistics, so a setting that loses
+its weakest seeds would otherwise rank first; such a row is flagged and named "not ranked"), and a
+line (verdict) says which settings Y is not told apart from at these seeds (an interval holding 0.5).
+The report ends with the population's command, seeds, sweep, shared config and the first member's
+versions and machine (provenance_section).
 """
 
 from __future__ import annotations
@@ -642,6 +647,8 @@ def _first_line(run_dir: Path, doc: dict, rows: list) -> str:
 def _row_cells(r: dict) -> str:
     """``8 | 467.4 | [407.4, 499.7] | 499.4 | [435.4, 500.0] | 88% (7 of 8)``: a row's statistics in the table."""
     used = f"{r['n']} of {r['members']}" if r["n"] < r["members"] else f"{r['members']}"
+    if r.get("diverged"):  # its statistics are of the survivors: flagged where the row is read, not only in a note
+        used += f" ({len(r['diverged'])} diverged)"
     solved = f"{r['solved']:.0%} ({r['solved_count']} of {r['members']})" if r["solved"] is not None else "\u2014"
     return (f"{used} | {_fmt(r.get('mean'))} | {ci_cell(r['mean_ci'], r['few'])} | {_fmt(r.get('iqm'))} | "
             f"{ci_cell(r['iqm_ci'], r['few'])} | {solved}")
@@ -748,10 +755,76 @@ def poi_ci(x, y, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEE
     return float(np.quantile(stats, alpha)), float(np.quantile(stats, 1 - alpha))
 
 
+def _has_iqm(r: dict) -> bool:
+    return r.get("iqm") is not None and math.isfinite(r["iqm"])
+
+
 def best_row(rows: list) -> Optional[int]:
-    """The index of the row with the highest IQM (the first of equal ones); None when no row has one."""
-    have = [i for i, r in enumerate(rows) if r.get("iqm") is not None and math.isfinite(r["iqm"])]
-    return max(have, key=lambda i: (rows[i]["iqm"], -i)) if have else None
+    """The index of the row with the highest IQM (the first of equal ones) among the rows none of whose
+    members diverged; among all rows when every row with an IQM lost members (ranked_note says so);
+    None when no row has one. A diverged member is left out of its row's IQM, so a setting unstable
+    enough to lose its weakest seeds would otherwise rank above a stable one."""
+    have = [i for i, r in enumerate(rows) if _has_iqm(r)]
+    stable = [i for i in have if not rows[i].get("diverged")]
+    pool = stable or have
+    return max(pool, key=lambda i: (rows[i]["iqm"], -i)) if pool else None
+
+
+def ranked_text(rows: list, whose: str = "") -> str:
+    """How Y (best_row) was chosen, for "(...)" after its name: ``the highest IQM`` (``whose``: ``first
+    population's `` before "highest"), or with settings that lost members to divergence, which were passed over."""
+    have = [r for r in rows if _has_iqm(r)]
+    if not any(r.get("diverged") for r in have):
+        return f"the {whose}highest IQM"
+    if all(r.get("diverged") for r in have):
+        return f"the {whose}highest IQM over its surviving members; every setting lost members to divergence"
+    return f"the {whose}highest IQM of the settings none of whose members diverged"
+
+
+def not_ranked_notes(rows: list, names: list, b: Optional[int]) -> list:
+    """``- lr=0.0025 had the highest IQM, 431.3, over its 6 surviving members of 10; 4 diverged: not
+    ranked ...``: a note per row passed over by best_row for its diverged members (names: each row's
+    label as the table shows it)."""
+    if b is None or rows[b].get("diverged"):  # every setting lost members: ranked_text says so
+        return []
+    notes = []
+    top = max((i for i, r in enumerate(rows) if _has_iqm(r)), key=lambda i: (rows[i]["iqm"], -i))
+    for i, r in enumerate(rows):
+        k = len(r.get("diverged") or {})
+        if not k or not _has_iqm(r):
+            continue
+        had = f"had the highest IQM, {r['iqm']:.1f}," if i == top else f"has an IQM of {r['iqm']:.1f}"
+        notes.append(f"- {names[i]} {had} over its {r['n']} surviving members of {r['members']}; {k} diverged: not "
+                     "ranked (a diverged member is left out of the statistics, so they flatter a setting that loses "
+                     "its weakest seeds; its P(X > Y) is of its survivors too).")
+    return notes
+
+
+def verdict(ref_name: str, compared: list, ranked: str = "the highest IQM") -> str:
+    """Whether the comparison supports Y (``ref_name``, chosen as ``ranked`` says: ranked_text) over the
+    others: compared, [(name, compare_rows of X against Y)]. ``Y = A: the highest IQM; not distinguishable
+    from B at these seeds (P(X > Y) CI [0.22, 0.75] contains 0.5)`` when some X's interval holds 0.5 (or X
+    has no interval), else that every X's interval lies below 0.5. An interval above 0.5 (X wins most
+    pairs, though Y has the higher IQM) is said too."""
+    measured = [(n, c) for n, c in compared if c["p"] is not None]
+    if not measured:
+        return f"Y = {ref_name}: {ranked}; no other setting is compared with it (see the notes below)."
+    same = [f"{n} (P(X > Y) CI [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}] contains 0.5)" if c["ci"] is not None
+            else f"{n} (P(X > Y) {c['p']:.2f}, no CI: fewer than {MIN_CI_MEMBERS} members)"
+            for n, c in measured if c["ci"] is None or c["ci"][0] <= 0.5 <= c["ci"][1]]
+    above = [f"{n} (P(X > Y) CI [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}] above 0.5: it wins most pairs)"
+             for n, c in measured if c["ci"] is not None and c["ci"][0] > 0.5]
+    few = any(c["few"] and c["ci"] is not None for _, c in measured)
+    if not same and not above:
+        return (f"Y = {ref_name}: {ranked}, and distinguishable from every other setting compared at these seeds "
+                "(each P(X > Y) 95% CI lies below 0.5" + ("; \u2020 intervals of fewer than 5 members cover well "
+                                                         "under 95%" if few else "") + ").")
+    parts = []
+    if same:
+        parts.append(f"not distinguishable from {', '.join(same)} at these seeds")
+    if above:
+        parts.append(f"not better than {', '.join(above)}")
+    return f"Y = {ref_name}: {ranked}; " + "; ".join(parts) + ". Run more seeds to tell them apart."
 
 
 def compare_rows(row: dict, ref: dict) -> dict:
@@ -785,22 +858,24 @@ def comparison_section(rows: list) -> list:
     if len(rows) < 2 or b is None:
         return []
     ref = rows[b]
-    ref_name = setting_label(ref["settings"]) or "(seeds only)"
-    lines = ["## Comparison", "",
-             f"Each setting X against the best, Y = {ref_name} (the highest IQM): P(X > Y) is {POI_TEXT}. 95% CIs: {POI_CI_METHOD}; "
-             f"none (\u2014) when either has fewer than {MIN_CI_MEMBERS} members.", "",
-             "| setting X | members | P(X > Y) | 95% CI |", "|---|---|---|---|"]
-    notes = []
+    names = [setting_label(r["settings"]) or "(seeds only)" for r in rows]
+    ref_name = names[b]
+    table = ["| setting X | members | P(X > Y) | 95% CI |", "|---|---|---|---|"]
+    notes, compared = not_ranked_notes(rows, names, b), []
     for i, r in enumerate(rows):
         if i == b:
             continue
-        name = setting_label(r["settings"]) or "(seeds only)"
+        name = names[i]
         c = compare_rows(r, ref)
-        lines.append(f"| {name} | {r['n']} vs {ref['n']} | {_poi_cells(c)} |")
+        compared.append((name, c))
+        table.append(f"| {name} | {r['n']} vs {ref['n']} | {_poi_cells(c)} |")
         if c["why"]:
             notes.append(f"- {name}: not compared: {c['why']}.")
         if c["few"] and c["ci"] is not None and not any("\u2020" in n for n in notes):
             notes.append(f"- \u2020 either setting has fewer than {FEW_CI_MEMBERS} members: {FEW_MEMBERS_NOTE}.")
+    lines = ["## Comparison", "", verdict(ref_name, compared, ranked_text(rows)), "",
+             f"Each setting X against Y = {ref_name} ({ranked_text(rows)}): P(X > Y) is {POI_TEXT}. 95% CIs: {POI_CI_METHOD}; "
+             f"none (\u2014) when either has fewer than {MIN_CI_MEMBERS} members.", "", *table]
     return lines + ([""] + notes if notes else [])
 
 
@@ -837,6 +912,94 @@ def curve_caption(rows: list, metric: str) -> str:
             f"{CI_METHOD}; not drawn where fewer than {MIN_CI_MEMBERS} members have a value.{diverged}")
 
 
+#: config.yaml fields each member records for itself (its seed, its own directory): never shared
+MEMBER_OWN_RECORD = ("seed", "run_dir")
+
+
+def _sweep_text(sweep) -> str:
+    """``lr = 0.0025, 0.001; ent_coef = 0, 0.01`` (values as --sweep spells them); "none (seeds only)"."""
+    if not isinstance(sweep, dict) or not sweep:
+        return "none (seeds only)"
+    return "; ".join(f"{k} = {', '.join(shown(v) for v in vals) if isinstance(vals, list) else shown(vals)}"
+                     for k, vals in sweep.items())
+
+
+def _seeds_text(seeds) -> str:
+    """``1-10 (10 seeds)``, as --seeds takes them; "—" when population.json holds no list of ints."""
+    from .population_run import seeds_spec
+
+    if not isinstance(seeds, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in seeds) or not seeds:
+        return "\u2014"
+    return f"{seeds_spec(seeds)} ({_count(len(seeds), 'seed')})"
+
+
+def provenance_section(run_dir: Path, doc: dict) -> list:
+    """The lines of a population report's "## Config and versions": population.json's command, seeds and
+    sweep; the config the members share (each member's config.yaml, the fields equal in all of them,
+    less each one's seed and directory and the swept fields); the versions and machine of the first
+    member's meta.json (members train in one process), with a note naming members whose versions or git
+    commit differ from it. A file that cannot be read is named in a line, never fails the report: the
+    table above it stands without it."""
+    from .report import ReportError, _check_meta, _command_cell, _git_code, _machine, _read_json, _read_yaml, _table, _versions
+
+    entries = [e for e in doc.get("member_dirs") or [] if isinstance(e, dict) and isinstance(e.get("dir"), str)]
+    dirs = [Path(run_dir) / e["dir"] for e in entries]
+    sweep = doc.get("sweep") if isinstance(doc.get("sweep"), dict) else {}
+    command = _command_cell(doc.get("command"))
+    lines = ["## Config and versions", "",
+             f"- command: `{command}` ({POPULATION_FILE})" if command else f"- command: not recorded in {POPULATION_FILE}",
+             f"- seeds: {_seeds_text(doc.get('seeds'))}", f"- sweep: {_sweep_text(sweep)}", ""]
+    configs, unread = {}, {}
+    for d in dirs:
+        try:
+            configs[d.name] = _read_yaml(d / "config.yaml")
+        except ReportError as e:
+            unread[d.name] = str(e)
+    present = {k: v for k, v in configs.items() if v}
+    shared, differ = [], []
+    keys = [k for c in present.values() for k in c]
+    for key in dict.fromkeys(keys):
+        if key in MEMBER_OWN_RECORD or key in sweep:
+            continue
+        values = [c.get(key) for c in present.values()]
+        (shared if all(v == values[0] for v in values) else differ).append((key, values[0]))
+    lines += [f"The config the members share (their `config.yaml`, the fields equal in all {len(present)} of "
+              f"{len(dirs)} members; the seed, `run_dir` and swept fields are per member):", ""]
+    lines += _table(["field", "value"], [list(kv) for kv in shared]) if shared else ["No config.yaml to read."]
+    if differ:  # not swept, yet not one value: a population edited or assembled by hand
+        lines += ["", f"- note: these fields are not swept yet differ between members: {', '.join(k for k, _ in differ)} "
+                      "(each member's `config.yaml` has its own)."]
+    missing = [d.name for d in dirs if d.name not in present and d.name not in unread]
+    notes = ([f"- note: no config.yaml in {', '.join(missing)}."] if missing else []) + [f"- note: {u}." for u in unread.values()]
+    lines += [""] + notes if notes else []
+    lines.append("")
+    metas, bad = {}, []
+    for d in dirs:
+        try:
+            metas[d.name] = _check_meta(d / "meta.json", _read_json(d / "meta.json"))
+        except ReportError as e:
+            bad.append(str(e))
+    first = next((name for name, m in metas.items() if m), None)
+    lines += ["### Versions and machine", ""]
+    if first is None:
+        lines += ["No versions recorded (no member's meta.json could be read)."]
+    else:
+        meta = metas[first]
+        lines += [f"Of {first}'s `meta.json` (the members train in one process, on one machine):", ""]
+        versions = _versions(meta)
+        lines += _table(["package", "version"], [[k, v] for k, v in versions.items()]) if versions else ["No versions recorded."]
+        machine = [[k, v] for k, v in _machine(meta).items() if k != "command" and v not in (None, "", [])]
+        if machine:  # the command is population.json's, above
+            lines += [""] + _table(["machine", "value"], machine)
+        other = [name for name, m in metas.items() if m and name != first
+                 and (_versions(m) != versions or _git_code(m) != _git_code(meta))]
+        if other:
+            lines += ["", f"- note: {_count(len(other), 'member')} recorded other versions or another git commit than "
+                          f"{first}: {', '.join(other)} (`proxima report RUN/<member dir>` shows each one's)."]
+    lines += [f"- note: {b}." for b in bad]
+    return lines + [""]
+
+
 def build_population_report(run_dir, out=None, threshold: Optional[float] = None, metric: str = "charts/episodic_return",
                             x: str = "step", smooth: int = 1, episodes: Optional[int] = 0, device: str = "cpu",
                             quiet: bool = True) -> Path:
@@ -871,6 +1034,7 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     except PlotError as e:  # every member diverged: the line above the table has said who and why once
         text += ("\nNo learning curve: every member diverged, and a diverged member is left out of its setting's "
                  "curve, as of the table.\n" if everyone else f"\nNo learning curve: {e}\n")
+    text += "\n" + "\n".join(provenance_section(run_dir, json.loads(read_run_text(run_dir / POPULATION_FILE))))
     from .atomic import write_atomic
 
     try:
@@ -975,14 +1139,16 @@ def render_populations(run_dirs: list, names: list, docs: list, tables: list, th
     lines = [f"# Population report: {', '.join(names)}", ""]
     for d, name, doc, t in zip(run_dirs, names, docs, tables):
         lines.append(f"- {name}: {_first_line(d, doc, t)} {_sources_text(d, doc, t)}")
-    compare = (f"P(X > Y) of each row X against Y = {ref_name} (the first population's highest IQM) is {POI_TEXT}; its 95% CIs: "
-               f"{POI_CI_METHOD}; none (\u2014) when either has fewer than {MIN_CI_MEMBERS} members."
+    whose = "first population's "
+    compare = (f"P(X > Y) of each row X against Y = {ref_name} ({ranked_text(tables[0], whose)}) "
+               f"is {POI_TEXT}; its 95% CIs: {POI_CI_METHOD}; none (\u2014) when either has fewer than {MIN_CI_MEMBERS} members."
                if ref_name else "P(X > Y): none, as no row of the first population has a final return.")
-    lines += ["", f"95% CIs: {CI_METHOD}; none (\u2014) for fewer than {MIN_CI_MEMBERS} members. {IQM_TEXT}. {compare}", "",
-              f"| population | setting | members | mean | mean 95% CI | IQM | IQM 95% CI | "
-              f">= {threshold if threshold is not None else 'threshold'} | P(X > Y) | P 95% CI |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    notes = []
+    labels = [f"{name}: {setting_label(r['settings']) or '(seeds only)'}" for name, r in rows]
+    table = [f"| population | setting | members | mean | mean 95% CI | IQM | IQM 95% CI | "
+             f">= {threshold if threshold is not None else 'threshold'} | P(X > Y) | P 95% CI |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    notes = not_ranked_notes(tables[0], labels[:len(tables[0])], b)
+    compared = []
     dirs = {name: d for d, name in zip(run_dirs, names)}
     for i, (name, r) in enumerate(rows):
         label = setting_label(r["settings"]) or "(seeds only)"
@@ -992,11 +1158,16 @@ def render_populations(run_dirs: list, names: list, docs: list, tables: list, th
             c = {"p": None, "ref": True}
         else:
             c = compare_rows(r, tables[0][b])
+            compared.append((labels[i], c))
             if c["why"]:
                 notes.append(f"- {name}: {label}: not compared: {c['why']}.")
         poi = "Y (reference) | \u2014" if c.get("ref") else _poi_cells(c)
-        lines.append(f"| {name} | {label} | {_row_cells(r)} | {poi} |")
+        table.append(f"| {name} | {label} | {_row_cells(r)} | {poi} |")
         notes += _row_notes(dirs[name], r, f"{name}: {label}", threshold, episodes)
+    if ref_name and compared:
+        lines += ["", verdict(ref_name, compared, ranked_text(tables[0], whose))]
+    lines += ["", f"95% CIs: {CI_METHOD}; none (\u2014) for fewer than {MIN_CI_MEMBERS} members. {IQM_TEXT}. {compare}", "",
+              *table]
     if any(r["few"] and r["mean_ci"] is not None for _, r in rows):
         notes.append(f"- \u2020 {FEW_MEMBERS_NOTE}.")
     for name, t in zip(names, tables):

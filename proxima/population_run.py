@@ -308,7 +308,7 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
                      pop.env.single_action_space, pop.encoder_kind, population=True)
         dirs = _write_layout(run_dir, pop, seeds, sweep, argv)
         wall, finished = _train_loop(pop, run_dir, dirs, seeds, sweep, quiet=quiet, stop_after=stop_after)
-        _finish(run_dir, pop, dirs, seeds, sweep, wall, evaluate_at_end, quiet)
+        _finish(run_dir, pop, dirs, seeds, sweep, wall, evaluate_at_end, quiet, finished)
     except TrainingInterrupted as e:
         outside.__exit__()
         if e.checkpoint is not None:  # the loop's own clean stop, after its checkpoint
@@ -425,7 +425,7 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
             # the checkpoint's elapsed was taken before the final save: the time the run printed and
             # recorded stays, so `proxima report` and this resume's line say what the run said
             wall = _recorded_wall(run_dir, wall)
-        _finish(run_dir, pop, dirs, recorded_seeds, recorded_sweep, wall, evaluate_at_end, quiet)
+        _finish(run_dir, pop, dirs, recorded_seeds, recorded_sweep, wall, evaluate_at_end, quiet, finished)
     except TrainingInterrupted as e:
         outside.__exit__()
         if e.checkpoint is not None:  # the loop's own clean stop, after its checkpoint
@@ -1055,8 +1055,20 @@ def _progress(values: dict, pop: Population, step: int, elapsed: float, sweep: S
     print(start + middle + end, file=sys.stderr)
 
 
-def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: float, evaluate_at_end: bool, quiet: bool) -> None:
+def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: float, evaluate_at_end: bool, quiet: bool,
+            finished: Optional[Path] = None) -> None:
+    """The members' end-of-run evaluations (eval.json), population.json's final record and the closing
+    lines. ``finished``: the checkpoint training ended with, which an evaluation's failure names."""
     from .evaluate import EVAL_SEED_OFFSET, current_eval, evaluate
+    from .guards import NonFiniteError
+
+    def failed(e: Exception, index: Optional[int]):
+        # as a single run's: training is done and kept; which member's evaluation failed, by its directory
+        found = re.search(r"\bmember (\d+) env\b", str(e)) if index is None else None
+        index = int(found.group(1)) if found and int(found.group(1)) < len(dirs) else index
+        who = f"{dirs[index]}: " if index is not None else ""
+        kept = f" ({finished})" if finished is not None else ""
+        return type(e)(f"{who}{e}; training finished, its checkpoints are kept{kept}")
 
     evals = []
     wanted = evaluate_at_end and pop.cfg.eval_episodes > 0
@@ -1069,7 +1081,11 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
     if reused:
         wanted, evals = False, [None if c is None else c["mean_return"] for c in current]
     # every member at once where the population can (what evaluate() gives each member's policy)
-    batched = pop.evaluate_members(pop.cfg.eval_episodes, [c.seed + EVAL_SEED_OFFSET for c in pop.configs]) if wanted else None
+    try:
+        seeds_of_eval = [c.seed + EVAL_SEED_OFFSET for c in pop.configs]
+        batched = pop.evaluate_members(pop.cfg.eval_episodes, seeds_of_eval) if wanted else None
+    except (EnvError, NonFiniteError, ckpt.CheckpointError) as e:  # its line names the member's index: "member 2 env 0"
+        raise failed(e, None) from None
     for i, (cfg, d) in enumerate(zip(pop.configs, dirs) if not reused else ()):
         if not wanted or pop.diverged_at[i] is not None:  # a diverged member's frozen weights are no result
             evals.append(None)
@@ -1079,7 +1095,10 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
         else:
             policy = ckpt.Policy(pop.member_agent(i), pop.member_obs_normalizer(i), cfg.to_dict(), pop.env.single_observation_space,
                                  pop.env.single_action_space, pop.device)
-            result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + EVAL_SEED_OFFSET, backend=cfg.backend)
+            try:
+                result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + EVAL_SEED_OFFSET, backend=cfg.backend)
+            except (EnvError, NonFiniteError, ckpt.CheckpointError) as e:
+                raise failed(e, i) from None
         # the step it evaluates: a report tells a final evaluation from one a later resume left behind
         write_atomic(d / "eval.json", json.dumps({**result, "global_step": step}, indent=2))
         evals.append(result["mean_return"])
@@ -1146,7 +1165,8 @@ def _train_population(args, cfg: PPOConfig, out) -> int:
     first = member_configs(cfg, seeds[:1], {name: values[:1] for name, values in sweep.items()})[0]
     # the env a dry run's checks build, and the encoder chosen for it: the notes below are of that one
     with action_spaces_built() as spaces, encoders_resolved() as encoders:
-        probe = _size_population(first, len(seeds) * math.prod(len(values) for values in sweep.values()), args.dry_run)
+        probe = _size_population(first, len(seeds) * math.prod(len(values) for values in sweep.values()), args.dry_run,
+                                 list(sweep))
     members = member_configs(cfg, seeds, sweep)
     if args.dry_run:
         # train_population's note, where it prints it (after the sizing, before the members are checked):
@@ -1188,11 +1208,12 @@ def _train_population(args, cfg: PPOConfig, out) -> int:
     return 0
 
 
-def _size_population(first: PPOConfig, count: int, dry_run: bool):
+def _size_population(first: PPOConfig, count: int, dry_run: bool, swept: Sequence[str] = ()):
     """check_population_fits for ``count`` members like ``first`` (the first member's config, checked
     first as check_members would: its line, not a sizing of a config that cannot run); returns the
     probe of the env's sizes, asked once, for train_population's own check. A dry run builds the env
-    as a single run's dry run does (run_setup.check_env_builds: the encoder too)."""
+    as a single run's dry run does (run_setup.check_env_builds: the encoder too). ``swept``: the fields
+    --sweep sets, whose refused value is named as check_members names it (``--sweep lr: value nan: ...``)."""
     import functools
 
     from .config import validate
@@ -1200,7 +1221,14 @@ def _size_population(first: PPOConfig, count: int, dry_run: bool):
     from .run_setup import check_env_builds, check_preset_backend
     from .sizing import env_probe
 
-    validate(first)
+    try:
+        validate(first)
+    except ConfigError as e:  # validate names the flag (--lr), which the user did not type: name the --sweep they did
+        flag, _, why = str(e).partition(": ")
+        name = flag.partition(" ")[0][2:].replace("-", "_")
+        if flag.startswith("--") and name in swept and why:
+            raise ConfigError(f"--sweep {name}: value {getattr(first, name)!r}: {why}") from None
+        raise
     if dry_run:
         sizes = check_env_builds(first)
         probe = lambda: sizes  # noqa: E731

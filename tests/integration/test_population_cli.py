@@ -200,7 +200,7 @@ def test_a_nan_reward_from_a_members_env_freezes_that_member_and_ends_a_populati
     # the report leaves it out, saying why (this env's episodes never end: member 1 has no return either)
     assert cli.main(["report", str(run_dir), "--episodes", "0", "--threshold", "10"]) == 0
     text = (run_dir / "report.md").read_text()
-    assert "| (seeds only) | 0 of 2 |" in text and "left out: m000-seed0 (diverged at iteration 2), m001-seed1 (no result)" in text
+    assert "| (seeds only) | 0 of 2 (1 diverged) |" in text and "left out: m000-seed0 (diverged at iteration 2), m001-seed1 (no result)" in text
 
 
 # ------------------------------------------------------------------------------------ report: members without eval.json, progress

@@ -43,7 +43,7 @@ def test_an_lr_sweep_that_diverges_finishes_with_the_diverged_setting_left_out(t
     # the report and eval leave the diverged setting's members out, saying why
     assert cli.main(["report", str(run), "--threshold", "10"]) == 0
     text = (run / "report.md").read_text()
-    assert "| lr=1e+38 | 0 of 2 |" in text
+    assert "| lr=1e+38 | 0 of 2 (2 diverged) |" in text
     assert f"left out: {dirs[2].name} (diverged at iteration 1), {dirs[3].name} (diverged at iteration 1)" in text
     assert "| lr=0.001 | 2 |" in text
     capsys.readouterr()

@@ -1,0 +1,227 @@
+"""Review 36 (a hyperparameter-study user's): a setting that lost members to divergence is never
+silently the "best" (its statistics are of its survivors); the Comparison says whether the highest IQM
+is told apart from the others at these seeds (P(X > Y)'s interval against 0.5); the population report
+records the shared config, sweep, seeds, command, versions and commit; an end-of-run evaluation
+error of a population names the member and says training finished and its checkpoints are kept; a
+refused swept value names --sweep; the docs list --init-from among the refusals and say how to export
+a member."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from proxima import checkpoint as ckpt
+from proxima import population_report as pr
+from proxima.envs import NativeEnv, classic
+from tests.cli_helpers import TINY_POP, error_line, module_written_in, run_main
+from tests.integration import test_review34_compare as cmp
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "populations.md"
+
+
+def _mark_diverged(run: Path, names: list) -> None:
+    """Record members as training records a divergence: population.json's entry, no eval.json."""
+    doc = json.loads((run / "population.json").read_text())
+    for e in doc["member_dirs"]:
+        if e["dir"] in names:
+            e["diverged"] = {"iteration": 3, "global_step": 1536, "reason": "non-finite loss"}
+            (run / e["dir"] / "eval.json").unlink()
+    (run / "population.json").write_text(json.dumps(doc))
+
+
+def _report(run: Path, capsys) -> str:
+    code, _, err = run_main(["report", str(run), "--episodes", "0", "--threshold", "150"], capsys)
+    assert code == 0, err
+    return (run / "report.md").read_text()
+
+
+def _verdict(text: str) -> str:
+    return next(line for line in text.split("## Comparison", 1)[1].splitlines() if line.startswith("Y = "))
+
+
+# ------------------------------------------------------------------ 1. diverged members and "best"
+def test_a_setting_that_lost_its_weakest_members_to_divergence_is_not_ranked_best(tmp_path, capsys):
+    """lr=0.2 loses its 4 weakest of 10 seeds: over its 6 survivors its IQM (335) beats the stable
+    lr=0.1 (145), which is Y; the row says 4 diverged and a note says lr=0.2 was not ranked."""
+    stable = [100.0 + 10 * k for k in range(10)]
+    unstable = [10.0, 20.0, 30.0, 40.0, 310.0, 320.0, 330.0, 340.0, 350.0, 360.0]
+    run = cmp._population(tmp_path / "S", {0.1: stable, 0.2: unstable})
+    _mark_diverged(run, [f"m{10 + k:03d}-seed{11 + k}-lr0.2" for k in range(4)])
+    text = _report(run, capsys)
+    rows = {c[0]: c[1:] for line in text.split("## Comparison")[0].splitlines() if line.startswith("| lr=")
+            for c in [[x.strip() for x in line.strip("|").split("|")]]}
+    assert rows["lr=0.2"][0] == "6 of 10 (4 diverged)" and rows["lr=0.2"][3] == "335.0"  # its IQM, over survivors
+    assert rows["lr=0.2"][5] == "60% (6 of 10)"  # the same row counts the diverged as failures
+    assert rows["lr=0.1"][0] == "10" and rows["lr=0.1"][3] == "145.0"
+    assert "Y = lr=0.1 (the highest IQM of the settings none of whose members diverged)" in text
+    assert ("- lr=0.2 had the highest IQM, 335.0, over its 6 surviving members of 10; 4 diverged: not ranked"
+            in text)
+    assert _verdict(text).startswith("Y = lr=0.1: the highest IQM of the settings none of whose members diverged; ")
+    # when every setting lost members, Y is the highest IQM over survivors, and the report says that is all it is
+    _mark_diverged(run, ["m000-seed1-lr0.1"])
+    text = _report(run, capsys)
+    assert ("Y = lr=0.2 (the highest IQM over its surviving members; every setting lost members to divergence)"
+            in text)
+    assert "not ranked" not in text
+
+
+# ------------------------------------------------------------------ 2. told apart, or not, at these seeds
+def test_the_comparison_says_whether_the_highest_iqm_is_told_apart_at_these_seeds(tmp_path, capsys):
+    apart = cmp._population(tmp_path / "A", {0.1: [100.0, 102.0, 104.0, 106.0, 108.0], 0.2: [1.0, 2.0, 3.0, 4.0, 5.0]})
+    text = _report(apart, capsys)
+    assert _verdict(text) == ("Y = lr=0.1: the highest IQM, and distinguishable from every other setting compared at "
+                              "these seeds (each P(X > Y) 95% CI lies below 0.5).")
+    x, y = [10.0, 20.0, 30.0, 41.0, 50.0], [12.0, 22.0, 28.0, 40.0, 49.0]  # IQMs 30.3 and 30.0: a toss-up
+    close = cmp._population(tmp_path / "C", {0.1: x, 0.2: y})
+    text = _report(close, capsys)
+    lo, hi = pr.poi_ci(y, x)
+    assert lo < 0.5 < hi
+    assert _verdict(text) == (f"Y = lr=0.1: the highest IQM; not distinguishable from lr=0.2 (P(X > Y) CI [{lo:.2f}, "
+                              f"{hi:.2f}] contains 0.5) at these seeds. Run more seeds to tell them apart.")
+    # two populations, each setting against the first one's highest IQM: the same verdict
+    out = pr.build_populations_report([close, apart], out=tmp_path / "cmp.md", episodes=0).read_text()
+    line = next(ln for ln in out.splitlines() if ln.startswith("Y = "))
+    # A's lr=0.2 (1-5) is told apart from Y; A's lr=0.1 (100-108) beats every member of Y, which the line says too
+    assert line == ("Y = C: lr=0.1: the first population's highest IQM; not distinguishable from C: lr=0.2 "
+                    f"(P(X > Y) CI [{lo:.2f}, {hi:.2f}] contains 0.5) at these seeds; not better than A: lr=0.1 "
+                    "(P(X > Y) CI [1.00, 1.00] above 0.5: it wins most pairs). Run more seeds to tell them apart.")
+
+
+# ------------------------------------------------------------------ 3. config, sweep, command, versions
+def _meta(torch_version: str, commit: str) -> dict:
+    return {"kind": "ppo", "versions": {"proxima": "0.1.0", "python": "3.11.7", "torch": torch_version},
+            "device": "cpu", "git_commit": commit, "git_dirty": False, "host": "box",
+            "command": ["proxima", "train"], "machine": {"platform": "Linux-x86_64", "cpu_count": 2}}
+
+
+def test_the_population_report_records_config_sweep_seeds_command_and_versions(tmp_path, capsys):
+    run = cmp._population(tmp_path / "S", {0.1: [1.0, 2.0], 0.2: [3.0, 4.0]})
+    doc = json.loads((run / "population.json").read_text())
+    doc.update(sweep={"lr": [0.1, 0.2]}, seeds=[1, 2],
+               command=["proxima", "train", "Fake-v0", "--seeds", "1-2", "--sweep", "lr=0.1,0.2", "--run-dir", "my runs/S"])
+    (run / "population.json").write_text(json.dumps(doc))
+    names = [e["dir"] for e in doc["member_dirs"]]
+    for i, name in enumerate(names):
+        (run / name / "meta.json").write_text(json.dumps(_meta("2.13.0" if i != 3 else "2.12.1", "abc123")))
+    with open(run / names[0] / "config.yaml", "a") as f:  # a member edited by hand: not swept, yet not shared
+        f.write("clip_obs: 5.0\n")
+    text = _report(run, capsys)
+    section = text.split("## Config and versions", 1)[1]
+    assert ("- command: `proxima train Fake-v0 --seeds 1-2 --sweep lr=0.1,0.2 --run-dir 'my runs/S'` (population.json)"
+            in section)
+    assert "- seeds: 1,2 (2 seeds)" in section and "- sweep: lr = 0.1, 0.2" in section
+    fields = {c[0]: c[1] for line in section.split("### Versions", 1)[0].splitlines() if line.startswith("| ")
+              for c in [[x.strip() for x in line.strip("|").split("|")]]}
+    # shared: equal in every member; the seed and the swept lr are per member, not "shared"
+    assert fields == {"field": "value", "env_id": "Fake-v0", "eval_episodes": "20"}
+    assert "- note: these fields are not swept yet differ between members: clip_obs (each member's" in section
+    assert "| torch | 2.13.0 |" in section and "| git commit | abc123 |" in section and "| host | box |" in section
+    assert f"- note: 1 member recorded other versions or another git commit than {names[0]}: {names[3]}" in section
+
+
+# ------------------------------------------------------------------ 4. the end-of-run evaluation's error
+#: a module env whose reward is NaN at step 3 of the episode of the evaluation env seeded 1,000,002
+#: (member seed2's, --eval-episodes 1), finite in training
+EVAL_NAN_ENV = '''
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class EvalNaN(gym.Env):
+    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+    bad = False
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.bad = seed == 1_000_002
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        reward = float("nan") if self.bad and self.t == 3 else 1.0
+        return np.zeros(2, np.float32), reward, False, self.t >= 8, {}
+'''
+
+
+@pytest.fixture
+def eval_nan_env(tmp_path, monkeypatch):
+    yield from module_written_in(tmp_path, monkeypatch, "evalnan36", EVAL_NAN_ENV)
+
+
+def test_a_nan_in_a_members_end_of_run_evaluation_names_it_and_says_training_is_kept(tmp_path, capsys, eval_nan_env):
+    run = tmp_path / "pop"
+    code, _, err = run_main(["train", "evalnan36:EvalNaN", "--seeds", "1-2", *TINY_POP, "--total-timesteps", "32",
+                             "--eval-episodes", "1", "--quiet", "--run-dir", str(run)], capsys)
+    last = ckpt.list_checkpoints(run)[-1]
+    line = error_line(code, err, f"{run / 'm001-seed2'}: non-finite reward nan from env 0 at evaluation step 3")
+    assert line.endswith(f"; training finished, its checkpoints are kept ({last})")
+    assert (run / "m000-seed1" / "eval.json").is_file() and not (run / "m001-seed2" / "eval.json").exists()
+
+
+class _EvalGlitch(NativeEnv):
+    """A native env (so a population evaluates every member in one batched env): a NaN reward at the
+    3rd step in row 4 of the 6-row evaluation env (2 members x 3 episodes): member 1's env 1."""
+
+    max_episode_steps = 8
+
+    def __init__(self, num_envs, device="cpu", seed=None):
+        super().__init__(num_envs, device, seed)
+        self.single_observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.calls = 0
+
+    def _sample_initial_state(self, n):
+        return {"s": self._uniform((n, 3), -0.5, 0.5)}
+
+    def _dynamics(self, action):
+        import torch
+
+        self.calls += 1
+        reward = torch.ones(self.num_envs)
+        if self.num_envs == 6 and self.calls == 3:
+            reward[4] = math.nan
+        return reward, torch.zeros(self.num_envs, dtype=torch.bool)
+
+    def _observe(self):
+        return self.state["s"].clone()
+
+
+def test_a_nan_in_the_batched_evaluation_of_members_names_the_members_directory(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(classic.NATIVE_ENVS, "EvalGlitch-v0", _EvalGlitch)
+    run = tmp_path / "pop"
+    code, _, err = run_main(["train", "EvalGlitch-v0", "--seeds", "1-2", *TINY_POP, "--total-timesteps", "32",
+                             "--eval-episodes", "3", "--quiet", "--run-dir", str(run)], capsys)
+    line = error_line(code, err, f"{run / 'm001-seed2'}: non-finite reward nan from member 1 env 1 at evaluation step 3")
+    assert line.endswith(f"; training finished, its checkpoints are kept ({ckpt.list_checkpoints(run)[-1]})")
+
+
+# ------------------------------------------------------------------ 6. a refused swept value names --sweep
+@pytest.mark.parametrize("sweep, value", [("lr=nan", "nan"), ("lr=nan,1e-3", "nan"), ("gamma=2,0.9", "2.0")])
+def test_a_refused_first_swept_value_names_sweep_not_the_flag(tmp_path, capsys, sweep, value):
+    name = sweep.partition("=")[0]
+    code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1-2", "--sweep", sweep, *TINY_POP,
+                             "--run-dir", str(tmp_path / "r")], capsys)
+    line = error_line(code, err, f"error: --sweep {name}: value {value}: must be")
+    assert f"--{name} " not in line
+    assert not (tmp_path / "r").exists()
+
+
+# ------------------------------------------------------------------ 5. the docs
+def test_the_docs_list_init_from_as_refused_and_say_how_to_export_a_member():
+    text = DOCS.read_text()
+    refused = text.split("## Not yet (refused with one line, exit 2)", 1)[1].split("\n## ", 1)[0]
+    assert "`--init-from`" in refused
+    flat = " ".join(text.split())
+    assert "proxima train ENV --init-from RUN/<member dir>" in flat and "proxima eval RUN/<member dir>" in flat
+    assert re.search(r"not ranked", flat) and "not distinguishable from" in flat and "## Config and versions" in flat
