@@ -78,10 +78,12 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
     """Run ``episodes`` episodes, one per env, each env's first episode (no bias towards short ones).
 
     The policy's observation normalizer is applied frozen (its training statistics). Returns a
-    dict with env_id, episodes, mean_return, std_return, returns, lengths, deterministic (and
-    ``unfinished``, ``max_steps`` when some episodes had not ended after ``max_steps`` steps: those
-    count as cut there, with their return so far, as a time limit would cut them; leaving them
-    out would keep only the short episodes). ``seed`` seeds the envs, numpy's global RNG, Python's
+    dict with env_id, episodes, mean_return, std_return (over the episodes, divided by their number:
+    np.std's and SB3's evaluate_policy's), returns, lengths, deterministic, seed (the env seed used,
+    the default one included), backend (the one built: "auto" resolved, :func:`built_backend`) and
+    max_steps (the step cap each episode ran under), and ``unfinished`` when some episodes had not
+    ended after ``max_steps`` steps: those count as cut there, with their return so far, as a time
+    limit would cut them; leaving them out would keep only the short episodes. ``seed`` seeds the envs, numpy's global RNG, Python's
     ``random`` and torch's CPU generator (which an env may draw from: global_streams) and, with
     ``deterministic=False``, the action samples; the caller's random states are left as they were;
     None: :func:`default_seed`, the run's seed + 1,000,000, as ``proxima eval`` (and the run's
@@ -168,7 +170,9 @@ def _evaluate(policy, episodes: int, deterministic: bool, seed: int, backend: st
                                                             env_id=policy.env_id, env_kwargs=eval_env_kwargs(policy), stop=stop)
         finally:
             env.close()
-        result = summarize(policy.env_id, returns, lengths, deterministic, finished, max_steps)
+        # what ran, recorded with the numbers: the seed and the backend each change the episodes played
+        result = summarize(policy.env_id, returns, lengths, deterministic, finished, max_steps, seed=seed,
+                           backend=built_backend(policy.env_id, backend, eval_env_kwargs(policy)))
         if video is not None:
             result["video"] = write_episode_video(recorder, video, result)
     except BaseException:
@@ -306,19 +310,26 @@ def make_eval_env(policy, episodes: int, backend: str, seed: int, render_mode: O
                        "with --env-kwargs JSON, or --env-kwargs '{}' for none)") from None
 
 
+def built_backend(env_id: str, backend: str, env_kwargs) -> str:
+    """The backend make_env builds for ``backend``: "auto" resolved as make_env resolves it
+    (envs.auto_backend), any other as given."""
+    from .envs import auto_backend
+
+    return auto_backend(env_id, env_kwargs) if backend == "auto" else backend
+
+
 def check_eval_fits(policy, episodes: int, backend: str, env_kwargs) -> None:
     """EnvError (one line naming --episodes) when ``episodes`` envs cannot fit in the device's free
     memory: a lower bound (sizing.env_bytes per env), so that a count of 10**13 is refused before
     any allocation, not a traceback from the allocator (train checks --eval-episodes the same way)."""
     from math import prod
 
-    from .envs import auto_backend
     from .envs.spaces import obs_layout
     from .sizing import env_bytes, free_memory, human_bytes
 
     space = getattr(policy, "observation_space", None)
     obs_size = prod(obs_layout(space, policy.env_id).shape) if space is not None else 1
-    native = (auto_backend(policy.env_id, env_kwargs) if backend == "auto" else backend) == "native"
+    native = built_backend(policy.env_id, backend, env_kwargs) == "native"
     need, free = episodes * env_bytes(obs_size, native), free_memory(policy.device)
     if free is not None and need > free:
         raise EnvError(f"--episodes {episodes:,}: the evaluation builds one env per episode, ~{human_bytes(need)} on "
@@ -480,19 +491,29 @@ class _NonFiniteCheck:
 
 
 def summarize(env_id: str, returns: torch.Tensor, lengths: torch.Tensor, deterministic: bool,
-              finished: Optional[torch.Tensor] = None, max_steps: Optional[int] = None) -> dict:
+              finished: Optional[torch.Tensor] = None, max_steps: Optional[int] = None, seed: Optional[int] = None,
+              backend: Optional[str] = None) -> dict:
     """The result dict of :func:`evaluate` from the episodes' returns and lengths (N,). An episode
     not ``finished`` after ``max_steps`` steps counts with its return so far (cut there, as a time
     limit would cut it) and is counted in ``unfinished``: dropping it would average the short
-    episodes only, the bias one env per episode avoids."""
+    episodes only, the bias one env per episode avoids. ``seed``, ``backend`` and ``max_steps``, where
+    given, are recorded as they are (``max_steps`` whether or not an episode was cut)."""
     r, n = returns.cpu().numpy(), lengths.cpu().numpy()
     done = finished.cpu().numpy() if finished is not None else None
     unfinished = 0 if done is None else int((~done).sum())
+    # std over the episodes divided by their number (ddof 0), as np.std and SB3's evaluate_policy give
+    # it: the spread of these episodes, not an estimate for a sample of runs (report's std (n-1) is that)
     out = {"env_id": env_id, "episodes": int(r.shape[0]), "mean_return": float(r.mean()),
            "std_return": float(r.std()) if r.shape[0] > 1 else 0.0, "returns": [float(x) for x in r],
            "lengths": [int(x) for x in n], "deterministic": bool(deterministic)}
+    if seed is not None:
+        out["seed"] = int(seed)
+    if backend is not None:
+        out["backend"] = str(backend)
+    if max_steps is not None:
+        out["max_steps"] = int(max_steps)
     if unfinished:
-        out.update(unfinished=unfinished, max_steps=int(max_steps))
+        out["unfinished"] = unfinished
     return out
 
 

@@ -660,7 +660,9 @@ class Population:
         finally:
             env.close()
         rows = [slice(p * E, (p + 1) * E) for p in range(P)]
-        return [summarize(self.cfg.env_id, returns[r], lengths[r], True, finished[r], max_steps) for r in rows]
+        # each member's eval.json records its seed and the backend built, as evaluate() records them one by one
+        return [summarize(self.cfg.env_id, returns[r], lengths[r], True, finished[r], max_steps, seed=int(seeds[p]),
+                          backend=env.backend) for p, r in enumerate(rows)]
 
     # --- members as plain Agents ----------------------------------------------------------------
     def member_obs_normalizer(self, index: int) -> Optional[ObsNormalizer]:

@@ -104,10 +104,12 @@ def evaluate_population(run_dir, episodes: Optional[int] = None, deterministic: 
     ``episodes``: per member (None: each member's own --eval-episodes, 10 where that is 0).
 
     Returns dict(run_dir, env_id, episodes (the members' count; None if they differ), deterministic,
-    max_steps, members, settings): ``members`` is one
+    max_steps, eval_seed (``seed`` as given; None: each member's own), backend (the one built for every
+    member; None if they differ), members, settings): ``members`` is one
     row per member, setting by setting (population.json's order, which population_run writes
-    setting by setting): dir, seed, settings, checkpoint (the file evaluated), global_step (its step),
-    eval_seed and the fields of evaluate.evaluate (mean_return, std_return, returns, lengths, ...); ``settings`` is one row per
+    setting by setting): dir, seed (the member's training seed), settings, checkpoint (the file evaluated),
+    global_step (its step), eval_seed (the env seed its evaluation used) and the other fields of
+    evaluate.evaluate (mean_return, std_return, returns, lengths, backend, max_steps, ...); ``settings`` is one row per
     setting: settings, label, members (their dirs), mean_returns, and member_statistics's fields over
     those (n: the members used, left_out: [dir, why] of a NaN or infinite one; mean_ci/iqm_ci None for
     n < 2; few: n < 5), with the interval's resamples, level, rng, ci_note (the n < 5 caveat, else None) and
@@ -150,8 +152,10 @@ def evaluate_population(run_dir, episodes: Optional[int] = None, deterministic: 
                                   **({} if max_steps is None else {"max_steps": max_steps}))
             except NonFiniteError as e:  # the env's NaN/inf, not the member's: the line says whose evaluation met it
                 raise NonFiniteError(f"{d}: {e}") from None
+            # "seed" stays the member's training seed, as population.json names it; the evaluation's is eval_seed
             rows[d] = {"dir": d.name, "seed": member_seed, "settings": s.settings, "checkpoint": str(policy.path),
-                       "global_step": _step_of(Path(policy.path), steps), "eval_seed": eval_seed, **result}
+                       "global_step": _step_of(Path(policy.path), steps), "eval_seed": eval_seed,
+                       **{k: v for k, v in result.items() if k != "seed"}}
             if d.name in s.diverged:  # evaluated as asked (its last finite weights), but no result of training
                 rows[d]["diverged"] = s.diverged[d.name]
             if on_member is not None:
@@ -172,8 +176,12 @@ def evaluate_population(run_dir, episodes: Optional[int] = None, deterministic: 
     counts = {m["episodes"] for m in members}
     if episodes is None:  # the members' own: one count, unless their configs were made to differ
         episodes = counts.pop() if len(counts) == 1 else None
+    backends = {m.get("backend") for m in members}
+    # a single run's eval --json names "seed" and "backend": the same names here, at the top, where one
+    # value holds for every member (null: each member's own, its row's eval_seed and backend say which)
     return {"run_dir": str(run_dir), "env_id": members[0]["env_id"] if members else None, "episodes": episodes,
             "deterministic": deterministic, "max_steps": MAX_EVAL_STEPS if max_steps is None else max_steps,
+            "eval_seed": seed, "backend": backends.pop() if len(backends) == 1 else None,
             "members": members, "settings": summaries}
 
 

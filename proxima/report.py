@@ -12,6 +12,10 @@ run's last step; without it the latest checkpoint is evaluated now for ``--episo
 by default the run's own ``--eval-episodes`` (10 where that is 0), so it measures what eval.json would
 have; not saved; the step of the policy evaluated and the episodes are given; a population member's
 throughput is said to be per member), the resolved config (``config.yaml``) and the versions and machine (``meta.json``).
+Rows missing from metrics.csv (a gap in its iteration numbers; a file that ends before the run's newest
+checkpoint or final evaluation) are named in a note, and the cells they make undercount say "rows missing"
+(missing_rows). The final evaluation's ± is the std over its episodes (ddof 0, eval.json's std_return); the
+std over several runs of one group is the sample std, labelled "std (n-1)"; the report says which is which.
 
 Several runs get one column each; runs of one env share a mean + spread curve. A population
 directory (``train --seeds/--sweep``) is reported alone or beside other populations (one table of their
@@ -121,6 +125,8 @@ EVAL_FIELDS = {
     "lengths": (lambda v: isinstance(v, list) and all(map(_is_number, v)), "a list of numbers"),
     "unfinished": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a count of episodes"),
     "max_steps": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a number of steps"),
+    "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a seed (an integer of 0 or more)"),
+    "backend": (lambda v: isinstance(v, str), "a backend name"),
 }
 
 
@@ -348,18 +354,77 @@ def _stale_eval(run_dir: Path, saved: dict) -> bool:
 def _last_step(run_dir: Path) -> Optional[int]:
     """The step the run has reached: its newest checkpoint's (the end-of-training evaluation is of
     it), else the last global_step of its metrics.csv; None when neither says."""
-    from .checkpoint import list_checkpoints
-
-    files = list_checkpoints(run_dir)
-    digits = files[-1].stem.split("_")[-1] if files else ""
-    if digits.isdigit():
-        return int(digits)
+    step = _checkpoint_step(run_dir)
+    if step is not None:
+        return step
     try:
         steps = read_metrics(run_dir).get("global_step", np.array([]))
     except PlotError:
         return None
     steps = steps[np.isfinite(steps)]
     return int(steps[-1]) if steps.size else None
+
+
+def _checkpoint_step(run_dir: Path) -> Optional[int]:
+    """The global step of the run's newest checkpoints/step_*.pt, read from its name; None without one."""
+    from .checkpoint import list_checkpoints
+
+    files = list_checkpoints(run_dir)
+    digits = files[-1].stem.split("_")[-1] if files else ""
+    return int(digits) if digits.isdigit() else None
+
+
+def missing_rows(metrics: dict, reached: Optional[int] = None, source: str = "") -> dict:
+    """The iterations metrics.csv has no row of: ``gaps``, [(first, last, step before, step after)] of
+    each run of missing iteration numbers (from iteration 1: a file cut at its head counts too; step
+    before: 0 there); ``tail``, (last iteration, last step, ``reached``, first missing, last missing
+    iteration or None where the step does not say, ``source``) when the file ends before ``reached``,
+    the step the run's checkpoint or final evaluation is of (``source`` names which). Empty lists/None
+    when every row is there. A resume from a run whose metrics.csv was cut logs on after its
+    checkpoint; a copied or restored file may end early: either way the sums over rows (episodes) and
+    the last row's values (steps, time) undercount, and nothing else would say so."""
+    it, st = metrics.get("iteration"), metrics.get("global_step")
+    out: dict = {"gaps": [], "tail": None}
+    if it is None or st is None:
+        return out
+    ok = np.isfinite(it) & np.isfinite(st)
+    rows = sorted((int(i), int(s)) for i, s in zip(it[ok], st[ok]))
+    before = (0, 0)
+    for i, s in rows:
+        if i > before[0] + 1:
+            out["gaps"].append((before[0] + 1, i - 1, before[1], s))
+        before = (i, s)
+    last_iter, last_step = before
+    if reached is not None and reached > last_step:
+        per = last_step // last_iter if last_iter and last_step % last_iter == 0 else None
+        end = reached // per if per and reached % per == 0 else None
+        out["tail"] = (last_iter, last_step, reached, last_iter + 1, end, source)
+    return out
+
+
+def _iterations(first: int, last: Optional[int]) -> str:
+    return (f"iteration {first:,}" if last == first else f"iterations {first:,}-{last:,}" if last is not None
+            else f"iterations from {first:,}")
+
+
+def _missing_notes(runs: list) -> list[str]:
+    """A line per run whose metrics.csv lacks rows (missing_rows): which iterations and steps, and
+    that the totals above count only the rows logged (the cells that undercount say "rows missing")."""
+    lines = []
+    for r in runs:
+        who = f"{r['name']}: " if len(runs) > 1 else ""
+        missing = r["summary"].get("missing") or {}
+        for first, last, after, upto in missing.get("gaps", []):
+            lines.append(f"- {who}metrics.csv has no rows of {_iterations(first, last)} (between step {after:,} and step "
+                         f"{upto:,}): rows missing (a resume from a cut metrics.csv, an edit); the episodes finished count "
+                         "only the rows logged, and the curve has no point in between.")
+        if missing.get("tail"):
+            last_iter, last_step, reached, first, end, source = missing["tail"]
+            lines.append(f"- {who}metrics.csv ends at step {last_step:,} (iteration {last_iter:,}), but the run reached step "
+                         f"{reached:,}{f' ({source})' if source else ''}: the rows of {_iterations(first, end)} "
+                         "are missing; the iterations, wall time, episodes finished and final value above are of the rows "
+                         "logged.")
+    return lines
 
 
 def evaluate_latest(run_dir: Path, episodes: int, device: str = "cpu") -> dict:
@@ -549,6 +614,23 @@ def _eval_line(ev: dict) -> str:
             + _eval_step(ev) + unfinished_note(ev))
 
 
+#: what report.md's two standard deviations are, said under each
+STD_OVER_EPISODES = ("\u00b1 is the standard deviation of a run's evaluation returns over its episodes, divided by the "
+                     "number of episodes (ddof 0, as np.std and SB3's evaluate_policy give it; eval.json's std_return).")
+STD_ACROSS_RUNS = ("std (n-1) is the sample standard deviation of the runs' final eval mean returns, divided by the number "
+                   "of runs - 1 (ddof 1): the runs are a sample of seeds.")
+
+
+def _eval_setup(ev: dict) -> str:
+    """``env seed 1,000,001, backend native, at most 100,000 steps per episode``: what the evaluation ran
+    with as it records it (each changes its episodes); "" for an older eval.json that records none."""
+    seed, backend, cap = ev.get("seed"), ev.get("backend"), ev.get("max_steps")
+    parts = [f"env seed {seed:,}"] if _is_number(seed) else []
+    parts += [f"backend {printable(backend)}"] if isinstance(backend, str) else []
+    parts += [f"at most {cap:,} steps per episode"] if _is_number(cap) else []
+    return ", ".join(parts)
+
+
 def _eval_step(ev: dict, words: str = " of the policy at step") -> str:
     """`` of the policy at step 15,360`` (eval.json's global_step, or the checkpoint evaluated now): of
     a run in progress it is newer than the table's steps; "" when not recorded (an older eval.json)."""
@@ -558,8 +640,12 @@ def _eval_step(ev: dict, words: str = " of the policy at step") -> str:
 
 def _steps_cell(summary: dict, progress: Optional[str]) -> Optional[str]:
     """``4,096``; of a run short of its total, ``3,584 of 4,096 steps so far (stopped; ...)`` as a
-    population's first line says it (population_report.training_progress)."""
+    population's first line says it (population_report.training_progress); of a run whose metrics.csv
+    ends before its checkpoint (missing_rows' tail), the step the run reached, then the file's."""
     step = _num(summary["global_step"])
+    tail = (summary.get("missing") or {}).get("tail")
+    if tail:
+        step = f"{tail[2]:,} ({step} in metrics.csv: rows missing)"
     if progress is None:
         return step
     total = summary.get("total")
@@ -741,16 +827,25 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     started = [_started_from(r["meta"]) for r in runs]
     if any(started):  # --init-from: which weights, once the source has been extended or its files rotated
         rows.append(["started from"] + started)
-    rows.append(["iterations"] + [_num(x["iterations"]) for x in s])
-    rows.append(["wall time"] + [_num(x["time"], "{:,.1f} s") for x in s])
+    def short(x, cell):  # a last row's value of a file cut short: said where it is read, the note names the rows
+        return cell if cell is None or not (x.get("missing") or {}).get("tail") else f"{cell} (rows missing)"
+
+    def episodes(x):  # a sum over rows undercounts wherever rows are missing, a gap as well as a cut end
+        missing = x.get("missing") or {}
+        if x["episodes"] is None or not (missing.get("tail") or missing.get("gaps")):
+            return _num(x["episodes"])
+        return f"at least {x['episodes']:,} (rows missing)"
+
+    rows.append(["iterations"] + [short(x, _num(x["iterations"])) for x in s])
+    rows.append(["wall time"] + [short(x, _num(x["time"], "{:,.1f} s")) for x in s])
     # a population's member counts its own steps over the time the population took for all of them
     rows.append(["throughput"] + [_num(r["summary"].get("sps"), "{:,.0f} steps/s" + (" per member" if r.get("member") else ""))
                                   for r in runs])
-    rows.append(["episodes finished"] + [_num(x["episodes"]) for x in s])
+    rows.append(["episodes finished"] + [episodes(x) for x in s])
     def at_step(value, step):
         return None if value is None else _value(value) + (f" at step {step:,.0f}" if step is not None else "")
 
-    rows.append([f"final {metric}"] + [None if x["final"] is None else _value(x["final"]) for x in s])
+    rows.append([f"final {metric}"] + [short(x, None if x["final"] is None else _value(x["final"])) for x in s])
     if metric in RETURN_METRICS:
         rows.append([f"best {metric}"] + [at_step(x["max"], x["max_step"]) for x in s])
     else:  # a loss is best low, an entropy or a length depends: the extremes, not a "best"
@@ -769,17 +864,22 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
         lines += ["", f"{metric} per iteration (metrics.csv): the mean over the episodes that finished in that iteration."]
     else:
         lines += ["", f"{metric}: one value per iteration, as logged in metrics.csv."]
-    notes = _nonfinite_notes(runs) + [f"- {r['name'] + ': ' if len(runs) > 1 else ''}{r['summary']['best_pt_note']}"
-                                      for r in runs if r["summary"].get("best_pt_note")]
+    notes = _missing_notes(runs) + _nonfinite_notes(runs) + [
+        f"- {r['name'] + ': ' if len(runs) > 1 else ''}{r['summary']['best_pt_note']}" for r in runs if r["summary"].get("best_pt_note")]
     if notes:
         lines += [""] + notes
+    spread = False
     if len(runs) > 1:  # one summary per group (env and settings): returns of different envs are never averaged
         for group in dict.fromkeys(r.get("group", r["env"]) for r in runs):
             members = [r["eval"] for r in runs if r.get("group", r["env"]) == group and "mean_return" in r["eval"]]
             evals = [ev["mean_return"] for ev in members]
             if len(evals) > 1:
+                # the runs are a sample of seeds: the sample std (divided by n - 1) is what a paper reports
                 lines += [f"Final eval of {group} over {len(evals)} runs{_episodes_note(members)}: mean {np.mean(evals):.2f}, "
-                          f"std {np.std(evals):.2f}, min {np.min(evals):.2f}, max {np.max(evals):.2f}."]
+                          f"std (n-1) {np.std(evals, ddof=1):.2f}, min {np.min(evals):.2f}, max {np.max(evals):.2f}."]
+                spread = True
+        if spread:
+            lines += ["", STD_ACROSS_RUNS]
     lines.append("")
 
     lines += ["## Learning curve", ""]
@@ -810,6 +910,11 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
         lens = ev.get("lengths") or []
         if lens:
             lines += [f"  - mean episode length: {np.mean(lens):.1f}"]
+        ran = _eval_setup(ev)
+        if ran:
+            lines += [f"  - {ran}"]
+    if any("error" not in r["eval"] for r in runs):
+        lines += ["", STD_OVER_EPISODES]
     lines.append("")
 
     lines += ["## Config", "", "The resolved config (`config.yaml`: defaults, then preset, then flags).", ""]
@@ -904,6 +1009,14 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
         _name_best_pt(d, summary, meta, m)
         # a diverged member's report says so at its top: it trains no further, whatever its steps
         progress, summary["total"] = (None, None) if diverged else run_progress(d, summary["global_step"], config, meta)
+        # a run in progress may hold a checkpoint its next row has not reached yet: only its gaps are rows lost
+        live = progress is not None and progress.startswith("in progress")
+        steps = {} if live else {"its newest checkpoint": _checkpoint_step(d), "its final evaluation": ev.get("global_step")}
+        steps = {k: v for k, v in steps.items() if isinstance(v, int) and not isinstance(v, bool)}
+        reached = max(steps.values()) if steps else None
+        summary["missing"] = missing_rows(m, reached, " and ".join(k for k, v in steps.items() if v == reached))
+        if summary["missing"]["tail"] and not diverged:  # short of its total by the step it reached, not by the file's
+            progress, summary["total"] = run_progress(d, float(summary["missing"]["tail"][2]), config, meta)
         runs.append({"dir": d, "name": name, "env": run_env_id(d), "config": config, "meta": meta,
                      "summary": summary, "eval": ev, "diverged": diverged, "progress": progress,
                      "member": member_population(d) is not None})

@@ -183,6 +183,6 @@ def test_report_says_when_it_averages_evaluations_of_other_lengths(tmp_path):
     runs = [_fake_run(tmp_path, "a", 3, 10.0), _fake_run(tmp_path, "b", 3, 20.0), _fake_run(tmp_path, "c", 10, 30.0)]
     text = build_report(runs, out=tmp_path / "r.md", episodes=0).read_text()
     assert ("Final eval of Fake-v0 over 3 runs (their evaluations ran 3, 3 and 10 episodes; each run's mean counts once): "
-            "mean 20.00, std 8.16, min 10.00, max 30.00.") in text
+            "mean 20.00, std (n-1) 10.00, min 10.00, max 30.00.") in text
     same = build_report(runs[:2], out=tmp_path / "s.md", episodes=0).read_text()
     assert "Final eval of Fake-v0 over 2 runs: mean 15.00," in same  # equal counts: the line as before

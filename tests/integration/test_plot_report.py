@@ -253,8 +253,8 @@ def test_multi_run_report_never_averages_different_envs(tmp_path):
                                                  "returns": [ret, ret], "lengths": [5, 5], "deterministic": True}))
         dirs.append(d)
     text = build_report(dirs, out=tmp_path / "r.md", episodes=0).read_text()
-    assert "Final eval of Fake-v0 over 2 runs: mean 15.00, std 5.00, min 10.00, max 20.00." in text
-    assert "Final eval of Other-v0 over 2 runs: mean 600.00, std 100.00, min 500.00, max 700.00." in text
+    assert "Final eval of Fake-v0 over 2 runs: mean 15.00, std (n-1) 7.07, min 10.00, max 20.00." in text
+    assert "Final eval of Other-v0 over 2 runs: mean 600.00, std (n-1) 141.42, min 500.00, max 700.00." in text
     assert "over 4 runs" not in text
 
 

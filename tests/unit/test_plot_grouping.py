@@ -73,7 +73,7 @@ def test_report_over_n_runs_statistic_is_per_setting(tmp_path):
     c = _eval(_run(tmp_path, "c", num_envs=8, lr=0.002, gamma=0.98, ent_coef=0.0), 700.0)
     text = build_report([a1, a2, b, c], out=tmp_path / "r.md", episodes=0).read_text()
     assert ("Final eval of Fake-v0 (num_envs=4, lr=0.001, gamma=0.99, ent_coef=0) over 2 runs: "
-            "mean 15.00, std 5.00, min 10.00, max 20.00.") in text
+            "mean 15.00, std (n-1) 7.07, min 10.00, max 20.00.") in text
     assert "over 3 runs" not in text and text.count("Final eval of ") == 1
 
 
