@@ -82,7 +82,7 @@ from .terminal import printable
 DEFAULT_METRIC = "charts/episodic_return"
 X_COLUMNS = {"step": "global_step", "time": "time"}
 X_LABELS = {"step": "global step", "time": "wall time (s)"}
-BANDS = {"minmax": "min-max over runs", "std": "mean \u00b11 std over runs", "ci": "95% bootstrap CI"}
+BANDS = {"minmax": "min-max over runs", "std": "mean \u00b11 std (n-1) over runs", "ci": "95% bootstrap CI"}
 STATS = {"mean": "mean", "iqm": "IQM"}
 #: what a population's settings are drawn with unless --stat/--band say otherwise (groups of plain runs: mean, minmax)
 POPULATION_DEFAULTS = {"stat": "iqm", "band": "ci"}
@@ -373,7 +373,10 @@ def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minm
     if band == "minmax":
         lo, hi = np.nanmin(stack, axis=0), np.nanmax(stack, axis=0)
     elif band == "std":
-        std = np.nanstd(stack, axis=0)
+        # the sample std (ddof 1), as `proxima report` gives across runs: the runs are a sample of seeds;
+        # a point only one run reaches has no spread to show (0, not NaN)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            std = np.where(count >= 2, np.nanstd(np.where(count >= 2, stack, 0.0), axis=0, ddof=1), 0.0)
         lo, hi = mean - std, mean + std
     else:
         lo, hi = bootstrap_band(stack, stat)
@@ -690,7 +693,7 @@ def group_curve(runs: Sequence[tuple[Path, tuple[np.ndarray, np.ndarray]]], stat
 
 
 #: band names as a population's legend says them, after the statistic: "IQM, 95% CI (16 members)"
-BAND_SHORT = {"minmax": "min-max", "std": "mean \u00b11 std", "ci": "95% CI"}
+BAND_SHORT = {"minmax": "min-max", "std": "mean \u00b11 std (n-1)", "ci": "95% CI"}
 
 
 def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1,

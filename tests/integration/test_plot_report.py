@@ -82,8 +82,11 @@ def test_aggregate_mean_and_band_on_synthetic_runs(tmp_path):
     np.testing.assert_allclose(agg["lo"], [0.0, 10.0])
     np.testing.assert_allclose(agg["hi"], [10.0, 20.0])
     std = aggregate([load_curve(a), load_curve(b)], band="std")
-    np.testing.assert_allclose(std["lo"], [0.0, 10.0])  # mean -+ population std (5)
-    np.testing.assert_allclose(std["hi"], [10.0, 20.0])
+    np.testing.assert_allclose(std["lo"], [5.0 - 50 ** 0.5, 15.0 - 50 ** 0.5])  # mean -+ sample std (ddof 1: 7.07)
+    np.testing.assert_allclose(std["hi"], [5.0 + 50 ** 0.5, 15.0 + 50 ** 0.5])
+    one = aggregate([load_curve(a), load_curve(_fake_run(tmp_path, "a1", [100], [4.0]))], band="std")
+    np.testing.assert_allclose(one["lo"], [2.0 - 8 ** 0.5, 10.0])  # past the one-row run's end a single run: no spread, no NaN
+    np.testing.assert_allclose(one["hi"], [2.0 + 8 ** 0.5, 10.0])
 
     # different x values: the steps logged (empty cells skipped), each run's last value carried forward
     c = _fake_run(tmp_path, "c", [0, 100, 200, 300], [0.0, None, 20.0, 30.0])
