@@ -14,7 +14,8 @@
 # by its limit still leaves the rows it finished (marked partial). Step limits add up to 513 s, each
 # with the estimate behind it (../shared/perf/H200-2026-11-30.md), and `timeout -k 3` ends a step
 # that ignores SIGTERM 3 s later: 540 s at worst. The start-up's own limits (pip 10 s, the import
-# check 20 s, each with a 3 s grace: 36 s at worst, ~12 s as measured) come out of the remaining
+# check 20 s, each with a 3 s grace: 36 s at worst, ~12 s as measured before the check imported
+# proxima, tensorboard and pytest too) come out of the remaining
 # ~60 s of the call's 600 s, with packing the logs and slack: the steps keep the limits their
 # estimates need, since a start-up that hangs leaves nothing for them anyway.
 set -uo pipefail
@@ -42,9 +43,56 @@ if compgen -G ".whl/*.whl" > /dev/null; then
     echo "gpu_session: installing .whl/*.whl failed or took over 10 s (exit $?); going on without them"
   fi
 fi
-# est. ~7-9 s (torch's import and CUDA's set-up, as a process start-up); limit 20
-if ! timeout -k 3 20 "$py" -c "import gymnasium, torch; assert torch.cuda.is_available()" 2> "$out/import-error.txt"; then
-  echo "gpu_session: need gymnasium and a CUDA torch here, imported within 20 s (see $out/import-error.txt)" | tee "$out/summary.txt"
+# Every package a later step imports, so that an image without one (tensorboard: every training
+# step's logger) stops here with one line, not with a traceback in each step after its limit is
+# spent; and torch's version against the pin, a warning only (the image's own CUDA torch is what
+# the session can use, but its numbers are then of that torch). est. ~9-11 s (torch's import and
+# CUDA's set-up as a process start-up, then proxima, tensorboard's protos and pytest); limit 20
+preflight=$(cat <<'PY'
+import importlib, re, sys
+from pathlib import Path
+
+
+def fail(message):
+    print(f"gpu_session: {message}", file=sys.stderr)
+    sys.exit(3)
+
+
+try:
+    import torch
+except Exception as e:
+    fail(f"cannot import torch ({type(e).__name__}: {e})")
+pins = [(name, re.search(pattern, Path(name).read_text(), re.M))
+        for name, pattern in (("requirements.lock", r"^torch==([^\s;#]+)"), ("pyproject.toml", r'"torch==([^";\s]+)"'))
+        if Path(name).is_file()]
+pin = next(((name, m.group(1)) for name, m in pins if m), None)
+if pin and torch.__version__.split("+")[0] != pin[1]:
+    print(f"gpu_session: warning: torch {torch.__version__} here, {pin[0]} pins {pin[1]}: every number and test "
+          "result of this session is of this torch")
+missing = []
+for name in ("gymnasium", "numpy", "yaml", "tensorboard.compat.proto.event_pb2", "pytest", "proxima.trainer",
+             "proxima.bench", "proxima.cli"):
+    try:
+        importlib.import_module(name)
+    except Exception as e:
+        missing.append(f"{name} ({type(e).__name__}: {' '.join(str(e).split())})")  # one line for the summary
+if missing:
+    fail("cannot import " + "; ".join(missing) + ": install it in the image or carry its wheel in .whl/")
+if not torch.cuda.is_available():
+    fail(f"torch {torch.__version__} sees no CUDA device (torch.cuda.is_available() is False)")
+PY
+)
+if timeout -k 3 20 "$py" -c "$preflight" > "$work/preflight.txt" 2> "$out/import-error.txt"; then rc=0; else rc=$?; fi
+if (( rc != 0 )); then
+  if (( rc == 124 || rc == 137 )); then
+    why="no answer within 20 s"
+  else  # the check's own line, else the last line of what the interpreter printed (a traceback's error)
+    why=$(grep '^gpu_session: ' "$out/import-error.txt" | tail -n 1)
+    why="${why#gpu_session: }"
+    [[ -n "$why" ]] || why=$(tail -n 1 "$out/import-error.txt")
+  fi
+  { cat "$work/preflight.txt"; echo "gpu_session: start-up check failed: ${why:-exit $rc} (all of it: $out/import-error.txt)"; } \
+    | tee "$out/summary.txt"
   exit 2
 fi
 rm -f "$out/import-error.txt"
@@ -96,6 +144,7 @@ pack() {  # logs.tar.gz from $logs, replaced whole (never a half-written archive
 }
 
 : > "$out/summary.txt"
+tee -a "$out/summary.txt" < "$work/preflight.txt"  # the torch-version warning, if the check printed one
 # Step limits (s), from the H200 timings of ../shared/perf/H200-2026-11-30.md; a process start-up
 # (Python, torch, CUDA) is ~7-9 s there. Trimmed from 540 s in all where the estimates leave room,
 # so that the 9 kill graces of 3 s fit too:

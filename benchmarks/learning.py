@@ -7,7 +7,10 @@ them; eval.json) and the training return of the stochastic policy (metrics.csv: 
 mean of the last 100 training episodes) are read back. The table counts seeds that reach the target
 twice: by the deterministic evaluation and by the training return, the latter being what the
 references report. Runs whose recorded config differs from today's resolved preset in a field that
-changes learning are listed as "(other config: FIELDS)" and left out of the counts and means. A run
+changes learning are listed as "(other config: FIELDS)" and left out of the counts and means; such a
+run never replaces a recorded run of today's preset: --extra with a flag that changes learning (e.g.
+a '--total-timesteps 2048' smoke test) is refused before anything runs where --out holds one for an
+env and seed to run, unless --replace (give a smoke test its own --out). A run
 that exits 0 without eval.json (--extra '--eval-episodes 0') is a failed run. Results are merged
 into ``benchmarks/results/learning.md`` (a JSON copy of every run is kept in an HTML comment at the
 end of that file), so envs and seeds can be run in separate invocations as compute allows:
@@ -16,7 +19,9 @@ end of that file), so envs and seeds can be run in separate invocations as compu
     OMP_NUM_THREADS=1 python benchmarks/learning.py --envs HalfCheetah-v5 --seeds 1
     python benchmarks/learning.py --table-only        # rewrite the table from the recorded runs
 
-Envs never run show as "not run (compute)".
+Envs never run show as "not run (compute)". The tuning notes (how the presets were chosen, with
+numbers from the recorded runs) and the shared-machine line are written into the two committed files
+(``RECORDED``) only: in a table of one's own runs they would read as measured there.
 """
 
 from __future__ import annotations
@@ -34,10 +39,13 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from tables import run_child, stopping_children  # benchmarks/tables.py
+from tables import refuse, run_child, stopping_children  # benchmarks/tables.py
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "learning.md"
+#: the committed results files, whose rows the NOTES below were written about: any other --out is a
+#: table of the user's own runs, and numbers from these would read as measured there
+RECORDED = (DEFAULT_OUT, ROOT / "benchmarks" / "results" / "learning-10-seeds.md")
 
 #: env id -> (target eval return, default number of seeds, reference from PPO_NOTES.md)
 TASKS = {
@@ -57,7 +65,8 @@ TASKS = {
 NOT_BY_DEFAULT = ("Pong-v5", "Breakout-v5")
 MARK = "<!-- learning-runs-json"
 
-#: how the presets were chosen (side experiments, not rows of the table); same machine and load
+#: how the presets were chosen (side experiments, not rows of the table); same machine and load.
+#: Written into the RECORDED files only
 NOTES = [
     "Pendulum-v1: the trial of the issue (32 native envs x 128 steps, 10 epochs x 16 minibatches, lr 1e-3, "
     "gamma 0.95, ent 0, norm obs+reward, 200k steps) solved seeds 1-3 but 9 of seeds 1-10 (seed 10: -439.5, a "
@@ -106,14 +115,30 @@ def succeeded(run: dict) -> bool:
     return run.get("eval_mean") is not None
 
 
-def merge(runs: list, new: dict) -> list:
+def merge(runs: list, new: dict, replace: bool = False) -> list:
     """``runs`` with ``new`` in place of the record of its (env, seed). A failed run never replaces a
     recorded successful one (that seed's result would vanish from the table for a crash, a typo in
-    --extra or a full disk): then ``runs`` is returned as it was and the caller reports the failure."""
+    --extra or a full disk), nor, unless ``replace`` (--replace), does a run of another config
+    replace a recorded run of today's preset (a 2,048-step smoke test deleted a 500k-step result):
+    then ``runs`` is returned as it was and the caller reports it."""
     key = (new["env_id"], new["seed"])
-    if not succeeded(new) and any((r["env_id"], r["seed"]) == key and succeeded(r) for r in runs):
+    recorded = [r for r in runs if (r["env_id"], r["seed"]) == key and succeeded(r)]
+    if recorded and not succeeded(new):
+        return runs
+    if recorded and not replace and stale(new) and any(not stale(r) for r in recorded):
         return runs
     return [r for r in runs if (r["env_id"], r["seed"]) != key] + [new]
+
+
+def learning_flags(extra: str) -> list:
+    """The --extra flags that change what a run learns (not WHERE_FLAGS), sorted."""
+    return sorted({a.split("=")[0] for a in shlex.split(extra or "") if a.startswith("--")} - WHERE_FLAGS)
+
+
+def current_records(runs: list, pairs: list) -> list:
+    """The (env, seed) of ``pairs`` that ``runs`` holds a successful run of today's preset of."""
+    return [(e, s) for e, s in pairs
+            if any((r["env_id"], r["seed"]) == (e, s) and succeeded(r) and not stale(r) for r in runs)]
 
 
 def load_average() -> float:
@@ -268,7 +293,7 @@ def other_config(run: dict) -> list:
     from proxima.presets import resolve
 
     cfg = run.get("config")
-    flags = sorted({a.split("=")[0] for a in shlex.split(run.get("extra") or "") if a.startswith("--")} - WHERE_FLAGS)
+    flags = learning_flags(run.get("extra"))
     if not cfg:
         return ["no recorded config", *flags]
     defaults = PPOConfig().to_dict()
@@ -390,8 +415,15 @@ def run_dates(runs: list) -> str:
     return f"- runs finished: {span}" + (f" ({missing} run(s) without a date)" if dates and missing else "")
 
 
+def recorded_file(path: Path) -> bool:
+    """Whether ``path`` is one of the RECORDED results files (through links and relative paths)."""
+    real = os.path.realpath(path)
+    return any(real == os.path.realpath(f) for f in RECORDED)
+
+
 def write_markdown(path: Path, runs: list, invocations: list) -> None:
     invocations = producing(invocations, runs)  # a line whose every run was replaced is no longer where a row came from
+    recorded = recorded_file(path)
     loads = [r[k] for r in runs for k in ("load_start", "load_end") if r.get(k) is not None]
     text = [
         "# Learning benchmark",
@@ -417,15 +449,12 @@ def write_markdown(path: Path, runs: list, invocations: list) -> None:
         *machine_lines(runs),
         f"- load average (1 min) during the runs: {min(loads):.1f} to {max(loads):.1f}" if loads else "- load average: -",
         run_dates(runs),
-        "- the machine was shared with other jobs (2 cores, load often above 4): wall times are inflated and only "
-        "comparable within this table",
+        *(["- the machine was shared with other jobs (2 cores, load often above 4): wall times are inflated and only "
+           "comparable within this table"] if recorded else []),
         "",
         *table(runs),
         "",
-        "## Tuning notes",
-        "",
-        *[f"- {n}" for n in NOTES],
-        "",
+        *(["## Tuning notes", "", *[f"- {n}" for n in NOTES], ""] if recorded else []),
         *kept_sections(path),
         "## Presets (default)",
         "",
@@ -567,6 +596,13 @@ def _argument_problem(envs: list, seeds, threads: int = 1):
     return None
 
 
+def seeds_of(env_id: str, seeds) -> list:
+    """The seeds to run ``env_id`` with: --seeds, else 1..N of TASKS."""
+    if seeds:
+        return [int(s) for s in seeds.split(",")]
+    return list(range(1, TASKS.get(env_id, (None, 1, ""))[1] + 1))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--envs", default=",".join(e for e in TASKS if e not in NOT_BY_DEFAULT),
@@ -575,7 +611,12 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
     p.add_argument("--runs-dir", default="runs/learning", help="where run directories go (default runs/learning)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="markdown table to merge the results into")
-    p.add_argument("--extra", default="", help="extra flags for every `proxima train` (quoted), e.g. '--total-timesteps 100000'")
+    p.add_argument("--extra", default="", help="extra flags for every `proxima train` (quoted), e.g. '--total-timesteps 100000'; "
+                   "a flag that changes learning makes each run 'other config': it is refused where --out holds a run of "
+                   "today's preset for that env and seed (a smoke test would replace a recorded result) unless --replace; "
+                   "give a smoke test its own --out")
+    p.add_argument("--replace", action="store_true",
+                   help="let a run of another config (--extra) replace a recorded run of today's preset in --out")
     p.add_argument("--table-only", action="store_true", help="rewrite the table from the recorded runs, train nothing")
     args = p.parse_args(argv)
 
@@ -596,14 +637,24 @@ def main(argv=None) -> int:
     if problem:
         p.error(problem)  # one line, exit 2, before anything runs or is written
     extra = shlex.split(args.extra)
+    flags = learning_flags(args.extra)
+    if flags and not args.replace:
+        pairs = [(e, s) for e in envs for s in seeds_of(e, args.seeds)]
+        held = current_records(runs, pairs)
+        if held:  # before anything runs: after hours of training the choice would come too late
+            by_env = {}
+            for e, s in held:
+                by_env.setdefault(e, []).append(str(s))
+            names = "; ".join(f"{e} seed {','.join(ss)}" for e, ss in by_env.items())
+            return refuse("learning.py", f"--extra {args.extra!r} changes {', '.join(flags)}: {out} holds runs of today's "
+                          f"preset for {names} that these runs would replace; give another --out, or --replace to "
+                          "replace them")
     invocation = "OMP_NUM_THREADS=1 python benchmarks/learning.py " + shlex.join(a for a in (argv if argv is not None else sys.argv[1:]))
     runs_dir = Path(args.runs_dir)
-    failed, total = [], 0
+    failed, kept, total = [], [], 0
     with stopping_children("learning.py"):  # a SIGTERM or Ctrl-C kills the running `proxima train` too
         for env_id in envs:
-            n_default = TASKS.get(env_id, (None, 1, ""))[1]
-            seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(range(1, n_default + 1))
-            for seed in seeds:
+            for seed in seeds_of(env_id, args.seeds):
                 total += 1
                 print(f"{datetime.now():%H:%M:%S} {env_id} seed {seed} ...", flush=True)
                 record = run_one(env_id, seed, runs_dir, args.threads, extra, lambda m: print(m, flush=True))
@@ -611,7 +662,14 @@ def main(argv=None) -> int:
                     record["extra"] = args.extra
                 if not succeeded(record):
                     failed.append(f"{env_id} seed {seed}: {record.get('error', '?')}")
-                merged = merge(runs, record)
+                merged = merge(runs, record, args.replace)
+                if merged is runs and succeeded(record):
+                    why = ", ".join(other_config(record))
+                    kept.append(f"{env_id} seed {seed}: ran another config ({why}); {out} keeps its run of today's "
+                                "preset (--replace replaces it)")
+                    print(f"  kept the recorded run of today's preset of {env_id} seed {seed}: this one ran another "
+                          f"config ({why}); its run directory is {record['run_dir']}", flush=True)
+                    continue
                 if merged is runs:
                     print(f"  kept the recorded successful run of {env_id} seed {seed} (this one failed)", flush=True)
                     continue
@@ -626,6 +684,10 @@ def main(argv=None) -> int:
         # the table is written (the runs that worked are kept), but a caller must not read this as a clean run
         print(f"learning.py: error: {len(failed)} of {total} run(s) failed, see above ({failed[0]}"
               f"{'; ...' if len(failed) > 1 else ''})", file=sys.stderr)
+        return 1
+    if kept:  # a result the table does not hold: a caller must not read this as a clean run either
+        print(f"learning.py: error: {len(kept)} of {total} run(s) not recorded ({kept[0]}{'; ...' if len(kept) > 1 else ''})",
+              file=sys.stderr)
         return 1
     print(f"wrote {out}")
     return 0

@@ -19,7 +19,11 @@ calls, at least one: a repeat of train is at least one iteration, however long);
 least 3 whole calls and is not timed, so a lazy --compile's compilation and a --cudagraphs capture
 (both done in the first calls) are left out of every figure, and its seconds are reported; the table shows
 the median and the min-max over the repeats, the Markdown file how long the repeats really ran and
-the threads as the Trainer set them; ``--train-only`` times train alone (what a
+the threads as the Trainer set them. The backends of one num_envs are built side by side and timed
+in turn, one repeat of each per round (A, B, A, B, ...), and the train ratio between them is taken
+per round and shown as the median (min-max) over the rounds: timing all of one backend's repeats
+and then the other's put them in different phases of a shared machine's load, and the ratio of two
+identical runs swung 2x. ``--train-only`` times train alone (what a
 comparison of training throughput uses: the env and rollout measurements are a third of the time).
 Results go to the console (or one JSON object per line with ``--json``, which with ``--cudagraphs``
 also says whether every part was really replayed as a graph) and to a Markdown file that describes
@@ -114,13 +118,11 @@ class Samples(list):
     warmup_seconds: Optional[float] = None
 
 
-def measure(fn: Callable[[], None], steps_per_call: int, seconds: float, repeats: int, device,
-            durations: Optional[list] = None) -> "Samples":
-    """Warm ``fn`` up, then time ``repeats`` runs of about ``seconds`` each; steps/s per run
-    (``Samples``: with the warm-up's seconds). ``durations``: a list that gets each run's seconds
-    (a run is whole calls, at least one)."""
+def warm_up(fn: Callable[[], None], seconds: float, device) -> tuple:
+    """(calls per timed window, seconds the warm-up took) of ``fn``: at least 3 untimed calls (lazy
+    init, allocator, --cudagraphs capture) and 20% of ``seconds``, unless one call is long."""
     warm_start, times = time.perf_counter(), []
-    while True:  # at least 3 calls (lazy init, allocator, --cudagraphs capture) and 20% of the budget, unless one call is long
+    while True:
         _sync(device)
         t0 = time.perf_counter()
         fn()
@@ -128,7 +130,6 @@ def measure(fn: Callable[[], None], steps_per_call: int, seconds: float, repeats
         times.append(time.perf_counter() - t0)
         if len(times) >= 3 and (times[-1] >= seconds or time.perf_counter() - warm_start >= 0.2 * seconds):
             break
-    warm = sum(times)
     # Calls per run from a typical warm-up call: the last one alone let one stall (a GC pause, another
     # process) shrink every run's window to a few calls. The median, without the first call (lazy
     # init, a graph capture), and the lower of the two middle ones so a stall is never half of it.
@@ -136,20 +137,49 @@ def measure(fn: Callable[[], None], steps_per_call: int, seconds: float, repeats
     # either need a sync per call on CUDA (which changes what is timed) or end late by whatever the
     # host had queued ahead of the device.
     per_call = statistics.median_low(times[1:])
-    calls = max(1, int(seconds / max(per_call, 1e-9)))
-    out = Samples()
-    out.warmup_seconds = warm
+    return max(1, int(seconds / max(per_call, 1e-9))), sum(times)
+
+
+def timed_window(fn: Callable[[], None], calls: int, steps_per_call: int, device) -> tuple:
+    """(steps/s, seconds) of ``calls`` back-to-back calls of ``fn``."""
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    _sync(device)
+    elapsed = time.perf_counter() - t0
+    return calls * steps_per_call / elapsed, elapsed
+
+
+def measure_rounds(parts: list, seconds: float, repeats: int, device, durations: Optional[list] = None) -> list:
+    """Steps/s of each of ``parts`` ((fn, steps per call) pairs), one ``Samples`` per part: each is
+    warmed up in turn, then ``repeats`` rounds each time one window of about ``seconds`` of every
+    part, in turn (A, B, A, B, ...). A ratio between parts is then taken per round: timing all of
+    A's repeats, then all of B's, put each side in a different phase of the machine's load, and the
+    ratio of two identical runs swung 2x. ``durations``: one list per part that gets each window's seconds."""
+    sized, out = [], []
+    for fn, _ in parts:
+        calls, warm = warm_up(fn, seconds, device)
+        samples = Samples()
+        samples.warmup_seconds = warm
+        sized.append(calls)
+        out.append(samples)
     for _ in range(repeats):
-        _sync(device)
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        _sync(device)
-        elapsed = time.perf_counter() - t0
-        out.append(calls * steps_per_call / elapsed)
-        if durations is not None:
-            durations.append(elapsed)
+        for k, (fn, steps) in enumerate(parts):
+            sps, elapsed = timed_window(fn, sized[k], steps, device)
+            out[k].append(sps)
+            if durations is not None:
+                durations[k].append(elapsed)
     return out
+
+
+def measure(fn: Callable[[], None], steps_per_call: int, seconds: float, repeats: int, device,
+            durations: Optional[list] = None) -> "Samples":
+    """Warm ``fn`` up, then time ``repeats`` runs of about ``seconds`` each; steps/s per run
+    (``Samples``: with the warm-up's seconds). ``durations``: a list that gets each run's seconds
+    (a run is whole calls, at least one)."""
+    return measure_rounds([(fn, steps_per_call)], seconds, repeats, device,
+                          None if durations is None else [durations])[0]
 
 
 def random_actions(space, num_envs: int, device, count: int = 16):
@@ -240,47 +270,72 @@ def in_bench_flags(e, cfg):
 
 
 def bench_line(args, backend: str, num_envs: int) -> tuple:
-    """Build a Trainer for (backend, num_envs) and time env, rollout and train on it."""
+    """(Line, PPOConfig, device) of one backend at ``num_envs`` (``bench_lines``)."""
+    return bench_lines(args, [backend], num_envs)[0]
+
+
+def bench_lines(args, backends: list, num_envs: int) -> list:
+    """Build a Trainer for each of ``backends`` at ``num_envs`` and time env, rollout and train on
+    them, the backends in turn within each repeat (``measure_rounds``), so that their per-round
+    ratio compares windows a few seconds apart. [(Line, PPOConfig, device)], in ``backends``' order.
+    The Trainers exist side by side: each line is checked against the memory left by the ones built
+    before it."""
     import torch
 
-    from . import ppo
     from .trainer import Trainer
 
-    cfg = check_line(args, backend, num_envs)
-    trainer = Trainer(cfg, quiet=True)
-    # as the Trainer set them: --threads 2 may mean one intra-op thread each for actor and critic
-    line = Line(backend, num_envs, intra_op=torch.get_num_threads(), paired=paired_batches(cfg, trainer.side is not None))
+    built = []  # (line, cfg, trainer)
     try:
-        env, device = trainer.env, trainer.device
-        actions = random_actions(env.single_action_space, num_envs, device)
-        state = {"i": 0}
-
-        def env_step() -> None:
-            i = state["i"] = (state["i"] + 1) % actions.shape[0]
-            trainer.next_obs.copy_(env.step(actions[i])[0])
-
-        def rollout() -> None:
-            trainer.next_obs.copy_(ppo.collect_rollout(env, trainer.policy_step, trainer.rollout, trainer.next_obs,
-                                                       trainer.obs_norm, trainer.reward_scaler))
-
-        def train() -> None:
-            out = trainer.train_iteration()
-            bool(out["nonfinite"])  # the once-per-iteration read of Trainer.run
-
-        batch = cfg.num_steps * num_envs
-        for name, fn, steps in (("env", env_step, num_envs), ("rollout", rollout, batch), ("train", train, batch)):
-            if name in measures_of(args):
+        for backend in backends:
+            cfg = check_line(args, backend, num_envs)
+            trainer = Trainer(cfg, quiet=True)
+            # as the Trainer set them: --threads 2 may mean one intra-op thread each for actor and critic
+            built.append((Line(backend, num_envs, intra_op=torch.get_num_threads(),
+                               paired=paired_batches(cfg, trainer.side is not None)), cfg, trainer))
+        device = built[0][2].device
+        timed = [measured_calls(trainer, cfg, num_envs) for _, cfg, trainer in built]
+        for name in measures_of(args):
+            for line, _, _ in built:
                 line.seconds[name] = []
-                line.samples[name] = measure(fn, steps, args.seconds, args.repeats, device, line.seconds[name])
-                warm = getattr(line.samples[name], "warmup_seconds", None)
+            results = measure_rounds([fns[name] for fns in timed], args.seconds, args.repeats, device,
+                                     [line.seconds[name] for line, _, _ in built])
+            for (line, _, _), samples in zip(built, results):
+                line.samples[name] = samples
+                warm = getattr(samples, "warmup_seconds", None)
                 line.warmup[name] = [warm] if warm is not None else []
-        if cfg.cudagraphs:
-            from .graphs import trainer_graph_states
+        for line, cfg, trainer in built:
+            if cfg.cudagraphs:
+                from .graphs import trainer_graph_states
 
-            line.graphs = trainer_graph_states(trainer)
+                line.graphs = trainer_graph_states(trainer)
     finally:
-        trainer.close()
-    return line, cfg, trainer.device
+        for _, _, trainer in built:
+            trainer.close()
+    return [(line, cfg, trainer.device) for line, cfg, trainer in built]
+
+
+def measured_calls(trainer, cfg, num_envs: int) -> dict:
+    """measure name -> (function, env steps per call) timed on ``trainer``."""
+    from . import ppo
+
+    env, device = trainer.env, trainer.device
+    actions = random_actions(env.single_action_space, num_envs, device)
+    state = {"i": 0}
+
+    def env_step() -> None:
+        i = state["i"] = (state["i"] + 1) % actions.shape[0]
+        trainer.next_obs.copy_(env.step(actions[i])[0])
+
+    def rollout() -> None:
+        trainer.next_obs.copy_(ppo.collect_rollout(env, trainer.policy_step, trainer.rollout, trainer.next_obs,
+                                                   trainer.obs_norm, trainer.reward_scaler))
+
+    def train() -> None:
+        out = trainer.train_iteration()
+        bool(out["nonfinite"])  # the once-per-iteration read of Trainer.run
+
+    batch = cfg.num_steps * num_envs
+    return {"env": (env_step, num_envs), "rollout": (rollout, batch), "train": (train, batch)}
 
 
 def paired_batches(cfg, side: bool) -> bool:
@@ -317,18 +372,39 @@ def fmt_cell(line: Line, measure_name: str) -> str:
     return f"{fmt_sps(med)} ({fmt_sps(lo)}-{fmt_sps(hi)})"
 
 
+def train_x_gym(lines: list) -> dict:
+    """id(line) -> the per-round ratios of its train steps/s over Gymnasium's at the same num_envs,
+    for the native and EnvPool lines that have a Gymnasium line measured in the same rounds: round k
+    of one over round k of the other (``bench_lines`` times them in turn), never a median over a
+    median of windows taken minutes apart."""
+    gym = {ln.num_envs: ln.samples.get("train") for ln in lines if ln.backend == "gymnasium" and not ln.skipped}
+    out = {}
+    for ln in lines:
+        ours, theirs = ln.samples.get("train"), gym.get(ln.num_envs)
+        if ln.backend in ("native", "envpool") and ours and theirs and len(ours) == len(theirs):
+            out[id(ln)] = [a / b for a, b in zip(ours, theirs)]
+    return out
+
+
+def fmt_ratio(ratios: Optional[list]) -> str:
+    """'2.0x' for one round, '2.0x (1.8-2.3)' (median, min-max over the rounds) for more, '' for none."""
+    if not ratios:
+        return ""
+    if len(ratios) == 1:
+        return f"{ratios[0]:.1f}x"
+    return f"{statistics.median(ratios):.1f}x ({min(ratios):.1f}-{max(ratios):.1f})"
+
+
 def table_rows(lines: list) -> list:
-    """Rows of strings: backend, envs, env, rollout, train, (native or envpool)/gymnasium train ratio."""
-    gym_train = {ln.num_envs: ln.stat("train")[0] for ln in lines if ln.backend == "gymnasium"}
+    """Rows of strings: backend, envs, env, rollout, train, (native or envpool)/gymnasium train ratio
+    (``train_x_gym``: median (min-max) of the per-round ratios)."""
+    ratios = train_x_gym(lines)
     rows = []
     for ln in lines:
         if ln.skipped:
             rows.append((ln.backend, f"{ln.num_envs:,}", f"skipped ({ln.skipped})", "", "", ""))
             continue
-        ratio = ""
-        g = gym_train.get(ln.num_envs)
-        if ln.backend in ("native", "envpool") and g:
-            ratio = f"{ln.stat('train')[0] / g:.1f}x"
+        ratio = fmt_ratio(ratios.get(id(ln)))
         cells = [fmt_cell(ln, m) + (" timed eager" if m in (ln.timed_eager or ()) else "") for m in MEASURES]
         if ln.graphs_live is False:  # never an eager figure under a --cudagraphs heading
             cells[-1] += " graphs fell back: eager (" + "; ".join(f"{k}: {v}" for k, v in ln.graphs.items() if v != "graph") + ")"
@@ -356,9 +432,10 @@ def markdown_table(lines: list) -> str:
     return "\n".join(out)
 
 
-def json_line(line: Line, args, cfg, device, run: Optional[dict] = None) -> dict:
+def json_line(line: Line, args, cfg, device, run: Optional[dict] = None, ratios: Optional[list] = None) -> dict:
     """One JSON object of a line. ``run``: what the whole run shares (``run_record``: timestamp,
-    machine, load); made here when not given."""
+    machine, load); made here when not given. ``ratios``: the line's per-round train ratios over
+    Gymnasium (``train_x_gym``), None where it has none."""
     ran = cfg if cfg is not None else base_config(args)  # a skipped line has no config of its own
     d = {"env_id": args.env_id, "device": str(device), "backend": line.backend, "num_envs": line.num_envs,
          "num_steps": cfg.num_steps if cfg else None, "update_epochs": cfg.update_epochs if cfg else None,
@@ -373,7 +450,9 @@ def json_line(line: Line, args, cfg, device, run: Optional[dict] = None) -> dict
          "timed_eager": line.timed_eager,
          # what --threads became: torch's intra-op threads, and whether actor and critic ran side by side
          # for some batch (false at --threads 2 where every batch is below side_thread.MIN_ROWS)
-         "intra_op": line.intra_op, "paired": line.paired}
+         "intra_op": line.intra_op, "paired": line.paired,
+         # round k of this backend's train over round k of Gymnasium's (timed in turn), and their median
+         "train_x_gym_rounds": ratios, "train_x_gym": statistics.median(ratios) if ratios else None}
     for m in MEASURES:
         med, lo, hi = line.stat(m)
         d[f"{m}_sps"], d[f"{m}_sps_min"], d[f"{m}_sps_max"] = med, lo, hi
@@ -527,7 +606,9 @@ def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime
         f"Steps per second, median (min-max) of {repeats_text(lines, args)}, after {warmup_text(lines)}. "
         "env: `env.step` with random actions, no policy; rollout: `collect_rollout` with the policy; "
         "train: `Trainer.train_iteration` (rollout + GAE + update). "
-        "train x gym: the train median of the native or EnvPool backend over Gymnasium's at the same num_envs."
+        "Backends of one num_envs are timed in turn, one window of each per repeat (round). "
+        "train x gym: the native or EnvPool backend's train steps/s over Gymnasium's at the same num_envs, "
+        "per round; median (min-max) over the rounds."
         + (" --train-only: env and rollout were not measured ('-')." if getattr(args, "train_only", False) else "")
         + (" --cudagraphs: only train replays the graphs; env and rollout are timed with eager calls ('timed eager')."
            if (cfg if cfg is not None else base_config(args)).cudagraphs and not getattr(args, "train_only", False) else ""),
@@ -772,27 +853,35 @@ def _run(args: argparse.Namespace, stdout) -> int:
     record = run_record(device, started, load0, args) if args.json else None
     lines, last_cfg = [], None
     for n in sizes:
-        for backend in backends:
-            if backend == "gymnasium" and n > args.max_gym_envs:
-                line, cfg = Line(backend, n, skipped=f"> --max-gym-envs {args.max_gym_envs}"), None
-            else:
-                if not args.json:
-                    print(f"{prog}: {backend} x {n:,} envs ...", file=sys.stderr, flush=True)
-                try:
-                    line, cfg, device = bench_line(args, backend, n)
-                except (ConfigError, EnvError, CheckpointError) as e:
-                    return fail(str(e))
-                except ImportError as e:  # --compile without proxima.accel, or a missing optional package
-                    return fail(f"{e}")
-                last_cfg = cfg
+        measured = [b for b in backends if not (b == "gymnasium" and n > args.max_gym_envs)]
+        done = {}
+        if measured:
+            if not args.json:
+                print(f"{prog}: {', '.join(measured)} x {n:,} envs"
+                      + (" (timed in turn, a window of each per repeat)" if len(measured) > 1 else "") + " ...",
+                      file=sys.stderr, flush=True)
+            try:
+                results = bench_lines(args, measured, n)
+            except (ConfigError, EnvError, CheckpointError) as e:
+                return fail(str(e))
+            except ImportError as e:  # --compile without proxima.accel, or a missing optional package
+                return fail(f"{e}")
+            for line, cfg, device in results:
+                done[line.backend], last_cfg = (line, cfg), cfg
                 if not args.json:  # the untimed part: minutes at 4,096 Gymnasium envs, and where a compile goes
                     warm = sum(xs[0] for xs in line.warmup.values() if xs)
-                    print(f"{prog}: {backend} x {n:,} envs: warm-up {warm:.1f} s, not timed"
+                    print(f"{prog}: {line.backend} x {n:,} envs: warm-up {warm:.1f} s, not timed"
                           + (" (compilation included)" if cfg.compile else ""), file=sys.stderr, flush=True)
+        size_lines = []
+        for backend in backends:
+            line, cfg = done.get(backend) or (Line(backend, n, skipped=f"> --max-gym-envs {args.max_gym_envs}"), None)
+            size_lines.append((line, cfg))
+        ratios = train_x_gym([line for line, _ in size_lines])
+        for line, cfg in size_lines:
             lines.append(line)
             if args.json:
                 record["load_average"][1] = round(os.getloadavg()[0], 2)
-                print(json.dumps(json_line(line, args, cfg, device, record)), file=stdout, flush=True)
+                print(json.dumps(json_line(line, args, cfg, device, record, ratios.get(id(line)))), file=stdout, flush=True)
     if not args.json:
         print(format_table(lines))
     if args.out:  # results go only where --out says: the repository's recorded tables are never overwritten by default
@@ -824,7 +913,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "the bench's --num-envs, --backend and --threads replace the preset's, the other flags only when typed")
     p.add_argument("--num-steps", type=int, default=None, metavar="T", help="override the preset's steps per env per rollout")
     p.add_argument("--repeats", type=int, default=3, help=f"timed repeats per measurement, at most {MAX_REPEATS}; the table "
-                   "shows median and min-max (default 3)")
+                   "shows median and min-max; the backends of one num_envs take their repeats in turn, and "
+                   "'train x gym' is the median (min-max) of the per-repeat ratios (default 3)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads, as train's --threads: with 2, actor and critic side by side for a discrete-action agent at 2,048+ rows (default 1)")
     p.add_argument("--seconds", type=float, default=1.0, help=f"target time of one timed repeat, at most {MAX_SECONDS:g}: "
                    "whole calls, at least one "

@@ -190,7 +190,8 @@ def test_gpu_session_keeps_earlier_logs_when_a_step_fails(tmp_path):
 def test_gpu_session_stops_with_one_line_without_cuda(tmp_path):
     r, out = run_session(tmp_path, "#!/usr/bin/env bash\necho 'no CUDA here' >&2; exit 1\n")
     assert r.returncode == 2
-    assert (out / "summary.txt").read_text().startswith("gpu_session: need gymnasium and a CUDA torch here")
+    assert (out / "summary.txt").read_text() == (f"gpu_session: start-up check failed: no CUDA here "
+                                                 f"(all of it: {out}/import-error.txt)\n")
     assert "no CUDA here" in (out / "import-error.txt").read_text()
 
 

@@ -62,12 +62,13 @@ def test_bench_line_counts_env_steps_per_call_of_each_measure(monkeypatch):
     """env: one step of every env; rollout and train: num_steps x num_envs (a whole batch)."""
     calls = {}
 
-    def fake_measure(fn, steps_per_call, seconds, repeats, device, durations=None):
+    def fake_rounds(parts, seconds, repeats, device, durations=None):
+        [(fn, steps_per_call)] = parts  # one backend: nothing to alternate with
         calls[fn.__name__] = steps_per_call
-        durations.append(1.0)
-        return [float(steps_per_call)]
+        durations[0].append(1.0)
+        return [[float(steps_per_call)]]
 
-    monkeypatch.setattr(bench, "measure", fake_measure)
+    monkeypatch.setattr(bench, "measure_rounds", fake_rounds)
     args = SimpleNamespace(env_id="CartPole-v1", preset="fast", device="cpu", compile=None, cudagraphs=None,
                            amp=None, vector=None, num_steps=8, threads=1, seconds=0.01, repeats=1, train_only=False)
     line, cfg, _ = bench.bench_line(args, "native", 12)

@@ -170,11 +170,12 @@ def test_gymnasium_at_exactly_max_gym_envs_is_measured(monkeypatch, capsys):
 
     measured = []
 
-    def fake_line(args, backend, num_envs):
-        measured.append((backend, num_envs))
-        return bench.Line(backend, num_envs, samples={"env": [30.0], "rollout": [20.0], "train": [10.0]}), None, "cpu"
+    def fake_lines(args, backends, num_envs):
+        measured.extend((backend, num_envs) for backend in backends)
+        return [(bench.Line(backend, num_envs, samples={"env": [30.0], "rollout": [20.0], "train": [10.0]}), None, "cpu")
+                for backend in backends]
 
-    monkeypatch.setattr(bench, "bench_line", fake_line)
+    monkeypatch.setattr(bench, "bench_lines", fake_lines)
     threads = torch.get_num_threads()
     try:
         code, out, err = run_main(["bench", "CartPole-v1", "--num-envs", "4", "--max-gym-envs", "4",
