@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import json
 import numbers
@@ -130,6 +131,22 @@ def train_rlhf(cfg: RLHFConfig) -> Path:
         return _train_rlhf(cfg)
 
 
+#: true while the command line runs train_rlhf with no --device given (neither a flag nor in its --config
+#: file): the Python API's RLHFConfig cannot tell a device="cpu" written out from the default
+DEVICE_LEFT_DEFAULT: contextvars.ContextVar = contextvars.ContextVar("proxima_rlhf_device_left_default", default=False)
+
+
+def _note_cpu_default(cfg: RLHFConfig) -> None:
+    """One line on stderr when the run trains on the CPU only because --device defaults to cpu while CUDA is
+    there: the documented commands name no --device, and a language model on one CPU thread is slow enough to
+    look hung. The default stays cpu (a run's device is recorded, and a resume must find it again)."""
+    import torch
+
+    if cfg.device == "cpu" and torch.cuda.is_available():
+        print("proxima rlhf: note: CUDA is available, but this run trains on the CPU (--device defaults to cpu); "
+              "pass --device cuda (or --device auto) to train on the GPU", file=sys.stderr, flush=True)
+
+
 def _train_rlhf(cfg: RLHFConfig) -> Path:
     from .trainer import RLHFTrainer
 
@@ -147,6 +164,8 @@ def _train_rlhf(cfg: RLHFConfig) -> Path:
             run_dir = Path(cfg.run_dir)
             rundir.check_new_run_dir(run_dir, cfg)
         trainer = RLHFTrainer(cfg, d)  # loads every model, file and function: the last place bad input can fail
+        if DEVICE_LEFT_DEFAULT.get() and d.is_main:  # after loading: a refused input stays one error line
+            _note_cpu_default(cfg)
         if d.is_main:  # the directory (created by rank 0 now that the input is known good, without --run-dir)
             # locked as `proxima train`'s: a second trainer or a resume of this live run is refused
             run_dir = session.claim(Path(cfg.run_dir) if cfg.run_dir else None, rundir.default_run_dir(cfg.seed))
@@ -155,8 +174,9 @@ def _train_rlhf(cfg: RLHFConfig) -> Path:
         if d.is_main:
             rundir.check_new_run_dir(run_dir, cfg)  # another run may have started here while the models loaded
             check_own_entries(run_dir)  # a checkpoints/ (or other) link planted there would be written and pruned through
-            rundir.write_run_files(run_dir, dataclasses.replace(cfg, run_dir=str(run_dir)).to_dict(), d.world_size,
-                                   str(trainer.device))
+            # absolute, as the other paths: the file names this run from any working directory
+            recorded = dataclasses.replace(cfg, run_dir=os.path.abspath(run_dir))
+            rundir.write_run_files(run_dir, recorded.to_dict(), d.world_size, str(trainer.device))
         loop.run(trainer, run_dir)
         outside.__exit__()  # trained: a signal now is what it was before this run
     except TrainingInterrupted as e:
@@ -333,7 +353,7 @@ def check_resume(path: Path, steps: Optional[int] = None, trust_run: bool = Fals
     if meta.get("kind") != "rlhf":
         raise ConfigError(f"{path}: meta.json says kind {meta.get('kind')!r}, not 'rlhf'")
     cfg = from_dict(rundir.read_config(path), source=str(path / "config.yaml"))
-    cfg.run_dir = str(path)
+    cfg.run_dir = os.path.abspath(path)  # what a resume that trains records in config.yaml
     if steps is not None:
         cfg.steps = steps
     if not trust_run:  # before anything is imported, loaded or written

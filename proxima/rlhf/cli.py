@@ -127,8 +127,33 @@ def build_config(args: argparse.Namespace, base: RLHFConfig = None) -> RLHFConfi
         values = load_yaml(args.config)
         if not getattr(args, "trust_run", False):
             values = _untrusted_file(args.config, values, typed, cfg)
+        values = _without_own_run_dir(args.config, values, typed)
         cfg = from_dict(values, cfg, source=args.config)
     return from_dict(typed, cfg, source="command line")
+
+
+def _without_own_run_dir(path: str, values: dict, typed: dict) -> dict:
+    """``values`` of --config ``path`` without the run_dir of a run's own config.yaml, as ``proxima train
+    --config RUN/config.yaml`` does: that directory holds that run (a new run there is refused), and an
+    older run recorded it relative to the folder it started in, which from elsewhere names another place.
+    A new run gets a new default directory, with a note; a YAML file of the user's keeps its run_dir."""
+    from ..cli import _own_run_dir  # PPO's one definition of a run's own config.yaml
+
+    key = next((k for k in values if str(k).replace("-", "_") == "run_dir"), None)
+    if key is None or not _own_run_dir(path, values[key]):
+        return values
+    if values[key] and "run_dir" not in typed and os.environ.get("RANK", "0") == "0":
+        print(f"{PROG}: note: --config {printable(path)}: run_dir {printable(str(values[key]))} is that run's own "
+              "directory; this run gets a new one (choose it with --run-dir DIR)", file=sys.stderr)
+    return {k: v for k, v in values.items() if k != key}
+
+
+def _device_left_default(args: argparse.Namespace) -> bool:
+    """Whether the run's device is the default cpu because nobody chose one: neither --device nor the
+    --config file names it."""
+    if "device" in flag_values(args):
+        return False
+    return not (args.config and any(str(k).replace("-", "_") == "device" for k in load_yaml(args.config)))
 
 
 def _untrusted_file(path: str, values: dict, typed: dict, base: RLHFConfig) -> dict:
@@ -177,9 +202,14 @@ def run(args: argparse.Namespace) -> int:
         else:
             if args.demo_pretrain_steps is not None:  # a flag this run would ignore, as --demo refuses --policy
                 raise ConfigError("--demo-pretrain-steps: applies to --demo only (its tiny model's pretraining); drop it")
-            from .api import train_rlhf
+            from .api import DEVICE_LEFT_DEFAULT, train_rlhf
 
-            run_dir = train_rlhf(build_config(args))
+            cfg = build_config(args)
+            left = DEVICE_LEFT_DEFAULT.set(_device_left_default(args))
+            try:
+                run_dir = train_rlhf(cfg)
+            finally:
+                DEVICE_LEFT_DEFAULT.reset(left)
     except (ConfigError, StorageError, CheckpointError) as e:  # a full disk: one line naming the file
         print(f"{PROG}: error: {printable(str(e))}", file=sys.stderr)
         return 2
@@ -201,8 +231,9 @@ def say_done(run_dir) -> None:
         return
     try:  # a resume's summary.json may be an older, hand-edited one: no line then, never a traceback
         s = json.loads(read_run_text(os.path.join(run_dir, "summary.json"), TEXT_MAX_BYTES))
-        line = (f"done: {s['steps']} steps in {s['seconds']:.1f} s; score {s['reward_first']:+.3f} -> {s['reward_last']:+.3f}, "
-                f"KL {s['kl_last']:.3f}; run directory {run_dir}")
+        # summary.json's reward_first, reward_last and kl_last are means over a window, not one step's values
+        line = (f"done: {s['steps']} steps in {s['seconds']:.1f} s; score {s['reward_first']:+.3f} (first 10% of steps) "
+                f"-> {s['reward_last']:+.3f} (last 10%), KL {s['kl_last']:.3f} (last 10%); run directory {run_dir}")
     except (OSError, ValueError, RecursionError, KeyError, TypeError):
         return
     print(line)

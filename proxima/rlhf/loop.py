@@ -279,6 +279,7 @@ def _save_policy(t, full_policy, run_dir: Path) -> None:
                 policy.save_pretrained(partial, state_dict=rundir.release_state(policy.state_dict(), dtype))
                 config.dtype = str(dtype).removeprefix("torch.")  # save_pretrained wrote the dtype they trained in
                 config.save_pretrained(partial)
+        rundir.add_torch_dtype(partial)
         rundir.write_release_tokenizer(t.tokenizer_as_loaded, partial)
         _fsync_tree(partial)
         if os.path.lexists(final):

@@ -419,6 +419,21 @@ class RewardFunction:
             raise RewardError(f"reward {self.spec} {batch.where()}: raised {type(e).__name__}: {msg}") from None
 
 
+def wrapping_tokens(tokenizer) -> tuple:
+    """(prefix, suffix): the ids the tokenizer's post-processor puts around a text, [CLS] and [SEP] for BERT,
+    [BOS] and nothing for Llama, nothing for GPT-2; read off a probe encoded with and without them."""
+    for probe in ("x", "a", "the", "hello", "0", "."):
+        bare = tokenizer(probe, add_special_tokens=False)["input_ids"]
+        full = tokenizer(probe)["input_ids"]
+        if not bare:  # a vocabulary without the probe and without an unk token: nothing to locate
+            continue
+        for i in range(len(full) - len(bare) + 1):
+            if full[i:i + len(bare)] == bare:
+                return full[:i], full[i + len(bare):]
+    bos = tokenizer.bos_token_id  # no probe could be located: at least the BOS a Llama-style tokenizer adds
+    return ([bos] if bos is not None and tokenizer("x")["input_ids"][:1] == [bos] else []), []
+
+
 class RewardModel:
     """A frozen AutoModelForSequenceClassification with one output; the score is its logit at the last token."""
 
@@ -455,8 +470,9 @@ class RewardModel:
         self.tokenizer.padding_side = "right"
         self.model.config.pad_token_id = self.tokenizer.pad_token_id  # its pooling refuses a batch without one
         self.micro_batch_size = micro_batch_size  # inputs per forward, as --micro-batch-size bounds the policy's
+        self.prefix, self.suffix = wrapping_tokens(self.tokenizer)
         bos = self.tokenizer.bos_token_id
-        self.adds_bos = bos is not None and self.tokenizer("x")["input_ids"][:1] == [bos]
+        self.adds_bos = bos is not None and self.prefix[:1] == [bos]
         self.limit = max_positions(self.model.config)
         self.name, self.path, self.device, self.bf16 = Path(path).name, path, device, bf16
         self.truncated = 0  # inputs cut to self.limit since Rewards.take_truncations last read it
@@ -498,11 +514,25 @@ class RewardModel:
         return text
 
     def encode(self, rows: list, responses: list, texts: list, where: str = "before training") -> list:
-        """Token ids per sample, with the special tokens the text holds and a BOS where the tokenizer adds one."""
+        """Token ids per sample: what ``tokenizer(text)`` gives (its post-processor's [CLS] ... [SEP], or BOS),
+        without doubling a leading or trailing special token the text already holds (the policy's BOS, the
+        EOS it emitted, a template's BOS). A text from the model's own chat template gets only a missing BOS:
+        the template places its special tokens, and apply_chat_template encodes without the post-processor's."""
         ids = self.tokenizer([self.render(r, s, t, where) for r, s, t in zip(rows, responses, texts)],
                              add_special_tokens=False)["input_ids"]
-        bos = self.tokenizer.bos_token_id
-        return [[bos] + x if self.adds_bos and x[:1] != [bos] else x for x in ids]
+        templated = getattr(self.tokenizer, "chat_template", None)
+        out = []
+        for row, x in zip(rows, ids):
+            if row.is_conversation and templated:
+                prefix, suffix = ([self.tokenizer.bos_token_id] if self.adds_bos else []), []
+            else:
+                prefix, suffix = self.prefix, self.suffix
+            if prefix and x[:len(prefix)] != prefix:
+                x = prefix + x
+            if suffix and x[len(x) - len(suffix):] != suffix:
+                x = x + suffix
+            out.append(x)
+        return out
 
     def fit(self, x: list) -> list:
         """``x`` cut to the model's positions: its leading special tokens (BOS, a chat template's first

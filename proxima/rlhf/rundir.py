@@ -717,6 +717,28 @@ def release_config(config, dtype: torch.dtype, tied: Optional[bool]):
                 setattr(c, k, v)
 
 
+def add_torch_dtype(folder: Path) -> None:
+    """config.json in ``folder`` with 4.x's ``torch_dtype`` beside transformers 5's ``dtype`` (in each
+    sub-config too): a 4.x stack reads only ``torch_dtype``; without it its config.torch_dtype is None,
+    which tools that take the dtype from the config (vLLM's ``--dtype auto``) read as float32. 5.x reads
+    ``dtype`` and ignores ``torch_dtype`` when both are there."""
+    file = folder / "config.json"
+    if not file.is_file():  # a LoRA adapter: adapter_config.json only
+        return
+    config = json.loads(file.read_text(encoding="utf-8"))
+
+    def add(c: dict) -> None:
+        if isinstance(c.get("dtype"), str):
+            c.setdefault("torch_dtype", c["dtype"])
+        for value in c.values():
+            if isinstance(value, dict) and "model_type" in value:  # a sub-config (text_config, vision_config)
+                add(value)
+
+    add(config)
+    # transformers' own layout (PretrainedConfig.to_json_string), so only the added keys differ
+    file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def write_release_tokenizer(tok, folder: Path) -> None:
     """The tokenizer into ``folder``: the files it was read from, byte for byte (models.TokenizerFiles), while it
     holds what they held; a tokenizer changed since (none is, today: the trainer pads a copy) is saved by
