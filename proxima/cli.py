@@ -779,6 +779,11 @@ def _cmd_eval(args, out) -> int:
         run_dir = _run_dir_of(Path(path))
         if run_dir is not None and recorded_kind(run_dir / "meta.json") == "rlhf":  # not a run that stopped before a checkpoint
             return fail(prog, rlhf_run_line(run_dir))
+        from .rundir import hf_model_line
+
+        model_line = hf_model_line(path) if Path(path).is_dir() else None
+        if model_line:  # RUN/policy/ of an RLHF run: "not a Proxima run directory" left its user guessing
+            return fail(prog, model_line)
         from .population_run import is_population_dir
 
         if is_population_dir(path):  # every member, then statistics per setting

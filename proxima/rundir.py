@@ -642,6 +642,21 @@ def rlhf_run_line(run_dir) -> str:
             f"metrics.csv and summary.json there (docs/rlhf.md)")
 
 
+def hf_model_line(folder) -> Optional[str]:
+    """What eval says of a Hugging Face model folder (config.json or adapter_config.json, no checkpoints/):
+    an RLHF run's policy/ above all, which its users take for the run. None for any other folder."""
+    folder = Path(folder)
+    if (folder / "checkpoints").exists() or not any((folder / n).is_file() for n in ("config.json", "adapter_config.json")):
+        return None
+    run = folder.parent
+    if recorded_kind(run / "meta.json") == "rlhf":
+        return (f"{folder}: the policy an RLHF run released, a Hugging Face model folder, not a PPO run: load it with "
+                f"transformers (AutoModelForCausalLM.from_pretrained('{folder}'), or peft's PeftModel for a LoRA adapter); "
+                f"the run's numbers are in {run / 'summary.json'} and {run / 'metrics.csv'}, its curve {run / 'curve.png'}")
+    return (f"{folder}: a Hugging Face model folder, not a Proxima run directory: proxima eval evaluates PPO runs "
+            "(checkpoints/step_*.pt); load it with transformers")
+
+
 def not_empty_message(run_dir: Path, command: str = "train", from_file: Optional[str] = None) -> str:
     """Why a new run refuses ``run_dir``, and what to do, in the words of what was asked: ``command``
     "train" a new run (--overwrite and --resume auto apply), "resume" a loose checkpoint continued
