@@ -144,13 +144,22 @@ print(f"{float(threshold)!r}")
 fi
 
 name="ci-$commit-$(date -u +%Y%m%d-%H%M%S)"
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
-# The image runs as its user (uid 1000 unless built with PROXIMA_UID): root hands it the folder.
+# The image runs as its user (uid 1000 unless built with PROXIMA_UID): root hands it the folder, but
+# only one made here or still empty. CI_OUT may name any folder (CI_OUT=. or /tmp), whose owner a
+# CI job must not change behind the user's back.
 user="$("$ENGINE" image inspect -f '{{.Config.User}}' "$IMAGE")"
 if [[ "$(id -u)" == 0 ]]; then
-  chown "${user%%:*}:${user#*:}" "$OUT"
+  if [[ -d "$OUT" && -n "$(find "$OUT" -mindepth 1 -maxdepth 1 -print -quit 2>/dev/null)" ]]; then
+    owner="$(stat -L -c %u "$OUT")"
+    [[ "$owner" == "${user%%:*}" ]] \
+      || die "CI_OUT=$OUT holds files and is owned by uid $owner, not the image's user (uid ${user%%:*}), which writes the run there: name a new or empty folder (it is given to uid ${user%%:*}), or run chown ${user} $OUT yourself"
+  else
+    mkdir -p "$OUT"
+    chown "${user%%:*}:${user#*:}" "$OUT"
+  fi
 fi
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
 
 # ---- the run: in the background, so that SIGINT/SIGTERM here stop the container gracefully ----------
 container="proxima-ci-train-$$"

@@ -8,7 +8,11 @@
 #      notebooks/ not writable: a note, they may be read-only on purpose);
 #   2. starts a key-only sshd on $SSH_PORT (default 2222) when authorized keys are provided, from
 #      /run/secrets/authorized_keys, a mounted ~/.ssh/authorized_keys, or $SSH_AUTHORIZED_KEYS;
-#      host keys are generated here, at start, never baked into the image; it is said to be started
+#      the mounted files are read again at each login (sshd's AuthorizedKeysCommand is this script,
+#      --print-authorized-keys), so a key removed from them is refused without a restart;
+#      host keys are generated here, at start, never baked into the image (kept in $PROXIMA_SSHD_DIR,
+#      default ~/.sshd: a volume there keeps them across containers); the container's environment,
+#      secrets aside, is recorded for SSH sessions (write_session_env); it is said to be started
 #      once it listens (a port it cannot bind stops the container, exit 1);
 #   3. runs JupyterLab on $JUPYTER_PORT (default 8888, and no other: a port in use stops it at start;
 #      token read from $JUPYTER_TOKEN), or the given command, and stays as its parent to stop the
@@ -16,10 +20,11 @@
 #   4. on SIGTERM (docker/podman stop, compose down) or when that command ends: SIGTERM to every process
 #      of this user, so a training run started anywhere (tmux, docker exec, SSH, a Jupyter terminal,
 #      ci_train.sh) writes its checkpoint and exits 143 (its own workers, e.g. --vector async's, are
-#      left to it: see collect_first_wave); waits up to $PROXIMA_STOP_GRACE seconds
-#      (default 45) for them, then stops the servers and exits. tini forwards signals to this script
-#      only, and everything still running when it exits is SIGKILLed by the kernel: give the engine a
-#      stop timeout above the grace (docker stop -t 60, compose's stop_grace_period: 60s).
+#      left to it: see collect_first_wave); waits up to $PROXIMA_STOP_GRACE seconds (default 45)
+#      for them (not for a Jupyter kernel at rest after its proxima.train() stopped: see
+#      wait_gone), then stops the servers and exits. tini forwards signals to this script only, and
+#      everything still running when it exits is SIGKILLed by the kernel: give the engine a stop
+#      timeout above the grace (docker stop -t 60, compose's stop_grace_period: 60s).
 # Both servers listen on $PROXIMA_LISTEN_ADDRESS (default 0.0.0.0: every address of the container's
 # own network namespace, which `-p 127.0.0.1:...` publishes on the host's loopback only). With
 # `--network host`, set it to 127.0.0.1 and pick free ports with JUPYTER_PORT and SSH_PORT.
@@ -32,6 +37,19 @@ die() {
   log "error: $*"
   exit 1
 }
+
+# sshd's AuthorizedKeysCommand (start_sshd): print the mounted key files as they are now, at each
+# login, so that a key removed from them is refused at once (a copy made at start kept it working
+# until a restart). sshd runs it with a bare environment, without JUPYTER_TOKEN: before that check.
+if [[ "${1:-}" == --print-authorized-keys ]]; then
+  shift
+  for f in "$@"; do
+    [[ -f "$f" && -r "$f" ]] || continue
+    cat -- "$f" || true
+    printf '\n'
+  done
+  exit 0
+fi
 
 # ---- 1. the token comes first: nothing is started or written before this check ---------------
 if [[ -z "${JUPYTER_TOKEN:-}" ]]; then
@@ -69,12 +87,30 @@ if IMAGE_IDS="$(getent passwd "$IMAGE_USER" | cut -d: -f3,4)" && [[ -n "$IMAGE_I
 fi
 USER_NAME="$(id -un)"
 
+# is_mount_point DIR: something is mounted at DIR (a volume), as /proc/self/mountinfo says (its
+# fifth field is the mount point): no findmnt or mountpoint needed in the image
+is_mount_point() {
+  local mnt
+  while read -r _ _ _ _ mnt _; do
+    [[ "$mnt" == "$1" ]] && return 0
+  done 2>/dev/null </proc/self/mountinfo
+  return 1
+}
+
 # The folders work is kept in: a run that cannot write runs/ fails later with an error that blames
 # its lock file, and Jupyter would refuse to save a notebook only when it is saved.
 for dir in "$WORKSPACE/runs" "$WORKSPACE/checkpoints" "$WORKSPACE/notebooks"; do
   [[ -d "$dir" && (! -w "$dir" || ! -x "$dir") ]] || continue
   read -r owner group mode < <(stat -L -c '%u %g %a' "$dir")
-  if [[ "$owner" == "$MY_UID" ]]; then
+  if [[ "$owner" == "$MY_UID" ]] && (((8#$mode >> 6 & 3) == 3)); then
+    # its owner may write and enter it, and cannot: the file system is read-only (EROFS), which no
+    # chmod on the host changes
+    if is_mount_point "$dir"; then
+      fix="the folder mounted there is mounted read-only (:ro, or a read-only volume): mount it read-write"
+    else
+      fix="nothing is mounted there and the container's own file system is read-only (--read-only): mount a host folder there, e.g. -v \"\$PWD/${dir##*/}:$dir\" (docker/README.md)"
+    fi
+  elif [[ "$owner" == "$MY_UID" ]]; then
     fix="mount it read-write and give its owner write permission (on the host: chmod u+rwx on the folder mounted there)"
   else
     # uid 0 is no uid to rebuild with (the build refuses it): a folder Docker made for the mount
@@ -160,22 +196,51 @@ check_key_files() {
   done
 }
 
+# write_session_env FILE: the container's environment as shell lines (export NAME='value', POSIX
+# quoting: spaces, quotes and newlines survive) for SSH sessions, which sshd starts from a fresh
+# environment (UsePAM no): -e CUDA_VISIBLE_DEVICES, HF_HOME, a W&B key, and the image's own ENV
+# (PIP_BREAK_SYSTEM_PACKAGES, the CUDA base's LD_LIBRARY_PATH) would be lost over SSH, and in tmux
+# started from there. /etc/profile.d/proxima-env.sh (the Dockerfile) reads it once per SSH session.
+# Left out: the secrets (the token; the keys, which need not follow anyone around), what each
+# session or shell sets for itself (HOME, TERM, SSH_*, ...), and bash's read-only variables.
+write_session_env() {
+  local name quote="'\\''"
+  for name in $(compgen -e); do
+    case "$name" in
+      JUPYTER_TOKEN | SSH_AUTHORIZED_KEYS) continue ;;
+      HOME | HOSTNAME | PWD | OLDPWD | SHLVL | _ | TERM | USER | LOGNAME | MAIL | SHELL | TMUX | TMUX_PANE) continue ;;
+      SSH_CLIENT | SSH_CONNECTION | SSH_TTY | SSH_AUTH_SOCK | SSH_ORIGINAL_COMMAND | PROXIMA_SSH_ENV_LOADED) continue ;;
+      BASH* | SHELLOPTS | UID | EUID | PPID) continue ;;
+    esac
+    printf "export %s='%s'\n" "$name" "${!name//\'/$quote}"
+  done >"$1"
+  # the first shell of a session loads it; the shells and tmux servers under it inherit instead, so
+  # an `export` typed in the session is not undone by the next one
+  printf 'export PROXIMA_SSH_ENV_LOADED=1\n' >>"$1"
+}
+
 start_sshd() {
-  local keys ak cfg t old_umask
+  local keys ak cfg t old_umask self path
   check_key_files
   keys="$(collect_keys | grep -Ev '^[[:space:]]*(#|$)' || true)"
   if [[ -z "$keys" ]]; then
     log "no SSH public keys (mount /run/secrets/authorized_keys or ~/.ssh/authorized_keys, or set SSH_AUTHORIZED_KEYS); sshd not started"
     return 0
   fi
+  # sshd_config takes these unquoted, and AuthorizedKeysCommand's words expand % tokens
+  self="$(readlink -f "$0")"
+  for path in "$SSHD_DIR" "$KEYS_SECRET" "$HOME" "$self"; do
+    [[ "$path" =~ ^/[A-Za-z0-9._/-]+$ ]] \
+      || die "path '$path' (PROXIMA_SSHD_DIR, SSH_AUTHORIZED_KEYS_FILE, HOME or this script) goes into sshd's config: use only letters, digits and . _ / -"
+  done
 
   old_umask="$(umask)"
   umask 077 # only for the sshd files; restored below so notebooks and runs keep normal modes
-  mkdir -p "$SSHD_DIR"
-  chmod 700 "$SSHD_DIR"
-  ak="$SSHD_DIR/authorized_keys"
-  printf '%s\n' "$keys" >"$ak"
-  chmod 600 "$ak"
+  # a volume there keeps the host keys (docker/README.md); one this user cannot write, or the
+  # container's own file system under --read-only, would fail below with mkdir's or chmod's words
+  if ! mkdir -p "$SSHD_DIR" 2>/dev/null || ! chmod 700 "$SSHD_DIR" 2>/dev/null || [[ ! -w "$SSHD_DIR" ]]; then
+    die "$SSHD_DIR (sshd's host keys and settings) is not writable by $USER_NAME (uid $MY_UID)$(stat -L -c ': owned by uid %u, gid %g, mode %a' "$SSHD_DIR" 2>/dev/null || true); mount a volume there that uid $MY_UID can write (e.g. -v proxima-sshd:$SSHD_DIR), which also keeps the host keys (with --read-only, mount one at $HOME: docker/README.md)"
+  fi
   # each line on its own: ssh-keygen -l accepts a file in which any one line parses, so a mistyped
   # second key would otherwise be dropped silently
   local line n=0 one="$SSHD_DIR/one_key.pub"
@@ -186,8 +251,13 @@ start_sshd() {
       rm -f "$one"
       die "SSH key line ${n} is not a valid public key (expected lines like 'ssh-ed25519 AAAA... comment'): ${line:0:40}"
     fi
-  done <"$ak"
+  done <<<"$keys"
   rm -f "$one"
+  # sshd's own file holds SSH_AUTHORIZED_KEYS only, which is fixed for the container's life; the
+  # mounted files are read at each login (AuthorizedKeysCommand below), as they are then
+  ak="$SSHD_DIR/authorized_keys"
+  { [[ -z "${SSH_AUTHORIZED_KEYS:-}" ]] || printf '%s\n' "$SSH_AUTHORIZED_KEYS"; } | { grep -Ev '^[[:space:]]*(#|$)' || true; } >"$ak"
+  chmod 600 "$ak"
 
   # Host keys: made here on first start of this container, never shipped in the image.
   for t in ed25519 ecdsa; do
@@ -205,6 +275,8 @@ HostKey ${SSHD_DIR}/ssh_host_ed25519_key
 HostKey ${SSHD_DIR}/ssh_host_ecdsa_key
 PidFile ${SSHD_DIR}/sshd.pid
 AuthorizedKeysFile ${ak}
+AuthorizedKeysCommand ${self} --print-authorized-keys ${KEYS_SECRET} ${HOME}/.ssh/authorized_keys
+AuthorizedKeysCommandUser ${USER_NAME}
 AllowUsers ${USER_NAME}
 PubkeyAuthentication yes
 PasswordAuthentication no
@@ -229,6 +301,11 @@ EOF
     fi
   fi
   chmod 600 "$cfg"
+  # at a fixed place, as /etc/profile.d/proxima-env.sh finds it; a home this user cannot write
+  # (--read-only with a volume at ~/.sshd only) costs SSH sessions the environment, not the start
+  if ! write_session_env "$HOME/.proxima-session-env" 2>/dev/null; then
+    log "note: cannot write $HOME/.proxima-session-env: SSH sessions start without the container's environment (-e variables, the image's ENV)"
+  fi
   umask "$old_umask"
 
   log "ssh host key fingerprints (check them on first connect):"
@@ -263,6 +340,17 @@ EOF
 }
 
 start_sshd
+
+# Runs and checkpoints written to the container's own file system go with it (docker rm, run --rm,
+# compose down), which nothing else says until they are gone: a note when no volume is there.
+unmounted=()
+for dir in "$WORKSPACE/runs" "$WORKSPACE/checkpoints"; do
+  [[ -d "$dir" ]] && ! is_mount_point "$dir" && unmounted+=("$dir")
+done
+if ((${#unmounted[@]})); then
+  printf -v where '%s and ' "${unmounted[@]}"
+  log "note: no volume is mounted at ${where% and }: what is written there is lost with the container (docker rm, run --rm, compose down); mount host folders there to keep it (docker/README.md)"
+fi
 
 # ---- 3. JupyterLab (or the command given to `docker run`), with this script as its parent -------
 export JUPYTER_TOKEN # jupyter_server reads the token from the environment: it never appears in ps
@@ -426,16 +514,76 @@ sort_detail() {
     SORTED+=" $pid ($comm) $role: state $state ppid $ppid sid $sid tty $tty term-handler $term;"
   done
 }
-# wait_gone SECONDS PID...: wait until each PID is gone, a zombie or ignores SIGTERM; 1 on timeout
+# kernel_at_rest PID: PID is a kernel of the JupyterLab this script runs (its child) that took the
+# stop's SIGTERM and now waits for the next cell: SIGTERM is back at its default action (neither
+# blocked nor pending: proxima.train() puts the caller's handler back once its stop is done), it is
+# asleep and has no child process (an env's workers, not ended yet). TICKS: its CPU time so far (clock
+# ticks), which wait_gone watches. One pass of /proc/PID/status and of /proc/PID/stat.
+TICKS=0
+kernel_at_rest() {
+  local key value _ mask=0 seen=0 ppid="" state="" stat kids t
+  local -a f
+  [[ "$main_is_jupyter" == 1 && -n "$main_pid" ]] || return 1
+  while read -r key value _; do
+    case "$key" in
+      PPid:) ppid="$value" ;;
+      State:) state="$value" ;;
+      SigPnd: | ShdPnd: | SigBlk: | SigIgn: | SigCgt:)
+        mask=$((mask | 16#$value))
+        seen=$((seen + 1))
+        ;;
+    esac
+  done 2>/dev/null <"/proc/$1/status"
+  [[ "$ppid" == "$main_pid" && "$state" == S ]] && ((seen == 5 && ((mask >> 14) & 1) == 0)) || return 1
+  for t in "/proc/$1/task/"*/children; do
+    kids=""
+    read -r kids 2>/dev/null <"$t" || [[ -r "$t" ]] || return 1 # no children file: cannot tell
+    [[ -z "$kids" ]] || return 1
+  done
+  read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
+  read -r -a f <<<"${stat##*) }" # after "(comm)": state ppid ... utime (12th) stime (13th)
+  TICKS=$((f[11] + f[12]))
+}
+# wait_gone SECONDS PID...: wait until each PID is gone, a zombie, ignores SIGTERM, or is a Jupyter
+# kernel at rest (kernel_at_rest, using at most 1 tick of CPU time between looks) on SETTLE_POLLS + 1
+# looks in a row, about 2 s. Such a kernel ran proxima.train(), whose stop wrote its checkpoint, and
+# lives on by design (docs/reliability.md): there is nothing more to wait for, and the SIGTERM to
+# every process that follows ends it (it had waited out the whole grace). Only kernels: any other
+# process still running will exit by itself (a `proxima train` has its handler removed while it
+# closes its env and exits, which took over 2 s with the container test's load).
+# SETTLED: those kernels; LEFT: what still runs at the timeout. 1 on timeout.
+SETTLE_POLLS=4
+SETTLED=()
+LEFT=()
 wait_gone() {
-  local deadline=$((SECONDS + $1)) pid left
+  local deadline=$((SECONDS + $1)) pid
+  local -A calm=() ticks=()
   shift
+  SETTLED=()
   while :; do
-    left=()
+    LEFT=()
     for pid in "$@"; do
-      alive "$pid" && ! ignores_term "$pid" && left+=("$pid")
+      if ! alive "$pid" || ignores_term "$pid"; then continue; fi
+      if kernel_at_rest "$pid"; then
+        if [[ -n "${ticks[$pid]:-}" ]] && ((TICKS - ticks[$pid] <= 1)); then
+          calm[$pid]=$((${calm[$pid]:-0} + 1))
+        else
+          calm[$pid]=0
+        fi
+        ticks[$pid]=$TICKS
+        ((calm[$pid] <= SETTLE_POLLS)) || continue
+      else
+        calm[$pid]=0
+        unset "ticks[$pid]"
+      fi
+      LEFT+=("$pid")
     done
-    ((${#left[@]})) || return 0
+    if ((${#LEFT[@]} == 0)); then
+      for pid in "${!calm[@]}"; do
+        ((calm[$pid] <= SETTLE_POLLS)) || ! alive "$pid" || SETTLED+=("$pid")
+      done
+      return 0
+    fi
     ((SECONDS < deadline)) || return 1
     sleep 0.5
   done
@@ -452,7 +600,6 @@ describe() {
 # process of this user (kill -1 never reaches process 1 or this script) and up to 10 s more
 stop_all() {
   local why="$1" t0=$SECONDS pid
-  local -a left=()
   if [[ "$OWN_PIDS" != 1 ]]; then
     log "$why: process 1 is not this container's tini (--pid=host?): SIGTERM to ${cmd[0]} only, not to every process"
     kill -TERM "$main_pid" 2>/dev/null || true
@@ -468,10 +615,9 @@ stop_all() {
       kill -TERM "$pid" 2>/dev/null && kill -CONT "$pid" 2>/dev/null || true
     done
     if ! wait_gone "$STOP_GRACE" "${WAVE[@]}"; then
-      for pid in "${WAVE[@]}"; do
-        if alive "$pid" && ! ignores_term "$pid"; then left+=("$pid"); fi
-      done
-      log "still running after ${STOP_GRACE} s (PROXIMA_STOP_GRACE): $(describe "${left[@]}")"
+      log "still running after ${STOP_GRACE} s (PROXIMA_STOP_GRACE): $(describe "${LEFT[@]}")"
+    elif ((${#SETTLED[@]})); then
+      log "$why: $(describe "${SETTLED[@]}"): Jupyter kernel that took the SIGTERM and lives on, at rest (its proxima.train() stopped after its checkpoint): ended with the SIGTERM to every process, not waited for"
     fi
   fi
   kill -TERM -1 2>/dev/null || true

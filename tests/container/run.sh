@@ -15,9 +15,10 @@
 #      PROXIMA_GIT_COMMIT (this checkout's HEAD), as the documented build passes it;
 #   5. containers run with --network host, their servers bound to 127.0.0.1 on free ports, and are
 #      checked from outside (the list is printed as it goes, and counted at the end); last, the
-#      main container is stopped while three training runs (two in tmux over SSH, with --vector
-#      async, and one with podman exec) are going, and each must have written a checkpoint and said
-#      "stopped by SIGTERM".
+#      main container is stopped while four training runs (two in tmux over SSH, with --vector
+#      async, one with podman exec, and proxima.train() in a Jupyter kernel, which lives on after
+#      it) are going, and each must have written a checkpoint and said "stopped by SIGTERM", the
+#      stop not waiting out its grace for the kernel.
 # Every wait is bounded, every container is removed by name on exit. Needs root (debootstrap and
 # rootful podman). Settings: IMAGE (default proxima:<version>), PROXIMA_CONTAINER_CACHE (default
 # ~/.cache/proxima-container), PYTHON (a Python >= 3.11 with pip, for the wheel download),
@@ -91,10 +92,12 @@ remove_containers() {
     timeout 60 podman rm -f -t 0 "$name" >/dev/null 2>&1 || true
   done
 }
+SSHD_VOLUME="$PREFIX-sshd" # a named volume at ~/.sshd, as compose.yaml mounts one (5a)
 cleanup() {
   local rc=$?
   [[ -z "$CI_PID" ]] || kill -TERM "$CI_PID" 2>/dev/null || true
   remove_containers "${CONTAINERS[@]}"
+  timeout 60 podman volume rm -f "$SSHD_VOLUME" >/dev/null 2>&1 || true
   [[ -n "$WORK" ]] && rm -rf "$WORK"
   if ((rc == 0)); then
     say "all $CHECKS checks passed in $((SECONDS - START)) s"
@@ -105,6 +108,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 remove_containers "${CONTAINERS[@]}"
+timeout 60 podman volume rm -f "$SSHD_VOLUME" >/dev/null 2>&1 || true
 
 # ---- 2. the Debian base, made once -------------------------------------------------------------
 t0=$SECONDS
@@ -239,6 +243,14 @@ print(*(s.getsockname()[1] for s in socks))
 TOKEN="$("$PY" -c 'import secrets; print(secrets.token_hex(24))')"
 PASSWORD="$("$PY" -c 'import secrets; print(secrets.token_hex(12))')"
 ssh-keygen -q -t ed25519 -N '' -C proxima-test -f "$WORK/id_ed25519"
+# B: in a mounted authorized_keys at start; C: put there instead of B while the container runs
+ssh-keygen -q -t ed25519 -N '' -C proxima-test-b -f "$WORK/id_b"
+ssh-keygen -q -t ed25519 -N '' -C proxima-test-c -f "$WORK/id_c"
+mkdir -m 755 "$WORK/keys"
+cp "$WORK/id_b.pub" "$WORK/keys/authorized_keys"
+chmod 644 "$WORK/keys/authorized_keys"
+# a value given with -e that SSH sessions must get as it is: spaces, both quotes, a newline, a $
+ENV_VALUE=$'a b \'c\' "d"\n$HOME \\ e'
 SSH=(ssh -F /dev/null -o UserKnownHostsFile="$WORK/known_hosts" -o StrictHostKeyChecking=accept-new
   -o ConnectTimeout=10 -o LogLevel=ERROR)
 KEY_SSH=("${SSH[@]}" -o BatchMode=yes -o IdentitiesOnly=yes -i "$WORK/id_ed25519" -p "$SSH_PORT")
@@ -322,11 +334,44 @@ want="proxima-entrypoint: error: /workspace/runs is not writable by proxima (uid
   || die "a root-owned runs/: expected the one line '$want', got: $out"
 ok "a mounted runs/ owned by root (mode 755) stops the container (exit 1, one line: folder, uid 0, mode 755, chown 1000:1000)"
 
+# --read-only with nothing mounted: runs/ is the image's own and its user's, so the cause is the
+# read-only root, which the line must name (it advised a chmod on a mounted folder there was not)
+set +e
+out="$(timeout 120 podman run --rm --name "$PREFIX-token" --network none --read-only -e JUPYTER_TOKEN="$TOKEN" "$IMAGE" 2>&1)"
+rc=$?
+set -e
+expect_rc 1 "$rc" "--read-only with no volume" "$out"
+want="proxima-entrypoint: error: /workspace/runs is not writable by proxima (uid 1000): it is owned by uid 1000, gid 1000, mode 755; nothing is mounted there and the container's own file system is read-only (--read-only): mount a host folder there, e.g. -v \"\$PWD/runs:/workspace/runs\" (docker/README.md)"
+[[ "$(grep -c '^proxima-entrypoint:' <<<"$out")" == 1 ]] && grep -qxF "$want" <<<"$out" \
+  || die "--read-only with no volume: expected the one line '$want', got: $out"
+ok "--read-only with nothing mounted stops the container (exit 1, one line naming the read-only root and the volume to mount)"
+
+# A named volume at ~/.sshd (compose.yaml's proxima-sshd) keeps the host keys across containers: the
+# image's user must own the fresh volume (it starts as a copy of the image's ~/.sshd). Without a
+# volume at runs/ and checkpoints/ the log says that what is written there goes with the container.
+fingerprints=()
+for i in 1 2; do
+  set +e
+  out="$(timeout 120 podman run --rm --name "$PREFIX-token" --network none --no-healthcheck -e JUPYTER_TOKEN="$TOKEN" \
+    -e SSH_AUTHORIZED_KEYS="$(cat "$WORK/id_ed25519.pub")" -v "$SSHD_VOLUME:/home/proxima/.sshd" "$IMAGE" true 2>&1)"
+  rc=$?
+  set -e
+  expect_rc 0 "$rc" "container $i with the volume $SSHD_VOLUME at /home/proxima/.sshd" "$out"
+  fingerprints+=("$(grep -Eo 'SHA256:[A-Za-z0-9+/]+' <<<"$out" | paste -sd' ' -)")
+  [[ -n "${fingerprints[-1]}" ]] || die "container $i with a volume at ~/.sshd printed no host key fingerprints: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
+done
+[[ "${fingerprints[0]}" == "${fingerprints[1]}" ]] \
+  || die "two containers with the volume $SSHD_VOLUME at ~/.sshd presented different host keys: ${fingerprints[0]} / ${fingerprints[1]}"
+grep -q '^proxima-entrypoint: note: no volume is mounted at /workspace/runs and /workspace/checkpoints: what is written there is lost with the container' <<<"$out" \
+  || die "a container without volumes at runs/ and checkpoints/: no note that what is written there is lost with it: $(grep '^proxima-entrypoint:' <<<"$out" | tr '\n' ' ')"
+ok "a named volume at ~/.sshd keeps the host keys across two containers; without volumes at runs/ and checkpoints/ the log notes that they go with the container"
+
 # ---- 5b. the real container: Jupyter with a token, key-only SSH, volumes -------------------------
 say "starting $PREFIX-main (--network host, Jupyter on 127.0.0.1:$JUPYTER_PORT, SSH on 127.0.0.1:$SSH_PORT)"
 timeout 120 podman run -d --name "$PREFIX-main" --network host \
   -e JUPYTER_TOKEN="$TOKEN" -e JUPYTER_PORT="$JUPYTER_PORT" -e SSH_PORT="$SSH_PORT" \
   -e PROXIMA_LISTEN_ADDRESS=127.0.0.1 -e SSH_AUTHORIZED_KEYS="$(cat "$WORK/id_ed25519.pub")" -e PROXIMA_STOP_DEBUG=1 \
+  -e PROXIMA_TEST_ENV="$ENV_VALUE" -v "$WORK/keys/authorized_keys:/run/secrets/authorized_keys:ro" \
   -v "$WORK/runs:/workspace/runs" -v "$WORK/checkpoints:/workspace/checkpoints" \
   -v "$WORK/notebooks:/workspace/notebooks" "$IMAGE" \
   >/dev/null 2>"$LOGS/podman-run.log" || die "podman run failed; see $LOGS/podman-run.log"
@@ -393,6 +438,57 @@ set -e
 expect_rc 0 "$rc" "ssh with the key as proxima" "$out"
 [[ "$out" == $'proxima\n1000' ]] || die "ssh with the key: logged in as '$out', expected proxima (uid 1000)"
 ok "ssh with the key logs in as proxima (uid 1000)"
+
+# SSH sessions get the container's environment (sshd starts them from a fresh one): a value given
+# with -e, as it is, in `ssh host cmd`, in a login shell and in tmux started over SSH; the image's
+# own ENV too; never the token or the keys (not in the environment, nor in any file of the home)
+set +e
+out="$(timeout 60 "${KEY_SSH[@]}" proxima@127.0.0.1 'printenv PROXIMA_TEST_ENV' 2>&1)"
+rc=$?
+login="$(timeout 60 "${KEY_SSH[@]}" -T proxima@127.0.0.1 <<<'printenv PROXIMA_TEST_ENV' 2>&1)"
+login_rc=$?
+# shellcheck disable=SC2016 # expanded by the container's shell
+tmux_out="$(timeout 60 "${KEY_SSH[@]}" proxima@127.0.0.1 'tmux new -d -s envcheck "printenv PROXIMA_TEST_ENV >/tmp/envcheck.tmp; mv /tmp/envcheck.tmp /tmp/envcheck.out" \
+  && for i in $(seq 100); do [ -e /tmp/envcheck.out ] && break; sleep 0.1; done; cat /tmp/envcheck.out; rm -f /tmp/envcheck.out' 2>&1)"
+tmux_rc=$?
+secrets="$(timeout 60 "${KEY_SSH[@]}" proxima@127.0.0.1 'printenv JUPYTER_TOKEN; printenv SSH_AUTHORIZED_KEYS; printenv PIP_BREAK_SYSTEM_PACKAGES' 2>&1)"
+set -e
+expect_rc 0 "$rc" "ssh ... printenv PROXIMA_TEST_ENV" "$out"
+expect_rc 0 "$login_rc" "printenv PROXIMA_TEST_ENV in an ssh login shell" "$login"
+expect_rc 0 "$tmux_rc" "printenv PROXIMA_TEST_ENV in tmux started over ssh" "$tmux_out"
+for got in "ssh host cmd:$out" "a login shell:$login" "tmux over ssh:$tmux_out"; do
+  [[ "${got#*:}" == "$ENV_VALUE" ]] \
+    || die "PROXIMA_TEST_ENV given with -e, in ${got%%:*}: got $(printf '%q' "${got#*:}"), expected $(printf '%q' "$ENV_VALUE")"
+done
+[[ "$secrets" == 1 ]] || die "over ssh, JUPYTER_TOKEN and SSH_AUTHORIZED_KEYS must be unset and PIP_BREAK_SYSTEM_PACKAGES=1 (the image's ENV): got $(printf '%q' "$secrets")"
+# the files the entrypoint writes (Jupyter's own runtime files hold the token, mode 600, as anywhere)
+# shellcheck disable=SC2016 # expanded by the container's sh
+found="$(timeout 60 podman exec -e T="$TOKEN" "$PREFIX-main" sh -c \
+  'test -s ~/.proxima-session-env || echo "no ~/.proxima-session-env"; grep -rlF -e "$T" ~/.proxima-session-env ~/.sshd; true' 2>&1)"
+[[ -z "$found" ]] || die "the files the entrypoint writes for sshd and SSH sessions: $found (the token must not be written there)"
+ok "ssh sessions (a command, a login shell, tmux) get a -e value with spaces, quotes and a newline as given, and the image's PIP_BREAK_SYSTEM_PACKAGES; not the token (nor in the files written for them) or the keys"
+
+# A mounted authorized_keys is read at each login: a key taken out of it is refused at once, and a
+# key put in works, without a restart (it was copied once at start, and a removed key stayed valid)
+B_SSH=("${SSH[@]}" -o BatchMode=yes -o IdentitiesOnly=yes -i "$WORK/id_b" -p "$SSH_PORT")
+C_SSH=("${SSH[@]}" -o BatchMode=yes -o IdentitiesOnly=yes -i "$WORK/id_c" -p "$SSH_PORT")
+set +e
+out="$(timeout 60 "${B_SSH[@]}" proxima@127.0.0.1 id -un 2>&1)"
+rc=$?
+set -e
+expect_rc 0 "$rc" "ssh with key B, in the mounted authorized_keys" "$out"
+cat "$WORK/id_c.pub" >"$WORK/keys/authorized_keys" # in place: a file bind mount keeps its inode
+set +e
+out="$(timeout 60 "${B_SSH[@]}" proxima@127.0.0.1 id -un 2>&1)"
+rc=$?
+c_out="$(timeout 60 "${C_SSH[@]}" proxima@127.0.0.1 id -un 2>&1)"
+c_rc=$?
+set -e
+expect_rc 255 "$rc" "ssh with key B after it was taken out of the mounted authorized_keys" "$out"
+grep -q 'Permission denied (publickey)' <<<"$out" || die "key B taken out of the mounted file: expected 'Permission denied (publickey)', got: $out"
+expect_rc 0 "$c_rc" "ssh with key C, put into the mounted authorized_keys while the container runs" "$c_out"
+[[ "$c_out" == proxima ]] || die "ssh with key C printed '$c_out', expected proxima"
+ok "a key taken out of the mounted authorized_keys is refused at once, and one put in logs in, without a restart"
 fingerprint="$(ssh-keygen -l -f "$WORK/known_hosts" | awk '{print $2}' | head -n1)"
 main_log="$(podman logs "$PREFIX-main" 2>&1)"
 grep -qF "$fingerprint" <<<"$main_log" \
@@ -546,6 +642,19 @@ for case in "CI_MIN_RETURN=abc:CI_MIN_RETURN='abc' is not a number" \
   [[ -z "$(find "$WORK/ci-error" -mindepth 1 -maxdepth 1 2>/dev/null)" ]] || die "make ci-train with $setting started a run"
 done
 ok "make ci-train: a non-numeric CI_MIN_RETURN and an env without a threshold exit 2 with one line, before training"
+# CI_OUT naming a folder of someone else's that holds files (CI_OUT=., /tmp): refused, not chowned
+mkdir -m 755 "$WORK/ci-notmine"
+touch "$WORK/ci-notmine/keep"
+set +e
+out="$(CI_OUT="$WORK/ci-notmine" CI_MIN_RETURN=5 IMAGE="$IMAGE" timeout 300 bash docker/ci_train.sh 2>&1)"
+rc=$?
+set -e
+expect_rc 2 "$rc" "make ci-train with CI_OUT a root-owned folder holding files" "$out"
+[[ "$(grep -c '^ci-train:' <<<"$out")" == 1 ]] \
+  && grep -q "^ci-train: error: CI_OUT=$WORK/ci-notmine holds files and is owned by uid 0, not the image's user (uid 1000)" <<<"$out" \
+  && [[ "$(stat -c %u "$WORK/ci-notmine")" == 0 ]] \
+  || die "make ci-train with CI_OUT a root-owned folder holding files: expected one line 'ci-train: error: CI_OUT=... holds files and is owned by uid 0 ...' and the folder still root's (uid $(stat -c %u "$WORK/ci-notmine")), got: $out"
+ok "make ci-train refuses a CI_OUT of another owner that holds files (exit 2, one line) and leaves its owner as it was"
 for want in fail pass; do
   threshold=$([[ "$want" == pass ]] && echo 5 || echo "")
   set +e
@@ -587,6 +696,39 @@ expect_rc 0 "$rc" "tmux new -d -s train 'proxima train ...' and tmux new -d -s p
 timeout 900 podman exec "$PREFIX-main" proxima train CartPole-v1 --run-dir runs/stop-exec "${long[@]}" \
   >"$WORK/stop-exec.out" 2>&1 &
 exec_pid=$!
+# ... and proxima.train() in a notebook kernel of the container's JupyterLab (started through its API,
+# the code sent with jupyter_client from inside): the kernel lives on after its run stopped, and the
+# stop must not wait out its grace (45 s) for it once the checkpoint is written
+kernel_id="$(curl -s --max-time 30 -X POST -H "Authorization: token $TOKEN" "http://127.0.0.1:$JUPYTER_PORT/api/kernels" \
+  | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["id"])')" || die "cannot start a kernel through Jupyter's /api/kernels"
+kernel_code='import os, proxima
+os.chdir("/workspace")
+open("runs/stop-kernel.pid", "w").write(str(os.getpid()))
+try:
+    proxima.train(proxima.PPOConfig(env_id="CartPole-v1", total_timesteps=4_999_680, threads=1), run_dir="runs/stop-kernel", quiet=True)
+except BaseException as e:
+    open("runs/stop-kernel.out", "w").write(f"train raised {type(e).__name__}: {e}\n")
+    raise'
+set +e
+out="$(timeout 120 podman exec -e KERNEL_ID="$kernel_id" -e CODE="$kernel_code" "$PREFIX-main" python -c '
+import os, time
+from jupyter_client import BlockingKernelClient
+from jupyter_core.paths import jupyter_runtime_dir
+c = BlockingKernelClient(connection_file=os.path.join(jupyter_runtime_dir(), "kernel-%s.json" % os.environ["KERNEL_ID"]))
+c.load_connection_file()
+c.start_channels()
+c.wait_for_ready(timeout=60)
+c.execute(os.environ["CODE"])
+for _ in range(600):  # until the kernel runs it (its first line): the message is sent by then
+    if os.path.exists("/workspace/runs/stop-kernel.pid"):
+        break
+    time.sleep(0.1)
+else:
+    raise SystemExit("the kernel did not run the code")
+' 2>&1)"
+rc=$?
+set -e
+expect_rc 0 "$rc" "proxima.train() sent to a Jupyter kernel" "$out"
 # ... and make ci-train, stopped from the host (SIGTERM to the script, as a CI job's cancel does)
 CI_OUT="$WORK/ci-stop" CI_TRAIN_ARGS="${long[*]}" CI_MIN_RETURN=5 IMAGE="$IMAGE" \
   timeout 900 bash docker/ci_train.sh >"$WORK/ci-stop.out" 2>&1 &
@@ -600,6 +742,7 @@ ci_training() {
 wait_for "the run in tmux" 180 "$PREFIX-main" training stop-tmux
 wait_for "the run leading its tmux pane" 180 "$PREFIX-main" training stop-pane
 wait_for "the run under podman exec" 180 "$PREFIX-main" training stop-exec
+wait_for "proxima.train() in a Jupyter kernel" 180 "$PREFIX-main" training stop-kernel
 for ((i = 0; i < 180; i++)); do ci_training && break; kill -0 "$CI_PID" 2>/dev/null || break; sleep 1; done
 ci_training || die "make ci-train did not start training: $(tail -n 3 "$WORK/ci-stop.out" | tr '\n' ' ')"
 # The container's proxima processes, "PID PPID": the three trainers, and the env workers of the two
@@ -656,6 +799,19 @@ grep -qx 'exit status 143' "$WORK/runs/stop-tmux.err" || die "the run in tmux: $
 grep -q '^proxima-entrypoint: SIGTERM: SIGTERM to .*(proxima)' <(podman logs "$PREFIX-main" 2>&1) \
   || die "the container log has no 'proxima-entrypoint: SIGTERM: SIGTERM to ... (proxima)' line"
 ok "podman stop during three training runs (two in tmux over ssh with --vector async, one with podman exec): each wrote a checkpoint and said 'stopped by SIGTERM', exit 143 where seen (stop took $stop_s s)"
+# The kernel took the SIGTERM (its run wrote a checkpoint) and lived on: the stop ended it about 2 s
+# later with the SIGTERM to every process, instead of waiting out PROXIMA_STOP_GRACE (45 s)
+line="$(grep -m1 '^train raised TrainingInterrupted: stopped by SIGTERM; checkpoint: ' "$WORK/runs/stop-kernel.out" 2>/dev/null || true)"
+[[ -n "$line" ]] || die "proxima.train() in a Jupyter kernel: no 'train raised TrainingInterrupted: stopped by SIGTERM; checkpoint: ...' in runs/stop-kernel.out: $(cat "$WORK/runs/stop-kernel.out" 2>&1 | tail -n 3 | tr '\n' ' ')"
+checkpoint="${line#*checkpoint: }"
+checkpoint="${checkpoint%%;*}"
+[[ -s "$WORK/$checkpoint" ]] || die "proxima.train() in a Jupyter kernel: the checkpoint it names, $checkpoint, is not on the host"
+kernel_pid="$(cat "$WORK/runs/stop-kernel.pid")"
+still="$(grep 'still running after' "$LOGS/main.log" || true)"
+[[ -z "$still" ]] && grep -q "^proxima-entrypoint: SIGTERM: $kernel_pid ([^)]*): Jupyter kernel that took the SIGTERM and lives on" "$LOGS/main.log" \
+  && ((stop_s < 45)) \
+  || die "the stop waited for the Jupyter kernel whose run had stopped (stop took $stop_s s): ${still:-no line naming kernel $kernel_pid as one that took the SIGTERM and lives on}; the container's log: $LOGS/main.log"
+ok "proxima.train() in a Jupyter kernel: checkpoint written; the kernel, living on, was not waited for (stop took $stop_s s, grace 45 s)"
 # sshd starts a session from a fresh environment: the image's commit reaches it only through the
 # SetEnv line the entrypoint writes, and tmux's sessions inherit it from there
 for run in stop-tmux stop-pane; do

@@ -337,13 +337,46 @@ def test_entrypoint_takes_ports_and_listen_address_from_the_environment(sandbox,
     assert "would exec jupyter lab --ip=127.0.0.1 --port=18888 --no-browser" in r.stderr
 
 
-def test_entrypoint_reads_keys_from_a_mounted_file(sandbox, keypair, tmp_path):
+def test_entrypoint_reads_keys_from_a_mounted_file_at_each_login(sandbox, keypair, tmp_path):
+    """The mounted file was copied once at start: a key removed from it kept working until a restart.
+    sshd now asks the entrypoint (AuthorizedKeysCommand) for the file as it is at each login; its own
+    authorized_keys holds SSH_AUTHORIZED_KEYS only."""
     env, _, home = sandbox
     secret = tmp_path / "authorized_keys"
     secret.write_text(f"# my laptop\n{keypair}\n")
     r = _dry_run(env, SSH_AUTHORIZED_KEYS="", SSH_AUTHORIZED_KEYS_FILE=str(secret))
     assert r.returncode == 0, r.stderr
-    assert (home / ".sshd" / "authorized_keys").read_text().strip() == keypair
+    assert (home / ".sshd" / "authorized_keys").read_text().strip() == ""  # no copy of the mounted key
+    lines = (home / ".sshd" / "sshd_config").read_text().splitlines()
+    command = next(line for line in lines if line.startswith("AuthorizedKeysCommand "))
+    argv = command.split()[1:]
+    assert argv == [str(ENTRYPOINT.resolve()), "--print-authorized-keys", str(secret), f"{home}/.ssh/authorized_keys"], lines
+    assert "AuthorizedKeysCommandUser " + subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip() in lines
+    # as sshd runs it: a bare environment, no token; it prints the file as it is now
+    bare = {"PATH": "/usr/bin:/bin", "HOME": str(home)}
+    got = subprocess.run(["bash", *argv], env=bare, capture_output=True, text=True, timeout=30)
+    assert got.returncode == 0 and keypair in got.stdout.splitlines(), got
+    secret.write_text("# emptied\n")  # the key revoked: the next login no longer finds it
+    got = subprocess.run(["bash", *argv], env=bare, capture_output=True, text=True, timeout=30)
+    assert got.returncode == 0 and keypair not in got.stdout, got
+
+
+def test_entrypoint_records_the_environment_for_ssh_sessions_without_secrets(sandbox, keypair):
+    """sshd starts a session from a fresh environment: -e variables and the image's ENV were lost over
+    SSH. The entrypoint writes them, shell-quoted, for /etc/profile.d/proxima-env.sh; never the token."""
+    env, _, home = sandbox
+    value = "a b 'c' \"d\"\n$HOME \\ `e`"
+    r = _dry_run(env, SSH_AUTHORIZED_KEYS=keypair, HF_HOME=value, PIP_BREAK_SYSTEM_PACKAGES="1")
+    assert r.returncode == 0, r.stderr
+    recorded = home / ".proxima-session-env"
+    assert recorded.stat().st_mode & 0o077 == 0
+    text = recorded.read_text()
+    names = re.findall(r"^export (\w+)=", text, re.M)
+    assert "0123456789abcdef0123" not in text and not {"JUPYTER_TOKEN", "SSH_AUTHORIZED_KEYS", "HOME"} & set(names), names
+    for shell in ("sh", "bash"):  # /etc/profile is read by sh-compatible shells too
+        got = subprocess.run([shell, "-c", '. "$1"; printf "%s|%s|%s" "$HF_HOME" "$PIP_BREAK_SYSTEM_PACKAGES" "${JUPYTER_TOKEN-unset}"',
+                              shell, str(recorded)], env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=30)
+        assert got.returncode == 0 and got.stdout == f"{value}|1|unset", (shell, got)
 
 
 def test_entrypoint_without_keys_skips_sshd(sandbox, keypair):
@@ -721,6 +754,54 @@ def test_stop_debug_names_the_rule_that_placed_each_process(process_tree):
     assert roles[process_tree["jupyter"]] == "not-a-candidate"  # the main JupyterLab, kept for the end
     assert roles[process_tree["shell"]] == "held"  # `bash -c 'proxima train ...; echo'`: its trainer is in the wave
     assert roles[process_tree["pane.w2"]] == f"worker-of-{process_tree['pane']}"  # an async env worker: its trainer stops it
+
+
+KERNEL = r'''
+"""A notebook kernel's proxima.train() stop: SIGTERM taken by a handler that puts the default back
+(train() restores the caller's), then the kernel lives on: idle, or busy (code that goes on computing)."""
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *a: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+print(os.getpid(), flush=True)
+if sys.argv[1] == "busy":
+    signal.pause()
+    end = time.monotonic() + 6
+    while time.monotonic() < end:
+        pass
+time.sleep(60)
+'''
+
+
+@pytest.mark.parametrize("case, settled", [("kernel", True), ("busy kernel", False), ("not a kernel", False)])
+def test_stop_does_not_wait_for_a_jupyter_kernel_at_rest(tmp_path, case, settled):
+    """A kernel whose proxima.train() took the stop's SIGTERM lives on by design: the stop waited out
+    its whole grace (45 s) for it. A kernel at rest (a child of the main JupyterLab, SIGTERM at its
+    default, asleep, idle) is not waited for; a busy one is, and so is any other process (a
+    `proxima train` has SIGTERM's default back while it closes its env and exits)."""
+    text = ENTRYPOINT.read_text()
+    bodies = [re.search(rf"^{name}\(\) \{{\n.*?^\}}\n", text, re.M | re.S).group(0)
+              for name in ("proc_field", "alive", "ignores_term", "kernel_at_rest", "wait_gone")]
+    (tmp_path / "kernel.py").write_text(KERNEL)
+    mode = "busy" if case == "busy kernel" else "idle"
+    # the JupyterLab: the kernel's parent (main_pid), or another process's for "not a kernel"
+    lab = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run(sys.argv[1:])",
+                            sys.executable, str(tmp_path / "kernel.py"), mode], stdout=subprocess.PIPE, text=True)
+    try:
+        kernel = int(lab.stdout.readline())
+        main_pid = lab.pid if case != "not a kernel" else os.getpid()
+        script = "\n".join(["set -euo pipefail", 'FIELD=""', "TICKS=0", "SETTLED=()", "LEFT=()", *bodies,
+                            "SETTLE_POLLS=1",  # about 1 s at rest (the entrypoint's 4: about 2 s), to keep this short
+                            f"main_pid={main_pid}; main_is_jupyter=1; kill -TERM {kernel}",
+                            f'if wait_gone 3 {kernel}; then echo "settled ${{SETTLED[*]:-}}"; else echo "left ${{LEFT[*]}}"; fi'])
+        r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == (["settled", str(kernel)] if settled else ["left", str(kernel)]), r.stdout
+    finally:
+        for pid in (kernel, lab.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, NameError):
+                pass
+        lab.wait(timeout=30)
 
 
 # --------------------------------------------------------------------------------------- compose
