@@ -760,10 +760,13 @@ KERNEL = r'''
 """A notebook kernel's proxima.train() stop: SIGTERM taken by a handler that puts the default back
 (train() restores the caller's), then the kernel lives on: idle, or busy (code that goes on computing)."""
 import os, signal, sys, time
-signal.signal(signal.SIGTERM, lambda *a: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+got = []
+signal.signal(signal.SIGTERM, lambda *a: (signal.signal(signal.SIGTERM, signal.SIG_DFL), got.append(1)))
 print(os.getpid(), flush=True)
 if sys.argv[1] == "busy":
-    signal.pause()
+    # not signal.pause(): a SIGTERM taken before it is entered would leave the kernel asleep for good
+    while not got:
+        time.sleep(0.005)
     end = time.monotonic() + 6
     while time.monotonic() < end:
         pass
