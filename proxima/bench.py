@@ -711,7 +711,8 @@ BACKENDS = ("auto", "native", "gymnasium", "envpool", "both")
 
 
 def backends_for(env_id: str, backend: str) -> list:
-    """The backends to measure: 'both' (native and Gymnasium where a native env exists), 'auto' (the
+    """The backends to measure: 'both' (native and Gymnasium where a native env exists, EnvPool and
+    Gymnasium's ALE for an Atari game with EnvPool installed), 'auto' (the
     one train and eval build by default), one backend, or a comma-separated list such as
     'envpool,gymnasium'; ValueError for an unknown one."""
     from .envs import NATIVE_ENVS, auto_backend
@@ -722,8 +723,9 @@ def backends_for(env_id: str, backend: str) -> list:
         raise ValueError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)} or a comma-separated list (envpool,gymnasium)")
     out = []
     for b in names:
-        if b == "both":
-            out += ["native", "gymnasium"] if env_id in NATIVE_ENVS else ["gymnasium"]
+        if b == "both":  # what train builds by default beside Gymnasium's: for an Atari game, EnvPool when installed
+            first = "native" if env_id in NATIVE_ENVS else "envpool" if auto_backend(env_id) == "envpool" else None
+            out += [first, "gymnasium"] if first else ["gymnasium"]
         else:
             out.append(auto_backend(env_id) if b == "auto" else b)
     return list(dict.fromkeys(out))
@@ -906,7 +908,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "--cudagraphs (gpu) is refused, as train refuses it: add --no-cudagraphs to measure eager calls")
     p.add_argument("--backend", default="both", metavar="{auto,native,gymnasium,envpool,both}[,...]",
                    help="env backend(s), comma separated (envpool,gymnasium for Atari); both = native and Gymnasium "
-                        "side by side where a native env exists; auto = the one train uses by default (default both)")
+                        "side by side where a native env exists (EnvPool and Gymnasium's ALE for Atari with EnvPool "
+                        "installed); auto = the one train uses by default (default both)")
     p.add_argument("--vector", default=None, choices=("sync", "async"),
                    help="Gymnasium vectorization for the gymnasium backend (default: the preset's, else sync)")
     p.add_argument("--preset", default=None, help="the env's preset to take the training settings from (default: its 'default'); "

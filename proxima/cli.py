@@ -807,6 +807,9 @@ def _cmd_eval(args, out) -> int:
         policy = load_run_policy(path, device=resolve_device(args.device),  # one-line error for a bad --device
                                  env_id=args.env, trust_env=args.trust_run, env_kwargs=env_kwargs)
         check_registered(policy)
+        from .run_setup import check_eval_backend
+
+        check_eval_backend(policy, args.backend)  # before make_env, whose line would blame a --backend not typed here
         from .report import run_eval_episodes
 
         # seed None: evaluate's default, the run's seed + 1,000,000 (the end-of-training eval's); no --episodes:

@@ -341,27 +341,71 @@ def resumed_backend(cfg: PPOConfig, state: dict) -> Optional[str]:
     trained on (the checkpoint's ``env_backend``), or None when auto picks that one here. Only an
     Atari game's auto depends on what is installed (EnvPool, else Gymnasium's ALE), and the two reset,
     stack frames and count games differently: one metrics.csv would mix them. EnvError (one line,
-    exit 2) when the recorded backend is not installed: --backend cannot change on resume."""
+    exit 2) when the recorded backend is not installed: --backend cannot change on resume (under a
+    recorded --backend envpool too, which make_env would blame on a flag the resume was not given)."""
     recorded = state.get("env_backend")
-    if cfg.backend != "auto" or recorded not in ("envpool", "gymnasium"):
+    if cfg.backend not in ("auto", recorded) or recorded not in ("envpool", "gymnasium"):
         return None
     from .envs import EnvError, atari, auto_backend
 
     try:
-        if atari.game_name(cfg.env_id) is None or auto_backend(cfg.env_id, cfg.env_kwargs) == recorded:
+        if atari.game_name(cfg.env_id) is None:
+            return None
+        if cfg.backend == "envpool" and atari.has_envpool():
+            return None
+        if cfg.backend == "auto" and auto_backend(cfg.env_id, cfg.env_kwargs) == recorded:
             return None
     except EnvError:  # an id that no longer resolves: building the env says so
         return None
     if recorded == "envpool" and not atari.has_envpool():
-        raise EnvError(f"{state['path']}: the run trained '{cfg.env_id}' on EnvPool (--backend auto), which is not installed "
-                       f"here; to resume it, {atari.INSTALL} (a resume keeps the run's backend: Gymnasium's ALE resets, "
-                       "stacks frames and counts games otherwise; to train on it, start a new run with --backend gymnasium)")
+        # --backend envpool, or auto, given when it trained: make_env's line would name a flag not typed now
+        raise EnvError(f"{state['path']}: the run trained '{cfg.env_id}' on EnvPool (--backend {cfg.backend}), which is "
+                       f"not installed here; to resume it, {atari.INSTALL} (a resume keeps the run's backend: Gymnasium's "
+                       "ALE resets, stacks frames and counts games otherwise; to train on it, start a new run with "
+                       "--backend gymnasium)")
+    if cfg.backend != "auto":  # --backend gymnasium: make_env's own line names the missing packages
+        return None
     if recorded == "gymnasium" and not atari.has_ale():
         raise EnvError(f"{state['path']}: the run trained '{cfg.env_id}' on Gymnasium's ALE (--backend auto), which needs "
                        f"ale-py and opencv, not installed here; to resume it, {atari.INSTALL} (a resume keeps the run's "
                        "backend: EnvPool resets, stacks frames and counts games otherwise; to train on it, start a new run "
                        "with --backend envpool)")
     return recorded
+
+
+def check_eval_backend(policy, given: Optional[str]) -> None:
+    """EnvError for ``proxima eval`` without --backend (``given`` None) of an Atari run whose checkpoint
+    records --backend envpool where EnvPool is not installed: make_env's line would blame a --backend
+    the user did not type, and not say that Gymnasium's ALE can evaluate it."""
+    config = getattr(policy, "config", None) or {}
+    if given is not None or config.get("backend") != "envpool":
+        return
+    from .envs import EnvError, atari
+
+    try:
+        if atari.game_name(str(policy.env_id)) is None or atari.has_envpool():
+            return
+    except EnvError:  # an id that no longer resolves: building the env says so
+        return
+    raise EnvError(f"{policy.path}: this run trained '{policy.env_id}' on EnvPool (its checkpoint records it), which is "
+                   f"not installed here; {atari.INSTALL}; or evaluate it on Gymnasium's ALE with --backend gymnasium "
+                   "(its resets and frame stacks differ: docs/atari.md)")
+
+
+def backend_line(cfg: PPOConfig) -> Optional[str]:
+    """'env backend: envpool (auto)' for an Atari run: which backend trains it decides its resets and
+    learning curve, and ``auto``'s choice depends on what is installed; None for other envs."""
+    from .envs import EnvError, atari, auto_backend
+
+    try:
+        if atari.game_name(cfg.env_id) is None:
+            return None
+    except EnvError:  # building the env says why
+        return None
+    if cfg.backend != "auto":
+        return f"env backend: {cfg.backend}"
+    why = "auto: EnvPool is installed" if atari.has_envpool() else "auto: EnvPool is not installed"
+    return f"env backend: {auto_backend(cfg.env_id, cfg.env_kwargs)} ({why})"
 
 
 def use_backend(cfg: PPOConfig, backend: Optional[str], quiet: bool = False) -> None:

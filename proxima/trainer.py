@@ -1340,6 +1340,11 @@ def note_run(cfg: PPOConfig, typed: dict, python: bool = False, obs=None, action
     caller's fields other than the defaults, ``python``: then named as PPOConfig's); ``obs``: the
     observation space, or the dry run's ObsLayout (_note_pixels); ``action_space``, ``encoder``: the
     env's and the resolved encoder, None where the dry run built no such env."""
+    from .run_setup import backend_line
+
+    line = backend_line(cfg)  # Atari: auto's pick depends on what is installed, and the backends reset differently
+    if line:
+        print(f"proxima: {line}", file=sys.stderr)
     _note_compile_mode(cfg, typed, population)
     _note_other_version(cfg)
     if action_space is not None:

@@ -144,7 +144,8 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
     ``envpool``: Atari through EnvPool. training: Atari's training rules (a lost life ends the
     episode, rewards clipped to their sign); False plays full games with raw rewards (evaluation).
     env_kwargs: keyword arguments of the env's constructor (``--env-kwargs``); Gymnasium envs only
-    (with ``auto`` a native env is skipped when kwargs are given; Atari ids refuse them).
+    (with ``auto`` a native env is skipped when kwargs are given); an Atari id takes the few ALE
+    settings of atari.ATARI_KWARGS (sticky actions, full action space, time limit) on either backend.
     num_envs: an integer of 1 or more; device: as ``load`` takes it (cpu, cuda, cuda:1, auto, or a
     torch.device); either refused with one ConfigError line.
     seed: seeds the envs' random draws (start states, Gymnasium's ``np_random``); ``reset(seed=...)``
@@ -167,9 +168,7 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
         backend = auto_backend(env_id, env_kwargs)
     game = atari.game_name(env_id)
     if game is not None and backend != "native":
-        if env_kwargs:
-            raise EnvError(f"--env-kwargs: the Atari id '{env_id}' takes its settings from the preset, not constructor arguments")
-        return atari.make_atari(env_id, num_envs, device, backend, vector, seed, render_mode, training)
+        return atari.make_atari(env_id, num_envs, device, backend, vector, seed, render_mode, training, env_kwargs)
     if backend == "envpool":
         raise EnvError(f"--backend envpool runs Atari games (ids like Pong-v5), not '{env_id}'; use --backend auto")
     native = NATIVE_ENVS.get(env_id)

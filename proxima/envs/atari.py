@@ -1,9 +1,11 @@
 """Atari (ids like ``Pong-v5``) with CleanRL's ``ppo_atari`` settings, through EnvPool or Gymnasium's ALE.
 
-Both backends apply the same rules (Machado et al. / CleanRL defaults): frame skip 4 with a max
-over the last two frames, 84x84 grayscale, a stack of the last 4 frames as (4, 84, 84) uint8 (an
-image: the Nature CNN reads it), up to 30 no-op frames at a new game's reset, FIRE at reset in
-games that need it, no sticky actions, 27,000 agent steps (108,000 frames) at most per game. Their
+Both backends apply the same rules (CleanRL's ``ppo_atari`` scripts'; Machado et al. 2018 instead
+recommend sticky actions of 0.25, which ``--env-kwargs`` sets: :data:`ATARI_KWARGS`): frame skip 4
+with a max over the last two frames, 84x84 grayscale, a stack of the last 4 frames as (4, 84, 84)
+uint8 (an image: the Nature CNN reads it), up to 30 no-op frames at a new game's reset, FIRE at reset
+in games that need it, no sticky actions, the minimal action set, 27,000 agent steps (108,000
+frames) at most per game. Their
 resets differ, each as CleanRL's script for that backend has it (ppo_atari_envpool.py,
 ppo_atari.py): EnvPool's reset, after a lost life too, is 1-30 no-op frames (0-29 and one FIRE
 frame in FIRE games), and after a lost life it keeps the stack (the next episode's first
@@ -49,8 +51,8 @@ from .base import BatchedEnv, EnvError
 from .gym_adapter import GymnasiumEnv, count_episodes, from_ale_py, suggestable_ids
 
 INSTALL = install_hint("atari")
-#: Atari v5 ids: 'Pong-v5' (EnvPool's naming) or 'ALE/Pong-v5' (Gymnasium's)
-_ATARI_ID = re.compile(r"^(ALE/)?([A-Z][A-Za-z0-9]*)-v5$")
+#: Atari v5 ids: 'Pong-v5' (EnvPool's naming) or 'ALE/Pong-v5' (Gymnasium's); the game in any case ('pong-v5')
+_ATARI_ID = re.compile(r"^(ALE/)?([A-Za-z][A-Za-z0-9]*)-v5$")
 #: the older ids of a game (ale-py registers Pong-v0/-v4 and PongNoFrameskip-v0/-v4; old Gym also
 #: PongDeterministic-v0/-v4), which Proxima does not train: game_name refuses them with one line
 _OLDER_ATARI_ID = re.compile(r"^([A-Z][A-Za-z0-9]*?)(?:NoFrameskip|Deterministic)?-v[04]$")
@@ -72,10 +74,12 @@ def has_ale() -> bool:
 
 
 def game_name(env_id: str) -> Optional[str]:
-    """'Pong' for 'Pong-v5' / 'ALE/Pong-v5' when it names an Atari game, else None. With neither
-    EnvPool nor ale-py installed to ask, a ``<Name>-v5`` outside KNOWN_GAMES that Gymnasium does
-    not register either (``Tennis-v5``) is an EnvError: :func:`unknown_v5_id`. So is an older id of
-    a game (``Pong-v4``, ``PongNoFrameskip-v4``, ale-py's own): :func:`older_atari_id_line`."""
+    """'Pong' for 'Pong-v5' / 'ALE/Pong-v5' when it names an Atari game, else None. Game names match
+    without regard to case (``pong-v5``, ``BreakOut-v5``). With neither EnvPool nor ale-py installed
+    to ask, a ``<Name>-v5`` outside KNOWN_GAMES that Gymnasium does not register either
+    (``Tennis-v5``) is an EnvError: :func:`unknown_v5_id`. So is an older id of a game (``Pong-v4``,
+    ``PongNoFrameskip-v4``, ale-py's own): :func:`older_atari_id_line`; and, with either installed,
+    an ``ALE/<Name>-v5`` whose game neither has (:func:`unknown_game_line`), before any build."""
     older = _OLDER_ATARI_ID.match(env_id)
     if older is not None and not _registered_elsewhere(env_id):
         game = older.group(1)
@@ -85,15 +89,24 @@ def game_name(env_id: str) -> Optional[str]:
     m = _ATARI_ID.match(env_id)
     if m is None:
         return None
-    game = m.group(2)
-    if m.group(1) or game in KNOWN_GAMES:
-        return game
+    prefixed, game = bool(m.group(1)), m.group(2)
+    if not prefixed and _registered_elsewhere(env_id):  # someone's own 'pong-v5' is theirs, not the game
+        return None
+    known = {g.lower(): g for g in KNOWN_GAMES}.get(game.lower())
+    if known is not None:
+        return known
     listed = _listed_game(game)
-    if listed is not None:
-        return game if listed else None
-    if env_id not in gym.registry:
-        raise unknown_v5_id(env_id)
-    return None
+    if listed:
+        return game
+    if listed is False:
+        if prefixed:  # ALE/ says it is meant as a game: a typo is told here, not by the backend's build
+            raise EnvError(unknown_game_line(env_id, game))
+        return None  # the adapter's unknown-id line, whose near misses include the games (suggestable_ids)
+    if prefixed:
+        return game  # nothing installed to ask: make_atari says what to install
+    if game[0].islower() or env_id in gym.registry:  # lower case: no more a game than any other unknown id
+        return None
+    raise unknown_v5_id(env_id)
 
 
 def _listed_game(game: str) -> Optional[bool]:
@@ -105,6 +118,47 @@ def _listed_game(game: str) -> Optional[bool]:
     if importlib.util.find_spec("ale_py") is not None:
         return game.lower() in _ale_games()
     return None
+
+
+def known_games() -> dict:
+    """{lower-case name: name} of every game an id may name here: KNOWN_GAMES, and ale-py's and EnvPool's
+    lists where installed (the near misses of a typo)."""
+    games = {g.lower(): g for g in KNOWN_GAMES}
+    if importlib.util.find_spec("ale_py") is not None:
+        games.update(_ale_games())
+    if has_envpool():
+        games.update(_envpool_games())
+    return games
+
+
+def game_ids() -> set:
+    """``<Game>-v5`` and ``ALE/<Game>-v5`` of every game of :func:`known_games` (suggestable_ids' Atari ids)."""
+    return {f"{p}{g}-v5" for g in known_games().values() for p in ("", "ALE/")}
+
+
+def near_games(env_id: str) -> list:
+    """Up to 3 Atari ids close to ``env_id`` (compared in lower case, as games are matched), in the
+    form given (``ALE/`` or not)."""
+    m = _ATARI_ID.match(env_id)
+    if m is None:
+        return []
+    prefix, games = m.group(1) or "", known_games()
+    # the names alone: the ids' shared 'ALE/' and '-v5' would make any two games look alike
+    close = difflib.get_close_matches(m.group(2).lower(), sorted(games), n=3, cutoff=0.8)
+    return [f"{prefix}{games[c]}-v5" for c in close]
+
+
+def unknown_game_line(env_id: str, game: str) -> str:
+    """The line for ``ALE/<Name>-v5`` where neither installed backend has the game ``<Name>``."""
+    close = near_games(env_id)
+    where = "EnvPool's" if has_envpool() else "ale-py's"
+    typo = f"; did you mean {', '.join(close)}?" if close else f"; {where} games: {_game_sample()}"
+    return f"unknown env id '{env_id}': no Atari game '{game}' in {where} list{typo}"
+
+
+def _game_sample() -> str:
+    names = sorted(known_games().values())
+    return ", ".join(names[:12]) + (f" ... ({len(names)} in all)" if len(names) > 12 else "")
 
 
 def _envpool_games() -> dict:
@@ -167,19 +221,67 @@ def unknown_v5_id(env_id: str) -> EnvError:
                     f"which are not installed: {INSTALL}")
 
 
+#: the ALE settings ``--env-kwargs`` may change for an Atari id, under the names both EnvPool's make and
+#: ale-py's gymnasium.make take: sticky actions (the probability that the emulator repeats the previous
+#: action on a frame; Machado et al. 2018's protocol is 0.25), all 18 actions rather than the game's
+#: minimal set, and the time limit in agent steps (ALE counts frames: it gets FRAME_SKIP times as many)
+ATARI_KWARGS = ("repeat_action_probability", "full_action_space", "max_episode_steps")
+
+
+def default_settings() -> dict:
+    """ATARI_KWARGS' values in CleanRL's settings (read when called: MAX_STEPS is the module's)."""
+    return {"repeat_action_probability": 0.0, "full_action_space": False, "max_episode_steps": MAX_STEPS}
+
+
+def atari_settings(env_id: str, env_kwargs: Optional[dict] = None) -> dict:
+    """default_settings() updated with ``env_kwargs`` (``--env-kwargs``); EnvError naming the key for one
+    outside ATARI_KWARGS or a value of the wrong type or range. Every other setting is Proxima's (the
+    module's docstring): the CNN and the presets are built for its frame skip, image and stack."""
+    settings = default_settings()
+    for key, value in (env_kwargs or {}).items():
+        if key not in ATARI_KWARGS:
+            raise EnvError(f"--env-kwargs: the Atari id '{env_id}' takes only repeat_action_probability (sticky actions, "
+                           f"0 to 1; Machado et al.'s protocol: 0.25), full_action_space (true/false) and "
+                           f"max_episode_steps (agent steps, default {MAX_STEPS:,}), not '{key}': its other settings are "
+                           "Proxima's (docs/atari.md)")
+        if key == "repeat_action_probability":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+            want = "a number from 0 to 1"
+        elif key == "full_action_space":
+            ok, want = isinstance(value, bool), "true or false"
+        else:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+            want = "an integer of 1 or more (agent steps)"
+        if not ok:
+            raise EnvError(f"--env-kwargs: {key} for the Atari id '{env_id}' must be {want}, got {value!r}")
+        settings[key] = float(value) if key == "repeat_action_probability" else value
+    return settings
+
+
 def make_atari(env_id: str, num_envs: int, device, backend: str, vector: str = "sync", seed: Optional[int] = None,
-               render_mode: Optional[str] = None, training: bool = True) -> BatchedEnv:
-    """N envs of the Atari game ``env_id`` on the chosen backend (auto: EnvPool when installed)."""
+               render_mode: Optional[str] = None, training: bool = True, env_kwargs: Optional[dict] = None) -> BatchedEnv:
+    """N envs of the Atari game ``env_id`` on the chosen backend (auto: EnvPool when installed), with
+    ``env_kwargs``' ALE settings (:func:`atari_settings`)."""
     game = game_name(env_id)
+    settings = atari_settings(env_id, env_kwargs) if env_kwargs else None  # None: the defaults
     if backend == "auto":
         backend = "envpool" if has_envpool() else "gymnasium"
     if backend == "envpool":
         if not has_envpool():
-            raise EnvError(f"--backend envpool needs EnvPool, which is not installed; {INSTALL}")
-        return EnvPoolAtari(env_id, game, num_envs, device, seed, render_mode, training)
+            raise EnvError(f"--backend envpool needs EnvPool, which is not installed{_typo(env_id, game)}; {INSTALL}")
+        return EnvPoolAtari(env_id, game, num_envs, device, seed, render_mode, training, settings)
     if not has_ale():
-        raise EnvError(f"env '{env_id}' needs ale-py and opencv (or EnvPool); {INSTALL}")
-    return AleAtari(env_id, game, num_envs, device, vector, seed, render_mode, training)
+        raise EnvError(f"env '{env_id}' needs ale-py and opencv (or EnvPool){_typo(env_id, game)}; {INSTALL}")
+    return AleAtari(env_id, game, num_envs, device, vector, seed, render_mode, training, settings)
+
+
+def _typo(env_id: str, game: str) -> str:
+    """', unless it is a typo of ALE/Pong-v5' for a game outside KNOWN_GAMES close to one of them: with
+    nothing installed to ask, a typo would otherwise cost the whole install to find out."""
+    if game.lower() in {g.lower() for g in KNOWN_GAMES}:
+        return ""
+    close = near_games(env_id)
+    return f", unless it is a typo of {' or '.join(close)}" if close else ""
 
 
 # ------------------------------------------------------------------------------------ EnvPool
@@ -191,13 +293,17 @@ class EnvPoolAtari(BatchedEnv):
     render_fps = RENDER_FPS
 
     def __init__(self, env_id: str, game: str, num_envs: int, device, seed: Optional[int] = None,
-                 render_mode: Optional[str] = None, training: bool = True):
+                 render_mode: Optional[str] = None, training: bool = True, settings: Optional[dict] = None):
         import envpool
 
         self.env_id, self.num_envs, self.device = env_id, int(num_envs), torch.device(device)
         self.training = training
         self._seed = 0 if seed is None else int(seed)
         kw = dict(render_mode=render_mode) if render_mode else {}
+        settings = dict(settings or default_settings())  # EnvPool's time limit counts agent steps, as the setting does
+        if not settings["full_action_space"]:  # EnvPool's default: named only when asked for
+            del settings["full_action_space"]
+        kw.update(settings)
         # EnvPool's default is a thread per env; more threads than usable cores (affinity mask, cgroup quota) only contend
         from ..cpuinfo import usable_cpus
 
@@ -210,8 +316,7 @@ class EnvPoolAtari(BatchedEnv):
                 return envpool.make(f"{envpool_game(game)}-v5", env_type="gymnasium", num_envs=self.num_envs,
                                     seed=envpool_seed(seed), num_threads=threads,
                                     episodic_life=True, reward_clip=training, stack_num=STACK, frame_skip=FRAME_SKIP,
-                                    noop_max=NOOP_MAX, img_height=SIZE, img_width=SIZE, gray_scale=True,
-                                    repeat_action_probability=0.0, max_episode_steps=MAX_STEPS, **kw)
+                                    noop_max=NOOP_MAX, img_height=SIZE, img_width=SIZE, gray_scale=True, **kw)
             except Exception as e:
                 raise EnvError(f"building {self.num_envs} x '{env_id}' with EnvPool raised {type(e).__name__}: {e}") from None
 
@@ -433,15 +538,19 @@ class ClipRewardSign(gym.RewardWrapper):
         return float(np.sign(reward))
 
 
-def ale_env_fn(game: str, render_mode: Optional[str], training: bool):
-    """A factory for one ALE env with CleanRL's wrappers, outermost last."""
+def ale_env_fn(game: str, render_mode: Optional[str], training: bool, settings: Optional[dict] = None):
+    """A factory for one ALE env with CleanRL's wrappers, outermost last; ``settings``: atari_settings'."""
+    settings = dict(settings or default_settings())
 
     def make() -> gym.Env:
         from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
 
         _register_ale()
-        env = gym.make(f"ALE/{ale_game(game)}-v5", frameskip=1, repeat_action_probability=0.0, full_action_space=False,
-                       max_episode_steps=MAX_STEPS * FRAME_SKIP, render_mode=render_mode)
+        # ALE's limit counts emulator frames, the reset's no-ops among them: FRAME_SKIP per agent step
+        env = gym.make(f"ALE/{ale_game(game)}-v5", frameskip=1,
+                       repeat_action_probability=settings["repeat_action_probability"],
+                       full_action_space=settings["full_action_space"],
+                       max_episode_steps=settings["max_episode_steps"] * FRAME_SKIP, render_mode=render_mode)
         # no-ops at reset, skip 4 with a max over the last two frames, 84x84 grayscale
         env = AtariPreprocessing(env, noop_max=NOOP_MAX, frame_skip=FRAME_SKIP, screen_size=SIZE, grayscale_obs=True,
                                  terminal_on_life_loss=False, scale_obs=False)
@@ -472,9 +581,10 @@ class AleAtari(GymnasiumEnv):
     render_fps = RENDER_FPS  # not the ALE env's metadata: its step here is FRAME_SKIP frames
 
     def __init__(self, env_id: str, game: str, num_envs: int, device, vector: str = "sync", seed: Optional[int] = None,
-                 render_mode: Optional[str] = None, training: bool = True):
+                 render_mode: Optional[str] = None, training: bool = True, settings: Optional[dict] = None):
         super().__init__(env_id, num_envs, device=device, vector=vector, seed=seed, render_mode=render_mode,
-                         env_fn=ale_env_fn(game, render_mode, training))
+                         # three arguments for the defaults: the call ale_env_fn stand-ins take
+                         env_fn=ale_env_fn(game, render_mode, training, *([settings] if settings else [])))
 
     def _episode_stats(self, reward: np.ndarray, done: np.ndarray, info: dict):
         """Full games from GameStats: they end on a step that also ends an episode, so their numbers

@@ -323,11 +323,14 @@ def from_ale_py(spec) -> bool:
 
 def suggestable_ids() -> set:
     """The ids a "did you mean" may name: Gymnasium's registry and the native envs, with ale-py's
-    entries as the Atari ids Proxima accepts: ``ALE/Pong-v5`` and ``Pong-v5``; its v0/v4 ids
+    entries as the Atari ids Proxima accepts: ``ALE/Pong-v5`` and ``Pong-v5`` (and so every game of
+    atari.known_games: KNOWN_GAMES, and EnvPool's and ale-py's lists where installed); its v0/v4 ids
     (``Pong-v4``, ``PongNoFrameskip-v4``) are refused (atari.older_atari_id_line), so never offered."""
+    from .atari import game_ids
     from .classic import NATIVE_ENVS
 
-    ids = set(NATIVE_ENVS)
+    # the games too: ale-py registers its ids only once imported, EnvPool's never are
+    ids = set(NATIVE_ENVS) | game_ids()
     for env_id, spec in gym.registry.items():
         if not from_ale_py(spec):
             ids.add(env_id)
