@@ -17,7 +17,8 @@ status 2, nothing written. A mode named twice in --modes (or a case in --cases) 
 mode that fails while measured (a failed compile) is a cell with its error, not the end of the run;
 when no cell was measured, the table is printed, nothing is written and the exit status is 1. A
 graphed mode whose capture fell back to eager says so in its cell ("graphs fell back: eager"),
-never passing eager figures off as graph replays.
+never passing eager figures off as graph replays, as a compiled mode whose steps dynamo ran eagerly
+does ("compile fell back: eager").
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def config_problem(args, device, cases: list, modes: list) -> str:
 
 def measure(env_id: str, num_envs: int, overrides: dict, mode: dict, device: str, repeats: int, threads: int) -> dict:
     """{"sps": steps/s of each timed iteration, "graphs": each part's state (graphs.part_states) with
-    --cudagraphs, else None}."""
+    --cudagraphs, else None, "compile_eager": the compiled steps that ran eagerly after all
+    (accel.eager_fallback) with --compile, else []}."""
     import torch
 
     from proxima.graphs import WARMUP, trainer_graph_states
@@ -108,8 +110,11 @@ def measure(env_id: str, num_envs: int, overrides: dict, mode: dict, device: str
         float(metrics["policy_loss"])  # wait for the device
         out.append(trainer.steps_per_iteration / (time.perf_counter() - t))
     graphs = trainer_graph_states(trainer) if cfg.cudagraphs else None
+    from proxima.accel import eager_fallback
+
+    compile_eager = eager_fallback(trainer) if cfg.compile else []
     trainer.close()
-    return {"sps": out, "graphs": graphs}
+    return {"sps": out, "graphs": graphs, "compile_eager": compile_eager}
 
 
 def fell_back(graphs) -> str:
@@ -132,7 +137,9 @@ def cell(result, base) -> str:
     ratio = f", {med / statistics.median(base['sps']):.2f}x" if base and "sps" in base else ""
     text = median_range(sps, fmt=lambda v: f"{v:,.0f}") + ratio
     fallback = fell_back(result.get("graphs"))
-    return f"**graphs fell back: eager** ({fallback}) {text}" if fallback else text
+    text = f"**graphs fell back: eager** ({fallback}) {text}" if fallback else text
+    compile_eager = result.get("compile_eager")
+    return f"**compile fell back: eager** ({', '.join(compile_eager)}) {text}" if compile_eager else text
 
 
 def parse_cases(text: str) -> list:
@@ -205,8 +212,10 @@ def main(argv=None) -> int:
                 results[m] = measure(env_id, n, overrides, MODES[m], args.device, args.repeats, args.threads)
                 sps = results[m]["sps"]
                 fallback = fell_back(results[m]["graphs"])
+                compile_eager = results[m].get("compile_eager")
                 print(f"{label:<42} {m:<13} median {statistics.median(sps):>12,.0f} steps/s  range {min(sps):,.0f}-{max(sps):,.0f}"
-                      + (f"  graphs fell back: eager ({fallback})" if fallback else ""), file=sys.stderr, flush=True)
+                      + (f"  graphs fell back: eager ({fallback})" if fallback else "")
+                      + (f"  compile fell back: eager ({', '.join(compile_eager)})" if compile_eager else ""), file=sys.stderr, flush=True)
             except Exception as e:  # noqa: BLE001 - one mode's crash (a failed compile) is a cell, not the end of the table
                 results[m] = {"error": (str(e).strip().splitlines() or [type(e).__name__])[0][:200]}
                 print(f"{label:<42} {m:<13} failed: {results[m]['error']}", file=sys.stderr, flush=True)

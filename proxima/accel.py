@@ -5,7 +5,8 @@ and state dicts keep their names (no ``_orig_mod.`` prefixes) and checkpoints mo
 compiled and eager runs:
 
 * the acting step ``policy_step(obs) -> action, logprob, value`` of collect_rollout;
-* the minibatch step ``grad_step(mb) -> metrics`` (forward, loss, backward, clip, Adam step).
+* the minibatch step ``grad_step(mb) -> metrics``: forward and loss in one graph, backward and the
+  clip in another (a graph break at ``loss.backward()``), Adam's step eager between them (accelerate).
 
 No shape changes between iterations (fixed N, T, minibatch size) and a learning rate held as a
 tensor mean the compiled code is built once. ``--cudagraphs`` is not a compile mode: graphs.py
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import types
 from pathlib import Path
 
 import torch
@@ -154,9 +156,48 @@ def compile_options(cfg) -> dict:
     return options
 
 
+def own_code(fn):
+    """``fn`` (a function or a bound method) with a copy of its code object: dynamo keeps compiled
+    code and counts recompiles per code object, so without a copy every Trainer in a process shares
+    Agent.policy_step's and ppo's grad_step's, and after torch's recompile_limit (8) of them (bench
+    over 9 sizes, a train() loop over num_envs) the next one ran eager under a "compiled" label. A
+    copy's cache entries die with the Trainer that holds it (torch.compile's isolate_recompiles keeps
+    a dead region's entries, up to accumulated_recompile_limit for the whole process)."""
+    if isinstance(fn, types.MethodType):
+        return types.MethodType(own_code(fn.__func__), fn.__self__)
+    copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__, copy.__qualname__ = fn.__kwdefaults__, fn.__qualname__
+    copy.__dict__.update(fn.__dict__)
+    return copy
+
+
+def watched(fn, name: str, eager: set):
+    """``fn`` that adds ``name`` to ``eager`` whenever it runs eagerly: torch.compiler.is_compiling()
+    is True while dynamo traces it, so the branch is gone from the compiled code and taken only where
+    dynamo left the frame to Python (a recompile limit hit, a frame it skipped). Its own code object
+    (own_code): each Trainer's step a frame of its own."""
+
+    def step(*args, **kwargs):
+        if not torch.compiler.is_compiling():
+            eager.add(name)
+        return fn(*args, **kwargs)
+
+    return own_code(step)
+
+
+def eager_fallback(trainer) -> list:
+    """The names of the trainer's compiled steps that ran eagerly after all (``watched``), in the
+    order accelerate compiled them; [] when all ran compiled or the trainer does not compile. Call
+    it after the steps ran (bench: after the warm-up)."""
+    eager = getattr(trainer, "compiled_eager", None) or set()
+    return [name for name in ("policy_step", "grad_step") if name in eager]
+
+
 def accelerate(trainer):
     """Return (policy_step, grad_step) for the trainer's agent and optimizer, compiled with
-    compile_options(trainer.cfg).
+    compile_options(trainer.cfg), each from a code object of its own (own_code) in a recompile region
+    of its own (isolate_recompiles), so no other Trainer's compilations count against its limit.
+    Sets ``trainer.compiled_eager``: the names of the steps that ran eagerly after all (eager_fallback).
 
     Process-wide: $TORCHINDUCTOR_CACHE_DIR is set for the rest of the process when unset, and
     inductor's precompiled headers go inside that folder (setup_compile_cache). Neither is put back:
@@ -166,12 +207,18 @@ def accelerate(trainer):
     setup_compile_cache()
     options = compile_options(cfg)
 
-    def compiled(fn):
-        # torch refuses mode= and options= together: the mode's own options are in ``options``.
-        # A fresh dict each call: torch.compile pops keys of its own from the one it gets
-        return torch.compile(fn, options=dict(options) if options else None, dynamic=False)
+    trainer.compiled_eager = eager = set()
 
-    policy_step = compiled(trainer.policy_step)  # autocast-wrapped under --amp
+    def compiled(fn, name=None):
+        # torch refuses mode= and options= together: the mode's own options are in ``options``.
+        # A fresh dict each call: torch.compile pops keys of its own from the one it gets.
+        # isolate_recompiles for the frames without a code of their own: a module (DDP's forward),
+        # and a nested one dynamo compiles on its own after a graph break in it
+        if name is not None:
+            fn = watched(own_code(fn), name, eager)
+        return torch.compile(fn, options=dict(options) if options else None, dynamic=False, isolate_recompiles=True)
+
+    policy_step = compiled(trainer.policy_step, "policy_step")  # autocast-wrapped under --amp
     eager_step = ppo.make_grad_step(trainer.model, trainer.optimizer, cfg, trainer.autocast, trainer.scaler)
     if trainer.dist.world_size > 1:
         # DDP's gradient hooks do not trace well inside a compiled region: compile the forward only
@@ -180,5 +227,5 @@ def accelerate(trainer):
     # Adam's fused kernel has no fake (meta) implementation for inductor to trace: its step runs
     # eagerly between the compiled graphs, as torch.optim.Adam(fused=True) does under torch.compile
     trainer.optimizer.step = torch.compiler.disable(trainer.optimizer.step)
-    grad_step = compiled(eager_step)
+    grad_step = compiled(eager_step, "grad_step")
     return policy_step, grad_step

@@ -82,6 +82,15 @@ class Line:
     #: computed on a thread each for some batch (``paired_batches``), which --threads alone does not say
     intra_op: Optional[int] = None
     paired: Optional[bool] = None
+    #: with --compile, the compiled steps that ran eagerly after all (accel.eager_fallback: dynamo gave
+    #: up on their frames), read after the measuring; None without --compile
+    compile_eager: Optional[list] = None
+
+    @property
+    def compile_live(self) -> Optional[bool]:
+        """With --compile: whether every compiled step ran compiled (False: some ran eagerly, so no
+        figure is a compiled one); None without."""
+        return None if self.compile_eager is None else not self.compile_eager
 
     @property
     def graphs_live(self) -> Optional[bool]:
@@ -304,6 +313,10 @@ def bench_lines(args, backends: list, num_envs: int) -> list:
                 warm = getattr(samples, "warmup_seconds", None)
                 line.warmup[name] = [warm] if warm is not None else []
         for line, cfg, trainer in built:
+            if getattr(cfg, "compile", False):  # a stand-in config may not say
+                from .accel import eager_fallback
+
+                line.compile_eager = eager_fallback(trainer)
             if cfg.cudagraphs:
                 from .graphs import trainer_graph_states
 
@@ -408,6 +421,8 @@ def table_rows(lines: list) -> list:
         cells = [fmt_cell(ln, m) + (" timed eager" if m in (ln.timed_eager or ()) else "") for m in MEASURES]
         if ln.graphs_live is False:  # never an eager figure under a --cudagraphs heading
             cells[-1] += " graphs fell back: eager (" + "; ".join(f"{k}: {v}" for k, v in ln.graphs.items() if v != "graph") + ")"
+        if ln.compile_live is False:  # never an eager figure under a --compile heading
+            cells[-1] += f" compile fell back: eager ({', '.join(ln.compile_eager)})"
         rows.append((ln.backend, f"{ln.num_envs:,}", *cells, ratio))
     return rows
 
@@ -448,6 +463,8 @@ def json_line(line: Line, args, cfg, device, run: Optional[dict] = None, ratios:
          "cudagraphs_live": line.graphs_live, "graph_parts": line.graphs,
          # with --cudagraphs, the *_sps figures of these measures are eager calls, not graph replays
          "timed_eager": line.timed_eager,
+         # with --compile, whether every compiled step ran compiled (false: dynamo ran these eagerly)
+         "compile_live": line.compile_live, "compile_eager": line.compile_eager,
          # what --threads became: torch's intra-op threads, and whether actor and critic ran side by side
          # for some batch (false at --threads 2 where every batch is below side_thread.MIN_ROWS)
          "intra_op": line.intra_op, "paired": line.paired,
@@ -873,7 +890,9 @@ def _run(args: argparse.Namespace, stdout) -> int:
                 if not args.json:  # the untimed part: minutes at 4,096 Gymnasium envs, and where a compile goes
                     warm = sum(xs[0] for xs in line.warmup.values() if xs)
                     print(f"{prog}: {line.backend} x {n:,} envs: warm-up {warm:.1f} s, not timed"
-                          + (" (compilation included)" if cfg.compile else ""), file=sys.stderr, flush=True)
+                          + (" (compilation included)" if line.compile_live else "")
+                          + (f"; compile fell back: eager ({', '.join(line.compile_eager)}), its figures are eager ones"
+                             if line.compile_live is False else ""), file=sys.stderr, flush=True)
         size_lines = []
         for backend in backends:
             line, cfg = done.get(backend) or (Line(backend, n, skipped=f"> --max-gym-envs {args.max_gym_envs}"), None)

@@ -485,6 +485,11 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list, device: Any = N
     elif info["bf16_native"] is False:
         hints.append(f"bf16 on this CPU is emulated (no {info['bf16_flags']} in /proc/cpuinfo): --amp bf16 trains "
                      "several times slower than fp32 here; keep --amp none on CPU")
+    elif info["bf16_native"] and not info["cuda_usable"]:
+        # native bf16 is no speed-up for this library's small MLPs: casts cost more than the arithmetic
+        # saves, and bf16 skips the CPU MLP kernel (docs/performance.md, "When each switch helps")
+        hints.append(f"bf16 on this CPU is native ({info['bf16_flags']}), but --amp bf16 trained small MLPs slower than fp32 "
+                     "on such CPUs (0.43x-0.58x of eager, docs/performance.md): measure first with python benchmarks/accel.py")
 
     # --- distributed -----------------------------------------------------------------------------
     dist = info["distributed"]

@@ -240,7 +240,7 @@ def _check(nproc: int, argv: list) -> None:
         from .trainer import check_device_flags
 
         validate(cfg, nproc, resume=True)
-        check_device_flags(cfg, resolve_device(cfg.device), nproc)
+        check_device_flags(cfg, resolve_device(cfg.device), nproc, resumed=True)
         return
     from .rundir import RunDirError
     from .run_setup import check_new_run_dir, preflight

@@ -619,6 +619,27 @@ STD_OVER_EPISODES = ("\u00b1 is the standard deviation of a run's evaluation ret
                      "number of episodes (ddof 0, as np.std and SB3's evaluate_policy give it; eval.json's std_return).")
 STD_ACROSS_RUNS = ("std (n-1) is the sample standard deviation of the runs' final eval mean returns, divided by the number "
                    "of runs - 1 (ddof 1): the runs are a sample of seeds.")
+#: the same where some group's runs share a seed (or do not record one): no claim that they sample seeds
+STD_ACROSS_SAME_SEED = ("std (n-1) is the sample standard deviation of the runs' final eval mean returns, divided by the "
+                        "number of runs - 1 (ddof 1); only runs of distinct seeds are a sample of seeds.")
+
+#: said of a run that compiled: its figures are whole-run ones, and a cold compile is tens of seconds
+COMPILE_NOTE = ("{who}--compile: wall time and throughput include torch.compile's compilation (in iteration 1 and in the "
+                "first iteration after each resume; tens of seconds on a cold cache); metrics.csv's charts/SPS of the "
+                "later iterations is the compiled speed.")
+
+
+def _seeds_problem(seeds: list) -> str:
+    """'' when ``seeds`` (the runs' config seeds) are all recorded and distinct: a sample of seeds;
+    else a sentence saying what they are, for the across-runs line (two runs of one seed differ by
+    float rounding or a switch such as --compile, which is no spread across seeds)."""
+    known = [x for x in seeds if isinstance(x, int) and not isinstance(x, bool)]
+    if len(known) == len(seeds) and len(set(known)) == len(known):
+        return ""
+    if len(known) < len(seeds):
+        return "Not every run records its seed: they are not known to be a sample of seeds."
+    shown = f"seed {known[0]}" if len(set(known)) == 1 else "seeds " + ", ".join(str(x) for x in known)
+    return f"{len(seeds)} runs of {shown}: not a sample of seeds; the spread is not across seeds."
 
 
 def _eval_setup(ev: dict) -> str:
@@ -805,6 +826,11 @@ def _keyed_rows(dicts: Sequence[dict]) -> list[list]:
     return [[k] + [d.get(k) for d in dicts] for k in keys]
 
 
+def _compiled(run: dict) -> bool:
+    """Whether the run's config.yaml says it compiled (--compile)."""
+    return (run.get("config") or {}).get("compile") is True
+
+
 def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], metric: str, x: str) -> str:
     """The report text. runs: dicts with dir, name, env, config, meta, summary, eval."""
     envs = sorted({r["env"] for r in runs})
@@ -839,7 +865,8 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     rows.append(["iterations"] + [short(x, _num(x["iterations"])) for x in s])
     rows.append(["wall time"] + [short(x, _num(x["time"], "{:,.1f} s")) for x in s])
     # a population's member counts its own steps over the time the population took for all of them
-    rows.append(["throughput"] + [_num(r["summary"].get("sps"), "{:,.0f} steps/s" + (" per member" if r.get("member") else ""))
+    rows.append(["throughput"] + [_num(r["summary"].get("sps"), "{:,.0f} steps/s" + (" per member" if r.get("member") else "")
+                                       + (", compilation included" if _compiled(r) else ""))
                                   for r in runs])
     rows.append(["episodes finished"] + [episodes(x) for x in s])
     def at_step(value, step):
@@ -866,20 +893,26 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
         lines += ["", f"{metric}: one value per iteration, as logged in metrics.csv."]
     notes = _missing_notes(runs) + _nonfinite_notes(runs) + [
         f"- {r['name'] + ': ' if len(runs) > 1 else ''}{r['summary']['best_pt_note']}" for r in runs if r["summary"].get("best_pt_note")]
+    notes += [f"- {COMPILE_NOTE.format(who=r['name'] + ': ' if len(runs) > 1 else '')}" for r in runs
+              if _compiled(r) and r["summary"].get("sps") is not None]
     if notes:
         lines += [""] + notes
-    spread = False
+    spread, same_seed = False, False
     if len(runs) > 1:  # one summary per group (env and settings): returns of different envs are never averaged
         for group in dict.fromkeys(r.get("group", r["env"]) for r in runs):
-            members = [r["eval"] for r in runs if r.get("group", r["env"]) == group and "mean_return" in r["eval"]]
+            grouped = [r for r in runs if r.get("group", r["env"]) == group and "mean_return" in r["eval"]]
+            members = [r["eval"] for r in grouped]
             evals = [ev["mean_return"] for ev in members]
             if len(evals) > 1:
-                # the runs are a sample of seeds: the sample std (divided by n - 1) is what a paper reports
+                # runs of distinct seeds are a sample of seeds: the sample std (divided by n - 1) is what a paper
+                # reports; runs of one seed (eager beside --compile) are not, and their spread says nothing of seeds
+                problem = _seeds_problem([(r.get("config") or {}).get("seed") for r in grouped])
                 lines += [f"Final eval of {group} over {len(evals)} runs{_episodes_note(members)}: mean {np.mean(evals):.2f}, "
-                          f"std (n-1) {np.std(evals, ddof=1):.2f}, min {np.min(evals):.2f}, max {np.max(evals):.2f}."]
-                spread = True
+                          f"std (n-1) {np.std(evals, ddof=1):.2f}, min {np.min(evals):.2f}, max {np.max(evals):.2f}."
+                          + (f" {problem}" if problem else "")]
+                spread, same_seed = True, same_seed or bool(problem)
         if spread:
-            lines += ["", STD_ACROSS_RUNS]
+            lines += ["", STD_ACROSS_SAME_SEED if same_seed else STD_ACROSS_RUNS]
     lines.append("")
 
     lines += ["## Learning curve", ""]

@@ -671,7 +671,7 @@ def preflight(cfg: PPOConfig, world_size: int = 1, resumed: bool = False):
     from .trainer import check_device_flags
 
     device = resolve_device(cfg.device)
-    check_device_flags(cfg, device, world_size)
+    check_device_flags(cfg, device, world_size, resumed=resumed)  # a resume's --compile is its checkpoint's
     sizes, checkpoint = env_build_checks(cfg, init_from=not resumed)  # the one env built here is also the one sized
     check_fits(cfg, device, lambda: sizes, processes=world_size)  # --nproc K on the CPU: K copies share its memory
     return device, checkpoint

@@ -617,23 +617,40 @@ def _run_meta(t: "Trainer") -> dict:
         # the run's own device (a cuda:1 run must not hold a context on GPU 0) and --threads (this thread's
         # count is a side thread's threads // 2 by now)
         meta["machine"] = collect(device=t.device, threads=t.cfg.threads)
+        if str(t.device).split(":")[0] == "cpu":
+            meta["machine"].update(tanh_record(t.cfg))
     except Exception:  # doctor is best-effort here
         pass
     return meta
 
 
+def tanh_record(cfg) -> dict:
+    """The CPU tanh a CPU run computes with: ``{"cpu_tanh": ...}``, tanh_cpu.MODE, except under --amp
+    or --compile, whose acting and update steps keep torch.tanh (bfloat16 would round the sigmoid
+    form's small values to 0; inductor writes its own): "torch" there, and ``cpu_tanh_eager``: MODE
+    where it differs, which the parts outside those steps (evaluation; under --compile the bootstrap
+    values too) still compute with. doctor's MODE alone recorded "sigmoid" for a bf16 run that never
+    computed it."""
+    from .tanh_cpu import MODE
+
+    if cfg is None or (getattr(cfg, "amp", "none") in (None, "none") and not getattr(cfg, "compile", False)):
+        return {"cpu_tanh": MODE}
+    return {"cpu_tanh": "torch", **({"cpu_tanh_eager": MODE} if MODE != "torch" else {})}
+
+
 def _resume_entry(t: "Trainer") -> dict:
     from .rundir import python_command
 
-    return resume_entry(t.global_step, t.argv if t.argv is not None else python_command(), device=str(t.device))
+    return resume_entry(t.global_step, t.argv if t.argv is not None else python_command(), device=str(t.device), cfg=t.cfg)
 
 
-def resume_entry(step: int, argv=None, device: Optional[str] = None) -> dict:
+def resume_entry(step: int, argv=None, device: Optional[str] = None, cfg=None) -> dict:
     """One entry of meta.json's ``resumes``: what trains from ``step`` on (the first start's record
     at the top of meta.json says what trained before); ``argv``: the command, the one this process
     was started with when None (launch.typed_command).
     ``device``: the device it trains on (--device may change on resume), recorded when given, as the
-    first start's is; on the CPU the entry also records the CPU tanh it computes with."""
+    first start's is; on the CPU the entry also records the CPU tanh it computes with (tanh_record of
+    ``cfg``, the resumed run's config: "torch" under --amp or --compile; MODE without a config)."""
     from .launch import typed_command
 
     cpu = device is not None and str(device).split(":")[0] == "cpu"
@@ -642,9 +659,7 @@ def resume_entry(step: int, argv=None, device: Optional[str] = None) -> dict:
     if device is not None:
         entry["device"] = str(device)
     if cpu:  # the CPU tanh (chosen by the CPU's maker) is part of what makes a resume bit-identical: beside the
-        from .tanh_cpu import MODE  # first start's machine.cpu_tanh, and record_resume notes a change
-
-        entry["cpu_tanh"] = MODE
+        entry.update(tanh_record(cfg))  # first start's machine.cpu_tanh, and record_resume notes a change
     return {**entry, **git_record(), **where_started()}
 
 

@@ -92,7 +92,8 @@ class Trainer:
         self.cfg, self.quiet = cfg, quiet
         self.device = self.dist.device_for(cfg.device)  # under torchrun: cuda:LOCAL_RANK or cpu
         with _python_words(argv is None):
-            check_device_flags(cfg, self.device, self.dist.world_size)  # before anything process-wide is changed
+            # before anything process-wide is changed
+            check_device_flags(cfg, self.device, self.dist.world_size, resumed=resume_state is not None)
         # the caller's process-wide settings this trainer changes, each a callable that puts the caller's
         # value back: close() calls them (a notebook or sweep runs on in the same process)
         self._undo = [partial(torch.set_num_threads, torch.get_num_threads()), partial(torch.set_flush_denormal, flush_denormal_on())]
@@ -803,16 +804,17 @@ def _python_words(python: bool):
         raise ConfigError(python_words(str(e))) from None
 
 
-def check_device_flags(cfg: PPOConfig, device: torch.device, world_size: int = 1) -> None:
+def check_device_flags(cfg: PPOConfig, device: torch.device, world_size: int = 1, resumed: bool = False) -> None:
     """The flags that need a CUDA device (--cudagraphs, --amp fp16), and what --compile needs on the
-    CPU, against ``device``: one line each (the Trainer, and ``train --dry-run``)."""
+    CPU, against ``device``: one line each (the Trainer, and ``train --dry-run``). ``resumed``: the
+    config is a checkpoint's, whose --compile the user never typed (_check_compile's advice)."""
     _check_cudagraphs(cfg, device, world_size)
     if cfg.amp == "fp16" and device.type != "cuda":
         raise ConfigError("--amp fp16 needs a CUDA device (GradScaler); use --amp bf16 on CPU")
-    _check_compile(cfg, device)
+    _check_compile(cfg, device, resumed)
 
 
-def _check_compile(cfg: PPOConfig, device: torch.device) -> None:
+def _check_compile(cfg: PPOConfig, device: torch.device, resumed: bool = False) -> None:
     """--compile on the CPU: inductor builds C++ kernels with the compiler it finds (doctor.inductor_cxx,
     a PATH lookup as inductor's own, nothing run) against Python.h (doctor.python_headers, a file
     lookup), and without either it fails inside the first rollout, a hundred lines of traceback later.
@@ -822,19 +824,21 @@ def _check_compile(cfg: PPOConfig, device: torch.device) -> None:
         return
     from .accel import compile_cache_problem
 
+    # a resume compiles because its checkpoint recorded --compile: there is no typed flag to drop
+    drop = "or add --no-compile (the run was compiled)" if resumed else "or drop --compile"
     problem = compile_cache_problem(keep=False)
     if problem:
-        raise ConfigError(f"--compile: {problem}, or drop --compile")
+        raise ConfigError(f"--compile: {problem}, {drop}")
     if device.type != "cpu":
         return
     from .doctor import inductor_cxx, python_headers
 
     found, why = inductor_cxx()
     if found is None:
-        raise ConfigError(f"--compile: torch.compile on the CPU needs a C++ compiler ({why}); or drop --compile")
+        raise ConfigError(f"--compile: torch.compile on the CPU needs a C++ compiler ({why}); {drop}")
     found, why = python_headers()
     if found is None:
-        raise ConfigError(f"--compile: torch.compile on the CPU needs Python's C headers ({why}); or drop --compile")
+        raise ConfigError(f"--compile: torch.compile on the CPU needs Python's C headers ({why}); {drop}")
 
 
 def _check_cudagraphs(cfg: PPOConfig, device: torch.device, world_size: int) -> None:
@@ -1346,11 +1350,25 @@ def note_run(cfg: PPOConfig, typed: dict, python: bool = False, obs=None, action
     if line:
         print(f"proxima: {line}", file=sys.stderr)
     _note_compile_mode(cfg, typed, population)
+    _note_threads(cfg, python)
     _note_other_version(cfg)
     if action_space is not None:
         _note_action_scale(cfg.env_id, action_space)
     if obs is not None:
         _note_pixels(cfg.env_id, obs, encoder, typed, python)
+
+
+def _note_threads(cfg: PPOConfig, python: bool = False) -> None:
+    """A note on stderr when --threads is above the CPUs this process may use but within the limit
+    validate allows (config.max_threads): such a run computes the same numbers, only slower, and
+    ran without a word while one thread more than the limit was refused as slowing torch down."""
+    from .cpuinfo import cpus_text, usable_cpus
+
+    cpus = usable_cpus()
+    if cfg.threads > cpus:
+        flag, fewer = (f"PPOConfig.threads={cfg.threads}", f"threads={cpus}") if python else (f"--threads {cfg.threads}", f"--threads {cpus}")
+        print(f"proxima: note: {flag} is more than {cpus_text(cpus)}: the threads take turns on them, which is "
+              f"usually slower than {fewer}", file=sys.stderr)
 
 
 def _note_compile_mode(cfg: PPOConfig, typed: dict, population: bool = False) -> None:
