@@ -74,7 +74,7 @@ def test_the_batch_line_names_total_timesteps_when_the_file_set_it(tmp_path, cap
 def test_a_swept_value_is_named_as_the_flag_though_the_file_sets_the_field(tmp_path, capsys):
     config = write(tmp_path / "p.yaml", "lr: 0.001\n")
     code, _, err = run_main(["train", "--config", str(config), "--sweep", "lr=-1,0.001", "--dry-run"], capsys)
-    error_line(code, err, "proxima train: error: --lr -1.0: must be positive")
+    error_line(code, err, "proxima train: error: --sweep lr: value -1.0: must be positive")
 
 
 # ------------------------------------------------------------------ 3. a key given twice
