@@ -322,7 +322,9 @@ def bench_lines(args, backends: list, num_envs: int) -> list:
 
                 line.graphs = trainer_graph_states(trainer)
     finally:
-        for _, _, trainer in built:
+        # last built first: each Trainer puts back the thread count and denormal flag it found, which
+        # for all but the first were an earlier Trainer's, so only this order leaves the caller's
+        for _, _, trainer in reversed(built):
             trainer.close()
     return [(line, cfg, trainer.device) for line, cfg, trainer in built]
 

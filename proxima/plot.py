@@ -345,7 +345,7 @@ def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str = "minm
     and a population of the same metrics.csv files draw the same curve. Returns dict(x, y, mean, lo,
     hi, n, count), arrays of shape (X,): y is ``stat`` over runs at each x ("mean", or "iqm": the
     interquartile mean, population_report.iqm_along); lo/hi are the min and max over runs
-    (band="minmax"), the mean -+ the population std (band="std"), or the 95% percentile-bootstrap
+    (band="minmax"), the mean -+ the sample std (ddof 1; 0 where one run has a value) (band="std"), or the 95% percentile-bootstrap
     interval of ``stat`` over runs (band="ci", population_report.bootstrap_band: BOOTSTRAP_RESAMPLES
     resamples, numpy default_rng(0), so an image is reproducible; NaN, no band, where fewer than 2
     runs have a value); count is the number of runs at each x.

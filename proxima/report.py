@@ -402,6 +402,37 @@ def missing_rows(metrics: dict, reached: Optional[int] = None, source: str = "")
     return out
 
 
+def resumed_into(meta: dict) -> Optional[str]:
+    """The checkpoint a run's first start resumed (``proxima resume FILE --run-dir DIR``: a loose
+    checkpoint continued into a new directory, whose meta.json records that resume's command), or
+    None. Its metrics.csv starts after that checkpoint's step: the rows before it are in the run the
+    file came from, not missing. A meta.json a resume recreated (recreated_at_step) records a resume's
+    command too, but of a run whose own rows those were."""
+    import os
+
+    command = meta.get("command")
+    if not isinstance(command, list) or meta.get("recreated_at_step") is not None:
+        return None
+    for i in range(1, len(command) - 1):  # the subcommand follows `proxima` or `-m proxima`
+        if command[i] == "resume" and os.path.basename(str(command[i - 1])) == "proxima":
+            return str(command[i + 1])
+    return None
+
+
+def _before_resume(missing: dict, checkpoint: Optional[str]) -> None:
+    """Moves the head gap (from iteration 1) of a run resumed into a new directory (resumed_into) from
+    ``gaps`` to ``before_resume``: (last iteration before the resume, its step or None, first logged
+    step, checkpoint). Those rows are the source run's: neither missing nor an edit."""
+    gaps = missing.get("gaps") or []
+    if checkpoint is None or not gaps or gaps[0][0] != 1:
+        return
+    _, last, _, upto = gaps[0]
+    # the resume's step is the first logged row's less one iteration's steps, where the steps say it
+    step = upto // (last + 1) * last if upto % (last + 1) == 0 else None
+    missing["gaps"] = gaps[1:]
+    missing["before_resume"] = (last, step, upto, checkpoint)
+
+
 def _iterations(first: int, last: Optional[int]) -> str:
     return (f"iteration {first:,}" if last == first else f"iterations {first:,}-{last:,}" if last is not None
             else f"iterations from {first:,}")
@@ -414,6 +445,13 @@ def _missing_notes(runs: list) -> list[str]:
     for r in runs:
         who = f"{r['name']}: " if len(runs) > 1 else ""
         missing = r["summary"].get("missing") or {}
+        if missing.get("before_resume"):
+            last, step, upto, checkpoint = missing["before_resume"]
+            at = f" at step {step:,}" if step is not None else ""
+            lines.append(f"- {who}metrics.csv starts at step {upto:,} (iteration {last + 1:,}): this run was resumed from "
+                         f"the checkpoint `{checkpoint}`{at} into a new directory, and the rows of "
+                         f"{_iterations(1, last)} are in the metrics.csv of the run it came from; the episodes finished "
+                         "count only this run's rows.")
         for first, last, after, upto in missing.get("gaps", []):
             lines.append(f"- {who}metrics.csv has no rows of {_iterations(first, last)} (between step {after:,} and step "
                          f"{upto:,}): rows missing (a resume from a cut metrics.csv, an edit); the episodes finished count "
@@ -615,13 +653,13 @@ def _eval_line(ev: dict) -> str:
 
 
 #: what report.md's two standard deviations are, said under each
-STD_OVER_EPISODES = ("\u00b1 is the standard deviation of a run's evaluation returns over its episodes, divided by the "
-                     "number of episodes (ddof 0, as np.std and SB3's evaluate_policy give it; eval.json's std_return).")
-STD_ACROSS_RUNS = ("std (n-1) is the sample standard deviation of the runs' final eval mean returns, divided by the number "
-                   "of runs - 1 (ddof 1): the runs are a sample of seeds.")
+STD_OVER_EPISODES = ("\u00b1 is the standard deviation of a run's evaluation returns over its episodes, its squared deviations "
+                     "averaged over the episodes (ddof 0, as np.std and SB3's evaluate_policy give it; eval.json's std_return).")
+STD_ACROSS_RUNS = ("std (n-1) is the sample standard deviation of the runs' final eval mean returns, its squared deviations "
+                   "summed and divided by the number of runs - 1 (ddof 1): the runs are a sample of seeds.")
 #: the same where some group's runs share a seed (or do not record one): no claim that they sample seeds
-STD_ACROSS_SAME_SEED = ("std (n-1) is the sample standard deviation of the runs' final eval mean returns, divided by the "
-                        "number of runs - 1 (ddof 1); only runs of distinct seeds are a sample of seeds.")
+STD_ACROSS_SAME_SEED = ("std (n-1) is the sample standard deviation of the runs' final eval mean returns, its squared deviations "
+                        "summed and divided by the number of runs - 1 (ddof 1); only runs of distinct seeds are a sample of seeds.")
 
 #: said of a run that compiled: its figures are whole-run ones, and a cold compile is tens of seconds
 COMPILE_NOTE = ("{who}--compile: wall time and throughput include torch.compile's compilation (in iteration 1 and in the "
@@ -772,7 +810,8 @@ def _machine(meta: dict) -> dict:
         "torch build": m.get("torch_build"), "CUDA": m.get("cuda"), "CUDA driver": m.get("cuda_driver"),
         "cuDNN": m.get("cudnn"), "GPUs": gpus or (m.get("gpu_count") if m else None), "bf16": m.get("bf16"),
         "git commit": _on_resume(meta, _git_code(meta), _git_code, _git_cell),
-        "host": meta.get("host"),
+        "host": _on_resume(meta, meta.get("host"), lambda r: r.get("host")),
+        "working directory": _on_resume(meta, meta.get("cwd"), lambda r: r.get("cwd")),
         "started": _recreated(meta, meta.get("started") or meta.get("created")),
         "command": _recreated(meta, _command_cell(command)),
         "resumes": _resume_count(meta.get("resumes")),
@@ -859,6 +898,9 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     def episodes(x):  # a sum over rows undercounts wherever rows are missing, a gap as well as a cut end
         missing = x.get("missing") or {}
         if x["episodes"] is None or not (missing.get("tail") or missing.get("gaps")):
+            before = missing.get("before_resume")
+            if x["episodes"] is not None and before and before[1] is not None:
+                return f"{x['episodes']:,} since step {before[1]:,} (resumed from `{before[3]}`)"
             return _num(x["episodes"])
         return f"at least {x['episodes']:,} (rows missing)"
 
@@ -1048,6 +1090,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
         steps = {k: v for k, v in steps.items() if isinstance(v, int) and not isinstance(v, bool)}
         reached = max(steps.values()) if steps else None
         summary["missing"] = missing_rows(m, reached, " and ".join(k for k, v in steps.items() if v == reached))
+        _before_resume(summary["missing"], resumed_into(meta))
         if summary["missing"]["tail"] and not diverged:  # short of its total by the step it reached, not by the file's
             progress, summary["total"] = run_progress(d, float(summary["missing"]["tail"][2]), config, meta)
         runs.append({"dir": d, "name": name, "env": run_env_id(d), "config": config, "meta": meta,

@@ -89,7 +89,7 @@ def test_report_std_across_runs_is_the_sample_std_and_says_so(tmp_path):
     # sqrt(((-10)^2 + 0 + 10^2) / 2) = 10; divided by n it would be 8.16
     assert "Final eval of Fake-v0 over 3 runs: mean 20.00, std (n-1) 10.00, min 10.00, max 30.00." in text
     assert "std (n-1) is the sample standard deviation of the runs' final eval mean returns" in text
-    assert "\u00b1 is the standard deviation of a run's evaluation returns over its episodes, divided by the number" in text
+    assert "\u00b1 is the standard deviation of a run's evaluation returns over its episodes, its squared deviations averaged over the episodes (ddof 0" in text
 
 
 # ------------------------------------------------------------------------------------ rows missing

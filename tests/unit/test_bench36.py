@@ -6,6 +6,7 @@ stand in for ``proxima train``, the Trainers and the clock."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -148,7 +149,10 @@ def test_backends_are_timed_in_turn_so_a_load_phase_does_not_skew_their_ratio(mo
     assert "".join(clock.order) == "n" * 13 + "g" * 7 + ("n" * 64 + "g" * 32) * 3
     assert [round(x, 2) for x in lines[0].samples["train"]] == [64.0, 21.33, 21.33]
     assert [round(x, 2) for x in lines[1].samples["train"]] == [32.0, 10.67, 10.67]
-    assert bench.table_rows(lines)[0][-1] == "2.0x (2.0-2.0)" and closed == ["native", "gymnasium"]
+    assert bench.table_rows(lines)[0][-1] == "2.0x (2.0-2.0)" and closed == ["gymnasium", "native"]  # last built closed first (each puts back what it found)
+    # each window's seconds (1 s, then 3 s under load) and each backend's own untimed warm-up
+    assert lines[0].seconds["train"] == lines[1].seconds["train"] == [1.0, 3.0, 3.0]
+    assert lines[0].warmup["train"] == [13 / 64] and lines[1].warmup["train"] == [7 / 32]
 
 
 def test_train_x_gym_is_the_median_and_range_of_the_per_round_ratios():
@@ -186,3 +190,23 @@ def test_gpu_session_stops_in_its_start_up_check_without_tensorboard_and_warns_o
     assert (r.returncode, r.stdout.splitlines()) == (2, lines), r.stderr
     assert (out / "summary.txt").read_text().splitlines() == lines  # and no step ran
     assert sorted(p.name for p in out.iterdir()) == ["import-error.txt", "summary.txt"]
+
+
+# ------------------------------------------------------------------------------------ proxima bench: --json, windows
+def test_json_lines_carry_each_native_lines_train_x_gym(monkeypatch, capsys):
+    """`proxima bench --json`: the native line's per-round ratios over Gymnasium's at its num_envs, the
+    Gymnasium line's null (bench_lines stubbed: no Trainer is built)."""
+    from tests.cli_helpers import run_main
+
+    def fake_lines(args, backends, n):
+        cfg = resolve("CartPole-v1")
+        per = {"native": [100.0, 300.0, 250.0], "gymnasium": [50.0, 100.0, 160.0]}
+        return [(bench.Line(b, n, samples={"train": per[b]}), cfg, "cpu") for b in backends]
+
+    monkeypatch.setattr(bench, "bench_lines", fake_lines)
+    code, out, err = run_main(["bench", "CartPole-v1", "--num-envs", "8", "--backend", "both", "--train-only",
+                               "--repeats", "3", "--json"], capsys)
+    assert code == 0, err
+    docs = {d["backend"]: d for d in map(json.loads, out.splitlines())}
+    assert docs["native"]["train_x_gym_rounds"] == [2.0, 3.0, 1.5625] and docs["native"]["train_x_gym"] == 2.0
+    assert docs["gymnasium"]["train_x_gym_rounds"] is None and docs["gymnasium"]["train_x_gym"] is None
