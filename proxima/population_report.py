@@ -654,6 +654,17 @@ def _row_cells(r: dict) -> str:
             f"{ci_cell(r['iqm_ci'], r['few'])} | {solved}")
 
 
+def _end_eval_errors(run_dir: Path) -> dict:
+    """{member dir: why its end-of-run evaluation failed} as population.json records it (``eval_error``)."""
+    try:
+        doc = read_run_json(Path(run_dir) / POPULATION_FILE)
+    except (RunFileError, OSError, ValueError):
+        return {}
+    entries = doc.get("member_dirs") if isinstance(doc, dict) else None
+    return {e["dir"]: e["eval_error"] for e in entries or [] if isinstance(e, dict) and isinstance(e.get("dir"), str)
+            and isinstance(e.get("eval_error"), str)}
+
+
 def _row_notes(run_dir: Path, r: dict, name: str, threshold: Optional[float], episodes: Optional[int]) -> list:
     """The notes under the table of the row ``r`` named ``name``: members left out and why, and
     evaluations of different episode counts."""
@@ -662,6 +673,12 @@ def _row_notes(run_dir: Path, r: dict, name: str, threshold: Optional[float], ep
         k, m = len(r["eval_missing"]), r["members"]
         how = (f"run `proxima report {run_dir} --episodes N` to evaluate them" if episodes is not None and episodes < 1 else
                f"the report could not evaluate {'them' if k != 1 else 'it'}: {_not_evaluated_note(r)}")
+        failed = {d: why for d, why in _end_eval_errors(run_dir).items() if d in r["eval_missing"]}
+        if failed and episodes is not None and episodes < 1:
+            # another evaluation of the same seeds meets the same failure: no advice to run one
+            rest = len(failed) < k
+            how = ("the end-of-run evaluation failed (population.json) for "
+                   + "; ".join(f"{d}: {why}" for d, why in failed.items()) + (f"; for the others, {how}" if rest else ""))
         old = r.get("stale_eval") or {}
         absent = [d for d in r["eval_missing"] if d not in old]
         which = ([f"{len(absent)} member{'s' if len(absent) != 1 else ''} without eval.json ({', '.join(absent)})"]
@@ -824,7 +841,11 @@ def verdict(ref_name: str, compared: list, ranked: str = "the highest IQM") -> s
         parts.append(f"not distinguishable from {', '.join(same)} at these seeds")
     if above:
         parts.append(f"not better than {', '.join(above)}")
-    return f"Y = {ref_name}: {ranked}; " + "; ".join(parts) + ". Run more seeds to tell them apart."
+    # every pair tied (returns identical, e.g. all at the env's cap): more seeds give more ties, not an answer
+    tied = all(c["ci"] is not None and c["ci"][0] == c["ci"][1] == 0.5 for _, c in measured)
+    advice = ("The settings' returns are identical, which more seeds cannot tell apart." if tied else
+              "Run more seeds to tell them apart.")
+    return f"Y = {ref_name}: {ranked}; " + "; ".join(parts) + ". " + advice
 
 
 def compare_rows(row: dict, ref: dict) -> dict:
@@ -970,7 +991,12 @@ def provenance_section(run_dir: Path, doc: dict) -> list:
         lines += ["", f"- note: these fields are not swept yet differ between members: {', '.join(k for k, _ in differ)} "
                       "(each member's `config.yaml` has its own)."]
     missing = [d.name for d in dirs if d.name not in present and d.name not in unread]
-    notes = ([f"- note: no config.yaml in {', '.join(missing)}."] if missing else []) + [f"- note: {u}." for u in unread.values()]
+    # a config.yaml that is there but empty (or not a mapping) reads as {} too: said so, not as missing
+    empty = [name for name in missing if (Path(run_dir) / name / "config.yaml").exists()]
+    absent = [name for name in missing if name not in empty]
+    notes = (([f"- note: no config.yaml in {', '.join(absent)}."] if absent else [])
+             + ([f"- note: config.yaml holds no fields (empty or not a mapping) in {', '.join(empty)}."] if empty else [])
+             + [f"- note: {u}." for u in unread.values()])
     lines += [""] + notes if notes else []
     lines.append("")
     metas, bad = {}, []

@@ -926,11 +926,13 @@ def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> l
 
 
 def _write_population_json(run_dir: Path, pop: Population, seeds, sweep: dict, dirs, argv=None, wall=None, evals=None,
-                           drop_evals: bool = False) -> None:
+                           drop_evals: bool = False, eval_errors: Optional[dict] = None) -> None:
     """population.json from the population's state: its target (total_timesteps_per_member, rewritten
     when a resume extends it), each member's divergence (``diverged``: iteration, global_step,
     reason; absent for a healthy member) and, with ``evals``, each member's eval mean; without, the
-    file's earlier ones are kept unless ``drop_evals`` (a resume has trained past them)."""
+    file's earlier ones are kept unless ``drop_evals`` (a resume has trained past them). ``eval_errors``:
+    {member index: why its end-of-run evaluation failed}, recorded as its ``eval_error`` (a report then
+    says why it has no eval.json rather than advising an evaluation that meets the same failure)."""
     path = run_dir / POPULATION_FILE
     try:  # the run's own file, checked at resume (read_population_doc); never a traceback at the end of a run
         doc = read_population_doc(run_dir) if path.exists() else {}
@@ -947,6 +949,8 @@ def _write_population_json(run_dir: Path, pop: Population, seeds, sweep: dict, d
             entry["eval_mean_return"] = before["eval_mean_return"]
         if pop.diverged_at[i] is not None:
             entry["diverged"] = dict(pop.diverged_at[i])
+        if eval_errors and i in eval_errors:
+            entry["eval_error"] = eval_errors[i]
         entries.append(entry)
     doc.update({
         "kind": "ppo-population", "env_id": pop.cfg.env_id, "members": len(dirs), "seeds": list(seeds),
@@ -1062,13 +1066,15 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
     from .evaluate import EVAL_SEED_OFFSET, current_eval, evaluate
     from .guards import NonFiniteError
 
-    def failed(e: Exception, index: Optional[int]):
-        # as a single run's: training is done and kept; which member's evaluation failed, by its directory
+    def failed(e: Exception, index: Optional[int], left: list):
+        # as a single run's: training is done and kept; which member's evaluation failed, by its directory,
+        # and which members have no eval.json because of it (a report would otherwise leave them out unsaid)
         found = re.search(r"\bmember (\d+) env\b", str(e)) if index is None else None
         index = int(found.group(1)) if found and int(found.group(1)) < len(dirs) else index
         who = f"{dirs[index]}: " if index is not None else ""
         kept = f" ({finished})" if finished is not None else ""
-        return type(e)(f"{who}{e}; training finished, its checkpoints are kept{kept}")
+        names = ", ".join(dirs[j].name for j in left)
+        return type(e)(f"{who}{e}; training finished, its checkpoints are kept{kept}; left unevaluated (no eval.json): {names}")
 
     evals = []
     wanted = evaluate_at_end and pop.cfg.eval_episodes > 0
@@ -1080,12 +1086,18 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
     reused = wanted and all(c is not None for c, at in zip(current, pop.diverged_at) if at is None)
     if reused:
         wanted, evals = False, [None if c is None else c["mean_return"] for c in current]
+    healthy = [i for i, at in enumerate(pop.diverged_at) if at is None]
     # every member at once where the population can (what evaluate() gives each member's policy)
     try:
         seeds_of_eval = [c.seed + EVAL_SEED_OFFSET for c in pop.configs]
         batched = pop.evaluate_members(pop.cfg.eval_episodes, seeds_of_eval) if wanted else None
     except (EnvError, NonFiniteError, ckpt.CheckpointError) as e:  # its line names the member's index: "member 2 env 0"
-        raise failed(e, None) from None
+        error = failed(e, None, healthy)  # one batched env: no member got an evaluation
+        # the run's final record (its wall time) is written all the same: training did finish
+        _write_population_json(run_dir, pop, seeds, sweep, dirs, wall=wall, evals=[None] * len(dirs),
+                               eval_errors={i: str(error) for i in healthy})
+        raise error from None
+    errors: dict = {}
     for i, (cfg, d) in enumerate(zip(pop.configs, dirs) if not reused else ()):
         if not wanted or pop.diverged_at[i] is not None:  # a diverged member's frozen weights are no result
             evals.append(None)
@@ -1098,14 +1110,21 @@ def _finish(run_dir: Path, pop: Population, dirs, seeds, sweep: dict, wall: floa
             try:
                 result = evaluate(policy, episodes=cfg.eval_episodes, seed=cfg.seed + EVAL_SEED_OFFSET, backend=cfg.backend)
             except (EnvError, NonFiniteError, ckpt.CheckpointError) as e:
-                raise failed(e, i) from None
+                # one member's failure is its own: the members after it are still evaluated
+                errors[i] = e
+                evals.append(None)
+                continue
         # the step it evaluates: a report tells a final evaluation from one a later resume left behind
         write_atomic(d / "eval.json", json.dumps({**result, "global_step": step}, indent=2))
         evals.append(result["mean_return"])
     if wanted or reused:
-        _write_population_json(run_dir, pop, seeds, sweep, dirs, wall=wall, evals=evals)
+        _write_population_json(run_dir, pop, seeds, sweep, dirs, wall=wall, evals=evals,
+                               eval_errors={i: str(e) for i, e in errors.items()})
     else:  # --eval-episodes 0: the evaluations still on disk (a finished run resumed with nothing to train) stay
         _write_population_json(run_dir, pop, seeds, sweep, dirs, wall=wall)
+    if errors:
+        first = min(errors)
+        raise failed(errors[first], first, sorted(errors)) from None
     if not quiet and any(e is not None for e in evals):  # one line per setting: settings are not pooled
         lines = [f"eval {pop.cfg.env_id}{' ' + label if label else ''}: "
                  + (f"{len(done)} members, mean of means {sum(done) / len(done):.2f} (min {min(done):.2f}, max {max(done):.2f})"

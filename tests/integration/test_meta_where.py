@@ -93,3 +93,11 @@ def test_a_population_records_the_command_typed_and_a_python_resume_the_call(tmp
     assert code == 0, err
     entry = json.loads((members[1] / "meta.json").read_text())["resumes"][-1]
     assert entry["command"] == [sys.executable, "-m", "proxima", "resume", str(run_dir), "--total-timesteps", "192", "--quiet"]
+    # `train ENV --seeds S --resume RUN`: that typed line too, not the Python call's placeholder
+    typed = ["train", "CartPole-v1", "--seeds", "1-2", "--resume", str(run_dir), "--total-timesteps", "256", "--quiet"]
+    monkeypatch.setattr(sys, "argv", [main, *typed])
+    code, _, err = run_main(typed, capsys)
+    assert code == 0, err
+    entry = json.loads((members[0] / "meta.json").read_text())["resumes"][-1]
+    assert len(json.loads((members[0] / "meta.json").read_text())["resumes"]) == 3
+    assert entry["command"] == [sys.executable, "-m", "proxima", *typed]

@@ -16,6 +16,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+import yaml
 
 from proxima import checkpoint as ckpt
 from proxima import population_report as pr
@@ -160,13 +161,46 @@ def eval_nan_env(tmp_path, monkeypatch):
 
 
 def test_a_nan_in_a_members_end_of_run_evaluation_names_it_and_says_training_is_kept(tmp_path, capsys, eval_nan_env):
+    """m001-seed2's evaluation meets a NaN: m002-seed3 after it is still evaluated, population.json
+    still gets its wall time and records the failure, and the report says why m001 has no eval.json
+    rather than advising an evaluation that meets the same NaN."""
     run = tmp_path / "pop"
-    code, _, err = run_main(["train", "evalnan36:EvalNaN", "--seeds", "1-2", *TINY_POP, "--total-timesteps", "32",
+    code, _, err = run_main(["train", "evalnan36:EvalNaN", "--seeds", "1-3", *TINY_POP, "--total-timesteps", "32",
                              "--eval-episodes", "1", "--quiet", "--run-dir", str(run)], capsys)
     last = ckpt.list_checkpoints(run)[-1]
     line = error_line(code, err, f"{run / 'm001-seed2'}: non-finite reward nan from env 0 at evaluation step 3")
-    assert line.endswith(f"; training finished, its checkpoints are kept ({last})")
+    assert line.endswith(f"; training finished, its checkpoints are kept ({last}); left unevaluated (no eval.json): "
+                         "m001-seed2")
     assert (run / "m000-seed1" / "eval.json").is_file() and not (run / "m001-seed2" / "eval.json").exists()
+    assert (run / "m002-seed3" / "eval.json").is_file()  # the member after the failed one is still evaluated
+    doc = json.loads((run / "population.json").read_text())
+    assert isinstance(doc["wall_seconds"], float)  # the run's final record, written though the evaluation failed
+    entries = {e["dir"]: e for e in doc["member_dirs"]}
+    assert "non-finite reward nan" in entries["m001-seed2"]["eval_error"]
+    assert "eval_error" not in entries["m002-seed3"] and entries["m002-seed3"]["eval_mean_return"] == 8.0
+    text = _report(run, capsys)
+    assert "--episodes N" not in text
+    assert ("left out rather than mixed with training returns: the end-of-run evaluation failed (population.json) for "
+            "m001-seed2: non-finite reward nan") in text
+
+
+def test_an_empty_member_config_yaml_is_said_to_be_empty_not_missing(tmp_path, capsys):
+    run = cmp._population(tmp_path / "S", {0.1: [1.0, 2.0], 0.2: [3.0, 4.0]})
+    names = [e["dir"] for e in json.loads((run / "population.json").read_text())["member_dirs"]]
+    (run / names[0] / "config.yaml").write_text("")
+    (run / names[1] / "config.yaml").unlink()
+    section = _report(run, capsys).split("## Config and versions", 1)[1]
+    assert f"- note: config.yaml holds no fields (empty or not a mapping) in {names[0]}." in section
+    assert f"- note: no config.yaml in {names[1]}." in section
+
+
+def test_identical_returns_at_the_cap_are_not_advised_more_seeds(tmp_path, capsys):
+    """Every member at CartPole's cap: P(X > Y) is 0.5 with CI [0.50, 0.50], which contains 0.5 (not
+    told apart) and which more seeds cannot change."""
+    run = cmp._population(tmp_path / "S", {0.1: [500.0] * 5, 0.2: [500.0] * 5})
+    assert _verdict(_report(run, capsys)) == (
+        "Y = lr=0.1: the highest IQM; not distinguishable from lr=0.2 (P(X > Y) CI [0.50, 0.50] contains 0.5) at "
+        "these seeds. The settings' returns are identical, which more seeds cannot tell apart.")
 
 
 class _EvalGlitch(NativeEnv):
@@ -203,7 +237,10 @@ def test_a_nan_in_the_batched_evaluation_of_members_names_the_members_directory(
     code, _, err = run_main(["train", "EvalGlitch-v0", "--seeds", "1-2", *TINY_POP, "--total-timesteps", "32",
                              "--eval-episodes", "3", "--quiet", "--run-dir", str(run)], capsys)
     line = error_line(code, err, f"{run / 'm001-seed2'}: non-finite reward nan from member 1 env 1 at evaluation step 3")
-    assert line.endswith(f"; training finished, its checkpoints are kept ({ckpt.list_checkpoints(run)[-1]})")
+    # one batched env for all members: none got an evaluation, which the line says; the wall time is recorded
+    assert line.endswith(f"; training finished, its checkpoints are kept ({ckpt.list_checkpoints(run)[-1]}); "
+                         "left unevaluated (no eval.json): m000-seed1, m001-seed2")
+    assert "wall_seconds" in json.loads((run / "population.json").read_text())
 
 
 # ------------------------------------------------------------------ 6. a refused swept value names --sweep
@@ -225,3 +262,94 @@ def test_the_docs_list_init_from_as_refused_and_say_how_to_export_a_member():
     flat = " ".join(text.split())
     assert "proxima train ENV --init-from RUN/<member dir>" in flat and "proxima eval RUN/<member dir>" in flat
     assert re.search(r"not ranked", flat) and "not distinguishable from" in flat and "## Config and versions" in flat
+
+
+# ------------------------------------------------------------------ 7. verdict and notes, case by case
+def test_a_setting_without_an_interval_is_not_distinguishable(tmp_path, capsys):
+    """lr=0.2 has 1 member: no CI, so the verdict cannot say lr=0.1 is told apart from it."""
+    run = cmp._population(tmp_path / "S", {0.1: [100.0, 102.0, 104.0, 106.0, 108.0], 0.2: [1.0]})
+    assert _verdict(_report(run, capsys)) == (
+        "Y = lr=0.1: the highest IQM; not distinguishable from lr=0.2 (P(X > Y) 0.00, no CI: fewer than "
+        f"{pr.MIN_CI_MEMBERS} members) at these seeds. Run more seeds to tell them apart.")
+
+
+def test_a_verdict_with_nothing_measured_says_nothing_is_compared():
+    line = pr.verdict("A", [("B", {"p": None, "ci": None, "few": False, "why": "x"})])
+    assert line == "Y = A: the highest IQM; no other setting is compared with it (see the notes below)."
+
+
+def test_a_distinguishable_verdict_from_few_members_carries_the_dagger_caveat(tmp_path, capsys):
+    run = cmp._population(tmp_path / "S", {0.1: [100.0, 102.0, 104.0], 0.2: [1.0, 2.0, 3.0]})
+    assert _verdict(_report(run, capsys)).endswith(
+        "(each P(X > Y) 95% CI lies below 0.5; \u2020 intervals of fewer than 5 members cover well under 95%).")
+
+
+def _three_settings(run: Path) -> Path:
+    """lr=0.1 stable (IQM 145); lr=0.2 loses 4 of 10 (IQM of survivors 335, the highest); lr=0.3 loses 2."""
+    stable = [100.0 + 10 * k for k in range(10)]
+    unstable = [10.0, 20.0, 30.0, 40.0, 310.0, 320.0, 330.0, 340.0, 350.0, 360.0]
+    lower = [5.0, 6.0, 150.0, 160.0, 170.0, 180.0, 190.0, 200.0, 210.0, 220.0]
+    cmp._population(run, {0.1: stable, 0.2: unstable, 0.3: lower})
+    _mark_diverged(run, [f"m{10 + k:03d}-seed{11 + k}-lr0.2" for k in range(4)]
+                   + [f"m{20 + k:03d}-seed{21 + k}-lr0.3" for k in range(2)])
+    return run
+
+
+def test_only_the_top_diverged_setting_is_said_to_have_had_the_highest_iqm(tmp_path, capsys):
+    text = _report(_three_settings(tmp_path / "S"), capsys)
+    assert text.count("had the highest IQM") == 1 and "- lr=0.2 had the highest IQM, 335.0," in text
+    assert text.count("has an IQM of") == 1 and "- lr=0.3 has an IQM of 185.0 over its 8 surviving members of 10" in text
+
+
+def test_a_report_of_two_populations_notes_the_setting_not_ranked(tmp_path):
+    first = _three_settings(tmp_path / "A")
+    second = cmp._population(tmp_path / "B", {0.1: [100.0, 102.0, 104.0, 106.0, 108.0]})
+    out = pr.build_populations_report([first, second], out=tmp_path / "cmp.md", episodes=0).read_text()
+    assert "had the highest IQM, 335.0, over its 6 surviving members of 10; 4 diverged: not ranked" in out
+
+
+def test_the_diverged_count_is_of_diverged_members_only(tmp_path, capsys):
+    """4 of lr=0.2's members diverged and a 5th lacks eval.json: 5 are used, "(4 diverged)", not 5."""
+    stable = [100.0 + 10 * k for k in range(10)]
+    run = cmp._population(tmp_path / "S", {0.1: stable, 0.2: [200.0 + k for k in range(10)]})
+    _mark_diverged(run, [f"m{10 + k:03d}-seed{11 + k}-lr0.2" for k in range(4)])
+    (run / "m014-seed15-lr0.2" / "eval.json").unlink()
+    rows = [line for line in _report(run, capsys).splitlines() if line.startswith("| lr=0.2 |")]
+    assert rows[0].split("|")[2].strip() == "5 of 10 (4 diverged)"
+
+
+# ------------------------------------------------------------------ 8. provenance of a real population
+def test_the_config_section_of_a_trained_population(tmp_path, capsys):
+    """A real population's members record their own run_dir and seed: neither is "shared" nor a
+    difference; a member's field that differs only in the middle one is noted; a config.yaml gone, an
+    unreadable config.yaml and meta.json are named and the report still exits 0; another git commit
+    alone is noted; the command is not a machine row (population.json's line above says it)."""
+    run = tmp_path / "pop"
+    code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1-4", *TINY_POP, "--total-timesteps", "32",
+                             "--eval-episodes", "0", "--quiet", "--run-dir", str(run)], capsys)
+    assert code == 0, err
+    names = [e["dir"] for e in json.loads((run / "population.json").read_text())["member_dirs"]]
+    assert all("run_dir" in (run / n / "config.yaml").read_text() for n in names)
+    section = _report(run, capsys).split("## Config and versions", 1)[1]
+    assert "- sweep: none (seeds only)" in section
+    assert "| run_dir |" not in section and "| seed |" not in section and "| env_id | CartPole-v1 |" in section
+    assert "not swept yet differ" not in section and "other versions or another git commit" not in section
+    assert "| command |" not in section
+    # m001 alone edited: its first and last members agree, yet the field is not shared
+    cfg = yaml.safe_load((run / names[1] / "config.yaml").read_text())
+    (run / names[1] / "config.yaml").write_text(yaml.safe_dump({**cfg, "clip_obs": 5.0}))
+    meta = json.loads((run / names[2] / "meta.json").read_text())
+    meta["git_commit"] = "0123abc"  # the same versions, another commit
+    (run / names[2] / "meta.json").write_text(json.dumps(meta))
+    (run / names[3] / "config.yaml").unlink()
+    section = _report(run, capsys).split("## Config and versions", 1)[1]
+    assert "- note: these fields are not swept yet differ between members: clip_obs" in section
+    assert f"- note: no config.yaml in {names[3]}." in section
+    assert f"recorded other versions or another git commit than {names[0]}: {names[2]} " in section
+    # unreadable files: named, never the report's failure
+    (run / names[1] / "config.yaml").write_text("a: *undefined\n")
+    (run / names[2] / "meta.json").write_text("{not json")
+    section = _report(run, capsys).split("## Config and versions", 1)[1]
+    notes = [line for line in section.splitlines() if line.startswith("- note: ")]
+    assert any(names[1] in n and "config.yaml" in n for n in notes), notes
+    assert any(names[2] in n and "meta.json" in n for n in notes), notes

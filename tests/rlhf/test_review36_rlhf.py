@@ -14,7 +14,7 @@ import yaml
 from rlhf_assets import save_gpt2, save_reward_model
 
 from proxima.rlhf import loop
-from proxima.rlhf.api import resume
+from proxima.rlhf.api import DEVICE_LEFT_DEFAULT, resume
 from proxima.rlhf.data import PromptRow
 from proxima.rlhf.demo import SPECIALS, build_tokenizer
 from proxima.rlhf.rewards import RewardBatch, RewardModel
@@ -180,6 +180,10 @@ def test_a_new_run_from_a_runs_config_yaml_gets_a_new_directory_from_any_folder(
     assert yaml.safe_load((tmp_path / "runs" / made[0] / "config.yaml").read_text())["run_dir"] == str(
         tmp_path / "runs" / made[0])
     assert config.read_bytes() == before and (tmp_path / "runs" / "a1" / "checkpoints" / "step_000001.pt").is_file()
+    # --run-dir typed: that run's directory is not taken, so no note says "this run gets a new one"
+    code, _, err = run_main(["rlhf", "--config", "runs/a1/config.yaml", "--steps", "1", "--run-dir", "runs/b"], capsys)
+    assert code == 0 and err.strip() == "", err
+    assert (tmp_path / "runs" / "b" / "checkpoints" / "step_000001.pt").is_file()
 
     # a config.yaml of an older version records run_dir relative to where that run started
     config.write_text(config.read_text().replace(f"run_dir: {tmp_path / 'runs' / 'a1'}", "run_dir: runs/a1"))
@@ -218,6 +222,8 @@ def test_a_visible_gpu_left_unused_by_the_default_device_is_noted_and_done_label
     assert err.strip() == ("proxima rlhf: note: CUDA is available, but this run trains on the CPU (--device defaults "
                            "to cpu); pass --device cuda (or --device auto) to train on the GPU")
     assert yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())["device"] == "cpu"
+    # the CLI's "left at the default" is its own: a later train_rlhf(cfg) in this process is not told it was
+    assert DEVICE_LEFT_DEFAULT.get() is False
     s = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert out.strip() == (f"done: 1 steps in {s['seconds']:.1f} s; score {s['reward_first']:+.3f} (first 10% of "
                            f"steps) -> {s['reward_last']:+.3f} (last 10%), KL {s['kl_last']:.3f} (last 10%); "
@@ -243,3 +249,84 @@ def test_the_released_config_json_names_its_dtype_for_transformers_4_too(tiny_cf
     config = json.loads((tmp_path / "run" / "policy" / "config.json").read_text())
     assert config["torch_dtype"] == config["dtype"] == dtype
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "policy").dtype == getattr(torch, dtype)
+
+
+def test_torch_dtype_is_added_in_each_sub_config_too(tmp_path):
+    """A multimodal release: 4.x reads text_config.torch_dtype for the language model's weights."""
+    from proxima.rlhf.rundir import add_torch_dtype
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llava", "dtype": "bfloat16", "text_config": {"model_type": "llama", "dtype": "bfloat16"},
+        "vision_config": {"model_type": "clip_vision_model", "dtype": "float16"}}))
+    add_torch_dtype(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["torch_dtype"] == config["text_config"]["torch_dtype"] == "bfloat16"
+    assert config["vision_config"]["torch_dtype"] == "float16"
+
+
+# ---------------------------------------------------------------- 6. conversations and the wrapping tokens
+def conversations(n=2):
+    rows = [PromptRow([{"role": "user", "content": "the movie was"}], {}, line=i + 1) for i in range(n)]
+    responses = ["good", "really bad and slow"][:n]
+    return rows, responses, [f"the movie was {r}" for r in responses]
+
+
+def test_a_conversation_read_by_a_reward_model_without_a_chat_template_gets_its_cls_and_sep(bert_rm):
+    """BERT has no chat template: it reads the policy's text with its post-processor's [CLS] ... [SEP]."""
+    rm = RewardModel(str(bert_rm), CPU)
+    rm.read_with(build_tokenizer())
+    rows, responses, texts = conversations()
+    ids = rm.encode(rows, responses, texts)
+    assert ids == [rm.tokenizer(rm.render(r, s, t))["input_ids"] for r, s, t in zip(rows, responses, texts)]
+    assert all(x[0] == rm.tokenizer.cls_token_id and x[-1] == rm.tokenizer.sep_token_id for x in ids)
+
+
+CONTENT_ONLY = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+
+
+@pytest.fixture(scope="module")
+def named_bos_rm(tmp_path_factory):
+    """As GPT-2's tokenizer (<|endoftext|>): a BOS named, none added to plain text; a chat template."""
+    from tokenizers import processors
+
+    tok = m28.chat_tokenizer(CONTENT_ONLY)
+    tok._tokenizer.post_processor = processors.TemplateProcessing(single="$A", special_tokens=[])
+    return save_reward_model(tmp_path_factory.mktemp("r36_named_bos_rm") / "rm", tokenizer=tok)
+
+
+def test_a_chat_template_text_of_a_gpt2_style_reward_model_gets_no_bos(named_bos_rm):
+    """A tokenizer that names a BOS but adds none: a templated text gets none either."""
+    rm = RewardModel(str(named_bos_rm), CPU)
+    assert rm.tokenizer.bos_token_id is not None and rm.prefix == [] and rm.tokenizer.chat_template == CONTENT_ONLY
+    rows, responses, texts = conversations()
+    ids = rm.encode(rows, responses, texts)
+    assert ids == [rm.tokenizer(rm.render(r, s, t), add_special_tokens=False)["input_ids"]
+                   for r, s, t in zip(rows, responses, texts)]
+    assert all(rm.tokenizer.bos_token_id not in x for x in ids)
+
+
+def test_a_chat_template_text_gets_no_eos_from_the_post_processor(bos_eos_rm):
+    """The template places its own special tokens ([BOS] ... <|end|>): the post-processor's [EOS] is not
+    added after it."""
+    rm = RewardModel(str(bos_eos_rm), CPU)
+    assert rm.suffix == [rm.tokenizer.eos_token_id]
+    rows, responses, texts = conversations()
+    ids = rm.encode(rows, responses, texts)
+    assert ids == [rm.tokenizer(rm.render(r, s, t), add_special_tokens=False)["input_ids"]
+                   for r, s, t in zip(rows, responses, texts)]
+    assert all(x[0] == rm.tokenizer.bos_token_id and rm.tokenizer.eos_token_id not in x for x in ids)
+
+
+def test_a_prefix_only_wrapper_that_is_not_a_bos_is_found():
+    """A post-processor "[CLS] $A" with no bos_token: the prefix is [CLS], found at the last offset."""
+    from tokenizers import processors
+
+    from proxima.rlhf.rewards import wrapping_tokens
+
+    tok = m28.chat_tokenizer()
+    tok.bos_token = None
+    cls = tok.convert_tokens_to_ids("<|user|>")
+    tok._tokenizer.post_processor = processors.TemplateProcessing(single="<|user|> $A",
+                                                                   special_tokens=[("<|user|>", cls)])
+    assert tok("the")["input_ids"][0] == cls
+    assert wrapping_tokens(tok) == ([cls], [])
