@@ -962,7 +962,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "with --cudagraphs, \"cudagraphs_live\" says whether every part was replayed as a graph (false: a capture "
                    "failed and that part ran eagerly) and \"timed_eager\" lists the measures timed with eager calls "
                    "(env and rollout: only train replays the graphs); \"intra_op\" and \"paired\" say how --threads ran "
-                   "(paired: actor and critic side by side for some batch of 2,048+ rows)")
+                   "(paired: actor and critic side by side for some batch of 2,048+ rows); \"train_x_gym\" is the median of "
+                   "the per-round training ratios over Gymnasium (\"train_x_gym_rounds\": each round's; null on Gymnasium's "
+                   "line); with --compile, \"compile_eager\" names a step that ran eagerly after all")
     p.add_argument("--out", default=None, metavar="FILE", help="also write the results as Markdown (table, machine, "
                    "command) to FILE, e.g. benchmarks/results/bench-CartPole-v1-cpu.md; when FILE exists, they are appended "
                    "to it as a new dated section and what it holds is kept (default: print only)")

@@ -1114,7 +1114,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="legend name of the curve RUN_DIR DIR is drawn in (a run's line, a group's statistic: "
                    "'NAME: mean of 3 runs', a population's panel); repeat for several")
     p.add_argument("--dpi", type=int_arg, default=DEFAULT_DPI, metavar="N",
-                   help=f"pixels per inch of a .png (default {DEFAULT_DPI}; 300 for print). A .pdf embeds TrueType "
+                   help=f"pixels per inch of a .png, 1 to {MAX_DPI} (default {DEFAULT_DPI}; 300 for print). A .pdf embeds TrueType "
                    "fonts, not Type 3")
 
 
@@ -1144,26 +1144,39 @@ def _is_run(d: Path) -> bool:
     return os.path.lexists(d / "metrics.csv") or os.path.lexists(d / "meta.json") or is_population(d)
 
 
-def expand_run_folders(run_dirs: Sequence[PathLike]) -> list[Path]:
+def expand_run_folders(run_dirs: Sequence[PathLike], notes: Optional[list] = None) -> list[Path]:
     """The directories given, a folder that is no run but holds run directories (``plot runs``, as
-    ``plot runs/*``) replaced by those, sorted by name, with a note on stderr saying how many: its
-    runs are what was meant, and "not a run directory" would only say what it is not. Only the
-    folder's own subfolders count (not deeper, nor hidden ones: .ipynb_checkpoints); a folder with
-    none is kept, for its error."""
+    ``plot runs/*``) replaced by those, sorted by name, with a note saying how many (and how many are
+    populations): its runs are what was meant, and "not a run directory" would only say what it is
+    not. Only the folder's own subfolders count (not deeper, nor hidden ones: .ipynb_checkpoints); a
+    subfolder that itself holds runs (runs/acro/s1) is named in the note as skipped, with what to give
+    instead. A folder with none is kept, for its error. The notes go to ``notes`` when given (the CLI
+    prints them once its flags are found good), else to stderr."""
+    from .population_report import is_population
+
     out = []
     for d in map(Path, run_dirs):
         if not d.is_dir() or _is_run(d):
             out.append(d)
             continue
         try:
-            inside = sorted(c for c in d.iterdir() if not c.name.startswith(".") and c.is_dir() and _is_run(c))
+            subs = sorted(c for c in d.iterdir() if not c.name.startswith(".") and c.is_dir())
+            inside = [c for c in subs if _is_run(c)]
+            nested = [c for c in subs if not _is_run(c) and any(g.is_dir() and _is_run(g) for g in c.iterdir())]
         except OSError:  # unreadable: its own error says so
-            inside = []
+            inside, nested = [], []
         if not inside:
             out.append(d)
             continue
-        sys.stderr.write(printable(f"proxima: note: {d} is not a run directory; plotting the {len(inside)} run "
-                                   f"director{'y' if len(inside) == 1 else 'ies'} in it") + "\n")
+        pops = sum(is_population(c) for c in inside)
+        what = (f"the {len(inside)} run director{'y' if len(inside) == 1 else 'ies'}" if not pops else
+                f"the {len(inside)} director{'y' if len(inside) == 1 else 'ies'} ({len(inside) - pops} run"
+                f"{'' if len(inside) - pops == 1 else 's'}, {pops} population{'' if pops == 1 else 's'})")
+        line = f"proxima: note: {d} is not a run directory; plotting {what} in it"
+        if nested:  # only one level is read: the runs one level further down were meant too, most likely
+            line += (f"; skipped {', '.join(c.name for c in nested)}, which hold{'s' if len(nested) == 1 else ''} runs "
+                     f"a level deeper (give them too: {nested[0]}/*)")
+        (notes.append if notes is not None else lambda t: sys.stderr.write(t + "\n"))(printable(line))
         out.extend(inside)
     return out
 
@@ -1171,14 +1184,23 @@ def expand_run_folders(run_dirs: Sequence[PathLike]) -> list[Path]:
 def parse_labels(texts: Sequence[str], run_dirs: Sequence[Path]) -> dict[Path, str]:
     """{directory: NAME} of the ``--label DIR=NAME`` given. DIR is one of ``run_dirs`` (as given or
     any path to it), found by trying each ``=`` in turn, so a NAME may hold one (``lr=0.001``);
-    PlotError naming the --label otherwise, and for an empty NAME or a DIR labelled twice."""
+    PlotError naming the --label otherwise (no ``=``; a DIR not plotted, with those that are, or a
+    folder holding them), and for an empty NAME or a DIR labelled twice."""
     known = {d.resolve(): d for d in run_dirs}
     labels: dict[Path, str] = {}
     for text in texts:
         cuts = [i for i, c in enumerate(text) if c == "="]
         hit = next((i for i in cuts if Path(text[:i]).resolve() in known), None) if text[:1] != "=" else None
         if hit is None:
-            raise PlotError(f"--label {text}: give DIR=NAME, DIR one of the directories plotted")
+            if not cuts or text[:1] == "=":
+                raise PlotError(f"--label {text}: give DIR=NAME, DIR one of the directories plotted")
+            given = Path(text[:cuts[0]])
+            shown = ", ".join(str(d) for d in list(run_dirs)[:4]) + (", ..." if len(run_dirs) > 4 else "")
+            under = [d for d in run_dirs if given.resolve() in d.resolve().parents]
+            if under:
+                raise PlotError(f"--label {text}: {given} is a folder of the runs plotted; label one of them "
+                                f"(e.g. --label {under[0]}=NAME)")
+            raise PlotError(f"--label {text}: {given} is not one of the directories plotted ({shown})")
         d, name = known[Path(text[:hit]).resolve()], text[hit + 1:]
         if not name.strip():
             raise PlotError(f"--label {text}: NAME is empty")
@@ -1196,8 +1218,12 @@ def run(args) -> int:
         if problem:
             sys.stderr.write(f"{prog}: error: {printable(problem)}\n")
             return 2
+    if not 1 <= args.dpi <= MAX_DPI:  # before any note on what would be plotted: one line
+        sys.stderr.write(f"{prog}: error: --dpi {args.dpi}: must be a whole number from 1 to {MAX_DPI}\n")
+        return 2
+    notes: list = []
     # `plot RUN RUN` is one run: its curve goes where one run's goes
-    run_dirs = unique_dirs(expand_run_folders(args.run_dirs))
+    run_dirs = unique_dirs(expand_run_folders(args.run_dirs, notes))
     if len(run_dirs) == 1 and not _is_run(run_dirs[0]):  # nor a folder of runs: expand_run_folders kept it
         sys.stderr.write(f"{prog}: error: {printable(str(run_dirs[0]))}: not a run directory (no metrics.csv), nor a "
                          "folder holding run directories; give RUN_DIR (e.g. runs/CartPole-v1__1__<time>)\n")
@@ -1206,6 +1232,8 @@ def run(args) -> int:
         out = run_dirs[0] / "curve.png" if len(run_dirs) == 1 else Path("curve.png")
     try:
         labels = parse_labels(args.label, run_dirs)
+        for line in notes:
+            sys.stderr.write(line + "\n")
         path = plot_runs(run_dirs, out, metric=args.metric, x=args.x, smooth=args.smooth, band=args.band, title=args.title,
                          stat=args.stat, dpi=args.dpi, labels=labels)
     except PlotError as e:

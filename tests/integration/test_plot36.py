@@ -130,7 +130,9 @@ def test_label_names_a_run_a_group_and_a_population(tmp_path, capsys):
     code, _, err = run_main(["plot", str(a), str(b), "--label", f"{a}=X", "--label", f"{b}=Y", "--out", str(out)], capsys)
     error_line(code, err, f"--label: {a} and {b} are one curve (same env and settings) but labelled 'X' and 'Y'")
     code, _, err = run_main(["plot", str(a), "--label", f"{tmp_path / 'zz'}=X", "--out", str(out)], capsys)
-    error_line(code, err, "give DIR=NAME, DIR one of the directories plotted")
+    error_line(code, err, f"--label {tmp_path / 'zz'}=X: {tmp_path / 'zz'} is not one of the directories plotted ({a})")
+    code, _, err = run_main(["plot", str(a), "--label", "noequals", "--out", str(out)], capsys)
+    error_line(code, err, "--label noequals: give DIR=NAME, DIR one of the directories plotted")
     assert not out.exists()
 
 
@@ -159,3 +161,23 @@ def test_eval_metric_without_eval_every_says_so(tmp_path, capsys):
     every = fake_run_dir(tmp_path, "b", STEPS, (1.0, 2.0, 3.0, 4.0), eval_every=50000)
     code, _, err = run_main(["plot", str(every), "--metric", "eval/mean_return", "--out", str(tmp_path / "e.png")], capsys)
     assert error_line(code, err).endswith("(no evaluation yet: this run evaluates every 50,000 steps, --eval-every)")
+
+
+def test_a_folder_with_runs_a_level_deeper_and_a_label_on_the_folder_are_told(tmp_path, capsys, monkeypatch):
+    """`plot runs` with runs/acro/{s1,s2} beside a population: the note counts the population apart and
+    names acro as skipped (its runs are a level deeper); --label runs=X names the folder's runs to label;
+    a bad --dpi is one line, before any note."""
+    runs = tmp_path / "runs"
+    a = fake_run_dir(runs, "a", STEPS, (1.0, 2.0, 3.0, 4.0))
+    _population(runs, [fake_run_dir(tmp_path / "m", "m1", STEPS, (1.0, 2.0, 3.0, 4.0))])
+    fake_run_dir(runs / "acro", "s1", STEPS, (1.0, 2.0, 3.0, 4.0))
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(["plot", "runs", "--out", "c.svg"], capsys)
+    assert code == 0, err
+    assert err.splitlines() == ["proxima: note: runs is not a run directory; plotting the 2 directories (1 run, 1 population) "
+                                "in it; skipped acro, which holds runs a level deeper (give them too: runs/acro/*)"]
+    code, _, err = run_main(["plot", "runs", "--out", "c.svg", "--label", "runs=X"], capsys)
+    error_line(code, err, "--label runs=X: runs is a folder of the runs plotted; label one of them (e.g. --label runs/a=NAME)")
+    code, _, err = run_main(["plot", "runs", "--out", "c.svg", "--dpi", "0"], capsys)
+    assert error_line(code, err) == "proxima plot: error: --dpi 0: must be a whole number from 1 to 1200"
+    assert a.is_dir()
