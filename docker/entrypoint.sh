@@ -217,6 +217,8 @@ write_session_env() {
   # the first shell of a session loads it; the shells and tmux servers under it inherit instead, so
   # an `export` typed in the session is not undone by the next one
   printf 'export PROXIMA_SSH_ENV_LOADED=1\n' >>"$1"
+  # the umask made a new file 600; one left by an earlier start keeps its mode unless set here
+  chmod 600 "$1"
 }
 
 start_sshd() {

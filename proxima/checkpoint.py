@@ -1292,11 +1292,13 @@ class Policy:
         self.config, self.env_id = config, env_id or config["env_id"]
         #: the constructor arguments evaluate() builds the env with: ``env_kwargs`` when given, else
         #: the recorded ones (the checkpoint's config) for the recorded env (its id, or the id's
-        #: ``module:EnvId`` form, envs.same_env) only: another env's constructor was not written for them
-        from .envs import same_env
+        #: ``module:EnvId`` form, envs.same_env, or another spelling of its Atari game, envs.same_game) only:
+        #: another env's constructor was not written for them
+        from .envs import same_env, same_game
 
         recorded = config.get("env_id")
-        self.env_kwargs_recorded = env_kwargs is None and isinstance(recorded, str) and same_env(self.env_id, recorded)
+        self.env_kwargs_recorded = env_kwargs is None and isinstance(recorded, str) and (
+            same_env(self.env_id, recorded) or same_game(self.env_id, recorded))
         if env_kwargs is not None:
             self.env_kwargs = dict(env_kwargs)
         else:

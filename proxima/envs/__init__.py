@@ -36,6 +36,18 @@ def same_env(given: str, recorded: str) -> bool:
     return str(given) == str(recorded) or names_registered_id(given, recorded)
 
 
+def same_game(given: str, recorded: str) -> bool:
+    """Whether two ids name one Atari game (``Pong-v5``, ``ALE/Pong-v5``, ``pong-v5``): its settings
+    (--env-kwargs: sticky actions, the action set) belong to the game, whichever spelling builds it."""
+    from . import atari
+
+    try:
+        a, b = atari.game_name(str(given)), atari.game_name(str(recorded))
+    except EnvError:  # not a game this machine can name: building it says why
+        return False
+    return a is not None and b is not None and a.lower() == b.lower()
+
+
 def check_registers(given: str) -> None:
     """EnvError unless ``given`` (``module:EnvId``, named by the user, so imported) builds the registered
     id EnvId: importing the module must register it, and the module must have no attribute of that

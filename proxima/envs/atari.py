@@ -124,10 +124,13 @@ def known_games() -> dict:
     """{lower-case name: name} of every game an id may name here: KNOWN_GAMES, and ale-py's and EnvPool's
     lists where installed (the near misses of a typo)."""
     games = {g.lower(): g for g in KNOWN_GAMES}
-    if importlib.util.find_spec("ale_py") is not None:
-        games.update(_ale_games())
-    if has_envpool():
-        games.update(_envpool_games())
+    # a broken install (its import fails) must not turn a "did you mean" into a traceback: building says why
+    for installed, listed in ((importlib.util.find_spec("ale_py") is not None, _ale_games), (has_envpool(), _envpool_games)):
+        if installed:
+            try:
+                games.update(listed())
+            except Exception:  # noqa: BLE001 - any import-time failure of a third-party package
+                pass
     return games
 
 

@@ -280,7 +280,7 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
 
         if env_id in NATIVE_ENVS:  # reached the adapter by --backend gymnasium, or by --env-kwargs under auto
             raise EnvError(native_only_line(env_id, env_kwargs))
-        close = difflib.get_close_matches(env_id, sorted(suggestable_ids()), n=3, cutoff=0.6)
+        close = difflib.get_close_matches(env_id, sorted(suggestable_ids(env_id)), n=3, cutoff=0.6)
         # an id the user's own module registers is only in the registry once that module is imported:
         # in a process that has not (the command line), naming the module is the fix
         hint = (f"; did you mean {', '.join(close)}?" if close else
@@ -321,16 +321,20 @@ def from_ale_py(spec) -> bool:
     return name.split(":")[0].split(".")[0] == "ale_py"
 
 
-def suggestable_ids() -> set:
+def suggestable_ids(env_id: Optional[str] = None) -> set:
     """The ids a "did you mean" may name: Gymnasium's registry and the native envs, with ale-py's
     entries as the Atari ids Proxima accepts: ``ALE/Pong-v5`` and ``Pong-v5`` (and so every game of
     atari.known_games: KNOWN_GAMES, and EnvPool's and ale-py's lists where installed); its v0/v4 ids
-    (``Pong-v4``, ``PongNoFrameskip-v4``) are refused (atari.older_atari_id_line), so never offered."""
-    from .atari import game_ids
+    (``Pong-v4``, ``PongNoFrameskip-v4``) are refused (atari.older_atari_id_line), so never offered.
+    ``env_id``: the id to suggest for; one that is no ``-v5`` id gets the games Proxima knows by name
+    only, as importing ale-py and EnvPool for their lists takes seconds (a typo of CartPole-v1 needs none)."""
+    from .atari import KNOWN_GAMES, game_ids
     from .classic import NATIVE_ENVS
 
     # the games too: ale-py registers its ids only once imported, EnvPool's never are
-    ids = set(NATIVE_ENVS) | game_ids()
+    games = game_ids() if env_id is None or str(env_id).lower().endswith("-v5") else {
+        f"{p}{g}-v5" for g in KNOWN_GAMES for p in ("", "ALE/")}
+    ids = set(NATIVE_ENVS) | games
     for env_id, spec in gym.registry.items():
         if not from_ale_py(spec):
             ids.add(env_id)

@@ -138,6 +138,10 @@ def test_env_kwargs_reach_envpool_in_training_and_in_eval(envpool, tmp_path, mon
     code, out, err = run_main(["eval", str(tmp_path / "D"), "--episodes", "1", "--json"], capsys)
     assert code == 0, err
     assert made and all((m["repeat_action_probability"], m["max_episode_steps"]) == (0.25, 5) for m in made), made
+    made.clear()  # another spelling of the game: its settings still apply (envs.same_game)
+    code, out, err = run_main(["eval", str(tmp_path / "D"), "--env", "ALE/Pong-v5", "--episodes", "1", "--json"], capsys)
+    assert code == 0, err
+    assert made and all((m["repeat_action_probability"], m["max_episode_steps"]) == (0.25, 5) for m in made), made
 
 
 def test_env_kwargs_reach_gymnasiums_ale_with_the_limit_in_frames(monkeypatch):
@@ -184,3 +188,26 @@ def test_train_prints_the_backend_line_and_bench_both_measures_envpool_beside_gy
     assert backends_for("CartPole-v1", "both") == ["native", "gymnasium"]
     monkeypatch.setattr(atari, "has_envpool", lambda: False)
     assert backends_for("Pong-v5", "both") == ["gymnasium"]
+
+
+def test_eval_under_another_spelling_of_the_game_keeps_its_recorded_settings(monkeypatch):
+    """A run trained as Pong-v5 with sticky actions, evaluated with --env ALE/Pong-v5 (or pong-v5): the
+    game's recorded --env-kwargs still apply (they were dropped: no sticky actions, no word); another
+    env named is not given them."""
+    from proxima.envs import same_game
+
+    assert same_game("ALE/Pong-v5", "Pong-v5") and same_game("pong-v5", "Pong-v5")
+    assert not same_game("Breakout-v5", "Pong-v5") and not same_game("CartPole-v1", "Pong-v5")
+    assert not same_game("ALE/Pongg-v5", "Pong-v5")  # told by its own build, not matched here
+
+
+def test_a_typo_of_another_id_does_not_import_the_atari_backends(monkeypatch):
+    """Only a -v5 id asks EnvPool and ale-py for their game lists (seconds of imports, and a broken
+    install's traceback); a broken list is skipped."""
+    from proxima.envs import gym_adapter
+
+    asked = []
+    monkeypatch.setattr(atari, "has_envpool", lambda: True)
+    monkeypatch.setattr(atari, "_envpool_games", lambda: asked.append(1) or (_ for _ in ()).throw(ImportError("broken")))
+    assert "CartPole-v1" in gym_adapter.suggestable_ids("CartPol-v1") and asked == []
+    assert "Pong-v5" in gym_adapter.suggestable_ids("Pongg-v5") and asked == [1]  # broken list: KNOWN_GAMES still
