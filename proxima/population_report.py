@@ -894,8 +894,9 @@ def comparison_section(rows: list) -> list:
             notes.append(f"- {name}: not compared: {c['why']}.")
         if c["few"] and c["ci"] is not None and not any("\u2020" in n for n in notes):
             notes.append(f"- \u2020 either setting has fewer than {FEW_CI_MEMBERS} members: {FEW_MEMBERS_NOTE}.")
-    lines = ["## Comparison", "", verdict(ref_name, compared, ranked_text(rows)), "",
-             f"Each setting X against Y = {ref_name} ({ranked_text(rows)}): P(X > Y) is {POI_TEXT}. 95% CIs: {POI_CI_METHOD}; "
+    ranked = ranked_text(rows)
+    lines = ["## Comparison", "", verdict(ref_name, compared, ranked), "",
+             f"Each setting X against Y = {ref_name} ({ranked}): P(X > Y) is {POI_TEXT}. 95% CIs: {POI_CI_METHOD}; "
              f"none (\u2014) when either has fewer than {MIN_CI_MEMBERS} members.", "", *table]
     return lines + ([""] + notes if notes else [])
 
