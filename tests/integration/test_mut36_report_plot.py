@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.cli_helpers import TINY_RUN, error_line, fake_run_dir, run_main, tiny_cartpole_run
+from tests.cli_helpers import error_line, fake_run_dir, run_main, tiny_cartpole_run
+from tests.integration.test_eval_report36 import _keep_rows  # noqa: E402 - one metrics.csv row filter for both files
 
 from proxima.plot import PlotError, aggregate, collect_panels, parse_labels, plot_runs  # noqa: E402
 from proxima.report import STD_OVER_EPISODES, build_report, missing_rows  # noqa: E402
@@ -25,14 +26,6 @@ from proxima.report import STD_OVER_EPISODES, build_report, missing_rows  # noqa
 def finished(tmp_path_factory):
     """A finished 128-step run (2 iterations of 64) with no eval.json (--eval-episodes 0)."""
     return tiny_cartpole_run(tmp_path_factory, "mut36")
-
-
-def _keep_rows(run_dir, keep) -> None:
-    path = run_dir / "metrics.csv"
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    with open(path, "w", newline="") as f:
-        csv.writer(f).writerows([rows[0]] + [r for r in rows[1:] if keep(int(r[0]))])
 
 
 def _cell(text: str, field: str) -> str:
