@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
