@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import numbers
 import re
 from typing import Optional
 
@@ -247,17 +248,18 @@ def atari_settings(env_id: str, env_kwargs: Optional[dict] = None) -> dict:
                            f"0 to 1; Machado et al.'s protocol: 0.25), full_action_space (true/false) and "
                            f"max_episode_steps (agent steps, default {MAX_STEPS:,}), not '{key}': its other settings are "
                            "Proxima's (docs/atari.md)")
+        # numbers.Real/Integral: a numpy number from Python (np.int64(100)) is a number; a bool is not
         if key == "repeat_action_probability":
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
-            want = "a number from 0 to 1"
+            ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and 0 <= value <= 1
+            want, cast = "a number from 0 to 1", float
         elif key == "full_action_space":
-            ok, want = isinstance(value, bool), "true or false"
+            ok, want, cast = isinstance(value, bool), "true or false", bool
         else:
-            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
-            want = "an integer of 1 or more (agent steps)"
+            ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+            want, cast = "an integer of 1 or more (agent steps)", int
         if not ok:
             raise EnvError(f"--env-kwargs: {key} for the Atari id '{env_id}' must be {want}, got {value!r}")
-        settings[key] = float(value) if key == "repeat_action_probability" else value
+        settings[key] = cast(value)
     return settings
 
 
