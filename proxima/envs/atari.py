@@ -237,6 +237,10 @@ def default_settings() -> dict:
     return {"repeat_action_probability": 0.0, "full_action_space": False, "max_episode_steps": MAX_STEPS}
 
 
+#: the largest --env-kwargs max_episode_steps: int32's largest value counted in frames (4 a step)
+MAX_STEPS_LIMIT = (2**31 - 1) // FRAME_SKIP
+
+
 def atari_settings(env_id: str, env_kwargs: Optional[dict] = None) -> dict:
     """default_settings() updated with ``env_kwargs`` (``--env-kwargs``); EnvError naming the key for one
     outside ATARI_KWARGS or a value of the wrong type or range. Every other setting is Proxima's (the
@@ -255,8 +259,9 @@ def atari_settings(env_id: str, env_kwargs: Optional[dict] = None) -> dict:
         elif key == "full_action_space":
             ok, want, cast = isinstance(value, bool), "true or false", bool
         else:
-            ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
-            want, cast = "an integer of 1 or more (agent steps)", int
+            # at most int32's largest in frames: EnvPool holds the limit as an int32, and ALE counts 4 frames a step
+            ok = isinstance(value, numbers.Integral) and not isinstance(value, bool) and 1 <= value <= MAX_STEPS_LIMIT
+            want, cast = f"an integer from 1 to {MAX_STEPS_LIMIT:,} (agent steps)", int
         if not ok:
             raise EnvError(f"--env-kwargs: {key} for the Atari id '{env_id}' must be {want}, got {value!r}")
         settings[key] = cast(value)

@@ -543,12 +543,14 @@ class _Checker:
 
         game = atari.game_name(self.target)
         if game is not None:  # Atari: the wrapped ALE env --backend gymnasium trains on; EnvPool's is no gymnasium.Env
+            # --env-kwargs: the ALE settings an Atari run takes (atari.atari_settings refuses others, exit 2),
+            # checked first, as train does: a bad key is told before an install that would not fix it
+            settings = atari.atari_settings(self.target, self.env_kwargs)
             if not atari.has_ale():
                 also = " (EnvPool, installed, is not checked)" if atari.has_envpool() else ""
                 raise EnvError(f"check-env '{self.target}' checks Gymnasium's ALE build of the game (--backend gymnasium's)"
                                f"{also} and needs ale-py and opencv; {atari.INSTALL}")
-            # --env-kwargs: the ALE settings an Atari run takes (atari.atari_settings refuses others, exit 2)
-            env_fn = atari.ale_env_fn(game, None, training=True, settings=atari.atari_settings(self.target, self.env_kwargs))
+            env_fn = atari.ale_env_fn(game, None, training=True, settings=settings)
         elif native_only(self.target):  # resolve_env_fn's line speaks of --backend, which check-env has not
             raise EnvError(f"'{self.target}' is a torch-native env with no Gymnasium version: check-env checks Gymnasium "
                            f"envs (a registered id or module:ClassName), so there is nothing to check; proxima train runs "

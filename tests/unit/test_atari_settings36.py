@@ -17,8 +17,9 @@ from proxima.envs import EnvError, atari, same_game
 
 @pytest.mark.parametrize("kwargs, want", [
     ({"repeat_action_probability": True}, "repeat_action_probability for the Atari id 'Pong-v5' must be a number from 0 to 1"),
-    ({"max_episode_steps": 0}, "max_episode_steps for the Atari id 'Pong-v5' must be an integer of 1 or more"),
-    ({"max_episode_steps": True}, "max_episode_steps for the Atari id 'Pong-v5' must be an integer of 1 or more"),
+    ({"max_episode_steps": 0}, "max_episode_steps for the Atari id 'Pong-v5' must be an integer from 1 to 536,870,911"),
+    ({"max_episode_steps": True}, "max_episode_steps for the Atari id 'Pong-v5' must be an integer from 1 to 536,870,911"),
+    ({"max_episode_steps": 10**12}, "must be an integer from 1 to 536,870,911 \\(agent steps\\), got 1000000000000"),
     ({"full_action_space": "false"}, "full_action_space for the Atari id 'Pong-v5' must be true or false"),
     ({"full_action_space": 1}, "full_action_space for the Atari id 'Pong-v5' must be true or false"),
 ])
@@ -83,3 +84,12 @@ def test_each_compiled_step_is_a_code_object_of_its_own_in_a_region_of_its_own(m
     monkeypatch.setattr(accel, "setup_compile_cache", lambda: None)
     accel.accelerate(trainer)
     assert len(seen) == 2 and all(kw.get("isolate_recompiles") is True for kw in seen)
+
+
+def test_check_env_tells_a_bad_atari_setting_before_the_missing_ale(monkeypatch, capsys):
+    """As train does: installing ale-py would not fix a wrong key, so the key is what the line names."""
+    from tests.cli_helpers import error_line, run_main
+
+    monkeypatch.setattr(atari, "has_ale", lambda: False)
+    code, _, err = run_main(["check-env", "ALE/Pong-v5", "--env-kwargs", '{"bogus": 1}'], capsys)
+    assert "takes only repeat_action_probability" in error_line(code, err) and "needs ale-py" not in err
