@@ -9,20 +9,18 @@ a member."""
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 
-import gymnasium as gym
-import numpy as np
 import pytest
 import yaml
 
 from proxima import checkpoint as ckpt
 from proxima import population_report as pr
-from proxima.envs import NativeEnv, classic
+from proxima.envs import classic
 from tests.cli_helpers import TINY_POP, error_line, module_written_in, run_main
 from tests.integration import test_review34_compare as cmp
+from tests.integration.test_guards import GlitchEnv
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "populations.md"
 
@@ -203,32 +201,18 @@ def test_identical_returns_at_the_cap_are_not_advised_more_seeds(tmp_path, capsy
         "these seeds. The settings' returns are identical, which more seeds cannot tell apart.")
 
 
-class _EvalGlitch(NativeEnv):
+class _EvalGlitch(GlitchEnv):
     """A native env (so a population evaluates every member in one batched env): a NaN reward at the
-    3rd step in row 4 of the 6-row evaluation env (2 members x 3 episodes): member 1's env 1."""
+    3rd step in row 4 of the 6-row evaluation env (2 members x 3 episodes): member 1's env 1. The
+    training envs (other sizes) never glitch."""
 
+    field, bad_env, bad_step = "reward", 4, 3
     max_episode_steps = 8
 
-    def __init__(self, num_envs, device="cpu", seed=None):
-        super().__init__(num_envs, device, seed)
-        self.single_observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-        self.single_action_space = gym.spaces.Discrete(2)
-        self.calls = 0
-
-    def _sample_initial_state(self, n):
-        return {"s": self._uniform((n, 3), -0.5, 0.5)}
-
     def _dynamics(self, action):
-        import torch
-
-        self.calls += 1
-        reward = torch.ones(self.num_envs)
-        if self.num_envs == 6 and self.calls == 3:
-            reward[4] = math.nan
-        return reward, torch.zeros(self.num_envs, dtype=torch.bool)
-
-    def _observe(self):
-        return self.state["s"].clone()
+        if self.num_envs != 6:
+            self.bad_step = -1
+        return super()._dynamics(action)
 
 
 def test_a_nan_in_the_batched_evaluation_of_members_names_the_members_directory(tmp_path, capsys, monkeypatch):
