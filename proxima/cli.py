@@ -480,6 +480,17 @@ def _name_config_file(e: Exception, cfg, exclude=()) -> Exception:
             return ConfigError(f"{source}: {name}{_file_advice(message[len(flag):], from_file)}")
     if from_file:
         return ConfigError(f"{from_file[0][1]}: {', '.join(name for name, _ in from_file)}: {_file_advice(message, from_file)}")
+    # a preset's value named as a flag is one the user never typed: the line names the preset, and the
+    # flag that overrides it (flags come after presets, so the advice's flags stay right)
+    from_preset = [(name, source_of(cfg, name)) for name in about if name not in exclude]
+    from_preset = [(name, source) for name, source in from_preset if source and source.startswith("preset ")]
+    if from_preset and message == str(e):
+        name, source = from_preset[0]
+        flag = f"--{name.replace('_', '-')}"
+        if not getattr(e, "fields", ()) and message.startswith(f"{flag} "):
+            return ConfigError(f"{source}: {name} {message[len(flag) + 1:]}; pass {flag} to override the preset's value")
+        values = ", ".join(f"{name} {getattr(cfg, name)!r}" for name, _ in from_preset)
+        return ConfigError(f"{message} ({values} from {source}; flags override it)")
     if message != str(e):  # no native env for 'CartPole-v0', which the file's backend asked for
         return type(e)(f"{backend_file}: backend {cfg.backend}: {message}")
     source = source_of(cfg, "env_id")
@@ -577,7 +588,23 @@ def _dry_run(cfg, world_size: int = 1, overrides: Optional[dict] = None, notes: 
     if checkpoint is not None:  # config.yaml records the file loaded, not the path typed (a run directory, relative)
         cfg.init_from = checkpoint
     print(dump_yaml(cfg.to_dict()), end="", file=out)
+    print(sizes_comment(cfg, world_size), file=out)
     return 0
+
+
+def sizes_comment(cfg, world_size: int = 1) -> str:
+    """``# batch 4,096 (num_envs 32 x num_steps 128), minibatch 256, 73 iterations = 299,008 steps``: what
+    the YAML's fields make of a run, from config.py's batch_size and num_iterations (the trainer's own, so
+    the line cannot disagree with what trains). A YAML comment: stdout stays the config a program reads."""
+    from .config import batch_size, num_iterations
+
+    per = batch_size(cfg)
+    batch = per * world_size
+    procs = f"{world_size} processes x " if world_size > 1 else ""
+    iterations = num_iterations(cfg, world_size)
+    minibatch = per // cfg.num_minibatches
+    return (f"# batch {batch:,} ({procs}num_envs {cfg.num_envs:,} x num_steps {cfg.num_steps:,}), minibatch {minibatch:,}"
+            f"{' per process' if world_size > 1 else ''}, {iterations:,} iterations = {iterations * batch:,} steps")
 
 
 def _note_processes(cfg, world_size: int, state: Optional[dict]) -> None:
@@ -933,7 +960,10 @@ def build_parser() -> ArgParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgParser)
 
     p = sub.add_parser("train", help="train PPO on an env", description="Train PPO. Settings come from the defaults, then the env's preset (or --preset), then --config FILE, "
-                       "then flags: each overrides the ones before it.")
+                       "then flags: each overrides the ones before it. A flag's (default: ...) below is PPOConfig's, which the env's preset "
+                       "may replace (the shipped presets set num_envs, num_steps and total_timesteps, most also lr, the "
+                       "minibatching, ent_coef, gamma and the backend): `proxima presets ENV_ID default` lists what a preset "
+                       "sets, and `proxima train ENV_ID --dry-run` prints every value the run would use.")
     p.add_argument("env_id", nargs="?", default=None, metavar="ENV_ID", help="Gymnasium id or module:ClassName (default CartPole-v1)")
     p.add_argument("--preset", default=None, help="named preset for the env (see `proxima presets`; default: the env's 'default'); "
                    "with --resume, a preset given (with the run's ENV_ID) is checked as flags are (the env's default preset is not applied)")

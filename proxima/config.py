@@ -13,6 +13,7 @@ import functools
 import math
 import os
 import re
+import sys
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -152,10 +153,19 @@ class UnknownFieldError(ConfigError, TypeError):
     that an unexpected keyword argument was before."""
 
 
+#: the population flags of ``proxima train``, which a Python caller may take for PPOConfig keywords
+POPULATION_FLAGS = {"seeds": "--seeds 1-3", "sweep": "--sweep lr=1e-3,3e-4"}
+
+
 def _refuse_unknown_keywords(init):
     @functools.wraps(init)  # inspect.signature (Jupyter's Shift-Tab) still shows every field
     def __init__(self, *args, **kwargs):
         unknown = [name for name in kwargs if name not in FIELDS]
+        if unknown and unknown[0] in POPULATION_FLAGS:  # difflib says 'seed', which would train one member, silently
+            name = unknown[0]
+            raise UnknownFieldError(f"PPOConfig({name}={_short_repr(kwargs[name])}): not a PPOConfig field: training a "
+                                    f"population is command-line only (proxima train ENV_ID {POPULATION_FLAGS[name]}, "
+                                    "docs/populations.md); from Python, train one PPOConfig per member in a loop")
         if unknown:
             name = unknown[0]
             more = f" (and {len(unknown) - 1} more: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
@@ -968,6 +978,11 @@ def _check_types(cfg: PPOConfig) -> None:
         if name in PATH_FIELDS and isinstance(value, os.PathLike):
             # as a str: config.yaml (yaml.safe_dump) cannot write a Path, and it is written after the env is built
             setattr(cfg, name, os.fsdecode(value))
+            continue
+        torch = sys.modules.get("torch")  # not imported: the value cannot be a torch.device
+        if name == "device" and torch is not None and isinstance(value, torch.device):
+            # as load and make_env take one; its str ('cuda:1') is what config.yaml records and flags spell
+            setattr(cfg, name, str(value))
             continue
         refused = _nested_too_deep(name, value, "PPOConfig")  # before plain(), which walks it recursively
         if refused is not None:

@@ -78,8 +78,8 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
     """Run ``episodes`` episodes, one per env, each env's first episode (no bias towards short ones).
 
     The policy's observation normalizer is applied frozen (its training statistics). Returns a
-    dict with env_id, episodes, mean_return, std_return (over the episodes, divided by their number:
-    np.std's and SB3's evaluate_policy's), returns, lengths, deterministic, seed (the env seed used,
+    dict with env_id, episodes, mean_return, std_return (the population standard
+    deviation of the episode returns, ddof 0: np.std's and SB3's evaluate_policy's), returns, lengths, deterministic, seed (the env seed used,
     the default one included), backend (the one built: "auto" resolved, :func:`built_backend`) and
     max_steps (the step cap each episode ran under), and ``unfinished`` when some episodes had not
     ended after ``max_steps`` steps: those count as cut there, with their return so far, as a time

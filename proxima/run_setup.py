@@ -611,6 +611,11 @@ def check_resumed_env(recorded: PPOConfig, state: dict, env_id: Optional[str], t
     from .envs.gym_adapter import refuse_recorded_env
 
     if env_id is not None and not same_env(env_id, recorded.env_id):
+        from .signals import from_python
+
+        if from_python():  # train(PPOConfig(env_id=...), resume=...): the caller set env_id, typed no ENV_ID
+            raise ConfigError(f"{state['path']}: the run trains '{recorded.env_id}', not env_id='{env_id}'; a resume "
+                              f"continues the same env: give train() another run_dir for a new '{env_id}' run")
         raise ConfigError(f"{state['path']}: the run trains '{recorded.env_id}', not '{env_id}'; resume continues the same env")
     if env_id is not None and env_id != recorded.env_id:
         check_registers(env_id)
@@ -781,6 +786,12 @@ def check_own_run_dir(run_dir, checkpoint) -> None:
         return
     own = ckpt.run_dir_of(checkpoint)
     if Path(run_dir).resolve() != own:
+        from .signals import from_python
+
+        if from_python():  # train()'s run_dir=, else PPOConfig.run_dir: no flag was typed
+            raise ConfigError(f"run_dir {run_dir}: a run resumes in its own directory ({own}); leave run_dir out "
+                              "(train()'s and PPOConfig's), or give that one (to continue a copy elsewhere, copy the run "
+                              "directory and resume the copy)")
         raise ConfigError(f"--run-dir {run_dir}: a run resumes in its own directory ({own}); drop --run-dir "
                           "(to continue a copy elsewhere, copy the run directory and resume the copy)")
 

@@ -98,6 +98,11 @@ class Trainer:
         # value back: close() calls them (a notebook or sweep runs on in the same process)
         self._undo = [partial(torch.set_num_threads, torch.get_num_threads()), partial(torch.set_flush_denormal, flush_denormal_on())]
         self.env, self.side = None, None
+        # the caller's random, numpy and torch streams, before the run seeds its own: close() puts them
+        # back, as train() does (a random search drawing each trial's lr goes on from where it was)
+        self._caller_rng = ckpt.rng_state()
+        # run() claims the run directory as train() does, unless train() holds it (it sets this)
+        self._dir_claimed, self._claimed_once, self._from_checkpoint = False, False, resume_state is not None
         try:
             self._build(run_dir, resume_state, argv)
         except BaseException:  # Ctrl-C in a notebook too: no env workers, side thread or changed settings outlive the error
@@ -299,6 +304,37 @@ class Trainer:
 
     @_run_settings
     def run(self, resumed: bool = False, stop_after: Optional[int] = None, callback: Optional[Callable] = None) -> Path:
+        """_run, with the run directory claimed for its length (_claim_run_dir)."""
+        session = self._claim_run_dir(resumed)
+        try:
+            return self._run(resumed, stop_after, callback)
+        finally:
+            if session is not None:
+                session.release()
+
+    def _claim_run_dir(self, resumed: bool):
+        """A Trainer used directly takes its run directory as train() does (rundir.RunSession), or raises
+        RunDirError: a new run refuses one in use or holding files (another run's checkpoints would be
+        replaced and its metrics.csv doubled); a resume (``resume_state`` or ``resumed``), and a later
+        run() of this Trainer, lock the directory as it is. The RunSession to release, or None under
+        train(), which holds the directory itself for the trainer's life."""
+        if self._dir_claimed:
+            return None
+        from .rundir import RunSession
+
+        session = RunSession()
+        release_words = hold_python_caller(self.argv is None)  # a refusal names train()'s arguments, not flags
+        try:
+            if resumed or self._from_checkpoint or self._claimed_once:
+                self.dist.from_main(lambda: session.lock_existing(self.run_dir))
+            else:
+                self.dist.from_main(lambda: session.claim_fresh(self.run_dir))
+        finally:
+            release_words()
+        self._claimed_once = True
+        return session
+
+    def _run(self, resumed: bool = False, stop_after: Optional[int] = None, callback: Optional[Callable] = None) -> Path:
         """Train until ``num_iterations``; checkpoint every ``checkpoint_every`` iterations and at the end.
 
         ``callback(row)`` or ``callback(row, trainer)`` (callback_arity): called on rank 0 (the process that
@@ -656,7 +692,10 @@ class Trainer:
         Drops what refers back to the trainer (the EnvGuard, the iteration's parts): without that cycle
         the trainer and its env are freed as soon as the caller lets go of them (train() returns), an
         async env's pipes and shared memory with them, not whenever the cycle collector next runs (a
-        sweep of async runs ran out of file descriptors). The agent, its state and save() stay usable."""
+        sweep of async runs ran out of file descriptors). The agent, its state and save() stay usable.
+
+        A Trainer used directly also puts back the caller's random, numpy and torch RNG streams as they
+        were before it was built (the run seeds them from ``seed``), as train() does when it returns."""
         self._guard = None
         self.parts = self._rollout = self._advantages = self._update = None
         try:
@@ -667,6 +706,9 @@ class Trainer:
                 self.side.close()
             while self._undo:  # the last change first
                 self._undo.pop()()
+            caller_rng, self._caller_rng = getattr(self, "_caller_rng", None), None
+            if caller_rng is not None:  # once: a second close() must not rewind the caller's later draws
+                ckpt.set_rng_state(caller_rng)
 
 
 def callback_arity(callback) -> int:
@@ -973,6 +1015,16 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
         config = copy.copy(config)  # shallow: nothing writes into a field's list or dict (copy.copy keeps _sources)
     if resume is not None and config is not None and overrides is None:
         overrides = set_fields(config)  # the Python API's resume: its config is not silently dropped
+        # its env and directory too, as the CLI's typed ENV_ID and --run-dir: a sweep reusing a run_dir
+        # must not resume the recorded env under another env's label, nor a run_dir go unused.
+        # run_dir= wins over PPOConfig.run_dir, as a typed --run-dir over a --config file's (a new run's rule)
+        asked_dir = run_dir if run_dir is not None else config.run_dir
+        if asked_dir is not None:
+            overrides["run_dir"] = os.fspath(asked_dir)
+        # env_id: asked when not PPOConfig's default (set_fields's rule), and always under resume="auto",
+        # where the config describes the run to train or go on with
+        if env_id is None and (resume == "auto" or config.env_id != PPOConfig().env_id):
+            env_id = config.env_id
     # the run seeds the global random, numpy and torch RNGs for its own draws; the caller's streams
     # (a random search's next draw) go on from where they were once train() returns or raises
     caller_rng = ckpt.rng_state()
@@ -1040,6 +1092,9 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             if dctx.is_main and not quiet and resumed:  # advice on a setting that does not apply: --quiet drops it (its --help)
                 _note_compile_mode(config, typed)
             trainer = Trainer(config, run_dir=run_dir, resume_state=state, argv=argv, quiet=quiet)
+            # this session holds the directory and this function puts the caller's RNG streams back: the
+            # Trainer's own claim and restore (for one used directly) stand aside
+            trainer._dir_claimed, trainer._caller_rng = True, None
             if not resumed:  # the env built: now take the directory (nothing is written before this)
                 dctx.from_main(lambda: session.claim_fresh(trainer.run_dir, overwrite, restart))
                 if not quiet and dctx.is_main:
@@ -1261,14 +1316,41 @@ def _note_given_total(cfg: PPOConfig, world_size: int, resumed: bool, state: Opt
         return  # the run's recorded total, noted when the run was given it
     else:
         source = source_of(cfg, name)
-        if (source is None and not python) or (source or "").startswith("preset "):
+        preset_total = (source is None and not python) or (source or "").startswith("preset ")
+        default_total = source is None and cfg.total_timesteps == PPOConfig().total_timesteps
+        if preset_total or default_total:
+            # a preset's (or the default's) total over the batch it comes with is its own choice; over a
+            # batch the user set, it is theirs to know what trains (--num-envs 2048 trains 262,144 of 300,000)
+            if not _batch_set_by_user(cfg, world_size, overrides, python):
+                return
+            shown = f"total_timesteps {cfg.total_timesteps:,}"
+            given = (f"{source}: {shown}" if (source or "").startswith("preset ")
+                     else f"PPOConfig's default {shown}" if python else f"the default --total-timesteps {cfg.total_timesteps:,}")
+            _note_whole_iterations(cfg, world_size, given, resumed)
             return
-        if source is None and cfg.total_timesteps == PPOConfig().total_timesteps:
-            return  # PPOConfig's default: no more the user's than a preset's
         where = f"--config {source}" if source is not None else None
     given = (f"{where}: total_timesteps {cfg.total_timesteps:,}" if where is not None
              else f"PPOConfig.total_timesteps = {cfg.total_timesteps:,}" if python else None)
     _note_whole_iterations(cfg, world_size, given, resumed)
+
+
+def _batch_set_by_user(cfg: PPOConfig, world_size: int, overrides: Optional[dict], python: bool) -> bool:
+    """Whether the user set the batch: more than one process, or num_envs or num_steps typed (in
+    ``overrides``), from a --config file, or set in a PPOConfig (``python``: a value not PPOConfig's
+    default), not a preset's nor the default."""
+    from .config import source_of
+
+    if world_size > 1:
+        return True
+    default = PPOConfig()
+    for name in ("num_envs", "num_steps"):
+        source = source_of(cfg, name)
+        if source is not None:
+            if not source.startswith("preset "):
+                return True  # a --config file's
+        elif (overrides is not None and name in overrides) or (python and getattr(cfg, name) != getattr(default, name)):
+            return True
+    return False
 
 
 def _note_lr_schedule(cfg: PPOConfig, world_size: int, state: dict) -> None:
@@ -1447,6 +1529,13 @@ def _note_built_env(cfg: PPOConfig) -> None:
     for note in built["spread"] + built.get("notes", []):  # notes: gym_adapter.script_env_note's (a __main__:Class env)
         print(f"proxima: note: {note}", file=sys.stderr)
     preset = _preset_in_use(cfg)
+    if (preset is None and isinstance(built["action_space"], gym.spaces.Box) and not cfg.norm_obs
+            and cfg.ent_coef == PPOConfig.ent_coef):
+        # PPOConfig's defaults are classic control's (Discrete): a Box-action env without a preset trains
+        # with them unless told, where every shipped continuous preset differs
+        print(f"proxima: note: env '{cfg.env_id}' has Box actions and no preset, so it trains with PPOConfig's defaults, "
+              "tuned for discrete classic control (ent_coef 0.01, no normalization); continuous-control presets use "
+              "--ent-coef 0 --norm-obs --norm-reward (`proxima presets Pendulum-v1 default` shows one)", file=sys.stderr)
     if preset is None or not cfg.env_kwargs or not isinstance(built["action_space"], gym.spaces.Box):
         return
     tuned_on = preset.rpartition("/")[0]
@@ -1558,10 +1647,25 @@ def _loop_eval_at_end(trainer: Trainer, policy, seed: int) -> Optional[dict]:
     return dict(done["result"]) if same else None
 
 
+def _episode_limit(trainer: Trainer) -> Optional[int]:
+    """The step limit of the run's env episodes (env_kwargs' max_episode_steps, a native env's own, or
+    the Gymnasium registration's), or None where none is known (a module:Class env, an endless one)."""
+    cfg = trainer.cfg
+    limit = (cfg.env_kwargs or {}).get("max_episode_steps") or getattr(trainer.env, "max_episode_steps", None)
+    if not limit:
+        try:
+            import gymnasium
+
+            limit = gymnasium.spec(cfg.env_id).max_episode_steps
+        except Exception:  # noqa: BLE001 - an id Gymnasium does not know: no limit known, the note stays
+            limit = None
+    return int(limit) if isinstance(limit, (int, np.integer)) and not isinstance(limit, bool) and limit > 0 else None
+
+
 def finish_run(trainer: Trainer, quiet: bool) -> None:
     """Final evaluation (written to eval.json; the last iteration's --eval-every evaluation's result where
     it is the same evaluation, _loop_eval_at_end) and the optional learning-curve plot."""
-    from .evaluate import current_eval, evaluate, format_result
+    from .evaluate import MAX_STEPS, current_eval, evaluate, format_result
 
     cfg = trainer.cfg
     done = current_eval(trainer.run_dir, trainer.global_step, cfg.eval_episodes)
@@ -1569,10 +1673,11 @@ def finish_run(trainer: Trainer, quiet: bool) -> None:
         if not quiet:
             print(f"eval {format_result(done)} (eval.json, at step {trainer.global_step:,})")
     elif cfg.eval_episodes > 0:
-        if trainer.iterations_run and not trainer.episodes_ended and not quiet:
+        limit = _episode_limit(trainer)
+        # an env with a step limit under the cap ends every evaluation episode there: the tiny run simply
+        # did not reach it, and "give the env a time limit" would be wrong advice
+        if trainer.iterations_run and not trainer.episodes_ended and not quiet and (limit is None or limit >= MAX_STEPS):
             # an env that never ends its episodes: each evaluation episode runs to the step cap, silently for minutes
-            from .evaluate import MAX_STEPS
-
             steps = trainer.iterations_run * trainer.steps_per_iteration
             print(f"proxima: note: no training episode ended in the {steps:,} steps trained; the end-of-run evaluation "
                   f"plays {cfg.eval_episodes} episode{'s' if cfg.eval_episodes != 1 else ''} of up to {MAX_STEPS:,} steps "

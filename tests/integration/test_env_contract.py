@@ -64,6 +64,10 @@ def test_a_nan_observation_is_named_before_the_error_it_caused(capsys):
     """Env 1's NaN observation at its step 3 gives it a NaN action, on which its step 4 raises (it
     asserts its action space): the NaN is the cause, and is named first."""
     code, _, err = run_main(["train", "contract_envs:NaNObsStrictBox", *SMALL], capsys)
+    # a Box-action env without a preset is told PPOConfig's defaults are discrete control's: a note before the error
+    notes = [line for line in err.splitlines(keepends=True) if line.startswith("proxima: note: ")]
+    assert [n.split(" has ")[0] for n in notes] == ["proxima: note: env 'contract_envs:NaNObsStrictBox'"], notes
+    err = "".join(line for line in err.splitlines(keepends=True) if line not in notes)
     at = line_of("NaNObsStrictBox", "assert self.action_space.contains")
     assert code == 2 and err == (
         "proxima train: error: non-finite observation from env 1 at global step 6 (env step 3); check the env's step() with: "

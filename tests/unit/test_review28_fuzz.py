@@ -219,8 +219,10 @@ def test_rlhf_prompts_that_are_a_fifo_are_called_one(tmp_path, cwd, capsys):
 def test_a_batch_larger_than_the_total_is_named_before_num_minibatches(flag, cwd, capsys):
     argv = ["train", "CartPole-v1", *SMALL, flag, "99999999999999999999999", "--dry-run"]
     line = refused(argv, capsys)
+    # the --num-steps the user did not type is the preset's, and the line says so
+    preset = " (num_steps 128 from preset CartPole-v1/default; flags override it)" if flag == "--num-envs" else ""
     assert line.startswith("one batch (--num-envs ") and line.endswith(
-        "is larger than --total-timesteps 512: lower --num-envs or --num-steps, or raise --total-timesteps"), line
+        "is larger than --total-timesteps 512: lower --num-envs or --num-steps, or raise --total-timesteps" + preset), line
 
 
 # ------------------------------------------------------------------------------- 5g. --run-dir control characters
