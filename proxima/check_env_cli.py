@@ -20,7 +20,8 @@ def register(subparsers) -> argparse.ArgumentParser:
         "(it needs ale-py); EnvPool's envs, which --backend auto trains on when EnvPool is installed, are not checked. "
         "Exit status: 0 clean, 1 violations, 2 the target cannot be resolved.",
     )
-    p.add_argument("target", metavar="TARGET", help="Gymnasium id (CartPole-v1) or module:ClassName of your gymnasium.Env.")
+    p.add_argument("target", metavar="TARGET", help="Gymnasium id (CartPole-v1) or module:ClassName of your gymnasium.Env or torch-native env "
+                   "(a NativeEnv subclass: docs/native_envs.md).")
     p.add_argument("--steps", type=int_arg, default=200, metavar="N", help="Random steps to run, with resets when episodes end (default 200; 0 checks the spaces and reset only).")
     p.add_argument("--seed", type=int_arg, default=0,
                    help=f"Seed of reset() and of the random actions, 0 to {MAX_SEED:,} as for proxima train (default 0).")

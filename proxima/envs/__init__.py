@@ -139,8 +139,12 @@ def auto_backend(env_id: str, env_kwargs: Optional[dict] = None) -> str:
     """The backend ``--backend auto`` builds for ``env_id`` (make_env, and bench's tables, which name
     what ran): EnvPool for an Atari game when installed, else Gymnasium's ALE; the torch-native env
     when one exists and no constructor kwargs are given; else the Gymnasium adapter."""
+    from .gym_adapter import user_native_class
+
     if atari.game_name(env_id) is not None:
         return "envpool" if atari.has_envpool() else "gymnasium"
+    if user_native_class(env_id, imported_only=True) is not None:  # a user's own NativeEnv, kwargs or not
+        return "native"
     return "native" if env_id in NATIVE_ENVS and not env_kwargs else "gymnasium"
 
 
@@ -155,8 +159,9 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
     ``gymnasium`` forces the adapter (for Atari: Gymnasium's ALE with the same wrappers);
     ``envpool``: Atari through EnvPool. training: Atari's training rules (a lost life ends the
     episode, rewards clipped to their sign); False plays full games with raw rewards (evaluation).
-    env_kwargs: keyword arguments of the env's constructor (``--env-kwargs``); Gymnasium envs only
-    (with ``auto`` a native env is skipped when kwargs are given); an Atari id takes the few ALE
+    env_kwargs: keyword arguments of the env's constructor (``--env-kwargs``); Gymnasium envs and a
+    user's own native env (``module:Class`` of a NativeEnv subclass, docs/native_envs.md) only (with
+    ``auto`` a built-in native env is skipped when kwargs are given); an Atari id takes the few ALE
     settings of atari.ATARI_KWARGS (sticky actions, full action space, time limit) on either backend.
     num_envs: an integer of 1 or more; device: as ``load`` takes it (cpu, cuda, cuda:1, auto, or a
     torch.device); either refused with one ConfigError line.
@@ -176,6 +181,15 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
     device = resolve_device(device)  # "auto" and an unusable "cuda" as load() and --device take them
     if backend not in BACKENDS:
         raise EnvError(f"unknown backend '{backend}': use {', '.join(BACKENDS)}")
+    if ":" in str(env_id) and backend != "envpool":
+        from .gym_adapter import build_user_native, native_class_line, user_native_class
+
+        # a user's own NativeEnv subclass (module:Class): built as the native classics are, its kwargs its constructor's
+        cls = user_native_class(env_id)
+        if cls is not None and backend == "gymnasium":
+            raise EnvError(native_class_line(env_id))
+        if cls is not None:
+            return build_user_native(cls, env_id, num_envs, device, seed, env_kwargs)
     if backend == "auto":
         backend = auto_backend(env_id, env_kwargs)
     game = atari.game_name(env_id)

@@ -18,6 +18,7 @@ bootstrap, ppo.next_values and compute_gae), so the two are equivalent to the tr
 
 from __future__ import annotations
 
+import numbers
 from functools import cached_property
 from typing import Callable, Optional
 
@@ -108,8 +109,11 @@ class NativeEnv(BatchedEnv):
       * ``_sample_initial_state(n) -> dict[str, Tensor]`` drawn from ``self.generator``;
       * ``_dynamics(action) -> (reward[N] float32, terminated[N] bool)`` that advances ``self.state``;
       * ``_observe() -> obs[N, ...]`` float32 (uint8 for an image space, see spaces.py);
-    and sets ``max_episode_steps``. This class does time limits, same-step autoreset, final_obs
-    and episode statistics with ``torch.where`` only: no host syncs, no per-env Python loops.
+    and sets ``max_episode_steps`` (its time limit; 0 or None: no time limit, episodes end only by
+    ``terminated``). This class does time limits, same-step autoreset, final_obs and episode
+    statistics with ``torch.where`` only: no host syncs, no per-env Python loops. The first reset()
+    and step() check the dtypes and shapes the hooks return (EnvError naming the hook and the field):
+    a float64 obs or reward would otherwise fail deep inside the network. A guide: docs/native_envs.md.
     """
 
     backend = "native"
@@ -117,7 +121,8 @@ class NativeEnv(BatchedEnv):
     #: called in step() after the dynamics, before the same-step autoreset (the state a finished env
     #: reached is still there): evaluate()'s video takes an episode's final frame here; None: nothing
     before_autoreset: Optional[Callable[[], None]] = None
-    max_episode_steps: int = 0
+    #: the time limit in steps; 0 or None: none (only ``terminated`` ends an episode)
+    max_episode_steps: Optional[int] = 0
     #: every random draw goes through ``_uniform``, so rows can be split into per-member streams
     #: (``use_member_streams``, populations); an env drawing from ``self.generator`` directly sets False
     supports_member_streams: bool = True
@@ -136,6 +141,8 @@ class NativeEnv(BatchedEnv):
         self.ep_return = torch.zeros(n, dtype=torch.float32, device=self.device)
         self.member_generators: Optional[list] = None
         self._member_offsets: list = []
+        # the hooks' outputs are checked once (metadata only, no host sync): the first reset and step
+        self._reset_checked = self._step_checked = False
 
     def use_member_streams(self, seeds) -> bool:
         """Split the N rows into len(seeds) equal blocks, block p drawing its random numbers from its
@@ -193,18 +200,29 @@ class NativeEnv(BatchedEnv):
             self.state = fresh
         self.elapsed.zero_()
         self.ep_return.zero_()
-        return self._observe()
+        obs = self._observe()
+        if not self._reset_checked:
+            self._check_limit()
+            self._check_obs(obs, "_observe() (first reset)")
+            self._reset_checked = True
+        return obs
 
     def step(self, action: torch.Tensor):
         if not self.state:  # a dict's truth, no tensor read: free under graph capture
             raise EnvError(f"{getattr(self, 'env_id', type(self).__name__)}: call reset() before step()")
         buffers = dict(self.state)  # the persistent tensors; _dynamics may rebind self.state[key]
-        reward, terminated = self._dynamics(action)
+        out = self._dynamics(action)
+        if not self._step_checked:
+            self._check_dynamics(out)
+        reward, terminated = out
         if self.before_autoreset is not None:
             self.before_autoreset()
         self.elapsed += 1
         self.ep_return += reward
-        truncated = (self.elapsed >= self.max_episode_steps) & ~terminated
+        if self.max_episode_steps:
+            truncated = (self.elapsed >= self.max_episode_steps) & ~terminated
+        else:  # no time limit: `elapsed >= 0` would end every episode after one step
+            truncated = torch.zeros_like(terminated)
         done = terminated | truncated
         final_obs = self._observe()
         episode_return = torch.where(done, self.ep_return, torch.zeros_like(self.ep_return))
@@ -219,8 +237,49 @@ class NativeEnv(BatchedEnv):
         self.elapsed.masked_fill_(done, 0)
         self.ep_return.masked_fill_(done, 0.0)
         obs = self._observe()
+        if not self._step_checked:
+            self._check_obs(final_obs, "_observe() (first step)")
+            self._step_checked = True
         info = {"final_obs": final_obs, "episode_return": episode_return, "episode_length": episode_length}
         return obs, reward, terminated, truncated, info
+
+    # --- the hooks' outputs, checked once ---
+    def _name(self) -> str:
+        return f"env '{getattr(self, 'env_id', None) or type(self).__name__}'"
+
+    def _check_limit(self) -> None:
+        limit = self.max_episode_steps
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 0):
+            raise EnvError(f"{self._name()}: max_episode_steps = {limit!r}; set it to the time limit in steps, an integer "
+                           "of 1 or more (0 or None: no time limit)")
+
+    def _check_tensor(self, x, what: str, dtypes: tuple, shape: tuple, fix: str) -> None:
+        if not isinstance(x, torch.Tensor):
+            raise EnvError(f"{self._name()}: {what}: a {type(x).__name__}, expected a torch.Tensor; {fix}")
+        if x.dtype not in dtypes:
+            raise EnvError(f"{self._name()}: {what}: dtype {x.dtype}, expected {dtypes[0]}; {fix}")
+        if tuple(x.shape) != shape:
+            raise EnvError(f"{self._name()}: {what}: shape {tuple(x.shape)}, expected {shape} (num_envs first); {fix}")
+        # torch.device("cuda") names no index, its tensors' device does ("cuda:0"): the same device
+        if x.device.type != self.device.type or self.device.index not in (None, x.device.index):
+            raise EnvError(f"{self._name()}: {what}: on {x.device}, expected the env's device {self.device}; create it on "
+                           "self.device")
+
+    def _check_obs(self, obs, hook: str) -> None:
+        dtype = self.obs_dtype
+        fix = ("return float32 observations (.float())" if dtype == torch.float32
+               else "return uint8 pixels, as the image observation space declares")
+        self._check_tensor(obs, f"the observations of {hook}", (dtype,), (self.num_envs, *self.obs_shape), fix)
+
+    def _check_dynamics(self, out) -> None:
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            got = f"{len(out)} values" if isinstance(out, (tuple, list)) else type(out).__name__
+            raise EnvError(f"{self._name()}: _dynamics() returned {got}; return (reward, terminated), two (num_envs,) tensors")
+        reward, terminated = out
+        n = (self.num_envs,)
+        self._check_tensor(reward, "the reward of _dynamics()", (torch.float32,), n, "return a float32 (num_envs,) tensor (.float())")
+        self._check_tensor(terminated, "the terminated of _dynamics()", (torch.bool,), n,
+                           "return a bool (num_envs,) tensor (a comparison, or .bool())")
 
     def state_dict(self) -> dict:
         return {

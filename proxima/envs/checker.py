@@ -1,7 +1,10 @@
 """``proxima check-env TARGET``: check a user's env against the Gymnasium API and Proxima's contract.
 
 TARGET is a registered Gymnasium id (``CartPole-v1``) or ``module:ClassName`` importable from the
-current directory or PYTHONPATH. :func:`check_env` builds one env, resets it, runs ``steps`` random
+current directory or PYTHONPATH. A ``module:ClassName`` of a torch-native env (a NativeEnv/BatchedEnv
+subclass, docs/native_envs.md) is built with 2 envs on the CPU and checked for what applies to it
+(_Checker.run_native): spaces, reset and step shapes and dtypes, finite values, reset determinism,
+the info autoreset fills in. :func:`check_env` builds one env, resets it, runs ``steps`` random
 actions (resetting whenever an episode ends) and returns a list of :class:`Violation`, each with
 what was expected and what the env actually did. Exceptions raised by user code never escape: they
 become a violation naming the call (``reset``/``step``) and the exception. An Atari id (``Pong-v5``)
@@ -92,6 +95,7 @@ without an ``options`` parameter is a ``reset`` violation (``proxima train`` cou
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import numbers
 import re
@@ -107,7 +111,7 @@ from ..config import MAX_SEED, install_hint
 from .base import EnvError
 from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, is_flag, TENSOR_FIX, Float64Spread, _extra_for,
                           beyond_float32, creator_error, exit_text, float64_spread_note, spread_dtype, int_range_fault, kind_casts,
-                          native_only, normalize_wrappers, normalize_wrappers_note, number_text, resolve_env_fn,
+                          native_only, normalize_wrappers, build_user_native, user_native_class, normalize_wrappers_note, number_text, resolve_env_fn,
                           missing_kwarg_hint, tensor_numpy, unknown_kwarg_line)
 from .spaces import action_scale_note, check_spaces, image_note, obs_layout, pixels_fix
 from ..terminal import printable
@@ -551,6 +555,8 @@ class _Checker:
                 raise EnvError(f"check-env '{self.target}' checks Gymnasium's ALE build of the game (--backend gymnasium's)"
                                f"{also} and needs ale-py and opencv; {atari.INSTALL}")
             env_fn = atari.ale_env_fn(game, None, training=True, settings=settings)
+        elif ":" in self.target and (native := user_native_class(self.target)) is not None:  # EnvError: import failed (exit 2)
+            return self.run_native(native)
         elif native_only(self.target):  # resolve_env_fn's line speaks of --backend, which check-env has not
             raise EnvError(f"'{self.target}' is a torch-native env with no Gymnasium version: check-env checks Gymnasium "
                            f"envs (a registered id or module:ClassName), so there is nothing to check; proxima train runs "
@@ -592,6 +598,117 @@ class _Checker:
                 except Exception:
                     pass
         return self.result()
+
+    # --- a user's own torch-native env (module:Class of a BatchedEnv subclass) ---
+    def run_native(self, cls: type) -> Violations:
+        """Check a native env as train builds it (2 envs, on the CPU): what carries over from the Gymnasium
+        checks (spaces, reset and step shapes and dtypes, finite values, reset determinism, autoreset);
+        NativeEnv checks its hooks' dtypes and shapes once itself, and those lines are the violations."""
+        n = 2
+        try:
+            env = build_user_native(cls, self.target, n, "cpu", self.seed, self.env_kwargs)
+        except EnvError as e:
+            if str(e).startswith("--env-kwargs"):  # the user's flag, not the env, is what to fix (exit 2)
+                raise
+            self.bad("build", f"{cls.__name__}(num_envs, device, seed) builds a native env with supported spaces",
+                     _one_line(str(e)))
+            return self.result()
+        for check in ("build", "spaces declared", "spaces supported"):
+            self.ok(check)
+        try:
+            self.check_native(env, n)
+        finally:
+            with contextlib.suppress(Exception):
+                env.close()
+        return self.result()
+
+    def native_call(self, check: str, fn, *args):
+        """fn(*args), or None with the violation: an EnvError is NativeEnv's own line on its hooks' outputs."""
+        try:
+            return fn(*args)
+        except EnvError as e:
+            self.bad(check, "the contract of docs/native_envs.md", _one_line(str(e)))
+        except (Exception, SystemExit) as e:
+            self.bad(check, f"{fn.__name__}() does not raise", _exc(e))
+        return None
+
+    def native_obs(self, obs, n: int, where: str) -> bool:
+        shape = (n, *obs_layout(self.obs_space, self.target).shape)
+        if not isinstance(obs, torch.Tensor):
+            self.bad("obs dtype", "a torch.Tensor", f"{type(obs).__name__} {where}")
+            return False
+        self.ok("obs shape")
+        if tuple(obs.shape) != shape:
+            self.bad("obs shape", f"{shape} (num_envs first)", f"{tuple(obs.shape)} {where}")
+            return False
+        self.ok("obs dtype")
+        if obs.is_floating_point():
+            self.ok("obs finite")
+            bad = ~torch.isfinite(obs)
+            if bool(bad.any()):
+                i = tuple(int(k) for k in bad.nonzero()[0])
+                self.bad("obs finite", "finite values", f"obs{list(i)} = {float(obs[i])} {where}")
+                return False
+        return True
+
+    def check_native(self, env, n: int) -> None:
+        self.obs_space, act_space = env.single_observation_space, env.single_action_space
+        obs = self.native_call("reset", env.reset, self.seed)
+        if obs is None or not self.native_obs(obs, n, "at reset"):
+            return
+        self.ok("reset")
+        again = self.native_call("reset", env.reset, self.seed)
+        if again is None:
+            return
+        self.ok("reset determinism")
+        if not torch.equal(obs, again):
+            self.bad("reset determinism", "reset(seed) twice gives the same obs (draw through self._uniform or self.generator)",
+                     "different obs")
+        act_space.seed(self.seed)
+        ended = False
+        for t in range(1, self.steps + 1):
+            action = torch.as_tensor(np.stack([np.asarray(act_space.sample()) for _ in range(n)]))
+            out = self.native_call("step", env.step, action)
+            if out is None:
+                return
+            self.ok("step")
+            self.ok("step returns")
+            if not (isinstance(out, (tuple, list)) and len(out) == 5):
+                self.bad("step returns", "5 values (obs, reward, terminated, truncated, info)", f"{_describe(out)} at step {t}")
+                return
+            obs, reward, terminated, truncated, info = out
+            if not self.native_obs(obs, n, f"at step {t}"):
+                return
+            for check, x, dtype in (("reward type", reward, torch.float32), ("terminated type", terminated, torch.bool),
+                                    ("truncated type", truncated, torch.bool)):
+                self.ok(check)
+                if not isinstance(x, torch.Tensor) or x.dtype != dtype or tuple(x.shape) != (n,):
+                    got = (f"{x.dtype} {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__)
+                    self.bad(check, f"a {dtype} tensor of shape ({n},)", f"{got} at step {t}")
+                    return
+            self.ok("reward finite")
+            if not bool(torch.isfinite(reward).all()):
+                self.bad("reward finite", "finite rewards", f"{reward.tolist()} at step {t}")
+                return
+            self.ok("info type")
+            keys = ("final_obs", "episode_return", "episode_length")
+            if not isinstance(info, dict) or any(k not in info for k in keys):
+                have = sorted(info) if isinstance(info, dict) else type(info).__name__
+                self.bad("info type", f"a dict with {', '.join(keys)} (NativeEnv.step's autoreset)", f"{have} at step {t}")
+                return
+            done = terminated | truncated
+            if bool(done.any()):
+                ended = True
+                self.ok("autoreset")
+                lengths = info["episode_length"][done]
+                if not bool((lengths > 0).all()) or tuple(info["final_obs"].shape) != tuple(obs.shape):
+                    self.bad("autoreset", "an ended episode's length >= 1 and final_obs shaped as obs",
+                             f"lengths {lengths.tolist()}, final_obs {tuple(info['final_obs'].shape)} at step {t}")
+                    return
+        if self.steps and not ended:
+            limit = getattr(env, "max_episode_steps", None)
+            self.notes.append(f"no episode ended in {self.steps} steps (max_episode_steps = {limit!r}"
+                              f"{': no time limit' if not limit else ''}): autoreset was not checked; give more --steps")
 
     def check(self, env: gym.Env) -> None:
         obs_space = getattr(env, "observation_space", None)
@@ -853,7 +970,10 @@ def step_returns_violation(out: Any, where: str) -> Optional[Violation]:
         return None
     n = len(out) if isinstance(out, (tuple, list)) else None
     got = f"{n} values {where}" if n is not None else f"{_describe(out)} {where}"
-    if n == 4:
+    if n == 4 and is_flag(out[2]) and is_flag(out[3]) and not isinstance(out[3], dict):
+        # (obs, reward, terminated, truncated): both flags are there, what is missing is the info dict
+        got += ": info is missing: return obs, reward, terminated, truncated, info ({})"
+    elif n == 4:
         got += ": the old gym API (obs, reward, done, info); return terminated and truncated instead of done"
     return Violation("step returns", "5 values (obs, reward, terminated, truncated, info)", got)
 

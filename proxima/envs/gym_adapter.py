@@ -224,11 +224,97 @@ def import_failure_line(e: ImportError, module_name: str, env_id: str) -> str:
     return f"importing '{module_name}' for env '{env_id}' raised {type(e).__name__}: {e}{user_frame(e)}"
 
 
-def check_env_cmd(env_id: str, env_kwargs: Optional[dict] = None) -> str:
+#: check-env's --steps default and most (checker.MAX_CHECK_STEPS), here without importing the checker
+CHECK_STEPS, MAX_CHECK_STEPS = 200, 1_000_000
+
+
+def check_env_cmd(env_id: str, env_kwargs: Optional[dict] = None, steps: int = 0, seed: Optional[int] = None) -> str:
     """``proxima check-env ENV --env-kwargs JSON``, the command that checks the env a run built: without
-    the run's kwargs check-env would build another env, which may well pass."""
+    the run's kwargs check-env would build another env, which may well pass. ``steps``: the env step a
+    failure came at, given as --steps when beyond check-env's default 200 (which would pass an env that
+    fails at step 300), with ``seed``, the env's reset seed, as --seed."""
     kwargs = f" --env-kwargs {shlex.quote(json.dumps(env_kwargs))}" if env_kwargs else ""
-    return f"proxima check-env {shlex.quote(str(env_id))}{kwargs}"
+    return f"proxima check-env {shlex.quote(str(env_id))}{kwargs}{check_env_flags(steps, seed)}"
+
+
+def check_env_flags(steps: int = 0, seed: Optional[int] = None) -> str:
+    """' --steps N --seed S' of check_env_cmd, only for a failure beyond check-env's default steps (which
+    reach one before it): --seed where known, the env's own reset seed."""
+    from ..config import MAX_SEED
+
+    if steps <= CHECK_STEPS:
+        return ""
+    flags = f" --steps {min(int(steps), MAX_CHECK_STEPS)}"
+    if seed is not None and 0 <= int(seed) <= MAX_SEED:
+        flags += f" --seed {int(seed)}"
+    return flags
+
+
+def _env_module(env_id: str):
+    """The module of a ``module:Class`` env id, imported (_import_env_module), or one EnvError line."""
+    module_name = env_id.partition(":")[0]
+    if "/" in module_name or os.sep in module_name:  # no module's name: importlib would say less (or raise TypeError)
+        raise EnvError(file_as_module_line(module_name, env_id))
+    try:
+        return _import_env_module(module_name)
+    except ImportError as e:
+        raise EnvError(import_failure_line(e, module_name, env_id)) from None
+    except Exception as e:  # user code failed at import time
+        raise EnvError(f"importing '{module_name}' for env '{env_id}' raised {type(e).__name__}: {e}") from None
+
+
+def _is_batched(cls) -> bool:
+    from .base import BatchedEnv
+
+    return isinstance(cls, type) and issubclass(cls, BatchedEnv)
+
+
+def user_native_class(env_id: str, imported_only: bool = False) -> Optional[type]:
+    """The BatchedEnv subclass (a user's own torch-native env, NativeEnv's) that a ``module:Class`` id
+    names, else None. Imports the module (EnvError when that fails); ``imported_only``: looks only in
+    a module this process has imported already, running no code (auto_backend, which plot and report
+    call on a run's recorded id, and which must not import what a downloaded run names)."""
+    env_id = str(env_id)
+    if ":" not in env_id:
+        return None
+    module_name, _, attr = env_id.partition(":")
+    module = sys.modules.get(module_name) if imported_only else _env_module(env_id)
+    cls = getattr(module, attr, None) if module is not None else None
+    return cls if _is_batched(cls) else None
+
+
+def native_class_line(env_id: str) -> str:
+    """The line for a user's torch-native env (a BatchedEnv subclass) asked of the Gymnasium adapter."""
+    return (f"'{env_id}' is a torch-native env (a BatchedEnv subclass), not a gymnasium.Env: it runs on --backend auto "
+            "or native, not --backend gymnasium")
+
+
+def build_user_native(cls: type, env_id: str, num_envs: int, device, seed: Optional[int],
+                      env_kwargs: Optional[dict] = None):
+    """``cls(num_envs, device=device, seed=seed, **env_kwargs)``, as make_env builds the native classics
+    (env_kwargs: the constructor's own keyword arguments), or one EnvError line."""
+    try:
+        env = cls(num_envs, device=device, seed=seed, **dict(env_kwargs or {}))
+    except EnvError:
+        raise
+    except SystemExit as e:
+        raise EnvError(f"building env '{env_id}' ended the process: {exit_text(e)}{user_frame(e)}; {EXIT_FIX}") from None
+    except Exception as e:
+        line = unknown_kwarg_line(env_id, e, env_kwargs)
+        if line is not None:
+            raise EnvError(line) from None
+        if isinstance(e, TypeError) and "positional argument" in str(e):  # __init__(self) without num_envs/device/seed
+            raise EnvError(f"building env '{env_id}' raised TypeError: {e}{user_frame(e)}; a native env's constructor takes "
+                           "(num_envs, device='cpu', seed=None) and passes them to NativeEnv.__init__ "
+                           "(docs/native_envs.md)") from e
+        raise EnvError(f"building env '{env_id}' raised {type(e).__name__}: {e}{user_frame(e)}{missing_kwarg_hint(e)}") from e
+    for name in ("single_observation_space", "single_action_space"):
+        if not isinstance(getattr(env, name, None), gym.spaces.Space):
+            raise EnvError(f"env '{env_id}': {name} is {'missing' if getattr(env, name, None) is None else 'no gymnasium Space'}; "
+                           f"set it in __init__ (a gymnasium.spaces Space of one env)")
+    check_spaces(env_id, env.single_observation_space, env.single_action_space)
+    env.env_id = env_id
+    return env
 
 
 def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: Optional[dict] = None) -> Callable[[], gym.Env]:
@@ -244,15 +330,10 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
         kwargs["render_mode"] = render_mode
     if ":" in env_id:
         module_name, _, attr = env_id.partition(":")
-        if "/" in module_name or os.sep in module_name:  # no module's name: importlib would say less (or raise TypeError)
-            raise EnvError(file_as_module_line(module_name, env_id))
-        try:
-            module = _import_env_module(module_name)
-        except ImportError as e:
-            raise EnvError(import_failure_line(e, module_name, env_id)) from None
-        except Exception as e:  # user code failed at import time
-            raise EnvError(f"importing '{module_name}' for env '{env_id}' raised {type(e).__name__}: {e}") from None
+        module = _env_module(env_id)
         cls = getattr(module, attr, None)
+        if _is_batched(cls):
+            raise EnvError(native_class_line(env_id))
         if cls is None and attr in gym.registry:  # Gymnasium's module:EnvId: the import registered the id
             return _make_registered(attr, kwargs)
         if cls is None and module_name == "__main__":  # a run a script trained, read by another process
@@ -605,8 +686,10 @@ class EnvCalls(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env, index: int, layout: ObsLayout, env_id: str, check_cmd: Optional[str] = None,
-                 keep_info: bool = False, in_worker: bool = False):
+                 keep_info: bool = False, in_worker: bool = False, seed: Optional[int] = None):
         super().__init__(env)
+        # the vector env resets env i with seed + i: check-env's --seed of the suggested command
+        self.seed = None if seed is None else int(seed) + index
         self.index, self.env_id, self.steps, self.keep_info = index, env_id, 0, keep_info
         # called with no arguments when an episode ends, before the vector env's same-step autoreset
         # (GymnasiumEnv.on_episode_end: a video's final frame)
@@ -647,7 +730,12 @@ class EnvCalls(gym.Wrapper):
             _seed_worker(seed, self.index, resumed_at)
 
     def _bad(self, what: str, when: str, fix: str) -> EnvError:
-        return EnvError(f"env '{self.env_id}': env {self.index} returned {what} at {when}; {fix} (check with: {self.check_cmd})")
+        return EnvError(f"env '{self.env_id}': env {self.index} returned {what} at {when}; {fix} (check with: {self.check_with()})")
+
+    def check_with(self) -> str:
+        """The check-env command that reaches this env's step: check-env's default 200 steps certify an env
+        that breaks later. The run's --env-kwargs ride in check_cmd, which GymnasiumEnv builds."""
+        return f"{self.check_cmd}{check_env_flags(self.steps, self.seed)}"
 
     @staticmethod
     def _casts(x, dtypes: frozenset, wider) -> bool:
@@ -838,7 +926,7 @@ class EnvCalls(gym.Wrapper):
                     raise self._bad(f"info of type {type(info).__name__}", when,
                                     "reset() returns (obs, info) with info a dict (return {} for none)")
                 raise EnvError(f"env '{self.env_id}' breaks the env contract at env {self.index}: {violation} "
-                               f"(check with: {self.check_cmd})")
+                               f"(check with: {self.check_with()})")
         return self._check(obs, when), (info if self.keep_info else {})
 
     def step(self, action):
@@ -878,7 +966,7 @@ class EnvCalls(gym.Wrapper):
             from .checker import step_returns_violation  # the old gym API's 4 values, in check-env's words
 
             raise EnvError(f"env '{self.env_id}' breaks the env contract at env {self.index}: "
-                           f"{step_returns_violation(out, f'at step {self.steps}')} (check with: {self.check_cmd})")
+                           f"{step_returns_violation(out, f'at step {self.steps}')} (check with: {self.check_with()})")
         if not isinstance(out[4], dict):
             raise self._bad(f"info of type {type(out[4]).__name__}", when, "step() returns info as a dict (return {} for none)")
         obs = self._check(out[0], when)
@@ -1344,7 +1432,7 @@ def _checked(env_fn: Callable[[], gym.Env], index: int, layout: ObsLayout, env_i
             if not worker or spaces is None:
                 raise
             return _Unbuilt(e, *spaces)
-        return EnvCalls(env, index, layout, env_id, check_cmd, keep_info, in_worker=worker)
+        return EnvCalls(env, index, layout, env_id, check_cmd, keep_info, in_worker=worker, seed=seed)
 
     return make
 
