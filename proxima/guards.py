@@ -147,7 +147,8 @@ class EnvGuard:
         if found is None:
             return None
         t, field, n = found
-        cmd = check_env_cmd(env_id, self.trainer.cfg.env_kwargs)
+        # check-env's default 200 steps would pass an env that turns NaN later: its --steps reach this env step
+        cmd = check_env_cmd(env_id, self.trainer.cfg.env_kwargs, steps=self.step0 // (self.N * self.ws) + t + 1)
         if field == "observation":
             # at one step first_bad names the observation before the final one: the reset is to blame only where
             # the step ended the episode and returned a finite final observation (collect_rollout has written
