@@ -352,7 +352,10 @@ class Population:
         out = ppo.update(None, self.optimizer, self.batch, self._update_cfg, grad_step=self.grad_step, permutation=permutation)
         minibatches = cfg.update_epochs * cfg.num_minibatches  # ppo.update divided every sum by this
         scale = minibatches / self._steps_run.clamp(min=1.0)
-        return {k: (v if k == "nonfinite" else v * scale) for k, v in out.items()}
+        out = {k: (v if k == "nonfinite" else v * scale) for k, v in out.items()}
+        # each member's own count: ppo.update's is every minibatch, which a stopped member skipped
+        out["minibatch_updates"] = self._steps_run.clone()
+        return out
 
     def grad_step(self, mb: dict) -> dict:
         """One minibatch of every member: mb rows member-major (P*mb, ...) as member_permutation lays

@@ -294,7 +294,8 @@ def update(agent, optimizer: torch.optim.Optimizer, batch: dict, cfg, grad_step:
     grad_step(mb) -> dict of loss terms: one optimizer step on a minibatch (``make_grad_step``; the
     trainer may pass a compiled one). permutation(b, device, generator) -> (b,) indices of one epoch
     (default ``minibatch_permutation``; a population passes per-member ones). Returns the mean of each loss term over the minibatches run,
-    plus ``nonfinite`` (bool tensor: some loss or gradient was NaN/inf) and, given an ``agent``,
+    plus ``minibatch_updates`` (float32 tensor: how many minibatch steps ran, epochs x minibatches unless
+    target_kl stopped the loop), ``nonfinite`` (bool tensor: some loss or gradient was NaN/inf) and, given an ``agent``,
     ``nonfinite_weights`` (bool tensor: a parameter is NaN/inf after the last step). ValueError when the batch
     of B rows does not split into ``cfg.num_minibatches`` equal minibatches (B not a multiple of it,
     or fewer rows than minibatches); the config's check makes B a multiple for training.
@@ -328,8 +329,21 @@ def update(agent, optimizer: torch.optim.Optimizer, batch: dict, cfg, grad_step:
             n += 1
             # the one host sync of the update, only when target_kl is set
             if cfg.target_kl is not None and bool(out["approx_kl"] > cfg.target_kl):
-                return _with_weights_check(agent, {k: v / n if k != "nonfinite" else v for k, v in totals.items()})
-    return _with_weights_check(agent, {k: (v / n if k != "nonfinite" else v) for k, v in totals.items()})
+                return _with_weights_check(agent, _means(totals, n))
+    return _with_weights_check(agent, _means(totals, n))
+
+
+def _means(totals: dict, n: int) -> dict:
+    """The loss terms' means over the ``n`` minibatches run, ``nonfinite`` as or-ed, and
+    ``minibatch_updates``: ``n`` itself, so that a --target-kl stop shows in the logs. A fill of the
+    Python count, not a tensor made from it: no host-to-device copy, which a CUDA graph records as a
+    constant (the replayed update never stops early, so ``n`` is then always epochs x minibatches)."""
+    out = {k: (v / n if k != "nonfinite" else v) for k, v in totals.items()}
+    # approx_kl's shape: one count per member for a population; any term for a grad_step without it
+    like = totals["approx_kl"] if "approx_kl" in totals else next(iter(totals.values()), None)
+    if like is not None:
+        out["minibatch_updates"] = torch.full_like(like, n, dtype=torch.float32)
+    return out
 
 
 def _with_weights_check(agent, metrics: dict) -> dict:

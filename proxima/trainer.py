@@ -942,7 +942,14 @@ def _metric_row(m: dict, sps: float, optimizer, elapsed: float) -> dict:
         "charts/SPS": sps, "charts/learning_rate": float(lr),
         "losses/policy_loss": m["policy_loss"], "losses/value_loss": m["value_loss"], "losses/entropy": m["entropy"],
         "losses/approx_kl": m["approx_kl"], "losses/clipfrac": m["clipfrac"], "losses/explained_variance": m["explained_variance"],
+        "losses/minibatch_updates": _count(m.get("minibatch_updates", math.nan)),
     }
+
+
+def _count(value: float):
+    """A step count read back as a float (ranks' equal counts averaged, in float32): the whole number
+    it is; NaN (not measured) as it came."""
+    return int(round(value)) if math.isfinite(value) else math.nan
 
 
 # ------------------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@ from proxima.logger import CSV_COLUMNS
 import warm_python
 
 TAGS = ["charts/episodic_return", "charts/SPS", "charts/learning_rate", "losses/policy_loss", "losses/value_loss",
-        "losses/entropy", "losses/approx_kl", "losses/clipfrac", "losses/explained_variance"]
+        "losses/entropy", "losses/approx_kl", "losses/clipfrac", "losses/explained_variance",
+        "losses/minibatch_updates"]
 
 
 def help_text(command: str, capsys) -> str:
