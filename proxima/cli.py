@@ -1116,6 +1116,11 @@ def _foreign_hint(key: str, value: Optional[str], command: Optional[str], target
     return None
 
 
+#: the flag meant by a first word that starts several: --clip is PPO's clip (CleanRL's --clip-coef,
+#: SB3's clip_range), not the observation or reward clipping
+PREFIX_MEANT = {"--clip": "--clip-coef"}
+
+
 def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra: list, argv: Optional[list] = None) -> str:
     """``; did you mean --num-envs?`` for unknown flags: another library's flag its counterpart here
     (_foreign_hint), any other the command's closest flag (difflib). ``argv``: the whole command line,
@@ -1139,7 +1144,13 @@ def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra
             value = after if after is not None and not after.startswith("-") else None
         hint = _foreign_hint(flag[2:].replace("-", "_").lower(), value or None, command, target, known)
         if hint is None:
-            close += [m for m in difflib.get_close_matches(flag, known, n=1) if m not in close]
+            # a flag's first word (--ent, --clip) is the flag meant, which difflib misses: --ent went to --quiet
+            longer = [k for k in known if k.startswith(flag.lower() + "-")]
+            if PREFIX_MEANT.get(flag.lower()) in longer:
+                longer = [PREFIX_MEANT[flag.lower()]]
+            meant = difflib.get_close_matches(flag, longer, n=1, cutoff=0) if longer else \
+                difflib.get_close_matches(flag, known, n=1)
+            close += [m for m in meant if m not in close]
         elif hint[0] == "advice":
             advice += [hint[1]] if hint[1] not in advice else []  # --track --wandb-entity E: one answer
         else:
