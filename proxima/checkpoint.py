@@ -850,12 +850,13 @@ def _count(text: str) -> Optional[int]:
     return n if n >= 0 else None
 
 
-def load_resumable(path: Union[str, Path], allow_population: bool = False) -> dict:
+def load_resumable(path: Union[str, Path], allow_population: bool = False, set_aside: bool = True) -> dict:
     """The checkpoint to resume from: a file as given; for a run directory its newest checkpoint that
     loads. A newer one that does not (cut short, corrupted) is renamed ``step_*.pt.corrupt`` so that
-    no later prune or resume picks it, with a line on stderr naming both files. A population's
-    checkpoints are refused with the line that says how to resume them unless ``allow_population``
-    (population_run.resume_population)."""
+    no later prune or resume picks it, with a line on stderr naming both files; with ``set_aside``
+    False it is left as it is (the --nproc launcher's check, which holds no lock and may not write the
+    run: rank 0 sets it aside once it holds the lock). A population's checkpoints are refused with the
+    line that says how to resume them unless ``allow_population`` (population_run.resume_population)."""
     path = Path(path)
     if not path.is_dir():
         try:
@@ -868,7 +869,7 @@ def load_resumable(path: Union[str, Path], allow_population: bool = False) -> di
     ckpts = list_checkpoints(path)
     if not ckpts:
         raise no_checkpoint_error(path)
-    _, state = newest_that_loads(ckpts, load_sound, CheckpointError, none_loads=f"; {start_over(path)}")
+    _, state = newest_that_loads(ckpts, load_sound, CheckpointError, set_aside=set_aside, none_loads=f"; {start_over(path)}")
     return _refuse_population(state, allow_population)
 
 

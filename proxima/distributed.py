@@ -284,13 +284,16 @@ class DistContext:
         """One line naming the rank, before the traceback (torchrun then ends the other ranks).
 
         Nothing for rank 0's error that another rank re-raised from from_main (rank 0 reports it),
-        nor for a refusal of rank 0's from_main work (the command's own error line names it: the same
-        line twice otherwise)."""
+        nor for a refusal of rank 0's from_main work, nor for any refusal of rank 0 in a process that
+        ends with its command (exit_process): the command's own error line names it, and the same line
+        twice otherwise."""
         if not self.enabled or getattr(exc, _FOLLOWED, False):
             return
-        if getattr(exc, _MAIN_WORK, False) and self.is_main:
+        if self.is_main and (getattr(exc, _MAIN_WORK, False) or _ENDS_WITH_COMMAND):
             from .cli import _user_errors
 
+            # the command's own error line names it (a full disk as rank 0 writes the checkpoint too):
+            # "rank 0 failed: ..." above it would be the same line twice
             if isinstance(exc, _user_errors()):
                 return
         first = (str(exc).strip().splitlines() or [""])[0][:400]
@@ -303,7 +306,7 @@ class DistContext:
                              f"slower; raise PROXIMA_DIST_TIMEOUT if it is only slow): {text}\n")
         elif is_peer_loss(exc):
             sys.stderr.write(f"proxima: rank {self.rank} stopped: lost contact with another rank "
-                             f"(it failed or was stopped; look for 'proxima: rank ... failed' above): {text}\n")
+                             f"(it failed or was stopped; its error is above): {text}\n")
         else:
             sys.stderr.write(f"proxima: rank {self.rank} failed: {text}\n")
         sys.stderr.flush()
@@ -553,6 +556,7 @@ def exit_process(main: Callable[[], Optional[int]]) -> NoReturn:
     if not is_torchrun_rank():
         raise SystemExit(main())
     _ENDS_WITH_COMMAND = True
+    stop_with_parent()
     try:
         code = main()
     except SystemExit as e:
@@ -571,6 +575,27 @@ def exit_process(main: Callable[[], Optional[int]]) -> NoReturn:
         except Exception:
             pass
     os._exit(code or 0)
+
+
+def stop_with_parent() -> None:
+    """Have the kernel send this rank SIGTERM when torchrun (its parent) dies, even by SIGKILL
+    (PR_SET_PDEATHSIG, Linux): a stop like any other, the ranks agree on it and rank 0 checkpoints.
+    Without it, a torchrun killed alone left its ranks training on as orphans, holding the run's lock.
+    A parent gone before the request took effect sends the signal now. Elsewhere: nothing."""
+    import signal
+
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        if ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM)) != 0:  # 1: PR_SET_PDEATHSIG
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def is_torchrun_rank() -> bool:

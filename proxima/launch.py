@@ -8,14 +8,14 @@ The launcher runs::
 torchrun's ``SignalException`` traceback) with PYTHONSAFEPATH=1, so that neither torchrun nor a rank
 imports from the current directory (torchrun_command), and waits for it. torchrun starts K ranks on
 this machine (``--standalone``: a local rendezvous on a free port), and tears all of them down when
-one fails. The launcher forwards SIGINT/SIGTERM to torchrun once (torchrun passes it on to every
+one fails. The launcher forwards SIGINT/SIGTERM/SIGHUP (a closed terminal; not under nohup) to torchrun once (torchrun passes it on to every
 rank; the ranks agree on the iteration to stop at, rank 0 writes a checkpoint, all exit); a second
 signal is sent straight to the ranks, which then exit at once if it comes 3 s or more after the
 first (signals.SignalGuard: within that, a rank takes it for the same stop reaching it twice); the
 last checkpoint stays loadable (written atomically).
 
 Exit status: torchrun's, except that a run stopped by a signal the launcher forwarded exits
-128 + signum (130 for SIGINT, 143 for SIGTERM), like a single-process run; ranks that all refused
+128 + signum (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP), like a single-process run; ranks that all refused
 (2) or stopped (130/143) alike give their code, other failures 1 with one line (proxima.torchrun). A stop
 that comes before any rank could take it (the checks, torchrun or the ranks importing torch) prints
 the line a single process prints for a stop before training, once, and no traceback. Multi-node runs
@@ -35,7 +35,7 @@ from typing import Optional
 
 from . import checkpoint as ckpt
 from .config import ConfigError
-from .torchrun import STOPS, EarlyStop, handles_stops
+from .torchrun import STOPS, EarlyStop, caught_stops, handles_stops
 
 
 #: the launcher's command line, as JSON, for the ranks to record in meta.json (typed_command)
@@ -214,7 +214,7 @@ def _check(nproc: int, argv: list) -> None:
             _check_not_in_use(Path(run_dir))
         for folder in ckpt.data_folders(src):  # as rank 0 does (run_setup.resolve_start) before any env import
             treat_as_data(folder)
-        state = ckpt.load_resumable(resume)
+        state = _resumable_unrenamed(resume)
         if own_dir is not None:  # another run's checkpoint copied in: every rank would refuse it (run_setup.resolve_start)
             check_same_run(state, own_dir, read_run_config(own_dir)[0])
         command = "resume" if args.command == "resume" else "train --resume"
@@ -345,6 +345,17 @@ def _check_rlhf_resume(nproc: int, args) -> None:
                           "(docs/rlhf.md)")
 
 
+def _resumable_unrenamed(resume) -> dict:
+    """checkpoint.load_resumable without setting a damaged newest checkpoint aside: this process holds no
+    lock on the run, and may not be able to write there (a read-only folder, a colleague's run), where
+    the rename failed with a traceback. Rank 0 sets it aside, with its note, once it holds the lock."""
+    import contextlib
+    import io
+
+    with contextlib.redirect_stderr(io.StringIO()):  # its "resuming from ... instead" note is rank 0's to say
+        return ckpt.load_resumable(resume, set_aside=False)
+
+
 def _child_pids(pid: int) -> list:
     """Direct children of ``pid`` (Linux /proc; empty elsewhere)."""
     try:
@@ -452,7 +463,7 @@ def launch_torchrun(nproc: int, argv: list, env: Optional[dict] = None, announce
 
     old = {}
     if threading.current_thread() is threading.main_thread():
-        for sig in STOPS:
+        for sig in caught_stops():
             old[sig] = signal.signal(sig, on_stop)
     try:
         try:

@@ -398,6 +398,8 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
             from .trainer import _note_whole_iterations as note  # a single run's resume note, under --quiet too
 
             note(configs[0], 1, resumed=True)
+        if pop.iteration < pop.num_iterations:  # under --quiet too, as a single run's (trainer.train)
+            _note_lr_schedule(configs, state, names, recorded_sweep)
         dirs = [run_dir / n for n in names]
         # every check passed: from here the run directory is made to describe the resumed timeline
         if checkpoint is not None:
@@ -564,6 +566,20 @@ def _record_resume(dirs, step: int, device, argv: Optional[list] = None) -> None
             raise write_error(path, e, "could not resume the population") from None
 
 
+def _train_again(run_dir: Path) -> str:
+    """The next step for a population that has nothing to resume: its recorded command again, with
+    --overwrite (the old directory is moved aside), as checkpoint.start_over says for one whose
+    checkpoints do not load."""
+    import shlex
+
+    command = read_population_doc(run_dir).get("command")
+    if isinstance(command, list) and command and all(isinstance(a, str) for a in command):
+        again = command + ([] if "--overwrite" in command else ["--overwrite"])
+        return f"train it again: {shlex.join(again)} (the old directory is moved aside)"
+    return (f"train it again: the command in {Path(run_dir) / POPULATION_FILE} with --overwrite "
+            "(the old directory is moved aside)")
+
+
 def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[str], trust_run: bool,
                    seeds: Optional[Sequence[int]], sweep: Optional[dict], checkpoint, typed_members: Sequence[str],
                    dry_run: bool = False, quiet: bool = False) -> tuple:
@@ -582,7 +598,7 @@ def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[st
     listed = ckpt.list_checkpoints(run_dir)
     if not listed:
         raise ckpt.CheckpointError(f"{run_dir}: the population wrote no checkpoint to resume from "
-                                   "(--checkpoint-every N writes one every N iterations)")
+                                   f"(--checkpoint-every N writes one every N iterations); {_train_again(run_dir)}")
     if checkpoint is not None:
         checkpoint = Path(checkpoint)
         if checkpoint.name not in {p.name for p in listed}:
@@ -620,6 +636,21 @@ def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[st
             c.env_id = env_id
     note_single_run_only(typed, quiet)
     return state, [as_member_config(c) for c in configs], names, recorded_seeds, recorded_sweep
+
+def _note_lr_schedule(configs: list, state: dict, names: list, sweep: dict) -> None:
+    """trainer._note_lr_schedule for a population's resume: a resume that extends it under --anneal-lr
+    recomputes every member's schedule, and the rate jumps back up, which nothing else says. The numbers
+    are the first member's; with --lr swept, the line says so."""
+    from .trainer import _note_lr_schedule as note
+
+    first = {"config": state["configs"][0], "iteration": state.get("iteration")}
+    with contextlib.redirect_stderr(io.StringIO()) as out:
+        note(configs[0], 1, first)
+    text = out.getvalue().rstrip("\n")
+    if text:
+        which = f" ({names[0]}'s; every member's schedule is recomputed alike)" if "lr" in (sweep or {}) else ""
+        print(text + which, file=sys.stderr)
+
 
 def _set_aside_member_checkpoints(dirs: list, step: int) -> None:
     """Members' checkpoints newer than ``step`` (the population checkpoint resumed from): members are

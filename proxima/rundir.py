@@ -354,10 +354,18 @@ def in_use_message(run_dir: Path, info: dict) -> str:
             f"for {_minutes(STALE_SECONDS)} is taken over)")
 
 
+class RunInUseError(RunDirError):
+    """The run directory is locked by a live process (in_use_message)."""
+
+
+class _NameTaken(RunDirError):
+    """A default run name (unique_default) that another run took between its choice and its claim."""
+
+
 def check_not_in_use(run_dir: Path) -> None:
     info = read_lock(run_dir)
     if info and holder_alive(info):
-        raise RunDirError(in_use_message(run_dir, info))
+        raise RunInUseError(in_use_message(run_dir, info))
 
 
 def _write_new_file(path: Path, text: str) -> Path:
@@ -434,7 +442,7 @@ class RunLock:
             if info is None:
                 continue  # released meanwhile
             if info and holder_alive(info):
-                raise RunDirError(in_use_message(self.run_dir, info))
+                raise RunInUseError(in_use_message(self.run_dir, info))
             if not info and self.path.is_dir() and not self.path.is_symlink():  # never delete a folder
                 raise RunDirError(f"{self.path}: is a directory, not a lock file; remove it (or rename it) and try again")
             self._take_over(info)
@@ -758,13 +766,38 @@ def check_own_entries(run_dir, entries=RUN_ENTRIES, root=None) -> None:
                               "what it points to into the run) and try again")
 
 
+#: {name unique_default chose: the default name it was chosen for}: only such a name moves on to the next
+#: suffix when another run claims it first (RunSession.claim_fresh's ``next_free``); a --run-dir the user
+#: typed is theirs, and a lost claim of it is refused
+_DEFAULT_NAMES: dict = {}
+
+
 def unique_default(path: Path) -> Path:
-    """``path`` or, when it already exists (two runs started in the same second), ``path-2``, ``path-3``..."""
+    """``path`` or, when it already exists (two runs started in the same second), ``path-2``, ``path-3``...
+    Only checked here, not taken: the claim comes once the env is built (RunSession.claim_fresh), and a
+    run that loses it to one started at the same moment moves on to the next free suffix there."""
+    return _free_default(path)
+
+
+def _free_default(path: Path) -> Path:
     candidate, n = Path(path), 2
-    while candidate.exists():
+    while os.path.lexists(candidate):
         candidate = Path(f"{path}-{n}")
         n += 1
+    _DEFAULT_NAMES.setdefault(str(candidate), [Path(path), 0])[1] += 1
     return candidate
+
+
+def _default_base(run_dir: Path) -> Optional[Path]:
+    """The default name ``run_dir`` was chosen for by unique_default, taken out as it is claimed (once per
+    choice): the same path typed as --run-dir by a later run of this process is the user's."""
+    entry = _DEFAULT_NAMES.get(str(run_dir))
+    if entry is None:
+        return None
+    entry[1] -= 1
+    if entry[1] <= 0:
+        del _DEFAULT_NAMES[str(run_dir)]
+    return entry[0]
 
 
 class RunSession:
@@ -790,17 +823,36 @@ class RunSession:
             self.lock = lock
 
     def claim_fresh(self, run_dir: Path, overwrite: bool = False, restart_note: Optional[str] = None,
-                    command: str = "train") -> None:
+                    command: str = "train", next_free: bool = False) -> Path:
         """Lock ``run_dir`` for a new run: refuse one in use; one that holds files only with
         ``overwrite`` (moved aside, said on stderr) or ``restart_note`` (a run that never wrote a
-        checkpoint, restarted by --resume auto; moved aside too). A stop (SIGINT/SIGTERM) meanwhile
+        checkpoint, restarted by --resume auto; moved aside too). A stop (SIGINT/SIGTERM/SIGHUP) meanwhile
         is raised as this returns (signals.stops_held), never between the lock's files being made and
-        recorded here, where no cleanup would know of them. ``command``: not_empty_message's."""
-        with stops_held():
-            self._claim_fresh(Path(run_dir), overwrite, restart_note, command)
+        recorded here, where no cleanup would know of them. ``command``: not_empty_message's.
 
-    def _claim_fresh(self, run_dir: Path, overwrite: bool, restart_note: Optional[str], command: str) -> None:
+        ``next_free`` (the caller trains in the directory returned): a default name (unique_default) that
+        another run took since it was chosen, parallel runs of one env and seed started in the same
+        second, moves on to the next free ``-N`` suffix instead of failing the run as "in use". Returns
+        the directory claimed."""
+        run_dir = Path(run_dir)
+        base = _default_base(run_dir) if next_free else None
+        with stops_held():
+            for _ in range(1000):
+                try:
+                    self._claim_fresh(run_dir, overwrite, restart_note, command, default=base is not None)
+                    return run_dir
+                except (RunInUseError, _NameTaken):
+                    if base is None:
+                        raise
+                run_dir = _free_default(base)
+                _default_base(run_dir)
+            raise RunDirError(f"{base}: no free -N suffix found for the default run directory; give --run-dir")
+
+    def _claim_fresh(self, run_dir: Path, overwrite: bool, restart_note: Optional[str], command: str,
+                     default: bool = False) -> None:
         check_not_in_use(run_dir)
+        if default and holds_files(run_dir):  # another run started there since the name was chosen: never moved aside
+            raise _NameTaken(not_empty_message(run_dir, command))
         if holds_files(run_dir):
             # --resume auto restarts a run that never checkpointed: a folder that holds no run (a
             # project, someone's files) is not one, and is never moved aside without --overwrite
@@ -820,7 +872,7 @@ class RunSession:
             raise
         if holds_files(run_dir):  # another process started a run here between the check and the lock
             lock.release()
-            raise RunDirError(not_empty_message(run_dir, command))
+            raise (_NameTaken if default else RunDirError)(not_empty_message(run_dir, command))
         _remove_lock_files(run_dir, lock_leftover)  # under the run's own lock: no process is making one here now
         self.lock, self.created = lock, run_dir
 

@@ -1,4 +1,8 @@
-"""Clean stops: SIGINT/SIGTERM finish the iteration, write a checkpoint, and exit 130/143.
+"""Clean stops: SIGINT/SIGTERM/SIGHUP finish the iteration, write a checkpoint, and exit 130/143/129.
+
+SIGHUP (an SSH session or terminal closed) stops a run as SIGTERM does, rather than killing it with
+no checkpoint and its lock left behind; a SIGHUP that the process ignores (``nohup``) stays ignored
+(stop_signals).
 
 A second SIGINT exits at once (from the Python API it raises KeyboardInterrupt instead: SignalGuard's
 ``second_raises``); checkpoints are written atomically (checkpoint.py), so the last one stays
@@ -44,8 +48,7 @@ def say_stopped(e: TrainingInterrupted) -> None:
     text, then the newline) let two ranks' lines run together."""
     from .terminal import printable  # the run directory and env id in it are the run's: no escape reaches the terminal
 
-    sys.stderr.write(f"proxima: {printable(str(e))}\n")
-    sys.stderr.flush()
+    _write_stderr(f"proxima: {printable(str(e))}\n")  # a SIGHUP's terminal may be gone: the exit code still says it
 
 
 #: where workers_stopped's stop landed (train() says it of a new run's first iteration too, whose files it removes)
@@ -268,6 +271,26 @@ class Stop:
     final: bool = False
 
 
+def stop_signals() -> tuple:
+    """The signals that stop a run: SIGINT, SIGTERM, and SIGHUP unless this process ignores it. A run
+    started under ``nohup`` (or by a shell or job system that ignores SIGHUP) asked to outlive its
+    terminal: a handler of ours would turn the hang-up into a stop."""
+    hup = getattr(signal, "SIGHUP", None)
+    if hup is None or signal.getsignal(hup) is signal.SIG_IGN:
+        return (signal.SIGINT, signal.SIGTERM)
+    return (signal.SIGINT, signal.SIGTERM, hup)
+
+
+def _write_stderr(text: str) -> None:
+    """A line from a signal handler: after a SIGHUP the terminal may be gone (EIO), and an error raised
+    here would land in the training loop where the signal did, in place of the stop and its checkpoint."""
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
 #: seconds after the first signal in which the same signal again is the same stop (SignalGuard)
 REPEAT_WINDOW = 3.0
 
@@ -307,7 +330,7 @@ class SignalGuard:
             outside = getattr(signal.getsignal(signal.SIGINT), "__self__", None)
             if isinstance(outside, OutsideLoop):  # a stop before the loop that was swallowed where it landed
                 outside.check()
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in stop_signals():
                 self._old[sig] = signal.signal(sig, self._handle)
         return self.stop
 
@@ -317,11 +340,10 @@ class SignalGuard:
             if signum == self.stop.signum and now - self._first_at < self._window:
                 return  # the same stop delivered again (directly and through torchrun): keep going to the checkpoint
             if self._raises and signum == signal.SIGINT:
-                sys.stderr.write(f"{self._lead()}proxima: second interrupt, stopping now without this iteration's "
-                                 f"checkpoint ({self._kept()}): KeyboardInterrupt\n")
+                _write_stderr(f"{self._lead()}proxima: second interrupt, stopping now without this iteration's "
+                              f"checkpoint ({self._kept()}): KeyboardInterrupt\n")
                 raise KeyboardInterrupt
-            sys.stderr.write(f"{self._lead()}proxima: second interrupt, exiting now ({self._kept()})\n")
-            sys.stderr.flush()  # os._exit flushes nothing
+            _write_stderr(f"{self._lead()}proxima: second interrupt, exiting now ({self._kept()})\n")  # flushed: os._exit flushes nothing
             os._exit(128 + signum)
         self.stop.signum, self._first_at = signum, now
         if self._window:
@@ -331,7 +353,7 @@ class SignalGuard:
             again = "interrupt again to " + ("stop at once with KeyboardInterrupt" if self._raises else "exit at once")
         what = ("training is complete: stopping after the final checkpoint, before the end-of-run evaluation"
                 if self.stop.final else "writing a checkpoint after this iteration")
-        sys.stderr.write(f"{self._lead()}proxima: {signal.Signals(signum).name} received; {what} ({again})\n")
+        _write_stderr(f"{self._lead()}proxima: {signal.Signals(signum).name} received; {what} ({again})\n")
 
     def _lead(self) -> str:
         """A newline first where stderr redraws a progress bar's '\\r' frame in place (a terminal, Jupyter),
@@ -376,7 +398,7 @@ class OutsideLoop:
 
     def __enter__(self):
         if threading_main():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in stop_signals():
                 self._old[sig] = signal.signal(sig, self._handle)
         return self
 

@@ -28,8 +28,8 @@ import sys
 import threading
 
 #: exit codes a rank ends with after printing its own line: a refusal (a user error, docs/reliability.md)
-#: and a stop by SIGINT/SIGTERM with its checkpoint
-QUIET_CODES = (2, 128 + signal.SIGINT, 128 + signal.SIGTERM)
+#: and a stop by SIGINT/SIGTERM/SIGHUP with its checkpoint
+QUIET_CODES = (2, 128 + signal.SIGINT, 128 + signal.SIGTERM) + ((128 + signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
 #: how a rank ends when torchrun ends it with SIGTERM after another rank failed: killed by the signal
 #: (no handler yet), or its handler's stop (143)
 TEARDOWN_CODES = (-signal.SIGTERM, 128 + signal.SIGTERM)
@@ -77,8 +77,14 @@ def child_failure_exit(failures: dict, first=None) -> int:
     return 1
 
 
-#: the signals that stop a run
-STOPS = (signal.SIGINT, signal.SIGTERM)
+#: the signals that stop a run (signals.stop_signals): SIGHUP too, a closed terminal or SSH session
+STOPS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
+
+
+def caught_stops() -> tuple:
+    """STOPS less a SIGHUP this process ignores (nohup): the job is to outlive its terminal."""
+    return tuple(sig for sig in STOPS if not (sig == getattr(signal, "SIGHUP", None)
+                                                and signal.getsignal(sig) is signal.SIG_IGN))
 
 
 class EarlyStop(KeyboardInterrupt):
@@ -105,7 +111,7 @@ class EarlyStops:
     def __enter__(self):
         try:
             if threading.current_thread() is threading.main_thread():
-                for sig in STOPS:
+                for sig in caught_stops():
                     self._old[sig] = signal.signal(sig, self._raise)
             if self.unblock and hasattr(signal, "pthread_sigmask"):
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)

@@ -1103,7 +1103,10 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             # Trainer's own claim and restore (for one used directly) stand aside
             trainer._dir_claimed, trainer._caller_rng = True, None
             if not resumed:  # the env built: now take the directory (nothing is written before this)
-                dctx.from_main(lambda: session.claim_fresh(trainer.run_dir, overwrite, restart))
+                # a default name another run took since rank 0 chose it moves on to its next -N suffix:
+                # every rank trains in the directory rank 0 claimed
+                trainer.run_dir = Path(dctx.from_main(
+                    lambda: session.claim_fresh(trainer.run_dir, overwrite, restart, next_free=True)))
                 if not quiet and dctx.is_main:
                     note_run(config, typed, argv is None, trainer.env.single_observation_space,
                              trainer.env.single_action_space, trainer.cfg.encoder)

@@ -1493,6 +1493,11 @@ def _worker_signals() -> None:
     a SIGTERM to the whole group ends the workers too, and the trainer says so (exit 143)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # a closed terminal's SIGHUP reaches the group as a Ctrl-C does: a stop of the trainer's
+    # (signals.stop_signals), which needs the workers alive for its checkpoint; a forked worker would
+    # otherwise run the trainer's handler
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 # --- what a run is told about the env it built (trainer._note_built_env, check-env's notes) -------

@@ -1,0 +1,240 @@
+"""Review 37 (dist): parallel runs of one default run name each get their own -N directory; the --nproc
+launcher's resume check renames nothing; SIGHUP stops a run as SIGTERM does (nohup's ignore kept); a
+refusal of rank 0 is printed once; a rank stops when torchrun dies; a population's resume notes an
+--anneal-lr jump, and names the next step when there is no checkpoint.
+
+Two tests need patches to files of other owners: trainer_next_free.patch (the end-to-end default-name
+test) and population_resume_notes.patch (the population test); checkpoint_set_aside.patch is needed by
+the launcher's check."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from proxima import checkpoint as ckpt
+from proxima import cli
+from proxima import distributed, launch, rundir, torchrun
+from proxima.rundir import RunDirError, RunSession, unique_default
+from proxima.signals import OutsideLoop, SignalGuard
+from tests.cli_helpers import TINY_RUN, error_line, run_main
+
+posix = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+
+# --- default run names claimed in parallel --------------------------------------------------------------
+
+def test_two_runs_that_chose_one_default_name_claim_distinct_suffixes(tmp_path):
+    """Both chose the name before either claimed it (the env is built in between): the second claim moves
+    on to -2, and a third, whose name a finished run took meanwhile (files, no lock), to -3."""
+    base = tmp_path / "runs" / "CartPole-v1__1__20260101-000000"
+    first, second, third = unique_default(base), unique_default(base), unique_default(base)
+    assert first == second == third == base
+    a, b, c = RunSession(), RunSession(), RunSession()
+    try:
+        assert a.claim_fresh(first, next_free=True) == base
+        assert b.claim_fresh(second, next_free=True) == Path(f"{base}-2")
+        (Path(f"{base}-2") / "config.yaml").write_text("env_id: CartPole-v1\n")
+        b.release()  # a finished run: its files stay, its lock goes
+        assert c.claim_fresh(third, next_free=True) == Path(f"{base}-3")
+        assert (Path(f"{base}-3") / rundir.LOCK_NAME).is_file()
+    finally:
+        for s in (a, b, c):
+            s.release()
+
+
+def test_a_given_run_dir_in_use_is_still_refused(tmp_path):
+    run_dir = tmp_path / "mine"
+    a, b = RunSession(), RunSession()
+    try:
+        a.claim_fresh(run_dir)
+        with pytest.raises(RunDirError, match=r"is in use by pid"):
+            b.claim_fresh(run_dir, next_free=True)  # not a default name: the user's, never renamed
+        assert not Path(f"{run_dir}-2").exists()
+    finally:
+        a.release()
+
+
+def test_train_with_a_default_name_claimed_meanwhile_trains_in_the_next_suffix(tmp_path, monkeypatch, capsys):
+    """The end to end case: another run claims the default name between this run's choice of it and its
+    claim (after the env is built); this run trains in -2 and exits 0, instead of "in use by pid"."""
+    monkeypatch.chdir(tmp_path)
+    racer, chosen = RunSession(), []
+    real = rundir.unique_default
+
+    def choose_then_lose(path):
+        name = real(path)
+        chosen.append(name)
+        racer.claim_fresh(name)  # a run started in the same second takes it first
+        return name
+
+    monkeypatch.setattr(rundir, "unique_default", choose_then_lose)
+    try:
+        code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--total-timesteps", "64", "--quiet"], capsys)
+    finally:
+        racer.release()
+    assert code == 0, err
+    assert len(chosen) == 1
+    moved = Path(f"{chosen[0]}-2")
+    assert ckpt.list_checkpoints(moved), err
+    assert not (chosen[0] / "metrics.csv").exists()  # the racer's directory is left to it
+
+
+# --- the launcher's resume check renames nothing -------------------------------------------------------
+
+@pytest.fixture()
+def damaged_run(tmp_path):
+    run_dir = tmp_path / "run"
+    assert cli.main(["train", "CartPole-v1", *TINY_RUN, "--total-timesteps", "128", "--checkpoint-every", "1",
+                     "--run-dir", str(run_dir), "--quiet"]) == 0
+    newest = ckpt.list_checkpoints(run_dir)[-1]
+    newest.write_bytes(newest.read_bytes()[:1000])  # cut short, as on a full disk
+    return run_dir, newest
+
+
+def test_the_launchers_resume_check_leaves_a_damaged_checkpoint_where_it_is(damaged_run, monkeypatch, capsys):
+    """The launcher holds no lock and may not write the run (read-only, a colleague's): renaming the damaged
+    file there failed with a traceback (EROFS). Its check reads only; rank 0 sets the file aside under the lock."""
+    run_dir, newest = damaged_run
+
+    def read_only(src, dst):
+        raise OSError(errno.EROFS, "Read-only file system", str(src))
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", read_only)
+        launch._check(1, ["resume", str(run_dir)])  # the run's own count (1): everything else is checked
+    assert newest.is_file() and not list(newest.parent.glob("*.corrupt"))
+    assert capsys.readouterr().err == ""  # the "resuming from ... instead" note is rank 0's to say
+    # the resume itself, holding the lock, sets it aside and continues from the older one
+    code, _, err = run_main(["resume", str(run_dir), "--total-timesteps", "192", "--quiet"], capsys)
+    assert code == 0, err
+    assert Path(f"{newest}.corrupt").is_file() and "is unusable" in err
+
+
+# --- SIGHUP -------------------------------------------------------------------------------------------
+
+@posix
+@pytest.mark.parametrize("ignored", [False, True])
+def test_sighup_handlers_are_installed_unless_sighup_is_ignored(ignored):
+    old = signal.signal(signal.SIGHUP, signal.SIG_IGN if ignored else signal.SIG_DFL)
+    try:
+        with OutsideLoop():
+            outside = signal.getsignal(signal.SIGHUP)
+            with SignalGuard():
+                guarded = signal.getsignal(signal.SIGHUP)
+        if ignored:  # nohup: the run is to outlive its terminal
+            assert outside is signal.SIG_IGN and guarded is signal.SIG_IGN
+            assert signal.SIGHUP not in torchrun.caught_stops()
+        else:
+            assert callable(outside) and callable(guarded)
+            assert signal.SIGHUP in torchrun.caught_stops()
+        assert signal.getsignal(signal.SIGHUP) is (signal.SIG_IGN if ignored else signal.SIG_DFL)
+    finally:
+        signal.signal(signal.SIGHUP, old)
+    assert torchrun.quiet_exit_code([129, 129]) == 129  # every rank stopped by SIGHUP: their lines said it
+
+
+@posix
+def test_sighup_stops_a_run_with_a_checkpoint_and_exit_129(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "proxima", "train", "CartPole-v1", *TINY_RUN, "--total-timesteps",
+                             "100000000", "--checkpoint-every", "100000", "--run-dir", str(run_dir)],
+                            cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (run_dir / "metrics.csv").is_file() or len((run_dir / "metrics.csv").read_text().splitlines()) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:] if proc.poll() else "slow"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGHUP)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("no exit after SIGHUP")
+    assert proc.returncode == 129, err[-2000:]
+    assert "stopped by SIGHUP; checkpoint: " in err and "Traceback" not in err, err[-2000:]
+    assert ckpt.list_checkpoints(run_dir)
+    assert not (run_dir / rundir.LOCK_NAME).exists()  # released: a resume needs no takeover
+
+
+# --- rank 0's refusal once; a rank stops with its torchrun ---------------------------------------------
+
+def test_rank_0s_refusal_in_a_command_gets_no_rank_failed_line(monkeypatch, capsys):
+    """A full disk as rank 0 writes the checkpoint: the command's `proxima train: error:` line says it."""
+    monkeypatch.setattr(distributed, "_ENDS_WITH_COMMAND", True)
+    distributed.DistContext(rank=0, world_size=2).report_failure(ckpt.CheckpointError("step_1.pt: disk full"))
+    assert capsys.readouterr().err == ""
+    distributed.DistContext(rank=1, world_size=2).report_failure(ckpt.CheckpointError("step_1.pt: disk full"))
+    assert capsys.readouterr().err == "proxima: rank 1 failed: CheckpointError: step_1.pt: disk full\n"
+
+
+CHILD = textwrap.dedent("""
+    import os, sys, time
+    from proxima import distributed
+    distributed.stop_with_parent()
+    print("ready", flush=True)
+    time.sleep(60)
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG")
+def test_a_rank_gets_sigterm_when_its_parent_is_killed(tmp_path):
+    """torchrun killed alone (-9): its ranks must not train on as orphans."""
+    parent = textwrap.dedent(f"""
+        import subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", {CHILD!r}], stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline().strip() == "ready"
+        print(child.pid, flush=True)
+        import time; time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    child = int(proc.stdout.readline())
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:  # gone, or a zombie no one reaped yet (state Z): either way it stopped
+            if Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return
+        except (OSError, IndexError):
+            return
+        time.sleep(0.05)
+    os.kill(child, signal.SIGKILL)
+    pytest.fail("the child outlived its parent")
+
+
+# --- population resumes (population_resume_notes.patch) --------------------------------------------
+
+POP = ["CartPole-v1", "--seeds", "1-2", "--total-timesteps", "128", "--num-envs", "2", "--num-steps", "16",
+       "--num-minibatches", "2", "--update-epochs", "1", "--threads", "1", "--no-progress", "--eval-episodes", "0", "--quiet"]
+
+
+def test_a_population_resume_that_extends_it_notes_the_anneal_lr_jump_and_one_without_a_checkpoint_says_what_next(
+        tmp_path, capsys, monkeypatch):
+    run = tmp_path / "P"
+    argv = ["train", *POP, "--run-dir", str(run)]
+    with monkeypatch.context() as m:
+        m.setattr(sys, "argv", ["proxima", *argv])  # what population.json records as its command
+        code, _, err = run_main(argv, capsys)
+    assert code == 0, err
+    bare = tmp_path / "Q"
+    shutil.copytree(run, bare)
+    code, _, err = run_main(["resume", str(run), "--total-timesteps", "256", "--quiet"], capsys)
+    assert code == 0, err
+    assert "proxima: note: --anneal-lr: the learning rate schedule is recomputed over the resume's total (256 steps)" in err
+    assert "iteration 5 trains at lr 0.000125, iteration 4 trained at 6.25e-05" in err
+    for f in ckpt.list_checkpoints(bare):  # as if killed before its first checkpoint
+        f.unlink()
+    code, _, err = run_main(["resume", str(bare)], capsys)
+    line = error_line(code, err, "the population wrote no checkpoint to resume from", "train it again: ", "--overwrite")
+    assert f"--run-dir {run} " in line  # its recorded command
