@@ -330,7 +330,10 @@ def _check_combination(args, cfg, prog: str) -> None:
             and cfg.vector in FIELDS["vector"].metadata.get("choices", ())):
         from .envs import auto_backend
 
-        backend = auto_backend(cfg.env_id, cfg.env_kwargs) if cfg.backend == "auto" and cfg.env_id else cfg.backend
+        # a new run's id, typed or in its --config file: the run imports its module anyway, and a module:Class
+        # not yet imported would otherwise read as gymnasium
+        backend = (auto_backend(cfg.env_id, cfg.env_kwargs, imported_only=False) if cfg.backend == "auto" and cfg.env_id
+                   else cfg.backend)
         if backend in ("native", "envpool"):
             chosen = f"--backend {cfg.backend}" if cfg.backend == backend else f"--backend auto (here: {backend})"
             print(f"{prog}: note: --vector {cfg.vector}: applies to the gymnasium backend only; {chosen} ignores it",

@@ -312,10 +312,11 @@ def make_eval_env(policy, episodes: int, backend: str, seed: int, render_mode: O
 
 def built_backend(env_id: str, backend: str, env_kwargs) -> str:
     """The backend make_env builds for ``backend``: "auto" resolved as make_env resolves it
-    (envs.auto_backend), any other as given."""
+    (envs.auto_backend), any other as given. Only for an env this evaluation builds (its id named or
+    trusted, refuse_untrusted): a module:Class's module is imported, as the build imports it."""
     from .envs import auto_backend
 
-    return auto_backend(env_id, env_kwargs) if backend == "auto" else backend
+    return auto_backend(env_id, env_kwargs, imported_only=False) if backend == "auto" else backend
 
 
 def check_eval_fits(policy, episodes: int, backend: str, env_kwargs) -> None:

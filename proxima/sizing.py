@@ -325,7 +325,9 @@ def async_workers(cfg: PPOConfig, native: Optional[bool] = None) -> int:
     if native is None:
         from .envs import auto_backend
 
-        native = (cfg.backend if cfg.backend != "auto" else auto_backend(cfg.env_id, cfg.env_kwargs)) != "gymnasium"
+        # every caller builds this env next (a resumed run's id only once named or trusted): its module may be imported
+        native = (cfg.backend if cfg.backend != "auto"
+                  else auto_backend(cfg.env_id, cfg.env_kwargs, imported_only=False)) != "gymnasium"
     return 0 if native else cfg.num_envs
 
 

@@ -135,15 +135,25 @@ def unregistered_line(env_id: str, source, how: str, entry_point=None, kwargs: b
             f"{give(f'MODULE:{env_id}')}{kept}")
 
 
-def auto_backend(env_id: str, env_kwargs: Optional[dict] = None) -> str:
+def auto_backend(env_id: str, env_kwargs: Optional[dict] = None, imported_only: bool = True) -> str:
     """The backend ``--backend auto`` builds for ``env_id`` (make_env, and bench's tables, which name
     what ran): EnvPool for an Atari game when installed, else Gymnasium's ALE; the torch-native env
-    when one exists and no constructor kwargs are given; else the Gymnasium adapter."""
+    when one exists and no constructor kwargs are given; else the Gymnasium adapter.
+
+    imported_only: a ``module:Class`` is found native only in a module already imported, so a run
+    directory's recorded id runs no code (plot, report). False imports the module, for an id the
+    user typed or one about to be built anyway (the --vector note, the sizing of a run or an
+    evaluation): a module not yet imported otherwise reads as "gymnasium". A module that fails to
+    import then reads as not native; the build that follows names its error."""
     from .gym_adapter import user_native_class
 
     if atari.game_name(env_id) is not None:
         return "envpool" if atari.has_envpool() else "gymnasium"
-    if user_native_class(env_id, imported_only=True) is not None:  # a user's own NativeEnv, kwargs or not
+    try:
+        native = user_native_class(env_id, imported_only=imported_only) is not None
+    except EnvError:
+        native = False
+    if native:  # a user's own NativeEnv, kwargs or not
         return "native"
     return "native" if env_id in NATIVE_ENVS and not env_kwargs else "gymnasium"
 
