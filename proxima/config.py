@@ -161,11 +161,14 @@ def _refuse_unknown_keywords(init):
     @functools.wraps(init)  # inspect.signature (Jupyter's Shift-Tab) still shows every field
     def __init__(self, *args, **kwargs):
         unknown = [name for name in kwargs if name not in FIELDS]
-        if unknown and unknown[0] in POPULATION_FLAGS:  # difflib says 'seed', which would train one member, silently
-            name = unknown[0]
+        population = [name for name in unknown if name in POPULATION_FLAGS]
+        if population:  # difflib says 'seed', which would train one member, silently: wherever the keyword stands
+            name = population[0]
+            others = [n for n in unknown if n != name]
+            more = f" (also not PPOConfig fields: {', '.join(others)})" if others else ""
             raise UnknownFieldError(f"PPOConfig({name}={_short_repr(kwargs[name])}): not a PPOConfig field: training a "
                                     f"population is command-line only (proxima train ENV_ID {POPULATION_FLAGS[name]}, "
-                                    "docs/populations.md); from Python, train one PPOConfig per member in a loop")
+                                    f"docs/populations.md); from Python, train one PPOConfig per member in a loop{more}")
         if unknown:
             name = unknown[0]
             more = f" (and {len(unknown) - 1} more: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""

@@ -1026,6 +1026,11 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
         # must not resume the recorded env under another env's label, nor a run_dir go unused.
         # run_dir= wins over PPOConfig.run_dir, as a typed --run-dir over a --config file's (a new run's rule)
         asked_dir = run_dir if run_dir is not None else config.run_dir
+        if run_dir is None and _records_run_dir(resume, config.run_dir):
+            # a config read from the run's config.yaml (or its checkpoint's, the same value) names the run as it was
+            # started, often relative to another directory: it is that run's, as `train --config RUN/config.yaml
+            # --resume RUN` takes it from anywhere
+            asked_dir = None
         if asked_dir is not None:
             overrides["run_dir"] = os.fspath(asked_dir)
         # env_id: asked when not PPOConfig's default (set_fields's rule), and always under resume="auto",
@@ -1196,6 +1201,21 @@ def env_id_refusal(env_id) -> str:
     if hasattr(env_id, "step") and hasattr(env_id, "reset"):
         return f"{head}, not an env object: the run builds its own envs; give 'its_module:ClassName' of its class"
     return f"{head}; for a class, give 'its_module:ClassName'"
+
+
+def _records_run_dir(resume, given) -> bool:
+    """Whether ``given`` (PPOConfig.run_dir) is the run_dir that the run ``resume`` (a path) names as its
+    own in its config.yaml, as written when the run started (relative to that run's working directory)."""
+    if resume is None or resume == "auto" or not isinstance(given, (str, os.PathLike)):
+        return False
+    from .run_setup import read_run_config, resumed_run_dir
+
+    try:
+        _, target = resumed_run_dir(resume)
+        recorded, _ = read_run_config(target) if target is not None else (None, None)
+    except Exception:  # noqa: BLE001 - a resume that cannot be read: resolve_start raises its own line for it
+        return False
+    return recorded is not None and isinstance(recorded.run_dir, str) and Path(recorded.run_dir) == Path(given)
 
 
 def _named_run_dirs(config: Optional[PPOConfig], run_dir, resume) -> list:

@@ -41,6 +41,7 @@ def test_train_help_says_presets_replace_the_defaults_shown(capsys):
     assert code == 0 and "--num-envs NUM_ENVS Parallel environments N (per process). (default: 4)" in text
     assert "A flag's (default: ...) below is PPOConfig's, which the env's preset may replace" in text
     assert "`proxima train ENV_ID --dry-run` prints every value the run would use" in text
+    assert "`proxima presets ENV_ID default` lists what a preset sets" in text  # the preset's name: its values, not a list
 
 
 # -- 3. a refusal of a preset's value names the preset, not a flag never typed -------------------------------------
@@ -59,6 +60,45 @@ def test_a_presets_num_envs_in_a_batch_too_large_is_named_as_the_presets(capsys)
     line = error_line(code, err, "proxima train: error: one batch (--num-envs 32 x --num-steps 8 = 256 steps) is larger "
                                  "than --total-timesteps 100")
     assert line.endswith(" (num_envs 32 from preset Pendulum-v1/default; flags override it)"), line
+    code, _, err = run_main(["train", "Pendulum-v1", "--total-timesteps", "100", "--dry-run"], capsys)
+    line = error_line(code, err, "proxima train: error: one batch (--num-envs 32 x --num-steps 128 = 4,096 steps)")
+    assert line.endswith(" (num_envs 32, num_steps 128 from preset Pendulum-v1/default; flags override it)"), line
+
+
+def _pendulum_cfg(file_values=None):
+    from proxima import presets
+    from proxima.config import from_dict
+
+    cfg = presets.resolve("Pendulum-v1", None, PPOConfig())
+    return from_dict(file_values, cfg, source="f.yaml") if file_values else cfg
+
+
+def test_a_presets_value_set_after_the_preset_keeps_the_flags_words():
+    from proxima.cli import _name_config_file
+
+    e = ConfigError("--ent-coef 0.0: too small for this env")
+    # swept (exclude): the member's value, not the preset's
+    assert str(_name_config_file(e, _pendulum_cfg(), exclude=("ent_coef",))) == str(e)
+    assert str(_name_config_file(e, _pendulum_cfg())) == ("preset Pendulum-v1/default: ent_coef 0.0: too small for this "
+                                                          "env; pass --ent-coef to override the preset's value")
+
+
+def test_a_refusal_about_several_preset_fields_lists_them_all():
+    from proxima.cli import _name_config_file
+
+    e = ConfigError("--num-envs 32 x --num-steps 128: too large for this machine")
+    e.fields = ("num_envs", "num_steps")
+    assert str(_name_config_file(e, _pendulum_cfg())) == (
+        "--num-envs 32 x --num-steps 128: too large for this machine (num_envs 32, num_steps 128 from preset "
+        "Pendulum-v1/default; flags override it)")
+
+
+def test_a_config_files_backend_prefixes_a_refusal_of_a_presets_value():
+    from proxima.cli import _name_config_file
+
+    e = ConfigError("--num-envs 32: not for this backend; use --backend gymnasium or auto")
+    assert str(_name_config_file(e, _pendulum_cfg({"backend": "native"}))) == (
+        "f.yaml: backend native: --num-envs 32: not for this backend; edit backend in f.yaml (gymnasium or auto)")
 
 
 # -- 5, 6. PPOConfig keywords: a population's, a torch.device ------------------------------------------------------
@@ -69,6 +109,16 @@ def test_ppoconfig_seeds_says_populations_are_command_line_only():
             PPOConfig(**{name: value})
         assert "did you mean 'seed'" not in str(info.value)
         assert "training a population is command-line only (proxima train ENV_ID --" in str(info.value), info.value
+
+
+def test_ppoconfig_population_advice_wherever_the_keyword_stands():
+    for kwargs in ({"foo": 1, "seeds": [1]}, {"seeds": [1], "foo": 1}):
+        with pytest.raises(UnknownFieldError) as info:
+            PPOConfig(**kwargs)
+        message = str(info.value)
+        assert message.startswith("PPOConfig(seeds=[1]): not a PPOConfig field: training a population is command-line "
+                                  "only"), message
+        assert message.endswith("(also not PPOConfig fields: foo)") and "did you mean" not in message, message
 
 
 def test_ppoconfig_takes_a_torch_device_as_its_string():
@@ -91,6 +141,21 @@ def test_box_action_env_without_a_preset_gets_a_note_on_the_defaults(capsys):
                              "--norm-obs"], capsys)  # already the continuous settings: nothing to say
     assert code == 0 and "no preset" not in err, err
     code, _, err = run_main(["train", "Pendulum-v1", "--dry-run"], capsys)  # its preset: nothing to say
+    assert code == 0 and "no preset" not in err, err
+
+
+@pytest.mark.parametrize("flags", [["--ent-coef", "0"], ["--norm-obs"]])
+def test_box_action_note_is_dropped_by_either_continuous_setting(flags, capsys):
+    pytest.importorskip("Box2D")
+    code, _, err = run_main(["train", "BipedalWalker-v3", "--dry-run", "--total-timesteps", "2048", *flags], capsys)
+    assert code == 0 and "no preset" not in err, err
+
+
+def test_box_action_preset_set_back_to_the_defaults_gets_no_note(capsys):
+    # a preset in use: its flags were chosen over it, not PPOConfig's defaults taken unawares (the gymnasium
+    # backend: the note is on the Gymnasium env the run builds)
+    code, _, err = run_main(["train", "Pendulum-v1", "--backend", "gymnasium", "--ent-coef", "0.01", "--no-norm-obs",
+                             "--dry-run"], capsys)
     assert code == 0 and "no preset" not in err, err
 
 
