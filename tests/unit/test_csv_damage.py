@@ -60,7 +60,7 @@ def _rows(n: int, damage=None) -> list:
     out = [",".join(CSV_COLUMNS)]
     for i in range(1, n + 1):
         cells = [str(i), str(i * 128), f"{0.01 * i:.2f}", "1", f"{i:.1f}", "20.0", "5000.0", "0.00025",
-                 "-0.01", "0.5", "0.69", "0.001", "0.02", "0.1", "", ""]
+                 "-0.01", "0.5", "0.69", "0.001", "0.02", "0.1", "2", "", ""]
         out.append(",".join(cells))
     return out
 
@@ -95,13 +95,13 @@ def test_stray_quote_mid_file_plot_and_report_read_every_other_row(run, tmp_path
 
 def test_a_short_middle_row_is_skipped_by_plot_and_counted_by_resume(tmp_path, capsys):
     lines = _rows(6)
-    lines[3] = lines[3].rsplit(",", 3)[0]  # line 4 (step 384): 13 cells of 16
+    lines[3] = lines[3].rsplit(",", 3)[0]  # line 4 (step 384): 3 cells short of the header's
     path = _write(tmp_path / "metrics.csv", lines)
     (tmp_path / "config.yaml").write_text("env_id: CartPole-v1\n")
 
     assert read_metrics(tmp_path)["global_step"].tolist() == [128, 256, 512, 640, 768]
     err = capsys.readouterr().err
-    assert err == f"proxima: note: {path}: line 4 (13 cell(s), the header has 16) is not a metrics row Proxima wrote; skipped\n"
+    assert err == f"proxima: note: {path}: line 4 ({len(CSV_COLUMNS) - 3} cell(s), the header has {len(CSV_COLUMNS)}) is not a metrics row Proxima wrote; skipped\n"
 
     truncate_csv(path, 640)
     assert _steps(path) == [128, 256, 512, 640]
@@ -141,7 +141,7 @@ def test_a_last_row_cut_short_by_a_kill_is_dropped_without_a_note(tmp_path, caps
 
     path.write_text(damaged, newline="")
     assert read_metrics(tmp_path)["global_step"].tolist() == [128, 256, 512, 640]
-    assert "line 4 (15 cell(s)" in capsys.readouterr().err  # the middle row noted, the last one not
+    assert f"line 4 ({len(CSV_COLUMNS) - 1} cell(s)" in capsys.readouterr().err  # the middle row noted, the last one not
     truncate_csv(path, 10_000)
     assert _steps(path) == [128, 256, 512, 640]
     err = capsys.readouterr().err
