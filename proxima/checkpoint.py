@@ -1052,13 +1052,20 @@ def check_views(path, state) -> None:
     writes a view's storage, not its size, so ``torch.zeros(1).expand(2**33, 1)`` is 4 bytes on disk
     and 32 GB the first time anything reads it whole (a finiteness check, ``.numpy().astype``).
     Proxima writes whole tensors (a view of part of a larger storage is harmless: it is no larger
-    than what the file holds). Iterative and visiting each container once: a pickle can nest deeper
+    than what the file holds). Before that, ``PATH: FIELD is a sparse_coo tensor ...`` for any tensor
+    that is not a plain strided CPU one (sparse, meta, quantized, nested). Iterative and visiting each container once: a pickle can nest deeper
     than Python's recursion limit, and can hold a list that contains itself."""
     stack, seen = [(None, state)], set()
     while stack:
         where, value = stack.pop()
         if isinstance(value, torch.Tensor):
-            if value.layout == torch.strided and value.numel() * value.element_size() > _storage_bytes(value):
+            # first: every later check (finiteness, shapes, a view's size) reads a plain CPU tensor's data,
+            # and Proxima writes no other (a sparse or meta tensor fails inside torch with a traceback)
+            if value.layout != torch.strided or value.device.type != "cpu" or value.is_quantized or value.is_nested:
+                kind = value.device.type if value.layout == torch.strided else str(value.layout).replace("torch.", "")
+                raise CheckpointError(f"{path}: {_one_line(_field_name(where), 120)} is a {kind} tensor, not a plain (strided "
+                                      "CPU) tensor as Proxima writes; the checkpoint is damaged or was edited")
+            if value.numel() * value.element_size() > _storage_bytes(value):
                 raise CheckpointError(f"{path}: {_one_line(_field_name(where), 120)} is a view larger than its data (shape "
                                       f"{tuple(value.shape)}, strides {value.stride()}, over {_storage_bytes(value):,} "
                                       "bytes stored); the checkpoint is damaged or was edited")
@@ -1673,9 +1680,17 @@ def check_policy_state(state: dict) -> dict:
             raise CheckpointError(f"{path}: {key} is not a mapping of weights ({_describe(state.get(key))})")
         for name, value in (state.get(key) or {}).items():
             check_finite_tensor(path, f"{key}.{name}", value)
+            # an int or bool weight loads by a silent cast (every weight under 1 becomes 0): another policy
+            if not value.is_floating_point():
+                raise CheckpointError(f"{path}: {key}.{name} has dtype {_dtype_name(value)}; Proxima writes weights and "
+                                      "statistics as floating point; the checkpoint is damaged or was edited")
     if state.get("obs_normalizer"):  # a negative variance would scale every observation wrong, silently
         check_statistics(path, "obs_normalizer", state["obs_normalizer"])
     return cfg
+
+
+def _dtype_name(value: torch.Tensor) -> str:
+    return str(value.dtype).replace("torch.", "")
 
 
 def check_finite_tensor(path, field: str, value) -> None:
@@ -1755,16 +1770,24 @@ def check_agent_weights(state: dict, make=None) -> None:
         # without memory (the meta device: shapes only): the weights the config describes are
         # compared with the file's before anything is allocated, so a small file cannot make eval
         # allocate a network of any size its config names
-        with torch.device("meta"):
-            shapes = {k: tuple(v.shape) for k, v in make().state_dict().items()}
+        from .trainer import hold_float32
+
+        release = hold_float32()  # the dtypes a run writes, whatever the caller's default dtype
+        try:
+            with torch.device("meta"):
+                built = make().state_dict()
+        finally:
+            release()
     except (EnvError, ConfigError, ValueError, TypeError, OverflowError, RuntimeError, MemoryError) as e:
         raise CheckpointError(f"{path}: the recorded spaces and config do not describe an agent ({_one_line(e, 160)})") from None
-    check_weight_shapes(path, shapes, state["agent"])
+    check_weight_shapes(path, {k: tuple(v.shape) for k, v in built.items()}, state["agent"],
+                        {k: v.dtype for k, v in built.items()})
 
 
-def check_weight_shapes(path, expected: dict, weights: dict) -> None:
+def check_weight_shapes(path, expected: dict, weights: dict, dtypes: Optional[dict] = None) -> None:
     """CheckpointError naming the file and the first weight whose name or shape differs from the agent
-    the recorded config and spaces describe (``expected``: name -> shape)."""
+    the recorded config and spaces describe (``expected``: name -> shape), or whose dtype differs from
+    ``dtypes`` (name -> dtype, the agent's own): load_state_dict would cast it without a word."""
     missing = [k for k in expected if k not in weights]
     extra = [k for k in weights if k not in expected]
     if missing or extra:
@@ -1783,6 +1806,10 @@ def check_weight_shapes(path, expected: dict, weights: dict) -> None:
         if tuple(weights[name].shape) != shape:
             raise CheckpointError(f"{path}: weights do not match the recorded config (agent.{name} has shape "
                                   f"{tuple(weights[name].shape)}, the recorded config.hidden_sizes and spaces give {shape})")
+    for name, dtype in (dtypes or {}).items():
+        if isinstance(weights.get(name), torch.Tensor) and weights[name].dtype != dtype:
+            raise CheckpointError(f"{path}: agent.{name} has dtype {_dtype_name(weights[name])}; Proxima writes this "
+                                  f"weight as {str(dtype).replace('torch.', '')}; the checkpoint is damaged or was edited")
 
 
 def check_registered(policy) -> None:
@@ -1815,6 +1842,7 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
     state = load_checkpoint(path)
     if state.get("kind") == "ppo-population":
         raise CheckpointError(_population_refusal(state))
+    check_step(state)  # the step eval prints is the one report and resume read
     for folder in data_folders(state["path"]):
         treat_as_data(folder)
     # building the Agent runs its random initialization before the file's weights replace it: on a fork
@@ -1845,6 +1873,26 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
     if trusted and ((env_id is not None and not same_env(env_id, recorded)) or env_kwargs is not None):
         _check_named_env_actions(policy)
     return policy
+
+
+def check_step(state: dict, counters: bool = True) -> None:
+    """CheckpointError naming the file and the field unless its counters agree with its recorded batch
+    (train_state.check_counters, as a resume checks them; ``counters`` False: checked already) and its
+    global_step with its own name (``step_000000002048.pt`` holds step 2,048): eval, report and resume
+    then tell one step of one file."""
+    from .train_state import _int_count, check_counters
+
+    path, cfg = state.get("path", "checkpoint"), state.get("config") or {}
+    num_envs, num_steps = cfg.get("num_envs"), cfg.get("num_steps")
+    if counters and "iteration" in state and _int_count(num_envs) and _int_count(num_steps) and num_envs > 0 and num_steps > 0:
+        check_counters(state, num_envs * num_steps)
+    step = state.get("global_step")
+    if not _int_count(step) or step < 0:
+        raise CheckpointError(f"{path}: global_step is {_one_line(repr(step), 60)}, not an integer >= 0")
+    named = _NAME.match(Path(path).name)
+    if named and int(named.group(1)) != step:
+        raise CheckpointError(f"{path}: global_step {step:,} does not match the file's name (step {int(named.group(1)):,}); "
+                              "the checkpoint is damaged or was edited")
 
 
 def _check_named_env_actions(policy: Policy) -> None:

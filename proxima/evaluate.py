@@ -534,10 +534,37 @@ def current_eval(run_dir, global_step: int, episodes: int) -> Optional[dict]:
         _check_eval(path, data)
     except (OSError, UnicodeDecodeError, ValueError, ReportError):
         return None
+    if edited_summary(data) is not None:  # its headline is not what it measured: evaluate again
+        return None
     same = (data.get("global_step") == global_step and data.get("episodes") == episodes and data.get("deterministic") is True
             and isinstance(data.get("mean_return"), (int, float)) and isinstance(data.get("std_return"), (int, float))
             and isinstance(data.get("env_id"), str))
     return data if same else None
+
+
+def edited_summary(data: dict) -> Optional[str]:
+    """``mean_return 500.00 and std_return 0.00 disagree with its returns (mean 116.40, std 97.53)`` when
+    an eval.json's summary is not what its own ``returns`` give (evaluate's mean and ddof-0 std): the
+    file was edited, and its headline is no measurement; None when they agree or there is nothing to
+    compare (no returns, an older file, fields report.py's checks name)."""
+    import math
+
+    import numpy as np
+
+    returns, mean, std = data.get("returns"), data.get("mean_return"), data.get("std_return")
+    numbers = (int, float)
+    if not (isinstance(returns, list) and returns and all(isinstance(v, numbers) and not isinstance(v, bool) for v in returns)
+            and isinstance(mean, numbers) and isinstance(std, numbers)):
+        return None
+    r = np.asarray(returns, dtype=np.float64)
+    if not np.isfinite(r).all():
+        return None
+    want_mean, want_std = float(r.mean()), float(r.std()) if r.size > 1 else 0.0
+    # the file holds float32 sums written out as floats: agree to a few parts in a million
+    if math.isclose(mean, want_mean, rel_tol=1e-4, abs_tol=1e-4) and math.isclose(std, want_std, rel_tol=1e-4, abs_tol=1e-4):
+        return None
+    return (f"mean_return {mean:.2f} and std_return {std:.2f} disagree with its returns (mean {want_mean:.2f}, "
+            f"std {want_std:.2f})")
 
 
 def remove_stale_eval(run_dir) -> None:

@@ -37,6 +37,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -206,6 +207,39 @@ def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> d
         steps = metrics.get("global_step")
         out["eval_best_steps"] = [] if steps is None else [float(steps[j]) for j in ok if ev[j] == ev[i]]
     return out
+
+
+def _edit_notes(run_dir: Path, ev: dict) -> list:
+    """One line each for a run file edited after the run wrote it, which the report would otherwise
+    show as fact: an eval.json whose mean/std are not what its own returns give, a config.yaml that
+    says other than the newest checkpoint's recorded config in a field no resume changes (env_id, seed,
+    the network: what trained, and what eval evaluates, is the checkpoint's)."""
+    from .config import RESUME_SAFE, ConfigError, recorded_config
+    from .evaluate import edited_summary
+    from .run_setup import config_differences, read_run_config
+
+    notes = []
+    if str(ev.get("source", "")).startswith("eval.json"):
+        edited = edited_summary(ev)
+        if edited:
+            notes.append(f"{run_dir / 'eval.json'}: {edited}: the file was edited; its returns are what the evaluation measured")
+    values, _ = read_run_config(run_dir)
+    if values is None:
+        return notes  # none, or unreadable: the report's own reading of it names that
+    from . import checkpoint as ckpt
+
+    try:
+        state = ckpt.load_checkpoint(run_dir)
+        trained = recorded_config(state["config"], state["path"])
+    except (ckpt.CheckpointError, ConfigError, OSError, KeyError, TypeError, ValueError):
+        return notes  # no checkpoint, or one the final evaluation names
+    differ = config_differences(trained, values, ("run_dir", *RESUME_SAFE))
+    if differ:
+        name, mine, theirs = differ[0]
+        more = f" (and {', '.join(n for n, _, _ in differ[1:])})" if len(differ) > 1 else ""
+        notes.append(f"{run_dir / 'config.yaml'}: {name} {_md(repr(theirs))}{more} differs from {state['path']}'s recorded {_md(repr(mine))}: "
+                     "config.yaml was edited after the run wrote it; the checkpoint's config is what trained")
+    return notes
 
 
 def _best_pt(run_dir: Path) -> Optional[tuple]:
@@ -611,6 +645,23 @@ def _in_progress(run_dir: Path) -> Optional[str]:
 
 
 # ------------------------------------------------------------------------------------ markdown
+#: what Markdown or HTML would act on in a value a run's files hold (a link, an image, a tag, emphasis,
+#: an entity); not a backtick (the report's own cells quote commands in code spans, and a value's own
+#: code span renders nothing), nor ``->``, the report's own arrow
+_MARKUP = re.compile(r"[<\[\]*&]|(?<!-)>")
+
+
+def _md(text) -> str:
+    """``text`` as Markdown shows it literally: in a code span when it holds markup (meta.json's
+    git_commit ``[click me](http://evil)``, a command holding ``<img onerror=...>``: values the run's
+    files hold, shown, never rendered), else as it is."""
+    text = str(text)
+    if not _MARKUP.search(text):
+        return text
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
+
+
 def _cell(value) -> str:
     if value is None or value == "":
         return MISSING
@@ -623,7 +674,7 @@ def _cell(value) -> str:
     elif isinstance(value, dict):
         text = ", ".join(f"{k}={_cell(v)}" for k, v in value.items()) if value else "{}"
     else:
-        text = str(value)
+        text = _md(value)
     return text.replace("|", "\\|").replace("\n", " ")
 
 
@@ -874,7 +925,7 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     """The report text. runs: dicts with dir, name, env, config, meta, summary, eval."""
     envs = sorted({r["env"] for r in runs})
     names = [r["name"] for r in runs]
-    title = ", ".join(envs)
+    title = ", ".join(map(_md, envs))  # config.yaml's env_id: shown, never rendered
     lines = [f"# Proxima report: {title}", ""]
     where = ", ".join(f"`{r['dir']}`" for r in runs)
     lines += [f"Generated {datetime.now().isoformat(timespec='seconds')} by `proxima report` from {where}.", ""]
@@ -935,6 +986,7 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
         lines += ["", f"{metric}: one value per iteration, as logged in metrics.csv."]
     notes = _missing_notes(runs) + _nonfinite_notes(runs) + [
         f"- {r['name'] + ': ' if len(runs) > 1 else ''}{r['summary']['best_pt_note']}" for r in runs if r["summary"].get("best_pt_note")]
+    notes += [f"- {note}" for r in runs for note in r["summary"].get("edits", [])]
     notes += [f"- {COMPILE_NOTE.format(who=r['name'] + ': ' if len(runs) > 1 else '')}" for r in runs
               if _compiled(r) and r["summary"].get("sps") is not None]
     if notes:
@@ -1093,6 +1145,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
         _before_resume(summary["missing"], resumed_into(meta))
         if summary["missing"]["tail"] and not diverged:  # short of its total by the step it reached, not by the file's
             progress, summary["total"] = run_progress(d, float(summary["missing"]["tail"][2]), config, meta)
+        summary["edits"] = [] if meta.get("kind") == "rlhf" else _edit_notes(d, ev)
         runs.append({"dir": d, "name": name, "env": run_env_id(d), "config": config, "meta": meta,
                      "summary": summary, "eval": ev, "diverged": diverged, "progress": progress,
                      "member": member_population(d) is not None})

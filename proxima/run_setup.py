@@ -155,6 +155,9 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
         check_same_run(state, target_dir, recorded[0])
     config = resumed_config(state, env_id, trust_run, overrides, "resume" if config is None else "train --resume",
                             notes=not loose, sources=sources, quiet=quiet)
+    # after check_same_run (another run's checkpoint copied in is named as that) and resumed_config's
+    # counter check (an edited counter is named as that): the step its name says
+    ckpt.check_step(state, counters=False)
     backend = resumed_backend(config, state)  # refused before any file is set aside or claimed
     if loose:
         refuse_loose_finished(resume, config, state, target_dir)
@@ -279,10 +282,9 @@ def note_config_edits(config: PPOConfig, run_dir, recorded: tuple, overrides: Op
     what the resume runs with, in a field the resume does not set itself (run_dir, a flag given): an
     edit there is not read (the config is the checkpoint's) and the file is rewritten, so the edit
     would vanish without a word. An unreadable config.yaml gets the same note."""
-    import dataclasses
     import shlex
 
-    from .config import RESUME_SAFE, same_value
+    from .config import RESUME_SAFE
     from .terminal import printable
 
     yaml_path = Path(run_dir) / "config.yaml"
@@ -293,16 +295,7 @@ def note_config_edits(config: PPOConfig, run_dir, recorded: tuple, overrides: Op
             print(printable(f"proxima: note: {yaml_path}: {why}; resume does not read it (the config is the checkpoint's, "
                             f"changed by flags: {example}) and rewrites it"), file=sys.stderr)
         return
-    differ = []
-    for f in dataclasses.fields(PPOConfig):
-        name = f.name
-        if name == "run_dir" or name in (overrides or {}):
-            continue
-        mine, theirs = getattr(config, name), getattr(values, name)
-        if name == "env_id" and _one_env(mine, theirs):
-            continue
-        if not same_value(mine, theirs):
-            differ.append((name, mine, theirs))
+    differ = config_differences(config, values, ("run_dir", *(overrides or {})))
     if not differ:
         return
     name, mine, theirs = differ[0]
@@ -313,6 +306,25 @@ def note_config_edits(config: PPOConfig, run_dir, recorded: tuple, overrides: Op
     print(printable(f"proxima: note: {yaml_path}: {name} {theirs!r}{more} differs from the checkpoint's {mine!r}; resume "
                     f"reads the config from the checkpoint, not config.yaml, and rewrites config.yaml from it; {how}"),
           file=sys.stderr)
+
+
+def config_differences(config: PPOConfig, values: PPOConfig, skip=()) -> list:
+    """[(field, config's value, values' value)] for each field but ``skip`` in which two configs differ
+    (an env id and its module:ID form are one): a resume's config (the checkpoint's) against the run's
+    config.yaml, as note_config_edits and the report compare them."""
+    import dataclasses
+
+    from .config import same_value
+
+    differ = []
+    for f in dataclasses.fields(PPOConfig):
+        if f.name in skip:
+            continue
+        mine, theirs = getattr(config, f.name), getattr(values, f.name)
+        if (f.name == "env_id" and _one_env(mine, theirs)) or same_value(mine, theirs):
+            continue
+        differ.append((f.name, mine, theirs))
+    return differ
 
 
 def _shown(value) -> str:
@@ -532,6 +544,7 @@ def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: 
     if not loose:
         check_same_run(state, target_dir, read_run_config(target_dir)[0])
     cfg = resumed_config(state, env_id, trust_run, overrides, "train --resume", notes=not loose, sources=sources, quiet=quiet)
+    ckpt.check_step(state, counters=False)  # as resolve_start
     if loose:
         refuse_loose_finished(resume, cfg, state, target_dir)
         check_new_run_dir(target_dir, command="resume")  # the directory resolve_start claims as a new run's

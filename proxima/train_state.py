@@ -253,7 +253,52 @@ def check_resumable(state: dict) -> dict:
             ckpt.check_statistics(path, key, state[key])
     for field, value in _tensors("optimizer", state.get("optimizer")):
         ckpt.check_finite_tensor(path, field, value)
+        if not value.is_floating_point():  # Adam's state is floating point; an int one would be cast without a word
+            raise ckpt.CheckpointError(f"{path}: {field} has dtype {ckpt._dtype_name(value)}; Proxima writes the optimizer's "
+                                       "state as floating point; the checkpoint is damaged or was edited")
+        # a second moment is a mean of squares: a negative one gives NaN steps, which a resume would blame on --lr
+        if field.endswith((".exp_avg_sq", ".step")) and value.numel() and bool((value < 0).any()):
+            raise ckpt.CheckpointError(f"{path}: {field} holds {int((value < 0).sum())} negative value(s) of {value.numel()} "
+                                       "(it is >= 0); the checkpoint is damaged or was edited (an earlier checkpoint of the run may be intact)")
     return state
+
+
+#: Adam's settings a run's optimizer is built with (trainer.Trainer: eps 1e-5, torch's betas), compared
+#: with a checkpoint's param_groups: load_state_dict would otherwise train on with an edited value
+_ADAM_FIXED = ("betas", "eps", "weight_decay", "amsgrad", "maximize")
+
+
+def check_optimizer_settings(t: "Trainer", path, saved) -> None:
+    """CheckpointError naming the file and the field when the optimizer state's param_groups hold
+    settings other than those this run's optimizer is built with, its learning rate other than the
+    recorded config's lr (without --anneal-lr; with it each iteration sets it from the schedule), or
+    moments of another dtype than the parameters'."""
+    groups = saved.get("param_groups") if isinstance(saved, dict) else None
+    if not isinstance(groups, list) or len(groups) != 1 or not isinstance(groups[0], dict):
+        return  # not an Adam state_dict: load_state_dict names it
+    group, own = groups[0], t.optimizer.param_groups[0]
+    for key in _ADAM_FIXED:
+        if key not in group or key not in own:
+            continue
+        value = tuple(group[key]) if isinstance(group[key], (list, tuple)) else group[key]
+        mine = tuple(own[key]) if isinstance(own[key], (list, tuple)) else own[key]
+        if value != mine:
+            raise ckpt.CheckpointError(f"{path}: optimizer.param_groups[0].{key} is {ckpt._one_line(repr(group[key]), 60)}; "
+                                       f"Proxima's optimizer uses {mine!r}; the checkpoint is damaged or was edited")
+    lr = group.get("lr")
+    lr = float(lr) if torch.is_tensor(lr) and lr.numel() == 1 and lr.is_floating_point() else lr
+    if not t.cfg.anneal_lr and isinstance(lr, float) and np.float32(lr) != np.float32(t.cfg.lr):
+        raise ckpt.CheckpointError(f"{path}: optimizer.param_groups[0].lr is {lr!r}; the run's recorded lr is {t.cfg.lr!r} "
+                                   "(without --anneal-lr it stays so); the checkpoint is damaged or was edited")
+    params = own["params"]
+    for index, entry in (saved.get("state") or {}).items():
+        if not (isinstance(index, int) and 0 <= index < len(params) and isinstance(entry, dict)):
+            continue  # load_state_dict names it
+        for key in ("exp_avg", "exp_avg_sq"):
+            if torch.is_tensor(entry.get(key)) and entry[key].dtype != params[index].dtype:
+                raise ckpt.CheckpointError(f"{path}: optimizer.state.{index}.{key} has dtype {ckpt._dtype_name(entry[key])}; "
+                                           f"Proxima writes it as its parameter's {ckpt._dtype_name(params[index])}; the "
+                                           "checkpoint is damaged or was edited")
 
 
 class SoundState(dict):
@@ -309,7 +354,8 @@ def _check_loadable(t: "Trainer", path, state: dict) -> None:
     and the normalizers' statistics of this run's shapes (the first weight that differs named with
     both shapes, as eval names it), and sound (check_resumable)."""
     if isinstance(state.get("agent"), dict):
-        ckpt.check_weight_shapes(path, {k: tuple(v.shape) for k, v in t.agent.state_dict().items()}, state["agent"])
+        own = t.agent.state_dict()
+        ckpt.check_weight_shapes(path, {k: tuple(v.shape) for k, v in own.items()}, state["agent"], {k: v.dtype for k, v in own.items()})
     for key, module in (("obs_normalizer", t.obs_norm), ("reward_scaler", t.reward_scaler)):
         if module is not None and key in state:
             _check_like(path, key, state[key], module.state_dict())
@@ -343,6 +389,7 @@ def restore(t: "Trainer", state: dict) -> None:
     if changed:
         raise ckpt.CheckpointError(changed)
     _check_loadable(t, path, state)
+    check_optimizer_settings(t, path, state.get("optimizer"))
     try:
         t.agent.load_state_dict(state["agent"])
         # into the optimizer's own lr and moment tensors (a compiled or graph-captured step holds them)
@@ -372,7 +419,13 @@ def restore(t: "Trainer", state: dict) -> None:
     t.checkpoint_config = state.get("config") if isinstance(state.get("config"), dict) else None
     t.return_window = return_window(state)
     t.best_eval = best_eval(state)
-    if state.get("env") is not None and t.env.can_save_state and state.get("env_backend") == t.env.backend:
+    recorded = state.get("env_backend", t.env.backend)
+    # only an env that saves its state writes one: a file holding one under another backend's name was
+    # edited, and would lose the bit-identical resume without a word (only the note below)
+    if not isinstance(recorded, str) or (state.get("env") is not None and recorded != t.env.backend):
+        raise ckpt.CheckpointError(f"{path}: env_backend is {ckpt._one_line(repr(recorded), 40)}, but the file holds the env "
+                                   f"state its recorded config's {t.env.backend} env writes; the checkpoint is damaged or was edited")
+    if state.get("env") is not None and t.env.can_save_state and recorded == t.env.backend:
         if "next_obs" not in state:
             raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing 'next_obs')")
         # shapes first: a tensor of another shape would broadcast into this run's buffers (or fail inside them)

@@ -32,10 +32,17 @@ def _train(tmp_path: Path, capsys, *args: str, name: str = "R") -> Path:
 def _rotate(member: Path) -> Path:
     """What a live trainer does to ``member`` between two reads: its newest checkpoint written under a
     later step and the one listed before removed (--keep-checkpoints); the new file's path."""
+    import torch
+
     listed = ckpt.list_checkpoints(member)[-1]
-    step = int(listed.stem.removeprefix("step_"))
-    newer = ckpt.checkpoint_path(member, step + 32)
-    os.replace(listed, newer)
+    state = torch.load(listed, weights_only=True)
+    # one iteration on, as the trainer would write it: eval checks a file's counters against its name
+    batch = state["config"]["num_envs"] * state["config"]["num_steps"]
+    state["global_step"] += batch
+    state["iteration"] += 1
+    newer = ckpt.checkpoint_path(member, state["global_step"])
+    torch.save(state, newer)
+    os.remove(listed)
     return newer
 
 
