@@ -577,11 +577,23 @@ def exit_process(main: Callable[[], Optional[int]]) -> NoReturn:
     os._exit(code or 0)
 
 
+#: set by proxima.torchrun to its own pid for the ranks it starts (they inherit its environment): a rank
+#: whose torchrun died before the rank could read its parent pid is told apart from one whose parent lives
+TORCHRUN_PID_ENV = "PROXIMA_TORCHRUN_PID"
+
+
 def stop_with_parent() -> None:
     """Have the kernel send this rank SIGTERM when torchrun (its parent) dies, even by SIGKILL
     (PR_SET_PDEATHSIG, Linux): a stop like any other, the ranks agree on it and rank 0 checkpoints.
     Without it, a torchrun killed alone left its ranks training on as orphans, holding the run's lock.
-    A parent gone before the request took effect sends the signal now. Elsewhere: nothing."""
+    A parent gone before the request took effect, even before this rank first read its parent pid
+    (TORCHRUN_PID_ENV names the torchrun that started it), sends the signal now. Elsewhere: nothing.
+
+    The kernel sends it when the *thread* that forked the rank exits, not the process. torchrun's agent
+    starts the ranks (LocalElasticAgent._start_workers, subprocess.Popen) from the thread that runs
+    agent.run(): the main thread of torchrun (proxima.torchrun._run calls torch's main there), which
+    waits in that call for the ranks to finish and returns only once they are stopped, so it lives as
+    long as the job: the signal never comes early."""
     import signal
 
     if not sys.platform.startswith("linux"):
@@ -594,8 +606,28 @@ def stop_with_parent() -> None:
             return
     except (OSError, AttributeError):
         return
-    if os.getppid() != parent:
+    now = os.getppid()
+    if now != parent or _torchrun_gone(now):
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _torchrun_gone(parent: int) -> bool:
+    """Whether the torchrun named in TORCHRUN_PID_ENV is not ``parent`` and no longer runs: this rank was
+    orphaned (reparented to init or a subreaper) before it read its parent. A name left in the environment
+    by another launcher, whose process still runs, is not taken for this rank's."""
+    try:
+        recorded = int(os.environ.get(TORCHRUN_PID_ENV) or 0)
+    except ValueError:
+        return False
+    if recorded <= 0 or recorded == parent:
+        return False
+    try:
+        os.kill(recorded, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # there, another user's
+        return False
+    return False
 
 
 def is_torchrun_rank() -> bool:

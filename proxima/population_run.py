@@ -292,6 +292,7 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
     device = resolve_device(base.device)
     check_preset_backend(base)  # as a single run's Trainer: before an env is built
     check_population_fits(base, len(members), device, probe or env_probe(base))  # before anything is allocated
+    chose_default = not (run_dir or base.run_dir)  # a name the user gave is theirs: never moved on to -N
     run_dir = Path(run_dir or base.run_dir or unique_default(default_population_dir(base, seeds)))
     note_single_run_only(base.to_dict(), quiet)  # e.g. the fast preset's --stop-return: its members still train in one program
     # from Python (no argv) a refused member names PPOConfig's field, as train()'s does, not the flag
@@ -301,7 +302,9 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
     finished = None  # the checkpoint training ended with, once it has: the end-of-run evaluation follows
     try:
         outside.__enter__()
-        session.claim_fresh(run_dir, overwrite, restart_note)
+        # two populations of one env started in the same second chose one default name: the second moves
+        # on to its next -N suffix, and its members' directories are made under the one it claimed
+        run_dir = session.claim_fresh(run_dir, overwrite, restart_note, next_free=chose_default)
         _note_whole_iterations(base, typed_total)
         if not quiet:  # a single run's notes, once: the env built (its first observations read), the directory taken
             note_run(base, typed if typed is not None else set_fields(base), argv is None, pop.env.single_observation_space,

@@ -766,9 +766,11 @@ def check_own_entries(run_dir, entries=RUN_ENTRIES, root=None) -> None:
                               "what it points to into the run) and try again")
 
 
-#: {name unique_default chose: the default name it was chosen for}: only such a name moves on to the next
-#: suffix when another run claims it first (RunSession.claim_fresh's ``next_free``); a --run-dir the user
-#: typed is theirs, and a lost claim of it is refused
+#: {name unique_default chose: [the default name it was chosen for, choices not yet claimed]}: where a claim
+#: with ``next_free`` moves on from when another run claims the name first (RunSession.claim_fresh). Only the
+#: caller knows whether its name is one it just chose (a --run-dir the user typed is theirs, and a lost claim
+#: of it is refused): a path left here by a choice never claimed (a run that failed before its claim) must
+#: never rename a later run that names the same path, so no claim but a default one's reads this
 _DEFAULT_NAMES: dict = {}
 
 
@@ -830,12 +832,14 @@ class RunSession:
         is raised as this returns (signals.stops_held), never between the lock's files being made and
         recorded here, where no cleanup would know of them. ``command``: not_empty_message's.
 
-        ``next_free`` (the caller trains in the directory returned): a default name (unique_default) that
-        another run took since it was chosen, parallel runs of one env and seed started in the same
-        second, moves on to the next free ``-N`` suffix instead of failing the run as "in use". Returns
-        the directory claimed."""
+        ``next_free``: ``run_dir`` is a default name the caller has just chosen with unique_default, never
+        a path the user gave (the caller trains in the directory returned): one that another run took since
+        it was chosen, parallel runs of one env and seed started in the same second, moves on to the next
+        free ``-N`` suffix instead of failing the run as "in use". Returns the directory claimed."""
         run_dir = Path(run_dir)
-        base = _default_base(run_dir) if next_free else None
+        base = _default_base(run_dir)  # every claim uses up its choice: none is left to a later run of the path
+        if not next_free:
+            base = None
         with stops_held():
             for _ in range(1000):
                 try:

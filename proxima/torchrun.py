@@ -228,6 +228,11 @@ def _run(argv, early: EarlyStops) -> int:
         api._terminate_process_handler = first_stop_only
         if start_workers is not None:
             LocalElasticAgent._start_workers = start_workers_whole
+    from .distributed import TORCHRUN_PID_ENV
+
+    # the ranks inherit this: one whose torchrun died before it asked for PDEATHSIG still stops (stop_with_parent)
+    old_pid = os.environ.get(TORCHRUN_PID_ENV)
+    os.environ[TORCHRUN_PID_ENV] = str(os.getpid())
     try:
         torchrun_main(argv)
     except SignalException as e:
@@ -235,6 +240,10 @@ def _run(argv, early: EarlyStops) -> int:
     except ChildFailedError as e:
         return child_failure_exit(e.failures, e.get_first_failure()[0])
     finally:
+        if old_pid is None:
+            os.environ.pop(TORCHRUN_PID_ENV, None)
+        else:
+            os.environ[TORCHRUN_PID_ENV] = old_pid
         if raise_stop is not None:
             api._terminate_process_handler = raise_stop
             if start_workers is not None:

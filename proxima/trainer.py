@@ -1109,9 +1109,11 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             trainer._dir_claimed, trainer._caller_rng = True, None
             if not resumed:  # the env built: now take the directory (nothing is written before this)
                 # a default name another run took since rank 0 chose it moves on to its next -N suffix:
-                # every rank trains in the directory rank 0 claimed
+                # every rank trains in the directory rank 0 claimed. resolve_start records a run_dir that was
+                # given in config.run_dir and leaves it None only for the name it chose: a path the caller
+                # named is theirs, refused when taken, never moved on
                 trainer.run_dir = Path(dctx.from_main(
-                    lambda: session.claim_fresh(trainer.run_dir, overwrite, restart, next_free=True)))
+                    lambda: session.claim_fresh(trainer.run_dir, overwrite, restart, next_free=config.run_dir is None)))
                 if not quiet and dctx.is_main:
                     note_run(config, typed, argv is None, trainer.env.single_observation_space,
                              trainer.env.single_action_space, trainer.cfg.encoder)

@@ -153,3 +153,33 @@ def test_a_flags_first_word_is_told_the_flag_it_starts(flag, meant, capsys):
     code, _, err = run_main(["train", "CartPole-v1", flag, "0.1", "--dry-run"], capsys)
     assert error_line(code, err).endswith(f"unrecognized arguments: {flag} 0.1; did you mean {meant}? "
                                           "(see proxima train --help)")
+
+
+# ------------------------------------------------------------------ review 37, mutation round 3
+@needs_make
+def test_make_setup_takes_python_from_the_environment_as_given(tmp_path, venv):
+    """`PYTHON=python3.12 make setup` (an environment variable, not a make argument) over another .venv."""
+    other = _fake_python(tmp_path / "python3.12", "3.12.1", "/opt/py312/bin/python3.12")
+    code, lines = _make(venv, env={"PATH": "/usr/bin:/bin", "PYTHON": str(other)})
+    assert code == 2
+    assert len(lines) == 1 and lines[0].startswith(f"{other} is Python 3.12.1 (/opt/py312/bin/python3.12), but {venv}")
+    assert "remove it first" in lines[0]
+
+
+@needs_make
+def test_make_setup_on_a_fresh_clone_refuses_an_old_default_python(tmp_path):
+    bin_dir = tmp_path / "path"
+    bin_dir.mkdir()
+    old = _fake_python(bin_dir / "python3.11", "3.10.13", "/opt/py310/bin/python3.10")
+    fresh = tmp_path / "new-venv"  # no pyvenv.cfg: nothing set up yet, and no PYTHON given
+    code, lines = _make(fresh, env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert code == 2
+    assert lines == [f"{old} is Python 3.10.13; Proxima needs Python 3.11 or newer (requirements.lock pins numpy "
+                     "2.4.x); choose one with PYTHON: make setup PYTHON=python3.11"]
+    assert not fresh.exists()
+
+
+def test_the_makefiles_python_bound_is_3_11():
+    """The fake interpreters answer the `>=` question without evaluating it: the bound itself is read here."""
+    text = (ROOT / "Makefile").read_text()
+    assert re.findall(r"sys\.version_info >= \((\d+), (\d+)\)", text) == [("3", "11")]
