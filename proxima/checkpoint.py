@@ -720,6 +720,11 @@ def resolve_checkpoint(path: Union[str, Path]) -> Path:
     return path
 
 
+class NewerSchemaError(CheckpointError):
+    """A checkpoint written by a newer Proxima (its schema_version is above SCHEMA_VERSION): sound, only
+    not readable here. Never set aside as damaged, nor answered with a start over: upgrading reads it."""
+
+
 class LinkOutOfRunError(CheckpointError):
     """A checkpoint in a run's checkpoints/ that is a symbolic link leading out of the run: refused,
     never set aside as damaged (its target is another run's file, not this run's)."""
@@ -861,7 +866,7 @@ def load_resumable(path: Union[str, Path], allow_population: bool = False, set_a
     if not path.is_dir():
         try:
             state = load_checkpoint(path)
-        except LinkOutOfRunError:
+        except (LinkOutOfRunError, NewerSchemaError):  # a newer Proxima's file: upgrading, not a start over, reads it
             raise
         except CheckpointError as e:  # named, it has no fallback: say where the run's sound state is
             raise CheckpointError(f"{e}{named_file_advice(path)}") from None
@@ -945,6 +950,10 @@ def newest_that_loads(files: list, load, error: type = None, set_aside: bool = T
             continue  # removed since it was listed: gone, not corrupt (nothing to set aside)
         except LinkOutOfRunError:
             raise  # not this run's file: refused, never renamed nor skipped for an older one
+        except NewerSchemaError:
+            # a newer Proxima wrote it (a colleague's run): sound, so never set aside, and an older
+            # checkpoint in its place would drop that training; the line says to upgrade, not to start over
+            raise
         except error as e:
             unusable.append((candidate, str(e).removeprefix(f"{candidate}: ")))
             continue
@@ -1189,7 +1198,8 @@ def _load_open(path: Path, f, map_location) -> dict:
     if not isinstance(version, int) or isinstance(version, bool):
         raise CheckpointError(f"{path}: not a Proxima checkpoint (schema version {version!r} is not an integer)")
     if version > SCHEMA_VERSION:
-        raise CheckpointError(f"{path}: checkpoint schema version {version} is newer than this Proxima supports ({SCHEMA_VERSION}); upgrade proxima")
+        raise NewerSchemaError(f"{path}: checkpoint schema version {version} is newer than this Proxima supports ({SCHEMA_VERSION}); "
+                               "upgrade proxima")
     # a population's checkpoint (population_run.py) holds every member's config and stacked weights
     required = ("configs", "population", "global_step", "spaces") if state.get("kind") == "ppo-population" else (
         "config", "agent", "global_step", "spaces")
@@ -1868,11 +1878,30 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
     policy.global_step = step if isinstance(step, int) and not isinstance(step, bool) else None  # the step it was saved at
     flush = state["config"].get("flush_denormal")
     policy.run_flush_denormal = flush if isinstance(flush, bool) else None
+    policy.version_note = version_note(state)  # the eval CLI says it (a library caller reads it)
     from .envs import same_env
 
     if trusted and ((env_id is not None and not same_env(env_id, recorded)) or env_kwargs is not None):
         _check_named_env_actions(policy)
     return policy
+
+
+def version_note(state: dict) -> Optional[str]:
+    """The note for a checkpoint that records (its ``versions``, what wrote this very file; meta.json's
+    say only what the run started with) another Proxima or torch than this one, else None: a resume, or
+    an evaluation, then computes with other code, and need not match the run's numbers bit for bit."""
+    from . import __version__
+
+    recorded = state.get("versions")
+    if not isinstance(recorded, dict):
+        return None  # an older checkpoint records none: nothing to compare
+    mine = {"proxima": __version__, "torch": str(torch.__version__)}
+    theirs = {name: recorded.get(name) for name in mine}
+    if not any(isinstance(v, str) and v != mine[name] for name, v in theirs.items()):
+        return None
+    shown = {name: _one_line(v, 40) if isinstance(v, str) else "?" for name, v in theirs.items()}
+    return (f"{state.get('path', 'checkpoint')}: recorded with proxima {shown['proxima']} / torch {shown['torch']}; this is "
+            f"{mine['proxima']} / {mine['torch']}: a resume is bit-identical only within one version")
 
 
 def check_step(state: dict, counters: bool = True) -> None:

@@ -798,6 +798,7 @@ def _cmd_eval(args, out) -> int:
     if args.seed is not None and not 0 <= args.seed <= MAX_SEED + EVAL_SEED_OFFSET:
         return fail(prog, f"--seed {args.seed}: must be an integer from 0 to {MAX_SEED + EVAL_SEED_OFFSET:,} (train's "
                     f"largest seed, {MAX_SEED:,}, plus the {EVAL_SEED_OFFSET:,} an eval adds to a run's seed)")
+    episodes_from = None  # the run's file the episode count came from, when none was typed
     try:
         from .device import resolve_device
 
@@ -837,21 +838,27 @@ def _cmd_eval(args, out) -> int:
         policy = load_run_policy(path, device=resolve_device(args.device),  # one-line error for a bad --device
                                  env_id=args.env, trust_env=args.trust_run, env_kwargs=env_kwargs)
         check_registered(policy)
+        if getattr(policy, "version_note", None):  # other code than trained it: its numbers may differ in the last bits
+            from .terminal import printable
+
+            print(printable(f"proxima: note: {policy.version_note}"), file=sys.stderr)
         from .run_setup import check_eval_backend
 
         check_eval_backend(policy, args.backend)  # before make_env, whose line would blame a --backend not typed here
-        from .report import run_eval_episodes
+        from .report import run_eval_episodes_from
 
         # seed None: evaluate's default, the run's seed + 1,000,000 (the end-of-training eval's); no --episodes:
         # the run's own count, so eval gives the number its eval.json and its report give
-        episodes = args.episodes if args.episodes is not None else run_eval_episodes(run_dir, policy.config)
+        episodes, episodes_from = (args.episodes, None) if args.episodes is not None else run_eval_episodes_from(
+            run_dir, policy.config)
+        episodes_from = policy.path if episodes_from == "checkpoint" else episodes_from
         result = evaluate(policy, episodes=episodes, deterministic=not args.stochastic, seed=args.seed,
                           backend=args.backend or policy.config.get("backend", "auto"), video=args.video, max_steps=args.max_steps)
     except _user_errors() as e:
         if args.json and getattr(e, "result", None) is not None:
             # the episodes ran before the video failed: --json readers still get them, placed as below
             print(json.dumps(json_numbers({**e.result, **_evaluated(policy)}), allow_nan=False), file=out)
-        return fail(prog, str(e))
+        return fail(prog, _name_recorded_episodes(str(e), episodes_from))
     from .evaluate import diverged_note, member_diverged
 
     # a frozen member's score would otherwise read as a trained one's (a checkpoint from before it diverged is one)
@@ -868,6 +875,16 @@ def _cmd_eval(args, out) -> int:
         if result.get("video"):
             print(f"video: {result['video']}")
     return 0
+
+
+def _name_recorded_episodes(message: str, source) -> str:
+    """An eval refusal of ``--episodes N`` when N is the run's recorded eval_episodes (``source``: its
+    config.yaml or checkpoint; None when typed): named as that file's field, with the flag to pass
+    instead, since the user typed no --episodes (as _name_config_file names a --config file's value)."""
+    if source is None or not message.startswith("--episodes "):
+        return message
+    message = message.removeprefix("--episodes ").replace("; lower --episodes", "")
+    return f"{source}: eval_episodes {message}; pass --episodes N"
 
 
 def _evaluated(policy) -> dict:

@@ -36,11 +36,11 @@ def load_run_policy(path, **kwargs):
     one aside)."""
     import shlex
 
-    from .checkpoint import CheckpointError, LinkOutOfRunError, list_checkpoints, load_policy, start_over
+    from .checkpoint import CheckpointError, LinkOutOfRunError, NewerSchemaError, list_checkpoints, load_policy, start_over
 
     try:
         return load_policy(path, **kwargs)
-    except LinkOutOfRunError:
+    except (LinkOutOfRunError, NewerSchemaError):  # a newer Proxima's file is sound: upgrading reads it, no start over
         raise
     except CheckpointError as e:
         files = list_checkpoints(path) if Path(path).is_dir() else []

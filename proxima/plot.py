@@ -66,6 +66,7 @@ config.yaml that cannot be read a note (the env is then 'unknown').
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
 import sys
@@ -1085,7 +1086,9 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
     except OSError as e:  # disk full, read-only folder: one line naming the file and the free space
         from .diskspace import describe
 
-        raise PlotError(describe(out, e)) from None
+        error = PlotError(describe(out, e))
+        error.errno = e.errno  # the CLI's hint for a default --out in a folder the user may not write
+        raise error from None
     except (ValueError, OverflowError, RuntimeError) as e:  # matplotlib could not draw it (no file is left):
         why = ([ln.strip() for ln in str(e).splitlines() if ln.strip()] or [type(e).__name__])[-1]  # report: "No curve"
         raise PlotError(f"{out}: could not draw the curve ({why})") from None
@@ -1228,6 +1231,7 @@ def run(args) -> int:
         sys.stderr.write(f"{prog}: error: {printable(str(run_dirs[0]))}: not a run directory (no metrics.csv), nor a "
                          "folder holding run directories; give RUN_DIR (e.g. runs/CartPole-v1__1__<time>)\n")
         return 2
+    default_out = out is None
     if out is None:
         out = run_dirs[0] / "curve.png" if len(run_dirs) == 1 else Path("curve.png")
     try:
@@ -1237,7 +1241,9 @@ def run(args) -> int:
         path = plot_runs(run_dirs, out, metric=args.metric, x=args.x, smooth=args.smooth, band=args.band, title=args.title,
                          stat=args.stat, dpi=args.dpi, labels=labels)
     except PlotError as e:
-        sys.stderr.write(f"{prog}: error: {printable(str(e))}\n")
+        # a run directory the user may not write (a colleague's, a read-only mount): the curve can go elsewhere
+        hint = "; use --out FILE.png" if default_out and getattr(e, "errno", None) in (errno.EACCES, errno.EPERM, errno.EROFS) else ""
+        sys.stderr.write(f"{prog}: error: {printable(str(e))}{hint}\n")
         return 2
     print(printable(f"wrote {path}"))
     return 0

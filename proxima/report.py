@@ -34,6 +34,7 @@ report are written.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
@@ -144,12 +145,46 @@ def _check_eval(path: Path, saved: dict) -> dict:
     return saved
 
 
+#: meta.json fields the report formats, and what each must be: one of another type (edited by hand or
+#: by another program) is left out with a note, as not recorded, rather than failing the whole report
+META_FIELDS = {
+    "versions": (lambda v: isinstance(v, dict), "a mapping"),
+    "machine": (lambda v: isinstance(v, dict), "a mapping"),
+    "world_size": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a count of processes"),
+    "resumes": (lambda v: isinstance(v, list), "a list"),
+}
+
+
+def _read_meta(path: Path) -> tuple:
+    """(meta.json as the report uses it, its note or None). meta.json only describes the run (versions,
+    machine): one that is not a record, or a field of META_FIELDS of another type, is treated as not
+    recorded and named in one note, and the report is still written; invalid JSON stays an error."""
+    if _absent(path):
+        return {}, None
+    try:
+        data = json.loads(_read_text(path))
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        return {}, f"{path}: not a record (a JSON {type(data).__name__}); its versions and machine are treated as not recorded"
+    meta, bad = _drop_bad_meta(data)
+    return meta, (f"{path}: {', '.join(bad)}; treated as not recorded" if bad else None)
+
+
+def _drop_bad_meta(meta: dict) -> tuple:
+    """(``meta`` without the META_FIELDS entries of another type, what each dropped one is)."""
+    meta, bad = dict(meta), []
+    for name, (ok, wanted) in META_FIELDS.items():
+        if meta.get(name) is not None and not ok(meta[name]):
+            shown = repr(meta.pop(name))
+            bad.append(f"{name} is not {wanted} ({_md(shown if len(shown) <= 40 else shown[:37] + '...')})")
+    return meta, bad
+
+
 def _check_meta(path: Path, meta: dict) -> dict:
-    """meta.json as read, or ReportError naming the file when a section the report lists is not a mapping."""
-    for name in ("versions", "machine"):
-        if meta.get(name) is not None and not isinstance(meta[name], dict):
-            raise ReportError(f"{path}: {name} is not a mapping (a {type(meta[name]).__name__})")
-    return meta
+    """meta.json as read, its fields of another type (META_FIELDS) left out as not recorded (_read_meta's
+    rule; the population report, which reads it so, has no notes to name them in)."""
+    return _drop_bad_meta(meta)[0]
 
 
 #: metrics whose larger values are better: the report calls their maximum "best"; of any other
@@ -336,6 +371,13 @@ def run_eval_episodes(run_dir: Optional[Path], config: Optional[dict] = None) ->
     ``eval_episodes`` (its config.yaml's, which its eval.json was written with; else ``config``'s, a
     checkpoint's), so ``eval`` and ``report`` measure what the end-of-training eval.json measured
     and one population's rows never mix counts; DEFAULT_EVAL_EPISODES where that is 0 or not recorded."""
+    return run_eval_episodes_from(run_dir, config)[0]
+
+
+def run_eval_episodes_from(run_dir: Optional[Path], config: Optional[dict] = None) -> tuple:
+    """(run_eval_episodes's count, where it came from: RUN/config.yaml's path, "checkpoint" for
+    ``config``'s, None for the default): a refusal of the count names that file and field, not a flag
+    the user never typed."""
     def count(v):
         return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else None
 
@@ -345,9 +387,11 @@ def run_eval_episodes(run_dir: Optional[Path], config: Optional[dict] = None) ->
             found = count(_read_yaml(Path(run_dir) / "config.yaml").get("eval_episodes"))
         except ReportError:
             found = None
-    if found is None and isinstance(config, dict):
-        found = count(config.get("eval_episodes"))
-    return found or DEFAULT_EVAL_EPISODES
+        if found is not None:
+            return found, Path(run_dir) / "config.yaml"
+    if isinstance(config, dict) and count(config.get("eval_episodes")):
+        return config["eval_episodes"], "checkpoint"
+    return DEFAULT_EVAL_EPISODES, None
 
 
 def final_eval(run_dir: Path, config: dict, meta: dict, episodes: Optional[int], device: str = "cpu") -> dict:
@@ -987,6 +1031,7 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     notes = _missing_notes(runs) + _nonfinite_notes(runs) + [
         f"- {r['name'] + ': ' if len(runs) > 1 else ''}{r['summary']['best_pt_note']}" for r in runs if r["summary"].get("best_pt_note")]
     notes += [f"- {note}" for r in runs for note in r["summary"].get("edits", [])]
+    notes += [f"- {r['meta_note']}" for r in runs if r.get("meta_note")]
     notes += [f"- {COMPILE_NOTE.format(who=r['name'] + ': ' if len(runs) > 1 else '')}" for r in runs
               if _compiled(r) and r["summary"].get("sps") is not None]
     if notes:
@@ -1057,7 +1102,9 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     lines += ["## Versions and machine", ""]
     cols = names if len(runs) > 1 else ["version"]
     vrows = _keyed_rows([_versions(r["meta"]) for r in runs])
-    lines += _table(["package"] + cols, vrows) if vrows else ["No versions recorded (no meta.json)."]
+    # "no meta.json" only where there is none: a meta.json that records none is named in the notes
+    none = "No versions recorded in meta.json." if any(r.get("has_meta") for r in runs) else "No versions recorded (no meta.json)."
+    lines += _table(["package"] + cols, vrows) if vrows else [none]
     lines.append("")
     mrows = [row for row in _keyed_rows([_machine(r["meta"]) for r in runs]) if any(v not in (None, "", []) for v in row[1:])]
     if mrows:
@@ -1112,6 +1159,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
         metrics = [read_metrics(d) for d in dirs]
     except PlotError as e:
         raise ReportError(str(e)) from None
+    default_out = out is None
     if out is None:
         if len(dirs) > 1:
             raise ReportError(f"{len(dirs)} runs: give --out FILE.md for the combined report")
@@ -1124,7 +1172,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
 
     runs = []
     for d, name, m in zip(dirs, names, metrics):  # every file read and checked before anything is written
-        config, meta = _read_yaml(d / "config.yaml"), _check_meta(d / "meta.json", _read_json(d / "meta.json"))
+        config, (meta, meta_note) = _read_yaml(d / "config.yaml"), _read_meta(d / "meta.json")
         diverged = member_divergence(d)
         if diverged:  # as the population's own eval: frozen weights are no result of training
             ev = {"error": f"not evaluated: the member {diverged}"}
@@ -1146,7 +1194,8 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
         if summary["missing"]["tail"] and not diverged:  # short of its total by the step it reached, not by the file's
             progress, summary["total"] = run_progress(d, float(summary["missing"]["tail"][2]), config, meta)
         summary["edits"] = [] if meta.get("kind") == "rlhf" else _edit_notes(d, ev)
-        runs.append({"dir": d, "name": name, "env": run_env_id(d), "config": config, "meta": meta,
+        runs.append({"dir": d, "name": name, "env": run_env_id(d), "config": config, "meta": meta, "meta_note": meta_note,
+                     "has_meta": not _absent(d / "meta.json"),
                      "summary": summary, "eval": ev, "diverged": diverged, "progress": progress,
                      "member": member_population(d) is not None})
     for label, members in group_runs(dirs).items():
@@ -1164,7 +1213,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
         plot_runs(dirs, curve_file, metric=metric, x=x, smooth=smooth)
     except PlotError as e:
         curve_file, text = None, render(runs, None, str(e), metric, x)
-    _write_text(out, text, also_written=curve_file)
+    _write_text(out, text, also_written=curve_file, default_out=default_out)
     return out
 
 
@@ -1196,11 +1245,16 @@ def check_out(out: Path) -> None:
         raise ReportError(f"--out {out}: {problem}")
 
 
-def _write_text(out: Path, text: str, also_written: Optional[Path] = None) -> None:
+#: errors of a folder the user may not write (a colleague's run, a read-only mount): another --out helps
+NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def _write_text(out: Path, text: str, also_written: Optional[Path] = None, default_out: bool = False) -> None:
     """Write ``out`` whole (atomic.write_atomic: a temp file at a fresh name, then a rename that
     replaces a symbolic link at ``out`` rather than writing through it); on an error remove
     ``also_written`` (the curve drawn for it) and raise ReportError naming the file and the free
-    space: no half report."""
+    space: no half report. ``default_out``: ``out`` is the run's own report.md, not an --out given; a
+    run directory the user may not write then says where the report can go instead."""
     from .atomic import write_atomic
 
     try:
@@ -1208,7 +1262,8 @@ def _write_text(out: Path, text: str, also_written: Optional[Path] = None) -> No
     except OSError as e:  # disk full: one line naming the file and the free space, no half report
         if also_written is not None:
             also_written.unlink(missing_ok=True)
-        raise ReportError(describe(out, e)) from None
+        hint = "; use --out FILE.md" if default_out and e.errno in NOT_WRITABLE else ""
+        raise ReportError(describe(out, e) + hint) from None
 
 
 def build_population_report(run_dir, out=None, threshold: Optional[float] = None, metric: str = DEFAULT_METRIC,

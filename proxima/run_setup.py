@@ -155,6 +155,11 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
         check_same_run(state, target_dir, recorded[0])
     config = resumed_config(state, env_id, trust_run, overrides, "resume" if config is None else "train --resume",
                             notes=not loose, sources=sources, quiet=quiet)
+    note = ckpt.version_note(state)
+    if note:  # under --quiet too: a warning that the resume computes with other code, as once per run (rank 0's work)
+        from .terminal import printable
+
+        print(printable(f"proxima: note: {note}"), file=sys.stderr)
     # after check_same_run (another run's checkpoint copied in is named as that) and resumed_config's
     # counter check (an edited counter is named as that): the step its name says
     ckpt.check_step(state, counters=False)
@@ -607,12 +612,52 @@ def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, override
         check_counters(state, batch_size(recorded))  # before any of them is used (apply_resume_overrides)
     check_resumed_env(recorded, state, env_id, trust_run, command)
     config = apply_resume_overrides(recorded, overrides or {}, state, notes=notes, sources=sources, quiet=quiet)
+    _refuse_recorded(config, state, overrides or {})
     if env_id is not None and env_id != recorded.env_id and resume_trains(config, state):
         # the module form the user named: every process that builds the env (torchrun's ranks too)
         # imports the module, and the checkpoints from here on name it. A resume that trains nothing
         # leaves config.yaml as the run recorded it
         config.env_id = env_id
     return config
+
+
+def _refuse_recorded(config: PPOConfig, state: dict, overrides: dict) -> None:
+    """validate's refusal of a value the checkpoint recorded, not one the user typed, named as the
+    checkpoint's field (``CKPT: lr -1.0: must be positive``), not as a flag never typed (``--lr -1.0``),
+    the way cli._name_config_file names a --config file's. A refusal of a value given (a flag, --config)
+    is left to the trainer's validate, in its place."""
+    from .config import ConfigError, validate
+    from .signals import from_python
+
+    if from_python():  # its lines name PPOConfig's fields already, never a flag
+        return
+    world = state.get("world_size", 1)
+    try:
+        validate(config, world if isinstance(world, int) and not isinstance(world, bool) and world >= 1 else 1, resume=True)
+    except ConfigError as e:
+        named = recorded_refusal(e, state["path"], overrides)
+        if named is not None:
+            raise named from None
+
+
+def recorded_refusal(e: Exception, source, given) -> Optional[Exception]:
+    """``e``, a refusal naming a field as its flag (``--lr -1.0: ...``), reworded for a value that came
+    from the run's file ``source`` (its config.yaml, a checkpoint) as ``SOURCE: lr -1.0: ...``; a line
+    about several fields (ConfigError.fields) as ``SOURCE: a, b: ...``. None when it names a field in
+    ``given`` (typed, or from --config), or none at all: the flag is then the user's."""
+    from .config import FIELDS, RESUME_SAFE, ConfigError
+
+    message = str(e)
+    fields = list(getattr(e, "fields", ()))
+    if fields:
+        return ConfigError(f"{source}: {', '.join(fields)}: {message}") if not set(fields) & set(given) else None
+    for name in FIELDS:
+        flag = f"--{name.replace('_', '-')} "
+        if name not in given and message.startswith(flag):
+            # a field a resume may not change has no flag to pass: the file was edited or damaged
+            fix = "" if name in RESUME_SAFE else "; a resume cannot change it: the file was edited or damaged"
+            return ConfigError(f"{source}: {name} {message[len(flag):]}{fix}")
+    return None
 
 
 def check_resumed_env(recorded: PPOConfig, state: dict, env_id: Optional[str], trust_run: bool, command: str) -> None:
