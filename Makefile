@@ -46,11 +46,12 @@ setup: $(STAMP)
 
 # Run before the stamp's recipe each time (order-only: it never makes the stamp out of date). A PYTHON
 # given for an existing .venv was ignored once the stamp was up to date: the user kept the old Python.
-# With no PYTHON given and .venv set up it checks nothing, so `make test` stays a no-op setup.
+# With no PYTHON given and .venv set up it checks nothing, so `make test` stays a no-op setup. The same
+# version at another path (a CI's exported PYTHON, a venv made with --copies) is the same Python to pip.
 # (the $(error)s are expanded with the recipe, before its first command: one line, exit 2, nothing created)
 check-python:
 	$(if $(or $(PYTHON_GIVEN),$(if $(wildcard $(VENV)/pyvenv.cfg),,missing)),$(if $(filter True,$(PYTHON_OK)),,$(error $(if $(PYTHON_VERSION),$(PYTHON) is Python $(PYTHON_VERSION),$(PYTHON_MISSING)); Proxima needs Python 3.11 or newer (requirements.lock pins numpy 2.4.x); choose one with PYTHON: make setup PYTHON=python3.11)))
-	$(if $(and $(PYTHON_GIVEN),$(wildcard $(VENV)/pyvenv.cfg)),$(if $(filter $(VENV_REAL),$(PYTHON_REAL)),,$(error $(PYTHON) is Python $(PYTHON_VERSION) ($(PYTHON_REAL)), but $(VENV) was made with Python $(VENV_VERSION) ($(or $(VENV_REAL),its python is missing)): remove it first (make clean, or rm -rf $(VENV)), then make setup PYTHON=$(PYTHON))))
+	$(if $(and $(PYTHON_GIVEN),$(wildcard $(VENV)/pyvenv.cfg)),$(if $(or $(filter $(VENV_REAL),$(PYTHON_REAL)),$(filter $(VENV_VERSION),$(PYTHON_VERSION))),,$(error $(PYTHON) is Python $(PYTHON_VERSION) ($(PYTHON_REAL)), but $(VENV) was made with Python $(VENV_VERSION) ($(or $(VENV_REAL),its python is missing)): remove it first (make clean, or rm -rf $(VENV)), then make setup PYTHON=$(PYTHON))))
 	@:
 
 # torch is pinned to 2.13.0 (pyproject.toml); every other dependency is pinned by requirements.lock

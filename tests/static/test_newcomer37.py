@@ -63,6 +63,9 @@ def test_make_setup_with_another_python_over_an_existing_venv_stops_in_one_line(
     # the interpreter .venv was made with, named again: set up, nothing to do
     same = _fake_python(tmp_path / "python3.11", "3.11.7", str(venv.parent / "base" / "python3.11"))
     assert _make(venv, f"PYTHON={same}") == (0, [])
+    # the same version elsewhere (an exported PYTHON in CI, a venv made with --copies): nothing to do either
+    elsewhere = _fake_python(tmp_path / "py", "3.11.7", "/usr/local/bin/python3.11")
+    assert _make(venv, f"PYTHON={elsewhere}") == (0, [])
 
 
 @needs_make
