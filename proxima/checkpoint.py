@@ -1118,6 +1118,8 @@ def load_checkpoint(path: Union[str, Path], map_location="cpu") -> dict:
     empty, truncated, corrupted (zip CRC mismatch), unsafe (a pickle that would run code: refused by
     ``torch.load(weights_only=True)``), foreign (not written by Proxima), newer schema, incomplete,
     or holding entries of the wrong kind (check_policy_state: an edited config, spaces or weights).
+    Every check runs on the file loaded to the CPU; a ``map_location`` other than the CPU (anything
+    torch.load takes) then places the checked file's tensors there.
     """
     path = Path(path)
     if path.is_dir():
@@ -1173,7 +1175,9 @@ def _load_open(path: Path, f, map_location) -> dict:
         raise CheckpointError(f"{path}: cannot read checkpoint ({e.strerror or e})") from None
     try:
         with quiet_warnings():  # keep the error to one line
-            state = torch.load(f, map_location=map_location, weights_only=True)
+            # on the CPU whatever map_location asks: check_views refuses any tensor Proxima does not
+            # write (a CUDA one included), so it must see the devices the file holds, never the requested one
+            state = torch.load(f, map_location="cpu", weights_only=True)
         # before any check reads a tensor whole: a view is stored as its storage, never its size
         check_views(path, state)
     except CheckpointError:
@@ -1209,6 +1213,27 @@ def _load_open(path: Path, f, map_location) -> dict:
     state["path"] = str(path)
     if state.get("kind") != "ppo-population":  # an edited config/spaces/weights entry: one line here, not a TypeError later
         check_policy_state(state)
+    return state if _is_cpu(map_location) else _load_checked_to(path, f, map_location)
+
+
+def _is_cpu(map_location) -> bool:
+    try:
+        return isinstance(map_location, (str, torch.device)) and torch.device(map_location).type == "cpu"
+    except RuntimeError:  # not a device name: torch.load says what is wrong with it
+        return False
+
+
+def _load_checked_to(path: Path, f, map_location) -> dict:
+    """The file ``f``, checked on the CPU by _load_open, loaded again the way ``map_location`` asks
+    (a device, a dict or a function, as torch.load takes it): torch's own placement, of the same bytes
+    (the open file, not the name)."""
+    f.seek(0)
+    try:
+        with quiet_warnings():
+            state = torch.load(f, map_location=map_location, weights_only=True)
+    except Exception as e:  # the file loaded on the CPU: the location is what failed (no such device)
+        raise CheckpointError(f"{path}: cannot load onto {map_location!r} ({type(e).__name__}: {_one_line(e, 120)})") from None
+    state["path"] = str(path)
     return state
 
 

@@ -257,7 +257,7 @@ def _edit_notes(run_dir: Path, ev: dict) -> list:
     if str(ev.get("source", "")).startswith("eval.json"):
         edited = edited_summary(ev)
         if edited:
-            notes.append(f"{run_dir / 'eval.json'}: {edited}: the file was edited; its returns are what the evaluation measured")
+            notes.append(f"{_md(run_dir / 'eval.json')}: {edited}: the file was edited; its returns are what the evaluation measured")
     values, _ = read_run_config(run_dir)
     if values is None:
         return notes  # none, or unreadable: the report's own reading of it names that
@@ -272,7 +272,7 @@ def _edit_notes(run_dir: Path, ev: dict) -> list:
     if differ:
         name, mine, theirs = differ[0]
         more = f" (and {', '.join(n for n, _, _ in differ[1:])})" if len(differ) > 1 else ""
-        notes.append(f"{run_dir / 'config.yaml'}: {name} {_md(repr(theirs))}{more} differs from {state['path']}'s recorded {_md(repr(mine))}: "
+        notes.append(f"{_md(run_dir / 'config.yaml')}: {name} {_md(repr(theirs))}{more} differs from {_md(state['path'])}'s recorded {_md(repr(mine))}: "
                      "config.yaml was edited after the run wrote it; the checkpoint's config is what trained")
     return notes
 
@@ -690,9 +690,11 @@ def _in_progress(run_dir: Path) -> Optional[str]:
 
 # ------------------------------------------------------------------------------------ markdown
 #: what Markdown or HTML would act on in a value a run's files hold (a link, an image, a tag, emphasis,
-#: an entity); not a backtick (the report's own cells quote commands in code spans, and a value's own
-#: code span renders nothing), nor ``->``, the report's own arrow
-_MARKUP = re.compile(r"[<\[\]*&]|(?<!-)>")
+#: an entity, a strikethrough, a backslash escape); not a backtick (the report's own cells quote commands
+#: in code spans, and a value's own code span renders nothing), nor ``->``, the report's own arrow. An
+#: underscore only where it can open or close emphasis (``__main__:MyEnv`` renders bold): one inside a
+#: word (episodic_return) is literal in CommonMark
+_MARKUP = re.compile(r"[<\[\]*&~\\]|(?<!-)>|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 
 
 def _md(text) -> str:

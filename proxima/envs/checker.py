@@ -107,6 +107,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from ..check_env_cli import CHECK_STEPS, MAX_CHECK_STEPS
 from ..config import MAX_SEED, install_hint
 from .base import EnvError
 from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, is_flag, TENSOR_FIX, Float64Spread, _extra_for,
@@ -664,6 +665,9 @@ class _Checker:
         if not torch.equal(obs, again):
             self.bad("reset determinism", "reset(seed) twice gives the same obs (draw through self._uniform or self.generator)",
                      "different obs")
+        if self.steps <= 0:  # said, as for a Gymnasium env: an OK after no step is not the whole check passing
+            self.notes.append("--steps 0: the env was built and reset, never stepped; the checks of step() did not run")
+            return
         act_space.seed(self.seed)
         ended = False
         for t in range(1, self.steps + 1):
@@ -707,8 +711,12 @@ class _Checker:
                     return
         if self.steps and not ended:
             limit = getattr(env, "max_episode_steps", None)
-            self.notes.append(f"no episode ended in {self.steps} steps (max_episode_steps = {limit!r}"
-                              f"{': no time limit' if not limit else ''}): autoreset was not checked; give more --steps")
+            # more steps reach a time limit beyond them; with none, only the env's own termination can end one
+            advice = (f"give --steps above {limit}" if isinstance(limit, int) and not isinstance(limit, bool) and limit > self.steps
+                      else "give more --steps" if limit else
+                      "no time limit: set max_episode_steps, or check that terminated can become true")
+            self.notes.append(f"no episode ended in {self.steps} steps (max_episode_steps = {limit!r}): autoreset was not "
+                              f"checked; {advice}")
 
     def check(self, env: gym.Env) -> None:
         obs_space = getattr(env, "observation_space", None)
@@ -978,7 +986,7 @@ def step_returns_violation(out: Any, where: str) -> Optional[Violation]:
     return Violation("step returns", "5 values (obs, reward, terminated, truncated, info)", got)
 
 
-def check_env(target: str, steps: int = 200, seed: int = 0, env_kwargs: Optional[dict] = None) -> list[Violation]:
+def check_env(target: str, steps: int = CHECK_STEPS, seed: int = 0, env_kwargs: Optional[dict] = None) -> list[Violation]:
     """Check ``target`` (a Gymnasium id or ``module:ClassName``, built with ``env_kwargs``) and
     return its violations.
 
@@ -1010,10 +1018,6 @@ def format_violations(target: str, violations: list[Violation], checks: Optional
 
 # --- CLI (the parser: proxima.check_env_cli.register, imported above) ---------------------------
 
-#: the most random steps --steps takes: about a minute of CartPole-v1 (100,000 steps took 7 s on a 2-CPU VM)
-MAX_CHECK_STEPS = 1_000_000
-
-
 def seed_error(seed: int) -> str:
     """Why --seed ``seed`` is refused: proxima train's words (config.validate), so that check-env takes
     the seeds a run takes, and a seed numpy refuses is not blamed on the env's reset()."""
@@ -1022,7 +1026,7 @@ def seed_error(seed: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; 0 when clean, 1 on violations, 2 when the target cannot be resolved."""
-    steps = getattr(args, "steps", 200)
+    steps = getattr(args, "steps", CHECK_STEPS)
     if steps < 0:
         print(f"proxima check-env: error: --steps must be >= 0, got {steps}", file=sys.stderr)
         return 2

@@ -224,8 +224,8 @@ def import_failure_line(e: ImportError, module_name: str, env_id: str) -> str:
     return f"importing '{module_name}' for env '{env_id}' raised {type(e).__name__}: {e}{user_frame(e)}"
 
 
-#: check-env's --steps default and most (checker.MAX_CHECK_STEPS), here without importing the checker
-CHECK_STEPS, MAX_CHECK_STEPS = 200, 1_000_000
+# check-env's --steps default and most: defined with its parser, which imports neither torch nor the checker
+from ..check_env_cli import CHECK_STEPS, MAX_CHECK_STEPS  # noqa: E402
 
 
 def check_env_cmd(env_id: str, env_kwargs: Optional[dict] = None, steps: int = 0, seed: Optional[int] = None) -> str:
