@@ -1071,7 +1071,8 @@ def check_views(path, state) -> None:
             # first: every later check (finiteness, shapes, a view's size) reads a plain CPU tensor's data,
             # and Proxima writes no other (a sparse or meta tensor fails inside torch with a traceback)
             if value.layout != torch.strided or value.device.type != "cpu" or value.is_quantized or value.is_nested:
-                kind = value.device.type if value.layout == torch.strided else str(value.layout).replace("torch.", "")
+                kind = ("quantized" if value.is_quantized else "nested" if value.is_nested
+                        else value.device.type if value.layout == torch.strided else str(value.layout).replace("torch.", ""))
                 raise CheckpointError(f"{path}: {_one_line(_field_name(where), 120)} is a {kind} tensor, not a plain (strided "
                                       "CPU) tensor as Proxima writes; the checkpoint is damaged or was edited")
             if value.numel() * value.element_size() > _storage_bytes(value):
