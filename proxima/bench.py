@@ -729,6 +729,23 @@ def parse_sizes(text: str, flag: str = "--num-envs") -> list:
 BACKENDS = ("auto", "native", "gymnasium", "envpool", "both")
 
 
+def native_alone(env_id: str) -> bool:
+    """True for a torch-native env with no Gymnasium version (a user's module:Class NativeEnv, or a
+    native-only built-in): there 'both' measures the native env alone. Imports a module:Class's module
+    (the id was typed, and bench builds it anyway); EnvError when that fails."""
+    from .envs.gym_adapter import native_only, user_native_class
+
+    return native_only(env_id) or user_native_class(env_id) is not None
+
+
+def both_note(env_id: str, backend: str) -> str:
+    """The note that --backend both measured the native env alone, or ''."""
+    if "both" not in [b.strip() for b in backend.split(",")] or not native_alone(env_id):
+        return ""
+    return (f"note: '{env_id}' is a torch-native env with no Gymnasium version: --backend both measures the native "
+            "env alone")
+
+
 def backends_for(env_id: str, backend: str) -> list:
     """The backends to measure: 'both' (native and Gymnasium where a native env exists, EnvPool and
     Gymnasium's ALE for an Atari game with EnvPool installed), 'auto' (the
@@ -742,7 +759,9 @@ def backends_for(env_id: str, backend: str) -> list:
         raise ValueError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)} or a comma-separated list (envpool,gymnasium)")
     out = []
     for b in names:
-        if b == "both":  # what train builds by default beside Gymnasium's: for an Atari game, EnvPool when installed
+        if b == "both" and native_alone(env_id):  # no Gymnasium version to set beside it
+            out.append("native")
+        elif b == "both":  # what train builds by default beside Gymnasium's: for an Atari game, EnvPool when installed
             first = "native" if env_id in NATIVE_ENVS else "envpool" if auto_backend(env_id) == "envpool" else None
             out += [first, "gymnasium"] if first else ["gymnasium"]
         else:
@@ -868,6 +887,9 @@ def _run(args: argparse.Namespace, stdout) -> int:
     from .envs import EnvError
 
     sizes, backends = parse_sizes(args.num_envs), backends_for(args.env_id, args.backend)  # checked above
+    note = both_note(args.env_id, args.backend)
+    if note:  # stderr: --json's stdout is for a program
+        print(f"{prog}: {note}", file=sys.stderr)
     device = resolve_device(base_config(args).device)
     torch.set_num_threads(args.threads)
     started, load0 = datetime.now(), os.getloadavg()[0]

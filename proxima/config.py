@@ -91,7 +91,7 @@ class PPOConfig:
     backend: str = _f("auto", "Env implementation: auto (native torch env when one exists, EnvPool for Atari ids like Pong-v5 when installed), native, gymnasium, or envpool (Atari).", choices=("auto", "native", "gymnasium", "envpool"))
     vector: str = _f("sync", "Gymnasium vectorization: sync (one process) or async (one subprocess per env).", choices=("sync", "async"))
     num_envs: int = _f(4, "Parallel environments N (per process).")
-    env_kwargs: dict = _f({}, "Keyword arguments of the env's constructor as JSON, e.g. '{\"continuous\": true}' (Gymnasium envs; recorded in config.yaml).", metavar="JSON")
+    env_kwargs: dict = _f({}, "Keyword arguments of the env's constructor as JSON, e.g. '{\"continuous\": true}' (Gymnasium envs and native module:Class envs, whose num_envs, device and seed come from --num-envs, --device and --seed; recorded in config.yaml).", metavar="JSON")
     # --- rollout / optimisation ---
     total_timesteps: int = _f(500_000, "Environment steps to train for, counted over all envs and processes.")
     num_steps: int = _f(128, "Steps T per env per rollout; the batch is T x N (x processes).")

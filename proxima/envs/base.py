@@ -162,14 +162,24 @@ class NativeEnv(BatchedEnv):
         return True
 
     # --- subclass hooks ---
+    # a bare NotImplementedError printed nothing after its name: these say which hook is missing
     def _sample_initial_state(self, n: int) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement _sample_initial_state(n) -> dict of (n, ...) "
+                                  "tensors; docs/native_envs.md")
 
     def _dynamics(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement _dynamics(action) -> (reward[N], terminated[N]); "
+                                  "docs/native_envs.md")
 
     def _observe(self) -> torch.Tensor:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement _observe() -> obs[N, ...]; docs/native_envs.md")
+
+    def render(self, index: int = 0):
+        """An (H, W, 3) uint8 frame of row ``index`` (its video plays at ``render_fps``, else 30); a
+        subclass that can draw overrides this. Here: EnvError, worded for a native env (BatchedEnv's None
+        would read as Gymnasium's render_mode='rgb_array' missing, which a native env has no use for)."""
+        raise EnvError(f"{self._name()} renders no frames: a native env implements render(self, index) -> an (H, W, 3) "
+                       "uint8 frame of row index (and sets render_fps) for --video; docs/native_envs.md")
 
     # --- helpers for subclasses ---
     def _uniform(self, shape, low: float, high: float) -> torch.Tensor:
@@ -239,6 +249,7 @@ class NativeEnv(BatchedEnv):
         obs = self._observe()
         if not self._step_checked:
             self._check_obs(final_obs, "_observe() (first step)")
+            self._check_alias(final_obs, obs)
             self._step_checked = True
         info = {"final_obs": final_obs, "episode_return": episode_return, "episode_length": episode_length}
         return obs, reward, terminated, truncated, info
@@ -270,6 +281,23 @@ class NativeEnv(BatchedEnv):
         fix = ("return float32 observations (.float())" if dtype == torch.float32
                else "return uint8 pixels, as the image observation space declares")
         self._check_tensor(obs, f"the observations of {hook}", (dtype,), (self.num_envs, *self.obs_shape), fix)
+
+    def _check_alias(self, final_obs: torch.Tensor, obs: torch.Tensor) -> None:
+        # an _observe() that returns a state buffer (or a view of one) makes final_obs the memory the
+        # autoreset then overwrites: the trainer would bootstrap a truncation from the next episode's
+        # start. Storage pointers are metadata: no host sync, safe under graph capture.
+        def storage(x: torch.Tensor) -> int:
+            return x.untyped_storage().data_ptr()
+
+        buffers = {storage(v): f"state[{k!r}]" for k, v in self.state.items() if isinstance(v, torch.Tensor)}
+        shared = [buffers[storage(x)] for x in (final_obs, obs) if storage(x) in buffers]
+        if storage(final_obs) == storage(obs):
+            shared.append("the next obs")
+        shared = [name for name in dict.fromkeys(shared) if storage(final_obs)]  # an empty tensor holds no memory
+        if shared:
+            raise EnvError(f"{self._name()}: _observe() returned a tensor that shares memory with {', '.join(shared)}, so "
+                           "a later step overwrites it (final_obs becomes the next episode's start); return a new tensor "
+                           "(.clone()), never the state itself or a view of it (docs/native_envs.md)")
 
     def _check_dynamics(self, out) -> None:
         if not (isinstance(out, (tuple, list)) and len(out) == 2):

@@ -652,6 +652,23 @@ class _Checker:
                 return False
         return True
 
+    def check_member_streams(self, env, n: int, act_space) -> None:
+        """With member streams on (--seeds), draws go to the members' generators, never self.generator: an
+        env whose reset or autoreset still moves it draws directly and gives every member one shared stream."""
+        if not getattr(env, "supports_member_streams", False) or not hasattr(env, "use_member_streams"):
+            return
+        if not env.use_member_streams([self.seed + k for k in range(n)]):
+            return
+        before = env.generator.get_state()
+        action = torch.as_tensor(np.stack([np.asarray(act_space.sample()) for _ in range(n)]))
+        if self.native_call("member streams", env.reset) is None or self.native_call("member streams", env.step, action) is None:
+            return
+        self.ok("member streams")
+        if not torch.equal(before, env.generator.get_state()):
+            self.bad("member streams", "with --seeds' member streams on, no draw from self.generator (draw through "
+                     "self._uniform, or set supports_member_streams = False)",
+                     "reset() or step() drew from self.generator, so --seeds members would share one stream")
+
     def check_native(self, env, n: int) -> None:
         self.obs_space, act_space = env.single_observation_space, env.single_action_space
         obs = self.native_call("reset", env.reset, self.seed)
@@ -665,6 +682,9 @@ class _Checker:
         if not torch.equal(obs, again):
             self.bad("reset determinism", "reset(seed) twice gives the same obs (draw through self._uniform or self.generator)",
                      "different obs")
+        elif n > 1 and bool((obs == obs[:1]).all()):  # legal for a deterministic start, but usually an unseeded draw
+            self.notes.append(f"every row of reset() gives the same obs: if the start states should be random, draw them "
+                              "through self._uniform in _sample_initial_state")
         if self.steps <= 0:  # said, as for a Gymnasium env: an OK after no step is not the whole check passing
             self.notes.append("--steps 0: the env was built and reset, never stepped; the checks of step() did not run")
             return
@@ -709,6 +729,7 @@ class _Checker:
                     self.bad("autoreset", "an ended episode's length >= 1 and final_obs shaped as obs",
                              f"lengths {lengths.tolist()}, final_obs {tuple(info['final_obs'].shape)} at step {t}")
                     return
+        self.check_member_streams(env, n, act_space)
         if self.steps and not ended:
             limit = getattr(env, "max_episode_steps", None)
             # more steps reach a time limit beyond them; with none, only the env's own termination can end one

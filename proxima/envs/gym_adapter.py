@@ -293,6 +293,12 @@ def build_user_native(cls: type, env_id: str, num_envs: int, device, seed: Optio
                       env_kwargs: Optional[dict] = None):
     """``cls(num_envs, device=device, seed=seed, **env_kwargs)``, as make_env builds the native classics
     (env_kwargs: the constructor's own keyword arguments), or one EnvError line."""
+    # Proxima passes these itself: from --env-kwargs they met a raw "got multiple values" TypeError
+    flags = {"num_envs": "--num-envs", "device": "--device", "seed": "--seed"}
+    taken = [k for k in flags if k in (env_kwargs or {})]
+    if taken:
+        raise EnvError(f"--env-kwargs: {', '.join(repr(k) for k in taken)} of env '{env_id}' is set by Proxima; drop it "
+                       f"and use {', '.join(flags[k] for k in taken)}")
     try:
         env = cls(num_envs, device=device, seed=seed, **dict(env_kwargs or {}))
     except EnvError:
