@@ -683,7 +683,7 @@ class _Checker:
             self.bad("reset determinism", "reset(seed) twice gives the same obs (draw through self._uniform or self.generator)",
                      "different obs")
         elif n > 1 and bool((obs == obs[:1]).all()):  # legal for a deterministic start, but usually an unseeded draw
-            self.notes.append(f"every row of reset() gives the same obs: if the start states should be random, draw them "
+            self.notes.append("every row of reset() gives the same obs: if the start states should be random, draw them "
                               "through self._uniform in _sample_initial_state")
         if self.steps <= 0:  # said, as for a Gymnasium env: an OK after no step is not the whole check passing
             self.notes.append("--steps 0: the env was built and reset, never stepped; the checks of step() did not run")

@@ -36,6 +36,14 @@ def test_observe_that_returns_state_memory_is_refused_at_the_first_step(cls):
     assert truncated.all() and not torch.equal(info["final_obs"], obs)
 
 
+def test_observe_that_returns_one_buffer_rewritten_in_place_is_refused_at_the_first_step():
+    """One buffer outside the state, rewritten by each _observe(), would make final_obs the next episode's start."""
+    env = make_env("user_native_env:BufferObs", 2, seed=0)
+    env.reset()
+    with pytest.raises(EnvError, match=r"_observe\(\) returned a tensor that shares memory with the next obs"):
+        _step(env)
+
+
 def test_check_env_fails_an_aliasing_observe(capsys):
     code, out, _ = run_main(["check-env", "user_native_env:AliasObs"], capsys)
     assert code != 0 and "FAIL step" in out and "_observe()" in out and "state['obs']" in out
@@ -50,6 +58,8 @@ def test_bench_both_on_a_user_native_class_measures_native_alone():
     both_note, arguments_problem = bench.both_note, bench.arguments_problem
     assert "measures the native env alone" in both_note("user_native_env:Drift", "both")
     assert both_note("CartPole-v1", "both") == ""  # a Gymnasium twin exists: no note
+    assert both_note("user_native_env:Drift", "native") == ""  # 'both' not asked for: no false note
+    assert "measures the native env alone" in both_note("user_native_env:Drift", "native, both")
     args = build_parser().parse_args(["bench", "user_native_env:Drift", "--num-envs", "4"])
     assert args.backend == "both" and arguments_problem(args) == ""
 
@@ -60,6 +70,15 @@ def test_a_missing_hook_names_itself(capsys):
         make_env("user_native_env:NoObserve", 2, seed=0).reset()
     code, out, _ = run_main(["check-env", "user_native_env:NoObserve"], capsys)
     assert code != 0 and "must implement _sample_initial_state" in out and "docs/native_envs.md" in out
+
+
+@pytest.mark.parametrize("cls, hook", [("NoDynamics", r"_dynamics\(action\)"), ("NoObserveHook", r"_observe\(\)")])
+def test_a_missing_dynamics_or_observe_hook_names_itself(cls, hook):
+    """A class lacking _dynamics or _observe gets a line naming the hook, not a bare NotImplementedError."""
+    env = make_env(f"user_native_env:{cls}", 2, seed=0)
+    with pytest.raises(NotImplementedError, match=rf"{cls} must implement {hook}"):
+        env.reset()
+        _step(env)
 
 
 # ------------------------------------------------------------------- 4. --env-kwargs num_envs/device/seed
@@ -92,3 +111,16 @@ def test_check_env_notes_identical_start_states(capsys):
     assert code == 0 and "NOTE every row of reset() gives the same obs" in out
     _, out, _ = run_main(["check-env", "user_native_env:Drift"], capsys)
     assert "same obs" not in out
+
+
+# ------------------------------------------------------------------- 7. a refusal naming several fields
+def test_a_several_field_refusal_is_the_files_only_when_no_field_was_typed():
+    """A several-field refusal names the run's file only when no field was typed, else it stays the user's flag's."""
+    from proxima.config import ConfigError
+    from proxima.run_setup import recorded_refusal
+
+    e = ConfigError("one batch is larger than the run")
+    e.fields = ("a", "b")
+    assert str(recorded_refusal(e, "CKPT", {})) == "CKPT: a, b: one batch is larger than the run"
+    assert recorded_refusal(e, "CKPT", {"a": 1}) is None
+    assert recorded_refusal(e, "CKPT", {"b": 1}) is None
