@@ -659,10 +659,10 @@ class Trainer:
                                  self.env.single_action_space, self.device)
             result = evaluate(policy, episodes=cfg.eval_episodes, seed=seed, backend=cfg.backend, stop=stopped)
         except EvaluationStopped:
-            if not self.quiet:
-                print(f"proxima: note: the --eval-every evaluation at global step {self.global_step:,} was abandoned "
-                      "for the stop; no eval value is logged for this iteration until the run is resumed (its checkpoint "
-                      "records the evaluation as due, and the resume runs it first)", file=sys.stderr)
+            # under --quiet too (its help): an evaluation asked for and not run is the run doing otherwise than asked
+            print(f"proxima: note: the --eval-every evaluation at global step {self.global_step:,} was abandoned "
+                  "for the stop; no eval value is logged for this iteration until the run is resumed (its checkpoint "
+                  "records the evaluation as due, and the resume runs it first)", file=sys.stderr)
             return None, None, self.best_eval, False
         finally:
             ckpt.set_rng_state(rng)
