@@ -106,11 +106,16 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
     returns true the evaluation is abandoned with EvaluationStopped (training's --eval-every: a
     SIGINT/SIGTERM must reach its checkpoint before torchrun's shutdown timeout kills the ranks).
     ``episodes`` and ``max_steps`` must be integers of at least 1 and ``seed`` None or one from 0 to
-    MAX_SEED + EVAL_SEED_OFFSET, as the CLI's flags (ValueError naming the argument). A policy from
+    MAX_SEED + EVAL_SEED_OFFSET, as the CLI's flags, and ``deterministic`` a bool (ValueError naming the argument). A policy from
     load_policy is evaluated under the run's torch thread count and flush-denormal mode (put back
     after: run_settings), so that its numbers are those of the run's own eval.json.
     """
     episodes, max_steps, seed = check_arguments(episodes, max_steps, seed)
+    # a string is always true: deterministic="False" evaluated the deterministic policy without a word
+    import numpy as np
+
+    if not isinstance(deterministic, (bool, np.bool_)):
+        raise ValueError(f"evaluate: deterministic={deterministic!r}: must be True or False")
     if not getattr(policy, "env_trusted", True):
         refuse_untrusted(policy)
     if seed is None:

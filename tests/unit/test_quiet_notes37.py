@@ -19,3 +19,13 @@ def test_a_stop_that_abandons_a_due_evaluation_says_so_under_quiet(tmp_path, cap
     err = capsys.readouterr().err
     assert (f"proxima: note: the --eval-every evaluation at global step {3 * r28.STEPS} was abandoned for the stop; "
             "no eval value is logged for this iteration until the run is resumed") in err, err
+
+
+@pytest.mark.parametrize("given", ["False", 0, None])
+def test_evaluate_refuses_a_deterministic_that_is_no_bool(given):
+    """deterministic="False" (a string, always true) evaluated the deterministic policy without a word."""
+    from proxima.evaluate import evaluate
+
+    with pytest.raises(ValueError) as e:
+        evaluate(object(), episodes=1, deterministic=given)
+    assert str(e.value) == f"evaluate: deterministic={given!r}: must be True or False"
