@@ -299,21 +299,19 @@ def build_user_native(cls: type, env_id: str, num_envs: int, device, seed: Optio
     if taken:
         raise EnvError(f"--env-kwargs: {', '.join(repr(k) for k in taken)} of env '{env_id}' is set by Proxima; drop it "
                        f"and use {', '.join(flags[k] for k in taken)}")
-    try:
-        env = cls(num_envs, device=device, seed=seed, **dict(env_kwargs or {}))
-    except EnvError:
-        raise
-    except SystemExit as e:
-        raise EnvError(f"building env '{env_id}' ended the process: {exit_text(e)}{user_frame(e)}; {EXIT_FIX}") from None
-    except Exception as e:
-        line = unknown_kwarg_line(env_id, e, env_kwargs)
-        if line is not None:
-            raise EnvError(line) from None
-        if isinstance(e, TypeError) and "positional argument" in str(e):  # __init__(self) without num_envs/device/seed
-            raise EnvError(f"building env '{env_id}' raised TypeError: {e}{user_frame(e)}; a native env's constructor takes "
-                           "(num_envs, device='cpu', seed=None) and passes them to NativeEnv.__init__ "
-                           "(docs/native_envs.md)") from e
-        raise EnvError(f"building env '{env_id}' raised {type(e).__name__}: {e}{user_frame(e)}{missing_kwarg_hint(e)}") from e
+    def construct():
+        try:
+            return cls(num_envs, device=device, seed=seed, **dict(env_kwargs or {}))
+        except TypeError as e:
+            # __init__(self) without num_envs/device/seed: a native constructor's own hint; every other failure
+            # (an unknown --env-kwargs key, SystemExit, the user's exception) is _build's line, as for Gymnasium
+            if "positional argument" in str(e) and unknown_kwarg_line(env_id, e, env_kwargs) is None:
+                raise EnvError(f"building env '{env_id}' raised TypeError: {e}{user_frame(e)}; a native env's constructor "
+                               "takes (num_envs, device='cpu', seed=None) and passes them to NativeEnv.__init__ "
+                               "(docs/native_envs.md)") from e
+            raise
+
+    env = _build(construct, env_id, env_kwargs)
     for name in ("single_observation_space", "single_action_space"):
         if not isinstance(getattr(env, name, None), gym.spaces.Space):
             raise EnvError(f"env '{env_id}': {name} is {'missing' if getattr(env, name, None) is None else 'no gymnasium Space'}; "
