@@ -1488,7 +1488,14 @@ def _run_command(args: argparse.Namespace, prog: str) -> int:
             except ConfigError as e:
                 return fail(prog, str(e))
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:  # Ctrl-C anywhere, while torch imports too: a stop, no traceback
+    except KeyboardInterrupt as e:  # Ctrl-C anywhere, while torch imports too: a stop, no traceback
+        from .signals import TrainingInterrupted, say_stopped
+
+        # a run's stop (a KeyboardInterrupt too) that its command left unsaid: its line and its 128+signum
+        # (143 for SIGTERM), never a bare Ctrl-C's 130
+        if isinstance(e, TrainingInterrupted):
+            say_stopped(e)
+            return e.exit_code
         return 130
     except BrokenPipeError:  # `proxima presets | head`: the reader left; no traceback, and none at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

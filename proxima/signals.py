@@ -4,10 +4,11 @@ SIGHUP (an SSH session or terminal closed) stops a run as SIGTERM does, rather t
 no checkpoint and its lock left behind; a SIGHUP that the process ignores (``nohup``) stays ignored
 (stop_signals).
 
-A second SIGINT exits at once (from the Python API it raises KeyboardInterrupt instead: SignalGuard's
-``second_raises``); checkpoints are written atomically (checkpoint.py), so the last one stays
-loadable whatever moment the process dies. Under torchrun a repeat of the first signal within
-REPEAT_WINDOW seconds is the same stop delivered twice, not a second interrupt (SignalGuard).
+A second SIGINT exits at once (from the Python API it raises a plain KeyboardInterrupt instead, not
+the first's TrainingInterrupted: SignalGuard's ``second_raises``); checkpoints are written
+atomically (checkpoint.py), so the last one stays loadable whatever moment the process dies. Under
+torchrun a repeat of the first signal within REPEAT_WINDOW seconds is the same stop delivered
+twice, not a second interrupt (SignalGuard).
 """
 
 from __future__ import annotations
@@ -25,13 +26,19 @@ from pathlib import Path
 from typing import Callable, Optional
 
 
-class TrainingInterrupted(BaseException):
-    """SIGINT/SIGTERM stopped the run (after a checkpoint was written, in the loop); ``exit_code`` is
-    128+signum. ``what``: the line after "stopped by SIG...; " (default: the checkpoint and the
+class TrainingInterrupted(KeyboardInterrupt):
+    """SIGINT/SIGTERM/SIGHUP stopped the run (after a checkpoint was written, in the loop); ``exit_code``
+    is 128+signum. ``what``: the line after "stopped by SIG...; " (default: the checkpoint and the
     command that continues the run, ``proxima resume RUN_DIR``: a run's or a population's).
 
-    A BaseException, as KeyboardInterrupt is: outside the loop OutsideLoop raises it wherever the
-    signal lands, in the env's code or a library's too, and an ``except Exception`` there (the env
+    A KeyboardInterrupt, so that a script's ``try: train(cfg) except KeyboardInterrupt:`` (the usual
+    idiom) catches a first Ctrl-C's checkpointed stop as it catches a second Ctrl-C's immediate one,
+    and a notebook shows an interrupt, not a foreign exception; ``except TrainingInterrupted`` (first,
+    where both are caught) tells the checkpointed stop apart. SIGTERM's and SIGHUP's stop is this
+    class too: ``signum`` and ``exit_code`` say which signal it was, whatever the class suggests.
+
+    Not an Exception, as KeyboardInterrupt is not: outside the loop OutsideLoop raises it wherever
+    the signal lands, in the env's code or a library's too, and an ``except Exception`` there (the env
     adapter's, which turns the env's errors into one EnvError line; a best-effort fallback) must not
     take it for the env's failure or swallow it."""
 
@@ -386,8 +393,8 @@ class OutsideLoop:
     than die half-written (SIGTERM's default) or with a KeyboardInterrupt that skips the cleanup.
     The loop's SignalGuard replaces these handlers while it runs and restores them after.
 
-    A signal whose exception was swallowed where it landed (a probe that catches everything but
-    KeyboardInterrupt: doctor.collect, for meta.json) is raised again by ``check()``, which the
+    A signal whose exception was swallowed where it landed (a probe that catches everything but a
+    Ctrl-C's own KeyboardInterrupt: doctor.collect, for meta.json) is raised again by ``check()``, which the
     loop's SignalGuard calls as it starts: the stop comes late, before the first iteration, but
     is never lost. Within ``stops_held()`` a signal is only recorded, and raised as that block ends."""
 

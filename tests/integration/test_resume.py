@@ -111,8 +111,9 @@ def crash_after_logging(cfg: PPOConfig, run_dir: Path, k: int, monkeypatch) -> N
         return original(self)
 
     monkeypatch.setattr(Trainer, "train_iteration", dying)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as info:
         train(cfg, run_dir=run_dir, quiet=True, evaluate_at_end=False)
+    assert type(info.value) is KeyboardInterrupt  # as it came: no checkpointed stop (TrainingInterrupted) of it
     monkeypatch.undo()
 
 

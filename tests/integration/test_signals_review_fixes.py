@@ -175,10 +175,11 @@ def test_stops_held_raises_the_stop_as_the_block_ends():
 def test_stops_held_is_a_no_op_without_outside_loop():
     from proxima.signals import stops_held
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as info:
         with stops_held():
             _kill_self(signal.SIGINT)  # the default handler: at once
             pytest.fail("not interrupted")
+    assert type(info.value) is KeyboardInterrupt  # Python's own, not a run's stop (a KeyboardInterrupt too)
 
 
 # ------------------------------------------------------------------------------------ --vector async's workers ended

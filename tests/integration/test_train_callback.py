@@ -355,8 +355,11 @@ def test_a_second_ctrl_c_in_the_callback_stops_at_once_without_that_iterations_c
             os.kill(os.getpid(), signal.SIGINT)
 
     config = PPOConfig(**{**TINY, "total_timesteps": 192, "checkpoint_every": 50})
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as caught:
         train(config, run_dir=tmp_path / "r", evaluate_at_end=False, callback=interrupted_twice)
+    from proxima import TrainingInterrupted
+
+    assert not isinstance(caught.value, TrainingInterrupted)  # the immediate stop, not the first's checkpointed one
     assert "second interrupt, stopping now without this iteration's checkpoint" in capsys.readouterr().err
     assert _checkpoints(tmp_path / "r") == []
 

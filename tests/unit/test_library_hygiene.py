@@ -154,11 +154,13 @@ def test_load_policy_draws_nothing_from_the_callers_torch_rng(small_config, tmp_
 def test_keyboard_interrupt_in_the_first_iteration_leaves_no_run_directory(small_config, tmp_path, monkeypatch):
     env_id = _register(monkeypatch, "HygieneCtrlC-v0", CtrlC)
     cfg = small_config(env_id=env_id, backend="gymnasium", vector="sync", num_envs=2, run_dir=str(tmp_path / "run"))
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as info:
         train(cfg, quiet=True)
+    assert type(info.value) is KeyboardInterrupt  # the env's own, as it came: not made a run's stop
     assert not (tmp_path / "run").exists()
-    with pytest.raises(KeyboardInterrupt):  # the same call runs again, not "it holds another run"
+    with pytest.raises(KeyboardInterrupt) as info:  # the same call runs again, not "it holds another run"
         train(cfg, quiet=True)
+    assert type(info.value) is KeyboardInterrupt
 
 
 # --- 7. an async env's file descriptors ---------------------------------------------------------

@@ -47,8 +47,8 @@ SECOND_SIGINT_FROM_PYTHON = textwrap.dedent("""
     try:
         train(PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=32, total_timesteps=100_000, threads=1,
                         progress=False, checkpoint_every=1, eval_episodes=0, run_dir=run), quiet=True)
-    except KeyboardInterrupt:
-        print("KeyboardInterrupt caught", flush=True)
+    except KeyboardInterrupt as e:  # the first's stop is one too: its class name tells them apart
+        print(f"{type(e).__name__} caught", flush=True)
     print("alive", important, "lock left:", os.path.exists(os.path.join(run, ".proxima.lock")), flush=True)
 """)
 
@@ -80,8 +80,9 @@ def test_the_guard_raises_on_a_second_sigint_only_when_asked_and_a_second_sigter
     monkeypatch.setattr(os, "_exit", exited)
     guard = SignalGuard(last_checkpoint=lambda: None, second_raises=True)
     guard._handle(signal.SIGINT, None)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as info:
         guard._handle(signal.SIGINT, None)
+    assert type(info.value) is KeyboardInterrupt  # a plain one: no checkpoint follows, unlike TrainingInterrupted's
     guard = SignalGuard(last_checkpoint=lambda: None, second_raises=True)
     guard._handle(signal.SIGINT, None)
     with pytest.raises(SystemExit, match="143"):  # SIGTERM asks for the process to end
