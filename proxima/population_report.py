@@ -26,10 +26,12 @@ Settings are compared (comparison_section; build_populations_report for ``report
 populations) by rliable's probability of improvement P(X > Y): over all member pairs, 1 for x > y and
 1/2 for a tie, averaged, with a percentile-bootstrap interval (poi_ci) that resamples each side's
 members independently from one default_rng(BOOTSTRAP_SEED), under the same MIN_CI_MEMBERS and
-FEW_CI_MEMBERS rules as the table's intervals. Y is the highest IQM among the settings none of whose
-members diverged (best_row: a diverged member is left out of the statistics, so a setting that loses
-its weakest seeds would otherwise rank first; such a row is flagged and named "not ranked"), and a
-line (verdict) says which settings Y is not told apart from at these seeds (an interval holding 0.5).
+FEW_CI_MEMBERS rules as the table's intervals. Y is the highest IQM among the settings that lost no
+member (best_row: a member left out, diverged or without a result, is left out of the statistics, so a
+setting that loses its weakest seeds would otherwise rank first; such a row is named "not ranked"), and
+a line (verdict) says which settings Y is told apart from: a one-sided permutation test on ranks,
+Bonferroni over both directions of every pair of settings (Y is picked on the same returns), no claim
+with fewer than MIN_CLAIM_MEMBERS members on a side.
 The report ends with the population's command, seeds, sweep, shared config and the first member's
 versions and machine (provenance_section).
 """
@@ -49,8 +51,10 @@ import numpy as np
 from .population_run import DIVERGED_FILE, POPULATION_FILE, is_population_dir, shown
 from .rundir import RunFileError, read_run_json, read_run_text
 
-#: resamples of every percentile-bootstrap interval: the report's table, eval's lines and plot's band
-BOOTSTRAP_RESAMPLES = 2000
+#: resamples of every percentile-bootstrap interval: the report's table, eval's lines and plot's band. At 2000
+#: an endpoint moved by ~2 points with the rng seed (12 members), more than the one decimal printed; the arrays
+#: are a few hundred members at most, so 10,000 costs milliseconds
+BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0
 BAND_RESAMPLES = BOOTSTRAP_RESAMPLES  # one constant: the band of `proxima plot` is the table's interval per x
 CI_LEVEL = 0.95
@@ -231,7 +235,10 @@ def bootstrap_ci(x: np.ndarray, stat: Callable[[np.ndarray], float], resamples: 
         return None
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, x.size, size=(resamples, x.size))
-    stats = np.array([stat(x[i]) for i in idx])
+    along = {np.mean: mean_along, iqm: iqm_along}.get(stat)
+    # the report's two statistics in one vectorized call (bootstrap_band's, so the band equals this bit for bit);
+    # a Python call per resample would cost ~0.1 s a row at 10,000 resamples
+    stats = along(x[idx], axis=-1) if along is not None else np.array([stat(x[i]) for i in idx])
     alpha = (1 - level) / 2
     return float(np.quantile(stats, alpha)), float(np.quantile(stats, 1 - alpha))
 
@@ -331,11 +338,34 @@ def member_final_return(member_dir: Path, episodes: Optional[int] = 0, device: s
         values = read_metrics(member_dir).get("charts/episodic_return", np.array([]))
     except PlotError:  # a member that has logged nothing yet (a population just started) has no return
         values = np.array([])
-    # an empty cell (NaN: no episode finished that iteration) is skipped, but a logged +-inf is the
-    # member's last return: kept, so member_statistics leaves the member out and names it "inf"
-    # rather than silently using the return before it
+    # an empty cell (no episode finished that iteration) is skipped, but a logged nan or +-inf is the
+    # member's last return: kept, so member_statistics leaves the member out and names it "NaN"/"inf"
+    # rather than silently using the return before it. read_metrics reads both as NaN: the cell tells them apart
+    if _last_logged_cell_is_nan(member_dir, "charts/episodic_return"):
+        return math.nan, "last training return"
     values = values[~np.isnan(values)]
     return (float(values[-1]) if values.size else None), "last training return"
+
+
+def _last_logged_cell_is_nan(member_dir: Path, column: str) -> bool:
+    """Whether the last non-empty cell of ``column`` in the member's metrics.csv (of its whole rows) reads as NaN."""
+    import csv
+
+    try:
+        rows = list(csv.reader(read_run_text(member_dir / "metrics.csv").splitlines()))
+    except (OSError, ValueError, csv.Error):
+        return False
+    if not rows or column not in rows[0]:
+        return False
+    j = rows[0].index(column)
+    for r in reversed(rows[1:]):
+        if len(r) != len(rows[0]) or not r[j].strip():  # a row cut short by a kill; no episode that iteration
+            continue
+        try:
+            return math.isnan(float(r[j]))
+        except ValueError:  # not a number: read_metrics's business, not a return
+            return False
+    return False
 
 
 def left_out_reason(value) -> Optional[str]:
@@ -409,6 +439,12 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: Opt
         print(f"proxima: note: {_count(len(unevaluated), 'member')} without an eval.json of its last step could not be "
               f"evaluated, so they are left out of settings whose other members have an evaluation (first: {why})",
               file=sys.stderr)
+    kept = sorted({measured[d.name][1] for f in finals for _, d, _, src in f if src == "eval" and d.name in measured}
+                  - {episodes}, key=lambda c: (c is None, c or 0))
+    if episodes is not None and episodes >= 1 and kept and not quiet:  # the typed N, silently not applied, misleads
+        print(f"proxima: note: --episodes {episodes} applies only to members without an eval.json of their last step; "
+              f"the others' eval.json results are used as recorded (over {'/'.join('?' if c is None else f'{c:,}' for c in kept)} "
+              "episodes: see the line above the table)", file=sys.stderr)
     why_not = {d.name: _not_evaluated(d, error, episodes, device) for d, error in unevaluated}
     out = []
     for setting, members in zip(settings, finals):
@@ -776,89 +812,169 @@ def _has_iqm(r: dict) -> bool:
     return r.get("iqm") is not None and math.isfinite(r["iqm"])
 
 
+def lost_members(r: dict) -> bool:
+    """Whether a row is shown as ``k of n``: a member left out for any reason (diverged, no eval.json,
+    NaN/inf, ...). Its statistics are of the members left in, who need not be a fair sample of the seeds."""
+    return bool(r.get("left_out")) or bool(r.get("diverged"))
+
+
+def lost_text(r: dict) -> str:
+    """``4 diverged, 1 no eval.json``: how many of a row's members were left out, by reason."""
+    groups: dict = {}
+    for _, why in r.get("left_out") or []:
+        key = ("diverged" if why.startswith("diverged") else "eval.json not of its last step"
+               if why.startswith("eval.json of step") else why)
+        groups[key] = groups.get(key, 0) + 1
+    return ", ".join(f"{k} {why}" for why, k in groups.items())
+
+
 def best_row(rows: list) -> Optional[int]:
-    """The index of the row with the highest IQM (the first of equal ones) among the rows none of whose
-    members diverged; among all rows when every row with an IQM lost members (ranked_note says so);
-    None when no row has one. A diverged member is left out of its row's IQM, so a setting unstable
-    enough to lose its weakest seeds would otherwise rank above a stable one."""
+    """The index of the row with the highest IQM (the first of equal ones) among the rows that lost no
+    member (lost_members); among all rows when every row with an IQM lost members (ranked_text says
+    so); None when no row has one. A member left out (diverged, no eval.json, NaN, ...) is left out of
+    its row's IQM, so a setting that loses its weakest seeds would otherwise rank above a whole one."""
     have = [i for i, r in enumerate(rows) if _has_iqm(r)]
-    stable = [i for i in have if not rows[i].get("diverged")]
-    pool = stable or have
+    whole = [i for i in have if not lost_members(rows[i])]
+    pool = whole or have
     return max(pool, key=lambda i: (rows[i]["iqm"], -i)) if pool else None
 
 
 def ranked_text(rows: list, whose: str = "") -> str:
     """How Y (best_row) was chosen, for "(...)" after its name: ``the highest IQM`` (``whose``: ``first
-    population's `` before "highest"), or with settings that lost members to divergence, which were passed over."""
+    population's `` before "highest"), or with settings that lost members, which were passed over."""
     have = [r for r in rows if _has_iqm(r)]
-    if not any(r.get("diverged") for r in have):
+    if not any(lost_members(r) for r in have):
         return f"the {whose}highest IQM"
-    if all(r.get("diverged") for r in have):
-        return f"the {whose}highest IQM over its surviving members; every setting lost members to divergence"
-    return f"the {whose}highest IQM of the settings none of whose members diverged"
+    if all(lost_members(r) for r in have):
+        return f"the {whose}highest IQM over its members left in; every setting lost members (see the notes)"
+    return f"the {whose}highest IQM of the settings with no member left out"
 
 
 def not_ranked_notes(rows: list, names: list, b: Optional[int]) -> list:
-    """``- lr=0.0025 had the highest IQM, 431.3, over its 6 surviving members of 10; 4 diverged: not
-    ranked ...``: a note per row passed over by best_row for its diverged members (names: each row's
+    """``- lr=0.0025 had the highest IQM, 431.3, over 6 of its 10 members (left out: 4 diverged): not
+    ranked ...``: a note per row passed over by best_row for its members left out (names: each row's
     label as the table shows it)."""
-    if b is None or rows[b].get("diverged"):  # every setting lost members: ranked_text says so
+    if b is None or lost_members(rows[b]):  # every setting lost members: ranked_text says so
         return []
     notes = []
     top = max((i for i, r in enumerate(rows) if _has_iqm(r)), key=lambda i: (rows[i]["iqm"], -i))
     for i, r in enumerate(rows):
-        k = len(r.get("diverged") or {})
-        if not k or not _has_iqm(r):
+        if not lost_members(r) or not _has_iqm(r):
             continue
         had = f"had the highest IQM, {r['iqm']:.1f}," if i == top else f"has an IQM of {r['iqm']:.1f}"
-        notes.append(f"- {names[i]} {had} over its {r['n']} surviving members of {r['members']}; {k} diverged: not "
-                     "ranked (a diverged member is left out of the statistics, so they flatter a setting that loses "
-                     "its weakest seeds; its P(X > Y) is of its survivors too).")
+        notes.append(f"- {names[i]} {had} over {r['n']} of its {r['members']} members (left out: {lost_text(r)}): not "
+                     "ranked (the statistics of the members left in flatter a setting that loses its weakest seeds, "
+                     "whatever the reason; its P(X > Y) is of those members too).")
     return notes
+
+
+#: the family-wise error rate of the Comparison's "distinguishable" claims, over every pair of settings
+CLAIM_ALPHA = 0.05
+#: no "distinguishable" claim with fewer members than this on either side (the bootstrap's intervals are
+#: flagged there; a rank test of 2 vs 2 cannot reach any corrected level)
+MIN_CLAIM_MEMBERS = FEW_CI_MEMBERS
+#: permutations of the one-sided rank test behind "distinguishable" (p reaches 0.05/56, 8 settings, with ~9 to spare)
+PERMUTATIONS = 10_000
+CLAIM_METHOD = (f"one-sided permutation test of P(X > Y) on the members' ranks ({PERMUTATIONS} permutations, numpy "
+                f"default_rng({BOOTSTRAP_SEED})), at {CLAIM_ALPHA:g} over both directions of every pair of the K settings "
+                "compared (Bonferroni: each test at 0.05 / (K(K-1))), since Y was picked as the highest IQM on these "
+                f"same returns; no claim with fewer than {MIN_CLAIM_MEMBERS} members on either side")
+
+
+def permutation_p(x, y, permutations: int = PERMUTATIONS, seed: int = BOOTSTRAP_SEED) -> float:
+    """One-sided p-value that Y scores higher than X: the share of relabellings of the pooled members
+    (x's n and y's m, mid-ranks: a tie counts half, as in P(X > Y)) whose P(X > Y) is at most the
+    observed one, (1 + count) / (1 + permutations): valid at any count of permutations under the null
+    of exchangeable members, ties included."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    n = x.size
+    pooled = np.concatenate([x, y])
+    order = np.argsort(pooled, kind="stable")
+    s = pooled[order]
+    ranks = np.empty(s.size)
+    # mid-ranks: the mean rank of each run of equal values, so x's rank sum gives ties half
+    first = np.concatenate([[True], s[1:] != s[:-1]])
+    starts = np.flatnonzero(first)
+    ends = np.append(starts[1:], s.size)
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+    observed = ranks[:n].sum()
+    rng = np.random.default_rng(seed)
+    draws = rng.permuted(np.broadcast_to(ranks, (permutations, ranks.size)), axis=1)[:, :n].sum(axis=1)
+    # the rank sums are multiples of 0.5: a tolerance keeps equal sums equal after float additions
+    return float((1 + np.count_nonzero(draws <= observed + 1e-9)) / (1 + permutations))
+
+
+def claim_pairs(k: int) -> int:
+    """The Bonferroni family of k settings: both one-sided tests of every pair. Y is picked as the
+    highest of them on the same returns, so "Y beats X" is one of k(k-1) claims that could have been
+    made; testing only Y's k-1 at 0.05 called a difference in 10% (2 settings) to 48% (8) of null sweeps."""
+    return max(1, k * (k - 1))
+
+
+def told_apart(c: dict, pairs: int) -> bool:
+    """Whether X (compare_rows's ``c``) counts as distinguishable from Y: enough members on both
+    sides and the permutation p-value at most CLAIM_ALPHA / pairs."""
+    return c.get("perm_p") is not None and c["perm_p"] <= CLAIM_ALPHA / pairs
 
 
 def verdict(ref_name: str, compared: list, ranked: str = "the highest IQM") -> str:
     """Whether the comparison supports Y (``ref_name``, chosen as ``ranked`` says: ranked_text) over the
-    others: compared, [(name, compare_rows of X against Y)]. ``Y = A: the highest IQM; not distinguishable
-    from B at these seeds (P(X > Y) CI [0.22, 0.75] contains 0.5)`` when some X's interval holds 0.5 (or X
-    has no interval), else that every X's interval lies below 0.5. An interval above 0.5 (X wins most
-    pairs, though Y has the higher IQM) is said too."""
+    others: compared, [(name, compare_rows of X against Y)]. ``distinguishable from B (p = 0.0001)`` for
+    an X told_apart from Y, ``not distinguishable from C (p = 0.31)`` (or ``fewer than 5 members``)
+    for the rest, the test and its correction (CLAIM_METHOD) said after it. The family is every pair
+    of the settings compared (Y among them). An interval above 0.5 (X wins most pairs, though Y has
+    the higher IQM) is said too."""
     measured = [(n, c) for n, c in compared if c["p"] is not None]
     if not measured:
         return f"Y = {ref_name}: {ranked}; no other setting is compared with it (see the notes below)."
-    same = [f"{n} (P(X > Y) CI [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}] contains 0.5)" if c["ci"] is not None
-            else f"{n} (P(X > Y) {c['p']:.2f}, no CI: fewer than {MIN_CI_MEMBERS} members)"
-            for n, c in measured if c["ci"] is None or c["ci"][0] <= 0.5 <= c["ci"][1]]
-    above = [f"{n} (P(X > Y) CI [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}] above 0.5: it wins most pairs)"
-             for n, c in measured if c["ci"] is not None and c["ci"][0] > 0.5]
-    few = any(c["few"] and c["ci"] is not None for _, c in measured)
+    pairs = claim_pairs(len(measured) + 1)
+    level = f"0.05/{pairs}"
+    apart = [(n, c) for n, c in measured if told_apart(c, pairs)]
+    above = [(n, c) for n, c in measured if c["ci"] is not None and c["ci"][0] > 0.5 and not told_apart(c, pairs)]
+    same = [(n, c) for n, c in measured if not told_apart(c, pairs) and (n, c) not in above]
+    how = f" ({CLAIM_METHOD}.)"
     if not same and not above:
-        return (f"Y = {ref_name}: {ranked}, and distinguishable from every other setting compared at these seeds "
-                "(each P(X > Y) 95% CI lies below 0.5" + ("; \u2020 intervals of fewer than 5 members cover well "
-                                                         "under 95%" if few else "") + ").")
+        return (f"Y = {ref_name}: {ranked}, and distinguishable from every other setting compared at these seeds ("
+                + ", ".join(f"{n}: p = {c['perm_p']:.2g}" for n, c in apart) + f", each at most {level})." + how)
+
+    def why(c):
+        if c["perm_p"] is None:
+            return f"P(X > Y) {c['p']:.2f}; fewer than {MIN_CLAIM_MEMBERS} members on a side: no claim"
+        return f"P(X > Y) {c['p']:.2f}, p = {c['perm_p']:.2g}, above {level}"
+
     parts = []
+    if apart:
+        parts.append("distinguishable from " + ", ".join(f"{n} (p = {c['perm_p']:.2g})" for n, c in apart))
     if same:
-        parts.append(f"not distinguishable from {', '.join(same)} at these seeds")
+        parts.append(f"not distinguishable from {', '.join(f'{n} ({why(c)})' for n, c in same)} at these seeds")
     if above:
-        parts.append(f"not better than {', '.join(above)}")
+        parts.append("not better than " + ", ".join(
+            f"{n} (P(X > Y) CI [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}] above 0.5: it wins most pairs)" for n, c in above))
     # every pair tied (returns identical, e.g. all at the env's cap): more seeds give more ties, not an answer
     tied = all(c["ci"] is not None and c["ci"][0] == c["ci"][1] == 0.5 for _, c in measured)
     advice = ("The settings' returns are identical, which more seeds cannot tell apart." if tied else
               "Run more seeds to tell them apart.")
-    return f"Y = {ref_name}: {ranked}; " + "; ".join(parts) + ". " + advice
+    return f"Y = {ref_name}: {ranked}; " + "; ".join(parts) + ". " + advice + how
 
 
 def compare_rows(row: dict, ref: dict) -> dict:
-    """{"p", "ci", "few", "why"}: P(row > ref) over the two rows' used returns, its poi_ci, few (either
-    has fewer than FEW_CI_MEMBERS) and why there is none ("no members", "another measure"), else None."""
-    out = {"p": None, "ci": None, "few": False, "why": None}
-    if row["kind"] != ref["kind"]:  # an eval return against a training return: not one measure
+    """{"p", "ci", "few", "perm_p", "why"}: P(row > ref) over the two rows' used returns, its poi_ci,
+    few (either has fewer than FEW_CI_MEMBERS), perm_p (permutation_p that ref scores higher; None
+    with fewer than MIN_CLAIM_MEMBERS on a side) and why there is none ("no members", "another
+    measure"), else None."""
+    out = {"p": None, "ci": None, "few": False, "perm_p": None, "why": None}
+    # an empty row first: a setting all of whose members diverged has no kind of return to differ in
+    if not row["returns"] or not ref["returns"]:
+        gone = row if not row["returns"] else ref
+        everyone = gone.get("diverged") and len(gone["diverged"]) == gone["members"]
+        out["why"] = "no member with a final return" + (" (every member diverged)" if everyone else "")
+    elif row["kind"] != ref["kind"]:  # an eval return against a training return: not one measure
         out["why"] = f"its final return is the {KIND_NAMES[row['kind']]}, the other's the {KIND_NAMES[ref['kind']]}"
-    elif not row["returns"] or not ref["returns"]:
-        out["why"] = "no member with a final return"
     else:
         x, y = row["returns"], ref["returns"]
         out.update(p=probability_of_improvement(x, y), ci=poi_ci(x, y), few=min(len(x), len(y)) < FEW_CI_MEMBERS)
+        if min(len(x), len(y)) >= MIN_CLAIM_MEMBERS:
+            out["perm_p"] = permutation_p(x, y)
     return out
 
 
@@ -1080,6 +1196,33 @@ def _measure(rows: list) -> dict:
             "evaluation episodes": "/".join(f"{c:,}" for c in counts) or "\u2014"}
 
 
+def planned_episodes(run_dir: Path, episodes: Optional[int]) -> tuple:
+    """({counts}, {counts}): the evaluation episode counts a population's report would hold, read from
+    what is recorded without evaluating: those of its members' eval.json of their last step, and those
+    the report would evaluate the others over (``episodes``; None: each one's own --eval-episodes;
+    none for 0: those members give training returns). A diverged member gives none."""
+    from .report import ReportError, _check_eval, _read_json, _stale_eval, run_eval_episodes
+
+    fixed, fresh = set(), set()
+    for setting in read_settings(run_dir):
+        for _, d in setting.members:
+            if d.name in setting.diverged:
+                continue
+            try:
+                saved = _check_eval(d / "eval.json", _read_json(d / "eval.json")) if (d / "eval.json").is_file() else None
+            except ReportError:  # the full report names the file in its one line
+                saved = None
+            if saved is not None and "mean_return" in saved and not _stale_eval(d, saved):
+                c = saved.get("episodes")
+                if isinstance(c, int) and not isinstance(c, bool):
+                    fixed.add(c)
+            elif episodes is None:
+                fresh.add(run_eval_episodes(d))
+            elif episodes >= 1:
+                fresh.add(episodes)
+    return fixed, fresh
+
+
 def _differs(names: list, values: list, what: str) -> Optional[str]:
     """``env id CartPole-v1 (runs/a) vs Acrobot-v1 (runs/b)`` for the first population whose ``what`` is
     not the first's; None when all agree."""
@@ -1129,6 +1272,17 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
             except PlotError as e:
                 raise ReportError(str(e)) from None
     check_device(device, episodes)
+    planned = [planned_episodes(d, episodes) for d in run_dirs]
+    problem = _differs(names, ["/".join(f"{c:,}" for c in sorted(set().union(*p))) or "\u2014" for p in planned],
+                       "evaluation episodes")
+    if problem and all(set().union(*p) for p in planned):  # from what is recorded, before evaluating any member
+        fixed = sorted(set().union(*(p[0] for p in planned)))
+        fresh = any(p[1] for p in planned)
+        hint = (f"; `--episodes {fixed[0]}` evaluates the members without an eval.json over the count the others "
+                "recorded" if fresh and len(fixed) == 1 else
+                "; `--episodes N` evaluates the members without an eval.json over one count N" if fresh and not fixed else
+                "; their eval.json files hold different counts, which --episodes does not change: report them alone")
+        raise ReportError(f"these populations do not measure the same: {problem}{hint}")
     tables = [summarize_settings(d, threshold, episodes, device, quiet) for d in run_dirs]
     measures = [_measure(rows) for rows in tables]
     for what in ("final return", "evaluation episodes"):

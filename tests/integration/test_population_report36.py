@@ -59,14 +59,14 @@ def test_a_setting_that_lost_its_weakest_members_to_divergence_is_not_ranked_bes
     assert rows["lr=0.2"][0] == "6 of 10 (4 diverged)" and rows["lr=0.2"][3] == "335.0"  # its IQM, over survivors
     assert rows["lr=0.2"][5] == "60% (6 of 10)"  # the same row counts the diverged as failures
     assert rows["lr=0.1"][0] == "10" and rows["lr=0.1"][3] == "145.0"
-    assert "Y = lr=0.1 (the highest IQM of the settings none of whose members diverged)" in text
-    assert ("- lr=0.2 had the highest IQM, 335.0, over its 6 surviving members of 10; 4 diverged: not ranked"
+    assert "Y = lr=0.1 (the highest IQM of the settings with no member left out)" in text
+    assert ("- lr=0.2 had the highest IQM, 335.0, over 6 of its 10 members (left out: 4 diverged): not ranked"
             in text)
-    assert _verdict(text).startswith("Y = lr=0.1: the highest IQM of the settings none of whose members diverged; ")
+    assert _verdict(text).startswith("Y = lr=0.1: the highest IQM of the settings with no member left out; ")
     # when every setting lost members, Y is the highest IQM over survivors, and the report says that is all it is
     _mark_diverged(run, ["m000-seed1-lr0.1"])
     text = _report(run, capsys)
-    assert ("Y = lr=0.2 (the highest IQM over its surviving members; every setting lost members to divergence)"
+    assert ("Y = lr=0.2 (the highest IQM over its members left in; every setting lost members (see the notes))"
             in text)
     assert "not ranked" not in text
 
@@ -75,22 +75,29 @@ def test_a_setting_that_lost_its_weakest_members_to_divergence_is_not_ranked_bes
 def test_the_comparison_says_whether_the_highest_iqm_is_told_apart_at_these_seeds(tmp_path, capsys):
     apart = cmp._population(tmp_path / "A", {0.1: [100.0, 102.0, 104.0, 106.0, 108.0], 0.2: [1.0, 2.0, 3.0, 4.0, 5.0]})
     text = _report(apart, capsys)
+    p = pr.permutation_p([1.0, 2.0, 3.0, 4.0, 5.0], [100.0, 102.0, 104.0, 106.0, 108.0])
     assert _verdict(text) == ("Y = lr=0.1: the highest IQM, and distinguishable from every other setting compared at "
-                              "these seeds (each P(X > Y) 95% CI lies below 0.5).")
+                              f"these seeds (lr=0.2: p = {p:.2g}, each at most 0.05/2). ({pr.CLAIM_METHOD}.)")
     x, y = [10.0, 20.0, 30.0, 41.0, 50.0], [12.0, 22.0, 28.0, 40.0, 49.0]  # IQMs 30.3 and 30.0: a toss-up
     close = cmp._population(tmp_path / "C", {0.1: x, 0.2: y})
     text = _report(close, capsys)
     lo, hi = pr.poi_ci(y, x)
     assert lo < 0.5 < hi
-    assert _verdict(text) == (f"Y = lr=0.1: the highest IQM; not distinguishable from lr=0.2 (P(X > Y) CI [{lo:.2f}, "
-                              f"{hi:.2f}] contains 0.5) at these seeds. Run more seeds to tell them apart.")
+    p = pr.permutation_p(y, x)
+    assert _verdict(text) == (f"Y = lr=0.1: the highest IQM; not distinguishable from lr=0.2 (P(X > Y) "
+                              f"{pr.probability_of_improvement(y, x):.2f}, p = {p:.2g}, above 0.05/2) at these seeds. "
+                              f"Run more seeds to tell them apart. ({pr.CLAIM_METHOD}.)")
     # two populations, each setting against the first one's highest IQM: the same verdict
     out = pr.build_populations_report([close, apart], out=tmp_path / "cmp.md", episodes=0).read_text()
     line = next(ln for ln in out.splitlines() if ln.startswith("Y = "))
     # A's lr=0.2 (1-5) is told apart from Y; A's lr=0.1 (100-108) beats every member of Y, which the line says too
-    assert line == ("Y = C: lr=0.1: the first population's highest IQM; not distinguishable from C: lr=0.2 "
-                    f"(P(X > Y) CI [{lo:.2f}, {hi:.2f}] contains 0.5) at these seeds; not better than A: lr=0.1 "
-                    "(P(X > Y) CI [1.00, 1.00] above 0.5: it wins most pairs). Run more seeds to tell them apart.")
+    p = pr.permutation_p(y, x)
+    assert line.startswith("Y = C: lr=0.1: the first population's highest IQM; ")
+    # 4 rows: each test at 0.05/12, C: lr=0.2's toss-up is above it
+    assert (f"not distinguishable from C: lr=0.2 (P(X > Y) {pr.probability_of_improvement(y, x):.2f}, p = {p:.2g}, "
+            "above 0.05/12)") in line
+    assert "not better than A: lr=0.1 (P(X > Y) CI [1.00, 1.00] above 0.5: it wins most pairs)" in line
+    assert line.endswith(f"Run more seeds to tell them apart. ({pr.CLAIM_METHOD}.)")
 
 
 # ------------------------------------------------------------------ 3. config, sweep, command, versions
@@ -197,8 +204,8 @@ def test_identical_returns_at_the_cap_are_not_advised_more_seeds(tmp_path, capsy
     told apart) and which more seeds cannot change."""
     run = cmp._population(tmp_path / "S", {0.1: [500.0] * 5, 0.2: [500.0] * 5})
     assert _verdict(_report(run, capsys)) == (
-        "Y = lr=0.1: the highest IQM; not distinguishable from lr=0.2 (P(X > Y) CI [0.50, 0.50] contains 0.5) at "
-        "these seeds. The settings' returns are identical, which more seeds cannot tell apart.")
+        "Y = lr=0.1: the highest IQM; not distinguishable from lr=0.2 (P(X > Y) 0.50, p = 1, above 0.05/2) at "
+        f"these seeds. The settings' returns are identical, which more seeds cannot tell apart. ({pr.CLAIM_METHOD}.)")
 
 
 class _EvalGlitch(GlitchEnv):
@@ -253,8 +260,9 @@ def test_a_setting_without_an_interval_is_not_distinguishable(tmp_path, capsys):
     """lr=0.2 has 1 member: no CI, so the verdict cannot say lr=0.1 is told apart from it."""
     run = cmp._population(tmp_path / "S", {0.1: [100.0, 102.0, 104.0, 106.0, 108.0], 0.2: [1.0]})
     assert _verdict(_report(run, capsys)) == (
-        "Y = lr=0.1: the highest IQM; not distinguishable from lr=0.2 (P(X > Y) 0.00, no CI: fewer than "
-        f"{pr.MIN_CI_MEMBERS} members) at these seeds. Run more seeds to tell them apart.")
+        "Y = lr=0.1: the highest IQM; not distinguishable from lr=0.2 (P(X > Y) 0.00; fewer than "
+        f"{pr.MIN_CLAIM_MEMBERS} members on a side: no claim) at these seeds. Run more seeds to tell them apart. "
+        f"({pr.CLAIM_METHOD}.)")
 
 
 def test_a_verdict_with_nothing_measured_says_nothing_is_compared():
@@ -262,10 +270,12 @@ def test_a_verdict_with_nothing_measured_says_nothing_is_compared():
     assert line == "Y = A: the highest IQM; no other setting is compared with it (see the notes below)."
 
 
-def test_a_distinguishable_verdict_from_few_members_carries_the_dagger_caveat(tmp_path, capsys):
+def test_no_distinguishable_verdict_from_few_members(tmp_path, capsys):
+    """3 vs 3 wholly apart: the bootstrap's interval is [0.00, 0.00], yet at n < 5 no claim is made."""
     run = cmp._population(tmp_path / "S", {0.1: [100.0, 102.0, 104.0], 0.2: [1.0, 2.0, 3.0]})
-    assert _verdict(_report(run, capsys)).endswith(
-        "(each P(X > Y) 95% CI lies below 0.5; \u2020 intervals of fewer than 5 members cover well under 95%).")
+    assert _verdict(_report(run, capsys)).startswith(
+        "Y = lr=0.1: the highest IQM; not distinguishable from lr=0.2 (P(X > Y) 0.00; fewer than 5 members on a "
+        "side: no claim) at these seeds.")
 
 
 def _three_settings(run: Path) -> Path:
@@ -282,14 +292,14 @@ def _three_settings(run: Path) -> Path:
 def test_only_the_top_diverged_setting_is_said_to_have_had_the_highest_iqm(tmp_path, capsys):
     text = _report(_three_settings(tmp_path / "S"), capsys)
     assert text.count("had the highest IQM") == 1 and "- lr=0.2 had the highest IQM, 335.0," in text
-    assert text.count("has an IQM of") == 1 and "- lr=0.3 has an IQM of 185.0 over its 8 surviving members of 10" in text
+    assert text.count("has an IQM of") == 1 and "- lr=0.3 has an IQM of 185.0 over 8 of its 10 members (left out: 2 diverged)" in text
 
 
 def test_a_report_of_two_populations_notes_the_setting_not_ranked(tmp_path):
     first = _three_settings(tmp_path / "A")
     second = cmp._population(tmp_path / "B", {0.1: [100.0, 102.0, 104.0, 106.0, 108.0]})
     out = pr.build_populations_report([first, second], out=tmp_path / "cmp.md", episodes=0).read_text()
-    assert "had the highest IQM, 335.0, over its 6 surviving members of 10; 4 diverged: not ranked" in out
+    assert "had the highest IQM, 335.0, over 6 of its 10 members (left out: 4 diverged): not ranked" in out
 
 
 def test_the_diverged_count_is_of_diverged_members_only(tmp_path, capsys):

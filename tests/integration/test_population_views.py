@@ -117,9 +117,9 @@ def test_statistics_at_an_x_count_only_the_members_present_there():
 def test_the_band_uses_the_tables_resamples_and_is_its_interval_at_each_x():
     from proxima.population_report import BAND_RESAMPLES, BOOTSTRAP_RESAMPLES, bootstrap_ci
 
-    assert BAND_RESAMPLES == BOOTSTRAP_RESAMPLES == 2000
+    assert BAND_RESAMPLES == BOOTSTRAP_RESAMPLES == 10_000
     x = np.array([30.0, 40.0, 5.0, 100.0, 2.0, 7.0, 50.0])
-    assert bootstrap_ci(x, iqm) == (5.6, 60.0)  # the table's IQM interval (the band drew (7.0, 61.4) from its own draws)
+    assert bootstrap_ci(x, iqm) == (6.2, 60.0)  # the table's IQM interval
     # x at the middle one of three points, every member present there: the band is the table's interval, bit for bit;
     # at the others, some members missing, it is the interval of those present (in member order)
     stack = np.stack([x * 0.5, x, x + 1.0], axis=1)
@@ -142,7 +142,7 @@ def test_members_with_empty_cells_carry_their_last_value_on_the_logged_steps(tmp
     assert curve.label == "mean, 95% CI \u2020 (4 members, fewer before step 200)"  # no sweep: no setting name
     np.testing.assert_allclose(curve.x, [100, 200, 300, 400])
     np.testing.assert_allclose(curve.y, [1.0, 2.0, 3.0, 4.0])
-    assert curve.band_label == ("last value carried forward\n95% CI: 2000 bootstrap resamples,\ndefault_rng(0); none for < 2 "
+    assert curve.band_label == ("last value carried forward\n95% CI: 10000 bootstrap resamples,\ndefault_rng(0); none for < 2 "
                                 "members\n\u2020 < 5 members: covers well under 95%")
 
 
@@ -217,7 +217,7 @@ def _caption(run: Path) -> str:
 def test_the_report_caption_names_the_drawn_column_and_each_settings_kind_of_return(tmp_path, capsys):
     steps = np.array([100, 200, 300])
     run = _fake_population(tmp_path / "R", [({"lr": 0.001}, np.ones((2, 3))), ({"lr": 0.0003}, np.ones((2, 3)))], steps)
-    band = ("Its band: 95% CI per x, percentile bootstrap over members, 2000 resamples, numpy default_rng(0); not drawn "
+    band = ("Its band: 95% CI per x, percentile bootstrap over members, 10000 resamples, numpy default_rng(0); not drawn "
             "where fewer than 2 members have a value.")
     code, _, err = run_main(["report", str(run)], capsys)  # no eval.json anywhere: every setting's last training return
     assert code == 0, err
@@ -272,7 +272,7 @@ def test_eval_of_a_population_evaluates_every_member_and_sums_up_each_setting(tr
         assert s["mean_returns"] == means and len(means) == 2
         assert s["iqm"] == pytest.approx(iqm(np.array(means))) and s["mean"] == pytest.approx(np.mean(means))
         assert s["iqm_ci"][0] <= s["iqm"] <= s["iqm_ci"][1]
-        assert (s["n"], s["left_out"], s["few"], s["resamples"], s["level"], s["rng"]) == (2, [], True, 2000, 0.95,
+        assert (s["n"], s["left_out"], s["few"], s["resamples"], s["level"], s["rng"]) == (2, [], True, 10_000, 0.95,
                                                                                           "numpy default_rng(0)")
         assert s["ci_note"].startswith("n < 5: percentile-bootstrap intervals cover well under 95%")
 
@@ -291,7 +291,7 @@ def test_eval_of_a_population_prints_a_line_per_member_and_per_setting(trained, 
     assert code == 0 and len(lines) == 7
     assert lines[0].startswith("m000-seed1-lr0.001: ") and lines[0].endswith("over 2 episodes (deterministic)")
     assert lines[4].startswith("CartPole-v1 lr=0.001 (2 members): mean ") and "IQM" in lines[4]
-    assert lines[4].endswith("\u2020 (95% percentile-bootstrap CIs over members, 2000 resamples, numpy default_rng(0))")
+    assert lines[4].endswith("\u2020 (95% percentile-bootstrap CIs over members, 10000 resamples, numpy default_rng(0))")
     assert lines[5].startswith("CartPole-v1 lr=0.0003 (2 members): mean ")
     assert lines[6] == ("\u2020 n < 5: percentile-bootstrap intervals cover well under 95% (about 50-80% for n = 2-4); "
                         "run more seeds")

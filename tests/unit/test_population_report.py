@@ -67,7 +67,7 @@ def test_report_of_a_population_gives_per_setting_statistics(tmp_path, capsys):
     text = (run / "report.md").read_text()
     assert "| lr=0.001 | 4 | 395.0 |" in text and "| 75% (3 of 4) |" in text
     assert "| lr=0.0003 | 4 | 35.0 |" in text
-    assert ("95% CIs: percentile bootstrap over members, 2000 resamples, numpy default_rng(0); none (\u2014) for fewer than "
+    assert ("95% CIs: percentile bootstrap over members, 10000 resamples, numpy default_rng(0); none (\u2014) for fewer than "
             "2 members. IQM: trimmed mean, floor(n/4) of the n values dropped at each end (rliable's; equals the mean for "
             "n < 4).") in text
     assert "middle 50%" not in text
@@ -136,16 +136,16 @@ def test_report_names_a_missing_member_directory(tmp_path, capsys):
 
 
 def test_eval_summary_lines_share_the_report_statistics_and_say_how_the_ci_is_made():
-    base = {"resamples": 2000, "rng": "numpy default_rng(0)"}
+    base = {"resamples": 10_000, "rng": "numpy default_rng(0)"}
     one = {"label": "lr=0.001", **member_statistics(["a"], [184.3]), "members": ["a"], **base}
     few = {"label": "lr=0.0003", **member_statistics(["b", "c", "d"], [1.0, float("inf"), 3.0]), "members": ["b", "c", "d"], **base}
     text = format_summary({"env_id": "CartPole-v1", "settings": [one, few]})
     lo, hi = bootstrap_ci(np.array([1.0, 3.0]), np.mean)
     assert text.splitlines() == [
         "CartPole-v1 lr=0.001 (1 member): mean 184.30 \u2014, IQM 184.30 \u2014 (95% percentile-bootstrap CIs over "
-        "members, 2000 resamples, numpy default_rng(0))",
+        "members, 10000 resamples, numpy default_rng(0))",
         f"CartPole-v1 lr=0.0003 (2 of 3 members): mean 2.00 [{lo:.2f}, {hi:.2f}] \u2020, IQM 2.00 [{lo:.2f}, {hi:.2f}] "
-        "\u2020 (95% percentile-bootstrap CIs over members, 2000 resamples, numpy default_rng(0)); left out: c (inf)",
+        "\u2020 (95% percentile-bootstrap CIs over members, 10000 resamples, numpy default_rng(0)); left out: c (inf)",
         "\u2020 n < 5: percentile-bootstrap intervals cover well under 95% (about 50-80% for n = 2-4); run more seeds"]
 
 
