@@ -19,7 +19,8 @@ of 3 runs; 1 without values``). A band at a single x (one logged value) is drawn
 One panel per group, titled with the env and the
 settings that differ (group_runs: a group is one exact setting, and no two titles read alike),
 wrapped to the panel's width; a title past three lines ends in `` ...`` and its whole text heads the
-panel's legend. A run drawn alone is named in the legend, and a population in its panel's title, by
+panel's legend. Panels of one env and metric share their y-axis (a weak run beside a strong one is
+seen as weaker), their curves in different colours; another env or metric has its own y-scale. A run drawn alone is named in the legend, and a population in its panel's title, by
 its directory's name (``.`` by the directory it is), or, where two given share a name (``a/run``,
 ``b/run``), by the paths as given.
 
@@ -632,6 +633,16 @@ class Curve:
     band_label: Optional[str] = None  # the band's own legend entry (None: the line's label covers it)
 
 
+class Panel(tuple):
+    """A panel of collect_panels: the tuple (title, metric column, curves), and its env id (``env``),
+    which draw_panels reads to put the panels of one env and metric on one y-scale."""
+
+    def __new__(cls, title: str, metric: str, curves: list, env: Optional[str] = None):
+        panel = super().__new__(cls, (title, metric, curves))
+        panel.env = env
+        return panel
+
+
 def dir_name(d: PathLike) -> str:
     """A directory's name as its reader knows it: ``.``, ``..`` and ``runs/..`` have none of their own
     (Path(".").name is ""), so theirs is the directory they resolve to."""
@@ -839,8 +850,9 @@ def unique_dirs(run_dirs: Sequence[PathLike]) -> list[Path]:
 
 def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1,
                    band: Optional[str] = None, stat: Optional[str] = None,
-                   labels: Optional[dict] = None) -> list[tuple[str, str, list[Curve]]]:
-    """(title, metric column, curves) per panel: one per group of plain runs (group_runs), then one per
+                   labels: Optional[dict] = None) -> list[Panel]:
+    """(title, metric column, curves) per panel (a Panel, which also holds its env id): one per group
+    of plain runs (group_runs), then one per
     population with a curve per setting. ``stat``/``band`` default to mean/minmax for groups of plain
     runs and to POPULATION_DEFAULTS (IQM with a 95% bootstrap CI) for populations. Of several
     directories, one that cannot be drawn is skipped with a line; a PlotError when none is left. A
@@ -894,9 +906,9 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x
                                            "and its population's statistics and curves leave it out") + "\n")
         for title, dirs in group_runs(kept).items():
             runs = [(d, curves[d]) for d in dirs if d in curves]
-            panels.append((title, name, [group_curve(runs, stat or "mean", band or "minmax", names, ends=ends,
-                                                     without=sum(d in without for d in dirs),
-                                                     label=_group_label(dirs, label_of))]))
+            panels.append(Panel(title, name, [group_curve(runs, stat or "mean", band or "minmax", names, ends=ends,
+                                                          without=sum(d in without for d in dirs),
+                                                          label=_group_label(dirs, label_of))], run_env_id(dirs[0])))
     for d in populations:
         try:
             env, name, curves = population_curves(d, metric, x, smooth, stat or POPULATION_DEFAULTS["stat"],
@@ -907,7 +919,7 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x
             first_error = first_error or e
             sys.stderr.write(printable(f"proxima: note: skipping {d}: {e}") + "\n")
             continue
-        panels.append((f"{env}: {label_of[d] or f'population {names[d]}'}", name, curves))
+        panels.append(Panel(f"{env}: {label_of[d] or f'population {names[d]}'}", name, curves, env))
     if not any(len(c.x) for _, _, cs in panels for c in cs):  # only runs without values: nothing to draw
         raise first_error or PlotError("no run directories given")
     return panels
@@ -978,10 +990,40 @@ def curve_styles(n: int) -> list[dict]:
     return [{"color": cmap(0.05 + 0.9 * i / (n - 1)), "linestyle": LINE_STYLES[i % len(LINE_STYLES)]} for i in range(n)]
 
 
+def panel_styles(panels: list) -> list[list[dict]]:
+    """curve_styles per panel, the panels of one env and metric (shared_panels) styled as one figure's
+    curves: two runs or populations side by side take different colours, where each panel starting
+    matplotlib's cycle afresh drew both in its first colour. A panel alone keeps curve_styles's."""
+    styles: list[list[dict]] = [[] for _ in panels]
+    for group in shared_panels(panels):
+        counts = [len(panels[i][2]) for i in group]
+        total = sum(counts)
+        flat = curve_styles(total)
+        if len(group) > 1 and total <= CYCLE_COLOURS:  # the cycle's colours, numbered on across the panels
+            flat = [{"color": f"C{k}"} for k in range(total)]
+        start = 0
+        for i, n in zip(group, counts):
+            styles[i], start = flat[start:start + n], start + n
+    return styles
+
+
+def shared_panels(panels: list) -> list[list[int]]:
+    """Indices of ``panels`` grouped by (env id, metric column), in order: the panels whose values
+    compare, drawn on one y-scale. A panel without an env (a plain tuple) is a group of its own."""
+    groups: dict = {}
+    for i, panel in enumerate(panels):
+        env = getattr(panel, "env", None)
+        groups.setdefault((env, panel[1]) if env is not None else ("", i), []).append(i)
+    return list(groups.values())
+
+
 def draw_panels(panels: list, x: str = "step", smooth: int = 1, title: Optional[str] = None):
     """The matplotlib Figure (Agg canvas, not saved) of collect_panels's ``panels``, up to three panels
-    a row. A curve whose band has no value (one member: no CI) draws no band, and its band_label (how
-    the panel's curves are made) heads the legend instead of a swatch of nothing."""
+    a row. Panels of one env and metric share their y-axis and number their colours on (a weak run
+    beside a strong one, each on its own scale, looked as good, and both in the first colour);
+    other envs or metrics keep their own scales. A curve whose band has no value (one member: no CI)
+    draws no band, and its band_label (how the panel's curves are made) heads the legend instead of
+    a swatch of nothing."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -991,9 +1033,12 @@ def draw_panels(panels: list, x: str = "step", smooth: int = 1, title: Optional[
     axes = fig.subplots(math.ceil(n / 3), min(n, 3), squeeze=False).ravel()
     for ax in axes[n:]:
         ax.set_visible(False)
-    for ax, (panel_title, metric_name, curves) in zip(axes, panels):
+    for group in shared_panels(panels):
+        for i in group[1:]:  # shared before drawing: autoscaling then spans every panel's data
+            axes[i].sharey(axes[group[0]])
+    for ax, (panel_title, metric_name, curves), styles in zip(axes, panels, panel_styles(panels)):
         notes = []
-        for c, style in zip(curves, curve_styles(len(curves))):
+        for c, style in zip(curves, styles):
             line, = ax.plot(c.x, c.y, lw=1.6 if c.lo is None else 1.8, label=drawable(c.label),
                             marker="o" if len(c.x) == 1 else None, **style)
             band_label = drawable(c.band_label, lines=True)  # its own line breaks are the layout's
@@ -1100,7 +1145,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (several runs of one env and settings: "
                    "mean + spread band, each run's last value carried forward to its last step) or population directories "
                    "(`train --seeds`: per setting, IQM + 95%% CI over members); a folder holding run directories (runs/) "
-                   "stands for those runs")
+                   "stands for those runs. Panels of one env and metric share their y-axis, each run or population in "
+                   "colours of its own")
     p.add_argument("--out", default=None, metavar="FILE.png",
                    help="image to write (.png, .svg, .pdf; default: RUN_DIR/curve.png for one run, ./curve.png for several)")
     p.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME",

@@ -173,13 +173,47 @@ def render_fps(env) -> float:
 
 def check_frame(frame) -> None:
     """VideoError (one line, no file named: the caller names it) when ``frame`` is no picture a video
-    holds: an RGB (H, W, 3), RGBA (H, W, 4) or grayscale (H, W) or (H, W, 1) array of numbers.
+    holds: an RGB (H, W, 3), RGBA (H, W, 4) or grayscale (H, W) or (H, W, 1) array of numbers. A
+    render() that returned no array (a dict, a str) is named by its type (``no frames: render()
+    returned a dict of 2 items, ...``), a nested list that reads as a frame is one.
     ``evaluate(video=...)`` checks an env's first frame with it before any episode runs."""
-    a = np.asarray(frame)
+    array = isinstance(frame, np.ndarray) or (hasattr(frame, "shape") and hasattr(frame, "dtype")
+                                              and not isinstance(frame, np.generic))
+    try:
+        a, unread = np.asarray(frame), None
+    except (ValueError, TypeError) as e:  # a ragged list, a tensor on a GPU
+        a, unread = None, " ".join(str(e).split())[:120]
+    if not array and (a is None or not _frame_like(a)):
+        # numpy reads a dict or a str as a 0-d array: "shape ()" would hide what render() gave
+        raise VideoError(f"{NO_ARRAY} render() returned {_returned(frame)}, not an (H, W, 3) uint8 array "
+                         "(nor (H, W, 4) or grayscale (H, W), (H, W, 1))")
+    if a is None:
+        raise VideoError(f"frames of type {type(frame).__name__} that numpy cannot read ({unread}); a video takes an (H, W, 3) "
+                         "uint8 numpy array")
     if not (a.ndim == 2 or (a.ndim == 3 and a.shape[-1] in (1, 3, 4))):
         raise VideoError(f"frames of shape {a.shape}; a video takes (H, W, 3), (H, W, 4) or grayscale (H, W), (H, W, 1)")
     if not np.issubdtype(a.dtype, np.number):
         raise VideoError(f"frames of dtype {a.dtype}; a video takes uint8 pixels 0..255 (or floats in [0, 1])")
+
+
+#: check_frame's words for a frame that is no array, before what render() returned
+NO_ARRAY = "no frames:"
+
+
+def _frame_like(a: np.ndarray) -> bool:
+    """Whether a non-array render() (a nested list) reads as a frame: then it is one."""
+    return (a.ndim == 2 or (a.ndim == 3 and a.shape[-1] in (1, 3, 4))) and np.issubdtype(a.dtype, np.number)
+
+
+def _returned(value) -> str:
+    """``value`` as a line names it: None, ``a dict``, ``a list of 2 items``, ``an int``."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    article = "an" if name[:1].lower() in "aeiou" else "a"
+    if isinstance(value, (list, tuple, dict)):
+        return f"{article} {name} of {len(value)} item{'' if len(value) == 1 else 's'}"
+    return f"{article} {name}"
 
 
 def _in_unit_range(a: np.ndarray) -> bool:
@@ -219,7 +253,10 @@ class _Frames:
         try:
             check_frame(frame)
         except VideoError as e:
-            raise FrameError(f"frame {i} has {str(e).removeprefix('frames of ')}") from None
+            text = str(e)
+            if text.startswith(NO_ARRAY):
+                raise FrameError(f"frame {i}: {text.removeprefix(NO_ARRAY).strip()}") from None
+            raise FrameError(f"frame {i} has {text.removeprefix('frames of ')}") from None
         a = np.asarray(frame)
         if a.ndim == 2:
             a = a[..., None]

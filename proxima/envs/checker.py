@@ -162,7 +162,8 @@ class Violations(list):
         super().__init__(items)
         self.checks_run = list(checks_run)
         self.notes = list(notes)  #: lines that are not violations (how Proxima reads the observation)
-        #: how train reads each image of a supported observation space (nets.image_readings), for the OK line
+        #: how train reads each image of a supported observation space (nets.image_readings): on the OK
+        #: line, or a line of their own before a FAIL report's count
         self.readings = list(readings)
 
 
@@ -616,6 +617,10 @@ class _Checker:
             return self.result()
         for check in ("build", "spaces declared", "spaces supported"):
             self.ok(check)
+        from ..nets import image_readings
+
+        # a native env's images reach the same encoders as a Gymnasium env's: said alike
+        self.readings = image_readings(obs_layout(env.single_observation_space, self.target), "auto")
         try:
             self.check_native(env, n)
         finally:
@@ -1024,7 +1029,8 @@ def check_env(target: str, steps: int = CHECK_STEPS, seed: int = 0, env_kwargs: 
 
 
 def format_violations(target: str, violations: list[Violation], checks: Optional[int] = None) -> str:
-    """One line per violation (check: expected ...; got ...), one per note, then an OK or a count line."""
+    """One line per violation (check: expected ...; got ...), one per note, one per image reading
+    (nets.image_readings) where a check failed, then an OK (the readings appended) or a count line."""
     if checks is None:
         ran = getattr(violations, "checks_run", None)
         checks = len(ran) if ran is not None else len(ALL_CHECKS)
@@ -1032,7 +1038,8 @@ def format_violations(target: str, violations: list[Violation], checks: Optional
     if not violations:  # and how train reads an image, which nothing else says (nets.image_readings)
         readings = "".join(f"; {r}" for r in getattr(violations, "readings", ()))
         return "\n".join(notes + [f"OK: {target} passes {checks} checks{readings}"])
-    lines = [f"FAIL {v}" for v in violations] + notes
+    # how train would read each image, on failure too: while fixing an env is when its layout matters
+    lines = [f"FAIL {v}" for v in violations] + notes + list(getattr(violations, "readings", ()))
     lines.append(f"{len(violations)} violation(s) in {target}")
     return "\n".join(lines)
 
