@@ -1,8 +1,12 @@
 """Eager vs --compile vs --amp bf16 training throughput, side by side in one run.
 
 Measures full PPO iterations (rollout + GAE + update) with Trainer.train_iteration after a warm-up
-iteration (which is where compilation happens), repeated --repeats times; reports the median and
-the min-max range of env steps per second and the ratio to eager measured in the same run.
+iteration (which is where compilation happens). Each mode after the first (the base, eager by
+default) is timed in --repeats rounds against the base, the two alternating iteration by iteration
+(base, mode, base, mode, ...), so that a slow phase of a shared machine falls on both; reports the
+median and the min-max range of env steps per second and the median (min-max) of the per-round
+ratios to the base (benchmarks/README.md's rule), with a note under the table when a round's
+process got under 0.9 of a core on the CPU (its ratios are then unreliable).
 
     python benchmarks/accel.py                      # CPU, the issue's table
     python benchmarks/accel.py --device cuda --modes eager,compile,cudagraphs,bf16
@@ -28,9 +32,10 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
-from tables import (Section, arg_problem, command, distinct, machine_line, median_range, partial_note, refuse,  # benchmarks/tables.py
-                    started)
+from tables import (Section, arg_problem, command, cpu_share, distinct, machine_line, median_range, partial_note,  # benchmarks/tables.py
+                    refuse, round_ratios, started, starved_note)
 
 MODES = {
     "eager": {},
@@ -88,33 +93,68 @@ def config_problem(args, device, cases: list, modes: list) -> str:
     return ""
 
 
-def measure(env_id: str, num_envs: int, overrides: dict, mode: dict, device: str, repeats: int, threads: int) -> dict:
-    """{"sps": steps/s of each timed iteration, "graphs": each part's state (graphs.part_states) with
-    --cudagraphs, else None, "compile_eager": the compiled steps that ran eagerly after all
-    (accel.eager_fallback) with --compile, else []}."""
-    import torch
+class Timed:
+    """One case and mode's Trainer, built and warmed up (compilation, allocator, caches and the graphs'
+    capture): ``iteration()`` times one PPO iteration, ``close()`` ends it. The modes of a case are
+    alive together, two at a time, so that their iterations can alternate; ``iterations``: how many
+    ``iteration()`` calls it will get (its total_timesteps leave room for them)."""
 
-    from proxima.graphs import WARMUP, trainer_graph_states
-    from proxima.trainer import Trainer
+    def __init__(self, env_id: str, num_envs: int, overrides: dict, mode: dict, device: str, iterations: int, threads: int):
+        from proxima.graphs import WARMUP
+        from proxima.trainer import Trainer
 
-    cfg = case_config(env_id, num_envs, overrides, mode, device, repeats, threads)
-    trainer = Trainer(cfg, run_dir=Path("/tmp/proxima-bench-unused"), quiet=True)
-    for _ in range(WARMUP + 1):  # warm-up: compilation, allocator, caches, and the graphs' capture
-        trainer.train_iteration()
-    out = []
-    for _ in range(repeats):
-        if trainer.device.type == "cuda":
+        self.cfg = case_config(env_id, num_envs, overrides, mode, device, iterations, threads)
+        self.trainer = Trainer(self.cfg, run_dir=Path("/tmp/proxima-bench-unused"), quiet=True)
+        for _ in range(WARMUP + 1):
+            self.trainer.train_iteration()
+
+    def iteration(self) -> tuple:
+        """(env steps/s, cores the process used meanwhile: ``tables.cpu_share``) of one PPO iteration."""
+        import torch
+
+        if self.trainer.device.type == "cuda":
             torch.cuda.synchronize()
-        t = time.perf_counter()
-        metrics = trainer.train_iteration()
+        t, c = time.perf_counter(), time.process_time()
+        metrics = self.trainer.train_iteration()
         float(metrics["policy_loss"])  # wait for the device
-        out.append(trainer.steps_per_iteration / (time.perf_counter() - t))
-    graphs = trainer_graph_states(trainer) if cfg.cudagraphs else None
-    from proxima.accel import eager_fallback
+        wall = time.perf_counter() - t
+        return self.trainer.steps_per_iteration / wall, cpu_share(time.process_time() - c, wall)
 
-    compile_eager = eager_fallback(trainer) if cfg.compile else []
-    trainer.close()
-    return {"sps": out, "graphs": graphs, "compile_eager": compile_eager}
+    def close(self) -> dict:
+        """{"graphs": each part's state (graphs.part_states) with --cudagraphs, else None, "compile_eager":
+        the compiled steps that ran eagerly after all (accel.eager_fallback) with --compile, else []}."""
+        from proxima.accel import eager_fallback
+        from proxima.graphs import trainer_graph_states
+
+        graphs = trainer_graph_states(self.trainer) if self.cfg.cudagraphs else None
+        compile_eager = eager_fallback(self.trainer) if self.cfg.compile else []
+        self.trainer.close()
+        return {"graphs": graphs, "compile_eager": compile_eager}
+
+
+def prepare(env_id: str, num_envs: int, overrides: dict, mode: dict, device: str, iterations: int, threads: int) -> Timed:
+    """``Timed(...)``: what main builds per case and mode (a test's stand-in replaces this)."""
+    return Timed(env_id, num_envs, overrides, mode, device, iterations, threads)
+
+
+def error_of(e: Exception) -> dict:
+    """A mode's result when it raised: its first line, for its cell."""
+    return {"error": (str(e).strip().splitlines() or [type(e).__name__])[0][:200]}
+
+
+def alternate(base: Optional[Timed], other: Optional[Timed], rounds: int, base_result: dict, result: dict) -> None:
+    """Time ``rounds`` rounds, each one iteration of ``base`` then one of ``other`` (either may be
+    None: the other is timed alone), appending to each result's "sps" and "shares" and to
+    ``result``'s "ratios" (other / base within the round: ``tables.round_ratios``)."""
+    for _ in range(rounds):
+        b = base.iteration() if base is not None else None
+        o = other.iteration() if other is not None else None
+        for timed, side in ((b, base_result), (o, result)):
+            if timed is not None:
+                side.setdefault("sps", []).append(timed[0])
+                side.setdefault("shares", []).append(timed[1])
+        if b is not None and o is not None:
+            result.setdefault("ratios", []).extend(round_ratios([o[0]], [b[0]]))
 
 
 def fell_back(graphs) -> str:
@@ -125,16 +165,22 @@ def fell_back(graphs) -> str:
 
 
 def cell(result, base) -> str:
-    """One mode's cell: 'median (min-max), ratio to the base mode' (the README's "median (min-max)",
-    as every other table writes it), '-' when not measured (yet), 'failed: ...' when it raised;
-    marked when its graphs fell back to eager."""
+    """One mode's cell: 'median (min-max)' of its steps/s (the README's "median (min-max)", as every
+    other table writes it), then the median (min-max) of its per-round ratios to the base mode ('1.00x'
+    in the base's own cell, no ratio when the base failed), '-' when not measured (yet), 'failed: ...'
+    when it raised; marked when its graphs fell back to eager."""
     if result is None:
         return "-"
     if "error" in result:
         return f"failed: {result['error']}"
+    if not result.get("sps"):  # the base before its first round, or every mode it alternated with failed
+        return "-"
     sps = result["sps"]
-    med = statistics.median(sps)
-    ratio = f", {med / statistics.median(base['sps']):.2f}x" if base and "sps" in base else ""
+    if result is base:
+        ratio = ", 1.00x"
+    else:
+        ratios = result.get("ratios") or []
+        ratio = f", {median_range(ratios, digits=2)}x" if ratios else ""
     text = median_range(sps, fmt=lambda v: f"{v:,.0f}") + ratio
     fallback = fell_back(result.get("graphs"))
     text = f"**graphs fell back: eager** ({fallback}) {text}" if fallback else text
@@ -206,25 +252,71 @@ def main(argv=None) -> int:
     def measured() -> bool:
         return any("sps" in r for _, results in rows for r in results.values())
 
+    def progress(label: str, m: str, result: dict) -> None:
+        if "error" in result or not result.get("sps"):
+            print(f"{label:<42} {m:<13} failed: {result.get('error', 'not timed: every mode it alternated with failed')}",
+                  file=sys.stderr, flush=True)
+            return
+        sps, ratios = result["sps"], result.get("ratios")
+        fallback = fell_back(result.get("graphs"))
+        compile_eager = result.get("compile_eager")
+        print(f"{label:<42} {m:<13} median {statistics.median(sps):>12,.0f} steps/s  range {min(sps):,.0f}-{max(sps):,.0f}"
+              + (f"  per-round ratio {median_range(ratios, digits=2)}x" if ratios else "")
+              + (f"  graphs fell back: eager ({fallback})" if fallback else "")
+              + (f"  compile fell back: eager ({', '.join(compile_eager)})" if compile_eager else ""), file=sys.stderr, flush=True)
+
+    def mark_done() -> None:
+        nonlocal done
+        done += 1
+        if done < total and measured():  # a section of "failed:" cells alone is no result
+            section.update(report(p, args, modes, rows, start, partial_note(done, total, "case and mode measurements")))
+
+    base_mode, others = modes[0], modes[1:]
     for (label, env_id, n, overrides), (_, results) in zip(cases, rows):
-        for m in modes:
+        # the base is timed once per round of every other mode: its trainer's schedule must last that long
+        iterations = args.repeats * max(1, len(others))
+        base, base_result = None, {}
+        try:
+            base = prepare(env_id, n, overrides, MODES[base_mode], args.device, iterations, args.threads)
+        except Exception as e:  # noqa: BLE001 - one mode's crash (a failed compile) is a cell, not the end of the table
+            base_result = error_of(e)
+        results[base_mode] = base_result
+        if not others:
             try:
-                results[m] = measure(env_id, n, overrides, MODES[m], args.device, args.repeats, args.threads)
-                sps = results[m]["sps"]
-                fallback = fell_back(results[m]["graphs"])
-                compile_eager = results[m].get("compile_eager")
-                print(f"{label:<42} {m:<13} median {statistics.median(sps):>12,.0f} steps/s  range {min(sps):,.0f}-{max(sps):,.0f}"
-                      + (f"  graphs fell back: eager ({fallback})" if fallback else "")
-                      + (f"  compile fell back: eager ({', '.join(compile_eager)})" if compile_eager else ""), file=sys.stderr, flush=True)
-            except Exception as e:  # noqa: BLE001 - one mode's crash (a failed compile) is a cell, not the end of the table
-                results[m] = {"error": (str(e).strip().splitlines() or [type(e).__name__])[0][:200]}
-                print(f"{label:<42} {m:<13} failed: {results[m]['error']}", file=sys.stderr, flush=True)
-            done += 1
-            if done < total and measured():  # a section of "failed:" cells alone is no result
-                section.update(report(p, args, modes, rows, start, partial_note(done, total, "case and mode measurements")))
+                alternate(base, None, args.repeats, base_result, {})
+            except Exception as e:  # noqa: BLE001
+                results[base_mode] = base_result = error_of(e)
+        for i, m in enumerate(others):
+            result = {}
+            other = None
+            try:
+                other = prepare(env_id, n, overrides, MODES[m], args.device, args.repeats, args.threads)
+                alternate(base, other, args.repeats, base_result, result)
+                result.update(other.close())
+            except Exception as e:  # noqa: BLE001
+                result = error_of(e)
+                if other is not None:  # its memory (a GPU's graphs) is needed by the next mode
+                    try:
+                        other.trainer.close()
+                    except Exception:  # noqa: BLE001 - the error above is the one to report
+                        pass
+            results[m] = result
+            if i == 0:  # the base is measured with the first mode it alternates with
+                progress(label, base_mode, base_result)
+                mark_done()
+            progress(label, m, result)
+            mark_done()
+        if base is not None:
+            try:
+                base_result.update(base.close())
+            except Exception as e:  # noqa: BLE001
+                results[base_mode] = error_of(e)
+        if not others:
+            progress(label, base_mode, results[base_mode])
+            mark_done()
     if not measured():
         print(report(p, args, modes, rows, start), flush=True)
-        first = next(r["error"] for _, results in rows for r in results.values())
+        first = next(r["error"] for _, results in rows for r in results.values() if "error" in r)
         print(f"accel.py: error: no case and mode was measured{' (nothing written to --out)' if args.out else ''}; "
               f"the first failed: {first}", file=sys.stderr)
         return 1
@@ -239,11 +331,15 @@ def report(p, args, modes: list, rows: list, start: tuple, partial: str = "") ->
              f"{machine_line(args.threads, start)}.", "",
              command("accel.py", p, args), "",
              "Full PPO iterations (rollout + GAE + update at the preset's epochs/minibatches), env steps/s: median (min-max) of "
-             f"{args.repeats} iterations after a warm-up (compile time excluded), then the ratio median / {base} median.", "",
+             f"the timed iterations after a warm-up (compile time excluded); each mode after {base} runs {args.repeats} rounds "
+             f"alternating with {base} iteration by iteration, then the median (min-max) of the per-round ratios mode / {base}.", "",
              "| task | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
     for label, results in rows:
         lines.append(f"| {label} | " + " | ".join(cell(results.get(m), results.get(base)) for m in modes) + " |")
-    return "\n".join(lines) + "\n"
+    # on a GPU a process waiting for the device is idle by design: its CPU share says nothing of starvation
+    note = "" if args.device.startswith("cuda") else starved_note(
+        [s for _, results in rows for r in results.values() for s in r.get("shares", [])])
+    return "\n".join(lines + (["", note] if note else [])) + "\n"
 
 
 if __name__ == "__main__":

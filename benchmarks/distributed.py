@@ -10,11 +10,14 @@ Steps/s is read from the run's metrics.csv: (global steps after the last iterati
 first) / (loop time between them), so start-up and the first (warm-up) iteration are left out; global
 steps count every process's envs (``--iterations`` 2 times the second alone). A run that fails is
 one error line naming it (exit 2), and a SIGTERM or Ctrl-C kills the running processes and removes
-the temporary folder (exit 143 or 130). Each configuration is repeated, runs one at a time; the median
-and the range are reported. Writes benchmarks/results/distributed-cpu.md (or --out; a new dated
-section is appended when the file exists):
+the temporary folder (exit 143 or 130). Each configuration is repeated, runs one at a time, the
+configurations alternating within a round; the median and the range are reported, and "vs 1 process"
+is the median (min-max) of the per-round ratios (benchmarks/README.md's rule). A note follows the
+table when a run's processes got under 0.9 of a core each (CPU seconds of the run's process tree per
+wall second, per process): its ratios are then unreliable. Prints the report; with --out FILE it is
+also appended to FILE as a new dated section (the record is benchmarks/results/distributed-cpu.md):
 
-    OMP_NUM_THREADS=1 python benchmarks/distributed.py --procs 1,2 --repeats 3 --iterations 20
+    OMP_NUM_THREADS=1 python benchmarks/distributed.py --procs 1,2 --repeats 3 --iterations 20 --out benchmarks/results/distributed-cpu.md
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import argparse
 import csv
 import os
 import platform
+import resource
 import shlex
 import statistics
 import sys
@@ -30,10 +34,11 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from tables import ChildFailed, arg_problem, refuse, run_child, stopping_children  # benchmarks/tables.py
+from tables import (ChildFailed, arg_problem, cpu_share, median_range, refuse, round_ratios, run_child, starved_note,  # benchmarks/tables.py
+                    stopping_children)
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = ROOT / "benchmarks" / "results" / "distributed-cpu.md"
+RECORD = ROOT / "benchmarks" / "results" / "distributed-cpu.md"
 
 
 def train_args(num_envs: int, num_steps: int, iterations: int, procs: int, run_dir: Path) -> list:
@@ -70,13 +75,18 @@ def run_once(procs: int, args_fn, workdir: Path, tag: str) -> dict:
     cmd = command(procs, args_fn(run_dir))
     env = dict(os.environ, OMP_NUM_THREADS="1")
     load0 = loadavg()
+    # the run's processes (torchrun and its workers) are reaped before run_child returns: their CPU time is in here
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     res = run_child(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if res.returncode != 0:  # one line: the run and its last stderr line, not 3,000 characters of it
         shown = shlex.join(["python", *cmd[1:]])
         raise ChildFailed(f"`{shown}` failed (exit {res.returncode}): {(res.stderr.strip().splitlines() or ['no output'])[-1]}")
-    return {"procs": procs, "sps": steps_per_second(run_dir / "metrics.csv"), "wall": wall, "load": (load0 + loadavg()) / 2}
+    return {"procs": procs, "sps": steps_per_second(run_dir / "metrics.csv"), "wall": wall, "load": (load0 + loadavg()) / 2,
+            "share": cpu_share(cpu, wall, procs)}
 
 
 def machine() -> dict:
@@ -93,16 +103,16 @@ def machine() -> dict:
 
 
 def table(results: list, procs_list: list) -> list:
-    base = None
+    """The table's lines; "vs 1 process": the median (min-max) of each round's ratio to the 1-process
+    run of that round ('-' without one). ``results`` in the order run: round by round."""
+    ones = [r["sps"] for r in results if r["procs"] == 1]
     lines = ["| processes | envs (total) | steps/s median | range (min - max) | vs 1 process | runs | load avg (1 min) |",
              "|---|---|---|---|---|---|---|"]
     for p in procs_list:
         rs = [r for r in results if r["procs"] == p]
         sps = [r["sps"] for r in rs]
         med = statistics.median(sps)
-        if p == 1:
-            base = med
-        ratio = f"{med / base:.2f}x" if base else "-"
+        ratio = f"{median_range(round_ratios(sps, ones), digits=2)}x" if ones else "-"
         loads = [r["load"] for r in rs]
         lines.append(f"| {p} | {rs[0]['envs'] * p} | {med:,.0f} | {min(sps):,.0f} - {max(sps):,.0f} | {ratio} | {len(rs)} | "
                      f"{min(loads):.1f} - {max(loads):.1f} |")
@@ -134,7 +144,8 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, default=20, help="PPO iterations per run (the first is left out of steps/s)")
     ap.add_argument("--num-envs", type=int, default=64, help="envs per process")
     ap.add_argument("--num-steps", type=int, default=128)
-    ap.add_argument("--out", default=str(DEFAULT_OUT), help="markdown file to write ('-': print only)")
+    ap.add_argument("--out", default=None, help=f"markdown file to append the report to (default: print only; '-' too); "
+                    f"the record is {RECORD.relative_to(ROOT)}")
     a = ap.parse_args(argv)
     from proxima.bench import parse_sizes
 
@@ -142,7 +153,7 @@ def main(argv=None) -> int:
         procs_list = parse_sizes(a.procs, "--procs")
     except ValueError as e:
         return refuse("distributed.py", str(e))
-    problem = arg_problem(a, at_least_one=("repeats", "num_envs", "num_steps"), files=("out",) if a.out != "-" else ())
+    problem = arg_problem(a, at_least_one=("repeats", "num_envs", "num_steps"), files=("out",) if a.out not in (None, "-") else ())
     if not problem and a.iterations < 2:  # the first iteration is left out: one leaves nothing to time
         problem = f"--iterations {a.iterations}: must be at least 2 (the first is left out of steps/s)"
     if problem:
@@ -171,7 +182,8 @@ def main(argv=None) -> int:
         f"{a.repeats} runs per configuration, interleaved, one run at a time.",
         "",
         "```",
-        f"OMP_NUM_THREADS=1 python benchmarks/distributed.py --procs {a.procs} --repeats {a.repeats} --iterations {a.iterations} --num-envs {a.num_envs} --num-steps {a.num_steps}",
+        f"OMP_NUM_THREADS=1 python benchmarks/distributed.py --procs {a.procs} --repeats {a.repeats} --iterations {a.iterations} --num-envs {a.num_envs} --num-steps {a.num_steps}"
+        + (f" --out {shlex.quote(a.out)}" if a.out not in (None, "-") else ""),
         "```",
         "",
         "Each run is:",
@@ -185,13 +197,17 @@ def main(argv=None) -> int:
         "",
         *table(results, procs_list),
         "",
+        *([note, ""] if (note := starved_note([r["share"] for r in results])) else []),
         "Per run (steps/s): " + "; ".join(f"{p} proc: " + ", ".join(f"{r['sps']:,.0f}" for r in results if r["procs"] == p) for p in procs_list),
+        "",
+        "Cores used per process, per run: " + "; ".join(f"{p} proc: " + ", ".join(f"{r['share']:.2f}" for r in results if r["procs"] == p)
+                                                        for p in procs_list),
         "",
         *notes(results, m),
     ]
     text = "\n".join(lines)
     print(text)
-    if a.out != "-":
+    if a.out not in (None, "-"):
         from proxima.bench import save_markdown
 
         save_markdown(Path(a.out), text)  # an earlier run's table stays: a trial run must not replace the record

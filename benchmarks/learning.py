@@ -610,7 +610,9 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", default=None, help="comma-separated seeds (default: 1..N, N = 3 classic, 1 LunarLander/MuJoCo)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
     p.add_argument("--runs-dir", default="runs/learning", help="where run directories go (default runs/learning)")
-    p.add_argument("--out", default=str(DEFAULT_OUT), help="markdown table to merge the results into")
+    p.add_argument("--out", default=str(DEFAULT_OUT),
+                   help="markdown table to merge the results into (default: the committed record, "
+                        f"{DEFAULT_OUT.relative_to(ROOT)}; give a file of your own for a trial run)")
     p.add_argument("--extra", default="", help="extra flags for every `proxima train` (quoted), e.g. '--total-timesteps 100000'; "
                    "a flag that changes learning makes each run 'other config': it is refused where --out holds a run of "
                    "today's preset for that env and seed (a smoke test would replace a recorded result) unless --replace; "

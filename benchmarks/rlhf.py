@@ -10,7 +10,10 @@ A "PPO step" is one full iteration: generate, score (policy, reference, value an
 advantages, 4 epochs of updates, metrics. Each repeat is a fresh process: 2 warm-up steps, then the
 median of --steps timed steps, as wall-clock seconds and as CPU seconds of the process (the latter is
 less sensitive to other jobs on a shared machine). Generated tokens/s counts response tokens up to
-and including EOS over the wall-clock time spent in generation.
+and including EOS over the wall-clock time spent in generation. The libraries' repeats alternate
+(a round: one repeat of each), and the TRL / Proxima ratio under the table is the median (min-max)
+of the per-round ratios (benchmarks/README.md's rule); a note follows when a repeat's process got
+under 0.9 of a core (CPU seconds per wall second of its steps): its ratios are then unreliable.
 
     python benchmarks/rlhf.py --setup-trl           # once: TRL in its own venv (.bench-venv/trl)
     python benchmarks/rlhf.py --repeats 3 --threads 1
@@ -36,7 +39,8 @@ import time
 from pathlib import Path
 
 # benchmarks/tables.py: stdlib at import (the workers run it in TRL's venv too); machine_line imports torch when called
-from tables import ChildFailed, arg_problem, command, machine_line, refuse, run_child, started, stopping_children
+from tables import (ChildFailed, arg_problem, command, cpu_share, machine_line, median_range, refuse, round_ratios, run_child,
+                    started, starved_note, stopping_children)
 
 ROOT = Path(__file__).resolve().parent.parent
 TRL_VENV = ROOT / ".bench-venv" / "trl"
@@ -211,6 +215,22 @@ def summarize(results: list) -> str:
             f"{statistics.mean(r['length'] for r in ok):.1f} | {len(ok)}")
 
 
+def ratio_lines(results: dict) -> list:
+    """The lines under the table: TRL / Proxima per round, of seconds and of CPU seconds per step
+    (rounds where either failed left out; none without both libraries), and ``tables.starved_note``
+    of every repeat's CPU share."""
+    lines = []
+    pairs = [(t, p) for t, p in zip(results.get("trl", []), results.get("proxima", [])) if "error" not in t and "error" not in p]
+    if pairs:
+        trl, ours = zip(*pairs)
+        wall = round_ratios([r["step_s"] for r in trl], [r["step_s"] for r in ours])
+        cpu = round_ratios([r["cpu_s"] for r in trl], [r["cpu_s"] for r in ours])
+        lines.append(f"TRL / Proxima, per round: seconds per step {median_range(wall, digits=2)}x; "
+                     f"CPU seconds per step {median_range(cpu, digits=2)}x")
+    note = starved_note([cpu_share(r["cpu_s"], r["step_s"]) for rs in results.values() for r in rs if "error" not in r])
+    return lines + ([note] if note else [])
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3, help="fresh processes per library (at least 3 for a range)")
@@ -267,6 +287,8 @@ def main(argv=None) -> int:
     for name in libraries:
         label = "Proxima" if name == "proxima" else "TRL 1.12 (trl.experimental.ppo)"
         print(f"| {label} | {summarize(results[name])} |")
+    for line in ratio_lines(results):
+        print(f"\n{line}")
     print(f"\n{command('rlhf.py', p, args)}", flush=True)
     failed = [(name, r["error"]) for name in libraries for r in results[name] if "error" in r]
     if failed:  # a row of errors is no measurement: a caller must not read the run as clean

@@ -349,7 +349,9 @@ def main(argv=None) -> int:
     p.add_argument("--sb3-seeds", default="1,2,3", help="seeds of the SB3 time-to-solve runs (default 1,2,3)")
     p.add_argument("--sb3-total-timesteps", type=int, default=500_000, help="SB3 time-to-solve run length (default 500k, CleanRL's)")
     p.add_argument("--skip-sb3-solve", action="store_true", help="skip the (long) SB3 time-to-solve runs")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sb3-compare.md"), help="Markdown results file")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sb3-compare.md"),
+                   help="Markdown results file the report is appended to as a new dated section (default: the committed "
+                        "record, benchmarks/results/sb3-compare.md; give a file of your own for a trial run)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write every raw number to FILE")
     a = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported (the checks import proxima); the workers get it too

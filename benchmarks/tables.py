@@ -257,6 +257,41 @@ def median_range(values: list, *, scale: float = 1.0, digits: int = 1, unit: str
     return f"{show(statistics.median(values))} ({show(min(values))}-{show(max(values))})"
 
 
+def round_ratios(a: list, b: list) -> list:
+    """[a_i / b_i]: the ratio of the two sides within each round (a round times A and B back to back),
+    for ``median_range``. Not median(a) / median(b): the median of a ratio of medians pairs a fast
+    phase of the machine on one side with a slow one on the other (benchmarks/README.md). A round
+    whose B is 0 or missing has no ratio; ValueError when the sides have different round counts."""
+    if len(a) != len(b):
+        raise ValueError(f"round_ratios: {len(a)} rounds of one side against {len(b)} of the other")
+    return [x / y for x, y in zip(a, b) if y]
+
+
+#: a process that got less of a core than this in a round shared it with other processes
+STARVED_SHARE = 0.9
+
+
+def cpu_share(cpu_seconds: float, wall_seconds: float, processes: int = 1) -> float:
+    """The cores one process used in a round: CPU seconds (of ``processes`` processes together) per
+    wall-clock second, per process; nan when no time passed."""
+    if not wall_seconds > 0:
+        return float("nan")
+    return cpu_seconds / wall_seconds / max(processes, 1)
+
+
+def starved_note(shares: list, threshold: float = STARVED_SHARE) -> str:
+    """The line to print under a ratio table when any round's process got under ``threshold`` of a
+    core (``cpu_share``; nan counts as unknown, not starved), else ''. A ratio of two sides that each
+    ran on a fraction of a core measures the scheduler as much as the code: a reviewer's loaded run
+    printed a headline ratio from rounds at 0.2-0.7 of a core with nothing to say so."""
+    low = [s for s in shares if s == s and s < threshold]
+    if not low:
+        return ""
+    return (f"**Note: rounds starved of CPU: ratios unreliable.** {len(low)} of {len(shares)} timed measurements got "
+            f"under {threshold:g} of a core per process (lowest {min(low):.2f}): other processes had the rest; "
+            "rerun on an idle machine before quoting these ratios.")
+
+
 def markdown_table(header: list, rows: list) -> str:
     """A markdown table: the first column left-aligned, the others right-aligned."""
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
@@ -427,9 +462,12 @@ class Section:
 
 
 def ab_report(caption: str, table: str, ratio_label: str, ratios: list, script: str, parser, args, start: tuple,
-              threads=1) -> int:
+              threads=1, shares: Optional[list] = None) -> int:
     """The report of an A/B benchmark: caption, the machine, date and load, table, the per-round
-    ratio and the command; printed, and appended to ``args.out`` if given. The exit status."""
+    ratio, the ``starved_note`` of ``shares`` (each timed measurement's ``cpu_share``) when one was
+    starved, and the command; printed, and appended to ``args.out`` if given. The exit status."""
+    note = starved_note(shares or [])
     text = "\n".join([caption, "", machine_line(threads, start), "", table, "",
-                      f"{ratio_label}, per round: {median_range(ratios, digits=2)}x", "", command(script, parser, args), ""])
+                      f"{ratio_label}, per round: {median_range(ratios, digits=2)}x", "", *([note, ""] if note else []),
+                      command(script, parser, args), ""])
     return emit(text, args.out, script=script)

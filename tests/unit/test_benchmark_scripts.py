@@ -31,7 +31,7 @@ MODULES = {name: importlib.import_module(name) for name in SCRIPTS}  # imported 
 #: what each script runs to measure (a process, a Trainer, a venv): replaced by ``boom`` in ``no_work``
 MEASURING = {"hostmem": ["measure"], "threads": ["run_json"], "vs_revision": ["bench_sps"], "solve_time": ["run_seed"],
              "population_speed": ["measure"], "vs_purejaxrl": ["run_json_lines", "alternating", "single_call"],
-             "accel": ["measure", "Trainer"], "population_vs_purejaxrl": ["run_proxima", "run_purejaxrl"],
+             "accel": ["prepare", "Trainer"], "population_vs_purejaxrl": ["run_proxima", "run_purejaxrl"],
              "sb3_compare": ["ensure_bench_venv", "run_sb3"], "distributed": ["run_once"]}
 
 
@@ -176,9 +176,26 @@ def test_a_failed_append_leaves_the_file_as_it_was(tmp_path, capsys, monkeypatch
 
 
 # ------------------------------------------------------------------------------------ item 3
+def as_prepare(measure):
+    """accel.prepare's stand-in made of ``measure(env_id, n, overrides, mode, ...) -> {"sps": [...], "graphs": ...}``
+    (raising as it raises): each timed iteration gives the next of its "sps" in turn, on a full core."""
+    class Fake:
+        def __init__(self, result):
+            self.result, self.i = result, 0
+
+        def iteration(self):
+            self.i += 1
+            return self.result["sps"][(self.i - 1) % len(self.result["sps"])], 1.0
+
+        def close(self):
+            return {"graphs": self.result.get("graphs"), "compile_eager": self.result.get("compile_eager", [])}
+
+    return lambda *a: Fake(measure(*a))
+
+
 @pytest.fixture
 def fake_accel(monkeypatch):
-    monkeypatch.setattr(MODULES["accel"], "measure", lambda *a, **k: {"sps": [1000.0, 2000.0, 3000.0], "graphs": None})
+    monkeypatch.setattr(MODULES["accel"], "prepare", as_prepare(lambda *a, **k: {"sps": [1000.0, 2000.0, 3000.0], "graphs": None}))
 
 
 def test_accel_without_out_only_prints(fake_accel, capsys):
@@ -191,7 +208,7 @@ def test_accel_without_out_only_prints(fake_accel, capsys):
         if recorded.read_bytes() != before:  # the old script replaced it: put the record back
             recorded.write_bytes(before)
     assert code == 0 and after == before
-    assert "| CartPole 64 envs | 2,000 (1,000-3,000), 1.00x |" in out
+    assert "| CartPole 64 envs | 1,000 (1,000-1,000), 1.00x |" in out  # --repeats 1: one round
 
 
 def test_accel_appends_a_section_and_records_the_whole_command(fake_accel, tmp_path, capsys):
@@ -481,17 +498,17 @@ def test_accel_killed_during_the_last_mode_keeps_the_modes_measured(monkeypatch,
     def measure(env_id, n, overrides, mode, *a):
         if mode.get("compile"):
             raise Killed  # the cold compile, listed last, is where the step's time runs out
-        return {"sps": [1000.0, 2000.0, 3000.0] if not mode else [4000.0, 4000.0, 4000.0],
+        return {"sps": [2000.0] if not mode else [4000.0],
                 "graphs": {"rollout": "graph", "advantages": "graph", "update": "graph"} if mode.get("cudagraphs") else None}
 
-    monkeypatch.setattr(MODULES["accel"], "measure", measure)
+    monkeypatch.setattr(MODULES["accel"], "prepare", as_prepare(measure))
     monkeypatch.setattr(MODULES["accel"], "config_problem", lambda *a: "")  # cudagraphs modes: a CUDA machine's run
     out = recorded_file(tmp_path)
     with pytest.raises(Killed):
         run_main("accel", ["--cases", "2", "--modes", "eager,cudagraphs,compile+cudagraphs", "--repeats", "1", "--out", str(out)], capsys)
     text = section_of(out)
     assert "**Partial: 2 of 3 case and mode measurements so far.**" in text
-    assert "| CartPole 16,384 envs | 2,000 (1,000-3,000), 1.00x | 4,000 (4,000-4,000), 2.00x | - |" in text
+    assert "| CartPole 16,384 envs | 2,000 (2,000-2,000), 1.00x | 4,000 (4,000-4,000), 2.00 (2.00-2.00)x | - |" in text
 
 
 def test_accel_marks_graphs_that_fell_back_and_a_failed_mode(monkeypatch, tmp_path, capsys):
@@ -501,7 +518,7 @@ def test_accel_marks_graphs_that_fell_back_and_a_failed_mode(monkeypatch, tmp_pa
         graphs = {"rollout": "graph", "advantages": "graph", "update": "eager: capture failed (no)"} if mode else None
         return {"sps": [1000.0], "graphs": graphs}
 
-    monkeypatch.setattr(MODULES["accel"], "measure", measure)
+    monkeypatch.setattr(MODULES["accel"], "prepare", as_prepare(measure))
     monkeypatch.setattr(MODULES["accel"], "config_problem", lambda *a: "")  # cudagraphs modes: a CUDA machine's run
     out = tmp_path / "accel.md"
     code, _, err = run_main("accel", ["--cases", "2", "--modes", "eager,cudagraphs,compile+cudagraphs", "--repeats", "1",
@@ -509,7 +526,7 @@ def test_accel_marks_graphs_that_fell_back_and_a_failed_mode(monkeypatch, tmp_pa
     text = out.read_text()
     assert code == 0 and "Partial" not in text
     assert ("| CartPole 16,384 envs | 1,000 (1,000-1,000), 1.00x | **graphs fell back: eager** (update: eager: capture failed (no)) "
-            "1,000 (1,000-1,000), 1.00x | failed: inductor: boom |") in text
+            "1,000 (1,000-1,000), 1.00 (1.00-1.00)x | failed: inductor: boom |") in text
     assert "compile+cudagraphs failed: inductor: boom" in err
 
 

@@ -325,7 +325,7 @@ def test_accel_cells_are_median_min_max():
 
     base = {"sps": [1000.0, 2000.0, 3000.0], "graphs": None}
     assert accel.cell(base, base) == "2,000 (1,000-3,000), 1.00x"
-    assert accel.cell({"sps": [4000.0], "graphs": None}, base) == "4,000 (4,000-4,000), 2.00x"
+    assert accel.cell({"sps": [4000.0], "ratios": [2.0], "graphs": None}, base) == "4,000 (4,000-4,000), 2.00 (2.00-2.00)x"
 
 
 # ------------------------------------------------------------------------------------ item 6: which python

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from tests.unit.test_benchmark_scripts import (MODULES, ROOT, boom, fake_streams, no_work, pjr_line,  # noqa: F401 - no_work: fixture
-                                               run_main)
+from tests.unit.test_benchmark_scripts import (MODULES, ROOT, as_prepare, boom, fake_streams, no_work,  # noqa: F401 - no_work: fixture
+                                               pjr_line, run_main)
 
 
 # ------------------------------------------------------------------------------------ 1. accel.py checks first
@@ -36,7 +36,7 @@ def test_accel_with_no_cell_measured_exits_1_and_writes_nothing(monkeypatch, tmp
     def measure(*args, **kwargs):
         raise RuntimeError("inductor: boom\nmore")
 
-    monkeypatch.setattr(MODULES["accel"], "measure", measure)
+    monkeypatch.setattr(MODULES["accel"], "prepare", as_prepare(measure))
     out = tmp_path / "accel.md"
     code, printed, err = run_main("accel", ["--cases", "0,1", "--modes", "eager,bf16", "--repeats", "1", "--out", str(out)], capsys)
     assert code == 1 and not out.exists()
@@ -53,13 +53,13 @@ def test_accel_measures_a_mode_named_twice_once(monkeypatch, tmp_path, capsys):
         calls.append(dict(mode))
         return {"sps": [1000.0 * len(calls)], "graphs": None}
 
-    monkeypatch.setattr(MODULES["accel"], "measure", measure)
+    monkeypatch.setattr(MODULES["accel"], "prepare", as_prepare(measure))
     out = tmp_path / "accel.md"
     code, _, _ = run_main("accel", ["--cases", "0", "--modes", "eager,eager,bf16", "--repeats", "1", "--out", str(out)], capsys)
     text = out.read_text()
     assert code == 0 and calls == [{}, {"amp": "bf16"}]
     assert "| task | eager | bf16 |" in text
-    assert "| CartPole 64 envs | 1,000 (1,000-1,000), 1.00x | 2,000 (2,000-2,000), 2.00x |" in text
+    assert "| CartPole 64 envs | 1,000 (1,000-1,000), 1.00x | 2,000 (2,000-2,000), 2.00 (2.00-2.00)x |" in text
 
 
 def test_vs_purejaxrl_measures_a_size_named_twice_once(monkeypatch, tmp_path, capsys):
