@@ -1019,7 +1019,10 @@ def build_parser() -> ArgParser:
     p.add_argument("path", help="run directory, checkpoint file or population directory")
     p.add_argument("--episodes", type=int_arg, default=None, help="episodes to run (default: the run's --eval-episodes, "
                    "as its eval.json and `proxima report` measure it; 10 where that is 0; a population: each member's)")
-    p.add_argument("--stochastic", action="store_true", help="sample actions instead of the deterministic mode")
+    # SB3's and CleanRL's users pass the default explicitly; both at once asks for two policies
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--deterministic", action="store_true", help="act with the policy's mode (the default)")
+    mode.add_argument("--stochastic", action="store_true", help="sample actions instead of the deterministic mode")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--seed", type=int_arg, default=None, help="seed of the envs and of --stochastic's action samples, 0 to "
                    f"{MAX_SEED + EVAL_SEED_OFFSET:,} (default: the run's seed + {EVAL_SEED_OFFSET:,}, as in the end-of-training eval)")

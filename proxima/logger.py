@@ -771,6 +771,29 @@ class LineProgress:
         self._shown, self._due = self.n, now + self.interval
 
 
+def csv_cell(name: str, value):
+    """A metrics.csv cell: "" for NaN (not measured); a float that is a float32 value (the learning
+    rate, the losses: computed in float32) in the shortest text that reads back as that float32
+    (0.00025, not 0.0002500000118743628), so an exact filter on the column matches what was set.
+    eval/* keep every digit: a resume matches eval/mean_return exactly against best.pt's best_eval
+    (train_state._scored_best)."""
+    if type(value) is not float:
+        return value
+    if math.isnan(value):
+        return ""
+    if name.startswith("eval/") or not math.isfinite(value):
+        return value
+    try:
+        single = struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:  # beyond float32's range: no float32 value
+        return value
+    if single != value:
+        return value
+    import numpy as np
+
+    return str(np.float32(value))
+
+
 class RunLogger:
     """Writes one TensorBoard scalar set and one CSV row per iteration; rank 0 only.
 
@@ -810,6 +833,7 @@ class RunLogger:
             raise
         self._flush_due = time.monotonic() + self.flush_seconds
         self.last_return = math.nan
+        self.run_sps = None  # global steps / the run's time, as of the last row that had a time
         self.bar = None
         if progress and not _is_terminal(sys.stderr):
             self.bar = LineProgress(total_steps, resume_step or 0, sys.stderr)
@@ -834,8 +858,7 @@ class RunLogger:
             raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
         row = {"iteration": iteration, "global_step": global_step, **metrics}
         try:
-            self._csv.writerow(["" if isinstance(v, float) and math.isnan(v) else v
-                                for v in (row.get(k, "") for k in CSV_COLUMNS)])
+            self._csv.writerow([csv_cell(k, row.get(k, "")) for k in CSV_COLUMNS])
         except OSError as e:
             raise write_error(self.csv_path, e) from None
         if time.monotonic() >= self._flush_due:
@@ -843,12 +866,23 @@ class RunLogger:
         ret = metrics.get("charts/episodic_return", math.nan)
         if math.isfinite(ret):
             self.last_return = ret
+        elapsed = metrics.get("time")
+        if isinstance(elapsed, (int, float)) and math.isfinite(elapsed) and elapsed > 0:
+            # the report's throughput: steps over the run's time, evaluations and checkpoints included
+            self.run_sps = global_step / elapsed
         if self.bar is not None:
-            # the postfix before the update, which draws: else each frame showed the iteration before's
-            # "-" until an episode has ended: no return is measured yet, and "nan" read as a run gone wrong
-            shown = f"{self.last_return:.1f}" if math.isfinite(self.last_return) else "-"
-            self.bar.set_postfix_str(f"SPS {metrics.get('charts/SPS', 0):,.0f} | return {shown}", refresh=False)
+            # the postfix before the update, which draws: else each frame showed the iteration before's.
+            # The closing line is read as the run's speed: it shows the run's, not its last iteration's
+            self.bar.set_postfix_str(self._postfix(metrics.get("charts/SPS", 0), final=global_step >= self.bar.total),
+                                     refresh=False)
             self.bar.update(global_step - self.bar.n)
+
+    def _postfix(self, sps: float, final: bool) -> str:
+        # "-" until an episode has ended: no return is measured yet, and "nan" read as a run gone wrong
+        shown = f"{self.last_return:.1f}" if math.isfinite(self.last_return) else "-"
+        if final and self.run_sps is not None:
+            return f"SPS {self.run_sps:,.0f} (run average) | return {shown}"
+        return f"SPS {sps:,.0f} | return {shown}"
 
     def flush(self) -> None:
         """Hand every row and event logged so far to the OS (StorageError naming the file when it
@@ -877,6 +911,8 @@ class RunLogger:
     def close(self) -> None:
         """Flush and close both files; a failure is raised (StorageError) after all were closed."""
         if self.bar is not None:
+            if self.run_sps is not None:  # stopped early (--stop-return, Ctrl-C): its closing line too
+                self.bar.set_postfix_str(self._postfix(0, final=True), refresh=False)
             self.bar.close()
         error = None
         for what, close in (("TensorBoard events", self._events.close), ("metrics", self._csv_file.close)):

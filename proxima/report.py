@@ -225,11 +225,22 @@ def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> d
     col = metrics.get(metric)
     if col is not None and np.isfinite(col).any():
         ok = np.flatnonzero(np.isfinite(col))
+        # an episodic mean is over the episodes of one iteration, as few as 1: its count says how much it weighs
+        counts = metrics.get("episodes") if metric in EPISODIC_METRICS else None
+
+        def episodes_at(i):
+            return int(counts[i]) if counts is not None and np.isfinite(counts[i]) else None
+
         out["final"] = float(col[ok[-1]])
+        out["final_episodes"] = episodes_at(ok[-1])
+        # a last row without a value (no episode ended in it) leaves the final value an earlier row's
+        out["final_step"] = (float(steps[ok[-1]]) if ok[-1] != len(col) - 1 and steps is not None
+                             and np.isfinite(steps[ok[-1]]) else None)
         for key, pick in (("max", np.argmax), ("min", np.argmin)):
             i = ok[pick(col[ok])]  # the first row with that value
             out[key] = float(col[i])
             out[f"{key}_step"] = float(steps[i]) if steps is not None and np.isfinite(steps[i]) else None
+            out[f"{key}_episodes"] = episodes_at(i)
         if metric in RETURN_METRICS:
             out["best"], out["best_step"] = out["max"], out["max_step"]
     ev = metrics.get("eval/mean_return")  # --eval-every: the deterministic policy's return during training
@@ -1008,15 +1019,18 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
                                        + (", compilation included" if _compiled(r) else ""))
                                   for r in runs])
     rows.append(["episodes finished"] + [episodes(x) for x in s])
-    def at_step(value, step):
-        return None if value is None else _value(value) + (f" at step {step:,.0f}" if step is not None else "")
+    def at_step(value, step, episodes=None):
+        if value is None:
+            return None
+        count = f" ({episodes:,} episode{'' if episodes == 1 else 's'})" if episodes is not None else ""
+        return _value(value) + (f" at step {step:,.0f}" if step is not None else "") + count
 
-    rows.append([f"final {metric}"] + [short(x, None if x["final"] is None else _value(x["final"])) for x in s])
+    rows.append([f"final {metric}"] + [short(x, at_step(x["final"], x.get("final_step"), x.get("final_episodes"))) for x in s])
     if metric in RETURN_METRICS:
-        rows.append([f"best {metric}"] + [at_step(x["max"], x["max_step"]) for x in s])
+        rows.append([f"best {metric}"] + [at_step(x["max"], x["max_step"], x.get("max_episodes")) for x in s])
     else:  # a loss is best low, an entropy or a length depends: the extremes, not a "best"
-        rows.append([f"max {metric}"] + [at_step(x["max"], x["max_step"]) for x in s])
-        rows.append([f"min {metric}"] + [at_step(x["min"], x["min_step"]) for x in s])
+        rows.append([f"max {metric}"] + [at_step(x["max"], x["max_step"], x.get("max_episodes")) for x in s])
+        rows.append([f"min {metric}"] + [at_step(x["min"], x["min_step"], x.get("min_episodes")) for x in s])
     if any("eval_last" in x for x in s):  # evaluations during training (--eval-every)
         rows.append(["eval return during training, last"] + [_num(x.get("eval_last"), "{:.2f}") for x in s])
         rows.append(["eval return during training, best"] + [

@@ -1400,7 +1400,7 @@ def _note_lr_schedule(cfg: PPOConfig, world_size: int, state: dict) -> None:
         return
     before, after = cfg.lr * (1 - (done - 1) / (planned // per)), cfg.lr * (1 - done / total)
     print(f"proxima: note: --anneal-lr: the learning rate schedule is recomputed over the resume's total "
-          f"({cfg.total_timesteps:,} steps) as if the run had been planned for it, annealing to 0 at step {total * per:,}: "
+          f"({cfg.total_timesteps:,} steps) as if the run had been planned for it, reaching 0 after its last iteration, at step {total * per:,}: "
           f"iteration {done + 1} trains at lr {after:.3g}, iteration {done} trained at {before:.3g}", file=sys.stderr)
 
 

@@ -98,7 +98,7 @@ def test_a_cut_files_last_row_values_are_marked_where_they_are_read(tmp_path):
     d = _fake_with_checkpoint(tmp_path, "tail", [1, 2], reached=320)
     text = build_report([d], out=tmp_path / "r.md", episodes=0).read_text()
     assert _cell(text, "wall time") == "0.2 s (rows missing)"
-    assert _cell(text, "final charts/episodic_return") == "2.00 (rows missing)"
+    assert _cell(text, "final charts/episodic_return") == "2.00 (1 episode) (rows missing)"
 
 
 def test_a_step_off_the_batch_gives_no_made_up_last_iteration():

@@ -12,7 +12,7 @@ from tests.cli_helpers import TINY_RUN, run_main
 
 # CartPole's default preset: lr 2.5e-4; TINY_RUN: 64-step iterations, so 128 steps are 2 iterations
 LR_NOTE = ("proxima: note: --anneal-lr: the learning rate schedule is recomputed over the resume's total (320 steps) as "
-           "if the run had been planned for it, annealing to 0 at step 320: iteration 3 trains at lr 0.00015, "
+           "if the run had been planned for it, reaching 0 after its last iteration, at step 320: iteration 3 trains at lr 0.00015, "
            "iteration 2 trained at 0.000125\n")
 LR_WORDS = "proxima: note: --anneal-lr:"
 STOP_EPISODES_NOTE = "proxima: note: --stop-episodes 5 has no effect without --stop-return\n"
@@ -155,6 +155,6 @@ def test_the_learning_rate_note_counts_every_process_steps_and_none_before_an_it
     recorded = {**config.to_dict(), "total_timesteps": 1536}
     _note_lr_schedule(config, 2, {"config": recorded, "iteration": 3})
     assert capsys.readouterr().err.strip().endswith(
-        "annealing to 0 at step 2,560: iteration 4 trains at lr 0.0001, iteration 3 trained at 8.33e-05")
+        "reaching 0 after its last iteration, at step 2,560: iteration 4 trains at lr 0.0001, iteration 3 trained at 8.33e-05")
     _note_lr_schedule(config, 2, {"config": recorded, "iteration": 0})  # no iteration trained: no rate it trained at
     assert capsys.readouterr().err == ""

@@ -191,7 +191,7 @@ def test_a_final_return_of_inf_is_named_not_silently_replaced(tmp_path, capsys):
     code, _, err = run_main(["report", str(run), "--episodes", "0"], capsys)
     assert code == 0, err
     text = (run / "report.md").read_text()
-    assert _table_row(text, "final charts/episodic_return") == "| final charts/episodic_return | 70.00 |"
+    assert _table_row(text, "final charts/episodic_return") == "| final charts/episodic_return | 70.00 at step 3,584 (1 episode) |"
     assert ("- metrics.csv's charts/episodic_return is not finite in 2 row(s) (inf at step 1,024, -inf at step 4,096): "
             "left out, the rows above are of its finite values.") in text
 
