@@ -185,7 +185,7 @@ def _train_rlhf(cfg: RLHFConfig) -> Path:
         outside.held += 1
         stop = e
         if e.checkpoint is None and e.what is None:  # OutsideLoop's: it says nothing of where it landed
-            if trainer is None or trainer.step == 0:  # a new run stopped before its first step: nothing is kept
+            if trainer is None or trainer.finished_step == 0:  # a new run stopped before its first step: nothing is kept
                 session.discard_fresh()
                 stop = TrainingInterrupted(e.signum, None, "before training started; nothing was kept")
             else:
@@ -200,8 +200,9 @@ def _train_rlhf(cfg: RLHFConfig) -> Path:
         raise stop from None
     except BaseException as e:
         outside.held += 1  # a stop meanwhile: recorded, the files are taken back whole (above)
-        if trainer is None or trainer.step == 0:
-            session.discard_fresh()  # a new run that failed before its first step leaves nothing behind
+        if trainer is None or trainer.finished_step == 0:
+            # a new run that failed before its first step finished (step 1 diverged) leaves nothing behind
+            session.discard_fresh()
         outside.__exit__()
         _raise_ended(d, e)
         raise

@@ -142,6 +142,7 @@ def _json_array(text: str, path: str) -> list:
 
 def _parse_row(item, where: str, number: int) -> PromptRow:
     if isinstance(item, str):
+        _check_text(item, where)
         return PromptRow(item, line=number)
     if not isinstance(item, dict):
         raise ConfigError(f"{where}: expected a string or an object with 'prompt' or 'messages'")
@@ -159,11 +160,20 @@ def _parse_row(item, where: str, number: int) -> PromptRow:
             raise ConfigError(f"{where}: the conversation has no message before the assistant's")
     elif not isinstance(prompt, str):
         raise ConfigError(f"{where}: '{key}' must be a string or a list of {{role, content}} messages")
+    else:
+        _check_text(prompt, where)
     columns = {k: v for k, v in item.items() if k != key}
     clash = [k for k in columns if k in RESERVED_COLUMNS]
     if clash:
         raise ConfigError(f"{where}: field '{clash[0]}' is reserved (the reward's positional argument); rename it")
     return PromptRow(prompt, columns, number)
+
+
+def _check_text(prompt: str, where: str) -> None:
+    """An empty text prompt is a data bug (an empty column), refused as a text file's blank lines and an
+    empty conversation are, not trained on as a lone BOS."""
+    if not prompt.strip():
+        raise ConfigError(f"{where}: empty prompt; give it text, or remove the row")
 
 
 def _check_messages(messages: list, where: str) -> None:
@@ -178,10 +188,10 @@ def encode_prompts(tokenizer, rows: list, max_prompt_length: int, truncate: bool
     Text goes through the tokenizer with its special tokens (BOS where the tokenizer adds one, and not a
     second one before text that starts with it); a conversation through the tokenizer's chat template with
     the generation prompt (the template writes its own BOS). A prompt longer than ``max_prompt_length`` is an error naming its file and line, or, with
-    ``truncate``, keeps its last tokens (and its BOS). An empty prompt becomes [bos] (or [eos]).
+    ``truncate``, keeps its last tokens (and its BOS). A prompt of no tokens (text the tokenizer drops,
+    without a BOS) is an error naming its file and line: generation needs a token to start from.
     """
     bos = tokenizer.bos_token_id
-    fallback = bos if bos is not None else tokenizer.eos_token_id
     out = []
     for row in rows:
         where = f"{what} {row.file}:{row.line}" if row.file else f"{what} line {row.line}"
@@ -210,7 +220,10 @@ def encode_prompts(tokenizer, rows: list, max_prompt_length: int, truncate: bool
                                   f"{max_prompt_length}; raise it, or pass --truncate-prompts to keep the last tokens")
             keep_bos = ids[0] == tokenizer.bos_token_id and tokenizer.bos_token_id is not None
             ids = ids[:1] + ids[len(ids) - max_prompt_length + 1:] if keep_bos else ids[-max_prompt_length:]
-        out.append(ids or [fallback])
+        if not ids:
+            raise ConfigError(f"{where}: empty prompt: the tokenizer gives it no tokens (and adds no BOS); give it "
+                              f"text the tokenizer reads")
+        out.append(ids)
     return out
 
 

@@ -75,7 +75,8 @@ def _run(t, run_dir: Path, resumed: bool) -> dict:
             except RewardError as e:
                 raise RewardError(f"{e}; {_checkpoint_after_reward_failure(t, run_dir, before)}") from None
             metrics.update(_truncations(t))
-            _stop_if_diverged(t, run_dir, metrics)  # the same averaged metrics on every process: all stop together
+            _stop_if_diverged(t, run_dir, metrics, resumed)  # the same averaged metrics on every process: all stop together
+            t.finished_step = t.step
             if main:
                 logger.log(t.step, metrics)
                 if cfg.sample_every and (t.step == 1 or t.step % cfg.sample_every == 0):
@@ -192,12 +193,30 @@ def _truncations(t) -> dict:
     return {k: float(v) for k, v in counts.items()}
 
 
-def _stop_if_diverged(t, run_dir: Path, metrics: dict) -> None:
+def _stop_if_diverged(t, run_dir: Path, metrics: dict, resumed: bool = False) -> None:
     """DivergedError naming the first non-finite metric of step ``t.step`` (rewards are checked as they arrive)."""
     bad = next((name for name, value in metrics.items() if not math.isfinite(value)), None)
     if bad is not None:
+        # a new run none of whose steps finished is taken back whole by its caller (api's discard_fresh)
+        kept = ("the new run keeps nothing, so the same command runs again" if not resumed and t.finished_step == 0
+                else _last_good(run_dir))
         raise DivergedError(f"non-finite {bad} ({metrics[bad]}) at step {t.step}: the update diverged and nothing of this "
-                            f"step was saved; {_last_good(run_dir)}; try a lower --lr or --max-grad-norm")
+                            f"step was saved; {kept}; {_divergence_hint(t)}")
+
+
+#: a |score| from which the hint blames the reward's scale before the step size: the value loss squares
+#: returns of that size, and its gradients overflow long before the scores do
+HUGE_SCORE = 1e3
+
+
+def _divergence_hint(t) -> str:
+    """What to change: the reward's scale when the scores are huge (a reward of 1e30 is finite in float32,
+    but its square in the value loss is not), else the step size."""
+    peak = t.score_peak()  # a collective: every process diverged at the same step (averaged metrics)
+    if peak >= HUGE_SCORE:
+        return (f"the scores reach {peak:.3g} in size (objective/scores): scale the reward down (to about -10..10), "
+                f"or try a lower --lr or --max-grad-norm")
+    return "try a lower --lr or --max-grad-norm"
 
 
 def _weights_finite(t) -> bool:

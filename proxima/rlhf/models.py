@@ -21,7 +21,7 @@ import pickle
 import re
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import nn
@@ -423,13 +423,15 @@ def check_causal(model: nn.Module, spec: str) -> None:
                           f"whose logits at each position see only the tokens before it")
 
 
-def load_tokenizer(path: Optional[str], what: str = "--tokenizer"):
+def load_tokenizer(path: Optional[str], what: str = "--tokenizer", eos_ids: Sequence[int] = ()):
     """A tokenizer that left-pads, with a pad token (the EOS token when the tokenizer has none)."""
-    return training_tokenizer(read_tokenizer(path, what))
+    return training_tokenizer(read_tokenizer(path, what, eos_ids), eos_ids)
 
 
-def read_tokenizer(path: Optional[str], what: str = "--tokenizer"):
-    """The tokenizer of ``path`` as it is stored (the one saved with the trained policy); it must have an EOS.
+def read_tokenizer(path: Optional[str], what: str = "--tokenizer", eos_ids: Sequence[int] = ()):
+    """The tokenizer of ``path`` as it is stored (the one saved with the trained policy). It must have an EOS,
+    or ``eos_ids`` (the policy's generation_config eos ids, :func:`generation_eos_ids`) must name one: both
+    end a response, as for Hugging Face's generate, which stops on the generation_config's ids alone.
 
     ``path`` None: --tokenizer was not given and the policy has no tokenizer of its own (a config.json, or
     a directory without tokenizer files: :func:`load_policy`)."""
@@ -440,7 +442,15 @@ def read_tokenizer(path: Optional[str], what: str = "--tokenizer"):
         raise ConfigError(f"{what} {path!r}: need a local tokenizer directory (pass --tokenizer DIR)")
     tok = tokenizer_from_dir(path, what, "give --tokenizer DIR (the policy's tokenizer)")
     if tok.eos_token_id is None:
-        raise ConfigError(f"{what} {path!r}: the tokenizer has no EOS token; responses could never end")
+        if not eos_ids:
+            raise ConfigError(f"{what} {path!r}: the tokenizer has no EOS token and the policy's generation_config.json "
+                              f"names no eos_token_id, so responses could never end; set eos_token in the tokenizer's "
+                              f"tokenizer_config.json or eos_token_id in the policy's generation_config.json")
+        outside = [i for i in eos_ids if tok.convert_ids_to_tokens(i) is None]
+        if outside:  # training_tokenizer takes the first as the EOS (and pad) token: it must be one of the tokenizer's
+            raise ConfigError(f"{what} {path!r}: the tokenizer has no EOS token, and the policy's generation_config.json "
+                              f"eos_token_id {outside[0]} is not a token of it ({len(tok)} tokens); set eos_token in "
+                              f"the tokenizer's tokenizer_config.json")
     # read now, not when policy/ is written: the folder may have changed by then (a resume days later)
     setattr(tok, TOKENIZER_SOURCE, TokenizerFiles(Path(path), tokenizer_state(tok)))
     return tok
@@ -543,11 +553,17 @@ def _bad_tokenizer_file(folder: Path) -> str:
     return ", ".join(names) or "its tokenizer files"
 
 
-def training_tokenizer(tok):
+def training_tokenizer(tok, eos_ids: Sequence[int] = ()):
     """A copy of ``tok`` that left-pads, with a pad token (its EOS when it has none). A copy: the released
     tokenizer keeps its own special tokens and padding side, since a pad token equal to EOS would make a
-    later fine-tuning's collator mask every EOS label, and the model would never learn to stop."""
+    later fine-tuning's collator mask every EOS label, and the model would never learn to stop.
+
+    A tokenizer without an EOS takes the first of ``eos_ids`` (the policy's generation_config eos ids) as
+    its EOS, as generate pads with it: what reads the training tokenizer's EOS (the stop ids, the
+    missing-EOS penalty, the pad token) then sees the id the policy ends on."""
     tok = copy.deepcopy(tok)
+    if tok.eos_token_id is None and eos_ids:
+        tok.eos_token = tok.convert_ids_to_tokens(int(eos_ids[0]))
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
@@ -565,6 +581,18 @@ def end_ids(model: nn.Module) -> tuple:
 
     generation = getattr(model, "generation_config", None)
     return ids(getattr(model.config, "eos_token_id", None)), ids(getattr(generation, "eos_token_id", None))
+
+
+def generation_eos_ids(model: nn.Module) -> list:
+    """The eos ids of the policy's generation_config in their order (the first is what generate pads with
+    when there is no pad token); transformers fills a missing generation_config.json from config.json."""
+    value = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    values = value if isinstance(value, (list, tuple)) else [value]
+    out = []
+    for v in values:
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 0 and v not in out:
+            out.append(v)
+    return out
 
 
 ORIGINAL_CONFIG = "_proxima_original_config"  # model attribute: config values changed for training only

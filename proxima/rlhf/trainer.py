@@ -21,6 +21,7 @@ import sys
 import time
 from typing import Optional
 
+import numpy as np
 import torch
 
 from ..ppo import ppo_loss
@@ -34,10 +35,16 @@ from .generation import (SamplingSettings, decode_responses, generate, pad_left,
 from .kl import KLController, kl_per_token
 from .masked import masked_mean, masked_sum, masked_whiten
 from ..device import resolve_device
-from .models import (DTYPES, apply_lora, check_model_fits, enable_checkpointing, end_ids, load_policy, logprobs_and_entropy,
+from .models import (DTYPES, apply_lora, check_model_fits, enable_checkpointing, end_ids, generation_eos_ids, load_policy, logprobs_and_entropy,
                      make_reference, make_value_model, max_positions, read_tokenizer, response_logits, token_logprobs,
                      training_tokenizer, vocabulary_sha256, weights_fingerprint, chat_template_sha256)
 from .rewards import RewardBatch, load_rewards
+
+
+def float32_repr(x: float) -> float:
+    """``x`` (a float32 score) as the shortest float that reads back as the same float32: samples.jsonl
+    shows -1.3, not the widened -1.2999999523162842."""
+    return float(str(np.float32(x)))
 
 
 class RLHFTrainer:
@@ -70,9 +77,11 @@ class RLHFTrainer:
         # the tokenizer's folder and the flag that named it, for messages: --tokenizer when it was given,
         # else --policy (its own tokenizer; None when it has none, which read_tokenizer refuses)
         tokenizer_dir, tokenizer_flag = (cfg.tokenizer, "--tokenizer") if cfg.tokenizer else (tokenizer_dir, "--policy")
-        # the tokenizer as stored goes into policy/; the copy that trains left-pads and has a pad token
-        self.tokenizer_as_loaded = read_tokenizer(tokenizer_dir, tokenizer_flag)
-        self.tokenizer = training_tokenizer(self.tokenizer_as_loaded)
+        # the tokenizer as stored goes into policy/; the copy that trains left-pads and has a pad token, and
+        # an EOS: the generation_config's first eos id when the tokenizer names none
+        eos_ids = generation_eos_ids(policy)
+        self.tokenizer_as_loaded = read_tokenizer(tokenizer_dir, tokenizer_flag, eos_ids)
+        self.tokenizer = training_tokenizer(self.tokenizer_as_loaded, eos_ids)
         self.reward.read_with(self.tokenizer)  # before the trial call and the positions note read with it
         if len(self.tokenizer) > policy.get_input_embeddings().num_embeddings:
             raise ConfigError(f"{tokenizer_flag} {tokenizer_dir!r}: the tokenizer has {len(self.tokenizer)} tokens but "
@@ -130,6 +139,9 @@ class RLHFTrainer:
         torch.manual_seed(cfg.seed * 1000 + self.dist.rank)
         self.sampler = PromptSampler(len(self.prompts), self.dist.rank, self.dist.world_size)
         self.step, self.seconds = 0, 0.0
+        # the last step whose update passed the loop's checks and was logged; a new run none of whose steps
+        # did (step 1 diverged) keeps nothing (api's discard), since a resume would only repeat it
+        self.finished_step = 0
         self._step_ended: Optional[float] = None  # perf_counter after the last step's metrics were reduced (_metrics)
 
     def _model_fits(self, dtype: torch.dtype):
@@ -294,7 +306,7 @@ class RLHFTrainer:
         # docs/ppo_notes.md: a fixed penalty for responses that never emit EOS
         b["scores"] = raw.to(self.device) - cfg.missing_eos_penalty * (~has_eos).float()
         b["kl"] = kl_per_token(b["logprobs"], b["ref_logprobs"], cfg.kl_estimator)
-        b["texts"] = [{"prompt": r.prompt, "response": t, "score": float(s)} for r, t, s in
+        b["texts"] = [{"prompt": r.prompt, "response": t, "score": float32_repr(s)} for r, t, s in
                       zip(rows[:cfg.samples_logged], texts, b["scores"][:cfg.samples_logged].tolist())]
         b["gen_seconds"] = gen_seconds
         return b
@@ -425,12 +437,19 @@ class RLHFTrainer:
         # is the slowest process's, and the run's seconds (summary.json, `done: N steps in X s`) are their sum
         t0 = self._step_ended if self._step_ended is not None else time.perf_counter()
         b = self.compute_advantages(self.rollout())
+        self._last_scores = b["scores"].detach()  # for a diverged update's hint (score_peak)
         losses = self.update(b)
         metrics, self._step_ended = self._metrics(b, losses, t0)
         self.seconds += metrics["charts/seconds_per_step"]
         self.kl_ctl.update(metrics["objective/kl"], cfg.batch_size * self.dist.world_size)
         self.step += 1
         return metrics, b["texts"]
+
+    def score_peak(self) -> float:
+        """The largest |score| of the last batch, over all processes (a collective: every process calls it)."""
+        scores = getattr(self, "_last_scores", None)
+        peak = float(scores.abs().max()) if scores is not None and scores.numel() else 0.0
+        return D.max_across(peak, self.dist, self.device)
 
     def _metrics(self, b: dict, losses: dict, started: float) -> tuple:
         """(per-step metrics, TRL's names where TRL has one, with one host sync for all of them; the perf_counter

@@ -122,11 +122,17 @@ def test_a_tokenizer_without_eos_is_blamed_on_the_flag_that_named_it(assets, tmp
     config = json.loads((folder / "tokenizer_config.json").read_text())
     del config["eos_token"]
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    expected = "the tokenizer has no EOS token; responses could never end"
+    for name in ("config.json", "generation_config.json"):  # their eos ids would stand in for the tokenizer's
+        if (folder / name).is_file():
+            data = json.loads((folder / name).read_text())
+            data["eos_token_id"] = None
+            (folder / name).write_text(json.dumps(data))
+    expected = "the tokenizer has no EOS token and the policy's generation_config.json names no eos_token_id"
     err = one_line_error(capsys, main(args(assets, tmp_path / "run", "--policy", str(folder))))
-    assert err == f"proxima rlhf: error: --policy '{folder}': {expected}", err
-    err = one_line_error(capsys, main(args(assets, tmp_path / "run", "--tokenizer", str(folder))))
-    assert err == f"proxima rlhf: error: --tokenizer '{folder}': {expected}", err
+    assert err.startswith(f"proxima rlhf: error: --policy '{folder}': {expected}"), err
+    # --tokenizer names it, with a policy of no eos ids either
+    err = one_line_error(capsys, main(args(assets, tmp_path / "run", "--policy", str(folder), "--tokenizer", str(folder))))
+    assert err.startswith(f"proxima rlhf: error: --tokenizer '{folder}': {expected}"), err
     assert not (tmp_path / "run").exists()
 
 
