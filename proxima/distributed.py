@@ -92,7 +92,8 @@ class DistContext:
     def reduce_metrics(self, metrics: dict) -> dict:
         """Tensors -> Python floats, once per iteration (the loop's one host read of metrics).
 
-        Across ranks: episode sums/counts are summed, nonfinite is or-ed, the rest averaged.
+        Across ranks: episode sums/counts (success_sum/success_count too) are summed, nonfinite is or-ed,
+        the rest averaged.
         """
         names = list(metrics)
         vec = torch.stack([metrics[k].detach().float().reshape(()) for k in names])
@@ -100,7 +101,7 @@ class DistContext:
             import torch.distributed as dist
 
             dist.all_reduce(vec, op=dist.ReduceOp.SUM)
-            summed = {"ep_return_sum", "ep_length_sum", "ep_count", "nonfinite"}
+            summed = {"ep_return_sum", "ep_length_sum", "ep_count", "success_sum", "success_count", "nonfinite"}
             scale = torch.tensor([1.0 if k in summed else 1.0 / self.world_size for k in names], device=vec.device)
             vec = vec * scale
         values = vec.tolist()

@@ -6,7 +6,9 @@ Metric names follow the common convention (DESIGN.md): charts/episodic_return,
 charts/episodic_length, charts/SPS, charts/learning_rate, losses/policy_loss, losses/value_loss,
 losses/entropy, losses/approx_kl, losses/clipfrac, losses/explained_variance, losses/minibatch_updates
 (the minibatch gradient steps the update ran: update_epochs x num_minibatches, fewer where --target-kl
-stopped it; blank in rows a run logged before the column existed).
+stopped it; blank in rows a run logged before the column existed), charts/success_rate (the share
+of the iteration's finished episodes whose last step's info["is_success"] was true, of those that
+reported it; blank where none did: native envs, Gymnasium envs that report none, older rows).
 On resume from global step S, events and CSV rows after S are dropped before logging continues, so
 neither file holds a duplicate or a gap. The event files themselves are rewritten (drop_events_after):
 TensorBoard's default (fast) loader ignores the purge markers SummaryWriter(purge_step=...) writes, so
@@ -46,7 +48,7 @@ CSV_COLUMNS = [
     "iteration", "global_step", "time", "episodes",
     "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
     "losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac",
-    "losses/explained_variance", "losses/minibatch_updates", "eval/mean_return", "eval/std_return",
+    "losses/explained_variance", "losses/minibatch_updates", "charts/success_rate", "eval/mean_return", "eval/std_return",
 ]
 
 

@@ -256,6 +256,11 @@ class Trainer:
             self.optimizer.param_groups[0]["lr"].fill_(frac * cfg.lr)
         guard = self._env_guard()
         guard.begin(self.global_step)
+        # a Gymnasium env counts the episodes that reported info["is_success"] on the host; native envs report
+        # none and have no such method, so their iteration (a CUDA graph's too) gains nothing
+        take_successes = getattr(self.env, "take_successes", None)
+        if take_successes is not None:
+            take_successes()  # what steps outside an iteration counted is no iteration's
         self._rollout()
         self.global_step += self.steps_per_iteration
         guard.check_rollout(ro.raw_rewards, cfg.env_id)  # one host sync per iteration
@@ -265,6 +270,10 @@ class Trainer:
         out = dict(self.parts.metrics)
         out["explained_variance"] = self.parts.explained_variance
         out["ep_return_sum"], out["ep_length_sum"], out["ep_count"] = ro.ep_return_sum, ro.ep_length_sum, ro.ep_count
+        if take_successes is not None:  # tensors beside the others: reduce_metrics sums them across ranks
+            hits, reported = take_successes()
+            out["success_sum"] = torch.tensor(float(hits), device=ro.ep_count.device)
+            out["success_count"] = torch.tensor(float(reported), device=ro.ep_count.device)
         self.iteration += 1
         return out
 
@@ -939,6 +948,8 @@ def _metric_row(m: dict, sps: float, optimizer, elapsed: float) -> dict:
         "time": round(elapsed, 3), "episodes": int(count),
         "charts/episodic_return": m["ep_return_sum"] / count if count else math.nan,
         "charts/episodic_length": m["ep_length_sum"] / count if count else math.nan,
+        # of the finished episodes whose last step reported info["is_success"]; blank where none did (native envs never)
+        "charts/success_rate": m["success_sum"] / m["success_count"] if m.get("success_count") else math.nan,
         "charts/SPS": sps, "charts/learning_rate": float(lr),
         "losses/policy_loss": m["policy_loss"], "losses/value_loss": m["value_loss"], "losses/entropy": m["entropy"],
         "losses/approx_kl": m["approx_kl"], "losses/clipfrac": m["clipfrac"], "losses/explained_variance": m["explained_variance"],

@@ -683,8 +683,9 @@ class EnvCalls(gym.Wrapper):
     reset() would otherwise turn the last state into the reset state (bootstrapped from it).
 
     ``info`` goes on to the vector env only with ``keep_info`` (a subclass whose _episode_stats reads
-    it): the trainer reads none of a user env's info, and Gymnasium's stacking of it fails on values
-    whose shape varies from env to env. This runs for every Gymnasium env step: for a plain Box the
+    it): Gymnasium's stacking of it fails on values whose shape varies from env to env. The one key
+    the trainer reads, ``is_success`` of an episode's last step (charts/success_rate, as SB3's Monitor
+    reads it), goes on always, as 0.0 or 1.0 (_success_flag); earlier steps' values are not read. This runs for every Gymnasium env step: for a plain Box the
     check is a tuple unpack, a few type checks and a shape compare (~0.2 us against CartPole's ~6 us
     step with its wrappers).
     """
@@ -961,7 +962,29 @@ class EnvCalls(gym.Wrapper):
             obs = _own(obs, self.parts)  # an env that returns its own buffer and zeroes it in reset() would change it
             if self.at_episode_end is not None:  # the env is still in its final state: the reset comes after this returns
                 self.at_episode_end()
+            if "is_success" in info:
+                flag = self._success_flag(info["is_success"])
+                kept = {} if flag is None else {"is_success": flag}
+                if self.keep_info:
+                    kept = {**{k: v for k, v in info.items() if k != "is_success"}, **kept}
+                return obs, reward, terminated, truncated, kept
         return obs, reward, terminated, truncated, (info if self.keep_info else {})
+
+    def _success_flag(self, value) -> Optional[float]:
+        """``info["is_success"]`` of an episode's last step as 1.0 or 0.0: a bool, a numpy bool, a number
+        0 or 1, or any of them in a one-element array; None (not reported, as SB3's Monitor reads it).
+        Anything else is one EnvError line: counted as a failure or left out, it would make the success
+        rate a wrong number with no word of why, and it is checked only at an episode's end."""
+        if value is None:
+            return None
+        v = value.reshape(()).item() if isinstance(value, np.ndarray) and value.size == 1 else value
+        if isinstance(v, (bool, np.bool_)):
+            return float(v)
+        if isinstance(v, numbers.Real) and (v == 0 or v == 1):
+            return float(v)
+        shown = " ".join(repr(value).split())
+        raise self._bad(f"info['is_success'] = {shown[:60]} ({type(value).__name__})", f"env step {self.steps} (an episode's end)",
+                        "is_success is a bool or a number 0 or 1 (None: not reported)")
 
     def _check_step(self, out):
         """The checked obs of ``out`` (what step returned; _check), or EnvError."""
@@ -1114,6 +1137,9 @@ class GymnasiumEnv(BatchedEnv):
         self._index_range = _start_range(act_space)
         self._started = False
         self._steps = 0  # vector steps since construction (for error messages)
+        # finished episodes that reported info["is_success"], and the successes among them, since take_successes:
+        # Python numbers, added on the host where the vector env's arrays are (no tensor per step)
+        self._success_sum, self._success_count = 0.0, 0
 
     def _obs(self, obs) -> torch.Tensor:
         """(N, *obs_shape) tensor: float32 vectors, uint8 pixels, or packed Dict keys (spaces.py)."""
@@ -1221,6 +1247,7 @@ class GymnasiumEnv(BatchedEnv):
         next_obs = self._pack(obs, self.num_envs, f"vector step {self._steps}")
         final = next_obs.copy()
         if done.any():
+            self._count_successes(info.get("final_info"), done)
             mask = info.get("_final_obs", done)
             for i in np.flatnonzero(mask):
                 final[i] = self._pack(_one(info["final_obs"][i], self.layout), 1, f"env {i}'s final obs, vector step {self._steps}")[0]
@@ -1251,6 +1278,25 @@ class GymnasiumEnv(BatchedEnv):
                            f"{self._steps + 1} is outside its action space {space}: step() takes the space's values "
                            f"(from its start); add the start to the agent's indices from 0 (env.action_offset), as "
                            f"Policy.act and Proxima's loops do")
+
+    def _count_successes(self, final_info, done: np.ndarray) -> None:
+        """Add the finished episodes that reported is_success (EnvCalls passes it on, as 0.0/1.0, at an
+        episode's end only). Same-step autoreset puts the last step's info under ``final_info`` (the info
+        beside it is the new episode's reset info); its ``_is_success`` mask says which envs reported."""
+        if not final_info or "is_success" not in final_info:
+            return
+        reported = np.asarray(final_info.get("_is_success", done), dtype=bool) & done
+        if reported.any():
+            values = np.asarray(final_info["is_success"])[reported]
+            self._success_sum += float(np.sum(values.astype(np.float64)))
+            self._success_count += int(reported.sum())
+
+    def take_successes(self) -> tuple:
+        """(successes, finished episodes that reported info["is_success"]) since the last call, and start
+        counting afresh: the trainer takes them once per iteration (charts/success_rate)."""
+        out = (self._success_sum, self._success_count)
+        self._success_sum, self._success_count = 0.0, 0
+        return out
 
     def continue_step_count(self, steps: int) -> None:
         """Count each env's steps on from ``steps`` (a resumed run: the steps each env had taken), so

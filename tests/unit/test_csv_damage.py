@@ -60,7 +60,8 @@ def _rows(n: int, damage=None) -> list:
     out = [",".join(CSV_COLUMNS)]
     for i in range(1, n + 1):
         cells = [str(i), str(i * 128), f"{0.01 * i:.2f}", "1", f"{i:.1f}", "20.0", "5000.0", "0.00025",
-                 "-0.01", "0.5", "0.69", "0.001", "0.02", "0.1", "2", "", ""]
+                 "-0.01", "0.5", "0.69", "0.001", "0.02", "0.1", "2"]
+        cells += [""] * (len(CSV_COLUMNS) - len(cells))  # the later columns (success rate, eval/*) blank
         out.append(",".join(cells))
     return out
 

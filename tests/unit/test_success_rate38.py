@@ -1,0 +1,143 @@
+"""charts/success_rate: the share of an iteration's finished episodes whose last step's info["is_success"]
+was true, of those that reported it (SB3's Monitor reads the same key), from Gymnasium envs under sync and
+async vector envs; blank (no TensorBoard point) where no episode reported, as for CartPole; an old
+metrics.csv header resumes with the cell blank; ranks' counts are pooled; a value that is no success flag
+is one error line naming the env and its step."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+
+from proxima import cli
+from proxima.distributed import DistContext
+from proxima.logger import CSV_COLUMNS, _event_records
+from tests.cli_helpers import TINY_RUN, error_line, module_written_in, run_main, tiny_cartpole_run
+
+COLUMN = "charts/success_rate"
+
+#: 3-step episodes (TINY_RUN's 16 steps: 5 end in iteration 1, episodes 1-5, and 5 in iteration 2, 6-10), ended by
+#: terminated and truncated in turn. Episode k's last step reports OUTCOMES[k % 4] (no key for k % 4 == 3): an
+#: iteration's rate is over the episodes that reported, iteration 1: 1, 0, -, 1, 1 -> 3/4; iteration 2: 0, -, 1, 1, 0
+#: -> 2/4. Envs reset with an even seed (env 1 and 3 of --seed 1) report nothing, so each step mixes envs that
+#: report with envs that do not. Mid-episode steps and resets say is_success True: never an episode's outcome.
+SUCC_ENV = '''
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+OUTCOMES = {1: {"is_success": np.float32(1.0)}, 2: {"is_success": False}, 3: {}, 0: {"is_success": np.bool_(True)}}
+
+
+class Succ(gym.Env):
+    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, bad=None):
+        self.bad, self.k, self.silent = bad, 0, False
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.silent = seed % 2 == 0
+        self.t = 0
+        return np.zeros(2, np.float32), {"is_success": True}
+
+    def step(self, action):
+        self.t += 1
+        info = {"is_success": True}
+        end = self.t >= 3
+        if end:
+            self.k += 1
+            info = {} if self.silent else dict(OUTCOMES[self.k % 4])
+            if self.bad is not None and self.k == 2:
+                info = {"is_success": self.bad}
+        return np.zeros(2, np.float32), 0.0, end and self.k % 2 == 1, end and self.k % 2 == 0, info
+'''
+
+RATES = [0.75, 0.5]
+
+
+@pytest.fixture
+def succ_env(tmp_path, monkeypatch):
+    yield from module_written_in(tmp_path, monkeypatch, "succ38_env", SUCC_ENV)
+
+
+def _rows(path) -> tuple[list, list]:
+    with open(path, newline="") as f:
+        r = csv.reader(f)
+        header = next(r)
+        return header, [dict(zip(header, row)) for row in r]
+
+
+def _tensorboard(run_dir) -> list:
+    return [(e.step, v.simple_value) for p in sorted(run_dir.glob("events.out.tfevents.*"))
+            for _, e in _event_records(p) for v in e.summary.value if v.tag == COLUMN]
+
+
+def _train(run_dir, steps: int, *extra) -> None:
+    assert cli.main(["train", "succ38_env:Succ", *TINY_RUN, "--seed", "1", "--total-timesteps", str(steps),
+                     "--run-dir", str(run_dir), "--quiet", *extra]) == 0
+
+
+@pytest.mark.parametrize("vector", ["sync", "async"])
+def test_the_column_is_the_share_of_reporting_episodes_that_succeeded(succ_env, tmp_path, vector):
+    run = tmp_path / "run"
+    _train(run, 128, "--vector", vector)
+    header, rows = _rows(run / "metrics.csv")
+    assert header == CSV_COLUMNS
+    assert [float(r[COLUMN]) for r in rows] == RATES
+    assert [int(r["episodes"]) for r in rows] == [20, 20]  # every finished episode counted, reported or not
+    if vector == "sync":
+        assert _tensorboard(run) == [(64, 0.75), (128, 0.5)]
+
+
+def test_an_env_that_reports_no_success_logs_a_blank_cell_and_no_point(tmp_path_factory):
+    run = tiny_cartpole_run(tmp_path_factory, "succ38_cartpole")
+    header, rows = _rows(run / "metrics.csv")
+    assert COLUMN in header and len(rows) == 2
+    assert [r[COLUMN] for r in rows] == ["", ""]
+    assert all(r["charts/episodic_return"] for r in rows)  # episodes did end: the blank is of success alone
+    assert _tensorboard(run) == []
+
+
+def test_a_value_that_is_no_success_flag_is_one_error_line_naming_env_and_step(succ_env, tmp_path, capsys):
+    code, _, err = run_main(["train", "succ38_env:Succ", *TINY_RUN, "--seed", "1", "--total-timesteps", "64",
+                             "--run-dir", str(tmp_path / "run"), "--env-kwargs", '{"bad": "yes"}'], capsys)
+    error_line(code, err, "env 0 ", "info['is_success'] = 'yes' (str)", "env step 6", "bool or a number 0 or 1")
+
+
+def test_a_resume_of_an_old_header_run_leaves_the_older_rows_blank(succ_env, tmp_path):
+    run = tmp_path / "run"
+    _train(run, 64)
+    path = run / "metrics.csv"
+    _, rows = _rows(path)
+    assert float(rows[0][COLUMN]) == RATES[0]
+    old = [c for c in CSV_COLUMNS if c != COLUMN]  # the header before this column existed
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=old, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    assert cli.main(["resume", str(run), "--env", "succ38_env:Succ", "--total-timesteps", "128", "--quiet"]) == 0
+    header, after = _rows(path)
+    assert header == CSV_COLUMNS
+    assert [r["global_step"] for r in after] == ["64", "128"]
+    assert after[0][COLUMN] == "" and {k: after[0][k] for k in old} == {k: rows[0][k] for k in old}
+    # the resumed run's envs start their episodes afresh (episodes 1-5 again): its own iteration's rate
+    assert float(after[1][COLUMN]) == RATES[0]
+
+
+def test_ranks_pool_their_success_counts(monkeypatch):
+    """Two ranks' successes and reporting episodes are summed, not averaged: 3 of 4 and 0 of 1 are 3 of 5."""
+    other = {"success_sum": 0.0, "success_count": 1.0, "ep_count": 2.0, "policy_loss": 3.0}
+    mine = {"success_sum": 3.0, "success_count": 4.0, "ep_count": 4.0, "policy_loss": 1.0}
+
+    def all_reduce(vec, op=None):  # rank 1's values, in the order reduce_metrics stacked them
+        vec += torch.tensor([other[k] for k in mine])
+
+    monkeypatch.setattr(torch.distributed, "all_reduce", all_reduce)
+    out = DistContext(rank=0, world_size=2).reduce_metrics({k: torch.tensor(v) for k, v in mine.items()})
+    assert out["success_sum"] == 3.0 and out["success_count"] == 5.0
+    assert out["policy_loss"] == 2.0  # the rest averaged, as before
