@@ -30,14 +30,16 @@ FEW_CI_MEMBERS rules as the table's intervals. Y is the highest IQM among the se
 member (best_row: a member left out, diverged or without a result, is left out of the statistics, so a
 setting that loses its weakest seeds would otherwise rank first; such a row is named "not ranked"), and
 a line (verdict) says which settings Y is told apart from: a one-sided permutation test on ranks,
-Bonferroni over both directions of every pair of settings (Y is picked on the same returns), no claim
-with fewer than MIN_CLAIM_MEMBERS members on a side.
+Bonferroni over both directions of every pair of the settings with an IQM (Y is picked on the same
+returns), its permutations growing with that family so that its level stays reachable (claim_p), no
+claim with fewer than MIN_CLAIM_MEMBERS members on a side.
 The report ends with the population's command, seeds, sweep, shared config and the first member's
 versions and machine (provenance_section).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -873,35 +875,82 @@ CLAIM_ALPHA = 0.05
 #: no "distinguishable" claim with fewer members than this on either side (the bootstrap's intervals are
 #: flagged there; a rank test of 2 vs 2 cannot reach any corrected level)
 MIN_CLAIM_MEMBERS = FEW_CI_MEMBERS
-#: permutations of the one-sided rank test behind "distinguishable" (p reaches 0.05/56, 8 settings, with ~9 to spare)
+#: permutations of the one-sided rank test behind "distinguishable", at least (p reaches 0.05/56, 8 settings, with ~9
+#: to spare); a larger family gets more (permutations_for)
 PERMUTATIONS = 10_000
-CLAIM_METHOD = (f"one-sided permutation test of P(X > Y) on the members' ranks ({PERMUTATIONS} permutations, numpy "
-                f"default_rng({BOOTSTRAP_SEED})), at {CLAIM_ALPHA:g} over both directions of every pair of the K settings "
-                "compared (Bonferroni: each test at 0.05 / (K(K-1))), since Y was picked as the highest IQM on these "
-                f"same returns; no claim with fewer than {MIN_CLAIM_MEMBERS} members on either side")
+#: the smallest p of P permutations is 1/(P + 1): 10,000 fall short of 0.05/(K(K-1)) from K = 23 settings on, where no
+#: setting could ever be told apart, so the count grows with the family until p can fall this many times below its level
+CLAIM_MARGIN = 20
+#: the most permutations one test runs (~1 s at 10 vs 10 members): the margin holds to K = 70 settings, p reaches the
+#: level at all to K = 316
+MAX_PERMUTATIONS = 2_000_000
+CLAIM_METHOD = (f"one-sided permutation test of P(X > Y) on the members' ranks ({PERMUTATIONS} permutations, more where "
+                f"0.05 / (K(K-1)) needs them, numpy default_rng({BOOTSTRAP_SEED})), at {CLAIM_ALPHA:g} over both "
+                "directions of every pair of the K settings with a final return (Bonferroni: each test at 0.05 / (K(K-1))), "
+                "since Y was picked as the highest IQM on these same returns; no claim with fewer than "
+                f"{MIN_CLAIM_MEMBERS} members on either side")
+
+
+def _midranks(pooled: np.ndarray) -> np.ndarray:
+    """The ranks of ``pooled`` (n,), each run of equal values given its mean rank (a tie counts half, as in P(X > Y))."""
+    order = np.argsort(pooled, kind="stable")
+    s = pooled[order]
+    ranks = np.empty(s.size)
+    first = np.concatenate([[True], s[1:] != s[:-1]])
+    starts = np.flatnonzero(first)
+    ends = np.append(starts[1:], s.size)
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+    return ranks
+
+
+@functools.lru_cache(maxsize=4)
+def _null_rank_sums(ranks: tuple, n: int, permutations: int, seed: int) -> np.ndarray:
+    """The sorted rank sums of the first n of ``ranks`` (sorted) over ``permutations`` relabellings. Cached: a sweep's
+    comparisons of untied members share one multiset of ranks, and a large family's count costs ~1 s a draw."""
+    rng = np.random.default_rng(seed)
+    r = np.asarray(ranks, dtype=np.float64)
+    block = max(1, 4_000_000 // r.size)  # (block, n + m) float64 stays ~32 MB at any count
+    sums = np.concatenate([rng.permuted(np.broadcast_to(r, (min(block, permutations - a), r.size)), axis=1)[:, :n].sum(axis=1)
+                           for a in range(0, permutations, block)])
+    sums.sort()
+    sums.flags.writeable = False  # shared by every caller
+    return sums
 
 
 def permutation_p(x, y, permutations: int = PERMUTATIONS, seed: int = BOOTSTRAP_SEED) -> float:
     """One-sided p-value that Y scores higher than X: the share of relabellings of the pooled members
     (x's n and y's m, mid-ranks: a tie counts half, as in P(X > Y)) whose P(X > Y) is at most the
     observed one, (1 + count) / (1 + permutations): valid at any count of permutations under the null
-    of exchangeable members, ties included."""
+    of exchangeable members, ties included. The relabellings shuffle the sorted ranks (the null depends
+    on their multiset only), in blocks from one numpy default_rng(seed)."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    n = x.size
-    pooled = np.concatenate([x, y])
-    order = np.argsort(pooled, kind="stable")
-    s = pooled[order]
-    ranks = np.empty(s.size)
-    # mid-ranks: the mean rank of each run of equal values, so x's rank sum gives ties half
-    first = np.concatenate([[True], s[1:] != s[:-1]])
-    starts = np.flatnonzero(first)
-    ends = np.append(starts[1:], s.size)
-    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
-    observed = ranks[:n].sum()
-    rng = np.random.default_rng(seed)
-    draws = rng.permuted(np.broadcast_to(ranks, (permutations, ranks.size)), axis=1)[:, :n].sum(axis=1)
+    ranks = _midranks(np.concatenate([x, y]))
+    observed = ranks[:x.size].sum()
+    draws = _null_rank_sums(tuple(np.sort(ranks).tolist()), x.size, int(permutations), seed)
     # the rank sums are multiples of 0.5: a tolerance keeps equal sums equal after float additions
-    return float((1 + np.count_nonzero(draws <= observed + 1e-9)) / (1 + permutations))
+    count = int(np.searchsorted(draws, observed + 1e-9, side="right"))
+    return float((1 + count) / (1 + permutations))
+
+
+def permutations_for(pairs: int) -> int:
+    """The permutations a test of a family of ``pairs`` claims runs: enough that p can fall CLAIM_MARGIN
+    times below CLAIM_ALPHA / pairs, at least PERMUTATIONS, at most MAX_PERMUTATIONS."""
+    return int(min(MAX_PERMUTATIONS, max(PERMUTATIONS, math.ceil(CLAIM_MARGIN * pairs / CLAIM_ALPHA))))
+
+
+def claim_p(x, y, pairs: int) -> float:
+    """permutation_p of X against Y for a family of ``pairs`` claims: at PERMUTATIONS, then again at
+    permutations_for(pairs) where that count is larger and the first p is within Monte Carlo reach of
+    CLAIM_ALPHA / pairs. A p far above the level needs no precision: a sweep of 64 settings x 10 members
+    stays well under a second unless its settings are told apart."""
+    p = permutation_p(x, y)
+    more = permutations_for(pairs)
+    if more > PERMUTATIONS:
+        count = round(p * (1 + PERMUTATIONS)) - 1
+        expected = CLAIM_ALPHA / pairs * PERMUTATIONS  # the count of a p right at the level
+        if count <= expected + 5 * math.sqrt(expected) + 10:  # a true p at the level lies below this but for ~1e-7
+            p = permutation_p(x, y, permutations=more)
+    return p
 
 
 def claim_pairs(k: int) -> int:
@@ -917,17 +966,18 @@ def told_apart(c: dict, pairs: int) -> bool:
     return c.get("perm_p") is not None and c["perm_p"] <= CLAIM_ALPHA / pairs
 
 
-def verdict(ref_name: str, compared: list, ranked: str = "the highest IQM") -> str:
+def verdict(ref_name: str, compared: list, ranked: str = "the highest IQM", settings: Optional[int] = None) -> str:
     """Whether the comparison supports Y (``ref_name``, chosen as ``ranked`` says: ranked_text) over the
     others: compared, [(name, compare_rows of X against Y)]. ``distinguishable from B (p = 0.0001)`` for
     an X told_apart from Y, ``not distinguishable from C (p = 0.31)`` (or ``fewer than 5 members``)
     for the rest, the test and its correction (CLAIM_METHOD) said after it. The family is every pair
-    of the settings compared (Y among them). An interval above 0.5 (X wins most pairs, though Y has
-    the higher IQM) is said too."""
+    of the ``settings`` with an IQM (Y among them, compared or not: best_row could have picked Y from
+    any of them); None: Y and the settings measured against it. An interval above 0.5 (X wins most
+    pairs, though Y has the higher IQM) is said too."""
     measured = [(n, c) for n, c in compared if c["p"] is not None]
     if not measured:
         return f"Y = {ref_name}: {ranked}; no other setting is compared with it (see the notes below)."
-    pairs = claim_pairs(len(measured) + 1)
+    pairs = claim_pairs(settings if settings is not None else len(measured) + 1)
     level = f"0.05/{pairs}"
     apart = [(n, c) for n, c in measured if told_apart(c, pairs)]
     above = [(n, c) for n, c in measured if c["ci"] is not None and c["ci"][0] > 0.5 and not told_apart(c, pairs)]
@@ -952,16 +1002,19 @@ def verdict(ref_name: str, compared: list, ranked: str = "the highest IQM") -> s
             f"{n} (P(X > Y) CI [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}] above 0.5: it wins most pairs)" for n, c in above))
     # every pair tied (returns identical, e.g. all at the env's cap): more seeds give more ties, not an answer
     tied = all(c["ci"] is not None and c["ci"][0] == c["ci"][1] == 0.5 for _, c in measured)
+    most = permutations_for(pairs)
     advice = ("The settings' returns are identical, which more seeds cannot tell apart." if tied else
-              "Run more seeds to tell them apart.")
+              # past MAX_PERMUTATIONS no p reaches the level, whatever the seeds
+              f"No p of {most:,} permutations reaches {level}: compare fewer settings at once." if 1 / (1 + most) > CLAIM_ALPHA / pairs
+              else "Run more seeds to tell them apart.")
     return f"Y = {ref_name}: {ranked}; " + "; ".join(parts) + ". " + advice + how
 
 
-def compare_rows(row: dict, ref: dict) -> dict:
+def compare_rows(row: dict, ref: dict, settings: int = 2) -> dict:
     """{"p", "ci", "few", "perm_p", "why"}: P(row > ref) over the two rows' used returns, its poi_ci,
-    few (either has fewer than FEW_CI_MEMBERS), perm_p (permutation_p that ref scores higher; None
-    with fewer than MIN_CLAIM_MEMBERS on a side) and why there is none ("no members", "another
-    measure"), else None."""
+    few (either has fewer than FEW_CI_MEMBERS), perm_p (claim_p that ref scores higher, for the family
+    of ``settings`` settings; None with fewer than MIN_CLAIM_MEMBERS on a side) and why there is none
+    ("no members", "another measure"), else None."""
     out = {"p": None, "ci": None, "few": False, "perm_p": None, "why": None}
     # an empty row first: a setting all of whose members diverged has no kind of return to differ in
     if not row["returns"] or not ref["returns"]:
@@ -974,7 +1027,7 @@ def compare_rows(row: dict, ref: dict) -> dict:
         x, y = row["returns"], ref["returns"]
         out.update(p=probability_of_improvement(x, y), ci=poi_ci(x, y), few=min(len(x), len(y)) < FEW_CI_MEMBERS)
         if min(len(x), len(y)) >= MIN_CLAIM_MEMBERS:
-            out["perm_p"] = permutation_p(x, y)
+            out["perm_p"] = claim_p(x, y, claim_pairs(settings))
     return out
 
 
@@ -999,11 +1052,12 @@ def comparison_section(rows: list) -> list:
     ref_name = names[b]
     table = ["| setting X | members | P(X > Y) | 95% CI |", "|---|---|---|---|"]
     notes, compared = not_ranked_notes(rows, names, b), []
+    family = sum(_has_iqm(r) for r in rows)  # a setting of another kind of return is not compared, yet could be Y
     for i, r in enumerate(rows):
         if i == b:
             continue
         name = names[i]
-        c = compare_rows(r, ref)
+        c = compare_rows(r, ref, family)
         compared.append((name, c))
         table.append(f"| {name} | {r['n']} vs {ref['n']} | {_poi_cells(c)} |")
         if c["why"]:
@@ -1011,7 +1065,7 @@ def comparison_section(rows: list) -> list:
         if c["few"] and c["ci"] is not None and not any("\u2020" in n for n in notes):
             notes.append(f"- \u2020 either setting has fewer than {FEW_CI_MEMBERS} members: {FEW_MEMBERS_NOTE}.")
     ranked = ranked_text(rows)
-    lines = ["## Comparison", "", verdict(ref_name, compared, ranked), "",
+    lines = ["## Comparison", "", verdict(ref_name, compared, ranked, family), "",
              f"Each setting X against Y = {ref_name} ({ranked}): P(X > Y) is {POI_TEXT}. 95% CIs: {POI_CI_METHOD}; "
              f"none (\u2014) when either has fewer than {MIN_CI_MEMBERS} members.", "", *table]
     return lines + ([""] + notes if notes else [])
@@ -1330,6 +1384,7 @@ def render_populations(run_dirs: list, names: list, docs: list, tables: list, th
              "|---|---|---|---|---|---|---|---|---|---|"]
     notes = not_ranked_notes(tables[0], labels[:len(tables[0])], b)
     compared = []
+    family = sum(_has_iqm(r) for _, r in rows)
     dirs = {name: d for d, name in zip(run_dirs, names)}
     for i, (name, r) in enumerate(rows):
         label = setting_label(r["settings"]) or "(seeds only)"
@@ -1338,7 +1393,7 @@ def render_populations(run_dirs: list, names: list, docs: list, tables: list, th
         elif i == b:
             c = {"p": None, "ref": True}
         else:
-            c = compare_rows(r, tables[0][b])
+            c = compare_rows(r, tables[0][b], family)
             compared.append((labels[i], c))
             if c["why"]:
                 notes.append(f"- {name}: {label}: not compared: {c['why']}.")
@@ -1346,7 +1401,7 @@ def render_populations(run_dirs: list, names: list, docs: list, tables: list, th
         table.append(f"| {name} | {label} | {_row_cells(r)} | {poi} |")
         notes += _row_notes(dirs[name], r, f"{name}: {label}", threshold, episodes)
     if ref_name and compared:
-        lines += ["", verdict(ref_name, compared, ranked_text(tables[0], whose))]
+        lines += ["", verdict(ref_name, compared, ranked_text(tables[0], whose), family)]
     lines += ["", f"95% CIs: {CI_METHOD}; none (\u2014) for fewer than {MIN_CI_MEMBERS} members. {IQM_TEXT}. {compare}", "",
               *table]
     if any(r["few"] and r["mean_ci"] is not None for _, r in rows):

@@ -347,3 +347,19 @@ def test_the_config_section_of_a_trained_population(tmp_path, capsys):
     notes = [line for line in section.splitlines() if line.startswith("- note: ")]
     assert any(names[1] in n and "config.yaml" in n for n in notes), notes
     assert any(names[2] in n and "meta.json" in n for n in notes), notes
+
+
+@pytest.mark.parametrize("episodes", [5, 20, 0, None])
+def test_an_episodes_the_recorded_results_do_not_use_is_noted(tmp_path, capsys, episodes):
+    """Every member has an eval.json of 20 episodes: --episodes 5 is not applied to them, which a note
+    says with the count used; --episodes 20 (the same), 0 and none (each one's own count) need no note."""
+    run = cmp._population(tmp_path / "S", {0.1: [1.0, 2.0], 0.2: [3.0, 4.0]})
+    capsys.readouterr()
+    pr.summarize_settings(run, episodes=episodes, quiet=False)
+    err = capsys.readouterr().err
+    if episodes == 5:
+        assert err == ("proxima: note: --episodes 5 applies only to members without an eval.json of their last step; "
+                       "the others' eval.json results are used as recorded (over 20 episodes: see the line above the "
+                       "table)\n")
+    else:
+        assert err == ""

@@ -162,7 +162,63 @@ def test_populations_measured_differently_are_refused_with_one_line(tmp_path, ca
     code, _, err = run_main(["report", str(a), str(b), "--out", str(tmp_path / "cmp.md"), "--episodes", "0"], capsys)
     line = one_error_line(err, "proxima report")
     assert code == 2 and line.startswith("these populations do not measure the same: ") and want in line, line
+    if what == "evaluation episodes":  # both recorded in eval.json: no --episodes changes them
+        assert line.endswith("their eval.json files hold different counts, which --episodes does not change: report "
+                             "them alone"), line
     assert not (tmp_path / "cmp.md").exists()
+
+
+def _no_evaluation(*args, **kwargs):
+    raise AssertionError("a member was evaluated before the episode counts were compared")
+
+
+def test_episode_counts_are_compared_before_any_member_is_evaluated(tmp_path, capsys, monkeypatch):
+    """B's members have no eval.json and their own --eval-episodes 10: without --episodes the report
+    would evaluate them over 10 against A's recorded 20; refused first, with the --episodes that matches."""
+    import proxima.report
+
+    monkeypatch.setattr(proxima.report, "evaluate_latest", _no_evaluation)
+    a = _population(tmp_path / "A", {None: [1.0, 2.0]})
+    b = _population(tmp_path / "B", {None: [3.0, 4.0]}, episodes=10)
+    for ev in b.glob("*/eval.json"):
+        ev.unlink()
+    code, _, err = run_main(["report", str(a), str(b), "--out", str(tmp_path / "cmp.md")], capsys)
+    line = one_error_line(err, "proxima report")
+    assert code == 2 and "evaluation episodes 20 (A) vs 10 (B)" in line, line
+    assert ("`--episodes 20` evaluates the members without an eval.json over the count the others recorded" in line)
+    # --episodes 0 evaluates no one: the rows differ in their kind of return, which the line names
+    with pytest.raises(ReportError) as e:
+        build_populations_report([a, b], out=tmp_path / "cmp.md", episodes=0)
+    assert ("final return deterministic eval return (A) vs last (stochastic) training return (B)" in str(e.value)
+            and "evaluation episodes" not in str(e.value)), str(e.value)
+    assert not (tmp_path / "cmp.md").exists()
+
+
+def test_recorded_counts_that_differ_are_not_fixed_by_episodes_for_the_others(tmp_path):
+    """A recorded 20, B 10, and one B member without eval.json: an --episodes N for that one cannot
+    make A's and B's recorded counts one, so the line says so rather than suggest an N."""
+    a = _population(tmp_path / "A", {None: [1.0, 2.0]})
+    b = _population(tmp_path / "B", {None: [3.0, 4.0]}, episodes=10)
+    next(b.glob("*/eval.json")).unlink()
+    with pytest.raises(ReportError) as e:
+        build_populations_report([a, b], out=tmp_path / "cmp.md", episodes=None)
+    assert str(e.value).endswith("their eval.json files hold different counts, which --episodes does not change: "
+                                 "report them alone"), str(e.value)
+
+
+def test_a_diverged_members_leftover_eval_json_is_not_counted(tmp_path):
+    """B's m001 diverged (population.json) yet keeps an eval.json of 10 episodes from before: it has no
+    result, so B measures what A does (20 episodes) and the two are compared."""
+    a = _population(tmp_path / "A", {None: [1.0, 2.0]})
+    b = _population(tmp_path / "B", {None: [3.0, 4.0, 5.0]})
+    doc = json.loads((b / "population.json").read_text())
+    gone = doc["member_dirs"][1]
+    gone["diverged"] = {"iteration": 3, "global_step": 1536, "reason": "non-finite loss"}
+    (b / "population.json").write_text(json.dumps(doc))
+    ev = b / gone["dir"] / "eval.json"
+    ev.write_text(json.dumps({**json.loads(ev.read_text()), "episodes": 10}))
+    text = build_populations_report([a, b], out=tmp_path / "cmp.md", episodes=0).read_text()
+    assert "| B | (seeds only) | 2 of 3 (1 diverged) |" in text, text
 
 
 def test_the_docs_say_what_the_comparison_is(tmp_path):

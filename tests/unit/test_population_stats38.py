@@ -92,3 +92,65 @@ def test_ten_thousand_resamples_stay_fast_on_a_large_population():
     t = time.perf_counter()
     pr.member_statistics([str(i) for i in range(256)], list(x))
     assert time.perf_counter() - t < 1.0
+
+
+# ------------------------------------------------------------------ mutation review of the verdict (9b7377d)
+def test_the_permutation_p_value_is_never_zero_at_full_separation():
+    """No relabelling of 20 vs 20 wholly apart reaches the observed rank sum (1 in C(40, 20)): p is the
+    smallest a Monte Carlo test can give, 1/1001 at 1000 permutations, never 0 (a p of 0 would pass any level)."""
+    p = pr.permutation_p(np.arange(20.0), np.arange(20.0) + 100, permutations=1000)
+    assert p == 1 / 1001
+
+
+def test_a_p_value_at_the_corrected_level_is_told_apart_and_one_above_is_not():
+    assert pr.told_apart({"perm_p": 0.05 / 6}, 6)
+    assert not pr.told_apart({"perm_p": 0.05 / 6 + 1e-12}, 6)
+    assert not pr.told_apart({"perm_p": None}, 6)
+
+
+def test_a_metrics_row_cut_short_by_a_kill_is_skipped_for_the_return_before_it(tmp_path):
+    d = tmp_path / "m000-seed1"
+    d.mkdir()
+    (d / "metrics.csv").write_text("global_step,charts/episodic_return\n256,25.4\n512\n")
+    assert pr.member_final_return(d, episodes=0) == (25.4, "last training return")
+
+
+def test_a_setting_with_a_member_without_result_is_not_said_to_have_all_diverged():
+    ref = _rows([[1.0, 2.0]])[0]
+    row = {"returns": [], "kind": "training", "members": 3, "diverged": {"a": "x", "b": "x"}}
+    assert pr.compare_rows(row, ref)["why"] == "no member with a final return"
+
+
+def _verdict_line(rows: list) -> str:
+    return next(line for line in pr.comparison_section(rows) if line.startswith("Y = "))
+
+
+def test_a_sweep_of_thirty_settings_can_tell_the_best_apart():
+    """At K = 30 each test is at 0.05/870 = 5.7e-5, below 1/10001, the smallest p of 10,000 permutations:
+    the count grows with the family, so 10 vs 10 wholly apart (exact p 1/184756) is told apart."""
+    rows = _rows([np.arange(10.0) + 100 * k for k in range(30)])
+    line = _verdict_line(rows)
+    assert line.startswith("Y = lr=29: the highest IQM, and distinguishable from every other setting compared"), line
+    assert "each at most 0.05/870" in line
+    assert "Run more seeds" not in line
+
+
+def test_a_setting_of_another_kind_of_return_counts_in_the_family():
+    """best_row picks Y among every setting with an IQM, compared with Y or not: 3 settings, 0.05/6."""
+    rows = _rows([np.arange(10.0), np.arange(10.0) + 100, np.arange(10.0) + 50])
+    rows[2]["kind"] = "training"  # not compared with Y (another measure), yet in the family Y was picked from
+    line = _verdict_line(rows)
+    assert "each at most 0.05/6)" in line, line
+
+
+def test_the_claim_tests_of_a_large_sweep_stay_fast():
+    """64 settings x 10 members with ties (each comparison its own multiset of ranks): only a p within
+    reach of 0.05/4032 is drawn again over 1.6 million permutations (~1 s each); ~0.6 s in all here."""
+    import time
+
+    rng = np.random.default_rng(3)
+    data = [np.round(rng.normal(size=10), 1) for _ in range(64)]
+    t = time.perf_counter()
+    ps = [pr.claim_p(x, data[0], pr.claim_pairs(64)) for x in data[1:]]
+    assert time.perf_counter() - t < 2.0
+    assert min(ps) > 0.05 / 4032  # no difference to find: none is told apart
