@@ -1578,7 +1578,8 @@ def _note_built_env(cfg: PPOConfig) -> None:
         # with them unless told, where every shipped continuous preset differs
         print(f"proxima: note: env '{cfg.env_id}' has Box actions and no preset, so it trains with PPOConfig's defaults, "
               "tuned for discrete classic control (ent_coef 0.01, no normalization); continuous-control presets use "
-              "--ent-coef 0 --norm-obs --norm-reward (`proxima presets Pendulum-v1 default` shows one)", file=sys.stderr)
+              "--ent-coef 0 --norm-obs --norm-reward (`proxima presets Pendulum-v1 default` shows one), except "
+              "LunarLanderContinuous-v3's, which keeps ent_coef 0.01", file=sys.stderr)
     if preset is None or not cfg.env_kwargs or not isinstance(built["action_space"], gym.spaces.Box):
         return
     tuned_on = preset.rpartition("/")[0]

@@ -425,7 +425,10 @@ def check_action_space(space: gym.spaces.Space, env_id: str = "env", env: Option
             raise EnvError(f"env '{env_id}': Box action space needs finite bounds, got {space} from "
                            f"gymnasium.wrappers.ClipAction (the env's own is {clipped}); drop gymnasium.wrappers.ClipAction: "
                            "Proxima clips Box actions to the env's bounds")
-        raise EnvError(f"env '{env_id}': Box action space needs finite bounds, got {space}")
+        shown = str(space).replace("\n", "")  # numpy prints a 2-D bound over several lines
+        raise EnvError(f"env '{env_id}': Box action space needs finite bounds, got {shown}; declare the bounds the env "
+                       "clips its actions to, or build it in a module:function factory that sets env.action_space = "
+                       "gymnasium.spaces.Box(low, high) (Proxima clips the actions to them)")
     if isinstance(space, (gym.spaces.MultiDiscrete, gym.spaces.Box)) and int(np.prod(space.shape)) == 0:
         raise EnvError(f"env '{env_id}': action space {space} is empty (shape {space.shape}); declare one action value "
                        "or more")
@@ -578,8 +581,9 @@ def action_scale_note(space: gym.spaces.Space) -> Optional[str]:
     early actions clip to that bound; where a range is much wider than 1 (> ACTION_WIDTH_MAX) or
     much narrower (< ACTION_WIDTH_MIN) the samples cover a sliver of it or clip most of the time.
     An integer (or bool) Box with 0 on a bound gets no note for it: its samples are rounded to a few
-    values anyway, 0 among them, so the clipped ones are merely more 0s. One sentence naming the
-    first such entry, with the fix: Gymnasium's RescaleAction wrapper."""
+    values anyway, 0 among them, so the clipped ones are merely more 0s. One sentence naming every
+    such entry (ACTION_NOTE_ENTRIES of each kind, then how many more), worst kind first, with the fix:
+    Gymnasium's RescaleAction wrapper."""
     if not isinstance(space, gym.spaces.Box) or space.shape is None:
         return None
     low = np.broadcast_to(np.asarray(space.low, dtype=np.float64), space.shape).reshape(-1)
@@ -587,27 +591,46 @@ def action_scale_note(space: gym.spaces.Space) -> Optional[str]:
     if low.size == 0 or not (np.isfinite(low).all() and np.isfinite(high).all()):
         return None  # infinite bounds are refused elsewhere (check_spaces)
     width = high - low
-    no_zero, wide, narrow = (low > 0) | (high < 0), width > ACTION_WIDTH_MAX, width < ACTION_WIDTH_MIN
-    on_bound = ((low == 0) | (high == 0)) & (np.dtype(space.dtype).kind == "f")
-    off = no_zero | wide | narrow | on_bound
-    if not off.any():
+    no_zero = (low > 0) | (high < 0)
+    wide = (width > ACTION_WIDTH_MAX) & ~no_zero
+    narrow = (width < ACTION_WIDTH_MIN) & ~no_zero
+    on_bound = ((low == 0) | (high == 0)) & (np.dtype(space.dtype).kind == "f") & ~(no_zero | wide | narrow)
+    # one kind per entry, the worst first: a range without 0 clips every early action, not half of them
+    kinds = [(no_zero, "0 lies outside {its} {ranges}, so the early actions all clip to one bound and the policy may "
+                       "never learn"),
+             (wide, "{its} {ranges} {are} far wider than the policy's samples (std 1 around 0), which reach only a "
+                    "sliver of {it}"),
+             (narrow, "{its} {ranges} {are} far narrower than the policy's samples (std 1 around 0), which mostly clip "
+                      "to a bound"),
+             (on_bound, "{its} {ranges} {have} 0 as a bound, and the policy's early actions are centred on 0, so half "
+                        "of them clip to that bound")]
+    whys = [_action_entries_why(template, np.flatnonzero(mask), low, high) for mask, template in kinds if mask.any()]
+    if not whys:
         return None
-    i = int(np.flatnonzero(off)[0])
-    entry = f" entry {i}" if low.size > 1 else ""
-    lo, hi = f"{low[i]:g}", f"{high[i]:g}"
-    if no_zero[i]:
-        which = f" ({entry.strip()})" if entry else ""
-        why = f"0 lies outside its range [{lo}, {hi}]{which}, so the early actions all clip to one bound and the policy may never learn"
-    elif wide[i]:
-        why = f"its range{entry} [{lo}, {hi}] is far wider than the policy's samples (std 1 around 0), which reach only a sliver of it"
-    elif narrow[i]:
-        why = f"its range{entry} [{lo}, {hi}] is far narrower than the policy's samples (std 1 around 0), which mostly clip to a bound"
-    else:
-        why = (f"its range{entry} [{lo}, {hi}] has 0 as a bound, and the policy's early actions are centred on 0, so half of "
-               f"them clip to that bound")
     if np.issubdtype(space.dtype, np.integer):  # RescaleAction of an integer Box keeps its dtype: only -1, 0, 1 remain
         fix = ("declare a float Box(-1, 1) and map it to the integers in the env, or use Discrete/MultiDiscrete if the "
                "values are choices")
     else:
         fix = "wrap the env in gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)"
-    return f"action_space {space}: {why}; Proxima clips Box actions to the bounds but does not rescale them: {fix}"
+    shown = str(space).replace("\n", "")  # numpy prints a 2-D bound over several lines: a note is one
+    return f"action_space {shown}: {'; '.join(whys)}; Proxima clips Box actions to the bounds but does not rescale them: {fix}"
+
+
+#: how many entries of one kind action_scale_note names before "and N more": a (17,) Box stays one readable line
+ACTION_NOTE_ENTRIES = 3
+
+
+def _action_entries_why(template: str, idx: np.ndarray, low: np.ndarray, high: np.ndarray) -> str:
+    """``template`` (action_scale_note's) filled in for the flat entries ``idx`` of a Box of ``low.size``."""
+    span = lambda i: f"[{low[i]:g}, {high[i]:g}]"  # noqa: E731
+    one = dict(its="its", are="is", have="has", it="it")
+    if low.size == 1:
+        return template.format(ranges=f"range {span(0)}", **one)
+    if len(idx) == low.size and len({span(i) for i in idx}) == 1:  # a uniform Box: one range says it
+        return template.format(ranges=f"range {span(idx[0])} (all {low.size} entries)", **one)
+    if len(idx) == 1:
+        return template.format(ranges=f"range entry {idx[0]} {span(idx[0])}", **one)
+    named = [f"{i} {span(i)}" for i in idx[:ACTION_NOTE_ENTRIES]]
+    listed = (f"{', '.join(named)} and {len(idx) - len(named)} more" if len(idx) > len(named)
+              else f"{', '.join(named[:-1])} and {named[-1]}")
+    return template.format(its="the", ranges=f"ranges of entries {listed}", are="are", have="have", it="them")

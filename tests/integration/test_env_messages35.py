@@ -129,8 +129,8 @@ def test_a_constructor_exception_names_its_file_and_line(envs35, capsys):
 
 
 # --- 3. a float Box action range with 0 on a bound gets the RescaleAction note -----------------------------------------
-ON_BOUND = ("action_space Box({lo}, {hi}, (2,), float32): its range entry 0 [{lo:g}, {hi:g}] has 0 as a bound, and the "
-            "policy's early actions are centred on 0, so half of them clip to that bound; Proxima clips Box actions to "
+ON_BOUND = ("action_space Box({lo}, {hi}, (2,), float32): its range [{lo:g}, {hi:g}] (all 2 entries) has 0 as a bound, "
+            "and the policy's early actions are centred on 0, so half of them clip to that bound; Proxima clips Box actions to "
             "the bounds but does not rescale them: wrap the env in gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)")
 
 

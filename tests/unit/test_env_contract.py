@@ -141,17 +141,17 @@ def test_an_action_at_the_top_of_a_wide_int32_box_reaches_the_env_as_its_top():
      "policy's samples (std 1 around 0), which reach only a sliver of it; Proxima clips Box actions to the bounds but does "
      "not rescale them: wrap the env in gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)"),
     (spaces.Box(-0.001, 0.001, (3,), np.float64),
-     "action_space Box(-0.001, 0.001, (3,), float64): its range entry 0 [-0.001, 0.001] is far narrower than the policy's "
+     "action_space Box(-0.001, 0.001, (3,), float64): its range [-0.001, 0.001] (all 3 entries) is far narrower than the policy's "
      "samples (std 1 around 0), which mostly clip to a bound; Proxima clips Box actions to the bounds but does not rescale "
      "them: wrap the env in gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)"),
     (spaces.Box(0, 1000, (2,), np.int32),  # RescaleAction keeps an int dtype: it would leave only -1, 0, 1
-     "action_space Box(0, 1000, (2,), int32): its range entry 0 [0, 1000] is far wider than the policy's samples (std 1 "
+     "action_space Box(0, 1000, (2,), int32): its range [0, 1000] (all 2 entries) is far wider than the policy's samples (std 1 "
      "around 0), which reach only a sliver of it; Proxima clips Box actions to the bounds but does not rescale them: declare "
      "a float Box(-1, 1) and map it to the integers in the env, or use Discrete/MultiDiscrete if the values are choices"),
     (spaces.Box(-1.0, 1.0, (6,), np.float32), None),
     (spaces.Box(-2.0, 2.0, (1,), np.float32), None),  # Pendulum
     (spaces.Box(0.0, 1.0, (2,), np.float32),  # 0 on a bound: the policy's early actions, centred on 0, clip half the time
-     "action_space Box(0.0, 1.0, (2,), float32): its range entry 0 [0, 1] has 0 as a bound, and the policy's early actions "
+     "action_space Box(0.0, 1.0, (2,), float32): its range [0, 1] (all 2 entries) has 0 as a bound, and the policy's early actions "
      "are centred on 0, so half of them clip to that bound; Proxima clips Box actions to the bounds but does not rescale "
      "them: wrap the env in gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)"),
     (spaces.Box(0, 5, (2,), np.int64), None),  # an integer Box rounds its samples: those clipped to 0 are more 0s

@@ -166,7 +166,9 @@ def test_a_box_action_bound_infinite_on_one_side_is_refused(low, high):
 
 def test_check_env_fails_a_half_open_box_action_space(envs):
     actual = checks(check_env("rev33_envs:HalfOpenAction", steps=0)).get("spaces supported")
-    assert actual == "Box action space needs finite bounds, got Box(0.0, [ 1. inf], (2,), float32)"
+    assert actual == ("Box action space needs finite bounds, got Box(0.0, [ 1. inf], (2,), float32); declare the bounds "
+                      "the env clips its actions to, or build it in a module:function factory that sets env.action_space "
+                      "= gymnasium.spaces.Box(low, high) (Proxima clips the actions to them)")
 
 
 def test_a_tuple_action_space_is_refused_in_one_line(envs):
