@@ -773,17 +773,25 @@ class LineProgress:
         self._shown, self._due = self.n, now + self.interval
 
 
+#: metrics.csv columns whose values are float32 by construction (the optimizer's lr tensor, the losses
+#: computed and averaged in float32): csv_cell writes them short. Every other float is a float64
+#: computation (time, SPS, an episodic mean) that merely may equal a float32 value (123456792.0), whose
+#: float32 text (1.2345679e+08) would read back as another number
+FLOAT32_COLUMNS = ("charts/learning_rate", "losses/")
+
+
 def csv_cell(name: str, value):
-    """A metrics.csv cell: "" for NaN (not measured); a float that is a float32 value (the learning
-    rate, the losses: computed in float32) in the shortest text that reads back as that float32
-    (0.00025, not 0.0002500000118743628), so an exact filter on the column matches what was set.
-    eval/* keep every digit: a resume matches eval/mean_return exactly against best.pt's best_eval
+    """A metrics.csv cell: "" for NaN (not measured). A float of a FLOAT32_COLUMNS column in the
+    shortest text that reads back as the same float32 (0.00025, not 0.0002500000118743628): a rate set
+    with up to 6 significant digits reads back (float()) as exactly the number set, though its text may
+    differ from the config's (1e-05 for 0.00001). Every other float keeps every digit: a float64 reads
+    back exactly, and a resume matches eval/mean_return exactly against best.pt's best_eval
     (train_state._scored_best)."""
     if type(value) is not float:
         return value
     if math.isnan(value):
         return ""
-    if name.startswith("eval/") or not math.isfinite(value):
+    if not name.startswith(FLOAT32_COLUMNS) or not math.isfinite(value):
         return value
     try:
         single = struct.unpack("f", struct.pack("f", value))[0]

@@ -151,3 +151,61 @@ def test_a_final_value_from_an_earlier_row_names_its_step(tmp_path):
     d = _run(tmp_path, [-1200.0, -1050.89, "", ""], [0, 4, 0, 0])
     text = build_report([d], out=tmp_path / "r.md", episodes=0).read_text()
     assert _cell(text, "final charts/episodic_return") == "-1050.89 at step 1,024 (4 episodes)"
+
+
+def _run_of(tmp_path, columns):
+    """A run directory whose metrics.csv has one row per value of ``columns``' equal-length lists."""
+    d = tmp_path / "R"
+    d.mkdir()
+    (d / "config.yaml").write_text("env_id: Fake-v0\nseed: 1\nnum_envs: 4\nnum_steps: 128\ntotal_timesteps: 2048\n")
+    n = len(next(iter(columns.values())))
+    with open(d / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        w.writeheader()
+        for i in range(n):
+            w.writerow({"iteration": i + 1, "global_step": 512 * (i + 1), "time": 0.1 * (i + 1),
+                        **{k: v[i] for k, v in columns.items()}})
+    return d
+
+
+def test_a_loss_in_the_report_names_no_episodes(tmp_path):
+    # a loss is over the iteration's minibatches, not its episodes: "(4 episodes)" beside it would mislead
+    d = _run_of(tmp_path, {"episodes": [4, 4, 4], "charts/episodic_return": [1.0, 2.0, 3.0],
+                           "losses/value_loss": [0.5, 2.0, 1.0]})
+    text = build_report([d], out=tmp_path / "r.md", episodes=0, metric="losses/value_loss").read_text()
+    assert _cell(text, "max losses/value_loss") == "2.00 at step 1,024"
+    assert _cell(text, "min losses/value_loss") == "0.50 at step 512"
+    assert _cell(text, "final losses/value_loss") == "1.00"
+
+
+def test_a_best_row_with_a_blank_episodes_cell_names_no_count(tmp_path):
+    d = _run_of(tmp_path, {"episodes": [3, "", 2], "charts/episodic_return": [20.0, 213.0, 150.0]})
+    text = build_report([d], out=tmp_path / "r.md", episodes=0).read_text()
+    assert _cell(text, "best charts/episodic_return") == "213.00 at step 1,024"
+    assert _cell(text, "final charts/episodic_return") == "150.00 (2 episodes)"
+
+
+def test_the_min_and_max_rows_each_name_their_own_episodes(tmp_path):
+    d = _run_of(tmp_path, {"episodes": [1, 7, 3], "charts/episodic_length": [10.0, 50.0, 30.0]})
+    text = build_report([d], out=tmp_path / "r.md", episodes=0, metric="charts/episodic_length").read_text()
+    assert _cell(text, "min charts/episodic_length") == "10.00 at step 512 (1 episode)"
+    assert _cell(text, "max charts/episodic_length") == "50.00 at step 1,024 (7 episodes)"
+
+
+# ------------------------------------------------------------------------------------ 3b: csv_cell
+def test_a_nan_cell_is_blank():
+    from proxima.logger import csv_cell
+
+    assert csv_cell("charts/episodic_return", math.nan) == "" and csv_cell("losses/value_loss", math.nan) == ""
+
+
+def test_a_float64_that_happens_to_be_a_float32_value_keeps_every_digit(tmp_path):
+    # 123456792.0 is exactly a float32; written as one (1.2345679e+08) it would read back as 123456790.0
+    logger = RunLogger(tmp_path, total_steps=64, progress=False)
+    logger.log(1, 64, {"time": 2097152.25, "episodes": 1, "charts/episodic_return": 123456792.0,
+                       "charts/learning_rate": LR})
+    logger.close()
+    (row,) = _rows(tmp_path)
+    assert float(row["charts/episodic_return"]) == 123456792.0
+    assert float(row["time"]) == 2097152.25  # as float32 text (2.0971522e+06) a quarter second off
+    assert row["charts/learning_rate"] == "0.00025"  # the float32 rate stays short

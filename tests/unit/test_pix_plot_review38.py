@@ -194,3 +194,31 @@ def test_plot_of_two_populations_shares_their_y_scale(tmp_path_factory):
     values = np.concatenate([c.y for _, _, cs in panels for c in cs])
     assert a.get_ylim()[0] <= values.min() and a.get_ylim()[1] >= values.max()
     assert a.get_lines()[0].get_color() != b.get_lines()[0].get_color()
+
+
+class _GpuTensor:
+    """A stand-in for a CUDA tensor render(): shape and dtype as an array's, but numpy cannot read it."""
+    shape, dtype = (4, 4, 3), np.dtype(np.float32)
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor")
+
+
+def test_a_frame_numpy_cannot_read_is_named_not_a_traceback():
+    from proxima.video import VideoError, check_frame
+
+    with pytest.raises(VideoError) as e:
+        check_frame(_GpuTensor())
+    assert str(e.value).startswith("frames of type _GpuTensor that numpy cannot read (can't convert cuda:0 device type")
+
+
+@pytest.mark.parametrize("frame, returned", [
+    (3, "an int"), (3.0, "a float"),
+    (np.int64(3), "an int64"),  # a numpy scalar has a shape and dtype, yet is no array: "shape ()" would hide it
+])
+def test_a_scalar_render_is_named_by_its_type_and_article(frame, returned):
+    from proxima.video import VideoError, check_frame
+
+    with pytest.raises(VideoError) as e:
+        check_frame(frame)
+    assert str(e.value).startswith(f"no frames: render() returned {returned}, not an (H, W, 3) uint8 array"), str(e.value)
