@@ -725,6 +725,12 @@ class NewerSchemaError(CheckpointError):
     not readable here. Never set aside as damaged, nor answered with a start over: upgrading reads it."""
 
 
+class EnvMismatchError(CheckpointError):
+    """A sound checkpoint refused for the env it was given (another action start, bounds, dtype or
+    spaces than its run trained on): the env given differs, not the file, so an older checkpoint of
+    the same run is refused alike and a restore or start over would answer the wrong problem."""
+
+
 class LinkOutOfRunError(CheckpointError):
     """A checkpoint in a run's checkpoints/ that is a symbolic link leading out of the run: refused,
     never set aside as damaged (its target is another run's file, not this run's)."""
@@ -1401,12 +1407,12 @@ class Policy:
             differs = action_difference_line(self.path or "policy", self.env_id, env_act, self.action_space,
                                              "evaluate it on the env it was trained on, or train a new run on this one")
             if differs:
-                raise CheckpointError(differs)
+                raise EnvMismatchError(differs)
             return
         stacked = old_frame_stack_line(self.path or "policy", self.env_id, self.observation_space, env_obs, "evaluate")
         if stacked:
-            raise CheckpointError(stacked)
-        raise CheckpointError(f"{self.path or 'policy'}: trained on observations {describe_space(self.observation_space)} "
+            raise EnvMismatchError(stacked)
+        raise EnvMismatchError(f"{self.path or 'policy'}: trained on observations {describe_space(self.observation_space)} "
                               f"and actions {describe_space(self.action_space)}; env '{self.env_id}' has "
                               f"{describe_space(env_obs)} and {describe_space(env_act)}")
 
@@ -1974,7 +1980,7 @@ def _check_named_env_actions(policy: Policy) -> None:
     line = action_difference_line(policy.path or "policy", policy.env_id, env_act, policy.action_space,
                                   "load it with the env it was trained on, or train a new run on this one")
     if line:
-        raise CheckpointError(line)
+        raise EnvMismatchError(line)
 
 
 def _population_refusal(state: dict) -> str:

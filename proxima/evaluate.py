@@ -36,24 +36,34 @@ def load_run_policy(path, **kwargs):
     one aside)."""
     import shlex
 
-    from .checkpoint import CheckpointError, LinkOutOfRunError, NewerSchemaError, list_checkpoints, load_policy, start_over
+    from .checkpoint import (CheckpointError, EnvMismatchError, LinkOutOfRunError, NewerSchemaError, list_checkpoints,
+                             load_policy, start_over)
 
     try:
         return load_policy(path, **kwargs)
-    except (LinkOutOfRunError, NewerSchemaError):  # a newer Proxima's file is sound: upgrading reads it, no start over
+    # a newer Proxima's file is sound (upgrading reads it), and one refused for the env given is too (the
+    # older ones trained on the same env are refused alike): neither gets a restore or a start over
+    except (LinkOutOfRunError, NewerSchemaError, EnvMismatchError):
         raise
     except CheckpointError as e:
         files = list_checkpoints(path) if Path(path).is_dir() else []
         if not files or not str(e).startswith(f"{files[-1]}: "):  # a file named, none at all, or none stayed to be read
             raise
+        misfit = 0  # older checkpoints that are sound but refused for the env given
         for older in reversed(files[:-1]):
             try:
                 load_policy(older, **kwargs)
+            except EnvMismatchError:
+                misfit += 1
+                continue
             except CheckpointError:
                 continue
             raise CheckpointError(f"{e}; the run's newest sound checkpoint is {older}: evaluate it with proxima eval "
                                   f"{shlex.quote(str(older))} (proxima resume {shlex.quote(str(path))} continues from it "
                                   "and sets the damaged one aside)") from None
+        if misfit:  # the run has sound checkpoints: only the env given keeps them from loading
+            raise CheckpointError(f"{e}; {misfit} of the {len(files) - 1} older checkpoint(s) load but do not fit the env "
+                                  "given: evaluate one with the env the run was trained on (--env, --env-kwargs)") from None
         others = f"; none of the {len(files) - 1} older checkpoint(s) loads either" if len(files) > 1 else ""
         raise CheckpointError(f"{e}{others}; {start_over(path)}") from None
 

@@ -202,6 +202,8 @@ class NativeEnv(BatchedEnv):
             # with member streams on, _uniform draws from these, not self.generator
             for g, offset in zip(self.member_generators or (), self._member_offsets):
                 g.manual_seed(int(seed) + offset)
+        if not self._reset_checked:
+            self._check_obs_space()
         fresh = self._sample_initial_state(self.num_envs)
         if self.state.keys() == fresh.keys() and all(self.state[k].shape == v.shape for k, v in fresh.items()):
             for key, value in fresh.items():
@@ -264,6 +266,19 @@ class NativeEnv(BatchedEnv):
             raise EnvError(f"{self._name()}: max_episode_steps = {limit!r}; set it to the time limit in steps, an integer "
                            "of 1 or more (0 or None: no time limit)")
 
+    def _check_obs_space(self) -> None:
+        """EnvError unless the observation space is a Box. _observe() returns one packed tensor, and
+        the order it packs a Dict's keys in is the env's own, while Gymnasium's Dict sorts its keys
+        and Policy.act packs a dict in that order: a deployed policy would read its features
+        swapped, with no error anywhere. A Box of any dtype is read as float32 (a uint8 image as
+        pixels), as _check_obs demands of _observe()."""
+        space = getattr(self, "single_observation_space", None)
+        if isinstance(space, gym.spaces.Box):
+            return
+        raise EnvError(f"{self._name()}: observation space {space} is not a Box: a native env's observations are one "
+                       "(N, ...) tensor; declare a flat float32 Box and pack the features into it in _observe(), or write "
+                       "a gymnasium.Env (the Gymnasium backend) for Dict observations (docs/native_envs.md)")
+
     def _check_tensor(self, x, what: str, dtypes: tuple, shape: tuple, fix: str) -> None:
         if not isinstance(x, torch.Tensor):
             raise EnvError(f"{self._name()}: {what}: a {type(x).__name__}, expected a torch.Tensor; {fix}")
@@ -278,9 +293,15 @@ class NativeEnv(BatchedEnv):
 
     def _check_obs(self, obs, hook: str) -> None:
         dtype = self.obs_dtype
-        fix = ("return float32 observations (.float())" if dtype == torch.float32
-               else "return uint8 pixels, as the image observation space declares")
-        self._check_tensor(obs, f"the observations of {hook}", (dtype,), (self.num_envs, *self.obs_shape), fix)
+        what = f"the observations of {hook}"
+        if not isinstance(obs, torch.Tensor):  # a dict of features: ".float()" would not help
+            raise EnvError(f"{self._name()}: {what}: a {type(obs).__name__}, expected a torch.Tensor; a native env's "
+                           f"observations are one (num_envs, {', '.join(map(str, self.obs_shape))}) tensor: pack the "
+                           "features into it (torch.cat) as the flat Box it declares (docs/native_envs.md)")
+        # a non-image Box of any dtype (float64, int) is read as float32: say so, as the dtype check demands it
+        fix = ("return float32 observations (.float()): a native env's are float32 whatever its Box's dtype"
+               if dtype == torch.float32 else "return uint8 pixels, as the image observation space declares")
+        self._check_tensor(obs, what, (dtype,), (self.num_envs, *self.obs_shape), fix)
 
     def _check_alias(self, final_obs: torch.Tensor, obs: torch.Tensor) -> None:
         # an _observe() that returns a state buffer (or a view of one) makes final_obs the memory the

@@ -318,6 +318,7 @@ def build_user_native(cls: type, env_id: str, num_envs: int, device, seed: Optio
                            f"set it in __init__ (a gymnasium.spaces Space of one env)")
     check_spaces(env_id, env.single_observation_space, env.single_action_space)
     env.env_id = env_id
+    env._check_obs_space()  # a Dict observation refused as the env is built, before anything reads its spaces
     return env
 
 

@@ -33,11 +33,24 @@ def all_presets() -> dict:
     """env id -> preset name -> {"description": str, "config": dict, "file": str}."""
     out: dict = {}
     for path in sorted(_DIR.glob("*.yaml")):
-        data = yaml.safe_load(path.read_text()) or {}
+        data = _read(path)
         for env_id, presets in data.items():
             for name, body in presets.items():
                 out.setdefault(env_id, {})[name] = {"description": body.get("description", ""), "config": body.get("config", {}) or {}, "file": path.name}
     return out
+
+
+def _read(path: Path) -> dict:
+    """The YAML of preset file ``path``, or ConfigError naming it and the line: every train reads all
+    the presets (to find its env's), so a raw yaml traceback stopped runs of envs with no preset."""
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        why = " ".join(str(getattr(e, "problem", None) or e).split())
+        raise ConfigError(f"preset file {path}: not valid YAML{where} ({why}); fix that line or restore the file "
+                          "(every proxima train reads it)") from None
 
 
 #: the entry of atari.yaml for every Atari game without one of its own (CleanRL's settings are one set for all games)
