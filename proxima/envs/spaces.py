@@ -416,7 +416,7 @@ def check_action_space(space: gym.spaces.Space, env_id: str = "env", env: Option
         twin = f"[2] * {space.shape[0]}" if len(space.shape) == 1 else f"np.full({tuple(space.shape)}, 2)"
         raise EnvError(f"env '{env_id}': not supported: action space {space}; declare MultiDiscrete({twin}) instead, which "
                        "takes the same 0/1 actions: in the env, or in a gymnasium.ActionWrapper whose action_space it is and "
-                       "whose action(a) returns a")
+                       "whose action(a) returns `a` unchanged")
     if not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.Box)):
         raise EnvError(f"env '{env_id}': not supported yet: action space {space} (Discrete, MultiDiscrete, Box)")
     if isinstance(space, gym.spaces.Box) and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
@@ -580,8 +580,8 @@ def action_scale_note(space: gym.spaces.Space) -> Optional[str]:
     signal to move towards the range; where 0 is a bound of a float Box (Box(0, 1)), half of the
     early actions clip to that bound; where a range is much wider than 1 (> ACTION_WIDTH_MAX) or
     much narrower (< ACTION_WIDTH_MIN) the samples cover a sliver of it or clip most of the time.
-    An integer (or bool) Box with 0 on a bound gets no note for it: its samples are rounded to a few
-    values anyway, 0 among them, so the clipped ones are merely more 0s. One sentence naming every
+    An integer Box with 0 on a bound gets the note too (Box(0, 4): the clipped half and the rounding
+    make ~69% of the early actions 0); a bool Box, a switch, does not. One sentence naming every
     such entry (ACTION_NOTE_ENTRIES of each kind, then how many more), worst kind first, with the fix:
     Gymnasium's RescaleAction wrapper."""
     if not isinstance(space, gym.spaces.Box) or space.shape is None:
@@ -594,7 +594,9 @@ def action_scale_note(space: gym.spaces.Space) -> Optional[str]:
     no_zero = (low > 0) | (high < 0)
     wide = (width > ACTION_WIDTH_MAX) & ~no_zero
     narrow = (width < ACTION_WIDTH_MIN) & ~no_zero
-    on_bound = ((low == 0) | (high == 0)) & (np.dtype(space.dtype).kind == "f") & ~(no_zero | wide | narrow)
+    # a bool Box is a switch (0 and 1 are its only values); an integer Box(0, 4) rounds half its early samples
+    # below 0 and a third more (|x| < 0.5) to 0: 69% of the first actions are 0, as a float Box(0, 1)'s half clip
+    on_bound = ((low == 0) | (high == 0)) & (np.dtype(space.dtype).kind in "fiu") & ~(no_zero | wide | narrow)
     # one kind per entry, the worst first: a range without 0 clips every early action, not half of them
     kinds = [(no_zero, "0 lies outside {its} {ranges}, so the early actions all clip to one bound and the policy may "
                        "never learn"),

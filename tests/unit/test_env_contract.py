@@ -154,7 +154,12 @@ def test_an_action_at_the_top_of_a_wide_int32_box_reaches_the_env_as_its_top():
      "action_space Box(0.0, 1.0, (2,), float32): its range [0, 1] (all 2 entries) has 0 as a bound, and the policy's early actions "
      "are centred on 0, so half of them clip to that bound; Proxima clips Box actions to the bounds but does not rescale "
      "them: wrap the env in gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)"),
-    (spaces.Box(0, 5, (2,), np.int64), None),  # an integer Box rounds its samples: those clipped to 0 are more 0s
+    # an integer Box with 0 on a bound: half its early samples clip to 0 and a third more round to it
+    (spaces.Box(0, 5, (2,), np.int64), "action_space Box(0, 5, (2,), int64): its range [0, 5] (all 2 entries) has 0 as "
+     "a bound, and the policy's early actions are centred on 0, so half of them clip to that bound; Proxima clips Box "
+     "actions to the bounds but does not rescale them: declare a float Box(-1, 1) and map it to the integers in the env, "
+     "or use Discrete/MultiDiscrete if the values are choices"),
+    (spaces.Box(0, 1, (2,), np.bool_), None),  # a switch
     (spaces.Box(-0.4, 0.4, (17,), np.float32), None),  # Humanoid
     (spaces.Discrete(3), None),
 ])

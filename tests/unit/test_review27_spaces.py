@@ -173,7 +173,7 @@ def test_flatten_observation_factory_is_taken(envs):
 
 def test_multibinary_action_is_told_its_multidiscrete_twin(envs):
     line = ("not supported: action space MultiBinary(3); declare MultiDiscrete([2] * 3) instead, which takes the same 0/1 "
-            "actions: in the env, or in a gymnasium.ActionWrapper whose action_space it is and whose action(a) returns a")
+            "actions: in the env, or in a gymnasium.ActionWrapper whose action_space it is and whose action(a) returns `a` unchanged")
     violations = check_env("rev27_envs:MB", steps=5)
     assert [(v.check, v.actual) for v in violations] == [("spaces supported", line)]
     assert str(violations[0]).endswith(line)  # not cut at 300 characters: the fix is the end of the line
