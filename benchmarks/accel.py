@@ -19,8 +19,9 @@ compile, last). Every case and mode is checked as train checks it (--threads, --
 device cannot run: ``cudagraphs`` on the CPU) before the first is measured: one error line, exit
 status 2, nothing written. A mode named twice in --modes (or a case in --cases) is measured once. A
 mode that fails while measured (a failed compile) is a cell with its error, not the end of the run;
-when no cell was measured, the table is printed, nothing is written and the exit status is 1. A
-graphed mode whose capture fell back to eager says so in its cell ("graphs fell back: eager"),
+a base that fails in an iteration is its own cell's failure, and the modes after it are timed alone
+(their cells say so); when no cell was measured, the table is printed, nothing is written and the
+exit status is 1. A graphed mode whose capture fell back to eager says so in its cell ("graphs fell back: eager"),
 never passing eager figures off as graph replays, as a compiled mode whose steps dynamo ran eagerly
 does ("compile fell back: eager").
 """
@@ -105,8 +106,17 @@ class Timed:
 
         self.cfg = case_config(env_id, num_envs, overrides, mode, device, iterations, threads)
         self.trainer = Trainer(self.cfg, run_dir=Path("/tmp/proxima-bench-unused"), quiet=True)
-        for _ in range(WARMUP + 1):
-            self.trainer.train_iteration()
+        try:
+            for _ in range(WARMUP + 1):
+                self.trainer.train_iteration()
+        except BaseException:
+            # the caller never gets this object to close: a failed compile's trainer would hold its memory
+            # (a GPU's) through every later mode
+            try:
+                self.trainer.close()
+            except Exception:  # noqa: BLE001 - the warm-up's error is the one to report
+                pass
+            raise
 
     def iteration(self) -> tuple:
         """(env steps/s, cores the process used meanwhile: ``tables.cpu_share``) of one PPO iteration."""
@@ -145,9 +155,20 @@ def error_of(e: Exception) -> dict:
 def alternate(base: Optional[Timed], other: Optional[Timed], rounds: int, base_result: dict, result: dict) -> None:
     """Time ``rounds`` rounds, each one iteration of ``base`` then one of ``other`` (either may be
     None: the other is timed alone), appending to each result's "sps" and "shares" and to
-    ``result``'s "ratios" (other / base within the round: ``tables.round_ratios``)."""
+    ``result``'s "ratios" (other / base within the round: ``tables.round_ratios``). An error of
+    ``other`` is raised (its cell); one of ``base`` becomes ``base_result``'s (in place: the base's
+    cell), and ``other`` is timed alone for the rest of the rounds ("alone" in ``result``), since
+    the error is the base's, not this mode's."""
     for _ in range(rounds):
-        b = base.iteration() if base is not None else None
+        b = None
+        if base is not None and "error" not in base_result:
+            try:
+                b = base.iteration()
+            except Exception as e:  # noqa: BLE001 - the base's cell says it
+                base_result.clear()
+                base_result.update(error_of(e))
+        if "error" in base_result and other is not None:
+            result["alone"] = True
         o = other.iteration() if other is not None else None
         for timed, side in ((b, base_result), (o, result)):
             if timed is not None:
@@ -155,6 +176,14 @@ def alternate(base: Optional[Timed], other: Optional[Timed], rounds: int, base_r
                 side.setdefault("shares", []).append(timed[1])
         if b is not None and o is not None:
             result.setdefault("ratios", []).extend(round_ratios([o[0]], [b[0]]))
+
+
+def close_quietly(timed: Timed) -> None:
+    """Close a mode whose error is already its cell: its trainer's memory is the next mode's."""
+    try:
+        timed.trainer.close()
+    except Exception:  # noqa: BLE001 - the error already recorded is the one to report
+        pass
 
 
 def fell_back(graphs) -> str:
@@ -181,11 +210,16 @@ def cell(result, base) -> str:
     else:
         ratios = result.get("ratios") or []
         ratio = f", {median_range(ratios, digits=2)}x" if ratios else ""
-    text = median_range(sps, fmt=lambda v: f"{v:,.0f}") + ratio
+    text = median_range(sps, fmt=lambda v: f"{v:,.0f}") + ratio + ALONE_NOTE * bool(result.get("alone"))
     fallback = fell_back(result.get("graphs"))
     text = f"**graphs fell back: eager** ({fallback}) {text}" if fallback else text
     compile_eager = result.get("compile_eager")
     return f"**compile fell back: eager** ({', '.join(compile_eager)}) {text}" if compile_eager else text
+
+
+#: a mode's cell and progress line when (some of) its rounds ran without the base, which had failed:
+#: its steps/s then come from rounds no base iteration shared the machine's phase with
+ALONE_NOTE = " (timed alone: the base failed)"
 
 
 def parse_cases(text: str) -> list:
@@ -263,7 +297,8 @@ def main(argv=None) -> int:
         print(f"{label:<42} {m:<13} median {statistics.median(sps):>12,.0f} steps/s  range {min(sps):,.0f}-{max(sps):,.0f}"
               + (f"  per-round ratio {median_range(ratios, digits=2)}x" if ratios else "")
               + (f"  graphs fell back: eager ({fallback})" if fallback else "")
-              + (f"  compile fell back: eager ({', '.join(compile_eager)})" if compile_eager else ""), file=sys.stderr, flush=True)
+              + (f"  compile fell back: eager ({', '.join(compile_eager)})" if compile_eager else "")
+              + ALONE_NOTE * bool(result.get("alone")), file=sys.stderr, flush=True)
 
     def mark_done() -> None:
         nonlocal done
@@ -282,11 +317,9 @@ def main(argv=None) -> int:
             base_result = error_of(e)
         results[base_mode] = base_result
         if not others:
-            try:
-                alternate(base, None, args.repeats, base_result, {})
-            except Exception as e:  # noqa: BLE001
-                results[base_mode] = base_result = error_of(e)
-        for i, m in enumerate(others):
+            alternate(base, None, args.repeats, base_result, {})
+        base_counted = False  # in the partial note's count: once timed, as the modes it alternated with are
+        for m in others:
             result = {}
             other = None
             try:
@@ -296,13 +329,13 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001
                 result = error_of(e)
                 if other is not None:  # its memory (a GPU's graphs) is needed by the next mode
-                    try:
-                        other.trainer.close()
-                    except Exception:  # noqa: BLE001 - the error above is the one to report
-                        pass
+                    close_quietly(other)
             results[m] = result
-            if i == 0:  # the base is measured with the first mode it alternates with
-                progress(label, base_mode, base_result)
+            if base is not None and "error" in base_result:  # failed in an iteration: the later modes run alone
+                close_quietly(base)
+                base = None
+            if not base_counted and base_result.get("sps"):
+                base_counted = True
                 mark_done()
             progress(label, m, result)
             mark_done()
@@ -311,8 +344,9 @@ def main(argv=None) -> int:
                 base_result.update(base.close())
             except Exception as e:  # noqa: BLE001
                 results[base_mode] = error_of(e)
-        if not others:
-            progress(label, base_mode, results[base_mode])
+        # after the case's modes: until the last, a later mode could still time the base or see it fail
+        progress(label, base_mode, results[base_mode])
+        if not base_counted:
             mark_done()
     if not measured():
         print(report(p, args, modes, rows, start), flush=True)

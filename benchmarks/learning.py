@@ -406,6 +406,31 @@ def machine_lines(runs: list) -> list:
     return lines + [f"- training: {how}; one run at a time per learning.py process"]
 
 
+#: the header's exception to "training return is the like-for-like count": the MuJoCo presets differ
+#: from CleanRL's runs in how an episode ends and in the env version (as proxima/presets/mujoco.yaml says)
+LIKE_FOR_LIKE_EXCEPTION = (
+    "except for HalfCheetah-v5, Hopper-v5 and Walker2d-v5: their presets bootstrap time-limit truncations (the "
+    "library default) where CleanRL's ppo_continuous_action treats them as ends (HalfCheetah's episodes end only "
+    "by truncation), and they run v5 envs where CleanRL's returns are v4's, so those rows are not like-for-like "
+    "(`--no-bootstrap-truncation` gives CleanRL's handling; the Atari presets differ the same way).")
+
+
+def code_line() -> str:
+    """The header's line on the code the rows ran on: the commit this file is written at (recorded runs
+    name none of their own, so a row's commit is the file's history), and why a rerun need not repeat
+    a row's number."""
+    from proxima.train_state import git_state
+
+    commit, dirty = git_state()
+    at = (f"commit {commit[:7]}{' with uncommitted changes' if dirty else ''}" if commit
+          else "a copy that is not a git checkout (no commit known)")
+    return (f"- code: each row is from the Proxima of its runs; this file was written by learning.py at {at} on "
+            f"{datetime.now():%Y-%m-%d}, and rows of earlier runs ran on earlier commits (this file's git history "
+            "names them). Later changes to proxima/ move individual seeds' numbers (runs are bit-identical only "
+            "within one version, docs/reliability.md), so a row's command rerun today need not give its number: "
+            "the pass counts are the claim")
+
+
 def run_dates(runs: list) -> str:
     """The header's date line: when the first and the last recorded run finished (each run's
     "finished"), and how many runs were recorded without one."""
@@ -438,7 +463,7 @@ def write_markdown(path: Path, runs: list, invocations: list) -> None:
         "finished episodes (their metrics.csv are gone, so it cannot be recomputed). `pass (training return)` "
         "counts the seeds whose training return is at or above the target: it is the like-for-like count, since "
         "the references and targets are training returns of this kind (CleanRL, ppo2: mean of the last 100 "
-        "episodes; a `10 it.` value only approximates that). `pass (det. eval)` counts seeds whose "
+        "episodes; a `10 it.` value only approximates that), " + LIKE_FOR_LIKE_EXCEPTION + " `pass (det. eval)` counts seeds whose "
         "deterministic evaluation reaches the target; it can pass where the sampling policy does not "
         "(LunarLander's hovers until the time-out), so it is not comparable with the references. A seed "
         "marked `other config` ran a config that differs from today's preset in the fields named "
@@ -447,6 +472,7 @@ def write_markdown(path: Path, runs: list, invocations: list) -> None:
         "training loop alone.",
         "",
         *machine_lines(runs),
+        code_line(),
         f"- load average (1 min) during the runs: {min(loads):.1f} to {max(loads):.1f}" if loads else "- load average: -",
         run_dates(runs),
         *(["- the machine was shared with other jobs (2 cores, load often above 4): wall times are inflated and only "

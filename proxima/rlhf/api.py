@@ -301,7 +301,9 @@ def _resume(path: Path, steps: Optional[int], trust_run: bool, quiet: bool) -> i
                 print(f"{path}: already at step {trainer.step} of {cfg.steps}; nothing to do")
         except BaseException as e:
             outside.held += 1  # a stop meanwhile is recorded: config.yaml is put back whole
-            if recorded is not None and trainer.step == start:  # stopped or failed before a step: --steps as it was
+            # no step of this resume finished (a step that diverged has counted itself already, so trainer.step
+            # says nothing): --steps as it was
+            if recorded is not None and trainer.finished_step <= start:
                 with contextlib.suppress(StorageError):
                     rundir.write_config_text(path, recorded)
             outside.__exit__()

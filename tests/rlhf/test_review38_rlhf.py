@@ -153,3 +153,99 @@ def test_samples_jsonl_scores_are_the_shortest_float32_repr(tiny_cfg, tmp_path):
     assert resume(run_dir, steps=2, trust_run=True) == 0  # a resume reads the file back
     rows = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert {r["step"] for r in rows} == {1, 2} and {r["score"] for r in rows} == {-1.3}
+
+
+# 5 (mutation review): the divergence line's parts, the generation_config eos ids, a resume that diverges
+
+def _stub_trainer(scores):
+    import types
+
+    import torch
+
+    return types.SimpleNamespace(_last_scores=torch.tensor(scores), dist=types.SimpleNamespace(enabled=False),
+                                 device=torch.device("cpu"))
+
+
+def test_score_peak_is_the_largest_score_in_size_a_huge_negative_one_included():
+    from proxima.rlhf import loop as rlhf_loop
+
+    stub = _stub_trainer([-1e30, 2.0])
+    assert RLHFTrainer.score_peak(stub) == pytest.approx(1e30, rel=1e-6)
+    hint = rlhf_loop._divergence_hint(type("T", (), {"score_peak": lambda self: RLHFTrainer.score_peak(stub)})())
+    assert hint.startswith("the scores reach 1e+30 in size (objective/scores): scale the reward down"), hint
+
+
+@pytest.mark.parametrize("peak, scale", [(1e3, True), (999.0, False)])
+def test_the_reward_scale_hint_starts_at_a_score_of_1000(peak, scale):
+    from proxima.rlhf import loop as rlhf_loop
+
+    hint = rlhf_loop._divergence_hint(type("T", (), {"score_peak": lambda self: peak})())
+    if scale:
+        assert hint.startswith("the scores reach 1e+03 in size (objective/scores): scale the reward down"), hint
+    else:
+        assert hint == "try a lower --lr or --max-grad-norm"
+
+
+def _tokenizer_without_eos(folder):
+    tok = word_tokenizer(pad=False, extra_specials=["<eot>", "<end>"])
+    tok.save_pretrained(folder)
+    drop_from_tokenizer_config(folder, "eos_token", "pad_token")
+    return tok.convert_tokens_to_ids("<eot>"), tok.convert_tokens_to_ids("<end>"), len(tok)
+
+
+def test_a_generation_config_eos_id_outside_the_vocabulary_is_refused(tmp_path):
+    from proxima.rlhf.models import read_tokenizer
+
+    eot, _, size = _tokenizer_without_eos(tmp_path / "tok")
+    with pytest.raises(ConfigError) as e:
+        read_tokenizer(str(tmp_path / "tok"), "--policy", [eot, size + 7])
+    assert str(e.value) == (f"--policy {str(tmp_path / 'tok')!r}: the tokenizer has no EOS token, and the policy's "
+                            f"generation_config.json eos_token_id {size + 7} is not a token of it ({size} tokens); set "
+                            f"eos_token in the tokenizer's tokenizer_config.json")
+
+
+def test_the_first_generation_config_eos_id_is_the_eos_and_pad_of_a_tokenizer_without_one(tmp_path):
+    from proxima.rlhf.models import read_tokenizer, training_tokenizer
+
+    eot, end, _ = _tokenizer_without_eos(tmp_path / "tok")
+    tok = training_tokenizer(read_tokenizer(str(tmp_path / "tok"), "--policy", [eot, end]), [eot, end])
+    assert tok.eos_token_id == eot and tok.pad_token_id == eot  # generate pads with the first
+
+
+def test_a_tokenizer_with_its_own_eos_keeps_it_whatever_the_generation_config_lists():
+    from proxima.rlhf.models import training_tokenizer
+
+    tok = word_tokenizer(pad=False, extra_specials=["<eot>"])
+    own, eot = tok.eos_token_id, tok.convert_tokens_to_ids("<eot>")
+    assert own is not None and own != eot
+    trained = training_tokenizer(tok, [eot, own])
+    assert trained.eos_token_id == own and trained.pad_token_id == own
+
+
+def test_generation_eos_ids_keep_id_0_and_their_order():
+    import types
+
+    from proxima.rlhf.models import generation_eos_ids
+
+    model = types.SimpleNamespace(generation_config=types.SimpleNamespace(eos_token_id=[0, 5, 0, -1, True]))
+    assert generation_eos_ids(model) == [0, 5]
+
+
+def test_a_resume_whose_first_step_diverges_names_the_last_good_checkpoint_and_keeps_the_run_length(tiny_cfg, tmp_path):
+    """The run already holds step 1: "the new run keeps nothing" would be false, and the --steps extension
+    of a resume none of whose steps finished is taken back (config.yaml as summary.json: 1 step)."""
+    import yaml
+
+    from proxima.rlhf import loop as rlhf_loop
+
+    reward = tmp_path / "rew.py"
+    reward.write_text("def r(prompts, responses):\n    return [0.5] * len(responses)\n")
+    run_dir = train_rlhf(tiny_cfg(reward=f"{reward}:r", steps=1, batch_size=4, num_minibatches=1, update_epochs=1,
+                                  max_new_tokens=3, run_dir=str(tmp_path / "run")))
+    reward.write_text(BIG_REWARD.replace("big", "r"))
+    with pytest.raises(rlhf_loop.DivergedError) as e:
+        resume(run_dir, steps=2, trust_run=True, quiet=True)
+    assert "at step 2" in str(e.value) and "; last good checkpoint: " in str(e.value), str(e.value)
+    assert str(e.value).count("step_000001.pt") == 1 and "keeps nothing" not in str(e.value), str(e.value)
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["steps"] == 1
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 1
