@@ -182,10 +182,12 @@ def _place(request: dict, fds: list) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         _std_streams(unbuffered=bool(os.environ.get("PYTHONUNBUFFERED")))
-        extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        # PYTHONPATH's entries as the interpreter puts them on sys.path: absolute (from the child's cwd;
+        # "." is that folder), each once with site-packages' entries (site drops duplicates)
+        extra = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         kind, target = request["kind"], request["target"]
         first = {"module": os.getcwd(), "code": "", "script": str(Path(target).resolve().parent)}[kind]
-        sys.path[:] = [first, *extra, *request["base_path"]]
+        sys.path[:] = [first, *dict.fromkeys([*extra, *request["base_path"]])]
         if os.environ.get("PYTHONWARNINGS"):  # as the interpreter reads it at start: filters before the others
             import warnings
 
@@ -346,7 +348,7 @@ def _get_server() -> Optional[_Server]:
         return _server
 
 
-def _plan(args, env: Optional[dict], server: _Server) -> tuple[Optional[tuple], str]:
+def _plan(args, env: Optional[dict], server: _Server, cwd=None) -> tuple[Optional[tuple], str]:
     """((kind, target, program args, child env), "") when the fork can run ``args`` as python would,
     else (None, why not)."""
     args = [os.fspath(a) for a in args]
@@ -367,7 +369,7 @@ def _plan(args, env: Optional[dict], server: _Server) -> tuple[Optional[tuple], 
         if child_env.get(name) != server.env.get(name):
             return None, f"env {name}"
     for entry in child_env.get("PYTHONPATH", "").split(os.pathsep):
-        if entry and _shadows(entry, server.modules):
+        if entry and _shadows(os.path.join(os.fspath(cwd or os.getcwd()), entry), server.modules):  # "." is the child's cwd
             return None, f"PYTHONPATH {entry} shadows a module the server holds"
     return (kind, target, rest, {**server.added, **child_env}), ""
 
@@ -389,7 +391,7 @@ class Popen:
 
     def __new__(cls, args, **kw):
         server = _get_server()
-        plan, why = _plan(args, kw.get("env"), server) if server is not None else (None, "no server")
+        plan, why = _plan(args, kw.get("env"), server, kw.get("cwd")) if server is not None else (None, "no server")
         cold = plan is None or kw.get("preexec_fn") is not None or kw.get("pass_fds")
         if os.environ.get("WARM_PYTHON_LOG"):  # which calls ran warm: for whoever tunes this
             with open(os.environ["WARM_PYTHON_LOG"], "a") as log:

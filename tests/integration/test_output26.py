@@ -14,13 +14,13 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import warnings
 from pathlib import Path
 
 import pytest
 import yaml
+import warm_python
 from cli_helpers import TINY_ENV, TINY_RUN, edit_checkpoint, error_line, run_main
 
 from proxima import checkpoint as ckpt
@@ -56,7 +56,10 @@ def _proxima(*argv, cwd, pythonpath=None):
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(pythonpath)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return subprocess.run([str(PROXIMA), *map(str, argv)], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    # the console script as its shebang starts it (sys.path[0] its folder, never cwd): a warm fork of it, whose sys.path
+    # (PYTHONPATH's entries made absolute, "." the cwd) is the interpreter's (tests/warm_python.py)
+    return warm_python.run([sys.executable, str(PROXIMA), *map(str, argv)], cwd=cwd, env=env, capture_output=True,
+                           text=True, timeout=300)
 
 
 # ------------------------------------------------------------------------------------ 1. escapes
@@ -125,21 +128,30 @@ def test_unregistered_and_stop_lines_quote_what_they_suggest():
 
 
 # ------------------------------------------------------------------------------------ 3. env modules beside checkpoints
-@pytest.fixture
-def project(tmp_path):
-    """A user's project: their env module, a loose checkpoint of a run of it, and a checkpoints/ folder;
-    and the run directory that trained it."""
-    proj = tmp_path / "proj"
+@pytest.fixture(scope="module")
+def trained_project(tmp_path_factory):
+    """The project below, trained once for the module (each test gets a copy)."""
+    base = tmp_path_factory.mktemp("out26proj")
+    proj = base / "proj"
     proj.mkdir()
     (proj / f"{MODULE}.py").write_text(TINY_ENV)
-    trained = tmp_path / "trained"
-    code = subprocess.run([str(PROXIMA), "train", ENV, *TINY_RUN, "--total-timesteps", "64", "--run-dir", str(trained),
-                           "--quiet"], cwd=proj, capture_output=True, text=True, timeout=300)
+    trained = base / "trained"
+    code = _proxima("train", ENV, *TINY_RUN, "--total-timesteps", "64", "--run-dir", trained, "--quiet", cwd=proj)
     assert code.returncode == 0, code.stderr
     newest = ckpt.list_checkpoints(trained)[-1]
     shutil.copy(newest, proj / "policy.pt")
     (proj / "checkpoints").mkdir()
     shutil.copy(newest, proj / "checkpoints" / "policy.pt")
+    return proj, trained
+
+
+@pytest.fixture
+def project(trained_project, tmp_path):
+    """A user's project: their env module, a loose checkpoint of a run of it, and a checkpoints/ folder;
+    and the run directory that trained it (copies of the module's, which the tests may change)."""
+    proj, trained = tmp_path / "proj", tmp_path / "trained"
+    shutil.copytree(trained_project[0], proj)
+    shutil.copytree(trained_project[1], trained)
     return proj, trained
 
 

@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import warm_python
 from cli_helpers import edit_checkpoint, error_line, run_main
 
 from proxima import cli, rundir
@@ -208,8 +209,8 @@ def test_train_config_of_a_fifo_with_resume_auto_is_one_line_not_a_hang(tmp_path
     run = tmp_path / "run"
     run.mkdir()
     os.mkfifo(run / "config.yaml")
-    proc = subprocess.run([sys.executable, "-m", "proxima", "train", "--config", str(run / "config.yaml"), "--resume", "auto"],
-                          capture_output=True, text=True, timeout=120)
+    proc = warm_python.run([sys.executable, "-m", "proxima", "train", "--config", str(run / "config.yaml"), "--resume", "auto"],
+                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == (f"proxima train: error: --config {run / 'config.yaml'}: is not a regular file (a FIFO, "
                                    "device or socket); give a YAML file of field: value lines"), proc.stderr
@@ -241,8 +242,8 @@ def test_train_config_reads_the_users_own_stream_process_substitution_and_stdin(
     sub = subprocess.run(["bash", "-c", f"{proxima} train --config <(cat c.yaml) --dry-run"],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert sub.returncode == 0 and "num_envs: 3" in sub.stdout, sub.stderr
-    piped = subprocess.run([proxima, "train", "--config", "/dev/stdin", "--dry-run"], input=yaml_text,
-                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    piped = warm_python.run([sys.executable, proxima, "train", "--config", "/dev/stdin", "--dry-run"], input=yaml_text,
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert piped.returncode == 0 and "num_envs: 3" in piped.stdout, piped.stderr
 
 

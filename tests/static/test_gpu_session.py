@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+import pytest
+
 import warm_python
 from tests.static.test_docker import tool
 
@@ -59,8 +61,16 @@ def run_session(tmp_path: Path, stub: str = STUB, anchor_text: Optional[str] = "
     return r, out
 
 
-def test_gpu_session_returns_at_most_eight_files_and_every_log(tmp_path):
-    r, out = run_session(tmp_path)
+@pytest.fixture(scope="module")
+def default_session(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """(result, $OUT, TMPDIR) of one gpu_session.sh run with the plain stand-in: the tests below only read it."""
+    tmp = tmp_path_factory.mktemp("gpu-default")
+    r, out = run_session(tmp)
+    return r, out, tmp
+
+
+def test_gpu_session_returns_at_most_eight_files_and_every_log(default_session):
+    r, out, tmp_path = default_session
     assert r.returncode == 0, r.stdout + r.stderr
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert files == sorted(["summary.txt", "pytest-cuda.txt", "vs-purejaxrl-cuda.md", "solve-gpu.md", "accel-cuda.md",
@@ -88,7 +98,7 @@ def stub_calls(out: Path) -> list:
     return [shlex.split(line[len("stub: "):]) for text in texts for line in text.splitlines() if line.startswith("stub: ")]
 
 
-def test_every_command_line_parses_with_its_scripts_parser(tmp_path):
+def test_every_command_line_parses_with_its_scripts_parser(default_session):
     """A flag the script does not have (or lost) would stop that step at once on the GPU machine,
     where a call cannot be repeated: each line is parsed here as its script parses it."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -101,7 +111,7 @@ def test_every_command_line_parses_with_its_scripts_parser(tmp_path):
 
     scripts = {"benchmarks/accel.py": accel, "benchmarks/vs_purejaxrl.py": vs_purejaxrl, "benchmarks/solve_time.py": solve_time,
                "benchmarks/population_vs_purejaxrl.py": population_vs_purejaxrl}
-    r, out = run_session(tmp_path)
+    r, out, _ = default_session
     assert r.returncode == 0, r.stdout + r.stderr
     parsed = {}
     for argv in stub_calls(out):
@@ -159,10 +169,10 @@ def test_step_limits_fit_the_call_and_each_is_killed_if_it_ignores_sigterm():
         "the comment adding up the limits is out of date")
 
 
-def test_the_compile_tests_run_last_and_only_there(tmp_path):
+def test_the_compile_tests_run_last_and_only_there(default_session):
     """The cold inductor compiles are the slowest tests: a second pytest run, the session's last
     step, so a time-out there keeps every other test's result (the first run deselects them)."""
-    r, out = run_session(tmp_path)
+    r, out, _ = default_session
     assert r.returncode == 0, r.stdout + r.stderr
     runs = [argv for argv in stub_calls(out) if argv[:2] == ["-m", "pytest"]]
     assert len(runs) == 2
@@ -282,14 +292,14 @@ def collect(tmp_path: Path, argv: list, name: str, beside: tuple = ()) -> list:
     return json.loads(out.read_text())
 
 
-def test_every_test_that_needs_cuda_is_marked_gpu_and_runs_in_the_session(tmp_path):
+def test_every_test_that_needs_cuda_is_marked_gpu_and_runs_in_the_session(tmp_path, default_session):
     """The session selected CUDA tests by name (-k cuda): test_accel.py's fp16 checkpoint test and
     test_doctor.py's GPU tests have no "cuda" in theirs and ran nowhere. Now every test that skips
     without CUDA (a skipif that applies on a machine without it and names CUDA or a GPU as its
     reason) carries the `gpu` marker, and the session's two pytest steps together run exactly the
     `gpu` tests, each once. (A test that calls pytest.skip() in its body is not seen here: use the
     marker and skipif.)"""
-    r, out = run_session(tmp_path / "session")
+    r, out, _ = default_session
     assert r.returncode == 0, r.stdout + r.stderr
     runs = [argv[2:] for argv in stub_calls(out) if argv[:2] == ["-m", "pytest"]]
     assert len(runs) == 2 and all(run[run.index("-m") + 1] == "gpu and not slow" for run in runs), runs
