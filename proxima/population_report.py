@@ -31,7 +31,8 @@ member (best_row: a member left out, diverged or without a result, is left out o
 setting that loses its weakest seeds would otherwise rank first; such a row is named "not ranked"), and
 a line (verdict) says which settings Y is told apart from: a one-sided permutation test on ranks,
 Bonferroni over both directions of every pair of the settings with an IQM (Y is picked on the same
-returns), its permutations growing with that family so that its level stays reachable (claim_p), no
+returns), exact up to EXACT_MAX_MEMBERS members in all, beyond that drawn, its permutations growing with
+that family so that its level stays reachable (claim_p), no
 claim with fewer than MIN_CLAIM_MEMBERS members on a side.
 The report ends with the population's command, seeds, sweep, shared config and the first member's
 versions and machine (provenance_section).
@@ -340,9 +341,10 @@ def member_final_return(member_dir: Path, episodes: Optional[int] = 0, device: s
         values = read_metrics(member_dir).get("charts/episodic_return", np.array([]))
     except PlotError:  # a member that has logged nothing yet (a population just started) has no return
         values = np.array([])
-    # an empty cell (no episode finished that iteration) is skipped, but a logged nan or +-inf is the
-    # member's last return: kept, so member_statistics leaves the member out and names it "NaN"/"inf"
-    # rather than silently using the return before it. read_metrics reads both as NaN: the cell tells them apart
+    # an empty cell (no episode finished that iteration; proxima's logger also writes a NaN as an empty cell)
+    # is skipped, but a logged +-inf, or a 'nan' written in the cell by hand or by another tool, is the member's
+    # last return: kept, so member_statistics leaves the member out and names it "NaN"/"inf" rather than
+    # silently using the return before it. read_metrics reads both as NaN: the cell tells them apart
     if _last_logged_cell_is_nan(member_dir, "charts/episodic_return"):
         return math.nan, "last training return"
     values = values[~np.isnan(values)]
@@ -350,7 +352,8 @@ def member_final_return(member_dir: Path, episodes: Optional[int] = 0, device: s
 
 
 def _last_logged_cell_is_nan(member_dir: Path, column: str) -> bool:
-    """Whether the last non-empty cell of ``column`` in the member's metrics.csv (of its whole rows) reads as NaN."""
+    """Whether the last non-empty cell of ``column`` in the member's metrics.csv (of its whole rows) reads as NaN:
+    a 'nan' put there by hand or by another tool, since proxima's own logger leaves a NaN's cell empty."""
     import csv
 
     try:
@@ -884,11 +887,16 @@ CLAIM_MARGIN = 20
 #: the most permutations one test runs (~1 s at 10 vs 10 members): the margin holds to K = 70 settings, p reaches the
 #: level at all to K = 316
 MAX_PERMUTATIONS = 2_000_000
-CLAIM_METHOD = (f"one-sided permutation test of P(X > Y) on the members' ranks ({PERMUTATIONS} permutations, more where "
-                f"0.05 / (K(K-1)) needs them, numpy default_rng({BOOTSTRAP_SEED})), at {CLAIM_ALPHA:g} over both "
-                "directions of every pair of the K settings with a final return (Bonferroni: each test at 0.05 / (K(K-1))), "
-                "since Y was picked as the highest IQM on these same returns; no claim with fewer than "
-                f"{MIN_CLAIM_MEMBERS} members on either side")
+#: up to this many members in all (X's and Y's), p is exact: the rank sum's whole null distribution over every
+#: relabelling, counted (_rank_sum_counts) rather than drawn, so a p near its level is not a matter of the seed. Its
+#: counts, at most C(60, 30) ~ 1.2e17, fit int64; the count is ~10 ms there, microseconds at 10 vs 10
+EXACT_MAX_MEMBERS = 60
+CLAIM_METHOD = (f"one-sided permutation test of P(X > Y) on the members' ranks (exact over every relabelling up to "
+                f"{EXACT_MAX_MEMBERS} members in all; beyond that {PERMUTATIONS:,} random permutations, more where "
+                f"{CLAIM_ALPHA:g} / (K(K-1)) needs them, numpy default_rng({BOOTSTRAP_SEED})), at {CLAIM_ALPHA:g} over "
+                "both directions of every pair of the K settings with a final return (Bonferroni: each test at "
+                f"{CLAIM_ALPHA:g} / (K(K-1))), since Y was picked as the highest IQM on these same returns; no claim "
+                f"with fewer than {MIN_CLAIM_MEMBERS} members on either side")
 
 
 def _midranks(pooled: np.ndarray) -> np.ndarray:
@@ -917,12 +925,50 @@ def _null_rank_sums(ranks: tuple, n: int, permutations: int, seed: int) -> np.nd
     return sums
 
 
+@functools.lru_cache(maxsize=64)
+def _rank_sum_counts(doubled: tuple, n: int) -> tuple:
+    """counts[s]: how many n-subsets of ``doubled`` (twice the pooled mid-ranks: integers, as a tie's mid-rank is a
+    multiple of 0.5) sum to s. Cached: a sweep's comparisons of untied members share one multiset of ranks."""
+    top = sum(sorted(doubled)[len(doubled) - n:])
+    dp = np.zeros((n + 1, top + 1), dtype=np.int64)  # dp[k, s]: k-subsets of the ranks seen so far summing to s
+    dp[0, 0] = 1
+    for r in doubled:  # r <= top: the largest n-subset holds the largest rank
+        dp[1:, r:] = dp[1:, r:] + dp[:-1, :top + 1 - r]  # the right side is whole before it is assigned
+    return tuple(int(c) for c in dp[n])
+
+
+def exact_permutation_p(x, y) -> Optional[float]:
+    """permutation_p over every relabelling rather than a draw of them: the share of the C(n + m, n) ways to
+    pick x's n members from the pooled mid-ranks whose rank sum is at most the observed one (a tie at least as
+    extreme). None beyond EXACT_MAX_MEMBERS members in all, where the counts would overflow."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    total = x.size + y.size
+    if total > EXACT_MAX_MEMBERS or not x.size or not y.size:
+        return None
+    doubled = np.rint(2 * _midranks(np.concatenate([x, y]))).astype(np.int64)
+    observed = int(doubled[:x.size].sum())
+    key = tuple(sorted(doubled.tolist()))
+    # the smaller side's subsets keep every count within C(60, 30): X's sum at most the observed one is Y's at least
+    # the rest of the total
+    if x.size <= y.size:
+        counts = _rank_sum_counts(key, x.size)
+        hits = sum(counts[:observed + 1])
+    else:
+        counts = _rank_sum_counts(key, y.size)
+        hits = sum(counts[max(0, sum(key) - observed):])
+    return hits / math.comb(total, x.size)  # Python ints: the ratio is rounded once, 1/252 is 1/252
+
+
 def permutation_p(x, y, permutations: int = PERMUTATIONS, seed: int = BOOTSTRAP_SEED) -> float:
     """One-sided p-value that Y scores higher than X: the share of relabellings of the pooled members
     (x's n and y's m, mid-ranks: a tie counts half, as in P(X > Y)) whose P(X > Y) is at most the
-    observed one, (1 + count) / (1 + permutations): valid at any count of permutations under the null
-    of exchangeable members, ties included. The relabellings shuffle the sorted ranks (the null depends
-    on their multiset only), in blocks from one numpy default_rng(seed)."""
+    observed one. Exact (exact_permutation_p; ``permutations`` and ``seed`` unused) up to EXACT_MAX_MEMBERS
+    members in all; beyond that (1 + count) / (1 + permutations) over random relabellings: valid at any count
+    of permutations under the null of exchangeable members, ties included. The relabellings shuffle the sorted
+    ranks (the null depends on their multiset only), in blocks from one numpy default_rng(seed)."""
+    exact = exact_permutation_p(x, y)
+    if exact is not None:
+        return exact
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     ranks = _midranks(np.concatenate([x, y]))
     observed = ranks[:x.size].sum()
@@ -939,13 +985,13 @@ def permutations_for(pairs: int) -> int:
 
 
 def claim_p(x, y, pairs: int) -> float:
-    """permutation_p of X against Y for a family of ``pairs`` claims: at PERMUTATIONS, then again at
-    permutations_for(pairs) where that count is larger and the first p is within Monte Carlo reach of
-    CLAIM_ALPHA / pairs. A p far above the level needs no precision: a sweep of 64 settings x 10 members
-    stays well under a second unless its settings are told apart."""
+    """permutation_p of X against Y for a family of ``pairs`` claims: exact up to EXACT_MAX_MEMBERS members
+    in all; beyond that at PERMUTATIONS, then again at permutations_for(pairs) where that count is larger and
+    the first p is within Monte Carlo reach of CLAIM_ALPHA / pairs. A p far above the level needs no precision:
+    a sweep of 64 settings x 10 members stays well under a second, its settings told apart or not."""
     p = permutation_p(x, y)
     more = permutations_for(pairs)
-    if more > PERMUTATIONS:
+    if more > PERMUTATIONS and len(x) + len(y) > EXACT_MAX_MEMBERS:  # an exact p is already as precise as it gets
         count = round(p * (1 + PERMUTATIONS)) - 1
         expected = CLAIM_ALPHA / pairs * PERMUTATIONS  # the count of a p right at the level
         if count <= expected + 5 * math.sqrt(expected) + 10:  # a true p at the level lies below this but for ~1e-7

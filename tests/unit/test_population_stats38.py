@@ -51,10 +51,44 @@ def test_a_large_real_difference_at_ten_seeds_is_distinguishable():
 
 
 def test_the_permutation_p_value_counts_ties_half_and_is_exact_at_full_separation():
-    # 5 vs 5 wholly separated: the exact one-sided p is 1/252; the Monte Carlo one is close to it
-    p = pr.permutation_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10], permutations=20000)
-    assert abs(p - 1 / 252) < 0.002
+    # 5 vs 5 wholly separated: one relabelling of C(10, 5) = 252 is as extreme, whatever the seed or count
+    for seed in range(5):
+        assert pr.permutation_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10], permutations=20000, seed=seed) == 1 / 252
+    assert pr.permutation_p(range(6), range(10, 16)) == 1 / 924  # 6 vs 6: C(12, 6)
     assert pr.permutation_p([5.0] * 5, [5.0] * 5) == 1.0  # all tied: no evidence at all
+
+
+def _brute_force_p(x, y) -> float:
+    """The share of all C(n + m, n) relabellings whose x rank sum (mid-ranks) is at most the observed one."""
+    import itertools
+
+    ranks = pr._midranks(np.concatenate([x, y]).astype(float))
+    observed = ranks[:len(x)].sum()
+    sums = [ranks[list(c)].sum() for c in itertools.combinations(range(len(ranks)), len(x))]
+    return sum(s <= observed + 1e-9 for s in sums) / len(sums)
+
+
+def test_the_exact_p_value_with_ties_across_sides_is_every_relabelling_counted():
+    """4 vs 5 (and 5 vs 4: the smaller side is counted) with ties within and across the two sides, against
+    an enumeration of all 126 relabellings: equal to rounding, so a tie counts as at least as extreme."""
+    x, y = [1.0, 2.0, 2.0, 3.0], [2.0, 3.0, 3.0, 4.0, 4.0]
+    for a, b in [(x, y), (y, x), ([1.0, 1.0, 5.0, 5.0], [1.0, 5.0, 5.0, 5.0, 0.0])]:
+        assert abs(pr.permutation_p(a, b) - _brute_force_p(a, b)) < 1e-12, (a, b)
+    # by hand: mid-ranks 1, 3 x3, 6 x3, 8.5 x2, x's sum 13; 4-subsets summing to at most 13 are {1, 3, 3, 3}
+    # (1 way) and {1, 3, 3, 6} (3 x 3 ways, the observed one's ties among them)
+    assert abs(pr.permutation_p(x, y) - 10 / 126) < 1e-12
+
+
+def test_a_p_value_near_its_level_is_not_the_seeds_choice(monkeypatch):
+    """5 vs 5 wholly apart at K = 4: exact p 1/252 = 0.00397 under 0.05/12 = 0.00417. Drawn from 10,000
+    relabellings it was 0.0049 at seed 1 and 0.0046 at seed 4, no claim: the verdict was the seed's."""
+    rows = _rows([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10], [0, 1, 2, 3, 4], [-1, 0, 1, 2, 3]])
+    for seed in range(5):
+        monkeypatch.setattr(pr.permutation_p, "__defaults__", (pr.PERMUTATIONS, seed))
+        pr._null_rank_sums.cache_clear()
+        c = pr.compare_rows(rows[0], rows[1], settings=4)
+        assert c["perm_p"] == 1 / 252 and pr.told_apart(c, pr.claim_pairs(4)), seed
+        assert _verdict_line(rows).startswith("Y = lr=1: the highest IQM, and distinguishable from every other"), seed
 
 
 def test_a_setting_that_lost_members_for_any_reason_is_not_ranked():
@@ -96,10 +130,13 @@ def test_ten_thousand_resamples_stay_fast_on_a_large_population():
 
 # ------------------------------------------------------------------ mutation review of the verdict (9b7377d)
 def test_the_permutation_p_value_is_never_zero_at_full_separation():
-    """No relabelling of 20 vs 20 wholly apart reaches the observed rank sum (1 in C(40, 20)): p is the
-    smallest a Monte Carlo test can give, 1/1001 at 1000 permutations, never 0 (a p of 0 would pass any level)."""
-    p = pr.permutation_p(np.arange(20.0), np.arange(20.0) + 100, permutations=1000)
+    """Past EXACT_MAX_MEMBERS p is drawn: no relabelling of 31 vs 31 wholly apart reaches the observed rank
+    sum (1 in C(62, 31)), so p is the smallest a Monte Carlo test can give, 1/1001 at 1000 permutations, never 0
+    (a p of 0 would pass any level). Below it, the exact p is that 1 in C(n + m, n) itself."""
+    assert pr.EXACT_MAX_MEMBERS < 62
+    p = pr.permutation_p(np.arange(31.0), np.arange(31.0) + 100, permutations=1000)
     assert p == 1 / 1001
+    assert pr.permutation_p(np.arange(20.0), np.arange(20.0) + 100, permutations=1000) == 1 / 137846528820
 
 
 def test_a_p_value_at_the_corrected_level_is_told_apart_and_one_above_is_not():
@@ -144,8 +181,8 @@ def test_a_setting_of_another_kind_of_return_counts_in_the_family():
 
 
 def test_the_claim_tests_of_a_large_sweep_stay_fast():
-    """64 settings x 10 members with ties (each comparison its own multiset of ranks): only a p within
-    reach of 0.05/4032 is drawn again over 1.6 million permutations (~1 s each); ~0.6 s in all here."""
+    """64 settings x 10 members with ties (each comparison its own multiset of ranks): each p is exact,
+    counted over doubled rank sums of 20 members, never drawn over 1.6 million permutations (~1 s each)."""
     import time
 
     rng = np.random.default_rng(3)
@@ -154,3 +191,7 @@ def test_the_claim_tests_of_a_large_sweep_stay_fast():
     ps = [pr.claim_p(x, data[0], pr.claim_pairs(64)) for x in data[1:]]
     assert time.perf_counter() - t < 2.0
     assert min(ps) > 0.05 / 4032  # no difference to find: none is told apart
+    apart = [np.arange(10.0) + 100 * k for k in range(64)]  # every pair wholly apart: 1/184756 < 0.05/4032
+    t = time.perf_counter()
+    assert all(pr.claim_p(x, apart[-1], pr.claim_pairs(64)) == 1 / 184756 for x in apart[:-1])
+    assert time.perf_counter() - t < 1.0
