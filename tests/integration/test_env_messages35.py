@@ -132,7 +132,7 @@ def test_a_constructor_exception_names_its_file_and_line(envs35, capsys):
 ON_BOUND = ("action_space Box({lo}, {hi}, (2,), float32): its range [{lo:g}, {hi:g}] (all 2 entries) has 0 as a bound, "
             "and the policy's early actions are centred on 0, so half of them clip to that bound; Proxima clips Box actions to "
             "the bounds but does not rescale them: wrap the env in gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)")
-INT_ON_BOUND = ("action_space Box(0, 5, (2,), int64): its range [0, 5] (all 2 entries) has 0 as a bound, and the policy's "
+INT_ON_BOUND = ("action_space Box(0, 5, (2,), {dtype}): its range [0, 5] (all 2 entries) has 0 as a bound, and the policy's "
                 "early actions are centred on 0, so half of them clip to that bound; Proxima clips Box actions to the bounds "
                 "but does not rescale them: declare a float Box(-1, 1) and map it to the integers in the env, or use "
                 "Discrete/MultiDiscrete if the values are choices")
@@ -143,7 +143,8 @@ INT_ON_BOUND = ("action_space Box(0, 5, (2,), int64): its range [0, 5] (all 2 en
     ('{"low": -10.0, "high": 0.0}', ON_BOUND.format(lo=-10.0, hi=0.0)),
     ('{"low": -1.0, "high": 1.0}', None),
     # an integer Box too: its clipped half and the rounding make ~69% of the early actions 0 (its fix keeps it integral)
-    ('{"low": 0, "high": 5, "dtype": "int64"}', INT_ON_BOUND),
+    ('{"low": 0, "high": 5, "dtype": "int64"}', INT_ON_BOUND.format(dtype="int64")),
+    ('{"low": 0, "high": 5, "dtype": "uint8"}', INT_ON_BOUND.format(dtype="uint8")),  # unsigned: the same
     ('{"low": 0, "high": 1, "dtype": "bool"}', None),  # a switch: no note
 ])
 def test_a_float_box_with_0_on_a_bound_gets_the_rescale_note(envs35, capsys, kwargs, note):

@@ -67,6 +67,14 @@ def test_the_rescale_note_caps_the_entries_it_names():
         f"early actions all clip to one bound and the policy may never learn; {RESCALE}")
 
 
+@pytest.mark.parametrize("low, high", [(5.0, 1000.0), (5.0, 5.001)])
+def test_a_range_without_0_is_named_for_that_alone(low, high):
+    # wide or narrow too, but every sample clips to one bound: that is the one problem to name
+    note = action_scale_note(gym.spaces.Box(low, high, (1,), np.float32))
+    assert f"0 lies outside its range [{low:g}, {high:g}], so the early actions all clip to one bound" in note
+    assert "far wider" not in note and "far narrower" not in note
+
+
 def test_an_infinite_bounds_box_is_refused_in_one_line_with_its_fix(box_envs, capsys):
     code, _, err = run_main(["train", "cont38_envs:Inf", *TINY_RUN, "--total-timesteps", "64", "--run-dir", "R"], capsys)
     assert error_line(code, err) == (
@@ -74,9 +82,14 @@ def test_an_infinite_bounds_box_is_refused_in_one_line_with_its_fix(box_envs, ca
         "Box(-inf, inf, (2,), float32); declare the bounds the env clips its actions to, or build it in a module:function "
         "factory that sets env.action_space = gymnasium.spaces.Box(low, high) (Proxima clips the actions to them)")
     assert not Path("R").exists()
-    with pytest.raises(EnvError) as e:  # a 2-D bound, which numpy prints over two lines
-        check_action_space(gym.spaces.Box(-np.inf, np.inf, (2, 2), np.float32), "X")
-    assert "\n" not in str(e.value) and str(e.value).endswith("(Proxima clips the actions to them)")
+    low = np.full((2, 3), -1.0, np.float32)
+    low[0, 0] = -np.inf  # bounds not all equal: Box prints the 2-D array, over two lines
+    with pytest.raises(EnvError) as e:
+        check_action_space(gym.spaces.Box(low, np.ones((2, 3), np.float32)), "X")
+    assert str(e.value) == (
+        "env 'X': Box action space needs finite bounds, got Box([[-inf  -1.  -1.] [ -1.  -1.  -1.]], 1.0, (2, 3), float32); "
+        "declare the bounds the env clips its actions to, or build it in a module:function factory that sets "
+        "env.action_space = gymnasium.spaces.Box(low, high) (Proxima clips the actions to them)")
 
 
 def test_the_no_preset_note_names_each_continuous_preset_that_keeps_ent_coef(box_envs, capsys):

@@ -3,6 +3,10 @@ when only the env given differs from the run's, and a preset file that is not va
 
 from __future__ import annotations
 
+import types
+
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -34,6 +38,12 @@ class _Base(NativeEnv):
 
 class DictBA(_Base):
     """keys declared b then a, packed in that order: Gymnasium's Dict (and Policy.act) sorts them a, b"""
+    reset_called = False  # the CLI refuses the space as it builds the env, before any reset
+
+    def reset(self, seed=None):
+        DictBA.reset_called = True
+        return super().reset(seed)
+
     def __init__(self, num_envs=1, device="cpu", seed=None):
         super().__init__(num_envs, device=device, seed=seed)
         self.single_observation_space = gym.spaces.Dict({"b": gym.spaces.Box(-1, 1, (1,), np.float32),
@@ -87,6 +97,15 @@ class MD(gym.Env):
 class MDStart(MD):
     def __init__(self):
         self.action_space = gym.spaces.MultiDiscrete([3, 2], start=[-1, 5])
+
+
+class Obs3(MDStart):
+    """MDStart's actions, another observation shape"""
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {}
 '''
 
 
@@ -109,6 +128,18 @@ def test_native_dict_observation_space_is_refused(natmod, tmp_path, capsys):
                       "declare a flat float32 Box and pack the features into it", "Gymnasium backend")
     assert "Traceback" not in err and line.count("\n") == 0
     assert not (run / "checkpoints").exists() or not list((run / "checkpoints").glob("*.pt"))
+    import natspaces38
+
+    assert not natspaces38.DictBA.reset_called  # refused at build time, not left to the first reset
+
+
+def test_native_dict_observation_space_is_refused_at_reset_from_python(natmod):
+    # built directly, as a Python-API user does (no make_env): the first reset refuses it
+    import natspaces38
+
+    env = natspaces38.DictBA(2)
+    with pytest.raises(EnvError, match=r"observation space Dict\(.* is not a Box: a native env's observations are one"):
+        env.reset(seed=0)
 
 
 def test_native_observe_returning_a_dict_says_one_tensor(natmod):
@@ -146,6 +177,11 @@ def test_eval_with_another_env_does_not_advise_a_start_over(gymmod, tmp_path, ca
         line = error_line(code, err, "(start [-1, 5] in training, [0, 0] in the env)")
         assert line.endswith("load it with the env it was trained on, or train a new run on this one"), line
         assert "restore a copy" not in line and "--overwrite" not in line and "older checkpoint" not in line
+    # another observation shape: the generic mismatch, as sound a run
+    code, _, err = run_main(["eval", str(run), "--episodes", "1", "--env", "gymspaces38:Obs3"], capsys)
+    line = error_line(code, err, f"{files[-1]}: trained on observations Box(..., (2,), float32)",
+                      "env 'gymspaces38:Obs3' has Box(..., (3,), float32)")
+    assert "restore a copy" not in line and "--overwrite" not in line and "older checkpoint" not in line
     # the newest damaged, the older one sound but for another env: it is named as such, no start over
     files[-1].write_bytes(files[-1].read_bytes()[:1000])
     code, _, err = run_main(["eval", str(run), "--episodes", "1", "--env", "gymspaces38:MD"], capsys)
@@ -177,7 +213,40 @@ def test_broken_preset_yaml_is_one_line_naming_file_and_line(broken_presets, gym
     # an env with no preset at all still reads every preset file
     code, _, err = run_main(["train", "gymspaces38:MD", *TINY_RUN, "--total-timesteps", "64", "--run-dir",
                              str(tmp_path / "p"), "--dry-run"], capsys)
-    line = error_line(code, err, f"preset file {broken_presets}: not valid YAML at line ")
+    # PyYAML's problem mark (0-based line 4: "num_envs: 2" where the flow list wanted ',' or ']'), 1-based;
+    # its context mark is the line the list opened on (4)
+    line = error_line(code, err, f"preset file {broken_presets}: not valid YAML at line 5 ")
     assert "fix that line or restore the file" in line and "ScannerError" not in err and "ParserError" not in err
-    with pytest.raises(presets.ConfigError, match=r"broken\.yaml: not valid YAML at line \d+ "):
+    with pytest.raises(presets.ConfigError, match=r"broken\.yaml: not valid YAML at line 5 "):
         presets.all_presets()
+
+
+# ------------------------------------------------------------------ 4. Policy.check_env_spaces: the env differs, not the file
+def _policy(obs, act):
+    policy = ckpt.Policy.__new__(ckpt.Policy)  # only what check_env_spaces reads
+    policy.__dict__.update(observation_space=obs, action_space=act, path="r/checkpoints/step_64.pt", env_id="m:E")
+    return policy
+
+
+def _env(obs, act):
+    return types.SimpleNamespace(single_observation_space=obs, single_action_space=act)
+
+
+BOX2 = gym.spaces.Box(-1, 1, (2,), np.float32)
+
+
+@pytest.mark.parametrize("trained, given, says", [
+    ((gym.spaces.Box(0, 255, (4 * 36 * 36 * 3,), np.float32), gym.spaces.Discrete(2)),
+     (gym.spaces.Box(0, 255, (4, 36, 36, 3), np.uint8), gym.spaces.Discrete(2)),
+     "r/checkpoints/step_64.pt: trained before Proxima read a uint8 frame stack as an image"),
+    ((BOX2, gym.spaces.Discrete(2)), (gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(2)),
+     "r/checkpoints/step_64.pt: trained on observations Box(..., (2,), float32) and actions Discrete(2); env 'm:E' has "
+     "Box(..., (3,), float32) and Discrete(2)"),
+    ((BOX2, gym.spaces.Discrete(3)), (BOX2, gym.spaces.Discrete(3, start=1)),
+     "r/checkpoints/step_64.pt: env 'm:E' takes actions Discrete(3, start=1), the run was trained on Discrete(3)"),
+])
+def test_each_space_mismatch_is_an_env_mismatch(trained, given, says):
+    # EnvMismatchError, not a bare CheckpointError: eval gives no restore / start-over advice for it
+    with pytest.raises(ckpt.EnvMismatchError) as e:
+        _policy(*trained).check_env_spaces(_env(*given))
+    assert str(e.value).startswith(says), str(e.value)

@@ -7,7 +7,10 @@ is one error line naming the env and its step."""
 from __future__ import annotations
 
 import csv
+import json
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -19,7 +22,8 @@ from tests.cli_helpers import TINY_RUN, error_line, module_written_in, run_main,
 COLUMN = "charts/success_rate"
 
 #: 3-step episodes (TINY_RUN's 16 steps: 5 end in iteration 1, episodes 1-5, and 5 in iteration 2, 6-10), ended by
-#: terminated and truncated in turn. Episode k's last step reports OUTCOMES[k % 4] (no key for k % 4 == 3): an
+#: terminated and truncated in turn. Episode k's last step reports OUTCOMES[k % 4] (no key for k % 4 == 3; is_success None with
+#: none=True, which is no report either): an
 #: iteration's rate is over the episodes that reported, iteration 1: 1, 0, -, 1, 1 -> 3/4; iteration 2: 0, -, 1, 1, 0
 #: -> 2/4. Envs reset with an even seed (env 1 and 3 of --seed 1) report nothing, so each step mixes envs that
 #: report with envs that do not. Mid-episode steps and resets say is_success True: never an episode's outcome.
@@ -29,14 +33,15 @@ import numpy as np
 from gymnasium import spaces
 
 OUTCOMES = {1: {"is_success": np.float32(1.0)}, 2: {"is_success": False}, 3: {}, 0: {"is_success": np.bool_(True)}}
+BAD = {"pair": np.array([True, False]), "one": np.array([True])}  # values JSON --env-kwargs cannot give
 
 
 class Succ(gym.Env):
     observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
     action_space = spaces.Discrete(2)
 
-    def __init__(self, bad=None):
-        self.bad, self.k, self.silent = bad, 0, False
+    def __init__(self, bad=None, none=False):
+        self.bad, self.none, self.k, self.silent = bad, none, 0, False
 
     def reset(self, seed=None, options=None):
         super().reset(seed=seed)
@@ -52,8 +57,10 @@ class Succ(gym.Env):
         if end:
             self.k += 1
             info = {} if self.silent else dict(OUTCOMES[self.k % 4])
+            if self.none and not self.silent and self.k % 4 == 3:
+                info = {"is_success": None}  # reported as not reported (SB3's Monitor reads it so)
             if self.bad is not None and self.k == 2:
-                info = {"is_success": self.bad}
+                info = {"is_success": BAD.get(self.bad, self.bad) if isinstance(self.bad, str) else self.bad}
         return np.zeros(2, np.float32), 0.0, end and self.k % 2 == 1, end and self.k % 2 == 0, info
 '''
 
@@ -103,10 +110,39 @@ def test_an_env_that_reports_no_success_logs_a_blank_cell_and_no_point(tmp_path_
     assert _tensorboard(run) == []
 
 
-def test_a_value_that_is_no_success_flag_is_one_error_line_naming_env_and_step(succ_env, tmp_path, capsys):
+def test_a_gymnasium_env_that_reports_no_success_logs_blank_cells(tmp_path):
+    # the Gymnasium backend counts reports (none here: 0 of 0), where a native env has no count at all
+    run = tmp_path / "run"
+    assert cli.main(["train", "CartPole-v1", "--backend", "gymnasium", *TINY_RUN, "--total-timesteps", "128",
+                     "--run-dir", str(run), "--quiet"]) == 0
+    _, rows = _rows(run / "metrics.csv")
+    assert [r[COLUMN] for r in rows] == ["", ""]
+    assert _tensorboard(run) == []
+
+
+def test_is_success_none_is_left_out_as_a_missing_key_is(succ_env, tmp_path):
+    # episodes 3 and 7 say None: counted as failures the rates would be 3/5 and 2/5
+    run = tmp_path / "run"
+    _train(run, 128, "--env-kwargs", '{"none": true}')
+    _, rows = _rows(run / "metrics.csv")
+    assert [float(r[COLUMN]) for r in rows] == RATES
+
+
+def test_a_one_element_array_is_a_flag(succ_env, tmp_path):
+    # episode 2 (False in OUTCOMES) says array([True]): iteration 1 is 4 of 4
+    run = tmp_path / "run"
+    _train(run, 128, "--env-kwargs", '{"bad": "one"}')
+    _, rows = _rows(run / "metrics.csv")
+    assert [float(r[COLUMN]) for r in rows] == [1.0, 0.5]
+
+
+@pytest.mark.parametrize("bad, shown", [("yes", "'yes' (str)"), (2, "2 (int)"), (0.5, "0.5 (float)"),
+                                        ("pair", "array([ True, False]) (ndarray)")])
+def test_a_value_that_is_no_success_flag_is_one_error_line_naming_env_and_step(succ_env, tmp_path, capsys, bad, shown):
+    kwargs = json.dumps({"bad": bad})
     code, _, err = run_main(["train", "succ38_env:Succ", *TINY_RUN, "--seed", "1", "--total-timesteps", "64",
-                             "--run-dir", str(tmp_path / "run"), "--env-kwargs", '{"bad": "yes"}'], capsys)
-    error_line(code, err, "env 0 ", "info['is_success'] = 'yes' (str)", "env step 6", "bool or a number 0 or 1")
+                             "--run-dir", str(tmp_path / "run"), "--env-kwargs", kwargs], capsys)
+    error_line(code, err, "env 0 ", f"info['is_success'] = {shown}", "env step 6", "bool or a number 0 or 1")
 
 
 def test_a_resume_of_an_old_header_run_leaves_the_older_rows_blank(succ_env, tmp_path):
@@ -141,3 +177,44 @@ def test_ranks_pool_their_success_counts(monkeypatch):
     out = DistContext(rank=0, world_size=2).reduce_metrics({k: torch.tensor(v) for k, v in mine.items()})
     assert out["success_sum"] == 3.0 and out["success_count"] == 5.0
     assert out["policy_loss"] == 2.0  # the rest averaged, as before
+
+
+class _Lives(gym.Env):
+    """2-step episodes whose last step reports a success beside a game statistic."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        end = self.t >= 2
+        return np.zeros(2, np.float32), 0.0, end, False, ({"is_success": np.bool_(True), "lives": 3} if end else {"lives": 4})
+
+
+def test_a_subclass_that_reads_info_sees_the_last_steps_keys_and_the_flag():
+    """A GymnasiumEnv whose _episode_stats reads info (Atari's game statistics) gets every key of an
+    episode's last step, not the success flag alone."""
+    from proxima.envs.gym_adapter import GymnasiumEnv
+
+    class Seen(GymnasiumEnv):
+        def _episode_stats(self, reward, done, info):
+            self.seen.append(info)
+            return super()._episode_stats(reward, done, info)
+
+    env = Seen("lives38", 2, env_fn=_Lives)
+    try:
+        env.seen = []
+        env.reset(seed=0)
+        for _ in range(2):
+            env.step(torch.zeros(2, dtype=torch.long))
+    finally:
+        env.close()
+    assert env.seen[0]["lives"].tolist() == [4, 4]
+    final = env.seen[1]["final_info"]
+    assert final["lives"].tolist() == [3, 3] and final["is_success"].tolist() == [1.0, 1.0]
+    assert env.take_successes() == (2.0, 2)
