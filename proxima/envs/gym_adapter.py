@@ -972,20 +972,22 @@ class EnvCalls(gym.Wrapper):
         return obs, reward, terminated, truncated, (info if self.keep_info else {})
 
     def _success_flag(self, value) -> Optional[float]:
-        """``info["is_success"]`` of an episode's last step as 1.0 or 0.0: a bool, a numpy bool, a number
-        0 or 1, or any of them in a one-element array; None (not reported, as SB3's Monitor reads it).
-        Anything else is one EnvError line: counted as a failure or left out, it would make the success
-        rate a wrong number with no word of why, and it is checked only at an episode's end."""
+        """``info["is_success"]`` of an episode's last step as a float in [0, 1]: a bool, a number in [0, 1]
+        (a partial success, averaged as SB3's Monitor does), numpy's or torch's, or any of them in a
+        one-element array; None where not reported (as SB3 reads it). Anything else is NaN, which the
+        vector env leaves out of the rate with one note (_count_successes): the key feeds a logging
+        column only, so a value the rate cannot use must not stop an env that trains."""
         if value is None:
             return None
-        v = value.reshape(()).item() if isinstance(value, np.ndarray) and value.size == 1 else value
+        v = value
+        if (isinstance(v, np.ndarray) and v.size == 1) or (isinstance(v, torch.Tensor) and v.numel() == 1):
+            v = v.reshape(()).item()
         if isinstance(v, (bool, np.bool_)):
             return float(v)
-        if isinstance(v, numbers.Real) and (v == 0 or v == 1):
+        if isinstance(v, numbers.Real) and 0 <= v <= 1:  # NaN fails both comparisons
             return float(v)
-        shown = " ".join(repr(value).split())
-        raise self._bad(f"info['is_success'] = {shown[:60]} ({type(value).__name__})", f"env step {self.steps} (an episode's end)",
-                        "is_success is a bool or a number 0 or 1 (None: not reported)")
+        self.bad_success = f"{' '.join(repr(value).split())[:60]} ({type(value).__name__}) at env step {self.steps}"
+        return math.nan
 
     def _check_step(self, out):
         """The checked obs of ``out`` (what step returned; _check), or EnvError."""
@@ -1141,6 +1143,7 @@ class GymnasiumEnv(BatchedEnv):
         # finished episodes that reported info["is_success"], and the successes among them, since take_successes:
         # Python numbers, added on the host where the vector env's arrays are (no tensor per step)
         self._success_sum, self._success_count = 0.0, 0
+        self._success_noted = False  # a value no rate can use: said once a run
 
     def _obs(self, obs) -> torch.Tensor:
         """(N, *obs_shape) tensor: float32 vectors, uint8 pixels, or packed Dict keys (spaces.py)."""
@@ -1281,15 +1284,29 @@ class GymnasiumEnv(BatchedEnv):
                            f"Policy.act and Proxima's loops do")
 
     def _count_successes(self, final_info, done: np.ndarray) -> None:
-        """Add the finished episodes that reported is_success (EnvCalls passes it on, as 0.0/1.0, at an
-        episode's end only). Same-step autoreset puts the last step's info under ``final_info`` (the info
-        beside it is the new episode's reset info); its ``_is_success`` mask says which envs reported."""
+        """Add the finished episodes that reported is_success (EnvCalls passes it on, as a float in [0, 1],
+        at an episode's end only). Same-step autoreset puts the last step's info under ``final_info`` (the
+        info beside it is the new episode's reset info); its ``_is_success`` mask says which envs reported.
+        A value EnvCalls could not read (NaN) is left out, with one note a run."""
         if not final_info or "is_success" not in final_info:
             return
         reported = np.asarray(final_info.get("_is_success", done), dtype=bool) & done
         if reported.any():
-            values = np.asarray(final_info["is_success"])[reported]
-            self._success_sum += float(np.sum(values.astype(np.float64)))
+            values = np.asarray(final_info["is_success"], dtype=np.float64)
+            unread = reported & np.isnan(values)
+            if unread.any() and not self._success_noted:
+                self._success_noted = True
+                i = int(np.flatnonzero(unread)[0])
+                envs = getattr(self.envs, "envs", None)  # a SyncVectorEnv's EnvCalls hold the value; a worker's are away
+                what = getattr(envs[i], "bad_success", None) if envs is not None else None
+                from ..terminal import printable  # the env's own text: no escape reaches the terminal
+
+                print(printable(f"proxima: note: env '{self.env_id}': env {i}'s info['is_success'] "
+                                f"{'= ' + what if what else f'at vector step {self._steps}'} is no bool or number in "
+                                "[0, 1]: such values are left out of charts/success_rate (this note is not repeated)"),
+                      file=sys.stderr, flush=True)
+            reported &= ~unread
+            self._success_sum += float(np.sum(values[reported]))
             self._success_count += int(reported.sum())
 
     def take_successes(self) -> tuple:
