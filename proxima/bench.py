@@ -40,6 +40,7 @@ import math
 import os
 import platform
 import shlex
+import signal
 import statistics
 import sys
 import time
@@ -569,11 +570,13 @@ def repeats_text(lines: list, args) -> str:
 
 
 def warmup_text(lines: list) -> str:
-    """The untimed warm-up as it ran: at least 3 whole calls per measurement, and their seconds."""
+    """The untimed warm-up as it ran: at least 3 whole calls per measurement, and how long each
+    measurement's whole warm-up took."""
     spans = [xs[0] for ln in lines for xs in ln.warmup.values() if xs]
     took = ""
-    if spans:
-        took = f" ({min(spans):.3g}-{max(spans):.3g} s each)" if max(spans) > min(spans) else f" ({spans[0]:.3g} s each)"
+    if spans:  # a whole warm-up's seconds, all its calls (and a compilation) together: "each" read as per call
+        took = f"{min(spans):.3g}-{max(spans):.3g} s" if max(spans) > min(spans) else f"{spans[0]:.3g} s"
+        took = f" ({took} per measurement, all its warm-up calls together)"
     return (f"an untimed warm-up of at least 3 whole calls per measurement{took}, which holds any --compile "
             "compilation and --cudagraphs capture: no figure includes them")
 
@@ -604,7 +607,9 @@ def command_line(args) -> str:
     return shlex.join(argv)
 
 
-def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime, load: tuple) -> None:
+def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime, load: tuple, stopped: str = "") -> None:
+    """The report of a run to ``path`` (save_markdown); ``stopped``: stopped_text's note of a run cut short,
+    said above the table, which then holds only the sizes that finished."""
     desc = (f"preset `{args.preset or 'default'}`: T = {cfg.num_steps} steps per env per rollout, "
             f"{cfg.update_epochs} epochs x {cfg.num_minibatches} minibatches, hidden {cfg.hidden_sizes}, "
             f"compile {cfg.compile}, cudagraphs {cfg.cudagraphs}, amp {cfg.amp}, encoder {cfg.encoder}, "
@@ -632,6 +637,7 @@ def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime
         + (" --cudagraphs: only train replays the graphs; env and rollout are timed with eager calls ('timed eager')."
            if (cfg if cfg is not None else base_config(args)).cudagraphs and not getattr(args, "train_only", False) else ""),
         "",
+        *([f"**Incomplete: {stopped}.** The table holds the sizes measured before it.", ""] if stopped else []),
         markdown_table(lines),
         "",
     ])
@@ -885,6 +891,7 @@ def _run(args: argparse.Namespace, stdout) -> int:
     from .config import ConfigError
     from .device import resolve_device
     from .envs import EnvError
+    from .signals import OutsideLoop, TrainingInterrupted
 
     sizes, backends = parse_sizes(args.num_envs), backends_for(args.env_id, args.backend)  # checked above
     note = both_note(args.env_id, args.backend)
@@ -895,52 +902,106 @@ def _run(args: argparse.Namespace, stdout) -> int:
     started, load0 = datetime.now(), os.getloadavg()[0]
     record = run_record(device, started, load0, args) if args.json else None
     lines, last_cfg = [], None
-    for n in sizes:
-        measured = [b for b in backends if not (b == "gymnasium" and n > args.max_gym_envs)]
-        done = {}
-        if measured:
-            if not args.json:
-                print(f"{prog}: {', '.join(measured)} x {n:,} envs"
-                      + (" (timed in turn, a window of each per repeat)" if len(measured) > 1 else "") + " ...",
-                      file=sys.stderr, flush=True)
-            try:
-                results = bench_lines(args, measured, n)
-            except (ConfigError, EnvError, CheckpointError) as e:
-                return fail(str(e))
-            except ImportError as e:  # --compile without proxima.accel, or a missing optional package
-                return fail(f"{e}")
-            for line, cfg, device in results:
-                done[line.backend], last_cfg = (line, cfg), cfg
-                if not args.json:  # the untimed part: minutes at 4,096 Gymnasium envs, and where a compile goes
-                    warm = sum(xs[0] for xs in line.warmup.values() if xs)
-                    print(f"{prog}: {line.backend} x {n:,} envs: warm-up {warm:.1f} s, not timed"
-                          + (" (compilation included)" if line.compile_live else "")
-                          + (f"; compile fell back: eager ({', '.join(line.compile_eager)}), its figures are eager ones"
-                             if line.compile_live is False else ""), file=sys.stderr, flush=True)
-        size_lines = []
-        for backend in backends:
-            line, cfg = done.get(backend) or (Line(backend, n, skipped=f"> --max-gym-envs {args.max_gym_envs}"), None)
-            size_lines.append((line, cfg))
-        ratios = train_x_gym([line for line, _ in size_lines])
-        for line, cfg in size_lines:
-            lines.append(line)
-            if args.json:
-                record["load_average"][1] = round(os.getloadavg()[0], 2)
-                print(json.dumps(json_line(line, args, cfg, device, record, ratios.get(id(line)))), file=stdout, flush=True)
+    stop, at, measured = None, None, []  # stop: (what the table's note says, exit status, stderr line) of a size cut short
+    try:
+        # SIGTERM raises here as SIGINT does (TrainingInterrupted), not kill the process: the sizes
+        # already measured, minutes of them at 4,096 envs, are printed and saved before it exits
+        with OutsideLoop() as outside:
+            for n in sizes:
+                measured = [b for b in backends if not (b == "gymnasium" and n > args.max_gym_envs)]
+                done, at = {}, n
+                if measured:
+                    if not args.json:
+                        print(f"{prog}: {', '.join(measured)} x {n:,} envs"
+                              + (" (timed in turn, a window of each per repeat)" if len(measured) > 1 else "") + " ...",
+                              file=sys.stderr, flush=True)
+                    try:
+                        results = bench_lines(args, measured, n)
+                    except (ConfigError, EnvError, CheckpointError, ImportError) as e:  # ImportError: a missing optional package
+                        if outside.signum:  # the stop's signal ended --vector async's workers: not the env's failure
+                            raise TrainingInterrupted(outside.signum, None) from None
+                        stop = (f"failed: {printable(str(e))}", 2, f"{prog}: error: {printable(str(e))}")
+                        break
+                    except Exception as e:  # a crash (out of memory at a big size): the finished sizes first, then its traceback
+                        why = (str(e).strip().splitlines() or [""])[0]
+                        keep_partial(args, lines, last_cfg, device, started, load0, sizes, n, measured,
+                                     f"failed: {printable(f'{type(e).__name__}: {why}')}")
+                        raise
+                    for line, cfg, device in results:
+                        done[line.backend], last_cfg = (line, cfg), cfg
+                        if not args.json:  # the untimed part: minutes at 4,096 Gymnasium envs, and where a compile goes
+                            warm = sum(xs[0] for xs in line.warmup.values() if xs)
+                            print(f"{prog}: {line.backend} x {n:,} envs: warm-up {warm:.1f} s, not timed"
+                                  + (" (compilation included)" if line.compile_live else "")
+                                  + (f"; compile fell back: eager ({', '.join(line.compile_eager)}), its figures are eager ones"
+                                     if line.compile_live is False else ""), file=sys.stderr, flush=True)
+                size_lines = []
+                for backend in backends:
+                    line, cfg = done.get(backend) or (Line(backend, n, skipped=f"> --max-gym-envs {args.max_gym_envs}"), None)
+                    size_lines.append((line, cfg))
+                ratios = train_x_gym([line for line, _ in size_lines])
+                for line, cfg in size_lines:
+                    lines.append(line)
+                    if args.json:
+                        record["load_average"][1] = round(os.getloadavg()[0], 2)
+                        print(json.dumps(json_line(line, args, cfg, device, record, ratios.get(id(line)))), file=stdout, flush=True)
+                at = None
+    except KeyboardInterrupt as e:  # Ctrl-C (a plain KeyboardInterrupt too) or SIGTERM
+        signum = e.signum if isinstance(e, TrainingInterrupted) else signal.SIGINT
+        name = signal.Signals(signum).name
+        stop = (f"interrupted ({name})", 128 + signum,
+                f"{prog}: stopped by {name}" + (f" at {at:,} envs" if at is not None else ""))
+    if stop is not None:
+        why, code, said = stop
+        keep_partial(args, lines, last_cfg, device, started, load0, sizes, at, measured if at is not None else [], why)
+        sys.stderr.write(said + "\n")
+        return code
     if not args.json:
         print(format_table(lines))
     if args.out:  # results go only where --out says: the repository's recorded tables are never overwritten by default
-        out = Path(args.out)
-        existed = has_content(out)
-        try:
-            write_markdown(out, args, lines, last_cfg, device, started, (load0, os.getloadavg()[0]))
-        except OSError as e:
-            from .diskspace import describe
-
-            print(f"{prog}: error: {printable(describe(out, e))}", file=sys.stderr)
+        if not save_out(args, lines, last_cfg, device, started, load0):
             return 2
-        print(f"{prog}: {'appended a section to' if existed else 'wrote'} {out}", file=sys.stderr)
     return 0
+
+
+def stopped_text(sizes: list, lines: list, at: Optional[int], measured: list, why: str) -> str:
+    """The note of a run cut short: the size it stopped at, why (the error line, or 'interrupted
+    (SIGINT)'), and the sizes left unmeasured."""
+    finished = {ln.num_envs for ln in lines}
+    left = [n for n in sizes if n not in finished]
+    where = f"stopped at {at:,} envs" + (f" ({', '.join(measured)})" if measured else "") if at is not None else "stopped"
+    return f"{where}: {why}" + (f"; not measured: {', '.join(f'{n:,}' for n in left)} envs" if left else "")
+
+
+def keep_partial(args, lines: list, cfg, device, started: datetime, load0: float, sizes: list, at: Optional[int],
+                 measured: list, why: str) -> None:
+    """After a size failed or a stop: the table of the sizes that finished with a note of the one cut
+    short, printed and written to --out, so one failure at the largest size does not throw away the
+    minutes spent on the smaller ones. Nothing when no size was measured: an empty table records nothing."""
+    if not any(not ln.skipped for ln in lines):
+        return
+    note = stopped_text(sizes, lines, at, measured, why)
+    if not args.json:
+        print(format_table(lines))
+        print(note, flush=True)
+    if args.out:
+        save_out(args, lines, cfg, device, started, load0, note)
+
+
+def save_out(args, lines: list, cfg, device, started: datetime, load0: float, stopped: str = "") -> bool:
+    """Write (or append to) --out; False, with its one error line said, when the file cannot be written."""
+    prog = "proxima bench"
+    out = Path(args.out)
+    existed = has_content(out)
+    try:
+        write_markdown(out, args, lines, cfg, device, started, (load0, os.getloadavg()[0]), stopped)
+    except OSError as e:
+        from .diskspace import describe
+
+        print(f"{prog}: error: {printable(describe(out, e))}", file=sys.stderr)
+        return False
+    print(f"{prog}: {'appended a section to' if existed else 'wrote'} {out}", file=sys.stderr)
+    return True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -989,7 +1050,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "line); with --compile, \"compile_eager\" names a step that ran eagerly after all")
     p.add_argument("--out", default=None, metavar="FILE", help="also write the results as Markdown (table, machine, "
                    "command) to FILE, e.g. benchmarks/results/bench-CartPole-v1-cpu.md; when FILE exists, they are appended "
-                   "to it as a new dated section and what it holds is kept (default: print only)")
+                   "to it as a new dated section and what it holds is kept; a bench cut short (an env error, Ctrl-C, SIGTERM) still "
+                   "prints and writes the sizes it finished, with a line naming the size it stopped at (default: print only)")
     p.add_argument("--no-out", action="store_true", help=argparse.SUPPRESS)  # the old opt-out; printing only is the default now
 
 
