@@ -1,15 +1,16 @@
 """`proxima doctor`: what this machine can do for training, and what to fix when it can't.
 
 `collect()` probes Python, torch, CUDA/cuDNN/NCCL, GPUs, bf16 (and whether in hardware or
-emulated), torch.compile (its C++ compiler and Python.h, and where its caches go), distributed
-backends, CPU threads, the CPU's vendor and tanh (tanh_cpu.MODE) and optional packages. Every probe
+emulated), torch.compile (its C++ compiler, tried on a one-line build that includes Python.h, and
+where its caches go), distributed backends, CPU threads, the CPU's vendor and tanh (tanh_cpu.MODE)
+and optional packages. Every probe
 is wrapped: on a strange machine a probe reports None/False and leaves a hint; `collect()` itself
-never raises. Nothing here allocates more than a few bytes on a device, so it runs in a second or
-two (most of it is `import torch`).
+never raises. Nothing here allocates more than a few bytes on a device, so it runs in a few seconds
+(most of it is `import torch`, then about half a second for the test build).
 
     proxima doctor                 human-readable report, hints at the end
     proxima doctor --json          one JSON object (the dict collect() returns)
-    proxima doctor --require-cuda  exit 1 with a one-line reason when CUDA is not usable
+    proxima doctor --require-cuda  the report, then a one-line reason on stderr and exit 1 when CUDA is not usable
 
 A stdout that takes nothing (a full disk) is one line on stderr, exit 2.
 """
@@ -17,14 +18,19 @@ A stdout that takes nothing (a full disk) is one line on stderr, exit 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import importlib.metadata
 import importlib.util
 import json
 import os
 import platform
 import shutil
+import signal
+import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,6 +38,7 @@ from .config import install_hint
 from .cpuinfo import cpu_vendor, cpuinfo, simd_text, usable_cpus
 
 TORCH_PIN = "2.13.0"
+CXX_CHECK_TIMEOUT = 30.0  # seconds for the one-line test build (about 0.5 s with a working g++)
 
 
 # package -> how to install it when it is missing
@@ -187,6 +194,57 @@ def python_headers() -> tuple[str | None, str]:
     return None, f"Python.h is not in {first}: {fix}"
 
 
+def cxx_problem(cxx: str, python_h: str | None) -> str:
+    """"" when ``cxx`` (inductor_cxx's) runs as inductor first runs it (``cxx --version``) and builds a
+    one-line shared library that includes Python.h (``python_h``'s folder with -I, as inductor's CPU
+    kernels do; without ``python_h``, the compiler alone), else one clause: the compiler and the first
+    line of its error. Finding the file proved nothing: a broken toolchain (wrong $CXX, a conda
+    compiler without its sysroot, missing libstdc++ headers) passed, and ``train --compile`` died in
+    the first compiled call a hundred lines of traceback later. Not checked on Windows (cl's flags
+    differ) nor for the conda that installs gcc. Cached per process: about half a second."""
+    if sys.platform == "win32":
+        return ""
+    if os.environ.get("TORCH_INDUCTOR_INSTALL_GXX") and cxx == shutil.which(os.environ.get("CONDA_EXE", "conda")):
+        return ""  # inductor's conda download of gcc: no compiler to try yet
+    return _cxx_problem(cxx, str(Path(python_h).parent) if python_h else "")
+
+
+@functools.lru_cache(maxsize=None)
+def _cxx_problem(cxx: str, include: str) -> str:
+    def first_line(out: str, err: str, code: int) -> str:
+        text = (err or "").strip() or (out or "").strip()
+        return text.splitlines()[0].strip() if text else f"exit status {code}, no message"
+
+    what = "a one-line C++ file that includes Python.h" if include else "a one-line C++ file"
+    with tempfile.TemporaryDirectory(prefix="proxima-cxx-") as tmp:
+        source = Path(tmp) / "probe.cpp"
+        source.write_text(("#include <Python.h>\n" if include else "") +
+                          '#include <cmath>\nextern "C" double proxima_probe(double x) { return std::tanh(x); }\n')
+        commands = [([cxx, "--version"], f"`{cxx} --version` (inductor's own check) fails"),
+                    ([cxx, *([f"-I{include}"] if include else []), "-shared", "-fPIC", str(source), "-o",
+                      str(Path(tmp) / "probe.so")], f"c++ {cxx} fails to build {what}")]
+        for command, failed in commands:
+            try:
+                # a session of its own: on a timeout the compiler's children (cc1plus, as) are killed too,
+                # else they hold the pipes open and the wait goes on past the timeout
+                proc = subprocess.Popen(command, cwd=tmp, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+            except OSError as e:  # not executable, a bad #! line
+                return f"{failed}: {e.strerror or type(e).__name__}"
+            try:
+                out, err = proc.communicate(timeout=CXX_CHECK_TIMEOUT)
+            except BaseException as e:  # a Ctrl-C too: the compiler's own session does not get it
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                if isinstance(e, subprocess.TimeoutExpired):
+                    return f"{failed}: no answer in {CXX_CHECK_TIMEOUT:g} s"
+                raise
+            if proc.returncode != 0:
+                return f"{failed}: {first_line(out, err, proc.returncode)}"
+    return ""
+
+
 def cpu_bf16_native() -> tuple[bool | None, str]:
     """Whether this CPU has bf16 arithmetic in hardware, from the flags Linux lists in /proc/cpuinfo:
     x86's avx512_bf16 or amx_bf16, Arm's bf16. Without them torch still computes bf16 (collect()'s
@@ -272,7 +330,10 @@ def collect(device: Any = None, threads: int | None = None) -> dict:
     torch_threads: this thread's count is a side thread's threads // 2 by then)."""
     errors: dict[str, str] = {}
     hints: list[str] = []
+    from . import __version__
+
     info: dict[str, Any] = {
+        "proxima": __version__,
         "python": _probe(errors, "python", lambda: platform.python_version()),
         "python_implementation": _probe(errors, "python", platform.python_implementation),
         "python_executable": sys.executable,
@@ -290,7 +351,7 @@ def collect(device: Any = None, threads: int | None = None) -> dict:
         "bf16": False,
         "bf16_native": None,  # bf16 in hardware (None: not known); False: emulated, slower than fp32
         "bf16_flags": None,  # the CPU flags that say so: those found, or (not native) those looked for
-        "compile": {"cxx": None, "python_h": None, "triton": None, "ok": False, "cache": None, "cache_dir": None,
+        "compile": {"cxx": None, "cxx_error": None, "python_h": None, "triton": None, "ok": False, "cache": None, "cache_dir": None,
                     "precompiled_headers": None},
         "distributed": {"gloo": False, "nccl": False, "mpi": False},
         "cpu_count": _probe(errors, "cpu_count", os.cpu_count),
@@ -323,6 +384,9 @@ def collect(device: Any = None, threads: int | None = None) -> dict:
     compile_info["cxx"] = cxx_found
     python_h, python_h_why = _probe(errors, "python_h", python_headers, (None, "the Python.h probe failed"))
     compile_info["python_h"] = python_h
+    if cxx_found is not None:  # built with, not only found: a broken compiler is a "no" with its error
+        cxx_error = _probe(errors, "cxx", lambda: cxx_problem(cxx_found, python_h), "the test build failed to start")
+        compile_info["cxx_error"] = cxx_error or None
     cache_problem = _probe(errors, "compile_cache", _compile_cache_problem, "")
     compile_info["cache"] = _probe(errors, "compile_cache", lambda: _compile_cache(cache_problem))  # for people: the path and its size
     compile_info["cache_dir"] = _probe(errors, "compile_cache", _compile_cache_dir)  # for programs (--json): the path
@@ -337,13 +401,16 @@ def collect(device: Any = None, threads: int | None = None) -> dict:
             compile_info["triton"] = None
     if compile_info["cxx"] is None:
         hints.append(f"torch.compile unavailable (it needs a C++ compiler on the CPU): {cxx_why}; train with compile off")
+    elif compile_info["cxx_error"]:
+        hints.append(f"torch.compile unavailable (it builds C++ kernels on the CPU): {compile_info['cxx_error']}; "
+                     "fix or reinstall that compiler, or set CXX to one that works, or train with compile off")
     if python_h is None:
         hints.append(f"torch.compile unavailable (its C++ kernels include Python.h): {python_h_why}; train with compile off")
     if info["cuda_usable"] and compile_info["triton"] is None:
         hints.append("torch.compile on GPU unavailable: triton not importable; pip install triton (matching torch)")
     if cache_problem:
         hints.append(f"torch.compile unavailable: {cache_problem}; or train with compile off")
-    compile_info["ok"] = torch is not None and compile_info["cxx"] is not None and python_h is not None and (
+    compile_info["ok"] = torch is not None and compile_info["cxx"] is not None and not compile_info["cxx_error"] and python_h is not None and (
         not info["cuda_usable"] or compile_info["triton"] is not None
     ) and not cache_problem
 
@@ -432,8 +499,7 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list, device: Any = N
     if info["cuda_usable"] is False:  # None: a CPU run's record, which probes no GPU (no hint either way)
         if info["torch_build"] == "cpu":
             hints.append(
-                f"CUDA not usable: this torch is a CPU build ({info['torch']}); "
-                f"install a CUDA build of torch=={TORCH_PIN} to train on GPUs"
+                f"CUDA not usable: this torch is a CPU build ({info['torch']}); to train on GPUs, {_cuda_install()}"
             )
         elif not available:
             hints.append(
@@ -494,7 +560,7 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list, device: Any = N
         # native bf16 is no speed-up for this library's small MLPs: casts cost more than the arithmetic
         # saves, and bf16 skips the CPU MLP kernel (docs/performance.md, "When each switch helps")
         hints.append(f"bf16 on this CPU is native ({info['bf16_flags']}), but --amp bf16 trained small MLPs slower than fp32 "
-                     "on such CPUs (0.43x-0.58x of eager, docs/performance.md): measure first with python benchmarks/accel.py")
+                     "on such CPUs (0.43x-0.58x of eager, docs/performance.md): measure first with proxima bench ENV_ID --amp bf16")
 
     # --- distributed -----------------------------------------------------------------------------
     dist = info["distributed"]
@@ -509,6 +575,17 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list, device: Any = N
         hints.append("gloo backend not available: CPU torchrun runs will not work")
     if info["cuda_usable"] and not dist["nccl"]:
         hints.append("NCCL backend not available: multi-GPU torchrun would fall back to gloo (slow)")
+
+
+def _cuda_install() -> str:
+    """A command that puts a CUDA build of the pinned torch in place of a CPU one. On Linux PyPI's torch
+    wheel is the CUDA build (README); the CPU build satisfies ``torch==PIN`` too, so pip would keep
+    it: uninstalled first (not --force-reinstall, which would reinstall torch's dependencies past
+    requirements.lock)."""
+    if sys.platform == "linux":
+        return (f"install PyPI's CUDA build: pip uninstall -y torch && pip install torch=={TORCH_PIN} "
+                "--index-url https://pypi.org/simple")
+    return f"install a CUDA build of torch=={TORCH_PIN} (pytorch.org lists the pip line for each platform; none exists for macOS)"
 
 
 def _yn(flag: Any) -> str:
@@ -532,9 +609,18 @@ def _bf16_text(info: dict) -> str:
     return "yes"
 
 
+def _cxx_text(comp: dict) -> str:
+    """The compiler in the torch.compile row: its path, or that it fails and its first error line."""
+    error = comp.get("cxx_error")
+    if error and comp.get("cxx"):
+        detail = error.split(comp["cxx"], 1)[-1].partition(": ")[2]  # the compiler's own line, after the path
+        return f"c++ {comp['cxx']} fails: {detail or error}"
+    return f"c++: {_or_dash(comp.get('cxx'))}"
+
+
 def format_report(info: dict) -> str:
     """Aligned human-readable lines, hints at the end."""
-    rows: list[tuple[str, str]] = []
+    rows: list[tuple[str, str]] = [("proxima", _or_dash(info.get("proxima")))]
     py = f"{_or_dash(info.get('python'))} ({_or_dash(info.get('python_implementation'))})"
     rows.append(("python", py))
     rows.append(("platform", f"{_or_dash(info.get('platform'))} [{_or_dash(info.get('machine'))}]"))
@@ -557,7 +643,8 @@ def format_report(info: dict) -> str:
     rows.append(
         (
             "torch.compile",
-            f"{_yn(comp.get('ok'))} (c++: {_or_dash(comp.get('cxx'))}, Python.h: "
+            f"{_yn(comp.get('ok'))} ("
+            f"{_cxx_text(comp)}, Python.h: "
             f"{'found' if comp.get('python_h') else 'missing'}, "
             f"triton: {_or_dash(comp.get('triton'))})",
         )
@@ -635,7 +722,7 @@ def run(args: argparse.Namespace) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     parser.add_argument(
-        "--require-cuda", action="store_true", help="exit 1 with a one-line reason when CUDA is not usable"
+        "--require-cuda", action="store_true", help="when CUDA is not usable: the report, then a one-line reason on stderr, exit 1"
     )
 
 

@@ -261,12 +261,23 @@ class Trainer:
         take_successes = getattr(self.env, "take_successes", None)
         if take_successes is not None:
             take_successes()  # what steps outside an iteration counted is no iteration's
-        self._rollout()
-        self.global_step += self.steps_per_iteration
-        guard.check_rollout(ro.raw_rewards, cfg.env_id)  # one host sync per iteration
-        self.model.train()
-        self._advantages()
-        self._update()
+        if cfg.compile and not getattr(self, "_compile_noted", False):
+            self._note_compiling()
+        try:  # once an iteration, outside the rollout's step loop: free unless something raises
+            self._rollout()
+            self.global_step += self.steps_per_iteration
+            guard.check_rollout(ro.raw_rewards, cfg.env_id)  # one host sync per iteration
+            self.model.train()
+            self._advantages()
+            self._update()
+        except Exception as e:
+            failure = _compile_failure(e) if cfg.compile else None
+            if failure is None:
+                raise
+            # a failure the start-up check (_check_compile) could not foresee: one line, not inductor's
+            # hundred lines of traceback (the CLI prints a ConfigError's message alone, exit 2)
+            raise ConfigError(f"--compile: torch.compile failed to build a compiled step ({failure}); run without --compile "
+                              "(a resume: --no-compile), or run `proxima doctor` to see what the compiler lacks") from e
         out = dict(self.parts.metrics)
         out["explained_variance"] = self.parts.explained_variance
         out["ep_return_sum"], out["ep_length_sum"], out["ep_count"] = ro.ep_return_sum, ro.ep_length_sum, ro.ep_count
@@ -276,6 +287,16 @@ class Trainer:
             out["success_count"] = torch.tensor(float(reported), device=ro.ep_count.device)
         self.iteration += 1
         return out
+
+    def _note_compiling(self) -> None:
+        """One note before the first compiled iteration: inductor compiles both steps there, and on a CPU
+        the first launch showed nothing for a minute, then "SPS 2"."""
+        self._compile_noted = True
+        if self.dist.is_main and not getattr(self, "quiet", False):  # --quiet: no notes that change nothing
+            from .accel import compile_cache_dir
+
+            print(f"proxima: note: --compile: compiling the rollout and update steps; the first launch takes about a "
+                  f"minute on a CPU, a later one reads the kernels cached in {compile_cache_dir()}", file=sys.stderr, flush=True)
 
     def _env_guard(self) -> EnvGuard:
         guard = getattr(self, "_guard", None)
@@ -785,6 +806,24 @@ def _second_interrupt(e: BaseException) -> bool:
         frame.f_code is SignalGuard._handle.__code__ for frame, _ in traceback.walk_tb(e.__traceback__))
 
 
+def _compile_failure(e: BaseException) -> Optional[str]:
+    """"ExceptionType: first line" of a torch.compile failure (dynamo's BackendCompilerFailed, inductor's
+    InductorError around it, or a C++ build error of inductor's that escaped unwrapped), else None.
+    Read from the already imported modules: a run that never compiled has nothing to match."""
+    dynamo_exc, inductor_exc = sys.modules.get("torch._dynamo.exc"), sys.modules.get("torch._inductor.exc")
+    kinds = tuple(k for k in (getattr(dynamo_exc, "BackendCompilerFailed", None), getattr(inductor_exc, "CppCompileError", None),
+                              getattr(inductor_exc, "InvalidCxxCompiler", None)) if isinstance(k, type))
+    if not kinds or not isinstance(e, kinds):
+        return None
+    inner = getattr(e, "inner_exception", None) or e
+    output = getattr(inner, "output", None)  # CppCompileError: the compiler's own words, under its command line
+    lines = [line.strip() for line in (output if isinstance(output, str) else "").splitlines() if line.strip()]
+    said = next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
+    text = str(inner).strip().splitlines()
+    first = text[0].strip() if text else ""
+    return f"{type(inner).__name__}: {first}" + (f": {said}" if said else "") if first else type(inner).__name__
+
+
 class CallbackFailed(RuntimeError):
     """Raised under torchrun by the ranks other than rank 0 when rank 0's train() callback raised (rank 0
     raises the callback's own exception)."""
@@ -867,8 +906,10 @@ def check_device_flags(cfg: PPOConfig, device: torch.device, world_size: int = 1
 
 def _check_compile(cfg: PPOConfig, device: torch.device, resumed: bool = False) -> None:
     """--compile on the CPU: inductor builds C++ kernels with the compiler it finds (doctor.inductor_cxx,
-    a PATH lookup as inductor's own, nothing run) against Python.h (doctor.python_headers, a file
-    lookup), and without either it fails inside the first rollout, a hundred lines of traceback later.
+    a PATH lookup as inductor's own) against Python.h (doctor.python_headers, a file lookup), and
+    without either, or with a compiler that is there but cannot build (doctor.cxx_problem: a one-line
+    test build, about half a second, once per process), it fails inside the first rollout, a hundred
+    lines of traceback later.
     On CUDA the kernels are triton's: not checked here. The compile cache is checked on both (--dry-run
     too): a folder inductor cannot create ends in an unrelated traceback (accel.compile_cache_problem)."""
     if not cfg.compile:
@@ -887,9 +928,16 @@ def _check_compile(cfg: PPOConfig, device: torch.device, resumed: bool = False) 
     found, why = inductor_cxx()
     if found is None:
         raise ConfigError(f"--compile: torch.compile on the CPU needs a C++ compiler ({why}); {drop}")
+    cxx = found
     found, why = python_headers()
     if found is None:
         raise ConfigError(f"--compile: torch.compile on the CPU needs Python's C headers ({why}); {drop}")
+    from .doctor import cxx_problem
+
+    why = cxx_problem(cxx, found)
+    if why:
+        raise ConfigError(f"--compile: torch.compile on the CPU needs a working C++ compiler ({why}); "
+                          f"fix it or set CXX to one that works, {drop}")
 
 
 def _check_cudagraphs(cfg: PPOConfig, device: torch.device, world_size: int) -> None:

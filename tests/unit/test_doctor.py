@@ -60,7 +60,7 @@ def test_collect_keys_and_types(monkeypatch):
         assert isinstance(gpu["capability"], str) and "." in gpu["capability"]
     assert isinstance(info["bf16"], bool) and info["bf16_native"] in (True, False, None)
     assert info["bf16_flags"] is None or isinstance(info["bf16_flags"], str)
-    assert set(info["compile"]) == {"cxx", "python_h", "triton", "ok", "cache", "cache_dir", "precompiled_headers"}
+    assert set(info["compile"]) == {"cxx", "cxx_error", "python_h", "triton", "ok", "cache", "cache_dir", "precompiled_headers"}
     assert isinstance(info["compile"]["ok"], bool)
     assert info["compile"]["precompiled_headers"] == __import__("os").path.join(
         __import__("os").path.abspath(info["compile"]["cache_dir"]), "precompiled_headers")
@@ -110,10 +110,10 @@ AVX2_FLAGS = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma avx2 bmi2 sha_ni"
      "slower than fp32 here; keep --amp none on CPU"),
     (AVX2_FLAGS + " avx512f avx512_bf16", True, "yes, native (avx512_bf16)",
      "bf16 on this CPU is native (avx512_bf16), but --amp bf16 trained small MLPs slower than fp32 on such CPUs "
-     "(0.43x-0.58x of eager, docs/performance.md): measure first with python benchmarks/accel.py"),
+     "(0.43x-0.58x of eager, docs/performance.md): measure first with proxima bench ENV_ID --amp bf16"),
     (AVX2_FLAGS + " amx_tile amx_bf16", True, "yes, native (amx_bf16)",
      "bf16 on this CPU is native (amx_bf16), but --amp bf16 trained small MLPs slower than fp32 on such CPUs "
-     "(0.43x-0.58x of eager, docs/performance.md): measure first with python benchmarks/accel.py"),
+     "(0.43x-0.58x of eager, docs/performance.md): measure first with proxima bench ENV_ID --amp bf16"),
     (None, None, "yes", None),  # the OS lists no flags (not Linux): not known, no claim either way
 ])
 def test_cpu_bf16_says_whether_native_or_emulated(flags, native, row, hint, monkeypatch, capsys):
