@@ -39,6 +39,7 @@ import queue
 import signal
 import sys
 import threading
+import weakref
 from pathlib import Path
 from typing import Iterable, Optional, Union
 
@@ -454,6 +455,8 @@ class _Abandoned(BaseException):
 
 
 _END = object()  # after the last frame
+#: the VideoFeeds of this process (weakly held): recording() abandons those still writing before a stop signal ends it
+_LIVE: "weakref.WeakSet[VideoFeed]" = weakref.WeakSet()
 
 
 class VideoFeed:
@@ -462,7 +465,12 @@ class VideoFeed:
     it returned), at most FEED_FRAMES waiting. :meth:`finish` after the last frame waits for the
     file and returns its path, or raises the writer's error (a VideoError); :meth:`abandon` (the
     evaluation stopped) has the writer remove its temp file and end. A writer that failed early
-    takes no more frames: finish() says why."""
+    takes no more frames: finish() says why.
+
+    The writer says it ended (the temp file renamed or removed) with an Event, never asked with
+    Thread.is_alive() or join(): on Python before 3.13 those, interrupted by the KeyboardInterrupt of
+    a signal (recording()), can mark the still running writer as ended (CPython issue 90882), and
+    abandon() then returned at once: the process ended by the signal with the temp file there."""
 
     def __init__(self, path: Union[str, Path], fps: float):
         self.path, self.fps = str(path), fps
@@ -470,7 +478,9 @@ class VideoFeed:
         self._abandoned = False
         self._written: Optional[str] = None
         self._error: Optional[BaseException] = None
+        self._ended = threading.Event()  # set by the writer as its last act: the temp file is gone by then
         self._thread = threading.Thread(target=self._write, name="proxima-video", daemon=True)
+        _LIVE.add(self)
         self._thread.start()
 
     def _frames(self):
@@ -489,9 +499,11 @@ class VideoFeed:
             pass
         except BaseException as e:  # noqa: BLE001 - finish() raises it in the evaluation's thread
             self._error = e
+        finally:
+            self._ended.set()
 
     def _hand(self, item) -> None:
-        while self._thread.is_alive():  # a writer that ended early takes nothing more: finish() says why
+        while not self._ended.is_set():  # a writer that ended early takes nothing more: finish() says why
             try:
                 self._queue.put(item, timeout=0.25)
                 return
@@ -504,7 +516,7 @@ class VideoFeed:
     def finish(self) -> str:
         try:
             self._hand(_END)
-            self._thread.join()
+            self._ended.wait()
         except BaseException:  # a Ctrl-C (or SIGTERM: recording()) while ffmpeg finishes the file
             self.abandon()
             raise
@@ -516,7 +528,7 @@ class VideoFeed:
         self._abandoned = True
         with contextlib.suppress(queue.Full):  # full: the writer is busy and reads the flag with its next frame
             self._queue.put_nowait(_END)
-        self._thread.join(ABANDON_WAIT_S)
+        self._ended.wait(ABANDON_WAIT_S)
 
 
 @contextlib.contextmanager
@@ -530,7 +542,8 @@ def recording(active: bool = True):
     * SIGTERM and SIGHUP, where their handler is the default (the process ends at once, leaving the
       video's temp file), raise KeyboardInterrupt instead, so that the writing unwinds and removes
       it. The handlers are put back after, and a signal that came is sent again: the process still
-      ends as that signal ends it (exit 143 for SIGTERM), only after the cleanup. Python runs signal
+      ends as that signal ends it (exit 143 for SIGTERM), only after the cleanup; a VideoFeed still
+      writing then (one its caller had no hold of yet to abandon) is abandoned first. Python runs signal
       handlers in the main thread only: called in another, the handlers are left alone."""
     if not active:
         yield
@@ -557,4 +570,7 @@ def recording(active: bool = True):
         for name in added:
             os.environ.pop(name, None)
         if came:
+            for feed in list(_LIVE):  # the signal ends the process, its daemon writer threads with it
+                if not feed._ended.is_set():
+                    feed.abandon()
             os.kill(os.getpid(), came[0])

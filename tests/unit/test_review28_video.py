@@ -389,3 +389,57 @@ def test_the_population_refusal_quotes_the_video_path(tmp_path, capsys):
     line = error_line(code, err, "record one member")
     assert line.endswith(f"--video '{tmp_path / 'my ep.mp4'}'"), line
     assert not (tmp_path / "my ep.mp4").exists()
+
+
+# ------------------------------------------------------------------------------------ 3b. the writer's end, not its Thread
+STOPPED = '''
+import os, signal, sys, threading, time, traceback
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+from proxima import video
+
+out, when = sys.argv[2], sys.argv[3]
+main = threading.main_thread().ident
+real = video._Frames.__next__
+
+
+def main_in(*names):
+    return set(names) <= {f.name for f in traceback.extract_stack(sys._current_frames()[main])}
+
+
+def next_frame(self):  # the writer, mid-video: a SIGHUP once the evaluation's thread is where ``when`` says
+    if self.count == 2:
+        while not (main_in("finish", "wait") if when == "finish" else os.listdir(out)):
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(0.5)  # the encoder still busy as the signal lands
+    return real(self)
+
+
+video._Frames.__next__ = next_frame
+frames = [np.full((40, 60, 3), 40 * i, np.uint8) for i in range(4)]
+with video.recording():
+    feed = video.VideoFeed(os.path.join(out, "v.gif"), 30)
+    if when == "finish":  # the KeyboardInterrupt lands in finish()'s wait: was Thread.join, marked ended by it
+        for f in frames:
+            feed.put(f)
+        feed.finish()
+    else:  # the caller never abandons the feed (evaluate's window before it holds the FrameRecorder)
+        feed.put(frames[0])
+        feed.put(frames[1])
+        while True:
+            time.sleep(0.01)
+raise SystemExit("no signal came")
+'''
+
+
+@pytest.mark.parametrize("when", ["finish", "unheld"])
+def test_a_sighup_never_leaves_the_temp_file_whatever_the_writer_thread_seems(tmp_path, when):
+    (tmp_path / "child.py").write_text(STOPPED)
+    out = tmp_path / "out"
+    out.mkdir()
+    root = str(Path(video.__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, str(tmp_path / "child.py"), root, str(out), when], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == -signal.SIGHUP, done.stderr[-2000:]
+    assert list(out.iterdir()) == []  # before: .v.XXXX.tmp.gif (finish: every time; unheld: every time)
