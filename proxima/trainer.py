@@ -816,6 +816,13 @@ def _compile_failure(e: BaseException) -> Optional[str]:
     if not kinds or not isinstance(e, kinds):
         return None
     inner = getattr(e, "inner_exception", None) or e
+    # dynamo wraps whatever compiling raised: an out-of-memory while inductor autotunes is no compiler's
+    # fault, and "run without --compile" would hide it; it propagates as itself (the caller re-raises)
+    cause, seen = inner, 0
+    while cause is not None and seen < 8:
+        if isinstance(cause, torch.OutOfMemoryError) or (isinstance(cause, RuntimeError) and "out of memory" in str(cause).lower()):
+            return None
+        cause, seen = getattr(cause, "inner_exception", None) or cause.__cause__, seen + 1
     output = getattr(inner, "output", None)  # CppCompileError: the compiler's own words, under its command line
     lines = [line.strip() for line in (output if isinstance(output, str) else "").splitlines() if line.strip()]
     said = next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")

@@ -152,3 +152,46 @@ def test_out_file_gives_the_warm_up_seconds_per_measurement_not_per_call():
     text = bench.warmup_text([line])
     assert "(0.5-34.9 s per measurement, all its warm-up calls together)" in text
     assert "s each" not in text
+
+
+def test_an_env_error_after_sigterm_is_the_stop_not_a_failure(monkeypatch, tmp_path, capsys):
+    """A SIGTERM that ended --vector async's workers surfaces as the env's EnvError: the signal recorded on
+    the OutsideLoop makes it a stop (143, "stopped by SIGTERM"), not an env failure (2)."""
+    from proxima.envs import EnvError
+
+    real, asked = bench.bench_lines, []
+
+    def lines(args, backends, n):
+        asked.append(n)
+        if len(asked) == 2:
+            outside = signal.getsignal(signal.SIGTERM).__self__  # the OutsideLoop around the sizes
+            outside.signum = signal.SIGTERM
+            raise EnvError("worker 0 died")
+        return real(args, backends, n)
+
+    monkeypatch.setattr(bench, "bench_lines", lines)
+    out = tmp_path / "term.md"
+    code, stdout, err = run_main(["bench", "CartPole-v1", "--backend", "native", "--num-envs", "1,2", *FAST,
+                                  "--out", str(out)], capsys)
+    assert code == 143, err
+    assert err.strip().splitlines()[-1] == "proxima bench: stopped by SIGTERM at 2 envs"
+    assert "interrupted (SIGTERM)" in out.read_text() and "worker 0 died" not in out.read_text()
+
+
+def test_a_stop_after_only_skipped_sizes_writes_nothing(monkeypatch, tmp_path, capsys):
+    """Gymnasium only, every size over --max-gym-envs: the rows so far are all 'skipped', which record nothing."""
+    real, calls = bench.train_x_gym, []
+
+    def ratios(lines):
+        calls.append(lines[0].num_envs)
+        if lines[0].num_envs == 4:
+            raise KeyboardInterrupt
+        return real(lines)
+
+    monkeypatch.setattr(bench, "train_x_gym", ratios)
+    out = tmp_path / "skipped.md"
+    code, stdout, err = run_main(["bench", "CartPole-v1", "--backend", "gymnasium", "--max-gym-envs", "1",
+                                  "--num-envs", "2,4", *FAST, "--out", str(out)], capsys)
+    assert (code, calls) == (130, [2, 4]), err
+    assert not out.exists() and stdout == ""
+    assert err.strip().splitlines()[-1] == "proxima bench: stopped by SIGINT at 4 envs"

@@ -182,3 +182,131 @@ def test_bf16_hint_names_a_command_the_package_ships(monkeypatch, capsys):
 def test_require_cuda_help_says_what_it_prints(capsys):
     code, out, _ = run_main(["doctor", "--help"], capsys)
     assert code == 0 and "the report, then a one-line reason on stderr, exit 1" in " ".join(out.split())
+
+
+# --- review 38, mutation survivors -------------------------------------------------------------------------------
+
+NOTE = "compiling the rollout"
+
+
+@pytest.fixture
+def eager_compile(monkeypatch, tmp_path):
+    """--compile's set-up with nothing compiled: the eager steps stand in for the compiled ones."""
+    def accelerate(trainer):
+        trainer.compiled_eager = set()
+        return trainer.policy_step, trainer.grad_step
+
+    monkeypatch.setattr(trainer_mod, "_check_compile", lambda *a, **k: None)
+    monkeypatch.setattr(accel, "accelerate", accelerate)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
+def _train3(tmp_path, *extra):  # 3 iterations of 64 steps
+    return [arg if arg != "64" else "192" for arg in _train(tmp_path, *extra)]
+
+
+def test_the_compiling_note_comes_once_a_run(tmp_path, eager_compile, capsys):
+    code, _, err = run_main(_train3(tmp_path), capsys)
+    assert code == 0, err
+    assert err.count(NOTE) == 1, err
+
+
+def test_quiet_has_no_compiling_note(tmp_path, eager_compile, capsys):
+    code, _, err = run_main(_train3(tmp_path, "--quiet"), capsys)
+    assert code == 0, err
+    assert NOTE not in err
+
+
+def test_an_inductor_error_without_compile_is_not_called_a_compile_failure(tmp_path, monkeypatch, capsys):
+    """compile off: torch.compile did not run, so an InductorError (raised by the user's own code, say)
+    keeps its type and is not turned into the --compile line."""
+    from torch._inductor.exc import InductorError, InvalidCxxCompiler
+
+    build_parts = trainer_mod.graphs.build_parts
+
+    def failing_rollout(trainer):
+        parts, _, advantages, update = build_parts(trainer)
+
+        def rollout():
+            raise InductorError(InvalidCxxCompiler("/x/g++"), None)
+
+        return parts, rollout, advantages, update
+
+    monkeypatch.setattr(trainer_mod.graphs, "build_parts", failing_rollout)
+    argv = [arg for arg in _train(tmp_path) if arg != "--compile"]
+    with pytest.raises(InductorError):
+        run_main(argv, capsys)
+
+
+def test_a_compile_failure_names_the_compilers_error_line():
+    from torch._inductor.exc import CppCompileError
+
+    said = trainer_mod._compile_failure(CppCompileError(["g++"], "x.cpp:1: error: boom\n"))
+    assert said is not None and said.endswith(": x.cpp:1: error: boom"), said
+
+
+@pytest.mark.parametrize("oom", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+                                 RuntimeError("DefaultCPUAllocator: not enough memory: out of memory")])
+def test_out_of_memory_while_compiling_is_not_a_compile_failure(oom):
+    """dynamo wraps whatever compiling raised: an OOM while inductor autotunes is no compiler's fault and
+    must propagate as itself, not as "run without --compile"."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    assert trainer_mod._compile_failure(BackendCompilerFailed(lambda *a: None, oom, None)) is None
+    assert trainer_mod._compile_failure(BackendCompilerFailed(lambda *a: None, ValueError("bad kernel"), None)) == \
+        "ValueError: bad kernel"
+
+
+@needs_posix
+def test_a_compiler_killed_by_a_signal_fails(tmp_path):
+    cxx = _script(tmp_path, "killed-g++", "kill -9 $$\n")
+    said = doctor.cxx_problem(cxx, None)
+    assert said.startswith(f"`{cxx} --version` (inductor's own check) fails: "), said
+
+
+@needs_posix
+def test_the_compilers_stderr_is_quoted_before_its_stdout(tmp_path):
+    cxx = _script(tmp_path, "noisy-g++", "echo banner; echo fatal >&2; exit 1\n")
+    assert doctor.cxx_problem(cxx, None) == f"`{cxx} --version` (inductor's own check) fails: fatal"
+
+
+@needs_posix
+def test_the_test_build_includes_python_h(tmp_path):
+    """A compiler that builds anything but a file including Python.h (its headers are missing) is caught."""
+    cxx = _script(tmp_path, "nopy-g++", 'for a; do case "$a" in *.cpp) grep -q "<Python.h>" "$a" && '
+                                        '{ echo "probe.cpp:1:10: fatal error: Python.h: No such file" >&2; exit 1; };; esac; done\n'
+                                        "exit 0\n")
+    empty = tmp_path / "include"
+    empty.mkdir()
+    said = doctor.cxx_problem(cxx, str(empty / "Python.h"))
+    assert said == f"c++ {cxx} fails to build a one-line C++ file that includes Python.h: probe.cpp:1:10: fatal error: " \
+                   "Python.h: No such file", said
+
+
+@needs_posix
+def test_ctrl_c_during_the_compiler_check_propagates(tmp_path, monkeypatch):
+    import subprocess
+
+    cxx = _script(tmp_path, "slow-g++", "sleep 30; exit 0\n")
+    real = subprocess.Popen.communicate
+
+    def communicate(self, input=None, timeout=None):
+        if timeout is not None:
+            raise KeyboardInterrupt
+        return real(self, input, timeout)
+
+    monkeypatch.setattr(subprocess.Popen, "communicate", communicate)
+    with pytest.raises(KeyboardInterrupt):
+        doctor.cxx_problem(cxx, None)
+
+
+@needs_posix
+def test_a_hung_compilers_children_are_killed_with_it(tmp_path, monkeypatch):
+    """The compiler's children (here sleep) hold its pipes: only killing its whole session ends the wait."""
+    import time
+
+    cxx = _script(tmp_path, "slow-g++", "sleep 30; exit 0\n")
+    monkeypatch.setattr(doctor, "CXX_CHECK_TIMEOUT", 0.5)
+    start = time.monotonic()
+    assert doctor.cxx_problem(cxx, None) == f"`{cxx} --version` (inductor's own check) fails: no answer in 0.5 s"
+    assert time.monotonic() - start < 3

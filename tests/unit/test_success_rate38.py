@@ -17,7 +17,7 @@ import torch
 from proxima import cli
 from proxima.distributed import DistContext
 from proxima.logger import CSV_COLUMNS, _event_records
-from tests.cli_helpers import TINY_RUN, error_line, module_written_in, run_main, tiny_cartpole_run
+from tests.cli_helpers import TINY_RUN, module_written_in, run_main, tiny_cartpole_run
 
 COLUMN = "charts/success_rate"
 
@@ -30,23 +30,27 @@ COLUMN = "charts/success_rate"
 SUCC_ENV = '''
 import gymnasium as gym
 import numpy as np
+import torch
 from gymnasium import spaces
 
 OUTCOMES = {1: {"is_success": np.float32(1.0)}, 2: {"is_success": False}, 3: {}, 0: {"is_success": np.bool_(True)}}
-BAD = {"pair": np.array([True, False]), "one": np.array([True])}  # values JSON --env-kwargs cannot give
+BAD = {"pair": np.array([True, False]), "one": np.array([True]),  # values JSON --env-kwargs cannot give
+       "t1": torch.tensor(1.0), "ttrue": torch.tensor(True), "tfalse": torch.tensor(False)}
 
 
 class Succ(gym.Env):
     observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
     action_space = spaces.Discrete(2)
 
-    def __init__(self, bad=None, none=False):
+    def __init__(self, bad=None, none=False, bad_eps=(2,), bad_seed=None):
         self.bad, self.none, self.k, self.silent = bad, none, 0, False
+        self.bad_eps, self.bad_seed, self.seed0 = tuple(bad_eps), bad_seed, None  # bad_seed: only the env reset with it
 
     def reset(self, seed=None, options=None):
         super().reset(seed=seed)
         if seed is not None:
             self.silent = seed % 2 == 0
+            self.seed0 = seed if self.seed0 is None else self.seed0
         self.t = 0
         return np.zeros(2, np.float32), {"is_success": True}
 
@@ -59,7 +63,7 @@ class Succ(gym.Env):
             info = {} if self.silent else dict(OUTCOMES[self.k % 4])
             if self.none and not self.silent and self.k % 4 == 3:
                 info = {"is_success": None}  # reported as not reported (SB3's Monitor reads it so)
-            if self.bad is not None and self.k == 2:
+            if self.bad is not None and self.k in self.bad_eps and self.bad_seed in (None, self.seed0):
                 info = {"is_success": BAD.get(self.bad, self.bad) if isinstance(self.bad, str) else self.bad}
         return np.zeros(2, np.float32), 0.0, end and self.k % 2 == 1, end and self.k % 2 == 0, info
 '''
@@ -235,3 +239,36 @@ def test_a_subclass_that_reads_info_sees_the_last_steps_keys_and_the_flag():
     final = env.seen[1]["final_info"]
     assert final["lives"].tolist() == [3, 3] and final["is_success"].tolist() == [1.0, 1.0]
     assert env.take_successes() == (2.0, 2)
+
+
+@pytest.mark.parametrize("value, rates", [("t1", [1.0, 0.5]), ("ttrue", [1.0, 0.5]), ("tfalse", [0.6, 0.5])])
+def test_a_torch_0d_tensor_is_read_as_its_value(succ_env, tmp_path, capsys, value, rates):
+    # every env's episode 2 says torch.tensor(...): a success (or a failure), read, with no note
+    run = tmp_path / "run"
+    code, _, err = run_main(["train", "succ38_env:Succ", *TINY_RUN, "--seed", "1", "--total-timesteps", "128",
+                             "--run-dir", str(run), "--quiet", "--env-kwargs", json.dumps({"bad": value})], capsys)
+    assert code == 0, err
+    assert "is_success" not in err
+    _, rows = _rows(run / "metrics.csv")
+    assert [float(r[COLUMN]) for r in rows] == rates
+
+
+def _bad_notes(tmp_path, capsys, **kwargs) -> list:
+    run = tmp_path / "run"
+    code, _, err = run_main(["train", "succ38_env:Succ", *TINY_RUN, "--seed", "1", "--total-timesteps", "128",
+                             "--run-dir", str(run), "--quiet", "--env-kwargs", json.dumps({"bad": "yes", **kwargs})], capsys)
+    assert code == 0, err
+    return [line for line in err.splitlines() if "is_success" in line]
+
+
+def test_the_note_is_not_repeated_for_a_later_bad_episode(succ_env, tmp_path, capsys):
+    # episodes 2 and 4 say 'yes', at env steps 6 and 12: one note, the first's
+    notes = _bad_notes(tmp_path, capsys, bad_eps=[2, 4])
+    assert len(notes) == 1 and "at env step 6 " in notes[0], notes
+
+
+def test_the_note_names_the_env_that_reported(succ_env, tmp_path, capsys):
+    # only env 1 (reset with seed 2 under --seed 1) says 'yes'; env 1 is a silent one, so its report is its only one
+    notes = _bad_notes(tmp_path, capsys, bad_seed=2)
+    assert len(notes) == 1 and notes[0].startswith("proxima: note: env 'succ38_env:Succ': env 1's info['is_success'] = "
+                                                   "'yes' (str) at env step 6 "), notes
