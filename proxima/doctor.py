@@ -321,13 +321,15 @@ def _package(name: str) -> tuple[str | None, bool, str]:
     return version or str(getattr(mod, "__version__", "") or "") or "unknown version", True, ""
 
 
-def collect(device: Any = None, threads: int | None = None) -> dict:
+def collect(device: Any = None, threads: int | None = None, test_build: bool = True) -> dict:
     """Probe the machine; return a JSON-serialisable dict (see module docstring). Never raises.
 
     A run's meta.json records it with its own ``device`` (the CUDA device the tiny op runs on:
     probing the current one from a --device cuda:1 run would hold a context on GPU 0 for the run's
     life; None: the current one; a CPU device: none, cuda_usable None, "not probed") and ``threads`` (its --threads, recorded as
-    torch_threads: this thread's count is a side thread's threads // 2 by then)."""
+    torch_threads: this thread's count is a side thread's threads // 2 by then). ``test_build`` False
+    (a run's meta.json) skips the C++ test build (cxx_problem: half a second or more of compiling at every
+    run's start); --compile's own start-up check (trainer._check_compile) builds it where it matters."""
     errors: dict[str, str] = {}
     hints: list[str] = []
     from . import __version__
@@ -384,7 +386,7 @@ def collect(device: Any = None, threads: int | None = None) -> dict:
     compile_info["cxx"] = cxx_found
     python_h, python_h_why = _probe(errors, "python_h", python_headers, (None, "the Python.h probe failed"))
     compile_info["python_h"] = python_h
-    if cxx_found is not None:  # built with, not only found: a broken compiler is a "no" with its error
+    if cxx_found is not None and test_build:  # built with, not only found: a broken compiler is a "no" with its error
         cxx_error = _probe(errors, "cxx", lambda: cxx_problem(cxx_found, python_h), "the test build failed to start")
         compile_info["cxx_error"] = cxx_error or None
     cache_problem = _probe(errors, "compile_cache", _compile_cache_problem, "")

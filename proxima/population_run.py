@@ -939,7 +939,7 @@ def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> l
     try:
         from .doctor import collect
 
-        shared["machine"] = collect(device=pop.device)
+        shared["machine"] = collect(device=pop.device, test_build=False)
     except Exception:  # doctor is best-effort here, as for a single run
         pass
     swept = list(sweep)

@@ -669,7 +669,7 @@ def _run_meta(t: "Trainer") -> dict:
 
         # the run's own device (a cuda:1 run must not hold a context on GPU 0) and --threads (this thread's
         # count is a side thread's threads // 2 by now)
-        meta["machine"] = collect(device=t.device, threads=t.cfg.threads)
+        meta["machine"] = collect(device=t.device, threads=t.cfg.threads, test_build=False)
         if str(t.device).split(":")[0] == "cpu":
             meta["machine"].update(tanh_record(t.cfg))
     except Exception:  # doctor is best-effort here

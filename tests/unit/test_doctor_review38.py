@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import proxima
-from proxima import accel, doctor
+from proxima import accel, cli, doctor
 from proxima import trainer as trainer_mod
 from proxima.config import ConfigError, PPOConfig
 from proxima.trainer import check_device_flags
@@ -310,3 +310,16 @@ def test_a_hung_compilers_children_are_killed_with_it(tmp_path, monkeypatch):
     start = time.monotonic()
     assert doctor.cxx_problem(cxx, None) == f"`{cxx} --version` (inductor's own check) fails: no answer in 0.5 s"
     assert time.monotonic() - start < 3
+
+
+def test_a_runs_meta_json_does_not_test_build_the_compiler(tmp_path, monkeypatch):
+    # meta.json records doctor.collect() at every run's start: a C++ test build there cost every run half a
+    # second or more of compiling; --compile's own start-up check builds it where it matters
+    def no_build(*args, **kwargs):
+        raise AssertionError("the C++ test build ran for a run's meta.json")
+
+    monkeypatch.setattr(doctor, "cxx_problem", no_build)
+    assert cli.main(["train", "CartPole-v1", *TINY_RUN, "--total-timesteps", "64", "--run-dir", str(tmp_path / "r"),
+                     "--quiet"]) == 0
+    meta = json.loads((tmp_path / "r" / "meta.json").read_text())
+    assert meta["machine"]["compile"]["cxx_error"] is None
