@@ -12,6 +12,8 @@ from proxima.rlhf.config import ConfigError
 from proxima.rlhf.data import load_prompts
 from proxima.rlhf.trainer import RLHFTrainer
 from rlhf_assets import save_llama, word_tokenizer
+from tests.rlhf.test_input_edges import args as cli_args
+from tests.rlhf.test_input_edges import one_line_error as one_line  # the same helpers: one copy
 
 
 def drop_from_tokenizer_config(folder, *keys):
@@ -19,20 +21,6 @@ def drop_from_tokenizer_config(folder, *keys):
     for key in keys:
         config.pop(key, None)
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
-
-
-def cli_args(assets, run_dir, *extra):
-    return ["--policy", str(assets / "model"), "--prompts", str(assets / "prompts.txt"),
-            "--reward", "proxima.rlhf.demo:keyword_sentiment", "--run-dir", str(run_dir), "--batch-size", "4",
-            "--num-minibatches", "1", "--max-new-tokens", "4", "--update-epochs", "1", "--steps", "1",
-            "--print-every", "0", "--no-plot", *extra]
-
-
-def one_line(capsys, code) -> str:
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert len(err.splitlines()) == 1 and err.startswith("proxima rlhf: error: "), err
-    return err
 
 
 # 1: the generation_config's eos ids stand in for a tokenizer without EOS
