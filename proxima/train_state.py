@@ -555,6 +555,20 @@ def open_run_dir(t: "Trainer", resumed: bool, trains: bool = True) -> None:
             json.dump(meta, f, indent=2, default=str)
     except OSError as e:
         raise write_error(path, e, "could not start the run") from None
+    if not resumed and not getattr(t, "quiet", False):  # once, at a new run's start: what its policy takes and outputs
+        from .envs.spaces import spaces_line
+
+        print(f"proxima: {spaces_line(meta['spaces'])}", file=sys.stderr)
+
+
+def run_spaces(t: "Trainer") -> dict:
+    """meta.json's ``spaces``: how the run reads its env's spaces (spaces.spaces_summary) with the
+    encoder it built (cfg.encoder, resolved by then) and its hidden sizes and activation."""
+    from .envs.spaces import spaces_summary
+
+    cfg = t.cfg
+    return spaces_summary(t.env.single_observation_space, t.env.single_action_space, cfg.encoder, cfg.hidden_sizes,
+                          cfg.activation, cfg.env_id)
 
 
 def _resumed_config(t: "Trainer", trains: bool) -> dict:
@@ -654,14 +668,15 @@ def _scored_best(run_dir: Path, step: int, best: float) -> Optional[Path]:
 
 
 def _run_meta(t: "Trainer") -> dict:
-    """meta.json of a run: its kind, command, start time, versions, device, commit and machine facts."""
+    """meta.json of a run: its kind, command, start time, versions, device, commit, how it reads its env's
+    spaces (run_spaces) and machine facts."""
     from .rundir import python_command
 
     # from Python (argv None) the process's argv is a script's or a notebook kernel's, no command that trains
     meta = {"kind": "ppo", "command": t.argv if t.argv is not None else python_command(),
             "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(),
             "device": str(t.device), "world_size": t.dist.world_size, **git_record(), **where_started(),
-            "env_backend": t.env.backend}
+            "env_backend": t.env.backend, "spaces": run_spaces(t)}
     if getattr(t, "init_from_record", None):  # --init-from: the file it started from, its step and env (init_from.py)
         meta["init_from"] = t.init_from_record
     try:

@@ -636,3 +636,99 @@ def _action_entries_why(template: str, idx: np.ndarray, low: np.ndarray, high: n
     listed = (f"{', '.join(named)} and {len(idx) - len(named)} more" if len(idx) > len(named)
               else f"{', '.join(named[:-1])} and {named[-1]}")
     return template.format(its="the", ranges=f"ranges of entries {listed}", are="are", have="have", it="them")
+
+
+def spaces_summary(obs_space: gym.spaces.Space, act_space: gym.spaces.Space, encoder: str = "auto",
+                   hidden_sizes=(64, 64), activation: str = "tanh", env_id: str = "env") -> dict:
+    """How Proxima reads ``obs_space`` and acts in ``act_space``, as meta.json's ``spaces`` records it
+    and :func:`spaces_line` prints it: ``{"observation": "Box(4,) float32 -> 4 features", "policy":
+    "MLP 64x64 tanh", "action": "Discrete(2) -> categorical over 2"}``. Read from what the agent
+    builds (agent.Agent, nets): the encoder ``encoder`` resolves to (auto: the CNN for a uint8 image
+    of at least 36x36), an image's (C, H, W) and its scaling by the declared range, a Dict's keys in
+    the order they are packed, the lone CNN's linear heads (hidden_sizes unused there), Box actions
+    clipped to the bounds and never rescaled. EnvError for spaces Proxima does not take."""
+    from ..nets import CNN_FEATURES, _resolve_encoder, cnn_takes  # nets imports this module: imported when called
+
+    layout = obs_layout(obs_space, env_id)
+    check_action_space(act_space, env_id)
+    kind = _resolve_encoder(encoder, layout)  # not resolve_encoder: a summary is no encoder built (encoders_resolved)
+    net = "x".join(str(int(h)) for h in hidden_sizes)
+    mlp = f"MLP {net} {activation}" if net else "linear actor and critic"
+    if layout.is_dict:
+        feats = sum(CNN_FEATURES if kind == "cnn" and cnn_takes(p) else p.size for p in layout.parts)
+        keys = ", ".join(f"'{p.key}': {_part_reading(p, kind)}" for p in layout.parts)
+        observation = f"Dict, keys packed in this order [{keys}] -> {feats} features"
+        policy = mlp
+    else:
+        part = layout.parts[0]
+        observation = _part_reading(part, kind)
+        cnn = kind == "cnn" and cnn_takes(part)
+        # agent.Agent: the lone CNN trunk feeds linear actor and critic heads, whatever hidden_sizes say
+        policy = f"Nature CNN ({CNN_FEATURES} features), linear actor and critic heads" if cnn else mlp
+    return {"observation": observation, "action": _action_reading(act_space), "policy": policy}
+
+
+def spaces_line(summary: dict) -> str:
+    """The one line of :func:`spaces_summary`: ``spaces: obs ..., POLICY; action ...``."""
+    return f"spaces: obs {summary['observation']}, {summary['policy']}; action {summary['action']}"
+
+
+def _box_text(box: gym.spaces.Box) -> str:
+    """``Box(84, 84, 3) uint8``: the declared shape and dtype, without gymnasium's bounds."""
+    shape = tuple(int(n) for n in box.shape)
+    return f"Box{shape} {np.dtype(box.dtype).name}"
+
+
+def _part_reading(part: ObsPart, encoder: str) -> str:
+    """How the agent reads one key (or the Box): ``Box(4,) float32 -> 4 features``, ``Box(84, 84, 4)
+    uint8 -> image (4, 84, 84) /255, CNN``."""
+    from ..nets import cnn_image, cnn_takes, pixel_range
+
+    box = part.source if isinstance(part.source, gym.spaces.Box) else None
+    declared = _box_text(box) if box is not None else f"Box{tuple(part.shape)}"
+    image = cnn_image(part)
+    cnn = encoder == "cnn" and cnn_takes(part)
+    if image is not None and (cnn or not image[2]):  # a float [0, 1] image is one to the CNN only
+        layout, shape, unit = image
+        low, high = pixel_range(part)
+        scaled = "read as it is (0..1)" if unit else "/255" if (low, high) == (0.0, 255.0) else f"{low:g}..{high:g} scaled to [0, 1]"
+        stack = f" (a stack of {shape[0]} frames)" if layout in STACKS else ""
+        if not cnn:
+            how = f", flattened to {part.size} features"
+        elif part.key is not None:  # a lone image's CNN is the policy's own (spaces_summary names it)
+            from ..nets import CNN_FEATURES
+
+            how = f", CNN ({CNN_FEATURES} features)"
+        else:
+            how = ""
+        return f"{declared} -> image {image_chw(layout, shape)}{stack} {scaled}{how}"
+    flat = " flattened to" if box is not None and len(box.shape) != 1 else ""
+    cast = "" if box is None or np.dtype(box.dtype) == np.float32 or part.key is not None else ", as float32"
+    return f"{declared} ->{flat} {part.size} features{cast}"
+
+
+def _action_reading(space: gym.spaces.Space) -> str:
+    """How the policy acts in ``space``: ``Discrete(2) -> categorical over 2``, ``MultiDiscrete([3 3 2])
+    -> 3 categoricals (3, 3, 2)``, ``Box(1,) [-2, 2] -> Gaussian, 1 dim, clipped to bounds``."""
+    if isinstance(space, gym.spaces.Discrete):
+        start = int(space.start)
+        offset = f", plus start {start}" if start else ""
+        return f"Discrete({int(space.n)}{f', start={start}' if start else ''}) -> categorical over {int(space.n)}{offset}"
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        nvec = tuple(int(n) for n in np.asarray(space.nvec).reshape(-1))
+        starts = np.asarray(space.start).reshape(-1)
+        offset = f", plus starts {tuple(int(s) for s in starts)}" if starts.any() else ""
+        return (f"MultiDiscrete{tuple(int(n) for n in space.nvec.shape)} -> {len(nvec)} categoricals "
+                f"{nvec}{offset}")
+    low = np.broadcast_to(np.asarray(space.low, dtype=np.float64), space.shape).reshape(-1)
+    high = np.broadcast_to(np.asarray(space.high, dtype=np.float64), space.shape).reshape(-1)
+    spans = [f"[{a:g}, {b:g}]" for a, b in zip(low, high)]
+    if len(set(spans)) == 1:
+        bounds = spans[0]
+    else:
+        bounds = " ".join(spans[:ACTION_NOTE_ENTRIES]) + (f" and {len(spans) - ACTION_NOTE_ENTRIES} more"
+                                                          if len(spans) > ACTION_NOTE_ENTRIES else "")
+    dims = f"{low.size} dim" + ("s" if low.size != 1 else "") + (" (flattened)" if len(space.shape) > 1 else "")
+    rounded = " rounded and" if np.dtype(space.dtype).kind in "iub" else ""
+    # space_actions: clipped to the env's bounds, never rescaled (action_scale_note says why that matters)
+    return f"{_box_text(space)} {bounds} -> Gaussian, {dims},{rounded} clipped to bounds"

@@ -1,0 +1,83 @@
+"""One summary of how Proxima reads an env's spaces (spaces.spaces_summary): the exact line that
+a train's start prints, and the ``spaces`` entry of a new run's meta.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from proxima.envs.spaces import spaces_line, spaces_summary
+from tests.cli_helpers import TINY_RUN, run_main
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+CARTPOLE = {"observation": "Box(4,) float32 -> 4 features", "policy": "MLP 64x64 tanh",
+            "action": "Discrete(2) -> categorical over 2"}
+PENDULUM = {"observation": "Box(3,) float32 -> 3 features", "policy": "MLP 64x64 tanh",
+            "action": "Box(1,) float32 [-2, 2] -> Gaussian, 1 dim, clipped to bounds"}
+DICT_ZA = {"observation": "Dict, keys packed in this order ['z': Box(5,) float32 -> 5 features, "
+                          "'a': Box(2,) float32 -> 2 features] -> 7 features",
+           "policy": "MLP 64x64 tanh", "action": "Discrete(2) -> categorical over 2"}
+MULTI_2D = {"observation": "Box(2,) float32 -> 2 features", "policy": "MLP 64x64 tanh",
+            "action": "MultiDiscrete(2, 2) -> 4 categoricals (2, 3, 4, 2), plus starts (5, -1, 0, 10)"}
+BOARD = {"observation": "Box(40, 40, 2) uint8 -> image (2, 40, 40) 0..1 scaled to [0, 1]",
+         "policy": "Nature CNN (512 features), linear actor and critic heads",
+         "action": "Discrete(2) -> categorical over 2"}
+
+
+@pytest.fixture
+def fixtures_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(FIXTURES))
+
+
+def _train(tmp_path, capsys, env: str, *flags: str) -> tuple:
+    """(meta.json's spaces, stderr) of a 64-step run of ``env``."""
+    run_dir = tmp_path / "run"
+    code, _, err = run_main(["train", env, *TINY_RUN, "--total-timesteps", "64", "--run-dir", str(run_dir), *flags], capsys)
+    assert code == 0, err
+    return json.loads((run_dir / "meta.json").read_text())["spaces"], err
+
+
+def test_image_summary_reads_channels_last_uint8_as_a_cnn_image_scaled_by_255():
+    summary = spaces_summary(spaces.Box(0, 255, (84, 84, 4), np.uint8), spaces.Discrete(6))
+    assert spaces_line(summary) == ("spaces: obs Box(84, 84, 4) uint8 -> image (4, 84, 84) /255, Nature CNN (512 features), "
+                                    "linear actor and critic heads; action Discrete(6) -> categorical over 6")
+    # --encoder mlp: the same pixels, scaled, flattened into the MLP
+    assert spaces_summary(spaces.Box(0, 255, (84, 84, 4), np.uint8), spaces.Discrete(6), "mlp", (32,), "relu") == {
+        "observation": "Box(84, 84, 4) uint8 -> image (4, 84, 84) /255, flattened to 28224 features",
+        "policy": "MLP 32 relu", "action": "Discrete(6) -> categorical over 6"}
+
+
+def test_summary_of_a_frame_stack_a_float64_vector_and_an_integer_box_action():
+    stack = spaces_summary(spaces.Box(0, 255, (4, 84, 84, 1), np.uint8), spaces.MultiDiscrete([3, 3, 2]))
+    assert stack["observation"] == "Box(4, 84, 84, 1) uint8 -> image (4, 84, 84) (a stack of 4 frames) /255"
+    assert stack["action"] == "MultiDiscrete(3,) -> 3 categoricals (3, 3, 2)"
+    box = spaces.Box(np.array([0, -1]), np.array([4, 1]), dtype=np.int64)
+    flat = spaces_summary(spaces.Box(-1, 1, (2, 3), np.float64), box)
+    assert flat["observation"] == "Box(2, 3) float64 -> flattened to 6 features, as float32"
+    assert flat["action"] == "Box(2,) int64 [0, 4] [-1, 1] -> Gaussian, 2 dims, rounded and clipped to bounds"
+
+
+@pytest.mark.parametrize("env, flags, summary", [
+    ("CartPole-v1", (), CARTPOLE),
+    ("CartPole-v1", ("--backend", "gymnasium"), CARTPOLE),
+    ("Pendulum-v1", (), PENDULUM),
+    ("user_envs:DictZA", (), DICT_ZA),
+    ("user_envs:MultiDiscrete2D", (), MULTI_2D),
+    ("pixel_edge_envs:BinaryBoard", (), BOARD),
+])
+def test_a_new_run_records_its_spaces_in_meta_json_and_prints_them_once(fixtures_path, tmp_path, capsys, env, flags, summary):
+    recorded, err = _train(tmp_path, capsys, env, *flags)
+    assert recorded == summary
+    assert err.count("spaces:") == 1
+    assert f"proxima: {spaces_line(summary)}\n" in err
+
+
+def test_quiet_run_records_its_spaces_but_prints_no_line(tmp_path, capsys):
+    recorded, err = _train(tmp_path, capsys, "CartPole-v1", "--quiet")
+    assert recorded == CARTPOLE
+    assert "spaces:" not in err
