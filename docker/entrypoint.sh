@@ -126,17 +126,25 @@ for dir in "$WORKSPACE/runs" "$WORKSPACE/checkpoints" "$WORKSPACE/notebooks"; do
 done
 
 # proc_field PID KEY: FIELD = the first word of KEY (State, Uid, SigIgn...) in /proc/PID/status
-# (no subshell: these run for every process, every half second while waiting)
+# (no subshell: these run for every process, every half second while waiting). The file is taken in
+# one read (mapfile), never line by line: bash's `read` seeks back after each line of a file, and /proc
+# writes the file anew at each seek, so each line came from a later version, at an offset of the
+# earlier ones. A busy process's State going from "S (sleeping)" to "R (running)", one character
+# shorter, between two lines had a later line read as "igCgt:" (1 read in 6 of a busy process's
+# SigCgt): its trainer seemed to have no SIGTERM handler and an env worker was put in a stop's first
+# wave (the container check caught one in CI), or a PPid or Uid went unread the same way.
 FIELD=""
 proc_field() {
-  local key value _
+  local line
+  local -a lines
   FIELD=""
-  while read -r key value _; do
-    if [[ "$key" == "$2:" ]]; then
-      FIELD="$value"
+  mapfile -t lines 2>/dev/null <"/proc/$1/status" || return 1
+  for line in "${lines[@]}"; do
+    if [[ "$line" =~ ^$2:[[:space:]]+([^[:space:]]+) ]]; then
+      FIELD="${BASH_REMATCH[1]}"
       return 0
     fi
-  done 2>/dev/null <"/proc/$1/status"
+  done
   return 1
 }
 # alive PID: the process exists and is not a zombie
@@ -523,19 +531,23 @@ sort_detail() {
 # ticks), which wait_gone watches. One pass of /proc/PID/status and of /proc/PID/stat.
 TICKS=0
 kernel_at_rest() {
-  local key value _ mask=0 seen=0 ppid="" state="" stat kids t
-  local -a f
+  local line value mask=0 seen=0 ppid="" state="" stat kids t
+  local -a f lines
   [[ "$main_is_jupyter" == 1 && -n "$main_pid" ]] || return 1
-  while read -r key value _; do
-    case "$key" in
-      PPid:) ppid="$value" ;;
-      State:) state="$value" ;;
-      SigPnd: | ShdPnd: | SigBlk: | SigIgn: | SigCgt:)
+  # one read, as proc_field takes it (a line-by-line read could mix two versions of the file)
+  mapfile -t lines 2>/dev/null <"/proc/$1/status" || return 1
+  for line in "${lines[@]}"; do
+    [[ "$line" =~ ^([A-Za-z]+):[[:space:]]+([^[:space:]]+) ]] || continue
+    value="${BASH_REMATCH[2]}"
+    case "${BASH_REMATCH[1]}" in
+      PPid) ppid="$value" ;;
+      State) state="$value" ;;
+      SigPnd | ShdPnd | SigBlk | SigIgn | SigCgt)
         mask=$((mask | 16#$value))
         seen=$((seen + 1))
         ;;
     esac
-  done 2>/dev/null <"/proc/$1/status"
+  done
   [[ "$ppid" == "$main_pid" && "$state" == S ]] && ((seen == 5 && ((mask >> 14) & 1) == 0)) || return 1
   for t in "/proc/$1/task/"*/children; do
     kids=""

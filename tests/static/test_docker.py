@@ -698,17 +698,26 @@ def process_tree(tmp_path):
             os.close(fd)
 
 
-def _first_wave(main_pid: int, debug: bool = False):
-    """Run the entrypoint's collect_first_wave as it runs at a stop, JupyterLab being main_pid: the
-    wave's pids; with ``debug`` (PROXIMA_STOP_DEBUG=1) also {pid: the role its sorted line gives}."""
+#: the entrypoint's functions a stop's first wave is sorted with
+WAVE_FUNCTIONS = ("proc_field", "alive", "ignores_term", "handles_term", "same_program", "holds_terminals", "describe",
+                  "collect_user_pids", "collect_first_wave", "sort_detail")
+
+
+def _entrypoint_functions(names) -> list[str]:
+    """The bodies of the entrypoint's functions ``names``, to run without the rest of the script."""
     text = ENTRYPOINT.read_text()
-    functions = ["proc_field", "alive", "ignores_term", "handles_term", "same_program", "holds_terminals", "describe",
-                 "collect_user_pids", "collect_first_wave", "sort_detail"]
     bodies = []
-    for name in functions:
+    for name in names:
         m = re.search(rf"^{name}\(\) \{{\n.*?^\}}\n", text, re.M | re.S)
         assert m, f"no function {name} in {ENTRYPOINT}"
         bodies.append(m.group(0))
+    return bodies
+
+
+def _first_wave(main_pid: int, debug: bool = False):
+    """Run the entrypoint's collect_first_wave as it runs at a stop, JupyterLab being main_pid: the
+    wave's pids; with ``debug`` (PROXIMA_STOP_DEBUG=1) also {pid: the role its sorted line gives}."""
+    bodies = _entrypoint_functions(WAVE_FUNCTIONS)
     script = "\n".join(["set -euo pipefail", 'FIELD=""', "USER_PIDS=()", "WAVE=()", 'SORTED=""', *bodies,
                         f'MY_UID="$(id -u)"; main_pid={main_pid}; main_is_jupyter=1; STOP_DEBUG={int(debug)}',
                         "collect_first_wave", 'printf "%s\\n" "${WAVE[@]}"', 'printf "SORTED%s\\n" "$SORTED"'])
@@ -754,6 +763,82 @@ def test_stop_debug_names_the_rule_that_placed_each_process(process_tree):
     assert roles[process_tree["jupyter"]] == "not-a-candidate"  # the main JupyterLab, kept for the end
     assert roles[process_tree["shell"]] == "held"  # `bash -c 'proxima train ...; echo'`: its trainer is in the wave
     assert roles[process_tree["pane.w2"]] == f"worker-of-{process_tree['pane']}"  # an async env worker: its trainer stops it
+
+
+BUSY_TRAINER = r'''
+"""A trainer at work, as --vector async's: a SIGTERM handler, and two forked env workers (SIGTERM at its
+default) that it hands a step and waits for, over and over, so that all three go from running to
+sleeping and back thousands of times a second. Prints "TRAINER WORKER WORKER"."""
+import os, signal, time
+signal.signal(signal.SIGTERM, lambda *a: None)
+links, workers = [], []
+for _ in range(2):
+    down_r, down_w = os.pipe()
+    up_r, up_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for fd in (down_w, up_r, *(fd for link in links for fd in link)):
+            os.close(fd)
+        while os.read(down_r, 1):  # the trainer gone: end of file
+            t = time.perf_counter()
+            while time.perf_counter() - t < 2e-5:  # a step's work
+                pass
+            os.write(up_w, b"o")
+        os._exit(0)
+    os.close(down_r)
+    os.close(up_w)
+    links.append((down_w, up_r))
+    workers.append(pid)
+print(os.getpid(), *workers, flush=True)
+end = time.monotonic() + 120
+while time.monotonic() < end:
+    for down_w, _ in links:
+        os.write(down_w, b"a")
+    for _, up_r in links:
+        os.read(up_r, 1)
+    time.sleep(2e-4)  # between steps: two cores left for the sort too
+'''
+
+
+@pytest.mark.parametrize("lab, passes", [(False, 80), (True, 20)], ids=["trainer", "trainer under the main JupyterLab"])
+def test_first_wave_sorts_a_busy_trainer_and_its_workers_alike_every_time(tmp_path, lab, passes):
+    """A busy process's /proc/PID/status read line by line (bash's `read` seeks back after each line and
+    /proc writes the file anew at each seek) mixed two versions of it: a State one character shorter
+    ("R (running)" for "S (sleeping)") turned a later line into "igCgt:", and the trainer's SIGTERM
+    handler or a worker's PPid went unread. CI's container check caught an env worker of a trainer in
+    the first wave that way, beside its sibling rightly left to the trainer (here 1 sort in 10 put one
+    in, so 80 sorts all came out right about 1 time in 4000). Sorted over and over, a busy trainer is in
+    the wave and its workers never are; under the main JupyterLab (main_pid: a kernel and whatever it
+    forked), its workers are in it every time."""
+    (tmp_path / "trainer.py").write_text(BUSY_TRAINER)
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "trainer.py")], stdout=subprocess.PIPE, text=True)
+    pids = []
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) == 3, pids
+        trainer, *workers = pids
+        # only the three: the sort takes every process of the uid (root in CI), which come and go
+        script = "\n".join(["set -euo pipefail", 'FIELD=""', "USER_PIDS=()", "WAVE=()", 'SORTED=""',
+                            *_entrypoint_functions(WAVE_FUNCTIONS),
+                            f"collect_user_pids() {{ USER_PIDS=({' '.join(map(str, pids))}); }}",
+                            f'MY_UID="$(id -u)"; main_pid={trainer if lab else ""}; main_is_jupyter={int(lab)}',
+                            "STOP_DEBUG=0",
+                            f'for ((i = 0; i < {passes}; i++)); do collect_first_wave; echo "${{WAVE[*]}}"; done'])
+        r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        want = sorted(workers) if lab else [trainer]
+        waves = [sorted(int(p) for p in line.split()) for line in r.stdout.splitlines()]
+        assert len(waves) == passes, r.stdout
+        wrong = [wave for wave in waves if wave != want]
+        assert not wrong, f"{len(wrong)}/{passes} sorts gave another wave than {want} (trainer {trainer}): {wrong[:3]}"
+    finally:
+        for pid in pids or [proc.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=30)
 
 
 KERNEL = r'''
