@@ -8,7 +8,8 @@ losses/entropy, losses/approx_kl, losses/clipfrac, losses/explained_variance, lo
 (the minibatch gradient steps the update ran: update_epochs x num_minibatches, fewer where --target-kl
 stopped it; blank in rows a run logged before the column existed), charts/success_rate (the share
 of the iteration's finished episodes whose last step's info["is_success"] was true, of those that
-reported it; blank where none did: native envs, Gymnasium envs that report none, older rows).
+reported it; blank where none did: native envs, Gymnasium envs that report none, older rows),
+charts/episodic_return_100 (the rolling training return, RollingReturn; a single run's logger only).
 On resume from global step S, events and CSV rows after S are dropped before logging continues, so
 neither file holds a duplicate or a gap. The event files themselves are rewritten (drop_events_after):
 TensorBoard's default (fast) loader ignores the purge markers SummaryWriter(purge_step=...) writes, so
@@ -21,6 +22,7 @@ checkpoints/abandoned-TIME/metrics.csv and the event files it rewrites go there 
 
 from __future__ import annotations
 
+import collections
 import csv
 import itertools
 import math
@@ -49,7 +51,63 @@ CSV_COLUMNS = [
     "charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
     "losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac",
     "losses/explained_variance", "losses/minibatch_updates", "charts/success_rate", "eval/mean_return", "eval/std_return",
+    "charts/episodic_return_100",
 ]
+#: the rolling training return (RollingReturn): "charts/" beside the per-iteration return it smooths, "_100"
+#: for its window (Stable-Baselines3's rollout/ep_rew_mean is the same idea over exactly 100 episodes)
+ROLLING_RETURN = "charts/episodic_return_100"
+#: the fewest finished episodes the rolling return's window holds once that many have finished
+ROLLING_EPISODES = 100
+
+
+class RollingReturn:
+    """The mean return of the most recent finished episodes, over the fewest most recent iterations
+    that hold at least ``size`` of them (all of them until ``size`` have finished): the trainer reads
+    only each iteration's episode count and mean return on the host (no per-episode returns, no
+    per-step reads), so an iteration's episodes are indivisible and the window holds ``size`` to
+    ``size`` + (its oldest iteration's count - 1) episodes. Fed with exactly the (count, mean) pairs
+    metrics.csv holds (``episodes``, ``charts/episodic_return``: every digit of a float64, csv_cell),
+    so a resume rebuilt from the file's rows (``add_row``) computes what an uninterrupted run would,
+    bit for bit. NaN until an episode has finished."""
+
+    def __init__(self, size: int = ROLLING_EPISODES):
+        self.size = int(size)
+        self._iterations: collections.deque = collections.deque()  # (count, mean return), oldest first
+        self.episodes = 0
+
+    def add(self, count, mean) -> float:
+        """One iteration's finished episodes (count, their mean return); an iteration without any (count 0,
+        NaN, blank) or with a value no run logs (a negative or fractional count, a non-finite mean) adds
+        nothing. Returns the window's mean."""
+        try:
+            ok = float(count).is_integer() and int(count) > 0 and math.isfinite(float(mean))
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if ok:
+            self._iterations.append((int(count), float(mean)))
+            self.episodes += int(count)
+            while self.episodes - self._iterations[0][0] >= self.size:  # the window holds `size` without it
+                self.episodes -= self._iterations.popleft()[0]
+        return self.mean
+
+    def add_row(self, row: dict) -> float:
+        """One metrics.csv row ({column: cell text}) of a reopened run; a cell that is no number adds nothing."""
+        def number(name):
+            try:
+                return float(row.get(name) or "nan")
+            except (TypeError, ValueError):
+                return math.nan
+        return self.add(number("episodes"), number("charts/episodic_return"))
+
+    @property
+    def mean(self) -> float:
+        # fsum: the same number whatever order the sums were taken in (the rebuild adds the same pairs anyway)
+        if not self.episodes:
+            return math.nan
+        try:
+            return math.fsum(c * m for c, m in self._iterations) / self.episodes
+        except OverflowError:  # returns near float64's limit (a hand-edited file): no number to show
+            return math.nan
 
 
 class BadLine(NamedTuple):
@@ -349,8 +407,9 @@ def check_logs_readable(run_dir: Path) -> None:
                 pass  # gone or unreadable meanwhile: the logger says so in its own words
 
 
-def truncate_csv(path: Path, max_step: int) -> None:
-    """Keep the rows with global_step <= max_step under the current header (rewritten atomically).
+def truncate_csv(path: Path, max_step: int) -> list:
+    """Keep the rows with global_step <= max_step under the current header (rewritten atomically);
+    returns them, in file order, as {column: cell text} of the file's header ([] without a file).
 
     A file left empty or cut short by a kill (no header, a half row) becomes a whole CSV again;
     rows of an older header are kept by column name. The file is data: a line that is not a row
@@ -360,13 +419,14 @@ def truncate_csv(path: Path, max_step: int) -> None:
     a symbolic link (atomic.py).
     """
     if not os.path.lexists(path):
-        return
+        return []
     header, kept = rows_up_to(path, "global_step", max_step)
     kept = [dict(zip(header, r)) for r in kept]
     with atomic_open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
         w.writeheader()
         w.writerows(kept)
+    return kept
 
 
 def logged_past(path: Path, step: int) -> bool:
@@ -810,10 +870,15 @@ class RunLogger:
     ``flush_seconds``: 0 (a single run) hands each row and event to the OS as it is logged; more (a
     population, whose P loggers each log every iteration) at most that often per logger, with
     ``flush()`` called before every checkpoint and by ``close()``: a kill then loses at most that
-    many seconds of rows, all logged after the last checkpoint, which a resume drops anyway."""
+    many seconds of rows, all logged after the last checkpoint, which a resume drops anyway.
+
+    ``rolling`` (a single run's logger): each row gets ROLLING_RETURN, the RollingReturn of the rows
+    logged so far (on resume rebuilt from the rows metrics.csv keeps), and the progress line shows it
+    as the return; without it (a population's members) the column stays blank and the line shows the
+    iteration's return."""
 
     def __init__(self, run_dir: Path, total_steps: int, resume_step: Optional[int] = None, progress: bool = True,
-                 flush_seconds: float = 0.0):
+                 flush_seconds: float = 0.0, rolling: bool = False):
         self.run_dir = Path(run_dir)
         self.csv_path = self.run_dir / "metrics.csv"
         from .rundir import check_own_entries
@@ -821,9 +886,14 @@ class RunLogger:
         check_own_entries(self.run_dir, ("metrics.csv",))  # a link planted there would be appended to
         self._events = None
         self.flush_seconds = float(flush_seconds)
+        self.rolling = RollingReturn() if rolling else None
+        self.last_return = math.nan
         try:
             if resume_step is not None:  # what a killed run logged after its checkpoint goes (set_aside_logs
-                truncate_csv(self.csv_path, resume_step)  # has kept an abandoned timeline's already)
+                kept = truncate_csv(self.csv_path, resume_step)  # has kept an abandoned timeline's already)
+                if self.rolling is not None:  # the window an uninterrupted run would hold now (rows of an older
+                    for row in kept:  # header too: their episodes and returns were logged the same way)
+                        self.last_return = self.rolling.add_row(row)
                 drop_events_after(self.run_dir, resume_step)
                 wait_for_new_second(self.run_dir)
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -842,7 +912,6 @@ class RunLogger:
             self._abandon()
             raise
         self._flush_due = time.monotonic() + self.flush_seconds
-        self.last_return = math.nan
         self.run_sps = None  # global steps / the run's time, as of the last row that had a time
         self.bar = None
         if progress and not _is_terminal(sys.stderr):
@@ -861,7 +930,11 @@ class RunLogger:
                 pass
 
     def log(self, iteration: int, global_step: int, metrics: dict) -> None:
-        """metrics: name -> float (NaN = not measured this iteration, e.g. no episode finished)."""
+        """metrics: name -> float (NaN = not measured this iteration, e.g. no episode finished); with
+        ``rolling``, ROLLING_RETURN is set in ``metrics`` itself (a callback reading the row sees it) from
+        its ``episodes`` and ``charts/episodic_return``."""
+        if self.rolling is not None:
+            metrics[ROLLING_RETURN] = self.rolling.add(metrics.get("episodes", 0), metrics.get("charts/episodic_return", math.nan))
         try:  # the CSV-only columns (time, episodes) have no "/"
             self._events.scalars(global_step, {name: value for name, value in metrics.items() if "/" in name})
         except OSError as e:
@@ -873,7 +946,7 @@ class RunLogger:
             raise write_error(self.csv_path, e) from None
         if time.monotonic() >= self._flush_due:
             self.flush()
-        ret = metrics.get("charts/episodic_return", math.nan)
+        ret = metrics.get(ROLLING_RETURN if self.rolling is not None else "charts/episodic_return", math.nan)
         if math.isfinite(ret):
             self.last_return = ret
         elapsed = metrics.get("time")

@@ -2,7 +2,8 @@
 
 Writes ``report.md`` into the run directory (one run) or to ``--out FILE`` (needed for several
 runs) with: a results summary (steps, iterations, wall time, throughput, the final value of
-``--metric`` and its best (a return: the max) or its max and min (any other metric), final evaluation;
+``--metric`` and its best (a return: the max) or its max and min (any other metric), of charts/episodic_return_100
+(the rolling return) in place of the default charts/episodic_return where the run logged it; final evaluation;
 of a run short of its total steps, ``3,584 of 4,096 steps so far (in progress: locked by pid ...)``
 or ``(stopped; `proxima resume RUN` continues it)``; inf cells left out and named), the learning
 curve (drawn by proxima.plot.plot_runs next to the report, named after it: ``report.md`` gets
@@ -49,6 +50,7 @@ import numpy as np
 from .config import int_arg
 
 from .diskspace import describe
+from .logger import ROLLING_RETURN, RollingReturn
 from .plot import (DEFAULT_METRIC, X_LABELS, PlotError, group_runs, path_problem, plot_runs, read_metrics, run_env_id, run_names,
                    unique_dirs, usable_runs)
 from .terminal import printable
@@ -190,16 +192,37 @@ def _check_meta(path: Path, meta: dict) -> dict:
 #: metrics whose larger values are better: the report calls their maximum "best"; of any other
 #: metric (losses, KL, entropy, episode length: better is lower, or depends on the env) it shows
 #: the max and the min as they are
-RETURN_METRICS = ("charts/episodic_return", "eval/mean_return")
+RETURN_METRICS = ("charts/episodic_return", "eval/mean_return", ROLLING_RETURN)
 #: metrics logged as the mean over the episodes that finished in one iteration
 EPISODIC_METRICS = ("charts/episodic_return", "charts/episodic_length")
+
+
+def _window_episodes(metrics: dict[str, np.ndarray]) -> Optional[np.ndarray]:
+    """Per row, the episodes ROLLING_RETURN's window held (RollingReturn over the rows' episodes and
+    returns, as the logger kept it; rows missing from the file make it the window of the rows there)."""
+    counts, returns = metrics.get("episodes"), metrics.get("charts/episodic_return")
+    if counts is None or returns is None:
+        return None
+    window = RollingReturn()
+    held = []
+    for c, r in zip(counts.tolist(), returns.tolist()):
+        window.add(c, r)
+        held.append(window.episodes)
+    return np.array(held, dtype=float)
 
 
 def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> dict:
     """Steps, iterations, wall time, throughput, episodes, final value of ``metric``, its max and
     min (``max``/``max_step``, ``min``/``min_step``) and ``best``/``best_step``: the max for a
     return (RETURN_METRICS), None for any other metric. Of the finite cells only; ``nonfinite``:
-    {column: [(step, inf or -inf)]} of those left out, which the report names."""
+    {column: [(step, inf or -inf)]} of those left out, which the report names. ``metric``: the column
+    summarized, ROLLING_RETURN in place of charts/episodic_return where the file has a value of it (a
+    mean of one iteration's few episodes is a noisy "best"; runs logged before the column, as they
+    are); ``rolling``: whether it was so replaced; the ``*_episodes`` counts of ROLLING_RETURN are its
+    window's."""
+    rolling = (metric == "charts/episodic_return" and ROLLING_RETURN in metrics
+               and bool(np.isfinite(metrics[ROLLING_RETURN]).any()))
+    metric = ROLLING_RETURN if rolling else metric
     def last(name):
         col = metrics.get(name)
         if col is None:
@@ -209,7 +232,8 @@ def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> d
 
     out = {"global_step": last("global_step"), "iterations": last("iteration"), "time": last("time"),
            "episodes": None, "final": None, "best": None, "best_step": None,
-           "max": None, "max_step": None, "min": None, "min_step": None, "nonfinite": {}}
+           "max": None, "max_step": None, "min": None, "min_step": None, "nonfinite": {},
+           "metric": metric, "rolling": rolling}
     steps = metrics.get("global_step")
     for name in dict.fromkeys(("iteration", "time", "episodes", metric, "eval/mean_return")):
         col = metrics.get(name)  # an inf is no value the summary can use: left out, and said (nonfinite)
@@ -226,7 +250,8 @@ def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> d
     if col is not None and np.isfinite(col).any():
         ok = np.flatnonzero(np.isfinite(col))
         # an episodic mean is over the episodes of one iteration, as few as 1: its count says how much it weighs
-        counts = metrics.get("episodes") if metric in EPISODIC_METRICS else None
+        counts = (metrics.get("episodes") if metric in EPISODIC_METRICS
+                  else _window_episodes(metrics) if metric == ROLLING_RETURN else None)
 
         def episodes_at(i):
             return int(counts[i]) if counts is not None and np.isfinite(counts[i]) else None
@@ -1019,18 +1044,22 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
                                        + (", compilation included" if _compiled(r) else ""))
                                   for r in runs])
     rows.append(["episodes finished"] + [episodes(x) for x in s])
-    def at_step(value, step, episodes=None):
+    def at_step(x, value, step, episodes=None):
         if value is None:
             return None
-        count = f" ({episodes:,} episode{'' if episodes == 1 else 's'})" if episodes is not None else ""
+        # a rolling mean's count is its window's, the other episodic means' their one iteration's
+        last = "last " if x.get("metric") == ROLLING_RETURN else ""
+        count = f" ({last}{episodes:,} episode{'' if episodes == 1 else 's'})" if episodes is not None else ""
         return _value(value) + (f" at step {step:,.0f}" if step is not None else "") + count
 
-    rows.append([f"final {metric}"] + [short(x, at_step(x["final"], x.get("final_step"), x.get("final_episodes"))) for x in s])
+    # the column summarized: the rolling return where a run logged it, the per-iteration one of older runs
+    label = " or ".join(dict.fromkeys(sorted((x.get("metric", metric) for x in s), key=lambda m: m != ROLLING_RETURN)))
+    rows.append([f"final {label}"] + [short(x, at_step(x, x["final"], x.get("final_step"), x.get("final_episodes"))) for x in s])
     if metric in RETURN_METRICS:
-        rows.append([f"best {metric}"] + [at_step(x["max"], x["max_step"], x.get("max_episodes")) for x in s])
+        rows.append([f"best {label}"] + [at_step(x, x["max"], x["max_step"], x.get("max_episodes")) for x in s])
     else:  # a loss is best low, an entropy or a length depends: the extremes, not a "best"
-        rows.append([f"max {metric}"] + [at_step(x["max"], x["max_step"], x.get("max_episodes")) for x in s])
-        rows.append([f"min {metric}"] + [at_step(x["min"], x["min_step"], x.get("min_episodes")) for x in s])
+        rows.append([f"max {label}"] + [at_step(x, x["max"], x["max_step"], x.get("max_episodes")) for x in s])
+        rows.append([f"min {label}"] + [at_step(x, x["min"], x["min_step"], x.get("min_episodes")) for x in s])
     if any("eval_last" in x for x in s):  # evaluations during training (--eval-every)
         rows.append(["eval return during training, last"] + [_num(x.get("eval_last"), "{:.2f}") for x in s])
         rows.append(["eval return during training, best"] + [
@@ -1040,6 +1069,10 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
             for x in s])
     rows.append(["final eval return"] + [_eval_line(r["eval"]) for r in runs])
     lines += _table([""] + names, rows)
+    if ROLLING_RETURN in label.split(" or "):
+        lines += ["", f"{ROLLING_RETURN} (metrics.csv): the mean return of the last 100 or more finished episodes, those of the "
+                      "fewest most recent iterations that hold at least 100 (an iteration's episodes are not split; all of "
+                      "them before 100 had finished)."]
     if metric in EPISODIC_METRICS:
         lines += ["", f"{metric} per iteration (metrics.csv): the mean over the episodes that finished in that iteration."]
     else:
@@ -1313,7 +1346,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="episodes to evaluate when a run (or a population's member) has no eval.json (default: the run's "
                    f"--eval-episodes, which its eval.json would hold; {DEFAULT_EVAL_EPISODES} where that is 0; 0: skip)")
     p.add_argument("--device", default="cpu", help="torch device for that evaluation (default cpu)")
-    p.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME", help=f"metric for the curve and the summary (default {DEFAULT_METRIC})")
+    p.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME", help=f"metric for the curve and the summary (default {DEFAULT_METRIC}; its summary's best and "
+                   f"final are of {ROLLING_RETURN}, the rolling return, where a run logged it)")
     p.add_argument("--x", default="step", choices=tuple(X_LABELS), help="curve x axis: global step or wall time (default step)")
     p.add_argument("--smooth", type=int_arg, default=1, metavar="K", help="moving average over K points for the curve (default 1)")
     p.add_argument("--threshold", type=float, default=None, metavar="R", help="populations (--seeds/--sweep) "

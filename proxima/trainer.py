@@ -993,7 +993,8 @@ def _make_logger(trainer: "Trainer", resumed: bool, relog: bool = False):
     total = trainer.num_iterations * trainer.steps_per_iteration
     show = trainer.cfg.progress and not trainer.quiet
     step = trainer.global_step - (trainer.steps_per_iteration if relog else 0)
-    return RunLogger(trainer.run_dir, total, resume_step=step if resumed else None, progress=show)
+    # rolling: charts/episodic_return_100 (a population's members leave it blank: population_run's loggers)
+    return RunLogger(trainer.run_dir, total, resume_step=step if resumed else None, progress=show, rolling=True)
 
 
 def _metric_row(m: dict, sps: float, optimizer, elapsed: float) -> dict:

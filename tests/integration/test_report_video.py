@@ -142,8 +142,10 @@ def test_loss_metric_shows_max_and_min_not_best_and_no_episode_footnote(fresh_ru
 def test_return_metric_keeps_best_and_the_episode_footnote(fresh_run, capsys):
     code, _, _ = run_cli(["report", fresh_run], capsys)
     text = (fresh_run / "report.md").read_text()
-    assert code == 0 and "| best charts/episodic_return |" in text and "max charts/episodic_return" not in text
-    assert "the mean over the episodes that finished in that iteration" in text
+    # a run that logs charts/episodic_return_100 (issue 39) is summarized by its rolling return, a return too: "best"
+    assert code == 0 and "| best charts/episodic_return_100 |" in text and "max charts/episodic_return" not in text
+    assert "the mean over the episodes that finished in that iteration" in text  # the curve's per-iteration return
+    assert "fewest most recent iterations that hold at least 100" in text
 
 
 def test_empty_env_kwargs_shows_as_braces(fresh_run, capsys):
