@@ -26,6 +26,8 @@ def register(subparsers) -> argparse.ArgumentParser:
         "autoreset (not step determinism nor obs bounds). "
         "An Atari id (Pong-v5) is checked as Gymnasium's ALE with Proxima's wrappers, the env --backend gymnasium trains on "
         "(it needs ale-py); EnvPool's envs, which --backend auto trains on when EnvPool is installed, are not checked. "
+        "Before its OK line (or its count of violations) it prints the 'spaces: ...' line a new run of the env prints: "
+        "how proxima train, with the env's preset, reads the observation and acts (once the spaces were read as supported). "
         "Exit status: 0 clean, 1 violations, 2 the target cannot be resolved.",
     )
     p.add_argument("target", metavar="TARGET", help="Gymnasium id (CartPole-v1) or module:ClassName of your gymnasium.Env or torch-native env "

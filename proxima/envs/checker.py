@@ -88,6 +88,10 @@ away (its rounding step at the entry's mean is more than 1% of the entry's std: 
 ``gym_adapter.Float64Spread``): subtract the offset; and when the env is wrapped in Gymnasium's
 NormalizeObservation or NormalizeReward, whose statistics no checkpoint holds: use --norm-obs/--norm-reward.
 
+Once the env is built and its spaces read as supported, the report's last line (OK or the count of violations) follows
+the ``spaces: ...`` line a new run of the env prints (:func:`run_spaces_line`: spaces.spaces_line with the encoder,
+hidden sizes and activation of the env's preset, presets.resolve), for the env already built.
+
 ``reset`` is called as Gymnasium's vector envs call it, ``reset(seed=s, options=None)``: a reset
 without an ``options`` parameter is a ``reset`` violation (``proxima train`` could not reset it).
 """
@@ -114,7 +118,7 @@ from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, is_flag, TE
                           beyond_float32, creator_error, exit_text, float64_spread_note, spread_dtype, int_range_fault, kind_casts,
                           native_only, normalize_wrappers, build_user_native, user_native_class, normalize_wrappers_note, number_text, resolve_env_fn,
                           missing_kwarg_hint, tensor_numpy, unknown_kwarg_line)
-from .spaces import action_scale_note, check_spaces, image_note, obs_layout, pixels_fix
+from .spaces import action_scale_note, check_spaces, image_note, obs_layout, pixels_fix, spaces_line, spaces_summary
 from ..terminal import printable
 from ..warnings_guard import quiet_warnings
 
@@ -158,16 +162,33 @@ class Violations(list):
     """A list of :class:`Violation` that also remembers which checks ran (``checks_run``) and the
     notes on the observation space (``notes``)."""
 
-    def __init__(self, items=(), checks_run=(), notes=(), readings=()):
+    def __init__(self, items=(), checks_run=(), notes=(), readings=(), spaces=None):
         super().__init__(items)
         self.checks_run = list(checks_run)
         self.notes = list(notes)  #: lines that are not violations (how Proxima reads the observation)
         #: how train reads each image of a supported observation space (nets.image_readings): on the OK
         #: line, or a line of their own before a FAIL report's count
         self.readings = list(readings)
+        #: spaces.spaces_line of the env's spaces under its preset's config, as a run of it prints it; None
+        #: until the env was built and its spaces read as supported
+        self.spaces: Optional[str] = spaces
 
 
 # --- small helpers ---------------------------------------------------------------------------
+
+def run_spaces_line(target: str, obs_space: gym.spaces.Space, act_space: gym.spaces.Space) -> Optional[str]:
+    """The ``spaces: ...`` line a new run of ``target`` prints (train_state.run_spaces), with the encoder,
+    hidden sizes and activation of its preset (presets.resolve: what ``proxima train TARGET`` takes);
+    None when the summary cannot be made (the spaces supported check names why)."""
+    from ..config import ConfigError
+    from ..presets import resolve
+
+    try:
+        cfg = resolve(target)
+        return spaces_line(spaces_summary(obs_space, act_space, cfg.encoder, cfg.hidden_sizes, cfg.activation, target))
+    except (EnvError, ConfigError):
+        return None
+
 
 def _one_line(text: str, limit: int = 300) -> str:
     text = " ".join(str(text).split())
@@ -341,6 +362,7 @@ class _Checker:
         self.dtype_key: Optional[str] = None  # the obs part (obs, obs['key']) the head names
         self.notes: list[str] = []
         self.readings: list[str] = []
+        self.spaces: Optional[str] = None  #: Violations.spaces
         #: the spread of each float64 obs part (obs, obs['pos']) over the observations read: float32 may lose it
         self.spreads: dict = {}
 
@@ -364,7 +386,7 @@ class _Checker:
                     v.actual += f" (and {more} more time{'s' if more > 1 else ''})"
                 out.append(v)
         ran = [c for c in ALL_CHECKS if c in self.ran]
-        return Violations(out, ran, self.notes + self.spread_notes(), self.readings)
+        return Violations(out, ran, self.notes + self.spread_notes(), self.readings, self.spaces)
 
     def spread_notes(self) -> list:
         """The notes on float64 obs parts whose variation float32, which train casts them to, loses."""
@@ -621,6 +643,7 @@ class _Checker:
 
         # a native env's images reach the same encoders as a Gymnasium env's: said alike
         self.readings = image_readings(obs_layout(env.single_observation_space, self.target), "auto")
+        self.spaces = run_spaces_line(self.target, env.single_observation_space, env.single_action_space)
         try:
             self.check_native(env, n)
         finally:
@@ -770,6 +793,7 @@ class _Checker:
             from ..nets import image_readings  # nets imports torch's nn: imported once the spaces are known
 
             self.readings = image_readings(obs_layout(obs_space, self.target), "auto")
+            self.spaces = run_spaces_line(self.target, obs_space, act_space)
         except EnvError as e:
             msg = str(e)
             prefix = f"env '{self.target}': "
@@ -1030,16 +1054,18 @@ def check_env(target: str, steps: int = CHECK_STEPS, seed: int = 0, env_kwargs: 
 
 def format_violations(target: str, violations: list[Violation], checks: Optional[int] = None) -> str:
     """One line per violation (check: expected ...; got ...), one per note, one per image reading
-    (nets.image_readings) where a check failed, then an OK (the readings appended) or a count line."""
+    (nets.image_readings) where a check failed, the ``spaces: ...`` line a run of the env prints (where its
+    spaces were read: Violations.spaces), then an OK (the readings appended) or a count line."""
     if checks is None:
         ran = getattr(violations, "checks_run", None)
         checks = len(ran) if ran is not None else len(ALL_CHECKS)
     notes = [f"NOTE {_one_line(n, 600)}" for n in getattr(violations, "notes", ())]
+    spaces = [violations.spaces] if getattr(violations, "spaces", None) else []
     if not violations:  # and how train reads an image, which nothing else says (nets.image_readings)
         readings = "".join(f"; {r}" for r in getattr(violations, "readings", ()))
-        return "\n".join(notes + [f"OK: {target} passes {checks} checks{readings}"])
+        return "\n".join(notes + spaces + [f"OK: {target} passes {checks} checks{readings}"])
     # how train would read each image, on failure too: while fixing an env is when its layout matters
-    lines = [f"FAIL {v}" for v in violations] + notes + list(getattr(violations, "readings", ()))
+    lines = [f"FAIL {v}" for v in violations] + notes + list(getattr(violations, "readings", ())) + spaces
     lines.append(f"{len(violations)} violation(s) in {target}")
     return "\n".join(lines)
 

@@ -80,6 +80,8 @@ def test_check_env_notes_a_float64_offset_signal_float32_erases(capsys):
     assert line.startswith("NOTE obs[0] is float64") and "0.0625 apart" in line, line  # float32's step at 1e6
     assert "subtract the offset" in line and "TransformObservation" in line, line
     assert out.splitlines()[-1].startswith("OK: "), out
+    assert out.splitlines()[-2] == ("spaces: obs Box(1,) float64 -> 1 features, as float32, MLP 64x64 tanh; action Box(1,) float32 "
+                                    "[-1, 1] -> Gaussian, 1 dim, clipped to bounds"), out  # and the spaces line before it
 
 
 def test_check_env_names_the_dict_key_and_entry_and_spares_a_plain_float64_signal(capsys):

@@ -33,6 +33,19 @@ CLEAN = ["CartPole-v1", "Pendulum-v1", "bad_envs:GoodEnv", "bad_envs:NeverEnds",
          "bad_envs:ListReturns", "bad_envs:BoolMaskImage", "LunarLander-v3"]
 
 
+BOX3_D2 = "spaces: obs Box(3,) float32 -> 3 features, MLP 64x64 tanh; action Discrete(2) -> categorical over 2"
+#: the spaces line a run of each clean env prints (spaces.spaces_line), which check-env prints before its OK line
+SPACES = {
+    "CartPole-v1": "spaces: obs Box(4,) float32 -> 4 features, MLP 64x64 tanh; action Discrete(2) -> categorical over 2",
+    "Pendulum-v1": "spaces: obs Box(3,) float32 -> 3 features, MLP 64x64 tanh; action Box(1,) float32 [-2, 2] -> Gaussian, "
+                   "1 dim, clipped to bounds",
+    "bad_envs:GoodEnv": BOX3_D2, "bad_envs:NeverEnds": BOX3_D2, "bad_envs:WindSeeded": BOX3_D2, "bad_envs:ListReturns": BOX3_D2,
+    "bad_envs:BoolMaskImage": "spaces: obs Box(36, 36, 3) uint8 -> image (3, 36, 36) 0..1 scaled to [0, 1], Nature CNN (512 "
+                              "features), linear actor and critic heads; action Discrete(2) -> categorical over 2",
+    "LunarLander-v3": "spaces: obs Box(8,) float32 -> 8 features, MLP 64x64 tanh; action Discrete(4) -> categorical over 4",
+}
+
+
 @pytest.mark.parametrize("target", CLEAN)
 def test_clean_envs_pass(target, capsys):
     if target.startswith("LunarLander"):
@@ -42,7 +55,7 @@ def test_clean_envs_pass(target, capsys):
     # an image's OK line says how train reads it (review 34)
     reading = ("; observation: image (36, 36, 3) channels-last, 0..1 scaled to [0, 1], CNN encoder under --encoder auto"
                if target == "bad_envs:BoolMaskImage" else "")
-    assert out.strip().splitlines() == [f"OK: {target} passes 20 checks{reading}"]
+    assert out.strip().splitlines() == [SPACES[target], f"OK: {target} passes 20 checks{reading}"]
     assert err == ""
 
 
@@ -106,8 +119,8 @@ def test_cli_report_for_a_bad_env(capsys):
     out, err = capsys.readouterr()
     lines = out.strip().splitlines()
     assert lines[0].startswith("FAIL obs dtype: expected dtype float32 (observation_space.dtype); got dtype float64 at reset(seed=0)")
-    assert lines[-1] == "1 violation(s) in bad_envs:WrongDtype"
-    assert len(lines) == 2 and err == ""
+    assert lines[1:] == [BOX3_D2, "1 violation(s) in bad_envs:WrongDtype"]  # its spaces were read: their line too
+    assert len(lines) == 3 and err == ""
 
 
 def test_user_exceptions_never_print_a_traceback(capsys):
@@ -182,6 +195,15 @@ def test_format_violations():
     noted = Violations([Violation("obs shape", "shape (3,)", "shape (4,)")], ALL_CHECKS[:3], ["observation_space: a note"])
     assert format_violations("X-v0", noted).splitlines() == [
         "FAIL obs shape: expected shape (3,); got shape (4,)", "NOTE observation_space: a note", "1 violation(s) in X-v0"]
+    # the spaces line, where the spaces were read: just before the last line, OK or the count, after notes and readings
+    read = Violations([], ALL_CHECKS[:3], ["a note"], ["observation: an image"], "spaces: obs X; action Y")
+    assert format_violations("X-v0", read).splitlines() == [
+        "NOTE a note", "spaces: obs X; action Y", "OK: X-v0 passes 3 checks; observation: an image"]
+    read = Violations([Violation("step", "no raise", "raised")], ALL_CHECKS[:3], ["a note"], ["observation: an image"],
+                      "spaces: obs X; action Y")
+    assert format_violations("X-v0", read).splitlines() == [
+        "FAIL step: expected no raise; got raised", "NOTE a note", "observation: an image", "spaces: obs X; action Y",
+        "1 violation(s) in X-v0"]
     vs = [Violation("obs shape", "shape (3,)", "shape (4,)\nat step 1"), Violation("step", "no raise", "raised")]
     text = format_violations("X-v0", vs)
     assert text.splitlines() == [
@@ -223,6 +245,7 @@ def test_a_dtype_fault_does_not_hide_nan_and_out_of_bounds_values(capsys):
         "FAIL obs finite: expected finite observation values; got obs[1] = nan at step 30",
         "FAIL obs bounds: expected obs[0] in [-1, 1] (observation_space low/high); got obs[0] = 1.5, above high[0] = 1, at step 3 "
         "(and 36 more times)",
+        BOX3_D2,
         "3 violation(s) in bad_envs:Float64Drifting",
     ]
     assert err == ""

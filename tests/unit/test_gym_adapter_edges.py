@@ -31,9 +31,14 @@ def train_line(capsys, kwargs: dict) -> str:
     """The one error line of `proxima train adapter_edge_envs:Faulty --env-kwargs KWARGS` (exit 2)."""
     code, _, err = run_main(["train", "adapter_edge_envs:Faulty", *SMALL, "--env-kwargs", json.dumps(kwargs)], capsys)
     assert code == 2 and "Traceback" not in err, err
-    lines = err.strip().splitlines()
+    # but the spaces line a new run prints at its start (spaces.spaces_line), before its first step
+    lines = [line for line in err.strip().splitlines() if not line.startswith("proxima: spaces: ")]
     assert len(lines) == 1 and lines[0].startswith("proxima train: error: "), err
     return lines[0].removeprefix("proxima train: error: ")
+
+
+#: the line check-env prints before its last line of an env with a Box(2,) obs and a Discrete(2) action
+BOX2_D2 = "spaces: obs Box(2,) float32 -> 2 features, MLP 64x64 tanh; action Discrete(2) -> categorical over 2"
 
 
 def check_cmd(kwargs: dict) -> str:
@@ -291,16 +296,18 @@ def test_a_tensor_numpy_cannot_read_is_one_line_in_train_and_a_violation_in_chec
     code, out, err = run_main(["check-env", "adapter_edge_envs:TorchReturns", "--env-kwargs", json.dumps(kwargs)], capsys)
     name, tensor = ("obs['x']", f"obs['x'] {what.removesuffix(' at key ' + repr('x'))}") if kwargs.get("dict") else ("obs", what)
     declared = "observation_space['x']" if kwargs.get("dict") else "observation_space"
+    spaces = (BOX2_D2.replace("Box(2,) float32 -> 2 features", "Dict, keys packed in this order ['x': Box(2,) float32 -> 2 features] "
+                              "-> 2 features") if kwargs.get("dict") else BOX2_D2)
     assert (code, out.splitlines()) == (1, [
         f"FAIL obs dtype: expected {name}: a numpy array of dtype float32 ({declared}.dtype); got {tensor} at reset(seed=0) "
-        f"({TENSOR_FIX}) (and 267 more times)", "1 violation(s) in adapter_edge_envs:TorchReturns"]), err
+        f"({TENSOR_FIX}) (and 267 more times)", spaces, "1 violation(s) in adapter_edge_envs:TorchReturns"]), err
 
 
 @pytest.mark.parametrize("kind, result", [
-    ("cpu", ["OK: adapter_edge_envs:TorchReturns passes 20 checks"]),
+    ("cpu", [BOX2_D2, "OK: adapter_edge_envs:TorchReturns passes 20 checks"]),
     ("float64", ["FAIL obs dtype: expected dtype float32 (observation_space.dtype); got a torch tensor of dtype torch.float64 at "
                  "reset(seed=0) (does not cast safely to float32: return obs.detach().cpu().numpy().astype(np.float32)) "
-                 "(and 267 more times)", "1 violation(s) in adapter_edge_envs:TorchReturns"]),
+                 "(and 267 more times)", BOX2_D2, "1 violation(s) in adapter_edge_envs:TorchReturns"]),
 ])
 def test_check_env_reads_a_tensor_in_its_own_dtype(capsys, kind, result):
     """check-env cast a tensor to the space's dtype (np.asarray(x, dtype=...)), so a float64 tensor
@@ -354,7 +361,8 @@ def test_an_obs_of_two_entries_returned_alone_by_reset_is_named_so_by_train_and_
         f"{OBS_ALONE.format(got=got, where=' (after env step 0)')} (check with: {check})"])
     code, out, _ = run_main(["check-env", "adapter_edge_envs:ObsAlone", "--env-kwargs", json.dumps(kwargs)], capsys)
     lines = out.splitlines()
-    assert code == 1 and len(lines) == 2 and lines[0].startswith(f"FAIL {OBS_ALONE.format(got=got, where='(seed=0)')} (and "), out
+    assert code == 1 and len(lines) == 3 and lines[0].startswith(f"FAIL {OBS_ALONE.format(got=got, where='(seed=0)')} (and "), out
+    assert lines[1] == BOX2_D2 or lines[1].startswith("spaces: obs Dict"), out
 
 
 def test_an_obs_returned_alone_is_one_line_under_async_too(tmp_path):
@@ -372,7 +380,7 @@ def test_lists_from_reset_and_step_train_and_pass_check_env(capsys):
     code, _, err = run_main(["train", "adapter_edge_envs:Lists", *SMALL], capsys)
     assert code == 0, err
     code, out, err = run_main(["check-env", "adapter_edge_envs:Lists"], capsys)
-    assert (code, out.splitlines()) == (0, ["OK: adapter_edge_envs:Lists passes 20 checks"]), err
+    assert (code, out.splitlines()) == (0, [BOX2_D2, "OK: adapter_edge_envs:Lists passes 20 checks"]), err
 
 
 @pytest.mark.parametrize("as_dict, vector", [(False, "sync"), (False, "async"), (True, "sync")])
@@ -397,6 +405,8 @@ def test_a_bool_mask_image_goes_on_as_uint8_as_check_env_passes_it(capsys, as_di
         assert bool((set_half == 1).all()) and int(image.sum()) == 2 * 36 * 18 * 3
     code, out, err = run_main(["check-env", "adapter_edge_envs:BoolMask", "--env-kwargs", json.dumps(kwargs)], capsys)
     assert code == 0 and out.splitlines()[-1].startswith("OK: adapter_edge_envs:BoolMask passes"), out + err
+    # and before it, the spaces line: a run reads the mask as a 0..1 image
+    assert out.splitlines()[-2].startswith("spaces: obs ") and "image (3, 36, 36) 0..1 scaled to [0, 1]" in out, out
 
 
 def test_train_runs_a_bool_mask_image_env(capsys):

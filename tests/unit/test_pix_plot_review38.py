@@ -96,6 +96,8 @@ class ListRender(Vec):
 
 STACK_READING = ("observation: image (4, 84, 84, 3) a stack of 4 channels-last frames (12 channels), 0..255 scaled to "
                  "[0, 1], CNN encoder under --encoder auto")
+STACK_SPACES = ("spaces: obs Box(4, 84, 84, 3) uint8 -> image (12, 84, 84) (a stack of 4 frames) /255, Nature CNN (512 "
+                "features), linear actor and critic heads; action Discrete(2) -> categorical over 2")
 
 
 @pytest.fixture
@@ -109,15 +111,16 @@ def test_check_env_says_how_an_image_is_read_when_a_check_fails(pixenv, capsys):
     lines = out.strip().splitlines()
     assert code == 1
     assert lines[0].startswith("FAIL reset determinism: ")
-    assert lines[-2:] == [STACK_READING, "1 violation(s) in pixenv38:stacked"]
+    # then the spaces line a run prints (spaces.spaces_line), last before the count
+    assert lines[-3:] == [STACK_READING, STACK_SPACES, "1 violation(s) in pixenv38:stacked"]
 
 
 def test_check_env_still_says_it_on_the_ok_line_only_when_clean(pixenv, capsys):
     code, out, _ = run_main(["check-env", "pixenv38:det_stacked", "--steps", "10"], capsys)
     lines = out.strip().splitlines()
     assert code == 0
-    assert len(lines) == 1 and lines[0].startswith("OK: pixenv38:det_stacked passes ")
-    assert lines[0].endswith(f" checks; {STACK_READING}")
+    assert len(lines) == 2 and lines[0] == STACK_SPACES  # the spaces line a run prints, then the OK line alone
+    assert lines[1].startswith("OK: pixenv38:det_stacked passes ") and lines[1].endswith(f" checks; {STACK_READING}")
 
 
 def test_check_env_of_a_native_image_env_says_how_it_is_read(capsys):

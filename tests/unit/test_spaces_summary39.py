@@ -81,3 +81,49 @@ def test_quiet_run_records_its_spaces_but_prints_no_line(tmp_path, capsys):
     recorded, err = _train(tmp_path, capsys, "CartPole-v1", "--quiet")
     assert recorded == CARTPOLE
     assert "spaces:" not in err
+
+
+# ------------------------------------------------------------------------------ check-env prints the same line
+@pytest.mark.parametrize("env, summary", [
+    ("CartPole-v1", CARTPOLE),
+    ("user_envs:DictZA", DICT_ZA),
+    ("user_envs:MultiDiscrete2D", MULTI_2D),
+    ("pixel_edge_envs:BinaryBoard", BOARD),
+])
+def test_check_env_prints_the_spaces_line_a_run_of_the_env_prints_before_its_ok_line(fixtures_path, capsys, env, summary):
+    code, out, err = run_main(["check-env", env, "--steps", "20"], capsys)
+    lines = out.splitlines()
+    assert code == 0, out + err
+    assert lines[-2:] == [spaces_line(summary), lines[-1]] and lines[-1].startswith(f"OK: {env} passes ")
+    assert out.count("spaces:") == 1 and err == ""
+
+
+def test_a_failing_check_env_prints_the_spaces_line_it_read_before_the_count(fixtures_path, capsys):
+    code, out, err = run_main(["check-env", "bad_envs:WrongDtype", "--steps", "5"], capsys)  # float64 obs in a float32 Box
+    assert code == 1, out + err
+    assert out.splitlines()[-2:] == [
+        "spaces: obs Box(3,) float32 -> 3 features, MLP 64x64 tanh; action Discrete(2) -> categorical over 2",
+        "1 violation(s) in bad_envs:WrongDtype"]
+
+
+@pytest.mark.parametrize("env", ["bad_envs:TextKeyObs", "bad_envs:ConstructorRaises"])
+def test_check_env_prints_no_spaces_line_where_it_read_no_supported_spaces(fixtures_path, capsys, env):
+    code, out, _ = run_main(["check-env", env, "--steps", "5"], capsys)
+    assert code == 1 and out.startswith("FAIL ") and "spaces:" not in out, out
+
+
+def test_check_env_reads_the_spaces_with_the_env_s_preset(fixtures_path, monkeypatch, capsys):
+    """The encoder, hidden sizes and activation train would take: presets.resolve(TARGET)'s."""
+    import proxima.presets as presets
+
+    def resolve(env_id, preset=None, base=None):
+        cfg = real(env_id, preset, base)
+        cfg.hidden_sizes, cfg.activation, cfg.encoder = [32, 16], "relu", "mlp"
+        return cfg
+
+    real = presets.resolve
+    monkeypatch.setattr(presets, "resolve", resolve)
+    code, out, _ = run_main(["check-env", "pixel_edge_envs:BinaryBoard", "--steps", "5"], capsys)
+    assert code == 0, out
+    assert out.splitlines()[-2] == ("spaces: obs Box(40, 40, 2) uint8 -> image (2, 40, 40) 0..1 scaled to [0, 1], flattened to "
+                                    "3200 features, MLP 32x16 relu; action Discrete(2) -> categorical over 2")
