@@ -12,6 +12,7 @@ from __future__ import annotations  # train()'s annotations as proxima.trainer.t
 
 import os as _os
 import sys as _sys
+from pathlib import Path as _Path
 from typing import Callable, Optional
 
 # `python -m proxima ...` imports this package with the current directory first on sys.path; inside
@@ -64,7 +65,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
 
     config: a PPOConfig (``PPOConfig(...)`` or ``proxima.presets.resolve(env_id, preset)``); None only
         with ``resume``, to continue a run with the config it recorded.
-    run_dir: the run directory (instead of ``config.run_dir``; default runs/<env>__<seed>__<time>).
+    run_dir: the run directory (instead of ``config.run_dir``; default runs/<env>__<seed>__<time>). A
+        leading ``~`` in it, ``config.run_dir``, ``config.init_from`` or ``resume`` is the home directory.
     resume: a run directory or checkpoint file to continue from, or "auto": continue ``run_dir`` when
         it holds a checkpoint, else start it afresh (``proxima train --resume``).
     quiet: no progress bar, summary lines or advisory notes (errors, and notes of what the run does
@@ -91,6 +93,9 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     argv, overrides, sources: the command line's (what it typed, and where each value came from); None
         from Python.
     """
+    # a leading ~ is the caller's home (no shell expanded it): never a directory named '~' in the cwd
+    run_dir = _expand_home(run_dir)
+    resume = _expand_home(resume) if not (isinstance(resume, str) and resume == "auto") else resume
     if config is None:
         _need_a_config(run_dir, resume)
     elif isinstance(config, PPOConfig):
@@ -132,5 +137,20 @@ def load(path, device="cpu", env_id=None, trust_env=False, env_kwargs=None):
     only when named here, ``env_id="module:Class"``, or with ``trust_env=True`` (eval's --env and
     --trust-run). ``env_kwargs``: the env's constructor arguments instead of the recorded ones."""
     from .checkpoint import load_policy
+    from .device import resolve_device
 
-    return load_policy(path, device=device, env_id=env_id, trust_env=trust_env, env_kwargs=env_kwargs)
+    resolve_device(device, arg="device")  # an unusable device in this call's words (device='cpu'), not --device's
+    return load_policy(_expand_home(path), device=device, env_id=env_id, trust_env=trust_env, env_kwargs=env_kwargs)
+
+
+def _expand_home(path):
+    """``path`` with a leading ``~`` or ``~user`` expanded (os.path.expanduser): a str as a str, another
+    path as a Path; anything else (None, a path without ~) as it is. The paths the Python API takes
+    (run directories, checkpoints, init_from, a video file), which no shell expands: ``run_dir="~/x"``
+    made a directory named ``~`` in the working directory."""
+    if isinstance(path, (str, _os.PathLike)):
+        text = _os.fspath(path)
+        if isinstance(text, str) and text.startswith("~"):
+            expanded = _os.path.expanduser(text)
+            return expanded if isinstance(path, str) else _Path(expanded)
+    return path

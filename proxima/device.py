@@ -60,28 +60,37 @@ def _note(text: str) -> None:
         print(f"proxima: note: {text}", file=sys.stderr)
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, arg: str = "--device") -> torch.device:
+    """``name`` (cpu, cuda, cuda:1, auto) as a torch.device, or a one-line ConfigError. ``arg``: what the
+    caller typed it as, the flag ``--device`` (``--device 'cuda': ...; use --device cpu``) or a Python
+    argument (``"device"``: ``device='cuda': ...; use device='cpu'``, proxima.load's)."""
+    flag = arg.startswith("--")
+    given = f"{arg} {name!r}" if flag else f"{arg}={name!r}"
+
+    def use(value: str) -> str:
+        return f"{arg} {value}" if flag else f"{arg}={value!r}"
+
     if name == "auto":
         if not torch.cuda.is_available():
             return torch.device("cpu")
         problem = cuda_op_problem()
         if problem:  # a visible GPU that does not compute: the CPU trains, where cuda would die in a traceback
-            _note(f"--device auto: CUDA is not usable here ({problem}); using the CPU (proxima doctor says more)")
+            _note(f"{use('auto')}: CUDA is not usable here ({problem}); using the CPU (proxima doctor says more)")
             return torch.device("cpu")
         return torch.device("cuda")
     try:
         dev = torch.device(name)
     except RuntimeError:
-        raise ConfigError(f"--device {name!r}: not a torch device (cpu, cuda, cuda:1, auto)") from None
+        raise ConfigError(f"{given}: not a torch device (cpu, cuda, cuda:1, auto)") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device {name!r}: CUDA is not usable here (run `proxima doctor`); use --device cpu")
+        raise ConfigError(f"{given}: CUDA is not usable here (run `proxima doctor`); use {use('cpu')}")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise ConfigError(f"--device {name!r}: only {torch.cuda.device_count()} CUDA device(s) here (cuda:0 ...)")
+        raise ConfigError(f"{given}: only {torch.cuda.device_count()} CUDA device(s) here (cuda:0 ...)")
     if dev.type not in ("cpu", "cuda"):  # meta, mps, xpu, ...: torch parses them, training would crash later
-        raise ConfigError(f"--device {name!r}: not supported; use cpu, cuda, cuda:1 or auto")
+        raise ConfigError(f"{given}: not supported; use cpu, cuda, cuda:1 or auto")
     if dev.type == "cuda":
         problem = cuda_op_problem(dev)
         if problem:
-            raise ConfigError(f"--device {name!r}: CUDA is not usable here: {problem}; "
-                              "run `proxima doctor` for the cause, or use --device cpu")
+            raise ConfigError(f"{given}: CUDA is not usable here: {problem}; "
+                              f"run `proxima doctor` for the cause, or use {use('cpu')}")
     return dev

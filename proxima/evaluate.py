@@ -39,6 +39,9 @@ def load_run_policy(path, **kwargs):
     from .checkpoint import (CheckpointError, EnvMismatchError, LinkOutOfRunError, NewerSchemaError, list_checkpoints,
                              load_policy, start_over)
 
+    from . import _expand_home
+
+    path = _expand_home(path)  # a shell expands ~ on the command line; a Python caller's path gets the same
     try:
         return load_policy(path, **kwargs)
     # a newer Proxima's file is sound (upgrading reads it), and one refused for the env given is too (the
@@ -135,6 +138,9 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
     from .video import check_video_path, recording
 
     if video is not None:  # a name that cannot be written fails now, not after the episodes
+        from . import _expand_home
+
+        video = _expand_home(video)  # "~/cartpole.mp4": the home directory's, not a folder named '~'
         check_video_path(video)
     # global_streams: an env drawing from np.random, random or torch plays the same episodes on every
     # call of one seed, and the caller's streams are put back; recording: headless SDL, and a SIGTERM

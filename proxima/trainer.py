@@ -11,6 +11,7 @@ import json
 import math
 import random
 import os
+import secrets
 import signal
 import sys
 import time
@@ -24,9 +25,10 @@ import torch
 
 from . import checkpoint as ckpt
 from . import graphs, hostmem, ppo, side_thread, train_state
+from . import _expand_home as expand_home
 from .adam import Adam
 from .agent import Agent, action_dtype, action_shape
-from .config import ConfigError, PPOConfig, batch_size, cpu_preset_hint, num_iterations, preset_of, python_words, validate
+from .config import MAX_SEED, ConfigError, PPOConfig, batch_size, cpu_preset_hint, num_iterations, preset_of, python_words, validate
 from .envs import BatchedEnv, EnvError, make_env
 from .envs.gym_adapter import hold_env_module_path
 from .normalize import ObsNormalizer, RewardScaler
@@ -206,7 +208,7 @@ class Trainer:
             if continue_steps is not None:
                 continue_steps(self.global_step // (cfg.num_envs * self.dist.world_size))
         # rank 0's (time-stamped) default, the same path on every rank
-        self.run_dir = Path(self.dist.from_main(lambda: Path(run_dir) if run_dir is not None else Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)))
+        self.run_dir = Path(self.dist.from_main(lambda: Path(expand_home(run_dir)) if run_dir is not None else Path(expand_home(cfg.run_dir)) if cfg.run_dir else default_run_dir(cfg)))
         # best.pt is replaced only by a better policy, also after a crash left it newer than the checkpoint; a
         # resume from an explicitly older one has set such a best.pt aside (checkpoint.set_aside_newer)
         if resume_state is not None and self.dist.is_main:
@@ -1026,8 +1028,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     """Train PPO. Returns (run_dir, policy): a TrainedPolicy, which acts on raw observations as
     ``load(run_dir)`` does (the run's frozen observation normalizer applied); ``policy.agent`` is the
     trained network. ``run_dir`` is a Path in the form the caller named the directory (``run_dir``,
-    ``config.run_dir``, or ``resume``'s directory; relative when given relative), a fresh run's and a
-    resumed one's alike, as ``proxima train`` and ``proxima resume`` print it; else the real path.
+    ``config.run_dir``, or ``resume``'s directory; relative when given relative; a leading ``~``
+    expanded, as everywhere the API takes a path), a fresh run's and a resumed one's alike, as ``proxima train`` and ``proxima resume`` print it; else the real path.
 
     A run directory belongs to one run (proxima/rundir.py): a new run refuses a directory that
     holds files unless ``overwrite`` (the old one is moved aside); the trainer holds the directory's
@@ -1085,10 +1087,17 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     for name, value in (("run_dir", run_dir), ("resume", resume)):  # as PPOConfig(run_dir='') is refused
         if isinstance(value, (str, os.PathLike)) and not os.fspath(value).strip():
             raise ConfigError(f"train({name}={os.fspath(value)!r}): empty; give a directory (or None)")
+    # a leading ~ is the caller's home, as a shell expands it: never a directory named '~' in the cwd
+    run_dir = expand_home(run_dir)
+    resume = expand_home(resume) if resume != "auto" else resume
     if config is not None:  # the run resolves fields (encoder "auto") in its own copy: the caller's may train the next env
         config = copy.copy(config)  # shallow: nothing writes into a field's list or dict (copy.copy keeps _sources)
+        config.run_dir, config.init_from = expand_home(config.run_dir), expand_home(config.init_from)
+    random_seed = config is not None and config.seed is None  # seed=None (SB3's): drawn below, recorded in config.yaml
     if resume is not None and config is not None and overrides is None:
         overrides = set_fields(config)  # the Python API's resume: its config is not silently dropped
+        if random_seed:  # no seed asked of a resume: it keeps its recorded one (a fresh resume='auto' run draws one)
+            overrides.pop("seed", None)
         # its env and directory too, as the CLI's typed ENV_ID and --run-dir: a sweep reusing a run_dir
         # must not resume the recorded env under another env's label, nor a run_dir go unused.
         # run_dir= wins over PPOConfig.run_dir, as a typed --run-dir over a --config file's (a new run's rule)
@@ -1109,6 +1118,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     caller_rng = ckpt.rng_state()
     named = _named_run_dirs(config, run_dir, resume)  # before resolve_start makes a resumed run's a real path
     dctx = distributed.context()
+    if random_seed:  # rank 0's draw for every rank; from the OS, so the caller's RNG streams do not move
+        config.seed = dctx.from_main(lambda: secrets.randbelow(MAX_SEED + 1))
     session = RunSession()  # rank 0's lock on the run directory
     trainer, resumed, out_dir = None, False, None
     looping = False  # trainer.run has started
@@ -1158,6 +1169,9 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             outside.__enter__()
             state, config, run_dir, resumed, restart = dctx.from_main(
                 lambda: resolve_start(config, run_dir, resume, session, env_id, trust_run, overrides, sources, quiet))
+            if random_seed and not resumed and not quiet and dctx.is_main:
+                print(f"proxima: note: seed=None: drew seed {config.seed} (recorded in config.yaml; "
+                      f"seed={config.seed} repeats the run)", file=sys.stderr)
             # from Python (no argv) a refusal names PPOConfig's field, not the flag the CLI user would type
             validate(config, dctx.world_size, resume=resumed, python=argv is None)
             # before any env is built: the sizes as a lower bound (an absurd --num-envs); the Trainer checks
