@@ -880,7 +880,8 @@ def load_resumable(path: Union[str, Path], allow_population: bool = False, set_a
     ckpts = list_checkpoints(path)
     if not ckpts:
         raise no_checkpoint_error(path)
-    _, state = newest_that_loads(ckpts, load_sound, CheckpointError, set_aside=set_aside, none_loads=f"; {start_over(path)}")
+    _, state = newest_that_loads(ckpts, load_sound, CheckpointError, set_aside=set_aside,
+                                 none_loads=lambda: f"; {start_over(path, 'resume')}")
     return _refuse_population(state, allow_population)
 
 
@@ -904,15 +905,23 @@ def named_file_advice(path: Union[str, Path]) -> str:
             return ""  # a member resumes with its population, which names its own checkpoint
         return (f"; resuming the run directory instead (proxima resume {shlex.quote(str(run))}) continues from its newest "
                 f"sound checkpoint, {other}")
-    return f"; no other checkpoint of {run} loads either: {start_over(run)}"
+    good = good_best(run, skip=path)
+    if good is not None:
+        return f"; no step_*.pt of {run} loads either: {resume_from_best(*good, 'resume')}"
+    return f"; no other checkpoint of {run} loads either: {start_over(run, 'resume', best_tried=True)}"
 
 
-def start_over(run: Union[str, Path]) -> str:
-    """The next step when none of the run's checkpoints loads: a copy of them, or the run trained again
-    in its own directory (the old one moved aside)."""
+def start_over(run: Union[str, Path], command: Optional[str] = None, best_tried: bool = False) -> str:
+    """The next step when none of the run's step_*.pt loads: its best.pt when that loads (good_best;
+    not looked at again when ``best_tried``), as resume_from_best names it; never resumed from on its
+    own, which would drop the steps after it without the user's word. Else a copy of the checkpoints,
+    or the run trained again in its own directory (the old one moved aside)."""
     from .population_run import POPULATION_FILE
 
     run = Path(run)
+    good = None if best_tried else good_best(run)
+    if good is not None:
+        return resume_from_best(*good, command)
     folder = run / "checkpoints"
     if (run / POPULATION_FILE).is_file():
         again = f"train the population again: its command ({run / POPULATION_FILE}) with --overwrite"
@@ -922,6 +931,31 @@ def start_over(run: Union[str, Path]) -> str:
     else:
         again = f"start over with proxima train ENV_ID --run-dir {shlex.quote(str(run))} --overwrite (the old run is moved aside)"
     return f"restore a copy of {folder} if you have one, or {again}"
+
+
+def resume_from_best(best: Path, step: int, command: Optional[str] = None) -> str:
+    """The one command to copy that continues from the run's sound ``best`` (at ``step``) when no step_*.pt
+    loads, as the missing-checkpoints line names best.pt (no_checkpoint_error): ``command`` "resume" names the
+    resume; None (proxima eval's line) names the eval of it too."""
+    named = shlex.quote(str(best))
+    also = "" if command == "resume" else f", or evaluate it: proxima eval {named}"
+    return f"resume from the newest good one: proxima resume {named} (step {step:,}){also}"
+
+
+def good_best(run: Union[str, Path], skip: Optional[Path] = None) -> Optional[tuple]:
+    """(RUN/checkpoints/best.pt, its step) when it loads as a resume loads it (load_sound: archive, size,
+    weights, counters; a link out of the run refused), else None; None too when it is ``skip`` (the
+    file that just failed) or a population member's (its population resumes as a whole). Only reads."""
+    best = best_checkpoint_path(run)
+    if not _is_regular(best) or (skip is not None and Path(skip).absolute() == best.absolute()):
+        return None
+    try:
+        state = load_sound(best)
+    except CheckpointError:
+        return None
+    if state.get("population_member") or state.get("kind") == "ppo-population":
+        return None
+    return best, int(state["global_step"])
 
 
 def load_sound(path: Union[str, Path]) -> dict:
@@ -939,12 +973,12 @@ def load_sound(path: Union[str, Path]) -> dict:
     return state
 
 
-def newest_that_loads(files: list, load, error: type = None, set_aside: bool = True, none_loads: str = "") -> tuple:
+def newest_that_loads(files: list, load, error: type = None, set_aside: bool = True, none_loads="") -> tuple:
     """(file, state) of the newest of ``files`` (oldest first) that ``load(file)`` reads without raising
     ``error``. Each newer one that does not (cut short by a full disk, damaged) gets a line on stderr
     and, with ``set_aside``, is renamed ``*.corrupt`` so that no later prune or resume picks it (else
     left as it is: a dry run); when none loads, ``error`` naming the newest, ending in ``none_loads``
-    (what to do then), and nothing is renamed. Shared by PPO and RLHF resumes."""
+    (what to do then; a callable: called only then), and nothing is renamed. Shared by PPO and RLHF resumes."""
     import sys
 
     error = error or CheckpointError
@@ -976,7 +1010,7 @@ def newest_that_loads(files: list, load, error: type = None, set_aside: bool = T
         raise error(f"{files[-1].parent}: its checkpoints were removed while being read; try again")
     newest, why = unusable[0]
     older = f"; none of the {len(files) - 1} older checkpoint(s) loads either" if len(files) > 1 else ""
-    raise error(f"{newest}: {why}{older}{none_loads}")
+    raise error(f"{newest}: {why}{older}{none_loads() if callable(none_loads) else none_loads}")
 
 
 def _free_name(path: Path) -> Path:

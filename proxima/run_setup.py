@@ -544,7 +544,7 @@ def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: 
     if Path(resume).is_dir():  # its newest checkpoint that loads; a damaged newer one is named, not renamed
         files = ckpt.list_checkpoints(resume)
         src, _ = ckpt.newest_that_loads(files, ckpt.load_sound, ckpt.CheckpointError, set_aside=False,
-                                        none_loads=f"; {ckpt.start_over(resume)}")
+                                        none_loads=lambda: f"; {ckpt.start_over(resume, 'resume')}")
     state = ckpt.load_resumable(src)  # a file: loaded as the resume loads it (a population's refused), nothing written
     if not loose:
         check_same_run(state, target_dir, read_run_config(target_dir)[0])
@@ -611,8 +611,12 @@ def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, override
     if not counters_checked(state, batch_size(recorded)):  # a run directory's: load_sound checked them
         check_counters(state, batch_size(recorded))  # before any of them is used (apply_resume_overrides)
     check_resumed_env(recorded, state, env_id, trust_run, command)
-    config = apply_resume_overrides(recorded, overrides or {}, state, notes=notes, sources=sources, quiet=quiet)
-    _refuse_recorded(config, state, overrides or {})
+    config = apply_resume_overrides(recorded, overrides or {}, state, notes=False, sources=sources, quiet=quiet)
+    # a run that trains nothing gets a note; a bad flag (--keep-checkpoints 0) is refused before it, not after
+    trains_nothing = notes and not resume_trains(config, state)
+    _refuse_recorded(config, state, overrides or {}, typed_too=trains_nothing)
+    if trains_nothing:
+        note_trains_nothing(config, state)
     if env_id is not None and env_id != recorded.env_id and resume_trains(config, state):
         # the module form the user named: every process that builds the env (torchrun's ranks too)
         # imports the module, and the checkpoints from here on name it. A resume that trains nothing
@@ -621,11 +625,12 @@ def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, override
     return config
 
 
-def _refuse_recorded(config: PPOConfig, state: dict, overrides: dict) -> None:
+def _refuse_recorded(config: PPOConfig, state: dict, overrides: dict, typed_too: bool = False) -> None:
     """validate's refusal of a value the checkpoint recorded, not one the user typed, named as the
     checkpoint's field (``CKPT: lr -1.0: must be positive``), not as a flag never typed (``--lr -1.0``),
     the way cli._name_config_file names a --config file's. A refusal of a value given (a flag, --config)
-    is left to the trainer's validate, in its place."""
+    is left to the trainer's validate, in its place, unless ``typed_too``: a resume that trains nothing
+    refuses it here, before its note that the run is complete."""
     from .config import ConfigError, validate
     from .signals import from_python
 
@@ -638,6 +643,8 @@ def _refuse_recorded(config: PPOConfig, state: dict, overrides: dict) -> None:
         named = recorded_refusal(e, state["path"], overrides)
         if named is not None:
             raise named from None
+        if typed_too:
+            raise
 
 
 def recorded_refusal(e: Exception, source, given) -> Optional[Exception]:
@@ -940,13 +947,21 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_saf
         if cfg.total_timesteps != recorded_total:  # asked to extend it (the run's own total, e.g. from its config.yaml, asks nothing)
             raise ConfigError(f"--total-timesteps {cfg.total_timesteps}: the run is already at step {step:,} and trains "
                               f"whole iterations of {least - step:,} steps; give at least {least:,} to extend it")
-        if notes:
-            print(f"proxima: note: {state['path']}: the run is complete ({step:,} steps); "
-                  "--total-timesteps N (more steps) extends it", file=sys.stderr)
-    elif notes:
-        mean = stop_return_mean(cfg, state)
-        if mean is not None:
-            print(f"proxima: note: {state['path']}: the run stopped at --stop-return {cfg.stop_return:g} (its last "
-                  f"{cfg.stop_episodes}+ training episodes averaged {mean:.1f}); --stop-return none or a higher "
-                  "target trains on", file=sys.stderr)
+    if notes:
+        note_trains_nothing(cfg, state)
     return cfg
+
+
+def note_trains_nothing(cfg: PPOConfig, state: dict) -> None:
+    """The note on stderr for a resume of ``state`` with ``cfg`` that trains nothing: the run is complete
+    (its total reached), or stopped at --stop-return's target; nothing for one that trains."""
+    step = int(state["global_step"])
+    if cfg.total_timesteps < least_total(cfg, state):
+        print(f"proxima: note: {state['path']}: the run is complete ({step:,} steps); "
+              "--total-timesteps N (more steps) extends it", file=sys.stderr)
+        return
+    mean = stop_return_mean(cfg, state)
+    if mean is not None:
+        print(f"proxima: note: {state['path']}: the run stopped at --stop-return {cfg.stop_return:g} (its last "
+              f"{cfg.stop_episodes}+ training episodes averaged {mean:.1f}); --stop-return none or a higher "
+              "target trains on", file=sys.stderr)

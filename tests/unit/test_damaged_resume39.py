@@ -1,0 +1,133 @@
+"""A damaged newest checkpoint names the newest one that loads (an older step_*.pt, else best.pt), with
+its step, as the one command to copy; only when none loads, the start-over advice. A bad flag given to a
+resume of a finished run is refused before the note that the run is complete."""
+
+import os
+import shlex
+import shutil
+
+import pytest
+
+from tests.cli_helpers import TINY_RUN, cli, error_line, run_main
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished 3-iteration (192-step) CartPole run keeping 2 step checkpoints (128, 192) and a best.pt
+    (an eval every iteration)."""
+    run = tmp_path_factory.mktemp("damaged39") / "run"
+    flags = [f for f in TINY_RUN if f not in ("--eval-episodes", "0")]
+    assert cli.main(["train", "CartPole-v1", *flags, "--eval-episodes", "1", "--eval-every", "1", "--total-timesteps", "192",
+                     "--keep-checkpoints", "2", "--checkpoint-every", "1", "--run-dir", str(run), "--quiet"]) == 0
+    return run
+
+
+@pytest.fixture
+def run(finished, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(finished, copy)
+    return copy
+
+
+def _truncate(path) -> None:
+    os.truncate(path, 100000)
+
+
+def _best_step(run) -> int:
+    import torch
+
+    return int(torch.load(run / "checkpoints" / "best.pt", weights_only=True)["global_step"])
+
+
+def _advised(line: str, command: str) -> list:
+    """The arguments of the ``proxima COMMAND ...`` the line advises (up to its ' (step')."""
+    rest = line.split(f"proxima {command} ", 1)[1]
+    return [command, *shlex.split(rest.split(" (step")[0].split(",")[0])]
+
+
+def test_a_named_damaged_newest_names_the_older_step_file_and_the_advised_resume_continues_from_it(run, capsys):
+    ckpts = run / "checkpoints"
+    _truncate(ckpts / "step_000000000192.pt")
+    code, _, err = run_main(["resume", str(ckpts / "step_000000000192.pt")], capsys)
+    line = error_line(code, err)
+    assert line.endswith(f"; resuming the run directory instead (proxima resume {run}) continues from its newest sound "
+                         f"checkpoint, {ckpts / 'step_000000000128.pt'}"), line
+    code, _, err = run_main(["resume", str(run), "--quiet"], capsys)  # exactly the command advised
+    assert code == 0, err
+    assert f"resuming from {ckpts / 'step_000000000128.pt'} instead" in err
+
+
+def test_only_best_pt_good_resume_names_it_with_its_step_and_the_advised_command_resumes(run, capsys):
+    ckpts = run / "checkpoints"
+    for name in ("step_000000000192.pt", "step_000000000128.pt"):
+        _truncate(ckpts / name)
+    step = _best_step(run)
+    code, _, err = run_main(["resume", str(run)], capsys)
+    line = error_line(code, err)
+    assert line == (f"proxima resume: error: {ckpts / 'step_000000000192.pt'}: truncated checkpoint (100000 bytes, the end "
+                    "of the archive is missing); none of the 1 older checkpoint(s) loads either; resume from the newest "
+                    f"good one: proxima resume {ckpts / 'best.pt'} (step {step:,})")
+    assert sorted(p.name for p in ckpts.iterdir()) == ["best.pt", "step_000000000128.pt", "step_000000000192.pt"]  # nothing renamed
+    code, _, err = run_main([*_advised(line, "resume"), "--quiet"], capsys)
+    assert code == 0, err
+    assert [p.name for p in ckpts.glob("abandoned-*/step_*.pt")] != []  # the damaged ones set aside by the resume
+    assert (ckpts / "step_000000000192.pt").is_file()  # trained again to the run's end
+
+
+def test_only_best_pt_good_a_named_damaged_file_names_best_pt(run, capsys):
+    ckpts = run / "checkpoints"
+    for name in ("step_000000000192.pt", "step_000000000128.pt"):
+        _truncate(ckpts / name)
+    code, _, err = run_main(["resume", str(ckpts / "step_000000000128.pt")], capsys)
+    assert error_line(code, err).endswith(f"; no step_*.pt of {run} loads either: resume from the newest good one: "
+                                          f"proxima resume {ckpts / 'best.pt'} (step {_best_step(run):,})")
+
+
+def test_only_best_pt_good_eval_names_it_and_the_advised_eval_works(run, capsys):
+    ckpts = run / "checkpoints"
+    for name in ("step_000000000192.pt", "step_000000000128.pt"):
+        _truncate(ckpts / name)
+    code, _, err = run_main(["eval", str(run), "--episodes", "1"], capsys)
+    line = error_line(code, err)
+    best = ckpts / "best.pt"
+    assert line.endswith(f"; none of the 1 older checkpoint(s) loads either; resume from the newest good one: proxima resume "
+                         f"{best} (step {_best_step(run):,}), or evaluate it: proxima eval {best}"), line
+    code, out, err = run_main([*_advised(line.split(", or evaluate it: ")[1], "eval"), "--episodes", "1"], capsys)
+    assert code == 0, err
+    assert "over 1 episodes" in out
+
+
+def test_a_damaged_best_pt_is_never_advised_the_start_over_is(run, capsys):
+    ckpts = run / "checkpoints"
+    for name in ("step_000000000192.pt", "step_000000000128.pt", "best.pt"):
+        _truncate(ckpts / name)
+    start_over = (f"restore a copy of {ckpts} if you have one, or start over with proxima train --config "
+                  f"{run / 'config.yaml'} --run-dir {run} --overwrite (the old run is moved aside)")
+    for command in ("resume", "eval"):
+        code, _, err = run_main([command, str(run)], capsys)
+        line = error_line(code, err)
+        assert line.endswith(f"; none of the 1 older checkpoint(s) loads either; {start_over}"), line
+        assert "best.pt" not in line
+
+
+def test_a_best_pt_that_is_only_header_sound_is_not_advised(run, capsys):
+    """A best.pt whose archive is whole but whose zip entries do not check out (a flipped byte) is damaged too."""
+    ckpts = run / "checkpoints"
+    for name in ("step_000000000192.pt", "step_000000000128.pt"):
+        _truncate(ckpts / name)
+    data = bytearray((ckpts / "best.pt").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (ckpts / "best.pt").write_bytes(bytes(data))
+    code, _, err = run_main(["resume", str(run)], capsys)
+    line = error_line(code, err, "restore a copy of")
+    assert "best.pt" not in line
+
+
+@pytest.mark.parametrize("flag", [["--keep-checkpoints", "0"], ["--checkpoint-every", "-1"]])
+def test_a_bad_flag_on_a_finished_run_is_refused_before_any_note(finished, tmp_path, capsys, flag):
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    code, _, err = run_main(["resume", str(run), *flag], capsys)
+    error_line(code, err, f"{flag[0]} {flag[1]}: must be")
+    assert err.strip().splitlines()[0].startswith("proxima resume: error: "), err
+    assert "note" not in err, err
