@@ -1451,6 +1451,15 @@ class Policy:
                               f"{describe_space(env_obs)} and {describe_space(env_act)}")
 
     @torch.no_grad()
+    def predict(self, observation, state=None, episode_start=None, deterministic: bool = False):
+        """Stable-Baselines3's ``model.predict``: ``(actions, None)``, the actions as ``act`` gives them
+        (numpy in, numpy out). SB3's default is a stochastic action (``deterministic=False``); ``act``'s
+        is the deterministic one. ``state``/``episode_start`` are taken for SB3's signature: these
+        policies keep no recurrent state, so a state given is refused rather than ignored."""
+        if state is not None:
+            raise ValueError("Policy.predict: state=... given, but this policy has no recurrent state; pass state=None")
+        return self.act(observation, deterministic=deterministic), None
+
     def act(self, obs, deterministic: bool = True):
         """obs (B, *obs_shape) or (*obs_shape,), numpy or tensor -> actions of the same kind, as the
         action space defines them (envs.spaces.env_actions), which is how a Gymnasium env's ``step``

@@ -86,3 +86,26 @@ def test_load_device_error_names_the_argument_and_the_cli_keeps_its_flag(home):
     with pytest.raises(ConfigError) as e:
         resolve_device("gpu", arg="device")
     assert str(e.value) == "device='gpu': not a torch device (cpu, cuda, cuda:1, auto)"
+
+
+def test_predict_is_sb3s_pair_stochastic_by_default_and_refuses_a_recurrent_state(tmp_path):
+    """SB3 users port `action, _ = model.predict(obs, deterministic=True)`; load()'s and train()'s policies both have it."""
+    import numpy as np
+    import torch
+
+    import proxima
+    from proxima.config import PPOConfig
+
+    run, trained = proxima.train(PPOConfig(env_id="CartPole-v1", total_timesteps=512, num_envs=4, num_steps=128,
+                                           progress=False, eval_episodes=0), run_dir=tmp_path / "run", quiet=True)
+    loaded = proxima.load(run)
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    for policy in (trained, loaded):
+        actions, state = policy.predict(obs, deterministic=True)
+        assert state is None and isinstance(actions, np.ndarray)
+        np.testing.assert_array_equal(actions, policy.act(obs))
+        torch.manual_seed(0)
+        draws = [policy.predict(obs)[0] for _ in range(4)]  # SB3's default: sampled
+        assert any((d != actions).any() for d in draws)
+        with pytest.raises(ValueError, match=r"^Policy.predict: state=\.\.\. given, but this policy has no recurrent state"):
+            policy.predict(obs, state=(np.zeros(1),))
