@@ -499,9 +499,10 @@ def run_record(device, started: datetime, load0: float, args=None) -> dict:
 
 
 def cpu_model() -> str:
-    from .cpuinfo import cpuinfo
+    """doctor's CPU model, or the architecture where the OS names no model (arm64 Linux)."""
+    from .cpuinfo import cpu_model as model
 
-    return cpuinfo("model name") or platform.processor() or platform.machine()
+    return model() or platform.machine()
 
 
 def machine_info(device) -> dict:

@@ -26,6 +26,13 @@ def cpuinfo(key: str) -> str:
     return ""
 
 
+def cpu_model() -> str:
+    """The CPU's model name ("AMD EPYC 7R13 Processor", "Intel(R) Xeon(R) Platinum 8480+") where the OS
+    says it (Linux's /proc/cpuinfo "model name", else platform.processor(): Windows' "Intel64 Family 6
+    Model 85 ..."), for telling one benchmark machine from another; "" where neither does."""
+    return cpuinfo("model name") or platform.processor()
+
+
 def cpu_vendor() -> str:
     """The CPU's vendor id ("GenuineIntel", "AuthenticAMD", ...) where the OS says it; "" otherwise."""
     name = platform.processor()  # e.g. Windows: "AMD64 Family 25 Model 17 Stepping 1, AuthenticAMD"

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .config import install_hint
-from .cpuinfo import cpu_vendor, cpuinfo, simd_text, usable_cpus
+from .cpuinfo import cpu_model, cpu_vendor, cpuinfo, simd_text, usable_cpus
 
 TORCH_PIN = "2.13.0"
 CXX_CHECK_TIMEOUT = 30.0  # seconds for the one-line test build (about 0.5 s with a working g++)
@@ -363,6 +363,7 @@ def collect(device: Any = None, threads: int | None = None, test_build: bool = T
         ),
         "usable_cpus": _probe(errors, "usable_cpus", usable_cpus),
         "torch_threads": None,
+        "cpu_model": _probe(errors, "cpu_model", cpu_model) or None,
         "cpu_vendor": None,
         "cpu_tanh": None,
         "cpu_simd": None,
@@ -662,7 +663,7 @@ def format_report(info: dict) -> str:
             "cpu",
             f"{_or_dash(info.get('cpu_count'))} cores ({_or_dash(info.get('usable_cpus'))} usable), "
             f"torch's default threads {_or_dash(info.get('torch_threads'))} (train uses --threads, default 1), "
-            f"vendor {_or_dash(info.get('cpu_vendor'))}, "
+            f"model {_or_dash(info.get('cpu_model'))}, vendor {_or_dash(info.get('cpu_vendor'))}, "
             f"tanh {_or_dash(info.get('cpu_tanh'))} (SIMD: {_or_dash(info.get('cpu_simd'))})",
         )
     )

@@ -266,3 +266,14 @@ def test_a_memory_limit_of_two_numbers_is_no_limit(cgroup_v2):
     root = cgroup_v2({"slice/run/memory.max": "123 456\n", "slice/run/memory.current": "0\n"})
     assert cpuinfo._number(root / "slice/run/memory.max") is None
     assert cpuinfo.cgroup_free_memory(root) is None
+
+
+def test_doctor_names_the_cpu_model_as_bench_does(monkeypatch):
+    """doctor said only 'vendor AuthenticAMD': two machines' benchmark tables could not be told apart."""
+    from proxima import doctor
+
+    _proc_cpuinfo(monkeypatch, "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n")
+    info = doctor.collect()
+    assert info["cpu_model"] == "Intel(R) Xeon(R) Platinum 8480+" == bench.cpu_model()
+    row = next(r for r in doctor.format_report(info).splitlines() if r.split()[:1] == ["cpu"])
+    assert "model Intel(R) Xeon(R) Platinum 8480+, vendor GenuineIntel, " in row
