@@ -171,13 +171,32 @@ def read_metrics(run_dir: PathLike) -> dict[str, np.ndarray]:
         raise PlotError(f"{path}: no rows Proxima wrote ({line_numbers(sorted(skipped))} after the header "
                         f"{'is not a metrics row' if len(skipped) == 1 else 'are not metrics rows'})")
     if not rows:
-        raise PlotError(f"{path}: no rows yet (the run logged no iteration)")
+        raise no_rows_error(path)
     if skipped:
         note_skipped(path, stat, skipped)
     columns: dict[str, np.ndarray] = {}
     for j, name in enumerate(header):
         columns[name] = np.array([_to_float(r[j]) for r in rows], dtype=np.float64)
     return columns
+
+
+def no_rows_error(path: Path) -> PlotError:
+    """The line for a metrics.csv with a header and no row: a run still in its first iteration (a live
+    process holds its lock, or its population's) says so; one whose process is gone (killed or crashed in
+    its first iteration) says it stopped, with the command eval and resume give (checkpoint.no_checkpoint_error)."""
+    from .checkpoint import list_checkpoints, no_checkpoint_error
+    from .population_report import member_population
+    from .report import _in_progress
+
+    run_dir = path.parent
+    member = member_population(run_dir)
+    live = _in_progress(member[0] if member is not None else run_dir)
+    if live:
+        return PlotError(f"{path}: no rows yet: the run is in progress ({live}) and has not finished its first iteration")
+    if not list_checkpoints(run_dir):  # eval's and resume's words and command, not a copy of them
+        stopped = str(no_checkpoint_error(run_dir)).removeprefix(f"{run_dir}: ")
+        return PlotError(f"{path}: no rows (the run logged no iteration, and no process is training it): {stopped}")
+    return PlotError(f"{path}: no rows (the run logged no iteration, and no process is training it)")
 
 
 #: (file, mtime, size) of the metrics.csv files whose repeated steps have had their note

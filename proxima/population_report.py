@@ -749,7 +749,8 @@ def _steps_note(rows: list) -> Optional[str]:
     return f"- note: {steps_note}." if steps_note else None
 
 
-def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: Optional[int] = 0) -> str:
+def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: Optional[int] = 0,
+           comparison: Optional[dict] = None) -> str:
     doc = json.loads(read_run_text(run_dir / POPULATION_FILE))  # read_settings checked it
     from .plot import dir_name
 
@@ -771,7 +772,7 @@ def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: Opti
     if notes:
         lines += [""] + notes
     if len(rows) > 1:
-        lines += [""] + comparison_section(rows)
+        lines += [""] + comparison_section(rows, comparison)
     lines += ["", "Per member: `proxima report RUN/<member dir>` (same files as a single run).", ""]
     return "\n".join(lines)
 
@@ -1087,31 +1088,40 @@ def _poi_cells(c: dict) -> str:
     return f"{c['p']:.2f} | {ci_cell(c['ci'], c['few'], digits=2)}"
 
 
-def comparison_section(rows: list) -> list:
-    """The lines of a report's "## Comparison": each setting X against the best one Y (best_row: the
-    highest IQM), P(X > Y) with its 95% interval; [] with fewer than two settings or no best."""
+def settings_comparison(rows: list) -> Optional[dict]:
+    """Each setting X against the best one Y (best_row: the highest IQM), computed once for report.md's
+    "## Comparison" and its --json: {best (Y's index), names, family, compared [(index, name,
+    compare_rows)], ranked, verdict}; None with fewer than two settings or no best."""
     b = best_row(rows)
     if len(rows) < 2 or b is None:
-        return []
-    ref = rows[b]
+        return None
     names = [setting_label(r["settings"]) or "(seeds only)" for r in rows]
-    ref_name = names[b]
-    table = ["| setting X | members | P(X > Y) | 95% CI |", "|---|---|---|---|"]
-    notes, compared = not_ranked_notes(rows, names, b), []
     family = sum(_has_iqm(r) for r in rows)  # a setting of another kind of return is not compared, yet could be Y
-    for i, r in enumerate(rows):
-        if i == b:
-            continue
-        name = names[i]
-        c = compare_rows(r, ref, family)
-        compared.append((name, c))
-        table.append(f"| {name} | {r['n']} vs {ref['n']} | {_poi_cells(c)} |")
+    compared = [(i, names[i], compare_rows(r, rows[b], family)) for i, r in enumerate(rows) if i != b]
+    ranked = ranked_text(rows)
+    return {"best": b, "names": names, "family": family, "compared": compared, "ranked": ranked,
+            "verdict": verdict(names[b], [(name, c) for _, name, c in compared], ranked, family)}
+
+
+def comparison_section(rows: list, comparison: Optional[dict] = None) -> list:
+    """The lines of a report's "## Comparison" (settings_comparison's, computed here when not given):
+    each setting X against the best one Y, P(X > Y) with its 95% interval; [] with fewer than two
+    settings or no best."""
+    comparison = comparison if comparison is not None else settings_comparison(rows)
+    if comparison is None:
+        return []
+    b, names = comparison["best"], comparison["names"]
+    ref, ref_name = rows[b], names[b]
+    table = ["| setting X | members | P(X > Y) | 95% CI |", "|---|---|---|---|"]
+    notes = not_ranked_notes(rows, names, b)
+    for i, name, c in comparison["compared"]:
+        table.append(f"| {name} | {rows[i]['n']} vs {ref['n']} | {_poi_cells(c)} |")
         if c["why"]:
             notes.append(f"- {name}: not compared: {c['why']}.")
         if c["few"] and c["ci"] is not None and not any("\u2020" in n for n in notes):
             notes.append(f"- \u2020 either setting has fewer than {FEW_CI_MEMBERS} members: {FEW_MEMBERS_NOTE}.")
-    ranked = ranked_text(rows)
-    lines = ["## Comparison", "", verdict(ref_name, compared, ranked, family), "",
+    ranked = comparison["ranked"]
+    lines = ["## Comparison", "", comparison["verdict"], "",
              f"Each setting X against Y = {ref_name} ({ranked}): P(X > Y) is {POI_TEXT}. 95% CIs: {POI_CI_METHOD}; "
              f"none (\u2014) when either has fewer than {MIN_CI_MEMBERS} members.", "", *table]
     return lines + ([""] + notes if notes else [])
@@ -1243,23 +1253,78 @@ def provenance_section(run_dir: Path, doc: dict) -> list:
     return lines + [""]
 
 
+def _ci_json(ci) -> Optional[list]:
+    return None if ci is None else [ci[0], ci[1]]
+
+
+def row_json(r: dict) -> dict:
+    """One setting's numbers as its report.md row and notes show them (summarize_settings's dict)."""
+    return {"setting": setting_label(r["settings"]) or "(seeds only)", "settings": r["settings"],
+            "members": r["members"], "n": r["n"], "kind": r["kind"], "sources": r["sources"],
+            "mean": r["mean"], "mean_ci": _ci_json(r["mean_ci"]), "iqm": r["iqm"], "iqm_ci": _ci_json(r["iqm_ci"]),
+            "few": r["few"], "solved": r["solved"], "solved_count": r["solved_count"],
+            "left_out": [{"member": name, "why": why} for name, why in r["left_out"]],
+            "diverged": sorted(r["diverged"]),
+            "member_dirs": [{"dir": d, "seed": seed} for d, seed in zip(r["dirs"], r["seeds"])],
+            "returns": r["returns"],
+            "measured": {name: {"global_step": st, "episodes": c} for name, (st, c) in (r.get("measured") or {}).items()}}
+
+
+def _compare_json(c: dict) -> dict:
+    """compare_rows's result as the table and the verdict show it: P(X > Y), its CI, the permutation p-value."""
+    return {"p_improvement": c.get("p"), "p_improvement_ci": _ci_json(c.get("ci")), "few": c.get("few", False),
+            "permutation_p": c.get("perm_p"), "not_compared": c.get("why")}
+
+
+def population_json(run_dir: Path, rows: list, threshold: Optional[float], comparison: Optional[dict]) -> dict:
+    """The --json file of one population's report, from the rows and comparison report.md is rendered from."""
+    from .report import json_document
+
+    doc = json.loads(read_run_text(run_dir / POPULATION_FILE))
+    body = {"population": str(run_dir), "env_id": doc.get("env_id"), "threshold": threshold,
+            "ci": {"level": CI_LEVEL, "method": CI_METHOD}, "settings": [row_json(r) for r in rows], "comparison": None}
+    if comparison is not None:
+        body["comparison"] = {
+            "reference": comparison["names"][comparison["best"]], "ranked": comparison["ranked"],
+            "verdict": comparison["verdict"], "alpha": CLAIM_ALPHA, "pairs": claim_pairs(comparison["family"]),
+            "against": [{"setting": name, **_compare_json(c)} for _, name, c in comparison["compared"]]}
+    return json_document("population", body)
+
+
+def populations_json(run_dirs: list, names: list, tables: list, threshold: Optional[float], comparison: dict) -> dict:
+    """The --json file of ``report A B --out``: a row per (population, setting) as the combined table shows it."""
+    from .report import json_document
+
+    rows = [(d, name, r) for d, name, t in zip(run_dirs, names, tables) for r in t]
+    body = {"populations": [{"name": name, "dir": str(d)} for d, name in zip(run_dirs, names)], "threshold": threshold,
+            "ci": {"level": CI_LEVEL, "method": CI_METHOD}, "reference": comparison["reference"],
+            "verdict": comparison["verdict"],
+            "rows": [{"population": name, **row_json(r), **({"reference": True} if c.get("ref") else _compare_json(c))}
+                     for (d, name, r), c in zip(rows, comparison["cells"])]}
+    return json_document("populations", body)
+
+
 def build_population_report(run_dir, out=None, threshold: Optional[float] = None, metric: str = "charts/episodic_return",
                             x: str = "step", smooth: int = 1, episodes: Optional[int] = 0, device: str = "cpu",
-                            quiet: bool = True) -> Path:
+                            quiet: bool = True, json_out=None) -> Path:
     """Write RUN/report.md (or ``out``) for a population, its curve ``metric`` against ``x`` smoothed
     over ``smooth`` points (<stem>_curve.png next to the report, named after it as a single run's
     report's: RUN/report_curve.png by default), evaluating members without eval.json over ``episodes`` episodes on
     ``device`` (None: each member's own --eval-episodes; 0: their last training return); ReportError
-    (nothing written) on a broken run."""
+    (nothing written) on a broken run. json_out: also write the table's numbers there (population_json),
+    after the Markdown."""
     from .diskspace import describe
-    from .report import ReportError, _curve_path, image_link
+    from .report import ReportError, _curve_path, check_json_out, image_link, write_json
 
     run_dir = Path(run_dir)
     if threshold is not None and not math.isfinite(threshold):  # as `proxima report` refuses it
         raise ReportError(f"--threshold {threshold:g}: must be a finite return (e.g. --threshold 475)")
+    if json_out is not None:
+        check_json_out(Path(json_out))
     rows = summarize_settings(run_dir, threshold, episodes, device, quiet)
     out = Path(out) if out is not None else run_dir / "report.md"
-    text = render(run_dir, rows, threshold, episodes)
+    comparison = settings_comparison(rows)
+    text = render(run_dir, rows, threshold, episodes, comparison)
     from .plot import PlotError, plot_runs
 
     curve = _curve_path(out)  # the report's own, not plot's curve.png, which a later plot would replace
@@ -1284,6 +1349,8 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
         write_atomic(out, text)  # a fresh temp name, renamed over out: never written through a link
     except OSError as e:
         raise ReportError(describe(out, e)) from None
+    if json_out is not None:
+        write_json(Path(json_out), population_json(run_dir, rows, threshold, comparison))
     return out
 
 
@@ -1334,7 +1401,7 @@ def _differs(names: list, values: list, what: str) -> Optional[str]:
 
 def build_populations_report(run_dirs, out=None, threshold: Optional[float] = None, metric: str = "charts/episodic_return",
                              x: str = "step", smooth: int = 1, episodes: Optional[int] = 0, device: str = "cpu",
-                             quiet: bool = True) -> Path:
+                             quiet: bool = True, json_out=None) -> Path:
     """``proxima report A B ... --out FILE.md`` of two or more populations: one table with a row per
     (population, setting), each row's statistics as the population's own report gives them, and the
     probability of improvement of each row X over Y, the first population's best row (best_row: its
@@ -1344,13 +1411,15 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
     populations, one panel each."""
     from .diskspace import describe
     from .plot import PlotError, plot_runs, population_curves, run_names
-    from .report import ReportError, _curve_path, check_device, check_out, image_link
+    from .report import ReportError, _curve_path, check_device, check_json_out, check_out, image_link, write_json
 
     run_dirs = [Path(d) for d in run_dirs]
     if out is None:
         raise ReportError(f"{len(run_dirs)} populations: give --out FILE.md for the combined report")
     out = Path(out)
     check_out(out)
+    if json_out is not None:
+        check_json_out(Path(json_out))
     if threshold is not None and not math.isfinite(threshold):
         raise ReportError(f"--threshold {threshold:g}: must be a finite return (e.g. --threshold 475)")
     names = run_names(run_dirs)
@@ -1389,7 +1458,8 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
         problem = _differs(names, [m[what] for m in measures], what)
         if problem:
             raise ReportError(f"these populations do not measure the same: {problem}{how}")
-    text = render_populations(run_dirs, names, docs, tables, threshold, episodes)
+    comparison = populations_comparison(names, tables)
+    text = render_populations(run_dirs, names, docs, tables, threshold, episodes, comparison)
     curve = _curve_path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -1408,15 +1478,36 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
         write_atomic(out, text)
     except OSError as e:
         raise ReportError(describe(out, e)) from None
+    if json_out is not None:
+        write_json(Path(json_out), populations_json(run_dirs, names, tables, threshold, comparison))
     return out
 
 
-def render_populations(run_dirs: list, names: list, docs: list, tables: list, threshold: Optional[float],
-                       episodes: Optional[int] = 0) -> str:
-    """The Markdown of build_populations_report: a line per population, one table, the notes."""
+def populations_comparison(names: list, tables: list) -> dict:
+    """Each (population, setting) row X against Y, the first population's best row (best_row), computed
+    once for the combined report.md and its --json: {best (Y's index in the first table, or None),
+    reference (Y's label or None), labels, cells (per row: compare_rows, {"p": None, "ref": True} for Y,
+    {"p": None} with no Y), verdict (None when nothing is compared)}."""
     rows = [(name, r) for name, t in zip(names, tables) for r in t]
     b = best_row(tables[0])
     ref_name = f"{names[0]}: {setting_label(tables[0][b]['settings']) or '(seeds only)'}" if b is not None else None
+    labels = [f"{name}: {setting_label(r['settings']) or '(seeds only)'}" for name, r in rows]
+    family = sum(_has_iqm(r) for _, r in rows)
+    cells = [{"p": None} if b is None else {"p": None, "ref": True} if i == b else compare_rows(r, tables[0][b], family)
+             for i, (_, r) in enumerate(rows)]
+    compared = [(labels[i], c) for i, c in enumerate(cells) if b is not None and i != b]
+    return {"best": b, "reference": ref_name, "labels": labels, "cells": cells,
+            "verdict": verdict(ref_name, compared, ranked_text(tables[0], "first population's "), family)
+            if ref_name and compared else None}
+
+
+def render_populations(run_dirs: list, names: list, docs: list, tables: list, threshold: Optional[float],
+                       episodes: Optional[int] = 0, comparison: Optional[dict] = None) -> str:
+    """The Markdown of build_populations_report: a line per population, one table, the notes
+    (comparison: populations_comparison's, computed here when not given)."""
+    comparison = comparison if comparison is not None else populations_comparison(names, tables)
+    rows = [(name, r) for name, t in zip(names, tables) for r in t]
+    b, ref_name = comparison["best"], comparison["reference"]
     lines = [f"# Population report: {', '.join(names)}", ""]
     for d, name, doc, t in zip(run_dirs, names, docs, tables):
         lines.append(f"- {name}: {_first_line(d, doc, t)} {_sources_text(d, doc, t)}")
@@ -1424,30 +1515,21 @@ def render_populations(run_dirs: list, names: list, docs: list, tables: list, th
     compare = (f"P(X > Y) of each row X against Y = {ref_name} ({ranked_text(tables[0], whose)}) "
                f"is {POI_TEXT}; its 95% CIs: {POI_CI_METHOD}; none (\u2014) when either has fewer than {MIN_CI_MEMBERS} members."
                if ref_name else "P(X > Y): none, as no row of the first population has a final return.")
-    labels = [f"{name}: {setting_label(r['settings']) or '(seeds only)'}" for name, r in rows]
+    labels = comparison["labels"]
     table = [f"| population | setting | members | mean | mean 95% CI | IQM | IQM 95% CI | "
              f">= {threshold if threshold is not None else 'threshold'} | P(X > Y) | P 95% CI |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     notes = not_ranked_notes(tables[0], labels[:len(tables[0])], b)
-    compared = []
-    family = sum(_has_iqm(r) for _, r in rows)
     dirs = {name: d for d, name in zip(run_dirs, names)}
-    for i, (name, r) in enumerate(rows):
+    for (name, r), c in zip(rows, comparison["cells"]):
         label = setting_label(r["settings"]) or "(seeds only)"
-        if b is None:
-            c = {"p": None}
-        elif i == b:
-            c = {"p": None, "ref": True}
-        else:
-            c = compare_rows(r, tables[0][b], family)
-            compared.append((labels[i], c))
-            if c["why"]:
-                notes.append(f"- {name}: {label}: not compared: {c['why']}.")
+        if c.get("why"):
+            notes.append(f"- {name}: {label}: not compared: {c['why']}.")
         poi = "Y (reference) | \u2014" if c.get("ref") else _poi_cells(c)
         table.append(f"| {name} | {label} | {_row_cells(r)} | {poi} |")
         notes += _row_notes(dirs[name], r, f"{name}: {label}", threshold, episodes)
-    if ref_name and compared:
-        lines += ["", verdict(ref_name, compared, ranked_text(tables[0], whose), family)]
+    if comparison["verdict"]:
+        lines += ["", comparison["verdict"]]
     lines += ["", f"95% CIs: {CI_METHOD}; none (\u2014) for fewer than {MIN_CI_MEMBERS} members. {IQM_TEXT}. {compare}", "",
               *table]
     if any(r["few"] and r["mean_ci"] is not None for _, r in rows):

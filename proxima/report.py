@@ -18,6 +18,8 @@ checkpoint or final evaluation) are named in a note, and the cells they make und
 (missing_rows). The final evaluation's ± is the std over its episodes (ddof 0, eval.json's std_return); the
 std over several runs of one group is the sample std, labelled "std (n-1)"; the report says which is which.
 
+``--json FILE.json`` also writes the tables' numbers as strict JSON (schema 1: runs_json, population_report.population_json).
+
 Several runs get one column each; runs of one env share a mean + spread curve. A population
 directory (``train --seeds/--sweep``) is reported alone or beside other populations (one table of their
 settings, compared by probability of improvement), by population_report, its curve drawn with
@@ -27,7 +29,7 @@ metrics, an unknown metric, a run file that is not UTF-8, or not a regular file 
 (a FIFO, a sparse file planted at its name: rundir.read_run_bytes), an eval.json field that is not a number
 (null included), a meta.json section that is not a mapping, a population among other runs,
 ``--threshold`` for single runs or not finite (nan, inf), an ``--out`` that is not a .md file (so it is never one of a run's
-own files) or is under a file) are one line naming the file or flag,
+own files) or is under a file, a ``--json`` that is not a .json file or would replace a file no --json wrote) are one line naming the file or flag,
 exit status 2, and leave no file behind: everything is read and checked before the curve and the
 report are written.
 """
@@ -1003,6 +1005,26 @@ def _compiled(run: dict) -> bool:
     return (run.get("config") or {}).get("compile") is True
 
 
+def group_summaries(runs: list[dict]) -> list[dict]:
+    """Per group of two or more runs with a final eval (env and settings: returns of different envs are
+    never averaged): {group, runs, mean, std (ddof 1), min, max, episodes_note, seeds_problem} of their
+    final eval mean returns; [] for one run. The one computation behind report.md's line and its JSON."""
+    out = []
+    if len(runs) < 2:
+        return out
+    for group in dict.fromkeys(r.get("group", r["env"]) for r in runs):
+        grouped = [r for r in runs if r.get("group", r["env"]) == group and "mean_return" in r["eval"]]
+        evals = [r["eval"]["mean_return"] for r in grouped]
+        if len(evals) > 1:
+            # runs of distinct seeds are a sample of seeds: the sample std (divided by n - 1) is what a paper
+            # reports; runs of one seed (eager beside --compile) are not, and their spread says nothing of seeds
+            out.append({"group": group, "runs": len(evals), "mean": float(np.mean(evals)),
+                        "std": float(np.std(evals, ddof=1)), "min": float(np.min(evals)), "max": float(np.max(evals)),
+                        "episodes_note": _episodes_note([r["eval"] for r in grouped]),
+                        "seeds_problem": _seeds_problem([(r.get("config") or {}).get("seed") for r in grouped])})
+    return out
+
+
 def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], metric: str, x: str) -> str:
     """The report text. runs: dicts with dir, name, env, config, meta, summary, eval."""
     envs = sorted({r["env"] for r in runs})
@@ -1085,22 +1107,13 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
               if _compiled(r) and r["summary"].get("sps") is not None]
     if notes:
         lines += [""] + notes
-    spread, same_seed = False, False
-    if len(runs) > 1:  # one summary per group (env and settings): returns of different envs are never averaged
-        for group in dict.fromkeys(r.get("group", r["env"]) for r in runs):
-            grouped = [r for r in runs if r.get("group", r["env"]) == group and "mean_return" in r["eval"]]
-            members = [r["eval"] for r in grouped]
-            evals = [ev["mean_return"] for ev in members]
-            if len(evals) > 1:
-                # runs of distinct seeds are a sample of seeds: the sample std (divided by n - 1) is what a paper
-                # reports; runs of one seed (eager beside --compile) are not, and their spread says nothing of seeds
-                problem = _seeds_problem([(r.get("config") or {}).get("seed") for r in grouped])
-                lines += [f"Final eval of {group} over {len(evals)} runs{_episodes_note(members)}: mean {np.mean(evals):.2f}, "
-                          f"std (n-1) {np.std(evals, ddof=1):.2f}, min {np.min(evals):.2f}, max {np.max(evals):.2f}."
-                          + (f" {problem}" if problem else "")]
-                spread, same_seed = True, same_seed or bool(problem)
-        if spread:
-            lines += ["", STD_ACROSS_SAME_SEED if same_seed else STD_ACROSS_RUNS]
+    groups = group_summaries(runs)
+    for g in groups:
+        lines += [f"Final eval of {g['group']} over {g['runs']} runs{g['episodes_note']}: mean {g['mean']:.2f}, "
+                  f"std (n-1) {g['std']:.2f}, min {g['min']:.2f}, max {g['max']:.2f}."
+                  + (f" {g['seeds_problem']}" if g["seeds_problem"] else "")]
+    if groups:
+        lines += ["", STD_ACROSS_SAME_SEED if any(g["seeds_problem"] for g in groups) else STD_ACROSS_RUNS]
     lines.append("")
 
     lines += ["## Learning curve", ""]
@@ -1178,14 +1191,16 @@ def image_link(relpath: str) -> str:
 
 
 def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, device: str = "cpu",
-                 metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1, quiet: bool = True) -> Path:
+                 metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1, quiet: bool = True,
+                 json_out=None) -> Path:
     """Write the Markdown report of the runs; return its path.
 
     episodes: of the fresh evaluation of a run without eval.json (None: the run's own --eval-episodes,
     run_eval_episodes; 0: none).
 
     out: the report file (default RUN_DIR/report.md for one run; required for several). The curve
-    is written next to it, named after it (<stem>_curve.png: report_curve.png). Raises
+    is written next to it, named after it (<stem>_curve.png: report_curve.png). json_out: also write
+    the table's numbers there as JSON (runs_json), after the Markdown. Raises
     ReportError (nothing written) for a missing or foreign run directory or empty metrics.
     """
     if not run_dirs:
@@ -1215,6 +1230,9 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
         out = dirs[0] / "report.md"
     out = Path(out)
     check_out(out)
+    json_out = None if json_out is None else Path(json_out)
+    if json_out is not None:
+        check_json_out(json_out)
     check_device(device, episodes)
     names = run_names(dirs)  # `.` by the directory it is; a/run and b/run by their paths
     from .population_report import member_divergence, member_population
@@ -1263,7 +1281,126 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
     except PlotError as e:
         curve_file, text = None, render(runs, None, str(e), metric, x)
     _write_text(out, text, also_written=curve_file, default_out=default_out)
+    if json_out is not None:
+        write_json(json_out, runs_json(runs, metric))
     return out
+
+
+# ------------------------------------------------------------------------------------ JSON
+#: the version of the --json file's layout (docs/populations.md "Machine-readable report"); a change that
+#: renames or removes a key raises it
+JSON_SCHEMA = 1
+#: the "generator" of every --json file: a file at --json that does not say so is never replaced
+JSON_GENERATOR = "proxima report"
+
+
+def check_json_out(path: Path) -> None:
+    """ReportError when --json cannot hold the report's numbers at ``path``: not a .json file, a
+    directory or under a file, or an existing file that is not an
+    earlier --json file (JSON_GENERATOR): a run's eval.json, population.json or meta.json is never replaced."""
+    from .diskspace import path_problem
+    from .rundir import TEXT_MAX_BYTES, RunFileError, read_run_text
+
+    if path.suffix.lower() != ".json":
+        raise ReportError(f"--json {path}: not a .json file; give FILE.json (the report's numbers as JSON)")
+    problem = path_problem(path, example="report.json")
+    if problem:
+        raise ReportError(f"--json {path}: {problem}")
+    if os.path.lexists(path):
+        try:
+            doc = json.loads(read_run_text(path, TEXT_MAX_BYTES))
+        except (RunFileError, OSError, ValueError):
+            doc = None
+        if not (isinstance(doc, dict) and doc.get("generator") == JSON_GENERATOR):
+            raise ReportError(f"--json {path}: exists and is not a file `proxima report --json` wrote (a run's own "
+                              "eval.json, population.json, meta.json...); give another FILE.json")
+
+
+def strict_json(value):
+    """``value`` as strict JSON holds it: NaN and +-inf as None (json.dumps(allow_nan=False) passes), numpy
+    scalars and arrays as Python numbers and lists, tuples as lists, Paths as strings."""
+    if isinstance(value, dict):
+        return {str(k): strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [strict_json(v) for v in (value.tolist() if isinstance(value, np.ndarray) else value)]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def json_document(kind: str, body: dict) -> dict:
+    """The --json file's top level: schema, generator, proxima_version, kind ("runs", "population",
+    "populations"), then ``body``."""
+    from . import __version__
+
+    return {"schema": JSON_SCHEMA, "generator": JSON_GENERATOR, "proxima_version": __version__, "kind": kind,
+            **strict_json(body)}
+
+
+def write_json(path: Path, doc: dict) -> None:
+    """Write ``doc`` to ``path`` whole (atomic.write_atomic), strict JSON; ReportError naming the file on an error."""
+    from .atomic import write_atomic
+
+    text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    try:
+        write_atomic(path, text)
+    except OSError as e:
+        raise ReportError(describe(path, e)) from None
+
+
+def _at_json(summary: dict, key: str) -> Optional[dict]:
+    """{value, step, episodes} of summarize's ``key`` (final, max, min), as the Results table shows it; None without one."""
+    value = summary.get(key)
+    if value is None:
+        return None
+    step = summary.get("final_step") if key == "final" else summary.get(f"{key}_step")
+    return {"value": value, "step": step, "episodes": summary.get(f"{key}_episodes")}
+
+
+def _eval_json(ev: dict) -> dict:
+    """The final evaluation as report.md's "Final evaluation" gives it, or {"error": why}."""
+    if "error" in ev:
+        return {"error": ev["error"]}
+    lengths = ev.get("lengths") or []
+    return {"mean_return": ev["mean_return"], "std_return": ev.get("std_return", 0.0), "episodes": ev.get("episodes"),
+            "deterministic": ev.get("deterministic", True), "global_step": ev.get("global_step"),
+            "unfinished": ev.get("unfinished"), "returns": list(ev.get("returns") or []),
+            "mean_episode_length": float(np.mean(lengths)) if lengths else None, "source": ev["source"]}
+
+
+def run_json(r: dict, metric: str) -> dict:
+    """One run's numbers as its report.md column shows them, from the same summary and eval dicts."""
+    s = r["summary"]
+    missing = s.get("missing") or {}
+    tail = missing.get("tail")
+    out = {"name": r["name"], "dir": str(r["dir"]), "env": r["env"], "diverged": r.get("diverged"),
+           "steps": s["global_step"], "steps_reached": tail[2] if tail else s["global_step"], "total_steps": s.get("total"),
+           "progress": r.get("progress"), "started_from": _started_from(r["meta"]),
+           "iterations": s["iterations"], "wall_time_s": s["time"], "steps_per_s": s.get("sps"),
+           "steps_per_s_per_member": bool(r.get("member")), "episodes": s["episodes"],
+           "rows_missing": bool(tail or missing.get("gaps")), "metric": s.get("metric", metric),
+           "final": _at_json(s, "final")}
+    if metric in RETURN_METRICS:
+        out["best"] = _at_json(s, "max")
+    else:
+        out["max"], out["min"] = _at_json(s, "max"), _at_json(s, "min")
+    if "eval_last" in s:
+        out["eval_during_training"] = {"last": s.get("eval_last"), "best": s.get("eval_best"),
+                                       "best_step": s.get("eval_best_step"), "best_pt": bool(s.get("best_pt"))}
+    out["final_eval"] = _eval_json(r["eval"])
+    return out
+
+
+def runs_json(runs: list[dict], metric: str) -> dict:
+    """The --json file of a report of single runs: each run's numbers, and each group's spread of final evals."""
+    return json_document("runs", {
+        "metric": metric, "runs": [run_json(r, metric) for r in runs],
+        "groups": [{k: g[k] for k in ("group", "runs", "mean", "std", "min", "max")} | {"std_ddof": 1}
+                   for g in group_summaries(runs)]})
 
 
 def check_device(device: str, episodes: Optional[int]) -> None:
@@ -1317,7 +1454,7 @@ def _write_text(out: Path, text: str, also_written: Optional[Path] = None, defau
 
 def build_population_report(run_dir, out=None, threshold: Optional[float] = None, metric: str = DEFAULT_METRIC,
                             x: str = "step", smooth: int = 1, episodes: Optional[int] = 0, device: str = "cpu",
-                            quiet: bool = True) -> Path:
+                            quiet: bool = True, json_out=None) -> Path:
     """population_report.build_population_report, checked first (a bad --out, an unknown metric:
     ReportError, nothing written); members without eval.json are evaluated over ``episodes`` (None:
     each member's own --eval-episodes) on ``device``, as final_eval evaluates a single run."""
@@ -1327,6 +1464,8 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     run_dir = Path(run_dir)
     if out is not None:
         check_out(Path(out))
+    if json_out is not None:
+        check_json_out(Path(json_out))
     if (metric, x, smooth) != (DEFAULT_METRIC, "step", 1):  # asked for: it must draw (the default may lack a curve: noted)
         try:
             population_curves(run_dir, metric, x, smooth)  # every member holds the metric
@@ -1334,7 +1473,7 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
             raise ReportError(str(e)) from None
     check_device(device, episodes)
     return population_report.build_population_report(run_dir, out=out, threshold=threshold, metric=metric, x=x, smooth=smooth,
-                                                      episodes=episodes, device=device, quiet=quiet)
+                                                      episodes=episodes, device=device, quiet=quiet, json_out=json_out)
 
 
 # ------------------------------------------------------------------------------------ CLI
@@ -1350,6 +1489,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"final are of {ROLLING_RETURN}, the rolling return, where a run logged it)")
     p.add_argument("--x", default="step", choices=tuple(X_LABELS), help="curve x axis: global step or wall time (default step)")
     p.add_argument("--smooth", type=int_arg, default=1, metavar="K", help="moving average over K points for the curve (default 1)")
+    p.add_argument("--json", default=None, metavar="FILE.json", dest="json_out", help="also write the numbers of the "
+                   "report's tables to FILE.json (schema 1, strict JSON, NaN/inf as null: docs/populations.md); the "
+                   "Markdown report is still written; an existing file there is replaced only if an earlier --json wrote it")
     p.add_argument("--threshold", type=float, default=None, metavar="R", help="populations (--seeds/--sweep) "
                    "only: report the fraction of members per setting whose final return is >= R, a finite number "
                    "(docs/populations.md); refused for single runs")
@@ -1381,23 +1523,25 @@ def run(args) -> int:
         run_dirs = unique_dirs(args.run_dirs)  # a directory named twice is one run
         if len(run_dirs) == 1 and is_population(run_dirs[0]):  # statistics over members, per setting
             path = build_population_report(run_dirs[0], out=args.out, threshold=args.threshold, metric=args.metric,
-                                           x=args.x, smooth=args.smooth, episodes=args.episodes, device=args.device, quiet=False)
-            print(f"wrote {path}")
+                                           x=args.x, smooth=args.smooth, episodes=args.episodes, device=args.device, quiet=False,
+                                           json_out=args.json_out)
+            print(f"wrote {path}" + (f" and {args.json_out}" if args.json_out else ""))
             return 0
         if len(run_dirs) > 1 and all(is_population(d) for d in run_dirs):  # one table of (population, setting) rows
             from .population_report import build_populations_report
 
             path = build_populations_report(run_dirs, out=args.out, threshold=args.threshold, metric=args.metric, x=args.x,
-                                            smooth=args.smooth, episodes=args.episodes, device=args.device, quiet=False)
-            print(f"wrote {path}")
+                                            smooth=args.smooth, episodes=args.episodes, device=args.device, quiet=False,
+                                            json_out=args.json_out)
+            print(f"wrote {path}" + (f" and {args.json_out}" if args.json_out else ""))
             return 0
         if args.threshold is not None:
             raise ReportError(f"--threshold {args.threshold:g}: applies to a population (train --seeds/--sweep) alone, "
                               "not to single runs")
         path = build_report(run_dirs, out=args.out, episodes=args.episodes, device=args.device,
-                            metric=args.metric, x=args.x, smooth=args.smooth, quiet=False)
+                            metric=args.metric, x=args.x, smooth=args.smooth, quiet=False, json_out=args.json_out)
     except ReportError as e:
         sys.stderr.write(f"{prog}: error: {printable(str(e))}\n")
         return 2
-    print(f"wrote {path}")
+    print(f"wrote {path}" + (f" and {args.json_out}" if args.json_out else ""))
     return 0
