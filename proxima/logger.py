@@ -101,13 +101,24 @@ class RollingReturn:
 
     @property
     def mean(self) -> float:
-        # fsum: the same number whatever order the sums were taken in (the rebuild adds the same pairs anyway)
+        # fsum: the same number whatever order the sums were taken in (the rebuild adds the same pairs anyway);
+        # the plain weighted sum keeps ordinary means exact ((90 x 10 + 10 x 110) / 100 is 20.0, every digit)
         if not self.episodes:
             return math.nan
         try:
-            return math.fsum(c * m for c, m in self._iterations) / self.episodes
-        except OverflowError:  # returns near float64's limit (a hand-edited file): no number to show
-            return math.nan
+            mean = math.fsum(c * m for c, m in self._iterations) / self.episodes
+        except (OverflowError, ValueError):  # a partial sum past float64 ("-inf + inf" where c * m overflowed both ways)
+            mean = math.inf
+        return mean if math.isfinite(mean) else self._scaled_mean()
+
+    def _scaled_mean(self) -> float:
+        """The mean of returns near float64's limit (a hand-edited file), where c * m or its sum overflows
+        although the mean, which lies between the smallest and largest return, does not: every term scaled
+        to at most 1 (weight c / episodes <= 1 times m / the largest |m|), so nothing can overflow or raise
+        and a logging column never stops a run."""
+        largest = max(abs(m) for _, m in self._iterations)  # not 0: a window of zeros sums to 0.0 exactly
+        # each rounded term is at most its rounded weight, and those sum within 2**-53 of 1: fsum rounds to <= 1
+        return math.fsum((c / self.episodes) * (m / largest) for c, m in self._iterations) * largest
 
 
 class BadLine(NamedTuple):

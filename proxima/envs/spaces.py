@@ -703,7 +703,8 @@ def _part_reading(part: ObsPart, encoder: str) -> str:
             how = ""
         return f"{declared} -> image {image_chw(layout, shape)}{stack} {scaled}{how}"
     flat = " flattened to" if box is not None and len(box.shape) != 1 else ""
-    cast = "" if box is None or np.dtype(box.dtype) == np.float32 or part.key is not None else ", as float32"
+    # a lone Box and a Dict's key alike reach the network as float32 (a Dict packs non-uint8 keys as float32)
+    cast = "" if box is None or np.dtype(box.dtype) == np.float32 else ", as float32"
     return f"{declared} ->{flat} {part.size} features{cast}"
 
 

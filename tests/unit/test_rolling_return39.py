@@ -68,6 +68,23 @@ def test_cells_no_run_logs_add_nothing_to_the_window():
     assert w.add_row({"episodes": "4", "charts/episodic_return": "20.0"}) == 15.0
 
 
+
+def test_returns_near_float64s_limit_give_their_finite_mean_and_never_raise():
+    """A hand-edited metrics.csv: c * m or its sum overflows although the mean does not; the column
+    must show that mean, and no arithmetic error may escape into the run's logging."""
+    w = RollingReturn()
+    assert w.add(100, 1e307) == 1e307  # 100 x 1e307 is inf
+    w = RollingReturn()
+    w.add(60, 1e307)
+    assert w.add(60, -1e307) == 0.0  # inf + -inf: fsum's ValueError
+    w = RollingReturn()
+    w.add(1, 1e308)
+    assert w.add(1, 1e308) == 1e308  # each product finite, their sum 2e308: fsum's OverflowError
+    w = RollingReturn()
+    w.add(30, 1.7976931348623157e308)
+    assert w.add(70, -1.7976931348623157e308) == pytest.approx(-0.4 * 1.7976931348623157e308, rel=1e-15)
+
+
 # ------------------------------------------------------------------------------------ a real run and its resume
 def _config(**overrides):
     values = dict(env_id="CartPole-v1", num_envs=8, num_steps=24, total_timesteps=ITERATIONS * STEPS, num_minibatches=1,

@@ -127,3 +127,83 @@ def test_check_env_reads_the_spaces_with_the_env_s_preset(fixtures_path, monkeyp
     assert code == 0, out
     assert out.splitlines()[-2] == ("spaces: obs Box(40, 40, 2) uint8 -> image (2, 40, 40) 0..1 scaled to [0, 1], flattened to "
                                     "3200 features, MLP 32x16 relu; action Discrete(2) -> categorical over 2")
+
+
+# ------------------------------------------------------------------------------ each reading, as the agent builds it
+def test_a_dicts_feature_count_is_the_width_the_agent_feeds_its_mlp():
+    """A CNN key (512 features), a small image flattened beside it (8 x 8 x 3) and a vector: the count
+    the line names is the critic's input width (agent.Agent), not each key's element count."""
+    from proxima.agent import Agent
+
+    obs = spaces.Dict({"big": spaces.Box(0, 255, (64, 64, 3), np.uint8), "small": spaces.Box(0, 255, (8, 8, 3), np.uint8),
+                       "vec": spaces.Box(-1, 1, (3,), np.float32)})
+    summary = spaces_summary(obs, spaces.Discrete(2))
+    assert summary["observation"] == ("Dict, keys packed in this order ['big': Box(64, 64, 3) uint8 -> image (3, 64, 64) "
+                                      "/255, CNN (512 features), 'small': Box(8, 8, 3) uint8 -> image (3, 8, 8) /255, "
+                                      "flattened to 192 features, 'vec': Box(3,) float32 -> 3 features] -> 707 features")
+    assert Agent(obs, spaces.Discrete(2), encoder="auto").critic[0].in_features == 512 + 192 + 3
+
+
+def test_a_float_unit_image_stays_flat_under_auto_and_a_uint8_image_is_scaled_by_its_declared_range():
+    from proxima.agent import Agent
+
+    unit = spaces.Box(0.0, 1.0, (64, 64, 3), np.float32)
+    # auto takes uint8 images only: the agent feeds the 12288 floats to its MLP as they are
+    assert spaces_summary(unit, spaces.Discrete(2)) == {
+        "observation": "Box(64, 64, 3) float32 -> flattened to 12288 features", "policy": "MLP 64x64 tanh",
+        "action": "Discrete(2) -> categorical over 2"}
+    agent = Agent(unit, spaces.Discrete(2), encoder="auto")
+    assert agent.encoder is None and agent.critic[0].in_features == 12288
+    dim = spaces_summary(spaces.Box(10, 255, (64, 64, 3), np.uint8), spaces.Discrete(2))["observation"]
+    assert dim == "Box(64, 64, 3) uint8 -> image (3, 64, 64) 10..255 scaled to [0, 1]"
+
+
+def test_a_float64_key_of_a_dict_is_read_as_float32_as_a_lone_float64_box_is():
+    obs = spaces.Dict({"a": spaces.Box(-1, 1, (2,), np.float64), "b": spaces.Box(-1, 1, (2, 2), np.float64)})
+    assert spaces_summary(obs, spaces.Discrete(2))["observation"] == (
+        "Dict, keys packed in this order ['a': Box(2,) float64 -> 2 features, as float32, "
+        "'b': Box(2, 2) float64 -> flattened to 4 features, as float32] -> 6 features")
+    assert spaces_summary(spaces.Box(-1, 1, (2,), np.float64), spaces.Discrete(2))["observation"] == (
+        "Box(2,) float64 -> 2 features, as float32")
+
+
+def test_no_hidden_layers_is_a_linear_actor_and_critic_and_a_discrete_start_is_added_to_the_sample():
+    summary = spaces_summary(spaces.Box(-1, 1, (3,), np.float32), spaces.Discrete(3, start=1), hidden_sizes=())
+    assert summary["policy"] == "linear actor and critic"
+    assert summary["action"] == "Discrete(3, start=1) -> categorical over 3, plus start 1"
+
+
+@pytest.mark.parametrize("low, high, reading", [
+    (-1.0, 1.0, "Box(2,) float32 [-1, 1] -> Gaussian, 2 dims, clipped to bounds"),  # one range, said once
+    ([-1.0, 0.0, -2.0], [1.0, 2.0, 2.0], "Box(3,) float32 [-1, 1] [0, 2] [-2, 2] -> Gaussian, 3 dims, clipped to bounds"),
+    ([-1.0, 0.0, -2.0, 0.0], [1.0, 2.0, 2.0, 5.0],
+     "Box(4,) float32 [-1, 1] [0, 2] [-2, 2] and 1 more -> Gaussian, 4 dims, clipped to bounds"),
+])
+def test_a_box_action_names_each_distinct_range_up_to_three(low, high, reading):
+    shape = (2,) if np.isscalar(low) else None  # a scalar bound broadcast over two entries
+    act = spaces.Box(np.float32(low) if shape else np.array(low, np.float32),
+                     np.float32(high) if shape else np.array(high, np.float32), shape, np.float32)
+    assert spaces_summary(spaces.Box(-1, 1, (3,), np.float32), act)["action"] == reading
+
+
+# ------------------------------------------------------------------------------ a real run's flags, and its resume
+def test_a_runs_encoder_and_hidden_sizes_reach_its_summary_and_a_resume_prints_no_line(fixtures_path, tmp_path, capsys):
+    """--encoder mlp on an image the auto encoder would give the CNN, --hidden-sizes 32: the summary
+    says what this run built, not the defaults; resumed, the run prints no second line and keeps it."""
+    recorded, err = _train(tmp_path, capsys, "pixel_edge_envs:BinaryBoard", "--encoder", "mlp", "--hidden-sizes", "32")
+    assert recorded == {"observation": "Box(40, 40, 2) uint8 -> image (2, 40, 40) 0..1 scaled to [0, 1], flattened to "
+                                       "3200 features",
+                        "policy": "MLP 32 tanh", "action": "Discrete(2) -> categorical over 2"}
+    assert err.count("spaces:") == 1
+    run_dir = tmp_path / "run"
+    resume = ["resume", str(run_dir), "--env", "pixel_edge_envs:BinaryBoard", "--total-timesteps"]
+    code, _, err = run_main([*resume, "128"], capsys)
+    assert code == 0, err
+    assert "spaces:" not in err
+    assert json.loads((run_dir / "meta.json").read_text())["spaces"] == recorded
+    # a resume that recreates a lost meta.json writes the entry afresh, and still prints no line
+    (run_dir / "meta.json").unlink()
+    code, _, err = run_main([*resume, "192"], capsys)
+    assert code == 0, err
+    assert "was missing; recreated from this resume at step 128" in err and "spaces:" not in err
+    assert json.loads((run_dir / "meta.json").read_text())["spaces"] == recorded
