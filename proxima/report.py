@@ -3,7 +3,8 @@
 Writes ``report.md`` into the run directory (one run) or to ``--out FILE`` (needed for several
 runs) with: a results summary (steps, iterations, wall time, throughput, the final value of
 ``--metric`` and its best (a return: the max) or its max and min (any other metric), of charts/episodic_return_100
-(the rolling return) in place of the default charts/episodic_return where the run logged it; final evaluation;
+(the rolling return) in place of the default charts/episodic_return where the run logged it, its best over the rows whose
+window held 100 or more episodes, its blank cells of a resumed older run rebuilt from the rows; final evaluation;
 of a run short of its total steps, ``3,584 of 4,096 steps so far (in progress: locked by pid ...)``
 or ``(stopped; `proxima resume RUN` continues it)``; inf cells left out and named), the learning
 curve (drawn by proxima.plot.plot_runs next to the report, named after it: ``report.md`` gets
@@ -52,7 +53,7 @@ import numpy as np
 from .config import int_arg
 
 from .diskspace import describe
-from .logger import ROLLING_RETURN, RollingReturn
+from .logger import ROLLING_EPISODES, ROLLING_RETURN, RollingReturn
 from .plot import (DEFAULT_METRIC, X_LABELS, PlotError, group_runs, path_problem, plot_runs, read_metrics, run_env_id, run_names,
                    unique_dirs, usable_runs)
 from .terminal import printable
@@ -199,18 +200,38 @@ RETURN_METRICS = ("charts/episodic_return", "eval/mean_return", ROLLING_RETURN)
 EPISODIC_METRICS = ("charts/episodic_return", "charts/episodic_length")
 
 
-def _window_episodes(metrics: dict[str, np.ndarray]) -> Optional[np.ndarray]:
-    """Per row, the episodes ROLLING_RETURN's window held (RollingReturn over the rows' episodes and
-    returns, as the logger kept it; rows missing from the file make it the window of the rows there)."""
+def _rolling_windows(metrics: dict[str, np.ndarray]) -> Optional[tuple]:
+    """Per row, (ROLLING_RETURN's mean, the episodes its window held) rebuilt as the logger keeps them
+    (RollingReturn over the rows' episodes and returns; rows missing from the file make it the window of
+    the rows there), or None without those columns."""
     counts, returns = metrics.get("episodes"), metrics.get("charts/episodic_return")
     if counts is None or returns is None:
         return None
     window = RollingReturn()
-    held = []
+    means, held = [], []
     for c, r in zip(counts.tolist(), returns.tolist()):
-        window.add(c, r)
+        means.append(window.add(c, r))
         held.append(window.episodes)
-    return np.array(held, dtype=float)
+    return np.array(means, dtype=float), np.array(held, dtype=float)
+
+
+def _window_episodes(metrics: dict[str, np.ndarray]) -> Optional[np.ndarray]:
+    """Per row, the episodes ROLLING_RETURN's window held (_rolling_windows), or None."""
+    rebuilt = _rolling_windows(metrics)
+    return None if rebuilt is None else rebuilt[1]
+
+
+def _with_rolling_filled(metrics: dict[str, np.ndarray]) -> tuple:
+    """(``metrics`` with ROLLING_RETURN's blank cells rebuilt from the rows' episodes and returns, how many
+    were): the rows of a run logged before the column and resumed under it are blank, and the summary
+    then covers the whole run, as the resume's own window (rebuilt from those rows) did."""
+    col, rebuilt = metrics.get(ROLLING_RETURN), _rolling_windows(metrics)
+    if col is None or rebuilt is None:
+        return metrics, 0
+    blank = np.isnan(col) & np.isfinite(rebuilt[0])
+    if not blank.any():
+        return metrics, 0
+    return {**metrics, ROLLING_RETURN: np.where(blank, rebuilt[0], col)}, int(blank.sum())
 
 
 def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> dict:
@@ -221,10 +242,15 @@ def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> d
     summarized, ROLLING_RETURN in place of charts/episodic_return where the file has a value of it (a
     mean of one iteration's few episodes is a noisy "best"; runs logged before the column, as they
     are); ``rolling``: whether it was so replaced; the ``*_episodes`` counts of ROLLING_RETURN are its
-    window's."""
+    window's; its ``best`` is over the rows whose window held ROLLING_EPISODES or more where any did (an
+    early window of a few lucky episodes is no best), over every row otherwise; its blank cells (rows of
+    a run logged before the column, then resumed) are rebuilt from the rows, ``rolling_rebuilt`` of them."""
     rolling = (metric == "charts/episodic_return" and ROLLING_RETURN in metrics
                and bool(np.isfinite(metrics[ROLLING_RETURN]).any()))
     metric = ROLLING_RETURN if rolling else metric
+    rebuilt = 0
+    if metric == ROLLING_RETURN:
+        metrics, rebuilt = _with_rolling_filled(metrics)
     def last(name):
         col = metrics.get(name)
         if col is None:
@@ -235,7 +261,7 @@ def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> d
     out = {"global_step": last("global_step"), "iterations": last("iteration"), "time": last("time"),
            "episodes": None, "final": None, "best": None, "best_step": None,
            "max": None, "max_step": None, "min": None, "min_step": None, "nonfinite": {},
-           "metric": metric, "rolling": rolling}
+           "metric": metric, "rolling": rolling, "rolling_rebuilt": rebuilt}
     steps = metrics.get("global_step")
     for name in dict.fromkeys(("iteration", "time", "episodes", metric, "eval/mean_return")):
         col = metrics.get(name)  # an inf is no value the summary can use: left out, and said (nonfinite)
@@ -269,7 +295,10 @@ def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> d
             out[f"{key}_step"] = float(steps[i]) if steps is not None and np.isfinite(steps[i]) else None
             out[f"{key}_episodes"] = episodes_at(i)
         if metric in RETURN_METRICS:
-            out["best"], out["best_step"] = out["max"], out["max_step"]
+            full = ok if counts is None or metric != ROLLING_RETURN else ok[counts[ok] >= ROLLING_EPISODES]
+            i = (full if full.size else ok)[np.argmax(col[full if full.size else ok])]
+            out["best"], out["best_episodes"] = float(col[i]), episodes_at(i)
+            out["best_step"] = float(steps[i]) if steps is not None and np.isfinite(steps[i]) else None
     ev = metrics.get("eval/mean_return")  # --eval-every: the deterministic policy's return during training
     if ev is not None and np.isfinite(ev).any():
         ok = np.flatnonzero(np.isfinite(ev))
@@ -1078,7 +1107,7 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     label = " or ".join(dict.fromkeys(sorted((x.get("metric", metric) for x in s), key=lambda m: m != ROLLING_RETURN)))
     rows.append([f"final {label}"] + [short(x, at_step(x, x["final"], x.get("final_step"), x.get("final_episodes"))) for x in s])
     if metric in RETURN_METRICS:
-        rows.append([f"best {label}"] + [at_step(x, x["max"], x["max_step"], x.get("max_episodes")) for x in s])
+        rows.append([f"best {label}"] + [at_step(x, x["best"], x["best_step"], x.get("best_episodes")) for x in s])
     else:  # a loss is best low, an entropy or a length depends: the extremes, not a "best"
         rows.append([f"max {label}"] + [at_step(x, x["max"], x["max_step"], x.get("max_episodes")) for x in s])
         rows.append([f"min {label}"] + [at_step(x, x["min"], x["min_step"], x.get("min_episodes")) for x in s])
@@ -1094,7 +1123,13 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     if ROLLING_RETURN in label.split(" or "):
         lines += ["", f"{ROLLING_RETURN} (metrics.csv): the mean return of the last 100 or more finished episodes, those of the "
                       "fewest most recent iterations that hold at least 100 (an iteration's episodes are not split; all of "
-                      "them before 100 had finished)."]
+                      "them before 100 had finished); its best is over the rows whose window held 100 or more, of a run "
+                      "with none over every row (the episodes its window held are given)."]
+        rebuilt = [f"{r['name'] + ': ' if len(runs) > 1 else ''}{r['summary']['rolling_rebuilt']:,}" for r in runs
+                   if r["summary"].get("rolling_rebuilt")]
+        if rebuilt:  # a run logged before the column and resumed under it: its early rows are blank there
+            lines += ["", f"{ROLLING_RETURN} of rows logged without it (a run resumed under a newer Proxima) is rebuilt "
+                          f"from their episodes and charts/episodic_return, as the resume rebuilt its window (rows: {', '.join(rebuilt)})."]
     if metric in EPISODIC_METRICS:
         lines += ["", f"{metric} per iteration (metrics.csv): the mean over the episodes that finished in that iteration."]
     else:
@@ -1353,7 +1388,7 @@ def write_json(path: Path, doc: dict) -> None:
 
 
 def _at_json(summary: dict, key: str) -> Optional[dict]:
-    """{value, step, episodes} of summarize's ``key`` (final, max, min), as the Results table shows it; None without one."""
+    """{value, step, episodes} of summarize's ``key`` (final, best, max, min), as the Results table shows it; None without one."""
     value = summary.get(key)
     if value is None:
         return None
@@ -1385,7 +1420,7 @@ def run_json(r: dict, metric: str) -> dict:
            "rows_missing": bool(tail or missing.get("gaps")), "metric": s.get("metric", metric),
            "final": _at_json(s, "final")}
     if metric in RETURN_METRICS:
-        out["best"] = _at_json(s, "max")
+        out["best"] = _at_json(s, "best")
     else:
         out["max"], out["min"] = _at_json(s, "max"), _at_json(s, "min")
     if "eval_last" in s:
