@@ -26,6 +26,17 @@ def run_main(argv: list, capsys) -> tuple[int, str, str]:
     return code, out, err
 
 
+#: the line a new run prints once at its start, before its first step (spaces.spaces_line via
+#: train_state.open_run_dir), unless quiet: how it reads its env's spaces
+SPACES_LINE_PREFIX = "proxima: spaces: "
+
+
+def without_spaces_line(err: str) -> str:
+    """``err`` (a train's stderr) without the spaces line a new run prints at its start, for tests that
+    pin what else it printed (one error line, a note); the line itself is tested in test_spaces_summary39."""
+    return "".join(line for line in err.splitlines(keepends=True) if not line.startswith(SPACES_LINE_PREFIX))
+
+
 def error_line(code: int, err: str, *needles: str) -> str:
     """The one error line of a failed command (exit 2, no traceback), holding every needle."""
     assert code == 2, err
