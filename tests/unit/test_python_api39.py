@@ -40,6 +40,8 @@ def test_train_run_dir_tilde_is_the_home_directory_never_a_folder_named_tilde(ho
 def test_config_run_dir_and_init_from_tilde_expand(home):
     first, _ = proxima.train(PPOConfig(env_id="CartPole-v1", run_dir="~/a", **SMALL), quiet=True)
     assert first == home / "a"
+    # config.yaml names the run where it is: `proxima train --config ~/a/config.yaml` must not make a folder named ~
+    assert yaml.safe_load((home / "a" / "config.yaml").read_text())["run_dir"] == str(home / "a")
     second, _ = proxima.train(PPOConfig(env_id="CartPole-v1", run_dir="~/b", init_from="~/a", **SMALL), quiet=True)
     assert second == home / "b" and not Path("~").exists()
     recorded = yaml.safe_load((home / "b" / "config.yaml").read_text())["init_from"]
@@ -68,10 +70,25 @@ def test_seed_none_draws_a_seed_records_it_and_leaves_the_callers_streams(home, 
     assert trained.config["seed"] == seed
     assert f"proxima: note: seed=None: drew seed {seed} (recorded in config.yaml; seed={seed} repeats the run)" \
         in capsys.readouterr().err
-    # a resume asked with seed=None keeps the run's seed (nothing is refused as a changed seed)
-    proxima.train(PPOConfig(env_id="CartPole-v1", seed=None, **{**SMALL, "total_timesteps": 128}), resume=run_dir,
-                  quiet=True)
+    # a resume asked with seed=None keeps the run's seed (nothing is refused as a changed seed), and draws none
+    proxima.train(PPOConfig(env_id="CartPole-v1", seed=None, **{**SMALL, "total_timesteps": 128}), resume=run_dir)
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["seed"] == seed
+    assert "drew seed" not in capsys.readouterr().err
+    # the draw is not from the caller's seeded streams (which train() puts back): a sweep's next seed=None
+    # run in the same process is another run, not a silent repeat; quiet=True drops the note
+    random.seed(7)
+    other, _ = proxima.train(PPOConfig(env_id="CartPole-v1", seed=None, run_dir="~/r2", **SMALL), quiet=True)
+    assert yaml.safe_load((other / "config.yaml").read_text())["seed"] != seed
+    assert "drew seed" not in capsys.readouterr().err
+
+
+def test_evaluate_video_tilde_lands_in_the_home_directory(home):
+    from proxima.evaluate import evaluate
+
+    _, trained = proxima.train(PPOConfig(env_id="CartPole-v1", run_dir="~/v", **SMALL), quiet=True)
+    result = evaluate(trained, episodes=1, video="~/cartpole.gif")
+    assert Path(result["video"]) == home / "cartpole.gif" and (home / "cartpole.gif").stat().st_size > 0
+    assert not Path("~").exists()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
