@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from cli_helpers import run_main
+from cli_helpers import run_main, without_spaces_line
 
 HERE = Path(__file__).resolve().parent
 NO_CKPT = "no checkpoint was written yet (--checkpoint-every N writes one every N iterations)"
@@ -56,6 +56,7 @@ def test_a_contract_break_mid_run_is_one_line_naming_env_and_step(capsys, env_id
     (or check-env's first, unrelated, violation in its place)."""
     argv = ["train", f"contract_envs:{env_id}", *SMALL, "--vector", vector] + (["--env-kwargs", kwargs] if kwargs else [])
     code, _, err = run_main(argv, capsys)
+    err = without_spaces_line(err)
     assert code == 2 and err == f"proxima train: error: env 'contract_envs:{env_id}': {line}; {NO_CKPT}\n", err
     assert not Path("D").exists()
 
@@ -67,7 +68,7 @@ def test_a_nan_observation_is_named_before_the_error_it_caused(capsys):
     # a Box-action env without a preset is told PPOConfig's defaults are discrete control's: a note before the error
     notes = [line for line in err.splitlines(keepends=True) if line.startswith("proxima: note: ")]
     assert [n.split(" has ")[0] for n in notes] == ["proxima: note: env 'contract_envs:NaNObsStrictBox'"], notes
-    err = "".join(line for line in err.splitlines(keepends=True) if line not in notes)
+    err = without_spaces_line("".join(line for line in err.splitlines(keepends=True) if line not in notes))
     at = line_of("NaNObsStrictBox", "assert self.action_space.contains")
     assert code == 2 and err == (
         "proxima train: error: non-finite observation from env 1 at global step 6 (env step 3); check the env's step() with: "
@@ -77,6 +78,7 @@ def test_a_nan_observation_is_named_before_the_error_it_caused(capsys):
 
 def test_an_exception_inside_numpy_names_the_users_line(capsys):
     code, _, err = run_main(["train", "contract_envs:RaisesInNumpy", *SMALL], capsys)
+    err = without_spaces_line(err)
     at = line_of("RaisesInNumpy", "np.linalg.inv")
     assert code == 2
     assert re.fullmatch(rf"proxima train: error: env 'contract_envs:RaisesInNumpy': env 1 raised LinAlgError: Singular matrix "
@@ -163,7 +165,9 @@ def test_an_action_range_far_from_the_policys_scale_gets_a_note(capsys, kwargs, 
     notes = [row for row in err.splitlines() if "RescaleAction" in row]
     assert notes == ([f"proxima: note: env 'contract_envs:Aim': {note}"] if noted else []), err
     code, out, _ = run_main(["check-env", "contract_envs:Aim", "--env-kwargs", kwargs], capsys)
-    assert code == 0 and out.splitlines() == ([f"NOTE {note}"] if noted else []) + ["OK: contract_envs:Aim passes 20 checks"]
+    spaces = (f"spaces: obs Box(2,) float32 -> 2 features, MLP 64x64 tanh; action Box(1,) float32 [{'10, 20' if noted else '-1, 1'}] "
+              "-> Gaussian, 1 dim, clipped to bounds")
+    assert code == 0 and out.splitlines() == ([f"NOTE {note}"] if noted else []) + [spaces, "OK: contract_envs:Aim passes 20 checks"]
 
 
 def test_a_reset_without_options_fails_check_env_as_it_fails_train(capsys):
@@ -173,8 +177,10 @@ def test_a_reset_without_options_fails_check_env_as_it_fails_train(capsys):
         "FAIL reset: expected reset(seed=0, options=None) to work, as Gymnasium's vector envs (and so proxima train) call it; "
         "got TypeError: NoOptions.reset() got an unexpected keyword argument 'options' (declare the parameter: "
         "def reset(self, *, seed=None, options=None))",
+        "spaces: obs Box(2,) float32 -> 2 features, MLP 64x64 tanh; action Discrete(2) -> categorical over 2",
         "1 violation(s) in contract_envs:NoOptions"]
     code, _, err = run_main(["train", "contract_envs:NoOptions", *SMALL], capsys)
+    err = without_spaces_line(err)
     assert code == 2 and err == (
         "proxima train: error: env 'contract_envs:NoOptions': env 0 raised TypeError: NoOptions.reset() got an unexpected "
         "keyword argument 'options' at reset (after env step 0); reset() must take options, as Gymnasium's vector envs call "
@@ -183,6 +189,7 @@ def test_a_reset_without_options_fails_check_env_as_it_fails_train(capsys):
 
 def test_debug_checks_check_each_dict_keys_bounds(capsys):
     code, _, err = run_main(["train", "contract_envs:DictOOB", "--debug-checks", *SMALL], capsys)
+    err = without_spaces_line(err)
     assert code == 2 and err == (
         "proxima train: error: --debug-checks: observation [0.5, 5] of env 0 at global step 6 (env step 3) is outside the "
         f"observation space (obs['vel'] entry 1 = 5 > high 1); {NO_CKPT}\n"), err

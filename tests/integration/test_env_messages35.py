@@ -4,6 +4,7 @@ action range with 0 on a bound (Box(0, 1)) got no RescaleAction note, though hal
 actions clip to that bound; and a run trained on a ``__main__:Class`` env (a class of the script)
 was told nothing at train time, then eval failed with "module '__main__' has no attribute"."""
 
+import json
 import sys
 
 import pytest
@@ -150,7 +151,11 @@ INT_ON_BOUND = ("action_space Box(0, 5, (2,), {dtype}): its range [0, 5] (all 2 
 def test_a_float_box_with_0_on_a_bound_gets_the_rescale_note(envs35, capsys, kwargs, note):
     code, out, err = run_main(["check-env", "msgs35_envs:B", "--env-kwargs", kwargs], capsys)
     assert code == 0, err
-    assert out.splitlines() == ([f"NOTE {note}"] if note else []) + ["OK: msgs35_envs:B passes 20 checks"]
+    box = json.loads(kwargs)
+    dtype = box.get("dtype", "float32")
+    spaces = (f"spaces: obs Box(2,) float32 -> 2 features, MLP 64x64 tanh; action Box(2,) {dtype} [{box['low']:g}, "
+              f"{box['high']:g}] -> Gaussian, 2 dims, {'' if dtype == 'float32' else 'rounded and '}clipped to bounds")
+    assert out.splitlines() == ([f"NOTE {note}"] if note else []) + [spaces, "OK: msgs35_envs:B passes 20 checks"]
     code, _, err = run_main(["train", "msgs35_envs:B", "--env-kwargs", kwargs, *TINY_RUN, "--run-dir", "R", "--dry-run"],
                             capsys)
     assert code == 0, err

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from cli_helpers import bad_action_at_call_5
+from cli_helpers import bad_action_at_call_5, without_spaces_line
 from proxima import checkpoint as ckpt
 from proxima import cli, grad_cpu
 from proxima.config import PPOConfig
@@ -92,7 +92,8 @@ def assert_last_good_checkpoint(run_dir: Path, step: int) -> None:
 
 
 def one_error_line(err: str, prog: str = "proxima train") -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
+    """The one line a failed run printed besides the spaces line at its start."""
+    lines = [line for line in without_spaces_line(err).splitlines() if line.strip()]
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"{prog}: error: ")
     return lines[0][len(f"{prog}: error: "):]

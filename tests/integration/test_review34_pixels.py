@@ -148,10 +148,15 @@ def test_dry_run_and_check_env_say_how_an_image_is_read(capsys):
     assert said in ([line], [line + ", CNN encoder"]), err
     code, out, err = run_main(["check-env", ENV, "--steps", "10", "--env-kwargs", json.dumps({**CNN, "key": "cam"})], capsys)
     assert (code, out.splitlines()) == (0, [
+        "spaces: obs Dict, keys packed in this order ['cam': Box(36, 36, 3) uint8 -> image (3, 36, 36) /255, CNN (512 "
+        "features), 'vec': Box(2,) float32 -> 2 features] -> 514 features, MLP 64x64 tanh; action Discrete(2) -> "
+        "categorical over 2",
         f"OK: {ENV} passes 21 checks; observation['cam']: image (36, 36, 3) channels-last, 0..255 scaled to [0, 1], "
         "CNN encoder under --encoder auto"]), err
     code, out, err = run_main(["check-env", ENV, "--steps", "10"], capsys)  # 8x8: the MLP reads it
     assert (code, out.splitlines()) == (0, [
+        "spaces: obs Box(8, 8, 3) uint8 -> image (3, 8, 8) /255, flattened to 192 features, MLP 64x64 tanh; action "
+        "Discrete(2) -> categorical over 2",
         f"OK: {ENV} passes 20 checks; observation: image (8, 8, 3) channels-last, 0..255 scaled to [0, 1], "
         "flattened into the MLP under --encoder auto"]), err
     code, out, err = run_main(["train", "CartPole-v1", "--dry-run"], capsys)  # no image: no line

@@ -16,7 +16,7 @@ from proxima.config import PPOConfig
 from proxima.envs import EnvError
 from proxima.evaluate import evaluate, format_result, summarize
 from proxima.trainer import train
-from cli_helpers import run_main
+from cli_helpers import run_main, without_spaces_line
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -125,7 +125,7 @@ def test_an_exception_in_the_env_mid_run_is_one_line_naming_env_and_step(tmp_pat
     code, _, err = run_main(["train", "user_envs:RaisesAtStep5", "--vector", vector, "--num-envs", "2", "--num-steps", "16",
                              "--total-timesteps", "64", "--run-dir", "D", "--no-progress"], capsys)
     assert code == 2
-    lines = err.strip().splitlines()
+    lines = without_spaces_line(err).strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err and "Warning" not in err, err
     assert "env 'user_envs:RaisesAtStep5': env " in lines[0]
     assert "raised RuntimeError: the simulator lost its connection (user_envs.py:" in lines[0]
@@ -148,13 +148,16 @@ def test_check_env_and_the_failure_hint_take_env_kwargs(tmp_path, monkeypatch, c
     code, out, _ = run_main(["check-env", "user_envs:NeedsLevel", "--steps", "5"], capsys)
     assert code == 1 and "FAIL build:" in out  # no level: the constructor raises
     code, out, _ = run_main(["check-env", "user_envs:NeedsLevel", "--steps", "5", "--env-kwargs", '{"level": 1}'], capsys)
-    assert code == 0 and out.startswith("OK"), out
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2 and lines[1].startswith("OK"), out
+    assert lines[0] == "spaces: obs Box(2,) float32 -> 2 features, MLP 64x64 tanh; action Discrete(2) -> categorical over 2"
     code, out, _ = run_main(["check-env", "user_envs:NeedsLevel", "--env-kwargs", '{"level": 2}'], capsys)
     assert code == 1 and "FAIL obs shape:" in out
     code, _, err = run_main(["check-env", "user_envs:NeedsLevel", "--env-kwargs", "{level"], capsys)
     assert code == 2 and "--env-kwargs" in err and "not valid JSON" in err
     code, _, err = run_main(["train", "user_envs:NeedsLevel", "--env-kwargs", '{"level": 2}', "--num-envs", "2",  "--num-steps", "16",
                              "--total-timesteps", "64", "--run-dir", "D", "--no-progress"], capsys)
+    err = without_spaces_line(err)
     assert code == 2 and err.count("\n") == 1, err
     assert ("env 'user_envs:NeedsLevel': env 0 returned an observation of shape (3,) at env step 3; observation_space "
             "declares shape (2,)") in err, err
