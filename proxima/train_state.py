@@ -563,12 +563,17 @@ def open_run_dir(t: "Trainer", resumed: bool, trains: bool = True) -> None:
 
 def run_spaces(t: "Trainer") -> dict:
     """meta.json's ``spaces``: how the run reads its env's spaces (spaces.spaces_summary) with the
-    encoder it built (cfg.encoder, resolved by then) and its hidden sizes and activation."""
+    encoder it built (cfg.encoder, resolved by then) and its hidden sizes and activation; where describing
+    them raised, ``{"error": "<Type>: <its first line>"}`` (a meta.json entry never stops a run)."""
     from .envs.spaces import spaces_summary
 
     cfg = t.cfg
-    return spaces_summary(t.env.single_observation_space, t.env.single_action_space, cfg.encoder, cfg.hidden_sizes,
-                          cfg.activation, cfg.env_id)
+    try:
+        return spaces_summary(t.env.single_observation_space, t.env.single_action_space, cfg.encoder,
+                              cfg.hidden_sizes, cfg.activation, cfg.env_id)
+    except Exception as e:  # a description never stops a run (an odd native env's spaces, a bug in the helper)
+        text = (str(e).strip().splitlines() or [""])[0]
+        return {"error": f"{type(e).__name__}: {text}" if text else type(e).__name__}
 
 
 def _resumed_config(t: "Trainer", trains: bool) -> dict:

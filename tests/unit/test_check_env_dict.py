@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import run_main
+from cli_helpers import run_main, without_spaces_line
 from proxima.check_env_cli import register
 from proxima.envs.checker import check_env
 
@@ -60,12 +60,18 @@ DICT_IMAGE_READING = ("observation['image']: image (36, 36, 3) channels-last, 0.
                       "under --encoder auto")
 
 
+# the spaces line a run of each Dict fixture prints, which check-env prints before its count once it read the spaces
+DICT_SPACES = ("spaces: obs Dict, keys packed in this order ['image': Box(36, 36, 3) uint8 -> image (3, 36, 36) /255, "
+               "CNN (512 features), 'vec': Box(2,) float32 -> 2 features] -> 514 features, MLP 64x64 tanh; "
+               "action Discrete(2) -> categorical over 2")
+
+
 @pytest.mark.parametrize("cls, line", DICT_FAULTS, ids=[f[0] for f in DICT_FAULTS])
 def test_a_dict_fault_is_one_line_naming_the_key_step_and_fix(cls, line, capsys):
     code, lines = report(cls, capsys=capsys)
     assert code == 1
-    # how the image key is read is said on failure too, unless the spaces themselves are refused
-    reading = [] if cls == "DictIntKeys" else [DICT_IMAGE_READING]
+    # how the image key is read (and the spaces line) is said on failure too, unless the spaces themselves are refused
+    reading = [] if cls == "DictIntKeys" else [DICT_IMAGE_READING, DICT_SPACES]
     assert lines == [line, *reading, f"1 violation(s) in bad_envs:{cls}"]
 
 
@@ -84,31 +90,37 @@ def test_clean_dicts_run_the_box_checks_on_each_key():
 
 
 # (class, the NOTE line): pixels Proxima reads as a flat vector, how it trains them and what to change
-NOTES = [
+NOTES = [  # (class, the NOTE line, the spaces line)
     ("GrayImage", "NOTE observation_space: uint8 Box (84, 84) is not an image to Proxima (an image is a uint8 Box (H, W, C) "
                   "or (C, H, W) whose channel axis, at one end, is smaller than the other two), so it trains an MLP on its 7056 "
                   "values flattened and unscaled (0..255); to have it read as an image (pixels scaled to [0, 1], the CNN from "
-                  "36x36), add a channel axis: declare Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None]"),
+                  "36x36), add a channel axis: declare Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None]",
+     "spaces: obs Box(84, 84) uint8 -> flattened to 7056 features, as float32, MLP 64x64 tanh; "
+     "action Discrete(2) -> categorical over 2"),
     ("FloatImage", "NOTE observation_space: float32 Box (40, 40, 3) declares pixels in [0, 1]: --encoder cnn reads it as an "
                    "image as it is, but --encoder auto takes the CNN for uint8 images only, so it trains an MLP on its 4800 "
                    "values flattened as they are; train with --encoder cnn, or (4x less memory, and --encoder auto takes the "
                    "CNN from 36x36) make it uint8: declare Box(0, 255, (40, 40, 3), np.uint8) and return np.uint8 pixels "
-                   "0..255 as (obs * 255).astype(np.uint8)"),
+                   "0..255 as (obs * 255).astype(np.uint8)",
+     "spaces: obs Box(40, 40, 3) float32 -> flattened to 4800 features, MLP 64x64 tanh; "
+     "action Discrete(2) -> categorical over 2"),
 ]
 
 
-@pytest.mark.parametrize("cls, note", NOTES, ids=[n[0] for n in NOTES])
-def test_pixels_that_are_not_an_image_pass_with_a_note(cls, note, capsys):
+@pytest.mark.parametrize("cls, note, spaces", NOTES, ids=[n[0] for n in NOTES])
+def test_pixels_that_are_not_an_image_pass_with_a_note(cls, note, spaces, capsys):
     code, lines = report(cls, capsys=capsys)
     assert code == 0
-    assert lines == [note, f"OK: bad_envs:{cls} passes 20 checks"]
+    assert lines == [note, spaces, f"OK: bad_envs:{cls} passes 20 checks"]
 
 
 def test_a_frame_stack_is_an_image_with_no_note(capsys):
     """FrameStackObservation's (4, 40, 40, 1): an image since review 34 (it had the note above before)."""
     code, lines = report("FrameStack", capsys=capsys)
     assert code == 0
-    assert lines == ["OK: bad_envs:FrameStack passes 20 checks; observation: image (4, 40, 40, 1) a stack of 4 channels-last "
+    assert lines == ["spaces: obs Box(4, 40, 40, 1) uint8 -> image (4, 40, 40) (a stack of 4 frames) /255, Nature CNN "
+                     "(512 features), linear actor and critic heads; action Discrete(2) -> categorical over 2",
+                     "OK: bad_envs:FrameStack passes 20 checks; observation: image (4, 40, 40, 1) a stack of 4 channels-last "
                      "frames (4 channels), 0..255 scaled to [0, 1], CNN encoder under --encoder auto"]
 
 
@@ -117,6 +129,8 @@ def test_train_names_the_missing_key_and_refuses_int_keys_in_one_line(tmp_path, 
     argv = ["--backend", "gymnasium", "--num-envs", "2", "--num-steps", "4", "--total-timesteps", "8",
             "--num-minibatches", "2", "--hidden-sizes", "8", "--run-dir", "D", "--no-progress", "--eval-episodes", "0"]
     code, _, err = run_main(["train", "bad_envs:DictMissingKey", *argv], capsys)
+    assert err.count("proxima: spaces: ") == 1, err  # the run started: its spaces line, then the one error line
+    err = without_spaces_line(err)
     assert code == 2 and err.count("\n") == 1, err
     # caught where the env returns it (envs/gym_adapter.EnvCalls): the env index, its step and the run's global step
     assert err == ("proxima train: error: env 'bad_envs:DictMissingKey': env 0 returned an observation without the key 'vec' "

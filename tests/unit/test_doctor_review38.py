@@ -18,7 +18,7 @@ from proxima import accel, cli, doctor
 from proxima import trainer as trainer_mod
 from proxima.config import ConfigError, PPOConfig
 from proxima.trainer import check_device_flags
-from tests.cli_helpers import TINY_RUN, one_error_line, run_main
+from tests.cli_helpers import TINY_RUN, one_error_line, run_main, without_spaces_line
 
 GXX = shutil.which("g++")
 needs_posix = pytest.mark.skipif(sys.platform == "win32", reason="fake compilers are shell scripts")
@@ -130,8 +130,9 @@ def test_a_compile_failure_at_the_first_compiled_call_is_one_line(tmp_path, monk
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     code, out, err = run_main(_train(tmp_path), capsys)
-    lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and "Traceback" not in err, err
+    assert err.count("proxima: spaces: ") == 1, err  # the run's spaces line (tested in test_spaces_summary39)
+    lines = [line for line in without_spaces_line(err).splitlines() if line.strip()]
     assert lines[0] == ("proxima: note: --compile: compiling the rollout and update steps; the first launch takes about a "
                         f"minute on a CPU, a later one reads the kernels cached in {tmp_path / 'cache' / 'proxima' / 'inductor'}")
     assert one_error_line("\n".join(lines[1:]), "proxima train").startswith(

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from cli_helpers import isolated, one_error_line
+from cli_helpers import isolated, one_error_line, without_spaces_line
 
 ENV = textwrap.dedent('''
     import numpy as np, gymnasium as gym
@@ -65,7 +65,7 @@ def test_ints_outside_the_declared_dtype_are_refused_in_one_line(tmp_path, case,
     kwargs, when, limits, wrapped, holds = REPROS[case]
     result = train(tmp_path, kwargs, vector)
     assert result.returncode == 2, result.stderr
-    line = re.sub(r"env [01] returned", "env 0 returned", one_error_line(result.stderr, "proxima train"))
+    line = re.sub(r"env [01] returned", "env 0 returned", one_error_line(without_spaces_line(result.stderr), "proxima train"))
     value = kwargs["bad"]
     assert line.startswith(
         f"env 'intenvs:Ints': env 0 returned an observation value {value} (entry 0) outside {limits} at {when}; "

@@ -69,6 +69,7 @@ def test_check_env_with_no_steps_says_the_env_was_never_stepped(capsys):
     assert code == 0
     lines = out.strip().splitlines()
     assert lines == ["NOTE --steps 0: the env was built and reset, never stepped; the checks of step() did not run",
+                     "spaces: obs Box(4,) float32 -> 4 features, MLP 64x64 tanh; action Discrete(2) -> categorical over 2",
                      "OK: CartPole-v1 passes 10 checks"]
     code, out, _ = run_main(["check-env", "CartPole-v1", "--steps", "5"], capsys)
     assert code == 0 and "NOTE" not in out

@@ -17,7 +17,7 @@ import torch
 
 from proxima import accel, bench, report, train_state, trainer
 from proxima.config import ConfigError, PPOConfig
-from tests.cli_helpers import fake_run_dir
+from tests.cli_helpers import TINY_RUN, fake_run_dir, run_main
 
 _REAL_COMPILE = torch.compile
 
@@ -81,8 +81,12 @@ def test_bench_marks_a_compiled_row_that_ran_eager(eager_backend, capsys):
 
 # ------------------------------------------------------------------------------------ the tanh a run computed
 def _fake_trainer(**cfg):
+    import gymnasium as gym
+
+    env = SimpleNamespace(backend="native", single_observation_space=gym.spaces.Box(-1, 1, (4,)),
+                          single_action_space=gym.spaces.Discrete(2))
     return SimpleNamespace(argv=["proxima", "train"], device=torch.device("cpu"), dist=SimpleNamespace(world_size=1),
-                           env=SimpleNamespace(backend="native"), cfg=PPOConfig(threads=1, **cfg), init_from_record=None)
+                           env=env, cfg=PPOConfig(threads=1, **cfg), init_from_record=None)
 
 
 @pytest.mark.parametrize("cfg, machine", [
@@ -95,6 +99,7 @@ def test_meta_and_resume_entries_record_the_tanh_the_run_computed(cfg, machine, 
 
     monkeypatch.setattr(proxima.tanh_cpu, "MODE", "sigmoid")  # PROXIMA_CPU_TANH=sigmoid, or an AMD CPU's pick
     meta = train_state._run_meta(_fake_trainer(**cfg))
+    assert meta["spaces"]["observation"] == "Box(4,) float32 -> 4 features"
     assert {k: meta["machine"].get(k) for k in ("cpu_tanh", "cpu_tanh_eager") if k in meta["machine"]} == machine
     entry = train_state.resume_entry(100, ["proxima", "resume"], device="cpu", cfg=PPOConfig(**cfg))
     assert {k: entry[k] for k in ("cpu_tanh", "cpu_tanh_eager") if k in entry} == machine
@@ -109,6 +114,26 @@ def test_a_bf16_resume_notes_no_tanh_change(monkeypatch, tmp_path, capsys):
     path.write_text(json.dumps(train_state._run_meta(_fake_trainer(amp="bf16"))))
     assert train_state.record_resume(path, train_state.resume_entry(8, ["x"], device="cpu", cfg=PPOConfig(amp="bf16")))
     assert "CPU tanh" not in capsys.readouterr().err
+
+
+def test_meta_json_spaces_records_a_description_that_raised_as_one_line_and_the_run_goes_on(monkeypatch, tmp_path, capsys):
+    """meta.json's spaces never stops a run: an odd env's spaces or a bug in the description helper is
+    recorded as the error's first line, and the run trains."""
+    import proxima.envs.spaces
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("no reading of this space\nsecond line")
+
+    monkeypatch.setattr(proxima.envs.spaces, "spaces_summary", boom)
+    assert train_state.run_spaces(_fake_trainer()) == {"error": "RuntimeError: no reading of this space"}
+    assert train_state.run_spaces(SimpleNamespace(env=SimpleNamespace(backend="native"), cfg=PPOConfig())) == {
+        "error": "AttributeError: 'types.SimpleNamespace' object has no attribute 'single_observation_space'"}
+    run_dir = tmp_path / "run"
+    code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--total-timesteps", "64", "--run-dir", str(run_dir),
+                             "--quiet"], capsys)
+    assert code == 0, err
+    assert json.loads((run_dir / "meta.json").read_text())["spaces"] == {"error": "RuntimeError: no reading of this space"}
+    assert any((run_dir / "checkpoints").glob("*.pt")), sorted(p.name for p in run_dir.rglob("*"))
 
 
 # ------------------------------------------------------------------------------------ resume without a compiler
