@@ -558,7 +558,10 @@ def open_run_dir(t: "Trainer", resumed: bool, trains: bool = True) -> None:
     if not resumed and not getattr(t, "quiet", False):  # once, at a new run's start: what its policy takes and outputs
         from .envs.spaces import spaces_line
 
-        print(f"proxima: {spaces_line(meta['spaces'])}", file=sys.stderr)
+        spaces = meta["spaces"]
+        line = (spaces_line(spaces) if "error" not in spaces
+                else f"spaces: not described ({spaces['error']}); meta.json records the error")
+        print(f"proxima: {line}", file=sys.stderr)
 
 
 def run_spaces(t: "Trainer") -> dict:

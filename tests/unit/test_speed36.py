@@ -134,6 +134,12 @@ def test_meta_json_spaces_records_a_description_that_raised_as_one_line_and_the_
     assert code == 0, err
     assert json.loads((run_dir / "meta.json").read_text())["spaces"] == {"error": "RuntimeError: no reading of this space"}
     assert any((run_dir / "checkpoints").glob("*.pt")), sorted(p.name for p in run_dir.rglob("*"))
+    # and without --quiet its start line says so rather than dying on the missing reading (a KeyError before)
+    code, _, err = run_main(["train", "CartPole-v1", *TINY_RUN, "--total-timesteps", "64", "--run-dir", str(tmp_path / "loud")],
+                            capsys)
+    assert code == 0 and "Traceback" not in err, err
+    assert ("proxima: spaces: not described (RuntimeError: no reading of this space); meta.json records the error"
+            in err.splitlines()), err
 
 
 # ------------------------------------------------------------------------------------ resume without a compiler
