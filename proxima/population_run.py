@@ -595,7 +595,7 @@ def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[st
     prints for those typed."""
     from .config import recorded_config
     from .rundir import check_own_entries
-    from .run_setup import apply_resume_overrides, check_resumed_env, resume_trains
+    from .run_setup import apply_resume_overrides, check_resumed_env, note_trains_nothing, refuse_recorded, resume_trains
 
     read_population_doc(run_dir)  # rewritten at the end: a damaged one is one line now, not a traceback then
     listed = ckpt.list_checkpoints(run_dir)
@@ -623,10 +623,14 @@ def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[st
     check_resumed_env(configs[0], state, env_id, trust_run, "resume")
     typed = dict(overrides or {})
     check_resume_flags(typed, recorded_sweep, configs[0], path, recorded_seeds)
-    # the same flags for every member; a note (e.g. "the run is complete") is said once
+    # the same flags for every member; a note (e.g. "the run is complete") is said once, and, as a single
+    # run's resume (run_setup.resumed_config), only after a bad flag (--keep-checkpoints 0) is refused
     not_safe = tuple(UNSUPPORTED)
-    configs = [apply_resume_overrides(configs[0], typed, state, not_safe)] + [
-        _quietly(apply_resume_overrides, c, typed, state, not_safe) for c in configs[1:]]
+    configs = [apply_resume_overrides(configs[0], typed, state, not_safe, notes=False)] + [
+        _quietly(apply_resume_overrides, c, typed, state, not_safe, False) for c in configs[1:]]
+    if not resume_trains(configs[0], state):
+        refuse_recorded(configs[0], state, typed, typed_too=True)
+        note_trains_nothing(configs[0], state)
     if "eval_episodes" not in typed:
         # as a single run's resume (run_setup.keep_recorded_eval): the count of the members' evaluations at
         # the checkpoint's step, which a complete population's resume with --eval-episodes N recorded in

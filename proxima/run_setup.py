@@ -614,7 +614,7 @@ def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, override
     config = apply_resume_overrides(recorded, overrides or {}, state, notes=False, sources=sources, quiet=quiet)
     # a run that trains nothing gets a note; a bad flag (--keep-checkpoints 0) is refused before it, not after
     trains_nothing = notes and not resume_trains(config, state)
-    _refuse_recorded(config, state, overrides or {}, typed_too=trains_nothing)
+    refuse_recorded(config, state, overrides or {}, typed_too=trains_nothing)
     if trains_nothing:
         note_trains_nothing(config, state)
     if env_id is not None and env_id != recorded.env_id and resume_trains(config, state):
@@ -625,7 +625,7 @@ def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, override
     return config
 
 
-def _refuse_recorded(config: PPOConfig, state: dict, overrides: dict, typed_too: bool = False) -> None:
+def refuse_recorded(config: PPOConfig, state: dict, overrides: dict, typed_too: bool = False) -> None:
     """validate's refusal of a value the checkpoint recorded, not one the user typed, named as the
     checkpoint's field (``CKPT: lr -1.0: must be positive``), not as a flag never typed (``--lr -1.0``),
     the way cli._name_config_file names a --config file's. A refusal of a value given (a flag, --config)

@@ -131,3 +131,77 @@ def test_a_bad_flag_on_a_finished_run_is_refused_before_any_note(finished, tmp_p
     error_line(code, err, f"{flag[0]} {flag[1]}: must be")
     assert err.strip().splitlines()[0].startswith("proxima resume: error: "), err
     assert "note" not in err, err
+
+
+def test_a_best_pt_that_unpickles_but_would_not_resume_is_not_advised(run, capsys):
+    """best.pt is advised only when it loads as the resume loads it (load_sound): a global_step that
+    disagrees with its iteration would fail the advised resume."""
+    import torch
+
+    ckpts = run / "checkpoints"
+    for name in ("step_000000000192.pt", "step_000000000128.pt"):
+        _truncate(ckpts / name)
+    state = torch.load(ckpts / "best.pt", weights_only=False)
+    state["global_step"] += 64
+    torch.save(state, ckpts / "best.pt")
+    code, _, err = run_main(["resume", str(run)], capsys)
+    line = error_line(code, err, "restore a copy of")
+    assert line.endswith(f"restore a copy of {ckpts} if you have one, or start over with proxima train --config "
+                         f"{run / 'config.yaml'} --run-dir {run} --overwrite (the old run is moved aside)"), line
+
+
+def test_a_finished_run_with_its_stop_return_reached_says_complete_only(run, capsys):
+    code, _, err = run_main(["resume", str(run), "--stop-return", "1", "--stop-episodes", "1"], capsys)
+    assert code == 0, err
+    assert "the run is complete (192 steps)" in err and "the run stopped at --stop-return" not in err, err
+
+
+def test_one_more_iteration_allowed_but_stop_return_reached_says_stopped_not_complete(run, capsys):
+    code, _, err = run_main(["resume", str(run), "--total-timesteps", "256", "--stop-return", "1",
+                             "--stop-episodes", "1"], capsys)
+    assert code == 0, err
+    assert "the run stopped at --stop-return 1 (its last 1+ training episodes averaged" in err, err
+    assert "the run is complete" not in err, err
+
+
+@pytest.fixture(scope="module")
+def population(tmp_path_factory):
+    """A finished 2-iteration (128-step) population of two CartPole seeds."""
+    run = tmp_path_factory.mktemp("damaged39pop") / "pop"
+    assert cli.main(["train", "CartPole-v1", *TINY_RUN, "--total-timesteps", "128", "--seeds", "1-2",
+                     "--run-dir", str(run), "--quiet"]) == 0
+    return run
+
+
+@pytest.fixture
+def pop(population, tmp_path):
+    copy = tmp_path / "pop"
+    shutil.copytree(population, copy)
+    return copy
+
+
+@pytest.mark.parametrize("flag", [["--keep-checkpoints", "0"], ["--checkpoint-every", "-1"]])
+def test_a_bad_flag_on_a_finished_population_is_refused_before_any_note(pop, capsys, flag):
+    code, _, err = run_main(["resume", str(pop), *flag], capsys)
+    error_line(code, err, f"{flag[0]} {flag[1]}: must be")
+    assert err.strip().splitlines()[0].startswith("proxima resume: error: "), err
+    assert "note" not in err, err
+
+
+def test_a_population_with_one_more_iteration_to_train_is_not_called_complete(pop, capsys):
+    code, _, err = run_main(["resume", str(pop), "--total-timesteps", "192", "--quiet"], capsys)
+    assert code == 0, err
+    assert "complete" not in err, err
+    assert (pop / "checkpoints" / "step_000000000192.pt").is_file()
+
+
+@pytest.mark.parametrize("source", ["checkpoints", "m000-seed1/checkpoints"])
+def test_a_population_or_member_checkpoint_as_best_pt_is_never_advised(pop, capsys, source):
+    """A population resumes as a whole from its own step_*.pt; a best.pt holding a population's (or a
+    member's) state is no single run's checkpoint to resume."""
+    ckpts = pop / "checkpoints"
+    shutil.copy(pop / source / "step_000000000128.pt", ckpts / "best.pt")
+    _truncate(ckpts / "step_000000000128.pt")
+    code, _, err = run_main(["resume", str(pop)], capsys)
+    line = error_line(code, err, f"restore a copy of {ckpts} if you have one, or train the population again")
+    assert "best.pt" not in line
