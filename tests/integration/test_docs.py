@@ -141,9 +141,10 @@ def test_documented_commands_run(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "mymodule.py").write_text(USER_ENV)
-    # the run the README's eval/resume/report/plot examples point at, kept tiny
+    # the run the README's eval/resume/report/plot examples point at, kept tiny: one evaluation (its last
+    # iteration's, for `eval --best`) of 2 episodes, each 500 steps long (an untrained Acrobot policy)
     assert main(["train", "Acrobot-v1", "--total-timesteps", "4096", "--num-envs", "8", "--num-steps", "128",
-                 "--run-dir", "runs/acro", "--no-progress", "--eval-episodes", "2", "--eval-every", "2048"]) == 0
+                 "--run-dir", "runs/acro", "--no-progress", "--eval-episodes", "2", "--eval-every", "4096"]) == 0
     # the population docs/populations.md's report/plot/eval examples point at, kept tiny
     assert main(["train", "CartPole-v1", "--seeds", "1-2", "--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64",
                  "--run-dir", "runs/pop", "--quiet", "--eval-episodes", "1"]) == 0

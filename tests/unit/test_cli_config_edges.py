@@ -368,7 +368,10 @@ def test_a_runs_config_yaml_nested_too_deeply_is_one_line_for_plot_and_report(co
     code, _, err = run_main(["train", "CartPole-v1", "--total-timesteps", "512", "--run-dir", str(run), "--threads", "1",
                              "--eval-episodes", "0", "--quiet"], capsys)
     assert code == 0, err
-    (run / "config.yaml").write_text("a: " + "[" * 20000 + "\n")
+    # block style: a flow '[' per level costs PyYAML's scanner time quadratic in the depth (~5 s a read on
+    # 2 cores, and plot reads config.yaml 3 times); the reader's RecursionError is the same (flow style:
+    # test_a_deeply_nested_yaml_config_is_one_line, through the same config.load_yaml)
+    (run / "config.yaml").write_text("a:\n  " + "- " * 20000 + "x\n")
     out = ["--out", str(tmp_path / ("c.png" if command == "plot" else "r.md")), "--episodes", "0"][: 2 if command == "plot" else 4]
     code, _, err = run_main([command, str(run), *out], capsys)
     assert "Traceback" not in err and "RecursionError" not in err, err
