@@ -1314,13 +1314,13 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     (nothing written) on a broken run. json_out: also write the table's numbers there (population_json),
     after the Markdown."""
     from .diskspace import describe
-    from .report import ReportError, _curve_path, check_json_out, image_link, write_json
+    from .report import ReportError, _curve_path, check_json_out, image_link, make_folders, write_json
 
     run_dir = Path(run_dir)
     if threshold is not None and not math.isfinite(threshold):  # as `proxima report` refuses it
         raise ReportError(f"--threshold {threshold:g}: must be a finite return (e.g. --threshold 475)")
     if json_out is not None:
-        check_json_out(Path(json_out))
+        check_json_out(Path(json_out), [run_dir])
     rows = summarize_settings(run_dir, threshold, episodes, device, quiet)
     out = Path(out) if out is not None else run_dir / "report.md"
     comparison = settings_comparison(rows)
@@ -1329,10 +1329,8 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
 
     curve = _curve_path(out)  # the report's own, not plot's curve.png, which a later plot would replace
     everyone = any(r["diverged"] for r in rows) and all(len(r["diverged"]) == len(r["dirs"]) for r in rows)
-    try:  # --out in a folder not made yet, made as a single run's report makes it (before the curve, which may fail)
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ReportError(describe(out.parent, e, "could not create the folder")) from None
+    # --out and --json in a folder not made yet, made as a single run's report makes them (before the curve, which may fail)
+    make_folders(out, json_out)
     try:  # the population's plot: one IQM curve with its 95% bootstrap band per setting
         plot_runs([run_dir], curve, metric=metric, x=x, smooth=smooth)
         name = resolved_metric(run_dir, metric)  # what was drawn: `--metric value_loss` drew losses/value_loss
@@ -1411,7 +1409,7 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
     populations, one panel each."""
     from .diskspace import describe
     from .plot import PlotError, plot_runs, population_curves, run_names
-    from .report import ReportError, _curve_path, check_device, check_json_out, check_out, image_link, write_json
+    from .report import ReportError, _curve_path, check_device, check_json_out, check_out, image_link, make_folders, write_json
 
     run_dirs = [Path(d) for d in run_dirs]
     if out is None:
@@ -1419,7 +1417,7 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
     out = Path(out)
     check_out(out)
     if json_out is not None:
-        check_json_out(Path(json_out))
+        check_json_out(Path(json_out), run_dirs)
     if threshold is not None and not math.isfinite(threshold):
         raise ReportError(f"--threshold {threshold:g}: must be a finite return (e.g. --threshold 475)")
     names = run_names(run_dirs)
@@ -1461,10 +1459,7 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
     comparison = populations_comparison(names, tables)
     text = render_populations(run_dirs, names, docs, tables, threshold, episodes, comparison)
     curve = _curve_path(out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ReportError(describe(out.parent, e, "could not create the folder")) from None
+    make_folders(out, json_out)
     try:  # one panel per population, as `proxima plot A B` draws them
         plot_runs(run_dirs, curve, metric=metric, x=x, smooth=smooth)
         link = image_link(Path(os.path.relpath(curve.resolve(), out.parent.resolve())).as_posix())

@@ -1267,7 +1267,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
     check_out(out)
     json_out = None if json_out is None else Path(json_out)
     if json_out is not None:
-        check_json_out(json_out)
+        check_json_out(json_out, run_dirs)
     check_device(device, episodes)
     names = run_names(dirs)  # `.` by the directory it is; a/run and b/run by their paths
     from .population_report import member_divergence, member_population
@@ -1307,10 +1307,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
     curve_file = _curve_path(out)
     curve = Path(os.path.relpath(curve_file.resolve(), out.parent.resolve())).as_posix()
     text = render(runs, curve, None, metric, x)  # before any file: a run the report cannot format writes nothing
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ReportError(describe(out.parent, e, "could not create the folder")) from None
+    make_folders(out, json_out)
     try:
         plot_runs(dirs, curve_file, metric=metric, x=x, smooth=smooth)
     except PlotError as e:
@@ -1329,18 +1326,27 @@ JSON_SCHEMA = 1
 JSON_GENERATOR = "proxima report"
 
 
-def check_json_out(path: Path) -> None:
+def check_json_out(path: Path, run_dirs: Sequence = ()) -> None:
     """ReportError when --json cannot hold the report's numbers at ``path``: not a .json file, a
-    directory or under a file, or an existing file that is not an
-    earlier --json file (JSON_GENERATOR): a run's eval.json, population.json or meta.json is never replaced."""
+    directory or under a file, a name a run writes (rundir.RUN_ENTRIES: eval.json, meta.json,
+    population.json, summary.json...) in one of ``run_dirs`` (the directories reported) or a folder
+    right under one (a member), existing or not: the run would read it as its own or replace it; or an
+    existing file that is not an earlier --json file (JSON_GENERATOR)."""
     from .diskspace import path_problem
-    from .rundir import TEXT_MAX_BYTES, RunFileError, read_run_text
+    from .rundir import RUN_ENTRIES, TEXT_MAX_BYTES, RunFileError, read_run_text
 
     if path.suffix.lower() != ".json":
         raise ReportError(f"--json {path}: not a .json file; give FILE.json (the report's numbers as JSON)")
     problem = path_problem(path, example="report.json")
     if problem:
         raise ReportError(f"--json {path}: {problem}")
+    if path.name.lower() in {name.lower() for name in RUN_ENTRIES}:  # lower: a case-insensitive disk is one name
+        folder = os.path.realpath(path.parent)
+        for d in run_dirs:
+            top = os.path.realpath(d)
+            if folder == top or os.path.dirname(folder) == top:
+                raise ReportError(f"--json {path}: {path.name} is a file Proxima writes in a run directory ({path.parent}); "
+                                  f"give another FILE.json (e.g. {path.parent / 'report.json'})")
     if os.path.lexists(path):
         try:
             doc = json.loads(read_run_text(path, TEXT_MAX_BYTES))
@@ -1466,6 +1472,19 @@ def check_out(out: Path) -> None:
         raise ReportError(f"--out {out}: {problem}")
 
 
+def make_folders(*files) -> None:
+    """Create the folder of each of ``files`` not yet made (None: skipped), before the first file is written:
+    --out and --json in a new folder alike, and a folder that cannot be made refuses the report with
+    nothing written (not a report.md beside a failed --json)."""
+    for f in files:
+        if f is None:
+            continue
+        try:
+            Path(f).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ReportError(describe(Path(f).parent, e, "could not create the folder")) from None
+
+
 #: errors of a folder the user may not write (a colleague's run, a read-only mount): another --out helps
 NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
@@ -1500,7 +1519,7 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     if out is not None:
         check_out(Path(out))
     if json_out is not None:
-        check_json_out(Path(json_out))
+        check_json_out(Path(json_out), [run_dir])
     if (metric, x, smooth) != (DEFAULT_METRIC, "step", 1):  # asked for: it must draw (the default may lack a curve: noted)
         try:
             population_curves(run_dir, metric, x, smooth)  # every member holds the metric

@@ -95,8 +95,13 @@ def test_json_never_replaces_a_runs_own_file(tmp_path, capsys):
     run = _pop(tmp_path)
     before = (run / "population.json").read_bytes()
     assert cli.main(["report", str(run), "--json", str(run / "population.json")]) == 2
-    assert "exists and is not a file `proxima report --json` wrote" in capsys.readouterr().err
+    assert "population.json is a file Proxima writes in a run directory" in capsys.readouterr().err
     assert (run / "population.json").read_bytes() == before and not (run / "report.md").exists()
+    notes = tmp_path / "notes.json"  # not a run's name, yet not ours either
+    notes.write_text('{"mine": 1}')
+    assert cli.main(["report", str(run), "--json", str(notes)]) == 2
+    assert "exists and is not a file `proxima report --json` wrote" in capsys.readouterr().err
+    assert notes.read_text() == '{"mine": 1}' and not (run / "report.md").exists()
     out = tmp_path / "r.json"
     assert cli.main(["report", str(run), "--json", str(out)]) == 0
     assert cli.main(["report", str(run), "--json", str(out)]) == 0  # its own earlier file is replaced
@@ -157,3 +162,133 @@ def test_a_run_still_in_its_first_iteration_says_it_is_in_progress(tmp_path, cap
     err = capsys.readouterr().err
     assert err == (f"proxima {command}: error: {run / 'metrics.csv'}: no rows yet: the run is in progress (locked by pid "
                    f"{os.getpid()}) and has not finished its first iteration\n")
+
+
+# ---------------------------------------------------------------- --json never takes a run's own name, nor half-writes
+@pytest.fixture(scope="module")
+def single_run(tmp_path_factory):
+    return tiny_cartpole_run(tmp_path_factory, "json_own")
+
+
+@pytest.mark.parametrize("name", ["eval.json", "summary.json", "population.json"])
+def test_json_refuses_a_name_a_single_run_writes_in_it_even_when_absent(single_run, capsys, name):
+    run, before = single_run, sorted(os.listdir(single_run))
+    assert not (run / name).exists()  # --eval-episodes 0: no eval.json yet; the run would read ours as its own
+    assert cli.main(["report", str(run), "--json", str(run / name)]) == 2
+    assert capsys.readouterr().err == (f"proxima report: error: --json {run / name}: {name} is a file Proxima writes in a "
+                                       f"run directory ({run}); give another FILE.json (e.g. {run / 'report.json'})\n")
+    assert sorted(os.listdir(run)) == before
+
+
+@pytest.mark.parametrize("name, told", [("meta.json", "meta.json is a file Proxima writes in a run directory"),
+                                        ("x.txt", "not a .json file")])
+def test_a_single_runs_report_checks_json_before_writing_anything(single_run, capsys, name, told):
+    run = single_run
+    before = {p: (run / p).read_bytes() for p in os.listdir(run) if (run / p).is_file()}
+    assert cli.main(["report", str(run), "--json", str(run / name)]) == 2
+    assert told in capsys.readouterr().err
+    assert {p: (run / p).read_bytes() for p in os.listdir(run) if (run / p).is_file()} == before
+
+
+@pytest.mark.parametrize("where", ["summary.json", "m000-seed1-lr0.001/meta.json", "m001-seed2-lr0.001/eval.json"])
+def test_json_refuses_a_name_a_population_or_its_member_writes(tmp_path, capsys, where):
+    run = _pop(tmp_path)
+    (run / "m000-seed1-lr0.001" / "meta.json").unlink(missing_ok=True)
+    before = sorted(str(p) for p in run.rglob("*"))
+    target = run / where
+    assert cli.main(["report", str(run), "--json", str(target)]) == 2
+    assert capsys.readouterr().err.startswith(f"proxima report: error: --json {target}: {target.name} is a file Proxima "
+                                              f"writes in a run directory ({target.parent}); give another FILE.json")
+    assert sorted(str(p) for p in run.rglob("*")) == before
+
+
+@pytest.mark.parametrize("where", ["A/population.json", "A/summary.json", "B/eval.json"])
+def test_two_populations_report_refuses_a_json_among_their_own_files(tmp_path, capsys, where):
+    a, b = _pop(tmp_path, "A"), _pop(tmp_path, "B")
+    population = (a / "population.json").read_bytes()
+    assert cli.main(["report", str(a), str(b), "--out", str(tmp_path / "both.md"), "--json", str(tmp_path / where)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"proxima report: error: --json {tmp_path / where}: ") and err.count("\n") == 1
+    assert (a / "population.json").read_bytes() == population
+    assert not (tmp_path / "both.md").exists() and not (b / "eval.json").exists() and not (a / "summary.json").exists()
+
+
+def test_json_in_a_folder_not_made_yet_is_made_as_out_is(tmp_path, capsys):
+    """Before, the folder was missing at the JSON's write: exit 2, with report.md written all the same."""
+    run = _pop(tmp_path)
+    out = tmp_path / "new" / "deeper" / "r.json"
+    assert cli.main(["report", str(run), "--json", str(out)]) == 0
+    assert capsys.readouterr().out == f"wrote {run / 'report.md'} and {out}\n"
+    assert json.loads(out.read_text())["kind"] == "population"
+
+
+def test_a_failed_json_write_leaves_the_earlier_file_whole_and_no_temp_file(tmp_path, monkeypatch):
+    import errno
+
+    from proxima.report import ReportError, write_json
+
+    out = tmp_path / "report.json"
+    out.write_text('{"generator": "proxima report", "old": true}\n')
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(ReportError, match=r"report\.json: could not write \(No space left on device"):
+        write_json(out, {"new": list(range(1000))})
+    assert out.read_text() == '{"generator": "proxima report", "old": true}\n'
+    assert os.listdir(tmp_path) == ["report.json"]
+
+
+# ---------------------------------------------------------------- a population's JSON: every number, three settings
+def _three_settings(tmp_path):
+    """lr=0.001 worst, lr=0.0003 best (not listed first), lr=0.0001 with a NaN member; seeds not in order."""
+    run = tmp_path / "R3"
+    _fake_population(run, {1e-3: [10., 20., 30., 40., 50.], 3e-4: [400., 420., 440., 460., 480.],
+                           1e-4: [100., 110., 120., 130., NAN]})
+    doc = json.loads((run / "population.json").read_text())
+    for i, e in enumerate(doc["member_dirs"]):
+        e["seed"] = [7, 3, 9, 1, 5][i % 5]
+        ev = run / e["dir"] / "eval.json"
+        ev.write_text(json.dumps({**json.loads(ev.read_text()), "global_step": 1000 + i, "episodes": 10 + i}))
+    (run / "population.json").write_text(json.dumps(doc))
+    return run
+
+
+def test_a_populations_json_rows_and_comparison_match_summarize_settings(tmp_path):
+    run = _three_settings(tmp_path)
+    out = tmp_path / "r.json"
+    assert cli.main(["report", str(run), "--threshold", "450", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    rows = summarize_settings(run, threshold=450)
+    assert doc["threshold"] == 450.0
+    for got, r in zip(doc["settings"], rows, strict=True):
+        assert got["member_dirs"] == [{"dir": d, "seed": s} for d, s in zip(r["dirs"], r["seeds"])]
+        assert (got["solved"], got["solved_count"], got["returns"]) == (r["solved"], r["solved_count"], r["returns"])
+    best = doc["settings"][1]
+    assert [m["seed"] for m in best["member_dirs"]] == [7, 3, 9, 1, 5]
+    assert (best["solved"], best["solved_count"]) == (0.4, 2)
+    assert best["measured"]["m006-seed2-lr0.0003"] == {"global_step": 1006, "episodes": 16}
+    c = doc["comparison"]
+    assert (c["reference"], c["pairs"], c["alpha"]) == ("lr=0.0003", 6, 0.05)  # both directions of 3 settings' pairs
+    assert [a["setting"] for a in c["against"]] == ["lr=0.001", "lr=0.0001"]
+    assert c["against"][0]["permutation_p"] == pytest.approx(1 / 252)  # exact: 5 vs 5 members, all of X below Y
+    assert c["verdict"].startswith("Y = lr=0.0003: the highest IQM of the settings with no member left out; "
+                                   "distinguishable from lr=0.001 (p = 0.004); not distinguishable from lr=0.0001 ")
+    assert c["verdict"] in (run / "report.md").read_text()
+
+
+# ---------------------------------------------------------------- a member of a live population
+def test_a_member_of_a_live_population_in_its_first_iteration_is_in_progress_not_stopped(tmp_path, capsys):
+    run = tmp_path / "P"
+    _fake_population(run, {1e-3: [1.0, 2.0]})
+    member = run / "m000-seed1-lr0.001"
+    (member / "eval.json").unlink()
+    (member / "config.yaml").write_text("env_id: CartPole-v1\nseed: 1\n")
+    (member / "meta.json").write_text("{}")
+    (member / "metrics.csv").write_text("global_step,iteration,time,charts/episodic_return\n")
+    (run / ".proxima.lock").write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))  # the population's
+    with pytest.raises(Exception) as e:
+        read_metrics(member)
+    assert str(e.value) == (f"{member / 'metrics.csv'}: no rows yet: the run is in progress (locked by pid {os.getpid()}) "
+                            "and has not finished its first iteration")
