@@ -207,3 +207,39 @@ def test_a_runs_encoder_and_hidden_sizes_reach_its_summary_and_a_resume_prints_n
     assert code == 0, err
     assert "was missing; recreated from this resume at step 128" in err and "spaces:" not in err
     assert json.loads((run_dir / "meta.json").read_text())["spaces"] == recorded
+
+
+def test_check_env_takes_the_preset_of_its_own_target_not_cartpoles(fixtures_path, monkeypatch, capsys):
+    import proxima.presets as presets
+
+    def resolve(env_id, preset=None, base=None):
+        cfg = real(env_id, preset, base)
+        if env_id == "user_envs:DictZA":  # a target whose preset differs from CartPole-v1's
+            cfg.hidden_sizes, cfg.activation = [16], "relu"
+        return cfg
+
+    real = presets.resolve
+    monkeypatch.setattr(presets, "resolve", resolve)
+    code, out, _ = run_main(["check-env", "user_envs:DictZA", "--steps", "5"], capsys)
+    assert code == 0, out
+    assert out.splitlines()[-2] == spaces_line({**DICT_ZA, "policy": "MLP 16 relu"})
+
+
+def test_check_env_whose_spaces_summary_fails_prints_no_spaces_line_and_does_not_crash(fixtures_path, monkeypatch, capsys):
+    import proxima.envs.checker as checker
+    from proxima.envs.base import EnvError
+
+    def summary(*args, **kwargs):
+        raise EnvError("env 'CartPole-v1': no summary")
+
+    monkeypatch.setattr(checker, "spaces_summary", summary)
+    code, out, err = run_main(["check-env", "CartPole-v1", "--steps", "5"], capsys)
+    assert code == 0 and err == "" and "spaces:" not in out
+    assert out.splitlines()[-1].startswith("OK: CartPole-v1 passes ")
+
+
+def test_check_env_of_a_native_env_prints_its_spaces_line_before_its_ok_line(fixtures_path, capsys):
+    code, out, err = run_main(["check-env", "user_native_env:Drift", "--steps", "5"], capsys)
+    assert code == 0, out + err
+    assert out.splitlines() == ["spaces: obs Box(1,) float32 -> 1 features, MLP 64x64 tanh; action Discrete(3) -> "
+                                "categorical over 3", "OK: user_native_env:Drift passes 16 checks"]
