@@ -17,7 +17,7 @@ import pytest
 import torch
 from distributed_helpers import SMALL, STEPS_PER_ITER, csv_rows, load_params, run, same_params, start, stop, train_cmd, wait_for_rows
 
-ITERS = 16
+ITERS = 8  # the stop comes after iteration 2: 6 iterations of margin, a periodic checkpoint at 4
 #: normalizers (per-rank statistics in the checkpoint), target_kl (the early stop must be decided
 #: identically on both ranks or one waits forever), periodic checkpoints (gathered per-rank state)
 ARGS = [*SMALL, "--total-timesteps", str(ITERS * STEPS_PER_ITER), "--norm-obs", "--norm-reward",
