@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 
+import warm_python
 from cli_helpers import edit_checkpoint, one_error_line, run_main
 from distributed_helpers import env, record_launches
 
@@ -31,7 +32,8 @@ def _torchrun(tmp_path, codes: str) -> subprocess.CompletedProcess:
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
     cmd = [sys.executable, "-m", "proxima.torchrun", "--nproc-per-node", "2", "--standalone", str(script)]
-    return subprocess.run(cmd, cwd=tmp_path, env=env(RANK_CODES=codes), capture_output=True, text=True, timeout=120)
+    # a warm launcher (warm_python: torch imported already); the ranks, which import nothing, start cold as torchrun starts them
+    return warm_python.run(cmd, cwd=tmp_path, env=env(RANK_CODES=codes), capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("codes, rc", [("143,143", 143), ("2,2", 2)])
