@@ -55,7 +55,7 @@ SCRIPT = textwrap.dedent("""
         print(f"rank {ctx.rank} raised: {e}", flush=True)
         ctx.report_failure(e)
     if ctx.rank == 1:  # rank 1 does not answer within PROXIMA_DIST_TIMEOUT (1 s)
-        time.sleep(4)
+        time.sleep(2.5)
     try:
         ctx.agree_stop(0)
     except Exception as e:
