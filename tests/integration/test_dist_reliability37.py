@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import warm_python
 
 from proxima import checkpoint as ckpt
 from proxima import cli
@@ -154,10 +155,10 @@ def test_sighup_handlers_are_installed_unless_sighup_is_ignored(ignored):
 @posix
 def test_sighup_stops_a_run_with_a_checkpoint_and_exit_129(tmp_path):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "proxima", "train", "CartPole-v1", *TINY_RUN, "--total-timesteps",
+    proc = warm_python.Popen([sys.executable, "-m", "proxima", "train", "CartPole-v1", *TINY_RUN, "--total-timesteps",
                              "100000000", "--checkpoint-every", "100000", "--run-dir", str(run_dir)],
-                            cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             cwd=tmp_path, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1"),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not (run_dir / "metrics.csv").is_file() or len((run_dir / "metrics.csv").read_text().splitlines()) < 2:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:] if proc.poll() else "slow"
