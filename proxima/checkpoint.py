@@ -871,7 +871,9 @@ def load_resumable(path: Union[str, Path], allow_population: bool = False, set_a
     path = Path(path)
     if not path.is_dir():
         try:
-            state = load_checkpoint(path)
+            # sound, as a directory's newest is picked: found only at restore, a damaged named file would
+            # have had the run's newer checkpoints set aside first (run_setup.set_aside_timeline)
+            state = load_sound(path)
         except (LinkOutOfRunError, NewerSchemaError):  # a newer Proxima's file: upgrading, not a start over, reads it
             raise
         except CheckpointError as e:  # named, it has no fallback: say where the run's sound state is

@@ -328,6 +328,12 @@ def check_consistent(state: dict) -> SoundState:
     if _int_count(num_envs) and _int_count(num_steps) and num_envs > 0 and num_steps > 0:  # else from_dict names it
         check_counters(state, num_envs * num_steps)
         sound.counted = num_envs * num_steps
+    # what restore reads of every run (and of a normalized one, its statistics): found missing only there,
+    # a resume from this file would first have moved the run's newer checkpoints aside
+    needed = ["optimizer", "rng"] + ["obs_normalizer"] * bool(cfg.get("norm_obs")) + ["reward_scaler"] * bool(cfg.get("norm_reward"))
+    for key in needed:
+        if state.get(key) is None:
+            raise ckpt.CheckpointError(f"{path}: incomplete checkpoint (missing '{key}')")
     ckpt.check_agent_weights(state)
     obs = state.get("next_obs")
     if not isinstance(obs, torch.Tensor) or not _int_count(num_envs):

@@ -114,7 +114,9 @@ BAD_FIELDS = [
     ("elapsed", lambda s: s.__setitem__("elapsed", "x"), "elapsed is 'x', not a number of seconds >= 0"),
     ("next_obs_missing", lambda s: s.pop("next_obs"), "incomplete checkpoint (missing 'next_obs')"),
     ("next_obs_bcast", lambda s: s.__setitem__("next_obs", torch.zeros(4)),
-     "next_obs is a float32 tensor of shape (4,); this run's is float32 (4, 4)"),
+     # named, the file is checked against itself before anything is set aside (load_resumable's load_sound)
+     "next_obs is a float32 tensor of shape (4,); its num_envs (4) and spaces.observation give float32 (4, 4); "
+     "the checkpoint is damaged or was edited"),
     ("env_elapsed", lambda s: s["env"].__setitem__("elapsed", torch.zeros(3)), "env.elapsed is a"),
     ("env_generator", lambda s: s["env"].__setitem__("generator", torch.zeros(5, dtype=torch.uint8)),
      "env.generator is a uint8 tensor of shape (5,)"),

@@ -205,3 +205,22 @@ def test_a_population_or_member_checkpoint_as_best_pt_is_never_advised(pop, caps
     code, _, err = run_main(["resume", str(pop)], capsys)
     line = error_line(code, err, f"restore a copy of {ckpts} if you have one, or train the population again")
     assert "best.pt" not in line
+
+
+@pytest.mark.parametrize("key", ["optimizer", "rng"])
+def test_a_named_best_pt_missing_what_restore_reads_is_refused_before_the_newer_checkpoints_are_set_aside(run, capsys, key):
+    """Found only at restore, `proxima resume RUN/checkpoints/best.pt` had first moved step_*.pt newer than
+    best.pt into abandoned-*, then failed: the run was left without its newest checkpoints."""
+    import torch
+
+    ckpts = run / "checkpoints"
+    before = sorted(p.name for p in ckpts.iterdir())
+    state = torch.load(ckpts / "best.pt", weights_only=False)
+    assert _best_step(run) < 192  # so that a resume from it sets newer files aside
+    del state[key]
+    torch.save(state, ckpts / "best.pt")
+    code, _, err = run_main(["resume", str(ckpts / "best.pt"), "--total-timesteps", "256"], capsys)
+    line = error_line(code, err, f"incomplete checkpoint (missing '{key}')")
+    assert line.endswith(f"resuming the run directory instead (proxima resume {run}) continues from its newest sound "
+                         f"checkpoint, {ckpts / 'step_000000000192.pt'}"), line
+    assert sorted(p.name for p in ckpts.iterdir()) == before
