@@ -15,7 +15,7 @@ import pytest
 from proxima import cli
 from proxima.plot import read_metrics
 from proxima.population_report import summarize_settings
-from proxima.report import strict_json
+from proxima.report import STD_ACROSS_SAME_SEED, strict_json
 from tests.cli_helpers import tiny_cartpole_run
 from tests.unit.test_population_report import _fake_population
 
@@ -292,3 +292,115 @@ def test_a_member_of_a_live_population_in_its_first_iteration_is_in_progress_not
         read_metrics(member)
     assert str(e.value) == (f"{member / 'metrics.csv'}: no rows yet: the run is in progress (locked by pid {os.getpid()}) "
                             "and has not finished its first iteration")
+
+
+# ---------------------------------------------------------------- single runs' JSON: every field, and its Markdown cell
+def _file_run(d, seed, lr, rows, ev, checkpoint=None):
+    """A run directory from files: rows of (iteration, global_step, time, episodes, return, eval/mean_return)."""
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text(f"env_id: CartPole-v1\nseed: {seed}\nlearning_rate: {lr}\n")
+    (d / "meta.json").write_text("{}")
+    lines = ["iteration,global_step,time,episodes,charts/episodic_return,eval/mean_return"]
+    lines += [",".join("" if v is None else str(v) for v in row) for row in rows]
+    (d / "metrics.csv").write_text("\n".join(lines) + "\n")
+    (d / "eval.json").write_text(json.dumps(ev))
+    if checkpoint is not None:  # only its name is read: the step the run reached
+        (d / "checkpoints").mkdir()
+        (d / "checkpoints" / f"step_{checkpoint:012d}.pt").write_bytes(b"not a checkpoint")
+    return d
+
+
+def _ev(returns, step, **more):
+    return {"mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)), "episodes": len(returns),
+            "returns": returns, "global_step": step, **more}
+
+
+def test_single_runs_json_gives_every_number_of_the_results_table_and_the_groups_over_2_runs(tmp_path, capsys):
+    # group lr=0.001 (both seed 1): "a" ends its metrics.csv at 300 before its checkpoint at 400, evaluated during
+    # training; "b" has no row of iteration 3 and a blank last return. group lr=0.0003 (seeds 2, 3): "c", and "d",
+    # a population's member.
+    a = _file_run(tmp_path / "a", 1, 0.001, [(1, 100, 1.5, 2, 40.0, 20.0), (2, 200, 3.0, 3, 30.0, 80.0),
+                                             (3, 300, 4.0, 5, 25.0, 60.0)],
+                  _ev([90.0, 110.0], 400, lengths=[100, 200, 300, 500], unfinished=1, max_steps=500), checkpoint=400)
+    b = _file_run(tmp_path / "b", 1, 0.001, [(1, 100, 2.0, 4, 10.0, None), (2, 200, 4.0, 1, 50.0, None),
+                                             (4, 400, 8.0, 2, 30.0, None), (5, 500, 10.0, 0, None, None)],
+                  _ev([140.0, 160.0, 150.0], 500))
+    c = _file_run(tmp_path / "c", 2, 0.0003, [(1, 100, 1.0, 1, 5.0, None), (2, 200, 2.0, 1, 15.0, None)],
+                  _ev([20.0, 20.0], 200))
+    pop = tmp_path / "P"
+    d = _file_run(pop / "d", 3, 0.0003, [(1, 100, 4.0, 2, 7.0, None), (2, 200, 5.0, 2, 9.0, None)], _ev([50.0], 200))
+    (pop / "population.json").write_text(json.dumps({"kind": "ppo-population", "member_dirs": [{"dir": "d", "seed": 3}],
+                                                     "total_timesteps_per_member": 800}))
+    out, md_file = tmp_path / "runs.json", tmp_path / "runs.md"
+    assert cli.main(["report", str(a), str(b), str(c), str(d), "--out", str(md_file), "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    md = md_file.read_text()
+    assert (doc["schema"], doc["generator"], doc["kind"], doc["metric"]) == (1, "proxima report", "runs",
+                                                                            "charts/episodic_return")
+    ra, rb, rc, rd = doc["runs"]
+    common = {"env": "CartPole-v1", "diverged": None, "started_from": None, "metric": "charts/episodic_return"}
+    assert ra == common | {
+        "name": "a", "dir": str(a), "steps": 300.0, "steps_reached": 400, "total_steps": None, "progress": None,
+        "iterations": 3.0, "wall_time_s": 4.0, "steps_per_s": 75.0, "steps_per_s_per_member": False, "episodes": 10,
+        "rows_missing": True, "final": {"value": 25.0, "step": None, "episodes": 5},
+        "best": {"value": 40.0, "step": 100.0, "episodes": 2},
+        "eval_during_training": {"last": 60.0, "best": 80.0, "best_step": 200.0, "best_pt": False},
+        "final_eval": {"mean_return": 100.0, "std_return": 10.0, "episodes": 2, "deterministic": True, "global_step": 400,
+                       "unfinished": 1, "returns": [90.0, 110.0], "mean_episode_length": 275.0,
+                       "source": "eval.json (end of training)"}}
+    assert rb == common | {
+        "name": "b", "dir": str(b), "steps": 500.0, "steps_reached": 500.0, "total_steps": None, "progress": None,
+        "iterations": 5.0, "wall_time_s": 10.0, "steps_per_s": 50.0, "steps_per_s_per_member": False, "episodes": 7,
+        "rows_missing": True, "final": {"value": 30.0, "step": 400.0, "episodes": 2},
+        "best": {"value": 50.0, "step": 200.0, "episodes": 1},
+        "final_eval": {"mean_return": 150.0, "std_return": pytest.approx(np.sqrt(200 / 3)), "episodes": 3,
+                       "deterministic": True, "global_step": 500, "unfinished": None, "returns": [140.0, 160.0, 150.0],
+                       "mean_episode_length": None, "source": "eval.json (end of training)"}}
+    assert rc["rows_missing"] is False and rc["steps_per_s_per_member"] is False and rc["total_steps"] is None
+    assert (rd["steps_per_s_per_member"], rd["total_steps"], rd["steps_per_s"], rd["rows_missing"]) == (True, 800, 40.0, False)
+    # the same numbers in report.md's Results table, column by column (a, b, c, d)
+    assert "| steps | 400 (300 in metrics.csv: rows missing) | 500 | 200 | 200 |" in md
+    assert "| iterations | 3 (rows missing) | 5 | 2 | 2 |" in md
+    assert "| throughput | 75 steps/s | 50 steps/s | 100 steps/s | 40 steps/s per member |" in md
+    assert "| episodes finished | at least 10 (rows missing) | at least 7 (rows missing) | 2 | 4 |" in md
+    assert ("| final charts/episodic_return | 25.00 (5 episodes) (rows missing) | 30.00 at step 400 (2 episodes) "
+            "| 15.00 (1 episode) | 9.00 (2 episodes) |") in md
+    assert "| best charts/episodic_return | 40.00 at step 100 (2 episodes) | 50.00 at step 200 (1 episode) |" in md
+    assert "| eval return during training, last | 60.00 | \u2014 |" in md
+    assert "| eval return during training, best | 80.00 at step 200 | \u2014 |" in md
+    assert ("- **a**: mean return **100.00** \u00b1 10.00 over 2 episodes, deterministic policy at step 400; 1 of them cut "
+            "at 500 steps (--max-steps), with their return so far; source: eval.json (end of training)\n") in md
+    assert "- **b**: mean return **150.00** \u00b1 8.16 over 3 episodes, deterministic policy at step 500; source:" in md
+    assert "  - mean episode length: 275.0" in md
+    assert "metrics.csv has no rows of iteration 3 (between step 200 and step 400)" in md
+    ga, gc = doc["groups"]
+    assert ga == {"group": "CartPole-v1 (learning_rate=0.001)", "runs": 2, "mean": 125.0, "std": pytest.approx(np.sqrt(1250)), "min": 100.0,
+                  "max": 150.0, "std_ddof": 1}
+    assert gc == {"group": "CartPole-v1 (learning_rate=0.0003)", "runs": 2, "mean": 35.0, "std": pytest.approx(np.sqrt(450)), "min": 20.0,
+                  "max": 50.0, "std_ddof": 1}
+    assert (f"Final eval of {ga['group']} over 2 runs (their evaluations ran 2 and 3 episodes; each run's mean counts "
+            f"once): mean 125.00, std (n-1) {np.sqrt(1250):.2f}, min 100.00, "
+            "max 150.00. 2 runs of seed 1: not a sample of seeds; the spread is not across seeds.") in md
+    assert f"Final eval of {gc['group']} over 2 runs (their evaluations ran 2 and 1 episodes; each run's mean counts once): mean 35.00, std (n-1) 21.21, min 20.00, max 50.00.\n" in md
+    assert STD_ACROSS_SAME_SEED in md  # one group of one seed: the caption says so, though the other is of seeds
+
+
+def test_two_populations_verdict_names_only_the_rows_told_apart_and_notes_the_rows_not_compared(tmp_path):
+    a = tmp_path / "R3"  # lr=0.0003 best; lr=0.001 all below it; lr=0.0001 of 4 members (a NaN)
+    _fake_population(a, {1e-3: [10., 20., 30., 40., 50.], 3e-4: [400., 420., 440., 460., 480.],
+                         1e-4: [100., 110., 120., 130., NAN]})
+    b = tmp_path / "B"
+    _fake_population(b, {1e-3: [NAN, NAN], 3e-4: [10., 20., 30., 40., 50.]})
+    out, md_file = tmp_path / "both.json", tmp_path / "both.md"
+    assert cli.main(["report", str(a), str(b), "--out", str(md_file), "--json", str(out)]) == 0
+    doc, md = json.loads(out.read_text()), md_file.read_text()
+    rows = {f"{r['population']}: {r['setting']}": r for r in doc["rows"]}
+    assert doc["reference"] == "R3: lr=0.0003" and rows["R3: lr=0.0003"]["reference"] is True
+    assert rows["B: lr=0.001"]["not_compared"] == "no member with a final return"
+    assert "- B: lr=0.001: not compared: no member with a final return." in md
+    # 4 rows with an IQM: 12 pairs, level 0.05/12; 5 vs 5 members all below Y: p = 1/252 = 0.004 reaches it
+    assert doc["verdict"].startswith(
+        "Y = R3: lr=0.0003: the first population's highest IQM of the settings with no member left out; "
+        "distinguishable from R3: lr=0.001 (p = 0.004), B: lr=0.0003 (p = 0.004); not distinguishable from R3: lr=0.0001 "
+        "(P(X > Y) 0.00; fewer than 5 members on a side: no claim) at these seeds. Run more seeds to tell them apart.")
+    assert doc["verdict"] in md
