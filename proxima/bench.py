@@ -49,6 +49,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional
 
+from .cpuinfo import cpu_model  # bench's tables and doctor name the CPU alike
 from .terminal import machine_stdout, printable
 
 DEFAULT_SIZES = "1,4,64,1024,4096"
@@ -496,13 +497,6 @@ def run_record(device, started: datetime, load0: float, args=None) -> dict:
     return {"timestamp": started.isoformat(timespec="seconds"), "machine": machine_info(device),
             "load_average": [round(load0, 2), round(os.getloadavg()[0], 2)],
             "command": command_line(args) if args is not None else None}
-
-
-def cpu_model() -> str:
-    """doctor's CPU model, or the architecture where the OS names no model (arm64 Linux)."""
-    from .cpuinfo import cpu_model as model
-
-    return model() or platform.machine()
 
 
 def machine_info(device) -> dict:

@@ -1452,7 +1452,6 @@ class Policy:
                               f"and actions {describe_space(self.action_space)}; env '{self.env_id}' has "
                               f"{describe_space(env_obs)} and {describe_space(env_act)}")
 
-    @torch.no_grad()
     def predict(self, observation, state=None, episode_start=None, deterministic: bool = False):
         """Stable-Baselines3's ``model.predict``: ``(actions, None)``, the actions as ``act`` gives them
         (numpy in, numpy out). SB3's default is a stochastic action (``deterministic=False``); ``act``'s
@@ -1462,6 +1461,7 @@ class Policy:
             raise ValueError("Policy.predict: state=... given, but this policy has no recurrent state; pass state=None")
         return self.act(observation, deterministic=deterministic), None
 
+    @torch.no_grad()
     def act(self, obs, deterministic: bool = True):
         """obs (B, *obs_shape) or (*obs_shape,), numpy or tensor -> actions of the same kind, as the
         action space defines them (envs.spaces.env_actions), which is how a Gymnasium env's ``step``

@@ -29,8 +29,9 @@ def cpuinfo(key: str) -> str:
 def cpu_model() -> str:
     """The CPU's model name ("AMD EPYC 7R13 Processor", "Intel(R) Xeon(R) Platinum 8480+") where the OS
     says it (Linux's /proc/cpuinfo "model name", else platform.processor(): Windows' "Intel64 Family 6
-    Model 85 ..."), for telling one benchmark machine from another; "" where neither does."""
-    return cpuinfo("model name") or platform.processor()
+    Model 85 ..."), for telling one benchmark machine from another; where neither names one (arm64
+    Linux), the architecture ("aarch64"); "" where nothing is known."""
+    return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_vendor() -> str:

@@ -277,3 +277,13 @@ def test_doctor_names_the_cpu_model_as_bench_does(monkeypatch):
     assert info["cpu_model"] == "Intel(R) Xeon(R) Platinum 8480+" == bench.cpu_model()
     row = next(r for r in doctor.format_report(info).splitlines() if r.split()[:1] == ["cpu"])
     assert "model Intel(R) Xeon(R) Platinum 8480+, vendor GenuineIntel, " in row
+
+
+def test_doctor_and_bench_name_an_arm64_linux_cpu_alike(monkeypatch):
+    """arm64 kernels print no 'model name': doctor said 'model -' where bench's tables said 'aarch64'."""
+    from proxima import doctor
+
+    _proc_cpuinfo(monkeypatch, "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\n")
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    assert doctor.collect()["cpu_model"] == "aarch64" == bench.cpu_model()
