@@ -12,7 +12,6 @@ from __future__ import annotations  # train()'s annotations as proxima.trainer.t
 
 import os as _os
 import sys as _sys
-from pathlib import Path as _Path
 from typing import Callable, Optional
 
 # `python -m proxima ...` imports this package with the current directory first on sys.path; inside
@@ -23,6 +22,8 @@ if _sys.argv[:1] == ["-m"] and _sys.path and _sys.path[0] in ("", _os.getcwd()):
     _sys.path.pop(0)
 
 from .config import ConfigError, PPOConfig  # noqa: E402
+# a leading ~ in the paths the Python API takes; trainer and the CLI expand with it too
+from .rundir import expand_home as _expand_home  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["PPOConfig", "ConfigError", "UntrustedEnvError", "TrainingInterrupted", "train", "load", "make_env",
@@ -141,16 +142,3 @@ def load(path, device="cpu", env_id=None, trust_env=False, env_kwargs=None):
 
     resolve_device(device, arg="device")  # an unusable device in this call's words (device='cpu'), not --device's
     return load_policy(_expand_home(path), device=device, env_id=env_id, trust_env=trust_env, env_kwargs=env_kwargs)
-
-
-def _expand_home(path):
-    """``path`` with a leading ``~`` or ``~user`` expanded (os.path.expanduser): a str as a str, another
-    path as a Path; anything else (None, a path without ~) as it is. The paths the Python API takes
-    (run directories, checkpoints, init_from, a video file), which no shell expands: ``run_dir="~/x"``
-    made a directory named ``~`` in the working directory."""
-    if isinstance(path, (str, _os.PathLike)):
-        text = _os.fspath(path)
-        if isinstance(text, str) and text.startswith("~"):
-            expanded = _os.path.expanduser(text)
-            return expanded if isinstance(path, str) else _Path(expanded)
-    return path

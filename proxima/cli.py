@@ -114,7 +114,12 @@ def config_from_args(args: argparse.Namespace, prog: str):
     from .config import PPOConfig, from_dict, load_config_file
     from .envs.gym_adapter import imports_code, refuse_recorded_env
 
+    from .rundir import expand_home
+
     file_values = load_config_file(args.config) if getattr(args, "config", None) else {}
+    for name in ("run_dir", "init_from"):  # a file's ~/runs/cp is the home's, as train() expands it: the dry run's too
+        if name in file_values:
+            file_values[name] = expand_home(file_values[name])
     recorded = file_values.get("run_dir")
     # a run trained from Python (train(cfg, run_dir=X)) or in the default directory records none: its resume
     # (`train --config RUN/config.yaml --resume auto`, what a run stopped before its first checkpoint is told
@@ -142,6 +147,7 @@ def config_from_args(args: argparse.Namespace, prog: str):
         if name != "env_id" and name in vars(args):
             setattr(cfg, name, coerce(name, getattr(args, name), source="flag"))
             (getattr(cfg, "_sources", None) or {}).pop(name, None)  # typed: the flag's, even where it equals the file's
+    cfg.run_dir = expand_home(cfg.run_dir)  # a quoted --run-dir '~/x' too: the directory train() would use
     return cfg
 
 

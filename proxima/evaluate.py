@@ -39,7 +39,7 @@ def load_run_policy(path, **kwargs):
     from .checkpoint import (CheckpointError, EnvMismatchError, LinkOutOfRunError, NewerSchemaError, list_checkpoints,
                              load_policy, start_over)
 
-    from . import _expand_home
+    from .rundir import expand_home as _expand_home
 
     path = _expand_home(path)  # a shell expands ~ on the command line; a Python caller's path gets the same
     try:
@@ -138,7 +138,7 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
     from .video import check_video_path, recording
 
     if video is not None:  # a name that cannot be written fails now, not after the episodes
-        from . import _expand_home
+        from .rundir import expand_home as _expand_home
 
         video = _expand_home(video)  # "~/cartpole.mp4": the home directory's, not a folder named '~'
         check_video_path(video)

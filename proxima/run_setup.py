@@ -507,7 +507,9 @@ def auto_resume_target(config: PPOConfig, run_dir=None) -> Optional[Path]:
     """The run ``--resume auto`` continues: the --run-dir when it holds a checkpoint, else None (a new run)."""
     if run_dir is None and config.run_dir is None:
         raise ConfigError("--resume auto needs --run-dir DIR (the run to continue)")
-    target = Path(run_dir or config.run_dir)
+    from .rundir import expand_home
+
+    target = Path(expand_home(run_dir or config.run_dir))  # ~/runs/cp: the home's, where train() resumes
     return target if ckpt.list_checkpoints(target) else None
 
 

@@ -51,6 +51,19 @@ class RunDirError(ConfigError):
     """A run directory that cannot be used as asked (in use, not empty); the message says what to do."""
 
 
+def expand_home(path):
+    """``path`` with a leading ``~`` or ``~user`` expanded (os.path.expanduser): a str as a str, another
+    path as a Path; anything else (None, a path without ~) as it is. The paths the Python API takes
+    (run directories, checkpoints, init_from, a video file), which no shell expands: ``run_dir="~/x"``
+    made a directory named ``~`` in the working directory."""
+    if isinstance(path, (str, os.PathLike)):
+        text = os.fspath(path)
+        if isinstance(text, str) and text.startswith("~"):
+            expanded = os.path.expanduser(text)
+            return expanded if isinstance(path, str) else Path(expanded)
+    return path
+
+
 def _process_start(pid: int) -> Optional[str]:
     """The start time of ``pid`` in clock ticks since boot (Linux /proc), to tell a reused pid apart."""
     try:

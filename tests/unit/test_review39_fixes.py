@@ -1,0 +1,55 @@
+"""Fixes from a review of the day's changes: ``~`` in a --config file's run_dir as the dry run sees
+it, one device resolution in proxima.load, check-env's spaces line, the advice of a run with no
+usable checkpoint, report --json written before report.md, and a typed --metric honoured."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+import proxima
+from proxima import PPOConfig
+from tests.cli_helpers import error_line, run_main
+
+SMALL = dict(num_envs=4, num_steps=16, threads=1, progress=False, total_timesteps=64, eval_episodes=0)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A home directory of the test's own, and a working directory apart from it."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    return home
+
+
+def _config_file(path: Path, **values) -> str:
+    path.write_text(yaml.safe_dump({"env_id": "CartPole-v1", **values}))
+    return str(path)
+
+
+def test_expand_home_lives_in_rundir_and_stays_importable_from_the_package(home):
+    from proxima.rundir import expand_home
+
+    assert proxima._expand_home is expand_home
+    assert expand_home("~/x") == str(home / "x") and expand_home(Path("~/x")) == home / "x"
+
+
+def test_dry_run_of_a_config_files_tilde_run_dir_checks_the_home_directory(home, capsys):
+    (home / "runs" / "cp").mkdir(parents=True)
+    (home / "runs" / "cp" / "notes.txt").write_text("mine")
+    cfg = _config_file(home / "c.yaml", run_dir="~/runs/cp")
+    code, _, err = run_main(["train", "--config", cfg, "--dry-run"], capsys)
+    error_line(code, err, str(home / "runs" / "cp"))  # the directory train refuses, not ./~/runs/cp (new)
+    assert not Path("~").exists()
+
+
+def test_dry_run_resume_auto_of_a_config_files_tilde_run_dir_continues_the_home_run(home, capsys):
+    proxima.train(PPOConfig(env_id="CartPole-v1", **SMALL), run_dir="~/runs/cp", quiet=True)
+    cfg = _config_file(home / "c.yaml", run_dir="~/runs/cp", num_envs=4, num_steps=16, total_timesteps=128)
+    code, out, err = run_main(["train", "--config", cfg, "--resume", "auto", "--dry-run"], capsys)
+    assert code == 0, err
+    assert yaml.safe_load(out)["run_dir"] == str(home / "runs" / "cp")  # the resume's, not a new run in ./~
+    assert not Path("~").exists()
