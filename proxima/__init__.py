@@ -140,5 +140,6 @@ def load(path, device="cpu", env_id=None, trust_env=False, env_kwargs=None):
     from .checkpoint import load_policy
     from .device import resolve_device
 
-    resolve_device(device, arg="device")  # an unusable device in this call's words (device='cpu'), not --device's
+    # once, in this call's words (device='cpu'), not --device's: load_policy takes the torch.device as resolved
+    device = resolve_device(device, arg="device")
     return load_policy(_expand_home(path), device=device, env_id=env_id, trust_env=trust_env, env_kwargs=env_kwargs)

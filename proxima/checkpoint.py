@@ -1919,13 +1919,16 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
     ``--env`` flag) or trusts the file (``trust_env``, ``--trust-run``). ``env_kwargs`` (``--env-kwargs``)
     replace the recorded constructor arguments; without it the recorded ones are used for the
     recorded env id (also given as ``module:EnvId``, the module that registers a recorded id: a run
-    trained from Python records the id alone), none for another ``env_id``.
+    trained from Python records the id alone), none for another ``env_id``. ``device``: a name as
+    --device takes it (cpu, cuda, cuda:1, auto), resolved here; a torch.device is taken as resolved
+    (device.resolve_device's, by the caller: its CUDA probe and note are not repeated).
     """
     from .device import resolve_device
     from .envs.gym_adapter import imports_code, treat_as_data
     from .trainer import hold_float32
 
-    device = resolve_device(device)  # "auto" as everywhere else; "cuda" without CUDA is one ConfigError line
+    if not isinstance(device, torch.device):  # "auto" as everywhere else; "cuda" without CUDA is one ConfigError line
+        device = resolve_device(device)
     state = load_checkpoint(path)
     if state.get("kind") == "ppo-population":
         raise CheckpointError(_population_refusal(state))

@@ -53,3 +53,27 @@ def test_dry_run_resume_auto_of_a_config_files_tilde_run_dir_continues_the_home_
     assert code == 0, err
     assert yaml.safe_load(out)["run_dir"] == str(home / "runs" / "cp")  # the resume's, not a new run in ./~
     assert not Path("~").exists()
+
+
+def test_load_auto_on_a_broken_gpu_probes_once_and_notes_once_in_the_calls_words(tmp_path, monkeypatch, capsys):
+    import torch
+
+    from proxima import device as device_mod
+
+    run_dir, _ = proxima.train(PPOConfig(env_id="CartPole-v1", **SMALL), run_dir=tmp_path / "run", quiet=True)
+    capsys.readouterr()
+    probes = []
+
+    def broken(dev=None):
+        probes.append(dev)
+        return "a tiny tensor op on cuda:0 failed (RuntimeError: CUDA error: busy)"
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(device_mod, "cuda_op_problem", broken)
+    monkeypatch.setattr(device_mod, "_NOTED", set())
+    policy = proxima.load(run_dir, device="auto")
+    assert policy.device == torch.device("cpu")
+    assert len(probes) == 1
+    assert capsys.readouterr().err == (
+        "proxima: note: device='auto': CUDA is not usable here (a tiny tensor op on cuda:0 failed (RuntimeError: "
+        "CUDA error: busy)); using the CPU (proxima doctor says more)\n")
