@@ -179,7 +179,9 @@ class Violations(list):
 def run_spaces_line(target: str, obs_space: gym.spaces.Space, act_space: gym.spaces.Space) -> Optional[str]:
     """The ``spaces: ...`` line a new run of ``target`` prints (train_state.run_spaces), with the encoder,
     hidden sizes and activation of its preset (presets.resolve: what ``proxima train TARGET`` takes);
-    None when the summary cannot be made (the spaces supported check names why)."""
+    None when the summary cannot be made (the spaces supported check names why). Another exception (a
+    bug in the description) is the line train prints for it, ``spaces: not described (<Type>: <line>)``:
+    a description never stops the checks, as it never stops a run (train_state.run_spaces)."""
     from ..config import ConfigError
     from ..presets import resolve
 
@@ -188,6 +190,10 @@ def run_spaces_line(target: str, obs_space: gym.spaces.Space, act_space: gym.spa
         return spaces_line(spaces_summary(obs_space, act_space, cfg.encoder, cfg.hidden_sizes, cfg.activation, target))
     except (EnvError, ConfigError):
         return None
+    except Exception as e:  # train's wording (train_state.open_run_dir), without its meta.json
+        text = (str(e).strip().splitlines() or [""])[0]
+        error = f"{type(e).__name__}: {text}" if text else type(e).__name__
+        return f"spaces: not described ({error})"
 
 
 def _one_line(text: str, limit: int = 300) -> str:

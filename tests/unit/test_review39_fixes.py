@@ -77,3 +77,17 @@ def test_load_auto_on_a_broken_gpu_probes_once_and_notes_once_in_the_calls_words
     assert capsys.readouterr().err == (
         "proxima: note: device='auto': CUDA is not usable here (a tiny tensor op on cuda:0 failed (RuntimeError: "
         "CUDA error: busy)); using the CPU (proxima doctor says more)\n")
+
+
+def test_check_env_says_spaces_not_described_where_the_description_raises_as_train_does(monkeypatch, capsys):
+    from proxima.envs import checker
+
+    def raises(*args, **kwargs):
+        raise KeyError("obs")
+
+    monkeypatch.setattr(checker, "spaces_summary", raises)
+    code, out, err = run_main(["check-env", "CartPole-v1"], capsys)
+    assert code == 0 and "Traceback" not in err, err
+    lines = out.splitlines()
+    assert lines[-2:] == ["spaces: not described (KeyError: 'obs')", lines[-1]]
+    assert lines[-1].startswith("OK: CartPole-v1 passes ")
