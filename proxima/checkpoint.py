@@ -781,8 +781,11 @@ def no_checkpoint_error(path: Path) -> CheckpointError:
     trained = None if population is not None else _trained_past_checkpoint(path)
     if trained is not None:  # it wrote checkpoints that are gone: "never wrote one" would hide where its training went
         best = best_checkpoint_path(path)
-        then = (f"resume from its best.pt: proxima resume {shlex.quote(str(best))} (proxima eval reads it too)" if _is_regular(best)
-                else f"train it again from the start: {again} (its files are moved aside)")
+        # advised only where it loads as a resume loads it (good_best): never a damaged (truncated) best.pt
+        damaged = " (its best.pt does not load either)" if _is_regular(best) and good_best(path) is None else ""
+        then = (f"resume from its best.pt: proxima resume {shlex.quote(str(best))} (proxima eval reads it too)"
+                if _is_regular(best) and not damaged
+                else f"train it again from the start: {again} (its files are moved aside){damaged}")
         # "removed or moved" only on best.pt's evidence: rows logged at a due checkpoint also follow a save that failed
         # (a full disk, a kill during the save), whose run said "no checkpoint was written yet"
         how = "removed or moved" if "best.pt" in trained else "removed, moved, or never written because its save failed"

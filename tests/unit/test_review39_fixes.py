@@ -91,3 +91,16 @@ def test_check_env_says_spaces_not_described_where_the_description_raises_as_tra
     lines = out.splitlines()
     assert lines[-2:] == ["spaces: not described (KeyError: 'obs')", lines[-1]]
     assert lines[-1].startswith("OK: CartPole-v1 passes ")
+
+
+def test_missing_checkpoints_never_advise_a_truncated_best_pt(tmp_path, capsys):
+    run_dir, _ = proxima.train(PPOConfig(env_id="CartPole-v1", **SMALL), run_dir=tmp_path / "run", quiet=True)
+    folder = run_dir / "checkpoints"
+    (step,) = sorted(folder.glob("step_*.pt"))
+    (folder / "best.pt").write_bytes(step.read_bytes()[:200])  # truncated: no resume loads it
+    step.unlink()
+    code, _, err = run_main(["eval", str(run_dir)], capsys)
+    line = error_line(code, err, f"{run_dir}: its checkpoints are missing")
+    assert "proxima resume" not in line, line
+    assert line.endswith(f"or train it again from the start: proxima train --config {run_dir / 'config.yaml'} "
+                         "--resume auto (its files are moved aside) (its best.pt does not load either)"), line
