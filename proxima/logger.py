@@ -63,32 +63,47 @@ ROLLING_EPISODES = 100
 class RollingReturn:
     """The mean return of the most recent finished episodes, over the fewest most recent iterations
     that hold at least ``size`` of them (all of them until ``size`` have finished): the trainer reads
-    only each iteration's episode count and mean return on the host (no per-episode returns, no
+    only each iteration's episode count and return sum on the host (no per-episode returns, no
     per-step reads), so an iteration's episodes are indivisible and the window holds ``size`` to
-    ``size`` + (its oldest iteration's count - 1) episodes. Fed with exactly the (count, mean) pairs
-    metrics.csv holds (``episodes``, ``charts/episodic_return``: every digit of a float64, csv_cell),
-    so a resume rebuilt from the file's rows (``add_row``) computes what an uninterrupted run would,
-    bit for bit. NaN until an episode has finished."""
+    ``size`` + (its oldest iteration's count - 1) episodes. NaN until an episode has finished.
 
-    def __init__(self, size: int = ROLLING_EPISODES):
+    The one window of a run, kept twice: the logger's ROLLING_RETURN (``size`` ROLLING_EPISODES) is fed
+    exactly the (count, mean) pairs metrics.csv holds (``episodes``, ``charts/episodic_return``: every
+    digit of a float64, csv_cell), so a resume rebuilt from the file's rows (``add_row``) computes what
+    an uninterrupted run would, bit for bit; --stop-return's (trainer.ReturnTarget, ``size``
+    --stop-episodes) is fed each iteration's return sum (``add_sum``), and ``sums()`` is what its
+    checkpoints record as ``return_window`` and give back to ``sums`` on resume."""
+
+    def __init__(self, size: int = ROLLING_EPISODES, sums=()):
         self.size = int(size)
-        self._iterations: collections.deque = collections.deque()  # (count, mean return), oldest first
+        # (return sum, count, mean return) of recent iterations, oldest first: the sums make the mean (fsum: exact,
+        # then one rounding) and the checkpoint; the means a sum that overflowed does not hold (_scaled_mean)
+        self._iterations: collections.deque = collections.deque()
         self.episodes = 0
+        for return_sum, count in sums:
+            self.add_sum(return_sum, count)
 
     def add(self, count, mean) -> float:
         """One iteration's finished episodes (count, their mean return); an iteration without any (count 0,
         NaN, blank) or with a value no run logs (a negative or fractional count, a non-finite mean) adds
         nothing. Returns the window's mean."""
-        try:
-            ok = float(count).is_integer() and int(count) > 0 and math.isfinite(float(mean))
-        except (TypeError, ValueError, OverflowError):
-            ok = False
-        if ok:
-            self._iterations.append((int(count), float(mean)))
-            self.episodes += int(count)
-            while self.episodes - self._iterations[0][0] >= self.size:  # the window holds `size` without it
-                self.episodes -= self._iterations.popleft()[0]
+        if _logged(count, mean):
+            # c * m: the products the mean's fsum has always summed (the column's digits stay as logged)
+            self._add(int(count) * float(mean), int(count), float(mean))
         return self.mean
+
+    def add_sum(self, return_sum, count) -> float:
+        """One iteration's finished episodes as (their return sum, count), as the trainer has them; what
+        ``add`` skips is skipped here too. Returns the window's mean."""
+        if _logged(count, return_sum):
+            self._add(float(return_sum), int(count), float(return_sum) / int(count))
+        return self.mean
+
+    def _add(self, return_sum: float, count: int, mean: float) -> None:
+        self._iterations.append((return_sum, count, mean))
+        self.episodes += count
+        while self.episodes - self._iterations[0][1] >= self.size:  # the window holds `size` without it
+            self.episodes -= self._iterations.popleft()[1]
 
     def add_row(self, row: dict) -> float:
         """One metrics.csv row ({column: cell text}) of a reopened run; a cell that is no number adds nothing."""
@@ -99,6 +114,10 @@ class RollingReturn:
                 return math.nan
         return self.add(number("episodes"), number("charts/episodic_return"))
 
+    def sums(self) -> list:
+        """The window as [(return sum, count)], oldest first (a checkpoint's ``return_window``)."""
+        return [(s, c) for s, c, _ in self._iterations]
+
     @property
     def mean(self) -> float:
         # fsum: the same number whatever order the sums were taken in (the rebuild adds the same pairs anyway);
@@ -106,7 +125,7 @@ class RollingReturn:
         if not self.episodes:
             return math.nan
         try:
-            mean = math.fsum(c * m for c, m in self._iterations) / self.episodes
+            mean = math.fsum(s for s, _, _ in self._iterations) / self.episodes
         except (OverflowError, ValueError):  # a partial sum past float64 ("-inf + inf" where c * m overflowed both ways)
             mean = math.inf
         return mean if math.isfinite(mean) else self._scaled_mean()
@@ -116,9 +135,18 @@ class RollingReturn:
         although the mean, which lies between the smallest and largest return, does not: every term scaled
         to at most 1 (weight c / episodes <= 1 times m / the largest |m|), so nothing can overflow or raise
         and a logging column never stops a run."""
-        largest = max(abs(m) for _, m in self._iterations)  # not 0: a window of zeros sums to 0.0 exactly
+        largest = max(abs(m) for _, _, m in self._iterations)  # not 0: a window of zeros sums to 0.0 exactly
         # each rounded term is at most its rounded weight, and those sum within 2**-53 of 1: fsum rounds to <= 1
-        return math.fsum((c / self.episodes) * (m / largest) for c, m in self._iterations) * largest
+        return math.fsum((c / self.episodes) * (m / largest) for _, c, m in self._iterations) * largest
+
+
+def _logged(count, value) -> bool:
+    """Whether an iteration's (count, mean or sum of returns) is one a run logs: a whole count above 0 (an int,
+    a float, CSV text's float) and a finite value."""
+    try:
+        return float(count).is_integer() and int(count) > 0 and math.isfinite(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 class BadLine(NamedTuple):

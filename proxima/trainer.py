@@ -177,7 +177,7 @@ class Trainer:
         self.iterations_run, self.episodes_ended = 0, 0
         self.last_checkpoint: Optional[Path] = None  # the newest checkpoint written or resumed from (a callback reads it)
         self.callback_error: Optional[BaseException] = None  # run(): the callback's own exception, when it raised
-        self.return_window: list = []  # ReturnTarget.window: the recent iterations' (return sum, episodes)
+        self.return_window: list = []  # ReturnTarget.window: the recent iterations' (return sum, episodes), as checkpoints hold it
         self.autocast, self.scaler = self._amp_setup()
         # --threads 2 and more: actor and critic side by side, each with threads // 2 intra-op threads
         # (side_thread.py: the same numbers as one thread at --threads 2); else all intra-op threads
@@ -330,8 +330,7 @@ class Trainer:
     def trains(self) -> bool:
         """Whether run() trains an iteration: not for a resume of a complete run, nor of one that
         --stop-return ended (its restored window still reaches the target)."""
-        window = list(self.return_window)  # ReturnTarget trims the list it is given; run() does that to the real one
-        reached = ReturnTarget(self.cfg.stop_return, self.cfg.stop_episodes, window).reached()
+        reached = ReturnTarget(self.cfg.stop_return, self.cfg.stop_episodes, self.return_window).reached()
         return self.iteration < self.num_iterations and reached is None
 
     @_run_settings
@@ -398,9 +397,10 @@ class Trainer:
         self._saved_at = time.monotonic()
         self.best_eval = getattr(self, "best_eval", None)  # restored from the checkpoint on resume
         last_ckpt = getattr(self, "last_checkpoint", None)
-        # over self.return_window, in place (restored from a checkpoint: a run that had stopped there
-        # does not train on; the checkpoints below record it)
+        # from self.return_window (restored from a checkpoint: a run that had stopped there does not train on);
+        # each iteration's window goes back to it for the checkpoints below to record
         target = ReturnTarget(cfg.stop_return, cfg.stop_episodes, self.return_window)
+        self.return_window = target.window  # trimmed, as it always was before a checkpoint recorded it
         # a run already at its total never stopped for --stop-return, whatever a new target says of its window
         self.stopped_at_return = target.reached() if self.iteration < self.num_iterations else None
         # a resume of a complete run (or of one --stop-return ended) trains nothing: no logger, so no
@@ -462,6 +462,7 @@ class Trainer:
                     # --stop-return: every rank reads the same all-reduced episode sums, so all stop here. Added
                     # before an evaluation, whose best.pt holds the window: resumed from, it stops where this run does
                     self.stopped_at_return = target.add(float(metrics["ep_return_sum"]), int(metrics["ep_count"]))
+                    self.return_window = target.window
                     self.iterations_run += 1
                     self.episodes_ended += int(metrics["ep_count"])
                     if self._eval_due():  # every rank: rank 0 evaluates, all write best.pt (their pieces)
@@ -856,37 +857,33 @@ def _pending_eval(state: dict) -> Optional[dict]:
 
 class ReturnTarget:
     """--stop-return: whether the mean return of the last ``episodes`` training episodes reached
-    ``target`` (None: no target, the window is only kept). The trainer sees each iteration's sum and
-    count of finished episodes, so the window is the fewest recent iterations that hold at least
-    ``episodes`` of them. The window is part of the TrainState (a checkpoint's ``return_window``):
-    a resumed run judges the episodes an uninterrupted one would, and one that stopped stays
-    stopped."""
+    ``target`` (None: no target, the window is only kept). The window is a logger.RollingReturn of
+    ``episodes`` fed each iteration's return sum and count (the rolling return's window and trim rule).
+    It is part of the TrainState (a checkpoint's ``return_window``, ``window``'s pairs, given back as
+    ``window`` here): a resumed run judges the episodes an uninterrupted one would, and one that stopped
+    stays stopped."""
 
-    def __init__(self, target: Optional[float], episodes: int, window: Optional[list] = None):
+    def __init__(self, target: Optional[float], episodes: int, window=()):
+        from .logger import RollingReturn
+
         self.target = None if target is None else float(target)
-        self.episodes = int(episodes)
-        # (return sum, episode count) of recent iterations, oldest first; the caller's list, kept in
-        # place (the trainer's return_window, which its checkpoints record)
-        self.window: list = [] if window is None else window
-        self._trim()
+        self.returns = RollingReturn(episodes, window or ())
 
-    def _trim(self) -> None:
-        while len(self.window) > 1 and sum(c for _, c in self.window[1:]) >= self.episodes:
-            self.window.pop(0)
+    @property
+    def window(self) -> list:
+        """[(return sum, episode count)] of the window's iterations, oldest first (the trainer's return_window)."""
+        return self.returns.sums()
 
     def add(self, return_sum: float, count: int) -> Optional[float]:
         """Add one iteration's episodes; ``reached()`` after it."""
-        if count:
-            self.window.append((float(return_sum), int(count)))
-        self._trim()
+        self.returns.add_sum(return_sum, count)
         return self.reached()
 
     def reached(self) -> Optional[float]:
         """The window's mean return when it holds enough episodes and reaches the target, else None."""
-        total = sum(c for _, c in self.window)
-        if self.target is None or total < self.episodes:
+        if self.target is None or self.returns.episodes < self.returns.size:
             return None
-        mean = sum(r for r, _ in self.window) / total
+        mean = self.returns.mean
         return mean if mean >= self.target else None
 
 

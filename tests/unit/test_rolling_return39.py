@@ -85,6 +85,22 @@ def test_returns_near_float64s_limit_give_their_finite_mean_and_never_raise():
     assert w.add(70, -1.7976931348623157e308) == pytest.approx(-0.4 * 1.7976931348623157e308, rel=1e-15)
 
 
+def test_stop_returns_window_is_the_rolling_window_over_sums_and_resumes_from_its_checkpoint_pairs():
+    """--stop-return's window (trainer.ReturnTarget) is a RollingReturn fed return sums: the same iterations
+    held, the same mean, and its (return sum, count) pairs (a checkpoint's return_window) rebuild it."""
+    from proxima.trainer import ReturnTarget
+
+    target, rolling = ReturnTarget(None, 100), RollingReturn(100)
+    for count, mean in [(30, 1.0), (50, 2.0), (0, math.nan), (40, 3.0), (70, 4.0)]:
+        target.add(count * mean if count else 0.0, count)
+        rolling.add(count, mean)
+    assert target.window == [(120.0, 40), (280.0, 70)] == rolling.sums()
+    assert target.returns.mean == rolling.mean == 400 / 110
+    assert ReturnTarget(3.6, 100).reached() is None and ReturnTarget(3.6, 100, target.window).reached() == 400 / 110
+    # an old checkpoint's untrimmed [[sum, count], ...] lists: trimmed on the way in
+    assert ReturnTarget(3.6, 100, [[30.0, 30], [120.0, 40], [280.0, 70]]).window == [(120.0, 40), (280.0, 70)]
+
+
 # ------------------------------------------------------------------------------------ a real run and its resume
 def _config(**overrides):
     values = dict(env_id="CartPole-v1", num_envs=8, num_steps=24, total_timesteps=ITERATIONS * STEPS, num_minibatches=1,
