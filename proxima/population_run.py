@@ -3,11 +3,11 @@
 Layout (each member directory has the files of a single run, so ``proxima plot``, ``report`` and
 ``eval`` read a member as they read any run)::
 
-    RUN/population.json          env, seeds, sweep, members (dir, seed, settings), wall time
+    RUN/population.json          env, seeds, sweep, members (dir, seed, settings), spaces, wall time
     RUN/.proxima.lock            the trainer's lock (rundir.py), for the life of the run
     RUN/checkpoints/step_N.pt    the whole population's TrainState (N: steps per member), for resume
     RUN/m000-seed1/config.yaml   the member's resolved config (its seed and swept values)
-    RUN/m000-seed1/meta.json     kind "ppo", "population": RUN
+    RUN/m000-seed1/meta.json     kind "ppo", "population": RUN, spaces (the population's)
     RUN/m000-seed1/metrics.csv   its own episode returns and losses, one row per iteration
     RUN/m000-seed1/events.*      TensorBoard
     RUN/m000-seed1/checkpoints/step_N.pt   the member's weights at each population checkpoint (eval)
@@ -309,7 +309,9 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
         if not quiet:  # a single run's notes, once: the env built (its first observations read), the directory taken
             note_run(base, typed if typed is not None else set_fields(base), argv is None, pop.env.single_observation_space,
                      pop.env.single_action_space, pop.encoder_kind, population=True)
-        dirs = _write_layout(run_dir, pop, seeds, sweep, argv)
+        dirs, spaces = _write_layout(run_dir, pop, seeds, sweep, argv)
+        if not quiet:  # once, at a new population's start, as a single run's (train_state.open_run_dir)
+            _print_spaces(spaces)
         wall, finished = _train_loop(pop, run_dir, dirs, seeds, sweep, quiet=quiet, stop_after=stop_after)
         _finish(run_dir, pop, dirs, seeds, sweep, wall, evaluate_at_end, quiet, finished)
     except TrainingInterrupted as e:
@@ -629,7 +631,9 @@ def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[st
     configs = [apply_resume_overrides(configs[0], typed, state, not_safe, notes=False)] + [
         _quietly(apply_resume_overrides, c, typed, state, not_safe, False) for c in configs[1:]]
     if not resume_trains(configs[0], state):
-        refuse_recorded(configs[0], state, typed, typed_too=True)
+        # the config a member trains with: a SINGLE_RUN_ONLY flag (--stop-episodes 0) is noted, not refused,
+        # by a resume that trains (its members' check_members sees it reset), so by one that trains nothing too
+        refuse_recorded(as_member_config(configs[0]), state, typed, typed_too=True)
         note_trains_nothing(configs[0], state)
     if "eval_episodes" not in typed:
         # as a single run's resume (run_setup.keep_recorded_eval): the count of the members' evaluations at
@@ -748,8 +752,9 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
         # a complete run resumed logs nothing (no empty files), unless rows logged after the checkpoint must go
         step = pop.iteration * pop.steps_per_member
         if pop.iteration < pop.num_iterations or any(logged_past(d / "metrics.csv", step) for d in dirs):
-            loggers = [RunLogger(d, total, resume_step=resume_step, progress=False, flush_seconds=LOG_FLUSH_SECONDS)
-                       for d in dirs]
+            # rolling: each member's charts/episodic_return_100, rebuilt on resume from the rows its metrics.csv keeps
+            loggers = [RunLogger(d, total, resume_step=resume_step, progress=False, flush_seconds=LOG_FLUSH_SECONDS,
+                                 rolling=True) for d in dirs]
         t_start = time.perf_counter() - elapsed
         saved_at = time.monotonic()
         with SignalGuard() as stop:
@@ -926,7 +931,29 @@ def save_population(pop: Population, run_dir: Path, dirs: list, seeds, sweep: di
     return ckpt.save_train_state(run_dir, state, cfg.keep_checkpoints)
 
 
-def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> list:
+def population_spaces(pop: Population) -> dict:
+    """meta.json's ``spaces`` (train_state.run_spaces) of every member: check_members lets members differ
+    only in their seed and PER_MEMBER_FIELDS, none of which the env, the encoder, the hidden sizes or
+    the activation is, so one description holds for all of them and population.json records it once."""
+    import dataclasses
+
+    from .train_state import run_spaces
+
+    cfg = dataclasses.replace(pop.configs[0], encoder=pop.encoder_kind)  # the encoder built, auto resolved
+    return run_spaces(types.SimpleNamespace(env=pop.env, cfg=cfg))
+
+
+def _print_spaces(spaces: dict) -> None:
+    from .envs.spaces import spaces_line
+
+    line = (spaces_line(spaces) if "error" not in spaces
+            else f"spaces: not described ({spaces['error']}); meta.json records the error")
+    print(f"proxima: {line}", file=sys.stderr)
+
+
+def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> tuple:
+    """A new population's files before training: each member's folder, config.yaml and meta.json, and
+    population.json. Returns (the member folders, the ``spaces`` their meta.json and population.json record)."""
     from .config import dump_yaml
 
     from .train_state import git_record, versions, where_started
@@ -939,7 +966,7 @@ def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> l
     command = argv if argv is not None else python_command("proxima.population_run.train_population(...)")
     shared = {"command": command, "started": datetime.now().isoformat(timespec="seconds"),
               "versions": versions(), "device": str(pop.device), "world_size": 1, **git_record(), **where_started(),
-              "env_backend": pop.env.backend}
+              "env_backend": pop.env.backend, "spaces": population_spaces(pop)}
     try:
         from .doctor import collect
 
@@ -959,16 +986,18 @@ def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> l
         write_atomic(d / "meta.json", json.dumps(meta, indent=2, default=str))
 
     _each(lay_out, range(len(dirs)))
-    _write_population_json(run_dir, pop, seeds, sweep, dirs, argv=argv)
-    return dirs
+    _write_population_json(run_dir, pop, seeds, sweep, dirs, argv=argv, spaces=shared["spaces"])
+    return dirs, shared["spaces"]
 
 
 def _write_population_json(run_dir: Path, pop: Population, seeds, sweep: dict, dirs, argv=None, wall=None, evals=None,
-                           drop_evals: bool = False, eval_errors: Optional[dict] = None) -> None:
+                           drop_evals: bool = False, eval_errors: Optional[dict] = None,
+                           spaces: Optional[dict] = None) -> None:
     """population.json from the population's state: its target (total_timesteps_per_member, rewritten
     when a resume extends it), each member's divergence (``diverged``: iteration, global_step,
     reason; absent for a healthy member) and, with ``evals``, each member's eval mean; without, the
-    file's earlier ones are kept unless ``drop_evals`` (a resume has trained past them). ``eval_errors``:
+    file's earlier ones are kept unless ``drop_evals`` (a resume has trained past them). ``spaces``: the
+    members' (population_spaces), written by a new population and kept by every later write. ``eval_errors``:
     {member index: why its end-of-run evaluation failed}, recorded as its ``eval_error`` (a report then
     says why it has no eval.json rather than advising an evaluation that meets the same failure)."""
     path = run_dir / POPULATION_FILE
@@ -998,6 +1027,8 @@ def _write_population_json(run_dir: Path, pop: Population, seeds, sweep: dict, d
     })
     if argv is not None:
         doc["command"] = list(argv)
+    if spaces is not None:
+        doc["spaces"] = spaces
     if wall is not None:
         doc["wall_seconds"] = round(wall, 3)
     text = json.dumps(doc, indent=2)

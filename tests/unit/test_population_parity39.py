@@ -1,0 +1,130 @@
+"""A single run is a population of one (DESIGN.md): a population's meta.json files and population.json
+record the members' ``spaces``, a new population prints the one ``proxima: spaces: ...`` line a single
+run prints, each member's metrics.csv carries charts/episodic_return_100 (rebuilt exactly on resume),
+and a complete population's resume notes the single-run-only flags a resume that trains notes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+from cli_helpers import run_main
+
+from proxima.config import PPOConfig
+from proxima.population import member_configs
+from proxima.population_run import resume_population, train_population
+from proxima.signals import TrainingInterrupted
+
+SEEDS = [1, 2]
+CARTPOLE = {"observation": "Box(4,) float32 -> 4 features", "action": "Discrete(2) -> categorical over 2",
+            "policy": "MLP 32 tanh"}
+LINE = "proxima: spaces: obs Box(4,) float32 -> 4 features, MLP 32 tanh; action Discrete(2) -> categorical over 2\n"
+FLAGS = ["--backend", "native", "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "128",
+         "--num-minibatches", "2", "--update-epochs", "1", "--threads", "1", "--hidden-sizes", "32",
+         "--eval-episodes", "0", "--checkpoint-every", "0", "--no-progress"]
+
+
+def _config(**kw) -> PPOConfig:
+    return PPOConfig(**{**dict(env_id="CartPole-v1", backend="native", num_envs=2, num_steps=32, total_timesteps=128,
+                               num_minibatches=2, update_epochs=1, threads=1, hidden_sizes=(32,), progress=False,
+                               eval_episodes=0, checkpoint_every=0), **kw})
+
+
+def _train(run_dir, sweep=None, stop_after=None, **kw):
+    sweep = sweep or {}
+    return train_population(member_configs(_config(**kw), SEEDS, sweep), SEEDS, sweep, run_dir=run_dir, quiet=True,
+                            evaluate_at_end=False, stop_after=stop_after)
+
+
+def _members(run_dir) -> list:
+    return [run_dir / m["dir"] for m in json.loads((run_dir / "population.json").read_text())["member_dirs"]]
+
+
+def _rows(member_dir) -> list:
+    with open(member_dir / "metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _rolling_by_hand(rows) -> list:
+    """charts/episodic_return_100 from the rows' own episodes and charts/episodic_return: the mean return
+    of the fewest most recent iterations holding at least 100 episodes (all of them before 100 ended)."""
+    seen, out = [], []
+    for r in rows:
+        if r["episodes"] and int(r["episodes"]) > 0:
+            seen.append((int(r["episodes"]), float(r["charts/episodic_return"])))
+        window, count = [], 0
+        for c, m in reversed(seen):
+            if count >= 100:
+                break
+            window.append((c, m))
+            count += c
+        out.append(math.fsum(c * m for c, m in window) / count if count else None)
+    return out
+
+
+def _column(rows) -> list:
+    return [float(r["charts/episodic_return_100"]) if r["charts/episodic_return_100"] else None for r in rows]
+
+
+def test_population_json_and_every_members_meta_json_record_the_spaces(tmp_path):
+    run = _train(tmp_path / "pop", sweep={"lr": [1e-3, 3e-4]})  # a sweep varies no field the spaces depend on
+    assert json.loads((run / "population.json").read_text())["spaces"] == CARTPOLE
+    members = _members(run)
+    assert len(members) == 4
+    for d in members:
+        assert json.loads((d / "meta.json").read_text())["spaces"] == CARTPOLE
+
+
+def test_a_new_population_prints_the_spaces_line_once_and_neither_resume_nor_quiet_prints_it(tmp_path, capsys):
+    code, _, err = run_main(["train", "CartPole-v1", "--seeds", "0,1", "--run-dir", str(tmp_path / "pop"), *FLAGS], capsys)
+    assert code == 0, err
+    assert [line for line in err.splitlines(keepends=True) if "spaces:" in line] == [LINE]
+    code, _, err = run_main(["resume", str(tmp_path / "pop"), "--total-timesteps", "256"], capsys)
+    assert code == 0, err
+    assert "spaces:" not in err
+    code, _, err = run_main(["train", "CartPole-v1", "--seeds", "0,1", "--run-dir", str(tmp_path / "q"), "--quiet", *FLAGS],
+                            capsys)
+    assert code == 0, err
+    assert "spaces:" not in err
+
+
+def test_each_members_rolling_return_is_the_window_of_its_own_episodes(tmp_path):
+    # 4 envs x 32 steps x 24 iterations: ~180 CartPole episodes a member, so the window drops iterations
+    run = _train(tmp_path / "pop", num_envs=4, total_timesteps=4 * 32 * 24)
+    for d in _members(run):
+        rows = _rows(d)
+        assert len(rows) == 24
+        assert sum(int(r["episodes"]) for r in rows) > 130
+        assert _column(rows) == _rolling_by_hand(rows)
+        assert all(v is not None for v in _column(rows)[1:])
+
+
+def test_a_resumed_members_rolling_return_equals_the_uninterrupted_ones(tmp_path):
+    kw = dict(num_envs=4, total_timesteps=4 * 32 * 24, checkpoint_every=10)
+    whole = _train(tmp_path / "whole", **kw)
+    cut = tmp_path / "cut"
+    try:
+        _train(cut, stop_after=14, **kw)
+    except TrainingInterrupted:
+        pass
+    assert len(_rows(_members(cut)[0])) == 14
+    # from the older checkpoint (iteration 10): rows 11-14 are dropped and the window rebuilt from rows 1-10
+    resume_population(cut, quiet=True, evaluate_at_end=False, checkpoint=cut / "checkpoints" / "step_000000001280.pt")
+    for a, b in zip(_members(whole), _members(cut)):
+        assert a.name == b.name
+        resumed = _rows(b)
+        assert [r["iteration"] for r in resumed] == [str(i) for i in range(1, 25)]
+        assert _column(resumed) == _column(_rows(a)) == _rolling_by_hand(resumed)
+
+
+def test_a_complete_populations_resume_notes_stop_episodes_as_one_that_trains(tmp_path, capsys):
+    run = _train(tmp_path / "pop")
+    for extra in ([], ["--total-timesteps", "256"]):
+        code, _, err = run_main(["resume", str(run), "--stop-episodes", "0", *extra], capsys)
+        assert code == 0, err
+        assert ("proxima: note: --stop-episodes 0 applies to single runs; each member of the population trains for "
+                "--total-timesteps\n") in err
+    code, _, err = run_main(["resume", str(run), "--stop-episodes", "0"], capsys)
+    assert code == 0, err
+    assert "the run is complete (256 steps)" in err
