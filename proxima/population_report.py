@@ -1312,15 +1312,12 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     report's: RUN/report_curve.png by default), evaluating members without eval.json over ``episodes`` episodes on
     ``device`` (None: each member's own --eval-episodes; 0: their last training return); ReportError
     (nothing written) on a broken run. json_out: also write the table's numbers there (population_json),
-    after the Markdown."""
-    from .diskspace import describe
-    from .report import ReportError, _curve_path, check_json_out, image_link, make_folders, write_json
+    before the Markdown (report.write_report), checked already by report.build_population_report."""
+    from .report import ReportError, _curve_path, image_link, make_folders, write_report
 
     run_dir = Path(run_dir)
     if threshold is not None and not math.isfinite(threshold):  # as `proxima report` refuses it
         raise ReportError(f"--threshold {threshold:g}: must be a finite return (e.g. --threshold 475)")
-    if json_out is not None:
-        check_json_out(Path(json_out), [run_dir])
     rows = summarize_settings(run_dir, threshold, episodes, device, quiet)
     out = Path(out) if out is not None else run_dir / "report.md"
     comparison = settings_comparison(rows)
@@ -1341,14 +1338,8 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
         text += ("\nNo learning curve: every member diverged, and a diverged member is left out of its setting's "
                  "curve, as of the table.\n" if everyone else f"\nNo learning curve: {e}\n")
     text += "\n" + "\n".join(provenance_section(run_dir, json.loads(read_run_text(run_dir / POPULATION_FILE))))
-    from .atomic import write_atomic
-
-    try:
-        write_atomic(out, text)  # a fresh temp name, renamed over out: never written through a link
-    except OSError as e:
-        raise ReportError(describe(out, e)) from None
-    if json_out is not None:
-        write_json(Path(json_out), population_json(run_dir, rows, threshold, comparison))
+    # the JSON first (write_report): a --json that cannot be written leaves no report.md
+    write_report(out, text, json_out, population_json(run_dir, rows, threshold, comparison) if json_out is not None else None)
     return out
 
 
@@ -1407,9 +1398,8 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
     or evaluation episode counts are no one measure: ReportError (one line naming what differs),
     nothing written, as for a bad --out or an unknown metric. The curves are ``proxima plot``'s of the
     populations, one panel each."""
-    from .diskspace import describe
     from .plot import PlotError, plot_runs, population_curves, run_names
-    from .report import ReportError, _curve_path, check_device, check_json_out, check_out, image_link, make_folders, write_json
+    from .report import ReportError, _curve_path, check_device, check_json_out, check_out, image_link, make_folders, write_report
 
     run_dirs = [Path(d) for d in run_dirs]
     if out is None:
@@ -1467,14 +1457,8 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
                  f"per setting, one panel per population]({link})\n\n{curve_caption([r for t in tables for r in t], resolved_metric(run_dirs[0], metric))}\n")
     except PlotError as e:
         text += f"\nNo learning curve: {e}\n"
-    from .atomic import write_atomic
-
-    try:
-        write_atomic(out, text)
-    except OSError as e:
-        raise ReportError(describe(out, e)) from None
-    if json_out is not None:
-        write_json(Path(json_out), populations_json(run_dirs, names, tables, threshold, comparison))
+    write_report(out, text, json_out, populations_json(run_dirs, names, tables, threshold, comparison)
+                 if json_out is not None else None)
     return out
 
 

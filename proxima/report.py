@@ -1235,8 +1235,8 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
 
     out: the report file (default RUN_DIR/report.md for one run; required for several). The curve
     is written next to it, named after it (<stem>_curve.png: report_curve.png). json_out: also write
-    the table's numbers there as JSON (runs_json), after the Markdown. Raises
-    ReportError (nothing written) for a missing or foreign run directory or empty metrics.
+    the table's numbers there as JSON (runs_json), before the Markdown (write_report: a failure writes
+    neither). Raises ReportError (nothing written) for a missing or foreign run directory or empty metrics.
     """
     if not run_dirs:
         raise ReportError("no run directories given")
@@ -1312,9 +1312,8 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
         plot_runs(dirs, curve_file, metric=metric, x=x, smooth=smooth)
     except PlotError as e:
         curve_file, text = None, render(runs, None, str(e), metric, x)
-    _write_text(out, text, also_written=curve_file, default_out=default_out)
-    if json_out is not None:
-        write_json(json_out, runs_json(runs, metric))
+    write_report(out, text, json_out, runs_json(runs, metric) if json_out is not None else None, also_written=curve_file,
+                 default_out=default_out)
     return out
 
 
@@ -1487,6 +1486,26 @@ def make_folders(*files) -> None:
 
 #: errors of a folder the user may not write (a colleague's run, a read-only mount): another --out helps
 NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def write_report(out: Path, text: str, json_out=None, doc: Optional[dict] = None, also_written: Optional[Path] = None,
+                 default_out: bool = False) -> None:
+    """Write report.md ``out`` (_write_text) and, given ``json_out``, its --json ``doc``: the JSON first, so
+    one that cannot be written (EACCES, a full disk) leaves no report.md, and ``also_written`` (the curve)
+    removed; a report.md that then fails takes the JSON just written with it. A failure writes neither."""
+    if json_out is not None:
+        try:
+            write_json(Path(json_out), doc)
+        except ReportError:
+            if also_written is not None:
+                also_written.unlink(missing_ok=True)
+            raise
+    try:
+        _write_text(out, text, also_written=also_written, default_out=default_out)
+    except ReportError:
+        if json_out is not None:
+            Path(json_out).unlink(missing_ok=True)
+        raise
 
 
 def _write_text(out: Path, text: str, also_written: Optional[Path] = None, default_out: bool = False) -> None:

@@ -104,3 +104,24 @@ def test_missing_checkpoints_never_advise_a_truncated_best_pt(tmp_path, capsys):
     assert "proxima resume" not in line, line
     assert line.endswith(f"or train it again from the start: proxima train --config {run_dir / 'config.yaml'} "
                          "--resume auto (its files are moved aside) (its best.pt does not load either)"), line
+
+
+def test_report_json_that_cannot_be_written_leaves_no_report_md(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from proxima import atomic
+    from tests.cli_helpers import fake_run_dir
+
+    run = fake_run_dir(tmp_path, "run")
+    written = atomic.write_atomic
+
+    def refuse_json(path, *args, **kwargs):
+        if str(path).endswith(".json"):
+            raise OSError(errno.EACCES, "Permission denied")
+        return written(path, *args, **kwargs)
+
+    monkeypatch.setattr(atomic, "write_atomic", refuse_json)
+    code, _, err = run_main(["report", str(run), "--json", str(tmp_path / "numbers.json")], capsys)
+    error_line(code, err, str(tmp_path / "numbers.json"))
+    assert not (run / "report.md").exists() and not (run / "report_curve.png").exists()
+    assert not (tmp_path / "numbers.json").exists()
