@@ -9,7 +9,8 @@ losses/entropy, losses/approx_kl, losses/clipfrac, losses/explained_variance, lo
 stopped it; blank in rows a run logged before the column existed), charts/success_rate (the share
 of the iteration's finished episodes whose last step's info["is_success"] was true, of those that
 reported it; blank where none did: native envs, Gymnasium envs that report none, older rows),
-charts/episodic_return_100 (the rolling training return, RollingReturn; a single run's logger only).
+charts/episodic_return_100 (the rolling training return, RollingReturn; a run's and a population member's
+logger, RunLogger(rolling=True); blank in a logger without it).
 On resume from global step S, events and CSV rows after S are dropped before logging continues, so
 neither file holds a duplicate or a gap. The event files themselves are rewritten (drop_events_after):
 TensorBoard's default (fast) loader ignores the purge markers SummaryWriter(purge_step=...) writes, so
@@ -911,10 +912,10 @@ class RunLogger:
     ``flush()`` called before every checkpoint and by ``close()``: a kill then loses at most that
     many seconds of rows, all logged after the last checkpoint, which a resume drops anyway.
 
-    ``rolling`` (a single run's logger): each row gets ROLLING_RETURN, the RollingReturn of the rows
-    logged so far (on resume rebuilt from the rows metrics.csv keeps), and the progress line shows it
-    as the return; without it (a population's members) the column stays blank and the line shows the
-    iteration's return."""
+    ``rolling`` (a run's and a population member's logger): each row gets ROLLING_RETURN, the
+    RollingReturn of the rows logged so far (on resume rebuilt from the rows metrics.csv keeps), and
+    the progress line shows it as the return; without it the column stays blank and the line shows
+    the iteration's return."""
 
     def __init__(self, run_dir: Path, total_steps: int, resume_step: Optional[int] = None, progress: bool = True,
                  flush_seconds: float = 0.0, rolling: bool = False):

@@ -992,7 +992,7 @@ def _make_logger(trainer: "Trainer", resumed: bool, relog: bool = False):
     total = trainer.num_iterations * trainer.steps_per_iteration
     show = trainer.cfg.progress and not trainer.quiet
     step = trainer.global_step - (trainer.steps_per_iteration if relog else 0)
-    # rolling: charts/episodic_return_100 (a population's members leave it blank: population_run's loggers)
+    # rolling: charts/episodic_return_100 (population members' loggers keep it too: population_run)
     return RunLogger(trainer.run_dir, total, resume_step=step if resumed else None, progress=show, rolling=True)
 
 

@@ -157,7 +157,7 @@ def test_a_resume_rebuilds_the_window_from_rows_of_a_header_before_the_column(tm
         for i, (n, ret) in enumerate([(60, 10.0), (0, ""), (50, 20.0), (30, 99.0)]):
             w.writerow({"iteration": i + 1, "global_step": 64 * (i + 1), "episodes": n, "charts/episodic_return": ret})
     logger = RunLogger(tmp_path, 64 * 5, resume_step=64 * 3, progress=False)  # the fourth row goes
-    assert math.isnan(logger.last_return)  # the logger of a population member keeps no window
+    assert math.isnan(logger.last_return)  # a logger made without rolling=True keeps no window
     logger.close()
     logger = RunLogger(tmp_path, 64 * 5, resume_step=64 * 3, progress=False, rolling=True)
     assert logger.last_return == pytest.approx((600 + 1000) / 110)
