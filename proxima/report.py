@@ -2,9 +2,10 @@
 
 Writes ``report.md`` into the run directory (one run) or to ``--out FILE`` (needed for several
 runs) with: a results summary (steps, iterations, wall time, throughput, the final value of
-``--metric`` and its best (a return: the max) or its max and min (any other metric), of charts/episodic_return_100
-(the rolling return) in place of the default charts/episodic_return where the run logged it, its best over the rows whose
-window held 100 or more episodes, its blank cells of a resumed older run rebuilt from the rows; final evaluation;
+``--metric`` and its best (a return: the max) or its max and min (any other metric); no --metric: of
+charts/episodic_return_100 (the rolling return) where the run logged it, else charts/episodic_return (a typed
+--metric, charts/episodic_return too, is used as typed), its best over the rows whose window held 100 or
+more episodes, its blank cells of a resumed older run rebuilt from the rows; final evaluation;
 of a run short of its total steps, ``3,584 of 4,096 steps so far (in progress: locked by pid ...)``
 or ``(stopped; `proxima resume RUN` continues it)``; inf cells left out and named), the learning
 curve (drawn by proxima.plot.plot_runs next to the report, named after it: ``report.md`` gets
@@ -234,20 +235,20 @@ def _with_rolling_filled(metrics: dict[str, np.ndarray]) -> tuple:
     return {**metrics, ROLLING_RETURN: np.where(blank, rebuilt[0], col)}, int(blank.sum())
 
 
-def summarize(metrics: dict[str, np.ndarray], metric: str = DEFAULT_METRIC) -> dict:
+def summarize(metrics: dict[str, np.ndarray], metric: Optional[str] = None) -> dict:
     """Steps, iterations, wall time, throughput, episodes, final value of ``metric``, its max and
     min (``max``/``max_step``, ``min``/``min_step``) and ``best``/``best_step``: the max for a
     return (RETURN_METRICS), None for any other metric. Of the finite cells only; ``nonfinite``:
     {column: [(step, inf or -inf)]} of those left out, which the report names. ``metric``: the column
-    summarized, ROLLING_RETURN in place of charts/episodic_return where the file has a value of it (a
-    mean of one iteration's few episodes is a noisy "best"; runs logged before the column, as they
-    are); ``rolling``: whether it was so replaced; the ``*_episodes`` counts of ROLLING_RETURN are its
+    summarized: of ``metric`` None (no --metric), ROLLING_RETURN where the file has a value of it (a
+    mean of one iteration's few episodes is a noisy "best"), else DEFAULT_METRIC (runs logged before the
+    column); a named one as named, charts/episodic_return too (an older report's per-iteration best);
+    ``rolling``: whether ROLLING_RETURN was so chosen; the ``*_episodes`` counts of ROLLING_RETURN are its
     window's; its ``best`` is over the rows whose window held ROLLING_EPISODES or more where any did (an
     early window of a few lucky episodes is no best), over every row otherwise; its blank cells (rows of
     a run logged before the column, then resumed) are rebuilt from the rows, ``rolling_rebuilt`` of them."""
-    rolling = (metric == "charts/episodic_return" and ROLLING_RETURN in metrics
-               and bool(np.isfinite(metrics[ROLLING_RETURN]).any()))
-    metric = ROLLING_RETURN if rolling else metric
+    rolling = metric is None and ROLLING_RETURN in metrics and bool(np.isfinite(metrics[ROLLING_RETURN]).any())
+    metric = ROLLING_RETURN if rolling else metric or DEFAULT_METRIC
     rebuilt = 0
     if metric == ROLLING_RETURN:
         metrics, rebuilt = _with_rolling_filled(metrics)
@@ -1226,12 +1227,13 @@ def image_link(relpath: str) -> str:
 
 
 def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, device: str = "cpu",
-                 metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1, quiet: bool = True,
+                 metric: Optional[str] = None, x: str = "step", smooth: int = 1, quiet: bool = True,
                  json_out=None) -> Path:
     """Write the Markdown report of the runs; return its path.
 
     episodes: of the fresh evaluation of a run without eval.json (None: the run's own --eval-episodes,
-    run_eval_episodes; 0: none).
+    run_eval_episodes; 0: none). metric: of the curve and the summary; None (no --metric): the curve's
+    DEFAULT_METRIC, the summary's ROLLING_RETURN where a run logged it (summarize).
 
     out: the report file (default RUN_DIR/report.md for one run; required for several). The curve
     is written next to it, named after it (<stem>_curve.png: report_curve.png). json_out: also write
@@ -1253,8 +1255,9 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
                 raise ReportError(f"{d}: a population (population.json), not a single run; report it alone "
                                   f"(proxima report {d}) or beside other populations (proxima report {d} POP2 --out "
                                   "FILE.md), not beside single runs")
+    asked = metric is not None  # a typed --metric, charts/episodic_return too, is summarized as typed
     try:
-        dirs, metric = usable_runs(list(run_dirs), metric)  # of several, non-PPO directories are skipped with a line
+        dirs, metric = usable_runs(list(run_dirs), metric or DEFAULT_METRIC)  # of several, non-PPO directories are skipped with a line
         metrics = [read_metrics(d) for d in dirs]
     except PlotError as e:
         raise ReportError(str(e)) from None
@@ -1282,7 +1285,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
             ev = final_eval(d, config, meta, episodes, device)
         if not quiet and "error" not in ev and not ev["source"].startswith("eval.json"):
             print(f"evaluated {d}: {_eval_line(ev)}", file=sys.stderr)
-        summary = summarize(m, metric)
+        summary = summarize(m, metric if asked else None)
         _name_best_pt(d, summary, meta, m)
         # a diverged member's report says so at its top: it trains no further, whatever its steps
         progress, summary["total"] = (None, None) if diverged else run_progress(d, summary["global_step"], config, meta)
@@ -1525,16 +1528,17 @@ def _write_text(out: Path, text: str, also_written: Optional[Path] = None, defau
         raise ReportError(describe(out, e) + hint) from None
 
 
-def build_population_report(run_dir, out=None, threshold: Optional[float] = None, metric: str = DEFAULT_METRIC,
+def build_population_report(run_dir, out=None, threshold: Optional[float] = None, metric: Optional[str] = None,
                             x: str = "step", smooth: int = 1, episodes: Optional[int] = 0, device: str = "cpu",
                             quiet: bool = True, json_out=None) -> Path:
     """population_report.build_population_report, checked first (a bad --out, an unknown metric:
     ReportError, nothing written); members without eval.json are evaluated over ``episodes`` (None:
-    each member's own --eval-episodes) on ``device``, as final_eval evaluates a single run."""
+    each member's own --eval-episodes) on ``device``, as final_eval evaluates a single run. ``metric``: of the
+    curve (None: DEFAULT_METRIC)."""
     from . import population_report
     from .plot import population_curves
 
-    run_dir = Path(run_dir)
+    run_dir, metric = Path(run_dir), metric or DEFAULT_METRIC
     if out is not None:
         check_out(Path(out))
     if json_out is not None:
@@ -1558,8 +1562,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="episodes to evaluate when a run (or a population's member) has no eval.json (default: the run's "
                    f"--eval-episodes, which its eval.json would hold; {DEFAULT_EVAL_EPISODES} where that is 0; 0: skip)")
     p.add_argument("--device", default="cpu", help="torch device for that evaluation (default cpu)")
-    p.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME", help=f"metric for the curve and the summary (default {DEFAULT_METRIC}; its summary's best and "
-                   f"final are of {ROLLING_RETURN}, the rolling return, where a run logged it)")
+    p.add_argument("--metric", default=None, metavar="NAME", help=f"metric for the curve and the summary (left out: a curve of "
+                   f"{DEFAULT_METRIC}, a best and final of {ROLLING_RETURN} where the run logged it, the rolling return; typed, "
+                   "a name is used as typed)")
     p.add_argument("--x", default="step", choices=tuple(X_LABELS), help="curve x axis: global step or wall time (default step)")
     p.add_argument("--smooth", type=int_arg, default=1, metavar="K", help="moving average over K points for the curve (default 1)")
     p.add_argument("--json", default=None, metavar="FILE.json", dest="json_out", help="also write the numbers of the "
@@ -1603,9 +1608,9 @@ def run(args) -> int:
         if len(run_dirs) > 1 and all(is_population(d) for d in run_dirs):  # one table of (population, setting) rows
             from .population_report import build_populations_report
 
-            path = build_populations_report(run_dirs, out=args.out, threshold=args.threshold, metric=args.metric, x=args.x,
-                                            smooth=args.smooth, episodes=args.episodes, device=args.device, quiet=False,
-                                            json_out=args.json_out)
+            path = build_populations_report(run_dirs, out=args.out, threshold=args.threshold,
+                                            metric=args.metric or DEFAULT_METRIC, x=args.x, smooth=args.smooth,
+                                            episodes=args.episodes, device=args.device, quiet=False, json_out=args.json_out)
             print(f"wrote {path}" + (f" and {args.json_out}" if args.json_out else ""))
             return 0
         if args.threshold is not None:
