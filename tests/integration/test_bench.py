@@ -12,7 +12,7 @@ import warm_python
 
 def test_tiny_bench_prints_json_for_both_backends_and_writes_the_table(tmp_path, capsys):
     out = tmp_path / "bench.md"
-    code = main(["bench", "CartPole-v1", "--num-envs", "2,8", "--seconds", "0.05", "--repeats", "1", "--json",
+    code = main(["bench", "CartPole-v1", "--num-envs", "2,8", "--num-steps", "16", "--seconds", "0.05", "--repeats", "1", "--json",
                  "--out", str(out)])
     assert code == 0
     lines = [json.loads(row) for row in capsys.readouterr().out.splitlines() if row.strip()]
@@ -29,7 +29,7 @@ def test_tiny_bench_prints_json_for_both_backends_and_writes_the_table(tmp_path,
 
 
 def test_gymnasium_above_the_cap_is_reported_as_skipped(tmp_path, capsys):
-    code = main(["bench", "CartPole-v1", "--num-envs", "4", "--seconds", "0.02", "--repeats", "1",
+    code = main(["bench", "CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--seconds", "0.02", "--repeats", "1",
                  "--max-gym-envs", "2", "--out", str(tmp_path / "b.md")])
     assert code == 0
     table = capsys.readouterr().out
@@ -70,7 +70,8 @@ def test_without_out_the_bench_only_prints(tmp_path, capsys, monkeypatch):
     """The recorded tables under benchmarks/results are never overwritten by a plain `proxima bench`."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "benchmarks" / "results").mkdir(parents=True)
-    code = main(["bench", "CartPole-v1", "--num-envs", "2", "--backend", "native", "--seconds", "0.01", "--repeats", "1"])
+    code = main(["bench", "CartPole-v1", "--num-envs", "2", "--num-steps", "16", "--backend", "native", "--seconds", "0.01",
+                 "--repeats", "1"])
     out, err = capsys.readouterr()
     assert code == 0 and "native" in out.split("\n", 2)[2]  # a table row below the header
     assert "wrote" not in err
@@ -99,8 +100,8 @@ def test_an_existing_out_file_gets_a_new_section_and_keeps_what_it_holds(tmp_pat
     out = tmp_path / "bench.md"
     recorded = "# proxima bench CartPole-v1 on cpu\n\n| old table |\n\n## Reading the table\n\nwritten by hand\n"
     out.write_text(recorded)
-    code = main(["bench", "CartPole-v1", "--num-envs", "2", "--backend", "native", "--seconds", "0.01", "--repeats", "1",
-                 "--out", str(out)])
+    code = main(["bench", "CartPole-v1", "--num-envs", "2", "--num-steps", "16", "--backend", "native", "--seconds", "0.01",
+                 "--repeats", "1", "--out", str(out)])
     err = capsys.readouterr().err
     text = out.read_text()
     assert code == 0 and f"appended a section to {out}" in err
@@ -123,8 +124,8 @@ def test_train_only_times_training_alone(tmp_path, capsys):
     """--train-only: what a training-throughput comparison (benchmarks/vs_purejaxrl.py) needs, without
     the env-alone and rollout-alone measurements, which take a third of the time per size."""
     out = tmp_path / "bench.md"
-    code = main(["bench", "CartPole-v1", "--num-envs", "2", "--backend", "native", "--seconds", "0.02", "--repeats", "1",
-                 "--train-only", "--json", "--out", str(out)])
+    code = main(["bench", "CartPole-v1", "--num-envs", "2", "--num-steps", "16", "--backend", "native", "--seconds", "0.02",
+                 "--repeats", "1", "--train-only", "--json", "--out", str(out)])
     assert code == 0
     (d,) = [json.loads(row) for row in capsys.readouterr().out.splitlines() if row.strip()]
     assert d["train_only"] is True and d["train_sps"] > 0
