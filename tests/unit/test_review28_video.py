@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+import warm_python
 from proxima import video
 from proxima.agent import Agent
 from proxima.checkpoint import Policy
@@ -235,8 +236,8 @@ def test_a_stop_signal_while_the_video_is_written_leaves_no_temp_file(tmp_path, 
     (tmp_path / "child.py").write_text(CHILD)
     out = tmp_path / "out"
     out.mkdir()
-    child = subprocess.Popen([sys.executable, str(tmp_path / "child.py"), str(tmp_path), str(out / "v.gif")],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = warm_python.Popen([sys.executable, str(tmp_path / "child.py"), str(tmp_path), str(out / "v.gif")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
         while not list(out.iterdir()) and child.poll() is None and time.monotonic() < deadline:
@@ -289,8 +290,8 @@ def test_gymnasium_drawn_video_prints_no_sdl_line(tmp_path):
         assert Path(result["video"]).is_file()
     ''')
     env = {k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "SDL_VIDEODRIVER", "SDL_AUDIODRIVER")}
-    done = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent), str(tmp_path / "g.gif")], env=env,
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)  # cwd: -c imports from it first
+    done = warm_python.run([sys.executable, "-c", code, str(Path(__file__).parent), str(tmp_path / "g.gif")], env=env,
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)  # cwd: -c imports from it first
     assert done.returncode == 0, done.stderr
     assert "XDG_RUNTIME_DIR" not in done.stderr and not any(line.startswith("error:") for line in done.stderr.splitlines()), \
         done.stderr
@@ -439,7 +440,7 @@ def test_a_sighup_never_leaves_the_temp_file_whatever_the_writer_thread_seems(tm
     out = tmp_path / "out"
     out.mkdir()
     root = str(Path(video.__file__).resolve().parents[1])
-    done = subprocess.run([sys.executable, str(tmp_path / "child.py"), root, str(out), when], capture_output=True,
-                          text=True, timeout=120)
+    done = warm_python.run([sys.executable, str(tmp_path / "child.py"), root, str(out), when], capture_output=True,
+                           text=True, timeout=120)
     assert done.returncode == -signal.SIGHUP, done.stderr[-2000:]
     assert list(out.iterdir()) == []  # before: .v.XXXX.tmp.gif (finish: every time; unheld: every time)
