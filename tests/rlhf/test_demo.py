@@ -12,7 +12,7 @@ def test_keyword_sentiment_counts_positive_and_negative_words():
 
 def test_short_demo_raises_the_reward_with_bounded_kl(tmp_path):
     cfg = dataclasses.replace(demo_config(), steps=20, run_dir=str(tmp_path / "demo"), print_every=0, sample_every=0)
-    run_dir = run_demo(cfg, pretrain_steps=100)
+    run_dir = run_demo(cfg, pretrain_steps=50)  # 50: reward 0.05 -> 0.68, kl 1.07 (100: 0.07 -> 0.70, kl 0.67)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["reward_last"] > summary["reward_first"] + 0.3, summary
     assert summary["reward_last"] > 0.5, summary
