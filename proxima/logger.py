@@ -103,7 +103,9 @@ class RollingReturn:
     def _add(self, return_sum: float, count: int, mean: float) -> None:
         self._iterations.append((return_sum, count, mean))
         self.episodes += count
-        while self.episodes - self._iterations[0][1] >= self.size:  # the window holds `size` without it
+        # the window holds `size` without its oldest iteration; never the newest one dropped (a size < 1, from a
+        # hand-edited checkpoint's stop_episodes, emptied the window, then read its [0]: IndexError)
+        while len(self._iterations) > 1 and self.episodes - self._iterations[0][1] >= self.size:
             self.episodes -= self._iterations.popleft()[1]
 
     def add_row(self, row: dict) -> float:

@@ -101,6 +101,43 @@ def test_stop_returns_window_is_the_rolling_window_over_sums_and_resumes_from_it
     assert ReturnTarget(3.6, 100, [[30.0, 30], [120.0, 40], [280.0, 70]]).window == [(120.0, 40), (280.0, 70)]
 
 
+def test_stop_return_waits_for_a_full_window_and_a_mean_equal_to_the_target_reaches_it():
+    """--stop-return judges only a window holding --stop-episodes episodes (a first iteration of a few lucky
+    episodes must not stop the run), and a mean exactly at the target reaches it."""
+    from proxima.trainer import ReturnTarget
+
+    target = ReturnTarget(1.0, 10)
+    assert target.add(4 * 50.0, 4) is None and target.reached() is None  # 4 of 10 episodes, far above the target
+    assert target.add(6 * 50.0, 6) == 50.0  # 10 of 10
+    assert ReturnTarget(5.0, 100, [(500.0, 100)]).reached() == 5.0  # exactly 100 episodes, exactly the target
+    assert ReturnTarget(5.0, 100, [(499.0, 99)]).reached() is None
+    assert ReturnTarget(5.0, 100, [(499.0, 100)]).reached() is None  # 4.99 < 5
+
+
+def test_stop_returns_window_of_sums_near_float64s_limit_gives_their_finite_mean():
+    """add_sum keeps each iteration's mean (sum / count) for the overflow-safe mean: two iterations of 2
+    episodes summing 1e308 each (2e308 in all overflows) average 5e307, not 1e308."""
+    from proxima.trainer import ReturnTarget
+
+    target = ReturnTarget(1e307, 4, [(1e308, 2), (1e308, 2)])
+    assert target.returns.mean == pytest.approx(5e307, rel=1e-15)
+    assert target.reached() == pytest.approx(5e307, rel=1e-15)
+    assert ReturnTarget(6e307, 4, [(1e308, 2), (1e308, 2)]).reached() is None
+
+
+@pytest.mark.parametrize("size", [0, -3])
+def test_a_window_of_no_episodes_holds_the_newest_iteration_and_never_raises(size):
+    """RollingReturn(size < 1) (a hand-edited checkpoint's stop_episodes, a Python caller) had its trim loop
+    pop the only iteration, then read [0] of the empty window: IndexError on the first add."""
+    from proxima.trainer import ReturnTarget
+
+    w = RollingReturn(size)
+    assert w.add(3, 2.0) == 2.0 and w.episodes == 3
+    assert w.add(5, 4.0) == 4.0 and w.sums() == [(20.0, 5)]
+    assert RollingReturn(size, [(6.0, 3), (20.0, 5)]).sums() == [(20.0, 5)]
+    assert ReturnTarget(1.0, size).add(4.0, 2) == 2.0
+
+
 # ------------------------------------------------------------------------------------ a real run and its resume
 def _config(**overrides):
     values = dict(env_id="CartPole-v1", num_envs=8, num_steps=24, total_timesteps=ITERATIONS * STEPS, num_minibatches=1,
