@@ -224,3 +224,42 @@ def test_a_named_best_pt_missing_what_restore_reads_is_refused_before_the_newer_
     assert line.endswith(f"resuming the run directory instead (proxima resume {run}) continues from its newest sound "
                          f"checkpoint, {ckpts / 'step_000000000192.pt'}"), line
     assert sorted(p.name for p in ckpts.iterdir()) == before
+
+
+@pytest.fixture(scope="module")
+def finished_normed(tmp_path_factory):
+    """The `finished` run with --norm-obs --norm-reward: restore reads both statistics of its checkpoints."""
+    run = tmp_path_factory.mktemp("damaged39norm") / "run"
+    flags = [f for f in TINY_RUN if f not in ("--eval-episodes", "0")]
+    assert cli.main(["train", "CartPole-v1", *flags, "--eval-episodes", "1", "--eval-every", "1", "--total-timesteps", "192",
+                     "--keep-checkpoints", "2", "--checkpoint-every", "1", "--norm-obs", "--norm-reward",
+                     "--run-dir", str(run), "--quiet"]) == 0
+    return run
+
+
+@pytest.mark.parametrize("key, stored", [("obs_normalizer", "deleted"), ("reward_scaler", "deleted"),
+                                         ("obs_normalizer", None), ("optimizer", None)])
+def test_a_named_best_pt_of_a_normalized_run_missing_a_statistic_or_holding_none_is_refused_with_nothing_moved(
+        finished_normed, tmp_path, capsys, key, stored):
+    """check_consistent asks a --norm-obs / --norm-reward run's checkpoint for its statistics, and takes a
+    field stored as None (a hand-edited file) as missing: restore would read neither, after the resume had
+    set the newer step_*.pt aside."""
+    import torch
+
+    run = tmp_path / "run"
+    shutil.copytree(finished_normed, run)
+    ckpts = run / "checkpoints"
+    before = sorted(p.name for p in ckpts.iterdir())
+    # a best.pt of step 128 (this run's best evaluation may be its last): a resume from it sets step 192 aside
+    state = torch.load(ckpts / "step_000000000128.pt", weights_only=False)
+    assert state["global_step"] == 128 and state[key] is not None
+    if stored == "deleted":
+        del state[key]
+    else:
+        state[key] = None
+    torch.save(state, ckpts / "best.pt")
+    code, _, err = run_main(["resume", str(ckpts / "best.pt"), "--total-timesteps", "256"], capsys)
+    line = error_line(code, err, f"incomplete checkpoint (missing '{key}')")
+    assert line.endswith(f"resuming the run directory instead (proxima resume {run}) continues from its newest sound "
+                         f"checkpoint, {ckpts / 'step_000000000192.pt'}"), line
+    assert sorted(p.name for p in ckpts.iterdir()) == before
