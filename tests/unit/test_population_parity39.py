@@ -128,3 +128,43 @@ def test_a_complete_populations_resume_notes_stop_episodes_as_one_that_trains(tm
     code, _, err = run_main(["resume", str(run), "--stop-episodes", "0"], capsys)
     assert code == 0, err
     assert "the run is complete (256 steps)" in err
+
+
+def test_a_population_of_an_image_env_with_encoder_auto_records_the_encoder_it_built(tmp_path, capsys, monkeypatch):
+    """population_spaces describes the encoder the population built (pop.encoder_kind), not the config's
+    'auto': for a uint8 image that is the CNN, as a single run of the env records."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "fixtures"))
+    board = {"observation": "Box(40, 40, 2) uint8 -> image (2, 40, 40) 0..1 scaled to [0, 1]",
+             "policy": "Nature CNN (512 features), linear actor and critic heads",
+             "action": "Discrete(2) -> categorical over 2"}
+    run = tmp_path / "pop"
+    code, _, err = run_main(["train", "pixel_edge_envs:BinaryBoard", "--seeds", "1,2", "--run-dir", str(run), *FLAGS,
+                             "--backend", "gymnasium", "--encoder", "auto", "--total-timesteps", "64"], capsys)
+    assert code == 0, err
+    assert json.loads((run / "population.json").read_text())["spaces"] == board
+    for d in _members(run):
+        assert json.loads((d / "meta.json").read_text())["spaces"] == board
+    assert f"proxima: spaces: obs {board['observation']}, " in err
+
+
+def test_population_spaces_describes_the_encoder_the_population_built_not_its_configs_auto():
+    """The unit contract behind the test above: population_spaces reads pop.encoder_kind (what the
+    agents built), whatever a config's --encoder auto would resolve to on its own."""
+    import types
+
+    import numpy as np
+    from gymnasium import spaces
+
+    from proxima.population_run import population_spaces
+
+    env = types.SimpleNamespace(single_observation_space=spaces.Box(0, 1, (40, 40, 2), np.uint8),
+                                single_action_space=spaces.Discrete(2))
+    pop = types.SimpleNamespace(configs=[_config(encoder="auto")], env=env, encoder_kind="mlp")
+    assert population_spaces(pop) == {
+        "observation": "Box(40, 40, 2) uint8 -> image (2, 40, 40) 0..1 scaled to [0, 1], flattened to 3200 features",
+        "policy": "MLP 32 tanh", "action": "Discrete(2) -> categorical over 2"}
+    assert pop.configs[0].encoder == "auto"  # the population's own config is left as it is
+    pop.encoder_kind = "cnn"
+    assert population_spaces(pop)["policy"] == "Nature CNN (512 features), linear actor and critic heads"
