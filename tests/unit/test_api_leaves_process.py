@@ -133,10 +133,10 @@ def test_load_takes_device_auto_and_names_an_unusable_device_in_one_line(small_c
     run_dir, _ = train(small_config(checkpoint_every=1, run_dir=str(tmp_path)), quiet=True)
     expected = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     assert load(run_dir, device="auto").device.type == expected.type
-    with pytest.raises(ConfigError, match=r"^--device 'gpu': not a torch device \(cpu, cuda, cuda:1, auto\)$"):
-        load(run_dir, device="gpu")  # not "the recorded spaces and config do not describe an agent"
+    with pytest.raises(ConfigError, match=r"^device='gpu': not a torch device \(cpu, cuda, cuda:1, auto\)$"):
+        load(run_dir, device="gpu")  # in the call's words; not "the recorded spaces and config do not describe an agent"
     if not torch.cuda.is_available():
-        with pytest.raises(ConfigError, match=r"^--device 'cuda': CUDA is not usable here"):
+        with pytest.raises(ConfigError, match=r"^device='cuda': CUDA is not usable here"):
             load(run_dir, device="cuda")  # not torch's bare AssertionError
 
 
