@@ -40,13 +40,15 @@ def _name_part(name: str) -> str:
     return part
 
 
-def new_temp_file(path: Path) -> tuple:
-    """(fd, temp path): a new file next to ``path`` (``.NAME.<random>.tmp``), opened for writing,
-    never an existing file or link (O_CREAT | O_EXCL | O_NOFOLLOW)."""
+def new_temp_file(path: Path, keep_suffix: bool = False) -> tuple:
+    """(fd, temp path): a new file next to ``path`` (``.NAME.<random>.tmp``; ``keep_suffix``:
+    ``.STEM.<random>.tmp.SUFFIX``), opened for writing, never an existing file or link
+    (O_CREAT | O_EXCL | O_NOFOLLOW)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    hidden, part = "" if path.name.startswith(".") else ".", _name_part(path.name)
+    stem, suffix = (path.stem, path.suffix) if keep_suffix else (path.name, "")
+    hidden, part = "" if path.name.startswith(".") else ".", _name_part(stem)
     for _ in range(100):
-        tmp = path.with_name(f"{hidden}{part}.{secrets.token_hex(6)}.tmp")
+        tmp = path.with_name(f"{hidden}{part}.{secrets.token_hex(6)}.tmp{suffix}")
         try:
             return os.open(tmp, flags, 0o666), tmp
         except FileExistsError:
@@ -101,6 +103,21 @@ def write_atomic(path: PathLike, data: Union[str, bytes], encoding: str = "utf-8
     with atomic_open(path, "wb") as f:
         f.write(data if isinstance(data, bytes) else data.encode(encoding))
     return Path(path)
+
+
+def reserve_temp(path: PathLike) -> Path:
+    """A new empty file next to ``path`` (``.STEM.<random>.tmp.SUFFIX``, never an existing file or
+    link), for a caller that writes several files and renames them into place together (replace_into)
+    once all are written: the suffix kept, a writer that matches names (``.json``) still sees the kind."""
+    fd, tmp = new_temp_file(Path(path), keep_suffix=True)
+    os.close(fd)
+    return tmp
+
+
+def replace_into(tmp: PathLike, path: PathLike) -> None:
+    """Rename ``tmp`` over ``path`` (a symbolic link at ``path`` replaced, never followed), the folder fsynced."""
+    os.replace(tmp, path)
+    _fsync_folder(Path(path).parent)
 
 
 def leads_outside(path: PathLike, root: PathLike) -> bool:

@@ -1313,7 +1313,7 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     ``device`` (None: each member's own --eval-episodes; 0: their last training return); ReportError
     (nothing written) on a broken run. json_out: also write the table's numbers there (population_json),
     before the Markdown (report.write_report), checked already by report.build_population_report."""
-    from .report import ReportError, _curve_path, image_link, make_folders, write_report
+    from .report import ReportError, Staging, _curve_path, draw_curve, image_link, make_folders, write_report
 
     run_dir = Path(run_dir)
     if threshold is not None and not math.isfinite(threshold):  # as `proxima report` refuses it
@@ -1322,24 +1322,25 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     out = Path(out) if out is not None else run_dir / "report.md"
     comparison = settings_comparison(rows)
     text = render(run_dir, rows, threshold, episodes, comparison)
-    from .plot import PlotError, plot_runs
 
     curve = _curve_path(out)  # the report's own, not plot's curve.png, which a later plot would replace
     everyone = any(r["diverged"] for r in rows) and all(len(r["diverged"]) == len(r["dirs"]) for r in rows)
     # --out and --json in a folder not made yet, made as a single run's report makes them (before the curve, which may fail)
     make_folders(out, json_out)
-    try:  # the population's plot: one IQM curve with its 95% bootstrap band per setting
-        plot_runs([run_dir], curve, metric=metric, x=x, smooth=smooth)
-        name = resolved_metric(run_dir, metric)  # what was drawn: `--metric value_loss` drew losses/value_loss
-        alt = f"learning curves: IQM over members of {name} with a 95% bootstrap CI, per setting"
-        text += (f"\n![{alt}]({image_link(Path(os.path.relpath(curve.resolve(), out.parent.resolve())).as_posix())})\n\n"
-                 f"{curve_caption(rows, name)}\n")
-    except PlotError as e:  # every member diverged: the line above the table has said who and why once
-        text += ("\nNo learning curve: every member diverged, and a diverged member is left out of its setting's "
-                 "curve, as of the table.\n" if everyone else f"\nNo learning curve: {e}\n")
-    text += "\n" + "\n".join(provenance_section(run_dir, json.loads(read_run_text(run_dir / POPULATION_FILE))))
-    # the JSON first (write_report): a --json that cannot be written leaves no report.md
-    write_report(out, text, json_out, population_json(run_dir, rows, threshold, comparison) if json_out is not None else None)
+    with Staging() as staging:  # the curve, the JSON and report.md renamed into place together, or none
+        # the population's plot: one IQM curve with its 95% bootstrap band per setting
+        why = draw_curve(staging, [run_dir], curve, metric=metric, x=x, smooth=smooth)
+        if why is None:
+            name = resolved_metric(run_dir, metric)  # what was drawn: `--metric value_loss` drew losses/value_loss
+            alt = f"learning curves: IQM over members of {name} with a 95% bootstrap CI, per setting"
+            text += (f"\n![{alt}]({image_link(Path(os.path.relpath(curve.resolve(), out.parent.resolve())).as_posix())})\n\n"
+                     f"{curve_caption(rows, name)}\n")
+        else:  # every member diverged: the line above the table has said who and why once
+            text += ("\nNo learning curve: every member diverged, and a diverged member is left out of its setting's "
+                     "curve, as of the table.\n" if everyone else f"\nNo learning curve: {why}\n")
+        text += "\n" + "\n".join(provenance_section(run_dir, json.loads(read_run_text(run_dir / POPULATION_FILE))))
+        write_report(out, text, json_out, population_json(run_dir, rows, threshold, comparison) if json_out is not None
+                     else None, staging=staging)
     return out
 
 
@@ -1398,8 +1399,9 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
     or evaluation episode counts are no one measure: ReportError (one line naming what differs),
     nothing written, as for a bad --out or an unknown metric. The curves are ``proxima plot``'s of the
     populations, one panel each."""
-    from .plot import PlotError, plot_runs, population_curves, run_names
-    from .report import ReportError, _curve_path, check_device, check_json_out, check_out, image_link, make_folders, write_report
+    from .plot import PlotError, population_curves, run_names
+    from .report import (ReportError, Staging, _curve_path, check_device, check_json_out, check_out, draw_curve, image_link,
+                         make_folders, write_report)
 
     run_dirs = [Path(d) for d in run_dirs]
     if out is None:
@@ -1450,15 +1452,16 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
     text = render_populations(run_dirs, names, docs, tables, threshold, episodes, comparison)
     curve = _curve_path(out)
     make_folders(out, json_out)
-    try:  # one panel per population, as `proxima plot A B` draws them
-        plot_runs(run_dirs, curve, metric=metric, x=x, smooth=smooth)
-        link = image_link(Path(os.path.relpath(curve.resolve(), out.parent.resolve())).as_posix())
-        text += (f"\n![learning curves: IQM over members of {resolved_metric(run_dirs[0], metric)} with a 95% bootstrap CI, "
-                 f"per setting, one panel per population]({link})\n\n{curve_caption([r for t in tables for r in t], resolved_metric(run_dirs[0], metric))}\n")
-    except PlotError as e:
-        text += f"\nNo learning curve: {e}\n"
-    write_report(out, text, json_out, populations_json(run_dirs, names, tables, threshold, comparison)
-                 if json_out is not None else None)
+    with Staging() as staging:  # the curve, the JSON and report.md renamed into place together, or none
+        why = draw_curve(staging, run_dirs, curve, metric=metric, x=x, smooth=smooth)  # one panel per population
+        if why is None:
+            link = image_link(Path(os.path.relpath(curve.resolve(), out.parent.resolve())).as_posix())
+            text += (f"\n![learning curves: IQM over members of {resolved_metric(run_dirs[0], metric)} with a 95% bootstrap CI, "
+                     f"per setting, one panel per population]({link})\n\n{curve_caption([r for t in tables for r in t], resolved_metric(run_dirs[0], metric))}\n")
+        else:
+            text += f"\nNo learning curve: {why}\n"
+        write_report(out, text, json_out, populations_json(run_dirs, names, tables, threshold, comparison)
+                     if json_out is not None else None, staging=staging)
     return out
 
 

@@ -39,6 +39,7 @@ report are written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import math
@@ -1311,12 +1312,12 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
     curve = Path(os.path.relpath(curve_file.resolve(), out.parent.resolve())).as_posix()
     text = render(runs, curve, None, metric, x)  # before any file: a run the report cannot format writes nothing
     make_folders(out, json_out)
-    try:
-        plot_runs(dirs, curve_file, metric=metric, x=x, smooth=smooth)
-    except PlotError as e:
-        curve_file, text = None, render(runs, None, str(e), metric, x)
-    write_report(out, text, json_out, runs_json(runs, metric) if json_out is not None else None, also_written=curve_file,
-                 default_out=default_out)
+    with Staging() as staging:  # the curve, the JSON and report.md renamed into place together, or none
+        why = draw_curve(staging, dirs, curve_file, metric=metric, x=x, smooth=smooth)
+        if why is not None:
+            text = render(runs, None, why, metric, x)
+        write_report(out, text, json_out, runs_json(runs, metric) if json_out is not None else None, staging=staging,
+                     default_out=default_out)
     return out
 
 
@@ -1384,13 +1385,14 @@ def json_document(kind: str, body: dict) -> dict:
             **strict_json(body)}
 
 
-def write_json(path: Path, doc: dict) -> None:
-    """Write ``doc`` to ``path`` whole (atomic.write_atomic), strict JSON; ReportError naming the file on an error."""
+def write_json(path: Path, doc: dict, staging: Optional["Staging"] = None) -> None:
+    """Write ``doc`` to ``path`` whole (atomic.write_atomic), strict JSON; ReportError naming the file on an error.
+    ``staging``: to a temporary name beside ``path`` instead, renamed into place by staging.publish."""
     from .atomic import write_atomic
 
     text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
     try:
-        write_atomic(path, text)
+        write_atomic(path if staging is None else staging.reserve(path), text)
     except OSError as e:
         raise ReportError(describe(path, e)) from None
 
@@ -1491,39 +1493,94 @@ def make_folders(*files) -> None:
 NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
-def write_report(out: Path, text: str, json_out=None, doc: Optional[dict] = None, also_written: Optional[Path] = None,
-                 default_out: bool = False) -> None:
-    """Write report.md ``out`` (_write_text) and, given ``json_out``, its --json ``doc``: the JSON first, so
-    one that cannot be written (EACCES, a full disk) leaves no report.md, and ``also_written`` (the curve)
-    removed; a report.md that then fails takes the JSON just written with it. A failure writes neither."""
-    if json_out is not None:
-        try:
-            write_json(Path(json_out), doc)
-        except ReportError:
-            if also_written is not None:
-                also_written.unlink(missing_ok=True)
-            raise
+class Staging:
+    """The files of one report (its curve, --json, report.md), each written under a temporary name beside
+    its target (atomic.reserve_temp) and renamed into place only once all are written (publish): a
+    failure before then removes the temporaries and leaves every file already there as it was (an
+    earlier report.md, JSON and curve alike). ``with Staging() as s:`` discards them on any exception."""
+
+    def __init__(self):
+        self.files: dict = {}  # target -> temporary, in the order written: the renames' order
+
+    def reserve(self, target: Path) -> Path:
+        """The temporary file to write ``target``'s bytes to (an OSError raised as it is)."""
+        from .atomic import reserve_temp
+
+        self.drop(target)
+        self.files[Path(target)] = tmp = reserve_temp(target)
+        return tmp
+
+    def drop(self, target: Path) -> None:
+        """Remove ``target``'s temporary (a curve that could not be drawn): nothing is renamed to it."""
+        tmp = self.files.pop(Path(target), None)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+    def discard(self) -> None:
+        for target in list(self.files):
+            self.drop(target)
+
+    def publish(self) -> None:
+        """Rename each temporary over its target, in the order written (report.md last, so a crash among the
+        renames leaves at worst a newer curve and JSON beside the earlier report.md); ReportError naming the
+        target whose rename failed, the temporaries not yet renamed removed."""
+        from .atomic import replace_into
+
+        for target, tmp in list(self.files.items()):
+            try:
+                replace_into(tmp, target)
+            except OSError as e:
+                self.discard()
+                raise ReportError(describe(target, e)) from None
+            del self.files[target]
+
+    def __enter__(self) -> "Staging":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.discard()  # after publish, nothing is left to remove
+
+
+def draw_curve(staging: Staging, run_dirs: Sequence, curve: Path, **plot_args) -> Optional[str]:
+    """Draw the report's curve (plot_runs) to a temporary of ``staging`` for ``curve``; None, or why no curve
+    was drawn (a metric without values, a disk full: the report says so in place of the image), its
+    temporary then removed and ``curve`` left as it was."""
     try:
-        _write_text(out, text, also_written=also_written, default_out=default_out)
-    except ReportError:
+        tmp = staging.reserve(curve)  # its suffix kept: plot_runs draws the format the name says
+    except OSError as e:  # the folder is read-only, the disk full
+        return describe(curve, e)
+    try:
+        plot_runs(run_dirs, tmp, **plot_args)
+    except PlotError as e:
+        staging.drop(curve)
+        return str(e).replace(str(tmp), str(curve))  # the file the user knows, not its temporary name
+    return None
+
+
+def write_report(out: Path, text: str, json_out=None, doc: Optional[dict] = None, staging: Optional[Staging] = None,
+                 default_out: bool = False) -> None:
+    """Write report.md ``out`` (_write_text) and, given ``json_out``, its --json ``doc``, each to a temporary of
+    ``staging`` (the curve's already there), then rename them all into place, report.md last (Staging.publish):
+    a JSON or report.md that cannot be written (EACCES, a full disk) replaces no file, an earlier one included."""
+    with (Staging() if staging is None else staging) as staging:
         if json_out is not None:
-            Path(json_out).unlink(missing_ok=True)
-        raise
+            write_json(Path(json_out), doc, staging=staging)
+        _write_text(out, text, staging=staging, default_out=default_out)
+        staging.publish()
 
 
-def _write_text(out: Path, text: str, also_written: Optional[Path] = None, default_out: bool = False) -> None:
+def _write_text(out: Path, text: str, staging: Optional[Staging] = None, default_out: bool = False) -> None:
     """Write ``out`` whole (atomic.write_atomic: a temp file at a fresh name, then a rename that
-    replaces a symbolic link at ``out`` rather than writing through it); on an error remove
-    ``also_written`` (the curve drawn for it) and raise ReportError naming the file and the free
+    replaces a symbolic link at ``out`` rather than writing through it), or to a temporary of
+    ``staging`` renamed by its publish; on an error raise ReportError naming the file and the free
     space: no half report. ``default_out``: ``out`` is the run's own report.md, not an --out given; a
     run directory the user may not write then says where the report can go instead."""
     from .atomic import write_atomic
 
     try:
-        write_atomic(out, text)
+        write_atomic(out if staging is None else staging.reserve(out), text)
     except OSError as e:  # disk full: one line naming the file and the free space, no half report
-        if also_written is not None:
-            also_written.unlink(missing_ok=True)
         hint = "; use --out FILE.md" if default_out and e.errno in NOT_WRITABLE else ""
         raise ReportError(describe(out, e) + hint) from None
 

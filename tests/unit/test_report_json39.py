@@ -404,3 +404,142 @@ def test_two_populations_verdict_names_only_the_rows_told_apart_and_notes_the_ro
         "distinguishable from R3: lr=0.001 (p = 0.004), B: lr=0.0003 (p = 0.004); not distinguishable from R3: lr=0.0001 "
         "(P(X > Y) 0.00; fewer than 5 members on a side: no claim) at these seeds. Run more seeds to tell them apart.")
     assert doc["verdict"] in md
+
+
+# ---------------------------------------------------------------- a failed report replaces nothing: curve, JSON and report.md staged
+def _reported(tmp_path, kind):
+    """A run (or a population) reported once with --json: (run, its three files)."""
+    from tests.cli_helpers import fake_run_dir
+
+    run = fake_run_dir(tmp_path, "run") if kind == "run" else _pop(tmp_path)
+    if kind == "population":  # members with a curve to draw
+        metrics = (fake_run_dir(tmp_path / "src", "src") / "metrics.csv").read_bytes()
+        for member in run.iterdir():
+            if member.is_dir():
+                (member / "metrics.csv").write_bytes(metrics)
+    js = tmp_path / "numbers.json"
+    assert cli.main(["report", str(run), "--episodes", "0", "--json", str(js)]) == 0
+    return run, [run / "report.md", js, run / "report_curve.png"]
+
+
+def _listing(tmp_path):
+    return sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize("kind", ["run", "population"])
+@pytest.mark.parametrize("point", ["curve", "json", "md"])
+def test_a_report_that_fails_leaves_the_earlier_report_json_and_curve_byte_identical(tmp_path, monkeypatch, capsys,
+                                                                                     kind, point):
+    """Before, a report.md that failed unlinked the JSON that had replaced the earlier one (and the curve), and a
+    JSON that failed unlinked the curve that had replaced the earlier one: the earlier report.md lost its image."""
+    import errno
+
+    from matplotlib.figure import Figure
+
+    from proxima import atomic
+
+    run, files = _reported(tmp_path, kind)
+    (run / "report.md").write_text((run / "report.md").read_text() + "an earlier report\n")  # told apart from the next
+    files[2].write_bytes(files[2].read_bytes() + b"an earlier curve")  # a new curve of the same runs has the same bytes
+    before, listing = [f.read_bytes() for f in files], _listing(tmp_path)
+    written = atomic.write_atomic
+
+    def full(path, *args, **kwargs):
+        if path.suffix == "." + point:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return written(path, *args, **kwargs)
+
+    def interrupted(*args, **kwargs):  # Ctrl-C while the curve is drawn
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic, "write_atomic", full)
+    monkeypatch.setattr(Figure, "savefig", interrupted if point == "curve" else Figure.savefig)
+    argv = ["report", str(run), "--episodes", "0", "--json", str(files[1])]
+    if point == "curve":
+        assert cli.main(argv) == 130
+    else:
+        assert cli.main(argv) == 2
+        target = files[0] if point == "md" else files[1]
+        assert capsys.readouterr().err.startswith(f"proxima report: error: {target}: could not write (No space left")
+    assert [f.read_bytes() for f in files] == before
+    assert _listing(tmp_path) == listing  # no temporary left behind
+
+
+@pytest.mark.parametrize("kind", ["run", "population"])
+def test_a_first_report_that_fails_leaves_no_curve_nor_temporary(tmp_path, monkeypatch, capsys, kind):
+    """Before, a population's report whose JSON failed left this call's curve behind."""
+    import errno
+
+    from proxima import atomic
+
+    run = _reported(tmp_path, kind)[0]
+    for f in (run / "report.md", run / "report_curve.png", tmp_path / "numbers.json"):
+        f.unlink()
+    listing = _listing(tmp_path)
+    written = atomic.write_atomic
+
+    def full(path, *args, **kwargs):
+        if path.suffix == ".json":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return written(path, *args, **kwargs)
+
+    monkeypatch.setattr(atomic, "write_atomic", full)
+    assert cli.main(["report", str(run), "--episodes", "0", "--json", str(tmp_path / "numbers.json")]) == 2
+    assert _listing(tmp_path) == listing
+
+
+@pytest.mark.parametrize("kind", ["run", "population"])
+def test_a_second_report_replaces_all_three_files_and_leaves_no_temporary(tmp_path, capsys, kind):
+    run, files = _reported(tmp_path, kind)
+    (run / "report.md").write_text("an earlier report\n")
+    files[1].write_text('{"generator": "proxima report", "old": true}\n')
+    files[2].write_bytes(b"old")
+    listing = _listing(tmp_path)
+    assert cli.main(["report", str(run), "--episodes", "0", "--json", str(files[1])]) == 0
+    assert "](report_curve.png)" in files[0].read_text() and json.loads(files[1].read_text())["generator"] == "proxima report"
+    assert files[2].read_bytes().startswith(b"\x89PNG")
+    assert _listing(tmp_path) == listing
+
+
+# ---------------------------------------------------------------- where --json may go
+def test_a_single_runs_json_in_a_new_folder_makes_the_folder(tmp_path, capsys):
+    from tests.cli_helpers import fake_run_dir
+
+    run, out = fake_run_dir(tmp_path, "run"), tmp_path / "new" / "deeper" / "x.json"
+    assert cli.main(["report", str(run), "--episodes", "0", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["kind"] == "runs"
+
+
+def test_a_two_populations_json_in_a_new_folder_makes_the_folder(tmp_path, capsys):
+    a, b = _pop(tmp_path, "A"), _pop(tmp_path, "B")
+    out = tmp_path / "new" / "x.json"
+    assert cli.main(["report", str(a), str(b), "--out", str(tmp_path / "both.md"), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["kind"] == "populations"
+
+
+def test_json_refuses_a_runs_own_name_in_upper_case(single_run, capsys):
+    run, before = single_run, sorted(os.listdir(single_run))
+    assert cli.main(["report", str(single_run), "--json", str(run / "META.JSON")]) == 2
+    assert "META.JSON is a file Proxima writes in a run directory" in capsys.readouterr().err
+    assert sorted(os.listdir(run)) == before
+
+
+def test_json_refuses_a_runs_own_name_reached_through_a_symlinked_folder(tmp_path, capsys):
+    from tests.cli_helpers import fake_run_dir
+
+    run = fake_run_dir(tmp_path, "run")
+    (tmp_path / "link").symlink_to(run, target_is_directory=True)
+    before = sorted(os.listdir(run))
+    assert cli.main(["report", str(run), "--episodes", "0", "--json", str(tmp_path / "link" / "eval.json")]) == 2
+    assert "eval.json is a file Proxima writes in a run directory" in capsys.readouterr().err
+    assert sorted(os.listdir(run)) == before
+
+
+def test_json_refuses_the_second_runs_own_name(tmp_path, capsys):
+    from tests.cli_helpers import fake_run_dir
+
+    a, b = fake_run_dir(tmp_path, "A"), fake_run_dir(tmp_path, "B")
+    assert cli.main(["report", str(a), str(b), "--episodes", "0", "--out", str(tmp_path / "r.md"),
+                     "--json", str(b / "eval.json")]) == 2
+    assert "eval.json is a file Proxima writes in a run directory" in capsys.readouterr().err
+    assert not (b / "eval.json").exists() and not (tmp_path / "r.md").exists()
