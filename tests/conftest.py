@@ -36,6 +36,18 @@ def unflipped(monkeypatch):
 
 
 @pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A home directory of the test's own ($HOME), and a working directory apart from it: where ``~``
+    in a path must and must not land."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    return home
+
+
+@pytest.fixture
 def small_config():
     """A PPOConfig factory for CartPole that trains in well under a second per iteration."""
     from proxima.config import PPOConfig

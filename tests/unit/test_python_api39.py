@@ -14,17 +14,6 @@ from proxima.device import resolve_device
 SMALL = dict(num_envs=4, num_steps=16, threads=1, progress=False, total_timesteps=64, eval_episodes=0)
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    """A home directory of the test's own, and a working directory apart from it."""
-    home, cwd = tmp_path / "home", tmp_path / "cwd"
-    home.mkdir()
-    cwd.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.chdir(cwd)
-    return home
-
-
 def test_train_run_dir_tilde_is_the_home_directory_never_a_folder_named_tilde(home):
     run_dir, trained = proxima.train(PPOConfig(env_id="CartPole-v1", **SMALL), run_dir="~/tilde_run", quiet=True)
     assert run_dir == home / "tilde_run"

@@ -4,25 +4,12 @@ usable checkpoint, report --json written before report.md, and a typed --metric 
 
 from pathlib import Path
 
-import pytest
 import yaml
 
 import proxima
 from proxima import PPOConfig
 from tests.cli_helpers import error_line, run_main
-
-SMALL = dict(num_envs=4, num_steps=16, threads=1, progress=False, total_timesteps=64, eval_episodes=0)
-
-
-@pytest.fixture
-def home(tmp_path, monkeypatch):
-    """A home directory of the test's own, and a working directory apart from it."""
-    home, cwd = tmp_path / "home", tmp_path / "cwd"
-    home.mkdir()
-    cwd.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.chdir(cwd)
-    return home
+from tests.unit.test_python_api39 import SMALL  # the Python API tests' tiny run
 
 
 def _config_file(path: Path, **values) -> str:
