@@ -1495,9 +1495,12 @@ NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 class Staging:
     """The files of one report (its curve, --json, report.md), each written under a temporary name beside
-    its target (atomic.reserve_temp) and renamed into place only once all are written (publish): a
-    failure before then removes the temporaries and leaves every file already there as it was (an
-    earlier report.md, JSON and curve alike). ``with Staging() as s:`` discards them on any exception."""
+    its target (atomic.reserve_temp) and renamed into place only once all are written (publish), in the
+    order curve, JSON, report.md: a failure before then removes the temporaries and leaves every file
+    already there as it was (an earlier report.md, JSON and curve alike). A rename that fails within
+    publish does not undo the renames before it: the curve (and JSON) already replaced stay, newer,
+    beside the earlier report.md, never a new report.md beside an older curve. ``with Staging() as s:``
+    discards the temporaries not yet renamed on any exception."""
 
     def __init__(self):
         self.files: dict = {}  # target -> temporary, in the order written: the renames' order
@@ -1522,9 +1525,10 @@ class Staging:
             self.drop(target)
 
     def publish(self) -> None:
-        """Rename each temporary over its target, in the order written (report.md last, so a crash among the
-        renames leaves at worst a newer curve and JSON beside the earlier report.md); ReportError naming the
-        target whose rename failed, the temporaries not yet renamed removed."""
+        """Rename each temporary over its target, in the order written: curve, JSON, report.md. A rename that
+        fails raises ReportError naming its target and removes the temporaries not yet renamed, but those
+        renamed before it stay: a newer curve (and JSON) beside the earlier report.md, never a report.md
+        linking to or describing files that were not replaced."""
         from .atomic import replace_into
 
         for target, tmp in list(self.files.items()):
@@ -1544,8 +1548,15 @@ class Staging:
 
 def draw_curve(staging: Staging, run_dirs: Sequence, curve: Path, **plot_args) -> Optional[str]:
     """Draw the report's curve (plot_runs) to a temporary of ``staging`` for ``curve``; None, or why no curve
-    was drawn (a metric without values, a disk full: the report says so in place of the image), its
-    temporary then removed and ``curve`` left as it was."""
+    was drawn (a metric without values, a disk full, a folder or a file's child at ``curve``: the report
+    says so in place of the image), its temporary then removed and ``curve`` left as it was. ``curve``
+    itself is checked first (diskspace.path_problem), as plot_runs checks the temporary it is given: a
+    curve that could not be renamed into place is no curve, and the report is still written."""
+    from .diskspace import path_problem
+
+    problem = path_problem(curve)
+    if problem:  # a folder named report_curve.png: publish's rename would fail, and with it the whole report
+        return f"{curve}: {problem}"
     try:
         tmp = staging.reserve(curve)  # its suffix kept: plot_runs draws the format the name says
     except OSError as e:  # the folder is read-only, the disk full

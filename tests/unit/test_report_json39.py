@@ -543,3 +543,27 @@ def test_json_refuses_the_second_runs_own_name(tmp_path, capsys):
                      "--json", str(b / "eval.json")]) == 2
     assert "eval.json is a file Proxima writes in a run directory" in capsys.readouterr().err
     assert not (b / "eval.json").exists() and not (tmp_path / "r.md").exists()
+
+
+@pytest.mark.parametrize("kind", ["run", "population", "populations"])
+def test_a_folder_at_the_curves_name_is_no_curve_and_the_report_is_still_written(tmp_path, capsys, kind):
+    """Since the curve was staged, plot_runs checked its temporary, not report_curve.png: a folder there made
+    publish's rename fail (EISDIR), exit 2 and no report.md, where before the report said "No learning curve"."""
+    run, files = _reported(tmp_path, "run" if kind == "run" else "population")
+    for f in files:
+        f.unlink()
+    if kind == "populations":
+        other, out = _pop(tmp_path, "B"), tmp_path / "both.md"
+        argv, md, curve = ["report", str(run), str(other), "--out", str(out)], out, tmp_path / "both_curve.png"
+    else:
+        argv, md, curve = ["report", str(run), "--episodes", "0"], run / "report.md", run / "report_curve.png"
+    curve.mkdir()
+    (curve / "keep.txt").write_text("mine\n")
+    listing = _listing(tmp_path)
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    text = md.read_text()
+    said = "No curve" if kind == "run" else "No learning curve"  # a single run's report words it so, as before
+    assert f"{said}: {curve}: is a directory" in text and "_curve.png)" not in text
+    assert curve.is_dir() and [p.name for p in curve.iterdir()] == ["keep.txt"]
+    assert (curve / "keep.txt").read_text() == "mine\n"
+    assert _listing(tmp_path) == sorted(listing + [str(md.relative_to(tmp_path))])  # no temporary left behind
