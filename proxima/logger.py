@@ -10,7 +10,8 @@ stopped it; blank in rows a run logged before the column existed), charts/succes
 of the iteration's finished episodes whose last step's info["is_success"] was true, of those that
 reported it; blank where none did: native envs, Gymnasium envs that report none, older rows),
 charts/episodic_return_100 (the rolling training return, RollingReturn; a run's and a population member's
-logger, RunLogger(rolling=True); blank in a logger without it).
+logger, RunLogger(rolling=True); blank in a logger without it and in a row whose episodes are not counted: a
+diverged population member's).
 On resume from global step S, events and CSV rows after S are dropped before logging continues, so
 neither file holds a duplicate or a gap. The event files themselves are rewritten (drop_events_after):
 TensorBoard's default (fast) loader ignores the purge markers SummaryWriter(purge_step=...) writes, so
@@ -148,6 +149,16 @@ def _logged(count, value) -> bool:
     a float, CSV text's float) and a finite value."""
     try:
         return float(count).is_integer() and int(count) > 0 and math.isfinite(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def episodes_not_counted(count) -> bool:
+    """Whether an iteration's episode count is NaN (or None): not counted, unlike 0 (none finished)."""
+    if count is None:
+        return True
+    try:
+        return math.isnan(float(count))
     except (TypeError, ValueError, OverflowError):
         return False
 
@@ -974,9 +985,13 @@ class RunLogger:
     def log(self, iteration: int, global_step: int, metrics: dict) -> None:
         """metrics: name -> float (NaN = not measured this iteration, e.g. no episode finished); with
         ``rolling``, ROLLING_RETURN is set in ``metrics`` itself (a callback reading the row sees it) from
-        its ``episodes`` and ``charts/episodic_return``."""
+        its ``episodes`` and ``charts/episodic_return``; a row whose ``episodes`` is NaN (not measured: a
+        diverged population member's, population_run._log_members) gets a blank one, as its other return
+        cells are, not the window's mean from before, and leaves the window as it was."""
         if self.rolling is not None:
-            metrics[ROLLING_RETURN] = self.rolling.add(metrics.get("episodes", 0), metrics.get("charts/episodic_return", math.nan))
+            count = metrics.get("episodes", 0)
+            mean = self.rolling.add(count, metrics.get("charts/episodic_return", math.nan))
+            metrics[ROLLING_RETURN] = math.nan if episodes_not_counted(count) else mean
         try:  # the CSV-only columns (time, episodes) have no "/"
             self._events.scalars(global_step, {name: value for name, value in metrics.items() if "/" in name})
         except OSError as e:

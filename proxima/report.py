@@ -55,7 +55,7 @@ import numpy as np
 from .config import int_arg
 
 from .diskspace import describe
-from .logger import ROLLING_EPISODES, ROLLING_RETURN, RollingReturn
+from .logger import ROLLING_EPISODES, ROLLING_RETURN, RollingReturn, episodes_not_counted
 from .plot import (DEFAULT_METRIC, X_LABELS, PlotError, group_runs, path_problem, plot_runs, read_metrics, run_env_id, run_names,
                    unique_dirs, usable_runs)
 from .terminal import printable
@@ -205,14 +205,16 @@ EPISODIC_METRICS = ("charts/episodic_return", "charts/episodic_length")
 def _rolling_windows(metrics: dict[str, np.ndarray]) -> Optional[tuple]:
     """Per row, (ROLLING_RETURN's mean, the episodes its window held) rebuilt as the logger keeps them
     (RollingReturn over the rows' episodes and returns; rows missing from the file make it the window of
-    the rows there), or None without those columns."""
+    the rows there), or None without those columns. A row whose episodes are not counted (blank: a diverged
+    population member's) has no mean, as the logger leaves its cell blank: not the window's from before."""
     counts, returns = metrics.get("episodes"), metrics.get("charts/episodic_return")
     if counts is None or returns is None:
         return None
     window = RollingReturn()
     means, held = [], []
     for c, r in zip(counts.tolist(), returns.tolist()):
-        means.append(window.add(c, r))
+        mean = window.add(c, r)
+        means.append(math.nan if episodes_not_counted(c) else mean)
         held.append(window.episodes)
     return np.array(means, dtype=float), np.array(held, dtype=float)
 

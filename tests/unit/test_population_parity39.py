@@ -168,3 +168,40 @@ def test_population_spaces_describes_the_encoder_the_population_built_not_its_co
     assert pop.configs[0].encoder == "auto"  # the population's own config is left as it is
     pop.encoder_kind = "cnn"
     assert population_spaces(pop)["policy"] == "Nature CNN (512 features), linear actor and critic heads"
+
+
+def test_a_diverged_members_later_rows_leave_the_rolling_cell_blank_and_its_report_a_real_final(tmp_path):
+    """Before, RollingReturn.add skipped a diverged member's row (episodes NaN) but the logger wrote the old
+    window's mean in it and every later row: `proxima report RUN/m001` gave that stale pre-divergence mean
+    as the member's final at its last step (and the report's rebuild filled any blank cell with it again)."""
+    import types
+
+    import torch
+
+    from proxima.logger import ROLLING_RETURN, RunLogger
+    from proxima.plot import read_metrics
+    from proxima.population_run import _blank_diverged, _log_members
+    from proxima.report import summarize
+
+    dirs = [tmp_path / f"m00{i}" for i in range(2)]
+    for d in dirs:
+        d.mkdir()
+    loggers = [RunLogger(d, 256, progress=False, rolling=True) for d in dirs]
+    pop = types.SimpleNamespace(lr_now=torch.full((2,), 1e-3), diverged_at=[None, None], iteration=0)
+    for it in (1, 2, 3, 4):  # m001 diverges in iteration 3
+        pop.iteration = it
+        pop.diverged_at = [None, {"iteration": 3} if it >= 3 else None]
+        values = {k: [1.0, 1.0] for k in ("ep_length_sum", "policy_loss", "value_loss", "entropy", "approx_kl",
+                                           "clipfrac", "explained_variance")}
+        values.update(ep_return_sum=[10.0 * it, 10.0 * it], ep_count=[2.0, 2.0], nonfinite=[False, False])
+        _blank_diverged(values, pop)
+        _log_members(loggers, values, pop, sps=100.0, elapsed=0.1 * it, step=64 * it)
+    for lg in loggers:
+        lg.close()
+    cells = [[r[ROLLING_RETURN] for r in csv.DictReader(open(d / "metrics.csv"))] for d in dirs]
+    assert cells[0] == ["5.0", "7.5", "10.0", "12.5"]  # the healthy member's window: 2 episodes an iteration
+    assert cells[1] == ["5.0", "7.5", "", ""]  # blank after the divergence, as its episodic_return cells are
+    # its report's final: the last real window, at its step, not refilled from the rows (rolling_rebuilt 0)
+    s = summarize(read_metrics(dirs[1]))
+    assert (s["rolling"], s["final"], s["final_step"], s["rolling_rebuilt"]) == (True, 7.5, 128.0, 0)
+    assert summarize(read_metrics(dirs[0]))["final"] == 12.5
