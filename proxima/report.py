@@ -1147,10 +1147,10 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     if notes:
         lines += [""] + notes
     groups = group_summaries(runs)
-    for g in groups:
-        lines += [f"Final eval of {g['group']} over {g['runs']} runs{g['episodes_note']}: mean {g['mean']:.2f}, "
-                  f"std (n-1) {g['std']:.2f}, min {g['min']:.2f}, max {g['max']:.2f}."
-                  + (f" {g['seeds_problem']}" if g["seeds_problem"] else "")]
+    for g in groups:  # a paragraph each: right after the notes' list, Markdown would read it as that list's last item
+        lines += ["", f"Final eval of {g['group']} over {g['runs']} runs{g['episodes_note']}: mean {g['mean']:.2f}, "
+                      f"std (n-1) {g['std']:.2f}, min {g['min']:.2f}, max {g['max']:.2f}."
+                      + (f" {g['seeds_problem']}" if g["seeds_problem"] else "")]
     if groups:
         lines += ["", STD_ACROSS_SAME_SEED if any(g["seeds_problem"] for g in groups) else STD_ACROSS_RUNS]
     lines.append("")

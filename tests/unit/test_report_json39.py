@@ -383,6 +383,10 @@ def test_single_runs_json_gives_every_number_of_the_results_table_and_the_groups
             "max 150.00. 2 runs of seed 1: not a sample of seeds; the spread is not across seeds.") in md
     assert f"Final eval of {gc['group']} over 2 runs (their evaluations ran 2 and 1 episodes; each run's mean counts once): mean 35.00, std (n-1) 21.21, min 20.00, max 50.00.\n" in md
     assert STD_ACROSS_SAME_SEED in md  # one group of one seed: the caption says so, though the other is of seeds
+    # each group line a paragraph of its own: right after the notes' list Markdown read it as the last bullet
+    md_lines = md.splitlines()
+    starts = [i for i, line in enumerate(md_lines) if line.startswith("Final eval of ")]
+    assert len(starts) == 2 and all(md_lines[i - 1] == "" for i in starts), md
 
 
 def test_two_populations_verdict_names_only_the_rows_told_apart_and_notes_the_rows_not_compared(tmp_path):
