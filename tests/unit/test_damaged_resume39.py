@@ -22,11 +22,14 @@ def finished(tmp_path_factory):
     return run
 
 
+def _copied(src, tmp_path):
+    """A test's own copy of a module's finished run (or population), ``src``'s name kept, to damage."""
+    return shutil.copytree(src, tmp_path / src.name)
+
+
 @pytest.fixture
 def run(finished, tmp_path):
-    copy = tmp_path / "run"
-    shutil.copytree(finished, copy)
-    return copy
+    return _copied(finished, tmp_path)
 
 
 def _truncate(path) -> None:
@@ -175,9 +178,7 @@ def population(tmp_path_factory):
 
 @pytest.fixture
 def pop(population, tmp_path):
-    copy = tmp_path / "pop"
-    shutil.copytree(population, copy)
-    return copy
+    return _copied(population, tmp_path)
 
 
 @pytest.mark.parametrize("flag", [["--keep-checkpoints", "0"], ["--checkpoint-every", "-1"]])

@@ -2,30 +2,14 @@
 where the run logged it; typed, charts/episodic_return is summarized as typed (the per-iteration best an older
 report gave), while the curve stays charts/episodic_return either way."""
 
-import csv
-
 import numpy as np
 
 from cli_helpers import run_main
 
-from proxima.logger import CSV_COLUMNS, ROLLING_RETURN, RollingReturn
+from proxima.logger import ROLLING_RETURN
 from proxima.plot import read_metrics
 from proxima.report import summarize
-
-
-def _run(tmp_path, rows):
-    """A run directory whose metrics.csv has both return columns, one row per (episodes, mean return), 512 steps each."""
-    d = tmp_path / "R"
-    d.mkdir()
-    (d / "config.yaml").write_text("env_id: Fake-v0\nseed: 1\nnum_envs: 4\nnum_steps: 128\ntotal_timesteps: 4096\n")
-    window = RollingReturn()
-    with open(d / "metrics.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        for i, (n, ret) in enumerate(rows):
-            w.writerow({"iteration": i + 1, "global_step": 512 * (i + 1), "time": 0.1 * (i + 1), "episodes": n,
-                        "charts/episodic_return": ret, ROLLING_RETURN: window.add(n, ret)})
-    return d
+from tests.unit.test_report_rolling39 import _run  # a run directory whose metrics.csv holds both return columns
 
 
 def _report(d, tmp_path, capsys, *metric):
