@@ -15,10 +15,13 @@ from tests.cli_helpers import TINY_RUN, cli, error_line, run_main
 def finished(tmp_path_factory):
     """A finished 3-iteration (192-step) CartPole run keeping 2 step checkpoints (128, 192) and a best.pt
     (an eval every iteration)."""
-    run = tmp_path_factory.mktemp("damaged39") / "run"
+    return _train_finished(tmp_path_factory.mktemp("damaged39") / "run")
+
+
+def _train_finished(run, *extra):
     flags = [f for f in TINY_RUN if f not in ("--eval-episodes", "0")]
     assert cli.main(["train", "CartPole-v1", *flags, "--eval-episodes", "1", "--eval-every", "1", "--total-timesteps", "192",
-                     "--keep-checkpoints", "2", "--checkpoint-every", "1", "--run-dir", str(run), "--quiet"]) == 0
+                     "--keep-checkpoints", "2", "--checkpoint-every", "1", *extra, "--run-dir", str(run), "--quiet"]) == 0
     return run
 
 
@@ -220,6 +223,13 @@ def test_a_named_best_pt_missing_what_restore_reads_is_refused_before_the_newer_
     assert _best_step(run) < 192  # so that a resume from it sets newer files aside
     del state[key]
     torch.save(state, ckpts / "best.pt")
+    _refused_with_nothing_moved(run, key, before, capsys)
+
+
+def _refused_with_nothing_moved(run, key: str, before: list, capsys) -> None:
+    """`proxima resume RUN/checkpoints/best.pt` of a best.pt missing ``key``: one line naming the run's newest
+    sound checkpoint, and the checkpoints folder as it was (``before``: its names)."""
+    ckpts = run / "checkpoints"
     code, _, err = run_main(["resume", str(ckpts / "best.pt"), "--total-timesteps", "256"], capsys)
     line = error_line(code, err, f"incomplete checkpoint (missing '{key}')")
     assert line.endswith(f"resuming the run directory instead (proxima resume {run}) continues from its newest sound "
@@ -230,12 +240,7 @@ def test_a_named_best_pt_missing_what_restore_reads_is_refused_before_the_newer_
 @pytest.fixture(scope="module")
 def finished_normed(tmp_path_factory):
     """The `finished` run with --norm-obs --norm-reward: restore reads both statistics of its checkpoints."""
-    run = tmp_path_factory.mktemp("damaged39norm") / "run"
-    flags = [f for f in TINY_RUN if f not in ("--eval-episodes", "0")]
-    assert cli.main(["train", "CartPole-v1", *flags, "--eval-episodes", "1", "--eval-every", "1", "--total-timesteps", "192",
-                     "--keep-checkpoints", "2", "--checkpoint-every", "1", "--norm-obs", "--norm-reward",
-                     "--run-dir", str(run), "--quiet"]) == 0
-    return run
+    return _train_finished(tmp_path_factory.mktemp("damaged39norm") / "run", "--norm-obs", "--norm-reward")
 
 
 @pytest.mark.parametrize("key, stored", [("obs_normalizer", "deleted"), ("reward_scaler", "deleted"),
@@ -259,8 +264,4 @@ def test_a_named_best_pt_of_a_normalized_run_missing_a_statistic_or_holding_none
     else:
         state[key] = None
     torch.save(state, ckpts / "best.pt")
-    code, _, err = run_main(["resume", str(ckpts / "best.pt"), "--total-timesteps", "256"], capsys)
-    line = error_line(code, err, f"incomplete checkpoint (missing '{key}')")
-    assert line.endswith(f"resuming the run directory instead (proxima resume {run}) continues from its newest sound "
-                         f"checkpoint, {ckpts / 'step_000000000192.pt'}"), line
-    assert sorted(p.name for p in ckpts.iterdir()) == before
+    _refused_with_nothing_moved(run, key, before, capsys)
