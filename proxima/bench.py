@@ -221,7 +221,7 @@ def base_config(args):
     from . import presets
     from .config import PPOConfig
 
-    cfg = presets.resolve(args.env_id, args.preset, PPOConfig())
+    cfg = presets.resolve(args.env_id, args.preset, PPOConfig(), python=False)
     sources = getattr(cfg, "_sources", None) or {}
     for name in PRESET_FLAGS:
         value = getattr(args, name, None)
@@ -582,7 +582,7 @@ def command_line(args) -> str:
     from . import presets
     from .config import PPOConfig
 
-    ran, preset = base_config(args), presets.resolve(args.env_id, args.preset, PPOConfig())
+    ran, preset = base_config(args), presets.resolve(args.env_id, args.preset, PPOConfig(), python=False)
     argv = ["proxima", "bench", args.env_id, "--num-envs", args.num_envs, "--device", str(ran.device),
             "--backend", args.backend, "--repeats", str(args.repeats), "--threads", str(args.threads),
             "--seconds", f"{args.seconds:g}", "--max-gym-envs", str(args.max_gym_envs)]

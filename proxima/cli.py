@@ -138,7 +138,7 @@ def config_from_args(args: argparse.Namespace, prog: str):
     if args.env_id is None and imports_code(str(env_id)):
         refuse_recorded_env(str(env_id), args.config, "train")  # data from a file: the user names module envs
     # precedence: defaults < the env's preset < --config FILE < flags (as `proxima rlhf`)
-    cfg = presets.resolve(str(env_id), getattr(args, "preset", None), PPOConfig())
+    cfg = presets.resolve(str(env_id), getattr(args, "preset", None), PPOConfig(), python=False)
     cfg = from_dict(file_values, cfg, source=args.config) if file_values else cfg
     cfg.env_id = str(env_id)
     if args.env_id is not None:  # typed: a refusal of it names ENV_ID, not the file that also holds one

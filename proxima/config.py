@@ -383,8 +383,18 @@ def preset_of(cfg: PPOConfig, name: str) -> Optional[str]:
     return (source.rpartition("/")[2] or None) if source.startswith("preset ") else None
 
 
-def cpu_preset_hint(cfg: PPOConfig) -> str:
-    """'on a CPU use --preset fast': a preset of the same env that needs no CUDA, else --device cpu."""
+def as_given(name: str, value, python: bool, quote: bool = False) -> str:
+    """``value`` of field or argument ``name`` as its user gave it: from Python the keyword argument
+    (``preset='fast'``, ``lr=0.01``), which is all a script or notebook wrote; else the flag typed
+    (``--preset fast``; ``quote``: ``--preset 'fast'``), the words the CLI's lines keep."""
+    if python:
+        return f"{name}={value!r}"
+    return f"--{name.replace('_', '-')} " + (repr(value) if quote else str(value))
+
+
+def cpu_preset_hint(cfg: PPOConfig, python: bool = False) -> str:
+    """'on a CPU use --preset fast': a preset of the same env that needs no CUDA, else --device cpu.
+    ``python``: in a Python caller's words (``preset='fast'``, as_given)."""
     try:
         from .presets import all_presets
 
@@ -395,8 +405,8 @@ def cpu_preset_hint(cfg: PPOConfig) -> str:
            and not (body.get("config") or {}).get("cudagraphs")]
     for name in ("fast", "default", *sorted(cpu)):
         if name in cpu:
-            return f"on a CPU use --preset {name}"
-    return "on a CPU add --device cpu --no-cudagraphs"
+            return f"on a CPU use {as_given('preset', name, python)}"
+    return "on a CPU set device='cpu', cudagraphs=False" if python else "on a CPU add --device cpu --no-cudagraphs"
 
 
 _NO_ALIAS_LOADER = None
@@ -1137,8 +1147,9 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
     if preset and isinstance(cfg.device, str) and cfg.device.startswith("cuda"):
         import torch
 
-        if not torch.cuda.is_available():  # not --device cuda: the user typed --preset, name it
-            raise ConfigError(f"--preset {preset} needs CUDA, which is not usable here (run `proxima doctor`); {cpu_preset_hint(cfg)}")
+        if not torch.cuda.is_available():  # not --device cuda: the user chose the preset (--preset, resolve's preset=), name it
+            raise ConfigError(f"{as_given('preset', preset, python)} needs CUDA, which is not usable here (run `proxima doctor`); "
+                              f"{cpu_preset_hint(cfg, python)}")
 
 
 def batch_size(cfg: PPOConfig) -> int:

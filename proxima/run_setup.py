@@ -904,8 +904,10 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_saf
     (unless ``quiet``), as train notes it for a new run."""
     import dataclasses
 
-    from .config import RESUME_SAFE, same_value
+    from .config import RESUME_SAFE, as_given, same_value
+    from .signals import from_python
 
+    python = from_python()  # train(PPOConfig(lr=...), resume=...): its refusals name the fields the script set, not flags
     cfg = dataclasses.replace(cfg)
     recorded_total = cfg.total_timesteps
     changes, sources = [], sources or {}
@@ -929,9 +931,10 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_saf
             continue  # the run records the file it started from: kept, whatever form the rerun names it in
         if name not in RESUME_SAFE:
             if value != getattr(cfg, name):
-                safe = ", ".join("--" + n.replace("_", "-") for n in RESUME_SAFE if n != "run_dir" and n not in not_safe)
-                raise ConfigError(f"{flag} {value!r}: cannot change when resuming (the run was trained with "
-                                  f"{getattr(cfg, name)!r}); safe to change on resume: {safe}")
+                safe = ", ".join(n if python else "--" + n.replace("_", "-") for n in RESUME_SAFE
+                                 if n != "run_dir" and n not in not_safe)
+                raise ConfigError(f"{as_given(name, value, python, quote=True)}: cannot change when resuming (the run was "
+                                  f"trained with {getattr(cfg, name)!r}); safe to change on resume: {safe}")
             continue
         if not same_value(value, getattr(cfg, name)):
             said = f"{name} {_shown(getattr(cfg, name))} -> {_shown(value)} ({sources.get(name, flag)})"
@@ -941,14 +944,17 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_saf
         print(f"proxima: note: {state['path']}: the resume changes {', '.join(text for text, _ in changes)}", file=sys.stderr)
     if cfg.cudagraphs and "cudagraphs" not in overrides and str(cfg.device).startswith("cpu"):
         # the recorded switch, not one the user typed: say how to resume a graphed run on the CPU
+        if python:
+            raise ConfigError(f"device={cfg.device!r}: the run was trained with cudagraphs=True, which needs a CUDA device; "
+                              "set cudagraphs=False to resume it on the CPU")
         raise ConfigError(f"--device {cfg.device}: the run was trained with --cudagraphs, which needs a CUDA device; "
                           "add --no-cudagraphs to resume it on the CPU")
     step = int(state["global_step"])  # checked by train_state.check_counters
     least = least_total(cfg, state)
     if cfg.total_timesteps < least:
         if cfg.total_timesteps != recorded_total:  # asked to extend it (the run's own total, e.g. from its config.yaml, asks nothing)
-            raise ConfigError(f"--total-timesteps {cfg.total_timesteps}: the run is already at step {step:,} and trains "
-                              f"whole iterations of {least - step:,} steps; give at least {least:,} to extend it")
+            raise ConfigError(f"{as_given('total_timesteps', cfg.total_timesteps, python)}: the run is already at step "
+                              f"{step:,} and trains whole iterations of {least - step:,} steps; give at least {least:,} to extend it")
     if notes:
         note_trains_nothing(cfg, state)
     return cfg

@@ -28,15 +28,16 @@ from . import graphs, hostmem, ppo, side_thread, train_state
 from . import _expand_home as expand_home
 from .adam import Adam
 from .agent import Agent, action_dtype, action_shape
-from .config import MAX_SEED, ConfigError, PPOConfig, batch_size, cpu_preset_hint, num_iterations, preset_of, python_words, validate
+from .config import (MAX_SEED, ConfigError, PPOConfig, as_given, batch_size, cpu_preset_hint, num_iterations, preset_of,
+                     python_words, validate)
 from .envs import BatchedEnv, EnvError, make_env
 from .envs.gym_adapter import hold_env_module_path
 from .normalize import ObsNormalizer, RewardScaler
 from .guards import DebugCheckError, EnvGuard, NonFiniteError, check_reset
 from .rollout import Rollout
 from .shared_change import SharedChange
-from .signals import (REPEAT_WINDOW, OutsideLoop, SignalGuard, TrainingInterrupted, checkpoint_line, hold_python_caller,
-                      loop_stopped, workers_stopped)
+from .signals import (REPEAT_WINDOW, OutsideLoop, SignalGuard, TrainingInterrupted, checkpoint_line, from_python,
+                      hold_python_caller, loop_stopped, workers_stopped)
 from .sizing import check_fits, env_sizes
 from .train_state import default_run_dir
 
@@ -952,10 +953,13 @@ def _check_cudagraphs(cfg: PPOConfig, device: torch.device, world_size: int) -> 
         return
     if device.type != "cuda":
         preset = preset_of(cfg, "cudagraphs")
-        if preset:  # the user typed --preset, not --cudagraphs
-            hint = cpu_preset_hint(cfg)
-            hint = f"{hint}, or add --no-cudagraphs" if "--preset" in hint else "add --no-cudagraphs"
-            raise ConfigError(f"--preset {preset} turns on --cudagraphs, which needs a CUDA device (got --device {cfg.device}); {hint}")
+        if preset:  # the user chose the preset (--preset, resolve's preset=), not --cudagraphs
+            # train()'s words: a script set preset='gpu' and device='cpu', and typed no flag
+            python = from_python()
+            hint, off = cpu_preset_hint(cfg, python), "set cudagraphs=False" if python else "add --no-cudagraphs"
+            hint = f"{hint}, or {off}" if "preset" in hint else off
+            raise ConfigError(f"{as_given('preset', preset, python)} turns on {'cudagraphs' if python else '--cudagraphs'}, "
+                              f"which needs a CUDA device (got {as_given('device', cfg.device, python)}); {hint}")
         raise ConfigError("--cudagraphs needs a CUDA device (got --device %s)" % cfg.device)
     if cfg.debug_checks:
         raise ConfigError("--debug-checks reads every step on the host, which a CUDA graph cannot record; drop --cudagraphs or --debug-checks")

@@ -188,7 +188,9 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
     if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral) or num_envs < 1:
         raise ConfigError(f"make_env(num_envs={num_envs!r}): must be an integer of 1 or more (the number of envs to build)")
     num_envs = int(num_envs)  # numpy's integers too
-    device = resolve_device(device)  # "auto" and an unusable "cuda" as load() and --device take them
+    # "auto" and an unusable "cuda" as load() and --device take them, refused in this call's words (device='cuda'):
+    # the run's own builds pass the torch.device already resolved, so only a Python caller's value is refused here
+    device = resolve_device(device, arg="device")
     if backend not in BACKENDS:
         raise EnvError(f"unknown backend '{backend}': use {', '.join(BACKENDS)}")
     if ":" in str(env_id) and backend != "envpool":

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from ..config import ConfigError, PPOConfig, from_dict
+from ..config import ConfigError, PPOConfig, as_given, from_dict
 
 _DIR = Path(__file__).parent
 
@@ -129,17 +129,19 @@ def other_version_note(env_id: str) -> str | None:
             f"{_other_versions_text(others)}; give {'them' if one else 'the settings'} as flags or in --config FILE.yaml")
 
 
-def unknown_preset(env_id: str, name: str) -> str:
+def unknown_preset(env_id: str, name: str, python: bool = False) -> str:
     """The one line for a preset ``name`` that ``env_id`` does not have: its presets, the close one meant
-    (``fsat``: fast), and for an env without presets the other version that has them (other_versions)."""
+    (``fsat``: fast), and for an env without presets the other version that has them (other_versions).
+    ``python``: named as resolve's argument (``preset='fsat'``), not the flag (``--preset 'fsat'``)."""
     import difflib
 
     presets = presets_for(env_id)
     known = ", ".join(sorted(presets)) or "none"
-    line = f"--preset {name!r}: no such preset for {env_id} (available: {known}; see `proxima presets`)"
+    given = as_given("preset", name, python, quote=True)
+    line = f"{given}: no such preset for {env_id} (available: {known}; see `proxima presets`)"
     close = difflib.get_close_matches(str(name), sorted(presets), n=1)
     if close:
-        return f"{line}; did you mean --preset {close[0]}?"
+        return f"{line}; did you mean {as_given('preset', close[0], python)}?"
     others = other_versions(env_id)
     if others:
         return f"{line}; {_other_versions_text(others, name)}"
@@ -159,7 +161,7 @@ def preset_names(env_id: str) -> list[str]:
     return sorted(presets_for(env_id))
 
 
-def resolve(env_id: str, preset: str | None = None, base: PPOConfig | None = None) -> PPOConfig:
+def resolve(env_id: str, preset: str | None = None, base: PPOConfig | None = None, *, python: bool = True) -> PPOConfig:
     """The config for ``env_id`` with its preset applied (``default`` when preset is None) on top of
     ``base`` (PPOConfig's defaults when None), which is left as it was.
 
@@ -167,7 +169,10 @@ def resolve(env_id: str, preset: str | None = None, base: PPOConfig | None = Non
     (``resolve("CartPole-v1", "fast", PPOConfig(lr=1e-2)).lr`` is the preset's 0.008), as the CLI's
     order is defaults < preset < flags. Set your own values on the result:
     ``cfg = resolve(env_id, "fast"); cfg.lr = 1e-2``. (A field of ``base`` cannot tell a value
-    you set from a default, so ``base`` does not decide which fields the preset may change.)"""
+    you set from a default, so ``base`` does not decide which fields the preset may change.)
+
+    An unknown preset is a ConfigError naming this call's argument (``preset='fsat': no such preset
+    ...``); ``python=False`` names the ``--preset`` flag instead, for a command line's callers."""
     # copy.copy keeps which source set each field (from_dict's _sources), which dataclasses.replace drops
     cfg = copy.copy(base) if base is not None else PPOConfig()
     cfg.env_id = env_id  # as given: ALE/Pong-v5 stays Gymnasium's id, with Pong-v5's presets
@@ -178,5 +183,5 @@ def resolve(env_id: str, preset: str | None = None, base: PPOConfig | None = Non
             cfg = from_dict(presets["default"]["config"], cfg, source=f"preset {key}/default")
         return cfg
     if preset not in presets:
-        raise ConfigError(unknown_preset(env_id, preset))
+        raise ConfigError(unknown_preset(env_id, preset, python))
     return from_dict(presets[preset]["config"], cfg, source=f"preset {key}/{preset}")
