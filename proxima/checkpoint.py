@@ -287,7 +287,12 @@ def with_entry_point(state: dict) -> dict:
 
 
 def save_train_state(run_dir: Union[str, Path], state: dict, keep: int) -> Path:
-    check_own_folder(run_dir)
+    """Write ``state`` as RUN/checkpoints/step_N.pt and keep the newest ``keep`` (>= 1) checkpoints.
+
+    Pruned before the write too: a resume with a lower --keep-checkpoints frees the files it drops
+    before the new one needs the room (a nearly full disk), and the newest ``keep`` stay, so a save
+    that fails still leaves the newest checkpoint to resume from."""
+    prune_checkpoints(run_dir, keep)
     path = atomic_torch_save(with_entry_point(state), checkpoint_path(run_dir, int(state["global_step"])))
     prune_checkpoints(run_dir, keep)
     return path
