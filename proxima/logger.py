@@ -25,6 +25,7 @@ checkpoints/abandoned-TIME/metrics.csv and the event files it rewrites go there 
 from __future__ import annotations
 
 import collections
+import contextlib
 import csv
 import itertools
 import math
@@ -763,7 +764,9 @@ class EventFile:
     host time, and a failed write (disk full) reached the caller only at its next call, the thread's
     traceback printed meanwhile. Here events go to a buffered file that ``flush()`` hands to the OS;
     an OSError (disk full) is raised by the call that writes or flushes, with ``filename`` set to the
-    file. A file whose header could not be written is removed: it would hold no event."""
+    file. A file whose header could not be written is removed: it would hold no event; so is one
+    closed holding nothing but its header (a resume that failed before its first row, a resume with
+    nothing to log): else each such attempt left one more empty file in the run."""
 
     def __init__(self, run_dir: Path):
         from tensorboard.compat.proto.event_pb2 import SourceMetadata
@@ -775,6 +778,7 @@ class EventFile:
             self.add(Event(wall_time=time.time(), file_version="brain.Event:2",
                            source_metadata=SourceMetadata(writer="tensorboard.summary.writer.event_file_writer")))
             self.flush()
+            self.holds_events = False  # the header alone: close() removes the file
         except BaseException:
             try:
                 self._file.close()
@@ -784,6 +788,7 @@ class EventFile:
             raise
 
     def add(self, event) -> None:
+        self.holds_events = True  # set before the write: a record half written is not a header-only file
         try:
             self._file.write(_record(event.SerializeToString()))
         except OSError as e:
@@ -820,6 +825,10 @@ class EventFile:
             self._file.close()  # closed even when its last flush fails
         except OSError as e:
             raise self._named(e)
+        finally:
+            if not self.holds_events:
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
 
 
 def _is_terminal(stream) -> bool:
