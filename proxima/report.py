@@ -45,7 +45,9 @@ import json
 import math
 import os
 import re
+import stat
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Optional, Sequence
@@ -1495,6 +1497,33 @@ def make_folders(*files) -> None:
 NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
+#: seconds after which a temporary of one of the report's own files (``.report.<12 hex>.tmp.md``) is
+#: another report's leftover (killed while staging): younger, it may be the files of a report under way
+#: into the same folder right now, whose publish would fail if they went
+STALE_STAGING_SECONDS = 300.0
+
+
+def remove_stale_temps(target: Path) -> None:
+    """Remove the temporaries (atomic.reserve_temp's names, and atomic_open's inside one) of ``target``
+    that a report killed before its publish left beside it, older than STALE_STAGING_SECONDS: regular
+    files of that exact pattern only, never another file. An error (a folder that cannot be read)
+    leaves them: they are hidden, and never read."""
+    from .atomic import _name_part
+
+    target = Path(target)
+    hidden = "" if target.name.startswith(".") else "."
+    name = re.compile(rf"{re.escape(hidden + _name_part(target.stem))}\.[0-9a-f]{{12}}\.tmp"
+                      rf"{re.escape(target.suffix)}(?:\.[0-9a-f]{{12}}\.tmp)?")
+    cutoff = time.time() - STALE_STAGING_SECONDS
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(target.parent):
+            if name.fullmatch(entry.name):
+                with contextlib.suppress(OSError):
+                    st = entry.stat(follow_symlinks=False)
+                    if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
+                        os.unlink(entry.path)
+
+
 class Staging:
     """The files of one report (its curve, --json, report.md), each written under a temporary name beside
     its target (atomic.reserve_temp) and renamed into place only once all are written (publish), in the
@@ -1508,10 +1537,12 @@ class Staging:
         self.files: dict = {}  # target -> temporary, in the order written: the renames' order
 
     def reserve(self, target: Path) -> Path:
-        """The temporary file to write ``target``'s bytes to (an OSError raised as it is)."""
+        """The temporary file to write ``target``'s bytes to (an OSError raised as it is); the ones of
+        ``target`` an earlier report left (killed before its publish) go first, so none piles up."""
         from .atomic import reserve_temp
 
         self.drop(target)
+        remove_stale_temps(target)
         self.files[Path(target)] = tmp = reserve_temp(target)
         return tmp
 
