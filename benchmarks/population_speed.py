@@ -113,7 +113,7 @@ def main(argv=None) -> int:
     from proxima.presets import resolve
 
     try:  # train's own checks of --env-id/--preset and --device, before any process is started
-        resolve(args.env_id, args.preset, PPOConfig())
+        resolve(args.env_id, args.preset, PPOConfig(), python=False)
         resolve_device(args.device)
     except ConfigError as e:
         return refuse("population_speed.py", str(e))

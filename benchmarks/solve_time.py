@@ -148,7 +148,7 @@ def main(argv=None) -> int:
 
     try:  # train's own checks of --seeds, --preset and --device, before any seed is run (each refused it alike)
         seeds = parse_seeds(args.seeds)
-        resolve(args.env_id, args.preset, PPOConfig())
+        resolve(args.env_id, args.preset, PPOConfig(), python=False)
         resolve_device(args.device)
     except ConfigError as e:
         return refuse("solve_time.py", str(e))

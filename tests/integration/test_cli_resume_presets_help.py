@@ -72,7 +72,7 @@ def test_ale_ids_take_the_presets_of_envpools_id():
     assert {k: v for k, v in ale.to_dict().items() if k != "env_id"} == {k: v for k, v in pong.to_dict().items() if k != "env_id"}
     assert presets.preset_names("ALE/Breakout-v5") == ["default"]
     assert presets.resolve("ALE/NoSuchGame-v5", None, PPOConfig()).num_envs == PPOConfig().num_envs
-    with pytest.raises(ConfigError, match=r"--preset 'fast': no such preset for ALE/Pong-v5 \(available: default;"):
+    with pytest.raises(ConfigError, match=r"preset='fast': no such preset for ALE/Pong-v5 \(available: default;"):
         presets.resolve("ALE/Pong-v5", "fast", PPOConfig())
 
 

@@ -247,7 +247,7 @@ def test_the_python_api_resume_applies_or_refuses_its_config(tmp_path):
     base = dict(env_id="CartPole-v1", num_envs=4, num_steps=16, threads=1, progress=False, eval_episodes=0)
     run = tmp_path / "r"
     train_api(PPOConfig(total_timesteps=128, **base), run_dir=run, quiet=True)
-    with pytest.raises(ConfigError, match=r"--lr 0.1: cannot change when resuming"):
+    with pytest.raises(ConfigError, match=r"lr=0.1: cannot change when resuming"):
         train_api(PPOConfig(total_timesteps=256, lr=0.1, **base), run_dir=run, resume="auto", quiet=True)
     train_api(PPOConfig(total_timesteps=256, **base), run_dir=run, resume="auto", quiet=True)  # extends the run
     assert yaml.safe_load((run / "config.yaml").read_text())["total_timesteps"] == 256
