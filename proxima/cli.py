@@ -944,9 +944,11 @@ def cmd_presets(args) -> int:
         return 0
     rows = [(e, n, f"{steps:,}", d) for e, n, steps, d, _ in rows]
     widths = [max(len(r[i]) for r in rows + [("env id", "preset", "steps", "")]) for i in range(3)]
-    print(f"{'env id':<{widths[0]}}  {'preset':<{widths[1]}}  {'steps':>{widths[2]}}  description")
-    for r in rows:
-        print(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}")
+    lines = [f"{'env id':<{widths[0]}}  {'preset':<{widths[1]}}  {'steps':>{widths[2]}}  description"]
+    lines += [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}" for r in rows]
+    # one write: under PYTHONUNBUFFERED (set in many containers) each print is a write of its own, and
+    # `proxima presets | head -1` could find head gone at the second line (exit 141) rather than exit 0
+    sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
 

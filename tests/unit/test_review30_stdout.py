@@ -98,3 +98,25 @@ def test_train_to_a_full_device_is_the_stdout_line_alone(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert errors == ["proxima train: error: <stdout>: could not write (No space left on device); "
                       "send the output to a file or pipe that takes it"], proc.stderr
+
+
+def test_presets_writes_its_table_in_one_write(monkeypatch):
+    """Under PYTHONUNBUFFERED (the container sets it) each print is a write of its own: a table in
+    pieces let `proxima presets | head -1` find head gone at the second line (exit 141, not the 0
+    docs/reliability.md promises for an output that fits the pipe's buffer)."""
+    writes = []
+
+    class Unbuffered:
+        def write(self, text):
+            writes.append(text)
+            return len(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stdout", Unbuffered())
+    assert cli.main(["presets"]) == 0
+    assert len(writes) == 1, writes[:3]
+    lines = writes[0].splitlines()
+    assert lines[0].split() == ["env", "id", "preset", "steps", "description"]
+    assert any(line.split()[:2] == ["CartPole-v1", "fast"] for line in lines[1:])
