@@ -97,10 +97,10 @@ def test_make_env_takes_devices_as_load_does():
         assert env.num_envs == 2 and env.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
     finally:
         env.close()
-    with pytest.raises(ConfigError, match=r"^--device 'gpu': not a torch device \(cpu, cuda, cuda:1, auto\)$"):
+    with pytest.raises(ConfigError, match=r"^device='gpu': not a torch device \(cpu, cuda, cuda:1, auto\)$"):
         make_env("CartPole-v1", 2, device="gpu")
     if not torch.cuda.is_available():  # was: torch's "Cannot get CUDA generator without ATen_cuda library"
-        with pytest.raises(ConfigError, match=r"^--device 'cuda': CUDA is not usable here"):
+        with pytest.raises(ConfigError, match=r"^device='cuda': CUDA is not usable here"):
             make_env("CartPole-v1", 2, device="cuda")
 
 

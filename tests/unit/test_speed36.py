@@ -43,15 +43,17 @@ def _tiny(num_envs: int, **kw) -> PPOConfig:
 def test_a_later_trainer_of_other_shapes_still_compiles(eager_backend, monkeypatch, tmp_path):
     """The bug at a limit of 1 instead of 8: with the steps' code shared between Trainers, the second
     Trainer's new shapes hit dynamo's recompile limit and both its steps ran eager."""
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
     fallbacks = []
-    for n in (2, 4):
-        t = trainer.Trainer(_tiny(n), run_dir=tmp_path / f"unused{n}", quiet=True)
-        try:
-            t.train_iteration()
-            fallbacks.append(accel.eager_fallback(t))
-        finally:
-            t.close()
+    # torch's own patch, not monkeypatch: monkeypatch's undo of a dynamo config entry left it
+    # "does not exist" for the rest of the process (test_accel failed after this file under xdist)
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for n in (2, 4):
+            t = trainer.Trainer(_tiny(n), run_dir=tmp_path / f"unused{n}", quiet=True)
+            try:
+                t.train_iteration()
+                fallbacks.append(accel.eager_fallback(t))
+            finally:
+                t.close()
     assert fallbacks == [[], []]
 
 
