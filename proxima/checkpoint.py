@@ -286,15 +286,18 @@ def with_entry_point(state: dict) -> dict:
     return state
 
 
-def save_train_state(run_dir: Union[str, Path], state: dict, keep: int) -> Path:
+def save_train_state(run_dir: Union[str, Path], state: dict, keep: int, prune_after: bool = True) -> Path:
     """Write ``state`` as RUN/checkpoints/step_N.pt and keep the newest ``keep`` (>= 1) checkpoints.
 
     Pruned before the write too: a resume with a lower --keep-checkpoints frees the files it drops
     before the new one needs the room (a nearly full disk), and the newest ``keep`` stay, so a save
-    that fails still leaves the newest checkpoint to resume from."""
+    that fails still leaves the newest checkpoint to resume from. ``prune_after=False``: the one the
+    new file would push out stays until the caller prunes (a population's member, whose older file
+    its population's newest checkpoint still needs until the population's own is written)."""
     prune_checkpoints(run_dir, keep)
     path = atomic_torch_save(with_entry_point(state), checkpoint_path(run_dir, int(state["global_step"])))
-    prune_checkpoints(run_dir, keep)
+    if prune_after:
+        prune_checkpoints(run_dir, keep)
     return path
 
 

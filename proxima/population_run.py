@@ -919,7 +919,7 @@ def save_population(pop: Population, run_dir: Path, dirs: list, seeds, sweep: di
                   "agent": pop.member_state_dict(i), "population_member": True,
                   "obs_normalizer": norm.state_dict() if (norm := pop.member_obs_normalizer(i)) is not None else None,
                   "population": str(run_dir)}
-        ckpt.save_train_state(dirs[i], member, cfg.keep_checkpoints)
+        ckpt.save_train_state(dirs[i], member, cfg.keep_checkpoints, prune_after=False)
 
     # the population's own checkpoints a lower --keep-checkpoints drops go before any member's write
     # needs their room (save_train_state prunes each folder only as it writes there, the population's last)
@@ -931,7 +931,11 @@ def save_population(pop: Population, run_dir: Path, dirs: list, seeds, sweep: di
              "sweep": {k: list(v) for k, v in sweep.items()}, "member_dirs": [d.name for d in dirs],
              "iteration": pop.iteration, "global_step": step, "elapsed": float(elapsed), "spaces": spaces,
              "population": pop.state_dict()}
-    return ckpt.save_train_state(run_dir, state, cfg.keep_checkpoints)
+    path = ckpt.save_train_state(run_dir, state, cfg.keep_checkpoints)
+    # the members' older files go only now: until the population's new checkpoint exists, its previous one
+    # is what a resume continues, and each member's file of that step is what `proxima eval` of it loads
+    _each(lambda d: ckpt.prune_checkpoints(d, cfg.keep_checkpoints), dirs)
+    return path
 
 
 def population_spaces(pop: Population) -> dict:

@@ -38,7 +38,11 @@ def diagnose_failure(e: Exception, config: Optional[PPOConfig], last_good) -> Ex
     if lost_peer(e) or is_stdout_failure(e):  # stdout's own failure: the CLI says so in its one line
         return e
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
-        return write_error(e.filename or "a file of the run", e, suffix=f"; {last_good()}" if last_good else "")
+        # a buffered write's OSError names no file; one re-raised from (or while handling) the open()'s or
+        # another call's error that does names it there. bytes (os calls given bytes) shown as the path
+        named = next((x.filename for x in (e, e.__cause__, e.__context__) if isinstance(x, OSError) and x.filename), None)
+        where = os.fsdecode(named) if isinstance(named, (str, bytes, os.PathLike)) else "a file of the run"
+        return write_error(where, e, suffix=f"; {last_good()}" if last_good else "")
     if isinstance(e, StorageError) and last_good and "checkpoint" not in str(e):
         return StorageError(f"{e}; {last_good()}")
     # "there is no earlier checkpoint" says it already: no "(no checkpoint was written yet ...)" after it

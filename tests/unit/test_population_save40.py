@@ -1,0 +1,72 @@
+"""A population's checkpoint save that fails part way (a full disk) leaves a population that resumes,
+and a failed write of a run's file is one line naming that file."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+from proxima import checkpoint as ckpt
+from proxima.run_setup import diagnose_failure
+
+from tests.cli_helpers import TINY_POP, error_line, run_main
+
+MEMBERS = ["m000-seed1", "m001-seed2"]
+
+
+def _steps(folder: Path) -> list:
+    return [p.name for p in ckpt.list_checkpoints(folder)]
+
+
+def test_a_full_disk_at_the_populations_own_checkpoint_leaves_it_resumable_from_the_one_before(tmp_path, capsys, monkeypatch):
+    """--keep-checkpoints 1: the members' step-32 files must outlive their step-64 writes until the population's
+    step_64.pt exists, else a failure there leaves its newest checkpoint (step 32) without its members' files."""
+    run = tmp_path / "R"
+    real_save = ckpt.atomic_torch_save
+
+    def full_at_population_step_64(obj, path):
+        if Path(path) == run / "checkpoints" / "step_000000000064.pt":
+            raise ckpt.CheckpointError(f"{path}: could not write checkpoint (No space left on device)")
+        return real_save(obj, path)
+
+    monkeypatch.setattr(ckpt, "atomic_torch_save", full_at_population_step_64)
+    code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1-2", "--run-dir", str(run), "--total-timesteps", "96",
+                             "--checkpoint-every", "1", "--keep-checkpoints", "1", "--eval-episodes", "0", "--quiet",
+                             *TINY_POP], capsys)
+    error_line(code, err, "step_000000000064.pt", "No space left on device")
+    assert _steps(run) == ["step_000000000032.pt"]
+    for m in MEMBERS:  # the step-64 files written before the failure; step 32's kept beside them
+        assert _steps(run / m) == ["step_000000000032.pt", "step_000000000064.pt"]
+
+    monkeypatch.setattr(ckpt, "atomic_torch_save", real_save)
+    code, _, err = run_main(["resume", str(run), "--quiet"], capsys)
+    assert code == 0, err
+    assert _steps(run) == ["step_000000000096.pt"]
+    for m in MEMBERS:  # step 64 went to abandoned-<time>/ at the resume, step 32 was pruned once 96 was the population's
+        assert _steps(run / m) == ["step_000000000096.pt"]
+        assert [p.name for p in (run / m / "checkpoints").glob("abandoned-*/*.pt")] == ["step_000000000064.pt"]
+
+
+def test_a_full_disk_on_a_write_that_names_no_file_names_the_one_it_was_raised_from(tmp_path):
+    """A buffered write's OSError carries no filename; a caller re-raising it from the open()'s error (which
+    does) used to be reported as "a file of the run"."""
+    target = tmp_path / "metrics.csv"
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", str(target))
+        except OSError as named:
+            raise OSError(errno.ENOSPC, "No space left on device") from named
+    except OSError as e:
+        line = str(diagnose_failure(e, None, None))
+    assert line.startswith(f"{target}: could not write (No space left on device; "), line
+
+
+def test_a_full_disk_with_no_file_known_keeps_the_generic_words(tmp_path):
+    line = str(diagnose_failure(OSError(errno.ENOSPC, "No space left on device"), None, None))
+    assert line.startswith("a file of the run: could not write (No space left on device"), line
+
+
+def test_a_file_named_in_bytes_is_shown_as_its_path(tmp_path):
+    target = tmp_path / "metrics.csv"
+    line = str(diagnose_failure(OSError(errno.ENOSPC, "No space left on device", bytes(target)), None, None))
+    assert line.startswith(f"{target}: could not write ("), line
