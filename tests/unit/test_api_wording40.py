@@ -9,7 +9,7 @@ import torch
 
 import proxima
 from proxima import ConfigError, PPOConfig, presets
-from tests.cli_helpers import edit_checkpoint
+from tests.cli_helpers import edit_checkpoint, one_error_line, run_main
 
 TINY = dict(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2, update_epochs=1, threads=1,
             progress=False, eval_episodes=0)
@@ -80,3 +80,35 @@ def test_a_graphed_run_resumed_from_python_on_a_cpu_names_cudagraphs_false(run, 
         proxima.train(None, resume=copy, quiet=True)
     assert str(info.value) == ("device='cpu': the run was trained with cudagraphs=True, which needs a CUDA device; "
                                "set cudagraphs=False to resume it on the CPU")
+
+
+def test_bench_names_an_unknown_preset_as_the_flag_typed(capsys):
+    """bench's base_config resolves with python=False: its refusal (before any env is built) names
+    --preset, not resolve's keyword argument the user never wrote."""
+    code, out, err = run_main(["bench", "CartPole-v1", "--preset", "fsat"], capsys)
+    assert (code, out) == (2, "")
+    line = one_error_line(err, "proxima bench")
+    assert line.startswith("--preset 'fsat': no such preset for CartPole-v1 ("), line
+    assert line.endswith("; did you mean --preset fast?"), line
+
+
+@pytest.fixture
+def cuda_only_cartpole(monkeypatch):
+    """CartPole-v1 with its gpu preset only: an env none of whose presets runs on a CPU."""
+    table = dict(presets.all_presets())
+    table["CartPole-v1"] = {"gpu": table["CartPole-v1"]["gpu"]}
+    monkeypatch.setattr(presets, "all_presets", lambda: table)
+
+
+def test_a_cuda_preset_of_an_env_without_a_cpu_preset_names_the_fields_or_flags(no_cuda, cuda_only_cartpole, tmp_path,
+                                                                                capsys):
+    with pytest.raises(ConfigError) as info:
+        proxima.train(presets.resolve("CartPole-v1", "gpu"), run_dir=tmp_path / "r", quiet=True)
+    assert str(info.value) == ("preset='gpu' needs CUDA, which is not usable here (run `proxima doctor`); "
+                               "on a CPU set device='cpu', cudagraphs=False")
+    assert not (tmp_path / "r").exists()
+    code, out, err = run_main(["train", "CartPole-v1", "--preset", "gpu", "--run-dir", str(tmp_path / "c")], capsys)
+    assert (code, out) == (2, "")
+    assert one_error_line(err, "proxima train") == ("--preset gpu needs CUDA, which is not usable here (run `proxima "
+                                                    "doctor`); on a CPU add --device cpu --no-cudagraphs")
+    assert not (tmp_path / "c").exists()

@@ -113,13 +113,25 @@ def test_a_report_removes_the_stale_temporaries_of_its_own_files_and_nothing_els
     stale = [".report.0123456789ab.tmp.md", ".report_curve.0123456789ab.tmp.png",
              ".report.0123456789ab.tmp.md.ba9876543210.tmp"]  # atomic_open's own temporary inside a staged one
     others = [".report.0123456789ab.tmp.txt", ".notes.0123456789ab.tmp.md", "report.0123456789ab.tmp.md",
-              ".report.not-hex-hex!.tmp.md", "report.md.bak"]
+              ".report.not-hex-hex!.tmp.md", "report.md.bak",
+              ".report.0123456789ab.tmp.md.bak",  # the pattern with more after it: the whole name must match
+              ".report.abc.tmp.md", ".report.0123456789ab.tmp.md.abc.tmp"]  # hex, not the 12 digits the temporaries have
     for name in stale + others:
         (run / name).write_text("x")
         os.utime(run / name, (old, old))
+    # entries of a stale temporary's name that are no regular file: a link (to a file that must survive) and a folder
+    (tmp_path / "linked.md").write_text("kept")
+    (run / ".report.aaaaaaaaaaaa.tmp.md").symlink_to(tmp_path / "linked.md")
+    (run / ".report.bbbbbbbbbbbb.tmp.md").mkdir()
+    for name in (".report.aaaaaaaaaaaa.tmp.md", ".report.bbbbbbbbbbbb.tmp.md"):
+        os.utime(run / name, (old, old), follow_symlinks=False)
+    os.utime(tmp_path / "linked.md", (old, old))
     (run / ".report.fedcba987654.tmp.md").write_text("another report under way")  # young: may be a live report's
     code, _, err = run_main(["report", str(run)], capsys)
     assert code == 0, err
     assert sorted(p.name for p in run.iterdir() if p.name not in ("config.yaml", "metrics.csv")) == sorted(
-        [*others, ".report.fedcba987654.tmp.md", "report.md", "report_curve.png"])
+        [*others, ".report.fedcba987654.tmp.md", "report.md", "report_curve.png",
+         ".report.aaaaaaaaaaaa.tmp.md", ".report.bbbbbbbbbbbb.tmp.md"])
+    assert (run / ".report.aaaaaaaaaaaa.tmp.md").is_symlink() and (tmp_path / "linked.md").read_text() == "kept"
+    assert (run / ".report.bbbbbbbbbbbb.tmp.md").is_dir()
     assert "# " in (run / "report.md").read_text() and (run / "report_curve.png").read_bytes()[:4] == b"\x89PNG"

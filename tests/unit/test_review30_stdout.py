@@ -117,6 +117,7 @@ def test_presets_writes_its_table_in_one_write(monkeypatch):
     monkeypatch.setattr(sys, "stdout", Unbuffered())
     assert cli.main(["presets"]) == 0
     assert len(writes) == 1, writes[:3]
+    assert writes[0].endswith("\n"), writes[0][-80:]  # its last line ends too: a shell prompt or `cat` after it starts on a line of its own
     lines = writes[0].splitlines()
     assert lines[0].split() == ["env", "id", "preset", "steps", "description"]
     assert any(line.split()[:2] == ["CartPole-v1", "fast"] for line in lines[1:])
