@@ -49,10 +49,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional
 
+from .config import ConfigError
 from .cpuinfo import cpu_model  # bench's tables and doctor name the CPU alike
 from .terminal import machine_stdout, printable
 
 DEFAULT_SIZES = "1,4,64,1024,4096"
+#: where the default --num-envs list stops for a Gymnasium env with image observations: each env is a
+#: Python object rendering its own frames, built one by one (CarRacing-v3: ~10 MB each, 1,024 of them
+#: held 10 GB and were still being built after 150 s, on a machine that steps ~50 of them a second)
+GYM_IMAGE_MAX_DEFAULT = 64
 MEASURES = ("env", "rollout", "train")
 #: the measures timed with eager calls even under --cudagraphs: a lone env.step is never captured,
 #: and the rollout is timed by calling ``ppo.collect_rollout`` itself, not the trainer's captured
@@ -245,10 +250,16 @@ def bench_config(args, backend: str, num_envs: int):
     return cfg
 
 
+class DoesNotFit(ConfigError):
+    """A ConfigError of check_fits (the line does not fit in memory), told apart from the other
+    refusals of ``check_line``: the default --num-envs list drops such a size; a typed one is refused."""
+
+
 def check_line(args, backend: str, num_envs: int):
     """The PPOConfig of one line, validated and checked against free memory as train checks it
-    (ConfigError before any buffer is allocated); ``run`` checks every line before measuring any."""
-    from .config import ConfigError, validate
+    (ConfigError before any buffer is allocated; DoesNotFit, a ConfigError, for the memory);
+    ``run`` checks every line before measuring any."""
+    from .config import validate
     from .device import resolve_device
     from .sizing import check_fits, env_probe
     from .trainer import check_device_flags
@@ -258,9 +269,12 @@ def check_line(args, backend: str, num_envs: int):
         validate(cfg)
         device = resolve_device(cfg.device)
         check_device_flags(cfg, device)  # --cudagraphs on a CPU: refused before a line is measured, not at its Trainer
-        check_fits(cfg, device, env_probe(cfg))
     except ConfigError as e:
         raise in_bench_flags(e, cfg) from None
+    try:
+        check_fits(cfg, device, env_probe(cfg))
+    except ConfigError as e:
+        raise DoesNotFit(str(in_bench_flags(e, cfg))) from None
     return cfg
 
 
@@ -810,13 +824,33 @@ def arguments_problem(args: argparse.Namespace) -> str:
     (without the "proxima bench: error: " prefix), or ''. Besides ``run``, the benchmark scripts
     that start ``proxima bench`` processes call it first (benchmarks/tables.bench_problem), so a
     size that cannot fit is refused before minutes of measuring the others."""
+    return plan(args)[0]
+
+
+def plan(args: argparse.Namespace) -> tuple:
+    """(problem, sizes, notes): ``arguments_problem``'s line ('' when none), the --num-envs to
+    measure and the notes to print (``default_sizes``: what the default list left out)."""
     from .envs import EnvError
 
     try:
-        sizes = parse_sizes(args.num_envs)
+        problem, sizes, notes = "", parse_sizes(args.num_envs or DEFAULT_SIZES), []
         backends = backends_for(args.env_id, args.backend)
     except (ValueError, EnvError) as e:  # EnvError: an id like Tennis-v5 that no installed package knows
-        return str(e)
+        return str(e), [], []
+    problem = options_problem(args)
+    if not problem:
+        try:
+            sizes, notes = (default_sizes(args, sizes, backends) if args.num_envs is None else
+                            (check_sizes(args, sizes, backends), []))
+        except (ConfigError, EnvError) as e:
+            problem = str(e)
+        except ImportError as e:
+            problem = f"{e}"
+    return problem, sizes, notes
+
+
+def options_problem(args: argparse.Namespace) -> str:
+    """arguments_problem's checks of the options but --num-envs and --backend, or ''."""
     for name in ("repeats", "threads"):
         if getattr(args, name) < 1:
             return f"--{name} {getattr(args, name)}: must be at least 1"
@@ -832,7 +866,7 @@ def arguments_problem(args: argparse.Namespace) -> str:
         problem = out_file_problem(args.out)
         if problem:
             return f"--out {args.out}: {problem}"
-    from .config import ConfigError, cpu_preset_hint, preset_of
+    from .config import cpu_preset_hint, preset_of
     from .device import resolve_device
 
     try:
@@ -848,16 +882,58 @@ def arguments_problem(args: argparse.Namespace) -> str:
         preset = preset_of(base, "device")  # not typed: the preset asked for it, as train says
         return (f"--preset {preset} needs CUDA, which is not usable here (run `proxima doctor`); {cpu_preset_hint(base)}"
                 if preset else str(e))
-    try:  # every line's config and size first: a size that cannot fit stops before any other is measured
-        for n in sizes:
-            for backend in backends:
-                if not (backend == "gymnasium" and n > args.max_gym_envs):
-                    check_line(args, backend, n)
-    except (ConfigError, EnvError) as e:
-        return str(e)
-    except ImportError as e:
-        return f"{e}"
     return ""
+
+
+def check_sizes(args, sizes: list, backends: list) -> list:
+    """Check every line of typed --num-envs ``sizes`` (ConfigError for the first refused): a size
+    that cannot fit stops before any other is measured, so a typo never measures less than asked."""
+    for n in sizes:
+        for backend in backends:
+            if not (backend == "gymnasium" and n > args.max_gym_envs):
+                check_line(args, backend, n)
+    return sizes
+
+
+def default_sizes(args, sizes: list, backends: list) -> tuple:
+    """(sizes, notes) of the default --num-envs list (``sizes``), which asks for no size in particular:
+    for a Gymnasium env with image observations it stops at GYM_IMAGE_MAX_DEFAULT, and a size whose
+    line does not fit in memory (DoesNotFit) is left out rather than refusing the sizes that fit, each
+    left out in one note (a line). Other refusals refuse as check_sizes does; so does a list with no
+    size left (the smallest's refusal)."""
+    notes = []
+    if "gymnasium" in backends and gym_images(args):
+        over = [n for n in sizes if n > GYM_IMAGE_MAX_DEFAULT]
+        sizes = [n for n in sizes if n <= GYM_IMAGE_MAX_DEFAULT]
+        if over:
+            notes.append(f"note: the default --num-envs stops at {GYM_IMAGE_MAX_DEFAULT} for {args.env_id}, a Gymnasium env "
+                         f"with image observations (each env a Python object rendering its own frames, built one by one): "
+                         f"{_counts(over)} envs not measured; type --num-envs to measure them")
+    fits, dropped = [], []
+    for n in sizes:
+        try:
+            check_sizes(args, [n], backends)
+            fits.append(n)
+        except DoesNotFit as e:
+            dropped.append((n, str(e)))
+    if not fits and dropped:
+        raise DoesNotFit(dropped[0][1])
+    if dropped:
+        notes.append(f"note: the default --num-envs leaves out {_counts([n for n, _ in dropped])} envs, which do not fit "
+                     f"in memory (at {dropped[0][0]:,}: {dropped[0][1]})")
+    return fits, notes
+
+
+def _counts(sizes: list) -> str:
+    return ", ".join(f"{n:,}" for n in sizes)
+
+
+def gym_images(args) -> bool:
+    """Whether ``args.env_id`` as a Gymnasium env has image observations (one env built to read them)."""
+    from .sizing import env_probe
+
+    layout = env_probe(bench_config(args, "gymnasium", 1))().layout
+    return layout is not None and layout.has_image
 
 
 def run(args: argparse.Namespace) -> int:
@@ -876,22 +952,23 @@ def _run(args: argparse.Namespace, stdout) -> int:
         sys.stderr.write(f"{prog}: error: {printable(str(message))}\n")
         return 2
 
-    problem = arguments_problem(args)
+    problem, sizes, notes = plan(args)
     if problem:
         return fail(problem)
+    # the command --out records names the sizes measured: rerunning it measures them again, not the default list
+    args.num_envs = ",".join(map(str, sizes))
 
     import torch
 
     from .checkpoint import CheckpointError
-    from .config import ConfigError
     from .device import resolve_device
     from .envs import EnvError
     from .signals import OutsideLoop, TrainingInterrupted
 
-    sizes, backends = parse_sizes(args.num_envs), backends_for(args.env_id, args.backend)  # checked above
-    note = both_note(args.env_id, args.backend)
-    if note:  # stderr: --json's stdout is for a program
-        print(f"{prog}: {note}", file=sys.stderr)
+    backends = backends_for(args.env_id, args.backend)  # checked above
+    for note in [both_note(args.env_id, args.backend), *notes]:
+        if note:  # stderr: --json's stdout is for a program
+            print(f"{prog}: {note}", file=sys.stderr)
     device = resolve_device(base_config(args).device)
     torch.set_num_threads(args.threads)
     started, load0 = datetime.now(), os.getloadavg()[0]
@@ -1001,7 +1078,11 @@ def save_out(args, lines: list, cfg, device, started: datetime, load0: float, st
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("env_id", metavar="ENV_ID", help="Gymnasium id or module:ClassName")
-    p.add_argument("--num-envs", default=DEFAULT_SIZES, metavar="N1,N2,...", help=f"env counts to measure (default {DEFAULT_SIZES})")
+    p.add_argument("--num-envs", default=None, metavar="N1,N2,...",
+                   help=f"env counts to measure (default {DEFAULT_SIZES}, up to {GYM_IMAGE_MAX_DEFAULT} for a Gymnasium env "
+                        "with image observations, whose envs are Python objects that each render their frames; a default "
+                        "size that does not fit in memory is left out, with a note naming it; a typed size that does not "
+                        "fit is refused, before any is measured)")
     p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:1 or auto (default: the preset's, which is cpu "
                    "unless the preset says cuda, as --preset gpu does); one that is not CUDA with a preset that turns on "
                    "--cudagraphs (gpu) is refused, as train refuses it: add --no-cudagraphs to measure eager calls")

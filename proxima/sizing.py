@@ -89,12 +89,18 @@ def estimate_bytes(cfg: PPOConfig, obs_size: int, act_size: int, native: bool, l
     one minibatch's activations (``bootstrap_bytes``; None: as off the CPU).
     ``layout`` (the env's ObsLayout; None: float32 obs, an MLP): the obs buffers' element size, and
     the critic's activations (hidden layers, none for a single image; the CNN's feature maps)."""
+    return (rollout_bytes(cfg, obs_size, act_size, layout) + bootstrap_bytes(cfg, layout, device)
+            + cfg.num_envs * env_bytes(obs_size, native))
+
+
+def rollout_bytes(cfg: PPOConfig, obs_size: int, act_size: int, layout=None) -> int:
+    """The per-sample buffers x T x N of estimate_bytes: the rollout's and the update's, which no
+    --num-minibatches shrinks (only a minibatch's activations shrink with more of them)."""
     per_sample = (2 * obs_size * obs_bytes(cfg, layout)  # obs, final_obs (float32; uint8 pixels)
                   + act_size * 8              # actions (int64 or float32)
                   + 4 * 4 + 2                 # logprobs, values, rewards, raw_rewards; terminated, dones
                   + 3 * 4 + 8)                # advantages, returns, next values; the minibatch permutation
-    return (cfg.num_steps * cfg.num_envs * per_sample + bootstrap_bytes(cfg, layout, device)
-            + cfg.num_envs * env_bytes(obs_size, native))
+    return cfg.num_steps * cfg.num_envs * per_sample
 
 
 def bootstrap_rows(cfg: PPOConfig, device: Optional[torch.device] = None) -> int:
@@ -269,8 +275,14 @@ def check_fits(cfg: PPOConfig, device: torch.device, probe=None, processes: int 
                      + network_bytes(most, obs_size, act_size, layout))
             if least <= free:
                 raise ConfigError(f"{head}raise --num-minibatches, or lower {lower}")
-            raise ConfigError(f"{head}lower {_rows_flags(most, layout, device, least)}: even --num-minibatches "
-                              f"{most.num_minibatches} (the most the batch allows) needs ~{human_bytes(least)}")
+            # what does not fit at any count: the batch's buffers (and, at one step a run, the bootstrap
+            # pass's critic activations over N rows), never the minibatch that more minibatches shrink
+            flags = _rows_flags(most, layout, device, least)
+            held = rollout_bytes(most, obs_size, act_size, layout)
+            what = "the rollout buffers"
+            if "--hidden-sizes" in flags:
+                held, what = held + bootstrap_bytes(most, layout, device), "the rollout buffers and the bootstrap pass"
+            raise ConfigError(f"{head}lower {flags}: {what} alone need ~{human_bytes(held)} (at any --num-minibatches)")
         if 2 * cnn_weight_bytes(cfg, layout) > weights:  # the CNN's (the image size), not the MLPs' (--hidden-sizes)
             raise ConfigError(cnn_refusal(cfg, layout, device, weights, nets, free))
         raise ConfigError(f"--hidden-sizes {','.join(map(str, cfg.hidden_sizes))}: the actor and critic need ~{human_bytes(nets)} "

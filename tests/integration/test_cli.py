@@ -177,7 +177,7 @@ BAD_TRAIN = {
     # one minibatch's activations)
     "a billion envs": (TRAIN + ["--num-envs", "1000000000", "--total-timesteps", str(10**12)],
                        ["(--num-envs 1000000000 x --num-steps 128 / --num-minibatches 4 = 32,000,000,000 rows) needs ~",
-                        " TB of activations on cpu (~", " free; lower --num-envs or --num-steps: even --num-minibatches 64000000000 (the most the batch allows) needs ~"]),
+                        " TB of activations on cpu (~", " free; lower --num-envs or --num-steps: the rollout buffers alone need ~", " TB (at any --num-minibatches)"]),
     # 2 x 10^10 weights: their memory (with gradients and Adam's) is refused before torch tries to allocate it
     "huge network": (TRAIN + ["--hidden-sizes", "100000,100000", "--total-timesteps", "2048"],
                      ["--hidden-sizes 100000,100000: the actor and critic need ~", " GB on cpu", "lower --hidden-sizes"]),
@@ -512,7 +512,8 @@ def test_eval_env_kwargs_replace_the_recorded_ones_and_are_parsed_as_trains(kwar
     code, out, err = run_main(["eval", str(kwargs_run), "--env", "kwargs_env:Sized", "--env-kwargs", '{"size": 5}', "--json"], capsys)
     assert code == 0, err
     code, _, err = run_main(["eval", str(kwargs_run), "--env-kwargs", '{"size": '], capsys)
-    assert err == "proxima eval: error: --env-kwargs '{\"size\": ': not valid JSON (Expecting value at column 10)\n"
+    assert err == ("proxima eval: error: --env-kwargs '{\"size\": ': not valid JSON (Expecting value at column 10); "
+                   "e.g. --env-kwargs '{\"size\": 8, \"continuous\": false}'\n")
     # the env's code changed since training: the recorded kwargs no longer fit, and the line says where they come from
     monkeypatch.setattr(kwargs_env.Sized, "__init__", kwargs_env.init_without_kwargs)
     code, _, err = run_main(["eval", str(kwargs_run), "--env", "kwargs_env:Sized"], capsys)

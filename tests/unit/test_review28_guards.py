@@ -78,7 +78,7 @@ def test_a_run_too_big_at_any_minibatch_count_leads_with_the_rows(monkeypatch):
     line = _refusal(cfg)
     assert line == ("one minibatch (--num-envs 65536 x --num-steps 8192 / --num-minibatches 4 = 134,217,728 rows) needs "
                     "~128.0 GB of activations on cpu (~167.0 GB in all), 22.2 GB free; lower --num-envs or --num-steps: "
-                    "even --num-minibatches 268435456 (the most the batch allows) needs ~39.0 GB")
+                    "the rollout buffers alone need ~39.0 GB (at any --num-minibatches)")
     # the count it names is legal, and the run with it is refused naming the rows alone
     most = dataclasses.replace(cfg, num_minibatches=268435456)
     validate(most)
@@ -88,8 +88,8 @@ def test_a_run_too_big_at_any_minibatch_count_leads_with_the_rows(monkeypatch):
     # are most of what is left (--hidden-sizes); an odd batch's most minibatches leave 3 rows each
     one = PPOConfig(num_envs=3**19, num_steps=1, num_minibatches=1, total_timesteps=3**19)
     assert sizing.most_minibatches(one) == 3**18
-    assert _refusal(one).endswith("; lower --num-envs or --hidden-sizes: even --num-minibatches 387420489 "
-                                  "(the most the batch allows) needs ~777.2 GB")
+    assert _refusal(one).endswith("; lower --num-envs or --hidden-sizes: the rollout buffers and the bootstrap pass "
+                                  "alone need ~638.6 GB (at any --num-minibatches)")
     assert sizing.most_minibatches(dataclasses.replace(one, norm_adv=False)) == 3**19  # minibatches of 1 row
 
 
@@ -106,8 +106,8 @@ def test_the_cli_says_so_in_one_line_and_writes_nothing(monkeypatch, capsys, tmp
     monkeypatch.setattr(sizing, "free_memory", lambda device: int(22.2 * GiB))
     code, _, err = run_main(["train", "CartPole-v1", "--num-envs", "65536", "--num-steps", "8192", "--total-timesteps",
                              "1e12", "--run-dir", str(tmp_path / "r"), "--no-progress"], capsys)
-    line = error_line(code, err, "; lower --num-envs or --num-steps: even --num-minibatches 268435456 (the most the "
-                                 "batch allows) needs ~")
+    line = error_line(code, err, "; lower --num-envs or --num-steps: the rollout buffers alone need ~",
+                      " GB (at any --num-minibatches)")
     assert "raise --num-minibatches" not in line and not (tmp_path / "r").exists()
 
 

@@ -1,0 +1,134 @@
+"""bench's default --num-envs list measures what fits: `proxima bench CarRacing-v3` refused the whole
+default list (1,4,64,1024,4096) because 4,096 envs did not fit, measuring nothing, and 1,024 Python
+CarRacing envs held 10 GB and were still being built after 150 s. A typed size keeps the refusal; the
+refusal's advice names what needs the memory (the rollout buffers), not a minibatch count that needs
+"more memory" than the smaller ones."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from cli_helpers import error_line, run_main
+from proxima import bench, sizing
+from proxima.config import ConfigError, PPOConfig
+
+GiB = 2**30
+
+
+class Pixels(gym.Env):
+    """CarRacing's observation (96x96x3 uint8) without its Box2D world: cheap to build."""
+
+    observation_space = gym.spaces.Box(0, 255, (96, 96, 3), np.uint8)
+    action_space = gym.spaces.Discrete(5)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros((96, 96, 3), np.uint8), {}
+
+    def step(self, action):
+        return np.zeros((96, 96, 3), np.uint8), 0.0, True, False, {}
+
+
+gym.register("Sizes40Pixels-v0", entry_point=Pixels)
+
+
+@pytest.fixture
+def measured(monkeypatch):
+    """bench_lines replaced by a recorder (no Trainer is built): the sizes bench went on to measure."""
+    sizes = []
+
+    def fake_lines(args, backends, n):
+        sizes.append(n)
+        return [(bench.Line(b, n, samples={"train": [100.0]}), bench.bench_config(args, b, n), torch.device("cpu"))
+                for b in backends]
+
+    monkeypatch.setattr(bench, "bench_lines", fake_lines)
+    return sizes
+
+
+def cartpole_need(num_envs: int) -> int:
+    """What check_fits counts for bench's native CartPole line at ``num_envs`` (its buffers and networks)."""
+    args = bench_args("CartPole-v1")
+    cfg = bench.bench_config(args, "native", num_envs)
+    sizes = sizing.env_probe(cfg)()
+    return (sizing.estimate_bytes(cfg, *sizes, sizes.layout, torch.device("cpu"))
+            + sizing.network_bytes(cfg, sizes[0], sizes[1], sizes.layout))
+
+
+def bench_args(env_id: str, *flags: str):
+    from proxima.cli import build_parser
+
+    return build_parser().parse_args(["bench", env_id, *flags])
+
+
+def test_the_default_list_leaves_out_the_sizes_that_do_not_fit_and_measures_the_rest(monkeypatch, capsys, measured):
+    free = (cartpole_need(1024) + cartpole_need(4096)) // 2  # 1,024 fits, 4,096 does not
+    monkeypatch.setattr(sizing, "free_memory", lambda device: free)
+    code, out, err = run_main(["bench", "CartPole-v1", "--backend", "native", "--json"], capsys)
+    assert code == 0, err
+    assert measured == [1, 4, 64, 1024]
+    assert [json.loads(row)["num_envs"] for row in out.splitlines()] == [1, 4, 64, 1024]
+    (note,) = [row for row in err.splitlines() if "note:" in row]
+    assert note.startswith("proxima bench: note: the default --num-envs leaves out 4,096 envs, which do not fit in "
+                           "memory (at 4,096: one minibatch (--num-envs 4096 x --num-steps ")
+    assert note.endswith(f"{sizing.human_bytes(free)} free; raise --num-minibatches, or lower --num-envs or --num-steps "
+                         "(bench takes num_minibatches and hidden_sizes from the preset: choose another --preset))")
+
+
+def test_a_typed_size_that_does_not_fit_is_refused_before_any_is_measured(monkeypatch, capsys, measured):
+    free = (cartpole_need(1024) + cartpole_need(4096)) // 2
+    monkeypatch.setattr(sizing, "free_memory", lambda device: free)
+    code, _, err = run_main(["bench", "CartPole-v1", "--backend", "native", "--num-envs", "1,4096"], capsys)
+    error_line(code, err, "one minibatch (--num-envs 4096 x --num-steps ", f"{sizing.human_bytes(free)} free; ")
+    assert measured == []
+
+
+def test_a_default_list_with_no_size_that_fits_is_refused_with_the_smallest(monkeypatch, capsys, measured):
+    monkeypatch.setattr(sizing, "free_memory", lambda device: 1000)
+    code, _, err = run_main(["bench", "CartPole-v1", "--backend", "native"], capsys)
+    error_line(code, err, "proxima bench: error: --hidden-sizes 64,64: the actor and critic need ~", " 1000 B free; ")
+    assert measured == []
+
+
+def test_the_default_list_stops_at_64_for_a_gymnasium_image_env(monkeypatch, capsys, measured):
+    monkeypatch.setattr(sizing, "free_memory", lambda device: 10**15)  # memory is not what stops it
+    code, out, err = run_main(["bench", "Sizes40Pixels-v0", "--json"], capsys)
+    assert code == 0, err
+    assert measured == [1, 4, 64]
+    assert [row for row in err.splitlines() if "note:" in row] == [
+        "proxima bench: note: the default --num-envs stops at 64 for Sizes40Pixels-v0, a Gymnasium env with image "
+        "observations (each env a Python object rendering its own frames, built one by one): 1,024, 4,096 envs not "
+        "measured; type --num-envs to measure them"]
+    # typed, a size above it is measured as asked
+    measured.clear()
+    code, out, err = run_main(["bench", "Sizes40Pixels-v0", "--num-envs", "1024", "--json"], capsys)
+    assert code == 0, err
+    assert measured == [1024] and "note:" not in err
+
+
+def test_the_recorded_command_names_the_sizes_measured(monkeypatch, capsys, measured, tmp_path):
+    monkeypatch.setattr(sizing, "free_memory", lambda device: 10**15)
+    code, _, err = run_main(["bench", "Sizes40Pixels-v0", "--out", str(tmp_path / "r.md")], capsys)
+    assert code == 0, err
+    assert "proxima bench Sizes40Pixels-v0 --num-envs 1,4,64 " in (tmp_path / "r.md").read_text()
+
+
+def test_carracing_sized_refusal_names_the_rollout_buffers_not_a_minibatch_count(monkeypatch):
+    """The review's line ended "even --num-minibatches 262144 (the most the batch allows) needs ~28.0 GB":
+    more memory for smaller minibatches, read literally. What needs it is the rollout buffers."""
+    from proxima.envs.spaces import obs_layout
+
+    monkeypatch.setattr(sizing, "free_memory", lambda device: int(21.4 * GiB))
+    layout = obs_layout(Pixels.observation_space, "CarRacing-v3")
+    cfg = PPOConfig(env_id="CarRacing-v3", num_envs=4096, num_steps=128, total_timesteps=10**9)
+    with pytest.raises(ConfigError) as e:
+        sizing.check_fits(cfg, torch.device("cpu"), lambda: sizing.EnvSizes(96 * 96 * 3, 1, False, layout))
+    assert str(e.value).endswith("21.4 GB free; lower --num-envs or --num-steps: the rollout buffers alone need "
+                                 "~27.0 GB (at any --num-minibatches)")
+    # 4,096 x 128 rows of obs and final_obs at a byte a pixel are most of it
+    assert sizing.rollout_bytes(cfg, 96 * 96 * 3, 1, layout) > 4096 * 128 * 2 * 96 * 96 * 3
