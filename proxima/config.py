@@ -640,6 +640,32 @@ def value_refused(name: str, value: Any, source: str, why: str) -> ConfigError:
     return ConfigError(f"{source}: field '{name}' got {value!r}" + (", " if why.startswith("expected ") else ": ") + why)
 
 
+def _json_object_example(name: str, text: str, source: str) -> str:
+    """How a JSON-object field is spelled, for its 'not valid JSON' line: ``--env-kwargs
+    '{"continuous": false}'`` from the KEY=VALUE pairs typed (``continuous=false``: the spelling of
+    other tools, which JSON refuses at column 1), else a generic object; as a file's field for a file."""
+    import json
+    import re
+    import shlex
+
+    pairs = [p for p in re.split(r"[,\s]+", text.strip()) if p]
+    example = {"size": 8, "continuous": False}
+    # a pasted file is no KEY=VALUE list to echo back: the line stays short
+    if pairs and len(text) <= 200 and all(re.fullmatch(r"[A-Za-z_][\w.-]*=\S.*", p) for p in pairs):
+        words = {"True": True, "False": False, "None": None}  # Python's spellings, typed as often as JSON's
+        example = {}
+        for pair in pairs:
+            key, _, raw = pair.partition("=")
+            try:
+                example[key] = words[raw] if raw in words else json.loads(raw, parse_constant=str)  # NaN: no JSON number
+            except ValueError:  # a bare word: a string to JSON only in quotes
+                example[key] = raw
+    text = json.dumps(example)
+    if source in FLAG_SOURCES:
+        return f"--{name.replace('_', '-')} {shlex.quote(text)}"
+    return f"{name}: {text}"
+
+
 def is_blank(value: Any) -> bool:
     """An empty or whitespace-only string: an unset shell variable or a stray quote, never a value
     (``none`` unsets an optional field): read as "no value" it trained into the default run
@@ -802,7 +828,8 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
                 except _RepeatedKey as e:  # json.loads kept the last value silently; a YAML file's is refused too
                     raise value_refused(name, given, source, f"key {e.key!r} given twice; give each key once") from None
                 except json.JSONDecodeError as e:
-                    raise value_refused(name, value, source, f"not valid JSON ({e.msg} at column {e.colno})") from None
+                    raise value_refused(name, value, source, f"not valid JSON ({e.msg} at column {e.colno}); "
+                                        f"e.g. {_json_object_example(name, value, source)}") from None
                 except RecursionError:  # '[' nested past Python's stack
                     raise too_deep_error(name, source) from None
                 refused = _nested_too_deep(name, value, source)

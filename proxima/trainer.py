@@ -1547,7 +1547,7 @@ def note_run(cfg: PPOConfig, typed: dict, python: bool = False, obs=None, action
         print(f"proxima: {line}", file=sys.stderr)
     _note_compile_mode(cfg, typed, population)
     _note_threads(cfg, python)
-    _note_other_version(cfg)
+    _note_other_version(cfg, obs)
     if action_space is not None:
         _note_action_scale(cfg.env_id, action_space)
     if obs is not None:
@@ -1594,14 +1594,14 @@ def _note_compile_mode(cfg: PPOConfig, typed: dict, population: bool = False) ->
             print(f"proxima: note: {flag} {getattr(cfg, name):g} has no effect without {needs}", file=sys.stderr)
 
 
-def _note_other_version(cfg: PPOConfig) -> None:
+def _note_other_version(cfg: PPOConfig, obs=None) -> None:
     """A note on stderr when the env has no preset but another version of it has (presets.other_version_note).
     None when a --config file set any of the run's settings (env_id and run_dir aside): the note's advice,
     already taken; a file's values are told apart from a preset's by their source (config.source_of)."""
     from .config import source_of
     from .presets import other_version_note
 
-    _note_built_env(cfg)  # here: note_run calls this once the env is built, and gives it the config
+    _note_built_env(cfg, obs)  # here: note_run calls this once the env is built, and gives it the config
     for name in getattr(cfg, "_sources", None) or {}:
         source = source_of(cfg, name) if name not in ("env_id", "run_dir") else None
         if source is not None and not source.startswith("preset "):
@@ -1622,14 +1622,15 @@ def _preset_in_use(cfg: PPOConfig) -> Optional[str]:
     return None
 
 
-def _note_built_env(cfg: PPOConfig) -> None:
+def _note_built_env(cfg: PPOConfig, obs=None) -> None:
     """Notes on stderr on what the Gymnasium env the run built showed (gym_adapter.built_env): Gymnasium's
     normalization wrappers in a factory, whose statistics no checkpoint holds; a ``__main__:Class`` env,
     which no process but the script's own can build (eval, resume, report); a float64 observation whose
     variation the float32 cast loses (across the envs' first observations: none to judge with one env, as
     with --num-envs 1 or train --dry-run's env, which no step or reset is spent on for it); a Box action space where the
     preset in use was tuned on the env id's Discrete one (--env-kwargs '{"continuous": true}' on
-    LunarLander-v3), named with the preset of the continuous twin when there is one."""
+    LunarLander-v3), named with the preset of the continuous twin when there is one. ``obs``: note_run's (the
+    observation space or the dry run's ObsLayout), which tells an image observation, refused --norm-obs."""
     import gymnasium as gym
 
     from .envs.gym_adapter import built_env, normalize_wrappers_note, registered_action_space
@@ -1647,10 +1648,18 @@ def _note_built_env(cfg: PPOConfig) -> None:
             and cfg.ent_coef == PPOConfig.ent_coef):
         # PPOConfig's defaults are classic control's (Discrete): a Box-action env without a preset trains
         # with them unless told, where every shipped continuous preset differs
+        from .envs.spaces import ObsLayout, obs_layout
+
+        layout = obs if isinstance(obs, ObsLayout) or obs is None else obs_layout(obs, cfg.env_id)
+        # an image (CarRacing-v3's pixels) is scaled to [0, 1] by the network, and --norm-obs of one is refused
+        # (run_setup.check_norm_obs, by the same ObsLayout.has_image): advising it would cost the user a failed run
+        flags = ("--ent-coef 0 --norm-reward (and --norm-obs, which this env's image observations do not take: the "
+                 "network scales their pixels to [0, 1])" if layout is not None and layout.has_image
+                 else "--ent-coef 0 --norm-obs --norm-reward")
         print(f"proxima: note: env '{cfg.env_id}' has Box actions and no preset, so it trains with PPOConfig's defaults, "
-              "tuned for discrete classic control (ent_coef 0.01, no normalization); continuous-control presets use "
-              "--ent-coef 0 --norm-obs --norm-reward (`proxima presets Pendulum-v1 default` shows one), except "
-              "LunarLanderContinuous-v3's, which keeps ent_coef 0.01", file=sys.stderr)
+              f"tuned for discrete classic control (ent_coef 0.01, no normalization); continuous-control presets use {flags} "
+              "(`proxima presets Pendulum-v1 default` shows one), except LunarLanderContinuous-v3's, which keeps ent_coef 0.01",
+              file=sys.stderr)
     if preset is None or not cfg.env_kwargs or not isinstance(built["action_space"], gym.spaces.Box):
         return
     tuned_on = preset.rpartition("/")[0]

@@ -512,7 +512,8 @@ def test_eval_env_kwargs_replace_the_recorded_ones_and_are_parsed_as_trains(kwar
     code, out, err = run_main(["eval", str(kwargs_run), "--env", "kwargs_env:Sized", "--env-kwargs", '{"size": 5}', "--json"], capsys)
     assert code == 0, err
     code, _, err = run_main(["eval", str(kwargs_run), "--env-kwargs", '{"size": '], capsys)
-    assert err == "proxima eval: error: --env-kwargs '{\"size\": ': not valid JSON (Expecting value at column 10)\n"
+    assert err == ("proxima eval: error: --env-kwargs '{\"size\": ': not valid JSON (Expecting value at column 10); "
+                   "e.g. --env-kwargs '{\"size\": 8, \"continuous\": false}'\n")
     # the env's code changed since training: the recorded kwargs no longer fit, and the line says where they come from
     monkeypatch.setattr(kwargs_env.Sized, "__init__", kwargs_env.init_without_kwargs)
     code, _, err = run_main(["eval", str(kwargs_run), "--env", "kwargs_env:Sized"], capsys)

@@ -94,7 +94,8 @@ NOTES = [  # (class, the NOTE line, the spaces line)
     ("GrayImage", "NOTE observation_space: uint8 Box (84, 84) is not an image to Proxima (an image is a uint8 Box (H, W, C) "
                   "or (C, H, W) whose channel axis, at one end, is smaller than the other two), so it trains an MLP on its 7056 "
                   "values flattened and unscaled (0..255); to have it read as an image (pixels scaled to [0, 1], the CNN from "
-                  "36x36), add a channel axis: declare Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None]",
+                  "36x36), add a channel axis: declare Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None] (a frame "
+                  "from Gymnasium's GrayscaleObservation: wrap it as GrayscaleObservation(env, keep_dim=True) instead)",
      "spaces: obs Box(84, 84) uint8 -> flattened to 7056 features, as float32, MLP 64x64 tanh; "
      "action Discrete(2) -> categorical over 2"),
     ("FloatImage", "NOTE observation_space: float32 Box (40, 40, 3) declares pixels in [0, 1]: --encoder cnn reads it as an "
