@@ -616,7 +616,7 @@ def action_scale_note(space: gym.spaces.Space) -> Optional[str]:
         fix = ("declare a float Box(-1, 1) and map it to the integers in the env, or use Discrete/MultiDiscrete if the "
                "values are choices")
     else:
-        fix = "wrap the env in gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)"
+        fix = "wrap the env in gymnasium.wrappers.RescaleAction(env, np.float32(-1), np.float32(1))"
     shown = str(space).replace("\n", "")  # numpy prints a 2-D bound over several lines: a note is one
     return f"action_space {shown}: {'; '.join(whys)}; Proxima clips Box actions to the bounds but does not rescale them: {fix}"
 

@@ -159,7 +159,7 @@ def test_a_float64_box_action_reaches_a_strict_env_inside_its_bounds(capsys):
 def test_an_action_range_far_from_the_policys_scale_gets_a_note(capsys, kwargs, noted):
     note = ("action_space Box(10.0, 20.0, (1,), float32): 0 lies outside its range [10, 20], so the early actions all clip "
             "to one bound and the policy may never learn; Proxima clips Box actions to the bounds but does not rescale them: "
-            "wrap the env in gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)")
+            "wrap the env in gymnasium.wrappers.RescaleAction(env, np.float32(-1), np.float32(1))")
     code, _, err = run_main(["train", "contract_envs:Aim", "--env-kwargs", kwargs, *SMALL], capsys)
     assert code == 0, err
     notes = [row for row in err.splitlines() if "RescaleAction" in row]

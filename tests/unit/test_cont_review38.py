@@ -17,7 +17,7 @@ from tests.cli_helpers import TINY_RUN, error_line, module_written_in, run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 RESCALE = ("Proxima clips Box actions to the bounds but does not rescale them: wrap the env in "
-           "gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)")
+           "gymnasium.wrappers.RescaleAction(env, np.float32(-1), np.float32(1))")
 
 BOX_ENVS = '''
 import gymnasium as gym

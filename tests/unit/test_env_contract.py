@@ -134,16 +134,16 @@ def test_an_action_at_the_top_of_a_wide_int32_box_reaches_the_env_as_its_top():
     (spaces.Box(10.0, 20.0, (1,), np.float32),
      "action_space Box(10.0, 20.0, (1,), float32): 0 lies outside its range [10, 20], so the early actions all clip to one "
      "bound and the policy may never learn; Proxima clips Box actions to the bounds but does not rescale them: wrap the "
-     "env in gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)"),
+     "env in gymnasium.wrappers.RescaleAction(env, np.float32(-1), np.float32(1))"),
     (spaces.Box(np.array([-1.0, -500.0], np.float32), np.array([1.0, 500.0], np.float32)),
      f"action_space {spaces.Box(np.array([-1.0, -500.0], np.float32), np.array([1.0, 500.0], np.float32))}: its range entry 1 "
      "[-500, 500] is far wider than the "
      "policy's samples (std 1 around 0), which reach only a sliver of it; Proxima clips Box actions to the bounds but does "
-     "not rescale them: wrap the env in gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)"),
+     "not rescale them: wrap the env in gymnasium.wrappers.RescaleAction(env, np.float32(-1), np.float32(1))"),
     (spaces.Box(-0.001, 0.001, (3,), np.float64),
      "action_space Box(-0.001, 0.001, (3,), float64): its range [-0.001, 0.001] (all 3 entries) is far narrower than the policy's "
      "samples (std 1 around 0), which mostly clip to a bound; Proxima clips Box actions to the bounds but does not rescale "
-     "them: wrap the env in gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)"),
+     "them: wrap the env in gymnasium.wrappers.RescaleAction(env, np.float32(-1), np.float32(1))"),
     (spaces.Box(0, 1000, (2,), np.int32),  # RescaleAction keeps an int dtype: it would leave only -1, 0, 1
      "action_space Box(0, 1000, (2,), int32): its range [0, 1000] (all 2 entries) is far wider than the policy's samples (std 1 "
      "around 0), which reach only a sliver of it; Proxima clips Box actions to the bounds but does not rescale them: declare "
@@ -153,7 +153,7 @@ def test_an_action_at_the_top_of_a_wide_int32_box_reaches_the_env_as_its_top():
     (spaces.Box(0.0, 1.0, (2,), np.float32),  # 0 on a bound: the policy's early actions, centred on 0, clip half the time
      "action_space Box(0.0, 1.0, (2,), float32): its range [0, 1] (all 2 entries) has 0 as a bound, and the policy's early actions "
      "are centred on 0, so half of them clip to that bound; Proxima clips Box actions to the bounds but does not rescale "
-     "them: wrap the env in gymnasium.wrappers.RescaleAction(env, -1.0, 1.0)"),
+     "them: wrap the env in gymnasium.wrappers.RescaleAction(env, np.float32(-1), np.float32(1))"),
     # an integer Box with 0 on a bound: half its early samples clip to 0 and a third more round to it
     (spaces.Box(0, 5, (2,), np.int64), "action_space Box(0, 5, (2,), int64): its range [0, 5] (all 2 entries) has 0 as "
      "a bound, and the policy's early actions are centred on 0, so half of them clip to that bound; Proxima clips Box "
