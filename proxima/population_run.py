@@ -921,9 +921,10 @@ def save_population(pop: Population, run_dir: Path, dirs: list, seeds, sweep: di
                   "population": str(run_dir)}
         ckpt.save_train_state(dirs[i], member, cfg.keep_checkpoints, prune_after=False)
 
-    # the population's own checkpoints a lower --keep-checkpoints drops go before any member's write
-    # needs their room (save_train_state prunes each folder only as it writes there, the population's last)
-    ckpt.prune_checkpoints(run_dir, cfg.keep_checkpoints)
+    # the checkpoints a lower --keep-checkpoints drops (the population's and every member's) go before
+    # any write needs their room: the members are written side by side, so pruning each only as it is
+    # written could leave another's old files on the disk during the first write
+    _each(lambda d: ckpt.prune_checkpoints(d, cfg.keep_checkpoints), [run_dir, *dirs])
     # members first, all of them ended: the population checkpoint is the commit point of a resume
     _each(save_member, range(len(dirs)))
     state = {"format": ckpt.FORMAT, "schema_version": ckpt.SCHEMA_VERSION, "kind": CHECKPOINT_KIND, "versions": versions(),
