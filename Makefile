@@ -29,9 +29,10 @@ REPORT_RUN ?= runs/report-demo__$(shell date +%Y%m%d-%H%M%S)
 REPORT_RUN := $(REPORT_RUN)
 export OMP_NUM_THREADS ?= 1
 # pytest-xdist processes for `make test`: one per CPU, at most 4 (each holds torch and a warm-python server;
-# the tests are mostly single-threaded and waiting on subprocesses); TEST_JOBS=0 runs them in this process.
-# A test file's tests stay in one process (--dist loadfile): its module fixtures are built once.
-TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 4 ] && n=4; echo $$n)
+# the tests are mostly single-threaded and waiting on subprocesses); 0 (one CPU, or TEST_JOBS=0 or empty)
+# runs them in pytest's own process. A test file's tests stay in one process (--dist loadfile): its
+# module fixtures are built once.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ "$$n" -gt 4 ] && n=4; [ "$$n" -lt 2 ] && n=0; echo $$n)
 
 .PHONY: help setup check-python train test test-slow test-all test-container ci-train bench learning report clean
 
@@ -72,7 +73,7 @@ train: setup
 # stdin from /dev/null: a runner that starts make with no standard input at all (fd 0 closed) would
 # otherwise break IPython's import inside pytest's capture (the notebook test)
 test: setup
-	$(BIN)/python -m pytest -q -m "not slow" --timeout 600 -n $(TEST_JOBS) --dist loadfile < /dev/null
+	$(BIN)/python -m pytest -q -m "not slow" --timeout 600 -n $(or $(TEST_JOBS),0) --dist loadfile < /dev/null
 
 # builds the image on a local Debian base with the CPU torch wheel, runs it, checks it from outside
 test-container:
