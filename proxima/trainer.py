@@ -93,7 +93,7 @@ class Trainer:
         self.dist = distributed.context()
         validate(cfg, self.dist.world_size, resume=resume_state is not None, python=argv is None)
         self.cfg, self.quiet = cfg, quiet
-        self.device = self.dist.device_for(cfg.device)  # under torchrun: cuda:LOCAL_RANK or cpu
+        self.device = _device_for(self.dist, cfg.device, argv is None)  # under torchrun: cuda:LOCAL_RANK or cpu
         with _python_words(argv is None):
             # before anything process-wide is changed
             check_device_flags(cfg, self.device, self.dist.world_size, resumed=resume_state is not None)
@@ -888,6 +888,17 @@ class ReturnTarget:
         return mean if mean >= self.target else None
 
 
+def _device_for(dist, name: str, python: bool) -> torch.device:
+    """dist.device_for(name), with a device that cannot be used refused in the caller's words: from
+    Python (``python``) ``device='cuda': ...; use device='cpu'``, as load() and make_env say (resolve_device's
+    arg=); python_words would only strip the flag's dashes (``device 'cuda': ...; use device cpu``)."""
+    if python:
+        from .device import resolve_device
+
+        resolve_device(name, arg="device")
+    return dist.device_for(name)
+
+
 @contextlib.contextmanager
 def _python_words(python: bool):
     """A ConfigError of the device and size checks, for a config built in Python (``python``: no argv),
@@ -953,14 +964,14 @@ def _check_cudagraphs(cfg: PPOConfig, device: torch.device, world_size: int) -> 
         return
     if device.type != "cuda":
         preset = preset_of(cfg, "cudagraphs")
+        python = from_python()  # train()'s words: a script set cudagraphs=True (or preset='gpu') and device='cpu'
         if preset:  # the user chose the preset (--preset, resolve's preset=), not --cudagraphs
-            # train()'s words: a script set preset='gpu' and device='cpu', and typed no flag
-            python = from_python()
             hint, off = cpu_preset_hint(cfg, python), "set cudagraphs=False" if python else "add --no-cudagraphs"
             hint = f"{hint}, or {off}" if "preset" in hint else off
             raise ConfigError(f"{as_given('preset', preset, python)} turns on {'cudagraphs' if python else '--cudagraphs'}, "
                               f"which needs a CUDA device (got {as_given('device', cfg.device, python)}); {hint}")
-        raise ConfigError("--cudagraphs needs a CUDA device (got --device %s)" % cfg.device)
+        raise ConfigError(f"{'cudagraphs' if python else '--cudagraphs'} needs a CUDA device "
+                          f"(got {as_given('device', cfg.device, python)})")
     if cfg.debug_checks:
         raise ConfigError("--debug-checks reads every step on the host, which a CUDA graph cannot record; drop --cudagraphs or --debug-checks")
     if cfg.amp == "fp16":
@@ -1177,8 +1188,9 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             validate(config, dctx.world_size, resume=resumed, python=argv is None)
             # before any env is built: the sizes as a lower bound (an absurd --num-envs); the Trainer checks
             # again with the env it builds, before the agent and buffers, so no env is built only to be sized
+            device = _device_for(dctx, config.device, argv is None)
             with _python_words(argv is None):
-                check_fits(config, dctx.device_for(config.device))
+                check_fits(config, device)
             # under --quiet too: a warning that the run trains other than asked, not a summary line
             if dctx.is_main:
                 _note_given_total(config, dctx.world_size, resumed, state, overrides, sources, python=argv is None)

@@ -112,3 +112,17 @@ def test_a_cuda_preset_of_an_env_without_a_cpu_preset_names_the_fields_or_flags(
     assert one_error_line(err, "proxima train") == ("--preset gpu needs CUDA, which is not usable here (run `proxima "
                                                     "doctor`); on a CPU add --device cpu --no-cudagraphs")
     assert not (tmp_path / "c").exists()
+
+
+def test_train_names_cudagraphs_and_device_as_the_script_set_them(no_cuda, tmp_path):
+    """Beside the preset's line: a script's own cudagraphs=True on the CPU, and device='cuda' where CUDA is
+    not usable, in the words load() and make_env use (python_words left ``device cpu``, ``device 'cuda'``); the
+    CLI keeps its flags (tests/integration/test_train_config.py pins its lines)."""
+    with pytest.raises(ConfigError) as info:
+        proxima.train(PPOConfig(cudagraphs=True, device="cpu", **TINY), run_dir=tmp_path / "a", quiet=True)
+    assert str(info.value) == "cudagraphs needs a CUDA device (got device='cpu')"
+    with pytest.raises(ConfigError) as info:
+        proxima.train(PPOConfig(device="cuda", **TINY), run_dir=tmp_path / "b", quiet=True)
+    assert str(info.value) == "device='cuda': CUDA is not usable here (run `proxima doctor`); use device='cpu'"
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+

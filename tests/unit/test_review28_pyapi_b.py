@@ -311,7 +311,7 @@ def test_device_and_size_refusals_from_python_name_the_fields_not_the_flags(tmp_
 
     with pytest.raises(ConfigError) as info:
         proxima.train(PPOConfig(env_id="CartPole-v1", cudagraphs=True, threads=1, run_dir=str(tmp_path / "a")))
-    assert str(info.value).startswith("cudagraphs needs a CUDA device (got device cpu)"), str(info.value)
+    assert str(info.value).startswith("cudagraphs needs a CUDA device (got device='cpu')"), str(info.value)
     with pytest.raises(ConfigError) as info:
         proxima.train(PPOConfig(env_id="CartPole-v1", num_envs=4096, num_steps=16384, num_minibatches=1,
                                 total_timesteps=10**11, threads=1, run_dir=str(tmp_path / "b")))
