@@ -38,9 +38,12 @@ def diagnose_failure(e: Exception, config: Optional[PPOConfig], last_good) -> Ex
     if lost_peer(e) or is_stdout_failure(e):  # stdout's own failure: the CLI says so in its one line
         return e
     if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
-        # a buffered write's OSError names no file; one re-raised from (or while handling) the open()'s or
-        # another call's error that does names it there. bytes (os calls given bytes) shown as the path
-        named = next((x.filename for x in (e, e.__cause__, e.__context__) if isinstance(x, OSError) and x.filename), None)
+        # a buffered write's OSError names no file; one re-raised from the open()'s or another call's error
+        # that does names it there. An error it was raised while handling (__context__) may be unrelated
+        # and already handled (a FileNotFoundError of an os.stat that probed eval.json): its file only
+        # when it failed the same way. bytes (os calls given bytes) shown as the path
+        context = e.__context__ if isinstance(e.__context__, OSError) and e.__context__.errno == e.errno else None
+        named = next((x.filename for x in (e, e.__cause__, context) if isinstance(x, OSError) and x.filename), None)
         where = os.fsdecode(named) if isinstance(named, (str, bytes, os.PathLike)) else "a file of the run"
         return write_error(where, e, suffix=f"; {last_good()}" if last_good else "")
     if isinstance(e, StorageError) and last_good and "checkpoint" not in str(e):

@@ -70,3 +70,26 @@ def test_a_file_named_in_bytes_is_shown_as_its_path(tmp_path):
     target = tmp_path / "metrics.csv"
     line = str(diagnose_failure(OSError(errno.ENOSPC, "No space left on device", bytes(target)), None, None))
     assert line.startswith(f"{target}: could not write ("), line
+
+
+def test_a_full_disk_raised_while_handling_another_files_error_does_not_name_that_file(tmp_path):
+    """An unnamed ENOSPC raised inside ``except FileNotFoundError`` of an os.stat that probed eval.json was
+    named eval.json: the error it was raised while handling (__context__) is another, already handled; one
+    of the same errno (a cleanup's write failing as the open()'s did) still names its file."""
+    probed, target = tmp_path / "eval.json", tmp_path / "metrics.csv"
+    try:
+        try:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(probed))
+        except FileNotFoundError:
+            raise OSError(errno.ENOSPC, "No space left on device")
+    except OSError as e:
+        line = str(diagnose_failure(e, None, None))
+    assert line.startswith("a file of the run: could not write (No space left on device"), line
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", str(target))
+        except OSError:
+            raise OSError(errno.ENOSPC, "No space left on device")
+    except OSError as e:
+        line = str(diagnose_failure(e, None, None))
+    assert line.startswith(f"{target}: could not write (No space left on device; "), line
