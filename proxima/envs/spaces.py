@@ -294,8 +294,9 @@ def image_note(space: gym.spaces.Space, expr: str = "obs", values=None, single: 
     if unit:
         return how, (f"train with --encoder cnn, or (4x less memory, and --encoder auto takes the CNN from "
                      f"{CNN_MIN_SIZE}x{CNN_MIN_SIZE}) make it uint8: declare Box({lo}, {hi}, {new}, np.uint8) and {value}")
-    # a 0..255 uint8 (H, W) is most often GrayscaleObservation's (keep_dim=False by default): its own argument fixes it
-    gray = (" (a frame from Gymnasium's GrayscaleObservation: wrap it as GrayscaleObservation(env, keep_dim=True) instead)"
+    # a 0..255 uint8 (H, W) is most often GrayscaleObservation's (keep_dim=False by default), whose own argument
+    # fixes it; the space cannot tell where a frame came from: said as an if
+    gray = (" (if it comes from Gymnasium's GrayscaleObservation, wrap it as GrayscaleObservation(env, keep_dim=True) instead)"
             if u8 and len(shape) == 2 and (lo, hi) == (0, 255) and expr == "obs" else "")
     return how, (f"to have it read as an image (pixels scaled to [0, 1], the CNN from {CNN_MIN_SIZE}x{CNN_MIN_SIZE}), "
                  f"{change}: declare Box({lo}, {hi}, {new}, np.uint8) and {value}{gray}")

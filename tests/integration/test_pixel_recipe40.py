@@ -205,8 +205,8 @@ def test_a_grayscale_2d_observation_is_told_of_grayscale_observations_keep_dim(c
     assert code == 0, out + err
     [note] = [ln for ln in out.splitlines() if ln.startswith("NOTE ")]
     assert note.endswith(
-        f"add a channel axis: declare Box(0, 255, ({SIZE}, {SIZE}, 1), np.uint8) and return obs[..., None] (a frame "
-        "from Gymnasium's GrayscaleObservation: wrap it as GrayscaleObservation(env, keep_dim=True) instead)"), note
+        f"add a channel axis: declare Box(0, 255, ({SIZE}, {SIZE}, 1), np.uint8) and return obs[..., None] (if it "
+        "comes from Gymnasium's GrayscaleObservation, wrap it as GrayscaleObservation(env, keep_dim=True) instead)"), note
     # the documented fix makes it an image: GrayscaleObservation of the RGB env, keep_dim=True
     wrapped = gym.wrappers.GrayscaleObservation(gym.make("FakeCar40-v0"), keep_dim=True)
     from proxima.envs.spaces import image_layout, image_note

@@ -94,8 +94,8 @@ NOTES = [  # (class, the NOTE line, the spaces line)
     ("GrayImage", "NOTE observation_space: uint8 Box (84, 84) is not an image to Proxima (an image is a uint8 Box (H, W, C) "
                   "or (C, H, W) whose channel axis, at one end, is smaller than the other two), so it trains an MLP on its 7056 "
                   "values flattened and unscaled (0..255); to have it read as an image (pixels scaled to [0, 1], the CNN from "
-                  "36x36), add a channel axis: declare Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None] (a frame "
-                  "from Gymnasium's GrayscaleObservation: wrap it as GrayscaleObservation(env, keep_dim=True) instead)",
+                  "36x36), add a channel axis: declare Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None] (if it "
+                  "comes from Gymnasium's GrayscaleObservation, wrap it as GrayscaleObservation(env, keep_dim=True) instead)",
      "spaces: obs Box(84, 84) uint8 -> flattened to 7056 features, as float32, MLP 64x64 tanh; "
      "action Discrete(2) -> categorical over 2"),
     ("FloatImage", "NOTE observation_space: float32 Box (40, 40, 3) declares pixels in [0, 1]: --encoder cnn reads it as an "
@@ -145,5 +145,6 @@ def test_train_names_the_missing_key_and_refuses_int_keys_in_one_line(tmp_path, 
     assert code == 2 and err == (
         "proxima train: error: --encoder cnn needs an image observation (uint8 Box (H, W, C) or (C, H, W)); this env's "
         "observation has shape (84, 84); to have it read as an image (pixels scaled to [0, 1], the CNN from 36x36), add a "
-        "channel axis: declare Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None]; or use --encoder mlp\n")
+        "channel axis: declare Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None] (if it comes from Gymnasium's "
+        "GrayscaleObservation, wrap it as GrayscaleObservation(env, keep_dim=True) instead); or use --encoder mlp\n")
     assert not (tmp_path / "D").exists()

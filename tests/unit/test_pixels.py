@@ -128,7 +128,8 @@ def test_encoder_errors_name_the_flag_and_what_to_do():
     assert str(err.value) == (
         "--encoder cnn needs an image observation (uint8 Box (H, W, C) or (C, H, W)); this env's observation has shape (84, 84); "
         "to have it read as an image (pixels scaled to [0, 1], the CNN from 36x36), add a channel axis: declare "
-        "Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None]; or use --encoder mlp")
+        "Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None] (if it comes from Gymnasium's GrayscaleObservation, "
+        "wrap it as GrayscaleObservation(env, keep_dim=True) instead); or use --encoder mlp")
     # frames of 2 channels: a stack of RGB frames (4, 84, 84, 3) is an image since review 34
     stack = gym.spaces.Dict({"frames": gym.spaces.Box(0, 255, (4, 84, 84, 2), np.uint8), "vec": gym.spaces.Box(-1, 1, (2,), np.float32)})
     with pytest.raises(ConfigError) as err:
@@ -334,7 +335,9 @@ def test_a_flattened_box_remembers_its_declared_shape_yet_compares_as_a_plain_bo
 
 
 @pytest.mark.parametrize("shape, dtype, image, fix", [
-    ((84, 84), np.uint8, (84, 84, 1), "add a channel axis: declare Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None]"),
+    ((84, 84), np.uint8, (84, 84, 1), "add a channel axis: declare Box(0, 255, (84, 84, 1), np.uint8) and return obs[..., None] "
+                                      "(if it comes from Gymnasium's GrayscaleObservation, wrap it as "
+                                      "GrayscaleObservation(env, keep_dim=True) instead)"),
     # stacks of 1, 3 or 4-channel frames are images since review 34; of 2-channel frames not
     ((4, 40, 40, 2), np.uint8, (40, 40, 8), "merge the frame stack into channels: declare Box(0, 255, (40, 40, 8), np.uint8) and return obs.transpose(1, 2, 0, 3).reshape(40, 40, 8)"),
     ((4, 2, 84, 84), np.uint8, (8, 84, 84), "merge the frame stack into channels: declare Box(0, 255, (8, 84, 84), np.uint8) and return obs.reshape(8, 84, 84)"),

@@ -88,8 +88,8 @@ NOTE = "proxima: note: env 'Pix25{}-v0': observation_space: uint8 Box {} is not 
 
 # ------------------------------------------------------------------------ 1. train notes pixels read as a vector
 @pytest.mark.parametrize("env, shape, fix", [
-    ("Gray", (40, 40), "add a channel axis: declare Box(0, 255, (40, 40, 1), np.uint8) and return obs[..., None] (a frame "
-                       "from Gymnasium's GrayscaleObservation: wrap it as GrayscaleObservation(env, keep_dim=True) instead)"),
+    ("Gray", (40, 40), "add a channel axis: declare Box(0, 255, (40, 40, 1), np.uint8) and return obs[..., None] (if it "
+                       "comes from Gymnasium's GrayscaleObservation, wrap it as GrayscaleObservation(env, keep_dim=True) instead)"),
     ("Stack", (4, 40, 40, 2), "merge the frame stack into channels: declare Box(0, 255, (40, 40, 8), np.uint8) and "
                               "return obs.transpose(1, 2, 0, 3).reshape(40, 40, 8)"),
 ])
