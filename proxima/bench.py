@@ -828,25 +828,28 @@ def arguments_problem(args: argparse.Namespace) -> str:
 
 
 def plan(args: argparse.Namespace) -> tuple:
-    """(problem, sizes, notes): ``arguments_problem``'s line ('' when none), the --num-envs to
-    measure and the notes to print (``default_sizes``: what the default list left out)."""
+    """(problem, sizes, notes, gym_max): ``arguments_problem``'s line ('' when none), the --num-envs to
+    measure, the notes to print (``default_sizes``: what the default list left out) and the most envs a
+    Gymnasium line is measured at (--max-gym-envs, or less where ``default_sizes`` caps Gymnasium's lines)."""
     from .envs import EnvError
 
     try:
-        problem, sizes, notes = "", parse_sizes(args.num_envs or DEFAULT_SIZES), []
+        # only None is not given: --num-envs "" (an unset "$N") is refused, not the default list
+        problem, sizes, notes = "", parse_sizes(DEFAULT_SIZES if args.num_envs is None else args.num_envs), []
         backends = backends_for(args.env_id, args.backend)
     except (ValueError, EnvError) as e:  # EnvError: an id like Tennis-v5 that no installed package knows
-        return str(e), [], []
+        return str(e), [], [], args.max_gym_envs
+    gym_max = args.max_gym_envs
     problem = options_problem(args)
     if not problem:
         try:
-            sizes, notes = (default_sizes(args, sizes, backends) if args.num_envs is None else
-                            (check_sizes(args, sizes, backends), []))
+            sizes, notes, gym_max = (default_sizes(args, sizes, backends) if args.num_envs is None else
+                                     (check_sizes(args, sizes, backends), [], gym_max))
         except (ConfigError, EnvError) as e:
             problem = str(e)
         except ImportError as e:
             problem = f"{e}"
-    return problem, sizes, notes
+    return problem, sizes, notes, gym_max
 
 
 def options_problem(args: argparse.Namespace) -> str:
@@ -885,34 +888,40 @@ def options_problem(args: argparse.Namespace) -> str:
     return ""
 
 
-def check_sizes(args, sizes: list, backends: list) -> list:
+def check_sizes(args, sizes: list, backends: list, gym_max: Optional[int] = None) -> list:
     """Check every line of typed --num-envs ``sizes`` (ConfigError for the first refused): a size
-    that cannot fit stops before any other is measured, so a typo never measures less than asked."""
+    that cannot fit stops before any other is measured, so a typo never measures less than asked.
+    A Gymnasium line above ``gym_max`` (default --max-gym-envs) is not measured, so not checked."""
+    gym_max = args.max_gym_envs if gym_max is None else gym_max
     for n in sizes:
         for backend in backends:
-            if not (backend == "gymnasium" and n > args.max_gym_envs):
+            if not (backend == "gymnasium" and n > gym_max):
                 check_line(args, backend, n)
     return sizes
 
 
 def default_sizes(args, sizes: list, backends: list) -> tuple:
-    """(sizes, notes) of the default --num-envs list (``sizes``), which asks for no size in particular:
-    for a Gymnasium env with image observations it stops at GYM_IMAGE_MAX_DEFAULT, and a size whose
-    line does not fit in memory (DoesNotFit) is left out rather than refusing the sizes that fit, each
-    left out in one note (a line). Other refusals refuse as check_sizes does; so does a list with no
-    size left (the smallest's refusal)."""
-    notes = []
+    """(sizes, notes, gym_max) of the default --num-envs list (``sizes``), which asks for no size in
+    particular: for a Gymnasium env with image observations its Gymnasium lines stop at
+    GYM_IMAGE_MAX_DEFAULT (``gym_max``, as --max-gym-envs caps them; the other backends' lines, EnvPool's
+    of an Atari game, keep every size), and a size whose line does not fit in memory (DoesNotFit) is left
+    out rather than refusing the sizes that fit, each left out in one note (a line). Other refusals refuse
+    as check_sizes does; so does a list with no size left (the smallest's refusal)."""
+    notes, gym_max = [], args.max_gym_envs
     if "gymnasium" in backends and gym_images(args):
         over = [n for n in sizes if n > GYM_IMAGE_MAX_DEFAULT]
-        sizes = [n for n in sizes if n <= GYM_IMAGE_MAX_DEFAULT]
+        gym_max = min(gym_max, GYM_IMAGE_MAX_DEFAULT)
+        # a size left with no line to measure is dropped; one with another backend's line keeps it
+        sizes = [n for n in sizes if any(b != "gymnasium" or n <= GYM_IMAGE_MAX_DEFAULT for b in backends)]
         if over:
-            notes.append(f"note: the default --num-envs stops at {GYM_IMAGE_MAX_DEFAULT} for {args.env_id}, a Gymnasium env "
-                         f"with image observations (each env a Python object rendering its own frames, built one by one): "
-                         f"{_counts(over)} envs not measured; type --num-envs to measure them")
+            notes.append(f"note: the default --num-envs stops Gymnasium at {GYM_IMAGE_MAX_DEFAULT} envs for {args.env_id}, "
+                         f"an env with image observations (each Gymnasium env a Python object rendering its own frames, "
+                         f"built one by one): {_counts(over)} envs not measured for Gymnasium; type --num-envs to "
+                         f"measure them")
     fits, dropped = [], []
     for n in sizes:
         try:
-            check_sizes(args, [n], backends)
+            check_sizes(args, [n], backends, gym_max)
             fits.append(n)
         except DoesNotFit as e:
             dropped.append((n, str(e)))
@@ -921,7 +930,7 @@ def default_sizes(args, sizes: list, backends: list) -> tuple:
     if dropped:
         notes.append(f"note: the default --num-envs leaves out {_counts([n for n, _ in dropped])} envs, which do not fit "
                      f"in memory (at {dropped[0][0]:,}: {dropped[0][1]})")
-    return fits, notes
+    return fits, notes, gym_max
 
 
 def _counts(sizes: list) -> str:
@@ -952,11 +961,15 @@ def _run(args: argparse.Namespace, stdout) -> int:
         sys.stderr.write(f"{prog}: error: {printable(str(message))}\n")
         return 2
 
-    problem, sizes, notes = plan(args)
+    problem, sizes, notes, gym_max = plan(args)
     if problem:
         return fail(problem)
-    # the command --out records names the sizes measured: rerunning it measures them again, not the default list
+    # the command --out records names the sizes measured: rerunning it measures them again, not the default list;
+    # and the Gymnasium cap they ran under (--max-gym-envs 64 where the default list capped an image env's)
     args.num_envs = ",".join(map(str, sizes))
+    gym_skip = (f"> {gym_max}: the default --num-envs for a Gymnasium image env" if gym_max < args.max_gym_envs else
+                f"> --max-gym-envs {args.max_gym_envs}")
+    args.max_gym_envs = gym_max
 
     import torch
 
@@ -1009,7 +1022,7 @@ def _run(args: argparse.Namespace, stdout) -> int:
                                      if line.compile_live is False else ""), file=sys.stderr, flush=True)
                 size_lines = []
                 for backend in backends:
-                    line, cfg = done.get(backend) or (Line(backend, n, skipped=f"> --max-gym-envs {args.max_gym_envs}"), None)
+                    line, cfg = done.get(backend) or (Line(backend, n, skipped=gym_skip), None)
                     size_lines.append((line, cfg))
                 ratios = train_x_gym([line for line, _ in size_lines])
                 for line, cfg in size_lines:
@@ -1079,8 +1092,8 @@ def save_out(args, lines: list, cfg, device, started: datetime, load0: float, st
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("env_id", metavar="ENV_ID", help="Gymnasium id or module:ClassName")
     p.add_argument("--num-envs", default=None, metavar="N1,N2,...",
-                   help=f"env counts to measure (default {DEFAULT_SIZES}, up to {GYM_IMAGE_MAX_DEFAULT} for a Gymnasium env "
-                        "with image observations, whose envs are Python objects that each render their frames; a default "
+                   help=f"env counts to measure (default {DEFAULT_SIZES}; Gymnasium's lines up to {GYM_IMAGE_MAX_DEFAULT} for an env "
+                        "with image observations, whose Gymnasium envs are Python objects that each render their frames; a default "
                         "size that does not fit in memory is left out, with a note naming it; a typed size that does not "
                         "fit is refused, before any is measured)")
     p.add_argument("--device", default=None, help="torch device: cpu, cuda, cuda:1 or auto (default: the preset's, which is cpu "

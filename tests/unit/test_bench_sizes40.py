@@ -101,9 +101,9 @@ def test_the_default_list_stops_at_64_for_a_gymnasium_image_env(monkeypatch, cap
     assert code == 0, err
     assert measured == [1, 4, 64]
     assert [row for row in err.splitlines() if "note:" in row] == [
-        "proxima bench: note: the default --num-envs stops at 64 for Sizes40Pixels-v0, a Gymnasium env with image "
-        "observations (each env a Python object rendering its own frames, built one by one): 1,024, 4,096 envs not "
-        "measured; type --num-envs to measure them"]
+        "proxima bench: note: the default --num-envs stops Gymnasium at 64 envs for Sizes40Pixels-v0, an env with image "
+        "observations (each Gymnasium env a Python object rendering its own frames, built one by one): 1,024, 4,096 "
+        "envs not measured for Gymnasium; type --num-envs to measure them"]
     # typed, a size above it is measured as asked
     measured.clear()
     code, out, err = run_main(["bench", "Sizes40Pixels-v0", "--num-envs", "1024", "--json"], capsys)
@@ -132,3 +132,52 @@ def test_carracing_sized_refusal_names_the_rollout_buffers_not_a_minibatch_count
                                  "~27.0 GB (at any --num-minibatches)")
     # 4,096 x 128 rows of obs and final_obs at a byte a pixel are most of it
     assert sizing.rollout_bytes(cfg, 96 * 96 * 3, 1, layout) > 4096 * 128 * 2 * 96 * 96 * 3
+
+
+def test_an_empty_num_envs_is_refused_not_taken_for_the_default_list(capsys, measured):
+    """`--num-envs "$N"` with N unset measured the whole default list (up to 4,096 envs): only a
+    --num-envs not given at all is the default list."""
+    code, _, err = run_main(["bench", "CartPole-v1", "--backend", "native", "--num-envs", ""], capsys)
+    assert error_line(code, err) == ("proxima bench: error: --num-envs '': expected a comma-separated list of positive "
+                                     "integers, e.g. 1,4,64")
+    assert measured == []
+    assert bench.arguments_problem(bench_args("CartPole-v1", "--num-envs", "")).startswith("--num-envs '': expected ")
+
+
+def test_the_image_cap_leaves_the_other_backends_lines_at_every_default_size(monkeypatch, capsys, tmp_path):
+    """--backend both on an EnvPool Atari game is envpool,gymnasium: the 64-env cap of a Gymnasium image
+    env dropped 1,024 and 4,096 from the shared list, so EnvPool lost them too (envpool is not installed
+    here: its lines are checked and measured by fakes)."""
+    checked, ran = [], []
+    monkeypatch.setattr(bench, "check_line", lambda args, backend, n: checked.append((backend, n)))
+
+    def fake_lines(args, backends, n):
+        ran.append((n, list(backends)))
+        return [(bench.Line(b, n, samples={"train": [100.0]}), bench.bench_config(args, b, n), torch.device("cpu"))
+                for b in backends]
+
+    monkeypatch.setattr(bench, "bench_lines", fake_lines)
+    args = bench_args("Sizes40Pixels-v0", "--backend", "envpool,gymnasium")
+    problem, sizes, notes, gym_max = bench.plan(args)
+    assert (problem, sizes, gym_max) == ("", [1, 4, 64, 1024, 4096], 64)
+    assert [n for b, n in checked if b == "gymnasium"] == [1, 4, 64]  # Gymnasium's lines over 64 are not checked either
+    assert [n for b, n in checked if b == "envpool"] == [1, 4, 64, 1024, 4096]
+    code, out, err = run_main(["bench", "Sizes40Pixels-v0", "--backend", "envpool,gymnasium", "--json",
+                               "--out", str(tmp_path / "r.md")], capsys)
+    assert code == 0, err
+    assert ran == [(1, ["envpool", "gymnasium"]), (4, ["envpool", "gymnasium"]), (64, ["envpool", "gymnasium"]),
+                   (1024, ["envpool"]), (4096, ["envpool"])]
+    rows = [json.loads(row) for row in out.splitlines()]
+    assert [(r["backend"], r["num_envs"], r["skipped"]) for r in rows if r["num_envs"] > 64] == [
+        ("envpool", 1024, None), ("gymnasium", 1024, "> 64: the default --num-envs for a Gymnasium image env"),
+        ("envpool", 4096, None), ("gymnasium", 4096, "> 64: the default --num-envs for a Gymnasium image env")]
+    assert [row for row in err.splitlines() if "note:" in row] == [
+        "proxima bench: note: the default --num-envs stops Gymnasium at 64 envs for Sizes40Pixels-v0, an env with image "
+        "observations (each Gymnasium env a Python object rendering its own frames, built one by one): 1,024, 4,096 "
+        "envs not measured for Gymnasium; type --num-envs to measure them"]
+    # the recorded command reruns the same lines: every size, Gymnasium capped as it ran
+    assert "--num-envs 1,4,64,1024,4096 " in (tmp_path / "r.md").read_text()
+    assert "--max-gym-envs 64" in (tmp_path / "r.md").read_text()
+    # Gymnasium alone: the sizes with no line left are dropped, not shown as skipped lines
+    checked.clear()
+    assert bench.plan(bench_args("Sizes40Pixels-v0", "--backend", "gymnasium"))[1:] == ([1, 4, 64], notes, 64)
