@@ -9,6 +9,7 @@ import time
 import pytest
 
 from proxima import checkpoint as ckpt
+from proxima import population_run
 from proxima import trainer
 from proxima.logger import EventFile
 from tests.cli_helpers import TINY_POP, TINY_RUN, error_line, fake_run_dir, run_main
@@ -61,7 +62,10 @@ def test_a_lower_keep_on_resume_frees_the_old_checkpoints_before_the_write_and_k
 
 
 def test_a_population_frees_its_own_and_its_members_dropped_checkpoints_before_any_write(tmp_path, capsys, monkeypatch):
-    """Members are written first: the population's own old checkpoints go before those writes too."""
+    """Members are written first: the population's own old checkpoints go before those writes too, and every
+    member's before the first member's write (written one at a time here, so a member left unpruned until its
+    own write still holds its old files when the first write fails)."""
+    monkeypatch.setattr(population_run, "MEMBER_WRITERS", 1)
     run = tmp_path / "R"
     code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1-2", "--run-dir", str(run), "--total-timesteps", "96",
                              "--eval-episodes", "0", "--checkpoint-every", "1", "--keep-checkpoints", "5", "--quiet",

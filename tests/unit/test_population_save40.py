@@ -93,3 +93,21 @@ def test_a_full_disk_raised_while_handling_another_files_error_does_not_name_tha
     except OSError as e:
         line = str(diagnose_failure(e, None, None))
     assert line.startswith(f"{target}: could not write (No space left on device; "), line
+
+
+def test_a_full_disk_raised_from_a_named_error_outside_its_handler_names_that_file_and_its_own_comes_first(tmp_path):
+    """``raise ... from named`` outside an except block sets only __cause__ (no __context__): the cause's file is
+    still the one named; when the error itself names a file, that one is shown, not its cause's."""
+    cause, own = tmp_path / "metrics.csv", tmp_path / "eval.json"
+    named = OSError(errno.ENOSPC, "No space left on device", str(cause))
+    try:
+        raise OSError(errno.ENOSPC, "No space left on device") from named
+    except OSError as e:
+        assert e.__context__ is None and e.__cause__ is named
+        line = str(diagnose_failure(e, None, None))
+    assert line.startswith(f"{cause}: could not write (No space left on device; "), line
+    try:
+        raise OSError(errno.ENOSPC, "No space left on device", str(own)) from named
+    except OSError as e:
+        line = str(diagnose_failure(e, None, None))
+    assert line.startswith(f"{own}: could not write (No space left on device; "), line
