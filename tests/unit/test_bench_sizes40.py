@@ -181,3 +181,66 @@ def test_the_image_cap_leaves_the_other_backends_lines_at_every_default_size(mon
     # Gymnasium alone: the sizes with no line left are dropped, not shown as skipped lines
     checked.clear()
     assert bench.plan(bench_args("Sizes40Pixels-v0", "--backend", "gymnasium"))[1:] == ([1, 4, 64], notes, 64)
+
+
+def test_the_default_list_measures_every_size_for_a_gymnasium_env_without_images(monkeypatch, capsys, measured):
+    """Only an image env's Gymnasium lines stop at 64: CartPole's go up to --max-gym-envs (4,096), with no note."""
+    monkeypatch.setattr(sizing, "free_memory", lambda device: 10**15)
+    code, out, err = run_main(["bench", "CartPole-v1", "--backend", "gymnasium", "--json"], capsys)
+    assert code == 0, err
+    assert measured == [1, 4, 64, 1024, 4096]
+    assert [(json.loads(row)["backend"], json.loads(row)["num_envs"]) for row in out.splitlines()] == [
+        ("gymnasium", n) for n in (1, 4, 64, 1024, 4096)]
+    assert "note:" not in err and "stops" not in err
+
+
+def test_the_default_list_builds_no_gymnasium_env_for_the_image_check_without_a_gymnasium_line(monkeypatch, capsys,
+                                                                                                 measured):
+    def no_gymnasium(args):
+        raise AssertionError("a Gymnasium env was built to read its observations for a native-only bench")
+
+    monkeypatch.setattr(bench, "gym_images", no_gymnasium)
+    monkeypatch.setattr(sizing, "free_memory", lambda device: 10**15)
+    code, _, err = run_main(["bench", "CartPole-v1", "--backend", "native", "--json"], capsys)
+    assert code == 0, err
+    assert measured == [1, 4, 64, 1024, 4096]
+
+
+def test_a_refusal_other_than_memory_at_one_default_size_refuses_the_list(capsys, measured):
+    """--num-steps 2 makes 1 env x 2 steps a batch too small for the preset's minibatches: a refusal that is
+    not about memory is not left out of the default list as if it did not fit (the others measured)."""
+    code, _, err = run_main(["bench", "CartPole-v1", "--backend", "native", "--num-steps", "2"], capsys)
+    line = error_line(code, err, "proxima bench: error: --num-envs 1 x --num-steps 2 = 2: must be a multiple of the "
+                                 "preset's num_minibatches (")
+    assert "do not fit" not in err and "note:" not in err, line
+    assert measured == []
+
+
+def test_the_note_names_every_size_left_out_and_quotes_the_smallest(monkeypatch, capsys, measured):
+    free = (cartpole_need(64) + cartpole_need(1024)) // 2  # 64 fits, 1,024 does not
+    monkeypatch.setattr(sizing, "free_memory", lambda device: free)
+    code, _, err = run_main(["bench", "CartPole-v1", "--backend", "native", "--json"], capsys)
+    assert code == 0, err
+    assert measured == [1, 4, 64]
+    (note,) = [row for row in err.splitlines() if "note:" in row]
+    assert note.startswith("proxima bench: note: the default --num-envs leaves out 1,024, 4,096 envs, which do not fit "
+                           "in memory (at 1,024: one minibatch (--num-envs 1024 x --num-steps "), note
+    assert "4096 x" not in note, note
+
+
+def test_an_options_problem_is_reported_before_the_sizes_are_checked(monkeypatch, capsys, measured):
+    """--repeats 0 with no size that fits: the --repeats line, not the memory's."""
+    monkeypatch.setattr(sizing, "free_memory", lambda device: 1000)
+    code, _, err = run_main(["bench", "CartPole-v1", "--backend", "native", "--repeats", "0"], capsys)
+    assert error_line(code, err) == "proxima bench: error: --repeats 0: must be at least 1"
+    assert measured == []
+
+
+def test_a_missing_package_while_checking_a_line_is_one_error_line(monkeypatch, capsys, measured):
+    def missing(args, backend, n):
+        raise ImportError("No module named 'ale_py'")
+
+    monkeypatch.setattr(bench, "check_line", missing)
+    code, _, err = run_main(["bench", "CartPole-v1", "--backend", "native"], capsys)
+    assert error_line(code, err) == "proxima bench: error: No module named 'ale_py'"
+    assert measured == []
