@@ -77,22 +77,21 @@ def test_a_full_disk_raised_while_handling_another_files_error_does_not_name_tha
     named eval.json: the error it was raised while handling (__context__) is another, already handled; one
     of the same errno (a cleanup's write failing as the open()'s did) still names its file."""
     probed, target = tmp_path / "eval.json", tmp_path / "metrics.csv"
-    try:
-        try:
-            raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(probed))
-        except FileNotFoundError:
-            raise OSError(errno.ENOSPC, "No space left on device")
-    except OSError as e:
-        line = str(diagnose_failure(e, None, None))
+    line = _unnamed_full_disk_while_handling(FileNotFoundError(errno.ENOENT, "No such file or directory", str(probed)))
     assert line.startswith("a file of the run: could not write (No space left on device"), line
+    line = _unnamed_full_disk_while_handling(OSError(errno.ENOSPC, "No space left on device", str(target)))
+    assert line.startswith(f"{target}: could not write (No space left on device; "), line
+
+
+def _unnamed_full_disk_while_handling(first: OSError) -> str:
+    """diagnose_failure's line for an ENOSPC naming no file, raised while ``first`` was handled."""
     try:
         try:
-            raise OSError(errno.ENOSPC, "No space left on device", str(target))
+            raise first
         except OSError:
             raise OSError(errno.ENOSPC, "No space left on device")
     except OSError as e:
-        line = str(diagnose_failure(e, None, None))
-    assert line.startswith(f"{target}: could not write (No space left on device; "), line
+        return str(diagnose_failure(e, None, None))
 
 
 def test_a_full_disk_raised_from_a_named_error_outside_its_handler_names_that_file_and_its_own_comes_first(tmp_path):
