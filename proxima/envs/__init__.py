@@ -59,10 +59,8 @@ def check_registers(given: str) -> None:
     module_name, _, name = str(given).partition(":")
     try:
         module = _import_env_module(module_name)
-    except ImportError as e:
+    except Exception as e:  # not found, or the user's module failed as it was imported
         raise EnvError(import_failure_line(e, module_name, given)) from None
-    except Exception as e:  # the user's module failed as it was imported
-        raise EnvError(f"importing '{module_name}' for env '{given}' raised {type(e).__name__}: {e}") from None
     if getattr(module, name, None) is not None:
         raise EnvError(f"--env {given}: module '{module_name}' has an attribute '{name}', which {given} builds instead of "
                        f"the registered env id '{name}' the run trains; resume it from Python after `import {module_name}` "

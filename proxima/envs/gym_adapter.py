@@ -201,11 +201,11 @@ def file_as_module_line(module_name: str, env_id: str) -> Optional[str]:
             f"imported from the current directory or PYTHONPATH: use {fix}")
 
 
-def import_failure_line(e: ImportError, module_name: str, env_id: str) -> str:
+def import_failure_line(e: Exception, module_name: str, env_id: str) -> str:
     """The line for a ``module:Class`` env whose import failed. Only when the module itself (or a
     package above it) was not found is the path to blame; an import inside the user's module that
     fails is named with its file:line (user_frame): a dependency that is not installed, or a name
-    its module lacks."""
+    its module lacks; any other exception its code raised as it was imported too (raised_at)."""
     own = isinstance(e, ModuleNotFoundError) and e.name is not None and (
         e.name == module_name or module_name.startswith(e.name + "."))
     if own and file_as_module_line(module_name, env_id) is not None:  # 'myenvs.py': myenvs imported, then no 'py' in it
@@ -221,7 +221,16 @@ def import_failure_line(e: ImportError, module_name: str, env_id: str) -> str:
     if isinstance(e, ModuleNotFoundError) and e.name:
         return (f"cannot import module '{module_name}' for env '{env_id}': it imports '{e.name}'{user_frame(e)}, which is "
                 "not installed")
-    return f"importing '{module_name}' for env '{env_id}' raised {type(e).__name__}: {e}{user_frame(e)}"
+    message = (e.msg or str(e)) if isinstance(e, SyntaxError) and raised_at(e) else str(e)  # its str() says '(f.py, line 2)'
+    return f"importing '{module_name}' for env '{env_id}' raised {type(e).__name__}: {' '.join(message.split())}{raised_at(e)}"
+
+
+def raised_at(e: BaseException) -> str:
+    """' (file.py:LINE)' of ``e`` in the user's code: a SyntaxError's own file and line (the file that
+    failed to compile has no frame of its own, the traceback ends at the import of it), else user_frame's."""
+    if isinstance(e, SyntaxError) and e.filename and not str(e.filename).startswith("<") and e.lineno:
+        return f" ({Path(e.filename).name}:{e.lineno})"
+    return user_frame(e)
 
 
 # check-env's --steps default and most: defined with its parser, which imports neither torch nor the checker
@@ -257,10 +266,8 @@ def _env_module(env_id: str):
         raise EnvError(file_as_module_line(module_name, env_id))
     try:
         return _import_env_module(module_name)
-    except ImportError as e:
+    except Exception as e:  # not found, or the user's code failed at import time
         raise EnvError(import_failure_line(e, module_name, env_id)) from None
-    except Exception as e:  # user code failed at import time
-        raise EnvError(f"importing '{module_name}' for env '{env_id}' raised {type(e).__name__}: {e}") from None
 
 
 def _is_batched(cls) -> bool:
@@ -344,8 +351,10 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
         if cls is None and module_name == "__main__":  # a run a script trained, read by another process
             raise EnvError(script_env_line(env_id))
         if cls is None:
+            close = close_names(attr, env_names(module, module_name))
+            hint = f"; did you mean {', '.join(f'{module_name}:{c}' for c in close)}?" if close else ""
             raise EnvError(f"module '{module_name}' has no attribute '{attr}', nor did importing it register an env id "
-                           f"'{attr}' (env '{env_id}')")
+                           f"'{attr}' (env '{env_id}'){hint}")
         if not (isinstance(cls, type) and issubclass(cls, gym.Env)) and not callable(cls):
             raise EnvError(f"'{env_id}' is not a gymnasium.Env class")
 
@@ -375,6 +384,18 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
         raise EnvError(f"unknown env id '{env_id}'{hint}")
 
     return _make_registered(env_id, kwargs)
+
+
+def env_names(module, module_name: str) -> list:
+    """What ``module_name:NAME`` could build: the module's public classes and functions (not its imports of
+    modules), and the ids whose registration names an entry point in it (gymnasium.register at its import)."""
+    names = [k for k, v in vars(module).items() if not k.startswith("_") and callable(v)]
+    for env_id, spec in list(gym.registry.items()):
+        entry = spec.entry_point
+        where = entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", None)
+        if where == module_name:
+            names.append(env_id)
+    return names
 
 
 def script_env_line(env_id: str) -> str:
@@ -490,7 +511,40 @@ def unknown_kwarg_line(env_id: str, e: BaseException, env_kwargs: Optional[dict]
     m = _UNEXPECTED_KWARG.match(str(creator_error(e)).strip())
     if m is None or m.group("arg") not in env_kwargs:
         return None
-    return f"--env-kwargs: env '{env_id}' takes no argument '{m.group('arg')}' ({m.group('fn')}); drop it from --env-kwargs"
+    close = close_names(m.group("arg"), constructor_params(env_id))
+    fix = f"did you mean {', '.join(repr(c) for c in close)}?" if close else "drop it from --env-kwargs"
+    return f"--env-kwargs: env '{env_id}' takes no argument '{m.group('arg')}' ({m.group('fn')}); {fix}"
+
+
+def close_names(word: str, names, n: int = 3) -> list:
+    """The ``names`` a typo of ``word`` most likely meant, as difflib finds them for env ids (resolve_env_fn),
+    compared ignoring case: 'Md' means 'MD' (difflib's ratio of the two as typed is 0.5, under its cutoff)."""
+    by_lower: dict = {}
+    for name in sorted(set(names)):
+        by_lower.setdefault(name.lower(), name)
+    return [by_lower[c] for c in difflib.get_close_matches(word.lower(), list(by_lower), n=n, cutoff=0.6)]
+
+
+def constructor_params(env_id: str) -> list:
+    """The keyword arguments the constructor (class or factory) of ``env_id`` takes by name: a
+    ``module:Class`` id's attribute of its module, imported already (nothing is imported here), or a
+    registered id's entry point; [] where none can be read (a C extension, a ``**kwargs`` factory)."""
+    import inspect
+
+    try:
+        module_name, _, attr = env_id.rpartition(":")
+        target = getattr(sys.modules.get(module_name), attr, None) if module_name else None
+        if target is None and attr in gym.registry:
+            entry = gym.registry[attr].entry_point
+            target = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+        if target is None:
+            return []
+        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        params = [p.name for p in inspect.signature(target).parameters.values() if p.kind in named]
+    except Exception:  # a hint only: whatever the user's object is, the line goes out without it
+        return []
+    # Proxima passes a native env's own (build_user_native refuses them from --env-kwargs)
+    return [p for p in params if not (_is_batched(target) and p in ("num_envs", "device", "seed"))]
 
 
 def _probe(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict] = None) -> gym.Env:
@@ -724,6 +778,10 @@ class EnvCalls(gym.Wrapper):
         self._box = None if layout.is_dict else (layout.parts[0].shape, layout.parts[0].layout is not None)
         # step()'s fast path: the declared shape of a plain Box that is not an image (None: always the full check)
         self._shape = layout.parts[0].shape if self._box is not None and not self._box[1] else None
+        # a shape-() Box's actions reach each env from the vector env's (N,) batch as numpy scalars; the env gets
+        # what action_space.sample() gives, a 0-d ndarray (contains() of a scalar warns "Casting input x")
+        space = env.action_space
+        self._scalar_action = space.dtype if isinstance(space, gym.spaces.Box) and space.shape == () else None
 
     def proxima_built(self) -> bool:
         """True: GymnasiumEnv asks each AsyncVectorEnv worker this once built (an _Unbuilt raises its EnvError)."""
@@ -936,6 +994,8 @@ class EnvCalls(gym.Wrapper):
         return self._check(obs, when), (info if self.keep_info else {})
 
     def step(self, action):
+        if self._scalar_action is not None:
+            action = np.asarray(action, self._scalar_action)
         try:
             out = self.env.step(action)
         except EnvError:
