@@ -106,7 +106,7 @@ class PPOConfig:
     clip_vloss: bool = _f(True, "Clip the value loss with clip_coef.")
     ent_coef: float = _f(0.01, "Entropy bonus coefficient.")
     vf_coef: float = _f(0.5, "Value loss coefficient.")
-    max_grad_norm: float = _f(0.5, "Global gradient-norm clip.")
+    max_grad_norm: float = _f(0.5, "Global gradient-norm clip (torch.nn.utils.clip_grad_norm_, as CleanRL and SB3 always clip): the largest L2 norm of all the agent's gradients together per minibatch step; a huge value such as 1e30 leaves them unclipped.")
     target_kl: Optional[float] = _f(None, "Stop the epoch loop after the minibatch whose approx_kl exceeds this; that minibatch's step is kept, as CleanRL's per-epoch check keeps its epoch's (none = never).")
     bootstrap_truncation: bool = _f(True, "Bootstrap truncated episodes from V(final_obs); --no-bootstrap-truncation gives ppo2's behaviour.")
     # --- network / normalization ---
@@ -116,7 +116,7 @@ class PPOConfig:
     norm_obs: bool = _f(False, "Running observation normalization, clipped to [-clip_obs, clip_obs].")
     norm_reward: bool = _f(False, "Scale rewards by the std of the running discounted return, clipped to [-clip_reward, clip_reward].")
     clip_obs: float = _f(10.0, "Clip bound of normalized observations.")
-    clip_reward: float = _f(10.0, "Clip bound of scaled rewards.")
+    clip_reward: float = _f(10.0, "Clip bound of scaled rewards (with --norm-reward only; a huge value such as 1e30 leaves them unclipped).")
     # --- run ---
     seed: int = _f(1, "Random seed (envs, network init, sampling).")
     device: str = _f("cpu", "Torch device: cpu, cuda, cuda:1, or auto (cuda when a tiny op runs there, else cpu: with a note when a GPU is visible but fails; config.yaml keeps auto, so a resume picks again on its machine).")
