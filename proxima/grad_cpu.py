@@ -41,7 +41,7 @@ from .agent import Agent, _CategoricalCPU, categorical_grad
 from .nets import MLP
 
 #: the metrics of ppo.ppo_loss, as sums over the samples (all but "loss", which is built from them)
-_SUMS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "vf_clipfrac", "ratio")
+_SUMS = ("policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac", "vf_clipfrac", "ratio")
 
 
 class BlockGradients:

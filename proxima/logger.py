@@ -11,7 +11,13 @@ of the iteration's finished episodes whose last step's info["is_success"] was tr
 reported it; blank where none did: native envs, Gymnasium envs that report none, older rows),
 charts/episodic_return_100 (the rolling training return, RollingReturn; a run's and a population member's
 logger, RunLogger(rolling=True); blank in a logger without it and in a row whose episodes are not counted: a
-diverged population member's).
+diverged population member's), losses/old_approx_kl (CleanRL's -logratio mean beside the k3
+approx_kl), losses/grad_norm (the global gradient norm before the --max-grad-norm clip),
+losses/vf_clipfrac (the share of samples whose value loss took the clipped branch; blank without
+--clip-vloss), charts/action_std and charts/action_clip_frac (Box actions: the Normal head's mean std
+after the update, the share of sampled action components outside the bounds; blank for discrete
+actions). The losses/* values are means over every minibatch the update ran; every new column is
+blank in rows logged before it existed.
 On resume from global step S, events and CSV rows after S are dropped before logging continues, so
 neither file holds a duplicate or a gap. The event files themselves are rewritten (drop_events_after):
 TensorBoard's default (fast) loader ignores the purge markers SummaryWriter(purge_step=...) writes, so
@@ -55,6 +61,8 @@ CSV_COLUMNS = [
     "losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/clipfrac",
     "losses/explained_variance", "losses/minibatch_updates", "charts/success_rate", "eval/mean_return", "eval/std_return",
     "charts/episodic_return_100",
+    # appended, not grouped: a column's position in older files stays where scripts read it
+    "losses/old_approx_kl", "losses/grad_norm", "losses/vf_clipfrac", "charts/action_std", "charts/action_clip_frac",
 ]
 #: the rolling training return (RollingReturn): "charts/" beside the per-iteration return it smooths, "_100"
 #: for its window (Stable-Baselines3's rollout/ep_rew_mean is the same idea over exactly 100 episodes)

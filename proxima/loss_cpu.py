@@ -36,7 +36,7 @@ import torch
 from . import ppo
 
 #: ppo.ppo_loss's keys, in the order _PPOLoss returns them
-NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "vf_clipfrac", "ratio")
+NAMES = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "old_approx_kl", "clipfrac", "vf_clipfrac", "ratio")
 
 
 def term_grads(t: dict, new_values: torch.Tensor, returns: torch.Tensor, clip_vloss: bool) -> tuple:

@@ -444,8 +444,8 @@ class Population:
 
     def train_iteration(self) -> dict:
         """One iteration of every member. Returns per-member (P,) tensors: the update's loss terms,
-        explained_variance, ep_return_sum, ep_length_sum, ep_count (copies: the parts' buffers are
-        overwritten by the next iteration)."""
+        explained_variance, ep_return_sum, ep_length_sum, ep_count, and for Box actions action_std and
+        action_clip_frac (copies: the parts' buffers are overwritten by the next iteration)."""
         if self.cfg.anneal_lr:  # detail 4, per member
             self.lr_now.copy_((1.0 - self.iteration / self.num_iterations) * self._lr64)
         rollout, advantages, update = self._parts
@@ -454,8 +454,12 @@ class Population:
         update()
         ro = self.rollout
         out = {k: v.clone() for k, v in self.metrics.items()}
+        if not self.cfg.clip_vloss:  # as a single run's: blank, not a 0 that reads as "never clipped"
+            out.pop("vf_clipfrac", None)
         out.update(explained_variance=self.explained_variance.clone(), ep_return_sum=ro.ep_return_sum.clone(),
                    ep_length_sum=ro.ep_length_sum.clone(), ep_count=ro.ep_count.clone())
+        # Box actions: each member's head std (P, 1, A) -> (P,) and its envs' clipped share of the rollout
+        out.update(ppo.action_metrics(ro.actions, self.env.action_bounds, self.params.get("actor_logstd"), self.members))
         self.iteration += 1
         return out
 

@@ -239,12 +239,15 @@ def ppo_loss_with_terms(new_logprob: torch.Tensor, old_logprob: torch.Tensor, ad
 
 def monitor_terms(t: dict, clip_el, clip_vloss: bool) -> dict:
     """The per-sample terms of the update's monitoring metrics, from ``ppo_terms``' dict: approx_kl
-    (detail 12, the k3 estimator), clipfrac and vf_clipfrac as 0/1 floats (vf_clipfrac all 0 without
-    clip_vloss), ratio. ppo_loss averages them; grad_cpu.py sums them block by block."""
+    (detail 12, the k3 estimator), old_approx_kl (-logratio: CleanRL's k1 estimator, unbiased but
+    noisy and can go negative, logged beside k3 for comparison with CleanRL's charts), clipfrac and
+    vf_clipfrac as 0/1 floats (vf_clipfrac: the value loss took the clipped branch; all 0 without
+    clip_vloss, which the trainer then logs blank), ratio. ppo_loss averages them; grad_cpu.py sums
+    them block by block."""
     ratio = t["ratio"]
     vf_clipped = (t["v_clipped"] > t["v_unclipped"]).float() if clip_vloss else torch.zeros_like(ratio)
-    return {"approx_kl": (ratio - 1) - t["logratio"], "clipfrac": ((ratio - 1.0).abs() > clip_el).float(),
-            "vf_clipfrac": vf_clipped, "ratio": ratio}
+    return {"approx_kl": (ratio - 1) - t["logratio"], "old_approx_kl": -t["logratio"],
+            "clipfrac": ((ratio - 1.0).abs() > clip_el).float(), "vf_clipfrac": vf_clipped, "ratio": ratio}
 
 
 def normalize_advantages(advantages: torch.Tensor, mean: Callable, bessel) -> torch.Tensor:
@@ -418,6 +421,30 @@ def make_grad_step(agent, optimizer, cfg, autocast=None, scaler=None, side=None)
         return metrics
 
     return grad_step
+
+
+def action_metrics(actions: torch.Tensor, bounds: Optional[tuple], logstd: Optional[torch.Tensor],
+                   members: Optional[int] = None) -> dict:
+    """The policy's Box-action metrics of an iteration, on the device (read with the update's metrics):
+    ``action_std``, the mean of exp(logstd) over the action dims (the Normal head's std after the
+    update), and, given ``bounds``, ``action_clip_frac``, the share of the rollout's sampled action
+    components outside [low, high] (what collect_rollout clamps before the env sees them).
+
+    actions: (T, members * N, *act_shape), member-major; bounds: (low, high) flat (A,) or None;
+    logstd: (1, A), or (members, 1, A) for a population. Returns 0-d tensors, or (members,) ones
+    with ``members``; {} without a logstd (discrete heads: the trainer logs both blank). Once per
+    iteration over the action buffer, never per env step."""
+    if logstd is None:
+        return {}
+    logstd = logstd.detach()
+    flat = actions.reshape(actions.shape[0], members or 1, -1, logstd.shape[-1])  # (T, P, N, A)
+    out = {"action_std": logstd.exp().reshape(members or 1, -1).mean(1)}
+    if bounds is not None:
+        outside = (flat < bounds[0]) | (flat > bounds[1])
+        out["action_clip_frac"] = outside.float().mean((0, 2, 3))
+    if members is None:
+        out = {k: v.reshape(()) for k, v in out.items()}
+    return out
 
 
 class _nullcontext:

@@ -282,7 +282,11 @@ class Trainer:
             raise ConfigError(f"--compile: torch.compile failed to build a compiled step ({failure}); run without --compile "
                               "(a resume: --no-compile), or run `proxima doctor` to see what the compiler lacks") from e
         out = dict(self.parts.metrics)
+        if not cfg.clip_vloss:  # no clipped branch to take: blank, not a 0 that reads as "never clipped"
+            out.pop("vf_clipfrac", None)
         out["explained_variance"] = self.parts.explained_variance
+        # Box actions: the head's std after the update, the rollout's clipped share (tensors, read with the rest)
+        out.update(ppo.action_metrics(ro.actions, self.env.action_bounds, getattr(self.agent, "actor_logstd", None)))
         out["ep_return_sum"], out["ep_length_sum"], out["ep_count"] = ro.ep_return_sum, ro.ep_length_sum, ro.ep_count
         if take_successes is not None:  # tensors beside the others: reduce_metrics sums them across ranks
             hits, reported = take_successes()
@@ -1024,6 +1028,10 @@ def _metric_row(m: dict, sps: float, optimizer, elapsed: float) -> dict:
         "losses/policy_loss": m["policy_loss"], "losses/value_loss": m["value_loss"], "losses/entropy": m["entropy"],
         "losses/approx_kl": m["approx_kl"], "losses/clipfrac": m["clipfrac"], "losses/explained_variance": m["explained_variance"],
         "losses/minibatch_updates": _count(m.get("minibatch_updates", math.nan)),
+        # blank where not measured: vf_clipfrac without --clip-vloss, action_* for discrete actions
+        "losses/old_approx_kl": m.get("old_approx_kl", math.nan), "losses/grad_norm": m.get("grad_norm", math.nan),
+        "losses/vf_clipfrac": m.get("vf_clipfrac", math.nan), "charts/action_std": m.get("action_std", math.nan),
+        "charts/action_clip_frac": m.get("action_clip_frac", math.nan),
     }
 
 

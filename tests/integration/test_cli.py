@@ -23,7 +23,7 @@ import warm_python
 
 TAGS = ["charts/episodic_return", "charts/SPS", "charts/learning_rate", "losses/policy_loss", "losses/value_loss",
         "losses/entropy", "losses/approx_kl", "losses/clipfrac", "losses/explained_variance",
-        "losses/minibatch_updates"]
+        "losses/minibatch_updates", "losses/old_approx_kl", "losses/grad_norm", "losses/vf_clipfrac"]
 
 
 def help_text(command: str, capsys) -> str:
