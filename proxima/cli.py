@@ -1015,7 +1015,7 @@ def build_parser() -> ArgParser:
     p.add_argument("--seeds", default=None, metavar="SEEDS", help="train a population: one agent per seed in one batched "
                    "process, e.g. 1-16 or 1,5,9 (docs/populations.md)")
     p.add_argument("--sweep", action="append", default=None, metavar="FIELD=V1,V2", help="a population over values of a "
-                   "per-member field (lr, ent_coef, clip_coef, vf_coef, gamma, gae_lambda, max_grad_norm, target_kl), crossed with "
+                   "per-member field (lr, ent_coef, clip_coef, vf_clip_coef, vf_coef, gamma, gae_lambda, max_grad_norm, target_kl), crossed with "
                    "--seeds; repeat to cross several fields")
     add_config_flags(p)
     p.set_defaults(func=cmd_train)
@@ -1100,7 +1100,7 @@ FOREIGN_FLAGS = {"cuda": "--device cuda", "no_cuda": "--device cpu", "policy": "
 FOREIGN_FLAG_NOTES = {
     "batch_size": "it counts minibatches: --num-envs x --num-steps / your minibatch size",
     "minibatch_size": "it counts minibatches: --num-envs x --num-steps / your minibatch size",
-    "clip_range_vf": "it clips the value loss with --clip-coef, no range of its own",
+    "clip_range_vf": "--vf-clip-coef X with --clip-vloss (the default); SB3's clip_range_vf=None is --no-clip-vloss",
     "policy_kwargs": "net_arch=[64, 64] is --hidden-sizes 64,64, activation_fn is --activation tanh or relu",
     "net_arch": "the widths of the actor's and of the critic's hidden layers, e.g. --hidden-sizes 64,64",
     "cuda": "",  # FOREIGN_FLAGS' --device cuda says it

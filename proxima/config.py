@@ -102,8 +102,9 @@ class PPOConfig:
     num_minibatches: int = _f(4, "Minibatches per epoch; must divide the batch T x N.")
     update_epochs: int = _f(4, "Epochs over each batch.")
     norm_adv: bool = _f(True, "Normalize advantages per minibatch.")
-    clip_coef: float = _f(0.2, "PPO clip epsilon for the surrogate (and the value loss).")
-    clip_vloss: bool = _f(True, "Clip the value loss with clip_coef.")
+    clip_coef: float = _f(0.2, "PPO clip epsilon for the surrogate (and the value loss, unless vf_clip_coef is set).")
+    clip_vloss: bool = _f(True, "Clip the value loss (CleanRL's detail 9): each update moves a sample's value at most vf_clip_coef from the rollout's.")
+    vf_clip_coef: Optional[float] = _f(None, "Value clip range with clip_vloss, in the value's (return's) units: with returns in the hundreds, 0.2 barely lets the value move per update (none = the policy's clip_coef, as CleanRL; SB3's clip_range_vf).")
     ent_coef: float = _f(0.01, "Entropy bonus coefficient.")
     vf_coef: float = _f(0.5, "Value loss coefficient.")
     max_grad_norm: float = _f(0.5, "Global gradient-norm clip (torch.nn.utils.clip_grad_norm_, as CleanRL and SB3 always clip): the largest L2 norm of all the agent's gradients together per minibatch step; a huge value such as 1e30 leaves them unclipped.")
@@ -205,6 +206,7 @@ ABSENT_MEANS = {
     "stop_episodes": 20,  # read only with stop_return
     "eval_every": 0,
     "init_from": None,  # a fresh network
+    "vf_clip_coef": None,  # the value loss clipped with clip_coef
 }
 
 
@@ -228,7 +230,7 @@ FOREIGN_NAMES = {
     "n_steps": "num_steps", "nsteps": "num_steps", "n_envs": "num_envs", "n_epochs": "update_epochs",
     "noptepochs": "update_epochs", "num_epochs": "update_epochs", "batch_size": "num_minibatches",
     "minibatch_size": "num_minibatches", "nminibatches": "num_minibatches", "clip_range": "clip_coef",
-    "cliprange": "clip_coef", "clip_range_vf": "clip_vloss", "lam": "gae_lambda", "normalize_advantage": "norm_adv",
+    "cliprange": "clip_coef", "clip_range_vf": "vf_clip_coef", "lam": "gae_lambda", "normalize_advantage": "norm_adv",
     "net_arch": "hidden_sizes", "policy_kwargs": "hidden_sizes", "activation_fn": "activation",
     "torch_deterministic": "deterministic", "cuda": "device", "total_steps": "total_timesteps",
     "n_timesteps": "total_timesteps", "normalize": "norm_obs", "env": "env_id", "exp_name": "run_dir",
@@ -239,7 +241,7 @@ FOREIGN_NAMES = {
 FOREIGN_NOTES = {
     "batch_size": "it counts minibatches: num_envs x num_steps / your minibatch size",
     "minibatch_size": "it counts minibatches: num_envs x num_steps / your minibatch size",
-    "clip_range_vf": "clip_vloss=True clips the value loss with clip_coef",
+    "clip_range_vf": "vf_clip_coef=X with clip_vloss=True (the default); SB3's clip_range_vf=None is clip_vloss=False",
     "policy_kwargs": "net_arch=[64, 64] is hidden_sizes=[64, 64], activation_fn is activation='tanh' or 'relu'",
     "net_arch": "the widths of the actor's and of the critic's hidden layers, e.g. [64, 64]",
     "cuda": "device='cuda'",
@@ -622,7 +624,7 @@ def _close(word: str, options) -> Optional[str]:
 
 
 #: fields that hold a number or None (``none`` on the command line and in YAML)
-OPTIONAL_NUMBERS = ("target_kl", "stop_return")
+OPTIONAL_NUMBERS = ("target_kl", "stop_return", "vf_clip_coef")
 #: fields that hold a path or None
 PATH_FIELDS = ("run_dir", "init_from")
 
@@ -1114,6 +1116,21 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
         bad("init_from", "no such file or directory (a checkpoint file or a run directory)")
     if cfg.target_kl is not None and cfg.target_kl > FLOAT32_MAX:
         bad("target_kl", f"must be at most {FLOAT32_MAX:.4g} (float32's largest value, which the run computes in), or none for no limit")
+    if cfg.vf_clip_coef is not None:  # as clip_coef: a clamp bound in the run's float32
+        if not (math.isfinite(cfg.vf_clip_coef) and cfg.vf_clip_coef > 0):
+            bad("vf_clip_coef", "must be a positive number, or none for the policy's clip_coef")
+        if cfg.vf_clip_coef > FLOAT32_MAX:
+            bad("vf_clip_coef", f"must be at most {FLOAT32_MAX:.4g} (float32's largest value, which the run computes in), "
+                                "or none for the policy's clip_coef")
+        # as clip_coef's: a value this small is 0 in the run's float32 (every value frozen at the rollout's)
+        if cfg.flush_denormal and cfg.vf_clip_coef < FLOAT32_TINY:
+            bad("vf_clip_coef", f"must be at least {FLOAT32_TINY:.4g} (float32's smallest normal value: smaller ones are 0 "
+                                "in the run, which flushes denormals; --no-flush-denormal keeps them)")
+        if cfg.vf_clip_coef <= FLOAT32_ROUNDS_TO_ZERO:
+            bad("vf_clip_coef", f"must be above {FLOAT32_ROUNDS_TO_ZERO:.4g} (smaller values are 0 in float32, which the run computes in)")
+        if not cfg.clip_vloss:  # a range of a clip that is off would change nothing: say so rather than ignore it
+            bad("vf_clip_coef", "sets the value clip range, but --no-clip-vloss turns value clipping off; "
+                                "drop --vf-clip-coef or --no-clip-vloss")
     if cfg.stop_return is not None and not math.isfinite(cfg.stop_return):
         bad("stop_return", "must be a finite number or none")
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "threads", "stop_episodes"):

@@ -135,7 +135,8 @@ class BlockGradients:
         if cfg.norm_adv:  # over the whole minibatch, as ppo_loss does (the same ops)
             advantages = ppo.normalize_advantages(advantages, lambda x, keepdim: x.mean(-1, keepdim=keepdim),
                                                   b / max(b - 1, 1))
-        clip, vclip = float(cfg.clip_coef), float(cfg.clip_coef)
+        clip = float(cfg.clip_coef)
+        vclip = clip if cfg.vf_clip_coef is None else float(cfg.vf_clip_coef)  # None: CleanRL's one clip_coef for both
         # loss_cpu._PPOLoss.backward's scales: (1.0 * s) for the loss's incoming gradient of 1.0
         one = torch.ones(())
         pg_scale, v_scale, ent_scale = one * (1.0 / b), one * (cfg.vf_coef / b), one * (-cfg.ent_coef / b)

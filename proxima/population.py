@@ -56,7 +56,7 @@ from .envs import make_env
 from .rollout import Rollout
 
 #: fields that may differ between members: each lives as a (P,) tensor
-PER_MEMBER_FIELDS = ("lr", "ent_coef", "clip_coef", "vf_coef", "gamma", "gae_lambda", "max_grad_norm", "target_kl")
+PER_MEMBER_FIELDS = ("lr", "ent_coef", "clip_coef", "vf_clip_coef", "vf_coef", "gamma", "gae_lambda", "max_grad_norm", "target_kl")
 #: fields every member shares apart from these and the seed (shapes, env, schedule, switches)
 _MEMBER_OWN = set(PER_MEMBER_FIELDS) | {"seed", "run_dir"}
 
@@ -205,13 +205,18 @@ class Population:
         self.agent_template = agents[0]  # a real Agent: unstacked members are loaded into copies of it
         self._member_keys: Optional[list] = None  # its state_dict's keys, in order (member_state_dict)
         # per-member scalars, (P,) float32
-        col = lambda name: torch.tensor([math.inf if getattr(c, name) is None else float(getattr(c, name)) for c in configs],  # noqa: E731
-                                        dtype=torch.float32, device=self.device)  # target_kl None: never stop
+        # target_kl None: never stop (inf); vf_clip_coef None: the member's own clip_coef, as a single run's
+        absent = {"target_kl": lambda c: math.inf, "vf_clip_coef": lambda c: c.clip_coef}
+        col = lambda name: torch.tensor([absent[name](c) if getattr(c, name) is None else float(getattr(c, name)) for c in configs],  # noqa: E731
+                                        dtype=torch.float32, device=self.device)
         self.coef = {name: col(name) for name in PER_MEMBER_FIELDS}
         self.lr_now = self.coef["lr"].clone()  # annealed in place (detail 4)
         # the learning rates in float64: annealed from these and rounded once, as the single run's
         # frac * cfg.lr (a Python float) is, not from their float32 roundings
         self._lr64 = torch.tensor([float(c.lr) for c in configs], dtype=torch.float64, device=self.device)
+        # the same schedule on the host, the members' logged charts/learning_rate: exactly a single run's
+        # Trainer.scheduled_lr (frac * cfg.lr), with no read of the device's float32 rates
+        self.scheduled_lrs: list = [float(c.lr) for c in configs]
         # P independent Adams (eps 1e-5, detail 3) with per-member learning rates and step counts
         self.optimizer = MemberAdam(list(self.params.values()), P, eps=1e-5)
         # members still updating in this update (target_kl stops a member's epochs, per member)
@@ -369,7 +374,7 @@ class Population:
             _, newlogprob, entropy, newvalue = self.agent(m["obs"], m["actions"])
             out = ppo.ppo_loss(newlogprob, m["logprobs"], m["advantages"], newvalue, m["values"], m["returns"], entropy,
                                clip_coef=coef["clip_coef"], vf_coef=coef["vf_coef"], ent_coef=coef["ent_coef"],
-                               clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv)
+                               clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv, vf_clip_coef=coef["vf_clip_coef"])
         else:
             out = self._vmapped_loss(m)
         return self._step(out)
@@ -377,14 +382,14 @@ class Population:
     def _vmapped_loss(self, m: dict) -> dict:
         cfg = self.cfg
 
-        def member_loss(params, buffers, obs, actions, logprobs, advantages, values, returns, clip, vf, ent):
+        def member_loss(params, buffers, obs, actions, logprobs, advantages, values, returns, clip, vf, ent, vclip):
             _, newlogprob, entropy, newvalue = functional_call(self.template, (params, buffers), ("forward", obs, actions))
             return ppo.ppo_loss(newlogprob, logprobs, advantages, newvalue, values, returns, entropy, clip_coef=clip,
-                                vf_coef=vf, ent_coef=ent, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv)
+                                vf_coef=vf, ent_coef=ent, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv, vf_clip_coef=vclip)
 
         out = vmap(member_loss)(self._prefixed_params, self._prefixed_buffers, m["obs"], m["actions"], m["logprobs"],
                                 m["advantages"], m["values"], m["returns"], self.coef["clip_coef"], self.coef["vf_coef"],
-                                self.coef["ent_coef"])
+                                self.coef["ent_coef"], self.coef["vf_clip_coef"])
         return out
 
     def _step(self, out: dict) -> dict:
@@ -447,7 +452,9 @@ class Population:
         explained_variance, ep_return_sum, ep_length_sum, ep_count, and for Box actions action_std and
         action_clip_frac (copies: the parts' buffers are overwritten by the next iteration)."""
         if self.cfg.anneal_lr:  # detail 4, per member
-            self.lr_now.copy_((1.0 - self.iteration / self.num_iterations) * self._lr64)
+            frac = 1.0 - self.iteration / self.num_iterations
+            self.lr_now.copy_(frac * self._lr64)
+            self.scheduled_lrs = [frac * c.lr for c in self.configs]
         rollout, advantages, update = self._parts
         rollout()
         advantages()

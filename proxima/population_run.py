@@ -1047,11 +1047,10 @@ def _write_population_json(run_dir: Path, pop: Population, seeds, sweep: dict, d
 def _log_members(loggers, values: dict, pop: Population, sps: float, elapsed: float, step: int) -> None:
     from .trainer import _metric_row
 
-    lrs = pop.lr_now.tolist()  # one device read per iteration, not one per member (a sync each on CUDA)
     for i, lg in enumerate(loggers):
         m = {k: v[i] for k, v in values.items()}
-        # the row reads the lr of a group; a diverged member's is not used for anything: blank
-        lr = types.SimpleNamespace(param_groups=[{"lr": lrs[i] if pop.diverged_at[i] is None else math.nan}])
+        # the schedule's float64 rate, as a single run logs it; a diverged member's is not used for anything: blank
+        lr = pop.scheduled_lrs[i] if pop.diverged_at[i] is None else math.nan
         row = _metric_row(m, sps, lr, elapsed)
         if pop.diverged_at[i] is not None:
             # blank, not 0: the report of the member alone sums this column as "episodes finished", and

@@ -400,7 +400,8 @@ def make_grad_step(agent, optimizer, cfg, autocast=None, scaler=None, side=None)
                 _, newlogprob, entropy, newvalue = agent(mb["obs"], mb["actions"])  # forward: DDP-friendly
             out = loss_fn(newlogprob.float(), mb["logprobs"], mb["advantages"], newvalue.float(), mb["values"],
                           mb["returns"], entropy.float(), clip_coef=cfg.clip_coef, vf_coef=cfg.vf_coef,
-                          ent_coef=cfg.ent_coef, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv)
+                          ent_coef=cfg.ent_coef, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv,
+                          vf_clip_coef=cfg.vf_clip_coef)
             optimizer.zero_grad(set_to_none=True)
             if scaler is not None:
                 scaler.scale(out["loss"]).backward()

@@ -154,6 +154,9 @@ class Trainer:
         # can record it, called by adam.Adam: torch.optim's class costs every launch 1.2 s of imports
         self.optimizer = Adam(self.agent.parameters(), lr=torch.tensor(cfg.lr, device=self.device), eps=1e-5,
                               capturable=self.device.type == "cuda")
+        # the schedule's learning rate as the Python float the tensor is filled from: the logged value
+        # (charts/learning_rate), exact where the float32 tensor holds 0.01 as 0.009999999776...
+        self.scheduled_lr: float = float(cfg.lr)
         self.obs_norm = ObsNormalizer(self.env.obs_shape, cfg.clip_obs).to(self.device) if cfg.norm_obs else None
         self.reward_scaler = RewardScaler(cfg.num_envs, cfg.gamma, cfg.clip_reward).to(self.device) if cfg.norm_reward else None
         self.init_from_record: Optional[dict] = None  # meta.json's init_from: the checkpoint a new run started from
@@ -256,7 +259,8 @@ class Trainer:
         cfg, ro = self.cfg, self.rollout
         if cfg.anneal_lr:  # detail 4
             frac = 1.0 - self.iteration / self.num_iterations
-            self.optimizer.param_groups[0]["lr"].fill_(frac * cfg.lr)
+            self.scheduled_lr = frac * cfg.lr
+            self.optimizer.param_groups[0]["lr"].fill_(self.scheduled_lr)
         guard = self._env_guard()
         guard.begin(self.global_step)
         # a Gymnasium env counts the episodes that reported info["is_success"] on the host; native envs report
@@ -463,7 +467,7 @@ class Trainer:
                                              "try a lower --lr")
                     self.elapsed = time.perf_counter() - t_start
                     sps = self.steps_per_iteration / max(time.perf_counter() - t_iter, 1e-9)
-                    row = _metric_row(metrics, sps, self.optimizer, self.elapsed)
+                    row = _metric_row(metrics, sps, self.scheduled_lr, self.elapsed)
                     # --stop-return: every rank reads the same all-reduced episode sums, so all stop here. Added
                     # before an evaluation, whose best.pt holds the window: resumed from, it stops where this run does
                     self.stopped_at_return = target.add(float(metrics["ep_return_sum"]), int(metrics["ep_count"]))
@@ -1015,9 +1019,10 @@ def _make_logger(trainer: "Trainer", resumed: bool, relog: bool = False):
     return RunLogger(trainer.run_dir, total, resume_step=step if resumed else None, progress=show, rolling=True)
 
 
-def _metric_row(m: dict, sps: float, optimizer, elapsed: float) -> dict:
+def _metric_row(m: dict, sps: float, lr: float, elapsed: float) -> dict:
+    """One iteration's row of metrics.csv and the callback. ``lr``: the schedule's float64 learning
+    rate (Trainer.scheduled_lr), not the optimizer's float32 tensor, whose reading would round it."""
     count = m["ep_count"]
-    lr = optimizer.param_groups[0]["lr"]
     return {
         "time": round(elapsed, 3), "episodes": int(count),
         "charts/episodic_return": m["ep_return_sum"] / count if count else math.nan,

@@ -14,7 +14,7 @@ from proxima.agent import Agent
 
 
 def _cfg(**kw):
-    base = dict(clip_coef=0.2, vf_coef=0.5, ent_coef=0.01, clip_vloss=True, norm_adv=True)
+    base = dict(clip_coef=0.2, vf_coef=0.5, ent_coef=0.01, clip_vloss=True, norm_adv=True, vf_clip_coef=None)
     return SimpleNamespace(**{**base, **kw})
 
 

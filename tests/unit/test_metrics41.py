@@ -85,7 +85,7 @@ def test_old_approx_kl_grad_norm_and_vf_clipfrac_are_means_over_the_minibatches(
 
         t.grad_step = grad_step
         m = t.dist.reduce_metrics(t.train_iteration())
-        row = _metric_row(m, 1.0, t.optimizer, 0.0)
+        row = _metric_row(m, 1.0, t.scheduled_lr, 0.0)
     finally:
         t.close()
     assert len(want) == len(seen) == 8  # every minibatch on the path named
@@ -109,7 +109,7 @@ def test_action_std_is_the_heads_std_after_the_update_and_clip_frac_the_rollouts
         t.close()
     assert m["action_std"] == pytest.approx(std_after, rel=1e-6) and m["action_std"] != pytest.approx(3.0, rel=1e-4)
     assert m["action_clip_frac"] == pytest.approx(outside, abs=1e-7) and 0.3 < outside < 0.7
-    row = _metric_row(m, 1.0, t.optimizer, 0.0)
+    row = _metric_row(m, 1.0, t.scheduled_lr, 0.0)
     assert (row["charts/action_std"], row["charts/action_clip_frac"]) == (m["action_std"], m["action_clip_frac"])
 
 

@@ -176,8 +176,6 @@ def test_a_diverged_members_later_rows_leave_the_rolling_cell_blank_and_its_repo
     as the member's final at its last step (and the report's rebuild filled any blank cell with it again)."""
     import types
 
-    import torch
-
     from proxima.logger import ROLLING_RETURN, RunLogger
     from proxima.plot import read_metrics
     from proxima.population_run import _blank_diverged, _log_members
@@ -187,7 +185,7 @@ def test_a_diverged_members_later_rows_leave_the_rolling_cell_blank_and_its_repo
     for d in dirs:
         d.mkdir()
     loggers = [RunLogger(d, 256, progress=False, rolling=True) for d in dirs]
-    pop = types.SimpleNamespace(lr_now=torch.full((2,), 1e-3), diverged_at=[None, None], iteration=0)
+    pop = types.SimpleNamespace(scheduled_lrs=[1e-3, 1e-3], diverged_at=[None, None], iteration=0)
     for it in (1, 2, 3, 4):  # m001 diverges in iteration 3
         pop.iteration = it
         pop.diverged_at = [None, {"iteration": 3} if it >= 3 else None]

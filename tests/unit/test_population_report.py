@@ -178,8 +178,6 @@ def test_a_diverged_members_rows_leave_episodes_blank_so_its_report_counts_only_
     import csv
     import types
 
-    import torch
-
     from proxima.logger import RunLogger
     from proxima.plot import read_metrics
     from proxima.population_run import _blank_diverged, _log_members
@@ -189,7 +187,7 @@ def test_a_diverged_members_rows_leave_episodes_blank_so_its_report_counts_only_
     for d in dirs:
         d.mkdir()
     loggers = [RunLogger(d, 192, progress=False) for d in dirs]
-    pop = types.SimpleNamespace(lr_now=torch.full((3,), 1e-3), diverged_at=[None, None, None], iteration=0)
+    pop = types.SimpleNamespace(scheduled_lrs=[1e-3] * 3, diverged_at=[None, None, None], iteration=0)
     # m001 diverges in iteration 2, m002 in iteration 1 (before any row of its own)
     diverged = {1: [None, {"iteration": 2}], 2: [{"iteration": 1}, {"iteration": 1}]}
     for it in (1, 2):

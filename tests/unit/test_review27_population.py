@@ -62,8 +62,8 @@ def test_member_adam_steps_each_member_as_fused_adam_on_that_member_alone(lrs, s
 #: each member agreed with its single run to 6e-8).
 #: ent_coef is large because the initial policy is near uniform, where the entropy's gradient is tiny;
 #: target_kl 1e-6 stops the update after its second minibatch (the first has approx_kl 0)
-FIELD_VALUES = {"lr": 1e-3, "ent_coef": 5.0, "clip_coef": 0.05, "vf_coef": 0.1, "gamma": 0.9, "gae_lambda": 0.5,
-                "max_grad_norm": 0.01, "target_kl": 1e-6}
+FIELD_VALUES = {"lr": 1e-3, "ent_coef": 5.0, "clip_coef": 0.05, "vf_clip_coef": 0.01, "vf_coef": 0.1, "gamma": 0.9,
+                "gae_lambda": 0.5, "max_grad_norm": 0.01, "target_kl": 1e-6}
 
 
 def _single(cfg, iterations: int) -> dict:

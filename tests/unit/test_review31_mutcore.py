@@ -106,7 +106,7 @@ def test_identical_advantages_give_finite_block_gradients(b, adv):
     """grad_cpu's path (the trainer's default for a discrete MLP on the CPU) normalizes the same way."""
     torch.manual_seed(0)
     agent = Agent(gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2), (8, 8))
-    cfg = SimpleNamespace(clip_coef=0.2, vf_coef=0.5, ent_coef=0.01, clip_vloss=True, norm_adv=True)
+    cfg = SimpleNamespace(clip_coef=0.2, vf_coef=0.5, ent_coef=0.01, clip_vloss=True, norm_adv=True, vf_clip_coef=None)
     blocks = grad_cpu.BlockGradients.for_agent(agent, cfg)
     obs = torch.randn(b, 4)
     with torch.no_grad():

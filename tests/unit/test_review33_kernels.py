@@ -28,7 +28,7 @@ FLAT = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 
 
 def _cfg():
-    return SimpleNamespace(clip_coef=0.2, vf_coef=0.5, ent_coef=0.01, clip_vloss=True, norm_adv=True)
+    return SimpleNamespace(clip_coef=0.2, vf_coef=0.5, ent_coef=0.01, clip_vloss=True, norm_adv=True, vf_clip_coef=None)
 
 
 # --- grad_cpu: what it does not cover keeps autograd ------------------------------------------------

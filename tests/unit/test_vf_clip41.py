@@ -1,0 +1,174 @@
+"""Review 41 (hyperparameter tuner): --vf-clip-coef, the value loss's own clip range (SB3's clip_range_vf;
+none = the policy's --clip-coef, as CleanRL), used on every CPU compute path (grad_cpu's blocks,
+loss_cpu's closed form, plain autograd) and per population member; and charts/learning_rate logged as
+the schedule's float64 value, not the optimizer's float32 tensor read back."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+
+from proxima.config import FOREIGN_NAMES, RESUME_SAFE, ConfigError, PPOConfig, from_dict, recorded_config, validate
+from proxima.population import PER_MEMBER_FIELDS, Population
+from proxima.trainer import Trainer
+from tests.cli_helpers import TINY_RUN, error_line, run_main
+from tests.unit import test_metrics41 as m41
+
+
+def _value_loss(agent, mb: dict, vclip: float) -> float:
+    """CleanRL's clipped value loss (detail 9) of one minibatch, from scratch, on the agent before the step."""
+    with torch.no_grad():
+        value = agent(mb["obs"], mb["actions"])[3]
+    v_unclipped = (value - mb["returns"]) ** 2
+    v_clipped = (mb["values"] + torch.clamp(value - mb["values"], -vclip, vclip) - mb["returns"]) ** 2
+    return float(0.5 * torch.max(v_unclipped, v_clipped).mean())
+
+
+@pytest.mark.parametrize("path", ["blocks", "loss_cpu", "autograd"])
+def test_the_value_loss_is_clipped_with_vf_clip_coef_on_every_compute_path(path, monkeypatch):
+    seen = m41._force_path(path, monkeypatch)
+    t = Trainer(m41._cfg(vf_clip_coef=10.0), quiet=True)
+    try:
+        got, want, policy_clipped = [], [], []
+        real_step = t.grad_step
+
+        def grad_step(mb):
+            want.append(_value_loss(t.agent, mb, 10.0))
+            policy_clipped.append(_value_loss(t.agent, mb, t.cfg.clip_coef))
+            out = real_step(mb)
+            got.append(float(out["value_loss"]))
+            return out
+
+        t.grad_step = grad_step
+        t.train_iteration()
+    finally:
+        t.close()
+    assert len(got) == len(seen) == 8  # every minibatch on the path named
+    assert got == pytest.approx(want, rel=1e-5)
+    # the values moved more than clip_coef's 0.2 (lr 1e-2): clipped with it, the loss would differ
+    assert max(abs(a - b) / b for a, b in zip(policy_clipped, want)) > 1e-2
+
+
+@pytest.mark.parametrize("argv, shown", [(["--vf-clip-coef", "10"], "vf_clip_coef: 10.0"),
+                                         (["--vf-clip-coef", "none"], "vf_clip_coef: null"),
+                                         ([], "vf_clip_coef: null")])
+def test_train_takes_vf_clip_coef_as_a_number_or_none(argv, shown, capsys):
+    code, out, err = run_main(["train", "CartPole-v1", *argv, "--dry-run"], capsys)
+    assert code == 0, err
+    assert shown in out.splitlines()
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--vf-clip-coef", "0"], "--vf-clip-coef 0.0: must be a positive number, or none for the policy's clip_coef"),
+    (["--vf-clip-coef", "inf"], "--vf-clip-coef inf: must be a positive number, or none for the policy's clip_coef"),
+    (["--vf-clip-coef", "1e39"], "--vf-clip-coef 1e+39: must be at most 3.403e+38 (float32's largest value, which the run "
+                                 "computes in), or none for the policy's clip_coef"),
+    (["--vf-clip-coef", "x"], "--vf-clip-coef 'x': expected a number or none"),
+    (["--vf-clip-coef", "10", "--no-clip-vloss"], "--vf-clip-coef 10.0: sets the value clip range, but --no-clip-vloss turns "
+                                                  "value clipping off; drop --vf-clip-coef or --no-clip-vloss"),
+])
+def test_a_vf_clip_coef_that_could_not_work_is_refused_in_one_line(argv, line, capsys):
+    code, out, err = run_main(["train", "CartPole-v1", *argv, "--dry-run"], capsys)
+    assert error_line(code, err) == "proxima train: error: " + line
+    assert out == ""
+
+
+def test_sb3s_clip_range_vf_points_at_vf_clip_coef(capsys):
+    assert FOREIGN_NAMES["clip_range_vf"] == "vf_clip_coef"
+    code, _, err = run_main(["train", "CartPole-v1", "--clip-range-vf", "10"], capsys)
+    assert "; did you mean --vf-clip-coef (--vf-clip-coef X with --clip-vloss" in error_line(code, err)
+
+
+def test_a_python_config_names_the_fields_in_its_refusal():
+    with pytest.raises(ConfigError) as e:
+        validate(PPOConfig(vf_clip_coef=1.0, clip_vloss=False), python=True)
+    assert str(e.value) == ("PPOConfig.vf_clip_coef = 1.0: sets the value clip range, but clip_vloss=False turns value "
+                            "clipping off; drop vf_clip_coef or clip_vloss=False")
+
+
+def test_vf_clip_coef_round_trips_and_an_older_config_without_it_means_clip_coef():
+    cfg = PPOConfig(vf_clip_coef=10.0)
+    assert from_dict(cfg.to_dict()).vf_clip_coef == 10.0
+    older = PPOConfig().to_dict()
+    del older["vf_clip_coef"]  # a config.yaml or checkpoint of a run from before the field
+    assert from_dict(older, source="config.yaml").vf_clip_coef is None
+    assert recorded_config(older, "config.yaml").vf_clip_coef is None
+
+
+def test_vf_clip_coef_is_the_runs_identity_as_clip_coef_is():
+    assert "clip_coef" not in RESUME_SAFE and "vf_clip_coef" not in RESUME_SAFE
+
+
+def test_a_resume_refuses_a_new_vf_clip_coef(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert run_main(["train", "CartPole-v1", *TINY_RUN, "--total-timesteps", "64", "--run-dir", str(run_dir), "--quiet"],
+                    capsys)[0] == 0
+    code, _, err = run_main(["resume", str(run_dir), "--vf-clip-coef", "10", "--total-timesteps", "128"], capsys)
+    assert "--vf-clip-coef" in error_line(code, err)
+
+
+def _single_weights(cfg, iterations: int) -> dict:
+    t = Trainer(cfg, quiet=True)
+    try:
+        for _ in range(iterations):
+            t.train_iteration()
+        return {k: v.detach().clone() for k, v in t.agent.state_dict().items()}
+    finally:
+        t.close()
+
+
+def test_a_population_member_trains_with_its_own_vf_clip_coef_as_its_single_run(small_config):
+    assert "vf_clip_coef" in PER_MEMBER_FIELDS
+    # one seed: member 0's none (its own clip_coef) and member 1's 10.0 differ in the range alone
+    configs = [small_config(seed=1, lr=1e-2), small_config(seed=1, lr=1e-2, vf_clip_coef=10.0)]
+    pop = Population(configs)
+    try:
+        for _ in range(2):
+            pop.train_iteration()
+        got = [pop.member_agent(i).state_dict() for i in range(2)]
+    finally:
+        pop.close()
+    for i, cfg in enumerate(configs):
+        want = _single_weights(cfg, 2)
+        for k in want:
+            torch.testing.assert_close(got[i][k], want[k], rtol=0, atol=1e-6, msg=f"member {i}: {k}")
+    assert max(float((got[1][k] - got[0][k]).abs().max()) for k in got[0]) > 1e-4  # the range changed the run
+
+
+# --- charts/learning_rate: the schedule's float64 value ----------------------------------------------
+
+
+def _csv_lrs(run_dir) -> list:
+    with open(run_dir / "metrics.csv") as f:
+        return [float(r["charts/learning_rate"]) for r in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize("anneal", [True, False])
+def test_the_logged_learning_rate_is_the_schedules_float64_value(anneal, small_config, tmp_path):
+    cfg = small_config(lr=0.01, anneal_lr=anneal, total_timesteps=4 * 128)  # 4 iterations
+    rows = []
+    t = Trainer(cfg, run_dir=tmp_path / "run", quiet=True)
+    try:
+        t.run(callback=lambda row: rows.append(row["charts/learning_rate"]))
+    finally:
+        t.close()
+    n = 4
+    want = [0.01 * (1 - (k - 1) / n) if anneal else 0.01 for k in range(1, n + 1)]
+    assert rows == want  # exact: 0.01 itself on iteration 1, not float32's 0.009999999776482582
+    assert _csv_lrs(tmp_path / "run") == want  # the cell's text reads back as the same float64
+
+
+def test_a_population_members_logged_learning_rate_is_its_schedules_float64_value(tmp_path, capsys):
+    run = tmp_path / "R"
+    code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1", "--sweep", "lr=0.01,0.003", "--run-dir", str(run),
+                             "--total-timesteps", "96", "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2",
+                             "--update-epochs", "1", "--eval-episodes", "0", "--quiet", "--no-progress", "--threads", "1"], capsys)
+    assert code == 0, err
+    members = sorted(p for p in run.iterdir() if p.is_dir() and (p / "metrics.csv").exists())
+    assert len(members) == 2
+    n = 3
+    got = {lrs[0]: lrs for lrs in (_csv_lrs(m) for m in members)}
+    for lr in (0.01, 0.003):
+        assert got[lr] == [lr * (1 - (k - 1) / n) for k in range(1, n + 1)]
