@@ -250,6 +250,18 @@ def _name_resume_source(e: Exception, sources: dict, run: Optional[str] = None) 
     return e
 
 
+POPULATION_NPROC = "--nproc: a population trains in one process; drop --nproc"
+
+
+def _is_population_path(path) -> bool:
+    """Whether ``path`` is a population's run directory or one of its own checkpoints/step_N.pt."""
+    from .population_run import is_population_dir
+
+    path = Path(path)
+    return is_population_dir(path) or (path.is_file() and path.parent.name == "checkpoints"
+                                        and is_population_dir(path.parent.parent))
+
+
 def _resume_target(args, cfg) -> Optional[str]:
     """What ``proxima resume`` takes to continue the run a ``train --resume`` names: the path given, or
     for --resume auto the --run-dir; None when the command resumes nothing."""
@@ -271,11 +283,16 @@ def cmd_train(args) -> int:
             raise ConfigError(f"--nproc {args.nproc}: must be at least 1")
         if args.nproc and args.nproc > 1:
             if args.seeds is not None or args.sweep:  # before torchrun starts processes that would each train it
-                raise ConfigError("--nproc: a population trains in one process; drop --nproc")
+                raise ConfigError(POPULATION_NPROC)
             from .launch import launch_torchrun
 
             # the config here too: a refusal of the launcher's checks names the --config file, as below
             cfg = config_from_args(args, prog)
+            resume = _resume_target(args, cfg)
+            if resume is not None and _is_population_path(resume):
+                # each rank would refuse the population's checkpoint and point at `proxima resume POP`, whose
+                # --nproc pointed back here: the one line that ends the circle
+                raise ConfigError(POPULATION_NPROC)
             _check_combination(args, cfg, prog)
             _note_preset_unused(args, cfg, prog)
             overrides, sources = resume_overrides(args, cfg) if args.resume is not None else (typed_flags(args), {})
@@ -667,10 +684,8 @@ def cmd_resume(args) -> int:
                 say_done(path)
             return code
         # a population's run directory, or one of its own checkpoints/step_N.pt (from that one; newer ones set aside)
-        from .population_run import is_population_dir
-
-        population_file = path.is_file() and path.parent.name == "checkpoints" and is_population_dir(path.parent.parent)
-        if is_population_dir(path) or population_file:  # continue every member (population_run.py)
+        population_file = path.is_file() and _is_population_path(path)
+        if population_file or _is_population_path(path):  # continue every member (population_run.py)
             from .population_run import resume_population
 
             if args.steps is not None:
@@ -1411,6 +1426,9 @@ def _read(argv: Optional[list]):
             at = next(i for i, w in enumerate(argv) if w == "--nproc" or w.startswith("--nproc="))
             # `resume --nproc 2 RUN` read 2 as the run: then the path is not known
             run = "RUN_DIR" if argv[at] == "--nproc" and argv[at + 1:at + 2] == [args.path] else shlex.quote(args.path)
+            if any(_is_population_path(w) for w in [args.path, *extra] if not w.startswith("-")):
+                # the train --resume this would suggest refuses a population's checkpoint and names this command
+                return fail(prog, POPULATION_NPROC)
             return fail(prog, f"--nproc: proxima resume starts as many processes as the run was trained with (up to this "
                         f"machine's CPUs); to give the count yourself: proxima train --resume {run} --nproc K, K the "
                         "run's process count (see proxima resume --help)")

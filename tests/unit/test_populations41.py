@@ -1,0 +1,32 @@
+"""Populations as docs/populations.md describes them: --nproc on a population's resume names the one
+fix (drop it) instead of a circle between `proxima resume` and `train --resume`; a population says
+up front, and records in population.json, whether its members equal their single runs."""
+
+from __future__ import annotations
+
+import pytest
+from cli_helpers import one_error_line, run_main, snapshot, tiny_population
+
+POPULATION_NPROC = "--nproc: a population trains in one process; drop --nproc"
+
+
+@pytest.fixture(scope="module")
+def population(tmp_path_factory):
+    return tiny_population(tmp_path_factory, "pop41", 128)
+
+
+@pytest.mark.parametrize("argv", [
+    ["resume", "{run}", "--nproc", "2"],
+    ["resume", "--nproc", "2", "{run}"],
+    ["resume", "{run}/checkpoints/{ckpt}", "--nproc=2"],
+    ["train", "--resume", "{run}", "--nproc", "2", "--total-timesteps", "256"],
+    ["train", "--resume", "{run}/checkpoints/{ckpt}", "--nproc", "2"],
+])
+def test_nproc_on_a_population_resume_says_drop_nproc_and_changes_nothing(population, capsys, argv):
+    ckpt = sorted(p.name for p in (population / "checkpoints").iterdir())[-1]
+    before = snapshot(population)
+    code, out, err = run_main([w.format(run=population, ckpt=ckpt) for w in argv], capsys)
+    assert code == 2
+    # before: resume pointed at `train --resume POP --nproc K`, which pointed back at `proxima resume POP`
+    assert one_error_line(err, f"proxima {argv[0]}") == POPULATION_NPROC
+    assert snapshot(population) == before
