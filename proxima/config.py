@@ -108,7 +108,7 @@ class PPOConfig:
     ent_coef: float = _f(0.01, "Entropy bonus coefficient.")
     vf_coef: float = _f(0.5, "Value loss coefficient.")
     max_grad_norm: float = _f(0.5, "Global gradient-norm clip (torch.nn.utils.clip_grad_norm_, as CleanRL and SB3 always clip): the largest L2 norm of all the agent's gradients together per minibatch step; a huge value such as 1e30 leaves them unclipped.")
-    target_kl: Optional[float] = _f(None, "Stop the epoch loop after the minibatch whose approx_kl exceeds this; that minibatch's step is kept, as CleanRL's per-epoch check keeps its epoch's (none = never).")
+    target_kl: Optional[float] = _f(None, "Stop the epoch loop after the minibatch whose approx_kl exceeds this; that minibatch's step is kept, as CleanRL's per-epoch check keeps its epoch's (none = never). SB3 stops at approx_kl > 1.5 x its target_kl: to match SB3's target_kl T, give 1.5*T.")
     bootstrap_truncation: bool = _f(True, "Bootstrap truncated episodes from V(final_obs); --no-bootstrap-truncation gives ppo2's behaviour.")
     # --- network / normalization ---
     hidden_sizes: list = _f([64, 64], "Hidden layer widths of the actor and of the critic MLP (separated by commas or spaces), on the MLP encoder or a Dict's encoders; no effect with the CNN encoder of a single image observation (Atari, PixelQuadrant-v0), whose actor and critic are linear heads on its 512 features.")

@@ -30,3 +30,12 @@ def test_nproc_on_a_population_resume_says_drop_nproc_and_changes_nothing(popula
     # before: resume pointed at `train --resume POP --nproc K`, which pointed back at `proxima resume POP`
     assert one_error_line(err, f"proxima {argv[0]}") == POPULATION_NPROC
     assert snapshot(population) == before
+
+
+def test_target_kl_help_says_how_to_match_sb3s_one_and_three_halves_threshold():
+    from proxima.cli import build_parser
+
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    help_text = next(a.help for a in train._actions if "--target-kl" in a.option_strings)
+    # SB3 stops at approx_kl > 1.5 * target_kl; here the threshold is target_kl itself
+    assert "to match SB3's target_kl T, give 1.5*T" in help_text
