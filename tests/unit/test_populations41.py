@@ -4,9 +4,12 @@ up front, and records in population.json, whether its members equal their single
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from cli_helpers import one_error_line, run_main, snapshot, tiny_population
 
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "populations.md"
 POPULATION_NPROC = "--nproc: a population trains in one process; drop --nproc"
 
 
@@ -39,3 +42,19 @@ def test_target_kl_help_says_how_to_match_sb3s_one_and_three_halves_threshold():
     help_text = next(a.help for a in train._actions if "--target-kl" in a.option_strings)
     # SB3 stops at approx_kl > 1.5 * target_kl; here the threshold is target_kl itself
     assert "to match SB3's target_kl T, give 1.5*T" in help_text
+
+
+def test_the_docs_comparison_example_is_the_reports_own_output(tmp_path, capsys):
+    from tests.integration import test_review34_compare as compare
+
+    run = compare._population(tmp_path / "S", compare.SWEEP)  # the sweep docs/populations.md names
+    code, _, err = run_main(["report", str(run), "--episodes", "0"], capsys)
+    assert code == 0, err
+    report = (run / "report.md").read_text().splitlines()
+    docs = DOCS.read_text()
+    example = docs[docs.index("```markdown\n## Comparison"):].split("```", 2)[1].splitlines()
+    verdict = next(line for line in example if line.startswith("Y = "))
+    shown = verdict[:verdict.index(" (one-sided permutation test ...)")]
+    assert any(line.startswith(shown + " (one-sided permutation test") for line in report), shown  # p = 0.35, not 0.34
+    rows = [line for line in example if line.startswith("| lr=")]
+    assert len(rows) == 3 and all(row in report for row in rows)
