@@ -122,6 +122,12 @@ def test_action_metrics_average_the_action_dims_and_split_a_population_by_member
     pop = ppo.action_metrics(actions, (low, high), torch.log(torch.tensor([[[1.0, 3.0]], [[5.0, 5.0]]])), members=2)
     assert pop["action_std"].tolist() == pytest.approx([2.0, 5.0]) and pop["action_clip_frac"].tolist() == [0.0, 1.0]
     assert ppo.action_metrics(actions[..., 0].long(), None, None) == {}  # a discrete head: nothing to log
+    # a share of the components, not of the action vectors: 1 of these 4 is out, in one of the 2 rows
+    one_out = ppo.action_metrics(torch.tensor([[[0.0, 5.0], [2.0, 5.0]]]), (low, high), torch.zeros(1, 2))
+    assert float(one_out["action_clip_frac"]) == 0.25
+    # the bounds themselves are inside: the clamp leaves them as they are
+    edges = ppo.action_metrics(torch.tensor([[[1.0, 0.0], [-1.0, 10.0]]]), (low, high), torch.zeros(1, 2))
+    assert float(edges["action_clip_frac"]) == 0.0
 
 
 def _rows(path) -> tuple[list, list]:
@@ -189,6 +195,27 @@ def test_population_members_log_their_own_values_as_their_single_runs_do():
         for key in (*UPDATE_KEYS, "action_std", "action_clip_frac"):
             assert members[key][i] == pytest.approx(single[key], rel=1e-4, abs=1e-6), (i, key)
 
+
+
+def test_a_population_member_stopped_by_its_target_kl_logs_the_means_of_the_steps_it_took_as_its_single_run_does():
+    """Member 0's tiny target_kl stops it after 2 of its 8 minibatches while member 1 runs all 8: its
+    update metrics are the means over its own 2 steps, as its single run's are (gradient norm 69.5;
+    262 with the norms of the 6 steps it sat out summed in)."""
+    cfgs = [_cfg(env_id="Pendulum-v1", seed=1, target_kl=1e-4), _cfg(env_id="Pendulum-v1", seed=2)]
+    pop = Population(cfgs)
+    try:
+        members = {k: v.tolist() for k, v in pop.train_iteration().items()}
+    finally:
+        pop.close()
+    t = Trainer(cfgs[0], quiet=True)
+    try:
+        single = t.dist.reduce_metrics(t.train_iteration())
+    finally:
+        t.close()
+    full = cfgs[0].update_epochs * cfgs[0].num_minibatches
+    assert members["minibatch_updates"] == [single["minibatch_updates"], full] and single["minibatch_updates"] < full
+    for key in ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", *UPDATE_KEYS):
+        assert members[key][0] == pytest.approx(single[key], rel=1e-4, abs=1e-6), key
 
 def test_a_population_without_clip_vloss_leaves_each_members_vf_clipfrac_blank(tmp_path):
     run = tmp_path / "R"
