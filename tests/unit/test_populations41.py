@@ -4,6 +4,9 @@ up front, and records in population.json, whether its members equal their single
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -58,3 +61,34 @@ def test_the_docs_comparison_example_is_the_reports_own_output(tmp_path, capsys)
     assert any(line.startswith(shown + " (one-sided permutation test") for line in report), shown  # p = 0.35, not 0.34
     rows = [line for line in example if line.startswith("| lr=")]
     assert len(rows) == 3 and all(row in report for row in rows)
+
+
+def _batch_and_end(argv: list, capsys) -> tuple:
+    """(steps per iteration, last step) that ``proxima train ARGV`` would train each member to, by its --dry-run."""
+    code, out, err = run_main([*argv, "--dry-run"], capsys)
+    assert code == 0, err
+    cfg = json.loads(out)["config"]
+    batch = cfg["num_envs"] * cfg["num_steps"]
+    return batch, cfg["total_timesteps"] // batch * batch
+
+
+def test_the_docs_population_commands_give_the_steps_their_outputs_show(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    docs = DOCS.read_text()
+    # the Evaluation example: each member's line says the step its command trains to
+    command = re.search(r"\$ proxima (train CartPole-v1 --preset fast .*--run-dir runs/sweep.*)\n", docs).group(1)
+    shown = {int(s.replace(",", "")) for s in re.findall(r"at step ([\d,]+) over", docs)}
+    assert {_batch_and_end(shlex.split(command), capsys)[1]} == shown  # 548,864: 134 x 4,096 (--num-envs 256)
+    # the resume example's checkpoint is one its command's iterations can write
+    line = next(x for x in docs.splitlines() if x.startswith("proxima train") and "--resume runs/pop/checkpoints/" in x)
+    argv = shlex.split(line.split("#")[0])[1:]
+    step = int(re.search(r"step_(\d+)\.pt", line).group(1))
+    batch, end = _batch_and_end([w for i, w in enumerate(argv) if "--resume" not in argv[i - 1:i + 1]], capsys)
+    assert step % batch == 0 and 0 < step <= end
+
+
+def test_ppo_notes_says_lunarlanders_training_return_count_is_the_10_iteration_measure():
+    notes = (DOCS.parent / "ppo_notes.md").read_text()
+    row = next(line for line in notes.splitlines() if line.startswith("| LunarLander |"))
+    # the table's header says "mean of the last 100 episodes"; the 4 of 10 is learning-10-seeds.md's `10 it.`
+    assert "4 of 10 seeds (measured by benchmarks/results/learning-10-seeds.md's `10 it.` column" in row
