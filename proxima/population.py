@@ -254,6 +254,12 @@ class Population:
         seeds = [c.seed for c in configs]
         env_streams = self.member_generators is not None and hasattr(self.env, "use_member_streams") and self.env.use_member_streams(seeds)
         self.next_obs = (self.env.reset() if env_streams else self.env.reset(seed=base.seed)).clone()
+        # why member k's draws are not the single run k's (None: they are; population.json and a note say so)
+        self.shared_stream_why: Optional[str] = (
+            None if env_streams else
+            f"a {self.encoder_kind} agent's actions are sampled under vmap from one generator for all members" if not self.stacked
+            else f"on {self.device.type} the members share one generator" if self.member_generators is None
+            else f"the {base.backend} env ({base.env_id}) draws every member's env randomness from one generator")
         if self.obs_norm is not None:
             self.obs_norm.count_reset(self.next_obs)
         self._build_parts()

@@ -309,6 +309,9 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
         if not quiet:  # a single run's notes, once: the env built (its first observations read), the directory taken
             note_run(base, typed if typed is not None else set_fields(base), argv is None, pop.env.single_observation_space,
                      pop.env.single_action_space, pop.encoder_kind, population=True)
+            if pop.shared_stream_why is not None:
+                print("proxima: note: each member is a valid run with its seed, not the run `--seed k` trains alone: "
+                      f"{pop.shared_stream_why} (docs/populations.md, What a member is)", file=sys.stderr)
         dirs, spaces = _write_layout(run_dir, pop, seeds, sweep, argv)
         if not quiet:  # once, at a new population's start, as a single run's (train_state.open_run_dir)
             _print_spaces(spaces)
@@ -1031,7 +1034,7 @@ def _write_population_json(run_dir: Path, pop: Population, seeds, sweep: dict, d
         "kind": "ppo-population", "env_id": pop.cfg.env_id, "members": len(dirs), "seeds": list(seeds),
         "sweep": {k: list(v) for k, v in sweep.items()}, "per_member_fields": list(PER_MEMBER_FIELDS),
         "total_timesteps_per_member": pop.num_iterations * pop.steps_per_member,
-        "member_dirs": entries,
+        "member_dirs": entries, "members_equal_single_runs": pop.shared_stream_why is None,
     })
     if argv is not None:
         doc["command"] = list(argv)

@@ -92,3 +92,17 @@ def test_ppo_notes_says_lunarlanders_training_return_count_is_the_10_iteration_m
     row = next(line for line in notes.splitlines() if line.startswith("| LunarLander |"))
     # the table's header says "mean of the last 100 episodes"; the 4 of 10 is learning-10-seeds.md's `10 it.`
     assert "4 of 10 seeds (measured by benchmarks/results/learning-10-seeds.md's `10 it.` column" in row
+
+
+@pytest.mark.parametrize("backend, equal", [("native", True), ("gymnasium", False)])
+def test_a_population_says_and_records_whether_its_members_equal_their_single_runs(tmp_path, capsys, backend, equal):
+    run = tmp_path / "P"
+    code, _, err = run_main(["train", "CartPole-v1", "--backend", backend, "--seeds", "1-2", "--total-timesteps", "128",
+                             "--num-envs", "2", "--num-steps", "32", "--eval-episodes", "0", "--run-dir", str(run)], capsys)
+    assert code == 0, err
+    # gymnasium: member seed 2 logs other returns than `--seed 2` alone (one env generator for all rows)
+    assert json.loads((run / "population.json").read_text())["members_equal_single_runs"] is equal
+    notes = [line for line in err.splitlines() if "not the run `--seed k` trains alone" in line]
+    assert notes == ([] if equal else [
+        "proxima: note: each member is a valid run with its seed, not the run `--seed k` trains alone: the gymnasium "
+        "env (CartPole-v1) draws every member's env randomness from one generator (docs/populations.md, What a member is)"])
