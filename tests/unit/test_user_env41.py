@@ -255,5 +255,5 @@ def test_a_float32_shape_0_box_action_is_a_0d_float32_array(user_dir, capsys):
                              "--total-timesteps", "16", "--run-dir", str(folder / "run"), "--quiet"], capsys)
     assert code == 0, err
     seen = (folder / "seen.txt").read_text().splitlines()
-    # not float64 (the policy's Gaussian): GymnasiumEnv.step casts the batch to the space's dtype before EnvCalls
+    # the space's dtype: GymnasiumEnv.step (space_actions) casts the batch to it before each env's EnvCalls
     assert len(seen) == 16 and set(seen) == {"ndarray () float32 True 0"}, seen[:3]
