@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,11 +31,14 @@ from typing import Any, Callable, NoReturn, Optional
 
 import torch
 
-from .signals import TrainingInterrupted
+from .signals import TrainingInterrupted, checkpoint_line
 
 #: checkpoint keys that differ per rank; the checkpoint keeps rank 0's at the top level (what
 #: ``proxima eval`` and ``load_policy`` read) and every rank's under ``"ranks"``
 RANK_KEYS = ("env", "next_obs", "rng", "obs_normalizer", "reward_scaler")
+
+#: report_failure's ``checkpoint`` for a failure before the training loop: its line names none
+NOT_TRAINING = object()
 
 #: seconds the other ranks wait for rank 0 in ``from_main(..., patient=True)`` (its evaluation):
 #: a week, i.e. no limit a run would meet, but a finite number gloo's deadline arithmetic takes
@@ -236,8 +240,6 @@ class DistContext:
         torchrun ends the job on the first rank to exit, and its SIGTERM would cut rank 0's line short.
         (A stop is not followed: every rank got the signal and says where it stopped.)
         """
-        import signal
-
         import torch.distributed as dist
 
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -281,8 +283,12 @@ class DistContext:
         return out
 
     # --- failures and test hooks ------------------------------------------------------------------
-    def report_failure(self, exc: BaseException) -> None:
+    def report_failure(self, exc: BaseException, checkpoint: Any = NOT_TRAINING) -> None:
         """One line naming the rank, before the traceback (torchrun then ends the other ranks).
+
+        ``checkpoint``: the run's last checkpoint (None: none written yet; NOT_TRAINING, the default: the
+        loop had not started), which a lost peer's line names with the command that continues the run; when
+        proxima.torchrun is ending the job after another rank failed (signals.TEARDOWN_ENV), that line says so.
 
         Nothing for rank 0's error that another rank re-raised from from_main (rank 0 reports it),
         nor for a refusal of rank 0's from_main work, nor for any refusal of rank 0 in a process that
@@ -299,15 +305,22 @@ class DistContext:
                 return
         first = (str(exc).strip().splitlines() or [""])[0][:400]
         text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+        where = "" if checkpoint is NOT_TRAINING else f"; {checkpoint_line(checkpoint)}"
         if is_peer_loss(exc) and is_timeout(exc):
             # the gloo/NCCL error names no peer; with two ranks there is only one it can be
             who = f"rank {1 - self.rank}" if self.world_size == 2 else "another rank"
             sys.stderr.write(f"proxima: rank {self.rank} stopped: {who} did not reach the same collective within "
                              f"PROXIMA_DIST_TIMEOUT={dist_timeout():g} s (it hangs, e.g. in an env step, or is that much "
-                             f"slower; raise PROXIMA_DIST_TIMEOUT if it is only slow): {text}\n")
+                             f"slower; raise PROXIMA_DIST_TIMEOUT if it is only slow): {text}{where}\n")
         elif is_peer_loss(exc):
+            from .signals import torn_down
+
+            # the SIGTERM that torchrun ends the job with may be read before or after the collective's error
+            who = f"rank {1 - self.rank}" if self.world_size == 2 else "another rank"
+            why = (f"{who} failed, and torchrun is ending the job" if torn_down(signal.SIGTERM)
+                   else "it failed or was stopped")
             sys.stderr.write(f"proxima: rank {self.rank} stopped: lost contact with another rank "
-                             f"(it failed or was stopped; its error is above): {text}\n")
+                             f"({why}; its error is above): {text}{where}\n")
         else:
             sys.stderr.write(f"proxima: rank {self.rank} failed: {text}\n")
         sys.stderr.flush()
@@ -595,8 +608,6 @@ def stop_with_parent() -> None:
     agent.run(): the main thread of torchrun (proxima.torchrun._run calls torch's main there), which
     waits in that call for the ranks to finish and returns only once they are stopped, so it lives as
     long as the job: the signal never comes early."""
-    import signal
-
     if not sys.platform.startswith("linux"):
         return
     parent = os.getppid()

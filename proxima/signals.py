@@ -301,6 +301,19 @@ def _write_stderr(text: str) -> None:
 #: seconds after the first signal in which the same signal again is the same stop (SignalGuard)
 REPEAT_WINDOW = 3.0
 
+#: set by proxima.torchrun for the ranks it starts: a file it creates just before it ends the job with
+#: SIGTERM because a rank failed (torch's agent sends that SIGTERM as it would pass on a user's stop)
+TEARDOWN_ENV = "PROXIMA_TEARDOWN_FILE"
+
+
+def torn_down(signum: int) -> bool:
+    """Whether ``signum`` is torchrun's SIGTERM ending the job after another rank failed (TEARDOWN_ENV's
+    file exists), not a user's stop: the failed rank's peers are gone, so no checkpoint can follow,
+    and the collective this rank meets next fails and says so with the last checkpoint
+    (DistContext.report_failure). One stat, safe in a signal handler."""
+    path = os.environ.get(TEARDOWN_ENV)
+    return bool(path) and signum == signal.SIGTERM and os.path.exists(path)
+
 
 class SignalGuard:
     """First SIGINT/SIGTERM: finish the iteration, checkpoint, stop. Second SIGINT: exit at once
@@ -342,6 +355,9 @@ class SignalGuard:
         return self.stop
 
     def _handle(self, signum, frame):
+        if torn_down(signum):  # no line: "writing a checkpoint after this iteration" would be false, the peers are gone
+            self.stop.signum = self.stop.signum or signum  # an evaluation under way is cut short for the next collective
+            return
         now = time.monotonic()
         if self.stop.signum:
             if signum == self.stop.signum and now - self._first_at < self._window:
@@ -402,6 +418,13 @@ class OutsideLoop:
         self._old = {}
         self.signum = 0
         self.held = 0  # nested stops_held() blocks now running
+        self.failing = False  # hold_for_failure()
+
+    def hold_for_failure(self) -> None:
+        """From now on a signal is ignored: the run is failing because another rank is gone, and the
+        SIGTERM that torchrun ends the job with would otherwise land in the failure's report and replace
+        its line (which names the last checkpoint) with "stopped by SIGTERM; no checkpoint was written"."""
+        self.failing = True
 
     def __enter__(self):
         if threading_main():
@@ -410,6 +433,8 @@ class OutsideLoop:
         return self
 
     def _handle(self, signum, frame):
+        if self.failing:  # the run's failure is the line to read (hold_for_failure)
+            return
         if self.held:  # raised by stops_held() as its block ends
             self.signum = self.signum or signum
             return

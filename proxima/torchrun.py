@@ -8,7 +8,9 @@ exit code the signal means (130, 143), as a single process exits.
 When ranks fail, torchrun raises ``ChildFailedError``, printed as a ~40-line "proxima FAILED"
 traceback under lines the ranks already printed. Here (child_failure_exit) a job whose ranks all
 ended alike, with a refusal (2) or a stop (130, 143), exits with that code and prints nothing more;
-any other failure prints one line naming each failed rank's exit code and exits 1. Everything else
+any other failure prints one line naming each failed rank's exit code and exits 1. Before torch's agent
+ends the other ranks with SIGTERM after a failure, it creates the file signals.TEARDOWN_ENV names for
+the ranks, which tells that SIGTERM apart from a user's stop (signals.torn_down). Everything else
 is torchrun's own ``main`` with its own arguments: ``python -m proxima.torchrun --nproc-per-node K --standalone
 -m proxima train ...`` behaves as ``python -m torch.distributed.run ...`` does.
 
@@ -22,9 +24,12 @@ leave them running), and a Ctrl-C reaches ranks that have no stop handling yet a
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 
 #: exit codes a rank ends with after printing its own line: a refusal (a user error, docs/reliability.md)
@@ -191,6 +196,9 @@ def _run(argv, early: EarlyStops) -> int:
 
     raise_stop = getattr(api, "_terminate_process_handler", None)
     start_workers = getattr(LocalElasticAgent, "_start_workers", None)
+    stop_workers = getattr(LocalElasticAgent, "_stop_workers", None)
+    marker_dir = tempfile.mkdtemp(prefix="proxima-torchrun-")
+    marker = os.path.join(marker_dir, "torn-down")  # signals.TEARDOWN_ENV
     stopping: list = []  # the stop torchrun passed on
     starting: list = []  # not empty while the agent starts the ranks (start_workers_whole)
     held: list = []  # a stop that came meanwhile, raised once the agent holds them
@@ -214,6 +222,8 @@ def _run(argv, early: EarlyStops) -> int:
             # ranks (self._pcontext) only once all are started: a stop raised in between would leave the
             # ones started without a signal, running on after torchrun exits, holding the terminal
             early.check()  # a stop before, swallowed where it landed: no rank is started
+            with contextlib.suppress(FileNotFoundError):  # a restart's ranks are not being ended
+                os.remove(marker)
             starting.append(True)
             try:
                 return start_workers(self, *args, **kwargs)
@@ -228,11 +238,23 @@ def _run(argv, early: EarlyStops) -> int:
         api._terminate_process_handler = first_stop_only
         if start_workers is not None:
             LocalElasticAgent._start_workers = start_workers_whole
+
+    def stop_workers_marked(self, *args, **kwargs):
+        # the agent ends the ranks after one failed with the SIGTERM it passes on for a user's stop: the
+        # marker, written first, lets a rank tell the two apart (signals.torn_down)
+        with open(marker, "w"):
+            pass
+        return stop_workers(self, *args, **kwargs)
+
+    if stop_workers is not None:
+        LocalElasticAgent._stop_workers = stop_workers_marked
     from .distributed import TORCHRUN_PID_ENV
+    from .signals import TEARDOWN_ENV
 
     # the ranks inherit this: one whose torchrun died before it asked for PDEATHSIG still stops (stop_with_parent)
-    old_pid = os.environ.get(TORCHRUN_PID_ENV)
+    old_pid, old_marker = os.environ.get(TORCHRUN_PID_ENV), os.environ.get(TEARDOWN_ENV)
     os.environ[TORCHRUN_PID_ENV] = str(os.getpid())
+    os.environ[TEARDOWN_ENV] = marker
     try:
         torchrun_main(argv)
     except SignalException as e:
@@ -244,6 +266,13 @@ def _run(argv, early: EarlyStops) -> int:
             os.environ.pop(TORCHRUN_PID_ENV, None)
         else:
             os.environ[TORCHRUN_PID_ENV] = old_pid
+        if old_marker is None:
+            os.environ.pop(TEARDOWN_ENV, None)
+        else:
+            os.environ[TEARDOWN_ENV] = old_marker
+        shutil.rmtree(marker_dir, ignore_errors=True)
+        if stop_workers is not None:
+            LocalElasticAgent._stop_workers = stop_workers
         if raise_stop is not None:
             api._terminate_process_handler = raise_stop
             if start_workers is not None:

@@ -1261,6 +1261,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
         except Exception as e:
             if trainer is not None and e is trainer.callback_error:
                 raise  # the caller's own code failed, not the run: as it came (the run as its last checkpoint left it)
+            if distributed.lost_peer(e):  # torchrun's SIGTERM for the job follows the other rank's failure
+                outside.hold_for_failure()
             if trainer is None or trainer.iteration == 0:
                 session.discard_fresh()  # a new run that failed before its first iteration leaves nothing behind
             try:  # the diagnosis builds and steps the user's env: a stop may land there
@@ -1270,7 +1272,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             except TrainingInterrupted as stop:
                 outside.__exit__()
                 raise stopped_outside(stop) from None
-            dctx.report_failure(problem)
+            # a lost peer's line names the checkpoint a resume continues from, as a stop's does
+            dctx.report_failure(problem, checkpoint=trainer.last_checkpoint if looping else distributed.NOT_TRAINING)
             if problem is not e:
                 raise problem from None
             raise

@@ -1,0 +1,114 @@
+"""When one rank fails, the others name the last checkpoint and do not take torchrun's teardown SIGTERM
+for a user's stop ("stopped by SIGTERM; no checkpoint was written" while checkpoints were on disk)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from proxima import distributed
+from proxima.signals import OutsideLoop, SignalGuard
+
+#: signals.TEARDOWN_ENV: the file proxima.torchrun creates before it ends the job after a rank failed
+TEARDOWN_ENV = "PROXIMA_TEARDOWN_FILE"
+
+PEER_LOSS = "[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:18102"
+
+
+def test_lost_contact_line_names_the_last_checkpoint_and_the_command_that_continues(capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.delenv(TEARDOWN_ENV, raising=False)
+    ctx = distributed.DistContext(rank=0, world_size=2)
+    ctx.report_failure(RuntimeError(PEER_LOSS), checkpoint=Path("f2/checkpoints/step_000000001024.pt"))
+    assert capsys.readouterr().err == (
+        "proxima: rank 0 stopped: lost contact with another rank (it failed or was stopped; its error is above): "
+        f"RuntimeError: {PEER_LOSS}; checkpoint: f2/checkpoints/step_000000001024.pt; continue with: proxima resume f2\n")
+    ctx.report_failure(RuntimeError(PEER_LOSS), checkpoint=None)  # in the loop, before the first checkpoint
+    assert capsys.readouterr().err.endswith(f"{PEER_LOSS}; no checkpoint was written\n")
+    ctx.report_failure(RuntimeError(PEER_LOSS))  # before the loop: no checkpoint to speak of
+    assert capsys.readouterr().err.endswith(f"{PEER_LOSS}\n")
+
+
+def test_lost_contact_line_says_torchrun_is_ending_the_job_after_the_other_rank_failed(capsys, monkeypatch, tmp_path):
+    marker = tmp_path / "torn-down"
+    marker.touch()
+    monkeypatch.setenv(TEARDOWN_ENV, str(marker))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    distributed.DistContext(rank=0, world_size=2).report_failure(RuntimeError(PEER_LOSS), checkpoint=None)
+    assert capsys.readouterr().err.startswith(
+        "proxima: rank 0 stopped: lost contact with another rank (rank 1 failed, and torchrun is ending the job; "
+        "its error is above): ")
+
+
+def test_teardown_sigterm_in_the_loop_promises_no_checkpoint(capsys, monkeypatch, tmp_path):
+    """torchrun's SIGTERM after a rank failed: no "writing a checkpoint after this iteration" (the peers are
+    gone); the stop is recorded, so an evaluation under way ends for the collective that fails next."""
+    marker = tmp_path / "torn-down"
+    monkeypatch.setenv(TEARDOWN_ENV, str(marker))
+    with SignalGuard(lambda: None, repeat_window=3.0) as stop:
+        os.kill(os.getpid(), signal.SIGTERM)  # a user's stop (no marker): announced
+    assert stop.signum == signal.SIGTERM
+    assert "SIGTERM received; writing a checkpoint after this iteration" in capsys.readouterr().err
+    marker.touch()
+    with SignalGuard(lambda: None, repeat_window=3.0) as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.signum == signal.SIGTERM
+    assert capsys.readouterr().err == ""
+
+
+def test_sigterm_while_a_lost_peer_is_reported_does_not_replace_the_failure():
+    """The teardown SIGTERM that landed in report_failure raised "stopped by SIGTERM; no checkpoint was written"."""
+    outside = OutsideLoop()
+    with outside:
+        outside.hold_for_failure()
+        os.kill(os.getpid(), signal.SIGTERM)  # no TrainingInterrupted: the failure goes on to its line
+    assert outside.signum == 0
+
+
+@pytest.mark.slow  # a 2-process job of ~15 s on 2 cores: the slow tier, as test_launch_edges2's lost-peer repro
+def test_rank_failure_leaves_rank_0_naming_its_last_checkpoint(tmp_path):
+    """The audit's repro, smaller: rank 1 fails at iteration 3 with checkpoints every iteration; rank 0 says it
+    lost contact and names step 768 (the newest on disk), never "stopped by SIGTERM; no checkpoint was written" (~15 s, 2 processes)."""
+    from distributed_helpers import run
+
+    res = run([sys.executable, "-m", "proxima", "train", "CartPole-v1", "--nproc", "2", "--num-envs", "4",
+               "--num-steps", "32", "--total-timesteps", "2048", "--checkpoint-every", "1", "--threads", "1",
+               "--no-progress", "--eval-episodes", "0", "--run-dir", "f2"], tmp_path, timeout=120,
+              PROXIMA_TEST_FAIL_RANK=1, PROXIMA_TEST_FAIL_ITER=3, PROXIMA_DIST_TIMEOUT=60)
+    assert res.returncode == 1, res.stderr[-3000:]
+    lines = [line for line in res.stderr.splitlines() if line.startswith("proxima: ") and "spaces:" not in line]
+    assert lines[0].startswith("proxima: rank 1 failed: RuntimeError: test failure injected on rank 1 at iteration 3"), lines
+    rank0 = [line for line in lines if line.startswith("proxima: rank 0 ")]
+    assert len(rank0) == 1 and rank0[0].startswith("proxima: rank 0 stopped: lost contact with another rank ("), lines
+    assert rank0[0].endswith("; checkpoint: f2/checkpoints/step_000000000768.pt; continue with: proxima resume f2"), rank0
+    assert not any("stopped by SIGTERM" in line or "SIGTERM received" in line for line in lines), lines
+    assert lines[-1] == "proxima: the job failed: ranks 1 (first), 0 exited 1; each rank's own lines above say why"
+    assert sorted(p.name for p in (tmp_path / "f2" / "checkpoints").glob("step_*.pt"))[-1] == "step_000000000768.pt"
+
+
+def test_torchrun_marks_its_teardown_before_it_ends_the_ranks(monkeypatch):
+    """proxima.torchrun creates TEARDOWN_ENV's file just before torch's agent ends the ranks after a failure
+    (_stop_workers), not before, and takes it away with the job."""
+    import torch.distributed.run as run
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    from proxima import torchrun
+
+    seen = []
+    monkeypatch.delenv(TEARDOWN_ENV, raising=False)
+    monkeypatch.setattr(LocalElasticAgent, "_stop_workers", lambda self, group: seen.append(os.path.exists(os.environ[TEARDOWN_ENV])))
+
+    def job(argv):  # torchrun's main: the ranks run, then one fails and the agent ends the others
+        seen.append(os.path.exists(os.environ[TEARDOWN_ENV]))
+        LocalElasticAgent._stop_workers(None, None)
+        seen.append(os.environ[TEARDOWN_ENV])
+
+    monkeypatch.setattr(run, "main", job)
+    assert torchrun.main([]) == 0
+    assert seen[:2] == [False, True]
+    assert TEARDOWN_ENV not in os.environ and not os.path.exists(os.path.dirname(seen[2]))
