@@ -205,6 +205,10 @@ def run(args: argparse.Namespace) -> int:
             from .api import DEVICE_LEFT_DEFAULT, train_rlhf
 
             cfg = build_config(args)
+            if isinstance(cfg.prompts, str):  # every rank, before any joins the process group (check_prompt_share)
+                from .dist import check_prompt_share
+
+                check_prompt_share(cfg.prompts)
             left = DEVICE_LEFT_DEFAULT.set(_device_left_default(args))
             try:
                 run_dir = train_rlhf(cfg)

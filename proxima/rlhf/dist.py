@@ -79,7 +79,13 @@ def init_distributed(device_type: str) -> Dist:
         torch.cuda.set_device(local)
     if not tdist.is_initialized():
         rank = int(os.environ.get("RANK", "0"))
-        tdist.init_process_group(backend=cuda_backend("cpu:gloo,cuda:nccl", rank) if device_type == "cuda" else "gloo")
+        try:
+            tdist.init_process_group(backend=cuda_backend("cpu:gloo,cuda:nccl", rank) if device_type == "cuda" else "gloo")
+        except RuntimeError as e:  # another rank ended (a refusal of its own) while this one was still connecting
+            lost = lost_contact(e, Dist(rank, int(os.environ["WORLD_SIZE"])))
+            if lost is None:
+                raise
+            raise LostContact(f"{lost} (while joining the process group)") from None
     _JOINED += 1
     _ENDED = False
     try:
@@ -87,6 +93,37 @@ def init_distributed(device_type: str) -> Dist:
     except Exception:  # noqa: BLE001 - without it a rank takes torchrun's teardown for a stop, as it did before
         _STORE = None
     return Dist(tdist.get_rank(), tdist.get_world_size(), local)
+
+
+def prompt_share_refusal(prompts: str, count: int, world: int) -> str:
+    """The line refusing ``count`` prompts (file ``prompts``) for ``world`` processes: a rank's share would be empty."""
+    return (f"--prompts {prompts}: {count} prompt(s) for {world} processes, each of which draws from its own share "
+            f"(prompts rank, rank + {world}, ...); give at least {world} prompts, or train with fewer processes")
+
+
+def check_prompt_share(prompts: str) -> None:
+    """Under torchrun (WORLD_SIZE > 1), before any rank joins the process group: refuse a prompts file with
+    fewer prompts than processes (the trainer refuses it too, for the Python API, once the group exists).
+    Refused after joining, rank 0 could exit while another rank was still connecting, which then failed with
+    gloo's traceback, exit 1. Every rank reads the file itself; rank 0 raises the ConfigError (its command's
+    one line, exit 2), the others wait for torchrun's SIGTERM, which follows rank 0's exit, so that the line
+    is printed once (a rank whose file differs from rank 0's raises it after PROXIMA_DIST_TIMEOUT)."""
+    from ..distributed import dist_timeout, is_torchrun_rank
+    from .data import load_prompts
+
+    if not is_torchrun_rank():
+        return
+    world, count = int(os.environ["WORLD_SIZE"]), len(load_prompts(prompts))
+    if count >= world:
+        return
+    error = ConfigError(prompt_share_refusal(prompts, count, world))
+    if int(os.environ.get("RANK", "0")) != 0:
+        try:  # ended silently by torchrun's teardown, counted as such (proxima.torchrun.TEARDOWN_CODES)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except ValueError:  # not the main thread
+            pass
+        time.sleep(dist_timeout())
+    raise error
 
 
 def shutdown(d: Dist, clean: bool = True) -> None:
