@@ -75,10 +75,43 @@ def test_a_vf_clip_coef_that_could_not_work_is_refused_in_one_line(argv, line, c
     assert out == ""
 
 
+@pytest.mark.parametrize("argv, line", [
+    # flushing denormals (the default): below float32's smallest normal value the range is 0 in the run
+    (["--vf-clip-coef", "1e-40"], "--vf-clip-coef 1e-40: must be at least 1.175e-38 (float32's smallest normal value: "
+                                  "smaller ones are 0 in the run, which flushes denormals; --no-flush-denormal keeps them)"),
+    # without flushing: below half float32's smallest denormal the range rounds to 0 all the same
+    (["--no-flush-denormal", "--vf-clip-coef", "1e-46"], "--vf-clip-coef 1e-46: must be above 7.006e-46 (smaller values "
+                                                         "are 0 in float32, which the run computes in)"),
+])
+def test_a_vf_clip_coef_that_is_zero_in_float32_is_refused_as_clip_coef_is(argv, line, capsys):
+    code, out, err = run_main(["train", "CartPole-v1", *argv, "--dry-run"], capsys)
+    assert error_line(code, err) == "proxima train: error: " + line
+    assert out == ""
+
+
+@pytest.mark.parametrize("argv, shown", [(["--no-flush-denormal", "--vf-clip-coef", "1e-40"], "vf_clip_coef: 1.0e-40"),
+                                         (["--no-flush-denormal", "--vf-clip-coef", "1e-45"], "vf_clip_coef: 1.0e-45"),
+                                         (["--vf-clip-coef", "1.2e-38"], "vf_clip_coef: 1.2e-38")])
+def test_a_tiny_vf_clip_coef_that_float32_keeps_is_taken(argv, shown, capsys):
+    code, out, err = run_main(["train", "CartPole-v1", *argv, "--dry-run"], capsys)
+    assert code == 0, err
+    assert shown in out.splitlines()
+
+
 def test_sb3s_clip_range_vf_points_at_vf_clip_coef(capsys):
     assert FOREIGN_NAMES["clip_range_vf"] == "vf_clip_coef"
     code, _, err = run_main(["train", "CartPole-v1", "--clip-range-vf", "10"], capsys)
     assert "; did you mean --vf-clip-coef (--vf-clip-coef X with --clip-vloss" in error_line(code, err)
+
+
+def test_sb3s_clip_range_vf_in_python_or_yaml_names_vf_clip_coef():
+    note = "vf_clip_coef=X with clip_vloss=True (the default); SB3's clip_range_vf=None is clip_vloss=False"
+    with pytest.raises(ConfigError) as e:
+        from_dict({"clip_range_vf": 10}, source="zoo.yaml")
+    assert str(e.value) == f"zoo.yaml: unknown field 'clip_range_vf' (did you mean 'vf_clip_coef'? {note})"
+    with pytest.raises(ConfigError) as e:
+        PPOConfig(clip_range_vf=10)
+    assert str(e.value) == f"PPOConfig(clip_range_vf=10): not a PPOConfig field (did you mean 'vf_clip_coef'? {note})"
 
 
 def test_a_python_config_names_the_fields_in_its_refusal():
@@ -137,6 +170,54 @@ def test_a_population_member_trains_with_its_own_vf_clip_coef_as_its_single_run(
     assert max(float((got[1][k] - got[0][k]).abs().max()) for k in got[0]) > 1e-4  # the range changed the run
 
 
+def test_a_vmapped_population_members_value_loss_is_clipped_with_its_own_vf_clip_coef(small_config):
+    # An encoder (CNN) makes the population vmap a template agent (_vmapped_loss) instead of calling its
+    # stacked layers, the path the CartPole test above never takes. Its whole-run comparison cannot be
+    # repeated here: under vmap all members sample actions from one stream (population.py), so a member
+    # does not retrace its single run. Each member's minibatch loss is compared instead, with ppo_loss of
+    # that member's own agent and its own value clip range (member 0: none, i.e. its clip_coef 0.3).
+    from proxima import ppo
+
+    def pixel_config(**overrides):
+        return small_config(env_id="PixelQuadrant-v0", encoder="cnn", num_envs=2, num_steps=8, num_minibatches=2,
+                            total_timesteps=16, **overrides)
+
+    configs = [pixel_config(seed=1, clip_coef=0.3), pixel_config(seed=2, vf_clip_coef=10.0)]
+    vclips = [0.3, 10.0]
+    pop = Population(configs)
+    try:
+        assert not pop.stacked  # the vmapped path under test
+        gen = torch.Generator().manual_seed(0)
+        P, B, n = 2, 16, int(pop.env.single_action_space.n)
+        obs = torch.randint(0, 256, (P, B, *pop.env.obs_shape), generator=gen).to(pop.env.obs_dtype)
+        actions = torch.randint(0, n, (P, B), generator=gen)
+        agents = [pop.member_agent(p) for p in range(P)]
+        with torch.no_grad():
+            own = [agents[p].get_action_and_value(obs[p], actions[p]) for p in range(P)]
+        # old values ~2 off the current ones: past 0.3 (clipped) and within 10 (not), so the two ranges differ
+        m = {"obs": obs, "actions": actions, "logprobs": torch.stack([o[1] for o in own]),
+             "values": torch.stack([o[3] for o in own]) + 2.0 * torch.randn(P, B, generator=gen),
+             "advantages": torch.randn(P, B, generator=gen), "returns": torch.randn(P, B, generator=gen)}
+        got = pop._vmapped_loss(m)
+
+        def loss(p: int, vclip: float) -> dict:
+            cfg = configs[p]
+            return ppo.ppo_loss(own[p][1], m["logprobs"][p], m["advantages"][p], own[p][3], m["values"][p], m["returns"][p],
+                                own[p][2], clip_coef=cfg.clip_coef, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef,
+                                clip_vloss=True, norm_adv=cfg.norm_adv, vf_clip_coef=vclip)
+
+        for p in range(P):
+            want = loss(p, vclips[p])
+            # not vf_clipfrac: a range that never bites still counts samples where old + (new - old) rounds off new (ppo.py)
+            for k in ("loss", "value_loss"):
+                torch.testing.assert_close(got[k][p].detach(), want[k], rtol=1e-5, atol=1e-6, msg=f"member {p}: {k}")
+            # the other member's range (or this member's clip_coef, for member 1) gives a clearly other value loss
+            for other in {vclips[1 - p], configs[p].clip_coef} - {vclips[p]}:
+                assert abs(float(loss(p, other)["value_loss"] - want["value_loss"])) > 1e-2 * float(want["value_loss"])
+    finally:
+        pop.close()
+
+
 # --- charts/learning_rate: the schedule's float64 value ----------------------------------------------
 
 
@@ -160,15 +241,30 @@ def test_the_logged_learning_rate_is_the_schedules_float64_value(anneal, small_c
     assert _csv_lrs(tmp_path / "run") == want  # the cell's text reads back as the same float64
 
 
-def test_a_population_members_logged_learning_rate_is_its_schedules_float64_value(tmp_path, capsys):
+@pytest.mark.parametrize("anneal", [True, False])
+def test_a_population_members_logged_learning_rate_is_its_schedules_float64_value(anneal, tmp_path, capsys, monkeypatch):
+    from proxima.logger import RunLogger
+
+    logged: dict = {}  # each member's logger -> the rates handed to it, before metrics.csv writes them
+    real_log = RunLogger.log
+
+    def log(self, iteration, global_step, metrics):
+        logged.setdefault(id(self), []).append(metrics["charts/learning_rate"])
+        return real_log(self, iteration, global_step, metrics)
+
+    monkeypatch.setattr(RunLogger, "log", log)
     run = tmp_path / "R"
     code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1", "--sweep", "lr=0.01,0.003", "--run-dir", str(run),
+                             *([] if anneal else ["--no-anneal-lr"]),
                              "--total-timesteps", "96", "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2",
                              "--update-epochs", "1", "--eval-episodes", "0", "--quiet", "--no-progress", "--threads", "1"], capsys)
     assert code == 0, err
     members = sorted(p for p in run.iterdir() if p.is_dir() and (p / "metrics.csv").exists())
     assert len(members) == 2
     n = 3
-    got = {lrs[0]: lrs for lrs in (_csv_lrs(m) for m in members)}
-    for lr in (0.01, 0.003):
-        assert got[lr] == [lr * (1 - (k - 1) / n) for k in range(1, n + 1)]
+    want = {lr: [lr * (1 - (k - 1) / n) if anneal else lr for k in range(1, n + 1)] for lr in (0.01, 0.003)}
+    # exact: 0.01 itself, not float32's 0.009999999776482582; a constant rate is never rescheduled, so its
+    # first value is its every value. The rows, not metrics.csv: the csv writes a float32-exact rate in
+    # float32's shortest text, 0.01 for either.
+    assert sorted(logged.values(), key=lambda lrs: lrs[0]) == [want[0.003], want[0.01]]
+    assert sorted((_csv_lrs(m) for m in members), key=lambda lrs: lrs[0]) == [want[0.003], want[0.01]]
