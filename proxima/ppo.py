@@ -245,7 +245,10 @@ def monitor_terms(t: dict, clip_el, clip_vloss: bool) -> dict:
     clip_vloss, which the trainer then logs blank), ratio. ppo_loss averages them; grad_cpu.py sums
     them block by block."""
     ratio = t["ratio"]
-    vf_clipped = (t["v_clipped"] > t["v_unclipped"]).float() if clip_vloss else torch.zeros_like(ratio)
+    # the clamp must have moved the delta too: where it did not, old + (new - old) can still round a
+    # hair away from new, and the max would count that rounding as clipping (1 in ~8 samples here)
+    vf_clipped = ((t["v_delta_clipped"] != t["v_delta"]) & (t["v_clipped"] > t["v_unclipped"])).float() \
+        if clip_vloss else torch.zeros_like(ratio)
     return {"approx_kl": (ratio - 1) - t["logratio"], "old_approx_kl": -t["logratio"],
             "clipfrac": ((ratio - 1.0).abs() > clip_el).float(), "vf_clipfrac": vf_clipped, "ratio": ratio}
 
