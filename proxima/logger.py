@@ -903,11 +903,13 @@ class LineProgress:
         self._shown, self._due = self.n, now + self.interval
 
 
-#: metrics.csv columns whose values are float32 by construction (the optimizer's lr tensor, the losses
-#: computed and averaged in float32): csv_cell writes them short. Every other float is a float64
-#: computation (time, SPS, an episodic mean) that merely may equal a float32 value (123456792.0), whose
-#: float32 text (1.2345679e+08) would read back as another number
-FLOAT32_COLUMNS = ("charts/learning_rate", "losses/")
+#: metrics.csv columns whose values are float32 by construction (the losses and the action statistics,
+#: computed and averaged in float32): csv_cell writes them short. charts/learning_rate too: a run logs
+#: its schedule's float64 rate (csv_cell shortens only a value float32 holds exactly, which reads back
+#: the same), while RLHF passes the optimizer's float32 one. Every other float is a float64 computation (time, SPS, an episodic
+#: mean) that merely may equal a float32 value (123456792.0), whose float32 text (1.2345679e+08) would
+#: read back as another number
+FLOAT32_COLUMNS = ("charts/learning_rate", "losses/", "charts/action_std", "charts/action_clip_frac")
 
 
 def csv_cell(name: str, value):

@@ -287,3 +287,14 @@ def test_vf_clipfrac_counts_no_sample_the_clamp_left_alone_however_old_plus_delt
     moved = (new - old).abs() > 10.0
     expected = (moved & ((old + (new - old).clamp(-10, 10) - returns) ** 2 > (new - returns) ** 2)).float().mean()
     assert 0.3 < float(expected) < 0.7 and float(ppo.monitor_terms(t, 0.2, True)["vf_clipfrac"].mean()) == float(expected)
+
+
+def test_the_action_columns_are_written_as_the_float32_values_they_are():
+    """They were written with float64 digits (0.9981889128684998 beside a loss's 2.3050575): both are
+    float32 means, written short, and a float64 value that is no float32 keeps its digits."""
+    from proxima.logger import csv_cell
+
+    std = float(torch.tensor(0.9981889128684998))
+    assert csv_cell("charts/action_std", std) == "0.9981889" and float(torch.tensor(float("0.9981889"))) == std
+    assert csv_cell("charts/action_clip_frac", float(torch.tensor(0.1))) == "0.1"
+    assert csv_cell("charts/action_std", 0.1) == 0.1  # not a float32 value: as it came
