@@ -10,7 +10,9 @@ traceback under lines the ranks already printed. Here (child_failure_exit) a job
 ended alike, with a refusal (2) or a stop (130, 143), exits with that code and prints nothing more;
 any other failure prints one line naming each failed rank's exit code and exits 1. Before torch's agent
 ends the other ranks with SIGTERM after a failure, it creates the file signals.TEARDOWN_ENV names for
-the ranks, which tells that SIGTERM apart from a user's stop (signals.torn_down). Everything else
+the ranks, which tells that SIGTERM apart from a user's stop (signals.torn_down); not when the agent
+stops the ranks to restart them (teardown_marking). Its folder names torchrun's pid, so that the next
+launch removes one a SIGKILL left behind (sweep_stale_markers). Everything else
 is torchrun's own ``main`` with its own arguments: ``python -m proxima.torchrun --nproc-per-node K --standalone
 -m proxima train ...`` behaves as ``python -m torch.distributed.run ...`` does.
 
@@ -26,8 +28,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -177,6 +181,80 @@ def _passed_on(signum: int) -> int:
     return signum
 
 
+#: the teardown marker's folder in the temp dir: MARKER_PREFIX + the launcher's pid + "-" + mkdtemp's 8 characters
+MARKER_PREFIX = "proxima-torchrun-"
+_MARKER_NAME = re.compile(re.escape(MARKER_PREFIX) + r"([1-9][0-9]{0,9})-[a-z0-9_]{8}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's process (or no such pid at all: kept, harmless)
+        return True
+    return True
+
+
+def sweep_stale_markers(tmpdir: "str | None" = None) -> list:
+    """Remove the marker folders (MARKER_PREFIX) of launchers that are gone: the ``finally`` that removes its
+    own never runs in a launcher killed by SIGKILL (kill -9, the OOM killer). Only folders of the exact name,
+    owned by this user, not symlinks, whose pid no process has; the paths removed. ``tmpdir``: tempfile's."""
+    tmpdir = tmpdir or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(tmpdir)
+    except OSError:
+        return removed
+    for name in names:
+        match = _MARKER_NAME.fullmatch(name)
+        if match is None or _alive(int(match.group(1))):
+            continue
+        path = os.path.join(tmpdir, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            continue
+        shutil.rmtree(path, ignore_errors=True)  # refuses a symlink swapped in since the lstat
+        if not os.path.lexists(path):
+            removed.append(path)
+    return removed
+
+
+def teardown_marking(marker: str, stop_workers, restart_workers=None) -> tuple:
+    """Wrappers of LocalElasticAgent's ``_stop_workers`` and ``_restart_workers``: the first creates ``marker``
+    (signals.TEARDOWN_ENV) before the agent ends the ranks, the second keeps it from doing so while the agent
+    restarts them (--max-restarts, a multi-node membership change), which stops the ranks the same way
+    but does not end the job. ``restart_workers`` None: the second wrapper is None."""
+    restarting: list = []
+
+    def stop_workers_marked(self, *args, **kwargs):
+        # the agent ends the ranks after one failed with the SIGTERM it passes on for a user's stop: the
+        # marker, written first, lets a rank tell the two apart (signals.torn_down)
+        if not restarting:
+            try:  # the marker only changes a rank's line: never let it keep the agent from ending the ranks
+                os.makedirs(os.path.dirname(marker), mode=0o700, exist_ok=True)
+                with open(marker, "w"):
+                    pass
+            except OSError:
+                pass
+        return stop_workers(self, *args, **kwargs)
+
+    if restart_workers is None:
+        return stop_workers_marked, None
+
+    def restart_workers_unmarked(self, *args, **kwargs):
+        restarting.append(True)
+        try:
+            return restart_workers(self, *args, **kwargs)
+        finally:
+            restarting.pop()
+
+    return stop_workers_marked, restart_workers_unmarked
+
+
 def main(argv=None) -> int:
     try:
         with EarlyStops(unblock=True) as early:  # until torchrun's handlers replace these as it starts the ranks
@@ -197,65 +275,65 @@ def _run(argv, early: EarlyStops) -> int:
     raise_stop = getattr(api, "_terminate_process_handler", None)
     start_workers = getattr(LocalElasticAgent, "_start_workers", None)
     stop_workers = getattr(LocalElasticAgent, "_stop_workers", None)
-    marker_dir = tempfile.mkdtemp(prefix="proxima-torchrun-")
-    marker = os.path.join(marker_dir, "torn-down")  # signals.TEARDOWN_ENV
-    stopping: list = []  # the stop torchrun passed on
-    starting: list = []  # not empty while the agent starts the ranks (start_workers_whole)
-    held: list = []  # a stop that came meanwhile, raised once the agent holds them
-    if raise_stop is not None:  # installed by torchrun when it starts the ranks (api.PContext.start)
-
-        def first_stop_only(signum, frame):
-            # A job-wide stop reaches torchrun more than once (Slurm and systemd signal every process,
-            # and the launcher forwards its own copy): once torchrun is stopping its ranks (passing the
-            # signal on, waiting, then killing them), a copy that raised again would land inside that
-            # shutdown, in its logging, as a traceback. A stop at once goes to the ranks (launch.py).
-            if stopping:
-                return
-            if starting:
-                held.append(signum)
-                return
-            stopping.append(signum)
-            raise_stop(_passed_on(signum), frame)
-
-        def start_workers_whole(self, *args, **kwargs):
-            # torchrun's handler is in place before it starts the first rank, but the agent records the
-            # ranks (self._pcontext) only once all are started: a stop raised in between would leave the
-            # ones started without a signal, running on after torchrun exits, holding the terminal
-            early.check()  # a stop before, swallowed where it landed: no rank is started
-            with contextlib.suppress(FileNotFoundError):  # a restart's ranks are not being ended
-                os.remove(marker)
-            starting.append(True)
-            try:
-                return start_workers(self, *args, **kwargs)
-            finally:
-                starting.clear()
-                if early.signum and not held:  # one that landed as the agent set the ranks up, swallowed or not
-                    held.append(early.signum)
-                if held and not stopping:
-                    stopping.append(held[0])
-                    raise_stop(_passed_on(held[0]), None)
-
-        api._terminate_process_handler = first_stop_only
-        if start_workers is not None:
-            LocalElasticAgent._start_workers = start_workers_whole
-
-    def stop_workers_marked(self, *args, **kwargs):
-        # the agent ends the ranks after one failed with the SIGTERM it passes on for a user's stop: the
-        # marker, written first, lets a rank tell the two apart (signals.torn_down)
-        with open(marker, "w"):
-            pass
-        return stop_workers(self, *args, **kwargs)
-
-    if stop_workers is not None:
-        LocalElasticAgent._stop_workers = stop_workers_marked
+    restart_workers = getattr(LocalElasticAgent, "_restart_workers", None)
     from .distributed import TORCHRUN_PID_ENV
     from .signals import TEARDOWN_ENV
 
-    # the ranks inherit this: one whose torchrun died before it asked for PDEATHSIG still stops (stop_with_parent)
     old_pid, old_marker = os.environ.get(TORCHRUN_PID_ENV), os.environ.get(TEARDOWN_ENV)
-    os.environ[TORCHRUN_PID_ENV] = str(os.getpid())
-    os.environ[TEARDOWN_ENV] = marker
-    try:
+    marker_dir = None
+    stopping: list = []  # the stop torchrun passed on
+    try:  # from before the folder exists: a stop anywhere after leaves nothing behind (but see sweep_stale_markers)
+        sweep_stale_markers()
+        marker_dir = tempfile.mkdtemp(prefix=f"{MARKER_PREFIX}{os.getpid()}-")
+        marker = os.path.join(marker_dir, "torn-down")  # signals.TEARDOWN_ENV
+        starting: list = []  # not empty while the agent starts the ranks (start_workers_whole)
+        held: list = []  # a stop that came meanwhile, raised once the agent holds them
+        if raise_stop is not None:  # installed by torchrun when it starts the ranks (api.PContext.start)
+
+            def first_stop_only(signum, frame):
+                # A job-wide stop reaches torchrun more than once (Slurm and systemd signal every process,
+                # and the launcher forwards its own copy): once torchrun is stopping its ranks (passing the
+                # signal on, waiting, then killing them), a copy that raised again would land inside that
+                # shutdown, in its logging, as a traceback. A stop at once goes to the ranks (launch.py).
+                if stopping:
+                    return
+                if starting:
+                    held.append(signum)
+                    return
+                stopping.append(signum)
+                raise_stop(_passed_on(signum), frame)
+
+            def start_workers_whole(self, *args, **kwargs):
+                # torchrun's handler is in place before it starts the first rank, but the agent records the
+                # ranks (self._pcontext) only once all are started: a stop raised in between would leave the
+                # ones started without a signal, running on after torchrun exits, holding the terminal
+                early.check()  # a stop before, swallowed where it landed: no rank is started
+                with contextlib.suppress(FileNotFoundError):  # a restart's ranks are not being ended
+                    os.remove(marker)
+                starting.append(True)
+                try:
+                    return start_workers(self, *args, **kwargs)
+                finally:
+                    starting.clear()
+                    if early.signum and not held:  # one that landed as the agent set the ranks up, swallowed or not
+                        held.append(early.signum)
+                    if held and not stopping:
+                        stopping.append(held[0])
+                        raise_stop(_passed_on(held[0]), None)
+
+            api._terminate_process_handler = first_stop_only
+            if start_workers is not None:
+                LocalElasticAgent._start_workers = start_workers_whole
+
+        if stop_workers is not None:
+            marked, unmarked = teardown_marking(marker, stop_workers, restart_workers)
+            LocalElasticAgent._stop_workers = marked
+            if restart_workers is not None:
+                LocalElasticAgent._restart_workers = unmarked
+
+        # the ranks inherit this: one whose torchrun died before it asked for PDEATHSIG still stops (stop_with_parent)
+        os.environ[TORCHRUN_PID_ENV] = str(os.getpid())
+        os.environ[TEARDOWN_ENV] = marker
         torchrun_main(argv)
     except SignalException as e:
         return 128 + (stopping[0] if stopping else int(e.sigval))  # the stop's, whatever went on to the ranks
@@ -270,9 +348,12 @@ def _run(argv, early: EarlyStops) -> int:
             os.environ.pop(TEARDOWN_ENV, None)
         else:
             os.environ[TEARDOWN_ENV] = old_marker
-        shutil.rmtree(marker_dir, ignore_errors=True)
+        if marker_dir is not None:
+            shutil.rmtree(marker_dir, ignore_errors=True)
         if stop_workers is not None:
             LocalElasticAgent._stop_workers = stop_workers
+        if restart_workers is not None:
+            LocalElasticAgent._restart_workers = restart_workers
         if raise_stop is not None:
             api._terminate_process_handler = raise_stop
             if start_workers is not None:

@@ -112,3 +112,79 @@ def test_torchrun_marks_its_teardown_before_it_ends_the_ranks(monkeypatch):
     assert torchrun.main([]) == 0
     assert seen[:2] == [False, True]
     assert TEARDOWN_ENV not in os.environ and not os.path.exists(os.path.dirname(seen[2]))
+
+
+def _dead_pid() -> int:
+    import subprocess
+
+    child = subprocess.Popen(["true"])
+    child.wait()  # reaped: its pid names no process (until the kernel hands it out again, far off)
+    return child.pid
+
+
+def test_a_launch_sweeps_marker_folders_of_killed_launchers_only(monkeypatch, tmp_path):
+    """A launcher killed by SIGKILL leaves its proxima-torchrun-PID-XXXXXXXX folder behind; the next launch
+    removes it, and only it: not a live launcher's, not a look-alike, not a symlink of the exact name."""
+    import tempfile
+
+    import torch.distributed.run as run
+
+    from proxima import torchrun
+
+    dead, live = _dead_pid(), os.getpid()
+    stale = tmp_path / f"proxima-torchrun-{dead}-ab_cd123"
+    (stale / "sub").mkdir(parents=True)
+    (stale / "torn-down").touch()
+    kept = [tmp_path / f"proxima-torchrun-{live}-abcdefgh",  # a launcher still running
+            tmp_path / f"proxima-torchrun-{dead}-abcdefg",  # look-alikes
+            tmp_path / f"proxima-torchrun-{dead}-abcdefgh.bak",
+            tmp_path / f"proxima-torchrun-0{dead}-abcdefgh",
+            tmp_path / f"proxima-torchrun-x{dead}-abcdefgh"]
+    for path in kept:
+        path.mkdir()
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "keep").touch()
+    link = tmp_path / f"proxima-torchrun-{dead}-linkedxx"
+    link.symlink_to(target)
+    plain = tmp_path / f"proxima-torchrun-{dead}-afile___"
+    plain.touch()
+
+    assert torchrun.sweep_stale_markers(str(tmp_path)) == [str(stale)]
+    assert not stale.exists() and all(path.is_dir() for path in kept)
+    assert link.is_symlink() and (target / "keep").exists() and plain.is_file()
+
+    # a launch sweeps first, and names its own folder by its pid (gone after it)
+    stale.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv(TEARDOWN_ENV, raising=False)
+    seen = []
+    monkeypatch.setattr(run, "main", lambda argv: seen.append(os.environ[TEARDOWN_ENV]))
+    assert torchrun.main([]) == 0
+    assert not stale.exists() and all(path.is_dir() for path in kept)
+    own = Path(seen[0]).parent
+    assert own.parent == tmp_path and own.name.startswith(f"proxima-torchrun-{live}-") and not own.exists()
+
+
+def test_torchrun_writes_no_teardown_marker_while_it_restarts_the_ranks(monkeypatch):
+    """torch's agent stops the ranks with _stop_workers to restart them too (--max-restarts, a node joining):
+    those ranks are not told that torchrun is ending the job; a teardown after the restart still is."""
+    import torch.distributed.run as run
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    from proxima import torchrun
+
+    seen = []
+    monkeypatch.delenv(TEARDOWN_ENV, raising=False)
+    monkeypatch.setattr(LocalElasticAgent, "_stop_workers", lambda self, group: seen.append(os.path.exists(os.environ[TEARDOWN_ENV])))
+    monkeypatch.setattr(LocalElasticAgent, "_restart_workers", lambda self, group: LocalElasticAgent._stop_workers(self, group))
+    restart_workers = LocalElasticAgent._restart_workers
+
+    def job(argv):  # a rank fails, the agent restarts the ranks; another fails with no restarts left
+        LocalElasticAgent._restart_workers(None, None)
+        LocalElasticAgent._stop_workers(None, None)
+
+    monkeypatch.setattr(run, "main", job)
+    assert torchrun.main([]) == 0
+    assert seen == [False, True]
+    assert LocalElasticAgent._restart_workers is restart_workers
