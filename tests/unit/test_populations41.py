@@ -10,7 +10,9 @@ import shlex
 from pathlib import Path
 
 import pytest
-from cli_helpers import one_error_line, run_main, snapshot, tiny_population
+from cli_helpers import TINY_POP, one_error_line, run_main, snapshot, tiny_population
+
+from proxima import cli
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "populations.md"
 POPULATION_NPROC = "--nproc: a population trains in one process; drop --nproc"
@@ -44,7 +46,7 @@ def test_target_kl_help_says_how_to_match_sb3s_one_and_three_halves_threshold():
     train = build_parser()._subparsers._group_actions[0].choices["train"]
     help_text = next(a.help for a in train._actions if "--target-kl" in a.option_strings)
     # SB3 stops at approx_kl > 1.5 * target_kl; here the threshold is target_kl itself
-    assert "to match SB3's target_kl T, give 1.5*T" in help_text
+    assert "SB3 stops at approx_kl > 1.5 x its target_kl: to match SB3's target_kl T, give 1.5*T" in help_text
 
 
 def test_the_docs_comparison_example_is_the_reports_own_output(tmp_path, capsys):
@@ -94,15 +96,58 @@ def test_ppo_notes_says_lunarlanders_training_return_count_is_the_10_iteration_m
     assert "4 of 10 seeds (measured by benchmarks/results/learning-10-seeds.md's `10 it.` column" in row
 
 
-@pytest.mark.parametrize("backend, equal", [("native", True), ("gymnasium", False)])
-def test_a_population_says_and_records_whether_its_members_equal_their_single_runs(tmp_path, capsys, backend, equal):
+NOTE = "proxima: note: each member is a valid run with its seed, not the run `--seed k` trains alone: "
+WHAT_A_MEMBER_IS = " (docs/populations.md, What a member is)"
+
+
+@pytest.mark.parametrize("env, backend, why", [
+    ("CartPole-v1", "native", None),
+    ("CartPole-v1", "gymnasium", "the gymnasium env (CartPole-v1) draws every member's env randomness from one generator"),
+    ("PixelQuadrant-v0", "native", "a cnn agent's actions are sampled under vmap from one generator for all members"),
+])
+def test_a_population_says_and_records_whether_its_members_equal_their_single_runs(tmp_path, capsys, env, backend, why):
     run = tmp_path / "P"
-    code, _, err = run_main(["train", "CartPole-v1", "--backend", backend, "--seeds", "1-2", "--total-timesteps", "128",
+    code, _, err = run_main(["train", env, "--backend", backend, "--seeds", "1-2", "--total-timesteps", "128",
                              "--num-envs", "2", "--num-steps", "32", "--eval-episodes", "0", "--run-dir", str(run)], capsys)
     assert code == 0, err
-    # gymnasium: member seed 2 logs other returns than `--seed 2` alone (one env generator for all rows)
-    assert json.loads((run / "population.json").read_text())["members_equal_single_runs"] is equal
+    # gymnasium: member seed 2 logs other returns than `--seed 2` alone (one env generator for all rows);
+    # a CNN agent: its actions are sampled under vmap from one generator, whatever the env
+    assert json.loads((run / "population.json").read_text())["members_equal_single_runs"] is (why is None)
     notes = [line for line in err.splitlines() if "not the run `--seed k` trains alone" in line]
-    assert notes == ([] if equal else [
-        "proxima: note: each member is a valid run with its seed, not the run `--seed k` trains alone: the gymnasium "
-        "env (CartPole-v1) draws every member's env randomness from one generator (docs/populations.md, What a member is)"])
+    assert notes == ([] if why is None else [NOTE + why + WHAT_A_MEMBER_IS])
+
+
+def test_a_population_whose_members_share_one_generator_says_so_on_its_device(monkeypatch):
+    from proxima.config import PPOConfig
+    from proxima.population import Population
+
+    # as on a GPU, where the stacked MLP members get no generators of their own (one launch per draw each)
+    monkeypatch.setattr(Population, "member_generators", property(lambda self: None, lambda self, value: None),
+                        raising=False)
+    pop = Population([PPOConfig(env_id="CartPole-v1", seed=s, num_envs=2, num_steps=16, threads=1) for s in (1, 2)])
+    try:
+        assert pop.shared_stream_why == "on cpu the members share one generator"
+    finally:
+        pop.close()
+
+
+@pytest.fixture(scope="module")
+def single_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("single41") / "S"
+    assert cli.main(["train", "CartPole-v1", "--run-dir", str(run), "--total-timesteps", "64", "--eval-episodes", "0",
+                     "--quiet", *TINY_POP]) == 0
+    return run
+
+
+@pytest.mark.parametrize("target", ["{run}", "{run}/checkpoints/{ckpt}"])
+def test_nproc_on_a_single_runs_resume_is_not_refused_as_a_populations(single_run, capsys, target):
+    ckpt = sorted(p.name for p in (single_run / "checkpoints").iterdir())[-1]
+    target = target.format(run=single_run, ckpt=ckpt)
+    before = snapshot(single_run)
+    code, _, err = run_main(["train", "--resume", target, "--nproc", "2", "--total-timesteps", "128", "--dry-run"], capsys)
+    assert code == 2
+    # the launcher's own check of a single run's checkpoint, not the population's "drop --nproc"
+    assert one_error_line(err, "proxima train") == (
+        f"{single_run}/checkpoints/{ckpt}: written by 1 process(es), resumed with --nproc 2; use the same count "
+        f"(proxima resume {single_run} starts 1)")
+    assert snapshot(single_run) == before
