@@ -188,3 +188,94 @@ def test_torchrun_writes_no_teardown_marker_while_it_restarts_the_ranks(monkeypa
     assert torchrun.main([]) == 0
     assert seen == [False, True]
     assert LocalElasticAgent._restart_workers is restart_workers
+
+
+# --- mutation review of the rank-failure lines and the teardown marker ---
+
+def test_a_timed_out_collective_line_names_the_last_checkpoint_and_the_command_that_continues(capsys, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("PROXIMA_DIST_TIMEOUT", "300")
+    ctx = distributed.DistContext(rank=0, world_size=2)
+    timed_out = RuntimeError("[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 300000ms for recv operation to complete")
+    ctx.report_failure(timed_out, checkpoint=Path("f2/checkpoints/step_000000000768.pt"))
+    err = capsys.readouterr().err
+    assert err.startswith("proxima: rank 0 stopped: rank 1 did not reach the same collective within PROXIMA_DIST_TIMEOUT=300 s"), err
+    assert err.endswith("; checkpoint: f2/checkpoints/step_000000000768.pt; continue with: proxima resume f2\n"), err
+
+
+def test_the_marking_stop_creates_the_marker_folder_when_it_is_gone(tmp_path):
+    from proxima import torchrun
+
+    marker = tmp_path / "gone" / "torn-down"
+    seen = []
+    marked, unmarked = torchrun.teardown_marking(str(marker), lambda self, group: seen.append(marker.exists()))
+    assert unmarked is None
+    marked(None, None)
+    assert seen == [True]
+
+
+def test_the_marking_stop_ends_the_ranks_when_the_marker_cannot_be_written(tmp_path):
+    from proxima import torchrun
+
+    (tmp_path / "taken").write_text("a file where the marker's folder should be")
+    seen = []
+    marked, _ = torchrun.teardown_marking(str(tmp_path / "taken" / "torn-down"), lambda self, group: seen.append(group) or "ended")
+    assert marked(None, "workers") == "ended"
+    assert seen == ["workers"]
+
+
+def test_the_marking_stop_marks_without_a_restart_to_wrap(tmp_path):
+    from proxima import torchrun
+
+    marker = tmp_path / "torn-down"
+    marked, unmarked = torchrun.teardown_marking(str(marker), lambda self, group: None, None)
+    assert unmarked is None
+    marked(None, None)
+    assert marker.exists()
+
+
+def test_torchrun_puts_back_the_agents_stop_and_an_earlier_teardown_file(monkeypatch):
+    import torch.distributed.run as run
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    from proxima import torchrun
+
+    original = LocalElasticAgent._stop_workers
+    monkeypatch.setenv(TEARDOWN_ENV, "/elsewhere/torn-down")
+    seen = []
+    monkeypatch.setattr(run, "main", lambda argv: seen.append((LocalElasticAgent._stop_workers is original, os.environ[TEARDOWN_ENV])))
+    assert torchrun.main([]) == 0
+    assert seen[0][0] is False and seen[0][1] != "/elsewhere/torn-down"
+    assert LocalElasticAgent._stop_workers is original
+    assert os.environ[TEARDOWN_ENV] == "/elsewhere/torn-down"
+
+
+def test_the_sweep_keeps_another_users_folder_and_one_whose_launcher_it_may_not_signal(monkeypatch, tmp_path):
+    from proxima import torchrun
+
+    dead = _dead_pid()
+    stale = tmp_path / f"proxima-torchrun-{dead}-abcdefgh"
+    stale.mkdir()
+    monkeypatch.setattr(os, "getuid", lambda: os.stat(tmp_path).st_uid + 1)  # owned by another user
+    assert torchrun.sweep_stale_markers(str(tmp_path)) == []
+    assert stale.is_dir()
+    monkeypatch.undo()
+
+    def not_permitted(pid, sig):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "kill", not_permitted)  # another user's launcher, alive
+    assert torchrun.sweep_stale_markers(str(tmp_path)) == []
+    assert stale.is_dir()
+    monkeypatch.undo()
+    assert torchrun.sweep_stale_markers(str(tmp_path)) == [str(stale)]  # the same folder, its launcher gone: removed
+
+
+def test_only_sigterm_is_torchruns_teardown(monkeypatch, tmp_path):
+    from proxima.signals import torn_down
+
+    marker = tmp_path / "torn-down"
+    marker.touch()
+    monkeypatch.setenv(TEARDOWN_ENV, str(marker))
+    assert torn_down(signal.SIGTERM) is True
+    assert torn_down(signal.SIGINT) is False

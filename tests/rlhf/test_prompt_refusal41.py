@@ -84,3 +84,20 @@ def test_a_rank_that_another_left_while_joining_says_lost_contact_in_one_line(mo
         "rank 1 stopped: lost contact with another rank (it failed or was stopped; its own line says why): RuntimeError: "
         "Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
         "[127.0.0.1]:40000 (while joining the process group)")
+
+
+def test_another_error_while_joining_comes_out_as_it_came(monkeypatch):
+    """A failure to join that is no lost peer (a wrong MASTER_ADDR) is not called one."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    wrong = RuntimeError("The server socket has failed to listen on any local network address. "
+                         "port: 29500, useIpv6: false, code: -99, name: EADDRNOTAVAIL")
+
+    def join(*args, **kwargs):
+        raise wrong
+
+    monkeypatch.setattr(tdist, "init_process_group", join)
+    monkeypatch.setattr(tdist, "is_initialized", lambda: False)
+    with pytest.raises(RuntimeError) as got:
+        D.init_distributed("cpu")
+    assert got.value is wrong
