@@ -24,6 +24,14 @@ def _rows(path) -> tuple[list, list]:
         return header, [dict(zip(header, row)) for row in r]
 
 
+def write_under_header(path, columns: list, rows: list) -> None:
+    """metrics.csv as an older Proxima wrote it: ``rows`` (dicts of cells) under ``columns`` alone."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+
 def _train(run_dir, *extra) -> None:
     assert cli.main(["train", "CartPole-v1", *FLAGS, "--total-timesteps", "128", "--run-dir", str(run_dir), "--quiet", *extra]) == 0
 
@@ -69,11 +77,8 @@ def test_a_resume_of_an_old_header_run_writes_the_new_header_and_keeps_its_rows(
     assert cli.main(["train", "CartPole-v1", *FLAGS, "--total-timesteps", "64", "--run-dir", str(run), "--quiet"]) == 0
     path = run / "metrics.csv"
     _, rows = _rows(path)
-    old = [c for c in CSV_COLUMNS if c != COLUMN]  # the header before this column existed
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=old, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
+    old = [c for c in CSV_COLUMNS if c != COLUMN]
+    write_under_header(path, old, rows)  # the header before this column existed
     assert cli.main(["resume", str(run), "--total-timesteps", "128", "--quiet"]) == 0
     header, after = _rows(path)
     assert header == CSV_COLUMNS

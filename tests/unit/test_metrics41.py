@@ -8,7 +8,6 @@ population's members."""
 
 from __future__ import annotations
 
-import csv
 import math
 
 import pytest
@@ -19,6 +18,7 @@ from proxima.config import PPOConfig
 from proxima.logger import CSV_COLUMNS, _event_records
 from proxima.population import Population
 from proxima.trainer import Trainer, _metric_row
+from tests.integration import test_target_kl37 as kl37
 from tests.cli_helpers import TINY_POP, TINY_RUN
 
 NEW = ["losses/old_approx_kl", "losses/grad_norm", "losses/vf_clipfrac", "charts/action_std", "charts/action_clip_frac"]
@@ -130,13 +130,6 @@ def test_action_metrics_average_the_action_dims_and_split_a_population_by_member
     assert float(edges["action_clip_frac"]) == 0.0
 
 
-def _rows(path) -> tuple[list, list]:
-    with open(path, newline="") as f:
-        r = csv.reader(f)
-        header = next(r)
-        return header, [dict(zip(header, row)) for row in r]
-
-
 def _tags(run_dir) -> dict:
     """{tag: [values]} of a run's TensorBoard events."""
     out: dict = {}
@@ -153,7 +146,7 @@ def test_a_continuous_run_logs_the_same_numbers_to_csv_tensorboard_and_the_callb
     rows: list = []
     run = tmp_path / "run"
     train(_cfg(env_id="Pendulum-v1", num_steps=16, total_timesteps=128), run_dir=run, quiet=True, callback=rows.append)
-    header, csv_rows = _rows(run / "metrics.csv")
+    header, csv_rows = kl37._rows(run / "metrics.csv")
     assert header == CSV_COLUMNS and all(name in header for name in NEW)
     tags = _tags(run)
     assert len(rows) == len(csv_rows) == 2
@@ -168,7 +161,7 @@ def test_a_discrete_run_without_clip_vloss_leaves_vf_clipfrac_and_the_action_col
     run = tmp_path / "run"
     assert cli.main(["train", "CartPole-v1", *TINY_RUN, "--total-timesteps", "128", "--no-clip-vloss", "--run-dir", str(run),
                      "--quiet"]) == 0
-    _, rows = _rows(run / "metrics.csv")
+    _, rows = kl37._rows(run / "metrics.csv")
     tags = _tags(run)
     for r in rows:
         assert (r["losses/vf_clipfrac"], r["charts/action_std"], r["charts/action_clip_frac"]) == ("", "", "")
@@ -224,7 +217,7 @@ def test_a_population_without_clip_vloss_leaves_each_members_vf_clipfrac_blank(t
     dirs = sorted(run.glob("m00*"))
     assert len(dirs) == 2
     for d in dirs:
-        header, rows = _rows(d / "metrics.csv")
+        header, rows = kl37._rows(d / "metrics.csv")
         assert header == CSV_COLUMNS and rows
         for r in rows:
             assert r["losses/vf_clipfrac"] == ""
@@ -236,14 +229,11 @@ def test_a_resume_of_a_run_logged_before_these_columns_keeps_its_rows_under_the_
     flags = [*TINY_RUN, "--checkpoint-every", "1"]
     assert cli.main(["train", "Pendulum-v1", *flags, "--total-timesteps", "64", "--run-dir", str(run), "--quiet"]) == 0
     path = run / "metrics.csv"
-    _, rows = _rows(path)
-    old = [c for c in CSV_COLUMNS if c not in NEW]  # the header before review 41
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=old, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
+    _, rows = kl37._rows(path)
+    old = [c for c in CSV_COLUMNS if c not in NEW]
+    kl37.write_under_header(path, old, rows)  # the header before review 41
     assert cli.main(["resume", str(run), "--total-timesteps", "128", "--quiet"]) == 0
-    header, after = _rows(path)
+    header, after = kl37._rows(path)
     assert header == CSV_COLUMNS
     assert [r["global_step"] for r in after] == ["64", "128"]
     assert [after[0][name] for name in NEW] == [""] * len(NEW)  # the old row: not measured then

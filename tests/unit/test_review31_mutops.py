@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import random
@@ -75,24 +76,10 @@ def test_a_cnn_members_loss_uses_its_own_coefficient(small_config, field):
     # (population.py), so a CNN member does not retrace its single run. The minibatch loss can be
     # compared instead: member p's is ppo_loss of member p's own agent with member p's coefficient.
     from proxima import ppo
-    from proxima.population import Population
-
-    def pixel_config(**overrides):
-        return small_config(env_id="PixelQuadrant-v0", encoder="cnn", num_envs=2, num_steps=8, num_minibatches=2,
-                            total_timesteps=16, **overrides)
 
     value = pop27.FIELD_VALUES[field]
-    configs = [pixel_config(seed=1), pixel_config(seed=2, **{field: value})]
-    pop = Population(configs)
-    try:
-        assert not pop.stacked  # the vmapped path under test
-        gen = torch.Generator().manual_seed(0)
-        P, B, n = 2, 16, int(pop.env.single_action_space.n)
-        obs = torch.randint(0, 256, (P, B, *pop.env.obs_shape), generator=gen).to(pop.env.obs_dtype)
-        actions = torch.randint(0, n, (P, B), generator=gen)
-        agents = [pop.member_agent(p) for p in range(P)]
-        with torch.no_grad():
-            own = [agents[p].get_action_and_value(obs[p], actions[p]) for p in range(P)]
+    with vmapped_pixel_members(small_config, {"seed": 1}, {"seed": 2, field: value}) as (configs, pop, gen, obs, actions, own):
+        P, B = actions.shape
         # old log-probs and values off the current ones, so that both clips (policy and value) bite on some samples
         m = {"obs": obs, "actions": actions,
              "logprobs": torch.stack([o[1] for o in own]) + 0.3 * torch.randn(P, B, generator=gen),
@@ -110,6 +97,28 @@ def test_a_cnn_members_loss_uses_its_own_coefficient(small_config, field):
                                  own[p][2], **{f: getattr(configs[1 - p], f) for f in ("clip_coef", "vf_coef", "ent_coef")},
                                  clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv)
             assert float((other["loss"] - want["loss"]).abs()) > 1e-3
+
+
+@contextlib.contextmanager
+def vmapped_pixel_members(small_config, *members: dict):
+    """A PixelQuadrant CNN population of one member per dict of config overrides, on the vmapped loss
+    path (its encoder), with random obs (P, 16, *obs_shape) and actions (P, 16) and each member's own
+    agent's (action, logprob, entropy, value) of them: yields (configs, pop, gen, obs, actions, own)."""
+    from proxima.population import Population
+
+    configs = [small_config(env_id="PixelQuadrant-v0", encoder="cnn", num_envs=2, num_steps=8, num_minibatches=2,
+                            total_timesteps=16, **m) for m in members]
+    pop = Population(configs)
+    try:
+        assert not pop.stacked  # the vmapped path under test
+        gen = torch.Generator().manual_seed(0)
+        P, B, n = len(configs), 16, int(pop.env.single_action_space.n)
+        obs = torch.randint(0, 256, (P, B, *pop.env.obs_shape), generator=gen).to(pop.env.obs_dtype)
+        actions = torch.randint(0, n, (P, B), generator=gen)
+        agents = [pop.member_agent(p) for p in range(P)]
+        with torch.no_grad():
+            own = [agents[p].get_action_and_value(obs[p], actions[p]) for p in range(P)]
+        yield configs, pop, gen, obs, actions, own
     finally:
         pop.close()
 

@@ -15,6 +15,8 @@ from proxima.population import PER_MEMBER_FIELDS, Population
 from proxima.trainer import Trainer
 from tests.cli_helpers import TINY_RUN, error_line, run_main
 from tests.unit import test_metrics41 as m41
+from tests.unit import test_review27_population as pop27
+from tests.unit import test_review31_mutops as mutops
 
 
 def _value_loss(agent, mb: dict, vclip: float) -> float:
@@ -145,16 +147,6 @@ def test_a_resume_refuses_a_new_vf_clip_coef(tmp_path, capsys):
     assert "--vf-clip-coef" in error_line(code, err)
 
 
-def _single_weights(cfg, iterations: int) -> dict:
-    t = Trainer(cfg, quiet=True)
-    try:
-        for _ in range(iterations):
-            t.train_iteration()
-        return {k: v.detach().clone() for k, v in t.agent.state_dict().items()}
-    finally:
-        t.close()
-
-
 def test_a_population_member_trains_with_its_own_vf_clip_coef_as_its_single_run(small_config):
     assert "vf_clip_coef" in PER_MEMBER_FIELDS
     # one seed: member 0's none (its own clip_coef) and member 1's 10.0 differ in the range alone
@@ -167,7 +159,7 @@ def test_a_population_member_trains_with_its_own_vf_clip_coef_as_its_single_run(
     finally:
         pop.close()
     for i, cfg in enumerate(configs):
-        want = _single_weights(cfg, 2)
+        want = pop27._single(cfg, 2)
         for k in want:
             torch.testing.assert_close(got[i][k], want[k], rtol=0, atol=1e-6, msg=f"member {i}: {k}")
     assert max(float((got[1][k] - got[0][k]).abs().max()) for k in got[0]) > 1e-4  # the range changed the run
@@ -181,22 +173,10 @@ def test_a_vmapped_population_members_value_loss_is_clipped_with_its_own_vf_clip
     # that member's own agent and its own value clip range (member 0: none, i.e. its clip_coef 0.3).
     from proxima import ppo
 
-    def pixel_config(**overrides):
-        return small_config(env_id="PixelQuadrant-v0", encoder="cnn", num_envs=2, num_steps=8, num_minibatches=2,
-                            total_timesteps=16, **overrides)
-
-    configs = [pixel_config(seed=1, clip_coef=0.3), pixel_config(seed=2, vf_clip_coef=10.0)]
     vclips = [0.3, 10.0]
-    pop = Population(configs)
-    try:
-        assert not pop.stacked  # the vmapped path under test
-        gen = torch.Generator().manual_seed(0)
-        P, B, n = 2, 16, int(pop.env.single_action_space.n)
-        obs = torch.randint(0, 256, (P, B, *pop.env.obs_shape), generator=gen).to(pop.env.obs_dtype)
-        actions = torch.randint(0, n, (P, B), generator=gen)
-        agents = [pop.member_agent(p) for p in range(P)]
-        with torch.no_grad():
-            own = [agents[p].get_action_and_value(obs[p], actions[p]) for p in range(P)]
+    members = ({"seed": 1, "clip_coef": 0.3}, {"seed": 2, "vf_clip_coef": 10.0})
+    with mutops.vmapped_pixel_members(small_config, *members) as (configs, pop, gen, obs, actions, own):
+        P, B = actions.shape
         # old values ~2 off the current ones: past 0.3 (clipped) and within 10 (not), so the two ranges differ
         m = {"obs": obs, "actions": actions, "logprobs": torch.stack([o[1] for o in own]),
              "values": torch.stack([o[3] for o in own]) + 2.0 * torch.randn(P, B, generator=gen),
@@ -211,14 +191,11 @@ def test_a_vmapped_population_members_value_loss_is_clipped_with_its_own_vf_clip
 
         for p in range(P):
             want = loss(p, vclips[p])
-            # not vf_clipfrac: a range that never bites still counts samples where old + (new - old) rounds off new (ppo.py)
-            for k in ("loss", "value_loss"):
+            for k in ("loss", "value_loss", "vf_clipfrac"):
                 torch.testing.assert_close(got[k][p].detach(), want[k], rtol=1e-5, atol=1e-6, msg=f"member {p}: {k}")
             # the other member's range (or this member's clip_coef, for member 1) gives a clearly other value loss
             for other in {vclips[1 - p], configs[p].clip_coef} - {vclips[p]}:
                 assert abs(float(loss(p, other)["value_loss"] - want["value_loss"])) > 1e-2 * float(want["value_loss"])
-    finally:
-        pop.close()
 
 
 # --- charts/learning_rate: the schedule's float64 value ----------------------------------------------
