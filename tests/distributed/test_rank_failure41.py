@@ -279,3 +279,26 @@ def test_only_sigterm_is_torchruns_teardown(monkeypatch, tmp_path):
     monkeypatch.setenv(TEARDOWN_ENV, str(marker))
     assert torn_down(signal.SIGTERM) is True
     assert torn_down(signal.SIGINT) is False
+
+
+def test_a_peer_lost_before_the_loop_gives_a_line_without_a_checkpoint_part(capsys, monkeypatch, tmp_path):
+    """Rank 0 loses its peer while it sets the run up (the first collective): no checkpoint to speak of,
+    not "no checkpoint was written" (which promises a run that trained)."""
+    from proxima import trainer as T
+    from proxima.config import PPOConfig
+
+    class LostBeforeTheLoop(distributed.DistContext):
+        def from_main(self, fn, *args, **kwargs):
+            raise RuntimeError(PEER_LOSS)
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv(TEARDOWN_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(distributed, "_CONTEXT", LostBeforeTheLoop(rank=0, world_size=2))
+    with pytest.raises(RuntimeError):
+        T.train(PPOConfig(env_id="CartPole-v1", num_envs=2, num_steps=8, total_timesteps=16), run_dir=str(tmp_path / "r"),
+                quiet=True)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("proxima: rank 0")]
+    assert lines == ["proxima: rank 0 stopped: lost contact with another rank (it failed or was stopped; its error is above): "
+                     f"RuntimeError: {PEER_LOSS}"], lines
+    assert not (tmp_path / "r").exists()
