@@ -1130,7 +1130,7 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
             bad("vf_clip_coef", f"must be above {FLOAT32_ROUNDS_TO_ZERO:.4g} (smaller values are 0 in float32, which the run computes in)")
         if not cfg.clip_vloss:  # a range of a clip that is off would change nothing: say so rather than ignore it
             bad("vf_clip_coef", "sets the value clip range, but --no-clip-vloss turns value clipping off; "
-                                "drop it or --no-clip-vloss")  # "it": the flag, field or --sweep the line starts with
+                                "give only one of them")
     if cfg.stop_return is not None and not math.isfinite(cfg.stop_return):
         bad("stop_return", "must be a finite number or none")
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "threads", "stop_episodes"):

@@ -288,3 +288,16 @@ def test_the_action_columns_are_written_as_the_float32_values_they_are():
     assert csv_cell("charts/action_std", std) == "0.9981889" and float(torch.tensor(float("0.9981889"))) == std
     assert csv_cell("charts/action_clip_frac", float(torch.tensor(0.1))) == "0.1"
     assert csv_cell("charts/action_std", 0.1) == 0.1  # not a float32 value: as it came
+
+
+def test_a_callback_row_holds_every_column_with_nan_where_metrics_csv_is_blank(tmp_path):
+    from proxima import PPOConfig as Config, train
+
+    rows = []
+    cfg = Config(env_id="CartPole-v1", num_envs=2, num_steps=32, num_minibatches=2, update_epochs=1, total_timesteps=64,
+                 clip_vloss=False, progress=False, eval_episodes=0)
+    train(cfg, run_dir=tmp_path / "run", quiet=True, callback=rows.append)
+    (row,) = rows
+    blank = ("losses/vf_clipfrac", "charts/action_std", "charts/action_clip_frac")
+    assert all(math.isnan(row[k]) for k in blank), row
+    assert set(NEW) <= set(row) and math.isfinite(row["losses/grad_norm"])

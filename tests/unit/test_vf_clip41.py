@@ -69,10 +69,10 @@ def test_train_takes_vf_clip_coef_as_a_number_or_none(argv, shown, capsys):
                                  "computes in), or none for the policy's clip_coef"),
     (["--vf-clip-coef", "x"], "--vf-clip-coef 'x': expected a number or none"),
     (["--vf-clip-coef", "10", "--no-clip-vloss"], "--vf-clip-coef 10.0: sets the value clip range, but --no-clip-vloss turns "
-                                                  "value clipping off; drop it or --no-clip-vloss"),
+                                                  "value clipping off; give only one of them"),
     (["--seeds", "1-2", "--sweep", "vf_clip_coef=1,2", "--no-clip-vloss"],
-     "--sweep vf_clip_coef: value 1.0: sets the value clip range, but --no-clip-vloss turns value clipping off; drop it "
-     "or --no-clip-vloss"),
+     "--sweep vf_clip_coef: value 1.0: sets the value clip range, but --no-clip-vloss turns value clipping off; give "
+     "only one of them"),
 ])
 def test_a_vf_clip_coef_that_could_not_work_is_refused_in_one_line(argv, line, capsys):
     code, out, err = run_main(["train", "CartPole-v1", *argv, "--dry-run"], capsys)
@@ -123,7 +123,7 @@ def test_a_python_config_names_the_fields_in_its_refusal():
     with pytest.raises(ConfigError) as e:
         validate(PPOConfig(vf_clip_coef=1.0, clip_vloss=False), python=True)
     assert str(e.value) == ("PPOConfig.vf_clip_coef = 1.0: sets the value clip range, but clip_vloss=False turns value "
-                            "clipping off; drop it or clip_vloss=False")
+                            "clipping off; give only one of them")
 
 
 def test_vf_clip_coef_round_trips_and_an_older_config_without_it_means_clip_coef():
