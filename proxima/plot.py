@@ -265,7 +265,19 @@ def resolve_metric(name: str, available: Sequence[str], run_dir: Optional[PathLi
     if len(short) == 1:
         return short[0]
     where = f" in {Path(run_dir) / 'metrics.csv'}" if run_dir is not None else ""
-    raise UnknownMetric(f"unknown metric {name!r}{where}; available: {', '.join(available)}")
+    raise UnknownMetric(f"unknown metric {name!r}{where}; available: {', '.join(available)}{_did_you_mean(name, available)}")
+
+
+def _did_you_mean(name: str, available: Sequence[str]) -> str:
+    """``; did you mean 'losses/grad_norm'?`` for a --metric typo (difflib, as cli's other did-you-means), the full
+    name or its short form matched; "" when nothing is close."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(available), n=1)
+    if not close:  # a short form typed (gradnorm): matched against the columns' last parts
+        short = {c.rsplit("/", 1)[-1]: c for c in available}
+        close = [short[c] for c in difflib.get_close_matches(name, list(short), n=1)]
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def check_metric_somewhere(run_dirs: Sequence[PathLike], metric: str) -> None:
@@ -289,7 +301,7 @@ def check_metric_somewhere(run_dirs: Sequence[PathLike], metric: str) -> None:
             return
     d, columns = first
     raise UnknownMetric(f"unknown metric {metric!r}: none of the {len(run_dirs)} runs has it; available in "
-                        f"{Path(d) / 'metrics.csv'}: {', '.join(columns)}")
+                        f"{Path(d) / 'metrics.csv'}: {', '.join(columns)}{_did_you_mean(metric, columns)}")
 
 
 def load_curve(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1,
@@ -319,7 +331,7 @@ def _curve_of(cols: dict, run_dir: PathLike, metric: str, x: str, smooth: int,
         sys.stderr.write(printable(f"proxima: note: {Path(run_dir) / 'metrics.csv'}: {name} is {ys[i]:+} at "
                                    f"{xcol} {xs[i]:,.6g}{more}; left out of the curve") + "\n")
     if not keep.any():
-        hint = " (no episode finished yet?)" if name == "charts/episodic_return" else _eval_hint(run_dir, name)
+        hint = BLANK_HINTS.get(name) or _eval_hint(run_dir, name)
         if diverged:  # its rows are blank from then on: it will never log one, whatever the hint would guess
             hint = (f": this population member {diverged} before logging one, and its later rows are blank (but for "
                     "iteration, step, time and SPS)")
@@ -327,6 +339,15 @@ def _curve_of(cols: dict, run_dir: PathLike, metric: str, x: str, smooth: int,
     xs, ys = xs[keep], ys[keep]
     order = np.argsort(xs, kind="stable")
     return xs[order], moving_average(ys[order], smooth)
+
+
+# why a column the logger writes holds no value at all (logger.py's docstring): the "no values of" line says so
+BLANK_HINTS = {
+    "charts/episodic_return": " (no episode finished yet?)",
+    "losses/vf_clipfrac": " (blank under --no-clip-vloss)",
+    "charts/action_std": " (blank for discrete and multi-discrete actions)",
+    "charts/action_clip_frac": " (blank for discrete and multi-discrete actions)",
+}
 
 
 def _eval_hint(run_dir: PathLike, name: str) -> str:

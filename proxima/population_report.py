@@ -1398,8 +1398,9 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
     highest IQM; its only row for seeds only). Populations of different env ids, kinds of final return
     or evaluation episode counts are no one measure: ReportError (one line naming what differs),
     nothing written, as for a bad --out or an unknown metric. The curves are ``proxima plot``'s of the
-    populations, one panel each."""
-    from .plot import PlotError, population_curves, run_names
+    populations, one panel each; a metric without values (charts/action_std of discrete actions) is no curve, the
+    report still written and saying why."""
+    from .plot import PlotError, UnknownMetric, population_curves, run_names
     from .report import (ReportError, Staging, _curve_path, check_device, check_json_out, check_out, draw_curve, image_link,
                          make_folders, write_report)
 
@@ -1428,8 +1429,10 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
         for d in run_dirs:
             try:
                 population_curves(d, metric, x, smooth)
-            except PlotError as e:
+            except UnknownMetric as e:  # a typo: refused; a column without values is the curve section's note
                 raise ReportError(str(e)) from None
+            except PlotError:
+                pass
     check_device(device, episodes)
     planned = [planned_episodes(d, episodes) for d in run_dirs]
     problem = _differs(names, ["/".join(f"{c:,}" for c in sorted(set().union(*p))) or "\u2014" for p in planned],

@@ -1633,22 +1633,24 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
                             x: str = "step", smooth: int = 1, episodes: Optional[int] = 0, device: str = "cpu",
                             quiet: bool = True, json_out=None) -> Path:
     """population_report.build_population_report, checked first (a bad --out, an unknown metric:
-    ReportError, nothing written); members without eval.json are evaluated over ``episodes`` (None:
-    each member's own --eval-episodes) on ``device``, as final_eval evaluates a single run. ``metric``: of the
+    ReportError, nothing written; a metric without values: the report, with no curve and why); members
+    without eval.json are evaluated over ``episodes`` (None: each member's own --eval-episodes) on ``device``, as final_eval evaluates a single run. ``metric``: of the
     curve (None: DEFAULT_METRIC)."""
     from . import population_report
-    from .plot import population_curves
+    from .plot import UnknownMetric, population_curves
 
     run_dir, metric = Path(run_dir), metric or DEFAULT_METRIC
     if out is not None:
         check_out(Path(out))
     if json_out is not None:
         check_json_out(Path(json_out), [run_dir])
-    if (metric, x, smooth) != (DEFAULT_METRIC, "step", 1):  # asked for: it must draw (the default may lack a curve: noted)
+    if (metric, x, smooth) != (DEFAULT_METRIC, "step", 1):
         try:
-            population_curves(run_dir, metric, x, smooth)  # every member holds the metric
-        except PlotError as e:
+            population_curves(run_dir, metric, x, smooth)  # members share one logger's columns
+        except UnknownMetric as e:  # a typo: refused; a column without values (blank for discrete actions) is noted
             raise ReportError(str(e)) from None
+        except PlotError:  # as a single run's report: the report is written, its curve section says why there is none
+            pass
     check_device(device, episodes)
     return population_report.build_population_report(run_dir, out=out, threshold=threshold, metric=metric, x=x, smooth=smooth,
                                                       episodes=episodes, device=device, quiet=quiet, json_out=json_out)
