@@ -905,8 +905,9 @@ class LineProgress:
 
 #: metrics.csv columns whose values are float32 by construction (the losses and the action statistics,
 #: computed and averaged in float32): csv_cell writes them short. charts/learning_rate too: a run logs
-#: its schedule's float64 rate (csv_cell shortens only a value float32 holds exactly, which reads back
-#: the same), while RLHF passes the optimizer's float32 one. Every other float is a float64 computation (time, SPS, an episodic
+#: its schedule's float64 rate, written in full unless float32 holds it exactly (then in float32's
+#: shortest text, within float32's precision of the rate: 2**-12 as 0.00024414062), while RLHF passes
+#: the optimizer's float32 one. Every other float is a float64 computation (time, SPS, an episodic
 #: mean) that merely may equal a float32 value (123456792.0), whose float32 text (1.2345679e+08) would
 #: read back as another number
 FLOAT32_COLUMNS = ("charts/learning_rate", "losses/", "charts/action_std", "charts/action_clip_frac")
