@@ -12,7 +12,8 @@ any other failure prints one line naming each failed rank's exit code and exits 
 ends the other ranks with SIGTERM after a failure, it creates the file signals.TEARDOWN_ENV names for
 the ranks, which tells that SIGTERM apart from a user's stop (signals.torn_down); not when the agent
 stops the ranks to restart them (teardown_marking). Its folder names torchrun's pid, so that the next
-launch removes one a SIGKILL left behind (sweep_stale_markers). Everything else
+launch removes one a SIGKILL left behind (sweep_stale_markers), once no process holds the flock
+torchrun keeps on its lock file. Everything else
 is torchrun's own ``main`` with its own arguments: ``python -m proxima.torchrun --nproc-per-node K --standalone
 -m proxima train ...`` behaves as ``python -m torch.distributed.run ...`` does.
 
@@ -27,6 +28,8 @@ leave them running), and a Ctrl-C reaches ranks that have no stop handling yet a
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import re
 import shutil
@@ -184,6 +187,38 @@ def _passed_on(signum: int) -> int:
 #: the teardown marker's folder in the temp dir: MARKER_PREFIX + the launcher's pid + "-" + mkdtemp's 8 characters
 MARKER_PREFIX = "proxima-torchrun-"
 _MARKER_NAME = re.compile(re.escape(MARKER_PREFIX) + r"([1-9][0-9]{0,9})-[a-z0-9_]{8}")
+#: the file in that folder on which its launcher holds an exclusive flock for its whole life: a pid alone
+#: cannot say the launcher is gone (another pid namespace sharing /tmp, a pid handed out again)
+LOCK_NAME = "lock"
+
+
+def _hold_lock(marker_dir: str) -> int:
+    """The fd of ``marker_dir``/LOCK_NAME with LOCK_EX taken; kept open until the folder is removed."""
+    fd = os.open(os.path.join(marker_dir, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _launcher_gone(path: str, pid: int) -> bool:
+    """Whether the launcher of marker folder ``path`` is gone: its lock file's flock can be taken (held by
+    no process, in any pid namespace); a folder without one (left by an older version): its pid is no process's."""
+    try:
+        fd = os.open(os.path.join(path, LOCK_NAME), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return not _alive(pid)
+    except OSError:  # a symlink planted as the lock, unreadable: keep the folder
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # EWOULDBLOCK: a live launcher holds it
+        return False
+    finally:
+        os.close(fd)  # drops our lock too: rmtree follows at once
+    return True
 
 
 def _alive(pid: int) -> bool:
@@ -199,7 +234,8 @@ def _alive(pid: int) -> bool:
 def sweep_stale_markers(tmpdir: "str | None" = None) -> list:
     """Remove the marker folders (MARKER_PREFIX) of launchers that are gone: the ``finally`` that removes its
     own never runs in a launcher killed by SIGKILL (kill -9, the OOM killer). Only folders of the exact name,
-    owned by this user, not symlinks, whose pid no process has; the paths removed. ``tmpdir``: tempfile's."""
+    owned by this user, not symlinks, whose lock (LOCK_NAME) no process holds (a folder without one: whose pid no
+    process has); the paths removed. ``tmpdir``: tempfile's."""
     tmpdir = tmpdir or tempfile.gettempdir()
     removed = []
     try:
@@ -208,19 +244,29 @@ def sweep_stale_markers(tmpdir: "str | None" = None) -> list:
         return removed
     for name in names:
         match = _MARKER_NAME.fullmatch(name)
-        if match is None or _alive(int(match.group(1))):
+        if match is None:
             continue
         path = os.path.join(tmpdir, name)
         try:
             st = os.lstat(path)
         except OSError:
             continue
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or not _launcher_gone(path, int(match.group(1))):
             continue
         shutil.rmtree(path, ignore_errors=True)  # refuses a symlink swapped in since the lstat
         if not os.path.lexists(path):
             removed.append(path)
     return removed
+
+
+def _write_marker(marker: str) -> None:
+    """Create ``marker`` in its folder only if that is still this launcher's: never recreated (a folder of that
+    name made meanwhile may be anyone's), a real directory of this user, and the marker no symlink (O_NOFOLLOW:
+    one planted there would truncate what it points at). OSError when it is not so."""
+    st = os.lstat(os.path.dirname(marker))
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise OSError(errno.EPERM, "not this launcher's marker folder", os.path.dirname(marker))
+    os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
 
 
 def teardown_marking(marker: str, stop_workers, restart_workers=None) -> tuple:
@@ -234,10 +280,8 @@ def teardown_marking(marker: str, stop_workers, restart_workers=None) -> tuple:
         # the agent ends the ranks after one failed with the SIGTERM it passes on for a user's stop: the
         # marker, written first, lets a rank tell the two apart (signals.torn_down)
         if not restarting:
-            try:  # the marker only changes a rank's line: never let it keep the agent from ending the ranks
-                os.makedirs(os.path.dirname(marker), mode=0o700, exist_ok=True)
-                with open(marker, "w"):
-                    pass
+            try:  # the marker only changes a rank's line (without it, the generic one): never keep the agent from ending the ranks
+                _write_marker(marker)
             except OSError:
                 pass
         return stop_workers(self, *args, **kwargs)
@@ -280,11 +324,12 @@ def _run(argv, early: EarlyStops) -> int:
     from .signals import TEARDOWN_ENV
 
     old_pid, old_marker = os.environ.get(TORCHRUN_PID_ENV), os.environ.get(TEARDOWN_ENV)
-    marker_dir = None
+    marker_dir, lock_fd = None, None
     stopping: list = []  # the stop torchrun passed on
     try:  # from before the folder exists: a stop anywhere after leaves nothing behind (but see sweep_stale_markers)
         sweep_stale_markers()
         marker_dir = tempfile.mkdtemp(prefix=f"{MARKER_PREFIX}{os.getpid()}-")
+        lock_fd = _hold_lock(marker_dir)  # until the finally: the sweep of another launch keeps the folder meanwhile
         marker = os.path.join(marker_dir, "torn-down")  # signals.TEARDOWN_ENV
         starting: list = []  # not empty while the agent starts the ranks (start_workers_whole)
         held: list = []  # a stop that came meanwhile, raised once the agent holds them
@@ -350,6 +395,8 @@ def _run(argv, early: EarlyStops) -> int:
             os.environ[TEARDOWN_ENV] = old_marker
         if marker_dir is not None:
             shutil.rmtree(marker_dir, ignore_errors=True)
+        if lock_fd is not None:  # after the folder is gone: a sweep never finds it unlocked while this runs
+            os.close(lock_fd)
         if stop_workers is not None:
             LocalElasticAgent._stop_workers = stop_workers
         if restart_workers is not None:

@@ -203,15 +203,44 @@ def test_a_timed_out_collective_line_names_the_last_checkpoint_and_the_command_t
     assert err.endswith("; checkpoint: f2/checkpoints/step_000000000768.pt; continue with: proxima resume f2\n"), err
 
 
-def test_the_marking_stop_creates_the_marker_folder_when_it_is_gone(tmp_path):
+def test_the_marking_stop_does_not_recreate_a_marker_folder_that_is_gone(tmp_path):
+    """A folder of that name made after the launcher's was removed may be anyone's: no marker (the ranks
+    print the generic line), and the ranks are still ended."""
     from proxima import torchrun
 
     marker = tmp_path / "gone" / "torn-down"
     seen = []
-    marked, unmarked = torchrun.teardown_marking(str(marker), lambda self, group: seen.append(marker.exists()))
+    marked, unmarked = torchrun.teardown_marking(str(marker), lambda self, group: seen.append(group) or "ended")
     assert unmarked is None
-    marked(None, None)
-    assert seen == [True]
+    assert marked(None, "workers") == "ended"
+    assert seen == ["workers"] and not marker.parent.exists()
+
+
+def test_the_marking_stop_does_not_follow_a_symlink_planted_as_the_marker(tmp_path):
+    from proxima import torchrun
+
+    target = tmp_path / "precious"
+    target.write_text("not to be truncated")
+    (tmp_path / "dir").mkdir()
+    marker = tmp_path / "dir" / "torn-down"
+    marker.symlink_to(target)
+    seen = []
+    marked, _ = torchrun.teardown_marking(str(marker), lambda self, group: seen.append(group))
+    marked(None, "workers")
+    assert seen == ["workers"]
+    assert target.read_text() == "not to be truncated" and marker.is_symlink()
+
+
+def test_the_marking_stop_writes_no_marker_into_a_symlinked_folder(tmp_path):
+    from proxima import torchrun
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "dir").symlink_to(elsewhere)
+    seen = []
+    marked, _ = torchrun.teardown_marking(str(tmp_path / "dir" / "torn-down"), lambda self, group: seen.append(group))
+    marked(None, "workers")
+    assert seen == ["workers"] and list(elsewhere.iterdir()) == []
 
 
 def test_the_marking_stop_ends_the_ranks_when_the_marker_cannot_be_written(tmp_path):
@@ -302,3 +331,47 @@ def test_a_peer_lost_before_the_loop_gives_a_line_without_a_checkpoint_part(caps
     assert lines == ["proxima: rank 0 stopped: lost contact with another rank (it failed or was stopped; its error is above): "
                      f"RuntimeError: {PEER_LOSS}"], lines
     assert not (tmp_path / "r").exists()
+
+
+def test_the_sweep_keeps_a_folder_whose_lock_a_live_launcher_holds_whatever_its_pid(tmp_path):
+    """A launcher in another pid namespace (a container sharing /tmp), or one whose pid looks dead, still
+    holds the flock on its folder's lock file: the sweep keeps the folder; once the lock is let go, removes it."""
+    import fcntl
+
+    from proxima import torchrun
+
+    held = tmp_path / f"proxima-torchrun-{_dead_pid()}-abcdefgh"
+    held.mkdir()
+    (held / "torn-down").touch()
+    with open(held / torchrun.LOCK_NAME, "w") as lock:  # its own open file description: the launcher's
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert torchrun.sweep_stale_markers(str(tmp_path)) == []
+        assert (held / "torn-down").exists()
+    assert torchrun.sweep_stale_markers(str(tmp_path)) == [str(held)]
+
+
+def test_a_launcher_holds_its_folders_lock_while_it_runs(monkeypatch, tmp_path):
+    import fcntl
+    import tempfile
+
+    import torch.distributed.run as run
+
+    from proxima import torchrun
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv(TEARDOWN_ENV, raising=False)
+    seen = []
+
+    def job(argv):
+        folder = os.path.dirname(os.environ[TEARDOWN_ENV])
+        with open(os.path.join(folder, torchrun.LOCK_NAME)) as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                seen.append("free")
+            except BlockingIOError:
+                seen.append("held")
+        seen.append(torchrun.sweep_stale_markers(str(tmp_path)))
+
+    monkeypatch.setattr(run, "main", job)
+    assert torchrun.main([]) == 0
+    assert seen == ["held", []] and list(tmp_path.iterdir()) == []
