@@ -1389,6 +1389,22 @@ def _differs(names: list, values: list, what: str) -> Optional[str]:
     return None
 
 
+def check_population_metric(run_dir, metric: str) -> None:
+    """UnknownMetric (plot.resolve_metric's line, with its did-you-mean) when ``metric`` is no column of the
+    population's first member with a metrics.csv: members share one logger's columns. A check of the name
+    alone, before anything is evaluated: the curves (bootstrap CIs) are built once, by the report. A
+    population or member that cannot be read returns: the report's own line or curve section says why."""
+    from .plot import PlotError, read_metrics, resolve_metric
+
+    try:
+        first = next((d for s in read_settings(run_dir) for _, d in s.members if (d / "metrics.csv").is_file()), None)
+        columns = list(read_metrics(first)) if first is not None else None
+    except (PopulationError, PlotError, OSError):
+        return
+    if columns is not None:
+        resolve_metric(metric, columns, first)
+
+
 def build_populations_report(run_dirs, out=None, threshold: Optional[float] = None, metric: str = "charts/episodic_return",
                              x: str = "step", smooth: int = 1, episodes: Optional[int] = 0, device: str = "cpu",
                              quiet: bool = True, json_out=None) -> Path:
@@ -1400,7 +1416,7 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
     nothing written, as for a bad --out or an unknown metric. The curves are ``proxima plot``'s of the
     populations, one panel each; a metric without values (charts/action_std of discrete actions) is no curve, the
     report still written and saying why."""
-    from .plot import PlotError, UnknownMetric, population_curves, run_names
+    from .plot import UnknownMetric, run_names
     from .report import (ReportError, Staging, _curve_path, check_device, check_json_out, check_out, draw_curve, image_link,
                          make_folders, write_report)
 
@@ -1428,11 +1444,9 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
     if (metric, x, smooth) != ("charts/episodic_return", "step", 1):
         for d in run_dirs:
             try:
-                population_curves(d, metric, x, smooth)
+                check_population_metric(d, metric)
             except UnknownMetric as e:  # a typo: refused; a column without values is the curve section's note
                 raise ReportError(str(e)) from None
-            except PlotError:
-                pass
     check_device(device, episodes)
     planned = [planned_episodes(d, episodes) for d in run_dirs]
     problem = _differs(names, ["/".join(f"{c:,}" for c in sorted(set().union(*p))) or "\u2014" for p in planned],

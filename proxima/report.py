@@ -1637,7 +1637,7 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     without eval.json are evaluated over ``episodes`` (None: each member's own --eval-episodes) on ``device``, as final_eval evaluates a single run. ``metric``: of the
     curve (None: DEFAULT_METRIC)."""
     from . import population_report
-    from .plot import UnknownMetric, population_curves
+    from .plot import UnknownMetric
 
     run_dir, metric = Path(run_dir), metric or DEFAULT_METRIC
     if out is not None:
@@ -1645,12 +1645,10 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     if json_out is not None:
         check_json_out(Path(json_out), [run_dir])
     if (metric, x, smooth) != (DEFAULT_METRIC, "step", 1):
-        try:
-            population_curves(run_dir, metric, x, smooth)  # members share one logger's columns
+        try:  # the name alone: the curves (bootstrap CIs) are built once, by the report
+            population_report.check_population_metric(run_dir, metric)
         except UnknownMetric as e:  # a typo: refused; a column without values (blank for discrete actions) is noted
             raise ReportError(str(e)) from None
-        except PlotError:  # as a single run's report: the report is written, its curve section says why there is none
-            pass
     check_device(device, episodes)
     return population_report.build_population_report(run_dir, out=out, threshold=threshold, metric=metric, x=x, smooth=smooth,
                                                       episodes=episodes, device=device, quiet=quiet, json_out=json_out)

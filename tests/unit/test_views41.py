@@ -85,3 +85,24 @@ def test_unknown_metric_far_from_any_column_suggests_nothing(runs, capsys):
     _, run = runs
     code, _, err = run_main(["plot", str(run), "--metric", "zzzz"], capsys)
     assert "did you mean" not in error_line(code, err, "unknown metric 'zzzz'")
+
+
+@pytest.mark.parametrize("two", [False, True])
+def test_report_of_a_metric_builds_each_populations_curves_once(runs, tmp_path, monkeypatch, capsys, two):
+    """The --metric check reads the name against the members' header only: the curves and their bootstrap
+    CIs are built once, for the report, not first to catch a typo."""
+    from proxima import plot
+
+    pop, _ = runs
+    pops = [pop]
+    if two:
+        pops.append(tmp_path / "cpop2")
+        shutil.copytree(pop, pops[1])
+    built = []
+    real = plot.population_curves
+    monkeypatch.setattr(plot, "population_curves", lambda *a, **k: built.append(a[0]) or real(*a, **k))
+    out = tmp_path / "r.md"
+    code, _, err = run_main(["report", *map(str, pops), "--metric", "losses/value_loss", "--out", str(out), "--episodes", "0"],
+                            capsys)
+    assert code == 0, err
+    assert sorted(map(str, built)) == sorted(map(str, pops))
