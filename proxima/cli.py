@@ -684,13 +684,12 @@ def cmd_resume(args) -> int:
                 say_done(path)
             return code
         # a population's run directory, or one of its own checkpoints/step_N.pt (from that one; newer ones set aside)
-        population_file = path.is_file() and _is_population_path(path)
-        if population_file or _is_population_path(path):  # continue every member (population_run.py)
+        if _is_population_path(path):  # continue every member (population_run.py)
             from .population_run import resume_population
 
             if args.steps is not None:
                 return fail(prog, f"--steps: {path} is a PPO population; --steps extends RLHF runs only (use --total-timesteps)")
-            run_dir, checkpoint = (path.parent.parent, path) if population_file else (path, None)
+            run_dir, checkpoint = (path.parent.parent, path) if path.is_file() else (path, None)
             run_dir = resume_population(run_dir, overrides=typed_flags(args), quiet=args.quiet, env_id=args.env,
                                         trust_run=args.trust_run, checkpoint=checkpoint, argv=recorded_argv())
             print(f"run directory: {run_dir}")

@@ -31,7 +31,7 @@ from typing import Any, Callable, NoReturn, Optional
 
 import torch
 
-from .signals import TrainingInterrupted, checkpoint_line
+from .signals import TrainingInterrupted, checkpoint_line, torn_down
 
 #: checkpoint keys that differ per rank; the checkpoint keeps rank 0's at the top level (what
 #: ``proxima eval`` and ``load_policy`` read) and every rank's under ``"ranks"``
@@ -313,8 +313,6 @@ class DistContext:
                              f"PROXIMA_DIST_TIMEOUT={dist_timeout():g} s (it hangs, e.g. in an env step, or is that much "
                              f"slower; raise PROXIMA_DIST_TIMEOUT if it is only slow): {text}{where}\n")
         elif is_peer_loss(exc):
-            from .signals import torn_down
-
             # the SIGTERM that torchrun ends the job with may be read before or after the collective's error
             who = f"rank {1 - self.rank}" if self.world_size == 2 else "another rank"
             why = (f"{who} failed, and torchrun is ending the job" if torn_down(signal.SIGTERM)

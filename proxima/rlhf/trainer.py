@@ -67,9 +67,7 @@ class RLHFTrainer:
         self.prompts = load_prompts(cfg.prompts)
         world = self.dist.world_size
         if len(self.prompts) < world:  # on every rank, before any model loads: a rank's share would be empty
-            raise ConfigError(f"--prompts {cfg.prompts}: {len(self.prompts)} prompt(s) for {world} processes, each of "
-                              f"which draws from its own share (prompts rank, rank + {world}, ...); give at least "
-                              f"{world} prompts, or train with fewer processes")
+            raise ConfigError(D.prompt_share_refusal(cfg.prompts, len(self.prompts), world))
         self.prompts_sha256 = prompts_sha256(self.prompts)  # recorded in checkpoints: a resume checks the file
         self.reward = load_rewards(reward_specs(cfg), cfg.reward_weights, self.device, dtype, cfg.bf16,
                                    cfg.reward_import_path, micro_batch_size=cfg.micro_batch_size)
