@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import glob
 import importlib.metadata
 import importlib.util
 import json
 import os
 import platform
+import shlex
 import shutil
 import signal
 import subprocess
@@ -375,7 +377,7 @@ def collect(device: Any = None, threads: int | None = None, test_build: bool = T
 
     torch = _probe(errors, "torch", lambda: __import__("torch"))
     if torch is None:
-        hints.append(f"torch not importable ({errors.get('torch', 'unknown error')}): pip install torch=={TORCH_PIN}")
+        hints.append(f"torch not importable ({errors.get('torch', 'unknown error')}): {pip()} install torch=={TORCH_PIN}")
     else:
         _collect_torch(torch, info, errors, hints, device)
         if threads is not None:
@@ -410,7 +412,7 @@ def collect(device: Any = None, threads: int | None = None, test_build: bool = T
     if python_h is None:
         hints.append(f"torch.compile unavailable (its C++ kernels include Python.h): {python_h_why}; train with compile off")
     if info["cuda_usable"] and compile_info["triton"] is None:
-        hints.append("torch.compile on GPU unavailable: triton not importable; pip install triton (matching torch)")
+        hints.append(f"torch.compile on GPU unavailable: triton not importable; {pip()} install triton (matching torch)")
     if cache_problem:
         hints.append(f"torch.compile unavailable: {cache_problem}; or train with compile off")
     compile_info["ok"] = torch is not None and compile_info["cxx"] is not None and not compile_info["cxx_error"] and python_h is not None and (
@@ -420,6 +422,8 @@ def collect(device: Any = None, threads: int | None = None, test_build: bool = T
     for name, how in OPTIONAL_PACKAGES.items():
         version, importable, why = _probe(errors, f"package:{name}", lambda n=name: _package(n), (None, False, "probe failed"))
         info["packages"][name], info["importable"][name] = version, importable
+        if how.startswith("pip "):  # the running interpreter's pip, as the torch hints say
+            how = pip() + how[3:]
         if version is None and not importable:
             hints.append(f"{name} not installed: {how} ({_WHAT_NEEDS[name]})")
         elif not importable:
@@ -470,7 +474,7 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list, device: Any = N
         info["torch_build"] = "cpu"
     base = info["torch"].split("+")[0]
     if base != TORCH_PIN:
-        hints.append(f"torch {info['torch']} differs from the pinned torch=={TORCH_PIN}: pip install torch=={TORCH_PIN}")
+        hints.append(f"torch {info['torch']} differs from the pinned torch=={TORCH_PIN}: {pip()} install torch=={TORCH_PIN}")
 
     # --- CUDA ------------------------------------------------------------------------------------
     available = bool(_probe(errors, "cuda", torch.cuda.is_available, False))
@@ -500,7 +504,14 @@ def _collect_torch(torch, info: dict, errors: dict, hints: list, device: Any = N
                     info["cuda_driver"] = f"{v // 1000}.{(v % 1000) // 10}"
 
     if info["cuda_usable"] is False:  # None: a CPU run's record, which probes no GPU (no hint either way)
-        if info["torch_build"] == "cpu":
+        if info["torch_build"] == "cpu" and not nvidia_visible():
+            # no GPU to use: the CUDA build (gigabytes) would change nothing on this machine
+            hints.append(
+                f"CUDA not usable: this torch is a CPU build ({info['torch']}), the right one here: no NVIDIA "
+                "GPU or driver is visible (no /dev/nvidia*, no nvidia-smi); on a machine with an NVIDIA GPU "
+                f"and driver, {_cuda_install()}"
+            )
+        elif info["torch_build"] == "cpu":
             hints.append(
                 f"CUDA not usable: this torch is a CPU build ({info['torch']}); to train on GPUs, {_cuda_install()}"
             )
@@ -586,9 +597,25 @@ def _cuda_install() -> str:
     it: uninstalled first (not --force-reinstall, which would reinstall torch's dependencies past
     requirements.lock)."""
     if sys.platform == "linux":
-        return (f"install PyPI's CUDA build: pip uninstall -y torch && pip install torch=={TORCH_PIN} "
+        return (f"install PyPI's CUDA build: {pip()} uninstall -y torch && {pip()} install torch=={TORCH_PIN} "
                 "--index-url https://pypi.org/simple")
     return f"install a CUDA build of torch=={TORCH_PIN} (pytorch.org lists the pip line for each platform; none exists for macOS)"
+
+
+def pip() -> str:
+    """The pip of the interpreter running this check: ``.venv/bin/pip`` when that is the repository's
+    venv (README's wording), else ``<sys.executable> -m pip``; a bare ``pip`` may belong to another
+    Python and install where this one never looks."""
+    venv = Path.cwd() / ".venv"
+    with contextlib.suppress(OSError):
+        if Path(sys.prefix).resolve() == venv.resolve() and (venv / "bin" / "pip").exists():
+            return ".venv/bin/pip"
+    return f"{shlex.quote(sys.executable)} -m pip"
+
+
+def nvidia_visible() -> bool:
+    """Whether this machine shows an NVIDIA GPU or driver (a /dev/nvidia* device or nvidia-smi)."""
+    return bool(glob.glob("/dev/nvidia*")) or shutil.which("nvidia-smi") is not None
 
 
 def _yn(flag: Any) -> str:

@@ -164,9 +164,11 @@ def test_cuda_hint_is_a_pip_line(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.version, "cuda", None)
     monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    monkeypatch.setattr(doctor, "nvidia_visible", lambda: True)  # a GPU machine with a CPU torch
     hints = [h for h in doctor.collect()["hints"] if h.startswith("CUDA not usable")]
+    pip = doctor.pip()
     assert len(hints) == 1 and hints[0].endswith(
-        f"to train on GPUs, install PyPI's CUDA build: pip uninstall -y torch && pip install torch=={doctor.TORCH_PIN} "
+        f"to train on GPUs, install PyPI's CUDA build: {pip} uninstall -y torch && {pip} install torch=={doctor.TORCH_PIN} "
         "--index-url https://pypi.org/simple")
 
 
