@@ -117,7 +117,7 @@ from .base import EnvError
 from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, is_flag, TENSOR_FIX, Float64Spread, _extra_for,
                           beyond_float32, creator_error, exit_text, float64_spread_note, spread_dtype, int_range_fault, kind_casts,
                           native_only, normalize_wrappers, build_user_native, user_native_class, normalize_wrappers_note, number_text, resolve_env_fn,
-                          missing_kwarg_hint, tensor_numpy, unknown_kwarg_line)
+                          missing_kwarg_hint, tensor_numpy, unknown_kwarg_line, user_frame)
 from .spaces import action_scale_note, check_spaces, image_note, obs_layout, pixels_fix, spaces_line, spaces_summary
 from ..terminal import printable
 from ..warnings_guard import quiet_warnings
@@ -202,10 +202,12 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 
 def _exc(e: BaseException) -> str:
+    """'Type: message (file.py:LINE)': the line of the user's code that raised, as train names it (user_frame)."""
+    at = user_frame(e)
     if isinstance(e, SystemExit):  # "SystemExit: 3" says less than what ended the process and how
-        return f"SystemExit: the env called {exit_text(e)}; {EXIT_FIX}"
+        return f"SystemExit: the env called {exit_text(e)}{at}; {EXIT_FIX}"
     msg = _one_line(str(e), 200)
-    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+    return f"{type(e).__name__}: {msg}{at}" if msg else f"{type(e).__name__}{at}"
 
 
 def _fmt_array(x: np.ndarray) -> str:

@@ -59,3 +59,41 @@ def test_no_doctor_hint_says_a_bare_pip(monkeypatch):
     assert sum("pip" in h for h in hints) >= 10
     bare = [h for h in hints if re.search(r"(^|[:;&] )pip ", h)]
     assert bare == []
+
+
+RAISES_ENV = '''import gymnasium as gym
+import numpy as np
+
+
+class Raises(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t > 5:
+            raise RuntimeError("boom in step")
+        return np.zeros(2, np.float32), 0.0, False, False, {}
+'''
+
+
+@pytest.fixture
+def raises_env(tmp_path, monkeypatch):
+    from tests.cli_helpers import module_written_in
+
+    yield from module_written_in(tmp_path, monkeypatch, "myenvs42", RAISES_ENV)
+
+
+def test_check_env_names_the_user_line_that_raised(raises_env, capsys):
+    from tests.cli_helpers import run_main
+
+    code, out, err = run_main(["check-env", "myenvs42:Raises"], capsys)
+    assert code == 1
+    fails = [ln for ln in (out + err).splitlines() if ln.startswith("FAIL step")]
+    assert fails == ["FAIL step: expected step(action) returns without raising; got step(0) at step 6 raised "
+                     "RuntimeError: boom in step (myenvs42.py:17)"]
