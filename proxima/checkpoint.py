@@ -709,10 +709,25 @@ def _space_words(space, other) -> str:
 
 
 # ------------------------------------------------------------------------------------ reading
-def resolve_checkpoint(path: Union[str, Path]) -> Path:
-    """A checkpoint file, or the latest checkpoint of a run directory, as named; CheckpointError
-    otherwise (LinkOutOfRunError for a link in RUN/checkpoints/ that leads out of RUN)."""
+def source_path(path: Union[str, Path]) -> Path:
+    """``path`` as a checkpoint file or run directory: RUN/checkpoints (the folder that holds the
+    step_*.pt files) is read as RUN, whose newest sound checkpoint is its newest (--init-from, eval,
+    load() and resume alike, with a run directory's fallbacks and lines). A folder named checkpoints
+    is RUN's when RUN holds step_*.pt there or a run's start-up files (a run that wrote none yet is told
+    so, not called "no run"), and is no run directory itself (no checkpoints/ of its own)."""
     path = Path(path)
+    if path.name == "checkpoints" and path.is_dir() and not (path / "checkpoints").exists():
+        run = path.parent
+        if list_checkpoints(run) or any((run / name).is_file() for name in _RUN_FILES):
+            return run
+    return path
+
+
+def resolve_checkpoint(path: Union[str, Path]) -> Path:
+    """A checkpoint file, or the latest checkpoint of a run directory (or of RUN/checkpoints:
+    source_path), as named; CheckpointError otherwise (LinkOutOfRunError for a link in
+    RUN/checkpoints/ that leads out of RUN)."""
+    path = source_path(path)
     if not path.exists():
         why = not_a_file(path) if os.path.islink(path) else None
         raise CheckpointError(f"{path}: {why}" if why else f"{path}: no such file or directory")
@@ -787,6 +802,16 @@ def no_checkpoint_error(path: Path) -> CheckpointError:
     again = (f"proxima train --config {shlex.quote(str(path / 'config.yaml'))} --resume auto" if (path / "config.yaml").is_file()
              else f"proxima train ENV_ID --run-dir {shlex.quote(str(path))} --overwrite")
     trained = None if population is not None else _trained_past_checkpoint(path)
+    # a kill (or a second Ctrl-C) while the first checkpoint was written leaves only its temp file, after
+    # metrics.csv logged the iteration it was due at: not checkpoints someone removed
+    cut = [] if trained is not None and "best.pt" in trained else _first_write_cut(path)
+    if cut:
+        more = f" (and {len(cut) - 1} more like it)" if len(cut) > 1 else ""
+        start = (f"train the population {population} again from the start: its command ({POPULATION_FILE}) with "
+                 "--overwrite" if population is not None else f"train it again from the start: {again} (its files are moved aside)")
+        return CheckpointError(f"{path}: its first checkpoint's write was interrupted (a kill or a second Ctrl-C during the "
+                               f"save): {cut[-1]}{more} is all it left, no checkpoints/step_*.pt, so there is nothing to "
+                               f"evaluate or resume; {start}")
     if trained is not None:  # it wrote checkpoints that are gone: "never wrote one" would hide where its training went
         best = best_checkpoint_path(path)
         # advised only where it loads as a resume loads it (good_best): never a damaged (truncated) best.pt
@@ -807,6 +832,15 @@ def no_checkpoint_error(path: Path) -> CheckpointError:
         return CheckpointError(stopped + f"train the population {population} again from the start: its command "
                                f"({POPULATION_FILE}) with --overwrite")
     return CheckpointError(stopped + f"train it again from the start: {again} (its files are moved aside)")
+
+
+def _first_write_cut(run: Path) -> list:
+    """The temp files of step checkpoints in ``run``/checkpoints (``.step_N.pt.<hex>.tmp``, oldest name
+    first) that a writer killed during its write left; [] when there are none (or the folder cannot be read)."""
+    try:
+        return sorted(p for p in (run / "checkpoints").glob(_STALE_TEMPS[0]) if _is_regular(p))
+    except OSError:
+        return []
 
 
 def _trained_past_checkpoint(run: Path) -> Optional[str]:
@@ -1175,7 +1209,7 @@ def load_checkpoint(path: Union[str, Path], map_location="cpu") -> dict:
     Every check runs on the file loaded to the CPU; a ``map_location`` other than the CPU (anything
     torch.load takes) then places the checked file's tensors there.
     """
-    path = Path(path)
+    path = source_path(path)
     if path.is_dir():
         return _load_newest(path, map_location)
     return _load_file(resolve_checkpoint(path), map_location)

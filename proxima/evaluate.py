@@ -28,7 +28,8 @@ class EvaluationStopped(Exception):
 
 
 def load_run_policy(path, **kwargs):
-    """checkpoint.load_policy(``path``, **kwargs) for ``proxima eval``. A run directory whose newest
+    """checkpoint.load_policy(``path``, **kwargs) for ``proxima eval``. A run directory (or its
+    checkpoints/ folder, checkpoint.source_path) whose newest
     checkpoint does not load (cut short, damaged) is refused as before, never evaluated from another
     step in its place (an older checkpoint's numbers would pass for the run's to a reader who does not
     check their global_step), but the line names the newest one that does load, to evaluate by name, or, when none does,
@@ -37,11 +38,13 @@ def load_run_policy(path, **kwargs):
     import shlex
 
     from .checkpoint import (CheckpointError, EnvMismatchError, LinkOutOfRunError, NewerSchemaError, list_checkpoints,
-                             load_policy, start_over)
+                             load_policy, source_path, start_over)
 
     from .rundir import expand_home as _expand_home
 
-    path = _expand_home(path)  # a shell expands ~ on the command line; a Python caller's path gets the same
+    # a shell expands ~ on the command line; a Python caller's path gets the same. RUN/checkpoints is RUN
+    # (--init-from's reading): its newest, and the same fallback line when that one is damaged
+    path = source_path(_expand_home(path))
     try:
         return load_policy(path, **kwargs)
     # a newer Proxima's file is sound (upgrading reads it), and one refused for the env given is too (the
@@ -78,6 +81,19 @@ def default_seed(policy) -> int:
     return int(seed) + EVAL_SEED_OFFSET if isinstance(seed, int) and not isinstance(seed, bool) else FALLBACK_SEED
 
 
+def default_episodes(policy) -> int:
+    """The episodes ``proxima eval`` runs without --episodes, and evaluate() without ``episodes``:
+    the run's eval_episodes (its config.yaml's, where the policy's file lies in RUN/checkpoints/;
+    else the checkpoint's config), 10 where that is 0 or not recorded (report.run_eval_episodes)."""
+    from .report import run_eval_episodes
+
+    path = getattr(policy, "path", None)
+    folder = Path(path).absolute().parent if isinstance(path, (str, Path)) else None
+    config = getattr(policy, "config", None)
+    return run_eval_episodes(folder.parent if folder is not None and folder.name == "checkpoints" else None,
+                             config if isinstance(config, dict) else None)
+
+
 def run_backend(policy) -> str:
     """The env backend ``proxima eval`` uses by default: the one ``policy``'s run recorded in its config
     (what it trained and wrote eval.json on), "auto" for a policy whose config records none."""
@@ -86,9 +102,11 @@ def run_backend(policy) -> str:
 
 
 @torch.no_grad()
-def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optional[int] = None, backend: Optional[str] = None,
+def evaluate(policy, episodes: Optional[int] = None, deterministic: bool = True, seed: Optional[int] = None, backend: Optional[str] = None,
              max_steps: int = MAX_STEPS, video: Optional[str] = None, stop: Optional[Callable[[], bool]] = None) -> dict:
     """Run ``episodes`` episodes, one per env, each env's first episode (no bias towards short ones).
+    ``episodes`` None (the default): :func:`default_episodes`, the run's --eval-episodes, as
+    ``proxima eval`` without --episodes runs; a number given here wins.
 
     The policy's observation normalizer is applied frozen (its training statistics). Returns a
     dict with env_id, episodes, mean_return, std_return (the population standard
@@ -98,7 +116,9 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
     ended after ``max_steps`` steps: those count as cut there, with their return so far, as a time
     limit would cut them; leaving them out would keep only the short episodes. ``seed`` seeds the envs, numpy's global RNG, Python's
     ``random`` and torch's CPU generator (which an env may draw from: global_streams) and, with
-    ``deterministic=False``, the action samples; the caller's random states are left as they were;
+    ``deterministic=False``, the action samples (one stream for all the envs: a stochastic episode
+    depends on how many run beside it, so episode 0 of episodes=1 is not episode 0 of episodes=4,
+    as deterministic episodes are); the caller's random states are left as they were;
     None: :func:`default_seed`, the run's seed + 1,000,000, as ``proxima eval`` (and the run's
     eval.json), so the numbers match the command line's.
     ``backend``: "auto", "native", "gymnasium" or "envpool" (make_env's) given here wins; None (the
@@ -123,6 +143,8 @@ def evaluate(policy, episodes: int = 10, deterministic: bool = True, seed: Optio
     load_policy is evaluated under the run's torch thread count and flush-denormal mode (put back
     after: run_settings), so that its numbers are those of the run's own eval.json.
     """
+    if episodes is None:
+        episodes = default_episodes(policy)
     episodes, max_steps, seed = check_arguments(episodes, max_steps, seed)
     # a string is always true: deterministic="False" evaluated the deterministic policy without a word
     import numpy as np
@@ -666,6 +688,14 @@ def format_result(result: dict, step: Optional[int] = None) -> str:
     member's line says it (population_eval.format_member)."""
     mode = "deterministic" if result["deterministic"] else "stochastic"
     at = f" at step {step:,}" if isinstance(step, int) and not isinstance(step, bool) else ""
-    line = (f"{result['env_id']}: {result['mean_return']:.2f} +- {result['std_return']:.2f}{at} over {result['episodes']} "
-            f"episodes ({mode})")
+    line = (f"{result['env_id']}: {result['mean_return']:.2f} +- {result['std_return']:.2f}{at} over "
+            f"{episodes_words(result['episodes'])} ({mode})")
     return line + unfinished_note(result)
+
+
+def episodes_words(n) -> str:
+    """``1 episode``, ``2,000 episodes`` (as steps are written); ``? episodes`` for a count that is no
+    integer (an eval.json edited by hand: report.py names the field)."""
+    if not _is_int(n):
+        return "? episodes"
+    return f"{n:,} episode{'' if n == 1 else 's'}"

@@ -167,13 +167,14 @@ META_FIELDS = {
 def _read_meta(path: Path) -> tuple:
     """(meta.json as the report uses it, its note or None). meta.json only describes the run (versions,
     machine): one that is not a record, or a field of META_FIELDS of another type, is treated as not
-    recorded and named in one note, and the report is still written; invalid JSON stays an error."""
+    recorded and named in one note, and the report is still written; so is one that is not valid JSON
+    (cut short, overwritten by hand), as a resume goes on past it. A file that cannot be read stays an error."""
     if _absent(path):
         return {}, None
     try:
         data = json.loads(_read_text(path))
     except json.JSONDecodeError as e:
-        raise ReportError(f"{path}: not valid JSON ({e})") from None
+        return {}, f"{path}: not valid JSON ({e}); its versions and machine are treated as not recorded"
     if not isinstance(data, dict):
         return {}, f"{path}: not a record (a JSON {type(data).__name__}); its versions and machine are treated as not recorded"
     meta, bad = _drop_bad_meta(data)
@@ -813,12 +814,12 @@ def _value(v: float) -> str:
 
 
 def _eval_line(ev: dict) -> str:
-    from .evaluate import unfinished_note
+    from .evaluate import episodes_words, unfinished_note
 
     if "error" in ev:
         return ev["error"]
     mode = "deterministic" if ev.get("deterministic", True) else "stochastic"
-    return (f"{ev['mean_return']:.2f} \u00b1 {ev.get('std_return', 0.0):.2f} over {ev.get('episodes', '?')} episodes ({mode})"
+    return (f"{ev['mean_return']:.2f} \u00b1 {ev.get('std_return', 0.0):.2f} over {episodes_words(ev.get('episodes'))} ({mode})"
             + _eval_step(ev) + unfinished_note(ev))
 
 

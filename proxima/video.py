@@ -135,15 +135,18 @@ def video_target(path: Union[str, Path]) -> Path:
     problem = path_problem(path, example="episode.mp4")
     if problem:
         raise VideoError(f"--video {path}: {problem}")
+    if not path.parent.is_dir():  # a typo in the folder must not become a new tree nobody looks in
+        raise VideoError(f"--video {path}: folder {path.parent} does not exist; create it first")
     return path
 
 
 def check_video_path(path: Union[str, Path], say_replaced: bool = True) -> str:
     """The file ``write_video`` will write for ``path`` (video_target), or VideoError (one line
     naming the file) when it could not: a file type that is no video, an ffmpeg without the
-    suffix's encoder, a parent that is a file. Call it before collecting frames, so a bad name fails
-    before an evaluation, not after it. A name that names no file (empty, ``.``, ``..``, a trailing
-    slash, an existing directory) is refused, not made ``<folder>.mp4`` beside that folder.
+    suffix's encoder, a parent that is a file or a folder that does not exist (never created).
+    Call it before collecting frames, so a bad name fails before an evaluation, not after it. A name
+    that names no file (empty, ``.``, ``..``, a trailing slash, an existing directory) is refused,
+    not made ``<folder>.mp4`` beside that folder.
 
     Said on stderr here, before any frame exists: a GIF written instead of an MP4 (no imageio-ffmpeg),
     and (``say_replaced``) an existing file that the video will replace."""
@@ -413,7 +416,6 @@ def _write_whole(path: Path, write) -> None:
 
     tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         # a new file under a random name (mkstemp: O_EXCL, so never a file or link planted there); the
         # suffix picks the format; os.replace puts it over ``path`` itself, never through a link there
         fd, name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix}", dir=path.parent)

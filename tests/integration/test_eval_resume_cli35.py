@@ -82,7 +82,7 @@ def test_eval_json_and_line_name_the_checkpoint_and_its_step(finished, capsys):
     assert data["global_step"] == 128 and data["checkpoint"] == str(newest)
     code, out, err = run_main(["eval", str(finished), "--episodes", "1"], capsys)
     assert code == 0, err
-    assert re.fullmatch(r"CartPole-v1: [\d.]+ \+- 0\.00 at step 128 over 1 episodes \(deterministic\)\n", out), out
+    assert re.fullmatch(r"CartPole-v1: [\d.]+ \+- 0\.00 at step 128 over 1 episode \(deterministic\)\n", out), out
 
 
 def test_eval_best_names_best_pt_and_its_own_step(with_best, capsys):
@@ -97,7 +97,7 @@ def test_eval_best_names_best_pt_and_its_own_step(with_best, capsys):
     assert (data["global_step"], data["checkpoint"]) == (step, str(best))
     code, out, err = run_main(["eval", str(with_best), "--best", "--episodes", "1"], capsys)
     assert code == 0, err
-    assert f" at step {step:,} over 1 episodes" in out, out
+    assert f" at step {step:,} over 1 episode (" in out, out
 
 
 # -- 3. eval --help: --device's default ---------------------------------------------------------------------------

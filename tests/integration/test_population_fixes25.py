@@ -140,7 +140,7 @@ def test_report_names_the_eval_command_that_evaluates_a_member_of_a_module_env(t
             "trust that module).") in note, note
     code, out, err = run_main(command.split()[1:], capsys)  # the command named works
     assert code == 0, err
-    assert "over 1 episodes" in out
+    assert "over 1 episode (" in out
 
 
 # --- 3. train --seeds notes a total that is not a whole number of iterations -------------------------

@@ -100,7 +100,7 @@ def test_only_best_pt_good_eval_names_it_and_the_advised_eval_works(run, capsys)
                          f"{best} (step {_best_step(run):,}), or evaluate it: proxima eval {best}"), line
     code, out, err = run_main([*_advised(line.split(", or evaluate it: ")[1], "eval"), "--episodes", "1"], capsys)
     assert code == 0, err
-    assert "over 1 episodes" in out
+    assert "over 1 episode (" in out
 
 
 def test_a_damaged_best_pt_is_never_advised_the_start_over_is(run, capsys):
