@@ -459,6 +459,18 @@ def format_table(lines: list) -> str:
     return "\n".join(out)
 
 
+#: the terminal table's legend (the --out file says the same at more length, docs/performance.md in full)
+LEGEND = ("env: env.step with random actions, no policy; rollout: collect_rollout with the policy; "
+          "train: whole iterations (rollout + GAE + update)",
+          "cells: steps/s, median (min-max) over the timed rounds; "
+          "train x gym: train steps/s over Gymnasium's at the same num_envs")
+
+
+def format_table_with_legend(lines: list) -> str:
+    """``format_table`` and, under it, the ``LEGEND`` lines that say what its columns measure."""
+    return "\n".join([format_table(lines), *LEGEND])
+
+
 def markdown_table(lines: list) -> str:
     out = ["| " + " | ".join(HEADER) + " |", "|" + "|".join(["---"] + ["---:"] * (len(HEADER) - 1)) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in table_rows(lines)]
@@ -813,6 +825,20 @@ def out_file_problem(path, example: str = "results.md") -> str:
     return ""
 
 
+def out_folder_problem(path) -> str:
+    """Why ``path``'s folder does not take a results file: it does not exist (a typo such as /nonexistent
+    would otherwise be created as a new folder tree), or ''. The name's own checks go first
+    (``out_file_problem``)."""
+    from .diskspace import path_problem
+
+    if path_problem(path, example="results.md"):
+        return ""  # out_file_problem says what is wrong with the name
+    folder = Path(os.path.realpath(path)).parent
+    if folder.is_dir():
+        return ""
+    return f"folder {folder} does not exist; create it first (mkdir -p {shlex.quote(str(folder))}) or give a file in an existing folder"
+
+
 #: the most --repeats and --seconds take: a bench of 1e23 repeats, or of repeats of 1e23 s, ran until
 #: killed, printing nothing; at these bounds one measurement already takes most of a day
 MAX_REPEATS = 100
@@ -840,6 +866,9 @@ def plan(args: argparse.Namespace) -> tuple:
     except (ValueError, EnvError) as e:  # EnvError: an id like Tennis-v5 that no installed package knows
         return str(e), [], [], args.max_gym_envs
     gym_max = args.max_gym_envs
+    twice = next((n for i, n in enumerate(sizes) if n in sizes[:i]), None)
+    if twice is not None:  # measured and written twice, one row a copy of the other
+        return f"--num-envs {args.num_envs!r}: {twice} is listed twice; list each size once", [], [], gym_max
     problem = options_problem(args)
     if not problem:
         try:
@@ -866,7 +895,7 @@ def options_problem(args: argparse.Namespace) -> str:
     if args.max_gym_envs < 0:
         return f"--max-gym-envs {args.max_gym_envs}: must be 0 or more"
     if args.out:  # a file that cannot be written fails now, not after minutes of measuring
-        problem = out_file_problem(args.out)
+        problem = out_folder_problem(args.out) or out_file_problem(args.out)
         if problem:
             return f"--out {args.out}: {problem}"
     from .config import cpu_preset_hint, preset_of
@@ -1042,7 +1071,7 @@ def _run(args: argparse.Namespace, stdout) -> int:
         sys.stderr.write(said + "\n")
         return code
     if not args.json:
-        print(format_table(lines))
+        print(format_table_with_legend(lines))
     if args.out:  # results go only where --out says: the repository's recorded tables are never overwritten by default
         if not save_out(args, lines, last_cfg, device, started, load0):
             return 2
@@ -1067,7 +1096,7 @@ def keep_partial(args, lines: list, cfg, device, started: datetime, load0: float
         return
     note = stopped_text(sizes, lines, at, measured, why)
     if not args.json:
-        print(format_table(lines))
+        print(format_table_with_legend(lines))
         print(note, flush=True)
     if args.out:
         save_out(args, lines, cfg, device, started, load0, note)
@@ -1139,7 +1168,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "line); with --compile, \"compile_eager\" names a step that ran eagerly after all")
     p.add_argument("--out", default=None, metavar="FILE", help="also write the results as Markdown (table, machine, "
                    "command) to FILE, e.g. benchmarks/results/bench-CartPole-v1-cpu.md; when FILE exists, they are appended "
-                   "to it as a new dated section and what it holds is kept; a bench cut short (an env error, Ctrl-C, SIGTERM) still "
+                   "to it as a new dated section and what it holds is kept; its folder must exist; a bench cut short (an env error, Ctrl-C, SIGTERM) still "
                    "prints and writes the sizes it finished, with a line naming the size it stopped at (default: print only)")
     p.add_argument("--no-out", action="store_true", help=argparse.SUPPRESS)  # the old opt-out; printing only is the default now
 

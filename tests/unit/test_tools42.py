@@ -97,3 +97,54 @@ def test_check_env_names_the_user_line_that_raised(raises_env, capsys):
     fails = [ln for ln in (out + err).splitlines() if ln.startswith("FAIL step")]
     assert fails == ["FAIL step: expected step(action) returns without raising; got step(0) at step 6 raised "
                      "RuntimeError: boom in step (myenvs42.py:17)"]
+
+
+@pytest.fixture
+def measured_sizes(monkeypatch):
+    """bench_lines replaced by a recorder (no Trainer is built): the sizes bench went on to measure."""
+    from proxima import bench
+
+    sizes = []
+
+    def fake_lines(args, backends, n):
+        sizes.append(n)
+        return [(bench.Line(b, n, samples={"env": [2000.0], "rollout": [900.0, 1000.0], "train": [100.0]}),
+                 bench.bench_config(args, b, n), torch.device("cpu")) for b in backends]
+
+    monkeypatch.setattr(bench, "bench_lines", fake_lines)
+    return sizes
+
+
+def test_bench_refuses_a_size_listed_twice(measured_sizes, capsys):
+    from tests.cli_helpers import one_error_line, run_main
+
+    code, out, err = run_main(["bench", "CartPole-v1", "--backend", "native", "--num-envs", "4,16,4"], capsys)
+    assert code == 2 and measured_sizes == [] and out == ""
+    assert one_error_line(err, "proxima bench") == "--num-envs '4,16,4': 4 is listed twice; list each size once"
+
+
+def test_bench_prints_a_legend_under_its_table(measured_sizes, capsys):
+    from tests.cli_helpers import run_main
+
+    code, out, err = run_main(["bench", "CartPole-v1", "--backend", "native", "--num-envs", "4"], capsys)
+    assert code == 0, err
+    rows = out.splitlines()
+    assert rows[2].split() == ["native", "4", "2.0k", "(2.0k-2.0k)", "950", "(900-1.0k)", "100", "(100-100)"]
+    assert rows[3:] == [
+        "env: env.step with random actions, no policy; rollout: collect_rollout with the policy; "
+        "train: whole iterations (rollout + GAE + update)",
+        "cells: steps/s, median (min-max) over the timed rounds; "
+        "train x gym: train steps/s over Gymnasium's at the same num_envs"]
+
+
+def test_bench_refuses_an_out_file_in_a_missing_folder_before_measuring(measured_sizes, capsys, tmp_path):
+    from tests.cli_helpers import one_error_line, run_main
+
+    out_file = tmp_path / "no" / "such" / "x.md"
+    code, out, err = run_main(["bench", "CartPole-v1", "--backend", "native", "--num-envs", "4", "--out", str(out_file)],
+                              capsys)
+    assert code == 2 and measured_sizes == [] and out == ""
+    assert one_error_line(err, "proxima bench") == (
+        f"--out {out_file}: folder {tmp_path / 'no' / 'such'} does not exist; create it first "
+        f"(mkdir -p {tmp_path / 'no' / 'such'}) or give a file in an existing folder")
+    assert list(tmp_path.iterdir()) == []
