@@ -43,17 +43,6 @@ class InitialPolicy(NamedTuple):
         return {"checkpoint": str(self.checkpoint), "global_step": self.global_step, "env_id": self.env_id}
 
 
-def source_path(path) -> Path:
-    """``path`` as a checkpoint file or run directory: RUN/checkpoints (the folder that holds the
-    step_*.pt files) is read as RUN, whose newest one it is."""
-    from . import checkpoint as ckpt
-
-    path = Path(path)
-    if path.name == "checkpoints" and path.is_dir() and ckpt.list_checkpoints(path.parent):
-        return path.parent
-    return path
-
-
 def _given(path, python: bool) -> str:
     return f"PPOConfig.init_from = {str(path)!r}" if python else f"--init-from {path}"
 
@@ -69,7 +58,7 @@ def check_initial_policy(path, cfg, obs_space, act_space, device="cpu", python: 
     from . import checkpoint as ckpt
 
     flag = _given(path, python)
-    source = source_path(path)
+    source = ckpt.source_path(path)
     if not source.exists():
         raise ConfigError(f"{flag}: no such file or directory")
     if run_dir is not None:  # before loading: the file a run directory's newest is, named in the line

@@ -192,9 +192,9 @@ def format_member(row: dict) -> str:
     step = row.get("global_step")
     # members of a population still training may be of different steps: each line says which it is
     at = f" at step {step:,}" if isinstance(step, int) and not isinstance(step, bool) else ""
-    from .evaluate import unfinished_note
+    from .evaluate import episodes_words, unfinished_note
 
-    return (f"{row['dir']}: {row['mean_return']:.2f} +- {row['std_return']:.2f}{at} over {row['episodes']} episodes "
+    return (f"{row['dir']}: {row['mean_return']:.2f} +- {row['std_return']:.2f}{at} over {episodes_words(row['episodes'])} "
             f"({mode}{frozen})" + unfinished_note(row))
 
 

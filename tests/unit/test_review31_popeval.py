@@ -68,8 +68,8 @@ def test_each_members_line_says_its_step_and_a_last_line_says_when_the_steps_dif
     code, out, err = run_main(["eval", str(seeds), "--episodes", "1"], capsys)
     lines = out.strip().splitlines()
     assert code == 0, err
-    assert lines[0].startswith("m000-seed1: ") and " at step 64 over 1 episodes (deterministic)" in lines[0]
-    assert " at step 64 over 1 episodes" in lines[1] and not any(ln.startswith("note:") for ln in lines)
+    assert lines[0].startswith("m000-seed1: ") and " at step 64 over 1 episode (deterministic)" in lines[0]
+    assert " at step 64 over 1 episode" in lines[1] and not any(ln.startswith("note:") for ln in lines)
 
     run = _copy(seeds, tmp_path)
     ckpt.list_checkpoints(run / "m001-seed2")[-1].unlink()  # as a live population's member read before its newest

@@ -68,15 +68,15 @@ def test_a_stochastic_evaluations_member_lines_say_stochastic(seeds, capsys):
     lines = out.strip().splitlines()
     assert code == 0, err
     assert [ln.split(": ")[0] for ln in lines[:2]] == ["m000-seed1", "m001-seed2"]
-    assert all(ln.endswith(" at step 32 over 1 episodes (stochastic)") for ln in lines[:2]), lines
+    assert all(ln.endswith(" at step 32 over 1 episode (stochastic)") for ln in lines[:2]), lines
 
 
 # --- format_member / format_summary ------------------------------------------------------------------
 def test_a_member_line_says_stochastic_or_deterministic_as_evaluated():
     row = _member("m000-seed1", 500)
-    assert format_member(row) == "m000-seed1: 10.00 +- 0.00 at step 500 over 1 episodes (deterministic)"
+    assert format_member(row) == "m000-seed1: 10.00 +- 0.00 at step 500 over 1 episode (deterministic)"
     row["deterministic"] = False
-    assert format_member(row) == "m000-seed1: 10.00 +- 0.00 at step 500 over 1 episodes (stochastic)"
+    assert format_member(row) == "m000-seed1: 10.00 +- 0.00 at step 500 over 1 episode (stochastic)"
 
 
 def test_the_few_members_footnote_comes_only_with_a_flagged_interval():
