@@ -75,6 +75,7 @@ def test_readme_qualifies_exact_resume_for_gymnasium_envs():
     intro = text.split("## Quick start", 1)[0]
     assert "bit-identical to an uninterrupted run for the torch-native envs on CPU" in intro
     assert "Gymnasium-backed envs restart their episodes on resume" in intro
+    assert "(bit-identical on CPU with native envs; Gymnasium envs restart their episodes)" in text  # populations
     reliability = " ".join((ROOT / "docs" / "reliability.md").read_text().split())
     assert "Gymnasium-backed envs cannot save their state: the resumed run restarts their episodes" in reliability
 
