@@ -119,7 +119,7 @@ def test_readme_python_blocks_run_and_do_what_the_readme_says(tmp_path):
     # "a --total-timesteps that is not a whole number of iterations ... set in a Python PPOConfig ... gets a note"
     assert ("proxima: note: PPOConfig.total_timesteps = 1,000 is not a multiple of the batch (512 steps = num_envs x "
             "num_steps): training 512 steps (1 iteration)") in out.stderr
-    # "result = evaluate(policy, episodes=10)  # what `proxima eval` prints with --json, less its global_step and checkpoint"
+    # "result = evaluate(policy)  # the run's --eval-episodes (episodes=N to choose): what `proxima eval` prints with --json"
     result, cli = checks["result"], checks["cli_json"]
     assert cli.pop("global_step") == 512 and cli.pop("checkpoint").endswith("step_000000000512.pt")
     assert checks["cli_code"] == 0 and set(result) == set(cli) and result == cli
