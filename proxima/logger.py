@@ -1040,9 +1040,12 @@ class RunLogger:
     def _postfix(self, sps: float, final: bool) -> str:
         # "-" until an episode has ended: no return is measured yet, and "nan" read as a run gone wrong
         shown = f"{self.last_return:.1f}" if math.isfinite(self.last_return) else "-"
+        # the window named: --stop-return's note averages another (--stop-episodes), and two unlabelled
+        # "returns" of one moment read as a contradiction
+        label = f"return ({self.rolling.size} ep)" if self.rolling is not None else "return"
         if final and self.run_sps is not None:
-            return f"SPS {self.run_sps:,.0f} (run average) | return {shown}"
-        return f"SPS {sps:,.0f} | return {shown}"
+            return f"SPS {self.run_sps:,.0f} (run average) | {label} {shown}"
+        return f"SPS {sps:,.0f} | {label} {shown}"
 
     def flush(self) -> None:
         """Hand every row and event logged so far to the OS (StorageError naming the file when it

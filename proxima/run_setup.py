@@ -929,7 +929,7 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_saf
             continue
         if name == "vector" and _ignores_vector(cfg, state):
             if not quiet and name not in sources:
-                print(f"proxima: note: --vector {value}: applies to the gymnasium backend only; the run's backend "
+                print(f"proxima: note: {as_given(name, value, python)}: applies to the gymnasium backend only; the run's backend "
                       f"({_run_backend(cfg, state)}) ignores it", file=sys.stderr)
             continue
         if name == "init_from":
@@ -970,13 +970,18 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_saf
 def note_trains_nothing(cfg: PPOConfig, state: dict) -> None:
     """The note on stderr for a resume of ``state`` with ``cfg`` that trains nothing: the run is complete
     (its total reached), or stopped at --stop-return's target; nothing for one that trains."""
+    from .signals import from_python
+
+    python = from_python()  # train(PPOConfig(...), resume=...): the fields a script sets, never a flag it did not type
     step = int(state["global_step"])
     if cfg.total_timesteps < least_total(cfg, state):
-        print(f"proxima: note: {state['path']}: the run is complete ({step:,} steps); "
-              "--total-timesteps N (more steps) extends it", file=sys.stderr)
+        more = "a larger total_timesteps" if python else "--total-timesteps N (more steps)"
+        print(f"proxima: note: {state['path']}: the run is complete ({step:,} steps); {more} extends it", file=sys.stderr)
         return
     mean = stop_return_mean(cfg, state)
     if mean is not None:
-        print(f"proxima: note: {state['path']}: the run stopped at --stop-return {cfg.stop_return:g} (its last "
-              f"{cfg.stop_episodes}+ training episodes averaged {mean:.1f}); --stop-return none or a higher "
+        target, off = ((f"stop_return={cfg.stop_return:g}", "stop_return=None") if python else
+                       (f"--stop-return {cfg.stop_return:g}", "--stop-return none"))
+        print(f"proxima: note: {state['path']}: the run stopped at {target} (its last "
+              f"{cfg.stop_episodes}+ training episodes averaged {mean:.1f}); {off} or a higher "
               "target trains on", file=sys.stderr)

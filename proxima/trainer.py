@@ -1241,9 +1241,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
                       f"{trainer.num_iterations}): the callback asked to stop; train(None, resume={str(trainer.run_dir)!r}) "
                       "trains on to the total", file=sys.stderr)
             if trainer.stopped_at_return is not None and not quiet and trainer.dist.is_main:
-                print(f"proxima: stopped at global step {trainer.global_step:,} (iteration {trainer.iteration}): the last "
-                      f"{config.stop_episodes}+ training episodes averaged {trainer.stopped_at_return:.1f} >= --stop-return "
-                      f"{config.stop_return:g}", file=sys.stderr)
+                print(stop_return_line(config, trainer.global_step, trainer.iteration, trainer.stopped_at_return,
+                                       python=argv is None), file=sys.stderr)
             if dctx.enabled:  # the last collective was the final checkpoint; leave the process group
                 distributed.shutdown()
             if evaluate_at_end and trainer.dist.is_main:
@@ -1495,6 +1494,18 @@ def _batch_set_by_user(cfg: PPOConfig, world_size: int, overrides: Optional[dict
     return False
 
 
+def stop_return_line(cfg: PPOConfig, step: int, iteration: int, mean: float, python: bool = False) -> str:
+    """The line of a run --stop-return ended: its window (the last --stop-episodes+ episodes) said
+    apart from the progress bar's return (the last ROLLING_EPISODES), which reads lower at the same
+    moment; ``python``: worded by field (``stop_return=500``), as train() was called."""
+    from .logger import ROLLING_EPISODES
+
+    target = f"stop_return={cfg.stop_return:g}" if python else f"--stop-return {cfg.stop_return:g}"
+    bar = f" (the progress bar's return averages the last {ROLLING_EPISODES})" if cfg.progress else ""
+    return (f"proxima: stopped at global step {step:,} (iteration {iteration}): the last {cfg.stop_episodes}+ "
+            f"training episodes averaged {mean:.1f} >= {target}{bar}")
+
+
 def _note_lr_schedule(cfg: PPOConfig, world_size: int, state: dict) -> None:
     """A note on stderr (--quiet included) when a resume of ``state`` changes the number of iterations of a
     run under --anneal-lr: the linear schedule is recomputed over the new total (docs/reliability.md), so
@@ -1509,7 +1520,8 @@ def _note_lr_schedule(cfg: PPOConfig, world_size: int, state: dict) -> None:
     if not isinstance(planned, int) or planned // per < 1 or planned // per == total:
         return
     before, after = cfg.lr * (1 - (done - 1) / (planned // per)), cfg.lr * (1 - done / total)
-    print(f"proxima: note: --anneal-lr: the learning rate schedule is recomputed over the resume's total "
+    said = "anneal_lr=True" if from_python() else "--anneal-lr"  # train(PPOConfig(...), resume=...): the field it set
+    print(f"proxima: note: {said}: the learning rate schedule is recomputed over the resume's total "
           f"({cfg.total_timesteps:,} steps) as if the run had been planned for it, reaching 0 after its last iteration, at step {total * per:,}: "
           f"iteration {done + 1} trains at lr {after:.3g}, iteration {done} trained at {before:.3g}", file=sys.stderr)
 

@@ -148,3 +148,70 @@ def test_bench_refuses_an_out_file_in_a_missing_folder_before_measuring(measured
         f"--out {out_file}: folder {tmp_path / 'no' / 'such'} does not exist; create it first "
         f"(mkdir -p {tmp_path / 'no' / 'such'}) or give a file in an existing folder")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_progress_line_names_its_return_window(tmp_path, monkeypatch):
+    import io
+
+    from proxima.logger import RunLogger
+
+    stream = io.StringIO()  # not a terminal: LineProgress, whole lines
+    monkeypatch.setattr(sys, "stderr", stream)
+    monkeypatch.setattr("proxima.logger.LINE_SECONDS", 0.0)
+    log = RunLogger(tmp_path, 100, progress=True, rolling=True)
+    log.log(1, 50, {"charts/SPS": 5.0, "episodes": 2, "charts/episodic_return": 20.0})
+    log.log(2, 100, {"charts/SPS": 5.0, "episodes": 2, "charts/episodic_return": 40.0})
+    log.close()
+    lines = stream.getvalue().splitlines()
+    assert lines[0].endswith("| SPS 5 | return (100 ep) 20.0"), lines
+    assert lines[-1].endswith("| return (100 ep) 30.0"), lines
+
+
+def test_the_stop_return_line_says_its_window_apart_from_the_progress_bars():
+    from proxima.config import PPOConfig
+    from proxima.trainer import stop_return_line
+
+    cfg = PPOConfig(stop_return=500.0)
+    assert stop_return_line(cfg, 182_784, 357, 500.0) == (
+        "proxima: stopped at global step 182,784 (iteration 357): the last 20+ training episodes averaged 500.0 >= "
+        "--stop-return 500 (the progress bar's return averages the last 100)")
+    cfg.progress = False
+    assert stop_return_line(cfg, 64, 1, 12.0, python=True) == (
+        "proxima: stopped at global step 64 (iteration 1): the last 20+ training episodes averaged 12.0 >= stop_return=500")
+
+
+def _tiny_config(**kw):
+    from proxima.config import PPOConfig
+
+    return PPOConfig(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2, update_epochs=1, eval_episodes=0,
+                     progress=False, threads=1, **kw)
+
+
+def test_python_resume_notes_name_fields_not_flags(tmp_path, capsys):
+    from proxima import train
+
+    run_dir = tmp_path / "run"
+    train(_tiny_config(total_timesteps=128), run_dir=run_dir, quiet=True, evaluate_at_end=False)
+    capsys.readouterr()
+    train(_tiny_config(total_timesteps=128), resume=run_dir, evaluate_at_end=False)
+    notes = [ln for ln in capsys.readouterr().err.splitlines() if "note:" in ln]
+    checkpoint = run_dir / "checkpoints" / "step_000000000128.pt"
+    assert notes == [f"proxima: note: {checkpoint}: the run is complete (128 steps); a larger total_timesteps extends it"]
+    train(_tiny_config(total_timesteps=192), resume=run_dir, quiet=True, evaluate_at_end=False)
+    notes = [ln for ln in capsys.readouterr().err.splitlines() if "note:" in ln]
+    assert len(notes) == 1 and notes[0].startswith("proxima: note: anneal_lr=True: the learning rate schedule is recomputed "
+                                                   "over the resume's total (192 steps)"), notes
+
+
+def test_python_resume_of_a_run_stopped_at_its_target_names_the_field(tmp_path, capsys):
+    from proxima import train
+
+    run_dir = tmp_path / "run"
+    train(_tiny_config(total_timesteps=640, stop_return=1.0, stop_episodes=1), run_dir=run_dir, quiet=True,
+          evaluate_at_end=False)
+    capsys.readouterr()
+    train(_tiny_config(total_timesteps=640, stop_return=1.0, stop_episodes=1), resume=run_dir, evaluate_at_end=False)
+    notes = [ln for ln in capsys.readouterr().err.splitlines() if "note:" in ln]
+    assert len(notes) == 1 and re.fullmatch(
+        rf"proxima: note: {re.escape(str(run_dir))}/checkpoints/step_\d+\.pt: the run stopped at stop_return=1 \(its last 1\+ training episodes "
+        r"averaged [\d.]+\); stop_return=None or a higher target trains on", notes[0]), notes
