@@ -763,6 +763,31 @@ def _uid() -> int:
 _own_uid = itertools.count()
 
 
+def reopen_if_deleted(file, path: Path, mode: str, **kw):
+    """``file`` (open for reading too) when its name still links to it, else a new file object on a
+    copy of everything it holds, written back at ``path`` (all or nothing, atomic_open), ``file``
+    closed. A run's logs deleted while it trains (``rm RUN/metrics.csv``) kept taking rows into the
+    unlinked inode, all lost at exit without a word; one fstat an iteration tells (st_nlink 0)."""
+    fd = file.fileno()
+    if os.fstat(fd).st_nlink > 0:
+        return file
+    file.flush()
+    size, chunks, at = os.fstat(fd).st_size, [], 0
+    while at < size:  # pread: the handle's own position is left alone
+        chunk = os.pread(fd, size - at, at)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        at += len(chunk)
+    with atomic_open(path, "wb") as out:
+        out.write(b"".join(chunks))
+    new = open(path, mode, **kw)
+    file.close()
+    print(f"proxima: note: {path} was deleted while the run trained; restored with everything logged to it "
+          "so far, and the run logs on there", file=sys.stderr)
+    return new
+
+
 class EventFile:
     """A TensorBoard event file written in the caller's thread, as SummaryWriter names and frames
     one (events.out.tfevents.SECONDS.HOST.PID.N; a file_version event, then one record per event):
@@ -781,7 +806,8 @@ class EventFile:
 
         name = "events.out.tfevents.%010d.%s.%s.%s" % (time.time(), socket.gethostname(), os.getpid(), _uid())
         self.path = Path(run_dir) / name
-        self._file = open(self.path, "xb")  # a new file: never one (or a link) already at the name
+        # a new file (never one, or a link, already at the name), readable: reopen_if_deleted copies it back
+        self._file = open(self.path, "xb+")
         try:
             self.add(Event(wall_time=time.time(), file_version="brain.Event:2",
                            source_metadata=SourceMetadata(writer="tensorboard.summary.writer.event_file_writer")))
@@ -816,6 +842,13 @@ class EventFile:
         from torch.utils.tensorboard.summary import text as text_summary
 
         self.add(Event(wall_time=time.time(), step=step, summary=text_summary(tag, text)))
+
+    def reopen_if_deleted(self) -> None:
+        """Write the file back at its name when it was deleted while open (reopen_if_deleted)."""
+        try:
+            self._file = reopen_if_deleted(self._file, self.path, "ab+")
+        except OSError as e:
+            raise self._named(e)
 
     def _named(self, e: OSError) -> OSError:
         if e.filename is None:  # a buffered write's error names no file; the user's one line names this one
@@ -973,7 +1006,7 @@ class RunLogger:
             self._events = EventFile(self.run_dir)
             # a file killed before its header reached the disk is empty: it gets the header now
             new = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
-            self._csv_file = open(self.csv_path, "a", newline="")
+            self._csv_file = open(self.csv_path, "a+", newline="")  # readable: reopen_if_deleted copies it back
             self._csv = csv.writer(self._csv_file)
             if new:
                 self._csv.writerow(CSV_COLUMNS)
@@ -1013,11 +1046,13 @@ class RunLogger:
             mean = self.rolling.add(count, metrics.get("charts/episodic_return", math.nan))
             metrics[ROLLING_RETURN] = math.nan if episodes_not_counted(count) else mean
         try:  # the CSV-only columns (time, episodes) have no "/"
+            self._events.reopen_if_deleted()
             self._events.scalars(global_step, {name: value for name, value in metrics.items() if "/" in name})
         except OSError as e:
             raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
         row = {"iteration": iteration, "global_step": global_step, **metrics}
         try:
+            self._reopen_csv_if_deleted()
             self._csv.writerow([csv_cell(k, row.get(k, "")) for k in CSV_COLUMNS])
         except OSError as e:
             raise write_error(self.csv_path, e) from None
@@ -1068,6 +1103,11 @@ class RunLogger:
         if time.monotonic() >= self._flush_due:
             self.flush()
 
+    def _reopen_csv_if_deleted(self) -> None:
+        csv_file = reopen_if_deleted(self._csv_file, self.csv_path, "a+", newline="")
+        if csv_file is not self._csv_file:
+            self._csv_file, self._csv = csv_file, csv.writer(csv_file)
+
     def _event_file(self) -> Path:
         return self._events.path if self._events is not None else self.run_dir / "events.out.tfevents.*"
 
@@ -1078,8 +1118,12 @@ class RunLogger:
                 self.bar.set_postfix_str(self._postfix(0, final=True), refresh=False)
             self.bar.close()
         error = None
-        for what, close in (("TensorBoard events", self._events.close), ("metrics", self._csv_file.close)):
+        # deleted since the last row (the final evaluation's time): written back before the handles go
+        for what, restore, close in (("TensorBoard events", self._events.reopen_if_deleted, lambda: self._events.close()),
+                                     ("metrics", self._reopen_csv_if_deleted, lambda: self._csv_file.close())):
             try:
+                with contextlib.suppress(OSError):  # the close below says why the file cannot be written
+                    restore()
                 close()
             except OSError as e:
                 error = error or write_error(self._event_file() if what != "metrics" else self.csv_path, e, f"could not write {what}")

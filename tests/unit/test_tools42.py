@@ -215,3 +215,44 @@ def test_python_resume_of_a_run_stopped_at_its_target_names_the_field(tmp_path, 
     assert len(notes) == 1 and re.fullmatch(
         rf"proxima: note: {re.escape(str(run_dir))}/checkpoints/step_\d+\.pt: the run stopped at stop_return=1 \(its last 1\+ training episodes "
         r"averaged [\d.]+\); stop_return=None or a higher target trains on", notes[0]), notes
+
+
+def test_metrics_csv_and_events_deleted_while_logging_are_restored_with_every_row(tmp_path, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from proxima.logger import CSV_COLUMNS, RunLogger
+
+    log = RunLogger(tmp_path, 300, progress=False, rolling=True)
+    log.log(1, 100, {"charts/SPS": 5.0, "episodes": 1, "charts/episodic_return": 10.0})
+    (tmp_path / "metrics.csv").unlink()
+    events = next(tmp_path.glob("events.out.tfevents.*"))
+    events.unlink()
+    log.log(2, 200, {"charts/SPS": 5.0, "episodes": 1, "charts/episodic_return": 20.0})
+    log.log(3, 300, {"charts/SPS": 5.0, "episodes": 1, "charts/episodic_return": 30.0})
+    (tmp_path / "metrics.csv").unlink()  # after the last row (during the final evaluation): restored at close
+    log.close()
+    rows = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert rows[0] == ",".join(CSV_COLUMNS)
+    assert [r.split(",")[:2] for r in rows[1:]] == [["1", "100"], ["2", "200"], ["3", "300"]]
+    restored = ("was deleted while the run trained; restored with everything logged to it so far, and the run logs "
+                "on there")
+    assert capsys.readouterr().err.splitlines() == [f"proxima: note: {events} {restored}",
+                                                    *[f"proxima: note: {tmp_path / 'metrics.csv'} {restored}"] * 2]
+    acc = EventAccumulator(str(events))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("charts/SPS")] == [(100, 5.0), (200, 5.0), (300, 5.0)]
+
+
+def test_a_training_run_whose_metrics_csv_is_deleted_keeps_every_row(tmp_path, capsys):
+    from proxima import train
+
+    run_dir = tmp_path / "run"
+
+    def delete_at_2(row):
+        if row["iteration"] == 2:
+            (run_dir / "metrics.csv").unlink()
+
+    train(_tiny_config(total_timesteps=256), run_dir=run_dir, quiet=True, evaluate_at_end=False, callback=delete_at_2)
+    rows = (run_dir / "metrics.csv").read_text().splitlines()
+    assert [int(r.split(",")[0]) for r in rows[1:]] == [1, 2, 3, 4]
+    assert sum("metrics.csv was deleted while the run trained" in ln for ln in capsys.readouterr().err.splitlines()) == 1
