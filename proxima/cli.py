@@ -84,7 +84,10 @@ def add_config_flags(p: argparse.ArgumentParser, recorded: bool = False, help_ov
             shown = ",".join(map(str, shown))
         if recorded:
             shown = "the run's"
-        shown_help = f"{help_text} (default: {shown})"
+        elif shown is None:
+            shown = "none"  # the word the flag takes, which its help explains (none = never); argparse's None is no input
+        # a help that names its own default (run_dir's runs/<env>__...) gets no second, contradicting one
+        shown_help = help_text if "(default " in help_text else f"{help_text} (default: {shown})"
         if isinstance(default, bool):
             group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=shown_help)
         else:
@@ -109,7 +112,10 @@ def typed_flags(args: argparse.Namespace) -> dict:
     return {name: coerce(name, getattr(args, name), source="flag") for name in typed_fields(args)}
 
 
-def config_from_args(args: argparse.Namespace, prog: str):
+def config_from_args(args: argparse.Namespace, prog: str, notes: bool = False):
+    """The config of train's args: defaults < the env's preset < --config FILE < flags. ``notes``: print
+    train's note on a typed ENV_ID that is not the file's (cmd_train's call; the --nproc launcher's
+    checks read the config again, and would print it twice)."""
     from . import presets
     from .config import PPOConfig, from_dict, load_config_file
     from .envs.gym_adapter import imports_code, refuse_recorded_env
@@ -130,6 +136,8 @@ def config_from_args(args: argparse.Namespace, prog: str):
     if args.env_id is not None and not args.env_id.strip():  # "" is a mistake (an unset variable), not the default env
         raise ConfigError(f"ENV_ID {args.env_id!r}: empty; name an env (e.g. {DEFAULT_ENV}), or leave ENV_ID out for {DEFAULT_ENV}")
     env_id = args.env_id if args.env_id is not None else file_values.get("env_id")
+    if notes:
+        _note_env_id_over_file(args, file_values, prog)
     if getattr(args, "preset", None) is not None and env_id is None and _resumes_a_run(args, file_values):
         # a preset is an env's: resolving it for the default env would check another env's values against the run
         raise ConfigError(f"--preset {args.preset} with --resume: give the run's ENV_ID too (a preset's values are "
@@ -149,6 +157,33 @@ def config_from_args(args: argparse.Namespace, prog: str):
             (getattr(cfg, "_sources", None) or {}).pop(name, None)  # typed: the flag's, even where it equals the file's
     cfg.run_dir = expand_home(cfg.run_dir)  # a quoted --run-dir '~/x' too: the directory train() would use
     return cfg
+
+
+def _note_env_id_over_file(args, file_values: dict, prog: str) -> None:
+    """A note when the typed ENV_ID is not the --config file's env_id: the typed one trains (flags beat
+    the file), which a user who kept a habitual CartPole-v1 on the command line did not mean. Once."""
+    from .launch import COMMAND_ENV
+
+    given = file_values.get("env_id")
+    if (args.env_id is None or given is None or str(given) == args.env_id or getattr(args, "quiet", False)
+            or os.environ.get("RANK", "0") != "0" or COMMAND_ENV in os.environ):
+        return
+    print(f"{prog}: note: ENV_ID {args.env_id} overrides --config {args.config}'s env_id {given} (typed values beat "
+          "the file's); leave ENV_ID out to train the file's", file=sys.stderr)
+
+
+def _note_no_preset(args, cfg, prog: str) -> None:
+    """A note for --preset none of an env that has a default preset: the run is PPOConfig's defaults (with
+    --config FILE and the flags), not the preset's settings that a run of the env otherwise starts from."""
+    from .launch import COMMAND_ENV
+    from .presets import NO_PRESET, presets_for
+
+    presets = presets_for(cfg.env_id)
+    if (getattr(args, "preset", None) != NO_PRESET or NO_PRESET in presets or "default" not in presets or args.quiet
+            or os.environ.get("RANK", "0") != "0" or COMMAND_ENV in os.environ):
+        return
+    print(f"{prog}: note: --preset none: {cfg.env_id}'s default preset is not applied (PPOConfig's defaults, then "
+          "--config FILE and flags)", file=sys.stderr)
 
 
 def _resumes_a_run(args, file_values: dict) -> bool:
@@ -287,7 +322,7 @@ def cmd_train(args) -> int:
             from .launch import launch_torchrun
 
             # the config here too: a refusal of the launcher's checks names the --config file, as below
-            cfg = config_from_args(args, prog)
+            cfg = config_from_args(args, prog, notes=True)
             resume = _resume_target(args, cfg)
             if resume is not None and _is_population_path(resume):
                 # each rank would refuse the population's checkpoint and point at `proxima resume POP`, whose
@@ -295,6 +330,7 @@ def cmd_train(args) -> int:
                 raise ConfigError(POPULATION_NPROC)
             _check_combination(args, cfg, prog)
             _note_preset_unused(args, cfg, prog)
+            _note_no_preset(args, cfg, prog)
             overrides, sources = resume_overrides(args, cfg) if args.resume is not None else (typed_flags(args), {})
             if args.dry_run:  # once, here: no processes to start for a run that trains nothing
                 from .distributed import dist_timeout
@@ -304,9 +340,10 @@ def cmd_train(args) -> int:
                 dist_timeout()  # and PROXIMA_DIST_TIMEOUT, which the ranks would read
                 return _dry_run_train(args, cfg, overrides, args.nproc, sources)
             return launch_torchrun(args.nproc, sys.argv[1:])
-        cfg = config_from_args(args, prog)
+        cfg = config_from_args(args, prog, notes=True)
         _check_combination(args, cfg, prog)
         _note_preset_unused(args, cfg, prog)
+        _note_no_preset(args, cfg, prog)
         overrides, sources = resume_overrides(args, cfg) if args.resume is not None else (typed_flags(args), {})
         if args.seeds is not None or args.sweep:  # a population: one batched program (population_run.py)
             from .population_run import cmd_train_population
@@ -1007,7 +1044,8 @@ def build_parser() -> ArgParser:
                        "minibatching, ent_coef, gamma and the backend): `proxima presets ENV_ID default` lists what a preset "
                        "sets, and `proxima train ENV_ID --dry-run` prints every value the run would use.")
     p.add_argument("env_id", nargs="?", default=None, metavar="ENV_ID", help="Gymnasium id or module:ClassName (default CartPole-v1)")
-    p.add_argument("--preset", default=None, help="named preset for the env (see `proxima presets`; default: the env's 'default'); "
+    p.add_argument("--preset", default=None, help="named preset for the env (see `proxima presets`; default: the env's 'default'; "
+                   "none: no preset, PPOConfig's defaults, e.g. under a --config FILE translated from rl-zoo or CleanRL); "
                    "with --resume, a preset given (with the run's ENV_ID) is checked as flags are (the env's default preset is not applied)")
     p.add_argument("--config", default=None, metavar="FILE.yaml", help="YAML file of PPOConfig fields (e.g. a run's config.yaml "
                    "in its run directory: its run_dir, that run's own directory, is not reused; the new run gets a new one or "
@@ -1116,7 +1154,8 @@ FOREIGN_FLAG_NOTES = {
     "minibatch_size": "it counts minibatches: --num-envs x --num-steps / your minibatch size",
     "clip_range_vf": "--vf-clip-coef X with --clip-vloss (the default); SB3's clip_range_vf=None is --no-clip-vloss",
     "policy_kwargs": "net_arch=[64, 64] is --hidden-sizes 64,64, activation_fn is --activation tanh or relu",
-    "net_arch": "the widths of the actor's and of the critic's hidden layers, e.g. --hidden-sizes 64,64",
+    "net_arch": "one list for both the actor's and the critic's hidden layers, e.g. --hidden-sizes 64,64; separate "
+                "pi/vf sizes (dict(pi=[..], vf=[..])) are not supported",
     "cuda": "",  # FOREIGN_FLAGS' --device cuda says it
     "normalize": "the zoo's normalize: true is --norm-obs --norm-reward",
     "exp_name": "the run's directory, by default runs/<env>__<seed>__<time>",
@@ -1139,8 +1178,10 @@ def _foreign_hint(key: str, value: Optional[str], command: Optional[str], target
     """What an unknown flag of SB3 or CleanRL (``key``: its name, dashes as underscores) is on this
     command: ("flag", the flag to type, a note or "") or ("advice", a clause), None for another flag.
     difflib alone sends --clip-range to --clip-reward and --batch-size to --hidden-sizes."""
-    from .config import FOREIGN_NAMES
+    from .config import FOREIGN_NAMES, FOREIGN_UNSUPPORTED
 
+    if key in FOREIGN_UNSUPPORTED and command in ("train", "resume"):  # no flag stands for it: difflib sent --use-sde to --seed
+        return ("advice", f"--{key.replace('_', '-')}: {FOREIGN_UNSUPPORTED[key]}")
     negated = key.startswith("no_") and key not in FOREIGN_FLAGS and key[3:] in FOREIGN_NAMES  # tyro's --no-cuda form
     name = key[3:] if negated else key
     flag = FOREIGN_FLAGS.get(name) or ("--" + FOREIGN_NAMES[name].replace("_", "-") if name in FOREIGN_NAMES else None)
@@ -1161,6 +1202,9 @@ def _foreign_hint(key: str, value: Optional[str], command: Optional[str], target
     return None
 
 
+RESUME_DRY_RUN = ("a resume's dry run is `proxima train --resume RUN --dry-run`: it checks the resume and prints the "
+                  "config it would continue with, writing nothing")
+
 #: the flag meant by a first word that starts several: --clip is PPO's clip (CleanRL's --clip-coef,
 #: SB3's clip_range), not the observation or reward clipping
 PREFIX_MEANT = {"--clip": "--clip-coef"}
@@ -1177,6 +1221,8 @@ def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra
         subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
         target = subs[0].choices.get(command, parser) if subs else parser
     known = [o for a in target._actions for o in a.option_strings if o.startswith("--") and a.help is not argparse.SUPPRESS]
+    # --trust-run lets a run's module be imported: a flag to choose knowingly, never a spelling fix
+    guessable = [k for k in known if k != "--trust-run"]
     close, advice = [], []
     words = list(argv if argv is not None else extra)
     for word in extra:
@@ -1190,11 +1236,13 @@ def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra
         hint = _foreign_hint(flag[2:].replace("-", "_").lower(), value or None, command, target, known)
         if hint is None:
             # a flag's first word (--ent, --clip) is the flag meant, which difflib misses: --ent went to --quiet
-            longer = [k for k in known if k.startswith(flag.lower() + "-")]
+            longer = [k for k in guessable if k.startswith(flag.lower() + "-")]
             if PREFIX_MEANT.get(flag.lower()) in longer:
                 longer = [PREFIX_MEANT[flag.lower()]]
             meant = difflib.get_close_matches(flag, longer, n=1, cutoff=0) if longer else \
-                difflib.get_close_matches(flag, known, n=1)
+                difflib.get_close_matches(flag, guessable, n=1)
+            if flag == "--dry-run" and command == "resume":  # train's: the same checks of the resume, nothing written
+                meant, advice = [], advice + ([RESUME_DRY_RUN] if RESUME_DRY_RUN not in advice else [])
             close += [m for m in meant if m not in close]
         elif hint[0] == "advice":
             advice += [hint[1]] if hint[1] not in advice else []  # --track --wandb-entity E: one answer

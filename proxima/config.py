@@ -219,8 +219,8 @@ def recorded_config(values: dict, source: str) -> PPOConfig:
     return from_dict(values, base, source=source)
 
 
-#: other names of fields, as accepted on the command line (--learning-rate for --lr); a YAML key
-#: spelled so is suggested its field
+#: other names of fields, accepted on the command line (--learning-rate for --lr) and as a YAML key
+#: (SB3's and the zoo's learning_rate: means there what lr means here); a file giving both is refused
 ALIASES = {"learning_rate": "lr"}
 
 #: Stable-Baselines3's and CleanRL's names (a few of baselines' ppo2) of PPO fields: suggested, never
@@ -243,11 +243,26 @@ FOREIGN_NOTES = {
     "minibatch_size": "it counts minibatches: num_envs x num_steps / your minibatch size",
     "clip_range_vf": "vf_clip_coef=X with clip_vloss=True (the default); SB3's clip_range_vf=None is clip_vloss=False",
     "policy_kwargs": "net_arch=[64, 64] is hidden_sizes=[64, 64], activation_fn is activation='tanh' or 'relu'",
-    "net_arch": "the widths of the actor's and of the critic's hidden layers, e.g. [64, 64]",
     "cuda": "device='cuda'",
     "normalize": "the zoo's normalize: true is norm_obs=True and norm_reward=True",
     "exp_name": "the run's directory, by default runs/<env>__<seed>__<time>",
+    "net_arch": "one list for both the actor's and the critic's hidden layers, e.g. [64, 64]; separate pi/vf sizes "
+                "(dict(pi=[..], vf=[..])) are not supported",
 }
+
+#: SB3's and the zoo's settings that no field here stands for, with what Proxima does instead (cli's
+#: --use-sde etc. say the same: difflib sent --use-sde to --seed)
+FOREIGN_UNSUPPORTED = {
+    "use_sde": "no gSDE here: a Box action is drawn from a Normal whose log std is a learned parameter, "
+               "independent of the state; drop it",
+    "sde_sample_freq": "no gSDE here (see use_sde); drop it",
+    "log_std_init": "the learned log std always starts at 0 (std 1); drop it",
+    "ortho_init": "layers are always initialized orthogonally (CleanRL's layer_init; SB3's ortho_init=True); drop it",
+}
+
+#: SB3's policy classes, the value of every zoo entry's ``policy:`` (a `proxima rlhf` file's policy is a model)
+SB3_POLICY_NOTE = ("SB3's policy class: drop it; the policy here is an MLP actor-critic sized by hidden_sizes and "
+                   "activation, encoder: cnn for CnnPolicy")
 
 
 def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "config") -> PPOConfig:
@@ -260,11 +275,21 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
         raise refused
     cfg = dataclasses.replace(base) if base is not None else PPOConfig()
     sources = dict(getattr(base, "_sources", None) or {})
+    values = _aliases_read(values, source)
+    unknown = [key for key in values if key not in FIELDS]
+    # an rlhf file given to train keeps its one line below, which says where the file goes
+    if len(unknown) > 1 and not all(_rlhf_field(key) and key not in FOREIGN_NAMES for key in unknown):
+        # a zoo entry holds several (n_envs, n_steps, batch_size, n_epochs, policy): all in one line
+        raise ConfigError(f"{source}: unknown fields: {', '.join(_unknown_hint(key, values[key]) for key in unknown)}")
     for key, value in values.items():
         if key not in FIELDS:
             misplaced = _misplaced_key(key, value)
             if misplaced is not None:
                 raise ConfigError(f"{source}: {misplaced}")
+            if key == "policy" and _sb3_policy(value):  # every zoo entry's: not RLHFConfig's policy model
+                raise ConfigError(f"{source}: unknown field 'policy': {value!r} is {SB3_POLICY_NOTE}")
+            if key in FOREIGN_UNSUPPORTED:
+                raise ConfigError(f"{source}: unknown field '{key}': {FOREIGN_UNSUPPORTED[key]}")
             if _rlhf_field(key) and key in FOREIGN_NAMES:  # SB3's batch_size, and RLHFConfig's: the file may be either's
                 raise ConfigError(f"{source}: unknown field '{key}'{did_you_mean(key)}; it is also a `proxima rlhf` "
                                   "setting (RLHFConfig): a file of those goes to `proxima rlhf --config`")
@@ -276,6 +301,37 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
         sources[key] = (source, getattr(cfg, key))
     cfg._sources = sources  # not a field: asdict/config.yaml leave it out
     return cfg
+
+
+def _aliases_read(values: dict, source: str) -> dict:
+    """``values`` with ALIASES' keys as their fields (learning_rate: 3e-4 is lr: 3e-4), in the file's order;
+    ConfigError for a file that gives a field under both names (which would win is a guess)."""
+    for alias, name in ALIASES.items():
+        if alias in values and name in values:
+            raise ConfigError(f"{source}: both '{alias}' and '{name}' given ({alias} is {name}'s other name); keep one")
+    return {ALIASES.get(key, key) if isinstance(key, str) else key: value for key, value in values.items()}
+
+
+def _sb3_policy(value: Any) -> bool:
+    """Whether ``value`` names one of SB3's policy classes (MlpPolicy, CnnPolicy, MultiInputPolicy)."""
+    return isinstance(value, str) and value.endswith("Policy")
+
+
+def _unknown_hint(key: Any, value: Any) -> str:
+    """``n_envs (num_envs)``: an unknown key with, in brackets, what to give instead (from_dict's line of several)."""
+    if key == "policy" and _sb3_policy(value):
+        hint = SB3_POLICY_NOTE
+    elif key in FOREIGN_UNSUPPORTED:
+        hint = FOREIGN_UNSUPPORTED[key]
+    elif _misplaced_key(key, value) is not None:
+        hint = _misplaced_key(key, value)
+    elif _rlhf_field(key) and key not in FOREIGN_NAMES:
+        hint = "a `proxima rlhf` setting"
+    else:
+        close = close_field(str(key))
+        note = FOREIGN_NOTES.get(str(key).strip().lstrip("-").replace("-", "_").lower())
+        hint = (close + (f": {note}" if note else "")) if close else ""
+    return f"{key} ({hint})" if hint else str(key)
 
 
 def _flag_text(value: Any) -> Optional[str]:
@@ -861,7 +917,22 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
         raise
     except (TypeError, ValueError, OverflowError):
         pass
-    raise value_refused(name, given, source, f"expected {expected_text(name)}")
+    raise value_refused(name, given, source, f"expected {expected_text(name)}{_foreign_value_hint(name, given)}")
+
+
+def _foreign_value_hint(name: str, value: Any) -> str:
+    """What SB3's and the zoo's values that no field here takes are: a schedule string (``lin_3e-4``:
+    the lr's linear decay is anneal_lr; no clip schedule), net_arch's separate pi/vf sizes; "" else."""
+    if name == "hidden_sizes" and isinstance(value, dict):
+        return " (separate pi/vf sizes are not supported: one list sizes both the actor's and the critic's hidden layers)"
+    if not (isinstance(value, str) and value.startswith("lin_")):
+        return ""
+    if name == "lr":
+        return (f" (the zoo's {value}, a linear decay to 0, is lr {value[4:]} with anneal_lr true, PPOConfig's default; "
+                "SB3's lr is constant unless lin_)")
+    if name in ("clip_coef", "vf_clip_coef"):
+        return f" (no schedule for {name}: it stays constant; give {value[4:]})"
+    return ""
 
 
 def _refuse_unquoted(name: str, value: Any, source: str) -> None:

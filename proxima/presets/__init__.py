@@ -9,7 +9,8 @@ Format (one file per env family)::
           num_envs: 4
           total_timesteps: 500000
 
-Resolution: PPOConfig defaults <- the env's preset (``default`` unless ``--preset NAME``) <- flags.
+Resolution: PPOConfig defaults <- the env's preset (``default`` unless ``--preset NAME``; ``--preset none``:
+no preset) <- flags.
 Gymnasium's Atari ids (``ALE/Pong-v5``) take the presets of EnvPool's (``Pong-v5``); an Atari game
 without an entry of its own (``SpaceInvaders-v5``, ``ALE/Seaquest-v5``) takes the Atari family's,
 listed under ``<Game>-v5`` (atari.yaml).
@@ -55,6 +56,11 @@ def _read(path: Path) -> dict:
 
 #: the entry of atari.yaml for every Atari game without one of its own (CleanRL's settings are one set for all games)
 ATARI_FAMILY = "<Game>-v5"
+
+
+#: the --preset that applies none (not even the env's default): a zoo or CleanRL translation given by
+#: --config then trains on PPOConfig's defaults, not on the default preset's backend or minibatching
+NO_PRESET = "none"
 
 
 def preset_env_id(env_id: str) -> str:
@@ -170,6 +176,7 @@ def resolve(env_id: str, preset: str | None = None, base: PPOConfig | None = Non
     order is defaults < preset < flags. Set your own values on the result:
     ``cfg = resolve(env_id, "fast"); cfg.lr = 1e-2``. (A field of ``base`` cannot tell a value
     you set from a default, so ``base`` does not decide which fields the preset may change.)
+    ``preset="none"`` applies no preset, not even the env's default: ``base`` (or PPOConfig's defaults).
 
     An unknown preset is a ConfigError naming this call's argument (``preset='fsat': no such preset
     ...``); ``python=False`` names the ``--preset`` flag instead, for a command line's callers."""
@@ -181,6 +188,8 @@ def resolve(env_id: str, preset: str | None = None, base: PPOConfig | None = Non
     if preset is None:
         if "default" in presets:
             cfg = from_dict(presets["default"]["config"], cfg, source=f"preset {key}/default")
+        return cfg
+    if preset == NO_PRESET and preset not in presets:  # the env's default off: PPOConfig's values (or base's) as they are
         return cfg
     if preset not in presets:
         raise ConfigError(unknown_preset(env_id, preset, python))

@@ -20,7 +20,8 @@ MINIBATCH_NOTE = "(it counts minibatches: --num-envs x --num-steps / your miniba
     (["--batch-size=64"], f"--num-minibatches {MINIBATCH_NOTE}"),
     (["--minibatch-size", "16"], f"--num-minibatches {MINIBATCH_NOTE}"),
     (["--lam", "0.9"], "--gae-lambda"),
-    (["--net-arch", "64"], "--hidden-sizes (the widths of the actor's and of the critic's hidden layers, e.g. --hidden-sizes 64,64)"),
+    (["--net-arch", "64"], "--hidden-sizes (one list for both the actor's and the critic's hidden layers, e.g. --hidden-sizes "
+                           "64,64; separate pi/vf sizes (dict(pi=[..], vf=[..])) are not supported)"),
     (["--cuda"], "--device cuda"),
     (["--no-cuda"], "--device cpu"),
     (["--n-steps", "5"], "--num-steps"),
