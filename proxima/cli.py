@@ -830,6 +830,9 @@ def _as_typed(run_dir, typed: Optional[Path]):
 def _run_dir_of(path: Path) -> Optional[Path]:
     """The run directory of ``path`` (a run directory, or a checkpoint in its checkpoints/); None for a
     loose checkpoint, which has no run files."""
+    from .checkpoint import source_path
+
+    path = source_path(path)  # RUN/checkpoints is RUN's: its config.yaml gives the episode count, as for RUN
     return path if path.is_dir() else path.parent.parent if path.parent.name == "checkpoints" else None
 
 
@@ -879,16 +882,17 @@ def _cmd_eval(args, out) -> int:
 
             return cmd_eval_population(args, resolve_device(args.device), env_kwargs, out=out)
         if args.best:
-            from .checkpoint import CheckpointError, best_checkpoint_path
+            from .checkpoint import CheckpointError, best_checkpoint_path, source_path
 
-            if not Path(args.path).is_dir():
+            run = source_path(Path(args.path))  # RUN/checkpoints --best: RUN's best.pt, not checkpoints/checkpoints/
+            if not run.is_dir():
                 raise CheckpointError(f"{args.path}: --best needs a run directory (it evaluates RUN/checkpoints/best.pt); "
                                       f"to evaluate this file, drop --best")
-            path = best_checkpoint_path(args.path)
+            path = best_checkpoint_path(run)
             if not path.is_file():
                 from .trainer import no_best_line
 
-                raise CheckpointError(no_best_line(args.path))  # why, where the run records --eval-every
+                raise CheckpointError(no_best_line(run))  # why, where the run records --eval-every
         from .checkpoint import check_registered
 
         # a run directory whose newest checkpoint is damaged: refused, naming its newest sound one
@@ -1082,7 +1086,7 @@ def build_parser() -> ArgParser:
     # SB3's and CleanRL's users pass the default explicitly; both at once asks for two policies
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--deterministic", action="store_true", help="act with the policy's mode (the default)")
-    mode.add_argument("--stochastic", action="store_true", help="sample actions instead of the deterministic mode")
+    mode.add_argument("--stochastic", action="store_true", help="sample actions instead of the deterministic mode (one sample stream for all episodes: episode i's return depends on --episodes)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--seed", type=int_arg, default=None, help="seed of the envs and of --stochastic's action samples, 0 to "
                    f"{MAX_SEED + EVAL_SEED_OFFSET:,} (default: the run's seed + {EVAL_SEED_OFFSET:,}, as in the end-of-training eval)")

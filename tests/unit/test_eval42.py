@@ -100,3 +100,26 @@ def test_a_report_is_written_past_a_meta_json_that_is_not_json(run, tmp_path, ca
     assert (f"- {run / 'meta.json'}: not valid JSON (Expecting property name enclosed in double quotes: line 1 column 2 "
             "(char 1)); its versions and machine are treated as not recorded") in text
     assert "No versions recorded in meta.json." in text
+
+
+def test_eval_of_the_checkpoints_folder_takes_the_runs_config_episodes_and_best(tmp_path, capsys):
+    """RUN/checkpoints is RUN for eval's episode count (RUN/config.yaml's, which a resume may have
+    changed after the checkpoint was written) and for --best (RUN/checkpoints/best.pt, not
+    checkpoints/checkpoints/best.pt)."""
+    from proxima import cli
+
+    run = tmp_path / "run"
+    assert cli.main(["train", "CartPole-v1", *TINY_RUN, "--eval-episodes", "3", "--eval-every", "64",
+                     "--total-timesteps", "128", "--run-dir", str(run), "--quiet"]) == 0
+    capsys.readouterr()  # the training's own lines
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("eval_episodes: 3", "eval_episodes: 2"))
+    outs = []
+    for path in (run, run / "checkpoints"):
+        code, out, err = run_main(["eval", str(path)], capsys)
+        assert code == 0, err
+        outs.append(out)
+    assert " over 2 episodes (deterministic)" in outs[1] and outs[0] == outs[1], outs
+    best = [run_main(["eval", str(path), "--best", "--episodes", "1"], capsys) for path in (run, run / "checkpoints")]
+    assert best[0][0] == best[1][0] == 0, best
+    assert best[0][1] == best[1][1] and " at step " in best[1][1], best
