@@ -47,6 +47,10 @@ def register(subparsers) -> argparse.ArgumentParser:
             p.add_argument(flag, dest=name, action="append", default=argparse.SUPPRESS, metavar=name.upper(), help=doc)
         else:
             p.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=name.upper(), help=doc)
+    from .config import ALIASES
+
+    for alias, name in ALIASES.items():  # hidden other names (--learning-rate), as `proxima train` takes them
+        p.add_argument("--" + alias.replace("_", "-"), dest=name, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     p.error = one_line_error  # argparse's own errors, in the same one-line form
     p.set_defaults(func=run)
     return p
@@ -129,7 +133,39 @@ def build_config(args: argparse.Namespace, base: RLHFConfig = None) -> RLHFConfi
             values = _untrusted_file(args.config, values, typed, cfg)
         values = _without_own_run_dir(args.config, values, typed)
         cfg = from_dict(values, cfg, source=args.config)
+        _check_file_paths(args.config, values, typed)
     return from_dict(typed, cfg, source="command line")
+
+
+#: the fields that name a file or folder: a relative one in a --config file is read from the working directory
+PATH_FIELDS = ("policy", "tokenizer", "prompts", "reward")
+
+
+def _check_file_paths(path: str, values: dict, typed: dict) -> None:
+    """ConfigError naming --config ``path`` and its key for a relative path there that the working directory
+    does not hold: read as a flag's is (as ``proxima train --config`` reads init_from), it would be blamed on
+    a flag never typed (``--prompts 'p.txt': no such file``), while the user looks beside the YAML file."""
+    for key, value in values.items():
+        name = str(key).replace("-", "_")
+        if name not in PATH_FIELDS or name in typed:
+            continue
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            if not isinstance(item, str) or not item:
+                continue
+            file = item
+            if name == "reward":  # a file.py:function; a module:function or a model folder is looked up as usual
+                file = item.rpartition(":")[0]
+                if not file.endswith(".py"):
+                    continue
+            if os.path.isabs(file) or os.path.lexists(file):
+                continue
+            beside = os.path.join(os.path.dirname(path), file)
+            hint = ""
+            if os.path.dirname(path) and os.path.lexists(beside):
+                hint = f"; the file's folder has one: give {name}: {printable(beside + item[len(file):])}"
+            raise ConfigError(f"{path}: {name} {printable(file)!r}: no such file or directory (relative paths in a "
+                              f"--config file are read from the working directory, {os.getcwd()}){hint}")
 
 
 def _without_own_run_dir(path: str, values: dict, typed: dict) -> dict:

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..config import FLAG_SOURCES, ConfigError, close_field, is_blank, parse_int, plain, value_refused
+from ..config import ALIASES as PPO_ALIASES, FLAG_SOURCES, ConfigError, close_field, is_blank, parse_int, plain, value_refused
 
 __all__ = ["RLHFConfig", "ConfigError", "FIELDS", "from_dict", "coerce", "validate", "check_kl_horizon", "reward_specs"]
 
@@ -41,7 +41,7 @@ class RLHFConfig:
     reward_weights: list = _f([], "Weights of the rewards, comma separated, in --reward order (default: 1 each); the score is their weighted sum.", list, item=float)
     reward_import_path: list = _f([], "Directories, comma separated, searched first to import module:function rewards and the modules a file.py:function reward imports (after the file's own folder; default: the current directory, recorded absolute so that a resume works from anywhere).", list)
     value_init: str = _f("policy", "Initialize the value model from the policy's backbone or the reward model's (needs the same vocabulary).", choices=("policy", "reward"))
-    prompts: str = _f("", "Prompts: JSON lines (.jsonl or .json: per line a string, {\"prompt\": text or [messages], ...} or {\"messages\": [{\"role\": ..., \"content\": ...}, ...], ...}, trailing assistant messages dropped; other fields go to reward functions), a .json file holding one array of such rows, or a text file with one prompt per line. .csv, .tsv, .parquet and .arrow files are refused.")
+    prompts: str = _f("", "Prompts: JSON lines (.jsonl or .json: per line a string, {\"prompt\": text or [messages], ...} or {\"messages\": [{\"role\": ..., \"content\": ...}, ...], ...}, trailing assistant messages dropped; other fields go to reward functions), a .json file holding one array of such rows, or a text file with one prompt per line (blank lines skipped). .csv, .tsv, .parquet and .arrow files are refused.")
     max_prompt_length: int = _f(128, "Longest prompt in tokens (after the chat template); a longer one is an error naming its line, unless truncate_prompts.")
     truncate_prompts: bool = _f(False, "Cut prompts longer than max_prompt_length to their last tokens instead of refusing them.")
     # --- generation ---
@@ -107,6 +107,10 @@ class RLHFConfig:
 
 FIELDS = {f.name: f for f in dataclasses.fields(RLHFConfig)}
 
+#: other names of fields, as for PPO's files and flags (config.ALIASES): a YAML learning_rate: is lr:, and
+#: --learning-rate is --lr; a file giving both is refused
+ALIASES = {alias: name for alias, name in PPO_ALIASES.items() if name in FIELDS}
+
 #: the lowest --temperature: the logits are divided by it, and below this float32 logits can overflow
 MIN_TEMPERATURE = 1e-3
 
@@ -136,7 +140,11 @@ def from_dict(values: dict, base: Optional[RLHFConfig] = None, source: str = "co
     seen: dict = {}
     for key, value in values.items():
         written, key = key, str(key).replace("-", "_")
+        key = ALIASES.get(key, key)
         if key in seen:  # batch-size and batch_size: YAML's duplicate-key check sees two keys, the later one won
+            alias = next((str(k).replace("-", "_") for k in (seen[key], written) if str(k).replace("-", "_") in ALIASES), None)
+            if alias is not None:  # PPO's line (config._aliases_read): which one was meant is a guess
+                raise ConfigError(f"{source}: both '{alias}' and '{key}' given ({alias} is {key}'s other name); keep one")
             raise ConfigError(f"{source}: field '{key}' is given twice ({seen[key]!r} and {written!r}); keep one")
         seen[key] = written
         if key not in FIELDS:

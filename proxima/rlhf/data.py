@@ -48,9 +48,18 @@ SUPPORTED_FORMS = ("JSON lines (.jsonl or .json: a string, {\"prompt\": ...} or 
 _SEPARATORS = re.compile(r"[ \t\r\n,]*")
 
 
-def load_prompts(path: str) -> list:
+class Prompts(list):
+    """The PromptRows of a prompts file, and how many blank (empty or all-whitespace) lines it skipped."""
+
+    blank_lines: int = 0
+
+
+def load_prompts(path: str) -> Prompts:
     """PromptRows from a JSON-lines file (.jsonl or .json), a .json file holding one array, or a text
-    file (any other name: one prompt per line). A UTF-8 byte-order mark is dropped.
+    file (any other name: one prompt per line). A UTF-8 byte-order mark is dropped. Blank lines (empty or
+    all-whitespace) between rows are skipped in both line forms, as a layout, and counted in
+    ``blank_lines`` for the start-up line (:func:`loaded_line`); the newline that ends the last line is
+    no blank line.
 
     JSON rows: a JSON string; ``{"prompt": "text" | [messages], ...}``; or ``{"messages": [...], ...}``
     (trailing assistant messages, a reference answer, are dropped from the prompt). A table (.csv, .tsv,
@@ -78,17 +87,21 @@ def load_prompts(path: str) -> list:
         column = e.start - e.object.rfind(b"\n", 0, e.start)
         raise ConfigError(f"--prompts {path}:{line}: byte 0x{e.object[e.start]:02x} at column {column} is not UTF-8 "
                           f"({e.reason}); save the file as UTF-8") from None
-    rows = []
+    rows, blank = Prompts(), 0
     if suffix == ".json" and text.lstrip().startswith("["):
         rows = [_parse_row(item, f"--prompts {path}:{number}", number) for item, number in _json_array(text, path)]
     else:
         # rows end at "\n" (or "\r\n") only: str.splitlines() also breaks at \r, U+2028, U+2029, U+0085,
         # \x0b, \x0c and \x1c-\x1e, which a JSON string or a text prompt may hold, and would cut the row and
         # shift every later line number
-        for number, line in enumerate(text.split("\n"), 1):
+        lines = text.split("\n")
+        if lines[-1] == "":  # the newline that ends the last line
+            lines.pop()
+        for number, line in enumerate(lines, 1):
             if line.endswith("\r"):
                 line = line[:-1]
-            if not line.strip():
+            if not line.strip():  # a separator between prompts, not one: a row "   " of JSON lines is refused
+                blank += 1
                 continue
             if suffix in JSON_SUFFIXES:
                 try:
@@ -105,7 +118,15 @@ def load_prompts(path: str) -> list:
     for r in rows:  # every reward call gets every column; a row without one gets None
         r.columns = {k: r.columns.get(k) for k in names}
         r.file = str(path)
+    rows.blank_lines = blank
     return rows
+
+
+def loaded_line(rows: list, path: str) -> str:
+    """The start-up line that says what a run trains on: ``prompts: 2 from ws.txt (1 blank line skipped)``."""
+    blank = getattr(rows, "blank_lines", 0)
+    skipped = f" ({blank} blank line{'s' if blank != 1 else ''} skipped)" if blank else ""
+    return f"prompts: {len(rows)} from {path}{skipped}"
 
 
 def prompts_sha256(rows: list) -> str:
@@ -170,8 +191,9 @@ def _parse_row(item, where: str, number: int) -> PromptRow:
 
 
 def _check_text(prompt: str, where: str) -> None:
-    """An empty text prompt is a data bug (an empty column), refused as a text file's blank lines and an
-    empty conversation are, not trained on as a lone BOS."""
+    """An empty JSON prompt (``""``, ``{"prompt": "  "}``) is a data bug (an empty column), refused as an
+    empty conversation is, not trained on as a lone BOS. A blank line, in a text file or between JSON
+    lines, holds no row at all and is skipped by load_prompts (and counted)."""
     if not prompt.strip():
         raise ConfigError(f"{where}: empty prompt; give it text, or remove the row")
 

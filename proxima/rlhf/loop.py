@@ -27,6 +27,7 @@ from ..diskspace import StorageError, write_error
 from .. import rundir as run_files
 from ..signals import REPEAT_WINDOW, SignalGuard, TrainingInterrupted, checkpoint_line
 from .config import ConfigError, reward_specs
+from .data import loaded_line
 from .models import original_config
 from .rewards import RewardError, imports_code
 
@@ -60,6 +61,8 @@ def run(t, run_dir: Path, resumed: bool = False) -> dict:
 def _run(t, run_dir: Path, resumed: bool) -> dict:
     cfg, main = t.cfg, t.dist.is_main
     t.reward.take_truncations()  # the trial call's cuts belong to no step
+    if main and cfg.print_every:  # what the run trains on, blank lines the file skipped included
+        print(loaded_line(t.prompts, cfg.prompts), flush=True)
     logger = rundir.MetricsLogger(run_dir, resume_step=t.step if resumed else None) if main else None
     saved: list = []  # the checkpoints this run wrote: a second interrupt says whether one is on disk
     # SIGINT/SIGTERM: finish the step, write a checkpoint, stop (exit 128 + signum); a second one exits

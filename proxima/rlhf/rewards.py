@@ -71,15 +71,18 @@ class Rewards:
 
     def __init__(self, parts: list, weights: list):
         self.parts, self.weights = parts, weights
-        self.names = _unique([p.name for p in parts])
+        self.names = _unique([p.name for p in parts])  # metric names (rewards/NAME/...): short, one per reward
 
     def __call__(self, batch: RewardBatch) -> tuple:
-        each = {name: validate_scores(part(batch), batch, name) for name, part in zip(self.names, self.parts)}
+        # error lines name a reward by its spec (reward_label), as its own raise does: the bare function
+        # name of the metrics would leave the user guessing which file a "reward score" was
+        each = {name: validate_scores(part(batch), batch, reward_label(part)) for name, part in zip(self.names, self.parts)}
         total = sum(w * s for w, s in zip(self.weights, each.values()))
         bad = (~torch.isfinite(total)).nonzero().flatten().tolist()
         if bad:  # finite scores times a large weight, or added up, can still leave float32's range
             i = bad[0]
-            terms = " + ".join(f"{w:g} x {name} ({s[i].item():g})" for w, (name, s) in zip(self.weights, each.items()))
+            terms = " + ".join(f"{w:g} x {reward_label(part)} ({s[i].item():g})"
+                               for w, part, s in zip(self.weights, self.parts, each.values()))
             raise RewardError(f"rewards {batch.where()}: {batch.sample(i)}: the weighted sum {terms} is "
                               f"{total[i].item()} in float32 (largest about {F32_MAX:.1e}); lower --reward-weights "
                               f"or scale the rewards down")
@@ -102,6 +105,12 @@ class Rewards:
             if isinstance(part, RewardModel):
                 out[f"rewards/{name}/truncated"], part.truncated = part.truncated, 0
         return out
+
+
+def reward_label(part) -> str:
+    """How every error line names a reward: ``SPEC`` for a function (``/abs/rew.py:good``, ``mod:fn``, the spec
+    config.yaml records and a resume loads), ``model PATH`` for a reward model, as their own raises do."""
+    return f"model {part.path}" if isinstance(part, RewardModel) else part.spec
 
 
 def _unique(names: list) -> list:

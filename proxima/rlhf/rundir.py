@@ -338,7 +338,8 @@ class MetricsLogger:
             raise write_error(self.csv_path, e) from None
 
     def log_samples(self, step: int, rows: list) -> None:
-        """rows: dicts with prompt, response, score. TensorBoard text (markdown table) and samples.jsonl."""
+        """rows: trainer.sample_row dicts (prompt, response, response_raw, response_tokens, eos, score). TensorBoard
+        text (a markdown table of prompt, response and score) and samples.jsonl (every key)."""
         def cell(text) -> str:  # a conversation prompt is shown as its JSON
             text = text if isinstance(text, str) else json.dumps(text)
             return text.replace("|", "\\|").replace("\n", " ")

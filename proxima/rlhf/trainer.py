@@ -47,6 +47,15 @@ def float32_repr(x: float) -> float:
     return float(str(np.float32(x)))
 
 
+def sample_row(row, response: str, response_raw: str, tokens: int, eos: bool, score: float) -> dict:
+    """One samples.jsonl entry. ``response`` is what reward functions read (special tokens and the EOS dropped);
+    ``response_raw`` keeps every sampled token but the padding after EOS (a ``<pad>`` or ``<s>`` the policy
+    sampled, the EOS itself), so a reward paid for an empty-looking response can be seen for what it read;
+    ``response_tokens`` counts them (the tokens the KL and the loss cover), ``eos`` says whether one ended it."""
+    return {"prompt": row.prompt, "response": response, "response_raw": response_raw, "response_tokens": tokens,
+            "eos": eos, "score": float32_repr(score)}
+
+
 class RLHFTrainer:
     """Owns the models, optimizers, KL coefficient, prompt sampler and counters of one process.
 
@@ -298,14 +307,17 @@ class RLHFTrainer:
         # what the policy saw, special tokens (chat template, BOS) kept, padding not; with and without the
         # stop token it emitted, since only a reward model of the policy's vocabulary reads that token
         full = [self.tokenizer.decode(self.prompt_ids[i] + r) for i, r in zip(prompt_idx, response_ids)]
+        # host lists read once (response_token_lists has synced already), for the stop texts and the samples
+        token_rows, n_tokens, eos = responses.tolist(), lengths.tolist(), has_eos.tolist()
         stopped = [self.tokenizer.decode(self.prompt_ids[i] + row[:n]) if e else f
-                   for i, row, n, e, f in zip(prompt_idx, responses.tolist(), lengths.tolist(), has_eos.tolist(), full)]
+                   for i, row, n, e, f in zip(prompt_idx, token_rows, n_tokens, eos, full)]
         raw, b["reward_parts"] = self.reward(RewardBatch(rows, texts, full, step=self.step + 1, texts_with_stop=stopped))
         # docs/ppo_notes.md: a fixed penalty for responses that never emit EOS
         b["scores"] = raw.to(self.device) - cfg.missing_eos_penalty * (~has_eos).float()
         b["kl"] = kl_per_token(b["logprobs"], b["ref_logprobs"], cfg.kl_estimator)
-        b["texts"] = [{"prompt": r.prompt, "response": t, "score": float32_repr(s)} for r, t, s in
-                      zip(rows[:cfg.samples_logged], texts, b["scores"][:cfg.samples_logged].tolist())]
+        b["texts"] = [sample_row(r, t, self.tokenizer.decode(row[:n]), n, e, s) for r, t, row, n, e, s in
+                      zip(rows[:cfg.samples_logged], texts, token_rows, n_tokens, eos,
+                          b["scores"][:cfg.samples_logged].tolist())]
         b["gen_seconds"] = gen_seconds
         return b
 

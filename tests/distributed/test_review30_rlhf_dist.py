@@ -219,7 +219,7 @@ def test_a_reward_that_fails_on_one_rank_gives_each_rank_one_line_and_exit_2(ass
     assert "Traceback" not in res.stderr and "SIGTERM" not in res.stderr.replace("closing signal SIGTERM", ""), res.stderr
     said = lines(res.stderr, "proxima")
     assert len(said) == 2, res.stderr
-    assert any(s.startswith("proxima rlhf: error: reward nanr at step 2: ") and "non-finite score nan" in s for s in said)
+    assert any(s.startswith(f"proxima rlhf: error: reward {tmp_path}/rk.py:nanr at step 2: ") and "non-finite score nan" in s for s in said)
     assert any(s.startswith(f"proxima rlhf: error: {LOST}RuntimeError: ") for s in said), res.stderr
 
     # the resume fails at its step 3 the same way (the trial call and step 2 come first)
@@ -229,7 +229,7 @@ def test_a_reward_that_fails_on_one_rank_gives_each_rank_one_line_and_exit_2(ass
     said = [s for s in lines(res.stderr, "proxima") if "is an RLHF run of 2 processes" not in s
             and not s.startswith("proxima: resuming run at step ")]  # rank 0's note before its first step
     assert len(said) == 2, res.stderr
-    assert any(s.startswith("proxima resume: error: reward nanr at step 3: ") for s in said), res.stderr
+    assert any(s.startswith(f"proxima resume: error: reward {tmp_path}/rk.py:nanr at step 3: ") for s in said), res.stderr
     assert any(s.startswith(f"proxima resume: error: {LOST}RuntimeError: ") for s in said), res.stderr
 
 

@@ -49,9 +49,9 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(assets, tmp_path, capsy
 
 def test_unknown_field_in_the_yaml_file_is_named(assets, tmp_path, capsys):
     cfg_file = tmp_path / "c.yaml"
-    cfg_file.write_text("lr: 0.001\nlearning_rate: 3\n")
+    cfg_file.write_text("lr: 0.001\nlearnig_rates: 3\n")  # learning_rate itself is lr's other name (test_rlhf42)
     code = main(base_args(assets, tmp_path / "run") + ["--config", str(cfg_file)])
-    assert "unknown field 'learning_rate'" in one_line_error(capsys, code)
+    assert "unknown field 'learnig_rates' (did you mean 'lr'?)" in one_line_error(capsys, code)
     assert not (tmp_path / "run").exists()
 
 

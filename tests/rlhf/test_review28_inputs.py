@@ -114,7 +114,7 @@ def test_a_weighted_sum_past_float32_is_a_reward_error():
     with pytest.raises(RewardError) as e:
         Rewards([a, b], [1.0, 0.5])(batch(rows, step=4))
     assert str(e.value).startswith("rewards at step 4: sample 1 (prompts line 2, response 'good'): the weighted sum "
-                                   "1 x a (3e+38) + 0.5 x b (3e+38) is inf in float32"), str(e.value)
+                                   "1 x m:a (3e+38) + 0.5 x m:b (3e+38) is inf in float32"), str(e.value)
     assert "lower --reward-weights" in str(e.value)
 
 
@@ -138,7 +138,7 @@ def test_a_score_past_float32_mid_run_exits_2_naming_the_reward_after_a_checkpoi
                  "--num-minibatches", "1", "--update-epochs", "1", "--max-new-tokens", "3", "--steps", "4",
                  "--checkpoint-every", "0", "--print-every", "0", "--no-plot"])
     err = one_error_line(capsys)
-    assert code == 2 and "reward score at step 3: sample 0" in err and words in err, err
+    assert code == 2 and f"reward {tmp_path / 'late.py'}:score at step 3: sample 0" in err and words in err, err
     assert "checkpoint of step 2 written" in err, err
     assert [p.name for p in list_checkpoints(run_dir)] == ["step_000002.pt"]
 
