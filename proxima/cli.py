@@ -93,9 +93,25 @@ def add_config_flags(p: argparse.ArgumentParser, recorded: bool = False, help_ov
         else:
             choices = f.metadata.get("choices")
             metavar = "{" + ",".join(choices) + "}" if choices else f.metadata.get("metavar", name.upper())
-            group.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=metavar, help=shown_help)
+            action = _OneNameOnly if name in ALIASES.values() else "store"
+            group.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=metavar, help=shown_help, action=action)
     for alias, name in ALIASES.items():  # hidden other names (--learning-rate), the ones a YAML key may use too
-        p.add_argument("--" + alias.replace("_", "-"), dest=name, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        p.add_argument("--" + alias.replace("_", "-"), dest=name, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+                       action=_OneNameOnly)
+
+
+class _OneNameOnly(argparse._StoreAction):
+    """The flag of a field that has another name (--lr, --learning-rate: ALIASES): a command line giving
+    both is refused, as a file giving both is; argparse would keep the last one typed, silently."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = vars(namespace).setdefault("_names_typed", {})  # dest -> the first of its flags typed
+        first = given.setdefault(self.dest, self.option_strings[0])
+        if first != self.option_strings[0]:
+            alias = next("--" + a.replace("_", "-") for a, name in ALIASES.items() if name == self.dest)
+            field = "--" + self.dest.replace("_", "-")
+            parser.error(f"both {alias} and {field} given ({alias} is {field}'s other name); keep one")
+        super().__call__(parser, namespace, values, option_string)
 
 
 DEFAULT_ENV = "CartPole-v1"
@@ -156,7 +172,23 @@ def config_from_args(args: argparse.Namespace, prog: str, notes: bool = False):
             setattr(cfg, name, coerce(name, getattr(args, name), source="flag"))
             (getattr(cfg, "_sources", None) or {}).pop(name, None)  # typed: the flag's, even where it equals the file's
     cfg.run_dir = expand_home(cfg.run_dir)  # a quoted --run-dir '~/x' too: the directory train() would use
+    if notes:
+        _note_sb3_learning_rate(args, file_values, cfg, prog)
     return cfg
+
+
+def _note_sb3_learning_rate(args, file_values: dict, cfg, prog: str) -> None:
+    """A note when the --config file gives SB3's name learning_rate and nothing sets anneal_lr: the file is
+    almost surely SB3's or a zoo's, whose rate is constant, while this run anneals it (PPOConfig's default)."""
+    from .launch import COMMAND_ENV
+
+    if ("learning_rate" not in file_values or "anneal_lr" in file_values or "anneal_lr" in vars(args)
+            or not cfg.anneal_lr or getattr(args, "quiet", False) or os.environ.get("RANK", "0") != "0"
+            or COMMAND_ENV in os.environ):
+        return
+    print(f"{prog}: note: --config {args.config}: learning_rate {cfg.lr:g} is annealed linearly to 0 over the run "
+          "(anneal_lr: true, Proxima's and CleanRL's default); SB3 keeps it constant: add anneal_lr: false to the file "
+          "to match", file=sys.stderr)
 
 
 def _note_env_id_over_file(args, file_values: dict, prog: str) -> None:
@@ -1156,7 +1188,9 @@ FOREIGN_FLAGS = {"cuda": "--device cuda", "no_cuda": "--device cpu", "policy": "
 FOREIGN_FLAG_NOTES = {
     "batch_size": "it counts minibatches: --num-envs x --num-steps / your minibatch size",
     "minibatch_size": "it counts minibatches: --num-envs x --num-steps / your minibatch size",
-    "clip_range_vf": "--vf-clip-coef X with --clip-vloss (the default); SB3's clip_range_vf=None is --no-clip-vloss",
+    "clip_range_vf": "--vf-clip-coef X with --clip-vloss (the default) clips differently: CleanRL's max of the clipped "
+                     "and unclipped squared errors, where SB3 takes the clipped one alone; SB3's clip_range_vf=None is "
+                     "--no-clip-vloss",
     "policy_kwargs": "net_arch=[64, 64] is --hidden-sizes 64,64, activation_fn is --activation tanh or relu",
     "net_arch": "one list for both the actor's and the critic's hidden layers, e.g. --hidden-sizes 64,64; separate "
                 "pi/vf sizes (dict(pi=[..], vf=[..])) are not supported",

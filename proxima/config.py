@@ -241,7 +241,9 @@ FOREIGN_NAMES = {
 FOREIGN_NOTES = {
     "batch_size": "it counts minibatches: num_envs x num_steps / your minibatch size",
     "minibatch_size": "it counts minibatches: num_envs x num_steps / your minibatch size",
-    "clip_range_vf": "vf_clip_coef=X with clip_vloss=True (the default); SB3's clip_range_vf=None is clip_vloss=False",
+    "clip_range_vf": "vf_clip_coef=X with clip_vloss=True (the default) clips differently: CleanRL's max of the clipped "
+                     "and unclipped squared errors, where SB3 takes the clipped one alone; SB3's clip_range_vf=None is "
+                     "clip_vloss=False",
     "policy_kwargs": "net_arch=[64, 64] is hidden_sizes=[64, 64], activation_fn is activation='tanh' or 'relu'",
     "cuda": "device='cuda'",
     "normalize": "the zoo's normalize: true is norm_obs=True and norm_reward=True",
@@ -256,8 +258,14 @@ FOREIGN_UNSUPPORTED = {
     "use_sde": "no gSDE here: a Box action is drawn from a Normal whose log std is a learned parameter, "
                "independent of the state; drop it",
     "sde_sample_freq": "no gSDE here (see use_sde); drop it",
-    "log_std_init": "the learned log std always starts at 0 (std 1); drop it",
-    "ortho_init": "layers are always initialized orthogonally (CleanRL's layer_init; SB3's ortho_init=True); drop it",
+    "log_std_init": "the learned log std always starts at 0 (std 1): an entry's log_std_init -2 (std 0.14) explores "
+                    "far more here, so results will differ; drop it",
+    "env_wrapper": "no wrapper field: wrap the env in your own gymnasium.Env class and train it as ENV_ID "
+                   "module:ClassName; drop it",
+    "frame_stack": "Atari ids always stack the last 4 frames (docs/atari.md); for another env stack them in your own "
+                   "gymnasium.Env class, trained as ENV_ID module:ClassName; drop it",
+    "ortho_init": "layers are always initialized orthogonally (CleanRL's layer_init; SB3's ortho_init=True): an entry's "
+                  "ortho_init: false starts from other weights, so results will differ; drop it",
 }
 
 #: SB3's policy classes, the value of every zoo entry's ``policy:`` (a `proxima rlhf` file's policy is a model)

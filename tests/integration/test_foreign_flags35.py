@@ -28,7 +28,9 @@ MINIBATCH_NOTE = "(it counts minibatches: --num-envs x --num-steps / your miniba
     (["--n-epochs", "3"], "--update-epochs"),
     (["--n-envs", "2"], "--num-envs"),
     (["--n-timesteps", "1000"], "--total-timesteps"),
-    (["--clip-range-vf", "0.2"], "--vf-clip-coef (--vf-clip-coef X with --clip-vloss (the default); SB3's clip_range_vf=None is --no-clip-vloss)"),
+    (["--clip-range-vf", "0.2"], "--vf-clip-coef (--vf-clip-coef X with --clip-vloss (the default) clips differently: "
+     "CleanRL's max of the clipped and unclipped squared errors, where SB3 takes the clipped one alone; SB3's "
+     "clip_range_vf=None is --no-clip-vloss)"),
     (["--torch-deterministic"], "--deterministic"),
     (["--no-torch-deterministic"], "--no-deterministic"),
     (["--no-normalize-advantage"], "--no-norm-adv"),

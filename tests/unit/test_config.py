@@ -210,8 +210,8 @@ def test_train_cli_exits_0_or_2_with_one_line_and_no_traceback(no_training, args
 
 
 def test_train_cli_flags_reach_the_config(no_training):
-    code, _, err = run_main(["train", "Acrobot-v1", "--num-envs", "8", "--lr", "1e-3", "--hidden-sizes", "32,32",
-                             "--no-anneal-lr", "--target-kl", "0.05", "--learning-rate", "2e-3"])
+    code, _, err = run_main(["train", "Acrobot-v1", "--num-envs", "8", "--hidden-sizes", "32,32",
+                             "--no-anneal-lr", "--target-kl", "0.05", "--learning-rate", "2e-3"])  # --lr too: refused
     assert code == 0, err
     cfg = no_training[-1]
     assert (cfg.env_id, cfg.num_envs, cfg.lr, cfg.hidden_sizes, cfg.anneal_lr, cfg.target_kl) == ("Acrobot-v1", 8, 2e-3, [32, 32], False, 0.05)

@@ -4,14 +4,18 @@ entry's unknown keys in one line, --preset none, and docs/migrating.md's table n
 from __future__ import annotations
 
 import argparse
+import math
 import re
+import shlex
 from pathlib import Path
 
 import pytest
+import torch
+import yaml
 
 from proxima import cli
 from proxima.config import FIELDS, FOREIGN_UNSUPPORTED, ConfigError, from_dict
-from proxima.presets import resolve
+from proxima.presets import preset_config, resolve
 from tests.cli_helpers import error_line, one_error_line, run_main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +45,7 @@ def test_a_zoo_policy_line_is_sb3s_policy_class_not_an_rlhf_setting():
 
 @pytest.mark.parametrize("key, value, says", [
     ("use_sde", True, "no gSDE here: a Box action is drawn from a Normal whose log std is a learned parameter"),
-    ("log_std_init", -2, "the learned log std always starts at 0 (std 1); drop it"),
+    ("log_std_init", -2, "the learned log std always starts at 0 (std 1): "),
     ("ortho_init", False, "layers are always initialized orthogonally"),
     ("sde_sample_freq", 4, "no gSDE here (see use_sde)"),
 ])
@@ -153,4 +157,115 @@ def test_migrating_mds_lunarlander_entry_gives_minibatches_of_64(tmp_path, capsy
     code, out, err = run_main(["train", "--preset", "none", "--config", str(tmp_path / "ll.yml"), "--dry-run"], capsys)
     assert code == 0, err
     assert out.splitlines()[-1].startswith("# batch 16,384 (num_envs 16 x num_steps 1,024), minibatch 64, ")
-    assert "\nanneal_lr: false\n" in out and "\nclip_vloss: false\n" in out
+    assert "\nanneal_lr: false\n" in out and "\nclip_vloss: false\n" in out and "\nvf_coef: 1.0\n" in out
+
+
+# ------------------------------------------------------------------------------ SB3's loss, schedule and counts
+def _migrating_row(name: str) -> str:
+    """The line of docs/migrating.md's zoo/SB3 table for the zoo key ``name``."""
+    text = (ROOT / "docs" / "migrating.md").read_text()
+    return next(line for line in text.splitlines() if line.startswith(f"| `{name}` |"))
+
+
+def test_sb3s_vf_coef_is_twice_proxima_s_because_proxima_halves_the_squared_error():
+    """SB3: vf_coef * F.mse_loss(returns, values); here vf_coef * 0.5 * (values - returns)**2: the doc's 2X."""
+    from proxima.ppo import ppo_loss
+
+    b = torch.zeros(4)
+    values, returns = torch.tensor([0.0, 1.0, 2.0, 3.0]), torch.tensor([1.0, 1.0, 0.0, 3.0])
+    loss = ppo_loss(b, b, b, values, values, returns, b, clip_coef=0.2, vf_coef=1.0, ent_coef=0.0,
+                    clip_vloss=False, norm_adv=False)
+    sb3_value_loss = torch.nn.functional.mse_loss(returns, values)  # 1.25
+    assert loss["loss"].item() == pytest.approx(0.5 * sb3_value_loss.item())  # vf_coef 1.0 here is SB3's 0.5
+    assert "SB3's `vf_coef` X is `vf_coef: 2X` here (SB3's default 0.5 is 1.0)" in _migrating_row("vf_coef")
+
+
+def test_clip_range_vf_says_sb3_clips_by_another_method_in_file_flag_and_doc(capsys):
+    assert "where SB3 takes the clipped one alone; SB3's clip_range_vf=None is clip_vloss=False" in _refusal(
+        {"clip_range_vf": 0.2})
+    code, _, err = run_main(["train", "CartPole-v1", "--clip-range-vf", "0.2"], capsys)
+    assert "CleanRL's max of the clipped and unclipped squared errors, where SB3 takes the clipped one alone" in (
+        error_line(code, err))
+    assert "does not reproduce its loss" in _migrating_row("clip_range_vf")
+
+
+def test_target_kl_row_says_the_crossing_step_is_kept():
+    row = _migrating_row("target_kl")
+    assert "SB3 checks before that minibatch's optimizer step and discards it; Proxima takes the step" in row
+    assert "to match SB3's T" not in row  # 1.5 x T is close, not a match
+
+
+@pytest.mark.parametrize("key, says", [
+    ("env_wrapper", "no wrapper field: wrap the env in your own gymnasium.Env class and train it as ENV_ID "
+                    "module:ClassName; drop it"),
+    ("frame_stack", "Atari ids always stack the last 4 frames (docs/atari.md); for another env stack them in your "
+                    "own gymnasium.Env class, trained as ENV_ID module:ClassName; drop it"),
+])
+def test_zoo_wrapper_keys_say_what_the_doc_says_not_env_kwargs(key, says):
+    assert _refusal({key: [1]}) == f"zoo.yml: unknown field '{key}': {says}"  # was: did you mean 'env_kwargs'?
+
+
+def test_log_std_init_says_the_run_explores_differently():
+    assert "an entry's log_std_init -2 (std 0.14) explores far more here, so results will differ" in _refusal(
+        {"log_std_init": -2})
+    assert "results will differ" in _migrating_row("policy_kwargs: log_std_init")
+
+
+def test_a_files_learning_rate_without_anneal_lr_notes_sb3s_constant_rate(tmp_path, capsys):
+    (tmp_path / "zoo.yml").write_text("learning_rate: 0.001\n")
+    code, out, err = run_main(["train", "CartPole-v1", "--config", str(tmp_path / "zoo.yml"), "--dry-run"], capsys)
+    assert code == 0 and "\nanneal_lr: true\n" in out
+    assert err == (f"proxima train: note: --config {tmp_path / 'zoo.yml'}: learning_rate 0.001 is annealed linearly to "
+                   "0 over the run (anneal_lr: true, Proxima's and CleanRL's default); SB3 keeps it constant: add "
+                   "anneal_lr: false to the file to match\n")
+    for file, flags in (("learning_rate: 0.001\nanneal_lr: true\n", []), ("learning_rate: 0.001\n", ["--no-anneal-lr"]),
+                        ("lr: 0.001\n", [])):  # anneal_lr chosen, or lr (Proxima's and CleanRL's name): no note
+        (tmp_path / "zoo.yml").write_text(file)
+        code, _, err = run_main(["train", "CartPole-v1", "--config", str(tmp_path / "zoo.yml"), *flags, "--dry-run"],
+                                capsys)
+        assert code == 0 and err == "", (file, flags, err)
+
+
+@pytest.mark.parametrize("argv", [["--learning-rate", "1e-3", "--lr", "2e-3"], ["--lr", "2e-3", "--learning-rate", "2e-3"]])
+def test_lr_and_learning_rate_flags_together_are_refused_as_in_a_file(argv, capsys):
+    code, out, err = run_main(["train", "CartPole-v1", *argv, "--dry-run"], capsys)
+    assert code == 2 and out == ""
+    assert one_error_line(err, "proxima train") == (
+        "both --learning-rate and --lr given (--learning-rate is --lr's other name); keep one (see proxima train --help)")
+    code, out, _ = run_main(["train", "CartPole-v1", "--lr", "1e-3", "--lr", "2e-3", "--dry-run"], capsys)
+    assert code == 0 and "\nlr: 0.002\n" in out  # one name twice: argparse's last, as for every flag
+
+
+def test_n_timesteps_row_gives_the_steps_each_library_trains(capsys):
+    row = _migrating_row("n_timesteps")
+    for total, steps in ((100000, "390 iterations = 99,840 steps"), (100096, "391 iterations = 100,096 steps")):
+        code, out, err = run_main(["train", "CartPole-v1", "--num-envs", "8", "--num-steps", "32", "--total-timesteps",
+                                   str(total), "--dry-run"], capsys)
+        assert code == 0 and out.splitlines()[-1].endswith(steps), out.splitlines()[-1]
+        assert steps.split()[-2] in row
+    assert math.ceil(100000 / 256) * 256 == 100096  # SB3's count: it collects while num_timesteps < 1e5
+
+
+def test_migrating_md_lists_every_value_of_pendulums_default_preset():
+    text = " ".join((ROOT / "docs" / "migrating.md").read_text().split())
+    listed = re.search(r"Pendulum-v1's sets (.*?), and each of those", text).group(1)
+    pairs = dict(re.findall(r"`([a-z_]+): ([^`]+)`", listed))
+    assert {k: yaml.safe_load(v) for k, v in pairs.items()} == preset_config("Pendulum-v1", "default")
+
+
+def test_migrating_mds_cleanrl_continuous_flags_give_ppo_continuous_actions_settings(capsys):
+    text = (ROOT / "docs" / "migrating.md").read_text()
+    command = re.search(r"## CleanRL's ppo_continuous_action.py.*?```sh\n(.*?)```", text, re.S).group(1)
+    argv = shlex.split(command.replace("\\\n", " "))
+    assert argv[:2] == ["proxima", "train"]
+    code, out, err = run_main(argv[1:] + ["--dry-run"], capsys)
+    assert code == 0, err
+    got = yaml.safe_load("\n".join(line for line in out.splitlines() if not line.startswith("#")))
+    cleanrl = {"num_envs": 1, "num_steps": 2048, "lr": 3e-4, "anneal_lr": True, "num_minibatches": 32,
+               "update_epochs": 10, "ent_coef": 0.0, "gamma": 0.99, "gae_lambda": 0.95, "norm_obs": True,
+               "norm_reward": True, "clip_obs": 10.0, "clip_reward": 10.0, "total_timesteps": 1000000,
+               "clip_coef": 0.2, "clip_vloss": True, "vf_coef": 0.5, "max_grad_norm": 0.5, "norm_adv": True,
+               "target_kl": None, "bootstrap_truncation": False, "hidden_sizes": [64, 64], "activation": "tanh"}
+    assert {k: got[k] for k in cleanrl} == cleanrl
+    mujoco = preset_config("HalfCheetah-v5", "default")  # the doc's "the MuJoCo ids' default preset is those settings"
+    assert {k: v for k, v in mujoco.items() if k != "backend"} == {k: got[k] for k in mujoco if k != "backend"}

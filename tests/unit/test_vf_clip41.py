@@ -110,7 +110,8 @@ def test_sb3s_clip_range_vf_points_at_vf_clip_coef(capsys):
 
 
 def test_sb3s_clip_range_vf_in_python_or_yaml_names_vf_clip_coef():
-    note = "vf_clip_coef=X with clip_vloss=True (the default); SB3's clip_range_vf=None is clip_vloss=False"
+    note = ("vf_clip_coef=X with clip_vloss=True (the default) clips differently: CleanRL's max of the clipped and "
+            "unclipped squared errors, where SB3 takes the clipped one alone; SB3's clip_range_vf=None is clip_vloss=False")
     with pytest.raises(ConfigError) as e:
         from_dict({"clip_range_vf": 10}, source="zoo.yaml")
     assert str(e.value) == f"zoo.yaml: unknown field 'clip_range_vf' (did you mean 'vf_clip_coef'? {note})"
