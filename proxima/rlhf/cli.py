@@ -32,6 +32,8 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="Trust the --config file: import the module:function or file.py:function rewards it names and "
                         "search the folders of its reward_import_path (otherwise give them as --reward and "
                         "--reward-import-path).")
+    from ..cli import _OneNameOnly
+    from .config import ALIASES
     from .demo import demo_config
 
     plain, demo = RLHFConfig(), demo_config()
@@ -46,11 +48,13 @@ def register(subparsers) -> argparse.ArgumentParser:
         elif f.metadata["repeat"]:
             p.add_argument(flag, dest=name, action="append", default=argparse.SUPPRESS, metavar=name.upper(), help=doc)
         else:
-            p.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=name.upper(), help=doc)
-    from .config import ALIASES
+            # --lr with --learning-rate: refused as `proxima train` refuses them (argparse keeps the last one)
+            action = _OneNameOnly if name in ALIASES.values() else "store"
+            p.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=name.upper(), help=doc, action=action)
 
     for alias, name in ALIASES.items():  # hidden other names (--learning-rate), as `proxima train` takes them
-        p.add_argument("--" + alias.replace("_", "-"), dest=name, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        p.add_argument("--" + alias.replace("_", "-"), dest=name, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+                       action=_OneNameOnly)
     p.error = one_line_error  # argparse's own errors, in the same one-line form
     p.set_defaults(func=run)
     return p

@@ -139,3 +139,14 @@ def test_an_rlhf_yaml_giving_learning_rate_and_lr_is_refused(tmp_path):
     with pytest.raises(ConfigError) as e:
         _config(["--config", str(tmp_path / "c.yaml")])
     assert str(e.value) == f"{tmp_path / 'c.yaml'}: both 'learning_rate' and 'lr' given (learning_rate is lr's other name); keep one"
+
+
+@pytest.mark.parametrize("flags", [["--lr", "1e-5", "--learning-rate", "2e-5"], ["--learning-rate", "2e-5", "--lr", "1e-5"]])
+def test_rlhf_lr_and_learning_rate_flags_together_are_refused_as_in_a_file(flags, capsys):
+    """argparse would keep the last of the two names typed, silently; `proxima train` refuses them."""
+    with pytest.raises(SystemExit) as e:
+        main(["--demo", *flags])
+    assert e.value.code == 2
+    assert one_error_line(capsys.readouterr().err, PROG) == (
+        "both --learning-rate and --lr given (--learning-rate is --lr's other name); keep one")
+    assert _config(["--lr", "1e-5", "--lr", "2e-5"]).lr == 2e-5  # one name typed twice: the last, as argparse
