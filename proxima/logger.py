@@ -1122,9 +1122,10 @@ class RunLogger:
         for what, restore, close in (("TensorBoard events", self._events.reopen_if_deleted, lambda: self._events.close()),
                                      ("metrics", self._reopen_csv_if_deleted, lambda: self._csv_file.close())):
             try:
-                with contextlib.suppress(OSError):  # the close below says why the file cannot be written
+                try:  # a failed restore is raised: the unlinked file's own close succeeds, its rows lost unsaid
                     restore()
-                close()
+                finally:
+                    close()
             except OSError as e:
                 error = error or write_error(self._event_file() if what != "metrics" else self.csv_path, e, f"could not write {what}")
         if error is not None:
