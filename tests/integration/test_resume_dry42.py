@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.cli_helpers import one_error_line, run_main, snapshot, tiny_cartpole_run
 
 
-def test_the_dry_run_resume_points_to_works_on_a_run_and_writes_nothing(tmp_path_factory, capsys):
-    run_dir = tiny_cartpole_run(tmp_path_factory, "dry42")
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A finished tiny CartPole run without --eval-every, so without checkpoints/best.pt."""
+    return tiny_cartpole_run(tmp_path_factory, "dry42")
+
+
+def test_the_dry_run_resume_points_to_works_on_a_run_and_writes_nothing(run_dir, capsys):
     capsys.readouterr()
     code, _, err = run_main(["resume", str(run_dir), "--dry-run"], capsys)
     line = one_error_line(err, "proxima resume")
@@ -20,3 +27,16 @@ def test_the_dry_run_resume_points_to_works_on_a_run_and_writes_nothing(tmp_path
     assert code == 0, err
     assert out.startswith("env_id: CartPole-v1\n") and f"\nrun_dir: {run_dir}\n" in out
     assert snapshot(run_dir) == before
+
+
+def test_eval_checkpoints_best_without_best_pt_gives_the_runs_line(run_dir, capsys):
+    """RUN/checkpoints --best is RUN --best: the line names the run and where it records --eval-every."""
+    capsys.readouterr()
+    assert not (run_dir / "checkpoints" / "best.pt").exists()
+    code, out, err = run_main(["eval", str(run_dir), "--best"], capsys)
+    assert code == 2 and out == ""
+    expected = one_error_line(err, "proxima eval")
+    assert str(run_dir) in expected
+    code, out, err = run_main(["eval", str(run_dir / "checkpoints"), "--best"], capsys)
+    assert code == 2 and out == ""
+    assert one_error_line(err, "proxima eval") == expected

@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from proxima import cli
-from proxima.config import FIELDS, FOREIGN_UNSUPPORTED, ConfigError, from_dict
+from proxima.config import FIELDS, FOREIGN_UNSUPPORTED, SB3_POLICY_NOTE, ConfigError, from_dict
 from proxima.presets import preset_config, resolve
 from tests.cli_helpers import error_line, one_error_line, run_main
 
@@ -269,3 +269,62 @@ def test_migrating_mds_cleanrl_continuous_flags_give_ppo_continuous_actions_sett
     assert {k: got[k] for k in cleanrl} == cleanrl
     mujoco = preset_config("HalfCheetah-v5", "default")  # the doc's "the MuJoCo ids' default preset is those settings"
     assert {k: v for k, v in mujoco.items() if k != "backend"} == {k: got[k] for k in mujoco if k != "backend"}
+
+
+# ------------------------------------------------------------------------------ survivors of the mutation review
+@pytest.mark.parametrize("argv", [["resume", "R", "--trust"], ["eval", "R", "--trust"], ["train", "CartPole-v1", "--trust"]])
+def test_a_flags_first_word_never_completes_to_trust_run(argv, capsys):
+    """--trust is the first word of --trust-run alone: the prefix match must not offer the flag that imports code."""
+    code, _, err = run_main(argv, capsys)
+    line = error_line(code, err)
+    assert "unrecognized arguments: --trust; did you mean --" in line and "--trust-run" not in line, line
+
+
+def test_gsde_advice_is_for_train_and_resume_only(capsys):
+    code, _, err = run_main(["eval", "R", "--use-sde", "1"], capsys)
+    line = error_line(code, err)
+    assert "unrecognized arguments: --use-sde 1" in line and "gSDE" not in line, line  # eval has no policy to train
+
+
+def test_exactly_two_unknown_keys_share_one_line():
+    assert _refusal({"n_envs": 8, "n_steps": 16}) == "zoo.yml: unknown fields: n_envs (num_envs), n_steps (num_steps)"
+
+
+@pytest.mark.parametrize("policy", ["MlpPolicy", "CnnPolicy", "MultiInputPolicy"])
+def test_every_sb3_policy_class_is_sb3s_alone_and_among_others(policy):
+    assert _refusal({"policy": policy}) == f"zoo.yml: unknown field 'policy': {policy!r} is {SB3_POLICY_NOTE}"
+    assert _refusal({"policy": policy, "n_envs": 2}) == (
+        f"zoo.yml: unknown fields: policy ({SB3_POLICY_NOTE}), n_envs (num_envs)")
+
+
+def test_an_unsupported_sb3_key_among_others_keeps_its_advice():
+    assert _refusal({"use_sde": True, "n_envs": 8}) == (
+        f"zoo.yml: unknown fields: use_sde ({FOREIGN_UNSUPPORTED['use_sde']}), n_envs (num_envs)")
+
+
+def test_an_rlhf_key_among_zoo_keys_is_named_an_rlhf_setting():
+    assert _refusal({"kl_coef": 0.1, "n_envs": 8}) == (
+        "zoo.yml: unknown fields: kl_coef (a `proxima rlhf` setting), n_envs (num_envs)")
+
+
+def test_a_value_clip_schedule_says_it_stays_constant():
+    assert _refusal({"vf_clip_coef": "lin_0.2"}) == (
+        "zoo.yml: field 'vf_clip_coef' got 'lin_0.2', expected a number or none (no schedule for vf_clip_coef: it "
+        "stays constant; give 0.2)")
+
+
+@pytest.mark.parametrize("file, flags", [("env_id: CartPole-v1\n", []), ("env_id: Pendulum-v1\n", ["--quiet"])])
+def test_no_env_id_note_for_the_files_own_env_or_under_quiet(file, flags, tmp_path, capsys):
+    (tmp_path / "e.yml").write_text(file)
+    code, out, err = run_main(["train", "CartPole-v1", "--config", str(tmp_path / "e.yml"), *flags, "--dry-run"], capsys)
+    assert code == 0 and out.startswith("env_id: CartPole-v1\n")
+    assert err == ""
+
+
+@pytest.mark.parametrize("env_id, flags", [("gymnasium.envs.classic_control.cartpole:CartPoleEnv", []),
+                                           ("Pendulum-v1", ["--quiet"])])
+def test_no_preset_none_note_without_a_default_preset_or_under_quiet(env_id, flags, capsys):
+    """A module:Class env has no presets, so none is skipped; --quiet silences the note for an env that has one."""
+    code, out, err = run_main(["train", env_id, "--preset", "none", *flags, "--dry-run"], capsys)
+    assert code == 0 and out.startswith(f"env_id: {env_id}\n")
+    assert err == ""
