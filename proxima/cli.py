@@ -1218,8 +1218,10 @@ def _foreign_hint(key: str, value: Optional[str], command: Optional[str], target
     difflib alone sends --clip-range to --clip-reward and --batch-size to --hidden-sizes."""
     from .config import FOREIGN_NAMES, FOREIGN_UNSUPPORTED
 
-    if key in FOREIGN_UNSUPPORTED and command in ("train", "resume"):  # no flag stands for it: difflib sent --use-sde to --seed
-        return ("advice", f"--{key.replace('_', '-')}: {FOREIGN_UNSUPPORTED[key]}")
+    if key in FOREIGN_UNSUPPORTED:  # no flag stands for it: difflib sent --use-sde to --seed
+        if command in ("train", "resume"):
+            return ("advice", f"--{key.replace('_', '-')}: {FOREIGN_UNSUPPORTED[key]}")
+        return ("advice", f"--{key.replace('_', '-')} is a training setting of SB3 or its zoo, not a flag of proxima {command}")
     negated = key.startswith("no_") and key not in FOREIGN_FLAGS and key[3:] in FOREIGN_NAMES  # tyro's --no-cuda form
     name = key[3:] if negated else key
     flag = FOREIGN_FLAGS.get(name) or ("--" + FOREIGN_NAMES[name].replace("_", "-") if name in FOREIGN_NAMES else None)

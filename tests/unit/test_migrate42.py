@@ -284,6 +284,9 @@ def test_gsde_advice_is_for_train_and_resume_only(capsys):
     code, _, err = run_main(["eval", "R", "--use-sde", "1"], capsys)
     line = error_line(code, err)
     assert "unrecognized arguments: --use-sde 1" in line and "gSDE" not in line, line  # eval has no policy to train
+    # and no close-match guess either: --seed is not what an SB3 user meant
+    assert line.endswith("--use-sde is a training setting of SB3 or its zoo, not a flag of proxima eval "
+                         "(see proxima eval --help)") and "--seed" not in line, line
 
 
 def test_exactly_two_unknown_keys_share_one_line():
