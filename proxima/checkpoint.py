@@ -912,8 +912,9 @@ def load_resumable(path: Union[str, Path], allow_population: bool = False, set_a
     no later prune or resume picks it, with a line on stderr naming both files; with ``set_aside``
     False it is left as it is (the --nproc launcher's check, which holds no lock and may not write the
     run: rank 0 sets it aside once it holds the lock). A population's checkpoints are refused with the
-    line that says how to resume them unless ``allow_population`` (population_run.resume_population)."""
-    path = Path(path)
+    line that says how to resume them unless ``allow_population`` (population_run.resume_population).
+    RUN/checkpoints is RUN (source_path), as resumed_run_dir's resolve_checkpoint reads it."""
+    path = source_path(path)
     if not path.is_dir():
         try:
             # sound, as a directory's newest is picked: found only at restore, a damaged named file would

@@ -123,3 +123,131 @@ def test_eval_of_the_checkpoints_folder_takes_the_runs_config_episodes_and_best(
     best = [run_main(["eval", str(path), "--best", "--episodes", "1"], capsys) for path in (run, run / "checkpoints")]
     assert best[0][0] == best[1][0] == 0, best
     assert best[0][1] == best[1][1] and " at step " in best[1][1], best
+
+
+# ------------------------------------------------------------------ mutation-review survivors (5ddb069, 37bc9cc)
+@pytest.mark.parametrize("episodes", [None, "3", 2.5])
+def test_an_eval_json_episodes_field_that_is_no_integer_is_said_as_unknown(episodes):
+    """An eval.json edited by hand (no episodes, a string, a float): report and eval's line say "?",
+    never crash on f"{n:,}"."""
+    result = {"env_id": "CartPole-v1", "mean_return": 9.0, "std_return": 0.0, "deterministic": True}
+    if episodes is not None:  # format_result's results are evaluate()'s or a current eval.json's: never without one
+        result["episodes"] = episodes
+        assert ev.format_result(result) == "CartPole-v1: 9.00 +- 0.00 over ? episodes (deterministic)"
+    assert _eval_line(result) == "9.00 \u00b1 0.00 over ? episodes (deterministic)"
+
+
+def _cut_off_line(run, capsys):
+    return error_line(*run_main(["eval", str(run)], capsys)[::2])
+
+
+def test_several_cut_off_first_writes_name_the_newest_and_count_the_others(run, tmp_path, capsys):
+    run = _copy(run, tmp_path)
+    ckpts = run / "checkpoints"
+    # the older one renamed last: a listing in creation order would put the newer first
+    (ckpts / "step_000000000128.pt").rename(ckpts / ".step_000000000128.pt.00000002.tmp")
+    (ckpts / "step_000000000064.pt").rename(ckpts / ".step_000000000064.pt.00000001.tmp")
+    line = _cut_off_line(run, capsys)
+    assert (f"during the save): {ckpts / '.step_000000000128.pt.00000002.tmp'} (and 1 more like it) is all it left, "
+            "no checkpoints/step_*.pt") in line, line
+
+
+def test_a_cut_off_write_beside_a_link_named_like_one_names_the_real_file(run, tmp_path, capsys):
+    run = _copy(run, tmp_path)
+    ckpts = run / "checkpoints"
+    (ckpts / "step_000000000064.pt").rename(ckpts / ".step_000000000064.pt.00000001.tmp")
+    (ckpts / "step_000000000128.pt").unlink()
+    os.symlink(tmp_path / "nowhere", ckpts / ".step_000000000128.pt.00000002.tmp")  # dangling: no temp file of a write
+    line = _cut_off_line(run, capsys)
+    assert (f"during the save): {ckpts / '.step_000000000064.pt.00000001.tmp'} is all it left, "
+            "no checkpoints/step_*.pt") in line, line
+
+
+@pytest.mark.parametrize("meta", [True, False])
+def test_the_checkpoints_folder_of_a_run_without_checkpoints_gets_the_runs_line(run, tmp_path, capsys, meta):
+    run = _copy(run, tmp_path)
+    for ckpt in (run / "checkpoints").glob("step_*.pt"):
+        ckpt.unlink()
+    if not meta:
+        (run / "meta.json").unlink()
+    lines = [error_line(*run_main(["eval", str(path)], capsys)[::2]) for path in (run, run / "checkpoints")]
+    assert lines[0] == lines[1], lines
+    assert lines[1].startswith(f"proxima eval: error: {run}: its checkpoints are missing ("), lines[1]
+
+
+def test_evaluate_runs_the_runs_config_eval_episodes_however_the_policy_was_named(run, tmp_path, monkeypatch):
+    """RUN/config.yaml's eval_episodes (a resume may have changed it) for RUN, RUN/checkpoints and a file
+    in RUN/checkpoints/, named relative to the working directory too."""
+    run = _copy(run, tmp_path)
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("eval_episodes: 3", "eval_episodes: 5"))
+    ckpt = run / "checkpoints" / "step_000000000128.pt"
+    for path in (run, run / "checkpoints", ckpt):
+        assert ev.evaluate(proxima.load(path))["episodes"] == 5, path
+    monkeypatch.chdir(run / "checkpoints")
+    assert ev.evaluate(proxima.load(ckpt.name))["episodes"] == 5
+
+
+def test_evaluate_of_a_checkpoint_outside_any_run_runs_its_recorded_eval_episodes(run, tmp_path):
+    """A checkpoint copied out of its run: the count it records (3), not 10, nor the config.yaml of a
+    run whose folder it was copied into (only RUN/checkpoints/ is a run's)."""
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "other" / "exported").mkdir(parents=True)
+    (tmp_path / "other" / "config.yaml").write_text((run / "config.yaml").read_text().replace("eval_episodes: 3",
+                                                                                            "eval_episodes: 5"))
+    for folder in (tmp_path / "bare", tmp_path / "other" / "exported"):
+        shutil.copy(run / "checkpoints" / "step_000000000128.pt", folder)
+        assert ev.evaluate(proxima.load(folder / "step_000000000128.pt"))["episodes"] == 3, folder
+
+
+def test_load_and_resume_of_the_checkpoints_folder_with_a_damaged_newest_act_as_the_run(run, tmp_path, capsys):
+    runs = []
+    for name in ("a", "b"):
+        shutil.copytree(run, tmp_path / name)
+        os.truncate(tmp_path / name / "checkpoints" / "step_000000000128.pt", 1000)
+        runs.append(tmp_path / name)
+    lines = []
+    for path in (runs[0], runs[0] / "checkpoints"):
+        with pytest.raises(proxima.checkpoint.CheckpointError) as e:
+            proxima.load(path)
+        lines.append(str(e.value))
+    assert lines[0] == lines[1] and lines[1].startswith(f"{runs[0] / 'checkpoints' / 'step_000000000128.pt'}: "), lines
+    resumed = [run_main(["resume", str(path), "--total-timesteps", "192", "--quiet"], capsys)
+               for path in (runs[0], runs[1] / "checkpoints")]
+    for (code, out, err), path in zip(resumed, runs):
+        assert code == 0 and out == f"run directory: {path}\n", (code, out, err)
+        assert (f"{path / 'checkpoints' / 'step_000000000128.pt'} is unusable (truncated checkpoint (1000 bytes, "
+                f"the end of the archive is missing)); resuming from {path / 'checkpoints' / 'step_000000000064.pt'} "
+                "instead") in err, err
+        assert sorted(p.name for p in (path / "checkpoints").iterdir()) == [
+            "step_000000000064.pt", "step_000000000128.pt", "step_000000000128.pt.corrupt", "step_000000000192.pt"]
+
+
+def test_a_vanishing_newest_names_the_run_for_its_checkpoints_folder(run, monkeypatch):
+    from proxima import checkpoint as ckpt
+
+    def vanished(path, map_location):
+        raise ckpt._Vanished(f"{path}: no such file or directory")
+
+    monkeypatch.setattr(ckpt, "_load_file", vanished)
+    with pytest.raises(ckpt.CheckpointError) as e:
+        ckpt.load_checkpoint(run / "checkpoints")
+    assert str(e.value).startswith(f"{run}: its newest checkpoint was removed while being opened "), str(e.value)
+
+
+def test_a_run_directory_named_checkpoints_is_read_as_itself(run, tmp_path, capsys):
+    """--run-dir X/checkpoints, X holding run files of its own: X/checkpoints is the run, not X's folder."""
+    shutil.copytree(run, tmp_path / "checkpoints")
+    shutil.copy(run / "config.yaml", tmp_path)
+    code, out, err = run_main(["eval", str(tmp_path / "checkpoints"), "--episodes", "1"], capsys)
+    assert code == 0, err
+    assert " at step 128 over 1 episode (deterministic)" in out, out
+
+
+def test_a_checkpoint_file_named_checkpoints_beside_run_files_is_read_as_the_file(run, tmp_path, capsys):
+    """cp RUN/checkpoints/step_N.pt X/checkpoints (no such folder there) makes a FILE named checkpoints."""
+    shutil.copy(run / "checkpoints" / "step_000000000064.pt", tmp_path / "checkpoints")
+    shutil.copy(run / "config.yaml", tmp_path)
+    code, out, err = run_main(["eval", str(tmp_path / "checkpoints"), "--episodes", "1"], capsys)
+    assert code == 0, err
+    assert " at step 64 over 1 episode (deterministic)" in out, out
