@@ -815,6 +815,7 @@ def _written_by(path: Path) -> int:
 
     if under_torchrun():
         return 1
+    path = ckpt.source_path(path)  # RUN/checkpoints resumes RUN: its newest tells how many processes wrote it
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             if path.is_dir():

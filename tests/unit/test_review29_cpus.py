@@ -160,6 +160,19 @@ def test_proxima_resume_starts_no_more_processes_than_it_may_use(machine, tmp_pa
     assert "proxima resume" not in str(e.value) and f"proxima train --resume {tmp_path} --nproc 2" in str(e.value)
 
 
+def test_proxima_resume_of_the_checkpoints_folder_starts_the_processes_that_wrote_it(machine, tmp_path, monkeypatch):
+    """`proxima resume RUN/checkpoints` is `proxima resume RUN`: it relaunches with the run's process count
+    (counting none there, it resumed a 2-process run in one process, which train_state then refused)."""
+    machine(cpus=4, usable=4)
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "step_000000004096.pt").write_bytes(b"")
+    (run / "config.yaml").write_text("env_id: CartPole-v1\n")
+    monkeypatch.setattr(ckpt, "load_checkpoint", lambda path: {"world_size": 2})
+    assert cli._written_by(run) == 2
+    assert cli._written_by(run / "checkpoints") == 2
+
+
 def test_rlhf_resume_starts_no_more_processes_than_it_may_use(machine, tmp_path):
     from proxima.rlhf.api import resume_processes
 
