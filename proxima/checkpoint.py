@@ -804,7 +804,11 @@ def no_checkpoint_error(path: Path) -> CheckpointError:
     trained = None if population is not None else _trained_past_checkpoint(path)
     # a kill (or a second Ctrl-C) while the first checkpoint was written leaves only its temp file, after
     # metrics.csv logged the iteration it was due at: not checkpoints someone removed
-    cut = [] if trained is not None and "best.pt" in trained else _first_write_cut(path)
+    # ... and only the first: rows past the first iteration a checkpoint was due at mean one was written
+    # (the run went on), so a temp file beside them is a later write's, and the checkpoints are missing
+    last, first_due = (None, None) if population is not None else _checkpoint_schedule(path)
+    past_first = last is not None and first_due is not None and last[0] > first_due
+    cut = [] if (trained is not None and "best.pt" in trained) or past_first else _first_write_cut(path)
     if cut:
         more = f" (and {len(cut) - 1} more like it)" if len(cut) > 1 else ""
         start = (f"train the population {population} again from the start: its command ({POPULATION_FILE}) with "
@@ -843,34 +847,42 @@ def _first_write_cut(run: Path) -> list:
         return []
 
 
-def _trained_past_checkpoint(run: Path) -> Optional[str]:
-    """What shows that the run in ``run`` wrote a checkpoint (its best.pt; metrics.csv logging the
-    iteration --checkpoint-every or the end of the run writes one at, by its config.yaml), in words
-    for the line; None when nothing does (rows alone do not: a kill before the first checkpoint
-    leaves rows too). Its files are data: one that cannot be read shows nothing."""
+def _checkpoint_schedule(run: Path) -> tuple:
+    """(the last (iteration, global_step) ``run``'s metrics.csv logs, None for none; the first iteration
+    a checkpoint was due at by its config.yaml (--checkpoint-every, or the run's end), None when it does
+    not say). Its files are data: one that cannot be read says nothing."""
     from .config import load_yaml
     from .rundir import read_run_text
 
-    seen = []
     try:
         logged = [(i, s) for i, s in logged_steps(run) if i is not None]
     except OSError:
         logged = []
-    last = max(logged) if logged else None
-    if last is not None:
-        # the raw values, not run_setup.read_run_config's PPOConfig: a file damaged in another field still
-        # says when a checkpoint was due, and a field it lacks must not read as PPOConfig's default
-        try:
-            cfg = load_yaml(read_run_text(run / "config.yaml"))
-        except Exception:  # any damage: no config to tell when a checkpoint was due
-            cfg = None
-        cfg = cfg if isinstance(cfg, dict) else {}
-        every, total = cfg.get("checkpoint_every"), cfg.get("total_timesteps")
-        batch = cfg.get("num_envs", 0) * cfg.get("num_steps", 0) if all(
-            _is_int(cfg.get(k)) for k in ("num_envs", "num_steps")) else 0
-        due = (_is_int(every) and 0 < every <= last[0]) or (_is_int(total) and batch > 0 and last[0] >= total // batch > 0)
-        if due:
-            seen.append(f"metrics.csv logs {last[0]} iteration(s), to step {last[1]:,}")
+    if not logged:
+        return None, None
+    # the raw values, not run_setup.read_run_config's PPOConfig: a file damaged in another field still
+    # says when a checkpoint was due, and a field it lacks must not read as PPOConfig's default
+    try:
+        cfg = load_yaml(read_run_text(run / "config.yaml"))
+    except Exception:  # any damage: no config to tell when a checkpoint was due
+        cfg = None
+    cfg = cfg if isinstance(cfg, dict) else {}
+    every, total = cfg.get("checkpoint_every"), cfg.get("total_timesteps")
+    batch = cfg.get("num_envs", 0) * cfg.get("num_steps", 0) if all(
+        _is_int(cfg.get(k)) for k in ("num_envs", "num_steps")) else 0
+    due = [n for n in (every if _is_int(every) else 0, total // batch if _is_int(total) and batch > 0 else 0) if n > 0]
+    return max(logged), (min(due) if due else None)
+
+
+def _trained_past_checkpoint(run: Path) -> Optional[str]:
+    """What shows that the run in ``run`` wrote a checkpoint (its best.pt; metrics.csv logging the
+    iteration --checkpoint-every or the end of the run writes one at, by its config.yaml), in words
+    for the line; None when nothing does (rows alone do not: a kill before the first checkpoint
+    leaves rows too)."""
+    seen = []
+    last, first_due = _checkpoint_schedule(run)
+    if last is not None and first_due is not None and last[0] >= first_due:
+        seen.append(f"metrics.csv logs {last[0]} iteration(s), to step {last[1]:,}")
     if _is_regular(best_checkpoint_path(run)):
         seen.append("checkpoints/best.pt is there")
     return ", and ".join(seen) or None

@@ -30,6 +30,15 @@ def _copy(run, tmp_path):
     return tmp_path / "run"
 
 
+def _killed_at_first_checkpoint(run, tmp_path):
+    """A copy of ``run`` as a kill during its first checkpoint's write leaves it: metrics.csv logs the
+    first iteration (the one the checkpoint was due at, --checkpoint-every 1) and nothing after."""
+    run = _copy(run, tmp_path)
+    header, first = (run / "metrics.csv").read_text().splitlines()[:2]
+    (run / "metrics.csv").write_text(f"{header}\n{first}\n")
+    return run
+
+
 def test_eval_and_load_read_a_runs_checkpoints_folder_as_the_run(run, capsys):
     code, out, err = run_main(["eval", str(run / "checkpoints"), "--episodes", "1"], capsys)
     assert code == 0, err
@@ -78,7 +87,7 @@ def test_episode_counts_are_words_with_thousands_separators():
 
 
 def test_a_first_checkpoint_cut_off_in_its_write_is_named_not_called_removed(run, tmp_path, capsys):
-    run = _copy(run, tmp_path)
+    run = _killed_at_first_checkpoint(run, tmp_path)
     ckpts = run / "checkpoints"
     (ckpts / "step_000000000064.pt").rename(ckpts / ".step_000000000064.pt.3f9a2c1d.tmp")  # a full-size temp file
     (ckpts / "step_000000000128.pt").unlink()
@@ -142,7 +151,7 @@ def _cut_off_line(run, capsys):
 
 
 def test_several_cut_off_first_writes_name_the_newest_and_count_the_others(run, tmp_path, capsys):
-    run = _copy(run, tmp_path)
+    run = _killed_at_first_checkpoint(run, tmp_path)
     ckpts = run / "checkpoints"
     # the older one renamed last: a listing in creation order would put the newer first
     (ckpts / "step_000000000128.pt").rename(ckpts / ".step_000000000128.pt.00000002.tmp")
@@ -153,7 +162,7 @@ def test_several_cut_off_first_writes_name_the_newest_and_count_the_others(run, 
 
 
 def test_a_cut_off_write_beside_a_link_named_like_one_names_the_real_file(run, tmp_path, capsys):
-    run = _copy(run, tmp_path)
+    run = _killed_at_first_checkpoint(run, tmp_path)
     ckpts = run / "checkpoints"
     (ckpts / "step_000000000064.pt").rename(ckpts / ".step_000000000064.pt.00000001.tmp")
     (ckpts / "step_000000000128.pt").unlink()
@@ -251,3 +260,17 @@ def test_a_checkpoint_file_named_checkpoints_beside_run_files_is_read_as_the_fil
     code, out, err = run_main(["eval", str(tmp_path / "checkpoints"), "--episodes", "1"], capsys)
     assert code == 0, err
     assert " at step 64 over 1 episode (deterministic)" in out, out
+
+
+def test_a_temp_file_beside_rows_past_the_first_checkpoint_leaves_the_checkpoints_missing(run, tmp_path, capsys):
+    """metrics.csv logs iterations past the first one a checkpoint was due at: the run wrote checkpoints
+    and went on, so a leftover temp file is a later write's; the line says the checkpoints are missing
+    (put them back), not that the first write was cut (nothing to resume)."""
+    run = _copy(run, tmp_path)
+    ckpts = run / "checkpoints"
+    for ckpt in ckpts.glob("step_*.pt"):
+        ckpt.unlink()
+    (ckpts / ".step_000000000192.pt.abcd1234.tmp").write_bytes(b"x" * 100)
+    line = error_line(*run_main(["eval", str(run)], capsys)[::2])
+    assert f"{run}: its checkpoints are missing (metrics.csv logs 2 iteration(s), to step 128" in line, line
+    assert f"put them back in {ckpts}" in line and "interrupted" not in line, line
