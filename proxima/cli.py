@@ -186,6 +186,8 @@ def _note_sb3_learning_rate(args, file_values: dict, cfg, prog: str) -> None:
             or not cfg.anneal_lr or getattr(args, "quiet", False) or os.environ.get("RANK", "0") != "0"
             or COMMAND_ENV in os.environ):
         return
+    if "lr" in vars(args):  # a typed --lr / --learning-rate replaced the file's rate: the note would quote the flag's
+        return
     print(f"{prog}: note: --config {args.config}: learning_rate {cfg.lr:g} is annealed linearly to 0 over the run "
           "(anneal_lr: true, Proxima's and CleanRL's default); SB3 keeps it constant: add anneal_lr: false to the file "
           "to match", file=sys.stderr)

@@ -544,6 +544,7 @@ def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: 
         resume = auto_resume_target(config)
         if resume is None:
             return None
+    resume = ckpt.source_path(resume)  # RUN/checkpoints dry-runs RUN's resume, as the resume itself reads it
     src, target_dir = resumed_run_dir(resume)  # a missing path: the resume's own line
     for folder in ckpt.data_folders(src):
         treat_as_data(folder)  # the env is built next (preflight): never from the run's files

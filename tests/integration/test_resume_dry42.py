@@ -40,3 +40,17 @@ def test_eval_checkpoints_best_without_best_pt_gives_the_runs_line(run_dir, caps
     code, out, err = run_main(["eval", str(run_dir / "checkpoints"), "--best"], capsys)
     assert code == 2 and out == ""
     assert one_error_line(err, "proxima eval") == expected
+
+
+def test_the_dry_run_of_a_resume_of_the_checkpoints_folder_is_the_runs(run_dir, capsys):
+    """`proxima resume RUN/checkpoints` resumes RUN, so its dry run prints RUN's config (it raised an
+    IndexError: RUN/checkpoints/checkpoints holds no step_*.pt)."""
+    capsys.readouterr()
+    before = snapshot(run_dir)
+    outs = []
+    for path in (run_dir, run_dir / "checkpoints"):
+        code, out, err = run_main(["train", "--resume", str(path), "--dry-run"], capsys)
+        assert code == 0, err
+        outs.append(out)
+    assert outs[0] == outs[1] and f"\nrun_dir: {run_dir}\n" in outs[1]
+    assert snapshot(run_dir) == before

@@ -219,7 +219,8 @@ def test_a_files_learning_rate_without_anneal_lr_notes_sb3s_constant_rate(tmp_pa
                    "0 over the run (anneal_lr: true, Proxima's and CleanRL's default); SB3 keeps it constant: add "
                    "anneal_lr: false to the file to match\n")
     for file, flags in (("learning_rate: 0.001\nanneal_lr: true\n", []), ("learning_rate: 0.001\n", ["--no-anneal-lr"]),
-                        ("lr: 0.001\n", [])):  # anneal_lr chosen, or lr (Proxima's and CleanRL's name): no note
+                        ("lr: 0.001\n", []),  # anneal_lr chosen, or lr (Proxima's and CleanRL's name): no note
+                        ("learning_rate: 0.001\n", ["--lr", "5e-4"])):  # a typed rate replaced the file's: no note quoting it
         (tmp_path / "zoo.yml").write_text(file)
         code, _, err = run_main(["train", "CartPole-v1", "--config", str(tmp_path / "zoo.yml"), *flags, "--dry-run"],
                                 capsys)
