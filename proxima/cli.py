@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from .config import ALIASES, EVAL_SEED_OFFSET, FIELDS, MAX_EVAL_STEPS, MAX_SEED, ConfigError, coerce, int_arg
+from .config import (ALIASES, EVAL_SEED_OFFSET, FIELDS, FOREIGN_NOTE_TEMPLATES, MAX_EVAL_STEPS, MAX_SEED, ConfigError, coerce,
+                     foreign_note, int_arg)
 
 EXIT_USAGE = 2
 
@@ -1187,19 +1188,11 @@ def build_parser() -> ArgParser:
 #: what to type: the value comes too (--cuda is --device cuda) or the flag is the negated one
 FOREIGN_FLAGS = {"cuda": "--device cuda", "no_cuda": "--device cpu", "policy": "--encoder"}
 
-#: config.FOREIGN_NOTES in flag words (a test holds the two to the same names)
+#: config.FOREIGN_NOTE_TEMPLATES in flag words (config.FOREIGN_NOTES has them in field words), with
+#: the notes of flags that only the command line has
 FOREIGN_FLAG_NOTES = {
-    "batch_size": "it counts minibatches: --num-envs x --num-steps / your minibatch size",
-    "minibatch_size": "it counts minibatches: --num-envs x --num-steps / your minibatch size",
-    "clip_range_vf": "--vf-clip-coef X with --clip-vloss (the default) clips differently: CleanRL's max of the clipped "
-                     "and unclipped squared errors, where SB3 takes the clipped one alone; SB3's clip_range_vf=None is "
-                     "--no-clip-vloss",
-    "policy_kwargs": "net_arch=[64, 64] is --hidden-sizes 64,64, activation_fn is --activation tanh or relu",
-    "net_arch": "one list for both the actor's and the critic's hidden layers, e.g. --hidden-sizes 64,64; separate "
-                "pi/vf sizes (dict(pi=[..], vf=[..])) are not supported",
+    **{name: foreign_note(text, flags=True) for name, text in FOREIGN_NOTE_TEMPLATES.items()},
     "cuda": "",  # FOREIGN_FLAGS' --device cuda says it
-    "normalize": "the zoo's normalize: true is --norm-obs --norm-reward",
-    "exp_name": "the run's directory, by default runs/<env>__<seed>__<time>",
     "policy": "MlpPolicy is --encoder mlp, CnnPolicy --encoder cnn",
 }
 

@@ -237,20 +237,48 @@ FOREIGN_NAMES = {
 }
 
 #: what to give where a foreign name's value is not its field's (SB3's batch_size is a minibatch's size
-#: in steps: copied into num_minibatches, it would train another run than the one meant)
-FOREIGN_NOTES = {
-    "batch_size": "it counts minibatches: num_envs x num_steps / your minibatch size",
-    "minibatch_size": "it counts minibatches: num_envs x num_steps / your minibatch size",
-    "clip_range_vf": "vf_clip_coef=X with clip_vloss=True (the default) clips differently: CleanRL's max of the clipped "
-                     "and unclipped squared errors, where SB3 takes the clipped one alone; SB3's clip_range_vf=None is "
-                     "clip_vloss=False",
-    "policy_kwargs": "net_arch=[64, 64] is hidden_sizes=[64, 64], activation_fn is activation='tanh' or 'relu'",
-    "cuda": "device='cuda'",
-    "normalize": "the zoo's normalize: true is norm_obs=True and norm_reward=True",
+#: in steps: copied into num_minibatches, it would train another run than the one meant). One text per
+#: name for a config file and the command line alike: ``{field}`` and ``{field=value}`` are written in
+#: field words (FOREIGN_NOTES) or flag words (cli.FOREIGN_FLAG_NOTES) by foreign_note, so the two cannot drift
+FOREIGN_NOTE_TEMPLATES = {
+    "batch_size": "it counts minibatches: {num_envs} x {num_steps} / your minibatch size",
+    "minibatch_size": "it counts minibatches: {num_envs} x {num_steps} / your minibatch size",
+    "clip_range_vf": "{vf_clip_coef=X} with {clip_vloss=True} (the default) clips differently: CleanRL's max of the "
+                     "clipped and unclipped squared errors, where SB3 takes the clipped one alone; SB3's "
+                     "clip_range_vf=None is {clip_vloss=False}",
+    "policy_kwargs": "net_arch=[64, 64] is {hidden_sizes=[64, 64]}, activation_fn is {activation='tanh' or 'relu'}",
+    "cuda": "{device='cuda'}",
+    "normalize": "the zoo's normalize: true is {norm_obs=True} and {norm_reward=True}",
     "exp_name": "the run's directory, by default runs/<env>__<seed>__<time>",
-    "net_arch": "one list for both the actor's and the critic's hidden layers, e.g. [64, 64]; separate pi/vf sizes "
-                "(dict(pi=[..], vf=[..])) are not supported",
+    "net_arch": "one list for both the actor's and the critic's hidden layers, e.g. {hidden_sizes=[64, 64]}; separate "
+                "pi/vf sizes (dict(pi=[..], vf=[..])) are not supported",
 }
+
+_SETTING = re.compile(r"\{(\w+)(?:=([^{}]*))?\}")
+
+
+def _flag_words(field: str, value: Optional[str]) -> str:
+    """``{field=value}`` as typed on the command line: --flag (True), --no-flag (False), --flag 64,64
+    ([64, 64]), --flag tanh or relu ('tanh' or 'relu'), --flag X (a placeholder)."""
+    flag = "--" + field.replace("_", "-")
+    if value is None or value == "True":
+        return flag
+    if value == "False":
+        return "--no-" + flag[2:]
+    words = [v.strip().strip("'\"") for v in value.split(" or ")]
+    return f"{flag} " + " or ".join(w[1:-1].replace(" ", "") if w.startswith("[") else w for w in words)
+
+
+def foreign_note(template: str, flags: bool = False) -> str:
+    """A FOREIGN_NOTE_TEMPLATES text with its ``{field}`` / ``{field=value}`` settings in field words
+    (``vf_clip_coef=X``, a config file's or a script's) or, ``flags``, in flag words (``--vf-clip-coef X``)."""
+    if flags:
+        return _SETTING.sub(lambda m: _flag_words(m[1], m[2]), template)
+    return _SETTING.sub(lambda m: m[1] if m[2] is None else f"{m[1]}={m[2]}", template)
+
+
+#: FOREIGN_NOTE_TEMPLATES in field words: a config file's or a script's unknown name
+FOREIGN_NOTES = {name: foreign_note(text) for name, text in FOREIGN_NOTE_TEMPLATES.items()}
 
 #: SB3's and the zoo's settings that no field here stands for, with what Proxima does instead (cli's
 #: --use-sde etc. say the same: difflib sent --use-sde to --seed)
