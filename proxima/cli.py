@@ -780,7 +780,9 @@ def cmd_resume(args) -> int:
         run_dir, _ = train(None, resume=path, argv=recorded_argv(), quiet=args.quiet, env_id=args.env, trust_run=args.trust_run,
                            overrides=typed_flags(args))
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the job
-            print(f"run directory: {_as_typed(run_dir, _run_dir_of(path))}")
+            from .evaluate import run_dir_named
+
+            print(f"run directory: {_as_typed(run_dir, run_dir_named(path))}")
         return 0
     except TrainingInterrupted as e:
         from .signals import say_stopped
@@ -834,15 +836,16 @@ def _written_by(path: Path) -> int:
     if not isinstance(world, int) or isinstance(world, bool) or world <= 1:
         return 1
     from .cpuinfo import cpus_text, usable_cpus
+    from .evaluate import run_dir_named
     from .signals import resume_advice, resume_route
 
     cpus = cpus_text(usable_cpus())
     # the decision of every suggested command too (signals.resume_route), so the command they name works
-    route = resume_route(_run_dir_of(path), world)
+    route = resume_route(run_dir_named(path), world)
     if route != "resume":  # a recorded count is data: never start more processes than the CPUs it may use
 
         # the stop line's builder: the path quoted, a module env named, so the command pasted resumes this run
-        command, _ = resume_advice(_run_dir_of(path), world, path=path)
+        command, _ = resume_advice(run_dir_named(path), world, path=path)
         # a hand-started torchrun job, or more processes than --nproc may start here (several machines' worth)
         if route == "torchrun":
             raise ConfigError(f"{path}: written by {world} processes, more than {cpus}; resume it under "
@@ -863,15 +866,6 @@ def _as_typed(run_dir, typed: Optional[Path]):
         return run_dir
 
 
-def _run_dir_of(path: Path) -> Optional[Path]:
-    """The run directory of ``path`` (a run directory, or a checkpoint in its checkpoints/); None for a
-    loose checkpoint, which has no run files."""
-    from .checkpoint import source_path
-
-    path = source_path(path)  # RUN/checkpoints is RUN's: its config.yaml gives the episode count, as for RUN
-    return path if path.is_dir() else path.parent.parent if path.parent.name == "checkpoints" else None
-
-
 # ------------------------------------------------------------------------------------ eval
 def cmd_eval(args) -> int:
     from .evaluate import command_line
@@ -884,7 +878,7 @@ def cmd_eval(args) -> int:
 
 
 def _cmd_eval(args, out) -> int:
-    from .evaluate import evaluate, format_result, json_numbers, load_run_policy
+    from .evaluate import evaluate, format_result, json_numbers, load_run_policy, run_dir_named
 
     prog = "proxima eval"
     if args.episodes is not None and args.episodes < 1:
@@ -903,7 +897,7 @@ def _cmd_eval(args, out) -> int:
         path = args.path
         from .rundir import recorded_kind, rlhf_run_line
 
-        run_dir = _run_dir_of(Path(path))
+        run_dir = run_dir_named(path)
         if run_dir is not None and recorded_kind(run_dir / "meta.json") == "rlhf":  # not a run that stopped before a checkpoint
             return fail(prog, rlhf_run_line(run_dir))
         from .rundir import hf_model_line

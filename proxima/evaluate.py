@@ -8,7 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import torch
 
@@ -88,10 +88,24 @@ def default_episodes(policy) -> int:
     from .report import run_eval_episodes
 
     path = getattr(policy, "path", None)
-    folder = Path(path).absolute().parent if isinstance(path, (str, Path)) else None
     config = getattr(policy, "config", None)
-    return run_eval_episodes(folder.parent if folder is not None and folder.name == "checkpoints" else None,
+    return run_eval_episodes(run_dir_named(path) if isinstance(path, (str, Path)) else None,
                              config if isinstance(config, dict) else None)
+
+
+def run_dir_named(path: Union[str, Path]) -> Optional[Path]:
+    """The run directory of ``path``: a run directory (RUN/checkpoints is RUN: checkpoint.source_path),
+    or a checkpoint in RUN/checkpoints/; None for a loose checkpoint, which has no run files. Its
+    config.yaml gives eval's episode count and its meta.json the run's kind, so eval and evaluate()
+    read the same run. Relative as typed where ``path`` names its folder, so lines can print it so."""
+    from .checkpoint import source_path
+
+    path = source_path(path)
+    if path.is_dir():
+        return path
+    # step_1.pt typed inside RUN/checkpoints/: its folder has a name only once made absolute
+    folder = path.parent if path.parent.name else path.absolute().parent
+    return folder.parent if folder.name == "checkpoints" else None
 
 
 def run_backend(policy) -> str:
