@@ -89,7 +89,7 @@ def load_prompts(path: str) -> Prompts:
                           f"({e.reason}); save the file as UTF-8") from None
     rows, blank = Prompts(), 0
     if suffix == ".json" and text.lstrip().startswith("["):
-        rows = [_parse_row(item, f"--prompts {path}:{number}", number) for item, number in _json_array(text, path)]
+        rows = Prompts(_parse_row(item, f"--prompts {path}:{number}", number) for item, number in _json_array(text, path))
     else:
         # rows end at "\n" (or "\r\n") only: str.splitlines() also breaks at \r, U+2028, U+2029, U+0085,
         # \x0b, \x0c and \x1c-\x1e, which a JSON string or a text prompt may hold, and would cut the row and

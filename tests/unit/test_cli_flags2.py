@@ -151,9 +151,9 @@ def test_rlhf_names_a_refused_flag_and_suggests_an_alias_as_ppo_does(tmp_path, c
     code, _, err = run_main(["rlhf", "--steps", "1.5"], capsys)
     error_line(code, err, "--steps '1.5': expected an integer")
     path = tmp_path / "r.yaml"
-    path.write_text("learning_rate: 0.1\n")
+    path.write_text("learnig_rate: 0.1\n")  # learning_rate itself is lr's other name (test_rlhf42)
     code, _, err = run_main(["rlhf", "--config", str(path)], capsys)
-    error_line(code, err, f"{path}: unknown field 'learning_rate' (did you mean 'lr'?)")
+    error_line(code, err, f"{path}: unknown field 'learnig_rate' (did you mean 'lr'?)")
 
 
 # ------------------------------------------------------------------------------------ --nproc

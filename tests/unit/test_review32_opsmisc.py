@@ -221,7 +221,7 @@ def no_cuda(monkeypatch):
 
 def test_doctor_hints_the_pinned_torch_only_when_another_is_installed(monkeypatch, no_cuda):
     monkeypatch.setattr(torch, "__version__", "2.0.0")
-    hint = f"torch 2.0.0 differs from the pinned torch=={doctor.TORCH_PIN}: pip install torch=={doctor.TORCH_PIN}"
+    hint = f"torch 2.0.0 differs from the pinned torch=={doctor.TORCH_PIN}: {doctor.pip()} install torch=={doctor.TORCH_PIN}"
     assert hint in doctor.collect()["hints"]
     monkeypatch.setattr(torch, "__version__", doctor.TORCH_PIN + "+cpu")  # a local build tag is the same torch
     assert not [h for h in doctor.collect()["hints"] if "differs from the pinned" in h]
@@ -253,7 +253,7 @@ def test_a_torch_that_does_not_import_is_one_hint(monkeypatch):
     assert info["torch"] is None
     about = [h for h in info["hints"] if "import of torch halted" in h]
     assert about == ["torch not importable (ModuleNotFoundError: import of torch halted; None in sys.modules): "
-                     f"pip install torch=={doctor.TORCH_PIN}"], info["hints"]
+                     f"{doctor.pip()} install torch=={doctor.TORCH_PIN}"], info["hints"]
 
 
 def test_ctrl_c_during_a_probe_stops_doctor():
@@ -268,7 +268,7 @@ def test_ctrl_c_during_a_probe_stops_doctor():
 
 
 def test_require_cuda_says_torch_does_not_import_when_that_is_why(monkeypatch, capsys):
-    hint = f"torch not importable (ImportError: libcudnn.so.9 missing): pip install torch=={doctor.TORCH_PIN}"
+    hint = f"torch not importable (ImportError: libcudnn.so.9 missing): {doctor.pip()} install torch=={doctor.TORCH_PIN}"
     assert doctor.cuda_reason({"cuda_usable": False, "hints": ["mujoco not installed: ...", hint]}) == hint
     monkeypatch.setattr(doctor, "collect", lambda: {"cuda_usable": False, "hints": [hint]})
     assert doctor.run(argparse.Namespace(json=False, require_cuda=True)) == 1
