@@ -1566,8 +1566,11 @@ class Policy:
                 if layout.is_image:  # a Dict's keys come packed (B, D): no image shape to hold them to
                     self._check_image_shape(obs, part, "obs")
                 self._check_pixel_values(obs, part, "obs", is_numpy)
-        x = torch.as_tensor(np.asarray(obs, dtype=np_dtype) if isinstance(obs, np.ndarray) or is_numpy else obs,
-                            dtype=layout.dtype, device=self.device)
+        if isinstance(obs, np.ndarray) or is_numpy:
+            obs = np.asarray(obs, dtype=np_dtype)
+            if any(s < 0 for s in obs.strides):  # a flipped view (BGR->RGB frame[..., ::-1]), which torch cannot wrap
+                obs = np.ascontiguousarray(obs)
+        x = torch.as_tensor(obs, dtype=layout.dtype, device=self.device)
         if not from_dict:  # a dict's keys were held to their shapes by _dict_batch
             batched, n = self._array_batch(tuple(x.shape), layout)
         single = not batched

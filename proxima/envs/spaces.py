@@ -166,7 +166,7 @@ def box_range(space: gym.spaces.Box) -> tuple:
 
 
 def uint8_pixels(space: gym.spaces.Box, expr: str = "obs", values=None, name: Optional[str] = None,
-                 tensor: bool = False) -> tuple:
+                 tensor: bool = False, own_dtype: bool = False) -> tuple:
     """((low, high), words): the uint8 range the pixels of ``space`` are to hold and how to make the
     observation ``expr`` into them ("np.uint8 pixels LOW..HIGH as EXPR"), from the range ``space``
     declares, which the network maps to [0, 1] (nets.pixel_range). The advice of check-env, of
@@ -181,10 +181,12 @@ def uint8_pixels(space: gym.spaces.Box, expr: str = "obs", values=None, name: Op
       with none, both casts, the scaling first (a bare cast of [0, 1] pixels makes them all 0),
       told apart by the values of ``name`` (``expr`` by default).
 
-    ``tensor``: in torch's words (``.to(torch.uint8)``) for a caller that gave a tensor."""
+    ``tensor``: in torch's words (``.to(torch.uint8)``) for a caller that gave a tensor. ``own_dtype``:
+    ``expr`` holds the space's own dtype (image_note's env obs), so an integer Box's values are
+    integers, never [0, 1] floats to scale: an int32 Box(0, 255) is a cast."""
     lo, hi = box_range(space)
     integral = bool(np.issubdtype(space.dtype, np.integer) or space.dtype == np.bool_)
-    unit = None
+    unit = False if own_dtype and integral else None
     if values is not None:
         v = np.asarray(values, dtype=np.float64)
         v = v[np.isfinite(v)]
@@ -228,7 +230,8 @@ def _as_image(shape: tuple, expr: str) -> Optional[tuple]:
     """(image shape, expression) for one reshaping that makes a Box of ``shape`` an image: a channel
     axis for (H, W), the stack merged into channels for a frame stack (N, H, W, C) or (N, C, H, W)
     (Gymnasium's FrameStackObservation) whose frames have another channel count than 1, 3 or 4, the
-    shape itself for an image or a stack Proxima reads as one; None when none does."""
+    shape itself for an image or a stack Proxima reads as one, the stack axis moved first for
+    channels-last frames stacked on the last axis (H, W, C, N); None when none does."""
 
     def image(s: tuple) -> bool:
         return image_layout(gym.spaces.Box(0, 255, s, np.uint8)) is not None
@@ -247,6 +250,10 @@ def _as_image(shape: tuple, expr: str) -> Optional[tuple]:
             return (a, b, n * c), f"{expr}.transpose(1, 2, 0, 3).reshape{(a, b, n * c)}"
         if image((n * a, b, c)) and a < min(b, c):
             return (n * a, b, c), f"{expr}.reshape{(n * a, b, c)}"
+        # channels-last frames stacked on the last axis (np.stack(frames, axis=-1)): the stack goes first,
+        # Gymnasium's FrameStackObservation layout (tried last: a (N, H, W, 2) stack is merged above)
+        if shape_layout((c, n, a, b)) == "nhwc":
+            return (c, n, a, b), f"np.moveaxis({expr}, -1, 0)"
     return None
 
 
@@ -271,7 +278,7 @@ def image_note(space: gym.spaces.Space, expr: str = "obs", values=None, single: 
     from ..nets import CNN_MIN_SIZE  # nets imports this module: imported when a note is made
 
     size = int(np.prod(shape))
-    (lo, hi), words = uint8_pixels(space, fix[1] if fix is not None else expr, values, expr)
+    (lo, hi), words = uint8_pixels(space, fix[1] if fix is not None else expr, values, expr, own_dtype=True)
     unit = single and unit_image_layout(space) is not None
     if u8:
         stacks = " (or a stack of such frames, (N, H, W, C) or (N, C, H, W), of 1, 3 or 4 channels)" if len(shape) == 4 else ""
@@ -290,7 +297,7 @@ def image_note(space: gym.spaces.Space, expr: str = "obs", values=None, single: 
     new, value = fix
     value = f"return {value}" if u8 else f"return {words}"  # uint8 pixels keep their range: only the shape changes
     change = ("add a channel axis" if len(shape) == 2 else "make it uint8" if new == shape
-              else "merge the frame stack into channels")
+              else "put the stack axis first" if fix[1].startswith("np.moveaxis") else "merge the frame stack into channels")
     if unit:
         return how, (f"train with --encoder cnn, or (4x less memory, and --encoder auto takes the CNN from "
                      f"{CNN_MIN_SIZE}x{CNN_MIN_SIZE}) make it uint8: declare Box({lo}, {hi}, {new}, np.uint8) and {value}")
