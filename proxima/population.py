@@ -179,8 +179,10 @@ class Population:
             streams.append(g)
         self.encoder_kind = agents[0].encoder_kind
         if base.norm_obs and agents[0].has_pixels:
+            from .run_setup import check_norm_obs
+
             self.env.close()
-            raise ConfigError("--norm-obs: this env's observations hold an image, which the network scales to [0, 1]; drop --norm-obs")
+            check_norm_obs(base, True)  # a single run's refusal, one text
         # an MLP agent: one Agent with stacked Linear layers, called directly; else vmap over a template
         self.stacked = agents[0].encoder is None and not any(True for _ in agents[0].buffers())
         # per-member random streams (action samples, minibatch permutations, env resets): member k

@@ -816,7 +816,9 @@ def check_norm_obs(cfg: PPOConfig, has_image: bool) -> None:
     """ConfigError for --norm-obs of an env whose observations hold an image (Agent.has_pixels): the
     Trainer's own check, also here so --dry-run and the --nproc launcher refuse it once, up front."""
     if cfg.norm_obs and has_image:
-        raise ConfigError("--norm-obs: this env's observations hold an image, which the network scales to [0, 1]; drop --norm-obs")
+        # per-key normalization is not built: a Dict's vector keys are the env's to scale
+        raise ConfigError("--norm-obs: this env's observations hold an image, which the network scales to [0, 1]; drop "
+                          "--norm-obs (a Dict observation's vector keys: normalize them inside the env)")
 
 
 def same_init_source(given, recorded) -> bool:

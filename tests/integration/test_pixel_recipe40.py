@@ -170,7 +170,8 @@ def test_the_no_preset_note_of_an_image_env_does_not_advise_norm_obs(env_id, dry
     # the advice it withholds is refused indeed
     code, _, err = run_main(["train", env_id, "--norm-obs", "--dry-run", *TINY], capsys)
     assert error_line(code, err) == ("proxima train: error: --norm-obs: this env's observations hold an image, which "
-                                     "the network scales to [0, 1]; drop --norm-obs")
+                                     "the network scales to [0, 1]; drop --norm-obs (a Dict observation's vector keys: "
+                                     "normalize them inside the env)")
 
 
 # ------------------------------------------------------------------------ 2. --env-kwargs KEY=VALUE
@@ -215,3 +216,13 @@ def test_a_grayscale_2d_observation_is_told_of_grayscale_observations_keep_dim(c
     # a Dict key: no wrapper of Gymnasium's grayscales one key, so only the reshape is advised
     how, fix = image_note(Gray.observation_space, "obs['cam']")
     assert fix.endswith("and return obs['cam'][..., None]"), fix
+
+
+def test_a_population_refuses_norm_obs_of_an_image_env_with_the_single_runs_line(tmp_path, capsys):
+    """One text for the refusal (run_setup.check_norm_obs), whichever path reaches it first."""
+    lines = []
+    for seeds in ([], ["--seeds", "1-2"]):
+        code, _, err = run_main(["train", "FakeCarDict40-v0", "--norm-obs", "--run-dir", str(tmp_path / f"r{len(seeds)}"),
+                                 *seeds, *TINY], capsys)
+        lines.append(error_line(code, err))
+    assert lines[0] == lines[1] and "normalize them inside the env" in lines[1], lines
