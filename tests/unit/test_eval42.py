@@ -4,6 +4,7 @@ checkpoint whose write was cut off, and a report past a damaged meta.json."""
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -274,3 +275,49 @@ def test_a_temp_file_beside_rows_past_the_first_checkpoint_leaves_the_checkpoint
     line = error_line(*run_main(["eval", str(run)], capsys)[::2])
     assert f"{run}: its checkpoints are missing (metrics.csv logs 2 iteration(s), to step 128" in line, line
     assert f"put them back in {ckpts}" in line and "interrupted" not in line, line
+
+
+# --- what metrics.csv and config.yaml say about a run without checkpoints (checkpoint._checkpoint_schedule)
+def _no_checkpoints(run, tmp_path, rows: int, **config):
+    """A copy of ``run`` without its step_*.pt, metrics.csv cut to its first ``rows`` rows, config.yaml's
+    fields in ``config`` replaced."""
+    run = _copy(run, tmp_path)
+    for ckpt in (run / "checkpoints").glob("step_*.pt"):
+        ckpt.unlink()
+    lines = (run / "metrics.csv").read_text().splitlines()
+    (run / "metrics.csv").write_text("\n".join(lines[:1 + rows]) + "\n")
+    text = (run / "config.yaml").read_text()
+    for key, value in config.items():
+        text = re.sub(rf"(?m)^{key}: .*$", f"{key}: {value}", text)
+    (run / "config.yaml").write_text(text)
+    return run
+
+
+def test_a_run_killed_in_its_first_iteration_stopped_before_its_first_checkpoint(run, tmp_path, capsys):
+    run = _no_checkpoints(run, tmp_path, rows=0)
+    for command in ("eval", "resume"):
+        line = error_line(*run_main([command, str(run)], capsys)[::2])
+        assert f"{run}: the run stopped before its first checkpoint (one is written every" in line, line
+
+
+def test_rows_up_to_the_first_checkpoint_due_say_the_checkpoints_are_missing(run, tmp_path, capsys):
+    run = _no_checkpoints(run, tmp_path, rows=1)  # --checkpoint-every 1: one was written at iteration 1
+    line = error_line(*run_main(["eval", str(run)], capsys)[::2])
+    assert f"{run}: its checkpoints are missing (metrics.csv logs 1 iteration(s), to step 64," in line, line
+
+
+def test_a_cut_write_before_a_checkpoint_every_0_runs_end_is_its_first(run, tmp_path, capsys):
+    """--checkpoint-every 0: the first checkpoint due is the run's end (iteration 10 here); a temp file
+    beside 2 rows is a cut write (a Ctrl-C's checkpoint, cut by a second), not a later one's."""
+    run = _no_checkpoints(run, tmp_path, rows=2, checkpoint_every=0, total_timesteps=640)
+    (run / "checkpoints" / ".step_000000000128.pt.0badf00d.tmp").write_bytes(b"x" * 100)
+    line = error_line(*run_main(["eval", str(run)], capsys)[::2])
+    assert f"{run}: its first checkpoint's write was interrupted" in line, line
+
+
+def test_resume_of_the_checkpoints_folder_names_the_run_directory_as_typed(run, tmp_path, capsys, monkeypatch):
+    _copy(run, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(["resume", os.path.join("run", "checkpoints"), "--total-timesteps", "192"], capsys)
+    assert code == 0, err
+    assert out.splitlines()[-1] == "run directory: run", out
