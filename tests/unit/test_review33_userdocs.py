@@ -34,8 +34,9 @@ def test_eval_plot_and_report_name_an_rlhf_run_and_where_its_results_are(rlhf_ru
     assert sorted(p.name for p in rlhf_run.iterdir()) == ["checkpoints", "meta.json", "metrics.csv"]  # nothing written or moved
 
 
-def test_eval_of_a_checkpoint_in_an_rlhf_run_names_the_run(rlhf_run, capsys):
-    code, _, err = run_main(["eval", str(rlhf_run / "checkpoints" / "step_000002.pt")], capsys)
+@pytest.mark.parametrize("inside", ["checkpoints/step_000002.pt", "checkpoints"])
+def test_eval_of_a_checkpoint_in_an_rlhf_run_names_the_run(rlhf_run, inside, capsys):
+    code, _, err = run_main(["eval", str(rlhf_run / inside)], capsys)
     error_line(code, err, f"{rlhf_run}: an RLHF run (proxima rlhf), not a PPO run")
 
 
