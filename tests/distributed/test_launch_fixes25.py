@@ -20,11 +20,23 @@ from distributed_helpers import env, record_launches
 TINY = ["--num-envs", "4", "--num-steps", "16", "--total-timesteps", "128", "--threads", "1", "--no-progress",
         "--eval-episodes", "0"]
 
-# each rank exits with the code at its index of RANK_CODES, after a moment (so both have started)
+# each rank exits with the code at its index of RANK_CODES, after a moment (so both have started); a
+# failing rank waits for the ranks that succeed to have exited (their done_<rank> file, then a moment),
+# else torchrun's teardown SIGTERM may reach a rank still starting on a loaded machine, and the line
+# names it as killed
 RANK_SCRIPT = textwrap.dedent("""
-    import os, sys, time
+    import os, pathlib, sys, time
+    codes = [int(c) for c in os.environ["RANK_CODES"].split(",")]
+    rank = int(os.environ["RANK"])
     time.sleep(0.5)
-    sys.exit(int(os.environ["RANK_CODES"].split(",")[int(os.environ["RANK"])]))
+    if codes[rank] == 0:
+        pathlib.Path(f"done_{rank}").touch()
+    else:
+        deadline = time.time() + 60
+        while time.time() < deadline and not all(pathlib.Path(f"done_{r}").exists() for r, c in enumerate(codes) if c == 0):
+            time.sleep(0.05)
+        time.sleep(0.5)
+    sys.exit(codes[rank])
 """)
 
 
