@@ -716,8 +716,9 @@ def source_path(path: Union[str, Path]) -> Path:
     is RUN's when RUN holds step_*.pt there or a run's start-up files (a run that wrote none yet is told
     so, not called "no run"), and is no run directory itself (no checkpoints/ of its own)."""
     path = Path(path)
-    if path.name == "checkpoints" and path.is_dir() and not (path / "checkpoints").exists():
-        run = path.parent
+    named = path if path.name else path.absolute()  # "." typed inside RUN/checkpoints: its name is the folder's
+    if named.name == "checkpoints" and path.is_dir() and not (path / "checkpoints").exists():
+        run = named.parent
         if list_checkpoints(run) or any((run / name).is_file() for name in _RUN_FILES):
             return run
     return path

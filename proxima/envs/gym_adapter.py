@@ -35,8 +35,7 @@ from ..config import install_hint
 from ..shared_change import SharedChange
 from ..sightings import Sightings
 from .base import BatchedEnv, EnvError
-from .spaces import (ObsLayout, box_range, check_spaces, obs_layout, pack_numpy, space_actions, tensor_space, uint8_pixels,
-                     unit_image_layout)
+from .spaces import ObsLayout, box_range, check_spaces, obs_layout, pack_numpy, space_actions, tensor_space, uint8_pixels
 
 #: extras that provide an env family; used to say what to install when an env cannot be built.
 EXTRAS = {"box2d": ("LunarLander", "BipedalWalker", "CarRacing"), "mujoco": ("HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "Swimmer", "Reacher", "Pusher", "InvertedPendulum", "InvertedDoublePendulum")}
@@ -663,12 +662,10 @@ def image_bounds(part) -> Optional[tuple]:
     0..255 image (the common case: nothing to check) or a part that is no image. EnvCalls refuses a
     value beyond it: an image declared Box(0, 1, ..., np.uint8) whose env returns 0..255 pixels would
     otherwise feed the network values up to 255 with no word (check-env and --debug-checks say so).
-    A single float Box declared exactly (0, 1) of an image's shape (spaces.unit_image_layout), which
-    ``--encoder cnn`` reads as it is, is (0.0, 1.0): its 0..255 values would reach the network as 255."""
-    if part.source is None:
+    A float Box(0, 1) of an image's shape is not checked here: it is an image only under --encoder cnn,
+    chosen after the env is built, and a grid of probabilities under any other encoder trained as it was."""
+    if part.layout is None or part.source is None:
         return None
-    if part.layout is None:
-        return (0.0, 1.0) if part.key is None and unit_image_layout(part.source) is not None else None
     from ..nets import pixel_range
 
     low, high = pixel_range(part)
@@ -782,8 +779,7 @@ class EnvCalls(gym.Wrapper):
         # a plain Box: (declared shape, is an image), compared with the obs's without a loop
         self._box = None if layout.is_dict else (layout.parts[0].shape, layout.parts[0].layout is not None)
         # step()'s fast path: the declared shape of a plain Box that is not an image (None: always the full check)
-        self._shape = (layout.parts[0].shape if self._box is not None and not self._box[1] and self._bounds[0] is None
-                       else None)
+        self._shape = layout.parts[0].shape if self._box is not None and not self._box[1] else None
         # a shape-() Box's actions reach each env from the vector env's (N,) batch as numpy scalars; the env gets
         # what action_space.sample() gives, a 0-d ndarray (contains() of a scalar warns "Casting input x")
         space = env.action_space
@@ -853,9 +849,8 @@ class EnvCalls(gym.Wrapper):
         return obs
 
     def _check_bounds(self, x: np.ndarray, part, bounds: tuple, when: str) -> None:
-        """EnvError when the image ``x`` (checked already: a numpy array of the part's shape; uint8, or the
-        floats of a [0, 1] image) holds a value outside ``bounds`` (image_bounds): a max and/or a min of the
-        array, ~2 us for a uint8 64x64x3, ~5 us for float32 (NaN is the non-finite guard's to name)."""
+        """EnvError when the uint8 image ``x`` (checked already: a numpy array of the part's shape) holds a
+        value outside ``bounds`` (image_bounds): a max and/or a min of a uint8 array, ~2 us for 64x64x3."""
         low, high = bounds
         value = side = None
         if high is not None and x.size and x.max() > high:
@@ -867,13 +862,6 @@ class EnvCalls(gym.Wrapper):
         where = f" at key '{part.key}'" if part.key is not None else ""
         declared = "observation_space" + (f"['{part.key}']" if part.key is not None else "")
         lo, hi = box_range(part.source)
-        if part.layout is None:  # a float image in [0, 1]: read as it is, so the value reaches the network unchanged
-            value = number_text(value)
-            raise self._bad(f"an image value {value}{where}, {'above' if side == 'high' else 'below'} its declared {side} "
-                            f"{number_text(hi if side == 'high' else lo)}", when,
-                            f"{declared} declares pixels in [0, 1], which the network reads as they are (no scaling): "
-                            f"return obs / 255 for 0..255 pixels, or (4x less memory) declare "
-                            f"Box(0, 255, {part.shape}, np.uint8) and return obs.astype(np.uint8)")
         value = int(value)
         from ..nets import pixel_range
 

@@ -321,3 +321,11 @@ def test_resume_of_the_checkpoints_folder_names_the_run_directory_as_typed(run, 
     code, out, err = run_main(["resume", os.path.join("run", "checkpoints"), "--total-timesteps", "192"], capsys)
     assert code == 0, err
     assert out.splitlines()[-1] == "run directory: run", out
+
+
+def test_the_checkpoints_folder_typed_as_dot_from_inside_it_is_the_run(run, tmp_path, capsys, monkeypatch):
+    run = _copy(run, tmp_path)
+    monkeypatch.chdir(run / "checkpoints")
+    code, out, err = run_main(["eval", ".", "--episodes", "1"], capsys)
+    assert code == 0, err
+    assert " at step 128 over 1 episode (deterministic)" in out, out
