@@ -151,6 +151,7 @@ def test_every_name_in_migrating_md_is_a_real_field_or_flag():
 
 
 def test_migrating_mds_lunarlander_entry_gives_minibatches_of_64(tmp_path, capsys):
+    pytest.importorskip("Box2D")  # the dry run builds LunarLander-v3 to read its spaces (the box2d extra)
     text = (ROOT / "docs" / "migrating.md").read_text()
     entry = re.search(r"```yaml\n(.*?)```", text, re.S).group(1)
     (tmp_path / "ll.yml").write_text(entry)
