@@ -25,8 +25,10 @@ from typing import Callable, Optional
 import gymnasium as gym
 import torch
 
+from ..config import ProximaError
 
-class EnvError(RuntimeError):
+
+class EnvError(ProximaError, RuntimeError):
     """An environment broke the contract or cannot be built; the message says what to do."""
 
 
@@ -279,13 +281,16 @@ class NativeEnv(BatchedEnv):
                        "(N, ...) tensor; declare a flat float32 Box and pack the features into it in _observe(), or write "
                        "a gymnasium.Env (the Gymnasium backend) for Dict observations (docs/native_envs.md)")
 
-    def _check_tensor(self, x, what: str, dtypes: tuple, shape: tuple, fix: str) -> None:
+    def _check_tensor(self, x, what: str, dtypes: tuple, shape: tuple, fix: str, shape_fix: str) -> None:
+        """EnvError unless ``x`` is a tensor of one of ``dtypes``, of ``shape`` (num_envs first), on the env's
+        device; ``fix`` ends a type or dtype fault's line, ``shape_fix`` a shape fault's (a dtype hint there
+        would send the user to a cast that fixes nothing)."""
         if not isinstance(x, torch.Tensor):
             raise EnvError(f"{self._name()}: {what}: a {type(x).__name__}, expected a torch.Tensor; {fix}")
         if x.dtype not in dtypes:
             raise EnvError(f"{self._name()}: {what}: dtype {x.dtype}, expected {dtypes[0]}; {fix}")
         if tuple(x.shape) != shape:
-            raise EnvError(f"{self._name()}: {what}: shape {tuple(x.shape)}, expected {shape} (num_envs first); {fix}")
+            raise EnvError(f"{self._name()}: {what}: shape {tuple(x.shape)}, expected {shape} (num_envs first); {shape_fix}")
         # torch.device("cuda") names no index, its tensors' device does ("cuda:0"): the same device
         if x.device.type != self.device.type or self.device.index not in (None, x.device.index):
             raise EnvError(f"{self._name()}: {what}: on {x.device}, expected the env's device {self.device}; create it on "
@@ -301,7 +306,12 @@ class NativeEnv(BatchedEnv):
         # a non-image Box of any dtype (float64, int) is read as float32: say so, as the dtype check demands it
         fix = ("return float32 observations (.float()): a native env's are float32 whatever its Box's dtype"
                if dtype == torch.float32 else "return uint8 pixels, as the image observation space declares")
-        self._check_tensor(obs, what, (dtype,), (self.num_envs, *self.obs_shape), fix)
+        shape = (self.num_envs, *self.obs_shape)
+        # a shape fault is no dtype fault: the cast hint would fix nothing here
+        shape_fix = (f"return one row per env, each of the shape {tuple(self.obs_shape)} that single_observation_space "
+                     "declares (stack (num_envs,) features with torch.stack(..., dim=1))" if len(self.obs_shape) == 1 else
+                     f"return one row per env, each of the shape {tuple(self.obs_shape)} that single_observation_space declares")
+        self._check_tensor(obs, what, (dtype,), shape, fix, shape_fix)
 
     def _check_alias(self, final_obs: torch.Tensor, obs: torch.Tensor) -> None:
         # an _observe() that returns a state buffer (or a view of one) makes final_obs the memory the
@@ -326,9 +336,11 @@ class NativeEnv(BatchedEnv):
             raise EnvError(f"{self._name()}: _dynamics() returned {got}; return (reward, terminated), two (num_envs,) tensors")
         reward, terminated = out
         n = (self.num_envs,)
-        self._check_tensor(reward, "the reward of _dynamics()", (torch.float32,), n, "return a float32 (num_envs,) tensor (.float())")
+        self._check_tensor(reward, "the reward of _dynamics()", (torch.float32,), n, "return a float32 (num_envs,) tensor (.float())",
+                           "return one reward per env: a (num_envs,) tensor")
         self._check_tensor(terminated, "the terminated of _dynamics()", (torch.bool,), n,
-                           "return a bool (num_envs,) tensor (a comparison, or .bool())")
+                           "return a bool (num_envs,) tensor (a comparison, or .bool())",
+                           "return one flag per env: a (num_envs,) tensor")
 
     def state_dict(self) -> dict:
         return {
