@@ -598,6 +598,25 @@ ok "proxima train CartPole-v1 --total-timesteps 20000 ($((SECONDS - t0)) s) wrot
 run_commit="$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("git_commit"))' "$RUN/meta.json")"
 [[ "$run_commit" == "$COMMIT" ]] || die "runs/$RUN_NAME/meta.json records git_commit $run_commit, expected the image's commit $COMMIT"
 ok "the run's meta.json records the image's commit (${COMMIT:0:12}), not null"
+# A command over ssh, and sftp (scp's protocol), start in /workspace as a login does: with the cd at
+# the end of ~/.bashrc, below Debian's interactive-only return, the command ran in the home folder and
+# a relative runs/ went with the container, without a word
+set +e
+out="$(timeout 120 "${KEY_SSH[@]}" proxima@127.0.0.1 'pwd; proxima train CartPole-v1 --run-dir runs/ssh-cwd --num-envs 2 --num-steps 16 \
+  --num-minibatches 2 --update-epochs 1 --total-timesteps 32 --eval-episodes 0 --no-progress --threads 1 --quiet' 2>&1)"
+rc=$?
+sftp_out="$(timeout 60 sftp -F /dev/null -o UserKnownHostsFile="$WORK/known_hosts" -o StrictHostKeyChecking=accept-new \
+  -o ConnectTimeout=10 -o LogLevel=ERROR -o IdentitiesOnly=yes -i "$WORK/id_ed25519" -P "$SSH_PORT" -b - proxima@127.0.0.1 <<<pwd 2>&1)"
+sftp_rc=$?
+set -e
+expect_rc 0 "$rc" "ssh ... 'pwd; proxima train CartPole-v1 --run-dir runs/ssh-cwd ...'" "$out"
+[[ "$(head -n 1 <<<"$out")" == /workspace ]] || die "a command over ssh runs in '$(head -n 1 <<<"$out")', expected /workspace (where the volumes are)"
+[[ "$(tail -n 1 "$WORK/runs/ssh-cwd/metrics.csv" 2>/dev/null | cut -d, -f2)" == 32 ]] \
+  && compgen -G "$WORK/runs/ssh-cwd/checkpoints/step_*.pt" >/dev/null \
+  || die "proxima train --run-dir runs/ssh-cwd over ssh: no metrics.csv ending at step 32 and checkpoint in the host's runs/ssh-cwd"
+expect_rc 0 "$sftp_rc" "sftp -b - <<<pwd" "$sftp_out"
+grep -qx 'Remote working directory: /workspace' <<<"$sftp_out" || die "sftp starts in another folder than /workspace: $(tr '\n' ' ' <<<"$sftp_out")"
+ok "ssh host 'pwd; proxima train --run-dir runs/ssh-cwd ...' runs in /workspace, its run lands in the host's runs/; sftp starts there too"
 
 timeout 120 podman restart -t 20 "$PREFIX-main" >/dev/null 2>>"$LOGS/podman-run.log" \
   || die "podman restart $PREFIX-main failed; see $LOGS/podman-run.log"
