@@ -21,17 +21,19 @@ from typing import Callable, Optional
 if _sys.argv[:1] == ["-m"] and _sys.path and _sys.path[0] in ("", _os.getcwd()):
     _sys.path.pop(0)
 
-from .config import ConfigError, PPOConfig  # noqa: E402
+from .config import ConfigError, PPOConfig, ProximaError  # noqa: E402
 # a leading ~ in the paths the Python API takes; trainer and the CLI expand with it too
 from .rundir import expand_home as _expand_home  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["PPOConfig", "ConfigError", "UntrustedEnvError", "TrainingInterrupted", "train", "load", "make_env",
+__all__ = ["PPOConfig", "ProximaError", "ConfigError", "EnvError", "CheckpointError", "UntrustedEnvError", "TrainingInterrupted", "train", "load", "make_env",
            "__version__"]
 
 #: imported on first use, as make_env: their modules import torch or gymnasium (see __getattr__);
-#: TrainingInterrupted (what train() raises on Ctrl-C) too, so the package's import stays what it was
-_LAZY = {"make_env": "envs", "UntrustedEnvError": "envs.gym_adapter", "TrainingInterrupted": "signals"}
+#: TrainingInterrupted (what train() raises on Ctrl-C), EnvError and CheckpointError too, so the package's import
+#: stays what it was. Each error a user can act on derives from ProximaError (config.py, imported with the package)
+_LAZY = {"make_env": "envs", "UntrustedEnvError": "envs.gym_adapter", "TrainingInterrupted": "signals",
+         "EnvError": "envs.base", "CheckpointError": "checkpoint"}
 
 
 def __getattr__(name: str):
@@ -131,8 +133,15 @@ def _need_a_config(run_dir, resume) -> None:
 
 
 def load(path, device="cpu", env_id=None, trust_env=False, env_kwargs=None):
-    """Load a policy from a run directory or checkpoint file onto ``device`` ("cpu", "cuda", "cuda:1" or
-    "auto", as --device takes them); see proxima.checkpoint.load_policy.
+    """Load a policy from a run directory (its newest checkpoint) or checkpoint file onto ``device`` ("cpu",
+    "cuda", "cuda:1" or "auto", as --device takes them); see proxima.checkpoint.load_policy.
+
+    Returns a proxima.checkpoint.Policy: ``policy.act(obs)`` the actions for ``obs`` ((B, *obs_shape) or
+    (*obs_shape,), tensor or numpy array, the same kind back; deterministic unless
+    ``deterministic=False``), ``policy.predict(obs)`` SB3's ``(actions, None)``, ``policy.agent`` the
+    network (nn.Module), ``policy.config`` the run's recorded config (a dict), ``policy.env_id``,
+    ``policy.observation_space`` and ``policy.action_space``. A file that is no usable checkpoint
+    raises CheckpointError (a ProximaError).
 
     A run's recorded env id is data: a ``module:Class`` one is evaluated (proxima.evaluate.evaluate)
     only when named here, ``env_id="module:Class"``, or with ``trust_env=True`` (eval's --env and

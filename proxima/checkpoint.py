@@ -26,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from .config import ProximaError
 from .warnings_guard import quiet_warnings
 
 FORMAT = "proxima-checkpoint"
@@ -33,7 +34,7 @@ SCHEMA_VERSION = 1
 _NAME = re.compile(r"^step_(\d{12})\.pt$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(ProximaError, RuntimeError):
     """A checkpoint that cannot be used; the message names the file and the problem."""
 
 

@@ -67,7 +67,12 @@ def install_hint(extra: str) -> str:
     return f"install it from the repository root with: {extra_install(extra)}"
 
 
-class ConfigError(ValueError):
+class ProximaError(Exception):
+    """The base of the errors Proxima raises for what a user can change (a config, an env, a checkpoint,
+    a run directory): ``except proxima.ProximaError`` in a sweep catches each refused run, not a bug."""
+
+
+class ConfigError(ProximaError, ValueError):
     """A config value a user must change; the message names the field and what to do.
 
     ``fields``: the fields a line names other than by its start (``--num-envs``), where it is about
@@ -147,6 +152,19 @@ class PPOConfig:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(PPOConfig)}
+
+
+def attributes_doc(cls) -> str:
+    """An "Attributes:" section of a config dataclass's fields, one line each (name (type): help; default),
+    from each field's metadata["help"], the text --help shows, in field words (python_words): help(PPOConfig) and
+    Jupyter's ``?`` show it too."""
+    lines = ["", "", "Attributes:"]
+    for f in dataclasses.fields(cls):
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        lines.append(f"    {f.name} ({kind}, default {default!r}): {python_words(f.metadata.get('help', ''))}")
+    return "\n".join(lines)
+
 
 
 class UnknownFieldError(ConfigError, TypeError):
@@ -1309,3 +1327,7 @@ def batch_size(cfg: PPOConfig) -> int:
 
 def num_iterations(cfg: PPOConfig, world_size: int = 1) -> int:
     return cfg.total_timesteps // (batch_size(cfg) * world_size)
+
+
+# once at import, from the fields' own help: one text for --help and help(), so the two cannot drift
+PPOConfig.__doc__ = (PPOConfig.__doc__ or "") + attributes_doc(PPOConfig)

@@ -28,6 +28,7 @@ from . import graphs, hostmem, ppo, side_thread, train_state
 from . import _expand_home as expand_home
 from .adam import Adam
 from .agent import Agent, action_dtype, action_shape
+from .config import _short_repr as short_repr
 from .config import (MAX_SEED, ConfigError, PPOConfig, as_given, batch_size, cpu_preset_hint, num_iterations, preset_of,
                      python_words, validate)
 from .envs import BatchedEnv, EnvError, make_env
@@ -333,7 +334,10 @@ class Trainer:
 
     def _last_good(self, last=None) -> str:
         last = last or getattr(self, "last_checkpoint", None)
-        return f"last good checkpoint: {last}" if last else "no checkpoint was written yet (--checkpoint-every N writes one every N iterations)"
+        if last:
+            return f"last good checkpoint: {last}"
+        flag = "PPOConfig(checkpoint_every=N)" if from_python() else "--checkpoint-every N"  # the words the caller set it in
+        return f"no checkpoint was written yet ({flag} writes one every N iterations)"
 
     # --- the loop --------------------------------------------------------------------------------
     def trains(self) -> bool:
@@ -539,10 +543,22 @@ class Trainer:
         it is raised at once, as anywhere in the loop: SignalGuard has said no checkpoint follows."""
         answer = CALLBACK_GOES_ON
         if self.dist.is_main:
-            row = {"iteration": self.iteration, "global_step": self.global_step, **row}
+            from .logger import CSV_COLUMNS
+
+            # every metrics.csv column, NaN where its cell is blank (eval/* off an evaluation's row): a
+            # script reads row["eval/mean_return"] on any row, as the README promises
+            row = {**dict.fromkeys(CSV_COLUMNS, math.nan), **row, "iteration": self.iteration,
+                   "global_step": self.global_step}
+            cfg, recorded = self.cfg, copy.deepcopy(self.cfg)  # once per iteration, and only with a callback
             try:
                 with self._rng_kept():
-                    said = callback(row, self) if getattr(self, "callback_takes_trainer", False) else callback(row)
+                    try:
+                        said = callback(row, self) if getattr(self, "callback_takes_trainer", False) else callback(row)
+                    finally:  # before any checkpoint records it, even when the callback raised
+                        changed = self._config_put_back(cfg, recorded)
+                if changed:
+                    raise ConfigError(_config_changed_line(callback, changed))
+                self._log_custom_metrics(callback, row, CSV_COLUMNS)
                 stops = said is not None and not _truth(said, callback)
             except BaseException as e:  # noqa: BLE001 - the caller's sys.exit too: checkpointed, then raised as it came
                 if _second_interrupt(e):
@@ -552,6 +568,50 @@ class Trainer:
             else:
                 answer = CALLBACK_STOPS if stops else CALLBACK_GOES_ON
         return self.dist.agree_stop(answer) if self.dist.enabled else answer
+
+    def _config_put_back(self, cfg: PPOConfig, recorded: PPOConfig) -> list:
+        """The fields of ``cfg`` (the run's config) a callback changed from ``recorded`` (its copy from before
+        the call), as (name, recorded value, new value), each set back; a config it put in place of
+        ``trainer.cfg`` is replaced by the run's. The run never read the change (the optimizer, the
+        schedule and the envs were built from the config it started with) but a checkpoint would record
+        it, and its resume then refuse the run as damaged."""
+        import dataclasses
+
+        changed = []
+        if self.cfg is not cfg:
+            changed.append(("cfg", cfg, self.cfg))
+            self.cfg = cfg
+        for f in dataclasses.fields(PPOConfig):
+            was, now = getattr(recorded, f.name), getattr(cfg, f.name, None)
+            if not _same_value(was, now):
+                changed.append((f.name, was, now))
+                setattr(cfg, f.name, was)
+        return changed
+
+    def _log_custom_metrics(self, callback: Callable, row: dict, columns: list) -> None:
+        """The keys a callback added to ``row`` that are no metrics.csv column, written to TensorBoard at
+        this global step as scalars (metrics.csv keeps the columns it started with); TypeError naming
+        the key for a value that is no number. Called only with a callback: no cost in the loop without."""
+        custom = {}
+        for key, value in row.items():
+            if key in columns:
+                continue
+            name = getattr(callback, "__qualname__", None) or short_repr(callback)
+            if not isinstance(key, str):
+                raise TypeError(f"train(callback={name}): added the key {short_repr(key)} to the row; a key it adds is a "
+                                "TensorBoard tag: give a str (e.g. 'custom/my_metric')")
+            number = _scalar(value)
+            if number is None:
+                raise TypeError(f"train(callback={name}): row[{key!r}] is a {type(value).__name__}; a key the callback adds "
+                                "is logged to TensorBoard as a scalar: give a number (int, float, or a one-element tensor)")
+            custom[key] = number
+        if custom and self.logger is not None:
+            from .diskspace import write_error
+
+            try:
+                self.logger._events.scalars(self.global_step, custom)
+            except OSError as e:
+                raise write_error(self.logger._event_file(), e, "could not write TensorBoard events") from None
 
     @contextlib.contextmanager
     def _rng_kept(self):
@@ -762,8 +822,6 @@ def callback_arity(callback) -> int:
     ``f(row)``."""
     import inspect
 
-    from .config import _short_repr as short_repr
-
     wanted = ("expected f(row) or f(row, trainer): a function of the iteration's metrics (a dict), and optionally "
               "the Trainer, that returns False to stop the run, or None")
     if not callable(callback):
@@ -794,6 +852,48 @@ CALLBACK_GOES_ON, CALLBACK_STOPS, CALLBACK_FAILED = 0, 1, 2
 def _goes_on(row) -> None:
     """The callback of a torchrun rank other than 0 given none while rank 0 has one: never called
     (rank 0's alone is), it makes the rank answer "go on" in each iteration's agreement."""
+
+
+def _same_value(a, b) -> bool:
+    """Whether a config field holds the same value before and after a callback (NaN equal to NaN)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return type(a) is type(b) and a == b
+
+
+def _scalar(value) -> Optional[float]:
+    """``value`` as the float a TensorBoard scalar holds (int, float, bool, a numpy number, a one-element
+    real tensor), or None for anything else."""
+    import numbers
+
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
+        return float(value.item())
+    if isinstance(value, np.ndarray) and value.size == 1 and np.issubdtype(value.dtype, np.number) \
+            and not np.issubdtype(value.dtype, np.complexfloating):
+        return float(value.item())
+    return None
+
+
+def _config_changed_line(callback, changed: list) -> str:
+    """The one line refusing a callback's change of ``trainer.cfg`` (Trainer._config_put_back's ``changed``)."""
+    from .config import RESUME_SAFE
+
+    name = getattr(callback, "__qualname__", None) or short_repr(callback)
+    if changed[0][0] == "cfg":
+        return (f"train(callback={name}): it replaced trainer.cfg; the run trains with the config it started with, which "
+                "is put back (the checkpoints record it); to train with another config, stop the run (return False) and "
+                "start a new one, train(PPOConfig(..., init_from=RUN_DIR)) to start from its weights")
+    said = ", ".join(f"trainer.cfg.{f} ({short_repr(was)} -> {short_repr(now)})" for f, was, now in changed)
+    given = ", ".join(f"{f}={short_repr(now)}" for f, _, now in changed)
+    if all(f in RESUME_SAFE for f, _, _ in changed):
+        instead = f"stop the run (return False) and resume it with the new value: train(PPOConfig(..., {given}), resume=RUN_DIR)"
+    else:
+        instead = (f"stop the run (return False) and start a new one from its weights: "
+                   f"train(PPOConfig(..., {given}, init_from=RUN_DIR))")
+    return (f"train(callback={name}): it changed {said}; the run trains with the config it started with (the change "
+            f"would reach no optimizer or env, only the checkpoint), so it is put back; to train with it, {instead}")
 
 
 def _truth(said, callback) -> bool:

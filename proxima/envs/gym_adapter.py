@@ -511,9 +511,12 @@ def unknown_kwarg_line(env_id: str, e: BaseException, env_kwargs: Optional[dict]
     m = _UNEXPECTED_KWARG.match(str(creator_error(e)).strip())
     if m is None or m.group("arg") not in env_kwargs:
         return None
+    from ..signals import from_python
+
     close = close_names(m.group("arg"), constructor_params(env_id))
-    fix = f"did you mean {', '.join(repr(c) for c in close)}?" if close else "drop it from --env-kwargs"
-    return f"--env-kwargs: env '{env_id}' takes no argument '{m.group('arg')}' ({m.group('fn')}); {fix}"
+    given = "PPOConfig.env_kwargs" if from_python() else "--env-kwargs"  # a script set the field, never typed the flag
+    fix = f"did you mean {', '.join(repr(c) for c in close)}?" if close else f"drop it from {given}"
+    return f"{given}: env '{env_id}' takes no argument '{m.group('arg')}' ({m.group('fn')}); {fix}"
 
 
 def close_names(word: str, names, n: int = 3) -> list:
