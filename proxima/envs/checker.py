@@ -126,7 +126,11 @@ from ..warnings_guard import quiet_warnings
 #: in a factory, MultiDiscrete([2] * n)), which the usual 300 characters would cut off; so does an obs dtype
 #: line that names a Dict key, a value out of range and the step of an episode that showed it
 SPACES_LIMIT = 1000
-_LONG_CHECKS = ("spaces supported", "obs dtype")
+_LONG_CHECKS = ("spaces supported", "obs dtype", "state resume")
+
+#: the steps check-env's state resume check replays on a native env (after its random steps): enough for
+#: several autoresets' draws from self.generator, few enough to stay instant
+RESUME_STEPS = 20
 
 #: inspect_obs's notes to check_obs beside the violations it found: (the words before the advice of the obs dtype
 #: violation it kept, whether that advice is the range one), and the range advice of the first entry whose values
@@ -141,7 +145,7 @@ ALL_CHECKS = (
     "build", "spaces declared", "spaces supported", "reset", "reset returns", "reset determinism", "step determinism",
     "obs keys", "obs shape", "obs dtype", "obs finite", "obs float32 range", "obs bounds", "obs in space", "step", "step returns",
     "reward type", "reward finite", "terminated type", "truncated type", "info type",
-    "action not mutated", "autoreset",
+    "action not mutated", "autoreset", "state resume",
 )
 
 
@@ -705,6 +709,66 @@ class _Checker:
                      "self._uniform, or set supports_member_streams = False)",
                      "reset() or step() drew from self.generator, so --seeds members would share one stream")
 
+    def check_resume(self, env, n: int, act_space) -> None:
+        """A resume as train's makes it (train_state.capture and restore): env.state_dict() and the global RNG
+        states through torch.save and torch.load(weights_only=True), RESUME_STEPS steps of fixed actions, then
+        a fresh env built and reset as the resumed run's trainer builds it, the RNG states and the env state
+        loaded, the same actions replayed: every obs, reward, terminated and truncated must be the same. State
+        kept outside self.state (an attribute a step changes) passes every other check, and a resumed run
+        silently steps through other episodes than the uninterrupted one."""
+        if not getattr(env, "can_save_state", False):  # its resume restarts episodes (told): nothing promised
+            return
+        import io
+
+        from .. import checkpoint as ckpt
+
+        def stored(obj):  # what a checkpoint file gives back
+            buffer = io.BytesIO()
+            torch.save(obj, buffer)
+            buffer.seek(0)
+            return torch.load(buffer, weights_only=True)
+
+        expected = (f"the same obs, reward, terminated and truncated when {RESUME_STEPS} steps are replayed on a new env "
+                    "given the state_dict() saved before them, as a resumed run replays them")
+        try:
+            saved, rng = stored(env.state_dict()), stored(ckpt.rng_state())
+        except (Exception, SystemExit) as e:  # a checkpoint could not save it either
+            self.bad("state resume", expected, f"state_dict() cannot be saved in a checkpoint: {_exc(e)}")
+            return
+        actions = [torch.as_tensor(np.stack([np.asarray(act_space.sample()) for _ in range(n)])) for _ in range(RESUME_STEPS)]
+        first = []
+        for action in actions:
+            out = self.native_call("state resume", env.step, action.clone())
+            if out is None:
+                return
+            first.append(out[:4])
+        try:
+            fresh = build_user_native(type(env), self.target, n, "cpu", self.seed, self.env_kwargs)
+            fresh.reset(seed=self.seed)  # the resumed trainer's first reset, before the checkpoint is loaded
+            ckpt.set_rng_state(rng)
+            fresh.load_state_dict(saved)
+        except (Exception, SystemExit) as e:
+            self.bad("state resume", expected, f"a new env did not take the saved state_dict(): {_exc(e)}")
+            return
+        self.ok("state resume")
+        try:
+            for t, (action, before) in enumerate(zip(actions, first), 1):
+                out = self.native_call("state resume", fresh.step, action.clone())
+                if out is None:
+                    return
+                for name, a, b in zip(("obs", "reward", "terminated", "truncated"), before, out[:4]):
+                    if not _same(a, b):
+                        self.bad("state resume", expected,
+                                 f"{type(env).__name__}'s {name} at step {t} of the {RESUME_STEPS} replayed after "
+                                 f"load_state_dict() differs from the first run's ({_difference(a, b, name)}): a resumed run "
+                                 "would diverge from the uninterrupted one; keep everything "
+                                 "that changes between steps in self.state (a dict of (num_envs, ...) tensors, saved with "
+                                 "self.generator), not in other attributes (docs/native_envs.md)")
+                        return
+        finally:
+            with contextlib.suppress(Exception):
+                fresh.close()
+
     def check_native(self, env, n: int) -> None:
         self.obs_space, act_space = env.single_observation_space, env.single_action_space
         obs = self.native_call("reset", env.reset, self.seed)
@@ -765,6 +829,7 @@ class _Checker:
                     self.bad("autoreset", "an ended episode's length >= 1 and final_obs shaped as obs",
                              f"lengths {lengths.tolist()}, final_obs {tuple(info['final_obs'].shape)} at step {t}")
                     return
+        self.check_resume(env, n, act_space)
         self.check_member_streams(env, n, act_space)
         if self.steps and not ended:
             limit = getattr(env, "max_episode_steps", None)
