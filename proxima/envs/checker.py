@@ -4,7 +4,8 @@ TARGET is a registered Gymnasium id (``CartPole-v1``) or ``module:ClassName`` im
 current directory or PYTHONPATH. A ``module:ClassName`` of a torch-native env (a NativeEnv/BatchedEnv
 subclass, docs/native_envs.md) is built with 2 envs on the CPU and checked for what applies to it
 (_Checker.run_native): spaces, reset and step shapes and dtypes, finite values, reset determinism,
-the info autoreset fills in. :func:`check_env` builds one env, resets it, runs ``steps`` random
+the info autoreset fills in, and "state resume" (_Checker.check_resume: a new env given the saved
+state_dict() replays the same steps, as a resumed run must). :func:`check_env` builds one env, resets it, runs ``steps`` random
 actions (resetting whenever an episode ends) and returns a list of :class:`Violation`, each with
 what was expected and what the env actually did. Exceptions raised by user code never escape: they
 become a violation naming the call (``reset``/``step``) and the exception. An Atari id (``Pong-v5``)
