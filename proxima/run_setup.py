@@ -297,11 +297,14 @@ def note_config_edits(config: PPOConfig, run_dir, recorded: tuple, overrides: Op
     import shlex
 
     from .config import RESUME_SAFE
+    from .signals import from_python
     from .terminal import printable
 
     yaml_path = Path(run_dir) / "config.yaml"
     values, why = recorded
-    example = f"proxima resume {shlex.quote(str(run_dir))} --total-timesteps N"
+    python = from_python()  # train(None, resume=RUN): the words a script writes, never a flag it did not type
+    example = (f"proxima.train(PPOConfig(env_id=..., total_timesteps=N), resume={str(run_dir)!r})" if python
+               else f"proxima resume {shlex.quote(str(run_dir))} --total-timesteps N")
     if values is None:
         if why is not None:  # printable: the file's values and name may hold terminal escapes
             print(printable(f"proxima: note: {yaml_path}: {why}; resume does not read it (the config is the checkpoint's, "
@@ -313,8 +316,12 @@ def note_config_edits(config: PPOConfig, run_dir, recorded: tuple, overrides: Op
     name, mine, theirs = differ[0]
     more = f" (and {', '.join(n for n, _, _ in differ[1:])})" if len(differ) > 1 else ""
     flag = "--" + name.replace("_", "-")
-    how = (f"give it as a flag: proxima resume {shlex.quote(str(run_dir))} {flag} {_flag_value(theirs)}" if name in RESUME_SAFE
-           else f"{name} cannot change on resume (flags change the safe fields: {example})")
+    if python:
+        how = (f"give it in the config: proxima.train(PPOConfig(env_id=..., {name}={theirs!r}), resume={str(run_dir)!r})"
+               if name in RESUME_SAFE else f"{name} cannot change on resume (the config changes the safe fields: {example})")
+    else:
+        how = (f"give it as a flag: proxima resume {shlex.quote(str(run_dir))} {flag} {_flag_value(theirs)}"
+               if name in RESUME_SAFE else f"{name} cannot change on resume (flags change the safe fields: {example})")
     print(printable(f"proxima: note: {yaml_path}: {name} {theirs!r}{more} differs from the checkpoint's {mine!r}; resume "
                     f"reads the config from the checkpoint, not config.yaml, and rewrites config.yaml from it; {how}"),
           file=sys.stderr)

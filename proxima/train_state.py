@@ -276,6 +276,8 @@ def check_optimizer_settings(t: "Trainer", path, saved) -> None:
     groups = saved.get("param_groups") if isinstance(saved, dict) else None
     if not isinstance(groups, list) or len(groups) != 1 or not isinstance(groups[0], dict):
         return  # not an Adam state_dict: load_state_dict names it
+    from .signals import from_python
+
     group, own = groups[0], t.optimizer.param_groups[0]
     for key in _ADAM_FIXED:
         if key not in group or key not in own:
@@ -289,7 +291,7 @@ def check_optimizer_settings(t: "Trainer", path, saved) -> None:
     lr = float(lr) if torch.is_tensor(lr) and lr.numel() == 1 and lr.is_floating_point() else lr
     if not t.cfg.anneal_lr and isinstance(lr, float) and np.float32(lr) != np.float32(t.cfg.lr):
         raise ckpt.CheckpointError(f"{path}: optimizer.param_groups[0].lr is {lr!r}; the run's recorded lr is {t.cfg.lr!r} "
-                                   "(without --anneal-lr it stays so); the checkpoint is damaged or was edited")
+                                   f"({'with anneal_lr=False' if from_python() else 'without --anneal-lr'} it stays so); the checkpoint is damaged or was edited")
     params = own["params"]
     for index, entry in (saved.get("state") or {}).items():
         if not (isinstance(index, int) and 0 <= index < len(params) and isinstance(entry, dict)):
