@@ -264,7 +264,9 @@ FOREIGN_NOTE_TEMPLATES = {
     "clip_range_vf": "{vf_clip_coef=X} with {clip_vloss=True} (the default) clips differently: CleanRL's max of the "
                      "clipped and unclipped squared errors, where SB3 takes the clipped one alone; SB3's "
                      "clip_range_vf=None is {clip_vloss=False}",
-    "policy_kwargs": "net_arch=[64, 64] is {hidden_sizes=[64, 64]}, activation_fn is {activation='tanh' or 'relu'}",
+    "policy_kwargs": "net_arch=[64, 64] is {hidden_sizes=[64, 64]}, activation_fn is {activation='tanh' or 'relu'}; "
+                     "log_std_init and ortho_init have no counterpart (the log std starts at 0, layers are initialized "
+                     "orthogonally): drop them, results will differ where they were set",
     "cuda": "{device='cuda'}",
     "normalize": "the zoo's normalize: true is {norm_obs=True} and {norm_reward=True}",
     "exp_name": "the run's directory, by default runs/<env>__<seed>__<time>",
