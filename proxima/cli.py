@@ -221,6 +221,17 @@ def _note_no_preset(args, cfg, prog: str) -> None:
           "--config FILE and flags)", file=sys.stderr)
 
 
+def _note_one_seed(args, prog: str) -> None:
+    """A note for --seeds N (one number) without --sweep: a one-member population of seed N, where SB3 and
+    rliable users read "N seeds"; a range, a list, or --sweep (one seed across its values) says what it means."""
+    spec = str(args.seeds or "").strip()
+    if not spec.isdigit() or args.sweep or args.quiet or args.resume is not None:
+        return
+    n = int(spec)
+    hint = f"; for seeds 1 to {n} give --seeds 1-{n}" if n > 1 else ""
+    print(f"{prog}: note: --seeds {n} is one member, seed {n}{hint}", file=sys.stderr)
+
+
 def _resumes_a_run(args, file_values: dict) -> bool:
     """Whether the command continues a run: --resume PATH, or --resume auto with a checkpoint in its
     --run-dir (without one it starts a new run, which takes the default env as any new run does)."""
@@ -382,6 +393,8 @@ def cmd_train(args) -> int:
         overrides, sources = resume_overrides(args, cfg) if args.resume is not None else (typed_flags(args), {})
         if args.seeds is not None or args.sweep:  # a population: one batched program (population_run.py)
             from .population_run import cmd_train_population
+
+            _note_one_seed(args, prog)
 
             return cmd_train_population(args, cfg)  # TrainingInterrupted: handled below, as for one run
         if args.dry_run:
@@ -1099,7 +1112,8 @@ def build_parser() -> ArgParser:
                    "would continue with, read from its checkpoint (nothing locked or moved); with --seeds/--sweep, one JSON line: members, "
                    "seeds, sweep and the config they share")
     p.add_argument("--seeds", default=None, metavar="SEEDS", help="train a population: one agent per seed in one batched "
-                   "process, e.g. 1-16 or 1,5,9 (docs/populations.md)")
+                   "process, e.g. 1-16 or 1,5,9 (docs/populations.md); a single number N is one member, seed N (a note says so "
+                   "unless --sweep is given)")
     p.add_argument("--sweep", action="append", default=None, metavar="FIELD=V1,V2", help="a population over values of a "
                    "per-member field (lr, ent_coef, clip_coef, vf_clip_coef, vf_coef, gamma, gae_lambda, max_grad_norm, target_kl), crossed with "
                    "--seeds; repeat to cross several fields")

@@ -970,6 +970,31 @@ def csv_cell(name: str, value):
     return str(np.float32(value))
 
 
+#: the TensorBoard text tag of a run's config (CleanRL's writer.add_text("hyperparameters", ...))
+HYPERPARAMETERS = "hyperparameters"
+
+
+def hyperparameters_table(config: dict) -> str:
+    """``config`` (field -> value) as CleanRL's markdown table, |param|value|, one row per field in its order;
+    a value's "|" and line breaks escaped (a table cell is one line)."""
+    def cell(value) -> str:
+        text = value if isinstance(value, str) else repr(value)
+        return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+    return "|param|value|\n|-|-|\n" + "\n".join(f"|{cell(str(k))}|{cell(v)}|" for k, v in config.items())
+
+
+def _last_text(run_dir: Path, tag: str) -> Optional[str]:
+    """The text of the last ``tag`` text summary in the run's event files (None: none), read on resume."""
+    last, stored = None, f"{tag}/text_summary"  # the tag add_text's summary stores (torch's summary.text)
+    for path in _event_files(run_dir):
+        for _, event in _event_records(path):
+            for value in event.summary.value:
+                if value.tag == stored and value.tensor.string_val:
+                    last = value.tensor.string_val[0].decode("utf-8", "replace")
+    return last
+
+
 class RunLogger:
     """Writes one TensorBoard scalar set and one CSV row per iteration; rank 0 only.
 
@@ -981,10 +1006,15 @@ class RunLogger:
     ``rolling`` (a run's and a population member's logger): each row gets ROLLING_RETURN, the
     RollingReturn of the rows logged so far (on resume rebuilt from the rows metrics.csv keeps), and
     the progress line shows it as the return; without it the column stays blank and the line shows
-    the iteration's return."""
+    the iteration's return.
+
+    ``config`` (a run's fields, PPOConfig.to_dict()): written with the first row as the HYPERPARAMETERS text
+    (TensorBoard's Text tab, CleanRL's markdown table) at step 0 of a new run; a resume writes it again at its step when
+    it differs from the last one the kept events hold (a resume that changed a field: the table of step 0
+    would otherwise stand for the whole run)."""
 
     def __init__(self, run_dir: Path, total_steps: int, resume_step: Optional[int] = None, progress: bool = True,
-                 flush_seconds: float = 0.0, rolling: bool = False):
+                 flush_seconds: float = 0.0, rolling: bool = False, config: Optional[dict] = None):
         self.run_dir = Path(run_dir)
         self.csv_path = self.run_dir / "metrics.csv"
         from .rundir import check_own_entries
@@ -994,16 +1024,23 @@ class RunLogger:
         self.flush_seconds = float(flush_seconds)
         self.rolling = RollingReturn() if rolling else None
         self.last_return = math.nan
+        self._last_episodes = 0  # the episodes last_return's window held (the progress line's label)
+        self._table = None  # (hyperparameters text, its step) until the first row writes it
         try:
             if resume_step is not None:  # what a killed run logged after its checkpoint goes (set_aside_logs
                 kept = truncate_csv(self.csv_path, resume_step)  # has kept an abandoned timeline's already)
                 if self.rolling is not None:  # the window an uninterrupted run would hold now (rows of an older
                     for row in kept:  # header too: their episodes and returns were logged the same way)
                         self.last_return = self.rolling.add_row(row)
+                    self._last_episodes = self.rolling.episodes
                 drop_events_after(self.run_dir, resume_step)
                 wait_for_new_second(self.run_dir)
             self.run_dir.mkdir(parents=True, exist_ok=True)
+            shown = _last_text(self.run_dir, HYPERPARAMETERS) if resume_step is not None and config is not None else None
             self._events = EventFile(self.run_dir)
+            # written with the first row: a resume that fails before it leaves no file holding only the table
+            if config is not None and hyperparameters_table(config) != shown:
+                self._table = (hyperparameters_table(config), resume_step or 0)
             # a file killed before its header reached the disk is empty: it gets the header now
             new = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
             self._csv_file = open(self.csv_path, "a+", newline="")  # readable: reopen_if_deleted copies it back
@@ -1047,6 +1084,9 @@ class RunLogger:
             metrics[ROLLING_RETURN] = math.nan if episodes_not_counted(count) else mean
         try:  # the CSV-only columns (time, episodes) have no "/"
             self._events.reopen_if_deleted()
+            if self._table is not None:
+                self._events.text(HYPERPARAMETERS, *self._table)
+                self._table = None
             self._events.scalars(global_step, {name: value for name, value in metrics.items() if "/" in name})
         except OSError as e:
             raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
@@ -1061,6 +1101,7 @@ class RunLogger:
         ret = metrics.get(ROLLING_RETURN if self.rolling is not None else "charts/episodic_return", math.nan)
         if math.isfinite(ret):
             self.last_return = ret
+            self._last_episodes = self.rolling.episodes if self.rolling is not None else 0
         elapsed = metrics.get("time")
         if isinstance(elapsed, (int, float)) and math.isfinite(elapsed) and elapsed > 0:
             # the report's throughput: steps over the run's time, evaluations and checkpoints included
@@ -1077,7 +1118,10 @@ class RunLogger:
         shown = f"{self.last_return:.1f}" if math.isfinite(self.last_return) else "-"
         # the window named: --stop-return's note averages another (--stop-episodes), and two unlabelled
         # "returns" of one moment read as a contradiction
-        label = f"return ({self.rolling.size} ep)" if self.rolling is not None else "return"
+        # under a full window, the episodes the mean is over (2 finished episodes are no "100 ep" mean)
+        label = "return"
+        if self.rolling is not None:
+            label = f"return ({min(self._last_episodes, self.rolling.size) if self._last_episodes else self.rolling.size} ep)"
         if final and self.run_sps is not None:
             return f"SPS {self.run_sps:,.0f} (run average) | {label} {shown}"
         return f"SPS {sps:,.0f} | {label} {shown}"
@@ -1094,6 +1138,17 @@ class RunLogger:
         except OSError as e:
             raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
         self._flush_due = time.monotonic() + self.flush_seconds
+
+    def scalars(self, step: int, values: dict) -> None:
+        """``values`` (tag -> number) as TensorBoard scalars at global step ``step``, no metrics.csv cell (a
+        callback's own keys); a non-finite value is left out. StorageError naming the file when it cannot be written."""
+        try:
+            self._events.reopen_if_deleted()
+            self._events.scalars(step, values)
+        except OSError as e:
+            raise write_error(self._event_file(), e, "could not write TensorBoard events") from None
+        if time.monotonic() >= self._flush_due:
+            self.flush()
 
     def text(self, tag: str, text: str, step: int) -> None:
         try:

@@ -606,12 +606,7 @@ class Trainer:
                                 "is logged to TensorBoard as a scalar: give a number (int, float, or a one-element tensor)")
             custom[key] = number
         if custom and self.logger is not None:
-            from .diskspace import write_error
-
-            try:
-                self.logger._events.scalars(self.global_step, custom)
-            except OSError as e:
-                raise write_error(self.logger._event_file(), e, "could not write TensorBoard events") from None
+            self.logger.scalars(self.global_step, custom)
 
     @contextlib.contextmanager
     def _rng_kept(self):
@@ -1116,7 +1111,9 @@ def _make_logger(trainer: "Trainer", resumed: bool, relog: bool = False):
     show = trainer.cfg.progress and not trainer.quiet
     step = trainer.global_step - (trainer.steps_per_iteration if relog else 0)
     # rolling: charts/episodic_return_100 (population members' loggers keep it too: population_run)
-    return RunLogger(trainer.run_dir, total, resume_step=step if resumed else None, progress=show, rolling=True)
+    # config: the hyperparameters text (rank 0's logger, the only one): the fields this run trains with
+    return RunLogger(trainer.run_dir, total, resume_step=step if resumed else None, progress=show, rolling=True,
+                     config=trainer.cfg.to_dict())
 
 
 def _metric_row(m: dict, sps: float, lr: float, elapsed: float) -> dict:

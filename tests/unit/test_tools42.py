@@ -163,8 +163,8 @@ def test_the_progress_line_names_its_return_window(tmp_path, monkeypatch):
     log.log(2, 100, {"charts/SPS": 5.0, "episodes": 2, "charts/episodic_return": 40.0})
     log.close()
     lines = stream.getvalue().splitlines()
-    assert lines[0].endswith("| SPS 5 | return (100 ep) 20.0"), lines
-    assert lines[-1].endswith("| return (100 ep) 30.0"), lines
+    assert lines[0].endswith("| SPS 5 | return (2 ep) 20.0"), lines
+    assert lines[-1].endswith("| return (4 ep) 30.0"), lines
 
 
 def test_the_stop_return_line_says_its_window_apart_from_the_progress_bars():
