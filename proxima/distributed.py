@@ -506,7 +506,12 @@ def init() -> DistContext:
             device = torch.device("cuda", local)
     timeout = datetime.timedelta(seconds=dist_timeout())
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend, timeout=timeout)
+        store, _, _ = next(dist.rendezvous("env://", timeout=timeout))
+        # torch's agent keeps one store for all attempts of a --max-restarts job, so a restarted rank
+        # read the dead attempt's gloo addresses and hung connecting to them: each attempt gets its keys
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        store = dist.PrefixStore(f"proxima/attempt_{attempt}", store)
+        dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world, timeout=timeout)
         _OWNS_GROUP = True
     return DistContext(rank, world, local, device, **_test_hooks(rank))
 
