@@ -3,7 +3,7 @@
 For each ``--num-envs`` value and each backend (native torch env and Gymnasium adapter side by
 side, or the comma-separated ``--backend`` list, e.g. ``envpool,gymnasium`` for Atari), one Trainer is built from the env's
 preset (no run directory, no logger) and three things are timed on it. The bench sets num_envs,
-the backend and --threads (default 1); --device, --compile, --cudagraphs, --amp, --vector and
+the backend and --threads (default 1); --device, --compile, --compile-mode, --cudagraphs, --amp, --vector and
 --num-steps override the preset only when typed (``--preset gpu`` measures on CUDA with CUDA graphs,
 and is refused without CUDA as ``train --preset gpu`` is). A typed --device that is not CUDA leaves
 the preset's --cudagraphs on, so it is refused as train refuses it: add --no-cudagraphs to measure
@@ -66,7 +66,7 @@ MEASURES = ("env", "rollout", "train")
 EAGER_UNDER_GRAPHS = ("env", "rollout")
 #: the flags that override the preset only when typed (None: not typed, the preset's value stands):
 #: a default of their own would measure CPU eager under a --preset gpu label
-PRESET_FLAGS = ("device", "compile", "cudagraphs", "amp")
+PRESET_FLAGS = ("device", "compile", "compile_mode", "cudagraphs", "amp")
 
 
 @dataclass
@@ -466,6 +466,16 @@ LEGEND = ("env: env.step with random actions, no policy; rollout: collect_rollou
           "train x gym: train steps/s over Gymnasium's at the same num_envs")
 
 
+def switches_line(args, device) -> str:
+    """The line above the text table naming what the figures ran with (device, threads, amp, compile
+    and its mode, cudagraphs, backend, --train-only), so two pasted tables of other switches differ."""
+    ran = base_config(args)
+    compiled = f"on (mode {ran.compile_mode})" if ran.compile else "off"
+    return (f"{args.env_id} on {device}: threads {args.threads}, amp {ran.amp}, compile {compiled}, "
+            f"cudagraphs {'on' if ran.cudagraphs else 'off'}, backend {args.backend}"
+            + (", train only" if getattr(args, "train_only", False) else ""))
+
+
 def format_table_with_legend(lines: list) -> str:
     """``format_table`` and, under it, the ``LEGEND`` lines that say what its columns measure."""
     return "\n".join([format_table(lines), *LEGEND])
@@ -486,6 +496,7 @@ def json_line(line: Line, args, cfg, device, run: Optional[dict] = None, ratios:
          "num_steps": cfg.num_steps if cfg else None, "update_epochs": cfg.update_epochs if cfg else None,
          "num_minibatches": cfg.num_minibatches if cfg else None, "threads": args.threads, "repeats": args.repeats,
          "preset": args.preset or "default", "compile": bool(ran.compile), "cudagraphs": bool(ran.cudagraphs),
+         "compile_mode": ran.compile_mode if ran.compile else None,
          "amp": ran.amp, "skipped": line.skipped,  # the switches too: a compiled result is told from an eager one
          "train_only": bool(getattr(args, "train_only", False)),
          # what ran, not what was asked: with --cudagraphs, whether every part was replayed as a graph
@@ -619,6 +630,8 @@ def command_line(args) -> str:
     for name in ("compile", "cudagraphs"):
         if getattr(ran, name) or getattr(preset, name):
             argv.append(f"--{name}" if getattr(ran, name) else f"--no-{name}")
+        if name == "compile" and ran.compile and (ran.compile_mode != "default" or preset.compile_mode != "default"):
+            argv += ["--compile-mode", ran.compile_mode]
     if ran.amp != "none" or preset.amp != "none":
         argv += ["--amp", ran.amp]
     if args.vector:
@@ -633,7 +646,7 @@ def write_markdown(path: Path, args, lines: list, cfg, device, started: datetime
     said above the table, which then holds only the sizes that finished."""
     desc = (f"preset `{args.preset or 'default'}`: T = {cfg.num_steps} steps per env per rollout, "
             f"{cfg.update_epochs} epochs x {cfg.num_minibatches} minibatches, hidden {cfg.hidden_sizes}, "
-            f"compile {cfg.compile}, cudagraphs {cfg.cudagraphs}, amp {cfg.amp}, encoder {cfg.encoder}, "
+            f"compile {cfg.compile}{f' (mode {cfg.compile_mode})' if cfg.compile else ''}, cudagraphs {cfg.cudagraphs}, amp {cfg.amp}, encoder {cfg.encoder}, "
             f"Gymnasium vector {cfg.vector}") if cfg else "no line was measured"
     text = "\n".join([
         f"# proxima bench {args.env_id} on {device}, {started:%Y-%m-%d %H:%M}",
@@ -898,12 +911,14 @@ def options_problem(args: argparse.Namespace) -> str:
         problem = out_folder_problem(args.out) or out_file_problem(args.out)
         if problem:
             return f"--out {args.out}: {problem}"
-    from .config import cpu_preset_hint, preset_of
+    from .config import coerce, cpu_preset_hint, preset_of
     from .device import resolve_device
 
     try:
+        if getattr(args, "compile_mode", None) is not None:  # as train refuses the typed flag: the field's one line
+            coerce("compile_mode", args.compile_mode, source="flag")
         base = base_config(args)
-    except ConfigError as e:  # an unknown --preset
+    except ConfigError as e:  # an unknown --preset or --compile-mode
         return str(e)
     if base.compile and not accel_available():
         return ("--compile needs proxima.accel (torch.compile / CUDA graphs), which this build does not have yet; "
@@ -1011,6 +1026,10 @@ def _run(args: argparse.Namespace, stdout) -> int:
     for note in [both_note(args.env_id, args.backend), *notes]:
         if note:  # stderr: --json's stdout is for a program
             print(f"{prog}: {note}", file=sys.stderr)
+    if args.compile_mode is not None:  # train's note: a mode without --compile would be dropped without a word
+        from .trainer import _note_compile_mode
+
+        _note_compile_mode(base_config(args), {"compile_mode": args.compile_mode})
     device = resolve_device(base_config(args).device)
     torch.set_num_threads(args.threads)
     started, load0 = datetime.now(), os.getloadavg()[0]
@@ -1071,6 +1090,7 @@ def _run(args: argparse.Namespace, stdout) -> int:
         sys.stderr.write(said + "\n")
         return code
     if not args.json:
+        print(switches_line(args, device))
         print(format_table_with_legend(lines))
     if args.out:  # results go only where --out says: the repository's recorded tables are never overwritten by default
         if not save_out(args, lines, last_cfg, device, started, load0):
@@ -1096,6 +1116,7 @@ def keep_partial(args, lines: list, cfg, device, started: datetime, load0: float
         return
     note = stopped_text(sizes, lines, at, measured, why)
     if not args.json:
+        print(switches_line(args, device))
         print(format_table_with_legend(lines))
         print(note, flush=True)
     if args.out:
@@ -1150,6 +1171,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile the acting and update steps (needs proxima.accel; default: the preset's, off); "
                         "compilation happens in the untimed warm-up, so no figure includes it (its seconds are printed)")
+    add_compile_mode(p)
     p.add_argument("--cudagraphs", action=argparse.BooleanOptionalAction, default=None,
                    help="replay each iteration's rollout, advantages and update as CUDA graphs (CUDA only; with --compile, of the compiled steps); "
                         "only the train column replays them: env and rollout are timed eagerly, marked 'timed eager' "
@@ -1171,6 +1193,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "to it as a new dated section and what it holds is kept; its folder must exist; a bench cut short (an env error, Ctrl-C, SIGTERM) still "
                    "prints and writes the sizes it finished, with a line naming the size it stopped at (default: print only)")
     p.add_argument("--no-out", action="store_true", help=argparse.SUPPRESS)  # the old opt-out; printing only is the default now
+
+
+def add_compile_mode(p: argparse.ArgumentParser) -> None:
+    """--compile-mode as train's (the PPOConfig field's choices and help, checked by options_problem
+    as train checks a typed flag), defaulting to the preset's."""
+    from .config import FIELDS
+
+    f = FIELDS["compile_mode"]
+    p.add_argument("--compile-mode", dest="compile_mode", default=None, metavar="{" + ",".join(f.metadata["choices"]) + "}",
+                   help=f"{f.metadata['help']} (default: the preset's, {f.default})")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
