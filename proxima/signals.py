@@ -435,6 +435,11 @@ class OutsideLoop:
     def _handle(self, signum, frame):
         if self.failing:  # the run's failure is the line to read (hold_for_failure)
             return
+        if torn_down(signum):
+            # torchrun ending the job after another rank failed (as set up, before the loop): this rank's
+            # next collective fails with the lost-contact line; "stopped by SIGTERM; nothing was kept" was false
+            self.failing = True
+            return
         if self.held:  # raised by stops_held() as its block ends
             self.signum = self.signum or signum
             return

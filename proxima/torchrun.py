@@ -269,6 +269,32 @@ def _write_marker(marker: str) -> None:
     os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
 
 
+def failure_close_marking(marker: str, monitor_workers, close) -> tuple:
+    """Wrappers of LocalElasticAgent's ``_monitor_workers`` and PContext's ``close``: torch's SubprocessContext
+    ends the other ranks itself (its ``_poll`` calls ``close``) the moment one fails, before the agent's
+    ``_stop_workers``, so that SIGTERM came without the marker and rank 0, still setting up, said "stopped by
+    SIGTERM; before training started; nothing was kept". The marker is created there when the agent has no
+    restart left (with one left, the job goes on: no marker)."""
+    ending: list = []  # the agent checking its ranks has no restart left
+
+    def monitor_workers_noting(self, *args, **kwargs):
+        ending.append(getattr(self, "_remaining_restarts", 0) <= 0)
+        try:
+            return monitor_workers(self, *args, **kwargs)
+        finally:
+            ending.pop()
+
+    def close_marked(self, *args, **kwargs):
+        if ending and ending[-1] and getattr(self, "_failures", None):
+            try:  # as in teardown_marking: never keep the agent from ending the ranks
+                _write_marker(marker)
+            except OSError:
+                pass
+        return close(self, *args, **kwargs)
+
+    return monitor_workers_noting, close_marked
+
+
 def teardown_marking(marker: str, stop_workers, restart_workers=None) -> tuple:
     """Wrappers of LocalElasticAgent's ``_stop_workers`` and ``_restart_workers``: the first creates ``marker``
     (signals.TEARDOWN_ENV) before the agent ends the ranks, the second keeps it from doing so while the agent
@@ -320,6 +346,8 @@ def _run(argv, early: EarlyStops) -> int:
     start_workers = getattr(LocalElasticAgent, "_start_workers", None)
     stop_workers = getattr(LocalElasticAgent, "_stop_workers", None)
     restart_workers = getattr(LocalElasticAgent, "_restart_workers", None)
+    monitor_workers = getattr(LocalElasticAgent, "_monitor_workers", None)
+    close = getattr(getattr(api, "PContext", None), "close", None)
     from .distributed import TORCHRUN_PID_ENV
     from .signals import TEARDOWN_ENV
 
@@ -370,6 +398,8 @@ def _run(argv, early: EarlyStops) -> int:
             if start_workers is not None:
                 LocalElasticAgent._start_workers = start_workers_whole
 
+        if monitor_workers is not None and close is not None:
+            LocalElasticAgent._monitor_workers, api.PContext.close = failure_close_marking(marker, monitor_workers, close)
         if stop_workers is not None:
             marked, unmarked = teardown_marking(marker, stop_workers, restart_workers)
             LocalElasticAgent._stop_workers = marked
@@ -401,6 +431,8 @@ def _run(argv, early: EarlyStops) -> int:
             LocalElasticAgent._stop_workers = stop_workers
         if restart_workers is not None:
             LocalElasticAgent._restart_workers = restart_workers
+        if monitor_workers is not None and close is not None:
+            LocalElasticAgent._monitor_workers, api.PContext.close = monitor_workers, close
         if raise_stop is not None:
             api._terminate_process_handler = raise_stop
             if start_workers is not None:

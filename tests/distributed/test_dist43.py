@@ -50,3 +50,60 @@ def test_max_restarts_restart_resumes_from_the_newest_checkpoint_and_finishes(tm
         steps = [int(row["global_step"]) for row in csv.DictReader(f)]
     assert steps == [128 * i for i in range(1, 9)]
     assert Path(tmp_path / "r" / "checkpoints" / "step_000000001024.pt").exists()
+
+
+class _Agent:
+    def __init__(self, restarts_left: int, ranks):
+        self._remaining_restarts, self.ranks = restarts_left, ranks
+
+
+class _Ranks:
+    def __init__(self, failures: dict):
+        self._failures, self.closed = failures, 0
+
+
+def test_torchrun_marks_the_teardown_when_torch_closes_the_ranks_on_a_failure_with_no_restart_left(tmp_path):
+    """torch's SubprocessContext._poll closes (SIGTERMs) the other ranks the moment one fails, before the agent's
+    _stop_workers wrote the marker: rank 0, still setting up, said "stopped by SIGTERM; before training started;
+    nothing was kept" after rank 1's error. The marker now comes first; with a restart left, none (the job goes on)."""
+    from proxima import torchrun
+
+    marker = tmp_path / "torn-down"
+
+    def poll(agent):  # torch's _monitor_workers: its _poll closes the ranks when one failed
+        agent.ranks.close()
+
+    def close(ranks):
+        ranks.closed += 1
+        return marker.exists()
+
+    monitor, closing = torchrun.failure_close_marking(str(marker), poll, close)
+    _Ranks.close = closing
+    try:
+        monitor(_Agent(1, _Ranks({1: "exit 2"})))  # a restart left: torch restarts the ranks, no teardown
+        assert not marker.exists()
+        monitor(_Agent(0, _Ranks({})))  # all ranks done, none failed: nothing to mark
+        assert not marker.exists()
+        ranks = _Ranks({1: "exit 2"})
+        monitor(_Agent(0, ranks))
+        assert marker.exists() and ranks.closed == 1
+    finally:
+        del _Ranks.close
+
+
+def test_teardown_sigterm_as_a_rank_sets_up_leaves_the_lost_contact_line_to_the_failure(monkeypatch, tmp_path):
+    """OutsideLoop (setup, before the loop) raised "stopped by SIGTERM; before training started; nothing was kept"
+    for torchrun's teardown; the rank's next collective fails instead and names the lost peer."""
+    import os
+    import signal
+
+    from proxima.signals import OutsideLoop
+
+    marker = tmp_path / "torn-down"
+    marker.touch()
+    monkeypatch.setenv("PROXIMA_TEARDOWN_FILE", str(marker))
+    outside = OutsideLoop()
+    with outside:
+        os.kill(os.getpid(), signal.SIGTERM)  # no TrainingInterrupted
+        os.kill(os.getpid(), signal.SIGINT)  # and nothing after it: the failure is the line to read
+    assert outside.signum == 0
