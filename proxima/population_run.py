@@ -756,8 +756,9 @@ def _train_loop(pop: Population, run_dir: Path, dirs: list, seeds, sweep: dict, 
         step = pop.iteration * pop.steps_per_member
         if pop.iteration < pop.num_iterations or any(logged_past(d / "metrics.csv", step) for d in dirs):
             # rolling: each member's charts/episodic_return_100, rebuilt on resume from the rows its metrics.csv keeps
+            # config: each member's hyperparameters table in its TensorBoard events, as a single run's
             loggers = [RunLogger(d, total, resume_step=resume_step, progress=False, flush_seconds=LOG_FLUSH_SECONDS,
-                                 rolling=True) for d in dirs]
+                                 rolling=True, config=c.to_dict()) for d, c in zip(dirs, pop.configs)]
         t_start = time.perf_counter() - elapsed
         saved_at = time.monotonic()
         with SignalGuard() as stop:
