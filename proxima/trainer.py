@@ -305,10 +305,9 @@ class Trainer:
         the first launch showed nothing for a minute, then "SPS 2"."""
         self._compile_noted = True
         if self.dist.is_main and not getattr(self, "quiet", False):  # --quiet: no notes that change nothing
-            from .accel import compile_cache_dir
+            from .accel import compiling_note  # which case this launch is: an empty cache or cached kernels
 
-            print(f"proxima: note: --compile: compiling the rollout and update steps; the first launch takes about a "
-                  f"minute on a CPU, a later one reads the kernels cached in {compile_cache_dir()}", file=sys.stderr, flush=True)
+            print(f"proxima: note: {compiling_note()}", file=sys.stderr, flush=True)
 
     def _env_guard(self) -> EnvGuard:
         guard = getattr(self, "_guard", None)
@@ -1300,6 +1299,9 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             # again with the env it builds, before the agent and buffers, so no env is built only to be sized
             device = _device_for(dctx, config.device, argv is None)
             with _python_words(argv is None):
+                # the device flags' refusals (--preset gpu on a CPU) before any note below: a refused command
+                # prints its error line alone (the Trainer checks again; cxx_problem is cached per process)
+                check_device_flags(config, device, dctx.world_size, resumed=resumed)
                 check_fits(config, device)
             # under --quiet too: a warning that the run trains other than asked, not a summary line
             if dctx.is_main:

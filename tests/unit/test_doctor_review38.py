@@ -133,8 +133,9 @@ def test_a_compile_failure_at_the_first_compiled_call_is_one_line(tmp_path, monk
     assert code == 2 and "Traceback" not in err, err
     assert err.count("proxima: spaces: ") == 1, err  # the run's spaces line (tested in test_spaces_summary39)
     lines = [line for line in without_spaces_line(err).splitlines() if line.strip()]
-    assert lines[0] == ("proxima: note: --compile: compiling the rollout and update steps; the first launch takes about a "
-                        f"minute on a CPU, a later one reads the kernels cached in {tmp_path / 'cache' / 'proxima' / 'inductor'}")
+    assert lines[0] == ("proxima: note: --compile: compiling the rollout and update steps; the first launch compiles: "
+                        f"about a minute on a CPU (its kernels are cached in {tmp_path / 'cache' / 'proxima' / 'inductor'}; "
+                        "a later launch reads them: ~10-20 s)")  # an empty cache: accel.compiling_note's first case
     assert one_error_line("\n".join(lines[1:]), "proxima train").startswith(
         "--compile: torch.compile failed to build a compiled step (InvalidCxxCompiler: No working C++ compiler found in "
         "torch._inductor.config.cpp.cxx: ")
