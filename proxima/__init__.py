@@ -10,17 +10,18 @@ Public API::
 
 from __future__ import annotations  # train()'s annotations as proxima.trainer.train's: the same signature
 
-import os as _os
+import os as _os  # os and sys: loaded with the interpreter, before any search of the current directory
 import sys as _sys
-from typing import Callable, Optional
 
 # `python -m proxima ...` imports this package with the current directory first on sys.path; inside
 # a stranger's run directory a shipped numpy.py or gymnasium.py would then run. The console script
 # never searches it; an env module named on the command line (module:Class) is still found there
-# (envs/gym_adapter.py).
+# (envs/gym_adapter.py). This comes before every other import, a stdlib one too (typing.py in the run
+# directory would run otherwise); a proxima/ folder there is imported by Python before this file.
 if _sys.argv[:1] == ["-m"] and _sys.path and _sys.path[0] in ("", _os.getcwd()):
     _sys.path.pop(0)
 
+from typing import Callable, Optional  # noqa: E402
 from .config import ConfigError, PPOConfig, ProximaError  # noqa: E402
 # a leading ~ in the paths the Python API takes; trainer and the CLI expand with it too
 from .rundir import expand_home as _expand_home  # noqa: E402

@@ -35,6 +35,7 @@ from .checkpoint import CheckpointError, best_checkpoint_path, list_checkpoints,
 from .config import MAX_EVAL_STEPS
 from .population_report import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CI_LEVEL, FEW_MEMBERS_NOTE, ci_cell,
                                 different_steps_note, every_member_diverged, member_statistics, read_settings)
+from .terminal import printable
 
 #: a population of seeds only (no --sweep) has one setting with no values to name: its line says so in
 #: the members' count (the report's table names it "(seeds only)")
@@ -194,8 +195,8 @@ def format_member(row: dict) -> str:
     at = f" at step {step:,}" if isinstance(step, int) and not isinstance(step, bool) else ""
     from .evaluate import episodes_words, unfinished_note
 
-    return (f"{row['dir']}: {row['mean_return']:.2f} +- {row['std_return']:.2f}{at} over {episodes_words(row['episodes'])} "
-            f"({mode}{frozen})" + unfinished_note(row))
+    return printable(f"{row['dir']}: {row['mean_return']:.2f} +- {row['std_return']:.2f}{at} over {episodes_words(row['episodes'])} "
+                     f"({mode}{frozen})" + unfinished_note(row))
 
 
 def format_summary(result: dict) -> str:
@@ -226,7 +227,8 @@ def format_summary(result: dict) -> str:
     if counts and min(counts) != max(counts):  # members' own --eval-episodes made to differ: one kind per line, said
         lines.append(f"note: the members' evaluations ran different numbers of episodes ({min(counts):,}-{max(counts):,}; "
                      "each member's own --eval-episodes, each member's line says its count); --episodes N runs N for all")
-    return "\n".join(lines)
+    # the env id is the checkpoint's and a setting population.json's: as every line naming a run's value, escaped
+    return "\n".join(printable(line) for line in lines)
 
 
 def _cut_note(setting: dict, max_steps: Optional[int]) -> str:

@@ -53,6 +53,7 @@ import numpy as np
 
 from .population_run import DIVERGED_FILE, POPULATION_FILE, is_population_dir, shown
 from .rundir import RunFileError, read_run_json, read_run_text
+from .terminal import printable
 
 #: resamples of every percentile-bootstrap interval: the report's table, eval's lines and plot's band. At 2000
 #: an endpoint moved by ~2 points with the rng seed (12 members), more than the one decimal printed; the arrays
@@ -125,6 +126,7 @@ def read_settings(run_dir) -> list:
     for name, seed, settings, diverged in entries:
         if not is_plain_name(name) or not isinstance(settings, dict):
             raise PopulationError(f"{path}: member entry {name!r} is not a member folder of this run with its settings")
+        _check_settings(path, name, settings)
         d = run_dir / name
         if leads_outside(d, run_dir):  # eval, plot and report would read (and write) another run's files as this one's
             raise PopulationError(f"{d}: is a symbolic link to {os.path.realpath(d)}, outside the population directory "
@@ -138,6 +140,20 @@ def read_settings(run_dir) -> list:
         if diverged is not None:
             setting.diverged[name] = diverged_text(diverged)
     return list(groups.values())
+
+
+def _check_settings(path: Path, name: str, settings: dict) -> None:
+    """Refuse a member's settings that no --sweep wrote: a key that is not a per-member field, a value
+    that is not a number (or null, target_kl=none). Every label of a setting (eval's lines, report.md's
+    table) is then of field names and numbers, never text the file chose (an escape, a tag)."""
+    from .population import PER_MEMBER_FIELDS
+
+    for key, value in settings.items():
+        if key not in PER_MEMBER_FIELDS:
+            raise PopulationError(f"{path}: member entry {name!r} has setting {key!r}, not a field a population sweeps "
+                                  f"({', '.join(PER_MEMBER_FIELDS)})")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise PopulationError(f"{path}: member entry {name!r} has setting {key} = {value!r}, not a number")
 
 
 def diverged_text(entry) -> str:
@@ -442,7 +458,7 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: Opt
     if unevaluated and not quiet:  # one line, not one per member
         why = unevaluated[0][1].removeprefix("could not evaluate: ")  # it names the member's directory
         print(f"proxima: note: {_count(len(unevaluated), 'member')} without an eval.json of its last step could not be "
-              f"evaluated, so they are left out of settings whose other members have an evaluation (first: {why})",
+              f"evaluated, so they are left out of settings whose other members have an evaluation (first: {printable(why)})",
               file=sys.stderr)
     kept = sorted({measured[d.name][1] for f in finals for _, d, _, src in f if src == "eval" and d.name in measured}
                   - {episodes}, key=lambda c: (c is None, c or 0))
@@ -679,8 +695,10 @@ def _sources_text(run_dir: Path, doc: dict, rows: list) -> str:
 
 def _first_line(run_dir: Path, doc: dict, rows: list) -> str:
     """``CartPole-v1: 16 members (8 seeds x 2 settings), 548,864 steps each, 68.9 s of training in one process.``"""
+    from .report import _md
+
     seeds = len(doc["seeds"]) if isinstance(doc.get("seeds"), list) else None
-    return (f"{doc.get('env_id')}: {_count(doc.get('members'), 'member')} "
+    return (f"{_md(doc.get('env_id'))}: {_count(doc.get('members'), 'member')} "
             f"({_count(seeds, 'seed')} x {_count(len(rows), 'setting')}), "
             f"{training_progress(run_dir, doc)} in one process.")
 
@@ -709,6 +727,8 @@ def _end_eval_errors(run_dir: Path) -> dict:
 def _row_notes(run_dir: Path, r: dict, name: str, threshold: Optional[float], episodes: Optional[int]) -> list:
     """The notes under the table of the row ``r`` named ``name``: members left out and why, and
     evaluations of different episode counts."""
+    from .report import _md
+
     notes = []
     if r["eval_missing"]:
         k, m = len(r["eval_missing"]), r["members"]
@@ -719,7 +739,7 @@ def _row_notes(run_dir: Path, r: dict, name: str, threshold: Optional[float], ep
             # another evaluation of the same seeds meets the same failure: no advice to run one
             rest = len(failed) < k
             how = ("the end-of-run evaluation failed (population.json) for "
-                   + "; ".join(f"{d}: {why}" for d, why in failed.items()) + (f"; for the others, {how}" if rest else ""))
+                   + "; ".join(f"{d}: {_md(why)}" for d, why in failed.items()) + (f"; for the others, {how}" if rest else ""))
         old = r.get("stale_eval") or {}
         absent = [d for d in r["eval_missing"] if d not in old]
         which = ([f"{len(absent)} member{'s' if len(absent) != 1 else ''} without eval.json ({', '.join(absent)})"]
@@ -1166,9 +1186,12 @@ MEMBER_OWN_RECORD = ("seed", "run_dir")
 
 def _sweep_text(sweep) -> str:
     """``lr = 0.0025, 0.001; ent_coef = 0, 0.01`` (values as --sweep spells them); "none (seeds only)"."""
+    from .report import _md
+
     if not isinstance(sweep, dict) or not sweep:
         return "none (seeds only)"
-    return "; ".join(f"{k} = {', '.join(shown(v) for v in vals) if isinstance(vals, list) else shown(vals)}"
+    # population.json's, so shown as report.md shows the run's values (report._md): a key or value is never markup
+    return "; ".join(f"{_md(k)} = {', '.join(_md(shown(v)) for v in vals) if isinstance(vals, list) else _md(shown(vals))}"
                      for k, vals in sweep.items())
 
 
@@ -1188,14 +1211,15 @@ def provenance_section(run_dir: Path, doc: dict) -> list:
     member's meta.json (members train in one process), with a note naming members whose versions or git
     commit differ from it. A file that cannot be read is named in a line, never fails the report: the
     table above it stands without it."""
-    from .report import ReportError, _check_meta, _command_cell, _git_code, _machine, _read_json, _read_yaml, _table, _versions
+    from .report import (ReportError, _cell, _check_meta, _code, _command_cell, _git_code, _machine, _read_json, _read_yaml, _table,
+                         _versions)
 
     entries = [e for e in doc.get("member_dirs") or [] if isinstance(e, dict) and isinstance(e.get("dir"), str)]
     dirs = [Path(run_dir) / e["dir"] for e in entries]
     sweep = doc.get("sweep") if isinstance(doc.get("sweep"), dict) else {}
     command = _command_cell(doc.get("command"))
     lines = ["## Config and versions", "",
-             f"- command: `{command}` ({POPULATION_FILE})" if command else f"- command: not recorded in {POPULATION_FILE}",
+             f"- command: {_code(command)} ({POPULATION_FILE})" if command else f"- command: not recorded in {POPULATION_FILE}",
              f"- seeds: {_seeds_text(doc.get('seeds'))}", f"- sweep: {_sweep_text(sweep)}", ""]
     configs, unread = {}, {}
     for d in dirs:
@@ -1213,7 +1237,7 @@ def provenance_section(run_dir: Path, doc: dict) -> list:
         (shared if all(v == values[0] for v in values) else differ).append((key, values[0]))
     lines += [f"The config the members share (their `config.yaml`, the fields equal in all {len(present)} of "
               f"{len(dirs)} members; the seed, `run_dir` and swept fields are per member):", ""]
-    lines += _table(["field", "value"], [list(kv) for kv in shared]) if shared else ["No config.yaml to read."]
+    lines += _table(["field", "value"], [[_cell(k), v] for k, v in shared]) if shared else ["No config.yaml to read."]
     if differ:  # not swept, yet not one value: a population edited or assembled by hand
         lines += ["", f"- note: these fields are not swept yet differ between members: {', '.join(k for k, _ in differ)} "
                       "(each member's `config.yaml` has its own)."]
@@ -1240,7 +1264,7 @@ def provenance_section(run_dir: Path, doc: dict) -> list:
         meta = metas[first]
         lines += [f"Of {first}'s `meta.json` (the members train in one process, on one machine):", ""]
         versions = _versions(meta)
-        lines += _table(["package", "version"], [[k, v] for k, v in versions.items()]) if versions else ["No versions recorded."]
+        lines += _table(["package", "version"], [[_cell(k), v] for k, v in versions.items()]) if versions else ["No versions recorded."]
         machine = [[k, v] for k, v in _machine(meta).items() if k != "command" and v not in (None, "", [])]
         if machine:  # the command is population.json's, above
             lines += [""] + _table(["machine", "value"], machine)

@@ -774,10 +774,17 @@ _MARKUP = re.compile(r"[<\[\]*&~\\]|(?<!-)>|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 def _md(text) -> str:
     """``text`` as Markdown shows it literally: in a code span when it holds markup (meta.json's
     git_commit ``[click me](http://evil)``, a command holding ``<img onerror=...>``: values the run's
-    files hold, shown, never rendered), else as it is."""
-    text = str(text)
-    if not _MARKUP.search(text):
-        return text
+    files hold, shown, never rendered), else as it is. Control characters are written as their escapes
+    (terminal.printable: ``\\x1b``, ``\\n``) either way: ``cat report.md`` must not retitle or recolour
+    the terminal, and a newline must not end the line (a table row, a list item) it stands in."""
+    text = printable(str(text))
+    return _code(text) if _MARKUP.search(text) else text
+
+
+def _code(text) -> str:
+    """``text`` in a code span, its control characters escaped (terminal.printable), fenced with one
+    more backtick than its longest run of them so that none of its own closes the span."""
+    text = printable(str(text))
     fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
     return f"{fence} {text} {fence}"
 
@@ -792,7 +799,7 @@ def _cell(value) -> str:
     elif isinstance(value, (list, tuple)):
         text = ", ".join(_cell(v) for v in value) if value else "[]"
     elif isinstance(value, dict):
-        text = ", ".join(f"{k}={_cell(v)}" for k, v in value.items()) if value else "{}"
+        text = ", ".join(f"{_cell(k)}={_cell(v)}" for k, v in value.items()) if value else "{}"
     else:
         text = _md(value)
     return text.replace("|", "\\|").replace("\n", " ")
@@ -856,7 +863,7 @@ def _eval_setup(ev: dict) -> str:
     with as it records it (each changes its episodes); "" for an older eval.json that records none."""
     seed, backend, cap = ev.get("seed"), ev.get("backend"), ev.get("max_steps")
     parts = [f"env seed {seed:,}"] if _is_number(seed) else []
-    parts += [f"backend {printable(backend)}"] if isinstance(backend, str) else []
+    parts += [f"backend {_md(backend)}"] if isinstance(backend, str) else []
     parts += [f"at most {cap:,} steps per episode"] if _is_number(cap) else []
     return ", ".join(parts)
 
@@ -1033,7 +1040,8 @@ def _keyed_rows(dicts: Sequence[dict]) -> list[list]:
     keys: list = []
     for d in dicts:
         keys += [k for k in d if k not in keys]
-    return [[k] + [d.get(k) for d in dicts] for k in keys]
+    # a key is the run's too (config.yaml's, meta.json's versions): escaped as its values are
+    return [[_cell(k)] + [d.get(k) for d in dicts] for k in keys]
 
 
 def _compiled(run: dict) -> bool:
@@ -1174,11 +1182,11 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
         ev = r["eval"]
         head = f"**{r['name']}**: " if len(runs) > 1 else ""
         if "error" in ev:
-            lines += [f"- {head}{ev['error']}"]
+            lines += [f"- {head}{_md(ev['error'])}"]  # an env id or path from the checkpoint may be in it
             continue
         lines += [f"- {head}mean return **{ev['mean_return']:.2f}** \u00b1 {ev.get('std_return', 0.0):.2f} over "
                   f"{ev.get('episodes', '?')} episodes, {'deterministic' if ev.get('deterministic', True) else 'stochastic'} "
-                  f"policy{_eval_step(ev, ' at step')}{unfinished_note(ev)}; source: {ev['source']}"]
+                  f"policy{_eval_step(ev, ' at step')}{unfinished_note(ev)}; source: {_md(ev['source'])}"]
         rets = ev.get("returns") or []
         if rets:
             shown = ", ".join(f"{v:g}" for v in rets[:20]) + (", ..." if len(rets) > 20 else "")
