@@ -291,16 +291,17 @@ class DistContext:
         proxima.torchrun is ending the job after another rank failed (signals.TEARDOWN_ENV), that line says so.
 
         Nothing for rank 0's error that another rank re-raised from from_main (rank 0 reports it),
-        nor for a refusal of rank 0's from_main work, nor for any refusal of rank 0 in a process that
+        nor for a refusal of rank 0's from_main work, nor for a refusal of any rank in a process that
         ends with its command (exit_process): the command's own error line names it, and the same line
-        twice otherwise."""
+        twice otherwise. A lost peer's line says all there is to say: exit_process prints no traceback
+        after it (_REPORTED)."""
         if not self.enabled or getattr(exc, _FOLLOWED, False):
             return
-        if self.is_main and (getattr(exc, _MAIN_WORK, False) or _ENDS_WITH_COMMAND):
+        if getattr(exc, _MAIN_WORK, False) or _ENDS_WITH_COMMAND:
             from .cli import _user_errors
 
             # the command's own error line names it (a full disk as rank 0 writes the checkpoint too):
-            # "rank 0 failed: ..." above it would be the same line twice
+            # "rank R failed: ..." above it would be the same line twice
             if isinstance(exc, _user_errors()):
                 return
         first = (str(exc).strip().splitlines() or [""])[0][:400]
@@ -312,6 +313,7 @@ class DistContext:
             sys.stderr.write(f"proxima: rank {self.rank} stopped: {who} did not reach the same collective within "
                              f"PROXIMA_DIST_TIMEOUT={dist_timeout():g} s (it hangs, e.g. in an env step, or is that much "
                              f"slower; raise PROXIMA_DIST_TIMEOUT if it is only slow): {text}{where}\n")
+            _mark(exc, _REPORTED)
         elif is_peer_loss(exc):
             # the SIGTERM that torchrun ends the job with may be read before or after the collective's error
             who = f"rank {1 - self.rank}" if self.world_size == 2 else "another rank"
@@ -319,6 +321,7 @@ class DistContext:
                    else "it failed or was stopped")
             sys.stderr.write(f"proxima: rank {self.rank} stopped: lost contact with another rank "
                              f"({why}; its error is above): {text}{where}\n")
+            _mark(exc, _REPORTED)
         else:
             sys.stderr.write(f"proxima: rank {self.rank} failed: {text}\n")
         sys.stderr.flush()
@@ -388,6 +391,9 @@ class FollowedMain(SystemExit):
 #: attributes from_main sets on the error it raises: rank 0's own, and its copy on another rank
 _MAIN_WORK = "_proxima_main_work"
 _FOLLOWED = "_proxima_followed_main"
+#: set by report_failure on a lost peer's error: its line is the whole story (the traceback is gloo's
+#: internals, not this rank's code), so exit_process prints none after it
+_REPORTED = "_proxima_reported_lost_peer"
 
 
 def _mark(exc: BaseException, name: str) -> None:
@@ -566,7 +572,9 @@ def exit_process(main: Callable[[], Optional[int]]) -> NoReturn:
     directory is complete and closed by then, and skipping interpreter finalization avoids a race
     in which a gloo worker thread drops the last reference to a tensor while Python shuts down,
     which aborts the rank ("terminate called without an active exception", SIGABRT) after a run
-    that succeeded. Other processes exit the ordinary way.
+    that succeeded. An error is printed as its traceback, except a lost peer whose one line
+    report_failure printed (the rest is gloo's internals, and the failed rank's own lines say why).
+    Other processes exit the ordinary way.
     """
     global _ENDS_WITH_COMMAND
 
@@ -578,10 +586,11 @@ def exit_process(main: Callable[[], Optional[int]]) -> NoReturn:
         code = main()
     except SystemExit as e:
         code = e.code
-    except BaseException:  # the traceback as Python would print it, then the same status
-        import traceback
+    except BaseException as e:  # the traceback as Python would print it, then the same status
+        if not getattr(e, _REPORTED, False):
+            import traceback
 
-        traceback.print_exc()
+            traceback.print_exc()
         code = 1
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)
