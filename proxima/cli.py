@@ -75,10 +75,10 @@ def add_config_flags(p: argparse.ArgumentParser, recorded: bool = False, help_ov
         group = p if not recorded else changes if name in RESUME_SAFE else checked
         flag = "--" + name.replace("_", "-")
         default = f.default if f.default is not f.default_factory else None
-        help_text = f.metadata["help"]
+        help_text = f.metadata["help"] + other_names_text(name, ALIASES)
         if name in (help_overrides or {}):  # the whole text, default included
             group.add_argument(flag, dest=name, default=argparse.SUPPRESS, metavar=f.metadata.get("metavar", name.upper()),
-                           help=help_overrides[name])
+                           help=help_overrides[name] + other_names_text(name, ALIASES))
             continue
         shown = f.default_factory() if callable(f.default_factory) else f.default
         if isinstance(shown, list):
@@ -99,6 +99,16 @@ def add_config_flags(p: argparse.ArgumentParser, recorded: bool = False, help_ov
     for alias, name in ALIASES.items():  # hidden other names (--learning-rate), the ones a YAML key may use too
         p.add_argument("--" + alias.replace("_", "-"), dest=name, default=argparse.SUPPRESS, help=argparse.SUPPRESS,
                        action=_OneNameOnly)
+
+
+def other_names_text(name: str, aliases: dict) -> str:
+    """`` Also --learning-rate (Stable-Baselines3's name; not with --lr).`` for the --help of a field with
+    another name (``aliases``: {alias: field}): the other flag is kept out of --help's list, where it
+    would read as a second setting, yet a user reading --help should find the name they type."""
+    others = ["--" + alias.replace("_", "-") for alias, field in aliases.items() if field == name]
+    if not others:
+        return ""
+    return f" Also {', '.join(others)} (Stable-Baselines3's name; not with --{name.replace('_', '-')})."
 
 
 class _OneNameOnly(argparse._StoreAction):
@@ -780,6 +790,11 @@ def cmd_resume(args) -> int:
             print(f"run directory: {run_dir}")
             return 0
         if args.steps is not None:
+            from . import checkpoint as ckpt
+            from .rundir import expand_home
+
+            # a missing path or a folder with no checkpoint is no PPO run: the line it gets without --steps
+            ckpt.resolve_checkpoint(expand_home(path))
             return fail(prog, f"--steps: {path} is a PPO run; --steps extends RLHF runs only (use --total-timesteps)")
         world = _written_by(path)
         if world > 1:  # the checkpoint needs as many processes as wrote it (train_state.load): start them

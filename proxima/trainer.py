@@ -1910,11 +1910,40 @@ def _loop_eval_at_end(trainer: Trainer, policy, seed: int) -> Optional[dict]:
     return dict(done["result"]) if same else None
 
 
+def _built_env_limit(env) -> Optional[int]:
+    """The time limit of the Gymnasium envs the run built (a ``module:function`` factory's gymnasium.make,
+    a TimeLimit it wrapped itself), which neither env_kwargs nor a registration of the id tells: the
+    first env's TimeLimit where the envs are in this process (SyncVectorEnv), else the workers' envs'
+    spec.max_episode_steps (AsyncVectorEnv: asked once, at the end of the run). None where none is kept
+    or asking raised (user env code)."""
+    import gymnasium as gym
+
+    vector = getattr(env, "envs", None)  # a GymnasiumEnv's vector env; a native env has none
+    try:
+        if isinstance(vector, gym.vector.SyncVectorEnv):
+            layer = vector.envs[0]
+            while isinstance(layer, gym.Wrapper):  # the wrapper that truncates, not a spec that may outlive it (.unwrapped)
+                if isinstance(layer, gym.wrappers.TimeLimit):
+                    return layer._max_episode_steps
+                layer = layer.env
+            return None
+        if isinstance(vector, gym.vector.AsyncVectorEnv):
+            # "spec" is an attribute of every env: a missing one would end the worker that was asked
+            limits = [getattr(spec, "max_episode_steps", None) for spec in vector.get_attr("spec")]
+            return limits[0] if all(limit == limits[0] for limit in limits) else None
+    except Exception:  # noqa: BLE001 - user env code raised: no limit known, the note stays
+        return None
+    return None
+
+
 def _episode_limit(trainer: Trainer) -> Optional[int]:
-    """The step limit of the run's env episodes (env_kwargs' max_episode_steps, a native env's own, or
-    the Gymnasium registration's), or None where none is known (a module:Class env, an endless one)."""
+    """The step limit of the run's env episodes (env_kwargs' max_episode_steps, a native env's own, the
+    built Gymnasium envs' (_built_env_limit), or the Gymnasium registration's), or None where none is
+    known (a module:Class env, an endless one)."""
     cfg = trainer.cfg
     limit = (cfg.env_kwargs or {}).get("max_episode_steps") or getattr(trainer.env, "max_episode_steps", None)
+    if not limit:
+        limit = _built_env_limit(trainer.env)
     if not limit:
         try:
             import gymnasium

@@ -32,14 +32,14 @@ def register(subparsers) -> argparse.ArgumentParser:
                    help="Trust the --config file: import the module:function or file.py:function rewards it names and "
                         "search the folders of its reward_import_path (otherwise give them as --reward and "
                         "--reward-import-path).")
-    from ..cli import _OneNameOnly
+    from ..cli import _OneNameOnly, other_names_text
     from .config import ALIASES
     from .demo import demo_config
 
     plain, demo = RLHFConfig(), demo_config()
     for name, f in FIELDS.items():
         flag = "--" + name.replace("_", "-")
-        doc = f.metadata["help"]
+        doc = f.metadata["help"] + other_names_text(name, ALIASES)
         if f.metadata["choices"]:
             doc += f" One of: {', '.join(f.metadata['choices'])}."
         doc += _defaults_text(doc, getattr(plain, name), getattr(demo, name))
