@@ -553,10 +553,15 @@ class Trainer:
                 with self._rng_kept():
                     try:
                         said = callback(row, self) if getattr(self, "callback_takes_trainer", False) else callback(row)
-                    finally:  # before any checkpoint records it, even when the callback raised
-                        changed = self._config_put_back(cfg, recorded)
+                    except BaseException:  # a failed callback changes nothing, before any checkpoint records it
+                        self._config_put_back(cfg, recorded)
+                        raise
+                live = self._live_refusal()
+                changed = self._config_put_back(cfg, recorded, keep=LIVE_FIELDS if live is None else ())
                 if changed:
-                    raise ConfigError(_config_changed_line(callback, changed))
+                    self._config_put_back(cfg, recorded)  # a refused change leaves no field changed
+                    raise ConfigError(_config_changed_line(callback, changed, live))
+                self._take_live_fields(callback, recorded)
                 self._log_custom_metrics(callback, row, CSV_COLUMNS)
                 stops = said is not None and not _truth(said, callback)
             except BaseException as e:  # noqa: BLE001 - the caller's sys.exit too: checkpointed, then raised as it came
@@ -568,12 +573,13 @@ class Trainer:
                 answer = CALLBACK_STOPS if stops else CALLBACK_GOES_ON
         return self.dist.agree_stop(answer) if self.dist.enabled else answer
 
-    def _config_put_back(self, cfg: PPOConfig, recorded: PPOConfig) -> list:
+    def _config_put_back(self, cfg: PPOConfig, recorded: PPOConfig, keep=()) -> list:
         """The fields of ``cfg`` (the run's config) a callback changed from ``recorded`` (its copy from before
-        the call), as (name, recorded value, new value), each set back; a config it put in place of
-        ``trainer.cfg`` is replaced by the run's. The run never read the change (the optimizer, the
-        schedule and the envs were built from the config it started with) but a checkpoint would record
-        it, and its resume then refuse the run as damaged."""
+        the call), but those in ``keep`` (LIVE_FIELDS where the run may take them), as (name, recorded
+        value, new value), each set back; a config it put in place of ``trainer.cfg`` is replaced by the
+        run's. The run never read such a change (the envs, buffers, network and schedule were built from
+        the config it started with) but a checkpoint would record it, and its resume then refuse the run
+        as damaged."""
         import dataclasses
 
         changed = []
@@ -582,10 +588,38 @@ class Trainer:
             self.cfg = cfg
         for f in dataclasses.fields(PPOConfig):
             was, now = getattr(recorded, f.name), getattr(cfg, f.name, None)
-            if not _same_value(was, now):
+            if f.name not in keep and not _same_value(was, now):
                 changed.append((f.name, was, now))
                 setattr(cfg, f.name, was)
         return changed
+
+    def _live_refusal(self) -> Optional[str]:
+        """Why this run cannot take a callback's change of LIVE_FIELDS, or None where it trains with it from
+        the next iteration (the eager update reads them from trainer.cfg at each call)."""
+        if self.dist.enabled:  # the callback runs on rank 0 alone: the ranks' updates would differ (or hang)
+            return f"a run of {self.dist.world_size} processes calls the callback on rank 0 alone"
+        if self.cfg.cudagraphs:
+            return "--cudagraphs replays an update captured with the values it started with"
+        if self.cfg.compile:
+            return "--compile built the update with the values it started with"
+        return None
+
+    def _take_live_fields(self, callback: Callable, recorded: PPOConfig) -> None:
+        """A callback's change of LIVE_FIELDS (an SB3-style schedule: ``trainer.cfg.ent_coef = ...``), checked
+        as PPOConfig checks the field (put back, with one ConfigError line naming the callback, when
+        invalid); the learning rate reaches the optimizer at once where no --anneal-lr schedule sets it each
+        iteration. The checkpoint records the config the run trains with, so a resume goes on with it."""
+        changed = [name for name in LIVE_FIELDS if not _same_value(getattr(recorded, name), getattr(self.cfg, name))]
+        if not changed:
+            return
+        try:
+            validate(self.cfg, self.dist.world_size, python=True)
+        except ConfigError as e:
+            self._config_put_back(self.cfg, recorded)
+            raise ConfigError(f"train(callback={_callback_name(callback)}): {e}") from None
+        if "lr" in changed and not self.cfg.anneal_lr:
+            self.scheduled_lr = float(self.cfg.lr)
+            self.optimizer.param_groups[0]["lr"].fill_(self.scheduled_lr)
 
     def _log_custom_metrics(self, callback: Callable, row: dict, columns: list) -> None:
         """The keys a callback added to ``row`` that are no metrics.csv column, written to TensorBoard at
@@ -595,7 +629,7 @@ class Trainer:
         for key, value in row.items():
             if key in columns:
                 continue
-            name = getattr(callback, "__qualname__", None) or short_repr(callback)
+            name = _callback_name(callback)
             if not isinstance(key, str):
                 raise TypeError(f"train(callback={name}): added the key {short_repr(key)} to the row; a key it adds is a "
                                 "TensorBoard tag: give a str (e.g. 'custom/my_metric')")
@@ -834,7 +868,7 @@ def callback_arity(callback) -> int:
         except TypeError:
             continue
         return arity
-    name = getattr(callback, "__qualname__", None) or short_repr(callback)
+    name = _callback_name(callback)
     raise ConfigError(f"train(callback={name}): its signature {signature} cannot be called with one positional argument "
                       f"(the row) nor two (the row and the trainer); {wanted}")
 
@@ -870,11 +904,24 @@ def _scalar(value) -> Optional[float]:
     return None
 
 
-def _config_changed_line(callback, changed: list) -> str:
-    """The one line refusing a callback's change of ``trainer.cfg`` (Trainer._config_put_back's ``changed``)."""
+#: the fields a callback may change mid-run (SB3-style schedules: ``trainer.cfg.ent_coef = ...``): the eager
+#: update reads them from trainer.cfg at each call (ppo.update, make_grad_step, grad_cpu.BlockGradients; lr
+#: through the --anneal-lr schedule or the optimizer), so the change trains from the next iteration and the
+#: checkpoint records it. Not under --compile/--cudagraphs or several processes (Trainer._live_refusal).
+LIVE_FIELDS = ("lr", "ent_coef", "vf_coef", "clip_coef", "vf_clip_coef", "max_grad_norm", "target_kl", "update_epochs")
+
+
+def _callback_name(callback) -> str:
+    """How a refusal names a callback: its qualified name, else its repr cut short."""
+    return getattr(callback, "__qualname__", None) or short_repr(callback)
+
+
+def _config_changed_line(callback, changed: list, live: Optional[str] = None) -> str:
+    """The one line refusing a callback's change of ``trainer.cfg`` (Trainer._config_put_back's ``changed``);
+    ``live``: why this run takes no change of LIVE_FIELDS either (Trainer._live_refusal), else None."""
     from .config import RESUME_SAFE
 
-    name = getattr(callback, "__qualname__", None) or short_repr(callback)
+    name = _callback_name(callback)
     if changed[0][0] == "cfg":
         return (f"train(callback={name}): it replaced trainer.cfg; the run trains with the config it started with, which "
                 "is put back (the checkpoints record it); to train with another config, stop the run (return False) and "
@@ -886,8 +933,13 @@ def _config_changed_line(callback, changed: list) -> str:
     else:
         instead = (f"stop the run (return False) and start a new one from its weights: "
                    f"train(PPOConfig(..., {given}, init_from=RUN_DIR))")
-    return (f"train(callback={name}): it changed {said}; the run trains with the config it started with (the change "
-            f"would reach no optimizer or env, only the checkpoint), so it is put back; to train with it, {instead}")
+    if live is not None and any(f in LIVE_FIELDS for f, _, _ in changed):
+        why = f"{live}, so the change would not train"
+    else:
+        why = (f"the run was built with the config it started with (a callback may change {', '.join(LIVE_FIELDS)} "
+               "alone), so the change would not train")
+    return (f"train(callback={name}): it changed {said}; {why} and is put back (the checkpoints record the run's "
+            f"config); to train with it, {instead}")
 
 
 def _truth(said, callback) -> bool:
@@ -896,9 +948,7 @@ def _truth(said, callback) -> bool:
     try:
         return bool(said)
     except Exception as e:
-        from .config import _short_repr as short_repr
-
-        name = getattr(callback, "__qualname__", None) or short_repr(callback)
+        name = _callback_name(callback)
         raise TypeError(f"train(callback={name}): returned a value of type {type(said).__name__}, whose truth value is "
                         "ambiguous; return False to stop, None or True to go on") from e
 

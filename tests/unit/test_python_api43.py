@@ -28,16 +28,16 @@ def _scalars(run_dir, tag):
 
 def test_a_callback_changing_trainer_cfg_is_refused_and_the_checkpoint_keeps_the_runs_config(tmp_path):
     def cb(row, trainer):
-        trainer.cfg.lr = 1e-3
+        trainer.cfg.gamma = 0.9  # GAE's discount: no LIVE_FIELDS member (test_callback_live43 has those)
 
     with pytest.raises(proxima.ConfigError) as e:
         _train(tmp_path / "run", cb)
     assert str(e.value).startswith("train(callback=test_a_callback_changing_trainer_cfg_is_refused_and_the_checkpoint"
-                                   "_keeps_the_runs_config.<locals>.cb): it changed trainer.cfg.lr (0.00025 -> 0.001); ")
+                                   "_keeps_the_runs_config.<locals>.cb): it changed trainer.cfg.gamma (0.99 -> 0.9); ")
     assert "init_from=RUN_DIR" in str(e.value) and "\n" not in str(e.value)
-    assert load(tmp_path / "run").config["lr"] == 2.5e-4  # the checkpoint of the refused iteration: the run's own
+    assert load(tmp_path / "run").config["gamma"] == 0.99  # the checkpoint of the refused iteration: the run's own
     _, policy = train(None, resume=tmp_path / "run", quiet=True, evaluate_at_end=False)  # resumes: nothing damaged
-    assert policy.config["lr"] == 2.5e-4
+    assert policy.config["gamma"] == 0.99
 
 
 def test_a_callback_changing_a_resume_safe_field_is_told_to_resume_with_it(tmp_path):

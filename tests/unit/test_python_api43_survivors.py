@@ -80,11 +80,11 @@ def test_an_equal_value_of_another_type_is_a_change(tmp_path, field, value, said
 def test_changing_a_resume_safe_field_and_another_is_told_to_start_from_the_weights(tmp_path):
     def change(trainer):
         trainer.cfg.total_timesteps = 512  # resume-safe
-        trainer.cfg.lr = 1e-3  # the run's identity: a resume refuses it
+        trainer.cfg.gamma = 0.9  # the run's identity: a resume refuses it
 
     message = _refusal(tmp_path, change)
     assert message.endswith("to train with it, stop the run (return False) and start a new one from its weights: "
-                            "train(PPOConfig(..., total_timesteps=512, lr=0.001, init_from=RUN_DIR))")
+                            "train(PPOConfig(..., total_timesteps=512, gamma=0.9, init_from=RUN_DIR))")
     assert "resume=RUN_DIR" not in message
 
 
