@@ -14,8 +14,10 @@ import sys
 from pathlib import Path
 from typing import Optional, Union
 
+from .config import ProximaError
 
-class StorageError(RuntimeError):
+
+class StorageError(ProximaError, RuntimeError):
     """A file could not be written; the message names it, the reason and the free space there."""
 
 

@@ -9,11 +9,12 @@ from typing import Optional
 import numpy as np
 import torch
 
+from .config import ProximaError
 from .envs import EnvError
 from .envs.gym_adapter import check_env_cmd
 
 
-class NonFiniteError(RuntimeError):
+class NonFiniteError(ProximaError, RuntimeError):
     """NaN/inf met in an observation, reward, loss or gradient; names the field, env and step."""
 
 

@@ -78,7 +78,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 
-from .config import int_arg
+from .config import ProximaError, int_arg
 from .terminal import printable
 
 DEFAULT_METRIC = "charts/episodic_return"
@@ -98,7 +98,7 @@ MAX_DPI = 1200
 PathLike = Union[str, os.PathLike]
 
 
-class PlotError(ValueError):
+class PlotError(ProximaError, ValueError):
     """A user-fixable problem (missing or foreign run directory, empty metrics, unknown metric)."""
 
 

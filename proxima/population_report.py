@@ -51,6 +51,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from .config import ProximaError
 from .population_run import DIVERGED_FILE, POPULATION_FILE, is_population_dir, shown
 from .rundir import RunFileError, read_run_json, read_run_text
 from .terminal import printable
@@ -73,7 +74,7 @@ CI_METHOD = f"percentile bootstrap over members, {BOOTSTRAP_RESAMPLES} resamples
 IQM_TEXT = "IQM: trimmed mean, floor(n/4) of the n values dropped at each end (rliable's; equals the mean for n < 4)"
 
 
-class PopulationError(ValueError):
+class PopulationError(ProximaError, ValueError):
     """A broken population directory: unreadable population.json, a listed member directory missing."""
 
 

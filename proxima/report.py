@@ -54,7 +54,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .config import int_arg
+from .config import ProximaError, int_arg
 
 from .diskspace import describe
 from .logger import ROLLING_EPISODES, ROLLING_RETURN, RollingReturn, episodes_not_counted
@@ -63,7 +63,7 @@ from .plot import (DEFAULT_METRIC, X_LABELS, PlotError, group_runs, path_problem
 from .terminal import printable
 
 
-class ReportError(ValueError):
+class ReportError(ProximaError, ValueError):
     """A user-fixable problem with the runs or the output path."""
 
 

@@ -31,7 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
-from .config import ConfigError
+from .config import ConfigError, ProximaError
 from .diskspace import write_error
 from .signals import from_python, stops_held
 
@@ -200,7 +200,7 @@ TEXT_MAX_BYTES = 16 << 20  # config.yaml, eval.json, summary.json, meta.json-lik
 LOG_MAX_BYTES = 2 << 30  # metrics.csv, samples.jsonl (long runs write a row per iteration)
 
 
-class RunFileError(OSError):
+class RunFileError(ProximaError, OSError):
     """A run file that is there but is not a readable regular file within its size cap, or a link
     that leads out of the run; the message is one line naming the file. An OSError, so callers that
     treat an unreadable file as unreadable keep doing so. ``why``: what is wrong, without the file's

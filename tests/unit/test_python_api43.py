@@ -122,3 +122,16 @@ def test_proximaerror_is_the_base_of_every_user_error_and_keeps_their_old_bases(
     assert issubclass(RunDirError, proxima.ProximaError)
     with pytest.raises(proxima.ProximaError, match="^train\\(config\\): expected a PPOConfig"):
         train(None)
+
+
+def test_a_diverged_run_and_a_full_disk_are_proximaerrors_a_sweep_catches():
+    from proxima.diskspace import StorageError
+    from proxima.guards import NonFiniteError
+    from proxima.plot import PlotError
+    from proxima.population_report import PopulationError
+    from proxima.report import ReportError
+    from proxima.rundir import RunFileError
+
+    for cls, base in ((NonFiniteError, RuntimeError), (StorageError, RuntimeError), (PopulationError, ValueError),
+                      (ReportError, ValueError), (PlotError, ValueError), (RunFileError, OSError)):
+        assert issubclass(cls, proxima.ProximaError) and issubclass(cls, base), cls  # `except RuntimeError` holds too
