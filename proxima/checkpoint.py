@@ -770,10 +770,16 @@ def check_inside_run(path: Union[str, Path]) -> None:
 
     path = Path(path)
     run = path.absolute().parent.parent
-    if path.absolute().parent.name == "checkpoints" and os.path.islink(path) and leads_outside(path, run):
-        raise LinkOutOfRunError(f"{path}: is a symbolic link to {os.path.realpath(path)}, outside the run directory {run}; "
-                                "Proxima does not read a run through it: remove the link (or copy what it points to into the "
-                                "run) and try again")
+    if path.absolute().parent.name == "checkpoints" and leads_outside(path, run):
+        # the file a link, or the checkpoints/ folder (or a folder under it): every reader of RUN alike
+        # (resume, eval, load(), --init-from, report), as the one resolver here is theirs
+        if os.path.islink(path):
+            said = f"{path}: is a symbolic link to {os.path.realpath(path)}"
+        else:
+            folder = path.parent
+            said = f"{folder}: is a symbolic link (or lies under one) to {os.path.realpath(folder)}"
+        raise LinkOutOfRunError(f"{said}, outside the run directory {run}; Proxima does not read a run through it: remove "
+                                "the link (or copy what it points to into the run) and try again")
 
 
 #: files a run writes when it starts, before its first checkpoint (train_state / population_run)

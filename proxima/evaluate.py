@@ -37,7 +37,6 @@ def load_run_policy(path, **kwargs):
     one aside)."""
     import shlex
 
-    from .atomic import leads_outside
     from .checkpoint import (CheckpointError, EnvMismatchError, LinkOutOfRunError, NewerSchemaError, list_checkpoints,
                              load_policy, source_path, start_over)
 
@@ -46,12 +45,6 @@ def load_run_policy(path, **kwargs):
     # a shell expands ~ on the command line; a Python caller's path gets the same. RUN/checkpoints is RUN
     # (--init-from's reading): its newest, and the same fallback line when that one is damaged
     path = source_path(_expand_home(path))
-    run = run_dir_named(path)
-    # RUN/checkpoints a link out of RUN: another run's weights would be evaluated as RUN's (a resume refuses it too)
-    if run is not None and leads_outside(run / "checkpoints", run):
-        raise LinkOutOfRunError(f"{run / 'checkpoints'}: is a symbolic link (or lies under one) to "
-                                f"{os.path.realpath(run / 'checkpoints')}, outside the run directory {run}; Proxima does not "
-                                "read a run through it: remove the link (or copy what it points to into the run) and try again")
     try:
         return load_policy(path, **kwargs)
     # a newer Proxima's file is sound (upgrading reads it), and one refused for the env given is too (the
