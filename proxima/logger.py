@@ -1119,9 +1119,9 @@ class RunLogger:
         # the window named: --stop-return's note averages another (--stop-episodes), and two unlabelled
         # "returns" of one moment read as a contradiction
         # under a full window, the episodes the mean is over (2 finished episodes are no "100 ep" mean)
-        label = "return"
-        if self.rolling is not None:
-            label = f"return ({min(self._last_episodes, self.rolling.size) if self._last_episodes else self.rolling.size} ep)"
+        label = "return"  # before any episode ended: no window to name ("return -")
+        if self.rolling is not None and self._last_episodes:
+            label = f"return ({min(self._last_episodes, self.rolling.size)} ep)"
         if final and self.run_sps is not None:
             return f"SPS {self.run_sps:,.0f} (run average) | {label} {shown}"
         return f"SPS {sps:,.0f} | {label} {shown}"

@@ -103,12 +103,13 @@ def test_the_progress_line_says_how_many_episodes_its_return_is_over_until_the_w
     monkeypatch.setattr("sys.stderr", stream)
     monkeypatch.setattr("proxima.logger.LINE_SECONDS", 0.0)
     logger = RunLogger(tmp_path, 300, progress=True, rolling=True)
-    for i, (n, ret) in enumerate([(2, -1188.8), (150, 10.0)]):
+    for i, (n, ret) in enumerate([(0, math.nan), (2, -1188.8), (150, 10.0)]):
         logger.log(i + 1, 100 * (i + 1), {"episodes": n, "charts/episodic_return": ret, "charts/SPS": 100.0})
     logger.close()
     lines = stream.getvalue().splitlines()
-    assert lines[0].endswith("| return (2 ep) -1188.8"), lines
-    assert lines[1].endswith("| return (100 ep) 10.0"), lines  # 150 episodes of one iteration: the full window
+    assert lines[0].endswith("| return -"), lines  # no episode ended yet: no "(100 ep)" window to name
+    assert lines[1].endswith("| return (2 ep) -1188.8"), lines
+    assert lines[2].endswith("| return (100 ep) 10.0"), lines  # 150 episodes of one iteration: the full window
 
 
 # ------------------------------------------------------------------------------------ --seeds N note

@@ -219,7 +219,7 @@ def test_the_progress_line_shows_the_rolling_return_and_a_dash_before_any_episod
     finally:
         logger.close()
     lines = stream.getvalue().splitlines()
-    assert [line.rsplit("| ", 1)[1] for line in lines] == ["return (100 ep) -", "return (90 ep) 10.0", "return (100 ep) 20.0", "return (100 ep) 20.0"], lines
+    assert [line.rsplit("| ", 1)[1] for line in lines] == ["return -", "return (90 ep) 10.0", "return (100 ep) 20.0", "return (100 ep) 20.0"], lines
     assert [r[ROLLING_RETURN] for r in _rows(tmp_path)] == ["", "10.0", "20.0", "20.0"]
 
 
