@@ -44,8 +44,9 @@ def _csv_steps(member_dir) -> list:
 
 
 def _event_steps(member_dir) -> list:
+    # the scalar rows only: the hyperparameters text at step 0 is no iteration's row
     return [e.step for p in sorted(member_dir.glob("events.out.tfevents.*")) for _, e in _event_records(p)
-            if e.HasField("summary")]
+            if e.HasField("summary") and any(v.HasField("simple_value") for v in e.summary.value)]
 
 
 def _members(run_dir) -> list:

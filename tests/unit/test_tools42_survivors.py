@@ -251,8 +251,9 @@ def test_bench_cut_short_prints_the_legend_under_its_partial_table(fake_sizes, c
     code, out, err = run_main(["bench", "CartPole-v1", "--backend", "native", "--num-envs", "4,16"], capsys)
     assert (code, fake_sizes) == (130, [4, 16]), err
     rows = out.splitlines()
-    assert rows[2].split()[:2] == ["native", "4"]
-    assert rows[3:] == [
+    assert rows[0].startswith("CartPole-v1 on cpu: threads ")  # the switches line above the table
+    assert rows[3].split()[:2] == ["native", "4"]
+    assert rows[4:] == [
         "env: env.step with random actions, no policy; rollout: collect_rollout with the policy; "
         "train: whole iterations (rollout + GAE + update)",
         "cells: steps/s, median (min-max) over the timed rounds; "
