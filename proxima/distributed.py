@@ -495,6 +495,22 @@ def _test_hooks(rank: int) -> dict:
     return {"fail_at": fail_at, "dump_params": os.environ.get("PROXIMA_DEBUG_DUMP_PARAMS") or None}
 
 
+def join_group(backend: str, timeout=None) -> None:
+    """init_process_group over torchrun's env:// store (MASTER_ADDR/MASTER_PORT, RANK, WORLD_SIZE), its
+    keys under this attempt's own prefix: torch's agent keeps one store for all attempts of a
+    --max-restarts job, so a restarted rank read the dead attempt's gloo addresses and hung connecting
+    to them. ``timeout``: the group's and the store's (a timedelta), None for torch's default. PPO's
+    init and RLHF's rlhf.dist.init both join through here."""
+    import torch.distributed as dist
+
+    wait = timeout if timeout is not None else dist.distributed_c10d.default_pg_timeout
+    store, rank, world = next(dist.rendezvous("env://", timeout=wait))
+    store.set_timeout(wait)  # as init_process_group's own env:// path does
+    store = dist.PrefixStore(f"proxima/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
+    extra = {} if timeout is None else {"timeout": timeout}
+    dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world, **extra)
+
+
 def init() -> DistContext:
     """Join the torchrun process group (env:// rendezvous: MASTER_ADDR/MASTER_PORT, set by torchrun)."""
     global _OWNS_GROUP
@@ -512,12 +528,7 @@ def init() -> DistContext:
             device = torch.device("cuda", local)
     timeout = datetime.timedelta(seconds=dist_timeout())
     if not dist.is_initialized():
-        store, _, _ = next(dist.rendezvous("env://", timeout=timeout))
-        # torch's agent keeps one store for all attempts of a --max-restarts job, so a restarted rank
-        # read the dead attempt's gloo addresses and hung connecting to them: each attempt gets its keys
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        store = dist.PrefixStore(f"proxima/attempt_{attempt}", store)
-        dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world, timeout=timeout)
+        join_group(backend, timeout)
         _OWNS_GROUP = True
     return DistContext(rank, world, local, device, **_test_hooks(rank))
 

@@ -67,7 +67,7 @@ def init_distributed(device_type: str) -> Dist:
     """Join the torchrun process group when WORLD_SIZE > 1: gloo on CPU; on CUDA, as the PPO trainer does
     (proxima.distributed.init), gloo for CPU tensors and the object collectives, nccl for CUDA tensors (gloo
     alone, with a note, in a torch build without NCCL), with this process's GPU (LOCAL_RANK) made current."""
-    from ..distributed import cuda_backend, is_torchrun_rank
+    from ..distributed import cuda_backend, is_torchrun_rank, join_group
 
     if not is_torchrun_rank():  # the same test as the entry points' exit_process
         return Dist()
@@ -80,7 +80,8 @@ def init_distributed(device_type: str) -> Dist:
     if not tdist.is_initialized():
         rank = int(os.environ.get("RANK", "0"))
         try:
-            tdist.init_process_group(backend=cuda_backend("cpu:gloo,cuda:nccl", rank) if device_type == "cuda" else "gloo")
+            # each --max-restarts attempt under its own keys (join_group): a restarted job hung on the dead one's
+            join_group(cuda_backend("cpu:gloo,cuda:nccl", rank) if device_type == "cuda" else "gloo")
         except RuntimeError as e:  # another rank ended (a refusal of its own) while this one was still connecting
             lost = lost_contact(e, Dist(rank, int(os.environ["WORLD_SIZE"])))
             if lost is None:

@@ -102,6 +102,7 @@ def test_rlhf_on_cuda_without_nccl_uses_gloo_with_a_note(monkeypatch, capsys, de
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setattr(tdist, "is_nccl_available", lambda: False)
     monkeypatch.setattr(tdist, "is_initialized", lambda: False)
+    monkeypatch.setattr(tdist, "rendezvous", lambda url, timeout: iter([(tdist.HashStore(), 0, 2)]))  # join_group's
     monkeypatch.setattr(tdist, "init_process_group", lambda backend, **kw: asked.append(backend))
     monkeypatch.setattr(tdist, "get_rank", lambda: 0)
     monkeypatch.setattr(tdist, "get_world_size", lambda: 2)
@@ -125,6 +126,7 @@ def test_rlhf_on_cuda_with_nccl_asks_for_nccl_without_a_note(monkeypatch, capsys
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setattr(tdist, "is_nccl_available", lambda: True)
     monkeypatch.setattr(tdist, "is_initialized", lambda: False)
+    monkeypatch.setattr(tdist, "rendezvous", lambda url, timeout: iter([(tdist.HashStore(), 0, 2)]))  # join_group's
     monkeypatch.setattr(tdist, "init_process_group", lambda backend, **kw: asked.append(backend))
     monkeypatch.setattr(tdist, "get_rank", lambda: 1)
     monkeypatch.setattr(tdist, "get_world_size", lambda: 2)

@@ -76,6 +76,7 @@ def test_a_rank_that_another_left_while_joining_says_lost_contact_in_one_line(mo
         raise RuntimeError("Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:553] "
                            "Connection closed by peer [127.0.0.1]:40000\nmore")
 
+    monkeypatch.setattr(tdist, "rendezvous", lambda url, timeout: iter([(tdist.HashStore(), 1, 2)]))  # join_group's
     monkeypatch.setattr(tdist, "init_process_group", join)
     monkeypatch.setattr(tdist, "is_initialized", lambda: False)
     with pytest.raises(ConfigError) as got:
@@ -96,6 +97,7 @@ def test_another_error_while_joining_comes_out_as_it_came(monkeypatch):
     def join(*args, **kwargs):
         raise wrong
 
+    monkeypatch.setattr(tdist, "rendezvous", lambda url, timeout: iter([(tdist.HashStore(), 1, 2)]))  # join_group's
     monkeypatch.setattr(tdist, "init_process_group", join)
     monkeypatch.setattr(tdist, "is_initialized", lambda: False)
     with pytest.raises(RuntimeError) as got:

@@ -99,7 +99,7 @@ def test_init_asks_for_gloo_on_cuda_when_torch_has_no_nccl(nccl, rank, backend, 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # no torch.cuda.set_device: CUDA is never touched
     monkeypatch.setattr(dist, "is_nccl_available", lambda: nccl)
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
-    monkeypatch.setattr(dist, "init_process_group", lambda backend, timeout: asked.append(backend))
+    monkeypatch.setattr(distributed, "join_group", lambda backend, timeout=None: asked.append(backend))
     monkeypatch.setattr(distributed, "_OWNS_GROUP", False)
     ctx = distributed.init()
     assert asked == [backend] and ctx.rank == rank

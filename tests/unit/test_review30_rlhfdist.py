@@ -209,6 +209,7 @@ def test_on_cuda_init_distributed_makes_the_local_gpu_current_before_the_group_s
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", device)))
     monkeypatch.setattr(tdist, "is_nccl_available", lambda: True)
     monkeypatch.setattr(tdist, "is_initialized", lambda: False)
+    monkeypatch.setattr(tdist, "rendezvous", lambda url, timeout: iter([(tdist.HashStore(), 1, 2)]))  # join_group's
     monkeypatch.setattr(tdist, "init_process_group", lambda backend, **k: calls.append(("init", backend)))
     monkeypatch.setattr(tdist, "get_rank", lambda: 1)
     monkeypatch.setattr(tdist, "get_world_size", lambda: 2)

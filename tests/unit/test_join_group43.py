@@ -1,0 +1,28 @@
+"""distributed.join_group (PPO's init and RLHF's rlhf.dist.init): the process group's keys live under
+this torchrun attempt's own prefix of the store, so a --max-restarts attempt never reads the dead
+attempt's addresses (it hung), and the store waits as long as the group."""
+import datetime
+
+import pytest
+import torch.distributed as dist
+
+from proxima import distributed
+
+
+@pytest.mark.parametrize("attempt, timeout", [(None, datetime.timedelta(seconds=7)), ("2", None)])
+def test_join_group_prefixes_the_attempts_keys_and_sets_the_store_timeout(attempt, timeout, monkeypatch):
+    base = dist.HashStore()
+    joined = {}
+    if attempt is None:
+        monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    else:
+        monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", attempt)
+    monkeypatch.setattr(dist, "rendezvous", lambda url, timeout: iter([(base, 1, 2)]))
+    monkeypatch.setattr(dist, "init_process_group", lambda **kw: joined.update(kw))
+    distributed.join_group("gloo", timeout)
+    assert (joined["backend"], joined["rank"], joined["world_size"]) == ("gloo", 1, 2)
+    assert joined.get("timeout") == timeout  # None: torch's default, not passed
+    joined["store"].set("addr", "x")  # written through the prefix: the base store holds it under the attempt's name
+    assert base.get(f"proxima/attempt_{attempt or '0'}/addr") == b"x"
+    wait = timeout or dist.distributed_c10d.default_pg_timeout
+    assert base.timeout == wait
