@@ -316,9 +316,15 @@ class Trainer:
         return guard
 
     def _nonfinite_advice(self) -> str:
-        """What to try after a non-finite loss or gradient. Rewards far beyond unit scale (legal, finite:
-        an env paying 1e20) overflow the value loss's float32 squares whatever the learning rate, so the
-        batch's largest |reward| is named when it is large; read only once the update has failed."""
+        """What to try after a non-finite loss or gradient, in the caller's words (flags, or PPOConfig's
+        fields from Python: config.python_words)."""
+        advice = self._nonfinite_flags_advice()
+        return python_words(advice) if from_python() else advice
+
+    def _nonfinite_flags_advice(self) -> str:
+        """_nonfinite_advice in flag words. Rewards far beyond unit scale (legal, finite: an env paying
+        1e20) overflow the value loss's float32 squares whatever the learning rate, so the batch's
+        largest |reward| is named when it is large; read only once the update has failed."""
         general = "try a lower --lr or --max-grad-norm, or --norm-obs/--norm-reward"
         try:
             biggest = float(self.rollout.raw_rewards.abs().max())
@@ -467,7 +473,7 @@ class Trainer:
                     if metrics.get("nonfinite_weights"):  # the update's last Adam step overflowed: never saved
                         raise NonFiniteError(f"non-finite weights after the update's last optimizer step at global step "
                                              f"{self.global_step} (iteration {self.iteration}); {self._last_good(last_ckpt)}; "
-                                             "try a lower --lr")
+                                             f"try a lower {'lr' if from_python() else '--lr'}")
                     self.elapsed = time.perf_counter() - t_start
                     sps = self.steps_per_iteration / max(time.perf_counter() - t_iter, 1e-9)
                     row = _metric_row(metrics, sps, self.scheduled_lr, self.elapsed)

@@ -233,7 +233,7 @@ def test_the_last_step_of_a_later_iteration_names_the_last_good_checkpoint(tmp_p
         train(config(), run_dir=run_dir, quiet=True, evaluate_at_end=False)
     last = ckpt.checkpoint_path(run_dir, STEPS)
     assert str(info.value) == (f"non-finite weights after the update's last optimizer step at global step {2 * STEPS} "
-                               f"(iteration 2); last good checkpoint: {last}; try a lower --lr")
+                               f"(iteration 2); last good checkpoint: {last}; try a lower lr")  # train(): the field
     assert [p.name for p in ckpt.list_checkpoints(run_dir)] == [last.name] and csv_steps(run_dir) == [STEPS]
 
 
