@@ -606,7 +606,13 @@ def _event_records(path: Path) -> list:
 
 def drop_events_after(run_dir: Path, step: int, dest: Optional[Path] = None) -> int:
     """Rewrite the run's event files without the events after global step ``step``; returns how many
-    files were changed. TensorBoard's fast loader (its default) shows every event in the files: only
+    files were changed (_drop_events_after's count)."""
+    return _drop_events_after(run_dir, step, dest)[0]
+
+
+def _drop_events_after(run_dir: Path, step: int, dest: Optional[Path] = None) -> tuple:
+    """(files changed, the kept events in file order): drop_events_after, whose kept events a resume reads
+    again (the last hyperparameters text: _last_text) without parsing the files a second time. TensorBoard's fast loader (its default) shows every event in the files: only
     a rewrite hides the points a resumed run does not log again. A purge marker of an earlier resume
     (SessionLog START at step p, written by SummaryWriter(purge_step=p)) is applied as TensorBoard's
     Python loader applies it (the events before it at steps >= p go) and dropped.
@@ -637,6 +643,7 @@ def drop_events_after(run_dir: Path, step: int, dest: Optional[Path] = None) -> 
         keep.append(flags[::-1])
     keep.reverse()
     changed = 0
+    kept_events = [event for recs, flags in zip(records, keep) for (_, event), k in zip(recs, flags) if k]
     for path, recs, flags in zip(files, records, keep):
         if all(flags):
             continue
@@ -651,7 +658,7 @@ def drop_events_after(run_dir: Path, step: int, dest: Optional[Path] = None) -> 
         changed += 1
     if changed:
         _fsync_folder(Path(run_dir))
-    return changed
+    return changed, kept_events
 
 
 def _copy_whole(path: Path, dest: Path) -> None:
@@ -984,14 +991,14 @@ def hyperparameters_table(config: dict) -> str:
     return "|param|value|\n|-|-|\n" + "\n".join(f"|{cell(str(k))}|{cell(v)}|" for k, v in config.items())
 
 
-def _last_text(run_dir: Path, tag: str) -> Optional[str]:
-    """The text of the last ``tag`` text summary in the run's event files (None: none), read on resume."""
+def _last_text(events, tag: str) -> Optional[str]:
+    """The text of the last ``tag`` text summary among ``events`` (a resume's kept events, in file order:
+    _drop_events_after's), None where there is none."""
     last, stored = None, f"{tag}/text_summary"  # the tag add_text's summary stores (torch's summary.text)
-    for path in _event_files(run_dir):
-        for _, event in _event_records(path):
-            for value in event.summary.value:
-                if value.tag == stored and value.tensor.string_val:
-                    last = value.tensor.string_val[0].decode("utf-8", "replace")
+    for event in events:
+        for value in event.summary.value:
+            if value.tag == stored and value.tensor.string_val:
+                last = value.tensor.string_val[0].decode("utf-8", "replace")
     return last
 
 
@@ -1026,6 +1033,7 @@ class RunLogger:
         self.last_return = math.nan
         self._last_episodes = 0  # the episodes last_return's window held (the progress line's label)
         self._table = None  # (hyperparameters text, its step) until the first row writes it
+        kept_events: list = []  # a resume's events up to its step, read once (the last table shown is among them)
         try:
             if resume_step is not None:  # what a killed run logged after its checkpoint goes (set_aside_logs
                 kept = truncate_csv(self.csv_path, resume_step)  # has kept an abandoned timeline's already)
@@ -1033,10 +1041,10 @@ class RunLogger:
                     for row in kept:  # header too: their episodes and returns were logged the same way)
                         self.last_return = self.rolling.add_row(row)
                     self._last_episodes = self.rolling.episodes
-                drop_events_after(self.run_dir, resume_step)
+                _, kept_events = _drop_events_after(self.run_dir, resume_step)
                 wait_for_new_second(self.run_dir)
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            shown = _last_text(self.run_dir, HYPERPARAMETERS) if resume_step is not None and config is not None else None
+            shown = _last_text(kept_events, HYPERPARAMETERS) if resume_step is not None and config is not None else None
             self._events = EventFile(self.run_dir)
             # written with the first row: a resume that fails before it leaves no file holding only the table
             if config is not None and hyperparameters_table(config) != shown:
