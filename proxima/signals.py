@@ -1,4 +1,9 @@
-"""Clean stops: SIGINT/SIGTERM/SIGHUP finish the iteration, write a checkpoint, and exit 130/143/129.
+"""Clean stops: SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 finish the iteration, write a checkpoint, and exit
+130/143/129/138/140.
+
+SIGUSR1 and SIGUSR2 are a scheduler's request to checkpoint and stop before its time limit (Slurm's
+``--signal=B:USR1@120``); their default action killed the run with no line, no checkpoint and its lock
+left behind.
 
 SIGHUP (an SSH session or terminal closed) stops a run as SIGTERM does, rather than killing it with
 no checkpoint and its lock left behind; a SIGHUP that the process ignores (``nohup``) stays ignored
@@ -8,7 +13,9 @@ A second SIGINT exits at once (from the Python API it raises a plain KeyboardInt
 the first's TrainingInterrupted: SignalGuard's ``second_raises``); checkpoints are written
 atomically (checkpoint.py), so the last one stays loadable whatever moment the process dies. Under
 torchrun a repeat of the first signal within REPEAT_WINDOW seconds is the same stop delivered
-twice, not a second interrupt (SignalGuard).
+twice, not a second interrupt (SignalGuard); in a single process the same goes for a repeat of any
+stop signal but SIGINT within DUPLICATE_WINDOW (a job script that forwards SIGTERM, srun and the
+scheduler both sending it).
 """
 
 from __future__ import annotations
@@ -279,13 +286,15 @@ class Stop:
 
 
 def stop_signals() -> tuple:
-    """The signals that stop a run: SIGINT, SIGTERM, and SIGHUP unless this process ignores it. A run
-    started under ``nohup`` (or by a shell or job system that ignores SIGHUP) asked to outlive its
-    terminal: a handler of ours would turn the hang-up into a stop."""
+    """The signals that stop a run: SIGINT, SIGTERM, SIGUSR1, SIGUSR2 (a scheduler's warning before its
+    time limit), and SIGHUP unless this process ignores it. A run started under ``nohup`` (or by a shell
+    or job system that ignores SIGHUP) asked to outlive its terminal: a handler of ours would turn the
+    hang-up into a stop."""
+    usr = tuple(getattr(signal, name) for name in ("SIGUSR1", "SIGUSR2") if hasattr(signal, name))
     hup = getattr(signal, "SIGHUP", None)
     if hup is None or signal.getsignal(hup) is signal.SIG_IGN:
-        return (signal.SIGINT, signal.SIGTERM)
-    return (signal.SIGINT, signal.SIGTERM, hup)
+        return (signal.SIGINT, signal.SIGTERM) + usr
+    return (signal.SIGINT, signal.SIGTERM, hup) + usr
 
 
 def _write_stderr(text: str) -> None:
@@ -300,6 +309,11 @@ def _write_stderr(text: str) -> None:
 
 #: seconds after the first signal in which the same signal again is the same stop (SignalGuard)
 REPEAT_WINDOW = 3.0
+
+#: the same for a single process (SignalGuard's window 0), for every stop signal but SIGINT: a job
+#: script that forwards SIGTERM, or srun and the scheduler, deliver one stop twice within milliseconds;
+#: a second Ctrl-C is a user's deliberate act and still exits at once
+DUPLICATE_WINDOW = 1.0
 
 #: set by proxima.torchrun for the ranks it starts: a file it creates just before it ends the job with
 #: SIGTERM because a rank failed (torch's agent sends that SIGTERM as it would pass on a user's stop)
@@ -330,7 +344,8 @@ class SignalGuard:
     directly (Slurm's scancel and time limit, systemd's KillMode=control-group signal every process)
     and once more a moment later from torchrun, which passes on what it got (twice, when the
     launcher forwards a copy to it too); taken as a second interrupt it killed rank 0 before its
-    checkpoint. A single process keeps the immediate second Ctrl-C (window 0).
+    checkpoint. A single process keeps the immediate second Ctrl-C (window 0), but takes a repeat of
+    SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 within DUPLICATE_WINDOW for the same stop delivered twice.
     ``last_checkpoint``: returns the checkpoint on disk (None: none yet), so the exit line is true."""
 
     def __init__(self, last_checkpoint: Optional[Callable[[], Optional[Path]]] = None, repeat_window: float = 0.0,
@@ -360,13 +375,18 @@ class SignalGuard:
             return
         now = time.monotonic()
         if self.stop.signum:
-            if signum == self.stop.signum and now - self._first_at < self._window:
+            window = self._window or (0.0 if signum == signal.SIGINT else DUPLICATE_WINDOW)
+            if signum == self.stop.signum and now - self._first_at < window:
                 return  # the same stop delivered again (directly and through torchrun): keep going to the checkpoint
             if self._raises and signum == signal.SIGINT:
                 _write_stderr(f"{self._lead()}proxima: second interrupt, stopping now without this iteration's "
                               f"checkpoint ({self._kept()}): KeyboardInterrupt\n")
                 raise KeyboardInterrupt
-            _write_stderr(f"{self._lead()}proxima: second interrupt, exiting now ({self._kept()})\n")  # flushed: os._exit flushes nothing
+            # which signals, unless two Ctrl-Cs (the usual case, which the line's words already say)
+            which = ("" if signum == self.stop.signum == signal.SIGINT else
+                     f": {signal.Signals(signum).name} after {signal.Signals(self.stop.signum).name}")
+            # flushed: os._exit flushes nothing
+            _write_stderr(f"{self._lead()}proxima: second interrupt, exiting now ({self._kept()}){which}{self._resume()}\n")
             os._exit(128 + signum)
         self.stop.signum, self._first_at = signum, now
         if self._window:
@@ -387,14 +407,27 @@ class SignalGuard:
         except Exception:  # noqa: BLE001 - in a signal handler: never fail on the way out
             return "\n"
 
+    def _last(self) -> Optional[Path]:
+        try:
+            return self._last_checkpoint() if self._last_checkpoint is not None else None
+        except Exception:  # noqa: BLE001 - in a signal handler: never fail on the way out
+            return None
+
     def _kept(self) -> str:
         if self._last_checkpoint is None:  # the caller did not say (a population): true either way
             return "a checkpoint already written stays loadable"
+        return "last checkpoint kept" if self._last() else "no checkpoint was written"
+
+    def _resume(self) -> str:
+        """``; checkpoint: RUN/checkpoints/step_N.pt; continue with: proxima resume RUN`` (checkpoint_line)
+        after a second signal's line, when the caller said where the last checkpoint is; else ""."""
+        last = self._last()
+        if not last:
+            return ""
         try:
-            last = self._last_checkpoint()
-        except Exception:  # in a signal handler: never fail on the way out
-            last = None
-        return "last checkpoint kept" if last else "no checkpoint was written"
+            return f"; {checkpoint_line(last)}"
+        except Exception:  # noqa: BLE001 - in a signal handler: never fail on the way out
+            return ""
 
     def __exit__(self, *exc):
         for sig, old in self._old.items():

@@ -1632,6 +1632,11 @@ def _worker_signals() -> None:
     # otherwise run the trainer's handler
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # SIGUSR1/SIGUSR2, a scheduler's warning before its time limit (Slurm's --signal=USR1@120 reaches every
+    # process of the job step), are the trainer's stops as well: not the workers' (their default kills them)
+    for name in ("SIGUSR1", "SIGUSR2"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
 
 
 # --- what a run is told about the env it built (trainer._note_built_env, check-env's notes) -------
