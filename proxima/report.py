@@ -984,16 +984,96 @@ def _machine(meta: dict) -> dict:
     return {
         "device": _on_resume(meta, meta.get("device"), lambda r: r.get("device")), "world size": meta.get("world_size"),
         "env backend": meta.get("env_backend"),
-        "platform": m.get("platform"), "cpu": m.get("machine"), "cpu count": m.get("cpu_count"),
+        "platform": m.get("platform"), "cpu": m.get("machine"), "cpu model": _cpu_model(m), "cpu count": m.get("cpu_count"),
+        "cpu tanh": _on_resume(meta, _tanh(m), _tanh, lambda r: _tanh_cell(r.get("machine") if r is meta else r)),
         "torch build": m.get("torch_build"), "CUDA": m.get("cuda"), "CUDA driver": m.get("cuda_driver"),
         "cuDNN": m.get("cudnn"), "GPUs": gpus or (m.get("gpu_count") if m else None), "bf16": m.get("bf16"),
         "git commit": _on_resume(meta, _git_code(meta), _git_code, _git_cell),
         "host": _on_resume(meta, meta.get("host"), lambda r: r.get("host")),
         "working directory": _on_resume(meta, meta.get("cwd"), lambda r: r.get("cwd")),
         "started": _recreated(meta, meta.get("started") or meta.get("created")),
-        "command": _recreated(meta, _command_cell(command)),
+        "command": _recreated(meta, _tanh_env(m, _command_cell(command))),
         "resumes": _resume_count(meta.get("resumes")),
+        "resume command": _resume_command(meta.get("resumes")),
     }
+
+
+def _cpu_model(m: dict):
+    """The CPU's model and, in parentheses, its maker (doctor's cpu_model and cpu_vendor in meta.json's
+    machine section): with the CPU tanh they decide whether a rerun is bit-identical. "not recorded" for a
+    machine section written before Proxima recorded them; None where the run recorded no machine at all."""
+    if not m:
+        return None
+    if "cpu_model" not in m and "cpu_vendor" not in m:
+        return "not recorded"
+    vendor = m.get("cpu_vendor")
+    return f"{m.get('cpu_model') or 'unknown'}" + (f" ({vendor})" if vendor else "")
+
+
+def _tanh(record: dict):
+    """The CPU tanh a record (meta.json's machine section, or a resume's entry) says the run computed with:
+    (cpu_tanh, cpu_tanh_eager) (train_state.tanh_record; the second None but under --amp or --compile),
+    None where none is recorded."""
+    if not isinstance(record, dict) or not record.get("cpu_tanh"):
+        return None
+    return record["cpu_tanh"], record.get("cpu_tanh_eager")
+
+
+def _tanh_cell(record):
+    """How the report shows a record's CPU tanh: "sigmoid"; under --amp or --compile "torch (sigmoid outside
+    the --amp/--compile steps)"; for the first start's, "(not this CPU's default, torch)" after it where
+    tanh_cpu would have chosen another with PROXIMA_CPU_TANH unset (_default_tanh). "not recorded" for a
+    machine section without it."""
+    tanh = _tanh(record)
+    if tanh is None:
+        return "not recorded" if isinstance(record, dict) and record and "platform" in record else None
+    cell = tanh[0] + (f" ({tanh[1]} outside the --amp/--compile steps)" if tanh[1] else "")
+    default = _default_tanh(record)
+    if default is not None and (tanh[1] or tanh[0]) != default:
+        cell += f" (not this CPU's default, {default})"
+    return cell
+
+
+def _default_tanh(m: dict):
+    """The CPU tanh tanh_cpu.choose_mode picks with PROXIMA_CPU_TANH unset on the machine that ``m`` (meta.json's
+    machine section) records; None where it cannot say: no cpu_vendor recorded, or a maker other than Intel
+    with no numpy tanh target in cpu_simd (it picks numpy's AVX-512 tanh or the sigmoid form by it). Whether
+    torch has MKL is not recorded: a CPU not Intel's is taken to have it, as torch's x86 wheels do."""
+    if not isinstance(m, dict) or "cpu_vendor" not in m:
+        return None
+    from .tanh_cpu import choose_mode
+
+    vendor = m.get("cpu_vendor") or ""
+    if vendor in ("", "GenuineIntel"):
+        return choose_mode(None, True, vendor)
+    target = re.search(r"numpy tanh (\S+)", str(m.get("cpu_simd") or ""))
+    if target is None or target.group(1) == "unknown":
+        return None
+    return choose_mode(None, True, vendor, target.group(1))
+
+
+def _tanh_env(m: dict, command):
+    """The first start's command as the report shows it, led by ``PROXIMA_CPU_TANH=MODE`` where the recorded CPU
+    tanh is not the machine's default (_default_tanh): meta.json does not record the variable, and the
+    command alone would rerun with another tanh, and other numbers."""
+    tanh, default = _tanh(m), _default_tanh(m)
+    if not isinstance(command, str) or tanh is None or default is None or (tanh[1] or tanh[0]) == default:
+        return command
+    return f"PROXIMA_CPU_TANH={tanh[1] or tanh[0]} {command}"
+
+
+def _resume_command(resumes):
+    """The last resume's command (meta.json ``resumes``; one on an abandoned timeline left out) and the
+    step it trained from: what a resume ran may differ from the first start's command; None for no resume."""
+    if not isinstance(resumes, list):
+        return None
+    kept = [e for e, gone in zip(resumes, _abandoned(resumes)) if isinstance(e, dict) and not gone]
+    if not kept or kept[-1].get("command") in (None, "", []):
+        return None
+    step = kept[-1].get("step")
+    where = [f"from step {step:,}"] if isinstance(step, int) and not isinstance(step, bool) else []
+    where += [f"the last of {len(kept)}"] if len(kept) > 1 else []
+    return f"{_command_cell(kept[-1]['command'])}" + (f" ({', '.join(where)})" if where else "")
 
 
 def _recreated(meta: dict, cell):
