@@ -1,8 +1,8 @@
 """Command line: ``proxima train | eval | resume | presets | bench | check-env | doctor | plot | report | rlhf``.
 
 Thin by design: parse, build a config, call the library. Errors a user can act on print one line
-``proxima <cmd>: error: ...`` and exit 2; an interrupted run exits 130 (SIGINT) or 143 (SIGTERM)
-after writing its checkpoint.
+``proxima <cmd>: error: ...`` and exit 2; an interrupted run exits 130 (SIGINT), 143 (SIGTERM), 129
+(SIGHUP) or 138/140 (SIGUSR1/SIGUSR2) after writing its checkpoint (docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ def test_a_later_second_signal_exits_at_once_and_says_what_is_on_disk(tmp_path):
     res = _guard(tmp_path, window=0.3, gap=0.6)  # after the window: a real second interrupt
     assert res.returncode == 143 and "still running" not in res.stdout
     assert "second interrupt, exiting now (no checkpoint was written)" in res.stderr
-    res = _guard(tmp_path, window=0.0, gap=0.0, last="run/checkpoints/step_000000000128.pt")  # one process: no window
+    # one process: no torchrun window, and a repeat 1 s or more apart (signals.DUPLICATE_WINDOW) is a second signal
+    res = _guard(tmp_path, window=0.0, gap=1.2, last="run/checkpoints/step_000000000128.pt")
     assert res.returncode == 143
     assert "second interrupt, exiting now (last checkpoint kept)" in res.stderr
 
