@@ -38,6 +38,8 @@ def doc_commands() -> list[tuple[str, list[str]]]:
                     words = shlex.split(line)
                 except ValueError:
                     continue
+                if words and words[-1] == "&":  # started in the background (a job script): the command before it
+                    words = words[:-1]
                 argv = _proxima_argv(words)
                 if argv is not None:
                     out.append((f"{path.relative_to(ROOT)}: {line}", argv))
