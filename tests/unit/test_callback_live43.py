@@ -80,3 +80,45 @@ def test_runs_that_cannot_take_a_live_change_say_why(dist, cudagraphs, compile_,
         line = _config_changed_line(print, [("ent_coef", 0.01, 0.0)], reason)
         assert f"it changed trainer.cfg.ent_coef (0.01 -> 0.0); {reason}, so the change would not train" in line
 
+
+
+# --------------------------------------------------------------------- mutation survivors (review 43)
+@pytest.mark.parametrize("field, value", [("lr", 1e-3), ("ent_coef", 0.0), ("vf_coef", 0.4), ("clip_coef", 0.1),
+                                          ("vf_clip_coef", 0.5), ("max_grad_norm", 0.3), ("target_kl", 0.05),
+                                          ("update_epochs", 2)])
+def test_every_live_field_a_callback_changes_is_kept_in_the_checkpoint(tmp_path, field, value):
+    def cb(row, trainer):
+        setattr(trainer.cfg, field, value)
+
+    api43._train(tmp_path / "run", cb)
+    assert load(tmp_path / "run").config[field] == value
+
+
+def test_a_live_change_in_a_run_that_cannot_take_it_is_refused_with_that_runs_reason(tmp_path, monkeypatch):
+    reason = "--compile built the update with the values it started with"
+    monkeypatch.setattr(Trainer, "_live_refusal", lambda self: reason)
+
+    def cb(row, trainer):
+        trainer.cfg.ent_coef = 0.0
+
+    with pytest.raises(proxima.ConfigError) as e:
+        api43._train(tmp_path / "run", cb)
+    assert f"it changed trainer.cfg.ent_coef (0.01 -> 0.0); {reason}, so the change would not train" in str(e.value)
+    assert load(tmp_path / "run").config["ent_coef"] == 0.01
+
+
+def test_a_structural_change_is_never_blamed_on_compile():
+    line = _config_changed_line(print, [("gamma", 0.99, 0.9)], "--compile built the update with the values it started with")
+    assert "it changed trainer.cfg.gamma (0.99 -> 0.9); the run was built with the config it started with" in line
+    assert "--compile" not in line
+
+
+@pytest.mark.parametrize("leave", [SystemExit(3), KeyboardInterrupt()], ids=["sys_exit", "ctrl_c"])
+def test_a_callback_that_changes_a_field_then_exits_leaves_the_checkpoint_with_the_runs_config(tmp_path, leave):
+    def cb(row, trainer):
+        trainer.cfg.gamma = 0.9
+        raise leave
+
+    with pytest.raises(type(leave)):
+        api43._train(tmp_path / "run", cb)
+    assert load(tmp_path / "run").config["gamma"] == 0.99

@@ -26,3 +26,21 @@ def test_join_group_prefixes_the_attempts_keys_and_sets_the_store_timeout(attemp
     assert base.get(f"proxima/attempt_{attempt or '0'}/addr") == b"x"
     wait = timeout or dist.distributed_c10d.default_pg_timeout
     assert base.timeout == wait
+
+
+def test_rlhf_joins_through_join_group(monkeypatch):
+    """rlhf.dist.init_distributed joins as PPO does: each --max-restarts attempt under its own keys."""
+    from proxima.rlhf import dist as rlhf_dist
+
+    joined = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(distributed, "join_group", lambda backend, timeout=None: joined.append(backend))
+    monkeypatch.setattr(rlhf_dist, "_JOINED", 0)
+    monkeypatch.setattr(rlhf_dist, "_STORE", None)
+    d = rlhf_dist.init_distributed("cpu")
+    assert joined == ["gloo"] and (d.rank, d.world_size) == (1, 2)

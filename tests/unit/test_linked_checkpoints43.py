@@ -42,3 +42,27 @@ def test_the_cli_readers_refuse_it_in_one_line(linked_run, argv, tmp_path, capsy
     code, _, err = run_main(argv, capsys)
     assert elsewhere.name in error_line(code, err, f"{run / 'checkpoints'}: is a symbolic link")
     assert not (tmp_path / "new").exists()
+
+
+def test_a_loose_checkpoint_named_through_a_link_loads(tmp_path_factory, tmp_path):
+    """A file the user names outside any checkpoints/ folder is theirs to link: only a run's checkpoints/ is held."""
+    run = tiny_cartpole_run(tmp_path_factory, "link43b")
+    [target] = sorted((run / "checkpoints").glob("step_*.pt"))[-1:]
+    link = tmp_path / "best.pt"
+    link.symlink_to(target)
+    assert proxima.load(link).config["env_id"] == "CartPole-v1"
+
+
+def test_a_checkpoint_file_linked_out_of_the_run_names_where_it_leads(tmp_path_factory, tmp_path):
+    run = tiny_cartpole_run(tmp_path_factory, "link43c")
+    [ckpt] = sorted((run / "checkpoints").glob("step_*.pt"))[-1:]
+    moved = tmp_path / ckpt.name
+    ckpt.rename(moved)
+    ckpt.symlink_to(moved)
+    try:
+        with pytest.raises(LinkOutOfRunError) as e:
+            proxima.load(run)
+        assert str(e.value).startswith(f"{ckpt}: is a symbolic link to {moved}, outside the run directory {run}; ")
+    finally:
+        ckpt.unlink()
+        moved.rename(ckpt)
