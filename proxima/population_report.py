@@ -774,8 +774,9 @@ def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: Opti
            comparison: Optional[dict] = None) -> str:
     doc = json.loads(read_run_text(run_dir / POPULATION_FILE))  # read_settings checked it
     from .plot import dir_name
+    from .report import _md
 
-    lines = [f"# Population report: {dir_name(run_dir)}", "", _first_line(run_dir, doc, rows), "",
+    lines = [f"# Population report: {_md(dir_name(run_dir))}", "", _first_line(run_dir, doc, rows), "",
              f"{_sources_text(run_dir, doc, rows)} 95% CIs: {CI_METHOD}; none (\u2014) for fewer than {MIN_CI_MEMBERS} "
              f"members. {IQM_TEXT}.", "",
              f"| setting | members | mean | mean 95% CI | IQM | IQM 95% CI | >= {threshold if threshold is not None else 'threshold'} |",
@@ -1529,7 +1530,12 @@ def render_populations(run_dirs: list, names: list, docs: list, tables: list, th
                        episodes: Optional[int] = 0, comparison: Optional[dict] = None) -> str:
     """The Markdown of build_populations_report: a line per population, one table, the notes
     (comparison: populations_comparison's, computed here when not given)."""
-    comparison = comparison if comparison is not None else populations_comparison(names, tables)
+    from .report import _md
+
+    shown_names = [_md(name) for name in names]  # the populations' folder names: shown, never rendered
+    if comparison is None or shown_names != names:  # its labels and verdict name the populations too
+        comparison = populations_comparison(shown_names, tables)
+    names = shown_names
     rows = [(name, r) for name, t in zip(names, tables) for r in t]
     b, ref_name = comparison["best"], comparison["reference"]
     lines = [f"# Population report: {', '.join(names)}", ""]

@@ -1152,10 +1152,14 @@ def group_summaries(runs: list[dict]) -> list[dict]:
 def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], metric: str, x: str) -> str:
     """The report text. runs: dicts with dir, name, env, config, meta, summary, eval."""
     envs = sorted({r["env"] for r in runs})
+    # a run directory's name is whoever made it's (a downloaded run's folder): shown, never rendered
+    runs = [{**r, "name": _md(r["name"])} for r in runs]
     names = [r["name"] for r in runs]
     title = ", ".join(map(_md, envs))  # config.yaml's env_id: shown, never rendered
     lines = [f"# Proxima report: {title}", ""]
-    where = ", ".join(f"`{r['dir']}`" for r in runs)
+    # in a code span markup shows as written; a backtick or control character in the path needs _code's fence
+    where = ", ".join(f"`{r['dir']}`" if "`" not in str(r["dir"]) and printable(str(r["dir"])) == str(r["dir"])
+                      else _code(r["dir"]) for r in runs)
     lines += [f"Generated {datetime.now().isoformat(timespec='seconds')} by `proxima report` from {where}.", ""]
     for r in runs:  # a diverged member's numbers stop there: said first, not left for the reader to find
         if r.get("diverged"):
