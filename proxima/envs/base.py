@@ -103,6 +103,22 @@ class BatchedEnv:
     def action_shape(self) -> tuple:
         return tuple(self.single_action_space.shape or ())
 
+    def _name(self) -> str:
+        return f"env '{getattr(self, 'env_id', None) or type(self).__name__}'"
+
+    def _check_obs_space(self) -> None:
+        """EnvError unless the observation space is a Box. _observe() returns one packed tensor, and
+        the order it packs a Dict's keys in is the env's own, while Gymnasium's Dict sorts its keys
+        and Policy.act packs a dict in that order: a deployed policy would read its features
+        swapped, with no error anywhere. A Box of any dtype is read as float32 (a uint8 image as
+        pixels), as _check_obs demands of _observe()."""
+        space = getattr(self, "single_observation_space", None)
+        if isinstance(space, gym.spaces.Box):
+            return
+        raise EnvError(f"{self._name()}: observation space {space} is not a Box: a native env's observations are one "
+                       "(N, ...) tensor; declare a flat float32 Box and pack the features into it in _observe(), or write "
+                       "a gymnasium.Env (the Gymnasium backend) for Dict observations (docs/native_envs.md)")
+
 
 class NativeEnv(BatchedEnv):
     """Base of torch-native envs: subclasses hold their state as (N, ...) tensors.
@@ -259,27 +275,11 @@ class NativeEnv(BatchedEnv):
         return obs, reward, terminated, truncated, info
 
     # --- the hooks' outputs, checked once ---
-    def _name(self) -> str:
-        return f"env '{getattr(self, 'env_id', None) or type(self).__name__}'"
-
     def _check_limit(self) -> None:
         limit = self.max_episode_steps
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 0):
             raise EnvError(f"{self._name()}: max_episode_steps = {limit!r}; set it to the time limit in steps, an integer "
                            "of 1 or more (0 or None: no time limit)")
-
-    def _check_obs_space(self) -> None:
-        """EnvError unless the observation space is a Box. _observe() returns one packed tensor, and
-        the order it packs a Dict's keys in is the env's own, while Gymnasium's Dict sorts its keys
-        and Policy.act packs a dict in that order: a deployed policy would read its features
-        swapped, with no error anywhere. A Box of any dtype is read as float32 (a uint8 image as
-        pixels), as _check_obs demands of _observe()."""
-        space = getattr(self, "single_observation_space", None)
-        if isinstance(space, gym.spaces.Box):
-            return
-        raise EnvError(f"{self._name()}: observation space {space} is not a Box: a native env's observations are one "
-                       "(N, ...) tensor; declare a flat float32 Box and pack the features into it in _observe(), or write "
-                       "a gymnasium.Env (the Gymnasium backend) for Dict observations (docs/native_envs.md)")
 
     def _check_tensor(self, x, what: str, dtypes: tuple, shape: tuple, fix: str, shape_fix: str) -> None:
         """EnvError unless ``x`` is a tensor of one of ``dtypes``, of ``shape`` (num_envs first), on the env's
