@@ -4,19 +4,21 @@ The launcher runs::
 
     python -m proxima.torchrun --nproc-per-node K --standalone -m proxima train <args without --nproc>
 
-(``proxima.torchrun`` is torchrun's own ``main``; a stop by signal exits 130/143 instead of printing
+(``proxima.torchrun`` is torchrun's own ``main``; a stop by signal exits 128 + signum instead of printing
 torchrun's ``SignalException`` traceback) with PYTHONSAFEPATH=1, so that neither torchrun nor a rank
 imports from the current directory (torchrun_command), and waits for it. torchrun starts K ranks on
 this machine (``--standalone``: a local rendezvous on a free port), and tears all of them down when
-one fails. The launcher forwards SIGINT/SIGTERM/SIGHUP (a closed terminal; not under nohup) to torchrun once (torchrun passes it on to every
+one fails. The launcher forwards SIGINT/SIGTERM/SIGHUP (a closed terminal; not under nohup) and SIGUSR1/SIGUSR2
+(a scheduler's warning before its time limit) to torchrun once (torchrun passes it on to every
 rank; the ranks agree on the iteration to stop at, rank 0 writes a checkpoint, all exit); a second
 signal is sent straight to the ranks, which then exit at once if it comes 3 s or more after the
 first (signals.SignalGuard: within that, a rank takes it for the same stop reaching it twice); the
 last checkpoint stays loadable (written atomically).
 
 Exit status: torchrun's, except that a run stopped by a signal the launcher forwarded exits
-128 + signum (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP), like a single-process run; ranks that all refused
-(2) or stopped (130/143) alike give their code, other failures 1 with one line (proxima.torchrun). A stop
+128 + signum (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP, 138/140 for SIGUSR1/SIGUSR2), like a single-process
+run; ranks that all refused (2) or stopped (130/143/129/138/140) alike give their code, other failures 1 with one
+line (proxima.torchrun). A stop
 that comes before any rank could take it (the checks, torchrun or the ranks importing torch) prints
 the line a single process prints for a stop before training, once, and no traceback. Multi-node runs
 call torchrun directly (docs/distributed.md).
@@ -389,7 +391,7 @@ def early_stop_line(signum: int, args) -> str:
 
 
 def _block_stops() -> None:
-    """In torchrun's process, before it starts Python: SIGINT/SIGTERM held until proxima.torchrun.main
+    """In torchrun's process, before it starts Python: the stops (STOPS) held until proxima.torchrun.main
     takes them (torchrun.EarlyStops). A stop forwarded while Python starts would otherwise land in the
     imports before ``main``, as a KeyboardInterrupt traceback (or SIGTERM's silent death)."""
     signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
@@ -403,7 +405,7 @@ def _preexec() -> None:
 class _RankWatch:
     """Whether a rank of the torchrun ``pid`` has had proxima's stop handling in place: a rank catches
     SIGTERM from its run's start (trainer.train: signals.OutsideLoop) to its end, and says where a
-    stop found it. One stopped before (Python starting, torch importing) exits 130/143 without a
+    stop found it. One stopped before (Python starting, torch importing) exits 128 + signum without a
     line, as does torchrun: the launcher says it then (launch_torchrun). Polled from the start, as
     a rank past its run's end has no handler either, and a stop then is no stop before training.
     ``seen`` is True from the start where /proc lists no process's children: nothing to tell, no line."""
@@ -433,8 +435,8 @@ def launch_torchrun(nproc: int, argv: list, env: Optional[dict] = None, announce
     """Run ``proxima <argv>`` (without --nproc) under torchrun with ``nproc`` processes; return its exit code.
     ``announce``: a line for stderr once the checks have passed (so a refused launch prints only its error).
 
-    A stop (SIGINT/SIGTERM) that comes before any rank could take it exits 128 + signum with one line,
-    as a single process stopped before its first iteration: during the checks here, while torchrun
+    A stop (torchrun.STOPS: SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2) that comes before any rank could
+    take it exits 128 + signum with one line, as a single process stopped before its first iteration: during the checks here, while torchrun
     starts, or while the ranks import torch (_RankWatch); from then on the ranks say where they stopped."""
     received: list = []
     forwarded: list = []

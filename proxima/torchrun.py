@@ -3,11 +3,15 @@
 On SIGINT/SIGTERM torchrun passes the signal to every rank, waits for them (each writes its part of
 the checkpoint and prints one line), then raises ``SignalException`` out of its ``main``, and
 Python prints that as a traceback under the ranks' lines, as if the run had crashed. Here it is the
-exit code the signal means (130, 143), as a single process exits.
+exit code the signal means (130, 143), as a single process exits. torch's agent handles only the
+signals of torchrun's --signals-to-handle (by default SIGTERM, SIGINT, SIGHUP, SIGQUIT): here every
+stop (caught_stops) is added to them (handled_signals), so that SIGUSR1/SIGUSR2, a scheduler's warning
+before its time limit, take the same path to the ranks and exit 138/140, where their default action
+killed torchrun and its ranks stopped by SIGTERM as a second interrupt, with no checkpoint.
 
 When ranks fail, torchrun raises ``ChildFailedError``, printed as a ~40-line "proxima FAILED"
 traceback under lines the ranks already printed. Here (child_failure_exit) a job whose ranks all
-ended alike, with a refusal (2) or a stop (130, 143), exits with that code and prints nothing more;
+ended alike, with a refusal (2) or a stop (130, 143, 129, 138, 140), exits with that code and prints nothing more;
 any other failure prints one line naming each failed rank's exit code and exits 1. Before torch's agent
 ends the other ranks with SIGTERM after a failure, it creates the file signals.TEARDOWN_ENV names for
 the ranks, which tells that SIGTERM apart from a user's stop (signals.torn_down); not when the agent
@@ -19,7 +23,7 @@ is torchrun's own ``main`` with its own arguments: ``python -m proxima.torchrun 
 
 A stop before torchrun starts the ranks (while it imports torch, or meets itself at the rendezvous)
 ends it with 128 + signum and no traceback; the launcher, which sent the stop, says the line
-(launch.launch_torchrun). The launcher starts it with SIGINT/SIGTERM blocked, so that a stop that
+(launch.launch_torchrun). The launcher starts it with the stops (STOPS) blocked, so that a stop that
 comes while Python itself starts waits for ``main`` instead of interrupting the imports before it.
 A stop while torchrun starts the ranks reaches them once all are started (torchrun would otherwise
 leave them running), and a Ctrl-C reaches ranks that have no stop handling yet as SIGTERM (_passed_on).
@@ -39,9 +43,13 @@ import sys
 import tempfile
 import threading
 
+#: the signals that stop a run (signals.stop_signals): SIGHUP too, a closed terminal or SSH session; SIGUSR1 and
+#: SIGUSR2, a scheduler's warning before its time limit (Slurm's --signal=B:USR1@120)
+STOPS = (signal.SIGINT, signal.SIGTERM) + tuple(getattr(signal, name) for name in ("SIGHUP", "SIGUSR1", "SIGUSR2")
+                                                if hasattr(signal, name))
 #: exit codes a rank ends with after printing its own line: a refusal (a user error, docs/reliability.md)
-#: and a stop by SIGINT/SIGTERM/SIGHUP with its checkpoint
-QUIET_CODES = (2, 128 + signal.SIGINT, 128 + signal.SIGTERM) + ((128 + signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
+#: and a stop by one of STOPS with its checkpoint
+QUIET_CODES = (2,) + tuple(128 + sig for sig in STOPS)
 #: how a rank ends when torchrun ends it with SIGTERM after another rank failed: killed by the signal
 #: (no handler yet), or its handler's stop (143)
 TEARDOWN_CODES = (-signal.SIGTERM, 128 + signal.SIGTERM)
@@ -89,18 +97,29 @@ def child_failure_exit(failures: dict, first=None) -> int:
     return 1
 
 
-#: the signals that stop a run (signals.stop_signals): SIGHUP too, a closed terminal or SSH session
-STOPS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
-
-
 def caught_stops() -> tuple:
     """STOPS less a SIGHUP this process ignores (nohup): the job is to outlive its terminal."""
     return tuple(sig for sig in STOPS if not (sig == getattr(signal, "SIGHUP", None)
                                                 and signal.getsignal(sig) is signal.SIG_IGN))
 
 
+#: the environment variable from which torch's agent takes the signals it passes on to the ranks (PContext.start),
+#: set by torchrun from its --signals-to-handle (default: SIGTERM,SIGINT,SIGHUP,SIGQUIT)
+SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
+
+
+def handled_signals(names: "str | None") -> str:
+    """torchrun's comma-separated list of signals to pass on, ``names`` (None: its default), with every stop
+    of caught_stops it lacks added: SIGUSR1/SIGUSR2 (not in torchrun's default) killed torchrun by their
+    default action, and the ranks, losing it, stopped by SIGTERM as a second interrupt; a stop left out by
+    hand (--signals-to-handle SIGTERM) kept EarlyStops' handler, which raised EarlyStop inside torchrun's
+    agent with the ranks running. The order and the user's other signals (SIGQUIT) are kept."""
+    given = [n.strip() for n in ("SIGTERM,SIGINT,SIGHUP,SIGQUIT" if names is None else names).split(",") if n.strip()]
+    return ",".join(given + [sig.name for sig in caught_stops() if sig.name not in given])
+
+
 class EarlyStop(KeyboardInterrupt):
-    """SIGINT/SIGTERM before any rank started (EarlyStops): nothing was written yet. A KeyboardInterrupt,
+    """A stop (STOPS) before any rank started (EarlyStops): nothing was written yet. A KeyboardInterrupt,
     so that code that lets Ctrl-C pass (``except Exception``) lets it pass too."""
 
     def __init__(self, signum: int):
@@ -109,8 +128,8 @@ class EarlyStop(KeyboardInterrupt):
 
 
 class EarlyStops:
-    """Within ``with EarlyStops(...) as stops:`` SIGINT and SIGTERM raise EarlyStop (SIGTERM's default
-    would end the process with no line). ``unblock``: and take them out of the signal mask, where the
+    """Within ``with EarlyStops(...) as stops:`` the stops (caught_stops) raise EarlyStop (SIGTERM's,
+    SIGUSR1's default would end the process with no line). ``unblock``: and take them out of the signal mask, where the
     launcher put them (launch._block_stops), so that one sent meanwhile is raised here.
 
     A stop whose exception was swallowed where it landed (C code that imports NumPy for torch and
@@ -351,7 +370,7 @@ def _run(argv, early: EarlyStops) -> int:
     from .distributed import TORCHRUN_PID_ENV
     from .signals import TEARDOWN_ENV
 
-    old_pid, old_marker = os.environ.get(TORCHRUN_PID_ENV), os.environ.get(TEARDOWN_ENV)
+    old_pid, old_marker, old_signals = (os.environ.get(name) for name in (TORCHRUN_PID_ENV, TEARDOWN_ENV, SIGNALS_ENV))
     marker_dir, lock_fd = None, None
     stopping: list = []  # the stop torchrun passed on
     try:  # from before the folder exists: a stop anywhere after leaves nothing behind (but see sweep_stale_markers)
@@ -381,6 +400,7 @@ def _run(argv, early: EarlyStops) -> int:
                 # ranks (self._pcontext) only once all are started: a stop raised in between would leave the
                 # ones started without a signal, running on after torchrun exits, holding the terminal
                 early.check()  # a stop before, swallowed where it landed: no rank is started
+                os.environ[SIGNALS_ENV] = handled_signals(os.environ.get(SIGNALS_ENV))  # read by the start's PContext.start
                 with contextlib.suppress(FileNotFoundError):  # a restart's ranks are not being ended
                     os.remove(marker)
                 starting.append(True)
@@ -419,10 +439,11 @@ def _run(argv, early: EarlyStops) -> int:
             os.environ.pop(TORCHRUN_PID_ENV, None)
         else:
             os.environ[TORCHRUN_PID_ENV] = old_pid
-        if old_marker is None:
-            os.environ.pop(TEARDOWN_ENV, None)
-        else:
-            os.environ[TEARDOWN_ENV] = old_marker
+        for name, old in ((TEARDOWN_ENV, old_marker), (SIGNALS_ENV, old_signals)):
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
         if marker_dir is not None:
             shutil.rmtree(marker_dir, ignore_errors=True)
         if lock_fd is not None:  # after the folder is gone: a sweep never finds it unlocked while this runs
