@@ -20,6 +20,7 @@ from typing import Optional
 
 from .config import (ALIASES, EVAL_SEED_OFFSET, FIELDS, FOREIGN_NOTE_TEMPLATES, MAX_EVAL_STEPS, MAX_SEED, ConfigError, coerce,
                      foreign_note, int_arg)
+from .signals import BeforeTraining, TrainingInterrupted, resumes, retire_before_training, say_stopped
 
 EXIT_USAGE = 2
 
@@ -375,8 +376,6 @@ def cmd_train(args) -> int:
         if args.nproc and args.nproc > 1:
             if args.seeds is not None or args.sweep:  # before torchrun starts processes that would each train it
                 raise ConfigError(POPULATION_NPROC)
-            from .launch import launch_torchrun
-
             # the config here too: a refusal of the launcher's checks names the --config file, as below
             cfg = config_from_args(args, prog, notes=True)
             resume = _resume_target(args, cfg)
@@ -395,7 +394,7 @@ def cmd_train(args) -> int:
                 check_nproc(args.nproc)  # as the launcher refuses it
                 dist_timeout()  # and PROXIMA_DIST_TIMEOUT, which the ranks would read
                 return _dry_run_train(args, cfg, overrides, args.nproc, sources)
-            return launch_torchrun(args.nproc, sys.argv[1:])
+            return _launch_torchrun(args.nproc, sys.argv[1:])
         cfg = config_from_args(args, prog, notes=True)
         _check_combination(args, cfg, prog)
         _note_preset_unused(args, cfg, prog)
@@ -767,9 +766,7 @@ def cmd_resume(args) -> int:
 
             world = resume_processes(path)
             if world > 1:  # its checkpoints need as many processes as it trains with (rlhf.loop.load_checkpoint)
-                from .launch import launch_torchrun
-
-                return launch_torchrun(world, sys.argv[1:], announce=(
+                return _launch_torchrun(world, sys.argv[1:], announce=(
                     f"{prog}: {path} is an RLHF run of {world} processes: resuming with {world} processes on this "
                     "machine (torchrun; a multi-node run resumes under its own torchrun command, docs/rlhf.md)"))
             code = rlhf_resume(path, steps=args.steps, trust_run=args.trust_run, quiet=args.quiet)
@@ -795,12 +792,13 @@ def cmd_resume(args) -> int:
 
             # a missing path or a folder with no checkpoint is no PPO run: the line it gets without --steps
             ckpt.resolve_checkpoint(expand_home(path))
+            if expand_home(path).is_file():  # a checkpoint (RLHF's too) or any file: an RLHF run is extended by its directory
+                return fail(prog, f"--steps: {path} is a file, not a run directory; --steps extends an RLHF run: give "
+                            "its directory (proxima resume RUN_DIR --steps N)")
             return fail(prog, f"--steps: {path} is a PPO run; --steps extends RLHF runs only (use --total-timesteps)")
         world = _written_by(path)
         if world > 1:  # the checkpoint needs as many processes as wrote it (train_state.load): start them
-            from .launch import launch_torchrun
-
-            return launch_torchrun(world, sys.argv[1:], announce=(
+            return _launch_torchrun(world, sys.argv[1:], announce=(
                 f"{prog}: {path} was written by {world} processes: resuming with {world} processes on this machine "
                 "(torchrun; a multi-node run resumes under its own torchrun command, docs/distributed.md)"))
         # the config comes from the checkpoint; typed flags may change only config.RESUME_SAFE fields
@@ -821,6 +819,17 @@ def cmd_resume(args) -> int:
         return fail(prog, f"{meta}: not valid JSON")
     except _user_errors() as e:
         return fail(prog, str(e))
+
+
+def _launch_torchrun(nproc: int, argv: list, announce: Optional[str] = None) -> int:
+    """launch.launch_torchrun, which says a stop before training itself and puts entry's
+    signals.BeforeTraining back as it ends: a stop after the job is no stop before training."""
+    from .launch import launch_torchrun
+
+    try:
+        return launch_torchrun(nproc, argv, announce=announce)
+    finally:
+        retire_before_training()
 
 
 def _ppo_flag_typed(args) -> Optional[str]:
@@ -1642,16 +1651,32 @@ def entry() -> None:
     (help, --version and usage errors import neither torch nor gymnasium), then a command that runs
     is ended by exit_process (a torchrun rank skips interpreter finalization; see
     proxima.distributed.exit_process). Doctor, and any command when torch or gymnasium does not
-    import, end the ordinary way: exit_process's module imports torch, and neither is a rank's work."""
+    import, end the ordinary way: exit_process's module imports torch, and neither is a rank's work.
+
+    A stop signal while `train` or `resume` starts (seconds of imports before the run's own handling,
+    signals.OutsideLoop, takes over) ends it with one line, "stopped by SIGTERM; before training
+    started; nothing was kept", and 128 + signum (signals.BeforeTraining); nothing is on disk yet."""
+    early = BeforeTraining("the run is as its last checkpoint left it" if resumes(sys.argv[1:]) else "nothing was kept")
+    early.__enter__()
     try:
         args = _read(None)
         if isinstance(args, int):  # nothing more to run: a usage error, help, doctor
             raise SystemExit(args)
+        if args.command not in ("train", "resume"):  # they train nothing: a signal as before
+            early.__exit__()
         # importing torch takes seconds: a Ctrl-C then is a stop (130), not a traceback
-        if args.command == "doctor" or broken_import():
-            exit_process = None
-        else:
-            from .distributed import exit_process
+        early.holding = True  # a stop is raised after torch's import, not in it (signals.BeforeTraining)
+        try:
+            if args.command == "doctor" or broken_import():
+                exit_process = None
+            else:
+                from .distributed import exit_process
+        finally:
+            early.holding = False
+        early.check()
+    except TrainingInterrupted as e:
+        say_stopped(e)
+        raise SystemExit(e.exit_code) from None
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     if exit_process is None:

@@ -435,6 +435,82 @@ class SignalGuard:
         return False
 
 
+class BeforeTraining:
+    """From the command line's start (cli.entry, before torch imports) to the handover to a run's own
+    handling: SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 raise TrainingInterrupted("before training
+    started; ``what``"), whose line and 128+signum the CLI prints and exits with, where SIGTERM's
+    default killed the process with no line (143) and a Ctrl-C printed a KeyboardInterrupt traceback.
+    Nothing is on disk yet: the run's directory is created under OutsideLoop (trainer.train).
+
+    OutsideLoop, as it installs its own handlers, takes over (``handed_over``): it restores the
+    handlers from before this guard when it ends, never this guard's "before training started", and
+    takes on a stop whose exception was swallowed where it landed (C code importing NumPy for torch
+    clears any error), raised as its handling starts. Once ``retire``d (a torchrun launch that put
+    this guard back as it ended), a signal meets the handling from before this guard. A torchrun
+    rank has none: the launcher says a rank's stop before training (launch._RankWatch).
+
+    While ``holding`` (torch's import), a signal is only recorded, and ``check()`` raises it after:
+    torch's C++ calls Python code as it imports, and an exception raised there aborted the process
+    ("terminate called after throwing an instance of 'pybind11::error_already_set'", SIGABRT)."""
+
+    def __init__(self, what: str = "nothing was kept"):
+        self.what, self.signum, self.retired, self.holding, self._old = what, 0, False, False, {}
+
+    def __enter__(self):
+        if threading_main() and not under_torchrun():
+            for sig in stop_signals():
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        if self.retired:  # as before this guard: SIGTERM's default ends the process, SIGINT's raises KeyboardInterrupt
+            signal.signal(signum, self._old.get(signum, signal.SIG_DFL))
+            signal.raise_signal(signum)
+            return
+        self.signum = self.signum or signum
+        if not self.holding:
+            raise TrainingInterrupted(signum, None, f"before training started; {self.what}")
+
+    def handed_over(self, sig: int):
+        """The handler from before this guard for ``sig``, for OutsideLoop to restore in its place."""
+        self.retired = True
+        return self._old.get(sig, signal.SIG_DFL)
+
+    def retire(self) -> None:
+        self.retired = True
+
+    def check(self) -> None:
+        """Raise TrainingInterrupted when a signal has arrived (its first exception may have been swallowed)."""
+        if self.signum and not self.retired:
+            raise TrainingInterrupted(self.signum, None, f"before training started; {self.what}")
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
+        return False
+
+
+def retire_before_training() -> None:
+    """Retire the BeforeTraining guard that a command's own handling put back as it ended (BeforeTraining.retire)."""
+    if threading_main():
+        for sig in stop_signals():
+            guard = getattr(signal.getsignal(sig), "__self__", None)
+            if isinstance(guard, BeforeTraining):
+                guard.retire()
+
+
+def resumes(argv) -> bool:
+    """Whether the command line ``argv`` (the subcommand first) continues a run: ``resume``, ``--resume``."""
+    flags = argv[:argv.index("--")] if "--" in argv else argv
+    return bool(flags) and (flags[0] == "resume" or any(a == "--resume" or a.startswith("--resume=") for a in flags))
+
+
+def under_torchrun() -> bool:
+    """Whether this process is a rank that torchrun started (launch.under_torchrun, which imports torch)."""
+    return bool(os.environ.get("TORCHELASTIC_RUN_ID") or (os.environ.get("WORLD_SIZE") and os.environ.get("RANK")))
+
+
 class OutsideLoop:
     """Around a whole run, outside the loop's SignalGuard (building the env and agent, writing
     config.yaml and meta.json, the end-of-run evaluation): SIGINT/SIGTERM raise TrainingInterrupted
@@ -462,7 +538,13 @@ class OutsideLoop:
     def __enter__(self):
         if threading_main():
             for sig in stop_signals():
-                self._old[sig] = signal.signal(sig, self._handle)
+                old = signal.signal(sig, self._handle)
+                early = getattr(old, "__self__", None)
+                if isinstance(early, BeforeTraining):  # the CLI's guard hands over, with a stop it may have had
+                    old, self.signum = early.handed_over(sig), self.signum or early.signum
+                self._old[sig] = old
+            # the guard's stop, swallowed where it landed: raised now, where the caller takes back what it made
+            self.check()
         return self
 
     def _handle(self, signum, frame):
