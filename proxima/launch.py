@@ -37,6 +37,7 @@ from typing import Optional
 
 from . import checkpoint as ckpt
 from .config import ConfigError
+from .signals import resumes as _resumes, under_torchrun  # noqa: F401 (cli, run_setup and rlhf import under_torchrun from here)
 from .torchrun import STOPS, EarlyStop, caught_stops, handles_stops
 
 
@@ -147,11 +148,6 @@ def torchrun_command(nproc: int, argv: list, python: Optional[str] = None) -> li
         return [python, "-m", "proxima.torchrun", *torchrun_args, "-m", "proxima", *strip_nproc(list(argv))]
     return [python, "-c", _TORCHRUN_BOOT, *torchrun_args, "--no-python", python, "-u", "-c", _RANK_BOOT,
             *strip_nproc(list(argv))]
-
-
-def under_torchrun() -> bool:
-    """Whether this process is a rank that torchrun (or a launcher like it) started."""
-    return bool(os.environ.get("TORCHELASTIC_RUN_ID") or (os.environ.get("WORLD_SIZE") and os.environ.get("RANK")))
 
 
 #: a typed --nproc may be at most this many times the CPUs this process may use (cpuinfo.usable_cpus),
@@ -375,12 +371,6 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except Exception:
         pass
-
-
-def _resumes(args) -> bool:
-    """Whether proxima's arguments ``args`` (the subcommand first) continue a run: ``resume``, ``--resume``."""
-    flags = args[:args.index("--")] if "--" in args else args
-    return bool(flags) and (flags[0] == "resume" or any(a == "--resume" or a.startswith("--resume=") for a in flags))
 
 
 def early_stop_line(signum: int, args) -> str:

@@ -507,7 +507,8 @@ def resumes(argv) -> bool:
 
 
 def under_torchrun() -> bool:
-    """Whether this process is a rank that torchrun started (launch.under_torchrun, which imports torch)."""
+    """Whether this process is a rank that torchrun (or a launcher like it) started; here, not in launch (which imports
+    torch), so that cli.entry can ask before any heavy import."""
     return bool(os.environ.get("TORCHELASTIC_RUN_ID") or (os.environ.get("WORLD_SIZE") and os.environ.get("RANK")))
 
 
