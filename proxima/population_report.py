@@ -36,6 +36,11 @@ that family so that its level stays reachable (claim_p), no
 claim with fewer than MIN_CLAIM_MEMBERS members on a side.
 The report ends with the population's command, seeds, sweep, shared config and the first member's
 versions and machine (provenance_section).
+
+Populations of several env ids (tasks), one per env and of the same settings, are aggregated per
+setting over the tasks by build_tasks_report (``report A B --normalize``): each member's final return
+normalized on its env's score range, then aggregate.py's IQM, mean, median, optimality gap and
+performance profile with stratified-bootstrap intervals (same resamples and seed as above).
 """
 
 from __future__ import annotations
@@ -1572,3 +1577,272 @@ def render_populations(run_dirs: list, names: list, docs: list, tables: list, th
         lines += [""] + notes
     lines += ["", "Per population: `proxima report RUN`; per member: `proxima report RUN/<member dir>`.", ""]
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ several tasks (--normalize)
+#: how the aggregate's intervals are made, as the report says it
+STRATIFIED_CI_METHOD = (f"stratified percentile bootstrap, each task's runs resampled with replacement within that task, "
+                        f"{BOOTSTRAP_RESAMPLES} resamples, numpy default_rng({BOOTSTRAP_SEED})")
+AGGREGATE_TEXT = ("IQM: of all (run, task) scores pooled, floor(N/4) of the N dropped at each end; mean and median: over "
+                  "tasks of each task's mean score; optimality gap: the mean over all scores of max(0, 1 - score), lower "
+                  "is better (rliable's, Agarwal et al. 2021)")
+
+
+def parse_score_ranges(specs) -> dict:
+    """{env id: (low, high)} of --score-range's ``ENV=LOW:HIGH`` values (a list of str; None: none).
+    ReportError, one line naming the value, for one not of that form, a LOW or HIGH that is not a finite
+    number, LOW >= HIGH, or an env given two ranges."""
+    from .report import ReportError
+
+    ranges: dict = {}
+    for spec in specs or []:
+        env, eq, span = str(spec).rpartition("=")  # a module:Class env id holds ':' but no '='
+        low, colon, high = span.partition(":")
+        try:
+            if not env or not eq or not colon:
+                raise ValueError
+            lo, hi = float(low), float(high)
+        except ValueError:
+            raise ReportError(f"--score-range {spec}: give ENV=LOW:HIGH, the returns that score 0 and 1 on env ENV "
+                              "(e.g. --score-range LunarLander-v3=-200:200)") from None
+        if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
+            raise ReportError(f"--score-range {spec}: LOW and HIGH must be finite returns with LOW below HIGH")
+        if ranges.get(env, (lo, hi)) != (lo, hi):
+            raise ReportError(f"--score-range: env {env} is given two ranges ({ranges[env][0]:g}:{ranges[env][1]:g} and "
+                              f"{lo:g}:{hi:g}); give one")
+        ranges[env] = (lo, hi)
+    return ranges
+
+
+def task_ranges(names: list, env_ids: list, given: dict) -> list:
+    """[(low, high, source)] per task: --score-range's (``given``), else aggregate.SCORE_RANGES's. ReportError
+    for a --score-range of an env no population is of (a typo would otherwise be dropped unsaid), or a
+    task with no range (names the flag to give)."""
+    from .aggregate import SCORE_RANGES
+    from .report import ReportError, _md
+
+    for env in given:
+        if env not in env_ids:
+            raise ReportError(f"--score-range {env}=...: no population here is of env {env} (their envs: "
+                              f"{', '.join(_md(e) for e in env_ids)})")
+    out = []
+    for name, env in zip(names, env_ids):
+        if env in given:
+            out.append((*given[env], "--score-range"))
+        elif env in SCORE_RANGES:
+            low, high, why = SCORE_RANGES[env]
+            out.append((low, high, f"built in: {why}"))
+        else:
+            raise ReportError(f"--normalize: no score range for env {_md(env)} ({name}): give --score-range {env}=LOW:HIGH, "
+                              f"the returns that score 0 and 1 (built in only for {', '.join(SCORE_RANGES)})")
+    return out
+
+
+def _check_tasks(names: list, docs: list, tables_settings: list) -> list:
+    """The setting labels every population shares, in the first's order. ReportError (one line naming what
+    differs) for an env id that is not text, two populations of one env, or populations whose settings differ."""
+    from .report import ReportError, _md
+
+    env_ids = [doc.get("env_id") for doc in docs]
+    for name, env in zip(names, env_ids):
+        if not isinstance(env, str) or not env:
+            raise ReportError(f"{name}/{POPULATION_FILE}: records no env id; --normalize needs each population's env")
+    for i, env in enumerate(env_ids):
+        if env in env_ids[:i]:
+            raise ReportError(f"--normalize takes one population per env id: {names[env_ids.index(env)]} and {names[i]} are "
+                              f"both of {_md(env)} (report those two without --normalize to compare them)")
+    labels = [[setting_label(s.settings) or "(seeds only)" for s in settings] for settings in tables_settings]
+    for name, own in zip(names[1:], labels[1:]):
+        for label in labels[0]:
+            if label not in own:
+                raise ReportError(f"these populations do not sweep the same settings: {_md(label)} in {names[0]}, not in "
+                                  f"{name}; --normalize aggregates each setting over the tasks: give populations of one "
+                                  "--sweep (or --seeds only)")
+        for label in own:
+            if label not in labels[0]:
+                raise ReportError(f"these populations do not sweep the same settings: {_md(label)} in {name}, not in "
+                                  f"{names[0]}; --normalize aggregates each setting over the tasks: give populations of "
+                                  "one --sweep (or --seeds only)")
+    return labels[0]
+
+
+def tasks_aggregate(labels: list, ranges: list, tables: list) -> list:
+    """One dict per setting label: settings, label, runs [n_t per task], members [per task], scores [per
+    task: the normalized final returns used], missing [task indices without a return] and, when every task
+    has one, aggregate.aggregate_statistics's fields (else those are absent)."""
+    from .aggregate import aggregate_statistics, normalize
+
+    out = []
+    for label in labels:
+        rows = [next(r for r in t if (setting_label(r["settings"]) or "(seeds only)") == label) for t in tables]
+        scores = [normalize(r["returns"], low, high) for r, (low, high, _) in zip(rows, ranges)]
+        agg = {"label": label, "settings": rows[0]["settings"], "rows": rows, "runs": [r["n"] for r in rows],
+               "members": [r["members"] for r in rows], "scores": scores,
+               "missing": [i for i, s in enumerate(scores) if s.size == 0]}
+        if not agg["missing"]:
+            agg.update(aggregate_statistics(scores))
+        out.append(agg)
+    return out
+
+
+def _runs_cell(a: dict) -> str:
+    """``5`` when every task used as many runs, else ``5 / 4 / 5`` in task order; ``(of 5 / 5 / 5)`` after when any were left out."""
+    runs = a["runs"]
+    cell = str(runs[0]) if len(set(runs)) == 1 else " / ".join(map(str, runs))
+    if runs != a["members"]:
+        cell += " (of " + (str(a["members"][0]) if len(set(a["members"])) == 1 else " / ".join(map(str, a["members"]))) + ")"
+    return cell
+
+
+def render_tasks(run_dirs: list, names: list, docs: list, ranges: list, tables: list, aggregates: list,
+                 episodes: Optional[int]) -> str:
+    """The Markdown of build_tasks_report: a line per population, the score ranges, the aggregate table,
+    the performance profile, a per-task table and the notes."""
+    from .aggregate import PROFILE_TAUS
+    from .report import _md
+
+    names = [_md(name) for name in names]
+    env_ids = [_md(doc.get("env_id")) for doc in docs]
+    lines = [f"# Tasks report: {', '.join(names)}", ""]
+    for d, name, doc, t in zip(run_dirs, names, docs, tables):
+        lines.append(f"- {name}: {_first_line(d, doc, t)} {_sources_text(d, doc, t)}")
+    lines += ["", "Each run's final return R is scored (R - low) / (high - low) on its task's range:", "",
+              "| task | population | low (score 0) | high (score 1) | range |", "|---|---|---|---|---|"]
+    lines += [f"| {env} | {name} | {low:g} | {high:g} | {src} |" for env, name, (low, high, src) in zip(env_ids, names, ranges)]
+    lines += ["", "## Aggregate over tasks", "",
+              f"{AGGREGATE_TEXT}. 95% CIs: {STRATIFIED_CI_METHOD}; none (\u2014) where a task has fewer than "
+              f"{MIN_CI_MEMBERS} runs.", "",
+              "| setting | tasks | runs per task | IQM | IQM 95% CI | mean | mean 95% CI | median | median 95% CI | "
+              "optimality gap | gap 95% CI |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    notes = []
+    num = lambda v: f"{v:.3f}"  # noqa: E731
+    for a in aggregates:
+        label = _md(a["label"])
+        if a["missing"]:
+            lines.append(f"| {label} | {len(tables)} | {_runs_cell(a)} | " + " | ".join(["\u2014"] * 8) + " |")
+            notes.append(f"- {label}: not aggregated: no final return on {', '.join(env_ids[i] for i in a['missing'])} "
+                         "(every member left out: see the per-task notes); an aggregate over the other tasks would "
+                         "read as one over all.")
+            continue
+        cells = " | ".join(f"{num(a[k])} | {ci_cell(a[k + '_ci'], a['few'], digits=3)}"
+                           for k in ("iqm", "mean", "median", "optimality_gap"))
+        lines.append(f"| {label} | {len(tables)} | {_runs_cell(a)} | {cells} |")
+        if len(set(a["runs"])) > 1:
+            notes.append(f"- {label}: the tasks have different numbers of runs ({_runs_cell(a)}): the pooled IQM, "
+                         "optimality gap and profile weigh a task by its runs; the mean and median weigh each alike.")
+    lines += ["", "### Performance profile", "",
+              "The fraction of all (run, task) scores above tau (rliable's run-score distribution), its 95% CI as above:", "",
+              "| setting | " + " | ".join(f"> {tau:g}" for tau in PROFILE_TAUS) + " |",
+              "|---|" + "---|" * len(PROFILE_TAUS)]
+    for a in aggregates:
+        if a["missing"]:
+            continue
+        lines.append(f"| {_md(a['label'])} | " + " | ".join(
+            f"{p['fraction']:.2f} {ci_cell(p['ci'], a['few'], digits=2)}" for p in a["profile"]) + " |")
+    lines += ["", "### Per task", "", "| task | setting | runs | IQM return | IQM score | mean score |", "|---|---|---|---|---|---|"]
+    from .aggregate import normalize
+
+    for d, name, env, t, (low, high, _) in zip(run_dirs, names, env_ids, tables, ranges):
+        for r in t:
+            label = setting_label(r["settings"]) or "(seeds only)"
+            used = f"{r['n']} of {r['members']}" if r["n"] < r["members"] else f"{r['members']}"
+            score = lambda v: "\u2014" if v is None else num(float(normalize(v, low, high)))  # noqa: E731
+            lines.append(f"| {env} | {_md(label)} | {used} | {_fmt(r['iqm'])} | {score(r['iqm'])} | {score(r['mean'])} |")
+            notes += _row_notes(d, r, f"{name}: {_md(label)}", None, episodes)
+    if any(a.get("few") and a.get("iqm_ci") is not None for a in aggregates):
+        notes.append(f"- \u2020 a task has fewer than {FEW_CI_MEMBERS} runs: {FEW_MEMBERS_NOTE}.")
+    if notes:
+        lines += [""] + notes
+    lines += ["", "Per population (its settings compared, its members): `proxima report RUN`.", ""]
+    return "\n".join(lines)
+
+
+def tasks_json(run_dirs: list, names: list, docs: list, ranges: list, tables: list, aggregates: list) -> dict:
+    """The --json file of ``report A B --normalize``: kind "tasks", the numbers of report.md's tables."""
+    from .aggregate import OPTIMALITY_GAMMA, PROFILE_TAUS
+    from .report import json_document
+
+    envs = [doc.get("env_id") for doc in docs]
+    tasks = [{"env_id": env, "population": name, "dir": str(d), "score_range": [low, high],
+              "range_source": "--score-range" if src == "--score-range" else "built in"}
+             for d, name, env, (low, high, src) in zip(run_dirs, names, envs, ranges)]
+    rows = []
+    for a in aggregates:
+        row = {"setting": a["label"], "settings": a["settings"], "tasks": len(tables),
+               "runs": {env: n for env, n in zip(envs, a["runs"])}, "members": {env: m for env, m in zip(envs, a["members"])},
+               "not_aggregated": [envs[i] for i in a["missing"]] or None,
+               "scores": {env: s.tolist() for env, s in zip(envs, a["scores"])}}
+        for k in ("iqm", "mean", "median", "optimality_gap"):
+            row[k], row[f"{k}_ci"] = a.get(k), _ci_json(a.get(f"{k}_ci"))
+        row["few"] = a.get("few")
+        row["profile"] = [{"tau": p["tau"], "fraction": p["fraction"], "ci": _ci_json(p["ci"])} for p in a.get("profile", [])]
+        rows.append(row)
+    body = {"tasks": tasks, "ci": {"level": CI_LEVEL, "method": STRATIFIED_CI_METHOD}, "gamma": OPTIMALITY_GAMMA,
+            "taus": list(PROFILE_TAUS), "rows": rows,
+            "per_task": [{"env_id": env, "population": name, **row_json(r)} for env, name, t in zip(envs, names, tables) for r in t]}
+    return json_document("tasks", body)
+
+
+def build_tasks_report(run_dirs, out=None, score_ranges=None, threshold: Optional[float] = None,
+                       metric: str = "charts/episodic_return", x: str = "step", smooth: int = 1,
+                       episodes: Optional[int] = 0, device: str = "cpu", quiet: bool = True, json_out=None) -> Path:
+    """``proxima report A B ... --normalize --out FILE.md``: populations of different env ids (tasks), one per
+    env, of the same settings, each setting aggregated over the tasks as rliable does (aggregate.py): every
+    member's final return normalized on its task's range (--score-range ``score_ranges``, else
+    aggregate.SCORE_RANGES), then IQM, mean, median and optimality gap with stratified-bootstrap 95% CIs,
+    and a performance profile. ReportError (one line, nothing written, no member evaluated) for an env
+    without a range, two populations of one env, settings that differ, or different kinds of final return."""
+    from .plot import UnknownMetric, run_names
+    from .report import (ReportError, Staging, _curve_path, check_device, check_json_out, check_out, draw_curve, image_link,
+                         make_folders, write_report)
+
+    run_dirs = [Path(d) for d in run_dirs]
+    if out is None:
+        raise ReportError("--normalize: give --out FILE.md for the report over the tasks")
+    out = Path(out)
+    check_out(out)
+    if json_out is not None:
+        check_json_out(Path(json_out), run_dirs)
+    if threshold is not None:  # a return of one env: no one threshold holds for all tasks
+        raise ReportError(f"--threshold {threshold:g}: a return of one env, not of several tasks; with --normalize the "
+                          "performance profile gives the fraction of runs above normalized scores 0.25 to 1")
+    given = parse_score_ranges(score_ranges)
+    names = run_names(run_dirs)
+    docs, settings = [], []
+    for d in run_dirs:
+        try:
+            settings.append(read_settings(d))  # a broken population.json: its own line, before any member is evaluated
+            docs.append(json.loads(read_run_text(d / POPULATION_FILE)))
+        except (PopulationError, OSError, ValueError) as e:
+            raise ReportError(str(e)) from None
+    labels = _check_tasks(names, docs, settings)
+    ranges = task_ranges(names, [doc["env_id"] for doc in docs], given)
+    if (metric, x, smooth) != ("charts/episodic_return", "step", 1):
+        for d in run_dirs:
+            try:
+                check_population_metric(d, metric)
+            except UnknownMetric as e:
+                raise ReportError(str(e)) from None
+    check_device(device, episodes)
+    tables = [summarize_settings(d, None, episodes, device, quiet) for d in run_dirs]
+    problem = _differs(names, [_measure(rows)["final return"] for rows in tables], "final return")
+    if problem:  # a deterministic evaluation and a stochastic training return are not one score
+        raise ReportError(f"these populations do not measure the same: {problem}; give every population eval.json "
+                          "files (`proxima eval RUN`) or --episodes N")
+    aggregates = tasks_aggregate(labels, ranges, tables)
+    text = render_tasks(run_dirs, names, docs, ranges, tables, aggregates, episodes)
+    curve = _curve_path(out)
+    make_folders(out, json_out)
+    with Staging() as staging:  # the curve, the JSON and report.md renamed into place together, or none
+        why = draw_curve(staging, run_dirs, curve, metric=metric, x=x, smooth=smooth)  # one panel per population
+        if why is None:
+            link = image_link(Path(os.path.relpath(curve.resolve(), out.parent.resolve())).as_posix())
+            name = resolved_metric(run_dirs[0], metric)
+            text += (f"\n![learning curves: IQM over members of {name} with a 95% bootstrap CI, per setting, one panel "
+                     f"per task, each on its own scale]({link})\n\n"
+                     + curve_caption([r for t in tables for r in t], name).replace("the table above is", "the scores above are of") + "\n")
+        else:
+            text += f"\nNo learning curve: {why}\n"
+        write_report(out, text, json_out, tasks_json(run_dirs, names, docs, ranges, tables, aggregates)
+                     if json_out is not None else None, staging=staging)
+    return out

@@ -24,7 +24,8 @@ std over several runs of one group is the sample std, labelled "std (n-1)"; the 
 
 Several runs get one column each; runs of one env share a mean + spread curve. A population
 directory (``train --seeds/--sweep``) is reported alone or beside other populations (one table of their
-settings, compared by probability of improvement), by population_report, its curve drawn with
+settings, compared by probability of improvement; with ``--normalize``, populations of several env ids aggregated
+over these tasks on normalized scores, aggregate.py), by population_report, its curve drawn with
 ``--metric``/``--x``/``--smooth`` and placed as a single run's. A population's member that diverged
 says so at the top of its report and is not evaluated. Errors a user can act on (missing or foreign run directory, empty
 metrics, an unknown metric, a run file that is not UTF-8, or not a regular file within its size cap
@@ -1767,6 +1768,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threshold", type=float, default=None, metavar="R", help="populations (--seeds/--sweep) "
                    "only: report the fraction of members per setting whose final return is >= R, a finite number "
                    "(docs/populations.md); refused for single runs")
+    p.add_argument("--normalize", action="store_true", help="populations of different env ids (one per env, of the same "
+                   "--sweep or --seeds only; needs --out): aggregate each setting over these tasks as rliable does, each "
+                   "member's final return scored (R - LOW) / (HIGH - LOW) on its env's range: IQM, mean, median and "
+                   "optimality gap with stratified-bootstrap 95%% CIs, and a performance profile (docs/populations.md)")
+    p.add_argument("--score-range", action="append", default=None, metavar="ENV=LOW:HIGH", help="with --normalize: the "
+                   "returns that score 0 and 1 on env ENV (repeatable); built in for CartPole-v1 (0:500), Acrobot-v1 "
+                   "(-500:0), MountainCar-v0 (-200:0) and Pendulum-v1 (-3254.7:0), which this replaces")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -1776,6 +1784,26 @@ def register(subparsers) -> argparse.ArgumentParser:
     add_arguments(p)
     p.set_defaults(func=run)
     return p
+
+
+def _normalized_report(args, run_dirs: list) -> int:
+    """``report A B ... --normalize``: population_report.build_tasks_report; ReportError for a single run or a
+    --score-range without --normalize."""
+    from .population_report import build_tasks_report, is_population
+
+    if not args.normalize:
+        raise ReportError("--score-range ENV=LOW:HIGH applies with --normalize (a report over several tasks)")
+    for d in run_dirs:
+        problem = path_problem(d)
+        if problem:
+            raise ReportError(problem)
+        if not is_population(d):
+            raise ReportError(f"{d}: a single run; --normalize aggregates populations (train --seeds/--sweep), one per env id")
+    path = build_tasks_report(run_dirs, out=args.out, score_ranges=args.score_range, threshold=args.threshold,
+                              metric=args.metric or DEFAULT_METRIC, x=args.x, smooth=args.smooth, episodes=args.episodes,
+                              device=args.device, quiet=False, json_out=args.json_out)
+    print(f"wrote {path}" + (f" and {args.json_out}" if args.json_out else ""))
+    return 0
 
 
 def run(args) -> int:
@@ -1793,6 +1821,8 @@ def run(args) -> int:
         from .population_report import is_population
 
         run_dirs = unique_dirs(args.run_dirs)  # a directory named twice is one run
+        if args.normalize or args.score_range:  # several tasks: their own report, never the plain comparison
+            return _normalized_report(args, run_dirs)
         if len(run_dirs) == 1 and is_population(run_dirs[0]):  # statistics over members, per setting
             path = build_population_report(run_dirs[0], out=args.out, threshold=args.threshold, metric=args.metric,
                                            x=args.x, smooth=args.smooth, episodes=args.episodes, device=args.device, quiet=False,

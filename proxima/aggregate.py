@@ -1,0 +1,129 @@
+"""Statistics over several tasks (rliable's, Agarwal et al. 2021, "Deep RL at the Edge of the Statistical Precipice").
+
+A setting run on T tasks (env ids) has, per task t, the final returns of its n_t runs (members). Each
+task's returns are first put on one scale, ``normalize``: (R - low) / (high - low), 0 at the task's
+``low`` and 1 at its ``high`` (SCORE_RANGES, or the user's). Over the normalized scores, as rliable's
+``metrics`` defines them:
+
+- IQM: the interquartile mean of all (run, task) scores pooled (floor(N/4) of the N dropped at each end);
+- mean: the mean over tasks of each task's mean score; median: the median over tasks of those means;
+- optimality gap: the mean over all scores of max(0, gamma - x), gamma = 1: how far runs fall short of 1;
+- performance profile: the fraction of all scores above tau.
+
+Each with a 95% stratified-bootstrap interval (``stratified_ci``): every resample draws each task's
+runs with replacement, within that task (the tasks are fixed, the runs are the sample). rliable's
+score matrix has as many runs on every task; here a task may have fewer (a member left out), so the
+pooled IQM, gap and profile weigh a task by its runs, while mean and median weigh every task alike.
+
+Scores are given as a list of T arrays, task t's (..., n_t): the functions reduce the last axis of
+each, so one call takes the scores themselves (-> a float) or a stack of resamples (R, n_t) (-> (R,)).
+Pure numpy; the single-task statistics are population_report's, so with one task the IQM and its
+interval are the population report's, bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from .population_report import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CI_LEVEL, FEW_CI_MEMBERS, MIN_CI_MEMBERS, iqm_along,
+                                 mean_along)
+
+#: rliable's default gamma of the optimality gap: a normalized score of 1 is "optimal"
+OPTIMALITY_GAMMA = 1.0
+#: the taus of the report's performance profile table
+PROFILE_TAUS = (0.25, 0.5, 0.75, 1.0)
+
+#: built-in score ranges {env id: (low, high, why)}: bounds of the return an episode can have under the env's
+#: time limit (Proxima's native envs follow Gymnasium's rewards and limits: envs/classic.py); any other env
+#: needs --score-range ENV=LOW:HIGH
+SCORE_RANGES = {
+    "CartPole-v1": (0.0, 500.0, "+1 per step, 500-step limit: scores 1 with all 500 steps balanced, 0 with no reward"),
+    "Acrobot-v1": (-500.0, 0.0, "-1 per step, 0 on reaching the goal, 500-step limit: -500 never reaches it"),
+    "MountainCar-v0": (-200.0, 0.0, "-1 per step, 200-step limit: -200 never reaches the flag"),
+    # the worst cost of a step: angle pi, speed 8 (the env's clip), torque 2 (its clip): pi^2 + 0.1*64 + 0.001*4
+    "Pendulum-v1": (-(np.pi ** 2 + 6.4 + 0.004) * 200, 0.0,
+                    "at worst -(pi^2 + 0.1*8^2 + 0.001*2^2) = -16.27 per step over its 200 steps; 0 upright and still"),
+}
+
+
+def normalize(returns, low: float, high: float) -> np.ndarray:
+    """(R - low) / (high - low) of returns (n,) float: 0 at ``low``, 1 at ``high``."""
+    return (np.asarray(returns, dtype=np.float64) - low) / (high - low)
+
+
+def _pooled(tasks: Sequence[np.ndarray]) -> np.ndarray:
+    """All (run, task) scores of ``tasks`` [(..., n_t)] side by side: (..., sum n_t)."""
+    return np.concatenate([np.asarray(t, dtype=np.float64) for t in tasks], axis=-1)
+
+
+def _task_means(tasks: Sequence[np.ndarray]) -> np.ndarray:
+    """Each task's mean score, (..., T)."""
+    return np.stack([mean_along(t, axis=-1) for t in tasks], axis=-1)
+
+
+def aggregate_iqm(tasks: Sequence[np.ndarray]):
+    """Interquartile mean of all (run, task) scores pooled: floor(N/4) of the N dropped at each end."""
+    return iqm_along(_pooled(tasks), axis=-1)
+
+
+def aggregate_mean(tasks: Sequence[np.ndarray]):
+    """Mean over tasks of each task's mean score (rliable's; every task weighs alike)."""
+    return mean_along(_task_means(tasks), axis=-1)
+
+
+def aggregate_median(tasks: Sequence[np.ndarray]):
+    """Median over tasks of each task's mean score (rliable's)."""
+    return np.median(_task_means(tasks), axis=-1)
+
+
+def optimality_gap(tasks: Sequence[np.ndarray], gamma: float = OPTIMALITY_GAMMA):
+    """Mean over all (run, task) scores of max(0, gamma - x): 0 when every run reaches gamma; lower is better."""
+    return mean_along(np.maximum(0.0, gamma - _pooled(tasks)), axis=-1)
+
+
+def profile_fraction(tasks: Sequence[np.ndarray], tau: float):
+    """The performance profile at ``tau``: the fraction of all (run, task) scores > tau."""
+    return mean_along((_pooled(tasks) > tau).astype(np.float64), axis=-1)
+
+
+#: the report's aggregate statistics, in its column order
+AGGREGATES = {"iqm": aggregate_iqm, "mean": aggregate_mean, "median": aggregate_median, "optimality_gap": optimality_gap}
+
+
+def stratified_ci(tasks: Sequence[np.ndarray], stat: Callable, resamples: int = BOOTSTRAP_RESAMPLES,
+                  seed: int = BOOTSTRAP_SEED, level: float = CI_LEVEL) -> Optional[tuple]:
+    """(low, high) percentile interval of ``stat`` (one of AGGREGATES, or any function of the task list)
+    over a stratified bootstrap: from one numpy default_rng(seed), task by task, rng.integers(0, n_t,
+    (resamples, n_t)) draws each task's runs within that task. With one task this is
+    population_report.bootstrap_ci's draw exactly. None when a task has fewer than MIN_CI_MEMBERS runs
+    (one run resampled is itself: that task's spread would be unseen, the interval too narrow)."""
+    tasks = [np.asarray(t, dtype=np.float64).reshape(-1) for t in tasks]
+    if not tasks or min(t.size for t in tasks) < MIN_CI_MEMBERS:
+        return None
+    rng = np.random.default_rng(seed)
+    draws = [t[rng.integers(0, t.size, size=(resamples, t.size))] for t in tasks]  # each (resamples, n_t)
+    stats = stat(draws)
+    alpha = (1 - level) / 2
+    return float(np.quantile(stats, alpha)), float(np.quantile(stats, 1 - alpha))
+
+
+def few_runs(tasks: Sequence[np.ndarray]) -> bool:
+    """Whether a task has fewer than FEW_CI_MEMBERS runs: its intervals cover well under 95% (flagged †)."""
+    return min(np.asarray(t).size for t in tasks) < FEW_CI_MEMBERS
+
+
+def aggregate_statistics(tasks: Sequence[np.ndarray], taus: Sequence[float] = PROFILE_TAUS) -> dict:
+    """Every statistic of a setting's normalized scores ``tasks`` [(n_t,)] with its interval (stratified_ci):
+    {iqm, iqm_ci, mean, mean_ci, median, median_ci, optimality_gap, optimality_gap_ci, few,
+    profile: [{tau, fraction, ci}]}; intervals None as stratified_ci gives them."""
+    tasks = [np.asarray(t, dtype=np.float64).reshape(-1) for t in tasks]
+    out: dict = {}
+    for name, stat in AGGREGATES.items():
+        out[name] = float(stat(tasks))
+        out[f"{name}_ci"] = stratified_ci(tasks, stat)
+    out["few"] = few_runs(tasks)
+    out["profile"] = [{"tau": float(tau), "fraction": float(profile_fraction(tasks, tau)),
+                       "ci": stratified_ci(tasks, lambda d, tau=tau: profile_fraction(d, tau))} for tau in taus]
+    return out
