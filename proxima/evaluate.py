@@ -81,6 +81,53 @@ def default_seed(policy) -> int:
     return int(seed) + EVAL_SEED_OFFSET if isinstance(seed, int) and not isinstance(seed, bool) else FALLBACK_SEED
 
 
+#: episode_seeds' seeds fit in 31 bits: each is a valid --seed of ``proxima check-env`` and ``train``
+#: (config.MAX_SEED) and an int32 (EnvPool's)
+_EPISODE_SEED_MASK = 2**31 - 1
+
+
+def episode_seeds(seed: int, episodes: int) -> list[int]:
+    """The env seeds of an evaluation's episodes on Gymnasium envs: ``episodes`` ints in 0..2**31 - 1,
+    episode i played in env i from ``env.reset(seed=episode_seeds(seed, episodes)[i])``, so a plain
+    Gymnasium loop replays it. ``seed`` is the evaluation's seed (eval.json's ``seed``,
+    ``--seed``; default_seed). Drawn from numpy's ``SeedSequence(seed)``, whose words are hashed from
+    the seed: two evaluation seeds give unrelated episode seeds (seeds s and s + 1, a population's
+    members, share none but by a ~1e-8 chance), where episode i from ``seed + i`` gave seeds 1 and 2
+    nine of their ten start states, and members' scores that were no independent samples.
+    A prefix: ``episode_seeds(s, 20)[:10] == episode_seeds(s, 10)``, so an evaluation of 20 episodes
+    contains the 10 of one of 10. ValueError (one line) for a negative or non-integer ``seed`` or
+    ``episodes``."""
+    import numpy as np
+
+    if not _is_int(seed) or seed < 0:
+        raise ValueError(f"episode_seeds: seed={seed!r}: must be an integer of at least 0")
+    if not _is_int(episodes) or episodes < 0:
+        raise ValueError(f"episode_seeds: episodes={episodes!r}: must be an integer of at least 0")
+    words = np.random.SeedSequence(int(seed)).generate_state(int(episodes), dtype=np.uint32)
+    return [int(w) & _EPISODE_SEED_MASK for w in words]
+
+
+def pool_seed(seed: int) -> int:
+    """The seed an evaluation builds EnvPool's pool with: ``episode_seeds(seed, 1)[0]``. EnvPool seeds
+    its env i with the pool's seed + i, as Gymnasium's vector env does, so ``seed`` itself would give
+    evaluation seeds s and s + 1 all but one start state in common; from this seed, two evaluations
+    overlap only where their pool seeds lie within ``episodes`` of each other (a ~1e-8 chance for 10)."""
+    return episode_seeds(seed, 1)[0]
+
+
+def reset_seed(env, seed: int, episodes: int):
+    """What an evaluation of seed ``seed`` resets its ``episodes`` envs with: :func:`episode_seeds`
+    for Gymnasium's vector env (Atari's ALE included), which would seed its env i with ``seed + i``;
+    :func:`pool_seed` for EnvPool (one seed for the pool, which make_eval_env builds it with);
+    ``seed`` itself for a native env, whose one generator seeded ``seed`` draws every env's start
+    state in turn (two seeds share no start state)."""
+    from .envs import GymnasiumEnv
+
+    if isinstance(env, GymnasiumEnv):
+        return episode_seeds(seed, episodes)
+    return pool_seed(seed) if getattr(env, "backend", None) == "envpool" else seed
+
+
 def default_episodes(policy) -> int:
     """The episodes ``proxima eval`` runs without --episodes, and evaluate() without ``episodes``:
     the run's eval_episodes (its config.yaml's, where the policy's file lies in RUN/checkpoints/;
@@ -128,7 +175,9 @@ def evaluate(policy, episodes: Optional[int] = None, deterministic: bool = True,
     the default one included), backend (the one built: "auto" resolved, :func:`built_backend`) and
     max_steps (the step cap each episode ran under), and ``unfinished`` when some episodes had not
     ended after ``max_steps`` steps: those count as cut there, with their return so far, as a time
-    limit would cut them; leaving them out would keep only the short episodes. ``seed`` seeds the envs, numpy's global RNG, Python's
+    limit would cut them; leaving them out would keep only the short episodes. ``seed`` seeds the envs
+    (reset_seed: a Gymnasium env's episode i from ``episode_seeds(seed, episodes)[i]``, which a plain
+    Gymnasium loop replays; a native env's one generator from ``seed``), numpy's global RNG, Python's
     ``random`` and torch's CPU generator (which an env may draw from: global_streams) and, with
     ``deterministic=False``, the action samples (one stream for all the envs: a stochastic episode
     depends on how many run beside it, so episode 0 of episodes=1 is not episode 0 of episodes=4,
@@ -217,7 +266,7 @@ def _evaluate(policy, episodes: int, deterministic: bool, seed: int, backend: st
     try:
         try:
             policy.check_env_spaces(env)  # a checkpoint evaluated on an env with other spaces: one line, not a shape error
-            obs = env.reset(seed=seed)
+            obs = env.reset(seed=reset_seed(env, seed, episodes))
             recorder = FrameRecorder(env, policy.env_id, video, feed=True) if video is not None else None
             devices = [policy.device] if policy.device.type == "cuda" else []
             with torch.random.fork_rng(devices=devices):  # stochastic actions drawn from ``seed``'s stream
@@ -357,7 +406,9 @@ def make_eval_env(policy, episodes: int, backend: str, seed: int, render_mode: O
     try:
         # training=False: Atari plays full games with raw rewards (no reward clipping), a lost life ending no
         # episode (EnvPool still builds with episodic_life, whose reset presses FIRE, and the step hides those ends)
-        return make_env(policy.env_id, episodes, device=policy.device, backend=backend, seed=seed,
+        # EnvPool seeds its envs only as it builds them: built with the seed its reset takes (reset_seed), built once
+        build_seed = pool_seed(seed) if built_backend(policy.env_id, backend, kwargs) == "envpool" else seed
+        return make_env(policy.env_id, episodes, device=policy.device, backend=backend, seed=build_seed,
                         render_mode=render_mode, training=False, env_kwargs=kwargs)
     except EnvError as e:
         caused = any(word in str(e) for word in [*kwargs, "argument"]) if kwargs else False  # by the kwargs, not a missing module

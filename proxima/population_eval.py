@@ -122,7 +122,7 @@ def evaluate_population(run_dir, episodes: Optional[int] = None, deterministic: 
     (evaluate.first_episodes).
     """
     from .checkpoint import check_registered, load_checkpoint, load_policy
-    from .evaluate import evaluate
+    from .evaluate import default_seed, evaluate
     from .guards import NonFiniteError
     from .report import run_eval_episodes
 
@@ -145,7 +145,9 @@ def evaluate_population(run_dir, episodes: Optional[int] = None, deterministic: 
             policy = _or_newest(load_policy, checkpoints[d], d, best, device=device, env_id=env_id, trust_env=trust_env,
                                 env_kwargs=env_kwargs)
             check_registered(policy)  # the first member's, before any evaluation: the --env MODULE:ID to give
-            eval_seed = seed if seed is not None else int(policy.config["seed"]) + 1_000_000
+            # a single run's default (the member's seed + 1,000,000), whose episodes episode_seeds derives from it:
+            # consecutive members' seeds then share no evaluation start state
+            eval_seed = seed if seed is not None else default_seed(policy)
             count = episodes if episodes is not None else run_eval_episodes(d, policy.config)
             try:
                 result = evaluate(policy, episodes=count, deterministic=deterministic, seed=eval_seed,

@@ -23,7 +23,7 @@ import sys
 import traceback
 import warnings
 from pathlib import Path
-from typing import Callable, NoReturn, Optional
+from typing import Callable, NoReturn, Optional, Union
 
 import gymnasium as gym
 import numpy as np
@@ -975,6 +975,8 @@ class EnvCalls(gym.Wrapper):
 
     def reset(self, **kwargs):
         when = f"reset (after env step {self.steps})"
+        if kwargs.get("seed") is not None:  # check-env's --seed: an evaluation's is episode_seeds', not seed + index
+            self.seed = int(kwargs["seed"])
         try:
             out = self.env.reset(**kwargs)
         except EnvError:
@@ -1267,7 +1269,9 @@ class GymnasiumEnv(BatchedEnv):
         except BaseException as e:
             self._raise_failure(e, "resume")
 
-    def reset(self, seed: Optional[int] = None) -> torch.Tensor:
+    def reset(self, seed: Union[int, list, None] = None) -> torch.Tensor:
+        """``seed``: an int (env i gets ``seed + i``, Gymnasium's convention) or a list of one per env
+        (evaluate.episode_seeds); None: the constructor's seed on the first reset, else no reseed."""
         seed = self._seed if seed is None and not self._started else seed
         self._started = True
         try:
