@@ -745,7 +745,9 @@ class EnvCalls(gym.Wrapper):
     ``info`` goes on to the vector env only with ``keep_info`` (a subclass whose _episode_stats reads
     it): Gymnasium's stacking of it fails on values whose shape varies from env to env. The one key
     the trainer reads, ``is_success`` of an episode's last step (charts/success_rate, as SB3's Monitor
-    reads it), goes on always, as 0.0 or 1.0 (_success_flag); earlier steps' values are not read. This runs for every Gymnasium env step: for a plain Box the
+    reads it), goes on always, as 0.0 or 1.0 (_success_flag); earlier steps' values are not read. So do,
+    for an env with Gymnasium's RecordEpisodeStatistics among its wrappers, that wrapper's return and
+    length of an episode that ends (recorded_episode), which GymnasiumEnv logs. This runs for every Gymnasium env step: for a plain Box the
     check is a tuple unpack, a few type checks and a shape compare (~0.2 us against CartPole's ~6 us
     step with its wrappers).
     """
@@ -756,6 +758,8 @@ class EnvCalls(gym.Wrapper):
         # the vector env resets env i with seed + i: check-env's --seed of the suggested command
         self.seed = None if seed is None else int(seed) + index
         self.index, self.env_id, self.steps, self.keep_info = index, env_id, 0, keep_info
+        # the env's own RecordEpisodeStatistics (its info key), whose figures of an episode go on at its end
+        self._recorded_key = recorded_stats_key(env)
         # called with no arguments when an episode ends, before the vector env's same-step autoreset
         # (GymnasiumEnv.on_episode_end: a video's final frame)
         self.at_episode_end: Optional[Callable[[], None]] = None
@@ -1031,12 +1035,15 @@ class EnvCalls(gym.Wrapper):
             obs = _own(obs, self.parts)  # an env that returns its own buffer and zeroes it in reset() would change it
             if self.at_episode_end is not None:  # the env is still in its final state: the reset comes after this returns
                 self.at_episode_end()
+            kept = info if self.keep_info else {}
             if "is_success" in info:
                 flag = self._success_flag(info["is_success"])
-                kept = {} if flag is None else {"is_success": flag}
-                if self.keep_info:
-                    kept = {**{k: v for k, v in info.items() if k != "is_success"}, **kept}
-                return obs, reward, terminated, truncated, kept
+                kept = {**{k: v for k, v in kept.items() if k != "is_success"}, **({} if flag is None else {"is_success": flag})}
+            if self._recorded_key is not None:  # RecordEpisodeStatistics' figures, as two scalars the vector env stacks
+                recorded = recorded_episode(info.get(self._recorded_key))
+                if recorded is not None:
+                    kept = {**kept, _RECORDED_RETURN: recorded[0], _RECORDED_LENGTH: recorded[1]}
+            return obs, reward, terminated, truncated, kept
         return obs, reward, terminated, truncated, (info if self.keep_info else {})
 
     def _success_flag(self, value) -> Optional[float]:
@@ -1126,6 +1133,40 @@ def count_episodes(returns: np.ndarray, lengths: np.ndarray, reward: np.ndarray,
     return ep_ret, ep_len
 
 
+#: the info keys under which EnvCalls passes on, at an episode's end, the return and length that the env's own
+#: RecordEpisodeStatistics recorded (GymnasiumEnv._episode_stats logs them in place of the summed rewards)
+_RECORDED_RETURN, _RECORDED_LENGTH = "proxima_recorded_return", "proxima_recorded_length"
+
+
+def recorded_stats_key(env) -> Optional[str]:
+    """The info key (``stats_key``, default "episode") of the innermost Gymnasium RecordEpisodeStatistics
+    among ``env``'s wrappers, None without one. Innermost: the one nearest the game, under any
+    reward-changing wrapper (CleanRL's ClipReward(RecordEpisodeStatistics(env))), records its score."""
+    key = None
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.RecordEpisodeStatistics):
+            key = getattr(env, "_stats_key", "episode")
+        env = env.env
+    return key
+
+
+def recorded_episode(stats) -> Optional[tuple]:
+    """(return float, length int) of RecordEpisodeStatistics' ``info[key]`` ({"r", "l", "t"}) at an
+    episode's end; None where it is not that (a user's env may put anything under the key): the
+    adapter's own sums stand in for it then."""
+    if not isinstance(stats, dict):
+        return None
+    r, length = stats.get("r"), stats.get("l")
+    if isinstance(r, np.ndarray) and r.size == 1:
+        r = r.reshape(()).item()
+    if isinstance(length, np.ndarray) and length.size == 1:
+        length = length.reshape(()).item()
+    if (not isinstance(r, numbers.Real) or isinstance(r, (bool, np.bool_)) or not math.isfinite(r) or abs(r) > F32_MAX
+            or not isinstance(length, numbers.Integral) or isinstance(length, (bool, np.bool_)) or length < 1):
+        return None
+    return float(r), int(length)
+
+
 #: the action space of each GymnasiumEnv built, for action_spaces_built()
 _BUILT_ACTION_SPACES = Sightings()
 
@@ -1205,6 +1246,8 @@ class GymnasiumEnv(BatchedEnv):
                 raise
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
+        # the env records its episodes (RecordEpisodeStatistics): their figures are logged; without, no step looks for them
+        self._recorded = recorded_stats_key(probe) is not None
         self._index_range = _start_range(act_space)
         self._started = False
         self._steps = 0  # vector steps since construction (for error messages)
@@ -1398,8 +1441,19 @@ class GymnasiumEnv(BatchedEnv):
             pass
 
     def _episode_stats(self, reward: np.ndarray, done: np.ndarray, info: dict):
-        """(return, length) (N,) of the episodes that ended this step, 0 elsewhere."""
-        return count_episodes(self._ep_return, self._ep_length, reward, done)
+        """(return, length) (N,) of the episodes that ended this step, 0 elsewhere: the rewards summed here,
+        or, for an env with Gymnasium's RecordEpisodeStatistics among its wrappers, that wrapper's ``r`` and
+        ``l`` (CleanRL's info["episode"]): the game's score where reward-changing wrappers (ClipReward) sit
+        outside it. They come in the vector env's ``final_info`` (same-step autoreset: the step's own info
+        is the next episode's reset info), with a mask of the envs that gave them."""
+        ep_ret, ep_len = count_episodes(self._ep_return, self._ep_length, reward, done)
+        if self._recorded and done.any():
+            final = info.get("final_info") or {}
+            if _RECORDED_RETURN in final:
+                mask = np.asarray(final.get("_" + _RECORDED_RETURN, done), dtype=bool) & done
+                ep_ret = np.where(mask, np.asarray(final[_RECORDED_RETURN], dtype=np.float64), ep_ret)
+                ep_len = np.where(mask, np.asarray(final[_RECORDED_LENGTH], dtype=np.int64), ep_len)
+        return ep_ret, ep_len
 
     def on_episode_end(self, index: int, fn: Callable[[], None]) -> bool:
         """Have ``fn()`` called each time env ``index``'s episode ends, inside the vector env's step after the

@@ -1,0 +1,115 @@
+"""Episode returns of a user's Gymnasium env with its own RecordEpisodeStatistics (CleanRL's
+ClipReward(RecordEpisodeStatistics(env))): the logged return is the game's score, not the clipped sum."""
+
+from __future__ import annotations
+
+import csv
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from proxima.envs.gym_adapter import GymnasiumEnv, recorded_episode
+from tests.cli_helpers import TINY_RUN, module_written_in, run_main
+
+#: pays 10 a step for 8 steps: the score is 80, its clipped sum 8
+CLIPPED_ENV = '''
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.wrappers import ClipReward, RecordEpisodeStatistics
+
+
+class Tens(gym.Env):
+    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(2, np.float32), 10.0, False, self.t >= 8, {}
+
+
+def clipped(**kw):
+    return ClipReward(RecordEpisodeStatistics(Tens(**kw)), -1.0, 1.0)
+'''
+
+
+class Tens(gym.Env):
+    """Pays 10 a step; episodes of ``length`` steps."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, length: int):
+        self.length = length
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(2, np.float32), 10.0, False, self.t >= self.length, {}
+
+
+@pytest.fixture
+def clipped_module(tmp_path, monkeypatch):
+    yield from module_written_in(tmp_path, monkeypatch, "clipmod44", CLIPPED_ENV)
+
+
+def test_metrics_log_the_recorded_score_not_the_clipped_sum(clipped_module, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    code, _, err = run_main(["train", "clipmod44:clipped", *TINY_RUN, "--total-timesteps", "128", "--run-dir", str(run_dir)], capsys)
+    assert code == 0, err
+    rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
+    assert len(rows) == 2
+    for row in rows:
+        assert float(row["charts/episodic_return"]) == 80.0
+        assert float(row["charts/episodic_return_100"]) == 80.0
+        assert float(row["charts/episodic_length"]) == 8.0
+
+
+def test_each_env_logs_its_own_recorded_episode_at_the_step_it_ends():
+    """Envs whose episodes end at different steps: each row's figures come from that env's final info."""
+    lengths = iter([3, 3, 5])  # the probe's, env 0's, env 1's
+    env = GymnasiumEnv("tens", 2, env_fn=lambda: gym.wrappers.ClipReward(gym.wrappers.RecordEpisodeStatistics(Tens(next(lengths))), -1.0, 1.0))
+    try:
+        env.reset(seed=0)
+        got = []
+        for _ in range(6):
+            _, reward, _, _, info = env.step(torch.zeros(2, dtype=torch.int64))
+            assert reward.tolist() == [1.0, 1.0]  # training still sees the clipped rewards
+            got.append((info["episode_return"].tolist(), info["episode_length"].tolist()))
+    finally:
+        env.close()
+    assert got == [([0.0, 0.0], [0, 0]), ([0.0, 0.0], [0, 0]), ([30.0, 0.0], [3, 0]),
+                   ([0.0, 0.0], [0, 0]), ([0.0, 50.0], [0, 5]), ([30.0, 0.0], [3, 0])]
+
+
+def test_without_the_wrapper_the_summed_rewards_are_logged():
+    env = GymnasiumEnv("tens", 1, env_fn=lambda: gym.wrappers.ClipReward(Tens(2), -1.0, 1.0))
+    try:
+        env.reset(seed=0)
+        env.step(torch.zeros(1, dtype=torch.int64))
+        info = env.step(torch.zeros(1, dtype=torch.int64))[4]
+    finally:
+        env.close()
+    assert (info["episode_return"].tolist(), info["episode_length"].tolist()) == ([2.0], [2])
+
+
+@pytest.mark.parametrize("stats", [None, "80", {"r": float("nan"), "l": 8}, {"r": True, "l": 8}, {"r": 80.0, "l": 0},
+                                   {"r": 80.0, "l": 2.5}, {"r": 1e39, "l": 8}, {"l": 8}])
+def test_what_is_no_recorded_episode_leaves_the_summed_rewards(stats):
+    assert recorded_episode(stats) is None
+
+
+def test_a_recorded_episode_of_numpy_numbers_reads_as_python_numbers():
+    assert recorded_episode({"r": np.float32(80.0), "l": np.int64(8), "t": 0.1}) == (80.0, 8)
+    assert recorded_episode({"r": np.array([80.0]), "l": np.array(8)}) == (80.0, 8)
