@@ -200,11 +200,11 @@ def make_env(env_id: str, num_envs: int, device="cpu", backend: str = "auto", ve
             raise EnvError(native_class_line(env_id))
         if cls is not None:
             return build_user_native(cls, env_id, num_envs, device, seed, env_kwargs)
+    game = atari.game_name(env_id)
+    if game is not None and backend != "native":  # make_atari resolves auto itself: its missing-package line names EnvPool under auto only
+        return atari.make_atari(env_id, num_envs, device, backend, vector, seed, render_mode, training, env_kwargs)
     if backend == "auto":
         backend = auto_backend(env_id, env_kwargs)
-    game = atari.game_name(env_id)
-    if game is not None and backend != "native":
-        return atari.make_atari(env_id, num_envs, device, backend, vector, seed, render_mode, training, env_kwargs)
     if backend == "envpool":
         raise EnvError(f"--backend envpool runs Atari games (ids like Pong-v5), not '{env_id}'; use --backend auto")
     native = NATIVE_ENVS.get(env_id)

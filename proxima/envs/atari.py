@@ -274,6 +274,7 @@ def make_atari(env_id: str, num_envs: int, device, backend: str, vector: str = "
     ``env_kwargs``' ALE settings (:func:`atari_settings`)."""
     game = game_name(env_id)
     settings = atari_settings(env_id, env_kwargs) if env_kwargs else None  # None: the defaults
+    chosen = backend
     if backend == "auto":
         backend = "envpool" if has_envpool() else "gymnasium"
     if backend == "envpool":
@@ -281,7 +282,9 @@ def make_atari(env_id: str, num_envs: int, device, backend: str, vector: str = "
             raise EnvError(f"--backend envpool needs EnvPool, which is not installed{_typo(env_id, game)}; {INSTALL}")
         return EnvPoolAtari(env_id, game, num_envs, device, seed, render_mode, training, settings)
     if not has_ale():
-        raise EnvError(f"env '{env_id}' needs ale-py and opencv (or EnvPool){_typo(env_id, game)}; {INSTALL}")
+        # EnvPool is the alternative only where the backend was left to choose (auto), not under --backend gymnasium
+        alternative = " (or EnvPool)" if chosen == "auto" else ""
+        raise EnvError(f"env '{env_id}' needs ale-py and opencv{alternative}{_typo(env_id, game)}; {INSTALL}")
     return AleAtari(env_id, game, num_envs, device, vector, seed, render_mode, training, settings)
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from proxima.envs.gym_adapter import GymnasiumEnv, recorded_episode
-from tests.cli_helpers import TINY_RUN, module_written_in, run_main
+from tests.cli_helpers import TINY_RUN, error_line, module_written_in, run_main
 
 #: pays 10 a step for 8 steps: the score is 80, its clipped sum 8
 CLIPPED_ENV = '''
@@ -113,3 +113,16 @@ def test_what_is_no_recorded_episode_leaves_the_summed_rewards(stats):
 def test_a_recorded_episode_of_numpy_numbers_reads_as_python_numbers():
     assert recorded_episode({"r": np.float32(80.0), "l": np.int64(8), "t": 0.1}) == (80.0, 8)
     assert recorded_episode({"r": np.array([80.0]), "l": np.array(8)}) == (80.0, 8)
+
+
+@pytest.mark.parametrize("backend, line", [
+    ("gymnasium", "env 'Pong-v5' needs ale-py and opencv; install it"),  # EnvPool is no alternative under --backend gymnasium
+    ("auto", "env 'Pong-v5' needs ale-py and opencv (or EnvPool); install it"),
+    ("envpool", "--backend envpool needs EnvPool, which is not installed; install it")])
+def test_a_missing_atari_package_names_envpool_only_where_it_would_do(backend, line, monkeypatch, tmp_path, capsys):
+    from proxima.envs import atari
+
+    monkeypatch.setattr(atari, "has_envpool", lambda: False)
+    monkeypatch.setattr(atari, "has_ale", lambda: False)
+    code, _, err = run_main(["train", "Pong-v5", "--backend", backend, "--dry-run", "--run-dir", str(tmp_path / "run")], capsys)
+    assert error_line(code, err, line).startswith(f"proxima train: error: {line}")
