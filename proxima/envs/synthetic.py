@@ -14,7 +14,24 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from .base import NativeEnv
+from .base import EnvError, NativeEnv
+
+#: the least height or width of a frame an image env renders: a 36x36 observation shown as it is is a speck in a player
+MIN_FRAME_SIDE = 144
+
+
+def image_frame(image: torch.Tensor) -> np.ndarray:
+    """An image observation as a video frame: (H, W, 3) uint8 numpy from an (H, W) or (H, W, C) uint8
+    tensor (C 1: gray, repeated to 3 channels; C 3: RGB), each pixel repeated to a k x k block so the
+    frame's smaller side is at least MIN_FRAME_SIDE (nearest-neighbour: the agent's pixels, unblurred)."""
+    frame = image.detach().to("cpu")
+    if frame.ndim == 2:
+        frame = frame.unsqueeze(-1)
+    if frame.shape[-1] == 1:
+        frame = frame.expand(-1, -1, 3)
+    k = max(1, -(-MIN_FRAME_SIDE // min(frame.shape[0], frame.shape[1])))
+    return frame.repeat_interleave(k, 0).repeat_interleave(k, 1).contiguous().numpy()
+
 
 
 class LinearQuadratic(NativeEnv):
@@ -60,6 +77,7 @@ class PixelQuadrant(NativeEnv):
     max_episode_steps = 1
     size, square = 36, 10
     supports_member_streams = False  # draws with randint from self.generator, not through _uniform
+    render_fps = 4  # one-step episodes of two frames (the picture, then the same picture answered): 30 fps would flash them
 
     def __init__(self, num_envs: int, device="cpu", seed: Optional[int] = None):
         super().__init__(num_envs, device, seed)
@@ -85,3 +103,11 @@ class PixelQuadrant(NativeEnv):
 
     def _observe(self):
         return self.state["image"].clone()
+
+    def render(self, index: int = 0) -> np.ndarray:
+        """Row ``index``'s observation as a (144, 144, 3) uint8 frame (image_frame: the 36x36 picture 4x)."""
+        if not self.state:
+            raise EnvError(f"{self.env_id}: call reset() before render()")
+        if not -self.num_envs <= int(index) < self.num_envs:
+            raise IndexError(f"{self.env_id}: render index {index} out of range for {self.num_envs} envs")
+        return image_frame(self.state["image"][int(index)])

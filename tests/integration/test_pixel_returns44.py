@@ -126,3 +126,42 @@ def test_a_missing_atari_package_names_envpool_only_where_it_would_do(backend, l
     monkeypatch.setattr(atari, "has_ale", lambda: False)
     code, _, err = run_main(["train", "Pong-v5", "--backend", backend, "--dry-run", "--run-dir", str(tmp_path / "run")], capsys)
     assert error_line(code, err, line).startswith(f"proxima train: error: {line}")
+
+
+def test_pixel_quadrant_renders_its_observation_four_times_larger():
+    from proxima.envs.synthetic import PixelQuadrant
+
+    env = PixelQuadrant(3, seed=0)
+    obs = env.reset()
+    frames = [env.render(i) for i in range(3)]
+    for i, frame in enumerate(frames):
+        assert frame.shape == (144, 144, 3) and frame.dtype == np.uint8
+        assert np.array_equal(frame[::4, ::4], obs[i].numpy())  # each pixel a 4x4 block
+        assert np.array_equal(frame[3::4, 3::4], obs[i].numpy())
+
+
+def test_a_gray_image_frame_repeats_its_channel_to_three():
+    from proxima.envs.synthetic import image_frame
+
+    gray = torch.arange(48 * 50, dtype=torch.int64).remainder(256).to(torch.uint8).reshape(48, 50)
+    frame = image_frame(gray)
+    assert frame.shape == (144, 150, 3)  # 3x: the smaller side reaches 144
+    assert all(np.array_equal(frame[::3, ::3, c], gray.numpy()) for c in range(3))
+    assert np.array_equal(image_frame(gray.unsqueeze(-1)), frame)
+
+
+def test_eval_of_pixel_quadrant_writes_its_video(tmp_path, capsys):
+    """Was 'renders no frames': a one-step episode is two frames, the picture before and after the answer."""
+    from proxima.video import has_mp4_encoder
+
+    if not has_mp4_encoder():
+        pytest.skip("imageio-ffmpeg is not installed")
+    import imageio_ffmpeg
+
+    run_dir = tmp_path / "run"
+    code, _, err = run_main(["train", "PixelQuadrant-v0", "--num-envs", "2", "--num-steps", "4", "--num-minibatches", "1", "--update-epochs", "1", "--threads", "1",
+                             "--total-timesteps", "8", "--eval-episodes", "0", "--quiet", "--run-dir", str(run_dir)], capsys)
+    assert code == 0, err
+    code, out, err = run_main(["eval", str(run_dir), "--episodes", "1", "--video", str(tmp_path / "pq.mp4")], capsys)
+    assert code == 0, err
+    assert imageio_ffmpeg.count_frames_and_secs(str(tmp_path / "pq.mp4")) == (2, 0.5)  # 2 frames at render_fps 4
