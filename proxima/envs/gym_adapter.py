@@ -1246,8 +1246,9 @@ class GymnasiumEnv(BatchedEnv):
                 raise
         self._ep_return = np.zeros(self.num_envs, dtype=np.float64)
         self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
-        # the env records its episodes (RecordEpisodeStatistics): their figures are logged; without, no step looks for them
-        self._recorded = recorded_stats_key(probe) is not None
+        # the env records its episodes (RecordEpisodeStatistics): their figures are logged; without, no step looks for them.
+        # Public: an evaluation that sums the rewards itself takes the episodes' figures from info where this is True
+        self.records_episodes = recorded_stats_key(probe) is not None
         self._index_range = _start_range(act_space)
         self._started = False
         self._steps = 0  # vector steps since construction (for error messages)
@@ -1447,7 +1448,7 @@ class GymnasiumEnv(BatchedEnv):
         outside it. They come in the vector env's ``final_info`` (same-step autoreset: the step's own info
         is the next episode's reset info), with a mask of the envs that gave them."""
         ep_ret, ep_len = count_episodes(self._ep_return, self._ep_length, reward, done)
-        if self._recorded and done.any():
+        if self.records_episodes and done.any():
             final = info.get("final_info") or {}
             if _RECORDED_RETURN in final:
                 mask = np.asarray(final.get("_" + _RECORDED_RETURN, done), dtype=bool) & done
