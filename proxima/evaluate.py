@@ -540,16 +540,23 @@ def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None
     offset = getattr(env, "action_offset", None)
     check = _NonFiniteCheck(env_id, env_kwargs, env_name)
     check.reset(obs)
+    # a Gymnasium env with its own RecordEpisodeStatistics: its figures (the game's score under a ClipReward
+    # outside it), as training logs them; the rewards are summed still, for the check and unfinished episodes
+    recorded = getattr(env, "records_episodes", False)
     for step in range(1, max_steps + 1):
         if stop is not None and stop():
             raise EvaluationStopped(f"evaluation stopped before its step {step}")
         if before_step is not None:
             before_step(finished)
         action = act(obs)
-        obs, reward, terminated, truncated, _ = env.step(action if offset is None else action + offset)
+        obs, reward, terminated, truncated, info = env.step(action if offset is None else action + offset)
         bad_reward = ~finished & ~torch.isfinite(reward)
         returns += torch.where(finished, 0.0, reward.to(torch.float64))
         lengths += (~finished).to(torch.int64)
+        if recorded:
+            ending = ~finished & (terminated | truncated)
+            returns = torch.where(ending, info["episode_return"].to(torch.float64), returns)
+            lengths = torch.where(ending, info["episode_length"].to(torch.int64), lengths)
         finished |= terminated | truncated
         bad_obs = ~finished & ~_finite_rows(obs)  # acted on at the next step
         all_done, broken = torch.stack((finished.all(), bad_reward.any() | bad_obs.any())).tolist()  # one host read a step

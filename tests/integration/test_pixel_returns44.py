@@ -165,3 +165,16 @@ def test_eval_of_pixel_quadrant_writes_its_video(tmp_path, capsys):
     code, out, err = run_main(["eval", str(run_dir), "--episodes", "1", "--video", str(tmp_path / "pq.mp4")], capsys)
     assert code == 0, err
     assert imageio_ffmpeg.count_frames_and_secs(str(tmp_path / "pq.mp4")) == (2, 0.5)  # 2 frames at render_fps 4
+
+
+def test_eval_json_holds_the_recorded_score_not_the_clipped_sum(clipped_module, tmp_path, capsys):
+    """eval.json holds the recorded score (the game's) as metrics.csv does: evaluate.first_episodes reads records_episodes' figures."""
+    import json
+
+    run_dir = tmp_path / "run"
+    args = [a for a in TINY_RUN if a not in ("--eval-episodes", "0")]
+    code, _, err = run_main(["train", "clipmod44:clipped", *args, "--eval-episodes", "2", "--total-timesteps", "64",
+                             "--run-dir", str(run_dir)], capsys)
+    assert code == 0, err
+    result = json.loads((run_dir / "eval.json").read_text())
+    assert (result["mean_return"], result["returns"], result["lengths"]) == (80.0, [80.0, 80.0], [8, 8])
