@@ -2,10 +2,15 @@
 
 Public API::
 
-    from proxima import PPOConfig, train, load, make_env
+    from proxima import PPOConfig, train, load, make_env, evaluate
     run_dir, policy = train(PPOConfig(env_id="CartPole-v1", total_timesteps=100_000))
     policy = load(run_dir)             # the same policy, from a run directory or a checkpoint file
     action = policy.act(obs)           # obs: (B, obs_dim) tensor or numpy array
+    result = evaluate(policy)          # a dict: mean_return, std_return, returns (episodes,), ...
+
+``proxima.evaluate`` is the module proxima/evaluate.py, made callable (evaluate._CallableModule): the
+import system binds the package's attribute to the submodule on its first import, so a function of
+that name here would be replaced by it.
 """
 
 from __future__ import annotations  # train()'s annotations as proxima.trainer.train's: the same signature
@@ -28,7 +33,7 @@ from .rundir import expand_home as _expand_home  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["PPOConfig", "ProximaError", "ConfigError", "EnvError", "CheckpointError", "UntrustedEnvError", "TrainingInterrupted", "train", "load", "make_env",
-           "__version__"]
+           "evaluate", "__version__"]
 
 #: imported on first use, as make_env: their modules import torch or gymnasium (see __getattr__);
 #: TrainingInterrupted (what train() raises on Ctrl-C), EnvError and CheckpointError too, so the package's import

@@ -410,10 +410,13 @@ def cmd_train(args) -> int:
             return _dry_run_train(args, cfg, overrides, sources=sources)
         if args.resume is None:  # a resumed run's config is the checkpoint's (checked by train)
             _validate_new(cfg)
-        run_dir, _ = train(cfg, resume=args.resume, argv=recorded_argv(), quiet=args.quiet, overwrite=args.overwrite,
-                           env_id=args.env_id, trust_run=args.trust_run, overrides=overrides, sources=sources)
+        run_dir, policy = train(cfg, resume=args.resume, argv=recorded_argv(), quiet=args.quiet, overwrite=args.overwrite,
+                                env_id=args.env_id, trust_run=args.trust_run, overrides=overrides, sources=sources)
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the job
             print(f"run directory: {run_dir}")
+            if not args.quiet:
+                for line in next_commands(run_dir, policy):
+                    print(line)
         return 0
     except TrainingInterrupted as e:
         from .signals import say_stopped
@@ -424,6 +427,21 @@ def cmd_train(args) -> int:
         if cfg is not None and args.resume is None:  # preflight's and train's own checks (the device, memory, the env)
             e = _name_config_file(e, cfg, exclude=_member_fields(args))
         return fail(prog, str(_name_resume_source(e, sources, _resume_target(args, cfg))))
+
+
+def next_commands(run_dir, policy) -> list:
+    """train's lines under 'run directory:': the commands that evaluate the run and train it on, in the
+    user's words for ``run_dir``, shell-quoted. A ``module:Class`` env is named with --env: eval and
+    resume refuse to import a module named only by the run's files. No resume line for a run that
+    ended before its total (--stop-return: the line that said so is above)."""
+    env_id = getattr(policy, "env_id", None)
+    env = f"--env {shlex.quote(env_id)} " if isinstance(env_id, str) and ":" in env_id else ""
+    run = shlex.quote(str(run_dir))
+    lines = [f"evaluate: proxima eval {env}{run}"]
+    step, total = getattr(policy, "global_step", None), (getattr(policy, "config", None) or {}).get("total_timesteps")
+    if isinstance(step, int) and isinstance(total, int) and step >= total > 0:
+        lines.append(f"train on: proxima resume {env}{run} --total-timesteps {2 * step}")
+    return lines
 
 
 def _check_combination(args, cfg, prog: str) -> None:

@@ -771,3 +771,23 @@ def episodes_words(n) -> str:
     if not _is_int(n):
         return "? episodes"
     return f"{n:,} episode{'' if n == 1 else 's'}"
+
+
+class _CallableModule(type(sys)):
+    """This module as ``from proxima import evaluate`` gives it, callable as SB3's ``evaluate_policy``
+    is: ``evaluate(policy, ...)`` is :func:`evaluate`. The import system binds ``proxima.evaluate`` to
+    the module, so a function of that name in proxima/__init__.py would be replaced the first time
+    anything imports the module; a callable module keeps ``from proxima.evaluate import evaluate``,
+    ``proxima.evaluate.X`` and every monkeypatch of them (the call looks ``evaluate`` up each time)."""
+
+    def __call__(self, *args, **kwargs):
+        return self.evaluate(*args, **kwargs)
+
+    @property
+    def __signature__(self):  # inspect.signature and help() show evaluate()'s parameters, not (*args, **kwargs)
+        import inspect
+
+        return inspect.signature(self.evaluate)
+
+
+sys.modules[__name__].__class__ = _CallableModule

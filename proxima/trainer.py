@@ -1377,6 +1377,8 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
                 trainer.run_dir = Path(dctx.from_main(
                     lambda: session.claim_fresh(trainer.run_dir, overwrite, restart, next_free=config.run_dir is None)))
                 if not quiet and dctx.is_main:
+                    # named at the start, as SB3's "Logging to": a default run's name was otherwise seen only at its end
+                    print(f"proxima: run directory: {_as_named(trainer.run_dir, named)}", file=sys.stderr)
                     note_run(config, typed, argv is None, trainer.env.single_observation_space,
                              trainer.env.single_action_space, trainer.cfg.encoder)
             if trainer.dist.is_main and (not resumed or trainer.trains()):  # under --quiet too, as the note above
@@ -2019,7 +2021,7 @@ def finish_run(trainer: Trainer, quiet: bool) -> None:
     done = current_eval(trainer.run_dir, trainer.global_step, cfg.eval_episodes)
     if done is not None:  # a resume of a complete run: the same evaluation (same policy, seed, episodes) is on disk
         if not quiet:
-            print(f"eval {format_result(done)} (eval.json, at step {trainer.global_step:,})")
+            print(f"eval {format_result(done, step=trainer.global_step)} (eval.json)")
     elif cfg.eval_episodes > 0:
         limit = _episode_limit(trainer)
         # an env with a step limit under the cap ends every evaluation episode there: the tiny run simply
@@ -2054,8 +2056,8 @@ def finish_run(trainer: Trainer, quiet: bool) -> None:
             from .diskspace import write_error
 
             raise write_error(path, e, suffix=f"; the run's checkpoints are kept ({last})") from None
-        if not quiet:
-            print(f"eval {format_result(result)}")
+        if not quiet:  # the step as `proxima eval` says it
+            print(f"eval {format_result(result, step=trainer.global_step)}")
     if cfg.plot:
         from .plot import PlotError, plot_runs
 

@@ -29,12 +29,16 @@ def run_main(argv: list, capsys) -> tuple[int, str, str]:
 #: the line a new run prints once at its start, before its first step (spaces.spaces_line via
 #: train_state.open_run_dir), unless quiet: how it reads its env's spaces
 SPACES_LINE_PREFIX = "proxima: spaces: "
+#: the line before it (trainer.train, once the new run has its directory): where the run logs, as SB3's "Logging to"
+RUN_DIR_LINE_PREFIX = "proxima: run directory: "
 
 
 def without_spaces_line(err: str) -> str:
-    """``err`` (a train's stderr) without the spaces line a new run prints at its start, for tests that
-    pin what else it printed (one error line, a note); the line itself is tested in test_spaces_summary39."""
-    return "".join(line for line in err.splitlines(keepends=True) if not line.startswith(SPACES_LINE_PREFIX))
+    """``err`` (a train's stderr) without the run directory and spaces lines a new run prints at its
+    start, for tests that pin what else it printed (one error line, a note); the lines themselves are
+    tested in test_spaces_summary39 and test_first_day44."""
+    return "".join(line for line in err.splitlines(keepends=True)
+                   if not line.startswith((SPACES_LINE_PREFIX, RUN_DIR_LINE_PREFIX)))
 
 
 def error_line(code: int, err: str, *needles: str) -> str:

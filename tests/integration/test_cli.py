@@ -561,7 +561,8 @@ def test_train_from_a_runs_config_yaml_starts_a_new_run_directory(cartpole_run):
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines()[0] == ("proxima train: note: --config D/config.yaml: run_dir D is that run's own "
                                              "directory; this run gets a new one (choose it with --run-dir DIR)")
-    new = Path(result.stdout.strip().splitlines()[-1].removeprefix("run directory: "))
+    named = [ln for ln in result.stdout.splitlines() if ln.startswith("run directory: ")]
+    new = Path(named[-1].removeprefix("run directory: "))
     assert new.parts[0] == "runs" and new.name.startswith("CartPole-v1__3__")
     assert yaml.safe_load((run_dir.parent / new / "config.yaml").read_text())["seed"] == 3
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == before  # the old run is untouched
@@ -636,7 +637,7 @@ def test_resuming_a_complete_run_keeps_its_evaluation_and_logs(tmp_path, monkeyp
     evaluated = json.loads((run / "eval.json").read_text())
     code, out, err = run_main(["resume", "R"], capsys)
     assert code == 0 and "the run is complete (128 steps)" in err
-    assert "over 2 episodes (deterministic) (eval.json, at step 128)" in out
+    assert "at step 128 over 2 episodes (deterministic) (eval.json)" in out
     assert f"{evaluated['mean_return']:.2f}" in out
     assert {p.name: p.stat().st_mtime_ns for p in run.iterdir() if p.is_file()} == before
     edited = {**evaluated, "unfinished": 1, "max_steps": "lots"}  # a field a line is made from, edited by hand
