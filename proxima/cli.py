@@ -1565,10 +1565,6 @@ def _read(argv: Optional[list]):
             return fail(prog, f"--nproc: proxima resume starts as many processes as the run was trained with (up to this "
                         f"machine's CPUs); to give the count yourself: proxima train --resume {run} --nproc K, K the "
                         "run's process count (see proxima resume --help)")
-        if command == "rlhf" and any(w == "--nproc" or w.startswith("--nproc=") for w in extra):
-            # train takes --nproc and a resume starts an RLHF run's processes: "did you mean --policy?" helped no one
-            return fail(prog, "--nproc: proxima rlhf runs one process; a new run of K processes starts under torchrun: "
-                        "torchrun --nproc-per-node K -m proxima.rlhf ARGS (docs/rlhf.md); proxima resume restarts them itself")
         hint = _did_you_mean(parser, command, extra, argv)
         return fail(prog, f"unrecognized arguments: {' '.join(extra)}{hint} (see {prog} --help)")
     refused = _repeated_flag(parser, argv) or _empty_value(parser, argv, args)

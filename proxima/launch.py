@@ -1,4 +1,4 @@
-"""``proxima train ... --nproc K``: run the same command under torchrun with K processes.
+"""``proxima train ... --nproc K`` (and ``proxima rlhf ... --nproc K``): run the same command under torchrun with K processes.
 
 The launcher runs::
 
@@ -105,6 +105,15 @@ def typed_command(argv: Optional[list] = None, environ=None) -> list:
     return [*torchrun, *([] if argv[0].endswith(".py") else ["--no-python"]), *argv]
 
 
+def _typed_words(argv: list) -> list:
+    """The command the user typed to start the --nproc launch of ``proxima <argv>``: the program, then
+    ``argv``, without the word ``rlhf`` after ``python -m proxima.rlhf`` (which takes only its flags)."""
+    program = _program(sys.argv[0])
+    if program[-1:] == ["proxima.rlhf"] and argv[:1] == ["rlhf"]:
+        argv = argv[1:]
+    return [*program, *argv]
+
+
 def strip_nproc(argv: list) -> list:
     """argv without ``--nproc K`` / ``--nproc=K`` (the ranks must not launch again)."""
     out, skip = [], False
@@ -179,6 +188,11 @@ def _check(nproc: int, argv: list) -> None:
 
     if not torch.distributed.is_available():
         raise ConfigError("--nproc: this torch build has no torch.distributed (run `proxima doctor`)")
+    if argv[:1] == ["rlhf"]:  # `proxima rlhf ... --nproc K`: an RLHF run's own checks
+        from .rlhf.cli import check_launch
+
+        check_launch(nproc, strip_nproc(list(argv)))
+        return
     from .cli import build_parser, config_from_args, typed_flags
     from .config import validate
 
@@ -476,7 +490,7 @@ def launch_torchrun(nproc: int, argv: list, env: Optional[dict] = None, announce
             child_env["PYTHONSAFEPATH"] = "1"  # user's own env package) still count
             child_env[SAFE_PATH_SET_ENV] = "1"  # a rank takes it out again for what it starts (proxima/__main__.py)
         # meta.json records the command the user typed (with --nproc), not the ranks' own argv
-        child_env[COMMAND_ENV] = json.dumps([*_program(sys.argv[0]), *argv])
+        child_env[COMMAND_ENV] = json.dumps(_typed_words(argv))
         # a session of its own: a Ctrl-C in the terminal reaches torchrun once (forwarded), not
         # twice (terminal + launcher), which would cut torchrun's graceful shutdown short
         started = subprocess.Popen(cmd, env=child_env, start_new_session=True,

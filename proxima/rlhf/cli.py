@@ -28,6 +28,12 @@ def register(subparsers) -> argparse.ArgumentParser:
                    "keyword-sentiment reward (or --reward module:function); writes curve.png.")
     p.add_argument("--demo-pretrain-steps", type=int, default=None, metavar="N",
                    help="--demo only: next-token pretraining steps before PPO (default: 200).")
+    from ..config import int_arg
+
+    p.add_argument("--nproc", type=int_arg, default=None, metavar="K",
+                   help="Start K processes on this machine with torchrun (data-parallel, each with its own prompts and "
+                        "--batch-size responses; with --fsdp, sharded), as proxima train --nproc does; K >= 1. Several "
+                        "machines: torchrun on each (docs/rlhf.md).")
     p.add_argument("--trust-run", action="store_true",
                    help="Trust the --config file: import the module:function or file.py:function rewards it names and "
                         "search the folders of its reward_import_path (otherwise give them as --reward and "
@@ -217,6 +223,81 @@ def _untrusted_file(path: str, values: dict, typed: dict, base: RLHFConfig) -> d
     return {k: v for k, v in values.items() if k != key}
 
 
+def _demo_config(args: argparse.Namespace):
+    """(config, pretraining steps) of ``--demo``; ConfigError for a flag the demo would ignore."""
+    from .demo import demo_config
+
+    own = [name for name in ("policy", "tokenizer", "prompts")
+           if name in flag_values(args) or (args.config and name in load_yaml(args.config))]
+    if own:  # the demo builds its own: a flag it would ignore is refused
+        flag = "--" + own[0]
+        raise ConfigError(f"{flag}: --demo builds its own model and prompts; drop {flag}, or drop --demo to train on yours")
+    cfg = build_config(args, demo_config())
+    steps = DEMO_PRETRAIN_STEPS if args.demo_pretrain_steps is None else args.demo_pretrain_steps
+    if steps < 0:
+        raise ConfigError(f"--demo-pretrain-steps {steps}: must be 0 or more")
+    return cfg, steps
+
+
+def _run_config(args: argparse.Namespace) -> RLHFConfig:
+    """The config of a run without --demo; ConfigError for --demo-pretrain-steps, which it would ignore."""
+    if args.demo_pretrain_steps is not None:  # a flag this run would ignore, as --demo refuses --policy
+        raise ConfigError("--demo-pretrain-steps: applies to --demo only (its tiny model's pretraining); drop it")
+    return build_config(args)
+
+
+def launch_argv(argv: list = None) -> list:
+    """The words after the program that start this command as ``proxima rlhf ...`` (the --nproc launcher's
+    argv, launch.launch_torchrun): ``python -m proxima.rlhf`` takes its flags without the word ``rlhf``."""
+    from ..launch import _main_module
+
+    argv = list(sys.argv if argv is None else argv)
+    return (["rlhf"] if _main_module(argv[0]) == "proxima.rlhf" else []) + argv[1:]
+
+
+def check_launch(nproc: int, argv: list) -> None:
+    """What every one of the ``nproc`` processes of ``proxima rlhf ... --nproc K`` would refuse alike, said
+    once, in one line, before torchrun starts any (launch._check; ``argv`` without --nproc): the count, the
+    flags and --config file, the prompts' share per process, the kl horizon over all processes, the run
+    directory, CUDA devices for one GPU each."""
+    from ..cli import _attach_negative_numbers, build_parser
+    from ..device import resolve_device
+    from ..distributed import dist_timeout
+    from ..launch import check_nproc
+    from .config import check_kl_horizon, validate
+    from .dist import prompt_share_refusal
+    from .rundir import check_new_run_dir
+
+    check_nproc(nproc)
+    dist_timeout()  # read by every rank as it joins the process group
+    parser = build_parser()
+    args = parser.parse_args(_attach_negative_numbers(parser, list(argv)))
+    if args.demo:  # its model and prompts are rank 0's to build
+        cfg, _ = _demo_config(args)
+        check_kl_horizon(cfg, nproc)
+    else:
+        cfg = _run_config(args)
+        validate(cfg)
+        check_kl_horizon(cfg, nproc)  # as the trainer checks it once it knows the process count
+        if isinstance(cfg.prompts, str):
+            from .data import load_prompts
+
+            count = len(load_prompts(cfg.prompts))
+            if count < nproc:
+                raise ConfigError(prompt_share_refusal(cfg.prompts, count, nproc))
+    if cfg.run_dir:
+        from pathlib import Path
+
+        check_new_run_dir(Path(cfg.run_dir), None if args.demo else cfg)
+    device = resolve_device(cfg.device)  # --device cuda without CUDA: one line
+    if device.type == "cuda":
+        import torch
+
+        if nproc > torch.cuda.device_count():
+            raise ConfigError(f"--nproc {nproc}: one GPU per process (--device {cfg.device}), and this machine has "
+                              f"{torch.cuda.device_count()} CUDA device(s); give --nproc {torch.cuda.device_count()} or fewer")
+
+
 def run(args: argparse.Namespace) -> int:
     # here, not at the top: ..checkpoint imports torch, which `proxima rlhf --help` does not need
     from ..checkpoint import CheckpointError
@@ -226,25 +307,22 @@ def run(args: argparse.Namespace) -> int:
 
     quiet_transformers()
     try:
-        if args.demo:
-            from .demo import demo_config, run_demo
+        nproc = getattr(args, "nproc", None)
+        if nproc is not None and nproc < 1:
+            raise ConfigError(f"--nproc {nproc}: must be at least 1")
+        if nproc is not None and nproc > 1:  # the launcher checks the run once (check_launch), then the ranks train it
+            from ..cli import _launch_torchrun
 
-            own = [name for name in ("policy", "tokenizer", "prompts")
-                   if name in flag_values(args) or (args.config and name in load_yaml(args.config))]
-            if own:  # the demo builds its own: a flag it would ignore is refused
-                flag = "--" + own[0]
-                raise ConfigError(f"{flag}: --demo builds its own model and prompts; drop {flag}, or drop --demo to train on yours")
-            cfg = build_config(args, demo_config())
-            steps = DEMO_PRETRAIN_STEPS if args.demo_pretrain_steps is None else args.demo_pretrain_steps
-            if steps < 0:
-                raise ConfigError(f"--demo-pretrain-steps {steps}: must be 0 or more")
+            return _launch_torchrun(nproc, launch_argv())
+        if args.demo:
+            from .demo import run_demo
+
+            cfg, steps = _demo_config(args)
             run_dir = run_demo(cfg, pretrain_steps=steps)
         else:
-            if args.demo_pretrain_steps is not None:  # a flag this run would ignore, as --demo refuses --policy
-                raise ConfigError("--demo-pretrain-steps: applies to --demo only (its tiny model's pretraining); drop it")
             from .api import DEVICE_LEFT_DEFAULT, train_rlhf
 
-            cfg = build_config(args)
+            cfg = _run_config(args)
             if isinstance(cfg.prompts, str):  # every rank, before any joins the process group (check_prompt_share)
                 from .dist import check_prompt_share
 
