@@ -59,17 +59,6 @@ def test_a_missing_required_field_is_named_not_quoted(missing, words, tmp_path, 
     assert not (tmp_path / "r").exists()
 
 
-@pytest.mark.parametrize("flag", [["--nproc", "2"], ["--nproc=2"]])
-def test_rlhf_nproc_points_to_torchrun(flag, tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    code = proxima_main(["rlhf", "--demo", *flag])
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and err == ("proxima rlhf: error: --nproc: proxima rlhf runs one process; a new run of K processes "
-                                 "starts under torchrun: torchrun --nproc-per-node K -m proxima.rlhf ARGS (docs/rlhf.md); "
-                                 "proxima resume restarts them itself")
-    assert list(tmp_path.iterdir()) == []
-
-
 @pytest.mark.parametrize("bars", [True, False])
 def test_the_python_api_quiets_transformers_for_the_run_and_puts_the_callers_setting_back(bars, finished_rlhf_run, tmp_path,  # noqa: F811
                                                                                          monkeypatch, capsys):

@@ -31,8 +31,8 @@ def train_line(capsys, kwargs: dict) -> str:
     """The one error line of `proxima train adapter_edge_envs:Faulty --env-kwargs KWARGS` (exit 2)."""
     code, _, err = run_main(["train", "adapter_edge_envs:Faulty", *SMALL, "--env-kwargs", json.dumps(kwargs)], capsys)
     assert code == 2 and "Traceback" not in err, err
-    # but the spaces line a new run prints at its start (spaces.spaces_line), before its first step
-    lines = [line for line in err.strip().splitlines() if not line.startswith("proxima: spaces: ")]
+    # but the run directory and spaces lines a new run prints at its start, before its first step
+    lines = without_spaces_line(err).strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("proxima train: error: "), err
     return lines[0].removeprefix("proxima train: error: ")
 
