@@ -1,7 +1,9 @@
 """Learning curves from run and population directories to an image: ``proxima plot RUN_DIR... --out FILE.png``.
 
 Each run's ``metrics.csv`` (one row per iteration, written by proxima.logger) gives the metric
-(default ``charts/episodic_return``) against ``global_step`` (``--x step``) or wall time in seconds
+(default ``charts/episodic_return_100``, the rolling return of the last 100 or more finished episodes,
+as the progress line and the report's table give it; ``charts/episodic_return``, the mean of one
+iteration's few episodes, for runs logged before that column, with a note: default_metric) against ``global_step`` (``--x step``) or wall time in seconds
 (``--x time``). Runs are grouped by the ``env_id`` of their ``config.yaml`` and by their settings
 (preset and flags, the number of processes of meta.json's ``world_size``, ``--backend auto`` read as
 the backend it built; seeds and devices do not split a group, nor do lengths under
@@ -79,9 +81,15 @@ from typing import Iterable, Optional, Sequence, Union
 import numpy as np
 
 from .config import ProximaError, int_arg
+from .logger import ROLLING_RETURN
 from .terminal import printable
 
-DEFAULT_METRIC = "charts/episodic_return"
+#: the curve drawn without --metric: the rolling training return (the mean of the last 100 or more
+#: finished episodes), as the progress line and the report's table give it; charts/episodic_return
+#: averages one iteration's few episodes and swings far (120-500 for a solved CartPole)
+DEFAULT_METRIC = ROLLING_RETURN
+#: what the default falls back to for runs logged before DEFAULT_METRIC existed (default_metric)
+FALLBACK_METRIC = "charts/episodic_return"
 X_COLUMNS = {"step": "global_step", "time": "time"}
 X_LABELS = {"step": "global step", "time": "wall time (s)"}
 BANDS = {"minmax": "min-max over runs", "std": "mean \u00b11 std (n-1) over runs", "ci": "95% bootstrap CI"}
@@ -304,21 +312,50 @@ def check_metric_somewhere(run_dirs: Sequence[PathLike], metric: str) -> None:
                         f"{Path(d) / 'metrics.csv'}: {', '.join(columns)}{_did_you_mean(metric, columns)}")
 
 
-def load_curve(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1,
+def default_metric(run_dirs: Sequence[PathLike]) -> str:
+    """The metric drawn without --metric: DEFAULT_METRIC, or FALLBACK_METRIC where one of ``run_dirs``
+    (a population: its first member with a metrics.csv) has a metrics.csv without the DEFAULT_METRIC
+    column (logged before it existed), with a note on stderr naming it: one metric for the whole figure,
+    so that curves side by side measure the same. A directory that cannot be read is passed over: its
+    own error or note comes where it is plotted."""
+    from .population_report import PopulationError, is_population, read_settings
+
+    for d in run_dirs:
+        try:
+            if is_population(d):
+                d = next(m for s in read_settings(d) for _, m in s.members if (m / "metrics.csv").is_file())
+            columns = read_metrics(d)
+        except (PlotError, PopulationError, StopIteration, OSError):
+            continue
+        if DEFAULT_METRIC not in columns and FALLBACK_METRIC in columns:
+            sys.stderr.write(printable(f"proxima: note: {d}: no {DEFAULT_METRIC} column (logged before Proxima kept "
+                                       f"the rolling return); drawing {FALLBACK_METRIC}, the per-iteration return, "
+                                       "for every curve") + "\n")
+            return FALLBACK_METRIC
+    return DEFAULT_METRIC
+
+
+def load_curve(run_dir: PathLike, metric: Optional[str] = None, x: str = "step", smooth: int = 1,
                diverged: Optional[str] = None) -> tuple[np.ndarray, np.ndarray]:
-    """(x, y) of one run: the rows where both are finite, sorted by x, y smoothed over ``smooth`` points
+    """(x, y) of one run's ``metric`` (None: default_metric, the rolling return): the rows where both are finite, sorted by x, y smoothed over ``smooth`` points
     (an inf value is left out with a note on stderr naming its row, as the report names it).
     ``diverged``: a population member's ``diverged at iteration N (...)`` (population_report.member_divergence),
     which the error for no values at all gives as the reason."""
     if x not in X_COLUMNS:
         raise PlotError(f"--x {x!r}: choose one of {', '.join(X_COLUMNS)}")
-    return _curve_of(read_metrics(run_dir), run_dir, metric, x, smooth, diverged)
+    return _curve_of(read_metrics(run_dir), run_dir, metric or default_metric([run_dir]), x, smooth, diverged)
 
 
 def _curve_of(cols: dict, run_dir: PathLike, metric: str, x: str, smooth: int,
               diverged: Optional[str] = None) -> tuple[np.ndarray, np.ndarray]:
     """load_curve of the columns ``cols`` read from ``run_dir``'s metrics.csv."""
     name = resolve_metric(metric, list(cols), run_dir)
+    # rows logged before the column (an older run, resumed) rebuilt, as the report's table has them; a run's own
+    # blank cells (no episode yet) have no per-iteration return either, so a whole run is not rebuilt row by row
+    if name == ROLLING_RETURN and (np.isnan(cols[name]) & np.isfinite(cols.get(FALLBACK_METRIC, np.nan))).any():
+        from .report import _with_rolling_filled
+
+        cols = _with_rolling_filled(cols)[0]
     xcol = X_COLUMNS[x]
     if xcol not in cols:
         raise PlotError(f"{Path(run_dir) / 'metrics.csv'}: no {xcol!r} column for --x {x}")
@@ -344,6 +381,7 @@ def _curve_of(cols: dict, run_dir: PathLike, metric: str, x: str, smooth: int,
 # why a column the logger writes holds no value at all (logger.py's docstring): the "no values of" line says so
 BLANK_HINTS = {
     "charts/episodic_return": " (no episode finished yet?)",
+    ROLLING_RETURN: " (no episode finished yet?)",
     "losses/vf_clipfrac": " (blank under --no-clip-vloss)",
     "charts/action_std": " (blank for discrete and multi-discrete actions)",
     "charts/action_clip_frac": " (blank for discrete and multi-discrete actions)",
@@ -717,7 +755,7 @@ def _uneven_note(count: np.ndarray, runs: int) -> str:
 
 def group_curve(runs: Sequence[tuple[Path, tuple[np.ndarray, np.ndarray]]], stat: str = "mean", band: str = "minmax",
                 names: Optional[dict] = None, ends: Optional[dict] = None, without: int = 0,
-                label: Optional[str] = None) -> Curve:
+                label: Optional[str] = None, title: Optional[str] = None) -> Curve:
     """The curve of a group of plain runs: the run itself, or ``stat`` over several with a band,
     aligned as a population's members are (aggregate: the steps logged, each run's last value
     carried forward). ``names``: {directory: its label} (run_names); default its dir_name.
@@ -726,7 +764,10 @@ def group_curve(runs: Sequence[tuple[Path, tuple[np.ndarray, np.ndarray]]], stat
     only a run that trained fewer steps drops out. ``without``: the group's runs with no value of
     the metric (skipped with a line), which the label counts (``1 of 3 runs; 2 without values``) so
     the figure does not pass for all of them; with ``runs`` empty the curve is empty and its label
-    says why. ``label``: the group's --label, in place of the run's name or before the statistic."""
+    says why. ``label``: the group's --label, in place of the run's name or before the statistic. Runs
+    that are not all of distinct recorded seeds (a run and its copies) are counted so (``mean of 3
+    runs, 1 seed``) and said on stderr (report's words: ``3 runs of seed 1: not a sample of seeds``),
+    naming the group by ``label``, else ``title`` (its panel's)."""
     total = len(runs) + without
     counted = f"{len(runs)} of {total} runs; {without} without values" if without else f"{len(runs)} runs"
     if not runs:  # an entry in the legend, no line: the group is named, not dropped unsaid
@@ -739,18 +780,37 @@ def group_curve(runs: Sequence[tuple[Path, tuple[np.ndarray, np.ndarray]]], stat
     ends = ends or {}
     agg = aggregate([_carried_to_end(xs, ys, ends.get(d, math.nan)) for d, (xs, ys) in runs], band=band, stat=stat)
     uneven = _uneven_note(agg["count"], len(runs))
+    seeds = _repeated_seeds([d for d, _ in runs])
+    if seeds:  # a run and its resumed copies: their spread is float rounding, not across seeds (the report says so too)
+        counted += f", {seeds[1]}"
+        sys.stderr.write(printable(f"proxima: note: {label or title or dir_name(runs[0][0])}: {seeds[0]}") + "\n")
     band_label = f"95% bootstrap CI of the {STATS[stat]}" if band == "ci" else BANDS[band]
     return Curve(f"{label + ': ' if label else ''}{STATS[stat]} of {counted}{uneven}", agg["x"], agg["y"], agg["lo"],
                  agg["hi"], band_label)
+
+
+def _repeated_seeds(run_dirs: Sequence[Path]) -> Optional[tuple[str, str]]:
+    """(report._seeds_problem's sentence, the legend's count: ``1 seed``, ``2 seeds``, ``seeds not recorded``)
+    when the runs' config.yaml seeds are not all recorded and distinct, else None."""
+    from .report import _seeds_problem
+
+    seeds = [run_config(d).get("seed") for d in run_dirs]
+    problem = _seeds_problem(seeds)
+    if not problem:
+        return None
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds):
+        return problem, "seeds not recorded"
+    return problem, f"{len(set(seeds))} seed{'s' if len(set(seeds)) != 1 else ''}"
 
 
 #: band names as a population's legend says them, after the statistic: "IQM, 95% CI (16 members)"
 BAND_SHORT = {"minmax": "min-max", "std": "mean \u00b11 std (n-1)", "ci": "95% CI"}
 
 
-def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1,
+def population_curves(run_dir: PathLike, metric: Optional[str] = None, x: str = "step", smooth: int = 1,
                       stat: str = "iqm", band: str = "ci", strict: bool = True) -> tuple[str, str, list[Curve]]:
-    """(env id, resolved metric, one Curve per setting) of a population run directory (population_run.py).
+    """(env id, resolved metric, one Curve per setting) of a population run directory (population_run.py);
+    ``metric`` None: default_metric, the members' rolling return (each member's own window of 100 episodes).
 
     A setting's curve is ``stat`` over its members at each logged x (aggregate: a member's last
     value carried forward over the iterations in which it logged none, and on to the last x it
@@ -786,7 +846,7 @@ def population_curves(run_dir: PathLike, metric: str = DEFAULT_METRIC, x: str = 
     if first is None:
         raise PlotError(f"{run_dir}: no member has a metrics.csv yet (was the population started?)")
     # members share one logger's columns: an unknown metric fails once, not once per member
-    name = resolve_metric(metric, list(read_metrics(first)), first)
+    name = resolve_metric(metric or default_metric([run_dir]), list(read_metrics(first)), first)
     curves, not_drawn, missed, few = [], [], [], False
     for s in settings:
         left = {d.name: s.diverged[d.name] for _, d in s.members if d.name in s.diverged}
@@ -888,7 +948,7 @@ def unique_dirs(run_dirs: Sequence[PathLike]) -> list[Path]:
     return out
 
 
-def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x: str = "step", smooth: int = 1,
+def collect_panels(run_dirs: Sequence[PathLike], metric: Optional[str] = None, x: str = "step", smooth: int = 1,
                    band: Optional[str] = None, stat: Optional[str] = None,
                    labels: Optional[dict] = None) -> list[Panel]:
     """(title, metric column, curves) per panel (a Panel, which also holds its env id): one per group
@@ -900,9 +960,11 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x
     legend (``1 of 3 runs; 2 without values``; a group with none to draw: an empty panel whose
     legend says so), as a population's legend names its members left out. ``labels``: {directory:
     its legend name} (``--label DIR=NAME``): a run's own line, a group's statistic (``NAME: mean of
-    3 runs``; the group's runs labelled alike) or a population's panel title.
+    3 runs``; the group's runs labelled alike) or a population's panel title. ``metric`` None: default_metric.
     """
     from .population_report import is_population
+
+    metric = metric or default_metric(run_dirs)
 
     if x not in X_COLUMNS:
         raise PlotError(f"--x {x!r}: choose one of {', '.join(X_COLUMNS)}")
@@ -948,7 +1010,8 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: str = DEFAULT_METRIC, x
             runs = [(d, curves[d]) for d in dirs if d in curves]
             panels.append(Panel(title, name, [group_curve(runs, stat or "mean", band or "minmax", names, ends=ends,
                                                           without=sum(d in without for d in dirs),
-                                                          label=_group_label(dirs, label_of))], run_env_id(dirs[0])))
+                                                          label=_group_label(dirs, label_of), title=title)],
+                                run_env_id(dirs[0])))
     for d in populations:
         try:
             env, name, curves = population_curves(d, metric, x, smooth, stat or POPULATION_DEFAULTS["stat"],
@@ -1106,10 +1169,11 @@ def draw_panels(panels: list, x: str = "step", smooth: int = 1, title: Optional[
     return fig
 
 
-def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT_METRIC, x: str = "step",
+def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: Optional[str] = None, x: str = "step",
               smooth: int = 1, band: Optional[str] = None, title: Optional[str] = None, stat: Optional[str] = None,
               dpi: int = DEFAULT_DPI, labels: Optional[dict] = None) -> Path:
-    """Draw ``metric`` against ``x`` ("step" or "time") for the runs; write the image to ``out``.
+    """Draw ``metric`` (None: default_metric, the rolling return) against ``x`` ("step" or "time") for
+    the runs; write the image to ``out``.
 
     One panel per group of plain runs (group_runs: env and settings); several runs of one group are
     drawn as ``stat`` (default mean) + ``band`` (default min-max), to the end of the group's longest
@@ -1145,6 +1209,8 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: str = DEFAULT
     problem = path_problem(out, example="curve.png")
     if problem:
         raise PlotError(f"--out {out}: {problem}")
+    if metric is None:
+        metric = default_metric(run_dirs)
     # read and check everything before drawing, so an error leaves no file behind
     panels = collect_panels(list(run_dirs), metric, x, smooth, band, stat, labels)
     for panel_title, metric_name, curves in panels:  # one value is no line: drawn as a marker, and said
@@ -1189,8 +1255,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "colours of its own")
     p.add_argument("--out", default=None, metavar="FILE.png",
                    help="image to write (.png, .svg, .pdf; default: RUN_DIR/curve.png for one run, ./curve.png for several)")
-    p.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME",
-                   help=f"any metrics.csv column, e.g. losses/value_loss (default {DEFAULT_METRIC})")
+    p.add_argument("--metric", default=None, metavar="NAME",
+                   help=f"any metrics.csv column, e.g. losses/value_loss or {FALLBACK_METRIC} (the per-iteration return; "
+                   f"default {DEFAULT_METRIC}, the rolling return of the last 100 episodes, as the progress line's; "
+                   f"{FALLBACK_METRIC} for runs logged before it)")
     p.add_argument("--x", default="step", choices=tuple(X_COLUMNS), help="x axis: global step or wall time in seconds (default step)")
     p.add_argument("--smooth", type=int_arg, default=1, metavar="K", help="trailing moving average over K points (default 1: none)")
     p.add_argument("--stat", default=None, choices=tuple(STATS), help="the line over several runs or members: mean or "

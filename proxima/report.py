@@ -59,7 +59,7 @@ from .config import ProximaError, int_arg
 
 from .diskspace import describe
 from .logger import ROLLING_EPISODES, ROLLING_RETURN, RollingReturn, episodes_not_counted
-from .plot import (DEFAULT_METRIC, X_LABELS, PlotError, group_runs, path_problem, plot_runs, read_metrics, run_env_id, run_names,
+from .plot import (DEFAULT_METRIC, FALLBACK_METRIC, default_metric, X_LABELS, PlotError, group_runs, path_problem, plot_runs, read_metrics, run_env_id, run_names,
                    unique_dirs, usable_runs)
 from .terminal import printable
 
@@ -248,14 +248,14 @@ def summarize(metrics: dict[str, np.ndarray], metric: Optional[str] = None) -> d
     return (RETURN_METRICS), None for any other metric. Of the finite cells only; ``nonfinite``:
     {column: [(step, inf or -inf)]} of those left out, which the report names. ``metric``: the column
     summarized: of ``metric`` None (no --metric), ROLLING_RETURN where the file has a value of it (a
-    mean of one iteration's few episodes is a noisy "best"), else DEFAULT_METRIC (runs logged before the
+    mean of one iteration's few episodes is a noisy "best"), else FALLBACK_METRIC (runs logged before the
     column); a named one as named, charts/episodic_return too (an older report's per-iteration best);
     ``rolling``: whether ROLLING_RETURN was so chosen; the ``*_episodes`` counts of ROLLING_RETURN are its
     window's; its ``best`` is over the rows whose window held ROLLING_EPISODES or more where any did (an
     early window of a few lucky episodes is no best), over every row otherwise; its blank cells (rows of
     a run logged before the column, then resumed) are rebuilt from the rows, ``rolling_rebuilt`` of them."""
     rolling = metric is None and ROLLING_RETURN in metrics and bool(np.isfinite(metrics[ROLLING_RETURN]).any())
-    metric = ROLLING_RETURN if rolling else metric or DEFAULT_METRIC
+    metric = ROLLING_RETURN if rolling else metric or FALLBACK_METRIC
     rebuilt = 0
     if metric == ROLLING_RETURN:
         metrics, rebuilt = _with_rolling_filled(metrics)
@@ -728,8 +728,17 @@ def _started_from(meta: dict) -> Optional[str]:
 def _stopped_at_return(run_dir: Path, config: dict) -> bool:
     """Whether --stop-return ended the run (its newest checkpoint's return window reaches it): then
     a run short of its total is complete, and a resume would train nothing."""
+    return return_stop(run_dir, config) is not None
+
+
+def return_stop(run_dir: Path, config: dict) -> Optional[dict]:
+    """How --stop-return ended the run, from its newest checkpoint (written at the stop, its window
+    kept in the TrainState, so a resume that trains on replaces it and one that trains nothing keeps
+    it) and config.yaml's target (a resume's new target included): {"step", "iteration", "stop_return",
+    "stop_episodes", "mean_return"}, the window (the last stop_episodes+ episodes) whose mean reached the
+    target; None when it did not end the run, or a file cannot say (damaged, hand-edited)."""
     if config.get("stop_return") is None:
-        return False
+        return None
     from types import SimpleNamespace
 
     from .checkpoint import CheckpointError, load_checkpoint
@@ -742,12 +751,18 @@ def _stopped_at_return(run_dir: Path, config: dict) -> bool:
         stop_return = coerce("stop_return", config["stop_return"], source="config.yaml")
         episodes = coerce("stop_episodes", config.get("stop_episodes", PPOConfig.stop_episodes), source="config.yaml")
         if stop_return is None or episodes < 1:
-            return False
+            return None
         state = load_checkpoint(run_dir)
         stop = SimpleNamespace(stop_return=stop_return, stop_episodes=episodes)
-        return stop_return_mean(stop, state) is not None
+        mean = stop_return_mean(stop, state)
+        step, iteration = state.get("global_step"), state.get("iteration")
+        if mean is None or not math.isfinite(mean) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                              for v in (step, iteration)):
+            return None
+        return {"step": step, "iteration": iteration, "stop_return": float(stop_return), "stop_episodes": episodes,
+                "mean_return": float(mean)}
     except (CheckpointError, OSError, ValueError, TypeError, KeyError, OverflowError):
-        return False
+        return None
 
 
 def _in_progress(run_dir: Path) -> Optional[str]:
@@ -784,10 +799,14 @@ def _md(text) -> str:
 
 def _code(text) -> str:
     """``text`` in a code span, its control characters escaped (terminal.printable), fenced with one
-    more backtick than its longest run of them so that none of its own closes the span."""
+    more backtick than its longest run of them so that none of its own closes the span. Padded with
+    a space each side only where CommonMark needs it (``CartPole-v1__1`` reads as it is): text that
+    starts or ends with a backtick (which would join the fence), or with a space at both ends (of
+    which CommonMark strips one), or no text at all."""
     text = printable(str(text))
     fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
-    return f"{fence} {text} {fence}"
+    pad = " " if not text or text[0] == "`" or text[-1] == "`" or (text[0] == " " and text[-1] == " ") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _cell(value) -> str:
@@ -874,6 +893,18 @@ def _eval_step(ev: dict, words: str = " of the policy at step") -> str:
     a run in progress it is newer than the table's steps; "" when not recorded (an older eval.json)."""
     step = ev.get("global_step")
     return f"{words} {step:,}" if isinstance(step, int) and not isinstance(step, bool) else ""
+
+
+def _stop_cell(stop: Optional[dict]) -> Optional[str]:
+    """``at step 40,960 (iteration 80): the last 20+ training episodes averaged 500.0, reaching 500`` (return_stop),
+    the stop line's words, with why the table's rolling return reads otherwise; None: not so ended."""
+    if not stop:
+        return None
+    n = stop["stop_episodes"]
+    why = (f"; {ROLLING_RETURN} averages the last {ROLLING_EPISODES}, older episodes too" if n < ROLLING_EPISODES else
+           f"; {ROLLING_RETURN} averages only the last {ROLLING_EPISODES}" if n > ROLLING_EPISODES else "")
+    return (f"at step {stop['step']:,} (iteration {stop['iteration']:,}): the last {n:,}+ training episodes "
+            f"averaged {stop['mean_return']:.1f}, reaching {stop['stop_return']:g}{why}")
 
 
 def _steps_cell(summary: dict, progress: Optional[str]) -> Optional[str]:
@@ -1173,6 +1204,8 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
     s = [r["summary"] for r in runs]
     rows.append(["env"] + [r["env"] for r in runs])
     rows.append(["steps"] + [_steps_cell(r["summary"], r.get("progress")) for r in runs])
+    if any(r.get("stopped_at_return") for r in runs):
+        rows.append(["ended by --stop-return"] + [_stop_cell(r.get("stopped_at_return")) for r in runs])
     started = [_started_from(r["meta"]) for r in runs]
     if any(started):  # --init-from: which weights, once the source has been extended or its files rotated
         rows.append(["started from"] + started)
@@ -1232,7 +1265,7 @@ def render(runs: list[dict], curve: Optional[str], curve_note: Optional[str], me
                           f"from their episodes and charts/episodic_return, as the resume rebuilt its window (rows: {', '.join(rebuilt)})."]
     if metric in EPISODIC_METRICS:
         lines += ["", f"{metric} per iteration (metrics.csv): the mean over the episodes that finished in that iteration."]
-    else:
+    elif metric != ROLLING_RETURN:  # the curve's rolling return is the table's, said above
         lines += ["", f"{metric}: one value per iteration, as logged in metrics.csv."]
     notes = _missing_notes(runs) + _nonfinite_notes(runs) + [
         f"- {r['name'] + ': ' if len(runs) > 1 else ''}{r['summary']['best_pt_note']}" for r in runs if r["summary"].get("best_pt_note")]
@@ -1332,7 +1365,8 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
 
     episodes: of the fresh evaluation of a run without eval.json (None: the run's own --eval-episodes,
     run_eval_episodes; 0: none). metric: of the curve and the summary; None (no --metric): the curve's
-    DEFAULT_METRIC, the summary's ROLLING_RETURN where a run logged it (summarize).
+    default_metric (the rolling return, or FALLBACK_METRIC for runs logged before it), the summary's
+    ROLLING_RETURN where a run logged it (summarize).
 
     out: the report file (default RUN_DIR/report.md for one run; required for several). The curve
     is written next to it, named after it (<stem>_curve.png: report_curve.png). json_out: also write
@@ -1356,7 +1390,7 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
                                   "FILE.md), not beside single runs")
     asked = metric is not None  # a typed --metric, charts/episodic_return too, is summarized as typed
     try:
-        dirs, metric = usable_runs(list(run_dirs), metric or DEFAULT_METRIC)  # of several, non-PPO directories are skipped with a line
+        dirs, metric = usable_runs(list(run_dirs), metric or default_metric(run_dirs))  # of several, non-PPO directories are skipped with a line
         metrics = [read_metrics(d) for d in dirs]
     except PlotError as e:
         raise ReportError(str(e)) from None
@@ -1398,8 +1432,10 @@ def build_report(run_dirs: Sequence, out=None, episodes: Optional[int] = None, d
         if summary["missing"]["tail"] and not diverged:  # short of its total by the step it reached, not by the file's
             progress, summary["total"] = run_progress(d, float(summary["missing"]["tail"][2]), config, meta)
         summary["edits"] = [] if meta.get("kind") == "rlhf" else _edit_notes(d, ev)
+        # why a run short of its total ended, which the rolling return (a longer window) does not show
+        stopped = None if diverged or live or member_population(d) is not None else return_stop(d, config)
         runs.append({"dir": d, "name": name, "env": run_env_id(d), "config": config, "meta": meta, "meta_note": meta_note,
-                     "has_meta": not _absent(d / "meta.json"),
+                     "has_meta": not _absent(d / "meta.json"), "stopped_at_return": stopped,
                      "summary": summary, "eval": ev, "diverged": diverged, "progress": progress,
                      "member": member_population(d) is not None})
     for label, members in group_runs(dirs).items():
@@ -1522,7 +1558,8 @@ def run_json(r: dict, metric: str) -> dict:
     tail = missing.get("tail")
     out = {"name": r["name"], "dir": str(r["dir"]), "env": r["env"], "diverged": r.get("diverged"),
            "steps": s["global_step"], "steps_reached": tail[2] if tail else s["global_step"], "total_steps": s.get("total"),
-           "progress": r.get("progress"), "started_from": _started_from(r["meta"]),
+           "progress": r.get("progress"), "stopped_at_return": r.get("stopped_at_return"),
+           "started_from": _started_from(r["meta"]),
            "iterations": s["iterations"], "wall_time_s": s["time"], "steps_per_s": s.get("sps"),
            "steps_per_s_per_member": bool(r.get("member")), "episodes": s["episodes"],
            "rows_missing": bool(tail or missing.get("gaps")), "metric": s.get("metric", metric),
@@ -1729,11 +1766,11 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     """population_report.build_population_report, checked first (a bad --out, an unknown metric:
     ReportError, nothing written; a metric without values: the report, with no curve and why); members
     without eval.json are evaluated over ``episodes`` (None: each member's own --eval-episodes) on ``device``, as final_eval evaluates a single run. ``metric``: of the
-    curve (None: DEFAULT_METRIC)."""
+    curve (None: default_metric, the members' rolling return)."""
     from . import population_report
     from .plot import UnknownMetric
 
-    run_dir, metric = Path(run_dir), metric or DEFAULT_METRIC
+    run_dir, metric = Path(run_dir), metric or default_metric([run_dir])
     if out is not None:
         check_out(Path(out))
     if json_out is not None:
@@ -1757,8 +1794,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="episodes to evaluate when a run (or a population's member) has no eval.json (default: the run's "
                    f"--eval-episodes, which its eval.json would hold; {DEFAULT_EVAL_EPISODES} where that is 0; 0: skip)")
     p.add_argument("--device", default="cpu", help="torch device for that evaluation (default cpu)")
-    p.add_argument("--metric", default=None, metavar="NAME", help=f"metric for the curve and the summary (left out: a curve of "
-                   f"{DEFAULT_METRIC}, a best and final of {ROLLING_RETURN} where the run logged it, the rolling return; typed, "
+    p.add_argument("--metric", default=None, metavar="NAME", help=f"metric for the curve and the summary (left out: "
+                   f"{ROLLING_RETURN} where the run logged it (the rolling return), else {FALLBACK_METRIC}; typed, "
                    "a name is used as typed)")
     p.add_argument("--x", default="step", choices=tuple(X_LABELS), help="curve x axis: global step or wall time (default step)")
     p.add_argument("--smooth", type=int_arg, default=1, metavar="K", help="moving average over K points for the curve (default 1)")
@@ -1800,7 +1837,7 @@ def _normalized_report(args, run_dirs: list) -> int:
         if not is_population(d):
             raise ReportError(f"{d}: a single run; --normalize aggregates populations (train --seeds/--sweep), one per env id")
     path = build_tasks_report(run_dirs, out=args.out, score_ranges=args.score_range, threshold=args.threshold,
-                              metric=args.metric or DEFAULT_METRIC, x=args.x, smooth=args.smooth, episodes=args.episodes,
+                              metric=args.metric or default_metric(args.run_dirs), x=args.x, smooth=args.smooth, episodes=args.episodes,
                               device=args.device, quiet=False, json_out=args.json_out)
     print(f"wrote {path}" + (f" and {args.json_out}" if args.json_out else ""))
     return 0
@@ -1833,7 +1870,7 @@ def run(args) -> int:
             from .population_report import build_populations_report
 
             path = build_populations_report(run_dirs, out=args.out, threshold=args.threshold,
-                                            metric=args.metric or DEFAULT_METRIC, x=args.x, smooth=args.smooth,
+                                            metric=args.metric or default_metric(args.run_dirs), x=args.x, smooth=args.smooth,
                                             episodes=args.episodes, device=args.device, quiet=False, json_out=args.json_out)
             print(f"wrote {path}" + (f" and {args.json_out}" if args.json_out else ""))
             return 0

@@ -1653,14 +1653,22 @@ def _batch_set_by_user(cfg: PPOConfig, world_size: int, overrides: Optional[dict
 
 def stop_return_line(cfg: PPOConfig, step: int, iteration: int, mean: float, python: bool = False) -> str:
     """The line of a run --stop-return ended: its window (the last --stop-episodes+ episodes) said
-    apart from the progress bar's return (the last ROLLING_EPISODES), which reads lower at the same
-    moment; ``python``: worded by field (``stop_return=500``), as train() was called."""
-    from .logger import ROLLING_EPISODES
+    apart from the rolling return (ROLLING_RETURN, the last ROLLING_EPISODES), which the progress bar
+    (where one is drawn) and `proxima report` give and which, of a longer window holding older episodes,
+    reads lower at the same moment (with --no-progress too: the report still gives it); ``python``:
+    worded by field (``stop_return=500``), as train() was called."""
+    from .logger import ROLLING_EPISODES, ROLLING_RETURN
 
     target = f"stop_return={cfg.stop_return:g}" if python else f"--stop-return {cfg.stop_return:g}"
-    bar = f" (the progress bar's return averages the last {ROLLING_EPISODES})" if cfg.progress else ""
+    shown = "the progress bar's and `proxima report`'s return" if cfg.progress else f"`proxima report`'s {ROLLING_RETURN}"
+    if cfg.stop_episodes < ROLLING_EPISODES:  # stop_return_line: the rolling window also holds older, lower episodes
+        why = f" ({shown} averages the last {ROLLING_EPISODES}, older episodes too, so it can read lower)"
+    elif cfg.stop_episodes > ROLLING_EPISODES:
+        why = f" ({shown} averages only the last {ROLLING_EPISODES})"
+    else:
+        why = ""
     return (f"proxima: stopped at global step {step:,} (iteration {iteration}): the last {cfg.stop_episodes}+ "
-            f"training episodes averaged {mean:.1f} >= {target}{bar}")
+            f"training episodes averaged {mean:.1f} >= {target}{why}")
 
 
 def _note_lr_schedule(cfg: PPOConfig, world_size: int, state: dict) -> None:

@@ -203,7 +203,7 @@ def test_an_unedited_run_gets_no_edit_note(evaluated, tmp_path, capsys):
 
 @pytest.mark.parametrize("field, value, shown", [("env_id", "Acrobot-v1", "env_id 'Acrobot-v1' differs from"),
                                                  ("seed", 7, "seed 7 differs from"),
-                                                 ("hidden_sizes", [8], "hidden_sizes ` [8] ` differs from")])
+                                                 ("hidden_sizes", [8], "hidden_sizes `[8]` differs from")])
 def test_report_notes_a_config_yaml_that_disagrees_with_the_checkpoint(evaluated, tmp_path, capsys, field, value, shown):
     import yaml
 
@@ -215,7 +215,7 @@ def test_report_notes_a_config_yaml_that_disagrees_with_the_checkpoint(evaluated
     assert code == 0, err
     notes = [ln for ln in (run / "report.md").read_text().splitlines() if "config.yaml was edited" in ln]
     assert notes == [f"- {run / 'config.yaml'}: {shown} {ckpt.list_checkpoints(run)[-1]}'s recorded "
-                     f"{ {'env_id': repr('CartPole-v1'), 'seed': '1', 'hidden_sizes': '` [64, 64] `'}[field]}: config.yaml "
+                     f"{ {'env_id': repr('CartPole-v1'), 'seed': '1', 'hidden_sizes': '`[64, 64]`'}[field]}: config.yaml "
                      "was edited after the run wrote it; the checkpoint's config is what trained"]
 
 
@@ -232,8 +232,8 @@ def test_report_md_puts_markup_from_meta_json_in_code_spans(evaluated, tmp_path,
     code, _, err = run_main(["report", str(run)], capsys)
     assert code == 0, err
     text = (run / "report.md").read_text()
-    assert "| git commit | ` [click me](http://evil.example) ` |" in text
-    assert "| command | ` proxima train '<img src=x onerror=alert(1)>' ` |" in text
+    assert "| git commit | `[click me](http://evil.example)` |" in text
+    assert "| command | `proxima train '<img src=x onerror=alert(1)>'` |" in text
     for line in text.splitlines():  # nowhere outside a code span
         if "evil.example" in line or "<img" in line:
             assert line.count("`") >= 2, line
@@ -302,7 +302,7 @@ def test_report_notes_no_edit_for_the_same_env_or_resume_safe_fields(evaluated, 
 
 def test_report_names_every_edited_config_field(evaluated, tmp_path, capsys):
     notes = _report_notes(copied(evaluated, tmp_path), capsys, seed=7, hidden_sizes=[8])
-    assert len(notes) == 1 and "hidden_sizes ` [8] ` (and seed) differs from" in notes[0], notes
+    assert len(notes) == 1 and "hidden_sizes `[8]` (and seed) differs from" in notes[0], notes
 
 
 def test_an_eval_json_with_only_its_std_edited_is_noticed(evaluated, tmp_path, capsys):
@@ -344,5 +344,5 @@ def test_report_md_fences_backticks_and_shows_a_link_like_env_id_as_code(evaluat
     assert code == 0, err
     text = (run / "report.md").read_text()
     assert "| git commit | `` `[x](http://e)` `` |" in text
-    assert "# Proxima report: ` [x](http://e) `" in text.splitlines()
-    assert "| command | ` proxima train 'a>b' ` |" in text
+    assert "# Proxima report: `[x](http://e)`" in text.splitlines()
+    assert "| command | `proxima train 'a>b'` |" in text

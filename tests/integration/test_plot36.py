@@ -18,6 +18,8 @@ pytest.importorskip("matplotlib")
 
 from proxima.plot import collect_panels, parse_labels, plot_runs  # noqa: E402
 
+#: the synthetic runs' returns, as logged per iteration (the default curve is the rolling return rebuilt from them)
+PER_ITERATION = "charts/episodic_return"
 STEPS = (100, 200, 300, 400)
 
 
@@ -39,17 +41,17 @@ def test_runs_of_one_length_are_averaged_to_the_end_with_their_last_values_carri
     # a's last iteration finished no episode (an empty cell): it still trained to step 400
     a = fake_run_dir(tmp_path, "a", STEPS, (1.0, 2.0, 3.0, None))
     b = fake_run_dir(tmp_path, "b", STEPS, (3.0, 4.0, 5.0, 6.0), seed=2)
-    [(_, _, [curve])] = collect_panels([a, b])
+    [(_, _, [curve])] = collect_panels([a, b], PER_ITERATION)
     assert curve.label == "mean of 2 runs"  # not "fewer past the shorter runs' end": neither is shorter
     np.testing.assert_array_equal(curve.x, STEPS)
     np.testing.assert_allclose(curve.y, [2.0, 3.0, 4.0, (3.0 + 6.0) / 2])
     assert (curve.lo[-1], curve.hi[-1]) == (3.0, 6.0)
     # a run that trained fewer steps does drop out past its end, and the legend says so
     short = fake_run_dir(tmp_path, "short", STEPS[:2], (1.0, 2.0), seed=3)
-    [(_, _, [curve])] = collect_panels([short, b])
+    [(_, _, [curve])] = collect_panels([short, b], PER_ITERATION)
     assert curve.label == "mean of 2 runs (fewer past the shorter runs' end)"
     np.testing.assert_allclose(curve.y, [2.0, 3.0, 5.0, 6.0])
-    [(_, _, [setting])] = collect_panels([_population(tmp_path, [short, b])], stat="mean", band="minmax")
+    [(_, _, [setting])] = collect_panels([_population(tmp_path, [short, b])], PER_ITERATION, stat="mean", band="minmax")
     assert setting.label == "mean, min-max (2 members, fewer past step 200)"  # one rule for members too
     np.testing.assert_allclose(setting.y, curve.y)
 
@@ -62,8 +64,8 @@ def test_a_group_of_runs_and_a_population_of_the_same_metrics_draw_the_same_curv
             fake_run_dir(tmp_path / "plain", "s3", steps, (None, None, -450, None, None, -410, None, -260, None, -240),
                          seed=3)]
     pop = _population(tmp_path, runs)
-    [(_, _, [group])] = collect_panels(runs, stat="mean", band="minmax")
-    [(_, _, [setting])] = collect_panels([pop], stat="mean", band="minmax")
+    [(_, _, [group])] = collect_panels(runs, PER_ITERATION, stat="mean", band="minmax")
+    [(_, _, [setting])] = collect_panels([pop], PER_ITERATION, stat="mean", band="minmax")
     for field in ("x", "y", "lo", "hi"):
         np.testing.assert_array_equal(getattr(group, field), getattr(setting, field), err_msg=field)
     assert group.x[-1] == 1000 and group.hi.max() == -222.0 and -389.0 in group.hi

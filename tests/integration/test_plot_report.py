@@ -41,6 +41,10 @@ def _assert_png(path: Path) -> None:
         assert im.size[0] > 0 and im.size[1] > 0
 
 
+#: what these synthetic runs' returns are logged as (the plot's default is the rolling return rebuilt from them)
+PER_ITERATION = "charts/episodic_return"
+
+
 def _fake_run(root: Path, name: str, steps, returns, env_id="Fake-v0", times=None) -> Path:
     d = root / name
     d.mkdir(parents=True)
@@ -76,29 +80,30 @@ def test_plot_one_and_several_runs(runs, tmp_path, capsys):
 def test_aggregate_mean_and_band_on_synthetic_runs(tmp_path):
     a = _fake_run(tmp_path, "a", [100, 200], [0.0, 10.0])
     b = _fake_run(tmp_path, "b", [100, 200], [10.0, 20.0])
-    agg = aggregate([load_curve(a), load_curve(b)])
+    agg = aggregate([load_curve(a, PER_ITERATION), load_curve(b, PER_ITERATION)])
     np.testing.assert_allclose(agg["x"], [100, 200])
     np.testing.assert_allclose(agg["mean"], [5.0, 15.0])
     np.testing.assert_allclose(agg["lo"], [0.0, 10.0])
     np.testing.assert_allclose(agg["hi"], [10.0, 20.0])
-    std = aggregate([load_curve(a), load_curve(b)], band="std")
+    std = aggregate([load_curve(a, PER_ITERATION), load_curve(b, PER_ITERATION)], band="std")
     np.testing.assert_allclose(std["lo"], [5.0 - 50 ** 0.5, 15.0 - 50 ** 0.5])  # mean -+ sample std (ddof 1: 7.07)
     np.testing.assert_allclose(std["hi"], [5.0 + 50 ** 0.5, 15.0 + 50 ** 0.5])
-    one = aggregate([load_curve(a), load_curve(_fake_run(tmp_path, "a1", [100], [4.0]))], band="std")
+    one = aggregate([load_curve(a, PER_ITERATION), load_curve(_fake_run(tmp_path, "a1", [100], [4.0]), PER_ITERATION)],
+                    band="std")
     np.testing.assert_allclose(one["lo"], [2.0 - 8 ** 0.5, 10.0])  # past the one-row run's end a single run: no spread, no NaN
     np.testing.assert_allclose(one["hi"], [2.0 + 8 ** 0.5, 10.0])
 
     # different x values: the steps logged (empty cells skipped), each run's last value carried forward
     c = _fake_run(tmp_path, "c", [0, 100, 200, 300], [0.0, None, 20.0, 30.0])
     d = _fake_run(tmp_path, "d", [0, 150, 300], [10.0, 25.0, 40.0])
-    agg = aggregate([load_curve(c), load_curve(d)])
+    agg = aggregate([load_curve(c, PER_ITERATION), load_curve(d, PER_ITERATION)])
     np.testing.assert_allclose(agg["x"], [0, 150, 200, 300])
     np.testing.assert_allclose(agg["mean"], [5.0, (0.0 + 25.0) / 2, (20.0 + 25.0) / 2, 35.0])
     np.testing.assert_allclose(agg["lo"], [0.0, 0.0, 20.0, 30.0])
 
     # wall-time axis and smoothing
     e = _fake_run(tmp_path, "e", [1, 2, 3], [1.0, 2.0, 6.0], times=[0.5, 1.0, 1.5])
-    x, y = load_curve(e, x="time", smooth=2)
+    x, y = load_curve(e, PER_ITERATION, x="time", smooth=2)
     np.testing.assert_allclose(x, [0.5, 1.0, 1.5])
     np.testing.assert_allclose(y, [1.0, 1.5, 4.0])
     np.testing.assert_allclose(moving_average(np.array([3.0, 1.0]), 1), [3.0, 1.0])
@@ -224,7 +229,7 @@ def test_runs_are_grouped_by_env_and_settings_not_seed_or_length(tmp_path):
 def test_a_group_is_drawn_to_the_end_of_its_longest_run(tmp_path):
     short = _fake_run(tmp_path, "short", [100, 200, 300], [0.0, 10.0, 20.0])
     long = _fake_run(tmp_path, "long", [100, 200, 300, 400, 500, 600], [10.0, 20.0, 30.0, 40.0, 50.0, 60.0])
-    agg = aggregate([load_curve(short), load_curve(long)])
+    agg = aggregate([load_curve(short, PER_ITERATION), load_curve(long, PER_ITERATION)])
     assert agg["x"][0] == 100 and agg["x"][-1] == 600
     assert agg["count"][0] == 2 and agg["count"][-1] == 1
     np.testing.assert_allclose(agg["mean"][[0, -1]], [5.0, 60.0])  # past 300 only the long run counts
@@ -305,7 +310,7 @@ def test_a_run_with_one_logged_return_is_drawn_as_a_point_with_a_note(tmp_path, 
         return real_plot(self, *args, **kwargs)
 
     monkeypatch.setattr(Axes, "plot", plot)
-    assert main(["plot", str(run)]) == 0
+    assert main(["plot", str(run), "--metric", PER_ITERATION]) == 0  # the rolling return fills every later row
     out, err = capsys.readouterr()
     assert err == ("proxima: note: Fake-v0: only one logged value of charts/episodic_return (21 at global step 1,024), drawn as "
                    "a single point; a longer run draws a curve\n")

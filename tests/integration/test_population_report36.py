@@ -121,7 +121,7 @@ def test_the_population_report_records_config_sweep_seeds_command_and_versions(t
     text = _report(run, capsys)
     section = text.split("## Config and versions", 1)[1]
     # a code span padded as report._code writes every one (Markdown drops one space each side)
-    assert ("- command: ` proxima train Fake-v0 --seeds 1-2 --sweep lr=0.1,0.2 --run-dir 'my runs/S' ` (population.json)"
+    assert ("- command: `proxima train Fake-v0 --seeds 1-2 --sweep lr=0.1,0.2 --run-dir 'my runs/S'` (population.json)"
             in section)
     assert "- seeds: 1,2 (2 seeds)" in section and "- sweep: lr = 0.1, 0.2" in section
     fields = {c[0]: c[1] for line in section.split("### Versions", 1)[0].splitlines() if line.startswith("| ")

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from proxima.logger import CSV_COLUMNS
+from proxima.logger import CSV_COLUMNS, ROLLING_RETURN
 from proxima.plot import aggregate, collect_panels, population_curves
 from proxima.population_report import bootstrap_band, iqm, iqm_along
 from tests.cli_helpers import run_main
@@ -26,8 +26,9 @@ def _write_member(d: Path, steps, returns, env_id: str, seed: int, settings: dic
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         w.writeheader()
         for i, (s, r) in enumerate(zip(steps, returns)):
+            cell = "" if np.isnan(r) else repr(float(r))  # the rolling return too: what plot draws by default
             w.writerow({"iteration": i + 1, "global_step": s, "time": 0.1 * (i + 1), "episodes": 1,
-                        "charts/episodic_return": "" if np.isnan(r) else repr(float(r)), "losses/value_loss": 1.0})
+                        "charts/episodic_return": cell, ROLLING_RETURN: cell, "losses/value_loss": 1.0})
 
 
 def _fake_population(run: Path, settings_and_returns, steps, env_id="Fake-v0") -> Path:
@@ -64,7 +65,7 @@ def test_population_plot_draws_per_setting_iqm_at_every_x_and_writes_a_png(tmp_p
     a, b = rng.normal(100, 30, size=(16, 200)), rng.normal(50, 10, size=(16, 200))  # 16 members x 200 points
     run = _fake_population(tmp_path / "R", [({"lr": 0.001}, a), ({"lr": 0.0003}, b)], steps)
     env, metric, curves = population_curves(run)
-    assert (env, metric) == ("Fake-v0", "charts/episodic_return")
+    assert (env, metric) == ("Fake-v0", ROLLING_RETURN)
     assert [c.label for c in curves] == ["lr=0.001: IQM, 95% CI (16 members)", "lr=0.0003: IQM, 95% CI (16 members)"]
     for c, data in zip(curves, (a, b)):
         np.testing.assert_array_equal(c.x, steps)
@@ -219,7 +220,8 @@ def test_the_report_caption_names_the_drawn_column_and_each_settings_kind_of_ret
     run = _fake_population(tmp_path / "R", [({"lr": 0.001}, np.ones((2, 3))), ({"lr": 0.0003}, np.ones((2, 3)))], steps)
     band = ("Its band: 95% CI per x, percentile bootstrap over members, 10000 resamples, numpy default_rng(0); not drawn "
             "where fewer than 2 members have a value.")
-    code, _, err = run_main(["report", str(run)], capsys)  # no eval.json anywhere: every setting's last training return
+    # no eval.json anywhere: every setting's last training return; the per-iteration curve (the default is the rolling one)
+    code, _, err = run_main(["report", str(run), "--metric", "charts/episodic_return"], capsys)
     assert code == 0, err
     assert _caption(run) == ("The curve is the training charts/episodic_return (stochastic actions, each member's last "
                              "logged value carried forward between the iterations in which it finished an episode); the "

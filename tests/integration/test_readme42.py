@@ -177,7 +177,8 @@ def test_notebook_prints_and_plots_the_rolling_training_return(tmp_path, monkeyp
 
     drawn = []
     real = proxima.plot.plot_runs
-    monkeypatch.setattr(proxima.plot, "plot_runs", lambda *a, **k: drawn.append(k.get("metric")) or real(*a, **k))
+    monkeypatch.setattr(proxima.plot, "plot_runs",  # the metric drawn: the notebook's, else the default's
+                        lambda *a, **k: drawn.append(k.get("metric") or proxima.plot.default_metric(a[0])) or real(*a, **k))
     capsys.readouterr()
     exec(plot_cell, {"run_dir": run_dir})
     exec(metrics_cell, {"run_dir": run_dir})

@@ -40,12 +40,12 @@ def test_plot_of_several_runs_skips_one_with_no_finished_episode_and_draws_the_o
     code, stdout, err = run_main(["plot", str(drawn), str(empty), "--out", str(out)], capsys)
     assert code == 0, err
     assert err.strip().splitlines() == [f"proxima: note: skipping {empty}: {empty / 'metrics.csv'}: no values of "
-                                        "charts/episodic_return (no episode finished yet?)"]
+                                        "charts/episodic_return_100 (no episode finished yet?)"]
     assert out.is_file() and out.stat().st_size > 0
 
     code, _, err = run_main(["plot", str(empty), "--out", str(tmp_path / "alone.png")], capsys)  # alone: the error line
     assert code == 2
-    assert one_error_line(err, "proxima plot") == f"{empty / 'metrics.csv'}: no values of charts/episodic_return (no episode finished yet?)"
+    assert one_error_line(err, "proxima plot") == f"{empty / 'metrics.csv'}: no values of charts/episodic_return_100 (no episode finished yet?)"
     assert not (tmp_path / "alone.png").exists()
 
 

@@ -80,9 +80,9 @@ def test_check_env_on_a_native_env_notes_steps_0_and_a_missing_time_limit(capsys
 def test_report_markdown_shows_a_main_module_env_id_literally():
     from proxima.report import _md
 
-    assert _md("__main__:MyEnv") == "` __main__:MyEnv `"
+    assert _md("__main__:MyEnv") == "`__main__:MyEnv`"
     assert _md("charts/episodic_return") == "charts/episodic_return"  # an underscore inside a word is literal
-    assert _md("~~gone~~") == "` ~~gone~~ `"
+    assert _md("~~gone~~") == "`~~gone~~`"
 
 
 def test_check_env_step_limits_have_one_definition():

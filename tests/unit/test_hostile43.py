@@ -62,19 +62,19 @@ def test_population_report_md_shows_population_json_values_in_code_spans(tmp_pat
     run = _population(tmp_path, {}, env_id="CartPole-v1" + TITLE + TAG, members=1, seeds=[1],
                       sweep={"lr" + TAG: ["<b>x</b>"]}, command=["proxima", "train", "`x` " + TITLE])
     first = population_report._first_line(run, json.loads((run / "population.json").read_text()), [])
-    assert first.startswith("` CartPole-v1\\x1b]0;T\\x07<img src=x onerror=alert(1)> `: 1 member (1 seed x 0 settings)")
-    assert population_report._sweep_text({"lr" + TAG: ["<b>x</b>"]}) == "` lr<img src=x onerror=alert(1)> ` = ` <b>x</b> `"
+    assert first.startswith("`CartPole-v1\\x1b]0;T\\x07<img src=x onerror=alert(1)>`: 1 member (1 seed x 0 settings)")
+    assert population_report._sweep_text({"lr" + TAG: ["<b>x</b>"]}) == "`lr<img src=x onerror=alert(1)>` = `<b>x</b>`"
     lines = population_report.provenance_section(run, json.loads((run / "population.json").read_text()))
-    assert lines[2] == "- command: `` proxima train '`x` \\x1b]0;T\\x07' `` (population.json)"
+    assert lines[2] == "- command: ``proxima train '`x` \\x1b]0;T\\x07'`` (population.json)"
     assert not any("\x1b" in line or "\x07" in line for line in lines)
 
 
 def test_md_and_cell_write_control_characters_as_escapes():
     assert report._md("abc") == "abc"
-    assert report._md("abc" + TITLE) == "` abc\\x1b]0;T\\x07 `"  # its escapes' backslashes shown as they are
-    assert report._md("\x1b[31m<b>") == "` \\x1b[31m<b> `"
-    assert report._cell({"k" + TITLE: "v\nw"}) == "` k\\x1b]0;T\\x07 `=` v\\nw `"
-    assert report._keyed_rows([{"<b>k</b>": 1}]) == [["` <b>k</b> `", 1]]
+    assert report._md("abc" + TITLE) == "`abc\\x1b]0;T\\x07`"  # its escapes' backslashes shown as they are
+    assert report._md("\x1b[31m<b>") == "`\\x1b[31m<b>`"
+    assert report._cell({"k" + TITLE: "v\nw"}) == "`k\\x1b]0;T\\x07`=`v\\nw`"
+    assert report._keyed_rows([{"<b>k</b>": 1}]) == [["`<b>k</b>`", 1]]
 
 
 def _report_md(tmp_path, monkeypatch, ev: dict) -> str:
@@ -88,10 +88,10 @@ def test_report_md_escapes_eval_json_backend_and_the_could_not_evaluate_line(tmp
     ev = {"mean_return": 1.0, "std_return": 0.0, "episodes": 1, "returns": [1.0], "source": "eval.json",
           "backend": "native\n\n<script>alert(6)</script>\n"}
     md = _report_md(tmp_path / "a", monkeypatch, ev)
-    assert "  - backend ` native\\n\\n<script>alert(6)</script>\\n `" in md.splitlines()
-    assert "\x1b" not in md and "| note | ` \\x1b[31mred\\x1b]0;T\\x07 ` |" in md.splitlines()
+    assert "  - backend `native\\n\\n<script>alert(6)</script>\\n`" in md.splitlines()
+    assert "\x1b" not in md and "| note | `\\x1b[31mred\\x1b]0;T\\x07` |" in md.splitlines()
     md = _report_md(tmp_path / "b", monkeypatch, {"error": "could not evaluate: env id '<script>x</script>' unknown"})
-    assert "- ` could not evaluate: env id '<script>x</script>' unknown `" in md.splitlines()
+    assert "- `could not evaluate: env id '<script>x</script>' unknown`" in md.splitlines()
 
 
 def test_eval_refuses_a_checkpoints_folder_linked_out_of_the_run(tmp_path_factory, capsys):

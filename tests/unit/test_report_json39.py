@@ -338,7 +338,8 @@ def test_single_runs_json_gives_every_number_of_the_results_table_and_the_groups
     assert (doc["schema"], doc["generator"], doc["kind"], doc["metric"]) == (1, "proxima report", "runs",
                                                                             "charts/episodic_return")
     ra, rb, rc, rd = doc["runs"]
-    common = {"env": "CartPole-v1", "diverged": None, "started_from": None, "metric": "charts/episodic_return"}
+    common = {"env": "CartPole-v1", "diverged": None, "started_from": None, "stopped_at_return": None,
+              "metric": "charts/episodic_return"}
     assert ra == common | {
         "name": "a", "dir": str(a), "steps": 300.0, "steps_reached": 400, "total_steps": None, "progress": None,
         "iterations": 3.0, "wall_time_s": 4.0, "steps_per_s": 75.0, "steps_per_s_per_member": False, "episodes": 10,

@@ -30,7 +30,7 @@ ROWS = [(120, 20.0), (10, 90.0)]
 def test_metric_left_out_summarizes_the_rolling_return(tmp_path, capsys):
     text = _report(_run(tmp_path, ROWS), tmp_path, capsys)
     assert _row(text, f"best {ROLLING_RETURN}") == f"| best {ROLLING_RETURN} | 25.38 at step 1,024 (last 130 episodes) |"
-    assert "![charts/episodic_return against" in text  # the curve: the per-iteration return, as before
+    assert f"![{ROLLING_RETURN} against" in text  # the curve: the rolling return, as the table's
 
 
 def test_metric_typed_as_charts_episodic_return_summarizes_that_column_not_the_rolling_one(tmp_path, capsys):

@@ -142,7 +142,7 @@ def test_plot_of_a_diverged_member_on_its_own_says_it_diverged(diverged, tmp_pat
     member = diverged / "m001-seed1-lr1e+38"
     before = snapshot(member)
     code, out, err = run_main(["plot", str(member)], capsys)
-    line = error_line(code, err, "no values of charts/episodic_return: this population member diverged at iteration 1 "
+    line = error_line(code, err, "no values of charts/episodic_return_100: this population member diverged at iteration 1 "
                                  "(non-finite loss")
     assert "no episode finished yet" not in line and out == "" and snapshot(member) == before
     out_file = tmp_path / "sps.png"

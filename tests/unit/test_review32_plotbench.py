@@ -36,7 +36,7 @@ tables = _tables()
 # ------------------------------------------------------------------------------------ plot
 def test_rows_merged_out_of_order_are_drawn_in_step_order(tmp_path):
     run = fake_run_dir(tmp_path, "run", steps=(384, 512, 128, 256), returns=(3.0, 4.0, 1.0, 2.0))
-    x, y = load_curve(run)
+    x, y = load_curve(run, "charts/episodic_return")  # as written (the default rebuilds the rolling one)
     np.testing.assert_array_equal(x, [128, 256, 384, 512])
     np.testing.assert_array_equal(y, [1.0, 2.0, 3.0, 4.0])  # each return stays with its own row's step
 
@@ -56,7 +56,7 @@ def _population(run: Path, returns, steps) -> Path:
 def test_a_setting_curve_ends_at_the_last_logged_step_even_without_an_episode_there(tmp_path):
     nan = float("nan")
     run = _population(tmp_path / "P", [[1.0, 2.0, nan, nan], [3.0, 4.0, nan, nan]], [100, 200, 300, 400])
-    _, _, [curve] = population_curves(run, stat="mean")
+    _, _, [curve] = population_curves(run, "charts/episodic_return", stat="mean")
     # the members trained to step 400: their last returns are carried there, not cut at step 200
     assert (curve.x[0], curve.y[0]) == (100.0, 2.0)
     assert (curve.x[-1], curve.y[-1]) == (400.0, 3.0)  # the mean of (2, 4), the members' last returns

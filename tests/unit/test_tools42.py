@@ -175,10 +175,12 @@ def test_the_stop_return_line_says_its_window_apart_from_the_progress_bars():
     cfg = PPOConfig(stop_return=500.0)
     assert stop_return_line(cfg, 182_784, 357, 500.0) == (
         "proxima: stopped at global step 182,784 (iteration 357): the last 20+ training episodes averaged 500.0 >= "
-        "--stop-return 500 (the progress bar's return averages the last 100)")
-    cfg.progress = False
+        "--stop-return 500 (the progress bar's and `proxima report`'s return averages the last 100, older episodes too, "
+        "so it can read lower)")
+    cfg.progress = False  # no bar: the report's number still differs, and the line says why
     assert stop_return_line(cfg, 64, 1, 12.0, python=True) == (
-        "proxima: stopped at global step 64 (iteration 1): the last 20+ training episodes averaged 12.0 >= stop_return=500")
+        "proxima: stopped at global step 64 (iteration 1): the last 20+ training episodes averaged 12.0 >= stop_return=500 "
+        "(`proxima report`'s charts/episodic_return_100 averages the last 100, older episodes too, so it can read lower)")
 
 
 def _tiny_config(**kw):
