@@ -25,12 +25,31 @@ from .signals import BeforeTraining, TrainingInterrupted, resumes, retire_before
 EXIT_USAGE = 2
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, wrapped at spaces only: its textwrap breaks at hyphens too, and a flag named in a
+    help text came out cut in two ("--eval-" at a line's end, "episodes" on the next), which neither
+    reads as the flag nor can be found by searching the help for it."""
+
+    def _split_lines(self, text, width):
+        import textwrap
+
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
+
+    def _fill_text(self, text, width, indent):  # a description or epilog, likewise
+        import textwrap
+
+        return textwrap.fill(self._whitespace_matcher.sub(" ", text).strip(), width, initial_indent=indent,
+                             subsequent_indent=indent, break_on_hyphens=False)
+
+
 class ArgParser(argparse.ArgumentParser):
-    """argparse with one-line errors (no usage dump), exit status 2, and no prefix matching of flags
-    (a typo like --learning-rat must be an error, not silently another flag)."""
+    """argparse with one-line errors (no usage dump), exit status 2, no prefix matching of flags
+    (a typo like --learning-rat must be an error, not silently another flag) and help wrapped at
+    spaces only (HelpFormatter): every subcommand's parser is one of these (build_parser)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):

@@ -134,12 +134,16 @@ def test_the_population_report_records_config_sweep_seeds_command_and_versions(t
 
 
 # ------------------------------------------------------------------ 4. the end-of-run evaluation's error
-#: a module env whose reward is NaN at step 3 of the episode of the evaluation env seeded 1,000,002
-#: (member seed2's, --eval-episodes 1), finite in training
+#: a module env whose reward is NaN at step 3 of the episode of member seed2's evaluation (eval seed
+#: 1,000,002, --eval-episodes 1: its one episode's env seed is episode_seeds'), finite in training
 EVAL_NAN_ENV = '''
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+
+from proxima.evaluate import episode_seeds
+
+BAD_SEED = episode_seeds(1_000_002, 1)[0]
 
 
 class EvalNaN(gym.Env):
@@ -150,7 +154,7 @@ class EvalNaN(gym.Env):
     def reset(self, seed=None, options=None):
         super().reset(seed=seed)
         if seed is not None:
-            self.bad = seed == 1_000_002
+            self.bad = seed == BAD_SEED
         self.t = 0
         return np.zeros(2, np.float32), {}
 

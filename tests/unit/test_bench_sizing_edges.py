@@ -161,7 +161,7 @@ def test_an_unknown_metric_of_a_damaged_metrics_csv_names_the_file(command, tmp_
     # a row with a step (a row without one is skipped as hand-edited: test_plot_grouping), no metric columns
     (run / "metrics.csv").write_text("iteration,global_step\n1,128\n")
     code, _, err = run_main([command, str(run), "--out", str(tmp_path / ("d.png" if command == "plot" else "d.md"))], capsys)
-    error_line(code, err, f"proxima {command}: error: unknown metric 'charts/episodic_return' in {run / 'metrics.csv'}; "
+    error_line(code, err, f"proxima {command}: error: unknown metric 'charts/episodic_return_100' in {run / 'metrics.csv'}; "
                           "available: iteration, global_step")
 
 

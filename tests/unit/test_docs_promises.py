@@ -98,12 +98,12 @@ def test_a_finished_run_resumed_without_flags_shows_its_recorded_evaluation_and_
     # the checkpoint still records 2 episodes: neither evaluated again with them nor written
     code, out, err = run_main(["resume", "R"], capsys)
     assert code == 0 and "the run is complete (128 steps)" in err
-    assert "over 3 episodes (deterministic) (eval.json, at step 128)" in out
+    assert "at step 128 over 3 episodes (deterministic) (eval.json)" in out
     assert snapshot(run) == before
     code, out, err = run_main(["train", "--resume", "R", "--dry-run"], capsys)  # the config the resume runs with
     assert code == 0 and yaml.safe_load(out)["eval_episodes"] == 3
     code, out, err = run_main(["resume", "R", "--eval-episodes", "3"], capsys)  # typed, the same: shown too
-    assert code == 0 and "(eval.json, at step 128)" in out
+    assert code == 0 and "at step 128 over 3 episodes (deterministic) (eval.json)" in out
     assert snapshot(run) == before
 
     code, out, err = run_main(["resume", "R", "--eval-episodes", "2"], capsys)  # typed, another: evaluated again
