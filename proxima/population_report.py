@@ -1174,6 +1174,9 @@ def curve_caption(rows: list, metric: str) -> str:
     if metric == "charts/episodic_return":  # a return logged only in iterations that finished an episode
         how = ("stochastic actions, each member's last logged value carried forward between the iterations in which it "
                "finished an episode")
+    elif metric == "charts/episodic_return_100":  # the default curve: a rolling mean of the same episodes
+        how = ("stochastic actions, each member's mean return over its last 100 training episodes, carried forward "
+               "between the iterations in which it finished an episode")
     else:  # a loss or other per-iteration column: no episodes, no actions chosen
         how = "each member's last logged value carried forward over iterations in which it logged none"
     # a setting with no member counted (all diverged) has no final return of either kind
