@@ -107,6 +107,21 @@ def episode_seeds(seed: int, episodes: int) -> list[int]:
     return [int(w) & _EPISODE_SEED_MASK for w in words]
 
 
+#: eval.json's ``episode_seeds`` of an evaluation on a Gymnasium or EnvPool env: its episodes were
+#: seeded by :func:`episode_seeds` (:func:`pool_seed` for EnvPool). An eval.json of such an env without
+#: it was written by an older Proxima, whose episode i started from ``seed + i`` (old_episode_seeds)
+EPISODE_SEEDS = "SeedSequence"
+
+
+def old_episode_seeds(data: dict) -> bool:
+    """Whether an eval.json's episodes were seeded by the older rule (episode i from ``seed + i``):
+    one without ``episode_seeds`` whose ``backend`` is not "native" (a native env's seeding did not
+    change). One older still, recording no backend, is taken as it is (which env it ran is not known;
+    as report.py takes one recording no global_step)."""
+    backend = data.get("backend")
+    return isinstance(backend, str) and backend != "native" and data.get("episode_seeds") != EPISODE_SEEDS
+
+
 def pool_seed(seed: int) -> int:
     """The seed an evaluation builds EnvPool's pool with: ``episode_seeds(seed, 1)[0]``. EnvPool seeds
     its env i with the pool's seed + i, as Gymnasium's vector env does, so ``seed`` itself would give
@@ -626,6 +641,8 @@ def summarize(env_id: str, returns: torch.Tensor, lengths: torch.Tensor, determi
         out["seed"] = int(seed)
     if backend is not None:
         out["backend"] = str(backend)
+        if out["backend"] != "native":  # how its episodes were seeded: an older eval.json's were not (current_eval)
+            out["episode_seeds"] = EPISODE_SEEDS
     if max_steps is not None:
         out["max_steps"] = int(max_steps)
     if unfinished:
@@ -637,7 +654,10 @@ def current_eval(run_dir, global_step: int, episodes: int) -> Optional[dict]:
     """``run_dir``/eval.json when it already is the end-of-run evaluation a resume of a complete run
     would make: written at ``global_step`` with ``episodes`` deterministic episodes (the seed is the
     run's: the same numbers again). Else None: a missing, unreadable, edited (report.py's field
-    checks) or other evaluation. Only a regular file is read (the run directory is data)."""
+    checks) or other evaluation, and one of a Gymnasium or EnvPool env that an older Proxima seeded
+    episode i of with ``seed + i`` (old_episode_seeds: evaluated again, from episode_seeds, so that a
+    resumed population's members do not keep their overlapping start states). Only a regular file is
+    read (the run directory is data)."""
     from .report import ReportError, _check_eval
     from .rundir import read_run_json
 
@@ -649,7 +669,7 @@ def current_eval(run_dir, global_step: int, episodes: int) -> Optional[dict]:
         _check_eval(path, data)
     except (OSError, UnicodeDecodeError, ValueError, ReportError):
         return None
-    if edited_summary(data) is not None:  # its headline is not what it measured: evaluate again
+    if edited_summary(data) is not None or old_episode_seeds(data):  # not what this evaluation measures: again
         return None
     same = (data.get("global_step") == global_step and data.get("episodes") == episodes and data.get("deterministic") is True
             and isinstance(data.get("mean_return"), (int, float)) and isinstance(data.get("std_return"), (int, float))

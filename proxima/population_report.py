@@ -308,6 +308,10 @@ def bootstrap_band(stack: np.ndarray, stat: str = "iqm", resamples: int = BAND_R
     return lo, hi
 
 
+#: why a member's eval.json is not used: an older Proxima's, of a Gymnasium or EnvPool env, whose episode k
+#: started from its seed + k (evaluate.old_episode_seeds): members' scores from overlapping start states
+OLD_SEEDS = "eval.json seeded by an older Proxima (episode k from seed + k)"
+
 #: the source of a member's final return evaluated by the report itself (no eval.json)
 EVALUATED_NOW = "evaluated now from the latest checkpoint (no eval.json)"
 
@@ -333,12 +337,19 @@ def member_final_return(member_dir: Path, episodes: Optional[int] = 0, device: s
         saved = _check_eval(ev, _read_json(ev))
         if "mean_return" not in saved:
             raise ReportError(f"{ev}: has no mean_return")
-        # of an earlier step than the member's newest checkpoint (a resume that could not remove it): not its result
-        if not _stale_eval(member_dir, saved):
+        from .evaluate import old_episode_seeds
+
+        # of an earlier step than the member's newest checkpoint (a resume that could not remove it), or played
+        # from an older Proxima's overlapping start states (seed + k, where the others' are episode_seeds'): not
+        # its result, evaluated again where the report evaluates (a note names it where it does not)
+        old_seeds = old_episode_seeds(saved)
+        if not _stale_eval(member_dir, saved) and not old_seeds:
             if measured is not None:
                 measured[member_dir.name] = (count(saved.get("global_step")), count(saved.get("episodes")))
             return float(saved["mean_return"]), "eval"
-        if stale is not None:  # "no eval.json" would send the user looking for a file that is there
+        if stale is not None and not _stale_eval(member_dir, saved):
+            stale[member_dir.name] = OLD_SEEDS
+        elif stale is not None:  # "no eval.json" would send the user looking for a file that is there
             stale[member_dir.name] = (f"eval.json of step {saved['global_step']:,}, not the member's last step "
                                       f"{_last_step(member_dir):,}")
     if episodes is None:
@@ -750,9 +761,14 @@ def _row_notes(run_dir: Path, r: dict, name: str, threshold: Optional[float], ep
         absent = [d for d in r["eval_missing"] if d not in old]
         which = ([f"{len(absent)} member{'s' if len(absent) != 1 else ''} without eval.json ({', '.join(absent)})"]
                  if absent else [])
+        seeded = [d for d, why in old.items() if why == OLD_SEEDS]
+        old = {d: why for d, why in old.items() if why != OLD_SEEDS}
         if old:  # its eval.json is there, of an older (or given-up) step: said so, not "without eval.json"
             which.append(f"{len(old)} member{'s' if len(old) != 1 else ''} whose eval.json is not of its last step ("
                          + "; ".join(f"{d}: {why}" for d, why in old.items()) + ")")
+        if seeded:  # OLD_SEEDS: not averaged with the others' evaluations of apart start states
+            which.append(f"{len(seeded)} member{'s' if len(seeded) != 1 else ''} whose eval.json an older Proxima "
+                         f"seeded (episode k from seed + k: {', '.join(seeded)})")
         notes.append(f"- {name}: eval for {m - k} of {m}; {' and '.join(which)}, left out rather than mixed with "
                      f"training returns: {how}.")
     other = [f"{d} ({why})" for d, why in r["left_out"] if d not in r["eval_missing"]]
@@ -1392,6 +1408,7 @@ def planned_episodes(run_dir: Path, episodes: Optional[int]) -> tuple:
     what is recorded without evaluating: those of its members' eval.json of their last step, and those
     the report would evaluate the others over (``episodes``; None: each one's own --eval-episodes;
     none for 0: those members give training returns). A diverged member gives none."""
+    from .evaluate import old_episode_seeds
     from .report import ReportError, _check_eval, _read_json, _stale_eval, run_eval_episodes
 
     fixed, fresh = set(), set()
@@ -1403,7 +1420,7 @@ def planned_episodes(run_dir: Path, episodes: Optional[int]) -> tuple:
                 saved = _check_eval(d / "eval.json", _read_json(d / "eval.json")) if (d / "eval.json").is_file() else None
             except ReportError:  # the full report names the file in its one line
                 saved = None
-            if saved is not None and "mean_return" in saved and not _stale_eval(d, saved):
+            if saved is not None and "mean_return" in saved and not _stale_eval(d, saved) and not old_episode_seeds(saved):
                 c = saved.get("episodes")
                 if isinstance(c, int) and not isinstance(c, bool):
                     fixed.add(c)

@@ -138,3 +138,51 @@ def test_an_evaluation_env_error_names_the_episode_seed_check_env_replays(policy
         ev.evaluate(other, episodes=2, seed=SEED)
     assert str(e.value).endswith(f"(check with: proxima check-env latebreak44:LateBreak --steps 250 "
                                  f"--seed {ev.episode_seeds(SEED, 2)[0]})")
+
+
+SECOND_BREAKS = '''
+import gymnasium as gym
+import numpy as np
+
+BAD_SEED = {bad}
+
+
+class SecondBreaks(gym.Env):
+    """CartPole's spaces; a 3-vector observation at step 250, only in an episode reset with BAD_SEED."""
+    observation_space = gym.spaces.Box(-5.0, 5.0, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.bad = 0, seed == BAD_SEED
+        return np.zeros(4, np.float32), {{}}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(3 if self.bad and self.t == 250 else 4, np.float32), 1.0, False, False, {{}}
+'''
+
+
+def test_an_error_in_the_second_episode_names_that_episodes_seed(policy, tmp_path, monkeypatch):
+    """Env 1's hint is its own reset seed: not env 0's, nor its seed plus its index (the vector env's rule)."""
+    second = ev.episode_seeds(SEED, 2)[1]
+    (tmp_path / "secondbreaks44.py").write_text(SECOND_BREAKS.format(bad=second))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    other = load_policy(policy.path, env_id="secondbreaks44:SecondBreaks")
+    with pytest.raises(ev.EnvError) as e:
+        ev.evaluate(other, episodes=2, seed=SEED)
+    assert " env 1 " in str(e.value)
+    assert str(e.value).endswith(f"(check with: proxima check-env secondbreaks44:SecondBreaks --steps 250 "
+                                 f"--seed {second})")
+
+
+def test_a_native_evaluation_starts_from_the_native_env_reset_with_the_evaluation_seed(policy):
+    from proxima.envs import make_env
+
+    env = make_env("CartPole-v1", 10, backend="native")
+    try:
+        first = env.reset(seed=SEED)
+    finally:
+        env.close()
+    assert torch.equal(start_states(policy, SEED, "native"), first)
+    assert not torch.equal(start_states(policy, SEED + 1, "native"), first)
