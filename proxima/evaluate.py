@@ -538,7 +538,10 @@ def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None
     the env's ``action_offset`` added here) until every env finished its first
     episode or ``max_steps`` steps ran; returns (returns float64 (N,), lengths int64 (N,), finished
     bool (N,)) of those episodes (an unfinished one's sums so far). ``before_step(finished)`` is
-    called before each step (video frames).
+    called before each step (video frames). An env that ``records_episodes`` (a Gymnasium env with its
+    own RecordEpisodeStatistics) finishes at the first end that wrapper reports, with its figures: ends
+    it did not see (lives lost under an EpisodicLife outside it) are stepped past, and an episode
+    unfinished at ``max_steps`` has the env's (clipped) rewards summed over all its steps so far.
 
     A NaN/inf reward of an env in its first episode, or observation it is about to act on (the
     reset's included), raises NonFiniteError naming the field, the env index (``env_name(n)``,
@@ -555,8 +558,10 @@ def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None
     offset = getattr(env, "action_offset", None)
     check = _NonFiniteCheck(env_id, env_kwargs, env_name)
     check.reset(obs)
-    # a Gymnasium env with its own RecordEpisodeStatistics: its figures (the game's score under a ClipReward
-    # outside it), as training logs them; the rewards are summed still, for the check and unfinished episodes
+    # a Gymnasium env with its own RecordEpisodeStatistics: its episodes and figures (the game's score under a
+    # ClipReward outside it), as training logs them. An end it did not report (a life lost under an EpisodicLife
+    # outside it) does not finish the episode: the env's autoreset plays on in the same game. The rewards are
+    # summed still, for the check and for an episode unfinished at max_steps
     recorded = getattr(env, "records_episodes", False)
     for step in range(1, max_steps + 1):
         if stop is not None and stop():
@@ -568,11 +573,12 @@ def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None
         bad_reward = ~finished & ~torch.isfinite(reward)
         returns += torch.where(finished, 0.0, reward.to(torch.float64))
         lengths += (~finished).to(torch.int64)
-        if recorded:
-            ending = ~finished & (terminated | truncated)
+        ending = ~finished & (terminated | truncated)
+        if recorded:  # only the wrapper's ends finish an episode (the adapter logs a length >= 1 at them alone)
+            ending &= info["episode_length"] > 0
             returns = torch.where(ending, info["episode_return"].to(torch.float64), returns)
             lengths = torch.where(ending, info["episode_length"].to(torch.int64), lengths)
-        finished |= terminated | truncated
+        finished |= ending
         bad_obs = ~finished & ~_finite_rows(obs)  # acted on at the next step
         all_done, broken = torch.stack((finished.all(), bad_reward.any() | bad_obs.any())).tolist()  # one host read a step
         if broken:

@@ -1039,10 +1039,10 @@ class EnvCalls(gym.Wrapper):
             if "is_success" in info:
                 flag = self._success_flag(info["is_success"])
                 kept = {**{k: v for k, v in kept.items() if k != "is_success"}, **({} if flag is None else {"is_success": flag})}
-            if self._recorded_key is not None:  # RecordEpisodeStatistics' figures, as two scalars the vector env stacks
-                recorded = recorded_episode(info.get(self._recorded_key))
-                if recorded is not None:
-                    kept = {**kept, _RECORDED_RETURN: recorded[0], _RECORDED_LENGTH: recorded[1]}
+            if self._recorded_key is not None and self._recorded_key in info:  # the wrapper saw this end (not a
+                # lost life outside it): its figures, as two scalars the vector env stacks; NaN where unreadable
+                recorded = recorded_episode(info[self._recorded_key]) or (math.nan, 0)
+                kept = {**kept, _RECORDED_RETURN: recorded[0], _RECORDED_LENGTH: recorded[1]}
             return obs, reward, terminated, truncated, kept
         return obs, reward, terminated, truncated, (info if self.keep_info else {})
 
@@ -1446,14 +1446,24 @@ class GymnasiumEnv(BatchedEnv):
         or, for an env with Gymnasium's RecordEpisodeStatistics among its wrappers, that wrapper's ``r`` and
         ``l`` (CleanRL's info["episode"]): the game's score where reward-changing wrappers (ClipReward) sit
         outside it. They come in the vector env's ``final_info`` (same-step autoreset: the step's own info
-        is the next episode's reset info), with a mask of the envs that gave them."""
+        is the next episode's reset info), with a mask of the envs that gave them.
+
+        With the wrapper, only the ends it reported are episodes here (CleanRL's rule): an end it did not
+        see (a life lost under an EpisodicLife outside it) ends the agent's episode (GAE, bootstrapping)
+        but logs nothing, its row 0, as the native Atari envs count games (Rollout.add_episode_stats).
+        A reported end whose figures are unreadable (recorded_episode: NaN here) logs the rewards
+        summed since the last end instead."""
         ep_ret, ep_len = count_episodes(self._ep_return, self._ep_length, reward, done)
         if self.records_episodes and done.any():
             final = info.get("final_info") or {}
+            mask = np.zeros_like(done)
             if _RECORDED_RETURN in final:
                 mask = np.asarray(final.get("_" + _RECORDED_RETURN, done), dtype=bool) & done
-                ep_ret = np.where(mask, np.asarray(final[_RECORDED_RETURN], dtype=np.float64), ep_ret)
-                ep_len = np.where(mask, np.asarray(final[_RECORDED_LENGTH], dtype=np.int64), ep_len)
+                recorded = np.asarray(final[_RECORDED_RETURN], dtype=np.float64)
+                readable = mask & ~np.isnan(recorded)
+                ep_ret = np.where(readable, recorded, ep_ret)
+                ep_len = np.where(readable, np.asarray(final[_RECORDED_LENGTH], dtype=np.int64), ep_len)
+            ep_ret, ep_len = np.where(mask, ep_ret, 0.0), np.where(mask, ep_len, 0)
         return ep_ret, ep_len
 
     def on_episode_end(self, index: int, fn: Callable[[], None]) -> bool:
