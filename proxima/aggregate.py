@@ -2,12 +2,14 @@
 
 A setting run on T tasks (env ids) has, per task t, the final returns of its n_t runs (members). Each
 task's returns are first put on one scale, ``normalize``: (R - low) / (high - low), 0 at the task's
-``low`` and 1 at its ``high`` (SCORE_RANGES, or the user's). Over the normalized scores, as rliable's
-``metrics`` defines them:
+``low`` (a random policy's return) and 1 at its ``high`` (a reference return: SCORE_RANGES, or the user's).
+A score is never clipped: a run above the reference scores above 1 (as human-normalized Atari scores do in
+rliable), below random under 0. Over the normalized scores, as rliable's ``metrics`` defines them:
 
 - IQM: the interquartile mean of all (run, task) scores pooled (floor(N/4) of the N dropped at each end);
 - mean: the mean over tasks of each task's mean score; median: the median over tasks of those means;
-- optimality gap: the mean over all scores of max(0, gamma - x), gamma = 1: how far runs fall short of 1;
+- optimality gap: the mean over all scores of gamma - min(x, gamma), gamma = 1: how far runs fall short of 1
+  (the one statistic that caps a score: a run above 1 counts as 1, not as making up for another's shortfall);
 - performance profile: the fraction of all scores above tau.
 
 Each with a 95% stratified-bootstrap interval (``stratified_ci``): every resample draws each task's
@@ -35,16 +37,17 @@ OPTIMALITY_GAMMA = 1.0
 #: the taus of the report's performance profile table
 PROFILE_TAUS = (0.25, 0.5, 0.75, 1.0)
 
-#: built-in score ranges {env id: (low, high, why)}: bounds of the return an episode can have under the env's
-#: time limit (Proxima's native envs follow Gymnasium's rewards and limits: envs/classic.py); any other env
-#: needs --score-range ENV=LOW:HIGH
+#: where a built-in range's low and high come from, as the report says it
+BUILT_IN_SOURCE = "built in: low a uniformly random policy's mean return, high Gymnasium's reward_threshold"
+#: built-in score ranges {env id: (low, high)}, rliable's normalization (Agarwal et al. 2021): score 0 is a uniformly
+#: random policy's mean return, measured by benchmarks/random_scores.py (1,000 Gymnasium episodes, episode i seeded
+#: i), and score 1 Gymnasium's registered reward_threshold (gymnasium.spec(env).reward_threshold), the return
+#: at which the env counts as solved. An env without a reward_threshold (Pendulum-v1) has none built in: it,
+#: and any other env, needs --score-range ENV=LOW:HIGH
 SCORE_RANGES = {
-    "CartPole-v1": (0.0, 500.0, "+1 per step, 500-step limit: scores 1 with all 500 steps balanced, 0 with no reward"),
-    "Acrobot-v1": (-500.0, 0.0, "-1 per step, 0 on reaching the goal, 500-step limit: -500 never reaches it"),
-    "MountainCar-v0": (-200.0, 0.0, "-1 per step, 200-step limit: -200 never reaches the flag"),
-    # the worst cost of a step: angle pi, speed 8 (the env's clip), torque 2 (its clip): pi^2 + 0.1*64 + 0.001*4
-    "Pendulum-v1": (-(np.pi ** 2 + 6.4 + 0.004) * 200, 0.0,
-                    "at worst -(pi^2 + 0.1*8^2 + 0.001*2^2) = -16.27 per step over its 200 steps; 0 upright and still"),
+    "CartPole-v1": (22.65, 475.0),
+    "Acrobot-v1": (-498.59, -100.0),
+    "MountainCar-v0": (-200.0, -110.0),
 }
 
 

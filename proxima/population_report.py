@@ -1618,13 +1618,16 @@ def parse_score_ranges(specs) -> dict:
     for spec in specs or []:
         env, eq, span = str(spec).rpartition("=")  # a module:Class env id holds ':' but no '='
         low, colon, high = span.partition(":")
+        if eq and not env:
+            raise ReportError(f"--score-range {spec}: no env id before '='; give ENV=LOW:HIGH (e.g. --score-range "
+                              "Pendulum-v1=-1200:-200)")
         try:
             if not env or not eq or not colon:
                 raise ValueError
             lo, hi = float(low), float(high)
         except ValueError:
             raise ReportError(f"--score-range {spec}: give ENV=LOW:HIGH, the returns that score 0 and 1 on env ENV "
-                              "(e.g. --score-range LunarLander-v3=-200:200)") from None
+                              "(e.g. --score-range Pendulum-v1=-1200:-200)") from None
         if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
             raise ReportError(f"--score-range {spec}: LOW and HIGH must be finite returns with LOW below HIGH")
         if ranges.get(env, (lo, hi)) != (lo, hi):
@@ -1638,7 +1641,7 @@ def task_ranges(names: list, env_ids: list, given: dict) -> list:
     """[(low, high, source)] per task: --score-range's (``given``), else aggregate.SCORE_RANGES's. ReportError
     for a --score-range of an env no population is of (a typo would otherwise be dropped unsaid), or a
     task with no range (names the flag to give)."""
-    from .aggregate import SCORE_RANGES
+    from .aggregate import BUILT_IN_SOURCE, SCORE_RANGES
     from .report import ReportError, _md
 
     for env in given:
@@ -1650,11 +1653,11 @@ def task_ranges(names: list, env_ids: list, given: dict) -> list:
         if env in given:
             out.append((*given[env], "--score-range"))
         elif env in SCORE_RANGES:
-            low, high, why = SCORE_RANGES[env]
-            out.append((low, high, f"built in: {why}"))
+            out.append((*SCORE_RANGES[env], BUILT_IN_SOURCE))
         else:
             raise ReportError(f"--normalize: no score range for env {_md(env)} ({name}): give --score-range {env}=LOW:HIGH, "
-                              f"the returns that score 0 and 1 (built in only for {', '.join(SCORE_RANGES)})")
+                              f"LOW a random policy's mean return (score 0) and HIGH a reference return (score 1); built in "
+                              f"only for {', '.join(SCORE_RANGES)}, the envs with a Gymnasium reward_threshold")
     return out
 
 
@@ -1718,7 +1721,7 @@ def render_tasks(run_dirs: list, names: list, docs: list, ranges: list, tables: 
                  episodes: Optional[int]) -> str:
     """The Markdown of build_tasks_report: a line per population, the score ranges, the aggregate table,
     the performance profile, a per-task table and the notes."""
-    from .aggregate import PROFILE_TAUS
+    from .aggregate import BUILT_IN_SOURCE, PROFILE_TAUS
     from .report import _md
 
     names = [_md(name) for name in names]
@@ -1750,6 +1753,10 @@ def render_tasks(run_dirs: list, names: list, docs: list, ranges: list, tables: 
         if len(set(a["runs"])) > 1:
             notes.append(f"- {label}: the tasks have different numbers of runs ({_runs_cell(a)}): the pooled IQM, "
                          "optimality gap and profile weigh a task by its runs; the mean and median weigh each alike.")
+    short = {BUILT_IN_SOURCE: "built in: a random policy's mean / Gymnasium's reward_threshold"}
+    lines += ["", "Scored on: " + "; ".join(f"{env} {low:g} to {high:g} ({short.get(src, src)})"
+                                            for env, (low, high, src) in zip(env_ids, ranges))
+              + ". Scores are not clipped (above 1: above the reference); only the gap counts a score above 1 as 1."]
     lines += ["", "### Performance profile", "",
               "The fraction of all (run, task) scores above tau (rliable's run-score distribution), its 95% CI as above:", "",
               "| setting | " + " | ".join(f"> {tau:g}" for tau in PROFILE_TAUS) + " |",

@@ -1810,8 +1810,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "member's final return scored (R - LOW) / (HIGH - LOW) on its env's range: IQM, mean, median and "
                    "optimality gap with stratified-bootstrap 95%% CIs, and a performance profile (docs/populations.md)")
     p.add_argument("--score-range", action="append", default=None, metavar="ENV=LOW:HIGH", help="with --normalize: the "
-                   "returns that score 0 and 1 on env ENV (repeatable); built in for CartPole-v1 (0:500), Acrobot-v1 "
-                   "(-500:0), MountainCar-v0 (-200:0) and Pendulum-v1 (-3254.7:0), which this replaces")
+                   "returns that score 0 (a random policy's mean) and 1 (a reference) on env ENV (repeatable; an env given twice "
+                   "is refused); built in, as a random policy's mean to Gymnasium's reward_threshold, for CartPole-v1 "
+                   "(22.65:475), Acrobot-v1 (-498.59:-100) and MountainCar-v0 (-200:-110), which this replaces")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
