@@ -431,11 +431,8 @@ def cmd_train(args) -> int:
             _validate_new(cfg)
         run_dir, policy = train(cfg, resume=args.resume, argv=recorded_argv(), quiet=args.quiet, overwrite=args.overwrite,
                                 env_id=args.env_id, trust_run=args.trust_run, overrides=overrides, sources=sources)
-        if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the job
-            print(f"run directory: {run_dir}")
-            if not args.quiet:
-                for line in next_commands(run_dir, policy):
-                    print(line)
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, one closing for the job
+            say_run_trained(run_dir, policy, args.quiet)
         return 0
     except TrainingInterrupted as e:
         from .signals import say_stopped
@@ -448,16 +445,32 @@ def cmd_train(args) -> int:
         return fail(prog, str(_name_resume_source(e, sources, _resume_target(args, cfg))))
 
 
-def next_commands(run_dir, policy) -> list:
-    """train's lines under 'run directory:': the commands that evaluate the run and train it on, in the
-    user's words for ``run_dir``, shell-quoted. A ``module:Class`` env is named with --env: eval and
-    resume refuse to import a module named only by the run's files. No resume line for a run that
+def say_trained(run_dir, env_id, step, total, quiet: bool, population: bool = False) -> None:
+    """How train and resume end, for one run or a population: the commands that go on from it (not under
+    --quiet), then 'run directory: D', stdout's last line whatever came before (a script's ``| tail -1``)."""
+    if not quiet:
+        for line in next_commands(run_dir, env_id, step, total, population):
+            print(line)
+    print(f"run directory: {run_dir}")
+
+
+def say_run_trained(run_dir, policy, quiet: bool) -> None:
+    """say_trained for one run, from the policy train() returned: its env, step and total."""
+    total = (getattr(policy, "config", None) or {}).get("total_timesteps")
+    say_trained(run_dir, getattr(policy, "env_id", None), getattr(policy, "global_step", None), total, quiet)
+
+
+def next_commands(run_dir, env_id, step, total, population: bool = False) -> list:
+    """The lines above 'run directory:': the commands that evaluate the run (a population: every member)
+    and train it on, in the user's words for ``run_dir``, shell-quoted; a population's report too. A
+    ``module:Class`` env is named with --env: eval and resume refuse to import a module named only by the
+    run's files (report has no --env: it reads the members' eval.json). No train-on line for a run that
     ended before its total (--stop-return: the line that said so is above)."""
-    env_id = getattr(policy, "env_id", None)
     env = f"--env {shlex.quote(env_id)} " if isinstance(env_id, str) and ":" in env_id else ""
     run = shlex.quote(str(run_dir))
     lines = [f"evaluate: proxima eval {env}{run}"]
-    step, total = getattr(policy, "global_step", None), (getattr(policy, "config", None) or {}).get("total_timesteps")
+    if population:
+        lines.append(f"report: proxima report {run}")
     if isinstance(step, int) and isinstance(total, int) and step >= total > 0:
         lines.append(f"train on: proxima resume {env}{run} --total-timesteps {2 * step}")
     return lines
@@ -821,7 +834,9 @@ def cmd_resume(args) -> int:
             run_dir, checkpoint = (path.parent.parent, path) if path.is_file() else (path, None)
             run_dir = resume_population(run_dir, overrides=typed_flags(args), quiet=args.quiet, env_id=args.env,
                                         trust_run=args.trust_run, checkpoint=checkpoint, argv=recorded_argv())
-            print(f"run directory: {run_dir}")
+            from .population_run import say_population_trained
+
+            say_population_trained(run_dir, args.quiet)
             return 0
         if args.steps is not None:
             from . import checkpoint as ckpt
@@ -840,12 +855,12 @@ def cmd_resume(args) -> int:
                 "(torchrun; a multi-node run resumes under its own torchrun command, docs/distributed.md)"))
         # the config comes from the checkpoint; typed flags may change only config.RESUME_SAFE fields
         # under the torchrun that launch_torchrun started above, the command the user typed, not the rank's own
-        run_dir, _ = train(None, resume=path, argv=recorded_argv(), quiet=args.quiet, env_id=args.env, trust_run=args.trust_run,
-                           overrides=typed_flags(args))
-        if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for the job
+        run_dir, policy = train(None, resume=path, argv=recorded_argv(), quiet=args.quiet, env_id=args.env,
+                                trust_run=args.trust_run, overrides=typed_flags(args))
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, one closing for the job
             from .evaluate import run_dir_named
 
-            print(f"run directory: {_as_typed(run_dir, run_dir_named(path))}")
+            say_run_trained(_as_typed(run_dir, run_dir_named(path)), policy, args.quiet)
         return 0
     except TrainingInterrupted as e:
         from .signals import say_stopped

@@ -1254,7 +1254,7 @@ def _train_population(args, cfg: PPOConfig, out) -> int:
             run_dir = resume_population(run_dir, overrides=_population_resume_overrides(args, cfg, sweep), quiet=args.quiet,
                                         env_id=args.env_id, trust_run=args.trust_run, seeds=seeds, sweep=sweep,
                                         checkpoint=checkpoint, typed_members=given, argv=typed_command())
-            print(f"run directory: {run_dir}")
+            say_population_trained(run_dir, args.quiet)
             return 0
     # sized before the members are built: each is a config to validate, then a member to build (~3 ms
     # and 0.25 MB here), so --seeds 0-100000 sat silent for minutes before any refusal
@@ -1303,8 +1303,21 @@ def _train_population(args, cfg: PPOConfig, out) -> int:
     restart = "--resume auto found no checkpoint to continue" if args.resume == "auto" else None
     run_dir = train_population(members, seeds, sweep, argv=typed_command(), quiet=args.quiet, overwrite=args.overwrite, restart_note=restart,
                                typed_total="total_timesteps" in typed, probe=probe, typed=typed)
-    print(f"run directory: {run_dir}")
+    say_population_trained(run_dir, args.quiet)
     return 0
+
+
+def say_population_trained(run_dir: Path, quiet: bool) -> None:
+    """cli.say_trained for a population that trained to its end: its env and per-member total from
+    population.json (a population has no --stop-return: every member reached the total)."""
+    from .cli import say_trained
+
+    try:
+        doc = read_population_doc(run_dir)
+    except ckpt.CheckpointError:  # edited under the run: the closing line still names the directory
+        doc = {}
+    total = doc.get("total_timesteps_per_member")
+    say_trained(run_dir, doc.get("env_id"), total, total, quiet, population=True)
 
 
 def _size_population(first: PPOConfig, count: int, dry_run: bool, swept: Sequence[str] = ()):

@@ -802,10 +802,11 @@ def _code(text) -> str:
     more backtick than its longest run of them so that none of its own closes the span. Padded with
     a space each side only where CommonMark needs it (``CartPole-v1__1`` reads as it is): text that
     starts or ends with a backtick (which would join the fence), or with a space at both ends (of
-    which CommonMark strips one), or no text at all."""
+    which CommonMark strips one, unless the text is all spaces: kept as it is), or no text at all."""
     text = printable(str(text))
     fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
-    pad = " " if not text or text[0] == "`" or text[-1] == "`" or (text[0] == " " and text[-1] == " ") else ""
+    stripped = bool(text.strip(" ")) and text[0] == " " and text[-1] == " "  # all spaces: CommonMark strips none
+    pad = " " if not text or text[0] == "`" or text[-1] == "`" or stripped else ""
     return f"{fence}{pad}{text}{pad}{fence}"
 
 

@@ -80,14 +80,14 @@ def tiny_module(tmp_path, monkeypatch):
 def test_train_of_a_module_env_ends_with_eval_and_resume_commands_that_work(tiny_module, capsys):
     code, out, err = run_main(["train", "tinyenv44:Tiny", *EVAL_RUN, "--run-dir", "my run"], capsys)
     assert code == 0, err
-    assert out.splitlines()[-3:] == ["run directory: my run",
-                                     "evaluate: proxima eval --env tinyenv44:Tiny 'my run'",
-                                     "train on: proxima resume --env tinyenv44:Tiny 'my run' --total-timesteps 256"]
+    assert out.splitlines()[-3:] == ["evaluate: proxima eval --env tinyenv44:Tiny 'my run'",
+                                     "train on: proxima resume --env tinyenv44:Tiny 'my run' --total-timesteps 256",
+                                     "run directory: my run"]
     # the commands as printed, shell words and all: eval's score is train's own evaluation
-    code, eval_out, err = run_main(shlex.split(out.splitlines()[-2].removeprefix("evaluate: proxima ")), capsys)
+    code, eval_out, err = run_main(shlex.split(out.splitlines()[-3].removeprefix("evaluate: proxima ")), capsys)
     assert code == 0, err
     assert _lines(out, "eval ") == [f"eval {eval_out.strip()}"]
-    code, resume_out, err = run_main(shlex.split(out.splitlines()[-1].removeprefix("train on: proxima ")), capsys)
+    code, resume_out, err = run_main(shlex.split(out.splitlines()[-2].removeprefix("train on: proxima ")), capsys)
     assert code == 0, err
     assert re.search(r"^eval tinyenv44:Tiny: [\d.]+ \+- [\d.]+ at step 256 over 2 episodes", resume_out, re.M), resume_out
 
@@ -99,8 +99,9 @@ def test_train_of_a_registered_env_names_its_run_directory_at_the_start_and_no_e
     # the first line the run prints (SB3's "Logging to ..."), before the spaces line: on stderr, as the notes
     assert err.splitlines()[0] == f"proxima: run directory: {run}"
     assert err.splitlines()[1].startswith("proxima: spaces: ")
-    assert out.splitlines()[-2:] == [f"evaluate: proxima eval {shlex.quote(str(run))}",
-                                     f"train on: proxima resume {shlex.quote(str(run))} --total-timesteps 256"]
+    assert out.splitlines()[-3:] == [f"evaluate: proxima eval {shlex.quote(str(run))}",
+                                     f"train on: proxima resume {shlex.quote(str(run))} --total-timesteps 256",
+                                     f"run directory: {run}"]
     # train's eval line is proxima eval's, "at step N" included
     (line,) = _lines(out, "eval ")
     assert re.fullmatch(r"eval CartPole-v1: [\d.]+ \+- [\d.]+ at step 128 over 2 episodes \(deterministic\)", line), line
