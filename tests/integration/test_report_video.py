@@ -144,7 +144,8 @@ def test_return_metric_keeps_best_and_the_episode_footnote(fresh_run, capsys):
     text = (fresh_run / "report.md").read_text()
     # a run that logs charts/episodic_return_100 (issue 39) is summarized by its rolling return, a return too: "best"
     assert code == 0 and "| best charts/episodic_return_100 |" in text and "max charts/episodic_return" not in text
-    assert "the mean over the episodes that finished in that iteration" in text  # the curve's per-iteration return
+    # the curve is the rolling return too (the default since session 44): no per-iteration footnote of its own
+    assert "the mean over the episodes that finished in that iteration" not in text
     assert "fewest most recent iterations that hold at least 100" in text
 
 
