@@ -147,10 +147,12 @@ def test_a_setting_curve_ends_at_its_members_last_logged_step_not_their_last_epi
         entries.append({"dir": name, "seed": i % 2 + 1, "settings": settings})
     (run / "population.json").write_text(json.dumps({"kind": "ppo-population", "env_id": "CartPole-v1", "members": 4,
                                                      "seeds": [1, 2], "member_dirs": entries}))
-    _, _, curves = population_curves(run, stat="mean", band="minmax")
+    # the per-iteration return (the default curve is the rolling one since session 44): its carry-forward
+    per_iteration = "charts/episodic_return"
+    _, _, curves = population_curves(run, metric=per_iteration, stat="mean", band="minmax")
     assert [c.x[-1] for c in curves] == [512.0, 512.0]  # lr=0.03 ended at 384, where its last episode did
     assert curves[1].y[-1] == pytest.approx((25 + 37) / 2)  # both members' last returns, carried on
-    _, _, by_time = population_curves(run, x="time", stat="mean", band="minmax")
+    _, _, by_time = population_curves(run, metric=per_iteration, x="time", stat="mean", band="minmax")
     assert [c.x[-1] for c in by_time] == pytest.approx([0.4, 0.4])
 
 

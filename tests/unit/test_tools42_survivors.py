@@ -150,7 +150,8 @@ def test_a_python_run_stopped_at_its_target_names_the_field(tmp_path, capsys):
                     progress=False, threads=1, total_timesteps=640, stop_return=1.0, stop_episodes=1)
     train(cfg, run_dir=tmp_path / "run", evaluate_at_end=False)
     assert re.fullmatch(r"proxima: stopped at global step \d+ \(iteration \d+\): the last 1\+ training episodes "
-                        r"averaged [\d.]+ >= stop_return=1", _stop_line(capsys.readouterr().err))
+                        r"averaged [\d.]+ >= stop_return=1 \(`proxima report`'s charts/episodic_return_100 averages the last 100, "
+                        r"older episodes too, so it can read lower\)", _stop_line(capsys.readouterr().err))
 
 
 def test_a_cli_run_stopped_at_its_target_names_the_flag(tmp_path, capsys):
@@ -159,7 +160,8 @@ def test_a_cli_run_stopped_at_its_target_names_the_flag(tmp_path, capsys):
                              "--stop-return", "1", "--stop-episodes", "1", "--run-dir", str(tmp_path / "run")], capsys)
     assert code == 0, err
     assert re.fullmatch(r"proxima: stopped at global step \d+ \(iteration \d+\): the last 1\+ training episodes "
-                        r"averaged [\d.]+ >= --stop-return 1", _stop_line(err))
+                        r"averaged [\d.]+ >= --stop-return 1 \(`proxima report`'s charts/episodic_return_100 averages the last "
+                        r"100, older episodes too, so it can read lower\)", _stop_line(err))
 
 
 # ------------------------------------------------------------------ 5. the vector note on resume
