@@ -1705,8 +1705,8 @@ def entry() -> None:
     signals.OutsideLoop, takes over) ends it with one line, "stopped by SIGTERM; before training
     started; nothing was kept", and 128 + signum (signals.BeforeTraining); nothing is on disk yet."""
     early = BeforeTraining("the run is as its last checkpoint left it" if resumes(sys.argv[1:]) else "nothing was kept")
-    early.__enter__()
     try:
+        early.__enter__()  # a stop as it installs its handlers is raised here, once they are all in place
         args = _read(None)
         if isinstance(args, int):  # nothing more to run: a usage error, help, doctor
             raise SystemExit(args)

@@ -458,8 +458,15 @@ class BeforeTraining:
 
     def __enter__(self):
         if threading_main() and not under_torchrun():
-            for sig in stop_signals():
-                self._old[sig] = signal.signal(sig, self._handle)
+            # a signal between two installs (its handler in place, the next one's not yet) is raised once
+            # all are: raised inside signal.signal, it left the others default and escaped as a traceback
+            self.holding = True
+            try:
+                for sig in stop_signals():
+                    self._old[sig] = signal.signal(sig, self._handle)
+            finally:
+                self.holding = False
+            self.check()
         return self
 
     def _handle(self, signum, frame):
