@@ -18,9 +18,13 @@ STOPS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
 
 
 def _catches_sigterm(pid: int) -> bool:
+    """Whether the process catches every stop signal (BeforeTraining installs them one by one: a signal
+    sent once SIGTERM alone was caught could meet SIGUSR1's default and kill the process)."""
     with open(f"/proc/{pid}/status") as f:
-        caught = next(line for line in f if line.startswith("SigCgt:"))
-    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+        caught = int(next(line for line in f if line.startswith("SigCgt:")).split()[1], 16)
+    # SIGHUP only where this process does not ignore it (the child inherits SIG_IGN and keeps it: nohup)
+    names = [n for n in STOPS if n != "SIGHUP" or signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN]
+    return all(caught & (1 << (getattr(signal, name) - 1)) for name in names)
 
 
 def _stop_while_starting(args: list, signum: int, cwd) -> tuple:
