@@ -1468,8 +1468,7 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
     populations, one panel each; a metric without values (charts/action_std of discrete actions) is no curve, the
     report still written and saying why."""
     from .plot import UnknownMetric, run_names
-    from .report import (ReportError, Staging, _curve_path, check_device, check_json_out, check_out, draw_curve, image_link,
-                         make_folders, write_report)
+    from .report import ReportError, check_device, check_json_out, check_out
 
     run_dirs = [Path(d) for d in run_dirs]
     if out is None:
@@ -1518,18 +1517,33 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
             raise ReportError(f"these populations do not measure the same: {problem}{how}")
     comparison = populations_comparison(names, tables)
     text = render_populations(run_dirs, names, docs, tables, threshold, episodes, comparison)
+    return _write_with_curves(out, json_out, run_dirs, text, tables, metric, x, smooth, "population",
+                              lambda: populations_json(run_dirs, names, tables, threshold, comparison))
+
+
+def _write_with_curves(out: Path, json_out, run_dirs: list, text: str, tables: list, metric, x, smooth, panel: str,
+                       json_doc) -> Path:
+    """report.md of several populations (``text``, then their curves: one panel per ``panel``, a
+    population or a task, each task on its own scale) and ``json_doc()`` at ``json_out`` when given,
+    renamed into place together with the curve's image, or none of them."""
+    from .report import Staging, _curve_path, draw_curve, image_link, make_folders, write_report
+
     curve = _curve_path(out)
     make_folders(out, json_out)
-    with Staging() as staging:  # the curve, the JSON and report.md renamed into place together, or none
-        why = draw_curve(staging, run_dirs, curve, metric=metric, x=x, smooth=smooth)  # one panel per population
+    with Staging() as staging:
+        why = draw_curve(staging, run_dirs, curve, metric=metric, x=x, smooth=smooth)
         if why is None:
             link = image_link(Path(os.path.relpath(curve.resolve(), out.parent.resolve())).as_posix())
-            text += (f"\n![learning curves: IQM over members of {resolved_metric(run_dirs[0], metric)} with a 95% bootstrap CI, "
-                     f"per setting, one panel per population]({link})\n\n{curve_caption([r for t in tables for r in t], resolved_metric(run_dirs[0], metric))}\n")
+            name = resolved_metric(run_dirs[0], metric)
+            caption = curve_caption([r for t in tables for r in t], name)
+            scale = ", each on its own scale" if panel == "task" else ""
+            if panel == "task":  # the aggregate's scores, not a table of returns, are above the curves
+                caption = caption.replace("the table above is", "the scores above are of")
+            text += (f"\n![learning curves: IQM over members of {name} with a 95% bootstrap CI, per setting, one panel "
+                     f"per {panel}{scale}]({link})\n\n{caption}\n")
         else:
             text += f"\nNo learning curve: {why}\n"
-        write_report(out, text, json_out, populations_json(run_dirs, names, tables, threshold, comparison)
-                     if json_out is not None else None, staging=staging)
+        write_report(out, text, json_out, json_doc() if json_out is not None else None, staging=staging)
     return out
 
 
@@ -1820,8 +1834,7 @@ def build_tasks_report(run_dirs, out=None, score_ranges=None, threshold: Optiona
     and a performance profile. ReportError (one line, nothing written, no member evaluated) for an env
     without a range, two populations of one env, settings that differ, or different kinds of final return."""
     from .plot import UnknownMetric, run_names
-    from .report import (ReportError, Staging, _curve_path, check_device, check_json_out, check_out, draw_curve, image_link,
-                         make_folders, write_report)
+    from .report import ReportError, check_device, check_json_out, check_out
 
     run_dirs = [Path(d) for d in run_dirs]
     if out is None:
@@ -1858,18 +1871,5 @@ def build_tasks_report(run_dirs, out=None, score_ranges=None, threshold: Optiona
                           "files (`proxima eval RUN`) or --episodes N")
     aggregates = tasks_aggregate(labels, ranges, tables)
     text = render_tasks(run_dirs, names, docs, ranges, tables, aggregates, episodes)
-    curve = _curve_path(out)
-    make_folders(out, json_out)
-    with Staging() as staging:  # the curve, the JSON and report.md renamed into place together, or none
-        why = draw_curve(staging, run_dirs, curve, metric=metric, x=x, smooth=smooth)  # one panel per population
-        if why is None:
-            link = image_link(Path(os.path.relpath(curve.resolve(), out.parent.resolve())).as_posix())
-            name = resolved_metric(run_dirs[0], metric)
-            text += (f"\n![learning curves: IQM over members of {name} with a 95% bootstrap CI, per setting, one panel "
-                     f"per task, each on its own scale]({link})\n\n"
-                     + curve_caption([r for t in tables for r in t], name).replace("the table above is", "the scores above are of") + "\n")
-        else:
-            text += f"\nNo learning curve: {why}\n"
-        write_report(out, text, json_out, tasks_json(run_dirs, names, docs, ranges, tables, aggregates)
-                     if json_out is not None else None, staging=staging)
-    return out
+    return _write_with_curves(out, json_out, run_dirs, text, tables, metric, x, smooth, "task",
+                              lambda: tasks_json(run_dirs, names, docs, ranges, tables, aggregates))
