@@ -5,7 +5,10 @@ import os
 
 import pytest
 
-from tests.integration.test_rlhf_nproc44 import PROMPTS, assets, launches, rlhf, write_config  # noqa: F401 (fixtures)
+from tests.integration import test_rlhf_nproc44 as base
+from tests.integration.test_rlhf_nproc44 import PROMPTS, rlhf, write_config
+
+assets, launches = base.assets, base.launches  # its fixtures: the saved model and prompts, the recorded launches
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
