@@ -1701,7 +1701,7 @@ def entry() -> None:
     proxima.distributed.exit_process). Doctor, and any command when torch or gymnasium does not
     import, end the ordinary way: exit_process's module imports torch, and neither is a rank's work.
 
-    A stop signal while `train` or `resume` starts (seconds of imports before the run's own handling,
+    A stop signal while `train`, `resume` or `rlhf` starts (seconds of imports before the run's own handling,
     signals.OutsideLoop, takes over) ends it with one line, "stopped by SIGTERM; before training
     started; nothing was kept", and 128 + signum (signals.BeforeTraining); nothing is on disk yet."""
     early = BeforeTraining("the run is as its last checkpoint left it" if resumes(sys.argv[1:]) else "nothing was kept")
@@ -1710,7 +1710,7 @@ def entry() -> None:
         args = _read(None)
         if isinstance(args, int):  # nothing more to run: a usage error, help, doctor
             raise SystemExit(args)
-        if args.command not in ("train", "resume"):  # they train nothing: a signal as before
+        if args.command not in ("train", "resume", "rlhf"):  # they train nothing: a signal as before
             early.__exit__()
         # importing torch takes seconds: a Ctrl-C then is a stop (130), not a traceback
         early.holding = True  # a stop is raised after torch's import, not in it (signals.BeforeTraining)
