@@ -314,6 +314,9 @@ OLD_SEEDS = "eval.json seeded by an older Proxima (episode k from seed + k)"
 
 #: the source of a member's final return evaluated by the report itself (no eval.json)
 EVALUATED_NOW = "evaluated now from the latest checkpoint (no eval.json)"
+#: the same, for a member whose eval.json is there but not its result (of another step, or OLD_SEEDS'): the
+#: report names why per member; "no eval.json" would send the user looking for a file they can see
+REEVALUATED = "evaluated now from the latest checkpoint (eval.json set aside)"
 
 
 def member_final_return(member_dir: Path, episodes: Optional[int] = 0, device: str = "cpu", quiet: bool = True,
@@ -365,7 +368,7 @@ def member_final_return(member_dir: Path, episodes: Optional[int] = 0, device: s
                 print(f"evaluated {member_dir}: {_eval_line(result)}", file=sys.stderr)
             if measured is not None:
                 measured[member_dir.name] = (count(result.get("global_step")), count(result.get("episodes")))
-            return float(result["mean_return"]), EVALUATED_NOW
+            return float(result["mean_return"]), REEVALUATED if ev.is_file() else EVALUATED_NOW
         if unevaluated is not None:
             unevaluated.append((member_dir, result["error"]))
     from .plot import PlotError, read_metrics
@@ -444,7 +447,7 @@ def member_statistics(names: list, values: list, threshold: Optional[float] = No
 
 
 #: the sources of a deterministic evaluation return (member_final_return); the rest is the last training return
-EVAL_SOURCES = ("eval", EVALUATED_NOW)
+EVAL_SOURCES = ("eval", EVALUATED_NOW, REEVALUATED)
 
 
 def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: Optional[int] = 0, device: str = "cpu",

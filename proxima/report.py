@@ -489,7 +489,9 @@ def final_eval(run_dir: Path, config: dict, meta: dict, episodes: Optional[int],
             return {"error": f"eval.json is of step {saved['global_step']:,}, not of the run's last step "
                              f"({_last_step(run_dir):,}), and --episodes 0"}
         return {"error": "no eval.json and --episodes 0"}
-    return evaluate_latest(run_dir, episodes, device)
+    # a stale eval.json is there: "no eval.json" would send the user looking for a file they can see
+    why = f"eval.json of step {saved['global_step']:,} set aside" if stale else "no eval.json"
+    return evaluate_latest(run_dir, episodes, device, why)
 
 
 def _stale_eval(run_dir: Path, saved: dict) -> bool:
@@ -618,9 +620,10 @@ def _missing_notes(runs: list) -> list[str]:
     return lines
 
 
-def evaluate_latest(run_dir: Path, episodes: int, device: str = "cpu") -> dict:
+def evaluate_latest(run_dir: Path, episodes: int, device: str = "cpu", why: str = "no eval.json") -> dict:
     """A fresh evaluation of the run's latest checkpoint, as the end of training would have made it
-    (``episodes`` deterministic episodes, env seed: the run's seed + 1,000,000), with ``source``; or
+    (``episodes`` deterministic episodes, env seed: the run's seed + 1,000,000), with ``source``
+    ("evaluated now from step_N.pt (``why``)": why eval.json's result is not used); or
     ``{"error": "could not evaluate: ..."}``. Shared by a single run's report and a population's
     members."""
     from .checkpoint import CheckpointError, load_policy
@@ -643,7 +646,7 @@ def evaluate_latest(run_dir: Path, episodes: int, device: str = "cpu") -> dict:
     step = name[len("step_"):-len(".pt")] if name.startswith("step_") and name.endswith(".pt") else ""
     # the step of what was evaluated: a run in progress has a newer checkpoint than its metrics.csv's last row
     at = {"global_step": int(step)} if step.isdigit() else {}
-    return {**result, **at, "source": f"evaluated now from {name} (no eval.json)"}
+    return {**result, **at, "source": f"evaluated now from {name} ({why})"}
 
 
 def _planned_steps(config: dict, meta: dict) -> Optional[int]:

@@ -87,7 +87,8 @@ def test_a_population_report_does_not_use_a_members_older_eval_json(gym_run, cap
     value, source = pr.member_final_return(gym_run, 0, stale=stale)
     assert source == "last training return" and stale == {gym_run.name: pr.OLD_SEEDS}
     value, source = pr.member_final_return(gym_run, 3)  # evaluated again, under today's rule
-    assert (source, value) == (pr.EVALUATED_NOW, ev.evaluate(load_policy(gym_run), episodes=3)["mean_return"])
+    # its eval.json is there, set aside: the source does not say "no eval.json"
+    assert (source, value) == (pr.REEVALUATED, ev.evaluate(load_policy(gym_run), episodes=3)["mean_return"])
     # a population of this one member: its eval.json is no recorded count of the report's evaluations
     (gym_run.parent / "population.json").write_text(json.dumps({"member_dirs": [{"dir": gym_run.name, "seed": 1}]}))
     assert pr.planned_episodes(gym_run.parent, 0) == (set(), set())
@@ -97,3 +98,18 @@ def test_a_population_report_does_not_use_a_members_older_eval_json(gym_run, cap
     assert notes[0] == (f"- seeds: eval for 1 of 2; 1 member whose eval.json an older Proxima seeded (episode k from "
                         f"seed + k: {gym_run.name}), left out rather than mixed with training returns: run `proxima "
                         f"report {gym_run} --episodes N` to evaluate them.")
+
+
+def test_a_reports_fresh_evaluation_names_the_eval_json_it_set_aside(native_run):
+    """A run whose eval.json is of an earlier step is evaluated again; the source names that file rather than
+    saying "no eval.json" of a directory that holds one (and says "no eval.json" only where there is none)."""
+    from proxima import report
+
+    path = native_run / "eval.json"
+    data = json.loads(path.read_text())
+    data["global_step"] = 64  # of an earlier step than the run's last (STEPS): not its result
+    path.write_text(json.dumps(data, indent=2))
+    fresh = report.final_eval(native_run, {}, {}, 2)
+    assert fresh["source"] == f"evaluated now from step_{STEPS:012d}.pt (eval.json of step 64 set aside)"
+    path.unlink()
+    assert report.final_eval(native_run, {}, {}, 2)["source"] == f"evaluated now from step_{STEPS:012d}.pt (no eval.json)"
