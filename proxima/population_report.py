@@ -1524,17 +1524,21 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
                               lambda: populations_json(run_dirs, names, tables, threshold, comparison))
 
 
-def _write_with_curves(out: Path, json_out, run_dirs: list, text: str, tables: list, metric, x, smooth, panel: str,
+def _write_with_curves(out: Path, json_out, run_dirs: list, text, tables: list, metric, x, smooth, panel: str,
                        json_doc) -> Path:
     """report.md of several populations (``text``, then their curves: one panel per ``panel``, a
     population or a task, each task on its own scale) and ``json_doc()`` at ``json_out`` when given,
-    renamed into place together with the curve's image, or none of them."""
+    renamed into place together with the curve's image, or none of them. ``text``: the Markdown, or a
+    function of the Staging that draws the report's other images into it (the tasks report's profile)
+    and returns the Markdown: those images are renamed into place with the rest, or none."""
     from .report import Staging, _curve_path, draw_curve, image_link, make_folders, write_report
 
     curve = _curve_path(out)
     make_folders(out, json_out)
     with Staging() as staging:
         why = draw_curve(staging, run_dirs, curve, metric=metric, x=x, smooth=smooth)
+        if callable(text):
+            text = text(staging)
         if why is None:
             link = image_link(Path(os.path.relpath(curve.resolve(), out.parent.resolve())).as_posix())
             name = resolved_metric(run_dirs[0], metric)
@@ -1709,8 +1713,9 @@ def _check_tasks(names: list, docs: list, tables_settings: list) -> list:
 def tasks_aggregate(labels: list, ranges: list, tables: list) -> list:
     """One dict per setting label: settings, label, runs [n_t per task], members [per task], scores [per
     task: the normalized final returns used], missing [task indices without a return] and, when every task
-    has one, aggregate.aggregate_statistics's fields (else those are absent)."""
-    from .aggregate import aggregate_statistics, normalize
+    has one, aggregate.aggregate_statistics's fields and profile_curve (aggregate.profile_curve over one
+    profile_grid of every aggregated setting's scores: the plot's curves share their taus); else those are absent."""
+    from .aggregate import aggregate_statistics, normalize, profile_curve, profile_grid
 
     out = []
     for label in labels:
@@ -1722,6 +1727,10 @@ def tasks_aggregate(labels: list, ranges: list, tables: list) -> list:
         if not agg["missing"]:
             agg.update(aggregate_statistics(scores))
         out.append(agg)
+    taus = profile_grid([a["scores"] for a in out if not a["missing"]])
+    for a in out:
+        if not a["missing"]:
+            a["profile_curve"] = profile_curve(a["scores"], taus)
     return out
 
 
@@ -1735,9 +1744,10 @@ def _runs_cell(a: dict) -> str:
 
 
 def render_tasks(run_dirs: list, names: list, docs: list, ranges: list, tables: list, aggregates: list,
-                 episodes: Optional[int]) -> str:
+                 episodes: Optional[int], profile_plot: Optional[str] = None) -> str:
     """The Markdown of build_tasks_report: a line per population, the score ranges, the aggregate table,
-    the performance profile, a per-task table and the notes."""
+    the performance profile (its table, then ``profile_plot``: the plot's link and caption, or why none),
+    a per-task table and the notes."""
     from .aggregate import BUILT_IN_SOURCE, PROFILE_TAUS
     from .report import _md
 
@@ -1783,6 +1793,8 @@ def render_tasks(run_dirs: list, names: list, docs: list, ranges: list, tables: 
             continue
         lines.append(f"| {_md(a['label'])} | " + " | ".join(
             f"{p['fraction']:.2f} {ci_cell(p['ci'], a['few'], digits=2)}" for p in a["profile"]) + " |")
+    if profile_plot:
+        lines += ["", profile_plot]
     lines += ["", "### Per task", "", "| task | setting | runs | IQM return | IQM score | mean score |", "|---|---|---|---|---|---|"]
     from .aggregate import normalize
 
@@ -1820,11 +1832,93 @@ def tasks_json(run_dirs: list, names: list, docs: list, ranges: list, tables: li
             row[k], row[f"{k}_ci"] = a.get(k), _ci_json(a.get(f"{k}_ci"))
         row["few"] = a.get("few")
         row["profile"] = [{"tau": p["tau"], "fraction": p["fraction"], "ci": _ci_json(p["ci"])} for p in a.get("profile", [])]
+        row["profile_curve"] = a.get("profile_curve")  # the plot's grid: {tau, fraction, ci_low, ci_high}, to redraw it
         rows.append(row)
     body = {"tasks": tasks, "ci": {"level": CI_LEVEL, "method": STRATIFIED_CI_METHOD}, "gamma": OPTIMALITY_GAMMA,
             "taus": list(PROFILE_TAUS), "rows": rows,
             "per_task": [{"env_id": env, "population": name, **row_json(r)} for env, name, t in zip(envs, names, tables) for r in t]}
     return json_document("tasks", body)
+
+
+def _profile_path(report: Path) -> Path:
+    """The tasks report's performance-profile image, named after it as its curve is (report._curve_path):
+    agg.md: agg_profile.png beside it."""
+    return report.with_name(report.stem + "_profile.png")
+
+
+def profile_figure(aggregates: list, env_ids: list):
+    """The matplotlib Figure (Agg canvas, not saved) of the aggregated settings' profile_curve: a step curve
+    per setting of the fraction of (run, task) scores > tau, its 95% CI shaded where it has one, a dashed
+    line at tau = 1; ``plot.draw_panels``'s look (colours by plot.curve_styles, every text drawn as written)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from .plot import curve_styles, drawable, wrap_title
+
+    drawn = [a for a in aggregates if not a["missing"]]
+    fig = Figure(figsize=(6.4, 4.2), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for a, style in zip(drawn, curve_styles(len(drawn))):
+        c = a["profile_curve"]
+        line, = ax.step(c["tau"], c["fraction"], where="post", lw=1.8, label=drawable(a["label"]), **style)
+        if c["ci_low"] is not None:
+            ax.fill_between(c["tau"], c["ci_low"], c["ci_high"], step="post", color=line.get_color(), alpha=0.25, lw=0)
+    ax.axvline(1.0, color="0.3", linestyle="--", lw=1, label="tau = 1 (reference)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(wrap_title(drawable(f"Performance profile over {len(env_ids)} tasks: {', '.join(env_ids)}")),
+                 parse_math=False)
+    ax.set_xlabel("normalized score tau", parse_math=False)
+    ax.set_ylabel("fraction of runs with score > tau", parse_math=False)
+    ax.grid(True, alpha=0.3)
+    legend = ax.legend(loc="best", fontsize="small")
+    for t in legend.get_texts():
+        t.set_parse_math(False)
+    return fig
+
+
+def draw_profile(staging, out: Path, env_ids: list, aggregates: list) -> str:
+    """Draw profile_figure to a temporary of ``staging`` for _profile_path(out) (renamed into place with
+    report.md, or not at all); the Markdown that goes under the profile table: the image's link and its
+    caption, or why there is no plot (no setting aggregated, a disk full: the report is still written,
+    as report.draw_curve leaves out a curve), the earlier image then left as it was."""
+    from .atomic import atomic_open
+    from .diskspace import describe, path_problem
+    from .plot import DEFAULT_DPI
+    from .report import _md, image_link
+
+    drawn = [a for a in aggregates if not a["missing"]]
+    if not drawn:
+        return "No performance-profile plot: no setting is aggregated (each has a task without a final return)."
+    image = _profile_path(out)
+    problem = path_problem(image)
+    if problem:
+        return f"No performance-profile plot: {image}: {problem}"
+    try:
+        tmp = staging.reserve(image)
+        with atomic_open(tmp, "wb") as f:
+            profile_figure(aggregates, env_ids).savefig(f, format="png", dpi=DEFAULT_DPI)
+    except OSError as e:  # the folder read-only, the disk full
+        staging.drop(image)
+        return f"No performance-profile plot: {describe(image, e)}"
+    except (ValueError, OverflowError, RuntimeError) as e:  # matplotlib could not draw it
+        staging.drop(image)
+        why = ([ln.strip() for ln in str(e).splitlines() if ln.strip()] or [type(e).__name__])[-1]
+        return f"No performance-profile plot: {image}: could not draw it ({why})"
+    taus = drawn[0]["profile_curve"]["tau"]
+    link = image_link(Path(os.path.relpath(image.resolve(), out.parent.resolve())).as_posix())
+    caption = (f"The profile at {taus.size} taus from {taus[0]:g} to {taus[-1]:g} (the table's among them): per setting "
+               "a step curve of the fraction of all (run, task) scores above tau, its 95% CI shaded (the table's "
+               "stratified bootstrap, the same resamples); dashed: tau = 1, the reference. `--json` gives each "
+               "row's `profile_curve` to redraw it.")
+    bare = [_md(a["label"]) for a in drawn if a["profile_curve"]["ci_low"] is None]
+    if bare:
+        caption += f" No band: {', '.join(bare)} (a task with fewer than {MIN_CI_MEMBERS} runs)."
+    skipped = [_md(a["label"]) for a in aggregates if a["missing"]]
+    if skipped:
+        caption += f" Not drawn: {', '.join(skipped)} (not aggregated: a task without a final return)."
+    return (f"![performance profile: the fraction of (run, task) scores above tau per setting, with a 95% stratified-"
+            f"bootstrap CI]({link})\n\n{caption}")
 
 
 def build_tasks_report(run_dirs, out=None, score_ranges=None, threshold: Optional[float] = None,
@@ -1834,10 +1928,10 @@ def build_tasks_report(run_dirs, out=None, score_ranges=None, threshold: Optiona
     env, of the same settings, each setting aggregated over the tasks as rliable does (aggregate.py): every
     member's final return normalized on its task's range (--score-range ``score_ranges``, else
     aggregate.SCORE_RANGES), then IQM, mean, median and optimality gap with stratified-bootstrap 95% CIs,
-    and a performance profile. ReportError (one line, nothing written, no member evaluated) for an env
+    and a performance profile: a table, and its plot (draw_profile) beside report.md. ReportError (one line, nothing written, no member evaluated) for an env
     without a range, two populations of one env, settings that differ, or different kinds of final return."""
     from .plot import UnknownMetric, run_names
-    from .report import ReportError, check_device, check_json_out, check_out
+    from .report import ReportError, _md, check_device, check_json_out, check_out
 
     run_dirs = [Path(d) for d in run_dirs]
     if out is None:
@@ -1873,6 +1967,10 @@ def build_tasks_report(run_dirs, out=None, score_ranges=None, threshold: Optiona
         raise ReportError(f"these populations do not measure the same: {problem}; give every population eval.json "
                           "files (`proxima eval RUN`) or --episodes N")
     aggregates = tasks_aggregate(labels, ranges, tables)
-    text = render_tasks(run_dirs, names, docs, ranges, tables, aggregates, episodes)
+
+    def text(staging) -> str:
+        plot = draw_profile(staging, out, [_md(doc.get("env_id")) for doc in docs], aggregates)
+        return render_tasks(run_dirs, names, docs, ranges, tables, aggregates, episodes, plot)
+
     return _write_with_curves(out, json_out, run_dirs, text, tables, metric, x, smooth, "task",
                               lambda: tasks_json(run_dirs, names, docs, ranges, tables, aggregates))

@@ -1,0 +1,121 @@
+"""The performance-profile plot of ``proxima report A B --normalize`` (rliable's plot_performance_profiles):
+per setting, the fraction of (run, task) scores > tau over a grid of taus, with the stratified-bootstrap 95%
+band of the table's intervals, checked against fractions counted by hand on tiny score arrays."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from proxima import aggregate as ag
+from proxima.population_report import profile_figure, tasks_aggregate
+
+# 2 tasks x 3 runs, as tests/unit/test_aggregate44.py scores them: pooled 0.2 0.2 0.5 0.5 0.8 1.0
+TASKS = [np.array([1.0, 0.5, 0.2]), np.array([0.8, 0.2, 0.5])]
+
+
+def test_the_fraction_above_each_tau_is_counted_as_by_hand():
+    taus = [-1.0, 0.0, 0.2, 0.25, 0.5, 0.8, 0.99, 1.0, 3.0]
+    # > -1, > 0: all 6; > 0.2: the two 0.2s out; > 0.5: 1.0 and 0.8; > 0.8 and > 0.99: 1.0 alone; > 1: none
+    expected = [6, 6, 4, 4, 2, 1, 1, 0, 0]
+    assert ag.profile_fractions(TASKS, taus).tolist() == pytest.approx([k / 6 for k in expected])
+
+
+def test_a_stack_of_resamples_gives_a_curve_per_resample():
+    stack = [np.array([[1.0, 1.0, 1.0], [0.2, 0.2, 0.5]]), np.array([[0.8, 0.8, 0.2], [0.5, 0.5, 0.5]])]
+    curves = ag.profile_fractions(stack, [0.3, 0.9])
+    # resample 0: 1 1 1 .8 .8 .2 -> 5/6 above 0.3, 3/6 above 0.9; resample 1: .2 .2 .5 .5 .5 .5 -> 4/6, 0
+    assert curves.shape == (2, 2)
+    np.testing.assert_allclose(curves, [[5 / 6, 3 / 6], [4 / 6, 0.0]])
+
+
+def test_the_grid_spans_zero_to_1_25_and_holds_the_tables_taus():
+    taus = ag.profile_grid([TASKS])
+    assert taus[0] == 0.0 and taus[-1] == 1.25 and np.all(np.diff(taus) > 0)
+    assert set(ag.PROFILE_TAUS) <= set(taus.tolist())
+    assert ag.PROFILE_GRID_POINTS <= taus.size <= ag.PROFILE_GRID_POINTS + len(ag.PROFILE_TAUS)
+
+
+def test_the_grid_covers_the_highest_and_lowest_scores_of_every_setting():
+    other = [np.array([2.0, 0.5]), np.array([-0.5, 0.1])]  # a run at twice the reference, one below random
+    taus = ag.profile_grid([TASKS, other])
+    assert taus[0] == -0.5 and taus[-1] == 2.0
+    curve = ag.profile_curve(other, taus)
+    # below the lowest score every run is above tau; from the highest on, none
+    assert curve["fraction"][0] == pytest.approx(3 / 4) and curve["fraction"][-1] == 0.0
+    assert ag.profile_fractions(other, [taus[0] - 1e-9])[0] == 1.0
+
+
+def test_the_curve_at_the_tables_taus_is_the_tables_fraction_and_interval_bit_for_bit():
+    tasks = [np.array([1.0, 0.5, 0.2, 0.9, 0.3]), np.array([0.8, 0.2, 0.5, 1.1])]
+    taus = ag.profile_grid([tasks])
+    curve = ag.profile_curve(tasks, taus)
+    table = ag.aggregate_statistics(tasks)["profile"]
+    for p in table:
+        i = int(np.flatnonzero(taus == p["tau"])[0])
+        assert curve["fraction"][i] == p["fraction"]
+        assert (curve["ci_low"][i], curve["ci_high"][i]) == p["ci"]
+
+
+def test_the_curve_and_its_band_never_rise_and_the_band_holds_the_curve():
+    tasks = [np.array([1.0, 0.5, 0.2, 0.9, 0.3]), np.array([0.8, 0.2, 0.5, 1.1])]
+    curve = ag.profile_curve(tasks, ag.profile_grid([tasks]))
+    for k in ("fraction", "ci_low", "ci_high"):
+        assert np.all(np.diff(curve[k]) <= 0), k
+    assert np.all(curve["ci_low"] <= curve["fraction"]) and np.all(curve["fraction"] <= curve["ci_high"])
+    assert curve["ci_low"][0] == curve["ci_high"][0] == 1.0  # above tau 0: every run in every resample
+    assert curve["ci_high"][-1] == 0.0
+
+
+def test_tasks_of_uneven_runs_weigh_each_by_its_runs():
+    # 5 runs and 2: pooled 0 .1 .2 .5 .8 .8 1; above 0.3: .5 .8 .8 1 -> 4 of 7 (not the mean of 2/5 and 2/2)
+    tasks = [np.array([1.0, 0.8, 0.2, 0.1, 0.0]), np.array([0.8, 0.5])]
+    assert ag.profile_fractions(tasks, [0.3])[0] == pytest.approx(4 / 7)
+
+
+def test_a_task_of_one_run_gives_a_curve_without_a_band():
+    curve = ag.profile_curve([np.array([0.4]), np.array([0.6, 0.9])], [0.5])
+    assert curve["fraction"].tolist() == pytest.approx([2 / 3]) and curve["ci_low"] is None and curve["ci_high"] is None
+
+
+def test_ten_tasks_of_ten_runs_take_well_under_two_seconds():
+    rng = np.random.default_rng(1)
+    tasks = [rng.normal(0.7, 0.4, 10) for _ in range(10)]
+    taus = ag.profile_grid([tasks])
+    start = time.process_time()  # CPU time: another process on the machine does not count
+    curve = ag.profile_curve(tasks, taus)
+    assert time.process_time() - start < 2.0
+    assert curve["ci_low"].shape == taus.shape
+
+
+def _aggregated(tmp_rows):
+    """tasks_aggregate of two settings over two tasks, from summarize_settings-like rows of returns."""
+    tables = [[{"settings": {"lr": lr}, "returns": r, "n": len(r), "members": len(r)} for lr, r in t.items()] for t in tmp_rows]
+    return tasks_aggregate(["lr=0.1", "lr=0.2"], [(0.0, 1.0, "--score-range"), (0.0, 1.0, "--score-range")], tables)
+
+
+def test_every_aggregated_setting_gets_a_curve_on_one_shared_grid():
+    aggs = _aggregated([{0.1: [0.2, 0.4], 0.2: [0.9, 3.0]}, {0.1: [0.1, 0.3], 0.2: [0.8, 1.0]}])
+    a, b = (g["profile_curve"] for g in aggs)
+    assert np.array_equal(a["tau"], b["tau"]) and a["tau"][-1] == 3.0  # lr=0.2's 3.0 ends lr=0.1's grid too
+    assert a["fraction"][-1] == b["fraction"][-1] == 0.0
+
+
+def test_a_setting_not_aggregated_has_no_curve():
+    aggs = _aggregated([{0.1: [0.2, 0.4], 0.2: [0.9, 1.0]}, {0.1: [0.1, 0.3], 0.2: []}])
+    assert "profile_curve" in aggs[0] and aggs[1]["missing"] == [1] and "profile_curve" not in aggs[1]
+
+
+def test_the_figure_draws_a_step_curve_and_band_per_setting_and_the_reference_at_1():
+    aggs = _aggregated([{0.1: [0.2, 0.4], 0.2: [0.9, 1.0]}, {0.1: [0.1, 0.3], 0.2: []}])
+    ax = profile_figure(aggs, ["CartPole-v1", "Acrobot-v1"]).axes[0]
+    assert ax.get_xlabel() == "normalized score tau" and ax.get_ylabel() == "fraction of runs with score > tau"
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels == ["lr=0.1", "tau = 1 (reference)"]  # lr=0.2 is not aggregated: not drawn
+    curve, reference = ax.get_lines()
+    assert curve.get_drawstyle() == "steps-post" and curve.get_xdata()[-1] == 1.25
+    assert reference.get_linestyle() == "--" and list(reference.get_xdata()) == [1.0, 1.0]
+    assert len(ax.collections) == 1  # lr=0.1's band
+    assert "2 tasks: CartPole-v1, Acrobot-v1" in ax.get_title().replace("\n", " ")
