@@ -80,7 +80,7 @@ def _torchrun_words(environ) -> Optional[list]:
 
 
 def typed_command(argv: Optional[list] = None, environ=None) -> list:
-    """The command line that started this run, as the user typed it, for meta.json (README, "Run
+    """The command line that started this run, as the user typed it, for meta.json (docs/cli.md, "Run
     directory"): the --nproc launcher's in its ranks (COMMAND_ENV, ``--nproc K`` included); else this
     process's ``argv`` (sys.argv), with ``python -m proxima`` (or ``proxima.rlhf``) for the package's
     __main__.py, and, in a rank of a torchrun started by hand, the torchrun words before it: the

@@ -551,7 +551,7 @@ class Trainer:
             from .logger import CSV_COLUMNS
 
             # every metrics.csv column, NaN where its cell is blank (eval/* off an evaluation's row): a
-            # script reads row["eval/mean_return"] on any row, as the README promises
+            # script reads row["eval/mean_return"] on any row, as docs/python_api.md promises
             row = {**dict.fromkeys(CSV_COLUMNS, math.nan), **row, "iteration": self.iteration,
                    "global_step": self.global_step}
             cfg, recorded = self.cfg, copy.deepcopy(self.cfg)  # once per iteration, and only with a callback

@@ -113,7 +113,7 @@ USER_ENV = textwrap.dedent("""
             obs = self.np_random.uniform(-1, 1, 2).astype(np.float32)
             return obs, float(action), self.t >= 10, False, {}
 
-    if "MyEnv-v0" not in gym.registry:  # the README's module:EnvId example
+    if "MyEnv-v0" not in gym.registry:  # docs/cli.md's module:EnvId example
         gym.register(id="MyEnv-v0", entry_point=MyEnv)
 """)
 

@@ -21,6 +21,8 @@ from tests.integration import test_docs as docs
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+PYTHON_API = ROOT / "docs" / "python_api.md"  # the README's Python API, moved there
+CLI_DOC = ROOT / "docs" / "cli.md"  # the README's command-line details (its train examples), moved there
 NOTEBOOK = ROOT / "notebooks" / "quickstart.ipynb"
 NOT_WHOLE = "is not a multiple of the batch"
 
@@ -42,7 +44,7 @@ def _prose_lines(text: str) -> list[str]:
 
 def test_the_python_api_example_trains_whole_iterations():
     """total_timesteps=100_000 printed 'not a multiple of the batch (512 steps ...): training 99,840 steps'."""
-    block = re.findall(r"^```python\n(.*?)^```", README.read_text(), flags=re.S | re.M)
+    block = re.findall(r"^```python\n(.*?)^```", PYTHON_API.read_text(), flags=re.S | re.M)
     api = next(b for b in block if "make_env" in b)
     total = int(re.search(r"total_timesteps=([\d_]+)", api).group(1))
     batch = PPOConfig().num_envs * PPOConfig().num_steps
@@ -50,14 +52,15 @@ def test_the_python_api_example_trains_whole_iterations():
 
 
 def test_readme_training_examples_print_no_partial_iteration_note(tmp_path, monkeypatch, capsys):
-    """Each README `proxima train` example (its --dry-run, which prints the same note) trains whole
-    iterations; a line that is itself a --dry-run example shows what a dry run prints and is left out."""
+    """Each README `proxima train` example, and each of docs/cli.md (the README's command-line details), trains
+    whole iterations (its --dry-run prints the same note); a line that is itself a --dry-run example shows what a
+    dry run prints and is left out."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "mymodule.py").write_text(docs.USER_ENV)
     checked, noted = [], []
     for where, argv in docs.COMMANDS:
-        if not where.startswith("README.md") or argv[:1] != ["train"] or "--dry-run" in argv:
+        if not where.startswith(("README.md", "docs/cli.md")) or argv[:1] != ["train"] or "--dry-run" in argv:
             continue
         if {"--config", "--init-from", "--nproc", "--seeds"} & set(argv):  # need a run first, or many processes
             continue
@@ -91,10 +94,13 @@ def test_quick_start_leaves_test_internals_to_the_development_section():
 
 def test_readme_prose_lines_are_readable_lengths():
     """The report comment (~600 characters) and three paragraphs' lines of 450-820 characters were split."""
-    long = [(i, len(line)) for i, line in enumerate(_prose_lines(README.read_text()), 1) if len(line) > 200]
+    moved = ("cli.md", "python_api.md", "environments.md", "presets.md")  # the README's long parts, moved verbatim
+    long = [(page.name, i, len(line)) for page in (README, *(ROOT / "docs" / name for name in moved))
+            for i, line in enumerate(_prose_lines(page.read_text()), 1) if len(line) > 200]
     assert long == []
-    commands = [line for line in README.read_text().splitlines() if line.startswith("proxima report runs/acro ")]
-    assert commands and all(len(line) <= 120 for line in commands)
+    for page in (README, CLI_DOC):  # the report example: the README's, and docs/cli.md's with its comment
+        commands = [line for line in page.read_text().splitlines() if line.startswith("proxima report runs/acro ")]
+        assert commands and all(len(line) <= 120 for line in commands), page
 
 
 def test_first_hour_shows_each_step_as_one_command():

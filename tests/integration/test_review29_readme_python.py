@@ -16,6 +16,7 @@ from pathlib import Path
 import warm_python
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+PYTHON_API = README.parent / "docs" / "python_api.md"  # the README's Python API, moved there
 
 #: a user's env, named as README's second block names it (mymodule:MyEnv)
 MYMODULE = textwrap.dedent("""
@@ -84,12 +85,14 @@ SCRIPT = textwrap.dedent("""
 
 
 def _python_blocks() -> list:
-    return re.findall(r"^```python\n(.*?)^```", README.read_text(), flags=re.S | re.M)
+    """README's blocks (the First hour's play.py), then docs/python_api.md's."""
+    return [block for page in (README, PYTHON_API) for block in re.findall(r"^```python\n(.*?)^```", page.read_text(),
+                                                                         flags=re.S | re.M)]
 
 
 def test_readme_python_blocks_run_and_do_what_the_readme_says(tmp_path):
     found = _python_blocks()
-    assert len(found) == 3, "README's ```python blocks changed: extend this test to the new ones"
+    assert len(found) == 3, "README's or docs/python_api.md's ```python blocks changed: extend this test to the new ones"
     # the Python API's two blocks (the First hour's play.py is test_readme42's)
     blocks = [b for b in found if "make_env" in b or "evaluate(policy" in b]
     assert len(blocks) == 2

@@ -116,7 +116,8 @@ def test_train_notes_a_float64_offset_where_it_can_judge_it_and_the_readme_says_
         code, _, err = run_main([*base, *extra], capsys)
         assert code == 0 and not [n for n in notes(err) if "is float64" in n], (extra, err)
     # the README promised `train` notes it: it now names the runs that cannot judge it
-    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    # the README's env notes, now docs/environments.md
+    readme = " ".join((Path(__file__).resolve().parents[2] / "docs" / "environments.md").read_text().split())
     assert "which `check-env` and `train` note" not in readme
     clause = readme[readme.index("loses its variation in that cast"):][:400]
     assert "`--num-envs 1`" in clause and "`--dry-run`" in clause and "first observations" in clause, clause

@@ -102,7 +102,7 @@ def _in_space(space, a) -> bool:
 @pytest.mark.parametrize("name", CLASSES)
 @pytest.mark.parametrize("as_numpy", [False, True], ids=["tensor", "numpy"])
 def test_policy_act_stepped_through_make_env_reaches_the_env_unchanged(envs_module, name, as_numpy):
-    """README's Python API: policy.act(obs) on a make_env env, then env.step(actions): the env gets the
+    """docs/python_api.md (the README's Python API): policy.act(obs) on a make_env env, then env.step(actions): the env gets the
     very values policy.act returned, inside its space (it got them with the start added twice)."""
     cls = _cls(envs_module, name)
     env = make_env(f"{MODULE}:{name}", 32, device="cpu", backend="gymnasium", seed=0)

@@ -266,7 +266,7 @@ def test_a_run_that_fails_after_its_first_iteration_keeps_what_it_wrote_as_the_r
     code, _, err = run_main([*argv, "--env-kwargs", '{"at": 20}', "--run-dir", str(tmp_path / "late")], capsys)
     error_line(code, err, "simulator lost", "env step 20")
     assert {"config.yaml", "metrics.csv"} <= {p.name for p in (tmp_path / "late").iterdir()}
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join((ROOT / "docs" / "cli.md").read_text().split())  # the README's command-line details
     status = readme[readme.index("Exit status: 0 done;"):]
     status = status[:status.index("143 after SIGTERM")]
     assert "no run directory is created" not in status

@@ -226,7 +226,7 @@ def test_the_check_env_command_quotes_kwargs_for_the_shell():
 # ------------------------------------------------------------------------------ a video's render_mode wins
 @pytest.mark.parametrize("env_id", ["adapter_edge_envs:Faulty", "adapter_edge_envs:AdapterEdge-v0"])
 def test_recording_overrides_the_render_mode_of_the_runs_kwargs(env_id):
-    """A run trained with --env-kwargs '{"render_mode": null}' (the README's example): gym.make got
+    """A run trained with --env-kwargs '{"render_mode": null}' (docs/cli.md's example): gym.make got
     render_mode twice, and a class's TypeError fallback dropped rgb_array (no frames)."""
     from proxima.envs.gym_adapter import resolve_env_fn
 

@@ -1,5 +1,5 @@
 """Review 29, native envs: unseeded builds, uint8 actions, step before reset, member-stream reseeds,
-the README's float32 sentence."""
+the README's float32 sentence (now docs/environments.md's)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 from proxima.envs import EnvError, make_env
 from proxima.envs.classic import NATIVE_ENVS, Acrobot, CartPole, MountainCar
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ENVIRONMENTS = Path(__file__).resolve().parents[2] / "docs" / "environments.md"  # the README's env notes
 
 
 # ------------------------------------------------------------------------------- 1. seed=None
@@ -83,7 +83,7 @@ def test_reset_with_a_seed_reseeds_member_streams():
 
 # ------------------------------------------------------------------------------- 4. README
 def test_readme_says_native_state_is_float32_and_episodes_may_part():
-    text = " ".join(README.read_text().split())
+    text = " ".join(ENVIRONMENTS.read_text().split())
     bullet = text[text.index("`backend auto` (default) uses a torch-native batched env"):]
     bullet = bullet[:bullet.index("`--backend gymnasium` forces the adapter")]
     assert "state is float32" in bullet and "dtype=torch.float64" in bullet

@@ -92,7 +92,7 @@ def test_training_interrupted_is_exported_from_proxima():
     assert TrainingInterrupted is where_defined is trainers
     assert issubclass(TrainingInterrupted, BaseException) and not issubclass(TrainingInterrupted, Exception)
     assert "TrainingInterrupted" in proxima.__all__ and "TrainingInterrupted" in dir(proxima)
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "python_api.md").read_text()  # the README's Python API
     assert "raises `proxima.TrainingInterrupted`" in readme
 
 

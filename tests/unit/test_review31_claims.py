@@ -97,18 +97,19 @@ def test_today_s_fast_preset_figures_are_the_results_file_s():
     assert "**20 of 20 seeds solved**; wall median 5.18 s (range 4.21-6.72 s)" in solve
     perf = flat(read("docs/performance.md"))
     assert "median 4.88 s (4.61-5.95 s" in perf and "seeds 11-30 20 of 20 (median 5.18 s)" in perf
-    readme = flat(read("README.md"))
-    assert "2026-12-05, 2 CPU cores, an AMD EPYC with AVX2 only" in readme and "4.88 s (4.61-5.95 s)" in readme
+    presets = flat(read("docs/presets.md"))  # the README's presets table, moved there
+    assert "2026-12-05, 2 CPU cores, an AMD EPYC with AVX2 only" in presets and "4.88 s (4.61-5.95 s)" in presets
 
 
 def test_the_gpu_preset_says_it_has_not_been_measured_on_a_gpu(capsys):
     code, out, _ = run_main(["presets", "CartPole-v1"], capsys)
     gpu_line = next(line for line in out.splitlines() if re.match(r"CartPole-v1\s+gpu\s", line))
     assert code == 0 and "three CUDA graphs" in gpu_line and "not yet measured on a GPU" in gpu_line
-    readme = read("README.md")
-    row = next(line for line in readme.splitlines() if line.startswith("| CartPole-v1 | gpu |"))
+    presets = read("docs/presets.md")  # the README's presets table, moved there
+    row = next(line for line in presets.splitlines() if line.startswith("| CartPole-v1 | gpu |"))
     assert "not yet measured on a GPU" in row
-    assert "replayed as three CUDA graphs; not yet measured on a GPU)" in flat(readme)
+    for page in ("README.md", "docs/cli.md"):  # the speed switches: the README's short list and the full one
+        assert "replayed as three CUDA graphs; not yet measured on a GPU)" in flat(read(page)), page
 
 
 def test_gpu_session_timings_are_estimates_but_the_one_measured():
@@ -147,8 +148,8 @@ def test_population_speed_quotes_the_final_code_run_and_no_unrecorded_machine():
 
 
 def test_ten_seed_learning_claims_name_their_machines():
-    readme = flat(read("README.md"))
-    claim = readme.split("on 10 seeds each", 1)[1][:400]
+    presets = flat(read("docs/presets.md"))  # the README's learning notes, moved there
+    claim = presets.split("on 10 seeds each", 1)[1][:400]
     assert "CartPole and Acrobot on a 2-core AMD EPYC with CPU tanh numpy" in claim
     assert "the others on a 2-core Intel Xeon with CPU tanh torch" in claim
     results = flat(read("benchmarks/results/learning-10-seeds.md"))

@@ -29,7 +29,7 @@ def finished_run(tmp_path_factory):
 
 # --- a field misspelt as an attribute -------------------------------------------------------------------------
 def test_an_attribute_that_is_no_field_is_refused_naming_the_field_meant():
-    """README's pattern with SB3's name: `cfg = resolve(...); cfg.learning_rate = 1e-2` trained with the
+    """docs/python_api.md's pattern with SB3's name: `cfg = resolve(...); cfg.learning_rate = 1e-2` trained with the
     preset's lr, saying nothing (config.yaml had lr 0.008 and no learning_rate)."""
     cfg = resolve("CartPole-v1", "fast")
     cfg.learning_rate = 1e-2
