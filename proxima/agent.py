@@ -11,7 +11,8 @@ and critic MLPs on top (SB3's MultiInputPolicy shape). Pixels arrive as uint8 an
 The encoders, ``layer_init`` and ``mlp`` live in nets.py (re-exported here).
 
 Heads: Discrete -> categorical over logits; MultiDiscrete -> independent categoricals (log-probs
-and entropies summed); Box -> Normal with a state-independent log std initialized to 0 (summed over
+and entropies summed); MultiBinary -> the MultiDiscrete([2] * n) head, one 2-way categorical per bit
+(spaces.index_space); Box -> Normal with a state-independent log std initialized to 0 (summed over
 action dims). Sampling is written with plain tensor ops (Gumbel-max for categoricals) so it never
 syncs with the host and never validates arguments on the hot path.
 """
@@ -25,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .envs.spaces import obs_layout
+from .envs.spaces import index_space, obs_layout
 from .nets import DictEncoder, FlatInput, NatureCNN, layer_init, mlp, resolve_encoder
 
 __all__ = ["Agent", "action_dtype", "action_shape", "layer_init", "mlp", "NatureCNN", "resolve_encoder"]
@@ -121,7 +122,7 @@ def _categorical_autograd(logits: torch.Tensor, action: torch.Tensor):
 
 
 class Agent(nn.Module):
-    """Actor-critic for observations (B, *obs_shape) and a Discrete, MultiDiscrete or Box action.
+    """Actor-critic for observations (B, *obs_shape) and a Discrete, MultiDiscrete, MultiBinary or Box action.
 
     obs_shape and dtype follow :func:`proxima.envs.spaces.obs_layout`: (obs_dim,) float32 for a flat
     Box, the image shape in uint8, (D,) packed keys for a Dict. ``encoder``: cnn, mlp or auto.
@@ -148,6 +149,7 @@ class Agent(nn.Module):
             self.encoder = None
             feat_dim = layout.parts[0].size
         self.critic = mlp(feat_dim, hidden, 1, out_std=1.0, activation=activation)
+        action_space = index_space(action_space)  # a MultiBinary: one 2-way categorical per bit
         if isinstance(action_space, gym.spaces.Discrete):
             self.kind, self.nvec = "discrete", [int(action_space.n)]
             self.actor = mlp(feat_dim, hidden, int(action_space.n), out_std=0.01, activation=activation)
@@ -231,6 +233,8 @@ def action_dtype(space: gym.spaces.Space) -> torch.dtype:
 
 
 def action_shape(space: gym.spaces.Space) -> tuple:
+    """The shape of one env's action as the agent gives it (index_space's: a MultiBinary's bits flat)."""
+    space = index_space(space)
     if isinstance(space, gym.spaces.Discrete):
         return ()
     if isinstance(space, gym.spaces.MultiDiscrete):

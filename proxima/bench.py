@@ -205,15 +205,27 @@ def random_actions(space, num_envs: int, device, count: int = 16):
     import numpy as np
     import torch
 
+    from .envs.spaces import bounded, index_space
+
+    space = index_space(space)  # a MultiBinary takes its bits flat, as MultiDiscrete([2] * n)
     if isinstance(space, gym.spaces.Discrete):
         return torch.randint(int(space.start), int(space.start) + int(space.n), (count, num_envs), device=device)
     if isinstance(space, gym.spaces.MultiDiscrete):
         nvec = torch.as_tensor(np.asarray(space.nvec, dtype=np.int64).reshape(-1), device=device)
         start = torch.as_tensor(np.asarray(space.start, dtype=np.int64).reshape(-1), device=device)
         return (torch.rand((count, num_envs, nvec.numel()), device=device) * nvec).long().clamp(max=nvec - 1) + start
-    low = torch.as_tensor(space.low.reshape(-1), dtype=torch.float32, device=device)
-    high = torch.as_tensor(space.high.reshape(-1), dtype=torch.float32, device=device)
-    return low + (high - low) * torch.rand((count, num_envs, low.numel()), device=device)
+    sides = torch.as_tensor(bounded(space), device=device)
+    # an unbounded side (inf, or float64's +-finfo.max, inf in float32) has no uniform draw: a bound plus or
+    # minus |N(0, 1)| where one side is bounded, N(0, 1) where neither is, so that every action is finite
+    low = torch.as_tensor(space.low.reshape(-1), dtype=torch.float32, device=device).where(sides[0], 0.0)
+    high = torch.as_tensor(space.high.reshape(-1), dtype=torch.float32, device=device).where(sides[1], 0.0)
+    shape = (count, num_envs, low.numel())
+    uniform = low + (high - low) * torch.rand(shape, device=device)
+    if bool(sides.all()):  # every bound finite: the uniform draw alone, as before unbounded Boxes were taken
+        return uniform
+    normal = torch.randn(shape, device=device)
+    return torch.where(sides[0] & sides[1], uniform,
+                       torch.where(sides[0], low + normal.abs(), torch.where(sides[1], high - normal.abs(), normal)))
 
 
 # ------------------------------------------------------------------------------------ one line

@@ -403,7 +403,9 @@ def space_to_dict(space: gym.spaces.Space) -> dict:
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
     if isinstance(space, gym.spaces.MultiDiscrete):
         return {"type": "MultiDiscrete", "nvec": np.asarray(space.nvec).tolist(), "start": np.asarray(space.start).tolist()}
-    if isinstance(space, gym.spaces.Box):
+    if isinstance(space, gym.spaces.MultiBinary):  # its shape: Policy.act hands the env 0/1 arrays of it
+        return {"type": "MultiBinary", "shape": [int(n) for n in space.shape]}
+    if isinstance(space, gym.spaces.Box):  # infinite bounds are kept as +-inf (space_from_dict reads them back)
         out = {"type": "Box", "shape": list(space.shape), "low": torch.as_tensor(space.low.astype(np.float64)),
                "high": torch.as_tensor(space.high.astype(np.float64)), "dtype": str(np.dtype(space.dtype))}
         declared = getattr(space, "declared", None)  # envs.spaces.FlatBox: the env's own shape, (1, 4) read as (4,)
@@ -491,6 +493,14 @@ def _multidiscrete_from_dict(d: dict, where: str) -> gym.spaces.Space:
     return space
 
 
+def _multibinary_from_dict(d: dict, where: str) -> gym.spaces.Space:
+    shape = d.get("shape")
+    if (not isinstance(shape, (list, tuple)) or not shape or not all(_is_int(n) and 1 <= n <= _MAX_SPACE_INT for n in shape)
+            or int(np.prod(shape)) > _MAX_SPACE_INT):
+        raise _not_a_space(where, f"'shape' is {_one_line(repr(shape), 60)}, not a list of sizes >= 1")
+    return gym.spaces.MultiBinary([int(n) for n in shape])
+
+
 def _box_from_dict(d: dict, where: str) -> gym.spaces.Space:
     shape = d.get("shape")
     if not isinstance(shape, (list, tuple)) or not all(_is_int(n) and n >= 0 for n in shape):
@@ -534,8 +544,8 @@ def _dict_from_dict(d: dict, where: str) -> gym.spaces.Space:
 
 
 #: type name -> reader of its space_to_dict form; anything else is not a recorded space
-_SPACE_READERS = {"Discrete": _discrete_from_dict, "MultiDiscrete": _multidiscrete_from_dict, "Box": _box_from_dict,
-                  "Dict": _dict_from_dict}
+_SPACE_READERS = {"Discrete": _discrete_from_dict, "MultiDiscrete": _multidiscrete_from_dict,
+                  "MultiBinary": _multibinary_from_dict, "Box": _box_from_dict, "Dict": _dict_from_dict}
 
 
 def describe_space(space) -> str:

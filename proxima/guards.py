@@ -166,7 +166,9 @@ class EnvGuard:
     def _check_action(self, action: torch.Tensor, t: int) -> None:
         import gymnasium as gym
 
-        space, N = self.env.single_action_space, self.N
+        from .envs.spaces import index_space
+
+        space, N = index_space(self.env.single_action_space), self.N  # a MultiBinary's bits: MultiDiscrete([2] * n)
         step = self.step0 + (t + 1) * N * self.ws
         if not torch.is_tensor(action):
             self._fail(f"actions at global step {step} are a {type(action).__name__}, expected a torch tensor")

@@ -17,9 +17,8 @@ The checks (names as they appear in the report):
   build              the constructor returns a gymnasium.Env without raising
   spaces declared    observation_space and action_space are gymnasium Spaces
   spaces supported   observation Box (images: uint8 HWC or CHW, or NHWC/NCHW frame stacks) or Dict of Box; action Discrete,
-                     MultiDiscrete or Box with finite bounds; none of them empty (Box(-1, 1, (0,)),
-                     MultiDiscrete([])). A refused Discrete/Tuple observation or MultiBinary action
-                     is told its fix (FlattenObservation, MultiDiscrete([2] * n))
+                     MultiDiscrete, MultiBinary or Box (bounds finite or infinite); none of them empty (Box(-1, 1, (0,)),
+                     MultiDiscrete([])). A refused Discrete/Tuple observation is told its fix (FlattenObservation)
   reset              reset(seed=...) does not raise
   reset returns      reset returns (obs, info) with info a dict (a tuple or a list of the two, as Gymnasium's vector
                      envs and so ``proxima train`` take them; an obs returned alone is named as the old gym API)
@@ -119,7 +118,8 @@ from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, is_flag, TE
                           beyond_float32, creator_error, exit_text, float64_spread_note, spread_dtype, int_range_fault, kind_casts,
                           native_only, normalize_wrappers, build_user_native, user_native_class, normalize_wrappers_note, number_text, resolve_env_fn,
                           missing_kwarg_hint, tensor_numpy, unknown_kwarg_line, user_frame)
-from .spaces import action_scale_note, check_spaces, image_note, obs_layout, pixels_fix, spaces_line, spaces_summary
+from .spaces import (action_scale_note, check_spaces, image_note, obs_layout, pixels_fix, proxima_action_space, spaces_line,
+                     spaces_summary)
 from ..terminal import printable
 from ..warnings_guard import quiet_warnings
 
@@ -855,23 +855,23 @@ class _Checker:
         self.ok("spaces declared")
         self.obs_space, self.act_space = obs_space, act_space
         self.notes = list(_image_notes(obs_space))
-        scale = action_scale_note(act_space)
+        scale = action_scale_note(proxima_action_space(act_space, env))  # a ClipAction's: the Box it clips to
         if scale:
             self.notes.append(scale)
         wrapped = normalize_wrappers(env)
         if wrapped:
             self.notes.append(normalize_wrappers_note(self.target, wrapped))
         try:
-            check_spaces(self.target, obs_space, act_space, env)
+            check_spaces(self.target, obs_space, act_space)
             self.ok("spaces supported")
             from ..nets import image_readings  # nets imports torch's nn: imported once the spaces are known
 
             self.readings = image_readings(obs_layout(obs_space, self.target), "auto")
-            self.spaces = run_spaces_line(self.target, obs_space, act_space)
+            self.spaces = run_spaces_line(self.target, obs_space, proxima_action_space(act_space, env))
         except EnvError as e:
             msg = str(e)
             prefix = f"env '{self.target}': "
-            self.bad("spaces supported", "observation Box or Dict of Box; action Discrete, MultiDiscrete or Box with finite bounds",
+            self.bad("spaces supported", "observation Box or Dict of Box; action Discrete, MultiDiscrete, MultiBinary or Box",
                      msg[len(prefix):] if msg.startswith(prefix) else msg)
 
         # reset(seed) and its determinism

@@ -35,7 +35,8 @@ from ..config import install_hint
 from ..shared_change import SharedChange
 from ..sightings import Sightings
 from .base import BatchedEnv, EnvError
-from .spaces import ObsLayout, box_range, check_spaces, obs_layout, pack_numpy, space_actions, tensor_space, uint8_pixels
+from .spaces import (ObsLayout, box_range, check_spaces, obs_layout, pack_numpy, proxima_action_space, space_actions,
+                     tensor_space, uint8_pixels)
 
 #: extras that provide an env family; used to say what to install when an env cannot be built.
 EXTRAS = {"box2d": ("LunarLander", "BipedalWalker", "CarRacing"), "mujoco": ("HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "Swimmer", "Reacher", "Pusher", "InvertedPendulum", "InvertedDoublePendulum")}
@@ -1198,7 +1199,9 @@ class GymnasiumEnv(BatchedEnv):
         probe = _probe(env_fn, env_id, env_kwargs)
         obs_space, act_space = probe.observation_space, probe.action_space
         probe.close()
-        check_spaces(env_id, obs_space, act_space, probe)
+        check_spaces(env_id, obs_space, act_space)
+        # a gymnasium.wrappers.ClipAction's Box(-inf, inf) remembers the Box it clips to (the action-scale note's)
+        declared, act_space = act_space, proxima_action_space(act_space, probe)
         self._raw_obs_space = obs_space
         self.layout = obs_layout(obs_space, env_id)
         self.single_observation_space = tensor_space(obs_space, self.layout)
@@ -1218,7 +1221,7 @@ class GymnasiumEnv(BatchedEnv):
         self.check_cmd = check_env_cmd(env_id, env_kwargs)
         # the envs' info reaches the vector env only where _episode_stats reads it (Atari's game statistics): EnvCalls
         keep_info = type(self)._episode_stats is not GymnasiumEnv._episode_stats
-        env_fns = [_checked(env_fn, i, self.layout, env_id, self.check_cmd, keep_info, seed, env_kwargs, (obs_space, act_space))
+        env_fns = [_checked(env_fn, i, self.layout, env_id, self.check_cmd, keep_info, seed, env_kwargs, (obs_space, declared))
                    for i in range(self.num_envs)]
         built: list = []  # SyncVectorEnv drops the envs it built when a later one raises: kept here to close them
         if vector != "async":

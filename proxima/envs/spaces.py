@@ -23,10 +23,14 @@ for a Discrete, MultiDiscrete, MultiBinary or Tuple of those and Boxes the line 
 gymnasium.wrappers.FlattenObservation in a ``module:function`` factory (at a Dict key: that key
 declared as the Box gymnasium.spaces.flatten_space makes of it).
 
-Actions (:func:`check_action_space`): Discrete, MultiDiscrete, or a Box with finite bounds, holding
-one value or more; a MultiBinary is refused with its MultiDiscrete([2] * n) twin as the fix, and
-gymnasium.wrappers.ClipAction (whose Box is unbounded) with its removal as the fix: Proxima clips
-Box actions to the env's own bounds.
+Actions (:func:`check_action_space`): Discrete, MultiDiscrete, MultiBinary or Box, holding one value
+or more. A Box's bounds may be infinite, fully or on one side (Box(-inf, inf), as CleanRL's and SB3's
+continuous envs wrapped in gymnasium.wrappers.ClipAction declare): the policy's Normal samples
+unbounded and Proxima's clip to the bounds is a no-op on an infinite side, so the env (or its
+ClipAction) gets the sample as it is. A MultiBinary(shape) is MultiDiscrete([2] * prod(shape)) to the
+agent (:func:`index_space`: one 2-way categorical per bit, which is as expressive as SB3's Bernoulli
+per bit: a Categorical over 2 logits is a Bernoulli of their difference) and the env gets an array of
+the MultiBinary's own shape and dtype (int8) of 0/1 values (:func:`space_actions`).
 """
 
 from __future__ import annotations
@@ -396,13 +400,11 @@ def _check_box(space: gym.spaces.Space, key: Optional[str], env_id: str) -> None
                    f"(supported: Box, images as uint8 Box, and Dict of Box){_flatten_fix(space, key, env_id)}")
 
 
-def check_spaces(env_id: str, obs_space: gym.spaces.Space, act_space: gym.spaces.Space,
-                 env: Optional[gym.Env] = None) -> None:
+def check_spaces(env_id: str, obs_space: gym.spaces.Space, act_space: gym.spaces.Space) -> None:
     """EnvError, one line, unless Proxima trains on these spaces (:func:`obs_layout`,
-    :func:`check_action_space`): check-env's "spaces supported" and make_env's rule. ``env``: the
-    env they are of, whose wrappers name the fix of an unbounded Box action space."""
+    :func:`check_action_space`): check-env's "spaces supported" and make_env's rule."""
     obs_layout(obs_space, env_id)
-    check_action_space(act_space, env_id, env)
+    check_action_space(act_space, env_id)
 
 
 def _clipped_space(env: Optional[gym.Env]) -> Optional[gym.spaces.Box]:
@@ -411,36 +413,57 @@ def _clipped_space(env: Optional[gym.Env]) -> Optional[gym.spaces.Box]:
         inner = env.env
         if isinstance(env, gym.wrappers.ClipAction):
             space = getattr(inner, "action_space", None)
-            if isinstance(space, gym.spaces.Box) and np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high)):
+            if isinstance(space, gym.spaces.Box) and bounded(space).all():
                 return space
         env = inner
     return None
 
 
-def check_action_space(space: gym.spaces.Space, env_id: str = "env", env: Optional[gym.Env] = None) -> None:
-    """EnvError, one line naming the space, unless the agent can act in ``space``: a Discrete, a
-    MultiDiscrete or a Box with finite bounds (the policy's Normal has no sample to clip to an
-    infinite one), of one value or more (an empty one has no action distribution: the first update
-    would fail inside torch). ``env``: the env whose space it is; a ClipAction among its wrappers
-    (which declares Box(-inf, inf)) is named as what to drop."""
+def bounded(space: gym.spaces.Box) -> np.ndarray:
+    """(2, prod(shape)) bool: whether each entry's low (row 0) and high (row 1) is a bound the policy's
+    float32 samples can reach. An infinite one is none, and neither is one beyond float32's range: a
+    float64 Box's "unbounded" +-finfo(float64).max, which the float32 cast of the bounds makes +-inf."""
+    limit = float(np.finfo(np.float32).max)
+    sides = [np.broadcast_to(np.asarray(b, dtype=np.float64), space.shape).reshape(-1) for b in (space.low, space.high)]
+    return np.stack([np.isfinite(b) & (np.abs(b) <= limit) for b in sides])
+
+
+class ClippedBox(gym.spaces.Box):
+    """The unbounded Box a gymnasium.wrappers.ClipAction declares, remembering the bounded Box under
+    it (``inner``): the action-scale note and the spaces line judge the range the env really takes.
+    Otherwise a plain Box: equal to one, recorded in checkpoints as one (Box(-inf, inf))."""
+
+    def __init__(self, declared: gym.spaces.Box, inner: gym.spaces.Box):
+        super().__init__(declared.low, declared.high, declared.shape, declared.dtype)
+        self.inner = inner
+
+
+def proxima_action_space(space: gym.spaces.Space, env: Optional[gym.Env] = None) -> gym.spaces.Space:
+    """``space``, the action space of ``env``, as Proxima holds it: a :class:`ClippedBox` where it is
+    the unbounded Box of a gymnasium.wrappers.ClipAction over a bounded one, else ``space`` itself."""
+    if isinstance(space, gym.spaces.Box) and not isinstance(space, ClippedBox) and not bounded(space).all():
+        inner = _clipped_space(env)
+        if inner is not None and tuple(inner.shape) == tuple(space.shape):
+            return ClippedBox(space, inner)
+    return space
+
+
+def index_space(space: gym.spaces.Space) -> gym.spaces.Space:
+    """The space the agent acts in for ``space``: MultiDiscrete([2] * prod(shape)) for a MultiBinary
+    (one 2-way categorical per bit, flat as the agent's (N, K) actions), ``space`` itself otherwise."""
     if isinstance(space, gym.spaces.MultiBinary):
-        twin = f"[2] * {space.shape[0]}" if len(space.shape) == 1 else f"np.full({tuple(space.shape)}, 2)"
-        raise EnvError(f"env '{env_id}': not supported: action space {space}; declare MultiDiscrete({twin}) instead, which "
-                       "takes the same 0/1 actions: in the env, or in a gymnasium.ActionWrapper whose action_space it is and "
-                       "whose action(a) returns `a` unchanged")
-    if not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.Box)):
-        raise EnvError(f"env '{env_id}': not supported yet: action space {space} (Discrete, MultiDiscrete, Box)")
-    if isinstance(space, gym.spaces.Box) and not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
-        clipped = _clipped_space(env)
-        if clipped is not None:  # not unwrapped: the env stays as the user's factory built it
-            raise EnvError(f"env '{env_id}': Box action space needs finite bounds, got {space} from "
-                           f"gymnasium.wrappers.ClipAction (the env's own is {clipped}); drop gymnasium.wrappers.ClipAction: "
-                           "Proxima clips Box actions to the env's bounds")
-        shown = str(space).replace("\n", "")  # numpy prints a 2-D bound over several lines
-        raise EnvError(f"env '{env_id}': Box action space needs finite bounds, got {shown}; declare the bounds the env "
-                       "clips its actions to, or build it in a module:function factory that sets env.action_space = "
-                       "gymnasium.spaces.Box(low, high) (Proxima clips the actions to them)")
-    if isinstance(space, (gym.spaces.MultiDiscrete, gym.spaces.Box)) and int(np.prod(space.shape)) == 0:
+        return gym.spaces.MultiDiscrete(np.full(int(np.prod(space.shape)), 2, dtype=np.int64))
+    return space
+
+
+def check_action_space(space: gym.spaces.Space, env_id: str = "env") -> None:
+    """EnvError, one line naming the space, unless the agent can act in ``space``: a Discrete, a
+    MultiDiscrete, a MultiBinary or a Box (its bounds finite or not: the policy's Normal samples
+    unbounded, and the clip to an infinite bound is a no-op), of one value or more (an empty one has
+    no action distribution: the first update would fail inside torch)."""
+    if not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)):
+        raise EnvError(f"env '{env_id}': not supported yet: action space {space} (Discrete, MultiDiscrete, MultiBinary, Box)")
+    if isinstance(space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)) and int(np.prod(space.shape)) == 0:
         raise EnvError(f"env '{env_id}': action space {space} is empty (shape {space.shape}); declare one action value "
                        "or more")
 
@@ -528,7 +551,7 @@ def env_actions(actions: np.ndarray, space: gym.spaces.Space, num: int) -> np.nd
     """The agent's actions for ``num`` envs as the env's action space defines them (:func:`space_actions`).
 
     The agent acts in index space: Discrete (num,) in 0..n-1, MultiDiscrete (num, nvec.size) in
-    0..nvec-1, Box (num, prod(shape)) already clipped to the bounds. Here the space's ``start`` is
+    0..nvec-1, MultiBinary (num, prod(shape)) in 0..1, Box (num, prod(shape)) already clipped to the bounds. Here the space's ``start`` is
     added (Discrete(3, start=1) takes 1..3), then shape and dtype as :func:`space_actions` gives
     them. Policy.act returns these; Proxima's own loops add :func:`action_offset` on the device.
     """
@@ -542,8 +565,8 @@ def env_actions(actions: np.ndarray, space: gym.spaces.Space, num: int) -> np.nd
 def space_actions(actions: np.ndarray, space: gym.spaces.Space, num: int) -> np.ndarray:
     """Actions for ``num`` envs, given as ``space`` defines them (a Discrete's and MultiDiscrete's
     values with their ``start``), as each env's ``step`` takes them: a new array (never a view of
-    the caller's), MultiDiscrete and Box reshaped to the space's shape (a 2-D nvec, a (2, 2) Box),
-    in the space's dtype (an integer or bool Box gets the nearest integer, not a truncation). A Box action
+    the caller's), MultiDiscrete, MultiBinary and Box reshaped to the space's shape (a 2-D nvec, a
+    MultiBinary((2, 3)), a (2, 2) Box), in the space's dtype (a MultiBinary's int8 0/1) (an integer or bool Box gets the nearest integer, not a truncation). A Box action
     is clipped to the bounds, after the cast too, in the space's dtype against the space's own
     bounds: a bound clipped in float32 and cast back to a float64 space (float32(-0.3) =
     -0.30000001) lies outside it, and an env that asserts ``action_space.contains(a)`` would refuse it.
@@ -552,6 +575,8 @@ def space_actions(actions: np.ndarray, space: gym.spaces.Space, num: int) -> np.
         return actions.reshape(num).astype(space.dtype)
     if isinstance(space, gym.spaces.MultiDiscrete):
         return actions.reshape(num, *space.nvec.shape).astype(space.dtype)
+    if isinstance(space, gym.spaces.MultiBinary):
+        return actions.reshape(num, *space.shape).astype(space.dtype)
     a = actions.reshape(num, *space.shape)
     if np.issubdtype(space.dtype, np.integer) or np.dtype(space.dtype) == np.bool_:
         # a bool Box rounds as an integer Box(0, 1) does (True from 0.5): its bare cast is True for any value
@@ -594,17 +619,29 @@ def action_scale_note(space: gym.spaces.Space) -> Optional[str]:
     An integer Box with 0 on a bound gets the note too (Box(0, 4): the clipped half and the rounding
     make ~69% of the early actions 0); a bool Box, a switch, does not. One sentence naming every
     such entry (ACTION_NOTE_ENTRIES of each kind, then how many more), worst kind first, with the fix:
-    Gymnasium's RescaleAction wrapper."""
+    Gymnasium's RescaleAction wrapper.
+
+    Unbounded sides (:func:`bounded`): an entry unbounded on both sides has no range to be off-scale,
+    and a truly unbounded Box gets no note; one bounded on one side can still have 0 outside its range
+    (Box(1, inf)) or on its bound (Box(0, inf)), whose fix is a shift (RescaleAction needs both bounds).
+    A :class:`ClippedBox` (gymnasium.wrappers.ClipAction's Box(-inf, inf)) is judged by the bounded Box
+    under it, which its ClipAction clips the actions to."""
     if not isinstance(space, gym.spaces.Box) or space.shape is None:
         return None
+    clip = isinstance(space, ClippedBox)
+    if clip:
+        space = space.inner
     low = np.broadcast_to(np.asarray(space.low, dtype=np.float64), space.shape).reshape(-1)
     high = np.broadcast_to(np.asarray(space.high, dtype=np.float64), space.shape).reshape(-1)
-    if low.size == 0 or not (np.isfinite(low).all() and np.isfinite(high).all()):
-        return None  # infinite bounds are refused elsewhere (check_spaces)
+    if low.size == 0:
+        return None
+    sides = bounded(space)
+    both = sides.all(0)
+    low, high = np.where(sides[0], low, -np.inf), np.where(sides[1], high, np.inf)  # +-finfo(float64).max: unbounded
     width = high - low
     no_zero = (low > 0) | (high < 0)
-    wide = (width > ACTION_WIDTH_MAX) & ~no_zero
-    narrow = (width < ACTION_WIDTH_MIN) & ~no_zero
+    wide = (width > ACTION_WIDTH_MAX) & ~no_zero & both
+    narrow = (width < ACTION_WIDTH_MIN) & ~no_zero & both
     # a bool Box is a switch (0 and 1 are its only values); an integer Box(0, 4) rounds half its early samples
     # below 0 and a third more (|x| < 0.5) to 0: 69% of the first actions are 0, as a float Box(0, 1)'s half clip
     on_bound = ((low == 0) | (high == 0)) & (np.dtype(space.dtype).kind in "fiu") & ~(no_zero | wide | narrow)
@@ -620,12 +657,20 @@ def action_scale_note(space: gym.spaces.Space) -> Optional[str]:
     whys = [_action_entries_why(template, np.flatnonzero(mask), low, high) for mask, template in kinds if mask.any()]
     if not whys:
         return None
+    half_open = ((no_zero | on_bound) & ~both).any()
     if np.issubdtype(space.dtype, np.integer):  # RescaleAction of an integer Box keeps its dtype: only -1, 0, 1 remain
         fix = ("declare a float Box(-1, 1) and map it to the integers in the env, or use Discrete/MultiDiscrete if the "
                "values are choices")
+    elif half_open:  # RescaleAction maps a finite range onto another: a range open on one side can only be shifted
+        fix = ("shift the actions in the env (or in a gymnasium.wrappers.TransformAction) so that 0 lies inside the range, "
+               "away from its bound")
     else:
         fix = "wrap the env in gymnasium.wrappers.RescaleAction(env, np.float32(-1), np.float32(1))"
+        fix += " under its gymnasium.wrappers.ClipAction" if clip else ""
     shown = str(space).replace("\n", "")  # numpy prints a 2-D bound over several lines: a note is one
+    if clip:
+        return (f"action_space {shown} (under gymnasium.wrappers.ClipAction): {'; '.join(whys)}; ClipAction clips the "
+                f"actions to those bounds and nothing rescales them: {fix}")
     return f"action_space {shown}: {'; '.join(whys)}; Proxima clips Box actions to the bounds but does not rescale them: {fix}"
 
 
@@ -732,6 +777,10 @@ def _action_reading(space: gym.spaces.Space) -> str:
         offset = f", plus starts {tuple(int(s) for s in starts)}" if starts.any() else ""
         return (f"MultiDiscrete{tuple(int(n) for n in space.nvec.shape)} -> {len(nvec)} categoricals "
                 f"{nvec}{offset}")
+    if isinstance(space, gym.spaces.MultiBinary):  # index_space: one 2-way categorical per bit
+        size = int(np.prod(space.shape))
+        return (f"MultiBinary{tuple(int(n) for n in space.shape)} -> {size} categorical{'s' if size != 1 else ''} "
+                f"over 0/1, as {np.dtype(space.dtype).name}")
     low = np.broadcast_to(np.asarray(space.low, dtype=np.float64), space.shape).reshape(-1)
     high = np.broadcast_to(np.asarray(space.high, dtype=np.float64), space.shape).reshape(-1)
     spans = [f"[{a:g}, {b:g}]" for a, b in zip(low, high)]
@@ -743,4 +792,11 @@ def _action_reading(space: gym.spaces.Space) -> str:
     dims = f"{low.size} dim" + ("s" if low.size != 1 else "") + (" (flattened)" if len(space.shape) > 1 else "")
     rounded = " rounded and" if np.dtype(space.dtype).kind in "iub" else ""
     # space_actions: clipped to the env's bounds, never rescaled (action_scale_note says why that matters)
-    return f"{_box_text(space)} {bounds} -> Gaussian, {dims},{rounded} clipped to bounds"
+    if isinstance(space, ClippedBox):
+        inner = _action_reading(space.inner).rpartition(" -> ")[0][len(_box_text(space.inner)) + 1:]  # its bounds
+        return f"{_box_text(space)} {bounds} -> Gaussian, {dims}, unclipped (gymnasium.wrappers.ClipAction clips to {inner})"
+    sides = bounded(space)
+    if not sides.any():  # the clip is a no-op on every side: the env gets the sample as it is
+        return f"{_box_text(space)} {bounds} -> Gaussian, {dims},{rounded} unbounded"
+    partly = "" if sides.all() else " where bounded"
+    return f"{_box_text(space)} {bounds} -> Gaussian, {dims},{rounded} clipped to bounds{partly}"

@@ -50,8 +50,8 @@ DICT_FAULTS = [
                      "at reset(seed=0) (declare 'extra' in observation_space or leave it out) (and 34 more times)"),
     ("DictWrongShapeAtStep4", "FAIL obs shape: expected shape (2,) (observation_space['vec'].shape); got obs['vec'] shape (3,) "
                               "at step 4 (and 20 more times)"),
-    ("DictIntKeys", "FAIL spaces supported: expected observation Box or Dict of Box; action Discrete, MultiDiscrete or Box "
-                    "with finite bounds; got not supported: Dict observation key 0 (int); Proxima takes string keys: use '0' "
+    ("DictIntKeys", "FAIL spaces supported: expected observation Box or Dict of Box; action Discrete, MultiDiscrete, "
+                    "MultiBinary or Box; got not supported: Dict observation key 0 (int); Proxima takes string keys: use '0' "
                     "in observation_space and in the obs reset() and step() return"),
 ]
 

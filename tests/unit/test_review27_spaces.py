@@ -1,8 +1,8 @@
 """Review 27, action/observation spaces: a float64 Box's +-finfo(float64).max bounds become +-inf
 without numpy's overflow warning; empty action spaces (Box (0,), MultiDiscrete([])) are refused in
 one line by train and by check-env, not met as a torch error at the first update; a refused
-Discrete/Tuple/MultiDiscrete observation is told FlattenObservation in a factory, a MultiBinary
-action its MultiDiscrete([2] * n) twin, and both fixes work."""
+Discrete/Tuple/MultiDiscrete observation is told FlattenObservation in a factory, and the fix works;
+a MultiBinary action (once refused with its MultiDiscrete([2] * n) twin) is taken, as the twin still is."""
 
 from __future__ import annotations
 
@@ -171,24 +171,19 @@ def test_flatten_observation_factory_is_taken(envs):
         env.close()
 
 
-def test_multibinary_action_is_told_its_multidiscrete_twin(envs):
-    line = ("not supported: action space MultiBinary(3); declare MultiDiscrete([2] * 3) instead, which takes the same 0/1 "
-            "actions: in the env, or in a gymnasium.ActionWrapper whose action_space it is and whose action(a) returns `a` unchanged")
-    violations = check_env("rev27_envs:MB", steps=5)
-    assert [(v.check, v.actual) for v in violations] == [("spaces supported", line)]
-    assert str(violations[0]).endswith(line)  # not cut at 300 characters: the fix is the end of the line
-    with pytest.raises(EnvError) as err:
-        check_spaces("E", gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.MultiBinary((2, 3)))
-    assert "declare MultiDiscrete(np.full((2, 3), 2)) instead" in str(err.value) and "\n" not in str(err.value)
-    assert list(check_env("rev27_envs:mb_fixed", steps=20)) == []  # the fix as worded passes every check
+def test_multibinary_action_passes_check_env_as_does_its_old_multidiscrete_twin(envs):
+    # was refused with the MultiDiscrete([2] * n) twin as the fix; now taken as it is (spaces.index_space)
+    assert list(check_env("rev27_envs:MB", steps=5)) == []
+    check_spaces("E", gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.MultiBinary((2, 3)))  # a 2-D one too
+    assert list(check_env("rev27_envs:mb_fixed", steps=20)) == []  # the old fix still passes every check
 
 
-def test_train_refuses_multibinary_with_its_twin_before_building_the_envs(envs, capsys):
-    # was: train's own adapter check, the old "not supported yet ... (Discrete, MultiDiscrete, Box)" line
+def test_train_takes_a_multibinary_action_space(envs, capsys):
+    # was: refused with its twin before building the envs
     code, _, err = run_main(["train", "rev27_envs:MB", *TRAIN], capsys)
-    assert code == 2 and err.startswith("proxima train: error: env 'rev27_envs:MB': not supported: action space "
-                                        "MultiBinary(3); declare MultiDiscrete([2] * 3) instead") and err.count("\n") == 1
-    assert not (envs / "D").exists()
+    assert code == 0, err
+    assert "action MultiBinary(3,) -> 3 categoricals over 0/1, as int8" in err
+    assert list((envs / "D" / "checkpoints").glob("*.pt"))
 
 
 def test_check_env_shows_the_whole_flatten_fix(envs):
