@@ -61,7 +61,7 @@ def _note(text: str) -> None:
 
 
 def resolve_device(name: str, arg: str = "--device") -> torch.device:
-    """``name`` (cpu, cuda, cuda:1, auto) as a torch.device, or a one-line ConfigError. ``arg``: what the
+    """``name`` (cpu, cuda, cuda:1, auto) as a torch.device (cpu:N as cpu), or a one-line ConfigError. ``arg``: what the
     caller typed it as, the flag ``--device`` (``--device 'cuda': ...; use --device cpu``) or a Python
     argument (``"device"``: ``device='cuda': ...; use device='cpu'``, proxima.load's)."""
     flag = arg.startswith("--")
@@ -88,6 +88,8 @@ def resolve_device(name: str, arg: str = "--device") -> torch.device:
         raise ConfigError(f"{given}: only {torch.cuda.device_count()} CUDA device(s) here (cuda:0 ...)")
     if dev.type not in ("cpu", "cuda"):  # meta, mps, xpu, ...: torch parses them, training would crash later
         raise ConfigError(f"{given}: not supported; use cpu, cuda, cuda:1 or auto")
+    if dev.type == "cpu":  # cpu:0 is the one CPU, and torch drops the index from every CPU tensor it makes:
+        return torch.device("cpu")  # a cpu:0 kept here would fail every "on the env's device" check
     if dev.type == "cuda":
         problem = cuda_op_problem(dev)
         if problem:

@@ -53,6 +53,7 @@ from .normalize import ObsNormalizer, RewardScaler
 from .nets import stack_mlp_agents
 from .config import ConfigError, PPOConfig, batch_size, num_iterations, validate
 from .envs import make_env
+from .envs.base import EnvError
 from .rollout import Rollout
 
 #: fields that may differ between members: each lives as a (P,) tensor
@@ -255,6 +256,12 @@ class Population:
         self.iteration = 0
         seeds = [c.seed for c in configs]
         env_streams = self.member_generators is not None and hasattr(self.env, "use_member_streams") and self.env.use_member_streams(seeds)
+        if env_streams and len(seeds) > 1:
+            try:
+                refuse_shared_env_stream(base, seeds, self.device)
+            except BaseException:
+                self.env.close()
+                raise
         self.next_obs = (self.env.reset() if env_streams else self.env.reset(seed=base.seed)).clone()
         # why member k's draws are not the single run k's (None: they are; population.json and a note say so)
         self.shared_stream_why: Optional[str] = (
@@ -710,6 +717,43 @@ class Population:
         self.env.close()
         if getattr(self.cfg, "flush_denormal", False):  # as Trainer.close: FTZ is off by default
             torch.set_flush_denormal(False)
+
+
+def refuse_shared_env_stream(cfg: PPOConfig, seeds: Sequence[int], device: torch.device) -> None:
+    """EnvError unless a native env with member streams on leaves ``self.generator`` alone over a reset and a
+    step: check-env's 'member streams' check, on a probe env of two rows (milliseconds, the global RNGs put
+    back, so the members draw what they would have). An env that draws from it directly while ``supports_member_streams`` says it does not gives every
+    member one stream: member k silently steps through other episodes than ``--seed k`` alone, and the note
+    that says members share a stream is not printed."""
+    import random
+
+    import numpy as np
+
+    from .envs.checker import native_actions
+
+    # the global streams the members' runs go on to draw from, as seed_everything left them (the CPU's
+    # only: member streams are a CPU run's, and reading CUDA's would create a context on every GPU)
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        probe = make_env(cfg.env_id, 2, device, cfg.backend, cfg.vector, seed=int(seeds[0]), training=False,
+                         env_kwargs=cfg.env_kwargs)
+        try:
+            if not probe.use_member_streams(list(seeds[:2])):
+                return
+            before = probe.generator.get_state()
+            probe.reset()
+            probe.step(native_actions(probe.single_action_space, 2).to(device))
+            drew = not torch.equal(before, probe.generator.get_state())
+        finally:
+            probe.close()
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)
+    if drew:
+        raise EnvError(f"env '{cfg.env_id}': with --seeds its reset() or step() drew from self.generator, so every member "
+                       "would share one random stream and member k would not step through the episodes of --seed k "
+                       "alone; draw through self._uniform (each member's rows from its own stream), or set "
+                       f"supports_member_streams = False on {type(probe).__name__} (members then share one stream, and a "
+                       f"note says so); `proxima check-env {cfg.env_id}` finds the same")
 
 
 class _NoDraw:

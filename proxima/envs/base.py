@@ -161,6 +161,9 @@ class NativeEnv(BatchedEnv):
         self._member_offsets: list = []
         # the hooks' outputs are checked once (metadata only, no host sync): the first reset and step
         self._reset_checked = self._step_checked = False
+        #: (N, size) where _observe() returns the declared shape of a Box the agent reads flat (a scalar
+        #: Box(()): (N,) read as (N, 1)), set by the first reset's check; None: its obs as they come
+        self._obs_rows: Optional[tuple] = None
 
     def use_member_streams(self, seeds) -> bool:
         """Split the N rows into len(seeds) equal blocks, block p drawing its random numbers from its
@@ -223,6 +226,8 @@ class NativeEnv(BatchedEnv):
         if not self._reset_checked:
             self._check_obs_space()
         fresh = self._sample_initial_state(self.num_envs)
+        if not self._reset_checked:
+            self._check_initial_state(fresh)
         if self.state.keys() == fresh.keys() and all(self.state[k].shape == v.shape for k, v in fresh.items()):
             for key, value in fresh.items():
                 self.state[key].copy_(value)
@@ -235,6 +240,8 @@ class NativeEnv(BatchedEnv):
             self._check_limit()
             self._check_obs(obs, "_observe() (first reset)")
             self._reset_checked = True
+        if self._obs_rows is not None:
+            obs = obs.reshape(self._obs_rows)
         return obs
 
     def step(self, action: torch.Tensor):
@@ -244,6 +251,7 @@ class NativeEnv(BatchedEnv):
         out = self._dynamics(action)
         if not self._step_checked:
             self._check_dynamics(out)
+            self._check_state_kept(buffers)
         reward, terminated = out
         if self.before_autoreset is not None:
             self.before_autoreset()
@@ -255,6 +263,8 @@ class NativeEnv(BatchedEnv):
             truncated = torch.zeros_like(terminated)
         done = terminated | truncated
         final_obs = self._observe()
+        if self._obs_rows is not None:
+            final_obs = self._rows(final_obs)
         episode_return = torch.where(done, self.ep_return, torch.zeros_like(self.ep_return))
         episode_length = torch.where(done, self.elapsed, torch.zeros_like(self.elapsed))
         # same-step autoreset: draw fresh states for all rows, keep them where done, written back
@@ -267,12 +277,20 @@ class NativeEnv(BatchedEnv):
         self.elapsed.masked_fill_(done, 0)
         self.ep_return.masked_fill_(done, 0.0)
         obs = self._observe()
+        if self._obs_rows is not None:
+            obs = self._rows(obs)
         if not self._step_checked:
             self._check_obs(final_obs, "_observe() (first step)")
             self._check_alias(final_obs, obs)
             self._step_checked = True
         info = {"final_obs": final_obs, "episode_return": episode_return, "episode_length": episode_length}
         return obs, reward, terminated, truncated, info
+
+    def _rows(self, obs: torch.Tensor) -> torch.Tensor:
+        """``obs`` in the declared shape (a scalar Box's (N,)) as the flat (N, size) rows the agent reads: a view."""
+        if not self._step_checked:
+            self._check_obs(obs, "_observe() (first step)")
+        return obs.reshape(self._obs_rows)
 
     # --- the hooks' outputs, checked once ---
     def _check_limit(self) -> None:
@@ -291,8 +309,12 @@ class NativeEnv(BatchedEnv):
             raise EnvError(f"{self._name()}: {what}: dtype {x.dtype}, expected {dtypes[0]}; {fix}")
         if tuple(x.shape) != shape:
             raise EnvError(f"{self._name()}: {what}: shape {tuple(x.shape)}, expected {shape} (num_envs first); {shape_fix}")
-        # torch.device("cuda") names no index, its tensors' device does ("cuda:0"): the same device
-        if x.device.type != self.device.type or self.device.index not in (None, x.device.index):
+        self._check_device(x, what)
+
+    def _check_device(self, x: torch.Tensor, what: str) -> None:
+        # torch.device("cuda") names no index, its tensors' device does ("cuda:0"): the same device; a
+        # CPU tensor names none, whatever the env's device says (cpu:0 is the one CPU)
+        if x.device.type != self.device.type or (x.device.type != "cpu" and self.device.index not in (None, x.device.index)):
             raise EnvError(f"{self._name()}: {what}: on {x.device}, expected the env's device {self.device}; create it on "
                            "self.device")
 
@@ -307,11 +329,76 @@ class NativeEnv(BatchedEnv):
         fix = ("return float32 observations (.float()): a native env's are float32 whatever its Box's dtype"
                if dtype == torch.float32 else "return uint8 pixels, as the image observation space declares")
         shape = (self.num_envs, *self.obs_shape)
+        # a Box the agent reads flat may come in its declared shape: a scalar Box(())'s (N,) is (N, *()),
+        # read as (N, 1); taken at the first reset (then every obs is), or where the first reset took it
+        declared = (self.num_envs, *self.single_observation_space.shape)
+        as_declared = (declared != shape and tuple(obs.shape) == declared
+                       and (not self._reset_checked or self._obs_rows is not None))
         # a shape fault is no dtype fault: the cast hint would fix nothing here
-        shape_fix = (f"return one row per env, each of the shape {tuple(self.obs_shape)} that single_observation_space "
-                     "declares (stack (num_envs,) features with torch.stack(..., dim=1))" if len(self.obs_shape) == 1 else
-                     f"return one row per env, each of the shape {tuple(self.obs_shape)} that single_observation_space declares")
-        self._check_tensor(obs, what, (dtype,), shape, fix, shape_fix)
+        if declared != shape:
+            shape_fix = (f"return one row per env, each of the shape {declared[1:]} that single_observation_space "
+                         f"declares (or flat, {tuple(self.obs_shape)})")
+        elif len(self.obs_shape) == 1:
+            shape_fix = (f"return one row per env, each of the shape {tuple(self.obs_shape)} that single_observation_space "
+                         "declares (stack (num_envs,) features with torch.stack(..., dim=1))")
+        else:
+            shape_fix = f"return one row per env, each of the shape {tuple(self.obs_shape)} that single_observation_space declares"
+        self._check_tensor(obs, what, (dtype,), declared if as_declared else shape, fix, shape_fix)
+        if as_declared and not self._reset_checked:
+            self._obs_rows = shape
+
+    def _check_initial_state(self, state) -> None:
+        """EnvError unless _sample_initial_state(n) gave a dict of (num_envs, ...) tensors on the env's device, each
+        row its own memory: the autoreset writes them row by row with torch.where(..., out=buffer)."""
+        hook = "_sample_initial_state()"
+        if not isinstance(state, dict):
+            raise EnvError(f"{self._name()}: {hook} returned a {type(state).__name__}, expected a dict of (num_envs, ...) "
+                           "tensors, one per state variable; return {'name': tensor, ...} (docs/native_envs.md)")
+        if not state:
+            raise EnvError(f"{self._name()}: {hook} returned an empty dict, expected at least one (num_envs, ...) tensor "
+                           "(step() reads an empty state as never reset); return {'name': tensor, ...}")
+        for key, x in state.items():
+            what = f"state[{key!r}] of {hook}"
+            if not isinstance(x, torch.Tensor):
+                raise EnvError(f"{self._name()}: {what}: a {type(x).__name__}, expected a (num_envs, ...) torch.Tensor; "
+                               "hold every state variable as a tensor with one row per env")
+            if x.dim() == 0 or x.shape[0] != self.num_envs:
+                raise EnvError(f"{self._name()}: {what}: shape {tuple(x.shape)}, expected ({self.num_envs}, ...) (num_envs "
+                               "first); return one row per env: _sample_initial_state(n) draws n rows")
+            self._check_device(x, what)
+            shared = [d for d, (size, stride) in enumerate(zip(x.shape, x.stride())) if size > 1 and stride == 0]
+            if shared:
+                raise EnvError(f"{self._name()}: {what}: an expanded tensor (stride 0 in dim {shared[0]}), whose rows share "
+                               "one memory location that the autoreset writes row by row; return a tensor of its own "
+                               "(.expand(...).clone(), or .repeat(...))")
+
+    def _check_state_kept(self, before: dict) -> None:
+        """EnvError unless _dynamics() left self.state with the keys, dtypes, shapes and device it had at reset:
+        the autoreset writes each new episode's start (drawn by _sample_initial_state) into those buffers."""
+        state, hook = self.state, "_dynamics()"
+        if not isinstance(state, dict):
+            raise EnvError(f"{self._name()}: {hook} set self.state to a {type(state).__name__}, expected the dict of "
+                           "_sample_initial_state(); assign its keys (self.state['name'] = ...), not self.state")
+        for key in state.keys() - before.keys():
+            raise EnvError(f"{self._name()}: {hook} added state[{key!r}], a key _sample_initial_state() does not return: "
+                           "the state's keys are fixed at reset, where each episode's start is drawn; return "
+                           f"{key!r} from _sample_initial_state(n) too, with its start value")
+        for key in before.keys() - state.keys():
+            raise EnvError(f"{self._name()}: {hook} removed state[{key!r}]; keep every key of _sample_initial_state() in "
+                           "self.state (assign it a new tensor, never del or pop it)")
+        for key, old in before.items():
+            x, what = state[key], f"state[{key!r}] after {hook}"
+            if not isinstance(x, torch.Tensor):
+                raise EnvError(f"{self._name()}: {what}: a {type(x).__name__}, expected a torch.Tensor as at reset; "
+                               "assign it a tensor")
+            if x.dtype != old.dtype:
+                raise EnvError(f"{self._name()}: {what}: dtype {x.dtype}, expected {old.dtype} as at reset "
+                               "(_sample_initial_state()); keep each key's dtype from reset to step (cast back, or draw "
+                               "its start in the dtype _dynamics writes)")
+            if x.shape != old.shape:
+                raise EnvError(f"{self._name()}: {what}: shape {tuple(x.shape)}, expected {tuple(old.shape)} as at reset "
+                               "(_sample_initial_state()); keep each key's shape from reset to step")
+            self._check_device(x, what)
 
     def _check_alias(self, final_obs: torch.Tensor, obs: torch.Tensor) -> None:
         # an _observe() that returns a state buffer (or a view of one) makes final_obs the memory the
