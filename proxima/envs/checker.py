@@ -129,6 +129,11 @@ from ..warnings_guard import quiet_warnings
 SPACES_LIMIT = 1000
 _LONG_CHECKS = ("spaces supported", "obs dtype", "state resume")
 
+#: what check-env does with the arguments Proxima passes a native env's constructor (it has no --num-envs
+#: nor --device: those are train's), for --env-kwargs that sets one (gym_adapter.build_user_native)
+CHECK_SET_BY = {"num_envs": "check-env builds 2 envs (train's --num-envs sets the number)",
+                "device": "check-env builds the env on the CPU (train's --device sets the device)",
+                "seed": "use --seed"}
 #: the steps check-env's state resume check replays on a native env (after its random steps): enough for
 #: several autoresets' draws from self.generator, few enough to stay instant
 RESUME_STEPS = 20
@@ -643,7 +648,7 @@ class _Checker:
         NativeEnv checks its hooks' dtypes and shapes once itself, and those lines are the violations."""
         n = 2
         try:
-            env = build_user_native(cls, self.target, n, "cpu", self.seed, self.env_kwargs)
+            env = build_user_native(cls, self.target, n, "cpu", self.seed, self.env_kwargs, set_by=CHECK_SET_BY)
         except EnvError as e:
             if str(e).startswith("--env-kwargs"):  # the user's flag, not the env, is what to fix (exit 2)
                 raise
@@ -701,7 +706,7 @@ class _Checker:
         if not env.use_member_streams([self.seed + k for k in range(n)]):
             return
         before = env.generator.get_state()
-        action = torch.as_tensor(np.stack([np.asarray(act_space.sample()) for _ in range(n)]))
+        action = native_actions(act_space, n)
         if self.native_call("member streams", env.reset) is None or self.native_call("member streams", env.step, action) is None:
             return
         self.ok("member streams")
@@ -736,7 +741,7 @@ class _Checker:
         except (Exception, SystemExit) as e:  # a checkpoint could not save it either
             self.bad("state resume", expected, f"state_dict() cannot be saved in a checkpoint: {_exc(e)}")
             return
-        actions = [torch.as_tensor(np.stack([np.asarray(act_space.sample()) for _ in range(n)])) for _ in range(RESUME_STEPS)]
+        actions = [native_actions(act_space, n) for _ in range(RESUME_STEPS)]
         first = []
         for action in actions:
             out = self.native_call("state resume", env.step, action.clone())
@@ -744,7 +749,7 @@ class _Checker:
                 return
             first.append(out[:4])
         try:
-            fresh = build_user_native(type(env), self.target, n, "cpu", self.seed, self.env_kwargs)
+            fresh = build_user_native(type(env), self.target, n, "cpu", self.seed, self.env_kwargs, set_by=CHECK_SET_BY)
             fresh.reset(seed=self.seed)  # the resumed trainer's first reset, before the checkpoint is loaded
             ckpt.set_rng_state(rng)
             fresh.load_state_dict(saved)
@@ -792,7 +797,7 @@ class _Checker:
         act_space.seed(self.seed)
         ended = False
         for t in range(1, self.steps + 1):
-            action = torch.as_tensor(np.stack([np.asarray(act_space.sample()) for _ in range(n)]))
+            action = native_actions(act_space, n)
             out = self.native_call("step", env.step, action)
             if out is None:
                 return
@@ -818,8 +823,10 @@ class _Checker:
             self.ok("info type")
             keys = ("final_obs", "episode_return", "episode_length")
             if not isinstance(info, dict) or any(k not in info for k in keys):
-                have = sorted(info) if isinstance(info, dict) else type(info).__name__
-                self.bad("info type", f"a dict with {', '.join(keys)} (NativeEnv.step's autoreset)", f"{have} at step {t}")
+                missing = ", ".join(k for k in keys if k not in info) if isinstance(info, dict) else ""
+                have = f"a dict without {missing}" if missing else f"a {type(info).__name__}"
+                self.bad("info type", f"a dict with {', '.join(keys)} (NativeEnv.step's autoreset)",
+                         f"{have} at step {t}{_own_step_fix(env)}")
                 return
             done = terminated | truncated
             if bool(done.any()):
@@ -1039,6 +1046,32 @@ class _Checker:
 
 #: what :func:`reset_returns` gives as the obs of a return that holds none it can tell (a tuple of 3)
 NO_OBS = object()
+
+
+def _own_step_fix(env) -> str:
+    """What to do about a native env class that overrides NativeEnv.step (whose info lacks what the
+    autoreset fills in), '' for one that keeps it."""
+    from .base import NativeEnv
+
+    cls = type(env)
+    if not isinstance(env, NativeEnv) or getattr(cls, "step", None) is NativeEnv.step:
+        return ""
+    return (f"; {cls.__name__} overrides step(): NativeEnv.step (time limit, autoreset, episode statistics) is not to "
+            "be overridden, implement _dynamics(action) instead (docs/native_envs.md)")
+
+
+def native_actions(space: gym.spaces.Space, n: int) -> torch.Tensor:
+    """``n`` samples of ``space`` in the layout training steps a native env with (ppo.collect_rollout:
+    the agent's actions, clipped and offset by the space's start), which ``proxima eval`` and
+    Policy.act give it too: a Discrete's (n,) int64, a MultiDiscrete's and a MultiBinary's flat (n, K)
+    int64, a Box's flat (n, prod(shape)) float32, whatever the space's own shape and dtype. The
+    space's own samples ((n, 2, 2) for MultiDiscrete([[2, 3], [4, 2]]), float64 for a float64 Box)
+    passed an env written for them that then failed in training, and failed one written for this."""
+    batch = np.stack([np.asarray(space.sample()) for _ in range(n)])
+    if isinstance(space, gym.spaces.Discrete):
+        return torch.as_tensor(batch.reshape(n), dtype=torch.int64)
+    dtype = torch.float32 if isinstance(space, gym.spaces.Box) else torch.int64
+    return torch.as_tensor(batch.reshape(n, -1)).to(dtype)
 
 
 def _reads_as_obs(out: Any, space: gym.spaces.Space) -> bool:

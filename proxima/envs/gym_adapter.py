@@ -34,7 +34,7 @@ from .. import warnings_guard
 from ..config import install_hint
 from ..shared_change import SharedChange
 from ..sightings import Sightings
-from .base import BatchedEnv, EnvError
+from .base import BatchedEnv, EnvError, NativeEnv
 from .spaces import (ObsLayout, box_range, check_spaces, obs_layout, pack_numpy, proxima_action_space, space_actions,
                      tensor_space, uint8_pixels)
 
@@ -297,29 +297,54 @@ def native_class_line(env_id: str) -> str:
             "or native, not --backend gymnasium")
 
 
+#: how ``proxima train`` (and resume) sets each argument Proxima passes a native env's constructor itself
+NATIVE_SET_BY = {"num_envs": "use --num-envs", "device": "use --device", "seed": "use --seed"}
+#: ... and how ``proxima eval`` does (one env per episode)
+_EVAL_SET_BY = {"num_envs": "eval builds one env per episode: use --episodes", "device": "use --device",
+                "seed": "use --seed"}
+#: ... and a Python caller (PPOConfig's fields)
+_PYTHON_SET_BY = {k: f"set PPOConfig.{k}" for k in NATIVE_SET_BY}
+
+
+def _native_set_by() -> dict:
+    """NATIVE_SET_BY in the words of the caller: ``proxima eval``'s flags, PPOConfig's fields, or train's flags."""
+    from ..evaluate import command_in_use
+    from ..signals import from_python
+
+    if command_in_use() == "eval":
+        return _EVAL_SET_BY
+    return _PYTHON_SET_BY if from_python() else NATIVE_SET_BY
+
+
 def build_user_native(cls: type, env_id: str, num_envs: int, device, seed: Optional[int],
-                      env_kwargs: Optional[dict] = None):
+                      env_kwargs: Optional[dict] = None, set_by: Optional[dict] = None):
     """``cls(num_envs, device=device, seed=seed, **env_kwargs)``, as make_env builds the native classics
-    (env_kwargs: the constructor's own keyword arguments), or one EnvError line."""
+    (env_kwargs: the constructor's own keyword arguments), or one EnvError line. ``set_by``: for each
+    of num_envs, device and seed, what the running command takes instead of --env-kwargs setting it
+    (check-env's own words); by default the words of the command or Python caller that runs."""
     # Proxima passes these itself: from --env-kwargs they met a raw "got multiple values" TypeError
-    flags = {"num_envs": "--num-envs", "device": "--device", "seed": "--seed"}
-    taken = [k for k in flags if k in (env_kwargs or {})]
+    set_by = set_by or _native_set_by()
+    taken = [k for k in set_by if k in (env_kwargs or {})]
     if taken:
-        raise EnvError(f"--env-kwargs: {', '.join(repr(k) for k in taken)} of env '{env_id}' is set by Proxima; drop it "
-                       f"and use {', '.join(flags[k] for k in taken)}")
+        given = "PPOConfig.env_kwargs" if set_by is _PYTHON_SET_BY else "--env-kwargs"
+        is_it = "is set by Proxima; drop it" if len(taken) == 1 else "are set by Proxima; drop them"
+        raise EnvError(f"{given}: {', '.join(repr(k) for k in taken)} of env '{env_id}' {is_it}: "
+                       f"{'; '.join(set_by[k] for k in taken)}")
     def construct():
         try:
             return cls(num_envs, device=device, seed=seed, **dict(env_kwargs or {}))
         except TypeError as e:
-            # __init__(self) without num_envs/device/seed: a native constructor's own hint; every other failure
-            # (an unknown --env-kwargs key, SystemExit, the user's exception) is _build's line, as for Gymnasium
-            if "positional argument" in str(e) and unknown_kwarg_line(env_id, e, env_kwargs) is None:
-                raise EnvError(f"building env '{env_id}' raised TypeError: {e}{user_frame(e)}; a native env's constructor "
-                               "takes (num_envs, device='cpu', seed=None) and passes them to NativeEnv.__init__ "
-                               "(docs/native_envs.md)") from e
+            # __init__(self) or __init__(self, num_envs) without device/seed: a native constructor's own hint; every
+            # other failure (an unknown --env-kwargs key, SystemExit, the user's exception) is _build's line, as for Gymnasium
+            if _native_signature_error(e) and unknown_kwarg_line(env_id, e, env_kwargs) is None:
+                raise EnvError(f"building env '{env_id}' raised TypeError: {e}{user_frame(e)}; {NATIVE_SIGNATURE_FIX}") from e
             raise
 
     env = _build(construct, env_id, env_kwargs)
+    if isinstance(env, NativeEnv) and "generator" not in vars(env):
+        raise EnvError(f"env '{env_id}': {cls.__name__}.__init__ did not call NativeEnv.__init__ (self.generator, "
+                       "self.state and the episode counters are unset); call super().__init__(num_envs, device=device, "
+                       "seed=seed) first in __init__ (docs/native_envs.md)")
     for name in ("single_observation_space", "single_action_space"):
         if not isinstance(getattr(env, name, None), gym.spaces.Space):
             raise EnvError(f"env '{env_id}': {name} is {'missing' if getattr(env, name, None) is None else 'no gymnasium Space'}; "
@@ -328,6 +353,18 @@ def build_user_native(cls: type, env_id: str, num_envs: int, device, seed: Optio
     env.env_id = env_id
     env._check_obs_space()  # a Dict observation refused as the env is built, before anything reads its spaces
     return env
+
+
+#: what a native env's constructor must look like, for the TypeError of one that does not take Proxima's arguments
+NATIVE_SIGNATURE_FIX = ("a native env's constructor takes (num_envs, device='cpu', seed=None) and your own keyword arguments, "
+                        "and calls super().__init__(num_envs, device=device, seed=seed) first (docs/native_envs.md)")
+
+
+def _native_signature_error(e: TypeError) -> bool:
+    """Whether ``e`` is a native constructor refusing what Proxima passes: too few or too many positional
+    arguments, or no ``device`` or ``seed`` keyword (``def __init__(self, num_envs)``)."""
+    m = _UNEXPECTED_KWARG.match(str(e).strip())
+    return "positional argument" in str(e) or (m is not None and m.group("arg") in ("device", "seed"))
 
 
 def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: Optional[dict] = None) -> Callable[[], gym.Env]:
@@ -378,10 +415,12 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
             raise EnvError(native_only_line(env_id, env_kwargs))
         close = difflib.get_close_matches(env_id, sorted(suggestable_ids(env_id)), n=3, cutoff=0.6)
         # an id the user's own module registers is only in the registry once that module is imported:
-        # in a process that has not (the command line), naming the module is the fix
-        hint = (f"; did you mean {', '.join(close)}?" if close else
-                f"; see `proxima presets` or gymnasium's registry; an id your own module registers (gymnasium.register) "
-                f"is given with that module, MODULE:{env_id}, which imports it first")
+        # in a process that has not (the command line), naming the module is the fix, typo or not (MyWalk-v0
+        # is close to Walker2d-v5, and was offered that alone)
+        module = f"with that module, MODULE:{env_id}, which imports it first"
+        hint = (f"; did you mean {', '.join(close)}? If your own module registers it (gymnasium.register), give it {module}"
+                if close else f"; see `proxima presets` or gymnasium's registry; an id your own module registers "
+                f"(gymnasium.register) is given {module}")
         raise EnvError(f"unknown env id '{env_id}'{hint}")
 
     return _make_registered(env_id, kwargs)

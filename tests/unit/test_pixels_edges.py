@@ -281,7 +281,8 @@ def test_typos_are_offered_only_the_atari_ids_proxima_trains(no_atari_packages, 
         make_env("Pongg-v5", 1)
     with pytest.raises(EnvError) as e:  # the adapter's line: another version, not an Atari v5 id
         make_env("Pongg-v4", 1)
-    assert str(e.value) == "unknown env id 'Pongg-v4'; did you mean Pong-v5, ALE/Pong-v5?"
+    # (then the MODULE:Pongg-v4 form for an id the user's own module registers: test_native_review45)
+    assert str(e.value).startswith("unknown env id 'Pongg-v4'; did you mean Pong-v5, ALE/Pong-v5? ")
 
 
 OLDER_LINE = ("'{id}': Atari games are trained as {game}-v5 (or ALE/{game}-v5): Proxima applies CleanRL's Atari wrappers "
