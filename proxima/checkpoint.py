@@ -1447,7 +1447,8 @@ class Policy:
         return f"{head}: policy.agent's {own} takes {takes}, the policy raw ones; call {call}, obs a tensor on policy.device"
 
     def __init__(self, agent, obs_normalizer, config: dict, observation_space, action_space, device, path: Optional[str] = None,
-                 env_id: Optional[str] = None, env_trusted: bool = True, env_kwargs: Optional[dict] = None):
+                 env_id: Optional[str] = None, env_trusted: bool = True, env_kwargs: Optional[dict] = None,
+                 env_backend: Optional[str] = None):
         self.agent, self.obs_normalizer = agent.eval(), obs_normalizer
         if obs_normalizer is not None:
             obs_normalizer.eval()
@@ -1476,6 +1477,9 @@ class Policy:
         self.run_flush_denormal: Optional[bool] = None
         self.observation_space, self.action_space = observation_space, action_space
         self.device, self.path = torch.device(device), path
+        #: the backend of the env the policy acts for ("native": a NativeEnv, whose step takes its actions
+        #: flat, as training gives them: act() gives them so); None where unknown (another env id given)
+        self.env_backend = env_backend
 
     def __repr__(self) -> str:
         # what a notebook cell shows: which run's policy this is, not an object address
@@ -1543,13 +1547,16 @@ class Policy:
         action space defines them (envs.spaces.env_actions), which is how a Gymnasium env's ``step``
         and every BatchedEnv's ``step`` (``make_env``) take them: Box actions clipped to the bounds and
         shaped and typed as the action space, Discrete/MultiDiscrete actions with the space's
-        ``start`` (Discrete(3, start=1): 1..3). obs_shape as the env's tensors (envs/spaces.py): a
+        ``start`` (Discrete(3, start=1): 1..3). For a policy of a native env (``env_backend`` "native": a
+        NativeEnv, docs/native_envs.md) the actions its ``_dynamics`` gets in training instead: flat,
+        (B,) or (B, K) int64 for Discrete, MultiDiscrete and MultiBinary (with the start), (B, prod(shape))
+        float32 for a Box (clipped), whatever the space's shape and dtype. obs_shape as the env's tensors (envs/spaces.py): a
         flat vector, an image (uint8), or a Dict's packed keys, or the Box's own shape where the env
         declared another ((1, 4), a scalar's ()); a Dict observation may also be given as a dict of
         arrays or tensors (batched or not). Shapes are held to these, not to their element count
         (ValueError naming the shape given and those taken); B = 0 gives an empty batch of actions;
         a NaN/inf in float observations is a ValueError naming its row and column."""
-        from .envs.spaces import ObsLayout, ObsPart, env_actions, obs_layout, pack_numpy
+        from .envs.spaces import ObsLayout, ObsPart, action_offset, env_actions, obs_layout, pack_numpy
 
         if self.observation_space is not None:
             layout = obs_layout(self.observation_space, self.env_id)
@@ -1599,9 +1606,15 @@ class Policy:
             x = x.reshape(n, *layout.shape)
             self._check_finite(x, layout, batched)
             action = self.batched_act(x, deterministic)
-        out = action.cpu().numpy()
-        if self.action_space is not None:
-            out = env_actions(out, self.action_space, n)
+        if self.action_space is not None and self.env_backend == "native":
+            # a NativeEnv's _dynamics gets what training gave it (ppo.collect_rollout): the agent's flat actions,
+            # offset by the space's start, in its dtype (int64, or float32 for a Box), never the space's own shape
+            offset = action_offset(self.action_space, action.device)
+            out = (action if offset is None else action + offset).cpu().numpy()
+        else:
+            out = action.cpu().numpy()
+            if self.action_space is not None:
+                out = env_actions(out, self.action_space, n)
         if single:
             out = out[0]
         return out if is_numpy else torch.as_tensor(out, device=action.device)
@@ -2028,8 +2041,13 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
         release()
     recorded = str(state["config"].get("env_id", ""))
     trusted = env_id is not None or trust_env or not imports_code(recorded)
+    from .envs import same_env
+
+    # the env it trained on steps on: act() shapes actions as that env took them (a NativeEnv's flat)
+    backend = state.get("env_backend")
+    backend = backend if isinstance(backend, str) and (env_id is None or same_env(env_id, recorded)) else None
     policy = Policy(agent, obs_norm, state["config"], obs_space, act_space, device, state["path"], env_id=env_id,
-                    env_trusted=trusted, env_kwargs=env_kwargs)
+                    env_trusted=trusted, env_kwargs=env_kwargs, env_backend=backend)
     entry = state.get("env_entry_point")
     policy.env_entry_point = entry if isinstance(entry, str) else None
     policy.run_threads = _run_threads(state, agent, policy.device)
@@ -2038,8 +2056,6 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
     flush = state["config"].get("flush_denormal")
     policy.run_flush_denormal = flush if isinstance(flush, bool) else None
     policy.version_note = version_note(state)  # the eval CLI says it (a library caller reads it)
-    from .envs import same_env
-
     if trusted and ((env_id is not None and not same_env(env_id, recorded)) or env_kwargs is not None):
         _check_named_env_actions(policy)
     return policy

@@ -1552,7 +1552,8 @@ def trained_policy(trainer: Trainer) -> TrainedPolicy:
     last = getattr(trainer, "last_checkpoint", None)
     config = cfg.to_dict()
     policy = TrainedPolicy(trainer.agent, trainer.obs_norm, config, trainer.env.single_observation_space,
-                           trainer.env.single_action_space, trainer.device, str(last) if last is not None else None)
+                           trainer.env.single_action_space, trainer.device, str(last) if last is not None else None,
+                           env_backend=trainer.env.backend)
     policy.env_entry_point = ckpt.with_entry_point({"config": config}).get("env_entry_point")
     policy.run_threads = ckpt._run_threads({"config": config, "world_size": trainer.dist.world_size}, trainer.agent,
                                            policy.device)
