@@ -5,7 +5,8 @@ reward[N], terminated[N], truncated[N], info`` — all torch tensors on ``env.de
 or uint8 for images, see spaces.py; rewards float32, flags bool). ``step`` takes actions as
 ``single_action_space`` defines them, which is what ``Policy.act`` returns: a Discrete's and a
 MultiDiscrete's values with their ``start`` (Discrete(3, start=1): 1..3), a Box's values (clipped to
-its bounds), flat (N, size) or in the space's shape. The agent acts in index space (0..n-1): its
+its bounds), flat (N, size) or in the space's shape; a NativeEnv's ``_dynamics`` gets them in one
+layout, flat (N, size), as training, check-env and ``Policy.act`` all give them. The agent acts in index space (0..n-1): its
 loops add ``action_offset`` (None when every start is 0, as in every native env). Autoreset is *same-step*: for an env that finished, the returned obs
 is the first obs of its next episode and ``info["final_obs"]`` (N, ...) holds the last obs of the
 finished one (rows of unfinished envs equal the returned obs). ``info["episode_return"]`` and
