@@ -147,14 +147,19 @@ def load(path, device="cpu", env_id=None, trust_env=False, env_kwargs=None):
     ``deterministic=False``), ``policy.predict(obs)`` SB3's ``(actions, None)``, ``policy.agent`` the
     network (nn.Module), ``policy.config`` the run's recorded config (a dict), ``policy.env_id``,
     ``policy.observation_space`` and ``policy.action_space``. A file that is no usable checkpoint
-    raises CheckpointError (a ProximaError).
+    raises CheckpointError (a ProximaError). A run directory (or RUN/checkpoints) is read as ``proxima eval``
+    reads it: a damaged newest checkpoint is refused naming the run's newest sound one to load by name,
+    and one whose env or size differs from the run's config.yaml (another run's, copied in) is refused.
 
     A run's recorded env id is data: a ``module:Class`` one is evaluated (proxima.evaluate.evaluate)
     only when named here, ``env_id="module:Class"``, or with ``trust_env=True`` (eval's --env and
     --trust-run). ``env_kwargs``: the env's constructor arguments instead of the recorded ones."""
-    from .checkpoint import load_policy
+    from .checkpoint import load_policy, load_run_newest
     from .device import resolve_device
 
     # once, in this call's words (device='cpu'), not --device's: load_policy takes the torch.device as resolved
     device = resolve_device(device, arg="device")
-    return load_policy(_expand_home(path), device=device, env_id=env_id, trust_env=trust_env, env_kwargs=env_kwargs)
+    # a run directory as eval reads it: the same lines, naming this call to make on a sound file
+    return load_run_newest(_expand_home(path), lambda p: load_policy(p, device=device, env_id=env_id, trust_env=trust_env,
+                                                                     env_kwargs=env_kwargs),
+                           "load", lambda f: f"proxima.load({str(f)!r})", env_args="env_id=, env_kwargs=")

@@ -989,6 +989,78 @@ def named_file_advice(path: Union[str, Path]) -> str:
     return f"; no other checkpoint of {run} loads either: {start_over(run, 'resume', best_tried=True)}"
 
 
+def load_run_newest(path: Union[str, Path], load, verb: str, command, env_args: str = "--env, --env-kwargs"):
+    """``load(path)`` (load_policy, load_checkpoint) for a checkpoint file, a run directory or RUN/checkpoints
+    (source_path): what ``proxima eval``, proxima.load() and --init-from read, each line in its own words.
+    A run directory whose newest checkpoint does not load (cut short, damaged) is refused, never read
+    from another step in its place (an older policy would pass for the run's newest to a reader who does
+    not check its global_step), but the line names the newest one that does load and how to read that
+    file (``verb`` it with ``command(file)``: "evaluate", ``proxima eval FILE``), or what to do when none
+    does (its sound best.pt, else start_over); older ones refused only for the env given are counted as
+    such (``env_args``: how that env is given). A run directory's checkpoint is checked against its
+    config.yaml as a resume checks it (run_setup.check_same_run: another run's checkpoint copied in is
+    refused, not read as this run's). Only reads: nothing is renamed (a resume sets the damaged one aside)."""
+    path = source_path(path)
+    try:
+        loaded = load(path)
+    # a newer Proxima's file is sound (upgrading reads it), and one refused for the env given is too (the
+    # older ones trained on the same env are refused alike): neither gets a restore or a start over
+    except (LinkOutOfRunError, NewerSchemaError, EnvMismatchError):
+        raise
+    except CheckpointError as e:
+        files = list_checkpoints(path) if path.is_dir() else []
+        if not files or not str(e).startswith(f"{files[-1]}: "):  # a file named, none at all, or none stayed to be read
+            raise
+        raise CheckpointError(f"{e}{_sound_elsewhere(path, files, load, verb, command, env_args)}") from None
+    if path.is_dir():
+        check_run_checkpoint(loaded, path)
+    return loaded
+
+
+def _sound_elsewhere(run: Path, files: list, load, verb: str, command, env_args: str) -> str:
+    """The end of load_run_newest's line for ``run``, whose newest of ``files`` does not load."""
+    misfit = 0  # older checkpoints that are sound but refused for the env given
+    for older in reversed(files[:-1]):
+        try:
+            load(older)
+        except EnvMismatchError:
+            misfit += 1
+            continue
+        except CheckpointError:
+            continue
+        return (f"; the run's newest sound checkpoint is {older}: {verb} it with {command(older)} (proxima resume "
+                f"{shlex.quote(str(run))} continues from it and sets the damaged one aside)")
+    if misfit:  # the run has sound checkpoints: only the env given keeps them from loading
+        return (f"; {misfit} of the {len(files) - 1} older checkpoint(s) load but do not fit the env given: {verb} one "
+                f"with the env the run was trained on ({env_args})")
+    others = f"; none of the {len(files) - 1} older checkpoint(s) loads either" if len(files) > 1 else ""
+    good = good_best(run)
+    then = (f"{resume_from_best(*good, 'resume')}, or {verb} it: {command(good[0])}" if good is not None
+            else start_over(run, best_tried=True))
+    return f"{others}; {then}"
+
+
+def check_run_checkpoint(loaded, run: Union[str, Path]) -> None:
+    """CheckpointError when ``loaded`` (a state dict or a Policy), read from run directory ``run``, records
+    another env or size of run than its config.yaml: another run's checkpoint copied into ``run``, whose
+    numbers would pass for this run's. Resume's check and line (run_setup.check_same_run); nothing to check
+    without a config.yaml that reads, or for a population's own checkpoint (callers refuse it)."""
+    from .config import ConfigError
+    from .run_setup import check_same_run, read_run_config
+
+    if isinstance(loaded, dict):
+        if loaded.get("kind") == "ppo-population":
+            return
+        state = loaded
+    else:
+        state = {"config": loaded.config, "path": loaded.path}
+    recorded, _ = read_run_config(run)
+    try:
+        check_same_run(state, run, recorded)
+    except ConfigError as e:  # a checkpoint that is not this run's, as a damaged one is: what load() raises
+        raise CheckpointError(str(e)) from None
+
+
 def start_over(run: Union[str, Path], command: Optional[str] = None, best_tried: bool = False) -> str:
     """The next step when none of the run's step_*.pt loads: its best.pt when that loads (good_best;
     not looked at again when ``best_tried``), as resume_from_best names it; never resumed from on its

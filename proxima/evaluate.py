@@ -29,49 +29,19 @@ class EvaluationStopped(Exception):
 
 def load_run_policy(path, **kwargs):
     """checkpoint.load_policy(``path``, **kwargs) for ``proxima eval``. A run directory (or its
-    checkpoints/ folder, checkpoint.source_path) whose newest
-    checkpoint does not load (cut short, damaged) is refused as before, never evaluated from another
-    step in its place (an older checkpoint's numbers would pass for the run's to a reader who does not
-    check their global_step), but the line names the newest one that does load, to evaluate by name, or, when none does,
-    what to do then (checkpoint.start_over). Only reads: nothing is renamed (a resume sets the damaged
-    one aside)."""
+    checkpoints/ folder, checkpoint.source_path) whose newest checkpoint does not load (cut short,
+    damaged) is refused as before, never evaluated from another step in its place, but the line names
+    the newest one that does load, to evaluate by name, or, when none does, what to do then; another
+    run's checkpoint copied into it is refused as a resume refuses it (checkpoint.load_run_newest, as
+    proxima.load() and --init-from read a run directory)."""
     import shlex
 
-    from .checkpoint import (CheckpointError, EnvMismatchError, LinkOutOfRunError, NewerSchemaError, list_checkpoints,
-                             load_policy, source_path, start_over)
-
+    from .checkpoint import load_policy, load_run_newest
     from .rundir import expand_home as _expand_home
 
-    # a shell expands ~ on the command line; a Python caller's path gets the same. RUN/checkpoints is RUN
-    # (--init-from's reading): its newest, and the same fallback line when that one is damaged
-    path = source_path(_expand_home(path))
-    try:
-        return load_policy(path, **kwargs)
-    # a newer Proxima's file is sound (upgrading reads it), and one refused for the env given is too (the
-    # older ones trained on the same env are refused alike): neither gets a restore or a start over
-    except (LinkOutOfRunError, NewerSchemaError, EnvMismatchError):
-        raise
-    except CheckpointError as e:
-        files = list_checkpoints(path) if Path(path).is_dir() else []
-        if not files or not str(e).startswith(f"{files[-1]}: "):  # a file named, none at all, or none stayed to be read
-            raise
-        misfit = 0  # older checkpoints that are sound but refused for the env given
-        for older in reversed(files[:-1]):
-            try:
-                load_policy(older, **kwargs)
-            except EnvMismatchError:
-                misfit += 1
-                continue
-            except CheckpointError:
-                continue
-            raise CheckpointError(f"{e}; the run's newest sound checkpoint is {older}: evaluate it with proxima eval "
-                                  f"{shlex.quote(str(older))} (proxima resume {shlex.quote(str(path))} continues from it "
-                                  "and sets the damaged one aside)") from None
-        if misfit:  # the run has sound checkpoints: only the env given keeps them from loading
-            raise CheckpointError(f"{e}; {misfit} of the {len(files) - 1} older checkpoint(s) load but do not fit the env "
-                                  "given: evaluate one with the env the run was trained on (--env, --env-kwargs)") from None
-        others = f"; none of the {len(files) - 1} older checkpoint(s) loads either" if len(files) > 1 else ""
-        raise CheckpointError(f"{e}{others}; {start_over(path)}") from None
+    # a shell expands ~ on the command line; a Python caller's path gets the same
+    return load_run_newest(_expand_home(path), lambda p: load_policy(p, **kwargs), "evaluate",
+                           lambda f: f"proxima eval {shlex.quote(str(f))}")
 
 
 def default_seed(policy) -> int:

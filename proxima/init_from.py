@@ -47,6 +47,13 @@ def _given(path, python: bool) -> str:
     return f"PPOConfig.init_from = {str(path)!r}" if python else f"--init-from {path}"
 
 
+def _quoted(path, python: bool) -> str:
+    """``path`` as --init-from takes it in a shell (quoted where it needs it); as it is for a PPOConfig."""
+    import shlex
+
+    return str(path) if python else shlex.quote(str(path))
+
+
 def check_initial_policy(path, cfg, obs_space, act_space, device="cpu", python: bool = False,
                          run_dir=None) -> InitialPolicy:
     """The policy of the checkpoint at ``path`` (a file, a run directory's newest, or RUN/checkpoints'
@@ -68,7 +75,9 @@ def check_initial_policy(path, cfg, obs_space, act_space, device="cpu", python: 
             named = source
         _check_outside(flag, named, Path(run_dir), python)
     try:
-        state = ckpt.load_checkpoint(source)
+        # a run directory as eval and proxima.load() read it: a damaged newest one named with the run's newest
+        # sound one, another run's checkpoint copied in refused
+        state = ckpt.load_run_newest(source, ckpt.load_checkpoint, "start from", lambda f: _given(_quoted(f, python), python))
     except ckpt.CheckpointError as e:
         raise ConfigError(f"{flag}: {e}") from None
     if state.get("kind") == "ppo-population":
