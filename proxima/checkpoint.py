@@ -1176,27 +1176,45 @@ def _refuse_population(state: dict, allow_population: bool = False) -> dict:
     """A population member's checkpoint holds its weights only, and a population's own checkpoint is
     resumed as a whole (population_run.py): neither resumes as a single run."""
     if state.get("population_member"):
-        where = member_population(state)
         raise CheckpointError(f"{state['path']}: a member of a population (--seeds/--sweep) holds its weights only; "
-                              f"resume the whole population: proxima resume {where}")
+                              f"{_member_ways(state)}")
     if state.get("kind") == "ppo-population" and not allow_population:
         raise CheckpointError(f"{state['path']}: a population checkpoint (--seeds/--sweep); resume the whole population: "
                               f"proxima resume {run_dir_of(state['path'])}")
     return state
 
 
-def member_population(state: dict) -> str:
+def _member_ways(state: dict) -> str:
+    """What a resume of a population member does instead (docs/populations.md): resume its population,
+    named where it is (member_population), and the way to train this member on alone: a new run from its
+    weights, ``proxima train ENV --init-from MEMBER_DIR`` (with the member's env kwargs)."""
+    config = state.get("config") or {}
+    env_id, kwargs = config.get("env_id"), config.get("env_kwargs")
+    env = shlex.quote(env_id) if isinstance(env_id, str) and env_id else "ENV_ID"
+    if isinstance(kwargs, dict) and kwargs:
+        env += f" --env-kwargs {shlex.quote(json.dumps(kwargs))}"
+    alone = (f"or train this member on alone, a new run from its weights: proxima train {env} --init-from "
+             f"{shlex.quote(str(run_dir_of(state['path'])))}")
+    where = member_population(state)
+    if where is not None:
+        return f"resume the whole population: proxima resume {shlex.quote(str(where))}, {alone}"
+    parent = run_dir_of(state["path"]).parent
+    recorded = state.get("population")
+    trained = f" (trained with --run-dir {recorded})" if isinstance(recorded, str) and recorded else ""
+    return (f"its population{trained} is not next to it (no population.json in {parent}): resume the whole population "
+            f"from its own directory, proxima resume POPULATION_DIR, {alone}")
+
+
+def member_population(state: dict) -> Optional[Path]:
     """The population run directory that holds a member's checkpoint ``state``: the member directory's
     parent when that holds population.json (where the population is now, also after it was moved or
-    copied, and as an absolute path whatever folder it was trained from); else the recorded one (a
-    member copied out of its population)."""
+    copied, and as an absolute path whatever folder it was trained from); else None (a member copied out
+    of its population: the path it recorded was as typed where the population was trained, and a
+    population there, if any, is not this copy's)."""
     from .population_run import POPULATION_FILE
 
     parent = run_dir_of(state["path"]).parent
-    if (parent / POPULATION_FILE).is_file():
-        return str(parent)
-    recorded = state.get("population")
-    return recorded if isinstance(recorded, str) and recorded else "its population's run directory"
+    return parent if (parent / POPULATION_FILE).is_file() else None
 
 
 def _one_line(text: str, limit: int = 160) -> str:
