@@ -158,7 +158,8 @@ def evaluate(policy, episodes: Optional[int] = None, deterministic: bool = True,
     dict with env_id, episodes, mean_return, std_return (the population standard
     deviation of the episode returns, ddof 0: np.std's and SB3's evaluate_policy's), returns, lengths, deterministic, seed (the env seed used,
     the default one included), backend (the one built: "auto" resolved, :func:`built_backend`) and
-    max_steps (the step cap each episode ran under), and ``unfinished`` when some episodes had not
+    max_steps (the step cap each episode ran under), ``env_kwargs`` when the env was given other
+    constructor arguments than the run's (given_env_kwargs), and ``unfinished`` when some episodes had not
     ended after ``max_steps`` steps: those count as cut there, with their return so far, as a time
     limit would cut them; leaving them out would keep only the short episodes. ``seed`` seeds the envs
     (reset_seed: a Gymnasium env's episode i from ``episode_seeds(seed, episodes)[i]``, which a plain
@@ -264,6 +265,9 @@ def _evaluate(policy, episodes: int, deterministic: bool, seed: int, backend: st
         # what ran, recorded with the numbers: the seed and the backend each change the episodes played
         result = summarize(policy.env_id, returns, lengths, deterministic, finished, max_steps, seed=seed,
                            backend=built_backend(policy.env_id, backend, eval_env_kwargs(policy)))
+        given = given_env_kwargs(policy)
+        if given is not None:  # numbers of another env than the run's: the result says which
+            result = {"env_id": result["env_id"], "env_kwargs": given, **result}
         if video is not None:
             result["video"] = write_episode_video(recorder, video, result)
     except BaseException:
@@ -379,6 +383,25 @@ def write_episode_video(recorder: "FrameRecorder", video: str, result: dict) -> 
 def eval_env_kwargs(policy) -> Optional[dict]:
     """The env kwargs the evaluation builds ``policy``'s env with (given, or the checkpoint's recorded ones)."""
     return getattr(policy, "env_kwargs", policy.config.get("env_kwargs"))
+
+
+def given_env_kwargs(policy) -> Optional[dict]:
+    """The env kwargs an evaluation records with its numbers (its result's ``env_kwargs``): those given
+    in place of the run's recorded ones (proxima.load's ``env_kwargs=``, eval's --env-kwargs), ``{}``
+    included when given for the run's own env; None where the recorded ones were used (the run's
+    eval.json, which records none: its env is the run's) or another env id was given with none."""
+    if getattr(policy, "env_kwargs_recorded", True):
+        return None
+    kwargs = getattr(policy, "env_kwargs", None)
+    if not isinstance(kwargs, dict):
+        return None
+    if kwargs:
+        return dict(kwargs)
+    from .envs import same_env, same_game
+
+    recorded = (getattr(policy, "config", None) or {}).get("env_id")
+    own = isinstance(recorded, str) and (same_env(policy.env_id, recorded) or same_game(policy.env_id, recorded))
+    return {} if own else None  # the run's own env not taking its recorded ones: {} was given
 
 
 def make_eval_env(policy, episodes: int, backend: str, seed: int, render_mode: Optional[str] = None):
@@ -751,12 +774,15 @@ def json_numbers(value):
 
 
 def format_result(result: dict, step: Optional[int] = None) -> str:
-    """``CartPole-v1: 500.00 +- 0.00 over 10 episodes (deterministic)``; ``step``: the global step of the
+    """``CartPole-v1: 500.00 +- 0.00 over 10 episodes (deterministic)``, ``Pendulum-v1 (env kwargs {"g": 50.0}):
+    ...`` for an env given other kwargs than the run's (given_env_kwargs); ``step``: the global step of the
     checkpoint evaluated (``proxima eval``'s line: a run still training has several), said as a population
     member's line says it (population_eval.format_member)."""
     mode = "deterministic" if result["deterministic"] else "stochastic"
     at = f" at step {step:,}" if isinstance(step, int) and not isinstance(step, bool) else ""
-    line = (f"{result['env_id']}: {result['mean_return']:.2f} +- {result['std_return']:.2f}{at} over "
+    given = result.get("env_kwargs")
+    kwargs = f" (env kwargs {json.dumps(given, default=repr)})" if isinstance(given, dict) else ""
+    line = (f"{result['env_id']}{kwargs}: {result['mean_return']:.2f} +- {result['std_return']:.2f}{at} over "
             f"{episodes_words(result['episodes'])} ({mode})")
     return line + unfinished_note(result)
 
