@@ -162,8 +162,36 @@ def attributes_doc(cls) -> str:
     for f in dataclasses.fields(cls):
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default
         kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-        lines.append(f"    {f.name} ({kind}, default {default!r}): {python_words(f.metadata.get('help', ''))}")
+        lines.append(f"    {f.name} ({kind}, default {default!r}): {python_forms(f.name, python_words(f.metadata.get('help', '')))}")
     return "\n".join(lines)
+
+
+#: a field's help in the words of the command line and a YAML file, and those of a PPOConfig built in Python
+#: (python_forms), where a dict, a list and None are given as such: PPOConfig refuses the text forms
+PYTHON_FORMS = (
+    (" as JSON, e.g. '{\"continuous\": true}'", " as a dict, e.g. {'continuous': True}"),
+    (" (separated by commas or spaces)", " (a list of ints, e.g. [64, 64])"),
+)
+
+
+def python_forms(name: str, text: str) -> str:
+    """Field ``name``'s help ``text`` with the value forms a flag takes written as Python's: a JSON object
+    as a dict, widths separated by commas as a list of ints, ``none`` as None (an optional field's)."""
+    for flag_form, python_form in PYTHON_FORMS:
+        text = text.replace(flag_form, python_form)
+    if name in OPTIONAL_NUMBERS or name in PATH_FIELDS:
+        text = re.sub(r"\bnone\b", "None", text)
+    return text
+
+
+def python_expected(name: str) -> str:
+    """expected_text in the words of a PPOConfig built in Python: None, never the flags' none (amp's
+    choice 'none' is a string, and stays one)."""
+    if name in OPTIONAL_NUMBERS:
+        return "a number or None"
+    if name in PATH_FIELDS:
+        return re.sub(r"\bnone\b", "None", expected_text(name))
+    return expected_text(name)
 
 
 
@@ -334,6 +362,9 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
     values = _aliases_read(values, source)
     unknown = [key for key in values if key not in FIELDS]
     # an rlhf file given to train keeps its one line below, which says where the file goes
+    if len(unknown) > 1 and all(_zoo_entry(key, values[key]) for key in unknown):  # a whole zoo file: one entry is needed
+        raise ConfigError(f"{source}: {', '.join(repr(key) for key in unknown)} are rl-zoo entries (env ids): keep your "
+                          "env's, its keys at the top level of the file, and give the id as ENV_ID")
     if len(unknown) > 1 and not all(_rlhf_field(key) and key not in FOREIGN_NAMES for key in unknown):
         # a zoo entry holds several (n_envs, n_steps, batch_size, n_epochs, policy): all in one line
         raise ConfigError(f"{source}: unknown fields: {', '.join(_unknown_hint(key, values[key]) for key in unknown)}")
@@ -421,7 +452,33 @@ def _misplaced_key(key: Any, value: Any) -> Optional[str]:
     if key == "config" and isinstance(value, dict):
         return ("'config' is not a config field: put the fields at the top level (the preset files' config: nesting "
                 "is not a config file's)")
+    if _zoo_entry(key, value):
+        return f"{_zoo_entry_is(key)}: an rl-zoo entry's keys go at the top level of the file; give the id as ENV_ID"
     return None
+
+
+#: an env id as rl-zoo's hyperparameter files key their entries (CartPole-v1, ALE/Pong-v5, MiniGrid-Empty-5x5-v0)
+_ENV_ID_KEY = re.compile(r"^(?:[A-Za-z][\w.-]*/)?[A-Za-z][\w.-]*-v\d+$")
+
+
+def _zoo_entry(key: Any, value: Any) -> bool:
+    """Whether ``key: value`` is an rl-zoo entry pasted as it is (``CartPole-v1:`` with its settings
+    indented under it): a mapping (or nothing) under an env id, or under the zoo's ``atari`` entry."""
+    if not isinstance(key, str) or not (value is None or isinstance(value, dict)):
+        return False
+    if key == "atari" or _ENV_ID_KEY.match(key):
+        return True
+    try:
+        from gymnasium.envs.registration import registry
+    except ImportError:
+        return False
+    return key in registry
+
+
+def _zoo_entry_is(key: str) -> str:
+    if key == "atari":
+        return "'atari' is rl-zoo's entry for every Atari env id (e.g. Breakout-v5)"
+    return f"'{key}' is an env id"
 
 
 def _rlhf_field(key: Any) -> bool:
@@ -958,8 +1015,12 @@ def coerce(name: str, value: Any, source: str = "config") -> Any:
             _check_json_values(name, value, source)
             return dict(value)
         if isinstance(default, list):
-            if isinstance(value, str):  # "64,64", "64 64" or "64, 64"
-                value = [v for v in re.split(r"[,\s]+", value) if v]
+            if isinstance(value, str):  # "64,64", "64 64", "64, 64", or "[64, 64]" as config.yaml's dry run prints it
+                text = value.strip()
+                text = text[1:-1] if text[:1] + text[-1:] in ("[]", "()") else text
+                value = [v for v in re.split(r"[,\s]+", text) if v]
+            elif type(value) is int and source != "PPOConfig":  # a file's `hidden_sizes: 64`, as --hidden-sizes 64
+                value = [value]
             if not isinstance(value, (list, tuple)):
                 raise ValueError
             return [_whole(v) for v in value]
@@ -1160,7 +1221,7 @@ def _check_types(cfg: PPOConfig) -> None:
             value = plain(value)
             setattr(cfg, name, value)
         if is_blank(value) and name != "env_id":
-            raise ConfigError(f"PPOConfig.{name} = {value!r}: empty; give {expected_text(name).replace('none', 'None')}")
+            raise ConfigError(f"PPOConfig.{name} = {value!r}: empty; give {python_expected(name)}")
         default = field_default(name)
         try:
             coerced = coerce(name, value, "PPOConfig")
@@ -1170,10 +1231,8 @@ def _check_types(cfg: PPOConfig) -> None:
             same = False
         wrong_kind = isinstance(value, str) and not isinstance(default, str) and name not in PATH_FIELDS
         if not same or wrong_kind or (isinstance(value, bool) and not isinstance(default, bool)):
-            if name in OPTIONAL_NUMBERS:
-                expected = "a number or None"
-            elif FIELDS[name].metadata.get("choices") or name in (*PATH_FIELDS, "device"):
-                expected = expected_text(name).replace("none for", "None for")
+            if name in OPTIONAL_NUMBERS or FIELDS[name].metadata.get("choices") or name in (*PATH_FIELDS, "device"):
+                expected = python_expected(name)
             else:
                 expected = _type_name(default, python=True)
             raise ConfigError(f"PPOConfig.{name} = {value!r}: expected {expected}")

@@ -279,14 +279,13 @@ def _check_writable(run_dir: Path) -> None:
     asks, as in /proc) still fails in the ranks, with their line and exit 2."""
     import errno
 
-    from .diskspace import write_error
-    from .rundir import LOCK_NAME
+    from .rundir import lock_write_error
 
     folder = next((p for p in (run_dir, *run_dir.parents) if p.exists()), None)
     if folder is None or not folder.is_dir() or os.access(folder, os.W_OK | os.X_OK):
         return
     code = errno.EROFS if os.statvfs(folder).f_flag & os.ST_RDONLY else errno.EACCES
-    raise write_error(run_dir / LOCK_NAME, OSError(code, os.strerror(code)), "could not take the run's lock")
+    raise lock_write_error(run_dir, OSError(code, os.strerror(code)))
 
 
 def _check_not_in_use(run_dir: Path) -> None:
@@ -310,7 +309,7 @@ def _launcher_note(run_dir: Path) -> str:
     """For a lock held by rank 0 of a live ``--nproc`` run on this machine: the process to signal. The
     lock names rank 0 (it writes the run), but the job is the launcher's: a stop sent there reaches
     every rank (a second one, 3 s later, ends them at once) and the launcher exits with its code. "" otherwise."""
-    from .rundir import holder_alive, read_lock
+    from .rundir import holder_alive, lock_copied_from, read_lock
 
     def cmdline(pid) -> bytes:
         try:
@@ -320,8 +319,8 @@ def _launcher_note(run_dir: Path) -> str:
 
     info = read_lock(run_dir) or {}
     pid = info.get("pid")
-    if not (isinstance(pid, int) and pid > 0 and holder_alive(info)):
-        return ""
+    if not (isinstance(pid, int) and pid > 0 and holder_alive(info)) or lock_copied_from(run_dir, info):
+        return ""  # a lock copied with the run: its holder trains the original, never to be stopped for this one
     torchrun = _parent_pid(pid)
     if torchrun is None or b"proxima.torchrun" not in cmdline(torchrun):
         return ""

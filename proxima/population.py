@@ -942,12 +942,13 @@ def parse_seeds(spec: str) -> list:
 
 def parse_sweep(items: Sequence[str]) -> dict:
     """[``lr=1e-3,3e-4``, ``ent_coef=0,0.01``] -> {"lr": [0.001, 0.0003], "ent_coef": [0.0, 0.01]} (typed, checked)."""
-    from .config import coerce
+    from .config import ALIASES, coerce
 
     out: dict = {}
     for item in items:
         name, sep, values = str(item).partition("=")
         name = name.strip().lstrip("-").replace("-", "_")
+        name = ALIASES.get(name, name)  # learning_rate=1e-3,3e-4 is lr's, as --learning-rate is --lr
         if not sep or not values.strip():
             raise ConfigError(f"--sweep {item!r}: expected FIELD=v1,v2 (e.g. --sweep lr=1e-3,3e-4)")
         check_sweep_field(name)

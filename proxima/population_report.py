@@ -605,11 +605,24 @@ def progress_status(run_dir: Path, step: Optional[int], total: Optional[int]) ->
         return f"in progress: {live}"
     if step is not None and total is not None and step >= total:
         return None
+    copied = _copied_lock(run_dir)
     if list_checkpoints(run_dir):
         from .signals import resume_command
 
+        if copied:  # `proxima resume` would refuse the copy's lock: the way on says what to delete first
+            return f"stopped; no process trains it: {copied}; then `{resume_command(run_dir)}` continues it"
         return f"stopped; `{resume_command(run_dir)}` continues it"
-    return "stopped before its first checkpoint"
+    return "stopped before its first checkpoint" + (f"; no process trains it: {copied}" if copied else "")
+
+
+def _copied_lock(run_dir: Path) -> Optional[str]:
+    """rundir.copied_lock_note for a run whose live lock came with a copy of it (its holder trains the
+    original), else None."""
+    from .rundir import copied_lock_note, holder_alive, lock_copied_from, read_lock
+
+    info = read_lock(run_dir)
+    copied = lock_copied_from(run_dir, info) if info and holder_alive(info) else None
+    return None if copied is None else copied_lock_note(run_dir, info, copied)
 
 
 def member_population(member_dir) -> Optional[tuple]:

@@ -769,13 +769,15 @@ def return_stop(run_dir: Path, config: dict) -> Optional[dict]:
 
 
 def _in_progress(run_dir: Path) -> Optional[str]:
-    """"locked by pid P since T" while a live process holds RUN/.proxima.lock (training), else None."""
+    """"locked by pid P since T" while a live process holds RUN/.proxima.lock (training), else None (a
+    lock copied with the run from a directory its holder trains too: population_report.progress_status
+    says so)."""
     import socket
 
-    from .rundir import holder_alive, read_lock
+    from .rundir import holder_alive, lock_copied_from, read_lock
 
     info = read_lock(run_dir)
-    if not info or not holder_alive(info):
+    if not info or not holder_alive(info) or lock_copied_from(run_dir, info):
         return None
     host = f" on host {info['host']}" if info.get("host") and info["host"] != socket.gethostname() else ""
     return f"locked by pid {info.get('pid', '?')}{host}" + (f" since {info['since']}" if info.get("since") else "")

@@ -563,8 +563,10 @@ def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: 
         src, _ = ckpt.newest_that_loads(files, ckpt.load_sound, ckpt.CheckpointError, set_aside=False,
                                         none_loads=lambda: f"; {ckpt.start_over(resume, 'resume')}")
     state = ckpt.load_resumable(src)  # a file: loaded as the resume loads it (a population's refused), nothing written
+    recorded = None  # the run's config.yaml: (config, why it was not read), as resolve_start reads it
     if not loose:
-        check_same_run(state, target_dir, read_run_config(target_dir)[0])
+        recorded = read_run_config(target_dir)
+        check_same_run(state, target_dir, recorded[0])
     cfg = resumed_config(state, env_id, trust_run, overrides, "train --resume", notes=not loose, sources=sources, quiet=quiet)
     ckpt.check_step(state, counters=False)  # as resolve_start
     if loose:
@@ -574,6 +576,8 @@ def dry_run_resume(config: PPOConfig, resume, env_id: Optional[str], trust_run: 
     use_backend(cfg, resumed_backend(cfg, state), quiet)
     cfg.run_dir = str(target_dir)  # where the resume trains, as resolve_start records it
     keep_recorded_eval(cfg, target_dir, state, overrides)
+    if recorded is not None:  # the resume's note on an edited config.yaml, before the user runs it
+        note_config_edits(cfg, target_dir, recorded, overrides)
     return cfg, int(state.get("world_size", 1))
 
 

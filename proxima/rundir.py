@@ -74,9 +74,15 @@ def _process_start(pid: int) -> Optional[str]:
     return fields[19] if len(fields) > 19 else None
 
 
-def _owner() -> dict:
-    return {"pid": os.getpid(), "host": socket.gethostname(), "start": _process_start(os.getpid()),
-            "since": datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv)[:300]}
+def _owner(run_dir=None) -> dict:
+    """What a lock records of its holder: pid, host, process start, since, command and, for a lock of
+    ``run_dir``, that directory's resolved path (``run_dir``): a lock that came along with a copy of the
+    run (``cp -r`` of a run still training) names the directory its holder trains, not the copy."""
+    owner = {"pid": os.getpid(), "host": socket.gethostname(), "start": _process_start(os.getpid()),
+             "since": datetime.now().isoformat(timespec="seconds"), "command": " ".join(sys.argv)[:300]}
+    if run_dir is not None:
+        owner["run_dir"] = os.path.realpath(run_dir)
+    return owner
 
 
 #: the scripts a notebook's kernel runs as (Jupyter, VS Code's notebooks, Colab): their argv (``-f
@@ -349,8 +355,37 @@ def _minutes(seconds: float) -> str:
     return f"{minutes} minute{'' if minutes == 1 else 's'}" if minutes else f"{int(seconds)} s"
 
 
+def lock_copied_from(run_dir, info: dict) -> Optional[str]:
+    """The directory a live lock found in ``run_dir`` was taken for, when that is another directory that
+    is still there: ``run_dir`` holds a copy of a run (``cp -r`` while it trained), whose lock came with
+    it, and no process trains the copy. None when the lock records no directory (an older Proxima's),
+    records this one (by any path to it), one that is gone (a run moved while it trained: its trainer may
+    still write to the moved files), or was written on another host (whose paths are that host's)."""
+    recorded = info.get("run_dir")
+    if not isinstance(recorded, str) or not recorded or info.get("host") != socket.gethostname():
+        return None
+    try:
+        return None if os.path.samefile(recorded, run_dir) else recorded
+    except (OSError, ValueError):  # either one gone (or a name with a NUL): not known to be a copy
+        return None
+
+
+def copied_lock_note(run_dir, info: dict, copied: str) -> str:
+    """``its lock RUN/.proxima.lock was copied from DIR, whose trainer (pid N, since T) still runs there;
+    deleting this copy's lock is safe (...): rm RUN/.proxima.lock``: for a lock lock_copied_from found."""
+    import shlex
+
+    lock = Path(run_dir) / LOCK_NAME
+    return (f"its lock {lock} was copied from {copied}, whose trainer (pid {info.get('pid')}, since "
+            f"{info.get('since', '?')}) still runs there; deleting this copy's lock is safe (the run in {copied} goes "
+            f"on): rm {shlex.quote(str(lock))}")
+
+
 def in_use_message(run_dir: Path, info: dict) -> str:
     lock = Path(run_dir) / LOCK_NAME
+    copied = lock_copied_from(run_dir, info)
+    if copied is not None:
+        return f"run {run_dir} is not in use: {copied_lock_note(run_dir, info, copied)}, then try again"
     host = info.get("host")
     if host == socket.gethostname():
         return (f"run {run_dir} is in use by pid {info.get('pid')} (since {info.get('since', '?')}); wait for it to "
@@ -365,6 +400,46 @@ def in_use_message(run_dir: Path, info: dict) -> str:
             f"which cannot be checked from this host: wait for it to finish, or, if no process on host {host} runs it "
             f"any more (a container or job that was restarted), delete {shlex.quote(str(lock))} (a lock not refreshed "
             f"for {_minutes(STALE_SECONDS)} is taken over)")
+
+
+def lock_write_error(run_dir, exc: OSError):
+    """diskspace.write_error for a lock that could not be written in ``run_dir``; for a run there that
+    cannot be written (a read-only filesystem or folder: EROFS, EACCES, EPERM) that holds checkpoints,
+    the ways on: it can be evaluated where it is, and trained on from a writable copy or as a new run
+    from its weights."""
+    run_dir = Path(run_dir)
+    error = write_error(run_dir / LOCK_NAME, exc, "could not take the run's lock")
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and any((run_dir / "checkpoints").glob("step_*.pt")):
+        error = type(error)(f"{error}{read_only_way_on(run_dir)}")
+    return error
+
+
+def read_only_way_on(run_dir: Path) -> str:
+    """``; the run can be evaluated where it is; to train on, copy it ...`` for a run in a folder this
+    process cannot write: the copy's resume command and, for a single run, ``proxima train ENV
+    --init-from RUN`` (its env id from config.yaml; ENV_ID when unreadable)."""
+    import shlex
+
+    from .signals import env_flag
+
+    run = shlex.quote(str(run_dir))
+    copy = "NEW_DIR"
+    way = (f"; the run can be evaluated where it is (proxima eval {env_flag(run_dir)}{run}); to train on, copy it to a "
+           f"writable place and resume there: cp -r {run} {copy} && proxima resume {env_flag(run_dir)}{copy}")
+    if (run_dir / "population.json").is_file():  # --init-from takes one run's weights
+        return way
+    return f"{way}, or start a new run from its weights: proxima train {shlex.quote(_recorded_env_id(run_dir))} --init-from {run}"
+
+
+def _recorded_env_id(run_dir: Path) -> str:
+    """The env id the run's config.yaml records; ENV_ID when it cannot be read (only a suggested command holds it)."""
+    from .config import load_yaml
+
+    try:
+        env_id = load_yaml(read_run_text(run_dir / "config.yaml")).get("env_id")
+    except Exception:  # noqa: BLE001 - an error line is being written: an unreadable file only leaves the id out
+        env_id = None
+    return env_id if isinstance(env_id, str) and env_id else "ENV_ID"
 
 
 class RunInUseError(RunDirError):
@@ -435,13 +510,14 @@ class RunLock:
 
     def acquire(self) -> None:
         """Take the lock or raise RunDirError naming the pid that holds it; take over a stale one."""
-        me = _owner()
+        me = None
         for _ in range(10):
             try:
                 self.made_dir = _make_dir(self.run_dir) or self.made_dir
+                me = me or _owner(self.run_dir)  # once the directory is there: its resolved path
                 tmp = _write_new_file(self.path, json.dumps(me))
             except OSError as e:  # a full disk or a read-only folder, at the very start of a run
-                raise write_error(self.path, e, "could not take the run's lock") from None
+                raise lock_write_error(self.run_dir, e) from None
             try:
                 _link_exclusive(tmp, self.path)
                 self.held, self._pid = True, os.getpid()
