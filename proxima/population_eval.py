@@ -11,10 +11,11 @@ up as their mean and interquartile mean with 95% bootstrap intervals (population
 the same statistics as ``proxima report``; a NaN or infinite mean return is left out and named, no
 interval for fewer than 2 members, a flagged one for fewer than 5). Every member's checkpoint is looked for and
 loaded (load_checkpoint's checks: truncated, edited, NaN weights or statistics) before any is evaluated,
-so a member without one, or with one that does not load, costs one line and no wasted evaluation
-(a population none of whose members has one: one line saying why, as ``proxima report`` says it: every
+so a member without one, or with one that does not load, is left out before any evaluation, named with
+why in its setting's left_out (as ``proxima report`` leaves it out), and the others are evaluated (a
+population none of whose members has one: one line saying why, as ``proxima report`` says it: every
 member diverged before the first, the population stopped before its first, or is still training
-towards it).
+towards it; none of whose checkpoints loads: the first member's line).
 A population still training removes its members' older checkpoints as it writes new ones
 (--keep-checkpoints): a member's checkpoint gone by the time it is read is replaced by its newest
 then, as ``proxima eval RUN/<member dir>`` reads a live run, and its row names the file evaluated
@@ -52,9 +53,19 @@ def member_checkpoint(member_dir: Path, best: bool = False) -> Path:
         return path
     ckpts = list_checkpoints(member_dir)
     if not ckpts:
-        raise CheckpointError(f"{member_dir}: member has no checkpoint (checkpoints/step_*.pt) to evaluate; evaluate "
-                              "the others one by one: proxima eval RUN/<member dir>")
+        raise CheckpointError(f"{member_dir}: member has no checkpoint (checkpoints/step_*.pt) to evaluate")
     return ckpts[-1]
+
+
+def _left_out_why(member_dir: Path, error: Exception) -> str:
+    """The reason a member is left out, as its setting's left_out holds it: the error's line less the
+    member's own directory (``checkpoints/step_N.pt: truncated checkpoint ...``, ``no checkpoint ...``),
+    which the row names beside it."""
+    line = str(error)
+    for prefix in (f"{member_dir}{os.sep}", f"{member_dir}: "):
+        if line.startswith(prefix):
+            return line[len(prefix):].removeprefix("member has ")
+    return line
 
 
 def _or_newest(load, path: Path, member_dir: Path, best: bool, **kw):
@@ -98,9 +109,12 @@ def _step_of(path: Path, known: dict) -> Optional[int]:
 def evaluate_population(run_dir, episodes: Optional[int] = None, deterministic: bool = True, seed: Optional[int] = None,
                         device="cpu", backend: Optional[str] = None, env_id: Optional[str] = None, trust_env: bool = False,
                         best: bool = False, on_member: Optional[Callable[[dict], None]] = None, max_steps: Optional[int] = None,
-                        env_kwargs: Optional[dict] = None) -> dict:
+                        env_kwargs: Optional[dict] = None, on_left_out: Optional[Callable[[Path, str], None]] = None) -> dict:
     """Evaluate every member of the population at ``run_dir``; ``on_member(row)`` is called as each finishes.
     ``env_kwargs`` replaces the members' recorded env kwargs (as ``proxima eval --env-kwargs`` for one run).
+    A member whose checkpoint is missing or does not load is left out, named with why in its setting's
+    ``left_out`` (``on_left_out(member_dir, why)`` is called for it before any member is evaluated); the
+    others are evaluated.
 
     ``episodes``: per member (None: each member's own --eval-episodes, 10 where that is 0).
 
@@ -111,13 +125,14 @@ def evaluate_population(run_dir, episodes: Optional[int] = None, deterministic: 
     setting by setting): dir, seed (the member's training seed), settings, checkpoint (the file evaluated),
     global_step (its step), eval_seed (the env seed its evaluation used) and the other fields of
     evaluate.evaluate (mean_return, std_return, returns, lengths, backend, max_steps, ...); ``settings`` is one row per
-    setting: settings, label, members (their dirs), mean_returns, and member_statistics's fields over
-    those (n: the members used, left_out: [dir, why] of a NaN or infinite one; mean_ci/iqm_ci None for
+    setting: settings, label, members (their dirs), mean_returns (None for a member left out unevaluated),
+    and member_statistics's fields over those (n: the members used, left_out: [dir, why] of a NaN or
+    infinite one, a diverged one, or one whose checkpoint is missing or does not load; mean_ci/iqm_ci None for
     n < 2; few: n < 5), with the interval's resamples, level, rng, ci_note (the n < 5 caveat, else None) and
     cut_members (how many of the n members used had episodes cut at ``max_steps``, counted with their
     return so far). Raises PopulationError for a broken population.json or a missing member directory,
-    CheckpointError naming the member without a checkpoint or the checkpoint that does not load, or
-    saying why no member has a checkpoint (all before any member is evaluated), NonFiniteError naming
+    CheckpointError saying why no member has a checkpoint, or, when no member's loads, naming the first
+    member's problem (all before any member is evaluated), NonFiniteError naming
     the member's directory, the env and the step when its env returns NaN/inf during its evaluation
     (evaluate.first_episodes).
     """
@@ -131,17 +146,28 @@ def evaluate_population(run_dir, episodes: Optional[int] = None, deterministic: 
     nothing = _no_member_checkpoint(run_dir, settings)
     if nothing:
         raise CheckpointError(nothing)
-    checkpoints = {d: member_checkpoint(d, best) for s in settings for _, d in s.members}
-    steps: dict = {}
-    # each one loads before any member is evaluated (a damaged one costs no evaluation of the others);
-    # read again below rather than held: P members' weights at once may not fit
-    for d, path in checkpoints.items():
-        state = _or_newest(load_checkpoint, path, d, best)
+    checkpoints, steps, damaged = {}, {}, {}
+    # each one loads before any member is evaluated: a damaged one (or one without a checkpoint) is left
+    # out, named, as proxima report leaves it out, and costs no evaluation of the others; read again
+    # below rather than held: P members' weights at once may not fit
+    for d in (d for s in settings for _, d in s.members):
+        try:
+            state = _or_newest(load_checkpoint, member_checkpoint(d, best), d, best)
+        except CheckpointError as e:
+            damaged[d] = e
+            continue
         checkpoints[d] = Path(state["path"])
         steps[checkpoints[d]] = int(state["global_step"])
+    if damaged and not checkpoints:  # nothing to evaluate: the first member's own line (--best: "evaluate without --best")
+        raise next(iter(damaged.values()))
+    for d, e in damaged.items():
+        if on_left_out is not None:
+            on_left_out(d, _left_out_why(d, e))
     rows = {}
     for s in settings:
         for member_seed, d in s.members:
+            if d in damaged:
+                continue
             policy = _or_newest(load_policy, checkpoints[d], d, best, device=device, env_id=env_id, trust_env=trust_env,
                                 env_kwargs=env_kwargs)
             check_registered(policy)  # the first member's, before any evaluation: the --env MODULE:ID to give
@@ -165,8 +191,11 @@ def evaluate_population(run_dir, episodes: Optional[int] = None, deterministic: 
                 on_member(rows[d])
     summaries = []
     for s in settings:
-        names, means = [d.name for _, d in s.members], [float(rows[d]["mean_return"]) for _, d in s.members]
-        stats = member_statistics(names, means, excluded=s.diverged)  # a diverged member: left out, named
+        names = [d.name for _, d in s.members]
+        means = [None if d in damaged else float(rows[d]["mean_return"]) for _, d in s.members]
+        # a diverged member, or one whose checkpoint is missing or does not load: left out, named
+        excluded = {**s.diverged, **{d.name: _left_out_why(d, e) for _, d in s.members if (e := damaged.get(d))}}
+        stats = member_statistics(names, means, excluded=excluded)
         stats.pop("members"), stats.pop("solved"), stats.pop("solved_count")
         left = {name for name, _ in stats["left_out"]}
         # a cut episode's return so far is in its member's mean, so in the summary: said there too
@@ -264,11 +293,18 @@ def cmd_eval_population(args, device, env_kwargs: Optional[dict] = None, out=Non
                else env_flag(Path(args.path)))
         raise ConfigError(f"--video: {args.path} is a population; record one member: proxima eval {env}"
                           f"{args.path}/<member dir> --video {shlex.quote(args.video)}")
+    import sys
+
     progress = None if args.json else lambda row: print(format_member(row), flush=True)  # a line as each member finishes
+
+    def left_out(member_dir: Path, why: str) -> None:  # on stderr: stdout may be --json's one object
+        print(printable(f"proxima: note: {member_dir}: left out, not evaluated: {why}; the other members are evaluated"),
+              file=sys.stderr, flush=True)
+
     result = evaluate_population(args.path, episodes=args.episodes, deterministic=not args.stochastic, seed=args.seed,
                                  device=device, backend=args.backend, env_id=args.env, trust_env=args.trust_run,
                                  best=args.best, on_member=progress, max_steps=getattr(args, "max_steps", None),
-                                 env_kwargs=env_kwargs)
+                                 env_kwargs=env_kwargs, on_left_out=left_out)
     # strict JSON (no bare NaN/Infinity, which most parsers refuse): a non-finite number is null, its
     # member named with why ("inf") in its setting's left_out
     from .evaluate import json_numbers

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from cli_helpers import TINY_POP, error_line, run_main
+from cli_helpers import TINY_POP, run_main
 from proxima import checkpoint as ckpt
 from proxima import population_eval, population_run
 from proxima.population_eval import evaluate_population
@@ -85,14 +85,16 @@ def test_eval_of_a_population_takes_the_newest_when_a_checkpoint_goes_between_it
     assert rows["m001-seed2"]["checkpoint"] == str(rotated[0])
 
 
-def test_eval_of_a_population_still_refuses_a_damaged_checkpoint_before_evaluating_any(tmp_path, capsys):
+def test_eval_of_a_population_never_swaps_a_damaged_checkpoint_for_an_older_one(tmp_path, capsys):
     run = _train(tmp_path, capsys, "CartPole-v1", "--seeds", "1-2", "--total-timesteps", "64", "--checkpoint-every", "1",
                  "--eval-episodes", "0")
     damaged = ckpt.list_checkpoints(run / "m001-seed2")[-1]
     damaged.write_bytes(damaged.read_bytes()[:100])  # there, but cut short: never swapped for an older one
-    code, out, err = run_main(["eval", str(run), "--episodes", "1"], capsys)
-    error_line(code, err, str(damaged))
-    assert out == ""
+    code, out, err = run_main(["eval", str(run), "--episodes", "1", "--json"], capsys)
+    assert code == 0, err  # the member is left out, named (test_rundir_review45), the others evaluated
+    result = json.loads(out)
+    assert [m["dir"] for m in result["members"]] == ["m000-seed1"]
+    assert result["settings"][0]["left_out"][0][1].startswith(f"checkpoints/{damaged.name}: ")
 
 
 # --- 2. report.md says why a member could not be evaluated ------------------------------------------

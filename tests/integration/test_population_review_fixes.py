@@ -134,13 +134,16 @@ def test_eval_of_a_population_with_a_member_frozen_by_its_envs_nan_evaluates_eve
 
 
 def test_eval_checks_every_members_checkpoint_before_it_evaluates_any(tmp_path, capsys):
+    from proxima.population_eval import evaluate_population
+
     run = _train(tmp_path, capsys, "CartPole-v1", "--seeds", "1-2", "--total-timesteps", "64", "--eval-episodes", "0")
     damaged = ckpt.list_checkpoints(run / "m001-seed2")[-1]
     damaged.write_bytes(damaged.read_bytes()[:100])  # truncated
-    code, out, err = run_main(["eval", str(run), "--episodes", "1"], capsys)
-    line = error_line(code, err, str(damaged))
-    assert "m001-seed2" in line
-    assert out == ""  # no member was evaluated first
+    said = []
+    evaluate_population(run, episodes=1, on_member=lambda row: said.append(row["dir"]),
+                        on_left_out=lambda d, why: said.append(f"left out {d.name}: {why.split(':')[0]}"))
+    # the damaged member (the last) is named before any member is evaluated, and then left out
+    assert said == [f"left out m001-seed2: checkpoints/{damaged.name}", "m000-seed1"]
 
 
 # --- a resume rewrites the members' config.yaml -----------------------------------------------------

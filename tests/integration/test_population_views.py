@@ -299,15 +299,16 @@ def test_eval_of_a_population_prints_a_line_per_member_and_per_setting(trained, 
                         "run more seeds")
 
 
-def test_eval_names_a_member_without_a_checkpoint_and_evaluates_none(trained, tmp_path, capsys):
+def test_eval_names_a_member_without_a_checkpoint_and_evaluates_the_others(trained, tmp_path, capsys):
     run = tmp_path / "R"
     shutil.copytree(trained, run)
     member = run / "m002-seed1-lr0.0003"
     for f in (member / "checkpoints").iterdir():
         f.unlink()
     code, out, err = run_main(["eval", str(run), "--episodes", "2"], capsys)
-    assert code == 2 and out == ""
-    assert err.strip().splitlines() == [f"proxima eval: error: {member}: member has no checkpoint (checkpoints/step_*.pt) "
-                                        "to evaluate; evaluate the others one by one: proxima eval RUN/<member dir>"]
+    assert code == 0, err
+    assert err.strip().splitlines() == [f"proxima: note: {member}: left out, not evaluated: no checkpoint "
+                                        "(checkpoints/step_*.pt) to evaluate; the other members are evaluated"]
+    assert "lr=0.0003 (1 of 2 members)" in out and out.count("left out: m002-seed1-lr0.0003 (no checkpoint ") == 1
     code, _, err = run_main(["eval", str(run), "--video", str(tmp_path / "v.gif")], capsys)
     assert code == 2 and "--video: " in err and "record one member" in err
