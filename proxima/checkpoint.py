@@ -264,7 +264,7 @@ def check_own_folder(run_dir: Union[str, Path]) -> Path:
 
 
 def prune_checkpoints(run_dir: Union[str, Path], keep: int) -> None:
-    """Keep the newest ``keep`` checkpoints; also remove temp files left by a writer that was killed
+    """Keep the newest ``keep`` checkpoints (0: every one); also remove temp files left by a writer that was killed
     between writing and replacing (one writer per run directory, so none is in progress here)."""
     folder = check_own_folder(run_dir)
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
@@ -288,7 +288,7 @@ def with_entry_point(state: dict) -> dict:
 
 
 def save_train_state(run_dir: Union[str, Path], state: dict, keep: int, prune_after: bool = True) -> Path:
-    """Write ``state`` as RUN/checkpoints/step_N.pt and keep the newest ``keep`` (>= 1) checkpoints.
+    """Write ``state`` as RUN/checkpoints/step_N.pt and keep the newest ``keep`` checkpoints (0: every one).
 
     Pruned before the write too: a resume with a lower --keep-checkpoints frees the files it drops
     before the new one needs the room (a nearly full disk), and the newest ``keep`` stay, so a save

@@ -138,7 +138,7 @@ class PPOConfig:
     init_from: Optional[str] = _f(None, "Start a new run from the weights (and --norm-obs statistics) of this checkpoint, or of a run directory's newest: fresh optimizer, learning-rate schedule, counters and RNGs (fine-tuning, training on at another --lr). The spaces and the network (--hidden-sizes, --activation, encoder, --norm-obs) must be the checkpoint's. none: a fresh network.", metavar="PATH")
     checkpoint_every: int = _f(50, "Write a checkpoint every N iterations (0: none by iteration count; --checkpoint-minutes and the end of the run still write them).")
     checkpoint_minutes: float = _f(10.0, "Also write a checkpoint when this many minutes have passed since the last one (0: off).")
-    keep_checkpoints: int = _f(3, "Keep the last K periodic checkpoints.")
+    keep_checkpoints: int = _f(3, "Keep the last K periodic checkpoints (0: keep every one).")
     stop_return: Optional[float] = _f(None, "Stop training early once the mean return of the last --stop-episodes training episodes (the sampling policy's, over all envs and processes) reaches this value; the run then ends as at --total-timesteps (final checkpoint, evaluation). none: train for --total-timesteps. Single runs: a population trains every member for --total-timesteps.")
     stop_episodes: int = _f(20, "Episodes --stop-return averages over: the fewest recent iterations that hold at least this many.")
     eval_episodes: int = _f(10, "Episodes of the deterministic policy evaluated at the end, and at each --eval-every (0: skip).")
@@ -1331,8 +1331,8 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
     for name in ("checkpoint_every", "eval_episodes", "eval_every"):
         if getattr(cfg, name) < 0:
             bad(name, "must be 0 or more")
-    if cfg.keep_checkpoints < 1:  # -1 gets this line too: "0 or more" would send the user to 0, refused here
-        bad("keep_checkpoints", "must be at least 1")
+    if cfg.keep_checkpoints < 0:
+        bad("keep_checkpoints", "must be 0 (keep every checkpoint) or more")
     if not 0.0 < cfg.gamma <= 1.0:
         bad("gamma", "must be in (0, 1]")
     if not 0.0 <= cfg.gae_lambda <= 1.0:

@@ -633,7 +633,7 @@ def resumed_config(state: dict, env_id: Optional[str], trust_run: bool, override
         check_counters(state, batch_size(recorded))  # before any of them is used (apply_resume_overrides)
     check_resumed_env(recorded, state, env_id, trust_run, command)
     config = apply_resume_overrides(recorded, overrides or {}, state, notes=False, sources=sources, quiet=quiet)
-    # a run that trains nothing gets a note; a bad flag (--keep-checkpoints 0) is refused before it, not after
+    # a run that trains nothing gets a note; a bad flag (--keep-checkpoints -1) is refused before it, not after
     trains_nothing = notes and not resume_trains(config, state)
     refuse_recorded(config, state, overrides or {}, typed_too=trains_nothing)
     if trains_nothing:

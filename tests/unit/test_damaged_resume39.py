@@ -129,7 +129,7 @@ def test_a_best_pt_that_is_only_header_sound_is_not_advised(run, capsys):
     assert "best.pt" not in line
 
 
-@pytest.mark.parametrize("flag", [["--keep-checkpoints", "0"], ["--checkpoint-every", "-1"]])
+@pytest.mark.parametrize("flag", [["--keep-checkpoints", "-1"], ["--checkpoint-every", "-1"]])
 def test_a_bad_flag_on_a_finished_run_is_refused_before_any_note(finished, tmp_path, capsys, flag):
     run = tmp_path / "run"
     shutil.copytree(finished, run)
@@ -184,7 +184,7 @@ def pop(population, tmp_path):
     return _copied(population, tmp_path)
 
 
-@pytest.mark.parametrize("flag", [["--keep-checkpoints", "0"], ["--checkpoint-every", "-1"]])
+@pytest.mark.parametrize("flag", [["--keep-checkpoints", "-1"], ["--checkpoint-every", "-1"]])
 def test_a_bad_flag_on_a_finished_population_is_refused_before_any_note(pop, capsys, flag):
     code, _, err = run_main(["resume", str(pop), *flag], capsys)
     error_line(code, err, f"{flag[0]} {flag[1]}: must be")

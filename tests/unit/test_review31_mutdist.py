@@ -1,7 +1,7 @@
 """Review 31 (mutation testing): refusals and names that no test pinned down.
 
-* --keep-checkpoints -1 and 0 get the same line, "must be at least 1" (before, -1 heard "must be 0
-  or more" and 0 was then refused);
+* --keep-checkpoints -1 gets "must be 0 (keep every checkpoint) or more" (0 keeps every checkpoint since
+  review 45: test_rundir_review45);
 * --eval-every N with --eval-episodes 0 is refused;
 * sizing.check_fits counts --vector async workers for every one of --nproc K processes;
 * sizing.most_minibatches divides the batch by the smallest prime factor of its two sides;
@@ -22,20 +22,18 @@ from proxima.config import ConfigError, PPOConfig, validate
 
 
 # ------------------------------------------------------------------------------ --keep-checkpoints
-@pytest.mark.parametrize("value", ["-1", "0"])
-def test_keep_checkpoints_below_one_is_refused_with_one_line(value, tmp_path, monkeypatch, capsys):
+def test_keep_checkpoints_below_zero_is_refused_with_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code, out, err = run_main(["train", "CartPole-v1", "--keep-checkpoints", value, "--dry-run"], capsys)
+    code, out, err = run_main(["train", "CartPole-v1", "--keep-checkpoints", "-1", "--dry-run"], capsys)
     assert code == 2, out + err
-    assert err.splitlines() == [f"proxima train: error: --keep-checkpoints {value}: must be at least 1"]
+    assert err.splitlines() == ["proxima train: error: --keep-checkpoints -1: must be 0 (keep every checkpoint) or more"]
     assert snapshot(tmp_path) == {}
 
 
-@pytest.mark.parametrize("value", [-1, 0])
-def test_keep_checkpoints_below_one_is_refused_in_python_too(value):
+def test_keep_checkpoints_below_zero_is_refused_in_python_too():
     with pytest.raises(ConfigError) as e:
-        validate(PPOConfig(keep_checkpoints=value), python=True)
-    assert str(e.value) == f"PPOConfig.keep_checkpoints = {value}: must be at least 1"
+        validate(PPOConfig(keep_checkpoints=-1), python=True)
+    assert str(e.value) == "PPOConfig.keep_checkpoints = -1: must be 0 (keep every checkpoint) or more"
 
 
 # ------------------------------------------------------------------------------ --eval-every without episodes
