@@ -237,13 +237,27 @@ def _note_env_id_over_file(args, file_values: dict, prog: str) -> None:
           "the file's); leave ENV_ID out to train the file's", file=sys.stderr)
 
 
+def _preset_arg(text: str) -> str:
+    """--preset's value: none in any case (``--preset None``, as --target-kl None) is NO_PRESET."""
+    from .presets import NO_PRESET
+
+    return NO_PRESET if text.strip().lower() == NO_PRESET else text
+
+
 def _note_no_preset(args, cfg, prog: str) -> None:
     """A note for --preset none of an env that has a default preset: the run is PPOConfig's defaults (with
-    --config FILE and the flags), not the preset's settings that a run of the env otherwise starts from."""
+    --config FILE and the flags), not the preset's settings that a run of the env otherwise starts from;
+    and for --preset default of an env without presets, which runs as that env always does."""
     from .launch import COMMAND_ENV
-    from .presets import NO_PRESET, presets_for
+    from .presets import NO_PRESET, other_versions, presets_for
 
     presets = presets_for(cfg.env_id)
+    if (getattr(args, "preset", None) == "default" and not presets and not args.quiet
+            and os.environ.get("RANK", "0") == "0" and COMMAND_ENV not in os.environ
+            and not (other_versions(cfg.env_id) and not getattr(args, "config", None))):  # the run's own note says it
+        print(f"{prog}: note: --preset default: {cfg.env_id} has no presets; it trains on PPOConfig's defaults (with "
+              "--config FILE and the flags), as without --preset", file=sys.stderr)
+        return
     if (getattr(args, "preset", None) != NO_PRESET or NO_PRESET in presets or "default" not in presets or args.quiet
             or os.environ.get("RANK", "0") != "0" or COMMAND_ENV in os.environ):
         return
@@ -283,12 +297,38 @@ def _own_config_run_dir(args, file_values: dict, prog: str) -> dict:
     so it names the file's folder, wherever the command runs (config.yaml records the path relative
     to the directory the run was started in, or none). A new run comes here only when the file
     records one, which the note names."""
-    if getattr(args, "resume", None) is not None:
+    elsewhere = _resumes_elsewhere(args, file_values)
+    if getattr(args, "resume", None) is not None and elsewhere is None:
         return {**file_values, "run_dir": str(Path(args.config).parent)}
-    if "run_dir" not in vars(args) and not getattr(args, "quiet", False) and os.environ.get("RANK", "0") == "0":
+    if elsewhere is not None:  # another run's config.yaml given to a resume: its values, not its directory
+        if "run_dir" not in vars(args) and not getattr(args, "quiet", False) and os.environ.get("RANK", "0") == "0":
+            print(f"{prog}: note: --config {args.config}: run_dir {file_values.get('run_dir') or Path(args.config).parent} "
+                  f"is that run's own directory, not used: the resume continues {args.resume} in its own ({elsewhere})",
+                  file=sys.stderr)
+    elif "run_dir" not in vars(args) and not getattr(args, "quiet", False) and os.environ.get("RANK", "0") == "0":
         print(f"{prog}: note: --config {args.config}: run_dir {file_values['run_dir']} is that run's own directory; "
               "this run gets a new one (choose it with --run-dir DIR)", file=sys.stderr)
     return {k: v for k, v in file_values.items() if k != "run_dir"}
+
+
+def _resumes_elsewhere(args, file_values: dict) -> Optional[Path]:
+    """The run directory ``train --resume PATH`` continues when it is not the one whose config.yaml
+    --config names (``--resume r7 --config r1/config.yaml``, r7 a copy of r1); None otherwise: no resume,
+    --resume auto (which finds its run by that directory), a loose checkpoint, or a path the resume
+    itself refuses with its own line."""
+    resume = getattr(args, "resume", None)
+    if resume is None or resume == "auto":
+        return None
+    from . import checkpoint as ckpt
+    from .run_setup import resumed_run_dir
+
+    try:
+        _, target = resumed_run_dir(ckpt.source_path(resume))
+        if target is None or Path(target).resolve() == Path(args.config).resolve().parent:
+            return None
+    except Exception:  # noqa: BLE001 - the resume names what is wrong with its path
+        return None
+    return Path(target)
 
 
 def _own_run_dir(config_file: str, run_dir) -> bool:
@@ -441,7 +481,7 @@ def cmd_train(args) -> int:
         return e.exit_code
     except _user_errors() as e:
         if cfg is not None and args.resume is None:  # preflight's and train's own checks (the device, memory, the env)
-            e = _name_config_file(e, cfg, exclude=_member_fields(args))
+            e = _name_default(_name_config_file(e, cfg, exclude=_member_fields(args)), args, cfg)
         return fail(prog, str(_name_resume_source(e, sources, _resume_target(args, cfg))))
 
 
@@ -608,7 +648,8 @@ def _member_fields(args) -> set:
     member's value is about the flag, whatever --config FILE said."""
     names = {"seed"} if getattr(args, "seeds", None) is not None else set()
     for item in getattr(args, "sweep", None) or ():
-        names.add(str(item).partition("=")[0].strip().lstrip("-").replace("-", "_"))
+        name = str(item).partition("=")[0].strip().lstrip("-").replace("-", "_")
+        names.add(ALIASES.get(name, name))  # --sweep learning_rate=... sets lr
     return names
 
 
@@ -669,6 +710,36 @@ def _name_config_file(e: Exception, cfg, exclude=()) -> Exception:
     if message.startswith("unknown env id ") and source and not source.startswith("preset "):
         return type(e)(f"{source}: env_id: {message}")  # EnvError: the id is the file's, not an ENV_ID typed
     return _name_file_run_dir(e, cfg)
+
+
+def _name_default(e: Exception, args, cfg) -> Exception:
+    """A refusal that names a field as its flag (``--num-minibatches 4: must divide the batch ...``) when
+    no flag, preset or file gave that value: it is PPOConfig's default, which the line says
+    (``num_minibatches 4 (the default): ...``), with the values that would do for a minibatch count."""
+    from .config import field_default, source_of
+
+    message = str(e)
+    for name in FIELDS:
+        flag = f"--{name.replace('_', '-')} "
+        if not message.startswith(flag) or name in vars(args) or name in _member_fields(args):
+            continue
+        value = getattr(cfg, name)
+        if source_of(cfg, name) is not None or value != field_default(name) or not message.startswith(f"{flag}{value!r}:"):
+            return e
+        message = f"{name} {value!r} (the default){message[len(flag) + len(repr(value)):]}"
+        if name == "num_minibatches" and "must divide the batch" in message:
+            message += f"; give {flag}{_minibatch_counts(cfg)}"
+        return type(e)(message) if isinstance(e, ConfigError) else e
+    return e
+
+
+def _minibatch_counts(cfg) -> str:
+    """The --num-minibatches values nearest ``cfg``'s that validate takes: divisors of the batch, with
+    minibatches of 2 samples or more under advantage normalization (``1 or 5`` for a batch of 25)."""
+    batch = cfg.num_envs * cfg.num_steps
+    counts = [d for d in range(1, min(batch, 4096) + 1) if batch % d == 0 and (batch // d >= 2 or not cfg.norm_adv)]
+    counts = sorted(sorted(counts, key=lambda d: abs(d - cfg.num_minibatches))[:6])
+    return ", ".join(map(str, counts[:-1])) + (" or " if len(counts) > 1 else "") + str(counts[-1])
 
 
 def _file_advice(message: str, from_file: list) -> str:
@@ -1167,8 +1238,9 @@ def build_parser() -> ArgParser:
                        "minibatching, ent_coef, gamma and the backend): `proxima presets ENV_ID default` lists what a preset "
                        "sets, and `proxima train ENV_ID --dry-run` prints every value the run would use.")
     p.add_argument("env_id", nargs="?", default=None, metavar="ENV_ID", help="Gymnasium id or module:ClassName (default CartPole-v1)")
-    p.add_argument("--preset", default=None, help="named preset for the env (see `proxima presets`; default: the env's 'default'; "
-                   "none: no preset, PPOConfig's defaults, e.g. under a --config FILE translated from rl-zoo or CleanRL); "
+    p.add_argument("--preset", default=None, type=_preset_arg, help="named preset for the env (see `proxima presets`; default: "
+                   "the env's 'default', for an env without presets none; none (or None): no preset, PPOConfig's defaults, "
+                   "e.g. under a --config FILE translated from rl-zoo or CleanRL); "
                    "with --resume, a preset given (with the run's ENV_ID) is checked as flags are (the env's default preset is not applied)")
     p.add_argument("--config", default=None, metavar="FILE.yaml", help="YAML file of PPOConfig fields (e.g. a run's config.yaml "
                    "in its run directory: its run_dir, that run's own directory, is not reused; the new run gets a new one or "
@@ -1271,6 +1343,8 @@ def build_parser() -> ArgParser:
 #: Stable-Baselines3's and CleanRL's flags as flags here, where config.FOREIGN_NAMES' field alone is not
 #: what to type: the value comes too (--cuda is --device cuda) or the flag is the negated one
 FOREIGN_FLAGS = {"cuda": "--device cuda", "no_cuda": "--device cpu", "policy": "--encoder"}
+#: FOREIGN_FLAGS given a false value (CleanRL's --cuda False): the flag's other half, not the flag
+FOREIGN_FLAGS_OFF = {"cuda": "--device cpu"}
 
 #: config.FOREIGN_NOTE_TEMPLATES in flag words (config.FOREIGN_NOTES has them in field words), with
 #: the notes of flags that only the command line has
@@ -1290,6 +1364,9 @@ FOREIGN_ADVICE = {
     "tensorboard_log": "every run writes its TensorBoard events into its run directory (--run-dir DIR)",
 }
 
+#: FOREIGN_ADVICE's switches given a false value (--capture-video False): nothing to turn off here
+FOREIGN_OFF_ADVICE = {"capture_video": "no video is recorded while training", "track": "nothing is sent to Weights & Biases"}
+
 
 def _foreign_hint(key: str, value: Optional[str], command: Optional[str], target: argparse.ArgumentParser,
                   known: list) -> Optional[tuple]:
@@ -1302,8 +1379,22 @@ def _foreign_hint(key: str, value: Optional[str], command: Optional[str], target
         if command in ("train", "resume"):
             return ("advice", f"--{key.replace('_', '-')}: {FOREIGN_UNSUPPORTED[key]}")
         return ("advice", f"--{key.replace('_', '-')} is a training setting of SB3 or its zoo, not a flag of proxima {command}")
+    if key == "algo":  # rl-zoo's train.py and enjoy.py
+        algo = f"--algo {value}" if value else "--algo"
+        other = f" ({value} is not available here)" if value and value.lower() != "ppo" else ""
+        return ("advice", f"{algo}: proxima trains PPO only{other}; drop it")
+    if key == "hyperparams" and command in ("train", "resume"):
+        return ("advice", _zoo_hyperparams(value or []))
     negated = key.startswith("no_") and key not in FOREIGN_FLAGS and key[3:] in FOREIGN_NAMES  # tyro's --no-cuda form
     name = key[3:] if negated else key
+    if not negated and isinstance(value, str) and BOOL_WORDS.get(value.lower()) is False:  # --cuda False: the other half
+        field = FOREIGN_NAMES.get(name)
+        off = FOREIGN_FLAGS_OFF.get(name) or (
+            "--no-" + field.replace("_", "-") if field in FIELDS and isinstance(FIELDS[field].default, bool) else None)
+        if off and off.split(" ")[0] in known:
+            return ("flag", off, "")
+        if name in FOREIGN_OFF_ADVICE and command in ("train", "resume"):
+            return ("advice", f"--{key.replace('_', '-')} {value}: {FOREIGN_OFF_ADVICE[name]}; drop it")
     flag = FOREIGN_FLAGS.get(name) or ("--" + FOREIGN_NAMES[name].replace("_", "-") if name in FOREIGN_NAMES else None)
     if flag and negated:
         flag = "--no-" + flag[2:]  # a boolean's other half; a flag of a value has none, so is not known below
@@ -1322,8 +1413,46 @@ def _foreign_hint(key: str, value: Optional[str], command: Optional[str], target
     return None
 
 
+def _zoo_hyperparams(pairs: list) -> str:
+    """What rl-zoo's ``--hyperparams learning_rate:0.001 n_envs:8`` is here: each setting as its flag
+    (``--lr 0.001 --num-envs 8``), the zoo's names translated as a --config file's refusal names them
+    (config.ALIASES, FOREIGN_NAMES with their notes), or the settings no flag stands for, to drop."""
+    from .config import ALIASES, FOREIGN_NAMES, FOREIGN_UNSUPPORTED
+
+    flags, drop = [], []
+    for pair in pairs:
+        key, sep, value = pair.partition(":")
+        name = key.strip().replace("-", "_")
+        field = ALIASES.get(name) or (name if name in FIELDS else FOREIGN_NAMES.get(name))
+        if name in FOREIGN_UNSUPPORTED or name == "policy" or field not in FIELDS or not sep:
+            drop.append(name or pair)
+            continue
+        flag = "--" + field.replace("_", "-")
+        note = FOREIGN_FLAG_NOTES.get(name) if field != name and ALIASES.get(name) != field else None
+        if note:
+            flags.append(f"{flag} X ({note})")
+        elif isinstance(FIELDS[field].default, bool) and value.strip().lower() in BOOL_WORDS:
+            flags.append(flag if BOOL_WORDS[value.strip().lower()] else "--no-" + flag[2:])
+        else:
+            flags.append(f"{flag} {shlex.quote(value.strip())}")
+    given = f"give them as flags: {' '.join(flags)}" if flags else "give each setting as its flag (--lr 0.001)"
+    dropped = f"; drop {', '.join(drop)} (no flag here)" if drop else ""
+    return f"--hyperparams is rl-zoo's: {given}, or put them in a --config FILE.yaml under these names{dropped}"
+
+
 RESUME_DRY_RUN = ("a resume's dry run is `proxima train --resume RUN --dry-run`: it checks the resume and prints the "
                   "config it would continue with, writing nothing")
+
+
+def _resume_config(argv: list, value: Optional[str]) -> str:
+    """Where ``proxima resume RUN --config FILE`` goes: train's --resume, which reads a file's values and
+    checks them as flags (``proxima resume`` takes flags only)."""
+    words = list(argv)
+    at = words.index("resume") if "resume" in words else -1
+    after = words[at + 1] if 0 <= at < len(words) - 1 else ""
+    run = shlex.quote(after) if after and not after.startswith("-") and after != value else "RUN"
+    return (f"proxima resume takes no --config: `proxima train --resume {run} --config {shlex.quote(value) if value else 'FILE'}` "
+            "resumes with the file's values, checked as flags are")
 
 #: the flag meant by a first word that starts several: --clip is PPO's clip (CleanRL's --clip-coef,
 #: SB3's clip_range), not the observation or reward clipping
@@ -1335,6 +1464,7 @@ def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra
     (_foreign_hint), any other the command's closest flag (difflib). ``argv``: the whole command line,
     where a flag's value is when argparse took it for a positional (``train --env-id CartPole-v1``)."""
     import difflib
+    import itertools
 
     target = parser
     if command:
@@ -1347,13 +1477,23 @@ def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra
     words = list(argv if argv is not None else extra)
     for word in extra:
         flag, eq, value = word.partition("=")
+        at = words.index(word) if word in words else -1
+        if flag == "-n" and "--total-timesteps" in known:  # rl-zoo's short --n-timesteps
+            after = value if eq else (words[at + 1] if 0 <= at < len(words) - 1 else "")
+            steps = after if after and not after.startswith("-") else "N"
+            close += [m for m in [f"--total-timesteps {steps} (rl-zoo's -n)"] if m not in close]
+            continue
         if not flag.startswith("--"):
             continue
         if not eq:  # the word after it, unless that is a flag
-            at = words.index(word) if word in words else -1
             after = words[at + 1] if 0 <= at < len(words) - 1 else None
             value = after if after is not None and not after.startswith("-") else None
-        hint = _foreign_hint(flag[2:].replace("-", "_").lower(), value or None, command, target, known)
+        key = flag[2:].replace("-", "_").lower()
+        if key == "hyperparams":  # rl-zoo's: every word after it, up to the next flag
+            rest = ([value] if eq else []) + list(itertools.takewhile(
+                lambda w: not w.startswith("-"), words[at + 1:] if at >= 0 and not eq else []))
+            value = rest
+        hint = _foreign_hint(key, value or None, command, target, known)
         if hint is None:
             # a flag's first word (--ent, --clip) is the flag meant, which difflib misses: --ent went to --quiet
             longer = [k for k in guessable if k.startswith(flag.lower() + "-")]
@@ -1363,6 +1503,8 @@ def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra
                 difflib.get_close_matches(flag, guessable, n=1)
             if flag == "--dry-run" and command == "resume":  # train's: the same checks of the resume, nothing written
                 meant, advice = [], advice + ([RESUME_DRY_RUN] if RESUME_DRY_RUN not in advice else [])
+            if flag == "--config" and command == "resume":  # train --resume's: difflib said nothing
+                meant, advice = [], advice + [_resume_config(words, value)]
             close += [m for m in meant if m not in close]
         elif hint[0] == "advice":
             advice += [hint[1]] if hint[1] not in advice else []  # --track --wandb-entity E: one answer

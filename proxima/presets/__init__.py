@@ -142,9 +142,11 @@ def unknown_preset(env_id: str, name: str, python: bool = False) -> str:
     import difflib
 
     presets = presets_for(env_id)
-    known = ", ".join(sorted(presets)) or "none"
     given = as_given("preset", name, python, quote=True)
-    line = f"{given}: no such preset for {env_id} (available: {known}; see `proxima presets`)"
+    if presets:
+        line = f"{given}: no such preset for {env_id} (available: {', '.join(sorted(presets))}; see `proxima presets`)"
+    else:  # 'available: none' read as the preset named none
+        line = f"{given}: no such preset: {env_id} has no presets (see `proxima presets`)"
     close = difflib.get_close_matches(str(name), sorted(presets), n=1)
     if close:
         return f"{line}; did you mean {as_given('preset', close[0], python)}?"
@@ -177,6 +179,7 @@ def resolve(env_id: str, preset: str | None = None, base: PPOConfig | None = Non
     ``cfg = resolve(env_id, "fast"); cfg.lr = 1e-2``. (A field of ``base`` cannot tell a value
     you set from a default, so ``base`` does not decide which fields the preset may change.)
     ``preset="none"`` applies no preset, not even the env's default: ``base`` (or PPOConfig's defaults).
+    ``preset="default"`` of an env without presets is None's: no preset.
 
     An unknown preset is a ConfigError naming this call's argument (``preset='fsat': no such preset
     ...``); ``python=False`` names the ``--preset`` flag instead, for a command line's callers."""
@@ -190,6 +193,8 @@ def resolve(env_id: str, preset: str | None = None, base: PPOConfig | None = Non
             cfg = from_dict(presets["default"]["config"], cfg, source=f"preset {key}/default")
         return cfg
     if preset == NO_PRESET and preset not in presets:  # the env's default off: PPOConfig's values (or base's) as they are
+        return cfg
+    if preset == "default" and not presets:  # what None means for an env without presets: its default is none
         return cfg
     if preset not in presets:
         raise ConfigError(unknown_preset(env_id, preset, python))

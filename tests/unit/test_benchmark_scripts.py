@@ -117,7 +117,7 @@ BAD = [
     ("population_speed", ["--preset", "nope"],
      "--preset 'nope': no such preset for CartPole-v1 (available: default, fast, gpu; see `proxima presets`)"),
     ("population_speed", ["--env-id", "NoSuch-v0"],
-     "--preset 'fast': no such preset for NoSuch-v0 (available: none; see `proxima presets`)"),
+     "--preset 'fast': no such preset: NoSuch-v0 has no presets (see `proxima presets`)"),
     ("population_speed", ["--device", "bogus"], "--device 'bogus': not a torch device (cpu, cuda, cuda:1, auto)"),
     ("threads", ["--seconds", "inf"], "--seconds inf: must be a positive number"),
     ("accel", ["--repeats", "0"], "--repeats 0: must be at least 1"),

@@ -128,7 +128,7 @@ def test_keys_of_other_tools_files_say_where_their_setting_goes(text, want, tmp_
 # ------------------------------------------------------------------ 5. --preset's refusals
 def test_preset_of_an_env_without_presets_names_the_version_that_has_them(capsys):
     code, _, err = run_main(["train", "CartPole-v0", "--preset", "fast", "--dry-run"], capsys)
-    error_line(code, err, "--preset 'fast': no such preset for CartPole-v0 (available: none;",
+    error_line(code, err, "--preset 'fast': no such preset: CartPole-v0 has no presets (see `proxima presets`);",
                "CartPole-v1 has presets (default, fast, gpu): `proxima presets CartPole-v1 fast` prints its settings")
 
 
