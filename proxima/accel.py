@@ -106,6 +106,17 @@ def compile_cache_problem(keep: bool = True) -> str:
     return ""
 
 
+def claim_cache_dir() -> None:
+    """Set $TORCHINDUCTOR_CACHE_DIR to compile_cache_dir() when it is unset or empty and that folder can
+    be created and written, before anything imports torch._dynamo: that import sets the variable to
+    torch's /tmp/torchinductor_<user> (and fixes its dynamo cache there), and setup_compile_cache then
+    keeps a value it finds. Building DistributedDataParallel imports it, so a --nproc or torchrun rank
+    calls this before the wrap (distributed.DistContext.wrap). A user's own value is kept; a folder
+    that cannot be written leaves torch's default (--compile names the problem, setup_compile_cache)."""
+    if not os.environ.get("TORCHINDUCTOR_CACHE_DIR") and not compile_cache_problem():
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache_dir())
+
+
 def setup_compile_cache() -> Path:
     """Point inductor's on-disk caches at compile_cache_dir() for the rest of the process: kernels
     through $TORCHINDUCTOR_CACHE_DIR (set when unset or empty), precompiled headers through

@@ -86,6 +86,11 @@ class DistContext:
         """
         if not self.enabled:
             return module
+        from .accel import claim_cache_dir
+
+        # before DDP's import of torch._dynamo, which sets the inductor cache to torch's /tmp folder: a
+        # --compile rank would then compile cold each launch, not read Proxima's cache (accel.compile_cache_dir)
+        claim_cache_dir()
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         dev = next(module.parameters()).device
@@ -519,6 +524,9 @@ def init() -> DistContext:
     import torch.distributed as dist
 
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
+    from .accel import claim_cache_dir
+
+    claim_cache_dir()  # first: on CUDA the trainer's deterministic switch imports torch._dynamo too (DistContext.wrap)
     device = torch.device("cpu")
     backend = "gloo"
     if torch.cuda.is_available():
