@@ -505,14 +505,19 @@ def next_commands(run_dir, env_id, step, total, population: bool = False) -> lis
     and train it on, in the user's words for ``run_dir``, shell-quoted; a population's report too. A
     ``module:Class`` env is named with --env: eval and resume refuse to import a module named only by the
     run's files (report has no --env: it reads the members' eval.json). No train-on line for a run that
-    ended before its total (--stop-return: the line that said so is above)."""
+    ended before its total (--stop-return: the line that said so is above). The train-on command is the
+    stop line's (signals.continue_advice): for a run of more processes than this machine's CPUs,
+    `proxima train --resume RUN --nproc K`, which `proxima resume` names when it refuses that run."""
+    from .signals import continue_advice
+
     env = f"--env {shlex.quote(env_id)} " if isinstance(env_id, str) and ":" in env_id else ""
     run = shlex.quote(str(run_dir))
     lines = [f"evaluate: proxima eval {env}{run}"]
     if population:
         lines.append(f"report: proxima report {run}")
     if isinstance(step, int) and isinstance(total, int) and step >= total > 0:
-        lines.append(f"train on: proxima resume {env}{run} --total-timesteps {2 * step}")
+        command, how = continue_advice(Path(run_dir))
+        lines.append(f"train on: {command} --total-timesteps {2 * step}{how}")
     return lines
 
 
@@ -876,6 +881,7 @@ def cmd_resume(args) -> int:
     path = Path(args.path)
     meta = path / "meta.json"
     try:
+        typed_nproc = _resume_nproc(args, path)
         if resumes_rlhf(path):  # a damaged meta.json of a PPO run: its resume goes on, as train --resume's does
             from .rlhf import resume as rlhf_resume
 
@@ -919,7 +925,7 @@ def cmd_resume(args) -> int:
                 return fail(prog, f"--steps: {path} is a file, not a run directory; --steps extends an RLHF run: give "
                             "its directory (proxima resume RUN_DIR --steps N)")
             return fail(prog, f"--steps: {path} is a PPO run; --steps extends RLHF runs only (use --total-timesteps)")
-        world = _written_by(path)
+        world = _written_by(path, typed_nproc)
         if world > 1:  # the checkpoint needs as many processes as wrote it (train_state.load): start them
             return _launch_torchrun(world, sys.argv[1:], announce=(
                 f"{prog}: {path} was written by {world} processes: resuming with {world} processes on this machine "
@@ -965,9 +971,45 @@ def _ppo_flag_typed(args) -> Optional[str]:
     return "--env" if args.env is not None else None
 
 
-def _written_by(path: Path) -> int:
-    """How many processes wrote the checkpoint ``proxima resume PATH`` would load; 1 under torchrun
-    (the ranks are started already) or when there is none that loads (train says why).
+def _resume_nproc(args, path: Path) -> Optional[int]:
+    """The --nproc K typed to `proxima resume PATH` (_read takes it out of the flags), None when none was:
+    K when it is the run's own process count, which resume starts anyway; ConfigError naming the run's
+    count for another K, and pointing to `proxima train --resume RUN --nproc K` where that count is not
+    known (no checkpoint loads: train's line says why)."""
+    typed = getattr(args, "resume_nproc", None)
+    if typed is None:
+        return None
+    value, run = typed
+    from .config import parse_int
+    from .launch import under_torchrun
+
+    if under_torchrun():  # as the launcher refuses train --nproc there
+        raise ConfigError("--nproc: this process already runs under torchrun; drop --nproc (torchrun sets the process count)")
+    from .run_setup import resumes_rlhf
+
+    if resumes_rlhf(path):
+        from .rlhf.api import resume_processes
+
+        world = resume_processes(path)
+    else:
+        world = _checkpoint_processes(path)
+    try:
+        count = parse_int(value) if value is not None else None
+    except ValueError:
+        count = None
+    if world is None or count is None:
+        raise ConfigError(f"--nproc: proxima resume starts as many processes as the run was trained with (up to this "
+                          f"machine's CPUs); to give the count yourself: proxima train --resume {run} --nproc K, K the "
+                          "run's process count (see proxima resume --help)")
+    if count != world:
+        raise ConfigError(f"--nproc {value}: {path} was written by {world} process(es), and its resume needs as many; "
+                          f"give --nproc {world}, or drop --nproc (proxima resume reads the count from the checkpoint)")
+    return count
+
+
+def _checkpoint_processes(path: Path) -> Optional[int]:
+    """How many processes wrote the checkpoint ``proxima resume PATH`` would load (its world_size, 1
+    when it records none or nonsense); None when there is none that loads (train says why).
 
     Only reads: nothing is renamed or set aside here (that happens once the run's lock is held), so
     a read-only or damaged run directory is train's one line, never a traceback from here. The
@@ -976,33 +1018,47 @@ def _written_by(path: Path) -> int:
     import io
 
     from . import checkpoint as ckpt
-    from .launch import under_torchrun
 
-    if under_torchrun():
-        return 1
     path = ckpt.source_path(path)  # RUN/checkpoints resumes RUN: its newest tells how many processes wrote it
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             if path.is_dir():
                 files = ckpt.list_checkpoints(path)
                 if not files:
-                    return 1
+                    return None
                 _, state = ckpt.newest_that_loads(files, ckpt.load_checkpoint, ckpt.CheckpointError, set_aside=False)
             else:
                 state = ckpt.load_checkpoint(path)
         world = state.get("world_size", 1) if isinstance(state, dict) else 1
     except (ckpt.CheckpointError, OSError):
+        return None
+    return world if isinstance(world, int) and not isinstance(world, bool) and world > 1 else 1
+
+
+def _written_by(path: Path, typed: Optional[int] = None) -> int:
+    """How many processes wrote the checkpoint ``proxima resume PATH`` would load (_checkpoint_processes);
+    1 under torchrun (the ranks are started already) or when there is none that loads (train says why).
+    ``typed``: the --nproc K typed to resume, the run's own count (_resume_nproc): a count the user
+    gives starts processes beyond the CPUs as `train --resume RUN --nproc K` does."""
+    from .launch import under_torchrun
+
+    if under_torchrun():
         return 1
-    if not isinstance(world, int) or isinstance(world, bool) or world <= 1:
+    world = _checkpoint_processes(path) or 1
+    if world <= 1:
         return 1
+    from . import checkpoint as ckpt
     from .cpuinfo import cpus_text, usable_cpus
     from .evaluate import run_dir_named
     from .signals import resume_advice, resume_route
 
+    path = ckpt.source_path(path)
     cpus = cpus_text(usable_cpus())
     # the decision of every suggested command too (signals.resume_route), so the command they name works
     route = resume_route(run_dir_named(path), world)
-    if route != "resume":  # a recorded count is data: never start more processes than the CPUs it may use
+    # a recorded count is data: never start more processes than the CPUs it may use; a typed one is the
+    # user's, as train --resume RUN --nproc K (the command the refusal names) takes it
+    if route != "resume" and not (route == "nproc" and typed == world):
 
         # the stop line's builder: the path quoted, a module env named, so the command pasted resumes this run
         command, _ = resume_advice(run_dir_named(path), world, path=path)
@@ -1304,7 +1360,8 @@ def build_parser() -> ArgParser:
                        "--checkpoint-every or --eval-episodes; any other flag that differs from the run's config is refused. A run of "
                        "K processes (--nproc K) resumes with K processes on this machine (started through torchrun) when K is at most "
                        "its CPUs; beyond that, continue it with proxima train --resume RUN_DIR --nproc K (a run torchrun started by "
-                       "hand, or one of more processes than --nproc allows here: under its own torchrun command). An RLHF "
+                       "hand, or one of more processes than --nproc allows here: under its own torchrun command). --nproc K is taken when K is "
+                       "the run's own count (beyond the CPUs too, as that train --resume command takes it); another K is refused. An RLHF "
                        "run (proxima rlhf) takes only --steps, --trust-run and --quiet; any other flag is refused.")
     p.add_argument("path", metavar="RUN_DIR|CHECKPOINT", help="run directory (continued from its newest usable checkpoint), "
                    "or a checkpoint file: one in RUN/checkpoints/ continues RUN from it, a loose one needs --run-dir DIR")
@@ -1727,20 +1784,24 @@ def _read(argv: Optional[list]):
         command, message = bool_value
         return fail(f"{parser.prog} {command}", f"{message} (see {parser.prog} {command} --help)")
     args, extra = parser.parse_known_args(argv)
+    resume_nproc = None
+    if getattr(args, "command", None) == "resume" and any(w == "--nproc" or w.startswith("--nproc=") for w in extra):
+        # resume --help speaks of --nproc K at length: "unrecognized; did you mean --plot?" contradicted it
+        at = next(i for i, w in enumerate(argv) if w == "--nproc" or w.startswith("--nproc="))
+        # `resume --nproc 2 RUN` read 2 as the run: then the path is not known
+        run = "RUN_DIR" if argv[at] == "--nproc" and argv[at + 1:at + 2] == [args.path] else shlex.quote(args.path)
+        if any(_is_population_path(w) for w in [args.path, *extra] if not w.startswith("-")):
+            # the train --resume this would suggest refuses a population's checkpoint and names this command
+            return fail(f"{parser.prog} resume", POPULATION_NPROC)
+        # taken out and read again: cmd_resume compares K with the run's own count (_resume_nproc), which
+        # needs the checkpoint (torch) that nothing here imports
+        value = argv[at].partition("=")[2] if argv[at] != "--nproc" else (argv[at + 1] if at + 1 < len(argv) else None)
+        argv = argv[:at] + argv[at + (2 if argv[at] == "--nproc" and value is not None else 1):]
+        args, extra = parser.parse_known_args(argv)
+        resume_nproc = (value, run)
     if extra:  # named by the command they were given to: `proxima train: error: unrecognized arguments: ...`
         command = getattr(args, "command", None)
         prog = f"{parser.prog} {command}" if command else parser.prog
-        if command == "resume" and any(w == "--nproc" or w.startswith("--nproc=") for w in extra):
-            # resume --help speaks of --nproc K at length: "unrecognized; did you mean --plot?" contradicted it
-            at = next(i for i, w in enumerate(argv) if w == "--nproc" or w.startswith("--nproc="))
-            # `resume --nproc 2 RUN` read 2 as the run: then the path is not known
-            run = "RUN_DIR" if argv[at] == "--nproc" and argv[at + 1:at + 2] == [args.path] else shlex.quote(args.path)
-            if any(_is_population_path(w) for w in [args.path, *extra] if not w.startswith("-")):
-                # the train --resume this would suggest refuses a population's checkpoint and names this command
-                return fail(prog, POPULATION_NPROC)
-            return fail(prog, f"--nproc: proxima resume starts as many processes as the run was trained with (up to this "
-                        f"machine's CPUs); to give the count yourself: proxima train --resume {run} --nproc K, K the "
-                        "run's process count (see proxima resume --help)")
         hint = _did_you_mean(parser, command, extra, argv)
         return fail(prog, f"unrecognized arguments: {' '.join(extra)}{hint} (see {prog} --help)")
     refused = _repeated_flag(parser, argv) or _empty_value(parser, argv, args)
@@ -1749,6 +1810,8 @@ def _read(argv: Optional[list]):
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    if resume_nproc is not None:
+        args.resume_nproc = resume_nproc
     return args
 
 

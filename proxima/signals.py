@@ -91,13 +91,8 @@ def checkpoint_line(checkpoint: Optional[Path]) -> str:
         return "no checkpoint was written"
     path = Path(checkpoint)
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
-    world = os.environ.get("WORLD_SIZE", "1")
-    # a resume needs as many processes (train_state.load): `proxima resume` starts them on one machine
-    if world.isdigit() and int(world) > 1 and os.environ.get("LOCAL_WORLD_SIZE", world) != world:
-        command = resume_command(run_dir, 1)  # the ranks' own command: what each machine's torchrun runs
-        return f"checkpoint: {checkpoint}; continue with: {command}, under the same torchrun command ({world} processes)"
-    command, how = resume_advice(run_dir, int(world) if world.isdigit() and int(world) > 1 else None)
-    call = python_resume(run_dir) if from_python() and world == "1" and not how else None
+    command, how = continue_advice(run_dir)
+    call = python_resume(run_dir) if from_python() and os.environ.get("WORLD_SIZE", "1") == "1" and not how else None
     if call is not None:  # a notebook continues the run in its own process; the shell command still works
         return f"checkpoint: {checkpoint}; continue with: {call} (in a shell: {command})"
     return f"checkpoint: {checkpoint}; continue with: {command}{how}"
@@ -146,6 +141,20 @@ def resume_command(run_dir, world: Optional[int] = None) -> str:
     where `proxima resume` would refuse the run's K processes and that command starts them
     (resume_route "nproc"). ``world``: the run's process count (None: its meta.json's)."""
     return resume_advice(run_dir, world)[0]
+
+
+def continue_advice(run_dir) -> tuple:
+    """(command, how) of resume_advice for the run ``run_dir`` that this process trains: under a torchrun
+    of several machines (LOCAL_WORLD_SIZE below WORLD_SIZE) the ranks' own ``proxima resume RUN`` and
+    ", under the same torchrun command (K processes)"; else resume_advice for this job's WORLD_SIZE
+    (unset: the run's meta.json's). The stop line (checkpoint_line) and train's closing 'train on:'
+    line (cli.next_commands) both say it, so they name the same command."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    # a resume needs as many processes (train_state.load): `proxima resume` starts them on one machine
+    if world.isdigit() and int(world) > 1 and os.environ.get("LOCAL_WORLD_SIZE", world) != world:
+        # the ranks' own command: what each machine's torchrun runs
+        return resume_command(run_dir, 1), f", under the same torchrun command ({world} processes)"
+    return resume_advice(run_dir, int(world) if world.isdigit() and int(world) > 1 else None)
 
 
 def resume_advice(run_dir, world: Optional[int] = None, path=None) -> tuple:
