@@ -35,6 +35,7 @@ the MultiBinary's own shape and dtype (int8) of 0/1 values (:func:`space_actions
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -408,12 +409,14 @@ def check_spaces(env_id: str, obs_space: gym.spaces.Space, act_space: gym.spaces
 
 
 def _clipped_space(env: Optional[gym.Env]) -> Optional[gym.spaces.Box]:
-    """The bounded Box action space under a gymnasium.wrappers.ClipAction in ``env``'s wrappers, else None."""
+    """The Box action space under a gymnasium.wrappers.ClipAction in ``env``'s wrappers (at any depth:
+    CleanRL's make_env puts RecordEpisodeStatistics under it and NormalizeObservation over it), bounded
+    on one side of an entry or more (a half-open Box([0, -inf], [inf, 2]) too), else None."""
     while isinstance(env, gym.Wrapper):
         inner = env.env
         if isinstance(env, gym.wrappers.ClipAction):
             space = getattr(inner, "action_space", None)
-            if isinstance(space, gym.spaces.Box) and bounded(space).all():
+            if isinstance(space, gym.spaces.Box) and bounded(space).any():  # over Box(-inf, inf) a ClipAction clips nothing
                 return space
         env = inner
     return None
@@ -421,16 +424,18 @@ def _clipped_space(env: Optional[gym.Env]) -> Optional[gym.spaces.Box]:
 
 def bounded(space: gym.spaces.Box) -> np.ndarray:
     """(2, prod(shape)) bool: whether each entry's low (row 0) and high (row 1) is a bound the policy's
-    float32 samples can reach. An infinite one is none, and neither is one beyond float32's range: a
-    float64 Box's "unbounded" +-finfo(float64).max, which the float32 cast of the bounds makes +-inf."""
+    float32 samples can reach. An infinite one is none, and neither is one at or beyond float32's
+    largest value: a float64 Box's "unbounded" +-finfo(float64).max, which the float32 cast of the
+    bounds makes +-inf, and a float32 Box's +-finfo(float32).max, the same sentinel in float32 (as a
+    bound its range's width overflows to inf: RescaleAction of it would divide by inf)."""
     limit = float(np.finfo(np.float32).max)
     sides = [np.broadcast_to(np.asarray(b, dtype=np.float64), space.shape).reshape(-1) for b in (space.low, space.high)]
-    return np.stack([np.isfinite(b) & (np.abs(b) <= limit) for b in sides])
+    return np.stack([np.isfinite(b) & (np.abs(b) < limit) for b in sides])
 
 
 class ClippedBox(gym.spaces.Box):
-    """The unbounded Box a gymnasium.wrappers.ClipAction declares, remembering the bounded Box under
-    it (``inner``): the action-scale note and the spaces line judge the range the env really takes.
+    """The unbounded Box a gymnasium.wrappers.ClipAction declares, remembering the Box under it
+    (``inner``, bounded fully or on some sides): the action-scale note and the spaces line judge the range the env really takes.
     Otherwise a plain Box: equal to one, recorded in checkpoints as one (Box(-inf, inf))."""
 
     def __init__(self, declared: gym.spaces.Box, inner: gym.spaces.Box):
@@ -440,7 +445,8 @@ class ClippedBox(gym.spaces.Box):
 
 def proxima_action_space(space: gym.spaces.Space, env: Optional[gym.Env] = None) -> gym.spaces.Space:
     """``space``, the action space of ``env``, as Proxima holds it: a :class:`ClippedBox` where it is
-    the unbounded Box of a gymnasium.wrappers.ClipAction over a bounded one, else ``space`` itself."""
+    the unbounded Box of a gymnasium.wrappers.ClipAction over a Box bounded somewhere (fully or on
+    one side, :func:`_clipped_space`), else ``space`` itself."""
     if isinstance(space, gym.spaces.Box) and not isinstance(space, ClippedBox) and not bounded(space).all():
         inner = _clipped_space(env)
         if inner is not None and tuple(inner.shape) == tuple(space.shape):
@@ -624,8 +630,8 @@ def action_scale_note(space: gym.spaces.Space) -> Optional[str]:
     Unbounded sides (:func:`bounded`): an entry unbounded on both sides has no range to be off-scale,
     and a truly unbounded Box gets no note; one bounded on one side can still have 0 outside its range
     (Box(1, inf)) or on its bound (Box(0, inf)), whose fix is a shift (RescaleAction needs both bounds).
-    A :class:`ClippedBox` (gymnasium.wrappers.ClipAction's Box(-inf, inf)) is judged by the bounded Box
-    under it, which its ClipAction clips the actions to."""
+    A :class:`ClippedBox` (gymnasium.wrappers.ClipAction's Box(-inf, inf)) is judged by the Box under
+    it, which its ClipAction clips the actions to."""
     if not isinstance(space, gym.spaces.Box) or space.shape is None:
         return None
     clip = isinstance(space, ClippedBox)
@@ -778,11 +784,13 @@ def _action_reading(space: gym.spaces.Space) -> str:
         return (f"MultiDiscrete{tuple(int(n) for n in space.nvec.shape)} -> {len(nvec)} categoricals "
                 f"{nvec}{offset}")
     if isinstance(space, gym.spaces.MultiBinary):  # index_space: one 2-way categorical per bit
-        size = int(np.prod(space.shape))
+        size = math.prod(int(n) for n in space.shape)
         return (f"MultiBinary{tuple(int(n) for n in space.shape)} -> {size} categorical{'s' if size != 1 else ''} "
                 f"over 0/1, as {np.dtype(space.dtype).name}")
+    sides = bounded(space)
     low = np.broadcast_to(np.asarray(space.low, dtype=np.float64), space.shape).reshape(-1)
     high = np.broadcast_to(np.asarray(space.high, dtype=np.float64), space.shape).reshape(-1)
+    low, high = np.where(sides[0], low, -np.inf), np.where(sides[1], high, np.inf)  # +-finfo.max read as unbounded
     spans = [f"[{a:g}, {b:g}]" for a, b in zip(low, high)]
     if len(set(spans)) == 1:
         bounds = spans[0]
@@ -795,7 +803,6 @@ def _action_reading(space: gym.spaces.Space) -> str:
     if isinstance(space, ClippedBox):
         inner = _action_reading(space.inner).rpartition(" -> ")[0][len(_box_text(space.inner)) + 1:]  # its bounds
         return f"{_box_text(space)} {bounds} -> Gaussian, {dims}, unclipped (gymnasium.wrappers.ClipAction clips to {inner})"
-    sides = bounded(space)
     if not sides.any():  # the clip is a no-op on every side: the env gets the sample as it is
         return f"{_box_text(space)} {bounds} -> Gaussian, {dims},{rounded} unbounded"
     partly = "" if sides.all() else " where bounded"
