@@ -169,15 +169,16 @@ class EnvGuard:
         from .envs.spaces import index_space
 
         space, N = index_space(self.env.single_action_space), self.N  # a MultiBinary's bits: MultiDiscrete([2] * n)
+        shown = self.env.single_action_space  # the messages name the env's space (MultiBinary((2, 3))), not the agent's
         step = self.step0 + (t + 1) * N * self.ws
         if not torch.is_tensor(action):
             self._fail(f"actions at global step {step} are a {type(action).__name__}, expected a torch tensor")
         if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
             if action.dtype.is_floating_point or action.dtype == torch.bool:
-                self._fail(f"actions at global step {step} have dtype {action.dtype}, expected an integer dtype for {space}")
+                self._fail(f"actions at global step {step} have dtype {action.dtype}, expected an integer dtype for {shown}")
             if isinstance(space, gym.spaces.Discrete):
                 if tuple(action.shape) not in ((N,), (N, 1)):
-                    self._fail(f"actions at global step {step} have shape {tuple(action.shape)}, expected ({N},) for {space}")
+                    self._fail(f"actions at global step {step} have shape {tuple(action.shape)}, expected ({N},) for {shown}")
                 # the env gets the space's values, start..start+n-1 (collect_rollout added env.action_offset)
                 a = action.reshape(N, 1)
                 low = torch.full((1,), int(space.start), dtype=torch.int64, device=a.device)
@@ -185,7 +186,7 @@ class EnvGuard:
             else:
                 nvec = np.asarray(space.nvec).reshape(-1)
                 if tuple(action.shape) != (N, nvec.size):
-                    self._fail(f"actions at global step {step} have shape {tuple(action.shape)}, expected ({N}, {nvec.size}) for {space}")
+                    self._fail(f"actions at global step {step} have shape {tuple(action.shape)}, expected ({N}, {nvec.size}) for {shown}")
                 a = action
                 low = torch.as_tensor(np.asarray(space.start, dtype=np.int64).reshape(-1), device=a.device)
                 high = low + torch.as_tensor(nvec, device=a.device) - 1
@@ -195,11 +196,13 @@ class EnvGuard:
                 value = fmt_values(action[n])
                 starts = np.asarray(space.start).reshape(-1)
                 note = f" (values {fmt_values(low)}..{fmt_values(high)})" if starts.any() else ""
-                self._fail(f"action {value} of {self.where(t, n)} is outside the action space {space}{note}")
+                if isinstance(shown, gym.spaces.MultiBinary):  # the agent's action is the bits flat
+                    note = f" (its {nvec.size} bits flat, each 0 or 1)"
+                self._fail(f"action {value} of {self.where(t, n)} is outside the action space {shown}{note}")
         elif isinstance(space, gym.spaces.Box):
             size = int(np.prod(space.shape))
             if action.shape[:1] != (N,) or action.numel() != N * size:
-                self._fail(f"actions at global step {step} have shape {tuple(action.shape)}, expected ({N}, {size}) for {space}")
+                self._fail(f"actions at global step {step} have shape {tuple(action.shape)}, expected ({N}, {size}) for {shown}")
             bad = ~torch.isfinite(action.reshape(N, -1).float()).all(-1)
             if bool(bad.any()):
                 n = int(torch.nonzero(bad)[0, 0])
