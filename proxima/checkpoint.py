@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import pickle
 import random
@@ -493,11 +494,19 @@ def _multidiscrete_from_dict(d: dict, where: str) -> gym.spaces.Space:
     return space
 
 
+#: the most bits a recorded MultiBinary may hold: the agent's output layer has 2 rows per bit (index_space),
+#: and a record of a few bytes must not make the loader build an index space of any size before the weights
+#: are compared ([2**30] was 8 GiB of int64)
+_MAX_SPACE_BITS = _MAX_SPACE_INT // 2
+
+
 def _multibinary_from_dict(d: dict, where: str) -> gym.spaces.Space:
     shape = d.get("shape")
-    if (not isinstance(shape, (list, tuple)) or not shape or not all(_is_int(n) and 1 <= n <= _MAX_SPACE_INT for n in shape)
-            or int(np.prod(shape)) > _MAX_SPACE_INT):
+    if not isinstance(shape, (list, tuple)) or not shape or not all(_is_int(n) and n >= 1 for n in shape):
         raise _not_a_space(where, f"'shape' is {_one_line(repr(shape), 60)}, not a list of sizes >= 1")
+    if math.prod(shape) > _MAX_SPACE_BITS:  # Python ints: np.prod wraps in int64 ([2] * 64 made 0 bits)
+        raise _not_a_space(where, f"'shape' is {_one_line(repr(shape), 60)}, not a list of sizes >= 1 of at most "
+                                  f"{_MAX_SPACE_BITS:,} bits in all")
     return gym.spaces.MultiBinary([int(n) for n in shape])
 
 
@@ -521,7 +530,7 @@ def _box_from_dict(d: dict, where: str) -> gym.spaces.Space:
     if declared is None:
         return gym.spaces.Box(bounds[0], bounds[1], tuple(shape), dtype)
     if (not isinstance(declared, (list, tuple)) or not all(_is_int(n) and n >= 0 for n in declared) or len(shape) != 1
-            or int(np.prod(declared)) != shape[0]):
+            or math.prod(declared) != shape[0]):  # Python ints: np.prod wraps [2**62 + 1, 4] to 4
         raise _not_a_space(where, f"'declared_shape' is {_one_line(repr(declared), 60)}, not the shape of {shape[0]} values")
     from .envs.spaces import FlatBox
 
@@ -1581,6 +1590,9 @@ class Policy:
             actions = f"MultiDiscrete({np.asarray(space.nvec).tolist()})"
         elif isinstance(space, gym.spaces.Box):
             actions = f"Box{tuple(space.shape)}"
+        elif isinstance(space, gym.spaces.MultiBinary):  # gymnasium's own form: MultiBinary(6), MultiBinary((2, 3))
+            shape = tuple(int(n) for n in space.shape)
+            actions = f"MultiBinary({shape[0] if len(shape) == 1 else shape})"
         else:
             actions = "?" if space is None else type(space).__name__
         encoder = getattr(d.get("agent"), "encoder_kind", None) or (d.get("config") or {}).get("encoder")
