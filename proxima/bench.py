@@ -220,7 +220,10 @@ def random_actions(space, num_envs: int, device, count: int = 16):
     low = torch.as_tensor(space.low.reshape(-1), dtype=torch.float32, device=device).where(sides[0], 0.0)
     high = torch.as_tensor(space.high.reshape(-1), dtype=torch.float32, device=device).where(sides[1], 0.0)
     shape = (count, num_envs, low.numel())
-    uniform = low + (high - low) * torch.rand(shape, device=device)
+    # low + (high - low) * u overflows to inf where the width passes float32's max (Box(-1e38, 3e38)); the
+    # weighted sum of the bounds never does, and the clamp keeps its rounding inside them
+    u = torch.rand(shape, device=device)
+    uniform = (low * (1 - u) + high * u).clamp(low, high)
     if bool(sides.all()):  # every bound finite: the uniform draw alone, as before unbounded Boxes were taken
         return uniform
     normal = torch.randn(shape, device=device)
