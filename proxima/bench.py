@@ -481,12 +481,14 @@ LEGEND = ("env: env.step with random actions, no policy; rollout: collect_rollou
           "train x gym: train steps/s over Gymnasium's at the same num_envs")
 
 
-def switches_line(args, device) -> str:
+def switches_line(args, device, lines: list) -> str:
     """The line above the text table naming what the figures ran with (device, threads, amp, compile
-    and its mode, cudagraphs, backend, --train-only), so two pasted tables of other switches differ."""
+    and its mode, cudagraphs, backend, --train-only), so two pasted tables of other switches differ.
+    The threads as the measured ``lines`` ran them (threads_text, as the --out file says them): --threads
+    2 with every batch below side_thread.MIN_ROWS ran as --threads 1."""
     ran = base_config(args)
     compiled = f"on (mode {ran.compile_mode})" if ran.compile else "off"
-    return (f"{args.env_id} on {device}: threads {args.threads}, amp {ran.amp}, compile {compiled}, "
+    return (f"{args.env_id} on {device}: threads {threads_text(lines, args.threads)}, amp {ran.amp}, compile {compiled}, "
             f"cudagraphs {'on' if ran.cudagraphs else 'off'}, backend {args.backend}"
             + (", train only" if getattr(args, "train_only", False) else ""))
 
@@ -1041,6 +1043,11 @@ def _run(args: argparse.Namespace, stdout) -> int:
     for note in [both_note(args.env_id, args.backend), *notes]:
         if note:  # stderr: --json's stdout is for a program
             print(f"{prog}: {note}", file=sys.stderr)
+    from .trainer import threads_note
+
+    threads = threads_note(args.threads)  # train's note on more threads than CPUs
+    if threads:
+        print(f"{prog}: note: {threads}", file=sys.stderr)
     if args.compile_mode is not None:  # train's note: a mode without --compile would be dropped without a word
         from .trainer import _note_compile_mode
 
@@ -1105,7 +1112,7 @@ def _run(args: argparse.Namespace, stdout) -> int:
         sys.stderr.write(said + "\n")
         return code
     if not args.json:
-        print(switches_line(args, device))
+        print(switches_line(args, device, lines))
         print(format_table_with_legend(lines))
     if args.out:  # results go only where --out says: the repository's recorded tables are never overwritten by default
         if not save_out(args, lines, last_cfg, device, started, load0):
@@ -1131,7 +1138,7 @@ def keep_partial(args, lines: list, cfg, device, started: datetime, load0: float
         return
     note = stopped_text(sizes, lines, at, measured, why)
     if not args.json:
-        print(switches_line(args, device))
+        print(switches_line(args, device, lines))
         print(format_table_with_legend(lines))
         print(note, flush=True)
     if args.out:

@@ -269,6 +269,12 @@ def _check(nproc: int, argv: list) -> None:
         except RunDirError as e:
             raise RunDirError(f"{e}{_launcher_note(Path(run_dir))}") from None
         _check_writable(Path(run_dir))
+    if not getattr(args, "quiet", False):  # here, once for the job: the ranks leave it to the launcher (COMMAND_ENV)
+        from .trainer import threads_note
+
+        note = threads_note(cfg.threads, nproc)
+        if note:
+            print(f"proxima: note: {note}", file=sys.stderr)
 
 
 def _check_writable(run_dir: Path) -> None:

@@ -1763,14 +1763,34 @@ def note_run(cfg: PPOConfig, typed: dict, python: bool = False, obs=None, action
 def _note_threads(cfg: PPOConfig, python: bool = False) -> None:
     """A note on stderr when --threads is above the CPUs this process may use but within the limit
     validate allows (config.max_threads): such a run computes the same numbers, only slower, and
-    ran without a word while one thread more than the limit was refused as slowing torch down."""
+    ran without a word while one thread more than the limit was refused as slowing torch down. Under
+    torchrun it counts the processes on this machine (LOCAL_WORLD_SIZE); under the --nproc launcher
+    (launch.COMMAND_ENV) nothing: the launcher said it once for all its processes."""
+    from .launch import COMMAND_ENV, under_torchrun
+
+    if COMMAND_ENV in os.environ:
+        return
+    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    note = threads_note(cfg.threads, int(local) if under_torchrun() and local.isdigit() else 1, python)
+    if note:
+        print(f"proxima: note: {note}", file=sys.stderr)
+
+
+def threads_note(threads: int, processes: int = 1, python: bool = False) -> str:
+    """The text of _note_threads's note (after ``note: ``) for ``threads`` intra-op threads in each of
+    ``processes`` processes on this machine, "" when they fit the CPUs this process may use. Several
+    processes (--nproc K) are noted only from --threads 2 up: one thread is the least each runs.
+    train's ranks, the --nproc launcher and proxima bench say it alike."""
     from .cpuinfo import cpus_text, usable_cpus
 
-    cpus = usable_cpus()
-    if cfg.threads > cpus:
-        flag, fewer = (f"PPOConfig.threads={cfg.threads}", f"threads={cpus}") if python else (f"--threads {cfg.threads}", f"--threads {cpus}")
-        print(f"proxima: note: {flag} is more than {cpus_text(cpus)}: the threads take turns on them, which is "
-              f"usually slower than {fewer}", file=sys.stderr)
+    cpus, total = usable_cpus(), threads * processes
+    if total <= cpus or (processes > 1 and threads < 2):
+        return ""
+    fewer = max(1, cpus // processes)
+    flag, fewer = (f"PPOConfig.threads={threads}", f"threads={fewer}") if python else (f"--threads {threads}", f"--threads {fewer}")
+    if processes > 1:
+        flag = f"{flag} in each of {processes} processes ({total} threads)"
+    return f"{flag} is more than {cpus_text(cpus)}: the threads take turns on them, which is usually slower than {fewer}"
 
 
 def _note_compile_mode(cfg: PPOConfig, typed: dict, population: bool = False) -> None:
