@@ -119,20 +119,31 @@ def table(results: list, procs_list: list) -> list:
     return lines
 
 
-def notes(results: list, m: dict) -> list:
+def run_config(num_envs: int, num_steps: int, iterations: int):
+    """The PPOConfig each run trains with (train_args' flags over CartPole's defaults and preset), as
+    `proxima train` reads it: the epochs and minibatches the report names come from here, not from text."""
+    from proxima.cli import build_parser, config_from_args
+
+    return config_from_args(build_parser().parse_args(train_args(num_envs, num_steps, iterations, 1, Path("DIR"))),
+                            "proxima train")
+
+
+def notes(results: list, m: dict, cfg) -> list:
+    """The report's closing notes; ``cfg``: the runs' PPOConfig (run_config)."""
     load = statistics.mean(r["load"] for r in results)
     most = max(r["procs"] for r in results)
     out = ["Reading the numbers:", "",
-           "- Ideal scaling is K x: each process does exactly the work of the 1-process run (its own 64 envs, its own "
-           "update), and the only extra work is the gradient all-reduce (about 9k parameters, once per minibatch: "
-           "16 times an iteration) plus one metrics all-reduce and one stop vote per iteration."]
+           f"- Ideal scaling is K x: each process does exactly the work of the 1-process run (its own {cfg.num_envs} envs, "
+           "its own update), and the only extra work is the gradient all-reduce (about 9k parameters, once per minibatch: "
+           f"{cfg.update_epochs * cfg.num_minibatches} times an iteration, {cfg.update_epochs} epochs x {cfg.num_minibatches} "
+           "minibatches) plus one metrics all-reduce and one stop vote per iteration."]
     if most > m["usable"] or load >= m["usable"]:
         out.append(f"- Here {most} processes share {m['usable']} usable cores with each other, the OS and other jobs "
                    f"(mean load average {load:.1f} on {m['usable']} cores during the runs): they compete for CPU time, so the "
                    "measured gain is well below ideal and says little about a machine with a free core per process. The "
                    "1-process run also leaves its idle core to the other jobs, which the ratio cannot show.")
     out += ["- Data parallelism on CPU pays when each process gets cores of its own; across GPUs (NCCL) or nodes is "
-            "what it is for. For a small MLP on one machine, more envs in one process (see benchmarks/learning.md and "
+            "what it is for. For a small MLP on one machine, more envs in one process (see benchmarks/results/learning.md and "
             "the `fast` presets) is the cheaper way to use a core.", ""]
     return out
 
@@ -171,6 +182,7 @@ def main(argv=None) -> int:
                 results.append(r)
                 print(f"procs {p} repeat {rep + 1}: {r['sps']:,.0f} steps/s (process wall {r['wall']:.1f} s, load {r['load']:.1f})", flush=True)
     m = machine()
+    cfg = run_config(a.num_envs, a.num_steps, a.iterations)
     example = {p: shlex.join(["OMP_NUM_THREADS=1", *command(p, train_args(a.num_envs, a.num_steps, a.iterations, p, Path("DIR")))]).replace(sys.executable, "python")
                for p in procs_list}
     lines = [
@@ -178,7 +190,7 @@ def main(argv=None) -> int:
         "",
         f"Training steps/s (env steps over all processes per second of the training loop, first iteration left out) for native CartPole-v1, "
         f"{a.num_envs} envs per process, {a.num_steps} steps per rollout, {a.iterations} iterations per run, default PPO settings "
-        f"(4 epochs x 4 minibatches), one torch thread per process, gloo all-reduce of the gradients (DDP) with 2+ processes. "
+        f"({cfg.update_epochs} epochs x {cfg.num_minibatches} minibatches), one torch thread per process, gloo all-reduce of the gradients (DDP) with 2+ processes. "
         f"{a.repeats} runs per configuration, interleaved, one run at a time.",
         "",
         "```",
@@ -203,7 +215,7 @@ def main(argv=None) -> int:
         "Cores used per process, per run: " + "; ".join(f"{p} proc: " + ", ".join(f"{r['share']:.2f}" for r in results if r["procs"] == p)
                                                         for p in procs_list),
         "",
-        *notes(results, m),
+        *notes(results, m, cfg),
     ]
     text = "\n".join(lines)
     print(text)
