@@ -102,8 +102,9 @@ EVIL = "evil:Env $(touch PWNED)"
 
 
 def test_eval_of_a_checkpoint_naming_a_hidden_command_suggests_it_quoted(run, capsys):
-    edit_checkpoint(run, lambda state: state["config"].update(env_id=EVIL))
-    code, _, err = run_main(["eval", str(run), "--episodes", "1"], capsys)
+    # the file itself: a run directory whose config.yaml names another env is refused first, as not this run's
+    path = edit_checkpoint(run, lambda state: state["config"].update(env_id=EVIL))
+    code, _, err = run_main(["eval", str(path), "--episodes", "1"], capsys)
     line = error_line(code, err, "would import and run module 'evil'")
     assert f"pass --env {shlex.quote(EVIL)} to `proxima eval`" in line, line
 
