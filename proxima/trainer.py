@@ -129,6 +129,10 @@ class Trainer:
         if self.device.type == "cuda":
             # CPU kernels used here are deterministic for a fixed thread count already (the resume and
             # seed tests check it bit for bit); the switch itself costs seconds of imports (torch._inductor)
+            if cfg.compile:  # the switch imports torch._dynamo, which sets torch's /tmp cache unless one is set first
+                from .accel import claim_cache_dir
+
+                claim_cache_dir()
             self._undo.append(partial(torch.use_deterministic_algorithms, torch.are_deterministic_algorithms_enabled(),
                                       warn_only=torch.is_deterministic_algorithms_warn_only_enabled()))
             torch.use_deterministic_algorithms(cfg.deterministic, warn_only=True)

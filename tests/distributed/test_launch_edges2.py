@@ -131,7 +131,7 @@ def _run(monkeypatch, argv):
 @pytest.mark.parametrize("flags, line", [
     (["--threads", "0"], "proxima resume: error: --threads 0: must be at least 1"),
     (["--eval-every", "-5"], "proxima resume: error: --eval-every -5: must be 0 or more"),
-    (["--keep-checkpoints", "-1"], "proxima resume: error: --keep-checkpoints -1: must be at least 1"),
+    (["--keep-checkpoints", "-1"], "proxima resume: error: --keep-checkpoints -1: must be 0 (keep every checkpoint) or more"),
 ])
 def test_resume_of_a_multi_process_run_checks_its_config_before_launching(two_process_run, monkeypatch, capsys, flags, line):
     assert _run(monkeypatch, ["resume", str(two_process_run), *flags]) == 2
