@@ -595,6 +595,8 @@ def _action_signature(space) -> tuple:
         return "MultiDiscrete", nvec.shape, tuple(nvec.reshape(-1).tolist())
     if isinstance(space, gym.spaces.Box):
         return "Box", tuple(space.shape)
+    if isinstance(space, gym.spaces.MultiBinary):  # by shape: MultiBinary(4) prints so, the record's MultiBinary((4,))
+        return "MultiBinary", tuple(int(n) for n in space.shape)
     return type(space).__name__, str(space)
 
 

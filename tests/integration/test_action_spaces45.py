@@ -56,6 +56,20 @@ class Bits(gym.Env):
                 and set(np.unique(action).tolist()) <= {0, 1}):
             raise TypeError(f"Bits takes an int8 (2, 3) array of 0/1, got {action!r}")
         return np.zeros(2, np.float32), float((action == TARGET).sum()), True, False, {}
+
+
+class Bits4(gym.Env):
+    """MultiBinary(4), 1-D: it prints MultiBinary(4) where a checkpoint's record rebuilds MultiBinary((4,))."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.MultiBinary(4)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(3, np.float32), float((action == TARGET[0, :1].repeat(4)).sum()), True, False, {}
 '''
 
 SMALL = ["--num-envs", "4", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "2", "--no-progress",
@@ -125,3 +139,10 @@ def test_a_multibinary_env_learns_its_target_bits_and_evaluates_and_resumes(envs
     code, _, err = run_main(["resume", "--env", env, "R", "--total-timesteps", "1536"], capsys)
     assert code == 0, err
     assert eval_json("R")["mean_return"] >= 5.5
+
+
+def test_a_one_dimensional_multibinary_run_evaluates_and_resumes(envs, capsys):
+    """MultiBinary(4) trains, evaluates at its end (eval.json), and eval and resume take the run's own env:
+    the space rebuilt from the checkpoint is the same MultiBinary, though it prints as MultiBinary((4,))."""
+    resumed = train_eval_resume("act45_cli_envs:Bits4", capsys, "--eval-episodes", "2")
+    assert all(0 <= r <= 4 for r in resumed["returns"]), resumed
