@@ -137,3 +137,49 @@ def test_the_comparison_of_populations_of_one_env_draws_no_profile(tmp_path, cap
     assert code == 0, err
     assert (tmp_path / "cmp_curve.png").exists() and not (tmp_path / "cmp_profile.png").exists()
     assert "profile" not in (tmp_path / "cmp.md").read_text()
+
+
+def test_the_caption_says_how_many_taus_from_where_to_where(tmp_path, capsys):
+    a, b = _tasks(tmp_path)
+    out, js = tmp_path / "agg.md", tmp_path / "agg.json"
+    code, _, err = run_main(["report", str(a), str(b), "--normalize", "--out", str(out), "--json", str(js), *HAND], capsys)
+    assert code == 0, err
+    [row] = json.loads(js.read_text())["rows"]
+    taus = row["profile_curve"]["tau"]
+    # scores 1, .5, .2, .8, .2, .5: 151 even taus 1/120 apart from 0 to 1.25, every table tau and score one of them
+    assert len(taus) == 151
+    assert "The profile at 151 taus from 0 to 1.25 (the table's among them)" in out.read_text()
+
+
+def test_a_profile_path_that_is_a_folder_gets_the_report_without_the_plot(tmp_path, capsys):
+    a, b = _tasks(tmp_path)
+    (tmp_path / "agg_profile.png").mkdir()
+    out = tmp_path / "agg.md"
+    code, _, err = run_main(["report", str(a), str(b), "--normalize", "--out", str(out), *HAND], capsys)
+    assert code == 0, err
+    assert f"No performance-profile plot: {tmp_path / 'agg_profile.png'}: " in out.read_text()
+    assert (tmp_path / "agg_profile.png").is_dir() and not any((tmp_path / "agg_profile.png").iterdir())
+
+
+@pytest.mark.parametrize("failure, says", [
+    (OSError(errno.ENOSPC, "No space left on device"), "agg_profile.png: could not write (No space left on device"),
+    (ValueError("bad\nImage size too large"), "agg_profile.png: could not draw it (Image size too large)"),
+])
+def test_a_profile_that_cannot_be_drawn_leaves_no_file_and_the_report_says_why(tmp_path, capsys, monkeypatch,
+                                                                                failure, says):
+    from proxima import population_report as pr
+
+    a, b = _tasks(tmp_path)
+    out = tmp_path / "agg.md"
+    listing = _listing(tmp_path)
+
+    def fails(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(pr, "profile_figure", fails)
+    code, _, err = run_main(["report", str(a), str(b), "--normalize", "--out", str(out), *HAND], capsys)
+    assert code == 0, err
+    line = next(ln for ln in out.read_text().splitlines() if ln.startswith("No performance-profile plot: "))
+    assert says in line
+    # the report and its curve, and no profile nor any temporary of one
+    assert _listing(tmp_path) == sorted(listing + ["agg.md", "agg_curve.png"])

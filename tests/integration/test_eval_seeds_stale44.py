@@ -12,7 +12,7 @@ from proxima import cli
 from proxima import evaluate as ev
 from proxima import population_report as pr
 from proxima.checkpoint import load_policy
-from tests.cli_helpers import TINY_RUN, run_main
+from tests.cli_helpers import TINY_RUN, run_main, tiny_population
 
 STEPS = 128
 
@@ -113,3 +113,25 @@ def test_a_reports_fresh_evaluation_names_the_eval_json_it_set_aside(native_run)
     assert fresh["source"] == f"evaluated now from step_{STEPS:012d}.pt (eval.json of step 64 set aside)"
     path.unlink()
     assert report.final_eval(native_run, {}, {}, 2)["source"] == f"evaluated now from step_{STEPS:012d}.pt (no eval.json)"
+
+
+def test_an_eval_json_of_a_step_past_a_thousand_is_named_with_its_step_grouped(native_run):
+    from proxima import report
+
+    # of a later step than the run's last (STEPS): a timeline given up
+    (native_run / "eval.json").write_text(json.dumps({"mean_return": 9.0, "episodes": 3, "global_step": 1024}))
+    fresh = report.final_eval(native_run, {}, {}, 2)
+    assert fresh["source"] == f"evaluated now from step_{STEPS:012d}.pt (eval.json of step 1,024 set aside)"
+
+
+def test_a_member_evaluated_again_past_its_eval_json_counts_as_evaluated(tmp_path_factory, capsys):
+    pop = tiny_population(tmp_path_factory, "stale44pop", 64)
+    m0 = sorted(d for d in pop.iterdir() if d.is_dir() and d.name.startswith("m000"))[0]
+    (m0 / "eval.json").write_text(json.dumps({"mean_return": 9.0, "episodes": 1, "global_step": 32}))  # not step 64
+    [row] = pr.summarize_settings(pop, episodes=1)
+    # both members evaluated now (m000's eval.json set aside, m001 without one): one kind of final return, not mixed
+    assert (row["kind"], row["n"]) == ("eval", 2), row
+    assert row["sources"] == sorted([pr.EVALUATED_NOW, pr.REEVALUATED])
+    code, _, err = run_main(["report", str(pop), "--episodes", "1"], capsys)
+    assert code == 0, err
+    assert "(eval.json set aside)" in (pop / "report.md").read_text()

@@ -90,10 +90,11 @@ def test_ten_tasks_of_ten_runs_take_well_under_two_seconds():
     assert curve["ci_low"].shape == taus.shape
 
 
-def _aggregated(tmp_rows):
-    """tasks_aggregate of two settings over two tasks, from summarize_settings-like rows of returns."""
+def _aggregated(tmp_rows, labels=("lr=0.1", "lr=0.2")):
+    """tasks_aggregate of settings ``labels`` over one task per row, from summarize_settings-like rows of returns
+    (every task scored on 0..1)."""
     tables = [[{"settings": {"lr": lr}, "returns": r, "n": len(r), "members": len(r)} for lr, r in t.items()] for t in tmp_rows]
-    return tasks_aggregate(["lr=0.1", "lr=0.2"], [(0.0, 1.0, "--score-range"), (0.0, 1.0, "--score-range")], tables)
+    return tasks_aggregate(list(labels), [(0.0, 1.0, "--score-range")] * len(tmp_rows), tables)
 
 
 def test_every_aggregated_setting_gets_a_curve_on_one_shared_grid():
@@ -119,3 +120,65 @@ def test_the_figure_draws_a_step_curve_and_band_per_setting_and_the_reference_at
     assert reference.get_linestyle() == "--" and list(reference.get_xdata()) == [1.0, 1.0]
     assert len(ax.collections) == 1  # lr=0.1's band
     assert "2 tasks: CartPole-v1, Acrobot-v1" in ax.get_title().replace("\n", " ")
+
+
+def test_the_band_at_the_tables_taus_is_stratified_ci_bit_for_bit_at_any_resample_count():
+    # 13 scores, 37 resamples, seed 5: a curve drawn from other resamples than the table's would differ here
+    rng = np.random.default_rng(3)
+    tasks = [rng.normal(0.6, 0.3, 7), rng.normal(0.5, 0.3, 6)]
+    taus = ag.profile_grid([tasks])
+    curve = ag.profile_curve(tasks, taus, resamples=37, seed=5)
+    for tau in ag.PROFILE_TAUS:
+        i = int(np.flatnonzero(taus == tau)[0])
+        ci = ag.stratified_ci(tasks, lambda d: ag.profile_fraction(d, tau), resamples=37, seed=5)
+        assert (curve["ci_low"][i], curve["ci_high"][i]) == ci
+
+
+def test_the_tables_taus_are_on_a_grid_of_any_range():
+    taus = ag.profile_grid([[np.array([0.1, 3.0]), np.array([0.4, 0.6])]])  # 0 to 3: 0.02 apart, 0.25 off it
+    assert set(ag.PROFILE_TAUS) <= set(taus.tolist())
+    assert np.all(np.diff(taus) > 1e-9)
+
+
+def test_a_setting_not_aggregated_does_not_stretch_the_grid():
+    # lr=0.2's 3.0 on task 0 is no score of an aggregated setting (task 1 has none of lr=0.2)
+    aggs = _aggregated([{0.1: [0.2, 0.4], 0.2: [0.9, 3.0]}, {0.1: [0.1, 0.3], 0.2: []}])
+    assert aggs[0]["profile_curve"]["tau"][-1] == 1.25
+
+
+def test_the_band_is_a_post_step_between_ci_low_and_ci_high():
+    aggs = _aggregated([{0.1: [0.2, 0.4, 0.7], 0.2: [0.9, 1.0]}, {0.1: [0.1, 0.3, 0.8], 0.2: []}])
+    ax = profile_figure(aggs, ["A-v0", "B-v0"]).axes[0]
+    c = aggs[0]["profile_curve"]
+    vertices = {(round(x, 9), round(y, 9)) for x, y in ax.collections[0].get_paths()[0].vertices}
+    # held from tau[i] to tau[i + 1] (as the curve): the corner at tau[i + 1] is still step i's, on both edges
+    for i in range(len(c["tau"]) - 1):
+        assert (round(c["tau"][i + 1], 9), round(c["ci_high"][i], 9)) in vertices
+        assert (round(c["tau"][i + 1], 9), round(c["ci_low"][i], 9)) in vertices
+
+
+def test_two_settings_get_two_colours_a_title_counting_tasks_and_a_fixed_fraction_axis():
+    aggs = _aggregated([{0.1: [0.2, 0.4], 0.2: [0.9, 1.0]}, {0.1: [0.1, 0.3], 0.2: [0.5, 0.6]},
+                        {0.1: [0.1, 0.3], 0.2: [0.5, 0.6]}])  # 2 settings over 3 tasks
+    ax = profile_figure(aggs, ["A-v0", "B-v0", "C-v0"]).axes[0]
+    a, b, _ = ax.get_lines()
+    assert a.get_color() != b.get_color()
+    assert "Performance profile over 3 tasks: A-v0, B-v0, C-v0" in ax.get_title().replace("\n", " ")
+    assert ax.get_ylim() == (-0.02, 1.02)
+
+
+def test_a_label_with_a_control_character_is_drawn_without_it():
+    aggs = _aggregated([{0.1: [0.2, 0.4]}, {0.1: [0.1, 0.3]}], labels=("lr=0.1",))
+    aggs[0]["label"] = "lr=\x1b[31m0.1"
+    ax = profile_figure(aggs, ["A-v0", "B-v0"]).axes[0]
+    assert ax.get_lines()[0].get_label() == "lr=[31m0.1"
+    assert [t.get_text() for t in ax.get_legend().get_texts()][0] == "lr=[31m0.1"
+
+
+def test_more_settings_than_the_colour_cycle_each_get_a_look_of_their_own():
+    lrs = [0.1 * k for k in range(1, 12)]  # 11 settings: past matplotlib's 10 colours
+    aggs = _aggregated([{lr: [0.2, 0.4] for lr in lrs}, {lr: [0.1, 0.3] for lr in lrs}],
+                       labels=[f"lr={lr:g}" for lr in lrs])
+    lines = profile_figure(aggs, ["A-v0", "B-v0"]).axes[0].get_lines()[:-1]  # the last: tau = 1
+    assert len(lines) == 11
+    assert len({(str(line.get_color()), line.get_linestyle()) for line in lines}) == 11
