@@ -777,6 +777,11 @@ class EnvMismatchError(CheckpointError):
     the same run is refused alike and a restore or start over would answer the wrong problem."""
 
 
+class PopulationCheckpointError(CheckpointError):
+    """A population's own checkpoint (every member's weights) given where one policy is read: sound, only
+    not a single run's, so the line names the members to read instead, never a restore or a start over."""
+
+
 class LinkOutOfRunError(CheckpointError):
     """A checkpoint in a run's checkpoints/ that is a symbolic link leading out of the run: refused,
     never set aside as damaged (its target is another run's file, not this run's)."""
@@ -1016,7 +1021,7 @@ def load_run_newest(path: Union[str, Path], load, verb: str, command, env_args: 
         loaded = load(path)
     # a newer Proxima's file is sound (upgrading reads it), and one refused for the env given is too (the
     # older ones trained on the same env are refused alike): neither gets a restore or a start over
-    except (LinkOutOfRunError, NewerSchemaError, EnvMismatchError):
+    except (LinkOutOfRunError, NewerSchemaError, EnvMismatchError, PopulationCheckpointError):
         raise
     except CheckpointError as e:
         files = list_checkpoints(path) if path.is_dir() else []
@@ -2127,7 +2132,7 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
         device = resolve_device(device)
     state = load_checkpoint(path)
     if state.get("kind") == "ppo-population":
-        raise CheckpointError(_population_refusal(state))
+        raise PopulationCheckpointError(_population_refusal(state))
     check_step(state)  # the step eval prints is the one report and resume read
     for folder in data_folders(state["path"]):
         treat_as_data(folder)

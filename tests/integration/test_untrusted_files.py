@@ -93,9 +93,14 @@ def test_eval_on_an_env_with_other_spaces_is_one_line_exit_2(env_id, run_dir, ca
 
 def test_eval_of_a_checkpoint_whose_config_names_another_env_is_one_line_exit_2(run_dir, capsys):
     path = edit_checkpoint(run_dir, lambda s: s["config"].update(env_id="Acrobot-v1"))
-    code, out, err = run_main(["eval", str(run_dir), "--episodes", "2"], capsys)
+    code, out, err = run_main(["eval", str(path), "--episodes", "2"], capsys)  # the file: its own env is built
     assert code == 2 and out == ""
     assert one_error_line(err, "proxima eval") == f"{path}: {CARTPOLE}; env 'Acrobot-v1' has {OTHER_ENVS['Acrobot-v1']}"
+    # the run directory: its config.yaml names CartPole-v1, so the file is not the run's (resume's check, first)
+    code, out, err = run_main(["eval", str(run_dir), "--episodes", "2"], capsys)
+    assert code == 2 and out == ""
+    assert one_error_line(err, "proxima eval").startswith(
+        f"{path}: records env_id 'Acrobot-v1' where {run_dir / 'config.yaml'} says 'CartPole-v1': not this run's checkpoint")
 
 
 # ------------------------------------------------------------------------------------ 2: junk in a checkpoint
