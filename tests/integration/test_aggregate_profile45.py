@@ -183,3 +183,30 @@ def test_a_profile_that_cannot_be_drawn_leaves_no_file_and_the_report_says_why(t
     assert says in line
     # the report and its curve, and no profile nor any temporary of one
     assert _listing(tmp_path) == sorted(listing + ["agg.md", "agg_curve.png"])
+
+
+def test_the_caption_says_the_band_is_pointwise(tmp_path, capsys):
+    # each tau's own 95% interval (as rliable's): no band that holds the whole curve 95% of the time
+    a, b = _tasks(tmp_path)
+    out = tmp_path / "agg.md"
+    code, _, err = run_main(["report", str(a), str(b), "--normalize", "--out", str(out), *HAND], capsys)
+    assert code == 0, err
+    text = out.read_text()
+    assert "with a pointwise 95% stratified-bootstrap CI](agg_profile.png)" in text
+    assert "its pointwise 95% CI shaded (the table's stratified bootstrap, the same resamples)" in text
+
+
+def test_an_outlier_leaves_every_score_on_the_plotted_grid(tmp_path, capsys):
+    # CartPole-v1 on 0..500: 150,000 scores 300; Acrobot-v1 on -500..0: -750 scores -0.5
+    a, b = _tasks(tmp_path, {None: [500.0, 250.0, 150000.0]}, {None: [-100.0, -750.0, -250.0]})
+    out, js = tmp_path / "agg.md", tmp_path / "agg.json"
+    code, _, err = run_main(["report", str(a), str(b), "--normalize", "--out", str(out), "--json", str(js), *HAND], capsys)
+    assert code == 0, err
+    [row] = json.loads(js.read_text())["rows"]
+    tau, fraction = row["profile_curve"]["tau"], row["profile_curve"]["fraction"]
+    assert {-0.5, 0.5, 0.8, 1.0, 300.0} <= set(tau)
+    assert [t for t in tau if 0 <= t <= 1.25] == [0.25, 0.5, 0.75, 0.8, 1.0]
+    # the curve starts at 1 one even step below -0.5, then steps down at every score
+    assert tau[0] == pytest.approx(-0.5 - 300.5 / 150) and fraction[0] == 1.0
+    assert fraction[tau.index(-0.5)] == 5 / 6 and fraction[tau.index(0.8)] == 2 / 6 and fraction[tau.index(300.0)] == 0
+    assert f"The profile at {len(tau)} taus from {tau[0]:g} to 300 (the table's among them)" in out.read_text()

@@ -41,11 +41,12 @@ def test_the_grid_spans_zero_to_1_25_and_holds_the_tables_taus():
 def test_the_grid_covers_the_highest_and_lowest_scores_of_every_setting():
     other = [np.array([2.0, 0.5]), np.array([-0.5, 0.1])]  # a run at twice the reference, one below random
     taus = ag.profile_grid([TASKS, other])
-    assert taus[0] == -0.5 and taus[-1] == 2.0
+    # 151 even taus from -0.5 to 2, 1/60 apart, and one more below -0.5: the curve starts at 1, not at 3/4
+    assert taus[0] == pytest.approx(-0.5 - 2.5 / 150) and -0.5 in taus and taus[-1] == 2.0
     curve = ag.profile_curve(other, taus)
-    # below the lowest score every run is above tau; from the highest on, none
-    assert curve["fraction"][0] == pytest.approx(3 / 4) and curve["fraction"][-1] == 0.0
-    assert ag.profile_fractions(other, [taus[0] - 1e-9])[0] == 1.0
+    # below the lowest score every run is above tau, in every resample; from the highest on, none
+    assert curve["fraction"][0] == curve["ci_low"][0] == 1.0 and curve["fraction"][-1] == 0.0
+    assert curve["fraction"][list(taus).index(-0.5)] == 3 / 4
 
 
 def test_the_curve_at_the_tables_taus_is_the_tables_fraction_and_interval_bit_for_bit():
@@ -182,3 +183,46 @@ def test_more_settings_than_the_colour_cycle_each_get_a_look_of_their_own():
     lines = profile_figure(aggs, ["A-v0", "B-v0"]).axes[0].get_lines()[:-1]  # the last: tau = 1
     assert len(lines) == 11
     assert len({(str(line.get_color()), line.get_linestyle()) for line in lines}) == 11
+
+
+@pytest.mark.parametrize("lowest", [-0.5, 0.0])
+def test_a_lowest_score_at_or_below_0_gets_a_step_of_margin_so_the_curve_starts_at_1(lowest):
+    # a score of exactly 0 is a run at the random policy's return (MountainCar-v0's failed runs all are)
+    tasks = [np.array([lowest, 0.5, 1.0]), np.array([0.2, 0.7])]
+    taus = ag.profile_grid([tasks])
+    step = (1.25 - lowest) / 150
+    assert taus[0] == pytest.approx(lowest - step) and taus[1] == lowest
+    curve = ag.profile_curve(tasks, taus)
+    assert curve["fraction"][0] == curve["ci_low"][0] == 1.0 and curve["fraction"][1] == 4 / 5
+
+
+def test_a_lowest_score_above_0_needs_no_margin():
+    assert ag.profile_grid([TASKS])[0] == 0.0  # 0.2 is the lowest: every run is above 0
+
+
+def test_every_score_is_a_tau_so_the_post_step_curve_and_band_are_exact_between_outliers():
+    # one run below random and one 300 times the reference: 151 even taus 2 apart, none of them between 0 and 1.25
+    tasks = [np.array([-0.5, 0.3, 0.6, 0.9]), np.array([1.1, 0.45, 300.0])]
+    taus = ag.profile_grid([tasks])
+    assert {-0.5, 0.3, 0.45, 0.6, 0.9, 1.1, 300.0} <= set(taus.tolist())
+    assert [t for t in taus if 0 <= t <= 1.25] == [0.25, 0.3, 0.45, 0.5, 0.6, 0.75, 0.9, 1.0, 1.1]
+    curve = ag.profile_curve(tasks, taus, resamples=200)
+    # the plot reads the curve at tau as its value at the last grid tau at or below it (steps-post): the profile there
+    between = np.linspace(-0.55, 301.0, 2001)
+    drawn_at = np.searchsorted(taus, between, side="right") - 1
+    exact = ag.profile_curve(tasks, between, resamples=200)
+    for k in ("fraction", "ci_low", "ci_high"):
+        np.testing.assert_array_equal(curve[k][drawn_at], exact[k], err_msg=k)
+
+
+@pytest.mark.parametrize("low, high", [(-0.3, 3.0), (-0.3, 1.3), (-0.1, 1.9), (-0.3, 2.2), (-0.1, 5.0), (0.1, 2.5)])
+def test_no_even_tau_is_kept_a_rounding_error_beside_a_table_tau(low, high):
+    # linspace(-0.1, 1.9, 151) puts a tau 1.1e-16 off 0.5, and so on: the table's own tau stands for it
+    taus = ag.profile_grid([[np.array([low, high])]])
+    assert set(ag.PROFILE_TAUS) <= set(taus.tolist()) and np.all(np.diff(taus) > 1e-9)
+
+
+def test_a_nan_score_is_above_no_tau_as_profile_fraction_counts_it():
+    tasks = [np.array([0.2, np.nan, 0.8])]
+    assert ag.profile_fractions(tasks, [-1.0, 0.5, np.inf]).tolist() == [2 / 3, 1 / 3, 0.0]
+    assert [ag.profile_fraction(tasks, tau) for tau in (-1.0, 0.5, np.inf)] == [2 / 3, 1 / 3, 0.0]
