@@ -475,10 +475,7 @@ def cmd_train(args) -> int:
             say_run_trained(run_dir, policy, args.quiet)
         return 0
     except TrainingInterrupted as e:
-        from .signals import say_stopped
-
-        say_stopped(e)
-        return e.exit_code
+        return say_run_stopped(e)
     except _user_errors() as e:
         if cfg is not None and args.resume is None:  # preflight's and train's own checks (the device, memory, the env)
             e = _name_default(_name_config_file(e, cfg, exclude=_member_fields(args)), args, cfg)
@@ -492,6 +489,20 @@ def say_trained(run_dir, env_id, step, total, quiet: bool, population: bool = Fa
         for line in next_commands(run_dir, env_id, step, total, population):
             print(line)
     print(f"run directory: {run_dir}")
+
+
+def say_run_stopped(e: TrainingInterrupted, typed: Optional[Path] = None) -> int:
+    """How train and resume end on a stop signal: the stop's line on stderr, then, when the stop left a
+    checkpoint, 'run directory: D' on stdout as say_trained ends (a batch script's ``RUN=$(... | tail -1)``
+    requeues with it); once for a torchrun job (rank 0). ``typed``: the directory as a resume named it,
+    printed so (_as_typed). Returns the exit code, 128 + signum."""
+    from .signals import stopped_run_dir
+
+    say_stopped(e)
+    run_dir = stopped_run_dir(e)
+    if run_dir is not None and os.environ.get("RANK", "0") == "0":
+        print(f"run directory: {_as_typed(run_dir, typed)}", flush=True)
+    return e.exit_code
 
 
 def say_run_trained(run_dir, policy, quiet: bool) -> None:
@@ -940,10 +951,9 @@ def cmd_resume(args) -> int:
             say_run_trained(_as_typed(run_dir, run_dir_named(path)), policy, args.quiet)
         return 0
     except TrainingInterrupted as e:
-        from .signals import say_stopped
+        from .evaluate import run_dir_named
 
-        say_stopped(e)
-        return e.exit_code
+        return say_run_stopped(e, run_dir_named(path))
     except json.JSONDecodeError:
         return fail(prog, f"{meta}: not valid JSON")
     except _user_errors() as e:

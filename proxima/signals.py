@@ -65,6 +65,16 @@ def say_stopped(e: TrainingInterrupted) -> None:
     _write_stderr(f"proxima: {printable(str(e))}\n")  # a SIGHUP's terminal may be gone: the exit code still says it
 
 
+def stopped_run_dir(e: TrainingInterrupted) -> Optional[Path]:
+    """The run directory (a population's too) that holds the stop's checkpoint, as checkpoint_line names it
+    in its ``continue with`` command; None for a stop without one (before training started: a new run's
+    directory is not kept)."""
+    if e.checkpoint is None:
+        return None
+    path = Path(e.checkpoint)
+    return path.parent.parent if path.parent.name == "checkpoints" else path.parent
+
+
 #: where workers_stopped's stop landed (train() says it of a new run's first iteration too, whose files it removes)
 WORKERS_ENDED = "it ended the env's worker processes (--vector async) too, before the iteration's end"
 
