@@ -1757,7 +1757,8 @@ def note_run(cfg: PPOConfig, typed: dict, python: bool = False, obs=None, action
         print(f"proxima: {line}", file=sys.stderr)
     _note_compile_mode(cfg, typed, population)
     _note_threads(cfg, python)
-    _note_other_version(cfg, obs)
+    unapplied = _note_unapplied_preset(cfg) if python else False
+    _note_other_version(cfg, obs, box_note=not unapplied)
     if action_space is not None:
         _note_action_scale(cfg.env_id, action_space)
     if obs is not None:
@@ -1824,14 +1825,27 @@ def _note_compile_mode(cfg: PPOConfig, typed: dict, population: bool = False) ->
             print(f"proxima: note: {flag} {getattr(cfg, name):g} has no effect without {needs}", file=sys.stderr)
 
 
-def _note_other_version(cfg: PPOConfig, obs=None) -> None:
+def _note_unapplied_preset(cfg: PPOConfig) -> bool:
+    """A note on stderr when a Python caller's config leaves out its env's tuned default preset, which the
+    CLI applies (presets.unapplied_note): ``train(PPOConfig(env_id="Pendulum-v1"))`` trained PPOConfig's
+    classic-control defaults without a word. Whether it was said."""
+    from .presets import unapplied_note
+
+    note = unapplied_note(cfg)
+    if note:
+        print(f"proxima: note: {note}", file=sys.stderr)
+    return note is not None
+
+
+def _note_other_version(cfg: PPOConfig, obs=None, box_note: bool = True) -> None:
     """A note on stderr when the env has no preset but another version of it has (presets.other_version_note).
     None when a --config file set any of the run's settings (env_id and run_dir aside): the note's advice,
-    already taken; a file's values are told apart from a preset's by their source (config.source_of)."""
+    already taken; a file's values are told apart from a preset's by their source (config.source_of).
+    ``box_note``: _note_built_env's."""
     from .config import source_of
     from .presets import other_version_note
 
-    _note_built_env(cfg, obs)  # here: note_run calls this once the env is built, and gives it the config
+    _note_built_env(cfg, obs, box_note)  # here: note_run calls this once the env is built, and gives it the config
     for name in getattr(cfg, "_sources", None) or {}:
         source = source_of(cfg, name) if name not in ("env_id", "run_dir") else None
         if source is not None and not source.startswith("preset "):
@@ -1852,7 +1866,7 @@ def _preset_in_use(cfg: PPOConfig) -> Optional[str]:
     return None
 
 
-def _note_built_env(cfg: PPOConfig, obs=None) -> None:
+def _note_built_env(cfg: PPOConfig, obs=None, box_note: bool = True) -> None:
     """Notes on stderr on what the Gymnasium env the run built showed (gym_adapter.built_env): Gymnasium's
     normalization wrappers in a factory, whose statistics no checkpoint holds; a ``__main__:Class`` env,
     which no process but the script's own can build (eval, resume, report); a float64 observation whose
@@ -1860,7 +1874,9 @@ def _note_built_env(cfg: PPOConfig, obs=None) -> None:
     with --num-envs 1 or train --dry-run's env, which no step or reset is spent on for it); a Box action space where the
     preset in use was tuned on the env id's Discrete one (--env-kwargs '{"continuous": true}' on
     LunarLander-v3), named with the preset of the continuous twin when there is one. ``obs``: note_run's (the
-    observation space or the dry run's ObsLayout), which tells an image observation, refused --norm-obs."""
+    observation space or the dry run's ObsLayout), which tells an image observation, refused --norm-obs.
+    ``box_note``: False where _note_unapplied_preset said the env's own preset is left out (its Box note would
+    say it has none)."""
     import gymnasium as gym
 
     from .envs.gym_adapter import built_env, normalize_wrappers_note, registered_action_space
@@ -1874,7 +1890,7 @@ def _note_built_env(cfg: PPOConfig, obs=None) -> None:
     for note in built["spread"] + built.get("notes", []):  # notes: gym_adapter.script_env_note's (a __main__:Class env)
         print(f"proxima: note: {note}", file=sys.stderr)
     preset = _preset_in_use(cfg)
-    if (preset is None and isinstance(built["action_space"], gym.spaces.Box) and not cfg.norm_obs
+    if (box_note and preset is None and isinstance(built["action_space"], gym.spaces.Box) and not cfg.norm_obs
             and cfg.ent_coef == PPOConfig.ent_coef):
         # PPOConfig's defaults are classic control's (Discrete): a Box-action env without a preset trains
         # with them unless told, where every shipped continuous preset differs

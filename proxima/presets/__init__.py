@@ -193,9 +193,42 @@ def resolve(env_id: str, preset: str | None = None, base: PPOConfig | None = Non
             cfg = from_dict(presets["default"]["config"], cfg, source=f"preset {key}/default")
         return cfg
     if preset == NO_PRESET and preset not in presets:  # the env's default off: PPOConfig's values (or base's) as they are
+        cfg._preset = NO_PRESET  # asked for: train() does not note the default preset it leaves out (unapplied_note)
         return cfg
     if preset == "default" and not presets:  # what None means for an env without presets: its default is none
         return cfg
     if preset not in presets:
         raise ConfigError(unknown_preset(env_id, preset, python))
     return from_dict(presets[preset]["config"], cfg, source=f"preset {key}/{preset}")
+
+
+def unapplied_note(cfg: PPOConfig) -> str | None:
+    """The note for a Python caller's ``train(PPOConfig(env_id=...))`` of an env with a ``default`` preset that
+    the config was not built from (resolve applies presets; the CLI does, train() does not): the preset's
+    fields where the config still holds PPOConfig's default, and the call that applies it. None when
+    resolve built the config (any preset, ``"none"`` included), or no such field differs (CartPole-v1's
+    default is PPOConfig's own values; the total, and a field whose default ``auto`` picks as the preset
+    does, aside): the config already trains as the preset would, or the caller chose its values."""
+    sources = getattr(cfg, "_sources", None) or {}
+    if getattr(cfg, "_preset", None) is not None or any(str(s).startswith("preset ") for s, _ in sources.values()):
+        return None
+    preset = presets_for(cfg.env_id).get("default")
+    if preset is None:
+        return None
+    default = PPOConfig()
+    differ = {name: value for name, value in preset["config"].items()
+              if name != "total_timesteps" and getattr(default, name, None) != "auto"
+              and getattr(cfg, name, None) == getattr(default, name, None) and getattr(default, name, None) != value}
+    if not differ:
+        return None
+    sets = ", ".join(f"{name}={value!r}" for name, value in differ.items())
+    call, least = f"cfg = proxima.presets.resolve({cfg.env_id!r})", ""
+    if cfg.total_timesteps != preset["config"].get("total_timesteps"):  # the caller's own total, set after: the preset's would win
+        tuned = resolve(cfg.env_id)
+        batch = tuned.num_envs * tuned.num_steps
+        if cfg.total_timesteps < batch:  # the caller's total is refused under the preset's batch: the call must train
+            least = f" (at least its batch, {tuned.num_envs} envs x {tuned.num_steps} steps)"
+        call += f"; cfg.total_timesteps = {max(cfg.total_timesteps, batch)}"
+    return (f"{cfg.env_id} has a tuned preset (default) that PPOConfig(...) does not apply: it sets {sets}, where this run "
+            f"keeps PPOConfig's defaults; `{call}`{least} applies it as `proxima train {cfg.env_id}` "
+            "does (your own fields set on cfg after it)")
