@@ -18,6 +18,7 @@ import re
 import reprlib
 import shlex
 import stat
+import sys
 import threading
 import zipfile
 from pathlib import Path
@@ -2111,6 +2112,37 @@ def check_registered(policy) -> None:
         raise EnvError(unregistered_line(policy.env_id, policy.path, "--env {env}", policy.env_entry_point, kwargs=kept))
 
 
+#: the backends a run's env can have (BatchedEnv.backend), as meta.json records them
+_BACKENDS = ("native", "gymnasium", "envpool")
+
+
+def _meta_backend(path) -> Optional[str]:
+    """The env_backend of the run holding the checkpoint ``path``, as its meta.json records it, for a file
+    that does not (a population member's, written before members recorded it): None for a loose file, a
+    run without meta.json or one recording none; a meta.json that is not JSON or records something else
+    is read as none, in one note on stderr (act() then gives the action space's own shape)."""
+    file = Path(path).absolute()
+    if file.parent.name != "checkpoints":
+        return None
+    meta = file.parent.parent / "meta.json"
+    try:
+        record = json.loads(meta.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        why = "not JSON" if isinstance(e, ValueError) else f"not readable ({_one_line(e, 80)})"
+        record = None
+    else:
+        backend = record.get("env_backend") if isinstance(record, dict) else None
+        if backend is None or backend in _BACKENDS:
+            return backend
+        why = (f"its env_backend is {_one_line(repr(backend), 40)}, none of {', '.join(_BACKENDS)}" if isinstance(record, dict)
+               else "not a JSON object")
+    print(f"proxima: note: {meta}: {why}, and {file.name} records no env_backend: act() gives actions in the action "
+          "space's own shape (a native env's step takes them flat, (B, prod(shape)): reshape them)", file=sys.stderr)
+    return None
+
+
 def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = None, trust_env: bool = False,
                 env_kwargs: Optional[dict] = None) -> Policy:
     """Load a policy from a checkpoint or run directory (its latest checkpoint).
@@ -2153,8 +2185,10 @@ def load_policy(path: Union[str, Path], device="cpu", env_id: Optional[str] = No
     from .envs import same_env
 
     # the env it trained on steps on: act() shapes actions as that env took them (a NativeEnv's flat)
-    backend = state.get("env_backend")
-    backend = backend if isinstance(backend, str) and (env_id is None or same_env(env_id, recorded)) else None
+    backend = None
+    if env_id is None or same_env(env_id, recorded):  # another env's actions are the space's own shape
+        backend = state["env_backend"] if "env_backend" in state else _meta_backend(state["path"])
+    backend = backend if isinstance(backend, str) else None
     policy = Policy(agent, obs_norm, state["config"], obs_space, act_space, device, state["path"], env_id=env_id,
                     env_trusted=trusted, env_kwargs=env_kwargs, env_backend=backend)
     entry = state.get("env_entry_point")

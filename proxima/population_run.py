@@ -919,7 +919,7 @@ def save_population(pop: Population, run_dir: Path, dirs: list, seeds, sweep: di
 
     def save_member(i: int) -> None:
         member = {"format": ckpt.FORMAT, "schema_version": ckpt.SCHEMA_VERSION, "config": pop.configs[i].to_dict(),
-                  "iteration": pop.iteration, "global_step": step, "spaces": spaces,
+                  "iteration": pop.iteration, "global_step": step, "spaces": spaces, "env_backend": pop.env.backend,
                   "agent": pop.member_state_dict(i), "population_member": True,
                   "obs_normalizer": norm.state_dict() if (norm := pop.member_obs_normalizer(i)) is not None else None,
                   "population": str(run_dir)}
