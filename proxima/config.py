@@ -269,6 +269,9 @@ def recorded_config(values: dict, source: str) -> PPOConfig:
 #: (SB3's and the zoo's learning_rate: means there what lr means here); a file giving both is refused
 ALIASES = {"learning_rate": "lr"}
 
+#: other spellings of SB3's batch_size and CleanRL's minibatch_size: a minibatch's size in steps as they are
+BATCH_SIZE_SPELLINGS = ("batchsize", "mini_batch_size", "minibatchsize", "mini_batchsize")
+
 #: Stable-Baselines3's and CleanRL's names (a few of baselines' ppo2) of PPO fields: suggested, never
 #: accepted (unlike ALIASES), as each means there only roughly what its field means here; difflib alone
 #: suggests a wrong field for some (clip_range -> clip_reward, policy_kwargs -> env_kwargs)
@@ -280,6 +283,8 @@ FOREIGN_NAMES = {
     "net_arch": "hidden_sizes", "policy_kwargs": "hidden_sizes", "activation_fn": "activation",
     "torch_deterministic": "deterministic", "cuda": "device", "total_steps": "total_timesteps",
     "n_timesteps": "total_timesteps", "normalize": "norm_obs", "env": "env_id", "exp_name": "run_dir",
+    # batch_size as typed elsewhere (batch-size is batch_size once dashes are read as underscores)
+    **{name: "num_minibatches" for name in BATCH_SIZE_SPELLINGS},
 }
 
 #: what to give where a foreign name's value is not its field's (SB3's batch_size is a minibatch's size
@@ -289,6 +294,7 @@ FOREIGN_NAMES = {
 FOREIGN_NOTE_TEMPLATES = {
     "batch_size": "it counts minibatches: {num_envs} x {num_steps} / your minibatch size",
     "minibatch_size": "it counts minibatches: {num_envs} x {num_steps} / your minibatch size",
+    **{name: "it counts minibatches: {num_envs} x {num_steps} / your minibatch size" for name in BATCH_SIZE_SPELLINGS},
     "clip_range_vf": "{vf_clip_coef=X} with {clip_vloss=True} (the default) clips differently: CleanRL's max of the "
                      "clipped and unclipped squared errors, where SB3 takes the clipped one alone; SB3's "
                      "clip_range_vf=None is {clip_vloss=False}",
@@ -328,6 +334,12 @@ def foreign_note(template: str, flags: bool = False) -> str:
 #: FOREIGN_NOTE_TEMPLATES in field words: a config file's or a script's unknown name
 FOREIGN_NOTES = {name: foreign_note(text) for name, text in FOREIGN_NOTE_TEMPLATES.items()}
 
+#: SB3's off-policy algorithms' settings, which a zoo file of DQN/SAC/TD3 holds
+OFF_POLICY_NAMES = ("learning_starts", "gradient_steps", "train_freq", "buffer_size", "tau", "target_update_interval",
+                    "exploration_fraction", "exploration_initial_eps", "exploration_final_eps", "optimize_memory_usage",
+                    "replay_buffer_class", "replay_buffer_kwargs", "policy_delay", "target_policy_noise",
+                    "target_noise_clip", "action_noise")
+
 #: SB3's and the zoo's settings that no field here stands for, with what Proxima does instead (cli's
 #: --use-sde etc. say the same: difflib sent --use-sde to --seed)
 FOREIGN_UNSUPPORTED = {
@@ -342,6 +354,9 @@ FOREIGN_UNSUPPORTED = {
                    "gymnasium.Env class, trained as ENV_ID module:ClassName; drop it",
     "ortho_init": "layers are always initialized orthogonally (CleanRL's layer_init; SB3's ortho_init=True): an entry's "
                   "ortho_init: false starts from other weights, so results will differ; drop it",
+    # SB3's DQN/SAC/TD3 settings: difflib sent learning_starts to lr and gradient_steps to num_steps
+    **{name: "an off-policy setting (SB3's DQN, SAC, TD3: replay buffer, target network, exploration schedule) that "
+             "PPO, on-policy, has no use for; drop it" for name in OFF_POLICY_NAMES},
 }
 
 #: SB3's policy classes, the value of every zoo entry's ``policy:`` (a `proxima rlhf` file's policy is a model)
@@ -359,6 +374,7 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
         raise refused
     cfg = dataclasses.replace(base) if base is not None else PPOConfig()
     sources = dict(getattr(base, "_sources", None) or {})
+    typed_as = {ALIASES[key]: key for key in values if isinstance(key, str) and key in ALIASES}  # lr: learning_rate
     values = _aliases_read(values, source)
     unknown = [key for key in values if key not in FIELDS]
     # an rlhf file given to train keeps its one line below, which says where the file goes
@@ -384,7 +400,13 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
                 raise ConfigError(f"{source}: unknown field '{key}': it is a `proxima rlhf` setting (RLHFConfig), not "
                                   "a PPO one; give the file to `proxima rlhf --config`, or drop the line for `proxima train`")
             raise ConfigError(f"{source}: unknown field '{key}'{did_you_mean(str(key))}")  # YAML keys may be numbers or null
-        setattr(cfg, key, coerce(key, value, source))
+        try:
+            setattr(cfg, key, coerce(key, value, source))
+        except ConfigError as e:  # learning_rate: lin_0.001 is refused as the user wrote it, not as field 'lr'
+            said = f"{source}: field '{key}' "
+            if key in typed_as and str(e).startswith(said):
+                e.args = (f"{source}: field '{typed_as[key]}' ({key}'s other name) {str(e)[len(said):]}", *e.args[1:])
+            raise
         sources[key] = (source, getattr(cfg, key))
     cfg._sources = sources  # not a field: asdict/config.yaml leave it out
     return cfg
@@ -1362,7 +1384,11 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
                       f"is larger than --total-timesteps {cfg.total_timesteps}: lower --num-envs or --num-steps, or raise "
                       "--total-timesteps", ("num_envs", "num_steps", "total_timesteps"))
     if batch % cfg.num_minibatches:
-        bad("num_minibatches", f"must divide the batch num_envs x num_steps = {batch}")
+        # the count the user chose (a flag, a file, Python) gets the nearest that do; cli words the others: PPOConfig's
+        # default with the counts that do (_name_default), a preset's value with the flag that overrides it
+        chosen = preset_of(cfg, "num_minibatches") is None and (
+            python or source_of(cfg, "num_minibatches") is not None or cfg.num_minibatches != field_default("num_minibatches"))
+        bad("num_minibatches", f"must divide the batch num_envs x num_steps = {batch}" + (nearest_minibatches(cfg) if chosen else ""))
     if batch < 2:  # torch's var of one sample warns and is NaN
         raise several(f"one batch (--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}) is 1 step; the update logs the "
                       "batch's explained variance, which needs at least 2: raise --num-steps or --num-envs", ("num_envs", "num_steps"))
@@ -1380,6 +1406,27 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
         if not torch.cuda.is_available():  # not --device cuda: the user chose the preset (--preset, resolve's preset=), name it
             raise ConfigError(f"{as_given('preset', preset, python)} needs CUDA, which is not usable here (run `proxima doctor`); "
                               f"{cpu_preset_hint(cfg, python)}")
+
+
+def minibatch_counts(cfg: PPOConfig) -> list:
+    """The minibatch counts validate takes for ``cfg``'s batch: its divisors (up to 4,096), with minibatches of 2
+    samples or more under advantage normalization (a minibatch's std)."""
+    batch = cfg.num_envs * cfg.num_steps
+    return [d for d in range(1, min(batch, 4096) + 1) if batch % d == 0 and (batch // d >= 2 or not cfg.norm_adv)]
+
+
+def nearest_minibatches(cfg: PPOConfig) -> str:
+    """``; the nearest counts that do: 2 or 4 (minibatches of 128 or 64)`` for a num_minibatches that does
+    not divide the batch (3 of 256, SB3's batch_size 100 turned into a count): the counts just below and
+    above it, with the minibatch size each gives, which is what an SB3 user compares with batch_size."""
+    batch, wanted = cfg.num_envs * cfg.num_steps, cfg.num_minibatches
+    counts = minibatch_counts(cfg)
+    near = [d for d in counts if d < wanted][-1:] + [d for d in counts if d > wanted][:1]
+    if not near:
+        return ""
+    ors = lambda items: " or ".join(f"{i:,}" for i in items)  # noqa: E731
+    which = "counts that do" if len(near) > 1 else "count that does"
+    return f"; the nearest {which}: {ors(near)} (minibatches of {ors(batch // c for c in near)})"
 
 
 def batch_size(cfg: PPOConfig) -> int:

@@ -147,6 +147,54 @@ def run_backend(policy) -> str:
     return backend if isinstance(backend, str) else "auto"
 
 
+#: what evaluate returns and where its env comes from, for a caller with SB3's evaluate_policy habits
+SB3_EVALUATE_NOTE = ("evaluate plays the policy's own env (its run's env id; proxima.load(path, env_id=..., env_kwargs=...) "
+                     "picks another) for episodes=N, and returns a dict (mean_return, std_return, returns, lengths, ...), "
+                     "not SB3's (mean, std) tuple")
+
+
+def _is_env(value) -> bool:
+    """Whether ``value`` is an env object (Gymnasium's, its vector env's or Proxima's BatchedEnv): SB3's
+    evaluate_policy(model, env) passes one where evaluate takes ``episodes``."""
+    from .envs.base import BatchedEnv
+
+    try:
+        import gymnasium as gym
+
+        kinds: tuple = (BatchedEnv, gym.Env, gym.vector.VectorEnv)
+    except ImportError:
+        kinds = (BatchedEnv,)
+    return isinstance(value, kinds)
+
+
+def _sb3_call(fn):
+    """``fn`` (evaluate) refusing SB3's evaluate_policy(model, env, n_eval_episodes=N) call in one line that says
+    what evaluate takes and returns (SB3_EVALUATE_NOTE), where Python said 'episodes=<TimeLimit...>: must be an
+    integer' or a bare 'unexpected keyword argument'; its signature stays evaluate's (functools.wraps)."""
+    import functools
+
+    @functools.wraps(fn)
+    def call(policy, *args, **kwargs):
+        env = args[0] if args else kwargs.get("episodes")
+        if _is_env(env):
+            raise TypeError(f"evaluate: got an env ({_short(env)}) as its second argument, as SB3's evaluate_policy(model, env) "
+                            f"takes one: {SB3_EVALUATE_NOTE}")
+        if "n_eval_episodes" in kwargs:
+            n = kwargs["n_eval_episodes"]
+            raise TypeError(f"evaluate: n_eval_episodes={n!r} is SB3's evaluate_policy's name: give episodes={n!r}; "
+                            f"{SB3_EVALUATE_NOTE}")
+        return fn(policy, *args, **kwargs)
+
+    return call
+
+
+def _short(env) -> str:
+    """An env object named by its id (its spec's, a BatchedEnv's env_id), else by its class."""
+    name = getattr(getattr(env, "spec", None), "id", None) or getattr(env, "env_id", None)
+    return f"{name!r}, a {type(env).__name__}" if isinstance(name, str) else type(env).__name__
+
+
+@_sb3_call
 @torch.no_grad()
 def evaluate(policy, episodes: Optional[int] = None, deterministic: bool = True, seed: Optional[int] = None, backend: Optional[str] = None,
              max_steps: int = MAX_STEPS, video: Optional[str] = None, stop: Optional[Callable[[], bool]] = None) -> dict:
@@ -158,7 +206,9 @@ def evaluate(policy, episodes: Optional[int] = None, deterministic: bool = True,
     dict with env_id, episodes, mean_return, std_return (the population standard
     deviation of the episode returns, ddof 0: np.std's and SB3's evaluate_policy's), returns, lengths, deterministic, seed (the env seed used,
     the default one included), backend (the one built: "auto" resolved, :func:`built_backend`) and
-    max_steps (the step cap each episode ran under), ``env_kwargs`` when the env was given other
+    max_steps (the step cap each episode ran under), ``env_normalizer_restarted`` (True) when the env wraps itself
+    in gymnasium.wrappers.NormalizeObservation, whose statistics started afresh for the evaluation (so the
+    policy saw other inputs than in training: normalizer_note), ``env_kwargs`` when the env was given other
     constructor arguments than the run's (given_env_kwargs), and ``unfinished`` when some episodes had not
     ended after ``max_steps`` steps: those count as cut there, with their return so far, as a time
     limit would cut them; leaving them out would keep only the short episodes. ``seed`` seeds the envs
@@ -265,6 +315,10 @@ def _evaluate(policy, episodes: int, deterministic: bool, seed: int, backend: st
         # what ran, recorded with the numbers: the seed and the backend each change the episodes played
         result = summarize(policy.env_id, returns, lengths, deterministic, finished, max_steps, seed=seed,
                            backend=built_backend(policy.env_id, backend, eval_env_kwargs(policy)))
+        if "NormalizeObservation" in (getattr(env, "normalize_wrappers", None) or []):
+            # the env's own wrapper normalized the observations with statistics that started afresh here, not
+            # the training's: the policy saw other inputs than it trained on, and the numbers say less
+            result["env_normalizer_restarted"] = True
         given = given_env_kwargs(policy)
         if given is not None:  # numbers of another env than the run's: the result says which
             result = {"env_id": result["env_id"], "env_kwargs": given, **result}
@@ -784,7 +838,21 @@ def format_result(result: dict, step: Optional[int] = None) -> str:
     kwargs = f" (env kwargs {json.dumps(given, default=repr)})" if isinstance(given, dict) else ""
     line = (f"{result['env_id']}{kwargs}: {result['mean_return']:.2f} +- {result['std_return']:.2f}{at} over "
             f"{episodes_words(result['episodes'])} ({mode})")
-    return line + unfinished_note(result)
+    return line + unfinished_note(result) + normalizer_note(result)
+
+
+#: where the caveat of an env's own NormalizeObservation is explained
+NORMALIZER_DOC = "docs/migrating.md#bring-your-make_env"
+
+
+def normalizer_note(result: dict) -> str:
+    """`` (the env's own NormalizeObservation restarted its statistics: see ...)`` for a result whose env wraps
+    itself in gymnasium.wrappers.NormalizeObservation (``env_normalizer_restarted``): its running statistics are
+    the env's, not the checkpoint's, so the evaluation started them afresh and its numbers under-report the
+    policy; else ""."""
+    if result.get("env_normalizer_restarted") is not True:
+        return ""
+    return f" (the env's own NormalizeObservation restarted its statistics: see {NORMALIZER_DOC})"
 
 
 def episodes_words(n) -> str:

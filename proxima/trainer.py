@@ -1394,6 +1394,7 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             # a resume of a complete run, or of one --stop-return ended, trains nothing and its note says so
             # (run_setup.apply_resume_overrides): "resuming at step N" would claim otherwise
             if resumed and trainer.trains() and not quiet and trainer.dist.is_main:
+                _note_resumed_wrappers(trainer)
                 print(f"proxima: resuming {trainer.run_dir} at global step {trainer.global_step:,} (iteration {trainer.iteration})", file=sys.stderr)
             looping = True
             out_dir = trainer.run(resumed=resumed, callback=callback)
@@ -2017,27 +2018,36 @@ def _loop_eval_at_end(trainer: Trainer, policy, seed: int) -> Optional[dict]:
     return dict(done["result"]) if same else None
 
 
+def _note_resumed_wrappers(trainer: Trainer) -> None:
+    """A note on stderr when a resumed run's env wraps itself in Gymnasium's normalization wrappers
+    (gym_adapter.normalize_wrappers, the train-time note's): no checkpoint holds their statistics, so they
+    start afresh here and the policy meets inputs (or rewards) scaled otherwise than before the stop."""
+    names = getattr(trainer.env, "normalize_wrappers", None)
+    if names:
+        wrappers = " and ".join(f"gymnasium.wrappers.{n}" for n in names)
+        what = " and ".join(w for n, w in (("NormalizeObservation", "observations normalized"),
+                                           ("NormalizeReward", "rewards scaled")) if n in names)
+        print(f"proxima: note: the statistics of the env's own {wrappers} restart with this resume (no checkpoint "
+              f"holds them): the run meets {what} otherwise than before the stop until they settle", file=sys.stderr)
+
+
 def _built_env_limit(env) -> Optional[int]:
     """The time limit of the Gymnasium envs the run built (a ``module:function`` factory's gymnasium.make,
     a TimeLimit it wrapped itself), which neither env_kwargs nor a registration of the id tells: the
-    first env's TimeLimit where the envs are in this process (SyncVectorEnv), else the workers' envs'
-    spec.max_episode_steps (AsyncVectorEnv: asked once, at the end of the run). None where none is kept
-    or asking raised (user env code)."""
+    first env's TimeLimit where the envs are in this process (SyncVectorEnv), else that of the env
+    GymnasiumEnv built here to read the spaces (AsyncVectorEnv: asking a worker pickles its env's spec,
+    which fails on a factory's lambdas and prints the worker's traceback). None where none is kept
+    or reading raised (user env code)."""
     import gymnasium as gym
+
+    from .envs.gym_adapter import time_limit_of
 
     vector = getattr(env, "envs", None)  # a GymnasiumEnv's vector env; a native env has none
     try:
         if isinstance(vector, gym.vector.SyncVectorEnv):
-            layer = vector.envs[0]
-            while isinstance(layer, gym.Wrapper):  # the wrapper that truncates, not a spec that may outlive it (.unwrapped)
-                if isinstance(layer, gym.wrappers.TimeLimit):
-                    return layer._max_episode_steps
-                layer = layer.env
-            return None
+            return time_limit_of(vector.envs[0])
         if isinstance(vector, gym.vector.AsyncVectorEnv):
-            # "spec" is an attribute of every env: a missing one would end the worker that was asked
-            limits = [getattr(spec, "max_episode_steps", None) for spec in vector.get_attr("spec")]
-            return limits[0] if all(limit == limits[0] for limit in limits) else None
+            return getattr(env, "probe_time_limit", None)
     except Exception:  # noqa: BLE001 - user env code raised: no limit known, the note stays
         return None
     return None

@@ -28,7 +28,8 @@ The checks (names as they appear in the report):
                      (Gymnasium's check_env compares the step): a reset that ignores its seed while step()
                      draws from self.np_random passes the reset check but not this one. Run after the random
                      steps (2 resets and 2 steps more), when they went through; not with --steps 0 or when
-                     reset determinism failed
+                     reset determinism failed. Both run with Gymnasium's NormalizeObservation/NormalizeReward
+                     in the stack frozen (update_running_mean = False), whose updates alone differ each call
   obs keys           a Dict obs has exactly the keys of observation_space (missing and unexpected keys named)
   obs shape          obs.shape == observation_space.shape
   obs dtype          obs dtype casts safely to observation_space.dtype (see below)
@@ -114,7 +115,7 @@ import torch
 from ..check_env_cli import CHECK_STEPS, MAX_CHECK_STEPS
 from ..config import MAX_SEED, install_hint
 from .base import EnvError
-from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, REWARD_RULE, is_flag, TENSOR_FIX, Float64Spread, _extra_for,
+from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, NORMALIZE_WRAPPERS, REWARD_RULE, is_flag, TENSOR_FIX, Float64Spread, _extra_for,
                           beyond_float32, creator_error, exit_text, float64_spread_note, spread_dtype, int_range_fault, kind_casts,
                           native_only, normalize_wrappers, build_user_native, user_native_class, normalize_wrappers_note, number_text, resolve_env_fn,
                           missing_kwarg_hint, tensor_numpy, unknown_kwarg_line, user_frame)
@@ -629,7 +630,7 @@ class _Checker:
                     raise EnvError(line) from None
                 self.bad("build", "the constructor returns a gymnasium.Env",
                          f"{self.target.partition(':')[2] or self.target}() raised {_exc(creator_error(e))}"
-                         f"{missing_kwarg_hint(creator_error(e))}")
+                         f"{missing_kwarg_hint(creator_error(e), self.target)}")
                 return self.result()
             self.ok("build")
             try:
@@ -868,6 +869,10 @@ class _Checker:
         wrapped = normalize_wrappers(env)
         if wrapped:
             self.notes.append(normalize_wrappers_note(self.target, wrapped))
+            names = " and ".join(f"gymnasium.wrappers.{n}" for n in wrapped)
+            self.notes.append(f"reset and step determinism were checked with the running statistics of {names} frozen "
+                              "(update_running_mean = False): their updates alone change every call's output, which is "
+                              "no fault of the env")
         try:
             check_spaces(self.target, obs_space, act_space)
             self.ok("spaces supported")
@@ -882,17 +887,20 @@ class _Checker:
                      msg[len(prefix):] if msg.startswith(prefix) else msg)
 
         # reset(seed) and its determinism
-        ok, first = self.do_reset(env, "reset", seed=self.seed)
-        if not ok:
-            return
-        try:
-            first = copy.deepcopy(first)  # an env may hand back (and later overwrite) its own buffer
-        except Exception:
-            pass
-        ok, again = self.do_reset(env, "reset", "(second call)", seed=self.seed)
-        if not ok:
-            return
-        if _same(first, again):
+        with frozen_normalizers(env) as unfrozen:
+            ok, first = self.do_reset(env, "reset", seed=self.seed)
+            if not ok:
+                return
+            try:
+                first = copy.deepcopy(first)  # an env may hand back (and later overwrite) its own buffer
+            except Exception:
+                pass
+            ok, again = self.do_reset(env, "reset", "(second call)", seed=self.seed)
+            if not ok:
+                return
+        if unfrozen:
+            self.notes.append(_unfrozen_note(unfrozen))
+        elif _same(first, again):
             self.ok("reset determinism")
         else:
             self.bad("reset determinism", f"reset(seed={self.seed}) twice gives the same obs (draw randomness from self.np_random after super().reset(seed=seed))",
@@ -924,7 +932,9 @@ class _Checker:
             if not ok or self.do_step(env, "at the first step after reset()") is None:
                 return
         if "reset determinism" not in self.found:  # a reset that differs: the same cause and fix, reported once
-            self.check_step_determinism(env)
+            with frozen_normalizers(env) as unfrozen:
+                if not unfrozen:
+                    self.check_step_determinism(env)
 
     def do_step(self, env: gym.Env, where: str) -> Optional[bool]:
         """One random step; returns whether the episode ended, or None when checking must stop."""
@@ -1042,6 +1052,38 @@ class _Checker:
         self.bad("step determinism",
                  f"reset(seed={self.seed}) then step({shown}), twice, gives the same obs, reward, terminated and truncated "
                  f"(call super().reset(seed=seed) in reset() and draw randomness from self.np_random)", what)
+
+
+@contextlib.contextmanager
+def frozen_normalizers(env: gym.Env):
+    """Freeze the running statistics of Gymnasium's normalization wrappers (gym_adapter.NORMALIZE_WRAPPERS)
+    in ``env``'s stack for the determinism checks, and restore them after: each reset or step updates
+    them, so two calls with the same seed differ by the wrapper alone. Yields the names of those that
+    cannot be frozen (a Gymnasium before 1.0 has no update_running_mean), whose checks are left out."""
+    frozen, unfrozen = [], []
+    layer = env
+    while isinstance(layer, gym.Wrapper):
+        for name in NORMALIZE_WRAPPERS:
+            cls = getattr(gym.wrappers, name, None)
+            if cls is None or not isinstance(layer, cls):
+                continue
+            if hasattr(layer, "update_running_mean"):
+                frozen.append((layer, layer.update_running_mean))
+                layer.update_running_mean = False
+            elif name not in unfrozen:
+                unfrozen.append(name)
+        layer = layer.env
+    try:
+        yield unfrozen
+    finally:
+        for layer, setting in frozen:
+            layer.update_running_mean = setting
+
+
+def _unfrozen_note(names: list) -> str:
+    wrappers = " and ".join(f"gymnasium.wrappers.{n}" for n in names)
+    return (f"reset and step determinism were not checked: {wrappers} updates its running statistics at every call "
+            "and this Gymnasium cannot freeze them (update_running_mean is Gymnasium 1.0's)")
 
 
 #: what :func:`reset_returns` gives as the obs of a return that holds none it can tell (a tuple of 3)

@@ -403,6 +403,8 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
                 if not render_mode:
                     raise
                 env = cls(**{k: v for k, v in kwargs.items() if k != "render_mode"})  # a constructor without render_mode
+            if callable(env) and not isinstance(env, gym.Env):
+                raise EnvError(thunk_line(env_id, env))
             if not isinstance(env, gym.Env):
                 raise EnvError(f"'{env_id}' did not return a gymnasium.Env (got {type(env).__name__})")
             return env
@@ -521,15 +523,48 @@ _CREATOR_NOTE = " was raised from the environment creator for "
 _UNEXPECTED_KWARG = re.compile(r"^(?P<fn>[\w.<>]+)\(\) got an unexpected keyword argument '(?P<arg>[^']+)'$")
 _MISSING_ARGS = re.compile(r"^(?P<fn>[\w.<>]+)\.__init__\(\) missing \d+ required (?:positional |keyword-only )?arguments?: "
                            r"'(?P<arg>[^']+)'")
+_FACTORY_MISSING = re.compile(r"^(?P<fn>[\w.<>]+)\(\) missing \d+ required (?:positional |keyword-only )?arguments?: (?P<args>.*)$")
 
 
-def missing_kwarg_hint(e: BaseException) -> str:
+def missing_kwarg_hint(e: BaseException, env_id: str = "") -> str:
     """'; give it with --env-kwargs ...' when ``e`` is an env class's constructor missing a required
-    argument (the first named), which only --env-kwargs can give; else ''."""
-    m = _MISSING_ARGS.match(str(e).strip()) if isinstance(e, TypeError) else None
-    if m is None:
+    argument (the first named), or the ``module:function`` factory of ``env_id`` called without its
+    required arguments (all named: CleanRL's make_env(env_id, idx, capture_video, run_name)), which only
+    --env-kwargs can give; else ''."""
+    if not isinstance(e, TypeError):
         return ""
-    return f"; give the env's constructor its arguments with --env-kwargs (e.g. --env-kwargs '{{\"{m.group('arg')}\": ...}}')"
+    m = _MISSING_ARGS.match(str(e).strip())
+    if m is not None:
+        return f"; give the env's constructor its arguments with --env-kwargs (e.g. --env-kwargs '{{\"{m.group('arg')}\": ...}}')"
+    m = _FACTORY_MISSING.match(str(e).strip())
+    factory = env_id.partition(":")[2] if ":" in env_id else ""
+    if m is None or not factory or m.group("fn").rpartition(".")[2] != factory or _raised_inside(e, factory):
+        return ""
+    from ..signals import from_python
+
+    names = re.findall(r"'([^']+)'", m.group("args"))
+    if from_python():  # a script sets the field, never types the flag
+        return f"; give the factory its arguments with PPOConfig.env_kwargs (e.g. env_kwargs={{{', '.join(f'{n!r}: ...' for n in names)}}})"
+    example = ", ".join(f'"{n}": ...' for n in names)
+    return f"; give the factory its arguments with --env-kwargs (e.g. --env-kwargs '{{{example}}}')"
+
+
+def _raised_inside(e: BaseException, name: str) -> bool:
+    """Whether ``e`` was raised inside a function called ``name`` (a call within the factory missing its
+    arguments), not by the call of it: Python binds the arguments before the callee's frame exists."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_name == name
+
+
+def thunk_line(env_id: str, returned) -> str:
+    """The line for a ``module:function`` factory that returned a function, not an env: CleanRL's make_env
+    returns a thunk for its vector env to call."""
+    name = getattr(returned, "__qualname__", None) or type(returned).__name__
+    return (f"'{env_id}' returned a function ({name}), not a gymnasium.Env: CleanRL's make_env returns a thunk: give a "
+            f"function that returns the env (e.g. def make(): return make_env('CartPole-v1', 0, False, 'x')()), or call "
+            f"the thunk in your factory")
 
 
 def creator_error(e: BaseException) -> BaseException:
@@ -625,7 +660,7 @@ def _build(env_fn: Callable[[], gym.Env], env_id: str, env_kwargs: Optional[dict
         if line is not None:
             raise EnvError(line) from None
         e = creator_error(e)
-        hint = missing_kwarg_hint(e)
+        hint = missing_kwarg_hint(e, env_id)
         if index is None:  # the API keeps the constructor's traceback (the line names its frame all the same, as step()'s)
             raise EnvError(f"{building} raised {type(e).__name__}: {e}{user_frame(e)}{hint}") from e
         raise EnvError(f"{building} raised {type(e).__name__}: {' '.join(str(e).split())}{user_frame(e)}{hint}") from e
@@ -1248,8 +1283,14 @@ class GymnasiumEnv(BatchedEnv):
         _BUILT_ACTION_SPACES.report(act_space)
         self._built_key = _built_key(env_id, env_kwargs)
         note = script_env_note(env_id)
-        _BUILT[self._built_key] = {"action_space": act_space, "wrappers": normalize_wrappers(probe), "spread": [],
+        # Gymnasium's Normalize* wrappers in the env's own stack: their statistics start afresh with these envs
+        # (an evaluation's result says so: evaluate.normalizer_note)
+        self.normalize_wrappers = normalize_wrappers(probe)
+        _BUILT[self._built_key] = {"action_space": act_space, "wrappers": self.normalize_wrappers, "spread": [],
                                    "notes": [note] if note else []}
+        # read here, in this process: an AsyncVectorEnv's worker would pickle its env's spec to tell it, which
+        # fails on a factory's lambdas (TransformObservation's) and prints the worker's traceback
+        self.probe_time_limit = time_limit_of(probe)
         # the float64 parts whose spread across the envs' first observations float32 may lose: told once, from
         # the first reset (no step pays for it); one env has no spread to judge
         self._spread_parts = [p for p in self.layout.parts if isinstance(p.source, gym.spaces.Box)
@@ -1824,6 +1865,16 @@ def float64_spread_note(name: str, shape: tuple, spread: Float64Spread, over: st
             f"float32 before --norm-obs normalizes them, and float32 values there are {step:.3g} apart, so the network "
             f"sees little or none of that variation{kept}; subtract the offset in the env (or in a "
             f"gymnasium.wrappers.TransformObservation of a module:function factory) so that the values vary around 0")
+
+
+def time_limit_of(env) -> Optional[int]:
+    """max_episode_steps of the outermost gymnasium.wrappers.TimeLimit in ``env``'s stack (the wrapper that
+    truncates, not a spec that may outlive it), None where there is none."""
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.TimeLimit):
+            return env._max_episode_steps
+        env = env.env
+    return None
 
 
 #: Gymnasium's normalization wrappers, by the flag that does their work with statistics a checkpoint keeps
