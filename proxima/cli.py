@@ -156,7 +156,21 @@ def typed_fields(args: argparse.Namespace) -> list:
 
 def typed_flags(args: argparse.Namespace) -> dict:
     """{field: value} of the config flags a user typed, in the order typed."""
-    return {name: coerce(name, getattr(args, name), source="flag") for name in typed_fields(args)}
+    return {name: coerce_flag(args, name) for name in typed_fields(args)}
+
+
+def coerce_flag(args: argparse.Namespace, name: str):
+    """Field ``name``'s typed value, checked (config.coerce); a value refused is named by the flag typed:
+    ``--learning-rate 'lin_1e-3'``, not the ``--lr`` the user never wrote (_OneNameOnly records which)."""
+    from .config import ConfigError
+
+    try:
+        return coerce(name, getattr(args, name), source="flag")
+    except ConfigError as e:
+        own, flag = "--" + name.replace("_", "-"), vars(args).get("_names_typed", {}).get(name)
+        if flag and flag != own and str(e).startswith(own + " "):
+            raise ConfigError(flag + str(e)[len(own):]) from None
+        raise
 
 
 def config_from_args(args: argparse.Namespace, prog: str, notes: bool = False):
@@ -200,7 +214,7 @@ def config_from_args(args: argparse.Namespace, prog: str, notes: bool = False):
         (getattr(cfg, "_sources", None) or {}).pop("env_id", None)
     for name in FIELDS:
         if name != "env_id" and name in vars(args):
-            setattr(cfg, name, coerce(name, getattr(args, name), source="flag"))
+            setattr(cfg, name, coerce_flag(args, name))
             (getattr(cfg, "_sources", None) or {}).pop(name, None)  # typed: the flag's, even where it equals the file's
     cfg.run_dir = expand_home(cfg.run_dir)  # a quoted --run-dir '~/x' too: the directory train() would use
     if notes:
@@ -752,9 +766,9 @@ def _name_default(e: Exception, args, cfg) -> Exception:
 def _minibatch_counts(cfg) -> str:
     """The --num-minibatches values nearest ``cfg``'s that validate takes: divisors of the batch, with
     minibatches of 2 samples or more under advantage normalization (``1 or 5`` for a batch of 25)."""
-    batch = cfg.num_envs * cfg.num_steps
-    counts = [d for d in range(1, min(batch, 4096) + 1) if batch % d == 0 and (batch // d >= 2 or not cfg.norm_adv)]
-    counts = sorted(sorted(counts, key=lambda d: abs(d - cfg.num_minibatches))[:6])
+    from .config import minibatch_counts
+
+    counts = sorted(sorted(minibatch_counts(cfg), key=lambda d: abs(d - cfg.num_minibatches))[:6])
     return ", ".join(map(str, counts[:-1])) + (" or " if len(counts) > 1 else "") + str(counts[-1])
 
 
