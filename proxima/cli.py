@@ -1498,7 +1498,7 @@ def _zoo_hyperparams(pairs: list) -> str:
     """What rl-zoo's ``--hyperparams learning_rate:0.001 n_envs:8`` is here: each setting as its flag
     (``--lr 0.001 --num-envs 8``), the zoo's names translated as a --config file's refusal names them
     (config.ALIASES, FOREIGN_NAMES with their notes), or the settings no flag stands for, to drop."""
-    from .config import ALIASES, FOREIGN_NAMES, FOREIGN_UNSUPPORTED
+    from .config import ALIASES, FOREIGN_NAMES, FOREIGN_UNSUPPORTED, _foreign_value_hint
 
     flags, drop = [], []
     for pair in pairs:
@@ -1510,10 +1510,17 @@ def _zoo_hyperparams(pairs: list) -> str:
             continue
         flag = "--" + field.replace("_", "-")
         note = FOREIGN_FLAG_NOTES.get(name) if field != name and ALIASES.get(name) != field else None
+        word = value.strip().lower()
+        # a switch takes no value: the word typed says which form (--norm-obs X would be refused, and a
+        # zoo's false would read as turning it on)
+        switch = (flag if BOOL_WORDS[word] else "--no-" + flag[2:]) if (
+            isinstance(FIELDS[field].default, bool) and word in BOOL_WORDS) else None
         if note:
-            flags.append(f"{flag} X ({note})")
-        elif isinstance(FIELDS[field].default, bool) and value.strip().lower() in BOOL_WORDS:
-            flags.append(flag if BOOL_WORDS[value.strip().lower()] else "--no-" + flag[2:])
+            flags.append(f"{switch or flag + ' X'} ({note})")
+        elif switch:
+            flags.append(switch)
+        elif word.startswith("lin_"):  # a schedule, which the flag refuses: its number, and what here stands for it
+            flags.append(f"{flag} {shlex.quote(value.strip()[4:])}{_foreign_value_hint(field, value.strip())}")
         else:
             flags.append(f"{flag} {shlex.quote(value.strip())}")
     given = f"give them as flags: {' '.join(flags)}" if flags else "give each setting as its flag (--lr 0.001)"
@@ -1820,6 +1827,8 @@ def _read(argv: Optional[list]):
         # taken out and read again: cmd_resume compares K with the run's own count (_resume_nproc), which
         # needs the checkpoint (torch) that nothing here imports
         value = argv[at].partition("=")[2] if argv[at] != "--nproc" else (argv[at + 1] if at + 1 < len(argv) else None)
+        if argv[at] == "--nproc" and value is not None and value.startswith("--"):  # `--nproc --total-timesteps N`: none given
+            value = None
         argv = argv[:at] + argv[at + (2 if argv[at] == "--nproc" and value is not None else 1):]
         args, extra = parser.parse_known_args(argv)
         resume_nproc = (value, run)

@@ -629,7 +629,7 @@ def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[st
     typed = dict(overrides or {})
     check_resume_flags(typed, recorded_sweep, configs[0], path, recorded_seeds)
     # the same flags for every member; a note (e.g. "the run is complete") is said once, and, as a single
-    # run's resume (run_setup.resumed_config), only after a bad flag (--keep-checkpoints 0) is refused
+    # run's resume (run_setup.resumed_config), only after a bad flag (--keep-checkpoints -1) is refused
     not_safe = tuple(UNSUPPORTED)
     configs = [apply_resume_overrides(configs[0], typed, state, not_safe, notes=False)] + [
         _quietly(apply_resume_overrides, c, typed, state, not_safe, False) for c in configs[1:]]

@@ -19,3 +19,21 @@ def test_a_default_num_minibatches_refusal_offers_the_counts_validate_takes(caps
     code, _, err = run_main(["train", "CartPole-v1", "--num-envs", "5", "--num-steps", "5", "--dry-run"], capsys)
     line = error_line(code, err, "num_minibatches 4 (the default): must divide the batch")
     assert line.endswith("give --num-minibatches 1 or 5"), line  # 25 of 1 sample each: refused under norm_adv
+
+
+def test_zoo_hyperparams_advice_is_typeable(capsys):
+    """rl-zoo's --hyperparams translated into flags a user can paste: a switch in its --flag / --no-flag form
+    (never `--norm-obs X`, which is refused, nor the on form for a false), a lin_ schedule as its number."""
+    code, _, err = run_main(["train", "CartPole-v1", "--hyperparams", "normalize:false", "learning_rate:lin_0.001"], capsys)
+    line = error_line(code, err, "--hyperparams is rl-zoo's: give them as flags: --no-norm-obs (")
+    assert "--norm-obs X" not in line and "--lr 0.001 (the zoo's lin_0.001, a linear decay to 0" in line, line
+    code, _, err = run_main(["train", "CartPole-v1", "--hyperparams", "normalize:True"], capsys)
+    assert "give them as flags: --norm-obs (" in error_line(code, err, "--hyperparams is rl-zoo's")
+
+
+def test_resume_nproc_without_a_count_does_not_eat_the_next_flag(tmp_path, capsys):
+    """`proxima resume RUN --nproc --total-timesteps N`: --nproc has no count, and --total-timesteps stays a flag
+    (it was taken as --nproc's value, and N reported as an unrecognized argument)."""
+    code, _, err = run_main(["resume", str(tmp_path), "--nproc", "--total-timesteps", "8192"], capsys)
+    line = error_line(code, err, "--nproc: proxima resume starts as many processes as the run was trained with")
+    assert "unrecognized arguments" not in line, line
