@@ -209,12 +209,14 @@ def evaluate_population(run_dir, episodes: Optional[int] = None, deterministic: 
     if episodes is None:  # the members' own: one count, unless their configs were made to differ
         episodes = counts.pop() if len(counts) == 1 else None
     backends = {m.get("backend") for m in members}
+    given = [m.get("env_kwargs") for m in members]  # --env-kwargs: each row's (evaluate's given_env_kwargs), said once
+    shared = {"env_kwargs": given[0]} if given and isinstance(given[0], dict) and all(g == given[0] for g in given) else {}
     # a single run's eval --json names "seed" and "backend": the same names here, at the top, where one
     # value holds for every member (null: each member's own, its row's eval_seed and backend say which)
     return {"run_dir": str(run_dir), "env_id": members[0]["env_id"] if members else None, "episodes": episodes,
             "deterministic": deterministic, "max_steps": MAX_EVAL_STEPS if max_steps is None else max_steps,
             "eval_seed": seed, "backend": backends.pop() if len(backends) == 1 else None,
-            "members": members, "settings": summaries}
+            **shared, "members": members, "settings": summaries}
 
 
 def format_member(row: dict) -> str:
@@ -235,8 +237,12 @@ def format_summary(result: dict) -> str:
     ("—" for fewer than 2 members, "†" for fewer than 5, explained in a later line); members left out
     named, and how many of those counted had episodes cut at --max-steps. A last line when the members
     were evaluated at different steps."""
+    import json
+
     lines = []
     num = lambda v: "\u2014" if v is None else f"{v:.2f}"  # noqa: E731
+    given = result.get("env_kwargs")  # --env-kwargs in place of the recorded ones, as a single run's eval line says them
+    kwargs = f" (env kwargs {json.dumps(given, default=repr)})" if isinstance(given, dict) else ""
     for s in result["settings"]:
         m = len(s["members"])
         noun = "member" if m == 1 else "members"
@@ -244,7 +250,7 @@ def format_summary(result: dict) -> str:
         # a swept setting is named before the count; seeds only go inside its parentheses, not in a second pair
         name, used = (s["label"], used) if s["label"] else ("", f"{used}, {SEEDS_ONLY}")
         left = "; left out: " + ", ".join(f"{d} ({why})" for d, why in s["left_out"]) if s["left_out"] else ""
-        lines.append(f"{result['env_id']} {name + ' ' if name else ''}({used}): mean {num(s['mean'])} {ci_cell(s['mean_ci'], s['few'], 2)}, "
+        lines.append(f"{result['env_id']}{kwargs} {name + ' ' if name else ''}({used}): mean {num(s['mean'])} {ci_cell(s['mean_ci'], s['few'], 2)}, "
                      f"IQM {num(s['iqm'])} {ci_cell(s['iqm_ci'], s['few'], 2)} (95% percentile-bootstrap CIs over members, "
                      f"{s['resamples']} resamples, {s['rng']}){left}{_cut_note(s, result.get('max_steps'))}")
     if any(s["few"] and s["mean_ci"] is not None for s in result["settings"]):
