@@ -1036,25 +1036,45 @@ def load_run_newest(path: Union[str, Path], load, verb: str, command, env_args: 
 
 def _sound_elsewhere(run: Path, files: list, load, verb: str, command, env_args: str) -> str:
     """The end of load_run_newest's line for ``run``, whose newest of ``files`` does not load."""
-    misfit = 0  # older checkpoints that are sound but refused for the env given
+    misfit = foreign = 0  # older checkpoints that are sound but refused for the env given; another run's copied in
     for older in reversed(files[:-1]):
         try:
-            load(older)
+            loaded = load(older)
         except EnvMismatchError:
             misfit += 1
             continue
         except CheckpointError:
             continue
-        return (f"; the run's newest sound checkpoint is {older}: {verb} it with {command(older)} (proxima resume "
-                f"{shlex.quote(str(run))} continues from it and sets the damaged one aside)")
+        try:  # another run's file copied in is no checkpoint of this run's to name as its newest sound one
+            check_run_checkpoint(loaded, run)
+        except CheckpointError:
+            foreign += 1
+            continue
+        return f"; the run's newest sound checkpoint is {older}: {verb} it with {command(older)} ({_resume_tail(run, loaded)})"
     if misfit:  # the run has sound checkpoints: only the env given keeps them from loading
         return (f"; {misfit} of the {len(files) - 1} older checkpoint(s) load but do not fit the env given: {verb} one "
                 f"with the env the run was trained on ({env_args})")
     others = f"; none of the {len(files) - 1} older checkpoint(s) loads either" if len(files) > 1 else ""
+    if foreign:
+        others = (f"; none of the {len(files) - 1} older checkpoint(s) is a sound one of this run's ({foreign} of them "
+                  f"{'loads but is' if foreign == 1 else 'load but are'} another run's, copied in)")
     good = good_best(run)
     then = (f"{resume_from_best(*good, 'resume')}, or {verb} it: {command(good[0])}" if good is not None
             else start_over(run, best_tried=True))
     return f"{others}; {then}"
+
+
+def _resume_tail(run: Path, loaded) -> str:
+    """How a resume goes on from ``run``'s sound older checkpoint (``loaded``): the run's own resume, which
+    sets the damaged newest aside; for a population member (population.json beside it, or a state that
+    records population_member) its population's resume, as a member's own resume is refused."""
+    from .population_run import POPULATION_FILE
+
+    if (run.parent / POPULATION_FILE).is_file():
+        return f"a population member: it resumes with its population, proxima resume {shlex.quote(str(run.parent))}"
+    if isinstance(loaded, dict) and loaded.get("population_member"):
+        return "a population member: it resumes with its population, proxima resume POPULATION_DIR"
+    return f"proxima resume {shlex.quote(str(run))} continues from it and sets the damaged one aside"
 
 
 def check_run_checkpoint(loaded, run: Union[str, Path]) -> None:

@@ -157,7 +157,7 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
         state = ckpt.load_resumable(src)
     else:
         session.lock_existing(target_dir)
-        state = ckpt.load_resumable(resume)
+        state = _resumable_member_first(resume)
         recorded = read_run_config(target_dir)
         check_same_run(state, target_dir, recorded[0])
     config = resumed_config(state, env_id, trust_run, overrides, "resume" if config is None else "train --resume",
@@ -191,6 +191,25 @@ def resolve_start(config: Optional[PPOConfig], run_dir, resume, session, env_id:
     # after note_config_edits: config.yaml's auto is what the run was given, not an edit
     use_backend(config, backend, quiet)
     return state, config, run_dir, True, None
+
+
+def _resumable_member_first(resume) -> dict:
+    """checkpoint.load_resumable(``resume``), with a population member's directory refused before a damaged
+    newer checkpoint of it is set aside (the member resumes with its population, which reads its own files):
+    a run directory's newest sound checkpoint is found without renaming first, and read again, setting the
+    damaged ones aside with their note, only when it is not the newest."""
+    import contextlib
+    import io
+
+    source = ckpt.source_path(resume)
+    if not source.is_dir():
+        return ckpt.load_resumable(resume)
+    with contextlib.redirect_stderr(io.StringIO()):  # the "resuming from ... instead" note is the second read's
+        state = ckpt.load_resumable(resume, set_aside=False)  # a member's refusal: nothing renamed yet
+    files = ckpt.list_checkpoints(source)
+    if files and Path(state["path"]).absolute() == files[-1].absolute():
+        return state
+    return ckpt.load_resumable(resume)
 
 
 def set_aside_timeline(checkpoint: Path, step: int) -> None:
