@@ -360,14 +360,21 @@ def lock_copied_from(run_dir, info: dict) -> Optional[str]:
     is still there: ``run_dir`` holds a copy of a run (``cp -r`` while it trained), whose lock came with
     it, and no process trains the copy. None when the lock records no directory (an older Proxima's),
     records this one (by any path to it), one that is gone (a run moved while it trained: its trainer may
-    still write to the moved files), or was written on another host (whose paths are that host's)."""
+    still write to the moved files), was written on another host (whose paths are that host's), or whose
+    own lock does not name the same process (pid and start): another folder made at that path since (``cp
+    -r A B; rm -rf A; mkdir A``), where no trainer of this lock runs, so the copy may be what it trains."""
     recorded = info.get("run_dir")
     if not isinstance(recorded, str) or not recorded or info.get("host") != socket.gethostname():
         return None
     try:
-        return None if os.path.samefile(recorded, run_dir) else recorded
+        if os.path.samefile(recorded, run_dir):
+            return None
     except (OSError, ValueError):  # either one gone (or a name with a NUL): not known to be a copy
         return None
+    theirs = read_lock(Path(recorded))  # the live trainer's own lock is there, naming the same process
+    if not theirs or theirs.get("pid") != info.get("pid") or theirs.get("start") != info.get("start"):
+        return None
+    return recorded
 
 
 def copied_lock_note(run_dir, info: dict, copied: str) -> str:
