@@ -147,3 +147,42 @@ def test_evaluate_population_leaves_a_damaged_members_mean_return_none_not_nan(p
     [setting] = result["settings"]
     assert setting["mean_returns"][0] is None and isinstance(setting["mean_returns"][1], float)
     assert left == ["m000-seed1"] and setting["n"] == 1
+
+
+# ------------------------------------------------------------------ lines at their edges
+def test_init_froms_line_quotes_a_sound_checkpoint_whose_path_holds_a_space(trained, tmp_path, capsys):
+    run = Path(shutil.copytree(trained, tmp_path / "my run"))
+    *_, sound, newest = ckpt.list_checkpoints(run)
+    _truncate(newest)
+    code, _, err = run_main(["train", "CartPole-v1", "--init-from", str(run), "--run-dir", str(tmp_path / "new"),
+                             "--total-timesteps", "64", *SMALL], capsys)
+    line = error_line(code, err, f"the run's newest sound checkpoint is {sound}: ")
+    assert f": start from it with --init-from {shlex.quote(str(sound))} (proxima resume {shlex.quote(str(run))} " in line, line
+
+
+def test_load_with_an_env_id_of_a_run_whose_newest_is_damaged_says_the_python_arguments(run, monkeypatch):
+    _truncate(ckpt.list_checkpoints(run)[-1])
+    real = ckpt.load_policy
+
+    def refused_for_the_env(path, **kw):  # the older ones sound, but refused for the env given (as a space's bounds)
+        real(path, **kw)
+        raise ckpt.EnvMismatchError(f"{path}: trained on another env than {kw['env_id']}")
+
+    monkeypatch.setattr(ckpt, "load_policy", refused_for_the_env)
+    with pytest.raises(ckpt.CheckpointError) as e:
+        load(run, env_id="Acrobot-v1")
+    assert str(e.value).endswith("; 2 of the 2 older checkpoint(s) load but do not fit the env given: load one with the "
+                                 "env the run was trained on (env_id=, env_kwargs=)"), str(e.value)
+
+
+def test_eval_with_empty_env_kwargs_of_a_run_trained_with_kwargs_says_them(tmp_path, capsys):
+    run = tmp_path / "kw"
+    code, _, err = run_main(["train", "CartPole-v1", "--env-kwargs", KWARGS, "--run-dir", str(run), "--total-timesteps", "64",
+                             *SMALL], capsys)
+    assert code == 0, err
+    code, out, err = run_main(["eval", str(run), "--episodes", "1", "--env-kwargs", "{}", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["env_kwargs"] == {}
+    code, out, err = run_main(["eval", str(run), "--episodes", "1", "--env-kwargs", "{}"], capsys)
+    assert code == 0, err
+    assert out.strip().startswith("CartPole-v1 (env kwargs {}): "), out
