@@ -951,12 +951,13 @@ MAX_PERMUTATIONS = 2_000_000
 #: relabelling, counted (_rank_sum_counts) rather than drawn, so a p near its level is not a matter of the seed. Its
 #: counts, at most C(60, 30) ~ 1.2e17, fit int64; the count is ~10 ms there, microseconds at 10 vs 10
 EXACT_MAX_MEMBERS = 60
-CLAIM_METHOD = (f"one-sided permutation test of P(X > Y) on the members' ranks (exact over every relabelling up to "
-                f"{EXACT_MAX_MEMBERS} members in all; beyond that {PERMUTATIONS:,} random permutations, more where "
-                f"{CLAIM_ALPHA:g} / (K(K-1)) needs them, numpy default_rng({BOOTSTRAP_SEED})), at {CLAIM_ALPHA:g} over "
-                "both directions of every pair of the K settings with a final return (Bonferroni: each test at "
-                f"{CLAIM_ALPHA:g} / (K(K-1))), since Y was picked as the highest IQM on these same returns; no claim "
-                f"with fewer than {MIN_CLAIM_MEMBERS} members on either side")
+CLAIM_METHOD = (f"both one-sided permutation tests of P(X > Y) on the members' ranks, Y higher and X higher (exact over "
+                f"every relabelling up to {EXACT_MAX_MEMBERS} members in all; beyond that {PERMUTATIONS:,} random "
+                f"permutations, more where {CLAIM_ALPHA:g} / (K(K-1)) needs them, numpy default_rng({BOOTSTRAP_SEED})), at "
+                f"{CLAIM_ALPHA:g} over both directions of every pair of the K settings with a final return (Bonferroni: "
+                f"each test at {CLAIM_ALPHA:g} / (K(K-1))), since Y was picked as the highest IQM on these same returns: "
+                "the p of a setting told apart is that of the direction said, of one not told apart the smaller of its "
+                f"two; no claim with fewer than {MIN_CLAIM_MEMBERS} members on either side")
 
 
 def _midranks(pooled: np.ndarray) -> np.ndarray:
@@ -1068,46 +1069,60 @@ def claim_pairs(k: int) -> int:
 
 def told_apart(c: dict, pairs: int) -> bool:
     """Whether X (compare_rows's ``c``) counts as distinguishable from Y: enough members on both
-    sides and the permutation p-value at most CLAIM_ALPHA / pairs."""
+    sides and the permutation p-value at most CLAIM_ALPHA / pairs (its direction: c["better"])."""
     return c.get("perm_p") is not None and c["perm_p"] <= CLAIM_ALPHA / pairs
 
 
+def claim_direction(p_y: float, p_x: float, pairs: int) -> tuple:
+    """(better, direction, p) of the two one-sided p-values of a pair, p_y that Y scores higher, p_x that X
+    does: better "Y" or "X" where that direction's p is at most CLAIM_ALPHA / pairs (the family counts both
+    directions of every pair), else None; direction ("Y > X" or "X > Y") and p of the side told better, or
+    of the smaller p. Reporting only p_y read a complete separation the other way (every X above every Y)
+    as p = 1, "not distinguishable"."""
+    level = CLAIM_ALPHA / pairs
+    if p_y <= level:  # exact p_y + p_x >= 1: no pair is told apart both ways
+        return "Y", "Y > X", p_y
+    if p_x <= level:
+        return "X", "X > Y", p_x
+    return (None, "Y > X", p_y) if p_y <= p_x else (None, "X > Y", p_x)
+
+
 def verdict(ref_name: str, compared: list, ranked: str = "the highest IQM", settings: Optional[int] = None) -> str:
-    """Whether the comparison supports Y (``ref_name``, chosen as ``ranked`` says: ranked_text) over the
-    others: compared, [(name, compare_rows of X against Y)]. ``distinguishable from B (p = 0.0001)`` for
-    an X told_apart from Y, ``not distinguishable from C (p = 0.31)`` (or ``fewer than 5 members``)
-    for the rest, the test and its correction (CLAIM_METHOD) said after it. The family is every pair
-    of the ``settings`` with an IQM (Y among them, compared or not: best_row could have picked Y from
-    any of them); None: Y and the settings measured against it. An interval above 0.5 (X wins most
-    pairs, though Y has the higher IQM) is said too."""
+    """Whether the comparison tells Y (``ref_name``, chosen as ``ranked`` says: ranked_text) apart from
+    the others, in either direction: compared, [(name, compare_rows of X against Y)]. ``better than B
+    (p = 0.0001)`` for an X that Y beats at the corrected level, ``C is better than Y (P(X > Y) 1.00, p =
+    0.004)`` for one that beats Y (a row of another population, or a setting of a lower IQM that wins most
+    pairs), ``not distinguishable from D (P(X > Y) 0.45, p = 0.31, above 0.05/6)`` (or ``fewer than 5
+    members``) for the rest, the tests and their correction (CLAIM_METHOD) said after it. The family is
+    every pair of the ``settings`` with an IQM (Y among them, compared or not: best_row could have picked Y
+    from any of them); None: Y and the settings measured against it."""
     measured = [(n, c) for n, c in compared if c["p"] is not None]
     if not measured:
         return f"Y = {ref_name}: {ranked}; no other setting is compared with it (see the notes below)."
     pairs = claim_pairs(settings if settings is not None else len(measured) + 1)
     level = f"0.05/{pairs}"
-    apart = [(n, c) for n, c in measured if told_apart(c, pairs)]
-    above = [(n, c) for n, c in measured if c["ci"] is not None and c["ci"][0] > 0.5 and not told_apart(c, pairs)]
-    same = [(n, c) for n, c in measured if not told_apart(c, pairs) and (n, c) not in above]
+    below = [(n, c) for n, c in measured if told_apart(c, pairs) and c.get("better", "Y") == "Y"]
+    above = [(n, c) for n, c in measured if told_apart(c, pairs) and c.get("better") == "X"]
+    same = [(n, c) for n, c in measured if not told_apart(c, pairs)]
     how = f" ({CLAIM_METHOD}.)"
     if not same and not above:
-        return (f"Y = {ref_name}: {ranked}, and distinguishable from every other setting compared at these seeds ("
-                + ", ".join(f"{n}: p = {c['perm_p']:.2g}" for n, c in apart) + f", each at most {level})." + how)
+        return (f"Y = {ref_name}: {ranked}, and better than every other setting compared at these seeds ("
+                + ", ".join(f"{n}: p = {c['perm_p']:.2g}" for n, c in below) + f", each at most {level})." + how)
 
     def why(c):
         if c["perm_p"] is None:
             return f"P(X > Y) {c['p']:.2f}; fewer than {MIN_CLAIM_MEMBERS} members on a side: no claim"
         return f"P(X > Y) {c['p']:.2f}, p = {c['perm_p']:.2g}, above {level}"
 
-    parts = []
-    if apart:
-        parts.append("distinguishable from " + ", ".join(f"{n} (p = {c['perm_p']:.2g})" for n, c in apart))
+    parts = [f"{n} is better than Y (P(X > Y) {c['p']:.2f}, p = {c['perm_p']:.2g}, at most {level})" for n, c in above]
+    if below:
+        parts.append("better than " + ", ".join(f"{n} (p = {c['perm_p']:.2g})" for n, c in below))
     if same:
         parts.append(f"not distinguishable from {', '.join(f'{n} ({why(c)})' for n, c in same)} at these seeds")
-    if above:
-        parts.append("not better than " + ", ".join(
-            f"{n} (P(X > Y) CI [{c['ci'][0]:.2f}, {c['ci'][1]:.2f}] above 0.5: it wins most pairs)" for n, c in above))
+    if not same:
+        return f"Y = {ref_name}: {ranked}; " + "; ".join(parts) + "." + how
     # every pair tied (returns identical, e.g. all at the env's cap): more seeds give more ties, not an answer
-    tied = all(c["ci"] is not None and c["ci"][0] == c["ci"][1] == 0.5 for _, c in measured)
+    tied = all(c["ci"] is not None and c["ci"][0] == c["ci"][1] == 0.5 for _, c in same)
     most = permutations_for(pairs)
     advice = ("The settings' returns are identical, which more seeds cannot tell apart." if tied else
               # past MAX_PERMUTATIONS no p reaches the level, whatever the seeds
@@ -1117,11 +1132,12 @@ def verdict(ref_name: str, compared: list, ranked: str = "the highest IQM", sett
 
 
 def compare_rows(row: dict, ref: dict, settings: int = 2) -> dict:
-    """{"p", "ci", "few", "perm_p", "why"}: P(row > ref) over the two rows' used returns, its poi_ci,
-    few (either has fewer than FEW_CI_MEMBERS), perm_p (claim_p that ref scores higher, for the family
-    of ``settings`` settings; None with fewer than MIN_CLAIM_MEMBERS on a side) and why there is none
-    ("no members", "another measure"), else None."""
-    out = {"p": None, "ci": None, "few": False, "perm_p": None, "why": None}
+    """{"p", "ci", "few", "perm_p", "better", "direction", "why"}: P(row > ref) over the two rows' used
+    returns, its poi_ci, few (either has fewer than FEW_CI_MEMBERS); claim_p in both directions for the
+    family of ``settings`` settings, read by claim_direction: better ("Y": ref, "X": row, None), direction
+    ("Y > X" or "X > Y") and perm_p, the p of that direction (None, as better and direction, with fewer than
+    MIN_CLAIM_MEMBERS on a side); why there is none ("no members", "another measure"), else None."""
+    out = {"p": None, "ci": None, "few": False, "perm_p": None, "better": None, "direction": None, "why": None}
     # an empty row first: a setting all of whose members diverged has no kind of return to differ in
     if not row["returns"] or not ref["returns"]:
         gone = row if not row["returns"] else ref
@@ -1133,7 +1149,9 @@ def compare_rows(row: dict, ref: dict, settings: int = 2) -> dict:
         x, y = row["returns"], ref["returns"]
         out.update(p=probability_of_improvement(x, y), ci=poi_ci(x, y), few=min(len(x), len(y)) < FEW_CI_MEMBERS)
         if min(len(x), len(y)) >= MIN_CLAIM_MEMBERS:
-            out["perm_p"] = claim_p(x, y, claim_pairs(settings))
+            pairs = claim_pairs(settings)
+            out["better"], out["direction"], out["perm_p"] = claim_direction(claim_p(x, y, pairs), claim_p(y, x, pairs),
+                                                                             pairs)
     return out
 
 
@@ -1246,6 +1264,35 @@ def _seeds_text(seeds) -> str:
     return f"{seeds_spec(seeds)} ({_count(len(seeds), 'seed')})"
 
 
+def member_configs(run_dir: Path, doc: dict) -> tuple:
+    """([member dirs], {name: config.yaml mapping}, {name: the line why it could not be read}) of the
+    members population.json lists: report._read_yaml's mapping, {} for an absent or empty file."""
+    from .report import ReportError, _read_yaml
+
+    entries = [e for e in doc.get("member_dirs") or [] if isinstance(e, dict) and isinstance(e.get("dir"), str)]
+    dirs = [Path(run_dir) / e["dir"] for e in entries]
+    configs, unread = {}, {}
+    for d in dirs:
+        try:
+            configs[d.name] = _read_yaml(d / "config.yaml")
+        except ReportError as e:
+            unread[d.name] = str(e)
+    return dirs, configs, unread
+
+
+def shared_config(configs: dict, sweep: dict) -> tuple:
+    """([(field, value)] equal in every non-empty config, [(field, first value)] not), in the order the
+    configs hold them, less each member's own record (MEMBER_OWN_RECORD) and the swept fields."""
+    present = [c for c in configs.values() if c]
+    shared, differ = [], []
+    for key in dict.fromkeys(k for c in present for k in c):
+        if key in MEMBER_OWN_RECORD or key in sweep:
+            continue
+        values = [c.get(key) for c in present]
+        (shared if all(v == values[0] for v in values) else differ).append((key, values[0]))
+    return shared, differ
+
+
 def provenance_section(run_dir: Path, doc: dict) -> list:
     """The lines of a population report's "## Config and versions": population.json's command, seeds and
     sweep; the config the members share (each member's config.yaml, the fields equal in all of them,
@@ -1253,30 +1300,16 @@ def provenance_section(run_dir: Path, doc: dict) -> list:
     member's meta.json (members train in one process), with a note naming members whose versions or git
     commit differ from it. A file that cannot be read is named in a line, never fails the report: the
     table above it stands without it."""
-    from .report import (ReportError, _cell, _check_meta, _code, _command_cell, _git_code, _machine, _read_json, _read_yaml, _table,
-                         _versions)
+    from .report import ReportError, _cell, _check_meta, _code, _command_cell, _git_code, _machine, _read_json, _table, _versions
 
-    entries = [e for e in doc.get("member_dirs") or [] if isinstance(e, dict) and isinstance(e.get("dir"), str)]
-    dirs = [Path(run_dir) / e["dir"] for e in entries]
+    dirs, configs, unread = member_configs(run_dir, doc)
     sweep = doc.get("sweep") if isinstance(doc.get("sweep"), dict) else {}
     command = _command_cell(doc.get("command"))
     lines = ["## Config and versions", "",
              f"- command: {_code(command)} ({POPULATION_FILE})" if command else f"- command: not recorded in {POPULATION_FILE}",
              f"- seeds: {_seeds_text(doc.get('seeds'))}", f"- sweep: {_sweep_text(sweep)}", ""]
-    configs, unread = {}, {}
-    for d in dirs:
-        try:
-            configs[d.name] = _read_yaml(d / "config.yaml")
-        except ReportError as e:
-            unread[d.name] = str(e)
     present = {k: v for k, v in configs.items() if v}
-    shared, differ = [], []
-    keys = [k for c in present.values() for k in c]
-    for key in dict.fromkeys(keys):
-        if key in MEMBER_OWN_RECORD or key in sweep:
-            continue
-        values = [c.get(key) for c in present.values()]
-        (shared if all(v == values[0] for v in values) else differ).append((key, values[0]))
+    shared, differ = shared_config(configs, sweep)
     lines += [f"The config the members share (their `config.yaml`, the fields equal in all {len(present)} of "
               f"{len(dirs)} members; the seed, `run_dir` and swept fields are per member):", ""]
     lines += _table(["field", "value"], [[_cell(k), v] for k, v in shared]) if shared else ["No config.yaml to read."]
@@ -1337,9 +1370,11 @@ def row_json(r: dict) -> dict:
 
 
 def _compare_json(c: dict) -> dict:
-    """compare_rows's result as the table and the verdict show it: P(X > Y), its CI, the permutation p-value."""
+    """compare_rows's result as the table and the verdict show it: P(X > Y), its CI, the permutation p-value of
+    the direction the verdict says (direction), which side it tells better (better: "X", "Y" or None)."""
     return {"p_improvement": c.get("p"), "p_improvement_ci": _ci_json(c.get("ci")), "few": c.get("few", False),
-            "permutation_p": c.get("perm_p"), "not_compared": c.get("why")}
+            "permutation_p": c.get("perm_p"), "direction": c.get("direction"), "better": c.get("better"),
+            "not_compared": c.get("why")}
 
 
 def population_json(run_dir: Path, rows: list, threshold: Optional[float], comparison: Optional[dict]) -> dict:
@@ -1534,13 +1569,14 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
     comparison = populations_comparison(names, tables)
     text = render_populations(run_dirs, names, docs, tables, threshold, episodes, comparison)
     return _write_with_curves(out, json_out, run_dirs, text, tables, metric, x, smooth, "population",
-                              lambda: populations_json(run_dirs, names, tables, threshold, comparison))
+                              lambda: populations_json(run_dirs, names, tables, threshold, comparison),
+                              tail="\n".join(differences_section(run_dirs, names, docs)))
 
 
 def _write_with_curves(out: Path, json_out, run_dirs: list, text, tables: list, metric, x, smooth, panel: str,
-                       json_doc) -> Path:
+                       json_doc, tail: str = "") -> Path:
     """report.md of several populations (``text``, then their curves: one panel per ``panel``, a
-    population or a task, each task on its own scale) and ``json_doc()`` at ``json_out`` when given,
+    population or a task, each task on its own scale, then ``tail``, a section of its own) and ``json_doc()`` at ``json_out`` when given,
     renamed into place together with the curve's image, or none of them. ``text``: the Markdown, or a
     function of the Staging that draws the report's other images into it (the tasks report's profile)
     and returns the Markdown: those images are renamed into place with the rest, or none."""
@@ -1563,8 +1599,60 @@ def _write_with_curves(out: Path, json_out, run_dirs: list, text, tables: list, 
                      f"per {panel}{scale}]({link})\n\n{caption}\n")
         else:
             text += f"\nNo learning curve: {why}\n"
+        text += f"\n{tail}" if tail else ""
         write_report(out, text, json_out, json_doc() if json_out is not None else None, staging=staging)
     return out
+
+
+def row_label(population: str, settings: dict) -> str:
+    """``p3: lr=0.008``, or ``p3 (seeds only)``: a (population, setting) row as the combined report names it."""
+    label = setting_label(settings)
+    return f"{population}: {label}" if label else f"{population} (seeds only)"
+
+
+def differences_section(run_dirs: list, names: list, docs: list) -> list:
+    """The lines of the combined report's "## How they differ": a table of the config fields whose values
+    differ between the populations (each one's shared_config: the fields its members' config.yaml agree
+    on; ``swept`` where its --sweep varies the field, ``differs between members`` where it is not one
+    value, ``—`` where absent), then each population's command line as its population.json recorded it.
+    What a sweep cannot vary (--num-envs, --hidden-sizes) is compared across populations: this says what
+    was. A population with no config.yaml to read is named and left out of the table."""
+    from .report import MISSING, _cell, _code, _command_cell, _md
+
+    names = [_md(name) for name in names]  # the populations' folder names: shown, never rendered
+    columns, unread = [], []
+    for d, name, doc in zip(run_dirs, names, docs):
+        _, configs, _ = member_configs(d, doc)
+        sweep = doc.get("sweep") if isinstance(doc.get("sweep"), dict) else {}
+        shared, differ = shared_config(configs, sweep)
+        if not shared and not differ:
+            unread.append(name)
+            continue
+        cells = {k: _cell(v) for k, v in shared}
+        cells.update({k: "differs between members" for k, _ in differ})
+        cells.update({k: "swept" for k in sweep})
+        columns.append((name, cells))
+    keys = dict.fromkeys(k for _, cells in columns for k in cells)
+    rows = [[_cell(k)] + [cells.get(k, MISSING) for _, cells in columns] for k in keys
+            if len({cells.get(k, MISSING) for _, cells in columns}) > 1]
+    lines = ["## How they differ", ""]
+    if len(columns) < 2:
+        lines.append("No two populations have a config.yaml to compare.")
+    elif rows:
+        lines += ["The config fields whose values differ between the populations (each population's members' "
+                  "`config.yaml`, the value they share; `swept`: the setting column above holds it):", ""]
+        lines += ["| field | " + " | ".join(name for name, _ in columns) + " |", "|---" * (len(columns) + 1) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+    else:
+        lines.append("No config field differs between the populations (their members' `config.yaml`, less the seed, "
+                     "`run_dir` and swept fields).")
+    if unread:
+        lines += ["", f"- note: no member's config.yaml could be read in {', '.join(unread)}."]
+    lines += ["", f"Each population's command ({POPULATION_FILE}):", ""]
+    for name, doc in zip(names, docs):
+        command = _command_cell(doc.get("command"))
+        lines.append(f"- {name}: {_code(command)}" if command else f"- {name}: command not recorded in {POPULATION_FILE}")
+    return lines + [""]
 
 
 def populations_comparison(names: list, tables: list) -> dict:
@@ -1574,8 +1662,8 @@ def populations_comparison(names: list, tables: list) -> dict:
     {"p": None} with no Y), verdict (None when nothing is compared)}."""
     rows = [(name, r) for name, t in zip(names, tables) for r in t]
     b = best_row(tables[0])
-    ref_name = f"{names[0]}: {setting_label(tables[0][b]['settings']) or '(seeds only)'}" if b is not None else None
-    labels = [f"{name}: {setting_label(r['settings']) or '(seeds only)'}" for name, r in rows]
+    ref_name = row_label(names[0], tables[0][b]["settings"]) if b is not None else None
+    labels = [row_label(name, r["settings"]) for name, r in rows]
     family = sum(_has_iqm(r) for _, r in rows)
     cells = [{"p": None} if b is None else {"p": None, "ref": True} if i == b else compare_rows(r, tables[0][b], family)
              for i, (_, r) in enumerate(rows)]
@@ -1610,13 +1698,12 @@ def render_populations(run_dirs: list, names: list, docs: list, tables: list, th
              "|---|---|---|---|---|---|---|---|---|---|"]
     notes = not_ranked_notes(tables[0], labels[:len(tables[0])], b)
     dirs = {name: d for d, name in zip(run_dirs, names)}
-    for (name, r), c in zip(rows, comparison["cells"]):
-        label = setting_label(r["settings"]) or "(seeds only)"
+    for (name, r), c, row in zip(rows, comparison["cells"], labels):
         if c.get("why"):
-            notes.append(f"- {name}: {label}: not compared: {c['why']}.")
+            notes.append(f"- {row}: not compared: {c['why']}.")
         poi = "Y (reference) | \u2014" if c.get("ref") else _poi_cells(c)
-        table.append(f"| {name} | {label} | {_row_cells(r)} | {poi} |")
-        notes += _row_notes(dirs[name], r, f"{name}: {label}", threshold, episodes)
+        table.append(f"| {name} | {setting_label(r['settings']) or '(seeds only)'} | {_row_cells(r)} | {poi} |")
+        notes += _row_notes(dirs[name], r, row, threshold, episodes)
     if comparison["verdict"]:
         lines += ["", comparison["verdict"]]
     lines += ["", f"95% CIs: {CI_METHOD}; none (\u2014) for fewer than {MIN_CI_MEMBERS} members. {IQM_TEXT}. {compare}", "",

@@ -129,7 +129,7 @@ def test_report_of_two_populations_gives_rows_per_population_and_setting_against
     b = _population(tmp_path / "B", {0.1: [25.0, 30.0, 35.0, 40.0], 0.2: [10.0, 12.0]})
     out = build_populations_report([a, b], out=tmp_path / "cmp.md", episodes=0)
     text = out.read_text()
-    assert "Y = A: (seeds only) (the first population's highest IQM)" in text
+    assert "Y = A (seeds only) (the first population's highest IQM)" in text
     rows = {tuple(c[:2]): c[2:] for line in text.splitlines() if line.startswith("| A |") or line.startswith("| B |")
             for c in [[x.strip() for x in line.strip("|").split("|")]]}
     assert list(rows) == [("A", "(seeds only)"), ("B", "lr=0.1"), ("B", "lr=0.2")]

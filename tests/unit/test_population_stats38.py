@@ -46,7 +46,7 @@ def test_a_large_real_difference_at_ten_seeds_is_distinguishable():
     compared = [(str(i), pr.compare_rows(r, rows[b])) for i, r in enumerate(rows) if i != b]
     assert all(pr.told_apart(c, pr.claim_pairs(3)) for _, c in compared)
     line = pr.verdict("lr=1", compared)
-    assert line.startswith("Y = lr=1: the highest IQM, and distinguishable from every other setting compared")
+    assert line.startswith("Y = lr=1: the highest IQM, and better than every other setting compared")
     assert "each at most 0.05/6" in line and "picked as the highest IQM on these same returns" in line
 
 
@@ -88,7 +88,7 @@ def test_a_p_value_near_its_level_is_not_the_seeds_choice(monkeypatch):
         pr._null_rank_sums.cache_clear()
         c = pr.compare_rows(rows[0], rows[1], settings=4)
         assert c["perm_p"] == 1 / 252 and pr.told_apart(c, pr.claim_pairs(4)), seed
-        assert _verdict_line(rows).startswith("Y = lr=1: the highest IQM, and distinguishable from every other"), seed
+        assert _verdict_line(rows).startswith("Y = lr=1: the highest IQM, and better than every other"), seed
 
 
 def test_a_setting_that_lost_members_for_any_reason_is_not_ranked():
@@ -167,7 +167,7 @@ def test_a_sweep_of_thirty_settings_can_tell_the_best_apart():
     the count grows with the family, so 10 vs 10 wholly apart (exact p 1/184756) is told apart."""
     rows = _rows([np.arange(10.0) + 100 * k for k in range(30)])
     line = _verdict_line(rows)
-    assert line.startswith("Y = lr=29: the highest IQM, and distinguishable from every other setting compared"), line
+    assert line.startswith("Y = lr=29: the highest IQM, and better than every other setting compared"), line
     assert "each at most 0.05/870" in line
     assert "Run more seeds" not in line
 

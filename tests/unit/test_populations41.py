@@ -59,8 +59,8 @@ def test_the_docs_comparison_example_is_the_reports_own_output(tmp_path, capsys)
     docs = DOCS.read_text()
     example = docs[docs.index("```markdown\n## Comparison"):].split("```", 2)[1].splitlines()
     verdict = next(line for line in example if line.startswith("Y = "))
-    shown = verdict[:verdict.index(" (one-sided permutation test ...)")]
-    assert any(line.startswith(shown + " (one-sided permutation test") for line in report), shown  # p = 0.35, not 0.34
+    shown = verdict[:verdict.index(" (both one-sided permutation tests ...)")]
+    assert any(line.startswith(shown + " (both one-sided permutation tests") for line in report), shown  # p = 0.35, not 0.34
     rows = [line for line in example if line.startswith("| lr=")]
     assert len(rows) == 3 and all(row in report for row in rows)
 

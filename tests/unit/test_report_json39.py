@@ -51,7 +51,7 @@ def test_a_populations_json_holds_the_numbers_of_its_table_and_comparison(tmp_pa
     c = doc["comparison"]
     assert c["reference"] == "lr=0.001" and c["verdict"] in md
     assert c["against"] == [{"setting": "lr=0.0003", "p_improvement": 0.0, "p_improvement_ci": [0.0, 0.0], "few": True,
-                             "permutation_p": None, "not_compared": None}]
+                             "permutation_p": None, "direction": None, "better": None, "not_compared": None}]
 
 
 def test_an_all_nan_setting_is_null_in_the_json_not_nan(tmp_path):
@@ -273,8 +273,9 @@ def test_a_populations_json_rows_and_comparison_match_summarize_settings(tmp_pat
     assert (c["reference"], c["pairs"], c["alpha"]) == ("lr=0.0003", 6, 0.05)  # both directions of 3 settings' pairs
     assert [a["setting"] for a in c["against"]] == ["lr=0.001", "lr=0.0001"]
     assert c["against"][0]["permutation_p"] == pytest.approx(1 / 252)  # exact: 5 vs 5 members, all of X below Y
+    assert (c["against"][0]["direction"], c["against"][0]["better"]) == ("Y > X", "Y")
     assert c["verdict"].startswith("Y = lr=0.0003: the highest IQM of the settings with no member left out; "
-                                   "distinguishable from lr=0.001 (p = 0.004); not distinguishable from lr=0.0001 ")
+                                   "better than lr=0.001 (p = 0.004); not distinguishable from lr=0.0001 ")
     assert c["verdict"] in (run / "report.md").read_text()
 
 
@@ -406,7 +407,7 @@ def test_two_populations_verdict_names_only_the_rows_told_apart_and_notes_the_ro
     # 4 rows with an IQM: 12 pairs, level 0.05/12; 5 vs 5 members all below Y: p = 1/252 = 0.004 reaches it
     assert doc["verdict"].startswith(
         "Y = R3: lr=0.0003: the first population's highest IQM of the settings with no member left out; "
-        "distinguishable from R3: lr=0.001 (p = 0.004), B: lr=0.0003 (p = 0.004); not distinguishable from R3: lr=0.0001 "
+        "better than R3: lr=0.001 (p = 0.004), B: lr=0.0003 (p = 0.004); not distinguishable from R3: lr=0.0001 "
         "(P(X > Y) 0.00; fewer than 5 members on a side: no claim) at these seeds. Run more seeds to tell them apart.")
     assert doc["verdict"] in md
 
