@@ -493,7 +493,7 @@ def cmd_train(args) -> int:
     except _user_errors() as e:
         if cfg is not None and args.resume is None:  # preflight's and train's own checks (the device, memory, the env)
             e = _name_default(_name_config_file(e, cfg, exclude=_member_fields(args)), args, cfg)
-        return fail(prog, str(_name_resume_source(e, sources, _resume_target(args, cfg))))
+        return fail(prog, str(_name_typed_alias(_name_resume_source(e, sources, _resume_target(args, cfg)), args)))
 
 
 def say_trained(run_dir, env_id, step, total, quiet: bool, population: bool = False) -> None:
@@ -715,10 +715,11 @@ def _name_config_file(e: Exception, cfg, exclude=()) -> Exception:
         flag = f"--{name.replace('_', '-')}"
         if name == "env_kwargs":  # gym_adapter's advice for a keyword the env does not take
             message = message.replace("drop it from --env-kwargs", f"drop it from env_kwargs in {source}")
+        said = _name_in_file(cfg, name)
         if message.startswith(f"{flag} "):
-            return ConfigError(f"{source}: {name} {_file_advice(message[len(flag) + 1:], from_file)}")
+            return ConfigError(f"{source}: {said} {_file_advice(message[len(flag) + 1:], from_file)}")
         if message.startswith(f"{flag}:"):
-            return ConfigError(f"{source}: {name}{_file_advice(message[len(flag):], from_file)}")
+            return ConfigError(f"{source}: {said}{_file_advice(message[len(flag):], from_file)}")
     if from_file:
         return ConfigError(f"{from_file[0][1]}: {', '.join(name for name, _ in from_file)}: {_file_advice(message, from_file)}")
     # a preset's value named as a flag is one the user never typed: the line names the preset, and the
@@ -742,15 +743,41 @@ def _name_config_file(e: Exception, cfg, exclude=()) -> Exception:
     return _name_file_run_dir(e, cfg)
 
 
+def _name_in_file(cfg, name: str) -> str:
+    """Field ``name`` as its --config file spelt it: ``learning_rate (lr's other name)`` for a file's
+    learning_rate (ALIASES; from_dict records the key, ``_names_in_file``), else ``name``."""
+    key = (getattr(cfg, "_names_in_file", None) or {}).get(name)
+    return f"{key} ({name}'s other name)" if key else name
+
+
+def _name_typed_alias(e: Exception, args) -> Exception:
+    """A refusal that names --lr where the user typed --learning-rate (its other name, which _OneNameOnly
+    records): the line names the flag typed, as coerce_flag's does for a value that is no number."""
+    message = str(e)
+    for name, flag in vars(args).get("_names_typed", {}).items():
+        own = "--" + name.replace("_", "-")
+        if flag != own:
+            message = re.sub(rf"{re.escape(own)}(?![\w-])", flag, message)
+    if message == str(e) or not isinstance(e, ConfigError):
+        return e
+    renamed = ConfigError(message)
+    renamed.fields = getattr(e, "fields", ())
+    return renamed
+
+
 def _name_default(e: Exception, args, cfg) -> Exception:
     """A refusal that names a field as its flag (``--num-minibatches 4: must divide the batch ...``) when
     no flag, preset or file gave that value: it is PPOConfig's default, which the line says
     (``num_minibatches 4 (the default): ...``), with the values that would do for a minibatch count."""
-    from .config import field_default, source_of
+    from .config import field_default, nearest_minibatches, source_of
 
     message = str(e)
     for name in FIELDS:
         flag = f"--{name.replace('_', '-')} "
+        if (name == "num_minibatches" and name in vars(args) and message.startswith(flag)
+                and message.endswith("must divide the batch num_envs x num_steps = " + str(cfg.num_envs * cfg.num_steps))):
+            # typed, yet the default's value (validate cannot tell it from the unset default): the nearest counts too
+            return type(e)(message + nearest_minibatches(cfg)) if isinstance(e, ConfigError) else e
         if not message.startswith(flag) or name in vars(args) or name in _member_fields(args):
             continue
         value = getattr(cfg, name)
@@ -971,7 +998,7 @@ def cmd_resume(args) -> int:
     except json.JSONDecodeError:
         return fail(prog, f"{meta}: not valid JSON")
     except _user_errors() as e:
-        return fail(prog, str(e))
+        return fail(prog, str(_name_typed_alias(e, args)))
 
 
 def _launch_torchrun(nproc: int, argv: list, announce: Optional[str] = None) -> int:

@@ -409,6 +409,9 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
             raise
         sources[key] = (source, getattr(cfg, key))
     cfg._sources = sources  # not a field: asdict/config.yaml leave it out
+    # the other name a file gave a field by (lr: learning_rate): a refusal of the value names it so (cli._name_in_file)
+    names = {name: key for name, key in (getattr(base, "_names_in_file", None) or {}).items() if name not in values}
+    cfg._names_in_file = {**names, **typed_as}
     return cfg
 
 

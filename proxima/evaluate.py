@@ -208,7 +208,9 @@ def evaluate(policy, episodes: Optional[int] = None, deterministic: bool = True,
     the default one included), backend (the one built: "auto" resolved, :func:`built_backend`) and
     max_steps (the step cap each episode ran under), ``env_normalizer_restarted`` (True) when the env wraps itself
     in gymnasium.wrappers.NormalizeObservation, whose statistics started afresh for the evaluation (so the
-    policy saw other inputs than in training: normalizer_note), ``env_kwargs`` when the env was given other
+    policy saw other inputs than in training: normalizer_note), ``env_rewards_scaled`` (True) when the returns are
+    of rewards the env's own gymnasium.wrappers.NormalizeReward scaled, with no RecordEpisodeStatistics inside it to
+    record the game's (rewards_scaled_note), ``env_kwargs`` when the env was given other
     constructor arguments than the run's (given_env_kwargs), and ``unfinished`` when some episodes had not
     ended after ``max_steps`` steps: those count as cut there, with their return so far, as a time
     limit would cut them; leaving them out would keep only the short episodes. ``seed`` seeds the envs
@@ -319,6 +321,10 @@ def _evaluate(policy, episodes: int, deterministic: bool, seed: int, backend: st
             # the env's own wrapper normalized the observations with statistics that started afresh here, not
             # the training's: the policy saw other inputs than it trained on, and the numbers say less
             result["env_normalizer_restarted"] = True
+        if getattr(env, "rewards_scaled", False) is True:
+            # the returns summed are of the env's own NormalizeReward's scaled rewards (no RecordEpisodeStatistics
+            # inside it gives the game's): not the game's score, and not comparable with a plain env's
+            result["env_rewards_scaled"] = True
         given = given_env_kwargs(policy)
         if given is not None:  # numbers of another env than the run's: the result says which
             result = {"env_id": result["env_id"], "env_kwargs": given, **result}
@@ -838,7 +844,7 @@ def format_result(result: dict, step: Optional[int] = None) -> str:
     kwargs = f" (env kwargs {json.dumps(given, default=repr)})" if isinstance(given, dict) else ""
     line = (f"{result['env_id']}{kwargs}: {result['mean_return']:.2f} +- {result['std_return']:.2f}{at} over "
             f"{episodes_words(result['episodes'])} ({mode})")
-    return line + unfinished_note(result) + normalizer_note(result)
+    return line + unfinished_note(result) + normalizer_note(result) + rewards_scaled_note(result)
 
 
 #: where the caveat of an env's own NormalizeObservation is explained
@@ -853,6 +859,16 @@ def normalizer_note(result: dict) -> str:
     if result.get("env_normalizer_restarted") is not True:
         return ""
     return f" (the env's own NormalizeObservation restarted its statistics: see {NORMALIZER_DOC})"
+
+
+def rewards_scaled_note(result: dict) -> str:
+    """`` (returns of the rewards the env's own NormalizeReward scaled, not the game's: see ...)`` for a result
+    whose env scales its rewards with gymnasium.wrappers.NormalizeReward and records no episode figures inside it
+    (``env_rewards_scaled``): the evaluation sums those scaled rewards; else ""."""
+    if result.get("env_rewards_scaled") is not True:
+        return ""
+    return (f" (returns of the rewards the env's own NormalizeReward scaled, not the game's; a RecordEpisodeStatistics "
+            f"inside it records the game's: see {NORMALIZER_DOC})")
 
 
 def episodes_words(n) -> str:

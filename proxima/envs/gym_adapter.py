@@ -551,11 +551,18 @@ def missing_kwarg_hint(e: BaseException, env_id: str = "") -> str:
 
 def _raised_inside(e: BaseException, name: str) -> bool:
     """Whether ``e`` was raised inside a function called ``name`` (a call within the factory missing its
-    arguments), not by the call of it: Python binds the arguments before the callee's frame exists."""
+    arguments), not by the call of it: Python binds the arguments before the callee's frame exists, so
+    the factory's frame is in the traceback only when it ran. Any frame, not the last alone: a factory
+    ``make`` whose helper calls gym.make() without an id fails in the helper's frame. Proxima's own frames
+    are not the factory's."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     tb = e.__traceback__
-    while tb is not None and tb.tb_next is not None:
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == name and not os.path.abspath(code.co_filename).startswith(package + os.sep):
+            return True
         tb = tb.tb_next
-    return tb is not None and tb.tb_frame.f_code.co_name == name
+    return False
 
 
 def thunk_line(env_id: str, returned) -> str:
@@ -1286,6 +1293,8 @@ class GymnasiumEnv(BatchedEnv):
         # Gymnasium's Normalize* wrappers in the env's own stack: their statistics start afresh with these envs
         # (an evaluation's result says so: evaluate.normalizer_note)
         self.normalize_wrappers = normalize_wrappers(probe)
+        # the returns an evaluation sums are of NormalizeReward's scaled rewards (evaluate.rewards_scaled_note)
+        self.rewards_scaled = rewards_scaled(probe)
         _BUILT[self._built_key] = {"action_space": act_space, "wrappers": self.normalize_wrappers, "spread": [],
                                    "notes": [note] if note else []}
         # read here, in this process: an AsyncVectorEnv's worker would pickle its env's spec to tell it, which
@@ -1892,6 +1901,21 @@ def normalize_wrappers(env) -> list:
                 found.append(name)
         env = env.env
     return found
+
+
+def rewards_scaled(env) -> bool:
+    """Whether the episode returns of ``env`` (its rewards summed, or its innermost RecordEpisodeStatistics'
+    figures where it has one: recorded_stats_key) are of rewards a gymnasium.wrappers.NormalizeReward scaled:
+    one below that RecordEpisodeStatistics, or anywhere in a stack without one. CleanRL's stack records
+    the game's rewards inside its NormalizeReward: not scaled."""
+    scaled = False
+    while isinstance(env, gym.Wrapper):  # outermost first: the last RecordEpisodeStatistics met is the innermost
+        if isinstance(env, gym.wrappers.RecordEpisodeStatistics):
+            scaled = False  # a NormalizeReward outside it scales none of its figures
+        elif isinstance(env, gym.wrappers.NormalizeReward):
+            scaled = True
+        env = env.env
+    return scaled
 
 
 def normalize_wrappers_note(env_id: str, names: list, norm_obs: Optional[bool] = None, norm_reward: Optional[bool] = None) -> str:
