@@ -872,6 +872,94 @@ def estimate_bytes(cfg: PPOConfig, members: int, obs_size: int, act_size: int, n
 MEMBER_HOST_BYTES = 512 * 1024
 
 
+#: bytes a member adds to the population checkpoint beside its weights and Adam state, and to its own
+#: checkpoint beside its weights, as measured (CartPole, 64x64 MLPs: 121 KB and 42.7 KB a member, of which
+#: 110 KB and 36.6 KB weights): its two RNG states (torch's, 5,056 bytes each) and its pickled config
+MEMBER_CHECKPOINT_EXTRA = 11_000
+MEMBER_FILE_EXTRA = 6_000
+#: the population checkpoint's own part (global RNG states, versions, spaces): ~28 KB measured
+POPULATION_CHECKPOINT_BASE = 28_000
+
+
+def checkpoint_bytes(cfg: PPOConfig, members: int, obs_size: int, act_size: int, layout=None) -> int:
+    """About the bytes one save writes (population_run.save_population): the population checkpoint
+    (each member's weights and Adam's two moments, its RNG states, its next observations) plus each
+    member's own checkpoint (its weights: what ``proxima eval`` of a member loads)."""
+    from . import sizing
+
+    params = sizing.network_terms(cfg, obs_size, act_size, layout)[0] // 16  # 4 float32 copies there
+    next_obs = cfg.num_envs * obs_size * sizing.obs_bytes(cfg, layout)
+    norm = 2 * 8 * obs_size if cfg.norm_obs else 0  # running mean and var, float64
+    per_member = (3 * 4 * params + next_obs + norm + MEMBER_CHECKPOINT_EXTRA) + (4 * params + norm + MEMBER_FILE_EXTRA)
+    return POPULATION_CHECKPOINT_BASE + members * per_member
+
+
+def checkpoints_kept(cfg: PPOConfig) -> int:
+    """How many checkpoints a run of ``cfg`` ends holding: --keep-checkpoints K (0: every one written,
+    each --checkpoint-every iterations and at the end; --checkpoint-minutes may add more), at most one
+    an iteration."""
+    from .config import num_iterations
+
+    iterations = max(num_iterations(cfg), 1)
+    every = cfg.checkpoint_every
+    written = (iterations // every if every else 0) + (1 if not every or iterations % every else 0)
+    if cfg.checkpoint_minutes > 0:  # timed ones too: up to one an iteration
+        written = iterations
+    return min(cfg.keep_checkpoints, written) if cfg.keep_checkpoints > 0 else written
+
+
+def _memory_need(cfg: PPOConfig, members: int, device: torch.device, sizes) -> tuple:
+    """(bytes needed on ``device``, of which the evaluation's envs, host bytes beside) that
+    check_population_fits weighs: on the CPU the members' host state is part of the first."""
+    from .sizing import eval_bytes
+
+    host = members * MEMBER_HOST_BYTES
+    obs_size, act_size, native = sizes
+    evals = eval_bytes(cfg, obs_size, native)
+    need = estimate_bytes(cfg, members, obs_size, act_size, native, getattr(sizes, "layout", None)) + evals
+    return (need + host, evals, 0) if device.type == "cpu" else (need, evals, host)
+
+
+def population_estimate(cfg: PPOConfig, members: int, device: torch.device, probe=None, run_dir=None) -> dict:
+    """What a population of ``members`` like ``cfg`` takes, for a dry run to show (check_population_fits
+    refuses on the same numbers): memory_bytes (a lower bound) on ``device`` against memory_free_bytes
+    there (None: unknown), on a GPU host_memory_bytes against host_free_bytes too; checkpoint_bytes
+    (about what one save writes: checkpoint_bytes), checkpoints_kept and kept_checkpoint_bytes (what
+    those hold at the end), disk_free_bytes where ``run_dir`` would be (None: unknown)."""
+    from .diskspace import free_bytes
+    from .sizing import free_memory
+
+    sizes = probe() if probe is not None else (1, 1, True)
+    need, _, host = _memory_need(cfg, members, device, sizes)
+    per_save = checkpoint_bytes(cfg, members, sizes[0], sizes[1], getattr(sizes, "layout", None))
+    kept = checkpoints_kept(cfg)
+    out = {"device": str(device), "memory_bytes": need, "memory_free_bytes": free_memory(device)}
+    if device.type != "cpu":
+        out.update(host_memory_bytes=host, host_free_bytes=free_memory(torch.device("cpu")))
+    out.update(checkpoint_bytes=per_save, checkpoints_kept=kept, kept_checkpoint_bytes=kept * per_save,
+               disk_free_bytes=free_bytes(run_dir) if run_dir is not None else None)
+    return out
+
+
+def estimate_line(estimate: dict, members: int, keep_checkpoints: int) -> str:
+    """population_estimate as the note a dry run prints on stderr."""
+    from .diskspace import human_bytes
+
+    def free(key: str) -> str:
+        return f"{human_bytes(estimate[key])} available" if estimate.get(key) is not None else "available memory unknown"
+
+    host = (f", and ~{human_bytes(estimate['host_memory_bytes'])} of host memory ({free('host_free_bytes')})"
+            if "host_memory_bytes" in estimate else "")
+    kept = estimate["checkpoints_kept"]
+    keep = f"--keep-checkpoints {keep_checkpoints}" if keep_checkpoints > 0 else "--keep-checkpoints 0 keeps every one"
+    disk = f"; {human_bytes(estimate['disk_free_bytes'])} free there" if estimate.get("disk_free_bytes") is not None else ""
+    return (f"proxima: estimate: {members:,} member{'' if members == 1 else 's'} need at least "
+            f"~{human_bytes(estimate['memory_bytes'])} of memory on {estimate['device']} ({free('memory_free_bytes')}){host}; "
+            f"each checkpoint writes ~{human_bytes(estimate['checkpoint_bytes'])} to disk (the population's file and each "
+            f"member's weights), up to ~{human_bytes(estimate['kept_checkpoint_bytes'])} for the {kept:,} kept "
+            f"({keep}){disk}")
+
+
 def check_population_fits(cfg: PPOConfig, members: int, device: torch.device, probe=None) -> None:
     """Refuse a population that surely does not fit in ``device``'s free memory, before allocating
     (and, on a GPU, whose members' host state does not fit in the host's: MEMBER_HOST_BYTES each).
@@ -880,7 +968,7 @@ def check_population_fits(cfg: PPOConfig, members: int, device: torch.device, pr
     while the population is held, member by member (E envs at a time), or, where it can, all members
     in one native env of P x E rows (Population.evaluate_members): at least E envs either way."""
     from .diskspace import human_bytes
-    from .sizing import eval_bytes, free_memory
+    from .sizing import free_memory
 
     host = members * MEMBER_HOST_BYTES
     if device.type != "cpu":
@@ -889,14 +977,10 @@ def check_population_fits(cfg: PPOConfig, members: int, device: torch.device, pr
             raise ConfigError(f"--seeds/--sweep: {members:,} members need ~{human_bytes(host)} of host memory (each "
                               f"member's own state, logs and checkpoint pieces), {human_bytes(host_free)} free; train "
                               "fewer members at once")
-        host = 0
     free = free_memory(device)
     if free is None:
         return
-    sizes = probe() if probe is not None else (1, 1, True)
-    obs_size, act_size, native = sizes
-    evals = eval_bytes(cfg, obs_size, native)
-    need = estimate_bytes(cfg, members, obs_size, act_size, native, getattr(sizes, "layout", None)) + evals + host
+    need, evals, _ = _memory_need(cfg, members, device, probe() if probe is not None else (1, 1, True))
     if need > free and evals >= need / 2:  # the evaluation's envs are what does not fit (--eval-episodes 10**11)
         raise ConfigError(f"--eval-episodes {cfg.eval_episodes:,}: the evaluation builds one env per episode, ~{human_bytes(evals)} "
                           f"on {device} (~{human_bytes(need)} in all), {human_bytes(free)} free; lower --eval-episodes")

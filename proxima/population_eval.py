@@ -34,7 +34,7 @@ from typing import Callable, Optional
 from .checkpoint import _NAME as STEP_FILE
 from .checkpoint import CheckpointError, best_checkpoint_path, list_checkpoints, no_checkpoint_error
 from .config import MAX_EVAL_STEPS
-from .population_report import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CI_LEVEL, FEW_MEMBERS_NOTE, ci_cell,
+from .population_report import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CI_LEVEL, FEW_MEMBERS_NOTE, PopulationError, ci_cell,
                                 different_steps_note, every_member_diverged, member_statistics, read_settings)
 from .terminal import printable
 
@@ -80,6 +80,22 @@ def _or_newest(load, path: Path, member_dir: Path, best: bool, **kw):
         if best or os.path.lexists(path):
             raise
     return load(member_dir, **kw)
+
+
+def _single_run_line(run_dir: Path) -> Optional[str]:
+    """The line for a single run's directory (a config.yaml or checkpoints/, no population.json), a
+    population's member's included, given where a population's is expected; None for any other."""
+    from .population_run import POPULATION_FILE, is_population_dir
+
+    if is_population_dir(run_dir) or not ((run_dir / "config.yaml").is_file() or (run_dir / "checkpoints").is_dir()):
+        return None
+    here = repr(str(run_dir))
+    if is_population_dir(run_dir.parent):  # one member's folder: the population is its parent
+        return (f"{run_dir}: one member of the population {run_dir.parent}, not a population (no {POPULATION_FILE}): "
+                f"evaluate_population({str(run_dir.parent)!r}) evaluates every member, "
+                f"proxima.evaluate(proxima.load({here})) this one")
+    return (f"{run_dir}: a single run, not a population (a run directory with no {POPULATION_FILE}): evaluate it with "
+            f"proxima.evaluate(proxima.load({here}))")
 
 
 def _no_member_checkpoint(run_dir: Path, settings: list) -> Optional[str]:
@@ -142,6 +158,9 @@ def evaluate_population(run_dir, episodes: Optional[int] = None, deterministic: 
     from .report import run_eval_episodes
 
     run_dir = Path(run_dir)
+    single = _single_run_line(run_dir)
+    if single is not None:
+        raise PopulationError(single)
     settings = read_settings(run_dir)
     nothing = _no_member_checkpoint(run_dir, settings)
     if nothing:

@@ -420,8 +420,6 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
                 except OSError as e:
                     print(f"proxima: note: {d / DIVERGED_FILE}: could not remove it ({e.strerror or e}); it describes a "
                           "divergence after the checkpoint resumed from (population.json does not list it)", file=sys.stderr)
-        # the target as extended (--total-timesteps): a report of a resume stopped early says "N of M steps so far"
-        _write_population_json(run_dir, pop, recorded_seeds, recorded_sweep, dirs)
         trains = pop.iteration < pop.num_iterations
         # where they differ, the flags a resume that trains runs with (--total-timesteps, --eval-episodes, ...);
         # one that trains nothing writes no checkpoint, so it records the checkpoint's values (one cut short
@@ -429,6 +427,9 @@ def resume_population(run_dir, overrides: Optional[dict] = None, quiet: bool = F
         _write_member_configs(pop, dirs, None if trains else _complete_configs(pop, state, run_dir, names))
         if trains:  # a resume that trains: each member's record says so, as a single run's
             _record_resume(dirs, pop.iteration * pop.steps_per_member, device, argv)
+        # the target as extended (--total-timesteps): a report of a resume stopped early says "N of M steps so far";
+        # written after the members' files, so a write that fails there leaves the population's record as it was
+        _write_population_json(run_dir, pop, recorded_seeds, recorded_sweep, dirs)
         wall, finished = _train_loop(pop, run_dir, dirs, recorded_seeds, recorded_sweep, quiet=quiet, stop_after=stop_after,
                                      elapsed=float(state.get("elapsed", 0.0)), last_checkpoint=Path(path))
         if not trains:
@@ -624,6 +625,7 @@ def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[st
     for name in names:  # each member folder, and what resume writes in it, stays inside the run
         check_own_entries(run_dir, (name,))
         check_own_entries(run_dir / name, root=run_dir)
+    check_member_dirs(run_dir, names)
     check_same_members(run_dir, seeds, sweep, recorded_seeds, recorded_sweep, typed_members)
     check_resumed_env(configs[0], state, env_id, trust_run, "resume")
     typed = dict(overrides or {})
@@ -650,6 +652,28 @@ def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[st
             c.env_id = env_id
     note_single_run_only(typed, quiet)
     return state, [as_member_config(c) for c in configs], names, recorded_seeds, recorded_sweep
+
+
+def check_member_dirs(run_dir: Path, names: Sequence[str]) -> None:
+    """ConfigError naming the first member folder the checkpoint lists that is missing (or is not a
+    folder), or whose config.yaml is there but not a file: a resume writes into every member's folder
+    (config.yaml, meta.json, checkpoints, eval.json), so it is checked before anything is written; a
+    resume that failed there had already rewritten population.json and the earlier members' config.yaml
+    with the new target. A member's config.yaml or checkpoints/ that is simply absent is written again."""
+    run_dir = Path(run_dir)
+    missing = [n for n in names if not (run_dir / n).is_dir()]
+    if missing:
+        first = run_dir / missing[0]
+        which = "missing" if not os.path.lexists(first) else "not a folder"
+        more = f" ({len(missing)} of the {len(names)} members' folders are, first {missing[0]})" if len(missing) > 1 else ""
+        raise ConfigError(f"{first}: member {missing[0]}'s folder is {which}{more}; the population cannot be resumed without "
+                          f"it: restore it from a copy of the run, or {_train_again(run_dir)}")
+    for name in names:
+        path = run_dir / name / "config.yaml"
+        if os.path.lexists(path) and not path.is_file():
+            raise ConfigError(f"{path}: not a file (the resume rewrites member {name}'s config there); remove it "
+                              "or restore it from a copy of the run")
+
 
 def _note_lr_schedule(configs: list, state: dict, names: list, sweep: dict) -> None:
     """trainer._note_lr_schedule for a population's resume: a resume that extends it under --anneal-lr
@@ -1242,8 +1266,10 @@ def _train_population(args, cfg: PPOConfig, out) -> int:
     typed = typed_flags(args)
     for name in sweep:  # one value typed for a field the sweep sets too: the sweep would silently drop it
         if name in typed:
-            flag = "--" + name.replace("_", "-")
-            raise ConfigError(f"{flag} {shown(typed[name])} and --sweep {name}=... both set {name}; drop one")
+            # the flag as typed (--learning-rate, lr's other name: cli._OneNameOnly records which), not --lr
+            flag = vars(args).get("_names_typed", {}).get(name) or "--" + name.replace("_", "-")
+            item = next((i.partition("=")[0].strip() for i in args.sweep or [] if parse_sweep([i]).keys() == {name}), name)
+            raise ConfigError(f"{flag} {shown(typed[name])} and --sweep {item}=... both set {name}; drop one")
     if args.resume is not None:
         target = _resume_target(args, cfg)
         if target is not None:  # continue it; the seeds and sweep this command describes must be the run's, typed or not
@@ -1298,7 +1324,10 @@ def _train_population(args, cfg: PPOConfig, out) -> int:
         if encoders and shown_cfg.encoder != encoders[0][0]:
             shown_cfg = dataclasses.replace(shown_cfg, encoder=encoders[0][0])
         shared = {k: v for k, v in shown_cfg.to_dict().items() if k != "seed" and k not in sweep}
-        print(json.dumps({"members": len(members), "seeds": seeds, "sweep": sweep, "config": shared}), file=out)
+        where = Path(cfg.run_dir) if cfg.run_dir is not None else default_population_dir(cfg, seeds)
+        estimate = _estimate(trained[0], len(members), probe, where, args.quiet)
+        print(json.dumps({"members": len(members), "seeds": seeds, "sweep": sweep, "config": shared, "estimate": estimate}),
+              file=out)
         return 0
     restart = "--resume auto found no checkpoint to continue" if args.resume == "auto" else None
     run_dir = train_population(members, seeds, sweep, argv=typed_command(), quiet=args.quiet, overwrite=args.overwrite, restart_note=restart,
@@ -1362,25 +1391,46 @@ def _note_whole_iterations(cfg: PPOConfig, typed_total: bool) -> None:
         note(cfg, 1)
 
 
+def _estimate(cfg: PPOConfig, members: int, probe, run_dir: Path, quiet: bool) -> dict:
+    """population.population_estimate for a dry run's JSON, with its note on stderr unless ``quiet``."""
+    from .device import resolve_device
+    from .population import estimate_line, population_estimate
+
+    estimate = population_estimate(cfg, members, resolve_device(cfg.device), probe, run_dir)
+    if not quiet:
+        print(estimate_line(estimate, members, cfg.keep_checkpoints), file=sys.stderr)
+    return estimate
+
+
 def _dry_run_resume(args, cfg: PPOConfig, run_dir: Path, checkpoint, seeds: list, sweep: dict, given: list, out) -> int:
     """``train --seeds ... --resume RUN --dry-run``: the resume's checks (checked_resume), read only:
     nothing locked, written, renamed or set aside; prints what it would continue as one JSON line to
-    ``out`` (members, seeds, sweep, the checkpoint, its step per member, the total per member)."""
+    ``out`` (members, seeds, sweep, the checkpoint, its step per member, the total per member as it
+    trains: whole iterations, population.json's total_timesteps_per_member; the estimate of a new
+    population's dry run), with the real resume's notes on the total and on --anneal-lr's schedule."""
+    from .config import batch_size, num_iterations
     from .device import resolve_device
     from .envs.gym_adapter import treat_as_data
     from .run_setup import check_env_builds
-    from .sizing import env_probe
 
     if not is_population_dir(run_dir):
         raise ConfigError(f"{run_dir}: not a population run directory (no {POPULATION_FILE})")
     treat_as_data(run_dir)  # the env is built next: never from the run's files
-    state, configs, _, recorded_seeds, recorded_sweep = checked_resume(
-        run_dir, _population_resume_overrides(args, cfg, sweep), args.env_id, args.trust_run, seeds, sweep, checkpoint,
-        given, dry_run=True, quiet=args.quiet)
-    check_env_builds(configs[0])
-    check_population_fits(configs[0], len(configs), resolve_device(configs[0].device), env_probe(configs[0]))
+    overrides = _population_resume_overrides(args, cfg, sweep)
+    state, configs, names, recorded_seeds, recorded_sweep = checked_resume(
+        run_dir, overrides, args.env_id, args.trust_run, seeds, sweep, checkpoint, given, dry_run=True, quiet=args.quiet)
+    sizes = check_env_builds(configs[0])
+    check_population_fits(configs[0], len(configs), resolve_device(configs[0].device), lambda: sizes)
+    if int(state["iteration"]) < num_iterations(configs[0]):  # resume_population's notes, where it prints them
+        if "total_timesteps" in overrides:
+            from .trainer import _note_whole_iterations as note
+
+            note(configs[0], 1, resumed=True)
+        _note_lr_schedule(configs, state, names, recorded_sweep)
+    estimate = _estimate(configs[0], len(configs), lambda: sizes, run_dir, args.quiet)
     print(json.dumps({"members": len(configs), "seeds": recorded_seeds, "sweep": recorded_sweep, "resume": str(state["path"]),
-                      "global_step": int(state["global_step"]), "total_timesteps": configs[0].total_timesteps}), file=out)
+                      "global_step": int(state["global_step"]),
+                      "total_timesteps": num_iterations(configs[0]) * batch_size(configs[0]), "estimate": estimate}), file=out)
     return 0
 
 
