@@ -583,7 +583,17 @@ def _train_again(run_dir: Path) -> str:
 
     command = read_population_doc(run_dir).get("command")
     if isinstance(command, list) and command and all(isinstance(a, str) for a in command):
-        again = command + ([] if "--overwrite" in command else ["--overwrite"])
+        # into this directory: a copied or moved population's recorded --run-dir names the original, which
+        # --overwrite would move aside, an intact population, leaving this one as it is
+        again, skip = [], False
+        for i, word in enumerate(command):
+            if skip:
+                skip = False
+            elif word == "--run-dir":
+                skip = i + 1 < len(command)
+            elif not word.startswith("--run-dir="):
+                again.append(word)
+        again += ["--run-dir", str(run_dir)] + ([] if "--overwrite" in command else ["--overwrite"])
         return f"train it again: {shlex.join(again)} (the old directory is moved aside)"
     return (f"train it again: the command in {Path(run_dir) / POPULATION_FILE} with --overwrite "
             "(the old directory is moved aside)")

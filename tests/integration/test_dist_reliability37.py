@@ -254,7 +254,8 @@ def test_a_population_resume_that_extends_it_notes_the_anneal_lr_jump_and_one_wi
         f.unlink()
     code, _, err = run_main(["resume", str(bare)], capsys)
     line = error_line(code, err, "the population wrote no checkpoint to resume from", "train it again: ", "--overwrite")
-    assert f"--run-dir {run} " in line  # its recorded command
+    # its recorded command, into the copy's own directory: the original's, which --overwrite would move aside, is intact
+    assert f"--run-dir {bare} --overwrite" in line and f"--run-dir {run}" not in line
 
 
 # --- review 37, mutation round 3 ---------------------------------------------------------------------
