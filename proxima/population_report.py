@@ -1115,10 +1115,12 @@ def verdict(ref_name: str, compared: list, ranked: str = "the highest IQM", sett
         return f"P(X > Y) {c['p']:.2f}, p = {c['perm_p']:.2g}, above {level}"
 
     parts = [f"{n} is better than Y (P(X > Y) {c['p']:.2f}, p = {c['perm_p']:.2g}, at most {level})" for n, c in above]
+    # after an "X is better than Y" clause, a bare "better than B" would read as X's claim, never tested
+    subject = "Y is " if above else ""
     if below:
-        parts.append("better than " + ", ".join(f"{n} (p = {c['perm_p']:.2g})" for n, c in below))
+        parts.append(f"{subject}better than " + ", ".join(f"{n} (p = {c['perm_p']:.2g})" for n, c in below))
     if same:
-        parts.append(f"not distinguishable from {', '.join(f'{n} ({why(c)})' for n, c in same)} at these seeds")
+        parts.append(f"{subject}not distinguishable from {', '.join(f'{n} ({why(c)})' for n, c in same)} at these seeds")
     if not same:
         return f"Y = {ref_name}: {ranked}; " + "; ".join(parts) + "." + how
     # every pair tied (returns identical, e.g. all at the env's cap): more seeds give more ties, not an answer

@@ -93,7 +93,7 @@ def test_the_comparison_says_whether_the_highest_iqm_is_told_apart_at_these_seed
     # A's lr=0.2 (1-5) is below every member of Y; A's lr=0.1 (100-108) above every one: each told apart, its own way
     p = min(pr.permutation_p(y, x), pr.permutation_p(x, y))
     assert line.startswith("Y = C: lr=0.1: the first population's highest IQM; A: lr=0.1 is better than Y (P(X > Y) 1.00, "
-                           "p = 0.004, at most 0.05/12); better than A: lr=0.2 (p = 0.004); ")
+                           "p = 0.004, at most 0.05/12); Y is better than A: lr=0.2 (p = 0.004); ")
     # 4 rows: each test at 0.05/12, C: lr=0.2's toss-up is above it
     assert (f"not distinguishable from C: lr=0.2 (P(X > Y) {pr.probability_of_improvement(y, x):.2f}, p = {p:.2g}, "
             "above 0.05/12)") in line

@@ -93,7 +93,7 @@ def test_the_report_says_which_config_fields_and_commands_differ(tmp_path, capsy
     assert "- p10: command not recorded in population.json" in section
     # the labels: one colon for a setting, none for seeds only
     assert _verdict(text).startswith("Y = p3 (seeds only): the first population's highest IQM; p10: lr=0.008 is better "
-                                     "than Y (P(X > Y) 1.00, p = 0.004, at most 0.05/6); not distinguishable from "
+                                     "than Y (P(X > Y) 1.00, p = 0.004, at most 0.05/6); Y is not distinguishable from "
                                      f"p10: lr=0.001 (P(X > Y) 0.50, p = {pr.permutation_p(WEAK, WEAK):.2g}, above "
                                      "0.05/6) at these seeds.")
     assert ": (seeds only)" not in text

@@ -86,3 +86,13 @@ def test_a_row_is_named_population_colon_setting_or_population_seeds_only():
     assert comparison["verdict"].startswith("Y = p3 (seeds only): the first population's highest IQM, and better than "
                                             "every other setting compared at these seeds (p10 (seeds only): p = 0.004, "
                                             "p10: lr=0.008: p = 0.004, each at most 0.05/6).")
+
+
+def test_after_an_x_better_than_y_clause_ys_own_claims_name_y():
+    """One row beats Y and Y beats another: 'Y is better than lo', never a bare 'better than lo' that reads
+    as hi's claim over lo, which was never tested."""
+    mid = [50.0, 51.0, 52.0, 53.0, 54.0]
+    line = pr.verdict("A (seeds only)", [("hi", pr.compare_rows(_row(STRONG), _row(mid))),
+                                         ("lo", pr.compare_rows(_row(WEAK), _row(mid)))], "the highest IQM", 3)
+    assert "hi is better than Y (P(X > Y) 1.00" in line and "; Y is better than lo (p = 0.004)" in line, line
+    assert "; better than lo" not in line
