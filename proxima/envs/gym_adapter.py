@@ -543,10 +543,18 @@ def missing_kwarg_hint(e: BaseException, env_id: str = "") -> str:
     from ..signals import from_python
 
     names = re.findall(r"'([^']+)'", m.group("args"))
+    if set(names) == set(CLEANRL_MAKE_ENV_ARGS):  # given them, it would return its thunk, refused next (thunk_line)
+        return ("; this is CleanRL's make_env(env_id, idx, capture_video, run_name), which returns a thunk for its vector "
+                "env: give a function that returns the env (e.g. def make(): return make_env('CartPole-v1', 0, False, "
+                "'x')()) as module:make")
     if from_python():  # a script sets the field, never types the flag
         return f"; give the factory its arguments with PPOConfig.env_kwargs (e.g. env_kwargs={{{', '.join(f'{n!r}: ...' for n in names)}}})"
     example = ", ".join(f'"{n}": ...' for n in names)
     return f"; give the factory its arguments with --env-kwargs (e.g. --env-kwargs '{{{example}}}')"
+
+
+#: the arguments of CleanRL's make_env, whose result is a thunk, not an env
+CLEANRL_MAKE_ENV_ARGS = ("env_id", "idx", "capture_video", "run_name")
 
 
 def _raised_inside(e: BaseException, name: str) -> bool:

@@ -132,11 +132,20 @@ def test_frozen_normalizers_puts_the_updates_back(factories):
 
 # -- 4. CleanRL's make_env: its thunk and its missing arguments -------------------------------------------------------
 
-def test_cleanrls_make_env_missing_arguments_names_env_kwargs(factories, capsys):
+def test_cleanrls_make_env_missing_arguments_is_told_of_its_thunk(factories, capsys):
+    """Its four arguments given with --env-kwargs, CleanRL's make_env would return its thunk, refused next: the
+    line says at once to give a function that returns the env, not to give the arguments."""
     code, _, err = run_main(["train", "cleanrl_mig45:make_env", "--dry-run"], capsys)
-    error_line(code, err, "make_env() missing 4 required positional arguments: 'env_id', 'idx', 'capture_video', and "
-                          "'run_name'; give the factory its arguments with --env-kwargs (e.g. --env-kwargs '{\"env_id\": ..., "
-                          "\"idx\": ..., \"capture_video\": ..., \"run_name\": ...}')")
+    line = error_line(code, err, "make_env() missing 4 required positional arguments: 'env_id', 'idx', 'capture_video', and "
+                                 "'run_name'; this is CleanRL's make_env(env_id, idx, capture_video, run_name), which returns "
+                                 "a thunk for its vector env: give a function that returns the env")
+    assert "--env-kwargs" not in line
+
+
+def test_a_factorys_missing_arguments_name_env_kwargs(factories, capsys):
+    code, _, err = run_main(["train", "cleanrl_mig45:helper", "--dry-run"], capsys)
+    error_line(code, err, "helper() missing 2 required positional arguments: 'a' and 'b'; give the factory its arguments "
+                          "with --env-kwargs (e.g. --env-kwargs '{\"a\": ..., \"b\": ...}')")
 
 
 def test_a_factory_returning_cleanrls_thunk_is_told_to_call_it(factories, capsys):

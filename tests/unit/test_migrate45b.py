@@ -129,16 +129,26 @@ def test_a_call_inside_the_factory_missing_its_arguments_gets_no_env_kwargs_hint
     assert "env-kwargs" not in line and "env_kwargs" not in line
 
 
-def test_cleanrls_make_env_from_python_names_ppoconfig_env_kwargs(factories):
+def test_a_factorys_missing_arguments_from_python_name_ppoconfig_env_kwargs(factories):
+    from proxima import train
+    from proxima.envs.base import EnvError
+
+    with pytest.raises(EnvError) as e:
+        train(PPOConfig(env_id="cleanrl_mig45b:helper", total_timesteps=128, num_envs=1, num_steps=128))
+    assert str(e.value).endswith("helper() missing 2 required positional arguments: 'a' and 'b'; give the factory its "
+                                 "arguments with PPOConfig.env_kwargs (e.g. env_kwargs={'a': ..., 'b': ...})"), str(e.value)
+    assert "--env-kwargs" not in str(e.value)
+
+
+def test_cleanrls_make_env_from_python_is_told_of_its_thunk(factories):
+    """Given its four arguments, CleanRL's make_env returns a thunk, refused next: the line says so at once."""
     from proxima import train
     from proxima.envs.base import EnvError
 
     with pytest.raises(EnvError) as e:
         train(PPOConfig(env_id="cleanrl_mig45b:make_env", total_timesteps=128, num_envs=1, num_steps=128))
-    assert str(e.value).endswith("make_env() missing 4 required positional arguments: 'env_id', 'idx', 'capture_video', "
-                                 "and 'run_name'; give the factory its arguments with PPOConfig.env_kwargs (e.g. "
-                                 "env_kwargs={'env_id': ..., 'idx': ..., 'capture_video': ..., 'run_name': ...})"), str(e.value)
-    assert "--env-kwargs" not in str(e.value)
+    assert "; this is CleanRL's make_env(env_id, idx, capture_video, run_name), which returns a thunk" in str(e.value)
+    assert "env_kwargs" not in str(e.value)
 
 
 # -- 5. a resume's note on the env's own wrappers ---------------------------------------------------------------------
