@@ -1903,6 +1903,8 @@ def _note_built_env(cfg: PPOConfig, obs=None, box_note: bool = True) -> None:
         flags = ("--ent-coef 0 --norm-reward (and --norm-obs, which this env's image observations do not take: the "
                  "network scales their pixels to [0, 1])" if layout is not None and layout.has_image
                  else "--ent-coef 0 --norm-obs --norm-reward")
+        if built["wrappers"]:  # the note above says to drop them for the flags: both at once would normalize twice
+            flags += " (in place of the env's own normalization wrappers, as the note above says, never on top of them)"
         print(f"proxima: note: env '{cfg.env_id}' has Box actions and no preset, so it trains with PPOConfig's defaults, "
               f"tuned for discrete classic control (ent_coef 0.01, no normalization); continuous-control presets use {flags} "
               "(`proxima presets Pendulum-v1 default` shows one), except LunarLanderContinuous-v3's, which keeps ent_coef 0.01",
