@@ -2145,8 +2145,10 @@ def _meta_backend(path) -> Optional[str]:
     if file.parent.name != "checkpoints":
         return None
     meta = file.parent.parent / "meta.json"
-    try:
-        record = json.loads(meta.read_text(encoding="utf-8"))
+    from .rundir import read_run_json
+
+    try:  # data: capped in size and nesting, never a FIFO's wait (read_run_json)
+        record = read_run_json(meta)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:

@@ -180,3 +180,22 @@ def test_eval_of_a_native_run_refuses_num_envs_in_env_kwargs_naming_episodes(fla
     assert code == 2, out + err
     assert err.strip().splitlines()[-1] == ("proxima eval: error: --env-kwargs: 'num_envs' of env 'flat45b:Rec' is set "
                                             "by Proxima; drop it: eval builds one env per episode: use --episodes"), err
+
+
+@pytest.mark.parametrize("damage", ["deep", "fifo"])
+def test_a_hostile_meta_json_is_read_as_data(flat, capsys, damage):
+    """The meta.json fallback reads the run file as other run files are read: nesting past JSON's depth limit
+    (a RecursionError traceback) and a FIFO (a wait forever) are each one note, the policy loads."""
+    import os
+
+    run = _population(capsys)
+    _without_backend(_member_checkpoint(run))
+    meta = run / "m000-seed1" / "meta.json"
+    meta.unlink()
+    if damage == "deep":
+        meta.write_text("[" * 100_000)
+    else:
+        os.mkfifo(meta)
+    policy = load(run / "m000-seed1", env_id="flat45b:Rec")
+    lines = [line for line in capsys.readouterr().err.splitlines() if "meta.json" in line]
+    assert policy.env_backend is None and len(lines) == 1 and "records no env_backend" in lines[0], lines
