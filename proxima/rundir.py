@@ -34,6 +34,7 @@ from typing import Optional
 from .config import ConfigError, ProximaError
 from .diskspace import write_error
 from .signals import from_python, stops_held
+from .terminal import printable
 
 LOCK_NAME = ".proxima.lock"
 _LOCK_MAX_BYTES = 64 * 1024  # a lock is ~200 bytes of JSON
@@ -561,12 +562,13 @@ class RunLock:
                 pass
         elif stale and stale.get("host") != socket.gethostname():
             age = lock_age(got or stale)
-            print(f"proxima: note: {self.run_dir}: took over the lock left by pid {stale.get('pid')} on host "
-                  f"{stale.get('host')} (since {stale.get('since', '?')}), not refreshed for "
-                  f"{_minutes(age if age is not None else STALE_SECONDS)}", file=sys.stderr)
+            # the lock's fields are data: a newline or ESC in them is shown, never acted on by the terminal
+            print(printable(f"proxima: note: {self.run_dir}: took over the lock left by pid {stale.get('pid')} on host "
+                            f"{stale.get('host')} (since {stale.get('since', '?')}), not refreshed for "
+                            f"{_minutes(age if age is not None else STALE_SECONDS)}"), file=sys.stderr)
         elif stale:
-            print(f"proxima: note: {self.run_dir}: took over the lock left by pid {stale.get('pid')} "
-                  f"(since {stale.get('since', '?')}), which is no longer running", file=sys.stderr)
+            print(printable(f"proxima: note: {self.run_dir}: took over the lock left by pid {stale.get('pid')} "
+                            f"(since {stale.get('since', '?')}), which is no longer running"), file=sys.stderr)
         else:
             print(f"proxima: note: {self.run_dir}: took over an unreadable lock file", file=sys.stderr)
         moved.unlink(missing_ok=True)
