@@ -495,13 +495,12 @@ def _multidiscrete_from_dict(d: dict, where: str) -> gym.spaces.Space:
     return space
 
 
-#: the most bits a recorded MultiBinary may hold: the agent's output layer has 2 rows per bit (index_space),
-#: and a record of a few bytes must not make the loader build an index space of any size before the weights
-#: are compared ([2**30] was 8 GiB of int64)
-_MAX_SPACE_BITS = _MAX_SPACE_INT // 2
-
-
 def _multibinary_from_dict(d: dict, where: str) -> gym.spaces.Space:
+    # at most the bits an env may declare (envs.spaces.MAX_MULTIBINARY_BITS): a record of a few bytes must not
+    # make the loader build an index space of any size before the weights are compared ([2**30] was 8 GiB of
+    # int64, [2**28 - 1] 4.4 GB of memory before the refusal)
+    from .envs.spaces import MAX_MULTIBINARY_BITS as _MAX_SPACE_BITS
+
     shape = d.get("shape")
     if not isinstance(shape, (list, tuple)) or not shape or not all(_is_int(n) and n >= 1 for n in shape):
         raise _not_a_space(where, f"'shape' is {_one_line(repr(shape), 60)}, not a list of sizes >= 1")

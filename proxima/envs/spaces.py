@@ -462,6 +462,12 @@ def index_space(space: gym.spaces.Space) -> gym.spaces.Space:
     return space
 
 
+#: the most bits of a MultiBinary action space: one 2-way categorical each, its output layer 2 rows per bit;
+#: 1,048,576 is far past any PPO task, and a checkpoint's record is held to it (a few bytes of a record
+#: naming more made the loader build gigabytes before the weights were compared)
+MAX_MULTIBINARY_BITS = 2**20
+
+
 def check_action_space(space: gym.spaces.Space, env_id: str = "env") -> None:
     """EnvError, one line naming the space, unless the agent can act in ``space``: a Discrete, a
     MultiDiscrete, a MultiBinary or a Box (its bounds finite or not: the policy's Normal samples
@@ -469,6 +475,9 @@ def check_action_space(space: gym.spaces.Space, env_id: str = "env") -> None:
     no action distribution: the first update would fail inside torch)."""
     if not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)):
         raise EnvError(f"env '{env_id}': not supported yet: action space {space} (Discrete, MultiDiscrete, MultiBinary, Box)")
+    if isinstance(space, gym.spaces.MultiBinary) and math.prod(space.shape) > MAX_MULTIBINARY_BITS:
+        raise EnvError(f"env '{env_id}': action space {space} has {math.prod(space.shape):,} bits, more than the "
+                       f"{MAX_MULTIBINARY_BITS:,} Proxima takes (one 2-way categorical per bit)")
     if isinstance(space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)) and int(np.prod(space.shape)) == 0:
         raise EnvError(f"env '{env_id}': action space {space} is empty (shape {space.shape}); declare one action value "
                        "or more")

@@ -166,15 +166,15 @@ def test_a_multibinary_of_one_bit_reads_as_one_categorical():
     assert spaces_summary(OBS, gym.spaces.MultiBinary(1))["action"] == "MultiBinary(1,) -> 1 categorical over 0/1, as int8"
 
 
-@pytest.mark.parametrize("shape", [[2**31], [2**16, 2**16], [2] * 64, [2**21] * 3, [2**30]],
-                         ids=["2^31", "2^16x2^16", "2x64", "2^21x3", "2^30"])
+@pytest.mark.parametrize("shape", [[2**31], [2**16, 2**16], [2] * 64, [2**21] * 3, [2**30], [2**28 - 1], [2**20 + 1]],
+                         ids=["2^31", "2^16x2^16", "2x64", "2^21x3", "2^30", "2^28-1", "2^20+1"])
 def test_a_multibinary_record_whose_size_overflows_or_is_too_big_is_refused(shape):
     # np.prod wrapped [2] * 64 to 0 and [2**21] * 3 to -2**63, both accepted; [2**30] built an 8 GiB index space
     with pytest.raises(CheckpointError) as info:
         space_from_dict({"type": "MultiBinary", "shape": shape}, "F.pt: spaces.action")
     shown = repr(shape) if len(repr(shape)) <= 60 else repr(shape)[:57] + "..."  # the record, cut to 60 characters
     assert str(info.value) == (f"F.pt: spaces.action: not a recorded space ('shape' is {shown}, not a list of sizes >= 1 "
-                               f"of at most 1,073,741,823 bits in all)")
+                               f"of at most 1,048,576 bits in all)")
 
 
 def test_a_box_record_whose_declared_shape_wraps_int64_is_refused_for_that_field():
@@ -205,3 +205,22 @@ def test_a_policys_repr_shows_its_action_space_shape(space, shown):
     policy = Policy.__new__(Policy)
     policy.__dict__.update(action_space=space, env_id="X", device="cpu", global_step=64, config={"encoder": "mlp"})
     assert repr(policy) == f"Policy(env_id='X', actions={shown}, encoder='mlp', device='cpu', step=64)"
+
+
+def test_a_multibinary_record_of_the_most_bits_an_env_may_declare_is_read():
+    from proxima.envs.spaces import MAX_MULTIBINARY_BITS
+
+    space = space_from_dict({"type": "MultiBinary", "shape": [MAX_MULTIBINARY_BITS]}, "F.pt")
+    assert isinstance(space, gym.spaces.MultiBinary) and space.shape == (2**20,)
+
+
+def test_an_env_declaring_more_multibinary_bits_than_proxima_takes_is_refused_in_one_line():
+    from proxima.envs.base import EnvError
+    from proxima.envs.spaces import check_action_space
+
+    check_action_space(gym.spaces.MultiBinary([1024, 1024]), "E")  # 2**20 bits: taken
+    with pytest.raises(EnvError) as info:
+        check_action_space(gym.spaces.MultiBinary([1024, 1025]), "E")
+    space = gym.spaces.MultiBinary([1024, 1025])
+    assert str(info.value) == (f"env 'E': action space {space} has 1,049,600 bits, more than the 1,048,576 "
+                               "Proxima takes (one 2-way categorical per bit)")
