@@ -1532,10 +1532,13 @@ def _zoo_hyperparams(pairs: list) -> str:
         key, sep, value = pair.partition(":")
         name = key.strip().replace("-", "_")
         field = ALIASES.get(name) or (name if name in FIELDS else FOREIGN_NAMES.get(name))
-        if name in FOREIGN_UNSUPPORTED or name == "policy" or field not in FIELDS or not sep:
+        if name in FOREIGN_UNSUPPORTED or name == "policy" or field not in FIELDS:
             drop.append(name or pair)
             continue
         flag = "--" + field.replace("_", "-")
+        if not sep:  # a setting named without its value (zoo's key:value): its flag, the value to give
+            flags.append(f"{flag} VALUE")
+            continue
         note = FOREIGN_FLAG_NOTES.get(name) if field != name and ALIASES.get(name) != field else None
         word = value.strip().lower()
         # a switch takes no value: the word typed says which form (--norm-obs X would be refused, and a

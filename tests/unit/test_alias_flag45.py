@@ -37,3 +37,11 @@ def test_resume_nproc_without_a_count_does_not_eat_the_next_flag(tmp_path, capsy
     code, _, err = run_main(["resume", str(tmp_path), "--nproc", "--total-timesteps", "8192"], capsys)
     line = error_line(code, err, "--nproc: proxima resume starts as many processes as the run was trained with")
     assert "unrecognized arguments" not in line, line
+
+
+def test_zoo_hyperparams_named_without_a_value_get_their_flag(capsys):
+    """`--hyperparams learning_rate` (no :value): its flag with the value to give, never 'drop learning_rate (no flag
+    here)' of a setting that has one."""
+    code, _, err = run_main(["train", "CartPole-v1", "--hyperparams", "learning_rate", "n_envs:8"], capsys)
+    line = error_line(code, err, "give them as flags: --lr VALUE --num-envs 8")
+    assert "drop learning_rate" not in line, line
