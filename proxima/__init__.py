@@ -7,6 +7,7 @@ Public API::
     policy = load(run_dir)             # the same policy, from a run directory or a checkpoint file
     action = policy.act(obs)           # obs: (B, obs_dim) tensor or numpy array
     result = evaluate(policy)          # a dict: mean_return, std_return, returns (episodes,), ...
+    pop = train_population(config, seeds=range(1, 11), sweep={"lr": [3e-4, 1e-3]})  # proxima train --seeds/--sweep
 
 ``proxima.evaluate`` is the module proxima/evaluate.py, made callable (evaluate._CallableModule): the
 import system binds the package's attribute to the submodule on its first import, so a function of
@@ -33,7 +34,7 @@ from .rundir import expand_home as _expand_home  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["PPOConfig", "ProximaError", "ConfigError", "EnvError", "CheckpointError", "UntrustedEnvError", "TrainingInterrupted", "train", "load", "make_env",
-           "evaluate", "__version__"]
+           "evaluate", "train_population", "__version__"]
 
 #: imported on first use, as make_env: their modules import torch or gymnasium (see __getattr__);
 #: TrainingInterrupted (what train() raises on Ctrl-C), EnvError and CheckpointError too, so the package's import
@@ -136,6 +137,42 @@ def _need_a_config(run_dir, resume) -> None:
         if not list_checkpoints(run_dir):  # resume='auto' would start a new run, which needs a config
             raise ConfigError(f"train(None, resume='auto'): {run_dir} holds no checkpoint to continue, and a new run "
                               f"needs {wanted}")
+
+
+def train_population(config: Optional[PPOConfig], seeds=None, sweep: Optional[dict] = None, run_dir=None, resume=None,
+                     quiet: bool = False, overwrite: bool = False, evaluate_at_end: bool = True, trust_run: bool = False):
+    """Train a population, every member in one batched program, as ``proxima train ENV --seeds S --sweep
+    F=v1,v2`` does (the same checks, files and errors: docs/populations.md). Returns a
+    proxima.population_run.PopulationResult: ``run_dir`` (pathlib.Path: population.json, checkpoints/,
+    one folder per member) and ``members``, one per member in population.json's order (settings outer,
+    seeds inner), each with ``dir`` (a run directory: ``load(member.dir)`` is its policy), ``seed``,
+    ``settings`` ({field: value} of the swept fields), ``eval_mean_return`` (its eval.json's mean; None
+    without one) and ``diverged`` (None, or when and why); ``result.settings_table(threshold=None)`` is
+    ``proxima report``'s table, one dict per setting (mean, IQM and their 95% CIs over members).
+
+    config: a PPOConfig shared by every member; its ``seed`` and swept fields are replaced per member.
+        None only with ``resume``, to continue a population with the config it recorded.
+    seeds: the members' seeds: a range, list or tuple of distinct integers in 0..2**31 - 1
+        (``range(1, 11)``), or --seeds's text (``"1-10"``); None: ``config.seed`` alone.
+    sweep: {field: [values]} of per-member fields (lr, ent_coef, clip_coef, vf_clip_coef, vf_coef, gamma,
+        gae_lambda, max_grad_norm, target_kl): every combination is one setting, trained with every seed.
+    run_dir: the population's directory (default runs/<env>__seeds<first>-<last>__<time>); ``~`` is the home directory.
+    resume: a population's directory or one of its checkpoints/step_N.pt to continue (``proxima resume
+        RUN``), or "auto": continue ``run_dir`` when it holds a checkpoint, else start it. With a config,
+        the fields it sets other than PPOConfig's defaults are the flags a resume is given (total_timesteps
+        extends the run); seeds and sweep, when given, must be the population's.
+    quiet, overwrite, evaluate_at_end, trust_run: as for train() (``--quiet``, ``--overwrite``, the
+        members' end-of-run evaluation, a recorded ``module:Class`` env on resume).
+
+    Raises what the command line prints as its one error line: ConfigError (a refused seed, sweep or
+    field, a run directory that holds files), EnvError, CheckpointError, NonFiniteError once every member
+    diverged, all ProximaErrors; Ctrl-C finishes the iteration, writes a checkpoint and raises
+    TrainingInterrupted (a KeyboardInterrupt), as train() does.
+    """
+    from .population_run import train_population_from_python
+
+    return train_population_from_python(config, seeds=seeds, sweep=sweep, run_dir=run_dir, resume=resume, quiet=quiet,
+                                        overwrite=overwrite, evaluate_at_end=evaluate_at_end, trust_run=trust_run)
 
 
 def load(path, device="cpu", env_id=None, trust_env=False, env_kwargs=None):

@@ -1,4 +1,5 @@
-"""A population's run directory and outer loop: ``proxima train ENV --seeds 1-8 [--sweep lr=1e-3,3e-4]``.
+"""A population's run directory and outer loop: ``proxima train ENV --seeds 1-8 [--sweep lr=1e-3,3e-4]``, and
+from Python ``proxima.train_population(config, seeds=range(1, 9), sweep={"lr": [1e-3, 3e-4]})`` (PopulationResult).
 
 Layout (each member directory has the files of a single run, so ``proxima plot``, ``report`` and
 ``eval`` read a member as they read any run)::
@@ -28,6 +29,7 @@ diverged.json) while the others train on; the population stops (exit 2) once eve
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import math
@@ -270,7 +272,7 @@ def _as_a_single_run(fn):
 def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: dict, run_dir=None, argv=None,
                      quiet: bool = False, overwrite: bool = False, evaluate_at_end: bool = True,
                      stop_after: Optional[int] = None, restart_note: Optional[str] = None, typed_total: bool = False,
-                     probe=None, typed: Optional[dict] = None) -> Path:
+                     probe=None, typed: Optional[dict] = None, call: str = "proxima.population_run.train_population(...)") -> Path:
     """Train every member in one process; returns the run directory. Errors before training (bad
     config, memory, env) leave nothing behind, as does a failure before the first iteration ends; a
     later failure keeps the members' metrics and the last checkpoint for the diagnosis.
@@ -281,7 +283,8 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
     ``probe``: the env's sizes for the memory check (sizing.env_probe of members[0]), when the caller
     has them already (cmd_train_population sizes the population before building its members).
     ``typed``: the flags given, for the run's notes (trainer.note_run; None: from Python, the fields
-    of ``members[0]`` other than the defaults, as train() takes them), printed once, not per member."""
+    of ``members[0]`` other than the defaults, as train() takes them), printed once, not per member.
+    ``call``: the Python call each member's meta.json records as its command when ``argv`` is None."""
     from .device import resolve_device
     from .run_setup import check_preset_backend
     from .rundir import RunSession, unique_default
@@ -312,7 +315,7 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
             if pop.shared_stream_why is not None:
                 print("proxima: note: each member is a valid run with its seed, not the run `--seed k` trains alone: "
                       f"{pop.shared_stream_why} (docs/populations.md, What a member is)", file=sys.stderr)
-        dirs, spaces = _write_layout(run_dir, pop, seeds, sweep, argv)
+        dirs, spaces = _write_layout(run_dir, pop, seeds, sweep, argv, call)
         if not quiet:  # once, at a new population's start, as a single run's (train_state.open_run_dir)
             _print_spaces(spaces)
         wall, finished = _train_loop(pop, run_dir, dirs, seeds, sweep, quiet=quiet, stop_after=stop_after)
@@ -1018,7 +1021,8 @@ def _print_spaces(spaces: dict) -> None:
     print(f"proxima: {line}", file=sys.stderr)
 
 
-def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> tuple:
+def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv,
+                  call: str = "proxima.population_run.train_population(...)") -> tuple:
     """A new population's files before training: each member's folder, config.yaml and meta.json, and
     population.json. Returns (the member folders, the ``spaces`` their meta.json and population.json record)."""
     from .config import dump_yaml
@@ -1030,7 +1034,7 @@ def _write_layout(run_dir: Path, pop: Population, seeds, sweep: dict, argv) -> t
     from .rundir import python_command
 
     # from Python (argv None) the process's argv is a script's or a notebook kernel's, no command that trains
-    command = argv if argv is not None else python_command("proxima.population_run.train_population(...)")
+    command = argv if argv is not None else python_command(call)
     shared = {"command": command, "started": datetime.now().isoformat(timespec="seconds"),
               "versions": versions(), "device": str(pop.device), "world_size": 1, **git_record(), **where_started(),
               "env_backend": pop.env.backend, "spaces": population_spaces(pop)}
@@ -1285,7 +1289,7 @@ def cmd_train_population(args, cfg: PPOConfig) -> int:
 
 def _train_population(args, cfg: PPOConfig, out) -> int:
     """cmd_train_population, its dry run's JSON line printed to ``out`` (the real stdout)."""
-    from .population import member_configs, parse_seeds, parse_sweep
+    from .population import parse_seeds, parse_sweep
 
     refuse_processes(args.nproc)  # cli.cmd_train checks --nproc before launching
     if "seed" in vars(args):
@@ -1318,12 +1322,9 @@ def _train_population(args, cfg: PPOConfig, out) -> int:
     from .envs.gym_adapter import action_spaces_built
     from .nets import encoders_resolved
 
-    first = member_configs(cfg, seeds[:1], {name: values[:1] for name, values in sweep.items()})[0]
     # the env a dry run's checks build, and the encoder chosen for it: the notes below are of that one
     with action_spaces_built() as spaces, encoders_resolved() as encoders:
-        probe = _size_population(first, len(seeds) * math.prod(len(values) for values in sweep.values()), args.dry_run,
-                                 list(sweep))
-    members = member_configs(cfg, seeds, sweep)
+        members, probe = sized_members(cfg, seeds, sweep, args.dry_run)
     if args.dry_run:
         # train_population's note, where it prints it (after the sizing, before the members are checked):
         # the dry run's stderr is the run's. Checked and shown as the members train (no --stop-return); the
@@ -1367,6 +1368,17 @@ def _train_population(args, cfg: PPOConfig, out) -> int:
     return 0
 
 
+def sized_members(cfg: PPOConfig, seeds: Sequence[int], sweep: dict, dry_run: bool = False) -> tuple:
+    """(member configs, env probe) of a new population of ``seeds`` x ``sweep`` over ``cfg``: sized
+    (_size_population) before the members are built, so a huge --seeds is refused in one line at once
+    rather than after minutes of building configs. ``train --seeds`` and train_population_from_python both start here."""
+    from .population import member_configs
+
+    first = member_configs(cfg, seeds[:1], {name: values[:1] for name, values in sweep.items()})[0]
+    probe = _size_population(first, len(seeds) * math.prod(len(values) for values in sweep.values()), dry_run, list(sweep))
+    return member_configs(cfg, seeds, sweep), probe
+
+
 def say_population_trained(run_dir: Path, quiet: bool) -> None:
     """cli.say_trained for a population that trained to its end: its env and per-member total from
     population.json (a population has no --stop-return: every member reached the total)."""
@@ -1400,6 +1412,10 @@ def _size_population(first: PPOConfig, count: int, dry_run: bool, swept: Sequenc
         name = flag.partition(" ")[0][2:].replace("-", "_")
         if flag.startswith("--") and name in swept and why:
             raise ConfigError(f"--sweep {name}: value {getattr(first, name)!r}: {why}") from None
+        from .signals import from_python
+
+        if from_python():  # train_population(PPOConfig(gamma=2.0), ...): the field the script set, not a flag
+            validate(first, python=True)
         raise
     if dry_run:
         sizes = check_env_builds(first)
@@ -1495,3 +1511,238 @@ def _resume_target(args, cfg: PPOConfig) -> Optional[tuple]:
             raise ConfigError(f"--resume auto: {run_dir} holds a single run, not a population; drop --seeds/--sweep to resume it")
         return run_dir, None
     return None
+
+
+# ------------------------------------------------------------------------------------ from Python
+
+
+@dataclasses.dataclass(frozen=True)
+class PopulationMember:
+    """One member of a trained population, as its population.json entry records it."""
+
+    dir: Path
+    """The member's run directory (RUN/m000-seed1-lr0.001): ``proxima.load(member.dir)`` is its policy."""
+    seed: int
+    """Its training seed."""
+    settings: dict
+    """{field: value} of the swept fields ({} for a population of seeds only)."""
+    eval_mean_return: Optional[float]
+    """Mean return of its end-of-run evaluation (its eval.json's ``mean_return``); None when it has none
+    (``eval_episodes=0``, ``evaluate_at_end=False``, a diverged member, a failed evaluation)."""
+    diverged: Optional[dict]
+    """When and why it diverged (iteration, global_step, reason; its diverged.json); None for a healthy member."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PopulationResult:
+    """What proxima.train_population returns: the population's directory and its members in
+    population.json's order (settings outer, seeds inner, as the member folders are numbered)."""
+
+    run_dir: Path
+    """The population's directory (population.json, checkpoints/, one folder per member)."""
+    members: tuple
+    """(PopulationMember, ...): one per member."""
+
+    @classmethod
+    def read(cls, run_dir) -> "PopulationResult":
+        """The result of the population in ``run_dir`` (one trained by ``proxima train --seeds`` too), read
+        from its population.json; CheckpointError naming the file when it is damaged or edited."""
+        run_dir = Path(run_dir)
+        doc = read_population_doc(run_dir)
+        entries = doc.get("member_dirs")
+        members = []
+        for entry in entries if isinstance(entries, list) else [None]:
+            ok = (isinstance(entry, dict) and is_plain_name(entry.get("dir")) and _is_int(entry.get("seed"))
+                  and isinstance(entry.get("settings", {}), dict))
+            if not ok:
+                raise ckpt.CheckpointError(f"{run_dir / POPULATION_FILE}: member_dirs holds {_kind(entry)} where a member "
+                                           f"entry (dir, seed, settings) belongs; the population's {POPULATION_FILE} was "
+                                           "damaged or edited")
+            mean = entry.get("eval_mean_return")
+            members.append(PopulationMember(run_dir / entry["dir"], entry["seed"], dict(entry.get("settings") or {}),
+                                            float(mean) if isinstance(mean, (int, float)) and not isinstance(mean, bool) else None,
+                                            entry.get("diverged") if isinstance(entry.get("diverged"), dict) else None))
+        return cls(run_dir, tuple(members))
+
+    def settings_table(self, threshold: Optional[float] = None) -> list:
+        """The rows of ``proxima report RUN``'s table, one dict per setting (population_report.summarize_settings,
+        nothing evaluated anew): ``settings``, ``seeds``, ``dirs``, ``kind`` ("eval": the members' eval.json
+        returns; "training": their last training returns, when none has one), ``n``, ``mean``, ``mean_ci``,
+        ``iqm``, ``iqm_ci`` (95% bootstrap CIs over members, None under 2), ``left_out`` and, with
+        ``threshold``, ``solved`` (the fraction of members at or above it)."""
+        from .population_report import summarize_settings
+
+        return summarize_settings(self.run_dir, threshold, episodes=0, quiet=True)
+
+
+#: how many seeds a refusal of train_population's ``seeds`` shows before it elides the rest
+SHOWN_SEEDS = 8
+
+
+def seeds_given(seeds) -> list:
+    """train_population's ``seeds`` (a range, list or tuple of integers, or --seeds's text ``"1-10"``) as a
+    list, checked as --seeds is (parse_seeds: none repeated, each in 0..MAX_SEED, at most MAX_MEMBERS);
+    ConfigError naming ``seeds=`` and the value."""
+    import numbers
+
+    from .population import MAX_MEMBERS, parse_seeds
+
+    if isinstance(seeds, str):
+        return parse_seeds(seeds)
+    example = "e.g. seeds=range(1, 11) or seeds=[1, 5, 9]"
+    if isinstance(seeds, numbers.Integral) and not isinstance(seeds, bool):
+        raise ConfigError(f"seeds={seeds!r}: expected a list of seeds, not a count; seeds=[{seeds}] trains seed {seeds}, "
+                          f"seeds=range(1, {int(seeds) + 1}) {seeds} seeds")
+    if isinstance(seeds, (bytes, dict, set, frozenset)) or not hasattr(seeds, "__iter__"):
+        raise ConfigError(f"seeds: expected a range, list or tuple of integer seeds ({example}), got {type(seeds).__name__}")
+    if hasattr(seeds, "__len__") and len(seeds) > MAX_MEMBERS:  # before a range of billions is listed
+        raise ConfigError(f"seeds: {len(seeds):,} seeds; a population holds at most {MAX_MEMBERS:,}")
+    listed = list(seeds)
+    if not listed:
+        raise ConfigError(f"seeds: empty; give at least one seed ({example})")
+    for s in listed:
+        if not isinstance(s, numbers.Integral) or isinstance(s, bool):
+            raise ConfigError(f"seeds: {s!r} is not an integer seed ({example})")
+    listed = [int(s) for s in listed]
+    spec = ",".join(map(str, listed))
+    try:
+        return parse_seeds(spec)
+    except ConfigError as e:  # its line names --seeds '1,1', which the script did not write
+        shown_list = listed if len(listed) <= SHOWN_SEEDS else [*listed[:SHOWN_SEEDS - 1], "...", listed[-1]]
+        text = "[" + ", ".join(map(str, shown_list)) + "]"
+        raise ConfigError(f"seeds={text}{str(e).removeprefix(f'--seeds {spec!r}')}") from None
+
+
+def sweep_given(sweep) -> dict:
+    """train_population's ``sweep`` ({field: [values]}) checked and typed as --sweep's (parse_sweep: a
+    sweepable field, each value valid, none repeated or printed alike); its refusals are --sweep's lines."""
+    import numbers
+
+    from .population import parse_sweep
+
+    example = "e.g. sweep={'lr': [3e-4, 1e-3]}"
+    if not isinstance(sweep, dict):
+        raise ConfigError(f"sweep: expected a dict of field: [values] ({example}), got {type(sweep).__name__}")
+
+    def text(name, v) -> str:
+        if v is None:
+            return "none"
+        if isinstance(v, bool) or not isinstance(v, (numbers.Real, str)):
+            return str(v)  # refused by the field's coercion, in --sweep's line
+        if isinstance(v, numbers.Integral):
+            return str(int(v))
+        if isinstance(v, numbers.Real):
+            return repr(float(v))  # round-trips exactly (a numpy float64 too)
+        if "," in v or not v.strip():
+            raise ConfigError(f"sweep[{name!r}]: value {v!r}: expected a number; give the values as a list, {example}")
+        return v
+
+    items = []
+    for name, values in sweep.items():
+        if not isinstance(name, str):
+            raise ConfigError(f"sweep: key {name!r}: expected a field name ({example})")
+        if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+            raise ConfigError(f"sweep[{name!r}]: expected a list of values, got {values!r}; {example}")
+        values = list(values)
+        if not values:
+            raise ConfigError(f"sweep[{name!r}]: no values; give at least one ({example})")
+        items.append(f"{name}={','.join(text(name, v) for v in values)}")
+    return parse_sweep(items)
+
+
+def train_population_from_python(config: Optional[PPOConfig], seeds=None, sweep: Optional[dict] = None, run_dir=None,
+                                 resume=None, quiet: bool = False, overwrite: bool = False, evaluate_at_end: bool = True,
+                                 trust_run: bool = False) -> PopulationResult:
+    """proxima.train_population: what ``proxima train ENV --seeds S --sweep F=v1,v2 [--resume RUN]`` does,
+    the same checks and code path (sized_members, train_population, resume_population), with Python's
+    words in the lines that say how to go on (``overwrite=True``). Returns PopulationResult.read of the
+    population's directory."""
+    from .signals import hold_python_caller
+
+    release = hold_python_caller(True)
+    try:
+        return PopulationResult.read(_population_from_python(config, seeds, sweep, run_dir, resume, quiet, overwrite,
+                                                             evaluate_at_end, trust_run))
+    finally:
+        release()
+
+
+def _population_from_python(config, seeds, sweep, run_dir, resume, quiet, overwrite, evaluate_at_end, trust_run) -> Path:
+    import copy
+
+    from .rundir import expand_home
+    from .trainer import set_fields
+
+    refuse_processes()  # every rank would train the same population in the same directory
+    for name, value in (("run_dir", run_dir), ("resume", resume)):  # as train() refuses them
+        if isinstance(value, (str, os.PathLike)) and not os.fspath(value).strip():
+            raise ConfigError(f"train_population({name}={os.fspath(value)!r}): empty; give a directory (or None)")
+    wanted = "a PPOConfig (PPOConfig(...) or proxima.presets.resolve(...))"
+    if config is None and resume is None:
+        raise ConfigError(f"train_population(config): expected {wanted}, got None; train_population(None, resume=RUN_DIR) "
+                          "continues a population with its recorded config")
+    if config is not None and not isinstance(config, PPOConfig):
+        raise ConfigError(f"train_population(config): expected {wanted}, got {type(config).__name__}")
+    run_dir = expand_home(run_dir)
+    if config is not None:  # the members are built from a copy: the caller's config is not changed
+        config = copy.copy(config)
+        config.run_dir = expand_home(config.run_dir)
+    seed_list = None if seeds is None else seeds_given(seeds)
+    sweep_dict = None if sweep is None else sweep_given(sweep)
+    target = None
+    if resume is not None:
+        target = _python_resume_target(expand_home(resume) if resume != "auto" else resume,
+                                       run_dir if run_dir is not None or config is None else config.run_dir)
+    if target is not None:
+        where, checkpoint = target
+        if run_dir is not None and resume != "auto" and Path(run_dir).resolve() != Path(where).resolve():
+            raise ConfigError(f"train_population(run_dir={os.fspath(run_dir)!r}, resume={os.fspath(resume)!r}): a population "
+                              f"continues in its own directory, {where}; drop run_dir")
+        overrides, env_id = {}, None
+        if config is not None:  # the fields the config sets count as the flags typed, as train()'s resume takes them
+            overrides = {k: v for k, v in set_fields(config).items() if k != "seed" and k not in (sweep_dict or {})}
+            env_id = config.env_id if config.env_id != PPOConfig().env_id or resume == "auto" else None
+        given = [n for n, v in (("seeds", seed_list), ("sweep", sweep_dict)) if v is not None]
+        return resume_population(where, overrides=overrides, quiet=quiet, env_id=env_id, trust_run=trust_run,
+                                 evaluate_at_end=evaluate_at_end, seeds=seed_list, sweep=sweep_dict, checkpoint=checkpoint,
+                                 typed_members=given)
+    if config is None:  # resume='auto' on a directory with no checkpoint: a new population, which needs a config
+        raise ConfigError(f"train_population(None, resume='auto'): {run_dir} holds no checkpoint to continue, and a new "
+                          f"population needs {wanted}")
+    if seed_list is None:
+        if config.seed is None:
+            raise ConfigError("train_population(seeds=None): PPOConfig.seed is None too; give the members' seeds, "
+                              "e.g. seeds=range(1, 11)")
+        seed_list = [config.seed]
+    sweep_dict = sweep_dict or {}
+    members, probe = sized_members(config, seed_list, sweep_dict)
+    # a refused swept value as --sweep's line (``--sweep gamma: value 2.0: ...``), as the CLI's dry run checks it:
+    # the population's own check, from Python, would name PPOConfig.gamma, which the script left as it was
+    from .population import check_members
+
+    check_members([as_member_config(c) for c in members])
+    restart = "resume='auto' found no checkpoint to continue" if resume == "auto" else None
+    return train_population(members, seed_list, sweep_dict, run_dir=run_dir, quiet=quiet, overwrite=overwrite,
+                            evaluate_at_end=evaluate_at_end, restart_note=restart,
+                            typed_total=config.total_timesteps != PPOConfig().total_timesteps, probe=probe,
+                            call="proxima.train_population(...)")
+
+
+def _python_resume_target(resume, run_dir) -> Optional[tuple]:
+    """_resume_target for train_population's ``resume``: (population directory, checkpoint file or None);
+    for ``"auto"``, ``run_dir`` when it holds a checkpoint, else None (a new population there)."""
+    if resume != "auto":
+        path = Path(resume)
+        if path.is_file() and path.parent.name == "checkpoints":
+            return path.parent.parent, path
+        return path, None
+    if run_dir is None:
+        raise ConfigError("train_population(resume='auto'): give run_dir=RUN_DIR (the population to continue, or to "
+                          "start there when it holds no checkpoint)")
+    run_dir = Path(run_dir)
+    if not ckpt.list_checkpoints(run_dir):
+        return None
+    if not is_population_dir(run_dir):
+        raise ConfigError(f"train_population(resume='auto'): {run_dir} holds a single run, not a population; continue it "
+                          f"with proxima.train(None, resume={str(run_dir)!r})")
+    return run_dir, None
