@@ -202,6 +202,8 @@ class UnknownFieldError(ConfigError, TypeError):
 
 #: the population flags of ``proxima train``, which a Python caller may take for PPOConfig keywords
 POPULATION_FLAGS = {"seeds": "--seeds 1-3", "sweep": "--sweep lr=1e-3,3e-4"}
+#: the same, as proxima.train_population's arguments
+POPULATION_ARGS = {"seeds": "seeds=range(1, 4)", "sweep": "sweep={'lr': [1e-3, 3e-4]}"}
 
 
 def _refuse_unknown_keywords(init):
@@ -213,9 +215,9 @@ def _refuse_unknown_keywords(init):
             name = population[0]
             others = [n for n in unknown if n != name]
             more = f" (also not PPOConfig fields: {', '.join(others)})" if others else ""
-            raise UnknownFieldError(f"PPOConfig({name}={_short_repr(kwargs[name])}): not a PPOConfig field: training a "
-                                    f"population is command-line only (proxima train ENV_ID {POPULATION_FLAGS[name]}, "
-                                    f"docs/populations.md); from Python, train one PPOConfig per member in a loop{more}")
+            raise UnknownFieldError(f"PPOConfig({name}={_short_repr(kwargs[name])}): not a PPOConfig field: a population's "
+                                    f"{name} is an argument of proxima.train_population(config, {POPULATION_ARGS[name]}) "
+                                    f"(proxima train ENV_ID {POPULATION_FLAGS[name]}, docs/populations.md){more}")
         if unknown:
             name = unknown[0]
             more = f" (and {len(unknown) - 1} more: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""

@@ -103,12 +103,13 @@ def test_a_config_files_backend_prefixes_a_refusal_of_a_presets_value():
 
 # -- 5, 6. PPOConfig keywords: a population's, a torch.device ------------------------------------------------------
 
-def test_ppoconfig_seeds_says_populations_are_command_line_only():
+def test_ppoconfig_seeds_points_to_train_population_and_the_flag():
     for name, value in (("seeds", [1, 2]), ("sweep", {"lr": [1e-3]})):
         with pytest.raises(UnknownFieldError) as info:
             PPOConfig(**{name: value})
         assert "did you mean 'seed'" not in str(info.value)
-        assert "training a population is command-line only (proxima train ENV_ID --" in str(info.value), info.value
+        assert f"a population's {name} is an argument of proxima.train_population(config, {name}=" in str(info.value)
+        assert "(proxima train ENV_ID --" in str(info.value), info.value
 
 
 def test_ppoconfig_population_advice_wherever_the_keyword_stands():
@@ -116,8 +117,8 @@ def test_ppoconfig_population_advice_wherever_the_keyword_stands():
         with pytest.raises(UnknownFieldError) as info:
             PPOConfig(**kwargs)
         message = str(info.value)
-        assert message.startswith("PPOConfig(seeds=[1]): not a PPOConfig field: training a population is command-line "
-                                  "only"), message
+        assert message.startswith("PPOConfig(seeds=[1]): not a PPOConfig field: a population's seeds is an argument of "
+                                  "proxima.train_population(config, seeds=range(1, 4))"), message
         assert message.endswith("(also not PPOConfig fields: foo)") and "did you mean" not in message, message
 
 
