@@ -227,11 +227,14 @@ def as_member_config(cfg: PPOConfig) -> PPOConfig:
 def note_single_run_only(asked: dict, quiet: bool = False) -> None:
     """One note naming the SINGLE_RUN_ONLY values ``asked`` ({field: value}: a new population's config,
     a resume's flags) that differ from what a population does, which it then does not apply."""
-    flags = [f"--{n.replace('_', '-')} {shown(v)}" for n, v in asked.items()
+    from .signals import from_python
+
+    python = from_python()  # proxima.train_population: the fields the config set, not flags
+    flags = [f"PPOConfig.{n} = {shown(v)}" if python else f"--{n.replace('_', '-')} {shown(v)}" for n, v in asked.items()
              if n in SINGLE_RUN_ONLY and v != SINGLE_RUN_ONLY[n]]
     if flags and not quiet:
         print(f"proxima: note: {' and '.join(flags)} appl{'y' if len(flags) > 1 else 'ies'} to single runs; each member "
-              "of the population trains for --total-timesteps", file=sys.stderr)
+              f"of the population trains for {'total_timesteps' if python else '--total-timesteps'}", file=sys.stderr)
 
 
 def refuse_processes(nproc: Optional[int] = None) -> None:
@@ -1433,9 +1436,10 @@ def _note_whole_iterations(cfg: PPOConfig, typed_total: bool) -> None:
     the whole iterations (population.json's total_timesteps_per_member) while their config.yaml, as a
     single run's, keeps the total typed. total_timesteps is not swept: one note holds for every member."""
     if typed_total:
+        from .signals import from_python
         from .trainer import _note_whole_iterations as note
 
-        note(cfg, 1)
+        note(cfg, 1, f"PPOConfig.total_timesteps = {cfg.total_timesteps:,}" if from_python() else None)
 
 
 def _estimate(cfg: PPOConfig, members: int, probe, run_dir: Path, quiet: bool) -> dict:

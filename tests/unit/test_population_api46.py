@@ -196,3 +196,13 @@ def test_importing_proxima_and_reaching_train_population_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
     assert "train_population" in proxima.__all__
+
+
+def test_notes_name_the_ppoconfig_fields_the_script_set_not_flags(tmp_path, capsys):
+    proxima.train_population(_config(total_timesteps=48, stop_return=100.0, eval_episodes=0), seeds=[1], run_dir=tmp_path / "p")
+    err = capsys.readouterr().err
+    assert ("proxima: note: PPOConfig.stop_return = 100 applies to single runs; each member of the population trains for "
+            "total_timesteps\n") in err
+    assert ("proxima: note: PPOConfig.total_timesteps = 48 is not a multiple of the batch (32 steps = num_envs x "
+            "num_steps): training 32 steps (1 iteration)\n") in err
+    assert "--" not in err.replace("--sweep", "")
