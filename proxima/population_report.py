@@ -92,7 +92,14 @@ class Setting:
     members: list = field(default_factory=list)
     """[(seed, member directory)] in population.json's order."""
     diverged: dict = field(default_factory=dict)
-    """{member directory name: "diverged at iteration N"} of the members frozen by a non-finite update or env output."""
+    """{member name: "diverged at iteration N"} of the members frozen by a non-finite update or env output."""
+    names: dict = field(default_factory=dict)
+    """{member directory: its name in the report} where that is not the directory's name (a pooled
+    population's ``A2/m000-seed6``: two populations' folders may share a name)."""
+
+    def member_name(self, member_dir: Path) -> str:
+        """The member as the report names it: its directory's name, or its pooled name (``names``)."""
+        return self.names.get(member_dir, member_dir.name)
 
     @property
     def label(self) -> str:
@@ -150,16 +157,262 @@ def read_settings(run_dir) -> list:
 
 def _check_settings(path: Path, name: str, settings: dict) -> None:
     """Refuse a member's settings that no --sweep wrote: a key that is not a per-member field, a value
-    that is not a number (or null, target_kl=none). Every label of a setting (eval's lines, report.md's
+    that is not a number (or null, target_kl=none; a switch's true or false). Every label of a setting (eval's lines, report.md's
     table) is then of field names and numbers, never text the file chose (an escape, a tag)."""
-    from .population import PER_MEMBER_FIELDS
+    from .population import PER_MEMBER_FIELDS, PER_MEMBER_SWITCHES
 
     for key, value in settings.items():
         if key not in PER_MEMBER_FIELDS:
             raise PopulationError(f"{path}: member entry {name!r} has setting {key!r}, not a field a population sweeps "
                                   f"({', '.join(PER_MEMBER_FIELDS)})")
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        if key in PER_MEMBER_SWITCHES:  # --sweep norm_adv=true,false: true or false, nothing else
+            if not isinstance(value, bool):
+                raise PopulationError(f"{path}: member entry {name!r} has setting {key} = {value!r}, not true or false")
+        elif value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise PopulationError(f"{path}: member entry {name!r} has setting {key} = {value!r}, not a number")
+
+
+# ------------------------------------------------------------------------------------ pooling (report A+A2)
+#: joins the populations of one pooled setting on the command line: ``proxima report A+A2``
+POOL_SEP = "+"
+#: the seeds a learning claim wants at least (FEW_MEMBERS_NOTE's advice): a population's next seeds reach it
+CLAIM_SEEDS = 10
+
+
+@dataclass
+class Pool:
+    """Populations trained by one command on other seeds (``proxima report A+A2``), reported as one: each
+    setting holds every population's members of it (read_pool checked that their configs are equal but for
+    the seed and run_dir, and that no seed is in a setting twice)."""
+
+    dirs: list
+    """The populations' directories, as given."""
+    names: list
+    """Each one's name in the report (plot.run_names over every directory reported)."""
+    docs: list
+    """Each one's population.json."""
+    settings: list
+    """Setting per setting, in the first population's order; its members named ``A2/m000-seed6``."""
+
+    @property
+    def name(self) -> str:
+        """``A+A2``: the pool as the report names it."""
+        return POOL_SEP.join(self.names)
+
+    @property
+    def spelled(self) -> str:
+        """``runs/a+runs/a2``: the pool as a command names it (the directories as given)."""
+        return POOL_SEP.join(str(d) for d in self.dirs)
+
+
+def settings_of(src) -> list:
+    """The settings (Setting) of a population directory (read_settings) or a Pool."""
+    return src.settings if isinstance(src, Pool) else read_settings(src)
+
+
+def parts_of(src) -> list:
+    """The population directories behind a report's source: a Pool's, or the one directory."""
+    return list(src.dirs) if isinstance(src, Pool) else [Path(src)]
+
+
+def pool_groups(args: list) -> list:
+    """[[Path]] of the RUN_DIR arguments, one list per argument: ``A+A2`` is [A, A2] (a group to pool),
+    ``A`` is [A]. An argument that names an existing path is that path, whatever its characters, so a
+    directory named with a ``+`` is still reported; a directory named twice in a group counts once."""
+    from .plot import unique_dirs
+
+    return [[Path(a)] if os.path.lexists(a) or POOL_SEP not in str(a)
+            else unique_dirs([p for p in str(a).split(POOL_SEP) if p]) or [Path(a)] for a in args]
+
+
+def _value_text(value) -> str:
+    """A config value as the refusal names it: text as it is, others as JSON (``100000``, ``[64, 64]``)."""
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _first_difference(a: dict, b: dict) -> Optional[tuple]:
+    """(field, a's value, b's value) of the first config field, in a's order then b's, whose values differ,
+    less each member's own record (MEMBER_OWN_RECORD); ``absent`` for a field one lacks; None when none."""
+    for key in dict.fromkeys([*a, *b]):
+        if key in MEMBER_OWN_RECORD:
+            continue
+        va, vb = a.get(key, _ABSENT), b.get(key, _ABSENT)
+        if va != vb:
+            return key, *("absent" if v is _ABSENT else _value_text(v) for v in (va, vb))
+    return None
+
+
+_ABSENT = object()
+POOL_HOW = ("a pool (A+A2) is one setting trained in parts: the same `proxima train` command with other --seeds; "
+            "to compare populations, give them apart (proxima report A B --out FILE.md)")
+
+
+def read_pool(dirs: list, names: list) -> Pool:
+    """The Pool of the population directories ``dirs`` (named ``names`` in the report). ReportError, one line,
+    nothing evaluated: a directory that is not a population (or a broken one), populations of other settings
+    (the first config field whose values differ, with both: ``total_timesteps: 100000 in A, 50000 in A2``;
+    population.json's env id and settings first), a member without a config.yaml to compare, or a seed
+    twice in one setting (its two member directories)."""
+    from .report import ReportError, _md
+
+    docs, parts = [], []
+    for d in dirs:
+        if not is_population(d):
+            why = "does not exist" if not os.path.lexists(d) else "is a single run (no population.json)"
+            raise ReportError(f"{d}: {why}; {POOL_SEP} pools populations (train --seeds/--sweep) of one setting")
+        try:
+            parts.append(read_settings(d))
+            docs.append(json.loads(read_run_text(Path(d) / POPULATION_FILE)))
+        except (PopulationError, OSError, ValueError) as e:
+            raise ReportError(str(e)) from None
+    for name, doc in zip(names[1:], docs[1:]):
+        if doc.get("env_id") != docs[0].get("env_id"):
+            raise ReportError(f"env_id: {_md(docs[0].get('env_id'))} in {names[0]}, {_md(doc.get('env_id'))} in {name}; "
+                              + POOL_HOW)
+    labels = [[setting_label(s.settings) or "(seeds only)" for s in settings] for settings in parts]
+    for name, own in zip(names[1:], labels[1:]):
+        if sorted(own) != sorted(labels[0]):
+            raise ReportError(f"settings: {'; '.join(labels[0])} in {names[0]}, {'; '.join(own)} in {name}; " + POOL_HOW)
+    configs = {}
+    for d, name, doc in zip(dirs, names, docs):
+        _, read, unread = member_configs(Path(d), doc)
+        if unread:
+            raise ReportError(f"{next(iter(unread.values()))}; {POOL_SEP} compares every member's config.yaml before pooling")
+        configs.update({Path(d) / member: c for member, c in read.items()})
+    pooled = []
+    for i, label in enumerate(labels[0]):
+        setting = Setting(dict(parts[0][i].settings))
+        ref_dir = parts[0][i].members[0][1] if parts[0][i].members else None
+        seen: dict = {}
+        for d, name, settings, own in zip(dirs, names, parts, labels):
+            part = settings[own.index(label)]
+            for seed, member in part.members:
+                shown_name = f"{name}/{member.name}"
+                config = configs.get(member) or {}
+                if not config:
+                    raise ReportError(f"{member / 'config.yaml'}: missing or empty; {POOL_SEP} pools populations whose "
+                                      "members' config.yaml show them one setting: pool populations with their files")
+                if member != ref_dir:
+                    differ = _first_difference(configs.get(ref_dir) or {}, config)
+                    if differ:
+                        key, a, b = differ
+                        raise ReportError(f"{_md(key)}: {_md(a)} in {names[0]}, {_md(b)} in {name}"
+                                          + (f" ({label})" if label != "(seeds only)" else "") + f"; {POOL_HOW}")
+                if seed in seen:
+                    raise ReportError(f"seed {seed} twice in the pooled setting {label}: {seen[seed]} and {shown_name}; "
+                                      "train the added population on other seeds (--seeds N-M past the first's)")
+                seen[seed] = shown_name
+                setting.members.append((seed, member))
+                setting.names[member] = shown_name
+                if member.name in part.diverged:
+                    setting.diverged[shown_name] = part.diverged[member.name]
+        pooled.append(setting)
+    return Pool([Path(d) for d in dirs], list(names), docs, pooled)
+
+
+def pooled_section(srcs: list, names: list) -> list:
+    """The lines of a report's "## Pooled" (none when no source is a Pool): per pool and setting, which
+    population gave which seeds."""
+    from .report import _md
+
+    pools = [(src, name) for src, name in zip(srcs, names) if isinstance(src, Pool)]
+    if not pools:
+        return []
+    lines = ["", "## Pooled", "",
+             "Each row of a pool is one setting with the members of every population named here, as if trained "
+             "at once (their members' `config.yaml` checked equal but for the seed and `run_dir`, no seed twice in a "
+             "setting):", "", "| pool | setting | population | seeds | members |", "|---|---|---|---|---|"]
+    for pool, name in pools:
+        for st in pool.settings:
+            label = setting_label(st.settings) or "(seeds only)"
+            for d, part in zip(pool.dirs, pool.names):
+                seeds = [seed for seed, m in st.members if m.parent == d]
+                lines.append(f"| {_md(name)} | {_md(label)} | {_md(str(d))} | {_seeds_text(seeds)} | {len(seeds)} |")
+    return lines
+
+
+def next_seeds(seeds: list) -> list:
+    """The seeds to train next for a population of ``seeds``: past its highest, as many again, and enough
+    that the pool holds CLAIM_SEEDS (1-5 -> 6-10, 1-3 -> 4-10, 1-10 -> 11-20)."""
+    n = len(seeds)
+    start = max(seeds) + 1 if seeds else 1
+    return list(range(start, start + max(n, CLAIM_SEEDS - n, 1)))
+
+
+def _more_dir(src, spec: str) -> Path:
+    """Where the next seeds train: beside the (first) population, ``runs/a-seeds6-10``."""
+    base = parts_of(src)[0]
+    base = base if base.name not in ("", ".", "..") else base.resolve()
+    return base.with_name(f"{base.name}-seeds{spec}")
+
+
+def _train_more(src, spec: str, new: Path) -> str:
+    """The command that trains ``src``'s setting on the seeds ``spec`` into ``new``: its recorded command
+    (population_run._proxima_train's check) with --seeds and --run-dir replaced, else how to make it."""
+    import shlex
+
+    from .population_run import _proxima_train
+
+    first = parts_of(src)[0]
+    command = _docs_of(src)[0].get("command")
+    if not _proxima_train(command):
+        return (f"the command in {first / POPULATION_FILE} with `--seeds {spec} --run-dir {shlex.quote(str(new))}` in "
+                "place of its own")
+    again, skip = [], False
+    for word in command:
+        if skip:
+            skip = False
+        elif word in ("--seeds", "--run-dir", "--overwrite"):
+            skip = word != "--overwrite"
+        elif not word.startswith(("--seeds=", "--run-dir=")):
+            again.append(word)
+    return f"`{shlex.join(again + ['--seeds', spec, '--run-dir', str(new)])}`"
+
+
+def more_seeds_section(lines: list, srcs: list) -> list:
+    """The lines of "## More seeds" when the report's ``lines`` advise to run more seeds: per population,
+    the train command of its next seeds (next_seeds) into a new directory, then the report that pools it
+    (``proxima report A+A-seeds6-10 --out A-seeds1-10.md``, named after the first population, so that the
+    text does not depend on where this report is written); [] otherwise."""
+    import shlex
+
+    if not any("run more seeds" in line.lower() for line in lines):
+        return []
+    from .population_run import seeds_spec
+
+    steps, pooled = [], []
+    for src in srcs:
+        seeds = sorted({seed for st in settings_of(src) for seed, _ in st.members})
+        more = next_seeds(seeds)
+        spec = seeds_spec(more)
+        new = _more_dir(src, spec)
+        steps.append(f"- {_train_more(src, spec, new)}")
+        pooled.append((f"{_spelled(src)}{POOL_SEP}{new}", seeds_spec(seeds + more)))
+    out = Path(f"{_more_dir(srcs[0], pooled[0][1])}.md")
+    report = shlex.join(["proxima", "report", *(p for p, _ in pooled), "--out", str(out)])
+    return ["", "## More seeds", "",
+            f"A learning claim wants {CLAIM_SEEDS} or more seeds per setting. To add seeds, train the same setting "
+            "on the next ones into a new directory:", "", *steps, "",
+            f"then pool them with these (each `{POOL_SEP}` joins the populations of one setting): `{report}`."]
+
+
+def read_sources(groups: list) -> list:
+    """The report's sources of pool_groups's ``groups``: a Pool (read_pool) of each group of several
+    directories, the directory itself of each other; every directory named as run_names names it among all."""
+    from .plot import run_names
+
+    flat = [d for g in groups for d in g]
+    named = dict(zip(flat, run_names(flat)))
+    return [read_pool(g, [named[d] for d in g]) if len(g) > 1 else g[0] for g in groups]
+
+
+def source_names(srcs: list) -> list:
+    """Each source's name in a report: a Pool's ``A+A2``, a directory's as plot.run_names gives it among all."""
+    from .plot import run_names
+
+    flat = [d for src in srcs for d in parts_of(src)]
+    named = dict(zip(flat, run_names(flat)))
+    return [src.name if isinstance(src, Pool) else named[Path(src)] for src in srcs]
 
 
 def diverged_text(entry) -> str:
@@ -321,7 +574,7 @@ REEVALUATED = "evaluated now from the latest checkpoint (eval.json set aside)"
 
 def member_final_return(member_dir: Path, episodes: Optional[int] = 0, device: str = "cpu", quiet: bool = True,
                         unevaluated: Optional[list] = None, stale: Optional[dict] = None,
-                        measured: Optional[dict] = None) -> tuple:
+                        measured: Optional[dict] = None, name: Optional[str] = None) -> tuple:
     """(return, source): eval.json's mean return; else, with ``episodes`` >= 1 (None: the member's own
     --eval-episodes, report.run_eval_episodes), a fresh evaluation of the member's latest checkpoint
     (``report --episodes N --device D``, as a single run's report makes one); else (or when it has no
@@ -329,7 +582,10 @@ def member_final_return(member_dir: Path, episodes: Optional[int] = 0, device: s
     (None, "no result", before the first is logged). An eval.json of another step than the member's
     last is not its result: ``stale`` gets {member dir name: "eval.json of step X, not the member's
     last step N"}. An evaluation return's step and episodes go into ``measured``: {member dir name:
-    (global_step, episodes)}, None for one its eval.json does not record (an older one)."""
+    (global_step, episodes)}, None for one its eval.json does not record (an older one). ``name``: the
+    member's key in those dicts (Setting.member_name; its directory's name by default)."""
+    name = name or member_dir.name
+
     def count(v):
         return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -348,12 +604,12 @@ def member_final_return(member_dir: Path, episodes: Optional[int] = 0, device: s
         old_seeds = old_episode_seeds(saved)
         if not _stale_eval(member_dir, saved) and not old_seeds:
             if measured is not None:
-                measured[member_dir.name] = (count(saved.get("global_step")), count(saved.get("episodes")))
+                measured[name] = (count(saved.get("global_step")), count(saved.get("episodes")))
             return float(saved["mean_return"]), "eval"
         if stale is not None and not _stale_eval(member_dir, saved):
-            stale[member_dir.name] = OLD_SEEDS
+            stale[name] = OLD_SEEDS
         elif stale is not None:  # "no eval.json" would send the user looking for a file that is there
-            stale[member_dir.name] = (f"eval.json of step {saved['global_step']:,}, not the member's last step "
+            stale[name] = (f"eval.json of step {saved['global_step']:,}, not the member's last step "
                                       f"{_last_step(member_dir):,}")
     if episodes is None:
         from .report import run_eval_episodes
@@ -367,7 +623,7 @@ def member_final_return(member_dir: Path, episodes: Optional[int] = 0, device: s
             if not quiet:
                 print(f"evaluated {member_dir}: {_eval_line(result)}", file=sys.stderr)
             if measured is not None:
-                measured[member_dir.name] = (count(result.get("global_step")), count(result.get("episodes")))
+                measured[name] = (count(result.get("global_step")), count(result.get("episodes")))
             return float(result["mean_return"]), REEVALUATED if ev.is_file() else EVALUATED_NOW
         if unevaluated is not None:
             unevaluated.append((member_dir, result["error"]))
@@ -464,15 +720,16 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: Opt
     from .report import ReportError
 
     try:
-        settings = read_settings(run_dir)
+        settings = settings_of(run_dir)
     except PopulationError as e:
         raise ReportError(str(e)) from None
     unevaluated: list = []
     stale: dict = {}
     measured: dict = {}
+    names = {d: setting.member_name(d) for setting in settings for _, d in setting.members}
     # a diverged member has no result (its frozen weights are not evaluated): left out, named
-    finals = [[(seed, d, None, "diverged") if d.name in setting.diverged else
-               (seed, d, *member_final_return(d, episodes, device, quiet, unevaluated, stale, measured))
+    finals = [[(seed, d, None, "diverged") if names[d] in setting.diverged else
+               (seed, d, *member_final_return(d, episodes, device, quiet, unevaluated, stale, measured, names[d]))
                for seed, d in setting.members]
               for setting in settings]
     if unevaluated and not quiet:  # one line, not one per member
@@ -480,28 +737,28 @@ def summarize_settings(run_dir, threshold: Optional[float] = None, episodes: Opt
         print(f"proxima: note: {_count(len(unevaluated), 'member')} without an eval.json of its last step could not be "
               f"evaluated, so they are left out of settings whose other members have an evaluation (first: {printable(why)})",
               file=sys.stderr)
-    kept = sorted({measured[d.name][1] for f in finals for _, d, _, src in f if src == "eval" and d.name in measured}
+    kept = sorted({measured[names[d]][1] for f in finals for _, d, _, src in f if src == "eval" and names[d] in measured}
                   - {episodes}, key=lambda c: (c is None, c or 0))
     if episodes is not None and episodes >= 1 and kept and not quiet:  # the typed N, silently not applied, misleads
         print(f"proxima: note: --episodes {episodes} applies only to members without an eval.json of their last step; "
               f"the others' eval.json results are used as recorded (over {'/'.join('?' if c is None else f'{c:,}' for c in kept)} "
               "episodes: see the line above the table)", file=sys.stderr)
-    why_not = {d.name: _not_evaluated(d, error, episodes, device) for d, error in unevaluated}
+    why_not = {names[d]: _not_evaluated(d, error, episodes, device) for d, error in unevaluated}
     out = []
     for setting, members in zip(settings, finals):
         evaluated = [source in EVAL_SOURCES for *_, source in members]
         counted = [source != "diverged" for *_, source in members]
         kind = "eval" if any(evaluated) else "training"
         values = [v if ok or kind == "training" else None for (_, _, v, _), ok in zip(members, evaluated)]
-        row = {"settings": setting.settings, "seeds": [s for s, *_ in members], "dirs": [d.name for _, d, *_ in members],
-               "kind": kind, "eval_missing": [d.name for (_, d, *_), ok, c in zip(members, evaluated, counted)
+        row = {"settings": setting.settings, "seeds": [s for s, *_ in members], "dirs": [names[d] for _, d, *_ in members],
+               "kind": kind, "eval_missing": [names[d] for (_, d, *_), ok, c in zip(members, evaluated, counted)
                                               if not ok and c and kind == "eval"],
                "sources": sorted({src for (*_, v, src), ok, c in zip(members, evaluated, counted) if c and (ok or kind == "training")}),
                "diverged": dict(setting.diverged)}
         row["not_evaluated"] = {name: why_not[name] for name in row["eval_missing"] if name in why_not}
         row["stale_eval"] = {name: stale[name] for name in row["eval_missing"] if name in stale}
-        row["measured"] = {d.name: measured[d.name] for (_, d, *_), ok in zip(members, evaluated)
-                           if ok and d.name in measured}
+        row["measured"] = {names[d]: measured[names[d]] for (_, d, *_), ok in zip(members, evaluated)
+                           if ok and names[d] in measured}
         row.update(member_statistics(row["dirs"], values, threshold, excluded=setting.diverged))
         row["left_out"] = [[name, row["stale_eval"].get(name, "no eval.json") if name in row["eval_missing"] else why]
                            for name, why in row["left_out"]]
@@ -714,7 +971,8 @@ def _sources_text(run_dir: Path, doc: dict, rows: list) -> str:
     """``Final return per member: eval. Evaluated at step 3,200, over 20 episodes per member.``: the kind
     of final return of the population's rows, and when and over what it was measured."""
     kinds = {" / ".join(r["sources"]) for r in rows}  # "": a setting whose every member diverged, no source counted
-    everyone = every_member_diverged(run_dir, read_settings(run_dir)) if kinds == {""} else None
+    every = [every_member_diverged(d, read_settings(d)) for d in parts_of(run_dir)] if kinds == {""} else [None]
+    everyone = "; ".join(every) if all(every) else None
     if everyone:
         sources = f"Final return per member: none, as {everyone}."
     elif len(kinds) <= 1:
@@ -723,13 +981,22 @@ def _sources_text(run_dir: Path, doc: dict, rows: list) -> str:
         sources = "Final return per member, per setting: " + "; ".join(
             f"{setting_label(r['settings']) or '(seeds only)'}: {' / '.join(r['sources']) or 'none (every member diverged)'}"
             for r in rows) + "."
-    return sources + ("" if everyone else _measured_text(rows, _reached(run_dir, doc)[0]))
+    reached = [_reached(d, doc)[0] for d, doc in zip(parts_of(run_dir), _docs_of(run_dir, doc))]
+    reached = [st for st in reached if st is not None]
+    return sources + ("" if everyone else _measured_text(rows, min(reached) if reached else None))
 
 
 def _first_line(run_dir: Path, doc: dict, rows: list) -> str:
     """``CartPole-v1: 16 members (8 seeds x 2 settings), 548,864 steps each, 68.9 s of training in one process.``"""
     from .report import _md
 
+    if isinstance(run_dir, Pool):  # each population trained in its own process: each one's progress
+        seeds = len({seed for st in run_dir.settings for seed, _ in st.members})
+        members = sum(len(st.members) for st in run_dir.settings)
+        parts = "; ".join(f"{_md(name)}: {training_progress(d, part)}"
+                          for d, name, part in zip(run_dir.dirs, run_dir.names, run_dir.docs))
+        return (f"{_md(doc.get('env_id'))}: {_count(members, 'member')} ({_count(seeds, 'seed')} x "
+                f"{_count(len(rows), 'setting')}), pooled from {len(run_dir.dirs)} populations ({parts}).")
     seeds = len(doc["seeds"]) if isinstance(doc.get("seeds"), list) else None
     return (f"{_md(doc.get('env_id'))}: {_count(doc.get('members'), 'member')} "
             f"({_count(seeds, 'seed')} x {_count(len(rows), 'setting')}), "
@@ -757,6 +1024,25 @@ def _end_eval_errors(run_dir: Path) -> dict:
             and isinstance(e.get("eval_error"), str)}
 
 
+def _end_errors(src) -> dict:
+    """_end_eval_errors of a population directory, or of each of a Pool's, by the members' pooled names."""
+    if not isinstance(src, Pool):
+        return _end_eval_errors(src)
+    return {f"{name}/{member}": why for d, name in zip(src.dirs, src.names) for member, why in _end_eval_errors(d).items()}
+
+
+def _spelled(src) -> str:
+    """A population directory, or a Pool (``A+A2``), as a command names it."""
+    return src.spelled if isinstance(src, Pool) else str(src)
+
+
+def _docs_of(src, doc: Optional[dict] = None) -> list:
+    """The population.json of each population behind ``src`` (a directory's: ``doc``, read if not given)."""
+    if isinstance(src, Pool):
+        return list(src.docs)
+    return [doc if doc is not None else json.loads(read_run_text(Path(src) / POPULATION_FILE))]
+
+
 def _row_notes(run_dir: Path, r: dict, name: str, threshold: Optional[float], episodes: Optional[int]) -> list:
     """The notes under the table of the row ``r`` named ``name``: members left out and why, and
     evaluations of different episode counts."""
@@ -765,9 +1051,9 @@ def _row_notes(run_dir: Path, r: dict, name: str, threshold: Optional[float], ep
     notes = []
     if r["eval_missing"]:
         k, m = len(r["eval_missing"]), r["members"]
-        how = (f"run `proxima report {run_dir} --episodes N` to evaluate them" if episodes is not None and episodes < 1 else
+        how = (f"run `proxima report {_spelled(run_dir)} --episodes N` to evaluate them" if episodes is not None and episodes < 1 else
                f"the report could not evaluate {'them' if k != 1 else 'it'}: {_not_evaluated_note(r)}")
-        failed = {d: why for d, why in _end_eval_errors(run_dir).items() if d in r["eval_missing"]}
+        failed = {d: why for d, why in _end_errors(run_dir).items() if d in r["eval_missing"]}
         if failed and episodes is not None and episodes < 1:
             # another evaluation of the same seeds meets the same failure: no advice to run one
             rest = len(failed) < k
@@ -796,7 +1082,8 @@ def _row_notes(run_dir: Path, r: dict, name: str, threshold: Optional[float], ep
     if len(set(counts.values())) > 1:  # an explicit --episodes other than eval.json's: said, not averaged unsaid
         notes.append(f"- {name}: its members' evaluations ran different numbers of episodes ("
                      f"{_by_value(counts, lambda c: f'over {c:,}')}); each member's mean counts as one value: "
-                     f"`proxima eval {run_dir}` evaluates every member alike, over its own --eval-episodes.")
+                     f"{' and '.join(f'`proxima eval {d}`' for d in parts_of(run_dir))} evaluates every member alike, "
+                     "over its own --eval-episodes.")
     return notes
 
 
@@ -809,11 +1096,12 @@ def _steps_note(rows: list) -> Optional[str]:
 
 def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: Optional[int] = 0,
            comparison: Optional[dict] = None) -> str:
-    doc = json.loads(read_run_text(run_dir / POPULATION_FILE))  # read_settings checked it
+    doc = _docs_of(run_dir)[0]  # read_settings checked it
     from .plot import dir_name
     from .report import _md
 
-    lines = [f"# Population report: {_md(dir_name(run_dir))}", "", _first_line(run_dir, doc, rows), "",
+    title = run_dir.name if isinstance(run_dir, Pool) else dir_name(run_dir)
+    lines = [f"# Population report: {_md(title)}", "", _first_line(run_dir, doc, rows), "",
              f"{_sources_text(run_dir, doc, rows)} 95% CIs: {CI_METHOD}; none (\u2014) for fewer than {MIN_CI_MEMBERS} "
              f"members. {IQM_TEXT}.", "",
              f"| setting | members | mean | mean 95% CI | IQM | IQM 95% CI | >= {threshold if threshold is not None else 'threshold'} |",
@@ -830,8 +1118,10 @@ def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: Opti
         notes.append(steps_note)
     if notes:
         lines += [""] + notes
+    lines += pooled_section([run_dir], [title])
     if len(rows) > 1:
         lines += [""] + comparison_section(rows, comparison)
+    lines += more_seeds_section(lines, [run_dir])
     lines += ["", "Per member: `proxima report RUN/<member dir>` (same files as a single run).", ""]
     return "\n".join(lines)
 
@@ -1354,6 +1644,48 @@ def provenance_section(run_dir: Path, doc: dict) -> list:
     return lines + [""]
 
 
+def pool_provenance(pool: Pool) -> list:
+    """provenance_section of a Pool: each population's command and seeds, then the first population's shared
+    config (read_pool checked every member's equal to it but for the seed and run_dir) and versions, with a
+    note naming a population whose first member recorded other versions or another git commit."""
+    from .report import ReportError, _check_meta, _code, _command_cell, _git_code, _md, _read_json, _versions
+
+    lines = provenance_section(pool.dirs[0], pool.docs[0])
+    parts = []
+    for d, name, doc in zip(pool.dirs, pool.names, pool.docs):
+        command = _command_cell(doc.get("command"))
+        parts.append(f"- {_md(name)}: command {_code(command) if command else f'not recorded in {POPULATION_FILE}'}; "
+                     f"seeds {_seeds_text(doc.get('seeds'))}")
+    first = lines.index("") + 1  # after the heading: the pool's populations, in place of the first one's lines
+    end = lines.index("", first)
+    shared = (f"The pooled populations' members share one config but for the seed and `run_dir` (checked); "
+              f"below, {_md(pool.names[0])}'s.")
+    lines[first:end] = parts + [f"- sweep: {_sweep_text(pool.docs[0].get('sweep'))}", "", shared]
+
+    def code_of(d: Path):
+        member = next((m for st in pool.settings for _, m in st.members if m.parent == d), None)
+        try:
+            meta = _check_meta(member / "meta.json", _read_json(member / "meta.json")) if member else None
+        except ReportError:
+            return None
+        return (_versions(meta), _git_code(meta)) if meta else None
+
+    ref = code_of(pool.dirs[0])
+    other = [_md(name) for d, name in zip(pool.dirs[1:], pool.names[1:]) if ref is not None and code_of(d) not in (None, ref)]
+    if other:
+        lines[-1:-1] = [f"- note: {', '.join(other)} recorded other versions or another git commit than "
+                        f"{_md(pool.names[0])} (`proxima report RUN/<member dir>` shows each one's)."]
+    return lines
+
+
+def _pool_curve_note(srcs: list) -> str:
+    """`` The curves are drawn per population: ...`` when a source is a Pool, whose table pools what its panels do not."""
+    if not any(isinstance(s, Pool) for s in srcs):
+        return ""
+    return (" The curves are drawn per population, one panel each, as `proxima plot` draws them; the table and "
+            "comparisons above pool the members of each pool's populations.")
+
+
 def _ci_json(ci) -> Optional[list]:
     return None if ci is None else [ci[0], ci[1]]
 
@@ -1379,12 +1711,20 @@ def _compare_json(c: dict) -> dict:
             "not_compared": c.get("why")}
 
 
+def _pooled_json(src) -> dict:
+    """{"pooled": [{"dir", "seeds"}]} of a Pool's populations (each one's seeds over its settings), {} for a directory."""
+    if not isinstance(src, Pool):
+        return {}
+    return {"pooled": [{"dir": str(d), "seeds": sorted({seed for st in src.settings for seed, m in st.members if m.parent == d})}
+                       for d in src.dirs]}
+
+
 def population_json(run_dir: Path, rows: list, threshold: Optional[float], comparison: Optional[dict]) -> dict:
     """The --json file of one population's report, from the rows and comparison report.md is rendered from."""
     from .report import json_document
 
-    doc = json.loads(read_run_text(run_dir / POPULATION_FILE))
-    body = {"population": str(run_dir), "env_id": doc.get("env_id"), "threshold": threshold,
+    doc = _docs_of(run_dir)[0]
+    body = {"population": _spelled(run_dir), **_pooled_json(run_dir), "env_id": doc.get("env_id"), "threshold": threshold,
             "ci": {"level": CI_LEVEL, "method": CI_METHOD}, "settings": [row_json(r) for r in rows], "comparison": None}
     if comparison is not None:
         body["comparison"] = {
@@ -1399,7 +1739,8 @@ def populations_json(run_dirs: list, names: list, tables: list, threshold: Optio
     from .report import json_document
 
     rows = [(d, name, r) for d, name, t in zip(run_dirs, names, tables) for r in t]
-    body = {"populations": [{"name": name, "dir": str(d)} for d, name in zip(run_dirs, names)], "threshold": threshold,
+    body = {"populations": [{"name": name, "dir": _spelled(d), **_pooled_json(d)} for d, name in zip(run_dirs, names)],
+            "threshold": threshold,
             "ci": {"level": CI_LEVEL, "method": CI_METHOD}, "reference": comparison["reference"],
             "verdict": comparison["verdict"],
             "rows": [{"population": name, **row_json(r), **({"reference": True} if c.get("ref") else _compare_json(c))}
@@ -1418,9 +1759,11 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     before the Markdown (report.write_report), checked already by report.build_population_report."""
     from .report import ReportError, Staging, _curve_path, draw_curve, image_link, make_folders, write_report
 
-    run_dir = Path(run_dir)
+    run_dir = run_dir if isinstance(run_dir, Pool) else Path(run_dir)
     if threshold is not None and not math.isfinite(threshold):  # as `proxima report` refuses it
         raise ReportError(f"--threshold {threshold:g}: must be a finite return (e.g. --threshold 475)")
+    if isinstance(run_dir, Pool) and out is None:  # each population's own report.md is its own
+        raise ReportError(f"{run_dir.spelled}: give --out FILE.md for the pooled report")
     rows = summarize_settings(run_dir, threshold, episodes, device, quiet)
     out = Path(out) if out is not None else run_dir / "report.md"
     comparison = settings_comparison(rows)
@@ -1432,16 +1775,17 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     make_folders(out, json_out)
     with Staging() as staging:  # the curve, the JSON and report.md renamed into place together, or none
         # the population's plot: one IQM curve with its 95% bootstrap band per setting
-        why = draw_curve(staging, [run_dir], curve, metric=metric, x=x, smooth=smooth)
+        why = draw_curve(staging, parts_of(run_dir), curve, metric=metric, x=x, smooth=smooth)
         if why is None:
-            name = resolved_metric(run_dir, metric)  # what was drawn: `--metric value_loss` drew losses/value_loss
+            name = resolved_metric(parts_of(run_dir)[0], metric)  # what was drawn: `--metric value_loss` drew losses/value_loss
             alt = f"learning curves: IQM over members of {name} with a 95% bootstrap CI, per setting"
             text += (f"\n![{alt}]({image_link(Path(os.path.relpath(curve.resolve(), out.parent.resolve())).as_posix())})\n\n"
-                     f"{curve_caption(rows, name)}\n")
+                     f"{curve_caption(rows, name)}{_pool_curve_note([run_dir])}\n")
         else:  # every member diverged: the line above the table has said who and why once
             text += ("\nNo learning curve: every member diverged, and a diverged member is left out of its setting's "
                      "curve, as of the table.\n" if everyone else f"\nNo learning curve: {why}\n")
-        text += "\n" + "\n".join(provenance_section(run_dir, json.loads(read_run_text(run_dir / POPULATION_FILE))))
+        text += "\n" + "\n".join(pool_provenance(run_dir) if isinstance(run_dir, Pool) else
+                                  provenance_section(run_dir, json.loads(read_run_text(run_dir / POPULATION_FILE))))
         write_report(out, text, json_out, population_json(run_dir, rows, threshold, comparison) if json_out is not None
                      else None, staging=staging)
     return out
@@ -1465,9 +1809,9 @@ def planned_episodes(run_dir: Path, episodes: Optional[int]) -> tuple:
     from .report import ReportError, _check_eval, _read_json, _stale_eval, run_eval_episodes
 
     fixed, fresh = set(), set()
-    for setting in read_settings(run_dir):
+    for setting in settings_of(run_dir):
         for _, d in setting.members:
-            if d.name in setting.diverged:
+            if setting.member_name(d) in setting.diverged:
                 continue
             try:
                 saved = _check_eval(d / "eval.json", _read_json(d / "eval.json")) if (d / "eval.json").is_file() else None
@@ -1520,24 +1864,25 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
     nothing written, as for a bad --out or an unknown metric. The curves are ``proxima plot``'s of the
     populations, one panel each; a metric without values (charts/action_std of discrete actions) is no curve, the
     report still written and saying why."""
-    from .plot import UnknownMetric, run_names
+    from .plot import UnknownMetric
     from .report import ReportError, check_device, check_json_out, check_out
 
-    run_dirs = [Path(d) for d in run_dirs]
+    run_dirs = [d if isinstance(d, Pool) else Path(d) for d in run_dirs]
+    flat = [d for src in run_dirs for d in parts_of(src)]
     if out is None:
         raise ReportError(f"{len(run_dirs)} populations: give --out FILE.md for the combined report")
     out = Path(out)
     check_out(out)
     if json_out is not None:
-        check_json_out(Path(json_out), run_dirs)
+        check_json_out(Path(json_out), flat)
     if threshold is not None and not math.isfinite(threshold):
         raise ReportError(f"--threshold {threshold:g}: must be a finite return (e.g. --threshold 475)")
-    names = run_names(run_dirs)
+    names = source_names(run_dirs)
     docs = []
     for d in run_dirs:
         try:
-            read_settings(d)  # a broken population.json: its own line, before any member is evaluated
-            docs.append(json.loads(read_run_text(d / POPULATION_FILE)))
+            settings_of(d)  # a broken population.json: its own line, before any member is evaluated
+            docs.append(_docs_of(d)[0])
         except (PopulationError, OSError, ValueError) as e:
             raise ReportError(str(e)) from None
     how = "; a probability of improvement compares one measure: report them alone"
@@ -1545,7 +1890,7 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
     if problem:  # checked before evaluating any member
         raise ReportError(f"these populations do not measure the same: {problem}{how}")
     if (metric, x, smooth) != ("charts/episodic_return", "step", 1):
-        for d in run_dirs:
+        for d in flat:
             try:
                 check_population_metric(d, metric)
             except UnknownMetric as e:  # a typo: refused; a column without values is the curve section's note
@@ -1587,13 +1932,14 @@ def _write_with_curves(out: Path, json_out, run_dirs: list, text, tables: list, 
     curve = _curve_path(out)
     make_folders(out, json_out)
     with Staging() as staging:
-        why = draw_curve(staging, run_dirs, curve, metric=metric, x=x, smooth=smooth)
+        flat = [d for src in run_dirs for d in parts_of(src)]
+        why = draw_curve(staging, flat, curve, metric=metric, x=x, smooth=smooth)
         if callable(text):
             text = text(staging)
         if why is None:
             link = image_link(Path(os.path.relpath(curve.resolve(), out.parent.resolve())).as_posix())
-            name = resolved_metric(run_dirs[0], metric)
-            caption = curve_caption([r for t in tables for r in t], name)
+            name = resolved_metric(flat[0], metric)
+            caption = curve_caption([r for t in tables for r in t], name) + _pool_curve_note(run_dirs)
             scale = ", each on its own scale" if panel == "task" else ""
             if panel == "task":  # the aggregate's scores, not a table of returns, are above the curves
                 caption = caption.replace("the table above is", "the scores above are of")
@@ -1624,7 +1970,8 @@ def differences_section(run_dirs: list, names: list, docs: list) -> list:
     names = [_md(name) for name in names]  # the populations' folder names: shown, never rendered
     columns, unread = [], []
     for d, name, doc in zip(run_dirs, names, docs):
-        _, configs, _ = member_configs(d, doc)
+        configs = {f"{part}/{member}": c for d_, part, doc_ in zip(parts_of(d), getattr(d, "names", [name]), _docs_of(d, doc))
+                   for member, c in member_configs(d_, doc_)[1].items()}
         sweep = doc.get("sweep") if isinstance(doc.get("sweep"), dict) else {}
         shared, differ = shared_config(configs, sweep)
         if not shared and not differ:
@@ -1651,9 +1998,11 @@ def differences_section(run_dirs: list, names: list, docs: list) -> list:
     if unread:
         lines += ["", f"- note: no member's config.yaml could be read in {', '.join(unread)}."]
     lines += ["", f"Each population's command ({POPULATION_FILE}):", ""]
-    for name, doc in zip(names, docs):
-        command = _command_cell(doc.get("command"))
-        lines.append(f"- {name}: {_code(command)}" if command else f"- {name}: command not recorded in {POPULATION_FILE}")
+    for src, name, doc in zip(run_dirs, names, docs):
+        for part, doc in zip(getattr(src, "names", [name]), _docs_of(src, doc)):
+            part = _md(part)
+            command = _command_cell(doc.get("command"))
+            lines.append(f"- {part}: {_code(command)}" if command else f"- {part}: command not recorded in {POPULATION_FILE}")
     return lines + [""]
 
 
@@ -1718,6 +2067,8 @@ def render_populations(run_dirs: list, names: list, docs: list, tables: list, th
             notes.append(steps_note.replace("- note:", f"- note: {name}:", 1))
     if notes:
         lines += [""] + notes
+    lines += pooled_section(run_dirs, names)
+    lines += more_seeds_section(lines, run_dirs)
     lines += ["", "Per population: `proxima report RUN`; per member: `proxima report RUN/<member dir>`.", ""]
     return "\n".join(lines)
 
@@ -1911,6 +2262,8 @@ def render_tasks(run_dirs: list, names: list, docs: list, ranges: list, tables: 
         notes.append(f"- \u2020 a task has fewer than {FEW_CI_MEMBERS} runs: {FEW_MEMBERS_NOTE}.")
     if notes:
         lines += [""] + notes
+    lines += pooled_section(run_dirs, names)
+    lines += more_seeds_section(lines, run_dirs)
     lines += ["", "Per population (its settings compared, its members): `proxima report RUN`.", ""]
     return "\n".join(lines)
 
@@ -1921,7 +2274,7 @@ def tasks_json(run_dirs: list, names: list, docs: list, ranges: list, tables: li
     from .report import json_document
 
     envs = [doc.get("env_id") for doc in docs]
-    tasks = [{"env_id": env, "population": name, "dir": str(d), "score_range": [low, high],
+    tasks = [{"env_id": env, "population": name, "dir": _spelled(d), **_pooled_json(d), "score_range": [low, high],
               "range_source": "--score-range" if src == "--score-range" else "built in"}
              for d, name, env, (low, high, src) in zip(run_dirs, names, envs, ranges)]
     rows = []
@@ -2036,32 +2389,33 @@ def build_tasks_report(run_dirs, out=None, score_ranges=None, threshold: Optiona
     aggregate.SCORE_RANGES), then IQM, mean, median and optimality gap with stratified-bootstrap 95% CIs,
     and a performance profile: a table, and its plot (draw_profile) beside report.md. ReportError (one line, nothing written, no member evaluated) for an env
     without a range, two populations of one env, settings that differ, or different kinds of final return."""
-    from .plot import UnknownMetric, run_names
+    from .plot import UnknownMetric
     from .report import ReportError, _md, check_device, check_json_out, check_out
 
-    run_dirs = [Path(d) for d in run_dirs]
+    run_dirs = [d if isinstance(d, Pool) else Path(d) for d in run_dirs]
+    flat = [d for src in run_dirs for d in parts_of(src)]
     if out is None:
         raise ReportError("--normalize: give --out FILE.md for the report over the tasks")
     out = Path(out)
     check_out(out)
     if json_out is not None:
-        check_json_out(Path(json_out), run_dirs)
+        check_json_out(Path(json_out), flat)
     if threshold is not None:  # a return of one env: no one threshold holds for all tasks
         raise ReportError(f"--threshold {threshold:g}: a return of one env, not of several tasks; with --normalize the "
                           "performance profile gives the fraction of runs above normalized scores 0.25 to 1")
     given = parse_score_ranges(score_ranges)
-    names = run_names(run_dirs)
+    names = source_names(run_dirs)
     docs, settings = [], []
     for d in run_dirs:
         try:
-            settings.append(read_settings(d))  # a broken population.json: its own line, before any member is evaluated
-            docs.append(json.loads(read_run_text(d / POPULATION_FILE)))
+            settings.append(settings_of(d))  # a broken population.json: its own line, before any member is evaluated
+            docs.append(_docs_of(d)[0])
         except (PopulationError, OSError, ValueError) as e:
             raise ReportError(str(e)) from None
     labels = _check_tasks(names, docs, settings)
     ranges = task_ranges(names, [doc["env_id"] for doc in docs], given)
     if (metric, x, smooth) != ("charts/episodic_return", "step", 1):
-        for d in run_dirs:
+        for d in flat:
             try:
                 check_population_metric(d, metric)
             except UnknownMetric as e:

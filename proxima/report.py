@@ -1793,7 +1793,11 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
 
 # ------------------------------------------------------------------------------------ CLI
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories; A+A2 pools populations of one "
+                   "setting (the same train command on other --seeds) into one, its table, comparisons and --json over "
+                   "all their members (needs --out; docs/populations.md)")
+    p.add_argument("--pool", action="store_true", help="pool every RUN_DIR given into one population: `report A A2 "
+                   "--pool` is `report A+A2`; settings that differ in a config field, or a seed given twice, are refused")
     p.add_argument("--out", default=None, metavar="FILE.md", help="report file, ending in .md (default RUN_DIR/report.md; "
                    "needed for several runs); its curve is <stem>_curve.png beside it")
     p.add_argument("--episodes", type=int_arg, default=None, metavar="N",
@@ -1850,6 +1854,50 @@ def _normalized_report(args, run_dirs: list) -> int:
     return 0
 
 
+def _pooled_report(args, groups: list) -> int:
+    """``report A+A2 [B+B2 ...]`` (or ``report A A2 --pool``): each group of several populations pooled into one
+    (population_report.read_pool), then the report of one population, of several, or of tasks (--normalize),
+    as without pooling. ReportError for a single run, a missing --out, or what read_pool refuses."""
+    from . import population_report as pr
+
+    if args.score_range and not args.normalize:
+        raise ReportError("--score-range ENV=LOW:HIGH applies with --normalize (a report over several tasks)")
+    flat = [d for g in groups for d in g]
+    for d in flat:
+        problem = path_problem(d)
+        if problem:
+            raise ReportError(problem)
+        if not pr.is_population(d):
+            raise ReportError(f"{d}: a single run; pooling ({pr.POOL_SEP}, --pool) takes populations (train --seeds/--sweep)")
+    if args.out is None:
+        raise ReportError(f"{pr.POOL_SEP.join(map(str, next(g for g in groups if len(g) > 1)))}: give --out FILE.md for "
+                          "the pooled report (each population's own report.md stays its own)")
+    check_out(Path(args.out))
+    if args.json_out is not None:
+        check_json_out(Path(args.json_out), flat)
+    srcs = pr.read_sources(groups)  # refused here, in one line, before any member is evaluated
+    metric = args.metric or default_metric(flat)
+    common = dict(out=args.out, metric=metric, x=args.x, smooth=args.smooth, episodes=args.episodes, device=args.device,
+                  quiet=False, json_out=args.json_out)
+    if args.normalize:
+        path = pr.build_tasks_report(srcs, score_ranges=args.score_range, threshold=args.threshold, **common)
+    elif len(srcs) > 1:
+        path = pr.build_populations_report(srcs, threshold=args.threshold, **common)
+    else:
+        from .plot import UnknownMetric
+
+        if (metric, args.x, args.smooth) != (DEFAULT_METRIC, "step", 1):
+            for d in flat:
+                try:
+                    pr.check_population_metric(d, metric)
+                except UnknownMetric as e:
+                    raise ReportError(str(e)) from None
+        check_device(args.device, args.episodes)
+        path = pr.build_population_report(srcs[0], threshold=args.threshold, **common)
+    print(f"wrote {path}" + (f" and {args.json_out}" if args.json_out else ""))
+    return 0
+
+
 def run(args) -> int:
     prog = "proxima report"
     if args.episodes is not None and args.episodes < 0:
@@ -1862,8 +1910,13 @@ def run(args) -> int:
         sys.stderr.write(f"{prog}: error: --threshold {args.threshold:g}: must be a finite return (e.g. --threshold 475)\n")
         return 2
     try:
-        from .population_report import is_population
+        from .population_report import is_population, pool_groups
 
+        groups = pool_groups(args.run_dirs)  # A+A2: one group to pool
+        if args.pool:
+            groups = [unique_dirs([d for g in groups for d in g])]
+        if any(len(g) > 1 for g in groups):
+            return _pooled_report(args, groups)
         run_dirs = unique_dirs(args.run_dirs)  # a directory named twice is one run
         if args.normalize or args.score_range:  # several tasks: their own report, never the plain comparison
             return _normalized_report(args, run_dirs)
