@@ -1370,8 +1370,8 @@ def build_parser() -> ArgParser:
                    "process, e.g. 1-16 or 1,5,9 (docs/populations.md); a single number N is one member, seed N (a note says so "
                    "unless --sweep is given)")
     p.add_argument("--sweep", action="append", default=None, metavar="FIELD=V1,V2", help="a population over values of a "
-                   "per-member field (lr, ent_coef, clip_coef, vf_clip_coef, vf_coef, gamma, gae_lambda, max_grad_norm, target_kl), crossed with "
-                   "--seeds; repeat to cross several fields")
+                   "per-member field (lr, ent_coef, clip_coef, vf_clip_coef, vf_coef, gamma, gae_lambda, max_grad_norm, target_kl; the "
+                   "switches norm_adv, anneal_lr, clip_vloss take true,false), crossed with --seeds; repeat to cross several fields")
     add_config_flags(p)
     p.set_defaults(func=cmd_train)
 

@@ -13,7 +13,7 @@ The algorithm is ppo.py's, parametrized, never copied (DESIGN.md "Growing withou
 * ``ppo.update`` runs its epochs and minibatches with a per-member permutation (each member's
   minibatch is drawn from its own data by its own permutation); the minibatch step is
   ``ppo.ppo_loss`` over (P, mb) inputs (vmapped for encoder agents) with per-member clip/vf/ent
-  coefficients; the summed loss
+  coefficients and norm_adv/clip_vloss switches ((P,) bool tensors); the summed loss
   gives each member the gradient of its own loss only; the gradient norm is clipped per member;
   ``member_adam.MemberAdam`` is P independent Adams over the stacked parameters (per-member
   learning rates and step counts); ``target_kl`` stops a member's update after the minibatch whose
@@ -56,8 +56,13 @@ from .envs import make_env
 from .envs.base import EnvError
 from .rollout import Rollout
 
-#: fields that may differ between members: each lives as a (P,) tensor
-PER_MEMBER_FIELDS = ("lr", "ent_coef", "clip_coef", "vf_clip_coef", "vf_coef", "gamma", "gae_lambda", "max_grad_norm", "target_kl")
+#: numbers that may differ between members: each lives as a (P,) float32 tensor (Population.coef)
+PER_MEMBER_NUMBERS = ("lr", "ent_coef", "clip_coef", "vf_clip_coef", "vf_coef", "gamma", "gae_lambda", "max_grad_norm", "target_kl")
+#: PPO switches that may differ between members (CleanRL's ablations of details 4, 7 and 9): each lives as
+#: a (P,) bool tensor (Population.switch), applied by torch.where, never by a Python branch per member
+PER_MEMBER_SWITCHES = ("norm_adv", "anneal_lr", "clip_vloss")
+#: fields that may differ between members (--sweep FIELD=...)
+PER_MEMBER_FIELDS = PER_MEMBER_NUMBERS + PER_MEMBER_SWITCHES
 #: fields every member shares apart from these and the seed (shapes, env, schedule, switches)
 _MEMBER_OWN = set(PER_MEMBER_FIELDS) | {"seed", "run_dir"}
 
@@ -212,7 +217,15 @@ class Population:
         absent = {"target_kl": lambda c: math.inf, "vf_clip_coef": lambda c: c.clip_coef}
         col = lambda name: torch.tensor([absent[name](c) if getattr(c, name) is None else float(getattr(c, name)) for c in configs],  # noqa: E731
                                         dtype=torch.float32, device=self.device)
-        self.coef = {name: col(name) for name in PER_MEMBER_FIELDS}
+        self.coef = {name: col(name) for name in PER_MEMBER_NUMBERS}
+        # per-member switches, (P,) bool: where a member's single run takes a branch, the batch takes both
+        # and torch.where keeps each member's own (the same ops: a member's loss is its run's bit for bit)
+        self.switch = {name: torch.tensor([bool(getattr(c, name)) for c in configs], device=self.device)
+                       for name in PER_MEMBER_SWITCHES}
+        # each switch as the loss takes it: a Python bool where every member agrees (the path, and the
+        # cost, of a population without that switch swept), else the (P,) tensor
+        self._loss_switch = {name: self.switch[name] if len({bool(getattr(c, name)) for c in configs}) > 1
+                             else bool(getattr(base, name)) for name in PER_MEMBER_SWITCHES}
         self.lr_now = self.coef["lr"].clone()  # annealed in place (detail 4)
         # the learning rates in float64: annealed from these and rounded once, as the single run's
         # frac * cfg.lr (a Python float) is, not from their float32 roundings
@@ -382,29 +395,33 @@ class Population:
         them out. Returns each loss term as a (P,) tensor, grad_norm (P,) and nonfinite (P,) bool."""
         if self._all_stopped:  # every member has stopped this update: what _step would add, zeros
             return self._idle_metrics
-        P, cfg = self.members, self.cfg
+        P = self.members
         m = {k: v.reshape(P, -1, *v.shape[1:]) for k, v in mb.items()}  # (P, mb, ...), a view
-        coef = self.coef
+        coef, switch = self.coef, self._loss_switch
         if self.stacked:
             _, newlogprob, entropy, newvalue = self.agent(m["obs"], m["actions"])
             out = ppo.ppo_loss(newlogprob, m["logprobs"], m["advantages"], newvalue, m["values"], m["returns"], entropy,
                                clip_coef=coef["clip_coef"], vf_coef=coef["vf_coef"], ent_coef=coef["ent_coef"],
-                               clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv, vf_clip_coef=coef["vf_clip_coef"])
+                               clip_vloss=switch["clip_vloss"], norm_adv=switch["norm_adv"], vf_clip_coef=coef["vf_clip_coef"])
         else:
             out = self._vmapped_loss(m)
         return self._step(out)
 
     def _vmapped_loss(self, m: dict) -> dict:
-        cfg = self.cfg
+        # the switches go in as (P,) tensors (each member's a 0-d one under vmap: torch.where, no branch),
+        # or stay Python bools where every member agrees
+        switch = self._loss_switch
+        swept = [name for name in ("clip_vloss", "norm_adv") if torch.is_tensor(switch[name])]
 
-        def member_loss(params, buffers, obs, actions, logprobs, advantages, values, returns, clip, vf, ent, vclip):
+        def member_loss(params, buffers, obs, actions, logprobs, advantages, values, returns, clip, vf, ent, vclip, *on):
             _, newlogprob, entropy, newvalue = functional_call(self.template, (params, buffers), ("forward", obs, actions))
+            flags = {**{n: switch[n] for n in ("clip_vloss", "norm_adv")}, **dict(zip(swept, on))}
             return ppo.ppo_loss(newlogprob, logprobs, advantages, newvalue, values, returns, entropy, clip_coef=clip,
-                                vf_coef=vf, ent_coef=ent, clip_vloss=cfg.clip_vloss, norm_adv=cfg.norm_adv, vf_clip_coef=vclip)
+                                vf_coef=vf, ent_coef=ent, vf_clip_coef=vclip, **flags)
 
         out = vmap(member_loss)(self._prefixed_params, self._prefixed_buffers, m["obs"], m["actions"], m["logprobs"],
                                 m["advantages"], m["values"], m["returns"], self.coef["clip_coef"], self.coef["vf_coef"],
-                                self.coef["ent_coef"], self.coef["vf_clip_coef"])
+                                self.coef["ent_coef"], self.coef["vf_clip_coef"], *(switch[n] for n in swept))
         return out
 
     def _step(self, out: dict) -> dict:
@@ -466,18 +483,22 @@ class Population:
         """One iteration of every member. Returns per-member (P,) tensors: the update's loss terms,
         explained_variance, ep_return_sum, ep_length_sum, ep_count, and for Box actions action_std and
         action_clip_frac (copies: the parts' buffers are overwritten by the next iteration)."""
-        if self.cfg.anneal_lr:  # detail 4, per member
+        anneal = self._loss_switch["anneal_lr"]
+        if anneal is not False:  # detail 4, per member: one that does not anneal keeps its lr
             frac = 1.0 - self.iteration / self.num_iterations
-            self.lr_now.copy_(frac * self._lr64)
-            self.scheduled_lrs = [frac * c.lr for c in self.configs]
+            self.lr_now.copy_(frac * self._lr64 if anneal is True else torch.where(anneal, frac * self._lr64, self._lr64))
+            self.scheduled_lrs = [frac * c.lr if c.anneal_lr else c.lr for c in self.configs]
         rollout, advantages, update = self._parts
         rollout()
         advantages()
         update()
         ro = self.rollout
         out = {k: v.clone() for k, v in self.metrics.items()}
-        if not self.cfg.clip_vloss:  # as a single run's: blank, not a 0 that reads as "never clipped"
+        clip_vloss = self._loss_switch["clip_vloss"]
+        if clip_vloss is False:  # as a single run's: blank, not a 0 that reads as "never clipped"
             out.pop("vf_clipfrac", None)
+        elif clip_vloss is not True:  # swept: blank (NaN) for the members that do not clip
+            out["vf_clipfrac"] = torch.where(clip_vloss, out["vf_clipfrac"], torch.full_like(out["vf_clipfrac"], math.nan))
         out.update(explained_variance=self.explained_variance.clone(), ep_return_sum=ro.ep_return_sum.clone(),
                    ep_length_sum=ro.ep_length_sum.clone(), ep_count=ro.ep_count.clone())
         # Box actions: each member's head std (P, 1, A) -> (P,) and its envs' clipped share of the rollout
@@ -768,6 +789,8 @@ def check_members(configs: Sequence[PPOConfig], resume: bool = False, python: bo
     population does not support yet (one line naming the flag; ``python``: a member's refused value as
     validate's Python caller's line, ``PPOConfig.gamma = 2.0``)."""
     base = configs[0]
+    if len({c.clip_vloss for c in configs}) > 1:  # before validate's line, which names a --no-clip-vloss not typed
+        _refuse_unclipped_range([c.vf_clip_coef for c in configs if not c.clip_vloss])
     for c in configs:
         try:
             validate(c, resume=resume, python=python)  # a resume's refusal says what a resume may change
@@ -781,7 +804,7 @@ def check_members(configs: Sequence[PPOConfig], resume: bool = False, python: bo
             continue
         values = {repr(getattr(c, f.name)) for c in configs}
         if len(values) > 1:
-            raise ConfigError(f"--sweep {f.name}: changes the shapes or the env of the batched program; "
+            raise ConfigError(f"--sweep {f.name}: {not_sweepable_why(f.name)}; "
                               f"only {', '.join(PER_MEMBER_FIELDS)} can differ between members")
     switched = unsupported_switches(base)
     if switched:
@@ -826,6 +849,8 @@ def member_configs(base: PPOConfig, seeds: Sequence[int], sweep: Optional[dict] 
     sweep = dict(sweep or {})
     for name in sweep:
         check_sweep_field(name)
+    if False in sweep.get("clip_vloss", ()):  # before validate's line, which names a --no-clip-vloss not typed
+        _refuse_unclipped_range(sweep.get("vf_clip_coef", [base.vf_clip_coef]))
     names = list(sweep)
     sources = getattr(base, "_sources", None)
     out = []
@@ -838,6 +863,16 @@ def member_configs(base: PPOConfig, seeds: Sequence[int], sweep: Optional[dict] 
     return out
 
 
+def _refuse_unclipped_range(ranges: Sequence) -> None:
+    """ConfigError when a member that --sweep clip_vloss turns off would get a vf_clip_coef (``ranges``:
+    those members' values): the range of a clip it does not make, which a single run refuses too."""
+    given = [r for r in ranges if r is not None]
+    if given:
+        raise ConfigError(f"--sweep clip_vloss: vf_clip_coef {_fmt(given[0])} sets the range of the value clip that the "
+                          "clip_vloss=false members turn off; drop --vf-clip-coef (the clip then takes clip_coef, as "
+                          "CleanRL's) or sweep vf_clip_coef in a population of clip_vloss=true alone")
+
+
 def check_sweep_field(name: str) -> None:
     """One line for a field that cannot be swept in one batched program."""
     from .config import FIELDS
@@ -847,8 +882,30 @@ def check_sweep_field(name: str) -> None:
     if name == "seed":
         raise ConfigError("--sweep seed: give seeds with --seeds (e.g. --seeds 1-8)")
     if name not in PER_MEMBER_FIELDS:
-        raise ConfigError(f"--sweep {name}: changes the shapes or the env of the batched program (or is not per member); "
+        raise ConfigError(f"--sweep {name}: {not_sweepable_why(name)}; "
                           f"sweepable: {', '.join(PER_MEMBER_FIELDS)}; run one population per value of {name}")
+
+
+#: fields no member can have its own value of, which change no shape: settings of the one process that
+#: trains every member, and the single run's early stop, which a population does not make
+_RUN_WIDE = {"device", "threads", "flush_denormal", "keep_host_memory", "deterministic", "compile", "compile_mode",
+             "cudagraphs", "amp", "run_dir", "init_from", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints",
+             "eval_episodes", "eval_every", "progress", "debug_checks", "plot", "stop_return", "stop_episodes"}
+#: fields that change no shape either, but whose one value (one normalizer module, one GAE cut, one clamp)
+#: the population applies to all members: they could be per member, and are not yet
+_SHARED_YET = {"bootstrap_truncation", "norm_obs", "norm_reward", "clip_obs", "clip_reward"}
+
+
+def not_sweepable_why(name: str) -> str:
+    """Why field ``name`` (no PER_MEMBER_FIELDS) is one value for every member, in a few words."""
+    if name in _RUN_WIDE:
+        return "is a setting of the whole run (one process trains every member), not of a member"
+    if name in _SHARED_YET:
+        return "is one setting for every member of a population (not per member yet)"
+    if name in ("total_timesteps", "update_epochs"):  # no shape: the iterations, the epochs of each update
+        return ("changes the shapes or the env of the batched program (here: the length of its loop, which every "
+                "member runs together)")
+    return "changes the shapes or the env of the batched program"  # the env and its rows, the buffers, the network
 
 
 def estimate_bytes(cfg: PPOConfig, members: int, obs_size: int, act_size: int, native: bool, layout=None) -> int:
@@ -1062,4 +1119,7 @@ def parse_sweep(items: Sequence[str]) -> dict:
 
 
 def _fmt(value) -> str:
+    """A swept value as labels, member directory names and --sweep spell it: ``0.001``, ``true``."""
+    if isinstance(value, bool):  # --sweep norm_adv=true,false, not Python's True
+        return "true" if value else "false"
     return f"{value:g}" if isinstance(value, float) and math.isfinite(value) else str(value)

@@ -179,7 +179,8 @@ def ppo_loss(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: t
 
     All inputs are (B,) (log-probs and entropies already summed over action dims), or (P, B) for a
     population of P independent members: every mean runs over the last axis, so each member gets
-    its own loss (P,), and the coefficients may then be (P,) tensors, one value per member. ``mask``
+    its own loss (P,), and the coefficients may then be (P,) tensors, one value per member, the
+    switches ``clip_vloss`` and ``norm_adv`` (P,) bool tensors (a population's swept switches). ``mask``
     (B,) bool selects valid samples (RLHF: response tokens); None means all. Returns a dict of
     tensors of the leading shape (scalars for (B,) inputs): loss, policy_loss, value_loss, entropy,
     approx_kl, clipfrac, vf_clipfrac, ratio.
@@ -225,9 +226,12 @@ def ppo_loss_with_terms(new_logprob: torch.Tensor, old_logprob: torch.Tensor, ad
         def mean(x, keepdim=False):
             return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum() / denom
 
-    if norm_adv:  # detail 7: per-minibatch normalization
+    if torch.is_tensor(norm_adv):  # a population's per-member switch: each member's advantages as its run's
+        advantages = torch.where(_coef(norm_adv)[1], normalize_advantages(advantages, mean, bessel), advantages)
+    elif norm_adv:  # detail 7: per-minibatch normalization
         advantages = normalize_advantages(advantages, mean, bessel)
     _, vclip = _coef(clip_coef if vf_clip_coef is None else vf_clip_coef)
+    _, clip_vloss = _coef(clip_vloss)  # a population's (P,) switch as (P, 1); a bool as it is
     t = ppo_terms(new_logprob, old_logprob, advantages, new_values, old_values, returns, clip_el, vclip, clip_vloss)
     policy_loss, value_loss, ent = mean(t["pg_loss"]), mean(t["v_loss"]), mean(entropy)
     with torch.no_grad():
@@ -248,8 +252,11 @@ def monitor_terms(t: dict, clip_el, clip_vloss: bool) -> dict:
     # the clamp must have moved the delta too: where it did not, old + (new - old) can still round a
     # hair away from new, and the max would count that rounding as clipping (1 in ~8 samples of a
     # CNN population's minibatch with a range nothing reached; tests/unit/test_metrics41.py)
-    vf_clipped = ((t["v_delta_clipped"] != t["v_delta"]) & (t["v_clipped"] > t["v_unclipped"])).float() \
-        if clip_vloss else torch.zeros_like(ratio)
+    if torch.is_tensor(clip_vloss):  # a population's per-member switch, (P, 1) bool
+        vf_clipped = ((t["v_delta_clipped"] != t["v_delta"]) & (t["v_clipped"] > t["v_unclipped"]) & clip_vloss).float()
+    else:
+        vf_clipped = ((t["v_delta_clipped"] != t["v_delta"]) & (t["v_clipped"] > t["v_unclipped"])).float() \
+            if clip_vloss else torch.zeros_like(ratio)
     return {"approx_kl": (ratio - 1) - t["logratio"], "old_approx_kl": -t["logratio"],
             "clipfrac": ((ratio - 1.0).abs() > clip_el).float(), "vf_clipfrac": vf_clipped, "ratio": ratio}
 
@@ -269,7 +276,8 @@ def ppo_terms(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: 
     """The per-sample terms of the PPO loss, each of the inputs' shape: advantages (as given,
     already normalized where they should be), logratio, ratio, ratio_clipped, unclipped (-A r),
     clipped (-A clip(r)), pg_loss, v_unclipped, v_delta, v_delta_clipped, v_clipped_pred,
-    v_clipped and v_loss. ``clip_el``/``vclip``: the clip ranges, floats or (P, 1) tensors.
+    v_clipped and v_loss. ``clip_el``/``vclip``: the clip ranges, floats or (P, 1) tensors;
+    ``clip_vloss``: a bool, or a (P, 1) bool tensor (one switch per member).
     ppo_loss averages them; grad_cpu.py sums them block by block; loss_cpu.py builds its
     closed-form gradients from them."""
     logratio = new_logprob - old_logprob
@@ -283,7 +291,10 @@ def ppo_terms(new_logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: 
     v_delta_clipped = torch.clamp(v_delta, -vclip, vclip)
     v_clipped_pred = old_values + v_delta_clipped
     v_clipped = (v_clipped_pred - returns) ** 2
-    v_loss = 0.5 * (torch.max(v_unclipped, v_clipped) if clip_vloss else v_unclipped)  # detail 9
+    if torch.is_tensor(clip_vloss):  # a population's per-member switch, (P, 1) bool: no host read of it
+        v_loss = 0.5 * torch.where(clip_vloss, torch.max(v_unclipped, v_clipped), v_unclipped)
+    else:
+        v_loss = 0.5 * (torch.max(v_unclipped, v_clipped) if clip_vloss else v_unclipped)  # detail 9
     return {"advantages": advantages, "logratio": logratio, "ratio": ratio, "ratio_clipped": ratio_clipped,
             "unclipped": unclipped, "clipped": clipped, "pg_loss": pg_loss, "v_unclipped": v_unclipped,
             "v_delta": v_delta, "v_delta_clipped": v_delta_clipped, "v_clipped_pred": v_clipped_pred,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from proxima.member_adam import MemberAdam
-from proxima.population import PER_MEMBER_FIELDS, Population
+from proxima.population import PER_MEMBER_NUMBERS, Population
 from proxima.trainer import Trainer
 
 # --- 1. MemberAdam against torch.optim.Adam(fused=True), the single run's kernel ------------------------
@@ -77,10 +77,11 @@ def _single(cfg, iterations: int) -> dict:
 
 
 def test_every_per_member_field_is_exercised_below():
-    assert set(FIELD_VALUES) == set(PER_MEMBER_FIELDS)
+    # the per-member switches (norm_adv, anneal_lr, clip_vloss): tests/unit/test_sweep_switches46.py
+    assert set(FIELD_VALUES) == set(PER_MEMBER_NUMBERS)
 
 
-@pytest.mark.parametrize("field", PER_MEMBER_FIELDS)
+@pytest.mark.parametrize("field", PER_MEMBER_NUMBERS)
 def test_a_member_whose_one_field_differs_trains_as_the_single_run_of_its_config(small_config, field):
     # member 0 keeps the default: a member 1 that silently got member 0's value trains as the
     # default single run, which the last assertion shows is far from its own
