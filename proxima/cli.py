@@ -1468,6 +1468,7 @@ _TRACKING = ("no Weights & Biases here: every run writes TensorBoard events and 
 #: their flags of train or resume that no flag here stands for: what to do instead
 FOREIGN_ADVICE = {
     "capture_video": "to record an episode of the trained policy: proxima eval RUN_DIR --video FILE.mp4",
+    "video": "to record an episode of the trained policy: proxima eval RUN_DIR --video FILE.mp4",  # eval's, not train's
     "track": _TRACKING, "wandb_project_name": _TRACKING, "wandb_entity": _TRACKING,
     "tensorboard_log": "every run writes its TensorBoard events into its run directory (--run-dir DIR)",
 }
