@@ -58,8 +58,16 @@ def human_bytes(n: int) -> str:
 
 
 def describe(path: Union[str, Path], exc: OSError, what: str = "could not write") -> str:
-    """``PATH: could not write (No space left on device; 0 B free there)``."""
+    """``PATH: could not write (No space left on device; 0 B free there)``. A file the error names
+    that is not ``path``, a folder above it, a file beside it (a temp file of its) nor one in it is said
+    before the reason:
+    ``out.mp4: could not write the video (/x/ffmpeg: No such file or directory)``, the encoder
+    binary missing, not the folder of out.mp4."""
     reason = exc.strerror or type(exc).__name__
+    if isinstance(exc.filename, (str, bytes, os.PathLike)):
+        other, own = Path(os.fsdecode(exc.filename)).absolute(), Path(path).absolute()
+        if other != own and other.parent != own.parent and own not in other.parents and other not in own.parents:
+            reason = f"{os.fsdecode(exc.filename)}: {reason}"
     # free space only where it can be the reason (not for a missing folder or a permission)
     free = free_bytes(path) if exc.errno in (errno.ENOSPC, errno.EDQUOT, None) else None
     room = f"; {human_bytes(free)} free there" if free is not None else ""

@@ -323,6 +323,29 @@ def _package(name: str) -> tuple[str | None, bool, str]:
     return version or str(getattr(mod, "__version__", "") or "") or "unknown version", True, ""
 
 
+def _ffmpeg_info() -> dict:
+    """imageio-ffmpeg's ffmpeg as ``eval --video`` finds it (video.ffmpeg_status: one run of the binary,
+    a short timeout, cached): its path, whether it runs and why not, and what ``eval --video FILE.mp4``
+    writes: "mp4", "gif" (the fallback, said before the episodes) or "refused" (no libx264 encoder)."""
+    from . import video
+
+    exe, problem = video.ffmpeg_status()
+    writes = "gif" if video.mp4_problem() else "mp4" if "libx264" in video._ffmpeg_encoders() else "refused"
+    return {"path": exe, "runs": not problem, "problem": problem or None, "eval_video": writes}
+
+
+def _ffmpeg_row(version: str, ff: dict) -> str:
+    """The imageio-ffmpeg row: importable, and whether its ffmpeg runs and what eval --video writes."""
+    if ff.get("problem"):
+        return f"{version}, importable, but eval --video writes a GIF instead of MP4: {ff['problem']}"
+    runs = f"{version}, importable; its ffmpeg runs ({ff.get('path')})"
+    if ff.get("eval_video") == "refused":
+        return f"{runs} but has no libx264 encoder: eval --video FILE.mp4 is refused, FILE.gif works"
+    if ff.get("eval_video") == "gif":
+        return f"{runs}; eval --video writes a GIF instead of MP4 until imageio is installed"
+    return f"{runs}: eval --video writes MP4"
+
+
 def collect(device: Any = None, threads: int | None = None, test_build: bool = True) -> dict:
     """Probe the machine; return a JSON-serialisable dict (see module docstring). Never raises.
 
@@ -428,6 +451,8 @@ def collect(device: Any = None, threads: int | None = None, test_build: bool = T
             hints.append(f"{name} not installed: {how} ({_WHAT_NEEDS[name]})")
         elif not importable:
             hints.append(f"{name} {version} is installed but does not import ({why}): {how} ({_WHAT_NEEDS[name]})")
+    if info["importable"].get("imageio-ffmpeg") and test_build:  # run, not only imported: doctor's, not meta.json's
+        info["ffmpeg"] = _probe(errors, "ffmpeg", _ffmpeg_info)
 
     for probe, err in errors.items():
         if probe != "torch":
@@ -696,7 +721,9 @@ def format_report(info: dict) -> str:
     )
     importable = info.get("importable") or {}
     for name, version in (info.get("packages") or {}).items():
-        if importable.get(name, version is not None):
+        if importable.get(name, version is not None) and name == "imageio-ffmpeg" and info.get("ffmpeg"):
+            rows.append((name, _ffmpeg_row(version or "unknown version", info["ffmpeg"])))
+        elif importable.get(name, version is not None):
             rows.append((name, f"{version or 'unknown version'}, importable"))
         else:
             rows.append((name, f"{version}, installed but not importable" if version else "not installed"))

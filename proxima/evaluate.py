@@ -231,7 +231,8 @@ def evaluate(policy, episodes: Optional[int] = None, deterministic: bool = True,
     checkpoint.load_policy), in a line that names those arguments (the CLI's flags within
     :func:`command_line`).
     ``video``: a file for env 0's first episode (FrameRecorder says which frames; video.write_video
-    the formats), checked with the env's first frame before any episode runs, written as the frames
+    the formats), checked with the env's first frame before any episode runs (a name that cannot be
+    written: a VideoError naming ``video=``, or --video within command_line), written as the frames
     come at the env's render_fps (video.VideoFeed, video.render_fps); ``result["video"]`` is the path
     written. A video that cannot be finished is a VideoError that holds the result
     (write_episode_video); an evaluation that stops leaves no part of one (video.recording).
@@ -258,13 +259,19 @@ def evaluate(policy, episodes: Optional[int] = None, deterministic: bool = True,
         seed = default_seed(policy)
     if backend is None:
         backend = run_backend(policy)
-    from .video import check_video_path, recording
+    from .video import VideoError, check_video_path, recording
 
     if video is not None:  # a name that cannot be written fails now, not after the episodes
         from .rundir import expand_home as _expand_home
 
-        video = _expand_home(video)  # "~/cartpole.mp4": the home directory's, not a folder named '~'
-        check_video_path(video)
+        given, video = video, _expand_home(video)  # "~/cartpole.mp4": the home directory's, not a folder named '~'
+        try:
+            check_video_path(video)
+        except VideoError as e:
+            if command_in_use() is not None or getattr(e, "reason", None) is None:
+                raise  # proxima eval: its --video flag, as video.py words it
+            # a library caller gave an argument, not a flag: named as episodes= and seed= are
+            raise VideoError(f"evaluate: video={os.fspath(given)!r}: {e.reason}") from None
     # global_streams: an env drawing from np.random, random or torch plays the same episodes on every
     # call of one seed, and the caller's streams are put back; recording: headless SDL, and a SIGTERM
     # still removes the video's temp file

@@ -8,10 +8,12 @@ temp file beside FILE while the episodes run (memory holds a few frames, not the
 suffix picks the format (``VIDEO_CODECS``):
 
 * ``.mp4``, ``.mov``, ``.mkv``: H.264 (libx264); ``.webm``: VP9 (libvpx-vp9), each through
-  imageio's ffmpeg plugin when ``imageio_ffmpeg`` is importable (the ``video`` extra: ``.venv/bin/pip install -c requirements.lock -e '.[video]'``);
-  an ffmpeg without that encoder is a VideoError before evaluating;
-* ``.gif``, or any of those without imageio-ffmpeg: an animated GIF written by Pillow, a frame at a
-  time (``run.mp4`` -> ``run.gif``, the switch said on stderr by check_video_path, before evaluating);
+  imageio's ffmpeg plugin when ``imageio_ffmpeg`` is importable (the ``video`` extra: ``.venv/bin/pip install -c requirements.lock -e '.[video]'``)
+  and its ffmpeg runs (ffmpeg_status: run once, before evaluating); an ffmpeg without that encoder
+  is a VideoError before evaluating;
+* ``.gif``, or any of those without imageio-ffmpeg or with an ffmpeg of its that is not found or
+  does not run: an animated GIF written by Pillow, a frame at a time (``run.mp4`` -> ``run.gif``,
+  the switch and its reason said on stderr by check_video_path, before evaluating);
 * no suffix, or one that names no file type (``cartpole.seed1``: none in Python's mimetypes table):
   the name as given with ``.mp4`` appended (``cartpole.seed1.mp4``); any other type (``.txt``,
   ``.avi``, ``.png``) is a VideoError.
@@ -70,28 +72,84 @@ class FrameError(VideoError):
 
 
 def has_mp4_encoder() -> bool:
-    """True when imageio and imageio-ffmpeg (which ships an ffmpeg binary) are importable."""
-    return importlib.util.find_spec("imageio") is not None and importlib.util.find_spec("imageio_ffmpeg") is not None
+    """True when imageio and imageio-ffmpeg are importable and imageio-ffmpeg's ffmpeg runs (mp4_problem)."""
+    return not mp4_problem()
 
 
-_ENCODERS = None  # _ffmpeg_encoders' cache
+def mp4_problem() -> str:
+    """Why ``--video FILE.mp4`` (or .mov, .mkv, .webm) writes a GIF instead ("" when it writes the
+    MP4): no imageio or imageio-ffmpeg (the video extra to install), or an ffmpeg of imageio-ffmpeg's
+    that it cannot find or that does not run (ffmpeg_status: which binary, why, what to do). Found
+    before any episode runs, so the switch is said first, not a traceback after the evaluation."""
+    if importlib.util.find_spec("imageio") is None or importlib.util.find_spec("imageio_ffmpeg") is None:
+        return f"the video extra: {extra_install('video')}"
+    _, problem = ffmpeg_status()
+    return problem
+
+
+#: seconds the one ``ffmpeg -encoders`` call may take (about 0.05 s): a binary that hangs is no encoder
+FFMPEG_PROBE_TIMEOUT_S = 5.0
+_FFMPEG = None  # ffmpeg_status' cache: (the binary's path or None, why it cannot be used: "" when it can)
+_ENCODERS = None  # ffmpeg_status' cache: the binary's video encoders (empty when it cannot be used)
+
+
+def ffmpeg_status() -> tuple:
+    """(path of imageio-ffmpeg's ffmpeg or None, why it cannot be used: "" when it can), found by
+    imageio_ffmpeg.get_ffmpeg_exe (IMAGEIO_FFMPEG_EXE when set) and run once (``-encoders``, at most
+    FFMPEG_PROBE_TIMEOUT_S), cached for the process, as are its encoders (_ffmpeg_encoders). The
+    reason is one phrase with what to do (``imageio-ffmpeg's ffmpeg /x/ffmpeg (IMAGEIO_FFMPEG_EXE)
+    does not run: No such file or directory; set ...``). Never raises."""
+    global _FFMPEG, _ENCODERS
+    if _FFMPEG is None:
+        exe, encoders, problem = _probe_ffmpeg()
+        _FFMPEG = (exe, problem)
+        if _ENCODERS is None:
+            _ENCODERS = encoders
+    return _FFMPEG
+
+
+def _probe_ffmpeg() -> tuple:
+    """(path or None, video encoders, problem) of imageio-ffmpeg's ffmpeg: one ``ffmpeg -encoders`` call."""
+    import subprocess
+
+    from_env = os.environ.get("IMAGEIO_FFMPEG_EXE")
+    fix = ("point IMAGEIO_FFMPEG_EXE at a working ffmpeg, or unset it" if from_env else
+           f"set IMAGEIO_FFMPEG_EXE to a working ffmpeg, or reinstall the video extra ({extra_install('video')})")
+    try:
+        import imageio_ffmpeg
+
+        exe = imageio_ffmpeg.get_ffmpeg_exe()
+    except Exception as e:  # "No ffmpeg exe could be found. ...": no binary of its own, none on PATH
+        return None, frozenset(), f"imageio-ffmpeg finds no ffmpeg binary ({_first_line(e)}); {fix}"
+    who = f"imageio-ffmpeg's ffmpeg {exe}" + (" (IMAGEIO_FFMPEG_EXE)" if from_env and exe == from_env else "")
+    try:
+        done = subprocess.run([exe, "-hide_banner", "-encoders"], capture_output=True, text=True, errors="replace",
+                              stdin=subprocess.DEVNULL, timeout=FFMPEG_PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return exe, frozenset(), f"{who} did not answer -encoders within {FFMPEG_PROBE_TIMEOUT_S:g} s; {fix}"
+    except (OSError, ValueError) as e:  # missing, not executable, another platform's binary
+        return exe, frozenset(), f"{who} does not run: {getattr(e, 'strerror', None) or _first_line(e)}; {fix}"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [""])[-1].strip()[:120]
+        return exe, frozenset(), f"{who} exited with status {done.returncode} on -encoders{': ' + last if last else ''}; {fix}"
+    rows = [line.split() for line in done.stdout.splitlines()]
+    encoders = frozenset(r[1] for r in rows if len(r) > 1 and r[0].startswith("V"))  # " V....D libx264  ..."
+    if not encoders:
+        return exe, encoders, f"{who} lists no video encoders (is it ffmpeg?); {fix}"
+    return exe, encoders, ""
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
 
 
 def _ffmpeg_encoders() -> frozenset:
-    """The video encoders of imageio-ffmpeg's ffmpeg (``ffmpeg -encoders``), cached; empty if it cannot be asked."""
-    global _ENCODERS
+    """The video encoders of imageio-ffmpeg's ffmpeg (``ffmpeg -encoders``), cached; empty when it cannot be run."""
+    global _FFMPEG
     if _ENCODERS is None:
-        import subprocess
-
-        try:
-            import imageio_ffmpeg
-
-            listing = subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-hide_banner", "-encoders"], capture_output=True,
-                                     text=True, timeout=30).stdout
-        except Exception:  # no binary, not runnable: leave the check to the encoder itself
-            listing = ""
-        rows = [line.split() for line in listing.splitlines()]
-        _ENCODERS = frozenset(r[1] for r in rows if len(r) > 1 and r[0].startswith("V"))  # " V....D libx264  ..."
+        _FFMPEG = None
+        ffmpeg_status()
     return _ENCODERS
 
 
@@ -107,18 +165,17 @@ def _names_a_file_type(suffix: str) -> bool:
 
 def video_target(path: Union[str, Path]) -> Path:
     """The file ``write_video(frames, path)`` writes: ``path``, with ``.mp4`` appended to a name
-    without a video suffix, and ``.gif`` for it when imageio-ffmpeg is not importable. VideoError
+    without a video suffix, and ``.gif`` for it when there is no MP4 encoder (mp4_problem). VideoError
     (one line naming the file) when it could not be written: see check_video_path. Says nothing."""
     text = os.fspath(path)
     if not text.strip() or text.endswith(tuple(filter(None, ("/", os.sep, os.altsep)))) or os.path.basename(text) in (".", "..") or os.path.isdir(text):
         shown = text if text.strip() else repr(text)
-        raise VideoError(f"--video {shown}: give a file name, e.g. {os.path.join(text.strip(), 'episode.mp4')}")
+        raise _refused(shown, f"give a file name, e.g. {os.path.join(text.strip(), 'episode.mp4')}")
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix != GIF_SUFFIX and suffix not in VIDEO_CODECS:
         if suffix and _names_a_file_type(suffix):
-            raise VideoError(f"--video {path}: unsupported video type {path.suffix!r}; use "
-                             f"{', '.join(list(VIDEO_CODECS) + [GIF_SUFFIX])}")
+            raise _refused(path, f"unsupported video type {path.suffix!r}; use {', '.join(list(VIDEO_CODECS) + [GIF_SUFFIX])}")
         path, suffix = path.with_name(path.name + ".mp4"), ".mp4"  # cartpole.seed1 -> cartpole.seed1.mp4
     if suffix in VIDEO_CODECS and not has_mp4_encoder():
         path, suffix = path.with_suffix(GIF_SUFFIX), GIF_SUFFIX
@@ -126,18 +183,26 @@ def video_target(path: Union[str, Path]) -> Path:
         codec = VIDEO_CODECS[suffix][0]
         encoders = _ffmpeg_encoders()
         if encoders and codec not in encoders:
-            raise VideoError(f"--video {path}: this ffmpeg has no {codec} encoder for {suffix}; use .mp4 or .gif")
+            other = ".gif" if codec == VIDEO_CODECS[".mp4"][0] else ".mp4 or .gif"
+            raise _refused(path, f"this ffmpeg has no {codec} encoder for {suffix}; use {other}")
     elif importlib.util.find_spec("PIL") is None:
-        raise VideoError(f"--video {path}: writing a GIF needs Pillow; install the video extra "
-                         f"({extra_install('video')}) for it and MP4")
+        raise _refused(path, f"writing a GIF needs Pillow; install the video extra ({extra_install('video')}) for it and MP4")
     from .diskspace import path_problem
 
     problem = path_problem(path, example="episode.mp4")
     if problem:
-        raise VideoError(f"--video {path}: {problem}")
+        raise _refused(path, problem)
     if not path.parent.is_dir():  # a typo in the folder must not become a new tree nobody looks in
-        raise VideoError(f"--video {path}: folder {path.parent} does not exist; create it first")
+        raise _refused(path, f"folder {path.parent} does not exist; create it first")
     return path
+
+
+def _refused(path, why: str) -> VideoError:
+    """``--video PATH: why`` (the CLI's words), ``why`` kept as its ``reason``: evaluate() names its
+    ``video=`` argument in that flag's place for a library caller."""
+    error = VideoError(f"--video {path}: {why}")
+    error.reason = why
+    return error
 
 
 def check_video_path(path: Union[str, Path], say_replaced: bool = True) -> str:
@@ -148,12 +213,13 @@ def check_video_path(path: Union[str, Path], say_replaced: bool = True) -> str:
     that names no file (empty, ``.``, ``..``, a trailing slash, an existing directory) is refused,
     not made ``<folder>.mp4`` beside that folder.
 
-    Said on stderr here, before any frame exists: a GIF written instead of an MP4 (no imageio-ffmpeg),
+    Said on stderr here, before any frame exists: a GIF written instead of an MP4 (no imageio-ffmpeg,
+    or an ffmpeg of its that is not found or does not run: which one and why, mp4_problem),
     and (``say_replaced``) an existing file that the video will replace."""
     target = video_target(path)
     if target.suffix.lower() == GIF_SUFFIX and Path(path).suffix.lower() != GIF_SUFFIX:
-        print(f"proxima: no MP4 encoder (the video extra: {extra_install('video')}); writing a GIF instead: {target}",
-              file=sys.stderr)
+        why = mp4_problem() or f"the video extra: {extra_install('video')}"
+        print(f"proxima: no MP4 encoder ({why}); writing a GIF instead: {target}", file=sys.stderr)
     if say_replaced and (target.is_file() or target.is_symlink()):
         print(f"proxima: --video {target} exists; the new video replaces it once written (the old one stays if the "
               "evaluation fails)", file=sys.stderr)
@@ -379,7 +445,7 @@ def _write_gif(frames: Iterable, path: Path, fps: float) -> None:
 def write_video(frames: Iterable[np.ndarray], path: Union[str, Path], fps: float = DEFAULT_FPS) -> str:
     """Write ``frames`` (a list, or any iterable, read one frame at a time) to ``path`` at ``fps``
     frames a second; return the path actually written (video_target: ``.mp4`` appended to a name
-    without a video suffix, ``<stem>.gif`` when imageio-ffmpeg is not importable, said on stderr).
+    without a video suffix, ``<stem>.gif`` when there is no MP4 encoder (mp4_problem), said on stderr).
     The file appears whole or not at all (a temp file beside it, renamed into place); one already
     there is replaced. Parent folders are created. Frames of a list all decide whether floats are
     [0, 1] pixels; an iterable's are judged as they come (_Frames).
@@ -433,9 +499,9 @@ def _write_whole(path: Path, write) -> None:
         room = f"; {human_bytes(free)} free there" if free is not None else ""
         raise VideoError(f"{path}: could not write the video ({e}{room}); no video was kept") from None
     except Exception as e:  # an encoder's own error type (imageio, ffmpeg)
-        free = free_bytes(path)
-        room = f"; {human_bytes(free)} free there" if free is not None else ""
-        raise VideoError(f"{path}: could not write the video ({type(e).__name__}: {str(e)[:120]}{room}); no video was kept") from None
+        # no free space here: a full disk is an OSError (a broken pipe to ffmpeg) or a short file
+        # (_check_mp4's VideoError); "No ffmpeg exe could be found; 67.4 GB free there" misled
+        raise VideoError(f"{path}: could not write the video ({type(e).__name__}: {str(e)[:120]}); no video was kept") from None
     finally:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
