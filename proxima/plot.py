@@ -18,10 +18,14 @@ still counts), so the curve reaches the end of the group's longest run and only 
 fewer steps drops out past its end (``mean of 3 runs (fewer past the shorter runs' end)``). A run of
 the group with no value of the metric is skipped with a line and counted in the legend (``mean of 2
 of 3 runs; 1 without values``). A band at a single x (one logged value) is drawn as an error bar.
-One panel per group, titled with the env and the
-settings that differ (group_runs: a group is one exact setting, and no two titles read alike),
-wrapped to the panel's width; a title past three lines ends in `` ...`` and its whole text heads the
-panel's legend. Panels of one env and metric share their y-axis (a weak run beside a strong one is
+Plain runs are drawn one panel per env (and metric), titled with the env, with one curve per group
+(``--panels per-env``, the default: a bash-loop sweep, ``for lr in ...; do proxima train ... --lr $lr``, is
+one chart), labelled by the settings that differ (``lr=0.001``, ``lr=0.001: mean of 3 runs``;
+setting_groups: a group is one exact setting, and no two labels read alike), in the order the runs
+are given; the bands' description (``shaded: min-max over runs``) heads the legend, as a swatch would
+be one setting's colour. ``--panels per-setting`` draws one panel per group instead, titled with the env and
+the settings that differ (group_runs). A title is wrapped to the panel's width; one past three lines
+ends in `` ...`` and its whole text heads the panel's legend. Panels of one env and metric share their y-axis (a weak run beside a strong one is
 seen as weaker), their curves in different colours; another env or metric has its own y-scale. A run drawn alone is named in the legend, and a population in its panel's title, by
 its directory's name (``.`` by the directory it is), or, where two given share a name (``a/run``,
 ``b/run``), by the paths as given.
@@ -31,7 +35,9 @@ curve per setting (a combination of swept values; all its seeds): by default the
 setting's members at each x with a shaded 95% percentile-bootstrap confidence interval (members
 resampled at each x, population_report.bootstrap_band, a fixed seed so the image is reproducible);
 ``--stat`` and ``--band`` choose others. A member's last value is carried forward to the last step
-it logged a row at, so each curve ends where training did. The legend names the setting:
+it logged a row at, so each curve ends where training did; where that or a gap was carried, the
+legend's title says ``last value carried forward`` (with the CI's resamples: never beside a band's
+swatch). The legend names the setting:
 ``lr=0.001: IQM, 95% CI (4 members)`` (``lr=0.001: IQM (1 member)``: one member has no CI, and no
 band is drawn or listed). Past 10 settings each curve takes its own colour from a colormap and a
 line style in turn (curve_styles), where matplotlib's cycle would repeat its colours. A population
@@ -48,7 +54,9 @@ are not PPO runs with the metric (an RLHF run, a folder without metrics.csv) or 
 (no episode finished yet) are skipped with a line; a run given alone is the error line instead.
 On the command line, a path that does not exist or is a file is an error however many are given
 (a typo, not a folder to skip), and a folder that is no run but holds run directories (``plot runs``)
-stands for them (expand_run_folders). ``--label DIR=NAME`` names DIR's curve in the legend;
+stands for them (expand_run_folders), in the order of the numeric settings that differ among them
+(``lr=0.0001`` before ``lr=0.001``; sweep_order), else by name. ``plot_runs`` takes one directory (a
+str or PathLike) as well as a list. ``--label DIR=NAME`` names DIR's curve in the legend;
 ``--dpi N`` sets a PNG's resolution; a PDF embeds TrueType fonts (no Type 3).
 
 Rows where a metric was not measured (an empty CSV cell, e.g. no episode finished in that
@@ -97,6 +105,9 @@ STATS = {"mean": "mean", "iqm": "IQM"}
 #: what a population's settings are drawn with unless --stat/--band say otherwise (groups of plain runs: mean, minmax)
 POPULATION_DEFAULTS = {"stat": "iqm", "band": "ci"}
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+#: --panels: how plain runs of one env that differ in settings are laid out (collect_panels); the first is the default
+PANELS = {"per-env": "one panel per env (and metric), a curve per setting",
+          "per-setting": "one panel per setting"}
 #: a PNG's pixels per inch (--dpi): matplotlib's default, a 6.4-inch panel 640 pixels wide
 DEFAULT_DPI = 100
 #: the most --dpi takes: 1,200 dpi is past any print need, and three panels a row are then 23,040
@@ -582,26 +593,35 @@ def group_runs(run_dirs: Iterable[PathLike]) -> dict[str, list[Path]]:
     two settings' labels would read alike, theirs name every field that differs, then its exact value
     (``lr=0.0010000001``), so each label is one setting's.
     """
-    by_env: dict[str, list[Path]] = {}
-    for d in run_dirs:
-        by_env.setdefault(run_env_id(d), []).append(Path(d))
     groups: dict[str, list[Path]] = {}
-    for env, dirs in by_env.items():
-        variants: dict[str, tuple[dict, list[Path]]] = {}  # exact settings -> (settings, runs)
-        for d in dirs:
-            setting = run_setting(d)
-            variants.setdefault(_exact(setting), (setting, []))[1].append(d)
-        if len(variants) == 1:
-            labels = [env]
-        else:
-            labels = _setting_labels(env, [v for v, _ in variants.values()])
-        for label, (_, members) in zip(labels, variants.values()):
+    for env, settings in setting_groups(run_dirs).items():
+        for setting, members in settings:
+            label = f"{env} ({setting})" if setting else env
             unique, n = label, 1
             while unique in groups:  # two envs whose labels read alike (an env id "X (a=1)"): still two curves
                 n += 1
                 unique = f"{label} [{n}]"
             groups[unique] = members
     return groups
+
+
+def setting_groups(run_dirs: Iterable[PathLike]) -> dict[str, list[tuple[str, list[Path]]]]:
+    """Env id -> [(setting label, its run directories)], envs and settings in the order their first
+    run is given; group_runs's groups, the label without the env: ``lr=0.001`` (the fields that
+    differ, _setting_labels), ``""`` where the env has one setting. What ``plot --panels per-env``
+    draws as one panel per env with a curve per setting."""
+    by_env: dict[str, list[Path]] = {}
+    for d in run_dirs:
+        by_env.setdefault(run_env_id(d), []).append(Path(d))
+    out: dict[str, list[tuple[str, list[Path]]]] = {}
+    for env, dirs in by_env.items():
+        variants: dict[str, tuple[dict, list[Path]]] = {}  # exact settings -> (settings, runs)
+        for d in dirs:
+            setting = run_setting(d)
+            variants.setdefault(_exact(setting), (setting, []))[1].append(d)
+        labels = [""] if len(variants) == 1 else _setting_labels([v for v, _ in variants.values()])
+        out[env] = [(label, members) for label, (_, members) in zip(labels, variants.values())]
+    return out
 
 
 _UNSET = object()  # a field one run's config.yaml lacks: unlike any value, None included
@@ -617,10 +637,10 @@ def _exact(value) -> str:
     return "<unset>" if value is _UNSET else f"{type(value).__name__}:{value!r}"
 
 
-def _setting_labels(env: str, variants: list[dict]) -> list[str]:
-    """A distinct label per setting of one env: the first three fields that differ; the labels that
-    read alike then name every field that differs; those still alike (%g rounds 0.0010000001 to
-    0.001) show the exact values."""
+def _setting_labels(variants: list[dict]) -> list[str]:
+    """A distinct label per setting of one env (``lr=0.001, num_envs=8``): the first three fields that
+    differ; the labels that read alike then name every field that differs; those still alike (%g
+    rounds 0.0010000001 to 0.001) show the exact values."""
     differ = [k for k in dict.fromkeys(k for v in variants for k in v)
               if len({_exact(v.get(k, _UNSET)) for v in variants}) > 1]
 
@@ -628,7 +648,7 @@ def _setting_labels(env: str, variants: list[dict]) -> list[str]:
         fields = differ if level > 1 else differ[:3]
         show = _short if level < 3 else repr
         shown = ", ".join(f"{k}=" + ("(unset)" if k not in v else show(v[k])) for k in fields)
-        return f"{env} ({shown}{', ...' if len(fields) < len(differ) else ''})"
+        return f"{shown}{', ...' if len(fields) < len(differ) else ''}"
 
     levels = [1] * len(variants)
     while True:
@@ -709,11 +729,14 @@ class Curve:
     lo: Optional[np.ndarray] = None
     hi: Optional[np.ndarray] = None
     band_label: Optional[str] = None  # the band's own legend entry (None: the line's label covers it)
+    note: Optional[str] = None  # how the panel's curves are made, for its legend's title (never beside a swatch)
 
 
 class Panel(tuple):
     """A panel of collect_panels: the tuple (title, metric column, curves), and its env id (``env``),
     which draw_panels reads to put the panels of one env and metric on one y-scale."""
+
+    env: Optional[str]
 
     def __new__(cls, title: str, metric: str, curves: list, env: Optional[str] = None):
         panel = super().__new__(cls, (title, metric, curves))
@@ -818,8 +841,9 @@ def population_curves(run_dir: PathLike, metric: Optional[str] = None, x: str = 
     the band where it has a value: ``lr=0.001: IQM, 95% CI (4 members)``, ``lr=0.001: IQM (1
     member)``, with ``, fewer before step S`` when some member has no value yet before S and ``,
     fewer past step S`` when some member's rows end at S (a member behind the others); the
-    first banded curve's band legend entry (else the first curve's band_label, which draw_panels puts
-    in the legend's title) says how they are made (carried forward; the CI's resamples and RNG). A
+    first drawn curve's ``note``, which draw_panels puts in the legend's title, says how they are made
+    (``last value carried forward`` where a member's value was, _carries; diverged members left out;
+    the CI's resamples and RNG), and is None when there is nothing to say. A
     population whose every member diverged is a PlotError saying so (every_member_diverged). A
     member that diverged (population.json, Setting.diverged) is left out whole, as the report's table leaves it
     out: its values before the divergence carried forward would stand for a member that no longer
@@ -847,23 +871,25 @@ def population_curves(run_dir: PathLike, metric: Optional[str] = None, x: str = 
         raise PlotError(f"{run_dir}: no member has a metrics.csv yet (was the population started?)")
     # members share one logger's columns: an unknown metric fails once, not once per member
     name = resolve_metric(metric or default_metric([run_dir]), list(read_metrics(first)), first)
-    curves, not_drawn, missed, few = [], [], [], False
+    curves, not_drawn, missed, few, carried = [], [], [], False, False
     for s in settings:
         left = {d.name: s.diverged[d.name] for _, d in s.members if d.name in s.diverged}
-        member_curves = []
+        member_curves, logged = [], []
         for _, d in s.members:
             if d.name not in left:
                 xy = _member_curve(d, name, x, smooth, strict, missed)
                 if xy is None:
                     left[d.name] = "no values"
                 else:
-                    member_curves.append(xy)
+                    member_curves.append(_carried_to_end(*xy))
+                    logged.append(xy[0])
         head = f"{s.label}: " if s.label else ""
         if not member_curves:  # an entry in the legend, no line: the setting is named, not dropped unsaid
             not_drawn.append(_left_out_note(left))
             curves.append(Curve(f"{head}not drawn ({not_drawn[-1]})", np.array([]), np.array([])))
             continue
         agg = aggregate(member_curves, band=band, stat=stat)
+        carried = carried or _carries(logged, member_curves, agg["x"])
         full = np.flatnonzero(agg["count"] == len(member_curves))
         late = ""
         if full.size and full[0] > 0:  # from here on every member has a value (carried forward)
@@ -885,16 +911,30 @@ def population_curves(run_dir: PathLike, metric: Optional[str] = None, x: str = 
         sys.stderr.write(printable(f"proxima: note: leaving out {d}: {e}") + "\n")
     if not drawn:
         raise PlotError(f"{run_dir}: no member to draw (" + "; ".join(not_drawn) + ")")
-    how = "last value carried forward" + ("; diverged members left out" if any(s.diverged for s in settings) else "")
-    banded = [c for c in drawn if np.isfinite(c.lo).any()]
-    if band == "ci" and banded:
-        how += f"\n95% CI: {BOOTSTRAP_RESAMPLES} bootstrap resamples,\ndefault_rng({BOOTSTRAP_SEED}); none for < {MIN_CI_MEMBERS} members"
+    how = "; ".join(t for t, said in (("last value carried forward", carried),
+                                      ("diverged members left out", any(s.diverged for s in settings))) if said)
+    if band == "ci" and any(np.isfinite(c.lo).any() for c in drawn):
+        how += (f"\n95% CI: {BOOTSTRAP_RESAMPLES} bootstrap resamples,\ndefault_rng({BOOTSTRAP_SEED}); none for < "
+                f"{MIN_CI_MEMBERS} members")
         if few:
             how += f"\n\u2020 < {FEW_CI_MEMBERS} members: covers well under 95%"
-    # how the panel's curves are made, once, on its first band's legend entry (no band: draw_panels
-    # puts it in the legend's title rather than beside a swatch of nothing)
-    (banded or drawn)[0].band_label = how
+    # how the panel's curves are made, once, in its legend's title: beside a swatch (the first setting's
+    # band colour) it read as that band's label
+    drawn[0].note = how.strip("\n") or None
     return run_env_id(first), name, curves
+
+
+def _carries(logged: Sequence[np.ndarray], carried: Sequence[tuple[np.ndarray, np.ndarray]], grid: np.ndarray) -> bool:
+    """Whether aggregate carried some member's last value forward: a member's curve (``carried``,
+    _carried_to_end of the x it has a value at, ``logged``) reaches past its last value, or the
+    ``grid`` has an x inside a member's range at which it logged no value (an iteration without a
+    finished episode, steps or times the others logged)."""
+    for xs, (cx, _) in zip(logged, carried):
+        if len(cx) > len(xs):
+            return True
+        if not np.isin(grid[(grid >= xs[0]) & (grid <= xs[-1])], xs).all():
+            return True
+    return False
 
 
 def _at(value: float, x: str) -> str:
@@ -903,10 +943,10 @@ def _at(value: float, x: str) -> str:
 
 
 def _member_curve(member_dir: Path, metric: str, x: str, smooth: int, strict: bool,
-                  missed: list) -> Optional[tuple[np.ndarray, np.ndarray]]:
-    """A member's (x, y) (load_curve), its last value carried on to the last x it logged a row at
-    (any row: an iteration without a finished episode has a step but no return), so a setting's
-    curve ends where its members' training does, not at the last iteration one finished an episode.
+                  missed: list) -> Optional[tuple[np.ndarray, np.ndarray, float]]:
+    """A member's (x, y) (load_curve) and the last x it logged a row at (any row: an iteration without a
+    finished episode has a step but no return), where _carried_to_end carries its last value on to, so a
+    setting's curve ends where its members' training does, not at the last iteration one finished an episode.
     None when it has none to draw, its (member_dir, PlotError) appended to ``missed`` for the caller
     to say: a member with no value of the metric yet (a live population's member that has finished
     no episode) always; one whose metrics.csv is missing or cannot be read, or lacks the columns, only
@@ -914,8 +954,7 @@ def _member_curve(member_dir: Path, metric: str, x: str, smooth: int, strict: bo
     cols = None
     try:
         cols = read_metrics(member_dir)
-        xs, ys = _curve_of(cols, member_dir, metric, x, smooth)
-        return _carried_to_end(xs, ys, _logged_end(cols, x))
+        return (*_curve_of(cols, member_dir, metric, x, smooth), _logged_end(cols, x))
     except PlotError as e:
         # read, with the columns, and no value yet: the others are drawn, as of several directories
         no_value_yet = cols is not None and metric in cols and X_COLUMNS[x] in cols
@@ -950,10 +989,13 @@ def unique_dirs(run_dirs: Sequence[PathLike]) -> list[Path]:
 
 def collect_panels(run_dirs: Sequence[PathLike], metric: Optional[str] = None, x: str = "step", smooth: int = 1,
                    band: Optional[str] = None, stat: Optional[str] = None,
-                   labels: Optional[dict] = None) -> list[Panel]:
-    """(title, metric column, curves) per panel (a Panel, which also holds its env id): one per group
-    of plain runs (group_runs), then one per
-    population with a curve per setting. ``stat``/``band`` default to mean/minmax for groups of plain
+                   labels: Optional[dict] = None, panels: str = "per-env") -> list[Panel]:
+    """(title, metric column, curves) per panel (a Panel, which also holds its env id): of plain runs,
+    ``panels="per-env"`` one per env, titled with it, with a curve per setting (setting_groups: the
+    runs of one setting, seeds apart, are one curve), labelled by the fields that differ (``lr=0.001``,
+    ``lr=0.001: mean of 3 runs``) in the order their first run is given, the band's description (a
+    swatch would be one setting's colour) in the legend's title; ``"per-setting"`` one per setting
+    (group_runs), titled ``env (lr=0.001)``; then one per population with a curve per setting. ``stat``/``band`` default to mean/minmax for groups of plain
     runs and to POPULATION_DEFAULTS (IQM with a 95% bootstrap CI) for populations. Of several
     directories, one that cannot be drawn is skipped with a line; a PlotError when none is left. A
     run that holds the metric but no value of it is skipped with a line and counted in its group's
@@ -964,6 +1006,8 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: Optional[str] = None, x
     """
     from .population_report import is_population
 
+    if panels not in PANELS:
+        raise PlotError(f"--panels {panels!r}: choose one of {', '.join(PANELS)}")
     metric = metric or default_metric(run_dirs)
 
     if x not in X_COLUMNS:
@@ -977,7 +1021,7 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: Optional[str] = None, x
     label_of = {d: given.get(d.resolve()) for d in paths}
     if not strict and populations:  # usable_runs checks the plain runs among themselves
         check_metric_somewhere(paths, metric)
-    panels: list[tuple[str, str, list[Curve]]] = []
+    drawn: list[Panel] = []
     first_error: Optional[PlotError] = None
     if plain:
         try:  # each plain directory that cannot be drawn has had its line; none left is an error
@@ -1006,12 +1050,21 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: Optional[str] = None, x
                 sys.stderr.write(printable(f"proxima: note: {d}: this population member {diverged}: frozen from then on, "
                                            "its later metrics.csv rows are blank (but for iteration, step, time and SPS) "
                                            "and its population's statistics and curves leave it out") + "\n")
-        for title, dirs in group_runs(kept).items():
+        def curve_of(dirs: list, label: Optional[str], title: str) -> Curve:
             runs = [(d, curves[d]) for d in dirs if d in curves]
-            panels.append(Panel(title, name, [group_curve(runs, stat or "mean", band or "minmax", names, ends=ends,
-                                                          without=sum(d in without for d in dirs),
-                                                          label=_group_label(dirs, label_of), title=title)],
-                                run_env_id(dirs[0])))
+            return group_curve(runs, stat or "mean", band or "minmax", names, ends=ends, label=label, title=title,
+                               without=sum(d in without for d in dirs))
+
+        if panels == "per-setting":
+            for title, dirs in group_runs(kept).items():
+                drawn.append(Panel(title, name, [curve_of(dirs, _group_label(dirs, label_of), title)], run_env_id(dirs[0])))
+        else:
+            for env, settings in setting_groups(kept).items():
+                drawn.append(Panel(env, name, [curve_of(dirs, _group_label(dirs, label_of) or setting or None,
+                                                        f"{env} ({setting})" if setting else env)
+                                               for setting, dirs in settings], env))
+                if len(settings) > 1:
+                    _band_in_title(drawn[-1][2])
     for d in populations:
         try:
             env, name, curves = population_curves(d, metric, x, smooth, stat or POPULATION_DEFAULTS["stat"],
@@ -1022,10 +1075,20 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: Optional[str] = None, x
             first_error = first_error or e
             sys.stderr.write(printable(f"proxima: note: skipping {d}: {e}") + "\n")
             continue
-        panels.append(Panel(f"{env}: {label_of[d] or f'population {names[d]}'}", name, curves, env))
-    if not any(len(c.x) for _, _, cs in panels for c in cs):  # only runs without values: nothing to draw
+        drawn.append(Panel(f"{env}: {label_of[d] or f'population {names[d]}'}", name, curves, env))
+    if not any(len(c.x) for _, _, cs in drawn for c in cs):  # only runs without values: nothing to draw
         raise first_error or PlotError("no run directories given")
-    return panels
+    return drawn
+
+
+def _band_in_title(curves: list) -> None:
+    """A panel of several settings' curves says what their bands are once, in the legend's title
+    (``shaded: min-max over runs``), not beside a swatch in one setting's colour."""
+    said = list(dict.fromkeys(c.band_label for c in curves if c.band_label))
+    for c in curves:
+        c.band_label = None
+    if said:
+        curves[0].note = "shaded: " + "; ".join(said)
 
 
 def _group_label(dirs: Sequence[Path], label_of: dict) -> Optional[str]:
@@ -1043,8 +1106,21 @@ def _group_label(dirs: Sequence[Path], label_of: dict) -> Optional[str]:
 #: characters of a panel title's line: a 6.4-inch panel fits about 60 of the title font's average width
 TITLE_CHARS = 56
 TITLE_LINES = 3
-#: characters of a line of the legend's title (the whole panel title, when the title is cut short)
+#: characters of a line of the legend's title (the whole panel title, when the title is cut short) and entries
 LEGEND_CHARS = 60
+#: characters of a line of a curve's legend entry (the small font: about 100 fit a panel's width), and its lines at most
+ENTRY_CHARS = 90
+ENTRY_LINES = 6
+
+
+def legend_entry(text: Optional[str]) -> Optional[str]:
+    """A curve's label wrapped to ENTRY_CHARS, at most ENTRY_LINES lines, the last ending in `` ...``:
+    one unwrapped line of a long setting's label (``env_kwargs={...}``) is wider than the figure, and
+    the layout collapses the axes to make room for it."""
+    if text is None or len(text) <= ENTRY_CHARS:
+        return text
+    return "\n".join(textwrap.wrap(text, ENTRY_CHARS, max_lines=ENTRY_LINES, placeholder=" ...",
+                                   break_on_hyphens=False)) or text
 
 
 def drawable(text: Optional[str], lines: bool = False) -> Optional[str]:
@@ -1124,9 +1200,9 @@ def draw_panels(panels: list, x: str = "step", smooth: int = 1, title: Optional[
     """The matplotlib Figure (Agg canvas, not saved) of collect_panels's ``panels``, up to three panels
     a row. Panels of one env and metric share their y-axis and number their colours on (a weak run
     beside a strong one, each on its own scale, looked as good, and both in the first colour);
-    other envs or metrics keep their own scales. A curve whose band has no value (one member: no CI)
-    draws no band, and its band_label (how the panel's curves are made) heads the legend instead of
-    a swatch of nothing."""
+    other envs or metrics keep their own scales. A curve's ``note`` (how the panel's curves are made)
+    heads the legend, as the band_label of a curve whose band has no value (one member: no CI) does,
+    instead of a swatch of nothing."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -1140,9 +1216,9 @@ def draw_panels(panels: list, x: str = "step", smooth: int = 1, title: Optional[
         for i in group[1:]:  # shared before drawing: autoscaling then spans every panel's data
             axes[i].sharey(axes[group[0]])
     for ax, (panel_title, metric_name, curves), styles in zip(axes, panels, panel_styles(panels)):
-        notes = []
+        notes = [drawable(c.note, lines=True) for c in curves if c.note]
         for c, style in zip(curves, styles):
-            line, = ax.plot(c.x, c.y, lw=1.6 if c.lo is None else 1.8, label=drawable(c.label),
+            line, = ax.plot(c.x, c.y, lw=1.6 if c.lo is None else 1.8, label=legend_entry(drawable(c.label)),
                             marker="o" if len(c.x) == 1 else None, **style)
             band_label = drawable(c.band_label, lines=True)  # its own line breaks are the layout's
             if c.lo is not None and len(c.x) and not (np.isfinite(c.lo).any() and np.isfinite(c.hi).any()):
@@ -1171,13 +1247,14 @@ def draw_panels(panels: list, x: str = "step", smooth: int = 1, title: Optional[
 
 def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: Optional[str] = None, x: str = "step",
               smooth: int = 1, band: Optional[str] = None, title: Optional[str] = None, stat: Optional[str] = None,
-              dpi: int = DEFAULT_DPI, labels: Optional[dict] = None) -> Path:
+              dpi: int = DEFAULT_DPI, labels: Optional[dict] = None, panels: str = "per-env") -> Path:
     """Draw ``metric`` (None: default_metric, the rolling return) against ``x`` ("step" or "time") for
     the runs; write the image to ``out``.
 
-    One panel per group of plain runs (group_runs: env and settings); several runs of one group are
-    drawn as ``stat`` (default mean) + ``band`` (default min-max), to the end of the group's longest
-    run. One panel per population directory, with one curve per setting: ``stat`` (default IQM) over
+    ``run_dirs``: directories, or one directory (a str or PathLike). Plain runs are drawn one panel per
+    env with a curve per setting (``panels="per-env"``; ``"per-setting"``: a panel per setting;
+    collect_panels); several runs of one setting (seeds apart) are drawn as ``stat`` (default mean) +
+    ``band`` (default min-max), to the end of the group's longest run. One panel per population directory, with one curve per setting: ``stat`` (default IQM) over
     its members + ``band`` (default the 95% bootstrap CI). Of several directories, those that are not
     PPO runs holding values of the metric are skipped with a line (usable_runs, collect_panels). The format follows the suffix
     (.png, .svg, .pdf); ``dpi``: a PNG's pixels per inch. A PDF embeds its fonts as TrueType (Type 42),
@@ -1187,6 +1264,8 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: Optional[str]
     """
     from .population_report import STATISTICS
 
+    if isinstance(run_dirs, (str, os.PathLike)):  # one directory, not its characters ('r', 'u', 'n', ...)
+        run_dirs = [run_dirs]
     if not run_dirs:
         raise PlotError("no run directories given")
     if smooth < 1:
@@ -1200,6 +1279,8 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: Optional[str]
         raise PlotError(f"--band {band!r}: choose one of {', '.join(BANDS)}")
     if stat is not None and stat not in STATISTICS:
         raise PlotError(f"--stat {stat!r}: choose one of {', '.join(STATISTICS)}")
+    if panels not in PANELS:
+        raise PlotError(f"--panels {panels!r}: choose one of {', '.join(PANELS)}")
     out = Path(out)
     fmt = FORMATS.get(out.suffix.lower())
     if fmt is None:
@@ -1212,8 +1293,8 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: Optional[str]
     if metric is None:
         metric = default_metric(run_dirs)
     # read and check everything before drawing, so an error leaves no file behind
-    panels = collect_panels(list(run_dirs), metric, x, smooth, band, stat, labels)
-    for panel_title, metric_name, curves in panels:  # one value is no line: drawn as a marker, and said
+    drawn = collect_panels(list(run_dirs), metric, x, smooth, band, stat, labels, panels)
+    for panel_title, metric_name, curves in drawn:  # one value is no line: drawn as a marker, and said
         for c in curves:
             if len(c.x) == 1:
                 who = f"{panel_title}" + (f" ({c.label})" if len(curves) > 1 and c.label else "")
@@ -1223,7 +1304,7 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: Optional[str]
                                            f"{X_LABELS[x]} {c.x[0]:,g}), drawn as a single point{band}; a longer run draws "
                                            f"a curve") + "\n")
 
-    fig = draw_panels(panels, x, smooth, title)
+    fig = draw_panels(drawn, x, smooth, title)
     from matplotlib import rc_context
 
     from .atomic import atomic_open
@@ -1249,10 +1330,15 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: Optional[str]
 # ------------------------------------------------------------------------------------ CLI
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (several runs of one env and settings: "
-                   "mean + spread band, each run's last value carried forward to its last step) or population directories "
+                   "mean + spread band, each run's last value carried forward to its last step; runs of one env that differ "
+                   "in settings: a curve per setting in one panel, see --panels) or population directories "
                    "(`train --seeds`: per setting, IQM + 95%% CI over members); a folder holding run directories (runs/) "
-                   "stands for those runs. Panels of one env and metric share their y-axis, each run or population in "
-                   "colours of its own")
+                   "stands for those runs, in the order of the values that differ (lr=0.0001 before lr=0.001), else by "
+                   "name. Panels of one env and metric share their y-axis, each run or population in colours of its own")
+    p.add_argument("--panels", default="per-env", choices=tuple(PANELS),
+                   help="runs of one env that differ in settings (a sweep run as a bash loop): per-env (the default) draws "
+                   "one panel per env with a curve per setting, labelled by the fields that differ (lr=0.001), in the "
+                   "order given; per-setting draws a panel per setting")
     p.add_argument("--out", default=None, metavar="FILE.png",
                    help="image to write (.png, .svg, .pdf; default: RUN_DIR/curve.png for one run, ./curve.png for several)")
     p.add_argument("--metric", default=None, metavar="NAME",
@@ -1325,6 +1411,7 @@ def expand_run_folders(run_dirs: Sequence[PathLike], notes: Optional[list] = Non
         if not inside:
             out.append(d)
             continue
+        inside = sweep_order(inside)
         pops = sum(is_population(c) for c in inside)
         what = (f"the {len(inside)} run director{'y' if len(inside) == 1 else 'ies'}" if not pops else
                 f"the {len(inside)} director{'y' if len(inside) == 1 else 'ies'} ({len(inside) - pops} run"
@@ -1336,6 +1423,28 @@ def expand_run_folders(run_dirs: Sequence[PathLike], notes: Optional[list] = Non
         (notes.append if notes is not None else lambda t: sys.stderr.write(t + "\n"))(printable(line))
         out.extend(inside)
     return out
+
+
+def sweep_order(run_dirs: Sequence[Path]) -> list[Path]:
+    """A folder's runs (given sorted by name) in the order of their settings' values: a bash-loop
+    sweep's ``lr1e-4 ... lr3e-2`` by the value of ``lr``, not by the names' string order (``lr0.01``
+    before ``lr0.001``). The fields that differ among its plain runs (run_setting) and are a number in
+    every one of them order the runs, the first such field first; runs alike in those (seeds) stay in
+    name order, and populations follow the plain runs, by name."""
+    from .population_report import is_population
+
+    plain = [d for d in run_dirs if not is_population(d)]
+    settings = {d: run_setting(d) for d in plain}
+    fields = [k for k in dict.fromkeys(k for v in settings.values() for k in v)
+              if len({_exact(v.get(k, _UNSET)) for v in settings.values()}) > 1
+              and all(_number(v.get(k, _UNSET)) for v in settings.values())]
+    ranked = sorted(plain, key=lambda d: [float(settings[d][k]) for k in fields])  # stable: name order among equals
+    return ranked + [d for d in run_dirs if d not in settings]
+
+
+def _number(value) -> bool:
+    """Whether a config value orders as a number (not a bool, which YAML also reads from true)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def parse_labels(texts: Sequence[str], run_dirs: Sequence[Path]) -> dict[Path, str]:
@@ -1393,7 +1502,7 @@ def run(args) -> int:
         for line in notes:
             sys.stderr.write(line + "\n")
         path = plot_runs(run_dirs, out, metric=args.metric, x=args.x, smooth=args.smooth, band=args.band, title=args.title,
-                         stat=args.stat, dpi=args.dpi, labels=labels)
+                         stat=args.stat, dpi=args.dpi, labels=labels, panels=args.panels)
     except PlotError as e:
         # a run directory the user may not write (a colleague's, a read-only mount): the curve can go elsewhere
         hint = "; use --out FILE.png" if default_out and getattr(e, "errno", None) in (errno.EACCES, errno.EPERM, errno.EROFS) else ""

@@ -143,8 +143,9 @@ def test_members_with_empty_cells_carry_their_last_value_on_the_logged_steps(tmp
     assert curve.label == "mean, 95% CI \u2020 (4 members, fewer before step 200)"  # no sweep: no setting name
     np.testing.assert_allclose(curve.x, [100, 200, 300, 400])
     np.testing.assert_allclose(curve.y, [1.0, 2.0, 3.0, 4.0])
-    assert curve.band_label == ("last value carried forward\n95% CI: 10000 bootstrap resamples,\ndefault_rng(0); none for < 2 "
-                                "members\n\u2020 < 5 members: covers well under 95%")
+    # in the legend's title, not beside a band's swatch; nothing carried forward (member 0 only starts late): not said
+    assert curve.band_label is None and curve.note == ("95% CI: 10000 bootstrap resamples,\ndefault_rng(0); none for < 2 "
+                                                       "members\n\u2020 < 5 members: covers well under 95%")
 
 
 def test_population_curves_are_on_the_logged_steps_and_a_strong_member_never_drops_out(tmp_path):

@@ -184,9 +184,9 @@ def test_a_plotted_ci_of_fewer_than_5_members_is_marked_as_the_report_marks_it(t
         run = _population(run, [_member(run, i, [10.0 * (k + i) for k in range(8)]) for i in range(n)])
         _, _, (curve,) = population_curves(run)
         assert curve.label == f"IQM, 95% CI{mark} ({n} members)"
-        assert ("\u2020 < 5 members: covers well under 95%" in curve.band_label) == bool(mark)
+        assert ("\u2020 < 5 members: covers well under 95%" in curve.note) == bool(mark)
         _, _, (mean,) = population_curves(run, band="minmax")  # not a CI: nothing to mark
-        assert "\u2020" not in mean.label and "\u2020" not in mean.band_label
+        assert "\u2020" not in mean.label and "\u2020" not in (mean.note or "")
     text = " ".join(DOCS.read_text().split())
     assert "nominal 95%" in text and "n = 5" in text and "0.85" in text and "0.91" in text
 

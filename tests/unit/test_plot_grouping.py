@@ -130,7 +130,7 @@ def test_a_long_panel_title_is_wrapped_to_the_panel_and_cut_with_the_whole_label
             _run(tmp_path, "b", env_kwargs={"max_episode_steps": 500, "render_mode": "rgb_array"}),
             _run(tmp_path, "c", env_kwargs=long)]
     labels = list(group_runs(runs))
-    assert main(["plot", *map(str, runs), "--out", str(tmp_path / "t.png")]) == 0
+    assert main(["plot", *map(str, runs), "--out", str(tmp_path / "t.png"), "--panels", "per-setting"]) == 0
     fig = drawn[-1]
     renderer = fig.canvas.get_renderer()
     for ax, label in zip(fig.axes, labels):

@@ -66,7 +66,7 @@ def test_a_setting_that_diverged_at_iteration_1_is_named_and_the_healthy_ones_ar
     env, name, curves = population_curves(pop, "charts/episodic_return")  # as written (the default rebuilds the rolling one)
     assert [c.label for c in curves] == ["lr=0.001: IQM, 95% CI \u2020 (2 members)", "lr=1e+18: not drawn (m002, m003 diverged at iteration 1)"]
     np.testing.assert_allclose(curves[0].y, np.array(_returns(25)))
-    assert len(curves[1].x) == 0 and "diverged members left out" in curves[0].band_label
+    assert len(curves[1].x) == 0 and "diverged members left out" in curves[0].note
     code, out, err = run_main(["plot", str(pop)], capsys)
     assert (code, out.strip()) == (0, f"wrote {pop / 'curve.png'}"), err
     run = _write_run(tmp_path / "R", _returns(5))

@@ -74,7 +74,7 @@ def test_one_member_per_setting_reads_singular_and_lists_no_ci_band(many, monkey
     legend = _drawn(run, monkeypatch).axes[0].get_legend()
     texts = [t.get_text() for t in legend.get_texts()]
     assert len(texts) == 12 and not any("95% CI" in t for t in texts)  # no swatch for a band of NaN
-    assert legend.get_title().get_text() == "last value carried forward"
+    assert legend.get_title().get_text() == ""  # each member has its return at every step it logged: nothing carried forward
 
 
 def test_closing_lines_and_report_header_count_one_member_and_one_seed(many, capsys):
