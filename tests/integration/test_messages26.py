@@ -145,7 +145,7 @@ def test_multi_run_plot_labels_spell_none_as_population_labels_do(tmp_path, monk
     on = fake_run_dir(tmp_path, "on", target_kl=0.01, env_kwargs={**long, "option_0": "y"})
     [label_off, label_on] = group_runs([off, on])
     assert setting_label({"target_kl": None}) in label_off and "target_kl=0.01" in label_on
-    assert main(["plot", str(off), str(on), "--out", str(tmp_path / "c.png")]) == 0
+    assert main(["plot", str(off), str(on), "--out", str(tmp_path / "c.png"), "--panels", "per-setting"]) == 0
     legend_titles = [ax.get_legend().get_title().get_text().replace("\n", " ") for ax in figures[-1].axes]
     assert legend_titles == [label_off, label_on]
     assert "target_kl=none" in legend_titles[0] and "None" not in legend_titles[0]

@@ -39,7 +39,7 @@ def test_a_two_process_run_is_another_setting_than_one_process_in_plot_and_repor
     one = _eval(_run(tmp_path, "k1", {"world_size": 1, "env_backend": "native"}), 100.0)
     two = _eval(_run(tmp_path, "k2", {"world_size": 2, "env_backend": "native"}), 300.0)
     assert group_runs([one, two]) == {"CartPole-v1 (processes=1)": [one], "CartPole-v1 (processes=2)": [two]}
-    panels = collect_panels([one, two])
+    panels = collect_panels([one, two], panels="per-setting")
     assert [title for title, *_ in panels] == ["CartPole-v1 (processes=1)", "CartPole-v1 (processes=2)"]
     assert all(len(curves) == 1 and "runs" not in curves[0].label for _, _, curves in panels)  # no "mean of 2 runs"
     text = build_report([one, two], out=tmp_path / "r.md", episodes=0).read_text()

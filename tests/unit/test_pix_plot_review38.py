@@ -176,7 +176,7 @@ def test_plot_panels_of_one_env_and_metric_share_their_y_scale_and_not_their_col
     strong = fake_run_dir(tmp_path, "strong", steps=(100, 200, 300), returns=(25.0, 100.0, 175.0), lr=0.001)
     weak = fake_run_dir(tmp_path, "weak", steps=(100, 200, 300), returns=(15.0, 30.0, 40.0), lr=0.002)
     other = fake_run_dir(tmp_path, "other", steps=(100, 200), returns=(1.0, 2.0), env_id="Other-v0")
-    fig = draw_panels(collect_panels([strong, weak, other], "charts/episodic_return"))  # the returns as written
+    fig = draw_panels(collect_panels([strong, weak, other], "charts/episodic_return", panels="per-setting"))  # the returns as written
     a, b, c = _visible_axes(fig)
     assert a.get_ylim() == b.get_ylim()
     low, high = a.get_ylim()

@@ -154,7 +154,7 @@ def test_colliding_names_are_told_apart_by_their_paths_in_legends_and_panel_titl
     monkeypatch.chdir(tmp_path)
     _write_run(Path("a/run"), lr=0.001)
     _write_run(Path("b/run"), lr=0.002)
-    assert sorted(c.label for _, _, (c,) in collect_panels(["a/run", "b/run"])) == ["a/run", "b/run"]
+    assert sorted(c.label for _, _, (c,) in collect_panels(["a/run", "b/run"], panels="per-setting")) == ["a/run", "b/run"]
     _write_population(Path("x/pop"))
     _write_population(Path("y/pop"))
     assert [t for t, *_ in collect_panels(["x/pop", "y/pop"])] == ["Fake-v0: population x/pop", "Fake-v0: population y/pop"]
