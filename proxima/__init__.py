@@ -154,8 +154,9 @@ def train_population(config: Optional[PPOConfig], seeds=None, sweep: Optional[di
         None only with ``resume``, to continue a population with the config it recorded.
     seeds: the members' seeds: a range, list or tuple of distinct integers in 0..2**31 - 1
         (``range(1, 11)``), or --seeds's text (``"1-10"``); None: ``config.seed`` alone.
-    sweep: {field: [values]} of per-member fields (lr, ent_coef, clip_coef, vf_clip_coef, vf_coef, gamma,
-        gae_lambda, max_grad_norm, target_kl): every combination is one setting, trained with every seed.
+    sweep: {field: [values]} of the per-member fields, those proxima.population.PER_MEMBER_FIELDS lists (numbers,
+        ``{"lr": [3e-4, 1e-3]}``, and switches, ``{"norm_adv": [True, False]}``): every combination is one
+        setting, trained with every seed.
     run_dir: the population's directory (default runs/<env>__seeds<first>-<last>__<time>); ``~`` is the home directory.
     resume: a population's directory or one of its checkpoints/step_N.pt to continue (``proxima resume
         RUN``), or "auto": continue ``run_dir`` when it holds a checkpoint, else start it. With a config,

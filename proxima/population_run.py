@@ -196,11 +196,20 @@ def seeds_spec(seeds) -> str:
 
 
 def sweep_flags(sweep: dict) -> str:
-    """{"lr": [0.001, 0.0003]} -> ``--sweep lr=0.001,0.0003``: exact values (repr, which round-trips), as typed."""
+    """{"lr": [0.001, 0.0003]} -> ``--sweep lr=0.001,0.0003``: exact values (repr, which round-trips), as typed;
+    a switch's ``true,false`` (--sweep's spelling, not Python's True)."""
     def text(v) -> str:
-        return "none" if v is None else repr(v) if isinstance(v, float) else str(v)
+        return "none" if v is None else _fmt(v) if isinstance(v, bool) else repr(v) if isinstance(v, float) else str(v)
 
     return " ".join(f"--sweep {k}={','.join(text(v) for v in values)}" for k, values in sweep.items())
+
+
+def typed_switch(name: str, value) -> Optional[str]:
+    """A switch's flag as it is typed, ``--norm-adv`` for True and ``--no-norm-adv`` for False (neither takes
+    a value: cli's BooleanOptionalAction); None for a field that is no switch."""
+    if not isinstance(value, bool):
+        return None
+    return f"--{'' if value else 'no-'}{name.replace('_', '-')}"
 
 
 def _kind(value) -> str:
@@ -601,8 +610,37 @@ def _train_again(run_dir: Path) -> str:
                 again.append(word)
         again += ["--run-dir", str(run_dir)] + ([] if "--overwrite" in command else ["--overwrite"])
         return f"train it again: {shlex.join(again)} (the old directory is moved aside)"
+    if command is None:  # trained from Python (train_population), which records its call in each member's meta.json
+        call = _python_call(run_dir)
+        made = f"{call}, as its members' meta.json records it" if call else \
+            "the call that trained it (population.json records no command)"
+        return (f"train it again from Python: {made}, with run_dir={str(run_dir)!r}, overwrite=True (the old directory "
+                "is moved aside)")
     return (f"train it again: the command in {Path(run_dir) / POPULATION_FILE} with --overwrite "
             "(the old directory is moved aside)")
+
+
+def _python_call(run_dir: Path) -> Optional[str]:
+    """``proxima.train_population(...) from study.py``: the call a member's meta.json records as its command
+    (rundir.python_command: ``python: CALL from WHERE``) for a population trained from Python, without WHERE
+    past MAX_ECHOED_COMMAND characters; None when no member's reads as one (data: a printable string)."""
+    try:
+        entries = read_population_doc(run_dir).get("member_dirs")
+    except ckpt.CheckpointError:
+        return None
+    for entry in entries if isinstance(entries, list) else []:
+        name = entry.get("dir") if isinstance(entry, dict) else None
+        if not (isinstance(name, str) and is_plain_name(name)):
+            continue
+        try:
+            command = json.loads(read_run_text(Path(run_dir) / name / "meta.json")).get("command")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(command, str) and command.startswith("python: ") and command.isprintable():
+            call = command[len("python: "):]
+            # where it ran (a script's argv) only when short: the call is what trains it again
+            return call if len(call) <= MAX_ECHOED_COMMAND else call.partition(" from ")[0][:MAX_ECHOED_COMMAND]
+    return None
 
 
 #: the longest recorded command echoed as advice: longer, population.json's own is named instead
@@ -713,18 +751,29 @@ def check_member_dirs(run_dir: Path, names: Sequence[str]) -> None:
 
 
 def _note_lr_schedule(configs: list, state: dict, names: list, sweep: dict) -> None:
-    """trainer._note_lr_schedule for a population's resume: a resume that extends it under --anneal-lr
-    recomputes every member's schedule, and the rate jumps back up, which nothing else says. The numbers
-    are the first member's; with --lr swept, the line says so."""
+    """trainer._note_lr_schedule for a population's resume: a resume that extends it recomputes the schedule of
+    every member that anneals (--anneal-lr, or the anneal_lr=true members of --sweep anneal_lr=...), and their
+    rate jumps back up, which nothing else says. The numbers are the first annealing member's; with --lr
+    swept the line names it, with anneal_lr swept it names the setting whose members anneal."""
     from .trainer import _note_lr_schedule as note
 
-    first = {"config": state["configs"][0], "iteration": state.get("iteration")}
+    annealing = [i for i, c in enumerate(configs) if c.anneal_lr]
+    if not annealing:
+        return
+    first = annealing[0]
     with contextlib.redirect_stderr(io.StringIO()) as out:
-        note(configs[0], 1, first)
+        note(configs[first], 1, {"config": state["configs"][first], "iteration": state.get("iteration")})
     text = out.getvalue().rstrip("\n")
-    if text:
-        which = f" ({names[0]}'s; every member's schedule is recomputed alike)" if "lr" in (sweep or {}) else ""
-        print(text + which, file=sys.stderr)
+    if not text:
+        return
+    swept = sweep or {}
+    if "anneal_lr" in swept:  # the setting that anneals, not an --anneal-lr the user never typed
+        _, _, rest = text.partition(": note: ")
+        _, _, rest = rest.partition(": ")
+        others = "" if len(annealing) == len(configs) else "; the anneal_lr=false members' rate stays constant"
+        text = f"proxima: note: anneal_lr=true ({len(annealing)} of the {len(configs)} members{others}): {rest}"
+    which = f" ({names[first]}'s; every annealing member's schedule is recomputed alike)" if "lr" in swept else ""
+    print(text + which, file=sys.stderr)
 
 
 def _set_aside_member_checkpoints(dirs: list, step: int) -> None:
@@ -767,7 +816,8 @@ def check_resume_flags(overrides: dict, sweep: dict, recorded: PPOConfig, checkp
     for name in overrides:
         if name in sweep:
             values = ", ".join(shown(v) for v in sweep[name])
-            raise ConfigError(f"--{name.replace('_', '-')} is swept in this population ({values}); it cannot be given on resume")
+            flag = typed_switch(name, overrides[name]) or "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag} is swept in this population ({values}); it cannot be given on resume")
     for name, (off, why) in UNSUPPORTED.items():
         flag = "--" + name.replace("_", "-")
         if name in overrides and overrides[name] != off:
@@ -1307,7 +1357,8 @@ def _train_population(args, cfg: PPOConfig, out) -> int:
             # the flag as typed (--learning-rate, lr's other name: cli._OneNameOnly records which), not --lr
             flag = vars(args).get("_names_typed", {}).get(name) or "--" + name.replace("_", "-")
             item = next((i.partition("=")[0].strip() for i in args.sweep or [] if parse_sweep([i]).keys() == {name}), name)
-            raise ConfigError(f"{flag} {shown(typed[name])} and --sweep {item}=... both set {name}; drop one")
+            raise ConfigError(f"{typed_switch(name, typed[name]) or flag + ' ' + shown(typed[name])} and --sweep {item}=... "
+                              f"both set {name}; drop one")
     if args.resume is not None:
         target = _resume_target(args, cfg)
         if target is not None:  # continue it; the seeds and sweep this command describes must be the run's, typed or not

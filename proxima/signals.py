@@ -131,14 +131,19 @@ def python_resume(run_dir) -> Optional[str]:
     """``proxima.train(None, resume='RUN')``, with ``env_id='module:Class'`` for a run of a module env
     (a resume imports it only when named: module_env): how a Python caller continues the run
     ``run_dir`` with the config it recorded, whatever the config in hand says (``train(cfg,
-    resume='auto')`` starts a new run when cfg names no run_dir). None for a run of several
-    processes (recorded_world): train() in one process cannot resume it, its command line can; None
-    too for a population's or an RLHF run's directory, which train() does not resume."""
+    resume='auto')`` starts a new run when cfg names no run_dir). A population's directory:
+    ``proxima.train_population(None, resume='RUN')``, whose config names a module env
+    (``proxima.PPOConfig(env_id='module:Class')`` in place of None: train_population has no env_id).
+    None for a run of several processes (recorded_world): train() in one process cannot resume it, its
+    command line can; None too for an RLHF run's directory, which train() does not resume."""
     from .rundir import recorded_kind
 
     run_dir = Path(run_dir)
-    if recorded_world(run_dir) > 1 or os.path.lexists(run_dir / "population.json") or \
-            recorded_kind(run_dir / "meta.json") == "rlhf":
+    if os.path.lexists(run_dir / "population.json"):
+        env_id = module_env(run_dir)
+        config = "None" if env_id is None else f"proxima.PPOConfig(env_id={env_id!r})"
+        return f"proxima.train_population({config}, resume={str(run_dir)!r})"
+    if recorded_world(run_dir) > 1 or recorded_kind(run_dir / "meta.json") == "rlhf":
         return None
     env_id = module_env(run_dir)
     return f"proxima.train(None, resume={str(run_dir)!r}" + ("" if env_id is None else f", env_id={env_id!r}") + ")"

@@ -67,7 +67,7 @@ def test_each_members_log_shows_its_own_switches(switch_run):
 def test_a_swept_switch_cannot_be_given_on_resume(switch_run, capsys):
     run_dir, _ = switch_run
     assert cli.main(["resume", str(run_dir), "--no-anneal-lr", "--total-timesteps", "512"]) == 2
-    assert "--anneal-lr is swept in this population (true, false); it cannot be given on resume" in capsys.readouterr().err
+    assert "--no-anneal-lr is swept in this population (true, false); it cannot be given on resume" in capsys.readouterr().err
 
 
 def test_a_switch_sweep_resumes_bit_identically(tmp_path):

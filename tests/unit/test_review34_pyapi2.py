@@ -143,11 +143,11 @@ def test_the_python_continue_call_names_a_module_env_and_leaves_runs_train_canno
             f"env_id='my_envs:Walker') (in a shell: proxima resume --env my_envs:Walker {run})")
         (run / "meta.json").write_text('{"kind": "ppo", "world_size": 2}')  # two processes: train() here cannot resume it
         assert str(TrainingInterrupted(signal.SIGTERM, step)).endswith(f"continue with: proxima resume --env my_envs:Walker {run}")
-        pop = tmp_path / "pop"  # a population resumes with its own command, not train()
+        pop = tmp_path / "pop"  # a population resumes with train_population(), not train()
         (pop / "checkpoints").mkdir(parents=True)
         (pop / "population.json").write_text('{"kind": "ppo-population", "env_id": "CartPole-v1", "members": 2}')
         assert str(TrainingInterrupted(signal.SIGTERM, pop / "checkpoints" / "step_000000000064.pt")).endswith(
-            f"continue with: proxima resume {pop}")
+            f"continue with: proxima.train_population(None, resume='{pop}') (in a shell: proxima resume {pop})")
     finally:
         release()
     (run / "meta.json").unlink()
