@@ -782,6 +782,34 @@ class PopulationCheckpointError(CheckpointError):
     not a single run's, so the line names the members to read instead, never a restore or a start over."""
 
 
+class RLHFRunError(CheckpointError):
+    """An RLHF run (proxima rlhf), or one of its checkpoints, given where a PPO run is read: sound, only
+    not a PPO run's, so the line says how to continue it (proxima resume RUN), never a restore or a start
+    over, nor that the run's other checkpoints do not load."""
+
+
+def rlhf_run_error(run: Path, file: Optional[Path] = None) -> RLHFRunError:
+    """The line for the RLHF run ``run`` (as named), or for its checkpoint ``file``, given to a PPO reader
+    (train --resume, resume of a checkpoint file, eval, --init-from): the run's own resume continues it
+    from its directory (rlhf.api.resume reads the newest checkpoint there; it takes no file)."""
+    said = f"{file}: a checkpoint of the RLHF run {run}" if file is not None else f"{run} is an RLHF run"
+    return RLHFRunError(f"{said} (proxima rlhf), not a PPO one: continue it with proxima resume {shlex.quote(str(run))} "
+                        f"[--steps N]; its trained policy is {Path(run) / 'policy'} (docs/rlhf.md)")
+
+
+def _rlhf_run_named(path: Path) -> Optional[Path]:
+    """The run directory, as named, of ``path`` (a run directory, or a file in RUN/checkpoints/) when its
+    meta.json records an RLHF run; None otherwise."""
+    from .rundir import recorded_kind
+
+    path = Path(path)
+    if path.absolute().parent.name == "checkpoints" and not path.is_dir():
+        run = path.parent.parent if path.parent.name == "checkpoints" else run_dir_of(path)
+    else:
+        run = path
+    return run if recorded_kind(run / "meta.json") == "rlhf" else None
+
+
 class LinkOutOfRunError(CheckpointError):
     """A checkpoint in a run's checkpoints/ that is a symbolic link leading out of the run: refused,
     never set aside as damaged (its target is another run's file, not this run's)."""
@@ -818,6 +846,8 @@ def no_checkpoint_error(path: Path) -> CheckpointError:
     told apart from a folder that is no run at all; a step_*.pt that is no file (a folder, a dangling
     link, a FIFO) is named as what it is; a run that did write checkpoints, gone since (removed,
     moved), is told so, with its best.pt to continue from when it is there (_trained_past_checkpoint)."""
+    if _rlhf_run_named(path) is not None:  # its checkpoints are RLHF's (step_NNNNNN.pt): not a run stopped before one
+        return rlhf_run_error(path)
     odd = _not_files(path)
     if odd:
         more = f" (and {len(odd) - 1} more like it)" if len(odd) > 1 else ""
@@ -966,7 +996,8 @@ def load_resumable(path: Union[str, Path], allow_population: bool = False, set_a
             # sound, as a directory's newest is picked: found only at restore, a damaged named file would
             # have had the run's newer checkpoints set aside first (run_setup.set_aside_timeline)
             state = load_sound(path)
-        except (LinkOutOfRunError, NewerSchemaError):  # a newer Proxima's file: upgrading, not a start over, reads it
+        # a newer Proxima's file: upgrading, not a start over, reads it; an RLHF run's: its own resume does
+        except (LinkOutOfRunError, NewerSchemaError, RLHFRunError):
             raise
         except CheckpointError as e:  # named, it has no fallback: say where the run's sound state is
             raise CheckpointError(f"{e}{named_file_advice(path)}") from None
@@ -1021,7 +1052,7 @@ def load_run_newest(path: Union[str, Path], load, verb: str, command, env_args: 
         loaded = load(path)
     # a newer Proxima's file is sound (upgrading reads it), and one refused for the env given is too (the
     # older ones trained on the same env are refused alike): neither gets a restore or a start over
-    except (LinkOutOfRunError, NewerSchemaError, EnvMismatchError, PopulationCheckpointError):
+    except (LinkOutOfRunError, NewerSchemaError, EnvMismatchError, PopulationCheckpointError, RLHFRunError):
         raise
     except CheckpointError as e:
         files = list_checkpoints(path) if path.is_dir() else []
@@ -1439,8 +1470,11 @@ def _load_open(path: Path, f, map_location) -> dict:
     except Exception as e:  # any other loader failure is still the file's fault
         raise CheckpointError(f"{path}: unreadable checkpoint ({type(e).__name__})") from None
     if isinstance(state, dict) and state.get("format") == "proxima-rlhf-1":  # rlhf.rundir.CHECKPOINT_FORMAT
-        raise CheckpointError(f"{path}: an RLHF checkpoint (proxima rlhf), not a PPO one: continue its run with proxima "
-                              "resume RUN; its trained policy is RUN/policy (docs/rlhf.md)")
+        run = _rlhf_run_named(path)
+        if run is not None:
+            raise rlhf_run_error(run, path)
+        raise RLHFRunError(f"{path}: an RLHF checkpoint (proxima rlhf), not a PPO one: continue its run with proxima "
+                           "resume RUN; its trained policy is RUN/policy (docs/rlhf.md)")
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a Proxima checkpoint (a torch file holding {_describe(state)})")
     version = state.get("schema_version")

@@ -111,6 +111,121 @@ FIELDS = {f.name: f for f in dataclasses.fields(RLHFConfig)}
 #: --learning-rate is --lr; a file giving both is refused
 ALIASES = {alias: name for alias, name in PPO_ALIASES.items() if name in FIELDS}
 
+_BATCH = ("the gradients of each minibatch (--batch-size / --num-minibatches responses) accumulate over its --micro-batch-size "
+          "chunks, so TRL's per_device_train_batch_size P, gradient_accumulation_steps G and num_mini_batches M are "
+          "--micro-batch-size = P, --num-minibatches = M and --batch-size = PxGxM")
+_NO_EVAL = ("no evaluation pass here: every --sample-every steps the run logs generations (samples.jsonl, TensorBoard) "
+            "and every step its metrics; drop it")
+_REFERENCE = ("the reference is the policy's frozen copy, loaded again from --policy (with --lora, the policy with its adapter "
+              "switched off); nothing else sets it: drop it")
+
+#: TRL's names (PPOConfig, its OnPolicyConfig and transformers' TrainingArguments, as TRL's ppo.py script takes
+#: them as flags) -> (the RLHFConfig field that holds the same setting, or None where none does; what to know or
+#: do instead). Read by `proxima rlhf`'s "did you mean" (cli._foreign_hint), by a --config file's unknown-key line
+#: (from_dict) and by resume (trl_hint); docs/rlhf.md's "TRL's flags" table lists them (a test compares the two).
+TRL_NAMES = {
+    "per_device_train_batch_size": ("micro_batch_size", "responses per forward/backward; TRL's rollout per process, "
+                                    "per_device_train_batch_size x gradient_accumulation_steps x num_mini_batches, is --batch-size"),
+    "gradient_accumulation_steps": (None, _BATCH),
+    "local_rollout_forward_batch_size": ("micro_batch_size", "the rollout's forwards score --micro-batch-size responses each"),
+    "num_mini_batches": ("num_minibatches", ""),
+    "num_ppo_epochs": ("update_epochs", ""),
+    "ppo_epochs": ("update_epochs", ""),
+    "total_episodes": ("steps", "the run's responses are --steps x --batch-size x processes"),
+    "num_train_epochs": ("steps", "one step is one rollout of --batch-size responses and its update"),
+    "max_steps": ("steps", ""),
+    "response_length": ("max_new_tokens", ""),
+    "stop_token": (None, "responses stop at the tokenizer's EOS and the eos_token_id(s) of the policy's "
+                         "generation_config.json; to stop at another token add its id there, and drop it"),
+    "stop_token_id": (None, "responses stop at the tokenizer's EOS and the eos_token_id(s) of the policy's "
+                            "generation_config.json; to stop at another token add its id there, and drop it"),
+    "sft_model_path": ("policy", "a local model directory"),
+    "model_name_or_path": ("policy", "a local model directory"),
+    "reward_model_path": ("reward", "a reward-model directory, or module:function; repeat it for several"),
+    "ref_model": (None, _REFERENCE),
+    "ref_model_path": (None, _REFERENCE),
+    "ref_adapter_name": (None, _REFERENCE),
+    "dataset_name": (None, "prompts come from a local file: --prompts FILE (.jsonl, .json, or text with one prompt a line)"),
+    "dataset_train_split": (None, "prompts come from a local file: --prompts FILE (.jsonl, .json, or text with one prompt a line)"),
+    "output_dir": ("run_dir", ""),
+    "save_steps": ("checkpoint_every", "a checkpoint every N steps (and at the end); --keep-checkpoints K keeps the last K"),
+    "save_total_limit": ("keep_checkpoints", ""),
+    "logging_steps": ("print_every", "a progress line every N steps; metrics.csv and TensorBoard get every step"),
+    "report_to": (None, "TensorBoard events and metrics.csv are always written into the run directory, and nothing is "
+                        "sent elsewhere; drop it"),
+    "learning_rate": ("lr", ""),
+    "lr_scheduler_type": ("anneal_lr", "linear decay to 0; without it the rate is constant"),
+    "cliprange": ("clip_coef", ""),
+    "cliprange_value": ("vf_clip_coef", ""),
+    "lam": ("gae_lambda", ""),
+    "init_kl_coef": ("kl_coef", ""),
+    "adap_kl_ctrl": ("adaptive_kl", ""),
+    "kl_penalty": ("kl_estimator", "k1 or k3"),
+    "use_peft": ("lora", ""),
+    "per_device_eval_batch_size": (None, _NO_EVAL),
+    "eval_steps": (None, _NO_EVAL),
+    "eval_strategy": (None, _NO_EVAL),
+    "num_sample_generations": ("sample_every", "logs generations every N steps"),
+}
+
+
+def trl_hint(key: str) -> Optional[tuple]:
+    """(field or None, note) for TRL's name ``key`` (dashes or underscores, any case) that is no field here;
+    None otherwise."""
+    name = str(key).strip().lstrip("-").replace("-", "_").lower()
+    return None if name in FIELDS else TRL_NAMES.get(name)
+
+
+#: what an RLHF run's resume takes (cli.cmd_resume): its other settings are the run's config.yaml
+RESUME_TAKES = "an RLHF run's resume takes only --steps N, --trust-run and --quiet"
+
+
+def flag_hint(key: str, command: str, known: list) -> Optional[tuple]:
+    """What the unknown flag ``key`` (dashes as underscores) is, for cli._foreign_hint: on ``proxima rlhf``
+    TRL's name as ("flag", the flag here, a note) or ("advice", what to do); on ``proxima resume`` a setting
+    of ``proxima rlhf`` that no resume takes (--print-every), as advice naming what a resume does take.
+    None for any other flag."""
+    name = str(key).replace("-", "_").lower()
+    if command == "rlhf":
+        hint = trl_hint(name)
+        if hint is None:
+            return None
+        field, note = hint
+        flag = "--" + field.replace("_", "-") if field else None
+        if flag in known:
+            return ("flag", flag, f"TRL's --{key.replace('_', '-')}" + (f"; {note}" if note else ""))
+        return ("advice", f"--{key.replace('_', '-')} is TRL's; {note}")
+    from ..config import FOREIGN_NAMES, FOREIGN_UNSUPPORTED
+
+    if command == "resume" and name not in FOREIGN_NAMES and name not in FOREIGN_UNSUPPORTED:  # SB3's --batch-size: PPO's hint
+        field = (trl_hint(name) or (name,))[0] or name
+        flag = "--" + field.replace("_", "-")
+        if field in FIELDS and flag not in known:  # an RLHF setting, not a PPO one: fixed for the run
+            return ("advice", f"--{key.replace('_', '-')} is a setting of proxima rlhf, recorded in the run's config.yaml: "
+                              f"{RESUME_TAKES} (a new run with other settings: proxima rlhf --config RUN/config.yaml "
+                              f"{flag} ...)")
+    return None
+
+
+def _as_keys(text: str) -> str:
+    """A TRL note in a --config file's words: --micro-batch-size is micro_batch_size there."""
+    import re
+
+    return re.sub(r"--([a-z][a-z-]*)", lambda m: m.group(1).replace("-", "_"), text)
+
+
+def unknown_key_hint(key: str) -> str:
+    """`` (did you mean 'max_new_tokens'? TRL's response_length)`` for an unknown key of a --config file that
+    is TRL's name, ``(TRL's gradient_accumulation_steps: ...)`` for one no field stands for; "" otherwise."""
+    hint = trl_hint(key)
+    if hint is None:
+        return ""
+    field, note = hint
+    if field is None:
+        return f" (TRL's {key}: {_as_keys(note)})"
+    return f" (did you mean '{field}'? TRL's {key}" + (f": {_as_keys(note)})" if note else ")")
+
+
 #: the lowest --temperature: the logits are divided by it, and below this float32 logits can overflow
 MIN_TEMPERATURE = 1e-3
 
@@ -148,6 +263,9 @@ def from_dict(values: dict, base: Optional[RLHFConfig] = None, source: str = "co
             raise ConfigError(f"{source}: field '{key}' is given twice ({seen[key]!r} and {written!r}); keep one")
         seen[key] = written
         if key not in FIELDS:
+            trl = unknown_key_hint(key)
+            if trl:
+                raise ConfigError(f"{source}: unknown field '{key}'{trl}")
             close = close_field(key, FIELDS)  # PPO's: an alias (learning_rate -> lr) too
             raise ConfigError(f"{source}: unknown field '{key}'" + (f" (did you mean '{close}'?)" if close else ""))
         setattr(cfg, key, coerce(key, value, source))

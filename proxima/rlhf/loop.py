@@ -76,7 +76,7 @@ def _run(t, run_dir: Path, resumed: bool) -> dict:
             try:
                 metrics, samples = t.train_step()  # adds the step's seconds to t.seconds (one clock with the metrics)
             except RewardError as e:
-                raise RewardError(f"{e}; {_checkpoint_after_reward_failure(t, run_dir, before)}") from None
+                raise RewardError(f"{e}; {_checkpoint_after_reward_failure(t, run_dir, before, resumed)}") from None
             metrics.update(_truncations(t))
             _stop_if_diverged(t, run_dir, metrics, resumed)  # the same averaged metrics on every process: all stop together
             t.finished_step = t.step
@@ -240,11 +240,14 @@ def _refuse_nonfinite_weights(t, run_dir: Path, what: str) -> None:
                             "try a lower --lr or --max-grad-norm")
 
 
-def _checkpoint_after_reward_failure(t, run_dir: Path, before: dict) -> str:
+def _checkpoint_after_reward_failure(t, run_dir: Path, before: dict, resumed: bool = False) -> str:
     """The reward runs in the rollout, before the update touches a weight: with the RNG and prompt order
     set back to the start of the failed step, the state is exactly that after the last finished step, and
     a checkpoint of it resumes as if the failed step never began. Under torchrun the other processes are
-    in a collective, so only the last periodic checkpoint is named."""
+    in a collective, so only the last periodic checkpoint is named. A new run none of whose steps finished
+    writes none: its caller takes it back whole (api's discard_fresh), as for step 1 diverging."""
+    if not resumed and t.finished_step == 0:
+        return "the new run keeps nothing, so the same command runs again once the reward is fixed"
     if not t.dist.enabled:
         set_random_state(t, before)
         save_checkpoint(t, run_dir)
@@ -647,6 +650,8 @@ def parameter_checksum(models: list) -> str:
 
 
 def progress_line(step: int, steps: int, m: dict) -> str:
+    # the values as metrics.csv logs them: the done line's means come from there, and must round the same way
+    m = {k: rundir.as_logged(v) for k, v in m.items()}
     return (f"step {step}/{steps}  score {m['objective/scores']:+.3f}  kl {m['objective/kl']:.3f}  "
             f"beta {m['objective/kl_coef']:.3g}  len {m['val/response_length']:.1f}  eos {m['val/eos_rate']:.2f}  "
             f"ratio {m['val/ratio']:.3f}  {m['charts/seconds_per_step']:.3f} s/step")

@@ -686,7 +686,13 @@ def apply_lora(model: nn.Module, cfg, task_type: str, value_backbone: bool = Fal
     lora_cfg = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, bias="none", task_type=task_type,
                           target_modules=targets)
     try:
-        return get_peft_model(model, lora_cfg)
+        with catch_warnings():
+            # third-party internals with nothing for the user to do, so not shown (this call's only): peft's note
+            # that it turned fan_in_fan_out on for GPT-2's Conv1D layers, which it handles itself, and the
+            # deprecation of the transformers attribute that peft reads (with or without --gradient-checkpointing)
+            warnings.filterwarnings("ignore", message="fan_in_fan_out is set to False", category=UserWarning)
+            warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+            return get_peft_model(model, lora_cfg)
     except ValueError as e:
         why = str(e).splitlines()[0]
         if value_backbone:  # peft blames "the base model": here the value model's, which the policy's flag also adapts

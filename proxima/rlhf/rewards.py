@@ -236,7 +236,7 @@ def load_reward(spec: str, device: torch.device, dtype: torch.dtype = torch.floa
         return RewardModel(spec, device, dtype, bf16, micro_batch_size)
     module_name, sep, func_name = spec.rpartition(":")
     if not sep or not module_name or not func_name:
-        raise ConfigError(f"--reward {spec!r}: neither a reward-model directory nor module:function")
+        raise ConfigError(f"--reward {spec!r}: {_spec_hint(spec, list(import_path or [os.getcwd()]))}")
     # Proxima's own rewards never search the run's recorded folders: a resume without --trust-run
     # loads them, and a folder left on sys.path would be searched first for every later import
     # (sympy, PIL as the models load), so a run shipping sympy.py would run it
@@ -244,6 +244,60 @@ def load_reward(spec: str, device: torch.device, dtype: torch.dtype = torch.floa
     if module_name.endswith(".py"):  # its own folder first, as `python file.py` has: `from helpers import x` beside it
         search = [os.path.dirname(os.path.abspath(module_name))] + search
     return RewardFunction(_import_function(module_name, func_name, spec, search or []), spec, func_name, search)
+
+
+def _spec_hint(spec: str, import_path: list) -> str:
+    """Why ``spec`` (no ``:function``, not a directory) names no reward, and the spec meant: a reward file or
+    module named without its function (``my_rewards.py``, ``my_rewards``) or with a dot before it
+    (``my_rewards.brevity``), with the functions its source defines (read with ast: nothing of it runs)."""
+    if spec.endswith(".py"):
+        if not os.path.isfile(spec):
+            return f"no such file {spec} (a reward is a reward-model directory, module:function or file.py:function)"
+        return f"name the function: {spec}:FUNCTION{_defines(spec, 'it')}"
+    module, dot, attr = spec.rpartition(".")
+    for name, func in ((spec, None), (module, attr) if dot else (None, None)):
+        source = _module_source(name, import_path) if name else None
+        if source is not None and func is None:
+            return f"name the function: {spec}:FUNCTION{_defines(source)}"
+        if source is not None:
+            return f"name the function after a colon: {module}:{attr}{_defines(source)}"
+    return ("neither a reward-model directory nor module:function (or file.py:function)"
+            + (f"; a function of module {module}: {module}:{attr}" if dot and module and attr else ""))
+
+
+def _module_source(name: str, import_path: list) -> Optional[str]:
+    """The source file of module ``name`` in ``import_path`` (``a.b`` -> a/b.py or a/b/__init__.py); None
+    when it is not there (an installed module is not looked up: that would import its parents)."""
+    if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", name):
+        return None
+    rel = os.path.join(*name.split("."))
+    for folder in import_path:
+        for candidate in (rel + ".py", os.path.join(rel, "__init__.py")):
+            path = os.path.join(folder, candidate)
+            if os.path.isfile(path):
+                return path
+    return None
+
+
+def _defines(source: str, shown: Optional[str] = None) -> str:
+    """`` (my_rewards.py defines math_answer, brevity)``: the public functions the file ``source`` (``shown``
+    as that, else by its path from here) defines at its top level, read with ast (importing would run its
+    code); "" when there are none or it does not parse."""
+    import ast
+
+    try:
+        with open(source, "rb") as f:
+            tree = ast.parse(f.read(1 << 24))
+    except (OSError, SyntaxError, ValueError):
+        return ""
+    names = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not n.name.startswith("_")]
+    if not names:
+        return ""
+    more = f", ... ({len(names)} in all)" if len(names) > 8 else ""
+    if shown is None:
+        rel = os.path.relpath(source)
+        shown = source if rel.startswith("..") else rel
+    return f" ({shown} defines {', '.join(names[:8])}{more})"
 
 
 def _is_builtin(module_name: str) -> bool:
@@ -412,6 +466,10 @@ class RewardFunction:
             params = []
         self.all_columns = any(p.kind is p.VAR_KEYWORD for p in params)
         self.named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        # the columns f cannot do without: its parameters after (prompts, responses) that have no default
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][:2]
+        self.required = [p.name for p in params if p.default is p.empty and p not in positional
+                         and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
     def __call__(self, batch: RewardBatch):
         # copies, one per response: a function that builds on its arguments (a judge appending the response
@@ -419,6 +477,13 @@ class RewardFunction:
         # other rewards, and with --samples-per-prompt > 1 the same list appears several times in one call
         columns = {k: [copy.deepcopy(r.columns[k]) for r in batch.rows] for k in batch.rows[0].columns
                    if self.all_columns or k in self.named}
+        missing = [name for name in self.required if name not in batch.rows[0].columns]
+        if missing:  # else Python's "missing 1 required positional argument", which does not say where columns come from
+            have = sorted(batch.rows[0].columns)
+            has = f"its rows have {', '.join(repr(c) for c in have)}" if have else "its rows hold a prompt and nothing else"
+            raise RewardError(f"reward {self.spec} {batch.where()}: {self.name}() needs a column {missing[0]!r}, which "
+                              f"the prompts file does not have ({has}); give each row an {missing[0]!r} field (JSON lines: "
+                              f'{{"prompt": "...", "{missing[0]}": ...}}), or give the parameter a default')
         prompts = [copy.deepcopy(r.prompt) for r in batch.rows]
         try:
             with _searching(self.import_path):

@@ -127,12 +127,14 @@ class FreshRun(RunSession):
     def __init__(self) -> None:
         super().__init__()
         self.kept: set = set()  # what the directory held when it was locked
+        self.new_parents: list = []  # the folders above it that the claim created (runs/): taken back when empty
 
     def claim(self, run_dir: Optional[Path], default: Path) -> Path:
         """Lock ``run_dir`` (None: claim ``default``, or default-2, ... : claim_run_dir) and return it. A stop
         meanwhile is raised once the lock is recorded here (signals.stops_held), so discard_fresh finds it."""
         with stops_held():
             made = run_dir is None
+            self.new_parents = [p for p in (default if made else run_dir).absolute().parents if not p.exists()]
             if made:
                 run_dir = claim_run_dir(default)
             lock = RunLock(run_dir)
@@ -149,13 +151,16 @@ class FreshRun(RunSession):
 
     def discard_fresh(self) -> None:
         """A new run that stopped or failed before its first step: remove what it wrote, and its folder if it
-        made it. A checkpoint (step_000000.pt, written when step 1's reward failed) keeps the whole run."""
+        made it. A checkpoint keeps the whole run (none is written before step 1 finishes, its reward failing
+        included: loop._checkpoint_after_reward_failure)."""
         run_dir = self.created
         if run_dir is None or not run_dir.is_dir() or list_checkpoints(run_dir):  # RLHF's names, not PPO's
             self.created = None
             return
         if not self.kept:
             super().discard_fresh()  # claimed empty: everything in it is this run's
+            for folder in self.new_parents:  # innermost first; one that holds anything (another run) stays
+                _remove_empty_dir(folder)
             return
         self.created = None
         _remove_contents(run_dir, keep=frozenset(self.kept))
@@ -241,6 +246,18 @@ def _atomic_write(path: Path, text: str) -> None:
         write_atomic(path, text)
     except OSError as e:
         raise write_error(path, e) from None
+
+
+def as_logged_text(value: float) -> str:
+    """A metric as metrics.csv holds it (6 significant digits)."""
+    return f"{value:.6g}"
+
+
+def as_logged(value: float) -> float:
+    """A metric as metrics.csv holds it, read back: what a progress line rounds, so that it and the done line
+    (from summary.json, means of metrics.csv's cells) round a value alike (-0.41250000596 in float32 logs as
+    -0.4125, which both print as -0.412)."""
+    return float(as_logged_text(value))
 
 
 class MetricsLogger:
@@ -333,7 +350,7 @@ class MetricsLogger:
                 with open(self.csv_path, "w", newline="") as f:
                     csv.writer(f).writerow(["step"] + self.columns)
             with open(self.csv_path, "a", newline="") as f:
-                csv.writer(f).writerow([step] + [f"{metrics.get(k, float('nan')):.6g}" for k in self.columns])
+                csv.writer(f).writerow([step] + [as_logged_text(metrics.get(k, float("nan"))) for k in self.columns])
         except OSError as e:
             raise write_error(self.csv_path, e) from None
 
