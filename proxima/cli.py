@@ -1484,6 +1484,12 @@ def _foreign_hint(key: str, value: Optional[str], command: Optional[str], target
     difflib alone sends --clip-range to --clip-reward and --batch-size to --hidden-sizes."""
     from .config import FOREIGN_NAMES, FOREIGN_UNSUPPORTED
 
+    if command in ("rlhf", "resume"):  # TRL's names (rlhf.config.TRL_NAMES); rlhf's settings, which no resume takes
+        from .rlhf.config import flag_hint
+
+        rlhf_hint = flag_hint(key, command, known)
+        if rlhf_hint is not None:
+            return rlhf_hint
     if key in FOREIGN_UNSUPPORTED:  # no flag stands for it: difflib sent --use-sde to --seed
         if command in ("train", "resume"):
             return ("advice", f"--{key.replace('_', '-')}: {FOREIGN_UNSUPPORTED[key]}")
