@@ -826,6 +826,16 @@ def backends_for(env_id: str, backend: str) -> list:
     return list(dict.fromkeys(out))
 
 
+def _atari_needs(env_id: str) -> None:
+    """EnvError, train's line, for an Atari game with neither ale-py nor EnvPool installed, where --backend both
+    or auto left the backend to choose: 'needs ale-py and opencv (or EnvPool)', not the 'needs ale-py and
+    opencv' of the Gymnasium backend these resolve to (atari.make_atari names EnvPool only for auto)."""
+    from .envs import atari
+
+    if atari.game_name(env_id) is not None and not atari.has_envpool() and not atari.has_ale():
+        atari.make_atari(env_id, 1, "cpu", "auto")  # raises before building anything: nothing is installed to build
+
+
 def accel_available() -> bool:
     import importlib.util
 
@@ -893,6 +903,8 @@ def plan(args: argparse.Namespace) -> tuple:
         # only None is not given: --num-envs "" (an unset "$N") is refused, not the default list
         problem, sizes, notes = "", parse_sizes(DEFAULT_SIZES if args.num_envs is None else args.num_envs), []
         backends = backends_for(args.env_id, args.backend)
+        if {"both", "auto"} & {b.strip() for b in args.backend.split(",")}:
+            _atari_needs(args.env_id)
     except (ValueError, EnvError) as e:  # EnvError: an id like Tennis-v5 that no installed package knows
         return str(e), [], [], args.max_gym_envs
     gym_max = args.max_gym_envs

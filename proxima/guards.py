@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import numpy as np
@@ -59,8 +60,14 @@ class EnvGuard:
             self.obs_shape, self.obs_dtype = tuple(self.env.obs_shape), self.env.obs_dtype
             self.low = self.high = None
             self.keys: Optional[list] = None  # a Dict: (key, first column, size) of each key in the packed obs
+            #: (key, first column, shape as declared) of each obs part of 2 dims or more (an image): a bad pixel is named
+            #: by its coordinates, obs[32, 0, 0], as check-env names it, not by its flat column
+            self.grids: list = []
             if isinstance(obs_space, gym.spaces.Box):
                 low, high = obs_space.low, obs_space.high
+                shape = tuple(getattr(obs_space, "declared", obs_space).shape)  # a flattened float image: its own shape
+                if len(shape) > 1:
+                    self.grids = [(None, 0, shape)]
             elif isinstance(obs_space, gym.spaces.Dict):
                 # the packed (N, D) obs holds the keys side by side (envs/spaces.py): their bounds, flattened, in that order
                 from .envs.spaces import obs_layout
@@ -70,6 +77,7 @@ class EnvGuard:
                 low = np.concatenate([np.broadcast_to(b.low, b.shape).reshape(-1).astype(np.float64) for b in subs])
                 high = np.concatenate([np.broadcast_to(b.high, b.shape).reshape(-1).astype(np.float64) for b in subs])
                 self.keys = [(p.key, p.offset, p.size) for p in parts]
+                self.grids = [(p.key, p.offset, tuple(p.shape)) for p in parts if len(p.shape) > 1]
             else:
                 low = high = None
             if low is not None:
@@ -243,11 +251,20 @@ class EnvGuard:
                 k = int(torch.nonzero(below[n] | above[n])[0, 0])
                 side = f"< low {float(self.low[k]):.6g}" if bool(below[n, k]) else f"> high {float(self.high[k]):.6g}"
                 what = f"component {k}"
+                shown = f" {fmt_values(flat[n])}"
                 if self.keys is not None:  # name the Dict key and the entry within it
                     key, offset, size = next(part for part in self.keys if part[1] <= k < part[1] + part[2])
                     what = f"obs['{key}'] entry {k - offset}"
-                    flat = flat[:, offset:offset + size]  # the values shown: that key's
-                self._fail(f"{field} {fmt_values(flat[n])} of {where(n)} is outside the observation space "
+                    shown = f" {fmt_values(flat[n, offset:offset + size])}"  # the values shown: that key's
+                grid = next((g for g in self.grids if g[1] <= k < g[1] + math.prod(g[2])), None)
+                if grid is not None:  # an image: its coordinates, and no list of its first pixels (a row of zeros says nothing)
+                    key, offset, shape = grid
+                    index = ", ".join(str(int(i)) for i in np.unravel_index(k - offset, shape))
+                    size = math.prod(shape)
+                    out = int((below[n, offset:offset + size] | above[n, offset:offset + size]).sum())
+                    what, shown = ("obs" if key is None else f"obs['{key}']") + f"[{index}]", ""
+                    side += f"; {out:,} of its {size:,} entries out of bounds"
+                self._fail(f"{field}{shown} of {where(n)} is outside the observation space "
                            f"({what} = {float(xd[n, k]):.6g} {side})")
 
     def _check_result(self, obs, reward, terminated, truncated, info, t: int) -> None:

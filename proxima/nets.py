@@ -119,10 +119,11 @@ def _resolve_encoder(encoder: str, layout: ObsLayout) -> str:
         images = [p for p in layout.parts if cnn_image(p) is not None]
         if not images:
             # the shapes the env declares (a flat Box reaches the agent flattened: (84, 84) as (7056,)),
-            # and spaces.image_note's fix for a key that holds pixels Proxima does not read as an image
+            # and spaces.image_note's fix for a key that holds pixels Proxima does not read as an image (a Dict's
+            # float image key: only uint8, since --encoder cnn reads no float key of a Dict, cnn_image)
             shapes = [tuple(p.source.shape if p.source is not None else p.shape) for p in layout.parts]
-            fixes = [(f"at key '{p.key}': " if p.key is not None else "") + note[1]
-                     for p in layout.parts if (note := image_note(p.source, "obs" if p.key is None else f"obs[{p.key!r}]"))]
+            fixes = [(f"at key '{p.key}': " if p.key is not None else "") + note[1] for p in layout.parts
+                     if (note := image_note(p.source, "obs" if p.key is None else f"obs[{p.key!r}]", single=not layout.is_dict))]
             raise ConfigError(f"--encoder cnn needs an image observation (uint8 Box (H, W, C) or (C, H, W)); this env's "
                               f"observation has shape {shapes[0] if not layout.is_dict else shapes}; "
                               + "".join(f"{fix}; " for fix in fixes) + ("or " if fixes else "") + "use --encoder mlp")

@@ -119,8 +119,8 @@ from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, NORMALIZE_WRAPPERS, REWA
                           beyond_float32, creator_error, exit_text, float64_spread_note, spread_dtype, int_range_fault, kind_casts,
                           native_only, normalize_wrappers, build_user_native, user_native_class, normalize_wrappers_note, number_text, resolve_env_fn,
                           missing_kwarg_hint, tensor_numpy, unknown_kwarg_line, user_frame)
-from .spaces import (action_scale_note, check_spaces, image_note, obs_layout, pixels_fix, proxima_action_space, spaces_line,
-                     spaces_summary)
+from .spaces import (action_scale_note, check_spaces, image_layout, image_note, obs_layout, pixels_fix, proxima_action_space,
+                     spaces_line, spaces_summary, uint8_pixels)
 from ..terminal import printable
 from ..warnings_guard import quiet_warnings
 
@@ -311,13 +311,18 @@ _FIND = object()
 
 def _dtype_fix(arr: np.ndarray, space: gym.spaces.Box, name: str, fault: Any = _FIND, at: str = "") -> str:
     """How to return ``arr`` in ``space``'s dtype. Float pixels in [0, 1] where a uint8 space goes
-    up to 255 are scaled first: a bare astype(np.uint8) would turn every pixel into 0. ``fault`` is
+    up to 255 are scaled first: a bare astype(np.uint8) would turn every pixel into 0; other float pixels
+    of an image get the uint8 cast train's check names (never a float Box: Box(0, 255) float is no image,
+    but an MLP's unscaled vector). ``fault`` is
     int_range_fault's for ``arr``; ``at`` names the occurrence of a value out of range when it is not
     the one the line names first (check-env's later steps)."""
     unit = (space.dtype == np.uint8 and arr.dtype.kind == "f" and arr.size > 0 and bool(np.all(space.high > 1))
             and bool(np.all((arr >= 0) & (arr <= 1))))
     if unit:
         return f"does not cast safely to uint8; its values lie in [0, 1]: {pixels_fix(name, True)}"
+    if arr.dtype.kind == "f" and image_layout(space) is not None:
+        # an image: a float Box(0, 255) would be no image but an MLP's unscaled vector, so only the uint8 cast, train's words
+        return f"does not cast safely to uint8: return {uint8_pixels(space, name, arr)[1]}"
     if arr.dtype.kind == "f" and space.dtype.kind in "iub":  # astype would drop the fractions this refusal is about
         return (f"does not cast safely to {space.dtype} (a float would lose its fraction): declare a float Box, or round "
                 f"on purpose: return np.rint({name}).astype(np.{space.dtype})")
@@ -355,13 +360,14 @@ def _difference(a: Any, b: Any, name: str = "obs") -> str:
     return f"{head}first {_fmt_array(x)}, then {_fmt_array(y)} ({at} = {_scalar(x.reshape(-1)[i])}, then {_scalar(y.reshape(-1)[i])})"
 
 
-def _image_notes(space: gym.spaces.Space, name: str = "obs", declared: str = "observation_space"):
-    """The notes of ``space`` and of a Dict's keys: spaces.image_note's words, named by key."""
+def _image_notes(space: gym.spaces.Space, name: str = "obs", declared: str = "observation_space", single: bool = True):
+    """The notes of ``space`` and of a Dict's keys: spaces.image_note's words, named by key (``single``
+    False: a Dict's key, whose float image --encoder cnn does not read, so the note says only uint8)."""
     if isinstance(space, gym.spaces.Dict):
         for k, sub in space.spaces.items():
-            yield from _image_notes(sub, f"{name}[{k!r}]", f"{declared}[{k!r}]")
+            yield from _image_notes(sub, f"{name}[{k!r}]", f"{declared}[{k!r}]", single=False)
         return
-    note = image_note(space, name)
+    note = image_note(space, name, single=single)
     if note:
         yield f"{declared}: {note[0]}; {note[1]}"
 

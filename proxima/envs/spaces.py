@@ -294,6 +294,10 @@ def image_note(space: gym.spaces.Space, expr: str = "obs", values=None, single: 
         how = (f"{np.dtype(space.dtype)} Box {shape} declares pixels in [0, 1]: --encoder cnn reads it as an image as it is, "
                f"but --encoder auto takes the CNN for uint8 images only, so it trains an MLP on its {size} values "
                f"flattened as they are")
+    elif unit_image_layout(space) is not None:  # a Dict's key: the CNN reads a float image only as the whole observation
+        how = (f"{np.dtype(space.dtype)} Box {shape} declares pixels in [0, 1], but a Dict key is an image to Proxima only as "
+               f"uint8 (--encoder cnn reads a float image only as the whole observation), so it trains an MLP on its {size} "
+               f"values flattened as they are")
     else:
         how = (f"{np.dtype(space.dtype)} Box {shape} has an image's shape but Proxima reads only uint8 Boxes as images, so it "
                f"trains an MLP on its {size} values flattened as they are")
