@@ -156,9 +156,9 @@ def network_terms(cfg: PPOConfig, obs_size: int, act_size: int, layout=None) -> 
 
     sizes = _mlp_hidden(cfg, layout)
     feat, params, per_row = obs_size, 0, 0
-    if layout is not None and (layout.is_dict or layout.has_image):
+    cnn = layout is not None and _encoder(cfg, layout) == "cnn"
+    if layout is not None and (layout.is_dict or layout.has_image or cnn):  # cnn: a float image in [0, 1] too
         feat = 0
-        cnn = _encoder(cfg, layout) == "cnn"
         for part in layout.parts:  # nets.DictEncoder: Nature CNN per image of 36x36 and up under cnn, else the key flattened
             if cnn and cnn_takes(part):
                 p, acts = _cnn_terms(part)
@@ -175,7 +175,7 @@ def _cnn_activations(cfg: PPOConfig, layout) -> int:
     """Float activations per row of the Nature CNNs the config builds for ``layout`` (0 without one)."""
     from .nets import cnn_takes
 
-    if layout is None or not (layout.is_dict or layout.has_image) or _encoder(cfg, layout) != "cnn":
+    if layout is None or _encoder(cfg, layout) != "cnn":
         return 0
     return sum(_cnn_terms(part)[1] for part in layout.parts if cnn_takes(part))
 
@@ -192,9 +192,9 @@ def _encoder(cfg: PPOConfig, layout) -> str:
 
 
 def _mlp_hidden(cfg: PPOConfig, layout) -> list:
-    """The hidden widths of the actor and critic: none for a single image through the CNN (linear
-    heads on its features, as CleanRL's ppo_atari), else --hidden-sizes."""
-    if layout is not None and layout.is_image and _encoder(cfg, layout) == "cnn":
+    """The hidden widths of the actor and critic: none for a single image through the CNN, uint8 or a
+    float one in [0, 1] (linear heads on its features, as CleanRL's ppo_atari), else --hidden-sizes."""
+    if layout is not None and not layout.is_dict and _encoder(cfg, layout) == "cnn":
         return []
     return list(cfg.hidden_sizes)
 
@@ -203,6 +203,15 @@ def _cnn_terms(part) -> tuple[int, int]:
     """(parameters, activations per row) of nets.NatureCNN for the image ``part``: conv 8/4, 4/2, 3/1
     (32, 64, 64 channels), then a 512-wide linear layer; the activations are the float input and
     the three feature maps."""
+    from .nets import CNN_FEATURES
+
+    params, acts, flat = _cnn_convs(part)
+    return params + flat * CNN_FEATURES + CNN_FEATURES, acts + CNN_FEATURES
+
+
+def _cnn_convs(part) -> tuple[int, int, int]:
+    """(parameters, activations per row, flattened features) of nets.NatureCNN's three convolutions for the
+    image ``part``: the features are the inputs of its 512-wide linear layer, 64 x h' x w'."""
     from .nets import cnn_chw
 
     c, h, w = cnn_chw(part)  # a frame stack (N, H, W, C): N * C channels
@@ -211,10 +220,7 @@ def _cnn_terms(part) -> tuple[int, int]:
         size = tuple((d - k) // stride + 1 for d in size)
         params += c_in * c_out * k * k + c_out
         acts += c_out * size[0] * size[1]
-    from .nets import CNN_FEATURES
-
-    params += 64 * size[0] * size[1] * CNN_FEATURES + CNN_FEATURES
-    return params, acts + CNN_FEATURES
+    return params, acts, 64 * size[0] * size[1]
 
 
 def minibatch_rows(cfg: PPOConfig) -> int:
@@ -392,11 +398,48 @@ def check_workers_memory(cfg: PPOConfig, workers: int, device: torch.device, hel
                           "(one process) or lower --num-envs")
 
 
+#: cnn_refusal's and cnn_size_note's fix for images far beyond the Nature CNN's size
+DOWNSCALE = "downscale the env's images (the Nature CNN was made for 84x84)"
+#: the inputs of the Nature CNN's linear layer for the 84x84 frames it was made for: 64 x 7 x 7
+NATURE_FLAT = 3136
+#: cnn_size_note speaks above this many times NATURE_FLAT: at 10x the linear layer alone is 16M weights
+#: (~190 MB a checkpoint with Adam's moments), past any image a run needs at that size; full, unresized
+#: Atari frames (210x160: 22,528 inputs, 7.2x), which runs do train on, stay below it
+CNN_NOTE_RATIO = 10
+
+
+def cnn_size_note(cfg: PPOConfig, layout, encoder: Optional[str] = None) -> Optional[str]:
+    """A note for a run whose Nature CNN reads images far beyond its 84x84 (a linear layer of more than
+    CNN_NOTE_RATIO x NATURE_FLAT inputs): such a run fits and trains, silently, a network of ~100M parameters
+    (a 400x600 render frame stack: 108M, a 1.3 GB checkpoint, 2 steps/s on a CPU), where one resize makes it
+    the 1.7M of Atari's; None for any other run (check_fits refuses those that do not fit at all).
+    ``encoder``: the one resolved (None: resolved here from cfg.encoder)."""
+    from .nets import cnn_image, cnn_takes
+
+    if layout is None or (encoder or _encoder(cfg, layout)) != "cnn":
+        return None
+    parts = [part for part in layout.parts if cnn_takes(part)]
+    flat = max((_cnn_convs(part)[2] for part in parts), default=0)
+    if flat <= CNN_NOTE_RATIO * NATURE_FLAT:
+        return None
+    from .nets import CNN_FEATURES
+
+    params = sum(_cnn_terms(part)[0] for part in parts)
+    ckpt = 3 * 4 * params  # float32 weights and Adam's two moments
+    kept = (f" (--keep-checkpoints {cfg.keep_checkpoints}: ~{human_bytes(cfg.keep_checkpoints * ckpt)})"
+            if cfg.keep_checkpoints > 1 else " (--keep-checkpoints 0 keeps every one)" if cfg.keep_checkpoints == 0 else "")
+    images = ", ".join(str(cnn_image(part)[1]) for part in parts)
+    return (f"{images} images through the Nature CNN: its linear layer is {flat:,} x {CNN_FEATURES} "
+            f"({flat / NATURE_FLAT:.0f}x the {NATURE_FLAT:,} x {CNN_FEATURES} of an 84x84 frame), ~{params / 1e6:.0f}M parameters, "
+            f"~{human_bytes(ckpt)} a checkpoint{kept}, and slow steps; {DOWNSCALE}: wrap the env in "
+            f"gymnasium.wrappers.ResizeObservation(env, (84, 84)) (it needs opencv) before any frame stack")
+
+
 def cnn_weight_bytes(cfg: PPOConfig, layout) -> int:
     """The Nature CNNs' part of network_terms's weights (4 copies of float32 parameters); 0 without one."""
     from .nets import cnn_takes
 
-    if layout is None or not layout.has_image or _encoder(cfg, layout) != "cnn":
+    if layout is None or _encoder(cfg, layout) != "cnn":
         return 0
     return 4 * 4 * sum(_cnn_terms(part)[0] for part in layout.parts if cnn_takes(part))
 
@@ -405,10 +448,10 @@ def cnn_refusal(cfg: PPOConfig, layout, device: torch.device, weights: int, nets
     """The line for a CNN that does not fit, its weights the larger part: the Nature CNN's linear layer
     has 64 x h' x w' x 512 weights (h', w': the image's height and width over about 8), so the image
     size is what to lower; fewer rows (--num-envs, --num-steps) help only when the weights alone fit."""
-    from .nets import cnn_takes
+    from .nets import cnn_image, cnn_takes
 
-    images = ", ".join(str(part.shape) for part in layout.parts if cnn_takes(part))
-    fix = "downscale the env's images (the Nature CNN was made for 84x84)"
+    images = ", ".join(str(cnn_image(part)[1]) for part in layout.parts if cnn_takes(part))
+    fix = DOWNSCALE
     if weights < free:
         fix += ", or lower --num-envs or --num-steps" if cfg.num_steps > 1 else ", or lower --num-envs"
     return (f"{images} images through the Nature CNN: the actor and critic need ~{human_bytes(nets)} on {device} "
