@@ -1764,6 +1764,7 @@ def note_run(cfg: PPOConfig, typed: dict, python: bool = False, obs=None, action
         _note_action_scale(cfg.env_id, action_space)
     if obs is not None:
         _note_pixels(cfg.env_id, obs, encoder, typed, python)
+        _note_cnn_size(cfg, obs, encoder)
 
 
 def _note_threads(cfg: PPOConfig, python: bool = False) -> None:
@@ -1965,7 +1966,7 @@ def _note_cnn_heads(layout, encoder: str, typed: dict, python: bool = False) -> 
     flags, or a Python caller's PPOConfig fields other than the defaults), as --compile-mode's note."""
     from .nets import CNN_FEATURES
 
-    if encoder != "cnn" or not layout.is_image:
+    if encoder != "cnn" or layout.is_dict:  # a single image under the CNN: uint8, or a float one in [0, 1]
         return
     given = []
     if "hidden_sizes" in typed:
@@ -1976,6 +1977,18 @@ def _note_cnn_heads(layout, encoder: str, typed: dict, python: bool = False) -> 
     if given:
         print(f"proxima: note: {' and '.join(given)} {'have' if len(given) > 1 else 'has'} no effect with the CNN encoder of a "
               f"single image: its actor and critic are linear heads on the CNN's {CNN_FEATURES} features", file=sys.stderr)
+
+
+def _note_cnn_size(cfg: PPOConfig, obs, encoder: Optional[str]) -> None:
+    """A note on stderr when the CNN reads images far beyond its 84x84 (sizing.cnn_size_note): a run that fits
+    would otherwise build a network of ~100M parameters and GB checkpoints without a word."""
+    from .envs.spaces import ObsLayout, obs_layout
+    from .sizing import cnn_size_note
+
+    layout = obs if isinstance(obs, ObsLayout) else obs_layout(obs, cfg.env_id)
+    note = cnn_size_note(cfg, layout, encoder)
+    if note:
+        print(f"proxima: note: env '{cfg.env_id}': {note}", file=sys.stderr)
 
 
 def no_best_line(run) -> str:
