@@ -183,7 +183,7 @@ CLAIM_SEEDS = 10
 class Pool:
     """Populations trained by one command on other seeds (``proxima report A+A2``), reported as one: each
     setting holds every population's members of it (read_pool checked that their configs are equal but for
-    the seed and run_dir, and that no seed is in a setting twice)."""
+    the seed, run_dir and POOL_FREE_FIELDS, and that no seed is in a setting twice)."""
 
     dirs: list
     """The populations' directories, as given."""
@@ -230,11 +230,24 @@ def _value_text(value) -> str:
     return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
+#: config fields pooled populations may differ in (report A+A2), as none changes what a member learns or how its
+#: final return is measured: the bookkeeping of the process that trained it (checkpoints, progress bar, curve.png,
+#: debug checks, freed memory kept) changes no number; device, threads and the compute switches change a member's
+#: numbers at float rounding (on another device, its random draws too), as a seed does, not the distribution of
+#: what members learn; vector steps the same envs in one process or in several; a population applies no
+#: stop_return. population._RUN_WIDE less amp (bf16/fp16 forward passes), init_from (the starting weights),
+#: eval_episodes and eval_every (the measure), which stay refused; plus vector (docs/populations.md lists them)
+POOL_FREE_FIELDS = ("device", "threads", "flush_denormal", "keep_host_memory", "deterministic", "compile",
+                    "compile_mode", "cudagraphs", "vector", "checkpoint_every", "checkpoint_minutes",
+                    "keep_checkpoints", "progress", "debug_checks", "plot", "stop_return", "stop_episodes")
+
+
 def _first_difference(a: dict, b: dict) -> Optional[tuple]:
     """(field, a's value, b's value) of the first config field, in a's order then b's, whose values differ,
-    less each member's own record (MEMBER_OWN_RECORD); ``absent`` for a field one lacks; None when none."""
+    less each member's own record (MEMBER_OWN_RECORD) and the fields pooling lets differ (POOL_FREE_FIELDS);
+    ``absent`` for a field one lacks; None when none."""
     for key in dict.fromkeys([*a, *b]):
-        if key in MEMBER_OWN_RECORD:
+        if key in MEMBER_OWN_RECORD or key in POOL_FREE_FIELDS:
             continue
         va, vb = a.get(key, _ABSENT), b.get(key, _ABSENT)
         if va != vb:
@@ -320,8 +333,9 @@ def pooled_section(srcs: list, names: list) -> list:
         return []
     lines = ["", "## Pooled", "",
              "Each row of a pool is one setting with the members of every population named here, as if trained "
-             "at once (their members' `config.yaml` checked equal but for the seed and `run_dir`, no seed twice in a "
-             "setting):", "", "| pool | setting | population | seeds | members |", "|---|---|---|---|---|"]
+             "at once (their members' `config.yaml` checked equal but for the seed, `run_dir` and fields that change no "
+             "member's learning or measured return, no seed twice in a setting):", "",
+             "| pool | setting | population | seeds | members |", "|---|---|---|---|---|"]
     for pool, name in pools:
         for st in pool.settings:
             label = setting_label(st.settings) or "(seeds only)"
@@ -923,12 +937,13 @@ def different_steps_note(steps: list, each: str, again: str = "evaluate it again
             f"read: {again} once it has stopped)")
 
 
-def _measured_text(rows: list, reached: Optional[int]) -> str:
+def _measured_text(rows: list, reached: Optional[int], past: Optional[str] = None) -> str:
     """`` Evaluated at step 3,200 (the members' newest checkpoints; their metrics.csv reached 4,064),
     over 20 episodes per member.``: what the table's evaluation returns measured, of every row
     holding them (row["measured"]); "" when none does. Members of a population read while it
     trains, or whose eval.json and the report's evaluation ran different counts, differ: said as
-    a range, and named in the notes under the table."""
+    a range, and named in the notes under the table. ``past``: a pool's populations that trained past
+    their members' newest evaluation (_trained_past), said in reached's place."""
     pairs = [m for r in rows for m in (r.get("measured") or {}).values()]
     if not pairs:
         return ""
@@ -945,6 +960,8 @@ def _measured_text(rows: list, reached: Optional[int]) -> str:
         at += f" ({unknown} older eval.json without a step)"
     if steps and reached is not None and steps[-1] < reached:  # a population stopped or read between checkpoints
         at += f" (the members' newest checkpoints; their metrics.csv reached {reached:,})"
+    elif steps and past:
+        at += f" (the members' newest checkpoints; {past})"
     if not counts:
         over = ""
     elif len(counts) == 1:
@@ -981,9 +998,31 @@ def _sources_text(run_dir: Path, doc: dict, rows: list) -> str:
         sources = "Final return per member, per setting: " + "; ".join(
             f"{setting_label(r['settings']) or '(seeds only)'}: {' / '.join(r['sources']) or 'none (every member diverged)'}"
             for r in rows) + "."
-    reached = [_reached(d, doc)[0] for d, doc in zip(parts_of(run_dir), _docs_of(run_dir, doc))]
-    reached = [st for st in reached if st is not None]
-    return sources + ("" if everyone else _measured_text(rows, min(reached) if reached else None))
+    if everyone:
+        return sources
+    if isinstance(run_dir, Pool):  # each population trained apart: the one that went on past its evaluation named
+        return sources + _measured_text(rows, None, _trained_past(run_dir, rows))
+    return sources + _measured_text(rows, _reached(run_dir, doc)[0])
+
+
+def _trained_past(pool: Pool, rows: list) -> Optional[str]:
+    """``A's members' metrics.csv reached 6,144`` (``A's ..., A3's 8,192``): the populations of a pool whose members'
+    metrics.csv (_reached) went past the newest step their members were evaluated at (rows' "measured"),
+    as one population's report says it; None when none did."""
+    from .report import _md
+
+    at = {name: st for r in rows for name, (st, _) in (r.get("measured") or {}).items() if st is not None}
+    past = []
+    for d, name, doc in zip(pool.dirs, pool.names, pool.docs):
+        own = [st.member_name(m) for st in pool.settings for _, m in st.members if m.parent == d]
+        steps = [at[n] for n in own if n in at]
+        reached = _reached(d, doc)[0]
+        if steps and reached is not None and max(steps) < reached:
+            past.append((_md(name), reached))
+    if not past:
+        return None
+    (first, step), *more = past
+    return f"{first}'s members' metrics.csv reached {step:,}" + "".join(f", {name}'s {st:,}" for name, st in more)
 
 
 def _first_line(run_dir: Path, doc: dict, rows: list) -> str:
@@ -1644,10 +1683,27 @@ def provenance_section(run_dir: Path, doc: dict) -> list:
     return lines + [""]
 
 
+def _free_differences(pool: Pool) -> list:
+    """``checkpoint_every: 50 in A, 10 in A2`` per POOL_FREE_FIELDS field whose values differ between the pool's
+    populations (each one's members' values, ``absent`` where a config.yaml lacks it), as read_pool's refusal
+    names a field; [] when none does."""
+    from .report import _md
+
+    values: dict = {}  # field -> population name -> its members' values
+    for d, name, doc in zip(pool.dirs, pool.names, pool.docs):
+        configs = member_configs(Path(d), doc)[1].values()
+        for key in POOL_FREE_FIELDS:
+            seen = dict.fromkeys(_value_text(c[key]) if key in c else "absent" for c in configs if c)
+            values.setdefault(key, {})[name] = " or ".join(seen)
+    return [f"{_md(key)}: " + ", ".join(f"{_md(v)} in {_md(name)}" for name, v in by_name.items())
+            for key, by_name in values.items() if len(set(by_name.values())) > 1]
+
+
 def pool_provenance(pool: Pool) -> list:
     """provenance_section of a Pool: each population's command and seeds, then the first population's shared
-    config (read_pool checked every member's equal to it but for the seed and run_dir) and versions, with a
-    note naming a population whose first member recorded other versions or another git commit."""
+    config (read_pool checked every member's equal to it but for the seed, run_dir and POOL_FREE_FIELDS, whose
+    differences a note names) and versions, with a note naming a population whose first member recorded other
+    versions or another git commit."""
     from .report import ReportError, _check_meta, _code, _command_cell, _git_code, _md, _read_json, _versions
 
     lines = provenance_section(pool.dirs[0], pool.docs[0])
@@ -1658,9 +1714,12 @@ def pool_provenance(pool: Pool) -> list:
                      f"seeds {_seeds_text(doc.get('seeds'))}")
     first = lines.index("") + 1  # after the heading: the pool's populations, in place of the first one's lines
     end = lines.index("", first)
-    shared = (f"The pooled populations' members share one config but for the seed and `run_dir` (checked); "
-              f"below, {_md(pool.names[0])}'s.")
-    lines[first:end] = parts + [f"- sweep: {_sweep_text(pool.docs[0].get('sweep'))}", "", shared]
+    shared = (f"The pooled populations' members share one config but for the seed, `run_dir` and fields that change no "
+              f"member's learning or measured return (checked); below, {_md(pool.names[0])}'s.")
+    free = _free_differences(pool)
+    lines[first:end] = parts + [f"- sweep: {_sweep_text(pool.docs[0].get('sweep'))}", "", shared] + (
+        ["", "- note: fields that change no member's learning or measured return differ between the populations, "
+             f"pooled as they are (docs/populations.md): {'; '.join(free)}."] if free else [])
 
     def code_of(d: Path):
         member = next((m for st in pool.settings for _, m in st.members if m.parent == d), None)

@@ -1797,7 +1797,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "setting (the same train command on other --seeds) into one, its table, comparisons and --json over "
                    "all their members (needs --out; docs/populations.md)")
     p.add_argument("--pool", action="store_true", help="pool every RUN_DIR given into one population: `report A A2 "
-                   "--pool` is `report A+A2`; settings that differ in a config field, or a seed given twice, are refused")
+                   "--pool` is `report A+A2`; settings that differ in a config field (but for bookkeeping ones such as "
+                   "--checkpoint-every or --device: docs/populations.md), or a seed given twice, are refused")
     p.add_argument("--out", default=None, metavar="FILE.md", help="report file, ending in .md (default RUN_DIR/report.md; "
                    "needed for several runs); its curve is <stem>_curve.png beside it")
     p.add_argument("--episodes", type=int_arg, default=None, metavar="N",
@@ -1848,7 +1849,7 @@ def _normalized_report(args, run_dirs: list) -> int:
         if not is_population(d):
             raise ReportError(f"{d}: a single run; --normalize aggregates populations (train --seeds/--sweep), one per env id")
     path = build_tasks_report(run_dirs, out=args.out, score_ranges=args.score_range, threshold=args.threshold,
-                              metric=args.metric or default_metric(args.run_dirs), x=args.x, smooth=args.smooth, episodes=args.episodes,
+                              metric=args.metric or default_metric(run_dirs), x=args.x, smooth=args.smooth, episodes=args.episodes,
                               device=args.device, quiet=False, json_out=args.json_out)
     print(f"wrote {path}" + (f" and {args.json_out}" if args.json_out else ""))
     return 0
@@ -1917,7 +1918,8 @@ def run(args) -> int:
             groups = [unique_dirs([d for g in groups for d in g])]
         if any(len(g) > 1 for g in groups):
             return _pooled_report(args, groups)
-        run_dirs = unique_dirs(args.run_dirs)  # a directory named twice is one run
+        # the groups' directories, never the raw arguments: A+A (A+./A, A+) pooled to [A] is A, not a path 'A+A'
+        run_dirs = unique_dirs([d for g in groups for d in g])  # a directory named twice is one run
         if args.normalize or args.score_range:  # several tasks: their own report, never the plain comparison
             return _normalized_report(args, run_dirs)
         if len(run_dirs) == 1 and is_population(run_dirs[0]):  # statistics over members, per setting
@@ -1930,7 +1932,7 @@ def run(args) -> int:
             from .population_report import build_populations_report
 
             path = build_populations_report(run_dirs, out=args.out, threshold=args.threshold,
-                                            metric=args.metric or default_metric(args.run_dirs), x=args.x, smooth=args.smooth,
+                                            metric=args.metric or default_metric(run_dirs), x=args.x, smooth=args.smooth,
                                             episodes=args.episodes, device=args.device, quiet=False, json_out=args.json_out)
             print(f"wrote {path}" + (f" and {args.json_out}" if args.json_out else ""))
             return 0
