@@ -402,6 +402,9 @@ def _name_resume_source(e: Exception, sources: dict, run: Optional[str] = None) 
     message = str(e)
     for name, where in sources.items():
         flag = f"--{name.replace('_', '-')} "
+        for value in (True, False):  # a switch the file set, refused as typed (--no-anneal-lr): as the file spells it
+            if message.startswith(f"--{'' if value else 'no-'}{flag[2:-1]}: "):
+                message = f"{flag}{'true' if value else 'false'}:" + message.partition(":")[2]
         if isinstance(e, ConfigError) and message.startswith(flag):
             if where.startswith("--preset ") and "cannot change when resuming" in message and run is not None:
                 message = message.split("; safe to change on resume: ")[0]

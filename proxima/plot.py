@@ -53,7 +53,8 @@ plain run directories can be mixed. Of several directories, those that
 are not PPO runs with the metric (an RLHF run, a folder without metrics.csv) or hold no value of it
 (no episode finished yet) are skipped with a line; a run given alone is the error line instead.
 On the command line, a path that does not exist or is a file is an error however many are given
-(a typo, not a folder to skip), and a folder that is no run but holds run directories (``plot runs``)
+(a typo, not a folder to skip; ``A+A2``, the pooled report's syntax, names the command that draws A and A2
+side by side: plot does not pool, pool_problem), and a folder that is no run but holds run directories (``plot runs``)
 stands for them (expand_run_folders), in the order of the numeric settings that differ among them
 (``lr=0.0001`` before ``lr=0.001``; sweep_order), else by name. ``plot_runs`` takes one directory (a
 str or PathLike) as well as a list. ``--label DIR=NAME`` names DIR's curve in the legend;
@@ -1370,6 +1371,25 @@ def path_problem(d: PathLike) -> Optional[str]:
     return None if os.path.isdir(d) else f"{d}: a file, not a run directory"
 
 
+def pool_problem(d: PathLike, run_dirs: Sequence[PathLike], out: Optional[PathLike] = None) -> Optional[str]:
+    """The line for ``A+A2`` (report's pool, population_report.POOL_SEP) given to plot, where no path of that
+    name exists and each part is a directory: plot draws populations side by side, a panel each, and does not
+    pool them (the pooled report's curves are per population too), so the line gives the plot command that
+    draws them, each part an argument of its own (``run_dirs``: every argument, ``out``: --out as given);
+    None for any other argument, whose own problem path_problem says."""
+    import shlex
+
+    from .population_report import POOL_SEP
+
+    parts = [p for p in str(d).split(POOL_SEP) if p]
+    if os.path.lexists(d) or POOL_SEP not in str(d) or not parts or not all(os.path.isdir(p) for p in parts):
+        return None
+    args = [a for r in run_dirs for a in (parts if r == d else [str(r)])]
+    command = " ".join(["proxima plot", *map(shlex.quote, args), *(["--out", shlex.quote(str(out))] if out else [])])
+    return (f"{d}: `proxima report` pools populations joined by {POOL_SEP}; plot draws them side by side, a panel each, "
+            f"and does not pool: {command}")
+
+
 def register(subparsers) -> argparse.ArgumentParser:
     """Add the `plot` subcommand to an argparse subparsers object."""
     p = subparsers.add_parser("plot", help="plot learning curves of one or several runs or populations to an image",
@@ -1480,7 +1500,7 @@ def run(args) -> int:
     prog = "proxima plot"
     out = args.out
     for d in args.run_dirs:  # a typo among several would be skipped with a note, and the plot made of the rest
-        problem = path_problem(d)
+        problem = pool_problem(d, args.run_dirs, out) or path_problem(d)
         if problem:
             sys.stderr.write(f"{prog}: error: {printable(problem)}\n")
             return 2

@@ -850,7 +850,7 @@ def member_configs(base: PPOConfig, seeds: Sequence[int], sweep: Optional[dict] 
     for name in sweep:
         check_sweep_field(name)
     if False in sweep.get("clip_vloss", ()):  # before validate's line, which names a --no-clip-vloss not typed
-        _refuse_unclipped_range(sweep.get("vf_clip_coef", [base.vf_clip_coef]))
+        _refuse_unclipped_range(sweep.get("vf_clip_coef", [base.vf_clip_coef]), *_range_given(base, sweep))
     names = list(sweep)
     sources = getattr(base, "_sources", None)
     out = []
@@ -863,14 +863,46 @@ def member_configs(base: PPOConfig, seeds: Sequence[int], sweep: Optional[dict] 
     return out
 
 
-def _refuse_unclipped_range(ranges: Sequence) -> None:
+def _refuse_unclipped_range(ranges: Sequence, given: Optional[str] = None, fix: Optional[str] = None) -> None:
     """ConfigError when a member that --sweep clip_vloss turns off would get a vf_clip_coef (``ranges``:
-    those members' values): the range of a clip it does not make, which a single run refuses too."""
-    given = [r for r in ranges if r is not None]
-    if given:
-        raise ConfigError(f"--sweep clip_vloss: vf_clip_coef {_fmt(given[0])} sets the range of the value clip that the "
-                          "clip_vloss=false members turn off; drop --vf-clip-coef (the clip then takes clip_coef, as "
-                          "CleanRL's) or sweep vf_clip_coef in a population of clip_vloss=true alone")
+    those members' values): the range of a clip it does not make, which a single run refuses too.
+    ``given``/``fix``: where the range came from and what to do there (_range_given), else the value alone."""
+    values = [r for r in ranges if r is not None]
+    if values:
+        from .signals import from_python
+
+        python = from_python()
+        off, on = ("clip_vloss=False", "clip_vloss=True") if python else ("clip_vloss=false", "clip_vloss=true")
+        given = given or f"vf_clip_coef {_fmt(values[0])}"
+        fix = fix or ("set vf_clip_coef=None" if python else "drop --vf-clip-coef")
+        raise ConfigError(f"{'sweep[' + repr('clip_vloss') + ']' if python else '--sweep clip_vloss'}: {given} sets the range "
+                          f"of the value clip that the {off} members turn off; {fix} (the clip then takes clip_coef, as "
+                          f"CleanRL's) or sweep vf_clip_coef in a population of {on} alone")
+
+
+def _range_given(base: PPOConfig, sweep: dict) -> tuple:
+    """(where the vf_clip_coef that clip_vloss=false members would get came from, what to do there): the
+    sweep, a --config file or preset (config.source_of), the flag typed or, from Python, the config's field;
+    each named as its user wrote it, never a --vf-clip-coef that came from vfc.yaml."""
+    from .config import source_of
+    from .signals import from_python
+
+    python = from_python()
+    if "vf_clip_coef" in sweep:
+        values = sweep["vf_clip_coef"]
+        if python:
+            return f"sweep={{'vf_clip_coef': {values!r}}}", "drop vf_clip_coef from the sweep"
+        return f"--sweep vf_clip_coef={','.join('none' if v is None else _fmt(v) for v in values)}", \
+            "drop that --sweep"
+    value, source = _fmt(base.vf_clip_coef), source_of(base, "vf_clip_coef")
+    if source is not None and source.startswith("preset "):
+        return f"{source} (vf_clip_coef {value})", "set vf_clip_coef=None" if python else "add --vf-clip-coef none"
+    if source is not None:
+        return (f"{'' if python else '--config '}{source} (vf_clip_coef {value})",
+                "set vf_clip_coef=None" if python else f"drop vf_clip_coef from {source}")
+    if python:
+        return f"PPOConfig.vf_clip_coef = {value}", "leave vf_clip_coef at None"
+    return f"--vf-clip-coef {value}", "drop --vf-clip-coef"
 
 
 def check_sweep_field(name: str) -> None:

@@ -1702,7 +1702,17 @@ def sweep_given(sweep) -> dict:
         if not values:
             raise ConfigError(f"sweep[{name!r}]: no values; give at least one ({example})")
         items.append(f"{name}={','.join(text(name, v) for v in values)}")
-    return parse_sweep(items)
+    try:
+        return parse_sweep(items)
+    except ConfigError as e:  # a value refused (sweep={'norm_adv': [True, 'maybe']}): not the --sweep item it became
+        for item, (name, values) in zip(items, sweep.items()):
+            if str(e).startswith(f"--sweep {item}: "):
+                why = str(e)[len(f"--sweep {item}: "):]
+                refused = next(((v,) for v in values if why.startswith(f"{text(name, v)!r}: ")), None)
+                if refused:  # the value as the script gave it (True, None), not the text it became ('True')
+                    why = f"value {refused[0]!r}: {why[len(repr(text(name, refused[0]))) + 2:]}"
+                raise ConfigError(f"sweep={{{name!r}: {list(values)!r}}}: {why}") from None
+        raise
 
 
 def train_population_from_python(config: Optional[PPOConfig], seeds=None, sweep: Optional[dict] = None, run_dir=None,

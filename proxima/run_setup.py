@@ -930,6 +930,19 @@ def check_new_run_dir(run_dir, overwrite: bool = False, restart: bool = False, c
         check_movable(run_dir)  # the claim moves it aside (claim_fresh): refused there before the rename
 
 
+def _resume_refused(name: str, value, recorded, python: bool) -> str:
+    """``--lr 0.01: cannot change when resuming (the run was trained with 0.00025)``; a switch as the flag
+    typed and the run's value as the CLI spells it (``--no-anneal-lr: ... (the run was trained with
+    anneal_lr true)``), not a ``--anneal-lr False`` no one can type; from Python the field (``anneal_lr=False``)."""
+    from .config import as_given
+    from .population_run import typed_switch
+
+    if isinstance(value, bool) and not python:
+        was = f"{name} {'true' if recorded else 'false'}" if isinstance(recorded, bool) else repr(recorded)
+        return f"{typed_switch(name, value)}: cannot change when resuming (the run was trained with {was})"
+    return f"{as_given(name, value, python, quote=True)}: cannot change when resuming (the run was trained with {recorded!r})"
+
+
 def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_safe: tuple = (), notes: bool = True,
                            sources: Optional[dict] = None, quiet: bool = False) -> PPOConfig:
     """``cfg`` with the flags given to a resume: RESUME_SAFE fields applied, any other refused unless
@@ -973,8 +986,7 @@ def apply_resume_overrides(cfg: PPOConfig, overrides: dict, state: dict, not_saf
             if value != getattr(cfg, name):
                 safe = ", ".join(n if python else "--" + n.replace("_", "-") for n in RESUME_SAFE
                                  if n != "run_dir" and n not in not_safe)
-                raise ConfigError(f"{as_given(name, value, python, quote=True)}: cannot change when resuming (the run was "
-                                  f"trained with {getattr(cfg, name)!r}); safe to change on resume: {safe}")
+                raise ConfigError(f"{_resume_refused(name, value, getattr(cfg, name), python)}; safe to change on resume: {safe}")
             continue
         if not same_value(value, getattr(cfg, name)):
             said = f"{name} {_shown(getattr(cfg, name))} -> {_shown(value)} ({sources.get(name, flag)})"

@@ -360,7 +360,7 @@ def test_resume_with_total_timesteps_extends_the_run_and_its_lr_schedule(tmp_pat
 
 
 @pytest.mark.parametrize("argv, flag", [(["--lr", "1e-3"], "--lr 0.001"), (["--num-envs", "8"], "--num-envs 8"),
-                                        (["--no-norm-adv"], "--norm-adv False")])
+                                        (["--no-norm-adv"], "--no-norm-adv")])
 def test_resume_refuses_flags_that_would_change_the_run(argv, flag, tmp_path, capsys, finished_run):
     run_dir = tmp_path / "run"
     shutil.copytree(finished_run, run_dir)

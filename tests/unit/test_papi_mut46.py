@@ -80,7 +80,7 @@ def test_the_most_members_is_allowed_and_one_more_refused(monkeypatch):
                             "e.g. sweep={'lr': [3e-4, 1e-3]}"),
     ({"lr": "1e-3,3e-4"}, "sweep['lr']: expected a list of values, got '1e-3,3e-4'; e.g. sweep={'lr': [3e-4, 1e-3]}"),
     ({1: [0.1]}, "sweep: key 1: expected a field name (e.g. sweep={'lr': [3e-4, 1e-3]})"),
-    ({"lr": [True]}, "--sweep lr=True: 'True': expected a number"),
+    ({"lr": [True]}, "sweep={'lr': [True]}: value True: expected a number"),
 ])
 def test_sweep_refusals_name_the_value_the_script_gave(sweep, line):
     with pytest.raises(ConfigError) as info:

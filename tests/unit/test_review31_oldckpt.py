@@ -92,7 +92,7 @@ def test_a_plain_resume_of_an_old_run_records_what_it_ran_as_and_trains_on_so(ol
 def test_flush_denormal_on_an_old_run_is_refused_naming_false(old_run, capsys):
     before = snapshot(old_run)
     code, _, err = run_main(["resume", str(old_run), "--flush-denormal"], capsys)
-    error_line(code, err, "--flush-denormal True: cannot change when resuming (the run was trained with False)")
+    error_line(code, err, "--flush-denormal: cannot change when resuming (the run was trained with flush_denormal false)")
     assert snapshot(old_run) == before
 
 
@@ -101,7 +101,7 @@ def test_a_current_run_still_refuses_no_flush_denormal_naming_true(tmp_path, cap
     assert cli.main(["train", "CartPole-v1", *TINY_RUN, "--total-timesteps", "64", "--run-dir", str(run), "--quiet"]) == 0
     capsys.readouterr()
     code, _, err = run_main(["resume", str(run), "--no-flush-denormal"], capsys)
-    error_line(code, err, "--flush-denormal False: cannot change when resuming (the run was trained with True)")
+    error_line(code, err, "--no-flush-denormal: cannot change when resuming (the run was trained with flush_denormal true)")
 
 
 @pytest.mark.parametrize("encoder", ["mlp", "auto"])

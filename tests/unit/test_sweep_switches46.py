@@ -68,7 +68,7 @@ def test_a_field_that_changes_no_shape_is_refused_for_what_it_is():
 def test_a_value_clip_range_with_clip_vloss_swept_off_is_refused_naming_the_sweep(small_config):
     # a single run refuses --vf-clip-coef with --no-clip-vloss; the population's line names the --sweep typed
     want = r"^--sweep clip_vloss: vf_clip_coef 1 sets the range of the value clip that the clip_vloss=false members turn off"
-    with pytest.raises(ConfigError, match=want):
+    with pytest.raises(ConfigError, match=want.replace("vf_clip_coef 1", "--vf-clip-coef 1")):  # the value's source
         member_configs(small_config(vf_clip_coef=1.0), [1], {"clip_vloss": [True, False]})
     with pytest.raises(ConfigError, match=want):  # built in Python, past member_configs
         Population([small_config(seed=1, vf_clip_coef=1.0), small_config(seed=1, clip_vloss=False, vf_clip_coef=1.0)])

@@ -76,10 +76,10 @@ def test_a_swept_vf_clip_coef_with_clip_vloss_swept_off_is_refused_by_member_con
     # clip_vloss=false members would get; the line names the first value given
     with pytest.raises(ConfigError) as e:
         member_configs(small_config(), [1], {"clip_vloss": [True, False], "vf_clip_coef": [0.1, 0.3]})
-    assert str(e.value) == ("--sweep clip_vloss: vf_clip_coef 0.1 sets the range of the value clip that the clip_vloss=false "
-                            "members turn off; drop --vf-clip-coef (the clip then takes clip_coef, as CleanRL's) or sweep "
-                            "vf_clip_coef in a population of clip_vloss=true alone")
-    with pytest.raises(ConfigError, match=r"^--sweep clip_vloss: vf_clip_coef 0\.3 sets"):  # in the order given
+    assert str(e.value) == ("--sweep clip_vloss: --sweep vf_clip_coef=0.1,0.3 sets the range of the value clip that the "
+                            "clip_vloss=false members turn off; drop that --sweep (the clip then takes clip_coef, as CleanRL's) "
+                            "or sweep vf_clip_coef in a population of clip_vloss=true alone")
+    with pytest.raises(ConfigError, match=r"^--sweep clip_vloss: --sweep vf_clip_coef=0\.3,0\.1 sets"):  # in the order given
         member_configs(small_config(), [1], {"vf_clip_coef": [0.3, 0.1], "clip_vloss": [False, True]})
 
 
