@@ -897,9 +897,24 @@ def no_checkpoint_error(path: Path) -> CheckpointError:
     stopped = (f"{path}: the {'population' if population else 'run'} stopped before its first checkpoint (one is written "
                "every --checkpoint-every N iterations and at the end), so there is nothing to evaluate or resume; ")
     if population is not None:
-        return CheckpointError(stopped + f"train the population {population} again from the start: its command "
-                               f"({POPULATION_FILE}) with --overwrite")
+        python = _python_population_again(population)  # trained from Python: no command to run again
+        return CheckpointError(stopped + (f"the population is {population}; {python}" if python else
+                                          f"train the population {population} again from the start: its command "
+                                          f"({POPULATION_FILE}) with --overwrite"))
     return CheckpointError(stopped + f"train it again from the start: {again} (its files are moved aside)")
+
+
+def _python_population_again(run: Path) -> Optional[str]:
+    """population_run._train_again's advice for the population ``run`` trained from Python (its population.json
+    records no command: ``train it again from Python: proxima.train_population(...) ..., overwrite=True``);
+    None for one trained by the command line, or whose population.json does not read, whose command the
+    line names instead."""
+    from .population_run import _train_again, read_population_doc
+
+    try:
+        return _train_again(run) if read_population_doc(run).get("command") is None else None
+    except CheckpointError:
+        return None
 
 
 def _first_write_cut(run: Path) -> list:
@@ -1141,7 +1156,8 @@ def start_over(run: Union[str, Path], command: Optional[str] = None, best_tried:
         return resume_from_best(*good, command)
     folder = run / "checkpoints"
     if (run / POPULATION_FILE).is_file():
-        again = f"train the population again: its command ({run / POPULATION_FILE}) with --overwrite"
+        again = (_python_population_again(run)
+                 or f"train the population again: its command ({run / POPULATION_FILE}) with --overwrite")
     elif (run / "config.yaml").is_file():
         again = (f"start over with proxima train --config {shlex.quote(str(run / 'config.yaml'))} --run-dir "
                  f"{shlex.quote(str(run))} --overwrite (the old run is moved aside)")
@@ -1246,8 +1262,13 @@ def _refuse_population(state: dict, allow_population: bool = False) -> dict:
         raise CheckpointError(f"{state['path']}: a member of a population (--seeds/--sweep) holds its weights only; "
                               f"{_member_ways(state)}")
     if state.get("kind") == "ppo-population" and not allow_population:
+        from .signals import from_python, python_resume
+
+        run = run_dir_of(state["path"])
+        # from Python (train(..., resume=...)): the call that resumes a population, which train() does not
+        how = python_resume(run) if from_python() else f"proxima resume {run}"
         raise CheckpointError(f"{state['path']}: a population checkpoint (--seeds/--sweep); resume the whole population: "
-                              f"proxima resume {run_dir_of(state['path'])}")
+                              f"{how}")
     return state
 
 

@@ -1399,7 +1399,7 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
                       "batch's explained variance, which needs at least 2: raise --num-steps or --num-envs", ("num_envs", "num_steps"))
     if batch // cfg.num_minibatches < 2 and cfg.norm_adv:  # a minibatch's std; its other terms are per-sample means
         bad("num_minibatches", f"gives minibatches of {batch // cfg.num_minibatches} sample; advantage normalization needs "
-                               "at least 2 (lower --num-minibatches, or add --no-norm-adv)")
+                               f"at least 2 ({norm_adv_fix()})")
     if not 0 <= cfg.seed <= MAX_SEED:
         bad("seed", f"must be an integer from 0 to {MAX_SEED:,} (numpy seeds are 32-bit; ranks and evaluation add offsets)")
     if not cfg.env_id.strip():  # no --env-id flag: ENV_ID on the command line, env_id in a file or PPOConfig
@@ -1411,6 +1411,19 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
         if not torch.cuda.is_available():  # not --device cuda: the user chose the preset (--preset, resolve's preset=), name it
             raise ConfigError(f"{as_given('preset', preset, python)} needs CUDA, which is not usable here (run `proxima doctor`); "
                               f"{cpu_preset_hint(cfg, python)}")
+
+
+def norm_adv_fix(swept: bool = False, python: bool = False) -> str:
+    """What validate's line on minibatches of 1 sample under advantage normalization advises: fewer minibatches,
+    or --no-norm-adv. ``swept``: in a population that sweeps norm_adv (population_run), whose --no-norm-adv the
+    sweep refuses (both set norm_adv): fewer minibatches, or the sweep without its true. ``python``: the words
+    of train_population's caller (sweep={'norm_adv': [...]})."""
+    if not swept:
+        return python_words("lower --num-minibatches, or add --no-norm-adv") if python else \
+            "lower --num-minibatches, or add --no-norm-adv"
+    if python:
+        return "lower num_minibatches, or drop True from sweep['norm_adv']"
+    return "lower --num-minibatches, or drop true from --sweep norm_adv"
 
 
 def minibatch_counts(cfg: PPOConfig) -> list:

@@ -368,7 +368,12 @@ def _train_more(src, spec: str, new: Path) -> str:
     from .population_run import _proxima_train
 
     first = parts_of(src)[0]
-    command = _docs_of(src)[0].get("command")
+    doc = _docs_of(src)[0]
+    command = doc.get("command")
+    if command is None:  # trained from Python (train_population), which records no command
+        call = _train_more_python(first, doc, spec, new)
+        if call is not None:
+            return call
     if not _proxima_train(command):
         return (f"the command in {first / POPULATION_FILE} with `--seeds {spec} --run-dir {shlex.quote(str(new))}` in "
                 "place of its own")
@@ -381,6 +386,32 @@ def _train_more(src, spec: str, new: Path) -> str:
         elif not word.startswith(("--seeds=", "--run-dir=")):
             again.append(word)
     return f"`{shlex.join(again + ['--seeds', spec, '--run-dir', str(new)])}`"
+
+
+def _train_more_python(first: Path, doc: dict, spec: str, new: Path) -> Optional[str]:
+    """_train_more for a population trained from Python (population.json records no command, a member's meta.json
+    the train_population call: population_run._python_call): the train_population call of the seeds ``spec``
+    into ``new``, its config read from the first member's config.yaml (a member's seed and swept values are
+    replaced per member) and population.json's sweep; None for a population of no such record, or when the files
+    hold no member config.yaml or no sweep a call can repeat (data: edited or damaged)."""
+    from .population import parse_seeds
+    from .population_run import _python_call, is_plain_name, seeds_python
+
+    if _python_call(first) is None:
+        return None
+    entries = doc.get("member_dirs")
+    names = [e.get("dir") for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+    member = next((first / n for n in names if is_plain_name(n) and (first / n / "config.yaml").is_file()), None)
+    sweep = doc.get("sweep") or {}
+    plain = (str, int, float, bool, type(None))
+    if member is None or not isinstance(sweep, dict) or not all(
+            isinstance(k, str) and k.isidentifier() and isinstance(v, list) and v and all(isinstance(x, plain) for x in v)
+            for k, v in sweep.items()):
+        return None
+    config = f"proxima.config.from_dict(proxima.config.load_config_file({str(member / 'config.yaml')!r}))"
+    swept = f", sweep={sweep!r}" if sweep else ""
+    return (f"from Python: `proxima.train_population({config}, seeds={seeds_python(parse_seeds(spec))}{swept}, "
+            f"run_dir={str(new)!r})` (the config of {member.name}, whose seed and swept values each member replaces)")
 
 
 def more_seeds_section(lines: list, srcs: list) -> list:

@@ -169,7 +169,13 @@ def check_same_members(run_dir, seeds, sweep, recorded_seeds: list, recorded_swe
     (those of --seeds, else the config's one seed) and ``sweep`` (--sweep's, else none) must be the
     recorded ones; None: not given to compare (``proxima resume RUN``). One line naming the flag and
     the run's value, as the flags that would resume it; ``typed`` says which flags were typed, so
-    that the line says what an absent one stood for."""
+    that the line says what an absent one stood for. From Python (train_population's seeds= and sweep=, both
+    checked only when given) the line names those arguments as a script writes them."""
+    from .signals import from_python
+
+    if from_python():
+        _check_same_members_python(run_dir, seeds, sweep, recorded_seeds, recorded_sweep)
+        return
     if seeds is not None and list(seeds) != list(recorded_seeds):
         given = (f"not {seeds_spec(seeds)}" if "seeds" in typed
                  else f"and no --seeds was given (the config's one seed, {seeds_spec(seeds)})")
@@ -180,6 +186,30 @@ def check_same_members(run_dir, seeds, sweep, recorded_seeds: list, recorded_swe
         given = f"not {sweep_flags(sweep)}" if sweep else "and no --sweep was given"
         raise ConfigError(f"--sweep: {run_dir} was trained with {ran or 'no --sweep (seeds only)'}, {given}; resume "
                           f"continues the same members: {'give ' + ran if ran else 'drop --sweep'}")
+
+
+def _check_same_members_python(run_dir, seeds, sweep, recorded_seeds: list, recorded_sweep: dict) -> None:
+    """check_same_members for train_population(..., resume=...): ``seeds=[1, 3]: RUN trains seeds [1, 2]; ...
+    give seeds=[1, 2] (or leave seeds out)``, the values as Python writes them."""
+    if seeds is not None and list(seeds) != list(recorded_seeds):
+        given = [int(s) for s in seeds]  # as seeds_given's refusals show them: a list, elided past SHOWN_SEEDS
+        given = given if len(given) <= SHOWN_SEEDS else [*given[:SHOWN_SEEDS - 1], "...", given[-1]]
+        raise ConfigError(f"seeds=[{', '.join(map(str, given))}]: {run_dir} trains seeds {seeds_python(recorded_seeds)}; resume "
+                          f"continues the same members: give seeds={seeds_python(recorded_seeds)} (or leave seeds out)")
+    if sweep is not None and dict(sweep) != dict(recorded_sweep):
+        ran = f"give sweep={dict(recorded_sweep)!r} (or leave sweep out)" if recorded_sweep else "leave sweep out"
+        was = f"sweep={dict(recorded_sweep)!r}" if recorded_sweep else "no sweep (seeds only)"
+        raise ConfigError(f"sweep={dict(sweep)!r}: {run_dir} was trained with {was}; resume continues the same members: "
+                          f"{ran}")
+
+
+def seeds_python(seeds) -> str:
+    """[1, 2, 3, 4] -> ``range(1, 5)``, [1, 5, 9] -> ``[1, 5, 9]``: seeds as train_population takes them (a range
+    for 3 or more consecutive seeds, so a long population stays one short argument)."""
+    seeds = [int(s) for s in seeds]
+    if len(seeds) >= 3 and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"range({seeds[0]}, {seeds[-1] + 1})"
+    return repr(seeds)
 
 
 def seeds_spec(seeds) -> str:
@@ -311,7 +341,8 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
     run_dir = Path(run_dir or base.run_dir or unique_default(default_population_dir(base, seeds)))
     note_single_run_only(base.to_dict(), quiet)  # e.g. the fast preset's --stop-return: its members still train in one program
     # from Python (no argv) a refused member names PPOConfig's field, as train()'s does, not the flag
-    pop = Population([as_member_config(c) for c in members], device, python=argv is None)
+    with _norm_adv_swept(sweep):
+        pop = Population([as_member_config(c) for c in members], device, python=argv is None)
     session = RunSession()
     outside = OutsideLoop()  # a signal outside the loop's SignalGuard: TrainingInterrupted at once, handled below
     finished = None  # the checkpoint training ended with, once it has: the end-of-run evaluation follows
@@ -319,7 +350,7 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
         outside.__enter__()
         # two populations of one env started in the same second chose one default name: the second moves
         # on to its next -N suffix, and its members' directories are made under the one it claimed
-        run_dir = session.claim_fresh(run_dir, overwrite, restart_note, next_free=chose_default)
+        run_dir = session.claim_fresh(run_dir, overwrite, restart_note, next_free=chose_default, caller="train_population")
         _note_whole_iterations(base, typed_total)
         if not quiet:  # a single run's notes, once: the env built (its first observations read), the directory taken
             note_run(base, typed if typed is not None else set_fields(base), argv is None, pop.env.single_observation_space,
@@ -1385,7 +1416,8 @@ def _train_population(args, cfg: PPOConfig, out) -> int:
         # notes below read the configs as given, as train_population's do
         note_single_run_only(members[0].to_dict(), args.quiet)
         trained = [as_member_config(c) for c in members]
-        check_members(trained)
+        with _norm_adv_swept(sweep):
+            check_members(trained)
         from .device import resolve_device
         from .trainer import check_device_flags
 
@@ -1429,8 +1461,26 @@ def sized_members(cfg: PPOConfig, seeds: Sequence[int], sweep: dict, dry_run: bo
     from .population import member_configs
 
     first = member_configs(cfg, seeds[:1], {name: values[:1] for name, values in sweep.items()})[0]
-    probe = _size_population(first, len(seeds) * math.prod(len(values) for values in sweep.values()), dry_run, list(sweep))
+    with _norm_adv_swept(sweep):
+        probe = _size_population(first, len(seeds) * math.prod(len(values) for values in sweep.values()), dry_run, list(sweep))
     return member_configs(cfg, seeds, sweep), probe
+
+
+@contextlib.contextmanager
+def _norm_adv_swept(sweep: dict):
+    """validate's refusal of minibatches of 1 sample under advantage normalization, reworded where ``sweep``
+    sets norm_adv: its --no-norm-adv (norm_adv=False) would be refused beside the sweep (both set norm_adv), so
+    the line names what works here, fewer minibatches or the sweep without its true (config.norm_adv_fix)."""
+    from .config import norm_adv_fix
+
+    try:
+        yield
+    except ConfigError as e:
+        if "norm_adv" in sweep:
+            for python in (False, True):
+                if norm_adv_fix(python=python) in str(e):
+                    raise ConfigError(str(e).replace(norm_adv_fix(python=python), norm_adv_fix(True, python))) from None
+        raise
 
 
 def say_population_trained(run_dir: Path, quiet: bool) -> None:
@@ -1785,7 +1835,13 @@ def _population_from_python(config, seeds, sweep, run_dir, resume, quiet, overwr
     # the population's own check, from Python, would name PPOConfig.gamma, which the script left as it was
     from .population import check_members
 
-    check_members([as_member_config(c) for c in members])
+    with _norm_adv_swept(sweep_dict):
+        try:
+            check_members([as_member_config(c) for c in members])
+        except ConfigError as e:  # a field the script set, not swept (num_minibatches): PPOConfig's words, as train()'s
+            if str(e).startswith("--") and not str(e).startswith("--sweep "):
+                check_members([as_member_config(c) for c in members], python=True)
+            raise
     restart = "resume='auto' found no checkpoint to continue" if resume == "auto" else None
     return train_population(members, seed_list, sweep_dict, run_dir=run_dir, quiet=quiet, overwrite=overwrite,
                             evaluate_at_end=evaluate_at_end, restart_note=restart,

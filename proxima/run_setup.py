@@ -719,13 +719,18 @@ def check_resumed_env(recorded: PPOConfig, state: dict, env_id: Optional[str], t
         from .signals import from_python
 
         if from_python():  # train(PPOConfig(env_id=...), resume=...): the caller set env_id, typed no ENV_ID
+            # a population's resume (population_run.resume_population) is train_population()'s
+            caller = "train_population" if state.get("kind") == "ppo-population" else "train"
             raise ConfigError(f"{state['path']}: the run trains '{recorded.env_id}', not env_id='{env_id}'; a resume "
-                              f"continues the same env: give train() another run_dir for a new '{env_id}' run")
+                              f"continues the same env: give {caller}() another run_dir for a new '{env_id}' run")
         raise ConfigError(f"{state['path']}: the run trains '{recorded.env_id}', not '{env_id}'; resume continues the same env")
     if env_id is not None and env_id != recorded.env_id:
         check_registers(env_id)
     if env_id is None and not trust_run:
-        refuse_recorded_env(recorded.env_id, state["path"], command)
+        from .signals import from_python
+
+        population = from_python() and state.get("kind") == "ppo-population"  # train_population()'s resume
+        refuse_recorded_env(recorded.env_id, state["path"], "train_population" if population else command)
     if unregistered(env_id or recorded.env_id):
         how = "proxima train {env} --resume ..." if command == "train --resume" else "--env {env}"
         raise EnvError(unregistered_line(recorded.env_id, state["path"], how, state.get("env_entry_point"),

@@ -763,12 +763,14 @@ def hf_model_line(folder) -> Optional[str]:
             "(checkpoints/step_*.pt); load it with transformers")
 
 
-def not_empty_message(run_dir: Path, command: str = "train", from_file: Optional[str] = None) -> str:
+def not_empty_message(run_dir: Path, command: str = "train", from_file: Optional[str] = None, caller: str = "train") -> str:
     """Why a new run refuses ``run_dir``, and what to do, in the words of what was asked: ``command``
     "train" a new run (--overwrite and --resume auto apply), "resume" a loose checkpoint continued
     in a new directory (either command), where neither does. ``from_file``: the --config file whose
     run_dir this is (a new run's, not typed): the line starts with the file and says to choose another
-    directory, never to resume or overwrite what is there (a copied config.yaml names its run's own)."""
+    directory, never to resume or overwrite what is there (a copied config.yaml names its run's own).
+    ``caller``: the Python function whose arguments the line names from Python, "train" or
+    "train_population" (proxima.train_population's population)."""
     names = sorted(p.name for p in Path(run_dir).iterdir() if p.name != LOCK_NAME and not lock_leftover(p.name))[:4]
     if from_file is not None and command == "train":
         what = ("it holds another run, whose directory the file names (a run's config.yaml, copied, keeps its run_dir)"
@@ -779,7 +781,7 @@ def not_empty_message(run_dir: Path, command: str = "train", from_file: Optional
 
     resume, how = resume_advice(run_dir)  # how: a run only its own torchrun command resumes here says so
     if from_python():
-        return _not_empty_python(run_dir, names, command, f"`{resume}`{how}")
+        return _not_empty_python(run_dir, names, command, f"`{resume}`{how}", caller)
     if command == "resume":
         what = "it holds another run" if holds_a_run(run_dir) else "it holds no Proxima run"
         also = f", or continue that run with `{resume}`{how}" if holds_a_run(run_dir) else ""
@@ -797,28 +799,35 @@ def not_empty_message(run_dir: Path, command: str = "train", from_file: Optional
             "or choose another --run-dir")
 
 
-def _not_empty_python(run_dir: Path, names: list, command: str, shell: str) -> str:
-    """not_empty_message for a run started from Python (signals.from_python): train()'s arguments
-    (run_dir, resume='auto', overwrite=True) where the command line's line names its flags, which a
-    notebook cannot type; ``shell``: the command that continues the run there, for one that
-    train() in this process cannot resume (signals.python_resume)."""
+def _not_empty_python(run_dir: Path, names: list, command: str, shell: str, caller: str = "train") -> str:
+    """not_empty_message for a run started from Python (signals.from_python): ``caller``'s arguments
+    (train() or train_population(): run_dir, resume='auto', overwrite=True) where the command line's line
+    names its flags, which a notebook cannot type; ``shell``: the command that continues the run there,
+    for one that train() in this process cannot resume (signals.python_resume). A run of the other kind
+    (a population where train() was called, a single run where train_population() was) is continued by
+    its own call only: ``caller``'s resume='auto' would refuse it."""
     from .signals import python_resume
 
     listed = f"{run_dir} is not empty ({', '.join(names)}...)"
-    other = "give train() another run_dir"
+    other = f"give {caller}() another run_dir"
+    own = python_resume(run_dir) or shell
     if command == "resume":
         what = "it holds another run" if holds_a_run(run_dir) else "it holds no Proxima run"
-        also = f", or continue that run with {python_resume(run_dir) or shell}" if holds_a_run(run_dir) else ""
+        also = f", or continue that run with {own}" if holds_a_run(run_dir) else ""
         return f"{listed}: {what}; a checkpoint continues in a new or empty directory: {other}{also}"
     if not holds_a_run(run_dir):
         return (f"{listed} and holds no Proxima run (no meta.json of one beside its config.yaml or metrics.csv); {other}, "
-                "or train(..., overwrite=True) to move it aside and start there")
+                f"or {caller}(..., overwrite=True) to move it aside and start there")
     if not _wrote_a_checkpoint(run_dir):
-        return (f"{listed}: it holds another run, which wrote no checkpoint; start over with train(..., resume='auto') or "
-                f"train(..., overwrite=True) (either moves the old directory aside), or {other}")
-    return (f"{listed}: it holds another run; continue it with train(..., resume='auto') (or "
-            f"{python_resume(run_dir) or shell}), start over with train(..., overwrite=True) (the old directory is "
-            f"moved aside), or {other}")
+        return (f"{listed}: it holds another run, which wrote no checkpoint; start over with {caller}(..., resume='auto') "
+                f"or {caller}(..., overwrite=True) (either moves the old directory aside), or {other}")
+    population = recorded_kind(Path(run_dir) / "population.json") == "ppo-population"
+    if population != (caller == "train_population"):  # train(resume='auto') refuses a population, and the reverse
+        what, go_on = ("a population" if population else "a single run"), own
+    else:
+        what, go_on = ("another population" if population else "another run"), f"{caller}(..., resume='auto') (or {own})"
+    return (f"{listed}: it holds {what}; continue it with {go_on}, start over with {caller}(..., overwrite=True) (the old "
+            f"directory is moved aside), or {other}")
 
 
 def _wrote_a_checkpoint(run_dir) -> bool:
@@ -923,12 +932,12 @@ class RunSession:
             self.lock = lock
 
     def claim_fresh(self, run_dir: Path, overwrite: bool = False, restart_note: Optional[str] = None,
-                    command: str = "train", next_free: bool = False) -> Path:
+                    command: str = "train", next_free: bool = False, caller: str = "train") -> Path:
         """Lock ``run_dir`` for a new run: refuse one in use; one that holds files only with
         ``overwrite`` (moved aside, said on stderr) or ``restart_note`` (a run that never wrote a
         checkpoint, restarted by --resume auto; moved aside too). A stop (SIGINT/SIGTERM/SIGHUP) meanwhile
         is raised as this returns (signals.stops_held), never between the lock's files being made and
-        recorded here, where no cleanup would know of them. ``command``: not_empty_message's.
+        recorded here, where no cleanup would know of them. ``command``, ``caller``: not_empty_message's.
 
         ``next_free``: ``run_dir`` is a default name the caller has just chosen with unique_default, never
         a path the user gave (the caller trains in the directory returned): one that another run took since
@@ -941,7 +950,7 @@ class RunSession:
         with stops_held():
             for _ in range(1000):
                 try:
-                    self._claim_fresh(run_dir, overwrite, restart_note, command, default=base is not None)
+                    self._claim_fresh(run_dir, overwrite, restart_note, command, default=base is not None, caller=caller)
                     return run_dir
                 except (RunInUseError, _NameTaken):
                     if base is None:
@@ -951,15 +960,15 @@ class RunSession:
             raise RunDirError(f"{base}: no free -N suffix found for the default run directory; give --run-dir")
 
     def _claim_fresh(self, run_dir: Path, overwrite: bool, restart_note: Optional[str], command: str,
-                     default: bool = False) -> None:
+                     default: bool = False, caller: str = "train") -> None:
         check_not_in_use(run_dir)
         if default and holds_files(run_dir):  # another run started there since the name was chosen: never moved aside
-            raise _NameTaken(not_empty_message(run_dir, command))
+            raise _NameTaken(not_empty_message(run_dir, command, caller=caller))
         if holds_files(run_dir):
             # --resume auto restarts a run that never checkpointed: a folder that holds no run (a
             # project, someone's files) is not one, and is never moved aside without --overwrite
             if not (overwrite or (restart_note and holds_a_run(run_dir))):
-                raise RunDirError(not_empty_message(run_dir, command))
+                raise RunDirError(not_empty_message(run_dir, command, caller=caller))
             dest = move_aside(run_dir)
             why = restart_note or ("overwrite=True" if from_python() else "--overwrite")
             print(f"proxima: {why}: moved the old {run_dir} to {dest}", file=sys.stderr)
@@ -974,7 +983,7 @@ class RunSession:
             raise
         if holds_files(run_dir):  # another process started a run here between the check and the lock
             lock.release()
-            raise (_NameTaken if default else RunDirError)(not_empty_message(run_dir, command))
+            raise (_NameTaken if default else RunDirError)(not_empty_message(run_dir, command, caller=caller))
         _remove_lock_files(run_dir, lock_leftover)  # under the run's own lock: no process is making one here now
         self.lock, self.created = lock, run_dir
 

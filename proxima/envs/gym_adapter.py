@@ -62,11 +62,20 @@ class UntrustedEnvError(EnvError):
 def refuse_recorded_env(env_id: str, source, command: str = "eval") -> None:
     """Raise UntrustedEnvError when ``env_id``, read from ``source`` (a checkpoint or config.yaml),
     would import code: a stranger's run directory must stay data. The user names it on the command
-    line (``--env``) or trusts the run (``--trust-run``) to run it."""
+    line (``--env``) or trusts the run (``--trust-run``) to run it; a resume from Python (signals.from_python:
+    ``command`` "resume" or "train --resume" for train(), "train_population" for train_population()) names
+    the call's arguments: train()'s env_id=, train_population()'s config (it takes no env_id), trust_run=True."""
     if imports_code(env_id):
+        from ..signals import from_python
+
         # the id and path come from the file: quoted, a pasted command cannot run what they hide ($(...), ;)
         env, path = shlex.quote(env_id), shlex.quote(str(source))
-        if command == "train":
+        if from_python() and command == "train_population":
+            how = (f"name it in train_population()'s config, PPOConfig(env_id={env_id!r}) (train_population takes no "
+                   "env_id), if you trust that module (or trust_run=True to trust this run's files)")
+        elif from_python() and command in ("resume", "train --resume"):
+            how = f"give train() env_id={env_id!r} if you trust that module (or trust_run=True to trust this run's files)"
+        elif command == "train":
             how = f"name it on the command line (proxima train {env} --config {path}) if you trust that module"
         elif command == "train --resume":  # train's ENV_ID argument is its --env
             how = (f"name it on the command line (proxima train {env} --resume ...) if you trust that module "
