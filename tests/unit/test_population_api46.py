@@ -185,7 +185,8 @@ def test_ctrl_c_raises_training_interrupted_with_a_checkpoint_and_resume_finishe
     monkeypatch.setattr(Population, "train_iteration", step)
     with pytest.raises(ConfigError) as refused:  # a resume continues the members it was given, or none
         proxima.train_population(None, seeds=[1, 2, 3], resume=run, quiet=True)
-    assert str(refused.value).startswith(f"--seeds: {run} trains seeds 1,2, not 1-3"), str(refused.value)
+    assert str(refused.value).startswith(f"seeds=[1, 2, 3]: {run} trains seeds [1, 2]"), str(refused.value)
+    assert "give seeds=[1, 2] (or leave seeds out)" in str(refused.value)
     result = proxima.train_population(None, resume=run, quiet=True)
     assert result.run_dir == run and [m.seed for m in result.members] == [1, 2]
     assert [p.name for p in sorted((run / "checkpoints").glob("step_*.pt"))][-1] == "step_000000000096.pt"
