@@ -1266,10 +1266,55 @@ def _refuse_population(state: dict, allow_population: bool = False) -> dict:
 
         run = run_dir_of(state["path"])
         # from Python (train(..., resume=...)): the call that resumes a population, which train() does not
-        how = python_resume(run) if from_python() else f"proxima resume {run}"
+        how = python_resume(run) if from_python() else f"proxima resume {shlex.quote(str(run))}"
+        typed = _typed_dry_run_resume()
+        dry = None if from_python() or typed is None else population_dry_run(run, typed if typed != "auto" else None)
+        if dry is not None:  # `proxima resume` takes no --dry-run: its hint named this command, which ends here
+            raise CheckpointError(f"{state['path']}: a population checkpoint (--seeds/--sweep); a population's resume is "
+                                  f"dry-run with its env, seeds and sweep: {dry} (the resume itself: {how})")
         raise CheckpointError(f"{state['path']}: a population checkpoint (--seeds/--sweep); resume the whole population: "
                               f"{how}")
     return state
+
+
+def _typed_dry_run_resume() -> Optional[str]:
+    """The --resume value of the command typed (launch.typed_command) when it is ``train --resume X --dry-run``;
+    None for any other command."""
+    from .launch import typed_command
+
+    words = typed_command()
+    words = words[:words.index("--")] if "--" in words else words
+    if "--dry-run" not in words or "train" not in words:
+        return None
+    for i, word in enumerate(words):
+        if word == "--resume" and i + 1 < len(words):
+            return words[i + 1]
+        if word.startswith("--resume="):
+            return word.partition("=")[2]
+    return None
+
+
+def population_dry_run(run_dir: Union[str, Path], resume: Optional[str] = None) -> Optional[str]:
+    """``proxima train CartPole-v1 --seeds 1-3 --sweep norm_adv=true,false --resume RUN --dry-run``: the dry run
+    of a population's resume (``proxima resume`` takes no --dry-run, and ``train --resume RUN`` without the
+    population's --seeds/--sweep is a single run's resume, which refuses a population's checkpoint), its env,
+    seeds and sweep read from population.json, shell-quoted; ``resume``: the --resume to give (None: ``run_dir``).
+    None when the file holds no env, seeds or sweep a command can repeat (damaged or edited: it is data)."""
+    from .population_run import POPULATION_FILE, seeds_spec, sweep_flags
+
+    try:
+        doc = json.loads(Path(run_dir, POPULATION_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    env_id, seeds, sweep = (doc.get("env_id"), doc.get("seeds"), doc.get("sweep") or {}) if isinstance(doc, dict) else (None,) * 3
+    plain = (int, float, bool, type(None))
+    if not (isinstance(env_id, str) and env_id and not env_id.startswith("-") and isinstance(seeds, list) and seeds
+            and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds) and isinstance(sweep, dict)
+            and all(isinstance(k, str) and k.isidentifier() and isinstance(v, list) and v
+                    and all(isinstance(x, plain) for x in v) for k, v in sweep.items())):
+        return None
+    return shlex.join(["proxima", "train", env_id, "--seeds", seeds_spec(seeds), *sweep_flags(sweep).split(),
+                       "--resume", str(resume if resume is not None else run_dir), "--dry-run"])
 
 
 def _member_ways(state: dict) -> str:

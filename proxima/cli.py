@@ -1572,6 +1572,23 @@ RESUME_DRY_RUN = ("a resume's dry run is `proxima train --resume RUN --dry-run`:
                   "config it would continue with, writing nothing")
 
 
+def _resume_dry_run(argv: list) -> str:
+    """RESUME_DRY_RUN, for ``proxima resume POP --dry-run`` of a population (or one of its checkpoints) the
+    command that dry-runs its resume, with its env, seeds and sweep (checkpoint.population_dry_run): a
+    population's checkpoint is refused by a single run's ``train --resume RUN --dry-run``."""
+    from .checkpoint import population_dry_run
+
+    words = list(argv)
+    at = words.index("resume") if "resume" in words else -1
+    run = next((w for w in words[at + 1:] if not w.startswith("-")), None) if at >= 0 else None
+    if run is None or not _is_population_path(run):
+        return RESUME_DRY_RUN
+    population = Path(run) if Path(run).is_dir() else Path(run).parent.parent
+    dry = population_dry_run(population, run)
+    return (f"a population's resume is dry-run with its env, seeds and sweep: `{dry}`: it checks the resume and prints "
+            "what it would continue, writing nothing" if dry else RESUME_DRY_RUN)
+
+
 def _resume_config(argv: list, value: Optional[str]) -> str:
     """Where ``proxima resume RUN --config FILE`` goes: train's --resume, which reads a file's values and
     checks them as flags (``proxima resume`` takes flags only)."""
@@ -1630,7 +1647,8 @@ def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra
             meant = difflib.get_close_matches(flag, longer, n=1, cutoff=0) if longer else \
                 difflib.get_close_matches(flag, guessable, n=1)
             if flag == "--dry-run" and command == "resume":  # train's: the same checks of the resume, nothing written
-                meant, advice = [], advice + ([RESUME_DRY_RUN] if RESUME_DRY_RUN not in advice else [])
+                hint = _resume_dry_run(words)
+                meant, advice = [], advice + ([hint] if hint not in advice else [])
             if flag == "--config" and command == "resume":  # train --resume's: difflib said nothing
                 meant, advice = [], advice + [_resume_config(words, value)]
             close += [m for m in meant if m not in close]

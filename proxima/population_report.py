@@ -52,7 +52,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -196,8 +196,9 @@ class Pool:
 
     @property
     def name(self) -> str:
-        """``A+A2``: the pool as the report names it."""
-        return POOL_SEP.join(self.names)
+        """``A+A2``: the pool as the report names it; ``a+b + A2`` when a name holds a ``+`` itself, which
+        ``a+b+A2`` would hide (a pool of a, b and A2)."""
+        return (f" {POOL_SEP} " if any(POOL_SEP in n for n in self.names) else POOL_SEP).join(self.names)
 
     @property
     def spelled(self) -> str:
@@ -414,31 +415,69 @@ def _train_more_python(first: Path, doc: dict, spec: str, new: Path) -> Optional
             f"run_dir={str(new)!r})` (the config of {member.name}, whose seed and swept values each member replaces)")
 
 
-def more_seeds_section(lines: list, srcs: list) -> list:
+def report_flags(threshold: Optional[float] = None, episodes: Optional[int] = None, score_ranges=None,
+                 normalize: bool = False) -> list:
+    """[(flag, value...)] of a report's options that change its table, for the report More seeds advises to repeat
+    them (``--threshold 100``: its last column; ``--episodes N``: how members without eval.json are measured;
+    ``--normalize`` and each ``--score-range``: a report over tasks); curve options (--metric, --x, --smooth)
+    change no number of the table and are left to the user. ``episodes`` None: the command line's default."""
+    def flag(name: str, value) -> tuple:
+        text = str(value)  # a negative value joined by '=': argparse reads a lone '-1e3' as a flag
+        return (f"{name}={text}",) if text.startswith("-") else (name, text)
+
+    flags = []
+    if threshold is not None:
+        short = f"{threshold:g}"
+        flags.append(flag("--threshold", short if float(short) == threshold else repr(float(threshold))))
+    if episodes is not None:
+        flags.append(flag("--episodes", int(episodes)))
+    if normalize:
+        flags.append(("--normalize",))
+        flags += [flag("--score-range", spec) for spec in score_ranges or ()]
+    return flags
+
+
+def more_seeds_section(lines: list, srcs: list, again: Sequence[tuple] = ()) -> list:
     """The lines of "## More seeds" when the report's ``lines`` advise to run more seeds: per population,
     the train command of its next seeds (next_seeds) into a new directory, then the report that pools it
     (``proxima report A+A-seeds6-10 --out A-seeds1-10.md``, named after the first population, so that the
-    text does not depend on where this report is written); [] otherwise."""
+    text does not depend on where this report is written) with this report's ``again`` (report_flags);
+    [] otherwise. A directory whose path holds a ``+`` (which would split it) is pooled with ``--pool``:
+    ``proxima report a+b a+b-seeds4-10 --pool``; with several sources no one report can name it, and each
+    source's pooled report is given apart."""
     import shlex
 
     if not any("run more seeds" in line.lower() for line in lines):
         return []
     from .population_run import seeds_spec
 
-    steps, pooled = [], []
+    steps, groups, outs = [], [], []
     for src in srcs:
         seeds = sorted({seed for st in settings_of(src) for seed, _ in st.members})
         more = next_seeds(seeds)
         spec = seeds_spec(more)
         new = _more_dir(src, spec)
         steps.append(f"- {_train_more(src, spec, new)}")
-        pooled.append((f"{_spelled(src)}{POOL_SEP}{new}", seeds_spec(seeds + more)))
-    out = Path(f"{_more_dir(srcs[0], pooled[0][1])}.md")
-    report = shlex.join(["proxima", "report", *(p for p, _ in pooled), "--out", str(out)])
+        groups.append([str(d) for d in parts_of(src)] + [str(new)])
+        outs.append(f"{_more_dir(src, seeds_spec(seeds + more))}.md")
+    flags = [w for f in again for w in f]
+    plus = next((d for g in groups for d in g if POOL_SEP in d), None)
+    if plus is None:
+        report = shlex.join(["proxima", "report", *(POOL_SEP.join(g) for g in groups), "--out", outs[0], *flags])
+        pool = f"then pool them with these (each `{POOL_SEP}` joins the populations of one setting): `{report}`."
+    elif len(srcs) == 1:
+        report = shlex.join(["proxima", "report", *groups[0], "--pool", "--out", outs[0], *flags])
+        pool = (f"then pool them with these (`--pool`: `{plus}` holds a `{POOL_SEP}`, where `{POOL_SEP}` would split "
+                f"it): `{report}`.")
+    else:  # --pool joins every directory given: one pool per report
+        alone = [w for f in again if f[0].partition("=")[0] not in ("--normalize", "--score-range") for w in f]
+        each = [shlex.join(["proxima", "report", *g, "--pool", "--out", out, *alone]) for g, out in zip(groups, outs)]
+        pool = (f"then pool them: `{plus}` holds a `{POOL_SEP}`, where `{POOL_SEP}` would split it, so no one report "
+                f"of these pools can name it (`--pool` joins every directory given into one pool); report each pool "
+                "on its own: " + "; ".join(f"`{c}`" for c in each) + ".")
     return ["", "## More seeds", "",
             f"A learning claim wants {CLAIM_SEEDS} or more seeds per setting. To add seeds, train the same setting "
-            "on the next ones into a new directory:", "", *steps, "",
-            f"then pool them with these (each `{POOL_SEP}` joins the populations of one setting): `{report}`."]
+            "on the next ones into a new directory:", "", *steps, "", pool]
 
 
 def read_sources(groups: list) -> list:
@@ -1165,7 +1204,7 @@ def _steps_note(rows: list) -> Optional[str]:
 
 
 def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: Optional[int] = 0,
-           comparison: Optional[dict] = None) -> str:
+           comparison: Optional[dict] = None, again: Sequence[tuple] = ()) -> str:
     doc = _docs_of(run_dir)[0]  # read_settings checked it
     from .plot import dir_name
     from .report import _md
@@ -1191,7 +1230,7 @@ def render(run_dir: Path, rows: list, threshold: Optional[float], episodes: Opti
     lines += pooled_section([run_dir], [title])
     if len(rows) > 1:
         lines += [""] + comparison_section(rows, comparison)
-    lines += more_seeds_section(lines, [run_dir])
+    lines += more_seeds_section(lines, [run_dir], again)
     lines += ["", "Per member: `proxima report RUN/<member dir>` (same files as a single run).", ""]
     return "\n".join(lines)
 
@@ -1857,7 +1896,7 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     rows = summarize_settings(run_dir, threshold, episodes, device, quiet)
     out = Path(out) if out is not None else run_dir / "report.md"
     comparison = settings_comparison(rows)
-    text = render(run_dir, rows, threshold, episodes, comparison)
+    text = render(run_dir, rows, threshold, episodes, comparison, report_flags(threshold, episodes))
 
     curve = _curve_path(out)  # the report's own, not plot's curve.png, which a later plot would replace
     everyone = any(r["diverged"] for r in rows) and all(len(r["diverged"]) == len(r["dirs"]) for r in rows)
@@ -2004,7 +2043,8 @@ def build_populations_report(run_dirs, out=None, threshold: Optional[float] = No
         if problem:
             raise ReportError(f"these populations do not measure the same: {problem}{how}")
     comparison = populations_comparison(names, tables)
-    text = render_populations(run_dirs, names, docs, tables, threshold, episodes, comparison)
+    text = render_populations(run_dirs, names, docs, tables, threshold, episodes, comparison,
+                              report_flags(threshold, episodes))
     return _write_with_curves(out, json_out, run_dirs, text, tables, metric, x, smooth, "population",
                               lambda: populations_json(run_dirs, names, tables, threshold, comparison),
                               tail="\n".join(differences_section(run_dirs, names, docs)))
@@ -2115,7 +2155,7 @@ def populations_comparison(names: list, tables: list) -> dict:
 
 
 def render_populations(run_dirs: list, names: list, docs: list, tables: list, threshold: Optional[float],
-                       episodes: Optional[int] = 0, comparison: Optional[dict] = None) -> str:
+                       episodes: Optional[int] = 0, comparison: Optional[dict] = None, again: Sequence[tuple] = ()) -> str:
     """The Markdown of build_populations_report: a line per population, one table, the notes
     (comparison: populations_comparison's, computed here when not given)."""
     from .report import _md
@@ -2158,7 +2198,7 @@ def render_populations(run_dirs: list, names: list, docs: list, tables: list, th
     if notes:
         lines += [""] + notes
     lines += pooled_section(run_dirs, names)
-    lines += more_seeds_section(lines, run_dirs)
+    lines += more_seeds_section(lines, run_dirs, again)
     lines += ["", "Per population: `proxima report RUN`; per member: `proxima report RUN/<member dir>`.", ""]
     return "\n".join(lines)
 
@@ -2287,7 +2327,7 @@ def _runs_cell(a: dict) -> str:
 
 
 def render_tasks(run_dirs: list, names: list, docs: list, ranges: list, tables: list, aggregates: list,
-                 episodes: Optional[int], profile_plot: Optional[str] = None) -> str:
+                 episodes: Optional[int], profile_plot: Optional[str] = None, again: Sequence[tuple] = ()) -> str:
     """The Markdown of build_tasks_report: a line per population, the score ranges, the aggregate table,
     the performance profile (its table, then ``profile_plot``: the plot's link and caption, or why none),
     a per-task table and the notes."""
@@ -2353,7 +2393,7 @@ def render_tasks(run_dirs: list, names: list, docs: list, ranges: list, tables: 
     if notes:
         lines += [""] + notes
     lines += pooled_section(run_dirs, names)
-    lines += more_seeds_section(lines, run_dirs)
+    lines += more_seeds_section(lines, run_dirs, again)
     lines += ["", "Per population (its settings compared, its members): `proxima report RUN`.", ""]
     return "\n".join(lines)
 
@@ -2520,7 +2560,8 @@ def build_tasks_report(run_dirs, out=None, score_ranges=None, threshold: Optiona
 
     def text(staging) -> str:
         plot = draw_profile(staging, out, [_md(doc.get("env_id")) for doc in docs], aggregates)
-        return render_tasks(run_dirs, names, docs, ranges, tables, aggregates, episodes, plot)
+        return render_tasks(run_dirs, names, docs, ranges, tables, aggregates, episodes, plot,
+                            report_flags(None, episodes, score_ranges, normalize=True))
 
     return _write_with_curves(out, json_out, run_dirs, text, tables, metric, x, smooth, "task",
                               lambda: tasks_json(run_dirs, names, docs, ranges, tables, aggregates))
