@@ -1223,9 +1223,10 @@ def newest_that_loads(files: list, load, error: type = None, set_aside: bool = T
             continue  # removed since it was listed: gone, not corrupt (nothing to set aside)
         except LinkOutOfRunError:
             raise  # not this run's file: refused, never renamed nor skipped for an older one
-        except NewerSchemaError:
-            # a newer Proxima wrote it (a colleague's run): sound, so never set aside, and an older
-            # checkpoint in its place would drop that training; the line says to upgrade, not to start over
+        except (NewerSchemaError, RLHFRunError):
+            # a newer Proxima wrote it (a colleague's run), or an RLHF run did: sound, so never set aside, and an
+            # older checkpoint in its place would drop that training; the line says to upgrade, or to resume it
+            # as an RLHF run, not to start over
             raise
         except error as e:
             unusable.append((candidate, str(e).removeprefix(f"{candidate}: ")))

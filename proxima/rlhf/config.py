@@ -204,6 +204,8 @@ def flag_hint(key: str, command: str, known: list) -> Optional[tuple]:
             return ("advice", f"--{key.replace('_', '-')} is a setting of proxima rlhf, recorded in the run's config.yaml: "
                               f"{RESUME_TAKES} (a new run with other settings: proxima rlhf --config RUN/config.yaml "
                               f"{flag} ...)")
+        if trl_hint(name) is not None and field and flag in known:  # TRL's --max-steps is --steps, not difflib's --num-steps
+            return ("flag", flag, f"TRL's --{key.replace('_', '-')}")
     return None
 
 

@@ -119,8 +119,10 @@ def test_a_trl_flag_without_a_note_is_named_in_one_clause(flag, meant, capsys):
                     "(see proxima rlhf --help)"), line
 
 
-@pytest.mark.parametrize("flag, meant", [("--num-ppo-epochs", "--update-epochs"),
-                                         ("--num-mini-batches", "--num-minibatches")])
+@pytest.mark.parametrize("flag, meant", [("--num-ppo-epochs", "--update-epochs (TRL's --num-ppo-epochs)"),
+                                         ("--num-mini-batches", "--num-minibatches (TRL's --num-mini-batches)"),
+                                         ("--max-steps", "--steps (TRL's --max-steps)"),
+                                         ("--save-steps", "--checkpoint-every (TRL's --save-steps)")])
 def test_resume_given_a_trl_name_of_a_flag_ppos_resume_takes_is_not_told_it_is_an_rlhf_setting(flag, meant, tmp_path,
                                                                                                 capsys):
     line = one_error(["resume", str(tmp_path), flag, "4"], capsys)
@@ -325,3 +327,19 @@ def test_metrics_are_logged_at_six_significant_digits_and_the_progress_line_read
     metrics = {"objective/scores": -0.41250049, "objective/kl": 0.0004999999, "objective/kl_coef": 0.05,
                "val/response_length": 4.0, "val/eos_rate": 1.0, "val/ratio": 1.0, "charts/seconds_per_step": 0.1}
     assert progress_line(2, 3, metrics).startswith("step 2/3  score -0.412  kl 0.001  beta 0.05  len 4.0  eos 1.00")
+
+
+def test_an_rlhf_checkpoint_newest_in_a_ppo_runs_folder_is_named_and_kept_not_set_aside(work, tmp_path_factory,
+                                                                                         monkeypatch, capsys):
+    # newest_that_loads took the RLHF file for a damaged one: it was renamed *.corrupt and the older PPO
+    # checkpoint resumed in its place (or, with none older, the line ended in restore / start over)
+    from tests.cli_helpers import tiny_cartpole_run
+
+    run = tiny_cartpole_run(tmp_path_factory, "mixed46")
+    monkeypatch.chdir(run.parent)
+    before = sorted(p.name for p in (run / "checkpoints").iterdir())
+    shutil.copy(work / SPACED / "checkpoints" / "step_000002.pt", run / "checkpoints" / "step_000000999999.pt")
+    line = one_error(["resume", "run"], capsys)
+    assert line.startswith("proxima resume: error: run/checkpoints/step_000000999999.pt: an RLHF checkpoint"), line
+    assert "restore a copy" not in line and "start over" not in line and ".corrupt" not in line, line
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == sorted(before + ["step_000000999999.pt"])
