@@ -279,21 +279,42 @@ def _module_source(name: str, import_path: list) -> Optional[str]:
     return None
 
 
+#: bytes of a reward file read with ast for _defines' hint: ast holds about 400 bytes per byte of source (a
+#: 1 MB file, 350 MB), so a bigger file is scanned for its ``def NAME(`` lines instead, up to HINT_SCAN_BYTES
+HINT_AST_BYTES = 256 * 1024
+HINT_SCAN_BYTES = 1 << 20
+_TOP_DEF = re.compile(r"^(?:async[ \t]+)?def[ \t]+([^\W\d]\w*)[ \t]*[(\[]", re.M)
+
+
 def _defines(source: str, shown: Optional[str] = None) -> str:
     """`` (my_rewards.py defines math_answer, brevity)``: the public functions the file ``source`` (``shown``
     as that, else by its path from here) defines at its top level, read with ast (importing would run its
-    code); "" when there are none or it does not parse."""
+    code); "" when there are none or it does not parse. A file over HINT_AST_BYTES, or one too deeply
+    nested for ast (RecursionError), has its first HINT_SCAN_BYTES scanned for lines ``def NAME(``
+    (``, ...`` after them when there is more of it): a hint takes a moment and little memory whatever the file."""
     import ast
 
     try:
         with open(source, "rb") as f:
-            tree = ast.parse(f.read(1 << 24))
-    except (OSError, SyntaxError, ValueError):
+            data = f.read(HINT_SCAN_BYTES + 1)
+    except OSError:
         return ""
-    names = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not n.name.startswith("_")]
+    names, cut = None, len(data) > HINT_SCAN_BYTES
+    if len(data) <= HINT_AST_BYTES:
+        try:
+            tree = ast.parse(data)
+            names = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        except (SyntaxError, ValueError):
+            return ""
+        except (RecursionError, MemoryError):  # ``x = 1+1+...+1``, ``[[[...]]]``: the scan below still names them
+            pass
+    if names is None:
+        text = data[:HINT_SCAN_BYTES].decode("utf-8", errors="replace")
+        names = _TOP_DEF.findall(text.rsplit("\n", 1)[0] if cut else text)
+    names = [n for n in names if not n.startswith("_")]
     if not names:
         return ""
-    more = f", ... ({len(names)} in all)" if len(names) > 8 else ""
+    more = f", ... ({len(names)} in all)" if len(names) > 8 else ", ..." if cut else ""
     if shown is None:
         rel = os.path.relpath(source)
         shown = source if rel.startswith("..") else rel
