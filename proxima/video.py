@@ -48,6 +48,7 @@ from typing import Iterable, Optional, Union
 import numpy as np
 
 from .config import extra_install
+from .terminal import printable
 
 GIF_SUFFIX = ".gif"
 #: video suffix -> ffmpeg encoder (and its extra output options); ``.gif`` is written without ffmpeg
@@ -89,6 +90,8 @@ def mp4_problem() -> str:
 
 #: seconds the one ``ffmpeg -encoders`` call may take (about 0.05 s): a binary that hangs is no encoder
 FFMPEG_PROBE_TIMEOUT_S = 5.0
+#: bytes ``ffmpeg -encoders`` may print on either stream (its list is about 30 kB): past them it is stopped
+FFMPEG_PROBE_BYTES = 1 << 20
 _FFMPEG = None  # ffmpeg_status' cache: (the binary's path or None, why it cannot be used: "" when it can)
 _ENCODERS = None  # ffmpeg_status' cache: the binary's video encoders (empty when it cannot be used)
 
@@ -123,20 +126,83 @@ def _probe_ffmpeg() -> tuple:
         return None, frozenset(), f"imageio-ffmpeg finds no ffmpeg binary ({_first_line(e)}); {fix}"
     who = f"imageio-ffmpeg's ffmpeg {exe}" + (" (IMAGEIO_FFMPEG_EXE)" if from_env and exe == from_env else "")
     try:
-        done = subprocess.run([exe, "-hide_banner", "-encoders"], capture_output=True, text=True, errors="replace",
-                              stdin=subprocess.DEVNULL, timeout=FFMPEG_PROBE_TIMEOUT_S)
+        code, out, err = _run_bounded([exe, "-hide_banner", "-encoders"], FFMPEG_PROBE_TIMEOUT_S, FFMPEG_PROBE_BYTES)
     except subprocess.TimeoutExpired:
         return exe, frozenset(), f"{who} did not answer -encoders within {FFMPEG_PROBE_TIMEOUT_S:g} s; {fix}"
     except (OSError, ValueError) as e:  # missing, not executable, another platform's binary
         return exe, frozenset(), f"{who} does not run: {getattr(e, 'strerror', None) or _first_line(e)}; {fix}"
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [""])[-1].strip()[:120]
-        return exe, frozenset(), f"{who} exited with status {done.returncode} on -encoders{': ' + last if last else ''}; {fix}"
-    rows = [line.split() for line in done.stdout.splitlines()]
+    if code is None:
+        return exe, frozenset(), (f"{who} printed more than {FFMPEG_PROBE_BYTES >> 20} MB for -encoders "
+                                  f"(ffmpeg's list is about 30 kB: is it ffmpeg?); {fix}")
+    if code != 0:
+        # the binary's own words, control codes escaped: one it prints could recolour or clear the terminal
+        last = printable((err.strip().splitlines() or [""])[-1].strip()[:120])
+        return exe, frozenset(), f"{who} exited with status {code} on -encoders{': ' + last if last else ''}; {fix}"
+    rows = [line.split() for line in out.splitlines()]
     encoders = frozenset(r[1] for r in rows if len(r) > 1 and r[0].startswith("V"))  # " V....D libx264  ..."
     if not encoders:
         return exe, encoders, f"{who} lists no video encoders (is it ffmpeg?); {fix}"
     return exe, encoders, ""
+
+
+def _run_bounded(argv: list, timeout: float, limit: int) -> tuple:
+    """(exit status, stdout, stderr) of ``argv`` run with no stdin; exit status None when it wrote more than
+    ``limit`` bytes to either stream, which are not kept past that (an ffmpeg that prints 800 MB would
+    otherwise be held in memory). subprocess.TimeoutExpired when it has not exited within ``timeout`` s.
+    Either way it is killed with what it started (its process group: a ``sleep`` a wrapper script runs
+    would otherwise keep going, and keep the pipes open)."""
+    import subprocess
+
+    posix = os.name == "posix"
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=posix)
+    chunks: dict = {proc.stdout: [], proc.stderr: []}
+    over = threading.Event()
+
+    def drain(stream) -> None:
+        kept = 0
+        while True:
+            data = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
+            if not data:
+                return
+            kept += len(data)
+            if kept > limit:
+                over.set()
+                _kill_group(proc, posix)
+                return
+            chunks[stream].append(data)
+
+    readers = [threading.Thread(target=drain, args=(s,), daemon=True) for s in chunks]
+    for r in readers:
+        r.start()
+    try:
+        code = proc.wait(timeout)
+    finally:
+        _kill_group(proc, posix)  # on time too: what it left running in the background goes with it
+        for r in readers:
+            r.join(1.0)  # a descendant outside the group (setsid) may hold a pipe: not waited for
+        for r, stream in zip(readers, chunks):
+            if not r.is_alive():  # closing a stream that a thread still reads would wait for that read
+                stream.close()
+    if over.is_set():
+        return None, "", ""
+    text = [b"".join(chunks[s]).decode("utf-8", errors="replace") for s in (proc.stdout, proc.stderr)]
+    return code, text[0], text[1]
+
+
+def _kill_group(proc, posix: bool) -> None:
+    """Kill ``proc`` and, on POSIX, the process group it leads (start_new_session); then reap it."""
+    try:
+        if posix:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+    except OSError:  # gone already
+        pass
+    try:
+        proc.wait(1.0)
+    except Exception:  # noqa: BLE001 - unkillable (a process in D state): left to the OS
+        pass
 
 
 def _first_line(e: BaseException) -> str:

@@ -149,8 +149,8 @@ def test_an_ffmpeg_that_does_not_work_is_found_once_before_writing(tmp_path, mon
     monkeypatch.setenv("IMAGEIO_FFMPEG_EXE", exe)
     monkeypatch.setattr(video, "FFMPEG_PROBE_TIMEOUT_S", 0.5)
     calls = []
-    real_run = subprocess.run
-    monkeypatch.setattr(subprocess, "run", lambda cmd, *a, **k: (calls.append(cmd), real_run(cmd, *a, **k))[1])
+    real_popen = subprocess.Popen  # the probe's process, however it is started (run() starts a Popen too)
+    monkeypatch.setattr(subprocess, "Popen", lambda cmd, *a, **k: (calls.append(cmd), real_popen(cmd, *a, **k))[1])
     problem = f"imageio-ffmpeg's ffmpeg {exe} (IMAGEIO_FFMPEG_EXE) {why}; point IMAGEIO_FFMPEG_EXE at a working ffmpeg, or unset it"
     assert video.mp4_problem() == problem and not video.has_mp4_encoder()
     assert video.video_target(tmp_path / "v.mkv") == tmp_path / "v.gif"
