@@ -21,9 +21,9 @@ of 3 runs; 1 without values``). A band at a single x (one logged value) is drawn
 Plain runs are drawn one panel per env (and metric), titled with the env, with one curve per group
 (``--panels per-env``, the default: a bash-loop sweep, ``for lr in ...; do proxima train ... --lr $lr``, is
 one chart), labelled by the settings that differ (``lr=0.001``, ``lr=0.001: mean of 3 runs``;
-setting_groups: a group is one exact setting, and no two labels read alike), in the order the runs
-are given; the bands' description (``shaded: min-max over runs``) heads the legend, as a swatch would
-be one setting's colour. ``--panels per-setting`` draws one panel per group instead, titled with the env and
+setting_groups: a group is one exact setting, and no two labels read alike; a value longer than a legend
+entry holds is cut to its first 40 characters), in the order the runs are given; the bands' description
+(``shaded: min-max over runs``) heads the legend, as a swatch would be one setting's colour. ``--panels per-setting`` draws one panel per group instead, titled with the env and
 the settings that differ (group_runs). A title is wrapped to the panel's width; one past three lines
 ends in `` ...`` and its whole text heads the panel's legend. Panels of one env and metric share their y-axis (a weak run beside a strong one is
 seen as weaker), their curves in different colours; another env or metric has its own y-scale. A run drawn alone is named in the legend, and a population in its panel's title, by
@@ -641,14 +641,15 @@ def _exact(value) -> str:
 def _setting_labels(variants: list[dict]) -> list[str]:
     """A distinct label per setting of one env (``lr=0.001, num_envs=8``): the first three fields that
     differ; the labels that read alike then name every field that differs; those still alike (%g
-    rounds 0.0010000001 to 0.001) show the exact values."""
+    rounds 0.0010000001 to 0.001) show the exact values. A field's name or value that no legend entry could
+    hold whole is cut to its first VALUE_CHARS characters (_clip)."""
     differ = [k for k in dict.fromkeys(k for v in variants for k in v)
               if len({_exact(v.get(k, _UNSET)) for v in variants}) > 1]
 
     def label(v: dict, level: int) -> str:
         fields = differ if level > 1 else differ[:3]
         show = _short if level < 3 else repr
-        shown = ", ".join(f"{k}=" + ("(unset)" if k not in v else show(v[k])) for k in fields)
+        shown = ", ".join(f"{_clip(str(k))}=" + ("(unset)" if k not in v else _clip(show(v[k]))) for k in fields)
         return f"{shown}{', ...' if len(fields) < len(differ) else ''}"
 
     levels = [1] * len(variants)
@@ -665,6 +666,20 @@ def _setting_labels(variants: list[dict]) -> list[str]:
         if labels.count(text) > 1:
             labels[i] = f"{text} [{seen[text]}]"
     return labels
+
+
+#: characters kept of a field's value (or name) in a setting's label that is longer than a legend entry can
+#: hold (ENTRY_CHARS * ENTRY_LINES): a 100 kB env_kwargs is then one line of the legend, not six that cover
+#: the axes (and lines of 90 digits are wider than the panel); a shorter one is wrapped whole
+VALUE_CHARS = 40
+
+
+def _clip(text: str) -> str:
+    """``text``, or its first VALUE_CHARS characters and ``... (100,012 characters)`` when a legend entry
+    could not hold it whole."""
+    if len(text) <= ENTRY_CHARS * ENTRY_LINES:
+        return text
+    return f"{text[:VALUE_CHARS]}... ({len(text):,} characters)"
 
 
 def _short(value) -> str:
@@ -981,7 +996,10 @@ def unique_dirs(run_dirs: Sequence[PathLike]) -> list[Path]:
     it) is one run, not two averaged with themselves. The first spelling given is kept."""
     seen, out = set(), []
     for d in run_dirs:
-        key = Path(d).resolve()
+        try:
+            key = Path(d).resolve()
+        except (OSError, RuntimeError):  # a symlink loop ("Symlink loop from ..."): path_problem names it
+            key = Path(os.path.abspath(d))
         if key not in seen:
             seen.add(key)
             out.append(Path(d))
@@ -1367,8 +1385,20 @@ def path_problem(d: PathLike) -> Optional[str]:
     plot and report refuse these even among several runs: a typo would otherwise be skipped with a note
     and the rest drawn or reported as if it were all."""
     if not os.path.exists(d):
-        return f"{d}: no such directory"
+        return f"{d}: " + ("a symlink loop (links that lead back to themselves); give the run directory itself"
+                           if _symlink_loop(d) else "no such directory")
     return None if os.path.isdir(d) else f"{d}: a file, not a run directory"
+
+
+def _symlink_loop(d: PathLike) -> bool:
+    """Whether ``d`` is a link that leads back to itself (ELOOP), not a missing path."""
+    import errno
+
+    try:
+        os.stat(d)
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    return False
 
 
 def pool_problem(d: PathLike, run_dirs: Sequence[PathLike], out: Optional[PathLike] = None) -> Optional[str]:
@@ -1464,7 +1494,12 @@ def sweep_order(run_dirs: Sequence[Path]) -> list[Path]:
 
 def _number(value) -> bool:
     """Whether a config value orders as a number (not a bool, which YAML also reads from true)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past float's range (lr: 1 and 400 zeros): sweep_order could not float() it
+        return False
 
 
 def parse_labels(texts: Sequence[str], run_dirs: Sequence[Path]) -> dict[Path, str]:
