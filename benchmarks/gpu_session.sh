@@ -160,7 +160,7 @@ step doctor 13 "$py" -m proxima doctor > "$logs/doctor.txt" 2>&1
 # est. 35-50 s: ~47 tests building small trainers, no compilation (the compile+graphs ones run last, below)
 step pytest-cuda 55 "$py" -m pytest -v -rfE -p no:cacheprovider -m "gpu and not slow" -k "not compile+graphs" \
   tests/unit/test_graphs.py tests/unit/test_hot_loop.py tests/unit/test_native_envs.py tests/unit/test_accel.py tests/unit/test_population.py \
-  tests/unit/test_doctor.py tests/unit/test_review29_normalize.py > "$out/pytest-cuda.txt" 2>&1
+  tests/unit/test_doctor.py tests/unit/test_review29_normalize.py tests/unit/test_sweep_switches46.py > "$out/pytest-cuda.txt" 2>&1
 # item 3: throughput side by side with PureJaxRL, one process per side (--single-call: 2 start-ups instead of 18)
 if [[ -n "$anchor" ]]; then
   # est. ~95 s: Proxima ~21 s (start-up 8, then per size ~4.5 s of warm-up and 3 x 1 s, training only: --train-only);

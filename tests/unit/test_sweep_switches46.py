@@ -291,7 +291,7 @@ def test_switch_sweep_parts_are_capturable_on_cpu_as_far_as_a_cpu_can_tell(small
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_graphed_switch_sweep_equals_eager(small_config):
     from proxima.graphs import PARTS
-    from test_population import population_graph_states
+    from tests.unit.test_population import population_graph_states
 
     cfg = small_config(device="cuda", num_envs=8, num_steps=16)
     params, lrs = [], []
