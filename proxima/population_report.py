@@ -118,9 +118,11 @@ is_population = is_population_dir
 def read_settings(run_dir) -> list:
     """The population's settings (Setting), in the order of their first member in population.json.
 
-    Raises PopulationError naming the file for an unreadable population.json or an entry that is
-    not a member folder of this run (the file is data: ``../elsewhere`` is refused), or naming the
-    member directory for one it lists that is missing or is a link out of the population.
+    Raises PopulationError naming the file for an unreadable population.json, an entry that is
+    not a member folder of this run (the file is data: ``../elsewhere`` is refused), a seed that is
+    not one --seeds takes (an integer in 0..MAX_SEED: text, null, NaN would break every sort and
+    range of seeds) or a member folder listed twice (it would count as several members), or naming
+    the member directory for one it lists that is missing or is a link out of the population.
     """
     from .atomic import leads_outside
 
@@ -134,12 +136,18 @@ def read_settings(run_dir) -> list:
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise PopulationError(f"{path}: not a readable population file ({type(e).__name__})") from None
     groups: dict = {}
+    listed: dict = {}
     from .population_run import is_plain_name
 
     for name, seed, settings, diverged in entries:
         if not is_plain_name(name) or not isinstance(settings, dict):
             raise PopulationError(f"{path}: member entry {name!r} is not a member folder of this run with its settings")
         _check_settings(path, name, settings)
+        _check_seed(path, name, seed)
+        if name in listed:  # one folder's return would count once per entry: n=14 of a 4-member population
+            raise PopulationError(f"{path}: member folder {name!r} is listed twice (seeds {listed[name]} and {seed}); "
+                                  f"the population's {POPULATION_FILE} was damaged or edited: keep one entry per folder")
+        listed[name] = seed
         d = run_dir / name
         if leads_outside(d, run_dir):  # eval, plot and report would read (and write) another run's files as this one's
             raise PopulationError(f"{d}: is a symbolic link to {os.path.realpath(d)}, outside the population directory "
@@ -155,6 +163,25 @@ def read_settings(run_dir) -> list:
     return list(groups.values())
 
 
+def _check_seed(path: Path, name: str, seed) -> None:
+    """Refuse a member's seed that --seeds would not take: an integer (not true/false) in 0..MAX_SEED."""
+    from .config import MAX_SEED
+
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise PopulationError(f"{path}: member entry {name!r} has seed {shortened(repr(seed))}, not an integer in "
+                              f"0..{MAX_SEED:,}; the population's {POPULATION_FILE} was damaged or edited")
+
+
+#: how many characters of a value read from a file a refusal shows (shortened)
+SHOWN_CHARS = 200
+
+
+def shortened(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text``, or its first ``limit`` characters, ``…`` and its full length when longer: a value read from a
+    file (a 10 MB config field) named in a one-line refusal."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
 def _check_settings(path: Path, name: str, settings: dict) -> None:
     """Refuse a member's settings that no --sweep wrote: a key that is not a per-member field, a value
     that is not a number (or null, target_kl=none; a switch's true or false). Every label of a setting (eval's lines, report.md's
@@ -163,13 +190,15 @@ def _check_settings(path: Path, name: str, settings: dict) -> None:
 
     for key, value in settings.items():
         if key not in PER_MEMBER_FIELDS:
-            raise PopulationError(f"{path}: member entry {name!r} has setting {key!r}, not a field a population sweeps "
-                                  f"({', '.join(PER_MEMBER_FIELDS)})")
+            raise PopulationError(f"{path}: member entry {name!r} has setting {shortened(repr(key))}, not a field a "
+                                  f"population sweeps ({', '.join(PER_MEMBER_FIELDS)})")
         if key in PER_MEMBER_SWITCHES:  # --sweep norm_adv=true,false: true or false, nothing else
             if not isinstance(value, bool):
-                raise PopulationError(f"{path}: member entry {name!r} has setting {key} = {value!r}, not true or false")
+                raise PopulationError(f"{path}: member entry {name!r} has setting {key} = {shortened(repr(value))}, "
+                                      "not true or false")
         elif value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise PopulationError(f"{path}: member entry {name!r} has setting {key} = {value!r}, not a number")
+            raise PopulationError(f"{path}: member entry {name!r} has setting {key} = {shortened(repr(value))}, "
+                                  "not a number")
 
 
 # ------------------------------------------------------------------------------------ pooling (report A+A2)
@@ -227,8 +256,25 @@ def pool_groups(args: list) -> list:
 
 
 def _value_text(value) -> str:
-    """A config value as the refusal names it: text as it is, others as JSON (``100000``, ``[64, 64]``)."""
-    return value if isinstance(value, str) else json.dumps(value, default=str)
+    """A config value as the refusal names it: text as it is, others as JSON (``100000``, ``[64, 64]``), shortened
+    (a 10 MB env_kwargs is named by its first characters and its length, not written whole to stderr)."""
+    return shortened(value if isinstance(value, str) else json.dumps(value, default=str))
+
+
+def _same(a, b) -> bool:
+    """Whether two config values are equal, NaN equal to NaN (``ent_coef: .nan`` in both configs is one setting)."""
+    if a == b:
+        return True
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isnan(a) and math.isnan(b)
+    try:
+        if isinstance(a, dict) and isinstance(b, dict):
+            return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+        if isinstance(a, list) and isinstance(b, list):
+            return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    except RecursionError:  # nested past Python's stack: not shown equal
+        return False
+    return False
 
 
 #: config fields pooled populations may differ in (report A+A2), as none changes what a member learns or how its
@@ -251,7 +297,7 @@ def _first_difference(a: dict, b: dict) -> Optional[tuple]:
         if key in MEMBER_OWN_RECORD or key in POOL_FREE_FIELDS:
             continue
         va, vb = a.get(key, _ABSENT), b.get(key, _ABSENT)
-        if va != vb:
+        if not _same(va, vb):
             return key, *("absent" if v is _ABSENT else _value_text(v) for v in (va, vb))
     return None
 
@@ -310,7 +356,9 @@ def read_pool(dirs: list, names: list) -> Pool:
                     differ = _first_difference(configs.get(ref_dir) or {}, config)
                     if differ:
                         key, a, b = differ
-                        raise ReportError(f"{_md(key)}: {_md(a)} in {names[0]}, {_md(b)} in {name}"
+                        # two members of the first population: each named by its folder, not "in A, in A"
+                        ref, here = (names[0], name) if d != dirs[0] else (f"{names[0]}/{ref_dir.name}", shown_name)
+                        raise ReportError(f"{_md(shortened(str(key)))}: {_md(a)} in {ref}, {_md(b)} in {here}"
                                           + (f" ({label})" if label != "(seeds only)" else "") + f"; {POOL_HOW}")
                 if seed in seen:
                     raise ReportError(f"seed {seed} twice in the pooled setting {label}: {seen[seed]} and {shown_name}; "
@@ -348,10 +396,28 @@ def pooled_section(srcs: list, names: list) -> list:
 
 def next_seeds(seeds: list) -> list:
     """The seeds to train next for a population of ``seeds``: past its highest, as many again, and enough
-    that the pool holds CLAIM_SEEDS (1-5 -> 6-10, 1-3 -> 4-10, 1-10 -> 11-20)."""
+    that the pool holds CLAIM_SEEDS (1-5 -> 6-10, 1-3 -> 4-10, 1-10 -> 11-20), ascending. None past MAX_SEED
+    (which --seeds refuses): those missing there are the lowest seeds not in ``seeds`` (2147483646-2147483647
+    -> 0-7)."""
+    import itertools
+
+    from .config import MAX_SEED
+
     n = len(seeds)
+    want = max(n, CLAIM_SEEDS - n, 1)
     start = max(seeds) + 1 if seeds else 1
-    return list(range(start, start + max(n, CLAIM_SEEDS - n, 1)))
+    more = list(range(start, min(start + want, MAX_SEED + 1)))
+    if len(more) < want:
+        used = set(seeds)
+        more += itertools.islice((s for s in range(MAX_SEED + 1) if s not in used), want - len(more))
+    return sorted(more)
+
+
+def _arg(path) -> str:
+    """``path`` as a command-line argument: ``./-A`` for a path that starts with ``-``, which argparse would read
+    as an option (pathlib drops the ``./`` a user typed)."""
+    text = str(path)
+    return f"./{text}" if text.startswith("-") else text
 
 
 def _more_dir(src, spec: str) -> Path:
@@ -361,22 +427,23 @@ def _more_dir(src, spec: str) -> Path:
     return base.with_name(f"{base.name}-seeds{spec}")
 
 
-def _train_more(src, spec: str, new: Path) -> str:
-    """The command that trains ``src``'s setting on the seeds ``spec`` into ``new``: its recorded command
+def _train_more(src, more: list, new: Path) -> str:
+    """The command that trains ``src``'s setting on the seeds ``more`` into ``new``: its recorded command
     (population_run._proxima_train's check) with --seeds and --run-dir replaced, else how to make it."""
     import shlex
 
-    from .population_run import _proxima_train
+    from .population_run import _proxima_train, seeds_spec
 
     first = parts_of(src)[0]
     doc = _docs_of(src)[0]
     command = doc.get("command")
+    spec = seeds_spec(more)
     if command is None:  # trained from Python (train_population), which records no command
-        call = _train_more_python(first, doc, spec, new)
+        call = _train_more_python(first, doc, more, new)
         if call is not None:
             return call
     if not _proxima_train(command):
-        return (f"the command in {first / POPULATION_FILE} with `--seeds {spec} --run-dir {shlex.quote(str(new))}` in "
+        return (f"the command in {first / POPULATION_FILE} with `--seeds {spec} --run-dir {shlex.quote(_arg(new))}` in "
                 "place of its own")
     again, skip = [], False
     for word in command:
@@ -386,16 +453,15 @@ def _train_more(src, spec: str, new: Path) -> str:
             skip = word != "--overwrite"
         elif not word.startswith(("--seeds=", "--run-dir=")):
             again.append(word)
-    return f"`{shlex.join(again + ['--seeds', spec, '--run-dir', str(new)])}`"
+    return f"`{shlex.join(again + ['--seeds', spec, '--run-dir', _arg(new)])}`"
 
 
-def _train_more_python(first: Path, doc: dict, spec: str, new: Path) -> Optional[str]:
+def _train_more_python(first: Path, doc: dict, more: list, new: Path) -> Optional[str]:
     """_train_more for a population trained from Python (population.json records no command, a member's meta.json
-    the train_population call: population_run._python_call): the train_population call of the seeds ``spec``
+    the train_population call: population_run._python_call): the train_population call of the seeds ``more``
     into ``new``, its config read from the first member's config.yaml (a member's seed and swept values are
     replaced per member) and population.json's sweep; None for a population of no such record, or when the files
     hold no member config.yaml or no sweep a call can repeat (data: edited or damaged)."""
-    from .population import parse_seeds
     from .population_run import _python_call, is_plain_name, seeds_python
 
     if _python_call(first) is None:
@@ -411,7 +477,7 @@ def _train_more_python(first: Path, doc: dict, spec: str, new: Path) -> Optional
         return None
     config = f"proxima.config.from_dict(proxima.config.load_config_file({str(member / 'config.yaml')!r}))"
     swept = f", sweep={sweep!r}" if sweep else ""
-    return (f"from Python: `proxima.train_population({config}, seeds={seeds_python(parse_seeds(spec))}{swept}, "
+    return (f"from Python: `proxima.train_population({config}, seeds={seeds_python(more)}{swept}, "
             f"run_dir={str(new)!r})` (the config of {member.name}, whose seed and swept values each member replaces)")
 
 
@@ -444,22 +510,30 @@ def more_seeds_section(lines: list, srcs: list, again: Sequence[tuple] = ()) -> 
     text does not depend on where this report is written) with this report's ``again`` (report_flags);
     [] otherwise. A directory whose path holds a ``+`` (which would split it) is pooled with ``--pool``:
     ``proxima report a+b a+b-seeds4-10 --pool``; with several sources no one report can name it, and each
-    source's pooled report is given apart."""
+    source's pooled report is given apart. A path that starts with ``-`` is given as ``./-A``; a directory whose
+    path holds a control character (a newline, ESC) gets no command, which report.md could only show otherwise
+    than it runs: the section says to rename it."""
     import shlex
 
     if not any("run more seeds" in line.lower() for line in lines):
         return []
     from .population_run import seeds_spec
+    from .report import _md
 
+    head = ["", "## More seeds", "", f"A learning claim wants {CLAIM_SEEDS} or more seeds per setting."]
     steps, groups, outs = [], [], []
     for src in srcs:
         seeds = sorted({seed for st in settings_of(src) for seed, _ in st.members})
         more = next_seeds(seeds)
-        spec = seeds_spec(more)
-        new = _more_dir(src, spec)
-        steps.append(f"- {_train_more(src, spec, new)}")
-        groups.append([str(d) for d in parts_of(src)] + [str(new)])
-        outs.append(f"{_more_dir(src, seeds_spec(seeds + more))}.md")
+        new = _more_dir(src, seeds_spec(more))
+        groups.append([_arg(d) for d in parts_of(src)] + [_arg(new)])
+        outs.append(f"{_arg(_more_dir(src, seeds_spec(sorted(seeds + more))))}.md")
+        unshown = next((d for d in groups[-1] + outs[-1:] if not d.isprintable()), None)
+        if unshown is not None:
+            head[-1] += (f" To add seeds to {_md(unshown)}, rename it first: its path holds a control character (a "
+                         "newline, ESC), which a command in this file cannot show as it runs.")
+            return head
+        steps.append(f"- {_train_more(src, more, new)}")
     flags = [w for f in again for w in f]
     plus = next((d for g in groups for d in g if POOL_SEP in d), None)
     if plus is None:
@@ -475,9 +549,8 @@ def more_seeds_section(lines: list, srcs: list, again: Sequence[tuple] = ()) -> 
         pool = (f"then pool them: `{plus}` holds a `{POOL_SEP}`, where `{POOL_SEP}` would split it, so no one report "
                 f"of these pools can name it (`--pool` joins every directory given into one pool); report each pool "
                 "on its own: " + "; ".join(f"`{c}`" for c in each) + ".")
-    return ["", "## More seeds", "",
-            f"A learning claim wants {CLAIM_SEEDS} or more seeds per setting. To add seeds, train the same setting "
-            "on the next ones into a new directory:", "", *steps, "", pool]
+    head[-1] += " To add seeds, train the same setting on the next ones into a new directory:"
+    return [*head, "", *steps, "", pool]
 
 
 def read_sources(groups: list) -> list:

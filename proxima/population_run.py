@@ -1651,7 +1651,12 @@ class PopulationResult:
     @classmethod
     def read(cls, run_dir) -> "PopulationResult":
         """The result of the population in ``run_dir`` (one trained by ``proxima train --seeds`` too), read
-        from its population.json; CheckpointError naming the file when it is damaged or edited."""
+        from its population.json; CheckpointError naming the file when it is damaged or edited: every check
+        of report's reader (population_report.read_settings: a setting no --sweep wrote, a seed outside
+        0..MAX_SEED, a member folder listed twice, missing, or a link out of the population), and an
+        eval_mean_return past a float's range."""
+        from .population_report import PopulationError, read_settings, shortened
+
         run_dir = Path(run_dir)
         doc = read_population_doc(run_dir)
         entries = doc.get("member_dirs")
@@ -1664,9 +1669,18 @@ class PopulationResult:
                                            f"entry (dir, seed, settings) belongs; the population's {POPULATION_FILE} was "
                                            "damaged or edited")
             mean = entry.get("eval_mean_return")
+            try:
+                mean = float(mean) if isinstance(mean, (int, float)) and not isinstance(mean, bool) else None
+            except OverflowError:  # an int of 400 digits: no return a member measured
+                raise ckpt.CheckpointError(f"{run_dir / POPULATION_FILE}: member entry {entry['dir']!r} has eval_mean_return "
+                                           f"{shortened(str(entry['eval_mean_return']))}, past a float's range; the "
+                                           f"population's {POPULATION_FILE} was damaged or edited") from None
             members.append(PopulationMember(run_dir / entry["dir"], entry["seed"], dict(entry.get("settings") or {}),
-                                            float(mean) if isinstance(mean, (int, float)) and not isinstance(mean, bool) else None,
-                                            entry.get("diverged") if isinstance(entry.get("diverged"), dict) else None))
+                                            mean, entry.get("diverged") if isinstance(entry.get("diverged"), dict) else None))
+        try:  # the checks report, plot and eval make, so that member.dir is never a folder outside the population
+            read_settings(run_dir)
+        except PopulationError as e:
+            raise ckpt.CheckpointError(str(e)) from None
         return cls(run_dir, tuple(members))
 
     def settings_table(self, threshold: Optional[float] = None) -> list:
