@@ -2202,8 +2202,8 @@ def differences_section(run_dirs: list, names: list, docs: list) -> list:
         lines += ["", f"- note: no member's config.yaml could be read in {', '.join(unread)}."]
     lines += ["", f"Each population's command ({POPULATION_FILE}):", ""]
     for src, name, doc in zip(run_dirs, names, docs):
-        for part, doc in zip(getattr(src, "names", [name]), _docs_of(src, doc)):
-            part = _md(part)
+        parts = [_md(part) for part in getattr(src, "names", ())] or [name]  # a pool's names raw, ``names`` shown already
+        for part, doc in zip(parts, _docs_of(src, doc)):
             command = _command_cell(doc.get("command"))
             lines.append(f"- {part}: {_code(command)}" if command else f"- {part}: command not recorded in {POPULATION_FILE}")
     return lines + [""]
