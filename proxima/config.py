@@ -1416,14 +1416,15 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
 def norm_adv_fix(swept: bool = False, python: bool = False) -> str:
     """What validate's line on minibatches of 1 sample under advantage normalization advises: fewer minibatches,
     or --no-norm-adv. ``swept``: in a population that sweeps norm_adv (population_run), whose --no-norm-adv the
-    sweep refuses (both set norm_adv): fewer minibatches, or the sweep without its true. ``python``: the words
+    sweep refuses (both set norm_adv): fewer minibatches, or norm_adv=false swept alone. ``python``: the words
     of train_population's caller (sweep={'norm_adv': [...]})."""
     if not swept:
         return python_words("lower --num-minibatches, or add --no-norm-adv") if python else \
             "lower --num-minibatches, or add --no-norm-adv"
+    # not 'drop true from the sweep': a sweep of true alone would be left empty
     if python:
-        return "lower num_minibatches, or drop True from sweep['norm_adv']"
-    return "lower --num-minibatches, or drop true from --sweep norm_adv"
+        return "lower num_minibatches, or sweep norm_adv over [False] alone"
+    return "lower --num-minibatches, or sweep norm_adv=false alone"
 
 
 def minibatch_counts(cfg: PPOConfig) -> list:

@@ -198,14 +198,17 @@ def flag_hint(key: str, command: str, known: list) -> Optional[tuple]:
     from ..config import FOREIGN_NAMES, FOREIGN_UNSUPPORTED
 
     if command == "resume" and name not in FOREIGN_NAMES and name not in FOREIGN_UNSUPPORTED:  # SB3's --batch-size: PPO's hint
-        field = (trl_hint(name) or (name,))[0] or name
+        trl = trl_hint(name)
+        field = (trl or (name,))[0] or name
         flag = "--" + field.replace("_", "-")
-        if field in FIELDS and flag not in known:  # an RLHF setting, not a PPO one: fixed for the run
+        if trl is not None and field == "steps":  # TRL's --max-steps is --steps (what an RLHF resume extends), not --num-steps
+            return ("flag", flag, f"TRL's --{key.replace('_', '-')}" + (f"; {trl[1]}" if trl[1] else ""))
+        # an RLHF setting, fixed for the run: a TRL name too, whose flag here (--save-steps: --checkpoint-every) is
+        # PPO's on resume, which an RLHF run's resume refuses
+        if field in FIELDS and (flag not in known or trl is not None):
             return ("advice", f"--{key.replace('_', '-')} is a setting of proxima rlhf, recorded in the run's config.yaml: "
                               f"{RESUME_TAKES} (a new run with other settings: proxima rlhf --config RUN/config.yaml "
                               f"{flag} ...)")
-        if trl_hint(name) is not None and field and flag in known:  # TRL's --max-steps is --steps, not difflib's --num-steps
-            return ("flag", flag, f"TRL's --{key.replace('_', '-')}")
     return None
 
 

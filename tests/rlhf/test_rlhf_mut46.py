@@ -119,16 +119,24 @@ def test_a_trl_flag_without_a_note_is_named_in_one_clause(flag, meant, capsys):
                     "(see proxima rlhf --help)"), line
 
 
-@pytest.mark.parametrize("flag, meant", [("--num-ppo-epochs", "--update-epochs (TRL's --num-ppo-epochs)"),
-                                         ("--num-mini-batches", "--num-minibatches (TRL's --num-mini-batches)"),
-                                         ("--max-steps", "--steps (TRL's --max-steps)"),
-                                         ("--save-steps", "--checkpoint-every (TRL's --save-steps)")])
-def test_resume_given_a_trl_name_of_a_flag_ppos_resume_takes_is_not_told_it_is_an_rlhf_setting(flag, meant, tmp_path,
-                                                                                                capsys):
+@pytest.mark.parametrize("flag, meant", [("--max-steps", "--steps (TRL's --max-steps)"),
+                                         ("--total-episodes", "--steps (TRL's --total-episodes; the run's responses are "
+                                                              "--steps x --batch-size x processes)")])
+def test_resume_given_a_trl_name_of_the_steps_names_steps(flag, meant, tmp_path, capsys):
     line = one_error(["resume", str(tmp_path), flag, "4"], capsys)
-    assert "setting of proxima rlhf" not in line, line
     assert line == (f"proxima resume: error: unrecognized arguments: {flag} 4; did you mean {meant}? "
                     "(see proxima resume --help)"), line
+
+
+@pytest.mark.parametrize("flag, ours", [("--num-ppo-epochs", "--update-epochs"), ("--num-mini-batches", "--num-minibatches"),
+                                        ("--save-steps", "--checkpoint-every"), ("--save-total-limit", "--keep-checkpoints")])
+def test_resume_given_a_trl_name_of_any_other_setting_says_what_an_rlhf_resume_takes(flag, ours, tmp_path, capsys):
+    # its flag here is PPO's on resume, which an RLHF run's resume refuses ('PPO flags do not apply to it'):
+    # the line says what the resume takes, and the new run's flag
+    line = one_error(["resume", str(tmp_path), flag, "4"], capsys)
+    assert line == (f"proxima resume: error: unrecognized arguments: {flag} 4; {flag} is a setting of proxima rlhf, recorded "
+                    "in the run's config.yaml: an RLHF run's resume takes only --steps N, --trust-run and --quiet (a new run "
+                    f"with other settings: proxima rlhf --config RUN/config.yaml {ours} ...) (see proxima resume --help)"), line
 
 
 # ---------------------------------------------------------------------------------------------

@@ -179,13 +179,13 @@ def test_a_python_population_stopped_before_its_first_checkpoint_names_its_pytho
 SMALL = ["--num-envs", "1", "--num-steps", "4", "--num-minibatches", "4", "--total-timesteps", "8"]
 
 
-@pytest.mark.parametrize("values", ["true,false", "false,true"])
+@pytest.mark.parametrize("values", ["true,false", "false,true", "true"])
 def test_a_norm_adv_sweep_with_one_sample_minibatches_advises_what_the_sweep_takes(tmp_path, capsys, values):
     argv = ["train", "CartPole-v1", "--seeds", "1", "--run-dir", str(tmp_path / "p"), *SMALL, "--sweep"]
     code, _, err = run_main([*argv, f"norm_adv={values}"], capsys)
     line = error_line(code, err)
     assert line.endswith("--num-minibatches 4: gives minibatches of 1 sample; advantage normalization needs at least 2 "
-                         "(lower --num-minibatches, or drop true from --sweep norm_adv)"), line
+                         "(lower --num-minibatches, or sweep norm_adv=false alone)"), line
     assert "--no-norm-adv" not in line
     code, _, err = run_main([*argv, "norm_adv=false", "--dry-run"], capsys)  # the advice, followed
     assert code == 0, err
@@ -193,13 +193,13 @@ def test_a_norm_adv_sweep_with_one_sample_minibatches_advises_what_the_sweep_tak
     assert code == 0, err
 
 
-@pytest.mark.parametrize("values", [[True, False], [False, True]])
+@pytest.mark.parametrize("values", [[True, False], [False, True], [True]])
 def test_a_norm_adv_sweep_from_python_advises_in_python_words(tmp_path, values):
     config = PPOConfig(num_envs=1, num_steps=4, num_minibatches=4, total_timesteps=8, norm_adv=False)
     with pytest.raises(ConfigError) as e:
         proxima.train_population(config, seeds=[1], sweep={"norm_adv": values}, run_dir=tmp_path / "p", quiet=True)
     assert str(e.value) == ("PPOConfig.num_minibatches = 4: gives minibatches of 1 sample; advantage normalization needs "
-                            "at least 2 (lower num_minibatches, or drop True from sweep['norm_adv'])")
+                            "at least 2 (lower num_minibatches, or sweep norm_adv over [False] alone)")
     assert not (tmp_path / "p").exists()
 
 
