@@ -921,7 +921,7 @@ def check_sweep_field(name: str) -> None:
 #: fields no member can have its own value of, which change no shape: settings of the one process that
 #: trains every member, and the single run's early stop, which a population does not make
 _RUN_WIDE = {"device", "threads", "flush_denormal", "keep_host_memory", "deterministic", "compile", "compile_mode",
-             "cudagraphs", "amp", "run_dir", "init_from", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints",
+             "cudagraphs", "vector", "amp", "run_dir", "init_from", "checkpoint_every", "checkpoint_minutes", "keep_checkpoints",
              "eval_episodes", "eval_every", "progress", "debug_checks", "plot", "stop_return", "stop_episodes"}
 #: fields that change no shape either, but whose one value (one normalizer module, one GAE cut, one clamp)
 #: the population applies to all members: they could be per member, and are not yet

@@ -283,7 +283,8 @@ def _same(a, b) -> bool:
 #: numbers at float rounding (on another device, its random draws too), as a seed does, not the distribution of
 #: what members learn; vector steps the same envs in one process or in several; a population applies no
 #: stop_return. population._RUN_WIDE less amp (bf16/fp16 forward passes), init_from (the starting weights),
-#: eval_episodes and eval_every (the measure), which stay refused; plus vector (docs/populations.md lists them)
+#: eval_episodes and eval_every (the measure), which stay refused (docs/populations.md lists them). Written out,
+#: not derived, so that a field added to _RUN_WIDE is exempted only once someone decides it: a test compares them
 POOL_FREE_FIELDS = ("device", "threads", "flush_denormal", "keep_host_memory", "deterministic", "compile",
                     "compile_mode", "cudagraphs", "vector", "checkpoint_every", "checkpoint_minutes",
                     "keep_checkpoints", "progress", "debug_checks", "plot", "stop_return", "stop_episodes")

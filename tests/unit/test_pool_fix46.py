@@ -124,3 +124,18 @@ def test_a_pool_whose_populations_stopped_at_their_evaluation_says_no_more(tmp_p
     code, err = _report([f"{a}+{a2}", "--out", tmp_path / "p.md"], capsys)
     assert code == 0, err
     assert f"Evaluated at step {STEP:,}, over 20 episodes per member." in (tmp_path / "p.md").read_text()
+
+
+def test_the_pool_free_fields_are_the_population_run_wide_fields_but_those_that_change_learning_or_the_measure():
+    # two lists of one fact: a field added to population._RUN_WIDE must be decided for pooling too
+    from proxima.population import _RUN_WIDE
+
+    assert set(POOL_FREE_FIELDS) == _RUN_WIDE - {"amp", "init_from", "eval_episodes", "eval_every", "run_dir"}
+
+
+def test_sweeping_vector_is_refused_as_a_setting_of_the_whole_run(capsys):
+    from tests.cli_helpers import error_line, run_main
+
+    code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1-2", "--sweep", "vector=sync,async", "--dry-run"], capsys)
+    line = error_line(code, err)
+    assert "changes the shapes" not in line and "whole run" in line, line
