@@ -649,7 +649,10 @@ def _setting_labels(variants: list[dict]) -> list[str]:
     def label(v: dict, level: int) -> str:
         fields = differ if level > 1 else differ[:3]
         show = _short if level < 3 else repr
-        shown = ", ".join(f"{_clip(str(k))}=" + ("(unset)" if k not in v else _clip(show(v[k]))) for k in fields)
+        # a run without anneal_lr has no total_timesteps in its setting (run_setting: any total groups): said of
+        # the runs that anneal, never as the others' '(unset)', which reads as a total they did not set
+        shown = ", ".join(f"{_clip(str(k))}=" + ("(unset)" if k not in v else _clip(show(v[k]))) for k in fields
+                          if k in v or k != "total_timesteps")
         return f"{shown}{', ...' if len(fields) < len(differ) else ''}"
 
     levels = [1] * len(variants)
