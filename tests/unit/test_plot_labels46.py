@@ -3,12 +3,29 @@ groups), and its legend label said total_timesteps=(unset), though the run set o
 
 from __future__ import annotations
 
+import pytest
+
 from cli_helpers import fake_run_dir
 from proxima.cli import main
-from tests.unit.test_plot46 import _axes, _labels, drawn  # noqa: F401  (drawn: the fixture)
+from tests.unit.test_plot46 import _axes, _labels
 
 
-def test_a_run_without_annealing_is_not_labelled_with_an_unset_total(tmp_path, drawn):  # noqa: F811
+@pytest.fixture
+def drawn(monkeypatch):
+    """The Figures plot_runs saves (test_plot46's fixture)."""
+    from matplotlib.figure import Figure
+
+    figures, real = [], Figure.savefig
+
+    def savefig(self, *args, **kwargs):
+        figures.append(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    return figures
+
+
+def test_a_run_without_annealing_is_not_labelled_with_an_unset_total(tmp_path, drawn):
     s1 = fake_run_dir(tmp_path, "s1", anneal_lr=True, total_timesteps=2048)
     s2 = fake_run_dir(tmp_path, "s2", anneal_lr=False, total_timesteps=2048)
     assert main(["plot", str(s1), str(s2), "--out", str(tmp_path / "c.png")]) == 0
