@@ -331,9 +331,11 @@ def _dtype_fix(arr: np.ndarray, space: gym.spaces.Box, name: str, fault: Any = _
         i, value, wrapped, holds = fault
         limits = np.iinfo(space.dtype)
         at = f", {at}," if at else ""
+        # an image stays uint8 (a uint16 Box is no image: an MLP over flattened pixels), so no wider dtype for it
+        fix = ("clip/scale the pixels to 0..255 in the env: return np.clip(obs, 0, 255).astype(np.uint8)".replace("obs", name)
+               if image_layout(space) is not None else f"declare a wider dtype ({holds}) or clip/scale the values in the env")
         return (f"does not cast safely to {space.dtype}; {name}{_index(i, arr.shape)} = {value}{at} is outside its range "
-                f"[{limits.min}, {limits.max}] (astype would make it {wrapped}): declare a wider dtype ({holds}) or "
-                f"clip/scale the values in the env")
+                f"[{limits.min}, {limits.max}] (astype would make it {wrapped}): {fix}")
     return f"does not cast safely to {space.dtype}: return {name}.astype(np.{space.dtype})"
 
 

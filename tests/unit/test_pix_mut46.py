@@ -202,6 +202,8 @@ def test_check_env_names_an_int_pixel_that_would_wrap_rather_than_the_float_cast
     assert ("got dtype int64 at reset(seed=0) (does not cast safely to uint8; obs[20, 0, 0] = 300 is outside its range "
             "[0, 255] (astype would make it 44)") in fail[0]
     assert "np.uint8 pixels 0..255" not in fail[0]
+    # an image stays uint8: a uint16 Box would be no image but an MLP over flattened pixels
+    assert "wider dtype" not in fail[0] and "np.clip(obs, 0, 255).astype(np.uint8)" in fail[0], fail[0]
 
 
 def test_check_env_tells_a_whole_float_unit_image_to_train_with_the_cnn(mut46, capsys):
