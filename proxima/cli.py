@@ -977,6 +977,10 @@ def cmd_resume(args) -> int:
             # a missing path or a folder with no checkpoint is no PPO run: the line it gets without --steps
             ckpt.resolve_checkpoint(expand_home(path))
             if expand_home(path).is_file():  # a checkpoint (RLHF's too) or any file: an RLHF run is extended by its directory
+                run = ckpt._rlhf_run_named(expand_home(path))
+                if run is not None:  # its run's resume, pasteable (the directory as the file was named)
+                    return fail(prog, f"--steps: {path} is a checkpoint of the RLHF run {run}; --steps extends the run from "
+                                f"its directory: proxima resume {shlex.quote(str(run))} --steps {args.steps}")
                 return fail(prog, f"--steps: {path} is a file, not a run directory; --steps extends an RLHF run: give "
                             "its directory (proxima resume RUN_DIR --steps N)")
             return fail(prog, f"--steps: {path} is a PPO run; --steps extends RLHF runs only (use --total-timesteps)")

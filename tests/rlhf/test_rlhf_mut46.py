@@ -351,3 +351,16 @@ def test_an_rlhf_checkpoint_newest_in_a_ppo_runs_folder_is_named_and_kept_not_se
     assert line.startswith("proxima resume: error: run/checkpoints/step_000000999999.pt: an RLHF checkpoint"), line
     assert "restore a copy" not in line and "start over" not in line and ".corrupt" not in line, line
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == sorted(before + ["step_000000999999.pt"])
+
+
+def test_resume_of_an_rlhf_checkpoint_file_with_steps_names_its_runs_resume_and_that_resume_runs(work, tmp_path, monkeypatch,
+                                                                                                   capsys):
+    # it said 'give its directory (proxima resume RUN_DIR --steps N)', naming no directory
+    shutil.copytree(work / SPACED, tmp_path / SPACED)
+    monkeypatch.chdir(tmp_path)
+    line = one_error(["resume", f"{SPACED}/checkpoints/step_000002.pt", "--steps", "3"], capsys)
+    assert line == (f"proxima resume: error: --steps: {SPACED}/checkpoints/step_000002.pt is a checkpoint of the RLHF run "
+                    f"{SPACED}; --steps extends the run from its directory: proxima resume '{SPACED}' --steps 3"), line
+    code, _, err = run_main(["resume", SPACED, "--steps", "3", "--quiet"], capsys)  # the line's command, pasted
+    assert code == 0, err
+    assert (tmp_path / SPACED / "checkpoints" / "step_000003.pt").is_file()
