@@ -71,3 +71,18 @@ def probe_envs(monkeypatch):
     for env_id, cls in module.PROBES.items():
         monkeypatch.setitem(classic.NATIVE_ENVS, env_id, cls)
     return module
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The Figures plot_runs saves, to read their Axes (matplotlib's own objects, not pixels)."""
+    from matplotlib.figure import Figure
+
+    figures, real = [], Figure.savefig
+
+    def savefig(self, *args, **kwargs):
+        figures.append(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    return figures

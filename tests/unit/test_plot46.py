@@ -20,21 +20,6 @@ pytest.importorskip("matplotlib")
 LRS = ("1e-4", "3e-4", "1e-3", "3e-3", "1e-2", "3e-2")
 
 
-@pytest.fixture
-def drawn(monkeypatch):
-    """The Figures plot_runs saves, to read their Axes (matplotlib's own objects, not pixels)."""
-    from matplotlib.figure import Figure
-
-    figures, real = [], Figure.savefig
-
-    def savefig(self, *args, **kwargs):
-        figures.append(self)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", savefig)
-    return figures
-
-
 def _axes(fig) -> list:
     return [ax for ax in fig.axes if ax.get_visible()]
 

@@ -26,21 +26,6 @@ def _eval(run: Path, mean: float) -> Path:
     return run
 
 
-@pytest.fixture
-def drawn(monkeypatch):
-    """The Figures plot_runs saves, to read their Axes (matplotlib's own objects, not pixels)."""
-    from matplotlib.figure import Figure
-
-    figures, real = [], Figure.savefig
-
-    def savefig(self, *args, **kwargs):
-        figures.append(self)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", savefig)
-    return figures
-
-
 BASE = {"num_envs": 4, "lr": 0.001, "gamma": 0.99, "ent_coef": 0.0}
 
 

@@ -3,26 +3,9 @@ groups), and its legend label said total_timesteps=(unset), though the run set o
 
 from __future__ import annotations
 
-import pytest
-
 from cli_helpers import fake_run_dir
 from proxima.cli import main
 from tests.unit.test_plot46 import _axes, _labels
-
-
-@pytest.fixture
-def drawn(monkeypatch):
-    """The Figures plot_runs saves (test_plot46's fixture)."""
-    from matplotlib.figure import Figure
-
-    figures, real = [], Figure.savefig
-
-    def savefig(self, *args, **kwargs):
-        figures.append(self)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", savefig)
-    return figures
 
 
 def test_a_run_without_annealing_is_not_labelled_with_an_unset_total(tmp_path, drawn):

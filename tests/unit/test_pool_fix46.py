@@ -16,7 +16,8 @@ from proxima.config import FIELDS
 from proxima.logger import CSV_COLUMNS
 from proxima.population_report import POOL_FREE_FIELDS
 from tests.cli_helpers import one_error_line
-from tests.unit.test_pool_mut46 import ADDED, FIRST, PROG, STEP, _json, _population, _report
+from tests.unit.test_pool_mut46 import PROG, _json, _report
+from tests.unit.test_report_pool46 import ADDED, FIRST, STEP, _population
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "populations.md"
 

@@ -5,57 +5,16 @@ and where --json or --score-range may go. Populations are made by hand (nothing 
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
-from proxima.logger import CSV_COLUMNS
 from tests.cli_helpers import one_error_line, run_main
+from tests.unit.test_report_pool46 import ADDED, FIRST, _population
 
-STEP = 4096
 PROG = "proxima report"
-FIRST = {1: 10.0, 2: 20.0, 3: 30.0, 4: 40.0, 5: 500.0}
-ADDED = {6: 25.0, 7: 28.0, 8: 31.0, 9: 33.0, 10: 35.0}
-
-
-def _population(run: Path, returns: dict, lrs=(None,), command=None, diverged=(), **config) -> Path:
-    """A finished population made by hand: per lr in ``lrs`` (None: seeds only) a member per seed of ``returns``
-    ({seed: eval return; lr added}), each with config.yaml, a 2-row metrics.csv, an empty checkpoint and its
-    eval.json at STEP; the members named in ``diverged`` recorded in population.json as diverged at iteration 3."""
-    entries = []
-    for lr in lrs:
-        for seed, value in returns.items():
-            settings = {} if lr is None else {"lr": lr}
-            name = f"m{len(entries):03d}-seed{seed}" + ("" if lr is None else f"-lr{lr}")
-            d = run / name
-            (d / "checkpoints").mkdir(parents=True)
-            (d / "checkpoints" / f"step_{STEP:012d}.pt").write_bytes(b"")
-            fields = {"env_id": "Fake-v0", "seed": seed, "total_timesteps": STEP, "eval_episodes": 20,
-                      "run_dir": str(d), **settings, **config}
-            (d / "config.yaml").write_text(yaml.safe_dump(fields, sort_keys=False))
-            with open(d / "metrics.csv", "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-                w.writeheader()
-                for k, s in enumerate((STEP // 2, STEP)):
-                    w.writerow({"iteration": k + 1, "global_step": s, "time": 1.0 * (k + 1), "episodes": 1,
-                                "charts/SPS": 1000, "charts/episodic_return": value})
-            (d / "eval.json").write_text(json.dumps({"mean_return": value + (lr or 0), "std_return": 0.0,
-                                                     "episodes": 20, "deterministic": True, "global_step": STEP}))
-            entry = {"dir": name, "seed": seed, "settings": settings}
-            if name in diverged:
-                entry["diverged"] = {"iteration": 3}
-            entries.append(entry)
-    doc = {"kind": "ppo-population", "env_id": "Fake-v0", "members": len(entries), "seeds": sorted(returns),
-           "member_dirs": entries, "total_timesteps_per_member": STEP,
-           "sweep": {} if lrs == (None,) else {"lr": list(lrs)}}
-    if command is not None:
-        doc["command"] = command
-    (run / "population.json").write_text(json.dumps(doc))
-    return run
 
 
 def _report(args: list, capsys) -> tuple:

@@ -31,32 +31,7 @@ from proxima.logger import CSV_COLUMNS
 mpl = pytest.importorskip("matplotlib")
 
 
-@pytest.fixture
-def drawn(monkeypatch):
-    """The Figures plot saves, to read their Axes."""
-    from matplotlib.figure import Figure
-
-    figures, real = [], Figure.savefig
-
-    def savefig(self, *args, **kwargs):
-        figures.append(self)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", savefig)
-    return figures
-
-
-def _axes(fig) -> list:
-    return [ax for ax in fig.axes if ax.get_visible()]
-
-
-def _labels(ax) -> list[str]:
-    return [ln.get_label() for ln in ax.get_lines()]
-
-
-def _legend(ax) -> tuple[str, list[str]]:
-    legend = ax.get_legend()
-    return legend.get_title().get_text(), [t.get_text() for t in legend.get_texts()]
+from tests.unit.test_plot46 import _axes, _labels, _legend  # noqa: E402  (after importorskip)
 
 
 def _plot(args, out, drawn) -> list:

@@ -22,10 +22,11 @@ PROG = "proxima report"
 
 
 def _population(run: Path, returns: dict, lrs=(None,), episodes: int = 20, command=None, env_id: str = "Fake-v0",
-                **config) -> Path:
+                diverged=(), **config) -> Path:
     """A finished population made by hand (nothing trained, loaded or evaluated): per lr in ``lrs`` (None:
     seeds only) a member per seed of ``returns`` ({seed: eval return}), each with config.yaml (``config``
-    on top of the usual fields), a 2-row metrics.csv, an empty checkpoint and its eval.json at STEP."""
+    on top of the usual fields), a 2-row metrics.csv, an empty checkpoint and its eval.json at STEP; the members
+    named in ``diverged`` recorded in population.json as diverged at iteration 3."""
     entries = []
     for lr in lrs:
         for seed, value in returns.items():
@@ -45,7 +46,8 @@ def _population(run: Path, returns: dict, lrs=(None,), episodes: int = 20, comma
                                 "charts/SPS": 1000, "charts/episodic_return": value})
             (d / "eval.json").write_text(json.dumps({"mean_return": value + (lr or 0), "std_return": 0.0,
                                                      "episodes": episodes, "deterministic": True, "global_step": STEP}))
-            entries.append({"dir": name, "seed": seed, "settings": settings})
+            entries.append({"dir": name, "seed": seed, "settings": settings,
+                            **({"diverged": {"iteration": 3}} if name in diverged else {})})
     doc = {"kind": "ppo-population", "env_id": env_id, "members": len(entries), "seeds": sorted(returns),
            "member_dirs": entries, "total_timesteps_per_member": STEP,
            "sweep": {} if lrs == (None,) else {"lr": list(lrs)}}
