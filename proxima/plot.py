@@ -46,15 +46,19 @@ setting's curve, as the report's table leaves
 it out, and so is a member without values of the metric yet (a population given alone too: an error
 only when no member has one); the legend names them (``2 of 3 members; m001 diverged at iteration
 4``). A setting's 95% CI of 2-4 members is marked ``†`` (``95% CI † (3 members)``), as the report
-marks it: it covers well under its nominal 95%. A member directory (``RUN/m000-seed1``) is
+marks it: it covers well under its nominal 95%. ``A+A2`` (no path of that name; population_report.POOL_SEP, as
+``proxima report A+A2`` splits it: pool_parts) is a pool of populations of one setting trained on other seeds,
+read and checked as report checks it (read_plot_pool: report's line for a part that is no population, another
+setting, a seed twice) and drawn as one population: one panel titled ``Fake-v0: A+A2, 2 populations pooled``,
+each setting's curve over the union of its members (``(10 members)``; a member left out named ``A2/m000``);
+``A A2`` draws them a panel each. A member directory (``RUN/m000-seed1``) is
 a plain run; one that diverged is drawn with a note saying when (population_report.member_divergence),
 and one with no value to draw is the error line saying it diverged before logging one. Population and
 plain run directories can be mixed. Of several directories, those that
 are not PPO runs with the metric (an RLHF run, a folder without metrics.csv) or hold no value of it
 (no episode finished yet) are skipped with a line; a run given alone is the error line instead.
 On the command line, a path that does not exist or is a file is an error however many are given
-(a typo, not a folder to skip; ``A+A2``, the pooled report's syntax, names the command that draws A and A2
-side by side: plot does not pool, pool_problem), and a folder that is no run but holds run directories (``plot runs``)
+(a typo, not a folder to skip), and so is a pool that ``proxima report A+A2`` refuses (pool_problem), and a folder that is no run but holds run directories (``plot runs``)
 stands for them (expand_run_folders), in the order of the numeric settings that differ among them
 (``lr=0.0001`` before ``lr=0.001``; sweep_order), else by name. ``plot_runs`` takes one directory (a
 str or PathLike) as well as a list. ``--label DIR=NAME`` names DIR's curve in the legend;
@@ -849,9 +853,11 @@ def _repeated_seeds(run_dirs: Sequence[Path]) -> Optional[tuple[str, str]]:
 BAND_SHORT = {"minmax": "min-max", "std": "mean \u00b11 std (n-1)", "ci": "95% CI"}
 
 
-def population_curves(run_dir: PathLike, metric: Optional[str] = None, x: str = "step", smooth: int = 1,
+def population_curves(run_dir, metric: Optional[str] = None, x: str = "step", smooth: int = 1,
                       stat: str = "iqm", band: str = "ci", strict: bool = True) -> tuple[str, str, list[Curve]]:
-    """(env id, resolved metric, one Curve per setting) of a population run directory (population_run.py);
+    """(env id, resolved metric, one Curve per setting) of a population run directory (population_run.py),
+    or of a population_report.Pool (``A+A2``, read_plot_pool): each setting's members are then those of
+    every population pooled, named ``A2/m000`` where the legend names one;
     ``metric`` None: default_metric, the members' rolling return (each member's own window of 100 episodes).
 
     A setting's curve is ``stat`` over its members at each logged x (aggregate: a member's last
@@ -874,31 +880,35 @@ def population_curves(run_dir: PathLike, metric: Optional[str] = None, x: str = 
     ...``). A 95% CI of fewer than FEW_CI_MEMBERS members is marked ``95% CI †`` in its label, as the
     report marks its interval, and the band's legend entry says why.
     """
-    from .population_report import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FEW_CI_MEMBERS, MIN_CI_MEMBERS, PopulationError,
-                                    every_member_diverged, read_settings)
+    from .population_report import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FEW_CI_MEMBERS, MIN_CI_MEMBERS, Pool,
+                                    PopulationError, every_member_diverged, parts_of, read_settings, settings_of)
 
+    parts = parts_of(run_dir)
+    shown = run_dir.spelled if isinstance(run_dir, Pool) else run_dir  # A+A2, as the command line gave it
     try:
-        settings = read_settings(run_dir)
+        settings = settings_of(run_dir)
+        # a pool's members are all frozen when each population's are: its population.json says when and why
+        everyone = [every_member_diverged(d, read_settings(d)) for d in parts]
     except PopulationError as e:
         raise PlotError(str(e)) from None
-    everyone = every_member_diverged(run_dir, settings)
-    if everyone:
-        raise PlotError(f"{run_dir}: no curve to draw: {everyone}")
+    if all(everyone):
+        raise PlotError(f"{shown}: no curve to draw: {everyone[0]}")
     dirs = [d for s in settings for _, d in s.members]
     first = next((d for d in dirs if (d / "metrics.csv").is_file()), None)
     if first is None:
-        raise PlotError(f"{run_dir}: no member has a metrics.csv yet (was the population started?)")
+        raise PlotError(f"{shown}: no member has a metrics.csv yet (was the population started?)")
     # members share one logger's columns: an unknown metric fails once, not once per member
-    name = resolve_metric(metric or default_metric([run_dir]), list(read_metrics(first)), first)
+    name = resolve_metric(metric or default_metric(parts), list(read_metrics(first)), first)
     curves, not_drawn, missed, few, carried = [], [], [], False, False
     for s in settings:
-        left = {d.name: s.diverged[d.name] for _, d in s.members if d.name in s.diverged}
+        # member_name: a pooled member as A2/m000-seed6 (two populations' folders share m000), else its folder's name
+        left = {s.member_name(d): s.diverged[s.member_name(d)] for _, d in s.members if s.member_name(d) in s.diverged}
         member_curves, logged = [], []
         for _, d in s.members:
-            if d.name not in left:
+            if s.member_name(d) not in left:
                 xy = _member_curve(d, name, x, smooth, strict, missed)
                 if xy is None:
-                    left[d.name] = "no values"
+                    left[s.member_name(d)] = "no values"
                 else:
                     member_curves.append(_carried_to_end(*xy))
                     logged.append(xy[0])
@@ -929,7 +939,7 @@ def population_curves(run_dir: PathLike, metric: Optional[str] = None, x: str = 
     for d, e in missed:
         sys.stderr.write(printable(f"proxima: note: leaving out {d}: {e}") + "\n")
     if not drawn:
-        raise PlotError(f"{run_dir}: no member to draw (" + "; ".join(not_drawn) + ")")
+        raise PlotError(f"{shown}: no member to draw (" + "; ".join(not_drawn) + ")")
     how = "; ".join(t for t, said in (("last value carried forward", carried),
                                       ("diverged members left out", any(s.diverged for s in settings))) if said)
     if band == "ci" and any(np.isfinite(c.lo).any() for c in drawn):
@@ -985,11 +995,12 @@ def _member_curve(member_dir: Path, metric: str, x: str, smooth: int, strict: bo
 
 def _left_out_note(left: dict) -> str:
     """``m001 diverged at iteration 4; m002 no values``: the members a setting's curve leaves out and
-    why, by the ``m<index>`` of their directory names (unique in a population) and at most three a
-    reason, so a legend line stays short; the report's table names them in full."""
+    why, by the ``m<index>`` of their directory names (unique in a population; a pool's ``A-seeds6-10/m000``)
+    and at most three a reason, so a legend line stays short; the report's table names them in full."""
     by_why: dict[str, list[str]] = {}
     for name, why in left.items():
-        by_why.setdefault(why, []).append(name.split("-")[0])
+        population, _, member = name.rpartition("/")
+        by_why.setdefault(why, []).append(population + "/" * bool(population) + member.split("-")[0])
     return "; ".join(", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "") + f" {why}"
                      for why, names in by_why.items())
 
@@ -1007,6 +1018,38 @@ def unique_dirs(run_dirs: Sequence[PathLike]) -> list[Path]:
             seen.add(key)
             out.append(Path(d))
     return out
+
+
+def pool_parts(d: PathLike) -> list[Path]:
+    """The directories the argument ``d`` stands for, split as `proxima report` splits it
+    (population_report.pool_groups): [A, A2] of ``A+A2`` (a pool, drawn as one population); [d] of an
+    argument that names a path (``+`` and all) or holds no ``+``; [A] of ``A+A`` (a directory named twice is
+    that directory once)."""
+    from .population_report import pool_groups
+
+    return pool_groups([d])[0]
+
+
+def read_plot_pool(parts: Sequence[Path], names: Sequence[str]):
+    """The population_report.Pool of ``parts`` (pool_parts of ``A+A2``), each named ``names`` in the title and
+    notes, checked as `proxima report A+A2` checks it: PlotError with report's line for a part that is no
+    directory (path_problem), no population, or populations of other settings or with a seed twice (read_pool)."""
+    from .population_report import read_pool
+    from .report import ReportError
+
+    for d in parts:
+        problem = path_problem(d)
+        if problem:
+            raise PlotError(problem)
+    try:
+        return read_pool(list(parts), list(names))
+    except ReportError as e:
+        raise PlotError(str(e)) from None
+
+
+def _pooled_dirs(run_dirs: Sequence[PathLike]) -> list[Path]:
+    """The directories behind ``run_dirs``: each pool's (``A+A2``: A, A2), each other one itself."""
+    return [p for d in run_dirs for p in pool_parts(d)]
 
 
 def collect_panels(run_dirs: Sequence[PathLike], metric: Optional[str] = None, x: str = "step", smooth: int = 1,
@@ -1030,19 +1073,25 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: Optional[str] = None, x
 
     if panels not in PANELS:
         raise PlotError(f"--panels {panels!r}: choose one of {', '.join(PANELS)}")
-    metric = metric or default_metric(run_dirs)
+    metric = metric or default_metric(_pooled_dirs(run_dirs))
 
     if x not in X_COLUMNS:
         raise PlotError(f"--x {x!r}: choose one of {', '.join(X_COLUMNS)}")
-    paths = unique_dirs(run_dirs)
-    populations = [d for d in paths if is_population(d)]
-    plain = [d for d in paths if not is_population(d)]
+    args = unique_dirs(run_dirs)
+    groups = [pool_parts(d) for d in args]
+    flat = [d for g in groups for d in g]
+    # two a/run, b/run: their paths, as the report's columns; a pool's populations named among all, as report's
+    names = dict(zip(flat, run_names(flat)))
+    # A+A2: its Pool, read and checked first (a refused pool is an error, never skipped); A+A is A, once
+    pools = {d: read_plot_pool(g, [names[p] for p in g]) for d, g in zip(args, groups) if len(g) > 1}
+    paths = unique_dirs([d if d in pools else g[0] for d, g in zip(args, groups)])
+    populations = [d for d in paths if d in pools or is_population(d)]
+    plain = [d for d in paths if d not in populations]
     strict = len(paths) == 1
-    names = dict(zip(paths, run_names(paths)))  # two a/run, b/run: their paths, as the report's columns
     given = {Path(k).resolve(): str(v) for k, v in (labels or {}).items()}
     label_of = {d: given.get(d.resolve()) for d in paths}
     if not strict and populations:  # usable_runs checks the plain runs among themselves
-        check_metric_somewhere(paths, metric)
+        check_metric_somewhere(_pooled_dirs(paths), metric)
     drawn: list[Panel] = []
     first_error: Optional[PlotError] = None
     if plain:
@@ -1089,15 +1138,19 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: Optional[str] = None, x
                     _band_in_title(drawn[-1][2])
     for d in populations:
         try:
-            env, name, curves = population_curves(d, metric, x, smooth, stat or POPULATION_DEFAULTS["stat"],
-                                             band or POPULATION_DEFAULTS["band"], strict=strict)
+            env, name, curves = population_curves(pools.get(d, d), metric, x, smooth, stat or POPULATION_DEFAULTS["stat"],
+                                                  band or POPULATION_DEFAULTS["band"], strict=strict)
         except PlotError as e:
             if strict:
                 raise
             first_error = first_error or e
             sys.stderr.write(printable(f"proxima: note: skipping {d}: {e}") + "\n")
             continue
-        drawn.append(Panel(f"{env}: {label_of[d] or f'population {names[d]}'}", name, curves, env))
+        if d in pools:  # one population of every member: the title says it is pooled, the legend counts the union
+            title = f"{env}: {label_of[d] or pools[d].name}, {len(pools[d].dirs)} populations pooled"
+        else:
+            title = f"{env}: {label_of[d] or f'population {names[d]}'}"
+        drawn.append(Panel(title, name, curves, env))
     if not any(len(c.x) for _, _, cs in drawn for c in cs):  # only runs without values: nothing to draw
         raise first_error or PlotError("no run directories given")
     return drawn
@@ -1313,7 +1366,7 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: Optional[str]
     if problem:
         raise PlotError(f"--out {out}: {problem}")
     if metric is None:
-        metric = default_metric(run_dirs)
+        metric = default_metric(_pooled_dirs(run_dirs))
     # read and check everything before drawing, so an error leaves no file behind
     drawn = collect_panels(list(run_dirs), metric, x, smooth, band, stat, labels, panels)
     for panel_title, metric_name, curves in drawn:  # one value is no line: drawn as a marker, and said
@@ -1354,7 +1407,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories (several runs of one env and settings: "
                    "mean + spread band, each run's last value carried forward to its last step; runs of one env that differ "
                    "in settings: a curve per setting in one panel, see --panels) or population directories "
-                   "(`train --seeds`: per setting, IQM + 95%% CI over members); a folder holding run directories (runs/) "
+                   "(`train --seeds`: per setting, IQM + 95%% CI over members; A+A2: populations of one setting trained on other "
+                   "seeds, drawn as one population over the union of their members, as `proxima report A+A2` pools them); a folder holding run directories (runs/) "
                    "stands for those runs, in the order of the values that differ (lr=0.0001 before lr=0.001), else by "
                    "name. Panels of one env and metric share their y-axis, each run or population in colours of its own")
     p.add_argument("--panels", default="per-env", choices=tuple(PANELS),
@@ -1362,7 +1416,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "one panel per env with a curve per setting, labelled by the fields that differ (lr=0.001), in the "
                    "order given; per-setting draws a panel per setting")
     p.add_argument("--out", default=None, metavar="FILE.png",
-                   help="image to write (.png, .svg, .pdf; default: RUN_DIR/curve.png for one run, ./curve.png for several)")
+                   help="image to write (.png, .svg, .pdf; default: RUN_DIR/curve.png for one run, ./curve.png for several "
+                   "or a pool A+A2)")
     p.add_argument("--metric", default=None, metavar="NAME",
                    help=f"any metrics.csv column, e.g. losses/value_loss or {FALLBACK_METRIC} (the per-iteration return; "
                    f"default {DEFAULT_METRIC}, the rolling return of the last 100 episodes, as the progress line's; "
@@ -1404,23 +1459,22 @@ def _symlink_loop(d: PathLike) -> bool:
     return False
 
 
-def pool_problem(d: PathLike, run_dirs: Sequence[PathLike], out: Optional[PathLike] = None) -> Optional[str]:
-    """The line for ``A+A2`` (report's pool, population_report.POOL_SEP) given to plot, where no path of that
-    name exists and each part is a directory: plot draws populations side by side, a panel each, and does not
-    pool them (the pooled report's curves are per population too), so the line gives the plot command that
-    draws them, each part an argument of its own (``run_dirs``: every argument, ``out``: --out as given);
-    None for any other argument, whose own problem path_problem says."""
-    import shlex
-
-    from .population_report import POOL_SEP
-
-    parts = [p for p in str(d).split(POOL_SEP) if p]
-    if os.path.lexists(d) or POOL_SEP not in str(d) or not parts or not all(os.path.isdir(p) for p in parts):
+def pool_problem(d: PathLike, run_dirs: Sequence[PathLike]) -> Optional[str]:
+    """The line `proxima report` refuses ``A+A2`` with (population_report.POOL_SEP; pool_parts), where plot draws
+    the pool as one population (read_plot_pool): a part that is no directory or no population, populations of
+    other settings, a seed twice; its populations named among every argument (``run_dirs``) as report names
+    them. None for a pool that can be drawn and for any argument that is no pool, whose own problem
+    path_problem says."""
+    parts = pool_parts(d)
+    if len(parts) < 2:
         return None
-    args = [a for r in run_dirs for a in (parts if r == d else [str(r)])]
-    command = " ".join(["proxima plot", *map(shlex.quote, args), *(["--out", shlex.quote(str(out))] if out else [])])
-    return (f"{d}: `proxima report` pools populations joined by {POOL_SEP}; plot draws them side by side, a panel each, "
-            f"and does not pool: {command}")
+    flat = _pooled_dirs(run_dirs)
+    names = dict(zip(flat, run_names(flat)))
+    try:
+        read_plot_pool(parts, [names[p] for p in parts])
+    except PlotError as e:
+        return str(e)
+    return None
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -1537,8 +1591,11 @@ def parse_labels(texts: Sequence[str], run_dirs: Sequence[Path]) -> dict[Path, s
 def run(args) -> int:
     prog = "proxima plot"
     out = args.out
-    for d in args.run_dirs:  # a typo among several would be skipped with a note, and the plot made of the rest
-        problem = pool_problem(d, args.run_dirs, out) or path_problem(d)
+    # A+A (A+./A, A+) is A, as report reads it; A+A2 stays one argument: a pool, drawn as one population
+    given = [d if len(parts) > 1 or parts[0] == Path(d) else str(parts[0]) for d, parts in
+             ((d, pool_parts(d)) for d in args.run_dirs)]
+    for d in given:  # a typo among several would be skipped with a note, and the plot made of the rest
+        problem = pool_problem(d, given) if len(pool_parts(d)) > 1 else path_problem(d)
         if problem:
             sys.stderr.write(f"{prog}: error: {printable(problem)}\n")
             return 2
@@ -1547,14 +1604,16 @@ def run(args) -> int:
         return 2
     notes: list = []
     # `plot RUN RUN` is one run: its curve goes where one run's goes
-    run_dirs = unique_dirs(expand_run_folders(args.run_dirs, notes))
-    if len(run_dirs) == 1 and not _is_run(run_dirs[0]):  # nor a folder of runs: expand_run_folders kept it
+    run_dirs = unique_dirs(expand_run_folders(given, notes))
+    pooled = len(pool_parts(run_dirs[0])) > 1
+    if len(run_dirs) == 1 and not pooled and not _is_run(run_dirs[0]):  # nor a folder of runs: expand_run_folders kept it
         sys.stderr.write(f"{prog}: error: {printable(str(run_dirs[0]))}: not a run directory (no metrics.csv), nor a "
                          "folder holding run directories; give RUN_DIR (e.g. runs/CartPole-v1__1__<time>)\n")
         return 2
     default_out = out is None
     if out is None:
-        out = run_dirs[0] / "curve.png" if len(run_dirs) == 1 else Path("curve.png")
+        # a pool's curve is no one population's: it goes where several runs' go
+        out = run_dirs[0] / "curve.png" if len(run_dirs) == 1 and not pooled else Path("curve.png")
     try:
         labels = parse_labels(args.label, run_dirs)
         for line in notes:

@@ -1,7 +1,7 @@
 """The ablation switches' refusals name what the user wrote (follow-up of 0381f97 and 0259e99): the
 clip_vloss=false refusal of a value-clip range names where the range came from (a --config file, a
---sweep, the flag, PPOConfig's field); `plot A+A2` (the pooled report's syntax) says plot does not pool
-and names the command that draws them side by side; a resume's refusal of a switch names the flag typed
+--sweep, the flag, PPOConfig's field); `plot A+A2` (the pooled report's syntax) of directories that are no
+populations is refused with the pool's line (tests/unit/test_plot_pool47.py draws a valid pool); a resume's refusal of a switch names the flag typed
 (--no-anneal-lr) and the run's value as true/false; a sweep value refused from Python names sweep=."""
 
 from __future__ import annotations
@@ -67,22 +67,22 @@ def test_from_python_the_range_is_named_as_the_script_set_it(small_config, tmp_p
 # --- 2. plot A+A2 ---------------------------------------------------------------------------------------------------
 
 
-def test_plot_of_a_pool_says_plot_does_not_pool_and_names_the_side_by_side_command(tmp_path, monkeypatch, capsys):
+def test_plot_of_a_pool_of_folders_that_are_no_populations_is_refused_with_the_pools_line(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "A").mkdir()
     (tmp_path / "A2").mkdir()
     code, _, err = run_main(["plot", "A+A2", "--out", "x.png"], capsys)
     line = error_line(code, err)
-    assert line == ("proxima plot: error: A+A2: `proxima report` pools populations joined by +; plot draws them side by "
-                    "side, a panel each, and does not pool: proxima plot A A2 --out x.png")
+    assert line == ("proxima plot: error: A: is a single run (no population.json); + pools populations "
+                    "(train --seeds/--sweep) of one setting")
     assert not (tmp_path / "x.png").exists()
 
 
-def test_plot_of_a_plus_whose_part_is_missing_is_still_no_such_directory(tmp_path, monkeypatch, capsys):
+def test_plot_of_a_plus_whose_part_is_missing_names_the_missing_part(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "A").mkdir()
     code, _, err = run_main(["plot", "A+B"], capsys)
-    assert error_line(code, err) == "proxima plot: error: A+B: no such directory"
+    assert error_line(code, err) == "proxima plot: error: B: no such directory"  # report A+B's line
 
 
 def test_a_directory_named_with_a_plus_is_that_directory(tmp_path, monkeypatch, capsys):
