@@ -50,8 +50,9 @@ def path_problem(path: Union[str, Path], folder: bool = False, example: str = ""
 
 
 def human_bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
+    """``n`` bytes in binary units, as counted (1 KiB = 1,024 bytes): ``0 B``, ``36.0 KiB``, ``953.7 MiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"

@@ -177,10 +177,10 @@ BAD_TRAIN = {
     # one minibatch's activations)
     "a billion envs": (TRAIN + ["--num-envs", "1000000000", "--total-timesteps", str(10**12)],
                        ["(--num-envs 1000000000 x --num-steps 128 / --num-minibatches 4 = 32,000,000,000 rows) needs ~",
-                        " TB of activations on cpu (~", " free; lower --num-envs or --num-steps: the rollout buffers alone need ~", " TB (at any --num-minibatches)"]),
+                        " TiB of activations on cpu (~", " free; lower --num-envs or --num-steps: the rollout buffers alone need ~", " TiB (at any --num-minibatches)"]),
     # 2 x 10^10 weights: their memory (with gradients and Adam's) is refused before torch tries to allocate it
     "huge network": (TRAIN + ["--hidden-sizes", "100000,100000", "--total-timesteps", "2048"],
-                     ["--hidden-sizes 100000,100000: the actor and critic need ~", " GB on cpu", "lower --hidden-sizes"]),
+                     ["--hidden-sizes 100000,100000: the actor and critic need ~", " GiB on cpu", "lower --hidden-sizes"]),
 }
 
 

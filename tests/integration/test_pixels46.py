@@ -45,7 +45,7 @@ def test_a_run_on_frames_far_beyond_84x84_notes_once_the_checkpoint_size_it_writ
     assert notes[0].startswith("proxima: note: env 'big46:Big': (220, 220, 1) images through the Nature CNN: its linear "
                                "layer is 36,864 x 512 (12x the 3,136 x 512 of an 84x84 frame), ~19M parameters, ")
     assert "ResizeObservation(env, (84, 84))" in notes[0]
-    said = re.search(r"~([\d.]+) MB a checkpoint", notes[0])
+    said = re.search(r"~([\d.]+) MiB a checkpoint", notes[0])
     assert said, notes[0]
     (written,) = (run / "checkpoints").glob("*.pt")
     mb = written.stat().st_size / 2**20

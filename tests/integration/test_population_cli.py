@@ -125,7 +125,7 @@ def test_a_population_too_large_for_free_memory_is_refused_before_allocating(tmp
                    "--run-dir", str(tmp_path / "R"), "--quiet"])
     err = capsys.readouterr().err
     assert rc == 2
-    assert "64 members x 64 envs x 128 steps needs ~" in err and "10.0 MB free" in err
+    assert "64 members x 64 envs x 128 steps needs ~" in err and "10.0 MiB free" in err
     assert not (tmp_path / "R").exists()
 
 

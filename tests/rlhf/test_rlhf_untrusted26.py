@@ -162,9 +162,9 @@ def test_a_policy_too_big_for_memory_is_refused_before_it_is_built(assets, tmp_p
     argv = small_run(assets, tmp_path / "run") + ["--policy", str(config), "--tokenizer", str(assets / "model"),
                                                   "--reward", "proxima.rlhf.demo:keyword_sentiment"]
     err = one_line_error(capsys, rlhf_main(argv))
-    assert err.startswith(f"proxima rlhf: error: --policy '{config}': 107,264 parameters, 419.0 KB in float32; the run "
+    assert err.startswith(f"proxima rlhf: error: --policy '{config}': 107,264 parameters, 419.0 KiB in float32; the run "
                           "holds 9 copies (policy, its gradients, Adam's 2 moments, reference, value model with its "
-                          "gradients and moments), ~3.7 MB on cpu, 1.0 MB free; use a smaller model, --lora or"), err
+                          "gradients and moments), ~3.7 MiB on cpu, 1.0 MiB free; use a smaller model, --lora or"), err
     assert not (tmp_path / "run").exists()
 
 

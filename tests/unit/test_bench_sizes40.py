@@ -128,8 +128,8 @@ def test_carracing_sized_refusal_names_the_rollout_buffers_not_a_minibatch_count
     cfg = PPOConfig(env_id="CarRacing-v3", num_envs=4096, num_steps=128, total_timesteps=10**9)
     with pytest.raises(ConfigError) as e:
         sizing.check_fits(cfg, torch.device("cpu"), lambda: sizing.EnvSizes(96 * 96 * 3, 1, False, layout))
-    assert str(e.value).endswith("21.4 GB free; lower --num-envs or --num-steps: the rollout buffers alone need "
-                                 "~27.0 GB (at any --num-minibatches)")
+    assert str(e.value).endswith("21.4 GiB free; lower --num-envs or --num-steps: the rollout buffers alone need "
+                                 "~27.0 GiB (at any --num-minibatches)")
     # 4,096 x 128 rows of obs and final_obs at a byte a pixel are most of it
     assert sizing.rollout_bytes(cfg, 96 * 96 * 3, 1, layout) > 4096 * 128 * 2 * 96 * 96 * 3
 

@@ -145,7 +145,7 @@ def test_bench_says_the_network_flags_of_a_memory_refusal_come_from_the_preset()
     from proxima.bench import in_bench_flags
 
     cfg = PPOConfig(num_envs=4, num_steps=8)
-    e = in_bench_flags(ConfigError("--hidden-sizes 64,64: the actor and critic need ~3.0 GB on cpu (...), 1.0 GB free; "
+    e = in_bench_flags(ConfigError("--hidden-sizes 64,64: the actor and critic need ~3.0 GiB on cpu (...), 1.0 GiB free; "
                                    "lower --hidden-sizes"), cfg)
     assert str(e).endswith("; lower --hidden-sizes (bench takes num_minibatches and hidden_sizes from the preset: "
                            "choose another --preset)")
@@ -188,7 +188,7 @@ def test_a_frame_stack_run_that_cannot_fit_is_refused(monkeypatch):
     cfg = PPOConfig(env_id="EdgeFrameStack-v0", backend="gymnasium", num_envs=2048, num_steps=128, encoder="cnn")
     with pytest.raises(ConfigError) as e:
         sizing.check_fits(cfg, torch.device("cpu"), sizing.env_probe(cfg))
-    assert re.fullmatch(r"--num-envs 2048 x --num-steps 128: needs ~2\d\.\d GB on cpu, 22\.0 GB free; lower --num-envs or --num-steps",
+    assert re.fullmatch(r"--num-envs 2048 x --num-steps 128: needs ~2\d\.\d GiB on cpu, 22\.0 GiB free; lower --num-envs or --num-steps",
                         str(e.value)), str(e.value)
     cfg = PPOConfig(env_id="EdgeFrameStack-v0", backend="gymnasium", num_envs=1024, num_steps=128, encoder="cnn")
     sizing.check_fits(cfg, torch.device("cpu"), sizing.env_probe(cfg))  # ~13 GB: fits
@@ -204,7 +204,7 @@ def test_a_cnn_that_cannot_fit_names_the_image_size_not_hidden_sizes(monkeypatch
     with pytest.raises(ConfigError) as e:
         sizing.check_fits(cfg, torch.device("cpu"), sizing.env_probe(cfg))
     assert str(e.value).startswith("(3, 2048, 2048) images through the Nature CNN: the actor and critic need ~")
-    assert str(e.value).endswith("(~31.0 GB of weights, gradients and Adam state, which grow with the image size), 20.0 GB "
+    assert str(e.value).endswith("(~31.0 GiB of weights, gradients and Adam state, which grow with the image size), 20.0 GiB "
                                  "free; downscale the env's images (the Nature CNN was made for 84x84)")
     assert "--hidden-sizes" not in str(e.value)
 
@@ -228,8 +228,8 @@ def test_a_populations_evaluation_envs_are_sized_once(monkeypatch):
     monkeypatch.setattr(sizing, "free_memory", lambda device: 1024**3)
     with pytest.raises(ConfigError) as e:
         check_population_fits(cfg, 2, torch.device("cpu"), gym_sizes)
-    assert re.fullmatch(r"--eval-episodes 100,000: the evaluation builds one env per episode, ~1\.9 GB on cpu "
-                        r"\(~1\.9 GB in all\), 1\.0 GB free; lower --eval-episodes", str(e.value)), str(e.value)
+    assert re.fullmatch(r"--eval-episodes 100,000: the evaluation builds one env per episode, ~1\.9 GiB on cpu "
+                        r"\(~1\.9 GiB in all\), 1\.0 GiB free; lower --eval-episodes", str(e.value)), str(e.value)
     monkeypatch.setattr(sizing, "free_memory", lambda device: 3 * 1024**3)
     check_population_fits(cfg, 64, torch.device("cpu"), gym_sizes)  # once, not 64 times (~120 GB)
 
@@ -237,8 +237,8 @@ def test_a_populations_evaluation_envs_are_sized_once(monkeypatch):
 def test_a_population_dry_run_refuses_evaluation_envs_that_cannot_fit(monkeypatch, capsys):
     monkeypatch.setattr(sizing, "free_memory", lambda device: 64 * 1024**2)  # CartPole's native envs: 128 B each
     code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1,2", "--eval-episodes", "1000000", "--dry-run"], capsys)
-    error_line(code, err, "proxima train: error: --eval-episodes 1,000,000: the evaluation builds one env per episode, ~122.1 MB",
-               "64.0 MB free; lower --eval-episodes")
+    error_line(code, err, "proxima train: error: --eval-episodes 1,000,000: the evaluation builds one env per episode, ~122.1 MiB",
+               "64.0 MiB free; lower --eval-episodes")
 
 
 # ------------------------------------------------------------------------------- 10. RLHF's --checkpoint-every

@@ -115,14 +115,14 @@ def test_a_batch_larger_than_total_timesteps_names_the_flags_to_change():
 
 @pytest.mark.parametrize("cfg, line", [
     (PPOConfig(num_envs=10**6, num_steps=1, num_minibatches=1),
-     "one minibatch (--num-envs 1000000 x --num-steps 1 / --num-minibatches 1 = 1,000,000 rows) needs ~976.6 MB of activations "
-     "on cpu (~1.1 GB in all), 953.7 MB free; raise --num-minibatches, or lower --num-envs"),
+     "one minibatch (--num-envs 1000000 x --num-steps 1 / --num-minibatches 1 = 1,000,000 rows) needs ~976.6 MiB of activations "
+     "on cpu (~1.1 GiB in all), 953.7 MiB free; raise --num-minibatches, or lower --num-envs"),
     (PPOConfig(num_envs=250_000, num_steps=4, num_minibatches=1),
-     "one minibatch (--num-envs 250000 x --num-steps 4 / --num-minibatches 1 = 1,000,000 rows) needs ~976.6 MB of activations "
-     "on cpu (~1.1 GB in all), 953.7 MB free; raise --num-minibatches, or lower --num-envs or --num-steps"),
+     "one minibatch (--num-envs 250000 x --num-steps 4 / --num-minibatches 1 = 1,000,000 rows) needs ~976.6 MiB of activations "
+     "on cpu (~1.1 GiB in all), 953.7 MiB free; raise --num-minibatches, or lower --num-envs or --num-steps"),
     (PPOConfig(num_envs=4, num_steps=128, hidden_sizes=[10_000, 10_000]),
-     "--hidden-sizes 10000,10000: the actor and critic need ~3.0 GB on cpu (weights, gradients, Adam state, activations), "
-     "953.7 MB free; lower --hidden-sizes"),
+     "--hidden-sizes 10000,10000: the actor and critic need ~3.0 GiB on cpu (weights, gradients, Adam state, activations), "
+     "953.7 MiB free; lower --hidden-sizes"),
 ], ids=["minibatch rows", "minibatch rows over steps", "weights"])
 def test_a_network_that_does_not_fit_names_its_larger_part(monkeypatch, cfg, line):
     """The minibatch's activations (rows = num_envs x num_steps / num_minibatches) or the weights:

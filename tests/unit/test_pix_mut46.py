@@ -144,7 +144,7 @@ def test_the_cnn_refusal_offers_fewer_rows_only_where_the_weights_alone_fit(step
     layout = _layout(gym.spaces.Box(0.0, 1.0, (600, 400, 3), np.float32))  # a float image reaches the agent flat
     line = sizing.cnn_refusal(cfg, layout, torch.device("cpu"), weights, 20 << 30, 8 << 30)
     assert line.startswith("(600, 400, 3) images through the Nature CNN: ")
-    assert line.endswith(f"8.0 GB free; {fix}"), line
+    assert line.endswith(f"8.0 GiB free; {fix}"), line
 
 
 def _debug(env, capsys, tmp_path, *kwargs):

@@ -99,7 +99,7 @@ def test_a_float_image_under_the_cnn_costs_the_cnn_it_builds_with_float32_buffer
 def test_a_float_image_too_large_for_the_cnn_is_refused_by_the_image_size_not_hidden_sizes(envs46, monkeypatch, capsys):
     monkeypatch.setattr(sizing, "free_memory", lambda device: 8 << 30)
     code, _, err = run_main(["train", "pix46:fshp", "--encoder", "cnn", "--env-kwargs", '{"shape": [2000, 2000, 3]}', *DRY], capsys)
-    line = error_line(code, err, "(2000, 2000, 3) images through the Nature CNN", "8.0 GB free",
+    line = error_line(code, err, "(2000, 2000, 3) images through the Nature CNN", "8.0 GiB free",
                       "downscale the env's images (the Nature CNN was made for 84x84)")
     assert "--hidden-sizes" not in line
 

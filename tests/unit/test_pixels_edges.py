@@ -117,7 +117,7 @@ def test_a_population_of_images_is_costed_as_its_rollout_holds_them(monkeypatch,
     assert code == 0, err
     monkeypatch.setattr(sizing, "free_memory", lambda device: 512 * 1024**2)  # still refused where it cannot fit
     code, out, err = run_main(argv, capsys)
-    error_line(code, err, "--seeds/--sweep: 2 members x 128 envs x 512 steps needs ~", "on cpu, 512.0 MB free")
+    error_line(code, err, "--seeds/--sweep: 2 members x 128 envs x 512 steps needs ~", "on cpu, 512.0 MiB free")
 
 
 # ------------------------------------------------------------------------------- --video frames

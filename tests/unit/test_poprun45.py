@@ -71,9 +71,9 @@ def test_the_estimate_note_names_memory_disk_and_what_is_unknown():
     estimate = {"device": "cpu", "memory_bytes": 3 << 20, "memory_free_bytes": None, "checkpoint_bytes": 2 << 20,
                 "checkpoints_kept": 3, "kept_checkpoint_bytes": 6 << 20, "disk_free_bytes": 10 << 30}
     assert population.estimate_line(estimate, 8, 3) == (
-        "proxima: estimate: 8 members need at least ~3.0 MB of memory on cpu (available memory unknown); each checkpoint "
-        "writes ~2.0 MB to disk (the population's file and each member's weights), up to ~6.0 MB for the 3 kept "
-        "(--keep-checkpoints 3); 10.0 GB free there")
+        "proxima: estimate: 8 members need at least ~3.0 MiB of memory on cpu (available memory unknown); each checkpoint "
+        "writes ~2.0 MiB to disk (the population's file and each member's weights), up to ~6.0 MiB for the 3 kept "
+        "(--keep-checkpoints 3); 10.0 GiB free there")
 
 
 def test_the_estimate_scales_its_checkpoints_with_the_members_and_keeps_the_json_keys(tmp_path):
@@ -99,4 +99,4 @@ def test_the_estimate_off_the_cpu_names_the_host_memory_the_members_take_too(mon
     assert estimate["host_memory_bytes"] == 4 * population.MEMBER_HOST_BYTES and estimate["host_free_bytes"] == 5 << 30
     assert estimate["memory_free_bytes"] is None and estimate["disk_free_bytes"] is None
     line = population.estimate_line(estimate, 4, 3)
-    assert "of memory on cuda (available memory unknown), and ~2.0 MB of host memory (5.0 GB available); " in line
+    assert "of memory on cuda (available memory unknown), and ~2.0 MiB of host memory (5.0 GiB available); " in line

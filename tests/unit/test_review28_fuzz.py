@@ -108,8 +108,8 @@ def test_a_population_is_sized_before_its_members_are_built(cwd, capsys, monkeyp
     for extra in (["--dry-run"], []):
         line = refused(["train", "CartPole-v1", "--seeds", "0-9999", *SMALL, "--run-dir", "rs", "--quiet", *extra], capsys)
         assert line.startswith("--seeds/--sweep: 10,000 members x 2 envs x 128 steps needs ~"), line
-        assert line.endswith("on cpu, 4.0 GB free; train fewer members at once or lower --num-envs/--num-steps"), line
-        need = float(line.split("needs ~")[1].split(" GB")[0])
+        assert line.endswith("on cpu, 4.0 GiB free; train fewer members at once or lower --num-envs/--num-steps"), line
+        need = float(line.split("needs ~")[1].split(" GiB")[0])
         assert need >= 10_000 * population.MEMBER_HOST_BYTES / 1024**3
     assert list(cwd.iterdir()) == []
 
@@ -126,8 +126,8 @@ def test_a_populations_host_state_is_sized_on_a_gpu_too(monkeypatch):
     cfg = PPOConfig(num_envs=2, total_timesteps=512)
     with pytest.raises(ConfigError) as e:
         check_population_fits(cfg, 10_000, torch.device("cuda"), lambda: (4, 1, True))
-    assert str(e.value) == ("--seeds/--sweep: 10,000 members need ~4.9 GB of host memory (each member's own state, logs "
-                            "and checkpoint pieces), 1.0 GB free; train fewer members at once")
+    assert str(e.value) == ("--seeds/--sweep: 10,000 members need ~4.9 GiB of host memory (each member's own state, logs "
+                            "and checkpoint pieces), 1.0 GiB free; train fewer members at once")
     check_population_fits(cfg, 1_000, torch.device("cuda"), lambda: (4, 1, True))  # ~0.5 GB: fits
 
 

@@ -59,8 +59,8 @@ def test_the_reviewers_cpu_run_is_no_longer_refused_at_3_gib_and_one_that_cannot
     sizing.check_fits(cfg, CPU, sizing.env_probe(cfg))  # no error
     monkeypatch.setattr(sizing, "free_memory", lambda device: 2 * GiB)  # below the ~2.15 GiB it surely needs
     with pytest.raises(ConfigError, match=r"^one minibatch \(--num-envs 4096 x --num-steps 512 / --num-minibatches 1 = "
-                                          r"2,097,152 rows\) needs ~2\.0 GB of activations on cpu \(~2\.2 GB in all\), "
-                                          r"2\.0 GB free; raise --num-minibatches, or lower --num-envs or --num-steps$"):
+                                          r"2,097,152 rows\) needs ~2\.0 GiB of activations on cpu \(~2\.2 GiB in all\), "
+                                          r"2\.0 GiB free; raise --num-minibatches, or lower --num-envs or --num-steps$"):
         sizing.check_fits(cfg, CPU, sizing.env_probe(cfg))
 
 
@@ -77,19 +77,19 @@ def test_a_run_too_big_at_any_minibatch_count_leads_with_the_rows(monkeypatch):
     cfg = PPOConfig(env_id="CartPole-v1", num_envs=65536, num_steps=8192, total_timesteps=10**12)  # 4 minibatches
     line = _refusal(cfg)
     assert line == ("one minibatch (--num-envs 65536 x --num-steps 8192 / --num-minibatches 4 = 134,217,728 rows) needs "
-                    "~128.0 GB of activations on cpu (~167.0 GB in all), 22.2 GB free; lower --num-envs or --num-steps: "
-                    "the rollout buffers alone need ~39.0 GB (at any --num-minibatches)")
+                    "~128.0 GiB of activations on cpu (~167.0 GiB in all), 22.2 GiB free; lower --num-envs or --num-steps: "
+                    "the rollout buffers alone need ~39.0 GiB (at any --num-minibatches)")
     # the count it names is legal, and the run with it is refused naming the rows alone
     most = dataclasses.replace(cfg, num_minibatches=268435456)
     validate(most)
-    assert _refusal(most) == ("--num-envs 65536 x --num-steps 8192: needs ~39.0 GB on cpu, 22.2 GB free; "
+    assert _refusal(most) == ("--num-envs 65536 x --num-steps 8192: needs ~39.0 GiB on cpu, 22.2 GiB free; "
                               "lower --num-envs or --num-steps")
     # one step a run: --num-steps cannot go lower, and the bootstrap pass's N rows through the critic
     # are most of what is left (--hidden-sizes); an odd batch's most minibatches leave 3 rows each
     one = PPOConfig(num_envs=3**19, num_steps=1, num_minibatches=1, total_timesteps=3**19)
     assert sizing.most_minibatches(one) == 3**18
     assert _refusal(one).endswith("; lower --num-envs or --hidden-sizes: the rollout buffers and the bootstrap pass "
-                                  "alone need ~638.6 GB (at any --num-minibatches)")
+                                  "alone need ~638.6 GiB (at any --num-minibatches)")
     assert sizing.most_minibatches(dataclasses.replace(one, norm_adv=False)) == 3**19  # minibatches of 1 row
 
 
@@ -97,8 +97,8 @@ def test_a_run_that_fits_with_more_minibatches_is_told_to_raise_them(monkeypatch
     monkeypatch.setattr(sizing, "free_memory", lambda device: int(22.2 * GiB))
     cfg = PPOConfig(env_id="CartPole-v1", num_envs=65536, num_steps=512, num_minibatches=1, total_timesteps=10**12)
     assert _refusal(cfg) == (
-        "one minibatch (--num-envs 65536 x --num-steps 512 / --num-minibatches 1 = 33,554,432 rows) needs ~32.0 GB of "
-        "activations on cpu (~34.4 GB in all), 22.2 GB free; raise --num-minibatches, or lower --num-envs or --num-steps")
+        "one minibatch (--num-envs 65536 x --num-steps 512 / --num-minibatches 1 = 33,554,432 rows) needs ~32.0 GiB of "
+        "activations on cpu (~34.4 GiB in all), 22.2 GiB free; raise --num-minibatches, or lower --num-envs or --num-steps")
     sizing.check_fits(dataclasses.replace(cfg, num_minibatches=2), CPU, lambda: sizing.EnvSizes(4, 1, True))  # and it fits
 
 
@@ -107,7 +107,7 @@ def test_the_cli_says_so_in_one_line_and_writes_nothing(monkeypatch, capsys, tmp
     code, _, err = run_main(["train", "CartPole-v1", "--num-envs", "65536", "--num-steps", "8192", "--total-timesteps",
                              "1e12", "--run-dir", str(tmp_path / "r"), "--no-progress"], capsys)
     line = error_line(code, err, "; lower --num-envs or --num-steps: the rollout buffers alone need ~",
-                      " GB (at any --num-minibatches)")
+                      " GiB (at any --num-minibatches)")
     assert "raise --num-minibatches" not in line and not (tmp_path / "r").exists()
 
 

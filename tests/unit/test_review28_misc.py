@@ -75,7 +75,7 @@ def test_a_checkpoint_cut_short_by_a_full_disk_says_its_size_the_room_left_and_t
     target = tmp_path / "checkpoints" / "step_000000000128.pt"
     with pytest.raises(ckpt.CheckpointError) as info:
         ckpt.atomic_torch_save(_state(), target)
-    assert str(info.value) == (f"{target}: could not write checkpoint (No space left on device; 36.0 KB free there); "
+    assert str(info.value) == (f"{target}: could not write checkpoint (No space left on device; 36.0 KiB free there); "
                                "free some space (or choose another folder) and try again; "
                                f"the checkpoint needs {human_bytes(_size(_state()))}; there is no earlier checkpoint")
     assert list(target.parent.iterdir()) == []  # no partial file
@@ -102,7 +102,7 @@ def test_a_full_disk_that_also_defeats_the_sizing_gives_the_bytes_written(tmp_pa
     target = tmp_path / "checkpoints" / "best.pt"
     with pytest.raises(ckpt.CheckpointError) as info:
         ckpt.atomic_torch_save(_state(), target)
-    assert re.search(r"; the checkpoint needs more than the \d+(\.\d)? (B|KB) written before the disk filled; "
+    assert re.search(r"; the checkpoint needs more than the \d+(\.\d)? (B|KiB) written before the disk filled; "
                      r"there is no earlier checkpoint$", str(info.value)), str(info.value)
 
 
@@ -112,14 +112,14 @@ def test_a_failed_best_pt_beside_step_checkpoints_says_they_are_kept(tmp_path, f
     with pytest.raises(ckpt.CheckpointError) as info:
         ckpt.atomic_torch_save(_state(), tmp_path / "checkpoints" / "best.pt")
     assert str(info.value).endswith("; any earlier checkpoint is kept")
-    assert "36.0 KB free there" in str(info.value)
+    assert "36.0 KiB free there" in str(info.value)
 
 
 def test_train_on_a_full_disk_at_its_first_checkpoint_is_one_line_with_size_and_room(tmp_path, capsys, full_disk):
     run_dir = tmp_path / "run"
     code, _, err = run_main(["train", "CartPole-v1", "--run-dir", str(run_dir), *SMALL], capsys)
     error_line(code, err, f"{run_dir / 'checkpoints' / 'step_000000000064.pt'}: could not write checkpoint "
-               "(No space left on device; 36.0 KB free there)", "; the checkpoint needs ", "; there is no earlier checkpoint")
+               "(No space left on device; 36.0 KiB free there)", "; the checkpoint needs ", "; there is no earlier checkpoint")
     assert not ckpt.list_checkpoints(run_dir)
 
 

@@ -131,7 +131,7 @@ def test_async_envs_past_the_free_memory_are_refused(monkeypatch):
         sizing.check_fits(_cfg(num_envs=4000), torch.device("cpu"), _gym_sizes)
     line = str(e.value)
     assert "\n" not in line and "--num-envs 4000" in line and "--vector async" in line, line
-    assert "4,000 processes" in line and "8.0 GB free" in line and "--vector sync" in line, line
+    assert "4,000 processes" in line and "8.0 GiB free" in line and "--vector sync" in line, line
 
 
 def test_async_workers_count_host_memory_on_cuda_too(monkeypatch):

@@ -100,11 +100,11 @@ _ESTIMATE = {"device": "cpu", "memory_bytes": 3 << 20, "memory_free_bytes": None
 
 def test_the_estimate_note_of_keep_checkpoints_0_says_every_one_is_kept():
     line = population.estimate_line(_ESTIMATE, 8, 0)
-    assert line.endswith("up to ~10.0 MB for the 5 kept (--keep-checkpoints 0 keeps every one)")
+    assert line.endswith("up to ~10.0 MiB for the 5 kept (--keep-checkpoints 0 keeps every one)")
 
 
 def test_the_estimate_note_of_one_member_says_member():
-    assert population.estimate_line(_ESTIMATE, 1, 3).startswith("proxima: estimate: 1 member need at least ~3.0 MB ")
+    assert population.estimate_line(_ESTIMATE, 1, 3).startswith("proxima: estimate: 1 member need at least ~3.0 MiB ")
 
 
 @pytest.mark.parametrize("members", [1, 8])
