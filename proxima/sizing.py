@@ -426,13 +426,26 @@ def cnn_size_note(cfg: PPOConfig, layout, encoder: Optional[str] = None) -> Opti
 
     params = sum(_cnn_terms(part)[0] for part in parts)
     ckpt = 3 * 4 * params  # float32 weights and Adam's two moments
-    kept = (f" (--keep-checkpoints {cfg.keep_checkpoints}: ~{human_bytes(cfg.keep_checkpoints * ckpt)})"
-            if cfg.keep_checkpoints > 1 else " (--keep-checkpoints 0 keeps every one)" if cfg.keep_checkpoints == 0 else "")
+    kept = _kept_checkpoints(cfg, ckpt)
     images = ", ".join(str(cnn_image(part)[1]) for part in parts)
     return (f"{images} images through the Nature CNN: its linear layer is {flat:,} x {CNN_FEATURES} "
             f"({flat / NATURE_FLAT:.0f}x the {NATURE_FLAT:,} x {CNN_FEATURES} of an 84x84 frame), ~{params / 1e6:.0f}M parameters, "
             f"~{human_bytes(ckpt)} a checkpoint{kept}, and slow steps; {DOWNSCALE}: wrap the env in "
             f"gymnasium.wrappers.ResizeObservation(env, (84, 84)) (it needs opencv) before any frame stack")
+
+
+def _kept_checkpoints(cfg: PPOConfig, ckpt: int) -> str:
+    """cnn_size_note's disk figure for checkpoints of ``ckpt`` bytes: the --keep-checkpoints K periodic
+    ones, and under --eval-every checkpoints/best.pt, a whole checkpoint beside them (trainer._evaluate_now
+    writes the same state there); "" for one checkpoint on disk."""
+    best = cfg.eval_every > 0
+    plus = " plus --eval-every's best.pt" if best else ""
+    if cfg.keep_checkpoints == 0:
+        return f" (--keep-checkpoints 0 keeps every one{plus})"
+    if cfg.keep_checkpoints == 1 and not best:
+        return ""
+    kept = f"--keep-checkpoints {cfg.keep_checkpoints}" if cfg.keep_checkpoints > 1 else "one kept"
+    return f" ({kept}{plus}: ~{human_bytes((cfg.keep_checkpoints + best) * ckpt)})"
 
 
 def cnn_weight_bytes(cfg: PPOConfig, layout) -> int:
