@@ -936,6 +936,10 @@ def cmd_resume(args) -> int:
     path = Path(args.path)
     meta = path / "meta.json"
     try:
+        from .checkpoint import source_path
+
+        if source_path(path) != path and resumes_rlhf(source_path(path)):  # an RLHF run's checkpoints/ is its run, as a PPO run's
+            path = source_path(path)
         typed_nproc = _resume_nproc(args, path)
         if resumes_rlhf(path):  # a damaged meta.json of a PPO run: its resume goes on, as train --resume's does
             from .rlhf import resume as rlhf_resume
