@@ -147,6 +147,40 @@ def build_config(args: argparse.Namespace, base: RLHFConfig = None) -> RLHFConfi
     return from_dict(typed, cfg, source="command line")
 
 
+def in_file_words(e: ConfigError, args: argparse.Namespace) -> ConfigError:
+    """A refusal of a field's value (validate's: ConfigError.field) that ``--config FILE`` set, no flag
+    overriding it, in the file's words, as ``proxima train --config`` says it (cli._name_config_file):
+    ``FILE: micro_batch_size 3: must divide ...``, not ``--micro-batch-size 3``, a flag never typed; the
+    advice's flags of the file's fields are its keys. Any other error is returned as it is."""
+    from ..cli import _file_advice
+
+    name = getattr(e, "field", None)
+    flag = "--" + str(name).replace("_", "-")
+    keys = _file_keys(args) if name is not None and str(e).startswith(flag + " ") else {}
+    if name not in keys:
+        return e
+    said = keys[name] if keys[name].replace("-", "_") == name else f"{keys[name]} ({name}'s other name)"
+    return ConfigError(f"{args.config}: {said} {_file_advice(str(e)[len(flag) + 1:], [(n, args.config) for n in keys])}")
+
+
+def _file_keys(args: argparse.Namespace) -> dict:
+    """{field: its key as written} of the values ``--config FILE`` gives that no flag overrides."""
+    from .config import ALIASES
+
+    try:
+        values = load_yaml(args.config) if getattr(args, "config", None) else {}
+    except (ConfigError, OSError):
+        return {}
+    typed = flag_values(args)
+    keys = {}
+    for key in values if isinstance(values, dict) else ():
+        name = str(key).replace("-", "_")
+        name = ALIASES.get(name, name)
+        if name in FIELDS and name not in typed:
+            keys[name] = str(key)
+    return keys
+
+
 #: the fields that name a file or folder: a relative one in a --config file is read from the working directory
 PATH_FIELDS = ("policy", "tokenizer", "prompts", "reward")
 
@@ -333,6 +367,8 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 DEVICE_LEFT_DEFAULT.reset(left)
     except (ConfigError, StorageError, CheckpointError) as e:  # a full disk: one line naming the file
+        if isinstance(e, ConfigError):
+            e = in_file_words(e, args)
         print(f"{PROG}: error: {printable(str(e))}", file=sys.stderr)
         return 2
     except TrainingInterrupted as e:  # SIGINT/SIGTERM: the step finished and checkpointed (exit 128 + signum)

@@ -332,11 +332,19 @@ def _expected(name: str) -> str:
             list: "a comma-separated list" + (" of numbers" if meta["item"] is float else "")}[meta["kind"]]
 
 
+def value_error(name: str, line: str) -> ConfigError:
+    """ConfigError ``line`` refusing field ``name``'s value, which it names as the flag (``--lr -1.0: ...``);
+    ``field`` keeps the name, so the CLI names a --config file's key where the file set it (cli.in_file_words)."""
+    e = ConfigError(line)
+    e.field = name
+    return e
+
+
 def validate(cfg: RLHFConfig) -> None:
     """Raise ConfigError with one actionable line for the first invalid value."""
 
     def bad(name: str, why: str) -> None:
-        raise ConfigError(f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: {why}")
+        raise value_error(name, f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: {why}")
 
     for f in dataclasses.fields(cfg):  # numpy/torch scalars (a sweep in Python): config.yaml records plain values
         setattr(cfg, f.name, plain(getattr(cfg, f.name)))
@@ -455,9 +463,9 @@ def check_kl_horizon(cfg: RLHFConfig, world_size: int = 1, recorded: Optional[os
                           f"smallest allowed for {n} responses per update) to continue, or start a new run")
     if cfg.kl_horizon * 5 <= n:  # horizon <= 0.2 * n, in integers
         each = f" (--batch-size {cfg.batch_size} x {world_size} process{'es' if world_size > 1 else ''})"
-        raise ConfigError(f"--kl-horizon {cfg.kl_horizon}: with --adaptive-kl each step multiplies beta by as little as "
-                          f"1 - 0.2 x {n} responses per update{each} / {cfg.kl_horizon}, which is 0 or negative; use "
-                          f"--kl-horizon {n // 5 + 1} or more (the smallest allowed for {n} responses per update)")
+        raise value_error("kl_horizon", f"--kl-horizon {cfg.kl_horizon}: with --adaptive-kl each step multiplies beta by "
+                          f"as little as 1 - 0.2 x {n} responses per update{each} / {cfg.kl_horizon}, which is 0 or "
+                          f"negative; use --kl-horizon {n // 5 + 1} or more (the smallest allowed for {n} responses per update)")
 
 
 def reward_specs(cfg: RLHFConfig) -> list:
