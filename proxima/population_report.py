@@ -308,6 +308,19 @@ POOL_HOW = ("a pool (A+A2) is one setting trained in parts: the same `proxima tr
             "to compare populations, give them apart (proxima report A B --out FILE.md)")
 
 
+def _as_built(member: Path, config: dict) -> dict:
+    """A member's config.yaml as pooling compares it: ``backend: auto`` as the backend the member built
+    (plot.auto_setting_backend: its meta.json's ``env_backend``), so a population trained without --backend
+    pools with one given the backend auto picked for it, and not with one whose auto built another."""
+    if config.get("backend") != "auto":
+        return config
+    from .plot import auto_setting_backend
+    from .rundir import _read_json_file
+
+    meta = _read_json_file(member / "meta.json") or {}  # missing or damaged: auto as the env id alone picks it
+    return {**config, "backend": auto_setting_backend(config, meta.get("env_backend"))}
+
+
 def read_pool(dirs: list, names: list) -> Pool:
     """The Pool of the population directories ``dirs`` (named ``names`` in the report). ReportError, one line,
     nothing evaluated: a directory that is not a population (or a broken one), populations of other settings
@@ -339,7 +352,7 @@ def read_pool(dirs: list, names: list) -> Pool:
         _, read, unread = member_configs(Path(d), doc)
         if unread:
             raise ReportError(f"{next(iter(unread.values()))}; {POOL_SEP} compares every member's config.yaml before pooling")
-        configs.update({Path(d) / member: c for member, c in read.items()})
+        configs.update({Path(d) / member: _as_built(Path(d) / member, c) for member, c in read.items()})
     pooled = []
     for i, label in enumerate(labels[0]):
         setting = Setting(dict(parts[0][i].settings))

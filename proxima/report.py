@@ -72,13 +72,19 @@ MISSING = "\u2014"  # em dash for "not recorded"
 
 
 # ------------------------------------------------------------------------------------ one run
-def _read_text(path: Path) -> str:
+#: the most of a run's config.yaml the report parses: a run writes a few kB there (its fields, env_kwargs), and PyYAML
+#: takes about 10 s and 100 MB a megabyte, so a hand-edited 10 MB one held `proxima report` for minutes
+CONFIG_MAX_BYTES = 1 << 20
+
+
+def _read_text(path: Path, limit: Optional[int] = None) -> str:
     """A run file's text; ReportError naming it when it is not UTF-8 text or cannot be read: a FIFO
-    at its name (never waited on) or a file over rundir.TEXT_MAX_BYTES (never read whole) included."""
+    at its name (never waited on) or a file over ``limit`` bytes (default rundir.TEXT_MAX_BYTES; never
+    read whole) included."""
     from .rundir import TEXT_MAX_BYTES, RunFileError, read_run_text
 
     try:
-        return read_run_text(path, TEXT_MAX_BYTES)
+        return read_run_text(path, TEXT_MAX_BYTES if limit is None else limit)
     except UnicodeDecodeError as e:
         raise ReportError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
     except RunFileError as e:
@@ -94,9 +100,10 @@ def _absent(path: Path) -> bool:
 
 
 def _read_yaml(path: Path) -> dict:
-    """A run's YAML file as a mapping ({} when absent or not a mapping). It is data: an alias
+    """A run's config.yaml as a mapping ({} when absent or not a mapping). It is data: an alias
     (``*name``), which a few hundred bytes can nest into billions of values for the report to
-    render, is refused with one line (config.load_yaml)."""
+    render, is refused with one line (config.load_yaml), and so is a file over CONFIG_MAX_BYTES,
+    never parsed."""
     import yaml
 
     from .config import load_yaml, yaml_alias_error
@@ -104,7 +111,7 @@ def _read_yaml(path: Path) -> dict:
     if _absent(path):
         return {}
     try:
-        data = load_yaml(_read_text(path))
+        data = load_yaml(_read_text(path, CONFIG_MAX_BYTES))
     except yaml_alias_error() as e:
         raise ReportError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
@@ -112,6 +119,34 @@ def _read_yaml(path: Path) -> dict:
 
         raise ReportError(f"{path}: not valid YAML{yaml_error_where(e)}") from None
     return data if isinstance(data, dict) else {}
+
+
+def check_config_sizes(run_dirs: Sequence) -> None:
+    """ReportError naming the first config.yaml of ``run_dirs`` (and of each population's members) over
+    CONFIG_MAX_BYTES, in _read_yaml's line, before any is parsed: the curve's labels (plot.run_config)
+    read them first, within rundir.TEXT_MAX_BYTES. Only their sizes: what else is wrong with a file (or
+    population.json) is its reader's to say."""
+    from .population_report import POPULATION_FILE, is_population
+    from .population_run import is_plain_name
+    from .rundir import read_run_json
+
+    for d in map(Path, run_dirs):
+        paths = [d / "config.yaml"]
+        if is_population(d):
+            try:
+                entries = read_run_json(d / POPULATION_FILE).get("member_dirs")
+            except (OSError, ValueError, AttributeError):
+                entries = None
+            names = [e.get("dir") for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+            paths += [d / n / "config.yaml" for n in names if is_plain_name(n)]
+        for path in paths:
+            try:
+                info = os.stat(path)
+            except (OSError, ValueError):
+                continue
+            if stat.S_ISREG(info.st_mode) and info.st_size > CONFIG_MAX_BYTES:
+                raise ReportError(f"{path}: {info.st_size:,} bytes, more than the {CONFIG_MAX_BYTES:,} a run writes there; "
+                                  "the run directory was damaged or edited")
 
 
 def _read_json(path: Path) -> dict:
@@ -1916,6 +1951,7 @@ def run(args) -> int:
         groups = pool_groups(args.run_dirs)  # A+A2: one group to pool
         if args.pool:
             groups = [unique_dirs([d for g in groups for d in g])]
+        check_config_sizes([d for g in groups for d in g])  # before the curve's labels parse any
         if any(len(g) > 1 for g in groups):
             return _pooled_report(args, groups)
         # the groups' directories, never the raw arguments: A+A (A+./A, A+) pooled to [A] is A, not a path 'A+A'
