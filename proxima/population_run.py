@@ -50,7 +50,7 @@ from .config import FIELDS, ConfigError, PPOConfig
 from .envs import EnvError
 from .launch import typed_command
 from .population import PER_MEMBER_FIELDS, UNSUPPORTED, Population, _fmt, check_members, check_population_fits
-from .rundir import RunFileError, holds_text, read_run_text
+from .rundir import RunDirError, RunFileError, holds_text, read_run_text
 from .signals import WORKERS_ENDED, OutsideLoop, TrainingInterrupted, checkpoint_line, loop_stopped, workers_stopped
 
 POPULATION_FILE = "population.json"
@@ -203,6 +203,66 @@ def _check_same_members_python(run_dir, seeds, sweep, recorded_seeds: list, reco
                           f"{ran}")
 
 
+def other_members_line(run_dir: Path, line: str, seeds: Sequence[int], sweep: dict) -> str:
+    """rundir.not_empty_message's ``line`` for a new population whose directory holds a population of other
+    members (other seeds or another sweep), whose advice to continue it (--resume auto, resume='auto') would
+    only refuse these members (check_same_members): instead, for the same sweep, how to train the seeds it
+    lacks beside it and pool the two (docs/populations.md, More seeds), else another directory; --overwrite
+    (overwrite=True) in both. Any other line (a directory in use, holding a single run, or these very
+    members, which a resume continues) as it is."""
+    import shlex
+
+    from .signals import from_python
+
+    listed, sep, _ = line.partition("...): ")
+    if not sep or not line.startswith(f"{run_dir} is not empty (") or not ckpt.list_checkpoints(run_dir):
+        return line
+    try:
+        doc = read_population_doc(run_dir)
+    except ckpt.CheckpointError:
+        return line
+    ran, ran_sweep = doc.get("seeds"), doc.get("sweep")
+    if (not isinstance(ran, list) or not ran or not all(_is_int(s) for s in ran) or not isinstance(ran_sweep, dict)
+            or (list(seeds) == ran and dict(sweep) == ran_sweep)):
+        return line
+    python = from_python()
+    listed += "...)"
+    start_over = ("start over with train_population(..., overwrite=True)" if python else "start over with --overwrite") + \
+        " (the old directory is moved aside)"
+    from .population_report import POOL_SEP, _arg, _more_dir
+
+    if dict(sweep) != ran_sweep:
+        what = f"sweep={ran_sweep!r}" if python and ran_sweep else sweep_flags(ran_sweep) if ran_sweep else "no sweep"
+        other = "give train_population() another run_dir" if python else "choose another --run-dir"
+        return (f"{listed}: it holds a population of another setting ({what}), which a resume continues as it is; "
+                f"{other} for this one (`proxima report {shlex.quote(_arg(run_dir))} NEW_DIR --out FILE.md` then compares "
+                f"the two), or {start_over}")
+    held, new = seeds_python(ran) if python else seeds_spec(ran), [s for s in seeds if s not in set(ran)]
+    if not new:  # every seed asked for is a member there already
+        given = seeds_python(seeds) if python else seeds_spec(seeds)
+        return (f"{listed}: it holds a population of seeds {held}, {given} among them (`proxima report "
+                f"{shlex.quote(_arg(run_dir))}` reports it); to train them again, {start_over}")
+    spec = seeds_spec(new)
+    more, out = _more_dir(run_dir, spec), f"{_arg(_more_dir(run_dir, seeds_spec(sorted(set(ran) | set(new)))))}.md"
+    pool = ([f"{_arg(run_dir)}{POOL_SEP}{_arg(more)}"] if POOL_SEP not in f"{run_dir}{more}"
+            else [_arg(run_dir), _arg(more), "--pool"])
+    train = (f"train_population(..., seeds={seeds_python(new)}, run_dir={str(more)!r})" if python
+             else f"--seeds {spec} --run-dir {shlex.quote(_arg(more))}")
+    again = "resume='auto'" if python else "--resume auto"
+    return (f"{listed}: it holds a population of seeds {held}, which {again} continues with those seeds only; to add "
+            f"{'seed' if len(new) == 1 else 'seeds'} {seeds_python(new) if python else spec}, train them into a new "
+            f"directory ({train}) and pool the two: "
+            f"`{shlex.join(['proxima', 'report', *pool, '--out', out])}` (docs/populations.md, More seeds); or {start_over}")
+
+
+def _refuse_other_members(e: RunDirError, run_dir: Path, seeds: Sequence[int], sweep: dict) -> None:
+    """Raise ``e``, or its line as other_members_line words it for a directory of other members."""
+    line = other_members_line(run_dir, str(e), seeds, sweep)
+    if line == str(e):
+        raise e
+    raise RunDirError(line) from None
+
+
 def seeds_python(seeds) -> str:
     """[1, 2, 3, 4] -> ``range(1, 5)``, [1, 5, 9] -> ``[1, 5, 9]``: seeds as train_population takes them (a range
     for 3 or more consecutive seeds, so a long population stays one short argument)."""
@@ -350,7 +410,10 @@ def train_population(members: Sequence[PPOConfig], seeds: Sequence[int], sweep: 
         outside.__enter__()
         # two populations of one env started in the same second chose one default name: the second moves
         # on to its next -N suffix, and its members' directories are made under the one it claimed
-        run_dir = session.claim_fresh(run_dir, overwrite, restart_note, next_free=chose_default, caller="train_population")
+        try:
+            run_dir = session.claim_fresh(run_dir, overwrite, restart_note, next_free=chose_default, caller="train_population")
+        except RunDirError as e:  # a population of other members there: resume='auto' would refuse them too
+            _refuse_other_members(e, run_dir, seeds, sweep)
         _note_whole_iterations(base, typed_total)
         if not quiet:  # a single run's notes, once: the env built (its first observations read), the directory taken
             note_run(base, typed if typed is not None else set_fields(base), argv is None, pop.env.single_observation_space,
@@ -1426,7 +1489,10 @@ def _train_population(args, cfg: PPOConfig, out) -> int:
         if cfg.run_dir is not None:  # what the population's claim of the directory would refuse (as for one run)
             from .run_setup import check_new_run_dir
 
-            check_new_run_dir(cfg.run_dir, overwrite=args.overwrite, restart=args.resume == "auto")
+            try:
+                check_new_run_dir(cfg.run_dir, overwrite=args.overwrite, restart=args.resume == "auto")
+            except RunDirError as e:
+                _refuse_other_members(e, Path(cfg.run_dir), seeds, sweep)
         _note_whole_iterations(members[0], "total_timesteps" in typed)
         if not args.quiet:  # the notes train --seeds prints once its env is built, as a single run's dry run does
             from .cli import built_for_notes
@@ -1732,9 +1798,36 @@ def seeds_given(seeds) -> list:
         raise ConfigError(f"seeds={text}{str(e).removeprefix(f'--seeds {spec!r}')}") from None
 
 
+def python_sweep_line(line: str, sweep: dict) -> str:
+    """A --sweep refusal (parse_sweep, check_sweep_field, check_members) in the words of the train_population
+    call that got it: the sweep= entry the script wrote (``sweep={'lr': [0.001, 0.001]}: a value is repeated``),
+    each flag it names as the field (config.python_words), never a --sweep it did not type; another line as it is."""
+    from .config import ALIASES, python_words
+
+    def field(key) -> str:  # as parse_sweep reads a key: learning_rate is lr
+        name = str(key).strip().lstrip("-").replace("-", "_")
+        return ALIASES.get(name, name)
+
+    named = [(key, field(key)) for key in sweep if line.startswith(f"--sweep {field(key)}:")]
+    if not named:
+        return line
+    key, name = max(named, key=lambda kn: len(kn[1]))  # the longest field the line names (lr_x before lr)
+    rest = line[len(f"--sweep {name}"):]
+    both = [k for k, n in named if n == name]
+    if len(both) > 1:  # sweep={'lr': [...], 'learning_rate': [...]}: two keys of one field
+        return f"sweep: {' and '.join(map(repr, both))} both name {name}; give all its values under one key, sweep={{{name!r}: [...]}}"
+    values = list(sweep[key])
+    shown_values = values if len(values) <= SHOWN_SEEDS else [*values[:SHOWN_SEEDS - 1], Ellipsis, values[-1]]
+    entry = f"sweep={{{key!r}: [{', '.join('...' if v is Ellipsis else repr(v) for v in shown_values)}]}}"
+    if name == "seed":
+        return f"{entry}: give seeds with seeds= (e.g. seeds=range(1, 9)), not in the sweep"
+    return entry + python_words(rest)
+
+
 def sweep_given(sweep) -> dict:
     """train_population's ``sweep`` ({field: [values]}) checked and typed as --sweep's (parse_sweep: a
-    sweepable field, each value valid, none repeated or printed alike); its refusals are --sweep's lines."""
+    sweepable field, each value valid, none repeated or printed alike); its refusals are --sweep's lines in
+    the call's words (python_sweep_line)."""
     import numbers
 
     from .population import parse_sweep
@@ -1776,7 +1869,7 @@ def sweep_given(sweep) -> dict:
                 if refused:  # the value as the script gave it (True, None), not the text it became ('True')
                     why = f"value {refused[0]!r}: {why[len(repr(text(name, refused[0]))) + 2:]}"
                 raise ConfigError(f"sweep={{{name!r}: {list(values)!r}}}: {why}") from None
-        raise
+        raise ConfigError(python_sweep_line(str(e), sweep)) from None
 
 
 def train_population_from_python(config: Optional[PPOConfig], seeds=None, sweep: Optional[dict] = None, run_dir=None,
@@ -1844,8 +1937,13 @@ def _population_from_python(config, seeds, sweep, run_dir, resume, quiet, overwr
                               "e.g. seeds=range(1, 11)")
         seed_list = [config.seed]
     sweep_dict = sweep_dict or {}
-    members, probe = sized_members(config, seed_list, sweep_dict)
-    # a refused swept value as --sweep's line (``--sweep gamma: value 2.0: ...``), as the CLI's dry run checks it:
+    try:
+        members, probe = sized_members(config, seed_list, sweep_dict)
+    except ConfigError as e:  # the first member's swept value refused (sweep={'lr': [nan]}), as check_members's below
+        if str(e).startswith("--sweep "):
+            raise ConfigError(python_sweep_line(str(e), sweep or {})) from None
+        raise
+    # a refused swept value as the sweep entry the script wrote (``sweep={'gamma': [0.9, 2.0]}: value 2.0: ...``):
     # the population's own check, from Python, would name PPOConfig.gamma, which the script left as it was
     from .population import check_members
 
@@ -1853,7 +1951,9 @@ def _population_from_python(config, seeds, sweep, run_dir, resume, quiet, overwr
         try:
             check_members([as_member_config(c) for c in members])
         except ConfigError as e:  # a field the script set, not swept (num_minibatches): PPOConfig's words, as train()'s
-            if str(e).startswith("--") and not str(e).startswith("--sweep "):
+            if str(e).startswith("--sweep "):
+                raise ConfigError(python_sweep_line(str(e), sweep or {})) from None
+            if str(e).startswith("--"):
                 check_members([as_member_config(c) for c in members], python=True)
             raise
     restart = "resume='auto' found no checkpoint to continue" if resume == "auto" else None

@@ -115,23 +115,24 @@ def test_bad_seeds_are_a_config_error_and_nothing_is_written(tmp_path, seeds, li
     assert not (tmp_path / "pop").exists()
 
 
-def test_a_refused_sweep_raises_the_line_the_cli_prints(tmp_path, capsys):
+def test_a_refused_sweep_raises_the_line_the_cli_prints_naming_the_sweep_entry(tmp_path, capsys):
     with pytest.raises(ConfigError) as info:
         proxima.train_population(_config(), seeds=[1, 2], sweep={"num_envs": [2, 4]}, run_dir=tmp_path / "py")
     code, _, err = run_main(["train", "CartPole-v1", "--seeds", "1-2", "--sweep", "num_envs=2,4", "--run-dir",
                              str(tmp_path / "cli"), *TINY_POP], capsys)
-    assert error_line(code, err).endswith(f"error: {info.value}")
-    assert str(info.value).startswith("--sweep num_envs: changes the shapes or the env of the batched program")
+    entry, flag = "sweep={'num_envs': [2, 4]}", "error: --sweep num_envs"
+    assert str(info.value).startswith(entry + ": changes the shapes or the env of the batched program")
+    assert error_line(code, err).endswith(flag + str(info.value)[len(entry):])  # the CLI's why, after its flag
     assert not (tmp_path / "py").exists()
 
 
 @pytest.mark.parametrize("sweep, line", [
-    ({"lr": [1e-3, 1e-3]}, "--sweep lr: a value is repeated"),
+    ({"lr": [1e-3, 1e-3]}, "sweep={'lr': [0.001, 0.001]}: a value is repeated"),
     ({"lr": 1e-3}, "sweep['lr']: expected a list of values, got 0.001"),
     ({"lr": []}, "sweep['lr']: no values"),
-    ({"seed": [1, 2]}, "--sweep seed: give seeds with --seeds"),
-    ({"gamma": [0.9, 2.0]}, "--sweep gamma: value 2.0: must be in (0, 1]"),
-    ({"lr": [float("nan")]}, "--sweep lr: value nan: must be a finite number"),
+    ({"seed": [1, 2]}, "sweep={'seed': [1, 2]}: give seeds with seeds="),
+    ({"gamma": [0.9, 2.0]}, "sweep={'gamma': [0.9, 2.0]}: value 2.0: must be in (0, 1]"),
+    ({"lr": [float("nan")]}, "sweep={'lr': [nan]}: value nan: must be a finite number"),
     ([("lr", [1e-3])], "sweep: expected a dict of field: [values]"),
 ])
 def test_bad_sweeps_are_a_config_error(tmp_path, sweep, line):

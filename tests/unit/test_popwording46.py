@@ -43,8 +43,8 @@ def _copy(run: Path, tmp_path: Path) -> Path:
 
 # --- 1. a run directory that holds a population -------------------------------------------------------------
 def test_a_new_population_in_a_populations_directory_names_train_populations_calls(pop):
-    with pytest.raises(RunDirError) as e:
-        proxima.train_population(_config(), seeds=[5], run_dir=pop, quiet=True)
+    with pytest.raises(RunDirError) as e:  # its own seeds: resume='auto' continues it
+        proxima.train_population(_config(), seeds=[1, 2], run_dir=pop, quiet=True)
     assert str(e.value) == (
         f"{pop} is not empty (checkpoints, m000-seed1, m001-seed2, population.json...): it holds another population; "
         f"continue it with train_population(..., resume='auto') (or proxima.train_population(None, resume='{pop}')), "
@@ -52,6 +52,8 @@ def test_a_new_population_in_a_populations_directory_names_train_populations_cal
         "train_population() another run_dir")
     result = proxima.train_population(None, resume=str(pop), quiet=True)  # the call named continues it
     assert [m.seed for m in result.members] == [1, 2]
+    with pytest.raises(RunDirError, match=r"seeds=\[5\], run_dir=.*overwrite=True"):  # others: test_popsmall47
+        proxima.train_population(_config(), seeds=[5], run_dir=pop, quiet=True)
 
 
 def test_train_given_a_populations_directory_names_the_populations_resume_from_python(pop):
