@@ -139,6 +139,29 @@ def _need_a_config(run_dir, resume) -> None:
                               f"needs {wanted}")
 
 
+def _best_of(path):
+    """load(path, best=True)'s file: RUN/checkpoints/best.pt; CheckpointError, one line naming the run, for a
+    checkpoint file given or a run without one (why, as ``proxima eval --best`` says it, in this call's words)."""
+    from pathlib import Path
+
+    from .checkpoint import CheckpointError, best_checkpoint_path, source_path
+
+    run = source_path(Path(path))  # RUN/checkpoints: RUN's best.pt
+    if not run.exists():  # load's own line for a path that is not there
+        return path
+    if not run.is_dir():
+        raise CheckpointError(f"{path}: best=True takes a run directory (it loads RUN/checkpoints/best.pt); to load "
+                              "this file, drop best=True")
+    best = best_checkpoint_path(run)
+    if not best.is_file():
+        from .trainer import no_best_line
+
+        line = no_best_line(run).replace("drop --best to evaluate its last", "drop best=True to load its newest")
+        raise CheckpointError(line.replace("(written when training with --eval-every N)",
+                                           "(written when training with eval_every=N, --eval-every N)"))
+    return best
+
+
 def train_population(config: Optional[PPOConfig], seeds=None, sweep: Optional[dict] = None, run_dir=None, resume=None,
                      quiet: bool = False, overwrite: bool = False, evaluate_at_end: bool = True, trust_run: bool = False):
     """Train a population, every member in one batched program, as ``proxima train ENV --seeds S --sweep
@@ -176,15 +199,19 @@ def train_population(config: Optional[PPOConfig], seeds=None, sweep: Optional[di
                                         overwrite=overwrite, evaluate_at_end=evaluate_at_end, trust_run=trust_run)
 
 
-def load(path, device="cpu", env_id=None, trust_env=False, env_kwargs=None):
+def load(path, device="cpu", env_id=None, trust_env=False, env_kwargs=None, best: bool = False):
     """Load a policy from a run directory (its newest checkpoint) or checkpoint file onto ``device`` ("cpu",
-    "cuda", "cuda:1" or "auto", as --device takes them); see proxima.checkpoint.load_policy.
+    "cuda", "cuda:1" or "auto", as --device takes them); see proxima.checkpoint.load_policy. ``best=True``:
+    the run directory's checkpoints/best.pt instead, the checkpoint of its best evaluation (written by a run
+    trained with ``eval_every``, --eval-every; ``proxima eval RUN --best``).
 
     Returns a proxima.checkpoint.Policy: ``policy.act(obs)`` the actions for ``obs`` ((B, *obs_shape) or
     (*obs_shape,), tensor or numpy array, the same kind back; deterministic unless
     ``deterministic=False``), ``policy.predict(obs)`` SB3's ``(actions, None)``, ``policy.agent`` the
     network (nn.Module), ``policy.config`` the run's recorded config (a dict), ``policy.env_id``,
-    ``policy.observation_space`` and ``policy.action_space``. A file that is no usable checkpoint
+    ``policy.observation_space`` (a vector Box as the float32 Box the policy takes, whatever dtype the env
+    declared) and ``policy.action_space``; ``policy.as_module()`` the policy as one torch.nn.Module to
+    export (torch.jit.trace, torch.export). A file that is no usable checkpoint
     raises CheckpointError (a ProximaError). A run directory (or RUN/checkpoints) is read as ``proxima eval``
     reads it: a damaged newest checkpoint is refused naming the run's newest sound one to load by name,
     and one whose env or size differs from the run's config.yaml (another run's, copied in) is refused.
@@ -197,7 +224,10 @@ def load(path, device="cpu", env_id=None, trust_env=False, env_kwargs=None):
 
     # once, in this call's words (device='cpu'), not --device's: load_policy takes the torch.device as resolved
     device = resolve_device(device, arg="device")
+    path = _expand_home(path)
+    if best:
+        path = _best_of(path)
     # a run directory as eval reads it: the same lines, naming this call to make on a sound file
-    return load_run_newest(_expand_home(path), lambda p: load_policy(p, device=device, env_id=env_id, trust_env=trust_env,
+    return load_run_newest(path, lambda p: load_policy(p, device=device, env_id=env_id, trust_env=trust_env,
                                                                      env_kwargs=env_kwargs),
                            "load", lambda f: f"proxima.load({str(f)!r})", env_args="env_id=, env_kwargs=")

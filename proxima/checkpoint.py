@@ -1379,16 +1379,36 @@ def _check_archive(path: Path, f) -> None:
         if head == b"PK\x03\x04":  # a zip that lost its end (central directory): cut short
             raise CheckpointError(f"{path}: truncated checkpoint ({size} bytes, the end of the archive is missing)")
         raise CheckpointError(f"{path}: not a Proxima checkpoint (not a torch zip archive)")
+    if problem == _FOREIGN_ZIP:
+        raise CheckpointError(f"{path}: not a Proxima checkpoint (a zip archive of another format, such as a "
+                              "Stable-Baselines3 model or a TorchScript file)")
     if problem is not None:
         raise CheckpointError(f"{path}: corrupted checkpoint ({problem})")
     f.seek(0)
 
 
+#: _zip_problem's answer for an intact zip of another format, by its record names: a Stable-Baselines3
+#: model (top-level 'data' and 'policy.pth') or a TorchScript file ('<name>/code/...', '<name>/constants.pkl')
+_FOREIGN_ZIP = "another format"
+
+
+def _foreign_names(names: list) -> bool:
+    """Whether zip record ``names`` are those of an SB3 model or a TorchScript file, never of torch.save's
+    archive (every record under one '<name>/' folder: data.pkl, data/N, version, byteorder)."""
+    if {"data", "policy.pth"} <= set(names):
+        return True
+    return any(n.count("/") >= 1 and (n.split("/", 1)[1].startswith("code/") or n.split("/", 1)[1] == "constants.pkl")
+               for n in names)
+
+
 def _zip_problem(f) -> Optional[str]:
-    """Why the zip archive in ``f`` is not intact, or None. torch.save stores every record
+    """Why the zip archive in ``f`` is not intact, or None; _FOREIGN_ZIP for another format's archive
+    (its deflated records would read as damage). torch.save stores every record
     uncompressed: one that claims compression is refused before testzip, which would inflate it
     to check it (a 1 MB deflated record can stand for a gigabyte: seconds of work)."""
     with zipfile.ZipFile(f) as zf:  # a passed file object is left open
+        if _foreign_names(zf.namelist()):
+            return _FOREIGN_ZIP
         for info in zf.infolist():
             if info.compress_type != zipfile.ZIP_STORED:
                 return (f"record '{info.filename}' is compressed (method {info.compress_type}); "
@@ -1626,6 +1646,8 @@ class Policy:
         agent = self.__dict__.get("agent")  # absent while copy or pickle rebuild an instance: no recursion
         if agent is None or name.startswith("__"):
             return None
+        if name == "save":  # SB3's model.save(path): here the run wrote the file already
+            return self._save_line()
         if name in self.DTYPE_ONLY:
             return self._dtype_line(name)
         if name in self.MODULE_ONLY:
@@ -1641,6 +1663,13 @@ class Policy:
                 and self.__dict__.get("obs_normalizer") is not None:
             return self._takes_obs_line(name)
         return None
+
+    def _save_line(self) -> str:
+        path = self.__dict__.get("path")
+        saved = f"{path} is the saved model" if path else "the run's checkpoints/step_*.pt (or best.pt) is the saved model"
+        return (f"{type(self).__name__}.save(): a policy is saved by its run as it trains: {saved}, and load(path) "
+                "reloads it (a run directory: its newest); copy that file to keep it (the run keeps only its newest "
+                "checkpoints), or export the network with policy.as_module()")
 
     def _dtype_line(self, name: str) -> str:
         head = f"{type(self).__name__}.{name}(): the policy is no torch.nn.Module and computes in float32"
@@ -1702,6 +1731,10 @@ class Policy:
         #: that its numbers are the run's eval.json's (load_policy sets them; None: the caller's kept)
         self.run_threads: Optional[int] = None
         self.run_flush_denormal: Optional[bool] = None
+        #: the space of the env's observations as the policy takes them (envs.spaces.tensor_space): a vector Box
+        #: as a flat float32 Box whatever dtype the env declared (a float64 or int Box is cast to float32; the
+        #: checkpoint records only the cast one), its declared shape in ``.declared`` where that is another;
+        #: an image Box and a Dict (its keys' own dtypes, float64 included) as the env declared them
         self.observation_space, self.action_space = observation_space, action_space
         self.device, self.path = torch.device(device), path
         #: the backend of the env the policy acts for ("native": a NativeEnv, whose step takes its actions
@@ -1712,10 +1745,12 @@ class Policy:
         # what a notebook cell shows: which run's policy this is, not an object address
         d = self.__dict__  # never through __getattr__, which refuses the Agent's names
         space = d.get("action_space")
-        if isinstance(space, gym.spaces.Discrete):
-            actions = f"Discrete({int(space.n)})"
+        if isinstance(space, gym.spaces.Discrete):  # gymnasium's own form: Discrete(3, start=1)
+            actions = f"Discrete({int(space.n)}" + (f", start={int(space.start)})" if int(space.start) else ")")
         elif isinstance(space, gym.spaces.MultiDiscrete):
-            actions = f"MultiDiscrete({np.asarray(space.nvec).tolist()})"
+            start = np.asarray(space.start)
+            actions = (f"MultiDiscrete({np.asarray(space.nvec).tolist()}"
+                       + (f", start={start.tolist()})" if start.any() else ")"))
         elif isinstance(space, gym.spaces.Box):
             actions = f"Box{tuple(space.shape)}"
         elif isinstance(space, gym.spaces.MultiBinary):  # gymnasium's own form: MultiBinary(6), MultiBinary((2, 3))
@@ -1737,6 +1772,22 @@ class Policy:
             self.obs_normalizer.eval()
         return self
 
+    def as_module(self) -> torch.nn.Module:
+        """The policy as one ``torch.nn.Module`` to deploy (proxima.export.PolicyModule): on the CPU, in eval
+        mode, with copies of the weights and of the frozen observation normalizer. ``module(obs)``, obs a tensor
+        (B, *obs_shape) (float32; uint8 for images; a Dict's keys packed (B, D) in the order of
+        ``observation_space``), gives the deterministic actions ``policy.act(obs)`` gives for that batch
+        (normalized, the network's mean or argmax, clamped to Box bounds, a Discrete/MultiDiscrete start
+        added, shaped and typed as the action space), with no checks of the values. For
+        ``torch.jit.trace(module, example)`` and ``torch.export.export(module, (example,))``; ``torch.jit.script``
+        does not take the network (docs/python_api.md, "Exporting the policy")."""
+        if self.observation_space is None or self.action_space is None:
+            raise ValueError("Policy.as_module: this policy was built without its observation and action spaces, which "
+                             "the module's input and output shapes come from; load(run_dir) one from its run")
+        from .export import PolicyModule
+
+        return PolicyModule(self)
+
     def check_env_spaces(self, env) -> None:
         """CheckpointError, one line naming the checkpoint, the spaces it was trained on and the env's,
         when ``env`` (a BatchedEnv, a gymnasium vector env or a single env) has another observation
@@ -1748,18 +1799,19 @@ class Policy:
         if self.observation_space is None or self.action_space is None:  # a policy built without spaces
             return
         env_obs, env_act = _single_space(env, "observation"), _single_space(env, "action")
+        name = _env_name(env)  # the env given, which need not be the policy's own
         if (_obs_signature(env_obs) == _obs_signature(self.observation_space)
                 and _action_signature(env_act) == _action_signature(self.action_space)):
-            differs = action_difference_line(self.path or "policy", self.env_id, env_act, self.action_space,
+            differs = action_difference_line(self.path or "policy", name, env_act, self.action_space,
                                              "evaluate it on the env it was trained on, or train a new run on this one")
             if differs:
                 raise EnvMismatchError(differs)
             return
-        stacked = old_frame_stack_line(self.path or "policy", self.env_id, self.observation_space, env_obs, "evaluate")
+        stacked = old_frame_stack_line(self.path or "policy", name, self.observation_space, env_obs, "evaluate")
         if stacked:
             raise EnvMismatchError(stacked)
         raise EnvMismatchError(f"{self.path or 'policy'}: trained on observations {describe_space(self.observation_space)} "
-                              f"and actions {describe_space(self.action_space)}; env '{self.env_id}' has "
+                              f"and actions {describe_space(self.action_space)}; env '{name}' has "
                               f"{describe_space(env_obs)} and {describe_space(env_act)}")
 
     def predict(self, observation, state=None, episode_start=None, deterministic: bool = False):
@@ -1769,7 +1821,26 @@ class Policy:
         policies keep no recurrent state, so a state given is refused rather than ignored."""
         if state is not None:
             raise ValueError("Policy.predict: state=... given, but this policy has no recurrent state; pass state=None")
+        self._check_container(observation, "predict")
         return self.act(observation, deterministic=deterministic), None
+
+    def _check_container(self, obs, method: str) -> None:
+        """ValueError, one line, for a tuple or list that holds dicts: Gymnasium's ``(obs, info)`` pair (what
+        ``env.reset()`` returns), or a list of Dict observations (numpy's 'inhomogeneous shape' and float()
+        errors named neither)."""
+        if not isinstance(obs, (tuple, list)) or not obs or not any(isinstance(o, dict) for o in obs):
+            return
+        space = self.__dict__.get("observation_space")
+        keys = set(space.spaces) if isinstance(space, gym.spaces.Dict) else set()
+        # an info dict shares no key with a Dict observation: (obs, info) whatever obs is
+        if isinstance(obs, tuple) and len(obs) == 2 and isinstance(obs[1], dict) and not (keys and keys <= set(obs[1])):
+            raise ValueError(f"Policy.{method}: obs is a (obs, info) pair as env.reset() returns it: pass obs "
+                             "(obs, info = env.reset())")
+        if keys and all(isinstance(o, dict) for o in obs):
+            raise ValueError(f"Policy.{method}: obs is a {type(obs).__name__} of {len(obs)} dicts: give one dict of "
+                             "stacked arrays ({key: (B, ...)}), {k: np.stack([o[k] for o in obs]) for k in obs[0]}")
+        raise ValueError(f"Policy.{method}: obs is a {type(obs).__name__} holding dicts; this policy takes "
+                         + ("one dict of arrays ({key: (B, ...)})" if keys else "an array or tensor of observations"))
 
     @torch.no_grad()
     def act(self, obs, deterministic: bool = True):
@@ -1788,6 +1859,7 @@ class Policy:
         a NaN/inf in float observations is a ValueError naming its row and column."""
         from .envs.spaces import ObsLayout, ObsPart, action_offset, env_actions, obs_layout, pack_numpy
 
+        self._check_container(obs, "act")  # before np.shape reads it
         if self.observation_space is not None:
             layout = obs_layout(self.observation_space, self.env_id)
         else:  # no space given: flat float vectors of whatever size comes
@@ -2111,6 +2183,14 @@ def check_finite_tensor(path, field: str, value) -> None:
         bad = int((~torch.isfinite(value)).sum())
         raise CheckpointError(f"{path}: {field} holds {bad} non-finite value(s) (NaN or inf) of {value.numel()}; "
                               "the checkpoint is damaged or was edited (an earlier checkpoint of the run may be intact)")
+
+
+def _env_name(env) -> str:
+    """What to call ``env`` in a line: its id (a BatchedEnv's env_id, a Gymnasium env's spec id), else its class."""
+    for name in (getattr(env, "env_id", None), getattr(getattr(env, "spec", None), "id", None)):
+        if isinstance(name, str) and name:
+            return name
+    return type(getattr(env, "unwrapped", env)).__name__
 
 
 def _single_space(env, kind: str):

@@ -78,7 +78,8 @@ def test_policy_accepts_its_own_env_and_other_box_bounds(run_dir):
         observation_space = gym.spaces.Box(0, 255, (2, 2, 1), np.uint8)
         action_space = gym.spaces.Discrete(2)
 
-    with pytest.raises(ckpt.CheckpointError, match=r"env 'CartPole-v1' has Box\(\.\.\., \(2, 2, 1\), uint8\) and Discrete\(2\)$"):
+    # the env given is named (its class: no spec id), not the policy's CartPole-v1
+    with pytest.raises(ckpt.CheckpointError, match=r"env 'Image' has Box\(\.\.\., \(2, 2, 1\), uint8\) and Discrete\(2\)$"):
         policy.check_env_spaces(Image())
 
 

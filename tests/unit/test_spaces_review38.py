@@ -229,7 +229,8 @@ def _policy(obs, act):
 
 
 def _env(obs, act):
-    return types.SimpleNamespace(single_observation_space=obs, single_action_space=act)
+    # a BatchedEnv of the policy's env id: check_env_spaces names the env given by its env_id
+    return types.SimpleNamespace(single_observation_space=obs, single_action_space=act, env_id="m:E")
 
 
 BOX2 = gym.spaces.Box(-1, 1, (2,), np.float32)
