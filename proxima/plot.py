@@ -512,16 +512,18 @@ _NOTED_CONFIGS: set = set()
 
 def run_config(run_dir: PathLike) -> dict:
     """The run's config.yaml as a dict ({} when absent, unreadable, or holding a YAML alias). A
-    FIFO at its name or a file over rundir.TEXT_MAX_BYTES is unreadable too (never waited on or
-    read whole), with one note on stderr naming it, as the curve is then labelled 'unknown'."""
+    FIFO at its name or a file over report.CONFIG_MAX_BYTES is unreadable too (never waited on or
+    parsed: PyYAML takes about 10 s a megabyte), with one note on stderr naming it, as the curve is
+    then labelled 'unknown'; plot_runs refuses such a file first (check_config_sizes)."""
     import yaml
 
     from .config import load_yaml
-    from .rundir import TEXT_MAX_BYTES, RunFileError, read_run_text
+    from .report import CONFIG_MAX_BYTES
+    from .rundir import RunFileError, read_run_text
 
     path = Path(run_dir) / "config.yaml"
     try:
-        cfg = load_yaml(read_run_text(path, TEXT_MAX_BYTES))
+        cfg = load_yaml(read_run_text(path, CONFIG_MAX_BYTES))
     except RunFileError as e:
         if str(path) not in _NOTED_CONFIGS:
             _NOTED_CONFIGS.add(str(path))
@@ -530,6 +532,19 @@ def run_config(run_dir: PathLike) -> dict:
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return {}
     return cfg if isinstance(cfg, dict) else {}
+
+
+def check_config_sizes(run_dirs: Sequence[PathLike]) -> None:
+    """PlotError with report.check_config_sizes's line (``RUN/config.yaml: 2,327,896 bytes, more than the 1,048,576 a
+    run writes there; ...``) for the first config.yaml of ``run_dirs`` (a population's members' too) over
+    report.CONFIG_MAX_BYTES, before any is parsed: one cap and one line for both commands."""
+    from .report import ReportError
+    from .report import check_config_sizes as check
+
+    try:
+        check(run_dirs)
+    except ReportError as e:
+        raise PlotError(str(e)) from None
 
 
 def run_setting(run_dir: PathLike) -> dict:
@@ -881,18 +896,18 @@ def population_curves(run_dir, metric: Optional[str] = None, x: str = "step", sm
     report marks its interval, and the band's legend entry says why.
     """
     from .population_report import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, FEW_CI_MEMBERS, MIN_CI_MEMBERS, Pool,
-                                    PopulationError, every_member_diverged, parts_of, read_settings, settings_of)
+                                    PopulationError, every_member_diverged, parts_of, settings_of)
 
     parts = parts_of(run_dir)
     shown = run_dir.spelled if isinstance(run_dir, Pool) else run_dir  # A+A2, as the command line gave it
     try:
         settings = settings_of(run_dir)
-        # a pool's members are all frozen when each population's are: its population.json says when and why
-        everyone = [every_member_diverged(d, read_settings(d)) for d in parts]
     except PopulationError as e:
         raise PlotError(str(e)) from None
-    if all(everyone):
-        raise PlotError(f"{shown}: no curve to draw: {everyone[0]}")
+    # a pool's line names each population's population.json, which says when and why
+    everyone = every_member_diverged(run_dir, settings)
+    if everyone:
+        raise PlotError(f"{shown}: no curve to draw: {everyone}")
     dirs = [d for s in settings for _, d in s.members]
     first = next((d for d in dirs if (d / "metrics.csv").is_file()), None)
     if first is None:
@@ -1024,10 +1039,10 @@ def pool_parts(d: PathLike) -> list[Path]:
     """The directories the argument ``d`` stands for, split as `proxima report` splits it
     (population_report.pool_groups): [A, A2] of ``A+A2`` (a pool, drawn as one population); [d] of an
     argument that names a path (``+`` and all) or holds no ``+``; [A] of ``A+A`` (a directory named twice is
-    that directory once)."""
-    from .population_report import pool_groups
+    that directory once); a population_report.Pool's directories (the pool `proxima report` read: its curve)."""
+    from .population_report import Pool, pool_groups
 
-    return pool_groups([d])[0]
+    return list(d.dirs) if isinstance(d, Pool) else pool_groups([d])[0]
 
 
 def read_plot_pool(parts: Sequence[Path], names: Sequence[str]):
@@ -1068,8 +1083,9 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: Optional[str] = None, x
     legend says so), as a population's legend names its members left out. ``labels``: {directory:
     its legend name} (``--label DIR=NAME``): a run's own line, a group's statistic (``NAME: mean of
     3 runs``; the group's runs labelled alike) or a population's panel title. ``metric`` None: default_metric.
+    A population_report.Pool among ``run_dirs`` (the pool a report read) is drawn as ``A+A2`` is, unread again.
     """
-    from .population_report import is_population
+    from .population_report import Pool, is_population
 
     if panels not in PANELS:
         raise PlotError(f"--panels {panels!r}: choose one of {', '.join(PANELS)}")
@@ -1077,13 +1093,16 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: Optional[str] = None, x
 
     if x not in X_COLUMNS:
         raise PlotError(f"--x {x!r}: choose one of {', '.join(X_COLUMNS)}")
-    args = unique_dirs(run_dirs)
-    groups = [pool_parts(d) for d in args]
+    # a Pool given stands as its spelling (A+A2), its directories its own (a name holding a + is not split again)
+    read = {Path(d.spelled): d for d in run_dirs if isinstance(d, Pool)}
+    args = unique_dirs([Path(d.spelled) if isinstance(d, Pool) else d for d in run_dirs])
+    groups = [pool_parts(read.get(d, d)) for d in args]
     flat = [d for g in groups for d in g]
     # two a/run, b/run: their paths, as the report's columns; a pool's populations named among all, as report's
     names = dict(zip(flat, run_names(flat)))
     # A+A2: its Pool, read and checked first (a refused pool is an error, never skipped); A+A is A, once
-    pools = {d: read_plot_pool(g, [names[p] for p in g]) for d, g in zip(args, groups) if len(g) > 1}
+    pools = {d: read.get(d) or read_plot_pool(g, [names[p] for p in g]) for d, g in zip(args, groups)
+             if len(g) > 1 or d in read}
     paths = unique_dirs([d if d in pools else g[0] for d, g in zip(args, groups)])
     populations = [d for d in paths if d in pools or is_population(d)]
     plain = [d for d in paths if d not in populations]
@@ -1091,7 +1110,7 @@ def collect_panels(run_dirs: Sequence[PathLike], metric: Optional[str] = None, x
     given = {Path(k).resolve(): str(v) for k, v in (labels or {}).items()}
     label_of = {d: given.get(d.resolve()) for d in paths}
     if not strict and populations:  # usable_runs checks the plain runs among themselves
-        check_metric_somewhere(_pooled_dirs(paths), metric)
+        check_metric_somewhere([p for d in paths for p in (pools[d].dirs if d in pools else [d])], metric)
     drawn: list[Panel] = []
     first_error: Optional[PlotError] = None
     if plain:
@@ -1337,9 +1356,9 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: Optional[str]
     (collect_panels). Returns the written path. Raises PlotError (nothing written) for a missing or
     foreign run directory, empty metrics or an unknown metric.
     """
-    from .population_report import STATISTICS
+    from .population_report import STATISTICS, Pool
 
-    if isinstance(run_dirs, (str, os.PathLike)):  # one directory, not its characters ('r', 'u', 'n', ...)
+    if isinstance(run_dirs, (str, os.PathLike, Pool)):  # one directory, not its characters ('r', 'u', 'n', ...)
         run_dirs = [run_dirs]
     if not run_dirs:
         raise PlotError("no run directories given")
@@ -1365,6 +1384,7 @@ def plot_runs(run_dirs: Sequence[PathLike], out: PathLike, metric: Optional[str]
     problem = path_problem(out, example="curve.png")
     if problem:
         raise PlotError(f"--out {out}: {problem}")
+    check_config_sizes(_pooled_dirs(run_dirs))  # before the labels parse any (a 2 MB one takes 20 s)
     if metric is None:
         metric = default_metric(_pooled_dirs(run_dirs))
     # read and check everything before drawing, so an error leaves no file behind
@@ -1501,7 +1521,8 @@ def expand_run_folders(run_dirs: Sequence[PathLike], notes: Optional[list] = Non
     not. Only the folder's own subfolders count (not deeper, nor hidden ones: .ipynb_checkpoints); a
     subfolder that itself holds runs (runs/acro/s1) is named in the note as skipped, with what to give
     instead. A folder with none is kept, for its error. The notes go to ``notes`` when given (the CLI
-    prints them once its flags are found good), else to stderr."""
+    prints them once its flags are found good), else to stderr. PlotError (check_config_sizes) for a run in a
+    folder whose config.yaml is too large to parse, before sweep_order would parse it."""
     from .population_report import is_population
 
     out = []
@@ -1518,6 +1539,7 @@ def expand_run_folders(run_dirs: Sequence[PathLike], notes: Optional[list] = Non
         if not inside:
             out.append(d)
             continue
+        check_config_sizes(inside)  # before sweep_order parses them
         inside = sweep_order(inside)
         pops = sum(is_population(c) for c in inside)
         what = (f"the {len(inside)} run director{'y' if len(inside) == 1 else 'ies'}" if not pops else
@@ -1603,8 +1625,11 @@ def run(args) -> int:
         sys.stderr.write(f"{prog}: error: --dpi {args.dpi}: must be a whole number from 1 to {MAX_DPI}\n")
         return 2
     notes: list = []
-    # `plot RUN RUN` is one run: its curve goes where one run's goes
-    run_dirs = unique_dirs(expand_run_folders(given, notes))
+    try:  # `plot RUN RUN` is one run: its curve goes where one run's goes
+        run_dirs = unique_dirs(expand_run_folders(given, notes))
+    except PlotError as e:  # a config.yaml too large to parse in a folder of runs
+        sys.stderr.write(f"{prog}: error: {printable(str(e))}\n")
+        return 2
     pooled = len(pool_parts(run_dirs[0])) > 1
     if len(run_dirs) == 1 and not pooled and not _is_run(run_dirs[0]):  # nor a folder of runs: expand_run_folders kept it
         sys.stderr.write(f"{prog}: error: {printable(str(run_dirs[0]))}: not a run directory (no metrics.csv), nor a "

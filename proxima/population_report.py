@@ -596,24 +596,36 @@ def diverged_text(entry) -> str:
 def every_member_diverged(run_dir, settings: list, when: str = "") -> Optional[str]:
     """``every member diverged (each one's iteration and cause: RUN/population.json; the first,
     m000-seed1, at iteration 1: non-finite loss, ...; try a lower --lr or --max-grad-norm)`` when
-    every member of ``settings`` (read_settings) diverged, else None. ``when``: words after "diverged"
-    (`` before the first checkpoint``). Plot, eval and report say this one line: with no member left,
+    every member of ``settings`` (settings_of ``run_dir``, a population directory or a Pool) diverged,
+    else None. A pool's line names each population's population.json and its first member as the
+    report names it (``A2/m000-seed6``), the earliest divergence of them all. ``when``: words after
+    "diverged" (`` before the first checkpoint``). Plot, eval and report say this one line: with no member left,
     what each would say of the first member (no rows, no checkpoint) hides why and what to change."""
-    members = [d for s in settings for _, d in s.members]
-    if not members or any(d.name not in s.diverged for s in settings for _, d in s.members):
+    members = [(s, d) for s in settings for _, d in s.members]
+    if not members or any(s.member_name(d) not in s.diverged for s, d in members):
         return None
-    path = Path(run_dir) / POPULATION_FILE
+    pooled = isinstance(run_dir, Pool)
+    paths = [Path(d) / POPULATION_FILE for d in parts_of(run_dir)]
+    records = []
+    for k, (path, name) in enumerate(zip(paths, run_dir.names if pooled else [None])):
+        try:  # the cause is only in the file; without it the line still says who and where to look
+            records += [(e["diverged"].get("iteration"), k, i, f"{name}/{e['dir']}" if pooled else e["dir"],
+                         e["diverged"].get("reason"))
+                        for i, e in enumerate(read_run_json(path)["member_dirs"])
+                        if isinstance(e, dict) and isinstance(e.get("diverged"), dict)]
+        except (RunFileError, OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
     first = ""
-    try:  # the cause is only in the file; without it the line still says who and where to look
-        records = [(e["diverged"].get("iteration"), i, e["dir"], e["diverged"].get("reason"))
-                   for i, e in enumerate(read_run_json(path)["member_dirs"])
-                   if isinstance(e, dict) and isinstance(e.get("diverged"), dict)]
-        it, _, name, reason = min(records, key=lambda r: (r[0] if isinstance(r[0], int) else math.inf, r[1]))
-        at = f" at iteration {it}" if isinstance(it, int) and not isinstance(it, bool) else ""
+    if records:
+        it, _, _, name, reason = min(records, key=lambda r: (r[0] if _is_count(r[0]) else math.inf, r[1], r[2]))
+        at = f" at iteration {it}" if _is_count(it) else ""
         first = f"; the first, {name},{at}" + (f": {reason}" if isinstance(reason, str) and reason else "")
-    except (RunFileError, OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
-    return f"every member diverged{when} (each one's iteration and cause: {path}{first})"
+    return f"every member diverged{when} (each one's iteration and cause: {', '.join(map(str, paths))}{first})"
+
+
+def _is_count(value) -> bool:
+    """Whether a population.json value is a whole number (an iteration), not a bool, a float or text."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def divergence_record(member_dir) -> Optional[dict]:
@@ -1145,8 +1157,7 @@ def _sources_text(run_dir: Path, doc: dict, rows: list) -> str:
     """``Final return per member: eval. Evaluated at step 3,200, over 20 episodes per member.``: the kind
     of final return of the population's rows, and when and over what it was measured."""
     kinds = {" / ".join(r["sources"]) for r in rows}  # "": a setting whose every member diverged, no source counted
-    every = [every_member_diverged(d, read_settings(d)) for d in parts_of(run_dir)] if kinds == {""} else [None]
-    everyone = "; ".join(every) if all(every) else None
+    everyone = every_member_diverged(run_dir, settings_of(run_dir)) if kinds == {""} else None
     if everyone:
         sources = f"Final return per member: none, as {everyone}."
     elif len(kinds) <= 1:
@@ -1781,10 +1792,11 @@ def shared_config(configs: dict, sweep: dict) -> tuple:
     return shared, differ
 
 
-def provenance_section(run_dir: Path, doc: dict) -> list:
+def provenance_section(run_dir: Path, doc: dict, shown: Optional[dict] = None) -> list:
     """The lines of a population report's "## Config and versions": population.json's command, seeds and
     sweep; the config the members share (each member's config.yaml, the fields equal in all of them,
-    less each one's seed and directory and the swept fields); the versions and machine of the first
+    less each one's seed and directory and the swept fields; ``shown``: {field: the cell shown in place of
+    its value}, a pool's ``backend: auto (native)``); the versions and machine of the first
     member's meta.json (members train in one process), with a note naming members whose versions or git
     commit differ from it. A file that cannot be read is named in a line, never fails the report: the
     table above it stands without it."""
@@ -1800,7 +1812,9 @@ def provenance_section(run_dir: Path, doc: dict) -> list:
     shared, differ = shared_config(configs, sweep)
     lines += [f"The config the members share (their `config.yaml`, the fields equal in all {len(present)} of "
               f"{len(dirs)} members; the seed, `run_dir` and swept fields are per member):", ""]
-    lines += _table(["field", "value"], [[_cell(k), v] for k, v in shared]) if shared else ["No config.yaml to read."]
+    shown = shown or {}
+    lines += (_table(["field", "value"], [[_cell(k), shown.get(k, v)] for k, v in shared]) if shared
+              else ["No config.yaml to read."])
     if differ:  # not swept, yet not one value: a population edited or assembled by hand
         lines += ["", f"- note: these fields are not swept yet differ between members: {', '.join(k for k, _ in differ)} "
                       "(each member's `config.yaml` has its own)."]
@@ -1856,14 +1870,44 @@ def _free_differences(pool: Pool) -> list:
             for key, by_name in values.items() if len(set(by_name.values())) > 1]
 
 
+def _pooled_backend(pool: Pool) -> tuple:
+    """({"backend": "auto (native)"} or {}, [note lines]) for a pool's shared config: read_pool compared
+    ``backend: auto`` as the backend each member built (_as_built), so the first population's ``auto`` is shown
+    with it, and populations that recorded it otherwise (``auto`` in A, ``native`` in A2) are named in a note."""
+    from .report import _md
+
+    recorded = {}  # population name -> the backend values its members' config.yaml hold
+    for d, name, doc in zip(pool.dirs, pool.names, pool.docs):
+        configs = [c for c in member_configs(Path(d), doc)[1].values() if c]
+        recorded[name] = list(dict.fromkeys(_value_text(c.get("backend")) for c in configs if "backend" in c))
+    member = next((m for st in pool.settings for _, m in st.members if m.parent == pool.dirs[0]), None)
+    if member is None or recorded.get(pool.names[0]) != ["auto"]:
+        return {}, []
+    from .report import ReportError, _read_yaml
+
+    try:
+        built = _as_built(member, _read_yaml(member / "config.yaml")).get("backend")
+    except ReportError:
+        return {}, []
+    if not isinstance(built, str) or built == "auto":  # an Atari id without a recorded backend: auto it stays
+        return {}, []
+    shown = {"backend": f"auto ({built})"}
+    spelled = {name: " or ".join(v) for name, v in recorded.items() if v}
+    if len(set(spelled.values())) < 2:
+        return shown, []
+    return shown, [f"- note: backend: {', '.join(f'{_md(v)} in {_md(name)}' for name, v in spelled.items())}; each "
+                   f"member built {_md(built)} (its `meta.json` `env_backend`), one setting."]
+
+
 def pool_provenance(pool: Pool) -> list:
     """provenance_section of a Pool: each population's command and seeds, then the first population's shared
     config (read_pool checked every member's equal to it but for the seed, run_dir and POOL_FREE_FIELDS, whose
-    differences a note names) and versions, with a note naming a population whose first member recorded other
-    versions or another git commit."""
+    differences a note names; ``backend: auto`` shown with the backend it built, _pooled_backend) and versions,
+    with a note naming a population whose first member recorded other versions or another git commit."""
     from .report import ReportError, _check_meta, _code, _command_cell, _git_code, _md, _read_json, _versions
 
-    lines = provenance_section(pool.dirs[0], pool.docs[0])
+    shown, backend_note = _pooled_backend(pool)
+    lines = provenance_section(pool.dirs[0], pool.docs[0], shown)
     parts = []
     for d, name, doc in zip(pool.dirs, pool.names, pool.docs):
         command = _command_cell(doc.get("command"))
@@ -1876,7 +1920,8 @@ def pool_provenance(pool: Pool) -> list:
     free = _free_differences(pool)
     lines[first:end] = parts + [f"- sweep: {_sweep_text(pool.docs[0].get('sweep'))}", "", shared] + (
         ["", "- note: fields that change no member's learning or measured return differ between the populations, "
-             f"pooled as they are (docs/populations.md): {'; '.join(free)}."] if free else [])
+             f"pooled as they are (docs/populations.md): {'; '.join(free)}."] if free else []) + (
+        [""] + backend_note if backend_note else [])
 
     def code_of(d: Path):
         member = next((m for st in pool.settings for _, m in st.members if m.parent == d), None)
@@ -1895,11 +1940,12 @@ def pool_provenance(pool: Pool) -> list:
 
 
 def _pool_curve_note(srcs: list) -> str:
-    """`` The curves are drawn per population: ...`` when a source is a Pool, whose table pools what its panels do not."""
+    """`` A pool's curves are drawn as ...`` when a source is a Pool: one panel of its own, each setting over the
+    union of its populations' members, as its table above pools them."""
     if not any(isinstance(s, Pool) for s in srcs):
         return ""
-    return (" The curves are drawn per population, one panel each, as `proxima plot` draws them; the table and "
-            "comparisons above pool the members of each pool's populations.")
+    return (" A pool's curves are drawn as `proxima plot A+A2` draws them: one panel per pool, each setting's curve and "
+            "band over the union of its populations' members, as the table above pools them.")
 
 
 def _ci_json(ci) -> Optional[list]:
@@ -1991,7 +2037,8 @@ def build_population_report(run_dir, out=None, threshold: Optional[float] = None
     make_folders(out, json_out)
     with Staging() as staging:  # the curve, the JSON and report.md renamed into place together, or none
         # the population's plot: one IQM curve with its 95% bootstrap band per setting
-        why = draw_curve(staging, parts_of(run_dir), curve, metric=metric, x=x, smooth=smooth)
+        # a pool's: one panel, each setting over the union of its populations' members, as `proxima plot A+A2` draws it
+        why = draw_curve(staging, [run_dir], curve, metric=metric, x=x, smooth=smooth)
         if why is None:
             name = resolved_metric(parts_of(run_dir)[0], metric)  # what was drawn: `--metric value_loss` drew losses/value_loss
             alt = f"learning curves: IQM over members of {name} with a 95% bootstrap CI, per setting"
@@ -2150,7 +2197,7 @@ def _write_with_curves(out: Path, json_out, run_dirs: list, text, tables: list, 
     make_folders(out, json_out)
     with Staging() as staging:
         flat = [d for src in run_dirs for d in parts_of(src)]
-        why = draw_curve(staging, flat, curve, metric=metric, x=x, smooth=smooth)
+        why = draw_curve(staging, run_dirs, curve, metric=metric, x=x, smooth=smooth)  # a pool: one panel, as plot's
         if callable(text):
             text = text(staging)
         if why is None:

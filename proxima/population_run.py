@@ -208,15 +208,24 @@ def other_members_line(run_dir: Path, line: str, seeds: Sequence[int], sweep: di
     members (other seeds or another sweep), whose advice to continue it (--resume auto, resume='auto') would
     only refuse these members (check_same_members): instead, for the same sweep, how to train the seeds it
     lacks beside it and pool the two (docs/populations.md, More seeds), else another directory; --overwrite
-    (overwrite=True) in both. Any other line (a directory in use, holding a single run, or these very
-    members, which a resume continues) as it is."""
+    (overwrite=True) in both. A directory holding a single run that wrote a checkpoint, whose --resume auto
+    refuses --seeds/--sweep (_resume_target): another --run-dir or --overwrite (train_population's own line,
+    rundir._not_empty_python, already says so). Any other line (a directory in use, or these very members,
+    which a resume continues) as it is."""
     import shlex
 
-    from .signals import from_python
+    from .signals import from_python, resume_advice
 
     listed, sep, _ = line.partition("...): ")
     if not sep or not line.startswith(f"{run_dir} is not empty (") or not ckpt.list_checkpoints(run_dir):
         return line
+    if not is_population_dir(run_dir):
+        if from_python():
+            return line
+        resume, how = resume_advice(run_dir)
+        return (f"{listed}...): it holds a single run, which --resume auto does not continue as a population "
+                f"(`{resume}`{how} continues it alone); choose another --run-dir for the population, or start over "
+                "with --overwrite (the old directory is moved aside)")
     try:
         doc = read_population_doc(run_dir)
     except ckpt.CheckpointError:
@@ -1679,7 +1688,9 @@ def _resume_target(args, cfg: PPOConfig) -> Optional[tuple]:
     run_dir = Path(run_dir)
     if ckpt.list_checkpoints(run_dir):
         if not is_population_dir(run_dir):
-            raise ConfigError(f"--resume auto: {run_dir} holds a single run, not a population; drop --seeds/--sweep to resume it")
+            raise ConfigError(f"--resume auto: {run_dir} holds a single run, not a population; drop --seeds/--sweep to resume "
+                              "it, or choose another --run-dir for the population (or start over there with --overwrite "
+                              "in place of --resume auto: the run is moved aside)")
         return run_dir, None
     return None
 

@@ -123,9 +123,10 @@ def _read_yaml(path: Path) -> dict:
 
 def check_config_sizes(run_dirs: Sequence) -> None:
     """ReportError naming the first config.yaml of ``run_dirs`` (and of each population's members) over
-    CONFIG_MAX_BYTES, in _read_yaml's line, before any is parsed: the curve's labels (plot.run_config)
-    read them first, within rundir.TEXT_MAX_BYTES. Only their sizes: what else is wrong with a file (or
-    population.json) is its reader's to say."""
+    CONFIG_MAX_BYTES, in _read_yaml's line, before any is parsed: the curve's labels (plot.run_config, which
+    reads them within the same cap) read them first. `proxima plot` refuses with this line too
+    (plot.check_config_sizes). Only their sizes: what else is wrong with a file (or population.json) is its
+    reader's to say."""
     from .population_report import POPULATION_FILE, is_population
     from .population_run import is_plain_name
     from .rundir import read_run_json

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from proxima import rundir
+from proxima import report, rundir
 from proxima.logger import CSV_COLUMNS, drop_events_after, logged_past, read_csv_lines, truncate_csv
 from proxima.plot import PlotError, read_metrics
 from tests.cli_helpers import one_error_line, run_main, snapshot
@@ -85,18 +85,21 @@ def test_a_run_text_file_over_its_cap_is_one_line_for_report(tmp_path, capsys, n
     before = _listing(run)
     code, _, err = run_main(["report", str(run), "--episodes", "0"], capsys)
     assert code == 2
+    cap = report.CONFIG_MAX_BYTES if name == "config.yaml" else rundir.TEXT_MAX_BYTES  # a config.yaml's is 1 MiB
     assert one_error_line(err, "proxima report") == (f"{run / name}: {rundir.TEXT_MAX_BYTES + 1:,} bytes, more than the "
-                                                     f"{rundir.TEXT_MAX_BYTES:,} a run writes there; the run directory was "
+                                                     f"{cap:,} a run writes there; the run directory was "
                                                      "damaged or edited")
     assert _listing(run) == before
 
 
-def test_plot_draws_a_run_whose_config_yaml_is_over_its_cap_as_env_unknown(tmp_path, capsys):
+def test_plot_refuses_a_run_whose_config_yaml_is_over_its_cap_with_reports_line(tmp_path, capsys):
     run = _write_run(tmp_path / "run")
     _replace_with_sparse(run / "config.yaml", rundir.TEXT_MAX_BYTES + 1)
     code, _, err = run_main(["plot", str(run), "--out", str(tmp_path / "c.png")], capsys)
-    assert code == 0 and (tmp_path / "c.png").is_file(), err
-    assert f"{run / 'config.yaml'}: {rundir.TEXT_MAX_BYTES + 1:,} bytes, more than" in err and "env 'unknown'" in err
+    assert code == 2 and not (tmp_path / "c.png").exists()
+    assert one_error_line(err, "proxima plot") == (f"{run / 'config.yaml'}: {rundir.TEXT_MAX_BYTES + 1:,} bytes, more "
+                                                   f"than the {1 << 20:,} a run writes there; the run directory was "
+                                                   "damaged or edited")  # report.CONFIG_MAX_BYTES, report's line
 
 
 # ------------------------------------------------------------------------------------ metrics.csv
