@@ -69,7 +69,7 @@ def __dir__():
 
 def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True,
           overwrite: bool = False, env_id: Optional[str] = None, trust_run: bool = False, overrides: Optional[dict] = None,
-          sources: Optional[dict] = None, callback: Optional[Callable] = None):
+          sources: Optional[dict] = None, callback: Optional[Callable] = None, **unexpected):
     """Train PPO; return (run_dir: pathlib.Path, policy): the run's policy as load(run_dir) gives it
     (``policy.agent`` is the network). Details: proxima.trainer.train.
 
@@ -102,7 +102,13 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
         ranks but not on rank 0 is a ConfigError on every rank.
     argv, overrides, sources: the command line's (what it typed, and where each value came from); None
         from Python.
+    **unexpected: no other keyword is taken; ``env=`` (an env object, as SB3's PPO takes one) is a TypeError
+        line saying that the run builds its envs from ``config.env_id`` and which id to give.
     """
+    if unexpected:  # env=MyEnv(), as SB3 takes one: before config checks, whose lines would miss the point
+        from .trainer import unexpected_train_argument
+
+        raise TypeError(unexpected_train_argument(unexpected))
     # a leading ~ is the caller's home (no shell expanded it): never a directory named '~' in the cwd
     run_dir = _expand_home(run_dir)
     resume = _expand_home(resume) if not (isinstance(resume, str) and resume == "auto") else resume

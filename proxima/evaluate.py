@@ -210,7 +210,9 @@ def evaluate(policy, episodes: Optional[int] = None, deterministic: bool = True,
     in gymnasium.wrappers.NormalizeObservation, whose statistics started afresh for the evaluation (so the
     policy saw other inputs than in training: normalizer_note), ``env_rewards_scaled`` (True) when the returns are
     of rewards the env's own gymnasium.wrappers.NormalizeReward scaled, with no RecordEpisodeStatistics inside it to
-    record the game's (rewards_scaled_note), ``env_kwargs`` when the env was given other
+    record the game's (rewards_scaled_note), ``success_rate`` when the env reported info["is_success"] at the end of
+    episodes (its mean over those, read as training reads it for charts/success_rate; ``success_episodes``: how many,
+    when not all did: success_fields), ``env_kwargs`` when the env was given other
     constructor arguments than the run's (given_env_kwargs), and ``unfinished`` when some episodes had not
     ended after ``max_steps`` steps: those count as cut there, with their return so far, as a time
     limit would cut them; leaving them out would keep only the short episodes. ``seed`` seeds the envs
@@ -316,14 +318,17 @@ def _evaluate(policy, episodes: int, deterministic: bool, seed: int, backend: st
             devices = [policy.device] if policy.device.type == "cuda" else []
             with torch.random.fork_rng(devices=devices):  # stochastic actions drawn from ``seed``'s stream
                 torch.manual_seed(seed)
+                successes = [None] * episodes
                 returns, lengths, finished = first_episodes(env, obs, lambda o: policy.batched_act(o, deterministic=deterministic),
                                                             max_steps, before_step=recorder.before_step if recorder else None,
-                                                            env_id=policy.env_id, env_kwargs=eval_env_kwargs(policy), stop=stop)
+                                                            env_id=policy.env_id, env_kwargs=eval_env_kwargs(policy), stop=stop,
+                                                            successes=successes)
         finally:
             env.close()
         # what ran, recorded with the numbers: the seed and the backend each change the episodes played
         result = summarize(policy.env_id, returns, lengths, deterministic, finished, max_steps, seed=seed,
                            backend=built_backend(policy.env_id, backend, eval_env_kwargs(policy)))
+        result.update(success_fields(successes))
         if "NormalizeObservation" in (getattr(env, "normalize_wrappers", None) or []):
             # the env's own wrapper normalized the observations with statistics that started afresh here, not
             # the training's: the policy saw other inputs than it trained on, and the numbers say less
@@ -483,14 +488,17 @@ def make_eval_env(policy, episodes: int, backend: str, seed: int, render_mode: O
         # episode (EnvPool still builds with episodic_life, whose reset presses FIRE, and the step hides those ends)
         # EnvPool seeds its envs only as it builds them: built with the seed its reset takes (reset_seed), built once
         build_seed = pool_seed(seed) if built_backend(policy.env_id, backend, kwargs) == "envpool" else seed
-        return make_env(policy.env_id, episodes, device=policy.device, backend=backend, seed=build_seed,
-                        render_mode=render_mode, training=False, env_kwargs=kwargs)
+        env = make_env(policy.env_id, episodes, device=policy.device, backend=backend, seed=build_seed,
+                       render_mode=render_mode, training=False, env_kwargs=kwargs)
     except EnvError as e:
         caused = any(word in str(e) for word in [*kwargs, "argument"]) if kwargs else False  # by the kwargs, not a missing module
         if not caused or not getattr(policy, "env_kwargs_recorded", True):
             raise
         raise EnvError(f"{e} (env kwargs {json.dumps(kwargs)} recorded in {policy.path or 'the checkpoint'}; give others "
                        "with --env-kwargs JSON, or --env-kwargs '{}' for none)") from None
+    if hasattr(env, "success_column"):  # a GymnasiumEnv: its note on an unusable info["is_success"] names what it feeds here
+        env.success_column = "the evaluation's success_rate"
+    return env
 
 
 def built_backend(env_id: str, backend: str, env_kwargs) -> str:
@@ -518,6 +526,13 @@ def check_eval_fits(policy, episodes: int, backend: str, env_kwargs) -> None:
     if free is not None and need > free:
         raise EnvError(f"--episodes {episodes:,}: the evaluation builds one env per episode, ~{human_bytes(need)} on "
                        f"{policy.device}, {human_bytes(free)} free; lower --episodes")
+
+
+#: how a Gymnasium env of the user's (module:Class) renders the frames of a video, as base.NativeEnv.render says it
+#: for a native env
+RENDER_HOW = ("; to record it, declare metadata = {'render_modes': ['rgb_array'], 'render_fps': 30} on its class, take "
+              "render_mode=None in __init__ (self.render_mode = render_mode) and return an (H, W, 3) uint8 array from "
+              "render() when it is 'rgb_array'")
 
 
 class FrameRecorder:
@@ -548,7 +563,7 @@ class FrameRecorder:
             raise VideoError(f"--video {video}: {e}; evaluate without --video") from None
         if first is None:
             raise VideoError(f"--video {video}: env '{env_id}' renders no frames (no render_mode='rgb_array' "
-                             "support); evaluate without --video")
+                             f"support){RENDER_HOW if ':' in str(env_id) else ''}; evaluate without --video")
         try:  # before the episodes, not after them
             check_frame(first)
         except VideoError as e:
@@ -593,7 +608,8 @@ class FrameRecorder:
 
 
 def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None, env_id: Optional[str] = None,
-                   env_kwargs: Optional[dict] = None, env_name=None, stop: Optional[Callable[[], bool]] = None) -> tuple:
+                   env_kwargs: Optional[dict] = None, env_name=None, stop: Optional[Callable[[], bool]] = None,
+                   successes: Optional[list] = None) -> tuple:
     """Step ``env`` (from ``obs``) with ``act(obs) -> action`` (the agent's actions: Discrete indices from 0,
     the env's ``action_offset`` added here) until every env finished its first
     episode or ``max_steps`` steps ran; returns (returns float64 (N,), lengths int64 (N,), finished
@@ -608,7 +624,9 @@ def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None
     default ``env n``) and the evaluation step; with ``env_id`` the line ends with the check-env
     command (``env_kwargs``: the env's). Values after an env's first episode count for nothing and are
     not judged. Checked on the device each step and read with the per-step "all finished?" read.
-    ``stop``: checked before each step; true raises EvaluationStopped."""
+    ``stop``: checked before each step; true raises EvaluationStopped. ``successes``: a list of N, whose item i
+    becomes env i's first episode's info["is_success"] at its last step as a float in [0, 1] where the env
+    reported a usable one (a GymnasiumEnv's ``episode_successes``, training's parsing), None left otherwise."""
     n = obs.shape[0]
     returns = torch.zeros(n, dtype=torch.float64, device=env.device)
     lengths = torch.zeros(n, dtype=torch.int64, device=env.device)
@@ -638,6 +656,12 @@ def first_episodes(env, obs: torch.Tensor, act, max_steps: int, before_step=None
             ending &= info["episode_length"] > 0
             returns = torch.where(ending, info["episode_return"].to(torch.float64), returns)
             lengths = torch.where(ending, info["episode_length"].to(torch.int64), lengths)
+        reported = getattr(env, "episode_successes", None) if successes is not None else None
+        if reported:  # a host read only at a step where an episode reported is_success
+            first = ending.tolist()
+            for i, value in reported.items():
+                if first[i]:
+                    successes[i] = value
         finished |= ending
         bad_obs = ~finished & ~_finite_rows(obs)  # acted on at the next step
         all_done, broken = torch.stack((finished.all(), bad_reward.any() | bad_obs.any())).tolist()  # one host read a step
@@ -714,6 +738,29 @@ def summarize(env_id: str, returns: torch.Tensor, lengths: torch.Tensor, determi
     if unfinished:
         out["unfinished"] = unfinished
     return out
+
+
+def success_fields(successes: list) -> dict:
+    """``{"success_rate": ...}``, the mean of the first episodes' info["is_success"] (first_episodes'
+    ``successes``) over those that reported one, with ``success_episodes`` (how many) when not every episode
+    did; ``{}`` when none did (an env that never reports it, as charts/success_rate is blank for it)."""
+    values = [v for v in successes if v is not None]
+    if not values:
+        return {}
+    out = {"success_rate": float(sum(values) / len(values))}
+    if len(values) < len(successes):
+        out["success_episodes"] = len(values)
+    return out
+
+
+def success_note(result: dict) -> str:
+    """``; success rate 0.80`` (``... over the 5 episodes that reported it``) for a result with a
+    ``success_rate`` (success_fields), else ""."""
+    rate, k = result.get("success_rate"), result.get("success_episodes")
+    if not isinstance(rate, (int, float)) or isinstance(rate, bool):
+        return ""  # none reported, or an eval.json edited by hand
+    over = f" over the {episodes_words(k)} that reported info['is_success']" if _is_int(k) else ""
+    return f"; success rate {rate:.2f}{over}"
 
 
 def current_eval(run_dir, global_step: int, episodes: int) -> Optional[dict]:
@@ -851,7 +898,7 @@ def format_result(result: dict, step: Optional[int] = None) -> str:
     kwargs = f" (env kwargs {json.dumps(given, default=repr)})" if isinstance(given, dict) else ""
     line = (f"{result['env_id']}{kwargs}: {result['mean_return']:.2f} +- {result['std_return']:.2f}{at} over "
             f"{episodes_words(result['episodes'])} ({mode})")
-    return line + unfinished_note(result) + normalizer_note(result) + rewards_scaled_note(result)
+    return line + success_note(result) + unfinished_note(result) + normalizer_note(result) + rewards_scaled_note(result)
 
 
 #: where the caveat of an env's own NormalizeObservation is explained

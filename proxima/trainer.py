@@ -1205,7 +1205,7 @@ def _count(value: float):
 # ------------------------------------------------------------------------------------------------
 def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, quiet: bool = False, evaluate_at_end: bool = True,
           overwrite: bool = False, env_id: Optional[str] = None, trust_run: bool = False, overrides: Optional[dict] = None,
-          sources: Optional[dict] = None, callback: Optional[Callable] = None):
+          sources: Optional[dict] = None, callback: Optional[Callable] = None, **unexpected):
     """Train PPO. Returns (run_dir, policy): a TrainedPolicy, which acts on raw observations as
     ``load(run_dir)`` does (the run's frozen observation normalizer applied); ``policy.agent`` is the
     trained network. ``run_dir`` is a Path in the form the caller named the directory (``run_dir``,
@@ -1255,10 +1255,14 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
     but reported by rank 0 alone (distributed.DistContext.from_main).
     """
     from . import distributed
+    from .envs.gym_adapter import reset_success_note
     from .run_setup import diagnose_failure, resolve_start
     from .rundir import RunSession
     from .signals import WORKERS_ENDED
 
+    if unexpected:  # env=MyEnv() (SB3's PPO(policy, env)): one line saying what names the env instead
+        raise TypeError(unexpected_train_argument(unexpected))
+    reset_success_note()  # an unusable info["is_success"] is noted once a run, its end-of-run evaluation included
     if config is not None and not isinstance(config, PPOConfig):
         validate(config)  # its one line for train(dict) or train("CartPole-v1"), not an AttributeError mid-setup
     if isinstance(config, PPOConfig) and not isinstance(config.env_id, str):  # before a run directory is named after it
@@ -1452,6 +1456,26 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
         for release in reversed(held):
             release()
     return _as_named(out_dir, named), trained_policy(trainer)
+
+
+def unexpected_train_argument(unexpected: dict) -> str:
+    """The line refusing keyword arguments train() does not take: for ``env=`` (an env object, class or
+    factory, as SB3's PPO takes one), what names the env instead and why; else Python's own words."""
+    if "env" not in unexpected:
+        return f"train() got an unexpected keyword argument {next(iter(unexpected))!r}"
+    env = unexpected["env"]
+    import inspect
+
+    spec_id = getattr(getattr(env, "spec", None), "id", None)
+    cls = env if inspect.isclass(env) or inspect.isfunction(env) else type(getattr(env, "unwrapped", env))
+    module = cls.__module__ if cls.__module__ != "__main__" else "its_module"  # a script's class: moved to a module
+    named = (repr(spec_id) if isinstance(spec_id, str) and not inspect.isclass(env)
+             else f"'{module}:{cls.__qualname__}'" if "<" not in cls.__qualname__ else "'module:ClassName'")
+    given = (f"the class {env.__qualname__}" if inspect.isclass(env) else f"the function {env.__qualname__}"
+             if inspect.isfunction(env) else f"a {type(env).__name__}")
+    return (f"train() takes no env= ({given}): Proxima builds num_envs copies of the env itself and records "
+            f"its id in the run to resume and evaluate it, so name it: PPOConfig(env_id={named}), a gymnasium.Env "
+            "class or registered id, or 'module:function' of a factory that returns one env")
 
 
 def env_id_refusal(env_id) -> str:
@@ -1931,9 +1955,14 @@ def _note_built_env(cfg: PPOConfig, obs=None, box_note: bool = True) -> None:
 
 def _note_action_scale(env_id: str, action_space) -> None:
     """A note on stderr when a Box action space is far from the policy's unit scale (spaces.action_scale_note)."""
+    from .envs.gym_adapter import native_only, user_native_class
     from .envs.spaces import action_scale_note
 
-    note = action_scale_note(action_space)
+    try:  # a torch-native env (no gymnasium.Env to wrap) gets the fix without the RescaleAction factory
+        gymnasium_env = not native_only(env_id) and user_native_class(env_id, imported_only=True) is None
+    except Exception:  # noqa: BLE001 - a note never stops the run
+        gymnasium_env = False
+    note = action_scale_note(action_space, env_id if gymnasium_env else None)
     if note:
         print(f"proxima: note: env '{env_id}': {note}", file=sys.stderr)
 

@@ -94,7 +94,12 @@ the ``spaces: ...`` line a new run of the env prints (:func:`run_spaces_line`: s
 hidden sizes and activation of the env's preset, presets.resolve), for the env already built.
 
 ``reset`` is called as Gymnasium's vector envs call it, ``reset(seed=s, options=None)``: a reset
-without an ``options`` parameter is a ``reset`` violation (``proxima train`` could not reset it).
+without an ``options`` or ``seed`` parameter (gym 0.21's ``def reset(self)``) is a ``reset`` violation
+(``proxima train`` could not reset it) whose fix is gym_adapter.RESET_FIX.
+
+An env none of whose episodes ended within --steps (terminated and truncated never true) is not
+counted as passing ``autoreset``: reset() is still called mid-episode (as ``reset``) and the note
+says what to change (a TimeLimit, or terminated that can become true), as for a native env.
 """
 
 from __future__ import annotations
@@ -103,7 +108,6 @@ import argparse
 import contextlib
 import copy
 import numbers
-import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -113,12 +117,12 @@ import numpy as np
 import torch
 
 from ..check_env_cli import CHECK_STEPS, MAX_CHECK_STEPS
-from ..config import MAX_SEED, install_hint
+from ..config import MAX_EVAL_STEPS, MAX_SEED, install_hint
 from .base import EnvError
 from .gym_adapter import (EXIT_FIX, F32_MAX, FLAG_RULE, NORMALIZE_WRAPPERS, REWARD_RULE, is_flag, TENSOR_FIX, Float64Spread, _extra_for,
                           beyond_float32, creator_error, exit_text, float64_spread_note, spread_dtype, int_range_fault, kind_casts,
                           native_only, normalize_wrappers, build_user_native, user_native_class, normalize_wrappers_note, number_text, resolve_env_fn,
-                          missing_kwarg_hint, tensor_numpy, unknown_kwarg_line, user_frame)
+                          missing_kwarg_hint, tensor_numpy, unknown_kwarg_line, user_frame, RESET_FIX, RESET_KWARG, time_limit_of)
 from .spaces import (action_scale_note, check_spaces, image_layout, image_note, obs_layout, pixels_fix, proxima_action_space,
                      spaces_line, spaces_summary, uint8_pixels)
 from ..terminal import printable
@@ -144,8 +148,6 @@ RESUME_STEPS = 20
 #: astype would wrap, naming where
 _DTYPE_HEAD, _DTYPE_WRAPS = "obs dtype: head", "obs dtype: wraps"
 
-#: a reset() without an ``options`` parameter, as Python words the TypeError
-_NO_OPTIONS = re.compile(r"unexpected keyword argument 'options'")
 
 #: every check, in report order (documented in the module docstring).
 ALL_CHECKS = (
@@ -570,12 +572,17 @@ class _Checker:
             try:
                 out = env.reset(**kw, options=None) if "seed" in kw and self.takes_options else env.reset(**kw)
             except TypeError as e:
-                if "seed" not in kw or not self.takes_options or not _NO_OPTIONS.search(str(e)):
+                missing = RESET_KWARG.search(str(e)) if "seed" in kw and self.takes_options else None
+                if missing is None:
                     raise
+                expected = (f"reset(seed={kw['seed']}, options=None) to work, as Gymnasium's vector envs (and so "
+                            "proxima train) call it")
+                fix = f"{_exc(e)} (declare the parameters: {RESET_FIX})"
+                if missing.group(1) == "seed":  # gym 0.21's reset(self): nothing seeds it, so nothing after it is checked
+                    self.bad("reset", expected, fix)
+                    return False, None
                 self.takes_options = False
-                self.bad("reset", f"reset(seed={kw['seed']}, options=None) to work, as Gymnasium's vector envs (and so "
-                         "proxima train) call it",
-                         f"{_exc(e)} (declare the parameter: def reset(self, *, seed=None, options=None))")
+                self.bad("reset", expected, fix)
                 out = env.reset(**kw)
         except (Exception, SystemExit) as e:  # a sys.exit() in reset is its violation, not check-env's end
             expected = "reset() works again after an episode ends" if check == "autoreset" else f"{call} returns (obs, info)"
@@ -849,13 +856,7 @@ class _Checker:
         self.check_resume(env, n, act_space)
         self.check_member_streams(env, n, act_space)
         if self.steps and not ended:
-            limit = getattr(env, "max_episode_steps", None)
-            # more steps reach a time limit beyond them; with none, only the env's own termination can end one
-            advice = (f"give --steps above {limit}" if isinstance(limit, int) and not isinstance(limit, bool) and limit > self.steps
-                      else "give more --steps" if limit else
-                      "no time limit: set max_episode_steps, or check that terminated can become true")
-            self.notes.append(f"no episode ended in {self.steps} steps (max_episode_steps = {limit!r}): autoreset was not "
-                              f"checked; {advice}")
+            self.notes.append(no_episode_ended_note(self.steps, getattr(env, "max_episode_steps", None)))
 
     def check(self, env: gym.Env) -> None:
         obs_space = getattr(env, "observation_space", None)
@@ -871,7 +872,7 @@ class _Checker:
         self.ok("spaces declared")
         self.obs_space, self.act_space = obs_space, act_space
         self.notes = list(_image_notes(obs_space))
-        scale = action_scale_note(proxima_action_space(act_space, env))  # a ClipAction's: the Box it clips to
+        scale = action_scale_note(proxima_action_space(act_space, env), self.target)  # a ClipAction's: the Box it clips to
         if scale:
             self.notes.append(scale)
         wrapped = normalize_wrappers(env)
@@ -936,9 +937,10 @@ class _Checker:
                     return
                 episode, ep_step = episode + 1, 0
         if ended == 0:  # no episode ended within the budget: still check that reset() mid-episode and a step work
-            ok, _ = self.do_reset(env, "autoreset", f"after {self.steps} steps")
+            ok, _ = self.do_reset(env, "reset", f"after {self.steps} steps")  # not autoreset: no episode ended
             if not ok or self.do_step(env, "at the first step after reset()") is None:
                 return
+            self.notes.append(no_episode_ended_note(self.steps, time_limit_of(env), gymnasium=True))
         if "reset determinism" not in self.found:  # a reset that differs: the same cause and fix, reported once
             with frozen_normalizers(env) as unfrozen:
                 if not unfrozen:
@@ -1191,6 +1193,25 @@ def step_returns_violation(out: Any, where: str) -> Optional[Violation]:
     elif n == 4:
         got += ": the old gym API (obs, reward, done, info); return terminated and truncated instead of done"
     return Violation("step returns", "5 values (obs, reward, terminated, truncated, info)", got)
+
+
+def no_episode_ended_note(steps: int, limit, gymnasium: bool = False) -> str:
+    """The note for an env none of whose episodes ended in check-env's ``steps``: autoreset went unchecked,
+    and an env that never ends one runs train's final evaluation into its step cap. ``limit``: the env's
+    max_episode_steps (a Gymnasium env's TimeLimit), None where it has none."""
+    # more steps reach a time limit beyond them; with none, only the env's own termination can end one
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > steps:
+        advice = f"give --steps above {limit}"
+    elif limit:
+        advice = "give more --steps"
+    elif gymnasium:
+        advice = ("no time limit: give more --steps if its episodes end later, else wrap it in gymnasium.wrappers."
+                  "TimeLimit(env, max_episode_steps=N) in a module:function factory (or gymnasium.register it with "
+                  "max_episode_steps), or check that terminated can become true "
+                  f"(an episode that never ends plays train's final evaluation to its {MAX_EVAL_STEPS:,}-step cap)")
+    else:
+        advice = "no time limit: set max_episode_steps, or check that terminated can become true"
+    return f"no episode ended in {steps} steps (max_episode_steps = {limit!r}): autoreset was not checked; {advice}"
 
 
 def check_env(target: str, steps: int = CHECK_STEPS, seed: int = 0, env_kwargs: Optional[dict] = None) -> list[Violation]:

@@ -415,7 +415,9 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
             if callable(env) and not isinstance(env, gym.Env):
                 raise EnvError(thunk_line(env_id, env))
             if not isinstance(env, gym.Env):
-                raise EnvError(f"'{env_id}' did not return a gymnasium.Env (got {type(env).__name__})")
+                vector = ("; return one env: Proxima builds --num-envs copies itself (--vector async for subprocesses)"
+                          if isinstance(env, gym.vector.VectorEnv) else "")
+                raise EnvError(f"'{env_id}' did not return a gymnasium.Env (got {type(env).__name__}){vector}")
             return env
 
         return make_user_env
@@ -424,6 +426,9 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
 
         if env_id in NATIVE_ENVS:  # reached the adapter by --backend gymnasium, or by --env-kwargs under auto
             raise EnvError(native_only_line(env_id, env_kwargs))
+        module_hint = _module_id_hint(env_id)
+        if module_hint is not None:  # `proxima check-env myenvs`: the module of the env, not an id
+            raise EnvError(f"unknown env id '{env_id}'; {module_hint}")
         close = difflib.get_close_matches(env_id, sorted(suggestable_ids(env_id)), n=3, cutoff=0.6)
         # an id the user's own module registers is only in the registry once that module is imported:
         # in a process that has not (the command line), naming the module is the fix, typo or not (MyWalk-v0
@@ -435,6 +440,41 @@ def resolve_env_fn(env_id: str, render_mode: Optional[str] = None, env_kwargs: O
         raise EnvError(f"unknown env id '{env_id}'{hint}")
 
     return _make_registered(env_id, kwargs)
+
+
+def _module_id_hint(env_id: str) -> Optional[str]:
+    """For an env id that is the name of an importable top-level module (``myenvs``, found beside the user
+    or on sys.path, nothing imported: its source is read, not run): what to give instead, ``myenvs:ClassName``
+    with the public env classes it defines (its classes whose bases end in Env or Wrapper, or are such a class
+    of its own). None for any other id."""
+    import ast
+    from importlib.machinery import PathFinder
+
+    if not env_id.isidentifier():
+        return None
+    try:
+        spec = PathFinder.find_spec(env_id, [os.getcwd(), *sys.path])
+    except Exception:  # noqa: BLE001 - an odd sys.path entry: no hint, the usual line
+        return None
+    origin = getattr(spec, "origin", None)
+    if spec is None or not isinstance(origin, str) or not origin.endswith(".py"):
+        return None
+    envs: list = []
+    try:
+        with open(origin, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                bases = [ast.unparse(b).rpartition(".")[2] for b in node.bases]
+                if any(b in envs or (b.endswith(("Env", "Wrapper")) and b != "VectorEnv") for b in bases):
+                    envs.append(node.name)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        envs = []
+    envs = [name for name in envs if not name.startswith("_")]  # a private base class is no env to train
+    head = f"'{env_id}' is a module ({origin}), not an env id: name the env class in it, {env_id}:ClassName"
+    if envs:
+        return f"{head}, e.g. {shlex.quote(f'{env_id}:{envs[0]}')} (its env classes: {', '.join(envs)})"
+    return f"{head}, or a factory function that returns one env, {env_id}:function"
 
 
 def env_names(module, module_name: str) -> list:
@@ -1072,8 +1112,9 @@ class EnvCalls(gym.Wrapper):
         at = user_frame(e)
         message = " ".join(str(e).split())
         hint = ""
-        if isinstance(e, TypeError) and when.startswith("reset") and "unexpected keyword argument 'options'" in message:
-            hint = "; reset() must take options, as Gymnasium's vector envs call it: def reset(self, *, seed=None, options=None)"
+        missing = RESET_KWARG.search(message) if isinstance(e, TypeError) and when.startswith("reset") else None
+        if missing:  # an old-gym reset(self) or reset(self, seed=None)
+            hint = f"; reset() must take {missing.group(1)}, as Gymnasium's vector envs call it: {RESET_FIX}"
         return EnvError(f"env '{self.env_id}': env {self.index} raised {type(e).__name__}: {message}{at} at {when}{hint}")
 
     def reset(self, **kwargs):
@@ -1364,7 +1405,11 @@ class GymnasiumEnv(BatchedEnv):
         # finished episodes that reported info["is_success"], and the successes among them, since take_successes:
         # Python numbers, added on the host where the vector env's arrays are (no tensor per step)
         self._success_sum, self._success_count = 0.0, 0
-        self._success_noted = False  # a value no rate can use: said once a run
+        #: {env index: its info["is_success"] as a float in [0, 1]} of the episodes that ended at the last step and
+        #: reported a usable one: what an evaluation reads of each env's first episode (evaluate.first_episodes)
+        self.episode_successes: dict = {}
+        #: what the values feed, for the note on one no rate can use: make_eval_env names the evaluation's
+        self.success_column = "charts/success_rate"
 
     def _obs(self, obs) -> torch.Tensor:
         """(N, *obs_shape) tensor: float32 vectors, uint8 pixels, or packed Dict keys (spaces.py)."""
@@ -1463,6 +1508,8 @@ class GymnasiumEnv(BatchedEnv):
         a = space_actions(a, self.single_action_space, self.num_envs)
         if self._index_range is not None:
             self._check_start(a)
+        if self.episode_successes:
+            self.episode_successes = {}
         try:
             obs, reward, terminated, truncated, info = self.envs.step(a)
         except BaseException as e:
@@ -1510,15 +1557,16 @@ class GymnasiumEnv(BatchedEnv):
         """Add the finished episodes that reported is_success (EnvCalls passes it on, as a float in [0, 1],
         at an episode's end only). Same-step autoreset puts the last step's info under ``final_info`` (the
         info beside it is the new episode's reset info); its ``_is_success`` mask says which envs reported.
-        A value EnvCalls could not read (NaN) is left out, with one note a run."""
+        A value EnvCalls could not read (NaN) is left out, with one note a run (_SUCCESS_NOTE). Each usable value
+        is also kept by env index in ``episode_successes`` until the next step."""
         if not final_info or "is_success" not in final_info:
             return
         reported = np.asarray(final_info.get("_is_success", done), dtype=bool) & done
         if reported.any():
             values = np.asarray(final_info["is_success"], dtype=np.float64)
             unread = reported & np.isnan(values)
-            if unread.any() and not self._success_noted:
-                self._success_noted = True
+            if unread.any() and not _SUCCESS_NOTE["said"]:
+                _SUCCESS_NOTE["said"] = True
                 i = int(np.flatnonzero(unread)[0])
                 envs = getattr(self.envs, "envs", None)  # a SyncVectorEnv's EnvCalls hold the value; a worker's are away
                 what = getattr(envs[i], "bad_success", None) if envs is not None else None
@@ -1526,11 +1574,12 @@ class GymnasiumEnv(BatchedEnv):
 
                 print(printable(f"proxima: note: env '{self.env_id}': env {i}'s info['is_success'] "
                                 f"{'= ' + what if what else f'at vector step {self._steps}'} is no bool or number in "
-                                "[0, 1]: such values are left out of charts/success_rate (this note is not repeated)"),
+                                f"[0, 1]: such values are left out of {self.success_column} (this note is not repeated)"),
                       file=sys.stderr, flush=True)
             reported &= ~unread
             self._success_sum += float(np.sum(values[reported]))
             self._success_count += int(reported.sum())
+            self.episode_successes = {int(i): float(values[i]) for i in np.flatnonzero(reported)}
 
     def take_successes(self) -> tuple:
         """(successes, finished episodes that reported info["is_success"]) since the last call, and start
@@ -1891,6 +1940,22 @@ def float64_spread_note(name: str, shape: tuple, spread: Float64Spread, over: st
             f"float32 before --norm-obs normalizes them, and float32 values there are {step:.3g} apart, so the network "
             f"sees little or none of that variation{kept}; subtract the offset in the env (or in a "
             f"gymnasium.wrappers.TransformObservation of a module:function factory) so that the values vary around 0")
+
+
+#: whether the note on an info["is_success"] no rate can use (GymnasiumEnv._count_successes) was printed: once a
+#: process, not again by the end-of-run evaluation of the run that printed it; each run starts afresh (reset_success_note)
+_SUCCESS_NOTE = {"said": False}
+
+
+def reset_success_note() -> None:
+    """Let the next unusable info["is_success"] be noted again (a new run: trainer.train)."""
+    _SUCCESS_NOTE["said"] = False
+
+
+#: a reset() without a ``seed`` or ``options`` parameter (gym 0.21's ``def reset(self)``), as Python words the TypeError
+RESET_KWARG = re.compile(r"unexpected keyword argument '(seed|options)'")
+#: the fix for it, in train's and check-env's words
+RESET_FIX = "def reset(self, *, seed=None, options=None), calling super().reset(seed=seed) first (it seeds self.np_random)"
 
 
 def time_limit_of(env) -> Optional[int]:

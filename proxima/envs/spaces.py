@@ -478,13 +478,49 @@ def check_action_space(space: gym.spaces.Space, env_id: str = "env") -> None:
     unbounded, and the clip to an infinite bound is a no-op), of one value or more (an empty one has
     no action distribution: the first update would fail inside torch)."""
     if not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)):
-        raise EnvError(f"env '{env_id}': not supported yet: action space {space} (Discrete, MultiDiscrete, MultiBinary, Box)")
+        raise EnvError(f"env '{env_id}': not supported yet: action space {space} (Discrete, MultiDiscrete, MultiBinary, "
+                       f"Box){_composite_action_fix(space, env_id)}")
     if isinstance(space, gym.spaces.MultiBinary) and math.prod(space.shape) > MAX_MULTIBINARY_BITS:
         raise EnvError(f"env '{env_id}': action space {space} has {math.prod(space.shape):,} bits, more than the "
                        f"{MAX_MULTIBINARY_BITS:,} Proxima takes (one 2-way categorical per bit)")
     if isinstance(space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)) and int(np.prod(space.shape)) == 0:
         raise EnvError(f"env '{env_id}': action space {space} is empty (shape {space.shape}); declare one action value "
                        "or more")
+
+
+def _composite_action_fix(space: gym.spaces.Space, env_id: str) -> str:
+    """'; what to do' for a Tuple or Dict action space, whose parts Proxima's one action head cannot sample
+    together: Discrete parts are one MultiDiscrete (its nvec computed), Box parts one Box (flatten_space:
+    their entries side by side), each with the factory that keeps the env as it is; a mix of discrete and
+    continuous parts is split in the env. '' for any other space."""
+    if not isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict)) or not len(space.spaces):
+        return ""
+    parts = list(space.spaces.values() if isinstance(space, gym.spaces.Dict) else space.spaces)
+    kind = type(space).__name__
+    factory = "in a module of yours and use MODULE:{name} as the env"
+    if all(isinstance(p, gym.spaces.Discrete) for p in parts):
+        nvec = [int(p.n) for p in parts]
+        starts = [int(p.start) for p in parts]
+        multi = f"MultiDiscrete({nvec}" + (f", start={starts})" if any(starts) else ")")
+        back = "tuple" if isinstance(space, gym.spaces.Tuple) else f"lambda a: dict(zip({list(space.spaces)!r}, a))"
+        return (f"; a {kind} of Discrete parts is {multi} (one categorical per part): declare that and read action[i] as "
+                f"part i in step(), or put def multi(**kw): return gymnasium.wrappers.TransformAction({_env_call(env_id)}, "
+                f"{back}, gymnasium.spaces.{multi}) " + factory.format(name="multi"))
+    if all(isinstance(p, gym.spaces.Box) for p in parts):
+        flat = str(gym.spaces.flatten_space(space)).replace("\n", "")
+        return (f"; its Box parts concatenate into one {flat} (gymnasium.spaces.flatten_space of it): declare that and "
+                f"split the action in step(), or put def flat(**kw): env = {_env_call(env_id)}; return "
+                "gymnasium.wrappers.TransformAction(env, lambda a: gymnasium.spaces.unflatten(env.action_space, a), "
+                "gymnasium.spaces.flatten_space(env.action_space)) " + factory.format(name="flat"))
+    entries = 0
+    for p in parts:  # one Box entry per choice, the env rounding it; a Box part's entries as they are
+        size = int(np.prod(p.shape)) if isinstance(p, (gym.spaces.Box, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)) else 1
+        entries += size if p.shape is not None else 1
+    return (f"; its parts mix kinds that one policy head cannot sample together: split it in the env into one Box (each "
+            "choice an entry the env rounds or thresholds) or one MultiDiscrete (each amount in steps), or put def "
+            f"one_box(**kw): return gymnasium.wrappers.TransformAction({_env_call(env_id)}, to_parts, gymnasium.spaces."
+            f"Box(-1.0, 1.0, ({entries},), np.float32)) in a module of yours, to_parts(a) mapping its {entries} entries "
+            f"to the {kind}'s parts, and use MODULE:one_box as the env")
 
 
 def obs_layout(space: gym.spaces.Space, env_id: str = "env") -> ObsLayout:
@@ -625,7 +661,7 @@ def action_offset(space: gym.spaces.Space, device) -> Optional[torch.Tensor]:
 ACTION_WIDTH_MAX, ACTION_WIDTH_MIN = 100.0, 0.01
 
 
-def action_scale_note(space: gym.spaces.Space) -> Optional[str]:
+def action_scale_note(space: gym.spaces.Space, env_id: Optional[str] = None) -> Optional[str]:
     """What to do about a Box action space far from the policy's scale, else None.
 
     The policy samples Box actions from a Normal around its mean (0 at the start) with std 1 (exp
@@ -638,7 +674,8 @@ def action_scale_note(space: gym.spaces.Space) -> Optional[str]:
     An integer Box with 0 on a bound gets the note too (Box(0, 4): the clipped half and the rounding
     make ~69% of the early actions 0); a bool Box, a switch, does not. One sentence naming every
     such entry (ACTION_NOTE_ENTRIES of each kind, then how many more), worst kind first, with the fix:
-    Gymnasium's RescaleAction wrapper.
+    Gymnasium's RescaleAction wrapper, spelled out as the ``module:function`` factory that applies it for
+    ``env_id`` (a module:Class or registered id, which Proxima builds as it is).
 
     Unbounded sides (:func:`bounded`): an entry unbounded on both sides has no range to be off-scale,
     and a truly unbounded Box gets no note; one bounded on one side can still have 0 outside its range
@@ -686,6 +723,10 @@ def action_scale_note(space: gym.spaces.Space) -> Optional[str]:
     else:
         fix = "wrap the env in gymnasium.wrappers.RescaleAction(env, np.float32(-1), np.float32(1))"
         fix += " under its gymnasium.wrappers.ClipAction" if clip else ""
+        if env_id is not None and not clip:  # Proxima builds the env the id names: the wrapping takes a factory
+            fix = (f"wrap it in gymnasium.wrappers.RescaleAction: put def rescaled(**kw): return gymnasium.wrappers."
+                   f"RescaleAction({_env_call(env_id)}, np.float32(-1), np.float32(1)) in a module of yours and use "
+                   "MODULE:rescaled as the env")
     shown = str(space).replace("\n", "")  # numpy prints a 2-D bound over several lines: a note is one
     if clip:
         return (f"action_space {shown} (under gymnasium.wrappers.ClipAction): {'; '.join(whys)}; ClipAction clips the "

@@ -159,7 +159,8 @@ def test_a_float64_box_action_reaches_a_strict_env_inside_its_bounds(capsys):
 def test_an_action_range_far_from_the_policys_scale_gets_a_note(capsys, kwargs, noted):
     note = ("action_space Box(10.0, 20.0, (1,), float32): 0 lies outside its range [10, 20], so the early actions all clip "
             "to one bound and the policy may never learn; Proxima clips Box actions to the bounds but does not rescale them: "
-            "wrap the env in gymnasium.wrappers.RescaleAction(env, np.float32(-1), np.float32(1))")
+            "wrap it in gymnasium.wrappers.RescaleAction: put def rescaled(**kw): return gymnasium.wrappers.RescaleAction("
+            "contract_envs.Aim(**kw), np.float32(-1), np.float32(1)) in a module of yours and use MODULE:rescaled as the env")
     code, _, err = run_main(["train", "contract_envs:Aim", "--env-kwargs", kwargs, *SMALL], capsys)
     assert code == 0, err
     notes = [row for row in err.splitlines() if "RescaleAction" in row]
@@ -175,8 +176,8 @@ def test_a_reset_without_options_fails_check_env_as_it_fails_train(capsys):
     code, out, _ = run_main(["check-env", "contract_envs:NoOptions"], capsys)
     assert code == 1 and out.splitlines() == [
         "FAIL reset: expected reset(seed=0, options=None) to work, as Gymnasium's vector envs (and so proxima train) call it; "
-        "got TypeError: NoOptions.reset() got an unexpected keyword argument 'options' (declare the parameter: "
-        "def reset(self, *, seed=None, options=None))",
+        "got TypeError: NoOptions.reset() got an unexpected keyword argument 'options' (declare the parameters: "
+        "def reset(self, *, seed=None, options=None), calling super().reset(seed=seed) first (it seeds self.np_random))",
         "spaces: obs Box(2,) float32 -> 2 features, MLP 64x64 tanh; action Discrete(2) -> categorical over 2",
         "1 violation(s) in contract_envs:NoOptions"]
     code, _, err = run_main(["train", "contract_envs:NoOptions", *SMALL], capsys)
@@ -184,7 +185,8 @@ def test_a_reset_without_options_fails_check_env_as_it_fails_train(capsys):
     assert code == 2 and err == (
         "proxima train: error: env 'contract_envs:NoOptions': env 0 raised TypeError: NoOptions.reset() got an unexpected "
         "keyword argument 'options' at reset (after env step 0); reset() must take options, as Gymnasium's vector envs call "
-        "it: def reset(self, *, seed=None, options=None)\n"), err
+        "it: def reset(self, *, seed=None, options=None), calling super().reset(seed=seed) first (it seeds "
+        "self.np_random)\n"), err
 
 
 def test_debug_checks_check_each_dict_keys_bounds(capsys):
@@ -206,5 +208,6 @@ def test_the_diagnosis_keeps_the_runs_own_error():
     assert str(error) == (
         "env 'contract_envs:NoOptions' breaks the env contract: reset: expected reset(seed=0, options=None) to work, as "
         "Gymnasium's vector envs (and so proxima train) call it; got TypeError: NoOptions.reset() got an unexpected keyword "
-        "argument 'options' (declare the parameter: def reset(self, *, seed=None, options=None)); see `proxima check-env "
+        "argument 'options' (declare the parameters: def reset(self, *, seed=None, options=None), calling "
+        "super().reset(seed=seed) first (it seeds self.np_random)); see `proxima check-env "
         "contract_envs:NoOptions` (the run stopped on ValueError: cannot reshape array of size 3 into shape (1,2))")

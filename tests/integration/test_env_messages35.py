@@ -132,7 +132,9 @@ def test_a_constructor_exception_names_its_file_and_line(envs35, capsys):
 # --- 3. a float Box action range with 0 on a bound gets the RescaleAction note -----------------------------------------
 ON_BOUND = ("action_space Box({lo}, {hi}, (2,), float32): its range [{lo:g}, {hi:g}] (all 2 entries) has 0 as a bound, "
             "and the policy's early actions are centred on 0, so half of them clip to that bound; Proxima clips Box actions to "
-            "the bounds but does not rescale them: wrap the env in gymnasium.wrappers.RescaleAction(env, np.float32(-1), np.float32(1))")
+            "the bounds but does not rescale them: wrap it in gymnasium.wrappers.RescaleAction: put def rescaled(**kw): return "
+            "gymnasium.wrappers.RescaleAction(msgs35_envs.B(**kw), np.float32(-1), np.float32(1)) in a module of yours and use "
+            "MODULE:rescaled as the env")
 INT_ON_BOUND = ("action_space Box(0, 5, (2,), {dtype}): its range [0, 5] (all 2 entries) has 0 as a bound, and the policy's "
                 "early actions are centred on 0, so half of them clip to that bound; Proxima clips Box actions to the bounds "
                 "but does not rescale them: declare a float Box(-1, 1) and map it to the integers in the env, or use "

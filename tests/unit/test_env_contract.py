@@ -262,7 +262,8 @@ def test_an_exception_names_the_users_line_not_numpys():
         wrapped(NoOptions()).reset(seed=0, options=None)
     assert str(e.value) == ("env 'm:E': env 3 raised TypeError: NoOptions.reset() got an unexpected keyword argument 'options' "
                             "at reset (after env step 0); reset() must take options, as Gymnasium's vector envs call it: "
-                            "def reset(self, *, seed=None, options=None)")
+                            "def reset(self, *, seed=None, options=None), calling super().reset(seed=seed) first (it "
+                            "seeds self.np_random)")
 
 
 # ------------------------------------------------------------------------------- sizing

@@ -114,8 +114,8 @@ def test_dry_run_prints_the_action_range_note_a_run_prints(user_module, tmp_path
     before = snapshot(tmp_path)
     code, out, err = run_main(["train", "boxenv:B", "--dry-run"], capsys)
     assert code == 0, err
-    note = action_scale_note(gym.spaces.Box(5.0, 10.0, (1,), np.float32))
-    assert "RescaleAction" in note
+    note = action_scale_note(gym.spaces.Box(5.0, 10.0, (1,), np.float32), "boxenv:B")
+    assert "RescaleAction(boxenv.B(**kw)" in note
     assert [ln for ln in err.splitlines() if "RescaleAction" in ln] == [f"proxima: note: env 'boxenv:B': {note}"]
     assert "env_id: boxenv:B" in out
     assert {k for k in snapshot(tmp_path) if "__pycache__" not in k} == set(before)  # still writes nothing

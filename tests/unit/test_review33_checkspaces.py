@@ -173,11 +173,15 @@ def test_check_env_passes_a_half_open_box_action_space(envs):
 
 def test_a_tuple_action_space_is_refused_in_one_line(envs):
     # accepted here, train met it as a ValueError traceback from the Agent, not a one-line refusal
-    line = "not supported yet: action space Tuple(Discrete(2), Discrete(3)) (Discrete, MultiDiscrete, MultiBinary, Box)"
+    line = ("not supported yet: action space Tuple(Discrete(2), Discrete(3)) (Discrete, MultiDiscrete, MultiBinary, Box); "
+            "a Tuple of Discrete parts is MultiDiscrete([2, 3]) (one categorical per part): declare that and read action[i] "
+            "as part i in step(), or put def multi(**kw): return gymnasium.wrappers.TransformAction({env}, tuple, "
+            "gymnasium.spaces.MultiDiscrete([2, 3])) in a module of yours and use MODULE:multi as the env")
     with pytest.raises(EnvError) as e:
         check_action_space(gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Discrete(3))), "X")
-    assert str(e.value) == f"env 'X': {line}"
-    assert checks(check_env("rev33_envs:TupleAction", steps=0)).get("spaces supported") == line
+    assert str(e.value) == f"env 'X': {line.format(env='YourEnv(**kw)')}"
+    assert (checks(check_env("rev33_envs:TupleAction", steps=0)).get("spaces supported")
+            == line.format(env="rev33_envs.TupleAction(**kw)"))
 
 
 # ------------------------------------------------------------------ 4. advice on pixels and refused spaces
