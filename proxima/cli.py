@@ -235,7 +235,26 @@ def _note_sb3_learning_rate(args, file_values: dict, cfg, prog: str) -> None:
         return
     print(f"{prog}: note: --config {args.config}: learning_rate {cfg.lr:g} is annealed linearly to 0 over the run "
           "(anneal_lr: true, Proxima's and CleanRL's default); SB3 keeps it constant: add anneal_lr: false to the file "
-          "to match", file=sys.stderr)
+          f"to match{_sb3_defaults_left_out(args, file_values, cfg)}", file=sys.stderr)
+
+
+#: SB3's defaults that differ from this run's where a file of SB3's names leaves them out (docs/migrating.md's
+#: "SB3's defaults that differ"): (field, SB3's value here, why), each said when the run's value is not it
+SB3_LOSS_DEFAULTS = (("clip_vloss", False, "SB3's clip_range_vf=None: no value clipping"),
+                     ("vf_coef", 1.0, "SB3's 0.5 weighs the squared error, Proxima's half of it"),
+                     ("ent_coef", 0.0, "SB3's default"))
+
+
+def _sb3_defaults_left_out(args, file_values: dict, cfg) -> str:
+    """``; for SB3's other defaults add clip_vloss: false (...)``: the loss settings of SB3 that neither the
+    file nor a flag set and the run's value differs from (a preset's or PPOConfig's), for the learning_rate
+    note; "" for none. Not the rollout's (n_steps, batch_size, n_epochs): a zoo entry gives those."""
+    said = [f"{name}: {str(want).lower()} ({why})" for name, want, why in SB3_LOSS_DEFAULTS
+            if name not in file_values and name not in vars(args) and getattr(cfg, name) != want]
+    if not said:
+        return ""
+    listed = ", ".join(said[:-1]) + (" and " if len(said) > 1 else "") + said[-1]
+    return f"; for SB3's other defaults the file leaves out, add {listed} (docs/migrating.md)"
 
 
 def _note_env_id_over_file(args, file_values: dict, prog: str) -> None:
@@ -1526,7 +1545,7 @@ def _foreign_hint(key: str, value: Optional[str], command: Optional[str], target
         flag = "--no-" + flag[2:]  # a boolean's other half; a flag of a value has none, so is not known below
     if flag and flag.split(" ")[0] in known:
         return ("flag", flag, "" if negated else FOREIGN_FLAG_NOTES.get(name, ""))
-    if name in ("env_id", "env"):
+    if name in ("env_id", "env", "gym_id"):  # gym_id: CleanRL's older --gym-id
         if "--env" in known:  # eval's and resume's name for it
             return ("flag", "--env", "")
         if any(a.dest == "env_id" and not a.option_strings for a in target._actions):  # train's, bench's positional
@@ -1537,6 +1556,47 @@ def _foreign_hint(key: str, value: Optional[str], command: Optional[str], target
     if name in FOREIGN_ADVICE and command in ("train", "resume"):
         return ("advice", FOREIGN_ADVICE[name])
     return None
+
+
+#: flags only CleanRL's ppo.py has: a command line with one is CleanRL's, whose --batch-size is derived
+_CLEANRL_FLAGS = ("--exp-name", "--torch-deterministic", "--num-iterations", "--num-updates", "--minibatch-size",
+                  "--wandb-project-name", "--capture-video", "--gym-id")
+
+
+def _cleanrl_derived_hint(key: str, value: Optional[str], words: list, known: list) -> Optional[tuple]:
+    """CleanRL's settings it computes at startup (args.batch_size = num_envs x num_steps, minibatch_size,
+    num_iterations), typed as flags: ("advice", drop it) or ("flag", --num-minibatches, the count), for
+    _did_you_mean; None for another flag, or --batch-size typed as SB3's minibatch size (its note stands)."""
+    from .config import DERIVED_NOTE_TEMPLATES
+
+    if "--num-minibatches" not in known:  # train's and bench's settings only
+        return None
+    flag = "--" + key.replace("_", "-")
+    if key in DERIVED_NOTE_TEMPLATES:
+        return ("advice", f"{flag}: {foreign_note(DERIVED_NOTE_TEMPLATES[key], flags=True)}")
+    if key not in ("batch_size", "minibatch_size"):
+        return None
+    typed = {}
+    for i, word in enumerate(words):  # --num-envs 8 and --num-envs=8
+        name, eq, given = word.partition("=")
+        given = given if eq else (words[i + 1] if i + 1 < len(words) else "")
+        if name in ("--num-envs", "--num-steps", "--batch-size") and given.isdigit() and int(given) > 0:
+            typed[name] = int(given)
+    size = int(value) if value is not None and value.isdigit() and int(value) > 0 else None
+    batch = typed["--num-envs"] * typed["--num-steps"] if {"--num-envs", "--num-steps"} <= set(typed) else None
+    # --minibatch-size is SB3's batch_size spelt otherwise too: beside --batch-size it says nothing of whose
+    cleanrl = any(w.partition("=")[0] in _CLEANRL_FLAGS and w.partition("=")[0] not in (flag, "--minibatch-size")
+                  for w in words) or (key == "batch_size" and batch is not None and size == batch)
+    if key == "batch_size":
+        return ("advice", f"{flag}: derived (--num-envs x --num-steps): drop it") if cleanrl else None
+    if batch is None and cleanrl:  # CleanRL's --batch-size typed beside it: the batch it derived
+        batch = typed.get("--batch-size")
+    count = batch // size if batch and size and batch % size == 0 else None
+    if not (cleanrl or count):
+        return None
+    here = f" (= {count} here)" if count else ""
+    return ("flag", "--num-minibatches", f"CleanRL derives --minibatch-size: --num-minibatches = --num-envs x --num-steps / "
+            f"--minibatch-size{here}")
 
 
 def _zoo_hyperparams(pairs: list) -> str:
@@ -1646,7 +1706,7 @@ def _did_you_mean(parser: argparse.ArgumentParser, command: Optional[str], extra
             rest = ([value] if eq else []) + list(itertools.takewhile(
                 lambda w: not w.startswith("-"), words[at + 1:] if at >= 0 and not eq else []))
             value = rest
-        hint = _foreign_hint(key, value or None, command, target, known)
+        hint = _cleanrl_derived_hint(key, value or None, words, known) or _foreign_hint(key, value or None, command, target, known)
         if hint is None:
             # a flag's first word (--ent, --clip) is the flag meant, which difflib misses: --ent went to --quiet
             longer = [k for k in guessable if k.startswith(flag.lower() + "-")]

@@ -284,7 +284,7 @@ FOREIGN_NAMES = {
     "cliprange": "clip_coef", "clip_range_vf": "vf_clip_coef", "lam": "gae_lambda", "normalize_advantage": "norm_adv",
     "net_arch": "hidden_sizes", "policy_kwargs": "hidden_sizes", "activation_fn": "activation",
     "torch_deterministic": "deterministic", "cuda": "device", "total_steps": "total_timesteps",
-    "n_timesteps": "total_timesteps", "normalize": "norm_obs", "env": "env_id", "exp_name": "run_dir",
+    "n_timesteps": "total_timesteps", "normalize": "norm_obs", "env": "env_id", "gym_id": "env_id", "exp_name": "run_dir",
     # batch_size as typed elsewhere (batch-size is batch_size once dashes are read as underscores)
     **{name: "num_minibatches" for name in BATCH_SIZE_SPELLINGS},
 }
@@ -365,6 +365,216 @@ FOREIGN_UNSUPPORTED = {
 SB3_POLICY_NOTE = ("SB3's policy class: drop it; the policy here is an MLP actor-critic sized by hidden_sizes and "
                    "activation, encoder: cnn for CnnPolicy")
 
+#: CleanRL's settings that its ppo.py computes from others at startup (a dump of its args holds them):
+#: never settings to copy. num_updates is its older name of num_iterations; difflib sent them to
+#: num_envs and num_steps. One text for a file and the command line (foreign_note's words)
+DERIVED_NOTE_TEMPLATES = {
+    name: "derived ({total_timesteps} / ({num_envs} x {num_steps})): drop it" for name in ("num_iterations", "num_updates")}
+DERIVED_NOTES = {name: foreign_note(text) for name, text in DERIVED_NOTE_TEMPLATES.items()}
+
+#: keys that only a dump of CleanRL's args holds (vars(args) as YAML): such a file's batch_size is
+#: CleanRL's num_envs x num_steps, not SB3's minibatch size
+CLEANRL_KEYS = ("exp_name", "torch_deterministic", "minibatch_size", "num_iterations", "num_updates",
+                "wandb_project_name", "wandb_entity", "capture_video")
+
+
+def _cleanrl_file(values: dict) -> bool:
+    """Whether ``values`` look like a dump of CleanRL's args: a key only it has (CLEANRL_KEYS), or a
+    batch_size that is num_envs x num_steps (CleanRL's derived batch, where SB3's is a minibatch)."""
+    if any(key in values for key in CLEANRL_KEYS):
+        return True
+    sizes = [values.get(key) for key in ("batch_size", "num_envs", "num_steps")]
+    return all(_whole_number(v) for v in sizes) and sizes[0] == sizes[1] * sizes[2]
+
+
+def _whole_number(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _yaml_word(value: Any) -> str:
+    """``value`` as a YAML line writes it: true, 0.2, [64, 64]."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _python_literal(value: Any) -> Any:
+    """A zoo entry's Python text (``"dict(net_arch=[64, 64], activation_fn=nn.ReLU)"``,
+    ``"{'norm_obs': True}"``) read without running it: a dict of its keywords, with each value a literal,
+    or a dotted name as text (``nn.ReLU``); a mapping given as YAML as it is; None for anything else.
+    Read with ast, never eval, and only short text: it comes from a file a stranger may have written."""
+    import ast
+
+    if isinstance(value, dict):
+        return value
+    if not isinstance(value, str) or len(value) > 2000:
+        return None
+    try:
+        tree = ast.parse(value.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+    def read(node):
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            return ast.unparse(node)  # nn.ReLU, th.nn.Tanh: a name, kept as text
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+            return {k.arg: read(k.value) for k in node.keywords if k.arg is not None}
+        if isinstance(node, ast.Dict) and all(isinstance(k, ast.Constant) for k in node.keys):
+            return {k.value: read(v) for k, v in zip(node.keys, node.values)}
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [read(v) for v in node.elts]
+        return ast.literal_eval(node)
+
+    try:
+        read_value = read(tree)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        return None
+    return read_value if isinstance(read_value, dict) else None
+
+
+def _activation_of(name: Any) -> Optional[str]:
+    """``nn.ReLU`` (torch's class, as SB3's activation_fn names it) as the activation field's word: relu;
+    None for one with no counterpart (nn.ELU) or no name."""
+    if not isinstance(name, str):
+        return None
+    word = name.rsplit(".", 1)[-1].lower()
+    return word if word in FIELDS["activation"].metadata.get("choices", ()) else None
+
+
+def _sizes_note(net_arch: Any) -> Optional[str]:
+    """What SB3's net_arch is here: ``hidden_sizes: [256, 256]``, or separate pi/vf sizes (a dict, or
+    SB3's older ``[dict(pi=.., vf=..)]``) saying that one list sizes both; None for no such value."""
+    if isinstance(net_arch, list) and len(net_arch) == 1 and isinstance(net_arch[0], dict):
+        net_arch = net_arch[0]
+    if isinstance(net_arch, list) and net_arch and all(_whole_number(v) for v in net_arch):
+        return f"hidden_sizes: {net_arch}"
+    if isinstance(net_arch, dict) and set(net_arch) <= {"pi", "vf"} and net_arch:
+        pi, vf = net_arch.get("pi"), net_arch.get("vf")
+        if pi == vf and isinstance(pi, list):
+            return f"hidden_sizes: {pi} (pi and vf alike)"
+        return (f"separate pi/vf sizes ({_yaml_word(net_arch)}) are not supported: one hidden_sizes list sizes both the "
+                "actor's and the critic's hidden layers")
+    return None
+
+
+def _activation_note(name: Any) -> Optional[str]:
+    meant = _activation_of(name)
+    if meant:
+        return f"activation: {meant}"
+    if isinstance(name, str):
+        return f"{name} has no counterpart: activation is tanh or relu"
+    return None
+
+
+#: policy_kwargs' keys with no field here, shorter than FOREIGN_UNSUPPORTED's (said inside policy_kwargs' note)
+POLICY_KWARGS_UNSUPPORTED = {
+    "log_std_init": "not supported (the learned log std starts at 0, std 1; results will differ): drop it",
+    "ortho_init": "not supported (layers are always initialized orthogonally; false: results will differ): drop it",
+}
+
+
+def _policy_kwargs_note(value: Any) -> Optional[str]:
+    """policy_kwargs' own values as fields (``hidden_sizes: [256, 256], activation: relu``), each key with
+    no counterpart to drop; None where the value cannot be read (the general note stands)."""
+    kwargs = _python_literal(value)
+    if not kwargs:
+        return None
+    said, drop = [], []
+    for key, item in kwargs.items():
+        if key == "net_arch":
+            said.append(_sizes_note(item) or f"net_arch {_yaml_word(item)}: hidden_sizes is one list of widths")
+        elif key == "activation_fn":
+            said.append(_activation_note(item) or "activation: tanh or relu")
+        elif key in POLICY_KWARGS_UNSUPPORTED:
+            said.append(f"{key} {_yaml_word(item)}: {POLICY_KWARGS_UNSUPPORTED[key]}")
+        else:
+            drop.append(str(key))
+    if drop:
+        said.append(f"{', '.join(drop)}: no counterpart here; drop {'them' if len(drop) > 1 else 'it'}")
+    return "; ".join(said)
+
+
+def _normalize_note(value: Any) -> Optional[str]:
+    """The zoo's normalize as norm_obs and norm_reward, following its value: true (both), false (neither:
+    PPOConfig's defaults), or VecNormalize's keywords (``"{'norm_obs': True, 'norm_reward': False}"``,
+    each left out true, as VecNormalize's defaults), its clips as clip_obs and clip_reward."""
+    if isinstance(value, bool):
+        if value:
+            return "normalize: true is norm_obs: true and norm_reward: true"
+        return ("normalize: false is norm_obs: false and norm_reward: false, PPOConfig's defaults: drop it (give them "
+                "where a preset turns them on)")
+    kwargs = _python_literal(value)
+    if kwargs is None:
+        return None
+    words = [f"norm_obs: {_yaml_word(bool(kwargs.get('norm_obs', True)))}",
+             f"norm_reward: {_yaml_word(bool(kwargs.get('norm_reward', True)))}"]
+    words += [f"{key}: {_yaml_word(kwargs[key])}" for key in ("clip_obs", "clip_reward") if key in kwargs]
+    note = f"normalize: {_short_repr(value) if isinstance(value, str) else _yaml_word(value)} is {', '.join(words)}"
+    return note + ("; its gamma is the run's gamma" if "gamma" in kwargs else "")
+
+
+def _schedule_note(key: str, value: Any) -> Optional[str]:
+    """A schedule (``lin_0.2``) under SB3's clip names or learning_rate: the number to give, and what stands
+    for the schedule here (anneal_lr for the rate; nothing for a clip)."""
+    if not (isinstance(value, str) and value.startswith("lin_")):
+        return None
+    field = ALIASES.get(key) or FOREIGN_NAMES.get(key, key)
+    number = value[4:]
+    if field == "lr":
+        return f"lr: {number} with anneal_lr: true"
+    if field in ("clip_coef", "vf_clip_coef"):
+        return f"{field + '; ' if field != key else ''}no schedule for it here: {field}: {number}"
+    return None
+
+
+def _minibatches_here(values: dict, size: Any) -> Optional[int]:
+    """num_minibatches for a minibatch of ``size`` steps in ``values``' batch (num_envs x num_steps or SB3's
+    n_envs x n_steps): 1 where the size is the batch or more; None where the file does not say or it
+    does not divide."""
+    envs = values.get("num_envs", values.get("n_envs"))
+    steps = values.get("num_steps", values.get("n_steps"))
+    if not all(_whole_number(v) for v in (envs, steps, size)):
+        return None
+    batch = envs * steps
+    return 1 if size >= batch else (batch // size if batch % size == 0 else None)
+
+
+def value_note(key: Any, value: Any, values: dict) -> Optional[str]:
+    """What to give for an unknown ``key`` where its value or the rest of the file says more than its
+    name's note (FOREIGN_NOTES): CleanRL's derived keys in a dump of its args, the zoo's normalize and
+    policy_kwargs as their values set, a schedule's number. None: the name's note stands."""
+    if not isinstance(key, str):
+        return None
+    if key in DERIVED_NOTES:
+        return DERIVED_NOTES[key]
+    if key == "batch_size" and _cleanrl_file(values):
+        return "derived (num_envs x num_steps): drop it"
+    if key == "minibatch_size" and _cleanrl_file(values):
+        size = values.get("minibatch_size")
+        given = values.get("batch_size")
+        count = given // size if _whole_number(given) and _whole_number(size) and given % size == 0 else \
+            _minibatches_here(values, size)
+        here = f" (= {count} here)" if count else ""
+        give = "" if "num_minibatches" in values else f"; give num_minibatches{': ' + str(count) if count else ''}"
+        return f"derived: num_minibatches = batch_size / minibatch_size{here}: drop it{give}"
+    if key == "batch_size" or key in BATCH_SIZE_SPELLINGS:
+        if _minibatches_here(values, value) != 1:  # the name's note's formula gives the count
+            return None
+        # the rollout or more (the zoo's MountainCarContinuous: 1 x 8 steps, 256): the formula would give a fraction
+        return "num_minibatches: 1 here: it counts minibatches, 1 when batch_size >= n_envs x n_steps"
+    if key == "normalize":
+        return _normalize_note(value)
+    if key == "policy_kwargs":
+        return _policy_kwargs_note(value)
+    if key == "net_arch" and isinstance(value, list):  # a dict (pi/vf) keeps the name's note
+        return _sizes_note(value)
+    if key == "activation_fn":
+        return _activation_note(value)
+    schedule = _schedule_note(key, value)
+    if schedule and key in FOREIGN_NOTES:  # clip_range_vf: lin_0.2: the number, then how it clips
+        return f"{schedule}; {FOREIGN_NOTES[key]}"
+    return schedule
+
 
 def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "config") -> PPOConfig:
     """Build a config from a plain dict (preset YAML, config.yaml), rejecting unknown keys.
@@ -385,7 +595,8 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
                           "env's, its keys at the top level of the file, and give the id as ENV_ID")
     if len(unknown) > 1 and not all(_rlhf_field(key) and key not in FOREIGN_NAMES for key in unknown):
         # a zoo entry holds several (n_envs, n_steps, batch_size, n_epochs, policy): all in one line
-        raise ConfigError(f"{source}: unknown fields: {', '.join(_unknown_hint(key, values[key]) for key in unknown)}")
+        raise ConfigError(f"{source}: unknown fields: {', '.join(_unknown_hint(key, values[key], values) for key in unknown)}"
+                          f"{_values_to_change(values, typed_as)}")
     for key, value in values.items():
         if key not in FIELDS:
             misplaced = _misplaced_key(key, value)
@@ -395,6 +606,9 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
                 raise ConfigError(f"{source}: unknown field 'policy': {value!r} is {SB3_POLICY_NOTE}")
             if key in FOREIGN_UNSUPPORTED:
                 raise ConfigError(f"{source}: unknown field '{key}': {FOREIGN_UNSUPPORTED[key]}")
+            note = value_note(key, value, values)
+            if note:  # the value's own translation (normalize: false, policy_kwargs' net_arch), CleanRL's derived keys
+                raise ConfigError(f"{source}: unknown field '{key}' ({note})")
             if _rlhf_field(key) and key in FOREIGN_NAMES:  # SB3's batch_size, and RLHFConfig's: the file may be either's
                 raise ConfigError(f"{source}: unknown field '{key}'{did_you_mean(key)}; it is also a `proxima rlhf` "
                                   "setting (RLHFConfig): a file of those goes to `proxima rlhf --config`")
@@ -417,6 +631,17 @@ def from_dict(values: dict, base: Optional[PPOConfig] = None, source: str = "con
     return cfg
 
 
+def _values_to_change(values: dict, typed_as: dict) -> str:
+    """``; and a value to change: learning_rate (lr: 0.001 with anneal_lr: true)``: the known keys of a file
+    refused for its unknown ones whose value is a schedule no field takes (the zoo's lin_0.001), so the one
+    line names every change; "" for none."""
+    said = [f"{typed_as.get(key, key)} ({_schedule_note(key, value)})" for key, value in values.items()
+            if key in FIELDS and _schedule_note(key, value)]
+    if not said:
+        return ""
+    return f"; and {'a value' if len(said) == 1 else 'values'} to change: {', '.join(said)}"
+
+
 def _aliases_read(values: dict, source: str) -> dict:
     """``values`` with ALIASES' keys as their fields (learning_rate: 3e-4 is lr: 3e-4), in the file's order;
     ConfigError for a file that gives a field under both names (which would win is a guess)."""
@@ -431,9 +656,13 @@ def _sb3_policy(value: Any) -> bool:
     return isinstance(value, str) and value.endswith("Policy")
 
 
-def _unknown_hint(key: Any, value: Any) -> str:
-    """``n_envs (num_envs)``: an unknown key with, in brackets, what to give instead (from_dict's line of several)."""
-    if key == "policy" and _sb3_policy(value):
+def _unknown_hint(key: Any, value: Any, values: Optional[dict] = None) -> str:
+    """``n_envs (num_envs)``: an unknown key with, in brackets, what to give instead (from_dict's line of several);
+    ``values``: the whole file, whose other keys say what some keys mean (value_note)."""
+    note = value_note(key, value, values or {key: value})
+    if note:
+        hint = note
+    elif key == "policy" and _sb3_policy(value):
         hint = SB3_POLICY_NOTE
     elif key in FOREIGN_UNSUPPORTED:
         hint = FOREIGN_UNSUPPORTED[key]
@@ -536,6 +765,9 @@ def close_field(word: str, names=None) -> Optional[str]:
 def did_you_mean(word: str) -> str:
     """`` (did you mean 'lr'?)`` for an unknown PPOConfig key, keyword or attribute ``word`` (close_field),
     with what to give where another library's name means something else (FOREIGN_NOTES); "" for none."""
+    key = word.strip().lstrip("-").replace("-", "_").lower()
+    if key in DERIVED_NOTES:  # CleanRL's num_iterations: no field to give, difflib's num_envs least of all
+        return f" ({DERIVED_NOTES[key]})"
     close = close_field(word)
     if not close:
         return ""
@@ -1314,7 +1546,8 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
     for name, f in FIELDS.items():
         choices = f.metadata.get("choices")
         if choices and getattr(cfg, name) not in choices:
-            bad(name, f"must be one of {', '.join(choices)}")
+            meant = _activation_of(getattr(cfg, name)) if name == "activation" else None  # SB3's activation_fn: nn.Tanh
+            bad(name, f"must be one of {', '.join(choices)}" + (f" ({getattr(cfg, name)} is {meant})" if meant else ""))
     for name in ("lr", "gamma", "gae_lambda", "clip_coef", "ent_coef", "vf_coef", "max_grad_norm", "clip_obs", "clip_reward"):
         if not math.isfinite(getattr(cfg, name)):
             bad(name, "must be a finite number")
@@ -1398,8 +1631,9 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
         raise several(f"one batch (--num-envs {cfg.num_envs} x --num-steps {cfg.num_steps}) is 1 step; the update logs the "
                       "batch's explained variance, which needs at least 2: raise --num-steps or --num-envs", ("num_envs", "num_steps"))
     if batch // cfg.num_minibatches < 2 and cfg.norm_adv:  # a minibatch's std; its other terms are per-sample means
-        bad("num_minibatches", f"gives minibatches of {batch // cfg.num_minibatches} sample; advantage normalization needs "
-                               f"at least 2 ({norm_adv_fix()})")
+        # a copied SB3 batch_size first: --no-norm-adv would train minibatches of 1 sample, not the run meant
+        bad("num_minibatches", f"gives minibatches of {batch // cfg.num_minibatches} sample{_sb3_batch_size_clause(cfg)}; "
+                               f"advantage normalization needs at least 2 ({norm_adv_fix()})")
     if not 0 <= cfg.seed <= MAX_SEED:
         bad("seed", f"must be an integer from 0 to {MAX_SEED:,} (numpy seeds are 32-bit; ranks and evaluation add offsets)")
     if not cfg.env_id.strip():  # no --env-id flag: ENV_ID on the command line, env_id in a file or PPOConfig
@@ -1411,6 +1645,21 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
         if not torch.cuda.is_available():  # not --device cuda: the user chose the preset (--preset, resolve's preset=), name it
             raise ConfigError(f"{as_given('preset', preset, python)} needs CUDA, which is not usable here (run `proxima doctor`); "
                               f"{cpu_preset_hint(cfg, python)}")
+
+
+#: the smallest num_minibatches taken for SB3's batch_size copied as it is (the zoo's are 32 and up): a count of 2 or
+#: 4 that is the whole batch is a small test's, whose line stays about the minibatch count alone
+SB3_BATCH_SIZE_FROM = 8
+
+
+def _sb3_batch_size_clause(cfg: PPOConfig) -> str:
+    """``; did you copy SB3's batch_size ...``: for a num_minibatches that is the whole batch (minibatches of one
+    step), which SB3's batch_size of the rollout (a minibatch's size in steps) copied as it is gives; "" else."""
+    batch = cfg.num_envs * cfg.num_steps
+    if cfg.num_minibatches != batch or batch < SB3_BATCH_SIZE_FROM:
+        return ""
+    return (f"; did you copy SB3's batch_size (a minibatch size)? num_minibatches = num_envs x num_steps / batch_size, "
+            f"1 when batch_size >= num_envs x num_steps (1 here for {cfg.num_minibatches})")
 
 
 def norm_adv_fix(swept: bool = False, python: bool = False) -> str:

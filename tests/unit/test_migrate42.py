@@ -218,7 +218,9 @@ def test_a_files_learning_rate_without_anneal_lr_notes_sb3s_constant_rate(tmp_pa
     assert code == 0 and "\nanneal_lr: true\n" in out
     assert err == (f"proxima train: note: --config {tmp_path / 'zoo.yml'}: learning_rate 0.001 is annealed linearly to "
                    "0 over the run (anneal_lr: true, Proxima's and CleanRL's default); SB3 keeps it constant: add "
-                   "anneal_lr: false to the file to match\n")
+                   "anneal_lr: false to the file to match; for SB3's other defaults the file leaves out, add clip_vloss: "
+                   "false (SB3's clip_range_vf=None: no value clipping), vf_coef: 1.0 (SB3's 0.5 weighs the squared "
+                   "error, Proxima's half of it) and ent_coef: 0.0 (SB3's default) (docs/migrating.md)\n")
     for file, flags in (("learning_rate: 0.001\nanneal_lr: true\n", []), ("learning_rate: 0.001\n", ["--no-anneal-lr"]),
                         ("lr: 0.001\n", []),  # anneal_lr chosen, or lr (Proxima's and CleanRL's name): no note
                         ("learning_rate: 0.001\n", ["--lr", "5e-4"])):  # a typed rate replaced the file's: no note quoting it
