@@ -12,8 +12,8 @@ The encoders, ``layer_init`` and ``mlp`` live in nets.py (re-exported here).
 
 Heads: Discrete -> categorical over logits; MultiDiscrete -> independent categoricals (log-probs
 and entropies summed); MultiBinary -> the MultiDiscrete([2] * n) head, one 2-way categorical per bit
-(spaces.index_space); Box -> Normal with a state-independent log std initialized to 0 (summed over
-action dims). Sampling is written with plain tensor ops (Gumbel-max for categoricals) so it never
+(spaces.index_space); Box -> Normal with a state-independent log std initialized to ``log_std_init``
+(PPOConfig.log_std_init, 0 by default: std 1; summed over action dims). Sampling is written with plain tensor ops (Gumbel-max for categoricals) so it never
 syncs with the host and never validates arguments on the hot path.
 """
 
@@ -126,10 +126,11 @@ class Agent(nn.Module):
 
     obs_shape and dtype follow :func:`proxima.envs.spaces.obs_layout`: (obs_dim,) float32 for a flat
     Box, the image shape in uint8, (D,) packed keys for a Dict. ``encoder``: cnn, mlp or auto.
+    ``log_std_init``: a Box action's initial log std (its Normal's std starts at exp of it).
     """
 
     def __init__(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space, hidden_sizes=(64, 64),
-                 activation: str = "tanh", encoder: str = "mlp"):
+                 activation: str = "tanh", encoder: str = "mlp", log_std_init: float = 0.0):
         super().__init__()
         layout = obs_layout(obs_space, "observation")
         self.encoder_kind = resolve_encoder(encoder, layout)
@@ -160,7 +161,8 @@ class Agent(nn.Module):
             self.kind = "continuous"
             self.act_dim = int(np.prod(action_space.shape))
             self.actor = mlp(feat_dim, hidden, self.act_dim, out_std=0.01, activation=activation)
-            self.actor_logstd = nn.Parameter(torch.zeros(1, self.act_dim))
+            # SB3's log_std_init: the Normal's starting log std (0: std 1, CleanRL's); the CNN and Dict paths share this head
+            self.actor_logstd = nn.Parameter(torch.full((1, self.act_dim), float(log_std_init)))
         else:
             raise ValueError(f"not supported yet: action space {action_space}")
 

@@ -497,7 +497,11 @@ def cmd_train(args) -> int:
         overrides, sources = resume_overrides(args, cfg) if args.resume is not None else (typed_flags(args), {})
         if args.seeds is not None or args.sweep:  # a population: one batched program (population_run.py)
             from .population_run import cmd_train_population
+            from .run_setup import check_population_log_std_init
 
+            # before the population's own sweep check, whose line would say log_std_init changes the shapes
+            check_population_log_std_init(cfg, [str(s).partition("=")[0].strip().lstrip("-").replace("-", "_")
+                                                for s in args.sweep or ()])
             _note_one_seed(args, prog)
 
             return cmd_train_population(args, cfg)  # TrainingInterrupted: handled below, as for one run

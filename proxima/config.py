@@ -118,6 +118,7 @@ class PPOConfig:
     # --- network / normalization ---
     hidden_sizes: list = _f([64, 64], "Hidden layer widths of the actor and of the critic MLP (separated by commas or spaces), on the MLP encoder or a Dict's encoders; no effect with the CNN encoder of a single image observation (Atari, PixelQuadrant-v0), whose actor and critic are linear heads on its 512 features.")
     activation: str = _f("tanh", "Hidden activation of the actor and critic MLP: tanh or relu; no effect with the CNN encoder of a single image observation (linear heads; the CNN uses ReLU).", choices=("tanh", "relu"))
+    log_std_init: float = _f(0.0, "Initial log std of a Box action's Normal, learned from there (SB3's log_std_init; 0: std 1, CleanRL's; -2: std 0.14). Box actions only (refused for others, and for a --seeds/--sweep population); --init-from starts from the checkpoint's.")
     encoder: str = _f("auto", "Observation encoder: cnn (Nature CNN, for uint8 image observations), mlp, or auto (cnn when the observation holds images of at least 36x36, else mlp); config.yaml records the one used.", choices=("auto", "cnn", "mlp"))
     norm_obs: bool = _f(False, "Running observation normalization, clipped to [-clip_obs, clip_obs].")
     norm_reward: bool = _f(False, "Scale rewards by the std of the running discounted return, clipped to [-clip_reward, clip_reward].")
@@ -255,6 +256,7 @@ ABSENT_MEANS = {
     "eval_every": 0,
     "init_from": None,  # a fresh network
     "vf_clip_coef": None,  # the value loss clipped with clip_coef
+    "log_std_init": 0.0,  # a Box action's log std started at 0 (std 1)
 }
 
 
@@ -300,9 +302,9 @@ FOREIGN_NOTE_TEMPLATES = {
     "clip_range_vf": "{vf_clip_coef=X} with {clip_vloss=True} (the default) clips differently: CleanRL's max of the "
                      "clipped and unclipped squared errors, where SB3 takes the clipped one alone; SB3's "
                      "clip_range_vf=None is {clip_vloss=False}",
-    "policy_kwargs": "net_arch=[64, 64] is {hidden_sizes=[64, 64]}, activation_fn is {activation='tanh' or 'relu'}; "
-                     "log_std_init and ortho_init have no counterpart (the log std starts at 0, layers are initialized "
-                     "orthogonally): drop them, results will differ where they were set",
+    "policy_kwargs": "net_arch=[64, 64] is {hidden_sizes=[64, 64]}, activation_fn is {activation='tanh' or 'relu'}, "
+                     "log_std_init is {log_std_init=X}; ortho_init has no counterpart (layers are initialized "
+                     "orthogonally): drop it, results will differ where it was set",
     "cuda": "{device='cuda'}",
     "normalize": "the zoo's normalize: true is {norm_obs=True} and {norm_reward=True}",
     "exp_name": "the run's directory, by default runs/<env>__<seed>__<time>",
@@ -348,8 +350,6 @@ FOREIGN_UNSUPPORTED = {
     "use_sde": "no gSDE here: a Box action is drawn from a Normal whose log std is a learned parameter, "
                "independent of the state; drop it",
     "sde_sample_freq": "no gSDE here (see use_sde); drop it",
-    "log_std_init": "the learned log std always starts at 0 (std 1): an entry's log_std_init -2 (std 0.14) explores "
-                    "far more here, so results will differ; drop it",
     "env_wrapper": "no wrapper field: wrap the env in your own gymnasium.Env class and train it as ENV_ID "
                    "module:ClassName; drop it",
     "frame_stack": "Atari ids always stack the last 4 frames (docs/atari.md); for another env stack them in your own "
@@ -468,7 +468,6 @@ def _activation_note(name: Any) -> Optional[str]:
 
 #: policy_kwargs' keys with no field here, shorter than FOREIGN_UNSUPPORTED's (said inside policy_kwargs' note)
 POLICY_KWARGS_UNSUPPORTED = {
-    "log_std_init": "not supported (the learned log std starts at 0, std 1; results will differ): drop it",
     "ortho_init": "not supported (layers are always initialized orthogonally; false: results will differ): drop it",
 }
 
@@ -485,6 +484,8 @@ def _policy_kwargs_note(value: Any) -> Optional[str]:
             said.append(_sizes_note(item) or f"net_arch {_yaml_word(item)}: hidden_sizes is one list of widths")
         elif key == "activation_fn":
             said.append(_activation_note(item) or "activation: tanh or relu")
+        elif key == "log_std_init":  # a field of its own: the Normal head's initial log std
+            said.append(f"log_std_init: {_yaml_word(item)}")
         elif key in POLICY_KWARGS_UNSUPPORTED:
             said.append(f"{key} {_yaml_word(item)}: {POLICY_KWARGS_UNSUPPORTED[key]}")
         else:
@@ -1521,6 +1522,10 @@ def python_words(line: str) -> str:
     return _FLAG_IN_LINE.sub(field, line)
 
 
+#: the largest |log_std_init| validate takes: exp(20) is 4.9e8, exp(-20) 2.1e-9
+LOG_STD_INIT_BOUND = 20.0
+
+
 def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: bool = False) -> None:
     """Raise ConfigError with one actionable line for the first invalid value. ``resume``: the config
     a resume continues with (a refused --threads then says that the resume may change it). ``python``:
@@ -1579,6 +1584,10 @@ def validate(cfg: PPOConfig, world_size: int = 1, resume: bool = False, python: 
                                 "give only one of them")
     if cfg.stop_return is not None and not math.isfinite(cfg.stop_return):
         bad("stop_return", "must be a finite number or none")
+    if not (math.isfinite(cfg.log_std_init) and abs(cfg.log_std_init) <= LOG_STD_INIT_BOUND):
+        # exp of it is the std, in float32: beyond +-20 (std 5e8 or 2e-9) a run only meets inf, 0 or NaN log-probs
+        bad("log_std_init", f"must be a number in [-{LOG_STD_INIT_BOUND:g}, {LOG_STD_INIT_BOUND:g}] (the std is exp of it: "
+                            "-2 is std 0.14, 0 std 1)")
     for name in ("num_envs", "num_steps", "num_minibatches", "update_epochs", "total_timesteps", "threads", "stop_episodes"):
         if getattr(cfg, name) < 1:
             bad(name, "must be at least 1")

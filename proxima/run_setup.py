@@ -819,6 +819,7 @@ def env_build_checks(cfg: PPOConfig, init_from: bool = True) -> tuple:
     finally:
         env.close()
     check_norm_obs(cfg, sizes.layout.has_image)
+    check_log_std_init(cfg, spaces[1])
     checkpoint = None
     if init_from and cfg.init_from is not None:
         from .init_from import check_initial_policy
@@ -854,6 +855,29 @@ def check_norm_obs(cfg: PPOConfig, has_image: bool) -> None:
         # per-key normalization is not built: a Dict's vector keys are the env's to scale
         raise ConfigError("--norm-obs: this env's observations hold an image, which the network scales to [0, 1]; drop "
                           "--norm-obs (a Dict observation's vector keys: normalize them inside the env)")
+
+
+def check_log_std_init(cfg: PPOConfig, action_space) -> None:
+    """ConfigError for a --log-std-init other than 0 of an env whose actions are not a Box: only the Normal
+    head has a log std (the Trainer's check, and preflight's for --dry-run and the --nproc launcher)."""
+    import gymnasium as gym
+
+    if cfg.log_std_init != 0 and not isinstance(action_space, gym.spaces.Box):
+        raise ConfigError(f"--log-std-init {cfg.log_std_init:g}: Box actions only (a Normal's log std); this env's "
+                          f"action space is {action_space}, which has none: drop --log-std-init")
+
+
+def check_population_log_std_init(cfg: Optional[PPOConfig], swept, python: bool = False) -> None:
+    """ConfigError for a population given a log_std_init (``cfg``'s other than 0, or one of the fields ``swept``):
+    a population's members are built with the log std at 0 (population.py), which would ignore it silently."""
+    if "log_std_init" in swept:
+        given = "sweep={'log_std_init': [...]}" if python else "--sweep log_std_init"
+        raise ConfigError(f"{given}: not supported for a population yet (its members' log std starts at 0); train one "
+                          f"run per value ({'proxima.train(PPOConfig(log_std_init=V))' if python else '--log-std-init V'})")
+    if isinstance(cfg, PPOConfig) and cfg.log_std_init != 0:  # another type: train_population's own line
+        given = f"PPOConfig.log_std_init = {cfg.log_std_init!r}" if python else f"--log-std-init {cfg.log_std_init:g}"
+        raise ConfigError(f"{given}: not supported for a population yet (its members' log std starts at 0); drop it, or "
+                          "train single runs with it")
 
 
 def same_init_source(given, recorded) -> bool:

@@ -145,8 +145,12 @@ class Trainer:
                                          env_kwargs=cfg.env_kwargs)
         with _python_words(argv is None):
             check_fits(cfg, self.device, lambda: env_sizes(self.env, cfg.env_id))  # before the agent and buffers exist
+            from .run_setup import check_log_std_init
+
+            check_log_std_init(cfg, self.env.single_action_space)
         obs_space, act_space = self.env.single_observation_space, self.env.single_action_space
-        self.agent = Agent(obs_space, act_space, cfg.hidden_sizes, cfg.activation, cfg.encoder).to(self.device)
+        self.agent = Agent(obs_space, act_space, cfg.hidden_sizes, cfg.activation, cfg.encoder,
+                           cfg.log_std_init).to(self.device)
         from .run_setup import check_norm_obs
 
         check_norm_obs(cfg, self.agent.has_pixels)  # the library's own guard (preflight checks it first for the CLI)

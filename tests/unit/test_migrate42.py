@@ -45,7 +45,6 @@ def test_a_zoo_policy_line_is_sb3s_policy_class_not_an_rlhf_setting():
 
 @pytest.mark.parametrize("key, value, says", [
     ("use_sde", True, "no gSDE here: a Box action is drawn from a Normal whose log std is a learned parameter"),
-    ("log_std_init", -2, "the learned log std always starts at 0 (std 1): "),
     ("ortho_init", False, "layers are always initialized orthogonally"),
     ("sde_sample_freq", 4, "no gSDE here (see use_sde)"),
 ])
@@ -206,10 +205,9 @@ def test_zoo_wrapper_keys_say_what_the_doc_says_not_env_kwargs(key, says):
     assert _refusal({key: [1]}) == f"zoo.yml: unknown field '{key}': {says}"  # was: did you mean 'env_kwargs'?
 
 
-def test_log_std_init_says_the_run_explores_differently():
-    assert "an entry's log_std_init -2 (std 0.14) explores far more here, so results will differ" in _refusal(
-        {"log_std_init": -2})
-    assert "results will differ" in _migrating_row("policy_kwargs: log_std_init")
+def test_log_std_init_is_a_field_of_its_own():  # review 47: SB3's log_std_init is --log-std-init
+    assert from_dict({"log_std_init": -2}).log_std_init == -2.0
+    assert "`--log-std-init`" in _migrating_row("policy_kwargs: log_std_init")
 
 
 def test_a_files_learning_rate_without_anneal_lr_notes_sb3s_constant_rate(tmp_path, capsys):

@@ -88,9 +88,8 @@ def test_private_attributes_are_bookkeeping_not_fields():
     ("torch_deterministic", "(did you mean 'deterministic'?)"),
     ("batch_size", "(did you mean 'num_minibatches'? it counts minibatches: num_envs x num_steps / your minibatch size)"),
     ("policy_kwargs", "(did you mean 'hidden_sizes'? net_arch=[64, 64] is hidden_sizes=[64, 64], activation_fn is "
-                      "activation='tanh' or 'relu'; log_std_init and ortho_init have no counterpart (the log std "
-                      "starts at 0, layers are initialized orthogonally): drop them, results will differ where they "
-                      "were set)"),  # difflib alone: env_kwargs
+                      "activation='tanh' or 'relu', log_std_init is log_std_init=X; ortho_init has no counterpart "
+                      "(layers are initialized orthogonally): drop it, results will differ where it was set)"),  # difflib alone: env_kwargs
 ])
 def test_an_sb3_or_cleanrl_keyword_is_a_config_error_naming_the_field(name, hint):
     with pytest.raises(ConfigError) as e:
