@@ -546,8 +546,14 @@ def say_run_stopped(e: TrainingInterrupted, typed: Optional[Path] = None) -> int
 
 
 def say_run_trained(run_dir, policy, quiet: bool) -> None:
-    """say_trained for one run, from the policy train() returned: its env, step and total."""
-    total = (getattr(policy, "config", None) or {}).get("total_timesteps")
+    """say_trained for one run, from the policy train() returned: its env, step and the total it trains, whole
+    iterations of the batch (a total of 20,000 over 4,096-step batches trains 16,384: the run is complete there)."""
+    config = getattr(policy, "config", None) or {}
+    total = config.get("total_timesteps")
+    # under torchrun (rank 0 says it) an iteration is every process's batch
+    per = [config.get("num_envs"), config.get("num_steps"), int(os.environ.get("WORLD_SIZE", "1") or 1)]
+    if isinstance(total, int) and all(isinstance(n, int) and n > 0 for n in per):
+        total -= total % (per[0] * per[1] * per[2])
     say_trained(run_dir, getattr(policy, "env_id", None), getattr(policy, "global_step", None), total, quiet)
 
 
