@@ -814,6 +814,17 @@ def preset_of(cfg: PPOConfig, name: str) -> Optional[str]:
     return (source.rpartition("/")[2] or None) if source.startswith("preset ") else None
 
 
+def preset_applied(cfg: PPOConfig) -> Optional[str]:
+    """The preset the config was built from, as ``ENV/NAME`` (``Pendulum-v1/default``: presets.resolve's
+    source of its fields) while one of its fields still holds the preset's value; ``none`` for ``--preset
+    none``; None when no preset applies (an env without one, a PPOConfig built in Python)."""
+    for name in FIELDS:
+        source = source_of(cfg, name) or ""
+        if source.startswith("preset "):
+            return source[len("preset "):]
+    return "none" if getattr(cfg, "_preset", None) == "none" else None
+
+
 def as_given(name: str, value, python: bool, quote: bool = False) -> str:
     """``value`` of field or argument ``name`` as its user gave it: from Python the keyword argument
     (``preset='fast'``, ``lr=0.01``), which is all a script or notebook wrote; else the flag typed

@@ -1057,7 +1057,7 @@ def _machine(meta: dict) -> dict:
     command = meta.get("command")
     return {
         "device": _on_resume(meta, meta.get("device"), lambda r: r.get("device")), "world size": meta.get("world_size"),
-        "env backend": meta.get("env_backend"),
+        "env backend": meta.get("env_backend"), "preset": meta.get("preset"),  # Pendulum-v1/default, none
         "platform": m.get("platform"), "cpu": m.get("machine"), "cpu model": _cpu_model(m), "cpu count": m.get("cpu_count"),
         "cpu tanh": _on_resume(meta, _tanh(m), _tanh, lambda r: _tanh_cell(r.get("machine") if r is meta else r)),
         "torch build": m.get("torch_build"), "CUDA": m.get("cuda"), "CUDA driver": m.get("cuda_driver"),

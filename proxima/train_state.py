@@ -686,13 +686,16 @@ def _scored_best(run_dir: Path, step: int, best: float) -> Optional[Path]:
 def _run_meta(t: "Trainer") -> dict:
     """meta.json of a run: its kind, command, start time, versions, device, commit, how it reads its env's
     spaces (run_spaces) and machine facts."""
+    from .config import preset_applied
     from .rundir import python_command
 
     # from Python (argv None) the process's argv is a script's or a notebook kernel's, no command that trains
     meta = {"kind": "ppo", "command": t.argv if t.argv is not None else python_command(),
             "started": datetime.now().isoformat(timespec="seconds"), "versions": versions(),
             "device": str(t.device), "world_size": t.dist.world_size, **git_record(), **where_started(),
-            "env_backend": t.env.backend, "spaces": run_spaces(t)}
+            "env_backend": t.env.backend, "spaces": run_spaces(t),
+            # the preset config.yaml's values came from (Pendulum-v1/default), "none" for --preset none, else None
+            "preset": preset_applied(t.cfg)}
     if getattr(t, "init_from_record", None):  # --init-from: the file it started from, its step and env (init_from.py)
         meta["init_from"] = t.init_from_record
     try:

@@ -1776,6 +1776,52 @@ def _note_eval_every(cfg: PPOConfig, world_size: int, python: bool, resumed: boo
           f"in this resume{due}{best} (the end-of-run evaluation, eval.json, still runs)", file=sys.stderr)
 
 
+#: the preset's fields the start line names before "and N more"
+PRESET_LINE_FIELDS = 5
+
+
+def _note_preset(cfg: PPOConfig, python: bool = False) -> None:
+    """One line on stderr at a new run's start naming the preset its config came from and the fields it set
+    that neither --config FILE nor a flag replaced, where they differ from PPOConfig's defaults (the first
+    PRESET_LINE_FIELDS: 'proxima: preset Pendulum-v1/default: backend native, gamma 0.95, ... and 3 more
+    (...)'); none under --preset none, or where the preset keeps PPOConfig's own values (CartPole-v1's
+    default). A run's flags can leave a preset's gamma or backend in place unseen otherwise."""
+    import shlex
+
+    from .config import FIELDS, preset_applied, source_of
+    from .presets import presets_for
+
+    preset = preset_applied(cfg)
+    if preset in (None, "none"):
+        return
+    env, _, name = preset.rpartition("/")
+    default = PPOConfig()
+    kept = [field for field in (presets_for(cfg.env_id).get(name) or {}).get("config", {})
+            if field in FIELDS and source_of(cfg, field) == f"preset {preset}"
+            and getattr(cfg, field) != getattr(default, field)]
+    if not kept:
+        return
+    said = ", ".join(f"{field} {_preset_value(getattr(cfg, field))}" for field in kept[:PRESET_LINE_FIELDS])
+    more = len(kept) - PRESET_LINE_FIELDS
+    more = f" and {more} more" if more > 0 else ""
+    off = (f"proxima.presets.resolve({cfg.env_id!r}, 'none')" if python else "--preset none")
+    print(f"proxima: preset {preset}: {said}{more} (proxima presets {shlex.quote(env)} lists them; {off} for "
+          "PPOConfig's defaults)", file=sys.stderr)
+
+
+def _preset_value(value) -> str:
+    """A preset's value as the start line shows it: true/false, 300,000, 0.0005, 64,64."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
 def note_run(cfg: PPOConfig, typed: dict, python: bool = False, obs=None, action_space=None, encoder: Optional[str] = None,
              population: bool = False) -> None:
     """A new run's advisory notes (--quiet drops them all), once its env is built: train's, from the env
@@ -1787,6 +1833,7 @@ def note_run(cfg: PPOConfig, typed: dict, python: bool = False, obs=None, action
     env's and the resolved encoder, None where the dry run built no such env."""
     from .run_setup import backend_line
 
+    _note_preset(cfg, python)
     line = backend_line(cfg)  # Atari: auto's pick depends on what is installed, and the backends reset differently
     if line:
         print(f"proxima: {line}", file=sys.stderr)
