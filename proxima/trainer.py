@@ -1393,6 +1393,7 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
                     print(f"proxima: run directory: {_as_named(trainer.run_dir, named)}", file=sys.stderr)
                     note_run(config, typed, argv is None, trainer.env.single_observation_space,
                              trainer.env.single_action_space, trainer.cfg.encoder)
+                    _note_rewards_scaled(trainer)
             if trainer.dist.is_main and (not resumed or trainer.trains()):  # under --quiet too, as the note above
                 if resumed:
                     _note_lr_schedule(trainer.cfg, trainer.dist.world_size, state)
@@ -1403,6 +1404,7 @@ def train(config: Optional[PPOConfig], run_dir=None, resume=None, argv=None, qui
             # (run_setup.apply_resume_overrides): "resuming at step N" would claim otherwise
             if resumed and trainer.trains() and not quiet and trainer.dist.is_main:
                 _note_resumed_wrappers(trainer)
+                _note_rewards_scaled(trainer)
                 print(f"proxima: resuming {trainer.run_dir} at global step {trainer.global_step:,} (iteration {trainer.iteration})", file=sys.stderr)
             looping = True
             out_dir = trainer.run(resumed=resumed, callback=callback)
@@ -2117,6 +2119,18 @@ def _loop_eval_at_end(trainer: Trainer, policy, seed: int) -> Optional[dict]:
             and done["seed"] == seed and done["backend"] == trainer.cfg.backend and done["device"] == policy.device
             and done["threads"] == threads and done["flush_denormal"] == flush)
     return dict(done["result"]) if same else None
+
+
+def _note_rewards_scaled(trainer: Trainer) -> None:
+    """A note on stderr when the env's own gymnasium.wrappers.NormalizeReward scales the rewards the run's
+    episode returns sum, with no RecordEpisodeStatistics inside it to record the game's (gym_adapter's
+    rewards_scaled, which an evaluation's result says too: evaluate.rewards_scaled_note)."""
+    if getattr(trainer.env, "rewards_scaled", False) is True:
+        from .evaluate import NORMALIZER_DOC
+
+        print("proxima: note: charts/episodic_return (the return shown, and --stop-return's) sums the rewards your "
+              "env's own NormalizeReward scaled, not the game's: apply RecordEpisodeStatistics before it (CleanRL's "
+              f"order) for the game's returns (see {NORMALIZER_DOC})", file=sys.stderr)
 
 
 def _note_resumed_wrappers(trainer: Trainer) -> None:
